@@ -1,0 +1,314 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/strata-llm/strata/engine/gguf"
+)
+
+// Architectures the engine implements (GGUF general.architecture values).
+const (
+	ArchLlama  = "llama"
+	ArchGemma2 = "gemma2"
+)
+
+// Sanity limits on hyperparameters. They sit far above any real model and
+// exist so a hostile or corrupt header cannot make the engine allocate
+// absurd amounts of memory or overflow int arithmetic.
+const (
+	maxVocab   = 1 << 22
+	maxDim     = 1 << 16
+	maxFFN     = 1 << 18
+	maxLayers  = 1 << 12
+	maxHeads   = 1 << 10
+	maxHeadDim = 1 << 11
+	maxContext = 1 << 24
+)
+
+// Config holds the hyperparameters the forward pass needs. It is derived
+// from GGUF metadata by ConfigFromGGUF, or filled in directly by tests and
+// tools that build models in memory.
+type Config struct {
+	// Arch is ArchLlama or ArchGemma2.
+	Arch string
+	// Vocab is the number of token ids (rows of the embedding and output).
+	Vocab int
+	// Dim is the residual stream width (n_embd).
+	Dim int
+	// FFN is the feed-forward hidden width.
+	FFN int
+	// Layers is the number of transformer blocks.
+	Layers int
+	// Heads is the number of query heads.
+	Heads int
+	// KVHeads is the number of key/value heads (GQA); Heads % KVHeads == 0.
+	KVHeads int
+	// HeadDim is the per-head width of queries, keys and values.
+	HeadDim int
+	// Context is the trained context length: the largest KV cache a
+	// sequence may have.
+	Context int
+	// RopeTheta is the RoPE base frequency.
+	RopeTheta float64
+	// RopeFreqs are llama3 per-pair frequency divisors (rope_freqs.weight,
+	// HeadDim/2 entries): freq_i = theta^(-2i/HeadDim) / RopeFreqs[i].
+	// Nil means no scaling.
+	RopeFreqs []float32
+	// NormEps is the RMSNorm epsilon.
+	NormEps float32
+	// AttnScale multiplies attention scores (1/sqrt(HeadDim) for llama,
+	// query_pre_attn_scalar^-0.5 for gemma2).
+	AttnScale float32
+	// AttnSoftcap caps attention scores with cap*tanh(s/cap); 0 = off.
+	AttnSoftcap float32
+	// FinalSoftcap caps output logits the same way; 0 = off.
+	FinalSoftcap float32
+	// SlidingWindow is the window of gemma2's sliding layers (even layer
+	// indices): keys with qpos-kpos >= SlidingWindow are masked. 0 = none.
+	SlidingWindow int
+	// EmbedScale multiplies the token embedding (gemma2: float32(sqrt(Dim));
+	// otherwise 1).
+	EmbedScale float32
+	// TiedOutput reports that the output projection is the token embedding.
+	TiedOutput bool
+}
+
+// QDim is the width of the concatenated query heads.
+func (c *Config) QDim() int { return c.Heads * c.HeadDim }
+
+// KVDim is the width of the concatenated key (or value) heads.
+func (c *Config) KVDim() int { return c.KVHeads * c.HeadDim }
+
+// Sliding reports whether layer i uses the sliding-window mask. Gemma2
+// alternates sliding (even index) and global (odd index) layers.
+func (c *Config) Sliding(i int) bool {
+	return c.Arch == ArchGemma2 && c.SlidingWindow > 0 && i%2 == 0
+}
+
+// Validate checks that the hyperparameters are usable and mutually
+// consistent.
+func (c *Config) Validate() error {
+	switch c.Arch {
+	case ArchLlama, ArchGemma2:
+	default:
+		return fmt.Errorf("unsupported architecture %q (want %q or %q)", c.Arch, ArchLlama, ArchGemma2)
+	}
+	for _, r := range []struct {
+		name     string
+		v, limit int
+	}{
+		{"vocab", c.Vocab, maxVocab},
+		{"dim", c.Dim, maxDim},
+		{"ffn", c.FFN, maxFFN},
+		{"layers", c.Layers, maxLayers},
+		{"heads", c.Heads, maxHeads},
+		{"kv heads", c.KVHeads, maxHeads},
+		{"head dim", c.HeadDim, maxHeadDim},
+		{"context", c.Context, maxContext},
+	} {
+		if r.v <= 0 || r.v > r.limit {
+			return fmt.Errorf("%s %d out of range [1, %d]", r.name, r.v, r.limit)
+		}
+	}
+	if c.Heads%c.KVHeads != 0 {
+		return fmt.Errorf("heads %d not divisible by kv heads %d", c.Heads, c.KVHeads)
+	}
+	if c.HeadDim%2 != 0 {
+		return fmt.Errorf("head dim %d is odd; RoPE needs pairs", c.HeadDim)
+	}
+	if c.QDim() > maxFFN {
+		return fmt.Errorf("heads*head_dim %d exceeds %d", c.QDim(), maxFFN)
+	}
+	if !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0) {
+		return fmt.Errorf("rope theta %v must be positive and finite", c.RopeTheta)
+	}
+	if c.RopeFreqs != nil {
+		if len(c.RopeFreqs) != c.HeadDim/2 {
+			return fmt.Errorf("rope freqs has %d entries, want head_dim/2 = %d", len(c.RopeFreqs), c.HeadDim/2)
+		}
+		for i, f := range c.RopeFreqs {
+			if !(f > 0) || math.IsInf(float64(f), 0) {
+				return fmt.Errorf("rope freqs[%d] = %v must be positive and finite", i, f)
+			}
+		}
+	}
+	if !(c.NormEps > 0) || c.NormEps > 1 {
+		return fmt.Errorf("rms norm epsilon %v out of range (0, 1]", c.NormEps)
+	}
+	if !(c.AttnScale > 0) || math.IsInf(float64(c.AttnScale), 0) {
+		return fmt.Errorf("attention scale %v must be positive and finite", c.AttnScale)
+	}
+	if !(c.EmbedScale > 0) || math.IsInf(float64(c.EmbedScale), 0) {
+		return fmt.Errorf("embedding scale %v must be positive and finite", c.EmbedScale)
+	}
+	for _, s := range []struct {
+		name string
+		v    float32
+	}{{"attention softcap", c.AttnSoftcap}, {"final softcap", c.FinalSoftcap}} {
+		if s.v < 0 || math.IsNaN(float64(s.v)) || math.IsInf(float64(s.v), 0) {
+			return fmt.Errorf("%s %v must be 0 (off) or positive and finite", s.name, s.v)
+		}
+	}
+	if c.SlidingWindow < 0 {
+		return fmt.Errorf("sliding window %d is negative", c.SlidingWindow)
+	}
+	return nil
+}
+
+// ConfigFromGGUF reads the hyperparameters from a GGUF file's metadata using
+// llama.cpp's keys, applying llama.cpp's defaults where a key is optional.
+// RopeFreqs is left nil: it lives in the rope_freqs.weight tensor, which
+// LoadGGUF reads. The token embedding's shape is checked against the
+// metadata; LoadGGUF checks every other tensor.
+func ConfigFromGGUF(f *gguf.File) (Config, error) {
+	if f == nil {
+		return Config{}, errors.New("config from gguf: nil file")
+	}
+	arch, ok := f.String("general.architecture")
+	if !ok {
+		return Config{}, errors.New("config from gguf: missing general.architecture")
+	}
+	c := Config{Arch: arch, EmbedScale: 1}
+	if arch != ArchLlama && arch != ArchGemma2 {
+		return Config{}, fmt.Errorf("config from gguf: unsupported architecture %q (want %q or %q)", arch, ArchLlama, ArchGemma2)
+	}
+	var err error
+	reqInt := func(key string, dst *int) {
+		if err != nil {
+			return
+		}
+		v, ok := f.Uint(arch + "." + key)
+		if !ok {
+			err = fmt.Errorf("config from gguf: missing or non-integer %s.%s", arch, key)
+			return
+		}
+		if v > math.MaxInt32 {
+			err = fmt.Errorf("config from gguf: %s.%s = %d too large", arch, key, v)
+			return
+		}
+		*dst = int(v)
+	}
+	optInt := func(key string, dst *int) (present bool) {
+		if err != nil {
+			return false
+		}
+		v, ok := f.Uint(arch + "." + key)
+		if !ok {
+			return false
+		}
+		if v > math.MaxInt32 {
+			err = fmt.Errorf("config from gguf: %s.%s = %d too large", arch, key, v)
+			return false
+		}
+		*dst = int(v)
+		return true
+	}
+	reqInt("context_length", &c.Context)
+	reqInt("embedding_length", &c.Dim)
+	reqInt("block_count", &c.Layers)
+	reqInt("feed_forward_length", &c.FFN)
+	reqInt("attention.head_count", &c.Heads)
+	if err != nil {
+		return Config{}, err
+	}
+	c.KVHeads = c.Heads
+	optInt("attention.head_count_kv", &c.KVHeads)
+	if err != nil {
+		return Config{}, err
+	}
+	if c.Heads <= 0 || c.Heads > maxHeads {
+		return Config{}, fmt.Errorf("config from gguf: head count %d out of range [1, %d]", c.Heads, maxHeads)
+	}
+
+	eps, ok := f.Float(arch + ".attention.layer_norm_rms_epsilon")
+	if !ok {
+		return Config{}, fmt.Errorf("config from gguf: missing %s.attention.layer_norm_rms_epsilon", arch)
+	}
+	c.NormEps = float32(eps)
+	c.RopeTheta = 10000 // llama.cpp's default when the key is absent
+	if v, ok := f.Float(arch + ".rope.freq_base"); ok {
+		c.RopeTheta = v
+	}
+
+	// Head dim: explicit key_length, else n_embd/n_head.
+	if !optInt("attention.key_length", &c.HeadDim) {
+		if err != nil {
+			return Config{}, err
+		}
+		if c.Dim%c.Heads != 0 {
+			return Config{}, fmt.Errorf("config from gguf: embedding length %d not divisible by head count %d and no %s.attention.key_length", c.Dim, c.Heads, arch)
+		}
+		c.HeadDim = c.Dim / c.Heads
+	}
+	var vlen int
+	if optInt("attention.value_length", &vlen) && vlen != c.HeadDim {
+		return Config{}, fmt.Errorf("config from gguf: value length %d differs from key length %d (unsupported)", vlen, c.HeadDim)
+	}
+	var ropeDim int
+	if optInt("rope.dimension_count", &ropeDim) && ropeDim != c.HeadDim {
+		return Config{}, fmt.Errorf("config from gguf: rope dimension count %d differs from head dim %d (partial rotary is unsupported)", ropeDim, c.HeadDim)
+	}
+	if err != nil {
+		return Config{}, err
+	}
+
+	// Vocabulary: the token embedding's shape is authoritative; the
+	// metadata must agree with it where present.
+	emb, ok := f.Tensor("token_embd.weight")
+	if !ok {
+		return Config{}, errors.New("config from gguf: missing tensor token_embd.weight")
+	}
+	if len(emb.Dims) != 2 {
+		return Config{}, fmt.Errorf("config from gguf: token_embd.weight has %d dims, want 2", len(emb.Dims))
+	}
+	if emb.Dims[0] != uint64(c.Dim) {
+		return Config{}, fmt.Errorf("config from gguf: token_embd.weight row length %d differs from embedding length %d", emb.Dims[0], c.Dim)
+	}
+	if emb.Dims[1] == 0 || emb.Dims[1] > maxVocab {
+		return Config{}, fmt.Errorf("config from gguf: token_embd.weight vocab %d out of range [1, %d]", emb.Dims[1], maxVocab)
+	}
+	c.Vocab = int(emb.Dims[1])
+	var vocabKey int
+	if optInt("vocab_size", &vocabKey) && vocabKey != c.Vocab {
+		return Config{}, fmt.Errorf("config from gguf: %s.vocab_size %d differs from token_embd.weight vocab %d", arch, vocabKey, c.Vocab)
+	}
+	if err != nil {
+		return Config{}, err
+	}
+	_, hasOutput := f.Tensor("output.weight")
+	c.TiedOutput = !hasOutput
+
+	c.AttnScale = float32(1 / math.Sqrt(float64(c.HeadDim)))
+	if arch == ArchGemma2 {
+		c.EmbedScale = float32(math.Sqrt(float64(c.Dim)))
+		// llama.cpp's defaults for gemma2 when the keys are absent.
+		c.AttnSoftcap, c.FinalSoftcap, c.SlidingWindow = 50, 30, 4096
+		if v, ok := f.Float("gemma2.attn_logit_softcapping"); ok {
+			c.AttnSoftcap = float32(v)
+		}
+		if v, ok := f.Float("gemma2.final_logit_softcapping"); ok {
+			c.FinalSoftcap = float32(v)
+		}
+		optInt("attention.sliding_window", &c.SlidingWindow)
+		if err != nil {
+			return Config{}, err
+		}
+		// Float also accepts an integer-typed value.
+		if v, ok := f.Float("gemma2.attention.query_pre_attn_scalar"); ok {
+			if !(v > 0) || math.IsInf(v, 0) {
+				return Config{}, fmt.Errorf("config from gguf: gemma2.attention.query_pre_attn_scalar %v must be positive", v)
+			}
+			c.AttnScale = float32(1 / math.Sqrt(v))
+		} else if c.Layers == 46 {
+			// llama.cpp's rule for Gemma-2-27B, which scales by
+			// (n_embd/n_head)^-0.5 instead of head_dim^-0.5.
+			c.AttnScale = float32(1 / math.Sqrt(float64(c.Dim)/float64(c.Heads)))
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("config from gguf: %w", err)
+	}
+	return c, nil
+}

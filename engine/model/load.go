@@ -1,0 +1,128 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/strata-llm/strata/engine/gguf"
+)
+
+// LoadGGUF builds a Model over a memory-mapped GGUF file. Every tensor the
+// architecture needs is checked for presence, type and shape; layer weights
+// stay zero-copy views into the mapping, so the caller must keep m open for
+// as long as the Model is used.
+func LoadGGUF(m *gguf.Mapped) (*Model, error) {
+	if m == nil || m.File == nil {
+		return nil, fmt.Errorf("load gguf: nil mapping")
+	}
+	cfg, err := ConfigFromGGUF(m.File)
+	if err != nil {
+		return nil, fmt.Errorf("load gguf: %w", err)
+	}
+	get := func(name string, rows, cols int, vector bool) (Tensor, error) {
+		ti, ok := m.Tensor(name)
+		if !ok {
+			return Tensor{}, fmt.Errorf("load gguf: missing tensor %s", name)
+		}
+		want := []uint64{uint64(cols), uint64(rows)}
+		if vector {
+			want = want[:1]
+		}
+		if !dimsMatch(ti.Dims, want) {
+			return Tensor{}, fmt.Errorf("load gguf: tensor %s has dims %v, want %v", name, ti.Dims, want)
+		}
+		t := Tensor{Name: name, Type: ti.Type, Rows: rows, Cols: cols, Data: m.Data(ti)}
+		if err := t.check(name, rows, cols, vector); err != nil {
+			return Tensor{}, fmt.Errorf("load gguf: %w", err)
+		}
+		return t, nil
+	}
+	w := &Weights{Layers: make([]Layer, cfg.Layers)}
+	if w.Embed, err = get("token_embd.weight", cfg.Vocab, cfg.Dim, false); err != nil {
+		return nil, err
+	}
+	if w.OutputNorm, err = get("output_norm.weight", 1, cfg.Dim, true); err != nil {
+		return nil, err
+	}
+	if cfg.TiedOutput {
+		w.Output = w.Embed
+	} else if w.Output, err = get("output.weight", cfg.Vocab, cfg.Dim, false); err != nil {
+		return nil, err
+	}
+	if cfg.Arch == ArchLlama {
+		if _, ok := m.Tensor("rope_freqs.weight"); ok {
+			rf, err := get("rope_freqs.weight", 1, cfg.HeadDim/2, true)
+			if err != nil {
+				return nil, err
+			}
+			cfg.RopeFreqs = make([]float32, cfg.HeadDim/2)
+			decodeF32(cfg.RopeFreqs, rf.Data)
+		}
+	}
+	d, q, kv, f := cfg.Dim, cfg.QDim(), cfg.KVDim(), cfg.FFN
+	for i := range w.Layers {
+		l := &w.Layers[i]
+		specs := []tensorCheck{
+			{&l.AttnNorm, "attn_norm", 1, d, true},
+			{&l.Q, "attn_q", q, d, false},
+			{&l.K, "attn_k", kv, d, false},
+			{&l.V, "attn_v", kv, d, false},
+			{&l.O, "attn_output", d, q, false},
+			{&l.FFNNorm, "ffn_norm", 1, d, true},
+			{&l.Gate, "ffn_gate", f, d, false},
+			{&l.Up, "ffn_up", f, d, false},
+			{&l.Down, "ffn_down", d, f, false},
+		}
+		if cfg.Arch == ArchGemma2 {
+			specs = append(specs,
+				tensorCheck{&l.PostAttnNorm, "post_attention_norm", 1, d, true},
+				tensorCheck{&l.PostFFNNorm, "post_ffw_norm", 1, d, true})
+		}
+		for _, s := range specs {
+			if *s.t, err = get(fmt.Sprintf("blk.%d.%s.weight", i, s.name), s.rows, s.cols, s.norm); err != nil {
+				return nil, err
+			}
+		}
+	}
+	mod, err := New(cfg, w)
+	if err != nil {
+		return nil, fmt.Errorf("load gguf: %w", err)
+	}
+	return mod, nil
+}
+
+// Open maps a GGUF file and loads it. The returned Model owns the mapping:
+// Close releases it.
+func Open(path string) (*Model, error) {
+	mp, err := gguf.Map(path)
+	if err != nil {
+		return nil, fmt.Errorf("open model: %w", err)
+	}
+	m, err := LoadGGUF(mp)
+	if err != nil {
+		mp.Close()
+		return nil, fmt.Errorf("open model %s: %w", path, err)
+	}
+	m.closer = mp.Close
+	return m, nil
+}
+
+// dimsMatch compares GGUF dims with the expected ones, ignoring trailing
+// dimensions of size 1 (GGUF writers differ on whether vectors carry them).
+func dimsMatch(got, want []uint64) bool {
+	trim := func(d []uint64) []uint64 {
+		for len(d) > 1 && d[len(d)-1] == 1 {
+			d = d[:len(d)-1]
+		}
+		return d
+	}
+	g, w := trim(got), trim(want)
+	if len(g) != len(w) {
+		return false
+	}
+	for i := range g {
+		if g[i] != w[i] {
+			return false
+		}
+	}
+	return true
+}

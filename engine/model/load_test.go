@@ -1,0 +1,176 @@
+package model
+
+import (
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/quant"
+)
+
+func mapFile(t *testing.T, path string) *gguf.Mapped {
+	t.Helper()
+	mp, err := gguf.Map(path)
+	if err != nil {
+		t.Fatalf("Map: %v", err)
+	}
+	t.Cleanup(func() { mp.Close() })
+	return mp
+}
+
+// TestLoadGGUFRoundTrip writes in-memory models as GGUF, loads them back
+// and checks the config and that logits are unchanged.
+func TestLoadGGUFRoundTrip(t *testing.T) {
+	for _, tc := range specs() {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := newTestModel(t, tc.spec, 21)
+			path := planFor(tc.spec, mem.Weights).write(t, t.TempDir())
+			m, err := LoadGGUF(mapFile(t, path))
+			if err != nil {
+				t.Fatalf("LoadGGUF: %v", err)
+			}
+			if !reflect.DeepEqual(m.Config, mem.Config) {
+				t.Fatalf("config\n got %+v\nwant %+v", m.Config, mem.Config)
+			}
+			toks := randTokens(12, tc.spec.vocab, 22)
+			got := forward(t, m, m.NewSequence(0), toks, true)
+			want := forward(t, mem, mem.NewSequence(0), toks, true)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatal("logits of the loaded model differ from the in-memory model")
+			}
+		})
+	}
+	t.Run("open and close", func(t *testing.T) {
+		spec := llamaSpec()
+		path := planFor(spec, randomWeights(spec, 1)).write(t, t.TempDir())
+		m, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		forward(t, m, m.NewSequence(0), []int32{1, 2, 3}, false)
+		if err := m.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+	})
+}
+
+func TestLoadGGUFErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		spec testSpec
+		mod  func(p *ggufPlan)
+		want string
+	}{
+		{"missing layer tensor", llamaSpec(), func(p *ggufPlan) { p.dropTensor("blk.1.ffn_gate.weight") }, "missing tensor blk.1.ffn_gate.weight"},
+		{"missing output", gemmaSpec(), func(p *ggufPlan) { p.dropTensor("output_norm.weight") }, "missing tensor output_norm.weight"},
+		{"missing gemma post norm", gemmaSpec(), func(p *ggufPlan) { p.dropTensor("blk.3.post_ffw_norm.weight") }, "missing tensor blk.3.post_ffw_norm.weight"},
+		{"missing embedding", llamaSpec(), func(p *ggufPlan) { p.dropTensor("token_embd.weight") }, "token_embd.weight"},
+		{"wrong dims", llamaSpec(), func(p *ggufPlan) {
+			d := p.tensor("blk.0.attn_k.weight").dims
+			d[0], d[1] = d[1], d[0]
+		}, "blk.0.attn_k.weight has dims [32 64], want [64 32]"},
+		{"extra dim", llamaSpec(), func(p *ggufPlan) {
+			pt := p.tensor("blk.1.attn_v.weight")
+			pt.dims = append(pt.dims, 2)
+		}, "blk.1.attn_v.weight"},
+		{"quantized norm", llamaSpec(), func(p *ggufPlan) { p.tensor("blk.0.ffn_norm.weight").typ = quant.F16 }, "blk.0.ffn_norm.weight: type F16, want F32"},
+		{"embedding width", gemmaSpec(), func(p *ggufPlan) { p.setKV("gemma2.embedding_length", uint32(128)) }, "row length 64 differs from embedding length 128"},
+		{"missing block count", llamaSpec(), func(p *ggufPlan) { p.dropKV("llama.block_count") }, "llama.block_count"},
+		{"missing eps", gemmaSpec(), func(p *ggufPlan) { p.dropKV("gemma2.attention.layer_norm_rms_epsilon") }, "layer_norm_rms_epsilon"},
+		{"kv heads", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.attention.head_count_kv", uint32(3)) }, "not divisible"},
+		{"vocab size", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.vocab_size", uint32(100)) }, "vocab_size 100 differs"},
+		{"architecture", llamaSpec(), func(p *ggufPlan) { p.setKV("general.architecture", "mamba") }, `unsupported architecture "mamba"`},
+		{"partial rotary", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.rope.dimension_count", uint32(8)) }, "partial rotary"},
+		{"rope freqs length", llamaSpec(), func(p *ggufPlan) { p.tensor("rope_freqs.weight").dims = []uint64{4} }, "rope_freqs.weight"},
+		{"string for int", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.context_length", "many") }, "llama.context_length"},
+		{"zero layers", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.block_count", uint32(0)) }, "layers 0 out of range"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := planFor(tc.spec, randomWeights(tc.spec, 1))
+			tc.mod(p)
+			_, err := LoadGGUF(mapFile(t, p.write(t, t.TempDir())))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := LoadGGUF(nil); err == nil {
+		t.Fatal("LoadGGUF(nil) succeeded")
+	}
+	if _, err := ConfigFromGGUF(nil); err == nil {
+		t.Fatal("ConfigFromGGUF(nil) succeeded")
+	}
+	if _, err := Open(t.TempDir() + "/absent.gguf"); err == nil {
+		t.Fatal("Open of a missing file succeeded")
+	}
+}
+
+// TestConfigDefaults checks llama.cpp's fallbacks for optional keys. Only
+// the metadata and token_embd.weight are needed for ConfigFromGGUF.
+func TestConfigDefaults(t *testing.T) {
+	headerOnly := func(s testSpec, mod func(p *ggufPlan)) Config {
+		t.Helper()
+		p := planFor(s, randomWeights(s, 1))
+		p.tensors = p.tensors[:1] // token_embd.weight
+		mod(p)
+		c, err := ConfigFromGGUF(mapFile(t, p.write(t, t.TempDir())).File)
+		if err != nil {
+			t.Fatalf("ConfigFromGGUF: %v", err)
+		}
+		return c
+	}
+	g := gemmaSpec()
+	t.Run("gemma2 optional keys absent", func(t *testing.T) {
+		c := headerOnly(g, func(p *ggufPlan) {
+			for _, k := range []string{"gemma2.attn_logit_softcapping", "gemma2.final_logit_softcapping",
+				"gemma2.attention.sliding_window", "gemma2.attention.query_pre_attn_scalar",
+				"gemma2.rope.freq_base", "gemma2.attention.head_count_kv"} {
+				p.dropKV(k)
+			}
+		})
+		if c.AttnSoftcap != 50 || c.FinalSoftcap != 30 || c.SlidingWindow != 4096 || c.RopeTheta != 10000 || c.KVHeads != c.Heads {
+			t.Fatalf("defaults: %+v", c)
+		}
+		if want := float32(1 / math.Sqrt(float64(g.headDim))); c.AttnScale != want {
+			t.Fatalf("AttnScale %v, want 1/sqrt(head_dim) = %v", c.AttnScale, want)
+		}
+		if !c.TiedOutput || c.EmbedScale != 8 {
+			t.Fatalf("TiedOutput %v EmbedScale %v", c.TiedOutput, c.EmbedScale)
+		}
+	})
+	t.Run("gemma2 27b scaling rule", func(t *testing.T) {
+		c := headerOnly(g, func(p *ggufPlan) {
+			p.dropKV("gemma2.attention.query_pre_attn_scalar")
+			p.setKV("gemma2.block_count", uint32(46))
+			p.setKV("gemma2.attention.key_length", uint32(8)) // dim/heads = 16 differs
+			p.setKV("gemma2.attention.value_length", uint32(8))
+		})
+		if want := float32(1 / math.Sqrt(16)); c.AttnScale != want {
+			t.Fatalf("AttnScale %v, want (n_embd/n_head)^-0.5 = %v", c.AttnScale, want)
+		}
+	})
+	t.Run("gemma2 float query_pre_attn_scalar", func(t *testing.T) {
+		c := headerOnly(g, func(p *ggufPlan) { p.setKV("gemma2.attention.query_pre_attn_scalar", float32(144)) })
+		if want := float32(1.0 / 12); c.AttnScale != want {
+			t.Fatalf("AttnScale %v, want %v", c.AttnScale, want)
+		}
+	})
+	t.Run("llama head dim from heads", func(t *testing.T) {
+		c := headerOnly(llamaSpec(), func(p *ggufPlan) {
+			p.dropKV("llama.rope.dimension_count")
+			p.dropKV("llama.vocab_size")
+		})
+		if c.HeadDim != 16 || c.Vocab != 97 {
+			t.Fatalf("HeadDim %d Vocab %d", c.HeadDim, c.Vocab)
+		}
+		if !c.TiedOutput { // output.weight was left out of the file
+			t.Fatal("no output.weight but TiedOutput false")
+		}
+	})
+}

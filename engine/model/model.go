@@ -1,0 +1,585 @@
+// Package model is strata's pure-Go CPU reference engine: it runs the
+// llama and gemma2 forward passes over GGUF weights with no accelerator.
+// Every faster backend (CUDA, streamed tiers) is checked against it, so it
+// favours exact, batch-independent arithmetic and a plain structure over
+// cleverness: each weight row is decoded once per pass and dotted with every
+// token of the batch, a token's result never depends on what else shares
+// its batch, and layer weights come through a LayerSource so a streaming
+// tier can supply them from elsewhere.
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/strata-llm/strata/engine/quant"
+)
+
+// ErrContextOverflow is returned (wrapped) when a step would take a
+// sequence past its context capacity.
+var ErrContextOverflow = errors.New("context overflow")
+
+// Model is a loaded model ready to run forward passes. Forward calls are
+// serialised; any number of Sequences may share one Model.
+type Model struct {
+	// Config is the model's hyperparameters. Treat as read-only.
+	Config Config
+	// Weights are the resident weights. Treat as read-only.
+	Weights *Weights
+
+	mu       sync.Mutex
+	src      LayerSource
+	resident bool
+	pool     *pool
+	ropeFreq []float64 // per rotary pair, radians per position
+	closer   func() error
+	sc       scratch
+}
+
+// New builds a Model from a configuration and weights, validating every
+// tensor against the configuration. The weights are used in place; for a
+// tied model an empty Output is set to Embed.
+func New(cfg Config, w *Weights) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("new model: %w", err)
+	}
+	if err := cfg.check(w); err != nil {
+		return nil, fmt.Errorf("new model: %w", err)
+	}
+	m := &Model{Config: cfg, Weights: w, pool: defaultPool()}
+	m.src, m.resident = residentSource{w}, true
+	half := cfg.HeadDim / 2
+	m.ropeFreq = make([]float64, half)
+	for i := range m.ropeFreq {
+		f := math.Pow(cfg.RopeTheta, -2*float64(i)/float64(cfg.HeadDim))
+		if cfg.RopeFreqs != nil {
+			f /= float64(cfg.RopeFreqs[i])
+		}
+		m.ropeFreq[i] = f
+	}
+	return m, nil
+}
+
+// SetLayerSource makes later forward passes take layer weights from src
+// (nil restores the resident weights). Layers from a non-resident source
+// are validated against the Config on every use.
+func (m *Model) SetLayerSource(src LayerSource) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if src == nil {
+		m.src, m.resident = residentSource{m.Weights}, true
+		return
+	}
+	m.src, m.resident = src, false
+}
+
+// Close releases resources the Model owns (the file mapping when it was
+// made by Open). The Model must not be used afterwards.
+func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closer == nil {
+		return nil
+	}
+	c := m.closer
+	m.closer = nil
+	if err := c(); err != nil {
+		return fmt.Errorf("close model: %w", err)
+	}
+	return nil
+}
+
+// Sequence is one stream of tokens with its own KV cache. It may only be
+// used with the Model that made it, and not concurrently with a Forward
+// call that includes it.
+type Sequence struct {
+	m     *Model
+	pos   int // tokens already in the cache
+	max   int // capacity in positions
+	alloc int // positions allocated
+	// k and v hold, per layer, [alloc][KVDim] float32 keys (after RoPE)
+	// and values.
+	k, v [][]float32
+}
+
+// NewSequence returns an empty sequence whose KV cache may grow to maxCtx
+// positions (maxCtx <= 0 or above Config.Context means Config.Context).
+// Cache memory is allocated as the sequence grows.
+func (m *Model) NewSequence(maxCtx int) *Sequence {
+	if maxCtx <= 0 || maxCtx > m.Config.Context {
+		maxCtx = m.Config.Context
+	}
+	return &Sequence{
+		m:   m,
+		max: maxCtx,
+		k:   make([][]float32, m.Config.Layers),
+		v:   make([][]float32, m.Config.Layers),
+	}
+}
+
+// Pos is the number of tokens the sequence holds (the position the next
+// token will take).
+func (s *Sequence) Pos() int { return s.pos }
+
+// MaxContext is the capacity of the sequence's KV cache in positions.
+func (s *Sequence) MaxContext() int { return s.max }
+
+// Reset empties the sequence, keeping its cache memory for reuse.
+func (s *Sequence) Reset() { s.pos = 0 }
+
+// Truncate drops every token from position n on, so the next token takes
+// position n. It allows reusing a shared prefix.
+func (s *Sequence) Truncate(n int) error {
+	if n < 0 || n > s.pos {
+		return fmt.Errorf("truncate sequence to %d: out of range [0, %d]", n, s.pos)
+	}
+	s.pos = n
+	return nil
+}
+
+// reserve makes room for n positions (n <= s.max), preserving the cache.
+func (s *Sequence) reserve(n int) {
+	if n <= s.alloc {
+		return
+	}
+	c := max(n, 2*s.alloc, 64)
+	c = min(c, s.max)
+	kvd := s.m.Config.KVDim()
+	for l := range s.k {
+		nk := make([]float32, c*kvd)
+		nv := make([]float32, c*kvd)
+		copy(nk, s.k[l][:s.pos*kvd])
+		copy(nv, s.v[l][:s.pos*kvd])
+		s.k[l], s.v[l] = nk, nv
+	}
+	s.alloc = c
+}
+
+// Step is one sequence's share of a forward pass: it appends Tokens to Seq
+// and receives logits.
+type Step struct {
+	// Seq is the sequence to advance.
+	Seq *Sequence
+	// Tokens are the token ids to append (at least one).
+	Tokens []int32
+	// Logits is filled by Forward: one Vocab-long row per token when
+	// AllLogits is set, otherwise a single row for the last token. Rows
+	// already present with the right shape are reused.
+	Logits [][]float32
+	// AllLogits asks for logits at every token instead of the last only.
+	AllLogits bool
+}
+
+// tokRef locates one token of the batch.
+type tokRef struct {
+	seq *Sequence
+	pos int
+	id  int32
+}
+
+// scratch holds the activations of one pass, reused across calls.
+type scratch struct {
+	bufs                               []float32
+	h, xn, q, k, v, att, tmp, gate, up [][]float32
+	cos, sin                           [][]float32
+	normW                              []float32
+	toks                               []tokRef
+	ysub                               [][][]float32 // per worker
+	scores                             [][]float32   // per worker
+	chunks                             []chunk
+	outX, outY                         [][]float32
+}
+
+// prepare sizes the scratch for T tokens with at most maxPos+1 cached
+// positions per sequence.
+func (m *Model) prepare(T, maxPos int) {
+	c := &m.Config
+	sc := &m.sc
+	half := c.HeadDim / 2
+	widths := []int{c.Dim, c.Dim, c.QDim(), c.KVDim(), c.KVDim(), c.QDim(), c.Dim, c.FFN, c.FFN, half, half}
+	total := 0
+	for _, w := range widths {
+		total += w * T
+	}
+	if cap(sc.bufs) < total {
+		sc.bufs = make([]float32, total)
+	}
+	buf := sc.bufs[:total]
+	views := []*[][]float32{&sc.h, &sc.xn, &sc.q, &sc.k, &sc.v, &sc.att, &sc.tmp, &sc.gate, &sc.up, &sc.cos, &sc.sin}
+	for i, w := range widths {
+		vs := (*views[i])[:0]
+		for t := 0; t < T; t++ {
+			vs = append(vs, buf[:w:w])
+			buf = buf[w:]
+		}
+		*views[i] = vs
+	}
+	if len(sc.normW) != c.Dim {
+		sc.normW = make([]float32, c.Dim)
+	}
+	if len(sc.ysub) != m.pool.n {
+		sc.ysub = make([][][]float32, m.pool.n)
+		sc.scores = make([][]float32, m.pool.n)
+	}
+	for w := range sc.ysub {
+		if cap(sc.ysub[w]) < T {
+			sc.ysub[w] = make([][]float32, T)
+		}
+		if len(sc.scores[w]) < maxPos+1 {
+			sc.scores[w] = make([]float32, maxPos+1)
+		}
+	}
+}
+
+// Forward advances every sequence of the batch by its step's tokens in one
+// pass over the layers and fills each step's Logits. Each weight row is
+// decoded once and applied to all tokens of the batch. The batch is checked
+// before anything changes: a bad token, a sequence listed twice or a step
+// that would overflow a sequence's context (ErrContextOverflow) returns an
+// error with every sequence untouched. Cancellation is checked between
+// layers; a cancelled or failed pass leaves every sequence at its old
+// position (cache slots past it are overwritten by the next pass).
+func (m *Model) Forward(ctx context.Context, batch []Step) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := &m.Config
+	if len(batch) == 0 {
+		return errors.New("forward: empty batch")
+	}
+	T, maxPos := 0, 0
+	seen := make(map[*Sequence]int, len(batch))
+	for i := range batch {
+		st := &batch[i]
+		s := st.Seq
+		switch {
+		case s == nil:
+			return fmt.Errorf("forward: step %d: nil sequence", i)
+		case s.m != m:
+			return fmt.Errorf("forward: step %d: sequence belongs to another model", i)
+		case len(st.Tokens) == 0:
+			return fmt.Errorf("forward: step %d: no tokens", i)
+		}
+		if j, dup := seen[s]; dup {
+			return fmt.Errorf("forward: steps %d and %d use the same sequence", j, i)
+		}
+		seen[s] = i
+		if s.pos+len(st.Tokens) > s.max {
+			return fmt.Errorf("forward: step %d: %w: sequence at position %d cannot take %d more tokens (capacity %d)",
+				i, ErrContextOverflow, s.pos, len(st.Tokens), s.max)
+		}
+		for j, id := range st.Tokens {
+			if id < 0 || int(id) >= c.Vocab {
+				return fmt.Errorf("forward: step %d: token %d is id %d, outside vocabulary [0, %d)", i, j, id, c.Vocab)
+			}
+		}
+		T += len(st.Tokens)
+		maxPos = max(maxPos, s.pos+len(st.Tokens)-1)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("forward: %w", err)
+	}
+
+	m.prepare(T, maxPos)
+	sc := &m.sc
+	sc.toks = sc.toks[:0]
+	for i := range batch {
+		st := &batch[i]
+		st.Seq.reserve(st.Seq.pos + len(st.Tokens))
+		for j, id := range st.Tokens {
+			sc.toks = append(sc.toks, tokRef{st.Seq, st.Seq.pos + j, id})
+		}
+	}
+
+	// Embeddings and per-token RoPE angles.
+	for t, tr := range sc.toks {
+		if err := m.embed(sc.h[t], tr.id); err != nil {
+			return fmt.Errorf("forward: %w", err)
+		}
+		for i, f := range m.ropeFreq {
+			a := float64(tr.pos) * f
+			sc.cos[t][i] = float32(math.Cos(a))
+			sc.sin[t][i] = float32(math.Sin(a))
+		}
+	}
+
+	for l := 0; l < c.Layers; l++ {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("forward: cancelled before layer %d: %w", l, err)
+		}
+		lw, err := m.src.Layer(l)
+		if err != nil {
+			return fmt.Errorf("forward: layer %d: %w", l, err)
+		}
+		if !m.resident {
+			if err := c.checkLayer(l, lw); err != nil {
+				m.src.Release(l)
+				return fmt.Errorf("forward: layer source: %w", err)
+			}
+		}
+		err = m.layer(l, lw)
+		m.src.Release(l)
+		if err != nil {
+			return fmt.Errorf("forward: layer %d: %w", l, err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("forward: cancelled before output: %w", err)
+	}
+	if err := m.output(batch); err != nil {
+		return fmt.Errorf("forward: output: %w", err)
+	}
+	for i := range batch {
+		batch[i].Seq.pos += len(batch[i].Tokens)
+	}
+	if cap(sc.bufs) > maxKeptScratch {
+		// A long prefill needed a large activation buffer; do not keep
+		// it alive for the decode steps that follow.
+		*sc = scratch{}
+	}
+	return nil
+}
+
+// maxKeptScratch is the largest activation buffer (in float32s, 256 MiB)
+// kept between passes. A variable so tests can lower it.
+var maxKeptScratch = 64 << 20
+
+// embed writes token id's embedding row, scaled by EmbedScale, to dst.
+func (m *Model) embed(dst []float32, id int32) error {
+	e := &m.Weights.Embed
+	rb := e.rowBytes()
+	row := e.Data[int(id)*rb : (int(id)+1)*rb]
+	if err := quant.DequantizeRows(e.Type, row, e.Cols, dst); err != nil {
+		return fmt.Errorf("embedding of token %d: %w", id, err)
+	}
+	if s := m.Config.EmbedScale; s != 1 {
+		for i := range dst {
+			dst[i] *= s
+		}
+	}
+	return nil
+}
+
+// norm applies RMSNorm with weight vector w to every row of xs, writing
+// the result to ys.
+func (m *Model) norm(ys, xs [][]float32, w *Tensor) {
+	decodeF32(m.sc.normW, w.Data)
+	for t := range xs {
+		rmsNorm(ys[t], xs[t], m.sc.normW, m.Config.NormEps)
+	}
+}
+
+// layer runs transformer block l over the batch held in the scratch.
+func (m *Model) layer(l int, w *Layer) error {
+	c := &m.Config
+	sc := &m.sc
+	gemma := c.Arch == ArchGemma2
+	hd := c.HeadDim
+	kvd := c.KVDim()
+
+	m.norm(sc.xn, sc.h, &w.AttnNorm)
+	if err := m.matmul(matOp{&w.Q, sc.xn, sc.q}, matOp{&w.K, sc.xn, sc.k}, matOp{&w.V, sc.xn, sc.v}); err != nil {
+		return err
+	}
+	for t, tr := range sc.toks {
+		for h := 0; h < c.Heads; h++ {
+			if gemma {
+				ropeNeoX(sc.q[t][h*hd:(h+1)*hd], sc.cos[t], sc.sin[t])
+			} else {
+				ropeInterleaved(sc.q[t][h*hd:(h+1)*hd], sc.cos[t], sc.sin[t])
+			}
+		}
+		for h := 0; h < c.KVHeads; h++ {
+			if gemma {
+				ropeNeoX(sc.k[t][h*hd:(h+1)*hd], sc.cos[t], sc.sin[t])
+			} else {
+				ropeInterleaved(sc.k[t][h*hd:(h+1)*hd], sc.cos[t], sc.sin[t])
+			}
+		}
+		copy(tr.seq.k[l][tr.pos*kvd:(tr.pos+1)*kvd], sc.k[t])
+		copy(tr.seq.v[l][tr.pos*kvd:(tr.pos+1)*kvd], sc.v[t])
+	}
+	m.attention(l)
+	if err := m.matmul(matOp{&w.O, sc.att, sc.tmp}); err != nil {
+		return err
+	}
+	if gemma {
+		m.norm(sc.tmp, sc.tmp, &w.PostAttnNorm)
+	}
+	for t := range sc.h {
+		axpy(sc.h[t], 1, sc.tmp[t])
+	}
+
+	m.norm(sc.xn, sc.h, &w.FFNNorm)
+	if err := m.matmul(matOp{&w.Gate, sc.xn, sc.gate}, matOp{&w.Up, sc.xn, sc.up}); err != nil {
+		return err
+	}
+	for t := range sc.gate {
+		g, u := sc.gate[t], sc.up[t]
+		if gemma {
+			for i := range g {
+				g[i] = geluTanh(g[i]) * u[i]
+			}
+		} else {
+			for i := range g {
+				g[i] = silu(g[i]) * u[i]
+			}
+		}
+	}
+	if err := m.matmul(matOp{&w.Down, sc.gate, sc.tmp}); err != nil {
+		return err
+	}
+	if gemma {
+		m.norm(sc.tmp, sc.tmp, &w.PostFFNNorm)
+	}
+	for t := range sc.h {
+		axpy(sc.h[t], 1, sc.tmp[t])
+	}
+	return nil
+}
+
+// attention computes causal (and, on sliding layers, windowed) attention
+// for every token and query head of the batch over each token's own
+// sequence cache, writing sc.att. One work item is one (token, head).
+func (m *Model) attention(l int) {
+	c := &m.Config
+	sc := &m.sc
+	hd, kvd := c.HeadDim, c.KVDim()
+	group := c.Heads / c.KVHeads
+	window := 0
+	if c.Sliding(l) {
+		window = c.SlidingWindow
+	}
+	scale, capv := c.AttnScale, c.AttnSoftcap
+	m.pool.run(len(sc.toks)*c.Heads, func(w, i int) {
+		t, h := i/c.Heads, i%c.Heads
+		tr := sc.toks[t]
+		q := sc.q[t][h*hd : (h+1)*hd]
+		out := sc.att[t][h*hd : (h+1)*hd]
+		kc, vc := tr.seq.k[l], tr.seq.v[l]
+		off := (h / group) * hd
+		lo := 0
+		if window > 0 {
+			lo = max(0, tr.pos-window+1)
+		}
+		n := tr.pos - lo + 1
+		s := sc.scores[w][:n]
+		mx := float32(math.Inf(-1))
+		for j := range s {
+			p := (lo + j) * kvd
+			v := dot(q, kc[p+off:p+off+hd]) * scale
+			if capv > 0 {
+				v = softcap(v, capv)
+			}
+			s[j] = v
+			mx = max(mx, v)
+		}
+		var sum float64
+		for j, v := range s {
+			e := float32(math.Exp(float64(v - mx)))
+			s[j] = e
+			sum += float64(e)
+		}
+		inv := float32(1 / sum)
+		clear(out)
+		for j, e := range s {
+			p := (lo + j) * kvd
+			axpy(out, e*inv, vc[p+off:p+off+hd])
+		}
+	})
+}
+
+// output normalises the hidden state of every token that needs logits and
+// projects it to the vocabulary.
+func (m *Model) output(batch []Step) error {
+	c := &m.Config
+	sc := &m.sc
+	sc.outX, sc.outY = sc.outX[:0], sc.outY[:0]
+	decodeF32(sc.normW, m.Weights.OutputNorm.Data)
+	t0 := 0
+	for i := range batch {
+		st := &batch[i]
+		n := len(st.Tokens)
+		first := n - 1
+		if st.AllLogits {
+			first = 0
+		}
+		if len(st.Logits) != n-first {
+			st.Logits = make([][]float32, n-first)
+		}
+		for j := range st.Logits {
+			if len(st.Logits[j]) != c.Vocab {
+				st.Logits[j] = make([]float32, c.Vocab)
+			}
+			// sc.xn is free after the last layer: reuse it for the
+			// normalised hidden states.
+			t := t0 + first + j
+			rmsNorm(sc.xn[t], sc.h[t], sc.normW, c.NormEps)
+			sc.outX = append(sc.outX, sc.xn[t])
+			sc.outY = append(sc.outY, st.Logits[j])
+		}
+		t0 += n
+	}
+	if err := m.matmul(matOp{&m.Weights.Output, sc.outX, sc.outY}); err != nil {
+		return err
+	}
+	if fc := c.FinalSoftcap; fc > 0 {
+		for _, y := range sc.outY {
+			for i, v := range y {
+				y[i] = softcap(v, fc)
+			}
+		}
+	}
+	return nil
+}
+
+// matOp is one matrix-times-batch product: ys[t] = W xs[t].
+type matOp struct {
+	w      *Tensor
+	xs, ys [][]float32
+}
+
+// chunk is a range of rows of one matOp.
+type chunk struct{ op, lo, hi int }
+
+// matmul computes all ops, splitting their rows into chunks shared out
+// across the pool. Every row is decoded once and dotted with all tokens.
+// Shapes are validated before a pass, so an error here means a kernel
+// rejected its input; the first one is returned.
+func (m *Model) matmul(ops ...matOp) error {
+	sc := &m.sc
+	sc.chunks = sc.chunks[:0]
+	for oi := range ops {
+		op := &ops[oi]
+		rows := op.w.Rows
+		// Aim for several chunks per worker for balance, but keep each
+		// chunk large enough that scheduling overhead stays small.
+		nw := m.pool.workers()
+		minRows := max(1, (1<<15)/max(1, op.w.Cols*len(op.xs)))
+		cs := max(minRows, (rows+4*nw-1)/(4*nw))
+		for lo := 0; lo < rows; lo += cs {
+			sc.chunks = append(sc.chunks, chunk{oi, lo, min(lo+cs, rows)})
+		}
+	}
+	var errMu sync.Mutex
+	var first error
+	m.pool.run(len(sc.chunks), func(w, i int) {
+		ch := sc.chunks[i]
+		op := &ops[ch.op]
+		ys := sc.ysub[w][:len(op.ys)]
+		for j := range ys {
+			ys[j] = op.ys[j][ch.lo:ch.hi]
+		}
+		rb := op.w.rowBytes()
+		if err := quant.DotRowsBatch(op.w.Type, op.w.Data[ch.lo*rb:ch.hi*rb], op.w.Cols, op.xs, ys); err != nil {
+			errMu.Lock()
+			if first == nil {
+				first = fmt.Errorf("tensor %s rows [%d, %d): %w", op.w.Name, ch.lo, ch.hi, err)
+			}
+			errMu.Unlock()
+		}
+	})
+	return first
+}

@@ -1,0 +1,284 @@
+package model
+
+import (
+	"encoding/binary"
+	"math"
+	"testing"
+
+	"github.com/strata-llm/strata/engine/quant"
+)
+
+// This file is an independent, deliberately naive reference of the two
+// architectures, written from the Hugging Face modelling code: one token at
+// a time, float64 throughout, weights in HF layout ([out][in], llama q/k
+// rows un-permuted back to HF order) and HF's rotate_half RoPE with the
+// llama3 inv_freq rule. It shares no code with the engine's fast path.
+
+// refParams are the HF-side hyperparameters the reference needs.
+type refParams struct {
+	arch                                             string
+	vocab, dim, ffn, layers, heads, kvHeads, headDim int
+	theta                                            float64
+	llama3                                           *llama3Scaling
+	qpas                                             float64
+	attnCap, finalCap                                float64
+	window                                           int
+	eps                                              float64
+}
+
+func refParamsOf(s testSpec) refParams {
+	return refParams{
+		arch: s.arch, vocab: s.vocab, dim: s.dim, ffn: s.ffn, layers: s.layers, heads: s.heads,
+		kvHeads: s.kvHeads, headDim: s.headDim, theta: s.theta, llama3: s.llama3, qpas: s.qpas,
+		attnCap: float64(s.attnCap), finalCap: float64(s.finalCap), window: s.window, eps: float64(s.eps),
+	}
+}
+
+type refLayer struct {
+	attnNorm, postAttn, ffnNorm, postFFN []float64
+	q, k, v, o, gate, up, down           [][]float64
+}
+
+type refModel struct {
+	p        refParams
+	embed    [][]float64
+	out      [][]float64
+	outNorm  []float64
+	layers   []refLayer
+	invFreq  []float64
+	kc, vc   [][][]float64 // [layer][pos][kvHeads*headDim], HF layout
+	position int
+}
+
+// refMatrix decodes a tensor to float64 rows ([Rows][Cols]).
+func refMatrix(t testing.TB, x Tensor) [][]float64 {
+	t.Helper()
+	flat := make([]float32, x.Rows*x.Cols)
+	if x.Type == quant.F32 {
+		for i := range flat {
+			flat[i] = math.Float32frombits(binary.LittleEndian.Uint32(x.Data[4*i:]))
+		}
+	} else if err := quant.DequantizeRows(x.Type, x.Data, x.Cols, flat); err != nil {
+		t.Fatalf("dequantize %s: %v", x.Name, err)
+	}
+	out := make([][]float64, x.Rows)
+	for r := range out {
+		out[r] = make([]float64, x.Cols)
+		for c := range out[r] {
+			out[r][c] = float64(flat[r*x.Cols+c])
+		}
+	}
+	return out
+}
+
+func refVector(t testing.TB, x Tensor) []float64 { return refMatrix(t, x)[0] }
+
+// unpermute undoes llama.cpp's q/k row permutation: GGUF row
+// h*hd + 2i + j holds HF row h*hd + j*(hd/2) + i.
+func unpermute(m [][]float64, heads, hd int) [][]float64 {
+	out := make([][]float64, len(m))
+	for h := 0; h < heads; h++ {
+		for i := 0; i < hd/2; i++ {
+			for j := 0; j < 2; j++ {
+				out[h*hd+j*(hd/2)+i] = m[h*hd+2*i+j]
+			}
+		}
+	}
+	return out
+}
+
+func newRef(t testing.TB, p refParams, w *Weights) *refModel {
+	t.Helper()
+	r := &refModel{p: p, embed: refMatrix(t, w.Embed), outNorm: refVector(t, w.OutputNorm)}
+	if p.arch == ArchGemma2 {
+		r.out = r.embed // tied
+	} else {
+		r.out = refMatrix(t, w.Output)
+	}
+	for i := range w.Layers {
+		l := &w.Layers[i]
+		rl := refLayer{
+			attnNorm: refVector(t, l.AttnNorm), ffnNorm: refVector(t, l.FFNNorm),
+			q: refMatrix(t, l.Q), k: refMatrix(t, l.K), v: refMatrix(t, l.V), o: refMatrix(t, l.O),
+			gate: refMatrix(t, l.Gate), up: refMatrix(t, l.Up), down: refMatrix(t, l.Down),
+		}
+		if p.arch == ArchLlama {
+			rl.q = unpermute(rl.q, p.heads, p.headDim)
+			rl.k = unpermute(rl.k, p.kvHeads, p.headDim)
+		} else {
+			rl.postAttn = refVector(t, l.PostAttnNorm)
+			rl.postFFN = refVector(t, l.PostFFNNorm)
+		}
+		r.layers = append(r.layers, rl)
+	}
+	// HF inv_freq, with _compute_llama3_parameters when scaling is set.
+	hd := p.headDim
+	r.invFreq = make([]float64, hd/2)
+	for i := range r.invFreq {
+		inv := 1 / math.Pow(p.theta, float64(2*i)/float64(hd))
+		if sc := p.llama3; sc != nil {
+			lowWl, highWl := sc.orig/sc.low, sc.orig/sc.high
+			wl := 2 * math.Pi / inv
+			scaled := inv
+			if wl > lowWl {
+				scaled = inv / sc.factor
+			}
+			if !(wl < highWl) && !(wl > lowWl) {
+				smooth := (sc.orig/wl - sc.low) / (sc.high - sc.low)
+				scaled = (1-smooth)*scaled/sc.factor + smooth*scaled
+			}
+			inv = scaled
+		}
+		r.invFreq[i] = inv
+	}
+	r.kc = make([][][]float64, p.layers)
+	r.vc = make([][][]float64, p.layers)
+	return r
+}
+
+func refRMSNorm(x, w []float64, eps float64) []float64 {
+	var ss float64
+	for _, v := range x {
+		ss += v * v
+	}
+	inv := 1 / math.Sqrt(ss/float64(len(x))+eps)
+	out := make([]float64, len(x))
+	for i := range x {
+		out[i] = x[i] * inv * w[i]
+	}
+	return out
+}
+
+func refMatVec(m [][]float64, x []float64) []float64 {
+	out := make([]float64, len(m))
+	for r, row := range m {
+		var s float64
+		for c, v := range row {
+			s += v * x[c]
+		}
+		out[r] = s
+	}
+	return out
+}
+
+// refRope applies HF apply_rotary_pos_emb (rotate_half) to one head.
+func (r *refModel) refRope(x []float64, pos int) {
+	half := len(x) / 2
+	out := make([]float64, len(x))
+	for i := 0; i < half; i++ {
+		c, s := math.Cos(float64(pos)*r.invFreq[i]), math.Sin(float64(pos)*r.invFreq[i])
+		out[i] = x[i]*c - x[i+half]*s
+		out[i+half] = x[i+half]*c + x[i]*s
+	}
+	copy(x, out)
+}
+
+// step feeds one token and returns the logits.
+func (r *refModel) step(tok int32) []float64 {
+	p := r.p
+	gemma := p.arch == ArchGemma2
+	pos := r.position
+	r.position++
+	h := append([]float64(nil), r.embed[tok]...)
+	if gemma {
+		norm := float64(float32(math.Sqrt(float64(p.dim))))
+		for i := range h {
+			h[i] *= norm
+		}
+	}
+	hd := p.headDim
+	group := p.heads / p.kvHeads
+	scale := 1 / math.Sqrt(float64(hd))
+	if gemma {
+		scale = 1 / math.Sqrt(p.qpas)
+	}
+	for li := range r.layers {
+		l := &r.layers[li]
+		x := refRMSNorm(h, l.attnNorm, p.eps)
+		q, k, v := refMatVec(l.q, x), refMatVec(l.k, x), refMatVec(l.v, x)
+		for hh := 0; hh < p.heads; hh++ {
+			r.refRope(q[hh*hd:(hh+1)*hd], pos)
+		}
+		for hh := 0; hh < p.kvHeads; hh++ {
+			r.refRope(k[hh*hd:(hh+1)*hd], pos)
+		}
+		r.kc[li] = append(r.kc[li], k)
+		r.vc[li] = append(r.vc[li], v)
+		sliding := gemma && (li+1)%2 == 1 // HF layer_types
+		att := make([]float64, p.heads*hd)
+		for hh := 0; hh < p.heads; hh++ {
+			kvh := hh / group
+			scores := make([]float64, pos+1)
+			mx := math.Inf(-1)
+			for j := 0; j <= pos; j++ {
+				var s float64
+				for d := 0; d < hd; d++ {
+					s += q[hh*hd+d] * r.kc[li][j][kvh*hd+d]
+				}
+				s *= scale
+				if gemma && p.attnCap > 0 {
+					s = math.Tanh(s/p.attnCap) * p.attnCap
+				}
+				if sliding && pos-j >= p.window {
+					s = math.Inf(-1)
+				}
+				scores[j] = s
+				mx = math.Max(mx, s)
+			}
+			var z float64
+			for j := range scores {
+				scores[j] = math.Exp(scores[j] - mx)
+				z += scores[j]
+			}
+			for j := range scores {
+				for d := 0; d < hd; d++ {
+					att[hh*hd+d] += scores[j] / z * r.vc[li][j][kvh*hd+d]
+				}
+			}
+		}
+		o := refMatVec(l.o, att)
+		if gemma {
+			o = refRMSNorm(o, l.postAttn, p.eps)
+		}
+		for i := range h {
+			h[i] += o[i]
+		}
+		x = refRMSNorm(h, l.ffnNorm, p.eps)
+		g, u := refMatVec(l.gate, x), refMatVec(l.up, x)
+		for i := range g {
+			if gemma {
+				g[i] = 0.5 * g[i] * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(g[i]+0.044715*g[i]*g[i]*g[i]))) * u[i]
+			} else {
+				g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+			}
+		}
+		f := refMatVec(l.down, g)
+		if gemma {
+			f = refRMSNorm(f, l.postFFN, p.eps)
+		}
+		for i := range h {
+			h[i] += f[i]
+		}
+	}
+	x := refRMSNorm(h, r.outNorm, p.eps)
+	logits := refMatVec(r.out, x)
+	if gemma && p.finalCap > 0 {
+		for i := range logits {
+			logits[i] = math.Tanh(logits[i]/p.finalCap) * p.finalCap
+		}
+	}
+	return logits
+}
+
+// relErr returns max|got-want| / max|want|.
+func relErr(got []float32, want []float64) float64 {
+	var d, m float64
+	for i := range want {
+		d = math.Max(d, math.Abs(float64(got[i])-want[i]))
+		m = math.Max(m, math.Abs(want[i]))
+	}
+	if m == 0 {
+		return d
+	}
+	return d / m
+}

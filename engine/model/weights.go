@@ -1,0 +1,188 @@
+package model
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/strata-llm/strata/engine/quant"
+)
+
+// Tensor is a weight matrix in its encoded form: Rows rows of Cols elements
+// each, rows stored one after another in Type's encoding (a row occupies
+// Type.RowBytes(Cols) bytes). Vectors have Rows = 1. Data is usually a
+// zero-copy view into a memory-mapped file.
+type Tensor struct {
+	// Name is the GGUF tensor name, used in error messages.
+	Name string
+	// Type is the element encoding of Data.
+	Type quant.Type
+	// Rows and Cols give the matrix shape; Cols is the row length
+	// (GGUF dims[0]).
+	Rows, Cols int
+	// Data holds Rows encoded rows.
+	Data []byte
+}
+
+// rowBytes returns the encoded size of one row.
+func (t *Tensor) rowBytes() int {
+	n, _ := t.Type.RowBytes(int64(t.Cols))
+	return int(n)
+}
+
+// check verifies that t has the given shape, a usable type and exactly the
+// bytes that shape needs.
+func (t *Tensor) check(name string, rows, cols int, floatOnly bool) error {
+	if t.Name == "" {
+		t.Name = name
+	}
+	if t.Data == nil && rows > 0 {
+		return fmt.Errorf("tensor %s: missing", name)
+	}
+	if floatOnly && t.Type != quant.F32 {
+		return fmt.Errorf("tensor %s: type %v, want F32", name, t.Type)
+	}
+	if !t.Type.Known() {
+		return fmt.Errorf("tensor %s: unsupported type %v", name, t.Type)
+	}
+	if t.Rows != rows || t.Cols != cols {
+		return fmt.Errorf("tensor %s: shape %d rows x %d cols, want %d x %d", name, t.Rows, t.Cols, rows, cols)
+	}
+	rb, err := t.Type.RowBytes(int64(cols))
+	if err != nil {
+		return fmt.Errorf("tensor %s: %w", name, err)
+	}
+	if want := rb * int64(rows); int64(len(t.Data)) != want {
+		return fmt.Errorf("tensor %s: %d bytes of data, want %d", name, len(t.Data), want)
+	}
+	return nil
+}
+
+// Layer holds one transformer block's weights. Matrices follow GGUF
+// orientation: Q has QDim rows of Dim columns, O has Dim rows of QDim
+// columns, Gate/Up have FFN rows of Dim columns, Down has Dim rows of FFN
+// columns. Norms are F32 vectors. PostAttnNorm and PostFFNNorm are gemma2
+// only (empty for llama).
+type Layer struct {
+	AttnNorm, Q, K, V, O, PostAttnNorm, FFNNorm, Gate, Up, Down, PostFFNNorm Tensor
+}
+
+// Weights holds every tensor of a model. For tied models Output is the same
+// tensor as Embed.
+type Weights struct {
+	Embed, OutputNorm, Output Tensor
+	Layers                    []Layer
+}
+
+// LayerSource hands the forward pass one layer's weights at a time. The
+// resident implementation returns the loaded weights; a streaming tier can
+// fetch a layer's bytes from elsewhere (disk, another device) and recycle
+// its buffers in Release. Forward calls Layer(i) and Release(i) in strict
+// alternation for i = 0..Layers-1 within one pass, and never uses a Layer
+// after releasing it.
+type LayerSource interface {
+	// Layer returns layer i's weights, valid until Release(i).
+	Layer(i int) (*Layer, error)
+	// Release tells the source the forward pass is done with layer i.
+	Release(i int)
+}
+
+// residentSource serves layers straight from Weights.
+type residentSource struct{ w *Weights }
+
+func (r residentSource) Layer(i int) (*Layer, error) {
+	if i < 0 || i >= len(r.w.Layers) {
+		return nil, fmt.Errorf("layer %d out of range [0, %d)", i, len(r.w.Layers))
+	}
+	return &r.w.Layers[i], nil
+}
+
+func (residentSource) Release(int) {}
+
+// tensorCheck is one expected tensor: where it lives, its name suffix, its
+// shape and whether it must be F32.
+type tensorCheck struct {
+	t          *Tensor
+	name       string
+	rows, cols int
+	norm       bool
+}
+
+// checkLayer validates layer i's tensors against c.
+func (c *Config) checkLayer(i int, l *Layer) error {
+	if l == nil {
+		return fmt.Errorf("layer %d: nil", i)
+	}
+	d, q, kv, f := c.Dim, c.QDim(), c.KVDim(), c.FFN
+	gemma := c.Arch == ArchGemma2
+	p := fmt.Sprintf("blk.%d.", i)
+	checks := []tensorCheck{
+		{&l.AttnNorm, "attn_norm.weight", 1, d, true},
+		{&l.Q, "attn_q.weight", q, d, false},
+		{&l.K, "attn_k.weight", kv, d, false},
+		{&l.V, "attn_v.weight", kv, d, false},
+		{&l.O, "attn_output.weight", d, q, false},
+		{&l.FFNNorm, "ffn_norm.weight", 1, d, true},
+		{&l.Gate, "ffn_gate.weight", f, d, false},
+		{&l.Up, "ffn_up.weight", f, d, false},
+		{&l.Down, "ffn_down.weight", d, f, false},
+	}
+	if gemma {
+		checks = append(checks,
+			tensorCheck{&l.PostAttnNorm, "post_attention_norm.weight", 1, d, true},
+			tensorCheck{&l.PostFFNNorm, "post_ffw_norm.weight", 1, d, true})
+	}
+	for _, ch := range checks {
+		if err := ch.t.check(p+ch.name, ch.rows, ch.cols, ch.norm); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// check validates all weights against c.
+func (c *Config) check(w *Weights) error {
+	if w == nil {
+		return fmt.Errorf("nil weights")
+	}
+	if err := w.Embed.check("token_embd.weight", c.Vocab, c.Dim, false); err != nil {
+		return err
+	}
+	if err := w.OutputNorm.check("output_norm.weight", 1, c.Dim, true); err != nil {
+		return err
+	}
+	if c.TiedOutput {
+		if w.Output.Data == nil {
+			w.Output = w.Embed
+		}
+	}
+	if err := w.Output.check("output.weight", c.Vocab, c.Dim, false); err != nil {
+		return err
+	}
+	if len(w.Layers) != c.Layers {
+		return fmt.Errorf("weights have %d layers, config says %d", len(w.Layers), c.Layers)
+	}
+	for i := range w.Layers {
+		if err := c.checkLayer(i, &w.Layers[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeF32 copies an F32 tensor's little-endian bytes into dst.
+func decodeF32(dst []float32, src []byte) {
+	for i := range dst {
+		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
+	}
+}
+
+// F32Tensor encodes a row-major float32 matrix as an F32 Tensor. It is a
+// convenience for tests and tools that build models in memory.
+func F32Tensor(name string, rows, cols int, vals []float32) Tensor {
+	b := make([]byte, 4*len(vals))
+	for i, v := range vals {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return Tensor{Name: name, Type: quant.F32, Rows: rows, Cols: cols, Data: b}
+}

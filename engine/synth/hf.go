@@ -1,0 +1,101 @@
+package synth
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/engine/safetensors"
+)
+
+// UnpermuteRows undoes llama.cpp's attn_q/attn_k row permutation: given
+// rows in GGUF order (rows of rowLen values, heads of headDim rows each),
+// it returns them in Hugging Face order, using
+// GGUF row h*hd + 2*i + j == HF row h*hd + j*(hd/2) + i.
+func UnpermuteRows(gg []float32, rowLen, headDim int) ([]float32, error) {
+	if rowLen <= 0 || headDim <= 0 || headDim%2 != 0 || len(gg)%(rowLen*headDim) != 0 {
+		return nil, fmt.Errorf("synth: cannot unpermute %d values as rows of %d in heads of %d", len(gg), rowLen, headDim)
+	}
+	heads := len(gg) / (rowLen * headDim)
+	half := headDim / 2
+	out := make([]float32, len(gg))
+	for h := 0; h < heads; h++ {
+		for i := 0; i < half; i++ {
+			for j := 0; j < 2; j++ {
+				g := h*headDim + 2*i + j
+				r := h*headDim + j*half + i
+				copy(out[r*rowLen:(r+1)*rowLen], gg[g*rowLen:(g+1)*rowLen])
+			}
+		}
+	}
+	return out, nil
+}
+
+// hfTensor returns tensor i as its Hugging Face F32 counterpart.
+func (p *plan) hfTensor(i int) (safetensors.Tensor, error) {
+	spec := &p.specs[i]
+	var vals []float32
+	switch spec.kind {
+	case kindNorm:
+		w, err := normValues(p.opts.Seed, i, int(spec.Elems()), spec.normOffset)
+		if err != nil {
+			return safetensors.Tensor{}, err
+		}
+		// GGUF holds float32(1 + w). Llama's HF norm is that same value;
+		// gemma2's HF norm is w, to which transformers adds 1 in float32.
+		if p.shape.Arch == "llama" {
+			for j := range w {
+				w[j] = 1 + w[j]
+			}
+		}
+		vals = w
+	default:
+		raw, err := tensorBytes(&p.shape, p.specs, p.opts.Seed, i)
+		if err != nil {
+			return safetensors.Tensor{}, err
+		}
+		vals = make([]float32, spec.Elems())
+		if err := quant.Dequantize(spec.Type, raw, vals); err != nil {
+			return safetensors.Tensor{}, fmt.Errorf("synth: tensor %s: %w", spec.Name, err)
+		}
+		if spec.permuteHeadDim > 0 {
+			vals, err = UnpermuteRows(vals, int(spec.Dims[0]), spec.permuteHeadDim)
+			if err != nil {
+				return safetensors.Tensor{}, err
+			}
+		}
+	}
+	shape := make([]int64, len(spec.Dims))
+	for k, d := range spec.Dims {
+		shape[len(shape)-1-k] = int64(d)
+	}
+	data := make([]byte, 4*len(vals))
+	for j, v := range vals {
+		binary.LittleEndian.PutUint32(data[4*j:], math.Float32bits(v))
+	}
+	return safetensors.Tensor{Name: spec.HFName, DType: "F32", Shape: shape, Data: data}, nil
+}
+
+// writeHF writes the Hugging Face directory.
+func (p *plan) writeHF(dir string) error {
+	var ts []safetensors.Tensor
+	for i := range p.specs {
+		if p.specs[i].HFName == "" {
+			continue
+		}
+		t, err := p.hfTensor(i)
+		if err != nil {
+			return err
+		}
+		ts = append(ts, t)
+	}
+	shard := p.opts.HFMaxShardBytes
+	if shard == 0 {
+		shard = DefaultHFShardBytes
+	}
+	if err := safetensors.WriteDir(dir, HFConfig(p.shape, p.vocab), ts, shard); err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,161 @@
+package synth
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/strata-llm/strata/engine/gguf"
+)
+
+// Alignment is the GGUF data alignment synth writes (llama.cpp's default).
+const Alignment = 32
+
+// kv is one metadata entry in file order.
+type kv struct {
+	key   string
+	value any
+}
+
+// metadata returns the GGUF key/values of a model, in the order llama.cpp's
+// converter writes them: general.*, architecture hyperparameters, then the
+// tokenizer.
+func metadata(s Shape, typ string, v *Vocab) []kv {
+	a := s.Arch
+	u := func(n int) uint32 { return uint32(n) }
+	kvs := []kv{
+		{"general.architecture", a},
+		{"general.name", fmt.Sprintf("strata synth %s %s", a, s.Name)},
+		{"general.file_type", FileTypes[typ]},
+		{"general.alignment", uint32(Alignment)},
+	}
+	if typ == "q8_0" || typ == "q4_k_m" {
+		kvs = append(kvs, kv{"general.quantization_version", uint32(2)})
+	}
+	kvs = append(kvs,
+		kv{a + ".context_length", u(s.Context)},
+		kv{a + ".embedding_length", u(s.Dim)},
+		kv{a + ".block_count", u(s.Layers)},
+		kv{a + ".feed_forward_length", u(s.FFN)},
+		kv{a + ".attention.head_count", u(s.Heads)},
+		kv{a + ".attention.head_count_kv", u(s.KVHeads)},
+		kv{a + ".attention.layer_norm_rms_epsilon", float32(s.RMSEps)},
+		kv{a + ".rope.freq_base", float32(s.RopeTheta)},
+	)
+	if a == "llama" {
+		kvs = append(kvs,
+			kv{"llama.vocab_size", u(s.Vocab)},
+			kv{"llama.rope.dimension_count", u(s.HeadDim)},
+		)
+	} else {
+		kvs = append(kvs,
+			kv{"gemma2.attention.key_length", u(s.HeadDim)},
+			kv{"gemma2.attention.value_length", u(s.HeadDim)},
+			kv{"gemma2.attn_logit_softcapping", float32(s.AttnSoftcap)},
+			kv{"gemma2.final_logit_softcapping", float32(s.FinalSoftcap)},
+			kv{"gemma2.attention.sliding_window", u(s.SlidingWindow)},
+			kv{"gemma2.attention.query_pre_attn_scalar", u(int(s.QueryPreAttnScalar))},
+		)
+	}
+	kvs = append(kvs, kv{"tokenizer.ggml.model", v.Model})
+	if v.Pre != "" {
+		kvs = append(kvs, kv{"tokenizer.ggml.pre", v.Pre})
+	}
+	kvs = append(kvs,
+		kv{"tokenizer.ggml.tokens", gguf.Array{Type: gguf.TypeString, Values: v.Tokens}},
+		kv{"tokenizer.ggml.token_type", gguf.Array{Type: gguf.TypeInt32, Values: v.Types}},
+	)
+	if v.Scores != nil {
+		kvs = append(kvs, kv{"tokenizer.ggml.scores", gguf.Array{Type: gguf.TypeFloat32, Values: v.Scores}})
+	}
+	if v.Merges != nil {
+		kvs = append(kvs, kv{"tokenizer.ggml.merges", gguf.Array{Type: gguf.TypeString, Values: v.Merges}})
+	}
+	kvs = append(kvs,
+		kv{"tokenizer.ggml.bos_token_id", u(v.BOS)},
+		kv{"tokenizer.ggml.eos_token_id", u(v.EOS)},
+	)
+	if v.UNK >= 0 {
+		kvs = append(kvs, kv{"tokenizer.ggml.unknown_token_id", u(v.UNK)})
+	}
+	if v.PAD >= 0 {
+		kvs = append(kvs, kv{"tokenizer.ggml.padding_token_id", u(v.PAD)})
+	}
+	kvs = append(kvs,
+		kv{"tokenizer.ggml.add_bos_token", true},
+		kv{"tokenizer.ggml.add_eos_token", false},
+	)
+	if v.Model == "llama" {
+		kvs = append(kvs, kv{"tokenizer.ggml.add_space_prefix", v.AddSpacePrefix})
+	}
+	kvs = append(kvs, kv{"tokenizer.chat_template", v.ChatTemplate})
+	return kvs
+}
+
+// pyFloat renders x as a JSON number that Python parses as a float
+// ("8.0", not "8"), as transformers writes config values.
+func pyFloat(x float64) json.Number {
+	s := strconv.FormatFloat(x, 'g', -1, 64)
+	if !strings.ContainsAny(s, ".eEn") {
+		s += ".0"
+	}
+	return json.Number(s)
+}
+
+// HFConfig returns the transformers config.json of shape s with the
+// tokenizer's special ids, for float32 weights.
+func HFConfig(s Shape, v *Vocab) map[string]any {
+	c := map[string]any{
+		"hidden_size":             s.Dim,
+		"intermediate_size":       s.FFN,
+		"num_hidden_layers":       s.Layers,
+		"num_attention_heads":     s.Heads,
+		"num_key_value_heads":     s.KVHeads,
+		"head_dim":                s.HeadDim,
+		"rms_norm_eps":            pyFloat(s.RMSEps),
+		"rope_theta":              pyFloat(s.RopeTheta),
+		"max_position_embeddings": s.Context,
+		"vocab_size":              s.Vocab,
+		"attention_bias":          false,
+		"attention_dropout":       pyFloat(0),
+		"initializer_range":       pyFloat(0.02),
+		"torch_dtype":             "float32",
+		"use_cache":               true,
+		"bos_token_id":            v.BOS,
+		"eos_token_id":            v.EOS,
+	}
+	switch s.Arch {
+	case "llama":
+		c["architectures"] = []string{"LlamaForCausalLM"}
+		c["model_type"] = "llama"
+		c["hidden_act"] = "silu"
+		c["mlp_bias"] = false
+		c["tie_word_embeddings"] = false
+		c["pretraining_tp"] = 1
+		if r := s.Rope; r != nil {
+			c["rope_scaling"] = map[string]any{
+				"rope_type":                        "llama3",
+				"factor":                           pyFloat(r.Factor),
+				"low_freq_factor":                  pyFloat(r.LowFreqFactor),
+				"high_freq_factor":                 pyFloat(r.HighFreqFactor),
+				"original_max_position_embeddings": r.OrigContext,
+			}
+		}
+	case "gemma2":
+		c["architectures"] = []string{"Gemma2ForCausalLM"}
+		c["model_type"] = "gemma2"
+		c["hidden_activation"] = "gelu_pytorch_tanh"
+		c["hidden_act"] = "gelu_pytorch_tanh"
+		c["tie_word_embeddings"] = true
+		c["query_pre_attn_scalar"] = int(s.QueryPreAttnScalar)
+		c["attn_logit_softcapping"] = pyFloat(s.AttnSoftcap)
+		c["final_logit_softcapping"] = pyFloat(s.FinalSoftcap)
+		c["sliding_window"] = s.SlidingWindow
+		c["cache_implementation"] = "hybrid"
+		if v.PAD >= 0 {
+			c["pad_token_id"] = v.PAD
+		}
+	}
+	return c
+}

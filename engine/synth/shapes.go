@@ -1,0 +1,133 @@
+// Package synth writes random-weight models whose layout matches real
+// checkpoints exactly: the same GGUF metadata keys, tensor names, types and
+// dimensions that llama.cpp's converter and quantizer produce for Llama 3.1
+// and Gemma 2, with a tokenizer vocabulary of the right size and kind.
+//
+// strata needs such files because real weights are tens of gigabytes behind
+// licence gates: the streaming engine, the loaders and the benchmarks must be
+// exercised at full 8B/70B scale on any machine, and the CPU reference engine
+// needs small models (the "tiny" shapes) whose every number is known. The
+// random values are scaled so a forward pass stays numerically healthy
+// (activations O(1) through all layers, logits with a clear argmax), and an
+// optional Hugging Face directory carries bit-identical weights so tests can
+// compare against the transformers formulation of the same model.
+package synth
+
+import (
+	"fmt"
+	"sort"
+)
+
+// RopeScaling holds Llama 3's "llama3" RoPE frequency scaling parameters.
+type RopeScaling struct {
+	Factor         float64
+	LowFreqFactor  float64
+	HighFreqFactor float64
+	// OrigContext is original_max_position_embeddings.
+	OrigContext int
+}
+
+// Shape is one entry of strata's synthetic model catalogue: every
+// hyperparameter a loader or the engine reads.
+type Shape struct {
+	// Arch is the GGUF architecture: "llama" or "gemma2".
+	Arch string
+	// Name is the catalogue name: "tiny", "8b" or "70b".
+	Name string
+	// Real names the public model whose shape this copies, if any.
+	Real string
+
+	Vocab   int
+	Dim     int // n_embd, hidden_size
+	FFN     int // feed_forward_length, intermediate_size
+	Layers  int
+	Heads   int
+	KVHeads int
+	HeadDim int
+
+	RopeTheta float64
+	// Rope is the llama3 frequency scaling (llama only, nil for gemma2).
+	Rope    *RopeScaling
+	Context int
+	RMSEps  float64
+	// Tied reports whether the output projection reuses token_embd.
+	Tied bool
+
+	// Gemma 2 only.
+	QueryPreAttnScalar float64
+	AttnSoftcap        float64
+	FinalSoftcap       float64
+	SlidingWindow      int
+}
+
+var llama3Rope = RopeScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OrigContext: 8192}
+
+// Shapes is the catalogue, keyed by arch then shape name. Callers must treat
+// it as read-only.
+var Shapes = map[string]map[string]Shape{
+	"llama": {
+		"tiny": {
+			Arch: "llama", Name: "tiny",
+			Vocab: 512, Dim: 256, FFN: 512, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 64,
+			RopeTheta: 500000,
+			// original_max_position_embeddings is tiny so that the
+			// scaling changes some frequencies at test sequence lengths.
+			Rope:    &RopeScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OrigContext: 32},
+			Context: 256, RMSEps: 1e-5,
+		},
+		"8b": {
+			Arch: "llama", Name: "8b", Real: "Llama-3.1-8B",
+			Vocab: 128256, Dim: 4096, FFN: 14336, Layers: 32, Heads: 32, KVHeads: 8, HeadDim: 128,
+			RopeTheta: 500000, Rope: &llama3Rope, Context: 131072, RMSEps: 1e-5,
+		},
+		"70b": {
+			Arch: "llama", Name: "70b", Real: "Llama-3.1-70B",
+			Vocab: 128256, Dim: 8192, FFN: 28672, Layers: 80, Heads: 64, KVHeads: 8, HeadDim: 128,
+			RopeTheta: 500000, Rope: &llama3Rope, Context: 131072, RMSEps: 1e-5,
+		},
+	},
+	"gemma2": {
+		"tiny": {
+			Arch: "gemma2", Name: "tiny",
+			Vocab: 512, Dim: 256, FFN: 512, Layers: 4, Heads: 4, KVHeads: 2, HeadDim: 64,
+			RopeTheta: 10000, Context: 256, RMSEps: 1e-6, Tied: true,
+			QueryPreAttnScalar: 64, AttnSoftcap: 50, FinalSoftcap: 30,
+			// Smaller than test sequences so the sliding mask matters.
+			SlidingWindow: 8,
+		},
+		"8b": {
+			Arch: "gemma2", Name: "8b", Real: "gemma-2-9b",
+			Vocab: 256000, Dim: 3584, FFN: 14336, Layers: 42, Heads: 16, KVHeads: 8, HeadDim: 256,
+			RopeTheta: 10000, Context: 8192, RMSEps: 1e-6, Tied: true,
+			QueryPreAttnScalar: 256, AttnSoftcap: 50, FinalSoftcap: 30, SlidingWindow: 4096,
+		},
+		"70b": {
+			Arch: "gemma2", Name: "70b", Real: "gemma-2-27b",
+			Vocab: 256000, Dim: 4608, FFN: 36864, Layers: 46, Heads: 32, KVHeads: 16, HeadDim: 128,
+			RopeTheta: 10000, Context: 8192, RMSEps: 1e-6, Tied: true,
+			QueryPreAttnScalar: 144, AttnSoftcap: 50, FinalSoftcap: 30, SlidingWindow: 4096,
+		},
+	},
+}
+
+// LookupShape returns the catalogue entry for arch and shape.
+func LookupShape(arch, shape string) (Shape, error) {
+	byName, ok := Shapes[arch]
+	if !ok {
+		return Shape{}, fmt.Errorf("synth: unknown architecture %q (want one of %v)", arch, sortedKeys(Shapes))
+	}
+	s, ok := byName[shape]
+	if !ok {
+		return Shape{}, fmt.Errorf("synth: unknown %s shape %q (want one of %v)", arch, shape, sortedKeys(byName))
+	}
+	return s, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

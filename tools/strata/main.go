@@ -1,0 +1,74 @@
+// Command strata is the unprivileged client of stratad and the home of the
+// offline model tools (run, model synth/tokenize/inspect). It stays thin: each
+// command parses flags and calls into engine/ packages.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/urfave/cli/v3"
+)
+
+// Exit codes scripts can rely on.
+const (
+	exitOK    = 0
+	exitError = 1 // the operation failed
+	exitUsage = 2 // bad flags or arguments
+)
+
+var log hclog.Logger
+
+func main() {
+	log = hclog.New(&hclog.LoggerOptions{
+		Name:   "strata",
+		Output: os.Stderr,
+		Level:  hclog.LevelFromString(envOr("STRATA_LOG", "warn")),
+	})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := rootCommand().Run(ctx, os.Args)
+	if err == nil {
+		os.Exit(exitOK)
+	}
+	var ue usageError
+	code := exitError
+	if errors.As(err, &ue) {
+		code = exitUsage
+	}
+	fmt.Fprintf(os.Stderr, "strata: %v\n", err)
+	os.Exit(code)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// usageError marks errors caused by how the command was called.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
+
+func rootCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "strata",
+		Usage: "run language models larger than GPU memory",
+		OnUsageError: func(ctx context.Context, cmd *cli.Command, err error, isSubcommand bool) error {
+			return usageError{err.Error()}
+		},
+		Commands: []*cli.Command{
+			runCommand(),
+			modelCommand(),
+		},
+	}
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/sample"
+	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/engine/tokenizer"
+)
+
+// defaultModel is what `strata run` uses without --model: a tiny synthetic
+// Llama written on first use into the user's cache. Its weights are random,
+// so its text is noise; it exists so the whole path (tokenizer, forward pass,
+// sampling, streaming output) runs on a fresh machine with nothing to download.
+var defaultModel = synth.Options{Arch: "llama", Shape: "tiny", Type: "q8_0", Seed: 1}
+
+func defaultModelPath() (string, error) {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	dir = filepath.Join(dir, "strata")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("creating cache dir: %w", err)
+	}
+	o := defaultModel
+	p := filepath.Join(dir, fmt.Sprintf("synth-%s-%s-%s-seed%d.gguf", o.Arch, o.Shape, o.Type, o.Seed))
+	if _, err := os.Stat(p); err == nil {
+		return p, nil
+	}
+	log.Info("synthesizing the default model", "path", p)
+	if err := synth.Write(p, o); err != nil {
+		return "", fmt.Errorf("synthesizing default model: %w", err)
+	}
+	return p, nil
+}
+
+func runCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "run",
+		Usage: "generate text offline (no daemon) and print tokens as they come",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "GGUF model file (default: a tiny synthetic model written to the cache)"},
+			&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Value: "The fastest way to move a layer is", Usage: "prompt text"},
+			&cli.BoolFlag{Name: "chat", Usage: "wrap the prompt as a user message in the model's chat template"},
+			&cli.StringFlag{Name: "system", Usage: "system message (with --chat)"},
+			&cli.IntFlag{Name: "max-tokens", Aliases: []string{"n"}, Value: 64, Usage: "tokens to generate"},
+			&cli.FloatFlag{Name: "temperature", Aliases: []string{"t"}, Value: 0, Usage: "0 = greedy"},
+			&cli.IntFlag{Name: "top-k", Value: 0},
+			&cli.FloatFlag{Name: "top-p", Value: 1},
+			&cli.FloatFlag{Name: "min-p", Value: 0},
+			&cli.FloatFlag{Name: "repeat-penalty", Value: 1},
+			&cli.IntFlag{Name: "repeat-last-n", Value: 64},
+			&cli.Uint64Flag{Name: "seed", Value: 0},
+			&cli.BoolFlag{Name: "stats", Usage: "print prompt and decode speed to stderr at the end"},
+		},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			path := cmd.String("model")
+			if path == "" {
+				var err error
+				if path, err = defaultModelPath(); err != nil {
+					return err
+				}
+			}
+			e, err := engine.Open(path)
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			req := engine.Request{
+				Prompt:    cmd.String("prompt"),
+				MaxTokens: int(cmd.Int("max-tokens")),
+				Sample: sample.Params{
+					Temperature:   float32(cmd.Float("temperature")),
+					TopK:          int(cmd.Int("top-k")),
+					TopP:          float32(cmd.Float("top-p")),
+					MinP:          float32(cmd.Float("min-p")),
+					RepeatPenalty: float32(cmd.Float("repeat-penalty")),
+					RepeatLastN:   int(cmd.Int("repeat-last-n")),
+					Seed:          cmd.Uint64("seed"),
+				},
+			}
+			if req.MaxTokens <= 0 {
+				return usagef("--max-tokens must be positive")
+			}
+			if cmd.Bool("chat") {
+				var msgs []tokenizer.Message
+				if s := cmd.String("system"); s != "" {
+					msgs = append(msgs, tokenizer.Message{Role: "system", Content: s})
+				}
+				msgs = append(msgs, tokenizer.Message{Role: "user", Content: req.Prompt})
+				p, err := e.Tok.ApplyChatTemplate(msgs, true)
+				if err != nil {
+					return fmt.Errorf("chat template: %w", err)
+				}
+				req.Prompt, req.Templated = p, true
+			} else {
+				fmt.Print(req.Prompt)
+			}
+			res, err := e.Generate(ctx, req, func(t engine.Token) error {
+				_, err := os.Stdout.WriteString(t.Text)
+				return err
+			})
+			fmt.Println()
+			if err != nil {
+				return err
+			}
+			if cmd.Bool("stats") {
+				fmt.Fprintf(os.Stderr, "prompt: %d tokens in %v (%.1f tok/s); completion: %d tokens in %v (%.2f tok/s); finish: %s\n",
+					res.PromptTokens, res.PromptTime.Round(1e6), rate(res.PromptTokens, res.PromptTime.Seconds()),
+					res.CompletionTokens, res.DecodeTime.Round(1e6), rate(res.CompletionTokens, res.DecodeTime.Seconds()), res.FinishReason)
+			}
+			return nil
+		},
+	}
+}
+
+func rate(n int, s float64) float64 {
+	if s <= 0 {
+		return 0
+	}
+	return float64(n) / s
+}
