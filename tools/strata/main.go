@@ -66,9 +66,24 @@ func rootCommand() *cli.Command {
 		OnUsageError: func(ctx context.Context, cmd *cli.Command, err error, isSubcommand bool) error {
 			return usageError{err.Error()}
 		},
-		Commands: []*cli.Command{
-			runCommand(),
-			modelCommand(),
-		},
+		Commands: commands(),
 	}
+}
+
+// Each command group lives in its own file and registers itself here with
+// an init function, so groups can be added without touching this file.
+var (
+	commandFactories      []func() *cli.Command // top-level commands
+	modelCommandFactories []func() *cli.Command // subcommands of `strata model`
+)
+
+func registerCommand(f func() *cli.Command)      { commandFactories = append(commandFactories, f) }
+func registerModelCommand(f func() *cli.Command) { modelCommandFactories = append(modelCommandFactories, f) }
+
+func commands() []*cli.Command {
+	var cs []*cli.Command
+	for _, f := range commandFactories {
+		cs = append(cs, f())
+	}
+	return cs
 }

@@ -20,15 +20,22 @@ import (
 	"github.com/strata-llm/strata/engine/tokenizer"
 )
 
+func init() {
+	registerCommand(modelCommand)
+	registerModelCommand(synthCommand)
+	registerModelCommand(tokenizeCommand)
+	registerModelCommand(inspectCommand)
+}
+
 func modelCommand() *cli.Command {
+	var subs []*cli.Command
+	for _, f := range modelCommandFactories {
+		subs = append(subs, f())
+	}
 	return &cli.Command{
-		Name:  "model",
-		Usage: "offline model tools",
-		Commands: []*cli.Command{
-			synthCommand(),
-			tokenizeCommand(),
-			inspectCommand(),
-		},
+		Name:     "model",
+		Usage:    "offline model tools",
+		Commands: subs,
 	}
 }
 

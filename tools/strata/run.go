@@ -41,6 +41,8 @@ func defaultModelPath() (string, error) {
 	return p, nil
 }
 
+func init() { registerCommand(runCommand) }
+
 func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "run",
