@@ -326,6 +326,10 @@ func TestLayoutSizes(t *testing.T) {
 			if n != c.params {
 				t.Errorf("%d parameters, want %d", n, c.params)
 			}
+			hf, err := HFBytes(Options{Arch: c.arch, Shape: c.shape, Type: "q4_k_m"})
+			if err != nil || hf != 4*c.params {
+				t.Errorf("HFBytes = %d, %v; want %d", hf, err, 4*c.params)
+			}
 		})
 	}
 	if _, err := LookupShape("llama", "13b"); err == nil {

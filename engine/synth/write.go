@@ -99,6 +99,27 @@ func Size(opts Options) (int64, error) {
 	return dataBytes(specs)
 }
 
+// HFBytes returns the size of the F32 tensor data an HFDir copy of the model
+// opts describes would hold (and Write would build in memory), so a caller
+// can warn before setting HFForce.
+func HFBytes(opts Options) (int64, error) {
+	s, err := LookupShape(opts.Arch, opts.Shape)
+	if err != nil {
+		return 0, err
+	}
+	specs, err := Layout(s, opts.Type)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for i := range specs {
+		if specs[i].HFName != "" {
+			n += 4 * specs[i].Elems()
+		}
+	}
+	return n, nil
+}
+
 func dataBytes(specs []TensorSpec) (int64, error) {
 	var total int64
 	for i := range specs {
