@@ -60,13 +60,25 @@ func (e usageError) Error() string { return e.msg }
 func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
 
 func rootCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "strata",
-		Usage: "run language models larger than GPU memory",
-		OnUsageError: func(ctx context.Context, cmd *cli.Command, err error, isSubcommand bool) error {
-			return usageError{err.Error()}
-		},
+	root := &cli.Command{
+		Name:     "strata",
+		Usage:    "run language models larger than GPU memory",
 		Commands: commands(),
+	}
+	markUsageErrors(root)
+	return root
+}
+
+// markUsageErrors makes flag-parsing errors of every command exit with
+// exitUsage rather than the generic failure code.
+func markUsageErrors(c *cli.Command) {
+	if c.OnUsageError == nil {
+		c.OnUsageError = func(ctx context.Context, cmd *cli.Command, err error, isSubcommand bool) error {
+			return usageError{err.Error()}
+		}
+	}
+	for _, sub := range c.Commands {
+		markUsageErrors(sub)
 	}
 }
 

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// buildStrata compiles the real binary once per test run, so these tests
+// drive exactly what a user runs.
+func buildStrata(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "strata")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func runStrata(t *testing.T, bin, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+t.TempDir(), "HOME="+t.TempDir())
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running strata %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func TestCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildStrata(t)
+	dir := t.TempDir()
+	model := filepath.Join(dir, "tiny.gguf")
+
+	t.Run("synth", func(t *testing.T) {
+		_, stderr, code := runStrata(t, bin, "", "model", "synth", "--arch", "llama", "--shape", "tiny", "--type", "q4_k_m", "-o", model)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+	})
+	t.Run("run streams the prompt and a completion", func(t *testing.T) {
+		out, stderr, code := runStrata(t, bin, "", "run", "--model", model, "--prompt", "Hello", "-n", "8", "--stats")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		if !strings.HasPrefix(out, "Hello") || len(out) <= len("Hello\n") {
+			t.Errorf("stdout %q: want the prompt followed by generated text", out)
+		}
+		if !strings.Contains(stderr, "completion: 8 tokens") {
+			t.Errorf("stats missing from stderr: %q", stderr)
+		}
+	})
+	t.Run("run with the default model", func(t *testing.T) {
+		out, stderr, code := runStrata(t, bin, "", "run", "-n", "4")
+		if code != 0 || out == "" {
+			t.Fatalf("exit %d, stdout %q: %s", code, out, stderr)
+		}
+	})
+	t.Run("tokenize matches llama.cpp's vectors", func(t *testing.T) {
+		vocab := filepath.Join("..", "..", "engine", "tokenizer", "testdata", "ggml-vocab-llama-bpe.gguf")
+		for _, c := range []struct{ in, want string }{
+			{"Hello world", "9906 1917"},
+			{" Hello, world!", "22691 11 1917 0"},
+			{"", ""},
+		} {
+			out, stderr, code := runStrata(t, bin, c.in, "model", "tokenize", "--model", vocab)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			if got := strings.TrimSuffix(out, "\n"); got != c.want {
+				t.Errorf("tokenize %q = %q, want %q", c.in, got, c.want)
+			}
+		}
+	})
+	t.Run("inspect --json", func(t *testing.T) {
+		out, stderr, code := runStrata(t, bin, "", "model", "inspect", "--json", model)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		var v struct {
+			Metadata map[string]any `json:"metadata"`
+			Tensors  []struct {
+				Name, Type string
+			} `json:"tensors"`
+		}
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			t.Fatalf("inspect output is not JSON: %v", err)
+		}
+		if v.Metadata["general.architecture"] != "llama" || len(v.Tensors) == 0 {
+			t.Errorf("unexpected inspect output: arch %v, %d tensors", v.Metadata["general.architecture"], len(v.Tensors))
+		}
+	})
+	t.Run("errors and exit codes", func(t *testing.T) {
+		for _, c := range []struct {
+			args []string
+			code int
+			msg  string
+		}{
+			{[]string{"run", "--model", filepath.Join(dir, "missing.gguf")}, 1, "missing.gguf"},
+			{[]string{"run", "--model", model, "-n", "0"}, 2, "max-tokens"},
+			{[]string{"model", "synth", "--shape", "huge", "-o", filepath.Join(dir, "x.gguf")}, 2, "huge"},
+			{[]string{"model", "inspect"}, 2, "exactly one FILE"},
+			{[]string{"run", "--no-such-flag"}, 2, "no-such-flag"},
+		} {
+			_, stderr, code := runStrata(t, bin, "", c.args...)
+			if code != c.code || !strings.Contains(stderr, c.msg) {
+				t.Errorf("strata %v: exit %d, stderr %q; want exit %d mentioning %q", c.args, code, stderr, c.code, c.msg)
+			}
+		}
+	})
+}
