@@ -89,8 +89,10 @@ var (
 	modelCommandFactories []func() *cli.Command // subcommands of `strata model`
 )
 
-func registerCommand(f func() *cli.Command)      { commandFactories = append(commandFactories, f) }
-func registerModelCommand(f func() *cli.Command) { modelCommandFactories = append(modelCommandFactories, f) }
+func registerCommand(f func() *cli.Command) { commandFactories = append(commandFactories, f) }
+func registerModelCommand(f func() *cli.Command) {
+	modelCommandFactories = append(modelCommandFactories, f)
+}
 
 func commands() []*cli.Command {
 	var cs []*cli.Command

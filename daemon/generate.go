@@ -1,0 +1,403 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/strata-llm/strata/daemon/openai"
+	"github.com/strata-llm/strata/daemon/sched"
+	"github.com/strata-llm/strata/engine/sample"
+	"github.com/strata-llm/strata/engine/tokenizer"
+)
+
+// job is a validated generation ready for the scheduler.
+type job struct {
+	lm     *loaded
+	req    sched.Request
+	params openai.Params
+}
+
+// prepare checks a request's parameters against the model and the limits
+// and builds the scheduler request.
+func (s *Server) prepare(lm *loaded, p openai.Params, prompt []int32, promptParam string) (*job, error) {
+	c := lm.eng.Model.Config
+	if len(prompt) == 0 {
+		return nil, openai.BadRequest(promptParam, "the prompt encodes to no tokens")
+	}
+	for _, id := range prompt {
+		if id < 0 || int(id) >= c.Vocab {
+			return nil, openai.BadRequest(promptParam, "token id %d is outside the vocabulary (0..%d)", id, c.Vocab-1)
+		}
+	}
+	lim := s.cfg.Limits
+	if lim.MaxPromptTokens > 0 && len(prompt) > lim.MaxPromptTokens {
+		return nil, openai.Errorf(http.StatusBadRequest, openai.TypeInvalidRequest, promptParam, "context_length_exceeded",
+			"the prompt has %d tokens; this server accepts at most %d", len(prompt), lim.MaxPromptTokens)
+	}
+	if len(prompt) >= c.Context {
+		return nil, openai.Errorf(http.StatusBadRequest, openai.TypeInvalidRequest, promptParam, "context_length_exceeded",
+			"This model's maximum context length is %d tokens, but the prompt has %d tokens and leaves no room for a completion.", c.Context, len(prompt))
+	}
+	maxTok := p.MaxTokens
+	if maxTok == 0 {
+		maxTok = min(lim.MaxTokens, c.Context-len(prompt))
+	} else {
+		if maxTok > lim.MaxTokens {
+			return nil, openai.BadRequest("max_tokens", "max_tokens is %d; this server allows at most %d", maxTok, lim.MaxTokens)
+		}
+		if len(prompt)+maxTok > c.Context {
+			return nil, openai.Errorf(http.StatusBadRequest, openai.TypeInvalidRequest, "max_tokens", "context_length_exceeded",
+				"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion).",
+				c.Context, len(prompt)+maxTok, len(prompt), maxTok)
+		}
+	}
+	sp := sample.Params{Temperature: float32(p.Temperature), TopP: float32(p.TopP), RepeatPenalty: 1}
+	if p.TopP == 0 {
+		sp.Temperature, sp.TopP = 0, 1 // an empty nucleus keeps only the top token
+	}
+	if p.SeedSet {
+		sp.Seed = p.Seed
+	} else {
+		sp.Seed = randomSeed()
+	}
+	r := sched.Request{Prompt: prompt, MaxTokens: maxTok, Sample: sp, Stop: p.Stop,
+		Logprobs: p.Logprobs, TopLogprobs: p.TopLogprobs, Presence: float32(p.Presence), Frequency: float32(p.Frequency)}
+	for id, b := range p.LogitBias {
+		if int(id) >= c.Vocab {
+			return nil, openai.BadRequest("logit_bias", "logit_bias token %d is outside the vocabulary (0..%d)", id, c.Vocab-1)
+		}
+		if r.LogitBias == nil {
+			r.LogitBias = map[int32]float32{}
+		}
+		r.LogitBias[id] = float32(b)
+	}
+	return &job{lm: lm, req: r, params: p}, nil
+}
+
+// submit queues a job, mapping scheduler refusals to API errors.
+func (s *Server) submit(ctx context.Context, j *job) (*sched.Handle, error) {
+	h, err := j.lm.sched.Submit(ctx, j.req)
+	switch {
+	case errors.Is(err, sched.ErrQueueFull):
+		return nil, openai.Errorf(http.StatusTooManyRequests, openai.TypeRateLimit, "", "queue_full",
+			"The server is busy: %v. Retry later.", err)
+	case errors.Is(err, sched.ErrClosed):
+		return nil, openai.Errorf(http.StatusServiceUnavailable, openai.TypeUnavailable, "model", "model_unavailable",
+			"The model `%s` is being unloaded or the server is shutting down.", j.lm.name)
+	case errors.Is(err, sched.ErrContext):
+		return nil, openai.Errorf(http.StatusBadRequest, openai.TypeInvalidRequest, "max_tokens", "context_length_exceeded", "%v", err)
+	case err != nil:
+		return nil, openai.BadRequest("", "%v", err)
+	}
+	return h, nil
+}
+
+// streamError is what a stream ends with when generation fails after the
+// response has started.
+func streamError(err error) *openai.Error {
+	if errors.Is(err, sched.ErrClosed) {
+		return openai.Errorf(http.StatusServiceUnavailable, openai.TypeUnavailable, "", "model_unavailable",
+			"generation stopped: %v", err)
+	}
+	return openai.AsError(err)
+}
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) error {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	c, err := openai.DecodeChat(body)
+	if err != nil {
+		return err
+	}
+	lm, err := s.lookup(c.Model)
+	if err != nil {
+		return err
+	}
+	msgs := make([]tokenizer.Message, len(c.Messages))
+	for i, m := range c.Messages {
+		msgs[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
+	}
+	text, err := lm.eng.Tok.ApplyChatTemplate(msgs, true)
+	if err != nil {
+		return openai.BadRequest("messages", "the model's chat template rejected the messages: %v", err)
+	}
+	prompt := lm.eng.Tok.Encode(text, false, true)
+	j, err := s.prepare(lm, c.Params, prompt, "messages")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	h, err := s.submit(ctx, j)
+	if err != nil {
+		return err
+	}
+	id, created := newID("chatcmpl-"), time.Now().Unix()
+	if !c.Stream {
+		var out strings.Builder
+		var lps []openai.TokenLogprob
+		for ev := range h.Events {
+			if ev.Err != nil {
+				if r.Context().Err() != nil {
+					return nil // the client is gone; nobody to tell
+				}
+				return streamError(ev.Err)
+			}
+			out.WriteString(ev.Text)
+			if ev.Logprob != nil {
+				lps = append(lps, s.tokenLogprob(lm, ev.Logprob))
+			}
+			if ev.Finish != "" {
+				resp := openai.ChatCompletion{ID: id, Object: openai.ObjectChatCompletion, Created: created, Model: lm.name,
+					Choices: []openai.ChatChoice{{Index: 0, Message: openai.AssistantMessage{Role: "assistant", Content: out.String()}, FinishReason: ev.Finish}},
+					Usage:   &openai.Usage{PromptTokens: ev.PromptTokens, CompletionTokens: ev.CompletionTokens, TotalTokens: ev.PromptTokens + ev.CompletionTokens},
+				}
+				if c.Logprobs {
+					resp.Choices[0].Logprobs = &openai.ChatLogprobs{Content: orEmpty(lps)}
+				}
+				return writeJSON(w, resp)
+			}
+		}
+		return openai.AsError(errors.New("generation ended without a result"))
+	}
+
+	st := newStreamer(w, cancel, c.IncludeUsage)
+	chunk := func(choices []openai.ChunkChoice) openai.ChatChunk {
+		return openai.ChatChunk{ID: id, Object: openai.ObjectChatChunk, Created: created, Model: lm.name, Choices: choices, Usage: st.nullUsage()}
+	}
+	empty := ""
+	st.send(chunk([]openai.ChunkChoice{{Delta: openai.Delta{Role: "assistant", Content: &empty}}}))
+	for ev := range h.Events {
+		if ev.Err != nil {
+			if r.Context().Err() == nil {
+				st.fail(streamError(ev.Err))
+			}
+			return nil
+		}
+		if ev.Text != "" || ev.Logprob != nil {
+			text := ev.Text
+			ch := openai.ChunkChoice{Delta: openai.Delta{Content: &text}}
+			if ev.Logprob != nil {
+				ch.Logprobs = &openai.ChatLogprobs{Content: []openai.TokenLogprob{s.tokenLogprob(lm, ev.Logprob)}}
+			}
+			st.send(chunk([]openai.ChunkChoice{ch}))
+		}
+		if ev.Finish != "" {
+			fr := ev.Finish
+			st.send(chunk([]openai.ChunkChoice{{Delta: openai.Delta{}, FinishReason: &fr}}))
+			if c.IncludeUsage {
+				u, _ := json.Marshal(openai.Usage{PromptTokens: ev.PromptTokens, CompletionTokens: ev.CompletionTokens, TotalTokens: ev.PromptTokens + ev.CompletionTokens})
+				st.send(openai.ChatChunk{ID: id, Object: openai.ObjectChatChunk, Created: created, Model: lm.name, Choices: []openai.ChunkChoice{}, Usage: u})
+			}
+			st.done()
+			return nil
+		}
+	}
+	return nil
+}
+
+func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) error {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	c, err := openai.DecodeCompletion(body)
+	if err != nil {
+		return err
+	}
+	lm, err := s.lookup(c.Model)
+	if err != nil {
+		return err
+	}
+	prompt := c.Prompt.Tokens
+	if prompt == nil {
+		prompt = lm.eng.Tok.Encode(c.Prompt.Text, true, false)
+	}
+	j, err := s.prepare(lm, c.Params, prompt, "prompt")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	h, err := s.submit(ctx, j)
+	if err != nil {
+		return err
+	}
+	id, created := newID("cmpl-"), time.Now().Unix()
+	if !c.Stream {
+		var out strings.Builder
+		var lp *openai.CompletionLogprobs
+		if c.Logprobs {
+			lp = &openai.CompletionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+		}
+		for ev := range h.Events {
+			if ev.Err != nil {
+				if r.Context().Err() != nil {
+					return nil
+				}
+				return streamError(ev.Err)
+			}
+			if ev.Logprob != nil && lp != nil {
+				s.appendLegacy(lm, lp, ev.Logprob, out.Len())
+			}
+			out.WriteString(ev.Text)
+			if ev.Finish != "" {
+				fr := ev.Finish
+				u, _ := json.Marshal(openai.Usage{PromptTokens: ev.PromptTokens, CompletionTokens: ev.CompletionTokens, TotalTokens: ev.PromptTokens + ev.CompletionTokens})
+				return writeJSON(w, openai.TextCompletion{ID: id, Object: openai.ObjectTextCompletion, Created: created, Model: lm.name,
+					Choices: []openai.TextChoice{{Text: out.String(), Index: 0, Logprobs: lp, FinishReason: &fr}}, Usage: u})
+			}
+		}
+		return openai.AsError(errors.New("generation ended without a result"))
+	}
+	st := newStreamer(w, cancel, c.IncludeUsage)
+	offset := 0
+	for ev := range h.Events {
+		if ev.Err != nil {
+			if r.Context().Err() == nil {
+				st.fail(streamError(ev.Err))
+			}
+			return nil
+		}
+		if ev.Text != "" || ev.Logprob != nil || ev.Finish != "" {
+			ch := openai.TextChoice{Text: ev.Text}
+			if ev.Logprob != nil {
+				ch.Logprobs = &openai.CompletionLogprobs{}
+				s.appendLegacy(lm, ch.Logprobs, ev.Logprob, offset)
+			}
+			offset += len(ev.Text)
+			if ev.Finish != "" {
+				fr := ev.Finish
+				ch.FinishReason = &fr
+			}
+			st.send(openai.TextCompletion{ID: id, Object: openai.ObjectTextCompletion, Created: created, Model: lm.name,
+				Choices: []openai.TextChoice{ch}, Usage: st.nullUsage()})
+		}
+		if ev.Finish != "" {
+			if c.IncludeUsage {
+				u, _ := json.Marshal(openai.Usage{PromptTokens: ev.PromptTokens, CompletionTokens: ev.CompletionTokens, TotalTokens: ev.PromptTokens + ev.CompletionTokens})
+				st.send(openai.TextCompletion{ID: id, Object: openai.ObjectTextCompletion, Created: created, Model: lm.name, Choices: []openai.TextChoice{}, Usage: u})
+			}
+			st.done()
+			return nil
+		}
+	}
+	return nil
+}
+
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// tokenText is a token's text as OpenAI reports it: the token's bytes as a
+// string (invalid UTF-8 replaced) plus the raw bytes.
+func tokenText(lm *loaded, id int32) (string, []int) {
+	b := lm.eng.Tok.Piece(id)
+	ints := make([]int, len(b))
+	for i, c := range b {
+		ints[i] = int(c)
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD"), ints
+}
+
+func (s *Server) tokenLogprob(lm *loaded, lp *sched.Logprob) openai.TokenLogprob {
+	t, b := tokenText(lm, lp.Token)
+	out := openai.TokenLogprob{Token: t, Logprob: float64(lp.Logprob), Bytes: b, TopLogprobs: []openai.TopLogprob{}}
+	for _, alt := range lp.Top {
+		at, ab := tokenText(lm, alt.ID)
+		out.TopLogprobs = append(out.TopLogprobs, openai.TopLogprob{Token: at, Logprob: finite(alt.Logprob), Bytes: ab})
+	}
+	return out
+}
+
+func (s *Server) appendLegacy(lm *loaded, dst *openai.CompletionLogprobs, lp *sched.Logprob, offset int) {
+	t, _ := tokenText(lm, lp.Token)
+	dst.Tokens = append(dst.Tokens, t)
+	dst.TokenLogprobs = append(dst.TokenLogprobs, float64(lp.Logprob))
+	dst.TextOffset = append(dst.TextOffset, offset)
+	top := map[string]float64{}
+	for _, alt := range lp.Top {
+		at, _ := tokenText(lm, alt.ID)
+		if _, dup := top[at]; !dup {
+			top[at] = finite(alt.Logprob)
+		}
+	}
+	dst.TopLogprobs = append(dst.TopLogprobs, top)
+}
+
+// finite maps -Inf (a token the model rules out) to OpenAI's -9999
+// sentinel, since JSON has no infinities.
+func finite(v float32) float64 {
+	if v < -9999 {
+		return -9999
+	}
+	return float64(v)
+}
+
+// streamer writes server-sent events and notices a vanished client.
+type streamer struct {
+	w            http.ResponseWriter
+	rc           *http.ResponseController
+	cancel       context.CancelFunc
+	includeUsage bool
+	broken       bool
+}
+
+func newStreamer(w http.ResponseWriter, cancel context.CancelFunc, includeUsage bool) *streamer {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	return &streamer{w: w, rc: http.NewResponseController(w), cancel: cancel, includeUsage: includeUsage}
+}
+
+// nullUsage is the "usage" of a chunk that is not the last: null when
+// the client asked for usage, absent otherwise.
+func (st *streamer) nullUsage() json.RawMessage {
+	if st.includeUsage {
+		return json.RawMessage("null")
+	}
+	return nil
+}
+
+// send writes one event and flushes it. A write failure means the client
+// went away: the request's context is cancelled so the scheduler drops
+// the sequence before its next token.
+func (st *streamer) send(v any) {
+	if st.broken {
+		return
+	}
+	if err := openai.WriteEvent(st.w, v); err != nil {
+		st.broken = true
+		st.cancel()
+		return
+	}
+	if err := st.rc.Flush(); err != nil {
+		st.broken = true
+		st.cancel()
+	}
+}
+
+func (st *streamer) done() {
+	if st.broken {
+		return
+	}
+	if openai.WriteDone(st.w) != nil || st.rc.Flush() != nil {
+		st.broken = true
+	}
+}
+
+// fail ends a started stream with an error event (no [DONE], so clients
+// cannot mistake the truncated output for a complete one).
+func (st *streamer) fail(e *openai.Error) { st.send(e.Body()) }

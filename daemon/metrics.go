@@ -1,0 +1,126 @@
+package daemon
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics holds stratad's Prometheus collectors in a registry of its own
+// (never the global one), exposed on GET /metrics in the text format.
+type metrics struct {
+	reg          *prometheus.Registry
+	requests     *prometheus.CounterVec   // endpoint, code
+	promptToks   *prometheus.CounterVec   // model
+	complToks    *prometheus.CounterVec   // model
+	finished     *prometheus.CounterVec   // model, reason
+	passes       *prometheus.CounterVec   // model
+	tokPerSec    *prometheus.GaugeVec     // model
+	ttft         *prometheus.HistogramVec // model
+	cancelLag    prometheus.Histogram
+	tierBytes    *prometheus.CounterVec // tier
+	queueDepth   *prometheus.GaugeVec   // model
+	activeSeqs   *prometheus.GaugeVec   // model
+	modelsLoaded prometheus.Gauge
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_requests_total", Help: "HTTP requests served, by endpoint and status code.",
+		}, []string{"endpoint", "code"}),
+		promptToks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_prompt_tokens_total", Help: "Prompt tokens fed through forward passes.",
+		}, []string{"model"}),
+		complToks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_completion_tokens_total", Help: "Completion tokens generated.",
+		}, []string{"model"}),
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_sequences_finished_total", Help: "Sequences that left the batch, by reason (stop, length, cancelled, error).",
+		}, []string{"model", "reason"}),
+		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_forward_passes_total", Help: "Batched forward passes run.",
+		}, []string{"model"}),
+		tokPerSec: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "strata_tokens_per_second", Help: "Decode throughput of recent forward passes (tokens generated per second of pass time, smoothed).",
+		}, []string{"model"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "strata_time_to_first_token_seconds", Help: "Time from a request entering the queue to its first generated token.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
+		}, []string{"model"}),
+		cancelLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "strata_cancel_lag_tokens", Help: "Tokens a cancelled sequence produced after its client went away (the contract is at most 1).",
+			Buckets: []float64{0, 1, 2, 4, 8},
+		}),
+		tierBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_tier_bytes_moved_total",
+			Help: "Bytes moved into compute per tier (A device, B pinned host, C storage). Always 0 until the tiered engine (engine/tier) is integrated: the CPU engine reads resident weights and moves nothing.",
+		}, []string{"tier"}),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "strata_queue_depth", Help: "Requests waiting for a batch slot.",
+		}, []string{"model"}),
+		activeSeqs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "strata_active_sequences", Help: "Sequences in the running batch.",
+		}, []string{"model"}),
+		modelsLoaded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "strata_models_loaded", Help: "Models loaded.",
+		}),
+	}
+	m.reg.MustRegister(m.requests, m.promptToks, m.complToks, m.finished, m.passes, m.tokPerSec, m.ttft,
+		m.cancelLag, m.tierBytes, m.queueDepth, m.activeSeqs, m.modelsLoaded)
+	for _, t := range []string{"A", "B", "C"} {
+		m.tierBytes.WithLabelValues(t)
+	}
+	return m
+}
+
+// forget drops an unloaded model's per-model series.
+func (m *metrics) forget(model string) {
+	l := prometheus.Labels{"model": model}
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
+		m.promptToks, m.complToks, m.finished, m.passes, m.tokPerSec, m.ttft, m.queueDepth, m.activeSeqs,
+	} {
+		v.DeletePartialMatch(l)
+	}
+}
+
+// observer feeds one model's scheduler events into the metrics.
+type observer struct {
+	m     *metrics
+	model string
+
+	mu  sync.Mutex
+	tps float64 // smoothed tokens per second
+}
+
+func (o *observer) Pass(seqs, promptTokens, decodeTokens int, d time.Duration) {
+	o.m.passes.WithLabelValues(o.model).Inc()
+	o.m.promptToks.WithLabelValues(o.model).Add(float64(promptTokens))
+	if decodeTokens == 0 || d <= 0 {
+		return
+	}
+	rate := float64(decodeTokens) / d.Seconds()
+	o.mu.Lock()
+	if o.tps == 0 || math.IsNaN(o.tps) {
+		o.tps = rate
+	} else {
+		o.tps = 0.8*o.tps + 0.2*rate
+	}
+	v := o.tps
+	o.mu.Unlock()
+	o.m.tokPerSec.WithLabelValues(o.model).Set(v)
+}
+
+func (o *observer) FirstToken(d time.Duration) {
+	o.m.ttft.WithLabelValues(o.model).Observe(d.Seconds())
+}
+
+func (o *observer) Finished(reason string, promptTokens, completionTokens int) {
+	o.m.finished.WithLabelValues(o.model, reason).Inc()
+	o.m.complToks.WithLabelValues(o.model).Add(float64(completionTokens))
+}
+
+func (o *observer) CancelLag(tokens int) { o.m.cancelLag.Observe(float64(tokens)) }

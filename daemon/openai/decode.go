@@ -1,0 +1,258 @@
+package openai
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"unicode/utf8"
+)
+
+// Limits of the request decoder that do not depend on the model or the
+// daemon's configuration (those are checked by the server).
+const (
+	MaxStop            = 4   // stop sequences per request (OpenAI's limit)
+	MaxTopLogprobs     = 20  // chat top_logprobs (OpenAI's limit)
+	MaxLegacyLogprobs  = 5   // completions logprobs (OpenAI's limit)
+	MaxLogitBiasTokens = 300 // entries of logit_bias (OpenAI's limit)
+)
+
+// Params are the generation parameters shared by chat and legacy
+// completions, after validation.
+type Params struct {
+	Model string
+	// MaxTokens is the completion limit the client asked for; 0 means it
+	// asked for none and the server's default applies.
+	MaxTokens    int
+	Temperature  float64 // [0, 2], default 1
+	TopP         float64 // [0, 1], default 1
+	Seed         uint64
+	SeedSet      bool
+	Stop         []string // non-empty strings, at most MaxStop
+	Logprobs     bool
+	TopLogprobs  int // alternatives per token, 0..MaxTopLogprobs
+	Presence     float64
+	Frequency    float64
+	LogitBias    map[int32]float64
+	Stream       bool
+	IncludeUsage bool
+}
+
+// Message is a validated chat message: role "system", "user" or
+// "assistant" ("developer" is mapped to "system").
+type Message struct {
+	Role    string
+	Content string
+}
+
+// Chat is a decoded, validated chat completion request.
+type Chat struct {
+	Params
+	Messages []Message
+}
+
+// Completion is a decoded, validated legacy completion request.
+type Completion struct {
+	Params
+	Prompt Prompt
+}
+
+// DecodeChat parses and validates the body of POST /v1/chat/completions.
+// Every failure is an *Error with status 400 naming the offending
+// parameter.
+func DecodeChat(body []byte) (*Chat, error) {
+	var r ChatRequest
+	if err := unmarshal(body, &r); err != nil {
+		return nil, err
+	}
+	c := &Chat{}
+	maxTok := r.MaxTokens
+	maxParam := "max_tokens"
+	if r.MaxCompletionTokens != nil {
+		maxTok, maxParam = r.MaxCompletionTokens, "max_completion_tokens"
+	}
+	p, err := common(r.Model, maxTok, maxParam, r.Temperature, r.TopP, r.Stop, r.Seed, r.N,
+		r.Stream, r.StreamOptions, r.PresencePenalty, r.FrequencyPenalty, r.LogitBias)
+	if err != nil {
+		return nil, err
+	}
+	c.Params = p
+	if r.TopLogprobs != nil {
+		if !r.Logprobs {
+			return nil, BadRequest("top_logprobs", "top_logprobs requires logprobs to be true")
+		}
+		if *r.TopLogprobs < 0 || *r.TopLogprobs > MaxTopLogprobs {
+			return nil, BadRequest("top_logprobs", "top_logprobs must be between 0 and %d, got %d", MaxTopLogprobs, *r.TopLogprobs)
+		}
+		c.TopLogprobs = int(*r.TopLogprobs)
+	}
+	c.Logprobs = r.Logprobs
+	if r.ResponseFormat != nil && r.ResponseFormat.Type != "text" && r.ResponseFormat.Type != "" {
+		return nil, BadRequest("response_format", "response_format %q is not supported; only \"text\"", r.ResponseFormat.Type)
+	}
+	if len(r.Tools) > 0 && string(r.Tools) != "null" && string(r.Tools) != "[]" {
+		return nil, BadRequest("tools", "tools are not supported by this server")
+	}
+	if len(r.Messages) == 0 {
+		return nil, BadRequest("messages", "messages must be a non-empty array")
+	}
+	for i, m := range r.Messages {
+		role := m.Role
+		switch role {
+		case "system", "user", "assistant":
+		case "developer":
+			role = "system"
+		case "":
+			return nil, BadRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d] has no role", i)
+		default:
+			return nil, BadRequest(fmt.Sprintf("messages[%d].role", i), "role %q is not supported; use system, developer, user or assistant", m.Role)
+		}
+		c.Messages = append(c.Messages, Message{Role: role, Content: string(m.Content)})
+	}
+	return c, nil
+}
+
+// DecodeCompletion parses and validates the body of POST /v1/completions.
+func DecodeCompletion(body []byte) (*Completion, error) {
+	var r CompletionRequest
+	if err := unmarshal(body, &r); err != nil {
+		return nil, err
+	}
+	p, err := common(r.Model, r.MaxTokens, "max_tokens", r.Temperature, r.TopP, r.Stop, r.Seed, r.N,
+		r.Stream, r.StreamOptions, r.PresencePenalty, r.FrequencyPenalty, r.LogitBias)
+	if err != nil {
+		return nil, err
+	}
+	c := &Completion{Params: p}
+	if r.Prompt == nil {
+		return nil, BadRequest("prompt", "you must provide a prompt")
+	}
+	if r.Prompt.Tokens != nil && len(r.Prompt.Tokens) == 0 {
+		return nil, BadRequest("prompt", "prompt token array is empty")
+	}
+	c.Prompt = *r.Prompt
+	if r.BestOf != nil && *r.BestOf != 1 {
+		return nil, BadRequest("best_of", "best_of must be 1 (got %d): this server returns one completion per request", *r.BestOf)
+	}
+	if r.Echo {
+		return nil, BadRequest("echo", "echo is not supported")
+	}
+	if r.Suffix != nil && *r.Suffix != "" {
+		return nil, BadRequest("suffix", "suffix is not supported")
+	}
+	if r.Logprobs != nil {
+		if *r.Logprobs < 0 || *r.Logprobs > MaxLegacyLogprobs {
+			return nil, BadRequest("logprobs", "logprobs must be between 0 and %d, got %d", MaxLegacyLogprobs, *r.Logprobs)
+		}
+		c.Logprobs = true
+		c.TopLogprobs = int(*r.Logprobs)
+	}
+	return c, nil
+}
+
+// unmarshal checks UTF-8 and decodes body into v, turning decoder errors
+// into 400s that name the field.
+func unmarshal(body []byte, v any) error {
+	if len(body) == 0 {
+		return BadRequest("", "request body is empty; expected a JSON object")
+	}
+	if !utf8.Valid(body) {
+		return BadRequest("", "request body is not valid UTF-8")
+	}
+	err := json.Unmarshal(body, v)
+	if err == nil {
+		return nil
+	}
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return BadRequest("", "request body is not valid JSON: %v (at byte %d)", se, se.Offset)
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return BadRequest("", "request body must be a JSON object, not %s", te.Value)
+		}
+		return BadRequest(te.Field, "invalid type for '%s': expected %s, got %s", te.Field, te.Type, te.Value)
+	}
+	return BadRequest("", "invalid request: %v", err)
+}
+
+func common(model string, maxTok *int64, maxParam string, temp, topP *float64, stop StringList,
+	seed, n *int64, stream bool, so *StreamOptions, presence, frequency *float64, bias map[string]float64) (Params, error) {
+	p := Params{Model: model, Temperature: 1, TopP: 1, Stream: stream}
+	if model == "" {
+		return p, BadRequest("model", "you must provide a model parameter")
+	}
+	if maxTok != nil {
+		if *maxTok < 1 {
+			return p, BadRequest(maxParam, "%s must be at least 1, got %d", maxParam, *maxTok)
+		}
+		if *maxTok > math.MaxInt32 {
+			return p, BadRequest(maxParam, "%s %d is absurdly large", maxParam, *maxTok)
+		}
+		p.MaxTokens = int(*maxTok)
+	}
+	if temp != nil {
+		if *temp < 0 || *temp > 2 {
+			return p, BadRequest("temperature", "temperature must be between 0 and 2, got %g", *temp)
+		}
+		p.Temperature = *temp
+	}
+	if topP != nil {
+		if *topP < 0 || *topP > 1 {
+			return p, BadRequest("top_p", "top_p must be between 0 and 1, got %g", *topP)
+		}
+		p.TopP = *topP
+	}
+	if n != nil && *n != 1 {
+		return p, BadRequest("n", "n must be 1 (got %d): this server returns one choice per request", *n)
+	}
+	if len(stop) > MaxStop {
+		return p, BadRequest("stop", "at most %d stop sequences are allowed, got %d", MaxStop, len(stop))
+	}
+	for _, s := range stop {
+		if s != "" {
+			p.Stop = append(p.Stop, s)
+		}
+	}
+	if seed != nil {
+		p.Seed, p.SeedSet = uint64(*seed), true
+	}
+	if so != nil {
+		if !stream {
+			return p, BadRequest("stream_options", "stream_options is only allowed when stream is true")
+		}
+		p.IncludeUsage = so.IncludeUsage
+	}
+	for _, pen := range []struct {
+		name string
+		v    *float64
+		dst  *float64
+	}{{"presence_penalty", presence, &p.Presence}, {"frequency_penalty", frequency, &p.Frequency}} {
+		if pen.v == nil {
+			continue
+		}
+		if *pen.v < -2 || *pen.v > 2 {
+			return p, BadRequest(pen.name, "%s must be between -2 and 2, got %g", pen.name, *pen.v)
+		}
+		*pen.dst = *pen.v
+	}
+	if len(bias) > MaxLogitBiasTokens {
+		return p, BadRequest("logit_bias", "logit_bias may hold at most %d tokens, got %d", MaxLogitBiasTokens, len(bias))
+	}
+	for k, v := range bias {
+		id, err := strconv.ParseInt(k, 10, 32)
+		if err != nil || id < 0 {
+			return p, BadRequest("logit_bias", "logit_bias key %q is not a token id", k)
+		}
+		if v < -100 || v > 100 {
+			return p, BadRequest("logit_bias", "logit_bias value for token %d must be between -100 and 100, got %g", id, v)
+		}
+		if p.LogitBias == nil {
+			p.LogitBias = map[int32]float64{}
+		}
+		p.LogitBias[int32(id)] = v
+	}
+	return p, nil
+}

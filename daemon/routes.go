@@ -1,0 +1,285 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/strata-llm/strata/daemon/api"
+	"github.com/strata-llm/strata/daemon/authz"
+	"github.com/strata-llm/strata/daemon/openai"
+)
+
+// routes builds the daemon's HTTP handler. Methods are checked by the
+// handlers themselves so that a wrong method gets an OpenAI-shaped 405,
+// and unknown paths an OpenAI-shaped 404.
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	handle := func(path, method string, act authz.Action, h func(w http.ResponseWriter, r *http.Request) error) {
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+				w.Header().Set("Allow", method)
+				openai.WriteError(w, openai.Errorf(http.StatusMethodNotAllowed, openai.TypeInvalidRequest, "", "method_not_allowed",
+					"%s is not allowed on %s; use %s", r.Method, r.URL.Path, method))
+				return
+			}
+			if err := s.policy.Allow(peerOf(r), act); err != nil {
+				s.log.Warn("request refused", "path", r.URL.Path, "peer", peerOf(r).String(), "error", err)
+				openai.WriteError(w, openai.Errorf(http.StatusForbidden, openai.TypePermission, "", "permission_denied", "%v", err))
+				return
+			}
+			if err := h(w, r); err != nil {
+				openai.WriteError(w, err)
+			}
+		})
+	}
+	handle("/v1/models", http.MethodGet, authz.ReadState, s.handleModels)
+	handle("/v1/models/{id...}", http.MethodGet, authz.ReadState, s.handleModel)
+	handle("/v1/chat/completions", http.MethodPost, authz.Infer, s.handleChat)
+	handle("/v1/completions", http.MethodPost, authz.Infer, s.handleCompletion)
+	handle(api.PathHealth, http.MethodGet, authz.ReadState, s.handleHealth)
+	handle(api.PathStatus, http.MethodGet, authz.ReadState, s.handleStatus)
+	handle(api.PathLoad, http.MethodPost, authz.Load, s.handleLoad)
+	handle(api.PathUnload, http.MethodPost, authz.Unload, s.handleUnload)
+	prom := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
+	handle(api.PathMetric, http.MethodGet, authz.ReadState, func(w http.ResponseWriter, r *http.Request) error {
+		s.refreshGauges()
+		prom.ServeHTTP(w, r)
+		return nil
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		openai.WriteError(w, openai.Errorf(http.StatusNotFound, openai.TypeInvalidRequest, "", "unknown_url",
+			"Unknown request URL: %s %s.", r.Method, r.URL.Path))
+	})
+	return s.logRequests(mux)
+}
+
+// statusWriter records the status code for logs and metrics and keeps
+// streaming working (Flush, and Unwrap for http.ResponseController).
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// endpointOf names a request's endpoint for metrics without letting
+// clients create unbounded label values.
+func endpointOf(r *http.Request) string {
+	switch p := r.URL.Path; p {
+	case "/v1/models", "/v1/chat/completions", "/v1/completions", api.PathHealth, api.PathStatus, api.PathLoad, api.PathUnload, api.PathMetric:
+		return p
+	default:
+		if len(p) > len("/v1/models/") && p[:len("/v1/models/")] == "/v1/models/" {
+			return "/v1/models/{id}"
+		}
+		return "other"
+	}
+}
+
+func (s *Server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t0 := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		if sw.code == 0 {
+			sw.code = http.StatusOK
+		}
+		s.metrics.requests.WithLabelValues(endpointOf(r), strconv.Itoa(sw.code)).Inc()
+		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "peer", peerOf(r).String(),
+			"status", sw.code, "took", time.Since(t0).Round(time.Microsecond).String())
+	})
+}
+
+// readBody reads a request body within the size limit.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxBodyBytes))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return nil, openai.Errorf(http.StatusRequestEntityTooLarge, openai.TypeInvalidRequest, "", "request_too_large",
+			"request body exceeds the limit of %d bytes", mbe.Limit)
+	}
+	if err != nil {
+		return nil, openai.BadRequest("", "reading request body: %v", err)
+	}
+	return body, nil
+}
+
+func writeJSON(w http.ResponseWriter, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) error {
+	list := openai.ModelList{Object: openai.ObjectList, Data: []openai.Model{}}
+	for _, n := range s.modelNames() {
+		if lm, err := s.lookup(n); err == nil {
+			list.Data = append(list.Data, modelObject(lm))
+		}
+	}
+	return writeJSON(w, list)
+}
+
+func modelObject(lm *loaded) openai.Model {
+	return openai.Model{ID: lm.name, Object: openai.ObjectModel, Created: lm.loadedAt.Unix(), OwnedBy: "strata"}
+}
+
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) error {
+	lm, err := s.lookup(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, modelObject(lm))
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
+	return writeJSON(w, api.Health{Status: "ok", Models: len(s.modelNames())})
+}
+
+func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
+	pr := peerOf(r)
+	admin, _ := s.policy.IsAdmin(pr)
+	l := s.cfg.Limits
+	st := api.Status{
+		Version: Version, PID: os.Getpid(), StartedAt: s.started, Uptime: time.Since(s.started).Seconds(),
+		Models: []api.ModelStatus{}, Peer: pr.String(), Admin: admin,
+		Limits: api.Limits{MaxBodyBytes: l.MaxBodyBytes, MaxPromptTokens: l.MaxPromptTokens, MaxTokens: l.MaxTokens, MaxQueue: l.MaxQueue, MaxBatch: l.MaxBatch},
+	}
+	for _, n := range s.modelNames() {
+		if lm, err := s.lookup(n); err == nil {
+			st.Models = append(st.Models, s.modelStatus(lm))
+		}
+	}
+	return writeJSON(w, st)
+}
+
+// planNote explains the absent tier plan; see package doc.
+const planNote = "no tier plan: the tiered engine (engine/tier) is not integrated yet; every layer is resident in host memory and runs on the CPU engine"
+
+func (s *Server) modelStatus(lm *loaded) api.ModelStatus {
+	c := lm.eng.Model.Config
+	st := lm.sched.Stats()
+	return api.ModelStatus{
+		Name: lm.name, Path: lm.path, Arch: c.Arch, Layers: c.Layers, Context: c.Context, Vocab: c.Vocab,
+		Backend: "cpu", LoadedAt: lm.loadedAt, Budgets: lm.budgets,
+		Plan: nil, PlanNote: planNote,
+		Memory: api.Memory{
+			WeightBytes: lm.fileBytes,
+			KVBytes:     int64(st.KVPositions) * int64(c.Layers) * int64(c.KVDim()) * 2 * 4,
+			Location:    "host-mmap",
+		},
+		Pipeline: nil,
+		Queue:    api.Queue{Waiting: st.Waiting, Active: st.Active, MaxBatch: st.MaxBatch, MaxQueue: st.MaxQueue},
+		Counters: api.Counters{Passes: st.Passes, PromptTokens: st.PromptTokens, CompletionTokens: st.Generated,
+			Finished: st.Finished, Cancelled: st.Cancelled, Failed: st.Failed},
+	}
+}
+
+func (s *Server) refreshGauges() {
+	for _, n := range s.modelNames() {
+		if lm, err := s.lookup(n); err == nil {
+			st := lm.sched.Stats()
+			s.metrics.queueDepth.WithLabelValues(n).Set(float64(st.Waiting))
+			s.metrics.activeSeqs.WithLabelValues(n).Set(float64(st.Active))
+		}
+	}
+}
+
+func (s *Server) handleLoad(w http.ResponseWriter, r *http.Request) error {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var req api.LoadRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return err
+	}
+	path, err := authz.ResolveModelPath(s.cfg.ModelDirs, req.Path)
+	switch {
+	case errors.Is(err, authz.ErrOutsideModelDirs):
+		return openai.Errorf(http.StatusForbidden, openai.TypePermission, "path", "path_not_allowed", "%v (model directories: %v)", err, s.cfg.ModelDirs)
+	case errors.Is(err, fs.ErrNotExist):
+		return openai.Errorf(http.StatusNotFound, openai.TypeInvalidRequest, "path", "model_file_not_found", "%v", err)
+	case err != nil:
+		return openai.BadRequest("path", "%v", err)
+	}
+	s.log.Info("load requested", "peer", peerOf(r).String(), "path", path, "name", req.Name)
+	st, err := s.LoadFile(path, req)
+	if errors.Is(err, ErrModelExists) {
+		return openai.Errorf(http.StatusConflict, openai.TypeInvalidRequest, "name", "model_exists", "%v", err)
+	}
+	if err != nil {
+		var oe *openai.Error
+		if errors.As(err, &oe) {
+			return oe
+		}
+		return openai.Errorf(http.StatusUnprocessableEntity, openai.TypeInvalidRequest, "path", "model_load_failed", "%v", err)
+	}
+	return writeJSON(w, st)
+}
+
+func (s *Server) handleUnload(w http.ResponseWriter, r *http.Request) error {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	var req api.UnloadRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return err
+	}
+	if req.Name == "" {
+		return openai.BadRequest("name", "name is required")
+	}
+	s.log.Info("unload requested", "peer", peerOf(r).String(), "name", req.Name)
+	n, err := s.Unload(req.Name)
+	var oe *openai.Error
+	if errors.As(err, &oe) {
+		return oe
+	}
+	if err != nil {
+		s.log.Warn("unload: releasing model", "name", req.Name, "error", err)
+	}
+	return writeJSON(w, api.UnloadResponse{Name: req.Name, Unloaded: true, Cancelled: n})
+}
+
+// decodeStrict decodes an admin request, refusing unknown fields (admin
+// typos should fail loudly, unlike OpenAI requests).
+func decodeStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return openai.BadRequest("", "invalid request body: %v", err)
+	}
+	if dec.More() {
+		return openai.BadRequest("", "invalid request body: trailing data")
+	}
+	return nil
+}

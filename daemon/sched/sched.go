@@ -1,0 +1,554 @@
+// Package sched is stratad's request scheduler: continuous batching over
+// the engine's batched forward pass. Every iteration runs one
+// model.Forward over all active sequences — a prompt chunk for sequences
+// still reading their prompt, one token for those decoding — then samples
+// each sequence with its own Sampler, streams the token to its request and
+// drops sequences that finished or whose client went away. New requests
+// join between iterations and wait in a bounded queue when the batch is
+// full, so a long generation never blocks a short one behind it.
+//
+// Cancellation is checked for every sequence before each pass and again
+// before sampling, so a request whose context is cancelled (its client
+// disconnected) produces no further token: it is dropped within one token.
+package sched
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/sample"
+	"github.com/strata-llm/strata/engine/tokenizer"
+)
+
+// Errors returned by Submit and in terminal events.
+var (
+	ErrQueueFull = errors.New("request queue is full")
+	ErrClosed    = errors.New("scheduler is closed")
+	ErrContext   = errors.New("context length exceeded")
+)
+
+// Config bounds the scheduler.
+type Config struct {
+	// MaxBatch is the most sequences advanced by one pass (default 16).
+	MaxBatch int
+	// MaxQueue is the most requests waiting for a batch slot; Submit
+	// returns ErrQueueFull beyond it (default 64).
+	MaxQueue int
+	// PrefillChunk is the most prompt tokens one sequence feeds per pass,
+	// so a long prompt does not stall the others' decoding (default 128).
+	PrefillChunk int
+	// Observer receives timing and counts; nil means none.
+	Observer Observer
+}
+
+// Observer is told what the scheduler does, for metrics. Its methods are
+// called from the scheduler goroutine and must not block.
+type Observer interface {
+	// Pass reports one forward pass: sequences in it, prompt and decode
+	// tokens fed, and how long it took.
+	Pass(seqs, promptTokens, decodeTokens int, d time.Duration)
+	// FirstToken reports the time from Submit to a request's first token.
+	FirstToken(d time.Duration)
+	// Finished reports a request that ended: reason "stop", "length",
+	// "cancelled" or "error", and its token counts.
+	Finished(reason string, promptTokens, completionTokens int)
+	// CancelLag reports, for a cancelled sequence, how many tokens it
+	// produced after its context was cancelled (the contract is <= 1).
+	CancelLag(tokens int)
+}
+
+// Request is one generation.
+type Request struct {
+	// Prompt holds the encoded prompt (at least one token).
+	Prompt []int32
+	// MaxTokens is the completion limit (>= 1).
+	MaxTokens int
+	Sample    sample.Params
+	// Stop strings end generation; the stop string itself is not sent.
+	Stop []string
+	// Logprobs asks for each token's log probability and, with
+	// TopLogprobs > 0, that many alternatives.
+	Logprobs    bool
+	TopLogprobs int
+	// Presence and Frequency are OpenAI's presence and frequency penalties
+	// over the generated tokens; LogitBias is added to the logits.
+	Presence, Frequency float32
+	LogitBias           map[int32]float32
+}
+
+// Logprob is a sampled token's log probability under the model's
+// distribution (before penalties and bias) and its top alternatives.
+type Logprob struct {
+	Token   int32
+	Logprob float32
+	Top     []sample.TokenLogprob
+}
+
+// Event is one step of a request's output. The last event of a request has
+// Finish or Err set; the channel is closed after it.
+type Event struct {
+	// Text is newly released text (may be empty: incomplete UTF-8, or
+	// held back because it may begin a stop string).
+	Text string
+	// Logprob is set for every sampled token when requested.
+	Logprob *Logprob
+	// Finish is "stop" or "length" on the final event.
+	Finish string
+	// Err ends the request with an error (cancellation, shutdown, engine
+	// failure).
+	Err error
+	// PromptTokens and CompletionTokens are set on the final event.
+	PromptTokens, CompletionTokens int
+}
+
+// Stats is a snapshot of the scheduler's state and counters.
+type Stats struct {
+	Waiting, Active         int
+	MaxBatch, MaxQueue      int
+	Passes                  uint64
+	PromptTokens, Generated uint64
+	Finished, Cancelled     uint64
+	Failed                  uint64
+	KVPositions             int // positions held by active sequences' caches
+}
+
+// Scheduler runs requests against one model.
+type Scheduler struct {
+	m   *model.Model
+	tok *tokenizer.Tokenizer
+	cfg Config
+
+	mu      sync.Mutex
+	queue   []*seq
+	closed  error
+	active  int
+	kvPos   int
+	wake    chan struct{}
+	done    chan struct{}
+	running atomic.Bool
+
+	passes, promptToks, generated, finished, cancelled, failed atomic.Uint64
+}
+
+// New returns a Scheduler for m and tok; Run must be called to start it.
+func New(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) *Scheduler {
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 16
+	}
+	if cfg.MaxQueue <= 0 {
+		cfg.MaxQueue = 64
+	}
+	if cfg.PrefillChunk <= 0 {
+		cfg.PrefillChunk = 128
+	}
+	return &Scheduler{m: m, tok: tok, cfg: cfg, wake: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// Handle is a submitted request's output.
+type Handle struct {
+	// Events delivers the request's output; it is buffered for the whole
+	// request, so the scheduler never waits for a slow reader.
+	Events <-chan Event
+}
+
+// seq is one request in flight.
+type seq struct {
+	ctx       context.Context
+	req       Request
+	events    chan Event
+	submitted time.Time
+
+	s         *model.Sequence
+	smp       *sample.Sampler
+	fed       int     // prompt tokens already fed
+	history   []int32 // prompt + generated, for the repetition penalty
+	last      int32   // last sampled token (fed next pass)
+	counts    map[int32]int
+	dec       *tokenizer.Decoder
+	text      string // generated text not yet released
+	out       int    // completion tokens
+	firstSent bool
+	step      model.Step
+	scratch   []float32
+
+	produced    atomic.Int64 // tokens produced so far
+	atCancel    atomic.Int64 // produced when ctx was cancelled (-1 until then)
+	stopCancelF func() bool
+}
+
+// Submit queues r. ctx is the request's lifetime: when it is cancelled the
+// sequence is dropped before its next token and its final event carries
+// ctx's error. Submit fails with ErrQueueFull when the queue is at its
+// limit, ErrClosed after Close, and ErrContext when prompt plus MaxTokens
+// exceed the model's context.
+func (s *Scheduler) Submit(ctx context.Context, r Request) (*Handle, error) {
+	if len(r.Prompt) == 0 {
+		return nil, errors.New("empty prompt")
+	}
+	if r.MaxTokens < 1 {
+		return nil, fmt.Errorf("max tokens must be positive, got %d", r.MaxTokens)
+	}
+	if n := len(r.Prompt) + r.MaxTokens; n > s.m.Config.Context {
+		return nil, fmt.Errorf("%w: prompt (%d tokens) plus max tokens (%d) exceed the model's context of %d",
+			ErrContext, len(r.Prompt), r.MaxTokens, s.m.Config.Context)
+	}
+	for _, id := range r.Prompt {
+		if id < 0 || int(id) >= s.m.Config.Vocab {
+			return nil, fmt.Errorf("prompt token %d is outside the vocabulary (0..%d)", id, s.m.Config.Vocab-1)
+		}
+	}
+	smp, err := sample.New(r.Sample)
+	if err != nil {
+		return nil, fmt.Errorf("sampling parameters: %w", err)
+	}
+	q := &seq{
+		ctx: ctx, req: r, submitted: time.Now(), smp: smp,
+		events:  make(chan Event, r.MaxTokens+2),
+		history: append(make([]int32, 0, len(r.Prompt)+r.MaxTokens), r.Prompt...),
+		dec:     s.tok.NewDecoder(),
+	}
+	q.atCancel.Store(-1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed != nil {
+		return nil, fmt.Errorf("%w: %v", ErrClosed, s.closed)
+	}
+	if len(s.queue) >= s.cfg.MaxQueue {
+		return nil, fmt.Errorf("%w (%d waiting)", ErrQueueFull, len(s.queue))
+	}
+	q.stopCancelF = context.AfterFunc(ctx, func() {
+		q.atCancel.Store(q.produced.Load())
+		s.poke()
+	})
+	s.queue = append(s.queue, q)
+	s.poke()
+	return &Handle{Events: q.events}, nil
+}
+
+func (s *Scheduler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns a snapshot of the scheduler.
+func (s *Scheduler) Stats() Stats {
+	s.mu.Lock()
+	st := Stats{Waiting: len(s.queue), Active: s.active, KVPositions: s.kvPos}
+	s.mu.Unlock()
+	st.MaxBatch, st.MaxQueue = s.cfg.MaxBatch, s.cfg.MaxQueue
+	st.Passes = s.passes.Load()
+	st.PromptTokens = s.promptToks.Load()
+	st.Generated = s.generated.Load()
+	st.Finished = s.finished.Load()
+	st.Cancelled = s.cancelled.Load()
+	st.Failed = s.failed.Load()
+	return st
+}
+
+// Close stops admitting requests and ends every queued and active one with
+// an error wrapping ErrClosed and reason. It returns once the scheduler
+// goroutine has stopped (no forward pass is running), so the model may be
+// released afterwards. Close before Run returns at once.
+func (s *Scheduler) Close(reason error) {
+	s.mu.Lock()
+	if s.closed == nil {
+		s.closed = reason
+	}
+	s.mu.Unlock()
+	s.poke()
+	if s.running.Load() {
+		<-s.done
+	}
+}
+
+// Run drives the scheduler until Close or ctx is done. Cancelling ctx
+// fails in-flight requests like Close does.
+func (s *Scheduler) Run(ctx context.Context) {
+	s.running.Store(true)
+	defer close(s.done)
+	var active []*seq
+	var batch []model.Step
+	for {
+		s.mu.Lock()
+		closed := s.closed
+		if closed == nil && ctx.Err() != nil {
+			closed = ctx.Err()
+			s.closed = closed
+		}
+		if closed != nil {
+			queued := s.queue
+			s.queue = nil
+			s.active = 0
+			s.kvPos = 0
+			s.mu.Unlock()
+			err := fmt.Errorf("%w: %v", ErrClosed, closed)
+			for _, q := range append(active, queued...) {
+				s.fail(q, err)
+			}
+			return
+		}
+		for len(active) < s.cfg.MaxBatch && len(s.queue) > 0 {
+			q := s.queue[0]
+			s.queue[0] = nil
+			s.queue = s.queue[1:]
+			active = append(active, q)
+		}
+		s.active = len(active)
+		s.mu.Unlock()
+
+		// Drop cancelled sequences before spending a pass on them.
+		active = s.dropCancelled(active)
+		if len(active) == 0 {
+			s.setActive(0, 0)
+			select {
+			case <-s.wake:
+			case <-ctx.Done():
+			}
+			continue
+		}
+
+		batch = batch[:0]
+		promptFed, decodeFed := 0, 0
+		for _, q := range active {
+			if q.s == nil {
+				q.s = s.m.NewSequence(len(q.req.Prompt) + q.req.MaxTokens)
+			}
+			var toks []int32
+			if q.fed < len(q.req.Prompt) {
+				end := min(len(q.req.Prompt), q.fed+s.cfg.PrefillChunk)
+				toks = q.req.Prompt[q.fed:end]
+				promptFed += len(toks)
+			} else {
+				toks = []int32{q.last}
+				decodeFed++
+			}
+			q.step.Seq, q.step.Tokens = q.s, toks
+			batch = append(batch, q.step)
+		}
+		t0 := time.Now()
+		err := s.m.Forward(ctx, batch)
+		d := time.Since(t0)
+		if err != nil {
+			if ctx.Err() != nil {
+				continue // closing: handled at the top
+			}
+			err = fmt.Errorf("forward pass: %w", err)
+			for _, q := range active {
+				s.fail(q, err)
+			}
+			active = active[:0]
+			continue
+		}
+		s.passes.Add(1)
+		s.promptToks.Add(uint64(promptFed))
+		if o := s.cfg.Observer; o != nil {
+			o.Pass(len(batch), promptFed, decodeFed, d)
+		}
+		kept := active[:0]
+		kv := 0
+		for i, q := range active {
+			q.step.Logits = batch[i].Logits // keep the rows for reuse
+			if q.fed < len(q.req.Prompt) {
+				q.fed += len(batch[i].Tokens)
+				if q.fed < len(q.req.Prompt) {
+					kept = append(kept, q)
+					kv += q.s.Pos()
+					continue
+				}
+			}
+			if q.ctx.Err() != nil {
+				s.cancel(q)
+				continue
+			}
+			if s.advance(q, batch[i].Logits[len(batch[i].Logits)-1]) {
+				kept = append(kept, q)
+				kv += q.s.Pos()
+			}
+		}
+		for i := len(kept); i < len(active); i++ {
+			active[i] = nil
+		}
+		active = kept
+		s.setActive(len(active), kv)
+	}
+}
+
+func (s *Scheduler) setActive(n, kv int) {
+	s.mu.Lock()
+	s.active, s.kvPos = n, kv
+	s.mu.Unlock()
+}
+
+func (s *Scheduler) dropCancelled(active []*seq) []*seq {
+	kept := active[:0]
+	for _, q := range active {
+		if q.ctx.Err() != nil {
+			s.cancel(q)
+			continue
+		}
+		kept = append(kept, q)
+	}
+	for i := len(kept); i < len(active); i++ {
+		active[i] = nil
+	}
+	return kept
+}
+
+// advance samples q's next token from logits and emits it. It reports
+// whether q goes on.
+func (s *Scheduler) advance(q *seq, logits []float32) bool {
+	adj := s.adjust(q, logits)
+	id := q.smp.Sample(adj, q.history)
+	if id < 0 {
+		s.fail(q, errors.New("sampler returned no token"))
+		return false
+	}
+	q.produced.Add(1)
+	s.generated.Add(1)
+	if !q.firstSent {
+		q.firstSent = true
+		if o := s.cfg.Observer; o != nil {
+			o.FirstToken(time.Since(q.submitted))
+		}
+	}
+	var lp *Logprob
+	if q.req.Logprobs {
+		lp = logprobOf(logits, id, q.req.TopLogprobs)
+	}
+	q.history = append(q.history, id)
+	if s.tok.IsEOG(id) {
+		// Text held back for a possible stop string is real output.
+		q.events <- Event{Text: q.text, Logprob: lp}
+		q.text = ""
+		s.finish(q, "stop")
+		return false
+	}
+	q.out++
+	q.last = id
+	if q.counts == nil && (q.req.Presence != 0 || q.req.Frequency != 0) {
+		q.counts = map[int32]int{}
+	}
+	if q.counts != nil {
+		q.counts[id]++
+	}
+	q.text += q.dec.Add(id)
+	if i, ok := firstStop(q.text, q.req.Stop); ok {
+		q.events <- Event{Text: q.text[:i], Logprob: lp}
+		q.text = ""
+		s.finish(q, "stop")
+		return false
+	}
+	release := len(q.text) - holdBack(q.text, q.req.Stop)
+	q.events <- Event{Text: q.text[:release], Logprob: lp}
+	q.text = q.text[release:]
+	if q.out >= q.req.MaxTokens {
+		tail := q.text + q.dec.Flush()
+		q.text = ""
+		if tail != "" {
+			q.events <- Event{Text: tail}
+		}
+		s.finish(q, "length")
+		return false
+	}
+	return true
+}
+
+// adjust applies logit bias and presence/frequency penalties to a copy of
+// logits (or returns logits itself when there are none).
+func (s *Scheduler) adjust(q *seq, logits []float32) []float32 {
+	if len(q.req.LogitBias) == 0 && q.counts == nil {
+		return logits
+	}
+	q.scratch = append(q.scratch[:0], logits...)
+	for id, b := range q.req.LogitBias {
+		if int(id) < len(q.scratch) {
+			q.scratch[id] += b
+		}
+	}
+	for id, c := range q.counts {
+		q.scratch[id] -= float32(c)*q.req.Frequency + q.req.Presence
+	}
+	return q.scratch
+}
+
+func logprobOf(logits []float32, id int32, top int) *Logprob {
+	all := sample.Logprobs(logits)
+	lp := &Logprob{Token: id, Logprob: all[id]}
+	if math.IsInf(float64(lp.Logprob), -1) {
+		lp.Logprob = -9999
+	}
+	if top > 0 {
+		lp.Top, _ = sample.TopLogprobs(logits, top)
+	}
+	return lp
+}
+
+func (s *Scheduler) finish(q *seq, reason string) {
+	q.stopCancelF()
+	s.finished.Add(1)
+	q.events <- Event{Finish: reason, PromptTokens: len(q.req.Prompt), CompletionTokens: q.out}
+	close(q.events)
+	if o := s.cfg.Observer; o != nil {
+		o.Finished(reason, len(q.req.Prompt), q.out)
+	}
+}
+
+func (s *Scheduler) cancel(q *seq) {
+	q.stopCancelF()
+	s.cancelled.Add(1)
+	lag := 0
+	if at := q.atCancel.Load(); at >= 0 {
+		lag = int(q.produced.Load() - at)
+	}
+	q.events <- Event{Err: context.Cause(q.ctx), PromptTokens: len(q.req.Prompt), CompletionTokens: q.out}
+	close(q.events)
+	if o := s.cfg.Observer; o != nil {
+		o.CancelLag(lag)
+		o.Finished("cancelled", len(q.req.Prompt), q.out)
+	}
+}
+
+func (s *Scheduler) fail(q *seq, err error) {
+	q.stopCancelF()
+	s.failed.Add(1)
+	q.events <- Event{Err: err, PromptTokens: len(q.req.Prompt), CompletionTokens: q.out}
+	close(q.events)
+	if o := s.cfg.Observer; o != nil {
+		o.Finished("error", len(q.req.Prompt), q.out)
+	}
+}
+
+// firstStop returns the index of the earliest stop string in text.
+func firstStop(text string, stops []string) (int, bool) {
+	best := -1
+	for _, st := range stops {
+		if i := strings.Index(text, st); i >= 0 && (best < 0 || i < best) {
+			best = i
+		}
+	}
+	return best, best >= 0
+}
+
+// holdBack returns how many trailing bytes of text must be kept back
+// because they could be the beginning of a stop string.
+func holdBack(text string, stops []string) int {
+	n := 0
+	for _, st := range stops {
+		for k := min(len(st)-1, len(text)); k > n; k-- {
+			if strings.HasSuffix(text, st[:k]) {
+				n = k
+				break
+			}
+		}
+	}
+	return n
+}

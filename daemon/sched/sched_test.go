@@ -1,0 +1,316 @@
+package sched
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/sample"
+	"github.com/strata-llm/strata/engine/synth"
+)
+
+var tinyPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sched-test")
+	if err != nil {
+		panic(err)
+	}
+	tinyPath = filepath.Join(dir, "tiny.gguf")
+	if err := synth.Write(tinyPath, synth.Options{Arch: "llama", Shape: "tiny", Type: "q8_0", Seed: 1}); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func openTiny(t *testing.T) *engine.Engine {
+	t.Helper()
+	e, err := engine.Open(tinyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+type recorder struct {
+	mu       sync.Mutex
+	lags     []int
+	passes   int
+	maxSeqs  int
+	finished map[string]int
+}
+
+func (r *recorder) Pass(seqs, p, d int, _ time.Duration) {
+	r.mu.Lock()
+	r.passes++
+	r.maxSeqs = max(r.maxSeqs, seqs)
+	r.mu.Unlock()
+}
+func (r *recorder) FirstToken(time.Duration) {}
+func (r *recorder) Finished(reason string, _, _ int) {
+	r.mu.Lock()
+	if r.finished == nil {
+		r.finished = map[string]int{}
+	}
+	r.finished[reason]++
+	r.mu.Unlock()
+}
+func (r *recorder) CancelLag(n int) { r.mu.Lock(); r.lags = append(r.lags, n); r.mu.Unlock() }
+
+func start(t *testing.T, e *engine.Engine, cfg Config) *Scheduler {
+	s := New(e.Model, e.Tok, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	go s.Run(ctx)
+	t.Cleanup(func() { s.Close(errors.New("test over")); cancel() })
+	return s
+}
+
+func collect(h *Handle) (text string, last Event, n int) {
+	for ev := range h.Events {
+		text += ev.Text
+		last = ev
+		if ev.Finish == "" && ev.Err == nil {
+			n++
+		}
+	}
+	return
+}
+
+// TestBatchedMatchesSolo checks continuous batching against the engine's
+// own single-sequence Generate: every request, run concurrently with
+// others of different lengths (joining and leaving the batch at different
+// passes, prompts fed in chunks), must produce exactly the text it
+// produces alone.
+func TestBatchedMatchesSolo(t *testing.T) {
+	e := openTiny(t)
+	rec := &recorder{}
+	s := start(t, e, Config{MaxBatch: 8, PrefillChunk: 5, Observer: rec})
+	const n = 12
+	type result struct {
+		text   string
+		finish string
+	}
+	want := make([]result, n)
+	reqs := make([]Request, n)
+	for i := range reqs {
+		prompt := fmt.Sprintf("request %d says hello to the batch", i)
+		maxTok := 4 + 3*i
+		params := sample.Greedy()
+		if i%3 == 1 {
+			params = sample.Params{Temperature: 0.9, TopP: 0.95, RepeatPenalty: 1, Seed: uint64(i)}
+		}
+		res, err := e.Generate(context.Background(), engine.Request{Prompt: prompt, MaxTokens: maxTok, Sample: params}, func(engine.Token) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = result{res.Text, res.FinishReason}
+		reqs[i] = Request{Prompt: e.Encode(&engine.Request{Prompt: prompt}), MaxTokens: maxTok, Sample: params}
+	}
+	got := make([]result, n)
+	var wg sync.WaitGroup
+	for i := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h, err := s.Submit(context.Background(), reqs[i])
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			text, last, _ := collect(h)
+			if last.Err != nil {
+				t.Error(last.Err)
+			}
+			got[i] = result{text, last.Finish}
+		}()
+	}
+	wg.Wait()
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("request %d: batched %+v, solo %+v", i, got[i], want[i])
+		}
+	}
+	if rec.maxSeqs < 2 {
+		t.Errorf("no pass held more than one sequence (max %d): not batching", rec.maxSeqs)
+	}
+	st := s.Stats()
+	if st.Active != 0 || st.Waiting != 0 || st.Finished != n {
+		t.Errorf("stats after run: %+v", st)
+	}
+}
+
+func TestCancelWithinOneToken(t *testing.T) {
+	e := openTiny(t)
+	rec := &recorder{}
+	s := start(t, e, Config{Observer: rec})
+	// A companion keeps the batch busy so the cancelled one is dropped
+	// while passes continue.
+	other, err := s.Submit(context.Background(), Request{Prompt: []int32{1, 2, 3}, MaxTokens: 200, Sample: sample.Greedy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h, err := s.Submit(ctx, Request{Prompt: []int32{4, 5, 6}, MaxTokens: 200, Sample: sample.Greedy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	var last Event
+	for ev := range h.Events {
+		last = ev
+		if ev.Err != nil || ev.Finish != "" {
+			break
+		}
+		seen++
+		if seen == 3 {
+			cancel()
+		}
+	}
+	if !errors.Is(last.Err, context.Canceled) {
+		t.Fatalf("final event %+v, want context.Canceled", last)
+	}
+	// Tokens the scheduler produced after the cancellation, read from the
+	// final event: at most one more than the client had seen.
+	if last.CompletionTokens > 4 {
+		t.Errorf("sequence produced %d tokens, cancelled after 3", last.CompletionTokens)
+	}
+	collect(other)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.lags) != 1 || rec.lags[0] > 1 {
+		t.Errorf("cancel lags %v, want one entry <= 1", rec.lags)
+	}
+	if st := s.Stats(); st.Cancelled != 1 || st.Active != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestStopStringsHeldBack(t *testing.T) {
+	e := openTiny(t)
+	s := start(t, e, Config{})
+	prompt := []int32{7, 8, 9}
+	base, _, _ := collect(mustSubmit(t, s, Request{Prompt: prompt, MaxTokens: 24, Sample: sample.Greedy()}))
+	if len(base) < 6 {
+		t.Skipf("greedy text too short to cut: %q", base)
+	}
+	stop := base[3:6]
+	text, last, _ := collect(mustSubmit(t, s, Request{Prompt: prompt, MaxTokens: 24, Sample: sample.Greedy(), Stop: []string{"\x00never", stop}}))
+	want := base[:3]
+	if i := indexOf(base, stop); i < 3 {
+		want = base[:i]
+	}
+	if text != want || last.Finish != "stop" {
+		t.Fatalf("with stop %q: got %q (%s), want %q", stop, text, last.Finish, want)
+	}
+}
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+func mustSubmit(t *testing.T, s *Scheduler, r Request) *Handle {
+	t.Helper()
+	h, err := s.Submit(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func TestSubmitLimits(t *testing.T) {
+	e := openTiny(t)
+	s := New(e.Model, e.Tok, Config{MaxQueue: 2}) // not running: the queue only fills
+	ok := Request{Prompt: []int32{1}, MaxTokens: 1, Sample: sample.Greedy()}
+	for i := 0; i < 2; i++ {
+		if _, err := s.Submit(context.Background(), ok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name string
+		req  Request
+		want error
+	}{
+		{"queue full", ok, ErrQueueFull},
+		{"context", Request{Prompt: []int32{1}, MaxTokens: e.Model.Config.Context, Sample: sample.Greedy()}, ErrContext},
+	}
+	for _, tc := range tests {
+		if _, err := s.Submit(context.Background(), tc.req); !errors.Is(err, tc.want) {
+			t.Errorf("%s: got %v want %v", tc.name, err, tc.want)
+		}
+	}
+	for _, r := range []Request{
+		{Prompt: nil, MaxTokens: 1},
+		{Prompt: []int32{1}, MaxTokens: 0},
+		{Prompt: []int32{-1}, MaxTokens: 1},
+		{Prompt: []int32{1 << 20}, MaxTokens: 1},
+		{Prompt: []int32{1}, MaxTokens: 1, Sample: sample.Params{Temperature: -1}},
+	} {
+		if _, err := s.Submit(context.Background(), r); err == nil {
+			t.Errorf("%+v accepted", r)
+		}
+	}
+	s.Close(errors.New("bye"))
+	if _, err := s.Submit(context.Background(), ok); !errors.Is(err, ErrClosed) {
+		t.Errorf("after close: %v", err)
+	}
+}
+
+func TestCloseFailsInFlight(t *testing.T) {
+	e := openTiny(t)
+	s := New(e.Model, e.Tok, Config{})
+	go s.Run(context.Background())
+	h := mustSubmit(t, s, Request{Prompt: []int32{1, 2}, MaxTokens: 250, Sample: sample.Greedy()})
+	<-h.Events // running
+	s.Close(errors.New("shutting down"))
+	_, last, _ := collect(h)
+	if !errors.Is(last.Err, ErrClosed) {
+		t.Fatalf("final event %+v", last)
+	}
+}
+
+func TestLogprobsAndPenalties(t *testing.T) {
+	e := openTiny(t)
+	s := start(t, e, Config{})
+	h := mustSubmit(t, s, Request{Prompt: []int32{1, 2, 3}, MaxTokens: 5, Sample: sample.Greedy(), Logprobs: true, TopLogprobs: 3,
+		LogitBias: map[int32]float32{}, Frequency: 2, Presence: 2})
+	seen := map[int32]bool{}
+	for ev := range h.Events {
+		if ev.Finish != "" || ev.Err != nil {
+			break
+		}
+		lp := ev.Logprob
+		if lp == nil || len(lp.Top) != 3 || lp.Logprob > 0 {
+			t.Fatalf("logprob %+v", lp)
+		}
+		if lp.Top[0].Logprob < lp.Top[1].Logprob {
+			t.Fatalf("top not sorted: %+v", lp.Top)
+		}
+		if seen[lp.Token] {
+			t.Errorf("token %d repeated despite strong penalties", lp.Token)
+		}
+		seen[lp.Token] = true
+	}
+	// A +100 bias forces a token.
+	h = mustSubmit(t, s, Request{Prompt: []int32{1, 2, 3}, MaxTokens: 3, Sample: sample.Greedy(), Logprobs: true, LogitBias: map[int32]float32{42: 100}})
+	for ev := range h.Events {
+		if ev.Logprob != nil && ev.Logprob.Token != 42 {
+			t.Fatalf("bias ignored: token %d", ev.Logprob.Token)
+		}
+	}
+}

@@ -1,0 +1,409 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/strata-llm/strata/daemon/api"
+	"github.com/strata-llm/strata/daemon/authz"
+	"github.com/strata-llm/strata/daemon/openai"
+	"github.com/strata-llm/strata/daemon/peer"
+	"github.com/strata-llm/strata/daemon/sched"
+	"github.com/strata-llm/strata/engine"
+)
+
+// Version is reported by status; set at link time for releases.
+var Version = "dev"
+
+// Limits bound what one request may ask of the daemon.
+type Limits struct {
+	// MaxBodyBytes caps a request body (413 beyond it).
+	MaxBodyBytes int64
+	// MaxPromptTokens caps an encoded prompt (400 beyond it); 0 means the
+	// model's context.
+	MaxPromptTokens int
+	// MaxTokens caps max_tokens and is the default completion length
+	// (clamped to what the context leaves).
+	MaxTokens int
+	// MaxQueue and MaxBatch are each model's scheduler defaults.
+	MaxQueue int
+	MaxBatch int
+	// PrefillChunk is how many prompt tokens a sequence feeds per pass.
+	PrefillChunk int
+}
+
+// DefaultLimits are the limits stratad starts with.
+func DefaultLimits() Limits {
+	return Limits{MaxBodyBytes: 1 << 20, MaxTokens: 4096, MaxQueue: 64, MaxBatch: 16, PrefillChunk: 128}
+}
+
+// Config configures a Server.
+type Config struct {
+	// ModelDirs are the directories the admin API may load models from.
+	ModelDirs []string
+	// AdminGroup names the group (or gid) whose members may load and
+	// unload models; "" means root only.
+	AdminGroup string
+	// APIKey is required as "Authorization: Bearer KEY" on TCP listeners.
+	APIKey string
+	// Limits bound requests; zero fields take DefaultLimits' values.
+	Limits Limits
+	// ShutdownTimeout is how long in-flight requests may run after a
+	// shutdown starts before they are cancelled with an error.
+	ShutdownTimeout time.Duration
+	// Log receives the daemon's structured logs.
+	Log hclog.Logger
+}
+
+// Server is stratad's HTTP server and model registry.
+type Server struct {
+	cfg     Config
+	log     hclog.Logger
+	policy  authz.Policy
+	metrics *metrics
+	started time.Time
+	handler http.Handler
+
+	mu     sync.RWMutex
+	models map[string]*loaded
+	order  []string // load order, for listings
+}
+
+// loaded is one model in the registry.
+type loaded struct {
+	name, path string
+	eng        *engine.Engine
+	sched      *sched.Scheduler
+	stop       context.CancelFunc
+	loadedAt   time.Time
+	budgets    api.Budgets
+	fileBytes  int64
+}
+
+// New builds a Server. It loads no model; call LoadFile or use the admin
+// API.
+func New(cfg Config) (*Server, error) {
+	if cfg.Log == nil {
+		cfg.Log = hclog.NewNullLogger()
+	}
+	d := DefaultLimits()
+	l := &cfg.Limits
+	if l.MaxBodyBytes <= 0 {
+		l.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if l.MaxTokens <= 0 {
+		l.MaxTokens = d.MaxTokens
+	}
+	if l.MaxQueue <= 0 {
+		l.MaxQueue = d.MaxQueue
+	}
+	if l.MaxBatch <= 0 {
+		l.MaxBatch = d.MaxBatch
+	}
+	if l.PrefillChunk <= 0 {
+		l.PrefillChunk = d.PrefillChunk
+	}
+	if l.MaxPromptTokens < 0 {
+		return nil, fmt.Errorf("max prompt tokens must not be negative, got %d", l.MaxPromptTokens)
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 30 * time.Second
+	}
+	pol, warn := authz.NewPolicy(cfg.AdminGroup)
+	if warn != "" {
+		cfg.Log.Warn(warn)
+	}
+	s := &Server{cfg: cfg, log: cfg.Log, policy: pol, metrics: newMetrics(), started: time.Now(), models: map[string]*loaded{}}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// SetProcRoot points the peer-group lookup at another /proc (tests).
+func (s *Server) SetProcRoot(root string) { s.policy.ProcRoot = root }
+
+// Handler is the daemon's HTTP handler. Requests must carry a peer in
+// their context (see Serve); those without one are refused.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// ErrModelExists is returned when a model name is already loaded.
+var ErrModelExists = errors.New("a model with this name is already loaded")
+
+// ErrUnloaded ends requests still running on a model being unloaded.
+var ErrUnloaded = errors.New("model unloaded")
+
+// LoadFile loads the model file at path without the model-directory check:
+// it is for the operator's own --model flag, not for clients.
+func (s *Server) LoadFile(path string, req api.LoadRequest) (api.ModelStatus, error) {
+	if req.Budgets.RAMBytes < 0 || req.Budgets.VRAMBytes < 0 {
+		return api.ModelStatus{}, openai.BadRequest("budgets", "budgets must not be negative")
+	}
+	name := req.Name
+	if name == "" {
+		name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	}
+	if !validName(name) {
+		return api.ModelStatus{}, openai.BadRequest("name", "model name %q must be 1-128 characters of letters, digits and -_.:", name)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return api.ModelStatus{}, fmt.Errorf("model %s: %w", path, err)
+	}
+	if b := req.Budgets.RAMBytes; b > 0 && st.Size() > b {
+		return api.ModelStatus{}, openai.BadRequest("budgets.ram_bytes",
+			"model %s needs %d bytes of host memory but the RAM budget is %d: the CPU engine keeps every weight resident (tiered streaming, engine/tier, is not integrated yet)",
+			name, st.Size(), b)
+	}
+	s.mu.RLock()
+	_, dup := s.models[name]
+	s.mu.RUnlock()
+	if dup {
+		return api.ModelStatus{}, fmt.Errorf("%q: %w", name, ErrModelExists)
+	}
+	t0 := time.Now()
+	eng, err := engine.Open(path)
+	if err != nil {
+		return api.ModelStatus{}, err
+	}
+	maxBatch, maxQueue := s.cfg.Limits.MaxBatch, s.cfg.Limits.MaxQueue
+	if req.MaxBatch > 0 {
+		maxBatch = req.MaxBatch
+	}
+	if req.MaxQueue > 0 {
+		maxQueue = req.MaxQueue
+	}
+	sc := sched.New(eng.Model, eng.Tok, sched.Config{
+		MaxBatch: maxBatch, MaxQueue: maxQueue, PrefillChunk: s.cfg.Limits.PrefillChunk,
+		Observer: &observer{m: s.metrics, model: name},
+	})
+	ctx, stop := context.WithCancel(context.Background())
+	lm := &loaded{name: name, path: path, eng: eng, sched: sc, stop: stop, loadedAt: time.Now(), budgets: req.Budgets, fileBytes: st.Size()}
+	s.mu.Lock()
+	if _, dup := s.models[name]; dup {
+		s.mu.Unlock()
+		stop()
+		eng.Close()
+		return api.ModelStatus{}, fmt.Errorf("%q: %w", name, ErrModelExists)
+	}
+	s.models[name] = lm
+	s.order = append(s.order, name)
+	s.metrics.modelsLoaded.Set(float64(len(s.models)))
+	s.mu.Unlock()
+	go sc.Run(ctx)
+	s.log.Info("model loaded", "name", name, "path", path, "arch", eng.Model.Config.Arch, "layers", eng.Model.Config.Layers,
+		"bytes", st.Size(), "took", time.Since(t0).Round(time.Millisecond).String())
+	return s.modelStatus(lm), nil
+}
+
+func validName(n string) bool {
+	if n == "" || len(n) > 128 {
+		return false
+	}
+	for _, r := range n {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.:", r)) {
+			return false
+		}
+	}
+	return true
+}
+
+// Unload removes a model: new requests for it get 404, requests in flight
+// or queued end with ErrUnloaded, and its memory is released once its
+// scheduler has stopped. It returns how many requests were cut short.
+func (s *Server) Unload(name string) (int, error) {
+	s.mu.Lock()
+	lm, ok := s.models[name]
+	if ok {
+		delete(s.models, name)
+		s.order = slices.DeleteFunc(s.order, func(n string) bool { return n == name })
+		s.metrics.modelsLoaded.Set(float64(len(s.models)))
+	}
+	s.mu.Unlock()
+	if !ok {
+		return 0, modelNotFound(name)
+	}
+	st := lm.sched.Stats()
+	lm.sched.Close(ErrUnloaded)
+	lm.stop()
+	err := lm.eng.Close()
+	s.metrics.forget(name)
+	s.log.Info("model unloaded", "name", name, "cut_short", st.Waiting+st.Active)
+	return st.Waiting + st.Active, err
+}
+
+// Close unloads every model.
+func (s *Server) Close() error {
+	var errs []error
+	for _, n := range s.modelNames() {
+		if _, err := s.Unload(n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Server) modelNames() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clone(s.order)
+}
+
+func (s *Server) lookup(name string) (*loaded, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	lm, ok := s.models[name]
+	if !ok {
+		return nil, modelNotFound(name)
+	}
+	return lm, nil
+}
+
+func modelNotFound(name string) *openai.Error {
+	return openai.Errorf(http.StatusNotFound, openai.TypeInvalidRequest, "model", "model_not_found",
+		"The model `%s` does not exist or is not loaded.", name)
+}
+
+// peerKey carries the authz.Peer of a connection in request contexts.
+type peerKey struct{}
+
+// WithPeer returns ctx carrying pr; Serve does this for every connection.
+func WithPeer(ctx context.Context, pr authz.Peer) context.Context {
+	return context.WithValue(ctx, peerKey{}, pr)
+}
+
+func peerOf(r *http.Request) authz.Peer {
+	pr, _ := r.Context().Value(peerKey{}).(authz.Peer)
+	return pr
+}
+
+// Serve serves HTTP on the Unix listeners (peers identified by
+// SO_PEERCRED) and TCP listeners (API key required) until ctx is done,
+// then shuts down gracefully: listeners close at once, in-flight requests
+// get ShutdownTimeout to finish, after which they are ended with an error
+// (streams receive an error event). Serve unloads every model before it
+// returns. It returns the first listener error, or nil after a clean
+// shutdown.
+func (s *Server) Serve(ctx context.Context, unixLs, tcpLs []net.Listener) error {
+	if len(tcpLs) > 0 && s.cfg.APIKey == "" {
+		return errors.New("a TCP listener needs an API key")
+	}
+	var servers []*http.Server
+	errc := make(chan error, len(unixLs)+len(tcpLs))
+	errLog := s.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	mk := func(h http.Handler, cc func(context.Context, net.Conn) context.Context) *http.Server {
+		srv := &http.Server{Handler: h, ConnContext: cc, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+		servers = append(servers, srv)
+		return srv
+	}
+	for _, l := range unixLs {
+		srv := mk(s.handler, func(ctx context.Context, c net.Conn) context.Context {
+			cred, err := peer.FromConn(c)
+			if err != nil {
+				s.log.Warn("no peer credentials; treating as anonymous", "error", err)
+				return WithPeer(ctx, authz.Peer{})
+			}
+			return WithPeer(ctx, authz.Peer{Unix: true, Cred: cred})
+		})
+		s.log.Info("listening", "network", "unix", "addr", l.Addr().String())
+		go func() { errc <- srv.Serve(l) }()
+	}
+	for _, l := range tcpLs {
+		srv := mk(s.requireKey(s.handler), func(ctx context.Context, c net.Conn) context.Context {
+			return WithPeer(ctx, authz.Peer{}) // becomes APIKey once the key checks out
+		})
+		s.log.Info("listening", "network", "tcp", "addr", l.Addr().String())
+		go func() { errc <- srv.Serve(l) }()
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+		s.log.Error("listener failed", "error", serveErr)
+	}
+	s.log.Info("shutting down", "grace", s.cfg.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, srv := range servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Shutdown(sctx); err != nil {
+				s.log.Warn("in-flight requests did not finish in time; cancelling them", "error", err)
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-sctx.Done():
+		// Ending the schedulers sends every in-flight request its error;
+		// handlers then return and Shutdown completes.
+		s.Close()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			for _, srv := range servers {
+				srv.Close()
+			}
+			<-done
+		}
+	}
+	s.Close()
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	return serveErr
+}
+
+// requireKey admits TCP requests that carry the configured API key.
+func (s *Server) requireKey(next http.Handler) http.Handler {
+	want := []byte("Bearer " + s.cfg.APIKey)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if s.cfg.APIKey == "" || subtle.ConstantTimeCompare(got, want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="stratad"`)
+			s.metrics.requests.WithLabelValues(endpointOf(r), "401").Inc()
+			msg := "Incorrect API key provided."
+			if len(got) == 0 {
+				msg = "You didn't provide an API key. Pass it as an Authorization: Bearer header."
+			}
+			openai.WriteError(w, openai.Errorf(http.StatusUnauthorized, openai.TypeInvalidRequest, "", "invalid_api_key", "%s", msg))
+			return
+		}
+		r = r.WithContext(WithPeer(r.Context(), authz.Peer{APIKey: true}))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// newID returns an OpenAI-style object id with the given prefix.
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// randomSeed draws a seed for requests that give none.
+func randomSeed() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	var v uint64
+	for _, x := range b {
+		v = v<<8 | uint64(x)
+	}
+	return v
+}

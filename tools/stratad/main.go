@@ -1,0 +1,278 @@
+// Command stratad is strata's privileged daemon: it owns the loaded models
+// and serves them over a Unix socket (OpenAI-compatible API + admin API),
+// and over TCP with an API key when asked to. It runs under systemd
+// (socket activation, sd_notify, watchdog; units in setup/systemd) or by
+// hand:
+//
+//	stratad --socket PATH --model FILE
+//	stratad --socket PATH --model FILE --listen 127.0.0.1:PORT --api-key KEY
+//
+// The server itself is package daemon; this main parses flags, opens the
+// listeners, sets up logging and handles signals.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/signal"
+	"os/user"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	"github.com/hashicorp/go-hclog"
+	"github.com/urfave/cli/v3"
+	"golang.org/x/term"
+
+	"github.com/strata-llm/strata/daemon"
+	"github.com/strata-llm/strata/daemon/api"
+	"github.com/strata-llm/strata/daemon/listen"
+	"github.com/strata-llm/strata/engine/synth"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1 // the daemon failed (includes: socket in use)
+	exitUsage = 2 // bad flags
+)
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := command().Run(ctx, os.Args)
+	if err == nil {
+		os.Exit(exitOK)
+	}
+	fmt.Fprintf(os.Stderr, "stratad: %v\n", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		os.Exit(exitUsage)
+	}
+	os.Exit(exitError)
+}
+
+func command() *cli.Command {
+	d := daemon.DefaultLimits()
+	return &cli.Command{
+		Name:  "stratad",
+		Usage: "serve language models over a Unix socket (and optionally TCP)",
+		OnUsageError: func(ctx context.Context, cmd *cli.Command, err error, isSubcommand bool) error {
+			return usageError{err.Error()}
+		},
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "socket", Value: "/run/strata/strata.sock", Sources: cli.EnvVars("STRATA_SOCKET"), Usage: "Unix socket to serve on (ignored under socket activation)"},
+			&cli.StringFlag{Name: "socket-mode", Value: "0660", Usage: "permission bits of the socket (octal)"},
+			&cli.StringFlag{Name: "socket-group", Value: "strata", Usage: "group owning the socket (name or gid); kept as the daemon's own group when it does not exist"},
+			&cli.StringSliceFlag{Name: "model", Aliases: []string{"m"}, Usage: "model FILE to load at start (repeatable); name = file name without extension, or NAME=FILE"},
+			&cli.BoolFlag{Name: "default-model", Usage: "also load the default tiny synthetic model (written to the cache on first use, as `strata run` does)"},
+			&cli.StringSliceFlag{Name: "model-dir", Value: []string{"/var/lib/strata/models"}, Usage: "directory the admin API may load models from (repeatable)"},
+			&cli.StringFlag{Name: "admin-group", Value: "strata-admin", Usage: "group whose members may load and unload models (besides root)"},
+			&cli.StringFlag{Name: "listen", Usage: "also serve TCP on ADDR (e.g. 127.0.0.1:8080); needs --api-key"},
+			&cli.StringFlag{Name: "api-key", Sources: cli.EnvVars("STRATAD_API_KEY"), Usage: "API key required as 'Authorization: Bearer KEY' on TCP"},
+			&cli.StringFlag{Name: "api-key-file", Usage: "read the API key from this file (keeps it out of the process list)"},
+			&cli.Int64Flag{Name: "max-body-bytes", Value: d.MaxBodyBytes, Usage: "largest request body"},
+			&cli.IntFlag{Name: "max-prompt-tokens", Value: 0, Usage: "largest prompt in tokens (0 = the model's context)"},
+			&cli.IntFlag{Name: "max-tokens", Value: d.MaxTokens, Usage: "largest (and default) max_tokens"},
+			&cli.IntFlag{Name: "max-queue", Value: d.MaxQueue, Usage: "requests that may wait per model before 429"},
+			&cli.IntFlag{Name: "max-batch", Value: d.MaxBatch, Usage: "sequences per batched forward pass"},
+			&cli.DurationFlag{Name: "shutdown-timeout", Value: 30 * time.Second, Usage: "grace period for in-flight requests on shutdown"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Sources: cli.EnvVars("STRATAD_LOG"), Usage: "trace, debug, info, warn or error"},
+			&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "auto (JSON unless stderr is a terminal), json or text"},
+		},
+		Action: run,
+	}
+}
+
+func run(ctx context.Context, cmd *cli.Command) error {
+	if cmd.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected arguments: %v", cmd.Args().Slice())}
+	}
+	log, err := newLogger(cmd.String("log-level"), cmd.String("log-format"))
+	if err != nil {
+		return err
+	}
+	mode, err := strconv.ParseUint(cmd.String("socket-mode"), 8, 32)
+	if err != nil || mode > 0o777 {
+		return usageError{fmt.Sprintf("--socket-mode %q is not an octal permission", cmd.String("socket-mode"))}
+	}
+	key := cmd.String("api-key")
+	if f := cmd.String("api-key-file"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("reading --api-key-file: %w", err)
+		}
+		key = strings.TrimSpace(string(b))
+	}
+	addr := cmd.String("listen")
+	if addr != "" && key == "" {
+		return usageError{"--listen needs --api-key (or --api-key-file, or STRATAD_API_KEY): TCP is never served without a key"}
+	}
+	srv, err := daemon.New(daemon.Config{
+		ModelDirs:  cmd.StringSlice("model-dir"),
+		AdminGroup: cmd.String("admin-group"),
+		APIKey:     key,
+		Limits: daemon.Limits{
+			MaxBodyBytes: cmd.Int64("max-body-bytes"), MaxPromptTokens: int(cmd.Int("max-prompt-tokens")),
+			MaxTokens: int(cmd.Int("max-tokens")), MaxQueue: int(cmd.Int("max-queue")), MaxBatch: int(cmd.Int("max-batch")),
+		},
+		ShutdownTimeout: cmd.Duration("shutdown-timeout"),
+		Log:             log,
+	})
+	if err != nil {
+		return usageError{err.Error()}
+	}
+
+	// Models first, so the socket only appears once there is something
+	// to serve and systemd's READY means ready.
+	models := cmd.StringSlice("model")
+	if cmd.Bool("default-model") {
+		p, created, err := synth.DefaultPath()
+		if err != nil {
+			return err
+		}
+		if created {
+			log.Info("synthesized the default model", "path", p)
+		}
+		models = append(models, p)
+	}
+	for _, m := range models {
+		name, path := "", m
+		if n, p, ok := strings.Cut(m, "="); ok && n != "" && !strings.ContainsRune(n, '/') {
+			name, path = n, p
+		}
+		if _, err := srv.LoadFile(path, api.LoadRequest{Name: name}); err != nil {
+			srv.Close()
+			return fmt.Errorf("loading %s: %w", path, err)
+		}
+	}
+
+	unixLs, tcpLs, err := listen.Systemd()
+	if err != nil {
+		srv.Close()
+		return err
+	}
+	if len(unixLs)+len(tcpLs) > 0 {
+		log.Info("using sockets from systemd", "unix", len(unixLs), "tcp", len(tcpLs))
+	} else {
+		gid := socketGID(log, cmd.String("socket-group"))
+		l, err := listen.Unix(cmd.String("socket"), fs.FileMode(mode), gid)
+		if err != nil {
+			srv.Close()
+			return err
+		}
+		unixLs = append(unixLs, l)
+	}
+	if addr != "" {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			srv.Close()
+			for _, u := range unixLs {
+				u.Close()
+			}
+			return fmt.Errorf("listening on %s: %w", addr, err)
+		}
+		if host, _, _ := net.SplitHostPort(addr); !isLoopback(host) {
+			log.Warn("TCP listener is not on loopback; anyone who can reach it and knows the key can run inference", "addr", addr)
+		}
+		tcpLs = append(tcpLs, l)
+	}
+	if len(tcpLs) > 0 && key == "" {
+		srv.Close()
+		return usageError{"systemd passed a TCP socket but no API key is configured"}
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go watchdog(ctx, log)
+	notify(log, sddaemon.SdNotifyReady)
+	log.Info("stratad ready", "pid", os.Getpid(), "version", daemon.Version)
+	err = srv.Serve(ctx, unixLs, tcpLs)
+	notify(log, sddaemon.SdNotifyStopping)
+	log.Info("stratad stopped")
+	return err
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// socketGID resolves --socket-group; -1 (keep the daemon's group) when it
+// is empty or does not exist.
+func socketGID(log hclog.Logger, group string) int {
+	if group == "" {
+		return -1
+	}
+	if gid, err := strconv.Atoi(group); err == nil {
+		return gid
+	}
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		log.Warn("socket group not found; the socket keeps the daemon's group", "group", group)
+		return -1
+	}
+	gid, err := strconv.Atoi(g.Gid)
+	if err != nil {
+		return -1
+	}
+	return gid
+}
+
+func notify(log hclog.Logger, state string) {
+	sent, err := sddaemon.SdNotify(false, state)
+	if err != nil {
+		log.Warn("sd_notify failed", "state", state, "error", err)
+	} else if sent {
+		log.Debug("sd_notify", "state", state)
+	}
+}
+
+// watchdog pings systemd's watchdog at half its interval when enabled.
+func watchdog(ctx context.Context, log hclog.Logger) {
+	every, err := sddaemon.SdWatchdogEnabled(false)
+	if err != nil || every <= 0 {
+		return
+	}
+	t := time.NewTicker(every / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			notify(log, sddaemon.SdNotifyWatchdog)
+		}
+	}
+}
+
+func newLogger(level, format string) (hclog.Logger, error) {
+	lv := hclog.LevelFromString(level)
+	if lv == hclog.NoLevel {
+		return nil, usageError{fmt.Sprintf("--log-level %q: use trace, debug, info, warn or error", level)}
+	}
+	var js bool
+	switch format {
+	case "auto":
+		js = !term.IsTerminal(int(os.Stderr.Fd()))
+	case "json":
+		js = true
+	case "text":
+	default:
+		return nil, usageError{fmt.Sprintf("--log-format %q: use auto, json or text", format)}
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: "stratad", Level: lv, Output: os.Stderr, JSONFormat: js}), nil
+}
