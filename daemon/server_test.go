@@ -601,7 +601,13 @@ func TestDisconnectCancels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := `{"model":"tiny","messages":[{"role":"user","content":"go on"}],"max_tokens":200,"temperature":0,"stream":true}`
+	// Ban the tiny vocabulary's special tokens (ids 496..511) so the random
+	// model cannot end the stream by itself before the client hangs up.
+	bias := []string{}
+	for id := 496; id < 512; id++ {
+		bias = append(bias, fmt.Sprintf(`"%d":-100`, id))
+	}
+	body := `{"model":"tiny","messages":[{"role":"user","content":"go on"}],"max_tokens":200,"temperature":0,"stream":true,"logit_bias":{` + strings.Join(bias, ",") + `}}`
 	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	br := bufio.NewReader(conn)
 	events := 0

@@ -15,6 +15,7 @@ import (
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/sample"
+	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/engine/tokenizer"
 )
 
@@ -23,12 +24,17 @@ import (
 type Engine struct {
 	path  string
 	file  *gguf.Mapped
+	pool  *tier.Pool // set instead of file when opened from a prefab pool
 	Model *model.Model
 	Tok   *tokenizer.Tokenizer
 }
 
-// Open maps a GGUF model and prepares it for generation on the CPU backend.
+// Open maps a GGUF model or a prefab pool (told apart by the pool's magic)
+// and prepares it for generation on the CPU backend.
 func Open(path string) (*Engine, error) {
+	if ok, _ := tier.IsPool(path); ok {
+		return OpenPool(path)
+	}
 	m, err := gguf.Map(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening model %s: %w", path, err)
@@ -61,7 +67,12 @@ func fromMapped(path string, m *gguf.Mapped) (*Engine, error) {
 }
 
 // Close releases the model's mapping. The Engine must not be used after.
-func (e *Engine) Close() error { return e.file.Close() }
+func (e *Engine) Close() error {
+	if e.pool != nil {
+		return e.pool.Close()
+	}
+	return e.file.Close()
+}
 
 // Path is the file the engine was opened from.
 func (e *Engine) Path() string { return e.path }

@@ -1,0 +1,44 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/engine/tokenizer"
+)
+
+// OpenPool maps a prefab pool (see tier.WritePool) and prepares it for
+// generation on the CPU backend, with every layer resident over the pool's
+// mapping. The tokenizer comes from the pool's manifest. Every extent's
+// checksum is verified while loading, so a damaged pool is refused here with
+// an error naming the extent.
+func OpenPool(path string) (*Engine, error) {
+	p, err := tier.OpenPool(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening model %s: %w", path, err)
+	}
+	e, err := fromPool(path, p)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func fromPool(path string, p *tier.Pool) (*Engine, error) {
+	tok, err := tokenizer.New(p.Vocab())
+	if err != nil {
+		return nil, fmt.Errorf("model %s: building tokenizer: %w", path, err)
+	}
+	mod, err := p.Model()
+	if err != nil {
+		return nil, fmt.Errorf("model %s: loading weights: %w", path, err)
+	}
+	if tok.VocabSize() != mod.Config.Vocab {
+		return nil, fmt.Errorf("model %s: tokenizer has %d tokens but the model's vocabulary is %d", path, tok.VocabSize(), mod.Config.Vocab)
+	}
+	return &Engine{path: path, pool: p, Model: mod, Tok: tok}, nil
+}
+
+// Pool is the prefab pool the engine was opened from, or nil for a GGUF.
+func (e *Engine) Pool() *tier.Pool { return e.pool }

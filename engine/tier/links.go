@@ -1,0 +1,324 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/strata-llm/strata/engine/quant"
+)
+
+// Links are the speeds of the pipeline's three stages. Bandwidths are bytes
+// per second; latencies are the time to the first byte of one transfer
+// (what the pipeline depth must hide); overheads are the fixed busy time
+// each layer's transfer adds to its link.
+type Links struct {
+	// StorageToHost is stage 1: tier C into host staging (or straight into
+	// device slots when device memory is host memory).
+	StorageToHost float64 `json:"storage_bps"`
+	// HostToDevice is stage 2: host memory into a device slot.
+	HostToDevice float64 `json:"h2d_bps"`
+	// Compute is the rate at which the device consumes weight bytes in a
+	// decode pass.
+	Compute              float64       `json:"compute_bps"`
+	StorageLatency       time.Duration `json:"storage_latency_ns"`
+	HostToDeviceLatency  time.Duration `json:"h2d_latency_ns"`
+	StorageOverhead      time.Duration `json:"storage_overhead_ns"`
+	HostToDeviceOverhead time.Duration `json:"h2d_overhead_ns"`
+	// Notes says where each number came from (measured how, or default).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// DefaultLinks are the speeds assumed when nothing is measured: a PCIe 4
+// NVMe SSD (3 GB/s, 100 µs to first byte), a PCIe 4 x16 link from pinned
+// memory (25 GB/s, 10 µs) and a GPU consuming weights at 1 TB/s.
+func DefaultLinks() Links {
+	return Links{
+		StorageToHost: 3e9, HostToDevice: 25e9, Compute: 1e12,
+		StorageLatency: 100 * time.Microsecond, HostToDeviceLatency: 10 * time.Microsecond,
+		StorageOverhead: 20 * time.Microsecond, HostToDeviceOverhead: 5 * time.Microsecond,
+		Notes: []string{"defaults (not measured)"},
+	}
+}
+
+func (l *Links) validate() error {
+	for _, v := range []struct {
+		name string
+		bps  float64
+	}{{"storage", l.StorageToHost}, {"host-to-device", l.HostToDevice}, {"compute", l.Compute}} {
+		if !(v.bps > 0) || math.IsInf(v.bps, 0) {
+			return fmt.Errorf("%s bandwidth %v must be positive and finite", v.name, v.bps)
+		}
+	}
+	if l.StorageLatency < 0 || l.HostToDeviceLatency < 0 || l.StorageOverhead < 0 || l.HostToDeviceOverhead < 0 {
+		return errors.New("negative link latency or overhead")
+	}
+	return nil
+}
+
+// MeasureOptions controls MeasureLinks.
+type MeasureOptions struct {
+	// Path is a file on the storage tier C will use (the pool itself);
+	// empty skips the storage measurement.
+	Path string
+	// StorageBytes is how much of Path to read; 0 means 256 MiB.
+	StorageBytes int64
+	// ComputeType is the weight format whose dot-product rate is measured
+	// (the model's dominant matrix type); 0 means Q4_K.
+	ComputeType quant.Type
+	// Duration bounds the copy and compute measurements each; 0 means
+	// 200 ms.
+	Duration time.Duration
+}
+
+// MeasureLinks measures the links of the CPU backend quickly (well under
+// two seconds): storage by reading the start of opts.Path with O_DIRECT
+// (plain reads where the filesystem refuses it, which the page cache may
+// flatter), host-to-device as memmove bandwidth (on the CPU backend the
+// "device" slot is host memory), and compute as the rate of the engine's
+// dot-product kernels over a matrix of opts.ComputeType on every core.
+// Links not measured keep DefaultLinks' values.
+func MeasureLinks(ctx context.Context, opts MeasureOptions) (Links, error) {
+	l := DefaultLinks()
+	l.Notes = nil
+	d := opts.Duration
+	if d <= 0 {
+		d = 200 * time.Millisecond
+	}
+	if opts.Path != "" {
+		st, err := MeasureStorage(ctx, opts.Path, opts.StorageBytes)
+		if err != nil {
+			return l, err
+		}
+		l.StorageToHost, l.StorageLatency = st.Bandwidth, st.Latency
+		how := "O_DIRECT"
+		if !st.Direct {
+			how = "buffered reads (O_DIRECT refused; page cache may inflate it)"
+		}
+		l.Notes = append(l.Notes, fmt.Sprintf("storage: %s of %s, %s", FormatBytes(st.Bytes), opts.Path, how))
+	} else {
+		l.Notes = append(l.Notes, "storage: default")
+	}
+	l.HostToDevice = MeasureCopy(ctx, d)
+	l.HostToDeviceLatency = time.Microsecond
+	l.HostToDeviceOverhead = 0
+	l.Notes = append(l.Notes, "h2d: memmove bandwidth (CPU backend)")
+	typ := opts.ComputeType
+	if typ == 0 {
+		typ = quant.Q4_K
+	}
+	c, err := MeasureCompute(ctx, typ, d)
+	if err != nil {
+		return l, err
+	}
+	l.Compute = c
+	l.Notes = append(l.Notes, fmt.Sprintf("compute: %v dot products on %d cores", typ, runtime.GOMAXPROCS(0)))
+	return l, nil
+}
+
+// StorageResult is what MeasureStorage found.
+type StorageResult struct {
+	Bandwidth float64       // bytes/s of sequential reads
+	Latency   time.Duration // median time of a 4 KiB read
+	Bytes     int64         // bytes read for the bandwidth
+	Direct    bool          // O_DIRECT was used
+}
+
+// storageChunk is the size of one read; storageQD reads are kept in flight.
+const (
+	storageChunk = 4 << 20
+	storageQD    = 4
+)
+
+// MeasureStorage reads up to limit bytes (0: 256 MiB) from the start of
+// path, storageQD chunks of 4 MiB in flight, with O_DIRECT into page-aligned
+// buffers so the page cache neither helps nor hurts, and times a few 4 KiB
+// reads for latency. Filesystems that refuse O_DIRECT (tmpfs) are read with
+// plain reads instead, and Direct says so.
+func MeasureStorage(ctx context.Context, path string, limit int64) (StorageResult, error) {
+	if limit <= 0 {
+		limit = 256 << 20
+	}
+	var res StorageResult
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_DIRECT, 0)
+	res.Direct = err == nil
+	if err != nil {
+		if f, err = os.Open(path); err != nil {
+			return res, fmt.Errorf("measuring storage: %w", err)
+		}
+	}
+	defer func() { f.Close() }() // f may be reopened without O_DIRECT below
+	st, err := f.Stat()
+	if err != nil {
+		return res, fmt.Errorf("measuring storage: %w", err)
+	}
+	size := min(st.Size(), limit) / ExtentAlign * ExtentAlign
+	if size < ExtentAlign {
+		return res, fmt.Errorf("measuring storage: %s has %d bytes, too few to measure", path, st.Size())
+	}
+	bufs := make([][]byte, storageQD)
+	for i := range bufs {
+		b, err := unix.Mmap(-1, 0, storageChunk, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+		if err != nil {
+			return res, fmt.Errorf("measuring storage: aligned buffer: %w", err)
+		}
+		defer unix.Munmap(b)
+		bufs[i] = b
+	}
+	readAt := func(b []byte, off int64) error {
+		_, err := f.ReadAt(b, off)
+		if err == io.EOF {
+			err = nil
+		}
+		return err
+	}
+	// Latency: a few single-page reads spread over the file.
+	var lats []time.Duration
+	for i := range 5 {
+		off := size / 5 * int64(i) / ExtentAlign * ExtentAlign
+		t0 := time.Now()
+		if err := readAt(bufs[0][:ExtentAlign], off); err != nil {
+			if res.Direct && errors.Is(err, unix.EINVAL) {
+				f.Close()
+				if f, err = os.Open(path); err != nil {
+					return res, fmt.Errorf("measuring storage: %w", err)
+				}
+				res.Direct = false
+				continue
+			}
+			return res, fmt.Errorf("measuring storage: %w", err)
+		}
+		lats = append(lats, time.Since(t0))
+	}
+	if len(lats) > 0 {
+		slices.Sort(lats)
+		res.Latency = lats[len(lats)/2]
+	}
+	// Bandwidth: sequential chunks, storageQD in flight.
+	chunks := (size + storageChunk - 1) / storageChunk
+	var (
+		mu   sync.Mutex
+		next int64
+		rerr error
+		wg   sync.WaitGroup
+	)
+	t0 := time.Now()
+	for w := range storageQD {
+		wg.Add(1)
+		go func(buf []byte) {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				mu.Lock()
+				c := next
+				next++
+				mu.Unlock()
+				if c >= chunks {
+					return
+				}
+				off := c * storageChunk
+				n := min(int64(storageChunk), size-off)
+				if err := readAt(buf[:n], off); err != nil {
+					mu.Lock()
+					rerr = errors.Join(rerr, err)
+					mu.Unlock()
+					return
+				}
+			}
+		}(bufs[w])
+	}
+	wg.Wait()
+	el := time.Since(t0)
+	if rerr != nil {
+		return res, fmt.Errorf("measuring storage: %w", rerr)
+	}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	res.Bytes = size
+	res.Bandwidth = float64(size) / max(el.Seconds(), 1e-9)
+	return res, nil
+}
+
+// MeasureCopy returns memmove bandwidth (bytes/s) between two 64 MiB
+// buffers over about d: the CPU backend's host-to-device copy.
+func MeasureCopy(ctx context.Context, d time.Duration) float64 {
+	const size = 64 << 20
+	src := make([]byte, size)
+	dst := make([]byte, size)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	copy(dst, src) // fault the pages in before timing
+	var n int64
+	t0 := time.Now()
+	for time.Since(t0) < d && ctx.Err() == nil || n == 0 {
+		copy(dst, src)
+		n += size
+	}
+	return float64(n) / max(time.Since(t0).Seconds(), 1e-9)
+}
+
+// MeasureCompute returns the rate (weight bytes/s) at which the CPU
+// kernels dot a matrix of typ (about 64 MiB, larger than caches) with a
+// vector, rows split over GOMAXPROCS goroutines, over about d.
+func MeasureCompute(ctx context.Context, typ quant.Type, d time.Duration) (float64, error) {
+	const cols = 4096
+	rb, err := typ.RowBytes(cols)
+	if err != nil {
+		return 0, fmt.Errorf("measuring compute: %w", err)
+	}
+	rows := int((64 << 20) / rb)
+	w := make([]byte, int64(rows)*rb)
+	if err := quant.FillRandomRows(typ, w, cols, 1, 0.02); err != nil {
+		return 0, fmt.Errorf("measuring compute: %w", err)
+	}
+	x := make([]float32, cols)
+	for i := range x {
+		x[i] = float32(i%7) - 3
+	}
+	workers := runtime.GOMAXPROCS(0)
+	per := (rows + workers - 1) / workers
+	ys := make([][]float32, workers)
+	for i := range ys {
+		ys[i] = make([]float32, per)
+	}
+	pass := func() error {
+		var wg sync.WaitGroup
+		errs := make([]error, workers)
+		for i := range workers {
+			r0 := i * per
+			r1 := min(rows, r0+per)
+			if r0 >= r1 {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = quant.DotRows(typ, w[int64(r0)*rb:int64(r1)*rb], cols, x, ys[i][:r1-r0])
+			}()
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+	if err := pass(); err != nil { // warm up
+		return 0, fmt.Errorf("measuring compute: %w", err)
+	}
+	var n int64
+	t0 := time.Now()
+	for time.Since(t0) < d && ctx.Err() == nil || n == 0 {
+		if err := pass(); err != nil {
+			return 0, fmt.Errorf("measuring compute: %w", err)
+		}
+		n += int64(len(w))
+	}
+	return float64(n) / max(time.Since(t0).Seconds(), 1e-9), nil
+}

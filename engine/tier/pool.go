@@ -1,0 +1,312 @@
+package tier
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sync"
+
+	"github.com/zeebo/xxh3"
+	"golang.org/x/sys/unix"
+
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/tokenizer"
+)
+
+// Pool is an opened prefab pool: the file mapped read-only, its manifest
+// parsed and validated. It is the zero-copy tier-B source (Mapped) and the
+// extent table tier-C readers use (Extent, Verify, Decode). Every extent's
+// checksum is verified the first time the pool hands out its mapped bytes;
+// bytes read from storage are checked by Verify. A Pool is safe for
+// concurrent use; Close must not race with other calls.
+type Pool struct {
+	path   string
+	data   []byte
+	l      *layout
+	checks []extentCheck // one per layer, then the globals
+	tmpl   []model.Layer // per layer: tensors with Data unset
+}
+
+// extentCheck remembers the outcome of verifying one extent of the mapping.
+type extentCheck struct {
+	once sync.Once
+	err  error
+}
+
+// OpenPool maps the pool at path read-only and validates its header,
+// manifest and extent table, and that the file is long enough for every
+// extent. Anything wrong is an error wrapping ErrCorrupt that says what
+// (and, for truncation, which extent). Extent checksums are verified
+// lazily, on first use.
+func OpenPool(path string) (*Pool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	defer f.Close() // the mapping outlives the descriptor
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("open pool %s: %w", path, err)
+	}
+	size := st.Size()
+	if size < HeaderSize {
+		// Too small to map usefully (mmap of an empty file fails); let the
+		// parser say what is wrong with the few bytes there are.
+		b, err := io.ReadAll(io.LimitReader(f, HeaderSize))
+		if err != nil {
+			return nil, fmt.Errorf("open pool %s: %w", path, err)
+		}
+		_, err = parseLayout(b)
+		return nil, fmt.Errorf("open pool %s: %w", path, err)
+	}
+	if size > math.MaxInt {
+		return nil, fmt.Errorf("open pool %s: %d bytes is too large to map", path, size)
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("open pool %s: mmap: %w", path, err)
+	}
+	l, err := parseLayout(data)
+	if err != nil {
+		_ = unix.Munmap(data)
+		return nil, fmt.Errorf("open pool %s: %w", path, err)
+	}
+	return newPool(path, data, l), nil
+}
+
+func newPool(path string, data []byte, l *layout) *Pool {
+	p := &Pool{path: path, data: data, l: l}
+	p.checks = make([]extentCheck, len(l.layers)+1)
+	order := layerOrder(l.cfg.Arch)
+	p.tmpl = make([]model.Layer, len(l.layers))
+	for i := range l.layers {
+		for j, r := range order {
+			ti := &l.layers[i].tensors[j]
+			*r.field(&p.tmpl[i]) = model.Tensor{Name: ti.name, Type: ti.typ, Rows: ti.rows, Cols: ti.cols}
+		}
+	}
+	return p
+}
+
+// Path is the file the pool was opened from.
+func (p *Pool) Path() string { return p.path }
+
+// Config is the model's hyperparameters from the manifest.
+func (p *Pool) Config() model.Config { return p.l.cfg }
+
+// Vocab is the tokenizer description from the manifest; build a tokenizer
+// with tokenizer.New. Treat it as read-only.
+func (p *Pool) Vocab() *tokenizer.Vocab { return p.l.vocab }
+
+// Type is the prefab type the pool was written with (keep, q8_0, q4_k or
+// int8).
+func (p *Pool) Type() string { return p.l.man.Type }
+
+// Source names the model file the pool was made from, as recorded.
+func (p *Pool) Source() string { return p.l.man.Source }
+
+// NumLayers is the number of layer extents (the model's layer count).
+func (p *Pool) NumLayers() int { return len(p.l.layers) }
+
+// Extent is where layer i's bytes lie in the pool file: one aligned,
+// sequential read. It panics if i is out of range, like a slice index: the
+// layer count is known from NumLayers.
+func (p *Pool) Extent(i int) Extent { return p.l.layers[i].ext }
+
+// GlobalsExtent is where the non-layer tensors lie in the pool file.
+func (p *Pool) GlobalsExtent() Extent { return p.l.globals.ext }
+
+// LayerBytes returns every layer extent's length (what streaming the layer
+// moves), in layer order: the planner's input.
+func (p *Pool) LayerBytes() []int64 {
+	out := make([]int64, len(p.l.layers))
+	for i := range p.l.layers {
+		out[i] = p.l.layers[i].ext.Length
+	}
+	return out
+}
+
+// GlobalBytes is the globals extent's length.
+func (p *Pool) GlobalBytes() int64 { return p.l.globals.ext.Length }
+
+// extent returns layer i's info, or the globals for i == NumLayers().
+func (p *Pool) extent(i int) (*extentInfo, error) {
+	switch {
+	case i >= 0 && i < len(p.l.layers):
+		return &p.l.layers[i], nil
+	case i == len(p.l.layers):
+		return &p.l.globals, nil
+	}
+	return nil, fmt.Errorf("pool %s: layer %d out of range [0, %d)", p.path, i, len(p.l.layers))
+}
+
+// view returns the mapped bytes of extent i (layers, then globals),
+// verifying the checksum on first use.
+func (p *Pool) view(i int) ([]byte, error) {
+	e, err := p.extent(i)
+	if err != nil {
+		return nil, err
+	}
+	if p.data == nil {
+		return nil, fmt.Errorf("pool %s: closed", p.path)
+	}
+	b := p.data[e.ext.Offset : e.ext.Offset+e.ext.Length : e.ext.Offset+e.ext.Length]
+	c := &p.checks[i]
+	c.once.Do(func() { c.err = p.check(e, b) })
+	if c.err != nil {
+		return nil, c.err
+	}
+	return b, nil
+}
+
+// check compares b's checksum with extent e's.
+func (p *Pool) check(e *extentInfo, b []byte) error {
+	if int64(len(b)) != e.ext.Length {
+		return fmt.Errorf("pool %s: extent %s: %d bytes, want %d", p.path, e.name, len(b), e.ext.Length)
+	}
+	if got := xxh3.Hash(b); got != e.sum {
+		return fmt.Errorf("pool %s: extent %s (bytes [%d, %d)): %w: checksum %016x, manifest says %016x",
+			p.path, e.name, e.ext.Offset, e.ext.Offset+e.ext.Length, ErrCorrupt, got, e.sum)
+	}
+	return nil
+}
+
+// Mapped returns layer i's extent as a zero-copy view of the mapping: the
+// tier-B source. The first call for an extent verifies its checksum (and
+// every later call returns the same verdict); a mismatch is an error naming
+// the extent and wrapping ErrCorrupt. The slice is valid until Close.
+func (p *Pool) Mapped(i int) ([]byte, error) {
+	if i == len(p.l.layers) {
+		return nil, fmt.Errorf("pool %s: layer %d out of range [0, %d)", p.path, i, len(p.l.layers))
+	}
+	return p.view(i)
+}
+
+// Verify checks bytes of layer i's extent that were read from storage (tier
+// C) against the manifest checksum. b must be exactly the extent: Length
+// bytes from Offset.
+func (p *Pool) Verify(i int, b []byte) error {
+	if i == len(p.l.layers) {
+		return fmt.Errorf("pool %s: layer %d out of range [0, %d)", p.path, i, len(p.l.layers))
+	}
+	e, err := p.extent(i)
+	if err != nil {
+		return err
+	}
+	return p.check(e, b)
+}
+
+// Decode builds layer i's tensors as views over b, which holds the
+// extent's bytes (from Mapped, or read from storage and checked with
+// Verify); nothing is copied, so the Layer is valid as long as b is. b may
+// be longer than the extent (a larger slot) but must hold every tensor.
+// Shapes and types come from the manifest, validated when the pool was
+// opened.
+func (p *Pool) Decode(i int, b []byte) (*model.Layer, error) {
+	if i < 0 || i >= len(p.l.layers) {
+		return nil, fmt.Errorf("pool %s: layer %d out of range [0, %d)", p.path, i, len(p.l.layers))
+	}
+	e := &p.l.layers[i]
+	if int64(len(b)) < e.used {
+		return nil, fmt.Errorf("pool %s: extent %s: decoding %d bytes, its tensors need %d", p.path, e.name, len(b), e.used)
+	}
+	l := p.tmpl[i]
+	for j, r := range layerOrder(p.l.cfg.Arch) {
+		ti := &e.tensors[j]
+		r.field(&l).Data = b[ti.off : ti.off+ti.size : ti.off+ti.size]
+	}
+	return &l, nil
+}
+
+// Globals are the non-layer tensors: always resident (see Plan).
+type Globals struct {
+	// Embed is the token embedding (Vocab rows of Dim).
+	Embed model.Tensor
+	// OutputNorm is the final RMSNorm weight.
+	OutputNorm model.Tensor
+	// Output is the output projection; for tied models it is Embed.
+	Output model.Tensor
+}
+
+// Globals returns the non-layer tensors as views of the mapping, verifying
+// the globals extent's checksum on first use.
+func (p *Pool) Globals() (*Globals, error) {
+	b, err := p.view(len(p.l.layers))
+	if err != nil {
+		return nil, err
+	}
+	e := &p.l.globals
+	ts := make([]model.Tensor, len(e.tensors))
+	for j := range e.tensors {
+		ti := &e.tensors[j]
+		ts[j] = model.Tensor{Name: ti.name, Type: ti.typ, Rows: ti.rows, Cols: ti.cols,
+			Data: b[ti.off : ti.off+ti.size : ti.off+ti.size]}
+	}
+	g := &Globals{Embed: ts[0], OutputNorm: ts[1], Output: ts[0]}
+	if len(ts) > 2 {
+		g.Output = ts[2]
+	}
+	return g, nil
+}
+
+// Model builds a fully resident model.Model over the mapping, verifying
+// every extent first. The pool must stay open while the model is used.
+func (p *Pool) Model() (*model.Model, error) {
+	g, err := p.Globals()
+	if err != nil {
+		return nil, err
+	}
+	w := &model.Weights{Embed: g.Embed, OutputNorm: g.OutputNorm, Output: g.Output, Layers: make([]model.Layer, len(p.l.layers))}
+	if p.l.cfg.TiedOutput {
+		w.Output = model.Tensor{}
+	}
+	for i := range p.l.layers {
+		b, err := p.Mapped(i)
+		if err != nil {
+			return nil, err
+		}
+		l, err := p.Decode(i, b)
+		if err != nil {
+			return nil, err
+		}
+		w.Layers[i] = *l
+	}
+	m, err := model.New(p.l.cfg, w)
+	if err != nil {
+		return nil, fmt.Errorf("pool %s: %w", p.path, err)
+	}
+	return m, nil
+}
+
+// Close unmaps the pool. Slices and models obtained from it must not be
+// used afterwards. Closing twice is a no-op.
+func (p *Pool) Close() error {
+	if p.data == nil {
+		return nil
+	}
+	d := p.data
+	p.data = nil
+	if err := unix.Munmap(d); err != nil {
+		return fmt.Errorf("pool %s: munmap: %w", p.path, err)
+	}
+	return nil
+}
+
+// IsPool reports whether the file at path starts with the pool magic, so
+// callers that accept either a GGUF or a pool can tell them apart.
+func IsPool(path string) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	b := make([]byte, len(Magic))
+	if _, err := io.ReadFull(f, b); err != nil {
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return false, nil
+		}
+		return false, err
+	}
+	return IsPoolHeader(b), nil
+}

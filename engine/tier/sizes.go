@@ -1,0 +1,86 @@
+package tier
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/quant"
+)
+
+// SizesFromGGUF computes the sizes a pool written from f with prefab type
+// typ would have (extent lengths with the pool's alignment), so a GGUF can
+// be planned before it is prefabbed. It also returns the model's config.
+func SizesFromGGUF(f *gguf.File, typ string) (Sizes, model.Config, error) {
+	cfg, err := model.ConfigFromGGUF(f)
+	if err != nil {
+		return Sizes{}, cfg, err
+	}
+	byType := map[quant.Type]int64{}
+	extent := func(names []string) (int64, int64, error) {
+		var pos, out int64
+		for _, n := range names {
+			ti, ok := f.Tensor(n)
+			if !ok {
+				return 0, 0, fmt.Errorf("missing tensor %s", n)
+			}
+			t := ti.Type
+			if !strings.HasSuffix(n, "norm.weight") {
+				if t, err = matrixType(typ, ti.Type, int(ti.Dims[0])); err != nil {
+					return 0, 0, err
+				}
+			}
+			byType[t] += sz0(t, ti.Dims)
+			sz, err := t.TensorBytes(ti.Dims)
+			if err != nil {
+				return 0, 0, fmt.Errorf("tensor %s: %w", n, err)
+			}
+			pos = alignUp(pos, TensorAlign) + sz
+			if n != "token_embd.weight" || cfg.TiedOutput {
+				out += sz
+			}
+		}
+		return alignUp(max(pos, 1), ExtentAlign), out, nil
+	}
+	var s Sizes
+	var err2 error
+	if s.Globals, s.Output, err2 = extent(globalNames(cfg.TiedOutput)); err2 != nil {
+		return s, cfg, err2
+	}
+	clear(byType) // the dominant type is a layer's, not the embedding's
+	order := layerOrder(cfg.Arch)
+	s.Layers = make([]int64, cfg.Layers)
+	for i := range s.Layers {
+		names := make([]string, len(order))
+		for j, r := range order {
+			names[j] = "blk." + strconv.Itoa(i) + "." + r.suffix
+		}
+		if s.Layers[i], _, err2 = extent(names); err2 != nil {
+			return s, cfg, err2
+		}
+		if i == 0 {
+			s.Type = heaviest(byType)
+		}
+	}
+	return s, cfg, nil
+}
+
+// sz0 is TensorBytes without the error (callers check it right after).
+func sz0(t quant.Type, dims []uint64) int64 {
+	n, _ := t.TensorBytes(dims)
+	return n
+}
+
+// heaviest returns the type with the most bytes (ties: lower id).
+func heaviest(by map[quant.Type]int64) quant.Type {
+	var best quant.Type
+	var n int64 = -1
+	for t, b := range by {
+		if b > n || b == n && t < best {
+			best, n = t, b
+		}
+	}
+	return best
+}

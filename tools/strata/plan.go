@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"runtime"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/tier"
+)
+
+func init() { registerCommand(planCommand) }
+
+// planOptions are `strata plan`'s inputs after flag parsing; sizes are
+// bytes, rates bytes/s, zero means "default".
+type planOptions struct {
+	VRAM, RAM       int64
+	Ctx, Batch      int
+	Depth           int
+	Type            string // prefab type to plan a GGUF for
+	StorageBW       float64
+	H2DBW           float64
+	ComputeBW       float64
+	NoMeasure       bool
+	MeasureDuration time.Duration
+}
+
+func planCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "plan",
+		Usage:     "show which tier (A device, B host RAM, C storage) each layer of a model would live on, and why",
+		ArgsUsage: "MODEL (a GGUF or a prefab pool)",
+		Description: "Without --vram the CPU backend is planned: device memory is host memory (--ram, default\n" +
+			"MemAvailable minus a reserve), so layers are resident (A) or read from storage (C). With --vram\n" +
+			"a device with that much free memory is planned, fed from --ram of host memory.\n" +
+			"Link speeds are measured (storage: O_DIRECT reads of MODEL; h2d: memmove; compute: the CPU\n" +
+			"kernels) unless given or --no-measure.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "vram", Usage: "device memory budget, e.g. 24GiB (default: none, plan the CPU backend)"},
+			&cli.StringFlag{Name: "ram", Usage: "host memory budget, e.g. 32GiB (default: MemAvailable minus a reserve)"},
+			&cli.IntFlag{Name: "ctx", Value: 4096, Usage: "context length per sequence (capped at the model's)"},
+			&cli.IntFlag{Name: "batch", Value: 1, Usage: "sequences advanced per pass"},
+			&cli.IntFlag{Name: "depth", Usage: "pipeline depth (slots); 0 = choose"},
+			&cli.StringFlag{Name: "type", Value: tier.TypeKeep, Usage: "for a GGUF: plan the pool `strata model prefab --type` would write (keep|q8_0|q4_k|int8)"},
+			&cli.StringFlag{Name: "storage-bw", Usage: "storage read bandwidth, e.g. 3.5GB/s (default: measured)"},
+			&cli.StringFlag{Name: "h2d-bw", Usage: "host-to-device bandwidth, e.g. 25GB/s (default: measured)"},
+			&cli.StringFlag{Name: "compute-bw", Usage: "weight bytes/s the device consumes, e.g. 2TB/s (default: measured)"},
+			&cli.BoolFlag{Name: "no-measure", Usage: "use default link speeds instead of measuring"},
+			&cli.BoolFlag{Name: "json", Usage: "machine-readable output"},
+		},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			if cmd.Args().Len() != 1 {
+				return usagef("plan takes exactly one MODEL")
+			}
+			o := planOptions{Ctx: cmd.Int("ctx"), Batch: cmd.Int("batch"), Depth: cmd.Int("depth"),
+				Type: cmd.String("type"), NoMeasure: cmd.Bool("no-measure")}
+			var err error
+			for _, f := range []struct {
+				name string
+				dst  *int64
+			}{{"vram", &o.VRAM}, {"ram", &o.RAM}} {
+				if s := cmd.String(f.name); s != "" {
+					if *f.dst, err = tier.ParseBytes(s); err != nil {
+						return usagef("--%s: %v", f.name, err)
+					}
+					if *f.dst == 0 {
+						return usagef("--%s must be positive", f.name)
+					}
+				}
+			}
+			for _, f := range []struct {
+				name string
+				dst  *float64
+			}{{"storage-bw", &o.StorageBW}, {"h2d-bw", &o.H2DBW}, {"compute-bw", &o.ComputeBW}} {
+				if s := cmd.String(f.name); s != "" {
+					if *f.dst, err = tier.ParseRate(s); err != nil {
+						return usagef("--%s: %v", f.name, err)
+					}
+				}
+			}
+			if o.Ctx <= 0 || o.Batch <= 0 || o.Depth < 0 {
+				return usagef("--ctx and --batch must be positive and --depth not negative")
+			}
+			p, info, err := planModel(ctx, cmd.Args().First(), o)
+			if err != nil {
+				return err
+			}
+			w := cmd.Root().Writer
+			if cmd.Bool("json") {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				return enc.Encode(struct {
+					Model string     `json:"model"`
+					Info  planInfo   `json:"inputs"`
+					Plan  *tier.Plan `json:"plan"`
+				}{cmd.Args().First(), info, p})
+			}
+			return writePlan(w, cmd.Args().First(), info, p)
+		},
+	}
+}
+
+// planInfo records the inputs a plan was made from, for display.
+type planInfo struct {
+	Arch    string `json:"architecture"`
+	Ctx     int    `json:"ctx"`
+	Batch   int    `json:"batch"`
+	Pool    bool   `json:"pool"`
+	Type    string `json:"type"`
+	Backend string `json:"backend"`
+}
+
+// planModel gathers sizes from MODEL (pool or GGUF), budgets from the
+// hardware and flags, links from measurement and flags, and plans.
+func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, planInfo, error) {
+	var (
+		sizes tier.Sizes
+		cfg   model.Config
+		info  planInfo
+	)
+	isPool, err := tier.IsPool(path)
+	if err != nil {
+		return nil, info, fmt.Errorf("plan: %w", err)
+	}
+	if isPool {
+		p, err := tier.OpenPool(path)
+		if err != nil {
+			return nil, info, err
+		}
+		sizes, cfg, info.Type = p.Sizes(), p.Config(), p.Type()
+		p.Close()
+		info.Pool = true
+	} else {
+		m, err := gguf.Map(path)
+		if err != nil {
+			return nil, info, err
+		}
+		sizes, cfg, err = tier.SizesFromGGUF(m.File, o.Type)
+		m.Close()
+		if err != nil {
+			return nil, info, fmt.Errorf("plan %s: %w", path, err)
+		}
+		info.Type = o.Type
+	}
+	info.Arch = cfg.Arch
+	info.Ctx = min(o.Ctx, cfg.Context)
+	info.Batch = o.Batch
+
+	req := tier.Request{Sizes: sizes, Depth: o.Depth, Batch: o.Batch,
+		KVBytes:      tier.KVCacheBytes(cfg, info.Ctx, o.Batch),
+		ScratchBytes: tier.ScratchBytes(cfg, info.Ctx, max(o.Batch, min(info.Ctx, 512)), runtime.GOMAXPROCS(0)),
+	}
+	host := o.RAM
+	if host == 0 {
+		mi, err := tier.ReadMemInfo()
+		if err != nil {
+			return nil, info, fmt.Errorf("plan: %w (give --ram)", err)
+		}
+		host = tier.DefaultHostBudget(mi)
+	}
+	if o.VRAM > 0 {
+		req.DeviceBudget, req.HostBudget = o.VRAM, host
+		info.Backend = "device with " + tier.FormatBytes(o.VRAM)
+	} else {
+		req.DeviceBudget, req.HostBudget, req.Shared = host, host, true
+		info.Backend = "cpu (device memory is host memory)"
+	}
+
+	links := tier.DefaultLinks()
+	need := !o.NoMeasure && (o.StorageBW == 0 || o.H2DBW == 0 || o.ComputeBW == 0)
+	if need {
+		mo := tier.MeasureOptions{ComputeType: sizes.Type, Duration: o.MeasureDuration}
+		if o.StorageBW == 0 {
+			mo.Path = path
+		}
+		if links, err = tier.MeasureLinks(ctx, mo); err != nil {
+			return nil, info, fmt.Errorf("plan: %w", err)
+		}
+	}
+	if o.StorageBW > 0 {
+		links.StorageToHost = o.StorageBW
+		links.Notes = append(links.Notes, "storage: --storage-bw")
+	}
+	if o.H2DBW > 0 {
+		links.HostToDevice = o.H2DBW
+		links.Notes = append(links.Notes, "h2d: --h2d-bw")
+	}
+	if o.ComputeBW > 0 {
+		links.Compute = o.ComputeBW
+		links.Notes = append(links.Notes, "compute: --compute-bw")
+	}
+	req.Links = links
+	p, err := tier.NewPlan(req)
+	if err != nil {
+		return nil, info, err
+	}
+	return p, info, nil
+}
+
+// writePlan prints the plan as a table with a summary.
+func writePlan(w io.Writer, path string, info planInfo, p *tier.Plan) error {
+	what := "GGUF as a " + info.Type + " pool"
+	if info.Pool {
+		what = info.Type + " pool"
+	}
+	fmt.Fprintf(w, "%s (%s, %s), ctx %d, batch %d, backend: %s\n", path, info.Arch, what, info.Ctx, info.Batch, info.Backend)
+	fmt.Fprintf(w, "links: storage %s, h2d %s, compute %s", tier.FormatRate(p.Links.StorageToHost),
+		tier.FormatRate(p.Links.HostToDevice), tier.FormatRate(p.Links.Compute))
+	if p.Links.StorageLatency > 0 {
+		fmt.Fprintf(w, ", storage latency %v", p.Links.StorageLatency.Round(time.Microsecond))
+	}
+	fmt.Fprintln(w)
+	for _, n := range p.Links.Notes {
+		fmt.Fprintf(w, "  %s\n", n)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "layer\ttier\tbytes\tmoved/token\tstorage\th2d\tcompute\tbound\t")
+	for _, l := range p.Layers {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", l.Index, l.Tier, tier.FormatBytes(l.Bytes),
+			tier.FormatBytes(l.Moved.Storage+l.Moved.HostToDevice), dur(l.Time.Storage), dur(l.Time.HostToDevice),
+			dur(l.Time.Compute), l.Bound)
+	}
+	var total int64
+	for _, t := range p.Tiers {
+		total += t.Bytes
+	}
+	fmt.Fprintf(tw, "total\t\t%s\t%s\t%s\t%s\t%s\t%s\t\n", tier.FormatBytes(total),
+		tier.FormatBytes(p.Moved.Storage+p.Moved.HostToDevice), dur(p.Time.Storage), dur(p.Time.HostToDevice),
+		dur(p.Time.Compute), p.Bound)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	for t, tt := range p.Tiers {
+		fmt.Fprintf(w, "tier %s: %d layers, %s\n", tier.Tier(t), tt.Layers, tier.FormatBytes(tt.Bytes))
+	}
+	d := p.Device
+	fmt.Fprintf(w, "device: %s of %s (globals %s, KV cache %s, scratch %s, slots %d x %s, tier A %s)\n",
+		tier.FormatBytes(d.Total), tier.FormatBytes(d.Budget), tier.FormatBytes(d.Globals), tier.FormatBytes(d.KV),
+		tier.FormatBytes(d.Scratch), p.Depth, tier.FormatBytes(p.SlotBytes), tier.FormatBytes(d.Layers))
+	if !p.Shared {
+		fmt.Fprintf(w, "host:   %s of %s (tier B %s, staging %d x %s)\n", tier.FormatBytes(p.Host.Total),
+			tier.FormatBytes(p.Host.Budget), tier.FormatBytes(p.Host.Layers), p.Depth, tier.FormatBytes(p.StagingBytes))
+	}
+	fmt.Fprintf(w, "pipeline depth %d; expected %v per pass (%.2f tokens/s at batch %d), bound by %s",
+		p.Depth, dur(p.PassTime), p.TokensPerSecond, p.Batch, p.Bound)
+	if p.Stall > 0 {
+		fmt.Fprintf(w, ", %v of it latency stall", dur(p.Stall))
+	}
+	fmt.Fprintln(w)
+	return nil
+}
+
+// dur rounds a duration for the table ("-" for zero).
+func dur(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "-"
+	case d >= time.Second:
+		return d.Round(time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond).String()
+	}
+	return d.Round(100 * time.Nanosecond).String()
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/engine/tier"
+)
+
+// runCLI runs the strata command tree in-process and returns stdout and
+// stderr.
+func runCLI(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	root := rootCommand()
+	var out, errb bytes.Buffer
+	root.Writer, root.ErrWriter = &out, &errb
+	err := root.Run(context.Background(), append([]string{"strata"}, args...))
+	return out.String(), errb.String(), err
+}
+
+// TestPrefabAndPlanCLI drives `strata model prefab` and `strata plan` on a
+// tiny model: the pool is written and opens, and the plan prints a table
+// (and JSON) for both the GGUF and the pool.
+func TestPrefabAndPlanCLI(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "tiny.gguf")
+	if err := synth.Write(src, synth.Options{Arch: "llama", Shape: "tiny", Type: "q4_k_m", Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	pool := filepath.Join(dir, "tiny.pool")
+	_, stderr, err := runCLI(t, "model", "prefab", src, "-o", pool, "--type", "q8_0", "-q")
+	if err != nil {
+		t.Fatalf("prefab: %v", err)
+	}
+	if !strings.Contains(stderr, "wrote "+pool) {
+		t.Errorf("prefab stderr %q", stderr)
+	}
+	p, err := tier.OpenPool(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Type() != tier.TypeQ8_0 || p.Source() != "tiny.gguf" {
+		t.Errorf("pool type %q source %q", p.Type(), p.Source())
+	}
+	p.Close()
+
+	for _, model := range []string{src, pool} {
+		out, _, err := runCLI(t, "plan", model, "--ram", "64MiB", "--no-measure")
+		if err != nil {
+			t.Fatalf("plan %s: %v", model, err)
+		}
+		for _, want := range []string{"layer", "tier", "moved/token", "bound", "total", "tier A: 2 layers", "pipeline depth 0"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("plan %s output lacks %q:\n%s", model, want, out)
+			}
+		}
+	}
+	// A device too small for the layers streams them; JSON is parseable.
+	g := filepath.Join(dir, "gemma.gguf")
+	if err := synth.Write(g, synth.Options{Arch: "gemma2", Shape: "tiny", Type: "q8_0", Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCLI(t, "plan", g, "--ctx", "32", "--vram", "2MiB", "--ram", "1GiB", "--storage-bw", "2GB/s", "--h2d-bw", "20GB/s", "--compute-bw", "100GB/s", "--json")
+	if err != nil {
+		t.Fatalf("plan --json: %v", err)
+	}
+	var doc struct {
+		Plan tier.Plan `json:"plan"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("plan --json output: %v\n%s", err, out)
+	}
+	if len(doc.Plan.Layers) != 4 || doc.Plan.Tiers[tier.TierB].Layers != 4 || doc.Plan.Depth != 2 || doc.Plan.Links.StorageToHost != 2e9 {
+		t.Errorf("JSON plan %+v", doc.Plan)
+	}
+	// The default (measured) path works too.
+	if _, _, err := runCLI(t, "plan", pool); err != nil {
+		t.Errorf("plan with measured links: %v", err)
+	}
+}
+
+func TestPlanCLIUsage(t *testing.T) {
+	cases := [][]string{
+		{"plan"},
+		{"plan", "x.gguf", "--vram", "lots"},
+		{"plan", "x.gguf", "--storage-bw", "0GB/s"},
+		{"plan", "x.gguf", "--ctx", "0"},
+		{"model", "prefab", "x.gguf", "-o", "y.pool", "--type", "q3"},
+		{"model", "prefab", "-o", "y.pool"},
+	}
+	for _, args := range cases {
+		_, _, err := runCLI(t, args...)
+		var ue usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("strata %v: %v, want a usage error", args, err)
+		}
+	}
+	if _, _, err := runCLI(t, "plan", filepath.Join(t.TempDir(), "missing.gguf"), "--no-measure"); err == nil {
+		t.Errorf("plan of a missing file succeeded")
+	}
+}
