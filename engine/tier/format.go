@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/strata-llm/strata/engine/stream"
 	"math"
 	"strconv"
 	"unicode/utf8"
@@ -66,14 +67,7 @@ var ErrCorrupt = errors.New("corrupt pool")
 // Extent locates one contiguous run of bytes in the pool file. Offset and
 // Length are multiples of ExtentAlign, so the run can be read with O_DIRECT
 // (or an NVMe command) straight into an aligned buffer.
-// engine/stream declares the same struct; it is meant to alias this one.
-type Extent struct{ Offset, Length int64 }
-
-// End returns the offset just past the extent.
-func (e Extent) End() int64 { return e.Offset + e.Length }
-
-// String formats the extent for error messages.
-func (e Extent) String() string { return fmt.Sprintf("[%d, +%d)", e.Offset, e.Length) }
+type Extent = stream.Extent
 
 // manifest is the JSON document after the header.
 type manifest struct {
@@ -519,7 +513,7 @@ type tensorSpec struct {
 // prev, and tensors exactly matching specs (names, order, shapes, sizes,
 // alignment, no overlap, inside the extent).
 func checkExtent(name string, d *extentDesc, specs []tensorSpec, prev int64) (extentInfo, error) {
-	e := extentInfo{name: name, ext: Extent{d.Offset, d.Length}}
+	e := extentInfo{name: name, ext: Extent{Offset: d.Offset, Length: d.Length}}
 	fail := func(format string, a ...any) (extentInfo, error) {
 		return extentInfo{}, fmt.Errorf("extent %s: %s", name, fmt.Sprintf(format, a...))
 	}

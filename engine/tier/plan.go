@@ -6,65 +6,26 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/engine/stream"
 )
 
-// Tier is where a layer lives between passes. engine/stream declares the
-// same type; it is meant to alias this one.
-type Tier uint8
+// Tier is where a layer lives between passes. It is engine/stream's type,
+// so a plan's tiers feed the pipeline directly.
+type Tier = stream.Tier
 
+// The tiers, as engine/stream defines them.
 const (
-	// TierA layers are resident in device memory: loaded once, never moved.
-	TierA Tier = iota
-	// TierB layers sit in host RAM (pinned, or the pool's mapping) and are
-	// copied into a device slot every pass.
-	TierB
-	// TierC layers sit on storage and are read into staging, then copied
-	// into a device slot, every pass.
-	TierC
+	TierA = stream.TierA
+	TierB = stream.TierB
+	TierC = stream.TierC
 )
-
-// String returns "A", "B" or "C".
-func (t Tier) String() string {
-	switch t {
-	case TierA:
-		return "A"
-	case TierB:
-		return "B"
-	case TierC:
-		return "C"
-	}
-	return fmt.Sprintf("Tier(%d)", uint8(t))
-}
-
-// MarshalText writes the tier as "A", "B" or "C" (JSON plans stay readable).
-func (t Tier) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
-
-// UnmarshalText reads what MarshalText wrote.
-func (t *Tier) UnmarshalText(b []byte) error {
-	v, err := ParseTier(string(b))
-	if err == nil {
-		*t = v
-	}
-	return err
-}
 
 // ParseTier parses "A", "B" or "C" (any case).
-func ParseTier(s string) (Tier, error) {
-	switch strings.ToUpper(strings.TrimSpace(s)) {
-	case "A":
-		return TierA, nil
-	case "B":
-		return TierB, nil
-	case "C":
-		return TierC, nil
-	}
-	return 0, fmt.Errorf("tier %q: want A, B or C", s)
-}
+func ParseTier(s string) (Tier, error) { return stream.ParseTier(s) }
 
 // Link names one stage of the streaming pipeline: the thing that can bound
 // a pass.

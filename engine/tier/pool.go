@@ -2,6 +2,7 @@ package tier
 
 import (
 	"fmt"
+	"github.com/strata-llm/strata/engine/stream"
 	"io"
 	"math"
 	"os"
@@ -310,3 +311,6 @@ func IsPool(path string) (bool, error) {
 	}
 	return IsPoolHeader(b), nil
 }
+
+// A Pool is what the streaming pipeline reads layers from.
+var _ stream.LayerStore = (*Pool)(nil)

@@ -1,0 +1,29 @@
+// Package stream moves a model's layers through the SLEP pipeline (storage
+// → staging → device slot → compute) so a model larger than the fast
+// memory runs anyway, each streamed byte moving once per forward pass and
+// overlapped with compute.
+//
+// Three pieces fit together:
+//
+//   - A LayerStore (implemented by engine/tier's pool) says where each
+//     layer's bytes lie (one extent per layer, one sequential read), gives a
+//     zero-copy mapped view of them (tier B), verifies checksums of bytes
+//     read from storage (tier C) and decodes an extent's bytes into
+//     model.Layer views.
+//   - A Source reads extents into caller-provided aligned buffers with
+//     several reads in flight: FileSource (O_DIRECT + pread on a pool of
+//     goroutines), MmapSource (page cache), FaultySource (error injection for
+//     tests), and, in a later issue, the userspace NVMe driver.
+//   - A Pipeline implements model.LayerSource for a plan that puts every
+//     layer on tier A (resident, decoded once), B (host memory, copied to the
+//     device per pass) or C (storage, read and copied per pass). It keeps a
+//     ring of k staging buffers and k device slots, prefetches up to k layers
+//     ahead of compute, and reports per-stage bytes, busy and stall time,
+//     link bandwidths and an overlap ratio as Stats.
+//
+// The package is backend-agnostic: a Device allocates slots and copies host
+// bytes into them asynchronously. CPUDevice (host memory, parallel memmove)
+// is the reference; the CUDA backend plugs in a copy stream and events.
+//
+// All system calls of the package live in sys_linux.go.
+package stream

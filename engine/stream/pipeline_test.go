@@ -1,0 +1,412 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/stream"
+)
+
+// openFile opens the store's file as a tier-C source.
+func openFile(t testing.TB, path string) *stream.FileSource {
+	t.Helper()
+	src, err := stream.OpenFile(path, stream.FileOptions{ChunkBytes: 64 << 10, QueueDepth: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	return src
+}
+
+func newPipeline(t testing.TB, opts stream.Options) *stream.Pipeline {
+	t.Helper()
+	p, err := stream.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// TestTierMixesBitExact runs every tier mix, batch size and depth on both
+// architectures and requires the resident run's logits bit for bit, and
+// exactly one transfer of each streamed layer per pass.
+func TestTierMixesBitExact(t *testing.T) {
+	for _, mc := range modelCases {
+		tm := getModel(t, mc.arch, mc.typ, mc.seeds)
+		n := tm.m.Config.Layers
+		src := openFile(t, tm.path)
+		t.Logf("%s: %d layers, O_DIRECT %v", mc.arch, n, src.Direct())
+		want := map[int][]float32{}
+		for _, B := range []int{1, 3, 8} {
+			want[B] = residentLogits(t, tm, B)
+		}
+		for _, mix := range []string{"all-A", "all-B", "all-C", "mixed", "C,C,A,C,B,C" + strings.Repeat(",C", n-6)} {
+			tiers, err := stream.MixTiers(mix, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			moved, read := streamedBytes(tm.store, tiers)
+			for _, depth := range []int{1, 2, 4} {
+				p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: depth, Source: src})
+				for _, B := range []int{1, 3, 8} {
+					if raceEnabled && B != map[int]int{1: 1, 2: 3, 4: 8}[depth] {
+						// Under -race: one batch size per depth, so every
+						// mix still meets every depth and every size.
+						continue
+					}
+					t.Run(fmt.Sprintf("%s/%s/k%d/B%d", mc.arch, mix, depth, B), func(t *testing.T) {
+						passes := 0
+						got := schedule(t, tm.m, B, func(b []model.Step) error {
+							if err := p.Forward(context.Background(), tm.m, b); err != nil {
+								return err
+							}
+							passes++
+							st := p.LastPass()
+							if st.Copy.Bytes != moved || st.Read.Bytes != read || st.Compute.Layers != int64(n) || st.Failed != 0 {
+								t.Errorf("pass %d of %d sequences: copied %d read %d computed %d layers failed %d; want %d, %d, %d, 0",
+									passes, len(b), st.Copy.Bytes, st.Read.Bytes, st.Compute.Layers, st.Failed, moved, read, n)
+							}
+							return nil
+						})
+						sameBits(t, got, want[B])
+					})
+				}
+				p.Close()
+			}
+		}
+	}
+}
+
+// TestBareLayerSource uses the pipeline as a plain model.LayerSource: it
+// begins a pass at Layer(0) and ends it after the last Release.
+func TestBareLayerSource(t *testing.T) {
+	mc := modelCases[1]
+	tm := getModel(t, mc.arch, mc.typ, mc.seeds)
+	want := residentLogits(t, tm, 3)
+	tiers, _ := stream.MixTiers("mixed", tm.m.Config.Layers)
+	p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 2, Source: openFile(t, tm.path)})
+	tm.m.SetLayerSource(p)
+	defer tm.m.SetLayerSource(nil)
+	got := schedule(t, tm.m, 3, func(b []model.Step) error { return tm.m.Forward(context.Background(), b) })
+	sameBits(t, got, want)
+	if st := p.Stats(); st.Passes < 3 || st.Failed != 0 {
+		t.Fatalf("stats: %d passes, %d failed; want at least 3, 0", st.Passes, st.Failed)
+	}
+}
+
+// TestMmapSourceTierC reads tier C through the page cache instead.
+func TestMmapSourceTierC(t *testing.T) {
+	mc := modelCases[0]
+	tm := getModel(t, mc.arch, mc.typ, mc.seeds)
+	want := residentLogits(t, tm, 3)
+	src, err := stream.OpenMmap(tm.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	tiers, _ := stream.MixTiers("all-C", tm.m.Config.Layers)
+	p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 2, Source: src, Verify: stream.VerifyAlways})
+	got := schedule(t, tm.m, 3, func(b []model.Step) error { return p.Forward(context.Background(), tm.m, b) })
+	sameBits(t, got, want)
+}
+
+// oneStep returns a fresh batch of B single-token steps and the logits of
+// the same batch on the resident weights.
+func oneStep(t *testing.T, tm *testModel, B int) (func() []model.Step, [][]float32) {
+	mk := func() []model.Step {
+		var b []model.Step
+		for j := 0; j < B; j++ {
+			b = append(b, model.Step{Seq: tm.m.NewSequence(16), Tokens: []int32{int32(3 + j), int32(40 + j)}})
+		}
+		return b
+	}
+	tm.m.SetLayerSource(nil)
+	b := mk()
+	if err := tm.m.Forward(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	var want [][]float32
+	for _, st := range b {
+		want = append(want, st.Logits[0])
+	}
+	return mk, want
+}
+
+// TestInjectedReadError fails a read mid-pass: that pass fails with an
+// error naming the layer and extent, the sequences are untouched, and the
+// next pass on the same pipeline gives the resident logits.
+func TestInjectedReadError(t *testing.T) {
+	for _, mc := range modelCases {
+		tm := getModel(t, mc.arch, mc.typ, mc.seeds)
+		n := tm.m.Config.Layers
+		mk, want := oneStep(t, tm, 3)
+		for _, tc := range []struct {
+			name  string
+			mix   string
+			depth int
+			arm   func(f *stream.FaultySource)
+			layer int
+		}{
+			{"extent", "all-C", 2, func(f *stream.FaultySource) { f.FailExtent(tm.store.Extent(3), true) }, 3},
+			{"nth", "all-C", 1, func(f *stream.FaultySource) { f.FailNth(5) }, 4},
+			{"mixed", "mixed", 4, func(f *stream.FaultySource) { f.FailExtent(tm.store.Extent(2), true) }, 2},
+		} {
+			t.Run(mc.arch+"/"+tc.name, func(t *testing.T) {
+				faulty := stream.NewFaulty(openFile(t, tm.path))
+				tiers, _ := stream.MixTiers(tc.mix, n)
+				p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: tc.depth, Source: faulty})
+				tc.arm(faulty)
+				b := mk()
+				err := p.Forward(context.Background(), tm.m, b)
+				if !errors.Is(err, stream.ErrInjected) {
+					t.Fatalf("pass with a failing read: %v, want ErrInjected", err)
+				}
+				e := tm.store.Extent(tc.layer)
+				for _, s := range []string{fmt.Sprintf("layer %d", tc.layer), e.String()} {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error %q does not name %q", err, s)
+					}
+				}
+				if st := p.LastPass(); st.Failed != 1 {
+					t.Errorf("failed pass counted as %d failed", st.Failed)
+				}
+				for _, st := range b {
+					if st.Seq.Pos() != 0 {
+						t.Fatalf("failed pass moved a sequence to %d", st.Seq.Pos())
+					}
+				}
+				// The next request on the same pipeline works.
+				faulty.Clear()
+				for attempt := 0; attempt < 2; attempt++ {
+					b = mk()
+					if err := p.Forward(context.Background(), tm.m, b); err != nil {
+						t.Fatalf("pass after the failure: %v", err)
+					}
+					for j, st := range b {
+						sameBits(t, st.Logits[0], want[j])
+					}
+				}
+			})
+		}
+	}
+}
+
+// cancelSource cancels the pass's context when a given extent is read.
+type cancelSource struct {
+	stream.Source
+	at     int64
+	cancel context.CancelFunc
+}
+
+func (c *cancelSource) ReadAt(ctx context.Context, dst []byte, off int64) error {
+	if off == c.at && c.cancel != nil {
+		c.cancel()
+		c.cancel = nil
+		<-ctx.Done()
+	}
+	return c.Source.ReadAt(ctx, dst, off)
+}
+
+// TestCancelMidPass cancels a pass while stage 1 is reading: the pass
+// fails with context.Canceled and the pipeline serves the next one.
+func TestCancelMidPass(t *testing.T) {
+	mc := modelCases[0]
+	tm := getModel(t, mc.arch, mc.typ, mc.seeds)
+	mk, want := oneStep(t, tm, 2)
+	tiers, _ := stream.MixTiers("all-C", tm.m.Config.Layers)
+	cs := &cancelSource{Source: openFile(t, tm.path), at: tm.store.Extent(2).Offset}
+	p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 1, Source: cs})
+	ctx, cancel := context.WithCancel(context.Background())
+	cs.cancel = cancel
+	if err := p.Forward(ctx, tm.m, mk()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled pass: %v, want context.Canceled", err)
+	}
+	b := mk()
+	if err := p.Forward(context.Background(), tm.m, b); err != nil {
+		t.Fatalf("pass after cancellation: %v", err)
+	}
+	for j, st := range b {
+		sameBits(t, st.Logits[0], want[j])
+	}
+}
+
+// corrupt flips one byte of layer i's extent in the store file.
+func corrupt(t *testing.T, tm *testModel, i int) (restore func()) {
+	f, err := os.OpenFile(tm.path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	off := tm.store.Extent(i).Offset + 100
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	orig := b[0]
+	b[0] ^= 0x5a
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		f, err := os.OpenFile(tm.path, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteAt([]byte{orig}, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCorruptExtent: a tier-C extent whose bytes no longer match its
+// checksum fails the pass, naming layer and extent; with VerifyAlways it
+// is caught even after earlier passes verified it.
+func TestCorruptExtent(t *testing.T) {
+	mc := modelCases[0]
+	tm := getModel(t, mc.arch, mc.typ, mc.seeds)
+	mk, want := oneStep(t, tm, 1)
+	tiers, _ := stream.MixTiers("all-C", tm.m.Config.Layers)
+	src := openFile(t, tm.path)
+	check := func(err error, layer int) {
+		t.Helper()
+		if err == nil {
+			t.Fatal("pass over a corrupt extent succeeded")
+		}
+		for _, s := range []string{fmt.Sprintf("layer %d", layer), tm.store.Extent(layer).String(), "checksum"} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("error %q does not name %q", err, s)
+			}
+		}
+	}
+
+	t.Run("first-read", func(t *testing.T) {
+		p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 2, Source: src})
+		restore := corrupt(t, tm, 4)
+		check(p.Forward(context.Background(), tm.m, mk()), 4)
+		restore()
+		b := mk()
+		if err := p.Forward(context.Background(), tm.m, b); err != nil {
+			t.Fatalf("pass after repair: %v", err)
+		}
+		sameBits(t, b[0].Logits[0], want[0])
+	})
+	t.Run("always", func(t *testing.T) {
+		p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 2, Source: src, Verify: stream.VerifyAlways})
+		if err := p.Forward(context.Background(), tm.m, mk()); err != nil {
+			t.Fatal(err)
+		}
+		restore := corrupt(t, tm, 1)
+		defer restore()
+		check(p.Forward(context.Background(), tm.m, mk()), 1)
+	})
+}
+
+// TestNoGoroutineLeak: after Close of pipeline and source, every
+// goroutine they started is gone, including after failed passes.
+func TestNoGoroutineLeak(t *testing.T) {
+	mc := modelCases[1]
+	tm := getModel(t, mc.arch, mc.typ, mc.seeds)
+	mk, _ := oneStep(t, tm, 2) // starts the model's worker pool first
+	before := runtime.NumGoroutine()
+	func() {
+		src, err := stream.OpenFile(tm.path, stream.FileOptions{QueueDepth: 6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.Close()
+		faulty := stream.NewFaulty(src)
+		tiers, _ := stream.MixTiers("mixed", tm.m.Config.Layers)
+		p, err := stream.New(stream.Options{Store: tm.store, Tiers: tiers, Depth: 3, Source: faulty})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		for i := 0; i < 3; i++ {
+			if err := p.Forward(context.Background(), tm.m, mk()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		faulty.FailNth(2)
+		if err := p.Forward(context.Background(), tm.m, mk()); err == nil {
+			t.Fatal("injected failure did not fail the pass")
+		}
+		// A bare pass left open (Forward failed without End) too.
+		tm.m.SetLayerSource(p)
+		faulty.FailNth(1)
+		if err := tm.m.Forward(context.Background(), mk()); err == nil {
+			t.Fatal("injected failure did not fail the bare pass")
+		}
+		tm.m.SetLayerSource(nil)
+	}()
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if after := runtime.NumGoroutine(); after > before {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("%d goroutines before, %d after Close:\n%s", before, after, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// TestNewRejects checks New's validation of bad plans.
+func TestNewRejects(t *testing.T) {
+	mc := modelCases[0]
+	tm := getModel(t, mc.arch, mc.typ, mc.seeds)
+	n := tm.m.Config.Layers
+	allC, _ := stream.MixTiers("all-C", n)
+	for _, tc := range []struct {
+		name string
+		opts stream.Options
+		want string
+	}{
+		{"no store", stream.Options{Depth: 1}, "no layer store"},
+		{"short plan", stream.Options{Store: tm.store, Tiers: allC[:2], Depth: 1}, "2 tiers for"},
+		{"depth 0", stream.Options{Store: tm.store, Tiers: allC, Depth: 0}, "depth 0"},
+		{"no source", stream.Options{Store: tm.store, Tiers: allC, Depth: 1}, "no source"},
+		{"bad tier", stream.Options{Store: tm.store, Tiers: append(allC[:n-1:n-1], stream.Tier(9)), Depth: 1, Source: openFile(t, tm.path)}, "unknown tier"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := stream.New(tc.opts)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New: %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestStatsOverlap checks the stats' arithmetic on a real pass.
+func TestStatsOverlap(t *testing.T) {
+	mc := modelCases[0]
+	tm := getModel(t, mc.arch, mc.typ, mc.seeds)
+	mk, _ := oneStep(t, tm, 1)
+	tiers, _ := stream.MixTiers("all-C", tm.m.Config.Layers)
+	p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 2, Source: openFile(t, tm.path)})
+	for i := 0; i < 3; i++ {
+		if err := p.Forward(context.Background(), tm.m, mk()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := p.Stats()
+	if st.Passes != 3 || st.Read.Layers != 3*int64(tm.m.Config.Layers) {
+		t.Fatalf("cumulative: %+v", st)
+	}
+	if st.Overlap < 0 || st.Overlap > 1 || st.ComputeUtil <= 0 || st.ComputeUtil > 1 {
+		t.Fatalf("overlap %v, compute util %v out of range", st.Overlap, st.ComputeUtil)
+	}
+	if st.Read.GBps <= 0 || st.Copy.GBps <= 0 || st.Compute.Busy+st.Compute.Stall > st.Wall+time.Millisecond {
+		t.Fatalf("stats: %+v", st)
+	}
+	p.ResetStats()
+	if st := p.Stats(); st.Passes != 0 {
+		t.Fatalf("after reset: %+v", st)
+	}
+}
