@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=$(setup/deps.sh)
+export GOTOOLCHAIN=${GOTOOLCHAIN:-auto} CGO_ENABLED=0
 mkdir -p bin
 "$GO" build -o bin/stratad ./tools/stratad
 "$GO" build -o bin/strata ./tools/strata
