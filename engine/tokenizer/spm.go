@@ -25,8 +25,8 @@ type spmBigram struct {
 	size        int32
 }
 
-// before reports whether a pops before b: higher score first, then leftmost.
-func (a spmBigram) before(b spmBigram) bool {
+// less reports whether a pops before b: higher score first, then leftmost.
+func (a spmBigram) less(b spmBigram) bool {
 	return a.score > b.score || (a.score == b.score && a.left < b.left)
 }
 
@@ -89,7 +89,7 @@ func (t *Tokenizer) spmSegment(st *spmState, text string, lo, hi int, out []int3
 		t.pushSPM(st, text, i-1, i)
 	}
 	for len(st.heap) > 0 {
-		bg := spmPop(&st.heap)
+		bg := heapPop(&st.heap)
 		l, r := &syms[bg.left], &syms[bg.right]
 		if l.end == l.start || r.end == r.start || int32(l.end-l.start+r.end-r.start) != bg.size {
 			continue // stale: one side already merged differently
@@ -133,47 +133,7 @@ func (t *Tokenizer) pushSPM(st *spmState, text string, left, right int) {
 	if t.scores != nil {
 		score = t.scores[id]
 	}
-	spmPush(&st.heap, spmBigram{score: score, left: int32(left), right: int32(right), size: int32(r.end - l.start)})
-}
-
-func spmPush(h *[]spmBigram, x spmBigram) {
-	a := append(*h, x)
-	i := len(a) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !a[i].before(a[p]) {
-			break
-		}
-		a[i], a[p] = a[p], a[i]
-		i = p
-	}
-	*h = a
-}
-
-func spmPop(h *[]spmBigram) spmBigram {
-	a := *h
-	top := a[0]
-	last := len(a) - 1
-	a[0] = a[last]
-	a = a[:last]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= len(a) {
-			break
-		}
-		m := l
-		if r := l + 1; r < len(a) && a[r].before(a[l]) {
-			m = r
-		}
-		if !a[m].before(a[i]) {
-			break
-		}
-		a[i], a[m] = a[m], a[i]
-		i = m
-	}
-	*h = a
-	return top
+	heapPush(&st.heap, spmBigram{score: score, left: int32(left), right: int32(right), size: int32(r.end - l.start)})
 }
 
 // escapeSPM prepares a raw-text fragment for SentencePiece: an optional
