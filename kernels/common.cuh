@@ -1,0 +1,251 @@
+// Shared device helpers for strata's kernels: type ids (engine/quant's
+// numbering), block layouts and the 32-element block decoders every
+// weight-reading kernel (GEMV, GEMM, embedding) uses. Layouts follow
+// engine/quant/dequant.go (ggml-common.h).
+#pragma once
+#include <stdint.h>
+#include <cuda_fp16.h>
+
+#define T_F32 0
+#define T_F16 1
+#define T_Q4_0 2
+#define T_Q8_0 8
+#define T_Q4_K 12
+#define T_Q5_K 13
+#define T_Q6_K 14
+#define T_BF16 30
+#define T_INT8 1024
+
+// Tr<T>: BE elements per block, BB bytes per block. The float formats and
+// INT8Row use a 32-element "block" so every type decodes in 32-element parts.
+template <int T> struct Tr;
+template <> struct Tr<T_F32>  { enum { BE = 32, BB = 128, NW = 32 }; };
+template <> struct Tr<T_F16>  { enum { BE = 32, BB = 64, NW = 16 }; };
+template <> struct Tr<T_BF16> { enum { BE = 32, BB = 64, NW = 16 }; };
+template <> struct Tr<T_Q4_0> { enum { BE = 32, BB = 18, NW = 4 }; };
+template <> struct Tr<T_Q8_0> { enum { BE = 32, BB = 34, NW = 8 }; };
+template <> struct Tr<T_Q4_K> { enum { BE = 256, BB = 144, NW = 8 }; };
+template <> struct Tr<T_Q5_K> { enum { BE = 256, BB = 176, NW = 8 }; };
+template <> struct Tr<T_Q6_K> { enum { BE = 256, BB = 210, NW = 8 }; };
+template <> struct Tr<T_INT8> { enum { BE = 32, BB = 32, NW = 8 }; };
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// N little-endian words starting at an arbitrarily aligned byte address
+// (shared or global). Aligned word loads plus funnel shifts; the extra word
+// is only read when p is misaligned, so nothing past p+4N is touched.
+template <int N>
+__device__ __forceinline__ void ldwords(const uint8_t* p, uint32_t* out) {
+  const uintptr_t a = (uintptr_t)p;
+  const uint32_t* w = (const uint32_t*)(a & ~(uintptr_t)3);
+  const uint32_t s = (uint32_t)(a & 3) * 8;
+  uint32_t v[N + 1];
+#pragma unroll
+  for (int i = 0; i < N; i++) v[i] = w[i];
+  v[N] = 0;
+  if (s) v[N] = w[N];
+#pragma unroll
+  for (int i = 0; i < N; i++) out[i] = __funnelshift_r(v[i], v[i + 1], s);
+}
+
+__device__ __forceinline__ uint32_t ldu16(const uint8_t* p) {
+  return (uint32_t)p[0] | ((uint32_t)p[1] << 8);
+}
+
+__device__ __forceinline__ float h2f(uint32_t h) {
+  return __half2float(__ushort_as_half((unsigned short)h));
+}
+
+// Byte k of x (0..127) as the float 0.5 + x/256: the byte lands in the
+// mantissa under the exponent of 0.5, so no integer-to-float conversion is
+// needed. Callers fold the affine map into one FMA.
+__device__ __forceinline__ float half_plus(uint32_t x, int k) {
+  return __int_as_float(__byte_perm(x, 0x3F000000u, 0x7044 | (k << 8)));
+}
+
+// Signed byte k of x as an exact float: 2^23 + (q+128) built by byte
+// permutation, minus 2^23+128.
+__device__ __forceinline__ float s8f(uint32_t x, int k) {
+  return __int_as_float(__byte_perm(x ^ 0x80808080u, 0x4B000000u, 0x7440 | k)) - 8388736.0f;
+}
+
+// Part is one 32-element part of a block, decoded lazily: load() fetches
+// its raw words and scales, get4(i, out) yields elements 4i..4i+3.
+template <int T> struct Part;
+
+// Q4_K / Q5_K 6-bit scale and min of sub-block t from the 12 packed bytes.
+__device__ __forceinline__ void k4_scale_min(const uint8_t* s12, int t, float& sc, float& m) {
+  uint32_t w[3];
+  ldwords<3>(s12, w);
+  // Select the word without a run-time array index (which would put w in
+  // local memory).
+  auto byte = [&](int k) -> uint32_t {
+    const uint32_t x = k < 4 ? w[0] : (k < 8 ? w[1] : w[2]);
+    return (x >> (8 * (k & 3))) & 0xff;
+  };
+  if (t < 4) {
+    sc = (float)(byte(t) & 63);
+    m = (float)(byte(t + 4) & 63);
+  } else {
+    sc = (float)((byte(t + 4) & 0xf) | ((byte(t - 4) >> 6) << 4));
+    m = (float)((byte(t + 4) >> 4) | ((byte(t) >> 6) << 4));
+  }
+}
+
+template <> struct Part<T_Q4_K> {
+  uint32_t q[8];
+  float A, B;
+  __device__ __forceinline__ void load(const uint8_t* b, int t) {
+    const float d = h2f(ldu16(b)), dmin = h2f(ldu16(b + 2));
+    float sc, m;
+    k4_scale_min(b + 4, t, sc, m);
+    ldwords<8>(b + 16 + 32 * (t >> 1), q);
+    const int sh = 4 * (t & 1);
+#pragma unroll
+    for (int i = 0; i < 8; i++) q[i] = (q[i] >> sh) & 0x0F0F0F0Fu;
+    const float a = d * sc;
+    A = 256.0f * a;
+    B = -dmin * m - 128.0f * a;
+  }
+  __device__ __forceinline__ void get4(int i, float* o) const {
+#pragma unroll
+    for (int k = 0; k < 4; k++) o[k] = fmaf(half_plus(q[i], k), A, B);
+  }
+};
+
+template <> struct Part<T_Q5_K> {
+  uint32_t q[8];
+  float A, B;
+  __device__ __forceinline__ void load(const uint8_t* b, int t) {
+    const float d = h2f(ldu16(b)), dmin = h2f(ldu16(b + 2));
+    float sc, m;
+    k4_scale_min(b + 4, t, sc, m);
+    uint32_t h[8];
+    ldwords<8>(b + 16, h);
+    ldwords<8>(b + 48 + 32 * (t >> 1), q);
+    const int sh = 4 * (t & 1);
+#pragma unroll
+    for (int i = 0; i < 8; i++) q[i] = ((q[i] >> sh) & 0x0F0F0F0Fu) | (((h[i] >> t) & 0x01010101u) << 4);
+    const float a = d * sc;
+    A = 256.0f * a;
+    B = -dmin * m - 128.0f * a;
+  }
+  __device__ __forceinline__ void get4(int i, float* o) const {
+#pragma unroll
+    for (int k = 0; k < 4; k++) o[k] = fmaf(half_plus(q[i], k), A, B);
+  }
+};
+
+template <> struct Part<T_Q6_K> {
+  uint32_t q[8];
+  float A0, B0, A1, B1;  // elements 0..15 and 16..31 have their own scale
+  __device__ __forceinline__ void load(const uint8_t* b, int t) {
+    const int n = t >> 2, qq = t & 3;
+    uint32_t h[8];
+    ldwords<8>(b + 64 * n + 32 * (qq & 1), q);
+    ldwords<8>(b + 128 + 32 * n, h);
+    const int ns = 4 * (qq >> 1), hs = 2 * qq;
+#pragma unroll
+    for (int i = 0; i < 8; i++) q[i] = ((q[i] >> ns) & 0x0F0F0F0Fu) | (((h[i] >> hs) & 0x03030303u) << 4);
+    const float d = h2f(ldu16(b + 208));
+    const int si = 192 + 8 * n + 2 * qq;
+    const float a0 = d * (float)(int8_t)b[si], a1 = d * (float)(int8_t)b[si + 1];
+    A0 = 256.0f * a0; B0 = -160.0f * a0;
+    A1 = 256.0f * a1; B1 = -160.0f * a1;
+  }
+  __device__ __forceinline__ void get4(int i, float* o) const {
+    const float A = i < 4 ? A0 : A1, B = i < 4 ? B0 : B1;
+#pragma unroll
+    for (int k = 0; k < 4; k++) o[k] = fmaf(half_plus(q[i], k), A, B);
+  }
+};
+
+template <> struct Part<T_Q4_0> {
+  uint32_t q[8];
+  float A, B;
+  __device__ __forceinline__ void load(const uint8_t* b, int t) {
+    uint32_t w[4];
+    ldwords<4>(b + 2, w);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      q[i] = w[i] & 0x0F0F0F0Fu;
+      q[i + 4] = (w[i] >> 4) & 0x0F0F0F0Fu;
+    }
+    const float d = h2f(ldu16(b));
+    A = 256.0f * d;
+    B = -136.0f * d;  // -128d for the 0.5 offset, -8d for the nibble bias
+  }
+  __device__ __forceinline__ void get4(int i, float* o) const {
+#pragma unroll
+    for (int k = 0; k < 4; k++) o[k] = fmaf(half_plus(q[i], k), A, B);
+  }
+};
+
+template <> struct Part<T_Q8_0> {
+  uint32_t q[8];
+  float d;
+  __device__ __forceinline__ void load(const uint8_t* b, int t) {
+    ldwords<8>(b + 2, q);
+    d = h2f(ldu16(b));
+  }
+  __device__ __forceinline__ void get4(int i, float* o) const {
+#pragma unroll
+    for (int k = 0; k < 4; k++) o[k] = d * s8f(q[i], k);
+  }
+};
+
+// INT8Row: the per-row scale is applied by the caller.
+template <> struct Part<T_INT8> {
+  uint32_t q[8];
+  __device__ __forceinline__ void load(const uint8_t* b, int t) { ldwords<8>(b, q); }
+  __device__ __forceinline__ void get4(int i, float* o) const {
+#pragma unroll
+    for (int k = 0; k < 4; k++) o[k] = s8f(q[i], k);
+  }
+};
+
+template <> struct Part<T_F16> {
+  uint32_t q[16];
+  __device__ __forceinline__ void load(const uint8_t* b, int t) { ldwords<16>(b, q); }
+  __device__ __forceinline__ void get4(int i, float* o) const {
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&q[2 * i]));
+    const float2 c = __half22float2(*reinterpret_cast<const __half2*>(&q[2 * i + 1]));
+    o[0] = a.x; o[1] = a.y; o[2] = c.x; o[3] = c.y;
+  }
+};
+
+template <> struct Part<T_BF16> {
+  uint32_t q[16];
+  __device__ __forceinline__ void load(const uint8_t* b, int t) { ldwords<16>(b, q); }
+  __device__ __forceinline__ void get4(int i, float* o) const {
+    o[0] = __int_as_float(q[2 * i] << 16);
+    o[1] = __int_as_float(q[2 * i] & 0xFFFF0000u);
+    o[2] = __int_as_float(q[2 * i + 1] << 16);
+    o[3] = __int_as_float(q[2 * i + 1] & 0xFFFF0000u);
+  }
+};
+
+template <> struct Part<T_F32> {
+  uint32_t q[32];
+  __device__ __forceinline__ void load(const uint8_t* b, int t) { ldwords<32>(b, q); }
+  __device__ __forceinline__ void get4(int i, float* o) const {
+#pragma unroll
+    for (int k = 0; k < 4; k++) o[k] = __uint_as_float(q[4 * i + k]);
+  }
+};
+
+// Each weight-reading kernel is instantiated once per type and exported
+// under a name with the type's suffix.
+#define FOR_EACH_TYPE(X) \
+  X(T_F32, f32) X(T_F16, f16) X(T_BF16, bf16) X(T_Q4_0, q4_0) X(T_Q8_0, q8_0) \
+  X(T_Q4_K, q4_k) X(T_Q5_K, q5_k) X(T_Q6_K, q6_k) X(T_INT8, int8)

@@ -1,0 +1,180 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"unsafe"
+)
+
+// Module is a loaded CUmodule (PTX JIT-compiled for the device).
+type Module uintptr
+
+// Function is a kernel entry point of a Module.
+type Function uintptr
+
+// JIT options for cuModuleLoadDataEx (CUjit_option).
+const (
+	jitInfoLogBuffer          = 3
+	jitInfoLogBufferSizeBytes = 4
+	jitErrorLogBuffer         = 5
+	jitErrorLogBufferSize     = 6
+)
+
+// LoadModule JIT-compiles NUL-terminated or plain PTX text for the device
+// (cuModuleLoadDataEx). On failure the error includes the JIT's log.
+func (c *Ctx) LoadModule(ptx []byte) (Module, error) {
+	if len(ptx) == 0 {
+		return 0, errors.New("cuModuleLoadDataEx: empty image")
+	}
+	img := ptx
+	if img[len(img)-1] != 0 {
+		img = append(append(make([]byte, 0, len(ptx)+1), ptx...), 0)
+	}
+	const logSize = 16 << 10
+	errLog := make([]byte, logSize)
+	opts := []int32{jitErrorLogBuffer, jitErrorLogBufferSize}
+	// Option values are void*; sizes are passed by value in the pointer.
+	vals := []uintptr{uintptr(unsafe.Pointer(&errLog[0])), logSize}
+	var m uintptr
+	r := call(drv.cuModuleLoadDataEx, uintptr(unsafe.Pointer(&m)), uintptr(unsafe.Pointer(&img[0])),
+		uintptr(len(opts)), uintptr(unsafe.Pointer(&opts[0])), uintptr(unsafe.Pointer(&vals[0])))
+	if r != success {
+		e := newError("cuModuleLoadDataEx", r)
+		if msg := goString(unsafe.Pointer(&errLog[0])); msg != "" {
+			return 0, fmt.Errorf("%w: %s", e, msg)
+		}
+		return 0, e
+	}
+	return Module(m), nil
+}
+
+// UnloadModule releases m.
+func (c *Ctx) UnloadModule(m Module) error {
+	if m == 0 {
+		return nil
+	}
+	return check("cuModuleUnload", call(drv.cuModuleUnload, uintptr(m)))
+}
+
+// Function looks up a kernel by its (extern "C") name.
+func (c *Ctx) Function(m Module, name string) (Function, error) {
+	b := append([]byte(name), 0)
+	var f uintptr
+	if err := check("cuModuleGetFunction", call(drv.cuModuleGetFunction, uintptr(unsafe.Pointer(&f)), uintptr(m), uintptr(unsafe.Pointer(&b[0])))); err != nil {
+		return 0, fmt.Errorf("kernel %q: %w", name, err)
+	}
+	return Function(f), nil
+}
+
+// Function attributes settable with SetAttribute (CUfunction_attribute).
+const (
+	FuncMaxDynamicSharedMemory = 8
+)
+
+// SetAttribute sets a kernel attribute, e.g. raising its dynamic shared
+// memory limit above 48 KiB.
+func (c *Ctx) SetAttribute(f Function, attr, value int) error {
+	return check("cuFuncSetAttribute", call(drv.cuFuncSetAttribute, uintptr(f), uintptr(attr), uintptr(value)))
+}
+
+// maxArgs is the most kernel parameters Args holds.
+const maxArgs = 32
+
+// Args packs kernel parameters in declaration order. Each value occupies
+// one 8-byte slot, which the driver reads with the parameter's declared
+// size (little-endian), so 4-byte parameters need no special layout. The
+// zero value is empty; Args is reusable after Reset.
+type Args struct {
+	v   [maxArgs]uint64
+	n   int
+	err error
+}
+
+func (a *Args) put(v uint64) *Args {
+	if a.n == maxArgs {
+		a.err = fmt.Errorf("cuda: more than %d kernel arguments", maxArgs)
+		return a
+	}
+	a.v[a.n] = v
+	a.n++
+	return a
+}
+
+// Reset empties a for reuse.
+func (a *Args) Reset() *Args { a.n, a.err = 0, nil; return a }
+
+// Len is the number of packed parameters.
+func (a *Args) Len() int { return a.n }
+
+// Ptr appends a device pointer parameter (T* in the kernel).
+func (a *Args) Ptr(p DevPtr) *Args { return a.put(uint64(p)) }
+
+// I32 appends an int parameter.
+func (a *Args) I32(v int32) *Args { return a.put(uint64(uint32(v))) }
+
+// Int appends an int parameter, rejecting values outside int32.
+func (a *Args) Int(v int) *Args {
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		a.err = fmt.Errorf("cuda: kernel argument %d overflows int32", v)
+	}
+	return a.put(uint64(uint32(int32(v))))
+}
+
+// U32 appends an unsigned int parameter.
+func (a *Args) U32(v uint32) *Args { return a.put(uint64(v)) }
+
+// I64 appends a long long parameter.
+func (a *Args) I64(v int64) *Args { return a.put(uint64(v)) }
+
+// U64 appends an unsigned long long (or size_t) parameter.
+func (a *Args) U64(v uint64) *Args { return a.put(v) }
+
+// F32 appends a float parameter.
+func (a *Args) F32(v float32) *Args { return a.put(uint64(math.Float32bits(v))) }
+
+// F64 appends a double parameter.
+func (a *Args) F64(v float64) *Args { return a.put(math.Float64bits(v)) }
+
+// Dim3 is a grid or block shape; zero components count as 1.
+type Dim3 struct{ X, Y, Z uint32 }
+
+func (d Dim3) norm() Dim3 {
+	if d.X == 0 {
+		d.X = 1
+	}
+	if d.Y == 0 {
+		d.Y = 1
+	}
+	if d.Z == 0 {
+		d.Z = 1
+	}
+	return d
+}
+
+// LaunchConfig is a kernel's grid, block and dynamic shared memory size.
+type LaunchConfig struct {
+	Grid, Block Dim3
+	SharedMem   uint32
+}
+
+// Launch enqueues f on s with the packed arguments (cuLaunchKernel). The
+// argument values are copied by the driver before Launch returns, so a may
+// be reused at once.
+func (c *Ctx) Launch(f Function, cfg LaunchConfig, s Stream, a *Args) error {
+	if a.err != nil {
+		return a.err
+	}
+	if f == 0 {
+		return errors.New("cuLaunchKernel: nil function")
+	}
+	copy(c.argVals[:a.n], a.v[:a.n])
+	g, b := cfg.Grid.norm(), cfg.Block.norm()
+	var params uintptr
+	if a.n > 0 {
+		params = uintptr(unsafe.Pointer(&c.argPtrs[0]))
+	}
+	return check("cuLaunchKernel", call(drv.cuLaunchKernel, uintptr(f),
+		uintptr(g.X), uintptr(g.Y), uintptr(g.Z), uintptr(b.X), uintptr(b.Y), uintptr(b.Z),
+		uintptr(cfg.SharedMem), uintptr(s), params, 0))
+}

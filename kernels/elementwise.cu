@@ -1,0 +1,86 @@
+// Element-wise kernels of the forward pass: gated activations (SwiGLU,
+// GeGLU with the tanh approximation), soft-capping, residual adds, and the
+// KV-cache store. Transcendentals are evaluated in float64 and rounded, as
+// engine/model does, so GPU and CPU agree to an ulp.
+#include "common.cuh"
+
+#define GRID_STRIDE(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+
+// out = silu(gate) * up.
+extern "C" __global__ void swiglu(const float* gate, const float* up, float* out, long long n) {
+  GRID_STRIDE(i, n) {
+    const double v = gate[i];
+    out[i] = __fmul_rn((float)(v / (1.0 + exp(-v))), up[i]);
+  }
+}
+
+// out = gelu_tanh(gate) * up.
+extern "C" __global__ void geglu(const float* gate, const float* up, float* out, long long n) {
+  GRID_STRIDE(i, n) {
+    const double v = gate[i];
+    const double c = 0.7978845608028654;  // sqrt(2/pi)
+    out[i] = __fmul_rn((float)(0.5 * v * (1.0 + tanh(c * (v + 0.044715 * v * v * v)))), up[i]);
+  }
+}
+
+// x = cap * tanh(x / cap).
+extern "C" __global__ void softcap(float* x, long long n, float cap) {
+  GRID_STRIDE(i, n) { x[i] = __fmul_rn((float)tanh((double)__fdiv_rn(x[i], cap)), cap); }
+}
+
+// y += a.
+extern "C" __global__ void add(float* y, const float* a, long long n) {
+  GRID_STRIDE(i, n) { y[i] = __fadd_rn(y[i], a[i]); }
+}
+
+// Copies token t's key and value rows (kvdim floats) into its sequence
+// slot's cache at position pos[t]: cache + slot[t]*slotStride + pos[t]*kvdim.
+extern "C" __global__ void store_kv(const float* k, const float* v, float* kc, float* vc, const int* slot,
+                                    const int* pos, int ntok, int kvdim, long long slotStride) {
+  const long long n = (long long)ntok * kvdim;
+  GRID_STRIDE(i, n) {
+    const int t = (int)(i / kvdim), j = (int)(i % kvdim);
+    const long long o = (long long)slot[t] * slotStride + (long long)pos[t] * kvdim + j;
+    kc[o] = k[i];
+    vc[o] = v[i];
+  }
+}
+
+// Embedding lookup with dequantization: out[t] = table[ids[t]] * scale.
+// One block per token; each thread decodes 32-element parts.
+template <int T>
+__device__ __forceinline__ void embed_body(const uint8_t* table, long long rowBytes, int cols, const int* ids,
+                                           float* out, float scale) {
+  constexpr int BE = Tr<T>::BE, BB = Tr<T>::BB;
+  const int t = blockIdx.x;
+  const uint8_t* row = table + (long long)ids[t] * rowBytes;
+  float rs = 1.0f;
+  if (T == T_INT8) {
+    rs = *reinterpret_cast<const float*>(row);
+    row += 4;
+  }
+  float* o = out + (long long)t * cols;
+  for (int p = threadIdx.x; p < cols / 32; p += blockDim.x) {
+    const int e = 32 * p;
+    Part<T> part;
+    part.load(row + (long long)(e / BE) * BB, (e % BE) / 32);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      float w[4];
+      part.get4(i, w);
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        float v = T == T_INT8 ? __fmul_rn(rs, w[k]) : w[k];
+        if (scale != 1.0f) v = __fmul_rn(v, scale);
+        o[e + 4 * i + k] = v;
+      }
+    }
+  }
+}
+
+#define EMBED_TYPE(TY, NAME)                                                                               \
+  extern "C" __global__ void embed_##NAME(const uint8_t* table, long long rowBytes, int cols, const int* ids, \
+                                          float* out, float scale) {                                       \
+    embed_body<TY>(table, rowBytes, cols, ids, out, scale);                                                \
+  }
+FOR_EACH_TYPE(EMBED_TYPE)

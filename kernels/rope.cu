@@ -1,0 +1,26 @@
+// Rotary position embedding, in place on rows of heads*hd floats (q or k).
+// Angles are pos * freq[i] in float64 (freq already divided by llama3's
+// per-pair factors on the host), cos/sin in float64 rounded to float32, and
+// the rotation in float32 with unfused products: engine/model's arithmetic.
+// neox = 0: adjacent pairs (x[2i], x[2i+1]) (llama after the GGUF
+// permutation); neox = 1: pairs (x[i], x[i+hd/2]) (gemma2, HF rotate_half).
+#include "common.cuh"
+
+extern "C" __global__ void rope(float* x, int ntok, int nheads, int hd, int rowStride, const int* pos,
+                                const double* freq, int neox) {
+  const int half = hd / 2;
+  const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const long long total = (long long)ntok * nheads * half;
+  if (idx >= total) return;
+  const int i = (int)(idx % half);
+  const int h = (int)((idx / half) % nheads);
+  const int t = (int)(idx / ((long long)half * nheads));
+  double s, c;
+  sincos((double)pos[t] * freq[i], &s, &c);
+  const float cf = (float)c, sf = (float)s;
+  float* r = x + (long long)t * rowStride + h * hd;
+  const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+  const float x0 = r[a], x1 = r[b];
+  r[a] = __fsub_rn(__fmul_rn(x0, cf), __fmul_rn(x1, sf));
+  r[b] = __fadd_rn(__fmul_rn(x0, sf), __fmul_rn(x1, cf));
+}
