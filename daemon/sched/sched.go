@@ -46,6 +46,11 @@ type Config struct {
 	PrefillChunk int
 	// Observer receives timing and counts; nil means none.
 	Observer Observer
+	// Forward runs one batched pass over the model; nil means
+	// Model.Forward. A tiered engine passes its own (engine.Engine's
+	// Forward), so each pass streams every non-resident layer once for all
+	// the batch's sequences and runs its reads under the pass's context.
+	Forward func(ctx context.Context, batch []model.Step) error
 }
 
 // Observer is told what the scheduler does, for metrics. Its methods are
@@ -147,6 +152,9 @@ func New(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) *Scheduler {
 	}
 	if cfg.PrefillChunk <= 0 {
 		cfg.PrefillChunk = 128
+	}
+	if cfg.Forward == nil {
+		cfg.Forward = m.Forward
 	}
 	return &Scheduler{m: m, tok: tok, cfg: cfg, wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
@@ -335,7 +343,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 			batch = append(batch, q.step)
 		}
 		t0 := time.Now()
-		err := s.m.Forward(ctx, batch)
+		err := s.cfg.Forward(ctx, batch)
 		d := time.Since(t0)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -426,8 +434,12 @@ func (s *Scheduler) advance(q *seq, logits []float32) bool {
 	}
 	q.history = append(q.history, id)
 	if s.tok.IsEOG(id) {
-		// Text held back for a possible stop string is real output.
-		q.events <- Event{Text: q.text, Logprob: lp}
+		// Text held back for a possible stop string is real output. The
+		// end-of-generation token itself is not part of the completion
+		// (usage does not count it), so it carries no logprob either.
+		if q.text != "" {
+			q.events <- Event{Text: q.text}
+		}
 		q.text = ""
 		s.finish(q, "stop")
 		return false

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/strata-llm/strata/engine/synth"
+)
+
+// openaiNodeVersion is the official OpenAI Node library the test installs:
+// the newest major that still runs on Debian's and this image's Node 20
+// (7.x needs Node 22).
+const openaiNodeVersion = "6.30.1"
+
+// TestOfficialOpenAIClient points the official OpenAI Node library at
+// stratad's TCP listener, unchanged but for base URL and key: models, chat
+// (with logprobs), streamed chat with usage, legacy completions and an error.
+// It needs node and npm and reaches the npm registry once per run; without
+// them it skips, saying so.
+func TestOfficialOpenAIClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("installs an npm package and builds stratad")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed: cannot run the official OpenAI client")
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		t.Skip("npm is not installed: cannot install the official OpenAI client")
+	}
+	dir := t.TempDir()
+	mods := filepath.Join(dir, "npm")
+	install := exec.Command(npm, "install", "--no-audit", "--no-fund", "--prefix", mods, "openai@"+openaiNodeVersion)
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Skipf("npm could not install openai@%s (registry unreachable?): %v\n%s", openaiNodeVersion, err, out)
+	}
+
+	bin := filepath.Join(dir, "stratad")
+	if out, err := exec.Command(goTool(t), "build", "-o", bin, "github.com/strata-llm/strata/tools/stratad").CombinedOutput(); err != nil {
+		t.Fatalf("building stratad: %v\n%s", err, out)
+	}
+	model := filepath.Join(dir, "tiny.gguf")
+	if err := synth.Write(model, synth.Options{Arch: "llama", Shape: "tiny", Type: "q8_0", Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	sock := filepath.Join(dir, "strata.sock")
+	d := exec.Command(bin, "--socket", sock, "--model", model, "--listen", addr, "--api-key", "k3y", "--socket-group", "")
+	var logs bytes.Buffer
+	d.Stderr = &logs
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- d.Wait() }()
+	defer d.Process.Kill()
+	waitSocket(t, sock, exited, &logs)
+
+	script, err := filepath.Abs(filepath.Join("testdata", "openai_client.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(node, script)
+	cmd.Env = append(os.Environ(), "STRATA_URL=http://"+addr+"/v1", "STRATA_KEY=k3y",
+		"OPENAI_MODULE_DIR="+filepath.Join(mods, "node_modules"))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("official client failed: %v\n%s\nstratad log:\n%s", err, stderr.String(), logs.String())
+	}
+	var got struct {
+		Models []string `json:"models"`
+		Chat   struct {
+			Object, Finish, Text string
+			Usage                struct{ Prompt_tokens, Completion_tokens, Total_tokens int }
+			Logprobs             int
+		} `json:"chat"`
+		Stream struct {
+			Chunks int
+			Text   string
+			Usage  *struct{ Completion_tokens int }
+		} `json:"stream"`
+		Completion struct{ Object, Text string } `json:"completion"`
+		Error      struct {
+			Status int
+			Type   string
+			Code   string
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatalf("client output %q: %v", stdout.String(), err)
+	}
+	t.Logf("official client saw: %s", stdout.String())
+	if len(got.Models) != 1 || got.Models[0] != "tiny" {
+		t.Errorf("models %v", got.Models)
+	}
+	if got.Chat.Object != "chat.completion" || got.Chat.Usage.Completion_tokens == 0 || got.Chat.Usage.Total_tokens != got.Chat.Usage.Prompt_tokens+got.Chat.Usage.Completion_tokens {
+		t.Errorf("chat %+v", got.Chat)
+	}
+	if got.Chat.Logprobs != got.Chat.Usage.Completion_tokens {
+		t.Errorf("%d logprob entries for %d tokens", got.Chat.Logprobs, got.Chat.Usage.Completion_tokens)
+	}
+	if got.Stream.Text != got.Chat.Text || got.Stream.Usage == nil || got.Stream.Chunks < 2 {
+		t.Errorf("stream %+v does not match the non-streamed chat %q", got.Stream, got.Chat.Text)
+	}
+	if got.Completion.Object != "text_completion" {
+		t.Errorf("completion %+v", got.Completion)
+	}
+	if got.Error.Status != 404 || got.Error.Code != "model_not_found" {
+		t.Errorf("unknown model error as the client sees it: %+v", got.Error)
+	}
+}

@@ -1,0 +1,44 @@
+// Drives stratad with the official OpenAI Node library, unchanged: the
+// base URL and key are the only things pointed at strata. Prints one JSON
+// line of findings; exits non-zero on any failure.
+import { createRequire } from "node:module";
+const require = createRequire(process.env.OPENAI_MODULE_DIR + "/");
+const { OpenAI } = require("openai");
+
+const client = new OpenAI({ baseURL: process.env.STRATA_URL, apiKey: process.env.STRATA_KEY, maxRetries: 0 });
+const out = {};
+
+const models = await client.models.list();
+out.models = models.data.map((m) => m.id);
+const model = out.models[0];
+
+const chat = await client.chat.completions.create({
+  model, max_tokens: 8, seed: 1, temperature: 0,
+  messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "Hello" }],
+  logprobs: true, top_logprobs: 2,
+});
+out.chat = { object: chat.object, finish: chat.choices[0].finish_reason, text: chat.choices[0].message.content,
+  usage: chat.usage, logprobs: chat.choices[0].logprobs.content.length };
+
+let streamed = "", chunks = 0, usage = null;
+const stream = await client.chat.completions.create({
+  model, max_tokens: 8, seed: 1, temperature: 0, stream: true, stream_options: { include_usage: true },
+  messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "Hello" }],
+});
+for await (const c of stream) {
+  chunks++;
+  if (c.choices.length) streamed += c.choices[0].delta.content ?? "";
+  if (c.usage) usage = c.usage;
+}
+out.stream = { chunks, text: streamed, usage };
+
+const comp = await client.completions.create({ model, prompt: "Once upon", max_tokens: 4, temperature: 0 });
+out.completion = { object: comp.object, text: comp.choices[0].text, usage: comp.usage };
+
+try {
+  await client.chat.completions.create({ model: "no-such-model", messages: [{ role: "user", content: "x" }] });
+  out.error = "no error";
+} catch (e) {
+  out.error = { status: e.status, type: e.type ?? e.error?.type, code: e.code ?? e.error?.code };
+}
+console.log(JSON.stringify(out));
