@@ -1,0 +1,263 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/strata-llm/strata/engine/model"
+	kcuda "github.com/strata-llm/strata/kernels/cuda"
+)
+
+// llama.cpp's figures on the same H200 (issue 5's table): resident 8b
+// Q4_K_M, batch 1.
+const (
+	peerDecode  = 261.4
+	peerPrefill = 9391.0
+)
+
+// BenchmarkResident8B measures the resident 8b shape at batch 1 (set
+// STRATA_8B_GGUF to a synthetic llama 8b q4_k_m file): decode tok/s with
+// and without the CUDA graph, prefill tok/s of a 512-token prompt, the
+// device time of a decode step and of its GEMVs alone, their effective
+// weight bandwidth ÷ the device-to-device copy bandwidth measured in the
+// same run, and the per-step launch overhead. Run with -test.benchtime 1x:
+// each metric is averaged over a fixed number of steps.
+func BenchmarkResident8B(b *testing.B) {
+	path := bigModel(b, "STRATA_8B_GGUF", "8b")
+	dev, _ := gpu(b)
+	cpu, err := model.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cpu.Close()
+	t0 := time.Now()
+	g := loadGPU(b, cpu, Options{MaxSeqs: 1, MaxContext: 1024})
+	b.Logf("%s: loaded %.2f GiB of weights in %v", dev.Name(), gib(g.WeightBytes()), time.Since(t0).Round(time.Millisecond))
+	ctx := context.Background()
+	V := cpu.Config.Vocab
+
+	d2d := copyBandwidth(b, g)
+	b.Logf("device-to-device copy: %.0f GB/s (read+write)", d2d/1e9)
+
+	s, err := g.NewSequence(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+
+	// Prefill: a 512-token prompt into an empty sequence, once to warm up
+	// (buffers, GEMM), then timed.
+	prompt := promptTokens(V, 512, 1)
+	const prefillIters = 4
+	var prefill time.Duration
+	for i := 0; i <= prefillIters; i++ {
+		s.Reset()
+		st := time.Now()
+		if err := g.Forward(ctx, []Step{{Seq: s, Tokens: prompt}}); err != nil {
+			b.Fatal(err)
+		}
+		if i > 0 {
+			prefill += time.Since(st)
+		}
+	}
+	prefillTPS := float64(prefillIters*len(prompt)) / prefill.Seconds()
+
+	// Decode: steps after a short prompt, the graph captured in warm-up.
+	decode := func(graphs bool, steps int) time.Duration {
+		g.opts.NoGraphs = !graphs
+		s.Reset()
+		batch := []Step{{Seq: s, Tokens: promptTokens(V, 16, 2)}}
+		var el time.Duration
+		for i := 0; i < steps+8; i++ {
+			st := time.Now()
+			if err := g.Forward(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+			if i >= 8 {
+				el += time.Since(st)
+			}
+			batch[0].Tokens = []int32{argmax(batch[0].Logits[0])}
+		}
+		return el / time.Duration(steps)
+	}
+	const steps = 128
+	direct := decode(false, steps)
+	graph := decode(true, steps)
+	g.opts.NoGraphs = false
+
+	// Device time of one decode step (graph replay, no host gaps) and of
+	// its matrix products alone.
+	stepGPU, gemvGPU, hostDirect, hostGraph := deviceTimes(b, g, s)
+	var wbytes int64
+	for _, l := range g.layers {
+		for _, mt := range []int64{l.q.Bytes(), l.k.Bytes(), l.v.Bytes(), l.o.Bytes(), l.gate.Bytes(), l.up.Bytes(), l.down.Bytes()} {
+			wbytes += mt
+		}
+	}
+	wbytes += g.output.Bytes()
+	gemvBW := float64(wbytes) / gemvGPU.Seconds()
+	stepBW := float64(wbytes) / stepGPU.Seconds()
+	st := g.Stats()
+
+	decTPS := 1 / graph.Seconds()
+	b.ReportMetric(decTPS, "decode-tok/s")
+	b.ReportMetric(1/direct.Seconds(), "decode-nograph-tok/s")
+	b.ReportMetric(prefillTPS, "prefill-tok/s")
+	b.ReportMetric(gemvBW/d2d, "gemv-BW/D2D")
+	b.ReportMetric(float64(direct-graph)/1e3, "us-saved-by-graph/step")
+	b.Logf("decode batch 1: %.1f tok/s with the graph (%.3f ms/step), %.1f tok/s without (%.3f ms/step); llama.cpp %.1f tok/s → %.2fx",
+		decTPS, ms(graph), 1/direct.Seconds(), ms(direct), peerDecode, decTPS/peerDecode)
+	b.Logf("prefill 512: %.0f tok/s (%.1f ms); llama.cpp %.0f tok/s → %.2fx", prefillTPS, ms(prefill/prefillIters), peerPrefill, prefillTPS/peerPrefill)
+	b.Logf("decode step on the device: %.3f ms (weights %.2f GiB → %.0f GB/s, %.3f of D2D); its GEMVs alone %.3f ms → %.0f GB/s = %.3f of D2D",
+		ms(stepGPU), gib(wbytes), stepBW/1e9, stepBW/d2d, ms(gemvGPU), gemvBW/1e9, gemvBW/d2d)
+	b.Logf("launch overhead per decode step (%d kernels): host enqueue %.1f us direct vs %.1f us graph launch; wall − device time: %.1f us direct, %.1f us graph",
+		st.GraphNodes, us(hostDirect), us(hostGraph), us(direct-stepGPU), us(graph-stepGPU))
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+// copyBandwidth measures device-to-device copy bandwidth (bytes read +
+// written per second, 1 GiB copies), the ceiling of any bandwidth-bound
+// kernel.
+func copyBandwidth(b *testing.B, g *Model) float64 {
+	var bw float64
+	err := g.dev.Do(func(c *kcuda.Ctx) error {
+		const n = 1 << 30
+		src, err := c.Alloc(n)
+		if err != nil {
+			return err
+		}
+		defer c.Free(src)
+		dst, err := c.Alloc(n)
+		if err != nil {
+			return err
+		}
+		defer c.Free(dst)
+		if err := c.MemsetD8(src, 1, n, g.stream); err != nil {
+			return err
+		}
+		el, err := timeOnStream(c, g.stream, 10, func() error { return c.CopyDtoD(dst, src, n, g.stream) })
+		bw = 2 * n / el.Seconds()
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return bw
+}
+
+// timeOnStream runs fn once to warm up, then iters times between two
+// events on s, and returns the device time per iteration.
+func timeOnStream(c *kcuda.Ctx, s kcuda.Stream, iters int, fn func() error) (time.Duration, error) {
+	if err := fn(); err != nil {
+		return 0, err
+	}
+	e0, err := c.NewEvent(kcuda.EventDefault)
+	if err != nil {
+		return 0, err
+	}
+	defer c.DestroyEvent(e0)
+	e1, err := c.NewEvent(kcuda.EventDefault)
+	if err != nil {
+		return 0, err
+	}
+	defer c.DestroyEvent(e1)
+	if err := c.Record(e0, s); err != nil {
+		return 0, err
+	}
+	for range iters {
+		if err := fn(); err != nil {
+			return 0, err
+		}
+	}
+	if err := c.Record(e1, s); err != nil {
+		return 0, err
+	}
+	if err := c.EventSync(e1); err != nil {
+		return 0, err
+	}
+	msf, err := c.Elapsed(e0, e1)
+	return time.Duration(float64(msf) * 1e6 / float64(iters)), err
+}
+
+// deviceTimes measures, for the batch-1 decode step of s (whose meta
+// buffer the last Forward filled): the device time of a graph replay, of
+// the step's matrix products alone, and the host time to enqueue the step
+// kernel by kernel and to launch the graph.
+func deviceTimes(b *testing.B, g *Model, s *Sequence) (step, gemv, hostDirect, hostGraph time.Duration) {
+	const iters = 50
+	p := pass{T: 1, R: 1, decode: true, maxPos: s.pos,
+		attn: []attnRun{{t0: 0, n: 1, span: s.pos + 1}}, out: []outRun{{t0: 0, n: 1}}}
+	err := g.dev.Do(func(c *kcuda.Ctx) error {
+		key := graphKey{1, spanBucket(p.maxPos+1, g.maxCtx)}
+		gr, ok := g.graphs[key]
+		if !ok {
+			return fmt.Errorf("no decode graph for %+v", key)
+		}
+		var err error
+		if step, err = timeOnStream(c, g.stream, iters, func() error { return c.GraphLaunch(gr.exec, g.stream) }); err != nil {
+			return err
+		}
+		a := &g.act
+		mats := func() error {
+			for _, l := range g.layers {
+				if err := g.k.GEMV(c, g.stream, l.q, a.xn, a.q, 1); err != nil {
+					return err
+				}
+				if err := g.k.GEMV(c, g.stream, l.k, a.xn, a.k, 1); err != nil {
+					return err
+				}
+				if err := g.k.GEMV(c, g.stream, l.v, a.xn, a.v, 1); err != nil {
+					return err
+				}
+				if err := g.k.GEMV(c, g.stream, l.o, a.att, a.tmp, 1); err != nil {
+					return err
+				}
+				if err := g.k.GEMV(c, g.stream, l.gate, a.xn, a.gate, 1); err != nil {
+					return err
+				}
+				if err := g.k.GEMV(c, g.stream, l.up, a.xn, a.up, 1); err != nil {
+					return err
+				}
+				if err := g.k.GEMV(c, g.stream, l.down, a.gate, a.tmp, 1); err != nil {
+					return err
+				}
+			}
+			return g.k.GEMV(c, g.stream, g.output, a.outX, a.logits, 1)
+		}
+		if gemv, err = timeOnStream(c, g.stream, iters, mats); err != nil {
+			return err
+		}
+		// Host cost of issuing the step: kernel by kernel vs one graph
+		// launch (the stream is drained between samples so the queue
+		// never fills).
+		for i := 0; i < iters; i++ {
+			t := time.Now()
+			if err := g.enqueue(nil, c, &p); err != nil {
+				return err
+			}
+			hostDirect += time.Since(t)
+			if err := c.StreamSync(g.stream); err != nil {
+				return err
+			}
+			t = time.Now()
+			if err := c.GraphLaunch(gr.exec, g.stream); err != nil {
+				return err
+			}
+			hostGraph += time.Since(t)
+			if err := c.StreamSync(g.stream); err != nil {
+				return err
+			}
+		}
+		hostDirect /= iters
+		hostGraph /= iters
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return step, gemv, hostDirect, hostGraph
+}

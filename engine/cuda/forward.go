@@ -1,0 +1,456 @@
+package cuda
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/kernels"
+	kcuda "github.com/strata-llm/strata/kernels/cuda"
+)
+
+// Step is one sequence's share of a forward pass, as engine/model.Step: it
+// appends Tokens to Seq and receives logits.
+type Step struct {
+	// Seq is the sequence to advance.
+	Seq *Sequence
+	// Tokens are the token ids to append (at least one).
+	Tokens []int32
+	// Logits is filled by Forward: one Vocab-long row per token when
+	// AllLogits is set, otherwise a single row for the last token. Rows
+	// already present with the right shape are reused.
+	Logits [][]float32
+	// AllLogits asks for logits at every token instead of the last only.
+	AllLogits bool
+}
+
+// activations are the device buffers of one pass, sized for capT tokens
+// and capR logit rows; they grow on demand (which invalidates captured
+// graphs, whose launches hold their addresses).
+type activations struct {
+	capT, capR                               int
+	h, xn, q, k, v, att, tmp, gate, up, meta kcuda.DevPtr
+	outX, logits                             kcuda.DevPtr
+	metaHost, logitsHost                     *kcuda.HostMem
+}
+
+func (a *activations) free(c *kcuda.Ctx) {
+	for _, p := range []kcuda.DevPtr{a.h, a.xn, a.q, a.k, a.v, a.att, a.tmp, a.gate, a.up, a.meta, a.outX, a.logits} {
+		c.Free(p)
+	}
+	c.FreeHost(a.metaHost)
+	c.FreeHost(a.logitsHost)
+	*a = activations{}
+}
+
+// ensure grows the buffers to hold T tokens and R logit rows. It reports
+// whether anything was reallocated.
+func (m *Model) ensure(c *kcuda.Ctx, T, R int) (bool, error) {
+	a := &m.act
+	if T <= a.capT && R <= a.capR {
+		return false, nil
+	}
+	cfg := &m.Config
+	T, R = max(T, a.capT), max(R, a.capR)
+	m.dropGraphs(c)
+	a.free(c)
+	var err error
+	alloc := func(p *kcuda.DevPtr, n int64) {
+		if err == nil {
+			*p, err = c.Alloc(max(n, 256))
+		}
+	}
+	f := int64(4)
+	t := int64(T)
+	alloc(&a.h, t*int64(cfg.Dim)*f)
+	alloc(&a.xn, t*int64(cfg.Dim)*f)
+	alloc(&a.q, t*int64(cfg.QDim())*f)
+	alloc(&a.k, t*int64(cfg.KVDim())*f)
+	alloc(&a.v, t*int64(cfg.KVDim())*f)
+	alloc(&a.att, t*int64(cfg.QDim())*f)
+	alloc(&a.tmp, t*int64(cfg.Dim)*f)
+	alloc(&a.gate, t*int64(cfg.FFN)*f)
+	alloc(&a.up, t*int64(cfg.FFN)*f)
+	alloc(&a.meta, 3*t*4)
+	alloc(&a.outX, int64(R)*int64(cfg.Dim)*f)
+	alloc(&a.logits, int64(R)*int64(cfg.Vocab)*f)
+	if err == nil {
+		a.metaHost, err = c.HostAlloc(3*T*4, 0)
+	}
+	if err == nil {
+		a.logitsHost, err = c.HostAlloc(R*cfg.Vocab*4, 0)
+	}
+	if err != nil {
+		a.free(c)
+		return true, fmt.Errorf("activations for %d tokens, %d logit rows: %w", T, R, err)
+	}
+	a.capT, a.capR = T, R
+	return true, nil
+}
+
+// attnRun is one attention launch: a prompt chunk of one sequence
+// (prefill) or a run of consecutive single-token steps (decode).
+type attnRun struct {
+	t0, n   int
+	prefill bool
+	slot    int // prefill
+	p0      int // prefill
+	span    int // decode: largest position+1 of the run
+}
+
+// outRun is a range of tokens whose logits are wanted, landing at logit
+// row r0.
+type outRun struct{ t0, n, r0 int }
+
+// pass is the host-side plan of one forward pass.
+type pass struct {
+	T, R   int
+	attn   []attnRun
+	out    []outRun
+	decode bool // every step is one token wanting its logits
+	maxPos int
+	// graphSpan, when > 0, is the fixed key span decode attention is
+	// launched for (graph capture); 0 sizes it to the batch.
+	graphSpan int
+}
+
+// validate checks the batch as engine/model's Forward does, before
+// anything changes.
+func (m *Model) validate(batch []Step) error {
+	c := &m.Config
+	if len(batch) == 0 {
+		return errors.New("forward: empty batch")
+	}
+	seen := make(map[*Sequence]int, len(batch))
+	for i := range batch {
+		st := &batch[i]
+		s := st.Seq
+		switch {
+		case s == nil:
+			return fmt.Errorf("forward: step %d: nil sequence", i)
+		case s.m != m:
+			return fmt.Errorf("forward: step %d: sequence belongs to another model", i)
+		case !s.open:
+			return fmt.Errorf("forward: step %d: sequence is closed", i)
+		case len(st.Tokens) == 0:
+			return fmt.Errorf("forward: step %d: no tokens", i)
+		}
+		if j, dup := seen[s]; dup {
+			return fmt.Errorf("forward: steps %d and %d use the same sequence", j, i)
+		}
+		seen[s] = i
+		if s.pos+len(st.Tokens) > s.max {
+			return fmt.Errorf("forward: step %d: %w: sequence at position %d cannot take %d more tokens (capacity %d)",
+				i, model.ErrContextOverflow, s.pos, len(st.Tokens), s.max)
+		}
+		for j, id := range st.Tokens {
+			if id < 0 || int(id) >= c.Vocab {
+				return fmt.Errorf("forward: step %d: token %d is id %d, outside vocabulary [0, %d)", i, j, id, c.Vocab)
+			}
+		}
+	}
+	return nil
+}
+
+// planPass lays the batch's tokens out in step order and groups the
+// attention launches and logit rows.
+func planPass(batch []Step) pass {
+	var p pass
+	p.decode = true
+	for i := range batch {
+		st := &batch[i]
+		n := len(st.Tokens)
+		s := st.Seq
+		if n == 1 {
+			if k := len(p.attn) - 1; k >= 0 && !p.attn[k].prefill && p.attn[k].t0+p.attn[k].n == p.T {
+				p.attn[k].n++
+				p.attn[k].span = max(p.attn[k].span, s.pos+1)
+			} else {
+				p.attn = append(p.attn, attnRun{t0: p.T, n: 1, span: s.pos + 1})
+			}
+		} else {
+			p.attn = append(p.attn, attnRun{t0: p.T, n: n, prefill: true, slot: s.slot, p0: s.pos})
+		}
+		first := n - 1
+		if st.AllLogits {
+			first = 0
+		}
+		if n != 1 || st.AllLogits {
+			p.decode = false
+		}
+		t := p.T + first
+		if k := len(p.out) - 1; k >= 0 && p.out[k].t0+p.out[k].n == t {
+			p.out[k].n += n - first
+		} else {
+			p.out = append(p.out, outRun{t0: t, n: n - first, r0: p.R})
+		}
+		p.R += n - first
+		p.maxPos = max(p.maxPos, s.pos+n-1)
+		p.T += n
+	}
+	return p
+}
+
+// Forward advances every sequence of the batch by its step's tokens in one
+// pass over the layers on the GPU and fills each step's Logits, with
+// engine/model.Forward's contract: the batch is checked before anything
+// changes (a bad token, a closed or foreign sequence, a sequence listed
+// twice, or ErrContextOverflow leave every sequence untouched);
+// cancellation is checked between layers while the pass is being
+// enqueued; a cancelled or failed pass leaves every sequence at its old
+// position. A pure decode step of up to eight sequences is replayed from a
+// captured CUDA graph (unless Options.NoGraphs), and is then not
+// cancellable once started (it takes milliseconds).
+func (m *Model) Forward(ctx context.Context, batch []Step) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errors.New("forward: model closed")
+	}
+	if err := m.validate(batch); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("forward: %w", err)
+	}
+	p := planPass(batch)
+	useGraph := !m.opts.NoGraphs && m.tb == nil && p.decode && p.T <= kernels.MaxGEMVBatch
+	err := m.dev.Do(func(c *kcuda.Ctx) error {
+		if _, err := m.ensure(c, p.T, p.R); err != nil {
+			return err
+		}
+		m.writeMeta(batch, p.T)
+		if err := c.CopyHtoD(m.act.meta, m.act.metaHost.Bytes()[:12*p.T], m.stream); err != nil {
+			return err
+		}
+		var err error
+		if useGraph {
+			err = m.replayDecode(c, &p)
+		} else {
+			err = m.enqueue(ctx, c, &p)
+		}
+		if err == nil {
+			n := int64(p.R) * int64(m.Config.Vocab) * 4
+			err = c.CopyDtoH(m.act.logitsHost.Bytes()[:n], m.act.logits, m.stream)
+		}
+		// Always drain the stream: the pinned buffers are reused by the
+		// next pass and a failed pass must not leave work in flight.
+		if serr := c.StreamSync(m.stream); err == nil {
+			err = serr
+		}
+		if m.tb != nil {
+			if serr := c.StreamSync(m.tb.copy); err == nil {
+				err = serr
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("forward: %w", err)
+	}
+	m.scatterLogits(batch)
+	for i := range batch {
+		batch[i].Seq.pos += len(batch[i].Tokens)
+	}
+	m.stats.Passes++
+	return nil
+}
+
+// writeMeta fills the pinned meta buffer: token ids, positions and cache
+// slots, T int32 each.
+func (m *Model) writeMeta(batch []Step, T int) {
+	meta, _ := kcuda.Values[int32](m.act.metaHost.Bytes()[:12*T])
+	ids, pos, slots := meta[:T], meta[T:2*T], meta[2*T:3*T]
+	t := 0
+	for i := range batch {
+		st := &batch[i]
+		for j, id := range st.Tokens {
+			ids[t] = id
+			pos[t] = int32(st.Seq.pos + j)
+			slots[t] = int32(st.Seq.slot)
+			t++
+		}
+	}
+}
+
+// scatterLogits copies the downloaded logit rows into the steps.
+func (m *Model) scatterLogits(batch []Step) {
+	V := m.Config.Vocab
+	all, _ := kcuda.Values[float32](m.act.logitsHost.Bytes())
+	r := 0
+	for i := range batch {
+		st := &batch[i]
+		n := len(st.Tokens)
+		rows := 1
+		if st.AllLogits {
+			rows = n
+		}
+		if len(st.Logits) != rows {
+			st.Logits = make([][]float32, rows)
+		}
+		for j := range st.Logits {
+			if len(st.Logits[j]) != V {
+				st.Logits[j] = make([]float32, V)
+			}
+			copy(st.Logits[j], all[r*V:(r+1)*V])
+			r++
+		}
+	}
+}
+
+// enqueue issues one pass's kernels on the model's stream: embeddings,
+// every layer, the output norm and projection. ctx may be nil (graph
+// capture).
+func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
+	cfg := &m.Config
+	k, s, a := m.k, m.stream, &m.act
+	T := p.T
+	f := int64(4)
+	dim, qd, kvd, ffn := int64(cfg.Dim), int64(cfg.QDim()), int64(cfg.KVDim()), int64(cfg.FFN)
+	ids, pos, slots := a.meta, a.meta.Add(int64(T)*4), a.meta.Add(2*int64(T)*4)
+	gemma := cfg.Arch == model.ArchGemma2
+	eps := cfg.NormEps
+
+	if err := k.Embed(c, s, m.embed, ids, T, a.h, cfg.EmbedScale); err != nil {
+		return err
+	}
+	var st *streamer
+	if m.tb != nil {
+		st = &streamer{tb: m.tb, c: c, compute: s}
+		if err := st.start(); err != nil {
+			return err
+		}
+	}
+	for l := range m.layers {
+		if ctx != nil {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("cancelled before layer %d: %w", l, err)
+			}
+		}
+		lw := m.layers[l]
+		step := func(what string, err error) error {
+			if err != nil {
+				return fmt.Errorf("layer %d %s: %w", l, what, err)
+			}
+			return nil
+		}
+		slot := -1
+		if st != nil && m.tb.idx[l] >= 0 {
+			var err error
+			if lw, slot, err = st.acquire(l, lw); err != nil {
+				return step("waiting for its copy", err)
+			}
+		}
+		if err := step("attention norm", k.RMSNorm(c, s, a.h, lw.attnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
+			return err
+		}
+		if err := step("q", k.MatMul(c, s, lw.q, a.xn, a.q, T)); err != nil {
+			return err
+		}
+		if err := step("k", k.MatMul(c, s, lw.k, a.xn, a.k, T)); err != nil {
+			return err
+		}
+		if err := step("v", k.MatMul(c, s, lw.v, a.xn, a.v, T)); err != nil {
+			return err
+		}
+		if err := step("rope q", k.RoPE(c, s, a.q, T, cfg.Heads, cfg.HeadDim, int(qd), pos, m.freqs, gemma)); err != nil {
+			return err
+		}
+		if err := step("rope k", k.RoPE(c, s, a.k, T, cfg.KVHeads, cfg.HeadDim, int(kvd), pos, m.freqs, gemma)); err != nil {
+			return err
+		}
+		kv := kernels.KVCache{K: m.kvK[l], V: m.kvV[l], MaxCtx: m.maxCtx, KVDim: cfg.KVDim()}
+		if err := step("store kv", k.StoreKV(c, s, kv, a.k, a.v, T, slots, pos)); err != nil {
+			return err
+		}
+		at := kernels.Attention{Heads: cfg.Heads, KVHeads: cfg.KVHeads, HeadDim: cfg.HeadDim, Scale: cfg.AttnScale, Softcap: cfg.AttnSoftcap}
+		if cfg.Sliding(l) {
+			at.Window = cfg.SlidingWindow
+		}
+		for _, r := range p.attn {
+			qo, ao := a.q.Add(int64(r.t0)*qd*f), a.att.Add(int64(r.t0)*qd*f)
+			var err error
+			if r.prefill {
+				err = k.AttentionPrefill(c, s, at, kv, qo, ao, r.n, r.slot, r.p0)
+			} else {
+				// The split layout depends only on the token count and the
+				// span, so a captured launch (span fixed to its bucket)
+				// stays valid while positions stay below it.
+				span := r.span
+				if p.graphSpan > 0 {
+					span = p.graphSpan
+				}
+				err = k.AttentionDecode(c, s, at, kv, qo, ao, r.n, slots.Add(int64(r.t0)*4), pos.Add(int64(r.t0)*4),
+					span, 0, m.scratch, m.scratchN)
+			}
+			if err := step("attention", err); err != nil {
+				return err
+			}
+		}
+		if err := step("o", k.MatMul(c, s, lw.o, a.att, a.tmp, T)); err != nil {
+			return err
+		}
+		if gemma {
+			if err := step("post-attention norm", k.RMSNorm(c, s, a.tmp, lw.postAttnNorm, a.tmp, T, cfg.Dim, eps)); err != nil {
+				return err
+			}
+		}
+		if err := step("residual", k.Add(c, s, a.h, a.tmp, int64(T)*dim)); err != nil {
+			return err
+		}
+		if err := step("ffn norm", k.RMSNorm(c, s, a.h, lw.ffnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
+			return err
+		}
+		if err := step("gate", k.MatMul(c, s, lw.gate, a.xn, a.gate, T)); err != nil {
+			return err
+		}
+		if err := step("up", k.MatMul(c, s, lw.up, a.xn, a.up, T)); err != nil {
+			return err
+		}
+		var err error
+		if gemma {
+			err = k.GeGLU(c, s, a.gate, a.up, a.gate, int64(T)*ffn)
+		} else {
+			err = k.SwiGLU(c, s, a.gate, a.up, a.gate, int64(T)*ffn)
+		}
+		if err := step("activation", err); err != nil {
+			return err
+		}
+		if err := step("down", k.MatMul(c, s, lw.down, a.gate, a.tmp, T)); err != nil {
+			return err
+		}
+		if gemma {
+			if err := step("post-ffn norm", k.RMSNorm(c, s, a.tmp, lw.postFFNNorm, a.tmp, T, cfg.Dim, eps)); err != nil {
+				return err
+			}
+		}
+		if err := step("residual", k.Add(c, s, a.h, a.tmp, int64(T)*dim)); err != nil {
+			return err
+		}
+		if slot >= 0 {
+			if err := step("releasing its slot", st.done(slot)); err != nil {
+				return err
+			}
+		}
+	}
+	if ctx != nil {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("cancelled before output: %w", err)
+		}
+	}
+	for _, r := range p.out {
+		if err := k.RMSNorm(c, s, a.h.Add(int64(r.t0)*dim*f), m.outNorm, a.outX.Add(int64(r.r0)*dim*f), r.n, cfg.Dim, eps); err != nil {
+			return fmt.Errorf("output norm: %w", err)
+		}
+	}
+	if err := k.MatMul(c, s, m.output, a.outX, a.logits, p.R); err != nil {
+		return fmt.Errorf("output: %w", err)
+	}
+	if fc := cfg.FinalSoftcap; fc > 0 {
+		if err := k.Softcap(c, s, a.logits, int64(p.R)*int64(cfg.Vocab), fc); err != nil {
+			return fmt.Errorf("output soft-cap: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,142 @@
+package cuda
+
+import (
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/kernels"
+	kcuda "github.com/strata-llm/strata/kernels/cuda"
+)
+
+var (
+	gpuOnce sync.Once
+	gpuDev  *kcuda.Device
+	gpuK    *kernels.Kernels
+	gpuErr  error
+	gpuLoad time.Duration
+)
+
+// gpu returns the test device and its kernels (loaded once per process:
+// the PTX JIT takes seconds on a fresh machine), or skips the test with
+// the reason CUDA is not usable here (CI has no GPU).
+func gpu(t testing.TB) (*kcuda.Device, *kernels.Kernels) {
+	t.Helper()
+	gpuOnce.Do(func() {
+		gpuDev, gpuErr = kcuda.Open(0)
+		if gpuErr != nil {
+			return
+		}
+		start := time.Now()
+		gpuErr = gpuDev.Do(func(c *kcuda.Ctx) error {
+			var err error
+			gpuK, err = kernels.Load(c)
+			return err
+		})
+		gpuLoad = time.Since(start)
+	})
+	if gpuErr != nil {
+		if errors.Is(gpuErr, kcuda.ErrUnavailable) {
+			t.Skipf("skipping GPU test: %v", gpuErr)
+		}
+		t.Fatalf("GPU setup: %v", gpuErr)
+	}
+	return gpuDev, gpuK
+}
+
+// tinyModel writes a tiny synthetic model and opens it on the CPU.
+func tinyModel(t testing.TB, arch, typ string) *model.Model {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), arch+"-"+typ+".gguf")
+	if err := synth.Write(path, synth.Options{Arch: arch, Shape: "tiny", Type: typ, Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// loadGPU uploads cpu's weights to the test device.
+func loadGPU(t testing.TB, cpu *model.Model, opts Options) *Model {
+	t.Helper()
+	dev, k := gpu(t)
+	opts.Kernels = k
+	g, err := Load(dev, cpu.Config, cpu.Weights, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return g
+}
+
+// nmse is sum((got-want)^2) / sum(want^2).
+func nmse(got, want []float32) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	if den == 0 {
+		return num
+	}
+	return num / den
+}
+
+// argmax is engine/sample's greedy choice: the largest logit, lowest index
+// on ties, NaN never chosen.
+func argmax(v []float32) int32 {
+	best, bi := float32(math.Inf(-1)), -1
+	for i, x := range v {
+		if x > best || bi < 0 && !math.IsNaN(float64(x)) {
+			best, bi = x, i
+		}
+	}
+	return int32(bi)
+}
+
+// promptTokens is a deterministic prompt of n ids in [1, vocab).
+func promptTokens(vocab, n, seed int) []int32 {
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32(1 + (i*131+seed*17+7)%(vocab-1))
+	}
+	return p
+}
+
+// maxNMSE is the fidelity bound of issue 5: GPU logits vs the CPU
+// reference.
+const maxNMSE = 1e-4
+
+// bigModel returns the path in env (skipping the test when it is unset),
+// writing the synthetic llama model of the given shape (Q4_K_M, seed 1)
+// there first when the file does not exist yet: the GPU machine has no Go
+// toolchain, so the test binary synthesizes its own fixtures.
+func bigModel(t testing.TB, env, shape string) string {
+	t.Helper()
+	path := os.Getenv(env)
+	if path == "" {
+		t.Skipf("skipping %s test: %s is not set (path of a synthetic llama %s q4_k_m GGUF, written there if missing)", shape, env, shape)
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		start := time.Now()
+		if err := synth.Write(path, synth.Options{Arch: "llama", Shape: shape, Type: "q4_k_m", Seed: 1}); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("synthesized %s in %v", path, time.Since(start).Round(time.Millisecond))
+	}
+	return path
+}
