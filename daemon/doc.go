@@ -15,6 +15,14 @@
 // forward pass; a client that disconnects has its sequence dropped before
 // its next token.
 //
+// The device API (devices.go, paths in package api) makes the daemon the
+// owner of NVMe controllers: any peer lists them (with what of the host
+// uses them) and reads their counters; an administrator binds one (it is
+// handed to vfio-pci only when nothing of the host uses it, then opened
+// with the userspace driver and kept in a registry), formats a strata
+// volume on a namespace, writes prefab pools into it and unbinds it.
+// Clients never open /dev/vfio.
+//
 // Until the tiered engine (engine/tier, engine/stream) is integrated, models
 // run on the plain CPU engine with every weight resident: status reports
 // the tier plan as absent (plan: null, with a note) and the per-tier byte

@@ -57,7 +57,7 @@ func newMetrics() *metrics {
 		}),
 		tierBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "strata_tier_bytes_moved_total",
-			Help: "Bytes moved into compute per tier (A device, B pinned host, C storage). Always 0 until the tiered engine (engine/tier) is integrated: the CPU engine reads resident weights and moves nothing.",
+			Help: "Bytes the streaming pipeline moved per tier, over every model: B is host memory copied into device slots, C is storage read (and then copied). A is resident and moves nothing, so it stays 0.",
 		}, []string{"tier"}),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "strata_queue_depth", Help: "Requests waiting for a batch slot.",
@@ -91,12 +91,14 @@ func (m *metrics) forget(model string) {
 type observer struct {
 	m     *metrics
 	model string
+	feed  *tierFeed
 
 	mu  sync.Mutex
 	tps float64 // smoothed tokens per second
 }
 
 func (o *observer) Pass(seqs, promptTokens, decodeTokens int, d time.Duration) {
+	o.feed.flush()
 	o.m.passes.WithLabelValues(o.model).Inc()
 	o.m.promptToks.WithLabelValues(o.model).Add(float64(promptTokens))
 	if decodeTokens == 0 || d <= 0 {

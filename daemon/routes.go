@@ -49,6 +49,7 @@ func (s *Server) routes() http.Handler {
 	handle(api.PathStatus, http.MethodGet, authz.ReadState, s.handleStatus)
 	handle(api.PathLoad, http.MethodPost, authz.Load, s.handleLoad)
 	handle(api.PathUnload, http.MethodPost, authz.Unload, s.handleUnload)
+	s.deviceRoutes(handle) // NVMe controllers, volumes, pools: devices.go
 	prom := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
 	handle(api.PathMetric, http.MethodGet, authz.ReadState, func(w http.ResponseWriter, r *http.Request) error {
 		s.refreshGauges()
@@ -181,22 +182,24 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, st)
 }
 
-// planNote explains the absent tier plan; see package doc.
-const planNote = "no tier plan: the tiered engine (engine/tier) is not integrated yet; every layer is resident in host memory and runs on the CPU engine"
-
 func (s *Server) modelStatus(lm *loaded) api.ModelStatus {
 	c := lm.eng.Model.Config
 	st := lm.sched.Stats()
+	plan, ps := lm.eng.Plan(), lm.eng.PipelineStats()
+	loc := "host-mmap"
+	if ps != nil {
+		loc = "host-mmap, streamed"
+	}
 	return api.ModelStatus{
 		Name: lm.name, Path: lm.path, Arch: c.Arch, Layers: c.Layers, Context: c.Context, Vocab: c.Vocab,
 		Backend: "cpu", LoadedAt: lm.loadedAt, Budgets: lm.budgets,
-		Plan: nil, PlanNote: planNote,
+		Plan: planStatus(plan, ps), PlanNote: planNoteFor(plan),
 		Memory: api.Memory{
 			WeightBytes: lm.fileBytes,
 			KVBytes:     int64(st.KVPositions) * int64(c.Layers) * int64(c.KVDim()) * 2 * 4,
-			Location:    "host-mmap",
+			Location:    loc,
 		},
-		Pipeline: nil,
+		Pipeline: pipelineStatus(ps),
 		Queue:    api.Queue{Waiting: st.Waiting, Active: st.Active, MaxBatch: st.MaxBatch, MaxQueue: st.MaxQueue},
 		Counters: api.Counters{Passes: st.Passes, PromptTokens: st.PromptTokens, CompletionTokens: st.Generated,
 			Finished: st.Finished, Cancelled: st.Cancelled, Failed: st.Failed},

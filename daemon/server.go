@@ -24,6 +24,7 @@ import (
 	"github.com/strata-llm/strata/daemon/peer"
 	"github.com/strata-llm/strata/daemon/sched"
 	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // Version is reported by status; set at link time for releases.
@@ -65,6 +66,9 @@ type Config struct {
 	// ShutdownTimeout is how long in-flight requests may run after a
 	// shutdown starts before they are cancelled with an error.
 	ShutdownTimeout time.Duration
+	// Links pins the link speeds the tier planner uses; nil lets the
+	// engine measure them (quickly) when a model must stream.
+	Links *tier.Links
 	// Log receives the daemon's structured logs.
 	Log hclog.Logger
 }
@@ -87,6 +91,7 @@ type Server struct {
 type loaded struct {
 	name, path string
 	eng        *engine.Engine
+	feed       *tierFeed
 	sched      *sched.Scheduler
 	stop       context.CancelFunc
 	loadedAt   time.Time
@@ -128,6 +133,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Log.Warn(warn)
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, policy: pol, metrics: newMetrics(), started: time.Now(), models: map[string]*loaded{}}
+	s.metrics.reg.MustRegister(pipelineCollector{s})
 	s.handler = s.routes()
 	return s, nil
 }
@@ -146,10 +152,16 @@ var ErrModelExists = errors.New("a model with this name is already loaded")
 var ErrUnloaded = errors.New("model unloaded")
 
 // LoadFile loads the model file at path without the model-directory check:
-// it is for the operator's own --model flag, not for clients.
+// it is for the operator's own --model flag, not for clients. The tier
+// planner places the model's layers within req's budgets (engine.OpenWith):
+// a prefab pool that does not fit streams the rest every pass; a GGUF that
+// does not fit is refused with the prefab command to run.
 func (s *Server) LoadFile(path string, req api.LoadRequest) (api.ModelStatus, error) {
 	if req.Budgets.RAMBytes < 0 || req.Budgets.VRAMBytes < 0 {
 		return api.ModelStatus{}, openai.BadRequest("budgets", "budgets must not be negative")
+	}
+	if req.Context < 0 || req.Depth < 0 || req.MaxBatch < 0 || req.MaxQueue < 0 {
+		return api.ModelStatus{}, openai.BadRequest("", "context, depth, max_batch and max_queue must not be negative")
 	}
 	name := req.Name
 	if name == "" {
@@ -162,21 +174,11 @@ func (s *Server) LoadFile(path string, req api.LoadRequest) (api.ModelStatus, er
 	if err != nil {
 		return api.ModelStatus{}, fmt.Errorf("model %s: %w", path, err)
 	}
-	if b := req.Budgets.RAMBytes; b > 0 && st.Size() > b {
-		return api.ModelStatus{}, openai.BadRequest("budgets.ram_bytes",
-			"model %s needs %d bytes of host memory but the RAM budget is %d: the CPU engine keeps every weight resident (tiered streaming, engine/tier, is not integrated yet)",
-			name, st.Size(), b)
-	}
 	s.mu.RLock()
 	_, dup := s.models[name]
 	s.mu.RUnlock()
 	if dup {
 		return api.ModelStatus{}, fmt.Errorf("%q: %w", name, ErrModelExists)
-	}
-	t0 := time.Now()
-	eng, err := engine.Open(path)
-	if err != nil {
-		return api.ModelStatus{}, err
 	}
 	maxBatch, maxQueue := s.cfg.Limits.MaxBatch, s.cfg.Limits.MaxQueue
 	if req.MaxBatch > 0 {
@@ -185,12 +187,28 @@ func (s *Server) LoadFile(path string, req api.LoadRequest) (api.ModelStatus, er
 	if req.MaxQueue > 0 {
 		maxQueue = req.MaxQueue
 	}
+	t0 := time.Now()
+	eng, err := engine.OpenWith(path, engine.Options{
+		DeviceBudget: req.Budgets.VRAMBytes, HostBudget: req.Budgets.RAMBytes,
+		Context: req.Context, Batch: maxBatch, Depth: req.Depth, Tiers: req.Tiers,
+		Links: s.cfg.Links, Logger: s.log.Named("engine"),
+	})
+	switch {
+	case errors.Is(err, tier.ErrNoFit):
+		return api.ModelStatus{}, openai.Errorf(http.StatusUnprocessableEntity, openai.TypeInvalidRequest, "budgets", "model_does_not_fit", "%v", err)
+	case errors.Is(err, engine.ErrNeedsPool):
+		return api.ModelStatus{}, openai.Errorf(http.StatusUnprocessableEntity, openai.TypeInvalidRequest, "path", "prefab_pool_required", "%v", err)
+	case err != nil:
+		return api.ModelStatus{}, err
+	}
+	feed := &tierFeed{m: s.metrics, eng: eng}
 	sc := sched.New(eng.Model, eng.Tok, sched.Config{
 		MaxBatch: maxBatch, MaxQueue: maxQueue, PrefillChunk: s.cfg.Limits.PrefillChunk,
-		Observer: &observer{m: s.metrics, model: name},
+		Observer: &observer{m: s.metrics, model: name, feed: feed},
+		Forward:  eng.Forward,
 	})
 	ctx, stop := context.WithCancel(context.Background())
-	lm := &loaded{name: name, path: path, eng: eng, sched: sc, stop: stop, loadedAt: time.Now(), budgets: req.Budgets, fileBytes: st.Size()}
+	lm := &loaded{name: name, path: path, eng: eng, feed: feed, sched: sc, stop: stop, loadedAt: time.Now(), budgets: req.Budgets, fileBytes: st.Size()}
 	s.mu.Lock()
 	if _, dup := s.models[name]; dup {
 		s.mu.Unlock()
@@ -203,8 +221,14 @@ func (s *Server) LoadFile(path string, req api.LoadRequest) (api.ModelStatus, er
 	s.metrics.modelsLoaded.Set(float64(len(s.models)))
 	s.mu.Unlock()
 	go sc.Run(ctx)
-	s.log.Info("model loaded", "name", name, "path", path, "arch", eng.Model.Config.Arch, "layers", eng.Model.Config.Layers,
-		"bytes", st.Size(), "took", time.Since(t0).Round(time.Millisecond).String())
+	args := []any{"name", name, "path", path, "arch", eng.Model.Config.Arch, "layers", eng.Model.Config.Layers,
+		"bytes", st.Size(), "took", time.Since(t0).Round(time.Millisecond).String()}
+	if p := eng.Plan(); p != nil {
+		args = append(args, "tier_a", p.Tiers[tier.TierA].Layers, "tier_b", p.Tiers[tier.TierB].Layers,
+			"tier_c", p.Tiers[tier.TierC].Layers, "depth", p.Depth, "bound", p.Bound.String(),
+			"expected_tokens_per_second", fmt.Sprintf("%.3g", p.TokensPerSecond))
+	}
+	s.log.Info("model loaded", args...)
 	return s.modelStatus(lm), nil
 }
 
@@ -238,6 +262,7 @@ func (s *Server) Unload(name string) (int, error) {
 	st := lm.sched.Stats()
 	lm.sched.Close(ErrUnloaded)
 	lm.stop()
+	lm.feed.flush() // bytes of a last, failed pass
 	err := lm.eng.Close()
 	s.metrics.forget(name)
 	s.log.Info("model unloaded", "name", name, "cut_short", st.Waiting+st.Active)

@@ -321,17 +321,22 @@ func TestEndpoints(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(st.Models) != 1 || st.Models[0].Name != tiny || st.Models[0].Plan != nil || st.Models[0].PlanNote == "" ||
+		if len(st.Models) != 1 || st.Models[0].Name != tiny || st.Models[0].Plan == nil || st.Models[0].PlanNote == "" ||
 			st.Models[0].Counters.Finished == 0 || st.Models[0].Memory.WeightBytes == 0 || st.Peer == "" {
 			t.Fatalf("%+v", st)
+		}
+		// The tiny model fits the hardware's default budget: all resident.
+		if p := st.Models[0].Plan; len(p.Layers) != st.Models[0].Layers || p.Depth != 0 || len(p.Tiers) != 3 ||
+			p.Tiers[0].Layers != st.Models[0].Layers || p.DeviceBytes == 0 || p.DeviceBytes > p.DeviceBudgetBytes {
+			t.Fatalf("plan %+v", p)
 		}
 		if os.Getuid() == 0 && !st.Admin {
 			t.Fatal("root is not admin")
 		}
-		// The raw JSON carries "plan": null explicitly.
+		// The raw JSON carries "pipeline": null explicitly: nothing streams.
 		_, b := h.get(t, api.PathStatus)
-		if !bytes.Contains(b, []byte(`"plan":null`)) {
-			t.Fatalf("plan not null: %s", b)
+		if !bytes.Contains(b, []byte(`"pipeline":null`)) {
+			t.Fatalf("pipeline not null: %s", b)
 		}
 	})
 	t.Run("metrics", func(t *testing.T) {
@@ -746,8 +751,10 @@ func TestLoadUnload(t *testing.T) {
 		{api.LoadRequest{Path: "/etc/passwd"}, 403},
 		{api.LoadRequest{Path: "escape.gguf"}, 403},
 		{api.LoadRequest{Path: "missing.gguf"}, 404},
-		{api.LoadRequest{Path: "tiny.gguf"}, 409}, // name "tiny" is taken
-		{api.LoadRequest{Path: "tiny.gguf", Name: "small", Budgets: api.Budgets{RAMBytes: 1000}}, 400},
+		{api.LoadRequest{Path: "tiny.gguf"}, 409},                                                      // name "tiny" is taken
+		{api.LoadRequest{Path: "tiny.gguf", Name: "small", Budgets: api.Budgets{RAMBytes: 1000}}, 422}, // model_does_not_fit
+		{api.LoadRequest{Path: "tiny.gguf", Name: "small", Tiers: "all-C"}, 422},                       // prefab_pool_required
+		{api.LoadRequest{Path: "tiny.gguf", Name: "small", Budgets: api.Budgets{RAMBytes: -1}}, 400},
 		{api.LoadRequest{Path: "tiny.gguf", Name: "bad name!"}, 400},
 	} {
 		_, err := h.c.Load(ctx, tc.req)

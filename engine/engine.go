@@ -1,8 +1,11 @@
 // Package engine ties a model file to a runnable generator: it maps the
-// GGUF, builds the tokenizer from its metadata, loads the weights onto a
-// backend and drives prompt processing, decoding and sampling. The daemon and
-// `strata run` both go through it, so everything that turns "text in" into
-// "tokens out" lives behind this one API.
+// GGUF (or prefab pool), builds the tokenizer from its metadata, loads the
+// weights onto a backend and drives prompt processing, decoding and
+// sampling. OpenWith also places the layers with the tier planner
+// (engine/tier) and streams those that do not fit the memory budgets
+// through the pipeline (engine/stream), once per batched pass. The daemon
+// and `strata run` both go through it, so everything that turns "text in"
+// into "tokens out" lives behind this one API.
 package engine
 
 import (
@@ -15,6 +18,7 @@ import (
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/sample"
+	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/engine/tokenizer"
 )
@@ -27,6 +31,10 @@ type Engine struct {
 	pool  *tier.Pool // set instead of file when opened from a prefab pool
 	Model *model.Model
 	Tok   *tokenizer.Tokenizer
+
+	plan *tier.Plan       // set by OpenWith
+	pipe *stream.Pipeline // set when some layers stream
+	src  stream.Source    // the pipeline's tier-C source, if any
 }
 
 // Open maps a GGUF model or a prefab pool (told apart by the pool's magic)
@@ -66,12 +74,26 @@ func fromMapped(path string, m *gguf.Mapped) (*Engine, error) {
 	return &Engine{path: path, file: m, Model: mod, Tok: tok}, nil
 }
 
-// Close releases the model's mapping. The Engine must not be used after.
+// Close stops the streaming pipeline, if any, and releases its source and
+// the model's mapping. No Generate or Forward may be running; the Engine
+// must not be used after.
 func (e *Engine) Close() error {
-	if e.pool != nil {
-		return e.pool.Close()
+	var errs []error
+	if e.pipe != nil {
+		e.Model.SetLayerSource(nil)
+		errs = append(errs, e.pipe.Close())
+		e.pipe = nil
 	}
-	return e.file.Close()
+	if e.src != nil {
+		errs = append(errs, e.src.Close())
+		e.src = nil
+	}
+	if e.pool != nil {
+		errs = append(errs, e.pool.Close())
+	} else if e.file != nil {
+		errs = append(errs, e.file.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // Path is the file the engine was opened from.
@@ -158,7 +180,7 @@ func (e *Engine) Generate(ctx context.Context, r Request, emit func(Token) error
 	t0 := time.Now()
 	step := model.Step{Seq: seq, Tokens: ids}
 	batch := []model.Step{step}
-	if err := e.Model.Forward(ctx, batch); err != nil {
+	if err := e.Forward(ctx, batch); err != nil {
 		return res, fmt.Errorf("prompt: %w", err)
 	}
 	res.PromptTime = time.Since(t0)
@@ -201,7 +223,7 @@ func (e *Engine) Generate(ctx context.Context, r Request, emit func(Token) error
 			break
 		}
 		batch[0] = model.Step{Seq: seq, Tokens: []int32{id}}
-		if err := e.Model.Forward(ctx, batch); err != nil {
+		if err := e.Forward(ctx, batch); err != nil {
 			res.DecodeTime = time.Since(t1)
 			return res, fmt.Errorf("decoding token %d: %w", i+1, err)
 		}

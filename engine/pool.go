@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 
+	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/engine/tokenizer"
 )
@@ -26,11 +27,18 @@ func OpenPool(path string) (*Engine, error) {
 }
 
 func fromPool(path string, p *tier.Pool) (*Engine, error) {
+	return poolEngine(path, p, p.Model)
+}
+
+// poolEngine builds an engine over pool p with the model that build makes
+// (p.Model: resident and verified; p.StreamingModel: layers left to a
+// pipeline).
+func poolEngine(path string, p *tier.Pool, build func() (*model.Model, error)) (*Engine, error) {
 	tok, err := tokenizer.New(p.Vocab())
 	if err != nil {
 		return nil, fmt.Errorf("model %s: building tokenizer: %w", path, err)
 	}
-	mod, err := p.Model()
+	mod, err := build()
 	if err != nil {
 		return nil, fmt.Errorf("model %s: loading weights: %w", path, err)
 	}

@@ -23,7 +23,11 @@ const (
 	PathMetric = "/metrics"
 )
 
-// Budgets bound the memory a model may take per tier. Zero means no limit.
+// Budgets bound the memory a model may take per tier; the tier planner
+// places layers within them, streaming what does not fit. Zero means the
+// hardware default: for RAMBytes, MemAvailable minus a reserve; for
+// VRAMBytes on the CPU backend, "device memory is host memory" (RAMBytes
+// then bounds tier A and the slots together).
 type Budgets struct {
 	// VRAMBytes is the device-memory budget (tier A + streaming slots).
 	VRAMBytes int64 `json:"vram_bytes"`
@@ -44,6 +48,15 @@ type LoadRequest struct {
 	// MaxBatch and MaxQueue override the daemon's scheduler defaults.
 	MaxBatch int `json:"max_batch,omitempty"`
 	MaxQueue int `json:"max_queue,omitempty"`
+	// Context is the per-sequence context the KV cache is planned for;
+	// 0 means the model's, at most 4096.
+	Context int `json:"context,omitempty"`
+	// Depth fixes the streaming pipeline's depth; 0 lets the planner
+	// choose.
+	Depth int `json:"depth,omitempty"`
+	// Tiers forces a placement instead of planning one ("all-C", "mixed",
+	// "A,C,B,…"), for tests and benchmarks; empty means plan.
+	Tiers string `json:"tiers,omitempty"`
 }
 
 // UnloadRequest asks the daemon to unload a model. Requests in flight on
@@ -60,23 +73,100 @@ type UnloadResponse struct {
 	Cancelled int `json:"cancelled"`
 }
 
-// TierPlan is where each layer of a model lives and what each tier holds.
-// It is filled in by the tiered engine (engine/tier); until that is
-// integrated the daemon reports no plan (nil) and says so in PlanNote.
+// TierPlan is where each layer of a model lives, what each tier holds and
+// what the planner expects a pass to cost (engine/tier's Plan, flattened
+// for clients that do not link the engine).
 type TierPlan struct {
 	// Layers maps layer index to tier "A", "B" or "C".
 	Layers []string `json:"layers"`
-	// Tiers summarises each tier.
+	// LayerBytes is each layer's size (its pool extent), by index.
+	LayerBytes []int64 `json:"layer_bytes"`
+	// Tiers summarises each tier, A, B and C in that order.
 	Tiers []TierStatus `json:"tiers"`
+	// Depth is the streaming pipeline's depth (slots); 0 when every
+	// layer is resident.
+	Depth int `json:"depth"`
+	// SlotBytes is one device slot (the largest streamed layer).
+	SlotBytes int64 `json:"slot_bytes"`
+	// Batch is the batch size the plan was made for.
+	Batch int `json:"batch"`
+	// Bound is the link expected to bound a pass: "storage", "h2d" or
+	// "compute".
+	Bound string `json:"bound"`
+	// PassSeconds is the expected time of one pass (one token for every
+	// sequence of the batch); TokensPerSecond is Batch per PassSeconds.
+	PassSeconds     float64 `json:"pass_seconds"`
+	TokensPerSecond float64 `json:"tokens_per_second"`
+	// StallSeconds is the part of PassSeconds the depth does not hide.
+	StallSeconds float64 `json:"stall_seconds"`
+	// LinkSeconds is each link's expected busy time per pass.
+	LinkSeconds Links `json:"link_seconds"`
+	// LinkBPS are the link speeds planned with (bytes/s), and LinkNotes
+	// where they came from.
+	LinkBPS   Links    `json:"link_bps"`
+	LinkNotes []string `json:"link_notes,omitempty"`
+	// DeviceBytes and HostBytes are what the plan uses of each budget;
+	// Shared says device memory is host memory (the CPU backend).
+	DeviceBytes       int64 `json:"device_bytes"`
+	DeviceBudgetBytes int64 `json:"device_budget_bytes"`
+	HostBytes         int64 `json:"host_bytes"`
+	HostBudgetBytes   int64 `json:"host_budget_bytes"`
+	Shared            bool  `json:"shared"`
+}
+
+// Links holds one number per pipeline link.
+type Links struct {
+	Storage      float64 `json:"storage"`
+	HostToDevice float64 `json:"h2d"`
+	Compute      float64 `json:"compute"`
 }
 
 // TierStatus is one tier's share of a model.
 type TierStatus struct {
-	Tier        string `json:"tier"` // "A", "B" or "C"
-	Layers      int    `json:"layers"`
-	Bytes       int64  `json:"bytes"`
+	Tier   string `json:"tier"` // "A", "B" or "C"
+	Layers int    `json:"layers"`
+	Bytes  int64  `json:"bytes"`
+	// BytesMoved is what streaming this tier's layers has moved since the
+	// model was loaded (0 for tier A: resident, nothing moves).
 	BytesMoved  uint64 `json:"bytes_moved"`
 	Description string `json:"description,omitempty"`
+}
+
+// PipelineStatus is the streaming pipeline's instrumentation summed over
+// every pass since the model was loaded (engine/stream's Stats).
+type PipelineStatus struct {
+	Passes int64 `json:"passes"`
+	Failed int64 `json:"failed"`
+	// WallSeconds is the passes' total duration.
+	WallSeconds float64 `json:"wall_seconds"`
+	// Read is stage 1 (storage → staging, tier C, checksums included),
+	// Copy stage 2 (staging or host → device slot, tiers B and C),
+	// Compute stage 3.
+	Read    StageStatus `json:"read"`
+	Copy    StageStatus `json:"copy"`
+	Compute StageStatus `json:"compute"`
+	// VerifySeconds is the part of Read spent on checksums.
+	VerifySeconds float64 `json:"verify_seconds"`
+	// Overlap is how much the stages ran at once: 1 = a pass took only
+	// as long as its slowest stage, 0 = the stages ran one after another.
+	Overlap float64 `json:"overlap"`
+	// ComputeUtil is the share of pass time compute was fed.
+	ComputeUtil float64 `json:"compute_util"`
+	// ResidentBytes is the tier-A bytes held; StreamedBytes the bytes
+	// moved into device slots.
+	ResidentBytes int64 `json:"resident_bytes"`
+	StreamedBytes int64 `json:"streamed_bytes"`
+}
+
+// StageStatus is one pipeline stage's counters.
+type StageStatus struct {
+	Layers       int64   `json:"layers"`
+	Bytes        int64   `json:"bytes"`
+	BusySeconds  float64 `json:"busy_seconds"`
+	StallSeconds float64 `json:"stall_seconds"`
+	// GBps is Bytes per busy second, in 10^9 bytes/s: the bandwidth the
+	// stage's link achieved while moving data.
+	GBps float64 `json:"gbps"`
 }
 
 // Memory is what a loaded model holds in memory now.
@@ -118,16 +208,17 @@ type ModelStatus struct {
 	Backend  string    `json:"backend"` // "cpu" until the CUDA backend lands
 	LoadedAt time.Time `json:"loaded_at"`
 	Budgets  Budgets   `json:"budgets"`
-	// Plan is the tier plan; nil until engine/tier is integrated.
+	// Plan is the tier plan the model runs.
 	Plan *TierPlan `json:"plan"`
-	// PlanNote explains a missing plan.
+	// PlanNote says what the plan means for this model (everything
+	// resident, or which layers stream).
 	PlanNote string `json:"plan_note,omitempty"`
 	Memory   Memory `json:"memory"`
-	// Pipeline holds the streaming pipeline's counters; nil until
-	// engine/stream is integrated.
-	Pipeline map[string]uint64 `json:"pipeline"`
-	Queue    Queue             `json:"queue"`
-	Counters Counters          `json:"counters"`
+	// Pipeline holds the streaming pipeline's counters; nil when every
+	// layer is resident (nothing streams).
+	Pipeline *PipelineStatus `json:"pipeline"`
+	Queue    Queue           `json:"queue"`
+	Counters Counters        `json:"counters"`
 }
 
 // Status is the response of GET /strata/v1/status.

@@ -94,6 +94,7 @@ func printStatus(st api.Status) {
 		if m.PlanNote != "" {
 			fmt.Printf("  note: %s\n", m.PlanNote)
 		}
+		printPlanDetail(os.Stdout, m)
 		b := []string{}
 		if m.Budgets.VRAMBytes > 0 {
 			b = append(b, "vram "+human(m.Budgets.VRAMBytes))
@@ -131,10 +132,13 @@ func loadCommand() *cli.Command {
 		ArgsUsage: "PATH",
 		Flags: daemonFlags(jsonFlag,
 			&cli.StringFlag{Name: "name", Usage: "model id (default: file name without extension)"},
-			&cli.StringFlag{Name: "vram-budget", Usage: "device-memory budget, e.g. 20GiB (0 = none)"},
-			&cli.StringFlag{Name: "ram-budget", Usage: "host-memory budget, e.g. 64GiB (0 = none)"},
+			&cli.StringFlag{Name: "vram-budget", Usage: "device-memory budget, e.g. 20GiB (default: none, the CPU backend's device memory is host memory)"},
+			&cli.StringFlag{Name: "ram-budget", Usage: "host-memory budget, e.g. 64GiB (default: MemAvailable minus a reserve); layers of a prefab pool that do not fit stream every pass"},
 			&cli.IntFlag{Name: "max-batch", Usage: "sequences per pass (default: the daemon's)"},
 			&cli.IntFlag{Name: "max-queue", Usage: "waiting requests before 429 (default: the daemon's)"},
+			&cli.IntFlag{Name: "ctx", Usage: "per-sequence context the KV cache is planned for (default: the model's, at most 4096)"},
+			&cli.IntFlag{Name: "depth", Usage: "streaming pipeline depth (0 = the planner chooses)"},
+			&cli.StringFlag{Name: "tiers", Usage: "force the placement: all-A, all-B, all-C, mixed or A,C,B,... (tests and benchmarks)"},
 		),
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.NArg() != 1 {
@@ -148,11 +152,12 @@ func loadCommand() *cli.Command {
 			if err != nil {
 				return usagef("--ram-budget: %v", err)
 			}
-			if cmd.Int("max-batch") < 0 || cmd.Int("max-queue") < 0 {
-				return usagef("--max-batch and --max-queue must not be negative")
+			if cmd.Int("max-batch") < 0 || cmd.Int("max-queue") < 0 || cmd.Int("ctx") < 0 || cmd.Int("depth") < 0 {
+				return usagef("--max-batch, --max-queue, --ctx and --depth must not be negative")
 			}
 			st, err := dial(cmd).Load(ctx, api.LoadRequest{Path: cmd.Args().First(), Name: cmd.String("name"),
-				Budgets: api.Budgets{VRAMBytes: vram, RAMBytes: ram}, MaxBatch: int(cmd.Int("max-batch")), MaxQueue: int(cmd.Int("max-queue"))})
+				Budgets: api.Budgets{VRAMBytes: vram, RAMBytes: ram}, MaxBatch: int(cmd.Int("max-batch")), MaxQueue: int(cmd.Int("max-queue")),
+				Context: int(cmd.Int("ctx")), Depth: int(cmd.Int("depth")), Tiers: cmd.String("tiers")})
 			if err != nil {
 				return clientErr(err)
 			}
@@ -160,6 +165,9 @@ func loadCommand() *cli.Command {
 				return printJSON(st)
 			}
 			fmt.Printf("loaded %s from %s (%s, %d layers, %s)\n", st.Name, st.Path, st.Arch, st.Layers, human(st.Memory.WeightBytes))
+			if st.PlanNote != "" {
+				fmt.Printf("  %s\n", st.PlanNote)
+			}
 			return nil
 		},
 	}

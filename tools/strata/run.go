@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/urfave/cli/v3"
 
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/sample"
+	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/engine/tokenizer"
 )
 
@@ -48,7 +51,7 @@ func runCommand() *cli.Command {
 		Name:  "run",
 		Usage: "generate text offline (no daemon) and print tokens as they come",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "GGUF model file (default: a tiny synthetic model written to the cache)"},
+			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "GGUF model or prefab pool (default: a tiny synthetic model written to the cache); only a pool can stream layers that do not fit"},
 			&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Value: "The fastest way to move a layer is", Usage: "prompt text"},
 			&cli.BoolFlag{Name: "chat", Usage: "wrap the prompt as a user message in the model's chat template"},
 			&cli.StringFlag{Name: "system", Usage: "system message (with --chat)"},
@@ -60,7 +63,12 @@ func runCommand() *cli.Command {
 			&cli.FloatFlag{Name: "repeat-penalty", Value: 1},
 			&cli.IntFlag{Name: "repeat-last-n", Value: 64},
 			&cli.Uint64Flag{Name: "seed", Value: 0},
-			&cli.BoolFlag{Name: "stats", Usage: "print prompt and decode speed to stderr at the end"},
+			&cli.BoolFlag{Name: "stats", Usage: "print prompt and decode speed to stderr at the end, and the tier plan and pipeline counters when layers stream"},
+			&cli.StringFlag{Name: "vram", Usage: "device memory budget, e.g. 24GiB (default: none, the CPU backend's device memory is host memory)"},
+			&cli.StringFlag{Name: "ram", Usage: "host memory budget, e.g. 32GiB (default: MemAvailable minus a reserve); layers that do not fit stream from the pool every token"},
+			&cli.IntFlag{Name: "ctx", Usage: "context the KV cache is planned for (default: the model's, at most 4096)"},
+			&cli.IntFlag{Name: "depth", Usage: "streaming pipeline depth (slots); 0 = let the planner choose"},
+			&cli.StringFlag{Name: "tiers", Usage: "force a placement instead of planning: all-A, all-B, all-C, mixed or one tier per layer (A,C,B,...); for tests and benchmarks"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			path := cmd.String("model")
@@ -70,7 +78,33 @@ func runCommand() *cli.Command {
 					return err
 				}
 			}
-			e, err := engine.Open(path)
+			o := engine.Options{Context: int(cmd.Int("ctx")), Depth: int(cmd.Int("depth")), Tiers: cmd.String("tiers"), Logger: log}
+			for _, f := range []struct {
+				name string
+				dst  *int64
+			}{{"vram", &o.DeviceBudget}, {"ram", &o.HostBudget}} {
+				if v := cmd.String(f.name); v != "" {
+					n, err := tier.ParseBytes(v)
+					if err != nil {
+						return usagef("--%s: %v", f.name, err)
+					}
+					if n <= 0 {
+						return usagef("--%s must be positive", f.name)
+					}
+					*f.dst = n
+				}
+			}
+			if o.Context < 0 || o.Depth < 0 {
+				return usagef("--ctx and --depth must not be negative")
+			}
+			if o.Tiers != "" {
+				// A bad mix is a usage error, found before the model opens
+				// (the layer count is checked by the engine).
+				if _, err := stream.MixTiers(o.Tiers, strings.Count(o.Tiers, ",")+1); err != nil {
+					return usagef("--tiers: %v", err)
+				}
+			}
+			e, err := engine.OpenWith(path, o)
 			if err != nil {
 				return err
 			}
@@ -117,6 +151,7 @@ func runCommand() *cli.Command {
 				fmt.Fprintf(os.Stderr, "prompt: %d tokens in %v (%.1f tok/s); completion: %d tokens in %v (%.2f tok/s); finish: %s\n",
 					res.PromptTokens, res.PromptTime.Round(1e6), rate(res.PromptTokens, res.PromptTime.Seconds()),
 					res.CompletionTokens, res.DecodeTime.Round(1e6), rate(res.CompletionTokens, res.DecodeTime.Seconds()), res.FinishReason)
+				writeRunStats(os.Stderr, e)
 			}
 			return nil
 		},

@@ -104,8 +104,8 @@ func TestBinaries(t *testing.T) {
 	}{
 		{"models json", "", nil, []string{"models", "--json", "--socket", sock}, 0, `"id": "tiny"`},
 		{"models via env", "", []string{"STRATA_SOCKET=" + sock}, []string{"models"}, 0, "tiny"},
-		{"status", "", []string{"STRATA_SOCKET=" + sock}, []string{"status"}, 0, "no tier plan"},
-		{"status json", "", nil, []string{"status", "--json", "--socket", sock}, 0, `"plan": null`},
+		{"status", "", []string{"STRATA_SOCKET=" + sock}, []string{"status"}, 0, "layers: 0-1 A"},
+		{"status json", "", nil, []string{"status", "--json", "--socket", sock}, 0, `"pipeline": null`},
 		{"chat from stdin", "hello\nand again\n", nil, []string{"chat", "--socket", sock, "-n", "4", "--seed", "1"}, 0, ""},
 		{"chat json", "", nil, []string{"chat", "--socket", sock, "-n", "3", "--json", "hi"}, 0, `"object": "chat.completion"`},
 		{"complete", "", nil, []string{"complete", "--socket", sock, "-n", "3", "--json", "--logprobs", "2", "Once"}, 0, `"text_completion"`},

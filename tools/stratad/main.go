@@ -6,6 +6,7 @@
 //
 //	stratad --socket PATH --model FILE
 //	stratad --socket PATH --model FILE --listen 127.0.0.1:PORT --api-key KEY
+//	stratad --socket PATH --model MODEL.pool --ram 8GiB   # layers that do not fit stream
 //
 // The server itself is package daemon; this main parses flags, opens the
 // listeners, sets up logging and handles signals.
@@ -34,6 +35,7 @@ import (
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/daemon/listen"
 	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // Exit codes.
@@ -76,6 +78,11 @@ func command() *cli.Command {
 			&cli.StringFlag{Name: "socket-group", Value: "strata", Usage: "group owning the socket (name or gid); kept as the daemon's own group when it does not exist"},
 			&cli.StringSliceFlag{Name: "model", Aliases: []string{"m"}, Usage: "model FILE to load at start (repeatable); name = file name without extension, or NAME=FILE"},
 			&cli.BoolFlag{Name: "default-model", Usage: "also load the default tiny synthetic model (written to the cache on first use, as `strata run` does)"},
+			&cli.StringFlag{Name: "vram", Usage: "device memory budget for the --model files, e.g. 24GiB (default: none, the CPU backend's device memory is host memory)"},
+			&cli.StringFlag{Name: "ram", Usage: "host memory budget for the --model files, e.g. 32GiB (default: MemAvailable minus a reserve); layers of a prefab pool that do not fit stream every pass"},
+			&cli.IntFlag{Name: "ctx", Usage: "per-sequence context the --model files' KV cache is planned for (default: the model's, at most 4096)"},
+			&cli.IntFlag{Name: "depth", Usage: "streaming pipeline depth for the --model files (0 = the planner chooses)"},
+			&cli.StringFlag{Name: "tiers", Usage: "force the --model files' placement: all-A, all-B, all-C, mixed or A,C,B,... (tests and benchmarks)"},
 			&cli.StringSliceFlag{Name: "model-dir", Value: []string{"/var/lib/strata/models"}, Usage: "directory the admin API may load models from (repeatable)"},
 			&cli.StringFlag{Name: "admin-group", Value: "strata-admin", Usage: "group whose members may load and unload models (besides root)"},
 			&cli.StringFlag{Name: "listen", Usage: "also serve TCP on ADDR (e.g. 127.0.0.1:8080); needs --api-key"},
@@ -132,6 +139,7 @@ func run(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
+	defer srv.CloseDevices() // after Serve: shut down the NVMe controllers bound through the device API
 
 	// Models first, so the socket only appears once there is something
 	// to serve and systemd's READY means ready.
@@ -146,12 +154,35 @@ func run(ctx context.Context, cmd *cli.Command) error {
 		}
 		models = append(models, p)
 	}
+	load := api.LoadRequest{Context: int(cmd.Int("ctx")), Depth: int(cmd.Int("depth")), Tiers: cmd.String("tiers")}
+	if load.Context < 0 || load.Depth < 0 {
+		srv.Close()
+		return usageError{"--ctx and --depth must not be negative"}
+	}
+	for _, f := range []struct {
+		name string
+		dst  *int64
+	}{{"vram", &load.Budgets.VRAMBytes}, {"ram", &load.Budgets.RAMBytes}} {
+		if v := cmd.String(f.name); v != "" {
+			n, err := tier.ParseBytes(v)
+			if err == nil && n <= 0 {
+				err = errors.New("must be positive")
+			}
+			if err != nil {
+				srv.Close()
+				return usageError{fmt.Sprintf("--%s: %v", f.name, err)}
+			}
+			*f.dst = n
+		}
+	}
 	for _, m := range models {
 		name, path := "", m
 		if n, p, ok := strings.Cut(m, "="); ok && n != "" && !strings.ContainsRune(n, '/') {
 			name, path = n, p
 		}
-		if _, err := srv.LoadFile(path, api.LoadRequest{Name: name}); err != nil {
+		req := load
+		req.Name = name
+		if _, err := srv.LoadFile(path, req); err != nil {
 			srv.Close()
 			return fmt.Errorf("loading %s: %w", path, err)
 		}

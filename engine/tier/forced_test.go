@@ -1,0 +1,135 @@
+package tier
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestPlanTiers costs forced placements: the tiers are kept as given, the
+// depth is the best one (or the one fixed), the numbers agree with the
+// planner's for the same placement, and impossible or malformed requests
+// are refused.
+func TestPlanTiers(t *testing.T) {
+	const mb = 1 << 20
+	base := Request{Sizes: Sizes{Layers: uniform(6, 10*mb), Globals: 5 * mb, Output: 2 * mb},
+		DeviceBudget: 200 * mb, HostBudget: 200 * mb, Links: testLinks()}
+	for _, tc := range []struct {
+		name  string
+		r     func(Request) Request
+		tiers string
+		depth int // want; -1: any >= 2
+		err   error
+		msg   string
+	}{
+		{"all-C chooses a depth", func(r Request) Request { return r }, "CCCCCC", -1, nil, ""},
+		{"fixed depth", func(r Request) Request { r.Depth = 3; return r }, "CCCCCC", 3, nil, ""},
+		{"mixed", func(r Request) Request { r.Depth = 2; return r }, "ABCBAC", 2, nil, ""},
+		{"all-A needs no pipeline", func(r Request) Request { return r }, "AAAAAA", 0, nil, ""},
+		{"shared", func(r Request) Request { r.Shared, r.Depth = true, 2; return r }, "AACCCC", 2, nil, ""},
+		{"device too small", func(r Request) Request { r.DeviceBudget = 40 * mb; return r }, "AAAACC", 0, ErrNoFit, "forced placement (4 layers on A, 0 on B, 2 on C)"},
+		{"host too small", func(r Request) Request { r.HostBudget = 15 * mb; return r }, "BBCCCC", 0, ErrNoFit, "host budget"},
+		{"wrong count", func(r Request) Request { return r }, "CCC", 0, nil, "3 tiers for 6 layers"},
+		{"bad depth", func(r Request) Request { r.Depth = -1; return r }, "CCCCCC", 0, nil, "depth"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ts []Tier
+			for _, c := range tc.tiers {
+				x, err := ParseTier(string(c))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ts = append(ts, x)
+			}
+			r := tc.r(base)
+			p, err := PlanTiers(r, ts)
+			if tc.msg != "" || tc.err != nil {
+				if err == nil || (tc.err != nil && !errors.Is(err, tc.err)) || !strings.Contains(err.Error(), tc.msg) {
+					t.Fatalf("error %v, want %v mentioning %q", err, tc.err, tc.msg)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tiersOf(p); got != tc.tiers {
+				t.Fatalf("tiers %s, want %s", got, tc.tiers)
+			}
+			if (tc.depth >= 0 && p.Depth != tc.depth) || (tc.depth < 0 && p.Depth < minDepth) {
+				t.Fatalf("depth %d, want %d", p.Depth, tc.depth)
+			}
+			// The same placement costed by the planner's own evaluation.
+			want := r.evaluate(ts, p.Depth)
+			if want == nil || want.PassTime != p.PassTime || want.Device.Total != p.Device.Total || want.Moved != p.Moved {
+				t.Fatalf("plan %+v differs from evaluate's %+v", p, want)
+			}
+			if tc.depth < 0 {
+				for k := minDepth; k <= DefaultMaxDepth; k++ {
+					if q := r.evaluate(ts, k); q != nil && better(q, p) {
+						t.Fatalf("depth %d beats the chosen %d", k, p.Depth)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestStreamingModel builds a model over a pool without verifying (so
+// without reading) its layers: a corrupt layer extent does not stop it,
+// while Model refuses the pool, and the layers it holds are views of the
+// mapping with the right shapes.
+func TestStreamingModel(t *testing.T) {
+	dir := t.TempDir()
+	path, _ := prefab(t, dir, "llama", "q8_0", TypeKeep)
+	p, err := OpenPool(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext := p.Extent(1)
+	p.Close()
+	corruptAt(t, path, ext.Offset+100)
+	p, err = OpenPool(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Model(); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Model over a corrupt extent: %v", err)
+	}
+	m, err := p.StreamingModel()
+	if err != nil {
+		t.Fatalf("StreamingModel: %v", err)
+	}
+	b := p.data[ext.Offset:ext.End()]
+	dec, err := p.Decode(1, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &m.Weights.Layers[1]
+	if len(m.Weights.Layers) != p.NumLayers() || &l.Q.Data[0] != &dec.Q.Data[0] || &l.Down.Data[0] != &dec.Down.Data[0] {
+		t.Fatal("streaming model's layers are not views of the mapping")
+	}
+	// The pipeline's own check still catches the damage.
+	if err := p.Verify(1, b); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Verify: %v", err)
+	}
+}
+
+// corruptAt flips a byte of the file at path.
+func corruptAt(t *testing.T, path string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var c [1]byte
+	if _, err := f.ReadAt(c[:], off); err != nil {
+		t.Fatal(err)
+	}
+	c[0] ^= 0xff
+	if _, err := f.WriteAt(c[:], off); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,364 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/tier"
+)
+
+// Options configure OpenWith: the memory budgets the tier planner places
+// layers within, the load the KV cache is sized for, and overrides for
+// tests and benchmarks.
+type Options struct {
+	// DeviceBudget is the device memory the model may use. 0 plans the CPU
+	// backend as it is: device memory is host memory, so the device budget
+	// is HostBudget and layers are resident (tier A) or read from storage
+	// every pass (tier C). A positive value plans a separate device of that
+	// size fed from HostBudget of host memory (tiers A, B and C), which the
+	// CPU backend then emulates with host memory.
+	DeviceBudget int64
+	// HostBudget is the host memory the model may use; 0 means what the
+	// hardware has: MemAvailable minus tier.HostReserve.
+	HostBudget int64
+	// Context is the per-sequence context the KV cache is sized for; 0
+	// means the model's context, at most 4096.
+	Context int
+	// Batch is the number of sequences advanced per pass (the daemon's
+	// max batch); 0 means 1.
+	Batch int
+	// Depth fixes the pipeline depth (slots); 0 lets the planner choose.
+	Depth int
+	// Tiers forces a placement instead of planning one: "all-A", "all-B",
+	// "all-C", "mixed" or one tier per layer ("A,C,C,B"); see
+	// stream.MixTiers. It is for tests and benchmarks; the budgets must
+	// still hold it. Empty means plan.
+	Tiers string
+	// Links are the link speeds to plan with. Nil means: tier.DefaultLinks
+	// when the model fits resident (no link matters then), otherwise a
+	// quick measurement (about a quarter of a second: 64 MiB read from the
+	// pool with O_DIRECT, memmove and the CPU kernels).
+	Links *tier.Links
+	// Verify chooses when tier-C reads are checksummed (default: the first
+	// read of each extent).
+	Verify stream.VerifyMode
+	// WrapSource, when set, wraps the tier-C source (fault injection in
+	// tests: stream.NewFaulty).
+	WrapSource func(stream.Source) stream.Source
+	// Logger receives the plan at debug level and warnings (O_DIRECT
+	// refused, link measurement failed). Nil discards them.
+	Logger hclog.Logger
+}
+
+// ErrNeedsPool is wrapped when a GGUF would have to be streamed: only a
+// prefab pool (`strata model prefab`) has the one-read-per-layer extents
+// and checksums the pipeline streams.
+var ErrNeedsPool = errors.New("streaming needs a prefab pool")
+
+// defaultContext caps the context the KV cache is planned for when
+// Options.Context is 0, as `strata plan` does.
+const defaultContext = 4096
+
+// OpenWith opens a GGUF model or a prefab pool and places its layers with
+// the tier planner (engine/tier) within the budgets of o. When every layer
+// fits resident it behaves like Open. Otherwise (only for a pool) it builds
+// a streaming pipeline (engine/stream: a FileSource with O_DIRECT over the
+// pool for tier C, the pool's mapping for tier B, the CPU device) and
+// installs it as the model's layer source, so Generate, Forward and a bare
+// Model.Forward stream the layers that do not fit; Plan and PipelineStats
+// report what was decided and what moved. A GGUF that does not fit is
+// refused with an error wrapping ErrNeedsPool that gives the prefab
+// command; a model that does not fit even streamed is refused with an
+// error wrapping tier.ErrNoFit.
+func OpenWith(path string, o Options) (*Engine, error) {
+	if o.DeviceBudget < 0 || o.HostBudget < 0 || o.Context < 0 || o.Batch < 0 || o.Depth < 0 {
+		return nil, fmt.Errorf("opening model %s: budgets, context, batch and depth must not be negative", path)
+	}
+	log := o.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	isPool, err := tier.IsPool(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening model %s: %w", path, err)
+	}
+	var (
+		pool  *tier.Pool
+		gf    *gguf.Mapped
+		sizes tier.Sizes
+		cfg   model.Config
+	)
+	closeAll := func() {
+		if pool != nil {
+			pool.Close()
+		}
+		if gf != nil {
+			gf.Close()
+		}
+	}
+	if isPool {
+		if pool, err = tier.OpenPool(path); err != nil {
+			return nil, fmt.Errorf("opening model %s: %w", path, err)
+		}
+		sizes, cfg = pool.Sizes(), pool.Config()
+	} else {
+		if gf, err = gguf.Map(path); err != nil {
+			return nil, fmt.Errorf("opening model %s: %w", path, err)
+		}
+		if sizes, cfg, err = tier.SizesFromGGUF(gf.File, tier.TypeKeep); err != nil {
+			gf.Close()
+			return nil, fmt.Errorf("model %s: %w", path, err)
+		}
+	}
+	plan, err := o.plan(path, isPool, sizes, cfg, log)
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("model %s: %w", path, err)
+	}
+	streamed := plan.Tiers[tier.TierB].Layers + plan.Tiers[tier.TierC].Layers
+	log.Debug("tier plan", "model", path, "tier_a", plan.Tiers[tier.TierA].Layers, "tier_b", plan.Tiers[tier.TierB].Layers,
+		"tier_c", plan.Tiers[tier.TierC].Layers, "depth", plan.Depth, "bound", plan.Bound.String(),
+		"expected_pass", plan.PassTime.String())
+	if streamed == 0 {
+		var e *Engine
+		if pool != nil {
+			e, err = fromPool(path, pool)
+		} else {
+			e, err = fromMapped(path, gf)
+		}
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		e.plan = plan
+		return e, nil
+	}
+	if !isPool {
+		closeAll()
+		budgets := "memory budget " + tier.FormatBytes(plan.Device.Budget)
+		if !plan.Shared {
+			budgets = fmt.Sprintf("device budget %s, host budget %s", tier.FormatBytes(plan.Device.Budget), tier.FormatBytes(plan.Host.Budget))
+		}
+		fix := fmt.Sprintf("convert it once with `strata model prefab %s -o %s` and open the pool", path, strings.TrimSuffix(path, ".gguf")+".pool")
+		if o.Tiers != "" {
+			return nil, fmt.Errorf("model %s: the forced placement %q streams %d of %d layers: %w; %s",
+				path, o.Tiers, streamed, len(plan.Layers), ErrNeedsPool, fix)
+		}
+		return nil, fmt.Errorf("model %s: the plan streams %d of %d layers (%s, of which the KV cache for %d sequences takes %s): %w; %s, or plan for a shorter context or a smaller batch",
+			path, streamed, len(plan.Layers), budgets, plan.Batch, tier.FormatBytes(plan.Device.KV), ErrNeedsPool, fix)
+	}
+	e, err := streamPool(path, pool, plan, o, log)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// plan builds the planner request from o and the model's sizes and plans
+// (or costs the forced placement).
+func (o *Options) plan(path string, isPool bool, sizes tier.Sizes, cfg model.Config, log hclog.Logger) (*tier.Plan, error) {
+	ctxLen := o.Context
+	if ctxLen == 0 {
+		ctxLen = defaultContext
+	}
+	ctxLen = min(ctxLen, cfg.Context)
+	batch := max(o.Batch, 1)
+	req := tier.Request{
+		Sizes: sizes, Depth: o.Depth, Batch: batch,
+		KVBytes:      tier.KVCacheBytes(cfg, ctxLen, batch),
+		ScratchBytes: tier.ScratchBytes(cfg, ctxLen, max(batch, min(ctxLen, 512)), runtime.GOMAXPROCS(0)),
+		Links:        tier.DefaultLinks(),
+	}
+	host := o.HostBudget
+	if host == 0 {
+		mi, err := tier.ReadMemInfo()
+		if err != nil {
+			return nil, fmt.Errorf("%w (give a host budget)", err)
+		}
+		host = tier.DefaultHostBudget(mi)
+	}
+	if o.DeviceBudget > 0 {
+		req.DeviceBudget, req.HostBudget = o.DeviceBudget, host
+	} else {
+		req.DeviceBudget, req.HostBudget, req.Shared = host, host, true
+	}
+	if o.Links != nil {
+		req.Links = *o.Links
+	}
+	measure := func() {
+		if o.Links != nil || !isPool {
+			return
+		}
+		l, err := tier.MeasureLinks(context.Background(), tier.MeasureOptions{
+			Path: path, StorageBytes: 64 << 20, ComputeType: sizes.Type, Duration: 50 * time.Millisecond,
+		})
+		if err != nil {
+			log.Warn("measuring links failed; planning with default link speeds", "error", err)
+			return
+		}
+		req.Links = l
+	}
+	if o.Tiers != "" {
+		ts, err := stream.MixTiers(o.Tiers, len(sizes.Layers))
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range ts {
+			if t != tier.TierA {
+				measure()
+				break
+			}
+		}
+		return withStaging(req, func(r tier.Request) (*tier.Plan, error) { return tier.PlanTiers(r, ts) }, true)
+	}
+	p, err := tier.NewPlan(req)
+	if err != nil {
+		return nil, err
+	}
+	if p.Depth == 0 {
+		return p, nil
+	}
+	if o.Links == nil && isPool {
+		// Streaming is needed: the links now decide the placement and
+		// depth. (A plan that fits resident is the best under any link
+		// speeds, so only streamed plans pay for a measurement.)
+		measure()
+	}
+	return withStaging(req, tier.NewPlan, false)
+}
+
+// withStaging plans with plan and makes room for what the CPU backend's
+// pipeline holds beyond the planner's model of it. The planner takes
+// "device memory is host memory" (Shared) to mean tier-C reads land
+// straight in the device slots, but the pipeline reads them into Depth
+// staging buffers of the largest tier-C layer first and copies them into
+// the slots, so those buffers come out of the same memory. withStaging
+// replans with the device budget less the buffers until plan and buffers
+// fit the budget together (forced placements cannot move, so they are
+// only checked), and records the buffers in the plan as host staging
+// (StagingBytes, Host.Staging, Host.Total) with Device.Budget the caller's
+// budget: Device.Total + Host.Total is then what the model holds.
+func withStaging(req tier.Request, plan func(tier.Request) (*tier.Plan, error), forced bool) (*tier.Plan, error) {
+	budget := req.DeviceBudget
+	for range 8 {
+		p, err := plan(req)
+		if err != nil {
+			if req.DeviceBudget != budget {
+				return nil, fmt.Errorf("%w (after reserving %s of the budget for tier-C staging buffers)", err, tier.FormatBytes(budget-req.DeviceBudget))
+			}
+			return nil, err
+		}
+		if !req.Shared {
+			return p, nil
+		}
+		var largest int64
+		for _, l := range p.Layers {
+			if l.Tier == tier.TierC {
+				largest = max(largest, l.Bytes)
+			}
+		}
+		staging := int64(p.Depth) * largest
+		over := p.Device.Total + staging - budget
+		if over <= 0 {
+			p.StagingBytes, p.Host.Staging, p.Host.Total, p.Device.Budget = largest, staging, staging, budget
+			return p, nil
+		}
+		if forced {
+			return nil, fmt.Errorf("plan: %w: the forced placement needs %s of device memory and %s of tier-C staging buffers; the budget is %s",
+				tier.ErrNoFit, tier.FormatBytes(p.Device.Total), tier.FormatBytes(staging), tier.FormatBytes(budget))
+		}
+		req.DeviceBudget -= over
+	}
+	return nil, fmt.Errorf("plan: %w: no placement leaves room for its tier-C staging buffers within %s", tier.ErrNoFit, tier.FormatBytes(budget))
+}
+
+// streamPool builds the engine of a pool whose plan streams some layers.
+func streamPool(path string, pool *tier.Pool, plan *tier.Plan, o Options, log hclog.Logger) (*Engine, error) {
+	tiers := make([]tier.Tier, len(plan.Layers))
+	needSource := false
+	for i, l := range plan.Layers {
+		tiers[i] = l.Tier
+		needSource = needSource || l.Tier == tier.TierC
+	}
+	e, err := poolEngine(path, pool, pool.StreamingModel)
+	if err != nil {
+		return nil, err
+	}
+	var src stream.Source
+	if needSource {
+		fs, err := stream.OpenFile(path, stream.FileOptions{Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("model %s: tier-C source: %w", path, err)
+		}
+		src = fs
+		if o.WrapSource != nil {
+			src = o.WrapSource(src)
+		}
+	}
+	pipe, err := stream.New(stream.Options{
+		Store: pool, Tiers: tiers, Depth: max(plan.Depth, 1), Source: src, Device: stream.CPUDevice{}, Verify: o.Verify,
+	})
+	if err != nil {
+		if src != nil {
+			src.Close()
+		}
+		return nil, fmt.Errorf("model %s: %w", path, err)
+	}
+	e.Model.SetLayerSource(pipe)
+	e.plan, e.pipe, e.src = plan, pipe, src
+	return e, nil
+}
+
+// Plan is the tier plan the engine runs: every layer's tier, the pipeline
+// depth and the expected cost of a pass. It is nil for an engine opened
+// with Open or OpenPool (all resident, not planned). On the CPU backend
+// (Shared) the pipeline's tier-C staging buffers appear as Host.Staging,
+// within the same budget as Device (see OpenWith). Treat it as read-only.
+func (e *Engine) Plan() *tier.Plan { return e.plan }
+
+// Streamed reports whether some layers are streamed every pass (tiers B
+// and C) through a pipeline.
+func (e *Engine) Streamed() bool { return e.pipe != nil }
+
+// PipelineStats returns the streaming pipeline's counters summed over every
+// pass since the engine opened (bytes, busy and stall time per stage,
+// achieved bandwidth, overlap), or nil when nothing is streamed.
+func (e *Engine) PipelineStats() *stream.Stats {
+	if e.pipe == nil {
+		return nil
+	}
+	st := e.pipe.Stats()
+	return &st
+}
+
+// LastPassStats returns the most recent pass's pipeline counters, or nil
+// when nothing is streamed.
+func (e *Engine) LastPassStats() *stream.Stats {
+	if e.pipe == nil {
+		return nil
+	}
+	st := e.pipe.LastPass()
+	return &st
+}
+
+// Forward runs one batched forward pass: every step's sequence advances by
+// its tokens, and each streamed layer is moved once for the whole batch.
+// With a pipeline the pass runs under ctx from its first read (prefetch
+// starts before the embedding), and a failed read fails only this pass.
+// The daemon's scheduler drives passes through it.
+func (e *Engine) Forward(ctx context.Context, batch []model.Step) error {
+	if e.pipe != nil {
+		return e.pipe.Forward(ctx, e.Model, batch)
+	}
+	return e.Model.Forward(ctx, batch)
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/strata-llm/strata/daemon"
+	"github.com/strata-llm/strata/daemon/api"
+	"github.com/strata-llm/strata/nvme/devices"
+	"github.com/strata-llm/strata/vfio"
+)
+
+// fakeNVMeHost is a sysfs/procfs tree with two NVMe controllers: 04.0 on
+// the kernel's nvme driver with nvme0n1 mounted on /data, and 06.0 idle on
+// vfio-pci (IOMMU group 3).
+func fakeNVMeHost(t *testing.T) devices.Host {
+	t.Helper()
+	root := t.TempDir()
+	sys, proc := filepath.Join(root, "sys"), filepath.Join(root, "proc")
+	write := func(path, body string) {
+		os.MkdirAll(filepath.Dir(path), 0o755)
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(target, name string) {
+		os.MkdirAll(filepath.Dir(name), 0o755)
+		if err := os.Symlink(target, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pci := func(bdf, drv, group string) string {
+		dir := filepath.Join(sys, "devices/pci0000:00", bdf)
+		write(filepath.Join(dir, "vendor"), "0x144d\n")
+		write(filepath.Join(dir, "device"), "0xa808\n")
+		write(filepath.Join(dir, "class"), "0x010802\n")
+		link(dir, filepath.Join(sys, "bus/pci/devices", bdf))
+		os.MkdirAll(filepath.Join(sys, "bus/pci/drivers", drv), 0o755)
+		link(filepath.Join(sys, "bus/pci/drivers", drv), filepath.Join(dir, "driver"))
+		os.MkdirAll(filepath.Join(sys, "kernel/iommu_groups", group), 0o755)
+		link(filepath.Join(sys, "kernel/iommu_groups", group), filepath.Join(dir, "iommu_group"))
+		return dir
+	}
+	d0 := pci("0000:00:04.0", "nvme", "1")
+	write(filepath.Join(d0, "nvme/nvme0/model"), "Samsung SSD 970 EVO Plus 1TB\n")
+	write(filepath.Join(d0, "nvme/nvme0/serial"), "S4EWNX0N123456\n")
+	disk := filepath.Join(d0, "nvme/nvme0/nvme0n1")
+	write(filepath.Join(disk, "dev"), "259:0\n")
+	write(filepath.Join(disk, "nsid"), "1\n")
+	write(filepath.Join(disk, "size"), "1953525168\n")
+	link(disk, filepath.Join(sys, "block/nvme0n1"))
+	pci("0000:00:06.0", "vfio-pci", "3")
+	write(filepath.Join(proc, "self/mountinfo"), "22 1 259:0 / /data rw,relatime - ext4 /dev/nvme0n1 rw\n")
+	write(filepath.Join(proc, "swaps"), "Filename\tType\tSize\tUsed\tPriority\n")
+	return devices.Host{Sysfs: vfio.Sysfs{Root: sys}, Proc: proc}
+}
+
+// TestDevicesCLI drives `strata devices` against a daemon serving a fake
+// device tree: listings in text and JSON, and the exit codes of refused
+// and malformed commands. The caller's own group is the admin group, so
+// the admin commands reach the device checks.
+func TestDevicesCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildStrata(t)
+	dir := t.TempDir()
+	srv, err := daemon.New(daemon.Config{ModelDirs: []string{dir}, AdminGroup: strconv.Itoa(os.Getgid()),
+		Log: hclog.New(&hclog.LoggerOptions{Level: hclog.Error, Output: os.Stderr})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetDeviceHost(fakeNVMeHost(t))
+	sock := filepath.Join(dir, "s.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, []net.Listener{l}, nil) }()
+	defer func() { cancel(); <-done; srv.CloseDevices() }()
+
+	_, statErr := os.Stat(vfio.ContainerPath)
+	noVFIO := errors.Is(statErr, os.ErrNotExist)
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string // in stdout+stderr
+	}{
+		{"list", []string{"devices"}, 0, "mounted: /dev/nvme0n1 on /data"},
+		{"list shows the model", []string{"devices", "list"}, 0, "Samsung SSD 970 EVO Plus 1TB"},
+		{"bind a mounted drive", []string{"devices", "bind", "0000:00:04.0"}, 1, "device_in_use"},
+		{"bind a missing controller", []string{"devices", "bind", "0000:00:09.0"}, 5, "device_not_found"},
+		{"bind without BDF", []string{"devices", "bind"}, 2, "exactly one BDF"},
+		{"bad BDF", []string{"devices", "bind", "zz"}, 1, "HTTP 400"},
+		{"stats, nothing held", []string{"devices", "stats"}, 0, "holds no controller"},
+		{"stats of an unbound controller", []string{"devices", "stats", "0000:00:06.0"}, 1, "device_not_bound"},
+		{"volume of an unbound controller", []string{"devices", "volume", "show", "0000:00:06.0", "1"}, 1, "device_not_bound"},
+		{"pool write, bad NSID", []string{"devices", "pool", "write", "0000:00:06.0", "x", "m.pool"}, 2, "NSID"},
+		{"pool write, missing file", []string{"devices", "pool", "write", "0000:00:06.0", "1", "m.pool"}, 5, "pool_file_not_found"},
+		{"unknown subcommand", []string{"devices", "frob"}, 2, "unknown subcommand"},
+		{"unbind: no such controller", []string{"devices", "unbind", "0000:00:09.0"}, 5, "device_not_found"},
+	}
+	if noVFIO {
+		tests = append(tests,
+			struct {
+				name string
+				args []string
+				code int
+				want string
+			}{"bind without VFIO", []string{"devices", "bind", "0000:00:06.0"}, 6, "vfio_unavailable"},
+			struct {
+				name string
+				args []string
+				code int
+				want string
+			}{"list says VFIO is missing", []string{"devices"}, 0, "VFIO: unavailable"})
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, stderr, code := runStrata(t, bin, "", append(tc.args, "--socket", sock)...)
+			t.Logf("strata %s:\n%s%s", strings.Join(tc.args, " "), out, stderr)
+			if code != tc.code || !strings.Contains(out+stderr, tc.want) {
+				t.Fatalf("exit %d (want %d); output %q %q (want %q)", code, tc.code, out, stderr, tc.want)
+			}
+		})
+	}
+	t.Run("list --json", func(t *testing.T) {
+		out, stderr, code := runStrata(t, bin, "", "devices", "--json", "--socket", sock)
+		var l api.DeviceList
+		if code != 0 || json.Unmarshal([]byte(out), &l) != nil || len(l.Controllers) != 2 ||
+			l.Controllers[0].Serial != "S4EWNX0N123456" || l.Controllers[0].Namespaces[0].Bytes != 1953525168*512 {
+			t.Fatalf("exit %d: %s %s", code, out, stderr)
+		}
+	})
+	t.Run("stats --json", func(t *testing.T) {
+		out, _, code := runStrata(t, bin, "", "devices", "stats", "--json", "--socket", sock)
+		var st api.DeviceStats
+		if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Controllers == nil || len(st.Controllers) != 0 {
+			t.Fatalf("exit %d: %s", code, out)
+		}
+	})
+	t.Run("no daemon", func(t *testing.T) {
+		_, stderr, code := runStrata(t, bin, "", "devices", "--socket", filepath.Join(dir, "none.sock"))
+		if code != exitUnreachable {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+	})
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/tier"
+)
+
+// writeRunStats prints, for `strata run --stats`, the tier plan the engine
+// ran and, when layers streamed, the pipeline's counters: bytes and
+// bandwidth per link, busy and stall time per stage, overlap.
+func writeRunStats(w io.Writer, e *engine.Engine) {
+	p := e.Plan()
+	if p == nil {
+		return
+	}
+	fmt.Fprintf(w, "plan: tier A %d layers (%s), B %d (%s), C %d (%s); depth %d; expected %v per pass (%.2f tokens/s), bound by %s\n",
+		p.Tiers[tier.TierA].Layers, tier.FormatBytes(p.Tiers[tier.TierA].Bytes),
+		p.Tiers[tier.TierB].Layers, tier.FormatBytes(p.Tiers[tier.TierB].Bytes),
+		p.Tiers[tier.TierC].Layers, tier.FormatBytes(p.Tiers[tier.TierC].Bytes),
+		p.Depth, dur(p.PassTime), p.TokensPerSecond, p.Bound)
+	if len(p.Links.Notes) > 0 {
+		fmt.Fprintf(w, "links: %s\n", strings.Join(p.Links.Notes, "; "))
+	}
+	if p.Shared {
+		fmt.Fprintf(w, "memory: %s + tier-C staging %s of %s (device memory is host memory)\n",
+			tier.FormatBytes(p.Device.Total), tier.FormatBytes(p.Host.Staging), tier.FormatBytes(p.Device.Budget))
+	} else {
+		fmt.Fprintf(w, "memory: device %s of %s, host %s of %s\n", tier.FormatBytes(p.Device.Total), tier.FormatBytes(p.Device.Budget),
+			tier.FormatBytes(p.Host.Total), tier.FormatBytes(p.Host.Budget))
+	}
+	st := e.PipelineStats()
+	if st == nil {
+		fmt.Fprintln(w, "pipeline: none (every layer resident)")
+		return
+	}
+	writePipelineStats(w, st)
+}
+
+// writePipelineStats prints a pipeline's cumulative counters as a table.
+func writePipelineStats(w io.Writer, st *stream.Stats) {
+	fmt.Fprintf(w, "pipeline: %d passes (%d failed) in %v; overlap %.2f, compute fed %.0f%% of the time; %s resident, %s streamed\n",
+		st.Passes, st.Failed, st.Wall.Round(time.Millisecond), st.Overlap, 100*st.ComputeUtil,
+		tier.FormatBytes(st.ResidentBytes), tier.FormatBytes(st.StreamedBytes))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "stage\tlink\tlayers\tbytes\tbytes/pass\tGB/s\tbusy\tstall\t")
+	for _, s := range []struct {
+		name, link string
+		s          stream.StageStats
+	}{
+		{"read", "storage→staging", st.Read},
+		{"copy", "host→device slot", st.Copy},
+		{"compute", "device", st.Compute},
+	} {
+		per := int64(0)
+		if st.Passes > 0 {
+			per = s.s.Bytes / st.Passes
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.2f\t%v\t%v\t\n", s.name, s.link, s.s.Layers, tier.FormatBytes(s.s.Bytes),
+			tier.FormatBytes(per), s.s.GBps, s.s.Busy.Round(time.Microsecond), s.s.Stall.Round(time.Microsecond))
+	}
+	tw.Flush()
+	if st.Verify > 0 {
+		fmt.Fprintf(w, "checksums: %v of the read stage\n", st.Verify.Round(time.Microsecond))
+	}
+}
