@@ -2,17 +2,433 @@
 // for NB = 1..8 activation vectors at once (batched decode), every weight
 // format of engine/quant.
 //
-// Layout: a block of 8 warps walks the columns in tiles of TE elements;
-// each warp owns R rows. Per tile, every warp fetches its rows' tile bytes
-// with coalesced 16-byte loads (the covering 16-byte-aligned range, so rows
-// of any alignment work) into its shared slot, while the block stages the
+// Three paths, chosen per type and batch at compile time (GemvPlan; the
+// launcher mirrors it in matmul.go):
+//   - direct (Q4_K, Q5_K, F16, BF16 for one or two vectors): a block of nw
+//     warps (1..8, picked by the launcher so that the grid fills the
+//     device) owns R consecutive rows; its warps split the row into
+//     32-element units (warp w takes units w*32+lane, +32*nw, ...), each
+//     lane computing its unit for all R rows, so every x value it fetches
+//     (through the read-only cache) is used R times. A unit's fields are
+//     16-byte aligned, so each lane loads them with 16-byte loads straight
+//     into registers. No block-wide barrier except one at the end when
+//     nw > 1 (cross-warp sum); lane partial sums are reduced with shuffles.
+//     Misaligned weights fall back to word loads, one row per block.
+//   - ring (Q4_K from three vectors, Q5_K at two): the same units, but each
+//     warp copies its next window (32 units of each of its rows) into its
+//     own shared-memory ring with cp.async while it computes the current
+//     one; only __syncwarp between them.
+//   - tiled (everything else): block-wide column tiles with x staged once
+//     per block in shared memory (see gemv_tiled).
+// Each lane decodes four elements at a time into floats (0.5 + q/256 built
+// by byte permutation, one FMA with the sub-block's scale and offset) and
+// multiplies them with x in float32.
+#include "common.cuh"
+
+// Streamed weight load: non-coherent and not allocated in L1 (each weight
+// byte is read once; L1 is kept for x).
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+#if __CUDA_ARCH__ >= 800
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+#else
+  return __ldg(reinterpret_cast<const uint4*>(p));
+#endif
+}
+
+// Where a unit's bytes come from: global memory, 16-byte aligned (one
+// vector load per 16 bytes) or not (aligned words and funnel shifts), or a
+// warp's shared-memory ring (aligned).
+#define SRC_GA 0
+#define SRC_GU 1
+#define SRC_SH 2
+
+// 16 weight bytes at p.
+template <int M>
+__device__ __forceinline__ uint4 ld16(const uint8_t* p) {
+  if (M == SRC_GA) return ld_stream(p);
+  if (M == SRC_SH) return *reinterpret_cast<const uint4*>(p);
+  uint32_t w[4];
+  ldwords<4>(p, w);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// 16 header bytes: from global memory cached in L1, since the 8 lanes of a
+// super-block read the same header.
+template <int M>
+__device__ __forceinline__ uint4 ldh16(const uint8_t* p) {
+  if (M == SRC_GA) return __ldg(reinterpret_cast<const uint4*>(p));
+  return ld16<M>(p);
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
+}
+
+// Unsigned byte k of x as an exact float.
+__device__ __forceinline__ float u8f(uint32_t x, int k) {
+  return __int_as_float(__byte_perm(x, 0x4B000000u, 0x7440 | k)) - 8388608.0f;
+}
+
+// ---- direct units: 32 elements of one row, fields 16-byte aligned ----
+//
+// A unit exposes load(row, u) (issue the loads), prep(u) (decode scales),
+// get4(i, w) (elements 4i..4i+3 of the unit as floats) and col(u, i) (the
+// column of element 4i).
+
+// Q4_K unit u: super-block u>>3, 16-byte chunk c = u&7 of its 128 quant
+// bytes: byte l of chunk c holds element 16(c&1)+l of sub-block 2(c>>1)
+// (low nibble) and of sub-block 2(c>>1)+1 (high nibble).
+template <int AL>
+struct DQ4K {
+  uint4 h, q;
+  float A0, B0, A1, B1;
+  __device__ __forceinline__ void load(const uint8_t* row, int u) {
+    const uint8_t* b = row + (long long)(u >> 3) * 144;
+    h = ldh16<AL>(b);
+    q = ld16<AL>(b + 16 + 16 * (u & 7));
+  }
+  static __device__ __forceinline__ int col(int u, int i) {
+    const int c = u & 7;
+    return (u >> 3) * 256 + 64 * (c >> 1) + 16 * (c & 1) + (i < 4 ? 4 * i : 32 + 4 * (i - 4));
+  }
+  // Scales and mins of sub-blocks 2j, 2j+1 (engine/quant's k4 packing):
+  // j < 2: 6-bit fields in bytes 0..7; j >= 2: low nibbles in bytes 8..11,
+  // high bits in the top two bits of bytes 0..7.
+  __device__ __forceinline__ void prep(int u) {
+    const int j = (u & 7) >> 1;
+    uint32_t sw, mw;
+    if (j < 2) {
+      sw = h.y & 0x3F3F3F3Fu;
+      mw = h.z & 0x3F3F3F3Fu;
+    } else {
+      sw = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+      mw = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+    }
+    const int k = (2 * j) & 3;
+    const float d = h2f(h.x & 0xFFFF), dmin = h2f(h.x >> 16);
+    const float a0 = d * u8f(sw, k), a1 = d * u8f(sw, k + 1);
+    A0 = 256.0f * a0;
+    B0 = fmaf(-dmin, u8f(mw, k), -128.0f * a0);
+    A1 = 256.0f * a1;
+    B1 = fmaf(-dmin, u8f(mw, k + 1), -128.0f * a1);
+  }
+  __device__ __forceinline__ void get4(int i, float* o) const {
+    const uint32_t x = i < 4 ? word(q, i) & 0x0F0F0F0Fu : (word(q, i - 4) >> 4) & 0x0F0F0F0Fu;
+    const float A = i < 4 ? A0 : A1, B = i < 4 ? B0 : B1;
+#pragma unroll
+    for (int k = 0; k < 4; k++) o[k] = fmaf(half_plus(x, k), A, B);
+  }
+};
+
+// Q5_K unit: as Q4_K, plus the 16 high-bit bytes at 16+16(c&1) (bit t of
+// byte l is the fifth bit of sub-block t's element l).
+template <int AL>
+struct DQ5K {
+  uint4 h, qh, q;
+  float A0, B0, A1, B1;
+  int j;
+  __device__ __forceinline__ void load(const uint8_t* row, int u) {
+    const uint8_t* b = row + (long long)(u >> 3) * 176;
+    const int c = u & 7;
+    h = ldh16<AL>(b);
+    qh = ld16<AL>(b + 16 + 16 * (c & 1));
+    q = ld16<AL>(b + 48 + 16 * c);
+  }
+  static __device__ __forceinline__ int col(int u, int i) { return DQ4K<AL>::col(u, i); }
+  __device__ __forceinline__ void prep(int u) {
+    j = (u & 7) >> 1;
+    uint32_t sw, mw;
+    if (j < 2) {
+      sw = h.y & 0x3F3F3F3Fu;
+      mw = h.z & 0x3F3F3F3Fu;
+    } else {
+      sw = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+      mw = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+    }
+    const int k = (2 * j) & 3;
+    const float d = h2f(h.x & 0xFFFF), dmin = h2f(h.x >> 16);
+    const float a0 = d * u8f(sw, k), a1 = d * u8f(sw, k + 1);
+    A0 = 256.0f * a0;
+    B0 = fmaf(-dmin, u8f(mw, k), -128.0f * a0);
+    A1 = 256.0f * a1;
+    B1 = fmaf(-dmin, u8f(mw, k + 1), -128.0f * a1);
+  }
+  __device__ __forceinline__ void get4(int i, float* o) const {
+    const int t = i < 4 ? 2 * j : 2 * j + 1;
+    const uint32_t hb = ((word(qh, i & 3) >> t) & 0x01010101u) << 4;
+    const uint32_t x = (i < 4 ? word(q, i) & 0x0F0F0F0Fu : (word(q, i - 4) >> 4) & 0x0F0F0F0Fu) | hb;
+    const float A = i < 4 ? A0 : A1, B = i < 4 ? B0 : B1;
+#pragma unroll
+    for (int k = 0; k < 4; k++) o[k] = fmaf(half_plus(x, k), A, B);
+  }
+};
+
+// F16 / BF16 unit: 32 consecutive elements, 64 bytes.
+template <int AL, bool BF>
+struct DH {
+  uint4 v[4];
+  __device__ __forceinline__ void load(const uint8_t* row, int u) {
+    const uint8_t* b = row + (long long)u * 64;
+#pragma unroll
+    for (int k = 0; k < 4; k++) v[k] = ld16<AL>(b + 16 * k);
+  }
+  static __device__ __forceinline__ int col(int u, int i) { return 32 * u + 4 * i; }
+  __device__ __forceinline__ void prep(int) {}
+  __device__ __forceinline__ void get4(int i, float* o) const {
+    const uint32_t a = word(v[i >> 1], 2 * (i & 1)), c = word(v[i >> 1], 2 * (i & 1) + 1);
+    if (BF) {
+      o[0] = __int_as_float(a << 16);
+      o[1] = __int_as_float(a & 0xFFFF0000u);
+      o[2] = __int_as_float(c << 16);
+      o[3] = __int_as_float(c & 0xFFFF0000u);
+    } else {
+      const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&a));
+      const float2 r = __half22float2(*reinterpret_cast<const __half2*>(&c));
+      o[0] = p.x; o[1] = p.y; o[2] = r.x; o[3] = r.y;
+    }
+  }
+};
+
+// F32 unit: 32 consecutive elements, 128 bytes.
+template <int AL>
+struct DF {
+  uint4 v[8];
+  __device__ __forceinline__ void load(const uint8_t* row, int u) {
+    const uint8_t* b = row + (long long)u * 128;
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] = ld16<AL>(b + 16 * k);
+  }
+  static __device__ __forceinline__ int col(int u, int i) { return 32 * u + 4 * i; }
+  __device__ __forceinline__ void prep(int) {}
+  __device__ __forceinline__ void get4(int i, float* o) const {
+    o[0] = __uint_as_float(v[i].x);
+    o[1] = __uint_as_float(v[i].y);
+    o[2] = __uint_as_float(v[i].z);
+    o[3] = __uint_as_float(v[i].w);
+  }
+};
+
+template <int T, int AL> struct DUnit;
+template <int AL> struct DUnit<T_Q4_K, AL> { typedef DQ4K<AL> U; };
+template <int AL> struct DUnit<T_Q5_K, AL> { typedef DQ5K<AL> U; };
+template <int AL> struct DUnit<T_F16, AL> { typedef DH<AL, false> U; };
+template <int AL> struct DUnit<T_BF16, AL> { typedef DH<AL, true> U; };
+template <int AL> struct DUnit<T_F32, AL> { typedef DF<AL> U; };
+
+// Accumulate w (4 elements of R rows) times x (4 elements of NB vectors).
+template <int R, int NB>
+__device__ __forceinline__ void fma4(float (&acc)[R][NB], const float (&w)[4], int r, const float4 (&xv)[NB]) {
+#pragma unroll
+  for (int b = 0; b < NB; b++) {
+    float a = acc[r][b];
+    a = fmaf(w[0], xv[b].x, a);
+    a = fmaf(w[1], xv[b].y, a);
+    a = fmaf(w[2], xv[b].z, a);
+    a = fmaf(w[3], xv[b].w, a);
+    acc[r][b] = a;
+  }
+}
+
+// Sums acc over the lanes and the block's warps and writes the R x NB
+// results (times INT8Row's per-row scale).
+template <int T, int R, int NB>
+__device__ __forceinline__ void gemv_finish(float (&acc)[R][NB], const uint8_t* W, long long rowBytes, int rows,
+                                            int row0, float* Y, int ystride) {
+  __shared__ float red[8 * R * NB];
+  const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[r][b] = warp_sum(acc[r][b]);
+  if (nw > 1) {
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int b = 0; b < NB; b++) red[(warp * R + r) * NB + b] = acc[r][b];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < R * NB; i += blockDim.x) {
+      float s = 0.0f;
+      for (int w = 0; w < nw; w++) s += red[w * R * NB + i];
+      const int r = i / NB, b = i % NB, row = row0 + r;
+      if (row < rows) {
+        if (T == T_INT8) s *= *reinterpret_cast<const float*>(W + (long long)row * rowBytes);
+        Y[(long long)b * ystride + row] = s;
+      }
+    }
+  } else if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const int row = row0 + r;
+      if (row < rows) {
+        float scale = 1.0f;
+        if (T == T_INT8) scale = *reinterpret_cast<const float*>(W + (long long)row * rowBytes);
+#pragma unroll
+        for (int b = 0; b < NB; b++) Y[(long long)b * ystride + row] = acc[r][b] * scale;
+      }
+    }
+  }
+}
+
+template <int T, int NB, int R, int AL>
+__device__ __forceinline__ void gemv_direct(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
+                                            const float* __restrict__ X, int xstride, float* __restrict__ Y,
+                                            int ystride) {
+  typedef typename DUnit<T, AL>::U U;
+  const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row0 = blockIdx.x * R;
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rowBytes;
+  float acc[R][NB];
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+
+  const int nunits = cols >> 5;
+  for (int u = warp * 32 + lane; u < nunits; u += 32 * nw) {
+    U un[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) un[r].load(rp[r], u);
+#pragma unroll
+    for (int r = 0; r < R; r++) un[r].prep(u);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      const int c = U::col(u, i);
+      float4 xv[NB];
+#pragma unroll
+      for (int b = 0; b < NB; b++) xv[b] = __ldg(reinterpret_cast<const float4*>(X + (long long)b * xstride + c));
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        float w[4];
+        un[r].get4(i, w);
+        fma4<R, NB>(acc, w, r, xv);
+      }
+    }
+  }
+  gemv_finish<T, R, NB>(acc, W, rowBytes, rows, row0, Y, ystride);
+}
+
+// ---- shared-memory ring (cp.async) ----
+
+__device__ __forceinline__ void cp16(void* dst, const void* src) {
+#if __CUDA_ARCH__ >= 800
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+#else
+  *reinterpret_cast<uint4*>(dst) = __ldg(reinterpret_cast<const uint4*>(src));
+#endif
+}
+__device__ __forceinline__ void cp_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// Bytes of 32 consecutive units of a row (a window); 16-byte multiples.
+template <int T> struct WinBytes { enum { V = 32 * 32 / Tr<T>::BE * Tr<T>::BB }; };
+
+// Direct units read from a per-warp ring in shared memory: each warp copies
+// its next windows (32 units of each of its R rows) with cp.async, S-1
+// windows ahead of the one it computes, so loads overlap the arithmetic
+// without holding registers. Needs 16-byte aligned weights.
+template <int T, int NB, int R, int S>
+__device__ __forceinline__ void gemv_ring(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
+                                          const float* __restrict__ X, int xstride, float* __restrict__ Y,
+                                          int ystride) {
+  typedef typename DUnit<T, SRC_SH>::U U;
+  constexpr int WB = WinBytes<T>::V, UPB = Tr<T>::BE / 32;  // units per block
+  extern __shared__ uint4 smem[];
+  const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  uint8_t* ring = reinterpret_cast<uint8_t*>(smem) + warp * (S * R * WB);
+  const int row0 = blockIdx.x * R;
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rowBytes;
+  const int nunits = cols >> 5;
+  const int nwin = (nunits + 31) >> 5;
+  const int mywin = warp < nwin ? (nwin - warp + nw - 1) / nw : 0;
+
+  auto issue = [&](int k) {
+    if (k < mywin) {
+      const int win = warp + k * nw;
+      const int nv = min(32, nunits - 32 * win) / UPB * Tr<T>::BB / 16;
+      uint8_t* st = ring + (k % S) * R * WB;
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const uint8_t* src = rp[r] + (long long)win * WB;
+        for (int v = lane; v < nv; v += 32) cp16(st + r * WB + 16 * v, src + 16 * v);
+      }
+    }
+    cp_commit();
+  };
+
+  float acc[R][NB];
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+
+#pragma unroll
+  for (int k = 0; k < S - 1; k++) issue(k);
+  for (int k = 0; k < mywin; k++) {
+    issue(k + S - 1);
+    cp_wait<S - 1>();
+    __syncwarp();
+    const int u = 32 * (warp + k * nw) + lane;
+    if (u < nunits) {
+      const uint8_t* st = ring + (k % S) * R * WB;
+      U un[R];
+#pragma unroll
+      for (int r = 0; r < R; r++) un[r].load(st + r * WB, lane);
+#pragma unroll
+      for (int r = 0; r < R; r++) un[r].prep(lane);
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        const int c = U::col(u, i);
+        float4 xv[NB];
+#pragma unroll
+        for (int b = 0; b < NB; b++) xv[b] = __ldg(reinterpret_cast<const float4*>(X + (long long)b * xstride + c));
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          float w[4];
+          un[r].get4(i, w);
+          fma4<R, NB>(acc, w, r, xv);
+        }
+      }
+    }
+    __syncwarp();
+  }
+  cp_wait<0>();
+  gemv_finish<T, R, NB>(acc, W, rowBytes, rows, row0, Y, ystride);
+}
+
+// ---- tiled path ----
+//
+// A block of 8 warps walks the columns in tiles of TE elements; each warp
+// owns R rows. Per tile, every warp fetches its rows' tile bytes with
+// coalesced 16-byte loads (the covering 16-byte-aligned range, so rows of
+// any alignment work) into its shared slot, while the block stages the
 // tile's slice of the NB activation vectors in shared memory once for all
 // its rows (parts padded to 36 floats so float4 reads are conflict-free).
 // The next tile's weight loads are issued before the current tile is
-// computed. Each lane decodes 32-element parts four elements at a time and
-// multiplies them with x; partial sums are reduced with warp shuffles.
-#include "common.cuh"
-
+// computed. Each lane decodes 32-element parts (common.cuh's Part) four
+// elements at a time. Slower than the ring for one or two vectors of the
+// aligned formats, but its x reads come from conflict-free shared memory,
+// which wins for more vectors and for the formats whose blocks are not
+// 16-byte aligned.
 #define GEMV_WARPS 8
 
 // Tile width in elements: 2048 (1024 for 16-bit floats, 512 for f32),
@@ -23,19 +439,8 @@ template <> struct GemvTile<T_F16> { enum { E = 1024 }; };
 template <> struct GemvTile<T_BF16> { enum { E = 1024 }; };
 template <int T, int NB> struct GemvTE { enum { E = NB <= 2 ? (int)GemvTile<T>::E : ((int)GemvTile<T>::E > 1024 ? 1024 : (int)GemvTile<T>::E) }; };
 
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
-#if __CUDA_ARCH__ >= 800
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-#else
-  return __ldg(p);
-#endif
-}
-
 template <int T, int NB, int R>
-__device__ __forceinline__ void gemv_body(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
+__device__ __forceinline__ void gemv_tiled(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
                                           const float* __restrict__ X, int xstride, float* __restrict__ Y,
                                           int ystride) {
   constexpr int BE = Tr<T>::BE, BB = Tr<T>::BB;
@@ -163,15 +568,49 @@ __device__ __forceinline__ void gemv_body(const uint8_t* __restrict__ W, long lo
   }
 }
 
-// Rows per warp: two when few vectors share the x loads, else one (keeps
-// registers, and so occupancy, in check).
-#define GEMV_R(NB) ((NB) <= 2 ? 2 : 1)
 
-#define GEMV_NB(TY, NAME, NB)                                                                              \
-  extern "C" __global__ void __launch_bounds__(256) gemv_##NAME##_##NB(                                    \
-      const uint8_t* W, long long rowBytes, int rows, int cols, const float* X, int xstride, float* Y,     \
-      int ystride) {                                                                                       \
-    gemv_body<TY, NB, GEMV_R(NB)>(W, rowBytes, rows, cols, X, xstride, Y, ystride);                         \
+// ---- per-type plan (mirrored by matmul.go's gemvPlanFor) ----
+#define PLAN_TILED 0
+#define PLAN_DIRECT 1
+#define PLAN_RING 2
+// Measured on the H200 (kernels/NOTES.md): direct loads win for one or two
+// vectors of the aligned formats, the ring for Q4_K from three vectors and
+// Q5_K at two, the tiled path elsewhere.
+template <int T, int NB> struct GemvPlan {
+  enum {
+    K = (T == T_Q4_K && NB <= 2) || (T == T_Q5_K && NB == 1) || ((T == T_F16 || T == T_BF16) && NB <= 2)
+            ? PLAN_DIRECT
+        : (T == T_Q4_K || (T == T_Q5_K && NB == 2)) ? PLAN_RING
+                                                     : PLAN_TILED,
+    R = K == PLAN_TILED ? (NB <= 2 ? 2 : 1) : ((T == T_F16 || T == T_BF16) && NB == 2 ? 2 : 4),
+    S = 2,
+  };
+};
+
+template <int T, int NB, int K, int R, int S>
+__device__ __forceinline__ void gemv_any(const uint8_t* W, long long rowBytes, int rows, int cols, const float* X,
+                                         int xstride, float* Y, int ystride) {
+  if constexpr (K == PLAN_TILED) {
+    gemv_tiled<T, NB, R>(W, rowBytes, rows, cols, X, xstride, Y, ystride);
+  } else {
+    // Misaligned weights (never from strata's allocator): one row per
+    // block, word loads; the launcher sizes the grid the same way.
+    if ((((uintptr_t)W | (uintptr_t)rowBytes) & 15) != 0) {
+      gemv_direct<T, NB, 1, SRC_GU>(W, rowBytes, rows, cols, X, xstride, Y, ystride);
+    } else if (K == PLAN_RING) {
+      gemv_ring<T, NB, R, S>(W, rowBytes, rows, cols, X, xstride, Y, ystride);
+    } else {
+      gemv_direct<T, NB, R, SRC_GA>(W, rowBytes, rows, cols, X, xstride, Y, ystride);
+    }
+  }
+}
+
+#define GEMV_NB(TY, NAME, NB)                                                                          \
+  extern "C" __global__ void __launch_bounds__(256) gemv_##NAME##_##NB(                                \
+      const uint8_t* W, long long rowBytes, int rows, int cols, const float* X, int xstride, float* Y, \
+      int ystride) {                                                                                   \
+    gemv_any<TY, NB, GemvPlan<TY, NB>::K, GemvPlan<TY, NB>::R, GemvPlan<TY, NB>::S>(                    \
+        W, rowBytes, rows, cols, X, xstride, Y, ystride);                                              \
   }
 #define GEMV_TYPE(TY, NAME) \
   GEMV_NB(TY, NAME, 1) GEMV_NB(TY, NAME, 2) GEMV_NB(TY, NAME, 3) GEMV_NB(TY, NAME, 4) \

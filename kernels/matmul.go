@@ -54,16 +54,72 @@ func (m Matrix) check(op string) (string, error) {
 // MaxGEMVBatch is the most activation vectors one GEMV launch takes.
 const MaxGEMVBatch = 8
 
-const gemvWarps = 8
+// GEMV kernel paths (gemv.cu's PLAN_*).
+const (
+	planTiled  = iota // block-wide tiles, x staged in shared memory (any alignment)
+	planDirect        // direct 16-byte loads into registers, no shared memory
+	planRing          // per-warp cp.async ring in shared memory
+)
 
-// The GEMV kernels can loop over row groups (grid smaller than the row
-// groups), but on the H200 one row group per block measured faster (Q4_K
-// 0.30 vs 0.25 of copy bandwidth with 2 blocks per SM), so the wrapper
-// launches one block per group.
+// gemvPlan mirrors gemv.cu's GemvPlan<T, NB>: which path, rows per block
+// (per warp for the tiled path) and the ring's stages.
+type gemvPlan struct {
+	kind   int
+	rows   int
+	stages int
+}
 
-// gemvTE mirrors gemv.cu's tile width in elements for type t and nb
+func gemvPlanFor(t quant.Type, nb int) gemvPlan {
+	f16 := t == quant.F16 || t == quant.BF16
+	switch {
+	case (t == quant.Q4_K && nb <= 2) || (t == quant.Q5_K && nb == 1) || (f16 && nb == 1):
+		return gemvPlan{kind: planDirect, rows: 4}
+	case f16 && nb == 2:
+		return gemvPlan{kind: planDirect, rows: 2}
+	case t == quant.Q4_K || (t == quant.Q5_K && nb == 2):
+		return gemvPlan{kind: planRing, rows: 4, stages: 2}
+	case nb <= 2:
+		return gemvPlan{kind: planTiled, rows: 2}
+	}
+	return gemvPlan{kind: planTiled, rows: 1}
+}
+
+// gemvWinBytes is gemv.cu's WinBytes<T>: the bytes of 32 32-element units.
+func gemvWinBytes(t quant.Type) int { return 32 * 32 / t.BlockElems() * t.BlockBytes() }
+
+// gemvWarpsPerSM is the resident warps per multiprocessor the launcher
+// aims the grid at when it picks the warps per block of the direct and
+// ring paths (each warp of a block takes a share of the row's columns).
+var gemvWarpsPerSM = 32
+
+const gemvTiledWarps = 8
+
+// gemvGeometry returns the grid, block and dynamic shared memory of plan p
+// for a rows x cols matrix of type t and nb vectors on a device with sms
+// multiprocessors granting limit bytes of dynamic shared memory. Direct and
+// ring paths: the most warps per block (a power of two, 1..8) that keeps
+// the grid within gemvWarpsPerSM warps per multiprocessor, the row's
+// 32-unit windows and, for the ring, the shared-memory limit.
+func gemvGeometry(t quant.Type, p gemvPlan, nb, rows, cols, sms, limit int) (blocks, threads, smem int) {
+	if p.kind == planTiled {
+		return ceilDiv(rows, gemvTiledWarps*p.rows), 32 * gemvTiledWarps, gemvTiledShared(t, nb, p.rows)
+	}
+	blocks = ceilDiv(rows, p.rows)
+	windows := ceilDiv(cols/32, 32)
+	ring := 0
+	if p.kind == planRing {
+		ring = p.stages * p.rows * gemvWinBytes(t)
+	}
+	warps := 1
+	for warps < 8 && 2*warps <= windows && blocks*2*warps <= sms*gemvWarpsPerSM && 2*warps*ring <= limit {
+		warps *= 2
+	}
+	return blocks, 32 * warps, warps * ring
+}
+
+// gemvTiledTE mirrors gemv.cu's tile width in elements for type t and nb
 // vectors.
-func gemvTE(t quant.Type, nb int) int {
+func gemvTiledTE(t quant.Type, nb int) int {
 	te := 2048
 	switch t {
 	case quant.F32:
@@ -77,24 +133,15 @@ func gemvTE(t quant.Type, nb int) int {
 	return te
 }
 
-// gemvShared mirrors gemv.cu's dynamic shared memory: the staged x slices
-// (36 floats per 32-element part and vector) plus each warp's R row slots
-// (a tile's bytes plus 32 of alignment slack, rounded to 16).
-func gemvShared(t quant.Type, nb, r int) int {
-	te := gemvTE(t, nb)
-	var tb int
-	switch t {
-	case quant.F32:
-		tb = te * 4
-	case quant.F16, quant.BF16:
-		tb = te * 2
-	case quant.INT8Row:
-		tb = te
-	default:
-		tb = te / t.BlockElems() * t.BlockBytes()
-	}
+// gemvTiledShared mirrors the tiled path's dynamic shared memory: the
+// staged x slices (36 floats per 32-element part and vector) plus each
+// warp's R row slots (a tile's bytes plus 32 of alignment slack, rounded
+// to 16).
+func gemvTiledShared(t quant.Type, nb, r int) int {
+	te := gemvTiledTE(t, nb)
+	tb := te / t.BlockElems() * t.BlockBytes()
 	slot := (tb + 32 + 15) &^ 15
-	return nb*(te/32*36)*4 + gemvWarps*r*slot
+	return nb*(te/32*36)*4 + gemvTiledWarps*r*slot
 }
 
 // gemvSharedLimit is the dynamic shared memory Load grants GEMV kernels on
@@ -120,20 +167,23 @@ func (k *Kernels) GEMV(c *cuda.Ctx, s cuda.Stream, w Matrix, x, y cuda.DevPtr, n
 	if err != nil {
 		return err
 	}
-	r := 1
-	if nb <= 2 {
-		r = 2
+	return k.launchGEMV(c, s, f, gemvPlanFor(w.Type, nb), w, x, y, nb)
+}
+
+func (k *Kernels) launchGEMV(c *cuda.Ctx, s cuda.Stream, f cuda.Function, p gemvPlan, w Matrix, x, y cuda.DevPtr, nb int) error {
+	if p.kind != planTiled && (uint64(w.Ptr)|uint64(w.RowBytes()))%16 != 0 {
+		// gemv.cu's fallback for misaligned weights: one row per block.
+		p = gemvPlan{kind: planDirect, rows: 1}
 	}
-	rowsPerBlock := gemvWarps * r
-	smem := gemvShared(w.Type, nb, r)
-	if limit := k.gemvSmem; smem > limit {
-		return fmt.Errorf("gemv: %v batch %d needs %d bytes of shared memory, the device allows %d", w.Type, nb, smem, limit)
+	blocks, threads, smem := gemvGeometry(w.Type, p, nb, w.Rows, w.Cols, k.SMs, k.gemvSmem)
+	if smem > k.gemvSmem {
+		return fmt.Errorf("gemv: %v batch %d needs %d bytes of shared memory, the device allows %d", w.Type, nb, smem, k.gemvSmem)
 	}
 	var a cuda.Args
 	a.Ptr(w.Ptr).I64(w.RowBytes()).Int(w.Rows).Int(w.Cols).Ptr(x).Int(w.Cols).Ptr(y).Int(w.Rows)
 	cfg := cuda.LaunchConfig{
-		Grid:      cuda.Dim3{X: uint32(ceilDiv(w.Rows, rowsPerBlock))},
-		Block:     cuda.Dim3{X: 32 * gemvWarps},
+		Grid:      cuda.Dim3{X: uint32(blocks)},
+		Block:     cuda.Dim3{X: uint32(threads)},
 		SharedMem: uint32(smem),
 	}
 	if err := c.Launch(f, cfg, s, &a); err != nil {
@@ -164,15 +214,19 @@ func (k *Kernels) GEMM(c *cuda.Ctx, s cuda.Stream, w Matrix, x, y cuda.DevPtr, m
 	}
 	var a cuda.Args
 	a.Ptr(w.Ptr).I64(w.RowBytes()).Int(w.Rows).Int(w.Cols).Ptr(x).Int(w.Cols).Int(m).Ptr(y).Int(w.Rows)
+	// gemm.cu: 128 weight rows x gemmBN tokens per block, 2*gemmBN threads.
 	cfg := cuda.LaunchConfig{
-		Grid:  cuda.Dim3{X: uint32(ceilDiv(w.Rows, 64)), Y: uint32(ceilDiv(m, 64))},
-		Block: cuda.Dim3{X: 128},
+		Grid:  cuda.Dim3{X: uint32(ceilDiv(w.Rows, 128)), Y: uint32(ceilDiv(m, gemmBN))},
+		Block: cuda.Dim3{X: 2 * gemmBN},
 	}
 	if err := c.Launch(f, cfg, s, &a); err != nil {
 		return fmt.Errorf("gemm %v %dx%d by %d: %w", w.Type, w.Rows, w.Cols, m, err)
 	}
 	return nil
 }
+
+// gemmBN mirrors gemm.cu's GEMM_BN (tokens per block).
+const gemmBN = 128
 
 // MatMul picks GEMV for up to MaxGEMVBatch rows and GEMM above.
 func (k *Kernels) MatMul(c *cuda.Ctx, s cuda.Stream, w Matrix, x, y cuda.DevPtr, m int) error {

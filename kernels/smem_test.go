@@ -2,23 +2,23 @@ package kernels
 
 import "testing"
 
-// TestGEMVSharedFits checks that every GEMV instance fits the shared
-// memory its device class grants (96 KiB on compute_80; 48 KiB on
-// compute_61 for one and two vectors is not required, but the common
-// single-vector decode must fit everywhere).
+// TestGEMVSharedFits checks that every GEMV plan fits both device
+// classes' shared-memory limits (96 KiB on compute_80, 48 KiB on
+// compute_61) at the geometry the launcher picks, with 1..8 warps.
 func TestGEMVSharedFits(t *testing.T) {
 	for _, typ := range gemvTypes {
 		for nb := 1; nb <= MaxGEMVBatch; nb++ {
-			r := 1
-			if nb <= 2 {
-				r = 2
-			}
-			s := gemvShared(typ, nb, r)
-			if s > gemvSharedLimit {
-				t.Errorf("%v nb %d: %d bytes > %d", typ, nb, s, gemvSharedLimit)
-			}
-			if nb == 1 && s > 48<<10 {
-				t.Errorf("%v nb 1: %d bytes > 48 KiB", typ, s)
+			p := gemvPlanFor(typ, nb)
+			for _, limit := range []int{gemvSharedLimit, 48 << 10} {
+				for _, sh := range [][2]int{{14336, 4096}, {4096, 14336}, {32, 512}} {
+					_, threads, smem := gemvGeometry(typ, p, nb, sh[0], sh[1], 132, limit)
+					if p.kind == planTiled && limit == 48<<10 && nb > 1 {
+						continue // compute_61 devices are only promised single-vector decode
+					}
+					if smem > limit || threads < 32 || threads > 256 || threads%32 != 0 {
+						t.Errorf("%v nb %d %dx%d: %d threads, %d bytes of shared memory (limit %d)", typ, nb, sh[0], sh[1], threads, smem, limit)
+					}
+				}
 			}
 		}
 	}
