@@ -700,25 +700,40 @@ func (s *Server) handleVolume(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	_, v, release, err := s.openVolume(r, bdf, nsid)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return writeJSON(w, volumeInfo(bdf, nsid, v))
+}
+
+// openVolume finds the held controller bdf, takes its I/O read lock (so an
+// unbind waits for the operation), checks that namespace nsid exists and
+// opens its strata volume, with a context that daemon shutdown cancels.
+// release undoes all of it; on error nothing is held and the error is the
+// API error to return.
+func (s *Server) openVolume(r *http.Request, bdf string, nsid uint32) (context.Context, *volume.Volume, func(), error) {
 	reg := s.devices()
 	hc, err := reg.get(bdf)
 	if err != nil {
-		return deviceError(err)
+		return nil, nil, nil, deviceError(err)
 	}
 	if err := hc.readLock(); err != nil {
-		return deviceError(err)
+		return nil, nil, nil, deviceError(err)
 	}
-	defer hc.io.RUnlock()
 	if _, err := hc.h.ctrl.Namespace(nsid); err != nil {
-		return namespaceNotFound(bdf, nsid, err)
+		hc.io.RUnlock()
+		return nil, nil, nil, namespaceNotFound(bdf, nsid, err)
 	}
 	ctx, done := reg.opContext(r.Context())
-	defer done()
+	release := func() { done(); hc.io.RUnlock() }
 	v, err := hc.volume(ctx, nsid)
 	if err != nil {
-		return deviceError(err)
+		release()
+		return nil, nil, nil, deviceError(err)
 	}
-	return writeJSON(w, volumeInfo(bdf, nsid, v))
+	return ctx, v, release, nil
 }
 
 func namespaceNotFound(bdf string, nsid uint32, err error) error {
@@ -864,30 +879,17 @@ func (s *Server) handlePoolWrite(w http.ResponseWriter, r *http.Request) error {
 	if len(name) > maxExtentNameLength || !utf8.ValidString(name) || strings.ContainsAny(name, "\x00\n") {
 		return openai.BadRequest("name", "extent name must be 1-%d bytes of printable UTF-8", maxExtentNameLength)
 	}
-	reg := s.devices()
-	hc, err := reg.get(bdf)
+	ctx, v, release, err := s.openVolume(r, bdf, nsid)
 	if err != nil {
-		return deviceError(err)
+		return err
 	}
-	if err := hc.readLock(); err != nil {
-		return deviceError(err)
-	}
-	defer hc.io.RUnlock()
-	if _, err := hc.h.ctrl.Namespace(nsid); err != nil {
-		return namespaceNotFound(bdf, nsid, err)
-	}
-	ctx, done := reg.opContext(r.Context())
-	defer done()
-	v, err := hc.volume(ctx, nsid)
-	if err != nil {
-		return deviceError(err)
-	}
+	defer release()
 	s.log.Info("pool write requested", "peer", peerOf(r).String(), "bdf", bdf, "nsid", nsid, "path", path, "name", name)
 	t0 := time.Now()
 	e, err := devices.WritePool(ctx, v, name, path)
 	if err != nil {
 		s.log.Warn("pool write failed", "bdf", bdf, "nsid", nsid, "name", name, "error", err)
-		if reg.ctx.Err() != nil {
+		if s.devices().ctx.Err() != nil {
 			err = fmt.Errorf("%w: pool write cut short: %v", errClosing, err)
 		}
 		return deviceError(err)
