@@ -25,6 +25,7 @@ type job struct {
 // and builds the scheduler request.
 func (s *Server) prepare(lm *loaded, p openai.Params, prompt []int32, promptParam string) (*job, error) {
 	c := lm.eng.Model.Config
+	c.Context = lm.eng.MaxContext() // the backend's: a GPU's KV-cache slot may be shorter than the trained context
 	if len(prompt) == 0 {
 		return nil, openai.BadRequest(promptParam, "the prompt encodes to no tokens")
 	}

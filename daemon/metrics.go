@@ -99,6 +99,7 @@ type observer struct {
 
 func (o *observer) Pass(seqs, promptTokens, decodeTokens int, d time.Duration) {
 	o.feed.flush()
+	o.feed.passed()
 	o.m.passes.WithLabelValues(o.model).Inc()
 	o.m.promptToks.WithLabelValues(o.model).Add(float64(promptTokens))
 	if decodeTokens == 0 || d <= 0 {

@@ -15,8 +15,20 @@ import (
 // This file turns the tiered engine's plan and pipeline counters into the
 // admin API's status and into Prometheus metrics.
 
-// planStatus flattens an engine plan for the wire; nil stays nil.
-func planStatus(p *tier.Plan, st *stream.Stats) *api.TierPlan {
+// backendStatus converts the engine's backend description for the wire.
+func backendStatus(b engine.BackendInfo) api.BackendStatus {
+	return api.BackendStatus{
+		Name: b.Name, Requested: b.Requested, Reason: b.Reason,
+		Device: b.Device, Ordinal: b.Ordinal, ComputeCapability: b.ComputeCapability,
+		DeviceMemoryBytes: b.DeviceMemory, DeviceFreeBytes: b.DeviceFree,
+		WeightBytes: b.WeightBytes, StreamedBytesPerPass: b.StreamedBytes, KVBytes: b.KVBytes,
+		Slots: b.Slots, MaxContext: b.MaxContext,
+	}
+}
+
+// planStatus flattens an engine plan for the wire, with the bytes tiers B
+// and C have moved since load; nil stays nil.
+func planStatus(p *tier.Plan, movedB, movedC uint64) *api.TierPlan {
 	if p == nil {
 		return nil
 	}
@@ -32,10 +44,6 @@ func planStatus(p *tier.Plan, st *stream.Stats) *api.TierPlan {
 	}
 	for i, l := range p.Layers {
 		tp.Layers[i], tp.LayerBytes[i] = l.Tier.String(), l.Bytes
-	}
-	var movedB, movedC uint64
-	if st != nil {
-		movedB, movedC = tierMoved(st)
 	}
 	desc := [3]string{"resident in device memory", "host memory, copied to the device every pass", "storage, read every pass"}
 	if p.Shared {
@@ -102,7 +110,19 @@ type tierFeed struct {
 	b, c uint64 // what has been added so far
 }
 
-// flush adds what the engine moved since the last flush.
+// passed adds one successful pass's tier-B copies on the GPU, whose
+// streaming has no pipeline counters: each pass copies every tier-B layer
+// once. The CPU pipeline's bytes come through flush.
+func (f *tierFeed) passed() {
+	if f == nil || f.eng == nil {
+		return
+	}
+	if bi := f.eng.BackendInfo(); bi.Name == engine.BackendCUDA && bi.StreamedBytes > 0 {
+		f.m.tierBytes.WithLabelValues("B").Add(float64(bi.StreamedBytes))
+	}
+}
+
+// flush adds what the engine's pipeline moved since the last flush.
 func (f *tierFeed) flush() {
 	if f == nil || f.eng == nil {
 		return
@@ -150,13 +170,17 @@ var (
 		"Bandwidth each stage's link achieved while busy, since load (10^9 bytes/s).", []string{"model", "stage"}, nil)
 	descOverlap = prometheus.NewDesc("strata_pipeline_overlap_ratio",
 		"How much the pipeline's stages overlapped since load: 1 = passes took only as long as the slowest stage, 0 = stages ran one after another.", []string{"model"}, nil)
+	descBackend = prometheus.NewDesc("strata_model_backend_info",
+		"Always 1: the backend a model runs on (cpu or cuda), the backend its load asked for, and the GPU's name (empty on the CPU).", []string{"model", "backend", "requested", "device"}, nil)
+	descDeviceBytes = prometheus.NewDesc("strata_model_device_bytes",
+		"Device memory a model holds on the GPU, by use: weights (tier A), kv (the KV cache) and streamed_per_pass (tier B copied every pass).", []string{"model", "use"}, nil)
 	descComputeUtil = prometheus.NewDesc("strata_pipeline_compute_utilization",
 		"Share of pass time the compute stage was fed since load (1 = streaming never held compute up).", []string{"model"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c pipelineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPlanLayers, descPlanTPS, descPlanDepth, descPasses, descFailed,
+	for _, d := range []*prometheus.Desc{descBackend, descDeviceBytes, descPlanLayers, descPlanTPS, descPlanDepth, descPasses, descFailed,
 		descStageBytes, descStageBusy, descStageStall, descStageGBps, descOverlap, descComputeUtil} {
 		ch <- d
 	}
@@ -168,6 +192,16 @@ func (c pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		lm, err := c.s.lookup(n)
 		if err != nil {
 			continue
+		}
+		bi := lm.eng.BackendInfo()
+		ch <- prometheus.MustNewConstMetric(descBackend, prometheus.GaugeValue, 1, n, bi.Name, bi.Requested, bi.Device)
+		if bi.Name == engine.BackendCUDA {
+			for _, u := range []struct {
+				use string
+				v   int64
+			}{{"weights", bi.WeightBytes}, {"kv", bi.KVBytes}, {"streamed_per_pass", bi.StreamedBytes}} {
+				ch <- prometheus.MustNewConstMetric(descDeviceBytes, prometheus.GaugeValue, float64(u.v), n, u.use)
+			}
 		}
 		if p := lm.eng.Plan(); p != nil {
 			for t, tt := range p.Tiers {

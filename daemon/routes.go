@@ -16,6 +16,7 @@ import (
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/daemon/authz"
 	"github.com/strata-llm/strata/daemon/openai"
+	"github.com/strata-llm/strata/engine"
 )
 
 // routes builds the daemon's HTTP handler. Methods are checked by the
@@ -186,17 +187,31 @@ func (s *Server) modelStatus(lm *loaded) api.ModelStatus {
 	c := lm.eng.Model.Config
 	st := lm.sched.Stats()
 	plan, ps := lm.eng.Plan(), lm.eng.PipelineStats()
+	bi := lm.eng.BackendInfo()
 	loc := "host-mmap"
 	if ps != nil {
 		loc = "host-mmap, streamed"
 	}
+	kv := int64(st.KVPositions) * int64(c.Layers) * int64(c.KVDim()) * 2 * 4
+	movedB, movedC := uint64(0), uint64(0)
+	if ps != nil {
+		movedB, movedC = tierMoved(ps)
+	}
+	if bi.Name == engine.BackendCUDA {
+		loc = "device"
+		if bi.StreamedBytes > 0 {
+			loc = "device, tier B in pinned host memory copied every pass"
+		}
+		kv = bi.KVBytes // allocated up front, one slot per sequence
+		movedB = st.Passes * uint64(bi.StreamedBytes)
+	}
 	return api.ModelStatus{
-		Name: lm.name, Path: lm.path, Arch: c.Arch, Layers: c.Layers, Context: c.Context, Vocab: c.Vocab,
-		Backend: "cpu", LoadedAt: lm.loadedAt, Budgets: lm.budgets,
-		Plan: planStatus(plan, ps), PlanNote: planNoteFor(plan),
+		Name: lm.name, Path: lm.path, Arch: c.Arch, Layers: c.Layers, Context: lm.eng.MaxContext(), Vocab: c.Vocab,
+		Backend: bi.Name, BackendInfo: backendStatus(bi), LoadedAt: lm.loadedAt, Budgets: lm.budgets,
+		Plan: planStatus(plan, movedB, movedC), PlanNote: planNoteFor(plan),
 		Memory: api.Memory{
 			WeightBytes: lm.fileBytes,
-			KVBytes:     int64(st.KVPositions) * int64(c.Layers) * int64(c.KVDim()) * 2 * 4,
+			KVBytes:     kv,
 			Location:    loc,
 		},
 		Pipeline: pipelineStatus(ps),

@@ -69,6 +69,9 @@ type Config struct {
 	// Links pins the link speeds the tier planner uses; nil lets the
 	// engine measure them (quickly) when a model must stream.
 	Links *tier.Links
+	// Backend is the backend of loads that name none: "auto" (or ""),
+	// "cpu" or "cuda" (see engine.Options.Backend).
+	Backend string
 	// Log receives the daemon's structured logs.
 	Log hclog.Logger
 }
@@ -128,6 +131,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
+	b, err := engine.ParseBackend(cfg.Backend)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Backend = b
 	pol, warn := authz.NewPolicy(cfg.AdminGroup)
 	if warn != "" {
 		cfg.Log.Warn(warn)
@@ -163,6 +171,14 @@ func (s *Server) LoadFile(path string, req api.LoadRequest) (api.ModelStatus, er
 	if req.Context < 0 || req.Depth < 0 || req.MaxBatch < 0 || req.MaxQueue < 0 {
 		return api.ModelStatus{}, openai.BadRequest("", "context, depth, max_batch and max_queue must not be negative")
 	}
+	backend := s.cfg.Backend
+	if req.Backend != "" {
+		b, err := engine.ParseBackend(req.Backend)
+		if err != nil {
+			return api.ModelStatus{}, openai.BadRequest("backend", "%v", err)
+		}
+		backend = b
+	}
 	name := req.Name
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
@@ -191,9 +207,14 @@ func (s *Server) LoadFile(path string, req api.LoadRequest) (api.ModelStatus, er
 	eng, err := engine.OpenWith(path, engine.Options{
 		DeviceBudget: req.Budgets.VRAMBytes, HostBudget: req.Budgets.RAMBytes,
 		Context: req.Context, Batch: maxBatch, Depth: req.Depth, Tiers: req.Tiers,
-		Links: s.cfg.Links, Logger: s.log.Named("engine"),
+		Links: s.cfg.Links, Logger: s.log.Named("engine"), Backend: backend,
 	})
 	switch {
+	case errors.Is(err, engine.ErrCUDAUnavailable):
+		return api.ModelStatus{}, openai.Errorf(http.StatusServiceUnavailable, openai.TypeUnavailable, "backend", "backend_unavailable",
+			"%v; load it with backend \"auto\" or \"cpu\" to run it on the CPU", err)
+	case errors.Is(err, engine.ErrCUDATierC):
+		return api.ModelStatus{}, openai.Errorf(http.StatusUnprocessableEntity, openai.TypeInvalidRequest, "budgets", "model_does_not_fit", "%v", err)
 	case errors.Is(err, tier.ErrNoFit):
 		return api.ModelStatus{}, openai.Errorf(http.StatusUnprocessableEntity, openai.TypeInvalidRequest, "budgets", "model_does_not_fit", "%v", err)
 	case errors.Is(err, engine.ErrNeedsPool):
@@ -202,10 +223,9 @@ func (s *Server) LoadFile(path string, req api.LoadRequest) (api.ModelStatus, er
 		return api.ModelStatus{}, err
 	}
 	feed := &tierFeed{m: s.metrics, eng: eng}
-	sc := sched.New(eng.Model, eng.Tok, sched.Config{
+	sc := sched.New(eng.Backend(), eng.Tok, sched.Config{
 		MaxBatch: maxBatch, MaxQueue: maxQueue, PrefillChunk: s.cfg.Limits.PrefillChunk,
 		Observer: &observer{m: s.metrics, model: name, feed: feed},
-		Forward:  eng.Forward,
 	})
 	ctx, stop := context.WithCancel(context.Background())
 	lm := &loaded{name: name, path: path, eng: eng, feed: feed, sched: sc, stop: stop, loadedAt: time.Now(), budgets: req.Budgets, fileBytes: st.Size()}
@@ -222,7 +242,7 @@ func (s *Server) LoadFile(path string, req api.LoadRequest) (api.ModelStatus, er
 	s.mu.Unlock()
 	go sc.Run(ctx)
 	args := []any{"name", name, "path", path, "arch", eng.Model.Config.Arch, "layers", eng.Model.Config.Layers,
-		"bytes", st.Size(), "took", time.Since(t0).Round(time.Millisecond).String()}
+		"bytes", st.Size(), "took", time.Since(t0).Round(time.Millisecond).String(), "backend", eng.BackendInfo().String()}
 	if p := eng.Plan(); p != nil {
 		args = append(args, "tier_a", p.Tiers[tier.TierA].Layers, "tier_b", p.Tiers[tier.TierB].Layers,
 			"tier_c", p.Tiers[tier.TierC].Layers, "depth", p.Depth, "bound", p.Bound.String(),

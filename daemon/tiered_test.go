@@ -284,7 +284,7 @@ func TestSchedulerStreamsOncePerPass(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	sc := sched.New(eng.Model, eng.Tok, sched.Config{MaxBatch: 4, Forward: eng.Forward})
+	sc := sched.New(eng.Backend(), eng.Tok, sched.Config{MaxBatch: 4})
 	const n = 10
 	var hs []*sched.Handle
 	for i := range 4 {

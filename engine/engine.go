@@ -1,11 +1,16 @@
 // Package engine ties a model file to a runnable generator: it maps the
 // GGUF (or prefab pool), builds the tokenizer from its metadata, loads the
 // weights onto a backend and drives prompt processing, decoding and
-// sampling. OpenWith also places the layers with the tier planner
-// (engine/tier) and streams those that do not fit the memory budgets
-// through the pipeline (engine/stream), once per batched pass. The daemon
-// and `strata run` both go through it, so everything that turns "text in"
-// into "tokens out" lives behind this one API.
+// sampling. OpenWith also picks the backend (the GPU through engine/cuda
+// when CUDA is usable, else the CPU reference engine/model, or whichever
+// Options.Backend forces), places the layers with the tier planner
+// (engine/tier) and streams those that do not fit the memory budgets:
+// over PCIe from pinned host memory on the GPU, through the pipeline
+// (engine/stream) on the CPU, once per batched pass. Passes go through
+// one interface, Backend, so Generate and the daemon's scheduler run the
+// same way on either. The daemon and `strata run` both go through it, so
+// everything that turns "text in" into "tokens out" lives behind this one
+// API.
 package engine
 
 import (
@@ -15,12 +20,14 @@ import (
 	"strings"
 	"time"
 
+	enginecuda "github.com/strata-llm/strata/engine/cuda"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/engine/tokenizer"
+	kcuda "github.com/strata-llm/strata/kernels/cuda"
 )
 
 // Engine is a loaded model ready to generate. It is safe for one generation
@@ -33,12 +40,18 @@ type Engine struct {
 	Tok   *tokenizer.Tokenizer
 
 	plan *tier.Plan       // set by OpenWith
-	pipe *stream.Pipeline // set when some layers stream
+	pipe *stream.Pipeline // set when some layers stream on the CPU
 	src  stream.Source    // the pipeline's tier-C source, if any
+
+	backend Backend     // the backend passes run on (cpuBackend unless the GPU took the model)
+	binfo   BackendInfo // what backend, on what, and why
+	cuda    *enginecuda.Model
+	dev     *kcuda.Device // owned: opened for this engine
 }
 
 // Open maps a GGUF model or a prefab pool (told apart by the pool's magic)
-// and prepares it for generation on the CPU backend.
+// and prepares it for generation on the CPU backend (never the GPU: it is
+// the reference path; OpenWith picks a backend).
 func Open(path string) (*Engine, error) {
 	if ok, _ := tier.IsPool(path); ok {
 		return OpenPool(path)
@@ -71,14 +84,23 @@ func fromMapped(path string, m *gguf.Mapped) (*Engine, error) {
 	if tok.VocabSize() != mod.Config.Vocab {
 		return nil, fmt.Errorf("model %s: tokenizer has %d tokens but the model's vocabulary is %d", path, tok.VocabSize(), mod.Config.Vocab)
 	}
-	return &Engine{path: path, file: m, Model: mod, Tok: tok}, nil
+	return newCPUEngine(&Engine{path: path, file: m, Model: mod, Tok: tok}), nil
 }
 
-// Close stops the streaming pipeline, if any, and releases its source and
-// the model's mapping. No Generate or Forward may be running; the Engine
-// must not be used after.
+// newCPUEngine installs the CPU backend on e.
+func newCPUEngine(e *Engine) *Engine {
+	e.backend = cpuBackend{e}
+	e.binfo = BackendInfo{Name: BackendCPU, Requested: BackendCPU}
+	return e
+}
+
+// Close releases the GPU side (the model's device memory and the device),
+// stops the streaming pipeline, if any, and releases its source and the
+// model's mapping. No Generate or Forward may be running; the Engine must
+// not be used after.
 func (e *Engine) Close() error {
 	var errs []error
+	errs = append(errs, e.closeCUDA())
 	if e.pipe != nil {
 		e.Model.SetLayerSource(nil)
 		errs = append(errs, e.pipe.Close())
@@ -159,7 +181,7 @@ func (e *Engine) Generate(ctx context.Context, r Request, emit func(Token) error
 		return res, fmt.Errorf("max tokens must be positive, got %d", r.MaxTokens)
 	}
 	need := len(ids) + r.MaxTokens
-	limit := e.Model.Config.Context
+	limit := e.MaxContext()
 	if need > limit {
 		if len(ids) >= limit {
 			return res, fmt.Errorf("%w: prompt has %d tokens, the model's context is %d", ErrContext, len(ids), limit)
@@ -174,12 +196,15 @@ func (e *Engine) Generate(ctx context.Context, r Request, emit func(Token) error
 	if err != nil {
 		return res, fmt.Errorf("sampling parameters: %w", err)
 	}
-	seq := e.Model.NewSequence(need)
+	seq, err := e.NewSequence(need)
+	if err != nil {
+		return res, fmt.Errorf("prompt: %w", err)
+	}
+	defer seq.Close()
 	history := append([]int32(nil), ids...)
 
 	t0 := time.Now()
-	step := model.Step{Seq: seq, Tokens: ids}
-	batch := []model.Step{step}
+	batch := []Step{{Seq: seq, Tokens: ids}}
 	if err := e.Forward(ctx, batch); err != nil {
 		return res, fmt.Errorf("prompt: %w", err)
 	}
@@ -222,7 +247,7 @@ func (e *Engine) Generate(ctx context.Context, r Request, emit func(Token) error
 		if i == r.MaxTokens-1 || seq.Pos() >= need {
 			break
 		}
-		batch[0] = model.Step{Seq: seq, Tokens: []int32{id}}
+		batch[0] = Step{Seq: seq, Tokens: []int32{id}, Logits: batch[0].Logits}
 		if err := e.Forward(ctx, batch); err != nil {
 			res.DecodeTime = time.Since(t1)
 			return res, fmt.Errorf("decoding token %d: %w", i+1, err)

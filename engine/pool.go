@@ -45,7 +45,7 @@ func poolEngine(path string, p *tier.Pool, build func() (*model.Model, error)) (
 	if tok.VocabSize() != mod.Config.Vocab {
 		return nil, fmt.Errorf("model %s: tokenizer has %d tokens but the model's vocabulary is %d", path, tok.VocabSize(), mod.Config.Vocab)
 	}
-	return &Engine{path: path, pool: p, Model: mod, Tok: tok}, nil
+	return newCPUEngine(&Engine{path: path, pool: p, Model: mod, Tok: tok}), nil
 }
 
 // Pool is the prefab pool the engine was opened from, or nil for a GGUF.

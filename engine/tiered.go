@@ -54,9 +54,19 @@ type Options struct {
 	// WrapSource, when set, wraps the tier-C source (fault injection in
 	// tests: stream.NewFaulty).
 	WrapSource func(stream.Source) stream.Source
-	// Logger receives the plan at debug level and warnings (O_DIRECT
-	// refused, link measurement failed). Nil discards them.
+	// Logger receives the plan at debug level, the backend choice at info
+	// level (why the GPU is not used) and warnings (O_DIRECT refused, link
+	// measurement failed). Nil discards them.
 	Logger hclog.Logger
+	// Backend picks where passes run: BackendAuto ("" too) takes GPU 0
+	// when CUDA is usable and the model loads there, and the CPU
+	// otherwise, keeping the reason in BackendInfo; BackendCPU never
+	// touches the GPU; BackendCUDA fails (wrapping ErrCUDAUnavailable
+	// when there is no usable GPU) rather than fall back. On the GPU,
+	// DeviceBudget is device memory (default: the free memory less a
+	// reserve) and HostBudget the pinned host memory of tier B; tier C
+	// is not streamed to the GPU yet (ErrCUDATierC).
+	Backend string
 }
 
 // ErrNeedsPool is wrapped when a GGUF would have to be streamed: only a
@@ -68,9 +78,13 @@ var ErrNeedsPool = errors.New("streaming needs a prefab pool")
 // Options.Context is 0, as `strata plan` does.
 const defaultContext = 4096
 
-// OpenWith opens a GGUF model or a prefab pool and places its layers with
-// the tier planner (engine/tier) within the budgets of o. When every layer
-// fits resident it behaves like Open. Otherwise (only for a pool) it builds
+// OpenWith opens a GGUF model or a prefab pool on the backend o.Backend
+// picks and places its layers with the tier planner (engine/tier) within
+// the budgets of o. On the GPU (engine/cuda) tier-A layers are resident in
+// device memory and tier-B layers are copied from pinned host memory every
+// pass, from a GGUF as well as a pool; BackendInfo says which backend runs
+// the model and, when auto fell back to the CPU, why. On the CPU, when
+// every layer fits resident it behaves like Open. Otherwise (only for a pool) it builds
 // a streaming pipeline (engine/stream: a FileSource with O_DIRECT over the
 // pool for tier C, the pool's mapping for tier B, the CPU device) and
 // installs it as the model's layer source, so Generate, Forward and a bare
@@ -86,6 +100,10 @@ func OpenWith(path string, o Options) (*Engine, error) {
 	log := o.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
+	}
+	backend, err := ParseBackend(o.Backend)
+	if err != nil {
+		return nil, fmt.Errorf("opening model %s: %w", path, err)
 	}
 	isPool, err := tier.IsPool(path)
 	if err != nil {
@@ -119,6 +137,29 @@ func OpenWith(path string, o Options) (*Engine, error) {
 			return nil, fmt.Errorf("model %s: %w", path, err)
 		}
 	}
+	info := BackendInfo{Name: BackendCPU, Requested: backend}
+	if backend != BackendCPU {
+		e, err := openCUDA(cudaSource{path: path, pool: pool, gf: gf, sizes: sizes, cfg: cfg}, o, log)
+		if err == nil {
+			e.binfo.Requested = backend
+			log.Info("model on the GPU", "model", path, "backend", e.binfo.String(),
+				"tier_a", e.plan.Tiers[tier.TierA].Layers, "tier_b", e.plan.Tiers[tier.TierB].Layers,
+				"device_weights", tier.FormatBytes(e.binfo.WeightBytes), "streamed_per_pass", tier.FormatBytes(e.binfo.StreamedBytes))
+			return e, nil
+		}
+		if backend == BackendCUDA {
+			closeAll()
+			return nil, fmt.Errorf("model %s: backend cuda: %w", path, err)
+		}
+		// auto: the CPU takes the model; say why.
+		info.Reason = err.Error()
+		if errors.Is(err, ErrCUDAUnavailable) {
+			log.Info("CUDA unavailable; running on the CPU backend", "model", path, "reason", info.Reason)
+		} else {
+			info.Reason = "CUDA backend failed: " + info.Reason
+			log.Warn("the CUDA backend could not take the model; running on the CPU backend", "model", path, "reason", info.Reason)
+		}
+	}
 	plan, err := o.plan(path, isPool, sizes, cfg, log)
 	if err != nil {
 		closeAll()
@@ -139,7 +180,7 @@ func OpenWith(path string, o Options) (*Engine, error) {
 			closeAll()
 			return nil, err
 		}
-		e.plan = plan
+		e.plan, e.binfo = plan, info
 		return e, nil
 	}
 	if !isPool {
@@ -161,6 +202,7 @@ func OpenWith(path string, o Options) (*Engine, error) {
 		pool.Close()
 		return nil, err
 	}
+	e.binfo = info
 	return e, nil
 }
 
@@ -327,8 +369,10 @@ func streamPool(path string, pool *tier.Pool, plan *tier.Plan, o Options, log hc
 func (e *Engine) Plan() *tier.Plan { return e.plan }
 
 // Streamed reports whether some layers are streamed every pass (tiers B
-// and C) through a pipeline.
-func (e *Engine) Streamed() bool { return e.pipe != nil }
+// and C): through the CPU pipeline, or over PCIe into the GPU's slots.
+func (e *Engine) Streamed() bool {
+	return e.pipe != nil || (e.cuda != nil && e.cuda.StreamedBytes() > 0)
+}
 
 // PipelineStats returns the streaming pipeline's counters summed over every
 // pass since the engine opened (bytes, busy and stall time per stage,
@@ -349,16 +393,4 @@ func (e *Engine) LastPassStats() *stream.Stats {
 	}
 	st := e.pipe.LastPass()
 	return &st
-}
-
-// Forward runs one batched forward pass: every step's sequence advances by
-// its tokens, and each streamed layer is moved once for the whole batch.
-// With a pipeline the pass runs under ctx from its first read (prefetch
-// starts before the embedding), and a failed read fails only this pass.
-// The daemon's scheduler drives passes through it.
-func (e *Engine) Forward(ctx context.Context, batch []model.Step) error {
-	if e.pipe != nil {
-		return e.pipe.Forward(ctx, e.Model, batch)
-	}
-	return e.Model.Forward(ctx, batch)
 }

@@ -26,8 +26,9 @@ const (
 // Budgets bound the memory a model may take per tier; the tier planner
 // places layers within them, streaming what does not fit. Zero means the
 // hardware default: for RAMBytes, MemAvailable minus a reserve; for
-// VRAMBytes on the CPU backend, "device memory is host memory" (RAMBytes
-// then bounds tier A and the slots together).
+// VRAMBytes on the GPU, its free memory less a reserve; for VRAMBytes on
+// the CPU backend, "device memory is host memory" (RAMBytes then bounds
+// tier A and the slots together).
 type Budgets struct {
 	// VRAMBytes is the device-memory budget (tier A + streaming slots).
 	VRAMBytes int64 `json:"vram_bytes"`
@@ -57,6 +58,10 @@ type LoadRequest struct {
 	// Tiers forces a placement instead of planning one ("all-C", "mixed",
 	// "A,C,B,…"), for tests and benchmarks; empty means plan.
 	Tiers string `json:"tiers,omitempty"`
+	// Backend picks where the model runs: "auto" (the GPU when CUDA is
+	// usable, else the CPU), "cpu" or "cuda" (fails when no GPU is
+	// usable). Empty means the daemon's default (stratad --backend).
+	Backend string `json:"backend,omitempty"`
 }
 
 // UnloadRequest asks the daemon to unload a model. Requests in flight on
@@ -199,15 +204,18 @@ type Counters struct {
 
 // ModelStatus describes one loaded model.
 type ModelStatus struct {
-	Name     string    `json:"name"`
-	Path     string    `json:"path"`
-	Arch     string    `json:"arch"`
-	Layers   int       `json:"layers"`
-	Context  int       `json:"context"`
-	Vocab    int       `json:"vocab"`
-	Backend  string    `json:"backend"` // "cpu" until the CUDA backend lands
-	LoadedAt time.Time `json:"loaded_at"`
-	Budgets  Budgets   `json:"budgets"`
+	Name    string `json:"name"`
+	Path    string `json:"path"`
+	Arch    string `json:"arch"`
+	Layers  int    `json:"layers"`
+	Context int    `json:"context"`
+	Vocab   int    `json:"vocab"`
+	// Backend is where the model runs, "cpu" or "cuda"; BackendInfo says
+	// on what device, or why the CPU runs it.
+	Backend     string        `json:"backend"`
+	BackendInfo BackendStatus `json:"backend_info"`
+	LoadedAt    time.Time     `json:"loaded_at"`
+	Budgets     Budgets       `json:"budgets"`
 	// Plan is the tier plan the model runs.
 	Plan *TierPlan `json:"plan"`
 	// PlanNote says what the plan means for this model (everything
@@ -219,6 +227,35 @@ type ModelStatus struct {
 	Pipeline *PipelineStatus `json:"pipeline"`
 	Queue    Queue           `json:"queue"`
 	Counters Counters        `json:"counters"`
+}
+
+// BackendStatus describes the backend a model runs on: the GPU with its
+// name and memory, or the CPU with the reason the GPU is not used.
+type BackendStatus struct {
+	// Name is "cpu" or "cuda"; Requested is what the load asked for
+	// ("auto", "cpu" or "cuda").
+	Name      string `json:"name"`
+	Requested string `json:"requested"`
+	// Reason says why the CPU runs a model whose load did not exclude the
+	// GPU, e.g. "CUDA unavailable: cuInit: CUDA_ERROR_NO_DEVICE …".
+	Reason string `json:"reason,omitempty"`
+	// Device is the GPU's name, Ordinal its index and ComputeCapability
+	// its SM version ("9.0"); DeviceMemoryBytes its memory and
+	// DeviceFreeBytes what was free before the model loaded.
+	Device            string `json:"device,omitempty"`
+	Ordinal           int    `json:"ordinal"`
+	ComputeCapability string `json:"compute_capability,omitempty"`
+	DeviceMemoryBytes int64  `json:"device_memory_bytes,omitempty"`
+	DeviceFreeBytes   int64  `json:"device_free_bytes,omitempty"`
+	// WeightBytes is the device memory of the resident (tier-A)
+	// weights, StreamedBytesPerPass what tier B copies over PCIe per
+	// pass, KVBytes the KV cache allocated on the device for Slots
+	// sequences of MaxContext positions.
+	WeightBytes          int64 `json:"weight_bytes,omitempty"`
+	StreamedBytesPerPass int64 `json:"streamed_bytes_per_pass,omitempty"`
+	KVBytes              int64 `json:"kv_bytes,omitempty"`
+	Slots                int   `json:"slots,omitempty"`
+	MaxContext           int   `json:"max_context,omitempty"`
 }
 
 // Status is the response of GET /strata/v1/status.

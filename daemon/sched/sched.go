@@ -1,11 +1,12 @@
 // Package sched is stratad's request scheduler: continuous batching over
 // the engine's batched forward pass. Every iteration runs one
-// model.Forward over all active sequences — a prompt chunk for sequences
-// still reading their prompt, one token for those decoding — then samples
-// each sequence with its own Sampler, streams the token to its request and
-// drops sequences that finished or whose client went away. New requests
-// join between iterations and wait in a bounded queue when the batch is
-// full, so a long generation never blocks a short one behind it.
+// Backend.Forward (CPU or GPU: engine.Backend) over all active sequences —
+// a prompt chunk for sequences still reading their prompt, one token for
+// those decoding — then samples each sequence with its own Sampler,
+// streams the token to its request and drops sequences that finished or
+// whose client went away, giving their KV cache (a GPU slot) back. New
+// requests join between iterations and wait in a bounded queue when the
+// batch is full, so a long generation never blocks a short one behind it.
 //
 // Cancellation is checked for every sequence before each pass and again
 // before sampling, so a request whose context is cancelled (its client
@@ -22,7 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/tokenizer"
 )
@@ -46,11 +47,11 @@ type Config struct {
 	PrefillChunk int
 	// Observer receives timing and counts; nil means none.
 	Observer Observer
-	// Forward runs one batched pass over the model; nil means
-	// Model.Forward. A tiered engine passes its own (engine.Engine's
-	// Forward), so each pass streams every non-resident layer once for all
-	// the batch's sequences and runs its reads under the pass's context.
-	Forward func(ctx context.Context, batch []model.Step) error
+	// Forward runs one batched pass; nil means the Backend's Forward
+	// (which on a tiered engine streams every non-resident layer once for
+	// all the batch's sequences, under the pass's context). Tests wrap it
+	// to observe or fail passes.
+	Forward func(ctx context.Context, batch []engine.Step) error
 }
 
 // Observer is told what the scheduler does, for metrics. Its methods are
@@ -126,7 +127,7 @@ type Stats struct {
 
 // Scheduler runs requests against one model.
 type Scheduler struct {
-	m   *model.Model
+	b   engine.Backend
 	tok *tokenizer.Tokenizer
 	cfg Config
 
@@ -142,10 +143,15 @@ type Scheduler struct {
 	passes, promptToks, generated, finished, cancelled, failed atomic.Uint64
 }
 
-// New returns a Scheduler for m and tok; Run must be called to start it.
-func New(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) *Scheduler {
+// New returns a Scheduler for the model on backend b with tokenizer tok;
+// Run must be called to start it. MaxBatch is capped at what b can hold
+// at once (a GPU's KV-cache slots).
+func New(b engine.Backend, tok *tokenizer.Tokenizer, cfg Config) *Scheduler {
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 16
+	}
+	if n := b.MaxSeqs(); n > 0 && cfg.MaxBatch > n {
+		cfg.MaxBatch = n
 	}
 	if cfg.MaxQueue <= 0 {
 		cfg.MaxQueue = 64
@@ -154,9 +160,9 @@ func New(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) *Scheduler {
 		cfg.PrefillChunk = 128
 	}
 	if cfg.Forward == nil {
-		cfg.Forward = m.Forward
+		cfg.Forward = b.Forward
 	}
-	return &Scheduler{m: m, tok: tok, cfg: cfg, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	return &Scheduler{b: b, tok: tok, cfg: cfg, wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // Handle is a submitted request's output.
@@ -173,7 +179,7 @@ type seq struct {
 	events    chan Event
 	submitted time.Time
 
-	s         *model.Sequence
+	s         engine.Sequence
 	smp       *sample.Sampler
 	fed       int     // prompt tokens already fed
 	history   []int32 // prompt + generated, for the repetition penalty
@@ -183,7 +189,7 @@ type seq struct {
 	text      string // generated text not yet released
 	out       int    // completion tokens
 	firstSent bool
-	step      model.Step
+	step      engine.Step
 	scratch   []float32
 
 	produced    atomic.Int64 // tokens produced so far
@@ -195,7 +201,7 @@ type seq struct {
 // sequence is dropped before its next token and its final event carries
 // ctx's error. Submit fails with ErrQueueFull when the queue is at its
 // limit, ErrClosed after Close, and ErrContext when prompt plus MaxTokens
-// exceed the model's context.
+// exceed the backend's context (engine.Backend.MaxContext).
 func (s *Scheduler) Submit(ctx context.Context, r Request) (*Handle, error) {
 	if len(r.Prompt) == 0 {
 		return nil, errors.New("empty prompt")
@@ -203,13 +209,14 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Handle, error) {
 	if r.MaxTokens < 1 {
 		return nil, fmt.Errorf("max tokens must be positive, got %d", r.MaxTokens)
 	}
-	if n := len(r.Prompt) + r.MaxTokens; n > s.m.Config.Context {
+	if n := len(r.Prompt) + r.MaxTokens; n > s.b.MaxContext() {
 		return nil, fmt.Errorf("%w: prompt (%d tokens) plus max tokens (%d) exceed the model's context of %d",
-			ErrContext, len(r.Prompt), r.MaxTokens, s.m.Config.Context)
+			ErrContext, len(r.Prompt), r.MaxTokens, s.b.MaxContext())
 	}
+	vocab := s.b.Config().Vocab
 	for _, id := range r.Prompt {
-		if id < 0 || int(id) >= s.m.Config.Vocab {
-			return nil, fmt.Errorf("prompt token %d is outside the vocabulary (0..%d)", id, s.m.Config.Vocab-1)
+		if id < 0 || int(id) >= vocab {
+			return nil, fmt.Errorf("prompt token %d is outside the vocabulary (0..%d)", id, vocab-1)
 		}
 	}
 	smp, err := sample.New(r.Sample)
@@ -284,7 +291,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 	s.running.Store(true)
 	defer close(s.done)
 	var active []*seq
-	var batch []model.Step
+	var batch []engine.Step
 	for {
 		s.mu.Lock()
 		closed := s.closed
@@ -324,12 +331,32 @@ func (s *Scheduler) Run(ctx context.Context) {
 			continue
 		}
 
+		// Sequences get their cache when they join the batch (a GPU has
+		// a fixed number of slots, given back when a request ends).
+		ready := active[:0]
+		for _, q := range active {
+			if q.s == nil {
+				sq, err := s.b.NewSequence(len(q.req.Prompt) + q.req.MaxTokens)
+				if err != nil {
+					s.fail(q, fmt.Errorf("allocating the sequence's KV cache: %w", err))
+					continue
+				}
+				q.s = sq
+			}
+			ready = append(ready, q)
+		}
+		for i := len(ready); i < len(active); i++ {
+			active[i] = nil
+		}
+		active = ready
+		if len(active) == 0 {
+			s.setActive(0, 0)
+			continue
+		}
+
 		batch = batch[:0]
 		promptFed, decodeFed := 0, 0
 		for _, q := range active {
-			if q.s == nil {
-				q.s = s.m.NewSequence(len(q.req.Prompt) + q.req.MaxTokens)
-			}
 			var toks []int32
 			if q.fed < len(q.req.Prompt) {
 				end := min(len(q.req.Prompt), q.fed+s.cfg.PrefillChunk)
@@ -506,6 +533,7 @@ func logprobOf(logits []float32, id int32, top int) *Logprob {
 
 func (s *Scheduler) finish(q *seq, reason string) {
 	q.stopCancelF()
+	q.release()
 	s.finished.Add(1)
 	q.events <- Event{Finish: reason, PromptTokens: len(q.req.Prompt), CompletionTokens: q.out}
 	close(q.events)
@@ -516,6 +544,7 @@ func (s *Scheduler) finish(q *seq, reason string) {
 
 func (s *Scheduler) cancel(q *seq) {
 	q.stopCancelF()
+	q.release()
 	s.cancelled.Add(1)
 	lag := 0
 	if at := q.atCancel.Load(); at >= 0 {
@@ -531,11 +560,21 @@ func (s *Scheduler) cancel(q *seq) {
 
 func (s *Scheduler) fail(q *seq, err error) {
 	q.stopCancelF()
+	q.release()
 	s.failed.Add(1)
 	q.events <- Event{Err: err, PromptTokens: len(q.req.Prompt), CompletionTokens: q.out}
 	close(q.events)
 	if o := s.cfg.Observer; o != nil {
 		o.Finished("error", len(q.req.Prompt), q.out)
+	}
+}
+
+// release gives the sequence's KV cache back to the backend (a GPU slot
+// for the next request); the sequence has left the batch.
+func (q *seq) release() {
+	if q.s != nil {
+		q.s.Close()
+		q.s = nil
 	}
 }
 

@@ -67,7 +67,7 @@ func (r *recorder) Finished(reason string, _, _ int) {
 func (r *recorder) CancelLag(n int) { r.mu.Lock(); r.lags = append(r.lags, n); r.mu.Unlock() }
 
 func start(t *testing.T, e *engine.Engine, cfg Config) *Scheduler {
-	s := New(e.Model, e.Tok, cfg)
+	s := New(e.Backend(), e.Tok, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	go s.Run(ctx)
 	t.Cleanup(func() { s.Close(errors.New("test over")); cancel() })
@@ -245,7 +245,7 @@ func mustSubmit(t *testing.T, s *Scheduler, r Request) *Handle {
 
 func TestSubmitLimits(t *testing.T) {
 	e := openTiny(t)
-	s := New(e.Model, e.Tok, Config{MaxQueue: 2}) // not running: the queue only fills
+	s := New(e.Backend(), e.Tok, Config{MaxQueue: 2}) // not running: the queue only fills
 	ok := Request{Prompt: []int32{1}, MaxTokens: 1, Sample: sample.Greedy()}
 	for i := 0; i < 2; i++ {
 		if _, err := s.Submit(context.Background(), ok); err != nil {
@@ -284,7 +284,7 @@ func TestSubmitLimits(t *testing.T) {
 
 func TestCloseFailsInFlight(t *testing.T) {
 	e := openTiny(t)
-	s := New(e.Model, e.Tok, Config{})
+	s := New(e.Backend(), e.Tok, Config{})
 	go s.Run(context.Background())
 	h := mustSubmit(t, s, Request{Prompt: []int32{1, 2}, MaxTokens: 250, Sample: sample.Greedy()})
 	<-h.Events // running

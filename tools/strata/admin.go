@@ -81,6 +81,7 @@ func printStatus(st api.Status) {
 	}
 	for _, m := range st.Models {
 		fmt.Printf("\nmodel %s (%s, %d layers, context %d, backend %s)\n  file %s\n", m.Name, m.Arch, m.Layers, m.Context, m.Backend, m.Path)
+		fmt.Printf("  backend: %s\n", describeBackend(m.BackendInfo))
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  TIER\tLAYERS\tBYTES\tMOVED\t")
 		if m.Plan == nil {
@@ -132,13 +133,14 @@ func loadCommand() *cli.Command {
 		ArgsUsage: "PATH",
 		Flags: daemonFlags(jsonFlag,
 			&cli.StringFlag{Name: "name", Usage: "model id (default: file name without extension)"},
-			&cli.StringFlag{Name: "vram-budget", Usage: "device-memory budget, e.g. 20GiB (default: none, the CPU backend's device memory is host memory)"},
+			&cli.StringFlag{Name: "vram-budget", Usage: "device-memory budget, e.g. 20GiB (default: the GPU's free memory less a reserve; on the CPU backend none: device memory is host memory)"},
 			&cli.StringFlag{Name: "ram-budget", Usage: "host-memory budget, e.g. 64GiB (default: MemAvailable minus a reserve); layers of a prefab pool that do not fit stream every pass"},
 			&cli.IntFlag{Name: "max-batch", Usage: "sequences per pass (default: the daemon's)"},
 			&cli.IntFlag{Name: "max-queue", Usage: "waiting requests before 429 (default: the daemon's)"},
 			&cli.IntFlag{Name: "ctx", Usage: "per-sequence context the KV cache is planned for (default: the model's, at most 4096)"},
 			&cli.IntFlag{Name: "depth", Usage: "streaming pipeline depth (0 = the planner chooses)"},
 			&cli.StringFlag{Name: "tiers", Usage: "force the placement: all-A, all-B, all-C, mixed or A,C,B,... (tests and benchmarks)"},
+			backendFlag,
 		),
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.NArg() != 1 {
@@ -157,7 +159,7 @@ func loadCommand() *cli.Command {
 			}
 			st, err := dial(cmd).Load(ctx, api.LoadRequest{Path: cmd.Args().First(), Name: cmd.String("name"),
 				Budgets: api.Budgets{VRAMBytes: vram, RAMBytes: ram}, MaxBatch: int(cmd.Int("max-batch")), MaxQueue: int(cmd.Int("max-queue")),
-				Context: int(cmd.Int("ctx")), Depth: int(cmd.Int("depth")), Tiers: cmd.String("tiers")})
+				Context: int(cmd.Int("ctx")), Depth: int(cmd.Int("depth")), Tiers: cmd.String("tiers"), Backend: cmd.String("backend")})
 			if err != nil {
 				return clientErr(err)
 			}

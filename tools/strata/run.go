@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -64,7 +65,8 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "repeat-last-n", Value: 64},
 			&cli.Uint64Flag{Name: "seed", Value: 0},
 			&cli.BoolFlag{Name: "stats", Usage: "print prompt and decode speed to stderr at the end, and the tier plan and pipeline counters when layers stream"},
-			&cli.StringFlag{Name: "vram", Usage: "device memory budget, e.g. 24GiB (default: none, the CPU backend's device memory is host memory)"},
+			&cli.StringFlag{Name: "backend", Value: "auto", Usage: "where to run: auto (the GPU when CUDA is usable, else the CPU), cpu, or cuda (exit " + fmt.Sprint(exitBusy) + " with \"CUDA unavailable: ...\" when no GPU is usable)"},
+			&cli.StringFlag{Name: "vram", Usage: "device memory budget, e.g. 24GiB (default: the GPU's free memory less a reserve; on the CPU backend none: device memory is host memory)"},
 			&cli.StringFlag{Name: "ram", Usage: "host memory budget, e.g. 32GiB (default: MemAvailable minus a reserve); layers that do not fit stream from the pool every token"},
 			&cli.IntFlag{Name: "ctx", Usage: "context the KV cache is planned for (default: the model's, at most 4096)"},
 			&cli.IntFlag{Name: "depth", Usage: "streaming pipeline depth (slots); 0 = let the planner choose"},
@@ -78,7 +80,11 @@ func runCommand() *cli.Command {
 					return err
 				}
 			}
-			o := engine.Options{Context: int(cmd.Int("ctx")), Depth: int(cmd.Int("depth")), Tiers: cmd.String("tiers"), Logger: log}
+			backend, err := engine.ParseBackend(cmd.String("backend"))
+			if err != nil {
+				return usagef("--backend: %v", err)
+			}
+			o := engine.Options{Context: int(cmd.Int("ctx")), Depth: int(cmd.Int("depth")), Tiers: cmd.String("tiers"), Logger: log, Backend: backend}
 			for _, f := range []struct {
 				name string
 				dst  *int64
@@ -105,6 +111,9 @@ func runCommand() *cli.Command {
 				}
 			}
 			e, err := engine.OpenWith(path, o)
+			if errors.Is(err, engine.ErrCUDAUnavailable) {
+				return codedError{err, exitBusy}
+			}
 			if err != nil {
 				return err
 			}
@@ -151,6 +160,7 @@ func runCommand() *cli.Command {
 				fmt.Fprintf(os.Stderr, "prompt: %d tokens in %v (%.1f tok/s); completion: %d tokens in %v (%.2f tok/s); finish: %s\n",
 					res.PromptTokens, res.PromptTime.Round(1e6), rate(res.PromptTokens, res.PromptTime.Seconds()),
 					res.CompletionTokens, res.DecodeTime.Round(1e6), rate(res.CompletionTokens, res.DecodeTime.Seconds()), res.FinishReason)
+				fmt.Fprintf(os.Stderr, "backend: %s\n", e.BackendInfo())
 				writeRunStats(os.Stderr, e)
 			}
 			return nil

@@ -36,6 +36,11 @@ func writeRunStats(w io.Writer, e *engine.Engine) {
 			tier.FormatBytes(p.Host.Total), tier.FormatBytes(p.Host.Budget))
 	}
 	st := e.PipelineStats()
+	if bi := e.BackendInfo(); st == nil && bi.StreamedBytes > 0 {
+		fmt.Fprintf(w, "streaming: %s per pass from pinned host memory over PCIe into %d device slots (GPU tier B)\n",
+			tier.FormatBytes(bi.StreamedBytes), p.Depth)
+		return
+	}
 	if st == nil {
 		fmt.Fprintln(w, "pipeline: none (every layer resident)")
 		return

@@ -7,6 +7,11 @@
 //	stratad --socket PATH --model FILE
 //	stratad --socket PATH --model FILE --listen 127.0.0.1:PORT --api-key KEY
 //	stratad --socket PATH --model MODEL.pool --ram 8GiB   # layers that do not fit stream
+//	stratad --socket PATH --model FILE --backend cpu      # keep off the GPU
+//
+// Models run on the GPU (CUDA, device 0) when one is usable and on the CPU
+// otherwise (--backend auto, the default); status says which, on what
+// device, or why not. --backend cuda makes a missing GPU an error.
 //
 // The server itself is package daemon; this main parses flags, opens the
 // listeners, sets up logging and handles signals.
@@ -78,7 +83,8 @@ func command() *cli.Command {
 			&cli.StringFlag{Name: "socket-group", Value: "strata", Usage: "group owning the socket (name or gid); kept as the daemon's own group when it does not exist"},
 			&cli.StringSliceFlag{Name: "model", Aliases: []string{"m"}, Usage: "model FILE to load at start (repeatable); name = file name without extension, or NAME=FILE"},
 			&cli.BoolFlag{Name: "default-model", Usage: "also load the default tiny synthetic model (written to the cache on first use, as `strata run` does)"},
-			&cli.StringFlag{Name: "vram", Usage: "device memory budget for the --model files, e.g. 24GiB (default: none, the CPU backend's device memory is host memory)"},
+			&cli.StringFlag{Name: "backend", Value: "auto", Sources: cli.EnvVars("STRATAD_BACKEND"), Usage: "where models run unless a load names one: auto (the GPU when CUDA is usable, else the CPU), cpu, or cuda (fail without a GPU)"},
+			&cli.StringFlag{Name: "vram", Usage: "device memory budget for the --model files, e.g. 24GiB (default: the GPU's free memory less a reserve; on the CPU backend none: device memory is host memory)"},
 			&cli.StringFlag{Name: "ram", Usage: "host memory budget for the --model files, e.g. 32GiB (default: MemAvailable minus a reserve); layers of a prefab pool that do not fit stream every pass"},
 			&cli.IntFlag{Name: "ctx", Usage: "per-sequence context the --model files' KV cache is planned for (default: the model's, at most 4096)"},
 			&cli.IntFlag{Name: "depth", Usage: "streaming pipeline depth for the --model files (0 = the planner chooses)"},
@@ -134,6 +140,7 @@ func run(ctx context.Context, cmd *cli.Command) error {
 			MaxTokens: int(cmd.Int("max-tokens")), MaxQueue: int(cmd.Int("max-queue")), MaxBatch: int(cmd.Int("max-batch")),
 		},
 		ShutdownTimeout: cmd.Duration("shutdown-timeout"),
+		Backend:         cmd.String("backend"),
 		Log:             log,
 	})
 	if err != nil {

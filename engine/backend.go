@@ -1,0 +1,223 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/strata-llm/strata/engine/model"
+)
+
+// Backend names, as Options.Backend, the --backend flags and status use
+// them.
+const (
+	// BackendAuto runs on the GPU when a CUDA device is usable and on the
+	// CPU otherwise (the reason is kept in BackendInfo.Reason).
+	BackendAuto = "auto"
+	// BackendCPU is the pure-Go reference engine (engine/model), with the
+	// streaming pipeline of engine/stream for layers that do not fit.
+	BackendCPU = "cpu"
+	// BackendCUDA is engine/cuda on GPU 0: tier A in device memory, tier B
+	// in pinned host memory copied over PCIe every pass.
+	BackendCUDA = "cuda"
+)
+
+// ParseBackend checks a backend name from a flag or request: "" means
+// BackendAuto.
+func ParseBackend(s string) (string, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", BackendAuto:
+		return BackendAuto, nil
+	case BackendCPU:
+		return BackendCPU, nil
+	case BackendCUDA:
+		return BackendCUDA, nil
+	}
+	return "", fmt.Errorf("unknown backend %q: use auto, cpu or cuda", s)
+}
+
+// Backend runs one loaded model's forward passes on one kind of hardware.
+// It is the single interface Generate and the daemon's scheduler drive,
+// so neither knows whether a pass runs on the CPU or a GPU. Sequences
+// belong to the Backend that made them.
+type Backend interface {
+	// Name is BackendCPU or BackendCUDA.
+	Name() string
+	// Config is the model's hyperparameters.
+	Config() model.Config
+	// MaxContext is the largest context a Sequence can reach: the
+	// model's trained context on the CPU (its cache grows on demand),
+	// the KV-cache slot size on a GPU.
+	MaxContext() int
+	// MaxSeqs is how many Sequences may be open at once; 0 means no limit
+	// (the CPU backend allocates caches as sequences grow).
+	MaxSeqs() int
+	// NewSequence returns an empty sequence whose context may grow to
+	// maxCtx positions (<= 0 or above MaxContext means MaxContext). It
+	// fails when MaxSeqs sequences are open.
+	NewSequence(maxCtx int) (Sequence, error)
+	// Forward advances every step's sequence by its tokens in one batched
+	// pass and fills the steps' Logits, with engine/model.Forward's
+	// contract (the batch is validated before anything changes; a failed
+	// or cancelled pass leaves every sequence at its old position).
+	Forward(ctx context.Context, batch []Step) error
+}
+
+// Sequence is one stream of tokens with its KV cache on a Backend. Close
+// gives the cache back (on a GPU it frees a slot for the next sequence);
+// a closed sequence cannot be used in Forward.
+type Sequence interface {
+	// Pos is the number of tokens held (the position of the next one).
+	Pos() int
+	// MaxContext is the cache's capacity in positions.
+	MaxContext() int
+	// Reset empties the sequence, keeping its cache.
+	Reset()
+	// Truncate drops every token from position n on.
+	Truncate(n int) error
+	// Close releases the cache. Closing twice is harmless.
+	Close()
+}
+
+// Step is one sequence's share of a forward pass, as engine/model.Step but
+// over a Backend's Sequence.
+type Step struct {
+	// Seq is the sequence to advance.
+	Seq Sequence
+	// Tokens are the token ids to append (at least one).
+	Tokens []int32
+	// Logits is filled by Forward: one Vocab-long row per token when
+	// AllLogits is set, otherwise a single row for the last token. Rows
+	// already present with the right shape are reused.
+	Logits [][]float32
+	// AllLogits asks for logits at every token instead of the last only.
+	AllLogits bool
+}
+
+// BackendInfo says which backend runs the model, on what, and why.
+type BackendInfo struct {
+	// Name is BackendCPU or BackendCUDA; Requested is what Options asked
+	// for (BackendAuto, BackendCPU or BackendCUDA).
+	Name, Requested string
+	// Reason says why the CPU runs the model when the GPU was not asked
+	// to be skipped: "CUDA unavailable: …" for auto without a usable GPU.
+	// Empty otherwise.
+	Reason string
+	// Device is the GPU's name ("NVIDIA H200"), Ordinal its index,
+	// ComputeCapability its SM version ("9.0"), DeviceMemory its total
+	// memory and DeviceFree what was free before the model loaded. Zero
+	// on the CPU.
+	Device            string
+	Ordinal           int
+	ComputeCapability string
+	DeviceMemory      int64
+	DeviceFree        int64
+	// WeightBytes is the device memory the resident weights take and
+	// StreamedBytes what crosses PCIe per pass (tier B), on the GPU.
+	WeightBytes, StreamedBytes int64
+	// KVBytes is the device memory of the KV cache (allocated up front on
+	// the GPU; 0 on the CPU, whose caches grow with the sequences).
+	KVBytes int64
+	// Slots is the number of KV-cache slots (sequences at once) on the
+	// GPU, MaxContext the positions of each.
+	Slots, MaxContext int
+}
+
+// String describes the backend in one line: "cuda (NVIDIA H200, GPU 0,
+// sm 9.0, 139.8 GiB)" or "cpu (CUDA unavailable: …)".
+func (b BackendInfo) String() string {
+	if b.Name == BackendCUDA {
+		return fmt.Sprintf("cuda (%s, GPU %d, sm %s, %.1f GiB)", b.Device, b.Ordinal, b.ComputeCapability, float64(b.DeviceMemory)/(1<<30))
+	}
+	switch {
+	case b.Reason != "":
+		return "cpu (" + b.Reason + ")"
+	case b.Requested == BackendCPU:
+		return "cpu (requested)"
+	}
+	return "cpu"
+}
+
+// ErrSequenceClosed is wrapped by Forward when a step's sequence was
+// closed.
+var ErrSequenceClosed = errors.New("sequence is closed")
+
+// cpuBackend runs passes on engine/model, through the engine's streaming
+// pipeline when some layers stream. It adds nothing to the arithmetic: a
+// pass is exactly Engine's model (or pipeline) Forward over the same
+// steps.
+type cpuBackend struct{ e *Engine }
+
+func (b cpuBackend) Name() string         { return BackendCPU }
+func (b cpuBackend) Config() model.Config { return b.e.Model.Config }
+func (b cpuBackend) MaxContext() int      { return b.e.Model.Config.Context }
+func (b cpuBackend) MaxSeqs() int         { return 0 }
+
+func (b cpuBackend) NewSequence(maxCtx int) (Sequence, error) {
+	return &cpuSequence{Sequence: b.e.Model.NewSequence(maxCtx), m: b.e.Model}, nil
+}
+
+func (b cpuBackend) Forward(ctx context.Context, batch []Step) error {
+	steps := make([]model.Step, len(batch))
+	for i, st := range batch {
+		s, ok := st.Seq.(*cpuSequence)
+		switch {
+		case !ok || s == nil:
+			return fmt.Errorf("forward: step %d: the sequence does not belong to the CPU backend", i)
+		case s.m != b.e.Model:
+			return fmt.Errorf("forward: step %d: the sequence belongs to another model", i)
+		case s.closed:
+			return fmt.Errorf("forward: step %d: %w", i, ErrSequenceClosed)
+		}
+		steps[i] = model.Step{Seq: s.Sequence, Tokens: st.Tokens, Logits: st.Logits, AllLogits: st.AllLogits}
+	}
+	err := b.e.forwardCPU(ctx, steps)
+	for i := range batch {
+		batch[i].Logits = steps[i].Logits
+	}
+	return err
+}
+
+// forwardCPU is the CPU pass: through the pipeline when layers stream.
+func (e *Engine) forwardCPU(ctx context.Context, batch []model.Step) error {
+	if e.pipe != nil {
+		return e.pipe.Forward(ctx, e.Model, batch)
+	}
+	return e.Model.Forward(ctx, batch)
+}
+
+// cpuSequence is a model.Sequence with the Close the Backend contract
+// asks for (the CPU cache is garbage-collected; Close only marks the
+// sequence unusable).
+type cpuSequence struct {
+	*model.Sequence
+	m      *model.Model
+	closed bool
+}
+
+func (s *cpuSequence) Close() { s.closed = true }
+
+// Backend is the backend the engine runs on; Generate and Forward go
+// through it, and the daemon's scheduler drives it directly.
+func (e *Engine) Backend() Backend { return e.backend }
+
+// BackendInfo describes the backend the engine runs on.
+func (e *Engine) BackendInfo() BackendInfo { return e.binfo }
+
+// NewSequence returns an empty sequence on the engine's backend (see
+// Backend.NewSequence).
+func (e *Engine) NewSequence(maxCtx int) (Sequence, error) { return e.backend.NewSequence(maxCtx) }
+
+// MaxContext is the largest context one sequence can reach on the
+// engine's backend.
+func (e *Engine) MaxContext() int { return e.backend.MaxContext() }
+
+// Forward runs one batched forward pass on the engine's backend: every
+// step's sequence advances by its tokens, and each streamed layer is moved
+// once for the whole batch. On the CPU with a pipeline the pass runs under
+// ctx from its first read (prefetch starts before the embedding), and a
+// failed read fails only this pass.
+func (e *Engine) Forward(ctx context.Context, batch []Step) error {
+	return e.backend.Forward(ctx, batch)
+}

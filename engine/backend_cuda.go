@@ -1,0 +1,229 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/go-hclog"
+
+	enginecuda "github.com/strata-llm/strata/engine/cuda"
+	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/tier"
+	kcuda "github.com/strata-llm/strata/kernels/cuda"
+)
+
+// ErrCUDAUnavailable is wrapped by OpenWith's error when Options.Backend is
+// BackendCUDA and no usable CUDA driver or device is present (the message
+// reads "CUDA unavailable: <reason>"). It is kernels/cuda's ErrUnavailable,
+// re-exported so callers need not import the binding to test for it.
+var ErrCUDAUnavailable = kcuda.ErrUnavailable
+
+// ErrCUDATierC is wrapped when a GPU plan would put layers on tier C: the
+// CUDA backend streams tier B (pinned host memory) only, so far.
+var ErrCUDATierC = errors.New("the CUDA backend does not stream tier C (storage) yet")
+
+// openDevice opens the GPU the CUDA backend runs on; a variable so tests
+// can stand in a failure.
+var openDevice = func() (*kcuda.Device, error) { return kcuda.Open(0) }
+
+// deviceReserve is device memory the plan leaves free beyond what it
+// accounts for (the context, loaded modules, captured graphs, prefill
+// activations of the largest chunk): 1/50 of the device, at least 512 MiB.
+func deviceReserve(total int64) int64 { return max(total/50, 512<<20) }
+
+// cudaBackend runs passes on engine/cuda.
+type cudaBackend struct {
+	m   *enginecuda.Model
+	cfg model.Config
+}
+
+func (b *cudaBackend) Name() string         { return BackendCUDA }
+func (b *cudaBackend) Config() model.Config { return b.cfg }
+func (b *cudaBackend) MaxContext() int      { return b.m.MaxContext() }
+func (b *cudaBackend) MaxSeqs() int         { return b.m.MaxSeqs() }
+
+func (b *cudaBackend) NewSequence(maxCtx int) (Sequence, error) {
+	s, err := b.m.NewSequence(maxCtx)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (b *cudaBackend) Forward(ctx context.Context, batch []Step) error {
+	steps := make([]enginecuda.Step, len(batch))
+	for i, st := range batch {
+		s, ok := st.Seq.(*enginecuda.Sequence)
+		if !ok || s == nil {
+			return fmt.Errorf("forward: step %d: the sequence does not belong to the CUDA backend", i)
+		}
+		steps[i] = enginecuda.Step{Seq: s, Tokens: st.Tokens, Logits: st.Logits, AllLogits: st.AllLogits}
+	}
+	err := b.m.Forward(ctx, steps)
+	for i := range batch {
+		batch[i].Logits = steps[i].Logits
+	}
+	return err
+}
+
+// cudaSource is what openCUDA builds the engine from: the opened pool or
+// GGUF mapping (owned by the caller until openCUDA succeeds) and its
+// sizes.
+type cudaSource struct {
+	path  string
+	pool  *tier.Pool
+	gf    *gguf.Mapped
+	sizes tier.Sizes
+	cfg   model.Config
+}
+
+// openCUDA opens GPU 0, plans the layers onto its memory (tier A) and
+// pinned host memory (tier B) and loads the model there. On success the
+// engine owns src's file; on failure nothing of src is closed (the CPU
+// path may still use it) and whatever was opened on the GPU is released.
+func openCUDA(src cudaSource, o Options, log hclog.Logger) (*Engine, error) {
+	dev, err := openDevice()
+	if err != nil {
+		return nil, err
+	}
+	info := BackendInfo{
+		Name: BackendCUDA, Device: dev.Name(), Ordinal: dev.Ordinal(), DeviceMemory: dev.TotalMem(),
+	}
+	maj, mnr := dev.ComputeCapability()
+	info.ComputeCapability = fmt.Sprintf("%d.%d", maj, mnr)
+	e, err := loadCUDA(dev, src, o, &info, log)
+	if err != nil {
+		if cerr := dev.Close(); cerr != nil {
+			log.Warn("closing the CUDA device", "error", cerr)
+		}
+		return nil, fmt.Errorf("%s (%s): %w", info.Device, info.ComputeCapability, err)
+	}
+	return e, nil
+}
+
+func loadCUDA(dev *kcuda.Device, src cudaSource, o Options, info *BackendInfo, log hclog.Logger) (*Engine, error) {
+	var free int64
+	if err := dev.Do(func(c *kcuda.Ctx) error {
+		var err error
+		free, _, err = c.MemInfo()
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("reading free device memory: %w", err)
+	}
+	info.DeviceFree = free
+	plan, err := o.planCUDA(src, free, dev.TotalMem())
+	if err != nil {
+		return nil, err
+	}
+	var streamed []int
+	for _, l := range plan.Layers {
+		switch l.Tier {
+		case tier.TierB:
+			streamed = append(streamed, l.Index)
+		case tier.TierC:
+			return nil, fmt.Errorf("plan: %d of %d layers on tier C within device budget %s and host budget %s: %w; give more host memory (--ram) or run on the CPU backend",
+				plan.Tiers[tier.TierC].Layers, len(plan.Layers), tier.FormatBytes(plan.Device.Budget), tier.FormatBytes(plan.Host.Budget), ErrCUDATierC)
+		}
+	}
+	log.Debug("tier plan", "backend", BackendCUDA, "model", src.path, "tier_a", plan.Tiers[tier.TierA].Layers,
+		"tier_b", plan.Tiers[tier.TierB].Layers, "depth", plan.Depth, "device_budget", plan.Device.Budget,
+		"host_budget", plan.Host.Budget, "expected_pass", plan.PassTime.String())
+
+	// The weights come from the CPU model over the file's mapping (a pool
+	// is verified extent by extent here); Load copies them to the device
+	// and, for tier B, into pinned host memory.
+	var e *Engine
+	if src.pool != nil {
+		e, err = fromPool(src.path, src.pool)
+	} else {
+		e, err = fromMapped(src.path, src.gf)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ctxLen, batch := o.contextAndBatch(src.cfg)
+	cm, err := enginecuda.Load(dev, e.Model.Config, e.Model.Weights, enginecuda.Options{
+		MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: streamed, Slots: plan.Depth,
+	})
+	if err != nil {
+		return nil, err
+	}
+	cfg := e.Model.Config
+	info.WeightBytes, info.StreamedBytes = cm.WeightBytes(), cm.StreamedBytes()
+	info.Slots, info.MaxContext = cm.MaxSeqs(), cm.MaxContext()
+	info.KVBytes = tier.KVCacheBytes(cfg, cm.MaxContext(), cm.MaxSeqs())
+	e.plan, e.cuda, e.dev = plan, cm, dev
+	e.backend = &cudaBackend{m: cm, cfg: cfg}
+	e.binfo = *info
+	return e, nil
+}
+
+// contextAndBatch is the per-sequence context and the batch the KV cache
+// is sized for.
+func (o *Options) contextAndBatch(cfg model.Config) (ctxLen, batch int) {
+	ctxLen = o.Context
+	if ctxLen == 0 {
+		ctxLen = defaultContext
+	}
+	return min(ctxLen, cfg.Context), max(o.Batch, 1)
+}
+
+// planCUDA plans the layers onto a GPU with free bytes of device memory
+// (of total): the device budget is Options.DeviceBudget or the free memory
+// less deviceReserve; the host budget (tier B, pinned) is HostBudget or
+// MemAvailable less tier.HostReserve, as on the CPU.
+func (o *Options) planCUDA(src cudaSource, free, total int64) (*tier.Plan, error) {
+	ctxLen, batch := o.contextAndBatch(src.cfg)
+	req := tier.Request{
+		Sizes: src.sizes, Depth: o.Depth, Batch: batch,
+		KVBytes: tier.KVCacheBytes(src.cfg, ctxLen, batch),
+		// The activations of a pass of up to 512 prompt tokens; the GPU
+		// has no per-core score rows.
+		ScratchBytes: tier.ScratchBytes(src.cfg, ctxLen, max(batch, min(ctxLen, 512)), 1),
+		Links:        tier.DefaultLinks(),
+	}
+	if o.Links != nil {
+		req.Links = *o.Links
+	}
+	req.DeviceBudget = o.DeviceBudget
+	if req.DeviceBudget == 0 {
+		req.DeviceBudget = free - deviceReserve(total)
+		if req.DeviceBudget <= 0 {
+			return nil, fmt.Errorf("plan: %w: %s of device memory free, %s kept in reserve", tier.ErrNoFit,
+				tier.FormatBytes(free), tier.FormatBytes(deviceReserve(total)))
+		}
+	}
+	req.HostBudget = o.HostBudget
+	if req.HostBudget == 0 {
+		mi, err := tier.ReadMemInfo()
+		if err != nil {
+			return nil, fmt.Errorf("%w (give a host budget)", err)
+		}
+		req.HostBudget = tier.DefaultHostBudget(mi)
+	}
+	if o.Tiers != "" {
+		ts, err := stream.MixTiers(o.Tiers, len(src.sizes.Layers))
+		if err != nil {
+			return nil, err
+		}
+		return tier.PlanTiers(req, ts)
+	}
+	return tier.NewPlan(req)
+}
+
+// closeCUDA releases the GPU side of an engine (nil-safe).
+func (e *Engine) closeCUDA() error {
+	var errs []error
+	if e.cuda != nil {
+		errs = append(errs, e.cuda.Close())
+		e.cuda = nil
+	}
+	if e.dev != nil {
+		errs = append(errs, e.dev.Close())
+		e.dev = nil
+	}
+	return errors.Join(errs...)
+}
