@@ -98,6 +98,18 @@ while read -r kind pkg args; do
 done < "$here/tests.txt"
 
 # --- 4. initramfs ------------------------------------------------------------
+# A CGO_ENABLED=0 binary that links purego (the CUDA binding, via engine/)
+# still names the dynamic loader so that dlopen can work; the guest gets the
+# host's loader and the libraries ldd lists for such binaries.
+for f in "$root"/tests/*.test "$root"/bin/*; do
+  [ -f "$f" ] || continue
+  ldd "$f" >/dev/null 2>&1 || continue # static: nothing to add
+  for lib in $(ldd "$f" | grep -oE '/[^ ]+'); do
+    [ -e "$root$lib" ] && continue
+    mkdir -p "$root$(dirname "$lib")"
+    cp -L "$lib" "$root$lib"
+  done
+done
 cp "$BUSYBOX" "$root/bin/busybox"
 cp "$here/init.sh" "$root/init" && chmod +x "$root/init"
 cp "$kdir"/mods/*.ko "$root/lib/modules/"
