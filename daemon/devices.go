@@ -32,6 +32,7 @@ import (
 	"github.com/strata-llm/strata/nvme/devices"
 	"github.com/strata-llm/strata/nvme/vfiobus"
 	"github.com/strata-llm/strata/nvme/volume"
+	"github.com/strata-llm/strata/nvmehost"
 	"github.com/strata-llm/strata/vfio"
 )
 
@@ -70,13 +71,13 @@ func (s *Server) devices() *deviceRegistry {
 	if r, ok := registries.Load(s); ok {
 		return r.(*deviceRegistry)
 	}
-	r, _ := registries.LoadOrStore(s, newDeviceRegistry(s.log.Named("devices"), devices.Host{}))
+	r, _ := registries.LoadOrStore(s, newDeviceRegistry(s.log.Named("devices"), nvmehost.Host{}))
 	return r.(*deviceRegistry)
 }
 
 // SetDeviceHost points device discovery and binding at another sysfs and
 // procfs (tests use fake trees). Call it before serving.
-func (s *Server) SetDeviceHost(h devices.Host) { s.devices().host = h }
+func (s *Server) SetDeviceHost(h nvmehost.Host) { s.devices().host = h }
 
 // CloseDevices shuts down every controller the daemon holds (in-flight
 // pool writes are cancelled first) and refuses further binds. The
@@ -108,7 +109,7 @@ type opener func(ctx context.Context, bdf string) (*handle, error)
 // deviceRegistry is the set of controllers the daemon holds.
 type deviceRegistry struct {
 	log      hclog.Logger
-	host     devices.Host
+	host     nvmehost.Host
 	open     opener
 	release  func(bdf, driver string) error
 	probe    func() vfio.ProbeResult
@@ -123,7 +124,7 @@ type deviceRegistry struct {
 	closed bool
 }
 
-func newDeviceRegistry(log hclog.Logger, host devices.Host) *deviceRegistry {
+func newDeviceRegistry(log hclog.Logger, host nvmehost.Host) *deviceRegistry {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &deviceRegistry{log: log, host: host, probe: vfio.Probe, interval: deviceSampleEvery,
 		ctx: ctx, cancel: cancel, held: map[string]*heldCtrl{}}
@@ -529,7 +530,7 @@ func deviceError(err error) error {
 			"%v: bind it first (strata devices bind BDF)", err)
 	case errors.Is(err, errBusy), errors.Is(err, syscall.EBUSY):
 		return openai.Errorf(http.StatusConflict, openai.TypeInvalidRequest, "bdf", "device_busy", "%v", err)
-	case errors.Is(err, devices.ErrInUse):
+	case errors.Is(err, nvmehost.ErrInUse):
 		return openai.Errorf(http.StatusConflict, openai.TypeInvalidRequest, "bdf", "device_in_use",
 			"%v (unmount it, swapoff or remove the stacked devices first)", err)
 	case errors.Is(err, vfio.ErrNoDevice):
@@ -592,7 +593,7 @@ func (s *Server) handleDevices(w http.ResponseWriter, r *http.Request) error {
 }
 
 // describe merges what sysfs says about c with what the daemon knows of it.
-func (r *deviceRegistry) describe(c devices.Controller, vfioOK bool) api.Controller {
+func (r *deviceRegistry) describe(c nvmehost.Controller, vfioOK bool) api.Controller {
 	out := api.Controller{BDF: c.BDF, Vendor: fmt.Sprintf("%04x", c.Vendor), Device: fmt.Sprintf("%04x", c.Device),
 		Driver: c.Driver, IOMMUGroup: c.IOMMUGroup, Namespaces: []api.Namespace{}, Users: c.Users()}
 	if id, ok := r.host.KernelIdentity(c.BDF); ok {

@@ -24,8 +24,8 @@ import (
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/nvme"
-	"github.com/strata-llm/strata/nvme/devices"
 	"github.com/strata-llm/strata/nvme/nvmetest"
+	"github.com/strata-llm/strata/nvmehost"
 	"github.com/strata-llm/strata/vfio"
 )
 
@@ -46,7 +46,7 @@ var (
 //	0000:00:05.0  nvme, group 2: nvme1n1 held by dm-0 (LVM)
 //	0000:00:06.0  vfio-pci, group 3: idle, the one tests bind
 //	0000:00:07.0  nvme, no IOMMU group
-func fakeDeviceHost(t *testing.T) devices.Host {
+func fakeDeviceHost(t *testing.T) nvmehost.Host {
 	t.Helper()
 	root := t.TempDir()
 	sys, proc := filepath.Join(root, "sys"), filepath.Join(root, "proc")
@@ -104,11 +104,11 @@ func fakeDeviceHost(t *testing.T) devices.Host {
 	pci("0000:00:07.0", "nvme", "")
 	write(filepath.Join(proc, "self/mountinfo"), "22 1 259:1 / /boot rw,relatime - ext4 /dev/nvme0n1p1 rw\n23 1 0:21 / /proc rw - proc proc rw\n")
 	write(filepath.Join(proc, "swaps"), "Filename\tType\tSize\tUsed\tPriority\n/dev/nvme0n1p2 partition 1000 0 -2\n")
-	return devices.Host{Sysfs: vfio.Sysfs{Root: sys}, Proc: proc}
+	return nvmehost.Host{Sysfs: vfio.Sysfs{Root: sys}, Proc: proc}
 }
 
 // rebind moves a fake device's driver link, as the kernel would on a bind.
-func rebind(t *testing.T, h devices.Host, bdf, drv string) {
+func rebind(t *testing.T, h nvmehost.Host, bdf, drv string) {
 	t.Helper()
 	dir := filepath.Join(h.Sysfs.Root, "bus/pci/devices", bdf)
 	os.MkdirAll(filepath.Join(h.Sysfs.Root, "bus/pci/drivers", drv), 0o755)
@@ -124,7 +124,7 @@ func rebind(t *testing.T, h devices.Host, bdf, drv string) {
 // handler with chosen peers.
 type devServer struct {
 	srv  *Server
-	host devices.Host
+	host nvmehost.Host
 	reg  *deviceRegistry
 }
 

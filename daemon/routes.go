@@ -180,6 +180,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 			st.Models = append(st.Models, s.modelStatus(lm))
 		}
 	}
+	st.Block = s.blockStatus()
 	return writeJSON(w, st)
 }
 

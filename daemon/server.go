@@ -291,6 +291,7 @@ func (s *Server) Unload(name string) (int, error) {
 
 // Close unloads every model.
 func (s *Server) Close() error {
+	s.stopBlockTrace()
 	var errs []error
 	for _, n := range s.modelNames() {
 		if _, err := s.Unload(n); err != nil {

@@ -9,9 +9,9 @@
 // software cannot fully see (ACS redirection, root-complex peer-to-peer
 // support, IOMMU behaviour). So every Target starts unadmitted: its Buffer
 // is refused until SelfTest has made the controller READ a known pattern
-// into it and the pattern was found there. Probe reports, before any of
-// that, which routes could exist and why not, from sysfs and PCI config
-// space.
+// into it and the pattern was found there. Probe (package topology,
+// re-exported here) reports, before any of that, which routes could exist
+// and why not, from sysfs and PCI config space.
 //
 // Every DMA goes to an IOVA mapped in the controller's domain (the Mapper):
 // the IOMMU stays on.

@@ -64,14 +64,3 @@ func MapSysfsBAR(sysfs, bdf string, index int) ([]byte, func() error, error) {
 	}
 	return mem, func() error { return unix.Munmap(mem) }, nil
 }
-
-func memlockLimit() int64 {
-	var r unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &r); err != nil {
-		return 0
-	}
-	if r.Cur == unix.RLIM_INFINITY {
-		return -1
-	}
-	return int64(r.Cur)
-}

@@ -19,16 +19,6 @@ type Mapper interface {
 // not passed.
 var ErrNotAdmitted = errors.New("p2p: target not admitted (self-test has not passed)")
 
-// Kind names a route.
-type Kind string
-
-// Route kinds.
-const (
-	KindHostPinned Kind = "host-pinned"
-	KindPeerBAR    Kind = "peer-bar"
-	KindDmaBuf     Kind = "dma-buf"
-)
-
 // Target is memory mapped for the controller's DMA.
 type Target interface {
 	// Kind says which route the target is.

@@ -9,7 +9,6 @@ package p2p_test
 import (
 	"context"
 	"crypto/sha256"
-	"strings"
 	"testing"
 	"time"
 
@@ -50,25 +49,6 @@ func openGuest(t *testing.T, g testbed.Guest) *guestRig {
 		dom.Close()
 	})
 	return &guestRig{dom, bus, c}
-}
-
-func TestTestbedProbe(t *testing.T) {
-	g := testbed.Require(t)
-	r := p2p.Probe(p2p.ProbeOptions{NVMe: g.NVMe0, Peers: []p2p.Peer{{BDF: g.IVSHMEM, BAR: 2}, {BDF: g.IVSHMEM, BAR: 0}}})
-	t.Log("\n" + r.String())
-	if r.Group < 0 || r.Driver != "vfio-pci" {
-		t.Fatalf("nvme0: %+v", r)
-	}
-	if !r.Routes[0].Available || !r.Routes[1].Available {
-		t.Errorf("host-pinned and ivshmem bar2 should be candidates: %+v", r.Routes[:2])
-	}
-	if r.Routes[2].Available {
-		t.Errorf("ivshmem bar0 (256 B registers) accepted: %+v", r.Routes[2])
-	}
-	last := r.Routes[len(r.Routes)-1]
-	if last.Kind != p2p.KindDmaBuf || last.Available || !strings.Contains(last.Reason, "not probed") {
-		t.Errorf("dma-buf: %+v", last)
-	}
 }
 
 func TestTestbedHostPinned(t *testing.T) {

@@ -7,8 +7,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/strata-llm/strata/p2p"
-	"github.com/strata-llm/strata/vfio"
+	"github.com/strata-llm/strata/p2p/topology"
+	"github.com/strata-llm/strata/pci"
 )
 
 // Kernel versions of the features strata uses, each from the merge that
@@ -212,9 +212,9 @@ func checkVFIOModules(h *host) Result {
 
 func checkVFIODev(h *host) Result {
 	res := Result{ID: "vfio-dev"}
-	c := h.exists(strings.TrimPrefix(vfio.ContainerPath, "/"))
-	f := h.exists(strings.TrimPrefix(vfio.IOMMUFDPath, "/"))
-	res.Details = []string{fmt.Sprintf("%s: %v, %s: %v", vfio.ContainerPath, c, vfio.IOMMUFDPath, f)}
+	c := h.exists(strings.TrimPrefix(pci.VFIOContainerPath, "/"))
+	f := h.exists(strings.TrimPrefix(pci.IOMMUFDPath, "/"))
+	res.Details = []string{fmt.Sprintf("%s: %v, %s: %v", pci.VFIOContainerPath, c, pci.IOMMUFDPath, f)}
 	switch {
 	case c && f:
 		res.Status, res.Summary = Pass, "VFIO container and iommufd device nodes present"
@@ -260,14 +260,14 @@ func onVFIO(h *host) bool {
 	return false
 }
 
-func describeDev(d vfio.PCIDevice) string {
+func describeDev(d pci.Function) string {
 	return fmt.Sprintf("%s [%04x:%04x] driver=%s", d.BDF, d.Vendor, d.Device, orNone(d.Driver))
 }
 
 // hostDriverHolds says whether a device's driver keeps its group from
 // being used by VFIO (VFIO needs every endpoint of a group on vfio-pci or
 // on no driver; bridges on pcieport are fine).
-func hostDriverHolds(d vfio.PCIDevice) bool {
+func hostDriverHolds(d pci.Function) bool {
 	return d.Driver != "" && d.Driver != "vfio-pci" && d.Driver != "pcieport" && d.Class>>16 != 0x06
 }
 
@@ -347,7 +347,7 @@ type acsVerdict struct {
 	blocked bool // peer requests cannot reach the GPU
 }
 
-func gradePath(p p2p.PCIPath) acsVerdict {
+func gradePath(p topology.PCIPath) acsVerdict {
 	var v acsVerdict
 	if p.Common != "" {
 		v.details = append(v.details, "common upstream bridge "+p.Common)
@@ -360,9 +360,9 @@ func gradePath(p p2p.PCIPath) acsVerdict {
 		switch {
 		case !b.Readable:
 			unknown = append(unknown, b.BDF)
-		case b.HasACS && b.ACS&p2p.ACSEgress != 0:
+		case b.HasACS && b.ACS&topology.ACSEgress != 0:
 			egress = append(egress, b.BDF)
-		case b.HasACS && b.ACS&p2p.ACSRedirect != 0:
+		case b.HasACS && b.ACS&topology.ACSRedirect != 0:
 			redirect = append(redirect, b.BDF)
 		}
 	}
@@ -399,7 +399,7 @@ func checkACS(h *host) []Result {
 	for _, n := range h.nvme {
 		for _, g := range h.gpus {
 			res := Result{ID: "acs " + n.BDF + "→" + g.BDF}
-			p, err := p2p.Path(h.sys.Root, n.BDF, g.BDF)
+			p, err := topology.Path(h.sys.Root, n.BDF, g.BDF)
 			if err != nil {
 				res.Status, res.Summary = Warn, "cannot trace the PCI path: "+err.Error()
 				out = append(out, res)
@@ -507,9 +507,9 @@ func checkBAR1(h *host) []Result {
 	for _, g := range h.gpus {
 		res := Result{ID: "bar1 " + g.BDF}
 		text, err := h.resource(g.BDF)
-		var bars []p2p.BARInfo
+		var bars []topology.BARInfo
 		if err == nil {
-			bars, err = p2p.ParseResource(text)
+			bars, err = topology.ParseResource(text)
 		}
 		switch {
 		case err != nil:

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/strata-llm/strata/vfio"
+	"github.com/strata-llm/strata/pci"
 )
 
 // Options say which host to check.
@@ -35,14 +35,14 @@ const (
 // host is what the checks read, gathered once.
 type host struct {
 	root    string
-	sys     vfio.Sysfs
+	sys     pci.Sysfs
 	release string
 	ver     kernelVersion
 	config  map[string]string // kernel config, nil when not found
 	cmdline []string
-	devs    []vfio.PCIDevice
-	nvme    []vfio.PCIDevice
-	gpus    []vfio.PCIDevice
+	devs    []pci.Function
+	nvme    []pci.Function
+	gpus    []pci.Function
 	devErr  error
 }
 
@@ -60,7 +60,7 @@ func newHost(o Options) *host {
 	if root == "" {
 		root = "/"
 	}
-	h := &host{root: root, sys: vfio.Sysfs{Root: filepath.Join(root, "sys")}, release: o.Release}
+	h := &host{root: root, sys: pci.Sysfs{Root: filepath.Join(root, "sys")}, release: o.Release}
 	if h.release == "" {
 		h.release, _ = h.read("proc/sys/kernel/osrelease")
 	}
@@ -72,7 +72,7 @@ func newHost(o Options) *host {
 	h.devs, h.devErr = h.sys.Devices(0)
 	for _, d := range h.devs {
 		switch {
-		case d.Class == vfio.ClassNVMe:
+		case d.Class == pci.ClassNVMe:
 			h.nvme = append(h.nvme, d)
 		case d.Vendor == vendorNVIDIA && d.Class>>16 == classDisplay:
 			h.gpus = append(h.gpus, d)
@@ -238,7 +238,7 @@ func (h *host) hasCap(n uint) bool {
 }
 
 // groupMembers lists the other functions of a device's IOMMU group.
-func (h *host) groupMembers(d vfio.PCIDevice) []vfio.PCIDevice {
+func (h *host) groupMembers(d pci.Function) []pci.Function {
 	if d.IOMMUGroup < 0 {
 		return nil
 	}
@@ -246,14 +246,14 @@ func (h *host) groupMembers(d vfio.PCIDevice) []vfio.PCIDevice {
 	if err != nil {
 		return nil
 	}
-	var out []vfio.PCIDevice
+	var out []pci.Function
 	for _, b := range bdfs {
 		if b == d.BDF {
 			continue
 		}
 		m, err := h.sys.Device(b)
 		if err != nil {
-			m = vfio.PCIDevice{BDF: b, IOMMUGroup: d.IOMMUGroup}
+			m = pci.Function{BDF: b, IOMMUGroup: d.IOMMUGroup}
 		}
 		out = append(out, m)
 	}

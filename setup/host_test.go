@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-llm/strata/pci"
 	"github.com/strata-llm/strata/setup/testbed"
-	"github.com/strata-llm/strata/vfio"
 )
 
 // TestCheckThisHost runs the real checks on the machine the test runs on
@@ -44,12 +44,12 @@ func TestCheckThisHost(t *testing.T) {
 	if (len(groups) == 0) != (iommu.Status == Fail) {
 		t.Errorf("%d IOMMU groups, but the iommu check says %s: %s", len(groups), iommu.Status, iommu.Summary)
 	}
-	_, e1 := os.Stat(vfio.ContainerPath)
-	_, e2 := os.Stat(vfio.IOMMUFDPath)
+	_, e1 := os.Stat(pci.VFIOContainerPath)
+	_, e2 := os.Stat(pci.IOMMUFDPath)
 	if dev, _ := rep.Find("vfio-dev"); (e1 == nil || e2 == nil) != (dev.Status == Pass) {
 		t.Errorf("vfio-dev says %s: %s", dev.Status, dev.Summary)
 	}
-	nvme, _ := vfio.Sysfs{}.Devices(vfio.ClassNVMe)
+	nvme, _ := pci.Sysfs{}.Devices(pci.ClassNVMe)
 	if len(groups) == 0 || len(nvme) == 0 {
 		if rep.Route.Kind != routeFile {
 			t.Errorf("no IOMMU or no NVMe, yet route %q: %s", rep.Route.Kind, rep.Route.Why)
@@ -95,7 +95,7 @@ func TestVFIOBindGuest(t *testing.T) {
 	etc := t.TempDir()
 	s := newScript(t, "vfio-bind.sh", vfioBindScript, "STRATA_ETC="+etc, "STRATA_MODPROBE=true",
 		"STRATA_SYSTEMCTL=true", "STRATA_LIBDIR="+filepath.Join(etc, "lib"))
-	sys := vfio.Sysfs{}
+	sys := pci.Sysfs{}
 	drv := func() string { d, _ := sys.Driver(g.NVMe1); return d }
 	if d := drv(); d != "vfio-pci" {
 		t.Fatalf("%s starts on %q", g.NVMe1, d)

@@ -46,7 +46,7 @@ type Result struct {
 
 // Route is the DMA route the daemon would pick for tier-C reads.
 type Route struct {
-	// Kind is "peer-bar", "host-pinned" (p2p.Kind values) or "file" (the
+	// Kind is "peer-bar", "host-pinned" (topology.Kind values) or "file" (the
 	// kernel's block driver with O_DIRECT, no userspace NVMe driver).
 	Kind string `json:"kind"`
 	// NVMe and GPU are the devices the route joins ("" when none).

@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/strata-llm/strata/nvme/devices"
-	"github.com/strata-llm/strata/p2p"
+	"github.com/strata-llm/strata/nvmehost"
+	"github.com/strata-llm/strata/p2p/topology"
 )
 
 // Route kinds beyond p2p's: the kernel's own block driver.
@@ -15,9 +15,9 @@ const routeFile = "file"
 // chooseRoute applies the daemon's preference — peer-bar (NVMe straight
 // into GPU memory), then host-pinned (NVMe into locked host memory, then a
 // host→device copy), then files through the kernel with O_DIRECT — to what
-// the checks found, and says why each better route lost. p2p.Probe supplies
-// the per-route candidates for the chosen controller; only p2p.SelfTest
-// admits a route at run time, so this is the plan, not a promise.
+// the checks found, and says why each better route lost. topology.Probe
+// supplies the per-route candidates for the chosen controller; only
+// p2p.SelfTest admits a route at run time, so this is the plan, not a promise.
 func chooseRoute(h *host, r Report) Route {
 	fileRoute := func(why string, lost ...string) Route {
 		return Route{Kind: routeFile, Why: why, NotChosen: lost}
@@ -28,12 +28,12 @@ func chooseRoute(h *host, r Report) Route {
 	for _, id := range []string{"iommu", "vfio-modules", "vfio-dev"} {
 		if res, ok := r.Find(id); ok && res.Status == Fail {
 			return fileRoute("the userspace NVMe driver cannot run ("+id+": "+res.Summary+"), so tier C reads pool files with O_DIRECT through the kernel's nvme driver",
-				string(p2p.KindPeerBAR)+": needs VFIO", string(p2p.KindHostPinned)+": needs VFIO")
+				string(topology.KindPeerBAR)+": needs VFIO", string(topology.KindHostPinned)+": needs VFIO")
 		}
 	}
 	var lost []string
 	nvme := ""
-	dh := devices.Host{Sysfs: h.sys, Proc: h.path("proc")}
+	dh := nvmehost.Host{Sysfs: h.sys, Proc: h.path("proc")}
 	for _, d := range h.nvme {
 		if res, ok := r.Find("iommu-group " + d.BDF); ok && res.Status == Fail {
 			lost = append(lost, "nvme "+d.BDF+": "+res.Summary)
@@ -56,11 +56,11 @@ func chooseRoute(h *host, r Report) Route {
 	if nvme == "" {
 		return fileRoute("no NVMe controller the daemon may take: tier C reads pool files with O_DIRECT through the kernel", lost...)
 	}
-	var peers []p2p.Peer
+	var peers []topology.Peer
 	for _, g := range h.gpus {
-		peers = append(peers, p2p.Peer{BDF: g.BDF, BAR: 1})
+		peers = append(peers, topology.Peer{BDF: g.BDF, BAR: 1})
 	}
-	probe := p2p.Probe(p2p.ProbeOptions{Sysfs: h.sys.Root, Proc: h.path("proc"), NVMe: nvme, Peers: peers, MemlockLimit: -1})
+	probe := topology.Probe(topology.ProbeOptions{Sysfs: h.sys.Root, Proc: h.path("proc"), NVMe: nvme, Peers: peers, MemlockLimit: -1})
 	claim := ""
 	if d, _ := h.sys.Driver(nvme); d != "vfio-pci" {
 		claim = " (the daemon binds it to vfio-pci first: nothing on the host uses it)"
@@ -68,14 +68,14 @@ func chooseRoute(h *host, r Report) Route {
 	for _, g := range h.gpus {
 		why := peerBarBlockers(h, r, nvme, g.BDF, probe)
 		if len(why) == 0 {
-			return Route{Kind: string(p2p.KindPeerBAR), NVMe: nvme, GPU: g.BDF,
+			return Route{Kind: string(topology.KindPeerBAR), NVMe: nvme, GPU: g.BDF,
 				Why:       "the NVMe DMAs layer bytes straight into GPU memory (BAR1, mapped through gdrdrv into the NVMe's IOMMU domain)" + claim + "; the self-test admits it before use",
 				NotChosen: append(lost, dmaBufLoss(probe))}
 		}
-		lost = append(lost, fmt.Sprintf("%s to gpu %s: %s", p2p.KindPeerBAR, g.BDF, strings.Join(why, "; ")))
+		lost = append(lost, fmt.Sprintf("%s to gpu %s: %s", topology.KindPeerBAR, g.BDF, strings.Join(why, "; ")))
 	}
 	if len(h.gpus) == 0 {
-		lost = append(lost, string(p2p.KindPeerBAR)+": no NVIDIA GPU")
+		lost = append(lost, string(topology.KindPeerBAR)+": no NVIDIA GPU")
 	}
 	lost = append(lost, dmaBufLoss(probe))
 	why := "the NVMe DMAs into locked host memory" + claim
@@ -87,15 +87,15 @@ func chooseRoute(h *host, r Report) Route {
 	} else {
 		why += ", where the CPU backend reads it"
 	}
-	return Route{Kind: string(p2p.KindHostPinned), NVMe: nvme, Why: why, NotChosen: lost}
+	return Route{Kind: string(topology.KindHostPinned), NVMe: nvme, Why: why, NotChosen: lost}
 }
 
 // peerBarBlockers lists why the peer-bar route from nvme into gpu cannot be
 // planned; empty when it can.
-func peerBarBlockers(h *host, r Report, nvme, gpu string, probe p2p.Report) []string {
+func peerBarBlockers(h *host, r Report, nvme, gpu string, probe topology.Report) []string {
 	var why []string
 	for _, rt := range probe.Routes {
-		if rt.Kind == p2p.KindPeerBAR && strings.HasPrefix(rt.Peer, gpu+"/") && !rt.Available {
+		if rt.Kind == topology.KindPeerBAR && strings.HasPrefix(rt.Peer, gpu+"/") && !rt.Available {
 			why = append(why, rt.Reason)
 		}
 	}
@@ -117,11 +117,11 @@ func peerBarBlockers(h *host, r Report, nvme, gpu string, probe p2p.Report) []st
 	return why
 }
 
-func dmaBufLoss(probe p2p.Report) string {
+func dmaBufLoss(probe topology.Report) string {
 	for _, rt := range probe.Routes {
-		if rt.Kind == p2p.KindDmaBuf {
-			return string(p2p.KindDmaBuf) + ": " + rt.Reason
+		if rt.Kind == topology.KindDmaBuf {
+			return string(topology.KindDmaBuf) + ": " + rt.Reason
 		}
 	}
-	return string(p2p.KindDmaBuf) + ": not probed"
+	return string(topology.KindDmaBuf) + ": not probed"
 }

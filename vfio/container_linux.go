@@ -7,10 +7,12 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/strata-llm/strata/pci"
 )
 
 // ContainerPath is the VFIO container node (legacy group/container API).
-const ContainerPath = "/dev/vfio/vfio"
+const ContainerPath = pci.VFIOContainerPath
 
 // Container is a VFIO type1v2 container: one IOMMU address space shared by
 // the groups attached to it. It allocates IOVAs from the valid ranges the

@@ -17,7 +17,9 @@
 //   - Domain: one DMA address space over either backend and the devices in
 //     it — what drivers use.
 //   - Sysfs: bind a PCI function to vfio-pci (driver_override, unbind,
-//     drivers_probe) and back, find its IOMMU group.
+//     drivers_probe) and back, find its IOMMU group. It is package pci's,
+//     plain sysfs file I/O, so that host checks can use it without linking
+//     this package.
 //   - MMIO, EventFD, AllocDMA: register access, interrupts, DMA memory.
 //
 // All ioctls go through one function (ioctl in sys_linux.go) whose doc

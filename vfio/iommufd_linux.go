@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/strata-llm/strata/pci"
 )
 
 // The iommufd + VFIO cdev interface (Linux 6.6+, CONFIG_IOMMUFD and
@@ -22,7 +24,7 @@ import (
 // the 6.12 headers (TestABIMatchesHeaders) and the code paths mirror type1.
 
 // IOMMUFDPath is the iommufd node.
-const IOMMUFDPath = "/dev/iommu"
+const IOMMUFDPath = pci.IOMMUFDPath
 
 // IOMMUFD is an open /dev/iommu.
 type IOMMUFD struct {
@@ -166,14 +168,14 @@ func (s *IOAS) Close() error {
 }
 
 // CdevPath returns /dev/vfio/devices/vfioN for a device bound to vfio-pci,
-// from /sys/bus/pci/devices/BDF/vfio-dev/. ErrNotSupported when the kernel
-// has no VFIO cdev (the vfio-dev directory is missing).
-func (s Sysfs) CdevPath(bdf string) (string, error) {
-	canon, err := s.checkDevice(bdf)
+// from /sys/bus/pci/devices/BDF/vfio-dev/ under s. ErrNotSupported when the
+// kernel has no VFIO cdev (the vfio-dev directory is missing).
+func CdevPath(s Sysfs, bdf string) (string, error) {
+	canon, dir, err := s.Dir(bdf)
 	if err != nil {
 		return "", err
 	}
-	ents, err := os.ReadDir(filepath.Join(s.devDir(canon), "vfio-dev"))
+	ents, err := os.ReadDir(filepath.Join(dir, "vfio-dev"))
 	if err != nil {
 		return "", fmt.Errorf("VFIO cdev of %s (bound to vfio-pci, kernel with VFIO_DEVICE_CDEV?): %v: %w", canon, err, ErrNotSupported)
 	}
@@ -190,7 +192,7 @@ func (s Sysfs) CdevPath(bdf string) (string, error) {
 // (VFIO_DEVICE_ATTACH_IOMMUFD_PT). The IOAS's valid ranges are re-read
 // before its next map.
 func OpenCdev(sys Sysfs, bdf string, f *IOMMUFD, ioas *IOAS) (*Device, error) {
-	path, err := sys.CdevPath(bdf)
+	path, err := CdevPath(sys, bdf)
 	if err != nil {
 		return nil, err
 	}

@@ -270,6 +270,9 @@ type Status struct {
 	// use the admin API.
 	Peer  string `json:"peer"`
 	Admin bool   `json:"admin"`
+	// Block is the eBPF block tracer's per-disk view; nil when the daemon
+	// was started without it.
+	Block *BlockIO `json:"block_io,omitempty"`
 }
 
 // Limits are the daemon's request limits.

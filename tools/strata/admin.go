@@ -75,6 +75,7 @@ func printStatus(st api.Status) {
 	}
 	fmt.Printf("stratad %s, pid %d, up %s; you are %s (admin: %s)\n", st.Version, st.PID,
 		(time.Duration(st.Uptime) * time.Second).String(), st.Peer, admin)
+	printBlockIO(st.Block)
 	if len(st.Models) == 0 {
 		fmt.Println("no models loaded")
 		return
@@ -196,4 +197,27 @@ func unloadCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// printBlockIO shows the daemon's eBPF view of the disks over its last
+// sampling interval.
+func printBlockIO(b *api.BlockIO) {
+	switch {
+	case b == nil:
+		return
+	case !b.Enabled:
+		fmt.Printf("block I/O: %s\n", b.Note)
+		return
+	case len(b.Devices) == 0:
+		fmt.Println("block I/O: traced; no disk activity in the last interval")
+		return
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  DISK\tREAD MB/s\tREAD IOPS\tREAD p50\tREAD p99\tWRITE MB/s\tERRORS\t")
+	for _, d := range b.Devices {
+		fmt.Fprintf(tw, "  %s\t%.1f\t%.0f\t%s\t%s\t%.1f\t%d\t\n", d.Device, d.ReadMBps, d.ReadIOPS,
+			time.Duration(d.ReadP50Nanos), time.Duration(d.ReadP99Nanos), d.WriteMBps, d.Errors)
+	}
+	fmt.Println("block I/O (eBPF, last interval):")
+	tw.Flush()
 }

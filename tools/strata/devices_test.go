@@ -15,14 +15,14 @@ import (
 
 	"github.com/strata-llm/strata/daemon"
 	"github.com/strata-llm/strata/daemon/api"
-	"github.com/strata-llm/strata/nvme/devices"
-	"github.com/strata-llm/strata/vfio"
+	"github.com/strata-llm/strata/nvmehost"
+	"github.com/strata-llm/strata/pci"
 )
 
 // fakeNVMeHost is a sysfs/procfs tree with two NVMe controllers: 04.0 on
 // the kernel's nvme driver with nvme0n1 mounted on /data, and 06.0 idle on
 // vfio-pci (IOMMU group 3).
-func fakeNVMeHost(t *testing.T) devices.Host {
+func fakeNVMeHost(t *testing.T) nvmehost.Host {
 	t.Helper()
 	root := t.TempDir()
 	sys, proc := filepath.Join(root, "sys"), filepath.Join(root, "proc")
@@ -38,7 +38,7 @@ func fakeNVMeHost(t *testing.T) devices.Host {
 			t.Fatal(err)
 		}
 	}
-	pci := func(bdf, drv, group string) string {
+	pciDev := func(bdf, drv, group string) string {
 		dir := filepath.Join(sys, "devices/pci0000:00", bdf)
 		write(filepath.Join(dir, "vendor"), "0x144d\n")
 		write(filepath.Join(dir, "device"), "0xa808\n")
@@ -50,7 +50,7 @@ func fakeNVMeHost(t *testing.T) devices.Host {
 		link(filepath.Join(sys, "kernel/iommu_groups", group), filepath.Join(dir, "iommu_group"))
 		return dir
 	}
-	d0 := pci("0000:00:04.0", "nvme", "1")
+	d0 := pciDev("0000:00:04.0", "nvme", "1")
 	write(filepath.Join(d0, "nvme/nvme0/model"), "Samsung SSD 970 EVO Plus 1TB\n")
 	write(filepath.Join(d0, "nvme/nvme0/serial"), "S4EWNX0N123456\n")
 	disk := filepath.Join(d0, "nvme/nvme0/nvme0n1")
@@ -58,10 +58,10 @@ func fakeNVMeHost(t *testing.T) devices.Host {
 	write(filepath.Join(disk, "nsid"), "1\n")
 	write(filepath.Join(disk, "size"), "1953525168\n")
 	link(disk, filepath.Join(sys, "block/nvme0n1"))
-	pci("0000:00:06.0", "vfio-pci", "3")
+	pciDev("0000:00:06.0", "vfio-pci", "3")
 	write(filepath.Join(proc, "self/mountinfo"), "22 1 259:0 / /data rw,relatime - ext4 /dev/nvme0n1 rw\n")
 	write(filepath.Join(proc, "swaps"), "Filename\tType\tSize\tUsed\tPriority\n")
-	return devices.Host{Sysfs: vfio.Sysfs{Root: sys}, Proc: proc}
+	return nvmehost.Host{Sysfs: pci.Sysfs{Root: sys}, Proc: proc}
 }
 
 // TestDevicesCLI drives `strata devices` against a daemon serving a fake
@@ -90,7 +90,7 @@ func TestDevicesCLI(t *testing.T) {
 	go func() { done <- srv.Serve(ctx, []net.Listener{l}, nil) }()
 	defer func() { cancel(); <-done; srv.CloseDevices() }()
 
-	_, statErr := os.Stat(vfio.ContainerPath)
+	_, statErr := os.Stat(pci.VFIOContainerPath)
 	noVFIO := errors.Is(statErr, os.ErrNotExist)
 	tests := []struct {
 		name string

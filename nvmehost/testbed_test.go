@@ -1,10 +1,10 @@
-package devices_test
+package nvmehost_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/strata-llm/strata/nvme/devices"
+	"github.com/strata-llm/strata/nvmehost"
 	"github.com/strata-llm/strata/setup/testbed"
 )
 
@@ -13,7 +13,7 @@ import (
 // it back for vfio-pci.
 func TestTestbedReleaseClaim(t *testing.T) {
 	g := testbed.Require(t)
-	h := devices.Host{}
+	h := nvmehost.Host{}
 	all, err := h.List()
 	if err != nil {
 		t.Fatal(err)
@@ -27,7 +27,7 @@ func TestTestbedReleaseClaim(t *testing.T) {
 	if err := h.Release(g.NVMe1, ""); err != nil {
 		t.Fatal(err)
 	}
-	var c devices.Controller
+	var c nvmehost.Controller
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if c, err = h.Controller(g.NVMe1); err != nil {

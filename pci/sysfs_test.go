@@ -1,4 +1,4 @@
-package vfio
+package pci
 
 import (
 	"errors"
@@ -69,7 +69,7 @@ func TestSysfsLookups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []PCIDevice{
+	want := []Function{
 		{BDF: "0000:00:04.0", Vendor: 0x1b36, Device: 0x10, Class: ClassNVMe, Driver: "nvme", IOMMUGroup: 3},
 		{BDF: "0000:00:05.0", Vendor: 0x1b36, Device: 0x10, Class: ClassNVMe, Driver: "vfio-pci", IOMMUGroup: 4},
 	}
@@ -79,8 +79,11 @@ func TestSysfsLookups(t *testing.T) {
 	if devs, err := s.GroupDevices(3); err != nil || !reflect.DeepEqual(devs, []string{"0000:00:04.0"}) {
 		t.Errorf("GroupDevices = %v, %v", devs, err)
 	}
-	if _, err := s.CdevPath("0000:00:05.0"); !errors.Is(err, ErrNotSupported) {
-		t.Errorf("CdevPath without vfio-dev: %v", err)
+	if canon, dir, err := s.Dir("00:05.0"); err != nil || canon != "0000:00:05.0" || dir != filepath.Join(s.Root, "bus/pci/devices/0000:00:05.0") {
+		t.Errorf("Dir = %q, %q, %v", canon, dir, err)
+	}
+	if _, _, err := s.Dir("0000:00:07.0"); !errors.Is(err, ErrNoDevice) {
+		t.Errorf("Dir of a missing device: %v, want ErrNoDevice", err)
 	}
 }
 

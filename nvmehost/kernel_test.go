@@ -1,11 +1,11 @@
-package devices_test
+package nvmehost_test
 
 import (
 	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/strata-llm/strata/nvme/devices"
+	"github.com/strata-llm/strata/nvmehost"
 )
 
 func TestKernelIdentityAndGeometry(t *testing.T) {
@@ -23,12 +23,12 @@ func TestKernelIdentityAndGeometry(t *testing.T) {
 	}
 	tests := []struct {
 		bdf  string
-		want devices.KernelIdentity
+		want nvmehost.KernelIdentity
 		ok   bool
 	}{
-		{"0000:00:04.0", devices.KernelIdentity{Name: "nvme0", Model: "QEMU NVMe Ctrl", Serial: "strata0", Firmware: "9.2.1"}, true},
-		{"0000:00:06.0", devices.KernelIdentity{}, false}, // on vfio-pci: the kernel has no controller
-		{"0000:00:09.0", devices.KernelIdentity{}, false},
+		{"0000:00:04.0", nvmehost.KernelIdentity{Name: "nvme0", Model: "QEMU NVMe Ctrl", Serial: "strata0", Firmware: "9.2.1"}, true},
+		{"0000:00:06.0", nvmehost.KernelIdentity{}, false}, // on vfio-pci: the kernel has no controller
+		{"0000:00:09.0", nvmehost.KernelIdentity{}, false},
 	}
 	for _, tc := range tests {
 		got, ok := h.KernelIdentity(tc.bdf)

@@ -1,4 +1,4 @@
-package vfio
+package pci
 
 import "testing"
 

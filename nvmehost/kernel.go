@@ -1,4 +1,4 @@
-package devices
+package nvmehost
 
 import (
 	"path/filepath"
