@@ -51,6 +51,7 @@ func (s *Server) routes() http.Handler {
 	handle(api.PathLoad, http.MethodPost, authz.Load, s.handleLoad)
 	handle(api.PathUnload, http.MethodPost, authz.Unload, s.handleUnload)
 	s.deviceRoutes(handle) // NVMe controllers, volumes, pools: devices.go
+	s.benchRoutes(handle)  // storage, PCIe and end-to-end benchmarks: bench.go
 	prom := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
 	handle(api.PathMetric, http.MethodGet, authz.ReadState, func(w http.ResponseWriter, r *http.Request) error {
 		s.refreshGauges()

@@ -180,6 +180,7 @@ type seq struct {
 	submitted time.Time
 
 	s         engine.Sequence
+	inBatch   bool // counted in Scheduler.active (touched only by the pass loop)
 	smp       *sample.Sampler
 	fed       int     // prompt tokens already fed
 	history   []int32 // prompt + generated, for the repetition penalty
@@ -315,6 +316,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 			q := s.queue[0]
 			s.queue[0] = nil
 			s.queue = s.queue[1:]
+			q.inBatch = true
 			active = append(active, q)
 		}
 		s.active = len(active)
@@ -534,6 +536,7 @@ func logprobOf(logits []float32, id int32, top int) *Logprob {
 func (s *Scheduler) finish(q *seq, reason string) {
 	q.stopCancelF()
 	q.release()
+	s.leave(q)
 	s.finished.Add(1)
 	q.events <- Event{Finish: reason, PromptTokens: len(q.req.Prompt), CompletionTokens: q.out}
 	close(q.events)
@@ -545,6 +548,7 @@ func (s *Scheduler) finish(q *seq, reason string) {
 func (s *Scheduler) cancel(q *seq) {
 	q.stopCancelF()
 	q.release()
+	s.leave(q)
 	s.cancelled.Add(1)
 	lag := 0
 	if at := q.atCancel.Load(); at >= 0 {
@@ -561,12 +565,29 @@ func (s *Scheduler) cancel(q *seq) {
 func (s *Scheduler) fail(q *seq, err error) {
 	q.stopCancelF()
 	q.release()
+	s.leave(q)
 	s.failed.Add(1)
 	q.events <- Event{Err: err, PromptTokens: len(q.req.Prompt), CompletionTokens: q.out}
 	close(q.events)
 	if o := s.cfg.Observer; o != nil {
 		o.Finished("error", len(q.req.Prompt), q.out)
 	}
+}
+
+// leave takes an ending sequence out of the active count before its final
+// event goes out, so a client that has its answer never sees itself still
+// counted in Stats. The pass loop re-publishes the exact count after each
+// pass.
+func (s *Scheduler) leave(q *seq) {
+	if !q.inBatch {
+		return
+	}
+	q.inBatch = false
+	s.mu.Lock()
+	if s.active > 0 {
+		s.active--
+	}
+	s.mu.Unlock()
 }
 
 // release gives the sequence's KV cache back to the backend (a GPU slot
