@@ -3,6 +3,9 @@
 # the VFIO and NVMe modules, binds the test devices to vfio-pci, runs every
 # test binary listed in /tests/list and powers off. The host reads the
 # TESTBED-* lines from the serial console (setup/testbed/hostcheck).
+# With strata_testbed_iommu=off on the kernel command line (run.sh's second
+# boot, no emulated IOMMU) it loads no VFIO module, leaves the test devices
+# to the kernel's nvme driver and runs /tests/list-iommu-off instead.
 /bin/busybox --install -s /bin
 export PATH=/bin:/sbin
 mount -t proc proc /proc
@@ -13,10 +16,16 @@ mkdir -p /dev/hugepages && mount -t hugetlbfs hugetlbfs /dev/hugepages
 echo 64 > /proc/sys/vm/nr_hugepages   # 128 MiB of 2 MiB pages for p2p.HostPinned
 set -a; . /testbed.env; set +a
 export HOME=/tmp TMPDIR=/tmp
+iommu=on list=/tests/list
+for arg in $(cat /proc/cmdline); do
+  [ "$arg" = strata_testbed_iommu=off ] && iommu=off list=/tests/list-iommu-off
+done
+[ $iommu = off ] && export STRATA_TESTBED_IOMMU=off
 
 die() { echo "TESTBED-ERROR $*"; echo "TESTBED-DONE pass=0 fail=1"; poweroff -f; }
 
 for m in $(cat /lib/modules/order); do
+  case "$iommu:$m" in off:vfio*|off:irqbypass*) continue ;; esac
   insmod "/lib/modules/$m" || die "insmod $m"
   # vfio-pci must own the test devices before nvme.ko can claim them
   if [ "$m" = vfio-pci.ko ]; then
@@ -27,9 +36,24 @@ for m in $(cat /lib/modules/order); do
     done
   fi
 done
-echo "TESTBED-BOOTED kernel=$(uname -r) uptime=$(cut -d' ' -f1 /proc/uptime)"
+if [ $iommu = off ]; then
+  # nvme.ko probes asynchronously: wait (≤ 10 s) until it owns both controllers
+  for i in $(seq 100); do
+    n=0
+    for bdf in $STRATA_TESTBED_NVME0 $STRATA_TESTBED_NVME1; do
+      [ "$(basename "$(readlink "/sys/bus/pci/devices/$bdf/driver")")" = nvme ] && n=$((n + 1))
+    done
+    [ $n = 2 ] && break
+    sleep 0.1
+  done
+  [ $n = 2 ] || die "nvme did not bind $STRATA_TESTBED_NVME0 and $STRATA_TESTBED_NVME1"
+fi
+echo "TESTBED-BOOTED kernel=$(uname -r) iommu=$iommu uptime=$(cut -d' ' -f1 /proc/uptime)"
 for bdf in $STRATA_TESTBED_NVME0 $STRATA_TESTBED_NVME1 $STRATA_TESTBED_IVSHMEM; do
-  echo "TESTBED-DEVICE $bdf group=$(basename "$(readlink "/sys/bus/pci/devices/$bdf/iommu_group")") driver=vfio-pci"
+  [ -e "/sys/bus/pci/devices/$bdf" ] || continue
+  group=$(readlink "/sys/bus/pci/devices/$bdf/iommu_group") || group=none
+  drv=$(readlink "/sys/bus/pci/devices/$bdf/driver") || drv=none
+  echo "TESTBED-DEVICE $bdf group=$(basename "$group") driver=$(basename "$drv")"
 done
 
 pass=0; fail=0
@@ -43,7 +67,7 @@ while read -r name dir args; do
   end=$(cut -d' ' -f1 /proc/uptime)
   if [ $rc = 0 ]; then r=PASS; pass=$((pass + 1)); else r=FAIL; fail=$((fail + 1)); fi
   echo "TESTBED-RESULT $name $r rc=$rc start=$start end=$end"
-done < /tests/list
+done < $list
 if [ $fail != 0 ]; then
   echo "TESTBED-DMESG-BEGIN"; dmesg | tail -60; echo "TESTBED-DMESG-END"
 fi

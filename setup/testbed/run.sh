@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Boots the strata VM test-bed and runs the vfio/, nvme/ and p2p/ integration
 # tests as root inside it, then checks on the host what the guest wrote to the
-# NVMe images and the ivshmem backing file. Exits non-zero on any failure.
+# NVMe images and the ivshmem backing file; then boots the same guest a
+# second time without an IOMMU (intel_iommu=off) to run the setup checks'
+# IOMMU-off test. Exits non-zero on any failure.
 # See setup/testbed/README.md. Usage: setup/testbed/run.sh [-k] (keep run dir)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 cache=${STRATA_TESTBED_CACHE:-$repo/.testbed}
 timeout_s=${STRATA_TESTBED_TIMEOUT:-540}
+off_timeout_s=${STRATA_TESTBED_OFF_TIMEOUT:-120}
 keep=0; [ "${1:-}" = "-k" ] && keep=1
 t0=$(date +%s%N)
 secs() { local ms=$(( ($(date +%s%N) - $1) / 1000000 )); printf '%d.%01d' $((ms / 1000)) $((ms % 1000 / 100)); }
@@ -96,6 +99,9 @@ while read -r kind pkg args; do
     *) echo "tests.txt: unknown kind $kind" >&2; exit 1 ;;
   esac
 done < "$here/tests.txt"
+# The IOMMU-off boot runs only the setup package's IOMMU-off test.
+off_tests=TestCheckGuestIOMMUOff
+awk -v run="-test.run=^${off_tests}\$" '$1=="setup"{print $1, $2, run}' "$root/tests/list" > "$root/tests/list-iommu-off"
 
 # --- 4. initramfs ------------------------------------------------------------
 # A CGO_ENABLED=0 binary that links purego (the CUDA binding, via engine/)
@@ -177,16 +183,54 @@ qrc=${PIPESTATUS[0]}
 set -e
 boot_s=$(secs "$tb")
 [ "$qrc" = 124 ] && log "QEMU timed out after ${timeout_s}s"
+[ -n "${STRATA_TESTBED_LOG:-}" ] && cp "$run/console.log" "$STRATA_TESTBED_LOG"
 
 # --- 7. host-side checks -----------------------------------------------------
 set +e
 "$run/hostcheck" check -dir "$run" -log "$run/console.log" -tests "$root/tests/list"
 crc=$?
 set -e
-[ -n "${STRATA_TESTBED_LOG:-}" ] && cp "$run/console.log" "$STRATA_TESTBED_LOG"
-log "VM boot+tests ${boot_s}s (qemu rc $qrc); total $(secs "$t0")s"
+log "VM boot+tests ${boot_s}s (qemu rc $qrc)"
+
+# --- 8. second boot: IOMMU off ------------------------------------------------
+# The same kernel and initramfs, without the intel-iommu device and with
+# intel_iommu=off; init.sh sees strata_testbed_iommu=off, loads no VFIO
+# module, leaves the two NVMe controllers (blank 1 MiB namespaces) to the
+# kernel's nvme driver and runs only tests/list-iommu-off. An Intel CPU vendor
+# makes the guest look like a VT-d host whose command line turned it off.
+off_qrc=0; off_crc=0
+if [ -s "$root/tests/list-iommu-off" ]; then
+  truncate -s 1M "$run/off-nvme0.img" "$run/off-nvme1.img"
+  log "booting without IOMMU (timeout ${off_timeout_s}s): $off_tests"
+  tb=$(date +%s%N)
+  set +e
+  timeout "$off_timeout_s" qemu-system-x86_64 -accel "$accel" -machine q35 -cpu qemu64,vendor=GenuineIntel \
+    -m 2G -smp 2 -display none -vga none -nic none -monitor none -serial stdio -no-reboot \
+    -kernel "$kdir/vmlinuz" -initrd "$run/initrd.cpio" \
+    -append "console=ttyS0 intel_iommu=off panic=-1 loglevel=3 rdinit=/init strata_testbed_iommu=off" \
+    -drive file="$run/off-nvme0.img",if=none,id=n0n1,format=raw \
+    -drive file="$run/off-nvme1.img",if=none,id=n1n1,format=raw \
+    -device nvme,id=nvme0,serial=strata0,addr=04.0 \
+    -device nvme-ns,drive=n0n1,bus=nvme0,nsid=1 \
+    -device nvme,id=nvme1,serial=strata1,addr=05.0 \
+    -device nvme-ns,drive=n1n1,bus=nvme1,nsid=1 \
+    </dev/null 2>&1 | tee "$run/console-iommu-off.log"
+  off_qrc=${PIPESTATUS[0]}
+  set -e
+  off_s=$(secs "$tb")
+  [ "$off_qrc" = 124 ] && log "QEMU (IOMMU off) timed out after ${off_timeout_s}s"
+  [ -n "${STRATA_TESTBED_LOG:-}" ] && cat "$run/console-iommu-off.log" >> "$STRATA_TESTBED_LOG"
+  set +e
+  "$run/hostcheck" check -dir "$run" -log "$run/console-iommu-off.log" -tests "$root/tests/list-iommu-off" -passed "$off_tests"
+  off_crc=$?
+  set -e
+  log "VM (IOMMU off) boot+tests ${off_s}s (qemu rc $off_qrc)"
+else
+  log "skip the IOMMU-off boot: the setup package's test binary was not built"
+fi
+log "total $(secs "$t0")s"
 [ $keep = 1 ] && log "run dir kept: $run"
-if [ "$qrc" != 0 ] || [ "$crc" != 0 ]; then
+if [ "$qrc" != 0 ] || [ "$crc" != 0 ] || [ "$off_qrc" != 0 ] || [ "$off_crc" != 0 ]; then
   echo "TESTBED: FAIL" >&2; exit 1
 fi
 echo "TESTBED: PASS" >&2

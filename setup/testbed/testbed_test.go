@@ -64,3 +64,17 @@ func TestRequireSkipsOutsideTheGuest(t *testing.T) {
 		t.Fatal("Require did not skip outside the test-bed")
 	}
 }
+
+func TestRequireIOMMUOffSkipsElsewhere(t *testing.T) {
+	if os.Getenv(IOMMUOffEnv) == "off" {
+		t.Skip("inside the IOMMU-off guest")
+	}
+	ran := false
+	t.Run("inner", func(t *testing.T) {
+		RequireIOMMUOff(t)
+		ran = true
+	})
+	if ran {
+		t.Fatal("RequireIOMMUOff did not skip outside the IOMMU-off boot")
+	}
+}

@@ -1,10 +1,12 @@
 // Command hostcheck is the host side of the VM test-bed (setup/testbed/run.sh).
 //
 //	hostcheck fill FILE TAG SIZE      write an NVMe image holding testbed.Pattern(TAG)
-//	hostcheck check -dir D -log L -tests LIST
+//	hostcheck check -dir D -log L -tests LIST [-passed T1,T2]
 //	                                  read the guest's console log L: every test in LIST
-//	                                  must report PASS, and every TESTBED-EXPECT(-NOT)
-//	                                  line must hold for the backing files in D
+//	                                  must report PASS, every TESTBED-EXPECT(-NOT)
+//	                                  line must hold for the backing files in D, and
+//	                                  each Go test named by -passed must have printed
+//	                                  "--- PASS: T" (not skipped, not filtered away)
 //
 // It exits 1 when a check fails and 2 on bad usage.
 package main
@@ -49,7 +51,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: hostcheck fill FILE TAG SIZE | hostcheck check -dir D -log L -tests LIST")
+	fmt.Fprintln(os.Stderr, "usage: hostcheck fill FILE TAG SIZE | hostcheck check -dir D -log L -tests LIST [-passed T1,T2]")
 	os.Exit(2)
 }
 
@@ -104,6 +106,7 @@ func check(args []string, out io.Writer) (failed bool, err error) {
 	dir := fs.String("dir", "", "directory of the backing files")
 	logPath := fs.String("log", "", "guest console log")
 	list := fs.String("tests", "", "the guest's /tests/list")
+	passed := fs.String("passed", "", "comma-separated Go tests that must have passed (not skipped) in the guest")
 	if err := fs.Parse(args); err != nil {
 		return false, err
 	}
@@ -128,10 +131,16 @@ func check(args []string, out io.Writer) (failed bool, err error) {
 		fmt.Fprintf(out, "hostcheck: FAIL "+format+"\n", a...)
 	}
 	results := map[string]string{}
+	goTests := map[string]string{} // Go test name → PASS, FAIL or SKIP from -test.v
 	done := false
 	var expects [][]string
 	for _, raw := range strings.Split(string(logData), "\n") {
 		line := strings.TrimRight(raw, "\r")
+		if j := strings.Index(line, "--- "); j >= 0 {
+			if g := strings.Fields(line[j+4:]); len(g) >= 2 && strings.HasSuffix(g[0], ":") {
+				goTests[g[1]] = strings.TrimSuffix(g[0], ":")
+			}
+		}
 		i := strings.Index(line, "TESTBED-")
 		if i < 0 {
 			continue
@@ -175,6 +184,18 @@ func check(args []string, out io.Writer) (failed bool, err error) {
 			fail("%s reported no result", name)
 		default:
 			fail("%s: %s", name, r)
+		}
+	}
+	for _, name := range strings.Split(*passed, ",") {
+		if name == "" {
+			continue
+		}
+		switch r := goTests[name]; r {
+		case "PASS":
+		case "":
+			fail("Go test %s never ran (filtered away, or its binary died first)", name)
+		default:
+			fail("Go test %s: %s (must pass here, not skip)", name, r)
 		}
 	}
 	fmt.Fprintf(out, "hostcheck: %d tests, %d host-side expectations checked (%d superseded)\n", len(want), checked, superseded)

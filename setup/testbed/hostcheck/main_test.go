@@ -35,31 +35,38 @@ func TestFillAndCheck(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		log    []string
+		passed string
 		failed bool
 	}{
 		{"all good", []string{
 			"[    1.0] kernel noise TESTBED-EXPECT " + strings.TrimPrefix(line("TESTBED-EXPECT", "nvme0n1", 4093, want), "TESTBED-EXPECT "),
 			line("TESTBED-EXPECT", "ivshmem", 0, []byte("hello, host")) + "\r",
 			line("TESTBED-EXPECT-NOT", "ivshmem", 0, []byte("HELLO")),
-			"TESTBED-RESULT vfio PASS rc=0", "TESTBED-RESULT nvme PASS rc=0", "TESTBED-DONE pass=2 fail=0"}, false},
+			"TESTBED-RESULT vfio PASS rc=0", "TESTBED-RESULT nvme PASS rc=0", "TESTBED-DONE pass=2 fail=0"}, "", false},
 		{"wrong bytes", []string{line("TESTBED-EXPECT", "ivshmem", 1, []byte("hello")),
-			"TESTBED-RESULT vfio PASS", "TESTBED-RESULT nvme PASS", "TESTBED-DONE"}, true},
+			"TESTBED-RESULT vfio PASS", "TESTBED-RESULT nvme PASS", "TESTBED-DONE"}, "", true},
 		{"bytes that must not be there", []string{line("TESTBED-EXPECT-NOT", "ivshmem", 0, []byte("hello")),
-			"TESTBED-RESULT vfio PASS", "TESTBED-RESULT nvme PASS", "TESTBED-DONE"}, true},
-		{"a test failed", []string{"TESTBED-RESULT vfio FAIL rc=1", "TESTBED-RESULT nvme PASS", "TESTBED-DONE"}, true},
-		{"a test missing", []string{"TESTBED-RESULT vfio PASS", "TESTBED-DONE"}, true},
-		{"no done", []string{"TESTBED-RESULT vfio PASS", "TESTBED-RESULT nvme PASS"}, true},
+			"TESTBED-RESULT vfio PASS", "TESTBED-RESULT nvme PASS", "TESTBED-DONE"}, "", true},
+		{"a test failed", []string{"TESTBED-RESULT vfio FAIL rc=1", "TESTBED-RESULT nvme PASS", "TESTBED-DONE"}, "", true},
+		{"a test missing", []string{"TESTBED-RESULT vfio PASS", "TESTBED-DONE"}, "", true},
+		{"no done", []string{"TESTBED-RESULT vfio PASS", "TESTBED-RESULT nvme PASS"}, "", true},
 		{"a later write supersedes an earlier one", []string{
 			line("TESTBED-EXPECT", "ivshmem", 0, []byte("HELLO")),
 			line("TESTBED-EXPECT", "ivshmem", 3, []byte("lo, host")),
-			"TESTBED-RESULT vfio PASS", "TESTBED-RESULT nvme PASS", "TESTBED-DONE"}, false},
-		{"unknown file", []string{"TESTBED-EXPECT passwd 0 1 00", "TESTBED-RESULT vfio PASS", "TESTBED-RESULT nvme PASS", "TESTBED-DONE"}, true},
+			"TESTBED-RESULT vfio PASS", "TESTBED-RESULT nvme PASS", "TESTBED-DONE"}, "", false},
+		{"required Go tests passed", []string{"--- PASS: TestA (0.01s)", "    --- PASS: TestB/sub (0.00s)", "--- PASS: TestB (0.00s)",
+			"TESTBED-RESULT vfio PASS", "TESTBED-RESULT nvme PASS", "TESTBED-DONE"}, "TestA,TestB", false},
+		{"a required Go test skipped", []string{"--- SKIP: TestA (0.00s)",
+			"TESTBED-RESULT vfio PASS", "TESTBED-RESULT nvme PASS", "TESTBED-DONE"}, "TestA", true},
+		{"a required Go test never ran", []string{"--- PASS: TestAB (0.00s)", "testing: warning: no tests to run",
+			"TESTBED-RESULT vfio PASS", "TESTBED-RESULT nvme PASS", "TESTBED-DONE"}, "TestA", true},
+		{"unknown file", []string{"TESTBED-EXPECT passwd 0 1 00", "TESTBED-RESULT vfio PASS", "TESTBED-RESULT nvme PASS", "TESTBED-DONE"}, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logPath := filepath.Join(dir, "console.log")
 			os.WriteFile(logPath, []byte(strings.Join(tc.log, "\n")+"\n"), 0o644)
 			var out bytes.Buffer
-			failed, err := check([]string{"-dir", dir, "-log", logPath, "-tests", list}, &out)
+			failed, err := check([]string{"-dir", dir, "-log", logPath, "-tests", list, "-passed", tc.passed}, &out)
 			if err != nil {
 				t.Fatal(err)
 			}
