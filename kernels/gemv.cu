@@ -4,6 +4,11 @@
 //
 // Three paths, chosen per type and batch at compile time (GemvPlan; the
 // launcher mirrors it in matmul.go):
+//   - staged (F16/BF16 direct units when NB*cols*4 bytes of x fit in
+//     shared memory; see gemv_staged): x copied once per block into
+//     swizzled shared memory, warps own whole row groups, grid sized to the
+//     resident warps. Measured for Q4_K/Q5_K too and lost there (0.36 vs
+//     0.44 of D2D, kernels/NOTES.md), so K-quants keep the direct path.
 //   - direct (Q4_K, Q5_K, F16, BF16 for one or two vectors): a block of nw
 //     warps (1..8, picked by the launcher so that the grid fills the
 //     device) owns R consecutive rows; its warps split the row into
@@ -315,6 +320,94 @@ __device__ __forceinline__ void gemv_direct(const uint8_t* __restrict__ W, long 
   gemv_finish<T, R, NB>(acc, W, rowBytes, rows, row0, Y, ystride);
 }
 
+// ---- direct units with x staged in shared memory ----
+//
+// Bytes of dynamic shared memory this launch was given; the launcher gives
+// the direct path's kernels NB*cols*4 bytes exactly when it wants x staged
+// (gemv_staged) and none otherwise.
+__device__ __forceinline__ unsigned dyn_smem_bytes() {
+  unsigned r;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+  return r;
+}
+
+// Where float4 f of a staged x vector lives: an XOR swizzle within aligned
+// groups of 4 (K-quants) or 8 (16-bit floats) float4s, so that the 8 lanes
+// of each quarter-warp phase of a direct unit's x read hit 8 different
+// 16-byte bank groups. K-quant units: lanes 0..7 of a phase read float4s
+// 64s + 16(c>>1) + 4(c&1) + i' (c = lane&7, i' < 12): (f>>4)&3 = c>>1
+// spreads the c>>1 groups. 16-bit floats: f = 8u + i, so (f>>3)&7 = lane&7.
+template <int T>
+__device__ __forceinline__ int xswz(int f) {
+  if (T == T_Q4_K || T == T_Q5_K) return f ^ ((f >> 4) & 3);
+  return f ^ ((f >> 3) & 7);
+}
+
+// Direct units, x from shared memory: the block copies the NB vectors into
+// shared memory once (one barrier), then each warp owns whole row groups of
+// R rows, taking groups blockIdx.x*nw+warp, +gridDim.x*nw, ... (the
+// launcher sizes the grid so the groups divide evenly over resident
+// warps), with no further barrier; a lane walks units lane, lane+32, ...
+// of its rows. x reads cost 4 shared-memory wavefronts per instruction
+// (conflict-free) instead of the 16 L1 lines a __ldg of the unit layout
+// touches. Needs 16-byte aligned weights and NB*cols*4 bytes of dynamic
+// shared memory.
+template <int T, int NB, int R>
+__device__ __forceinline__ void gemv_staged(const uint8_t* __restrict__ W, long long rowBytes, int rows, int cols,
+                                            const float* __restrict__ X, int xstride, float* __restrict__ Y,
+                                            int ystride) {
+  typedef typename DUnit<T, SRC_GA>::U U;
+  extern __shared__ uint4 smem[];
+  float4* xs = reinterpret_cast<float4*>(smem);
+  const int nf = cols >> 2;
+  for (int i = threadIdx.x; i < NB * nf; i += blockDim.x) {
+    const int b = i / nf, f = i - b * nf;
+    xs[b * nf + xswz<T>(f)] = __ldg(reinterpret_cast<const float4*>(X + (long long)b * xstride) + f);
+  }
+  __syncthreads();
+  const int nw = blockDim.x >> 5, lane = threadIdx.x & 31;
+  const int groups = (rows + R - 1) / R, nunits = cols >> 5;
+  for (int g = blockIdx.x * nw + (threadIdx.x >> 5); g < groups; g += gridDim.x * nw) {
+    const int row0 = g * R;
+    const uint8_t* rp[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rowBytes;
+    float acc[R][NB];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+#pragma unroll 1
+    for (int u = lane; u < nunits; u += 32) {
+      U un[R];
+#pragma unroll
+      for (int r = 0; r < R; r++) un[r].load(rp[r], u);
+#pragma unroll
+      for (int r = 0; r < R; r++) un[r].prep(u);
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        const int f = xswz<T>(U::col(u, i) >> 2);
+        float4 xv[NB];
+#pragma unroll
+        for (int b = 0; b < NB; b++) xv[b] = xs[b * nf + f];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          float w[4];
+          un[r].get4(i, w);
+          fma4<R, NB>(acc, w, r, xv);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int b = 0; b < NB; b++) {
+        const float v = warp_sum(acc[r][b]);
+        if (lane == 0 && row0 + r < rows) Y[(long long)b * ystride + row0 + r] = v;
+      }
+  }
+}
+
 // ---- shared-memory ring (cp.async) ----
 
 __device__ __forceinline__ void cp16(void* dst, const void* src) {
@@ -599,6 +692,8 @@ __device__ __forceinline__ void gemv_any(const uint8_t* W, long long rowBytes, i
       gemv_direct<T, NB, 1, SRC_GU>(W, rowBytes, rows, cols, X, xstride, Y, ystride);
     } else if (K == PLAN_RING) {
       gemv_ring<T, NB, R, S>(W, rowBytes, rows, cols, X, xstride, Y, ystride);
+    } else if ((T == T_F16 || T == T_BF16) && dyn_smem_bytes() != 0) {
+      gemv_staged<T, NB, R>(W, rowBytes, rows, cols, X, xstride, Y, ystride);
     } else {
       gemv_direct<T, NB, R, SRC_GA>(W, rowBytes, rows, cols, X, xstride, Y, ystride);
     }

@@ -67,15 +67,21 @@ type gemvPlan struct {
 	kind   int
 	rows   int
 	stages int
+	// stageX: a direct plan that stages x in shared memory (gemv.cu's
+	// gemv_staged) when it fits: F16/BF16 only (it lost for Q4_K/Q5_K on
+	// the H200, kernels/NOTES.md), never the misaligned fallback.
+	stageX bool
 }
 
 func gemvPlanFor(t quant.Type, nb int) gemvPlan {
 	f16 := t == quant.F16 || t == quant.BF16
 	switch {
-	case (t == quant.Q4_K && nb <= 2) || (t == quant.Q5_K && nb == 1) || (f16 && nb == 1):
+	case f16 && nb == 1:
+		return gemvPlan{kind: planDirect, rows: 4, stageX: true}
+	case (t == quant.Q4_K && nb <= 2) || (t == quant.Q5_K && nb == 1):
 		return gemvPlan{kind: planDirect, rows: 4}
 	case f16 && nb == 2:
-		return gemvPlan{kind: planDirect, rows: 2}
+		return gemvPlan{kind: planDirect, rows: 2, stageX: true}
 	case t == quant.Q4_K || (t == quant.Q5_K && nb == 2):
 		return gemvPlan{kind: planRing, rows: 4, stages: 2}
 	case nb <= 2:
@@ -104,6 +110,9 @@ func gemvGeometry(t quant.Type, p gemvPlan, nb, rows, cols, sms, limit int) (blo
 	if p.kind == planTiled {
 		return ceilDiv(rows, gemvTiledWarps*p.rows), 32 * gemvTiledWarps, gemvTiledShared(t, nb, p.rows)
 	}
+	if p.kind == planDirect && p.stageX && gemvStaged.warps > 0 && nb*cols*4 <= limit {
+		return gemvStagedGeometry(p, nb, rows, cols, sms)
+	}
 	blocks = ceilDiv(rows, p.rows)
 	windows := ceilDiv(cols/32, 32)
 	ring := 0
@@ -115,6 +124,30 @@ func gemvGeometry(t quant.Type, p gemvPlan, nb, rows, cols, sms, limit int) (blo
 		warps *= 2
 	}
 	return blocks, 32 * warps, warps * ring
+}
+
+// gemvStagedConfig sizes the staged direct path (x in shared memory):
+// warps per block, and the blocks per multiprocessor the grid aims at
+// (blocks beyond the resident ones wait and copy x again). warps == 0
+// turns staging off (the __ldg direct path), for comparisons.
+type gemvStagedConfig struct{ warps, blocksPerSM int }
+
+// gemvStaged is the staged path's configuration, from the H200 sweep in
+// kernels/NOTES.md.
+var gemvStaged = gemvStagedConfig{warps: 8, blocksPerSM: 2}
+
+// gemvStagedGeometry: every warp owns whole groups of p.rows rows, so the
+// grid is the fewest warps (within the aimed-at resident ones) that still
+// give each warp the same number of groups, rounded up to whole blocks; the
+// shared memory is the nb staged vectors.
+func gemvStagedGeometry(p gemvPlan, nb, rows, cols, sms int) (blocks, threads, smem int) {
+	groups := ceilDiv(rows, p.rows)
+	nw := gemvStaged.warps
+	resident := max(1, sms*gemvStaged.blocksPerSM*nw)
+	perWarp := ceilDiv(groups, min(groups, resident))
+	warps := ceilDiv(groups, perWarp)
+	nw = min(nw, warps)
+	return ceilDiv(warps, nw), 32 * nw, nb * cols * 4
 }
 
 // gemvTiledTE mirrors gemv.cu's tile width in elements for type t and nb
