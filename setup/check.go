@@ -215,7 +215,13 @@ func checkVFIODev(h *host) Result {
 	c := h.exists(strings.TrimPrefix(pci.VFIOContainerPath, "/"))
 	f := h.exists(strings.TrimPrefix(pci.IOMMUFDPath, "/"))
 	res.Details = []string{fmt.Sprintf("%s: %v, %s: %v", pci.VFIOContainerPath, c, pci.IOMMUFDPath, f)}
+	mode, _ := detectIOMMU(h)
 	switch {
+	case (c || f) && mode == iommuOff:
+		// The nodes exist as soon as the modules load, but with no IOMMU
+		// groups there is nothing a container or IOAS can attach.
+		res.Status, res.Summary = Fail, "VFIO device nodes present, but the IOMMU is off: no device can be attached"
+		res.Fix = "turn the IOMMU on (see the iommu line); the device nodes alone are not enough"
 	case c && f:
 		res.Status, res.Summary = Pass, "VFIO container and iommufd device nodes present"
 	case c || f:

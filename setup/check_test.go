@@ -61,6 +61,14 @@ func TestCheckFakeHosts(t *testing.T) {
 			route: "file", lostIn: "host-pinned: needs VFIO",
 		},
 		{
+			host: "off-vfio-loaded",
+			want: map[string]Status{
+				"iommu": Fail, "vfio-dev": Fail, "vfio-modules": Pass,
+			},
+			says:  map[string]string{"vfio-dev": "IOMMU is off"},
+			route: "file", lostIn: "host-pinned: needs VFIO",
+		},
+		{
 			host: "novfio",
 			want: map[string]Status{
 				"iommu": Pass, "vfio-modules": Fail, "vfio-dev": Fail, "vfio-cdev": Warn,
