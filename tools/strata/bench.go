@@ -32,14 +32,10 @@ func init() {
 }
 
 func benchCommand() *cli.Command {
-	var subs []*cli.Command
-	for _, f := range benchCommandFactories {
-		subs = append(subs, f())
-	}
 	return &cli.Command{
 		Name:     "bench",
 		Usage:    "measure the whole system on this machine",
-		Commands: subs,
+		Commands: build(benchCommandFactories),
 	}
 }
 

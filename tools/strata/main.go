@@ -94,9 +94,13 @@ func registerModelCommand(f func() *cli.Command) {
 	modelCommandFactories = append(modelCommandFactories, f)
 }
 
-func commands() []*cli.Command {
-	var cs []*cli.Command
-	for _, f := range commandFactories {
+func commands() []*cli.Command { return build(commandFactories) }
+
+// build makes the commands of one group from its registered factories, in
+// registration order.
+func build(factories []func() *cli.Command) []*cli.Command {
+	cs := make([]*cli.Command, 0, len(factories))
+	for _, f := range factories {
 		cs = append(cs, f())
 	}
 	return cs

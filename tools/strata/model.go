@@ -28,14 +28,10 @@ func init() {
 }
 
 func modelCommand() *cli.Command {
-	var subs []*cli.Command
-	for _, f := range modelCommandFactories {
-		subs = append(subs, f())
-	}
 	return &cli.Command{
 		Name:     "model",
 		Usage:    "offline model tools",
-		Commands: subs,
+		Commands: build(modelCommandFactories),
 	}
 }
 
