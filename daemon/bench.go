@@ -221,12 +221,8 @@ func storageOptions(req api.BenchStorageRequest) (bench.StorageOptions, error) {
 }
 
 func (s *Server) handleBenchStorage(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.readBody(w, r)
-	if err != nil {
-		return err
-	}
 	var req api.BenchStorageRequest
-	if err := decodeStrict(body, &req); err != nil {
+	if err := s.readStrict(w, r, &req); err != nil {
 		return err
 	}
 	o, err := storageOptions(req)
@@ -284,12 +280,8 @@ func (s *Server) handleBenchStorage(w http.ResponseWriter, r *http.Request) erro
 }
 
 func (s *Server) handleBenchPCIe(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.readBody(w, r)
-	if err != nil {
-		return err
-	}
 	var req api.BenchPCIeRequest
-	if err := decodeStrict(body, &req); err != nil {
+	if err := s.readStrict(w, r, &req); err != nil {
 		return err
 	}
 	o := bench.PCIeOptions{Sizes: req.Sizes, PointBytes: req.PointBytes}
@@ -341,12 +333,8 @@ func (s *Server) handleBenchPCIe(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleBenchE2E(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.readBody(w, r)
-	if err != nil {
-		return err
-	}
 	var req api.BenchE2ERequest
-	if err := decodeStrict(body, &req); err != nil {
+	if err := s.readStrict(w, r, &req); err != nil {
 		return err
 	}
 	if req.Bytes < 0 || req.Bytes > api.BenchMaxE2EBytes || req.Chunk < 0 || req.Chunk > bench.MaxBlockSize ||

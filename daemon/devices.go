@@ -742,12 +742,8 @@ func namespaceNotFound(bdf string, nsid uint32, err error) error {
 }
 
 func (s *Server) handleBind(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.readBody(w, r)
-	if err != nil {
-		return err
-	}
 	var req api.BindRequest
-	if err := decodeStrict(body, &req); err != nil {
+	if err := s.readStrict(w, r, &req); err != nil {
 		return err
 	}
 	bdf, err := parseBDF(req.BDF)
@@ -770,12 +766,8 @@ func (s *Server) handleBind(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleUnbind(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.readBody(w, r)
-	if err != nil {
-		return err
-	}
 	var req api.UnbindRequest
-	if err := decodeStrict(body, &req); err != nil {
+	if err := s.readStrict(w, r, &req); err != nil {
 		return err
 	}
 	bdf, err := parseBDF(req.BDF)
@@ -800,12 +792,8 @@ func (s *Server) handleUnbind(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleFormat(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.readBody(w, r)
-	if err != nil {
-		return err
-	}
 	var req api.FormatRequest
-	if err := decodeStrict(body, &req); err != nil {
+	if err := s.readStrict(w, r, &req); err != nil {
 		return err
 	}
 	bdf, err := parseBDF(req.BDF)
@@ -853,12 +841,8 @@ func (s *Server) handleFormat(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handlePoolWrite(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.readBody(w, r)
-	if err != nil {
-		return err
-	}
 	var req api.PoolWriteRequest
-	if err := decodeStrict(body, &req); err != nil {
+	if err := s.readStrict(w, r, &req); err != nil {
 		return err
 	}
 	bdf, err := parseBDF(req.BDF)

@@ -234,12 +234,8 @@ func (s *Server) refreshGauges() {
 }
 
 func (s *Server) handleLoad(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.readBody(w, r)
-	if err != nil {
-		return err
-	}
 	var req api.LoadRequest
-	if err := decodeStrict(body, &req); err != nil {
+	if err := s.readStrict(w, r, &req); err != nil {
 		return err
 	}
 	path, err := authz.ResolveModelPath(s.cfg.ModelDirs, req.Path)
@@ -267,12 +263,8 @@ func (s *Server) handleLoad(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleUnload(w http.ResponseWriter, r *http.Request) error {
-	body, err := s.readBody(w, r)
-	if err != nil {
-		return err
-	}
 	var req api.UnloadRequest
-	if err := decodeStrict(body, &req); err != nil {
+	if err := s.readStrict(w, r, &req); err != nil {
 		return err
 	}
 	if req.Name == "" {
@@ -292,6 +284,16 @@ func (s *Server) handleUnload(w http.ResponseWriter, r *http.Request) error {
 
 // decodeStrict decodes an admin request, refusing unknown fields (admin
 // typos should fail loudly, unlike OpenAI requests).
+// readStrict reads an admin request's body within the size limit and
+// decodes it strictly into v: the shared start of every admin handler.
+func (s *Server) readStrict(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	return decodeStrict(body, v)
+}
+
 func decodeStrict(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
