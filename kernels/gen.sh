@@ -18,7 +18,10 @@ command -v nvcc >/dev/null || { echo "gen.sh: nvcc not found (apt-get install nv
 ver=$(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
 [ "$ver" = "11.8" ] || echo "gen.sh: warning: nvcc $ver, the committed PTX comes from 11.8" >&2
 mkdir -p ptx
-for src in *.cu; do
+# With arguments (gen.sh gemm gemv) only those families are regenerated.
+srcs="*.cu"
+if [ $# -gt 0 ]; then srcs=$(for n in "$@"; do printf '%s.cu ' "$n"; done); fi
+for src in $srcs; do
 	name=${src%.cu}
 	for arch in 61 80; do
 		nvcc -ptx -O3 -std=c++17 -arch=compute_$arch -o "ptx/$name.compute_$arch.ptx" "$src"
