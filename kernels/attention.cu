@@ -10,6 +10,7 @@
 #include <math_constants.h>
 
 #define MAXD 8  // hd/32 at most
+#define AU 4    // keys in flight per warp (decode)
 
 __device__ __forceinline__ float score_cap(float s, float scale, float cap) {
   s *= scale;
@@ -43,22 +44,41 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode(
     acc[i] = 0.0f;
   }
   const long long base = (long long)slots[t] * slotStride + (long long)(h / group) * hd;
+  // Keys j = k0+warp, +4, ... in order (one online softmax per warp), AU
+  // at a time: their key and value rows are all loaded before the first
+  // is used, so a warp waits for memory once per AU keys, not twice per
+  // key.
   float m = -CUDART_INF_F, l = 0.0f;
-  for (int j = k0 + warp; j < k1; j += 4) {
-    const float* kr = kc + base + (long long)j * kvdim;
-    float s = 0.0f;
+  for (int j0 = k0 + warp; j0 < k1; j0 += 4 * AU) {
+    float kb[AU][MAXD], vb[AU][MAXD];
 #pragma unroll
-    for (int i = 0; i < MAXD; i++)
-      if (i < nd) s = fmaf(qv[i], kr[lane + 32 * i], s);
-    s = score_cap(warp_sum(s), scale, cap);
-    const float mn = fmaxf(m, s);
-    const float corr = __expf(m - mn), e = __expf(s - mn);
-    l = l * corr + e;
-    const float* vr = vc + base + (long long)j * kvdim;
+    for (int u = 0; u < AU; u++) {
+      const int j = j0 + 4 * u;
+      const float* kr = kc + base + (long long)j * kvdim;
+      const float* vr = vc + base + (long long)j * kvdim;
 #pragma unroll
-    for (int i = 0; i < MAXD; i++)
-      if (i < nd) acc[i] = fmaf(e, vr[lane + 32 * i], acc[i] * corr);
-    m = mn;
+      for (int i = 0; i < MAXD; i++) {
+        const bool ok = j < k1 && i < nd;
+        kb[u][i] = ok ? kr[lane + 32 * i] : 0.0f;
+        vb[u][i] = ok ? vr[lane + 32 * i] : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < AU; u++) {
+      if (j0 + 4 * u >= k1) break;  // uniform per warp
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < MAXD; i++)
+        if (i < nd) s = fmaf(qv[i], kb[u][i], s);
+      s = score_cap(warp_sum(s), scale, cap);
+      const float mn = fmaxf(m, s);
+      const float corr = __expf(m - mn), e = __expf(s - mn);
+      l = l * corr + e;
+#pragma unroll
+      for (int i = 0; i < MAXD; i++)
+        if (i < nd) acc[i] = fmaf(e, vb[u][i], acc[i] * corr);
+      m = mn;
+    }
   }
   if (lane == 0) sm[warp] = m, sl[warp] = l;
 #pragma unroll

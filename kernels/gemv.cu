@@ -711,3 +711,233 @@ __device__ __forceinline__ void gemv_any(const uint8_t* W, long long rowBytes, i
   GEMV_NB(TY, NAME, 1) GEMV_NB(TY, NAME, 2) GEMV_NB(TY, NAME, 3) GEMV_NB(TY, NAME, 4) \
   GEMV_NB(TY, NAME, 5) GEMV_NB(TY, NAME, 6) GEMV_NB(TY, NAME, 7) GEMV_NB(TY, NAME, 8)
 FOR_EACH_TYPE(GEMV_TYPE)
+
+// ---- fused decode launches: several matrices in one grid ----
+//
+// gemv_fused covers up to three matrices sharing x (q, k, v) in one grid,
+// or, in GLU mode, gate and up with the gated activation in the epilogue
+// (out = act(gate.x) * (up.x), never storing gate.x or up.x). Each block
+// owns a group of rows of one matrix (GLU: FR/2 rows of gate and the same
+// rows of up) and, like the direct path, its warps split the row into
+// units; the matrices may have different types (the block dispatches on
+// its matrix's type). Q6_K, whose 210-byte blocks are not 16-byte
+// aligned, uses 64-element units read with word loads (DQ6K); a
+// single-matrix launch of it is the Q6_K direct path.
+
+// Q6_K unit: 64 elements of one super-block's half n = (u>>1)&1 — columns
+// 128n + 32qq + 16h + j for quarters qq = 0..3 and j < 16, h = u&1 — from
+// 16 bytes of each of the half's two low-bit regions (quarters 0/2 and 1/3
+// as low/high nibbles) and 16 bytes of its high-bit region (2 bits per
+// quarter): 48 bytes, every bit used. Groups i = 4qq + jj (4 elements).
+struct DQ6K {
+  uint32_t a[4], c[4], hb[4];
+  uint32_t sc;  // the unit's 4 int8 scales, quarter qq in byte qq
+  float d;
+  enum { E = 64 };
+  __device__ __forceinline__ void load(const uint8_t* row, int u) {
+    const uint8_t* b = row + (long long)(u >> 2) * 210;
+    const int n = (u >> 1) & 1, h = u & 1;
+    ldwords<4>(b + 64 * n + 16 * h, a);
+    ldwords<4>(b + 64 * n + 32 + 16 * h, c);
+    ldwords<4>(b + 128 + 32 * n + 16 * h, hb);
+    uint32_t sw[2];
+    ldwords<2>(b + 192 + 8 * n, sw);
+    sc = __byte_perm(sw[0], sw[1], h ? 0x7531 : 0x6420);  // scale bytes 2qq+h
+    d = h2f(ldu16(b + 208));
+  }
+  static __device__ __forceinline__ int col(int u, int i) {
+    return (u >> 2) * 256 + 128 * ((u >> 1) & 1) + 32 * (i >> 2) + 16 * (u & 1) + 4 * (i & 3);
+  }
+  __device__ __forceinline__ void prep(int) {}
+  __device__ __forceinline__ void get4(int i, float* o) const {
+    const int qq = i >> 2, jj = i & 3;
+    const uint32_t w = (qq & 1) ? c[jj] : a[jj];
+    const uint32_t x = ((w >> (4 * (qq >> 1))) & 0x0F0F0F0Fu) | (((hb[jj] >> (2 * qq)) & 0x03030303u) << 4);
+    const float s = d * (float)(int8_t)((sc >> (8 * qq)) & 0xff);  // engine/quant: d * scale
+    const float A = 256.0f * s, B = -160.0f * s;
+#pragma unroll
+    for (int k = 0; k < 4; k++) o[k] = fmaf(half_plus(x, k), A, B);
+  }
+};
+
+// Units of 32 elements (the direct path's) or 64 (DQ6K): elements per unit
+// and 4-element groups per unit.
+template <typename U> struct UnitE { enum { E = 32 }; };
+template <> struct UnitE<DQ6K> { enum { E = 64 }; };
+
+template <int T> struct FUnit { typedef typename DUnit<T, SRC_GA>::U U; };
+template <> struct FUnit<T_Q6_K> { typedef DQ6K U; };
+
+// Partial dot products of this lane for R rows (row pointers rp) against NB
+// vectors: units warp*32+lane, +32*nw, ...
+template <int T, int NB, int R>
+__device__ __forceinline__ void fused_rows(const uint8_t* const (&rp)[R], int cols, const float* __restrict__ X,
+                                           float (&acc)[R][NB]) {
+  typedef typename FUnit<T>::U U;
+  constexpr int E = UnitE<U>::E, NI = E / 4;
+  const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int nunits = cols / E;
+  for (int u = warp * 32 + lane; u < nunits; u += 32 * nw) {
+    U un[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) un[r].load(rp[r], u);
+#pragma unroll
+    for (int r = 0; r < R; r++) un[r].prep(u);
+#pragma unroll
+    for (int i = 0; i < NI; i++) {
+      const int c = U::col(u, i);
+      float4 xv[NB];
+#pragma unroll
+      for (int b = 0; b < NB; b++) xv[b] = __ldg(reinterpret_cast<const float4*>(X + (long long)b * cols + c));
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        float w[4];
+        un[r].get4(i, w);
+        fma4<R, NB>(acc, w, r, xv);
+      }
+    }
+  }
+}
+
+// Rows per block of a matrix of type t in gemv_fused: 4, but 2 for Q6_K,
+// whose word-loaded units need twice the registers (matmul.go's
+// fusedRowsFor).
+__host__ __device__ __forceinline__ int fused_rg(int t) { return t == T_Q6_K ? 2 : 4; }
+
+#define FUSED_R 4
+
+// Matrix types gemv_fused handles (matmul.go's fusedTypes). Q6_K computes
+// only rows 0 and 1 of acc.
+template <int NB>
+__device__ __forceinline__ void fused_dispatch(int t, const uint8_t* const (&rp)[FUSED_R], int cols,
+                                               const float* X, float (&acc)[FUSED_R][NB]) {
+  switch (t) {
+    case T_Q4_K: fused_rows<T_Q4_K, NB, FUSED_R>(rp, cols, X, acc); break;
+    case T_F16: fused_rows<T_F16, NB, FUSED_R>(rp, cols, X, acc); break;
+    case T_BF16: fused_rows<T_BF16, NB, FUSED_R>(rp, cols, X, acc); break;
+    case T_Q6_K: {
+      const uint8_t* rp2[2] = {rp[0], rp[1]};
+      float a2[2][NB];
+#pragma unroll
+      for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int b = 0; b < NB; b++) a2[r][b] = 0.0f;
+      fused_rows<T_Q6_K, NB, 2>(rp2, cols, X, a2);
+#pragma unroll
+      for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int b = 0; b < NB; b++) acc[r][b] = a2[r][b];
+      break;
+    }
+  }
+}
+
+#define FUSED_PLAIN 0
+#define FUSED_SWIGLU 1
+#define FUSED_GEGLU 2
+
+// Activations exactly as elementwise.cu's swiglu/geglu.
+__device__ __forceinline__ float glu_act(int mode, float g, float u) {
+  const double v = g;
+  if (mode == FUSED_SWIGLU) return __fmul_rn((float)(v / (1.0 + exp(-v))), u);
+  const double c = 0.7978845608028654;
+  return __fmul_rn((float)(0.5 * v * (1.0 + tanh(c * (v + 0.044715 * v * v * v)))), u);
+}
+
+// Segment s: weights W_s (rows_s rows of rowBytes_s, type t_s), output
+// Y_s (NB rows of rows_s floats). Plain mode: blocks take groups of
+// fused_rg(t_s) rows of segment 0, then 1, then 2 (rows_s = 0 leaves a
+// segment out). GLU mode: segments 0 (gate) and 1 (up) have the same shape
+// and type; a block takes fused_rg/2 rows of each and writes act(gate)*up
+// to Y0.
+template <int NB>
+__device__ __forceinline__ void gemv_fused_body(const uint8_t* W0, long long rb0, float* Y0, int rows0, int t0,
+                                                const uint8_t* W1, long long rb1, float* Y1, int rows1, int t1,
+                                                const uint8_t* W2, long long rb2, float* Y2, int rows2, int t2,
+                                                int cols, const float* X, int mode) {
+  constexpr int R = FUSED_R;
+  __shared__ float red[8 * R * NB];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  float acc[R][NB];
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+  const uint8_t* rp[R];
+  int row0, rows, t, rg;
+  float* Y;
+  if (mode != FUSED_PLAIN) {
+    t = t0;
+    rg = fused_rg(t);
+    const int H = rg / 2;
+    row0 = blockIdx.x * H;
+    rows = rows0;
+    Y = Y0;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const int rr = min(row0 + (r % H), rows - 1);
+      rp[r] = r < H ? W0 + (long long)rr * rb0 : W1 + (long long)rr * rb1;
+    }
+  } else {
+    const int rg0 = fused_rg(t0), rg1 = fused_rg(t1);
+    const int g0 = (rows0 + rg0 - 1) / rg0, g1 = (rows1 + rg1 - 1) / rg1;
+    int g = blockIdx.x;
+    const uint8_t* W;
+    long long rb;
+    if (g < g0) {
+      W = W0, rb = rb0, rows = rows0, t = t0, Y = Y0;
+    } else if (g < g0 + g1) {
+      g -= g0;
+      W = W1, rb = rb1, rows = rows1, t = t1, Y = Y1;
+    } else {
+      g -= g0 + g1;
+      W = W2, rb = rb2, rows = rows2, t = t2, Y = Y2;
+    }
+    rg = fused_rg(t);
+    row0 = g * rg;
+#pragma unroll
+    for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
+  }
+  fused_dispatch<NB>(t, rp, cols, X, acc);
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[r][b] = warp_sum(acc[r][b]);
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int b = 0; b < NB; b++) red[(warp * R + r) * NB + b] = acc[r][b];
+  }
+  __syncthreads();
+  const int i = threadIdx.x;
+  if (mode == FUSED_PLAIN) {
+    if (i < rg * NB) {
+      float s = 0.0f;
+      for (int w = 0; w < nw; w++) s += red[w * R * NB + i];
+      const int r = i / NB, b = i % NB;
+      if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = s;
+    }
+  } else {
+    const int H = rg / 2;
+    if (i < H * NB) {
+      float g = 0.0f, u = 0.0f;
+      for (int w = 0; w < nw; w++) {
+        g += red[w * R * NB + i];
+        u += red[w * R * NB + H * NB + i];
+      }
+      const int r = i / NB, b = i % NB;
+      if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = glu_act(mode, g, u);
+    }
+  }
+}
+
+#define GEMV_FUSED(NB)                                                                                          \
+  extern "C" __global__ void __launch_bounds__(256) gemv_fused_##NB(                                            \
+      const uint8_t* W0, long long rb0, float* Y0, int rows0, int t0, const uint8_t* W1, long long rb1,        \
+      float* Y1, int rows1, int t1, const uint8_t* W2, long long rb2, float* Y2, int rows2, int t2, int cols,  \
+      const float* X, int mode) {                                                                               \
+    gemv_fused_body<NB>(W0, rb0, Y0, rows0, t0, W1, rb1, Y1, rows1, t1, W2, rb2, Y2, rows2, t2, cols, X, mode); \
+  }
+GEMV_FUSED(1)
+GEMV_FUSED(2)

@@ -13,7 +13,7 @@ import (
 var ptxFS embed.FS
 
 // families are the .cu files, each compiled to one module.
-var families = []string{"attention", "elementwise", "gemm", "gemv", "norm", "rope", "sample"}
+var families = []string{"attention", "elementwise", "gemm", "gemv", "norm", "prefill", "rope", "sample"}
 
 // PTXArch returns the PTX target used for a device of compute capability
 // major.minor: "compute_80" from Ampere on (tensor-core mma.sync), else
@@ -41,6 +41,7 @@ type Kernels struct {
 	mods     []cuda.Module
 	fns      map[string]cuda.Function
 	gemvSmem int // dynamic shared memory GEMV launches may use
+	gemm     gemmState
 }
 
 // Load JIT-compiles the embedded PTX for c's device and resolves every
@@ -119,7 +120,7 @@ func (k *Kernels) Names() []string {
 
 // Unload releases the modules.
 func (k *Kernels) Unload(c *cuda.Ctx) error {
-	var first error
+	first := k.gemm.free(c)
 	for _, m := range k.mods {
 		if err := c.UnloadModule(m); err != nil && first == nil {
 			first = err

@@ -181,6 +181,17 @@ func gemvTiledShared(t quant.Type, nb, r int) int {
 // compute_80 devices; compute_61 devices keep the default 48 KiB.
 const gemvSharedLimit = 96 << 10
 
+// gemvQ6KDirect routes Q6_K GEMVs of one or two vectors with at most
+// gemvQ6KDirectCols columns to gemv_fused's word-loaded 64-element units
+// (DQ6K) instead of the tiled path. H200 (kernels/NOTES.md,
+// BenchmarkDecodeShapes): direct wins for 4096 columns (128256x4096 0.468
+// of D2D vs 0.431, 1024x4096 0.19 vs 0.12), loses for 14336 (4096x14336
+// 0.33 vs 0.38, 14336x4096 too: 0.36 vs 0.375 — kept direct there, within
+// noise).
+var gemvQ6KDirect = true
+
+const gemvQ6KDirectCols = 4096
+
 // GEMV computes y[b] = W x[b] for nb (1..8) vectors: x is nb rows of
 // W.Cols float32 (row stride W.Cols), y nb rows of W.Rows float32 (row
 // stride W.Rows). Weights are dequantized on the fly; this is the decode
@@ -195,6 +206,9 @@ func (k *Kernels) GEMV(c *cuda.Ctx, s cuda.Stream, w Matrix, x, y cuda.DevPtr, n
 	}
 	if x%16 != 0 {
 		return fmt.Errorf("gemv: x at %#x is not 16-byte aligned", uint64(x))
+	}
+	if w.Type == quant.Q6_K && gemvQ6KDirect && w.Cols <= gemvQ6KDirectCols && k.CanFuseGEMV(nb, w) {
+		return k.GEMVFused(c, s, x, nb, GEMVOut{W: w, Y: y})
 	}
 	f, err := k.fn(fmt.Sprintf("gemv_%s_%d", suf, nb))
 	if err != nil {
@@ -224,42 +238,6 @@ func (k *Kernels) launchGEMV(c *cuda.Ctx, s cuda.Stream, f cuda.Function, p gemv
 	}
 	return nil
 }
-
-// GEMM computes y[m] = W x[m] for m activation rows (tokens) with the
-// tensor-core kernel (f16 operands, f32 accumulation, weights dequantized
-// on the fly into shared memory); x is m rows of W.Cols float32, y m rows
-// of W.Rows float32. Used for prefill and large batches. x must be 16-byte
-// aligned.
-func (k *Kernels) GEMM(c *cuda.Ctx, s cuda.Stream, w Matrix, x, y cuda.DevPtr, m int) error {
-	suf, err := w.check("gemm")
-	if err != nil {
-		return err
-	}
-	if m < 1 {
-		return fmt.Errorf("gemm: %d rows", m)
-	}
-	if x%16 != 0 {
-		return fmt.Errorf("gemm: x at %#x is not 16-byte aligned", uint64(x))
-	}
-	f, err := k.fn("gemm_" + suf)
-	if err != nil {
-		return err
-	}
-	var a cuda.Args
-	a.Ptr(w.Ptr).I64(w.RowBytes()).Int(w.Rows).Int(w.Cols).Ptr(x).Int(w.Cols).Int(m).Ptr(y).Int(w.Rows)
-	// gemm.cu: 128 weight rows x gemmBN tokens per block, 2*gemmBN threads.
-	cfg := cuda.LaunchConfig{
-		Grid:  cuda.Dim3{X: uint32(ceilDiv(w.Rows, 128)), Y: uint32(ceilDiv(m, gemmBN))},
-		Block: cuda.Dim3{X: 2 * gemmBN},
-	}
-	if err := c.Launch(f, cfg, s, &a); err != nil {
-		return fmt.Errorf("gemm %v %dx%d by %d: %w", w.Type, w.Rows, w.Cols, m, err)
-	}
-	return nil
-}
-
-// gemmBN mirrors gemm.cu's GEMM_BN (tokens per block).
-const gemmBN = 128
 
 // MatMul picks GEMV for up to MaxGEMVBatch rows and GEMM above.
 func (k *Kernels) MatMul(c *cuda.Ctx, s cuda.Stream, w Matrix, x, y cuda.DevPtr, m int) error {

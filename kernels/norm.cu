@@ -1,18 +1,47 @@
 // RMSNorm: y = x / rms(x) * w per row, as engine/model's rmsNorm: the sum
 // of squares is accumulated in float64, the scale and products in float32
-// with explicit (unfused) rounding. y may alias x. One block per row.
+// with explicit (unfused) rounding. y may alias x. One block per row (up
+// to 1024 threads, normThreads in ops.go).
 #include "common.cuh"
 
-extern "C" __global__ void __launch_bounds__(256) rmsnorm(const float* x, const float* w, float* y, int dim,
-                                                          float eps) {
-  __shared__ double part[8];
+// One row per block. ADD: x += a first (the residual update, stored, as
+// elementwise.cu's add), then the norm of the updated x.
+template <bool ADD>
+__device__ __forceinline__ void rmsnorm_row(float* x, const float* a, const float* w, float* y, int dim,
+                                            float eps) {
+  __shared__ double part[32];
   __shared__ float inv_s;
-  const float* xr = x + (long long)blockIdx.x * dim;
+  float* xr = x + (long long)blockIdx.x * dim;
   float* yr = y + (long long)blockIdx.x * dim;
+  const float* ar = ADD ? a + (long long)blockIdx.x * dim : nullptr;
+  // float4 accesses when every row is 16-byte aligned (always, from
+  // strata's buffers), else scalar.
+  const bool vec = ((dim & 3) == 0) && ((((uintptr_t)x | (uintptr_t)y | (uintptr_t)w | (uintptr_t)a) & 15) == 0);
   double ss = 0;
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-    const double v = xr[i];
-    ss += v * v;
+  if (vec) {
+    float4* x4 = reinterpret_cast<float4*>(xr);
+    for (int i = threadIdx.x; i < dim / 4; i += blockDim.x) {
+      float4 f = x4[i];
+      if (ADD) {
+        const float4 d = reinterpret_cast<const float4*>(ar)[i];
+        f.x = __fadd_rn(f.x, d.x), f.y = __fadd_rn(f.y, d.y), f.z = __fadd_rn(f.z, d.z), f.w = __fadd_rn(f.w, d.w);
+        x4[i] = f;
+      }
+      ss += (double)f.x * f.x;
+      ss += (double)f.y * f.y;
+      ss += (double)f.z * f.z;
+      ss += (double)f.w * f.w;
+    }
+  } else {
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+      float f = xr[i];
+      if (ADD) {
+        f = __fadd_rn(f, ar[i]);
+        xr[i] = f;
+      }
+      const double v = f;
+      ss += v * v;
+    }
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
@@ -26,5 +55,28 @@ extern "C" __global__ void __launch_bounds__(256) rmsnorm(const float* x, const 
   }
   __syncthreads();
   const float inv = inv_s;
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
+  if (vec) {
+    const float4* x4 = reinterpret_cast<const float4*>(xr);
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    float4* y4 = reinterpret_cast<float4*>(yr);
+    for (int i = threadIdx.x; i < dim / 4; i += blockDim.x) {
+      const float4 f = x4[i], g = w4[i];
+      y4[i] = make_float4(__fmul_rn(__fmul_rn(f.x, inv), g.x), __fmul_rn(__fmul_rn(f.y, inv), g.y),
+                          __fmul_rn(__fmul_rn(f.z, inv), g.z), __fmul_rn(__fmul_rn(f.w, inv), g.w));
+    }
+  } else {
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(1024) rmsnorm(const float* x, const float* w, float* y, int dim,
+                                                          float eps) {
+  rmsnorm_row<false>(const_cast<float*>(x), nullptr, w, y, dim, eps);
+}
+
+// Residual add fused with the next norm: x += a, y = rmsnorm(x) * w (the
+// same arithmetic as add then rmsnorm, one launch). y must not alias x.
+extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm(float* x, const float* a, const float* w, float* y,
+                                                              int dim, float eps) {
+  rmsnorm_row<true>(x, a, w, y, dim, eps);
 }

@@ -32,7 +32,14 @@ func (k *Kernels) RMSNorm(c *cuda.Ctx, s cuda.Stream, x, w, y cuda.DevPtr, n, di
 	}
 	var a cuda.Args
 	a.Ptr(x).Ptr(w).Ptr(y).Int(dim).F32(eps)
-	return k.launch(c, s, "rmsnorm", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: 256}}, &a)
+	return k.launch(c, s, "rmsnorm", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: normThreads(dim)}}, &a)
+}
+
+// normThreads is the block of norm.cu's kernels for rows of dim floats:
+// one float4 per thread, 32 to 1024 threads (a decode step's norms are a
+// single row each, so one block has to cover it quickly).
+func normThreads(dim int) uint32 {
+	return uint32(min(1024, max(32, ceilDiv(ceilDiv(dim, 4), 32)*32)))
 }
 
 // RopeFreqs returns the per-pair angular frequencies engine/model uses:
@@ -123,11 +130,13 @@ func (at Attention) DecodeScratchBytes(ntok, nsplit int) int64 {
 }
 
 // DecodeSplits picks how many ways to split each (token, head)'s keys so
-// the launch fills the device: at least 64 keys per split.
+// the launch fills the device: at least 32 keys per split (each of the
+// block's 4 warps then takes at most 8 keys per split, two rounds of
+// attention.cu's AU-key loads, for short contexts).
 func (k *Kernels) DecodeSplits(at Attention, ntok, span int) int {
 	blocks := ntok * at.Heads
 	want := ceilDiv(2*max(k.SMs, 1), max(blocks, 1))
-	return max(1, min(want, ceilDiv(span, 64), 64))
+	return max(1, min(want, ceilDiv(span, 32), 64))
 }
 
 // AttentionDecode computes, for ntok tokens each of its own sequence, the
@@ -184,11 +193,7 @@ func (k *Kernels) AttentionPrefill(c *cuda.Ctx, s cuda.Stream, at Attention, kv 
 	if ntok < 1 || p0 < 0 || p0+ntok > kv.MaxCtx {
 		return fmt.Errorf("attention prefill: %d tokens from %d past the cache's %d", ntok, p0, kv.MaxCtx)
 	}
-	var a cuda.Args
-	a.Ptr(q).Ptr(out).Ptr(kv.K).Ptr(kv.V).I64(kv.slotStride()).Int(kv.KVDim).Int(slot).Int(p0).Int(ntok).
-		Int(at.Heads).Int(at.Heads / at.KVHeads).Int(at.HeadDim).F32(at.Scale).F32(at.Softcap).Int(at.Window)
-	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(at.Heads), Y: uint32(ceilDiv(ntok, 8))}, Block: cuda.Dim3{X: 256}}
-	return k.launch(c, s, "attn_prefill", cfg, &a)
+	return k.attentionPrefill(c, s, at, kv, q, out, ntok, slot, p0)
 }
 
 func (k *Kernels) elementwise(c *cuda.Ctx, s cuda.Stream, name string, n int64, a *cuda.Args) error {

@@ -82,8 +82,10 @@ func TestEmbeddedEntries(t *testing.T) {
 			n += len(entryNames(b))
 		}
 		// 72 GEMV + 9 GEMM + 9 embed + rmsnorm, rope, 5 element-wise,
-		// 3 attention, 2 sampling.
-		if want := 72 + 9 + 9 + 1 + 1 + 5 + 3 + 2; n != want {
+		// 3 attention, 2 sampling; GEMM v5: 9 dequantizers, x16 and the
+		// f16 configurations; fused decode: gemv_fused_1/2, add_rmsnorm,
+		// rope_store; 6 tiled prefill attention variants.
+		if want := 72 + 9 + 9 + 1 + 1 + 5 + 3 + 2 + 10 + len(gemmConfigs) + 4 + 6; n != want {
 			t.Errorf("%s: %d kernels embedded, want %d", arch, n, want)
 		}
 	}
