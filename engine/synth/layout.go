@@ -14,6 +14,7 @@ import (
 var FileTypes = map[string]uint32{
 	"f32":    0,  // LLAMA_FTYPE_ALL_F32
 	"f16":    1,  // LLAMA_FTYPE_MOSTLY_F16
+	"bf16":   32, // LLAMA_FTYPE_MOSTLY_BF16
 	"q8_0":   7,  // LLAMA_FTYPE_MOSTLY_Q8_0
 	"q4_k_m": 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
 }
@@ -81,12 +82,14 @@ func layerOf(name string) int {
 }
 
 // TensorType returns the storage type of the named GGUF tensor in a model of
-// shape s and synth type typ ("f32", "f16", "q8_0", "q4_k_m"), following
-// llama.cpp's rules: norms and rope_freqs are always F32; f16/q8_0 store
-// every matrix as F16/Q8_0; q4_k_m stores matrices as Q4_K except the output
-// projection (output.weight, or token_embd.weight when the output is tied)
-// as Q6_K, attn_v and ffn_down of the use_more_bits layers as Q6_K, and, in
-// the 80-layer llama 70b shape, the remaining attn_v as Q5_K.
+// shape s and synth type typ ("f32", "f16", "bf16", "q8_0", "q4_k_m"),
+// following llama.cpp's rules: norms and rope_freqs are always F32;
+// f16/bf16/q8_0 store every matrix as F16/BF16/Q8_0 (bf16 being the format
+// Hugging Face checkpoints ship in, the one transformers runs); q4_k_m
+// stores matrices as Q4_K except the output projection (output.weight, or
+// token_embd.weight when the output is tied) as Q6_K, attn_v and ffn_down
+// of the use_more_bits layers as Q6_K, and, in the 80-layer llama 70b
+// shape, the remaining attn_v as Q5_K.
 func TensorType(s Shape, typ, name string) (quant.Type, error) {
 	if _, ok := FileTypes[typ]; !ok {
 		return 0, fmt.Errorf("synth: unknown type %q (want one of %v)", typ, sortedKeys(FileTypes))
@@ -99,6 +102,8 @@ func TensorType(s Shape, typ, name string) (quant.Type, error) {
 		return quant.F32, nil
 	case "f16":
 		return quant.F16, nil
+	case "bf16":
+		return quant.BF16, nil
 	case "q8_0":
 		return quant.Q8_0, nil
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/strata-llm/strata/engine/safetensors"
 )
 
-var allTypes = []string{"f32", "f16", "q8_0", "q4_k_m"}
+var allTypes = []string{"f32", "f16", "bf16", "q8_0", "q4_k_m"}
 
 type wantTensor struct {
 	name string
@@ -81,6 +81,8 @@ func wantType(arch, typ, name string) quant.Type {
 		return quant.F32
 	case "f16":
 		return quant.F16
+	case "bf16":
+		return quant.BF16
 	case "q8_0":
 		return quant.Q8_0
 	}
@@ -144,7 +146,7 @@ func TestTinyGGUFLayout(t *testing.T) {
 func checkMetadata(t *testing.T, f *gguf.File, arch, typ string) {
 	t.Helper()
 	wantU := map[string]uint64{
-		"general.file_type":                      map[string]uint64{"f32": 0, "f16": 1, "q8_0": 7, "q4_k_m": 15}[typ],
+		"general.file_type":                      map[string]uint64{"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7, "q4_k_m": 15}[typ],
 		"general.alignment":                      32,
 		arch + ".context_length":                 256,
 		arch + ".embedding_length":               256,
@@ -265,6 +267,9 @@ func TestTensorTypeRules(t *testing.T) {
 		{"llama", "70b", "q8_0", "blk.10.attn_v.weight", quant.Q8_0},
 		{"llama", "70b", "f16", "output.weight", quant.F16},
 		{"llama", "70b", "f16", "blk.0.ffn_norm.weight", quant.F32},
+		{"llama", "8b", "bf16", "blk.3.ffn_down.weight", quant.BF16},
+		{"llama", "8b", "bf16", "output.weight", quant.BF16},
+		{"llama", "8b", "bf16", "blk.3.attn_norm.weight", quant.F32},
 		{"gemma2", "8b", "f32", "token_embd.weight", quant.F32},
 	}
 	for _, c := range cases {

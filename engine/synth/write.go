@@ -15,7 +15,7 @@ type Options struct {
 	Arch string
 	// Shape is "tiny", "8b" or "70b" (see Shapes).
 	Shape string
-	// Type is "f32", "f16", "q8_0" or "q4_k_m".
+	// Type is "f32", "f16", "bf16", "q8_0" or "q4_k_m".
 	Type string
 	// Seed determines every weight: tensor i's bytes depend only on (Seed,
 	// i). The tokenizer is the same for every seed.

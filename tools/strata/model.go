@@ -43,7 +43,7 @@ func synthCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "arch", Value: "llama", Usage: "llama | gemma2"},
 			&cli.StringFlag{Name: "shape", Value: "tiny", Usage: "tiny | 8b | 70b"},
-			&cli.StringFlag{Name: "type", Value: "q4_k_m", Usage: "f32 | f16 | q8_0 | q4_k_m"},
+			&cli.StringFlag{Name: "type", Value: "q4_k_m", Usage: "f32 | f16 | bf16 | q8_0 | q4_k_m"},
 			&cli.Uint64Flag{Name: "seed", Value: 1},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Required: true, Usage: "GGUF file to write"},
 			&cli.StringFlag{Name: "hf", Usage: "also write the same weights as a Hugging Face safetensors directory here"},
