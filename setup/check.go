@@ -512,23 +512,22 @@ func checkBAR1(h *host) []Result {
 	var out []Result
 	for _, g := range h.gpus {
 		res := Result{ID: "bar1 " + g.BDF}
-		text, err := h.resource(g.BDF)
-		var bars []topology.BARInfo
-		if err == nil {
-			bars, err = topology.ParseResource(text)
-		}
+		bars, idx, ok, err := h.gpuAperture(g.BDF)
 		switch {
 		case err != nil:
 			res.Status, res.Summary = Warn, "cannot read the GPU's BARs: "+err.Error()
-		case len(bars) < 2 || bars[1].Size() == 0:
+		case !ok:
 			res.Status, res.Summary = Warn, "GPU "+g.BDF+" has no BAR1 assigned"
 			res.Fix = "enable Above 4G Decoding in the firmware setup"
-		case bars[1].Size() >= bar1Large:
-			res.Status, res.Summary = Pass, fmt.Sprintf("GPU %s BAR1 is %s (large BAR): device memory is mappable for peer-bar", g.BDF, humanBytes(bars[1].Size()))
+		case bars[idx].Size() >= bar1Large:
+			res.Status, res.Summary = Pass, fmt.Sprintf("GPU %s BAR1 is %s (large BAR): device memory is mappable for peer-bar", g.BDF, humanBytes(bars[idx].Size()))
 		default:
 			res.Status = Warn
-			res.Summary = fmt.Sprintf("GPU %s BAR1 is %s: peer-bar staging is limited to that window", g.BDF, humanBytes(bars[1].Size()))
+			res.Summary = fmt.Sprintf("GPU %s BAR1 is %s: peer-bar staging is limited to that window", g.BDF, humanBytes(bars[idx].Size()))
 			res.Fix = "enable Above 4G Decoding and Resizable BAR in the firmware setup (data-center GPUs often expose large BAR1 already)"
+		}
+		if err == nil && ok {
+			res.Details = append(res.Details, fmt.Sprintf("sysfs resource%d (BAR0 is %s, so BAR1 is the BAR register pair after it)", idx, map[bool]string{true: "64-bit", false: "32-bit"}[bars[0].Mem64()]))
 		}
 		out = append(out, res)
 	}

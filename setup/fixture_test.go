@@ -27,7 +27,9 @@ import (
 //	                             4 KiB config space with the capability),
 //	                             cfg=short (a 64-byte config space, as a
 //	                             non-root reader sees it), bar1 (size, e.g.
-//	                             32G or 256M, with a resource1 file)
+//	                             32G or 256M, with a resource1 file), bar0=64
+//	                             (a 64-bit BAR0, as on an H100/H200: BAR1
+//	                             then sits at resource index 2)
 //	disk NAME BDF DEV            sys/block/NAME under the controller's nvme/
 func buildHost(t *testing.T, name string) string {
 	t.Helper()
@@ -125,10 +127,15 @@ func buildHost(t *testing.T, name string) string {
 					}
 					start := uint64(0x38000000000)
 					lines := strings.Split(res, "\n")
+					idx := 1
 					lines[0] = "0x00000000fa000000 0x00000000faffffff 0x0000000000040200"
-					lines[1] = fmt.Sprintf("0x%016x 0x%016x 0x000000000014220c", start, start+size-1)
+					if kv["bar0"] == "64" {
+						idx = 2
+						lines[0] = "0x0000104002000000 0x0000104002ffffff 0x000000000014220c"
+					}
+					lines[idx] = fmt.Sprintf("0x%016x 0x%016x 0x000000000014220c", start, start+size-1)
 					res = strings.Join(lines, "\n")
-					mustWrite(filepath.Join(dir, "resource1"), nil)
+					mustWrite(filepath.Join(dir, fmt.Sprintf("resource%d", idx)), nil)
 				}
 				mustWrite(filepath.Join(dir, "resource"), []byte(res))
 				up := strings.Repeat("../", 3)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/strata-llm/strata/p2p/topology"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -260,9 +261,23 @@ func (h *host) groupMembers(d pci.Function) []pci.Function {
 	return out
 }
 
-// resourceBARs parses a device's sysfs resource file.
+// resource reads a device's sysfs resource file.
 func (h *host) resource(bdf string) (string, error) {
 	return h.read(filepath.Join("sys/bus/pci/devices", bdf, "resource"))
+}
+
+// gpuAperture parses a GPU's BARs and finds its BAR1 aperture's resource
+// index (topology.GPUAperture: 2 where BAR0 is 64-bit).
+func (h *host) gpuAperture(bdf string) (bars []topology.BARInfo, index int, ok bool, err error) {
+	text, err := h.resource(bdf)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if bars, err = topology.ParseResource(text); err != nil {
+		return nil, 0, false, err
+	}
+	index, ok = topology.GPUAperture(bars)
+	return bars, index, ok, nil
 }
 
 func humanBytes(n uint64) string {

@@ -58,7 +58,11 @@ func chooseRoute(h *host, r Report) Route {
 	}
 	var peers []topology.Peer
 	for _, g := range h.gpus {
-		peers = append(peers, topology.Peer{BDF: g.BDF, BAR: 1})
+		bar := 1
+		if _, i, ok, err := h.gpuAperture(g.BDF); err == nil && ok {
+			bar = i
+		}
+		peers = append(peers, topology.Peer{BDF: g.BDF, BAR: bar})
 	}
 	probe := topology.Probe(topology.ProbeOptions{Sysfs: h.sys.Root, Proc: h.path("proc"), NVMe: nvme, Peers: peers, MemlockLimit: -1})
 	claim := ""
@@ -111,8 +115,10 @@ func peerBarBlockers(h *host, r Report, nvme, gpu string, probe topology.Report)
 	if res, ok := r.Find("gdrdrv"); ok && res.Status != Pass {
 		why = append(why, "no gdrdrv to map GPU memory")
 	}
-	if !h.exists(filepath.Join("sys/bus/pci/devices", gpu, "resource1")) {
-		why = append(why, "BAR1 is not mappable through sysfs")
+	if _, i, ok, err := h.gpuAperture(gpu); err != nil || !ok {
+		why = append(why, "BAR1 is not assigned")
+	} else if !h.exists(filepath.Join("sys/bus/pci/devices", gpu, fmt.Sprintf("resource%d", i))) {
+		why = append(why, fmt.Sprintf("BAR1 (resource%d) is not mappable through sysfs", i))
 	}
 	return why
 }
