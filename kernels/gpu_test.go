@@ -53,8 +53,8 @@ func TestLoad(t *testing.T) {
 	t.Logf("%s (cc %d.%d, %d SMs): loaded %d kernels from %s PTX in %v", d.Name(), maj, min, k.SMs, len(k.Names()), k.Arch, gpuLoad)
 	// 102 + the GEMM's 9 dequantizers, x16 and f16 configurations + 4
 	// fused decode kernels (gemv_fused_1/2, add_rmsnorm, rope_store) + 6
-	// tiled prefill attention variants (prefill.cu).
-	if want := 102 + 10 + len(gemmConfigs) + 4 + 6; len(k.Names()) != want {
+	// tiled prefill attention variants (prefill.cu). + bf16_unpack.
+	if want := 102 + 10 + len(gemmConfigs) + 4 + 6 + 1; len(k.Names()) != want {
 		t.Errorf("%d kernels loaded, want %d", len(k.Names()), want)
 	}
 }

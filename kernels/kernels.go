@@ -13,7 +13,7 @@ import (
 var ptxFS embed.FS
 
 // families are the .cu files, each compiled to one module.
-var families = []string{"attention", "elementwise", "gemm", "gemv", "norm", "prefill", "rope", "sample"}
+var families = []string{"attention", "bf16pack", "elementwise", "gemm", "gemv", "norm", "prefill", "rope", "sample"}
 
 // PTXArch returns the PTX target used for a device of compute capability
 // major.minor: "compute_80" from Ampere on (tensor-core mma.sync), else

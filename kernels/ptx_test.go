@@ -84,8 +84,8 @@ func TestEmbeddedEntries(t *testing.T) {
 		// 72 GEMV + 9 GEMM + 9 embed + rmsnorm, rope, 5 element-wise,
 		// 3 attention, 2 sampling; GEMM v5: 9 dequantizers, x16 and the
 		// f16 configurations; fused decode: gemv_fused_1/2, add_rmsnorm,
-		// rope_store; 6 tiled prefill attention variants.
-		if want := 72 + 9 + 9 + 1 + 1 + 5 + 3 + 2 + 10 + len(gemmConfigs) + 4 + 6; n != want {
+		// rope_store; 6 tiled prefill attention variants. bf16_unpack.
+		if want := 72 + 9 + 9 + 1 + 1 + 5 + 3 + 2 + 10 + len(gemmConfigs) + 4 + 6 + 1; n != want {
 			t.Errorf("%s: %d kernels embedded, want %d", arch, n, want)
 		}
 	}

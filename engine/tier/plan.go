@@ -225,6 +225,21 @@ type Sizes struct {
 	// Type is the matrix format holding most of a layer's bytes: the one
 	// whose kernel speed MeasureCompute should measure.
 	Type quant.Type `json:"-"`
+	// Streamed, when set (one entry per layer), is each layer's size when
+	// it is streamed from tier B, if the engine stores tier-B layers in a
+	// smaller form than Layers (engine/cuda's lossless packed bf16): what
+	// it takes in host memory, in a device slot and over host-to-device
+	// per pass. Resident and tier-C layers keep their Layers size. Nil
+	// means Layers.
+	Streamed []int64 `json:"streamed,omitempty"`
+}
+
+// streamedSize is layer i's size on tier B (Streamed, else Layers).
+func (s *Sizes) streamedSize(i int) int64 {
+	if s.Streamed != nil {
+		return s.Streamed[i]
+	}
+	return s.Layers[i]
 }
 
 // Sizes returns the pool's sizes for the planner.
@@ -303,6 +318,16 @@ func NewPlan(r Request) (*Plan, error) {
 			return nil, fmt.Errorf("plan: layer %d has %d bytes", i, b)
 		}
 	}
+	if st := r.Sizes.Streamed; st != nil {
+		if len(st) != n {
+			return nil, fmt.Errorf("plan: %d streamed sizes for %d layers", len(st), n)
+		}
+		for i, b := range st {
+			if b <= 0 {
+				return nil, fmt.Errorf("plan: layer %d has %d bytes streamed", i, b)
+			}
+		}
+	}
 	if r.DeviceBudget < 0 || r.HostBudget < 0 || r.KVBytes < 0 || r.ScratchBytes < 0 || r.Sizes.Globals < 0 {
 		return nil, errors.New("plan: negative budget or size")
 	}
@@ -334,6 +359,10 @@ func NewPlan(r Request) (*Plan, error) {
 		}
 	}
 	sizes := distinctDesc(r.Sizes.Layers)
+	slotSizes := sizes // candidate slot sizes: the tier-B sizes
+	if r.Sizes.Streamed != nil {
+		slotSizes = distinctDesc(append(slices.Clone(r.Sizes.Streamed), r.Sizes.Layers...))
+	}
 	var best *Plan
 	consider := func(p *Plan) {
 		if p != nil && (best == nil || better(p, best)) {
@@ -344,7 +373,7 @@ func NewPlan(r Request) (*Plan, error) {
 	all := make([]Tier, n)
 	consider(r.evaluate(all, 0))
 	for _, k := range depths {
-		for _, s := range sizes {
+		for _, s := range slotSizes {
 			tiers, ok := r.placeDevice(k, s)
 			if !ok {
 				continue
@@ -362,7 +391,7 @@ func NewPlan(r Request) (*Plan, error) {
 		}
 	}
 	if best == nil {
-		smallest := sizes[len(sizes)-1]
+		smallest := slotSizes[len(slotSizes)-1]
 		k := max(r.Depth, minDepth)
 		return nil, fmt.Errorf("plan: %w: even streaming every layer needs %s of device memory (globals, KV cache, scratch and %d slots of %s) and the budget is %s, or host staging exceeds %s",
 			ErrNoFit, FormatBytes(fixed+int64(k)*smallest), k, FormatBytes(smallest), FormatBytes(r.DeviceBudget), FormatBytes(r.HostBudget))
@@ -471,7 +500,7 @@ func (r *Request) placeDevice(k int, slot int64) ([]Tier, bool) {
 	}
 	var rest []int
 	for i, b := range r.Sizes.Layers {
-		if b > slot {
+		if r.Sizes.streamedSize(i) > slot {
 			left -= b
 			tiers[i] = TierA
 		} else {
@@ -512,7 +541,7 @@ func (r *Request) placeHost(in []Tier, k int, staging int64) ([]Tier, bool) {
 		}
 		if b := r.Sizes.Layers[i]; b > staging {
 			tiers[i] = TierB
-			left -= b
+			left -= r.Sizes.streamedSize(i)
 		} else {
 			rest = append(rest, i)
 		}
@@ -552,6 +581,8 @@ func (r *Request) evaluate(tiers []Tier, k int) *Plan {
 		case TierA:
 			p.Device.Layers += b
 		case TierB:
+			b = r.Sizes.streamedSize(i) // what tier B holds, slots and moves
+			lp.Bytes = b
 			p.Host.Layers += b
 			lp.Moved.HostToDevice = b
 			lp.Time.HostToDevice = seconds(float64(b)/l.HostToDevice) + l.HostToDeviceOverhead

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -52,6 +54,7 @@ type Device struct {
 
 	mu     sync.RWMutex
 	closed bool
+	spin   atomic.Int64 // SetSpin's duration, ns
 	work   chan func()
 	exited chan struct{}
 	ctx    *Ctx
@@ -98,7 +101,11 @@ func (d *Device) serve(started chan<- error) {
 	}
 	d.ctx = newCtx(d, ctx)
 	started <- nil
-	for fn := range d.work {
+	for {
+		fn, ok := d.receive()
+		if !ok {
+			break
+		}
 		fn()
 	}
 	call(drv.cuCtxSynchronize)
@@ -191,7 +198,50 @@ func (d *Device) Do(fn func(c *Ctx) error) error {
 		}()
 		res <- fn(d.ctx)
 	}
+	if sp := time.Duration(d.spin.Load()); sp > 0 {
+		deadline := time.Now().Add(sp)
+		for i := 0; ; i++ {
+			select {
+			case err := <-res:
+				return err
+			default:
+			}
+			if i%64 == 63 && time.Now().After(deadline) {
+				break
+			}
+		}
+	}
 	return <-res
+}
+
+// SetSpin makes the hand-offs of Do spin for up to dur instead of
+// sleeping at once: the device goroutine polls for the next call for dur
+// after finishing one, and Do's caller polls for the result for up to dur.
+// A sleeping goroutine is woken through the scheduler and the kernel
+// (futex, and on a virtual machine an inter-processor interrupt), which
+// adds microseconds to every Do; a latency-bound loop of short calls, such
+// as decode steps of a few milliseconds, may trade a spinning core on each
+// side for them. 0 (the default) never spins.
+func (d *Device) SetSpin(dur time.Duration) { d.spin.Store(int64(max(dur, 0))) }
+
+// receive takes the next call for the device goroutine, polling for up to
+// SetSpin's duration before blocking.
+func (d *Device) receive() (func(), bool) {
+	if sp := time.Duration(d.spin.Load()); sp > 0 {
+		deadline := time.Now().Add(sp)
+		for i := 0; ; i++ {
+			select {
+			case fn, ok := <-d.work:
+				return fn, ok
+			default:
+			}
+			if i%64 == 63 && time.Now().After(deadline) {
+				break
+			}
+		}
+	}
+	fn, ok := <-d.work
+	return fn, ok
 }
 
 // Close waits for queued work, synchronises the context, releases it and
