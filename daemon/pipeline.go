@@ -110,11 +110,12 @@ type tierFeed struct {
 	b, c uint64 // what has been added so far
 }
 
-// passed adds one successful pass's tier-B copies on the GPU, whose
+// passed adds one successful pass's tier-B copies on a GPU whose
 // streaming has no pipeline counters: each pass copies every tier-B layer
-// once. The CPU pipeline's bytes come through flush.
+// once. Pipelines with counters (the CPU's, and the GPU's since it
+// streams tier C) come through flush.
 func (f *tierFeed) passed() {
-	if f == nil || f.eng == nil {
+	if f == nil || f.eng == nil || f.eng.PipelineStats() != nil {
 		return
 	}
 	if bi := f.eng.BackendInfo(); bi.Name == engine.BackendCUDA && bi.StreamedBytes > 0 {

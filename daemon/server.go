@@ -213,8 +213,6 @@ func (s *Server) LoadFile(path string, req api.LoadRequest) (api.ModelStatus, er
 	case errors.Is(err, engine.ErrCUDAUnavailable):
 		return api.ModelStatus{}, openai.Errorf(http.StatusServiceUnavailable, openai.TypeUnavailable, "backend", "backend_unavailable",
 			"%v; load it with backend \"auto\" or \"cpu\" to run it on the CPU", err)
-	case errors.Is(err, engine.ErrCUDATierC):
-		return api.ModelStatus{}, openai.Errorf(http.StatusUnprocessableEntity, openai.TypeInvalidRequest, "budgets", "model_does_not_fit", "%v", err)
 	case errors.Is(err, tier.ErrNoFit):
 		return api.ModelStatus{}, openai.Errorf(http.StatusUnprocessableEntity, openai.TypeInvalidRequest, "budgets", "model_does_not_fit", "%v", err)
 	case errors.Is(err, engine.ErrNeedsPool):

@@ -19,7 +19,9 @@ const (
 	// streaming pipeline of engine/stream for layers that do not fit.
 	BackendCPU = "cpu"
 	// BackendCUDA is engine/cuda on GPU 0: tier A in device memory, tier B
-	// in pinned host memory copied over PCIe every pass.
+	// in pinned host memory copied over PCIe every pass (bf16 matrices
+	// losslessly packed), tier C read from a pool into pinned staging and
+	// copied every pass.
 	BackendCUDA = "cuda"
 )
 
@@ -93,6 +95,15 @@ type Step struct {
 	Logits [][]float32
 	// AllLogits asks for logits at every token instead of the last only.
 	AllLogits bool
+	// Greedy asks Forward for Token, the greedy choice of the step's last
+	// logit row (largest logit, lowest id on ties, NaN never chosen; see
+	// GreedyOnly). The CUDA backend selects it on the device when every
+	// step of the pass asks for it and none for AllLogits, and then leaves
+	// Logits as it was (only the token ids are downloaded); otherwise
+	// Logits is filled too and Token chosen from it on the host.
+	Greedy bool
+	// Token is filled by Forward when Greedy is set.
+	Token int32
 }
 
 // BackendInfo says which backend runs the model, on what, and why.
@@ -175,6 +186,9 @@ func (b cpuBackend) Forward(ctx context.Context, batch []Step) error {
 	err := b.e.forwardCPU(ctx, steps)
 	for i := range batch {
 		batch[i].Logits = steps[i].Logits
+	}
+	if err == nil {
+		hostGreedy(batch)
 	}
 	return err
 }

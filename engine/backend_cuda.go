@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -21,9 +22,11 @@ import (
 // re-exported so callers need not import the binding to test for it.
 var ErrCUDAUnavailable = kcuda.ErrUnavailable
 
-// ErrCUDATierC is wrapped when a GPU plan would put layers on tier C: the
-// CUDA backend streams tier B (pinned host memory) only, so far.
-var ErrCUDATierC = errors.New("the CUDA backend does not stream tier C (storage) yet")
+// ErrCUDATierC is wrapped (together with ErrNeedsPool) when a GPU plan
+// puts layers on tier C but the model has no tier-C source: tier C
+// streams a prefab pool's layer extents (read from storage into pinned
+// staging, then copied into device slots), and a GGUF has none.
+var ErrCUDATierC = errors.New("tier C on the GPU needs a tier-C source")
 
 // openDevice opens the GPU the CUDA backend runs on; a variable so tests
 // can stand in a failure.
@@ -60,11 +63,11 @@ func (b *cudaBackend) Forward(ctx context.Context, batch []Step) error {
 		if !ok || s == nil {
 			return fmt.Errorf("forward: step %d: the sequence does not belong to the CUDA backend", i)
 		}
-		steps[i] = enginecuda.Step{Seq: s, Tokens: st.Tokens, Logits: st.Logits, AllLogits: st.AllLogits}
+		steps[i] = enginecuda.Step{Seq: s, Tokens: st.Tokens, Logits: st.Logits, AllLogits: st.AllLogits, Greedy: st.Greedy}
 	}
 	err := b.m.Forward(ctx, steps)
 	for i := range batch {
-		batch[i].Logits = steps[i].Logits
+		batch[i].Logits, batch[i].Token = steps[i].Logits, steps[i].Token
 	}
 	return err
 }
@@ -80,14 +83,21 @@ type cudaSource struct {
 	cfg   model.Config
 }
 
-// openCUDA opens GPU 0, plans the layers onto its memory (tier A) and
-// pinned host memory (tier B) and loads the model there. On success the
+// openCUDA opens GPU 0, plans the layers onto its memory (tier A), pinned
+// host memory (tier B) and storage (tier C, a pool only) and loads the
+// model there. On success the
 // engine owns src's file; on failure nothing of src is closed (the CPU
 // path may still use it) and whatever was opened on the GPU is released.
 func openCUDA(src cudaSource, o Options, log hclog.Logger) (*Engine, error) {
 	dev, err := openDevice()
 	if err != nil {
 		return nil, err
+	}
+	switch {
+	case o.HandoffSpin == 0:
+		dev.SetSpin(enginecuda.DefaultHandoffSpin)
+	case o.HandoffSpin > 0:
+		dev.SetSpin(o.HandoffSpin)
 	}
 	info := BackendInfo{
 		Name: BackendCUDA, Device: dev.Name(), Ordinal: dev.Ordinal(), DeviceMemory: dev.TotalMem(),
@@ -118,40 +128,71 @@ func loadCUDA(dev *kcuda.Device, src cudaSource, o Options, info *BackendInfo, l
 	if err != nil {
 		return nil, err
 	}
-	var streamed []int
+	var streamed, onC []int
 	for _, l := range plan.Layers {
 		switch l.Tier {
 		case tier.TierB:
 			streamed = append(streamed, l.Index)
 		case tier.TierC:
-			return nil, fmt.Errorf("plan: %d of %d layers on tier C within device budget %s and host budget %s: %w; give more host memory (--ram) or run on the CPU backend",
-				plan.Tiers[tier.TierC].Layers, len(plan.Layers), tier.FormatBytes(plan.Device.Budget), tier.FormatBytes(plan.Host.Budget), ErrCUDATierC)
+			onC = append(onC, l.Index)
 		}
 	}
 	log.Debug("tier plan", "backend", BackendCUDA, "model", src.path, "tier_a", plan.Tiers[tier.TierA].Layers,
-		"tier_b", plan.Tiers[tier.TierB].Layers, "depth", plan.Depth, "device_budget", plan.Device.Budget,
-		"host_budget", plan.Host.Budget, "expected_pass", plan.PassTime.String())
+		"tier_b", plan.Tiers[tier.TierB].Layers, "tier_c", plan.Tiers[tier.TierC].Layers, "depth", plan.Depth,
+		"device_budget", plan.Device.Budget, "host_budget", plan.Host.Budget, "expected_pass", plan.PassTime.String())
+	if len(onC) > 0 && src.pool == nil {
+		fix := fmt.Sprintf("convert it once with `strata model prefab %s -o %s` and open the pool", src.path, strings.TrimSuffix(src.path, ".gguf")+".pool")
+		return nil, fmt.Errorf("plan: %d of %d layers on tier C within device budget %s and host budget %s: %w: %w; %s, or give more host memory (--ram)",
+			len(onC), len(plan.Layers), tier.FormatBytes(plan.Device.Budget), tier.FormatBytes(plan.Host.Budget), ErrCUDATierC, ErrNeedsPool, fix)
+	}
 
-	// The weights come from the CPU model over the file's mapping (a pool
-	// is verified extent by extent here); Load copies them to the device
-	// and, for tier B, into pinned host memory.
+	// The weights come from the CPU model over the file's mapping; Load
+	// copies tiers A and B to the device and into pinned host memory. A
+	// pool is verified extent by extent here, except tier-C extents, which
+	// are neither touched nor held: stage 1 reads and verifies them.
 	var e *Engine
-	if src.pool != nil {
+	switch {
+	case len(onC) > 0:
+		e, err = poolEngine(src.path, src.pool, src.pool.StreamingModel)
+		for i := 0; err == nil && i < len(plan.Layers); i++ {
+			if plan.Layers[i].Tier != tier.TierC {
+				_, err = src.pool.Mapped(i)
+			}
+		}
+	case src.pool != nil:
 		e, err = fromPool(src.path, src.pool)
-	} else {
+	default:
 		e, err = fromMapped(src.path, src.gf)
 	}
 	if err != nil {
 		return nil, err
 	}
 	ctxLen, batch := o.contextAndBatch(src.cfg)
-	cm, err := enginecuda.Load(dev, e.Model.Config, e.Model.Weights, enginecuda.Options{
-		MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: streamed, Slots: plan.Depth,
-	})
+	// Streamed bf16 matrices cross PCIe losslessly packed (0.76 of their
+	// bytes on synthetic and heavy-tailed weights, bit-identical logits:
+	// engine/cuda's PackBF16); layers of other types are untouched.
+	copts := enginecuda.Options{MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: streamed, Slots: plan.Depth, PackBF16: true}
+	var tsrc stream.Source
+	if len(onC) > 0 {
+		fs, err := stream.OpenFile(src.path, stream.FileOptions{Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("model %s: tier-C source: %w", src.path, err)
+		}
+		tsrc = fs
+		if o.WrapSource != nil {
+			tsrc = o.WrapSource(tsrc)
+		}
+		copts.TierC = &enginecuda.TierC{Layers: onC, Store: src.pool, Source: tsrc, Verify: o.Verify}
+	}
+	cm, err := enginecuda.Load(dev, e.Model.Config, e.Model.Weights, copts)
 	if err != nil {
+		if tsrc != nil {
+			tsrc.Close()
+		}
 		return nil, err
 	}
 	cfg := e.Model.Config
+	e.src = tsrc
 	info.WeightBytes, info.StreamedBytes = cm.WeightBytes(), cm.StreamedBytes()
 	info.Slots, info.MaxContext = cm.MaxSeqs(), cm.MaxContext()
 	info.KVBytes = tier.KVCacheBytes(cfg, cm.MaxContext(), cm.MaxSeqs())

@@ -202,20 +202,29 @@ func (e *Engine) Generate(ctx context.Context, r Request, emit func(Token) error
 	}
 	defer seq.Close()
 	history := append([]int32(nil), ids...)
+	// An exactly greedy sampler takes the backend's Step.Token (selected
+	// on the GPU where it can be) instead of sampling the logits here.
+	greedy := GreedyOnly(r.Sample)
 
 	t0 := time.Now()
-	batch := []Step{{Seq: seq, Tokens: ids}}
+	batch := []Step{{Seq: seq, Tokens: ids, Greedy: greedy}}
 	if err := e.Forward(ctx, batch); err != nil {
 		return res, fmt.Errorf("prompt: %w", err)
 	}
 	res.PromptTime = time.Since(t0)
-	logits := batch[0].Logits[len(batch[0].Logits)-1]
+	var logits []float32
+	if !greedy {
+		logits = batch[0].Logits[len(batch[0].Logits)-1]
+	}
 
 	dec := e.Tok.NewDecoder()
 	t1 := time.Now()
 	res.FinishReason = "length"
 	for i := 0; i < r.MaxTokens; i++ {
-		id := smp.Sample(logits, history)
+		id := batch[0].Token
+		if !greedy {
+			id = smp.Sample(logits, history)
+		}
 		history = append(history, id)
 		if e.Tok.IsEOG(id) {
 			res.FinishReason = "stop"
@@ -247,12 +256,14 @@ func (e *Engine) Generate(ctx context.Context, r Request, emit func(Token) error
 		if i == r.MaxTokens-1 || seq.Pos() >= need {
 			break
 		}
-		batch[0] = Step{Seq: seq, Tokens: []int32{id}, Logits: batch[0].Logits}
+		batch[0] = Step{Seq: seq, Tokens: []int32{id}, Logits: batch[0].Logits, Greedy: greedy}
 		if err := e.Forward(ctx, batch); err != nil {
 			res.DecodeTime = time.Since(t1)
 			return res, fmt.Errorf("decoding token %d: %w", i+1, err)
 		}
-		logits = batch[0].Logits[0]
+		if !greedy {
+			logits = batch[0].Logits[0]
+		}
 	}
 	if tail := dec.Flush(); tail != "" && res.FinishReason == "length" {
 		res.Text += tail

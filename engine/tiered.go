@@ -64,9 +64,15 @@ type Options struct {
 	// touches the GPU; BackendCUDA fails (wrapping ErrCUDAUnavailable
 	// when there is no usable GPU) rather than fall back. On the GPU,
 	// DeviceBudget is device memory (default: the free memory less a
-	// reserve) and HostBudget the pinned host memory of tier B; tier C
-	// is not streamed to the GPU yet (ErrCUDATierC).
+	// reserve) and HostBudget the pinned host memory of tier B and of
+	// tier C's staging buffers; tier C (a pool only: ErrCUDATierC for a
+	// GGUF) is read from the pool file into pinned staging and copied to
+	// the device every pass.
 	Backend string
+	// HandoffSpin is how long GPU calls spin for a result or the next call
+	// before sleeping (kernels/cuda Device.SetSpin): 0 takes
+	// engine/cuda.DefaultHandoffSpin, a negative value never spins.
+	HandoffSpin time.Duration
 }
 
 // ErrNeedsPool is wrapped when a GGUF would have to be streamed: only a
@@ -82,7 +88,8 @@ const defaultContext = 4096
 // picks and places its layers with the tier planner (engine/tier) within
 // the budgets of o. On the GPU (engine/cuda) tier-A layers are resident in
 // device memory and tier-B layers are copied from pinned host memory every
-// pass, from a GGUF as well as a pool; BackendInfo says which backend runs
+// pass, from a GGUF as well as a pool, and tier-C layers of a pool are
+// read (FileSource, O_DIRECT) into pinned staging and copied every pass; BackendInfo says which backend runs
 // the model and, when auto fell back to the CPU, why. On the CPU, when
 // every layer fits resident it behaves like Open. Otherwise (only for a pool) it builds
 // a streaming pipeline (engine/stream: a FileSource with O_DIRECT over the
@@ -369,16 +376,24 @@ func streamPool(path string, pool *tier.Pool, plan *tier.Plan, o Options, log hc
 func (e *Engine) Plan() *tier.Plan { return e.plan }
 
 // Streamed reports whether some layers are streamed every pass (tiers B
-// and C): through the CPU pipeline, or over PCIe into the GPU's slots.
+// and C): through the CPU pipeline, or over PCIe into the GPU's slots
+// (tier C through pinned staging).
 func (e *Engine) Streamed() bool {
 	return e.pipe != nil || (e.cuda != nil && e.cuda.StreamedBytes() > 0)
 }
 
 // PipelineStats returns the streaming pipeline's counters summed over every
 // pass since the engine opened (bytes, busy and stall time per stage,
-// achieved bandwidth, overlap), or nil when nothing is streamed.
+// achieved bandwidth, overlap), or nil when nothing is streamed. On the
+// GPU the copy and compute stages are timed with CUDA events (see
+// engine/cuda's Model.PipelineStats).
 func (e *Engine) PipelineStats() *stream.Stats {
 	if e.pipe == nil {
+		if e.cuda != nil {
+			if st, _, ok := e.cuda.PipelineStats(); ok {
+				return &st
+			}
+		}
 		return nil
 	}
 	st := e.pipe.Stats()
@@ -389,6 +404,11 @@ func (e *Engine) PipelineStats() *stream.Stats {
 // when nothing is streamed.
 func (e *Engine) LastPassStats() *stream.Stats {
 	if e.pipe == nil {
+		if e.cuda != nil {
+			if _, st, ok := e.cuda.PipelineStats(); ok {
+				return &st
+			}
+		}
 		return nil
 	}
 	st := e.pipe.LastPass()

@@ -82,14 +82,6 @@ func BenchmarkResident8B(b *testing.B) {
 		}
 		return el / time.Duration(steps)
 	}
-	const steps = 128
-	direct := decode(false, steps)
-	graph := decode(true, steps)
-	g.opts.NoGraphs = false
-
-	// Device time of one decode step (graph replay, no host gaps) and of
-	// its matrix products alone.
-	stepGPU, gemvGPU, hostDirect, hostGraph := deviceTimes(b, g, s)
 	var wbytes int64
 	for _, l := range g.layers {
 		for _, mt := range []int64{l.q.Bytes(), l.k.Bytes(), l.v.Bytes(), l.o.Bytes(), l.gate.Bytes(), l.up.Bytes(), l.down.Bytes()} {
@@ -97,23 +89,52 @@ func BenchmarkResident8B(b *testing.B) {
 		}
 	}
 	wbytes += g.output.Bytes()
-	gemvBW := float64(wbytes) / gemvGPU.Seconds()
-	stepBW := float64(wbytes) / stepGPU.Seconds()
-	st := g.Stats()
 
-	decTPS := 1 / graph.Seconds()
-	b.ReportMetric(decTPS, "decode-tok/s")
-	b.ReportMetric(1/direct.Seconds(), "decode-nograph-tok/s")
+	// Each configuration: the fused launches (the default) and, for
+	// comparison in the same run, every kernel separate; the decode step's
+	// graphs are dropped between them.
+	type result struct {
+		graph, direct, stepGPU, gemvGPU, hostDirect, hostGraph time.Duration
+		nodes                                                  int
+	}
+	measure := func(gemvFused, ewFused bool) result {
+		fuseGEMV, fuseElementwise = gemvFused, ewFused
+		if err := g.dev.Do(func(c *kcuda.Ctx) error { g.dropGraphs(c); return nil }); err != nil {
+			b.Fatal(err)
+		}
+		const steps = 128
+		var r result
+		r.direct = decode(false, steps)
+		r.graph = decode(true, steps)
+		g.opts.NoGraphs = false
+		r.stepGPU, r.gemvGPU, r.hostDirect, r.hostGraph = deviceTimes(b, g, s)
+		r.nodes = g.Stats().GraphNodes
+		return r
+	}
+	defer func() { fuseGEMV, fuseElementwise = true, true }()
+	for _, cfgs := range []struct {
+		name           string
+		gemv, elemwise bool
+	}{{"unfused", false, false}, {"gemv-fused", true, false}, {"fused", true, true}} {
+		r := measure(cfgs.gemv, cfgs.elemwise)
+		decTPS := 1 / r.graph.Seconds()
+		gemvBW := float64(wbytes) / r.gemvGPU.Seconds()
+		stepBW := float64(wbytes) / r.stepGPU.Seconds()
+		if cfgs.name == "fused" {
+			b.ReportMetric(decTPS, "decode-tok/s")
+			b.ReportMetric(1/r.direct.Seconds(), "decode-nograph-tok/s")
+			b.ReportMetric(gemvBW/d2d, "gemv-BW/D2D")
+			b.ReportMetric(float64(r.direct-r.graph)/1e3, "us-saved-by-graph/step")
+		}
+		b.Logf("[%s] decode batch 1: %.1f tok/s with the graph (%.3f ms/step), %.1f tok/s without (%.3f ms/step); llama.cpp %.1f tok/s → %.2fx",
+			cfgs.name, decTPS, ms(r.graph), 1/r.direct.Seconds(), ms(r.direct), peerDecode, decTPS/peerDecode)
+		b.Logf("[%s] decode step on the device: %.3f ms (weights %.2f GiB → %.0f GB/s, %.3f of D2D); its GEMVs alone (graph) %.3f ms → %.0f GB/s = %.3f of D2D; the rest %.3f ms",
+			cfgs.name, ms(r.stepGPU), gib(wbytes), stepBW/1e9, stepBW/d2d, ms(r.gemvGPU), gemvBW/1e9, gemvBW/d2d, ms(r.stepGPU-r.gemvGPU))
+		b.Logf("[%s] launch overhead per decode step (%d kernels): host enqueue %.1f us direct vs %.1f us graph launch; wall − device time: %.1f us direct, %.1f us graph",
+			cfgs.name, r.nodes, us(r.hostDirect), us(r.hostGraph), us(r.direct-r.stepGPU), us(r.graph-r.stepGPU))
+	}
 	b.ReportMetric(prefillTPS, "prefill-tok/s")
-	b.ReportMetric(gemvBW/d2d, "gemv-BW/D2D")
-	b.ReportMetric(float64(direct-graph)/1e3, "us-saved-by-graph/step")
-	b.Logf("decode batch 1: %.1f tok/s with the graph (%.3f ms/step), %.1f tok/s without (%.3f ms/step); llama.cpp %.1f tok/s → %.2fx",
-		decTPS, ms(graph), 1/direct.Seconds(), ms(direct), peerDecode, decTPS/peerDecode)
 	b.Logf("prefill 512: %.0f tok/s (%.1f ms); llama.cpp %.0f tok/s → %.2fx", prefillTPS, ms(prefill/prefillIters), peerPrefill, prefillTPS/peerPrefill)
-	b.Logf("decode step on the device: %.3f ms (weights %.2f GiB → %.0f GB/s, %.3f of D2D); its GEMVs alone %.3f ms → %.0f GB/s = %.3f of D2D",
-		ms(stepGPU), gib(wbytes), stepBW/1e9, stepBW/d2d, ms(gemvGPU), gemvBW/1e9, gemvBW/d2d)
-	b.Logf("launch overhead per decode step (%d kernels): host enqueue %.1f us direct vs %.1f us graph launch; wall − device time: %.1f us direct, %.1f us graph",
-		st.GraphNodes, us(hostDirect), us(hostGraph), us(direct-stepGPU), us(graph-stepGPU))
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
@@ -192,7 +213,7 @@ func deviceTimes(b *testing.B, g *Model, s *Sequence) (step, gemv, hostDirect, h
 	p := pass{T: 1, R: 1, decode: true, maxPos: s.pos,
 		attn: []attnRun{{t0: 0, n: 1, span: s.pos + 1}}, out: []outRun{{t0: 0, n: 1}}}
 	err := g.dev.Do(func(c *kcuda.Ctx) error {
-		key := graphKey{1, spanBucket(p.maxPos+1, g.maxCtx)}
+		key := graphKey{n: 1, span: spanBucket(p.maxPos+1, g.maxCtx)}
 		gr, ok := g.graphs[key]
 		if !ok {
 			return fmt.Errorf("no decode graph for %+v", key)
@@ -201,33 +222,27 @@ func deviceTimes(b *testing.B, g *Model, s *Sequence) (step, gemv, hostDirect, h
 		if step, err = timeOnStream(c, g.stream, iters, func() error { return c.GraphLaunch(gr.exec, g.stream) }); err != nil {
 			return err
 		}
-		a := &g.act
-		mats := func() error {
-			for _, l := range g.layers {
-				if err := g.k.GEMV(c, g.stream, l.q, a.xn, a.q, 1); err != nil {
-					return err
-				}
-				if err := g.k.GEMV(c, g.stream, l.k, a.xn, a.k, 1); err != nil {
-					return err
-				}
-				if err := g.k.GEMV(c, g.stream, l.v, a.xn, a.v, 1); err != nil {
-					return err
-				}
-				if err := g.k.GEMV(c, g.stream, l.o, a.att, a.tmp, 1); err != nil {
-					return err
-				}
-				if err := g.k.GEMV(c, g.stream, l.gate, a.xn, a.gate, 1); err != nil {
-					return err
-				}
-				if err := g.k.GEMV(c, g.stream, l.up, a.xn, a.up, 1); err != nil {
-					return err
-				}
-				if err := g.k.GEMV(c, g.stream, l.down, a.gate, a.tmp, 1); err != nil {
-					return err
-				}
-			}
-			return g.k.GEMV(c, g.stream, g.output, a.outX, a.logits, 1)
+		// The GEMVs alone, as the step launches them, replayed from their
+		// own graph (launched one by one, the small ones would measure
+		// the host's launch rate, not the device).
+		if err := c.BeginCapture(g.stream, kcuda.CaptureThreadLocal); err != nil {
+			return err
 		}
+		cerr := g.enqueueGEMVs(c)
+		mg, err := c.EndCapture(g.stream)
+		if cerr != nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		defer c.DestroyGraph(mg)
+		mexec, err := c.Instantiate(mg)
+		if err != nil {
+			return err
+		}
+		defer c.DestroyGraphExec(mexec)
+		mats := func() error { return c.GraphLaunch(mexec, g.stream) }
 		if gemv, err = timeOnStream(c, g.stream, iters, mats); err != nil {
 			return err
 		}

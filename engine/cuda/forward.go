@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/kernels"
 	kcuda "github.com/strata-llm/strata/kernels/cuda"
 )
@@ -23,6 +24,17 @@ type Step struct {
 	Logits [][]float32
 	// AllLogits asks for logits at every token instead of the last only.
 	AllLogits bool
+	// Greedy asks for the greedy choice of the step's last logit row in
+	// Token: the largest logit, the lowest id on ties, NaN never chosen
+	// over a number (engine/sample at temperature 0 without a repetition
+	// penalty). When every step of a pass sets Greedy and none AllLogits,
+	// the choice is made on the GPU (inside the decode graph) and only the
+	// token ids cross PCIe: 4 bytes a step instead of a Vocab-long row, and
+	// Logits is left as it was. Otherwise Logits is filled as usual and
+	// Token is chosen from it on the host, by engine/sample's greedy rule.
+	Greedy bool
+	// Token is filled by Forward when Greedy is set.
+	Token int32
 }
 
 // activations are the device buffers of one pass, sized for capT tokens
@@ -31,16 +43,17 @@ type Step struct {
 type activations struct {
 	capT, capR                               int
 	h, xn, q, k, v, att, tmp, gate, up, meta kcuda.DevPtr
-	outX, logits                             kcuda.DevPtr
-	metaHost, logitsHost                     *kcuda.HostMem
+	outX, logits, tokens                     kcuda.DevPtr
+	metaHost, logitsHost, tokensHost         *kcuda.HostMem
 }
 
 func (a *activations) free(c *kcuda.Ctx) {
-	for _, p := range []kcuda.DevPtr{a.h, a.xn, a.q, a.k, a.v, a.att, a.tmp, a.gate, a.up, a.meta, a.outX, a.logits} {
+	for _, p := range []kcuda.DevPtr{a.h, a.xn, a.q, a.k, a.v, a.att, a.tmp, a.gate, a.up, a.meta, a.outX, a.logits, a.tokens} {
 		c.Free(p)
 	}
 	c.FreeHost(a.metaHost)
 	c.FreeHost(a.logitsHost)
+	c.FreeHost(a.tokensHost)
 	*a = activations{}
 }
 
@@ -75,11 +88,15 @@ func (m *Model) ensure(c *kcuda.Ctx, T, R int) (bool, error) {
 	alloc(&a.meta, 3*t*4)
 	alloc(&a.outX, int64(R)*int64(cfg.Dim)*f)
 	alloc(&a.logits, int64(R)*int64(cfg.Vocab)*f)
+	alloc(&a.tokens, int64(R)*4)
 	if err == nil {
 		a.metaHost, err = c.HostAlloc(3*T*4, 0)
 	}
 	if err == nil {
 		a.logitsHost, err = c.HostAlloc(R*cfg.Vocab*4, 0)
+	}
+	if err == nil {
+		a.tokensHost, err = c.HostAlloc(R*4, 0)
 	}
 	if err != nil {
 		a.free(c)
@@ -109,6 +126,10 @@ type pass struct {
 	attn   []attnRun
 	out    []outRun
 	decode bool // every step is one token wanting its logits
+	// sel selects each logit row's greedy token on the device (every step
+	// asked for Greedy and none for AllLogits): the pass downloads R token
+	// ids instead of R logit rows.
+	sel    bool
 	maxPos int
 	// graphSpan, when > 0, is the fixed key span decode attention is
 	// launched for (graph capture); 0 sizes it to the batch.
@@ -157,11 +178,14 @@ func (m *Model) validate(batch []Step) error {
 // attention launches and logit rows.
 func planPass(batch []Step) pass {
 	var p pass
-	p.decode = true
+	p.decode, p.sel = true, true
 	for i := range batch {
 		st := &batch[i]
 		n := len(st.Tokens)
 		s := st.Seq
+		if !st.Greedy || st.AllLogits {
+			p.sel = false
+		}
 		if n == 1 {
 			if k := len(p.attn) - 1; k >= 0 && !p.attn[k].prefill && p.attn[k].t0+p.attn[k].n == p.T {
 				p.attn[k].n++
@@ -193,7 +217,8 @@ func planPass(batch []Step) pass {
 }
 
 // Forward advances every sequence of the batch by its step's tokens in one
-// pass over the layers on the GPU and fills each step's Logits, with
+// pass over the layers on the GPU and fills each step's Logits (or, for a
+// pass whose every step asks for Greedy, only each step's Token), with
 // engine/model.Forward's contract: the batch is checked before anything
 // changes (a bad token, a closed or foreign sequence, a sequence listed
 // twice, or ErrContextOverflow leave every sequence untouched);
@@ -214,47 +239,126 @@ func (m *Model) Forward(ctx context.Context, batch []Step) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("forward: %w", err)
 	}
+	tr := m.fw.trace
+	tr.mark(phaseEnter)
 	p := planPass(batch)
 	useGraph := !m.opts.NoGraphs && m.tb == nil && p.decode && p.T <= kernels.MaxGEMVBatch
 	err := m.dev.Do(func(c *kcuda.Ctx) error {
+		tr.mark(phaseDo)
 		if _, err := m.ensure(c, p.T, p.R); err != nil {
 			return err
 		}
 		m.writeMeta(batch, p.T)
-		if err := c.CopyHtoD(m.act.meta, m.act.metaHost.Bytes()[:12*p.T], m.stream); err != nil {
-			return err
-		}
 		var err error
 		if useGraph {
 			err = m.replayDecode(c, &p)
 		} else {
-			err = m.enqueue(ctx, c, &p)
+			err = m.copyMeta(c, &p)
+			if err == nil {
+				err = m.enqueue(ctx, c, &p)
+			}
+			if err == nil {
+				err = m.copyOut(c, &p)
+			}
 		}
-		if err == nil {
-			n := int64(p.R) * int64(m.Config.Vocab) * 4
-			err = c.CopyDtoH(m.act.logitsHost.Bytes()[:n], m.act.logits, m.stream)
-		}
+		tr.mark(phaseQueued)
 		// Always drain the stream: the pinned buffers are reused by the
 		// next pass and a failed pass must not leave work in flight.
-		if serr := c.StreamSync(m.stream); err == nil {
+		if serr := m.wait(c); err == nil {
 			err = serr
 		}
+		tr.mark(phaseSynced)
 		if m.tb != nil {
-			if serr := c.StreamSync(m.tb.copy); err == nil {
+			if serr := m.tb.end(c, err != nil); err == nil {
 				err = serr
 			}
 		}
 		return err
 	})
+	tr.mark(phaseBack)
 	if err != nil {
 		return fmt.Errorf("forward: %w", err)
 	}
-	m.scatterLogits(batch)
+	if p.sel {
+		m.scatterTokens(batch)
+	} else {
+		m.scatterLogits(batch)
+	}
 	for i := range batch {
 		batch[i].Seq.pos += len(batch[i].Tokens)
 	}
 	m.stats.Passes++
+	tr.mark(phaseEnd)
+	tr.done(p.sel)
 	return nil
+}
+
+// forwardState is Forward's host-side state besides the activations.
+type forwardState struct {
+	// hostGreedy picks Step.Token from a downloaded logit row when the
+	// pass did not select on the device: engine/sample's own greedy
+	// sampler, so both paths choose by the same rule.
+	hostGreedy *sample.Sampler
+	// noGraphCopies is set (to the capture error) when capturing a decode
+	// step with its input and output copies inside the graph failed; later
+	// captures leave the copies outside.
+	noGraphCopies error
+	// trace, when set by a benchmark, receives the host timestamps of
+	// every pass.
+	trace *stepTrace
+}
+
+// graphCopies puts a decode step's copies into its captured graph: the
+// upload of the token ids, positions and slots from pinned memory before
+// the first kernel and the download of the logits (or token ids) after
+// the last, so a step costs the host one graph launch and one wait instead
+// of two more copy calls. Benchmarks turn it off to measure it.
+var graphCopies = true
+
+// waitPoll makes Forward wait for a pass by polling the stream
+// (cuStreamQuery in a loop on the device goroutine) instead of blocking in
+// cuStreamSynchronize. The primary context is created with the driver's
+// default scheduling (CU_CTX_SCHED_AUTO: it spins while the process has no
+// more contexts than the host has cores), so the two differ only by what
+// the driver does inside its wait; benchmarks compare them.
+var waitPoll = false
+
+// wait blocks until the model's stream is drained.
+func (m *Model) wait(c *kcuda.Ctx) error {
+	if !waitPoll {
+		return c.StreamSync(m.stream)
+	}
+	for {
+		done, err := c.StreamDone(m.stream)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// copyMeta uploads the pass's token ids, positions and slots (writeMeta's
+// pinned buffer) to the device.
+func (m *Model) copyMeta(c *kcuda.Ctx, p *pass) error {
+	return c.CopyHtoD(m.act.meta, m.act.metaHost.Bytes()[:12*p.T], m.stream)
+}
+
+// copyOut downloads the pass's result into pinned memory: R token ids when
+// it selects on the device, else R logit rows.
+func (m *Model) copyOut(c *kcuda.Ctx, p *pass) error {
+	if p.sel {
+		return c.CopyDtoH(m.act.tokensHost.Bytes()[:4*p.R], m.act.tokens, m.stream)
+	}
+	n := int64(p.R) * int64(m.Config.Vocab) * 4
+	return c.CopyDtoH(m.act.logitsHost.Bytes()[:n], m.act.logits, m.stream)
+}
+
+// scatterTokens hands each step its device-selected token (a selecting
+// pass has one row per step).
+func (m *Model) scatterTokens(batch []Step) {
+	toks, _ := kcuda.Values[int32](m.act.tokensHost.Bytes()[:4*len(batch)])
+	for i := range batch {
+		batch[i].Token = toks[i]
+	}
 }
 
 // writeMeta fills the pinned meta buffer: token ids, positions and cache
@@ -296,8 +400,22 @@ func (m *Model) scatterLogits(batch []Step) {
 			copy(st.Logits[j], all[r*V:(r+1)*V])
 			r++
 		}
+		if st.Greedy {
+			if m.fw.hostGreedy == nil {
+				m.fw.hostGreedy, _ = sample.New(sample.Greedy()) // valid parameters
+			}
+			st.Token = m.fw.hostGreedy.Sample(st.Logits[rows-1], nil)
+		}
 	}
 }
+
+// fuseGEMV and fuseElementwise switch the fused launches of a pass on
+// (the default): q, k and v in one GEMV launch and gate and up with their
+// activation in another (passes of up to kernels.MaxFusedGEMVBatch
+// tokens), and RoPE with the KV store and residual adds with the next
+// RMSNorm (any pass). Benchmarks turn them off to measure what they save;
+// the results agree to float32 rounding of the GEMV sums.
+var fuseGEMV, fuseElementwise = true, true
 
 // enqueue issues one pass's kernels on the model's stream: embeddings,
 // every layer, the output norm and projection. ctx may be nil (graph
@@ -317,11 +435,15 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 	}
 	var st *streamer
 	if m.tb != nil {
-		st = &streamer{tb: m.tb, c: c, compute: s}
-		if err := st.start(); err != nil {
+		var err error
+		if st, err = m.tb.begin(ctx, c, s); err != nil {
 			return err
 		}
 	}
+	// Decode passes of up to MaxFusedGEMVBatch tokens fuse q/k/v into one
+	// GEMV launch and gate/up with their activation into another.
+	fuse := fuseGEMV && T <= kernels.MaxFusedGEMVBatch
+	normed := false // a.xn already holds this layer's attention norm
 	for l := range m.layers {
 		if ctx != nil {
 			if err := ctx.Err(); err != nil {
@@ -341,32 +463,51 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 			if lw, slot, err = st.acquire(l, lw); err != nil {
 				return step("waiting for its copy", err)
 			}
+			if err := step("unpacking q, k, v, o", m.unpack(c, s, l, &lw, unpackAttn)); err != nil {
+				return err
+			}
 		}
-		if err := step("attention norm", k.RMSNorm(c, s, a.h, lw.attnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
-			return err
+		if !normed {
+			if err := step("attention norm", k.RMSNorm(c, s, a.h, lw.attnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
+				return err
+			}
 		}
-		if err := step("q", k.MatMul(c, s, lw.q, a.xn, a.q, T)); err != nil {
-			return err
-		}
-		if err := step("k", k.MatMul(c, s, lw.k, a.xn, a.k, T)); err != nil {
-			return err
-		}
-		if err := step("v", k.MatMul(c, s, lw.v, a.xn, a.v, T)); err != nil {
-			return err
-		}
-		if err := step("rope q", k.RoPE(c, s, a.q, T, cfg.Heads, cfg.HeadDim, int(qd), pos, m.freqs, gemma)); err != nil {
-			return err
-		}
-		if err := step("rope k", k.RoPE(c, s, a.k, T, cfg.KVHeads, cfg.HeadDim, int(kvd), pos, m.freqs, gemma)); err != nil {
-			return err
+		normed = false
+		if fuse && k.CanFuseGEMV(T, lw.q, lw.k, lw.v) {
+			outs := []kernels.GEMVOut{{W: lw.q, Y: a.q}, {W: lw.k, Y: a.k}, {W: lw.v, Y: a.v}}
+			if err := step("qkv", k.GEMVFused(c, s, a.xn, T, outs...)); err != nil {
+				return err
+			}
+		} else {
+			if err := step("q", k.MatMul(c, s, lw.q, a.xn, a.q, T)); err != nil {
+				return err
+			}
+			if err := step("k", k.MatMul(c, s, lw.k, a.xn, a.k, T)); err != nil {
+				return err
+			}
+			if err := step("v", k.MatMul(c, s, lw.v, a.xn, a.v, T)); err != nil {
+				return err
+			}
 		}
 		kv := kernels.KVCache{K: m.kvK[l], V: m.kvV[l], MaxCtx: m.maxCtx, KVDim: cfg.KVDim()}
-		if err := step("store kv", k.StoreKV(c, s, kv, a.k, a.v, T, slots, pos)); err != nil {
-			return err
-		}
 		at := kernels.Attention{Heads: cfg.Heads, KVHeads: cfg.KVHeads, HeadDim: cfg.HeadDim, Scale: cfg.AttnScale, Softcap: cfg.AttnSoftcap}
 		if cfg.Sliding(l) {
 			at.Window = cfg.SlidingWindow
+		}
+		if fuseElementwise {
+			if err := step("rope and kv store", k.RoPEStore(c, s, at, kv, a.q, a.k, a.v, T, int(qd), pos, slots, m.freqs, gemma)); err != nil {
+				return err
+			}
+		} else {
+			if err := step("rope q", k.RoPE(c, s, a.q, T, cfg.Heads, cfg.HeadDim, int(qd), pos, m.freqs, gemma)); err != nil {
+				return err
+			}
+			if err := step("rope k", k.RoPE(c, s, a.k, T, cfg.KVHeads, cfg.HeadDim, int(kvd), pos, m.freqs, gemma)); err != nil {
+				return err
+			}
+			if err := step("store kv", k.StoreKV(c, s, kv, a.k, a.v, T, slots, pos)); err != nil {
+				return err
+			}
 		}
 		for _, r := range p.attn {
 			qo, ao := a.q.Add(int64(r.t0)*qd*f), a.att.Add(int64(r.t0)*qd*f)
@@ -391,30 +532,50 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 		if err := step("o", k.MatMul(c, s, lw.o, a.att, a.tmp, T)); err != nil {
 			return err
 		}
+		if gemma || !fuseElementwise {
+			if gemma {
+				if err := step("post-attention norm", k.RMSNorm(c, s, a.tmp, lw.postAttnNorm, a.tmp, T, cfg.Dim, eps)); err != nil {
+					return err
+				}
+			}
+			if err := step("residual", k.Add(c, s, a.h, a.tmp, int64(T)*dim)); err != nil {
+				return err
+			}
+			if err := step("ffn norm", k.RMSNorm(c, s, a.h, lw.ffnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
+				return err
+			}
+		} else if err := step("residual and ffn norm", k.AddRMSNorm(c, s, a.h, a.tmp, lw.ffnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
+			return err
+		}
+		if err := step("unpacking gate, up", m.unpack(c, s, l, &lw, unpackFFNIn)); err != nil {
+			return err
+		}
+		act := kernels.SwiGLU
 		if gemma {
-			if err := step("post-attention norm", k.RMSNorm(c, s, a.tmp, lw.postAttnNorm, a.tmp, T, cfg.Dim, eps)); err != nil {
+			act = kernels.GeGLU
+		}
+		if fuse && lw.gate.Type == lw.up.Type && lw.gate.Rows == lw.up.Rows && k.CanFuseGEMV(T, lw.gate, lw.up) {
+			if err := step("gate, up and activation", k.GEMVGLU(c, s, lw.gate, lw.up, a.xn, a.gate, T, act)); err != nil {
+				return err
+			}
+		} else {
+			if err := step("gate", k.MatMul(c, s, lw.gate, a.xn, a.gate, T)); err != nil {
+				return err
+			}
+			if err := step("up", k.MatMul(c, s, lw.up, a.xn, a.up, T)); err != nil {
+				return err
+			}
+			var err error
+			if gemma {
+				err = k.GeGLU(c, s, a.gate, a.up, a.gate, int64(T)*ffn)
+			} else {
+				err = k.SwiGLU(c, s, a.gate, a.up, a.gate, int64(T)*ffn)
+			}
+			if err := step("activation", err); err != nil {
 				return err
 			}
 		}
-		if err := step("residual", k.Add(c, s, a.h, a.tmp, int64(T)*dim)); err != nil {
-			return err
-		}
-		if err := step("ffn norm", k.RMSNorm(c, s, a.h, lw.ffnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
-			return err
-		}
-		if err := step("gate", k.MatMul(c, s, lw.gate, a.xn, a.gate, T)); err != nil {
-			return err
-		}
-		if err := step("up", k.MatMul(c, s, lw.up, a.xn, a.up, T)); err != nil {
-			return err
-		}
-		var err error
-		if gemma {
-			err = k.GeGLU(c, s, a.gate, a.up, a.gate, int64(T)*ffn)
-		} else {
-			err = k.SwiGLU(c, s, a.gate, a.up, a.gate, int64(T)*ffn)
-		}
-		if err := step("activation", err); err != nil {
+		if err := step("unpacking down", m.unpack(c, s, l, &lw, unpackFFNOut)); err != nil {
 			return err
 		}
 		if err := step("down", k.MatMul(c, s, lw.down, a.gate, a.tmp, T)); err != nil {
@@ -425,7 +586,14 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 				return err
 			}
 		}
-		if err := step("residual", k.Add(c, s, a.h, a.tmp, int64(T)*dim)); err != nil {
+		// With every layer resident, the next layer's attention norm
+		// weights are in place: fuse the residual update with that norm.
+		if !gemma && fuseElementwise && st == nil && l+1 < len(m.layers) {
+			if err := step("residual and next attention norm", k.AddRMSNorm(c, s, a.h, a.tmp, m.layers[l+1].attnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
+				return err
+			}
+			normed = true
+		} else if err := step("residual", k.Add(c, s, a.h, a.tmp, int64(T)*dim)); err != nil {
 			return err
 		}
 		if slot >= 0 {
@@ -452,5 +620,53 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 			return fmt.Errorf("output soft-cap: %w", err)
 		}
 	}
+	if p.sel {
+		if err := k.Argmax(c, s, a.logits, p.R, cfg.Vocab, a.tokens); err != nil {
+			return fmt.Errorf("greedy token selection: %w", err)
+		}
+	}
 	return nil
+}
+
+// enqueueGEMVs enqueues the matrix products of a batch-1 decode pass alone,
+// launched as enqueue launches them (fused or not), reading and writing the
+// activation buffers: what benchmarks time to get the GEMVs' effective
+// bandwidth. The values computed are meaningless.
+func (m *Model) enqueueGEMVs(c *kcuda.Ctx) error {
+	k, s, a := m.k, m.stream, &m.act
+	for _, lw := range m.layers {
+		if fuseGEMV && k.CanFuseGEMV(1, lw.q, lw.k, lw.v) {
+			if err := k.GEMVFused(c, s, a.xn, 1, kernels.GEMVOut{W: lw.q, Y: a.q}, kernels.GEMVOut{W: lw.k, Y: a.k}, kernels.GEMVOut{W: lw.v, Y: a.v}); err != nil {
+				return err
+			}
+		} else {
+			for _, g := range []struct {
+				w kernels.Matrix
+				y kcuda.DevPtr
+			}{{lw.q, a.q}, {lw.k, a.k}, {lw.v, a.v}} {
+				if err := k.GEMV(c, s, g.w, a.xn, g.y, 1); err != nil {
+					return err
+				}
+			}
+		}
+		if err := k.GEMV(c, s, lw.o, a.att, a.tmp, 1); err != nil {
+			return err
+		}
+		if fuseGEMV && lw.gate.Type == lw.up.Type && lw.gate.Rows == lw.up.Rows && k.CanFuseGEMV(1, lw.gate, lw.up) {
+			if err := k.GEMVGLU(c, s, lw.gate, lw.up, a.xn, a.gate, 1, kernels.SwiGLU); err != nil {
+				return err
+			}
+		} else {
+			if err := k.GEMV(c, s, lw.gate, a.xn, a.gate, 1); err != nil {
+				return err
+			}
+			if err := k.GEMV(c, s, lw.up, a.xn, a.up, 1); err != nil {
+				return err
+			}
+		}
+		if err := k.GEMV(c, s, lw.down, a.gate, a.tmp, 1); err != nil {
+			return err
+		}
+	}
+	return k.GEMV(c, s, m.output, a.outX, a.logits, 1)
 }

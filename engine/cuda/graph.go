@@ -6,14 +6,21 @@ import (
 	kcuda "github.com/strata-llm/strata/kernels/cuda"
 )
 
-// graphKey identifies a captured decode step: the number of sequences and
-// the span bucket its attention launches were sized for.
-type graphKey struct{ n, span int }
+// graphKey identifies a captured decode step: the number of sequences,
+// the span bucket its attention launches were sized for, and whether it
+// ends by selecting greedy tokens (pass.sel).
+type graphKey struct {
+	n, span int
+	sel     bool
+}
 
 // decodeGraph is an instantiated decode step.
 type decodeGraph struct {
 	exec  kcuda.GraphExec
 	nodes int
+	// copies: the graph holds the meta upload and the result download
+	// (graphCopies); otherwise replayDecode issues them around the launch.
+	copies bool
 }
 
 // minGraphSpan is the smallest span bucket: shorter contexts share one
@@ -32,37 +39,69 @@ func spanBucket(need, maxCtx int) int {
 }
 
 // replayDecode runs a pure decode pass from its captured graph, capturing
-// it first when this batch size and span bucket are new. The graph reads
-// token ids, positions and slots from the meta buffer the caller has just
-// filled, so one graph serves every step of every set of n sequences.
+// it first when this batch size, span bucket and output kind are new, and
+// issues the pass's copies (inside the graph where graphCopies put them
+// there). The graph reads token ids, positions and slots from the meta
+// buffer the caller has just filled, so one graph serves every step of
+// every set of n sequences.
 func (m *Model) replayDecode(c *kcuda.Ctx, p *pass) error {
-	key := graphKey{p.T, spanBucket(p.maxPos+1, m.maxCtx)}
+	key := graphKey{p.T, spanBucket(p.maxPos+1, m.maxCtx), p.sel}
 	g, ok := m.graphs[key]
 	if !ok {
+		copies := graphCopies && m.fw.noGraphCopies == nil
 		var err error
-		if g, err = m.capture(c, p, key.span); err != nil {
+		g, err = m.capture(c, p, key.span, copies)
+		if err != nil && copies {
+			// Copies from pinned memory are capturable on every driver
+			// we know; should one refuse, keep them out of the graph
+			// rather than lose the graph.
+			m.fw.noGraphCopies = err
+			g, err = m.capture(c, p, key.span, false)
+		}
+		if err != nil {
 			return fmt.Errorf("capturing decode step for %d sequences: %w", p.T, err)
 		}
 		m.graphs[key] = g
 		m.stats.GraphCaptures++
 		m.stats.GraphNodes = g.nodes
 	}
+	if !g.copies {
+		if err := m.copyMeta(c, p); err != nil {
+			return err
+		}
+	}
 	if err := c.GraphLaunch(g.exec, m.stream); err != nil {
 		return err
+	}
+	m.fw.trace.mark(phaseLaunched)
+	if !g.copies {
+		if err := m.copyOut(c, p); err != nil {
+			return err
+		}
 	}
 	m.stats.GraphReplays++
 	return nil
 }
 
 // capture records one decode pass of the plan p, with attention sized for
-// span keys, into an executable graph.
-func (m *Model) capture(c *kcuda.Ctx, p *pass, span int) (*decodeGraph, error) {
+// span keys (and its copies when copies is set), into an executable
+// graph.
+func (m *Model) capture(c *kcuda.Ctx, p *pass, span int, copies bool) (*decodeGraph, error) {
 	q := *p
 	q.graphSpan = span
 	if err := c.BeginCapture(m.stream, kcuda.CaptureThreadLocal); err != nil {
 		return nil, err
 	}
-	err := m.enqueue(nil, c, &q)
+	var err error
+	if copies {
+		err = m.copyMeta(c, &q)
+	}
+	if err == nil {
+		err = m.enqueue(nil, c, &q)
+	}
+	if err == nil && copies {
+		err = m.copyOut(c, &q)
+	}
 	g, eerr := c.EndCapture(m.stream)
 	if err == nil {
 		err = eerr
@@ -82,7 +121,7 @@ func (m *Model) capture(c *kcuda.Ctx, p *pass, span int) (*decodeGraph, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &decodeGraph{exec: exec, nodes: nodes}, nil
+	return &decodeGraph{exec: exec, nodes: nodes, copies: copies}, nil
 }
 
 // dropGraphs destroys every captured graph (their launches hold buffer

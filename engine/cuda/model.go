@@ -32,12 +32,22 @@ type Options struct {
 	// layer is streamed.
 	StreamLayers []int
 	// Slots is the number of device slots streamed layers rotate through
-	// (the pipeline depth k); 0 means 2.
+	// (the pipeline depth k); 0 means 2. Tier C gets as many pinned
+	// staging buffers.
 	Slots int
+	// TierC, when set, keeps its layers on tier C: read from storage into
+	// pinned staging and copied into a device slot every pass (see TierC).
+	TierC *TierC
 	// Kernels, when set, are the already loaded kernels of the device
 	// (Load would otherwise JIT-load its own, which takes seconds on a
 	// fresh machine). The caller keeps ownership.
 	Kernels *kernels.Kernels
+	// PackBF16 stores tier-B layers' bf16 matrices losslessly packed
+	// (engine/quant's packed bf16, about 0.76 of the bytes) in pinned host
+	// memory, copies them packed and decodes them on the device just
+	// before use (packed.go): fewer bytes over PCIe per pass, identical
+	// logits, a decode scratch of the largest FFN pair in device memory.
+	PackBF16 bool
 }
 
 // defaultMaxContext caps the per-slot context when Options.MaxContext is
@@ -76,12 +86,14 @@ type Model struct {
 	kvK, kvV []kcuda.DevPtr // per layer: [slots][maxCtx][KVDim] float32
 	scratch  kcuda.DevPtr   // split-K attention partials
 	scratchN int64
-	tb       *tierB // nil when every layer is resident
+	tb       *tierB   // nil when every layer is resident
+	pk       *packing // packed tier-B layers (Options.PackBF16); nil when none
 
 	mu     sync.Mutex // serialises Forward and guards everything below
 	slots  []bool     // slot in use
 	act    activations
 	graphs map[graphKey]*decodeGraph
+	fw     forwardState // forward.go: host-side greedy choice, graph-copy fallback, benchmark trace
 	stats  Stats
 	closed bool
 }
@@ -211,10 +223,24 @@ func (m *Model) load(c *kcuda.Ctx, w *model.Weights) error {
 	if err != nil {
 		return err
 	}
+	tc, err := m.tierCSet(w, streamed)
+	if err != nil {
+		return err
+	}
+	if m.pk, err = m.planPacking(w, streamed, tc); err != nil {
+		return err
+	}
 	layerBase := make([]int64, len(w.Layers)) // arena offset, or pinned host offset when streamed
 	var hostTotal, slotBytes int64
 	for i := range w.Layers {
+		if tc != nil && tc[i] != nil { // tier C: lands in a slot, laid out as in its extent
+			slotBytes = max(slotBytes, tc[i].ext.Length)
+			continue
+		}
 		size := layerSize(&w.Layers[i], gemma)
+		if pl := m.pk.layer(i); pl != nil {
+			size = pl.size
+		}
 		if streamed[i] {
 			layerBase[i] = hostTotal
 			hostTotal += size
@@ -232,13 +258,13 @@ func (m *Model) load(c *kcuda.Ctx, w *model.Weights) error {
 	at := kernels.Attention{Heads: cfg.Heads, KVHeads: cfg.KVHeads, HeadDim: cfg.HeadDim}
 	m.scratchN = at.DecodeScratchBytes(len(m.slots), 64)
 	nslots := 0
-	if hostTotal > 0 {
+	if hostTotal > 0 || tc != nil {
 		nslots = m.opts.Slots
 		if nslots <= 0 {
 			nslots = 2
 		}
 	}
-	need := total + int64(nslots)*slotBytes + 2*kvBytes*int64(cfg.Layers) + m.scratchN
+	need := total + int64(nslots)*slotBytes + 2*kvBytes*int64(cfg.Layers) + m.scratchN + m.pk.scratchBytes()
 	if free, _, err := c.MemInfo(); err == nil && need > free {
 		return fmt.Errorf("model needs %.2f GiB of device memory (resident weights %.2f GiB, %d slots of %.2f GiB, KV cache for %d sequences of %d positions %.2f GiB), %.2f GiB free: %w",
 			gib(need), gib(total), nslots, gib(slotBytes), len(m.slots), m.maxCtx, gib(2*kvBytes*int64(cfg.Layers)), gib(free),
@@ -265,16 +291,26 @@ func (m *Model) load(c *kcuda.Ctx, w *model.Weights) error {
 	m.outNorm = m.arena.Add(normOff)
 	m.layers = make([]layerW, len(w.Layers))
 	for i := range w.Layers {
+		if tc != nil && tc[i] != nil {
+			m.layers[i] = tc[i].lw
+			continue
+		}
 		base := m.arena.Add(layerBase[i])
 		if streamed[i] {
 			base = 0 // offsets relative to the slot the layer lands in
 		}
 		m.layers[i] = layerAt(&w.Layers[i], gemma, base)
+		if pl := m.pk.layer(i); pl != nil {
+			m.layers[i] = pl.layerAt(&w.Layers[i], gemma)
+		}
 	}
-	if hostTotal > 0 {
-		if err := m.loadTierB(c, w, streamed, layerBase, hostTotal, slotBytes, nslots); err != nil {
+	if hostTotal > 0 || tc != nil {
+		if err := m.loadTierB(c, w, streamed, tc, layerBase, hostTotal, slotBytes, nslots); err != nil {
 			return err
 		}
+	}
+	if err := m.pk.alloc(c); err != nil {
+		return err
 	}
 
 	freqs, err := kernels.RopeFreqs(cfg.RopeTheta, cfg.HeadDim, cfg.RopeFreqs)
@@ -336,6 +372,8 @@ func (m *Model) release(c *kcuda.Ctx) error {
 	m.dropGraphs(c)
 	m.act.free(c)
 	keep(m.tb.release(c))
+	keep(m.pk.release(c))
+	m.pk = nil
 	m.tb = nil
 	for _, p := range append(append([]kcuda.DevPtr{m.arena, m.freqs, m.scratch}, m.kvK...), m.kvV...) {
 		keep(c.Free(p))

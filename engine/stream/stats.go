@@ -58,6 +58,12 @@ type Stats struct {
 	ComputeUtil float64 `json:"compute_util"`
 }
 
+// Add accumulates o's counted fields into s and recomputes the derived
+// ones (GBps, Overlap, ComputeUtil), as the pipeline does after each pass.
+// It lets pipelines outside this package (engine/cuda's) report the same
+// Stats: zero Stats plus one pass's counters is that pass's Stats.
+func (s *Stats) Add(o Stats) { s.add(o) }
+
 // add accumulates o into s (derived fields are recomputed by finish).
 func (s *Stats) add(o Stats) {
 	s.Passes += o.Passes

@@ -40,7 +40,7 @@ func describeBackend(b api.BackendStatus) string {
 		s := fmt.Sprintf("cuda on %s (GPU %d, sm %s, %s, %s free at load); weights %s on the device",
 			b.Device, b.Ordinal, b.ComputeCapability, human(b.DeviceMemoryBytes), human(b.DeviceFreeBytes), human(b.WeightBytes))
 		if b.StreamedBytesPerPass > 0 {
-			s += fmt.Sprintf(", %s streamed per pass from pinned host memory", human(b.StreamedBytesPerPass))
+			s += fmt.Sprintf(", %s streamed per pass (tier B from pinned host memory, tier C from the pool through pinned staging)", human(b.StreamedBytesPerPass))
 		}
 		if b.Slots > 0 {
 			s += fmt.Sprintf("; KV cache %s (%d sequences x %d positions)", human(b.KVBytes), b.Slots, b.MaxContext)

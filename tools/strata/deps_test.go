@@ -10,8 +10,10 @@ import (
 // the style guide asks (tailscale's deps_test): neither the strata binary
 // nor the package its daemon commands talk through links the NVMe driver
 // or VFIO, and daemon/client links no CUDA either. The binary does link
-// the CUDA binding, for `strata run` only (see backend.go); the test pins
-// that down too, so the exception stays a decision rather than drift.
+// the CUDA binding, for two offline commands that run the engine in their
+// own process: `strata run` (see backend.go) and `strata bench engine`
+// (bench/enginebench, which times engine/cuda on the GPU). The test pins
+// both down, so the exception stays a decision rather than drift.
 func TestDeps(t *testing.T) {
 	deps := func(pkg string) map[string]bool {
 		out, err := exec.Command("go", "list", "-deps", pkg).Output()
@@ -31,7 +33,7 @@ func TestDeps(t *testing.T) {
 		want   []string
 	}{
 		{pkg: mod + "tools/strata", banned: []string{mod + "nvme", mod + "vfio"},
-			want: []string{mod + "kernels/cuda", mod + "engine/cuda"}},
+			want: []string{mod + "kernels/cuda", mod + "engine/cuda", mod + "bench/enginebench"}},
 		{pkg: mod + "daemon/client", banned: []string{mod + "nvme", mod + "vfio", mod + "kernels", mod + "engine", "github.com/ebitengine/purego"}},
 	} {
 		t.Run(strings.TrimPrefix(c.pkg, mod), func(t *testing.T) {
@@ -45,7 +47,7 @@ func TestDeps(t *testing.T) {
 			}
 			for _, w := range c.want {
 				if !got[w] {
-					t.Errorf("%s does not link %s: `strata run` cannot pick the GPU", c.pkg, w)
+					t.Errorf("%s does not link %s: `strata run` cannot pick the GPU, or `strata bench engine` is gone", c.pkg, w)
 				}
 			}
 		})

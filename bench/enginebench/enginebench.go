@@ -1,0 +1,917 @@
+// Package enginebench is `strata bench engine`: it measures strata's GPU
+// engine (engine/cuda) on the model shapes and placements issue 5 judges it
+// by, in one run — first the ceilings (device-to-device copy bandwidth,
+// pinned host-to-device peak), then each scenario — and relates every
+// figure to a ceiling measured in that same run or to a peer's reference
+// figure from the issue, next to the issue's goal. It writes the synthetic
+// models a scenario needs when they are missing (engine/synth, and a
+// prefab pool for the INT8-row variant).
+//
+// The timing itself lives in engine/cuda (benchmark.go), which the
+// package's Go benchmarks share; the placements come from the tier planner
+// (engine/tier) as `--vram` would plan them. This package holds no unsafe
+// code and prints nothing: progress goes to Options.Progress and the
+// Report renders itself (WriteText) or marshals as JSON.
+package enginebench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	enginecuda "github.com/strata-llm/strata/engine/cuda"
+	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/kernels"
+	kcuda "github.com/strata-llm/strata/kernels/cuda"
+)
+
+// Scenario names one measured setup of issue 5.
+type Scenario string
+
+// The scenarios, in the order a run measures them.
+const (
+	// Resident is the 8b shape in Q4_K_M with every layer on the GPU,
+	// batch 1: decode with and without the CUDA graph, prefill of 512
+	// tokens, GEMV bandwidth ÷ D2D, launch overhead.
+	Resident Scenario = "resident"
+	// Streamed is the same model with its second half of layers on tier B
+	// (pinned host memory, copied to the GPU every pass): H2D ÷ peak, time
+	// per token ÷ the PCIe limit, prefill of 512 tokens.
+	Streamed Scenario = "streamed"
+	// Big is the 70b shape in Q4_K_M planned into a consumer-card budget
+	// (24 GiB by default), tier B for the rest: decode at batch 1 and 8.
+	Big Scenario = "70b"
+	// BF16 is the 8b shape in bf16 planned into 6 GiB (the budget of the
+	// transformers + accelerate figure), and the same weights prefabbed to
+	// INT8-row.
+	BF16 Scenario = "bf16"
+)
+
+// AllScenarios lists every scenario in run order.
+var AllScenarios = []Scenario{Resident, Streamed, Big, BF16}
+
+// ParseScenarios reads a comma-separated list of scenario names ("all"
+// for every one) and returns them in run order, each once.
+func ParseScenarios(s string) ([]Scenario, error) {
+	want := map[Scenario]bool{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.ToLower(strings.TrimSpace(f))
+		switch {
+		case f == "all":
+			for _, sc := range AllScenarios {
+				want[sc] = true
+			}
+		case f == "":
+		default:
+			ok := false
+			for _, sc := range AllScenarios {
+				if Scenario(f) == sc {
+					want[sc], ok = true, true
+				}
+			}
+			if !ok {
+				return nil, fmt.Errorf("unknown scenario %q (want some of resident, streamed, 70b, bf16, or all)", f)
+			}
+		}
+	}
+	var out []Scenario
+	for _, sc := range AllScenarios {
+		if want[sc] {
+			out = append(out, sc)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no scenario selected")
+	}
+	return out, nil
+}
+
+// Default budgets of the budgeted scenarios (issue 5's table).
+const (
+	DefaultBudget70B  = 24 << 30
+	DefaultBudgetBF16 = 6 << 30
+)
+
+// Options select what Run measures.
+type Options struct {
+	// Scenarios to run (default AllScenarios).
+	Scenarios []Scenario
+	// GPU is the CUDA device ordinal.
+	GPU int
+	// Model8B is a llama 8b Q4_K_M GGUF (resident, streamed), Model70B a
+	// llama 70b Q4_K_M GGUF, Model8BBF16 a llama 8b bf16 GGUF, Pool8BInt8
+	// an INT8-row prefab pool of it. Empty paths mean strata's synthetic
+	// models (seed 1) in SynthDir, written there when missing; a path given
+	// must exist.
+	Model8B, Model70B, Model8BBF16, Pool8BInt8 string
+	// SynthDir is where missing synthetic models are written (default the
+	// system temporary directory). The 70b takes 40 GiB and the bf16 8b 15
+	// GiB plus an 8 GiB pool: on the H200 host, /dev/shm.
+	SynthDir string
+	// Budget70B and BudgetBF16 are the device memory budgets of the 70b
+	// and bf16 scenarios (defaults DefaultBudget70B, DefaultBudgetBF16).
+	Budget70B, BudgetBF16 int64
+	// NoInt8 skips the bf16 scenario's INT8-row variant.
+	NoInt8 bool
+	// Progress, when set, receives a line for each phase of the run.
+	Progress func(msg string)
+}
+
+func (o *Options) fill() error {
+	if len(o.Scenarios) == 0 {
+		o.Scenarios = AllScenarios
+	}
+	for _, sc := range o.Scenarios {
+		if _, err := ParseScenarios(string(sc)); err != nil {
+			return err
+		}
+	}
+	if o.GPU < 0 {
+		return fmt.Errorf("GPU ordinal %d", o.GPU)
+	}
+	if o.SynthDir == "" {
+		o.SynthDir = os.TempDir()
+	}
+	if o.Budget70B == 0 {
+		o.Budget70B = DefaultBudget70B
+	}
+	if o.BudgetBF16 == 0 {
+		o.BudgetBF16 = DefaultBudgetBF16
+	}
+	if o.Budget70B < 0 || o.BudgetBF16 < 0 {
+		return errors.New("negative device budget")
+	}
+	return nil
+}
+
+func (o *Options) progress(format string, a ...any) {
+	if o.Progress != nil {
+		o.Progress(fmt.Sprintf(format, a...))
+	}
+}
+
+// Ceiling copy sizes: 1 GiB device copies (far beyond L2), 256 MiB
+// host-to-device copies (past the size where the H200's pinned H2D curve
+// flattens, bench/testdata/h200-pcie.txt).
+const (
+	d2dBytes = 1 << 30
+	h2dBytes = 256 << 20
+)
+
+// Run measures the ceilings and then every selected scenario on GPU
+// o.GPU. Without a usable driver or device it fails with an error wrapping
+// kernels/cuda's ErrUnavailable ("CUDA unavailable: …") before writing any
+// model. A scenario that fails is reported with its error (Report.Failed)
+// and the run goes on to the next; only a failure to open the device, load
+// the kernels or measure the ceilings, or a cancelled ctx, ends it early
+// (the report then holds what was measured).
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := o.fill(); err != nil {
+		return nil, fmt.Errorf("bench engine: %w", err)
+	}
+	start := time.Now()
+	dev, err := kcuda.Open(o.GPU)
+	if err != nil {
+		return nil, err
+	}
+	defer dev.Close()
+	maj, mnr := dev.ComputeCapability()
+	r := &Report{
+		Device: dev.Name(), Ordinal: dev.Ordinal(), ComputeCapability: fmt.Sprintf("%d.%d", maj, mnr),
+		DeviceMemory: dev.TotalMem(), Started: start, PeerSource: PeerSource,
+	}
+	o.progress("loading the kernels on %s", dev.Name())
+	var k *kernels.Kernels
+	if err := dev.Do(func(c *kcuda.Ctx) error {
+		var err error
+		k, err = kernels.Load(c)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("bench engine: loading kernels: %w", err)
+	}
+	defer dev.Do(func(c *kcuda.Ctx) error { return k.Unload(c) })
+
+	o.progress("measuring the ceilings: device-to-device copy, pinned host-to-device copy")
+	r.Ceilings = Ceilings{D2DBytes: d2dBytes, H2DBytes: h2dBytes}
+	if r.Ceilings.D2D, err = enginecuda.CopyBandwidth(dev, d2dBytes, 10); err != nil {
+		return nil, fmt.Errorf("bench engine: %w", err)
+	}
+	if r.Ceilings.H2D, err = enginecuda.HostToDevicePeak(dev, h2dBytes, 16); err != nil {
+		return nil, fmt.Errorf("bench engine: %w", err)
+	}
+	rn := &runner{o: &o, dev: dev, k: k, ceil: r.Ceilings}
+	for _, sc := range o.Scenarios {
+		r.Scenarios = append(r.Scenarios, rn.run(ctx, sc)...)
+		if err := ctx.Err(); err != nil {
+			r.Seconds = time.Since(start).Seconds()
+			return r, err
+		}
+	}
+	r.Seconds = time.Since(start).Seconds()
+	return r, nil
+}
+
+// runner holds what every scenario shares.
+type runner struct {
+	o    *Options
+	dev  *kcuda.Device
+	k    *kernels.Kernels
+	ceil Ceilings
+	// bf16Logits are the bf16 model's logits after the decode prompt, for
+	// the INT8-row variant to compare against.
+	bf16Logits []float32
+	// bf16TPS is the plain bf16 run's decode rate, for the packed variant.
+	bf16TPS float64
+}
+
+// run measures one scenario (two results for bf16 with its variant).
+func (rn *runner) run(ctx context.Context, sc Scenario) []ScenarioResult {
+	type part struct {
+		res ScenarioResult
+		fn  func(context.Context, *ScenarioResult) error
+	}
+	var parts []part
+	switch sc {
+	case Resident:
+		parts = append(parts, part{ScenarioResult{Scenario: sc, Title: "8b Q4_K_M, batch 1, every layer resident on the GPU"}, rn.resident})
+	case Streamed:
+		parts = append(parts, part{ScenarioResult{Scenario: sc, Title: "8b Q4_K_M, batch 1, layers 16..31 streamed from tier B (pinned host memory)"}, rn.streamed})
+	case Big:
+		parts = append(parts, part{ScenarioResult{Scenario: sc, Title: fmt.Sprintf("70b Q4_K_M, --vram %s, tier B for the rest", budgetName(rn.o.Budget70B))}, rn.big})
+	case BF16:
+		parts = append(parts, part{ScenarioResult{Scenario: sc, Title: fmt.Sprintf("8b bf16, --vram %s, tier B for the rest, batch 1", budgetName(rn.o.BudgetBF16))}, rn.bf16})
+		parts = append(parts, part{ScenarioResult{Scenario: sc, Variant: "packed",
+			Title: fmt.Sprintf("the same bf16 8b, tier-B layers packed LOSSLESSLY (exponents as 4-bit codes against a per-256 base, decoded bit-exact on the GPU before use), --vram %s, batch 1 — still bf16", budgetName(rn.o.BudgetBF16))}, rn.bf16Packed})
+		if !rn.o.NoInt8 {
+			parts = append(parts, part{ScenarioResult{Scenario: sc, Variant: "int8",
+				Title: fmt.Sprintf("the same bf16 8b prefabbed to INT8-row weights (strata model prefab --type int8: one scale per row, lossy), --vram %s, batch 1 — a variant, not bf16", budgetName(rn.o.BudgetBF16))}, rn.int8})
+		}
+	}
+	var out []ScenarioResult
+	for _, p := range parts {
+		if ctx.Err() != nil {
+			break
+		}
+		res := p.res
+		name := string(sc)
+		if res.Variant != "" {
+			name += "/" + res.Variant
+		}
+		rn.o.progress("[%s] %s", name, res.Title)
+		t := time.Now()
+		if err := rn.guard(ctx, &res, p.fn); err != nil {
+			res.Error = err.Error()
+			rn.o.progress("[%s] failed: %v", name, err)
+		}
+		res.Seconds = time.Since(t).Seconds()
+		out = append(out, res)
+	}
+	return out
+}
+
+// guard runs one scenario, turning a panic of this goroutine into the
+// scenario's error so the scenarios after it still run and the report
+// still prints.
+func (rn *runner) guard(ctx context.Context, res *ScenarioResult, fn func(context.Context, *ScenarioResult) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return fn(ctx, res)
+}
+
+func budgetName(n int64) string {
+	if n%(1<<30) == 0 {
+		return fmt.Sprintf("%dGiB", n>>30)
+	}
+	return fmt.Sprintf("%.2fGiB", float64(n)/(1<<30))
+}
+
+// synthModel returns path when given (it must exist), else the synthetic
+// llama model of shape and typ in SynthDir, written first when missing.
+func (rn *runner) synthModel(path, shape, typ string) (string, error) {
+	if path != "" {
+		if _, err := os.Stat(path); err != nil {
+			return "", fmt.Errorf("model: %w", err)
+		}
+		return path, nil
+	}
+	path = filepath.Join(rn.o.SynthDir, fmt.Sprintf("llama-%s-%s-seed1.gguf", shape, typ))
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	opts := synth.Options{Arch: "llama", Shape: shape, Type: typ, Seed: 1}
+	size, err := synth.Size(opts)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(rn.o.SynthDir, 0o755); err != nil {
+		return "", fmt.Errorf("synth dir: %w", err)
+	}
+	rn.o.progress("synthesizing %s (%s)", path, gib(size))
+	opts.Progress = rn.percent(filepath.Base(path))
+	t := time.Now()
+	if err := synth.Write(path, opts); err != nil {
+		return "", err
+	}
+	rn.o.progress("synthesized %s in %s", filepath.Base(path), time.Since(t).Round(100*time.Millisecond))
+	return path, nil
+}
+
+// int8Pool returns path when given (it must exist), else the INT8-row
+// prefab pool of the GGUF src in SynthDir, written first when missing.
+func (rn *runner) int8Pool(ctx context.Context, path, src string) (string, error) {
+	if path != "" {
+		if _, err := os.Stat(path); err != nil {
+			return "", fmt.Errorf("pool: %w", err)
+		}
+		return path, nil
+	}
+	path = filepath.Join(rn.o.SynthDir, strings.TrimSuffix(filepath.Base(src), ".gguf")+".int8.pool")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	g, err := gguf.Map(src)
+	if err != nil {
+		return "", err
+	}
+	defer g.Close()
+	rn.o.progress("prefabbing %s to INT8-row: %s", src, path)
+	t := time.Now()
+	err = tier.WritePool(g, path, tier.PrefabOptions{Type: tier.TypeINT8, Source: filepath.Base(src), Context: ctx,
+		Progress: rn.percent(filepath.Base(path))})
+	if err != nil {
+		return "", err
+	}
+	rn.o.progress("prefabbed %s in %s", filepath.Base(path), time.Since(t).Round(100*time.Millisecond))
+	return path, nil
+}
+
+// percent reports progress every 10%.
+func (rn *runner) percent(what string) func(done, total int64) {
+	next := int64(1)
+	return func(done, total int64) {
+		if total > 0 && done*10 >= next*total && next < 10 {
+			rn.o.progress("  %s: %d%%", what, done*100/total)
+			for done*10 >= next*total {
+				next++
+			}
+		}
+	}
+}
+
+// openGGUF maps a GGUF and builds the CPU model over it (zero-copy) with
+// the sizes the planner needs.
+func openGGUF(path string) (*gguf.Mapped, *model.Model, tier.Sizes, error) {
+	g, err := gguf.Map(path)
+	if err != nil {
+		return nil, nil, tier.Sizes{}, err
+	}
+	sizes, _, err := tier.SizesFromGGUF(g.File, tier.TypeKeep)
+	if err == nil {
+		var m *model.Model
+		if m, err = model.LoadGGUF(g); err == nil {
+			return g, m, sizes, nil
+		}
+	}
+	g.Close()
+	return nil, nil, tier.Sizes{}, fmt.Errorf("%s: %w", path, err)
+}
+
+// freeMem is the device's free memory now.
+func (rn *runner) freeMem() (int64, error) {
+	var free int64
+	err := rn.dev.Do(func(c *kcuda.Ctx) error {
+		var err error
+		free, _, err = c.MemInfo()
+		return err
+	})
+	return free, err
+}
+
+// loaded is a model on the GPU with the free memory before it came.
+type loaded struct {
+	*enginecuda.Model
+	free0 int64
+}
+
+// load uploads cpu's weights with the run's kernels.
+func (rn *runner) load(cpu *model.Model, opts enginecuda.Options) (*loaded, error) {
+	free0, err := rn.freeMem()
+	if err != nil {
+		return nil, err
+	}
+	opts.Kernels = rn.k
+	t := time.Now()
+	g, err := enginecuda.Load(rn.dev, cpu.Config, cpu.Weights, opts)
+	if err != nil {
+		return nil, err
+	}
+	rn.o.progress("  loaded %s of resident weights, %s on tier B, in %s", gib(g.WeightBytes()), gib(g.StreamedBytes()),
+		time.Since(t).Round(100*time.Millisecond))
+	return &loaded{g, free0}, nil
+}
+
+// placement describes the loaded model and measures the device memory it
+// took (call after its passes, which grow the activations).
+func (rn *runner) placement(g *loaded, stream []int, slots int, budget int64, how string) *Placement {
+	p := &Placement{
+		Layers: g.Config.Layers, Resident: g.Config.Layers - len(stream), Streamed: len(stream),
+		WeightBytes: g.WeightBytes(), StreamedBytes: g.StreamedBytes(), Budget: budget, How: how,
+	}
+	if len(stream) > 0 {
+		p.Slots = slots
+		if slots <= 0 {
+			p.Slots = 2 // engine/cuda's default depth
+		}
+	}
+	if free, err := rn.freeMem(); err == nil {
+		p.DeviceBytes = g.free0 - free
+	}
+	return p
+}
+
+// planBudget places the layers of a model of sizes into a device budget as
+// `--vram` would (engine/tier's planner, with the KV cache and scratch of
+// ctxLen positions × batch sequences, and the pinned H2D peak measured by
+// this run as the host-to-device link), every layer that does not fit on
+// tier B. It returns the streamed layers and the pipeline depth.
+func (rn *runner) planBudget(cfg model.Config, sizes tier.Sizes, budget int64, ctxLen, batch int) ([]int, int, error) {
+	return rn.planBudgetScratch(cfg, sizes, budget, ctxLen, batch, 0)
+}
+
+// planBudgetScratch is planBudget with extra device scratch to account (the
+// packed variant's decode buffer).
+func (rn *runner) planBudgetScratch(cfg model.Config, sizes tier.Sizes, budget int64, ctxLen, batch int, extra int64) ([]int, int, error) {
+	host := sizes.Globals
+	for _, l := range sizes.Layers {
+		host += l
+	}
+	links := tier.DefaultLinks()
+	links.HostToDevice = rn.ceil.H2D
+	links.Notes = []string{"host-to-device: the pinned peak measured by this run; the others defaults"}
+	plan, err := tier.NewPlan(tier.Request{
+		Sizes: sizes, DeviceBudget: budget, HostBudget: host + 1<<30, Batch: batch,
+		KVBytes:      tier.KVCacheBytes(cfg, ctxLen, batch),
+		ScratchBytes: tier.ScratchBytes(cfg, ctxLen, max(batch, min(ctxLen, 512)), 1) + extra,
+		Links:        links,
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("planning into %s: %w", gib(budget), err)
+	}
+	var stream []int
+	for _, l := range plan.Layers {
+		switch l.Tier {
+		case tier.TierB:
+			stream = append(stream, l.Index)
+		case tier.TierC:
+			return nil, 0, fmt.Errorf("planning into %s: layer %d on tier C, which this bench does not stream", gib(budget), l.Index)
+		}
+	}
+	return stream, plan.Depth, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+// pcieMetrics relates a streamed decode pass to the PCIe limit: achieved
+// H2D bandwidth ÷ the pinned peak, and time per pass ÷ (streamed bytes ÷
+// peak). Goals apply where the issue sets them (0: none).
+func (rn *runner) pcieMetrics(prefix, suffix string, streamed int64, perPass time.Duration, minH2D, maxTime float64) []Metric {
+	if streamed == 0 {
+		return nil
+	}
+	peak := rn.ceil.H2D
+	h2d := float64(streamed) / perPass.Seconds()
+	limit := float64(streamed) / peak
+	hr := ratioTo(h2d/1e9, peak/1e9, fmt.Sprintf("pinned H2D peak %.1f GB/s", peak/1e9))
+	tr := ratioTo(ms(perPass), limit*1e3, fmt.Sprintf("PCIe limit %.2f ms (%s ÷ peak)", limit*1e3, gib(streamed)))
+	h := Metric{Key: prefix + "h2d_gbps", Label: "H2D during decode" + suffix, Value: h2d / 1e9, Unit: "GB/s", Ratio: hr}
+	t := Metric{Key: prefix + "time_per_pass_ms", Label: "time per decode pass" + suffix, Value: ms(perPass), Unit: "ms", Ratio: tr}
+	if minH2D > 0 {
+		h.Goal = atLeast(hr, minH2D)
+	}
+	if maxTime > 0 {
+		t.Goal = atMost(tr, maxTime)
+	}
+	return []Metric{h, t}
+}
+
+func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
+	path, err := rn.synthModel(rn.o.Model8B, "8b", "q4_k_m")
+	if err != nil {
+		return err
+	}
+	res.Model = path
+	gm, cpu, _, err := openGGUF(path)
+	if err != nil {
+		return err
+	}
+	defer gm.Close()
+	g, err := rn.load(cpu, enginecuda.Options{MaxSeqs: 1, MaxContext: 1024})
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	defer func() { res.Placement = rn.placement(g, nil, 0, 0, "every layer resident") }()
+
+	rn.o.progress("  prefill of 512 tokens")
+	pf, err := g.TimePrefill(ctx, 512, 4)
+	if err != nil {
+		return err
+	}
+	rn.o.progress("  decode, batch 1: greedy on the device, and the logits row with and without the CUDA graph")
+	// First with Device.Do's hand-offs sleeping (kernels/cuda's default),
+	// then, for the rows with goals, spinning as the engine configures its
+	// GPU (enginecuda.DefaultHandoffSpin, longer than a step, so neither
+	// side sleeps while a generation runs).
+	gs, err := g.TimeDecode(ctx, enginecuda.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128, Greedy: true})
+	if err != nil {
+		return err
+	}
+	rn.dev.SetSpin(enginecuda.DefaultHandoffSpin)
+	defer rn.dev.SetSpin(0)
+	gg, err := g.TimeDecode(ctx, enginecuda.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128, Greedy: true})
+	if err != nil {
+		return err
+	}
+	gr, err := g.TimeDecode(ctx, enginecuda.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128})
+	if err != nil {
+		return err
+	}
+	dr, err := g.TimeDecode(ctx, enginecuda.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128, NoGraphs: true})
+	if err != nil {
+		return err
+	}
+	decG := ratioToPeer(gg.TokensPerSecond, PeerResidentDecode)
+	dec := ratioToPeer(gr.TokensPerSecond, PeerResidentDecode)
+	pre := ratioToPeer(pf.TokensPerSecond, PeerResidentPrefill)
+	res.Metrics = append(res.Metrics,
+		Metric{Key: "decode_tps_graph_greedy", Label: "decode, CUDA graph, greedy on the device (token ids only)", Value: gg.TokensPerSecond, Unit: "tok/s", Ratio: decG, Goal: atLeast(decG, 1.2)},
+		Metric{Key: "decode_tps_graph_greedy_sleep", Label: "decode, CUDA graph, greedy on the device, sleeping Device.Do hand-offs (kernels/cuda's default)",
+			Value: gs.TokensPerSecond, Unit: "tok/s", Ratio: ratioToPeer(gs.TokensPerSecond, PeerResidentDecode)},
+		Metric{Key: "decode_tps_graph", Label: "decode, CUDA graph, logits row to the host", Value: gr.TokensPerSecond, Unit: "tok/s", Ratio: dec, Goal: atLeast(dec, 1.2)},
+		Metric{Key: "decode_tps_nograph", Label: "decode, kernel by kernel, logits row to the host", Value: dr.TokensPerSecond, Unit: "tok/s", Ratio: ratioToPeer(dr.TokensPerSecond, PeerResidentDecode)},
+		Metric{Key: "prefill_tps", Label: "prefill, 512-token prompt", Value: pf.TokensPerSecond, Unit: "tok/s", Ratio: pre, Goal: atLeast(pre, 1)},
+	)
+	if !gr.Graph || !gg.Graph {
+		res.Notes = append(res.Notes, "a graph run did not replay a CUDA graph on every timed step")
+	}
+	if !gg.DeviceSelect {
+		res.Notes = append(res.Notes, "the greedy run did not select its tokens on the device on every timed step")
+	}
+	if gg.CopiesNote != "" {
+		res.Notes = append(res.Notes, gg.CopiesNote)
+	}
+	res.Notes = append(res.Notes, "hand-offs: every decode row but the sleeping one spins Device.Do's hand-offs for up to "+
+		enginecuda.DefaultHandoffSpin.String()+", as the engine (strata run, stratad) configures the GPU: one busy core on each side while a generation runs")
+	res.Notes = append(res.Notes, "greedy on the device: each step's arg max (engine/sample's rule) is taken inside the decode graph and only the "+
+		"token id crosses PCIe, as `strata run`/Generate do for temperature-0 requests; the logits-row runs download the whole "+
+		"vocabulary row into the step as any other sampler needs (the host's arg max that picks the next token is not timed). "+
+		"llama.cpp's tg128 figure samples on the host.")
+
+	rn.o.progress("  decode step profile")
+	prof, err := g.ProfileDecodeStep(ctx, 50)
+	if err != nil {
+		return err
+	}
+	d2d := rn.ceil.D2D / 1e9
+	d2dDesc := fmt.Sprintf("D2D copy %.0f GB/s", d2d)
+	gemvBW := float64(prof.WeightBytes) / prof.GEMV.Seconds() / 1e9
+	stepBW := float64(prof.WeightBytes) / prof.Device.Seconds() / 1e9
+	gbw := ratioTo(gemvBW, d2d, d2dDesc)
+	res.Metrics = append(res.Metrics,
+		Metric{Key: "gemv_gbps", Label: fmt.Sprintf("GEMV effective bandwidth (the step's GEMVs alone, %.3f ms)", ms(prof.GEMV)),
+			Value: gemvBW, Unit: "GB/s", Ratio: gbw, Goal: atLeast(gbw, 0.8)},
+		Metric{Key: "step_gbps", Label: fmt.Sprintf("decode step on the device (%.3f ms)", ms(prof.Device)),
+			Value: stepBW, Unit: "GB/s", Ratio: ratioTo(stepBW, d2d, d2dDesc)},
+		Metric{Key: "launch_host_enqueue_us", Label: fmt.Sprintf("launch: host enqueue per step, kernel by kernel (%d kernels)", prof.Kernels),
+			Value: us(prof.HostEnqueue), Unit: "µs"},
+		Metric{Key: "launch_host_graph_us", Label: "launch: host graph launch per step", Value: us(prof.HostGraphLaunch), Unit: "µs"},
+		Metric{Key: "launch_overhead_nograph_us", Label: "launch overhead per step, kernel by kernel (wall − device time)",
+			Value: us(dr.PerPass - prof.Device), Unit: "µs"},
+		Metric{Key: "launch_overhead_graph_us", Label: "launch overhead per step, CUDA graph, logits row (wall − device time)",
+			Value: us(gr.PerPass - prof.Device), Unit: "µs"},
+		Metric{Key: "launch_overhead_graph_greedy_us", Label: "launch overhead per step, CUDA graph, greedy on the device (wall − device time)",
+			Value: us(gg.PerPass - prof.Device), Unit: "µs"},
+	)
+	for _, v := range []struct {
+		name string
+		t    *enginecuda.DecodeTiming
+	}{{"greedy on the device", gg}, {"logits row", gr}} {
+		h := v.t.Phases
+		res.Notes = append(res.Notes, fmt.Sprintf("host phases per step, graph, %s: hand-off to the device goroutine %.1f µs, enqueue %.1f µs "+
+			"(graph launch returned at %.1f µs), wait for the stream %.1f µs (the step's kernels alone: %.1f µs), hand-off back %.1f µs, results into the step %.1f µs",
+			v.name, us(h.ToDevice), us(h.Enqueue), us(h.Launch), us(h.Wait), us(prof.Device), us(h.FromDevice), us(h.Scatter)))
+	}
+	res.Notes = append(res.Notes,
+		fmt.Sprintf("GEMVs read %s per step (every layer's matrices and the output projection), timed as the step launches them, replayed from a graph of their own; "+
+			"wall − device time also holds the logits' download and the host's share of Forward", gib(prof.WeightBytes)),
+		fmt.Sprintf("per step: %.3f ms wall with the graph and greedy on the device, %.3f ms with the graph and the logits row, %.3f ms without the graph; the graph saves %.0f µs",
+			ms(gg.PerPass), ms(gr.PerPass), ms(dr.PerPass), us(dr.PerPass-gr.PerPass)))
+	return nil
+}
+
+func (rn *runner) streamed(ctx context.Context, res *ScenarioResult) error {
+	path, err := rn.synthModel(rn.o.Model8B, "8b", "q4_k_m")
+	if err != nil {
+		return err
+	}
+	res.Model = path
+	gm, cpu, _, err := openGGUF(path)
+	if err != nil {
+		return err
+	}
+	defer gm.Close()
+	n := cpu.Config.Layers
+	var half []int
+	for l := n / 2; l < n; l++ {
+		half = append(half, l)
+	}
+	res.Title = fmt.Sprintf("8b Q4_K_M, batch 1, layers %d..%d streamed from tier B (pinned host memory)", n/2, n-1)
+	g, err := rn.load(cpu, enginecuda.Options{MaxSeqs: 8, MaxContext: 1024, StreamLayers: half, Slots: 2})
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	defer func() {
+		res.Placement = rn.placement(g, half, 2, 0, "the second half of the layers on tier B (llama.cpp's 16-of-32 split); KV cache for 8 x 1024 positions")
+	}()
+
+	rn.o.progress("  decode, batch 1")
+	d1, err := g.TimeDecode(ctx, enginecuda.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 2, Steps: 16})
+	if err != nil {
+		return err
+	}
+	res.Metrics = append(res.Metrics, Metric{Key: "decode_tps", Label: "decode, batch 1", Value: d1.TokensPerSecond, Unit: "tok/s",
+		Ratio: ratioToPeer(d1.TokensPerSecond, PeerHalfDecode)})
+	res.Metrics = append(res.Metrics, rn.pcieMetrics("", "", g.StreamedBytes(), d1.PerPass, 0.95, 1.05)...)
+
+	rn.o.progress("  prefill of 512 tokens")
+	pf, err := g.TimePrefill(ctx, 512, 2)
+	if err != nil {
+		return err
+	}
+	pre := ratioToPeer(pf.TokensPerSecond, PeerHalfPrefill)
+	res.Metrics = append(res.Metrics, Metric{Key: "prefill_tps", Label: "prefill, 512-token prompt", Value: pf.TokensPerSecond, Unit: "tok/s",
+		Ratio: pre, Goal: atLeast(pre, 4)})
+
+	rn.o.progress("  decode, batch 8")
+	d8, err := g.TimeDecode(ctx, enginecuda.DecodeOptions{Batch: 8, Prompt: 4, Warmup: 2, Steps: 6})
+	if err != nil {
+		return err
+	}
+	res.Metrics = append(res.Metrics, Metric{Key: "decode_b8_tps", Label: "decode, batch 8 (aggregate)", Value: d8.TokensPerSecond, Unit: "tok/s",
+		Ratio: ratioTo(d8.TokensPerSecond, d1.TokensPerSecond, fmt.Sprintf("batch 1 %s tok/s", formatValue(d1.TokensPerSecond)))})
+	return nil
+}
+
+func (rn *runner) big(ctx context.Context, res *ScenarioResult) error {
+	path, err := rn.synthModel(rn.o.Model70B, "70b", "q4_k_m")
+	if err != nil {
+		return err
+	}
+	res.Model = path
+	gm, cpu, sizes, err := openGGUF(path)
+	if err != nil {
+		return err
+	}
+	defer gm.Close()
+	const batch, ctxLen = 8, 512
+	stream, depth, err := rn.planBudget(cpu.Config, sizes, rn.o.Budget70B, ctxLen, batch)
+	if err != nil {
+		return err
+	}
+	g, err := rn.load(cpu, enginecuda.Options{MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: stream, Slots: depth})
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	defer func() {
+		res.Placement = rn.placement(g, stream, depth, rn.o.Budget70B,
+			fmt.Sprintf("planned by engine/tier into the budget, KV cache for %d x %d positions", batch, ctxLen))
+	}()
+
+	rn.o.progress("  decode, batch 1")
+	d1, err := g.TimeDecode(ctx, enginecuda.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 2, Steps: 4})
+	if err != nil {
+		return err
+	}
+	res.Metrics = append(res.Metrics, Metric{Key: "decode_tps", Label: "decode, batch 1", Value: d1.TokensPerSecond, Unit: "tok/s",
+		Ratio: ratioToPeer(d1.TokensPerSecond, Peer70BHalfDecode)})
+	res.Metrics = append(res.Metrics, rn.pcieMetrics("", "", g.StreamedBytes(), d1.PerPass, 0.95, 0)...)
+
+	rn.o.progress("  decode, batch 8")
+	d8, err := g.TimeDecode(ctx, enginecuda.DecodeOptions{Batch: 8, Prompt: 4, Warmup: 2, Steps: 3})
+	if err != nil {
+		return err
+	}
+	vsPeer := ratioToPeer(d8.TokensPerSecond, Peer70BHalfDecode)
+	vsB1 := ratioTo(d8.TokensPerSecond, d1.TokensPerSecond, fmt.Sprintf("batch 1 %s tok/s", formatValue(d1.TokensPerSecond)))
+	res.Metrics = append(res.Metrics,
+		Metric{Key: "decode_b8_tps", Label: "decode, batch 8 (aggregate)", Value: d8.TokensPerSecond, Unit: "tok/s", Ratio: vsPeer, Goal: atLeast(vsPeer, 5)},
+		Metric{Key: "decode_b8_vs_b1", Label: "decode, batch 8 (aggregate) vs batch 1", Value: d8.TokensPerSecond, Unit: "tok/s", Ratio: vsB1, Goal: atLeast(vsB1, 6)},
+	)
+	res.Metrics = append(res.Metrics, rn.pcieMetrics("b8_", ", batch 8", g.StreamedBytes(), d8.PerPass, 0, 0)...)
+	return nil
+}
+
+// bf16Decode is the decode both bf16 runs time.
+var bf16Decode = enginecuda.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 2, Steps: 6}
+
+const bf16Ctx = 512
+
+// budgetDecode plans cpu (of sizes) into budget at batch 1, loads it and
+// times bf16Decode, filling res with the decode figures against the
+// accelerate peer and the PCIe limit.
+func (rn *runner) budgetDecode(ctx context.Context, res *ScenarioResult, cpu *model.Model, sizes tier.Sizes, budget int64, how string) (*enginecuda.DecodeTiming, error) {
+	d, _, err := rn.budgetDecodePacked(ctx, res, cpu, sizes, budget, how, false, 0)
+	return d, err
+}
+
+// budgetDecodePacked is budgetDecode, with tier-B layers packed
+// (enginecuda.Options.PackBF16) when pack is set and scratch bytes of
+// decode buffer accounted in the plan; it also returns the streamed layers.
+func (rn *runner) budgetDecodePacked(ctx context.Context, res *ScenarioResult, cpu *model.Model, sizes tier.Sizes, budget int64, how string, pack bool, scratch int64) (*enginecuda.DecodeTiming, []int, error) {
+	stream, depth, err := rn.planBudgetScratch(cpu.Config, sizes, budget, bf16Ctx, 1, scratch)
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := rn.load(cpu, enginecuda.Options{MaxSeqs: 1, MaxContext: bf16Ctx, StreamLayers: stream, Slots: depth, PackBF16: pack})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer g.Close()
+	defer func() { res.Placement = rn.placement(g, stream, depth, budget, how) }()
+	rn.o.progress("  decode, batch 1")
+	d, err := g.TimeDecode(ctx, bf16Decode)
+	if err != nil {
+		return nil, nil, err
+	}
+	r := ratioToPeer(d.TokensPerSecond, PeerAccelerateBF16)
+	res.Metrics = append(res.Metrics, Metric{Key: "decode_tps", Label: "decode, batch 1", Value: d.TokensPerSecond, Unit: "tok/s", Ratio: r, Goal: atLeast(r, 10)})
+	res.Metrics = append(res.Metrics, rn.pcieMetrics("", "", g.StreamedBytes(), d.PerPass, 0, 0)...)
+	if sb := g.StreamedBytes(); sb > 0 {
+		limit := rn.ceil.H2D / float64(sb)
+		res.Notes = append(res.Notes, fmt.Sprintf("%s cross PCIe per token: at the measured pinned peak no schedule exceeds %.2f tok/s (%.1fx the accelerate figure) at batch 1",
+			gib(sb), limit, limit/PeerAccelerateBF16.Value))
+	}
+	return d, stream, nil
+}
+
+func (rn *runner) bf16(ctx context.Context, res *ScenarioResult) error {
+	path, err := rn.synthModel(rn.o.Model8BBF16, "8b", "bf16")
+	if err != nil {
+		return err
+	}
+	res.Model = path
+	gm, cpu, sizes, err := openGGUF(path)
+	if err != nil {
+		return err
+	}
+	defer gm.Close()
+	d, err := rn.budgetDecode(ctx, res, cpu, sizes, rn.o.BudgetBF16, "planned by engine/tier into the budget, KV cache for 1 x 512 positions")
+	if err != nil {
+		return err
+	}
+	rn.bf16Logits = d.PromptLogits
+	rn.bf16TPS = d.TokensPerSecond
+	return nil
+}
+
+// bf16Packed runs the bf16 8b with its tier-B layers losslessly packed
+// (engine/quant's packed bf16): the planner sees each layer's packed size
+// as its streamed size (smaller slots, fewer bytes per pass) and the
+// decode scratch; the logits must equal the plain run's bit for bit.
+func (rn *runner) bf16Packed(ctx context.Context, res *ScenarioResult) error {
+	path, err := rn.synthModel(rn.o.Model8BBF16, "8b", "bf16")
+	if err != nil {
+		return err
+	}
+	res.Model = path
+	gm, cpu, sizes, err := openGGUF(path)
+	if err != nil {
+		return err
+	}
+	defer gm.Close()
+	rn.o.progress("  sizing the packed layers")
+	t := time.Now()
+	packed, plain, scratch, err := enginecuda.PackedLayerBytes(cpu.Config, cpu.Weights)
+	if err != nil {
+		return err
+	}
+	rn.o.progress("  sized in %s", time.Since(t).Round(100*time.Millisecond))
+	sizes.Streamed = packed
+	d, stream, err := rn.budgetDecodePacked(ctx, res, cpu, sizes, rn.o.BudgetBF16,
+		fmt.Sprintf("planned by engine/tier with the packed sizes as tier-B sizes and the %s decode scratch, KV cache for 1 x 512 positions", gib(scratch)), true, scratch)
+	if err != nil {
+		return err
+	}
+	var p, r int64
+	for _, l := range stream {
+		p += packed[l]
+		r += plain[l]
+	}
+	if r > 0 {
+		res.Metrics = append(res.Metrics, Metric{Key: "pack_ratio", Label: "streamed bytes packed ÷ plain bf16 (lossless)", Value: float64(p) / float64(r), Unit: "",
+			Ratio: ratioTo(float64(p), float64(r), fmt.Sprintf("plain %s for the same %d layers", gib(r), len(stream)))})
+	}
+	if rn.bf16TPS > 0 {
+		res.Metrics = append(res.Metrics, Metric{Key: "decode_vs_plain", Label: "decode, batch 1, vs the plain bf16 run", Value: d.TokensPerSecond, Unit: "tok/s",
+			Ratio: ratioTo(d.TokensPerSecond, rn.bf16TPS, fmt.Sprintf("plain bf16 %s tok/s", formatValue(rn.bf16TPS)))})
+	}
+	if want := rn.bf16Logits; len(want) == len(d.PromptLogits) && len(want) > 0 {
+		diff := 0
+		for i, v := range d.PromptLogits {
+			if math.Float32bits(v) != math.Float32bits(want[i]) {
+				diff++
+			}
+		}
+		same := 0.0
+		if diff == 0 {
+			same = 1
+		}
+		res.Metrics = append(res.Metrics, Metric{Key: "logits_bit_identical", Label: "logits after the prompt bit-identical to the plain bf16 run's (1 yes, 0 no)", Value: same, Unit: ""})
+		if diff > 0 {
+			res.Notes = append(res.Notes, fmt.Sprintf("%d of %d logits differ from the plain bf16 run: the packed path is NOT lossless here", diff, len(want)))
+		}
+	}
+	res.Notes = append(res.Notes, "lossless: the same bf16 weights, packed on the host at load and decoded on the GPU bit for bit before use; the accelerate peer is bf16, so this ratio is like for like")
+	return nil
+}
+
+func (rn *runner) int8(ctx context.Context, res *ScenarioResult) error {
+	src, err := rn.synthModel(rn.o.Model8BBF16, "8b", "bf16")
+	if err != nil {
+		return err
+	}
+	path, err := rn.int8Pool(ctx, rn.o.Pool8BInt8, src)
+	if err != nil {
+		return err
+	}
+	res.Model = path
+	pool, err := tier.OpenPool(path)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if pool.Type() != tier.TypeINT8 {
+		return fmt.Errorf("%s is a %q pool, want %q", path, pool.Type(), tier.TypeINT8)
+	}
+	rn.o.progress("  verifying the pool's extents")
+	cpu, err := pool.Model()
+	if err != nil {
+		return err
+	}
+	d, err := rn.budgetDecode(ctx, res, cpu, pool.Sizes(), rn.o.BudgetBF16, "planned by engine/tier into the budget, KV cache for 1 x 512 positions")
+	if err != nil {
+		return err
+	}
+	res.Notes = append(res.Notes, "INT8-row requantizes every matrix of the bf16 model (one float32 scale per row): about half the bytes "+
+		"to stream, different numerics; the peer figure is bf16, so this ratio is not like for like")
+	if want := rn.bf16Logits; len(want) == len(d.PromptLogits) && len(want) > 0 {
+		e := nmse(d.PromptLogits, want)
+		same := 0.0
+		if argmax(d.PromptLogits) == argmax(want) {
+			same = 1
+		}
+		res.Metrics = append(res.Metrics,
+			Metric{Key: "logits_nmse_vs_bf16", Label: "logits after the prompt vs the bf16 model's, NMSE", Value: e, Unit: ""},
+			Metric{Key: "greedy_match_bf16", Label: "same greedy token as the bf16 model after the prompt (1 yes, 0 no)", Value: same, Unit: ""},
+		)
+	}
+	return nil
+}
+
+// nmse is sum((got-want)²) ÷ sum(want²).
+func nmse(got, want []float32) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	if den == 0 {
+		return num
+	}
+	return num / den
+}
+
+func argmax(v []float32) int {
+	best, bi := float32(math.Inf(-1)), 0
+	for i, x := range v {
+		if x > best {
+			best, bi = x, i
+		}
+	}
+	return bi
+}

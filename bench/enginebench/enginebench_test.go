@@ -1,0 +1,241 @@
+package enginebench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	kcuda "github.com/strata-llm/strata/kernels/cuda"
+)
+
+func TestParseScenarios(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []Scenario
+		err  string
+	}{
+		{in: "all", want: AllScenarios},
+		{in: "bf16,resident", want: []Scenario{Resident, BF16}},
+		{in: " 70B , streamed,70b", want: []Scenario{Streamed, Big}},
+		{in: "resident,all", want: AllScenarios},
+		{in: "", err: "no scenario"},
+		{in: ",", err: "no scenario"},
+		{in: "resident,fast", err: `unknown scenario "fast"`},
+	} {
+		t.Run(c.in, func(t *testing.T) {
+			got, err := ParseScenarios(c.in)
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("got %v, %v; want error %q", got, err, c.err)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, c.want) {
+				t.Fatalf("got %v, %v; want %v", got, err, c.want)
+			}
+		})
+	}
+}
+
+func TestGoals(t *testing.T) {
+	nan := &Ratio{Value: math.NaN()}
+	for _, c := range []struct {
+		name string
+		g    *Goal
+		want bool
+	}{
+		{"at least, above", atLeast(ratioTo(2, 1, ""), 1.2), true},
+		{"at least, equal", atLeast(ratioTo(1.2, 1, ""), 1.2), true},
+		{"at least, below", atLeast(ratioToPeer(186.9, PeerResidentDecode), 1.2), false},
+		{"at most, below", atMost(ratioTo(1.021, 1, ""), 1.05), true},
+		{"at most, above", atMost(ratioTo(1.2, 1, ""), 1.05), false},
+		{"NaN never meets", atLeast(nan, 0), false},
+		{"NaN never meets at most", atMost(nan, 10), false},
+		{"no ratio", atLeast(nil, 0), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.g.Met != c.want {
+				t.Fatalf("%+v: met %v, want %v", c.g, c.g.Met, c.want)
+			}
+		})
+	}
+	r := ratioToPeer(26.3*2, PeerHalfDecode)
+	if r.Value != 2 || r.Peer == nil || r.Peer.Value != 26.3 || r.Basis != "llama.cpp 26.30 tok/s" {
+		t.Fatalf("peer ratio %+v", r)
+	}
+}
+
+// sampleReport is a report as a run would fill it (figures from NOTES.md).
+func sampleReport() *Report {
+	dec := ratioToPeer(186.9, PeerResidentDecode)
+	h2d := ratioTo(54.3, 55.4, "pinned H2D peak 55.4 GB/s")
+	tpt := ratioTo(38.6, 37.76, "PCIe limit 37.76 ms (1.95 GiB ÷ peak)")
+	return &Report{
+		Device: "NVIDIA H200", ComputeCapability: "9.0", DeviceMemory: 150 << 30,
+		Started: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), Seconds: 161,
+		Ceilings:   Ceilings{D2D: 4241e9, D2DBytes: 1 << 30, H2D: 55.4e9, H2DBytes: 256 << 20},
+		PeerSource: PeerSource,
+		Scenarios: []ScenarioResult{
+			{Scenario: Resident, Title: "8b Q4_K_M, batch 1", Model: "/dev/shm/llama-8b-q4_k_m-seed1.gguf", Seconds: 9,
+				Placement: &Placement{Layers: 32, Resident: 32, WeightBytes: 4918000000, DeviceBytes: 6 << 30, How: "every layer resident"},
+				Metrics: []Metric{
+					{Key: "decode_tps_graph", Label: "decode, CUDA graph", Value: 186.9, Unit: "tok/s", Ratio: dec, Goal: atLeast(dec, 1.2)},
+					{Key: "launch_host_graph_us", Label: "launch: host graph launch per step", Value: 11.1, Unit: "µs"},
+				}},
+			{Scenario: Streamed, Title: "8b half streamed", Model: "m.gguf", Seconds: 5,
+				Placement: &Placement{Layers: 32, Resident: 16, Streamed: 16, Slots: 2, WeightBytes: 2 << 30, StreamedBytes: 2 << 30, How: "second half"},
+				Metrics: []Metric{
+					{Key: "h2d_gbps", Label: "H2D during decode", Value: 54.3, Unit: "GB/s", Ratio: h2d, Goal: atLeast(h2d, 0.95)},
+					{Key: "time_per_pass_ms", Label: "time per decode pass", Value: 38.6, Unit: "ms", Ratio: tpt, Goal: atMost(tpt, 1.05)},
+				}},
+			{Scenario: BF16, Variant: "int8", Title: "INT8-row variant", Model: "p.pool", Error: "loading: out of memory",
+				Notes: []string{"INT8-row is lossy"}},
+		},
+	}
+}
+
+func TestWriteText(t *testing.T) {
+	var b bytes.Buffer
+	r := sampleReport()
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"strata bench engine on NVIDIA H200 (GPU 0, sm 9.0, 150.00 GiB), started 2026-11-30T12:00:00Z, took 2m41s",
+		"not measured by this run",
+		"device-to-device copy     4241.0 GB/s (read + write, 1 GiB copies)",
+		"pinned host-to-device       55.4 GB/s (256 MiB copies)",
+		"[resident] 8b Q4_K_M, batch 1 (9 s)",
+		"placement: 32 of 32 layers resident (4.58 GiB of weights); every layer resident",
+		"device memory taken: 6.00 GiB\n",
+		"0.715x llama.cpp 261.4 tok/s*",
+		">= 1.2: MISS",
+		"* llama.cpp 261.4 tok/s: 8b, all 32 layers on the GPU, tg128",
+		"11.10 µs",
+		"[streamed] 8b half streamed",
+		"16 of 32 layers resident (2.00 GiB of weights), 16 streamed from pinned host memory (2.00 GiB per pass) through 2 device slots; second half",
+		"0.980x pinned H2D peak 55.4 GB/s",
+		">= 0.95: met",
+		"1.022x PCIe limit 37.76 ms (1.95 GiB ÷ peak)",
+		"<= 1.05: met",
+		"[bf16/int8] INT8-row variant",
+		"note: INT8-row is lossy",
+		"FAILED: loading: out of memory",
+		"goals met: 2 of 3",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	// The streamed row's reference mark belongs only to peer figures.
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "pinned H2D peak") && strings.Contains(line, "*") {
+			t.Errorf("measured basis marked as a reference: %q", line)
+		}
+	}
+	if !r.Failed() {
+		t.Error("a report with a FAILED scenario does not say it failed")
+	}
+	if met, total := r.Goals(); met != 2 || total != 3 {
+		t.Errorf("goals %d of %d", met, total)
+	}
+}
+
+func TestReportJSON(t *testing.T) {
+	r := sampleReport()
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Ceilings != r.Ceilings || len(back.Scenarios) != 3 || back.Scenarios[2].Error == "" || back.PeerSource != PeerSource {
+		t.Fatalf("round trip: %+v", back)
+	}
+	m := back.Scenarios[0].Metrics[0]
+	if m.Key != "decode_tps_graph" || m.Ratio == nil || m.Ratio.Peer == nil || m.Ratio.Peer.System != "llama.cpp" || m.Goal == nil || m.Goal.Met {
+		t.Fatalf("metric %+v", m)
+	}
+	// Scripts read these names.
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"device", "ceilings", "scenarios", "peer_source", "seconds"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("no %q in %s", k, b)
+		}
+	}
+	sc := raw["scenarios"].([]any)[1].(map[string]any)
+	met := sc["metrics"].([]any)[0].(map[string]any)
+	if met["ratio"].(map[string]any)["peer"] != nil {
+		t.Errorf("a measured basis carries a peer: %v", met)
+	}
+	if sc["placement"].(map[string]any)["streamed_bytes_per_pass"].(float64) != 2<<30 {
+		t.Errorf("placement %v", sc["placement"])
+	}
+}
+
+func TestOptions(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		o    Options
+		err  string
+	}{
+		{"negative gpu", Options{GPU: -1}, "GPU ordinal"},
+		{"negative budget", Options{Budget70B: -5}, "negative device budget"},
+		{"unknown scenario", Options{Scenarios: []Scenario{"fast"}}, "unknown scenario"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Run(context.Background(), c.o)
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Fatalf("Run: %v, want %q", err, c.err)
+			}
+		})
+	}
+	var o Options
+	if err := o.fill(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.Scenarios, AllScenarios) || o.Budget70B != 24<<30 || o.BudgetBF16 != 6<<30 || o.SynthDir == "" {
+		t.Fatalf("defaults %+v", o)
+	}
+}
+
+// TestRunWithoutGPU: on a host without a usable GPU, Run says CUDA is
+// unavailable before writing any model.
+func TestRunWithoutGPU(t *testing.T) {
+	if kcuda.Load() == nil {
+		if n, err := kcuda.DeviceCount(); err == nil && n > 0 {
+			t.Skip("a GPU is present: Run would measure it")
+		}
+	}
+	dir := t.TempDir()
+	r, err := Run(context.Background(), Options{SynthDir: dir})
+	if !errors.Is(err, kcuda.ErrUnavailable) || r != nil || !strings.Contains(err.Error(), "CUDA unavailable: ") {
+		t.Fatalf("Run = %v, %v; want CUDA unavailable", r, err)
+	}
+}
+
+func TestPercent(t *testing.T) {
+	var got []string
+	o := &Options{Progress: func(s string) { got = append(got, s) }}
+	rn := &runner{o: o}
+	p := rn.percent("x")
+	for done := int64(0); done <= 1000; done += 7 {
+		p(done, 1000)
+	}
+	p(1000, 1000)
+	if len(got) != 9 || got[0] != "  x: 10%" || got[8] != "  x: 90%" {
+		t.Fatalf("%q", got)
+	}
+}

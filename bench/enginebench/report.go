@@ -1,0 +1,312 @@
+package enginebench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Peer is a figure another system reached on the same H200, copied from
+// issue 5's table: a reference constant, never measured by this package.
+// Reports print it marked as such next to the ratio it anchors.
+type Peer struct {
+	// System and Setup say what ran and how ("llama.cpp", "all 32 layers
+	// on the GPU").
+	System string `json:"system"`
+	Setup  string `json:"setup"`
+	// Value is the figure, in Unit.
+	Value float64 `json:"value"`
+	Unit  string  `json:"unit"`
+}
+
+// PeerSource says where every Peer comes from; reports print it once.
+const PeerSource = "peer figures (marked *) are reference constants copied from issue 5's table — " +
+	"llama.cpp (CUDA, commit 3f545be, llama-bench pp512/tg128) and Hugging Face transformers + accelerate, " +
+	"measured by others on the same H200 on 2026-11-29 — not measured by this run"
+
+// The peer figures of issue 5's table, on synthetic random-weight
+// Llama-3.1 shapes in Q4_K_M (the models `strata model synth` writes), and
+// transformers + accelerate on a bf16 8b with a 6 GiB GPU budget.
+var (
+	PeerResidentDecode  = Peer{"llama.cpp", "8b, all 32 layers on the GPU, tg128", 261.4, "tok/s"}
+	PeerResidentPrefill = Peer{"llama.cpp", "8b, all 32 layers on the GPU, pp512", 9391, "tok/s"}
+	PeerHalfDecode      = Peer{"llama.cpp", "8b, 16 of 32 layers on the GPU, the rest on 16 CPU threads, tg128", 26.3, "tok/s"}
+	PeerHalfPrefill     = Peer{"llama.cpp", "8b, 16 of 32 layers on the GPU, the rest on 16 CPU threads, pp512", 1332, "tok/s"}
+	Peer70BHalfDecode   = Peer{"llama.cpp", "70b, 40 of 80 layers on the GPU, the rest on the CPU, tg128", 3.06, "tok/s"}
+	PeerAccelerateBF16  = Peer{"transformers + accelerate", "bf16 8b, 6 GiB GPU budget (9 of 32 layers on the GPU)", 0.60, "tok/s"}
+)
+
+// Goal is a target a ratio must meet: Ratio Op Target, Op ">=" or "<=".
+type Goal struct {
+	Op     string  `json:"op"`
+	Target float64 `json:"target"`
+	// Met reports whether the measured ratio meets it.
+	Met bool `json:"met"`
+}
+
+// Metric is one measured figure, with the ratio that judges it where
+// there is one.
+type Metric struct {
+	// Key names the metric for scripts ("decode_tps_graph").
+	Key   string  `json:"key"`
+	Label string  `json:"label"`
+	Value float64 `json:"value"`
+	Unit  string  `json:"unit"`
+	// Ratio is Value ÷ Basis (or, for a time against its limit, time ÷
+	// limit); nil when the figure stands alone.
+	Ratio *Ratio `json:"ratio,omitempty"`
+	// Goal is issue 5's target for Ratio, if it sets one.
+	Goal *Goal `json:"goal,omitempty"`
+}
+
+// Ratio relates a metric to its basis: a ceiling or another figure
+// measured in the same run, or a peer's reference figure.
+type Ratio struct {
+	Value float64 `json:"value"`
+	// Basis describes the denominator ("pinned H2D peak 55.4 GB/s").
+	Basis      string  `json:"basis"`
+	BasisValue float64 `json:"basis_value"`
+	// Peer is set when the basis is a reference constant from the issue
+	// rather than a measurement of this run.
+	Peer *Peer `json:"peer,omitempty"`
+}
+
+// Placement says where a scenario's layers lived.
+type Placement struct {
+	Layers   int `json:"layers"`
+	Resident int `json:"resident_layers"`
+	Streamed int `json:"streamed_layers"`
+	// Slots is the pipeline depth k (device slots streamed layers rotate
+	// through); 0 when every layer is resident.
+	Slots         int   `json:"slots,omitempty"`
+	WeightBytes   int64 `json:"resident_weight_bytes"`
+	StreamedBytes int64 `json:"streamed_bytes_per_pass"`
+	// Budget is the device memory budget the placement was planned for (0:
+	// none, or a fixed layer split); DeviceBytes the device memory the
+	// loaded model took, measured (free memory before loading minus after
+	// its passes).
+	Budget      int64 `json:"budget_bytes,omitempty"`
+	DeviceBytes int64 `json:"device_bytes"`
+	// How says how the placement was chosen.
+	How string `json:"how"`
+}
+
+// ScenarioResult is one scenario's measurements.
+type ScenarioResult struct {
+	Scenario Scenario `json:"scenario"`
+	// Variant tells apart two runs of one scenario (the bf16 scenario's
+	// INT8-row variant); empty for the main run.
+	Variant   string     `json:"variant,omitempty"`
+	Title     string     `json:"title"`
+	Model     string     `json:"model"`
+	Placement *Placement `json:"placement,omitempty"`
+	Metrics   []Metric   `json:"metrics"`
+	Notes     []string   `json:"notes,omitempty"`
+	// Error is why the scenario did not finish (its metrics are then
+	// those measured before the failure).
+	Error   string  `json:"error,omitempty"`
+	Seconds float64 `json:"seconds"`
+}
+
+// Ceilings are the link speeds every ratio of a run divides by, measured
+// at its start.
+type Ceilings struct {
+	// D2D is device-to-device copy bandwidth, bytes read + written per
+	// second (D2DBytes per copy).
+	D2D      float64 `json:"d2d_bytes_per_s"`
+	D2DBytes int64   `json:"d2d_copy_bytes"`
+	// H2D is pinned host-to-device copy bandwidth (H2DBytes per copy).
+	H2D      float64 `json:"h2d_pinned_bytes_per_s"`
+	H2DBytes int64   `json:"h2d_copy_bytes"`
+}
+
+// Report is a whole `strata bench engine` run.
+type Report struct {
+	Device            string           `json:"device"`
+	Ordinal           int              `json:"gpu"`
+	ComputeCapability string           `json:"compute_capability"`
+	DeviceMemory      int64            `json:"device_memory_bytes"`
+	Started           time.Time        `json:"started"`
+	Seconds           float64          `json:"seconds"`
+	Ceilings          Ceilings         `json:"ceilings"`
+	Scenarios         []ScenarioResult `json:"scenarios"`
+	PeerSource        string           `json:"peer_source"`
+	// Command is the command line that produced the report, when the
+	// caller records it.
+	Command string `json:"command,omitempty"`
+}
+
+// Failed reports whether any scenario stopped with an error.
+func (r *Report) Failed() bool {
+	for _, s := range r.Scenarios {
+		if s.Error != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// Goals counts the goals the run judged and those it met.
+func (r *Report) Goals() (met, total int) {
+	for _, s := range r.Scenarios {
+		for _, m := range s.Metrics {
+			if m.Goal != nil {
+				total++
+				if m.Goal.Met {
+					met++
+				}
+			}
+		}
+	}
+	return met, total
+}
+
+// ratioTo relates value to a basis measured in this run.
+func ratioTo(value, basis float64, desc string) *Ratio {
+	return &Ratio{Value: value / basis, Basis: desc, BasisValue: basis}
+}
+
+// ratioToPeer relates value to a peer's reference figure.
+func ratioToPeer(value float64, p Peer) *Ratio {
+	pp := p
+	return &Ratio{Value: value / p.Value, Basis: fmt.Sprintf("%s %s %s", p.System, formatValue(p.Value), p.Unit), BasisValue: p.Value, Peer: &pp}
+}
+
+// atLeast and atMost build a goal judged on ratio r.
+func atLeast(r *Ratio, target float64) *Goal {
+	return &Goal{Op: ">=", Target: target, Met: r != nil && r.Value >= target && !math.IsNaN(r.Value)}
+}
+
+func atMost(r *Ratio, target float64) *Goal {
+	return &Goal{Op: "<=", Target: target, Met: r != nil && r.Value <= target && !math.IsNaN(r.Value)}
+}
+
+// formatValue prints a figure with about four significant digits.
+func formatValue(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case a == 0:
+		return "0"
+	case a >= 1000:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 100:
+		return fmt.Sprintf("%.1f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.2f", v)
+	default:
+		return fmt.Sprintf("%.3g", v)
+	}
+}
+
+// formatRatio prints a ratio with three decimals below 10.
+func formatRatio(r float64) string {
+	if math.Abs(r) >= 10 {
+		return fmt.Sprintf("%.1f", r)
+	}
+	return fmt.Sprintf("%.3f", r)
+}
+
+func gib(n int64) string { return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30)) }
+
+// WriteText renders the report as the tables `strata bench engine` prints:
+// the ceilings, then per scenario its placement and one row per metric
+// with its ratio, goal and verdict.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "strata bench engine on %s (GPU %d, sm %s, %s), started %s, took %s\n",
+		r.Device, r.Ordinal, r.ComputeCapability, gib(r.DeviceMemory), r.Started.UTC().Format(time.RFC3339),
+		(time.Duration(r.Seconds * 1e9)).Round(time.Second))
+	if r.Command != "" {
+		fmt.Fprintf(&b, "command: %s\n", r.Command)
+	}
+	fmt.Fprintf(&b, "%s\n\n", r.PeerSource)
+	c := r.Ceilings
+	fmt.Fprintf(&b, "ceilings, measured in this run:\n")
+	fmt.Fprintf(&b, "  device-to-device copy   %8.1f GB/s (read + write, %s copies)\n", c.D2D/1e9, sizeName(c.D2DBytes))
+	fmt.Fprintf(&b, "  pinned host-to-device   %8.1f GB/s (%s copies)\n", c.H2D/1e9, sizeName(c.H2DBytes))
+	for _, s := range r.Scenarios {
+		name := string(s.Scenario)
+		if s.Variant != "" {
+			name += "/" + s.Variant
+		}
+		fmt.Fprintf(&b, "\n[%s] %s (%.0f s)\n", name, s.Title, s.Seconds)
+		fmt.Fprintf(&b, "  model: %s\n", s.Model)
+		if p := s.Placement; p != nil {
+			fmt.Fprintf(&b, "  placement: %d of %d layers resident (%s of weights)", p.Resident, p.Layers, gib(p.WeightBytes))
+			if p.Streamed > 0 {
+				fmt.Fprintf(&b, ", %d streamed from pinned host memory (%s per pass) through %d device slots",
+					p.Streamed, gib(p.StreamedBytes), p.Slots)
+			}
+			fmt.Fprintf(&b, "; %s\n", p.How)
+			if p.DeviceBytes > 0 {
+				fmt.Fprintf(&b, "  device memory taken: %s", gib(p.DeviceBytes))
+				if p.Budget > 0 {
+					fmt.Fprintf(&b, " of the %s budget", gib(p.Budget))
+				}
+				b.WriteString("\n")
+			}
+		}
+		if len(s.Metrics) > 0 {
+			tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "  metric\tvalue\tratio\tgoal")
+			for _, m := range s.Metrics {
+				ratio, goal := "", ""
+				if m.Ratio != nil {
+					mark := ""
+					if m.Ratio.Peer != nil {
+						mark = "*"
+					}
+					ratio = fmt.Sprintf("%sx %s%s", formatRatio(m.Ratio.Value), m.Ratio.Basis, mark)
+				}
+				if g := m.Goal; g != nil {
+					verdict := "MISS"
+					if g.Met {
+						verdict = "met"
+					}
+					goal = fmt.Sprintf("%s %g: %s", g.Op, g.Target, verdict)
+				}
+				fmt.Fprintf(tw, "  %s\t%s %s\t%s\t%s\n", m.Label, formatValue(m.Value), m.Unit, ratio, goal)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		}
+		var peers []string
+		for _, m := range s.Metrics {
+			if m.Ratio != nil && m.Ratio.Peer != nil {
+				p := fmt.Sprintf("  * %s: %s", m.Ratio.Basis, m.Ratio.Peer.Setup)
+				if !slices.Contains(peers, p) {
+					peers = append(peers, p)
+				}
+			}
+		}
+		for _, p := range peers {
+			fmt.Fprintln(&b, p)
+		}
+		for _, n := range s.Notes {
+			fmt.Fprintf(&b, "  note: %s\n", n)
+		}
+		if s.Error != "" {
+			fmt.Fprintf(&b, "  FAILED: %s\n", s.Error)
+		}
+	}
+	met, total := r.Goals()
+	fmt.Fprintf(&b, "\ngoals met: %d of %d\n", met, total)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// sizeName prints a power-of-two byte count compactly (1 GiB, 256 MiB).
+func sizeName(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d B", n)
+}

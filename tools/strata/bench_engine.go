@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/strata-llm/strata/bench/enginebench"
+)
+
+func init() { registerBenchCommand(benchEngineCommand) }
+
+// defaultSynthDir is where `strata bench engine` writes the synthetic
+// models it needs: the user's cache, not /dev/shm, since the 70b alone
+// takes 40 GiB (on the H200 host, pass --synth-dir /dev/shm).
+func defaultSynthDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "strata", "synth")
+	}
+	return filepath.Join(os.TempDir(), "strata-synth")
+}
+
+func benchEngineCommand() *cli.Command {
+	return &cli.Command{
+		Name: "engine",
+		Usage: "measure the GPU engine in one run: the ceilings (device-to-device copy, pinned host-to-device), then the scenarios " +
+			"(resident 8b, 8b half streamed, 70b in 24 GiB, bf16 8b in 6 GiB and its INT8-row variant), each figure as a ratio " +
+			"to a ceiling of the same run or to a peer's reference figure, with the goals. Without a usable GPU it says " +
+			"\"CUDA unavailable: …\" and exits 6",
+		ArgsUsage: " ",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "only", Value: "all", Usage: "scenarios to run, comma-separated: resident, streamed, 70b, bf16 (or all)"},
+			&cli.StringFlag{Name: "model-8b", Usage: "llama 8b Q4_K_M GGUF for resident and streamed (default: the synthetic one in --synth-dir)"},
+			&cli.StringFlag{Name: "model-70b", Usage: "llama 70b Q4_K_M GGUF (default: the synthetic one in --synth-dir)"},
+			&cli.StringFlag{Name: "model-8b-bf16", Usage: "llama 8b bf16 GGUF (default: the synthetic one in --synth-dir)"},
+			&cli.StringFlag{Name: "pool-8b-int8", Usage: "INT8-row prefab pool of the bf16 8b (default: prefabbed from it into --synth-dir)"},
+			&cli.StringFlag{Name: "synth-dir", Value: defaultSynthDir(), Usage: "where missing synthetic models are written (all four scenarios: ~70 GiB; /dev/shm on the H200 host)"},
+			&cli.StringFlag{Name: "vram-70b", Value: "24GiB", Usage: "device memory budget of the 70b scenario"},
+			&cli.StringFlag{Name: "vram-bf16", Value: "6GiB", Usage: "device memory budget of the bf16 scenario"},
+			&cli.BoolFlag{Name: "int8", Value: true, Usage: "also run the bf16 scenario's INT8-row variant"},
+			&cli.IntFlag{Name: "gpu", Usage: "CUDA device ordinal"},
+			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
+			&cli.StringFlag{Name: "json-file", Usage: "also write the report as JSON to this file (one run, both forms)"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
+		},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			o, err := benchEngineOptions(cmd)
+			if err != nil {
+				return err
+			}
+			if !cmd.Bool("quiet") {
+				start := time.Now()
+				o.Progress = func(msg string) {
+					fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(start).Seconds(), msg)
+				}
+			}
+			r, err := enginebench.Run(ctx, o)
+			if r == nil {
+				return cudaErr(err)
+			}
+			r.Command = strings.Join(os.Args, " ")
+			if perr := printBenchEngine(r, cmd.Bool("json")); perr != nil && err == nil {
+				err = perr
+			}
+			if p := cmd.String("json-file"); p != "" {
+				if werr := writeJSONFile(p, r); werr != nil && err == nil {
+					err = werr
+				}
+			}
+			if err != nil {
+				return cudaErr(err)
+			}
+			if r.Failed() {
+				return errors.New("bench engine: a scenario failed (see its FAILED line)")
+			}
+			return nil
+		},
+	}
+}
+
+// benchEngineOptions turns the flags into the run's options.
+func benchEngineOptions(cmd *cli.Command) (enginebench.Options, error) {
+	var o enginebench.Options
+	if cmd.Args().Len() != 0 {
+		return o, usagef("bench engine: takes no arguments (name models with --model-8b, --model-70b, --model-8b-bf16, --pool-8b-int8)")
+	}
+	sc, err := enginebench.ParseScenarios(cmd.String("only"))
+	if err != nil {
+		return o, usagef("bench engine: --only: %v", err)
+	}
+	if cmd.Int("gpu") < 0 {
+		return o, usagef("bench engine: --gpu must not be negative")
+	}
+	for _, b := range []struct {
+		flag string
+		dst  *int64
+	}{{"vram-70b", &o.Budget70B}, {"vram-bf16", &o.BudgetBF16}} {
+		n, err := parseBytes(cmd.String(b.flag))
+		if err != nil || n <= 0 {
+			return o, usagef("bench engine: --%s %q: want a positive byte count such as 24GiB", b.flag, cmd.String(b.flag))
+		}
+		*b.dst = n
+	}
+	if cmd.String("synth-dir") == "" {
+		return o, usagef("bench engine: --synth-dir must not be empty")
+	}
+	o.Scenarios = sc
+	o.GPU = int(cmd.Int("gpu"))
+	o.Model8B, o.Model70B = cmd.String("model-8b"), cmd.String("model-70b")
+	o.Model8BBF16, o.Pool8BInt8 = cmd.String("model-8b-bf16"), cmd.String("pool-8b-int8")
+	o.SynthDir = cmd.String("synth-dir")
+	o.NoInt8 = !cmd.Bool("int8")
+	return o, nil
+}
+
+// writeJSONFile writes v as indented JSON to path, atomically.
+func writeJSONFile(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("--json-file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("--json-file: %w", err)
+	}
+	return nil
+}
+
+// printBenchEngine writes the report to stdout, as text or JSON.
+func printBenchEngine(r *enginebench.Report, asJSON bool) error {
+	if asJSON {
+		return printJSON(r)
+	}
+	return r.WriteText(os.Stdout)
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/strata-llm/strata/bench/enginebench"
+)
+
+// TestBenchEngineFlags checks how `strata bench engine`'s flags become the
+// run's options, and that bad ones are usage errors.
+func TestBenchEngineFlags(t *testing.T) {
+	parse := func(args ...string) (enginebench.Options, error) {
+		cmd := benchEngineCommand()
+		var o enginebench.Options
+		var perr error
+		cmd.Action = func(ctx context.Context, c *cli.Command) error {
+			o, perr = benchEngineOptions(c)
+			return nil
+		}
+		if err := cmd.Run(context.Background(), append([]string{"engine"}, args...)); err != nil {
+			return o, err
+		}
+		return o, perr
+	}
+	for _, c := range []struct {
+		name  string
+		args  []string
+		check func(o enginebench.Options) bool
+		usage string
+	}{
+		{name: "defaults", check: func(o enginebench.Options) bool {
+			return slices.Equal(o.Scenarios, enginebench.AllScenarios) && o.Budget70B == 24<<30 && o.BudgetBF16 == 6<<30 &&
+				!o.NoInt8 && o.GPU == 0 && o.SynthDir == defaultSynthDir() && o.Model8B == "" && o.Pool8BInt8 == ""
+		}},
+		{name: "only and models", args: []string{"--only", "bf16,70b", "--model-8b", "a.gguf", "--model-70b", "b.gguf",
+			"--model-8b-bf16", "c.gguf", "--pool-8b-int8", "d.pool", "--synth-dir", "/dev/shm", "--gpu", "1", "--int8=false"},
+			check: func(o enginebench.Options) bool {
+				return slices.Equal(o.Scenarios, []enginebench.Scenario{enginebench.Big, enginebench.BF16}) &&
+					o.Model8B == "a.gguf" && o.Model70B == "b.gguf" && o.Model8BBF16 == "c.gguf" && o.Pool8BInt8 == "d.pool" &&
+					o.SynthDir == "/dev/shm" && o.GPU == 1 && o.NoInt8
+			}},
+		{name: "budgets", args: []string{"--vram-70b", "16G", "--vram-bf16", "8GiB"}, check: func(o enginebench.Options) bool {
+			return o.Budget70B == 16<<30 && o.BudgetBF16 == 8<<30
+		}},
+		{name: "unknown scenario", args: []string{"--only", "resident,quick"}, usage: "unknown scenario"},
+		{name: "bad budget", args: []string{"--vram-70b", "lots"}, usage: "--vram-70b"},
+		{name: "zero budget", args: []string{"--vram-bf16", "0"}, usage: "--vram-bf16"},
+		{name: "negative gpu", args: []string{"--gpu", "-1"}, usage: "--gpu"},
+		{name: "empty synth dir", args: []string{"--synth-dir", ""}, usage: "--synth-dir"},
+		{name: "argument", args: []string{"model.gguf"}, usage: "takes no arguments"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o, err := parse(c.args...)
+			if c.usage != "" {
+				var ue usageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.usage) {
+					t.Fatalf("got %v, want a usage error about %q", err, c.usage)
+				}
+				return
+			}
+			if err != nil || !c.check(o) {
+				t.Fatalf("options %+v, %v", o, err)
+			}
+		})
+	}
+}
+
+// TestBenchEngineNoGPU runs the binary where there is no GPU: it must say
+// "CUDA unavailable: …" and exit 6 without writing a model.
+func TestBenchEngineNoGPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	if !noGPU() {
+		t.Skip("a GPU is present: the command would measure it")
+	}
+	bin := buildStrata(t)
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"bench", "engine", "--synth-dir", dir},
+		{"bench", "engine", "--synth-dir", dir, "--only", "resident", "--json"},
+	} {
+		out, stderr, code := runStrata(t, bin, "", args...)
+		if code != exitBusy || !strings.Contains(stderr, "CUDA unavailable: ") || out != "" {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q", args, code, out, stderr)
+		}
+	}
+	if ents, _ := filepath.Glob(filepath.Join(dir, "*")); len(ents) != 0 {
+		t.Fatalf("wrote %v without a GPU", ents)
+	}
+	_, stderr, code := runStrata(t, bin, "", "bench", "engine", "--only", "nope")
+	if code != exitUsage || !strings.Contains(stderr, "unknown scenario") {
+		t.Fatalf("bad --only: exit %d, %s", code, stderr)
+	}
+}
+
+// TestBenchEngineJSONFile: --json-file writes the same report the run
+// printed, as JSON.
+func TestBenchEngineJSONFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.json")
+	r := &enginebench.Report{Device: "NVIDIA H200", Ceilings: enginebench.Ceilings{H2D: 55.4e9},
+		Scenarios: []enginebench.ScenarioResult{{Scenario: enginebench.Resident, Metrics: []enginebench.Metric{{Key: "decode_tps_graph", Value: 186.9}}}}}
+	if err := writeJSONFile(path, r); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back enginebench.Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Device != r.Device || back.Ceilings != r.Ceilings || back.Scenarios[0].Metrics[0].Value != 186.9 {
+		t.Fatalf("read back %+v", back)
+	}
+	if err := writeJSONFile(filepath.Join(t.TempDir(), "no", "such", "dir.json"), r); err == nil {
+		t.Fatal("writing into a missing directory succeeded")
+	}
+}
