@@ -192,6 +192,10 @@ type seq struct {
 	firstSent bool
 	step      engine.Step
 	scratch   []float32
+	// greedy: the request's token is the raw logits' arg max (GreedyOnly,
+	// no penalties, bias or logprobs), so its steps ask the backend for
+	// Step.Token and the CUDA backend selects it on the device.
+	greedy bool
 
 	produced    atomic.Int64 // tokens produced so far
 	atCancel    atomic.Int64 // produced when ctx was cancelled (-1 until then)
@@ -229,6 +233,8 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Handle, error) {
 		events:  make(chan Event, r.MaxTokens+2),
 		history: append(make([]int32, 0, len(r.Prompt)+r.MaxTokens), r.Prompt...),
 		dec:     s.tok.NewDecoder(),
+		greedy: engine.GreedyOnly(r.Sample) && !r.Logprobs && len(r.LogitBias) == 0 &&
+			r.Presence == 0 && r.Frequency == 0,
 	}
 	q.atCancel.Store(-1)
 	s.mu.Lock()
@@ -368,7 +374,9 @@ func (s *Scheduler) Run(ctx context.Context) {
 				toks = []int32{q.last}
 				decodeFed++
 			}
-			q.step.Seq, q.step.Tokens = q.s, toks
+			// Token -1: a backend (or a wrapper of one) that does not honour
+			// Greedy leaves it so, and its logits are sampled instead.
+			q.step.Seq, q.step.Tokens, q.step.Greedy, q.step.Token = q.s, toks, q.greedy, -1
 			batch = append(batch, q.step)
 		}
 		t0 := time.Now()
@@ -406,7 +414,11 @@ func (s *Scheduler) Run(ctx context.Context) {
 				s.cancel(q)
 				continue
 			}
-			if s.advance(q, batch[i].Logits[len(batch[i].Logits)-1]) {
+			var logits []float32
+			if n := len(batch[i].Logits); n > 0 {
+				logits = batch[i].Logits[n-1]
+			}
+			if s.advance(q, logits, batch[i].Token) {
 				kept = append(kept, q)
 				kv += q.s.Pos()
 			}
@@ -441,10 +453,24 @@ func (s *Scheduler) dropCancelled(active []*seq) []*seq {
 }
 
 // advance samples q's next token from logits and emits it. It reports
-// whether q goes on.
-func (s *Scheduler) advance(q *seq, logits []float32) bool {
-	adj := s.adjust(q, logits)
-	id := q.smp.Sample(adj, q.history)
+// whether q goes on. A greedy sequence takes the backend's token when it
+// gave one (token >= 0: the arg max the sampler would pick; the CUDA
+// backend then leaves the logits as they were).
+func (s *Scheduler) advance(q *seq, logits []float32, token int32) bool {
+	var id int32
+	switch {
+	case q.greedy && token >= 0:
+		id = token
+		if vocab := s.b.Config().Vocab; id < 0 || int(id) >= vocab {
+			s.fail(q, fmt.Errorf("backend selected token %d outside the vocabulary (0..%d)", id, vocab-1))
+			return false
+		}
+	case logits == nil:
+		s.fail(q, errors.New("forward pass returned no logits"))
+		return false
+	default:
+		id = q.smp.Sample(s.adjust(q, logits), q.history)
+	}
 	if id < 0 {
 		s.fail(q, errors.New("sampler returned no token"))
 		return false

@@ -179,10 +179,12 @@ func TestCancelWithinOneToken(t *testing.T) {
 	if !errors.Is(last.Err, context.Canceled) {
 		t.Fatalf("final event %+v, want context.Canceled", last)
 	}
-	// Tokens the scheduler produced after the cancellation, read from the
-	// final event: at most one more than the client had seen.
-	if last.CompletionTokens > 4 {
-		t.Errorf("sequence produced %d tokens, cancelled after 3", last.CompletionTokens)
+	// The events channel is buffered, so the scheduler may have produced
+	// tokens the client had not read yet when it cancelled: the final
+	// event's count is bounded by what was produced by then (the observer's
+	// cancel lag, checked below), not by what the client had seen.
+	if last.CompletionTokens < seen {
+		t.Errorf("final event counts %d tokens, the client saw %d", last.CompletionTokens, seen)
 	}
 	collect(other)
 	// The scheduler delivers the final event before it finishes its own
