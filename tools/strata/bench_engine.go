@@ -31,7 +31,7 @@ func benchEngineCommand() *cli.Command {
 	return &cli.Command{
 		Name: "engine",
 		Usage: "measure the GPU engine in one run: the ceilings (device-to-device copy, pinned host-to-device), then the scenarios " +
-			"(resident 8b, 8b half streamed, 70b in 24 GiB, bf16 8b in 6 GiB and its INT8-row variant), each figure as a ratio " +
+			"(resident 8b, 8b half streamed, 70b in 24 GiB, bf16 8b in 6 GiB plain, losslessly packed, and as an INT8-row pool), each figure as a ratio " +
 			"to a ceiling of the same run or to a peer's reference figure, with the goals. Without a usable GPU it says " +
 			"\"CUDA unavailable: …\" and exits 6",
 		ArgsUsage: " ",
