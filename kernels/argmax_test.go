@@ -48,17 +48,23 @@ func TestArgmaxWide(t *testing.T) {
 				must(k.Argmax(c, 0, lp, len(rows), tc.vocab, out))
 				got := get[int32](a, out, len(rows))
 				for i, row := range rows {
-					best := 0
-					for j, v := range row {
-						if v > row[best] || (math.IsNaN(float64(row[best])) && !math.IsNaN(float64(v))) {
-							best = j
-						}
-					}
-					if int(got[i]) != best {
+					if best := refArgmax(row); int(got[i]) != best {
 						t.Errorf("row %d: argmax %d, want %d", i, got[i], best)
 					}
 				}
 			})
 		})
 	}
+}
+
+// refArgmax is engine/sample's greedy rule: the largest value, the lowest
+// index on ties, NaN never chosen over a number.
+func refArgmax(row []float32) int {
+	best := 0
+	for j, v := range row {
+		if v > row[best] || (math.IsNaN(float64(row[best])) && !math.IsNaN(float64(v))) {
+			best = j
+		}
+	}
+	return best
 }

@@ -371,6 +371,18 @@ func (rn *runner) percent(what string) func(done, total int64) {
 
 // openGGUF maps a GGUF and builds the CPU model over it (zero-copy) with
 // the sizes the planner needs.
+// scenarioModel finds or synthesizes a scenario's model (synthModel),
+// records its path in res and opens it (openGGUF); the caller closes the
+// mapping.
+func (rn *runner) scenarioModel(res *ScenarioResult, path, shape, typ string) (*gguf.Mapped, *model.Model, tier.Sizes, error) {
+	path, err := rn.synthModel(path, shape, typ)
+	if err != nil {
+		return nil, nil, tier.Sizes{}, err
+	}
+	res.Model = path
+	return openGGUF(path)
+}
+
 func openGGUF(path string) (*gguf.Mapped, *model.Model, tier.Sizes, error) {
 	g, err := gguf.Map(path)
 	if err != nil {
@@ -507,12 +519,7 @@ func (rn *runner) pcieMetrics(prefix, suffix string, streamed int64, perPass tim
 }
 
 func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
-	path, err := rn.synthModel(rn.o.Model8B, "8b", "q4_k_m")
-	if err != nil {
-		return err
-	}
-	res.Model = path
-	gm, cpu, _, err := openGGUF(path)
+	gm, cpu, _, err := rn.scenarioModel(res, rn.o.Model8B, "8b", "q4_k_m")
 	if err != nil {
 		return err
 	}
@@ -622,12 +629,7 @@ func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
 }
 
 func (rn *runner) streamed(ctx context.Context, res *ScenarioResult) error {
-	path, err := rn.synthModel(rn.o.Model8B, "8b", "q4_k_m")
-	if err != nil {
-		return err
-	}
-	res.Model = path
-	gm, cpu, _, err := openGGUF(path)
+	gm, cpu, _, err := rn.scenarioModel(res, rn.o.Model8B, "8b", "q4_k_m")
 	if err != nil {
 		return err
 	}
@@ -676,12 +678,7 @@ func (rn *runner) streamed(ctx context.Context, res *ScenarioResult) error {
 }
 
 func (rn *runner) big(ctx context.Context, res *ScenarioResult) error {
-	path, err := rn.synthModel(rn.o.Model70B, "70b", "q4_k_m")
-	if err != nil {
-		return err
-	}
-	res.Model = path
-	gm, cpu, sizes, err := openGGUF(path)
+	gm, cpu, sizes, err := rn.scenarioModel(res, rn.o.Model70B, "70b", "q4_k_m")
 	if err != nil {
 		return err
 	}
@@ -769,12 +766,7 @@ func (rn *runner) budgetDecodePacked(ctx context.Context, res *ScenarioResult, c
 }
 
 func (rn *runner) bf16(ctx context.Context, res *ScenarioResult) error {
-	path, err := rn.synthModel(rn.o.Model8BBF16, "8b", "bf16")
-	if err != nil {
-		return err
-	}
-	res.Model = path
-	gm, cpu, sizes, err := openGGUF(path)
+	gm, cpu, sizes, err := rn.scenarioModel(res, rn.o.Model8BBF16, "8b", "bf16")
 	if err != nil {
 		return err
 	}
@@ -793,12 +785,7 @@ func (rn *runner) bf16(ctx context.Context, res *ScenarioResult) error {
 // as its streamed size (smaller slots, fewer bytes per pass) and the
 // decode scratch; the logits must equal the plain run's bit for bit.
 func (rn *runner) bf16Packed(ctx context.Context, res *ScenarioResult) error {
-	path, err := rn.synthModel(rn.o.Model8BBF16, "8b", "bf16")
-	if err != nil {
-		return err
-	}
-	res.Model = path
-	gm, cpu, sizes, err := openGGUF(path)
+	gm, cpu, sizes, err := rn.scenarioModel(res, rn.o.Model8BBF16, "8b", "bf16")
 	if err != nil {
 		return err
 	}
