@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine/model"
-	kcuda "github.com/strata-llm/strata/kernels/cuda"
 )
 
 // llama.cpp's figures on the same H200 with part of the model off the GPU
@@ -161,30 +160,9 @@ func streamBench(b *testing.B, g *Model, label string, steps1, steps8 int, prefi
 	}
 }
 
-// h2dPeak measures pinned host-to-device copy bandwidth with 256 MiB
-// copies on the model's copy stream.
+// h2dPeak is HostToDevicePeak with 256 MiB copies, failing b on error.
 func h2dPeak(b *testing.B, g *Model) float64 {
-	var bw float64
-	err := g.dev.Do(func(c *kcuda.Ctx) error {
-		const n = 256 << 20
-		h, err := c.HostAlloc(n, 0)
-		if err != nil {
-			return err
-		}
-		defer c.FreeHost(h)
-		d, err := c.Alloc(n)
-		if err != nil {
-			return err
-		}
-		defer c.Free(d)
-		s := g.stream
-		if g.tb != nil {
-			s = g.tb.copy
-		}
-		el, err := timeOnStream(c, s, 8, func() error { return c.CopyHtoD(d, h.Bytes(), s) })
-		bw = n / el.Seconds()
-		return err
-	})
+	bw, err := HostToDevicePeak(g.dev, 256<<20, 8)
 	if err != nil {
 		b.Fatal(err)
 	}

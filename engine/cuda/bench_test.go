@@ -140,68 +140,13 @@ func BenchmarkResident8B(b *testing.B) {
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 func us(d time.Duration) float64 { return float64(d) / 1e3 }
 
-// copyBandwidth measures device-to-device copy bandwidth (bytes read +
-// written per second, 1 GiB copies), the ceiling of any bandwidth-bound
-// kernel.
+// copyBandwidth is CopyBandwidth with 1 GiB copies, failing b on error.
 func copyBandwidth(b *testing.B, g *Model) float64 {
-	var bw float64
-	err := g.dev.Do(func(c *kcuda.Ctx) error {
-		const n = 1 << 30
-		src, err := c.Alloc(n)
-		if err != nil {
-			return err
-		}
-		defer c.Free(src)
-		dst, err := c.Alloc(n)
-		if err != nil {
-			return err
-		}
-		defer c.Free(dst)
-		if err := c.MemsetD8(src, 1, n, g.stream); err != nil {
-			return err
-		}
-		el, err := timeOnStream(c, g.stream, 10, func() error { return c.CopyDtoD(dst, src, n, g.stream) })
-		bw = 2 * n / el.Seconds()
-		return err
-	})
+	bw, err := CopyBandwidth(g.dev, 1<<30, 10)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return bw
-}
-
-// timeOnStream runs fn once to warm up, then iters times between two
-// events on s, and returns the device time per iteration.
-func timeOnStream(c *kcuda.Ctx, s kcuda.Stream, iters int, fn func() error) (time.Duration, error) {
-	if err := fn(); err != nil {
-		return 0, err
-	}
-	e0, err := c.NewEvent(kcuda.EventDefault)
-	if err != nil {
-		return 0, err
-	}
-	defer c.DestroyEvent(e0)
-	e1, err := c.NewEvent(kcuda.EventDefault)
-	if err != nil {
-		return 0, err
-	}
-	defer c.DestroyEvent(e1)
-	if err := c.Record(e0, s); err != nil {
-		return 0, err
-	}
-	for range iters {
-		if err := fn(); err != nil {
-			return 0, err
-		}
-	}
-	if err := c.Record(e1, s); err != nil {
-		return 0, err
-	}
-	if err := c.EventSync(e1); err != nil {
-		return 0, err
-	}
-	msf, err := c.Elapsed(e0, e1)
-	return time.Duration(float64(msf) * 1e6 / float64(iters)), err
 }
 
 // deviceTimes measures, for the batch-1 decode step of s (whose meta
@@ -219,7 +164,7 @@ func deviceTimes(b *testing.B, g *Model, s *Sequence) (step, gemv, hostDirect, h
 			return fmt.Errorf("no decode graph for %+v", key)
 		}
 		var err error
-		if step, err = timeOnStream(c, g.stream, iters, func() error { return c.GraphLaunch(gr.exec, g.stream) }); err != nil {
+		if step, err = measureEvents(c, g.stream, iters, func() error { return c.GraphLaunch(gr.exec, g.stream) }); err != nil {
 			return err
 		}
 		// The GEMVs alone, as the step launches them, replayed from their
@@ -243,7 +188,7 @@ func deviceTimes(b *testing.B, g *Model, s *Sequence) (step, gemv, hostDirect, h
 		}
 		defer c.DestroyGraphExec(mexec)
 		mats := func() error { return c.GraphLaunch(mexec, g.stream) }
-		if gemv, err = timeOnStream(c, g.stream, iters, mats); err != nil {
+		if gemv, err = measureEvents(c, g.stream, iters, mats); err != nil {
 			return err
 		}
 		// Host cost of issuing the step: kernel by kernel vs one graph
