@@ -107,6 +107,32 @@ func (k *Kernels) GEMVFused(c *cuda.Ctx, s cuda.Stream, x cuda.DevPtr, nb int, o
 	if x%16 != 0 {
 		return fmt.Errorf("gemv fused: x at %#x is not 16-byte aligned", uint64(x))
 	}
+	if FastGEMV() {
+		// The Q4_K (and Q6_K) matrices take the integer path (gemvq.cu)
+		// on one quantized x, the others the float one in another launch.
+		var fast, rest []GEMVOut
+		var fm []Matrix
+		for _, o := range outs {
+			if fastType(o.W.Type) {
+				fast = append(fast, o)
+				fm = append(fm, o.W)
+			} else {
+				rest = append(rest, o)
+			}
+		}
+		if xq, ok := k.fastScratch(s, x, nb, fm...); ok {
+			if err := k.gemvqLaunch(c, s, "gemv fused", x, xq, nb, 0, fast); err != nil {
+				return err
+			}
+			if len(rest) == 0 {
+				return nil
+			}
+			outs, ms = rest, ms[:0]
+			for _, o := range rest {
+				ms = append(ms, o.W)
+			}
+		}
+	}
 	groups := 0
 	var a cuda.Args
 	for i := 0; i < 3; i++ {
@@ -135,6 +161,9 @@ func (k *Kernels) GEMVGLU(c *cuda.Ctx, s cuda.Stream, gate, up Matrix, x, out cu
 	}
 	if x%16 != 0 {
 		return fmt.Errorf("gemv glu: x at %#x is not 16-byte aligned", uint64(x))
+	}
+	if xq, ok := k.fastScratch(s, x, nb, gate, up); ok && gate.Type == quant.Q4_K {
+		return k.gemvqLaunch(c, s, "gemv glu", x, xq, nb, int(act), []GEMVOut{{W: gate, Y: out}, {W: up}})
 	}
 	t := fusedTypes[gate.Type]
 	var a cuda.Args

@@ -18,6 +18,12 @@ func timeGraph(c *cuda.Ctx, iters int, fn func(s cuda.Stream, i int) error) floa
 	s, err := c.NewStream(cuda.StreamNonBlocking)
 	must(err)
 	defer c.DestroyStream(s)
+	return timeGraphOn(c, s, iters, fn)
+}
+
+// timeGraphOn is timeGraph on the caller's stream s (one whose fast-GEMV
+// scratch is reserved, say).
+func timeGraphOn(c *cuda.Ctx, s cuda.Stream, iters int, fn func(s cuda.Stream, i int) error) float64 {
 	must(c.BeginCapture(s, cuda.CaptureThreadLocal))
 	for i := 0; i < iters; i++ {
 		if err := fn(s, i); err != nil {

@@ -53,8 +53,10 @@ func TestLoad(t *testing.T) {
 	t.Logf("%s (cc %d.%d, %d SMs): loaded %d kernels from %s PTX in %v", d.Name(), maj, min, k.SMs, len(k.Names()), k.Arch, gpuLoad)
 	// 102 + the GEMM's 9 dequantizers, x16 and f16 configurations + 4
 	// fused decode kernels (gemv_fused_1/2, add_rmsnorm, rope_store) + 6
-	// tiled prefill attention variants (prefill.cu). + bf16_unpack.
-	if want := 102 + 10 + len(gemmConfigs) + 4 + 6 + 1; len(k.Names()) != want {
+	// tiled prefill attention variants (prefill.cu). + bf16_unpack. + 8
+	// integer GEMV kernels (gemvq.cu: gemvq_x, gemvq_fused_1/2/u2_1,
+	// gemvq_staged_1/2, gemvq_q6k_1/2).
+	if want := 102 + 10 + len(gemmConfigs) + 4 + 6 + 1 + 8; len(k.Names()) != want {
 		t.Errorf("%d kernels loaded, want %d", len(k.Names()), want)
 	}
 }

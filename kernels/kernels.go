@@ -13,7 +13,7 @@ import (
 var ptxFS embed.FS
 
 // families are the .cu files, each compiled to one module.
-var families = []string{"attention", "bf16pack", "elementwise", "gemm", "gemv", "norm", "prefill", "rope", "sample"}
+var families = []string{"attention", "bf16pack", "elementwise", "gemm", "gemv", "gemvq", "norm", "prefill", "rope", "sample"}
 
 // PTXArch returns the PTX target used for a device of compute capability
 // major.minor: "compute_80" from Ampere on (tensor-core mma.sync), else
@@ -42,6 +42,7 @@ type Kernels struct {
 	fns      map[string]cuda.Function
 	gemvSmem int // dynamic shared memory GEMV launches may use
 	gemm     gemmState
+	gemvq    gemvqState // quantized-x scratch of the integer GEMV path
 }
 
 // Load JIT-compiles the embedded PTX for c's device and resolves every
@@ -82,7 +83,7 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 	k.gemvSmem = 48 << 10
 	if arch == "compute_80" {
 		for name, f := range k.fns {
-			if strings.HasPrefix(name, "gemv_") {
+			if strings.HasPrefix(name, "gemv_") || strings.HasPrefix(name, "gemvq_staged") {
 				if err := c.SetAttribute(f, cuda.FuncMaxDynamicSharedMemory, gemvSharedLimit); err != nil {
 					k.Unload(c)
 					return nil, fmt.Errorf("kernels: %s: raising shared memory: %w", name, err)
@@ -121,6 +122,9 @@ func (k *Kernels) Names() []string {
 // Unload releases the modules.
 func (k *Kernels) Unload(c *cuda.Ctx) error {
 	first := k.gemm.free(c)
+	if err := k.gemvq.free(c); err != nil && first == nil {
+		first = err
+	}
 	for _, m := range k.mods {
 		if err := c.UnloadModule(m); err != nil && first == nil {
 			first = err

@@ -207,6 +207,9 @@ func (k *Kernels) GEMV(c *cuda.Ctx, s cuda.Stream, w Matrix, x, y cuda.DevPtr, n
 	if x%16 != 0 {
 		return fmt.Errorf("gemv: x at %#x is not 16-byte aligned", uint64(x))
 	}
+	if xq, ok := k.fastScratch(s, x, nb, w); ok {
+		return k.gemvqLaunch(c, s, "gemv", x, xq, nb, 0, []GEMVOut{{W: w, Y: y}})
+	}
 	if w.Type == quant.Q6_K && gemvQ6KDirect && w.Cols <= gemvQ6KDirectCols && k.CanFuseGEMV(nb, w) {
 		return k.GEMVFused(c, s, x, nb, GEMVOut{W: w, Y: y})
 	}

@@ -121,6 +121,11 @@ type Options struct {
 	Budget70B, BudgetBF16 int64
 	// NoInt8 skips the bf16 scenario's INT8-row variant.
 	NoInt8 bool
+	// IntegerGEMV runs the decode GEMVs of Q4_K and Q6_K matrices on
+	// kernels' integer path (SetFastGEMV, SetFastGEMVQ6K: x rounded to 16
+	// bits, dp4a) for the whole run, restoring the switches after: opt-in
+	// until every GPU test has run with it (kernels/NOTES.md).
+	IntegerGEMV bool
 	// Progress, when set, receives a line for each phase of the run.
 	Progress func(msg string)
 }
@@ -186,7 +191,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	maj, mnr := dev.ComputeCapability()
 	r := &Report{
 		Device: dev.Name(), Ordinal: dev.Ordinal(), ComputeCapability: fmt.Sprintf("%d.%d", maj, mnr),
-		DeviceMemory: dev.TotalMem(), Started: start, PeerSource: PeerSource,
+		DeviceMemory: dev.TotalMem(), Started: start, PeerSource: PeerSource, IntegerGEMV: o.IntegerGEMV,
+	}
+	if o.IntegerGEMV {
+		q4, q6 := kernels.FastGEMV(), kernels.FastGEMVQ6K()
+		kernels.SetFastGEMV(true)
+		kernels.SetFastGEMVQ6K(true)
+		defer kernels.SetFastGEMV(q4)
+		defer kernels.SetFastGEMVQ6K(q6)
 	}
 	o.progress("loading the kernels on %s", dev.Name())
 	var k *kernels.Kernels

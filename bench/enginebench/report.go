@@ -138,6 +138,9 @@ type Report struct {
 	// Command is the command line that produced the report, when the
 	// caller records it.
 	Command string `json:"command,omitempty"`
+	// IntegerGEMV says the run used kernels' integer decode GEMVs
+	// (Options.IntegerGEMV) instead of the default float ones.
+	IntegerGEMV bool `json:"integer_gemv"`
 }
 
 // Failed reports whether any scenario stopped with an error.
@@ -222,6 +225,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		(time.Duration(r.Seconds * 1e9)).Round(time.Second))
 	if r.Command != "" {
 		fmt.Fprintf(&b, "command: %s\n", r.Command)
+	}
+	if r.IntegerGEMV {
+		fmt.Fprintf(&b, "decode GEMVs: integer (x in 16 bits, dp4a; opt-in --integer-gemv), Q4_K and Q6_K\n")
 	}
 	fmt.Fprintf(&b, "%s\n\n", r.PeerSource)
 	c := r.Ceilings

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/kernels"
 	kcuda "github.com/strata-llm/strata/kernels/cuda"
 )
 
@@ -97,8 +98,14 @@ func BenchmarkResident8B(b *testing.B) {
 		graph, direct, stepGPU, gemvGPU, hostDirect, hostGraph time.Duration
 		nodes                                                  int
 	}
-	measure := func(gemvFused, ewFused bool) result {
+	// STRATA_FAST_GEMV=1/2 (helpers_test.go): the integer GEMVs.
+	fast, fastQ6 := kernels.FastGEMV(), kernels.FastGEMVQ6K()
+	defer kernels.SetFastGEMV(fast)
+	defer kernels.SetFastGEMVQ6K(fastQ6)
+	measure := func(gemvFused, ewFused, fastGEMV, fastQ6K bool) result {
 		fuseGEMV, fuseElementwise = gemvFused, ewFused
+		kernels.SetFastGEMV(fastGEMV)
+		kernels.SetFastGEMVQ6K(fastQ6K)
 		if err := g.dev.Do(func(c *kcuda.Ctx) error { g.dropGraphs(c); return nil }); err != nil {
 			b.Fatal(err)
 		}
@@ -112,11 +119,25 @@ func BenchmarkResident8B(b *testing.B) {
 		return r
 	}
 	defer func() { fuseGEMV, fuseElementwise = true, true }()
-	for _, cfgs := range []struct {
-		name           string
-		gemv, elemwise bool
-	}{{"unfused", false, false}, {"gemv-fused", true, false}, {"fused", true, true}} {
-		r := measure(cfgs.gemv, cfgs.elemwise)
+	type config struct {
+		name                                 string
+		gemv, elemwise, fast, fastQ6, staged bool
+	}
+	cfgList := []config{{"unfused", false, false, fast, fastQ6, false}, {"gemv-fused", true, false, fast, fastQ6, false}, {"fused", true, true, fast, fastQ6, false}}
+	if fast {
+		// The integer path's variants and the float GEMVs in the same
+		// process, for comparison.
+		cfgList = append(cfgList, config{"fused-int-staged", true, true, true, fastQ6, true})
+		if fastQ6 {
+			cfgList = append(cfgList, config{"fused-int-q4k-only", true, true, true, false, false})
+		}
+		cfgList = append(cfgList, config{"fused-float-gemv", true, true, false, false, false})
+	}
+	defer kernels.SetFastGEMVStaged(false)
+	b.Logf("integer GEMV (kernels.SetFastGEMV): %v, with Q6_K (SetFastGEMVQ6K): %v", fast, fastQ6)
+	for _, cfgs := range cfgList {
+		kernels.SetFastGEMVStaged(cfgs.staged)
+		r := measure(cfgs.gemv, cfgs.elemwise, cfgs.fast, cfgs.fastQ6)
 		decTPS := 1 / r.graph.Seconds()
 		gemvBW := float64(wbytes) / r.gemvGPU.Seconds()
 		stepBW := float64(wbytes) / r.stepGPU.Seconds()

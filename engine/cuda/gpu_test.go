@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/kernels"
 )
 
 // greedyCompare runs prompt then steps greedy decode steps on the CPU
@@ -388,5 +389,5 @@ func Test8B(t *testing.T) {
 	gs := loadGPU(t, cpu, Options{MaxSeqs: 1, MaxContext: 256, StreamLayers: half})
 	t.Logf("streamed model: %.2f GiB resident, %.2f GiB on tier B, loaded in %v", gib(gs.WeightBytes()), gib(gs.StreamedBytes()), time.Since(t0).Round(time.Millisecond))
 	worst := greedyCompare(t, cpu, []*Model{g, gs}, promptTokens(cpu.Config.Vocab, 16, 3), steps)
-	t.Logf("8b: worst NMSE %.3g resident, %.3g streamed, over %d steps (prompt + %d greedy)", worst[0], worst[1], steps+1, steps)
+	t.Logf("8b: worst NMSE %.3g resident, %.3g streamed, over %d steps (prompt + %d greedy); integer GEMV %v (Q6_K %v)", worst[0], worst[1], steps+1, steps, kernels.FastGEMV(), kernels.FastGEMVQ6K())
 }

@@ -89,6 +89,12 @@ func (m *Model) replayDecode(c *kcuda.Ctx, p *pass) error {
 func (m *Model) capture(c *kcuda.Ctx, p *pass, span int, copies bool) (*decodeGraph, error) {
 	q := *p
 	q.graphSpan = span
+	// Should kernels.SetFastGEMV have been turned on after Load, its
+	// scratch must exist before capture (GEMVs never allocate).
+	cfg := &m.Config
+	if err := m.k.ReserveFastGEMV(c, m.stream, max(cfg.Dim, cfg.FFN, cfg.QDim())); err != nil {
+		return nil, err
+	}
 	if err := c.BeginCapture(m.stream, kcuda.CaptureThreadLocal); err != nil {
 		return nil, err
 	}

@@ -40,6 +40,16 @@ func gpu(t testing.TB) (*kcuda.Device, *kernels.Kernels) {
 			return err
 		})
 		gpuLoad = time.Since(start)
+		// STRATA_FAST_GEMV=1 runs every GPU test and benchmark of this
+		// package with the integer Q4_K GEMV (kernels.SetFastGEMV), =2
+		// with Q6_K on it too (kernels.SetFastGEMVQ6K).
+		switch os.Getenv("STRATA_FAST_GEMV") {
+		case "1":
+			kernels.SetFastGEMV(true)
+		case "2":
+			kernels.SetFastGEMV(true)
+			kernels.SetFastGEMVQ6K(true)
+		}
 	})
 	if gpuErr != nil {
 		if errors.Is(gpuErr, kcuda.ErrUnavailable) {

@@ -274,6 +274,11 @@ func (m *Model) load(c *kcuda.Ctx, w *model.Weights) error {
 	if m.stream, err = c.NewStream(kcuda.StreamNonBlocking); err != nil {
 		return err
 	}
+	// The integer Q4_K GEMV's quantized-x scratch (kernels.SetFastGEMV;
+	// nothing when it is off), reserved before any graph capture.
+	if err := m.k.ReserveFastGEMV(c, m.stream, max(cfg.Dim, cfg.FFN, cfg.QDim())); err != nil {
+		return err
+	}
 	if m.arena, err = c.Alloc(total); err != nil {
 		return fmt.Errorf("weights (%d bytes): %w", total, err)
 	}
@@ -380,6 +385,9 @@ func (m *Model) release(c *kcuda.Ctx) error {
 	}
 	m.arena, m.freqs, m.scratch, m.kvK, m.kvV = 0, 0, 0, nil, nil
 	if m.stream != 0 {
+		if m.k != nil {
+			keep(m.k.ReleaseFastGEMV(c, m.stream))
+		}
 		keep(c.DestroyStream(m.stream))
 		m.stream = 0
 	}

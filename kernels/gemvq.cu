@@ -1,0 +1,606 @@
+// Integer decode GEMV for Q4_K weights (kernels.SetFastGEMV): x is first
+// quantized to 16-bit integers in blocks of 64 (gemvq_x), split into a
+// signed high byte and an unsigned low byte per element, so that each lane
+// multiplies 4 weight nibbles by 4 x bytes in one dp4a instruction; the
+// dot products of a 16-element half sub-block are exact 32-bit integers,
+// scaled by the sub-block's 6-bit scale and minimum in integers too, and
+// converted to float once per 32 weights.
+//
+// Why: the float32 direct path (gemv.cu) spends ~4.8 SASS instructions per
+// weight (616 per 128 in its inner loop: 2 FFMA, 1.1 PRMT, 0.7 logic per
+// weight), at the H200's issue budget for 0.8 of the copy bandwidth
+// (~5.5 per weight at 100% issue). This path needs ~1.8 (12 logic ops to
+// unpack 32 nibbles, 16 dp4a per vector, ~25 for scales and the float
+// update, loads shared by the rows of a block); see kernels/NOTES.md.
+//
+// Fidelity: x is rounded to 16 bits of its 64-block's maximum (error <=
+// max|x|/65534 per element; NMSE ~5e-10 for Gaussian blocks, far below the
+// f16 x of the prefill GEMM); the weights stay exact integers; every sum
+// after the integer dot products is float32 as in gemv.cu.
+//
+// Quantized x layout, per vector (gemvqBytes(cols) = 2.5*cols bytes,
+// vectors back to back): xh[cols] (int8, x_int >> 8), xl[cols] (uint8,
+// x_int & 255), then per 64-block a 32-byte header {float sx; 3 zero
+// words; int S[4]} where x ~= sx * x_int and S holds the sums of x_int over
+// the block's 16-element groups in the order 0, 2, 1, 3 (a Q4_K unit with
+// half h reads groups h and 2+h as one 8-byte load).
+#include "common.cuh"
+
+// Streamed weight load, as gemv.cu's (not allocated in L1).
+__device__ __forceinline__ uint4 q_ld_stream(const void* p) {
+#if __CUDA_ARCH__ >= 800
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+#else
+  return __ldg(reinterpret_cast<const uint4*>(p));
+#endif
+}
+
+// dp4a with the operand signedness of its PTX type suffixes (a, b). A host
+// build of this file (GEMVQ_HOST_CHECK: a C++ check of the unit
+// arithmetic against the Go emulation, see kernels/NOTES.md) computes
+// them in C.
+#ifdef GEMVQ_HOST_CHECK
+template <bool SA, bool SB>
+static int dp4a_c(uint32_t a, uint32_t b, int c) {
+  uint32_t s = (uint32_t)c;
+  for (int i = 0; i < 4; i++) {
+    const int x = SA ? (int)(int8_t)(a >> (8 * i)) : (int)(uint8_t)(a >> (8 * i));
+    const int y = SB ? (int)(int8_t)(b >> (8 * i)) : (int)(uint8_t)(b >> (8 * i));
+    s += (uint32_t)(x * y);
+  }
+  return (int)s;
+}
+__device__ __forceinline__ int dp4a_ss(uint32_t a, uint32_t b, int c) { return dp4a_c<true, true>(a, b, c); }
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) { return dp4a_c<false, true>(a, b, c); }
+__device__ __forceinline__ int dp4a_uu(uint32_t a, uint32_t b, int c) { return dp4a_c<false, false>(a, b, c); }
+#else
+__device__ __forceinline__ int dp4a_ss(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+__device__ __forceinline__ int dp4a_uu(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+#endif
+
+__device__ __forceinline__ uint32_t qword(const uint4& v, int i) {
+  return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
+}
+
+// Bytes of one vector's quantized x (kernels' gemvqBytes).
+__host__ __device__ __forceinline__ long long gemvq_bytes(int cols) { return 2LL * cols + cols / 2; }
+
+#define GEMVQ_MAX 32767
+
+// One 64-block of x quantized by a warp: lane holds elements 2*lane and
+// 2*lane+1 (v); returns their x_int (q0, q1), the block's scale sx (NaN if
+// the block holds a NaN) and, at lanes 8g, group g's sum of x_int.
+__device__ __forceinline__ void quant64(float2 v, int& q0, int& q1, float& sx, int& s) {
+  const float mx = warp_max(fmaxf(fabsf(v.x), fabsf(v.y)));
+  const bool nan = __any_sync(0xffffffffu, v.x != v.x || v.y != v.y);
+  q0 = 0;
+  q1 = 0;
+  sx = 0.0f;
+  if (mx > 0.0f) {
+    const float inv = (float)GEMVQ_MAX / mx;
+    q0 = min(max(__float2int_rn(v.x * inv), -GEMVQ_MAX), GEMVQ_MAX);
+    q1 = min(max(__float2int_rn(v.y * inv), -GEMVQ_MAX), GEMVQ_MAX);
+    sx = mx / (float)GEMVQ_MAX;
+  }
+  if (nan) sx = __int_as_float(0x7fc00000);
+  s = q0 + q1;
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  s += __shfl_xor_sync(0xffffffffu, s, 2);
+  s += __shfl_xor_sync(0xffffffffu, s, 4);
+}
+
+// Chunk swizzle of x staged in shared memory (gemvq_staged): 16-byte chunk
+// f of a plane lives at f ^ 2*((f>>3)&1), so the 8 lanes of a quarter-warp
+// phase reading a Q4_K unit's chunks (16sb + 4j + h + {0 or 2}, c = 2j+h
+// = lane&7) hit 8 different bank groups. The identity for global x.
+template <bool SW>
+__device__ __forceinline__ int xchunk(int f) {
+  return SW ? f ^ (((f >> 3) & 1) << 1) : f;
+}
+
+// Writes a quantized 64-block (quant64's results) at base, a vector's
+// quantized x (gemvq_bytes(cols) bytes), planes swizzled with xchunk<SW>.
+template <bool SW>
+__device__ __forceinline__ void put64(uint8_t* base, int cols, int blk, int lane, int q0, int q1, float sx, int s) {
+  const uint32_t h = ((uint32_t)(q0 >> 8) & 0xffu) | (((uint32_t)(q1 >> 8) & 0xffu) << 8);
+  const uint32_t l = ((uint32_t)q0 & 0xffu) | (((uint32_t)q1 & 0xffu) << 8);
+  const int c = 64 * blk + 2 * lane;  // the lane's two bytes share a chunk
+  const int off = 16 * xchunk<SW>(c >> 4) + (c & 15);
+  *reinterpret_cast<uint16_t*>(base + off) = (uint16_t)h;
+  *reinterpret_cast<uint16_t*>(base + cols + off) = (uint16_t)l;
+  int* hdr = reinterpret_cast<int*>(base + 2LL * cols + 32 * blk);
+  if (lane < 4) hdr[lane] = lane == 0 ? __float_as_int(sx) : 0;
+  if ((lane & 7) == 0) {
+    const int g = lane >> 3;
+    hdr[4 + (((g & 1) << 1) | (g >> 1))] = s;
+  }
+}
+
+// gemvq_x quantizes nb vectors of cols floats (cols % 64 == 0, x 8-byte
+// aligned) into XQ, one warp per 64-block. A block with a NaN gets sx =
+// NaN, so the products stay NaN as in the float path.
+extern "C" __global__ void __launch_bounds__(256) gemvq_x(const float* __restrict__ X, int cols, int nb,
+                                                         uint8_t* __restrict__ XQ) {
+  const int gw = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+  const int nblk = cols >> 6;
+  if (gw >= nb * nblk) return;  // uniform per warp
+  const int b = gw / nblk, blk = gw - b * nblk;
+  const float2 v = *reinterpret_cast<const float2*>(X + (long long)b * cols + 64 * blk + 2 * lane);
+  int q0, q1, s;
+  float sx;
+  quant64(v, q0, q1, sx, s);
+  put64<false>(XQ + (long long)b * gemvq_bytes(cols), cols, blk, lane, q0, q1, sx, s);
+}
+
+// The x side of Q4_K unit u for one vector: the high and low bytes of the
+// 16 elements under the unit's low nibbles (xh0, xl0) and high nibbles
+// (xh1, xl1), the 64-block's scale and the two group sums.
+struct QXU {
+  uint4 xh0, xh1, xl0, xl1;
+  float sx;
+  int s0, s1;
+  __device__ __forceinline__ void load(const uint8_t* base, int cols, int u) {
+    const int sb = u >> 3, c = u & 7, j = c >> 1, half = c & 1;
+    const int a0 = 256 * sb + 64 * j + 16 * half;
+    xh0 = __ldg(reinterpret_cast<const uint4*>(base + a0));
+    xh1 = __ldg(reinterpret_cast<const uint4*>(base + a0 + 32));
+    xl0 = __ldg(reinterpret_cast<const uint4*>(base + cols + a0));
+    xl1 = __ldg(reinterpret_cast<const uint4*>(base + cols + a0 + 32));
+    const uint8_t* hdr = base + 2LL * cols + 32 * (4 * sb + j);
+    sx = __ldg(reinterpret_cast<const float*>(hdr));
+    const int2 s = __ldg(reinterpret_cast<const int2*>(hdr + 16 + 8 * half));
+    s0 = s.x;
+    s1 = s.y;
+  }
+  // The same from gemvq_staged's shared copy (chunks swizzled).
+  __device__ __forceinline__ void load_sh(const uint8_t* base, int cols, int u) {
+    const int sb = u >> 3, c = u & 7, j = c >> 1, half = c & 1;
+    const int f = 16 * sb + 4 * j + half;
+    const int o0 = 16 * xchunk<true>(f), o1 = 16 * xchunk<true>(f + 2);
+    xh0 = *reinterpret_cast<const uint4*>(base + o0);
+    xh1 = *reinterpret_cast<const uint4*>(base + o1);
+    xl0 = *reinterpret_cast<const uint4*>(base + cols + o0);
+    xl1 = *reinterpret_cast<const uint4*>(base + cols + o1);
+    const uint8_t* hdr = base + 2LL * cols + 32 * (4 * sb + j);
+    sx = *reinterpret_cast<const float*>(hdr);
+    const int2 s = *reinterpret_cast<const int2*>(hdr + 16 + 8 * half);
+    s0 = s.x;
+    s1 = s.y;
+  }
+};
+
+// Q4_K unit u of one row (gemv.cu's DQ4K layout: 16 quant bytes of chunk
+// c = u&7 of super-block u>>3 plus the super-block's 16-byte header): the
+// integer scales and mins of its two sub-blocks.
+struct QW4 {
+  uint4 h, q;
+  __device__ __forceinline__ void load(const uint8_t* row, int u) {
+    const uint8_t* b = row + (long long)(u >> 3) * 144;
+    h = __ldg(reinterpret_cast<const uint4*>(b));
+    q = q_ld_stream(b + 16 + 16 * (u & 7));
+  }
+  // acc += this unit's dot product with x (one vector).
+  __device__ __forceinline__ void dot(int u, const QXU& x, float& acc) const {
+    const int j = (u & 7) >> 1;
+    uint32_t sw, mw;
+    if (j < 2) {
+      sw = h.y & 0x3F3F3F3Fu;
+      mw = h.z & 0x3F3F3F3Fu;
+    } else {
+      sw = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+      mw = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+    }
+    // Bytes k, k+1 of the words (k = 0 or 2) by byte permutation.
+    const int k = (2 * j) & 3;
+    const int sc0 = (int)__byte_perm(sw, 0, 0x4440 | k), sc1 = (int)__byte_perm(sw, 0, 0x4441 + k);
+    const int m0 = (int)__byte_perm(mw, 0, 0x4440 | k), m1 = (int)__byte_perm(mw, 0, 0x4441 + k);
+    // High nibbles stay in place (16x their value; a u32 x s32 dp4a keeps
+    // them positive), the sum is divided by 16 exactly at the end.
+    int h0 = 0, h1 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const uint32_t w = qword(q, i);
+      h0 = dp4a_ss(w & 0x0F0F0F0Fu, qword(x.xh0, i), h0);
+      h1 = dp4a_us(w & 0xF0F0F0F0u, qword(x.xh1, i), h1);
+    }
+    int i0 = (int)((uint32_t)h0 << 8), i1 = (int)((uint32_t)h1 << 8);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const uint32_t w = qword(q, i);
+      i0 = dp4a_uu(w & 0x0F0F0F0Fu, qword(x.xl0, i), i0);
+      i1 = dp4a_uu(w & 0xF0F0F0F0u, qword(x.xl1, i), i1);
+    }
+    const int t = sc0 * i0 + sc1 * (i1 >> 4);
+    const int m = m0 * x.s0 + m1 * x.s1;
+    const float d = h2f(h.x & 0xFFFF), dmin = h2f(h.x >> 16);
+    const float f = fmaf(-dmin, (float)m, d * (float)t);
+    acc = fmaf(x.sx, f, acc);
+  }
+};
+
+#define GEMVQ_R 4
+#define GEMVQ_PLAIN 0
+#define GEMVQ_SWIGLU 1
+#define GEMVQ_GEGLU 2
+
+// Activations exactly as gemv.cu's glu_act (elementwise.cu's swiglu/geglu).
+__device__ __forceinline__ float gemvq_act(int mode, float g, float u) {
+  const double v = g;
+  if (mode == GEMVQ_SWIGLU) return __fmul_rn((float)(v / (1.0 + exp(-v))), u);
+  const double c = 0.7978845608028654;
+  return __fmul_rn((float)(0.5 * v * (1.0 + tanh(c * (v + 0.044715 * v * v * v)))), u);
+}
+
+// gemvq_fused: gemv.cu's gemv_fused for Q4_K matrices on quantized x: up
+// to three matrices (plain mode; blocks take 4 rows of segment 0, then 1,
+// then 2) or gate and up (GLU modes; a block takes 2 rows of each and
+// writes act(gate)*up to Y0). Warps split a row's units (warp w takes
+// units w*32+lane, +32*nw, ...); weights 16-byte aligned.
+// Row group g: plain mode, group g of segments 0, 1, 2 in turn (R rows
+// each); GLU modes, rows g*R/2.. of gate (rp[0..R/2)) and of up
+// (rp[R/2..R)). Rows past the end repeat the last (never stored).
+__device__ __forceinline__ void gemvq_group(int g, const uint8_t* W0, long long rb0, float* Y0, int rows0,
+                                            const uint8_t* W1, long long rb1, float* Y1, int rows1,
+                                            const uint8_t* W2, long long rb2, float* Y2, int rows2, int mode,
+                                            const uint8_t* (&rp)[GEMVQ_R], int& row0, int& rows, float*& Y) {
+  constexpr int R = GEMVQ_R;
+  if (mode != GEMVQ_PLAIN) {
+    row0 = g * (R / 2);
+    rows = rows0;
+    Y = Y0;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const int rr = min(row0 + (r % (R / 2)), rows - 1);
+      rp[r] = r < R / 2 ? W0 + (long long)rr * rb0 : W1 + (long long)rr * rb1;
+    }
+    return;
+  }
+  const int g0 = (rows0 + R - 1) / R, g1 = (rows1 + R - 1) / R;
+  const uint8_t* W;
+  long long rb;
+  if (g < g0) {
+    W = W0, rb = rb0, rows = rows0, Y = Y0;
+  } else if (g < g0 + g1) {
+    g -= g0;
+    W = W1, rb = rb1, rows = rows1, Y = Y1;
+  } else {
+    g -= g0 + g1;
+    W = W2, rb = rb2, rows = rows2, Y = Y2;
+  }
+  row0 = g * R;
+#pragma unroll
+  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
+}
+
+template <int NB, int UN>
+__device__ __forceinline__ void gemvq_body(const uint8_t* W0, long long rb0, float* Y0, int rows0,
+                                           const uint8_t* W1, long long rb1, float* Y1, int rows1,
+                                           const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols,
+                                           const uint8_t* XQ, int mode) {
+  constexpr int R = GEMVQ_R;
+  __shared__ float red[8 * R * NB];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  const uint8_t* rp[R];
+  int row0, rows;
+  float* Y;
+  gemvq_group(blockIdx.x, W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, mode, rp, row0, rows, Y);
+  float acc[R][NB];
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+  const int nunits = cols >> 5;
+  const long long qb = gemvq_bytes(cols);
+  // UN units per lane per iteration (units u, u+32nw, ...: the same
+  // order as UN = 1), all loads issued before the first is used.
+  const int step = 32 * nw;
+  for (int u0 = warp * 32 + lane; u0 < nunits; u0 += UN * step) {
+    QW4 w[UN][R];
+    QXU x[UN][NB];
+#pragma unroll
+    for (int k = 0; k < UN; k++) {
+      const int u = u0 + k * step;
+      if (k == 0 || u < nunits) {
+#pragma unroll
+        for (int r = 0; r < R; r++) w[k][r].load(rp[r], u);
+#pragma unroll
+        for (int b = 0; b < NB; b++) x[k][b].load(XQ + b * qb, cols, u);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < UN; k++) {
+      const int u = u0 + k * step;
+      if (k == 0 || u < nunits) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+          for (int b = 0; b < NB; b++) w[k][r].dot(u, x[k][b], acc[r][b]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[r][b] = warp_sum(acc[r][b]);
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int b = 0; b < NB; b++) red[(warp * R + r) * NB + b] = acc[r][b];
+  }
+  __syncthreads();
+  const int i = threadIdx.x;
+  if (mode == GEMVQ_PLAIN) {
+    if (i < R * NB) {
+      float s = 0.0f;
+      for (int w = 0; w < nw; w++) s += red[w * R * NB + i];
+      const int r = i / NB, b = i % NB;
+      if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = s;
+    }
+  } else {
+    constexpr int H = R / 2;
+    if (i < H * NB) {
+      float g = 0.0f, u = 0.0f;
+      for (int w = 0; w < nw; w++) {
+        g += red[w * R * NB + i];
+        u += red[w * R * NB + H * NB + i];
+      }
+      const int r = i / NB, b = i % NB;
+      if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = gemvq_act(mode, g, u);
+    }
+  }
+}
+
+#define GEMVQ_FUSED(NAME, NB, UN)                                                                             \
+  extern "C" __global__ void __launch_bounds__(256) NAME(                                                     \
+      const uint8_t* W0, long long rb0, float* Y0, int rows0, const uint8_t* W1, long long rb1, float* Y1,    \
+      int rows1, const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols, const uint8_t* XQ,         \
+      int mode) {                                                                                             \
+    gemvq_body<NB, UN>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, cols, XQ, mode);           \
+  }
+GEMVQ_FUSED(gemvq_fused_1, 1, 1)
+GEMVQ_FUSED(gemvq_fused_2, 2, 1)
+// Two units per lane in flight (kernels' gemvqUnroll, a measured variant).
+GEMVQ_FUSED(gemvq_fused_u2_1, 1, 2)
+
+// gemvq_staged: gemvq_fused's work with x quantized by the block itself
+// into shared memory (no gemvq_x launch; NB*gemvq_bytes(cols) bytes of
+// dynamic shared memory, planes swizzled by xchunk), then, as gemv.cu's
+// gemv_staged, each warp owns whole row groups (blockIdx.x*nw + warp, +
+// gridDim.x*nw, ...: the launcher sizes the grid to the resident warps),
+// a lane walking units lane, lane+32, ...; no barrier after the copy.
+template <int NB>
+__device__ __forceinline__ void gemvq_staged_body(const uint8_t* W0, long long rb0, float* Y0, int rows0,
+                                                  const uint8_t* W1, long long rb1, float* Y1, int rows1,
+                                                  const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols,
+                                                  const float* __restrict__ X, int mode) {
+  constexpr int R = GEMVQ_R;
+  extern __shared__ uint4 smem[];
+  uint8_t* xs = reinterpret_cast<uint8_t*>(smem);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  const int nblk = cols >> 6;
+  const long long qb = gemvq_bytes(cols);
+  for (int t = warp; t < NB * nblk; t += nw) {
+    const int b = t / nblk, blk = t - b * nblk;
+    const float2 v = __ldg(reinterpret_cast<const float2*>(X + (long long)b * cols + 64 * blk + 2 * lane));
+    int q0, q1, s;
+    float sx;
+    quant64(v, q0, q1, sx, s);
+    put64<true>(xs + b * qb, cols, blk, lane, q0, q1, sx, s);
+  }
+  __syncthreads();
+  const int groups = mode != GEMVQ_PLAIN ? (rows0 + R / 2 - 1) / (R / 2)
+                                         : (rows0 + R - 1) / R + (rows1 + R - 1) / R + (rows2 + R - 1) / R;
+  const int nunits = cols >> 5;
+  for (int g = blockIdx.x * nw + warp; g < groups; g += gridDim.x * nw) {
+    const uint8_t* rp[R];
+    int row0, rows;
+    float* Y;
+    gemvq_group(g, W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, mode, rp, row0, rows, Y);
+    float acc[R][NB];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+#pragma unroll 1
+    for (int u = lane; u < nunits; u += 32) {
+      QW4 w[R];
+#pragma unroll
+      for (int r = 0; r < R; r++) w[r].load(rp[r], u);
+      QXU x[NB];
+#pragma unroll
+      for (int b = 0; b < NB; b++) x[b].load_sh(xs + b * qb, cols, u);
+#pragma unroll
+      for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int b = 0; b < NB; b++) w[r].dot(u, x[b], acc[r][b]);
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int b = 0; b < NB; b++) acc[r][b] = warp_sum(acc[r][b]);
+    if (lane == 0) {
+      if (mode == GEMVQ_PLAIN) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+          for (int b = 0; b < NB; b++)
+            if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = acc[r][b];
+      } else {
+#pragma unroll
+        for (int r = 0; r < R / 2; r++)
+#pragma unroll
+          for (int b = 0; b < NB; b++)
+            if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = gemvq_act(mode, acc[r][b], acc[r + R / 2][b]);
+      }
+    }
+  }
+}
+
+#define GEMVQ_STAGED(NB)                                                                                      \
+  extern "C" __global__ void __launch_bounds__(256) gemvq_staged_##NB(                                        \
+      const uint8_t* W0, long long rb0, float* Y0, int rows0, const uint8_t* W1, long long rb1, float* Y1,    \
+      int rows1, const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols, const float* X, int mode) { \
+    gemvq_staged_body<NB>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, cols, X, mode);         \
+  }
+GEMVQ_STAGED(1)
+GEMVQ_STAGED(2)
+
+// ---- Q6_K ----
+//
+// gemv.cu's DQ6K unit on quantized x: 64 elements of one super-block's
+// half n = (u>>1)&1, columns 128n + 32qq + 16h + j for quarters qq = 0..3
+// and j < 16, h = u&1, from 16 bytes of each of the half's two low-bit
+// regions and 16 bytes of its high bits, read with word loads (210-byte
+// blocks are only 2-byte aligned). Per quarter (one int8 scale): q in
+// 0..63 against x's high and low bytes in two dp4a chains, minus 32 times
+// the quarter's x sum, all exact in int32 (|.| < 2^26); the quarter's
+// scale applied in float32, then d and x's block scale per 64-block.
+struct QW6 {
+  uint32_t a[4], c[4], hb[4];
+  uint32_t sc;  // the unit's 4 int8 scales, quarter qq in byte qq
+  float d;
+  __device__ __forceinline__ void load(const uint8_t* row, int u) {
+    const uint8_t* b = row + (long long)(u >> 2) * 210;
+    const int n = (u >> 1) & 1, h = u & 1;
+    ldwords<4>(b + 64 * n + 16 * h, a);
+    ldwords<4>(b + 64 * n + 32 + 16 * h, c);
+    ldwords<4>(b + 128 + 32 * n + 16 * h, hb);
+    uint32_t sw[2];
+    ldwords<2>(b + 192 + 8 * n, sw);
+    sc = __byte_perm(sw[0], sw[1], h ? 0x7531 : 0x6420);  // scale bytes 2qq+h
+    d = h2f(ldu16(b + 208));
+  }
+};
+
+// The x side of Q6_K unit u for one vector: each quarter's 16 high and low
+// bytes, the scales of the unit's two 64-blocks (quarters 0-1, 2-3) and the
+// quarters' x sums.
+struct QX6 {
+  uint4 xh[4], xl[4];
+  float sx0, sx1;
+  int2 s01, s23;
+  __device__ __forceinline__ void load(const uint8_t* base, int cols, int u) {
+    const int sb = u >> 2, n = (u >> 1) & 1, h = u & 1;
+    const int c0 = 256 * sb + 128 * n + 16 * h;
+#pragma unroll
+    for (int qq = 0; qq < 4; qq++) {
+      xh[qq] = __ldg(reinterpret_cast<const uint4*>(base + c0 + 32 * qq));
+      xl[qq] = __ldg(reinterpret_cast<const uint4*>(base + cols + c0 + 32 * qq));
+    }
+    const uint8_t* hdr = base + 2LL * cols + 32 * (4 * sb + 2 * n);
+    sx0 = __ldg(reinterpret_cast<const float*>(hdr));
+    sx1 = __ldg(reinterpret_cast<const float*>(hdr + 32));
+    s01 = __ldg(reinterpret_cast<const int2*>(hdr + 16 + 8 * h));
+    s23 = __ldg(reinterpret_cast<const int2*>(hdr + 48 + 8 * h));
+  }
+};
+
+__device__ __forceinline__ void q6_dot(const QW6& w, const QX6& x, float& acc) {
+  float f0 = 0.0f, f1 = 0.0f;
+#pragma unroll
+  for (int qq = 0; qq < 4; qq++) {
+    uint32_t q[4];
+#pragma unroll
+    for (int jj = 0; jj < 4; jj++) {
+      const uint32_t lo = (qq & 1) ? w.c[jj] : w.a[jj];
+      q[jj] = ((lo >> (4 * (qq >> 1))) & 0x0F0F0F0Fu) | (((w.hb[jj] >> (2 * qq)) & 0x03030303u) << 4);
+    }
+    int hsum = 0;
+#pragma unroll
+    for (int jj = 0; jj < 4; jj++) hsum = dp4a_us(q[jj], qword(x.xh[qq], jj), hsum);
+    const int s = qq == 0 ? x.s01.x : (qq == 1 ? x.s01.y : (qq == 2 ? x.s23.x : x.s23.y));
+    int i = (int)((uint32_t)hsum << 8) - 32 * s;
+#pragma unroll
+    for (int jj = 0; jj < 4; jj++) i = dp4a_uu(q[jj], qword(x.xl[qq], jj), i);
+    const float scf = (float)(int8_t)((w.sc >> (8 * qq)) & 0xff);
+    if (qq < 2) {
+      f0 = fmaf(scf, (float)i, f0);
+    } else {
+      f1 = fmaf(scf, (float)i, f1);
+    }
+  }
+  acc = fmaf(w.d * x.sx0, f0, acc);
+  acc = fmaf(w.d * x.sx1, f1, acc);
+}
+
+#define GEMVQ6_R 2
+
+// gemvq_q6k: Y = W x for one Q6_K matrix (any 2-byte alignment) and NB
+// quantized vectors; a block owns 2 rows, its warps split the row's units
+// as gemvq_fused's do.
+template <int NB>
+__device__ __forceinline__ void gemvq_q6k_body(const uint8_t* W, long long rb, float* Y, int rows, int cols,
+                                               const uint8_t* XQ) {
+  constexpr int R = GEMVQ6_R;
+  __shared__ float red[8 * R * NB];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  const int row0 = blockIdx.x * R;
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
+  float acc[R][NB];
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+  const int nunits = cols >> 6;
+  const long long qb = gemvq_bytes(cols);
+  for (int u = warp * 32 + lane; u < nunits; u += 32 * nw) {
+    QW6 w[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) w[r].load(rp[r], u);
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+      QX6 x;
+      x.load(XQ + b * qb, cols, u);
+#pragma unroll
+      for (int r = 0; r < R; r++) q6_dot(w[r], x, acc[r][b]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[r][b] = warp_sum(acc[r][b]);
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int b = 0; b < NB; b++) red[(warp * R + r) * NB + b] = acc[r][b];
+  }
+  __syncthreads();
+  const int i = threadIdx.x;
+  if (i < R * NB) {
+    float s = 0.0f;
+    for (int w = 0; w < nw; w++) s += red[w * R * NB + i];
+    const int r = i / NB, b = i % NB;
+    if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = s;
+  }
+}
+
+#define GEMVQ_Q6K(NB)                                                                                          \
+  extern "C" __global__ void __launch_bounds__(256) gemvq_q6k_##NB(const uint8_t* W, long long rb, float* Y,  \
+                                                                   int rows, int cols, const uint8_t* XQ) {   \
+    gemvq_q6k_body<NB>(W, rb, Y, rows, cols, XQ);                                                              \
+  }
+GEMVQ_Q6K(1)
+GEMVQ_Q6K(2)

@@ -1,0 +1,347 @@
+package kernels
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/kernels/cuda"
+)
+
+// fastGEMV switches Q4_K decode GEMVs (GEMV, GEMVFused, GEMVGLU with one
+// or two vectors) to gemvq.cu's integer path: x quantized to 16 bits per
+// 64-element block, dp4a dot products. Off by default until the H200
+// measurements in kernels/NOTES.md decide.
+var fastGEMV atomic.Bool
+
+// SetFastGEMV turns the integer Q4_K GEMV path (gemvq.cu) on or off for
+// every Kernels of the process. It needs a per-stream scratch buffer
+// (ReserveFastGEMV) and falls back to the float path, with the same
+// results to within x's 16-bit rounding, wherever it cannot run. Why a
+// switch: the float path is the measured default; this one trades ~5 SASS
+// instructions per weight for ~2 (kernels/NOTES.md) and is chosen by
+// measurement.
+func SetFastGEMV(on bool) { fastGEMV.Store(on) }
+
+// FastGEMV reports whether SetFastGEMV turned the integer path on.
+func FastGEMV() bool { return fastGEMV.Load() }
+
+// fastGEMVQ6K extends the integer path to Q6_K (gemvq_q6k) while
+// SetFastGEMV is on.
+var fastGEMVQ6K atomic.Bool
+
+// SetFastGEMVQ6K adds Q6_K matrices (ffn_down and v in half of a Q4_K_M
+// model's layers, the output) to the integer path while SetFastGEMV is
+// on: off by default, measured separately from Q4_K (kernels/NOTES.md).
+func SetFastGEMVQ6K(on bool) { fastGEMVQ6K.Store(on) }
+
+// FastGEMVQ6K reports whether SetFastGEMVQ6K turned Q6_K on.
+func FastGEMVQ6K() bool { return fastGEMVQ6K.Load() }
+
+// fastType reports whether the integer path takes matrices of type t.
+func fastType(t quant.Type) bool {
+	return t == quant.Q4_K || (t == quant.Q6_K && fastGEMVQ6K.Load())
+}
+
+// gemvqBytes is gemvq.cu's gemvq_bytes: one vector's quantized x (int8
+// high bytes, uint8 low bytes, a 32-byte header per 64 elements).
+func gemvqBytes(cols int) int64 { return 2*int64(cols) + int64(cols)/2 }
+
+// gemvqState holds the quantized-x scratch of each stream (a GEMV's x is
+// quantized on the stream that then reads it, so streams never share one).
+type gemvqState struct {
+	ws map[cuda.Stream]gemvqScratch
+}
+
+type gemvqScratch struct {
+	ptr  cuda.DevPtr
+	cols int // the widest x it holds, for MaxFusedGEMVBatch vectors
+}
+
+// ReserveFastGEMV allocates stream s's scratch for quantized x of up to
+// cols columns (growing it if smaller) when the fast path is on; with it
+// off it does nothing. It allocates, so it must be called outside graph
+// capture, before the first captured GEMV on s: GEMV calls never
+// allocate, and without a large enough scratch they take the float path.
+func (k *Kernels) ReserveFastGEMV(c *cuda.Ctx, s cuda.Stream, cols int) error {
+	if !FastGEMV() {
+		return nil
+	}
+	if cols < 1 {
+		return fmt.Errorf("reserve fast gemv: %d columns", cols)
+	}
+	if k.gemvq.ws == nil {
+		k.gemvq.ws = map[cuda.Stream]gemvqScratch{}
+	}
+	old, ok := k.gemvq.ws[s]
+	if ok && old.cols >= cols {
+		return nil
+	}
+	if ok {
+		// Queued launches may still read the old buffer.
+		if err := c.StreamSync(s); err != nil {
+			return fmt.Errorf("reserve fast gemv: %w", err)
+		}
+		if err := c.Free(old.ptr); err != nil {
+			return fmt.Errorf("reserve fast gemv: %w", err)
+		}
+		delete(k.gemvq.ws, s)
+	}
+	n := MaxFusedGEMVBatch * gemvqBytes(cols)
+	p, err := c.Alloc(n)
+	if err != nil {
+		return fmt.Errorf("reserve fast gemv: %d bytes: %w", n, err)
+	}
+	k.gemvq.ws[s] = gemvqScratch{ptr: p, cols: cols}
+	return nil
+}
+
+// ReleaseFastGEMV frees stream s's scratch, if it has one, after the work
+// queued on s; call it before destroying s. The driver reuses the handles
+// of destroyed streams, so a scratch left behind would be taken for a new
+// stream's reservation (harmless, the memory stays valid, but it is held
+// until Unload).
+func (k *Kernels) ReleaseFastGEMV(c *cuda.Ctx, s cuda.Stream) error {
+	w, ok := k.gemvq.ws[s]
+	if !ok {
+		return nil
+	}
+	delete(k.gemvq.ws, s)
+	if err := c.StreamSync(s); err != nil {
+		return fmt.Errorf("release fast gemv: %w", err)
+	}
+	if err := c.Free(w.ptr); err != nil {
+		return fmt.Errorf("release fast gemv: %w", err)
+	}
+	return nil
+}
+
+// free releases every stream's scratch.
+func (g *gemvqState) free(c *cuda.Ctx) error {
+	var first error
+	for s, w := range g.ws {
+		if err := c.Free(w.ptr); err != nil && first == nil {
+			first = err
+		}
+		delete(g.ws, s)
+	}
+	return first
+}
+
+// fastScratch returns s's scratch when the integer path can take these
+// matrices for nb vectors: switch on, Q4_K (or Q6_K, see SetFastGEMVQ6K),
+// widths a multiple of 256 and equal, Q4_K rows 16-byte aligned (Q6_K:
+// 2-byte), nb <= MaxFusedGEMVBatch, x 8-byte aligned and a reserved
+// scratch wide enough.
+func (k *Kernels) fastScratch(s cuda.Stream, x cuda.DevPtr, nb int, ms ...Matrix) (cuda.DevPtr, bool) {
+	if !FastGEMV() || nb < 1 || nb > MaxFusedGEMVBatch || len(ms) == 0 || x%8 != 0 {
+		return 0, false
+	}
+	if _, ok := k.fns["gemvq_x"]; !ok {
+		return 0, false
+	}
+	for _, m := range ms {
+		if !fastType(m.Type) || m.Cols != ms[0].Cols || m.Cols%256 != 0 || m.Rows < 1 || m.Ptr == 0 {
+			return 0, false
+		}
+		align := uint64(16)
+		if m.Type == quant.Q6_K {
+			align = 2
+		}
+		if (uint64(m.Ptr)|uint64(m.RowBytes()))%align != 0 {
+			return 0, false
+		}
+	}
+	w, ok := k.gemvq.ws[s]
+	if !ok || w.cols < ms[0].Cols {
+		return 0, false
+	}
+	return w.ptr, true
+}
+
+// quantizeX enqueues gemvq_x: nb vectors of cols floats at x into xq.
+func (k *Kernels) quantizeX(c *cuda.Ctx, s cuda.Stream, x cuda.DevPtr, cols, nb int, xq cuda.DevPtr) error {
+	f, err := k.fn("gemvq_x")
+	if err != nil {
+		return err
+	}
+	warps := nb * cols / 64
+	var a cuda.Args
+	a.Ptr(x).Int(cols).Int(nb).Ptr(xq)
+	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(ceilDiv(warps, 8))}, Block: cuda.Dim3{X: 256}}
+	if err := c.Launch(f, cfg, s, &a); err != nil {
+		return fmt.Errorf("gemvq x: %d x %d: %w", nb, cols, err)
+	}
+	return nil
+}
+
+// gemvqRows is gemvq.cu's GEMVQ_R: rows per block (GLU: half of gate,
+// half of up); gemvq6Rows is GEMVQ6_R, gemvq_q6k's.
+const gemvqRows, gemvq6Rows = 4, 2
+
+// gemvqGeometry: one block per row group, and the most warps per block (a
+// power of two, 1..8) that keeps the grid within gemvWarpsPerSM warps per
+// multiprocessor and gives each warp at least 32 units of unit elements.
+func gemvqGeometry(groups, cols, unit, sms int) (blocks, threads int) {
+	windows := ceilDiv(cols/unit, 32)
+	warps := 1
+	for warps < 8 && 2*warps <= windows && groups*2*warps <= sms*gemvWarpsPerSM {
+		warps *= 2
+	}
+	return groups, 32 * warps
+}
+
+// gemvqLaunch quantizes x into xq and launches the integer kernels over
+// the outputs (mode 0: gemvq_fused_<nb> for the Q4_K ones, gemvq_q6k_<nb>
+// for each Q6_K one) or over gate and up (GLU mode, Q4_K: outs[0] gate
+// with the output pointer, outs[1] up).
+func (k *Kernels) gemvqLaunch(c *cuda.Ctx, s cuda.Stream, what string, x, xq cuda.DevPtr, nb, mode int, outs []GEMVOut) error {
+	cols := outs[0].W.Cols
+	var q4, q6 []GEMVOut
+	for _, o := range outs {
+		if o.W.Type == quant.Q6_K {
+			q6 = append(q6, o)
+		} else {
+			q4 = append(q4, o)
+		}
+	}
+	staged := gemvqStaged.warps > 0 && len(q4) > 0 && int64(nb)*gemvqBytes(cols) <= int64(k.gemvSmem)
+	if len(q6) > 0 || !staged {
+		if err := k.quantizeX(c, s, x, cols, nb, xq); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	for _, o := range q6 {
+		if err := k.gemvq6Launch(c, s, what, xq, nb, o); err != nil {
+			return err
+		}
+	}
+	switch {
+	case len(q4) == 0:
+		return nil
+	case staged:
+		return k.gemvqStagedLaunch(c, s, what, x, nb, mode, q4)
+	}
+	return k.gemvq4Launch(c, s, what, xq, nb, mode, q4)
+}
+
+// gemvqStagedConfig sizes gemvq_staged (x quantized by each block into
+// shared memory, warps owning whole row groups): warps per block and the
+// blocks per multiprocessor the grid aims at; warps == 0 (the default)
+// keeps the gemvq_x + gemvq_fused pair. A variant
+// BenchmarkGEMVQDecodeShapes measures.
+type gemvqStagedConfig struct{ warps, blocksPerSM int }
+
+var gemvqStaged gemvqStagedConfig
+
+// SetFastGEMVStaged switches the integer Q4_K launches between gemvq_x +
+// gemvq_fused (off, the default) and gemvq_staged (on: each block
+// quantizes x into shared memory itself, one launch instead of two; 8
+// warps per block, 2 blocks per SM). An experimental variant, exported so
+// engine benchmarks can measure it end to end; kernels/NOTES.md has the
+// numbers that decide.
+func SetFastGEMVStaged(on bool) {
+	if on {
+		gemvqStaged = gemvqStagedConfig{warps: 8, blocksPerSM: 2}
+	} else {
+		gemvqStaged = gemvqStagedConfig{}
+	}
+}
+
+// gemvqStagedGeometry: the fewest warps (within the aimed-at resident
+// ones) that give each warp the same number of row groups, in blocks of
+// at most cfg.warps warps.
+func gemvqStagedGeometry(cfg gemvqStagedConfig, groups, sms int) (blocks, threads int) {
+	resident := max(1, sms*cfg.blocksPerSM*cfg.warps)
+	perWarp := ceilDiv(groups, min(groups, resident))
+	warps := ceilDiv(groups, perWarp)
+	nw := min(cfg.warps, warps)
+	return ceilDiv(warps, nw), 32 * nw
+}
+
+// gemvqStagedLaunch launches gemvq_staged_<nb> on float x.
+func (k *Kernels) gemvqStagedLaunch(c *cuda.Ctx, s cuda.Stream, what string, x cuda.DevPtr, nb, mode int, outs []GEMVOut) error {
+	cols := outs[0].W.Cols
+	f, err := k.fn(fmt.Sprintf("gemvq_staged_%d", nb))
+	if err != nil {
+		return err
+	}
+	var a cuda.Args
+	groups := 0
+	for i := 0; i < 3; i++ {
+		if i < len(outs) {
+			o := outs[i]
+			a.Ptr(o.W.Ptr).I64(o.W.RowBytes()).Ptr(o.Y).Int(o.W.Rows)
+			groups += ceilDiv(o.W.Rows, gemvqRows)
+		} else {
+			a.Ptr(0).I64(0).Ptr(0).Int(0)
+		}
+	}
+	if mode != 0 {
+		groups = ceilDiv(outs[0].W.Rows, gemvqRows/2)
+	}
+	a.Int(cols).Ptr(x).Int(mode)
+	blocks, threads := gemvqStagedGeometry(gemvqStaged, groups, k.SMs)
+	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}, SharedMem: uint32(int64(nb) * gemvqBytes(cols))}
+	if err := c.Launch(f, cfg, s, &a); err != nil {
+		return fmt.Errorf("%s: staged, %d matrices %dx%d.. batch %d: %w", what, len(outs), outs[0].W.Rows, cols, nb, err)
+	}
+	return nil
+}
+
+// gemvq6Launch launches gemvq_q6k_<nb> on quantized x.
+func (k *Kernels) gemvq6Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.DevPtr, nb int, o GEMVOut) error {
+	f, err := k.fn(fmt.Sprintf("gemvq_q6k_%d", nb))
+	if err != nil {
+		return err
+	}
+	var a cuda.Args
+	a.Ptr(o.W.Ptr).I64(o.W.RowBytes()).Ptr(o.Y).Int(o.W.Rows).Int(o.W.Cols).Ptr(xq)
+	blocks, threads := gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), o.W.Cols, 64, k.SMs)
+	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}}
+	if err := c.Launch(f, cfg, s, &a); err != nil {
+		return fmt.Errorf("%s: Q6_K %dx%d batch %d: %w", what, o.W.Rows, o.W.Cols, nb, err)
+	}
+	return nil
+}
+
+// gemvqUnroll is the units each lane of gemvq_fused has in flight for one
+// vector: 1 (gemvq_fused_1) or 2 (gemvq_fused_u2_1, 128 registers instead
+// of 54), a variant BenchmarkGEMVQDecodeShapes measures.
+var gemvqUnroll = 1
+
+// gemvq4Launch launches gemvq_fused_<nb> on quantized x.
+func (k *Kernels) gemvq4Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.DevPtr, nb, mode int, outs []GEMVOut) error {
+	cols := outs[0].W.Cols
+	name := fmt.Sprintf("gemvq_fused_%d", nb)
+	if nb == 1 && gemvqUnroll == 2 {
+		name = "gemvq_fused_u2_1"
+	}
+	f, err := k.fn(name)
+	if err != nil {
+		return err
+	}
+	var a cuda.Args
+	groups := 0
+	for i := 0; i < 3; i++ {
+		if i < len(outs) {
+			o := outs[i]
+			a.Ptr(o.W.Ptr).I64(o.W.RowBytes()).Ptr(o.Y).Int(o.W.Rows)
+			if mode == 0 {
+				groups += ceilDiv(o.W.Rows, gemvqRows)
+			}
+		} else {
+			a.Ptr(0).I64(0).Ptr(0).Int(0)
+		}
+	}
+	if mode != 0 {
+		groups = ceilDiv(outs[0].W.Rows, gemvqRows/2)
+	}
+	a.Int(cols).Ptr(xq).Int(mode)
+	blocks, threads := gemvqGeometry(groups, cols, 32, k.SMs)
+	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}}
+	if err := c.Launch(f, cfg, s, &a); err != nil {
+		return fmt.Errorf("%s: %d matrices %dx%d.. batch %d: %w", what, len(outs), outs[0].W.Rows, cols, nb, err)
+	}
+	return nil
+}

@@ -1,0 +1,163 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/kernels/cuda"
+)
+
+// BenchmarkGEMVQDecodeShapes compares, in one process, the float GEMV
+// path with the integer Q4_K path (SetFastGEMV) on the 8b decode launches,
+// replayed from CUDA graphs over copies of a layer's matrices (so they
+// come from HBM), as effective weight bandwidth ÷ the D2D copy bandwidth of
+// the same run: q/k/v (v Q6_K, as in the 16 use_more_bits layers, or
+// Q4_K), o, gate+up+SwiGLU (one and two vectors), ffn_down, the output,
+// and a whole layer's launch sequence of each kind, each with the float
+// path, the integer path for Q4_K only and for Q4_K and Q6_K
+// (SetFastGEMVQ6K); the integer path's x quantization alone; and the
+// integer path with two units per lane in flight (gemvqUnroll), with x
+// quantized by each block into shared memory (gemvqStaged: warps x
+// blocks per SM), and under two more grid targets (warps per SM).
+// Integer-path cells include their gemvq_x launch. Run with
+// -test.benchtime 1x.
+func BenchmarkGEMVQDecodeShapes(b *testing.B) {
+	ceiling := copyBandwidth(b)
+	d, k := gpu(b)
+	var out strings.Builder
+	fmt.Fprintf(&out, "D2D copy %.0f GB/s; cells: us per launch sequence, ratio of its weight bytes/s to D2D\n", ceiling/1e9)
+	defer SetFastGEMV(false)
+	err := d.Do(func(c *cuda.Ctx) error {
+		a := &arena{c: c}
+		defer a.free()
+		s, err := c.NewStream(cuda.StreamNonBlocking)
+		must(err)
+		defer c.DestroyStream(s)
+		SetFastGEMV(true)
+		must(k.ReserveFastGEMV(c, s, 14336))
+		type shape struct {
+			name       string
+			typ        quant.Type
+			rows, cols int
+		}
+		shapes := []shape{
+			{"q", quant.Q4_K, 4096, 4096}, {"k", quant.Q4_K, 1024, 4096}, {"v6", quant.Q6_K, 1024, 4096},
+			{"v4", quant.Q4_K, 1024, 4096}, {"o", quant.Q4_K, 4096, 4096}, {"gate", quant.Q4_K, 14336, 4096},
+			{"up", quant.Q4_K, 14336, 4096}, {"down6", quant.Q6_K, 4096, 14336}, {"down4", quant.Q4_K, 4096, 14336},
+			{"out", quant.Q6_K, 128256, 4096},
+		}
+		const copies = 4
+		mats := map[string][]Matrix{}
+		for si, sh := range shapes {
+			rb, _ := sh.typ.RowBytes(int64(sh.cols))
+			one := make([]byte, rb*int64(sh.rows))
+			must(quant.FillRandomParallel(sh.typ, one, uint64(si+1), 0.05))
+			n := copies
+			if sh.name == "out" {
+				n = 2 // 431 MB each
+			}
+			for i := 0; i < n; i++ {
+				m := Matrix{Type: sh.typ, Rows: sh.rows, Cols: sh.cols, Ptr: a.alloc(int64(len(one)))}
+				must(c.CopyHtoD(m.Ptr, one, 0))
+				mats[sh.name] = append(mats[sh.name], m)
+			}
+		}
+		r := rand.New(rand.NewPCG(3, 3))
+		x := put(a, normLike(r, 2, 14336))
+		y1, y2, y3 := a.alloc(2*14336*4), a.alloc(2*14336*4), a.alloc(2*14336*4)
+		m := func(name string, i int) Matrix { l := mats[name]; return l[i%len(l)] }
+		bytes := func(names ...string) int64 {
+			var n int64
+			for _, nm := range names {
+				n += mats[nm][0].Bytes()
+			}
+			return n
+		}
+		type bench struct {
+			name  string
+			bytes int64
+			fn    func(s cuda.Stream, i int) error
+		}
+		gemv := func(name string) func(s cuda.Stream, i int) error {
+			return func(s cuda.Stream, i int) error { return k.GEMV(c, s, m(name, i), x, y1, 1) }
+		}
+		layer := func(v, down string) func(s cuda.Stream, i int) error {
+			return func(s cuda.Stream, i int) error {
+				if err := k.GEMVFused(c, s, x, 1, GEMVOut{m("q", i), y1}, GEMVOut{m("k", i), y2}, GEMVOut{m(v, i), y3}); err != nil {
+					return err
+				}
+				if err := k.GEMV(c, s, m("o", i), x, y1, 1); err != nil {
+					return err
+				}
+				if err := k.GEMVGLU(c, s, m("gate", i), m("up", i), x, y2, 1, SwiGLU); err != nil {
+					return err
+				}
+				return k.GEMV(c, s, m(down, i), x, y1, 1)
+			}
+		}
+		benches := []bench{
+			{"q,k,v6 fused", bytes("q", "k", "v6"), func(s cuda.Stream, i int) error {
+				return k.GEMVFused(c, s, x, 1, GEMVOut{m("q", i), y1}, GEMVOut{m("k", i), y2}, GEMVOut{m("v6", i), y3})
+			}},
+			{"q,k,v4 fused", bytes("q", "k", "v4"), func(s cuda.Stream, i int) error {
+				return k.GEMVFused(c, s, x, 1, GEMVOut{m("q", i), y1}, GEMVOut{m("k", i), y2}, GEMVOut{m("v4", i), y3})
+			}},
+			{"o 4096x4096", bytes("o"), gemv("o")},
+			{"gate,up glu", bytes("gate", "up"), func(s cuda.Stream, i int) error {
+				return k.GEMVGLU(c, s, m("gate", i), m("up", i), x, y2, 1, SwiGLU)
+			}},
+			{"gate,up glu nb2", bytes("gate", "up"), func(s cuda.Stream, i int) error {
+				return k.GEMVGLU(c, s, m("gate", i), m("up", i), x, y2, 2, SwiGLU)
+			}},
+			{"gate 14336x4096", bytes("gate"), gemv("gate")},
+			{"down4 4096x14336", bytes("down4"), gemv("down4")},
+			{"down6 4096x14336", bytes("down6"), gemv("down6")},
+			{"v6 1024x4096", bytes("v6"), gemv("v6")},
+			{"out 128256x4096", bytes("out"), gemv("out")},
+			{"layer v4,down4", bytes("q", "k", "v4", "o", "gate", "up", "down4"), layer("v4", "down4")},
+			{"layer v6,down6", bytes("q", "k", "v6", "o", "gate", "up", "down6"), layer("v6", "down6")},
+		}
+		oldW := gemvWarpsPerSM
+		defer func() { gemvWarpsPerSM = oldW }()
+		cell := func(bn bench) string {
+			ms := timeGraphOn(c, s, 64, bn.fn)
+			return fmt.Sprintf("%8.2f us %5.3f", ms*1e3, float64(bn.bytes)/(ms/1e3)/ceiling)
+		}
+		defer SetFastGEMVQ6K(false)
+		fmt.Fprintf(&out, "%-26s %-22s %-22s %s\n", "launch", "float", "integer Q4_K", "integer Q4_K+Q6_K")
+		for _, bn := range benches {
+			SetFastGEMV(false)
+			old := cell(bn)
+			SetFastGEMV(true)
+			SetFastGEMVQ6K(false)
+			q4 := cell(bn)
+			SetFastGEMVQ6K(true)
+			fmt.Fprintf(&out, "%-26s %s   %s   %s\n", bn.name, old, q4, cell(bn))
+		}
+		for _, cols := range []int{4096, 14336} {
+			ms := timeGraphOn(c, s, 64, func(s cuda.Stream, i int) error {
+				return k.quantizeX(c, s, x, cols, 1, k.gemvq.ws[s].ptr)
+			})
+			fmt.Fprintf(&out, "gemvq_x alone, %5d columns: %6.2f us\n", cols, ms*1e3)
+		}
+		defer func() { gemvqStaged = gemvqStagedConfig{} }()
+		for _, v := range []struct {
+			wps, unroll int
+			staged      gemvqStagedConfig
+		}{{32, 2, gemvqStagedConfig{}}, {32, 1, gemvqStagedConfig{8, 2}}, {32, 1, gemvqStagedConfig{8, 3}}, {32, 1, gemvqStagedConfig{4, 4}}, {16, 1, gemvqStagedConfig{}}, {64, 1, gemvqStagedConfig{}}} {
+			gemvWarpsPerSM, gemvqUnroll, gemvqStaged = v.wps, v.unroll, v.staged
+			for _, bn := range benches {
+				fmt.Fprintf(&out, "integer+q6k w%-2d unroll %d staged %d/%d %-26s %s\n", v.wps, v.unroll, v.staged.warps, v.staged.blocksPerSM, bn.name, cell(bn))
+			}
+		}
+		gemvqUnroll, gemvqStaged = 1, gemvqStagedConfig{}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("\n%s", out.String())
+}

@@ -1,0 +1,425 @@
+package kernels
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/kernels/cuda"
+)
+
+// normLike returns n RMSNorm outputs of width cols as a llama layer feeds
+// its q/k/v and gate/up: Gaussian channels with a few 30x outlier channels
+// (the massive activations of real models), normalised, times a norm
+// weight around 1.
+func normLike(r *rand.Rand, n, cols int) []float32 {
+	out := make([]float32, n*cols)
+	g := make([]float64, cols)
+	for i := range g {
+		g[i] = math.Abs(1 + 0.3*r.NormFloat64())
+	}
+	outl := map[int]bool{}
+	for len(outl) < 4 {
+		outl[r.IntN(cols)] = true
+	}
+	for b := 0; b < n; b++ {
+		v := make([]float64, cols)
+		var ss float64
+		for i := range v {
+			v[i] = r.NormFloat64()
+			if outl[i] {
+				v[i] *= 30
+			}
+			ss += v[i] * v[i]
+		}
+		rms := math.Sqrt(ss/float64(cols) + 1e-5)
+		for i := range v {
+			out[b*cols+i] = float32(v[i] / rms * g[i])
+		}
+	}
+	return out
+}
+
+// swigluLike returns n SwiGLU outputs silu(a)*b (what ffn_down reads):
+// heavy-tailed products of two Gaussians.
+func swigluLike(r *rand.Rand, n, cols int) []float32 {
+	out := make([]float32, n*cols)
+	for i := range out {
+		a, b := 2*r.NormFloat64(), 2*r.NormFloat64()
+		out[i] = float32(a / (1 + math.Exp(-a)) * b)
+	}
+	return out
+}
+
+// TestGEMVQQuantize checks the CPU model of gemvq_x on edge cases the
+// GPU test meets only by chance: zeros, exact ties, the clamp, NaN.
+func TestGEMVQQuantize(t *testing.T) {
+	x := make([]float32, 128)
+	x[1], x[2], x[3] = 1, -0.5, 0.25 // block 0: max 1
+	for i := 64; i < 128; i++ {
+		x[i] = float32(math.NaN())
+	}
+	x[64] = 2
+	xq := gemvqQuantizeRef(x)
+	got := gemvqDequantX(xq, 128)
+	for i, want := range []float64{0, 1, -0.5, 0.25} {
+		if math.Abs(got[i]-want) > 1.0/65534 {
+			t.Errorf("x[%d] = %v after quantization, want %v", i, got[i], want)
+		}
+	}
+	if xq[0] != 0 || xq[128] != 0 {
+		t.Errorf("zero element quantized to %d/%d", xq[0], xq[128])
+	}
+	if !math.IsNaN(got[64]) {
+		t.Errorf("a block with NaN dequantizes to %v, want NaN", got[64])
+	}
+}
+
+// TestGEMVQFidelity measures, on the CPU, the error the integer path adds
+// on an 8b-shaped GEMV (14336x4096 Q4_K against norm-like activations,
+// 4096x14336 against SwiGLU-like ones): the emulated kernel (every integer
+// and float32 operation of gemvq.cu in its order) against float64 dot
+// products with the float32 x. Expected: x's rounding is uniform within
+// +-sx/2, so NMSE ~ mean(sx^2/12) / mean(x^2) (~5e-10 for Gaussian blocks
+// of 64; the outlier channels make their blocks' steps 30x coarser) —
+// printed next to the measurement. Asserted: NMSE <= 2x that estimate +
+// the float32 summation floor (1e-12), and <= 1e-7 outright (f16 x, which
+// the prefill GEMM already uses, costs ~1e-7; the engine's 8b fidelity
+// budget is 1e-4 on the logits); every row within its hard error bound
+// sum|w_i| sx_i/2 + TestGEMV's float32 tolerance.
+func TestGEMVQFidelity(t *testing.T) {
+	shapes := []struct {
+		name       string
+		typ        quant.Type
+		rows, cols int
+		x          func(r *rand.Rand, n, cols int) []float32
+	}{
+		{"gate Q4_K 14336x4096 norm-like x", quant.Q4_K, 14336, 4096, normLike},
+		{"down Q4_K 4096x14336 swiglu-like x", quant.Q4_K, 4096, 14336, swigluLike},
+		{"down Q6_K 4096x14336 swiglu-like x", quant.Q6_K, 4096, 14336, swigluLike},
+		{"output Q6_K 16384x4096 norm-like x", quant.Q6_K, 16384, 4096, normLike},
+	}
+	for si, sh := range shapes {
+		t.Run(sh.name, func(t *testing.T) {
+			rows := sh.rows
+			if testing.Short() {
+				rows = 512
+			}
+			r := rand.New(rand.NewPCG(uint64(si), 5))
+			rb, _ := sh.typ.RowBytes(int64(sh.cols))
+			data := make([]byte, int(rb)*rows)
+			must(quant.FillRandomParallel(sh.typ, data, uint64(si+1), 0.05))
+			deq := make([]float32, rows*sh.cols)
+			must(quant.DequantizeRows(sh.typ, data, sh.cols, deq))
+			x := sh.x(r, 1, sh.cols)
+			xq := gemvqQuantizeRef(x)
+			xd := gemvqDequantX(xq, sh.cols)
+			var est, xx float64
+			for i, v := range x {
+				sx := float64(gemvqScale(xq, sh.cols, i))
+				est += sx * sx / 12
+				xx += float64(v) * float64(v)
+			}
+			est /= xx
+			// For comparison (logged, not asserted): x rounded to f16 (the
+			// half2 option) and to int8 per 32-block (llama.cpp's q8_1).
+			xf16, xi8 := make([]float32, sh.cols), make([]float32, sh.cols)
+			for i, v := range x {
+				xf16[i] = quant.F16ToF32(quant.F32ToF16(v))
+			}
+			for b := 0; b < sh.cols; b += 32 {
+				var mx float64
+				for _, v := range x[b : b+32] {
+					mx = max(mx, math.Abs(float64(v)))
+				}
+				for i, v := range x[b : b+32] {
+					if mx > 0 {
+						xi8[b+i] = float32(math.RoundToEven(float64(v)*127/mx) * mx / 127)
+					}
+				}
+			}
+			var num, den, worst, n16, n8 float64
+			for row := 0; row < rows; row++ {
+				ref, mag := refDot(deq, sh.cols, row, x)
+				got := float64(gemvqRowRef(sh.typ, data[row*int(rb):(row+1)*int(rb)], sh.cols, xq, 8))
+				var bound float64
+				for j, w := range deq[row*sh.cols : (row+1)*sh.cols] {
+					bound += math.Abs(float64(w)) * math.Abs(xd[j]-float64(x[j]))
+				}
+				e := math.Abs(got - ref)
+				if tol := bound*(1+1e-6) + gemvTol(mag); !(e <= tol) {
+					t.Fatalf("row %d: emulated %v, float64 %v: error %.3g beyond its bound %.3g", row, got, ref, e, tol)
+				}
+				worst = max(worst, e/max(mag, 1e-30))
+				num += (got - ref) * (got - ref)
+				den += ref * ref
+				r16, _ := refDot(deq, sh.cols, row, xf16)
+				r8, _ := refDot(deq, sh.cols, row, xi8)
+				n16 += (r16 - ref) * (r16 - ref)
+				n8 += (r8 - ref) * (r8 - ref)
+			}
+			nmse := num / den
+			t.Logf("%d rows: NMSE %.3g (x rounding estimate %.3g), worst |err|/sum|w x| %.3g; for comparison f16 x %.3g, int8 x per 32 %.3g",
+				rows, nmse, est, worst, n16/den, n8/den)
+			if !(nmse <= 2*est+1e-12) || !(nmse <= 1e-7) {
+				t.Errorf("NMSE %.3g: above 2x the estimate %.3g or 1e-7", nmse, est)
+			}
+		})
+	}
+}
+
+// TestGEMVQ checks the integer path on the GPU (SetFastGEMV on): the
+// quantized x bit for bit against gemvqQuantizeRef, every output against
+// the CPU emulation of the kernel (the same integer and float32
+// operations in the same order: tolerance 1e-6 of sum|w x|, for the
+// double-rounding the emulation's float64 FMA can differ by), and against
+// float64 dot products with the float32 x within the hard bound of x's
+// rounding (sum |w_i| |x_i - sx x_int_i|) plus TestGEMV's tolerance.
+// Shapes: GEMV alone, GEMVFused with all Q4_K and with a Q6_K matrix,
+// GEMVGLU; batches 1-2; with Q6_K on the float path (SetFastGEMVQ6K off:
+// checked with TestGEMV's tolerance) and on the integer path, and with
+// the variants: two units in flight (gemvqUnroll 2), x quantized in each
+// block's shared memory (gemvqStaged).
+func TestGEMVQ(t *testing.T) {
+	_, _ = gpu(t)
+	SetFastGEMV(true)
+	defer SetFastGEMV(false)
+	type mat = gemvqMat
+	cases := []gemvqCase{
+		{"gemv-259x4096", 4096, []mat{{quant.Q4_K, 259}}, 0},
+		{"gemv-33x14336", 14336, []mat{{quant.Q4_K, 33}}, 0},
+		{"gemv-64x512", 512, []mat{{quant.Q4_K, 64}}, 0},
+		{"fused-q4k-q4k-q4k", 4096, []mat{{quant.Q4_K, 130}, {quant.Q4_K, 33}, {quant.Q4_K, 33}}, 0},
+		{"fused-q4k-q4k-q6k", 4096, []mat{{quant.Q4_K, 66}, {quant.Q4_K, 17}, {quant.Q6_K, 17}}, 0},
+		{"glu-swiglu", 4096, []mat{{quant.Q4_K, 203}, {quant.Q4_K, 203}}, SwiGLU},
+		{"glu-geglu", 3584, []mat{{quant.Q4_K, 45}, {quant.Q4_K, 45}}, GeGLU},
+		{"q6k-gemv-4096", 4096, []mat{{quant.Q6_K, 67}}, 0},
+		{"q6k-gemv-14336", 14336, []mat{{quant.Q6_K, 19}}, 0},
+		{"q6k-gemv-512", 512, []mat{{quant.Q6_K, 9}}, 0},
+	}
+	defer func() { gemvqUnroll, gemvqStaged = 1, gemvqStagedConfig{} }()
+	for _, v := range []struct {
+		q6     bool
+		unroll int
+		staged gemvqStagedConfig
+	}{{false, 1, gemvqStagedConfig{}}, {true, 1, gemvqStagedConfig{}}, {true, 2, gemvqStagedConfig{}}, {true, 1, gemvqStagedConfig{8, 2}}} {
+		SetFastGEMVQ6K(v.q6)
+		gemvqUnroll, gemvqStaged = v.unroll, v.staged
+		t.Run(fmt.Sprintf("q6k=%v/unroll=%d/staged=%d", v.q6, v.unroll, v.staged.warps), func(t *testing.T) { testGEMVQCases(t, cases) })
+	}
+	SetFastGEMVQ6K(false)
+}
+
+type gemvqCase struct {
+	name string
+	cols int
+	ms   []gemvqMat
+	glu  GLU
+}
+
+type gemvqMat struct {
+	typ  quant.Type
+	rows int
+}
+
+func testGEMVQCases(t *testing.T, cases []gemvqCase) {
+	for ci, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(ci), 99))
+			xs := normLike(r, 2, tc.cols)
+			datas := make([][]byte, len(tc.ms))
+			deqs := make([][]float32, len(tc.ms))
+			for i, m := range tc.ms {
+				datas[i], deqs[i] = randMatrix(m.typ, m.rows, tc.cols, uint64(200*ci+i))
+			}
+			xqs := [][]byte{gemvqQuantizeRef(xs[:tc.cols]), gemvqQuantizeRef(xs[tc.cols:])}
+			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+				s, err := c.NewStream(cuda.StreamNonBlocking)
+				must(err)
+				defer c.DestroyStream(s)
+				defer func() { must(k.ReleaseFastGEMV(c, s)) }()
+				must(k.ReserveFastGEMV(c, s, tc.cols))
+				x := put(a, xs)
+				outs := make([]GEMVOut, len(tc.ms))
+				for i, m := range tc.ms {
+					outs[i] = GEMVOut{W: Matrix{Type: m.typ, Rows: m.rows, Cols: tc.cols, Ptr: put(a, datas[i])}, Y: a.alloc(int64(2 * m.rows * 4))}
+				}
+				for nb := 1; nb <= MaxFusedGEMVBatch; nb++ {
+					for i, m := range tc.ms {
+						poison(a, outs[i].Y, 2*m.rows)
+					}
+					switch {
+					case tc.glu != 0:
+						must(k.GEMVGLU(c, s, outs[0].W, outs[1].W, x, outs[0].Y, nb, tc.glu))
+					case len(outs) == 1:
+						must(k.GEMV(c, s, outs[0].W, x, outs[0].Y, nb))
+					default:
+						must(k.GEMVFused(c, s, x, nb, outs...))
+					}
+					must(c.StreamSync(s))
+					fast, q6 := false, false
+					for _, o := range outs {
+						fast = fast || fastType(o.W.Type)
+						q6 = q6 || (o.W.Type == quant.Q6_K && fastType(o.W.Type))
+					}
+					if !fast || (gemvqStaged.warps > 0 && !q6) { // gemvq_x did not run
+						checkGEMVQ(t, c, a, k, tc.cols, nb, xs, xqs, deqs, datas, outs, tc.glu)
+						continue
+					}
+					if !fast {
+						checkGEMVQ(t, c, a, k, tc.cols, nb, xs, xqs, deqs, datas, outs, tc.glu)
+						continue
+					}
+					// The scratch holds this launch's quantized x.
+					gq := make([]byte, int64(nb)*gemvqBytes(tc.cols))
+					must(c.CopyDtoH(gq, k.gemvq.ws[s].ptr, s))
+					for b := 0; b < nb; b++ {
+						if want := xqs[b]; !bytes.Equal(gq[int64(b)*gemvqBytes(tc.cols):int64(b+1)*gemvqBytes(tc.cols)], want) {
+							failOnDevice("nb %d: quantized x %d differs from gemvqQuantizeRef", nb, b)
+						}
+					}
+					checkGEMVQ(t, c, a, k, tc.cols, nb, xs, xqs, deqs, datas, outs, tc.glu)
+				}
+			})
+		})
+	}
+}
+
+// checkGEMVQ compares one launch's outputs (see TestGEMVQ).
+func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, xs []float32, xqs [][]byte, deqs [][]float32, datas [][]byte, outs []GEMVOut, glu GLU) {
+	t.Helper()
+	groups := 0
+	for _, o := range outs {
+		if o.W.Type == quant.Q4_K {
+			groups += ceilDiv(o.W.Rows, gemvqRows)
+		}
+	}
+	if glu != 0 {
+		groups = ceilDiv(outs[0].W.Rows, gemvqRows/2)
+	}
+	// Warps per block of each output's launch, as gemvqLaunch sizes them.
+	nws := make([]int, len(outs))
+	for i, o := range outs {
+		_, th := gemvqGeometry(groups, cols, 32, k.SMs)
+		if gemvqStaged.warps > 0 {
+			th = 32 // each warp owns whole rows: the emulation's nw = 1
+		}
+		if o.W.Type == quant.Q6_K {
+			_, th = gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), cols, 64, k.SMs)
+		}
+		nws[i] = th / 32
+	}
+	rowRef := func(i, b, row int) (emu, ref, mag, bound float64) {
+		ref, mag = refDot(deqs[i], cols, row, xs[b*cols:])
+		xd := gemvqDequantX(xqs[b], cols)
+		for j, w := range deqs[i][row*cols : (row+1)*cols] {
+			bound += math.Abs(float64(w)) * math.Abs(xd[j]-float64(xs[b*cols+j]))
+		}
+		rb := int(outs[i].W.RowBytes())
+		emu = float64(gemvqRowRef(outs[i].W.Type, datas[i][row*rb:(row+1)*rb], cols, xqs[b], nws[i]))
+		return
+	}
+	if glu != 0 {
+		rows := outs[0].W.Rows
+		got := get[float32](a, outs[0].Y, nb*rows)
+		for b := 0; b < nb; b++ {
+			for row := 0; row < rows; row++ {
+				ge, g, gm, gb := rowRef(0, b, row)
+				ue, u, um, ub := rowRef(1, b, row)
+				emu := float64(gemvqGLURef(glu, float32(ge), float32(ue)))
+				var av float64
+				if glu == SwiGLU {
+					av = g / (1 + math.Exp(-g))
+				} else {
+					av = 0.5 * g * (1 + math.Tanh(0.7978845608028654*(g+0.044715*g*g*g)))
+				}
+				want := av * u
+				gv := float64(got[b*rows+row])
+				if e := math.Abs(gv - emu); !(e <= 1e-6*(gm+um)*(1+math.Abs(ue)+math.Abs(av))+1e-9) {
+					failOnDevice("nb %d: out[%d][%d] = %v, emulation %v (err %.3g)", nb, b, row, gv, emu, e)
+				}
+				tol := 1.2*math.Abs(u)*(gemvTol(gm)+gb) + math.Abs(av)*(gemvTol(um)+ub) + 3e-7*math.Abs(want) + 1e-7
+				if e := math.Abs(gv - want); !(e <= tol) {
+					failOnDevice("nb %d: out[%d][%d] = %v, float64 ref %v (err %.3g > %.3g)", nb, b, row, gv, want, e, tol)
+				}
+			}
+		}
+		return
+	}
+	for i, o := range outs {
+		rows := o.W.Rows
+		got := get[float32](a, o.Y, nb*rows)
+		for b := 0; b < nb; b++ {
+			for row := 0; row < rows; row++ {
+				gv := float64(got[b*rows+row])
+				if !fastType(o.W.Type) { // float path
+					ref, mag := refDot(deqs[i], cols, row, xs[b*cols:])
+					if e := math.Abs(gv - ref); !(e <= gemvTol(mag)) {
+						failOnDevice("nb %d matrix %d (%v): y[%d][%d] = %v, float64 ref %v (err %.3g)", nb, i, o.W.Type, b, row, gv, ref, e)
+					}
+					continue
+				}
+				emu, ref, mag, bound := rowRef(i, b, row)
+				if e := math.Abs(gv - emu); !(e <= 1e-6*mag+1e-9) {
+					failOnDevice("nb %d matrix %d: y[%d][%d] = %v, emulation %v (err %.3g)", nb, i, b, row, gv, emu, e)
+				}
+				if e := math.Abs(gv - ref); !(e <= bound*(1+1e-6)+gemvTol(mag)) {
+					failOnDevice("nb %d matrix %d: y[%d][%d] = %v, float64 ref %v (err %.3g > bound %.3g + %.3g)", nb, i, b, row, gv, ref, e, bound, gemvTol(mag))
+				}
+			}
+		}
+	}
+}
+
+// TestGEMVQFallback: with the switch on but no scratch reserved for the
+// stream (or a scratch too narrow), and with the switch off, GEMV takes
+// the float path and meets TestGEMV's tolerance.
+func TestGEMVQFallback(t *testing.T) {
+	const rows, cols = 67, 4096
+	r := rand.New(rand.NewPCG(8, 8))
+	xs := normLike(r, 1, cols)
+	data, deq := randMatrix(quant.Q4_K, rows, cols, 9)
+	defer SetFastGEMV(false)
+	for _, tc := range []struct {
+		name    string
+		on      bool
+		reserve int
+	}{{"off", false, cols}, {"no scratch", true, 0}, {"narrow scratch", true, 1024}} {
+		t.Run(tc.name, func(t *testing.T) {
+			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+				SetFastGEMV(true)
+				s, err := c.NewStream(cuda.StreamNonBlocking)
+				must(err)
+				defer c.DestroyStream(s)
+				defer func() { must(k.ReleaseFastGEMV(c, s)) }()
+				if tc.reserve > 0 {
+					must(k.ReserveFastGEMV(c, s, tc.reserve))
+				}
+				SetFastGEMV(tc.on)
+				w := Matrix{Type: quant.Q4_K, Rows: rows, Cols: cols, Ptr: put(a, data)}
+				x, y := put(a, xs), a.alloc(rows*4)
+				poison(a, y, rows)
+				if _, ok := k.fastScratch(s, x, 1, w); ok {
+					failOnDevice("fast path chosen")
+				}
+				must(k.GEMV(c, s, w, x, y, 1))
+				must(c.StreamSync(s))
+				got := get[float32](a, y, rows)
+				for row := range got {
+					ref, mag := refDot(deq, cols, row, xs)
+					if e := math.Abs(float64(got[row]) - ref); !(e <= gemvTol(mag)) {
+						failOnDevice("y[%d] = %v, float64 ref %v (err %.3g)", row, got[row], ref, e)
+					}
+				}
+			})
+		})
+	}
+}
+
+// failOnDevice fails a check made inside run's callback, which runs on the
+// device goroutine: t.Fatal there would end that goroutine (runtime.Goexit)
+// and hang Device.Do, while a panic comes back from Do as an error.
+func failOnDevice(format string, args ...any) { panic(fmt.Errorf(format, args...)) }
