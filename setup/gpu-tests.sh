@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The GPU half of strata's tests, which CI cannot run (it has no GPU):
+# every test of kernels/, kernels/cuda, engine/cuda and engine's CUDA tests
+# against the CPU reference, the 8B-shape fidelity test, and
+# `strata bench engine`. Built on any machine with Go, run on a GPU host
+# that needs no Go:
+#
+#   setup/gpu-tests.sh build            # here: cross-builds bin/gpu-tests.tgz
+#   setup/gpu-tests.sh run [OPTIONS]    # there, in a checkout (the tests read
+#                                       # their testdata/), after copying the
+#                                       # tarball to bin/
+#
+# run options:
+#   --integer-gemv   run every GPU test and the bench with kernels' integer
+#                    decode GEMVs (STRATA_FAST_GEMV=2, bench --integer-gemv)
+#   --no-bench       tests only
+#   --bench-only S   only `strata bench engine --only S`
+# Environment: LOGS (default gpu-logs/, or $OUT where set) receives one log
+# per step; SYNTH (default /dev/shm) holds the synthetic 8b/70b models,
+# written on first use (~3 s and ~26 s; ~70 GiB for every bench scenario);
+# LD_LIBRARY_PATH should reach libcuda.so.1. The exit status is non-zero if
+# any step failed; the summary names them.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+build() {
+	set -e
+	local GO
+	GO=$(setup/deps.sh)
+	export GOTOOLCHAIN=${GOTOOLCHAIN:-auto} CGO_ENABLED=0
+	mkdir -p bin/gpu-tests
+	for p in kernels kernels/cuda engine/cuda engine; do
+		"$GO" test -c -ldflags='-s -w' -o "bin/gpu-tests/$(echo "$p" | tr / -).test" "./$p"
+	done
+	"$GO" build -ldflags='-s -w' -o bin/gpu-tests/strata ./tools/strata
+	tar czf bin/gpu-tests.tgz -C bin gpu-tests
+	rm -r bin/gpu-tests
+	echo "bin/gpu-tests.tgz ($(du -h bin/gpu-tests.tgz | cut -f1)): copy it to bin/ of a checkout on the GPU host and run setup/gpu-tests.sh run" >&2
+}
+
+run() {
+	local integer=0 bench=1 only=all
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--integer-gemv) integer=1 ;;
+		--no-bench) bench=0 ;;
+		--bench-only) bench=2 only=${2:?--bench-only needs scenarios}; shift ;;
+		*) echo "gpu-tests.sh run: unknown option $1" >&2; return 2 ;;
+		esac
+		shift
+	done
+	[ -f bin/gpu-tests.tgz ] || { echo "gpu-tests.sh run: no bin/gpu-tests.tgz (setup/gpu-tests.sh build first)" >&2; return 2; }
+	tar xzf bin/gpu-tests.tgz -C bin || return 2
+	local B=$PWD/bin/gpu-tests logs=${LOGS:-${OUT:-gpu-logs}} synth=${SYNTH:-/dev/shm}
+	mkdir -p "$logs"
+	local failed=() fast=() benchflag=()
+	if [ $integer = 1 ]; then
+		fast=(STRATA_FAST_GEMV=2)
+		benchflag=(--integer-gemv)
+	fi
+	step() { # step NAME DIR COMMAND...: runs COMMAND in DIR, logs to NAME.log
+		local name=$1 dir=$2
+		shift 2
+		echo "== $name" >&2
+		if (cd "$dir" && env "${fast[@]}" "$@") >"$logs/$name.log" 2>&1; then
+			echo "   ok ($(grep -c -- '--- PASS' "$logs/$name.log") passed)" >&2
+		else
+			failed+=("$name")
+			grep -E -- '--- FAIL|^FAIL|panic' "$logs/$name.log" | head -20 >&2 || tail -5 "$logs/$name.log" >&2
+		fi
+	}
+	if [ $bench != 2 ]; then
+		step kernels kernels "$B/kernels.test" -test.v
+		step kernels-cuda kernels/cuda "$B/kernels-cuda.test" -test.v
+		step engine-cuda engine/cuda env STRATA_8B_GGUF="$synth/llama-8b-q4_k_m-seed1.gguf" STRATA_8B_STEPS=64 \
+			"$B/engine-cuda.test" -test.v -test.timeout 30m
+		step engine engine "$B/engine.test" -test.v -test.run 'CUDA|RealDriver|Greedy'
+	fi
+	if [ $bench != 0 ]; then
+		step bench-engine . "$B/strata" bench engine --synth-dir "$synth" --only "$only" "${benchflag[@]}" \
+			--json-file "$logs/bench-engine.json"
+	fi
+	if [ ${#failed[@]} -gt 0 ]; then
+		echo "FAILED: ${failed[*]} (logs in $logs/)" >&2
+		return 1
+	fi
+	echo "all GPU steps passed (logs in $logs/)" >&2
+}
+
+case ${1:-} in
+build) build ;;
+run) shift; run "$@" ;;
+*) echo "usage: setup/gpu-tests.sh build | run [--integer-gemv] [--no-bench] [--bench-only SCENARIOS]" >&2; exit 2 ;;
+esac
