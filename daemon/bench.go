@@ -41,14 +41,9 @@ func (s *Server) benchRoutes(handle handleFunc) {
 // this machine); tests point it at a fake tree.
 var benchHostRoot = ""
 
-// benchLocks holds each Server's bench mutex (outside Server, like
-// registries, so that server.go need not change).
-var benchLocks sync.Map // *Server → *sync.Mutex
-
 // benchStart takes the Server's bench slot, or fails with 429 bench_busy.
 func (s *Server) benchStart() (release func(), err error) {
-	v, _ := benchLocks.LoadOrStore(s, &sync.Mutex{})
-	mu := v.(*sync.Mutex)
+	mu := &s.bench
 	if !mu.TryLock() {
 		return nil, openai.Errorf(http.StatusTooManyRequests, openai.TypeRateLimit, "", "bench_busy",
 			"another benchmark is running in stratad; try again when it has finished")
@@ -149,15 +144,11 @@ func (s *Server) openBenchSource(ctx context.Context, bdfIn string, nsidIn int, 
 		}
 		src.path = p
 	case bdfIn != "":
-		bdf, err := parseBDF(bdfIn)
+		bdf, nsid, err := parseNamespace(bdfIn, nsidIn)
 		if err != nil {
 			return nil, err
 		}
-		nsid, err := checkNSID(nsidIn)
-		if err != nil {
-			return nil, err
-		}
-		reg := s.devices()
+		reg := s.devices
 		hc, err := reg.get(bdf)
 		if err != nil {
 			return nil, deviceError(err)

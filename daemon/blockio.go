@@ -25,15 +25,14 @@ type blockIO struct {
 	stopped chan struct{}
 }
 
-var blockIOs sync.Map // *Server → *blockIO
-
 // StartBlockTrace loads the block-layer tracer so that status and /metrics
 // show per-disk bytes, IOPS and latency while layers stream. Without BTF or
 // the privilege to load BPF it logs why and the daemon carries on; status
 // then says so.
 func (s *Server) StartBlockTrace() {
 	b := &blockIO{}
-	blockIOs.Store(s, b)
+	// Published once complete: status may read it from another goroutine.
+	defer s.blockIO.Store(b)
 	tr, err := blocktrace.Start(s.log.Named("blocktrace"))
 	if err != nil {
 		b.note = "block I/O statistics off: " + err.Error()
@@ -76,11 +75,10 @@ func (b *blockIO) sample() {
 
 // blockStatus is what status reports; nil when tracing was never asked for.
 func (s *Server) blockStatus() *api.BlockIO {
-	v, ok := blockIOs.Load(s)
-	if !ok {
+	b := s.blockIO.Load()
+	if b == nil {
 		return nil
 	}
-	b := v.(*blockIO)
 	out := &api.BlockIO{Enabled: b.tr != nil, Note: b.note, Devices: []api.BlockDevice{}}
 	if b.tr == nil {
 		return out
@@ -105,12 +103,8 @@ func (s *Server) blockStatus() *api.BlockIO {
 
 // stopBlockTrace detaches the tracer; safe when it never started.
 func (s *Server) stopBlockTrace() {
-	v, ok := blockIOs.LoadAndDelete(s)
-	if !ok {
-		return
-	}
-	b := v.(*blockIO)
-	if b.tr == nil {
+	b := s.blockIO.Swap(nil)
+	if b == nil || b.tr == nil {
 		return
 	}
 	close(b.stop)

@@ -62,22 +62,9 @@ func (s *Server) deviceRoutes(handle handleFunc) {
 	handle(api.PathPoolWrite, http.MethodPost, authz.WritePool, s.handlePoolWrite)
 }
 
-// registries holds each Server's device registry. It lives outside the
-// Server struct only so that the device API could be added without
-// touching server.go while it was being changed; it belongs there.
-var registries sync.Map // *Server → *deviceRegistry
-
-func (s *Server) devices() *deviceRegistry {
-	if r, ok := registries.Load(s); ok {
-		return r.(*deviceRegistry)
-	}
-	r, _ := registries.LoadOrStore(s, newDeviceRegistry(s.log.Named("devices"), nvmehost.Host{}))
-	return r.(*deviceRegistry)
-}
-
 // SetDeviceHost points device discovery and binding at another sysfs and
 // procfs (tests use fake trees). Call it before serving.
-func (s *Server) SetDeviceHost(h nvmehost.Host) { s.devices().host = h }
+func (s *Server) SetDeviceHost(h nvmehost.Host) { s.devices.host = h }
 
 // CloseDevices shuts down every controller the daemon holds (in-flight
 // pool writes are cancelled first) and refuses further binds. The
@@ -85,11 +72,7 @@ func (s *Server) SetDeviceHost(h nvmehost.Host) { s.devices().host = h }
 // undone only by unbind. stratad calls it after Serve returns; errors are
 // logged as well as returned.
 func (s *Server) CloseDevices() error {
-	r, ok := registries.Load(s)
-	if !ok {
-		return nil
-	}
-	err := r.(*deviceRegistry).close()
+	err := s.devices.close()
 	if err != nil {
 		s.log.Warn("closing NVMe controllers", "error", err)
 	}
@@ -577,8 +560,41 @@ func checkNSID(n int) (uint32, error) {
 	return uint32(n), nil
 }
 
+// readDeviceRequest decodes a device API request body strictly into req
+// and validates the PCI address in it. bdf points at req's BDF field; it
+// is read once req is decoded.
+func (s *Server) readDeviceRequest(w http.ResponseWriter, r *http.Request, req any, bdf *string) (string, error) {
+	if err := s.readStrict(w, r, req); err != nil {
+		return "", err
+	}
+	return parseBDF(*bdf)
+}
+
+// readNamespaceRequest is readDeviceRequest for a request that also names
+// a namespace: nsid points at req's NSID field.
+func (s *Server) readNamespaceRequest(w http.ResponseWriter, r *http.Request, req any, bdf *string, nsid *int) (string, uint32, error) {
+	if err := s.readStrict(w, r, req); err != nil {
+		return "", 0, err
+	}
+	return parseNamespace(*bdf, *nsid)
+}
+
+// parseNamespace validates a client-supplied namespace address: a PCI
+// address and a namespace ID, checked in that order.
+func parseNamespace(bdf string, nsid int) (string, uint32, error) {
+	canon, err := parseBDF(bdf)
+	if err != nil {
+		return "", 0, err
+	}
+	n, err := checkNSID(nsid)
+	if err != nil {
+		return "", 0, err
+	}
+	return canon, n, nil
+}
+
 func (s *Server) handleDevices(w http.ResponseWriter, r *http.Request) error {
-	reg := s.devices()
+	reg := s.devices
 	p := reg.probe()
 	list := api.DeviceList{Controllers: []api.Controller{},
 		VFIO: api.VFIOStatus{Available: p.Type1 || p.IOMMUFD, Type1: p.Type1, IOMMUFD: p.IOMMUFD, Notes: p.Notes}}
@@ -661,7 +677,7 @@ func extentOf(e volume.Extent) api.Extent {
 }
 
 func (s *Server) handleDeviceStats(w http.ResponseWriter, r *http.Request) error {
-	reg := s.devices()
+	reg := s.devices
 	out := api.DeviceStats{Controllers: []api.ControllerStats{}}
 	if q := r.URL.Query().Get("bdf"); q != "" {
 		bdf, err := parseBDF(q)
@@ -715,7 +731,7 @@ func (s *Server) handleVolume(w http.ResponseWriter, r *http.Request) error {
 // release undoes all of it; on error nothing is held and the error is the
 // API error to return.
 func (s *Server) openVolume(r *http.Request, bdf string, nsid uint32) (context.Context, *volume.Volume, func(), error) {
-	reg := s.devices()
+	reg := s.devices
 	hc, err := reg.get(bdf)
 	if err != nil {
 		return nil, nil, nil, deviceError(err)
@@ -743,15 +759,12 @@ func namespaceNotFound(bdf string, nsid uint32, err error) error {
 
 func (s *Server) handleBind(w http.ResponseWriter, r *http.Request) error {
 	var req api.BindRequest
-	if err := s.readStrict(w, r, &req); err != nil {
-		return err
-	}
-	bdf, err := parseBDF(req.BDF)
+	bdf, err := s.readDeviceRequest(w, r, &req, &req.BDF)
 	if err != nil {
 		return err
 	}
 	s.log.Info("device bind requested", "peer", peerOf(r).String(), "bdf", bdf)
-	reg := s.devices()
+	reg := s.devices
 	hc, err := reg.bind(r.Context(), bdf)
 	if err != nil {
 		s.log.Warn("device bind refused", "bdf", bdf, "error", err)
@@ -767,10 +780,7 @@ func (s *Server) handleBind(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) handleUnbind(w http.ResponseWriter, r *http.Request) error {
 	var req api.UnbindRequest
-	if err := s.readStrict(w, r, &req); err != nil {
-		return err
-	}
-	bdf, err := parseBDF(req.BDF)
+	bdf, err := s.readDeviceRequest(w, r, &req, &req.BDF)
 	if err != nil {
 		return err
 	}
@@ -778,7 +788,7 @@ func (s *Server) handleUnbind(w http.ResponseWriter, r *http.Request) error {
 		return openai.BadRequest("driver", "driver %q: name a kernel driver other than vfio-pci (default nvme)", req.Driver)
 	}
 	s.log.Info("device unbind requested", "peer", peerOf(r).String(), "bdf", bdf, "driver", req.Driver)
-	reg := s.devices()
+	reg := s.devices
 	wasHeld, err := reg.unbind(r.Context(), bdf, req.Driver)
 	if err != nil {
 		s.log.Warn("device unbind failed", "bdf", bdf, "error", err)
@@ -793,14 +803,7 @@ func (s *Server) handleUnbind(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) handleFormat(w http.ResponseWriter, r *http.Request) error {
 	var req api.FormatRequest
-	if err := s.readStrict(w, r, &req); err != nil {
-		return err
-	}
-	bdf, err := parseBDF(req.BDF)
-	if err != nil {
-		return err
-	}
-	nsid, err := checkNSID(req.NSID)
+	bdf, nsid, err := s.readNamespaceRequest(w, r, &req, &req.BDF, &req.NSID)
 	if err != nil {
 		return err
 	}
@@ -810,7 +813,7 @@ func (s *Server) handleFormat(w http.ResponseWriter, r *http.Request) error {
 	if req.TableBytes < 0 || req.TableBytes%volume.Unit != 0 {
 		return openai.BadRequest("table_bytes", "table_bytes must be a positive multiple of %d (0: default)", volume.Unit)
 	}
-	reg := s.devices()
+	reg := s.devices
 	hc, err := reg.get(bdf)
 	if err != nil {
 		return deviceError(err)
@@ -842,14 +845,7 @@ func (s *Server) handleFormat(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) handlePoolWrite(w http.ResponseWriter, r *http.Request) error {
 	var req api.PoolWriteRequest
-	if err := s.readStrict(w, r, &req); err != nil {
-		return err
-	}
-	bdf, err := parseBDF(req.BDF)
-	if err != nil {
-		return err
-	}
-	nsid, err := checkNSID(req.NSID)
+	bdf, nsid, err := s.readNamespaceRequest(w, r, &req, &req.BDF, &req.NSID)
 	if err != nil {
 		return err
 	}
@@ -874,7 +870,7 @@ func (s *Server) handlePoolWrite(w http.ResponseWriter, r *http.Request) error {
 	e, err := devices.WritePool(ctx, v, name, path)
 	if err != nil {
 		s.log.Warn("pool write failed", "bdf", bdf, "nsid", nsid, "name", name, "error", err)
-		if s.devices().ctx.Err() != nil {
+		if s.devices.ctx.Err() != nil {
 			err = fmt.Errorf("%w: pool write cut short: %v", errClosing, err)
 		}
 		return deviceError(err)

@@ -26,6 +26,7 @@ import (
 	"github.com/strata-llm/strata/nvme"
 	"github.com/strata-llm/strata/nvme/nvmetest"
 	"github.com/strata-llm/strata/nvmehost"
+	"github.com/strata-llm/strata/nvmehost/nvmehosttest"
 	"github.com/strata-llm/strata/vfio"
 )
 
@@ -48,63 +49,24 @@ var (
 //	0000:00:07.0  nvme, no IOMMU group
 func fakeDeviceHost(t *testing.T) nvmehost.Host {
 	t.Helper()
-	root := t.TempDir()
-	sys, proc := filepath.Join(root, "sys"), filepath.Join(root, "proc")
-	write := func(path, body string) {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	link := func(target, name string) {
-		if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(target, name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pci := func(bdf, drv, group string) string {
-		dir := filepath.Join(sys, "devices/pci0000:00", bdf)
-		write(filepath.Join(dir, "vendor"), "0x1b36\n")
-		write(filepath.Join(dir, "device"), "0x0010\n")
-		write(filepath.Join(dir, "class"), "0x010802\n")
-		link(dir, filepath.Join(sys, "bus/pci/devices", bdf))
-		os.MkdirAll(filepath.Join(sys, "bus/pci/drivers", drv), 0o755)
-		link(filepath.Join(sys, "bus/pci/drivers", drv), filepath.Join(dir, "driver"))
-		if group != "" {
-			os.MkdirAll(filepath.Join(sys, "kernel/iommu_groups", group), 0o755)
-			link(filepath.Join(sys, "kernel/iommu_groups", group), filepath.Join(dir, "iommu_group"))
-		}
-		return dir
-	}
-	d0 := pci("0000:00:04.0", "nvme", "1")
-	write(filepath.Join(d0, "nvme/nvme0/model"), "Fake SSD                                \n")
-	write(filepath.Join(d0, "nvme/nvme0/serial"), "S04     \n")
-	write(filepath.Join(d0, "nvme/nvme0/firmware_rev"), "1.0\n")
-	disk := filepath.Join(d0, "nvme/nvme0/nvme0n1")
-	write(filepath.Join(disk, "dev"), "259:0\n")
-	write(filepath.Join(disk, "nsid"), "1\n")
-	write(filepath.Join(disk, "size"), "2048\n")
-	write(filepath.Join(disk, "queue/logical_block_size"), "512\n")
-	write(filepath.Join(disk, "nvme0n1p1/partition"), "1\n")
-	write(filepath.Join(disk, "nvme0n1p1/dev"), "259:1\n")
-	write(filepath.Join(disk, "nvme0n1p2/partition"), "2\n")
-	write(filepath.Join(disk, "nvme0n1p2/dev"), "259:2\n")
-	link(disk, filepath.Join(sys, "block/nvme0n1"))
-	d1 := pci("0000:00:05.0", "nvme", "2")
-	disk1 := filepath.Join(d1, "nvme/nvme1/nvme1n1")
-	write(filepath.Join(disk1, "dev"), "259:3\n")
-	write(filepath.Join(disk1, "nsid"), "1\n")
-	os.MkdirAll(filepath.Join(disk1, "holders/dm-0"), 0o755)
-	link(disk1, filepath.Join(sys, "block/nvme1n1"))
-	pci("0000:00:06.0", "vfio-pci", "3")
-	pci("0000:00:07.0", "nvme", "")
-	write(filepath.Join(proc, "self/mountinfo"), "22 1 259:1 / /boot rw,relatime - ext4 /dev/nvme0n1p1 rw\n23 1 0:21 / /proc rw - proc proc rw\n")
-	write(filepath.Join(proc, "swaps"), "Filename\tType\tSize\tUsed\tPriority\n/dev/nvme0n1p2 partition 1000 0 -2\n")
-	return nvmehost.Host{Sysfs: vfio.Sysfs{Root: sys}, Proc: proc}
+	r := nvmehosttest.New(t)
+	d0 := r.Controller("0000:00:04.0", "nvme", "1")
+	r.Write(filepath.Join(d0, "nvme/nvme0/model"), "Fake SSD                                \n")
+	r.Write(filepath.Join(d0, "nvme/nvme0/serial"), "S04     \n")
+	r.Write(filepath.Join(d0, "nvme/nvme0/firmware_rev"), "1.0\n")
+	disk := r.Disk(filepath.Join(d0, "nvme/nvme0/nvme0n1"), "259:0", 1)
+	r.Write(filepath.Join(disk, "size"), "2048\n")
+	r.Write(filepath.Join(disk, "queue/logical_block_size"), "512\n")
+	r.Partition(disk, 1, "259:1")
+	r.Partition(disk, 2, "259:2")
+	d1 := r.Controller("0000:00:05.0", "nvme", "2")
+	disk1 := r.Disk(filepath.Join(d1, "nvme/nvme1/nvme1n1"), "259:3", 1)
+	r.Mkdir(filepath.Join(disk1, "holders/dm-0"))
+	r.Controller("0000:00:06.0", "vfio-pci", "3")
+	r.Controller("0000:00:07.0", "nvme", "")
+	r.Write(filepath.Join(r.Proc, "self/mountinfo"), "22 1 259:1 / /boot rw,relatime - ext4 /dev/nvme0n1p1 rw\n23 1 0:21 / /proc rw - proc proc rw\n")
+	r.Write(filepath.Join(r.Proc, "swaps"), "Filename\tType\tSize\tUsed\tPriority\n/dev/nvme0n1p2 partition 1000 0 -2\n")
+	return r.Host()
 }
 
 // rebind moves a fake device's driver link, as the kernel would on a bind.
@@ -136,7 +98,7 @@ func newDevServer(t *testing.T, modelDirs ...string) *devServer {
 	}
 	h := fakeDeviceHost(t)
 	srv.SetDeviceHost(h)
-	d := &devServer{srv: srv, host: h, reg: srv.devices()}
+	d := &devServer{srv: srv, host: h, reg: srv.devices}
 	d.reg.probe = func() vfio.ProbeResult {
 		return vfio.ProbeResult{Notes: []string{"/dev/vfio/vfio: no such file (test)"}}
 	}

@@ -97,6 +97,39 @@ func (s *Server) submit(ctx context.Context, j *job) (*sched.Handle, error) {
 	return h, nil
 }
 
+// start checks a generation against the model and the limits and queues
+// it, under a context derived from r's. cancel ends the generation early
+// (a streamer calls it when the client goes away); the caller must call it
+// once the generation is over. On error nothing is queued.
+func (s *Server) start(r *http.Request, lm *loaded, p openai.Params, prompt []int32, promptParam string) (h *sched.Handle, cancel context.CancelFunc, err error) {
+	j, err := s.prepare(lm, p, prompt, promptParam)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	h, err = s.submit(ctx, j)
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return h, cancel, nil
+}
+
+// resultError is what a non-streamed request returns when generation
+// fails: nil when the client is gone (nobody to tell), else the error.
+func resultError(r *http.Request, err error) error {
+	if r.Context().Err() != nil {
+		return nil
+	}
+	return streamError(err)
+}
+
+// usage is the token count a final event reports (a pointer, since a chat
+// completion's usage is optional).
+func usage(ev sched.Event) *openai.Usage {
+	return &openai.Usage{PromptTokens: ev.PromptTokens, CompletionTokens: ev.CompletionTokens, TotalTokens: ev.PromptTokens + ev.CompletionTokens}
+}
+
 // streamError is what a stream ends with when generation fails after the
 // response has started.
 func streamError(err error) *openai.Error {
@@ -129,26 +162,18 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) error {
 		return openai.BadRequest("messages", "the model's chat template rejected the messages: %v", err)
 	}
 	prompt := lm.eng.Tok.Encode(text, false, true)
-	j, err := s.prepare(lm, c.Params, prompt, "messages")
+	h, cancel, err := s.start(r, lm, c.Params, prompt, "messages")
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	h, err := s.submit(ctx, j)
-	if err != nil {
-		return err
-	}
 	id, created := newID("chatcmpl-"), time.Now().Unix()
 	if !c.Stream {
 		var out strings.Builder
 		var lps []openai.TokenLogprob
 		for ev := range h.Events {
 			if ev.Err != nil {
-				if r.Context().Err() != nil {
-					return nil // the client is gone; nobody to tell
-				}
-				return streamError(ev.Err)
+				return resultError(r, ev.Err)
 			}
 			out.WriteString(ev.Text)
 			if ev.Logprob != nil {
@@ -157,7 +182,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) error {
 			if ev.Finish != "" {
 				resp := openai.ChatCompletion{ID: id, Object: openai.ObjectChatCompletion, Created: created, Model: lm.name,
 					Choices: []openai.ChatChoice{{Index: 0, Message: openai.AssistantMessage{Role: "assistant", Content: out.String()}, FinishReason: ev.Finish}},
-					Usage:   &openai.Usage{PromptTokens: ev.PromptTokens, CompletionTokens: ev.CompletionTokens, TotalTokens: ev.PromptTokens + ev.CompletionTokens},
+					Usage:   usage(ev),
 				}
 				if c.Logprobs {
 					resp.Choices[0].Logprobs = &openai.ChatLogprobs{Content: orEmpty(lps)}
@@ -193,7 +218,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) error {
 			fr := ev.Finish
 			st.send(chunk([]openai.ChunkChoice{{Delta: openai.Delta{}, FinishReason: &fr}}))
 			if c.IncludeUsage {
-				u, _ := json.Marshal(openai.Usage{PromptTokens: ev.PromptTokens, CompletionTokens: ev.CompletionTokens, TotalTokens: ev.PromptTokens + ev.CompletionTokens})
+				u, _ := json.Marshal(usage(ev))
 				st.send(openai.ChatChunk{ID: id, Object: openai.ObjectChatChunk, Created: created, Model: lm.name, Choices: []openai.ChunkChoice{}, Usage: u})
 			}
 			st.done()
@@ -220,16 +245,11 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) error 
 	if prompt == nil {
 		prompt = lm.eng.Tok.Encode(c.Prompt.Text, true, false)
 	}
-	j, err := s.prepare(lm, c.Params, prompt, "prompt")
+	h, cancel, err := s.start(r, lm, c.Params, prompt, "prompt")
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	h, err := s.submit(ctx, j)
-	if err != nil {
-		return err
-	}
 	id, created := newID("cmpl-"), time.Now().Unix()
 	if !c.Stream {
 		var out strings.Builder
@@ -239,10 +259,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) error 
 		}
 		for ev := range h.Events {
 			if ev.Err != nil {
-				if r.Context().Err() != nil {
-					return nil
-				}
-				return streamError(ev.Err)
+				return resultError(r, ev.Err)
 			}
 			if ev.Logprob != nil && lp != nil {
 				s.appendLegacy(lm, lp, ev.Logprob, out.Len())
@@ -250,7 +267,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) error 
 			out.WriteString(ev.Text)
 			if ev.Finish != "" {
 				fr := ev.Finish
-				u, _ := json.Marshal(openai.Usage{PromptTokens: ev.PromptTokens, CompletionTokens: ev.CompletionTokens, TotalTokens: ev.PromptTokens + ev.CompletionTokens})
+				u, _ := json.Marshal(usage(ev))
 				return writeJSON(w, openai.TextCompletion{ID: id, Object: openai.ObjectTextCompletion, Created: created, Model: lm.name,
 					Choices: []openai.TextChoice{{Text: out.String(), Index: 0, Logprobs: lp, FinishReason: &fr}}, Usage: u})
 			}
@@ -282,7 +299,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) error 
 		}
 		if ev.Finish != "" {
 			if c.IncludeUsage {
-				u, _ := json.Marshal(openai.Usage{PromptTokens: ev.PromptTokens, CompletionTokens: ev.CompletionTokens, TotalTokens: ev.PromptTokens + ev.CompletionTokens})
+				u, _ := json.Marshal(usage(ev))
 				st.send(openai.TextCompletion{ID: id, Object: openai.ObjectTextCompletion, Created: created, Model: lm.name, Choices: []openai.TextChoice{}, Usage: u})
 			}
 			st.done()

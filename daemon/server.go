@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -25,6 +26,7 @@ import (
 	"github.com/strata-llm/strata/daemon/sched"
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/nvmehost"
 )
 
 // Version is reported by status; set at link time for releases.
@@ -85,6 +87,17 @@ type Server struct {
 	started time.Time
 	handler http.Handler
 
+	// devices holds the NVMe controllers the daemon has bound (devices.go).
+	// It is set once in New and never replaced, so reading the pointer
+	// needs no lock; the registry guards its own state.
+	devices *deviceRegistry
+	// bench admits one benchmark at a time (bench.go: a second gets 429
+	// bench_busy rather than skewing both measurements).
+	bench sync.Mutex
+	// blockIO is the block-layer tracer's state once StartBlockTrace ran
+	// (blockio.go); nil before, and after stopBlockTrace.
+	blockIO atomic.Pointer[blockIO]
+
 	mu     sync.RWMutex
 	models map[string]*loaded
 	order  []string // load order, for listings
@@ -140,7 +153,8 @@ func New(cfg Config) (*Server, error) {
 	if warn != "" {
 		cfg.Log.Warn(warn)
 	}
-	s := &Server{cfg: cfg, log: cfg.Log, policy: pol, metrics: newMetrics(), started: time.Now(), models: map[string]*loaded{}}
+	s := &Server{cfg: cfg, log: cfg.Log, policy: pol, metrics: newMetrics(), started: time.Now(), models: map[string]*loaded{},
+		devices: newDeviceRegistry(cfg.Log.Named("devices"), nvmehost.Host{})}
 	s.metrics.reg.MustRegister(pipelineCollector{s})
 	s.handler = s.routes()
 	return s, nil

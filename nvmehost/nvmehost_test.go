@@ -2,12 +2,12 @@ package nvmehost_test
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/nvmehost"
+	"github.com/strata-llm/strata/nvmehost/nvmehosttest"
 	"github.com/strata-llm/strata/pci"
 )
 
@@ -16,60 +16,25 @@ import (
 // 05.0 kernel-bound with native multipath and LVM on top, 06.0 already on
 // vfio-pci, 07.0 kernel-bound, idle, but without an IOMMU group.
 func fakeHost(t *testing.T) nvmehost.Host {
-	root := t.TempDir()
-	sys, proc := filepath.Join(root, "sys"), filepath.Join(root, "proc")
-	write := func(path, body string) {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	link := func(target, name string) {
-		os.MkdirAll(filepath.Dir(name), 0o755)
-		if err := os.Symlink(target, name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pciDev := func(bdf, drv string, group string) string {
-		dir := filepath.Join(sys, "devices/pci0000:00", bdf)
-		write(filepath.Join(dir, "vendor"), "0x1b36\n")
-		write(filepath.Join(dir, "device"), "0x0010\n")
-		write(filepath.Join(dir, "class"), "0x010802\n")
-		link(dir, filepath.Join(sys, "bus/pci/devices", bdf))
-		os.MkdirAll(filepath.Join(sys, "bus/pci/drivers", drv), 0o755)
-		link(filepath.Join(sys, "bus/pci/drivers", drv), filepath.Join(dir, "driver"))
-		if group != "" {
-			os.MkdirAll(filepath.Join(sys, "kernel/iommu_groups", group), 0o755)
-			link(filepath.Join(sys, "kernel/iommu_groups", group), filepath.Join(dir, "iommu_group"))
-		}
-		return dir
-	}
+	t.Helper()
+	r := nvmehosttest.New(t)
 	// 04.0: nvme0n1 with p1 mounted on /boot and p2 as swap.
-	d0 := pciDev("0000:00:04.0", "nvme", "1")
-	disk := filepath.Join(d0, "nvme/nvme0/nvme0n1")
-	write(filepath.Join(disk, "dev"), "259:0\n")
-	write(filepath.Join(disk, "nsid"), "1\n")
-	write(filepath.Join(disk, "nvme0n1p1/partition"), "1\n")
-	write(filepath.Join(disk, "nvme0n1p1/dev"), "259:1\n")
-	write(filepath.Join(disk, "nvme0n1p2/partition"), "2\n")
-	write(filepath.Join(disk, "nvme0n1p2/dev"), "259:2\n")
-	link(disk, filepath.Join(sys, "block/nvme0n1"))
+	d0 := r.Controller("0000:00:04.0", "nvme", "1")
+	disk := r.Disk(filepath.Join(d0, "nvme/nvme0/nvme0n1"), "259:0", 1)
+	r.Partition(disk, 1, "259:1")
+	r.Partition(disk, 2, "259:2")
 	// 05.0: multipath head nvme1n1 in nvme-subsys1, held by dm-0.
-	d1 := pciDev("0000:00:05.0", "nvme", "2")
-	os.MkdirAll(filepath.Join(d1, "nvme/nvme1"), 0o755)
-	sub := filepath.Join(sys, "devices/virtual/nvme-subsystem/nvme-subsys1")
-	link(filepath.Join(d1, "nvme/nvme1"), filepath.Join(sub, "nvme1"))
-	write(filepath.Join(sub, "nvme1n1/dev"), "259:3\n")
-	write(filepath.Join(sub, "nvme1n1/nsid"), "1\n")
-	os.MkdirAll(filepath.Join(sub, "nvme1n1/holders/dm-0"), 0o755)
-	link(filepath.Join(sub, "nvme1n1"), filepath.Join(sys, "block/nvme1n1"))
-	pciDev("0000:00:06.0", "vfio-pci", "3")
-	pciDev("0000:00:07.0", "nvme", "")
-	write(filepath.Join(proc, "self/mountinfo"), "22 1 259:1 / /boot rw,relatime - ext4 /dev/nvme0n1p1 rw\n23 1 0:21 / /proc rw - proc proc rw\n")
-	write(filepath.Join(proc, "swaps"), "Filename\tType\tSize\tUsed\tPriority\n/dev/nvme0n1p2 partition 1000 0 -2\n")
-	return nvmehost.Host{Sysfs: pci.Sysfs{Root: sys}, Proc: proc}
+	d1 := r.Controller("0000:00:05.0", "nvme", "2")
+	r.Mkdir(filepath.Join(d1, "nvme/nvme1"))
+	sub := filepath.Join(r.Sys, "devices/virtual/nvme-subsystem/nvme-subsys1")
+	r.Link(filepath.Join(d1, "nvme/nvme1"), filepath.Join(sub, "nvme1"))
+	head := r.Disk(filepath.Join(sub, "nvme1n1"), "259:3", 1)
+	r.Mkdir(filepath.Join(head, "holders/dm-0"))
+	r.Controller("0000:00:06.0", "vfio-pci", "3")
+	r.Controller("0000:00:07.0", "nvme", "")
+	r.Write(filepath.Join(r.Proc, "self/mountinfo"), "22 1 259:1 / /boot rw,relatime - ext4 /dev/nvme0n1p1 rw\n23 1 0:21 / /proc rw - proc proc rw\n")
+	r.Write(filepath.Join(r.Proc, "swaps"), "Filename\tType\tSize\tUsed\tPriority\n/dev/nvme0n1p2 partition 1000 0 -2\n")
+	return r.Host()
 }
 
 func TestListAndClaim(t *testing.T) {

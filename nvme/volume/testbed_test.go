@@ -7,18 +7,11 @@ package volume_test
 import (
 	"bytes"
 	"context"
-	"math"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/zeebo/xxh3"
 
-	"github.com/strata-llm/strata/engine/model"
-	"github.com/strata-llm/strata/engine/stream"
-	"github.com/strata-llm/strata/engine/stream/streamtest"
-	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/nvme"
 	"github.com/strata-llm/strata/nvme/vfiobus"
 	"github.com/strata-llm/strata/nvme/volume"
@@ -58,24 +51,7 @@ func TestTestbedVolume(t *testing.T) {
 	}
 
 	// A pool: a tiny synthetic model's layers as 4 KiB aligned extents.
-	dir := t.TempDir()
-	path := filepath.Join(dir, "tiny.gguf")
-	if err := synth.Write(path, synth.Options{Arch: "llama", Shape: "tiny", Type: "q8_0", Seed: 4}); err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := streamtest.Write(filepath.Join(dir, "tiny.store"), m.Weights)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	raw, err := os.ReadFile(store.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, store, raw := tinyLlamaStore(t)
 	e, err := v.WriteFile(ctx, "pools/tiny.store", bytes.NewReader(raw), int64(len(raw)))
 	if err != nil {
 		t.Fatal(err)
@@ -109,30 +85,6 @@ func TestTestbedVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer src.Close()
-	steps := func() []model.Step {
-		return []model.Step{{Seq: m.NewSequence(16), Tokens: []int32{3, 5, 7}}, {Seq: m.NewSequence(16), Tokens: []int32{11}}}
-	}
-	want := steps()
-	if err := m.Forward(ctx, want); err != nil {
-		t.Fatal(err)
-	}
-	tiers, _ := stream.MixTiers("all-C", m.Config.Layers)
-	pl, err := stream.New(stream.Options{Store: store, Tiers: tiers, Depth: 2, Source: src, Verify: stream.VerifyAlways})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pl.Close()
-	got := steps()
-	if err := pl.Forward(ctx, m, got); err != nil {
-		t.Fatal(err)
-	}
-	m.SetLayerSource(nil)
-	for i := range got {
-		for k := range got[i].Logits[0] {
-			if math.Float32bits(got[i].Logits[0][k]) != math.Float32bits(want[i].Logits[0][k]) {
-				t.Fatalf("sequence %d logit %d differs", i, k)
-			}
-		}
-	}
-	t.Logf("pipeline pass from NVMe: %+v", pl.LastPass())
+	st := requireAllCLikeResident(t, m, store, src, []int32{3, 5, 7}, []int32{11})
+	t.Logf("pipeline pass from NVMe: %+v", st)
 }

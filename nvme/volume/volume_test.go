@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -251,6 +252,94 @@ func nvmeVolume(t testing.TB, bs int, size int64) (*nvmetest.Controller, *volume
 	return sw, dev, v
 }
 
+// nvmeSource stores raw as the extent name of a fresh volume (8 MiB to
+// spare) on a software NVMe controller with block size bs, and returns the
+// extent's stream source, closed when the test ends.
+func nvmeSource(t testing.TB, bs int, name string, raw []byte) *volume.Source {
+	t.Helper()
+	_, _, v := nvmeVolume(t, bs, int64(len(raw))+8<<20)
+	if _, err := v.WriteFile(ctx, name, bytes.NewReader(raw), int64(len(raw))); err != nil {
+		t.Fatal(err)
+	}
+	src, err := v.Source(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	return src
+}
+
+// tinyLlamaStore writes a tiny synthetic llama model (q8_0) and its layer
+// store under a temporary directory, and returns the model, the open store
+// (closed when the test ends) and the store file's bytes, which the tests
+// put on a volume.
+func tinyLlamaStore(t testing.TB) (*model.Model, *streamtest.Store, []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tiny.gguf")
+	if err := synth.Write(path, synth.Options{Arch: "llama", Shape: "tiny", Type: "q8_0", Seed: 4}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := streamtest.Write(filepath.Join(dir, "tiny.store"), m.Weights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	raw, err := os.ReadFile(store.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, store, raw
+}
+
+// requireAllCLikeResident runs the engine's pipeline over store with every
+// layer on tier C read through src, one sequence per entry of tokens, and
+// fails unless the logits equal m's resident forward pass bit for bit: the
+// end-to-end check that bytes read from a volume are the layers. It returns
+// the pass's stats.
+func requireAllCLikeResident(t testing.TB, m *model.Model, store stream.LayerStore, src stream.Source, tokens ...[]int32) stream.Stats {
+	t.Helper()
+	steps := func() []model.Step {
+		s := make([]model.Step, len(tokens))
+		for i, tok := range tokens {
+			s[i] = model.Step{Seq: m.NewSequence(16), Tokens: slices.Clone(tok)}
+		}
+		return s
+	}
+	m.SetLayerSource(nil)
+	want := steps()
+	if err := m.Forward(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	tiers, err := stream.MixTiers("all-C", store.NumLayers())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := stream.New(stream.Options{Store: store, Tiers: tiers, Depth: 2, Source: src, Verify: stream.VerifyAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	got := steps()
+	if err := p.Forward(ctx, m, got); err != nil {
+		t.Fatal(err)
+	}
+	m.SetLayerSource(nil)
+	for i := range got {
+		g, w := got[i].Logits[0], want[i].Logits[0]
+		for k := range g {
+			if math.Float32bits(g[k]) != math.Float32bits(w[k]) {
+				t.Fatalf("sequence %d logit %d: %v, want %v", i, k, g[k], w[k])
+			}
+		}
+	}
+	return p.LastPass()
+}
+
 func TestOnNVMe(t *testing.T) {
 	for _, bs := range []int{512, 4096} {
 		t.Run(fmt.Sprint(bs), func(t *testing.T) {
@@ -317,62 +406,10 @@ func TestOnNVMe(t *testing.T) {
 // on tier C read through the volume source: the logits must equal the
 // resident model's bit for bit.
 func TestSourceFeedsPipeline(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "tiny.gguf")
-	if err := synth.Write(path, synth.Options{Arch: "llama", Shape: "tiny", Type: "q8_0", Seed: 4}); err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := streamtest.Write(filepath.Join(dir, "tiny.store"), m.Weights)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	raw, err := os.ReadFile(store.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _, v := nvmeVolume(t, 512, int64(len(raw))+8<<20)
-	if _, err := v.WriteFile(ctx, "tiny.store", bytes.NewReader(raw), int64(len(raw))); err != nil {
-		t.Fatal(err)
-	}
-	src, err := v.Source("tiny.store")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-
-	steps := func() []model.Step {
-		return []model.Step{{Seq: m.NewSequence(16), Tokens: []int32{3, 5, 7}}, {Seq: m.NewSequence(16), Tokens: []int32{11}}}
-	}
-	m.SetLayerSource(nil)
-	want := steps()
-	if err := m.Forward(ctx, want); err != nil {
-		t.Fatal(err)
-	}
-	tiers, _ := stream.MixTiers("all-C", m.Config.Layers)
-	p, err := stream.New(stream.Options{Store: store, Tiers: tiers, Depth: 2, Source: src, Verify: stream.VerifyAlways})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	got := steps()
-	if err := p.Forward(ctx, m, got); err != nil {
-		t.Fatal(err)
-	}
-	m.SetLayerSource(nil)
-	for i := range got {
-		g, w := got[i].Logits[0], want[i].Logits[0]
-		for k := range g {
-			if math.Float32bits(g[k]) != math.Float32bits(w[k]) {
-				t.Fatalf("sequence %d logit %d: %v, want %v", i, k, g[k], w[k])
-			}
-		}
-	}
-	t.Logf("pass stats: %+v", p.LastPass())
+	m, store, raw := tinyLlamaStore(t)
+	src := nvmeSource(t, 512, "tiny.store", raw)
+	st := requireAllCLikeResident(t, m, store, src, []int32{3, 5, 7}, []int32{11})
+	t.Logf("pass stats: %+v", st)
 }
 
 func FuzzParse(f *testing.F) {

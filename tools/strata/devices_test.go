@@ -16,6 +16,7 @@ import (
 	"github.com/strata-llm/strata/daemon"
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/nvmehost"
+	"github.com/strata-llm/strata/nvmehost/nvmehosttest"
 	"github.com/strata-llm/strata/pci"
 )
 
@@ -24,44 +25,19 @@ import (
 // vfio-pci (IOMMU group 3).
 func fakeNVMeHost(t *testing.T) nvmehost.Host {
 	t.Helper()
-	root := t.TempDir()
-	sys, proc := filepath.Join(root, "sys"), filepath.Join(root, "proc")
-	write := func(path, body string) {
-		os.MkdirAll(filepath.Dir(path), 0o755)
-		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	r := nvmehosttest.New(t)
+	d0 := r.Controller("0000:00:04.0", "nvme", "1")
+	r.Write(filepath.Join(d0, "nvme/nvme0/model"), "Samsung SSD 970 EVO Plus 1TB\n")
+	r.Write(filepath.Join(d0, "nvme/nvme0/serial"), "S4EWNX0N123456\n")
+	disk := r.Disk(filepath.Join(d0, "nvme/nvme0/nvme0n1"), "259:0", 1)
+	r.Write(filepath.Join(disk, "size"), "1953525168\n")
+	d6 := r.Controller("0000:00:06.0", "vfio-pci", "3")
+	for _, d := range []string{d0, d6} { // Samsung 970 EVO Plus IDs, not QEMU's
+		r.Write(filepath.Join(d, "vendor"), "0x144d\n")
+		r.Write(filepath.Join(d, "device"), "0xa808\n")
 	}
-	link := func(target, name string) {
-		os.MkdirAll(filepath.Dir(name), 0o755)
-		if err := os.Symlink(target, name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pciDev := func(bdf, drv, group string) string {
-		dir := filepath.Join(sys, "devices/pci0000:00", bdf)
-		write(filepath.Join(dir, "vendor"), "0x144d\n")
-		write(filepath.Join(dir, "device"), "0xa808\n")
-		write(filepath.Join(dir, "class"), "0x010802\n")
-		link(dir, filepath.Join(sys, "bus/pci/devices", bdf))
-		os.MkdirAll(filepath.Join(sys, "bus/pci/drivers", drv), 0o755)
-		link(filepath.Join(sys, "bus/pci/drivers", drv), filepath.Join(dir, "driver"))
-		os.MkdirAll(filepath.Join(sys, "kernel/iommu_groups", group), 0o755)
-		link(filepath.Join(sys, "kernel/iommu_groups", group), filepath.Join(dir, "iommu_group"))
-		return dir
-	}
-	d0 := pciDev("0000:00:04.0", "nvme", "1")
-	write(filepath.Join(d0, "nvme/nvme0/model"), "Samsung SSD 970 EVO Plus 1TB\n")
-	write(filepath.Join(d0, "nvme/nvme0/serial"), "S4EWNX0N123456\n")
-	disk := filepath.Join(d0, "nvme/nvme0/nvme0n1")
-	write(filepath.Join(disk, "dev"), "259:0\n")
-	write(filepath.Join(disk, "nsid"), "1\n")
-	write(filepath.Join(disk, "size"), "1953525168\n")
-	link(disk, filepath.Join(sys, "block/nvme0n1"))
-	pciDev("0000:00:06.0", "vfio-pci", "3")
-	write(filepath.Join(proc, "self/mountinfo"), "22 1 259:0 / /data rw,relatime - ext4 /dev/nvme0n1 rw\n")
-	write(filepath.Join(proc, "swaps"), "Filename\tType\tSize\tUsed\tPriority\n")
-	return nvmehost.Host{Sysfs: pci.Sysfs{Root: sys}, Proc: proc}
+	r.Write(filepath.Join(r.Proc, "self/mountinfo"), "22 1 259:0 / /data rw,relatime - ext4 /dev/nvme0n1 rw\n")
+	return r.Host()
 }
 
 // TestDevicesCLI drives `strata devices` against a daemon serving a fake
