@@ -25,6 +25,7 @@ import (
 	"github.com/strata-llm/strata/daemon/peer"
 	"github.com/strata-llm/strata/daemon/sched"
 	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/nvmehost"
 )
@@ -173,6 +174,12 @@ var ErrModelExists = errors.New("a model with this name is already loaded")
 // ErrUnloaded ends requests still running on a model being unloaded.
 var ErrUnloaded = errors.New("model unloaded")
 
+// wrapSource, when set, wraps the storage source of every model loaded
+// from now on (engine.Options.WrapSource): the tests' fault injection
+// (stream.FaultySource), to prove a failed read fails its requests with a
+// clear error and the daemon serves the next ones.
+var wrapSource func(stream.Source) stream.Source
+
 // LoadFile loads the model file at path without the model-directory check:
 // it is for the operator's own --model flag, not for clients. The tier
 // planner places the model's layers within req's budgets (engine.OpenWith):
@@ -221,7 +228,7 @@ func (s *Server) LoadFile(path string, req api.LoadRequest) (api.ModelStatus, er
 	eng, err := engine.OpenWith(path, engine.Options{
 		DeviceBudget: req.Budgets.VRAMBytes, HostBudget: req.Budgets.RAMBytes,
 		Context: req.Context, Batch: maxBatch, Depth: req.Depth, Tiers: req.Tiers,
-		Links: s.cfg.Links, Logger: s.log.Named("engine"), Backend: backend,
+		Links: s.cfg.Links, Logger: s.log.Named("engine"), Backend: backend, WrapSource: wrapSource,
 	})
 	switch {
 	case errors.Is(err, engine.ErrCUDAUnavailable):
