@@ -68,33 +68,13 @@ func BenchmarkDecodeShapes(b *testing.B) {
 	err := d.Do(func(c *cuda.Ctx) error {
 		a := &arena{c: c}
 		defer a.free()
-		type shape struct {
-			name       string
-			typ        quant.Type
-			rows, cols int
-		}
-		shapes := []shape{
+		shapes := []decodeShape{
 			{"q", quant.Q4_K, 4096, 4096}, {"k", quant.Q4_K, 1024, 4096}, {"v6", quant.Q6_K, 1024, 4096},
 			{"v4", quant.Q4_K, 1024, 4096}, {"o", quant.Q4_K, 4096, 4096}, {"gate", quant.Q4_K, 14336, 4096},
 			{"up", quant.Q4_K, 14336, 4096}, {"down6", quant.Q6_K, 4096, 14336}, {"down4", quant.Q4_K, 4096, 14336},
 			{"ffn6", quant.Q6_K, 14336, 4096}, {"out", quant.Q6_K, 128256, 4096},
 		}
-		const copies = 4
-		mats := map[string][]Matrix{}
-		for si, sh := range shapes {
-			rb, _ := sh.typ.RowBytes(int64(sh.cols))
-			one := make([]byte, rb*int64(sh.rows))
-			must(quant.FillRandomParallel(sh.typ, one, uint64(si+1), 0.05))
-			n := copies
-			if sh.name == "out" {
-				n = 2 // 431 MB each
-			}
-			for i := 0; i < n; i++ {
-				m := Matrix{Type: sh.typ, Rows: sh.rows, Cols: sh.cols, Ptr: a.alloc(int64(len(one)))}
-				must(c.CopyHtoD(m.Ptr, one, 0))
-				mats[sh.name] = append(mats[sh.name], m)
-			}
-		}
+		mats := uploadDecodeShapes(c, a, shapes)
 		r := rand.New(rand.NewPCG(3, 3))
 		x := put(a, randVec(r, 2*14336, 1))
 		y1, y2, y3 := a.alloc(2*128256*4), a.alloc(2*14336*4), a.alloc(2*14336*4)
@@ -180,4 +160,34 @@ func BenchmarkDecodeShapes(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Logf("\n%s", out.String())
+}
+
+// decodeShape is one matrix of an 8B Q4_K_M decode step.
+type decodeShape struct {
+	name       string
+	typ        quant.Type
+	rows, cols int
+}
+
+// uploadDecodeShapes puts random matrices of each shape on the device:
+// four copies of each (two of the 431 MB output) so that a benchmark
+// cycling through them reads from HBM rather than L2.
+func uploadDecodeShapes(c *cuda.Ctx, a *arena, shapes []decodeShape) map[string][]Matrix {
+	const copies = 4
+	mats := map[string][]Matrix{}
+	for si, sh := range shapes {
+		rb, _ := sh.typ.RowBytes(int64(sh.cols))
+		one := make([]byte, rb*int64(sh.rows))
+		must(quant.FillRandomParallel(sh.typ, one, uint64(si+1), 0.05))
+		n := copies
+		if sh.name == "out" {
+			n = 2 // 431 MB each
+		}
+		for i := 0; i < n; i++ {
+			m := Matrix{Type: sh.typ, Rows: sh.rows, Cols: sh.cols, Ptr: a.alloc(int64(len(one)))}
+			must(c.CopyHtoD(m.Ptr, one, 0))
+			mats[sh.name] = append(mats[sh.name], m)
+		}
+	}
+	return mats
 }

@@ -38,33 +38,13 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 		defer c.DestroyStream(s)
 		SetFastGEMV(true)
 		must(k.ReserveFastGEMV(c, s, 14336))
-		type shape struct {
-			name       string
-			typ        quant.Type
-			rows, cols int
-		}
-		shapes := []shape{
+		shapes := []decodeShape{
 			{"q", quant.Q4_K, 4096, 4096}, {"k", quant.Q4_K, 1024, 4096}, {"v6", quant.Q6_K, 1024, 4096},
 			{"v4", quant.Q4_K, 1024, 4096}, {"o", quant.Q4_K, 4096, 4096}, {"gate", quant.Q4_K, 14336, 4096},
 			{"up", quant.Q4_K, 14336, 4096}, {"down6", quant.Q6_K, 4096, 14336}, {"down4", quant.Q4_K, 4096, 14336},
 			{"out", quant.Q6_K, 128256, 4096},
 		}
-		const copies = 4
-		mats := map[string][]Matrix{}
-		for si, sh := range shapes {
-			rb, _ := sh.typ.RowBytes(int64(sh.cols))
-			one := make([]byte, rb*int64(sh.rows))
-			must(quant.FillRandomParallel(sh.typ, one, uint64(si+1), 0.05))
-			n := copies
-			if sh.name == "out" {
-				n = 2 // 431 MB each
-			}
-			for i := 0; i < n; i++ {
-				m := Matrix{Type: sh.typ, Rows: sh.rows, Cols: sh.cols, Ptr: a.alloc(int64(len(one)))}
-				must(c.CopyHtoD(m.Ptr, one, 0))
-				mats[sh.name] = append(mats[sh.name], m)
-			}
-		}
+		mats := uploadDecodeShapes(c, a, shapes)
 		r := rand.New(rand.NewPCG(3, 3))
 		x := put(a, normLike(r, 2, 14336))
 		y1, y2, y3 := a.alloc(2*14336*4), a.alloc(2*14336*4), a.alloc(2*14336*4)
