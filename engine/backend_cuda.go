@@ -124,11 +124,15 @@ func loadCUDA(dev *kcuda.Device, src cudaSource, o Options, info *BackendInfo, l
 		return nil, fmt.Errorf("reading free device memory: %w", err)
 	}
 	info.DeviceFree = free
-	if o.Links == nil {
+	plan, err := o.planCUDA(src, free, dev.TotalMem())
+	if err == nil && plan.Depth > 0 && o.Links == nil {
+		// Layers stream: the links now decide placement and depth, so
+		// measure them and plan again (a resident plan is the best under
+		// any link speeds and pays for no measurement, as on the CPU).
 		l := measuredGPULinks(dev, src, log)
 		o.Links = &l
+		plan, err = o.planCUDA(src, free, dev.TotalMem())
 	}
-	plan, err := o.planCUDA(src, free, dev.TotalMem())
 	if err != nil {
 		return nil, err
 	}
@@ -238,18 +242,10 @@ func measuredGPULinks(dev *kcuda.Device, src cudaSource, log hclog.Logger) tier.
 		l.Notes = append(l.Notes, "storage: default (a GGUF never streams tier C)")
 		return l
 	}
-	st, err := tier.MeasureStorage(context.Background(), src.path, 64<<20)
-	if err != nil {
+	if err := l.MeasureStorageOf(context.Background(), src.path, 64<<20); err != nil {
 		log.Warn("measuring the pool's storage; planning with the default", "error", err)
 		l.Notes = append(l.Notes, "storage: default (measurement failed)")
-		return l
 	}
-	l.StorageToHost, l.StorageLatency = st.Bandwidth, st.Latency
-	how := "O_DIRECT"
-	if !st.Direct {
-		how = "buffered reads (O_DIRECT refused; page cache may inflate it)"
-	}
-	l.Notes = append(l.Notes, fmt.Sprintf("storage: %s of %s, %s", tier.FormatBytes(st.Bytes), src.path, how))
 	return l
 }
 

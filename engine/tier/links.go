@@ -95,16 +95,9 @@ func MeasureLinks(ctx context.Context, opts MeasureOptions) (Links, error) {
 		d = 200 * time.Millisecond
 	}
 	if opts.Path != "" {
-		st, err := MeasureStorage(ctx, opts.Path, opts.StorageBytes)
-		if err != nil {
+		if err := l.MeasureStorageOf(ctx, opts.Path, opts.StorageBytes); err != nil {
 			return l, err
 		}
-		l.StorageToHost, l.StorageLatency = st.Bandwidth, st.Latency
-		how := "O_DIRECT"
-		if !st.Direct {
-			how = "buffered reads (O_DIRECT refused; page cache may inflate it)"
-		}
-		l.Notes = append(l.Notes, fmt.Sprintf("storage: %s of %s, %s", FormatBytes(st.Bytes), opts.Path, how))
 	} else {
 		l.Notes = append(l.Notes, "storage: default")
 	}
@@ -138,6 +131,23 @@ const (
 	storageChunk = 4 << 20
 	storageQD    = 4
 )
+
+// MeasureStorageOf sets l's storage link from MeasureStorage(path, limit)
+// and notes how it was read; on error l is unchanged. The CPU backend's
+// MeasureLinks and the GPU backend's plan both measure tier C this way.
+func (l *Links) MeasureStorageOf(ctx context.Context, path string, limit int64) error {
+	st, err := MeasureStorage(ctx, path, limit)
+	if err != nil {
+		return err
+	}
+	l.StorageToHost, l.StorageLatency = st.Bandwidth, st.Latency
+	how := "O_DIRECT"
+	if !st.Direct {
+		how = "buffered reads (O_DIRECT refused; page cache may inflate it)"
+	}
+	l.Notes = append(l.Notes, fmt.Sprintf("storage: %s of %s, %s", FormatBytes(st.Bytes), path, how))
+	return nil
+}
 
 // MeasureStorage reads up to limit bytes (0: 256 MiB) from the start of
 // path, storageQD chunks of 4 MiB in flight, with O_DIRECT into page-aligned
