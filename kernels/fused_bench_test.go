@@ -78,14 +78,7 @@ func BenchmarkDecodeShapes(b *testing.B) {
 		r := rand.New(rand.NewPCG(3, 3))
 		x := put(a, randVec(r, 2*14336, 1))
 		y1, y2, y3 := a.alloc(2*128256*4), a.alloc(2*14336*4), a.alloc(2*14336*4)
-		m := func(name string, i int) Matrix { l := mats[name]; return l[i%len(l)] }
-		bytes := func(names ...string) int64 {
-			var n int64
-			for _, nm := range names {
-				n += mats[nm][0].Bytes()
-			}
-			return n
-		}
+		m, bytes := mats.at, mats.bytes
 		type bench struct {
 			name  string
 			bytes int64
@@ -172,9 +165,9 @@ type decodeShape struct {
 // uploadDecodeShapes puts random matrices of each shape on the device:
 // four copies of each (two of the 431 MB output) so that a benchmark
 // cycling through them reads from HBM rather than L2.
-func uploadDecodeShapes(c *cuda.Ctx, a *arena, shapes []decodeShape) map[string][]Matrix {
+func uploadDecodeShapes(c *cuda.Ctx, a *arena, shapes []decodeShape) decodeMats {
 	const copies = 4
-	mats := map[string][]Matrix{}
+	mats := decodeMats{}
 	for si, sh := range shapes {
 		rb, _ := sh.typ.RowBytes(int64(sh.cols))
 		one := make([]byte, rb*int64(sh.rows))
@@ -190,4 +183,19 @@ func uploadDecodeShapes(c *cuda.Ctx, a *arena, shapes []decodeShape) map[string]
 		}
 	}
 	return mats
+}
+
+// decodeMats are uploadDecodeShapes' copies of each matrix, by name.
+type decodeMats map[string][]Matrix
+
+// at is name's copy for iteration i, cycling through the copies.
+func (d decodeMats) at(name string, i int) Matrix { l := d[name]; return l[i%len(l)] }
+
+// bytes is the weight bytes one launch over the named matrices reads.
+func (d decodeMats) bytes(names ...string) int64 {
+	var n int64
+	for _, nm := range names {
+		n += d[nm][0].Bytes()
+	}
+	return n
 }

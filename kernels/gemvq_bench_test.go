@@ -48,14 +48,7 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 		r := rand.New(rand.NewPCG(3, 3))
 		x := put(a, normLike(r, 2, 14336))
 		y1, y2, y3 := a.alloc(2*14336*4), a.alloc(2*14336*4), a.alloc(2*14336*4)
-		m := func(name string, i int) Matrix { l := mats[name]; return l[i%len(l)] }
-		bytes := func(names ...string) int64 {
-			var n int64
-			for _, nm := range names {
-				n += mats[nm][0].Bytes()
-			}
-			return n
-		}
+		m, bytes := mats.at, mats.bytes
 		type bench struct {
 			name  string
 			bytes int64
