@@ -28,6 +28,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode(
     const float* q, float* out, const float* kc, const float* vc, long long slotStride, int kvdim,
     const int* slots, const int* pos, int heads, int group, int hd, float scale, float cap, int window, int chunk,
     float* part, int nsplit) {
+  PDL_ENTRY();
   __shared__ float sm[4], sl[4];
   __shared__ float sacc[4][MAXD * 32];
   const int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z;
@@ -106,6 +107,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode(
 
 // Merges nsplit partials per (token, head): grid (heads, ntok), hd threads.
 extern "C" __global__ void attn_combine(const float* part, float* out, int heads, int hd, int nsplit) {
+  PDL_ENTRY();
   const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
   const float* pr = part + ((long long)t * heads + h) * nsplit * (hd + 2);
   float M = -CUDART_INF_F;

@@ -72,7 +72,7 @@ func (k *Kernels) attentionPrefill(c *cuda.Ctx, s cuda.Stream, at Attention, kv 
 		return fmt.Errorf("attention prefill: %d tokens from %d past the cache's %d (slot %d)", ntok, p0, kv.MaxCtx, slot)
 	}
 	aligned := (uint64(q)|uint64(out)|uint64(kv.K)|uint64(kv.V))%16 == 0
-	if prefillTune.legacy || k.Arch != "compute_80" || !aligned {
+	if prefillTune.legacy || !k.mma() || !aligned {
 		return k.attentionPrefillLegacy(c, s, at, kv, q, out, ntok, slot, p0)
 	}
 	v := prefillVariant{nd: prefillND(at.HeadDim), bc: prefillTune.bc}
@@ -106,7 +106,7 @@ func (k *Kernels) attentionPrefill(c *cuda.Ctx, s cuda.Stream, at Attention, kv 
 		Block:     cuda.Dim3{X: 256},
 		SharedMem: uint32(v.smem()),
 	}
-	if err := c.Launch(f, cfg, s, &a); err != nil {
+	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("%s: %w", v.name(), err)
 	}
 	return nil

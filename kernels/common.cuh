@@ -29,6 +29,39 @@ template <> struct Tr<T_Q5_K> { enum { BE = 256, BB = 176, NW = 8 }; };
 template <> struct Tr<T_Q6_K> { enum { BE = 256, BB = 210, NW = 8 }; };
 template <> struct Tr<T_INT8> { enum { BE = 32, BB = 32, NW = 8 }; };
 
+// Programmatic dependent launch (compute_90; kernels' launchers set
+// cuda.LaunchConfig.Overlap for every kernel whose PTX holds
+// griddepcontrol.wait). pdl_trigger lets the next kernel on the stream
+// start its blocks once every block of this one has triggered; pdl_wait
+// blocks until the previous kernel has completed and its writes are
+// visible. Why: a decode step is ~300 short dependent launches, and each
+// one's launch latency, ramp and tail leave the memory bus idle; with
+// these the next kernel is resident early, and a GEMV can have its weights
+// in flight (no kernel of a step writes weights) while its predecessor
+// finishes. Rule: a kernel calls pdl_trigger and then pdl_wait before it
+// reads or writes any memory other than weights, and before any early
+// return (a kernel whose blocks all returned unwaited would complete
+// before its predecessor and release its dependents early). Both compile
+// to nothing below compute_90.
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// PDL_ENTRY is both, first thing in a kernel that prefetches nothing.
+#define PDL_ENTRY() \
+  do {              \
+    pdl_trigger();  \
+    pdl_wait();     \
+  } while (0)
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -8,6 +8,7 @@
 
 // out = silu(gate) * up.
 extern "C" __global__ void swiglu(const float* gate, const float* up, float* out, long long n) {
+  PDL_ENTRY();
   GRID_STRIDE(i, n) {
     const double v = gate[i];
     out[i] = __fmul_rn((float)(v / (1.0 + exp(-v))), up[i]);
@@ -16,6 +17,7 @@ extern "C" __global__ void swiglu(const float* gate, const float* up, float* out
 
 // out = gelu_tanh(gate) * up.
 extern "C" __global__ void geglu(const float* gate, const float* up, float* out, long long n) {
+  PDL_ENTRY();
   GRID_STRIDE(i, n) {
     const double v = gate[i];
     const double c = 0.7978845608028654;  // sqrt(2/pi)
@@ -25,11 +27,13 @@ extern "C" __global__ void geglu(const float* gate, const float* up, float* out,
 
 // x = cap * tanh(x / cap).
 extern "C" __global__ void softcap(float* x, long long n, float cap) {
+  PDL_ENTRY();
   GRID_STRIDE(i, n) { x[i] = __fmul_rn((float)tanh((double)__fdiv_rn(x[i], cap)), cap); }
 }
 
 // y += a.
 extern "C" __global__ void add(float* y, const float* a, long long n) {
+  PDL_ENTRY();
   GRID_STRIDE(i, n) { y[i] = __fadd_rn(y[i], a[i]); }
 }
 
@@ -37,6 +41,7 @@ extern "C" __global__ void add(float* y, const float* a, long long n) {
 // slot's cache at position pos[t]: cache + slot[t]*slotStride + pos[t]*kvdim.
 extern "C" __global__ void store_kv(const float* k, const float* v, float* kc, float* vc, const int* slot,
                                     const int* pos, int ntok, int kvdim, long long slotStride) {
+  PDL_ENTRY();
   const long long n = (long long)ntok * kvdim;
   GRID_STRIDE(i, n) {
     const int t = (int)(i / kvdim), j = (int)(i % kvdim);
@@ -81,6 +86,7 @@ __device__ __forceinline__ void embed_body(const uint8_t* table, long long rowBy
 #define EMBED_TYPE(TY, NAME)                                                                               \
   extern "C" __global__ void embed_##NAME(const uint8_t* table, long long rowBytes, int cols, const int* ids, \
                                           float* out, float scale) {                                       \
+    PDL_ENTRY();                                                                                           \
     embed_body<TY>(table, rowBytes, cols, ids, out, scale);                                                \
   }
 FOR_EACH_TYPE(EMBED_TYPE)

@@ -182,7 +182,7 @@ func (k *Kernels) launchFused(c *cuda.Ctx, s cuda.Stream, what string, groups in
 	}
 	blocks, threads := k.fusedGeometry(groups, ms)
 	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}}
-	if err := c.Launch(f, cfg, s, a); err != nil {
+	if err := k.run(c, f, cfg, s, a); err != nil {
 		return fmt.Errorf("%s: %d matrices %dx%d.. batch %d: %w", what, len(ms), ms[0].Rows, ms[0].Cols, nb, err)
 	}
 	return nil

@@ -168,7 +168,7 @@ func (k *Kernels) GEMM(c *cuda.Ctx, s cuda.Stream, w Matrix, x, y cuda.DevPtr, m
 	if x%16 != 0 {
 		return fmt.Errorf("gemm: x at %#x is not 16-byte aligned", uint64(x))
 	}
-	if k.Arch != "compute_80" || m <= gemmTune.fusedMaxM {
+	if !k.mma() || m <= gemmTune.fusedMaxM {
 		return k.gemmFused(c, s, suf, w, x, y, m)
 	}
 	if err := k.gemmF16(c, s, suf, w, x, y, m); err != nil {
@@ -190,7 +190,7 @@ func (k *Kernels) gemmFused(c *cuda.Ctx, s cuda.Stream, suf string, w Matrix, x,
 		Grid:  cuda.Dim3{X: uint32(ceilDiv(w.Rows, 128)), Y: uint32(ceilDiv(m, gemmBN))},
 		Block: cuda.Dim3{X: 2 * gemmBN},
 	}
-	if err := c.Launch(f, cfg, s, &a); err != nil {
+	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("gemm %v %dx%d by %d: %w", w.Type, w.Rows, w.Cols, m, err)
 	}
 	return nil
@@ -304,7 +304,7 @@ func (k *Kernels) gemmX16(c *cuda.Ctx, s cuda.Stream, x, out cuda.DevPtr, n int6
 	blocks := min(ceilDiv(int(n4), 256), 16*max(k.SMs, 1))
 	var a cuda.Args
 	a.Ptr(x).I64(n4).Ptr(out)
-	return c.Launch(f, cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: 256}}, s, &a)
+	return k.run(c, f, cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: 256}}, s, &a)
 }
 
 // gemmDequant decodes weight rows n0..n0+rows-1 of w to f16 at out.
@@ -320,7 +320,7 @@ func (k *Kernels) gemmDequant(c *cuda.Ctx, s cuda.Stream, suf string, w Matrix, 
 	}
 	var a cuda.Args
 	a.Ptr(w.Ptr.Add(int64(n0) * w.RowBytes())).I64(w.RowBytes()).Int(rows).Int(w.Cols).Ptr(out).Int(coalesce)
-	return c.Launch(f, cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32((parts + 255) / 256)}, Block: cuda.Dim3{X: 256}}, s, &a)
+	return k.run(c, f, cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32((parts + 255) / 256)}, Block: cuda.Dim3{X: 256}}, s, &a)
 }
 
 // gemmH launches the f16 GEMM for m tokens of x16 against n rows of w16
@@ -348,5 +348,5 @@ func (k *Kernels) gemmH(c *cuda.Ctx, s cuda.Stream, x16 cuda.DevPtr, m int, w16 
 		Block:     cuda.Dim3{X: uint32(g.threads())},
 		SharedMem: uint32(smem),
 	}
-	return c.Launch(f, cfg, s, &a)
+	return k.run(c, f, cfg, s, &a)
 }

@@ -50,7 +50,7 @@ func gemmIters(flop float64) int { return int(min(50, max(5, 2e12/flop))) }
 // 1x.
 func BenchmarkGEMMSweep(b *testing.B) {
 	d, k := gpu(b)
-	if k.Arch != "compute_80" {
+	if !k.mma() {
 		b.Skipf("the f16 GEMM path needs compute_80, device loaded %s", k.Arch)
 	}
 	fmt.Printf("device-to-device copy: %.0f GB/s (read+write)\n", copyBandwidth(b)/1e9)

@@ -147,7 +147,7 @@ func TestGEMMPaths(t *testing.T) {
 			data, deq := randMatrix(tc.typ, tc.n, tc.k, uint64(tc.n*tc.k)+uint64(tc.m))
 			xs := randVec(r, tc.m*tc.k, 1)
 			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
-				if k.Arch != "compute_80" && tc.name != "fused" {
+				if !k.mma() && tc.name != "fused" {
 					t.Skipf("the f16 GEMM path needs compute_80, device loaded %s", k.Arch)
 				}
 				buf := put(a, append(make([]byte, tc.wOff), data...))

@@ -704,6 +704,7 @@ __device__ __forceinline__ void gemv_any(const uint8_t* W, long long rowBytes, i
   extern "C" __global__ void __launch_bounds__(256) gemv_##NAME##_##NB(                                \
       const uint8_t* W, long long rowBytes, int rows, int cols, const float* X, int xstride, float* Y, \
       int ystride) {                                                                                   \
+    PDL_ENTRY();                                                                                       \
     gemv_any<TY, NB, GemvPlan<TY, NB>::K, GemvPlan<TY, NB>::R, GemvPlan<TY, NB>::S>(                    \
         W, rowBytes, rows, cols, X, xstride, Y, ystride);                                              \
   }
@@ -937,6 +938,7 @@ __device__ __forceinline__ void gemv_fused_body(const uint8_t* W0, long long rb0
       const uint8_t* W0, long long rb0, float* Y0, int rows0, int t0, const uint8_t* W1, long long rb1,        \
       float* Y1, int rows1, int t1, const uint8_t* W2, long long rb2, float* Y2, int rows2, int t2, int cols,  \
       const float* X, int mode) {                                                                               \
+    PDL_ENTRY();                                                                                                \
     gemv_fused_body<NB>(W0, rb0, Y0, rows0, t0, W1, rb1, Y1, rows1, t1, W2, rb2, Y2, rows2, t2, cols, X, mode); \
   }
 GEMV_FUSED(1)

@@ -140,6 +140,7 @@ __device__ __forceinline__ void put64(uint8_t* base, int cols, int blk, int lane
 // NaN, so the products stay NaN as in the float path.
 extern "C" __global__ void __launch_bounds__(256) gemvq_x(const float* __restrict__ X, int cols, int nb,
                                                          uint8_t* __restrict__ XQ) {
+  PDL_ENTRY();
   const int gw = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
   const int nblk = cols >> 6;
   if (gw >= nb * nblk) return;  // uniform per warp
@@ -310,10 +311,36 @@ __device__ __forceinline__ void gemvq_body(const uint8_t* W0, long long rb0, flo
     for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
   const int nunits = cols >> 5;
   const long long qb = gemvq_bytes(cols);
-  // UN units per lane per iteration (units u, u+32nw, ...: the same
-  // order as UN = 1), all loads issued before the first is used.
   const int step = 32 * nw;
-  for (int u0 = warp * 32 + lane; u0 < nunits; u0 += UN * step) {
+  if (UN == 1) {
+    // The lane's first unit of weights is in flight before pdl_wait (the
+    // weights are no kernel's output), so it overlaps the previous
+    // kernel's tail; each next unit is loaded after the current one's
+    // dot products.
+    int u = warp * 32 + lane;
+    QW4 w[R];
+    if (u < nunits)
+#pragma unroll
+      for (int r = 0; r < R; r++) w[r].load(rp[r], u);
+    pdl_trigger();
+    pdl_wait();
+    for (; u < nunits; u += step) {
+      QXU x[NB];
+#pragma unroll
+      for (int b = 0; b < NB; b++) x[b].load(XQ + b * qb, cols, u);
+#pragma unroll
+      for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int b = 0; b < NB; b++) w[r].dot(u, x[b], acc[r][b]);
+      if (u + step < nunits)
+#pragma unroll
+        for (int r = 0; r < R; r++) w[r].load(rp[r], u + step);
+    }
+  }
+  if (UN > 1) PDL_ENTRY();
+  // UN > 1: UN units per lane per iteration (units u, u+32nw, ...: the
+  // same order as UN = 1), all loads issued before the first is used.
+  for (int u0 = warp * 32 + lane; UN > 1 && u0 < nunits; u0 += UN * step) {
     QW4 w[UN][R];
     QXU x[UN][NB];
 #pragma unroll
@@ -393,6 +420,7 @@ __device__ __forceinline__ void gemvq_staged_body(const uint8_t* W0, long long r
                                                   const uint8_t* W1, long long rb1, float* Y1, int rows1,
                                                   const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols,
                                                   const float* __restrict__ X, int mode) {
+  PDL_ENTRY();
   constexpr int R = GEMVQ_R;
   extern __shared__ uint4 smem[];
   uint8_t* xs = reinterpret_cast<uint8_t*>(smem);
@@ -565,10 +593,16 @@ __device__ __forceinline__ void gemvq_q6k_body(const uint8_t* W, long long rb, f
     for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
   const int nunits = cols >> 6;
   const long long qb = gemvq_bytes(cols);
-  for (int u = warp * 32 + lane; u < nunits; u += 32 * nw) {
-    QW6 w[R];
+  // As gemvq_body: the first unit's weights in flight before pdl_wait,
+  // each next one loaded after the current one's dot products.
+  int u = warp * 32 + lane;
+  QW6 w[R];
+  if (u < nunits)
 #pragma unroll
     for (int r = 0; r < R; r++) w[r].load(rp[r], u);
+  pdl_trigger();
+  pdl_wait();
+  for (; u < nunits; u += 32 * nw) {
 #pragma unroll
     for (int b = 0; b < NB; b++) {
       QX6 x;
@@ -576,6 +610,9 @@ __device__ __forceinline__ void gemvq_q6k_body(const uint8_t* W, long long rb, f
 #pragma unroll
       for (int r = 0; r < R; r++) q6_dot(w[r], x, acc[r][b]);
     }
+    if (u + 32 * nw < nunits)
+#pragma unroll
+      for (int r = 0; r < R; r++) w[r].load(rp[r], u + 32 * nw);
   }
 #pragma unroll
   for (int r = 0; r < R; r++)

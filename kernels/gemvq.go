@@ -10,17 +10,23 @@ import (
 
 // fastGEMV switches Q4_K decode GEMVs (GEMV, GEMVFused, GEMVGLU with one
 // or two vectors) to gemvq.cu's integer path: x quantized to 16 bits per
-// 64-element block, dp4a dot products. Off by default until the H200
-// measurements in kernels/NOTES.md decide.
+// 64-element block, dp4a dot products. On by default since every GPU test
+// passed with it on the H200 and it decodes 8-14% faster there
+// (kernels/NOTES.md, GEMV v6).
 var fastGEMV atomic.Bool
 
-// SetFastGEMV turns the integer Q4_K GEMV path (gemvq.cu) on or off for
-// every Kernels of the process. It needs a per-stream scratch buffer
-// (ReserveFastGEMV) and falls back to the float path, with the same
+func init() {
+	fastGEMV.Store(true)
+	fastGEMVQ6K.Store(true)
+}
+
+// SetFastGEMV turns the integer Q4_K GEMV path (gemvq.cu, the default) on
+// or off for every Kernels of the process. It needs a per-stream scratch
+// buffer (ReserveFastGEMV) and falls back to the float path, with the same
 // results to within x's 16-bit rounding, wherever it cannot run. Why a
-// switch: the float path is the measured default; this one trades ~5 SASS
-// instructions per weight for ~2 (kernels/NOTES.md) and is chosen by
-// measurement.
+// switch: the float path (gemv.cu) stays the reference the integer one is
+// measured against; this one trades ~5 SASS instructions per weight for ~2
+// (kernels/NOTES.md).
 func SetFastGEMV(on bool) { fastGEMV.Store(on) }
 
 // FastGEMV reports whether SetFastGEMV turned the integer path on.
@@ -32,7 +38,8 @@ var fastGEMVQ6K atomic.Bool
 
 // SetFastGEMVQ6K adds Q6_K matrices (ffn_down and v in half of a Q4_K_M
 // model's layers, the output) to the integer path while SetFastGEMV is
-// on: off by default, measured separately from Q4_K (kernels/NOTES.md).
+// on (the default); off leaves Q6_K on the float path, a variant measured
+// separately from Q4_K (kernels/NOTES.md).
 func SetFastGEMVQ6K(on bool) { fastGEMVQ6K.Store(on) }
 
 // FastGEMVQ6K reports whether SetFastGEMVQ6K turned Q6_K on.
@@ -169,7 +176,7 @@ func (k *Kernels) quantizeX(c *cuda.Ctx, s cuda.Stream, x cuda.DevPtr, cols, nb 
 	var a cuda.Args
 	a.Ptr(x).Int(cols).Int(nb).Ptr(xq)
 	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(ceilDiv(warps, 8))}, Block: cuda.Dim3{X: 256}}
-	if err := c.Launch(f, cfg, s, &a); err != nil {
+	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("gemvq x: %d x %d: %w", nb, cols, err)
 	}
 	return nil
@@ -179,13 +186,18 @@ func (k *Kernels) quantizeX(c *cuda.Ctx, s cuda.Stream, x cuda.DevPtr, cols, nb 
 // half of up); gemvq6Rows is GEMVQ6_R, gemvq_q6k's.
 const gemvqRows, gemvq6Rows = 4, 2
 
-// gemvqGeometry: one block per row group, and the most warps per block (a
-// power of two, 1..8) that keeps the grid within gemvWarpsPerSM warps per
-// multiprocessor and gives each warp at least 32 units of unit elements.
-func gemvqGeometry(groups, cols, unit, sms int) (blocks, threads int) {
-	windows := ceilDiv(cols/unit, 32)
+// gemvqGeometry: one block per row group, and the fewest warps per block
+// (a power of two, 1..8) that leave each lane at most two units of unit
+// elements per row: 2 warps at 4096 Q4_K columns, 8 at 14336. Measured on
+// the H200 (kernels/NOTES.md, GEMV v7): more warps per block split a row
+// too finely (each block's cross-warp reduction and ramp weigh more), fewer
+// leave a lane's units in a chain of dependent loads (4096x14336 at 1 warp:
+// 0.35 of D2D, 8 warps: 0.65); the old cap on the grid's total warps took
+// gate+up down to 1 warp (0.80 against 0.86 at 2).
+func gemvqGeometry(groups, cols, unit int) (blocks, threads int) {
+	units := ceilDiv(cols, unit)
 	warps := 1
-	for warps < 8 && 2*warps <= windows && groups*2*warps <= sms*gemvWarpsPerSM {
+	for warps < 8 && 2*32*warps < units {
 		warps *= 2
 	}
 	return groups, 32 * warps
@@ -283,7 +295,7 @@ func (k *Kernels) gemvqStagedLaunch(c *cuda.Ctx, s cuda.Stream, what string, x c
 	a.Int(cols).Ptr(x).Int(mode)
 	blocks, threads := gemvqStagedGeometry(gemvqStaged, groups, k.SMs)
 	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}, SharedMem: uint32(int64(nb) * gemvqBytes(cols))}
-	if err := c.Launch(f, cfg, s, &a); err != nil {
+	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("%s: staged, %d matrices %dx%d.. batch %d: %w", what, len(outs), outs[0].W.Rows, cols, nb, err)
 	}
 	return nil
@@ -297,9 +309,9 @@ func (k *Kernels) gemvq6Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.
 	}
 	var a cuda.Args
 	a.Ptr(o.W.Ptr).I64(o.W.RowBytes()).Ptr(o.Y).Int(o.W.Rows).Int(o.W.Cols).Ptr(xq)
-	blocks, threads := gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), o.W.Cols, 64, k.SMs)
+	blocks, threads := gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), o.W.Cols, 64)
 	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}}
-	if err := c.Launch(f, cfg, s, &a); err != nil {
+	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("%s: Q6_K %dx%d batch %d: %w", what, o.W.Rows, o.W.Cols, nb, err)
 	}
 	return nil
@@ -338,9 +350,9 @@ func (k *Kernels) gemvq4Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.
 		groups = ceilDiv(outs[0].W.Rows, gemvqRows/2)
 	}
 	a.Int(cols).Ptr(xq).Int(mode)
-	blocks, threads := gemvqGeometry(groups, cols, 32, k.SMs)
+	blocks, threads := gemvqGeometry(groups, cols, 32)
 	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}}
-	if err := c.Launch(f, cfg, s, &a); err != nil {
+	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("%s: %d matrices %dx%d.. batch %d: %w", what, len(outs), outs[0].W.Rows, cols, nb, err)
 	}
 	return nil

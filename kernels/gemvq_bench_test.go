@@ -29,7 +29,7 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 	d, k := gpu(b)
 	var out strings.Builder
 	fmt.Fprintf(&out, "D2D copy %.0f GB/s; cells: us per launch sequence, ratio of its weight bytes/s to D2D\n", ceiling/1e9)
-	defer SetFastGEMV(false)
+	defer fastGEMVState()()
 	err := d.Do(func(c *cuda.Ctx) error {
 		a := &arena{c: c}
 		defer a.free()
@@ -99,7 +99,6 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 			ms := timeGraphOn(c, s, 64, bn.fn)
 			return fmt.Sprintf("%8.2f us %5.3f", ms*1e3, float64(bn.bytes)/(ms/1e3)/ceiling)
 		}
-		defer SetFastGEMVQ6K(false)
 		fmt.Fprintf(&out, "%-26s %-22s %-22s %s\n", "launch", "float", "integer Q4_K", "integer Q4_K+Q6_K")
 		for _, bn := range benches {
 			SetFastGEMV(false)

@@ -185,8 +185,8 @@ func TestGEMVQFidelity(t *testing.T) {
 // block's shared memory (gemvqStaged).
 func TestGEMVQ(t *testing.T) {
 	_, _ = gpu(t)
+	defer fastGEMVState()()
 	SetFastGEMV(true)
-	defer SetFastGEMV(false)
 	type mat = gemvqMat
 	cases := []gemvqCase{
 		{"gemv-259x4096", 4096, []mat{{quant.Q4_K, 259}}, 0},
@@ -210,7 +210,16 @@ func TestGEMVQ(t *testing.T) {
 		gemvqUnroll, gemvqStaged = v.unroll, v.staged
 		t.Run(fmt.Sprintf("q6k=%v/unroll=%d/staged=%d", v.q6, v.unroll, v.staged.warps), func(t *testing.T) { testGEMVQCases(t, cases) })
 	}
-	SetFastGEMVQ6K(false)
+}
+
+// fastGEMVState returns a function that restores the integer-path
+// switches as they are now (tests and benchmarks flip them).
+func fastGEMVState() func() {
+	f, q := FastGEMV(), FastGEMVQ6K()
+	return func() {
+		SetFastGEMV(f)
+		SetFastGEMVQ6K(q)
+	}
 }
 
 type gemvqCase struct {
@@ -303,12 +312,12 @@ func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, x
 	// Warps per block of each output's launch, as gemvqLaunch sizes them.
 	nws := make([]int, len(outs))
 	for i, o := range outs {
-		_, th := gemvqGeometry(groups, cols, 32, k.SMs)
+		_, th := gemvqGeometry(groups, cols, 32)
 		if gemvqStaged.warps > 0 {
 			th = 32 // each warp owns whole rows: the emulation's nw = 1
 		}
 		if o.W.Type == quant.Q6_K {
-			_, th = gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), cols, 64, k.SMs)
+			_, th = gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), cols, 64)
 		}
 		nws[i] = th / 32
 	}
@@ -382,7 +391,7 @@ func TestGEMVQFallback(t *testing.T) {
 	r := rand.New(rand.NewPCG(8, 8))
 	xs := normLike(r, 1, cols)
 	data, deq := randMatrix(quant.Q4_K, rows, cols, 9)
-	defer SetFastGEMV(false)
+	defer fastGEMVState()()
 	for _, tc := range []struct {
 		name    string
 		on      bool
@@ -423,3 +432,26 @@ func TestGEMVQFallback(t *testing.T) {
 // device goroutine: t.Fatal there would end that goroutine (runtime.Goexit)
 // and hang Device.Do, while a panic comes back from Do as an error.
 func failOnDevice(format string, args ...any) { panic(fmt.Errorf(format, args...)) }
+
+// TestGEMVQGeometry pins the warps per block of the integer launches at
+// the shapes kernels/NOTES.md measured, and the rule's limits.
+func TestGEMVQGeometry(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		groups, cols, unit int
+		threads            int
+	}{
+		{"q4k 4096 cols", 1024, 4096, 32, 64},
+		{"q4k gate+up GLU", 7168, 4096, 32, 64},
+		{"q4k 14336 cols", 1024, 14336, 32, 256},
+		{"q6k 4096 cols", 2048, 4096, 64, 32},
+		{"q6k 14336 cols", 2048, 14336, 64, 128},
+		{"q4k 512 cols", 16, 512, 32, 32},
+		{"q4k 65536 cols", 4, 65536, 32, 256},
+	} {
+		blocks, threads := gemvqGeometry(tc.groups, tc.cols, tc.unit)
+		if blocks != tc.groups || threads != tc.threads {
+			t.Errorf("%s: %d blocks of %d threads, want %d of %d", tc.name, blocks, threads, tc.groups, tc.threads)
+		}
+	}
+}

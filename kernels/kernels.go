@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/strata-llm/strata/kernels/cuda"
 )
@@ -16,10 +17,15 @@ var ptxFS embed.FS
 var families = []string{"attention", "bf16pack", "elementwise", "gemm", "gemv", "gemvq", "norm", "prefill", "rope", "sample"}
 
 // PTXArch returns the PTX target used for a device of compute capability
-// major.minor: "compute_80" from Ampere on (tensor-core mma.sync), else
-// "compute_61" (Pascal and newer). Older devices are unsupported.
+// major.minor: "compute_90" from Hopper on (the compute_80 code plus
+// griddepcontrol, for launches that overlap their predecessor:
+// cuda.LaunchConfig.Overlap), "compute_80" on Ampere and Ada (tensor-core
+// mma.sync), else "compute_61" (Pascal and newer). Older devices are
+// unsupported.
 func PTXArch(major, minor int) (string, error) {
 	switch {
+	case major >= 9:
+		return "compute_90", nil
 	case major >= 8:
 		return "compute_80", nil
 	case major > 6 || (major == 6 && minor >= 1):
@@ -40,7 +46,8 @@ type Kernels struct {
 
 	mods     []cuda.Module
 	fns      map[string]cuda.Function
-	gemvSmem int // dynamic shared memory GEMV launches may use
+	waits    map[cuda.Function]bool // kernels that run griddepcontrol.wait (launched with Overlap)
+	gemvSmem int                    // dynamic shared memory GEMV launches may use
 	gemm     gemmState
 	gemvq    gemvqState // quantized-x scratch of the integer GEMV path
 }
@@ -58,7 +65,7 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &Kernels{Arch: arch, SMs: sms, fns: map[string]cuda.Function{}}
+	k := &Kernels{Arch: arch, SMs: sms, fns: map[string]cuda.Function{}, waits: map[cuda.Function]bool{}}
 	for _, fam := range families {
 		src, err := ptxFS.ReadFile("ptx/" + fam + "." + arch + ".ptx")
 		if err != nil {
@@ -71,17 +78,20 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 			return nil, fmt.Errorf("kernels: loading %s.%s: %w", fam, arch, err)
 		}
 		k.mods = append(k.mods, m)
-		for _, name := range entryNames(src) {
-			f, err := c.Function(m, name)
+		for _, e := range entries(src) {
+			f, err := c.Function(m, e.name)
 			if err != nil {
 				k.Unload(c)
 				return nil, fmt.Errorf("kernels: %s: %w", fam, err)
 			}
-			k.fns[name] = f
+			k.fns[e.name] = f
+			if e.waits {
+				k.waits[f] = true
+			}
 		}
 	}
 	k.gemvSmem = 48 << 10
-	if arch == "compute_80" {
+	if k.mma() {
 		for name, f := range k.fns {
 			if strings.HasPrefix(name, "gemv_") || strings.HasPrefix(name, "gemvq_staged") {
 				if err := c.SetAttribute(f, cuda.FuncMaxDynamicSharedMemory, gemvSharedLimit); err != nil {
@@ -95,18 +105,67 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 	return k, nil
 }
 
-// entryNames lists the .entry symbols of a PTX module.
-func entryNames(ptx []byte) []string {
-	var names []string
+// mma reports whether the loaded PTX targets tensor-core mma.sync
+// (compute_80 and compute_90).
+func (k *Kernels) mma() bool { return k.Arch != "compute_61" }
+
+// entry is a kernel of a PTX module and whether its body executes
+// griddepcontrol.wait.
+type entry struct {
+	name  string
+	waits bool
+}
+
+// entries lists the .entry symbols of a PTX module, in order. A kernel
+// whose body holds griddepcontrol.wait waits for its predecessor before
+// touching dependent memory, so the launchers may let it overlap that
+// predecessor (cuda.LaunchConfig.Overlap); any other kernel is launched
+// plainly. Reading this from the PTX keeps the two from disagreeing.
+func entries(ptx []byte) []entry {
+	var es []entry
 	for _, line := range strings.Split(string(ptx), "\n") {
 		line = strings.TrimSpace(line)
 		if rest, ok := strings.CutPrefix(line, ".visible .entry "); ok {
 			if i := strings.IndexByte(rest, '('); i > 0 {
-				names = append(names, rest[:i])
+				es = append(es, entry{name: rest[:i]})
 			}
+		} else if len(es) > 0 && strings.HasPrefix(line, "griddepcontrol.wait") {
+			es[len(es)-1].waits = true
 		}
 	}
+	return es
+}
+
+// entryNames lists the .entry symbols of a PTX module.
+func entryNames(ptx []byte) []string {
+	var names []string
+	for _, e := range entries(ptx) {
+		names = append(names, e.name)
+	}
 	return names
+}
+
+// overlap gates cuda.LaunchConfig.Overlap for every Kernels (SetOverlap).
+var overlap atomic.Bool
+
+func init() { overlap.Store(true) }
+
+// SetOverlap turns programmatic dependent launch on or off for every
+// Kernels of the process: on (the default), kernels that wait for their
+// predecessor in the PTX (compute_90) are launched with
+// cuda.LaunchConfig.Overlap. A switch so benchmarks can measure what it
+// buys; results do not depend on it.
+func SetOverlap(on bool) { overlap.Store(on) }
+
+// Overlapping reports whether SetOverlap left programmatic dependent
+// launch on.
+func Overlapping() bool { return overlap.Load() }
+
+// run launches f with cfg on s, letting it overlap its predecessor when
+// its PTX waits for it (entries) and SetOverlap allows.
+func (k *Kernels) run(c *cuda.Ctx, f cuda.Function, cfg cuda.LaunchConfig, s cuda.Stream, a *cuda.Args) error {
+	cfg.Overlap = k.waits[f] && overlap.Load()
+	return c.Launch(f, cfg, s, a)
 }
 
 // Names lists the loaded kernels, sorted.

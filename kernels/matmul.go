@@ -236,7 +236,7 @@ func (k *Kernels) launchGEMV(c *cuda.Ctx, s cuda.Stream, f cuda.Function, p gemv
 		Block:     cuda.Dim3{X: uint32(threads)},
 		SharedMem: uint32(smem),
 	}
-	if err := c.Launch(f, cfg, s, &a); err != nil {
+	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("gemv %v %dx%d batch %d: %w", w.Type, w.Rows, w.Cols, nb, err)
 	}
 	return nil

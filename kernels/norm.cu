@@ -71,6 +71,7 @@ __device__ __forceinline__ void rmsnorm_row(float* x, const float* a, const floa
 
 extern "C" __global__ void __launch_bounds__(1024) rmsnorm(const float* x, const float* w, float* y, int dim,
                                                           float eps) {
+  PDL_ENTRY();
   rmsnorm_row<false>(const_cast<float*>(x), nullptr, w, y, dim, eps);
 }
 
@@ -78,5 +79,6 @@ extern "C" __global__ void __launch_bounds__(1024) rmsnorm(const float* x, const
 // same arithmetic as add then rmsnorm, one launch). y must not alias x.
 extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm(float* x, const float* a, const float* w, float* y,
                                                               int dim, float eps) {
+  PDL_ENTRY();
   rmsnorm_row<true>(x, a, w, y, dim, eps);
 }

@@ -18,7 +18,7 @@ func (k *Kernels) launch(c *cuda.Ctx, s cuda.Stream, name string, cfg cuda.Launc
 	if err != nil {
 		return err
 	}
-	if err := c.Launch(f, cfg, s, a); err != nil {
+	if err := k.run(c, f, cfg, s, a); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	return nil

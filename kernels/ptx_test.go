@@ -50,7 +50,7 @@ func TestPTXUpToDate(t *testing.T) {
 				}
 				seen[file] = true
 			}
-			for _, need := range []string{src, "common.cuh", "ptx/" + name + ".compute_61.ptx", "ptx/" + name + ".compute_80.ptx"} {
+			for _, need := range []string{src, "common.cuh", "ptx/" + name + ".compute_61.ptx", "ptx/" + name + ".compute_80.ptx", "ptx/" + name + ".compute_90.ptx"} {
 				if !seen[need] {
 					t.Errorf("%s.sum does not cover %s: run kernels/gen.sh", name, need)
 				}
@@ -63,7 +63,7 @@ func TestPTXArch(t *testing.T) {
 	for _, tc := range []struct {
 		maj, min int
 		want     string
-	}{{6, 1, "compute_61"}, {7, 5, "compute_61"}, {8, 0, "compute_80"}, {8, 9, "compute_80"}, {9, 0, "compute_80"}, {10, 0, "compute_80"}, {6, 0, ""}, {5, 2, ""}} {
+	}{{6, 1, "compute_61"}, {7, 5, "compute_61"}, {8, 0, "compute_80"}, {8, 9, "compute_80"}, {9, 0, "compute_90"}, {10, 0, "compute_90"}, {6, 0, ""}, {5, 2, ""}} {
 		got, err := PTXArch(tc.maj, tc.min)
 		if got != tc.want || (tc.want == "") != (err != nil) {
 			t.Errorf("PTXArch(%d.%d) = %q, %v; want %q", tc.maj, tc.min, got, err, tc.want)
@@ -72,7 +72,7 @@ func TestPTXArch(t *testing.T) {
 }
 
 func TestEmbeddedEntries(t *testing.T) {
-	for _, arch := range []string{"compute_61", "compute_80"} {
+	for _, arch := range []string{"compute_61", "compute_80", "compute_90"} {
 		n := 0
 		for _, fam := range families {
 			b, err := ptxFS.ReadFile("ptx/" + fam + "." + arch + ".ptx")
@@ -89,6 +89,55 @@ func TestEmbeddedEntries(t *testing.T) {
 		// gemvq_q6k_1/2.
 		if want := 72 + 9 + 9 + 1 + 1 + 5 + 3 + 2 + 10 + len(gemmConfigs) + 4 + 6 + 1 + 8; n != want {
 			t.Errorf("%s: %d kernels embedded, want %d", arch, n, want)
+		}
+	}
+}
+
+// TestPDLEntries checks which kernels wait for their predecessor (and so
+// are launched with cuda.LaunchConfig.Overlap): on compute_90 every kernel
+// of a decode step — GEMVs, norms, RoPE, attention, element-wise, sampling —
+// and no prefill GEMM or prefill attention kernel; below compute_90 none
+// (griddepcontrol needs sm_90).
+func TestPDLEntries(t *testing.T) {
+	decode := []string{"gemv_", "gemvq_", "rmsnorm", "add_rmsnorm", "rope", "rope_store", "attn_decode", "attn_combine",
+		"swiglu", "geglu", "softcap", "add", "store_kv", "embed_", "argmax", "sample_temp"}
+	for _, arch := range []string{"compute_61", "compute_80", "compute_90"} {
+		waiting := 0
+		for _, fam := range families {
+			b, err := ptxFS.ReadFile("ptx/" + fam + "." + arch + ".ptx")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range entries(b) {
+				want := false
+				for _, p := range decode {
+					if e.name == p || (strings.HasSuffix(p, "_") && strings.HasPrefix(e.name, p)) {
+						want = arch == "compute_90"
+					}
+				}
+				if e.waits != want {
+					t.Errorf("%s %s: waits %v, want %v", arch, e.name, e.waits, want)
+				}
+				if e.waits {
+					waiting++
+				}
+			}
+		}
+		t.Logf("%s: %d kernels wait for their predecessor", arch, waiting)
+	}
+}
+
+func TestEntriesParse(t *testing.T) {
+	ptx := []byte(".visible .entry a(\n.param .u64 p\n)\n{\n\tgriddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;\n\tret;\n}\n" +
+		".visible .entry b(\n)\n{\n\tret;\n}\n.visible .entry c(\n)\n{\n\tgriddepcontrol.launch_dependents;\n\tret;\n}\n")
+	got := entries(ptx)
+	want := []entry{{"a", true}, {"b", false}, {"c", false}}
+	if len(got) != len(want) {
+		t.Fatalf("entries = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("entry %d = %+v, want %+v", i, got[i], want[i])
 		}
 	}
 }

@@ -8,6 +8,7 @@
 
 extern "C" __global__ void rope(float* x, int ntok, int nheads, int hd, int rowStride, const int* pos,
                                 const double* freq, int neox) {
+  PDL_ENTRY();
   const int half = hd / 2;
   const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const long long total = (long long)ntok * nheads * half;
@@ -33,6 +34,7 @@ extern "C" __global__ void rope(float* x, int ntok, int nheads, int hd, int rowS
 extern "C" __global__ void rope_store(float* q, float* k, const float* v, float* kc, float* vc, int ntok, int heads,
                                       int kvheads, int hd, int qStride, const int* pos, const int* slot,
                                       const double* freq, int neox, long long slotStride) {
+  PDL_ENTRY();
   const int half = hd / 2, kvdim = kvheads * hd;
   const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const long long nrot = (long long)ntok * (heads + kvheads) * half;

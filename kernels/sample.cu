@@ -28,6 +28,7 @@ __device__ __forceinline__ void consider4(float4 v, int i, float& bv, int& bi) {
 }
 
 extern "C" __global__ void __launch_bounds__(SBLOCK) argmax(const float* logits, int vocab, int* out) {
+  PDL_ENTRY();
   __shared__ float sv[SBLOCK / 32];
   __shared__ int si[SBLOCK / 32];
   const float* l = logits + (long long)blockIdx.x * vocab;
@@ -74,6 +75,7 @@ extern "C" __global__ void __launch_bounds__(SBLOCK) argmax(const float* logits,
 // probability zero.
 extern "C" __global__ void __launch_bounds__(SBLOCK) sample_temp(const float* logits, int vocab, float temp,
                                                                  const float* u, int* out) {
+  PDL_ENTRY();
   __shared__ float smax[SBLOCK / 32];
   __shared__ double csum[SBLOCK];
   __shared__ int pick;

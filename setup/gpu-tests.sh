@@ -11,8 +11,9 @@
 #                                       # tarball to bin/
 #
 # run options:
-#   --integer-gemv   run every GPU test and the bench with kernels' integer
-#                    decode GEMVs (STRATA_FAST_GEMV=2, bench --integer-gemv)
+#   --float-gemv     run every GPU test and the bench with kernels' float
+#                    decode GEMVs (STRATA_FAST_GEMV=0, bench --float-gemv)
+#                    instead of the default integer ones
 #   --no-bench       tests only
 #   --bench-only S   only `strata bench engine --only S`
 # Environment: LOGS (default gpu-logs/, or $OUT where set) receives one log
@@ -39,10 +40,10 @@ build() {
 }
 
 run() {
-	local integer=0 bench=1 only=all
+	local float=0 bench=1 only=all
 	while [ $# -gt 0 ]; do
 		case $1 in
-		--integer-gemv) integer=1 ;;
+		--float-gemv) float=1 ;;
 		--no-bench) bench=0 ;;
 		--bench-only) bench=2 only=${2:?--bench-only needs scenarios}; shift ;;
 		*) echo "gpu-tests.sh run: unknown option $1" >&2; return 2 ;;
@@ -54,9 +55,9 @@ run() {
 	local B=$PWD/bin/gpu-tests logs=${LOGS:-${OUT:-gpu-logs}} synth=${SYNTH:-/dev/shm}
 	mkdir -p "$logs"
 	local failed=() fast=() benchflag=()
-	if [ $integer = 1 ]; then
-		fast=(STRATA_FAST_GEMV=2)
-		benchflag=(--integer-gemv)
+	if [ $float = 1 ]; then
+		fast=(STRATA_FAST_GEMV=0)
+		benchflag=(--float-gemv)
 	fi
 	step() { # step NAME DIR COMMAND...: runs COMMAND in DIR, logs to NAME.log
 		local name=$1 dir=$2
@@ -90,5 +91,5 @@ run() {
 case ${1:-} in
 build) build ;;
 run) shift; run "$@" ;;
-*) echo "usage: setup/gpu-tests.sh build | run [--integer-gemv] [--no-bench] [--bench-only SCENARIOS]" >&2; exit 2 ;;
+*) echo "usage: setup/gpu-tests.sh build | run [--float-gemv] [--no-bench] [--bench-only SCENARIOS]" >&2; exit 2 ;;
 esac

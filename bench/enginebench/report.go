@@ -138,9 +138,9 @@ type Report struct {
 	// Command is the command line that produced the report, when the
 	// caller records it.
 	Command string `json:"command,omitempty"`
-	// IntegerGEMV says the run used kernels' integer decode GEMVs
-	// (Options.IntegerGEMV) instead of the default float ones.
-	IntegerGEMV bool `json:"integer_gemv"`
+	// FloatGEMV says the run used kernels' float decode GEMVs
+	// (Options.FloatGEMV) instead of the default integer ones.
+	FloatGEMV bool `json:"float_gemv"`
 }
 
 // Failed reports whether any scenario stopped with an error.
@@ -226,8 +226,10 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Command != "" {
 		fmt.Fprintf(&b, "command: %s\n", r.Command)
 	}
-	if r.IntegerGEMV {
-		fmt.Fprintf(&b, "decode GEMVs: integer (x in 16 bits, dp4a; opt-in --integer-gemv), Q4_K and Q6_K\n")
+	if r.FloatGEMV {
+		fmt.Fprintf(&b, "decode GEMVs: float (dequantize and FMA, --float-gemv), Q4_K and Q6_K\n")
+	} else {
+		fmt.Fprintf(&b, "decode GEMVs: integer (x in 16 bits, dp4a; the default), Q4_K and Q6_K\n")
 	}
 	fmt.Fprintf(&b, "%s\n\n", r.PeerSource)
 	c := r.Ceilings

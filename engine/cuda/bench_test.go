@@ -98,7 +98,7 @@ func BenchmarkResident8B(b *testing.B) {
 		graph, direct, stepGPU, gemvGPU, hostDirect, hostGraph time.Duration
 		nodes                                                  int
 	}
-	// STRATA_FAST_GEMV=1/2 (helpers_test.go): the integer GEMVs.
+	// STRATA_FAST_GEMV=0/1 (helpers_test.go): the float GEMVs, or Q6_K's.
 	fast, fastQ6 := kernels.FastGEMV(), kernels.FastGEMVQ6K()
 	defer kernels.SetFastGEMV(fast)
 	defer kernels.SetFastGEMVQ6K(fastQ6)
@@ -194,7 +194,7 @@ func deviceTimes(b *testing.B, g *Model, s *Sequence) (step, gemv, hostDirect, h
 		if err := c.BeginCapture(g.stream, kcuda.CaptureThreadLocal); err != nil {
 			return err
 		}
-		cerr := g.enqueueGEMVs(c)
+		cerr := g.enqueueGEMVs(c, gemvAll)
 		mg, err := c.EndCapture(g.stream)
 		if cerr != nil {
 			err = cerr

@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/strata-llm/strata/kernels"
 	kcuda "github.com/strata-llm/strata/kernels/cuda"
 )
 
@@ -486,10 +487,27 @@ type StepProfile struct {
 	// WeightBytes ÷ GEMV is their effective bandwidth.
 	GEMV        time.Duration
 	WeightBytes int64
+	// GEMVKinds splits GEMV by kind: each kind's launches for every layer
+	// (the output projection alone), back to back in a graph of their own.
+	GEMVKinds []GEMVKindProfile
+	// DeviceSerial and GEMVSerial are Device and GEMV with programmatic
+	// dependent launch off (kernels.SetOverlap): every kernel waits for its
+	// predecessor to complete before it launches. Zero where the device
+	// has no such launches (below compute capability 9.0).
+	DeviceSerial, GEMVSerial time.Duration
 	// HostEnqueue is the host time to enqueue the step kernel by kernel;
 	// HostGraphLaunch the host time of one graph launch. The stream is
 	// drained between samples, so neither waits for a full queue.
 	HostEnqueue, HostGraphLaunch time.Duration
+}
+
+// GEMVKindProfile is the device time of one kind of matrix product over a
+// decode step (Name: "q/k/v", "o", "gate/up", "down", "output").
+type GEMVKindProfile struct {
+	Name     string
+	Bytes    int64
+	Launches int
+	Time     time.Duration
 }
 
 // ProfileDecodeStep profiles a batch-1 decode step of a resident model
@@ -539,47 +557,94 @@ func (m *Model) ProfileDecodeStep(ctx context.Context, iters int) (*StepProfile,
 			prof.WeightBytes += w
 		}
 	}
+	kinds := []struct {
+		name  string
+		kind  gemvKind
+		bytes func(l *layerW) int64
+	}{
+		{"q/k/v", gemvQKV, func(l *layerW) int64 { return l.q.Bytes() + l.k.Bytes() + l.v.Bytes() }},
+		{"o", gemvO, func(l *layerW) int64 { return l.o.Bytes() }},
+		{"gate/up", gemvGateUp, func(l *layerW) int64 { return l.gate.Bytes() + l.up.Bytes() }},
+		{"down", gemvDown, func(l *layerW) int64 { return l.down.Bytes() }},
+		{"output", gemvOutput, nil},
+	}
 	err = m.dev.Do(func(c *kcuda.Ctx) error {
+		st := m.stream
 		// The step's kernels alone, captured as Forward captures them but
 		// without the upload and download graphCopies adds: Device is the
 		// kernels' time, comparable whatever the copies' placement.
+		stepTime := func() (time.Duration, int, error) {
+			gr, err := m.capture(c, &p, key.span, false)
+			if err != nil {
+				return 0, 0, err
+			}
+			defer c.DestroyGraphExec(gr.exec)
+			d, err := measureEvents(c, st, iters, func() error { return c.GraphLaunch(gr.exec, st) })
+			return d, gr.nodes, err
+		}
+		// Matrix products alone, launched as the step launches them
+		// (enqueueGEMVs: fused where the pass fuses) and replayed from a
+		// graph of their own: launched one by one, the small ones would
+		// time the host's launch rate rather than the device.
+		gemvTime := func(kinds gemvKind) (time.Duration, error) {
+			if err := c.BeginCapture(st, kcuda.CaptureThreadLocal); err != nil {
+				return 0, err
+			}
+			cerr := m.enqueueGEMVs(c, kinds)
+			mg, err := c.EndCapture(st)
+			if cerr != nil {
+				err = cerr
+			}
+			if err != nil {
+				if mg != 0 {
+					c.DestroyGraph(mg)
+				}
+				return 0, err
+			}
+			defer c.DestroyGraph(mg)
+			mexec, err := c.Instantiate(mg)
+			if err != nil {
+				return 0, err
+			}
+			defer c.DestroyGraphExec(mexec)
+			return measureEvents(c, st, iters, func() error { return c.GraphLaunch(mexec, st) })
+		}
+		if prof.Device, prof.Kernels, err = stepTime(); err != nil {
+			return err
+		}
+		if prof.GEMV, err = gemvTime(gemvAll); err != nil {
+			return err
+		}
+		for _, kd := range kinds {
+			kp := GEMVKindProfile{Name: kd.name, Launches: len(m.layers)}
+			if kd.bytes == nil {
+				kp.Bytes, kp.Launches = m.output.Bytes(), 1
+			} else {
+				for i := range m.layers {
+					kp.Bytes += kd.bytes(&m.layers[i])
+				}
+			}
+			if kp.Time, err = gemvTime(kd.kind); err != nil {
+				return err
+			}
+			prof.GEMVKinds = append(prof.GEMVKinds, kp)
+		}
+		if maj, _ := m.dev.ComputeCapability(); maj >= 9 && kcuda.CanOverlap() && kernels.Overlapping() {
+			kernels.SetOverlap(false)
+			defer kernels.SetOverlap(true)
+			if prof.DeviceSerial, _, err = stepTime(); err != nil {
+				return err
+			}
+			if prof.GEMVSerial, err = gemvTime(gemvAll); err != nil {
+				return err
+			}
+			kernels.SetOverlap(true)
+		}
 		gr, err := m.capture(c, &p, key.span, false)
 		if err != nil {
 			return err
 		}
 		defer c.DestroyGraphExec(gr.exec)
-		prof.Kernels = gr.nodes
-		if prof.Device, err = measureEvents(c, m.stream, iters, func() error { return c.GraphLaunch(gr.exec, m.stream) }); err != nil {
-			return err
-		}
-		st := m.stream
-		// The matrix products alone, launched as the step launches them
-		// (enqueueGEMVs: fused where the pass fuses) and replayed from a
-		// graph of their own: launched one by one, the small ones would
-		// time the host's launch rate rather than the device.
-		if err := c.BeginCapture(st, kcuda.CaptureThreadLocal); err != nil {
-			return err
-		}
-		cerr := m.enqueueGEMVs(c)
-		mg, err := c.EndCapture(st)
-		if cerr != nil {
-			err = cerr
-		}
-		if err != nil {
-			if mg != 0 {
-				c.DestroyGraph(mg)
-			}
-			return err
-		}
-		defer c.DestroyGraph(mg)
-		mexec, err := c.Instantiate(mg)
-		if err != nil {
-			return err
-		}
-		defer c.DestroyGraphExec(mexec)
-		if prof.GEMV, err = measureEvents(c, st, iters, func() error { return c.GraphLaunch(mexec, st) }); err != nil {
-			return err
-		}
 		var direct, graph time.Duration
 		for range iters {
 			t := time.Now()

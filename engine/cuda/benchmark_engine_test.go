@@ -27,13 +27,13 @@ func BenchmarkEngine(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// STRATA_FAST_GEMV set (1 or 2): the integer GEMVs for Q4_K and Q6_K,
-	// as `strata bench engine --integer-gemv` runs them.
-	integer := os.Getenv("STRATA_FAST_GEMV") != ""
-	b.Logf("integer GEMV: %v", integer)
+	// STRATA_FAST_GEMV=0: the float GEMVs for Q4_K and Q6_K, as `strata
+	// bench engine --float-gemv` runs them.
+	float := os.Getenv("STRATA_FAST_GEMV") == "0"
+	b.Logf("float GEMV: %v", float)
 	for range b.N {
 		r, err := enginebench.Run(context.Background(), enginebench.Options{
-			Scenarios: sc, SynthDir: os.Getenv("STRATA_SYNTH_DIR"), Progress: func(s string) { b.Log(s) }, IntegerGEMV: integer,
+			Scenarios: sc, SynthDir: os.Getenv("STRATA_SYNTH_DIR"), Progress: func(s string) { b.Log(s) }, FloatGEMV: float,
 		})
 		if errors.Is(err, kcuda.ErrUnavailable) {
 			b.Skipf("skipping GPU benchmark: %v", err)

@@ -632,41 +632,64 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 // launched as enqueue launches them (fused or not), reading and writing the
 // activation buffers: what benchmarks time to get the GEMVs' effective
 // bandwidth. The values computed are meaningless.
-func (m *Model) enqueueGEMVs(c *kcuda.Ctx) error {
+func (m *Model) enqueueGEMVs(c *kcuda.Ctx, kinds gemvKind) error {
 	k, s, a := m.k, m.stream, &m.act
 	for _, lw := range m.layers {
-		if fuseGEMV && k.CanFuseGEMV(1, lw.q, lw.k, lw.v) {
-			if err := k.GEMVFused(c, s, a.xn, 1, kernels.GEMVOut{W: lw.q, Y: a.q}, kernels.GEMVOut{W: lw.k, Y: a.k}, kernels.GEMVOut{W: lw.v, Y: a.v}); err != nil {
+		if kinds&gemvQKV != 0 {
+			if fuseGEMV && k.CanFuseGEMV(1, lw.q, lw.k, lw.v) {
+				if err := k.GEMVFused(c, s, a.xn, 1, kernels.GEMVOut{W: lw.q, Y: a.q}, kernels.GEMVOut{W: lw.k, Y: a.k}, kernels.GEMVOut{W: lw.v, Y: a.v}); err != nil {
+					return err
+				}
+			} else {
+				for _, g := range []struct {
+					w kernels.Matrix
+					y kcuda.DevPtr
+				}{{lw.q, a.q}, {lw.k, a.k}, {lw.v, a.v}} {
+					if err := k.GEMV(c, s, g.w, a.xn, g.y, 1); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if kinds&gemvO != 0 {
+			if err := k.GEMV(c, s, lw.o, a.att, a.tmp, 1); err != nil {
 				return err
 			}
-		} else {
-			for _, g := range []struct {
-				w kernels.Matrix
-				y kcuda.DevPtr
-			}{{lw.q, a.q}, {lw.k, a.k}, {lw.v, a.v}} {
-				if err := k.GEMV(c, s, g.w, a.xn, g.y, 1); err != nil {
+		}
+		if kinds&gemvGateUp != 0 {
+			if fuseGEMV && lw.gate.Type == lw.up.Type && lw.gate.Rows == lw.up.Rows && k.CanFuseGEMV(1, lw.gate, lw.up) {
+				if err := k.GEMVGLU(c, s, lw.gate, lw.up, a.xn, a.gate, 1, kernels.SwiGLU); err != nil {
+					return err
+				}
+			} else {
+				if err := k.GEMV(c, s, lw.gate, a.xn, a.gate, 1); err != nil {
+					return err
+				}
+				if err := k.GEMV(c, s, lw.up, a.xn, a.up, 1); err != nil {
 					return err
 				}
 			}
 		}
-		if err := k.GEMV(c, s, lw.o, a.att, a.tmp, 1); err != nil {
-			return err
-		}
-		if fuseGEMV && lw.gate.Type == lw.up.Type && lw.gate.Rows == lw.up.Rows && k.CanFuseGEMV(1, lw.gate, lw.up) {
-			if err := k.GEMVGLU(c, s, lw.gate, lw.up, a.xn, a.gate, 1, kernels.SwiGLU); err != nil {
-				return err
-			}
-		} else {
-			if err := k.GEMV(c, s, lw.gate, a.xn, a.gate, 1); err != nil {
-				return err
-			}
-			if err := k.GEMV(c, s, lw.up, a.xn, a.up, 1); err != nil {
+		if kinds&gemvDown != 0 {
+			if err := k.GEMV(c, s, lw.down, a.gate, a.tmp, 1); err != nil {
 				return err
 			}
 		}
-		if err := k.GEMV(c, s, lw.down, a.gate, a.tmp, 1); err != nil {
-			return err
-		}
+	}
+	if kinds&gemvOutput == 0 {
+		return nil
 	}
 	return k.GEMV(c, s, m.output, a.outX, a.logits, 1)
 }
+
+// gemvKind selects the matrix products enqueueGEMVs launches.
+type gemvKind uint8
+
+const (
+	gemvQKV gemvKind = 1 << iota
+	gemvO
+	gemvGateUp
+	gemvDown
+	gemvOutput
+	gemvAll = gemvQKV | gemvO | gemvGateUp | gemvDown | gemvOutput
+)

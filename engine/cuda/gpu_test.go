@@ -185,7 +185,11 @@ func TestBatched(t *testing.T) {
 // TestGraphMatchesDirect compares decode steps replayed from a graph with
 // the same steps launched kernel by kernel. They differ only in how decode
 // attention splits its keys (the graph sizes it for a span bucket), so the
-// logits agree to float32 rounding.
+// logits agree to float32 rounding — on the float GEMV path. On the
+// integer one (the default) a rounding difference in x can move an
+// element of x across a 16-bit quantization step, which the next GEMV
+// carries in full (2^-16 of its block's largest element): the H200 measured
+// 1.6e-9 there, so that path gets 1e-7.
 func TestGraphMatchesDirect(t *testing.T) {
 	gpu(t)
 	cpu := tinyModel(t, "llama", "q4_k_m")
@@ -196,6 +200,10 @@ func TestGraphMatchesDirect(t *testing.T) {
 	sd, _ := gd.NewSequence(0)
 	ba := []Step{{Seq: sa, Tokens: promptTokens(cpu.Config.Vocab, 20, 5)}}
 	bd := []Step{{Seq: sd, Tokens: ba[0].Tokens}}
+	bound := 1e-9
+	if kernels.FastGEMV() {
+		bound = 1e-7
+	}
 	worst := 0.0
 	for i := range 40 {
 		if err := ga.Forward(ctx, ba); err != nil {
@@ -206,8 +214,8 @@ func TestGraphMatchesDirect(t *testing.T) {
 		}
 		e := nmse(ba[0].Logits[0], bd[0].Logits[0])
 		worst = max(worst, e)
-		if e > 1e-9 {
-			t.Fatalf("step %d: graph vs direct NMSE %.3g", i, e)
+		if e > bound {
+			t.Fatalf("step %d: graph vs direct NMSE %.3g (bound %.0e)", i, e, bound)
 		}
 		tok := argmax(bd[0].Logits[0])
 		ba[0] = Step{Seq: sa, Tokens: []int32{tok}}

@@ -40,15 +40,16 @@ func gpu(t testing.TB) (*kcuda.Device, *kernels.Kernels) {
 			return err
 		})
 		gpuLoad = time.Since(start)
-		// STRATA_FAST_GEMV=1 runs every GPU test and benchmark of this
-		// package with the integer Q4_K GEMV (kernels.SetFastGEMV), =2
-		// with Q6_K on it too (kernels.SetFastGEMVQ6K).
+		// The decode GEMVs run on kernels' integer path for Q4_K and Q6_K
+		// (the default); STRATA_FAST_GEMV=0 runs every GPU test and
+		// benchmark of this package on the float path
+		// (kernels.SetFastGEMV off), =1 with Q6_K alone on it
+		// (kernels.SetFastGEMVQ6K off).
 		switch os.Getenv("STRATA_FAST_GEMV") {
+		case "0":
+			kernels.SetFastGEMV(false)
 		case "1":
-			kernels.SetFastGEMV(true)
-		case "2":
-			kernels.SetFastGEMV(true)
-			kernels.SetFastGEMVQ6K(true)
+			kernels.SetFastGEMVQ6K(false)
 		}
 	})
 	if gpuErr != nil {

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // testPTX is nvcc 11.8's output for
@@ -464,4 +465,169 @@ func BenchmarkCopy(b *testing.B) {
 		})
 	}
 	_ = time.Second
+}
+
+// TestLaunchExLayout pins launchConfig and launchAttr to cuda.h's
+// CUlaunchConfig and CUlaunchAttribute on 64-bit hosts: the driver reads
+// them by offset, so a field out of place would launch a wrong grid.
+func TestLaunchExLayout(t *testing.T) {
+	var c launchConfig
+	var a launchAttr
+	for _, tc := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"sizeof CUlaunchConfig", unsafe.Sizeof(c), 56},
+		{"offsetof blockDimX", unsafe.Offsetof(c.block), 12},
+		{"offsetof sharedMemBytes", unsafe.Offsetof(c.sharedMem), 24},
+		{"offsetof hStream", unsafe.Offsetof(c.stream), 32},
+		{"offsetof attrs", unsafe.Offsetof(c.attrs), 40},
+		{"offsetof numAttrs", unsafe.Offsetof(c.numAttrs), 48},
+		{"sizeof CUlaunchAttribute", unsafe.Sizeof(a), 72},
+		{"offsetof value", unsafe.Offsetof(a.val), 8},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s = %d, want %d", tc.name, tc.got, tc.want)
+		}
+	}
+}
+
+// chainPTX is nvcc 11.8's output (compute_90) for
+//
+//	extern "C" __global__ void chain(float* x, int n) {
+//	  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+//	  asm volatile("griddepcontrol.wait;" ::: "memory");
+//	  int i = blockIdx.x * blockDim.x + threadIdx.x;
+//	  if (i < n) x[i] = 2.0f * x[i] + 1.0f;
+//	}
+const chainPTX = `.version 7.8
+.target sm_90
+.address_size 64
+.visible .entry chain(
+	.param .u64 chain_param_0,
+	.param .u32 chain_param_1
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .f32 	%f<3>;
+	.reg .b32 	%r<6>;
+	.reg .b64 	%rd<5>;
+	ld.param.u64 	%rd1, [chain_param_0];
+	ld.param.u32 	%r2, [chain_param_1];
+	griddepcontrol.launch_dependents;
+	griddepcontrol.wait;
+	mov.u32 	%r3, %ntid.x;
+	mov.u32 	%r4, %ctaid.x;
+	mov.u32 	%r5, %tid.x;
+	mad.lo.s32 	%r1, %r4, %r3, %r5;
+	setp.ge.s32 	%p1, %r1, %r2;
+	@%p1 bra 	$L__BB0_2;
+	cvta.to.global.u64 	%rd2, %rd1;
+	mul.wide.s32 	%rd3, %r1, 4;
+	add.s64 	%rd4, %rd2, %rd3;
+	ld.global.f32 	%f1, [%rd4];
+	fma.rn.f32 	%f2, %f1, 0f40000000, 0f3F800000;
+	st.global.f32 	[%rd4], %f2;
+$L__BB0_2:
+	ret;
+}
+`
+
+// TestOverlapLaunch runs chains of dependent kernels launched with
+// LaunchConfig.Overlap (each triggers its dependents at once, then waits
+// for its predecessor before reading x), directly and from a captured
+// graph: every element must see every step in order, as without Overlap.
+func TestOverlapLaunch(t *testing.T) {
+	d := testDevice(t)
+	if maj, _ := d.ComputeCapability(); maj < 9 || !CanOverlap() {
+		t.Skipf("programmatic dependent launch needs compute capability 9.0 and cuLaunchKernelEx (device %d.x, driver entry %v)", maj, CanOverlap())
+	}
+	const n, steps = 1 << 22, 24
+	err := d.Do(func(c *Ctx) error {
+		m, err := c.LoadModule([]byte(chainPTX))
+		if err != nil {
+			return err
+		}
+		defer c.UnloadModule(m)
+		f, err := c.Function(m, "chain")
+		if err != nil {
+			return err
+		}
+		s, err := c.NewStream(StreamNonBlocking)
+		if err != nil {
+			return err
+		}
+		defer c.DestroyStream(s)
+		x, err := c.Alloc(n * 4)
+		if err != nil {
+			return err
+		}
+		defer c.Free(x)
+		host := make([]float32, n)
+		for i := range host {
+			host[i] = float32(i % 1000)
+		}
+		cfg := LaunchConfig{Grid: Dim3{X: n / 256}, Block: Dim3{X: 256}, Overlap: true}
+		var a Args
+		a.Ptr(x).Int(n)
+		check := func(what string, applied int) error {
+			out := make([]float32, n)
+			if err := Download(c, out, x, s); err != nil {
+				return err
+			}
+			for i, v := range out {
+				want := float32(i % 1000)
+				for range applied {
+					want = float32(2*float64(want) + 1)
+				}
+				if v != want {
+					t.Errorf("%s: x[%d] = %v, want %v (%d steps)", what, i, v, want, applied)
+					break
+				}
+			}
+			return nil
+		}
+		if err := Upload(c, x, host, s); err != nil {
+			return err
+		}
+		for range steps {
+			if err := c.Launch(f, cfg, s, &a); err != nil {
+				return err
+			}
+		}
+		if err := check("direct", steps); err != nil {
+			return err
+		}
+		if err := Upload(c, x, host, s); err != nil {
+			return err
+		}
+		if err := c.BeginCapture(s, CaptureThreadLocal); err != nil {
+			return err
+		}
+		for range steps {
+			if err := c.Launch(f, cfg, s, &a); err != nil {
+				c.EndCapture(s)
+				return err
+			}
+		}
+		g, err := c.EndCapture(s)
+		if err != nil {
+			return err
+		}
+		defer c.DestroyGraph(g)
+		ge, err := c.Instantiate(g)
+		if err != nil {
+			return err
+		}
+		defer c.DestroyGraphExec(ge)
+		for range 2 {
+			if err := c.GraphLaunch(ge, s); err != nil {
+				return err
+			}
+		}
+		return check("graph", 2*steps)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

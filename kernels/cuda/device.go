@@ -271,10 +271,15 @@ type Ctx struct {
 	// heap-allocated once so the addresses handed to the driver are stable.
 	argVals *[maxArgs]uint64
 	argPtrs *[maxArgs]uintptr
+	// cuLaunchKernelEx's config and its one attribute, heap-allocated
+	// once for the same reason (the config holds the attribute's address).
+	lcfg  *launchConfig
+	lattr *launchAttr
 }
 
 func newCtx(d *Device, ctx uintptr) *Ctx {
-	c := &Ctx{d: d, ctx: ctx, argVals: new([maxArgs]uint64), argPtrs: new([maxArgs]uintptr)}
+	c := &Ctx{d: d, ctx: ctx, argVals: new([maxArgs]uint64), argPtrs: new([maxArgs]uintptr),
+		lcfg: new(launchConfig), lattr: new(launchAttr)}
 	for i := range c.argPtrs {
 		c.argPtrs[i] = uintptr(unsafe.Pointer(&c.argVals[i]))
 	}

@@ -47,6 +47,7 @@ type driver struct {
 	cuEventElapsedTime, cuEventQuery                                            uintptr
 	cuModuleLoadDataEx, cuModuleUnload, cuModuleGetFunction, cuFuncSetAttribute uintptr
 	cuLaunchKernel                                                              uintptr
+	cuLaunchKernelEx                                                            uintptr // optional: CUDA 11.8+
 	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate, cuGraphLaunch uintptr
 	cuGraphDestroy, cuGraphExecDestroy, cuGraphGetNodes                         uintptr
 	cuMemGetHandleForAddressRange                                               uintptr
@@ -148,6 +149,11 @@ func load() error {
 			return unavailable("driver lacks %s (too old?): %v", s.name, err)
 		}
 		*s.dst = p
+	}
+	// Optional entry points: without them the features that use them are
+	// off (LaunchConfig.Overlap launches plainly).
+	if p, err := purego.Dlsym(h, "cuLaunchKernelEx"); err == nil {
+		drv.cuLaunchKernelEx = p
 	}
 	if r := call(drv.cuInit, 0); r != success {
 		return unavailable("%v", newError("cuInit", r))

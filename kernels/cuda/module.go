@@ -152,15 +152,51 @@ func (d Dim3) norm() Dim3 {
 	return d
 }
 
-// LaunchConfig is a kernel's grid, block and dynamic shared memory size.
+// LaunchConfig is a kernel's grid, block and dynamic shared memory size,
+// and whether it may overlap the kernel before it on the stream.
 type LaunchConfig struct {
 	Grid, Block Dim3
 	SharedMem   uint32
+	// Overlap launches the kernel with programmatic stream serialization
+	// (cuLaunchKernelEx, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+	// compute capability 9.0): its blocks may start once every block of
+	// the previous kernel on the stream has run griddepcontrol.launch_dependents
+	// (or exited), instead of after that kernel completes. Why: a decode
+	// step is hundreds of short dependent launches, and each one's launch
+	// latency, ramp and tail leave the memory bus idle; with Overlap the
+	// next kernel's blocks are already resident and can stream weights
+	// that do not depend on the previous kernel. Only for kernels that
+	// execute griddepcontrol.wait before they touch memory the previous
+	// kernel reads or writes; ignored where the driver lacks
+	// cuLaunchKernelEx. Stream capture keeps it as a programmatic edge.
+	Overlap bool
 }
 
-// Launch enqueues f on s with the packed arguments (cuLaunchKernel). The
-// argument values are copied by the driver before Launch returns, so a may
-// be reused at once.
+// launchConfig is CUlaunchConfig (cuda.h, 56 bytes on 64-bit hosts).
+type launchConfig struct {
+	grid, block [3]uint32
+	sharedMem   uint32
+	_           uint32
+	stream      uintptr
+	attrs       uintptr
+	numAttrs    uint32
+	_           uint32
+}
+
+// launchAttr is CUlaunchAttribute: an id, padding and a 64-byte value union.
+type launchAttr struct {
+	id  uint32
+	_   uint32
+	val [64]byte
+}
+
+// attrProgrammaticStreamSerialization is
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
+const attrProgrammaticStreamSerialization = 6
+
+// Launch enqueues f on s with the packed arguments (cuLaunchKernel, or
+// cuLaunchKernelEx for cfg.Overlap). The argument values are copied by the
+// driver before Launch returns, so a may be reused at once.
 func (c *Ctx) Launch(f Function, cfg LaunchConfig, s Stream, a *Args) error {
 	if a.err != nil {
 		return a.err
@@ -174,7 +210,19 @@ func (c *Ctx) Launch(f Function, cfg LaunchConfig, s Stream, a *Args) error {
 	if a.n > 0 {
 		params = uintptr(unsafe.Pointer(&c.argPtrs[0]))
 	}
+	if cfg.Overlap && drv.cuLaunchKernelEx != 0 {
+		*c.lattr = launchAttr{id: attrProgrammaticStreamSerialization}
+		c.lattr.val[0] = 1 // programmaticStreamSerializationAllowed (int)
+		*c.lcfg = launchConfig{grid: [3]uint32{g.X, g.Y, g.Z}, block: [3]uint32{b.X, b.Y, b.Z}, sharedMem: cfg.SharedMem,
+			stream: uintptr(s), attrs: uintptr(unsafe.Pointer(c.lattr)), numAttrs: 1}
+		return check("cuLaunchKernelEx", call(drv.cuLaunchKernelEx, uintptr(unsafe.Pointer(c.lcfg)), uintptr(f), params, 0))
+	}
 	return check("cuLaunchKernel", call(drv.cuLaunchKernel, uintptr(f),
 		uintptr(g.X), uintptr(g.Y), uintptr(g.Z), uintptr(b.X), uintptr(b.Y), uintptr(b.Z),
 		uintptr(cfg.SharedMem), uintptr(s), params, 0))
 }
+
+// CanOverlap reports whether the driver offers LaunchConfig.Overlap
+// (cuLaunchKernelEx); the device must also be of compute capability 9.0
+// or newer for it to take effect.
+func CanOverlap() bool { return drv.cuLaunchKernelEx != 0 }

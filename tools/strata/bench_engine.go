@@ -45,7 +45,7 @@ func benchEngineCommand() *cli.Command {
 			&cli.StringFlag{Name: "vram-70b", Value: "24GiB", Usage: "device memory budget of the 70b scenario"},
 			&cli.StringFlag{Name: "vram-bf16", Value: "6GiB", Usage: "device memory budget of the bf16 scenario"},
 			&cli.BoolFlag{Name: "int8", Value: true, Usage: "also run the bf16 scenario's INT8-row variant"},
-			&cli.BoolFlag{Name: "integer-gemv", Usage: "decode GEMVs of Q4_K/Q6_K matrices on the integer path (x rounded to 16 bits, dp4a; opt-in, see kernels/NOTES.md)"},
+			&cli.BoolFlag{Name: "float-gemv", Usage: "decode GEMVs of Q4_K/Q6_K matrices on the float path (dequantize and FMA) instead of the default integer one (x rounded to 16 bits, dp4a; see kernels/NOTES.md)"},
 			&cli.IntFlag{Name: "gpu", Usage: "CUDA device ordinal"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.StringFlag{Name: "json-file", Usage: "also write the report as JSON to this file (one run, both forms)"},
@@ -118,7 +118,7 @@ func benchEngineOptions(cmd *cli.Command) (enginebench.Options, error) {
 	o.Model8BBF16, o.Pool8BInt8 = cmd.String("model-8b-bf16"), cmd.String("pool-8b-int8")
 	o.SynthDir = cmd.String("synth-dir")
 	o.NoInt8 = !cmd.Bool("int8")
-	o.IntegerGEMV = cmd.Bool("integer-gemv")
+	o.FloatGEMV = cmd.Bool("float-gemv")
 	return o, nil
 }
 
