@@ -282,3 +282,59 @@ template <> struct Part<T_F32> {
 #define FOR_EACH_TYPE(X) \
   X(T_F32, f32) X(T_F16, f16) X(T_BF16, bf16) X(T_Q4_0, q4_0) X(T_Q8_0, q8_0) \
   X(T_Q4_K, q4_k) X(T_Q5_K, q5_k) X(T_Q6_K, q6_k) X(T_INT8, int8)
+
+// ---- Quantized x of the integer GEMVs (gemvq.cu) ----
+//
+// Per vector of cols floats (cols % 64 == 0; gemvq_bytes(cols) = 2.5*cols
+// bytes, vectors back to back): xh[cols] (int8, x_int >> 8), xl[cols]
+// (uint8, x_int & 255), then per 64-block a 32-byte header {float sx; 3
+// zero words; int S[4]} where x ~= sx * x_int (x_int in [-32767, 32767],
+// sx = the block's max |x| / 32767, NaN if the block holds a NaN) and S
+// holds the sums of x_int over the block's 16-element groups in the order
+// 0, 2, 1, 3. gemvq.cu's gemvq_x writes it from float x; norm.cu's
+// kernels write it beside their output (gemvq_put4), so the GEMV that
+// follows a norm needs no quantizing launch of its own.
+#define GEMVQ_MAX 32767
+
+// Bytes of one vector's quantized x (kernels' gemvqBytes).
+__host__ __device__ __forceinline__ long long gemvq_bytes(int cols) { return 2LL * cols + cols / 2; }
+
+// gemvq_put4 writes elements 4i..4i+3 (v) of one vector's quantized x at
+// base (gemvq_bytes(cols) bytes). The 16 threads of an aligned half-warp
+// hold one 64-block (i = 16*block + (lane & 15)) and must call it
+// together. The arithmetic is gemvq.cu's quant64 (the same max, scale,
+// rounding and sums), so both writers give the same bytes.
+__device__ __forceinline__ void gemvq_put4(uint8_t* base, int cols, int i, float4 v) {
+  const unsigned mask = 0xFFFFu << (threadIdx.x & 16);
+  float mx = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(mask, mx, o));
+  const bool nan = __any_sync(mask, v.x != v.x || v.y != v.y || v.z != v.z || v.w != v.w);
+  int q0 = 0, q1 = 0, q2 = 0, q3 = 0;
+  float sx = 0.0f;
+  if (mx > 0.0f) {
+    const float inv = (float)GEMVQ_MAX / mx;
+    q0 = min(max(__float2int_rn(v.x * inv), -GEMVQ_MAX), GEMVQ_MAX);
+    q1 = min(max(__float2int_rn(v.y * inv), -GEMVQ_MAX), GEMVQ_MAX);
+    q2 = min(max(__float2int_rn(v.z * inv), -GEMVQ_MAX), GEMVQ_MAX);
+    q3 = min(max(__float2int_rn(v.w * inv), -GEMVQ_MAX), GEMVQ_MAX);
+    sx = mx / (float)GEMVQ_MAX;
+  }
+  if (nan) sx = __int_as_float(0x7fc00000);
+  const uint32_t h = ((uint32_t)(q0 >> 8) & 0xffu) | (((uint32_t)(q1 >> 8) & 0xffu) << 8) |
+                     (((uint32_t)(q2 >> 8) & 0xffu) << 16) | (((uint32_t)(q3 >> 8) & 0xffu) << 24);
+  const uint32_t l = ((uint32_t)q0 & 0xffu) | (((uint32_t)q1 & 0xffu) << 8) | (((uint32_t)q2 & 0xffu) << 16) |
+                     (((uint32_t)q3 & 0xffu) << 24);
+  *reinterpret_cast<uint32_t*>(base + 4LL * i) = h;
+  *reinterpret_cast<uint32_t*>(base + cols + 4LL * i) = l;
+  int s = q0 + q1 + q2 + q3;
+  s += __shfl_xor_sync(mask, s, 1);
+  s += __shfl_xor_sync(mask, s, 2);
+  int* hdr = reinterpret_cast<int*>(base + 2LL * cols + 32LL * (i >> 4));
+  const int t = i & 15;
+  if (t < 4) hdr[t] = t == 0 ? __float_as_int(sx) : 0;
+  if ((t & 3) == 0) {
+    const int g = t >> 2;
+    hdr[4 + (((g & 1) << 1) | (g >> 1))] = s;
+  }
+}

@@ -196,7 +196,7 @@ func (k *Kernels) AddRMSNorm(c *cuda.Ctx, s cuda.Stream, x, a, w, y cuda.DevPtr,
 		return fmt.Errorf("add_rmsnorm: %d rows of %d", n, dim)
 	}
 	var args cuda.Args
-	args.Ptr(x).Ptr(a).Ptr(w).Ptr(y).Int(dim).F32(eps)
+	args.Ptr(x).Ptr(a).Ptr(w).Ptr(y).Int(dim).F32(eps).Ptr(0)
 	return k.launch(c, s, "add_rmsnorm", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: normThreads(dim)}}, &args)
 }
 

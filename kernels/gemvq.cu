@@ -81,10 +81,6 @@ __device__ __forceinline__ uint32_t qword(const uint4& v, int i) {
   return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
 }
 
-// Bytes of one vector's quantized x (kernels' gemvqBytes).
-__host__ __device__ __forceinline__ long long gemvq_bytes(int cols) { return 2LL * cols + cols / 2; }
-
-#define GEMVQ_MAX 32767
 
 // One 64-block of x quantized by a warp: lane holds elements 2*lane and
 // 2*lane+1 (v); returns their x_int (q0, q1), the block's scale sx (NaN if

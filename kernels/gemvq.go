@@ -63,6 +63,12 @@ type gemvqState struct {
 type gemvqScratch struct {
 	ptr  cuda.DevPtr
 	cols int // the widest x it holds, for MaxFusedGEMVBatch vectors
+	// held is the x (nb vectors of heldCols floats) whose quantized form
+	// the scratch holds, written by a norm launched through RMSNormQ or
+	// AddRMSNormQ; 0 when none. Any launch on the stream but an integer
+	// GEMV's clears it (Kernels.run), so it is never stale.
+	held             cuda.DevPtr
+	heldCols, heldNB int
 }
 
 // ReserveFastGEMV allocates stream s's scratch for quantized x of up to
@@ -187,23 +193,31 @@ func (k *Kernels) quantizeX(c *cuda.Ctx, s cuda.Stream, x cuda.DevPtr, cols, nb 
 const gemvqRows, gemvq6Rows = 4, 2
 
 // gemvqGeometry: one block per row group, and the fewest warps per block
-// (a power of two, 1..8) that leave each lane at most two units of unit
-// elements per row: 2 warps at 4096 Q4_K columns, 8 at 14336. Measured on
-// the H200 (kernels/NOTES.md, GEMV v7): more warps per block split a row
-// too finely (each block's cross-warp reduction and ramp weigh more), fewer
-// leave a lane's units in a chain of dependent loads (4096x14336 at 1 warp:
-// 0.35 of D2D, 8 warps: 0.65); the old cap on the grid's total warps took
-// gate+up down to 1 warp (0.80 against 0.86 at 2).
-func gemvqGeometry(groups, cols, unit int) (blocks, threads int) {
-	units := ceilDiv(cols, unit)
+// (a power of two, 1..8) that leave each lane at most 64 columns of a row
+// (two Q4_K units, one Q6_K unit): 2 warps at 4096 columns, 8 at 14336.
+// Measured on the H200 (kernels/NOTES.md, GEMV v7; BenchmarkGEMVQWarps,
+// testdata/h200-gemvq-warps.log): more warps per block split a row too
+// finely (each block's cross-warp reduction and ramp weigh more: gate+up
+// at 8 warps 0.44 of D2D against 0.76 at 2), fewer leave a lane's units
+// in a chain of dependent loads (4096x14336 Q4_K at 1 warp: 0.39, at 8:
+// 0.64; Q6_K 1024x4096 at 1 warp 0.15, at 2: 0.23).
+func gemvqGeometry(groups, cols int) (blocks, threads int) {
 	warps := 1
-	for warps < 8 && 2*32*warps < units {
+	for warps < 8 && 32*64*warps < cols {
 		warps *= 2
+	}
+	if gemvqWarps > 0 {
+		warps = gemvqWarps
 	}
 	return groups, 32 * warps
 }
 
-// gemvqLaunch quantizes x into xq and launches the integer kernels over
+// gemvqWarps, when positive, overrides gemvqGeometry's warps per block:
+// the variable BenchmarkGEMVQWarps sweeps.
+var gemvqWarps int
+
+// gemvqLaunch quantizes x into xq (unless a norm just left it there:
+// RMSNormQ) and launches the integer kernels over
 // the outputs (mode 0: gemvq_fused_<nb> for the Q4_K ones, gemvq_q6k_<nb>
 // for each Q6_K one) or over gate and up (GLU mode, Q4_K: outs[0] gate
 // with the output pointer, outs[1] up).
@@ -218,9 +232,22 @@ func (k *Kernels) gemvqLaunch(c *cuda.Ctx, s cuda.Stream, what string, x, xq cud
 		}
 	}
 	staged := gemvqStaged.warps > 0 && len(q4) > 0 && int64(nb)*gemvqBytes(cols) <= int64(k.gemvSmem)
-	if len(q6) > 0 || !staged {
+	if w := k.gemvq.ws[s]; (len(q6) > 0 || !staged) && !(w.held == x && w.heldCols == cols && w.heldNB == nb) {
 		if err := k.quantizeX(c, s, x, cols, nb, xq); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	// The integer GEMVs keep a norm's quantized x held (Kernels.run) only
+	// while their outputs leave the x it came from alone.
+	if w := k.gemvq.ws[s]; w.held != 0 {
+		end := w.held + cuda.DevPtr(4*w.heldCols*w.heldNB)
+		for _, o := range outs {
+			rows := o.W.Rows
+			if o.Y < end && o.Y+cuda.DevPtr(4*rows*nb) > w.held {
+				w.held = 0
+				k.gemvq.ws[s] = w
+				break
+			}
 		}
 	}
 	for _, o := range q6 {
@@ -309,7 +336,7 @@ func (k *Kernels) gemvq6Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.
 	}
 	var a cuda.Args
 	a.Ptr(o.W.Ptr).I64(o.W.RowBytes()).Ptr(o.Y).Int(o.W.Rows).Int(o.W.Cols).Ptr(xq)
-	blocks, threads := gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), o.W.Cols, 64)
+	blocks, threads := gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), o.W.Cols)
 	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("%s: Q6_K %dx%d batch %d: %w", what, o.W.Rows, o.W.Cols, nb, err)
@@ -350,10 +377,85 @@ func (k *Kernels) gemvq4Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.
 		groups = ceilDiv(outs[0].W.Rows, gemvqRows/2)
 	}
 	a.Int(cols).Ptr(xq).Int(mode)
-	blocks, threads := gemvqGeometry(groups, cols, 32)
+	blocks, threads := gemvqGeometry(groups, cols)
 	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("%s: %d matrices %dx%d.. batch %d: %w", what, len(outs), outs[0].W.Rows, cols, nb, err)
 	}
 	return nil
+}
+
+// normQScratch returns stream s's quantized-x scratch when a norm of n
+// rows of dim floats into y can leave y quantized for the integer GEMVs
+// that read it next: the switch on, a scratch wide enough, n within
+// MaxFusedGEMVBatch, dim a multiple of 256 and y 16-byte aligned (the
+// norms' float4 path).
+func (k *Kernels) normQScratch(s cuda.Stream, y cuda.DevPtr, n, dim int) (cuda.DevPtr, bool) {
+	w, ok := k.gemvq.ws[s]
+	if !FastGEMV() || !ok || w.cols < dim || n < 1 || n > MaxFusedGEMVBatch || dim%256 != 0 || y%16 != 0 {
+		return 0, false
+	}
+	return w.ptr, true
+}
+
+// holdQuantized records that s's scratch now holds y (n vectors of dim
+// floats) quantized: called after the norm's launch, which cleared it.
+func (k *Kernels) holdQuantized(s cuda.Stream, y cuda.DevPtr, n, dim int) {
+	w := k.gemvq.ws[s]
+	w.held, w.heldCols, w.heldNB = y, dim, n
+	k.gemvq.ws[s] = w
+}
+
+// RMSNormQ is RMSNorm (y = x / rms(x) * w, n rows of dim) that also
+// leaves y quantized in stream s's integer-GEMV scratch, so the GEMV,
+// GEMVFused or GEMVGLU that reads y next on s (same n and dim) skips its
+// quantizing launch: one launch and one dependent round trip fewer per
+// GEMV in a decode step. The quantized bytes equal gemvq_x's. Where the
+// integer path cannot take y (normQScratch) it is RMSNorm alone.
+func (k *Kernels) RMSNormQ(c *cuda.Ctx, s cuda.Stream, x, w, y cuda.DevPtr, n, dim int, eps float32) error {
+	xq, ok := k.normQScratch(s, y, n, dim)
+	if !ok || x%16 != 0 || w%16 != 0 {
+		return k.RMSNorm(c, s, x, w, y, n, dim, eps)
+	}
+	var a cuda.Args
+	a.Ptr(x).Ptr(w).Ptr(y).Int(dim).F32(eps).Ptr(xq)
+	if err := k.launch(c, s, "rmsnorm", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: normThreads(dim)}}, &a); err != nil {
+		return err
+	}
+	k.holdQuantized(s, y, n, dim)
+	return nil
+}
+
+// AddRMSNormQ is AddRMSNorm (x += a, y = rmsnorm(x) * w) that also leaves
+// y quantized for the integer GEMV that reads it next, as RMSNormQ.
+func (k *Kernels) AddRMSNormQ(c *cuda.Ctx, s cuda.Stream, x, a, w, y cuda.DevPtr, n, dim int, eps float32) error {
+	xq, ok := k.normQScratch(s, y, n, dim)
+	if !ok || x%16 != 0 || a%16 != 0 || w%16 != 0 {
+		return k.AddRMSNorm(c, s, x, a, w, y, n, dim, eps)
+	}
+	if n < 1 || dim < 1 {
+		return fmt.Errorf("add_rmsnorm: %d rows of %d", n, dim)
+	}
+	var args cuda.Args
+	args.Ptr(x).Ptr(a).Ptr(w).Ptr(y).Int(dim).F32(eps).Ptr(xq)
+	if err := k.launch(c, s, "add_rmsnorm", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: normThreads(dim)}}, &args); err != nil {
+		return err
+	}
+	k.holdQuantized(s, y, n, dim)
+	return nil
+}
+
+// MarkQuantized declares that stream s's scratch holds x (n vectors of dim
+// floats) quantized, as RMSNormQ leaves it, without launching anything:
+// the integer GEMVs that read x next on s skip their quantizing launch
+// and read whatever the scratch holds. For benchmarks that time a decode
+// step's GEMVs alone as the step launches them (the norms that quantize x
+// are not in that graph); the values computed are then meaningless. It
+// reports whether the integer path could take x.
+func (k *Kernels) MarkQuantized(s cuda.Stream, x cuda.DevPtr, n, dim int) bool {
+	if _, ok := k.normQScratch(s, x, n, dim); !ok {
+		return false
+	}
+	k.holdQuantized(s, x, n, dim)
+	return true
 }

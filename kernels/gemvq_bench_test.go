@@ -133,3 +133,101 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 	}
 	b.Logf("\n%s", out.String())
 }
+
+// BenchmarkGEMVQWarps sweeps the integer launches' warps per block
+// (gemvqWarps; 0 = gemvqGeometry's rule) over the 8b decode shapes, each
+// timed as 64 launches from a graph over enough copies of its weights to
+// exceed the L2 (>= 512 MiB per shape), with x quantized by a launch of
+// its own and, for the rule, also with x held as a norm leaves it
+// (MarkQuantized). Ratio: weight bytes/s ÷ the D2D copy. Run with
+// -test.benchtime 1x.
+func BenchmarkGEMVQWarps(b *testing.B) {
+	ceiling := copyBandwidth(b)
+	d, k := gpu(b)
+	defer fastGEMVState()()
+	defer func() { gemvqWarps = 0 }()
+	var out strings.Builder
+	fmt.Fprintf(&out, "D2D copy %.0f GB/s; cells: us per launch, ratio of weight bytes/s to D2D\n", ceiling/1e9)
+	err := d.Do(func(c *cuda.Ctx) error {
+		a := &arena{c: c}
+		defer a.free()
+		s, err := c.NewStream(cuda.StreamNonBlocking)
+		must(err)
+		defer c.DestroyStream(s)
+		defer func() { must(k.ReleaseFastGEMV(c, s)) }()
+		SetFastGEMV(true)
+		SetFastGEMVQ6K(true)
+		must(k.ReserveFastGEMV(c, s, 14336))
+		shapes := []decodeShape{
+			{"q", quant.Q4_K, 4096, 4096}, {"k", quant.Q4_K, 1024, 4096}, {"v6", quant.Q6_K, 1024, 4096},
+			{"o", quant.Q4_K, 4096, 4096}, {"gate", quant.Q4_K, 14336, 4096}, {"up", quant.Q4_K, 14336, 4096},
+			{"down6", quant.Q6_K, 4096, 14336}, {"down4", quant.Q4_K, 4096, 14336}, {"out", quant.Q6_K, 128256, 4096},
+		}
+		mats := decodeMats{}
+		for si, sh := range shapes {
+			rb, _ := sh.typ.RowBytes(int64(sh.cols))
+			one := make([]byte, rb*int64(sh.rows))
+			must(quant.FillRandomParallel(sh.typ, one, uint64(si+1), 0.05))
+			n := min(64, max(2, int((512<<20)/int64(len(one)))+1))
+			for range n {
+				m := Matrix{Type: sh.typ, Rows: sh.rows, Cols: sh.cols, Ptr: a.alloc(int64(len(one)))}
+				must(c.CopyHtoD(m.Ptr, one, 0))
+				mats[sh.name] = append(mats[sh.name], m)
+			}
+		}
+		must(c.StreamSync(0))
+		m, bytes := mats.at, mats.bytes
+		r := rand.New(rand.NewPCG(3, 3))
+		x := put(a, normLike(r, 2, 14336))
+		y1, y2, y3 := a.alloc(2*14336*4), a.alloc(2*14336*4), a.alloc(2*14336*4)
+		type bench struct {
+			name  string
+			bytes int64
+			fn    func(s cuda.Stream, i int) error
+		}
+		benches := []bench{
+			{"q,k,v6 fused", bytes("q", "k", "v6"), func(s cuda.Stream, i int) error {
+				return k.GEMVFused(c, s, x, 1, GEMVOut{m("q", i), y1}, GEMVOut{m("k", i), y2}, GEMVOut{m("v6", i), y3})
+			}},
+			{"o 4096x4096", bytes("o"), func(s cuda.Stream, i int) error { return k.GEMV(c, s, m("o", i), x, y1, 1) }},
+			{"gate,up glu", bytes("gate", "up"), func(s cuda.Stream, i int) error {
+				return k.GEMVGLU(c, s, m("gate", i), m("up", i), x, y2, 1, SwiGLU)
+			}},
+			{"down4 4096x14336", bytes("down4"), func(s cuda.Stream, i int) error { return k.GEMV(c, s, m("down4", i), x, y1, 1) }},
+			{"down6 4096x14336", bytes("down6"), func(s cuda.Stream, i int) error { return k.GEMV(c, s, m("down6", i), x, y1, 1) }},
+			{"v6 1024x4096", bytes("v6"), func(s cuda.Stream, i int) error { return k.GEMV(c, s, m("v6", i), x, y1, 1) }},
+			{"out 128256x4096", bytes("out"), func(s cuda.Stream, i int) error { return k.GEMV(c, s, m("out", i), x, y1, 1) }},
+		}
+		cell := func(bn bench, held bool) string {
+			fn := bn.fn
+			if held {
+				cols := 4096
+				if strings.HasPrefix(bn.name, "down") {
+					cols = 14336
+				}
+				fn = func(s cuda.Stream, i int) error {
+					k.MarkQuantized(s, x, 1, cols)
+					return bn.fn(s, i)
+				}
+			}
+			ms := timeGraphOn(c, s, 64, fn)
+			return fmt.Sprintf("%8.2f us %5.3f", ms*1e3, float64(bn.bytes)/(ms/1e3)/ceiling)
+		}
+		fmt.Fprintf(&out, "%-18s %-20s %-20s %-20s %-20s %-20s %s\n", "launch", "rule", "rule, x held", "1 warp", "2 warps", "4 warps", "8 warps")
+		for _, bn := range benches {
+			gemvqWarps = 0
+			fmt.Fprintf(&out, "%-18s %s %s", bn.name, cell(bn, false), cell(bn, true))
+			for _, w := range []int{1, 2, 4, 8} {
+				gemvqWarps = w
+				fmt.Fprintf(&out, " %s", cell(bn, false))
+			}
+			gemvqWarps = 0
+			fmt.Fprintln(&out)
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Log("\n" + out.String())
+}

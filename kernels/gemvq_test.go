@@ -312,12 +312,12 @@ func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, x
 	// Warps per block of each output's launch, as gemvqLaunch sizes them.
 	nws := make([]int, len(outs))
 	for i, o := range outs {
-		_, th := gemvqGeometry(groups, cols, 32)
+		_, th := gemvqGeometry(groups, cols)
 		if gemvqStaged.warps > 0 {
 			th = 32 // each warp owns whole rows: the emulation's nw = 1
 		}
 		if o.W.Type == quant.Q6_K {
-			_, th = gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), cols, 64)
+			_, th = gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), cols)
 		}
 		nws[i] = th / 32
 	}
@@ -437,21 +437,126 @@ func failOnDevice(format string, args ...any) { panic(fmt.Errorf(format, args...
 // the shapes kernels/NOTES.md measured, and the rule's limits.
 func TestGEMVQGeometry(t *testing.T) {
 	for _, tc := range []struct {
-		name               string
-		groups, cols, unit int
-		threads            int
+		name         string
+		groups, cols int
+		threads      int
 	}{
-		{"q4k 4096 cols", 1024, 4096, 32, 64},
-		{"q4k gate+up GLU", 7168, 4096, 32, 64},
-		{"q4k 14336 cols", 1024, 14336, 32, 256},
-		{"q6k 4096 cols", 2048, 4096, 64, 32},
-		{"q6k 14336 cols", 2048, 14336, 64, 128},
-		{"q4k 512 cols", 16, 512, 32, 32},
-		{"q4k 65536 cols", 4, 65536, 32, 256},
+		{"4096 cols (q, o, gate+up; Q6_K v, output)", 1024, 4096, 64},
+		{"14336 cols (down)", 1024, 14336, 256},
+		{"512 cols", 16, 512, 32},
+		{"2048 cols", 16, 2048, 32},
+		{"8192 cols", 16, 8192, 128},
+		{"65536 cols", 4, 65536, 256},
 	} {
-		blocks, threads := gemvqGeometry(tc.groups, tc.cols, tc.unit)
+		blocks, threads := gemvqGeometry(tc.groups, tc.cols)
 		if blocks != tc.groups || threads != tc.threads {
 			t.Errorf("%s: %d blocks of %d threads, want %d of %d", tc.name, blocks, threads, tc.groups, tc.threads)
 		}
+	}
+}
+
+// TestNormQ checks the norms that leave their output quantized for the
+// integer GEMVs (RMSNormQ, AddRMSNormQ): y equals the plain norm's bit for
+// bit, the scratch holds gemvq_x's bytes of y (gemvqQuantizeRef), the GEMV
+// that follows skips its quantizing launch and gives what a freshly
+// quantized x gives, and any other launch in between (here an Add that
+// changes y) drops the held x so the GEMV quantizes the new y. Past
+// MaxFusedGEMVBatch rows the norms fall back to the plain ones.
+func TestNormQ(t *testing.T) {
+	defer fastGEMVState()()
+	SetFastGEMV(true)
+	const rows = 37
+	r := rand.New(rand.NewPCG(31, 32))
+	for _, tc := range []struct {
+		add    bool
+		n, dim int
+	}{{false, 1, 4096}, {false, 2, 512}, {true, 1, 4096}, {true, 2, 1024}, {false, 3, 512}} {
+		t.Run(fmt.Sprintf("add=%v/n=%d/dim=%d", tc.add, tc.n, tc.dim), func(t *testing.T) {
+			n, dim := tc.n, tc.dim
+			xs, as, ws := randVec(r, n*dim, 2), randVec(r, n*dim, 1), randVec(r, dim, 1)
+			data, _ := randMatrix(quant.Q4_K, rows, dim, 33)
+			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+				s, err := c.NewStream(cuda.StreamNonBlocking)
+				must(err)
+				defer c.DestroyStream(s)
+				defer func() { must(k.ReleaseFastGEMV(c, s)) }()
+				must(k.ReserveFastGEMV(c, s, dim))
+				wm := Matrix{Type: quant.Q4_K, Rows: rows, Cols: dim, Ptr: put(a, data)}
+				wp, ap := put(a, ws), put(a, as)
+				// The plain norm first, on copies of x.
+				x0, y0 := put(a, xs), a.alloc(int64(n*dim*4))
+				if tc.add {
+					must(k.AddRMSNorm(c, s, x0, ap, wp, y0, n, dim, 1e-5))
+				} else {
+					must(k.RMSNorm(c, s, x0, wp, y0, n, dim, 1e-5))
+				}
+				x, y := put(a, xs), a.alloc(int64(n*dim*4))
+				poison(a, y, n*dim)
+				if tc.add {
+					must(k.AddRMSNormQ(c, s, x, ap, wp, y, n, dim, 1e-5))
+				} else {
+					must(k.RMSNormQ(c, s, x, wp, y, n, dim, 1e-5))
+				}
+				held := k.gemvq.ws[s].held == y
+				if held != (n <= MaxFusedGEMVBatch) {
+					failOnDevice("held %v with %d rows", held, n)
+				}
+				must(c.StreamSync(s))
+				want, got := get[float32](a, y0, n*dim), get[float32](a, y, n*dim)
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						failOnDevice("y[%d] = %v, plain norm %v", i, got[i], want[i])
+					}
+				}
+				if !held {
+					return
+				}
+				xq := get[byte](a, k.gemvq.ws[s].ptr, int(int64(n)*gemvqBytes(dim)))
+				for b := 0; b < n; b++ {
+					ref := gemvqQuantizeRef(want[b*dim : (b+1)*dim])
+					off := int64(b) * gemvqBytes(dim)
+					for i, v := range ref {
+						if xq[off+int64(i)] != v {
+							failOnDevice("vector %d: quantized byte %d = %#x, gemvq_x's %#x", b, i, xq[off+int64(i)], v)
+						}
+					}
+				}
+				// The GEMV on the held x, and on a copy (quantized afresh).
+				g1, g2 := a.alloc(int64(n*rows*4)), a.alloc(int64(n*rows*4))
+				must(k.GEMV(c, s, wm, y, g1, n))
+				if k.gemvq.ws[s].held != y {
+					failOnDevice("an integer GEMV dropped the held x")
+				}
+				must(k.GEMV(c, s, wm, put(a, want), g2, n))
+				must(c.StreamSync(s))
+				r1, r2 := get[float32](a, g1, n*rows), get[float32](a, g2, n*rows)
+				for i := range r1 {
+					if math.Float32bits(r1[i]) != math.Float32bits(r2[i]) {
+						failOnDevice("GEMV on the held x: y[%d] = %v, on x quantized afresh %v", i, r1[i], r2[i])
+					}
+				}
+				// y changes: the held x must not be used.
+				if tc.add {
+					must(k.RMSNormQ(c, s, x, wp, y, n, dim, 1e-5))
+				} else {
+					must(k.AddRMSNormQ(c, s, x, ap, wp, y, n, dim, 1e-5))
+				}
+				must(k.Add(c, s, y, ap, int64(n*dim)))
+				if k.gemvq.ws[s].held != 0 {
+					failOnDevice("held x kept across an Add")
+				}
+				must(k.GEMV(c, s, wm, y, g1, n))
+				must(c.StreamSync(s))
+				changed := get[float32](a, y, n*dim)
+				must(k.GEMV(c, s, wm, put(a, changed), g2, n))
+				must(c.StreamSync(s))
+				r1, r2 = get[float32](a, g1, n*rows), get[float32](a, g2, n*rows)
+				for i := range r1 {
+					if math.Float32bits(r1[i]) != math.Float32bits(r2[i]) {
+						failOnDevice("GEMV after y changed: y[%d] = %v, on the new y quantized afresh %v", i, r1[i], r2[i])
+					}
+				}
+			})
+		})
 	}
 }

@@ -44,12 +44,15 @@ type Kernels struct {
 	// SMs is the device's multiprocessor count, used to size grids.
 	SMs int
 
-	mods     []cuda.Module
-	fns      map[string]cuda.Function
-	waits    map[cuda.Function]bool // kernels that run griddepcontrol.wait (launched with Overlap)
-	gemvSmem int                    // dynamic shared memory GEMV launches may use
-	gemm     gemmState
-	gemvq    gemvqState // quantized-x scratch of the integer GEMV path
+	mods  []cuda.Module
+	fns   map[string]cuda.Function
+	waits map[cuda.Function]bool // kernels that run griddepcontrol.wait (launched with Overlap)
+	// xqReaders are the integer GEMVs, which read quantized x and write
+	// neither it nor any x (Kernels.run keeps a held x across them).
+	xqReaders map[cuda.Function]bool
+	gemvSmem  int // dynamic shared memory GEMV launches may use
+	gemm      gemmState
+	gemvq     gemvqState // quantized-x scratch of the integer GEMV path
 }
 
 // Load JIT-compiles the embedded PTX for c's device and resolves every
@@ -65,7 +68,7 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &Kernels{Arch: arch, SMs: sms, fns: map[string]cuda.Function{}, waits: map[cuda.Function]bool{}}
+	k := &Kernels{Arch: arch, SMs: sms, fns: map[string]cuda.Function{}, waits: map[cuda.Function]bool{}, xqReaders: map[cuda.Function]bool{}}
 	for _, fam := range families {
 		src, err := ptxFS.ReadFile("ptx/" + fam + "." + arch + ".ptx")
 		if err != nil {
@@ -87,6 +90,9 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 			k.fns[e.name] = f
 			if e.waits {
 				k.waits[f] = true
+			}
+			if strings.HasPrefix(e.name, "gemvq_fused_") || strings.HasPrefix(e.name, "gemvq_q6k_") {
+				k.xqReaders[f] = true
 			}
 		}
 	}
@@ -165,6 +171,12 @@ func Overlapping() bool { return overlap.Load() }
 // its PTX waits for it (entries) and SetOverlap allows.
 func (k *Kernels) run(c *cuda.Ctx, f cuda.Function, cfg cuda.LaunchConfig, s cuda.Stream, a *cuda.Args) error {
 	cfg.Overlap = k.waits[f] && overlap.Load()
+	// Any launch but an integer GEMV's may rewrite the x a norm left
+	// quantized in s's scratch (RMSNormQ), or the scratch itself.
+	if w, ok := k.gemvq.ws[s]; ok && w.held != 0 && !k.xqReaders[f] {
+		w.held = 0
+		k.gemvq.ws[s] = w
+	}
 	return c.Launch(f, cfg, s, a)
 }
 

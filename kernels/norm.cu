@@ -5,10 +5,13 @@
 #include "common.cuh"
 
 // One row per block. ADD: x += a first (the residual update, stored, as
-// elementwise.cu's add), then the norm of the updated x.
+// elementwise.cu's add), then the norm of the updated x. XQ, when not
+// null, also receives y quantized for the integer GEMVs (common.cuh's
+// layout, row r at XQ + r*gemvq_bytes(dim); the launcher passes it only
+// for dim % 256 == 0 and 16-byte aligned rows).
 template <bool ADD>
 __device__ __forceinline__ void rmsnorm_row(float* x, const float* a, const float* w, float* y, int dim,
-                                            float eps) {
+                                            float eps, uint8_t* XQ) {
   __shared__ double part[32];
   __shared__ float inv_s;
   float* xr = x + (long long)blockIdx.x * dim;
@@ -59,10 +62,15 @@ __device__ __forceinline__ void rmsnorm_row(float* x, const float* a, const floa
     const float4* x4 = reinterpret_cast<const float4*>(xr);
     const float4* w4 = reinterpret_cast<const float4*>(w);
     float4* y4 = reinterpret_cast<float4*>(yr);
+    // dim % 64 == 0 with XQ: the 16 threads of a half-warp cover one
+    // 64-block together in every iteration (blockDim is a multiple of 32).
+    uint8_t* xq = (XQ != nullptr && (dim & 63) == 0) ? XQ + (long long)blockIdx.x * gemvq_bytes(dim) : nullptr;
     for (int i = threadIdx.x; i < dim / 4; i += blockDim.x) {
       const float4 f = x4[i], g = w4[i];
-      y4[i] = make_float4(__fmul_rn(__fmul_rn(f.x, inv), g.x), __fmul_rn(__fmul_rn(f.y, inv), g.y),
-                          __fmul_rn(__fmul_rn(f.z, inv), g.z), __fmul_rn(__fmul_rn(f.w, inv), g.w));
+      const float4 o = make_float4(__fmul_rn(__fmul_rn(f.x, inv), g.x), __fmul_rn(__fmul_rn(f.y, inv), g.y),
+                                   __fmul_rn(__fmul_rn(f.z, inv), g.z), __fmul_rn(__fmul_rn(f.w, inv), g.w));
+      y4[i] = o;
+      if (xq != nullptr) gemvq_put4(xq, dim, i, o);
     }
   } else {
     for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
@@ -70,15 +78,15 @@ __device__ __forceinline__ void rmsnorm_row(float* x, const float* a, const floa
 }
 
 extern "C" __global__ void __launch_bounds__(1024) rmsnorm(const float* x, const float* w, float* y, int dim,
-                                                          float eps) {
+                                                          float eps, uint8_t* XQ) {
   PDL_ENTRY();
-  rmsnorm_row<false>(const_cast<float*>(x), nullptr, w, y, dim, eps);
+  rmsnorm_row<false>(const_cast<float*>(x), nullptr, w, y, dim, eps, XQ);
 }
 
 // Residual add fused with the next norm: x += a, y = rmsnorm(x) * w (the
 // same arithmetic as add then rmsnorm, one launch). y must not alias x.
 extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm(float* x, const float* a, const float* w, float* y,
-                                                              int dim, float eps) {
+                                                              int dim, float eps, uint8_t* XQ) {
   PDL_ENTRY();
-  rmsnorm_row<true>(x, a, w, y, dim, eps);
+  rmsnorm_row<true>(x, a, w, y, dim, eps, XQ);
 }

@@ -31,7 +31,7 @@ func (k *Kernels) RMSNorm(c *cuda.Ctx, s cuda.Stream, x, w, y cuda.DevPtr, n, di
 		return fmt.Errorf("rmsnorm: %d rows of %d", n, dim)
 	}
 	var a cuda.Args
-	a.Ptr(x).Ptr(w).Ptr(y).Int(dim).F32(eps)
+	a.Ptr(x).Ptr(w).Ptr(y).Int(dim).F32(eps).Ptr(0)
 	return k.launch(c, s, "rmsnorm", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: normThreads(dim)}}, &a)
 }
 

@@ -468,7 +468,7 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 			}
 		}
 		if !normed {
-			if err := step("attention norm", k.RMSNorm(c, s, a.h, lw.attnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
+			if err := step("attention norm", k.RMSNormQ(c, s, a.h, lw.attnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
 				return err
 			}
 		}
@@ -541,10 +541,10 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 			if err := step("residual", k.Add(c, s, a.h, a.tmp, int64(T)*dim)); err != nil {
 				return err
 			}
-			if err := step("ffn norm", k.RMSNorm(c, s, a.h, lw.ffnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
+			if err := step("ffn norm", k.RMSNormQ(c, s, a.h, lw.ffnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
 				return err
 			}
-		} else if err := step("residual and ffn norm", k.AddRMSNorm(c, s, a.h, a.tmp, lw.ffnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
+		} else if err := step("residual and ffn norm", k.AddRMSNormQ(c, s, a.h, a.tmp, lw.ffnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
 			return err
 		}
 		if err := step("unpacking gate, up", m.unpack(c, s, l, &lw, unpackFFNIn)); err != nil {
@@ -589,7 +589,7 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 		// With every layer resident, the next layer's attention norm
 		// weights are in place: fuse the residual update with that norm.
 		if !gemma && fuseElementwise && st == nil && l+1 < len(m.layers) {
-			if err := step("residual and next attention norm", k.AddRMSNorm(c, s, a.h, a.tmp, m.layers[l+1].attnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
+			if err := step("residual and next attention norm", k.AddRMSNormQ(c, s, a.h, a.tmp, m.layers[l+1].attnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
 				return err
 			}
 			normed = true
@@ -608,7 +608,7 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 		}
 	}
 	for _, r := range p.out {
-		if err := k.RMSNorm(c, s, a.h.Add(int64(r.t0)*dim*f), m.outNorm, a.outX.Add(int64(r.r0)*dim*f), r.n, cfg.Dim, eps); err != nil {
+		if err := k.RMSNormQ(c, s, a.h.Add(int64(r.t0)*dim*f), m.outNorm, a.outX.Add(int64(r.r0)*dim*f), r.n, cfg.Dim, eps); err != nil {
 			return fmt.Errorf("output norm: %w", err)
 		}
 	}
@@ -634,7 +634,11 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 // bandwidth. The values computed are meaningless.
 func (m *Model) enqueueGEMVs(c *kcuda.Ctx, kinds gemvKind) error {
 	k, s, a := m.k, m.stream, &m.act
+	dim := m.Config.Dim
 	for _, lw := range m.layers {
+		// In the step a norm leaves a.xn (and a.outX) quantized for the
+		// GEMVs that read it (RMSNormQ): their x needs no launch here either.
+		k.MarkQuantized(s, a.xn, 1, dim)
 		if kinds&gemvQKV != 0 {
 			if fuseGEMV && k.CanFuseGEMV(1, lw.q, lw.k, lw.v) {
 				if err := k.GEMVFused(c, s, a.xn, 1, kernels.GEMVOut{W: lw.q, Y: a.q}, kernels.GEMVOut{W: lw.k, Y: a.k}, kernels.GEMVOut{W: lw.v, Y: a.v}); err != nil {
@@ -657,6 +661,7 @@ func (m *Model) enqueueGEMVs(c *kcuda.Ctx, kinds gemvKind) error {
 			}
 		}
 		if kinds&gemvGateUp != 0 {
+			k.MarkQuantized(s, a.xn, 1, dim)
 			if fuseGEMV && lw.gate.Type == lw.up.Type && lw.gate.Rows == lw.up.Rows && k.CanFuseGEMV(1, lw.gate, lw.up) {
 				if err := k.GEMVGLU(c, s, lw.gate, lw.up, a.xn, a.gate, 1, kernels.SwiGLU); err != nil {
 					return err
@@ -679,6 +684,7 @@ func (m *Model) enqueueGEMVs(c *kcuda.Ctx, kinds gemvKind) error {
 	if kinds&gemvOutput == 0 {
 		return nil
 	}
+	k.MarkQuantized(s, a.outX, 1, dim)
 	return k.GEMV(c, s, m.output, a.outX, a.logits, 1)
 }
 
