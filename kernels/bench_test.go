@@ -142,12 +142,7 @@ func BenchmarkGEMM(b *testing.B) {
 func BenchmarkLaunchOverhead(b *testing.B) {
 	d, k := gpu(b)
 	const kernels = 200
-	err := d.Do(func(c *cuda.Ctx) error {
-		a := &arena{c: c}
-		defer a.free()
-		s, err := c.NewStream(cuda.StreamNonBlocking)
-		must(err)
-		defer c.DestroyStream(s)
+	err := onStream(d, k, func(c *cuda.Ctx, a *arena, s cuda.Stream) error {
 		y, x := a.alloc(1024*4), a.alloc(1024*4)
 		must(c.MemsetD32(y, 0, 1024, s))
 		must(c.MemsetD32(x, 0, 1024, s))

@@ -163,25 +163,24 @@ type decodeShape struct {
 }
 
 // uploadDecodeShapes puts random matrices of each shape on the device:
-// four copies of each (two of the 431 MB output) so that a benchmark
-// cycling through them reads from HBM rather than L2.
+// enough copies of each to exceed 512 MiB (at least two, at most 64) so
+// that a benchmark cycling through them reads from HBM rather than the
+// 60 MB L2 (four copies of the 9 MB 4096x4096 matrix, as before, fit in
+// it).
 func uploadDecodeShapes(c *cuda.Ctx, a *arena, shapes []decodeShape) decodeMats {
-	const copies = 4
 	mats := decodeMats{}
 	for si, sh := range shapes {
 		rb, _ := sh.typ.RowBytes(int64(sh.cols))
 		one := make([]byte, rb*int64(sh.rows))
 		must(quant.FillRandomParallel(sh.typ, one, uint64(si+1), 0.05))
-		n := copies
-		if sh.name == "out" {
-			n = 2 // 431 MB each
-		}
-		for i := 0; i < n; i++ {
+		n := min(64, max(2, int((512<<20)/int64(len(one)))+1))
+		for range n {
 			m := Matrix{Type: sh.typ, Rows: sh.rows, Cols: sh.cols, Ptr: a.alloc(int64(len(one)))}
 			must(c.CopyHtoD(m.Ptr, one, 0))
 			mats[sh.name] = append(mats[sh.name], m)
 		}
 	}
+	must(c.StreamSync(0))
 	return mats
 }
 

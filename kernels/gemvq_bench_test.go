@@ -30,21 +30,10 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 	var out strings.Builder
 	fmt.Fprintf(&out, "D2D copy %.0f GB/s; cells: us per launch sequence, ratio of its weight bytes/s to D2D\n", ceiling/1e9)
 	defer fastGEMVState()()
-	err := d.Do(func(c *cuda.Ctx) error {
-		a := &arena{c: c}
-		defer a.free()
-		s, err := c.NewStream(cuda.StreamNonBlocking)
-		must(err)
-		defer c.DestroyStream(s)
+	err := onStream(d, k, func(c *cuda.Ctx, a *arena, s cuda.Stream) error {
 		SetFastGEMV(true)
 		must(k.ReserveFastGEMV(c, s, 14336))
-		shapes := []decodeShape{
-			{"q", quant.Q4_K, 4096, 4096}, {"k", quant.Q4_K, 1024, 4096}, {"v6", quant.Q6_K, 1024, 4096},
-			{"v4", quant.Q4_K, 1024, 4096}, {"o", quant.Q4_K, 4096, 4096}, {"gate", quant.Q4_K, 14336, 4096},
-			{"up", quant.Q4_K, 14336, 4096}, {"down6", quant.Q6_K, 4096, 14336}, {"down4", quant.Q4_K, 4096, 14336},
-			{"out", quant.Q6_K, 128256, 4096},
-		}
-		mats := uploadDecodeShapes(c, a, shapes)
+		mats := uploadDecodeShapes(c, a, decodeShapes8B)
 		r := rand.New(rand.NewPCG(3, 3))
 		x := put(a, normLike(r, 2, 14336))
 		y1, y2, y3 := a.alloc(2*14336*4), a.alloc(2*14336*4), a.alloc(2*14336*4)
@@ -148,34 +137,11 @@ func BenchmarkGEMVQWarps(b *testing.B) {
 	defer func() { gemvqWarps = 0 }()
 	var out strings.Builder
 	fmt.Fprintf(&out, "D2D copy %.0f GB/s; cells: us per launch, ratio of weight bytes/s to D2D\n", ceiling/1e9)
-	err := d.Do(func(c *cuda.Ctx) error {
-		a := &arena{c: c}
-		defer a.free()
-		s, err := c.NewStream(cuda.StreamNonBlocking)
-		must(err)
-		defer c.DestroyStream(s)
-		defer func() { must(k.ReleaseFastGEMV(c, s)) }()
+	err := onStream(d, k, func(c *cuda.Ctx, a *arena, s cuda.Stream) error {
 		SetFastGEMV(true)
 		SetFastGEMVQ6K(true)
 		must(k.ReserveFastGEMV(c, s, 14336))
-		shapes := []decodeShape{
-			{"q", quant.Q4_K, 4096, 4096}, {"k", quant.Q4_K, 1024, 4096}, {"v6", quant.Q6_K, 1024, 4096},
-			{"o", quant.Q4_K, 4096, 4096}, {"gate", quant.Q4_K, 14336, 4096}, {"up", quant.Q4_K, 14336, 4096},
-			{"down6", quant.Q6_K, 4096, 14336}, {"down4", quant.Q4_K, 4096, 14336}, {"out", quant.Q6_K, 128256, 4096},
-		}
-		mats := decodeMats{}
-		for si, sh := range shapes {
-			rb, _ := sh.typ.RowBytes(int64(sh.cols))
-			one := make([]byte, rb*int64(sh.rows))
-			must(quant.FillRandomParallel(sh.typ, one, uint64(si+1), 0.05))
-			n := min(64, max(2, int((512<<20)/int64(len(one)))+1))
-			for range n {
-				m := Matrix{Type: sh.typ, Rows: sh.rows, Cols: sh.cols, Ptr: a.alloc(int64(len(one)))}
-				must(c.CopyHtoD(m.Ptr, one, 0))
-				mats[sh.name] = append(mats[sh.name], m)
-			}
-		}
-		must(c.StreamSync(0))
+		mats := uploadDecodeShapes(c, a, decodeShapes8B)
 		m, bytes := mats.at, mats.bytes
 		r := rand.New(rand.NewPCG(3, 3))
 		x := put(a, normLike(r, 2, 14336))
@@ -230,4 +196,13 @@ func BenchmarkGEMVQWarps(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Log("\n" + out.String())
+}
+
+// decodeShapes8B are the matrices of the 8b shape's decode step (Q4_K_M:
+// v and down in Q6_K in half the layers, Q4_K in the others).
+var decodeShapes8B = []decodeShape{
+	{"q", quant.Q4_K, 4096, 4096}, {"k", quant.Q4_K, 1024, 4096}, {"v6", quant.Q6_K, 1024, 4096},
+	{"v4", quant.Q4_K, 1024, 4096}, {"o", quant.Q4_K, 4096, 4096}, {"gate", quant.Q4_K, 14336, 4096},
+	{"up", quant.Q4_K, 14336, 4096}, {"down6", quant.Q6_K, 4096, 14336}, {"down4", quant.Q4_K, 4096, 14336},
+	{"out", quant.Q6_K, 128256, 4096},
 }

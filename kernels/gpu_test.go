@@ -122,6 +122,25 @@ func run(t *testing.T, fn func(c *cuda.Ctx, k *Kernels, a *arena)) {
 	}
 }
 
+// onStream runs fn on the device with an arena and a fresh non-blocking
+// stream, which is destroyed after, with any integer-GEMV scratch
+// reserved on it.
+func onStream(d *cuda.Device, k *Kernels, fn func(c *cuda.Ctx, a *arena, s cuda.Stream) error) error {
+	return d.Do(func(c *cuda.Ctx) error {
+		a := &arena{c: c}
+		defer a.free()
+		s, err := c.NewStream(cuda.StreamNonBlocking)
+		if err != nil {
+			return err
+		}
+		defer c.DestroyStream(s)
+		if err := fn(c, a, s); err != nil {
+			return err
+		}
+		return k.ReleaseFastGEMV(c, s)
+	})
+}
+
 func must(err error) {
 	if err != nil {
 		panic(err)

@@ -250,91 +250,60 @@ func TestLaunchEventsAndGraph(t *testing.T) {
 	d := testDevice(t)
 	const n = 4096
 	err := d.Do(func(c *Ctx) error {
-		m, err := c.LoadModule([]byte(testPTX))
-		if err != nil {
-			return err
-		}
-		defer c.UnloadModule(m)
-		f, err := c.Function(m, "axpb")
-		if err != nil {
-			return err
-		}
-		s, err := c.NewStream(StreamNonBlocking)
-		if err != nil {
-			return err
-		}
-		defer c.DestroyStream(s)
-		x, err := c.Alloc(n * 4)
-		if err != nil {
-			return err
-		}
-		defer c.Free(x)
-		host := make([]float32, n)
-		for i := range host {
-			host[i] = float32(i)
-		}
-		if err := Upload(c, x, host, s); err != nil {
-			return err
-		}
-		cfg := LaunchConfig{Grid: Dim3{X: n / 256}, Block: Dim3{X: 256}}
-		var a Args
-		a.Ptr(x).Int(n).F32(2).F32(1)
-		if err := c.Launch(f, cfg, s, &a); err != nil {
-			return err
-		}
-		// Capture 3 more launches (x = x+1 each), replay the graph twice.
-		if err := c.BeginCapture(s, CaptureThreadLocal); err != nil {
-			return err
-		}
-		a.Reset().Ptr(x).Int(n).F32(1).F32(1)
-		for i := 0; i < 3; i++ {
+		return withKernel(c, testPTX, "axpb", n, func(f Function, s Stream, x DevPtr) error {
+			host := make([]float32, n)
+			for i := range host {
+				host[i] = float32(i)
+			}
+			if err := Upload(c, x, host, s); err != nil {
+				return err
+			}
+			cfg := LaunchConfig{Grid: Dim3{X: n / 256}, Block: Dim3{X: 256}}
+			var a Args
+			a.Ptr(x).Int(n).F32(2).F32(1)
 			if err := c.Launch(f, cfg, s, &a); err != nil {
-				c.EndCapture(s)
 				return err
 			}
-		}
-		g, err := c.EndCapture(s)
-		if err != nil {
-			return err
-		}
-		defer c.DestroyGraph(g)
-		if nodes, err := c.GraphNodes(g); err != nil || nodes != 3 {
-			t.Errorf("graph has %d nodes (%v), want 3", nodes, err)
-		}
-		ge, err := c.Instantiate(g)
-		if err != nil {
-			return err
-		}
-		defer c.DestroyGraphExec(ge)
-		e0, _ := c.NewEvent(EventDefault)
-		e1, _ := c.NewEvent(EventDefault)
-		defer c.DestroyEvent(e0)
-		defer c.DestroyEvent(e1)
-		c.Record(e0, s)
-		for i := 0; i < 2; i++ {
-			if err := c.GraphLaunch(ge, s); err != nil {
+			// Capture 3 more launches (x = x+1 each), replay the graph twice.
+			a.Reset().Ptr(x).Int(n).F32(1).F32(1)
+			g, ge, release, err := captureLaunches(c, s, f, cfg, &a, 3)
+			if err != nil {
 				return err
 			}
-		}
-		c.Record(e1, s)
-		if err := c.EventSync(e1); err != nil {
-			return err
-		}
-		ms, err := c.Elapsed(e0, e1)
-		if err != nil || ms < 0 {
-			t.Errorf("elapsed %v ms, %v", ms, err)
-		}
-		out := make([]float32, n)
-		if err := Download(c, out, x, s); err != nil {
-			return err
-		}
-		for i, v := range out {
-			if want := 2*float32(i) + 1 + 6; v != want {
-				t.Errorf("x[%d] = %v, want %v", i, v, want)
-				break
+			defer release()
+			if nodes, err := c.GraphNodes(g); err != nil || nodes != 3 {
+				t.Errorf("graph has %d nodes (%v), want 3", nodes, err)
 			}
-		}
-		return nil
+			e0, _ := c.NewEvent(EventDefault)
+			e1, _ := c.NewEvent(EventDefault)
+			defer c.DestroyEvent(e0)
+			defer c.DestroyEvent(e1)
+			c.Record(e0, s)
+			for i := 0; i < 2; i++ {
+				if err := c.GraphLaunch(ge, s); err != nil {
+					return err
+				}
+			}
+			c.Record(e1, s)
+			if err := c.EventSync(e1); err != nil {
+				return err
+			}
+			ms, err := c.Elapsed(e0, e1)
+			if err != nil || ms < 0 {
+				t.Errorf("elapsed %v ms, %v", ms, err)
+			}
+			out := make([]float32, n)
+			if err := Download(c, out, x, s); err != nil {
+				return err
+			}
+			for i, v := range out {
+				if want := 2*float32(i) + 1 + 6; v != want {
+					t.Errorf("x[%d] = %v, want %v", i, v, want)
+					break
+				}
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -544,90 +513,108 @@ func TestOverlapLaunch(t *testing.T) {
 	}
 	const n, steps = 1 << 22, 24
 	err := d.Do(func(c *Ctx) error {
-		m, err := c.LoadModule([]byte(chainPTX))
-		if err != nil {
-			return err
-		}
-		defer c.UnloadModule(m)
-		f, err := c.Function(m, "chain")
-		if err != nil {
-			return err
-		}
-		s, err := c.NewStream(StreamNonBlocking)
-		if err != nil {
-			return err
-		}
-		defer c.DestroyStream(s)
-		x, err := c.Alloc(n * 4)
-		if err != nil {
-			return err
-		}
-		defer c.Free(x)
-		host := make([]float32, n)
-		for i := range host {
-			host[i] = float32(i % 1000)
-		}
-		cfg := LaunchConfig{Grid: Dim3{X: n / 256}, Block: Dim3{X: 256}, Overlap: true}
-		var a Args
-		a.Ptr(x).Int(n)
-		check := func(what string, applied int) error {
-			out := make([]float32, n)
-			if err := Download(c, out, x, s); err != nil {
+		return withKernel(c, chainPTX, "chain", n, func(f Function, s Stream, x DevPtr) error {
+			host := make([]float32, n)
+			for i := range host {
+				host[i] = float32(i % 1000)
+			}
+			cfg := LaunchConfig{Grid: Dim3{X: n / 256}, Block: Dim3{X: 256}, Overlap: true}
+			var a Args
+			a.Ptr(x).Int(n)
+			check := func(what string, applied int) error {
+				out := make([]float32, n)
+				if err := Download(c, out, x, s); err != nil {
+					return err
+				}
+				for i, v := range out {
+					want := float32(i % 1000)
+					for range applied {
+						want = float32(2*float64(want) + 1)
+					}
+					if v != want {
+						t.Errorf("%s: x[%d] = %v, want %v (%d steps)", what, i, v, want, applied)
+						break
+					}
+				}
+				return nil
+			}
+			if err := Upload(c, x, host, s); err != nil {
 				return err
 			}
-			for i, v := range out {
-				want := float32(i % 1000)
-				for range applied {
-					want = float32(2*float64(want) + 1)
-				}
-				if v != want {
-					t.Errorf("%s: x[%d] = %v, want %v (%d steps)", what, i, v, want, applied)
-					break
+			for range steps {
+				if err := c.Launch(f, cfg, s, &a); err != nil {
+					return err
 				}
 			}
-			return nil
-		}
-		if err := Upload(c, x, host, s); err != nil {
-			return err
-		}
-		for range steps {
-			if err := c.Launch(f, cfg, s, &a); err != nil {
+			if err := check("direct", steps); err != nil {
 				return err
 			}
-		}
-		if err := check("direct", steps); err != nil {
-			return err
-		}
-		if err := Upload(c, x, host, s); err != nil {
-			return err
-		}
-		if err := c.BeginCapture(s, CaptureThreadLocal); err != nil {
-			return err
-		}
-		for range steps {
-			if err := c.Launch(f, cfg, s, &a); err != nil {
-				c.EndCapture(s)
+			if err := Upload(c, x, host, s); err != nil {
 				return err
 			}
-		}
-		g, err := c.EndCapture(s)
-		if err != nil {
-			return err
-		}
-		defer c.DestroyGraph(g)
-		ge, err := c.Instantiate(g)
-		if err != nil {
-			return err
-		}
-		defer c.DestroyGraphExec(ge)
-		for range 2 {
-			if err := c.GraphLaunch(ge, s); err != nil {
+			_, ge, release, err := captureLaunches(c, s, f, cfg, &a, steps)
+			if err != nil {
 				return err
 			}
-		}
-		return check("graph", 2*steps)
+			defer release()
+			for range 2 {
+				if err := c.GraphLaunch(ge, s); err != nil {
+					return err
+				}
+			}
+			return check("graph", 2*steps)
+		})
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// withKernel loads ptx, resolves kernel name and gives fn a fresh stream
+// and a device buffer of n float32s, all released when fn returns.
+func withKernel(c *Ctx, ptx, name string, n int, fn func(f Function, s Stream, x DevPtr) error) error {
+	m, err := c.LoadModule([]byte(ptx))
+	if err != nil {
+		return err
+	}
+	defer c.UnloadModule(m)
+	f, err := c.Function(m, name)
+	if err != nil {
+		return err
+	}
+	s, err := c.NewStream(StreamNonBlocking)
+	if err != nil {
+		return err
+	}
+	defer c.DestroyStream(s)
+	x, err := c.Alloc(int64(n) * 4)
+	if err != nil {
+		return err
+	}
+	defer c.Free(x)
+	return fn(f, s, x)
+}
+
+// captureLaunches records count launches of f on s into a graph and
+// instantiates it; release destroys both.
+func captureLaunches(c *Ctx, s Stream, f Function, cfg LaunchConfig, a *Args, count int) (Graph, GraphExec, func(), error) {
+	if err := c.BeginCapture(s, CaptureThreadLocal); err != nil {
+		return 0, 0, nil, err
+	}
+	for range count {
+		if err := c.Launch(f, cfg, s, a); err != nil {
+			c.EndCapture(s)
+			return 0, 0, nil, err
+		}
+	}
+	g, err := c.EndCapture(s)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	ge, err := c.Instantiate(g)
+	if err != nil {
+		c.DestroyGraph(g)
+		return 0, 0, nil, err
+	}
+	return g, ge, func() { c.DestroyGraphExec(ge); c.DestroyGraph(g) }, nil
 }
