@@ -328,16 +328,38 @@ func (k *Kernels) gemvqStagedLaunch(c *cuda.Ctx, s cuda.Stream, what string, x c
 	return nil
 }
 
-// gemvq6Launch launches gemvq_q6k_<nb> on quantized x.
+// fastGEMVQ6KStaged switches Q6_K integer GEMVs to gemvq_q6k_s (the
+// block's rows staged in shared memory by coalesced 16-byte copies).
+var fastGEMVQ6KStaged atomic.Bool
+
+// SetFastGEMVQ6KStaged turns gemvq_q6k_s on or off for the integer Q6_K
+// GEMVs: off by default until measured on the H200. The direct kernel's
+// 4-byte loads of 210-byte blocks touch ~16 L1 wavefronts per 128 useful
+// bytes, which by count caps it near 0.4 of the copy bandwidth, where it
+// measured 0.46-0.54 (kernels/NOTES.md, GEMV v7); the staged kernel reads
+// global memory with coalesced 16-byte copies instead. Same arithmetic,
+// same results, bit for bit. It needs 16-byte aligned rows (columns a
+// multiple of 2048 for Q6_K) and falls back to the direct kernel otherwise.
+func SetFastGEMVQ6KStaged(on bool) { fastGEMVQ6KStaged.Store(on) }
+
+// gemvq6Launch launches gemvq_q6k_<nb> (or gemvq_q6k_s_<nb>, see
+// SetFastGEMVQ6KStaged) on quantized x.
 func (k *Kernels) gemvq6Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.DevPtr, nb int, o GEMVOut) error {
-	f, err := k.fn(fmt.Sprintf("gemvq_q6k_%d", nb))
+	rb := o.W.RowBytes()
+	name, smem := fmt.Sprintf("gemvq_q6k_%d", nb), int64(0)
+	if fastGEMVQ6KStaged.Load() && rb%16 == 0 && o.W.Ptr%16 == 0 && int64(gemvq6Rows)*rb <= int64(k.gemvSmem) {
+		if _, ok := k.fns[fmt.Sprintf("gemvq_q6k_s_%d", nb)]; ok {
+			name, smem = fmt.Sprintf("gemvq_q6k_s_%d", nb), int64(gemvq6Rows)*rb
+		}
+	}
+	f, err := k.fn(name)
 	if err != nil {
 		return err
 	}
 	var a cuda.Args
-	a.Ptr(o.W.Ptr).I64(o.W.RowBytes()).Ptr(o.Y).Int(o.W.Rows).Int(o.W.Cols).Ptr(xq)
+	a.Ptr(o.W.Ptr).I64(rb).Ptr(o.Y).Int(o.W.Rows).Int(o.W.Cols).Ptr(xq)
 	blocks, threads := gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), o.W.Cols)
-	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}}
+	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}, SharedMem: uint32(smem)}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("%s: Q6_K %dx%d batch %d: %w", what, o.W.Rows, o.W.Cols, nb, err)
 	}

@@ -190,6 +190,15 @@ func BenchmarkGEMVQWarps(b *testing.B) {
 			gemvqWarps = 0
 			fmt.Fprintln(&out)
 		}
+		// The Q6_K launches again with their rows staged in shared memory
+		// (SetFastGEMVQ6KStaged), the rule's warps, x held.
+		SetFastGEMVQ6KStaged(true)
+		for _, bn := range benches {
+			if strings.Contains(bn.name, "6") {
+				fmt.Fprintf(&out, "%-18s Q6_K staged, x held: %s\n", bn.name, cell(bn, true))
+			}
+		}
+		SetFastGEMVQ6KStaged(false)
 		return nil
 	})
 	if err != nil {

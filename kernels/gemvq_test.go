@@ -201,24 +201,29 @@ func TestGEMVQ(t *testing.T) {
 		{"q6k-gemv-512", 512, []mat{{quant.Q6_K, 9}}, 0},
 	}
 	defer func() { gemvqUnroll, gemvqStaged = 1, gemvqStagedConfig{} }()
+	defer SetFastGEMVQ6KStaged(false)
 	for _, v := range []struct {
-		q6     bool
-		unroll int
-		staged gemvqStagedConfig
-	}{{false, 1, gemvqStagedConfig{}}, {true, 1, gemvqStagedConfig{}}, {true, 2, gemvqStagedConfig{}}, {true, 1, gemvqStagedConfig{8, 2}}} {
+		q6       bool
+		unroll   int
+		staged   gemvqStagedConfig
+		q6staged bool
+	}{{false, 1, gemvqStagedConfig{}, false}, {true, 1, gemvqStagedConfig{}, false}, {true, 2, gemvqStagedConfig{}, false},
+		{true, 1, gemvqStagedConfig{8, 2}, false}, {true, 1, gemvqStagedConfig{}, true}} {
 		SetFastGEMVQ6K(v.q6)
+		SetFastGEMVQ6KStaged(v.q6staged)
 		gemvqUnroll, gemvqStaged = v.unroll, v.staged
-		t.Run(fmt.Sprintf("q6k=%v/unroll=%d/staged=%d", v.q6, v.unroll, v.staged.warps), func(t *testing.T) { testGEMVQCases(t, cases) })
+		t.Run(fmt.Sprintf("q6k=%v/unroll=%d/staged=%d/q6k-staged=%v", v.q6, v.unroll, v.staged.warps, v.q6staged), func(t *testing.T) { testGEMVQCases(t, cases) })
 	}
 }
 
 // fastGEMVState returns a function that restores the integer-path
 // switches as they are now (tests and benchmarks flip them).
 func fastGEMVState() func() {
-	f, q := FastGEMV(), FastGEMVQ6K()
+	f, q, qs := FastGEMV(), FastGEMVQ6K(), fastGEMVQ6KStaged.Load()
 	return func() {
 		SetFastGEMV(f)
 		SetFastGEMVQ6K(q)
+		SetFastGEMVQ6KStaged(qs)
 	}
 }
 

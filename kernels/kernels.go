@@ -91,7 +91,7 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 			if e.waits {
 				k.waits[f] = true
 			}
-			if strings.HasPrefix(e.name, "gemvq_fused_") || strings.HasPrefix(e.name, "gemvq_q6k_") {
+			if strings.HasPrefix(e.name, "gemvq_fused_") || strings.HasPrefix(e.name, "gemvq_q6k_") { // gemvq_q6k_s_ too
 				k.xqReaders[f] = true
 			}
 		}
@@ -99,7 +99,7 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 	k.gemvSmem = 48 << 10
 	if k.mma() {
 		for name, f := range k.fns {
-			if strings.HasPrefix(name, "gemv_") || strings.HasPrefix(name, "gemvq_staged") {
+			if strings.HasPrefix(name, "gemv_") || strings.HasPrefix(name, "gemvq_staged") || strings.HasPrefix(name, "gemvq_q6k_s_") {
 				if err := c.SetAttribute(f, cuda.FuncMaxDynamicSharedMemory, gemvSharedLimit); err != nil {
 					k.Unload(c)
 					return nil, fmt.Errorf("kernels: %s: raising shared memory: %w", name, err)
