@@ -572,16 +572,49 @@ __device__ __forceinline__ void q6_dot(const QW6& w, const QX6& x, float& acc) {
 // gemvq_q6k: Y = W x for one Q6_K matrix (any 2-byte alignment) and NB
 // quantized vectors; a block owns 2 rows, its warps split the row's units
 // as gemvq_fused's do.
-template <int NB>
+// STAGED (gemvq_q6k_s): the same with the block's two rows staged in shared
+// first (kernels.SetFastGEMVQ6KStaged; opt-in until measured). Why: the
+// direct kernel reads each 64-element unit with 4-byte loads (Q6_K blocks
+// are 210 bytes, so 16-byte loads do not line up), and a warp's 4-byte
+// load touches 32 lanes' words spread over ~1.7 KB of 8 super-blocks: ~16
+// L1 wavefronts for 128 useful bytes. At ~40 such loads per 2-row unit
+// iteration the L1 caps one multiprocessor near 13 GB/s, about 0.41 of the
+// copy bandwidth over the chip, where the H200 measured 0.46-0.54
+// (kernels/NOTES.md). Here the rows are copied with coalesced 16-byte
+// cp.async (rows must be 16-byte aligned: rb % 16 == 0, W 16-aligned;
+// the launcher checks), issued before pdl_wait, and the units read from
+// shared memory, where the same word loads cost a wavefront or two.
+// 2*rb bytes of dynamic shared memory.
+template <int NB, bool STAGED>
 __device__ __forceinline__ void gemvq_q6k_body(const uint8_t* W, long long rb, float* Y, int rows, int cols,
                                                const uint8_t* XQ) {
   constexpr int R = GEMVQ6_R;
+  extern __shared__ uint4 q6s[];
   __shared__ float red[8 * R * NB];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   const int row0 = blockIdx.x * R;
   const uint8_t* rp[R];
 #pragma unroll
   for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
+  const int chunks = (int)(rb >> 4);
+  if (STAGED) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const uint4* src = reinterpret_cast<const uint4*>(rp[r]);
+      uint4* dst = q6s + r * chunks;
+      for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+#if __CUDA_ARCH__ >= 800
+        const unsigned sa = (unsigned)__cvta_generic_to_shared(dst + c);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(src + c));
+#else
+        dst[c] = __ldg(src + c);
+#endif
+      }
+    }
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;");
+#endif
+  }
   float acc[R][NB];
 #pragma unroll
   for (int r = 0; r < R; r++)
@@ -589,15 +622,26 @@ __device__ __forceinline__ void gemvq_q6k_body(const uint8_t* W, long long rb, f
     for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
   const int nunits = cols >> 6;
   const long long qb = gemvq_bytes(cols);
-  // As gemvq_body: the first unit's weights in flight before pdl_wait,
-  // each next one loaded after the current one's dot products.
+  // As gemvq_body: the first unit's weights in flight before pdl_wait
+  // (direct), each next one loaded after the current one's dot products.
   int u = warp * 32 + lane;
   QW6 w[R];
-  if (u < nunits)
+  if (!STAGED && u < nunits)
 #pragma unroll
     for (int r = 0; r < R; r++) w[r].load(rp[r], u);
   pdl_trigger();
   pdl_wait();
+  if (STAGED) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < R; r++) rp[r] = reinterpret_cast<const uint8_t*>(q6s + r * chunks);
+    if (u < nunits)
+#pragma unroll
+      for (int r = 0; r < R; r++) w[r].load(rp[r], u);
+  }
   for (; u < nunits; u += 32 * nw) {
 #pragma unroll
     for (int b = 0; b < NB; b++) {
@@ -630,104 +674,12 @@ __device__ __forceinline__ void gemvq_q6k_body(const uint8_t* W, long long rb, f
   }
 }
 
-#define GEMVQ_Q6K(NB)                                                                                          \
-  extern "C" __global__ void __launch_bounds__(256) gemvq_q6k_##NB(const uint8_t* W, long long rb, float* Y,  \
-                                                                   int rows, int cols, const uint8_t* XQ) {   \
-    gemvq_q6k_body<NB>(W, rb, Y, rows, cols, XQ);                                                              \
+#define GEMVQ_Q6K(NAME, NB, STAGED)                                                                         \
+  extern "C" __global__ void __launch_bounds__(256) NAME(const uint8_t* W, long long rb, float* Y, int rows, \
+                                                         int cols, const uint8_t* XQ) {                     \
+    gemvq_q6k_body<NB, STAGED>(W, rb, Y, rows, cols, XQ);                                                   \
   }
-GEMVQ_Q6K(1)
-GEMVQ_Q6K(2)
-
-// gemvq_q6k_s: gemvq_q6k with the block's two rows staged in shared memory
-// first (kernels.SetFastGEMVQ6KStaged; opt-in until measured). Why: the
-// direct kernel reads each 64-element unit with 4-byte loads (Q6_K blocks
-// are 210 bytes, so 16-byte loads do not line up), and a warp's 4-byte
-// load touches 32 lanes' words spread over ~1.7 KB of 8 super-blocks: ~16
-// L1 wavefronts for 128 useful bytes. At ~40 such loads per 2-row unit
-// iteration the L1 caps one multiprocessor near 13 GB/s, about 0.41 of the
-// copy bandwidth over the chip, where the H200 measured 0.46-0.54
-// (kernels/NOTES.md). Here the rows are copied with coalesced 16-byte
-// cp.async (rows must be 16-byte aligned: rb % 16 == 0, W 16-aligned;
-// the launcher checks), issued before pdl_wait, and the units read from
-// shared memory, where the same word loads cost a wavefront or two.
-// 2*rb bytes of dynamic shared memory.
-template <int NB>
-__device__ __forceinline__ void gemvq_q6k_s_body(const uint8_t* W, long long rb, float* Y, int rows, int cols,
-                                                 const uint8_t* XQ) {
-  constexpr int R = GEMVQ6_R;
-  extern __shared__ uint4 q6s[];
-  __shared__ float red[8 * R * NB];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  const int row0 = blockIdx.x * R;
-  const int chunks = (int)(rb >> 4);
-#pragma unroll
-  for (int r = 0; r < R; r++) {
-    const uint4* src = reinterpret_cast<const uint4*>(W + (long long)min(row0 + r, rows - 1) * rb);
-    uint4* dst = q6s + r * chunks;
-    for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-#if __CUDA_ARCH__ >= 800
-      const unsigned sa = (unsigned)__cvta_generic_to_shared(dst + c);
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(src + c));
-#else
-      dst[c] = __ldg(src + c);
-#endif
-    }
-  }
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;");
-#endif
-  pdl_trigger();
-  pdl_wait();
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
-  __syncthreads();
-  const uint8_t* rp[R];
-#pragma unroll
-  for (int r = 0; r < R; r++) rp[r] = reinterpret_cast<const uint8_t*>(q6s + r * chunks);
-  float acc[R][NB];
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
-  const int nunits = cols >> 6;
-  const long long qb = gemvq_bytes(cols);
-  for (int u = warp * 32 + lane; u < nunits; u += 32 * nw) {
-    QW6 w[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) w[r].load(rp[r], u);
-#pragma unroll
-    for (int b = 0; b < NB; b++) {
-      QX6 x;
-      x.load(XQ + b * qb, cols, u);
-#pragma unroll
-      for (int r = 0; r < R; r++) q6_dot(w[r], x, acc[r][b]);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int b = 0; b < NB; b++) acc[r][b] = warp_sum(acc[r][b]);
-  if (lane == 0) {
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-      for (int b = 0; b < NB; b++) red[(warp * R + r) * NB + b] = acc[r][b];
-  }
-  __syncthreads();
-  const int i = threadIdx.x;
-  if (i < R * NB) {
-    float s = 0.0f;
-    for (int w = 0; w < nw; w++) s += red[w * R * NB + i];
-    const int r = i / NB, b = i % NB;
-    if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = s;
-  }
-}
-
-#define GEMVQ_Q6K_S(NB)                                                                                         \
-  extern "C" __global__ void __launch_bounds__(256) gemvq_q6k_s_##NB(const uint8_t* W, long long rb, float* Y, \
-                                                                     int rows, int cols, const uint8_t* XQ) {  \
-    gemvq_q6k_s_body<NB>(W, rb, Y, rows, cols, XQ);                                                             \
-  }
-GEMVQ_Q6K_S(1)
-GEMVQ_Q6K_S(2)
+GEMVQ_Q6K(gemvq_q6k_1, 1, false)
+GEMVQ_Q6K(gemvq_q6k_2, 2, false)
+GEMVQ_Q6K(gemvq_q6k_s_1, 1, true)
+GEMVQ_Q6K(gemvq_q6k_s_2, 2, true)
