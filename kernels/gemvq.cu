@@ -572,8 +572,9 @@ __device__ __forceinline__ void q6_dot(const QW6& w, const QX6& x, float& acc) {
 // gemvq_q6k: Y = W x for one Q6_K matrix (any 2-byte alignment) and NB
 // quantized vectors; a block owns 2 rows, its warps split the row's units
 // as gemvq_fused's do.
-// STAGED (gemvq_q6k_s): the same with the block's two rows staged in shared
-// first (kernels.SetFastGEMVQ6KStaged; opt-in until measured). Why: the
+// STAGED (gemvq_q6k_s): the same with the block's two rows staged in
+// shared memory first (kernels.SetFastGEMVQ6KStaged; opt-in until
+// measured). Why: the
 // direct kernel reads each 64-element unit with 4-byte loads (Q6_K blocks
 // are 210 bytes, so 16-byte loads do not line up), and a warp's 4-byte
 // load touches 32 lanes' words spread over ~1.7 KB of 8 super-blocks: ~16
