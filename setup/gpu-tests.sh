@@ -16,6 +16,9 @@
 #                    instead of the default integer ones
 #   --no-bench       tests only
 #   --bench-only S   only `strata bench engine --only S`
+#   --kernel-bench   also kernels' BenchmarkGEMVQWarps (integer GEMV launches
+#                    per 8b decode shape and warps per block, the Q6_K staged
+#                    variant; kernels/NOTES.md), after the tests
 # Environment: LOGS (default gpu-logs/, or $OUT where set) receives one log
 # per step; SYNTH (default /dev/shm) holds the synthetic 8b/70b models,
 # written on first use (~3 s and ~26 s; ~70 GiB for every bench scenario);
@@ -40,11 +43,12 @@ build() {
 }
 
 run() {
-	local float=0 bench=1 only=all
+	local float=0 bench=1 only=all kbench=0
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--float-gemv) float=1 ;;
 		--no-bench) bench=0 ;;
+		--kernel-bench) kbench=1 ;;
 		--bench-only) bench=2 only=${2:?--bench-only needs scenarios}; shift ;;
 		*) echo "gpu-tests.sh run: unknown option $1" >&2; return 2 ;;
 		esac
@@ -77,6 +81,9 @@ run() {
 			"$B/engine-cuda.test" -test.v -test.timeout 30m
 		step engine engine "$B/engine.test" -test.v -test.run 'CUDA|RealDriver|Greedy'
 	fi
+	if [ $kbench = 1 ]; then
+		step kernels-bench kernels "$B/kernels.test" -test.run XXX -test.bench GEMVQWarps -test.benchtime 1x -test.v
+	fi
 	if [ $bench != 0 ]; then
 		step bench-engine . "$B/strata" bench engine --synth-dir "$synth" --only "$only" "${benchflag[@]}" \
 			--json-file "$logs/bench-engine.json"
@@ -91,5 +98,5 @@ run() {
 case ${1:-} in
 build) build ;;
 run) shift; run "$@" ;;
-*) echo "usage: setup/gpu-tests.sh build | run [--float-gemv] [--no-bench] [--bench-only SCENARIOS]" >&2; exit 2 ;;
+*) echo "usage: setup/gpu-tests.sh build | run [--float-gemv] [--no-bench] [--bench-only SCENARIOS] [--kernel-bench]" >&2; exit 2 ;;
 esac
