@@ -47,8 +47,9 @@ type Kernels struct {
 	mods  []cuda.Module
 	fns   map[string]cuda.Function
 	waits map[cuda.Function]bool // kernels that run griddepcontrol.wait (launched with Overlap)
-	// xqReaders are the integer GEMVs, which read quantized x and write
-	// neither it nor any x (Kernels.run keeps a held x across them).
+	// xqReaders are the integer GEMVs, which read the quantized x and
+	// never write it: Kernels.run keeps a held x across them (gemvqLaunch
+	// drops it where their outputs overlap the x it came from).
 	xqReaders map[cuda.Function]bool
 	gemvSmem  int // dynamic shared memory GEMV launches may use
 	gemm      gemmState
