@@ -74,6 +74,64 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// The fused decode GEMVs' epilogue modes (kernels' GLU numbering): plain
+// rows, or gate and up rows combined by SwiGLU or GeGLU.
+#define GLU_PLAIN 0
+#define GLU_SWIGLU 1
+#define GLU_GEGLU 2
+
+// Activations exactly as elementwise.cu's swiglu/geglu.
+__device__ __forceinline__ float glu_act(int mode, float g, float u) {
+  const double v = g;
+  if (mode == GLU_SWIGLU) return __fmul_rn((float)(v / (1.0 + exp(-v))), u);
+  const double c = 0.7978845608028654;
+  return __fmul_rn((float)(0.5 * v * (1.0 + tanh(c * (v + 0.044715 * v * v * v)))), u);
+}
+
+// gemv_rows_store is the epilogue of the decode GEMVs whose warps split a
+// block's rows (gemv.cu's gemv_fused, gemvq.cu's gemvq_fused and
+// gemvq_q6k): each lane's partial sums acc[r][b] are summed over the warp,
+// then over the block's nw warps in warp order through red (R*NB*nw
+// floats of shared memory), and written to Y (NB rows of rows floats) for
+// the block's rg rows from row0 — plain, or in GLU modes rows 0..rg/2 of
+// gate and rg/2..rg of up combined by glu_act.
+template <int R, int NB>
+__device__ __forceinline__ void gemv_rows_store(float (&acc)[R][NB], float* red, int nw, int rg, int mode, int row0,
+                                                int rows, float* Y) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[r][b] = warp_sum(acc[r][b]);
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int b = 0; b < NB; b++) red[(warp * R + r) * NB + b] = acc[r][b];
+  }
+  __syncthreads();
+  const int i = threadIdx.x;
+  if (mode == GLU_PLAIN) {
+    if (i < rg * NB) {
+      float s = 0.0f;
+      for (int w = 0; w < nw; w++) s += red[w * R * NB + i];
+      const int r = i / NB, b = i % NB;
+      if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = s;
+    }
+  } else {
+    const int H = rg / 2;
+    if (i < H * NB) {
+      float g = 0.0f, u = 0.0f;
+      for (int w = 0; w < nw; w++) {
+        g += red[w * R * NB + i];
+        u += red[w * R * NB + H * NB + i];
+      }
+      const int r = i / NB, b = i % NB;
+      if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = glu_act(mode, g, u);
+    }
+  }
+}
+
 // N little-endian words starting at an arbitrarily aligned byte address
 // (shared or global). Aligned word loads plus funnel shifts; the extra word
 // is only read when p is misaligned, so nothing past p+4N is touched.

@@ -11,7 +11,7 @@ import (
 // GLU selects the gated activation GEMVGLU applies in its epilogue.
 type GLU int
 
-// The gated activations, numbered as gemv.cu's FUSED_SWIGLU/FUSED_GEGLU.
+// The gated activations, numbered as common.cuh's GLU_SWIGLU/GLU_GEGLU.
 const (
 	// SwiGLU is silu(gate) * up (llama), as Kernels.SwiGLU.
 	SwiGLU GLU = 1

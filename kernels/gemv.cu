@@ -833,18 +833,6 @@ __device__ __forceinline__ void fused_dispatch(int t, const uint8_t* const (&rp)
   }
 }
 
-#define FUSED_PLAIN 0
-#define FUSED_SWIGLU 1
-#define FUSED_GEGLU 2
-
-// Activations exactly as elementwise.cu's swiglu/geglu.
-__device__ __forceinline__ float glu_act(int mode, float g, float u) {
-  const double v = g;
-  if (mode == FUSED_SWIGLU) return __fmul_rn((float)(v / (1.0 + exp(-v))), u);
-  const double c = 0.7978845608028654;
-  return __fmul_rn((float)(0.5 * v * (1.0 + tanh(c * (v + 0.044715 * v * v * v)))), u);
-}
-
 // Segment s: weights W_s (rows_s rows of rowBytes_s, type t_s), output
 // Y_s (NB rows of rows_s floats). Plain mode: blocks take groups of
 // fused_rg(t_s) rows of segment 0, then 1, then 2 (rows_s = 0 leaves a
@@ -858,7 +846,7 @@ __device__ __forceinline__ void gemv_fused_body(const uint8_t* W0, long long rb0
                                                 int cols, const float* X, int mode) {
   constexpr int R = FUSED_R;
   __shared__ float red[8 * R * NB];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  const int nw = blockDim.x >> 5;
   float acc[R][NB];
 #pragma unroll
   for (int r = 0; r < R; r++)
@@ -867,7 +855,7 @@ __device__ __forceinline__ void gemv_fused_body(const uint8_t* W0, long long rb0
   const uint8_t* rp[R];
   int row0, rows, t, rg;
   float* Y;
-  if (mode != FUSED_PLAIN) {
+  if (mode != GLU_PLAIN) {
     t = t0;
     rg = fused_rg(t);
     const int H = rg / 2;
@@ -900,37 +888,7 @@ __device__ __forceinline__ void gemv_fused_body(const uint8_t* W0, long long rb0
     for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
   }
   fused_dispatch<NB>(t, rp, cols, X, acc);
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int b = 0; b < NB; b++) acc[r][b] = warp_sum(acc[r][b]);
-  if (lane == 0) {
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-      for (int b = 0; b < NB; b++) red[(warp * R + r) * NB + b] = acc[r][b];
-  }
-  __syncthreads();
-  const int i = threadIdx.x;
-  if (mode == FUSED_PLAIN) {
-    if (i < rg * NB) {
-      float s = 0.0f;
-      for (int w = 0; w < nw; w++) s += red[w * R * NB + i];
-      const int r = i / NB, b = i % NB;
-      if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = s;
-    }
-  } else {
-    const int H = rg / 2;
-    if (i < H * NB) {
-      float g = 0.0f, u = 0.0f;
-      for (int w = 0; w < nw; w++) {
-        g += red[w * R * NB + i];
-        u += red[w * R * NB + H * NB + i];
-      }
-      const int r = i / NB, b = i % NB;
-      if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = glu_act(mode, g, u);
-    }
-  }
+  gemv_rows_store<R, NB>(acc, red, nw, rg, mode, row0, rows, Y);
 }
 
 #define GEMV_FUSED(NB)                                                                                          \

@@ -235,17 +235,6 @@ struct QW4 {
 };
 
 #define GEMVQ_R 4
-#define GEMVQ_PLAIN 0
-#define GEMVQ_SWIGLU 1
-#define GEMVQ_GEGLU 2
-
-// Activations exactly as gemv.cu's glu_act (elementwise.cu's swiglu/geglu).
-__device__ __forceinline__ float gemvq_act(int mode, float g, float u) {
-  const double v = g;
-  if (mode == GEMVQ_SWIGLU) return __fmul_rn((float)(v / (1.0 + exp(-v))), u);
-  const double c = 0.7978845608028654;
-  return __fmul_rn((float)(0.5 * v * (1.0 + tanh(c * (v + 0.044715 * v * v * v)))), u);
-}
 
 // gemvq_fused: gemv.cu's gemv_fused for Q4_K matrices on quantized x: up
 // to three matrices (plain mode; blocks take 4 rows of segment 0, then 1,
@@ -260,7 +249,7 @@ __device__ __forceinline__ void gemvq_group(int g, const uint8_t* W0, long long 
                                             const uint8_t* W2, long long rb2, float* Y2, int rows2, int mode,
                                             const uint8_t* (&rp)[GEMVQ_R], int& row0, int& rows, float*& Y) {
   constexpr int R = GEMVQ_R;
-  if (mode != GEMVQ_PLAIN) {
+  if (mode != GLU_PLAIN) {
     row0 = g * (R / 2);
     rows = rows0;
     Y = Y0;
@@ -360,37 +349,7 @@ __device__ __forceinline__ void gemvq_body(const uint8_t* W0, long long rb0, flo
       }
     }
   }
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int b = 0; b < NB; b++) acc[r][b] = warp_sum(acc[r][b]);
-  if (lane == 0) {
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-      for (int b = 0; b < NB; b++) red[(warp * R + r) * NB + b] = acc[r][b];
-  }
-  __syncthreads();
-  const int i = threadIdx.x;
-  if (mode == GEMVQ_PLAIN) {
-    if (i < R * NB) {
-      float s = 0.0f;
-      for (int w = 0; w < nw; w++) s += red[w * R * NB + i];
-      const int r = i / NB, b = i % NB;
-      if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = s;
-    }
-  } else {
-    constexpr int H = R / 2;
-    if (i < H * NB) {
-      float g = 0.0f, u = 0.0f;
-      for (int w = 0; w < nw; w++) {
-        g += red[w * R * NB + i];
-        u += red[w * R * NB + H * NB + i];
-      }
-      const int r = i / NB, b = i % NB;
-      if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = gemvq_act(mode, g, u);
-    }
-  }
+  gemv_rows_store<R, NB>(acc, red, nw, R, mode, row0, rows, Y);
 }
 
 #define GEMVQ_FUSED(NAME, NB, UN)                                                                             \
@@ -432,7 +391,7 @@ __device__ __forceinline__ void gemvq_staged_body(const uint8_t* W0, long long r
     put64<true>(xs + b * qb, cols, blk, lane, q0, q1, sx, s);
   }
   __syncthreads();
-  const int groups = mode != GEMVQ_PLAIN ? (rows0 + R / 2 - 1) / (R / 2)
+  const int groups = mode != GLU_PLAIN ? (rows0 + R / 2 - 1) / (R / 2)
                                          : (rows0 + R - 1) / R + (rows1 + R - 1) / R + (rows2 + R - 1) / R;
   const int nunits = cols >> 5;
   for (int g = blockIdx.x * nw + warp; g < groups; g += gridDim.x * nw) {
@@ -463,7 +422,7 @@ __device__ __forceinline__ void gemvq_staged_body(const uint8_t* W0, long long r
 #pragma unroll
       for (int b = 0; b < NB; b++) acc[r][b] = warp_sum(acc[r][b]);
     if (lane == 0) {
-      if (mode == GEMVQ_PLAIN) {
+      if (mode == GLU_PLAIN) {
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
@@ -474,7 +433,7 @@ __device__ __forceinline__ void gemvq_staged_body(const uint8_t* W0, long long r
         for (int r = 0; r < R / 2; r++)
 #pragma unroll
           for (int b = 0; b < NB; b++)
-            if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = gemvq_act(mode, acc[r][b], acc[r + R / 2][b]);
+            if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = glu_act(mode, acc[r][b], acc[r + R / 2][b]);
       }
     }
   }
@@ -655,24 +614,7 @@ __device__ __forceinline__ void gemvq_q6k_body(const uint8_t* W, long long rb, f
 #pragma unroll
       for (int r = 0; r < R; r++) w[r].load(rp[r], u + 32 * nw);
   }
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int b = 0; b < NB; b++) acc[r][b] = warp_sum(acc[r][b]);
-  if (lane == 0) {
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-      for (int b = 0; b < NB; b++) red[(warp * R + r) * NB + b] = acc[r][b];
-  }
-  __syncthreads();
-  const int i = threadIdx.x;
-  if (i < R * NB) {
-    float s = 0.0f;
-    for (int w = 0; w < nw; w++) s += red[w * R * NB + i];
-    const int r = i / NB, b = i % NB;
-    if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = s;
-  }
+  gemv_rows_store<R, NB>(acc, red, nw, R, GLU_PLAIN, row0, rows, Y);
 }
 
 #define GEMVQ_Q6K(NAME, NB, STAGED)                                                                         \

@@ -182,7 +182,7 @@ func gemvqRowRef(t quant.Type, row []byte, cols int, xq []byte, nw int) float32 
 	return s
 }
 
-// gemvqGLURef is gemvq_act: the gated activation of the kernel's epilogue.
+// gemvqGLURef is common.cuh's glu_act: the gated activation of the kernel's epilogue.
 func gemvqGLURef(act GLU, g, u float32) float32 {
 	v := float64(g)
 	if act == SwiGLU {
