@@ -77,17 +77,12 @@ func BenchmarkDecodeShapes(b *testing.B) {
 		mats := uploadDecodeShapes(c, a, shapes)
 		r := rand.New(rand.NewPCG(3, 3))
 		x := put(a, randVec(r, 2*14336, 1))
-		y1, y2, y3 := a.alloc(2*128256*4), a.alloc(2*14336*4), a.alloc(2*14336*4)
+		y1, y2, y3 := decodeOutputs(a)
 		m, bytes := mats.at, mats.bytes
-		type bench struct {
-			name  string
-			bytes int64
-			fn    func(s cuda.Stream, i int) error
-		}
 		gemv := func(name string) func(s cuda.Stream, i int) error {
 			return func(s cuda.Stream, i int) error { return k.GEMV(c, s, m(name, i), x, y1, 1) }
 		}
-		benches := []bench{
+		benches := []decodeBench{
 			{"q alone", bytes("q"), gemv("q")},
 			{"k alone", bytes("k"), gemv("k")},
 			{"o alone", bytes("o"), gemv("o")},
@@ -123,7 +118,7 @@ func BenchmarkDecodeShapes(b *testing.B) {
 			{"gate alone", bytes("gate"), gemv("gate")},
 			{"down4 alone", bytes("down4"), gemv("down4")},
 		}
-		q6 := []bench{
+		q6 := []decodeBench{
 			{"v6", bytes("v6"), gemv("v6")},
 			{"down6", bytes("down6"), gemv("down6")},
 			{"ffn6 14336x4096", bytes("ffn6"), gemv("ffn6")},
@@ -131,7 +126,7 @@ func BenchmarkDecodeShapes(b *testing.B) {
 		}
 		oldW, oldQ6 := gemvWarpsPerSM, gemvQ6KDirect
 		defer func() { gemvWarpsPerSM, gemvQ6KDirect = oldW, oldQ6 }()
-		cell := func(bn bench) string {
+		cell := func(bn decodeBench) string {
 			ms := timeGraph(c, 64, bn.fn)
 			return fmt.Sprintf("%8.2f us %5.3f", ms*1e3, float64(bn.bytes)/(ms/1e3)/ceiling)
 		}
@@ -182,6 +177,22 @@ func uploadDecodeShapes(c *cuda.Ctx, a *arena, shapes []decodeShape) decodeMats 
 	}
 	must(c.StreamSync(0))
 	return mats
+}
+
+// decodeBench is one launch sequence of a decode-shape benchmark: the
+// weight bytes it reads and how to enqueue its i-th repetition (cycling
+// through the copies of decodeMats).
+type decodeBench struct {
+	name  string
+	bytes int64
+	fn    func(s cuda.Stream, i int) error
+}
+
+// decodeOutputs allocates a decode-shape benchmark's outputs for up to
+// two vectors: y1 large enough for the output projection (128256 rows),
+// y2 and y3 for the layers' matrices (up to 14336 rows).
+func decodeOutputs(a *arena) (y1, y2, y3 cuda.DevPtr) {
+	return a.alloc(2 * 128256 * 4), a.alloc(2 * 14336 * 4), a.alloc(2 * 14336 * 4)
 }
 
 // decodeMats are uploadDecodeShapes' copies of each matrix, by name.

@@ -36,13 +36,8 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 		mats := uploadDecodeShapes(c, a, decodeShapes8B)
 		r := rand.New(rand.NewPCG(3, 3))
 		x := put(a, normLike(r, 2, 14336))
-		y1, y2, y3 := a.alloc(2*14336*4), a.alloc(2*14336*4), a.alloc(2*14336*4)
+		y1, y2, y3 := decodeOutputs(a)
 		m, bytes := mats.at, mats.bytes
-		type bench struct {
-			name  string
-			bytes int64
-			fn    func(s cuda.Stream, i int) error
-		}
 		gemv := func(name string) func(s cuda.Stream, i int) error {
 			return func(s cuda.Stream, i int) error { return k.GEMV(c, s, m(name, i), x, y1, 1) }
 		}
@@ -60,7 +55,7 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 				return k.GEMV(c, s, m(down, i), x, y1, 1)
 			}
 		}
-		benches := []bench{
+		benches := []decodeBench{
 			{"q,k,v6 fused", bytes("q", "k", "v6"), func(s cuda.Stream, i int) error {
 				return k.GEMVFused(c, s, x, 1, GEMVOut{m("q", i), y1}, GEMVOut{m("k", i), y2}, GEMVOut{m("v6", i), y3})
 			}},
@@ -84,7 +79,7 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 		}
 		oldW := gemvWarpsPerSM
 		defer func() { gemvWarpsPerSM = oldW }()
-		cell := func(bn bench) string {
+		cell := func(bn decodeBench) string {
 			ms := timeGraphOn(c, s, 64, bn.fn)
 			return fmt.Sprintf("%8.2f us %5.3f", ms*1e3, float64(bn.bytes)/(ms/1e3)/ceiling)
 		}
@@ -145,13 +140,8 @@ func BenchmarkGEMVQWarps(b *testing.B) {
 		m, bytes := mats.at, mats.bytes
 		r := rand.New(rand.NewPCG(3, 3))
 		x := put(a, normLike(r, 2, 14336))
-		y1, y2, y3 := a.alloc(2*14336*4), a.alloc(2*14336*4), a.alloc(2*14336*4)
-		type bench struct {
-			name  string
-			bytes int64
-			fn    func(s cuda.Stream, i int) error
-		}
-		benches := []bench{
+		y1, y2, y3 := decodeOutputs(a)
+		benches := []decodeBench{
 			{"q,k,v6 fused", bytes("q", "k", "v6"), func(s cuda.Stream, i int) error {
 				return k.GEMVFused(c, s, x, 1, GEMVOut{m("q", i), y1}, GEMVOut{m("k", i), y2}, GEMVOut{m("v6", i), y3})
 			}},
@@ -164,7 +154,7 @@ func BenchmarkGEMVQWarps(b *testing.B) {
 			{"v6 1024x4096", bytes("v6"), func(s cuda.Stream, i int) error { return k.GEMV(c, s, m("v6", i), x, y1, 1) }},
 			{"out 128256x4096", bytes("out"), func(s cuda.Stream, i int) error { return k.GEMV(c, s, m("out", i), x, y1, 1) }},
 		}
-		cell := func(bn bench, held bool) string {
+		cell := func(bn decodeBench, held bool) string {
 			fn := bn.fn
 			if held {
 				cols := 4096
