@@ -132,6 +132,20 @@ __device__ __forceinline__ void gemv_rows_store(float (&acc)[R][NB], float* red,
   }
 }
 
+// Streamed weight load: non-coherent and not allocated in L1 (each weight
+// byte is read once; L1 is kept for x).
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+#if __CUDA_ARCH__ >= 800
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+#else
+  return __ldg(reinterpret_cast<const uint4*>(p));
+#endif
+}
+
 // N little-endian words starting at an arbitrarily aligned byte address
 // (shared or global). Aligned word loads plus funnel shifts; the extra word
 // is only read when p is misaligned, so nothing past p+4N is touched.

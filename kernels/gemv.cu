@@ -30,20 +30,6 @@
 // multiplies them with x in float32.
 #include "common.cuh"
 
-// Streamed weight load: non-coherent and not allocated in L1 (each weight
-// byte is read once; L1 is kept for x).
-__device__ __forceinline__ uint4 ld_stream(const void* p) {
-#if __CUDA_ARCH__ >= 800
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-#else
-  return __ldg(reinterpret_cast<const uint4*>(p));
-#endif
-}
-
 // Where a unit's bytes come from: global memory, 16-byte aligned (one
 // vector load per 16 bytes) or not (aligned words and funnel shifts), or a
 // warp's shared-memory ring (aligned).

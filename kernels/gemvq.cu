@@ -18,26 +18,10 @@
 // f16 x of the prefill GEMM); the weights stay exact integers; every sum
 // after the integer dot products is float32 as in gemv.cu.
 //
-// Quantized x layout, per vector (gemvqBytes(cols) = 2.5*cols bytes,
-// vectors back to back): xh[cols] (int8, x_int >> 8), xl[cols] (uint8,
-// x_int & 255), then per 64-block a 32-byte header {float sx; 3 zero
-// words; int S[4]} where x ~= sx * x_int and S holds the sums of x_int over
-// the block's 16-element groups in the order 0, 2, 1, 3 (a Q4_K unit with
-// half h reads groups h and 2+h as one 8-byte load).
+// Quantized x: common.cuh's layout (gemvq_bytes, gemvq_put4); a Q4_K
+// unit with half h reads its 16-element group sums h and 2+h as one 8-byte
+// load, hence their order 0, 2, 1, 3.
 #include "common.cuh"
-
-// Streamed weight load, as gemv.cu's (not allocated in L1).
-__device__ __forceinline__ uint4 q_ld_stream(const void* p) {
-#if __CUDA_ARCH__ >= 800
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-#else
-  return __ldg(reinterpret_cast<const uint4*>(p));
-#endif
-}
 
 // dp4a with the operand signedness of its PTX type suffixes (a, b). A host
 // build of this file (GEMVQ_HOST_CHECK: a C++ check of the unit
@@ -193,7 +177,7 @@ struct QW4 {
   __device__ __forceinline__ void load(const uint8_t* row, int u) {
     const uint8_t* b = row + (long long)(u >> 3) * 144;
     h = __ldg(reinterpret_cast<const uint4*>(b));
-    q = q_ld_stream(b + 16 + 16 * (u & 7));
+    q = ld_stream(b + 16 + 16 * (u & 7));
   }
   // acc += this unit's dot product with x (one vector).
   __device__ __forceinline__ void dot(int u, const QXU& x, float& acc) const {
