@@ -570,17 +570,8 @@ func (m *Model) ProfileDecodeStep(ctx context.Context, iters int) (*StepProfile,
 	}
 	err = m.dev.Do(func(c *kcuda.Ctx) error {
 		st := m.stream
-		// The step's kernels alone, captured as Forward captures them but
-		// without the upload and download graphCopies adds: Device is the
-		// kernels' time, comparable whatever the copies' placement.
-		stepTime := func() (time.Duration, int, error) {
-			gr, err := m.capture(c, &p, key.span, false)
-			if err != nil {
-				return 0, 0, err
-			}
-			defer c.DestroyGraphExec(gr.exec)
-			d, err := measureEvents(c, st, iters, func() error { return c.GraphLaunch(gr.exec, st) })
-			return d, gr.nodes, err
+		stepTime := func(gr *decodeGraph) (time.Duration, error) {
+			return measureEvents(c, st, iters, func() error { return c.GraphLaunch(gr.exec, st) })
 		}
 		// Matrix products alone, launched as the step launches them
 		// (enqueueGEMVs: fused where the pass fuses) and replayed from a
@@ -609,7 +600,17 @@ func (m *Model) ProfileDecodeStep(ctx context.Context, iters int) (*StepProfile,
 			defer c.DestroyGraphExec(mexec)
 			return measureEvents(c, st, iters, func() error { return c.GraphLaunch(mexec, st) })
 		}
-		if prof.Device, prof.Kernels, err = stepTime(); err != nil {
+		// The step's kernels alone, captured as Forward captures them but
+		// without the upload and download graphCopies adds: Device is the
+		// kernels' time, comparable whatever the copies' placement. The
+		// host's launch timings below replay the same graph.
+		gr, err := m.capture(c, &p, key.span, false)
+		if err != nil {
+			return err
+		}
+		defer c.DestroyGraphExec(gr.exec)
+		prof.Kernels = gr.nodes
+		if prof.Device, err = stepTime(gr); err != nil {
 			return err
 		}
 		if prof.GEMV, err = gemvTime(gemvAll); err != nil {
@@ -632,7 +633,13 @@ func (m *Model) ProfileDecodeStep(ctx context.Context, iters int) (*StepProfile,
 		if maj, _ := m.dev.ComputeCapability(); maj >= 9 && kcuda.CanOverlap() && kernels.Overlapping() {
 			kernels.SetOverlap(false)
 			defer kernels.SetOverlap(true)
-			if prof.DeviceSerial, _, err = stepTime(); err != nil {
+			serial, err := m.capture(c, &p, key.span, false)
+			if err != nil {
+				return err
+			}
+			prof.DeviceSerial, err = stepTime(serial)
+			c.DestroyGraphExec(serial.exec)
+			if err != nil {
 				return err
 			}
 			if prof.GEMVSerial, err = gemvTime(gemvAll); err != nil {
@@ -640,11 +647,6 @@ func (m *Model) ProfileDecodeStep(ctx context.Context, iters int) (*StepProfile,
 			}
 			kernels.SetOverlap(true)
 		}
-		gr, err := m.capture(c, &p, key.span, false)
-		if err != nil {
-			return err
-		}
-		defer c.DestroyGraphExec(gr.exec)
 		var direct, graph time.Duration
 		for range iters {
 			t := time.Now()
