@@ -192,11 +192,17 @@ func (k *Kernels) launchFused(c *cuda.Ctx, s cuda.Stream, what string, groups in
 // then y = x / rms(x) * w, for n rows of dim floats, with exactly the
 // arithmetic of Add followed by RMSNorm (y must not alias x or a).
 func (k *Kernels) AddRMSNorm(c *cuda.Ctx, s cuda.Stream, x, a, w, y cuda.DevPtr, n, dim int, eps float32) error {
+	return k.addRMSNorm(c, s, x, a, w, y, n, dim, eps, 0)
+}
+
+// addRMSNorm launches add_rmsnorm; xq, when not 0, also receives y
+// quantized for the integer GEMVs (AddRMSNormQ).
+func (k *Kernels) addRMSNorm(c *cuda.Ctx, s cuda.Stream, x, a, w, y cuda.DevPtr, n, dim int, eps float32, xq cuda.DevPtr) error {
 	if n < 1 || dim < 1 {
 		return fmt.Errorf("add_rmsnorm: %d rows of %d", n, dim)
 	}
 	var args cuda.Args
-	args.Ptr(x).Ptr(a).Ptr(w).Ptr(y).Int(dim).F32(eps).Ptr(0)
+	args.Ptr(x).Ptr(a).Ptr(w).Ptr(y).Int(dim).F32(eps).Ptr(xq)
 	return k.launch(c, s, "add_rmsnorm", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: normThreads(dim)}}, &args)
 }
 

@@ -439,9 +439,7 @@ func (k *Kernels) RMSNormQ(c *cuda.Ctx, s cuda.Stream, x, w, y cuda.DevPtr, n, d
 	if !ok || x%16 != 0 || w%16 != 0 {
 		return k.RMSNorm(c, s, x, w, y, n, dim, eps)
 	}
-	var a cuda.Args
-	a.Ptr(x).Ptr(w).Ptr(y).Int(dim).F32(eps).Ptr(xq)
-	if err := k.launch(c, s, "rmsnorm", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: normThreads(dim)}}, &a); err != nil {
+	if err := k.rmsNorm(c, s, x, w, y, n, dim, eps, xq); err != nil {
 		return err
 	}
 	k.holdQuantized(s, y, n, dim)
@@ -455,12 +453,7 @@ func (k *Kernels) AddRMSNormQ(c *cuda.Ctx, s cuda.Stream, x, a, w, y cuda.DevPtr
 	if !ok || x%16 != 0 || a%16 != 0 || w%16 != 0 {
 		return k.AddRMSNorm(c, s, x, a, w, y, n, dim, eps)
 	}
-	if n < 1 || dim < 1 {
-		return fmt.Errorf("add_rmsnorm: %d rows of %d", n, dim)
-	}
-	var args cuda.Args
-	args.Ptr(x).Ptr(a).Ptr(w).Ptr(y).Int(dim).F32(eps).Ptr(xq)
-	if err := k.launch(c, s, "add_rmsnorm", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: normThreads(dim)}}, &args); err != nil {
+	if err := k.addRMSNorm(c, s, x, a, w, y, n, dim, eps, xq); err != nil {
 		return err
 	}
 	k.holdQuantized(s, y, n, dim)

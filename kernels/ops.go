@@ -27,11 +27,17 @@ func (k *Kernels) launch(c *cuda.Ctx, s cuda.Stream, name string, cfg cuda.Launc
 // RMSNorm writes y[r] = x[r] / rms(x[r]) * w for rows r < n of dim
 // float32 (y may equal x), as engine/model's rmsNorm.
 func (k *Kernels) RMSNorm(c *cuda.Ctx, s cuda.Stream, x, w, y cuda.DevPtr, n, dim int, eps float32) error {
+	return k.rmsNorm(c, s, x, w, y, n, dim, eps, 0)
+}
+
+// rmsNorm launches rmsnorm; xq, when not 0, also receives y quantized
+// for the integer GEMVs (RMSNormQ).
+func (k *Kernels) rmsNorm(c *cuda.Ctx, s cuda.Stream, x, w, y cuda.DevPtr, n, dim int, eps float32, xq cuda.DevPtr) error {
 	if n < 1 || dim < 1 {
 		return fmt.Errorf("rmsnorm: %d rows of %d", n, dim)
 	}
 	var a cuda.Args
-	a.Ptr(x).Ptr(w).Ptr(y).Int(dim).F32(eps).Ptr(0)
+	a.Ptr(x).Ptr(w).Ptr(y).Int(dim).F32(eps).Ptr(xq)
 	return k.launch(c, s, "rmsnorm", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: normThreads(dim)}}, &a)
 }
 
