@@ -635,11 +635,11 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 func (m *Model) enqueueGEMVs(c *kcuda.Ctx, kinds gemvKind) error {
 	k, s, a := m.k, m.stream, &m.act
 	dim := m.Config.Dim
+	// In the step a norm leaves a.xn (and a.outX) quantized for the GEMVs
+	// that read it (RMSNormQ): their x needs no launch here either.
 	for _, lw := range m.layers {
-		// In the step a norm leaves a.xn (and a.outX) quantized for the
-		// GEMVs that read it (RMSNormQ): their x needs no launch here either.
-		k.MarkQuantized(s, a.xn, 1, dim)
 		if kinds&gemvQKV != 0 {
+			k.MarkQuantized(s, a.xn, 1, dim)
 			if fuseGEMV && k.CanFuseGEMV(1, lw.q, lw.k, lw.v) {
 				if err := k.GEMVFused(c, s, a.xn, 1, kernels.GEMVOut{W: lw.q, Y: a.q}, kernels.GEMVOut{W: lw.k, Y: a.k}, kernels.GEMVOut{W: lw.v, Y: a.v}); err != nil {
 					return err
