@@ -514,51 +514,18 @@ __device__ __forceinline__ void q6_dot(const QW6& w, const QX6& x, float& acc) {
 
 // gemvq_q6k: Y = W x for one Q6_K matrix (any 2-byte alignment) and NB
 // quantized vectors; a block owns 2 rows, its warps split the row's units
-// as gemvq_fused's do.
-// STAGED (gemvq_q6k_s): the same with the block's two rows staged in
-// shared memory first (kernels.SetFastGEMVQ6KStaged; opt-in until
-// measured). Why: the
-// direct kernel reads each 64-element unit with 4-byte loads (Q6_K blocks
-// are 210 bytes, so 16-byte loads do not line up), and a warp's 4-byte
-// load touches 32 lanes' words spread over ~1.7 KB of 8 super-blocks: ~16
-// L1 wavefronts for 128 useful bytes. At ~40 such loads per 2-row unit
-// iteration the L1 caps one multiprocessor near 13 GB/s, about 0.41 of the
-// copy bandwidth over the chip, where the H200 measured 0.46-0.54
-// (kernels/NOTES.md). Here the rows are copied with coalesced 16-byte
-// cp.async (rows must be 16-byte aligned: rb % 16 == 0, W 16-aligned;
-// the launcher checks), issued before pdl_wait, and the units read from
-// shared memory, where the same word loads cost a wavefront or two.
-// 2*rb bytes of dynamic shared memory.
-template <int NB, bool STAGED>
+// as gemvq_fused's do. The first unit's weights are in flight before
+// pdl_wait, each next one loaded after the current one's dot products.
+template <int NB>
 __device__ __forceinline__ void gemvq_q6k_body(const uint8_t* W, long long rb, float* Y, int rows, int cols,
                                                const uint8_t* XQ) {
   constexpr int R = GEMVQ6_R;
-  extern __shared__ uint4 q6s[];
   __shared__ float red[8 * R * NB];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   const int row0 = blockIdx.x * R;
   const uint8_t* rp[R];
 #pragma unroll
   for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
-  const int chunks = (int)(rb >> 4);
-  if (STAGED) {
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      const uint4* src = reinterpret_cast<const uint4*>(rp[r]);
-      uint4* dst = q6s + r * chunks;
-      for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-#if __CUDA_ARCH__ >= 800
-        const unsigned sa = (unsigned)__cvta_generic_to_shared(dst + c);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(src + c));
-#else
-        dst[c] = __ldg(src + c);
-#endif
-      }
-    }
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;");
-#endif
-  }
   float acc[R][NB];
 #pragma unroll
   for (int r = 0; r < R; r++)
@@ -566,26 +533,13 @@ __device__ __forceinline__ void gemvq_q6k_body(const uint8_t* W, long long rb, f
     for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
   const int nunits = cols >> 6;
   const long long qb = gemvq_bytes(cols);
-  // As gemvq_body: the first unit's weights in flight before pdl_wait
-  // (direct), each next one loaded after the current one's dot products.
   int u = warp * 32 + lane;
   QW6 w[R];
-  if (!STAGED && u < nunits)
+  if (u < nunits)
 #pragma unroll
     for (int r = 0; r < R; r++) w[r].load(rp[r], u);
   pdl_trigger();
   pdl_wait();
-  if (STAGED) {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < R; r++) rp[r] = reinterpret_cast<const uint8_t*>(q6s + r * chunks);
-    if (u < nunits)
-#pragma unroll
-      for (int r = 0; r < R; r++) w[r].load(rp[r], u);
-  }
   for (; u < nunits; u += 32 * nw) {
 #pragma unroll
     for (int b = 0; b < NB; b++) {
@@ -601,12 +555,116 @@ __device__ __forceinline__ void gemvq_q6k_body(const uint8_t* W, long long rb, f
   gemv_rows_store<R, NB>(acc, red, nw, R, GLU_PLAIN, row0, rows, Y);
 }
 
-#define GEMVQ_Q6K(NAME, NB, STAGED)                                                                         \
-  extern "C" __global__ void __launch_bounds__(256) NAME(const uint8_t* W, long long rb, float* Y, int rows, \
-                                                         int cols, const uint8_t* XQ) {                     \
-    gemvq_q6k_body<NB, STAGED>(W, rb, Y, rows, cols, XQ);                                                   \
+#define GEMVQ_Q6K(NB)                                                                                     \
+  extern "C" __global__ void __launch_bounds__(256) gemvq_q6k_##NB(const uint8_t* W, long long rb, float* Y, \
+                                                                   int rows, int cols, const uint8_t* XQ) {  \
+    gemvq_q6k_body<NB>(W, rb, Y, rows, cols, XQ);                                                           \
   }
-GEMVQ_Q6K(gemvq_q6k_1, 1, false)
-GEMVQ_Q6K(gemvq_q6k_2, 2, false)
-GEMVQ_Q6K(gemvq_q6k_s_1, 1, true)
-GEMVQ_Q6K(gemvq_q6k_s_2, 2, true)
+GEMVQ_Q6K(1)
+GEMVQ_Q6K(2)
+
+// 16-byte asynchronous copy global -> shared (cp.async, compute_80 on;
+// a plain copy below, where the waits are no-ops and the barrier after
+// them orders the copies).
+__device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) {
+#if __CUDA_ARCH__ >= 800
+  const unsigned sa = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(src));
+#else
+  *dst = __ldg(src);
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;");
+#endif
+}
+
+// Waits until at most n (0 or 1) of this thread's commit groups are pending.
+__device__ __forceinline__ void cp_async_wait(int n) {
+#if __CUDA_ARCH__ >= 800
+  if (n == 0) {
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+  } else {
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+  }
+#endif
+}
+
+#define GEMVQ6S_R 4
+#define GEMVQ6S_CH 2
+
+// gemvq_q6k_s: gemvq_q6k's work with the block's 4 rows staged in shared
+// memory by coalesced 16-byte cp.async (rb % 16 == 0, W 16-aligned; the
+// launcher checks), issued before pdl_wait in two commit groups, each a
+// half of every row's bytes: the block computes the super-blocks of the
+// first half while the second is in flight. Thread t takes units t, t+T,
+// ... of the first half's super-blocks, then the same of the rest (T =
+// blockDim.x). 4*rb bytes of dynamic shared memory.
+// Why: the direct kernel reads each 64-element unit with 4-byte loads
+// (Q6_K blocks are 210 bytes, so 16-byte loads do not line up); a warp's
+// 4-byte load touches words spread over ~1.7 KB of 8 super-blocks, ~16 L1
+// wavefronts per 128 useful bytes, and with few bytes in flight per
+// thread it streamed at 0.47-0.54 of the copy bandwidth. Measured on the
+// H200 (kernels/NOTES.md, GEMV v8; testdata/stage-sweep.cu): the output
+// projection 128256x4096 at 0.86 of D2D (0.54 direct), down 4096x14336 at
+// 0.57 (0.47); 2 rows per block reached 0.67 and 0.48, a single commit
+// group 0.83 and 0.55.
+template <int NB>
+__device__ __forceinline__ void gemvq_q6k_s_body(const uint8_t* W, long long rb, float* Y, int rows, int cols,
+                                                 const uint8_t* XQ) {
+  constexpr int R = GEMVQ6S_R, CH = GEMVQ6S_CH;
+  extern __shared__ uint4 q6s[];
+  __shared__ float red[8 * R * NB];
+  const int row0 = blockIdx.x * R, T = blockDim.x;
+  const int chunks = (int)(rb >> 4);
+#pragma unroll
+  for (int c = 0; c < CH; c++) {
+    const int a = c * chunks / CH, e = (c + 1) * chunks / CH;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const uint4* src = reinterpret_cast<const uint4*>(W + (long long)min(row0 + r, rows - 1) * rb);
+      for (int i = a + (int)threadIdx.x; i < e; i += T) cp_async16(q6s + r * chunks + i, src + i);
+    }
+    cp_async_commit();
+  }
+  pdl_trigger();
+  pdl_wait();
+  float acc[R][NB];
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+  const long long qb = gemvq_bytes(cols);
+  int s0 = 0;
+#pragma unroll
+  for (int c = 0; c < CH; c++) {
+    // Super-blocks whole within the chunks copied so far.
+    const int s1 = c == CH - 1 ? (cols >> 8) : (16 * ((c + 1) * chunks / CH)) / 210;
+    cp_async_wait(CH - 1 - c);
+    __syncthreads();
+    for (int u = 4 * s0 + (int)threadIdx.x; u < 4 * s1; u += T) {
+      QX6 x[NB];
+#pragma unroll
+      for (int b = 0; b < NB; b++) x[b].load(XQ + b * qb, cols, u);
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        QW6 w;
+        w.load(reinterpret_cast<const uint8_t*>(q6s + r * chunks), u);
+#pragma unroll
+        for (int b = 0; b < NB; b++) q6_dot(w, x[b], acc[r][b]);
+      }
+    }
+    s0 = s1;
+  }
+  gemv_rows_store<R, NB>(acc, red, T >> 5, R, GLU_PLAIN, row0, rows, Y);
+}
+
+#define GEMVQ_Q6K_S(NB)                                                                                      \
+  extern "C" __global__ void __launch_bounds__(256) gemvq_q6k_s_##NB(const uint8_t* W, long long rb, float* Y, \
+                                                                     int rows, int cols, const uint8_t* XQ) {  \
+    gemvq_q6k_s_body<NB>(W, rb, Y, rows, cols, XQ);                                                           \
+  }
+GEMVQ_Q6K_S(1)
+GEMVQ_Q6K_S(2)

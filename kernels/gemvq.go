@@ -329,28 +329,59 @@ func (k *Kernels) gemvqStagedLaunch(c *cuda.Ctx, s cuda.Stream, what string, x c
 }
 
 // fastGEMVQ6KStaged switches Q6_K integer GEMVs to gemvq_q6k_s (the
-// block's rows staged in shared memory by coalesced 16-byte copies).
+// block's rows staged in shared memory by coalesced 16-byte copies) where
+// gemvq6Staged allows it. On by default (init).
 var fastGEMVQ6KStaged atomic.Bool
 
+func init() { fastGEMVQ6KStaged.Store(true) }
+
 // SetFastGEMVQ6KStaged turns gemvq_q6k_s on or off for the integer Q6_K
-// GEMVs: off by default until measured on the H200. The direct kernel's
-// 4-byte loads of 210-byte blocks touch ~16 L1 wavefronts per 128 useful
-// bytes, which by count caps it near 0.4 of the copy bandwidth, where it
-// measured 0.46-0.54 (kernels/NOTES.md, GEMV v7); the staged kernel reads
-// global memory with coalesced 16-byte copies instead. Same arithmetic,
-// same results, bit for bit. It needs 16-byte aligned rows (columns a
-// multiple of 2048 for Q6_K) and falls back to the direct kernel otherwise.
+// GEMVs (on by default). The direct kernel's 4-byte loads of 210-byte
+// blocks keep few bytes in flight and touch ~16 L1 wavefronts per 128
+// useful bytes; the staged kernel copies 4 rows per block with coalesced
+// 16-byte cp.async before pdl_wait. On the H200 (kernels/NOTES.md, GEMV
+// v8) it took the output projection from 0.54 to 0.86 of the copy
+// bandwidth and down 4096x14336 from 0.47 to 0.57. Same arithmetic, a
+// different order of the float partial sums (gemvqRowRef emulates both).
 func SetFastGEMVQ6KStaged(on bool) { fastGEMVQ6KStaged.Store(on) }
 
+// gemvq6sRows, gemvq6sChunks are GEMVQ6S_R and GEMVQ6S_CH of gemvq_q6k_s.
+const gemvq6sRows, gemvq6sChunks = 4, 2
+
+// gemvq6Staged reports whether a Q6_K matrix's GEMV takes gemvq_q6k_s,
+// and its block size: the switch on, rows 16-byte aligned (columns a
+// multiple of 2048), 4 rows within the shared memory the GEMVs may use,
+// and at least two blocks per multiprocessor (v 1024x4096, 256 blocks on
+// the H200's 132, measured faster direct: 2.8 against 3.9 µs). Threads:
+// the fewest warps (a power of two, 1..8) that leave each thread at most
+// two 64-column units of a row: 1 warp at 4096 columns, 4 at 14336, the
+// measured best of 1..8 for both.
+func (k *Kernels) gemvq6Staged(w Matrix) (ok bool, threads int) {
+	rb := w.RowBytes()
+	if !fastGEMVQ6KStaged.Load() || rb%16 != 0 || w.Ptr%16 != 0 || gemvq6sRows*rb > int64(k.gemvSmem) ||
+		ceilDiv(w.Rows, gemvq6sRows) < 2*k.SMs || !k.mma() {
+		return false, 0
+	}
+	warps := 1
+	for warps < 8 && 2*32*warps*64 < w.Cols {
+		warps *= 2
+	}
+	if gemvqWarps > 0 {
+		warps = gemvqWarps
+	}
+	return true, 32 * warps
+}
+
 // gemvq6Launch launches gemvq_q6k_<nb> (or gemvq_q6k_s_<nb>, see
-// SetFastGEMVQ6KStaged) on quantized x.
+// gemvq6Staged) on quantized x.
 func (k *Kernels) gemvq6Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.DevPtr, nb int, o GEMVOut) error {
 	rb := o.W.RowBytes()
-	name, smem := fmt.Sprintf("gemvq_q6k_%d", nb), int64(0)
-	if fastGEMVQ6KStaged.Load() && rb%16 == 0 && o.W.Ptr%16 == 0 && int64(gemvq6Rows)*rb <= int64(k.gemvSmem) {
-		if _, ok := k.fns[fmt.Sprintf("gemvq_q6k_s_%d", nb)]; ok {
-			name, smem = fmt.Sprintf("gemvq_q6k_s_%d", nb), int64(gemvq6Rows)*rb
-		}
+	name := fmt.Sprintf("gemvq_q6k_%d", nb)
+	blocks, threads := gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), o.W.Cols)
+	smem := int64(0)
+	if ok, th := k.gemvq6Staged(o.W); ok {
+		name, smem = fmt.Sprintf("gemvq_q6k_s_%d", nb), gemvq6sRows*rb
+		blocks, threads = ceilDiv(o.W.Rows, gemvq6sRows), th
 	}
 	f, err := k.fn(name)
 	if err != nil {
@@ -358,7 +389,6 @@ func (k *Kernels) gemvq6Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.
 	}
 	var a cuda.Args
 	a.Ptr(o.W.Ptr).I64(rb).Ptr(o.Y).Int(o.W.Rows).Int(o.W.Cols).Ptr(xq)
-	blocks, threads := gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), o.W.Cols)
 	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}, SharedMem: uint32(smem)}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("%s: Q6_K %dx%d batch %d: %w", what, o.W.Rows, o.W.Cols, nb, err)

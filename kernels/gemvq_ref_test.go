@@ -156,8 +156,10 @@ func gemvq6UnitRef(row []byte, u int, xq []byte, cols int, acc float32) float32 
 
 // gemvqRowRef is one row's result of gemvq_fused (Q4_K) or gemvq_q6k
 // with nw warps per block: lane partials over units w*32+lane, +32*nw,
-// ..., warp_sum's shuffle tree, then the warps' sums in order.
-func gemvqRowRef(t quant.Type, row []byte, cols int, xq []byte, nw int) float32 {
+// ..., warp_sum's shuffle tree, then the warps' sums in order. split > 0
+// (gemvq_q6k_s's two copy halves) restarts the units' walk at unit split:
+// thread t then takes split+t, split+t+32*nw, ...
+func gemvqRowRef(t quant.Type, row []byte, cols int, xq []byte, nw, split int) float32 {
 	part := make([]float32, 32*nw)
 	unit, ue := gemvqUnitRef, 32
 	if t == quant.Q6_K {
@@ -165,6 +167,9 @@ func gemvqRowRef(t quant.Type, row []byte, cols int, xq []byte, nw int) float32 
 	}
 	for u := 0; u < cols/ue; u++ {
 		i := u % (32 * nw)
+		if split > 0 && u >= split {
+			i = (u - split) % (32 * nw)
+		}
 		part[i] = unit(row, u, xq, cols, part[i])
 	}
 	var s float32

@@ -144,7 +144,7 @@ func TestGEMVQFidelity(t *testing.T) {
 			var num, den, worst, n16, n8 float64
 			for row := 0; row < rows; row++ {
 				ref, mag := refDot(deq, sh.cols, row, x)
-				got := float64(gemvqRowRef(sh.typ, data[row*int(rb):(row+1)*int(rb)], sh.cols, xq, 8))
+				got := float64(gemvqRowRef(sh.typ, data[row*int(rb):(row+1)*int(rb)], sh.cols, xq, 8, 0))
 				var bound float64
 				for j, w := range deq[row*sh.cols : (row+1)*sh.cols] {
 					bound += math.Abs(float64(w)) * math.Abs(xd[j]-float64(x[j]))
@@ -199,9 +199,13 @@ func TestGEMVQ(t *testing.T) {
 		{"q6k-gemv-4096", 4096, []mat{{quant.Q6_K, 67}}, 0},
 		{"q6k-gemv-14336", 14336, []mat{{quant.Q6_K, 19}}, 0},
 		{"q6k-gemv-512", 512, []mat{{quant.Q6_K, 9}}, 0},
+		// Tall enough for gemvq_q6k_s (two blocks per multiprocessor of
+		// up to 144) where SetFastGEMVQ6KStaged is on.
+		{"q6k-gemv-4096-tall", 4096, []mat{{quant.Q6_K, 1153}}, 0},
+		{"q6k-gemv-14336-tall", 14336, []mat{{quant.Q6_K, 1155}}, 0},
 	}
 	defer func() { gemvqUnroll, gemvqStaged = 1, gemvqStagedConfig{} }()
-	defer SetFastGEMVQ6KStaged(false)
+	defer fastGEMVState()()
 	for _, v := range []struct {
 		q6       bool
 		unroll   int
@@ -315,7 +319,7 @@ func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, x
 		groups = ceilDiv(outs[0].W.Rows, gemvqRows/2)
 	}
 	// Warps per block of each output's launch, as gemvqLaunch sizes them.
-	nws := make([]int, len(outs))
+	nws, splits := make([]int, len(outs)), make([]int, len(outs))
 	for i, o := range outs {
 		_, th := gemvqGeometry(groups, cols)
 		if gemvqStaged.warps > 0 {
@@ -323,6 +327,13 @@ func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, x
 		}
 		if o.W.Type == quant.Q6_K {
 			_, th = gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), cols)
+			if ok, sth := k.gemvq6Staged(o.W); ok {
+				th = sth
+				// gemvq_q6k_s: the super-blocks whole within the first
+				// of its gemvq6sChunks copies come first.
+				chunks := int(o.W.RowBytes() / 16)
+				splits[i] = 4 * (16 * (chunks / gemvq6sChunks) / 210)
+			}
 		}
 		nws[i] = th / 32
 	}
@@ -333,7 +344,7 @@ func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, x
 			bound += math.Abs(float64(w)) * math.Abs(xd[j]-float64(xs[b*cols+j]))
 		}
 		rb := int(outs[i].W.RowBytes())
-		emu = float64(gemvqRowRef(outs[i].W.Type, datas[i][row*rb:(row+1)*rb], cols, xqs[b], nws[i]))
+		emu = float64(gemvqRowRef(outs[i].W.Type, datas[i][row*rb:(row+1)*rb], cols, xqs[b], nws[i], splits[i]))
 		return
 	}
 	if glu != 0 {

@@ -3,6 +3,7 @@ package kernels
 import (
 	"embed"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -10,8 +11,17 @@ import (
 	"github.com/strata-llm/strata/kernels/cuda"
 )
 
-//go:embed ptx/*.ptx
+//go:embed ptx/*.ptx ptx/*.cubin
 var ptxFS embed.FS
+
+// cubinArch is the one architecture with ahead-of-time code embedded
+// (gen.sh: ptxas 11.8 on the compute_90 PTX), loaded instead of the PTX on
+// devices of exactly compute capability 9.0 (H100, H200): on the H200 the
+// CUDA 13 JIT's code for the integer decode GEMVs streamed 9-14% slower
+// than ptxas 11.8's (kernels/NOTES.md, GEMV v8), and the JIT of every
+// family takes ~18 s where the driver's cache is cold. STRATA_CUDA_JIT=1
+// loads the PTX anyway (for comparisons).
+const cubinArch = "sm_90"
 
 // families are the .cu files, each compiled to one module.
 var families = []string{"attention", "bf16pack", "elementwise", "gemm", "gemv", "gemvq", "norm", "prefill", "rope", "sample"}
@@ -41,6 +51,9 @@ func PTXArch(major, minor int) (string, error) {
 type Kernels struct {
 	// Arch is the PTX target that was loaded ("compute_80").
 	Arch string
+	// Image says what the driver loaded for Arch: "compute_90 PTX (driver
+	// JIT)" or "sm_90 cubin (ptxas 11.8)".
+	Image string
 	// SMs is the device's multiprocessor count, used to size grids.
 	SMs int
 
@@ -56,30 +69,45 @@ type Kernels struct {
 	gemvq     gemvqState // quantized-x scratch of the integer GEMV path
 }
 
-// Load JIT-compiles the embedded PTX for c's device and resolves every
-// kernel. The first load on a machine can take a few seconds (the driver
-// caches the result).
+// Load loads the embedded kernels for c's device — the sm_90 cubins on a
+// compute capability 9.0 device (see cubinArch), else the PTX, which the
+// driver JIT-compiles (the first load on a machine can take several
+// seconds; the driver caches the result) — and resolves every kernel.
 func Load(c *cuda.Ctx) (*Kernels, error) {
 	d := c.Device()
-	arch, err := PTXArch(d.ComputeCapability())
+	maj, min := d.ComputeCapability()
+	arch, err := PTXArch(maj, min)
 	if err != nil {
 		return nil, err
+	}
+	cubin := maj == 9 && min == 0 && os.Getenv("STRATA_CUDA_JIT") != "1"
+	image := arch + " PTX (driver JIT)"
+	if cubin {
+		image = cubinArch + " cubin (ptxas 11.8)"
 	}
 	sms, err := d.AttributeOnThread(c, cuda.AttrMultiprocessorCount)
 	if err != nil {
 		return nil, err
 	}
-	k := &Kernels{Arch: arch, SMs: sms, fns: map[string]cuda.Function{}, waits: map[cuda.Function]bool{}, xqReaders: map[cuda.Function]bool{}}
+	k := &Kernels{Arch: arch, Image: image, SMs: sms, fns: map[string]cuda.Function{}, waits: map[cuda.Function]bool{}, xqReaders: map[cuda.Function]bool{}}
 	for _, fam := range families {
 		src, err := ptxFS.ReadFile("ptx/" + fam + "." + arch + ".ptx")
 		if err != nil {
 			k.Unload(c)
 			return nil, fmt.Errorf("kernels: embedded PTX: %w", err)
 		}
-		m, err := c.LoadModule(src)
+		img, what := src, fam+"."+arch
+		if cubin {
+			what = fam + "." + cubinArch
+			if img, err = ptxFS.ReadFile("ptx/" + what + ".cubin"); err != nil {
+				k.Unload(c)
+				return nil, fmt.Errorf("kernels: embedded cubin: %w", err)
+			}
+		}
+		m, err := c.LoadModule(img)
 		if err != nil {
 			k.Unload(c)
-			return nil, fmt.Errorf("kernels: loading %s.%s: %w", fam, arch, err)
+			return nil, fmt.Errorf("kernels: loading %s: %w", what, err)
 		}
 		k.mods = append(k.mods, m)
 		for _, e := range entries(src) {

@@ -50,7 +50,7 @@ func TestPTXUpToDate(t *testing.T) {
 				}
 				seen[file] = true
 			}
-			for _, need := range []string{src, "common.cuh", "ptx/" + name + ".compute_61.ptx", "ptx/" + name + ".compute_80.ptx", "ptx/" + name + ".compute_90.ptx"} {
+			for _, need := range []string{src, "common.cuh", "ptx/" + name + ".compute_61.ptx", "ptx/" + name + ".compute_80.ptx", "ptx/" + name + ".compute_90.ptx", "ptx/" + name + ".sm_90.cubin"} {
 				if !seen[need] {
 					t.Errorf("%s.sum does not cover %s: run kernels/gen.sh", name, need)
 				}

@@ -5,7 +5,7 @@
 # `strata bench engine`. Built on any machine with Go, run on a GPU host
 # that needs no Go:
 #
-#   setup/gpu-tests.sh build            # here: cross-builds bin/gpu-tests.tgz
+#   setup/gpu-tests.sh build            # here: cross-builds bin/gpu-tests.txz
 #   setup/gpu-tests.sh run [OPTIONS]    # there, in a checkout (the tests read
 #                                       # their testdata/), after copying the
 #                                       # tarball to bin/
@@ -37,9 +37,13 @@ build() {
 		"$GO" test -c -ldflags='-s -w' -o "bin/gpu-tests/$(echo "$p" | tr / -).test" "./$p"
 	done
 	"$GO" build -ldflags='-s -w' -o bin/gpu-tests/strata ./tools/strata
-	tar czf bin/gpu-tests.tgz -C bin gpu-tests
+	# xz with a dictionary wider than one binary: the five share most of
+	# their bytes (the embedded PTX and cubins), so the tarball is ~7 MB
+	# where gzip made ~31 (the device tool carries at most 64 MiB).
+	rm -f bin/gpu-tests.tgz
+	tar cf - -C bin gpu-tests | xz -T0 -9 --lzma2=dict=192MiB >bin/gpu-tests.txz
 	rm -r bin/gpu-tests
-	echo "bin/gpu-tests.tgz ($(du -h bin/gpu-tests.tgz | cut -f1)): copy it to bin/ of a checkout on the GPU host and run setup/gpu-tests.sh run" >&2
+	echo "bin/gpu-tests.txz ($(du -h bin/gpu-tests.txz | cut -f1)): copy it to bin/ of a checkout on the GPU host and run setup/gpu-tests.sh run" >&2
 }
 
 run() {
@@ -54,8 +58,12 @@ run() {
 		esac
 		shift
 	done
-	[ -f bin/gpu-tests.tgz ] || { echo "gpu-tests.sh run: no bin/gpu-tests.tgz (setup/gpu-tests.sh build first)" >&2; return 2; }
-	tar xzf bin/gpu-tests.tgz -C bin || return 2
+	[ -f bin/gpu-tests.txz ] || { echo "gpu-tests.sh run: no bin/gpu-tests.txz (setup/gpu-tests.sh build first)" >&2; return 2; }
+	if command -v xz >/dev/null; then
+		tar xJf bin/gpu-tests.txz -C bin || return 2
+	else # python3's lzma where the host has no xz
+		python3 -c 'import tarfile; tarfile.open("bin/gpu-tests.txz", "r:xz").extractall("bin")' || return 2
+	fi
 	local B=$PWD/bin/gpu-tests logs=${LOGS:-${OUT:-gpu-logs}} synth=${SYNTH:-/dev/shm}
 	mkdir -p "$logs"
 	local failed=() fast=() benchflag=()

@@ -208,6 +208,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("bench engine: loading kernels: %w", err)
 	}
+	r.Kernels = k.Image
 	defer dev.Do(func(c *kcuda.Ctx) error { return k.Unload(c) })
 
 	o.progress("measuring the ceilings: device-to-device copy, pinned host-to-device copy")

@@ -141,6 +141,9 @@ type Report struct {
 	// FloatGEMV says the run used kernels' float decode GEMVs
 	// (Options.FloatGEMV) instead of the default integer ones.
 	FloatGEMV bool `json:"float_gemv"`
+	// Kernels is the kernel image the run loaded (kernels.Kernels.Image:
+	// the sm_90 cubin or the PTX the driver JIT-compiles).
+	Kernels string `json:"kernels,omitempty"`
 }
 
 // Failed reports whether any scenario stopped with an error.
@@ -230,6 +233,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "decode GEMVs: float (dequantize and FMA, --float-gemv), Q4_K and Q6_K\n")
 	} else {
 		fmt.Fprintf(&b, "decode GEMVs: integer (x in 16 bits, dp4a; the default), Q4_K and Q6_K\n")
+	}
+	if r.Kernels != "" {
+		fmt.Fprintf(&b, "kernels: %s\n", r.Kernels)
 	}
 	fmt.Fprintf(&b, "%s\n\n", r.PeerSource)
 	c := r.Ceilings

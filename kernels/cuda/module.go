@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -21,14 +22,16 @@ const (
 	jitErrorLogBufferSize     = 6
 )
 
-// LoadModule JIT-compiles NUL-terminated or plain PTX text for the device
-// (cuModuleLoadDataEx). On failure the error includes the JIT's log.
+// LoadModule loads a module image for the device (cuModuleLoadDataEx):
+// NUL-terminated or plain PTX text, which the driver JIT-compiles, or a
+// cubin (an ELF image, passed as is). On failure the error includes the
+// JIT's log.
 func (c *Ctx) LoadModule(ptx []byte) (Module, error) {
 	if len(ptx) == 0 {
 		return 0, errors.New("cuModuleLoadDataEx: empty image")
 	}
 	img := ptx
-	if img[len(img)-1] != 0 {
+	if img[len(img)-1] != 0 && !bytes.HasPrefix(img, []byte("\x7fELF")) {
 		img = append(append(make([]byte, 0, len(ptx)+1), ptx...), 0)
 	}
 	const logSize = 16 << 10

@@ -1,0 +1,541 @@
+// stage-sweep.cu: the standalone CUDA C++ sweep behind kernels/NOTES.md's
+// "GEMV v8" (2026-11-29): integer decode GEMVs whose blocks stage their
+// row group in shared memory with cp.async (issued before griddepcontrol.
+// wait, in CH commit groups so the block computes on the first columns
+// while the rest arrive), against gemvq.cu's register-streaming kernels,
+// per 8b decode shape, 32 launches back to back from a CUDA graph with
+// programmatic dependent launch, x already quantized. Not part of the
+// build; it includes gemvq.cu.
+//
+//   cd kernels/testdata && nvcc -O3 -std=c++17 -arch=sm_90 -I.. -o /tmp/stage-sweep stage-sweep.cu
+//   /tmp/stage-sweep            # on the GPU host (built here with nvcc 11.8 or there)
+#include "../gemvq.cu"
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+#include <algorithm>
+#include <cuda_runtime.h>
+
+#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); exit(1);} } while (0)
+
+__device__ __forceinline__ void cp16(void* dst, const void* src) {
+  const unsigned sa = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(src));
+}
+__device__ __forceinline__ void cpcommit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cpwait(int n) {
+  switch (n) {
+  case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+  case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+  case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+  case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+  default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
+  }
+}
+
+// R rows of rb bytes (rb % 16 == 0) from row0 into sm, CH commit groups by
+// 16-byte chunk ranges of each row.
+// GLU (W1 != 0): rows 0..R/2 of the group from W at row0, R/2..R from W1.
+__device__ __forceinline__ const uint8_t* grow(const uint8_t* W, const uint8_t* W1, long long rb, int row0, int rows, int r, int R) {
+  if (W1) return (r < R / 2 ? W : W1) + (long long)min(row0 + (r % (R / 2)), rows - 1) * rb;
+  return W + (long long)min(row0 + r, rows - 1) * rb;
+}
+template <int R, int CH>
+__device__ __forceinline__ void stage_rows(const uint8_t* W, const uint8_t* W1, long long rb, int row0, int rows, uint4* sm) {
+  const int chunks = (int)(rb >> 4);
+#pragma unroll
+  for (int c = 0; c < CH; c++) {
+    const int a = c * chunks / CH, e = (c + 1) * chunks / CH;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const uint4* src = reinterpret_cast<const uint4*>(grow(W, W1, rb, row0, rows, r, R));
+      for (int i = a + (int)threadIdx.x; i < e; i += blockDim.x) cp16(sm + r * chunks + i, src + i);
+    }
+    cpcommit();
+  }
+}
+
+// ks4: Q4_K, R rows per block staged; threads walk units u = tid, tid+blockDim...
+template <int R, int CH>
+__global__ void __launch_bounds__(256) ks4(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ, const uint8_t* W1) {
+  extern __shared__ uint4 sm[];
+  __shared__ float red[8 * R];
+  const int row0 = blockIdx.x * (W1 ? R / 2 : R);
+  stage_rows<R, CH>(W, W1, rb, row0, rows, sm);
+  pdl_trigger();
+  pdl_wait();
+  const int chunks = (int)(rb >> 4), nsb = cols >> 8;
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
+  int s0 = 0;
+  const int T = blockDim.x;
+#pragma unroll
+  for (int c = 0; c < CH; c++) {
+    const int e = (c + 1) * chunks / CH;
+    const int s1 = c == CH - 1 ? nsb : (16 * e) / 144;
+    int u = 8 * s0 + (int)threadIdx.x;
+    QXU x;
+    if (u < 8 * s1) x.load(XQ, cols, u);
+    cpwait(CH - 1 - c);
+    __syncthreads();
+    for (; u < 8 * s1; u += T) {
+      QXU xn;
+      if (u + T < 8 * s1) xn.load(XQ, cols, u + T);
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const uint4* row = sm + r * chunks + (u >> 3) * 9;
+        QW4 w;
+        w.h = row[0];
+        w.q = row[1 + (u & 7)];
+        w.dot(u, x, acc[r][0]);
+      }
+      x = xn;
+    }
+    s0 = s1;
+  }
+  gemv_rows_store<R, 1>(acc, red, blockDim.x >> 5, R, W1 ? GLU_SWIGLU : GLU_PLAIN, row0, rows, Y);
+}
+
+// ks6: Q6_K (rb % 16 == 0), the same structure, 4 units per super-block.
+template <int R, int CH>
+__global__ void __launch_bounds__(256) ks6(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ, const uint8_t* W1) {
+  extern __shared__ uint4 sm[];
+  __shared__ float red[8 * R];
+  const int row0 = blockIdx.x * (W1 ? R / 2 : R);
+  stage_rows<R, CH>(W, W1, rb, row0, rows, sm);
+  pdl_trigger();
+  pdl_wait();
+  const int chunks = (int)(rb >> 4), nsb = cols >> 8;
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
+  int s0 = 0;
+  const int T = blockDim.x;
+#pragma unroll
+  for (int c = 0; c < CH; c++) {
+    const int e = (c + 1) * chunks / CH;
+    const int s1 = c == CH - 1 ? nsb : (16 * e) / 210;
+    int u = 4 * s0 + (int)threadIdx.x;
+    cpwait(CH - 1 - c);
+    __syncthreads();
+    for (; u < 4 * s1; u += T) {
+      QX6 x;
+      x.load(XQ, cols, u);
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        QW6 w;
+        w.load(reinterpret_cast<const uint8_t*>(sm + r * chunks), u);
+        q6_dot(w, x, acc[r][0]);
+      }
+    }
+    s0 = s1;
+  }
+  gemv_rows_store<R, 1>(acc, red, blockDim.x >> 5, R, W1 ? GLU_SWIGLU : GLU_PLAIN, row0, rows, Y);
+}
+
+// kp4: gemvq_fused_1's plain structure (R = 4 rows per block, warps split
+// a row's units, the first unit before pdl_wait) with two options:
+// DB = 1 loads the next unit's weights before the current one's dot
+// products (explicit double buffering); PF = 1 makes the last tail blocks
+// of the grid prefetch the first pfb bytes of the next launch's weights
+// into L2 (each tail block a slice), PF = 2 the same with evict_last.
+template <int DB, int PF>
+__global__ void __launch_bounds__(256) kp4(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ,
+                                           const uint8_t* next, long long pfb, int tail) {
+  constexpr int R = 4;
+  __shared__ float red[8 * R];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  const int row0 = blockIdx.x * R;
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
+  const int nunits = cols >> 5, step = 32 * nw;
+  int u = warp * 32 + lane;
+  QW4 w[R];
+  if (u < nunits)
+#pragma unroll
+    for (int r = 0; r < R; r++) w[r].load(rp[r], u);
+  if (PF && next && (int)blockIdx.x >= (int)gridDim.x - tail) {
+    const long long per = (pfb / tail + 127) & ~127LL;
+    const long long a = per * (blockIdx.x - (gridDim.x - tail));
+    for (long long o = a + 128LL * threadIdx.x; o < a + per && o < pfb; o += 128LL * blockDim.x) {
+      if (PF == 1) asm volatile("prefetch.global.L2 [%0];" ::"l"(next + o));
+      else asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(next + o));
+    }
+  }
+  pdl_trigger();
+  pdl_wait();
+  for (; u < nunits; u += step) {
+    QW4 wn[R];
+    if (DB && u + step < nunits)
+#pragma unroll
+      for (int r = 0; r < R; r++) wn[r].load(rp[r], u + step);
+    QXU x;
+    x.load(XQ, cols, u);
+#pragma unroll
+    for (int r = 0; r < R; r++) w[r].dot(u, x, acc[r][0]);
+    if (DB) {
+#pragma unroll
+      for (int r = 0; r < R; r++) w[r] = wn[r];
+    } else if (u + step < nunits) {
+#pragma unroll
+      for (int r = 0; r < R; r++) w[r].load(rp[r], u + step);
+    }
+  }
+  gemv_rows_store<R, 1>(acc, red, nw, R, GLU_PLAIN, row0, rows, Y);
+}
+
+// kR: gemvq_fused's plain structure with R rows per block and UN units per
+// lane loaded before the first dot product (UN = 2: units u and u + step).
+// S > 1: split-K, S blocks per row group, each over 1/S of the units; a
+// block writes its R partial sums to P, and the last of the S to arrive
+// (a counter per group, reset by it) adds the S partials in split order
+// (deterministic) and stores Y.
+template <int R, int UN, int S>
+__global__ void __launch_bounds__(256) kR(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ,
+                                          float* P, int* cnt) {
+  __shared__ float red[8 * R];
+  __shared__ int last;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  const int g = blockIdx.x / S, k = blockIdx.x % S;
+  const int row0 = g * R;
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
+  const int nunits = cols >> 5, step = 32 * nw;
+  const int ua = k * nunits / S, ue = (k + 1) * nunits / S;
+  int u = ua + warp * 32 + lane;
+  QW4 w[UN][R];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (u + j * step < ue)
+#pragma unroll
+      for (int r = 0; r < R; r++) w[j][r].load(rp[r], u + j * step);
+  pdl_trigger();
+  pdl_wait();
+  for (; u < ue; u += UN * step) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int uj = u + j * step;
+      if (uj < ue) {
+        QXU x;
+        x.load(XQ, cols, uj);
+#pragma unroll
+        for (int r = 0; r < R; r++) w[j][r].dot(uj, x, acc[r][0]);
+        if (uj + UN * step < ue)
+#pragma unroll
+          for (int r = 0; r < R; r++) w[j][r].load(rp[r], uj + UN * step);
+      }
+    }
+  }
+  if (S == 1) {
+    gemv_rows_store<R, 1>(acc, red, nw, R, GLU_PLAIN, row0, rows, Y);
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r][0] = warp_sum(acc[r][0]);
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < R; r++) red[warp * R + r] = acc[r][0];
+  __syncthreads();
+  if (threadIdx.x < R) {
+    float v = 0.0f;
+    for (int i = 0; i < nw; i++) v += red[i * R + threadIdx.x];
+    P[((long long)k * rows + row0 + threadIdx.x)] = v;
+    __threadfence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&cnt[g], 1) == S - 1;
+  __syncthreads();
+  if (last && threadIdx.x < R) {
+    __threadfence();
+    float v = 0.0f;
+#pragma unroll
+    for (int i = 0; i < S; i++) v += __ldcg(&P[(long long)i * rows + row0 + threadIdx.x]);
+    if (row0 + threadIdx.x < rows) Y[row0 + threadIdx.x] = v;
+    if (threadIdx.x == 0) cnt[g] = 0;
+  }
+}
+
+// Read-only ceiling: persistent, 4 uint4 loads in flight per thread, first before the wait.
+__global__ void __launch_bounds__(256) rd(const uint4* p, long long n, unsigned* out) {
+  uint32_t a = 0;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i + 3 * stride < n) {
+    uint4 v0 = ld_stream(p + i), v1 = ld_stream(p + i + stride), v2 = ld_stream(p + i + 2 * stride), v3 = ld_stream(p + i + 3 * stride);
+    pdl_trigger(); pdl_wait();
+    a ^= v0.x ^ v0.y ^ v0.z ^ v0.w ^ v1.x ^ v1.y ^ v1.z ^ v1.w ^ v2.x ^ v2.y ^ v2.z ^ v2.w ^ v3.x ^ v3.y ^ v3.z ^ v3.w;
+    i += 4 * stride;
+  } else {
+    pdl_trigger(); pdl_wait();
+  }
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    uint4 v0 = ld_stream(p + i), v1 = ld_stream(p + i + stride), v2 = ld_stream(p + i + 2 * stride), v3 = ld_stream(p + i + 3 * stride);
+    a ^= v0.x ^ v0.y ^ v0.z ^ v0.w ^ v1.x ^ v1.y ^ v1.z ^ v1.w ^ v2.x ^ v2.y ^ v2.z ^ v2.w ^ v3.x ^ v3.y ^ v3.z ^ v3.w;
+  }
+  for (; i < n; i += stride) { uint4 v = ld_stream(p + i); a ^= v.x ^ v.y ^ v.z ^ v.w; }
+  if (a == 0x12345678u) out[0] = a;
+}
+
+__global__ void fill(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n / 4; i += (size_t)gridDim.x * blockDim.x) {
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
+    reinterpret_cast<uint32_t*>(p)[i] = h;
+  }
+}
+// Sets each block's f16 scales to small finite values (Q4_K: d, dmin at 0; Q6_K: d at 208).
+__global__ void fixhdr(uint8_t* p, size_t nblocks, int bb, int off, int count) {
+  for (size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x; b < nblocks; b += (size_t)gridDim.x * blockDim.x)
+    for (int k = 0; k < count; k++) { p[b * bb + off + 2 * k] = 0x00; p[b * bb + off + 2 * k + 1] = 0x14; }
+}
+__global__ void fillx(float* x, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    uint32_t h = (uint32_t)i * 2654435761u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
+    x[i] = (float)(h & 0xffff) / 65536.0f - 0.5f;
+  }
+}
+
+static int SMS;
+
+template <typename... A>
+static void launchS(void (*f)(A...), int grid, int block, int smem, cudaStream_t s, A... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.dynamicSmemBytes = smem;
+  cfg.gridDim = dim3(grid); cfg.blockDim = dim3(block); cfg.stream = s;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at; cfg.numAttrs = 1;
+  CK(cudaLaunchKernelEx(&cfg, f, args...));
+}
+
+struct Mat { int rows, cols; bool q6; uint8_t* w; long long rb; float* y; uint8_t* w1 = nullptr; };
+typedef void (*KFn)(const uint8_t*, long long, float*, int, int, const uint8_t*);
+typedef void (*SFn)(const uint8_t*, long long, float*, int, int, const uint8_t*, const uint8_t*);
+static uint8_t* gXQ[2];  // quantized x for 4096 and 14336 columns
+static unsigned* gOut;
+
+typedef void (*RFn)(const uint8_t*, long long, float*, int, int, const uint8_t*, float*, int*);
+static float* gP; static int* gCnt;
+// kind 5 = kR (R, CH = UN*10 + S, warps)
+typedef void (*PFn)(const uint8_t*, long long, float*, int, int, const uint8_t*, const uint8_t*, long long, int);
+// variant: kind 4 = kp4 (R = DB, CH = PF, warps: rule; pf MB, tail blocks)
+// kind 0 = baseline (gemvq_fused_1 / gemvq_q6k_1, warps by gemvqGeometry),
+// 1 = gemvq_q6k_s_1, 2 = staged (R, CH, warps), 3 = read-only.
+struct Var { int kind, R, CH, warps; int pfmb = 0, tail = 0; };
+
+static SFn stagedFn(bool q6, int R, int CH) {
+#define SEL(K) \
+  if (R == 1 && CH == 1) return K<1, 1>; if (R == 1 && CH == 2) return K<1, 2>; if (R == 1 && CH == 4) return K<1, 4>; \
+  if (R == 2 && CH == 1) return K<2, 1>; if (R == 2 && CH == 2) return K<2, 2>; if (R == 2 && CH == 4) return K<2, 4>; \
+  if (R == 4 && CH == 1) return K<4, 1>; if (R == 4 && CH == 2) return K<4, 2>; if (R == 4 && CH == 4) return K<4, 4>; \
+  if (R == 8 && CH == 1) return K<8, 1>; if (R == 8 && CH == 2) return K<8, 2>; if (R == 8 && CH == 4) return K<8, 4>;
+  if (q6) { SEL(ks6) } else { SEL(ks4) }
+  printf("no kernel R=%d CH=%d\n", R, CH); exit(1);
+}
+
+static int ruleWarps(int cols) { int w = 1; while (w < 8 && 32 * 64 * w < cols) w *= 2; return w; }
+
+static const Mat* gNext;  // the next launch's matrix in the chain (kp4's prefetch)
+
+static bool enqueue(const Var& v, const Mat& m, cudaStream_t s) {
+  const uint8_t* xq = gXQ[m.cols == 4096 ? 0 : 1];
+  switch (v.kind) {
+  case 0:
+    if (m.q6) launchS((KFn)gemvq_q6k_1, (m.rows + 1) / 2, 32 * ruleWarps(m.cols), 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq);
+    else if (m.w1) {
+      const uint8_t* z = nullptr; float* zy = nullptr;
+      launchS(gemvq_fused_1, (m.rows + 1) / 2, 32 * ruleWarps(m.cols), 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, (const uint8_t*)m.w1, m.rb, zy, m.rows, z, 0LL, zy, 0, m.cols, xq, (int)GLU_SWIGLU);
+    } else {
+      const uint8_t* z = nullptr; float* zy = nullptr;
+      launchS(gemvq_fused_1, (m.rows + 3) / 4, 32 * ruleWarps(m.cols), 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, z, 0LL, zy, 0, z, 0LL, zy, 0, m.cols, xq, (int)GLU_PLAIN);
+    }
+    return true;
+  case 1:
+    if (!m.q6 || m.w1) return false;
+    launchS((KFn)gemvq_q6k_s_1, (m.rows + 1) / 2, 32 * ruleWarps(m.cols), (int)(2 * m.rb), s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq);
+    return true;
+  case 2: {
+    const int smem = (int)(v.R * m.rb);
+    if (smem > 200 * 1024 || (m.w1 && v.R < 2)) return false;
+    const int per = m.w1 ? v.R / 2 : v.R;
+    launchS(stagedFn(m.q6, v.R, v.CH), (m.rows + per - 1) / per, 32 * v.warps, smem, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq, (const uint8_t*)m.w1);
+    return true;
+  }
+  case 4: {
+    if (m.q6 || m.w1) return false;
+    PFn f = v.R ? (v.CH == 0 ? kp4<1, 0> : v.CH == 1 ? kp4<1, 1> : kp4<1, 2>) : (v.CH == 0 ? kp4<0, 0> : v.CH == 1 ? kp4<0, 1> : kp4<0, 2>);
+    const uint8_t* nx = gNext ? gNext->w : nullptr;
+    long long pfb = std::min((long long)v.pfmb << 20, gNext ? gNext->rb * gNext->rows : 0LL);
+    launchS(f, (m.rows + 3) / 4, 32 * ruleWarps(m.cols), 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq, nx, pfb, std::max(v.tail, 1));
+    return true;
+  }
+  case 5: {
+    if (m.q6 || m.w1) return false;
+    const int un = v.CH / 10, S = v.CH % 10;
+    RFn f = nullptr;
+#define KR(RR, UU, SS) if (v.R == RR && un == UU && S == SS) f = kR<RR, UU, SS>;
+    KR(2, 1, 1) KR(2, 2, 1) KR(4, 1, 1) KR(4, 2, 1) KR(8, 1, 1) KR(8, 2, 1)
+    KR(2, 1, 2) KR(4, 1, 2) KR(4, 1, 4) KR(8, 1, 2) KR(4, 2, 2)
+    if (!f) return false;
+    launchS(f, (m.rows + v.R - 1) / v.R * S, 32 * v.warps, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq, gP, gCnt);
+    return true;
+  }
+  case 3:
+    launchS(rd, SMS * 4, 256, 0, s, (const uint4*)m.w, (long long)(m.rb * m.rows / 16), gOut);
+    if (m.w1) launchS(rd, SMS * 4, 256, 0, s, (const uint4*)m.w1, (long long)(m.rb * m.rows / 16), gOut);
+    return true;
+  }
+  return false;
+}
+
+static double timeChain(const std::vector<Mat>& ms, const Var& v, cudaStream_t s, int reps = 10) {
+  cudaGraph_t g; cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  bool ok = true;
+  for (size_t i = 0; i < ms.size(); i++) {
+    gNext = i + 1 < ms.size() ? &ms[i + 1] : nullptr;
+    ok = enqueue(v, ms[i], s) && ok;
+  }
+  gNext = nullptr;
+  CK(cudaStreamEndCapture(s, &g));
+  if (!ok) { cudaGraphDestroy(g); return -1; }
+  CK(cudaGraphInstantiateWithFlags(&ge, g, 0));
+  CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
+  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+  float best = 1e30;
+  for (int t = 0; t < 3; t++) {
+    cudaEventRecord(a, s);
+    for (int r = 0; r < reps; r++) CK(cudaGraphLaunch(ge, s));
+    cudaEventRecord(b, s);
+    CK(cudaEventSynchronize(b));
+    float ms_; cudaEventElapsedTime(&ms_, a, b);
+    best = std::min(best, ms_ / reps);
+  }
+  cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
+  return best * 1e-3;
+}
+
+template <typename F> static void setSmem(F f) { CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024)); }
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+  cudaDeviceProp p; CK(cudaGetDeviceProperties(&p, 0)); SMS = p.multiProcessorCount;
+  printf("%s SMs %d L2 %d MB smem/SM %zu KB\n", p.name, SMS, p.l2CacheSize >> 20, p.sharedMemPerMultiprocessor >> 10);
+  cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (bool q6 : {false, true}) for (int R : {1, 2, 4, 8}) for (int CH : {1, 2, 4}) setSmem(stagedFn(q6, R, CH));
+  setSmem((KFn)gemvq_q6k_s_1);
+  size_t big = 1ull << 30; void *da, *db; CK(cudaMalloc(&da, big)); CK(cudaMalloc(&db, big));
+  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+  CK(cudaMemcpyAsync(db, da, big, cudaMemcpyDeviceToDevice, s));
+  cudaEventRecord(a, s); for (int i = 0; i < 10; i++) CK(cudaMemcpyAsync(db, da, big, cudaMemcpyDeviceToDevice, s)); cudaEventRecord(b, s);
+  CK(cudaEventSynchronize(b)); float ms; cudaEventElapsedTime(&ms, a, b);
+  const double d2d = 2.0 * big * 10 / (ms * 1e-3) / 1e9;
+  printf("D2D %.0f GB/s (read+write)\n", d2d);
+  CK(cudaFree(da)); CK(cudaFree(db));
+  float* gX; CK(cudaMalloc(&gX, 4 * 14336)); CK(cudaMalloc(&gOut, 64));
+  CK(cudaMalloc(&gP, 4 << 22)); CK(cudaMalloc(&gCnt, 4 << 18)); CK(cudaMemset(gCnt, 0, 4 << 18));
+  fillx<<<64, 256>>>(gX, 14336);
+  const int xc[2] = {4096, 14336};
+  for (int i = 0; i < 2; i++) {
+    CK(cudaMalloc(&gXQ[i], gemvq_bytes(xc[i])));
+    gemvq_x<<<(xc[i] / 64 + 7) / 8, 256>>>(gX, xc[i], 1, gXQ[i]);
+  }
+  CK(cudaDeviceSynchronize());
+  struct Shape { const char* name; int rows, cols; bool q6; int n; bool glu; };
+  Shape shapes[] = {{"qkv4 6144x4096", 6144, 4096, false, 32}, {"o 4096x4096", 4096, 4096, false, 32},
+                    {"gate+up 28672x4096", 28672, 4096, false, 32}, {"glu 2x14336x4096", 14336, 4096, false, 32, true}, {"down4 4096x14336", 4096, 14336, false, 32},
+                    {"down6 4096x14336", 4096, 14336, true, 32}, {"v6 1024x4096", 1024, 4096, true, 32},
+                    {"out6 128256x4096", 128256, 4096, true, 2}};
+  const int NS = sizeof(shapes) / sizeof(shapes[0]);
+  std::vector<Mat> mats[NS];
+  double bytes[NS];
+  uint32_t seed = 1;
+  for (int k = 0; k < NS; k++) {
+    bytes[k] = 0;
+    const int nm = shapes[k].rows == 1024 ? 64 : shapes[k].n;  // v6: enough copies to leave L2
+    for (int L = 0; L < nm; L++) {
+      Mat m; m.rows = shapes[k].rows; m.cols = shapes[k].cols; m.q6 = shapes[k].q6;
+      m.rb = (long long)m.cols / 256 * (m.q6 ? 210 : 144);
+      size_t n = m.rb * m.rows; CK(cudaMalloc(&m.w, n)); CK(cudaMalloc(&m.y, 4 * m.rows));
+      fill<<<1024, 256>>>(m.w, n, seed++);
+      if (shapes[k].glu) {
+        CK(cudaMalloc(&m.w1, n));
+        fill<<<1024, 256>>>(m.w1, n, seed++);
+        fixhdr<<<1024, 256>>>(m.w1, n / 144, 144, 0, 2);
+      }
+      if (m.q6) fixhdr<<<1024, 256>>>(m.w, n / 210, 210, 208, 1);
+      else fixhdr<<<1024, 256>>>(m.w, n / 144, 144, 0, 2);
+      mats[k].push_back(m); bytes[k] += m.w1 ? 2 * n : n;
+    }
+    shapes[k].n = nm;
+  }
+  CK(cudaDeviceSynchronize());
+  std::vector<Var> vars = {{0, 0, 0, 0}, {1, 0, 0, 0}, {3, 0, 0, 0}};
+  if (quick) { for (int CH : {1, 2}) for (int w : {1, 2, 4}) vars.push_back({2, 4, CH, w}); }
+  else if (argc > 1 && strcmp(argv[1], "kr") == 0) {
+    vars = {{0, 0, 0, 0}, {3, 0, 0, 0}};
+    for (int R : {2, 4, 8}) for (int un : {1, 2}) for (int w : {2, 4, 8}) vars.push_back({5, R, un * 10 + 1, w});
+    for (int w : {2, 4, 8}) { vars.push_back({5, 4, 12, w}); vars.push_back({5, 4, 14, w}); vars.push_back({5, 2, 12, w}); vars.push_back({5, 8, 12, w}); vars.push_back({5, 4, 22, w}); }
+  }
+  else if (argc > 1 && strcmp(argv[1], "pf") == 0) {
+    vars = {{0, 0, 0, 0}, {3, 0, 0, 0}, {4, 0, 0, 0}, {4, 1, 0, 0}};
+    for (int db : {0, 1}) for (int pf : {1, 2}) for (int mb : {2, 4, 8, 16}) for (int tail : {16, 64, 256}) {
+      Var v{4, db, pf, 0}; v.pfmb = mb; v.tail = tail; vars.push_back(v);
+    }
+  }
+  else for (int R : {1, 2, 4, 8}) for (int CH : {1, 2, 4}) for (int w : {1, 2, 4, 8}) vars.push_back({2, R, CH, w});
+  // correctness against the baseline, first matrix of each shape
+  for (int k = 0; k < NS; k++) {
+    const Mat& m = mats[k][0];
+    std::vector<float> y0(m.rows), y1(m.rows);
+    enqueue(vars[0], m, s); CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(y0.data(), m.y, 4 * m.rows, cudaMemcpyDeviceToHost));
+    double worst = 0;
+    for (auto& v : vars) {
+      if (v.kind == 0 || v.kind == 3) continue;
+      CK(cudaMemset(m.y, 0xff, 4 * m.rows));
+      if (!enqueue(v, m, s)) continue;
+      CK(cudaStreamSynchronize(s));
+      CK(cudaMemcpy(y1.data(), m.y, 4 * m.rows, cudaMemcpyDeviceToHost));
+      double e = 0, n2 = 0;
+      for (int i = 0; i < m.rows; i++) { e += (y1[i] - y0[i]) * (double)(y1[i] - y0[i]); n2 += y0[i] * (double)y0[i]; }
+      const double nmse = e / n2;
+      if (!(nmse < 1e-10)) printf("MISMATCH %s kind %d R %d CH %d w %d: nmse %.3g\n", shapes[k].name, v.kind, v.R, v.CH, v.warps, nmse);
+      worst = std::max(worst, nmse);
+    }
+    printf("check %s: worst nmse %.3g (|y|^2 %.3g)\n", shapes[k].name, worst, 0.0);
+  }
+  printf("cells: us per launch / ratio of weight bytes per s to D2D; %d launches per shape back to back, PDL\n", 32);
+  printf("%-22s", "variant");
+  for (int k = 0; k < NS; k++) printf(" %19s", shapes[k].name);
+  printf("\n");
+  for (auto& v : vars) {
+    char nm[64];
+    if (v.kind == 0) snprintf(nm, 64, "baseline (rule warps)");
+    else if (v.kind == 1) snprintf(nm, 64, "gemvq_q6k_s (rule)");
+    else if (v.kind == 3) snprintf(nm, 64, "read-only");
+    else if (v.kind == 5) snprintf(nm, 64, "kR R%d un%d S%d w%d", v.R, v.CH / 10, v.CH % 10, v.warps);
+    else if (v.kind == 4) snprintf(nm, 64, "kp4 db%d pf%d %dMB t%d", v.R, v.CH, v.pfmb, v.tail);
+    else snprintf(nm, 64, "staged R%d CH%d w%d", v.R, v.CH, v.warps);
+    printf("%-22s", nm);
+    for (int k = 0; k < NS; k++) {
+      const double t = timeChain(mats[k], v, s, shapes[k].n > 8 ? 10 : 20);
+      if (t < 0) printf(" %19s", "-");
+      else printf("  %7.2fus %5.3f  ", t / shapes[k].n * 1e6, bytes[k] / t / 1e9 / d2d);
+    }
+    printf("\n");
+    fflush(stdout);
+  }
+  return 0;
+}
