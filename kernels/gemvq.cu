@@ -265,14 +265,14 @@ template <int NB, int UN>
 __device__ __forceinline__ void gemvq_body(const uint8_t* W0, long long rb0, float* Y0, int rows0,
                                            const uint8_t* W1, long long rb1, float* Y1, int rows1,
                                            const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols,
-                                           const uint8_t* XQ, int mode) {
+                                           const uint8_t* XQ, int mode, int bid) {
   constexpr int R = GEMVQ_R;
   __shared__ float red[8 * R * NB];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   const uint8_t* rp[R];
   int row0, rows;
   float* Y;
-  gemvq_group(blockIdx.x, W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, mode, rp, row0, rows, Y);
+  gemvq_group(bid, W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, mode, rp, row0, rows, Y);
   float acc[R][NB];
 #pragma unroll
   for (int r = 0; r < R; r++)
@@ -306,30 +306,37 @@ __device__ __forceinline__ void gemvq_body(const uint8_t* W0, long long rb0, flo
         for (int r = 0; r < R; r++) w[r].load(rp[r], u + step);
     }
   }
-  if (UN > 1) PDL_ENTRY();
-  // UN > 1: UN units per lane per iteration (units u, u+32nw, ...: the
-  // same order as UN = 1), all loads issued before the first is used.
-  for (int u0 = warp * 32 + lane; UN > 1 && u0 < nunits; u0 += UN * step) {
-    QW4 w[UN][R];
-    QXU x[UN][NB];
+  // UN > 1: UN units per lane in flight (u, u+step, ...: the same order
+  // as UN = 1), all UN units' weights loaded before pdl_wait; each unit's
+  // slot is refilled with the unit UN steps on after its dot products.
+  // Where a lane has at most UN units (a 4096-column row over 2 warps)
+  // every weight of the block is in flight before the wait.
+  if (UN > 1) {
+    int u = warp * 32 + lane;
+    QW4 w[UN > 1 ? UN : 1][R];
 #pragma unroll
-    for (int k = 0; k < UN; k++) {
-      const int u = u0 + k * step;
-      if (k == 0 || u < nunits) {
+    for (int j = 0; j < UN; j++)
+      if (u + j * step < nunits)
 #pragma unroll
-        for (int r = 0; r < R; r++) w[k][r].load(rp[r], u);
+        for (int r = 0; r < R; r++) w[j][r].load(rp[r], u + j * step);
+    pdl_trigger();
+    pdl_wait();
+    for (; u < nunits; u += UN * step) {
 #pragma unroll
-        for (int b = 0; b < NB; b++) x[k][b].load(XQ + b * qb, cols, u);
-      }
-    }
+      for (int j = 0; j < UN; j++) {
+        const int uj = u + j * step;
+        if (uj < nunits) {
+          QXU x[NB];
 #pragma unroll
-    for (int k = 0; k < UN; k++) {
-      const int u = u0 + k * step;
-      if (k == 0 || u < nunits) {
+          for (int b = 0; b < NB; b++) x[b].load(XQ + b * qb, cols, uj);
 #pragma unroll
-        for (int r = 0; r < R; r++)
+          for (int r = 0; r < R; r++)
 #pragma unroll
-          for (int b = 0; b < NB; b++) w[k][r].dot(u, x[k][b], acc[r][b]);
+            for (int b = 0; b < NB; b++) w[j][r].dot(uj, x[b], acc[r][b]);
+          if (uj + UN * step < nunits)
+#pragma unroll
+            for (int r = 0; r < R; r++) w[j][r].load(rp[r], uj + UN * step);
+        }
       }
     }
   }
@@ -341,11 +348,13 @@ __device__ __forceinline__ void gemvq_body(const uint8_t* W0, long long rb0, flo
       const uint8_t* W0, long long rb0, float* Y0, int rows0, const uint8_t* W1, long long rb1, float* Y1,    \
       int rows1, const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols, const uint8_t* XQ,         \
       int mode) {                                                                                             \
-    gemvq_body<NB, UN>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, cols, XQ, mode);           \
+    gemvq_body<NB, UN>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, cols, XQ, mode, blockIdx.x); \
   }
 GEMVQ_FUSED(gemvq_fused_1, 1, 1)
 GEMVQ_FUSED(gemvq_fused_2, 2, 1)
-// Two units per lane in flight (kernels' gemvqUnroll, a measured variant).
+// Two units per lane in flight, both loaded before pdl_wait (gemvq4Launch
+// takes it for launches that fit the device at once; kernels/NOTES.md,
+// GEMV v8).
 GEMVQ_FUSED(gemvq_fused_u2_1, 1, 2)
 
 // gemvq_staged: gemvq_fused's work with x quantized by the block itself
@@ -518,11 +527,11 @@ __device__ __forceinline__ void q6_dot(const QW6& w, const QX6& x, float& acc) {
 // pdl_wait, each next one loaded after the current one's dot products.
 template <int NB>
 __device__ __forceinline__ void gemvq_q6k_body(const uint8_t* W, long long rb, float* Y, int rows, int cols,
-                                               const uint8_t* XQ) {
+                                               const uint8_t* XQ, int bid) {
   constexpr int R = GEMVQ6_R;
   __shared__ float red[8 * R * NB];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  const int row0 = blockIdx.x * R;
+  const int row0 = bid * R;
   const uint8_t* rp[R];
 #pragma unroll
   for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
@@ -558,10 +567,30 @@ __device__ __forceinline__ void gemvq_q6k_body(const uint8_t* W, long long rb, f
 #define GEMVQ_Q6K(NB)                                                                                     \
   extern "C" __global__ void __launch_bounds__(256) gemvq_q6k_##NB(const uint8_t* W, long long rb, float* Y, \
                                                                    int rows, int cols, const uint8_t* XQ) {  \
-    gemvq_q6k_body<NB>(W, rb, Y, rows, cols, XQ);                                                           \
+    gemvq_q6k_body<NB>(W, rb, Y, rows, cols, XQ, blockIdx.x);                                               \
   }
 GEMVQ_Q6K(1)
 GEMVQ_Q6K(2)
+
+// gemvq_mixed_1: one vector's gemvq_fused_1 over up to two Q4_K matrices
+// (W0, W1; blocks 0..g4, g4 = their 4-row groups) and gemvq_q6k_1 over one
+// Q6_K matrix (W2; the 2-row groups after), in one launch: the q/k/v
+// projections of a layer whose v is Q6_K (Q4_K_M's layers with more bits
+// in v) take one launch where they took two. The block size is both
+// kernels' (gemvqGeometry's: it depends on the columns alone).
+extern "C" __global__ void __launch_bounds__(256) gemvq_mixed_1(const uint8_t* W0, long long rb0, float* Y0,
+                                                                int rows0, const uint8_t* W1, long long rb1,
+                                                                float* Y1, int rows1, const uint8_t* W2,
+                                                                long long rb2, float* Y2, int rows2, int cols,
+                                                                const uint8_t* XQ) {
+  const int g4 = (rows0 + GEMVQ_R - 1) / GEMVQ_R + (rows1 + GEMVQ_R - 1) / GEMVQ_R;
+  if ((int)blockIdx.x < g4) {
+    gemvq_body<1, 1>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, nullptr, 0, nullptr, 0, cols, XQ, GLU_PLAIN,
+                     blockIdx.x);
+  } else {
+    gemvq_q6k_body<1>(W2, rb2, Y2, rows2, cols, XQ, blockIdx.x - g4);
+  }
+}
 
 // 16-byte asynchronous copy global -> shared (cp.async, compute_80 on;
 // a plain copy below, where the waits are no-ops and the barrier after

@@ -250,6 +250,9 @@ func (k *Kernels) gemvqLaunch(c *cuda.Ctx, s cuda.Stream, what string, x, xq cud
 			}
 		}
 	}
+	if k.gemvqMixed(nb, mode, staged, q4, q6) {
+		return k.gemvqMixedLaunch(c, s, what, xq, q4, q6[0])
+	}
 	for _, o := range q6 {
 		if err := k.gemvq6Launch(c, s, what, xq, nb, o); err != nil {
 			return err
@@ -396,22 +399,100 @@ func (k *Kernels) gemvq6Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.
 	return nil
 }
 
-// gemvqUnroll is the units each lane of gemvq_fused has in flight for one
-// vector: 1 (gemvq_fused_1) or 2 (gemvq_fused_u2_1, 128 registers instead
-// of 54), a variant BenchmarkGEMVQDecodeShapes measures.
-var gemvqUnroll = 1
+// gemvqUnroll forces the units each lane of gemvq_fused has in flight
+// for one vector: 1 (gemvq_fused_1) or 2 (gemvq_fused_u2_1); 0, the
+// default, lets gemvq4Geometry choose. Tests and benchmarks set it.
+var gemvqUnroll = 0
+
+// gemvqU2BlocksPerSM is how many gemvq_fused_u2_1 blocks of 2 warps a
+// multiprocessor holds at once (116 registers a thread with ptxas 11.8:
+// 8 blocks of 64 threads in 64K registers).
+const gemvqU2BlocksPerSM = 8
+
+// gemvq4Geometry picks gemvq_fused's variant and grid for groups row
+// groups of cols columns and nb vectors: where nb is 1 and the groups fit
+// the device in one wave of 2-warp gemvq_fused_u2_1 blocks (o 4096x4096
+// and down 4096x14336 of the 8b shape), that kernel with 2 warps, which
+// has two units per lane in flight, both loaded before pdl_wait: o then
+// has every weight in flight before the wait. Else gemvq_fused_<nb> with
+// gemvqGeometry's warps. On the H200 (kernels/NOTES.md, GEMV v8;
+// testdata/h200-stage-sweep-kr.txt) o went from 4.99 to 4.20 µs and
+// down from 11.5 to 10.1 µs; q/k/v (1536 groups) and gate/up (7168) were
+// slower that way (6.0 against 4.9 µs, 18.6 against 17.3).
+func (k *Kernels) gemvq4Geometry(nb, groups, cols int) (name string, blocks, threads int) {
+	un := gemvqUnroll
+	if un == 0 {
+		un = 1
+		if nb == 1 && groups <= gemvqU2BlocksPerSM*k.SMs {
+			un = 2
+		}
+	}
+	if un == 2 && nb == 1 {
+		threads = 64
+		if gemvqWarps > 0 {
+			threads = 32 * gemvqWarps
+		}
+		return "gemvq_fused_u2_1", groups, threads
+	}
+	blocks, threads = gemvqGeometry(groups, cols)
+	return fmt.Sprintf("gemvq_fused_%d", nb), blocks, threads
+}
+
+// gemvqMixed reports whether q4 (Q4_K) and q6 (Q6_K) outputs of one
+// plain, one-vector launch go to gemvq_mixed_1 together: one or two Q4_K
+// matrices and one Q6_K matrix that gemvq_q6k_1 would take (not the
+// staged kernel), where gemvq_fused_1 and gemvq_q6k_1 would use the same
+// block size. Why: a Q4_K_M layer whose v is Q6_K otherwise launches
+// q/k/v as two kernels, and the second (v, 1024x4096) ran at 0.29 of the
+// copy bandwidth on the H200, mostly launch latency.
+func (k *Kernels) gemvqMixed(nb, mode int, staged bool, q4, q6 []GEMVOut) bool {
+	if nb != 1 || mode != 0 || staged || len(q6) != 1 || len(q4) < 1 || len(q4) > 2 {
+		return false
+	}
+	if ok, _ := k.gemvq6Staged(q6[0].W); ok {
+		return false
+	}
+	cols, groups := q4[0].W.Cols, 0
+	for _, o := range q4 {
+		groups += ceilDiv(o.W.Rows, gemvqRows)
+	}
+	_, _, th4 := k.gemvq4Geometry(1, groups, cols)
+	_, th6 := gemvqGeometry(ceilDiv(q6[0].W.Rows, gemvq6Rows), cols)
+	_, thm := gemvqGeometry(groups, cols)
+	return th4 == thm && th6 == thm
+}
+
+// gemvqMixedLaunch launches gemvq_mixed_1 (see gemvqMixed).
+func (k *Kernels) gemvqMixedLaunch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.DevPtr, q4 []GEMVOut, q6 GEMVOut) error {
+	f, err := k.fn("gemvq_mixed_1")
+	if err != nil {
+		return err
+	}
+	cols := q6.W.Cols
+	var a cuda.Args
+	groups := 0
+	for i := 0; i < 2; i++ {
+		if i < len(q4) {
+			o := q4[i]
+			a.Ptr(o.W.Ptr).I64(o.W.RowBytes()).Ptr(o.Y).Int(o.W.Rows)
+			groups += ceilDiv(o.W.Rows, gemvqRows)
+		} else {
+			a.Ptr(0).I64(0).Ptr(0).Int(0)
+		}
+	}
+	a.Ptr(q6.W.Ptr).I64(q6.W.RowBytes()).Ptr(q6.Y).Int(q6.W.Rows).Int(cols).Ptr(xq)
+	blocks, threads := gemvqGeometry(groups, cols)
+	blocks += ceilDiv(q6.W.Rows, gemvq6Rows)
+	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}}
+	if err := k.run(c, f, cfg, s, &a); err != nil {
+		return fmt.Errorf("%s: %d Q4_K matrices and a Q6_K one, %dx%d..: %w", what, len(q4), q4[0].W.Rows, cols, err)
+	}
+	return nil
+}
 
 // gemvq4Launch launches gemvq_fused_<nb> on quantized x.
 func (k *Kernels) gemvq4Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.DevPtr, nb, mode int, outs []GEMVOut) error {
 	cols := outs[0].W.Cols
-	name := fmt.Sprintf("gemvq_fused_%d", nb)
-	if nb == 1 && gemvqUnroll == 2 {
-		name = "gemvq_fused_u2_1"
-	}
-	f, err := k.fn(name)
-	if err != nil {
-		return err
-	}
 	var a cuda.Args
 	groups := 0
 	for i := 0; i < 3; i++ {
@@ -429,7 +510,11 @@ func (k *Kernels) gemvq4Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.
 		groups = ceilDiv(outs[0].W.Rows, gemvqRows/2)
 	}
 	a.Int(cols).Ptr(xq).Int(mode)
-	blocks, threads := gemvqGeometry(groups, cols)
+	name, blocks, threads := k.gemvq4Geometry(nb, groups, cols)
+	f, err := k.fn(name)
+	if err != nil {
+		return err
+	}
 	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("%s: %d matrices %dx%d.. batch %d: %w", what, len(outs), outs[0].W.Rows, cols, nb, err)

@@ -109,7 +109,7 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 				fmt.Fprintf(&out, "integer+q6k w%-2d unroll %d staged %d/%d %-26s %s\n", v.wps, v.unroll, v.staged.warps, v.staged.blocksPerSM, bn.name, cell(bn))
 			}
 		}
-		gemvqUnroll, gemvqStaged = 1, gemvqStagedConfig{}
+		gemvqUnroll, gemvqStaged = 0, gemvqStagedConfig{}
 		return nil
 	})
 	if err != nil {

@@ -204,14 +204,14 @@ func TestGEMVQ(t *testing.T) {
 		{"q6k-gemv-4096-tall", 4096, []mat{{quant.Q6_K, 1153}}, 0},
 		{"q6k-gemv-14336-tall", 14336, []mat{{quant.Q6_K, 1155}}, 0},
 	}
-	defer func() { gemvqUnroll, gemvqStaged = 1, gemvqStagedConfig{} }()
+	defer func() { gemvqUnroll, gemvqStaged = 0, gemvqStagedConfig{} }()
 	defer fastGEMVState()()
 	for _, v := range []struct {
 		q6       bool
 		unroll   int
 		staged   gemvqStagedConfig
 		q6staged bool
-	}{{false, 1, gemvqStagedConfig{}, false}, {true, 1, gemvqStagedConfig{}, false}, {true, 2, gemvqStagedConfig{}, false},
+	}{{false, 0, gemvqStagedConfig{}, false}, {true, 0, gemvqStagedConfig{}, true}, {true, 1, gemvqStagedConfig{}, false}, {true, 2, gemvqStagedConfig{}, false},
 		{true, 1, gemvqStagedConfig{8, 2}, false}, {true, 1, gemvqStagedConfig{}, true}} {
 		SetFastGEMVQ6K(v.q6)
 		SetFastGEMVQ6KStaged(v.q6staged)
@@ -318,16 +318,26 @@ func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, x
 	if glu != 0 {
 		groups = ceilDiv(outs[0].W.Rows, gemvqRows/2)
 	}
-	// Warps per block of each output's launch, as gemvqLaunch sizes them.
+	// Warps per block of each output's launch, as gemvqLaunch sizes them,
+	// and the kernel's unit walk (splits: gemvq_q6k_s's halves).
 	nws, splits := make([]int, len(outs)), make([]int, len(outs))
+	var q4, q6 []GEMVOut
+	for _, o := range outs {
+		if o.W.Type == quant.Q6_K {
+			q6 = append(q6, o)
+		} else {
+			q4 = append(q4, o)
+		}
+	}
+	mixed := fastType(quant.Q6_K) && k.gemvqMixed(nb, int(glu), gemvqStaged.warps > 0, q4, q6)
 	for i, o := range outs {
-		_, th := gemvqGeometry(groups, cols)
+		_, _, th := k.gemvq4Geometry(nb, groups, cols)
 		if gemvqStaged.warps > 0 {
 			th = 32 // each warp owns whole rows: the emulation's nw = 1
 		}
 		if o.W.Type == quant.Q6_K {
 			_, th = gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), cols)
-			if ok, sth := k.gemvq6Staged(o.W); ok {
+			if ok, sth := k.gemvq6Staged(o.W); ok && !mixed {
 				th = sth
 				// gemvq_q6k_s: the super-blocks whole within the first
 				// of its gemvq6sChunks copies come first.

@@ -120,7 +120,8 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 			if e.waits {
 				k.waits[f] = true
 			}
-			if strings.HasPrefix(e.name, "gemvq_fused_") || strings.HasPrefix(e.name, "gemvq_q6k_") { // gemvq_q6k_s_ too
+			if strings.HasPrefix(e.name, "gemvq_fused_") || strings.HasPrefix(e.name, "gemvq_q6k_") || // gemvq_q6k_s_ too
+				strings.HasPrefix(e.name, "gemvq_mixed_") {
 				k.xqReaders[f] = true
 			}
 		}

@@ -265,6 +265,47 @@ __global__ void __launch_bounds__(256) kR(const uint8_t* W, long long rb, float*
   }
 }
 
+// k6R: gemvq_q6k's direct structure with R rows per block and UN units
+// per lane loaded before pdl_wait (UN = 2: units u and u + step).
+template <int R, int UN>
+__global__ void __launch_bounds__(256) k6R(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
+  __shared__ float red[8 * R];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  const int row0 = blockIdx.x * R;
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
+  const int nunits = cols >> 6, step = 32 * nw;
+  int u = warp * 32 + lane;
+  QW6 w[UN][R];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (u + j * step < nunits)
+#pragma unroll
+      for (int r = 0; r < R; r++) w[j][r].load(rp[r], u + j * step);
+  pdl_trigger();
+  pdl_wait();
+  for (; u < nunits; u += UN * step) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int uj = u + j * step;
+      if (uj < nunits) {
+        QX6 x;
+        x.load(XQ, cols, uj);
+#pragma unroll
+        for (int r = 0; r < R; r++) q6_dot(w[j][r], x, acc[r][0]);
+        if (uj + UN * step < nunits)
+#pragma unroll
+          for (int r = 0; r < R; r++) w[j][r].load(rp[r], uj + UN * step);
+      }
+    }
+  }
+  gemv_rows_store<R, 1>(acc, red, nw, R, GLU_PLAIN, row0, rows, Y);
+}
+
 // Read-only ceiling: persistent, 4 uint4 loads in flight per thread, first before the wait.
 __global__ void __launch_bounds__(256) rd(const uint4* p, long long n, unsigned* out) {
   uint32_t a = 0;
@@ -391,6 +432,18 @@ static bool enqueue(const Var& v, const Mat& m, cudaStream_t s) {
     launchS(f, (m.rows + v.R - 1) / v.R * S, 32 * v.warps, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq, gP, gCnt);
     return true;
   }
+  case 6: {
+    if (!m.q6) return false;
+    KFn f = nullptr;
+    if (v.R == 2 && v.CH == 1) f = k6R<2, 1>;
+    if (v.R == 2 && v.CH == 2) f = k6R<2, 2>;
+    if (v.R == 4 && v.CH == 1) f = k6R<4, 1>;
+    if (v.R == 4 && v.CH == 2) f = k6R<4, 2>;
+    if (v.R == 1 && v.CH == 2) f = k6R<1, 2>;
+    if (!f) return false;
+    launchS(f, (m.rows + v.R - 1) / v.R, 32 * v.warps, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq);
+    return true;
+  }
   case 3:
     launchS(rd, SMS * 4, 256, 0, s, (const uint4*)m.w, (long long)(m.rb * m.rows / 16), gOut);
     if (m.w1) launchS(rd, SMS * 4, 256, 0, s, (const uint4*)m.w1, (long long)(m.rb * m.rows / 16), gOut);
@@ -461,8 +514,42 @@ int main(int argc, char** argv) {
   std::vector<Mat> mats[NS];
   double bytes[NS];
   uint32_t seed = 1;
+  // ARENA=1: the matrices of shapes 0..5 (q/k/v, o, gate+up, glu, down4,
+  // down6) carved from one allocation in layer order, 256-byte aligned, as
+  // engine/cuda's weight arena places a layer's tensors.
+  const bool arena = getenv("ARENA") && strcmp(getenv("ARENA"), "1") == 0;
+  uint8_t* abase = nullptr; size_t aoff = 0, atotal = 0;
+  if (arena) {
+    for (int k = 0; k < 6; k++) {
+      const size_t rb = (size_t)shapes[k].cols / 256 * (shapes[k].q6 ? 210 : 144);
+      atotal += (size_t)shapes[k].n * (((rb * shapes[k].rows + 255) & ~(size_t)255) * (shapes[k].glu ? 2 : 1));
+    }
+    CK(cudaMalloc(&abase, atotal));
+    printf("arena: %zu MB, shapes 0..5 in layer order\n", atotal >> 20);
+  }
+  auto carve = [&](size_t n) { uint8_t* p = abase + aoff; aoff += (n + 255) & ~(size_t)255; return p; };
+  for (int L = 0; arena && L < 32; L++)
+    for (int k = 0; k < 6; k++) {
+      Mat m; m.rows = shapes[k].rows; m.cols = shapes[k].cols; m.q6 = shapes[k].q6;
+      m.rb = (long long)m.cols / 256 * (m.q6 ? 210 : 144);
+      const size_t n = m.rb * m.rows;
+      m.w = carve(n); CK(cudaMalloc(&m.y, 4 * m.rows));
+      fill<<<1024, 256>>>(m.w, n, seed++);
+      if (m.q6) fixhdr<<<1024, 256>>>(m.w, n / 210, 210, 208, 1);
+      else fixhdr<<<1024, 256>>>(m.w, n / 144, 144, 0, 2);
+      if (shapes[k].glu) {
+        m.w1 = carve(n);
+        fill<<<1024, 256>>>(m.w1, n, seed++);
+        fixhdr<<<1024, 256>>>(m.w1, n / 144, 144, 0, 2);
+      }
+      mats[k].push_back(m);
+    }
   for (int k = 0; k < NS; k++) {
     bytes[k] = 0;
+    if (arena && k < 6) {
+      for (auto& m : mats[k]) bytes[k] += (m.w1 ? 2.0 : 1.0) * m.rb * m.rows;
+      continue;
+    }
     const int nm = shapes[k].rows == 1024 ? 64 : shapes[k].n;  // v6: enough copies to leave L2
     for (int L = 0; L < nm; L++) {
       Mat m; m.rows = shapes[k].rows; m.cols = shapes[k].cols; m.q6 = shapes[k].q6;
@@ -483,6 +570,14 @@ int main(int argc, char** argv) {
   CK(cudaDeviceSynchronize());
   std::vector<Var> vars = {{0, 0, 0, 0}, {1, 0, 0, 0}, {3, 0, 0, 0}};
   if (quick) { for (int CH : {1, 2}) for (int w : {1, 2, 4}) vars.push_back({2, 4, CH, w}); }
+  else if (argc > 1 && strcmp(argv[1], "base") == 0) {
+    vars = {{0, 0, 0, 0}, {3, 0, 0, 0}, {2, 4, 2, 1}, {2, 4, 2, 4}, {5, 4, 21, 2}};
+  }
+  else if (argc > 1 && strcmp(argv[1], "k6") == 0) {
+    vars = {{0, 0, 0, 0}, {3, 0, 0, 0}, {2, 4, 2, 1}, {2, 4, 2, 2}, {2, 4, 2, 4}};
+    for (int R : {1, 2, 4}) for (int un : {1, 2}) for (int w : {1, 2, 4, 8}) if (!(R == 1 && un == 1)) vars.push_back({6, R, un, w});
+    for (int w : {2, 4}) { vars.push_back({5, 4, 21, w}); vars.push_back({5, 8, 11, w}); }
+  }
   else if (argc > 1 && strcmp(argv[1], "kr") == 0) {
     vars = {{0, 0, 0, 0}, {3, 0, 0, 0}};
     for (int R : {2, 4, 8}) for (int un : {1, 2}) for (int w : {2, 4, 8}) vars.push_back({5, R, un * 10 + 1, w});
@@ -525,6 +620,7 @@ int main(int argc, char** argv) {
     if (v.kind == 0) snprintf(nm, 64, "baseline (rule warps)");
     else if (v.kind == 1) snprintf(nm, 64, "gemvq_q6k_s (rule)");
     else if (v.kind == 3) snprintf(nm, 64, "read-only");
+    else if (v.kind == 6) snprintf(nm, 64, "k6R R%d un%d w%d", v.R, v.CH, v.warps);
     else if (v.kind == 5) snprintf(nm, 64, "kR R%d un%d S%d w%d", v.R, v.CH / 10, v.CH % 10, v.warps);
     else if (v.kind == 4) snprintf(nm, 64, "kp4 db%d pf%d %dMB t%d", v.R, v.CH, v.pfmb, v.tail);
     else snprintf(nm, 64, "staged R%d CH%d w%d", v.R, v.CH, v.warps);
