@@ -18,19 +18,35 @@ __device__ __forceinline__ float score_cap(float s, float scale, float cap) {
   return s;
 }
 
+// attn_put_q writes head h's hd outputs of token t (o, shared memory,
+// 16-byte aligned) into the token's quantized x: the first hd/4 threads,
+// 4 elements each, half-warps on 64-blocks (gemvq_put4). Called by every
+// thread of the block.
+__device__ __forceinline__ void attn_put_q(const float* o, uint8_t* XQ, int t, int h, int heads, int hd) {
+  __syncthreads();
+  const int cols = heads * hd;
+  if ((int)threadIdx.x < hd / 4)
+    gemvq_put4(XQ + (long long)t * gemvq_bytes(cols), cols, h * hd / 4 + threadIdx.x,
+               reinterpret_cast<const float4*>(o)[threadIdx.x]);
+}
+
 // Decode: grid (heads, ntok, nsplit), 4 warps. Token t attends to keys
 // [lo, pos[t]] of its slot; split z takes keys [lo + z*chunk, lo +
 // (z+1)*chunk). Warps stride over the split's keys with their own online
 // softmax, merged through shared memory. With nsplit == 1 the block writes
 // the output row; otherwise it writes a partial (m, l, acc[hd]) that
-// attn_combine merges.
+// attn_combine merges. XQ (nsplit == 1; else attn_combine's): when not
+// null, the output rows are also written quantized for the integer GEMVs
+// (common.cuh's layout, token t's row at XQ + t*gemvq_bytes(heads*hd);
+// hd % 64 == 0, so every 64-block lies within one head), which saves the
+// o projection its quantizing launch.
 extern "C" __global__ void __launch_bounds__(128) attn_decode(
     const float* q, float* out, const float* kc, const float* vc, long long slotStride, int kvdim,
     const int* slots, const int* pos, int heads, int group, int hd, float scale, float cap, int window, int chunk,
-    float* part, int nsplit) {
+    float* part, int nsplit, uint8_t* XQ) {
   PDL_ENTRY();
   __shared__ float sm[4], sl[4];
-  __shared__ float sacc[4][MAXD * 32];
+  __shared__ __align__(16) float sacc[4][MAXD * 32];
   const int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int nd = hd >> 5;
@@ -96,18 +112,23 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode(
   for (int d = threadIdx.x; d < hd; d += 128) {
     const float a = sacc[0][d] * f[0] + sacc[1][d] * f[1] + sacc[2][d] * f[2] + sacc[3][d] * f[3];
     if (nsplit == 1) {
-      out[((long long)t * heads + h) * hd + d] = L > 0.0f ? a / L : 0.0f;
+      const float o = L > 0.0f ? a / L : 0.0f;
+      out[((long long)t * heads + h) * hd + d] = o;
+      sacc[0][d] = o;  // only this thread reads or writes sacc[.][d]
     } else {
       float* pr = part + (((long long)t * heads + h) * nsplit + z) * (hd + 2);
       pr[2 + d] = a;
       if (d == 0) pr[0] = M, pr[1] = L;
     }
   }
+  if (nsplit == 1 && XQ != nullptr) attn_put_q(sacc[0], XQ, t, h, heads, hd);
 }
 
-// Merges nsplit partials per (token, head): grid (heads, ntok), hd threads.
-extern "C" __global__ void attn_combine(const float* part, float* out, int heads, int hd, int nsplit) {
+// Merges nsplit partials per (token, head): grid (heads, ntok), hd threads;
+// XQ as attn_decode's.
+extern "C" __global__ void attn_combine(const float* part, float* out, int heads, int hd, int nsplit, uint8_t* XQ) {
   PDL_ENTRY();
+  __shared__ __align__(16) float so[MAXD * 32];
   const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
   const float* pr = part + ((long long)t * heads + h) * nsplit * (hd + 2);
   float M = -CUDART_INF_F;
@@ -120,7 +141,9 @@ extern "C" __global__ void attn_combine(const float* part, float* out, int heads
     L += pr[z * (hd + 2) + 1] * f;
     a += pr[z * (hd + 2) + 2 + d] * f;
   }
-  if (d < hd) out[((long long)t * heads + h) * hd + d] = L > 0.0f ? a / L : 0.0f;
+  const float o = L > 0.0f ? a / L : 0.0f;
+  if (d < hd) out[((long long)t * heads + h) * hd + d] = o, so[d] = o;
+  if (XQ != nullptr) attn_put_q(so, XQ, t, h, heads, hd);
 }
 
 // Prefill (causal): ntok consecutive tokens of one sequence (slot, first

@@ -572,23 +572,24 @@ __device__ __forceinline__ void gemvq_q6k_body(const uint8_t* W, long long rb, f
 GEMVQ_Q6K(1)
 GEMVQ_Q6K(2)
 
-// gemvq_mixed_1: one vector's gemvq_fused_1 over up to two Q4_K matrices
-// (W0, W1; blocks 0..g4, g4 = their 4-row groups) and gemvq_q6k_1 over one
-// Q6_K matrix (W2; the 2-row groups after), in one launch: the q/k/v
+// gemvq_mixed_1: one vector's gemvq_q6k_1 over one Q6_K matrix (W2; its
+// 2-row groups first, blocks 0..g6) and gemvq_fused_1 over up to two
+// Q4_K matrices (W0, W1; the 4-row groups after) in one launch: the q/k/v
 // projections of a layer whose v is Q6_K (Q4_K_M's layers with more bits
-// in v) take one launch where they took two. The block size is both
+// in v) take one launch where they took two. The Q6_K blocks, slower per
+// byte, go first so they are not the grid's tail. The block size is both
 // kernels' (gemvqGeometry's: it depends on the columns alone).
 extern "C" __global__ void __launch_bounds__(256) gemvq_mixed_1(const uint8_t* W0, long long rb0, float* Y0,
                                                                 int rows0, const uint8_t* W1, long long rb1,
                                                                 float* Y1, int rows1, const uint8_t* W2,
                                                                 long long rb2, float* Y2, int rows2, int cols,
                                                                 const uint8_t* XQ) {
-  const int g4 = (rows0 + GEMVQ_R - 1) / GEMVQ_R + (rows1 + GEMVQ_R - 1) / GEMVQ_R;
-  if ((int)blockIdx.x < g4) {
-    gemvq_body<1, 1>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, nullptr, 0, nullptr, 0, cols, XQ, GLU_PLAIN,
-                     blockIdx.x);
+  const int g6 = (rows2 + GEMVQ6_R - 1) / GEMVQ6_R;
+  if ((int)blockIdx.x < g6) {
+    gemvq_q6k_body<1>(W2, rb2, Y2, rows2, cols, XQ, blockIdx.x);
   } else {
-    gemvq_q6k_body<1>(W2, rb2, Y2, rows2, cols, XQ, blockIdx.x - g4);
+    gemvq_body<1, 1>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, nullptr, 0, nullptr, 0, cols, XQ, GLU_PLAIN,
+                     blockIdx.x - g6);
   }
 }
 

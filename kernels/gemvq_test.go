@@ -586,3 +586,77 @@ func TestNormQ(t *testing.T) {
 		})
 	}
 }
+
+// TestAttentionDecodeQ: decode attention that leaves its output quantized
+// (AttentionDecodeQ, one split and several, head widths 64 and 128)
+// writes the same output as AttentionDecode, bit for bit, and the same
+// quantized bytes as gemvq_x would (gemvqQuantizeRef of that output); the
+// stream then holds it, and the o GEMV on the held x equals the GEMV on a
+// copy quantized afresh.
+func TestAttentionDecodeQ(t *testing.T) {
+	defer fastGEMVState()()
+	SetFastGEMV(true)
+	for _, tc := range []struct {
+		heads, kvHeads, hd, ntok, split int
+	}{{32, 8, 128, 1, 1}, {32, 8, 128, 1, 5}, {32, 8, 128, 2, 1}, {8, 4, 64, 2, 3}} {
+		t.Run(fmt.Sprintf("heads=%d/hd=%d/ntok=%d/split=%d", tc.heads, tc.hd, tc.ntok, tc.split), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(41, uint64(tc.hd)))
+			at := Attention{Heads: tc.heads, KVHeads: tc.kvHeads, HeadDim: tc.hd, Scale: 1 / float32(math.Sqrt(float64(tc.hd)))}
+			kvdim, cols, maxCtx := tc.kvHeads*tc.hd, tc.heads*tc.hd, 300
+			kcH, vcH := randVec(r, tc.ntok*maxCtx*kvdim, 1), randVec(r, tc.ntok*maxCtx*kvdim, 1)
+			qH := randVec(r, tc.ntok*cols, 1)
+			slots, pos := make([]int32, tc.ntok), make([]int32, tc.ntok)
+			for i := range slots {
+				slots[i], pos[i] = int32(i), int32(maxCtx-1-37*i)
+			}
+			const rows = 29
+			data, _ := randMatrix(quant.Q4_K, rows, cols, 43)
+			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+				s, err := c.NewStream(cuda.StreamNonBlocking)
+				must(err)
+				defer c.DestroyStream(s)
+				defer func() { must(k.ReleaseFastGEMV(c, s)) }()
+				must(k.ReserveFastGEMV(c, s, cols))
+				kv := KVCache{K: put(a, kcH), V: put(a, vcH), MaxCtx: maxCtx, KVDim: kvdim}
+				q, sp, pp := put(a, qH), put(a, slots), put(a, pos)
+				scratchBytes := at.DecodeScratchBytes(tc.ntok, 64)
+				scratch := a.alloc(scratchBytes)
+				o0, o1 := a.alloc(int64(tc.ntok*cols*4)), a.alloc(int64(tc.ntok*cols*4))
+				must(k.AttentionDecode(c, s, at, kv, q, o0, tc.ntok, sp, pp, maxCtx, tc.split, scratch, scratchBytes))
+				poison(a, o1, tc.ntok*cols)
+				must(k.AttentionDecodeQ(c, s, at, kv, q, o1, tc.ntok, sp, pp, maxCtx, tc.split, scratch, scratchBytes))
+				if k.gemvq.ws[s].held != o1 {
+					failOnDevice("the attention output is not held quantized")
+				}
+				must(c.StreamSync(s))
+				want, got := get[float32](a, o0, tc.ntok*cols), get[float32](a, o1, tc.ntok*cols)
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						failOnDevice("out[%d] = %v, AttentionDecode's %v", i, got[i], want[i])
+					}
+				}
+				xq := get[byte](a, k.gemvq.ws[s].ptr, int(int64(tc.ntok)*gemvqBytes(cols)))
+				for b := 0; b < tc.ntok; b++ {
+					ref := gemvqQuantizeRef(want[b*cols : (b+1)*cols])
+					off := int64(b) * gemvqBytes(cols)
+					for i, v := range ref {
+						if xq[off+int64(i)] != v {
+							failOnDevice("token %d: quantized byte %d = %#x, gemvq_x's %#x", b, i, xq[off+int64(i)], v)
+						}
+					}
+				}
+				wm := Matrix{Type: quant.Q4_K, Rows: rows, Cols: cols, Ptr: put(a, data)}
+				g1, g2 := a.alloc(int64(tc.ntok*rows*4)), a.alloc(int64(tc.ntok*rows*4))
+				must(k.GEMV(c, s, wm, o1, g1, tc.ntok))
+				must(k.GEMV(c, s, wm, put(a, want), g2, tc.ntok))
+				must(c.StreamSync(s))
+				r1, r2 := get[float32](a, g1, tc.ntok*rows), get[float32](a, g2, tc.ntok*rows)
+				for i := range r1 {
+					if math.Float32bits(r1[i]) != math.Float32bits(r2[i]) {
+						failOnDevice("GEMV on the held x: y[%d] = %v, on x quantized afresh %v", i, r1[i], r2[i])
+					}
+				}
+			})
+		})
+	}
+}

@@ -154,6 +154,27 @@ func (k *Kernels) DecodeSplits(at Attention, ntok, span int) int {
 // a launch captured in a graph stays valid while positions stay below it.
 // scratch must hold DecodeScratchBytes(ntok, nsplit) when nsplit > 1.
 func (k *Kernels) AttentionDecode(c *cuda.Ctx, s cuda.Stream, at Attention, kv KVCache, q, out cuda.DevPtr, ntok int, slots, pos cuda.DevPtr, maxSpan, nsplit int, scratch cuda.DevPtr, scratchBytes int64) error {
+	return k.attentionDecode(c, s, at, kv, q, out, ntok, slots, pos, maxSpan, nsplit, scratch, scratchBytes, 0)
+}
+
+// AttentionDecodeQ is AttentionDecode that also leaves out quantized for
+// the integer GEMV that reads it next (the o projection), as RMSNormQ
+// does for its y, where the stream's scratch can take it and the head
+// width is a multiple of 64 (each 64-block of x within one head).
+func (k *Kernels) AttentionDecodeQ(c *cuda.Ctx, s cuda.Stream, at Attention, kv KVCache, q, out cuda.DevPtr, ntok int, slots, pos cuda.DevPtr, maxSpan, nsplit int, scratch cuda.DevPtr, scratchBytes int64) error {
+	cols := at.Heads * at.HeadDim
+	xq, ok := k.normQScratch(s, out, ntok, cols)
+	if !ok || at.HeadDim%64 != 0 {
+		return k.AttentionDecode(c, s, at, kv, q, out, ntok, slots, pos, maxSpan, nsplit, scratch, scratchBytes)
+	}
+	if err := k.attentionDecode(c, s, at, kv, q, out, ntok, slots, pos, maxSpan, nsplit, scratch, scratchBytes, xq); err != nil {
+		return err
+	}
+	k.holdQuantized(s, out, ntok, cols)
+	return nil
+}
+
+func (k *Kernels) attentionDecode(c *cuda.Ctx, s cuda.Stream, at Attention, kv KVCache, q, out cuda.DevPtr, ntok int, slots, pos cuda.DevPtr, maxSpan, nsplit int, scratch cuda.DevPtr, scratchBytes int64, xq cuda.DevPtr) error {
 	if err := at.check(kv); err != nil {
 		return err
 	}
@@ -178,6 +199,11 @@ func (k *Kernels) AttentionDecode(c *cuda.Ctx, s cuda.Stream, at Attention, kv K
 	a.Ptr(q).Ptr(out).Ptr(kv.K).Ptr(kv.V).I64(kv.slotStride()).Int(kv.KVDim).Ptr(slots).Ptr(pos).
 		Int(at.Heads).Int(at.Heads / at.KVHeads).Int(at.HeadDim).F32(at.Scale).F32(at.Softcap).Int(at.Window).
 		Int(chunk).Ptr(scratch).Int(nsplit)
+	if nsplit == 1 {
+		a.Ptr(xq)
+	} else {
+		a.Ptr(0)
+	}
 	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(at.Heads), Y: uint32(ntok), Z: uint32(nsplit)}, Block: cuda.Dim3{X: 128}}
 	if err := k.launch(c, s, "attn_decode", cfg, &a); err != nil {
 		return err
@@ -185,7 +211,7 @@ func (k *Kernels) AttentionDecode(c *cuda.Ctx, s cuda.Stream, at Attention, kv K
 	if nsplit == 1 {
 		return nil
 	}
-	a.Reset().Ptr(scratch).Ptr(out).Int(at.Heads).Int(at.HeadDim).Int(nsplit)
+	a.Reset().Ptr(scratch).Ptr(out).Int(at.Heads).Int(at.HeadDim).Int(nsplit).Ptr(xq)
 	return k.launch(c, s, "attn_combine", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(at.Heads), Y: uint32(ntok)}, Block: cuda.Dim3{X: uint32(at.HeadDim)}}, &a)
 }
 

@@ -651,7 +651,7 @@ func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
 	}
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("GEMVs read %s per step (every layer's matrices and the output projection), timed as the step launches them, replayed from a graph of their own "+
-			"(x of q/k/v, gate/up and the output arrives quantized from the norm before them, as in the step; o and down quantize theirs in a launch of their own); "+
+			"(x of q/k/v, gate/up and the output arrives quantized from the norm before them and x of o from attention, as in the step; down quantizes its own in a launch of its own); "+
 			"wall − device time also holds the logits' download and the host's share of Forward", gib(prof.WeightBytes)),
 		fmt.Sprintf("per step: %.3f ms wall with the graph and greedy on the device, %.3f ms with the graph and the logits row, %.3f ms without the graph; the graph saves %.0f µs",
 			ms(gg.PerPass), ms(gr.PerPass), ms(dr.PerPass), us(dr.PerPass-gr.PerPass)))

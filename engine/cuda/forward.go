@@ -522,7 +522,7 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 				if p.graphSpan > 0 {
 					span = p.graphSpan
 				}
-				err = k.AttentionDecode(c, s, at, kv, qo, ao, r.n, slots.Add(int64(r.t0)*4), pos.Add(int64(r.t0)*4),
+				err = k.AttentionDecodeQ(c, s, at, kv, qo, ao, r.n, slots.Add(int64(r.t0)*4), pos.Add(int64(r.t0)*4),
 					span, 0, m.scratch, m.scratchN)
 			}
 			if err := step("attention", err); err != nil {
@@ -636,7 +636,8 @@ func (m *Model) enqueueGEMVs(c *kcuda.Ctx, kinds gemvKind) error {
 	k, s, a := m.k, m.stream, &m.act
 	dim := m.Config.Dim
 	// In the step a norm leaves a.xn (and a.outX) quantized for the GEMVs
-	// that read it (RMSNormQ): their x needs no launch here either.
+	// that read it (RMSNormQ), and attention a.att (AttentionDecodeQ):
+	// their x needs no launch here either.
 	for _, lw := range m.layers {
 		if kinds&gemvQKV != 0 {
 			k.MarkQuantized(s, a.xn, 1, dim)
@@ -656,6 +657,11 @@ func (m *Model) enqueueGEMVs(c *kcuda.Ctx, kinds gemvKind) error {
 			}
 		}
 		if kinds&gemvO != 0 {
+			// Decode attention leaves a.att quantized too (AttentionDecodeQ)
+			// where each 64-block of it lies within one head.
+			if m.Config.HeadDim%64 == 0 {
+				k.MarkQuantized(s, a.att, 1, m.Config.Heads*m.Config.HeadDim)
+			}
 			if err := k.GEMV(c, s, lw.o, a.att, a.tmp, 1); err != nil {
 				return err
 			}

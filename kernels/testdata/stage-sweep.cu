@@ -306,6 +306,54 @@ __global__ void __launch_bounds__(256) k6R(const uint8_t* W, long long rb, float
   gemv_rows_store<R, 1>(acc, red, nw, R, GLU_PLAIN, row0, rows, Y);
 }
 
+// ks6r: Q6_K, R rows per block streamed through a ring of NS shared-memory
+// stages of C super-blocks per row (C % 8 == 0: 16-byte aligned chunks);
+// the chunks of the first NS-1 stages are issued before pdl_wait.
+template <int R, int NS>
+__global__ void __launch_bounds__(256) ks6r(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ, int C) {
+  extern __shared__ uint4 ring[];
+  const int T = blockDim.x, row0 = blockIdx.x * R;
+  const int nsb = cols >> 8, nch = nsb / C, cb = C * 210 / 16;  // 16-byte chunks per row per stage
+  auto issue = [&](int c) {
+    if (c < nch) {
+      uint4* st = ring + (c % NS) * R * cb;
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const uint4* src = reinterpret_cast<const uint4*>(W + (long long)min(row0 + r, rows - 1) * rb + 210LL * C * c);
+        for (int i = (int)threadIdx.x; i < cb; i += T) cp16(st + r * cb + i, src + i);
+      }
+    }
+    cpcommit();
+  };
+#pragma unroll
+  for (int c = 0; c < NS - 1; c++) issue(c);
+  pdl_trigger();
+  pdl_wait();
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
+  for (int c = 0; c < nch; c++) {
+    issue(c + NS - 1);
+    cpwait(NS - 1);
+    __syncthreads();
+    const uint4* st = ring + (c % NS) * R * cb;
+    for (int uu = (int)threadIdx.x; uu < 4 * C; uu += T) {
+      const int u = 4 * C * c + uu;
+      QX6 x;
+      x.load(XQ, cols, u);
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        QW6 w;
+        w.load(reinterpret_cast<const uint8_t*>(st + r * cb), uu);
+        q6_dot(w, x, acc[r][0]);
+      }
+    }
+    __syncthreads();
+  }
+  __shared__ float red[8 * R];
+  gemv_rows_store<R, 1>(acc, red, T >> 5, R, GLU_PLAIN, row0, rows, Y);
+}
+
 // Read-only ceiling: persistent, 4 uint4 loads in flight per thread, first before the wait.
 __global__ void __launch_bounds__(256) rd(const uint4* p, long long n, unsigned* out) {
   uint32_t a = 0;
@@ -444,6 +492,23 @@ static bool enqueue(const Var& v, const Mat& m, cudaStream_t s) {
     launchS(f, (m.rows + v.R - 1) / v.R, 32 * v.warps, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq);
     return true;
   }
+  case 7: {  // ks6r: R, CH = NS*100 + C, warps
+    if (!m.q6) return false;
+    const int NS = v.CH / 100, C = v.CH % 100;
+    if ((m.cols / 256) % C) return false;
+    void (*f)(const uint8_t*, long long, float*, int, int, const uint8_t*, int) = nullptr;
+    if (v.R == 2 && NS == 2) f = ks6r<2, 2>;
+    if (v.R == 2 && NS == 3) f = ks6r<2, 3>;
+    if (v.R == 2 && NS == 4) f = ks6r<2, 4>;
+    if (v.R == 4 && NS == 2) f = ks6r<4, 2>;
+    if (v.R == 4 && NS == 3) f = ks6r<4, 3>;
+    if (v.R == 4 && NS == 4) f = ks6r<4, 4>;
+    if (!f) return false;
+    static bool set[8][8];
+    if (!set[v.R][NS]) { CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024)); set[v.R][NS] = true; }
+    launchS(f, (m.rows + v.R - 1) / v.R, 32 * v.warps, NS * v.R * C * 210, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq, C);
+    return true;
+  }
   case 3:
     launchS(rd, SMS * 4, 256, 0, s, (const uint4*)m.w, (long long)(m.rb * m.rows / 16), gOut);
     if (m.w1) launchS(rd, SMS * 4, 256, 0, s, (const uint4*)m.w1, (long long)(m.rb * m.rows / 16), gOut);
@@ -570,6 +635,10 @@ int main(int argc, char** argv) {
   CK(cudaDeviceSynchronize());
   std::vector<Var> vars = {{0, 0, 0, 0}, {1, 0, 0, 0}, {3, 0, 0, 0}};
   if (quick) { for (int CH : {1, 2}) for (int w : {1, 2, 4}) vars.push_back({2, 4, CH, w}); }
+  else if (argc > 1 && strcmp(argv[1], "ring") == 0) {
+    vars = {{0, 0, 0, 0}, {3, 0, 0, 0}, {2, 4, 2, 1}, {2, 4, 2, 4}};
+    for (int R : {2, 4}) for (int NS : {2, 3, 4}) for (int C : {8, 16}) for (int w : {1, 2, 4}) vars.push_back({7, R, NS * 100 + C, w});
+  }
   else if (argc > 1 && strcmp(argv[1], "base") == 0) {
     vars = {{0, 0, 0, 0}, {3, 0, 0, 0}, {2, 4, 2, 1}, {2, 4, 2, 4}, {5, 4, 21, 2}};
   }
@@ -620,6 +689,7 @@ int main(int argc, char** argv) {
     if (v.kind == 0) snprintf(nm, 64, "baseline (rule warps)");
     else if (v.kind == 1) snprintf(nm, 64, "gemvq_q6k_s (rule)");
     else if (v.kind == 3) snprintf(nm, 64, "read-only");
+    else if (v.kind == 7) snprintf(nm, 64, "ring R%d NS%d C%d w%d", v.R, v.CH / 100, v.CH % 100, v.warps);
     else if (v.kind == 6) snprintf(nm, 64, "k6R R%d un%d w%d", v.R, v.CH, v.warps);
     else if (v.kind == 5) snprintf(nm, 64, "kR R%d un%d S%d w%d", v.R, v.CH / 10, v.CH % 10, v.warps);
     else if (v.kind == 4) snprintf(nm, 64, "kp4 db%d pf%d %dMB t%d", v.R, v.CH, v.pfmb, v.tail);
