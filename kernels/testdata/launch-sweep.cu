@@ -143,16 +143,16 @@ __global__ void __launch_bounds__(256) rd(const uint4* p, long long n, unsigned*
   const long long stride = (long long)gridDim.x * blockDim.x;
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (PF == 2) {
-    uint4 v0 = q_ld_stream(p + i), v1 = q_ld_stream(p + i + stride), v2 = q_ld_stream(p + i + 2 * stride), v3 = q_ld_stream(p + i + 3 * stride);
+    uint4 v0 = ld_stream(p + i), v1 = ld_stream(p + i + stride), v2 = ld_stream(p + i + 2 * stride), v3 = ld_stream(p + i + 3 * stride);
     pdl_trigger(); pdl_wait();
     a ^= v0.x ^ v0.y ^ v0.z ^ v0.w ^ v1.x ^ v1.y ^ v1.z ^ v1.w ^ v2.x ^ v2.y ^ v2.z ^ v2.w ^ v3.x ^ v3.y ^ v3.z ^ v3.w;
     i += 4 * stride;
   } else if (PF) { pdl_trigger(); pdl_wait(); }
   for (; i + 3 * stride < n; i += 4 * stride) {
-    uint4 v0 = q_ld_stream(p + i), v1 = q_ld_stream(p + i + stride), v2 = q_ld_stream(p + i + 2 * stride), v3 = q_ld_stream(p + i + 3 * stride);
+    uint4 v0 = ld_stream(p + i), v1 = ld_stream(p + i + stride), v2 = ld_stream(p + i + 2 * stride), v3 = ld_stream(p + i + 3 * stride);
     a ^= v0.x ^ v0.y ^ v0.z ^ v0.w ^ v1.x ^ v1.y ^ v1.z ^ v1.w ^ v2.x ^ v2.y ^ v2.z ^ v2.w ^ v3.x ^ v3.y ^ v3.z ^ v3.w;
   }
-  for (; i < n; i += stride) { uint4 v = q_ld_stream(p + i); a ^= v.x ^ v.y ^ v.z ^ v.w; }
+  for (; i < n; i += stride) { uint4 v = ld_stream(p + i); a ^= v.x ^ v.y ^ v.z ^ v.w; }
   if (a == 0x12345678u) out[0] = a;
 }
 
