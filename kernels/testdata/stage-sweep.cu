@@ -8,7 +8,15 @@
 // build; it includes gemvq.cu.
 //
 //   cd kernels/testdata && nvcc -O3 -std=c++17 -arch=sm_90 -I.. -o /tmp/stage-sweep stage-sweep.cu
-//   /tmp/stage-sweep            # on the GPU host (built here with nvcc 11.8 or there)
+//   /tmp/stage-sweep [MODE]     # on the GPU host (built here with nvcc 11.8 or there)
+//
+// MODE: none = every staged variant (h200-stage-sweep1.txt); quick = the
+// baseline, read-only and a few staged ones (-compilers.txt); pf = L2
+// prefetch and double buffering (kp4, -pf.txt); kr = rows, units in
+// flight and split-K (kR, -kr.txt); k6 = direct Q6_K variants (k6R,
+// -k6.txt); ring = Q6_K shared-memory ring (ks6r, -ring.txt); base = the
+// baseline and the chosen ones (-base.txt; with ARENA=1 the matrices
+// carved from one allocation in layer order, -arena.txt).
 #include "../gemvq.cu"
 #include <cstdio>
 #include <cstdlib>
