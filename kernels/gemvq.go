@@ -223,14 +223,7 @@ var gemvqWarps int
 // with the output pointer, outs[1] up).
 func (k *Kernels) gemvqLaunch(c *cuda.Ctx, s cuda.Stream, what string, x, xq cuda.DevPtr, nb, mode int, outs []GEMVOut) error {
 	cols := outs[0].W.Cols
-	var q4, q6 []GEMVOut
-	for _, o := range outs {
-		if o.W.Type == quant.Q6_K {
-			q6 = append(q6, o)
-		} else {
-			q4 = append(q4, o)
-		}
-	}
+	q4, q6 := splitQ6(outs)
 	staged := gemvqStaged.warps > 0 && len(q4) > 0 && int64(nb)*gemvqBytes(cols) <= int64(k.gemvSmem)
 	if w := k.gemvq.ws[s]; (len(q6) > 0 || !staged) && !(w.held == x && w.heldCols == cols && w.heldNB == nb) {
 		if err := k.quantizeX(c, s, x, cols, nb, xq); err != nil {
@@ -309,16 +302,7 @@ func (k *Kernels) gemvqStagedLaunch(c *cuda.Ctx, s cuda.Stream, what string, x c
 		return err
 	}
 	var a cuda.Args
-	groups := 0
-	for i := 0; i < 3; i++ {
-		if i < len(outs) {
-			o := outs[i]
-			a.Ptr(o.W.Ptr).I64(o.W.RowBytes()).Ptr(o.Y).Int(o.W.Rows)
-			groups += ceilDiv(o.W.Rows, gemvqRows)
-		} else {
-			a.Ptr(0).I64(0).Ptr(0).Int(0)
-		}
-	}
+	groups := packQ4Outs(&a, outs, 3)
 	if mode != 0 {
 		groups = ceilDiv(outs[0].W.Rows, gemvqRows/2)
 	}
@@ -462,6 +446,34 @@ func (k *Kernels) gemvqMixed(nb, mode int, staged bool, q4, q6 []GEMVOut) bool {
 	return th4 == thm && th6 == thm
 }
 
+// packQ4Outs appends slots output slots (matrix, row bytes, output, rows;
+// zeros past len(outs)) for the Q4_K kernels' arguments and returns the
+// outputs' 4-row groups.
+func packQ4Outs(a *cuda.Args, outs []GEMVOut, slots int) (groups int) {
+	for i := 0; i < slots; i++ {
+		if i < len(outs) {
+			o := outs[i]
+			a.Ptr(o.W.Ptr).I64(o.W.RowBytes()).Ptr(o.Y).Int(o.W.Rows)
+			groups += ceilDiv(o.W.Rows, gemvqRows)
+		} else {
+			a.Ptr(0).I64(0).Ptr(0).Int(0)
+		}
+	}
+	return groups
+}
+
+// splitQ6 separates the Q6_K outputs from the others (Q4_K).
+func splitQ6(outs []GEMVOut) (q4, q6 []GEMVOut) {
+	for _, o := range outs {
+		if o.W.Type == quant.Q6_K {
+			q6 = append(q6, o)
+		} else {
+			q4 = append(q4, o)
+		}
+	}
+	return q4, q6
+}
+
 // gemvqMixedLaunch launches gemvq_mixed_1 (see gemvqMixed).
 func (k *Kernels) gemvqMixedLaunch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.DevPtr, q4 []GEMVOut, q6 GEMVOut) error {
 	f, err := k.fn("gemvq_mixed_1")
@@ -470,16 +482,7 @@ func (k *Kernels) gemvqMixedLaunch(c *cuda.Ctx, s cuda.Stream, what string, xq c
 	}
 	cols := q6.W.Cols
 	var a cuda.Args
-	groups := 0
-	for i := 0; i < 2; i++ {
-		if i < len(q4) {
-			o := q4[i]
-			a.Ptr(o.W.Ptr).I64(o.W.RowBytes()).Ptr(o.Y).Int(o.W.Rows)
-			groups += ceilDiv(o.W.Rows, gemvqRows)
-		} else {
-			a.Ptr(0).I64(0).Ptr(0).Int(0)
-		}
-	}
+	groups := packQ4Outs(&a, q4, 2)
 	a.Ptr(q6.W.Ptr).I64(q6.W.RowBytes()).Ptr(q6.Y).Int(q6.W.Rows).Int(cols).Ptr(xq)
 	blocks, threads := gemvqGeometry(groups, cols)
 	blocks += ceilDiv(q6.W.Rows, gemvq6Rows)
@@ -494,18 +497,7 @@ func (k *Kernels) gemvqMixedLaunch(c *cuda.Ctx, s cuda.Stream, what string, xq c
 func (k *Kernels) gemvq4Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.DevPtr, nb, mode int, outs []GEMVOut) error {
 	cols := outs[0].W.Cols
 	var a cuda.Args
-	groups := 0
-	for i := 0; i < 3; i++ {
-		if i < len(outs) {
-			o := outs[i]
-			a.Ptr(o.W.Ptr).I64(o.W.RowBytes()).Ptr(o.Y).Int(o.W.Rows)
-			if mode == 0 {
-				groups += ceilDiv(o.W.Rows, gemvqRows)
-			}
-		} else {
-			a.Ptr(0).I64(0).Ptr(0).Int(0)
-		}
-	}
+	groups := packQ4Outs(&a, outs, 3)
 	if mode != 0 {
 		groups = ceilDiv(outs[0].W.Rows, gemvqRows/2)
 	}

@@ -321,14 +321,7 @@ func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, x
 	// Warps per block of each output's launch, as gemvqLaunch sizes them,
 	// and the kernel's unit walk (splits: gemvq_q6k_s's halves).
 	nws, splits := make([]int, len(outs)), make([]int, len(outs))
-	var q4, q6 []GEMVOut
-	for _, o := range outs {
-		if o.W.Type == quant.Q6_K {
-			q6 = append(q6, o)
-		} else {
-			q4 = append(q4, o)
-		}
-	}
+	q4, q6 := splitQ6(outs)
 	mixed := fastType(quant.Q6_K) && k.gemvqMixed(nb, int(glu), gemvqStaged.warps > 0, q4, q6)
 	for i, o := range outs {
 		_, _, th := k.gemvq4Geometry(nb, groups, cols)

@@ -27,11 +27,7 @@
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); exit(1);} } while (0)
 
-__device__ __forceinline__ void cp16(void* dst, const void* src) {
-  const unsigned sa = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(src));
-}
-__device__ __forceinline__ void cpcommit() { asm volatile("cp.async.commit_group;"); }
+// cp_async16 and cp_async_commit are gemvq.cu's; cpwait takes any depth to 3.
 __device__ __forceinline__ void cpwait(int n) {
   switch (n) {
   case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
@@ -58,9 +54,9 @@ __device__ __forceinline__ void stage_rows(const uint8_t* W, const uint8_t* W1, 
 #pragma unroll
     for (int r = 0; r < R; r++) {
       const uint4* src = reinterpret_cast<const uint4*>(grow(W, W1, rb, row0, rows, r, R));
-      for (int i = a + (int)threadIdx.x; i < e; i += blockDim.x) cp16(sm + r * chunks + i, src + i);
+      for (int i = a + (int)threadIdx.x; i < e; i += blockDim.x) cp_async16(sm + r * chunks + i, src + i);
     }
-    cpcommit();
+    cp_async_commit();
   }
 }
 
@@ -328,10 +324,10 @@ __global__ void __launch_bounds__(256) ks6r(const uint8_t* W, long long rb, floa
 #pragma unroll
       for (int r = 0; r < R; r++) {
         const uint4* src = reinterpret_cast<const uint4*>(W + (long long)min(row0 + r, rows - 1) * rb + 210LL * C * c);
-        for (int i = (int)threadIdx.x; i < cb; i += T) cp16(st + r * cb + i, src + i);
+        for (int i = (int)threadIdx.x; i < cb; i += T) cp_async16(st + r * cb + i, src + i);
       }
     }
-    cpcommit();
+    cp_async_commit();
   };
 #pragma unroll
   for (int c = 0; c < NS - 1; c++) issue(c);
