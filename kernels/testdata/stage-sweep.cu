@@ -10,7 +10,9 @@
 //   cd kernels/testdata && nvcc -O3 -std=c++17 -arch=sm_90 -I.. -o /tmp/stage-sweep stage-sweep.cu
 //   /tmp/stage-sweep [MODE]     # on the GPU host (built here with nvcc 11.8 or there)
 //
-// MODE: none = every staged variant (h200-stage-sweep1.txt); quick = the
+// MODE: parts = split-K whose partials the consumer would sum (kq4p,
+// ks6p; "+sum" rows add a sumparts launch per GEMV), not yet run;
+// none = every staged variant (h200-stage-sweep1.txt); quick = the
 // baseline, read-only and a few staged ones (-compilers.txt); pf = L2
 // prefetch and double buffering (kp4, -pf.txt); kr = rows, units in
 // flight and split-K (kR, -kr.txt); k6 = direct Q6_K variants (k6R,
@@ -358,6 +360,96 @@ __global__ void __launch_bounds__(256) ks6r(const uint8_t* W, long long rb, floa
   gemv_rows_store<R, 1>(acc, red, T >> 5, R, GLU_PLAIN, row0, rows, Y);
 }
 
+// Split-K with the partials left to the consumer (the residual add that
+// follows down in the step would sum them): S blocks per row group, block
+// k = blockIdx.x % S over the k-th of S column slices, writing its rows'
+// sums to P[k*rows + row]; no atomics, no clusters. kq4p: Q4_K, direct,
+// UN units per lane before pdl_wait; ks6p: Q6_K staged (one commit group;
+// slices of a multiple of 8 super-blocks, so they start 16-byte aligned).
+template <int R, int UN>
+__global__ void __launch_bounds__(256) kq4p(const uint8_t* W, long long rb, float* P, int rows, int cols, const uint8_t* XQ, int S) {
+  __shared__ float red[8 * R];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5, step = blockDim.x;
+  const int k = blockIdx.x % S, row0 = (blockIdx.x / S) * R;
+  const int nunits = cols >> 5, ua = k * nunits / S, ue = (k + 1) * nunits / S;
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
+  int u = ua + warp * 32 + lane;
+  QW4 w[UN][R];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (u + j * step < ue)
+#pragma unroll
+      for (int r = 0; r < R; r++) w[j][r].load(rp[r], u + j * step);
+  pdl_trigger();
+  pdl_wait();
+  for (; u < ue; u += UN * step) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int uj = u + j * step;
+      if (uj < ue) {
+        QXU x;
+        x.load(XQ, cols, uj);
+#pragma unroll
+        for (int r = 0; r < R; r++) w[j][r].dot(uj, x, acc[r][0]);
+        if (uj + UN * step < ue)
+#pragma unroll
+          for (int r = 0; r < R; r++) w[j][r].load(rp[r], uj + UN * step);
+      }
+    }
+  }
+  gemv_rows_store<R, 1>(acc, red, nw, R, GLU_PLAIN, row0, rows, P + (long long)k * rows);
+}
+
+template <int R>
+__global__ void __launch_bounds__(256) ks6p(const uint8_t* W, long long rb, float* P, int rows, int cols, const uint8_t* XQ, int S) {
+  extern __shared__ uint4 q6p[];
+  __shared__ float red[8 * R];
+  const int T = blockDim.x, k = blockIdx.x % S, row0 = (blockIdx.x / S) * R;
+  const int nsb = cols >> 8, sa = k * nsb / S, se = (k + 1) * nsb / S;
+  const int chunks = (se - sa) * 210 / 16;
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    const uint4* src = reinterpret_cast<const uint4*>(W + (long long)min(row0 + r, rows - 1) * rb + 210LL * sa);
+    for (int i = (int)threadIdx.x; i < chunks; i += T) cp_async16(q6p + r * chunks + i, src + i);
+  }
+  cp_async_commit();
+  pdl_trigger();
+  pdl_wait();
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
+  cpwait(0);
+  __syncthreads();
+  for (int u = 4 * sa + (int)threadIdx.x; u < 4 * se; u += T) {
+    QX6 x;
+    x.load(XQ, cols, u);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      QW6 w;
+      w.load(reinterpret_cast<const uint8_t*>(q6p + r * chunks), u - 4 * sa);
+      q6_dot(w, x, acc[r][0]);
+    }
+  }
+  gemv_rows_store<R, 1>(acc, red, T >> 5, R, GLU_PLAIN, row0, rows, P + (long long)k * rows);
+}
+
+// The consumer's extra work, timed as a launch of its own in the "+sum"
+// rows: y = sum over the S partials in split order (the step would do it
+// inside the residual add it already launches).
+__global__ void __launch_bounds__(256) sumparts(const float* P, float* Y, int rows, int S) {
+  PDL_ENTRY();
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= rows) return;
+  float v = 0.0f;
+  for (int k = 0; k < S; k++) v += P[(long long)k * rows + i];
+  Y[i] = v;
+}
+
 // Read-only ceiling: persistent, 4 uint4 loads in flight per thread, first before the wait.
 __global__ void __launch_bounds__(256) rd(const uint4* p, long long n, unsigned* out) {
   uint32_t a = 0;
@@ -494,6 +586,25 @@ static bool enqueue(const Var& v, const Mat& m, cudaStream_t s) {
     if (v.R == 1 && v.CH == 2) f = k6R<1, 2>;
     if (!f) return false;
     launchS(f, (m.rows + v.R - 1) / v.R, 32 * v.warps, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq);
+    return true;
+  }
+  case 8: {  // split-K partials: R, CH = S*10 + UN (Q4_K) or S*10 (Q6_K), warps; pfmb = 1: + sumparts launch
+    const int S = v.CH / 10, un = v.CH % 10, nsb = m.cols / 256;
+    if (m.w1 || nsb % S) return false;
+    if (m.q6) {
+      if ((nsb / S) % 8 || v.R != 4) return false;
+      static bool set6;
+      if (!set6) { CK(cudaFuncSetAttribute(ks6p<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024)); set6 = true; }
+      launchS(ks6p<4>, (m.rows + 3) / 4 * S, 32 * v.warps, 4 * (nsb / S) * 210, s, (const uint8_t*)m.w, m.rb, gP, m.rows, m.cols, xq, S);
+    } else {
+      void (*f)(const uint8_t*, long long, float*, int, int, const uint8_t*, int) = nullptr;
+      if (v.R == 4 && un == 1) f = kq4p<4, 1>;
+      if (v.R == 4 && un == 2) f = kq4p<4, 2>;
+      if (v.R == 2 && un == 2) f = kq4p<2, 2>;
+      if (!f) return false;
+      launchS(f, (m.rows + v.R - 1) / v.R * S, 32 * v.warps, 0, s, (const uint8_t*)m.w, m.rb, gP, m.rows, m.cols, xq, S);
+    }
+    if (v.pfmb) launchS(sumparts, (m.rows + 255) / 256, 256, 0, s, (const float*)gP, m.y, m.rows, S);
     return true;
   }
   case 7: {  // ks6r: R, CH = NS*100 + C, warps
@@ -643,6 +754,14 @@ int main(int argc, char** argv) {
     vars = {{0, 0, 0, 0}, {3, 0, 0, 0}, {2, 4, 2, 1}, {2, 4, 2, 4}};
     for (int R : {2, 4}) for (int NS : {2, 3, 4}) for (int C : {8, 16}) for (int w : {1, 2, 4}) vars.push_back({7, R, NS * 100 + C, w});
   }
+  else if (argc > 1 && strcmp(argv[1], "parts") == 0) {
+    vars = {{0, 0, 0, 0}, {3, 0, 0, 0}, {2, 4, 2, 4}, {5, 4, 21, 2}};
+    for (int sum : {0, 1}) {
+      for (int S : {7}) for (int w : {1, 2}) { Var v{8, 4, S * 10, w}; v.pfmb = sum; vars.push_back(v); }
+      for (int S : {2, 4, 7}) for (int un : {1, 2}) for (int w : {1, 2, 4}) { Var v{8, 4, S * 10 + un, w}; v.pfmb = sum; vars.push_back(v); }
+      for (int S : {2, 4}) for (int w : {1, 2}) { Var v{8, 2, S * 10 + 2, w}; v.pfmb = sum; vars.push_back(v); }
+    }
+  }
   else if (argc > 1 && strcmp(argv[1], "base") == 0) {
     vars = {{0, 0, 0, 0}, {3, 0, 0, 0}, {2, 4, 2, 1}, {2, 4, 2, 4}, {5, 4, 21, 2}};
   }
@@ -671,7 +790,7 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(y0.data(), m.y, 4 * m.rows, cudaMemcpyDeviceToHost));
     double worst = 0;
     for (auto& v : vars) {
-      if (v.kind == 0 || v.kind == 3) continue;
+      if (v.kind == 0 || v.kind == 3 || (v.kind == 8 && !v.pfmb)) continue;  // partials only: no y to check
       CK(cudaMemset(m.y, 0xff, 4 * m.rows));
       if (!enqueue(v, m, s)) continue;
       CK(cudaStreamSynchronize(s));
@@ -693,6 +812,7 @@ int main(int argc, char** argv) {
     if (v.kind == 0) snprintf(nm, 64, "baseline (rule warps)");
     else if (v.kind == 1) snprintf(nm, 64, "gemvq_q6k_s (rule)");
     else if (v.kind == 3) snprintf(nm, 64, "read-only");
+    else if (v.kind == 8) snprintf(nm, 64, "parts R%d S%d un%d w%d%s", v.R, v.CH / 10, v.CH % 10, v.warps, v.pfmb ? " +sum" : "");
     else if (v.kind == 7) snprintf(nm, 64, "ring R%d NS%d C%d w%d", v.R, v.CH / 100, v.CH % 100, v.warps);
     else if (v.kind == 6) snprintf(nm, 64, "k6R R%d un%d w%d", v.R, v.CH, v.warps);
     else if (v.kind == 5) snprintf(nm, 64, "kR R%d un%d S%d w%d", v.R, v.CH / 10, v.CH % 10, v.warps);
