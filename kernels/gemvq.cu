@@ -88,23 +88,13 @@ __device__ __forceinline__ void quant64(float2 v, int& q0, int& q1, float& sx, i
   s += __shfl_xor_sync(0xffffffffu, s, 4);
 }
 
-// Chunk swizzle of x staged in shared memory (gemvq_staged): 16-byte chunk
-// f of a plane lives at f ^ 2*((f>>3)&1), so the 8 lanes of a quarter-warp
-// phase reading a Q4_K unit's chunks (16sb + 4j + h + {0 or 2}, c = 2j+h
-// = lane&7) hit 8 different bank groups. The identity for global x.
-template <bool SW>
-__device__ __forceinline__ int xchunk(int f) {
-  return SW ? f ^ (((f >> 3) & 1) << 1) : f;
-}
-
 // Writes a quantized 64-block (quant64's results) at base, a vector's
-// quantized x (gemvq_bytes(cols) bytes), planes swizzled with xchunk<SW>.
-template <bool SW>
+// quantized x (gemvq_bytes(cols) bytes).
 __device__ __forceinline__ void put64(uint8_t* base, int cols, int blk, int lane, int q0, int q1, float sx, int s) {
   const uint32_t h = ((uint32_t)(q0 >> 8) & 0xffu) | (((uint32_t)(q1 >> 8) & 0xffu) << 8);
   const uint32_t l = ((uint32_t)q0 & 0xffu) | (((uint32_t)q1 & 0xffu) << 8);
   const int c = 64 * blk + 2 * lane;  // the lane's two bytes share a chunk
-  const int off = 16 * xchunk<SW>(c >> 4) + (c & 15);
+  const int off = c;
   *reinterpret_cast<uint16_t*>(base + off) = (uint16_t)h;
   *reinterpret_cast<uint16_t*>(base + cols + off) = (uint16_t)l;
   int* hdr = reinterpret_cast<int*>(base + 2LL * cols + 32 * blk);
@@ -129,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(256) gemvq_x(const float* __restric
   int q0, q1, s;
   float sx;
   quant64(v, q0, q1, sx, s);
-  put64<false>(XQ + (long long)b * gemvq_bytes(cols), cols, blk, lane, q0, q1, sx, s);
+  put64(XQ + (long long)b * gemvq_bytes(cols), cols, blk, lane, q0, q1, sx, s);
 }
 
 // The x side of Q4_K unit u for one vector: the high and low bytes of the
@@ -149,21 +139,6 @@ struct QXU {
     const uint8_t* hdr = base + 2LL * cols + 32 * (4 * sb + j);
     sx = __ldg(reinterpret_cast<const float*>(hdr));
     const int2 s = __ldg(reinterpret_cast<const int2*>(hdr + 16 + 8 * half));
-    s0 = s.x;
-    s1 = s.y;
-  }
-  // The same from gemvq_staged's shared copy (chunks swizzled).
-  __device__ __forceinline__ void load_sh(const uint8_t* base, int cols, int u) {
-    const int sb = u >> 3, c = u & 7, j = c >> 1, half = c & 1;
-    const int f = 16 * sb + 4 * j + half;
-    const int o0 = 16 * xchunk<true>(f), o1 = 16 * xchunk<true>(f + 2);
-    xh0 = *reinterpret_cast<const uint4*>(base + o0);
-    xh1 = *reinterpret_cast<const uint4*>(base + o1);
-    xl0 = *reinterpret_cast<const uint4*>(base + cols + o0);
-    xl1 = *reinterpret_cast<const uint4*>(base + cols + o1);
-    const uint8_t* hdr = base + 2LL * cols + 32 * (4 * sb + j);
-    sx = *reinterpret_cast<const float*>(hdr);
-    const int2 s = *reinterpret_cast<const int2*>(hdr + 16 + 8 * half);
     s0 = s.x;
     s1 = s.y;
   }
@@ -356,90 +331,6 @@ GEMVQ_FUSED(gemvq_fused_2, 2, 1)
 // takes it for launches that fit the device at once; kernels/NOTES.md,
 // GEMV v8).
 GEMVQ_FUSED(gemvq_fused_u2_1, 1, 2)
-
-// gemvq_staged: gemvq_fused's work with x quantized by the block itself
-// into shared memory (no gemvq_x launch; NB*gemvq_bytes(cols) bytes of
-// dynamic shared memory, planes swizzled by xchunk), then, as gemv.cu's
-// gemv_staged, each warp owns whole row groups (blockIdx.x*nw + warp, +
-// gridDim.x*nw, ...: the launcher sizes the grid to the resident warps),
-// a lane walking units lane, lane+32, ...; no barrier after the copy.
-template <int NB>
-__device__ __forceinline__ void gemvq_staged_body(const uint8_t* W0, long long rb0, float* Y0, int rows0,
-                                                  const uint8_t* W1, long long rb1, float* Y1, int rows1,
-                                                  const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols,
-                                                  const float* __restrict__ X, int mode) {
-  PDL_ENTRY();
-  constexpr int R = GEMVQ_R;
-  extern __shared__ uint4 smem[];
-  uint8_t* xs = reinterpret_cast<uint8_t*>(smem);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  const int nblk = cols >> 6;
-  const long long qb = gemvq_bytes(cols);
-  for (int t = warp; t < NB * nblk; t += nw) {
-    const int b = t / nblk, blk = t - b * nblk;
-    const float2 v = __ldg(reinterpret_cast<const float2*>(X + (long long)b * cols + 64 * blk + 2 * lane));
-    int q0, q1, s;
-    float sx;
-    quant64(v, q0, q1, sx, s);
-    put64<true>(xs + b * qb, cols, blk, lane, q0, q1, sx, s);
-  }
-  __syncthreads();
-  const int groups = mode != GLU_PLAIN ? (rows0 + R / 2 - 1) / (R / 2)
-                                         : (rows0 + R - 1) / R + (rows1 + R - 1) / R + (rows2 + R - 1) / R;
-  const int nunits = cols >> 5;
-  for (int g = blockIdx.x * nw + warp; g < groups; g += gridDim.x * nw) {
-    const uint8_t* rp[R];
-    int row0, rows;
-    float* Y;
-    gemvq_group(g, W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, mode, rp, row0, rows, Y);
-    float acc[R][NB];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-      for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
-#pragma unroll 1
-    for (int u = lane; u < nunits; u += 32) {
-      QW4 w[R];
-#pragma unroll
-      for (int r = 0; r < R; r++) w[r].load(rp[r], u);
-      QXU x[NB];
-#pragma unroll
-      for (int b = 0; b < NB; b++) x[b].load_sh(xs + b * qb, cols, u);
-#pragma unroll
-      for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int b = 0; b < NB; b++) w[r].dot(u, x[b], acc[r][b]);
-    }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-      for (int b = 0; b < NB; b++) acc[r][b] = warp_sum(acc[r][b]);
-    if (lane == 0) {
-      if (mode == GLU_PLAIN) {
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-          for (int b = 0; b < NB; b++)
-            if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = acc[r][b];
-      } else {
-#pragma unroll
-        for (int r = 0; r < R / 2; r++)
-#pragma unroll
-          for (int b = 0; b < NB; b++)
-            if (row0 + r < rows) Y[(long long)b * rows + row0 + r] = glu_act(mode, acc[r][b], acc[r + R / 2][b]);
-      }
-    }
-  }
-}
-
-#define GEMVQ_STAGED(NB)                                                                                      \
-  extern "C" __global__ void __launch_bounds__(256) gemvq_staged_##NB(                                        \
-      const uint8_t* W0, long long rb0, float* Y0, int rows0, const uint8_t* W1, long long rb1, float* Y1,    \
-      int rows1, const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols, const float* X, int mode) { \
-    gemvq_staged_body<NB>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, cols, X, mode);         \
-  }
-GEMVQ_STAGED(1)
-GEMVQ_STAGED(2)
 
 // ---- Q6_K ----
 //

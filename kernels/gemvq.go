@@ -224,8 +224,7 @@ var gemvqWarps int
 func (k *Kernels) gemvqLaunch(c *cuda.Ctx, s cuda.Stream, what string, x, xq cuda.DevPtr, nb, mode int, outs []GEMVOut) error {
 	cols := outs[0].W.Cols
 	q4, q6 := splitQ6(outs)
-	staged := gemvqStaged.warps > 0 && len(q4) > 0 && int64(nb)*gemvqBytes(cols) <= int64(k.gemvSmem)
-	if w := k.gemvq.ws[s]; (len(q6) > 0 || !staged) && !(w.held == x && w.heldCols == cols && w.heldNB == nb) {
+	if w := k.gemvq.ws[s]; !(w.held == x && w.heldCols == cols && w.heldNB == nb) {
 		if err := k.quantizeX(c, s, x, cols, nb, xq); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
@@ -243,7 +242,7 @@ func (k *Kernels) gemvqLaunch(c *cuda.Ctx, s cuda.Stream, what string, x, xq cud
 			}
 		}
 	}
-	if k.gemvqMixed(nb, mode, staged, q4, q6) {
+	if k.gemvqMixed(nb, mode, q4, q6) {
 		return k.gemvqMixedLaunch(c, s, what, xq, q4, q6[0])
 	}
 	for _, o := range q6 {
@@ -251,68 +250,10 @@ func (k *Kernels) gemvqLaunch(c *cuda.Ctx, s cuda.Stream, what string, x, xq cud
 			return err
 		}
 	}
-	switch {
-	case len(q4) == 0:
+	if len(q4) == 0 {
 		return nil
-	case staged:
-		return k.gemvqStagedLaunch(c, s, what, x, nb, mode, q4)
 	}
 	return k.gemvq4Launch(c, s, what, xq, nb, mode, q4)
-}
-
-// gemvqStagedConfig sizes gemvq_staged (x quantized by each block into
-// shared memory, warps owning whole row groups): warps per block and the
-// blocks per multiprocessor the grid aims at; warps == 0 (the default)
-// keeps the gemvq_x + gemvq_fused pair. A variant
-// BenchmarkGEMVQDecodeShapes measures.
-type gemvqStagedConfig struct{ warps, blocksPerSM int }
-
-var gemvqStaged gemvqStagedConfig
-
-// SetFastGEMVStaged switches the integer Q4_K launches between gemvq_x +
-// gemvq_fused (off, the default) and gemvq_staged (on: each block
-// quantizes x into shared memory itself, one launch instead of two; 8
-// warps per block, 2 blocks per SM). An experimental variant, exported so
-// engine benchmarks can measure it end to end; kernels/NOTES.md has the
-// numbers that decide.
-func SetFastGEMVStaged(on bool) {
-	if on {
-		gemvqStaged = gemvqStagedConfig{warps: 8, blocksPerSM: 2}
-	} else {
-		gemvqStaged = gemvqStagedConfig{}
-	}
-}
-
-// gemvqStagedGeometry: the fewest warps (within the aimed-at resident
-// ones) that give each warp the same number of row groups, in blocks of
-// at most cfg.warps warps.
-func gemvqStagedGeometry(cfg gemvqStagedConfig, groups, sms int) (blocks, threads int) {
-	resident := max(1, sms*cfg.blocksPerSM*cfg.warps)
-	perWarp := ceilDiv(groups, min(groups, resident))
-	warps := ceilDiv(groups, perWarp)
-	nw := min(cfg.warps, warps)
-	return ceilDiv(warps, nw), 32 * nw
-}
-
-// gemvqStagedLaunch launches gemvq_staged_<nb> on float x.
-func (k *Kernels) gemvqStagedLaunch(c *cuda.Ctx, s cuda.Stream, what string, x cuda.DevPtr, nb, mode int, outs []GEMVOut) error {
-	cols := outs[0].W.Cols
-	f, err := k.fn(fmt.Sprintf("gemvq_staged_%d", nb))
-	if err != nil {
-		return err
-	}
-	var a cuda.Args
-	groups := packQ4Outs(&a, outs, 3)
-	if mode != 0 {
-		groups = ceilDiv(outs[0].W.Rows, gemvqRows/2)
-	}
-	a.Int(cols).Ptr(x).Int(mode)
-	blocks, threads := gemvqStagedGeometry(gemvqStaged, groups, k.SMs)
-	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}, SharedMem: uint32(int64(nb) * gemvqBytes(cols))}
-	if err := k.run(c, f, cfg, s, &a); err != nil {
-		return fmt.Errorf("%s: staged, %d matrices %dx%d.. batch %d: %w", what, len(outs), outs[0].W.Rows, cols, nb, err)
-	}
-	return nil
 }
 
 // fastGEMVQ6KStaged switches Q6_K integer GEMVs to gemvq_q6k_s (the
@@ -429,8 +370,8 @@ func (k *Kernels) gemvq4Geometry(nb, groups, cols int) (name string, blocks, thr
 // block size. Why: a Q4_K_M layer whose v is Q6_K otherwise launches
 // q/k/v as two kernels, and the second (v, 1024x4096) ran at 0.29 of the
 // copy bandwidth on the H200, mostly launch latency.
-func (k *Kernels) gemvqMixed(nb, mode int, staged bool, q4, q6 []GEMVOut) bool {
-	if nb != 1 || mode != 0 || staged || len(q6) != 1 || len(q4) < 1 || len(q4) > 2 {
+func (k *Kernels) gemvqMixed(nb, mode int, q4, q6 []GEMVOut) bool {
+	if nb != 1 || mode != 0 || len(q6) != 1 || len(q4) < 1 || len(q4) > 2 {
 		return false
 	}
 	if ok, _ := k.gemvq6Staged(q6[0].W); ok {

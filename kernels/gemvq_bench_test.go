@@ -19,9 +19,8 @@ import (
 // and a whole layer's launch sequence of each kind, each with the float
 // path, the integer path for Q4_K only and for Q4_K and Q6_K
 // (SetFastGEMVQ6K); the integer path's x quantization alone; and the
-// integer path with two units per lane in flight (gemvqUnroll), with x
-// quantized by each block into shared memory (gemvqStaged: warps x
-// blocks per SM), and under two more grid targets (warps per SM).
+// integer path with one and two units per lane in flight forced
+// (gemvqUnroll), and under two more grid targets (warps per SM).
 // Integer-path cells include their gemvq_x launch. Run with
 // -test.benchtime 1x.
 func BenchmarkGEMVQDecodeShapes(b *testing.B) {
@@ -99,17 +98,13 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 			})
 			fmt.Fprintf(&out, "gemvq_x alone, %5d columns: %6.2f us\n", cols, ms*1e3)
 		}
-		defer func() { gemvqStaged = gemvqStagedConfig{} }()
-		for _, v := range []struct {
-			wps, unroll int
-			staged      gemvqStagedConfig
-		}{{32, 2, gemvqStagedConfig{}}, {32, 1, gemvqStagedConfig{8, 2}}, {32, 1, gemvqStagedConfig{8, 3}}, {32, 1, gemvqStagedConfig{4, 4}}, {16, 1, gemvqStagedConfig{}}, {64, 1, gemvqStagedConfig{}}} {
-			gemvWarpsPerSM, gemvqUnroll, gemvqStaged = v.wps, v.unroll, v.staged
+		for _, v := range []struct{ wps, unroll int }{{32, 1}, {32, 2}, {16, 0}, {64, 0}} {
+			gemvWarpsPerSM, gemvqUnroll = v.wps, v.unroll
 			for _, bn := range benches {
-				fmt.Fprintf(&out, "integer+q6k w%-2d unroll %d staged %d/%d %-26s %s\n", v.wps, v.unroll, v.staged.warps, v.staged.blocksPerSM, bn.name, cell(bn))
+				fmt.Fprintf(&out, "integer+q6k w%-2d unroll %d %-26s %s\n", v.wps, v.unroll, bn.name, cell(bn))
 			}
 		}
-		gemvqUnroll, gemvqStaged = 0, gemvqStagedConfig{}
+		gemvqUnroll = 0
 		return nil
 	})
 	if err != nil {

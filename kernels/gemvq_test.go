@@ -181,8 +181,8 @@ func TestGEMVQFidelity(t *testing.T) {
 // Shapes: GEMV alone, GEMVFused with all Q4_K and with a Q6_K matrix,
 // GEMVGLU; batches 1-2; with Q6_K on the float path (SetFastGEMVQ6K off:
 // checked with TestGEMV's tolerance) and on the integer path, and with
-// the variants: two units in flight (gemvqUnroll 2), x quantized in each
-// block's shared memory (gemvqStaged).
+// the variants: one and two units in flight forced (gemvqUnroll), the
+// Q6_K matrices direct and staged (SetFastGEMVQ6KStaged).
 func TestGEMVQ(t *testing.T) {
 	_, _ = gpu(t)
 	defer fastGEMVState()()
@@ -204,19 +204,17 @@ func TestGEMVQ(t *testing.T) {
 		{"q6k-gemv-4096-tall", 4096, []mat{{quant.Q6_K, 1153}}, 0},
 		{"q6k-gemv-14336-tall", 14336, []mat{{quant.Q6_K, 1155}}, 0},
 	}
-	defer func() { gemvqUnroll, gemvqStaged = 0, gemvqStagedConfig{} }()
+	defer func() { gemvqUnroll = 0 }()
 	defer fastGEMVState()()
 	for _, v := range []struct {
 		q6       bool
 		unroll   int
-		staged   gemvqStagedConfig
 		q6staged bool
-	}{{false, 0, gemvqStagedConfig{}, false}, {true, 0, gemvqStagedConfig{}, true}, {true, 1, gemvqStagedConfig{}, false}, {true, 2, gemvqStagedConfig{}, false},
-		{true, 1, gemvqStagedConfig{8, 2}, false}, {true, 1, gemvqStagedConfig{}, true}} {
+	}{{false, 0, false}, {true, 0, true}, {true, 1, false}, {true, 2, false}, {true, 1, true}} {
 		SetFastGEMVQ6K(v.q6)
 		SetFastGEMVQ6KStaged(v.q6staged)
-		gemvqUnroll, gemvqStaged = v.unroll, v.staged
-		t.Run(fmt.Sprintf("q6k=%v/unroll=%d/staged=%d/q6k-staged=%v", v.q6, v.unroll, v.staged.warps, v.q6staged), func(t *testing.T) { testGEMVQCases(t, cases) })
+		gemvqUnroll = v.unroll
+		t.Run(fmt.Sprintf("q6k=%v/unroll=%d/q6k-staged=%v", v.q6, v.unroll, v.q6staged), func(t *testing.T) { testGEMVQCases(t, cases) })
 	}
 }
 
@@ -283,10 +281,6 @@ func testGEMVQCases(t *testing.T, cases []gemvqCase) {
 						fast = fast || fastType(o.W.Type)
 						q6 = q6 || (o.W.Type == quant.Q6_K && fastType(o.W.Type))
 					}
-					if !fast || (gemvqStaged.warps > 0 && !q6) { // gemvq_x did not run
-						checkGEMVQ(t, c, a, k, tc.cols, nb, xs, xqs, deqs, datas, outs, tc.glu)
-						continue
-					}
 					if !fast {
 						checkGEMVQ(t, c, a, k, tc.cols, nb, xs, xqs, deqs, datas, outs, tc.glu)
 						continue
@@ -322,12 +316,9 @@ func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, x
 	// and the kernel's unit walk (splits: gemvq_q6k_s's halves).
 	nws, splits := make([]int, len(outs)), make([]int, len(outs))
 	q4, q6 := splitQ6(outs)
-	mixed := fastType(quant.Q6_K) && k.gemvqMixed(nb, int(glu), gemvqStaged.warps > 0, q4, q6)
+	mixed := fastType(quant.Q6_K) && k.gemvqMixed(nb, int(glu), q4, q6)
 	for i, o := range outs {
 		_, _, th := k.gemvq4Geometry(nb, groups, cols)
-		if gemvqStaged.warps > 0 {
-			th = 32 // each warp owns whole rows: the emulation's nw = 1
-		}
 		if o.W.Type == quant.Q6_K {
 			_, th = gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), cols)
 			if ok, sth := k.gemvq6Staged(o.W); ok && !mixed {

@@ -129,7 +129,7 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 	k.gemvSmem = 48 << 10
 	if k.mma() {
 		for name, f := range k.fns {
-			if strings.HasPrefix(name, "gemv_") || strings.HasPrefix(name, "gemvq_staged") || strings.HasPrefix(name, "gemvq_q6k_s_") {
+			if strings.HasPrefix(name, "gemv_") || strings.HasPrefix(name, "gemvq_q6k_s_") {
 				if err := c.SetAttribute(f, cuda.FuncMaxDynamicSharedMemory, gemvSharedLimit); err != nil {
 					k.Unload(c)
 					return nil, fmt.Errorf("kernels: %s: raising shared memory: %w", name, err)

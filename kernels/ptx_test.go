@@ -85,9 +85,9 @@ func TestEmbeddedEntries(t *testing.T) {
 		// 3 attention, 2 sampling; GEMM v5: 9 dequantizers, x16 and the
 		// f16 configurations; fused decode: gemv_fused_1/2, add_rmsnorm,
 		// rope_store; 6 tiled prefill attention variants. bf16_unpack.
-		// Integer GEMV: gemvq_x, gemvq_fused_1/2/u2_1, gemvq_staged_1/2,
-		// gemvq_q6k_1/2, gemvq_q6k_s_1/2, gemvq_mixed_1.
-		if want := 72 + 9 + 9 + 1 + 1 + 5 + 3 + 2 + 10 + len(gemmConfigs) + 4 + 6 + 1 + 11; n != want {
+		// Integer GEMV: gemvq_x, gemvq_fused_1/2/u2_1, gemvq_q6k_1/2,
+		// gemvq_q6k_s_1/2, gemvq_mixed_1.
+		if want := 72 + 9 + 9 + 1 + 1 + 5 + 3 + 2 + 10 + len(gemmConfigs) + 4 + 6 + 1 + 9; n != want {
 			t.Errorf("%s: %d kernels embedded, want %d", arch, n, want)
 		}
 	}

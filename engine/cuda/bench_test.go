@@ -120,23 +120,20 @@ func BenchmarkResident8B(b *testing.B) {
 	}
 	defer func() { fuseGEMV, fuseElementwise = true, true }()
 	type config struct {
-		name                                 string
-		gemv, elemwise, fast, fastQ6, staged bool
+		name                         string
+		gemv, elemwise, fast, fastQ6 bool
 	}
-	cfgList := []config{{"unfused", false, false, fast, fastQ6, false}, {"gemv-fused", true, false, fast, fastQ6, false}, {"fused", true, true, fast, fastQ6, false}}
+	cfgList := []config{{"unfused", false, false, fast, fastQ6}, {"gemv-fused", true, false, fast, fastQ6}, {"fused", true, true, fast, fastQ6}}
 	if fast {
 		// The integer path's variants and the float GEMVs in the same
 		// process, for comparison.
-		cfgList = append(cfgList, config{"fused-int-staged", true, true, true, fastQ6, true})
 		if fastQ6 {
-			cfgList = append(cfgList, config{"fused-int-q4k-only", true, true, true, false, false})
+			cfgList = append(cfgList, config{"fused-int-q4k-only", true, true, true, false})
 		}
-		cfgList = append(cfgList, config{"fused-float-gemv", true, true, false, false, false})
+		cfgList = append(cfgList, config{"fused-float-gemv", true, true, false, false})
 	}
-	defer kernels.SetFastGEMVStaged(false)
 	b.Logf("integer GEMV (kernels.SetFastGEMV): %v, with Q6_K (SetFastGEMVQ6K): %v", fast, fastQ6)
 	for _, cfgs := range cfgList {
-		kernels.SetFastGEMVStaged(cfgs.staged)
 		r := measure(cfgs.gemv, cfgs.elemwise, cfgs.fast, cfgs.fastQ6)
 		decTPS := 1 / r.graph.Seconds()
 		gemvBW := float64(wbytes) / r.gemvGPU.Seconds()

@@ -40,7 +40,7 @@ extern "C" __global__ void __launch_bounds__(256) mx_x(const float* __restrict__
   const float2 v = *reinterpret_cast<const float2*>(X + 64 * gw + 2 * lane);
   int q0, q1, s; float sx;
   quant64(v, q0, q1, sx, s);
-  put64<false>(XQ, cols, gw, lane, q0, q1, sx, s);
+  put64(XQ, cols, gw, lane, q0, q1, sx, s);
 }
 
 // K1: gemvq_fused's plain structure (one matrix), PDL: first unit's weights before the wait.
