@@ -29,7 +29,7 @@ func TestBackendStatus(t *testing.T) {
 	}
 	gpu := bi.Name == "cuda"
 	if gpu {
-		if bi.Device == "" || bi.DeviceMemoryBytes <= 0 || bi.WeightBytes <= 0 || bi.Reason != "" {
+		if bi.Device == "" || bi.DeviceMemoryBytes <= 0 || bi.WeightBytes <= 0 || bi.Reason != "" || bi.Kernels == "" {
 			t.Fatalf("GPU backend status %+v", bi)
 		}
 	} else if bi.Name != "cpu" || !strings.HasPrefix(bi.Reason, "CUDA unavailable: ") && !strings.HasPrefix(bi.Reason, "CUDA backend failed: ") {

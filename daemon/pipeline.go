@@ -20,7 +20,7 @@ func backendStatus(b engine.BackendInfo) api.BackendStatus {
 	return api.BackendStatus{
 		Name: b.Name, Requested: b.Requested, Reason: b.Reason,
 		Device: b.Device, Ordinal: b.Ordinal, ComputeCapability: b.ComputeCapability,
-		DeviceMemoryBytes: b.DeviceMemory, DeviceFreeBytes: b.DeviceFree,
+		DeviceMemoryBytes: b.DeviceMemory, DeviceFreeBytes: b.DeviceFree, Kernels: b.Kernels,
 		WeightBytes: b.WeightBytes, StreamedBytesPerPass: b.StreamedBytes, KVBytes: b.KVBytes,
 		Slots: b.Slots, MaxContext: b.MaxContext,
 	}

@@ -124,6 +124,9 @@ type BackendInfo struct {
 	ComputeCapability string
 	DeviceMemory      int64
 	DeviceFree        int64
+	// Kernels is the kernel build the GPU runs (enginecuda.Model's
+	// KernelImage: the sm_90 cubins or PTX the driver JIT-compiled).
+	Kernels string
 	// WeightBytes is the device memory the resident weights take and
 	// StreamedBytes what crosses PCIe per pass (tier B), on the GPU.
 	WeightBytes, StreamedBytes int64

@@ -202,6 +202,7 @@ func loadCUDA(dev *kcuda.Device, src cudaSource, o Options, info *BackendInfo, l
 	cfg := e.Model.Config
 	e.src = tsrc
 	info.WeightBytes, info.StreamedBytes = cm.WeightBytes(), cm.StreamedBytes()
+	info.Kernels = cm.KernelImage()
 	info.Slots, info.MaxContext = cm.MaxSeqs(), cm.MaxContext()
 	info.KVBytes = tier.KVCacheBytes(cfg, cm.MaxContext(), cm.MaxSeqs())
 	e.plan, e.cuda, e.dev = plan, cm, dev

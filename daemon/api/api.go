@@ -247,6 +247,9 @@ type BackendStatus struct {
 	ComputeCapability string `json:"compute_capability,omitempty"`
 	DeviceMemoryBytes int64  `json:"device_memory_bytes,omitempty"`
 	DeviceFreeBytes   int64  `json:"device_free_bytes,omitempty"`
+	// Kernels is the kernel build the GPU runs: "sm_90 cubin (ptxas
+	// 11.8)" or "compute_80 PTX (driver JIT)".
+	Kernels string `json:"kernels,omitempty"`
 	// WeightBytes is the device memory of the resident (tier-A)
 	// weights, StreamedBytesPerPass what tier B copies over PCIe per
 	// pass, KVBytes the KV cache allocated on the device for Slots

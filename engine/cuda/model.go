@@ -113,6 +113,10 @@ type Stats struct {
 // WeightBytes is the device memory the weights occupy.
 func (m *Model) WeightBytes() int64 { return m.arenaN }
 
+// KernelImage says which build of the kernels runs (kernels.Kernels.Image:
+// "sm_90 cubin (ptxas 11.8)" or "compute_80 PTX (driver JIT)").
+func (m *Model) KernelImage() string { return m.k.Image }
+
 // MaxContext is the largest context a Sequence of this Model can reach.
 func (m *Model) MaxContext() int { return m.maxCtx }
 

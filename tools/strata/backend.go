@@ -39,6 +39,9 @@ func describeBackend(b api.BackendStatus) string {
 	case "cuda":
 		s := fmt.Sprintf("cuda on %s (GPU %d, sm %s, %s, %s free at load); weights %s on the device",
 			b.Device, b.Ordinal, b.ComputeCapability, human(b.DeviceMemoryBytes), human(b.DeviceFreeBytes), human(b.WeightBytes))
+		if b.Kernels != "" {
+			s += fmt.Sprintf(", kernels: %s", b.Kernels)
+		}
 		if b.StreamedBytesPerPass > 0 {
 			s += fmt.Sprintf(", %s streamed per pass (tier B from pinned host memory, tier C from the pool through pinned staging)", human(b.StreamedBytesPerPass))
 		}

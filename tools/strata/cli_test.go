@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/strata-llm/strata/daemon/api"
 )
 
 // buildStrata compiles the real binary once per test run, so these tests
@@ -126,4 +128,33 @@ func TestCLI(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestDescribeBackend: the one-line backend description names the GPU,
+// the kernel build it runs and what streams, or the CPU and why.
+func TestDescribeBackend(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		b    api.BackendStatus
+		want []string
+	}{
+		{"cuda resident", api.BackendStatus{Name: "cuda", Device: "NVIDIA H200", ComputeCapability: "9.0", DeviceMemoryBytes: 140 << 30,
+			WeightBytes: 5 << 30, Kernels: "sm_90 cubin (ptxas 11.8)"},
+			[]string{"cuda on NVIDIA H200", "sm 9.0", "kernels: sm_90 cubin (ptxas 11.8)"}},
+		{"cuda streamed, no kernels field", api.BackendStatus{Name: "cuda", Device: "NVIDIA H200", ComputeCapability: "9.0", StreamedBytesPerPass: 2 << 30},
+			[]string{"streamed per pass"}},
+		{"cpu", api.BackendStatus{Name: "cpu", Reason: "CUDA unavailable: no device"}, []string{"cpu", "CUDA unavailable: no device"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := describeBackend(tc.b)
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("describeBackend = %q, want it to contain %q", got, w)
+				}
+			}
+			if tc.b.Kernels == "" && strings.Contains(got, "kernels:") {
+				t.Errorf("describeBackend = %q names kernels it was not given", got)
+			}
+		})
+	}
 }
