@@ -19,6 +19,9 @@
 #   --kernel-bench   also kernels' BenchmarkGEMVQWarps (integer GEMV launches
 #                    per 8b decode shape and warps per block, the Q6_K staged
 #                    variant; kernels/NOTES.md), after the tests
+#   --sweep MODE     also kernels/testdata/stage-sweep.cu in MODE (its header
+#                    lists them; "all" for every staged variant), built into
+#                    the tarball where the build machine has nvcc
 # Environment: LOGS (default gpu-logs/, or $OUT where set) receives one log
 # per step; SYNTH (default /dev/shm) holds the synthetic 8b/70b models,
 # written on first use (~3 s and ~26 s; ~70 GiB for every bench scenario);
@@ -37,6 +40,9 @@ build() {
 		"$GO" test -c -ldflags='-s -w' -o "bin/gpu-tests/$(echo "$p" | tr / -).test" "./$p"
 	done
 	"$GO" build -ldflags='-s -w' -o bin/gpu-tests/strata ./tools/strata
+	if command -v nvcc >/dev/null; then # the standalone GEMV sweep (kernels/NOTES.md)
+		(cd kernels/testdata && nvcc -O3 -std=c++17 -arch=sm_90 -I.. -o ../../bin/gpu-tests/stage-sweep stage-sweep.cu)
+	fi
 	# xz with a dictionary wider than one binary: the five share most of
 	# their bytes (the embedded PTX and cubins), so the tarball is ~7 MB
 	# where gzip made ~31 (the device tool carries at most 64 MiB).
@@ -47,12 +53,13 @@ build() {
 }
 
 run() {
-	local float=0 bench=1 only=all kbench=0
+	local float=0 bench=1 only=all kbench=0 sweep=
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--float-gemv) float=1 ;;
 		--no-bench) bench=0 ;;
 		--kernel-bench) kbench=1 ;;
+		--sweep) sweep=${2:?--sweep needs a mode}; shift ;;
 		--bench-only) bench=2 only=${2:?--bench-only needs scenarios}; shift ;;
 		*) echo "gpu-tests.sh run: unknown option $1" >&2; return 2 ;;
 		esac
@@ -92,6 +99,16 @@ run() {
 	if [ $kbench = 1 ]; then
 		step kernels-bench kernels "$B/kernels.test" -test.run XXX -test.bench GEMVQWarps -test.benchtime 1x -test.v
 	fi
+	if [ -n "$sweep" ]; then
+		if [ -x "$B/stage-sweep" ]; then
+			local m=$sweep
+			[ "$m" = all ] && m=
+			step "stage-sweep-$sweep" . "$B/stage-sweep" $m
+		else
+			echo "== stage-sweep: not in the tarball (its build machine had no nvcc)" >&2
+			failed+=("stage-sweep")
+		fi
+	fi
 	if [ $bench != 0 ]; then
 		step bench-engine . "$B/strata" bench engine --synth-dir "$synth" --only "$only" "${benchflag[@]}" \
 			--json-file "$logs/bench-engine.json"
@@ -106,5 +123,5 @@ run() {
 case ${1:-} in
 build) build ;;
 run) shift; run "$@" ;;
-*) echo "usage: setup/gpu-tests.sh build | run [--float-gemv] [--no-bench] [--bench-only SCENARIOS] [--kernel-bench]" >&2; exit 2 ;;
+*) echo "usage: setup/gpu-tests.sh build | run [--float-gemv] [--no-bench] [--bench-only SCENARIOS] [--kernel-bench] [--sweep MODE]" >&2; exit 2 ;;
 esac
