@@ -11,7 +11,9 @@
 //   /tmp/stage-sweep [MODE]     # on the GPU host (built here with nvcc 11.8 or there)
 //
 // MODE: parts = split-K whose partials the consumer would sum (kq4p,
-// ks6p; "+sum" rows add a sumparts launch per GEMV), not yet run;
+// ks6p; "+sum" rows add a sumparts launch per GEMV; for Q6_K "un1" means
+// the weight words through ldwords_p, shared-memory loads), and the
+// staged Q6_K kernel with those loads ("staged6 LDS"); not yet run;
 // none = every staged variant (h200-stage-sweep1.txt); quick = the
 // baseline, read-only and a few staged ones (-compilers.txt); pf = L2
 // prefetch and double buffering (kp4, -pf.txt); kr = rows, units in
@@ -104,8 +106,40 @@ __global__ void __launch_bounds__(256) ks4(const uint8_t* W, long long rb, float
   gemv_rows_store<R, 1>(acc, red, blockDim.x >> 5, R, W1 ? GLU_SWIGLU : GLU_PLAIN, row0, rows, Y);
 }
 
-// ks6: Q6_K (rb % 16 == 0), the same structure, 4 units per super-block.
-template <int R, int CH>
+// ldwords_p: common.cuh's ldwords with the word address taken by pointer
+// arithmetic (p - (p & 3)) instead of an integer round trip, so the
+// compiler keeps knowing a shared-memory pointer is one: LDS instead of
+// generic LD (ptxas 11.8 emitted 112 LD and 37 LDS for gemvq_q6k_s_1).
+template <int N>
+__device__ __forceinline__ void ldwords_p(const uint8_t* p, uint32_t* out) {
+  const int mis = (int)((uintptr_t)p & 3);
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(p - mis);
+  const uint32_t s = (uint32_t)mis * 8;
+  uint32_t v[N + 1];
+#pragma unroll
+  for (int i = 0; i < N; i++) v[i] = w[i];
+  v[N] = 0;
+  if (s) v[N] = w[N];
+#pragma unroll
+  for (int i = 0; i < N; i++) out[i] = __funnelshift_r(v[i], v[i + 1], s);
+}
+
+// QW6::load through ldwords_p (same words, same results).
+__device__ __forceinline__ void q6load_p(QW6& q, const uint8_t* row, int u) {
+  const uint8_t* b = row + (long long)(u >> 2) * 210;
+  const int n = (u >> 1) & 1, h = u & 1;
+  ldwords_p<4>(b + 64 * n + 16 * h, q.a);
+  ldwords_p<4>(b + 64 * n + 32 + 16 * h, q.c);
+  ldwords_p<4>(b + 128 + 32 * n + 16 * h, q.hb);
+  uint32_t sw[2];
+  ldwords_p<2>(b + 192 + 8 * n, sw);
+  q.sc = __byte_perm(sw[0], sw[1], h ? 0x7531 : 0x6420);
+  q.d = h2f((uint32_t)b[208] | ((uint32_t)b[209] << 8));
+}
+
+// ks6: Q6_K (rb % 16 == 0), the same structure, 4 units per super-block;
+// L: the weight words through ldwords_p (shared-memory loads).
+template <int R, int CH, bool L = false>
 __global__ void __launch_bounds__(256) ks6(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ, const uint8_t* W1) {
   extern __shared__ uint4 sm[];
   __shared__ float red[8 * R];
@@ -132,7 +166,8 @@ __global__ void __launch_bounds__(256) ks6(const uint8_t* W, long long rb, float
 #pragma unroll
       for (int r = 0; r < R; r++) {
         QW6 w;
-        w.load(reinterpret_cast<const uint8_t*>(sm + r * chunks), u);
+        if (L) q6load_p(w, reinterpret_cast<const uint8_t*>(sm + r * chunks), u);
+        else w.load(reinterpret_cast<const uint8_t*>(sm + r * chunks), u);
         q6_dot(w, x, acc[r][0]);
       }
     }
@@ -405,7 +440,7 @@ __global__ void __launch_bounds__(256) kq4p(const uint8_t* W, long long rb, floa
   gemv_rows_store<R, 1>(acc, red, nw, R, GLU_PLAIN, row0, rows, P + (long long)k * rows);
 }
 
-template <int R>
+template <int R, bool L = false>
 __global__ void __launch_bounds__(256) ks6p(const uint8_t* W, long long rb, float* P, int rows, int cols, const uint8_t* XQ, int S) {
   extern __shared__ uint4 q6p[];
   __shared__ float red[8 * R];
@@ -431,7 +466,8 @@ __global__ void __launch_bounds__(256) ks6p(const uint8_t* W, long long rb, floa
 #pragma unroll
     for (int r = 0; r < R; r++) {
       QW6 w;
-      w.load(reinterpret_cast<const uint8_t*>(q6p + r * chunks), u - 4 * sa);
+      if (L) q6load_p(w, reinterpret_cast<const uint8_t*>(q6p + r * chunks), u - 4 * sa);
+      else w.load(reinterpret_cast<const uint8_t*>(q6p + r * chunks), u - 4 * sa);
       q6_dot(w, x, acc[r][0]);
     }
   }
@@ -593,9 +629,11 @@ static bool enqueue(const Var& v, const Mat& m, cudaStream_t s) {
     if (m.w1 || nsb % S) return false;
     if (m.q6) {
       if ((nsb / S) % 8 || v.R != 4) return false;
-      static bool set6;
-      if (!set6) { CK(cudaFuncSetAttribute(ks6p<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024)); set6 = true; }
-      launchS(ks6p<4>, (m.rows + 3) / 4 * S, 32 * v.warps, 4 * (nsb / S) * 210, s, (const uint8_t*)m.w, m.rb, gP, m.rows, m.cols, xq, S);
+      // un == 1: the weight words through ldwords_p (shared-memory loads)
+      void (*f6)(const uint8_t*, long long, float*, int, int, const uint8_t*, int) = un == 1 ? ks6p<4, true> : ks6p<4, false>;
+      static bool set6[2];
+      if (!set6[un == 1]) { CK(cudaFuncSetAttribute(f6, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024)); set6[un == 1] = true; }
+      launchS(f6, (m.rows + 3) / 4 * S, 32 * v.warps, 4 * (nsb / S) * 210, s, (const uint8_t*)m.w, m.rb, gP, m.rows, m.cols, xq, S);
     } else {
       void (*f)(const uint8_t*, long long, float*, int, int, const uint8_t*, int) = nullptr;
       if (v.R == 4 && un == 1) f = kq4p<4, 1>;
@@ -605,6 +643,13 @@ static bool enqueue(const Var& v, const Mat& m, cudaStream_t s) {
       launchS(f, (m.rows + v.R - 1) / v.R * S, 32 * v.warps, 0, s, (const uint8_t*)m.w, m.rb, gP, m.rows, m.cols, xq, S);
     }
     if (v.pfmb) launchS(sumparts, (m.rows + 255) / 256, 256, 0, s, (const float*)gP, m.y, m.rows, S);
+    return true;
+  }
+  case 9: {  // ks6<4, 2, true>: gemvq_q6k_s's structure with shared-memory loads (ldwords_p)
+    if (!m.q6 || m.w1) return false;
+    static bool set9;
+    if (!set9) { CK(cudaFuncSetAttribute(ks6<4, 2, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024)); set9 = true; }
+    launchS(ks6<4, 2, true>, (m.rows + 3) / 4, 32 * v.warps, (int)(4 * m.rb), s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq, (const uint8_t*)nullptr);
     return true;
   }
   case 7: {  // ks6r: R, CH = NS*100 + C, warps
@@ -756,8 +801,9 @@ int main(int argc, char** argv) {
   }
   else if (argc > 1 && strcmp(argv[1], "parts") == 0) {
     vars = {{0, 0, 0, 0}, {3, 0, 0, 0}, {2, 4, 2, 4}, {5, 4, 21, 2}};
+    for (int w : {1, 2, 4}) vars.push_back({9, 4, 2, w});
     for (int sum : {0, 1}) {
-      for (int S : {7}) for (int w : {1, 2}) { Var v{8, 4, S * 10, w}; v.pfmb = sum; vars.push_back(v); }
+      for (int S : {2, 7}) for (int L : {0, 1}) for (int w : {1, 2}) { Var v{8, 4, S * 10 + L, w}; v.pfmb = sum; vars.push_back(v); }
       for (int S : {2, 4, 7}) for (int un : {1, 2}) for (int w : {1, 2, 4}) { Var v{8, 4, S * 10 + un, w}; v.pfmb = sum; vars.push_back(v); }
       for (int S : {2, 4}) for (int w : {1, 2}) { Var v{8, 2, S * 10 + 2, w}; v.pfmb = sum; vars.push_back(v); }
     }
@@ -812,6 +858,7 @@ int main(int argc, char** argv) {
     if (v.kind == 0) snprintf(nm, 64, "baseline (rule warps)");
     else if (v.kind == 1) snprintf(nm, 64, "gemvq_q6k_s (rule)");
     else if (v.kind == 3) snprintf(nm, 64, "read-only");
+    else if (v.kind == 9) snprintf(nm, 64, "staged6 LDS R4 CH2 w%d", v.warps);
     else if (v.kind == 8) snprintf(nm, 64, "parts R%d S%d un%d w%d%s", v.R, v.CH / 10, v.CH % 10, v.warps, v.pfmb ? " +sum" : "");
     else if (v.kind == 7) snprintf(nm, 64, "ring R%d NS%d C%d w%d", v.R, v.CH / 100, v.CH % 100, v.warps);
     else if (v.kind == 6) snprintf(nm, 64, "k6R R%d un%d w%d", v.R, v.CH, v.warps);
