@@ -160,9 +160,7 @@ CONF
 
 # --- 6. boot -----------------------------------------------------------------
 accel=${STRATA_TESTBED_ACCEL:-tcg}
-log "booting (accel $accel, timeout ${timeout_s}s)"
-tb=$(date +%s%N)
-set +e
+boot() {
 timeout "$timeout_s" qemu-system-x86_64 -accel "$accel" -machine q35,kernel-irqchip=split \
   -device intel-iommu,intremap=on,caching-mode=on \
   -m 2G -smp 2 -display none -vga none -nic none -monitor none -serial stdio -no-reboot \
@@ -179,7 +177,25 @@ timeout "$timeout_s" qemu-system-x86_64 -accel "$accel" -machine q35,kernel-irqc
   -object memory-backend-file,id=shm,share=on,mem-path="$run/ivshmem.bin",size=$shm_bytes \
   -device ivshmem-plain,memdev=shm,addr=06.0 \
   </dev/null 2>&1 | tee "$run/console.log"
-qrc=${PIPESTATUS[0]}
+return "${PIPESTATUS[0]}"
+}
+log "booting (accel $accel, timeout ${timeout_s}s)"
+tb=$(date +%s%N)
+set +e
+boot
+qrc=$?
+# A guest kernel that panics before init starts ran no test: under TCG the
+# 6.12.117 kernel was seen to die once in three clean-clone runs at 1.5 s
+# (int3 in sched_clock_cpu while patching text, SMP), then boot fine three
+# times running. Boot once more in that case only; a panic after
+# TESTBED-BOOTED is a result and stands.
+if grep -q "Kernel panic" "$run/console.log" && ! grep -q "^TESTBED-BOOTED" "$run/console.log"; then
+  cp "$run/console.log" "$run/console-crashed-boot.log"
+  log "the guest kernel crashed before init (console-crashed-boot.log); booting once more"
+  tb=$(date +%s%N)
+  boot
+  qrc=$?
+fi
 set -e
 boot_s=$(secs "$tb")
 [ "$qrc" = 124 ] && log "QEMU timed out after ${timeout_s}s"
@@ -202,8 +218,7 @@ off_qrc=0; off_crc=0
 if [ -s "$root/tests/list-iommu-off" ]; then
   truncate -s 1M "$run/off-nvme0.img" "$run/off-nvme1.img"
   log "booting without IOMMU (timeout ${off_timeout_s}s): $off_tests"
-  tb=$(date +%s%N)
-  set +e
+  boot_off() {
   timeout "$off_timeout_s" qemu-system-x86_64 -accel "$accel" -machine q35 -cpu qemu64,vendor=GenuineIntel \
     -m 2G -smp 2 -display none -vga none -nic none -monitor none -serial stdio -no-reboot \
     -kernel "$kdir/vmlinuz" -initrd "$run/initrd.cpio" \
@@ -215,7 +230,19 @@ if [ -s "$root/tests/list-iommu-off" ]; then
     -device nvme,id=nvme1,serial=strata1,addr=05.0 \
     -device nvme-ns,drive=n1n1,bus=nvme1,nsid=1 \
     </dev/null 2>&1 | tee "$run/console-iommu-off.log"
-  off_qrc=${PIPESTATUS[0]}
+  return "${PIPESTATUS[0]}"
+  }
+  tb=$(date +%s%N)
+  set +e
+  boot_off
+  off_qrc=$?
+  if grep -q "Kernel panic" "$run/console-iommu-off.log" && ! grep -q "^TESTBED-BOOTED" "$run/console-iommu-off.log"; then
+    cp "$run/console-iommu-off.log" "$run/console-iommu-off-crashed-boot.log"
+    log "the guest kernel (IOMMU off) crashed before init; booting once more"
+    tb=$(date +%s%N)
+    boot_off
+    off_qrc=$?
+  fi
   set -e
   off_s=$(secs "$tb")
   [ "$off_qrc" = 124 ] && log "QEMU (IOMMU off) timed out after ${off_timeout_s}s"
