@@ -188,6 +188,22 @@ __device__ __forceinline__ float s8f(uint32_t x, int k) {
 // its raw words and scales, get4(i, out) yields elements 4i..4i+3.
 template <int T> struct Part;
 
+// Q4_K / Q5_K scales and mins of sub-blocks 2j and 2j+1, from the
+// super-block's 16-byte header h (words: d and dmin, then the 12 packed
+// bytes): bytes (2j)&3 and their successor of sw (scales) and mw (mins).
+// engine/quant's k4 packing: j < 2, 6-bit fields in bytes 0..7; j >= 2,
+// low nibbles in bytes 8..11 and the high bits in the top two bits of
+// bytes 0..7.
+__device__ __forceinline__ void k4_scale_words(const uint4& h, int j, uint32_t& sw, uint32_t& mw) {
+  if (j < 2) {
+    sw = h.y & 0x3F3F3F3Fu;
+    mw = h.z & 0x3F3F3F3Fu;
+  } else {
+    sw = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+    mw = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+  }
+}
+
 // Q4_K / Q5_K 6-bit scale and min of sub-block t from the 12 packed bytes.
 __device__ __forceinline__ void k4_scale_min(const uint8_t* s12, int t, float& sc, float& m) {
   uint32_t w[3];

@@ -86,19 +86,11 @@ struct DQ4K {
     const int c = u & 7;
     return (u >> 3) * 256 + 64 * (c >> 1) + 16 * (c & 1) + (i < 4 ? 4 * i : 32 + 4 * (i - 4));
   }
-  // Scales and mins of sub-blocks 2j, 2j+1 (engine/quant's k4 packing):
-  // j < 2: 6-bit fields in bytes 0..7; j >= 2: low nibbles in bytes 8..11,
-  // high bits in the top two bits of bytes 0..7.
+  // Scales and mins of sub-blocks 2j, 2j+1 (k4_scale_words).
   __device__ __forceinline__ void prep(int u) {
     const int j = (u & 7) >> 1;
     uint32_t sw, mw;
-    if (j < 2) {
-      sw = h.y & 0x3F3F3F3Fu;
-      mw = h.z & 0x3F3F3F3Fu;
-    } else {
-      sw = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
-      mw = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
-    }
+    k4_scale_words(h, j, sw, mw);
     const int k = (2 * j) & 3;
     const float d = h2f(h.x & 0xFFFF), dmin = h2f(h.x >> 16);
     const float a0 = d * u8f(sw, k), a1 = d * u8f(sw, k + 1);
@@ -133,13 +125,7 @@ struct DQ5K {
   __device__ __forceinline__ void prep(int u) {
     j = (u & 7) >> 1;
     uint32_t sw, mw;
-    if (j < 2) {
-      sw = h.y & 0x3F3F3F3Fu;
-      mw = h.z & 0x3F3F3F3Fu;
-    } else {
-      sw = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
-      mw = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
-    }
+    k4_scale_words(h, j, sw, mw);
     const int k = (2 * j) & 3;
     const float d = h2f(h.x & 0xFFFF), dmin = h2f(h.x >> 16);
     const float a0 = d * u8f(sw, k), a1 = d * u8f(sw, k + 1);

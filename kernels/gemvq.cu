@@ -158,13 +158,7 @@ struct QW4 {
   __device__ __forceinline__ void dot(int u, const QXU& x, float& acc) const {
     const int j = (u & 7) >> 1;
     uint32_t sw, mw;
-    if (j < 2) {
-      sw = h.y & 0x3F3F3F3Fu;
-      mw = h.z & 0x3F3F3F3Fu;
-    } else {
-      sw = (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
-      mw = ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
-    }
+    k4_scale_words(h, j, sw, mw);
     // Bytes k, k+1 of the words (k = 0 or 2) by byte permutation.
     const int k = (2 * j) & 3;
     const int sc0 = (int)__byte_perm(sw, 0, 0x4440 | k), sc1 = (int)__byte_perm(sw, 0, 0x4441 + k);
