@@ -135,12 +135,18 @@ func (g *gemmState) workspace(c *cuda.Ctx, s cuda.Stream, n int64) (cuda.DevPtr,
 
 // free releases every workspace.
 func (g *gemmState) free(c *cuda.Ctx) error {
+	return freeEach(c, g.ws, func(w *gemmWorkspace) cuda.DevPtr { return w.ptr })
+}
+
+// freeEach frees the buffer of every stream's entry in m (ptr names it)
+// and empties m, returning the first error.
+func freeEach[V any](c *cuda.Ctx, m map[cuda.Stream]V, ptr func(V) cuda.DevPtr) error {
 	var first error
-	for s, w := range g.ws {
-		if err := c.Free(w.ptr); err != nil && first == nil {
+	for s, w := range m {
+		if err := c.Free(ptr(w)); err != nil && first == nil {
 			first = err
 		}
-		delete(g.ws, s)
+		delete(m, s)
 	}
 	return first
 }

@@ -131,14 +131,7 @@ func (k *Kernels) ReleaseFastGEMV(c *cuda.Ctx, s cuda.Stream) error {
 
 // free releases every stream's scratch.
 func (g *gemvqState) free(c *cuda.Ctx) error {
-	var first error
-	for s, w := range g.ws {
-		if err := c.Free(w.ptr); err != nil && first == nil {
-			first = err
-		}
-		delete(g.ws, s)
-	}
-	return first
+	return freeEach(c, g.ws, func(w gemvqScratch) cuda.DevPtr { return w.ptr })
 }
 
 // fastScratch returns s's scratch when the integer path can take these
