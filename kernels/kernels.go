@@ -120,8 +120,7 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 			if e.waits {
 				k.waits[f] = true
 			}
-			if strings.HasPrefix(e.name, "gemvq_fused_") || strings.HasPrefix(e.name, "gemvq_q6k_") || // gemvq_q6k_s_ too
-				strings.HasPrefix(e.name, "gemvq_mixed_") {
+			if strings.HasPrefix(e.name, "gemvq_") && e.name != "gemvq_x" { // every integer GEMV; gemvq_x writes the scratch
 				k.xqReaders[f] = true
 			}
 		}
