@@ -30,12 +30,7 @@ func CopyBandwidth(dev *kcuda.Device, n int64, iters int) (float64, error) {
 		return 0, fmt.Errorf("copy bandwidth: %d bytes x %d copies", n, iters)
 	}
 	var bw float64
-	err := dev.Do(func(c *kcuda.Ctx) (err error) {
-		s, err := c.NewStream(kcuda.StreamNonBlocking)
-		if err != nil {
-			return err
-		}
-		defer keepFirst(&err, func() error { return c.DestroyStream(s) })
+	err := onNewStream(dev, func(c *kcuda.Ctx, s kcuda.Stream) (err error) {
 		src, err := c.Alloc(n)
 		if err != nil {
 			return err
@@ -72,12 +67,7 @@ func HostToDevicePeak(dev *kcuda.Device, n int64, iters int) (float64, error) {
 		return 0, fmt.Errorf("host-to-device peak: %d bytes x %d copies", n, iters)
 	}
 	var bw float64
-	err := dev.Do(func(c *kcuda.Ctx) (err error) {
-		s, err := c.NewStream(kcuda.StreamNonBlocking)
-		if err != nil {
-			return err
-		}
-		defer keepFirst(&err, func() error { return c.DestroyStream(s) })
+	err := onNewStream(dev, func(c *kcuda.Ctx, s kcuda.Stream) (err error) {
 		h, err := c.HostAlloc(int(n), 0)
 		if err != nil {
 			return err
@@ -99,6 +89,19 @@ func HostToDevicePeak(dev *kcuda.Device, n int64, iters int) (float64, error) {
 		return 0, fmt.Errorf("pinned host-to-device peak: %w", err)
 	}
 	return bw, nil
+}
+
+// onNewStream runs fn on dev's goroutine with a stream of its own,
+// destroyed after fn returns.
+func onNewStream(dev *kcuda.Device, fn func(c *kcuda.Ctx, s kcuda.Stream) error) error {
+	return dev.Do(func(c *kcuda.Ctx) (err error) {
+		s, err := c.NewStream(kcuda.StreamNonBlocking)
+		if err != nil {
+			return err
+		}
+		defer keepFirst(&err, func() error { return c.DestroyStream(s) })
+		return fn(c, s)
+	})
 }
 
 // keepFirst runs a deferred release and keeps its error if none came
