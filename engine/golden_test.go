@@ -15,6 +15,7 @@ import (
 
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/synth"
 )
 
@@ -88,16 +89,6 @@ func nmse(got, want []float32) float64 {
 	return num / den
 }
 
-func argmax(x []float32) int32 {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return int32(best)
-}
-
 // greedyLogits runs the prompt and steps-1 greedy decode steps, returning
 // the logits seen at every step and the tokens chosen.
 func greedyLogits(t *testing.T, m *model.Model, prompt []int32, steps int) ([][]float32, []int32) {
@@ -113,7 +104,7 @@ func greedyLogits(t *testing.T, m *model.Model, prompt []int32, steps int) ([][]
 	logits := batch[0].Logits[len(batch[0].Logits)-1]
 	for s := 0; s < steps; s++ {
 		all = append(all, append([]float32(nil), logits...))
-		next := argmax(logits)
+		next := sample.Argmax(logits)
 		toks = append(toks, next)
 		if s == steps-1 {
 			break

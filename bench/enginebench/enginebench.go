@@ -27,6 +27,7 @@ import (
 	enginecuda "github.com/strata-llm/strata/engine/cuda"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/kernels"
@@ -898,7 +899,7 @@ func (rn *runner) int8(ctx context.Context, res *ScenarioResult) error {
 	if want := rn.bf16Logits; len(want) == len(d.PromptLogits) && len(want) > 0 {
 		e := nmse(d.PromptLogits, want)
 		same := 0.0
-		if argmax(d.PromptLogits) == argmax(want) {
+		if sample.Argmax(d.PromptLogits) == sample.Argmax(want) {
 			same = 1
 		}
 		res.Metrics = append(res.Metrics,
@@ -921,14 +922,4 @@ func nmse(got, want []float32) float64 {
 		return num
 	}
 	return num / den
-}
-
-func argmax(v []float32) int {
-	best, bi := float32(math.Inf(-1)), 0
-	for i, x := range v {
-		if x > best {
-			best, bi = x, i
-		}
-	}
-	return bi
 }

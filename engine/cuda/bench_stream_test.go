@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/sample"
 )
 
 // llama.cpp's figures on the same H200 with part of the model off the GPU
@@ -119,7 +120,7 @@ func streamBench(b *testing.B, g *Model, label string, steps1, steps8 int, prefi
 				el += time.Since(t)
 			}
 			for j := range batch {
-				batch[j].Tokens = []int32{argmax(batch[j].Logits[0])}
+				batch[j].Tokens = []int32{sample.Argmax(batch[j].Logits[0])}
 			}
 		}
 		return el / time.Duration(steps)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/kernels"
 	kcuda "github.com/strata-llm/strata/kernels/cuda"
 )
@@ -79,7 +80,7 @@ func BenchmarkResident8B(b *testing.B) {
 			if i >= 8 {
 				el += time.Since(st)
 			}
-			batch[0].Tokens = []int32{argmax(batch[0].Logits[0])}
+			batch[0].Tokens = []int32{sample.Argmax(batch[0].Logits[0])}
 		}
 		return el / time.Duration(steps)
 	}

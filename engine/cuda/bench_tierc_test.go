@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 )
@@ -160,7 +161,7 @@ func BenchmarkTierC8B(b *testing.B) {
 					_, last, _ := g.PipelineStats()
 					sum.Add(last)
 				}
-				batch[0].Tokens = []int32{argmax(batch[0].Logits[0])}
+				batch[0].Tokens = []int32{sample.Argmax(batch[0].Logits[0])}
 			}
 			per := el / time.Duration(sc.steps)
 			limit := time.Duration(float64(cBytes) / alone * 1e9)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/kernels"
 )
 
@@ -40,7 +41,7 @@ func greedyCompare(t *testing.T, cpu *model.Model, gms []*Model, prompt []int32,
 		}
 		cpuTime := time.Since(t0)
 		cl := cb[0].Logits[0]
-		ct := argmax(cl)
+		ct := sample.Argmax(cl)
 		for gi, g := range gms {
 			gb := gbs[gi]
 			t1 := time.Now()
@@ -56,7 +57,7 @@ func greedyCompare(t *testing.T, cpu *model.Model, gms []*Model, prompt []int32,
 			if e > maxNMSE {
 				t.Fatalf("step %d: gpu model %d: logits NMSE %.3g > %g", i, gi, e, maxNMSE)
 			}
-			if gt := argmax(gl); gt != ct {
+			if gt := sample.Argmax(gl); gt != ct {
 				t.Fatalf("step %d: gpu model %d: greedy token %d, %d on the CPU (NMSE %.3g; tokens so far %v)", i, gi, gt, ct, e, toks)
 			}
 			if cs.Pos() != gb[0].Seq.Pos() {
@@ -156,8 +157,8 @@ func TestBatched(t *testing.T) {
 						}
 					}
 					last := cb[j].Logits[len(cb[j].Logits)-1]
-					next[i] = argmax(last)
-					if gt := argmax(gb[j].Logits[len(gb[j].Logits)-1]); gt != next[i] {
+					next[i] = sample.Argmax(last)
+					if gt := sample.Argmax(gb[j].Logits[len(gb[j].Logits)-1]); gt != next[i] {
 						t.Errorf("%s: seq %d: greedy %d on the GPU, %d on the CPU", name, i, gt, next[i])
 					}
 					if gs[i].Pos() != cs[i].Pos() {
@@ -217,7 +218,7 @@ func TestGraphMatchesDirect(t *testing.T) {
 		if e > bound {
 			t.Fatalf("step %d: graph vs direct NMSE %.3g (bound %.0e)", i, e, bound)
 		}
-		tok := argmax(bd[0].Logits[0])
+		tok := sample.Argmax(bd[0].Logits[0])
 		ba[0] = Step{Seq: sa, Tokens: []int32{tok}}
 		bd[0] = Step{Seq: sd, Tokens: []int32{tok}}
 	}

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"errors"
-	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -105,18 +104,6 @@ func nmse(got, want []float32) float64 {
 		return num
 	}
 	return num / den
-}
-
-// argmax is engine/sample's greedy choice: the largest logit, lowest index
-// on ties, NaN never chosen.
-func argmax(v []float32) int32 {
-	best, bi := float32(math.Inf(-1)), -1
-	for i, x := range v {
-		if x > best || bi < 0 && !math.IsNaN(float64(x)) {
-			best, bi = x, i
-		}
-	}
-	return int32(bi)
 }
 
 // promptTokens is a deterministic prompt of n ids in [1, vocab).

@@ -8,6 +8,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/engine/sample"
 )
 
 // TestPackedLayout checks, without a GPU, what PackBF16 puts in pinned host
@@ -137,7 +138,7 @@ func TestPackedStreamed(t *testing.T) {
 						}
 					}
 				}
-				next := argmax(rb[0].Logits[len(rb[0].Logits)-1])
+				next := sample.Argmax(rb[0].Logits[len(rb[0].Logits)-1])
 				rb[0] = Step{Seq: rs, Tokens: []int32{next}}
 				pb[0] = Step{Seq: ps, Tokens: []int32{next}}
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 )
@@ -62,7 +63,7 @@ func lockstep(t testing.TB, ref, got *Model, prompt []int32, steps int) (worst f
 		if same {
 			identical++
 		}
-		tok := argmax(rl)
+		tok := sample.Argmax(rl)
 		rb[0] = Step{Seq: rs, Tokens: []int32{tok}, Logits: rb[0].Logits}
 		gb[0] = Step{Seq: gs, Tokens: []int32{tok}, Logits: gb[0].Logits}
 	}

@@ -125,7 +125,7 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	}
 	l := s.penalised(logits, history)
 	if s.p.Temperature == 0 {
-		return argmax(l)
+		return Argmax(l)
 	}
 	c := s.cands[:0]
 	for i, v := range l {
@@ -179,9 +179,9 @@ func (s *Sampler) penalised(logits []float32, history []int32) []float32 {
 	return s.buf
 }
 
-// argmax returns the index of the largest value, the lowest on ties; NaN
-// is never chosen over a number. All-NaN input yields 0.
-func argmax(l []float32) int32 {
+// Argmax is the greedy choice: the index of the largest value, the lowest
+// on ties; NaN is never chosen over a number. All-NaN input yields 0.
+func Argmax(l []float32) int32 {
 	best := 0
 	for i, v := range l {
 		if v > l[best] || (math.IsNaN(float64(l[best])) && !math.IsNaN(float64(v))) {
