@@ -370,10 +370,7 @@ func (k *Kernels) gemvqMixed(nb, mode int, q4, q6 []GEMVOut) bool {
 	if ok, _ := k.gemvq6Staged(q6[0].W); ok {
 		return false
 	}
-	cols, groups := q4[0].W.Cols, 0
-	for _, o := range q4 {
-		groups += ceilDiv(o.W.Rows, gemvqRows)
-	}
+	cols, groups := q4[0].W.Cols, q4Groups(q4)
 	_, _, th4 := k.gemvq4Geometry(1, groups, cols)
 	_, th6 := gemvqGeometry(ceilDiv(q6[0].W.Rows, gemvq6Rows), cols)
 	_, thm := gemvqGeometry(groups, cols)
@@ -388,10 +385,17 @@ func packQ4Outs(a *cuda.Args, outs []GEMVOut, slots int) (groups int) {
 		if i < len(outs) {
 			o := outs[i]
 			a.Ptr(o.W.Ptr).I64(o.W.RowBytes()).Ptr(o.Y).Int(o.W.Rows)
-			groups += ceilDiv(o.W.Rows, gemvqRows)
 		} else {
 			a.Ptr(0).I64(0).Ptr(0).Int(0)
 		}
+	}
+	return q4Groups(outs)
+}
+
+// q4Groups is the plain (not GLU) Q4_K launches' row groups over outs.
+func q4Groups(outs []GEMVOut) (groups int) {
+	for _, o := range outs {
+		groups += ceilDiv(o.W.Rows, gemvqRows)
 	}
 	return groups
 }

@@ -303,19 +303,14 @@ func testGEMVQCases(t *testing.T, cases []gemvqCase) {
 // checkGEMVQ compares one launch's outputs (see TestGEMVQ).
 func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, xs []float32, xqs [][]byte, deqs [][]float32, datas [][]byte, outs []GEMVOut, glu GLU) {
 	t.Helper()
-	groups := 0
-	for _, o := range outs {
-		if o.W.Type == quant.Q4_K {
-			groups += ceilDiv(o.W.Rows, gemvqRows)
-		}
-	}
+	q4, q6 := splitQ6(outs)
+	groups := q4Groups(q4)
 	if glu != 0 {
 		groups = ceilDiv(outs[0].W.Rows, gemvqRows/2)
 	}
 	// Warps per block of each output's launch, as gemvqLaunch sizes them,
 	// and the kernel's unit walk (splits: gemvq_q6k_s's halves).
 	nws, splits := make([]int, len(outs)), make([]int, len(outs))
-	q4, q6 := splitQ6(outs)
 	mixed := fastType(quant.Q6_K) && k.gemvqMixed(nb, int(glu), q4, q6)
 	for i, o := range outs {
 		_, _, th := k.gemvq4Geometry(nb, groups, cols)
