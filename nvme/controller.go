@@ -376,6 +376,9 @@ func (c *Controller) adminLocked(ctx context.Context, cmd Command, data Buffer) 
 	r := &request{cmd: cmd, op: adminName(cmd.Opcode), data: data, t: newTicket(1)}
 	q.post(nil, r)
 	deadline := time.Now().Add(c.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
 	for {
 		q.reap()
 		select {
@@ -503,6 +506,7 @@ func (c *Controller) Reset(ctx context.Context, why string) error {
 	c.stats.resets.Add(1)
 	c.log.Warn("resetting controller", "why", why)
 	start := time.Now()
+	c.quiesce(ctx)
 	if err := c.enable(); err != nil {
 		c.failAll(err)
 		return fmt.Errorf("nvme: reset: %w", err)
@@ -530,6 +534,41 @@ func (c *Controller) Reset(ctx context.Context, why string) error {
 	c.stats.resubmitted.Add(uint64(n))
 	c.log.Warn("controller reset done", "resubmitted", n, "took", time.Since(start))
 	return nil
+}
+
+// quiesceTimeout bounds the Delete I/O Queue commands a reset sends before
+// it disables the controller: a controller that cannot answer them in this
+// time is reset without them.
+const quiesceTimeout = 500 * time.Millisecond
+
+// quiesce deletes the I/O submission and completion queues before a reset
+// disables the controller, when the controller still looks alive (ready,
+// no fatal status), as Linux's nvme driver does. Deleting a submission
+// queue makes the controller finish or abort every command it fetched from
+// it (NVMe 1.4 section 5.6), so nothing is still moving data when CC.EN
+// drops; some controllers misbehave when queues are in use across the
+// disable, and QEMU 7.2's emulated controller was seen to crash (a read
+// completing into a freed queue) when it was reset with reads in flight.
+// The completion goroutines are parked (the caller holds mu exclusively),
+// so the completions these deletions cause are never reaped: the rings are
+// zeroed afterwards and every command still in a slot is resubmitted.
+// Failures are logged, not returned: the disable that follows is the reset.
+func (c *Controller) quiesce(ctx context.Context) {
+	csts := c.r.read32(regCSTS)
+	if csts == 0xffffffff || csts&cstsCFS != 0 || csts&cstsRDY == 0 || len(c.io) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, quiesceTimeout)
+	defer cancel()
+	for _, op := range []Opcode{AdminDeleteSQ, AdminDeleteCQ} {
+		for _, q := range c.io {
+			if _, err := c.adminLocked(ctx, Command{Opcode: op, CDW10: uint32(q.id)}, Buffer{}); err != nil {
+				c.log.Warn("reset: deleting an I/O queue before the disable failed; disabling anyway",
+					"queue", q.id, "op", adminName(op), "error", err)
+				return
+			}
+		}
+	}
 }
 
 func (c *Controller) setQueueCountLocked(ctx context.Context) (int, error) {

@@ -11,7 +11,8 @@
 // several I/O queue pairs, reads and writes described by PRP entries and PRP
 // lists (requests larger than the controller's MDTS are split), queue depths
 // above one with out-of-order completions, polled or MSI-X completion,
-// per-command timeouts derived from CAP.TO, abort, controller reset with
+// per-command timeouts derived from CAP.TO, abort, controller reset (a live
+// controller first has its I/O queues deleted, as Linux does) with
 // resubmission of the commands in flight, and NVMe status codes decoded into
 // typed errors (StatusError, ErrMedia, ErrTimeout, ...).
 //

@@ -433,7 +433,7 @@ func TestTimeoutReset(t *testing.T) {
 
 // TestResetResubmits resets the controller (by hand, then through a fatal
 // status) while commands wait in its queues; all complete with the right
-// bytes.
+// bytes, and only the live controller gets its queues deleted first.
 func TestResetResubmits(t *testing.T) {
 	for _, how := range []string{"manual", "fatal"} {
 		t.Run(how, func(t *testing.T) {
@@ -471,6 +471,12 @@ func TestResetResubmits(t *testing.T) {
 			}
 			if st := c.Stats(); st.Resubmitted != 30 || sw.Count("enable") != 2 {
 				t.Errorf("resubmitted %d, enables %d", st.Resubmitted, sw.Count("enable"))
+			}
+			// A live controller's I/O queues are deleted before the
+			// disable; one with a fatal status is disabled straight away.
+			want := map[string]int{"manual": 2, "fatal": 0}[how]
+			if sq, cq := sw.Count("delete sq"), sw.Count("delete cq"); sq != want || cq != want {
+				t.Errorf("deleted %d submission and %d completion queues before the disable, want %d each", sq, cq, want)
 			}
 		})
 	}
