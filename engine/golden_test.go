@@ -15,6 +15,7 @@ import (
 
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/synth"
 )
@@ -78,17 +79,6 @@ func fileSHA256(t *testing.T, path string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// nmse is the normalised mean squared error of got against want.
-func nmse(got, want []float32) float64 {
-	var num, den float64
-	for i := range want {
-		d := float64(got[i]) - float64(want[i])
-		num += d * d
-		den += float64(want[i]) * float64(want[i])
-	}
-	return num / den
-}
-
 // greedyLogits runs the prompt and steps-1 greedy decode steps, returning
 // the logits seen at every step and the tokens chosen.
 func greedyLogits(t *testing.T, m *model.Model, prompt []int32, steps int) ([][]float32, []int32) {
@@ -143,7 +133,7 @@ func TestGoldenHF(t *testing.T) {
 			got, toks := greedyLogits(t, e.Model, g.PromptIDs, g.Steps)
 			worst := 0.0
 			for s := range g.logits {
-				n := nmse(got[s], g.logits[s])
+				n := quant.NMSE(got[s], g.logits[s])
 				worst = math.Max(worst, n)
 				if n > 1e-6 {
 					t.Errorf("step %d: NMSE %.3g > 1e-6", s, n)

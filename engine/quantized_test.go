@@ -84,7 +84,7 @@ func TestQuantizedAgainstDequantizedF32(t *testing.T) {
 				want, wantToks := greedyLogits(t, f32Twin(t, e.Model), prompt, 32)
 				worst := 0.0
 				for s := range want {
-					n := nmse(got[s], want[s])
+					n := quant.NMSE(got[s], want[s])
 					worst = math.Max(worst, n)
 					if n > 1e-9 {
 						t.Errorf("step %d: NMSE %.3g > 1e-9", s, n)

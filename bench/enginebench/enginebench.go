@@ -27,6 +27,7 @@ import (
 	enginecuda "github.com/strata-llm/strata/engine/cuda"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tier"
@@ -897,7 +898,7 @@ func (rn *runner) int8(ctx context.Context, res *ScenarioResult) error {
 	res.Notes = append(res.Notes, "INT8-row requantizes every matrix of the bf16 model (one float32 scale per row): about half the bytes "+
 		"to stream, different numerics; the peer figure is bf16, so this ratio is not like for like")
 	if want := rn.bf16Logits; len(want) == len(d.PromptLogits) && len(want) > 0 {
-		e := nmse(d.PromptLogits, want)
+		e := quant.NMSE(d.PromptLogits, want)
 		same := 0.0
 		if sample.Argmax(d.PromptLogits) == sample.Argmax(want) {
 			same = 1
@@ -908,18 +909,4 @@ func (rn *runner) int8(ctx context.Context, res *ScenarioResult) error {
 		)
 	}
 	return nil
-}
-
-// nmse is sum((got-want)²) ÷ sum(want²).
-func nmse(got, want []float32) float64 {
-	var num, den float64
-	for i := range want {
-		d := float64(got[i]) - float64(want[i])
-		num += d * d
-		den += float64(want[i]) * float64(want[i])
-	}
-	if den == 0 {
-		return num
-	}
-	return num / den
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"testing"
+
+	"github.com/strata-llm/strata/engine/quant"
 )
 
 // TestMeasure runs the benchmark measurements (benchmark.go) on the tiny
@@ -61,7 +63,7 @@ func TestMeasure(t *testing.T) {
 			t.Errorf("NoGraphs run replayed a graph")
 		}
 		// Same options, same prompt: the prompt pass is the same kernels.
-		if e := nmse(b.PromptLogits, a.PromptLogits); e > 1e-12 {
+		if e := quant.NMSE(b.PromptLogits, a.PromptLogits); e > 1e-12 {
 			t.Errorf("prompt logits differ between runs: NMSE %.3g", e)
 		}
 		// The graph setting is restored, every sequence given back.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/kernels"
 )
@@ -52,7 +53,7 @@ func greedyCompare(t *testing.T, cpu *model.Model, gms []*Model, prompt []int32,
 				t.Logf("step %d: cpu %v, gpu model %d %v", i, cpuTime.Round(time.Millisecond), gi, time.Since(t1).Round(time.Microsecond))
 			}
 			gl := gb[0].Logits[0]
-			e := nmse(gl, cl)
+			e := quant.NMSE(gl, cl)
 			worst[gi] = max(worst[gi], e)
 			if e > maxNMSE {
 				t.Fatalf("step %d: gpu model %d: logits NMSE %.3g > %g", i, gi, e, maxNMSE)
@@ -152,7 +153,7 @@ func TestBatched(t *testing.T) {
 						if len(gb[j].Logits[r]) != V {
 							t.Fatalf("%s: seq %d row %d: %d logits", name, i, r, len(gb[j].Logits[r]))
 						}
-						if e := nmse(gb[j].Logits[r], cb[j].Logits[r]); e > maxNMSE {
+						if e := quant.NMSE(gb[j].Logits[r], cb[j].Logits[r]); e > maxNMSE {
 							t.Errorf("%s: seq %d row %d: NMSE %.3g", name, i, r, e)
 						}
 					}
@@ -213,7 +214,7 @@ func TestGraphMatchesDirect(t *testing.T) {
 		if err := gd.Forward(ctx, bd); err != nil {
 			t.Fatal(err)
 		}
-		e := nmse(ba[0].Logits[0], bd[0].Logits[0])
+		e := quant.NMSE(ba[0].Logits[0], bd[0].Logits[0])
 		worst = max(worst, e)
 		if e > bound {
 			t.Fatalf("step %d: graph vs direct NMSE %.3g (bound %.0e)", i, e, bound)
@@ -328,7 +329,7 @@ func TestResumeAfterTruncate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for r := range cb[0].Logits {
-		if e := nmse(gb[0].Logits[r], cb[0].Logits[r]); e > maxNMSE {
+		if e := quant.NMSE(gb[0].Logits[r], cb[0].Logits[r]); e > maxNMSE {
 			t.Errorf("row %d: NMSE %.3g", r, e)
 		}
 	}

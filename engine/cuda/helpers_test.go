@@ -92,20 +92,6 @@ func loadGPU(t testing.TB, cpu *model.Model, opts Options) *Model {
 	return g
 }
 
-// nmse is sum((got-want)^2) / sum(want^2).
-func nmse(got, want []float32) float64 {
-	var num, den float64
-	for i := range want {
-		d := float64(got[i]) - float64(want[i])
-		num += d * d
-		den += float64(want[i]) * float64(want[i])
-	}
-	if den == 0 {
-		return num
-	}
-	return num / den
-}
-
 // promptTokens is a deterministic prompt of n ids in [1, vocab).
 func promptTokens(vocab, n, seed int) []int32 {
 	p := make([]int32, n)

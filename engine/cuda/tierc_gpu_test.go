@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
@@ -51,7 +52,7 @@ func lockstep(t testing.TB, ref, got *Model, prompt []int32, steps int) (worst f
 			t.Fatalf("step %d: tier C: %v", i, err)
 		}
 		rl, gl := rb[0].Logits[0], gb[0].Logits[0]
-		e := nmse(gl, rl)
+		e := quant.NMSE(gl, rl)
 		worst = max(worst, e)
 		same := true
 		for j := range rl {
@@ -157,7 +158,7 @@ func TestTierCFaults(t *testing.T) {
 				if err := g.Forward(ctx, gb); err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}
-				if e := nmse(gb[0].Logits[0], rb[0].Logits[0]); e != 0 {
+				if e := quant.NMSE(gb[0].Logits[0], rb[0].Logits[0]); e != 0 {
 					t.Fatalf("%s: NMSE %.3g vs the resident model", name, e)
 				}
 			}

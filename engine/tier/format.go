@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/strata-llm/strata/engine/stream"
 	"math"
 	"strconv"
 	"unicode/utf8"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tokenizer"
 )
 

@@ -3,7 +3,6 @@ package tier
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -87,20 +86,6 @@ func logitsRun(t testing.TB, m *model.Model, steps int) [][]float32 {
 		tokens = []int32{int32(5 + 61*s)}
 	}
 	return out
-}
-
-// nmse is Σ(a-b)² / Σb².
-func nmse(a, b []float32) float64 {
-	var num, den float64
-	for i := range a {
-		d := float64(a[i]) - float64(b[i])
-		num += d * d
-		den += float64(b[i]) * float64(b[i])
-	}
-	if den == 0 {
-		return math.Inf(1)
-	}
-	return num / den
 }
 
 // miniModel builds a very small llama in memory (2 layers, dim 32) with a

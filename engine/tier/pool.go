@@ -2,7 +2,6 @@ package tier
 
 import (
 	"fmt"
-	"github.com/strata-llm/strata/engine/stream"
 	"io"
 	"math"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tokenizer"
 )
 

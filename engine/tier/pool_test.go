@@ -94,7 +94,7 @@ func TestPoolRoundTrip(t *testing.T) {
 					}
 					continue
 				}
-				e := nmse(got[s], want[s])
+				e := quant.NMSE(got[s], want[s])
 				t.Logf("step %d: logits NMSE %.3g", s, e)
 				if e > nmseBound[c.typ] {
 					t.Errorf("step %d: logits NMSE %.3g exceeds %.0g", s, e, nmseBound[c.typ])
