@@ -15,7 +15,7 @@
 // the weight words through ldwords_p, shared-memory loads), and the
 // staged Q6_K kernel with those loads ("staged6 LDS"); not yet run;
 // soa = Q6_K re-laid so that each 64-element unit's quants are three
-// aligned uint4 (q6soa_repack; k6soa, gemvq_fused's structure; also in
+// aligned uint4 (q6soa_repack; k6R<R, UN, true>, gemvq_fused's structure; also in
 // parts), against gemvq_q6k_1 and gemvq_q6k_s_1; not yet run;
 // none = every staged variant (h200-stage-sweep1.txt); quick = the
 // baseline, read-only and a few staged ones (-compilers.txt); pf = L2
@@ -309,9 +309,60 @@ __global__ void __launch_bounds__(256) kR(const uint8_t* W, long long rb, float*
   }
 }
 
+// ---- Q6_K re-laid for aligned 16-byte loads (kind 10, "soa6") ----
+// A row of S super-blocks (210*S bytes, the same size) becomes: for each
+// 64-element unit u (gemvq_q6k's units: super-block u>>2, half n, h) its
+// 48 quant bytes [the half's low bits a (16) | low bits c (16) | high bits
+// (16)] at 48u, then its 4 scale bytes (quarter qq in byte qq) at 48U+4u,
+// then each super-block's f16 d at 52U+2sb (U = 4S units). With rb % 16 ==
+// 0 a unit's quants are three aligned uint4, consecutive units adjacent,
+// so a warp's lanes read 1.5 KB contiguous with 16-byte loads as the Q4_K
+// kernels do, where the 210-byte blocks force 4-byte loads and funnel
+// shifts (ldwords). The engine could re-lay resident Q6_K matrices once at
+// upload; this measures whether it pays.
+__global__ void q6soa_repack(const uint8_t* src, uint8_t* dst, long long rb, int rows, int S) {
+  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  const long long U = 4LL * S;
+  if (i >= (long long)rows * U) return;
+  const long long row = i / U;
+  const int u = (int)(i % U);
+  const uint8_t* b = src + row * rb + (long long)(u >> 2) * 210;
+  uint8_t* o = dst + row * rb;
+  const int n = (u >> 1) & 1, h = u & 1;
+  for (int k = 0; k < 16; k++) {
+    o[48LL * u + k] = b[64 * n + 16 * h + k];
+    o[48LL * u + 16 + k] = b[64 * n + 32 + 16 * h + k];
+    o[48LL * u + 32 + k] = b[128 + 32 * n + 16 * h + k];
+  }
+  for (int qq = 0; qq < 4; qq++) o[48 * U + 4LL * u + qq] = b[192 + 8 * n + 2 * qq + h];
+  if ((u & 3) == 0) {
+    o[52 * U + 2LL * (u >> 2)] = b[208];
+    o[52 * U + 2LL * (u >> 2) + 1] = b[209];
+  }
+}
+
+__device__ __forceinline__ void q6soa_load(QW6& w, const uint8_t* row, int U, int u) {
+  const uint4* q = reinterpret_cast<const uint4*>(row + 48LL * u);
+  const uint4 A = q[0], C = q[1], H = q[2];
+  w.a[0] = A.x; w.a[1] = A.y; w.a[2] = A.z; w.a[3] = A.w;
+  w.c[0] = C.x; w.c[1] = C.y; w.c[2] = C.z; w.c[3] = C.w;
+  w.hb[0] = H.x; w.hb[1] = H.y; w.hb[2] = H.z; w.hb[3] = H.w;
+  w.sc = *reinterpret_cast<const uint32_t*>(row + 48LL * U + 4LL * u);
+  w.d = h2f(*reinterpret_cast<const uint16_t*>(row + 52LL * U + 2LL * (u >> 2)));
+}
+
+template <bool SOA>
+__device__ __forceinline__ void q6w_load(QW6& w, const uint8_t* row, int U, int u) {
+  if (SOA) q6soa_load(w, row, U, u);
+  else w.load(row, u);
+}
+
+
 // k6R: gemvq_q6k's direct structure with R rows per block and UN units
-// per lane loaded before pdl_wait (UN = 2: units u and u + step).
-template <int R, int UN>
+// per lane loaded before pdl_wait (UN = 2: units u and u + step); SOA:
+// the weights re-laid by q6soa_repack (kind 10, "soa6"), so it is
+// gemvq_fused's structure with 16-byte loads.
+template <int R, int UN, bool SOA = false>
 __global__ void __launch_bounds__(256) k6R(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
   __shared__ float red[8 * R];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
@@ -329,7 +380,7 @@ __global__ void __launch_bounds__(256) k6R(const uint8_t* W, long long rb, float
   for (int j = 0; j < UN; j++)
     if (u + j * step < nunits)
 #pragma unroll
-      for (int r = 0; r < R; r++) w[j][r].load(rp[r], u + j * step);
+      for (int r = 0; r < R; r++) q6w_load<SOA>(w[j][r], rp[r], nunits, u + j * step);
   pdl_trigger();
   pdl_wait();
   for (; u < nunits; u += UN * step) {
@@ -343,7 +394,7 @@ __global__ void __launch_bounds__(256) k6R(const uint8_t* W, long long rb, float
         for (int r = 0; r < R; r++) q6_dot(w[j][r], x, acc[r][0]);
         if (uj + UN * step < nunits)
 #pragma unroll
-          for (int r = 0; r < R; r++) w[j][r].load(rp[r], uj + UN * step);
+          for (int r = 0; r < R; r++) q6w_load<SOA>(w[j][r], rp[r], nunits, uj + UN * step);
       }
     }
   }
@@ -529,89 +580,6 @@ __global__ void fillx(float* x, int n) {
   }
 }
 
-// ---- Q6_K re-laid for aligned 16-byte loads (kind 10, "soa6") ----
-// A row of S super-blocks (210*S bytes, the same size) becomes: for each
-// 64-element unit u (gemvq_q6k's units: super-block u>>2, half n, h) its
-// 48 quant bytes [the half's low bits a (16) | low bits c (16) | high bits
-// (16)] at 48u, then its 4 scale bytes (quarter qq in byte qq) at 48U+4u,
-// then each super-block's f16 d at 52U+2sb (U = 4S units). With rb % 16 ==
-// 0 a unit's quants are three aligned uint4, consecutive units adjacent,
-// so a warp's lanes read 1.5 KB contiguous with 16-byte loads as the Q4_K
-// kernels do, where the 210-byte blocks force 4-byte loads and funnel
-// shifts (ldwords). The engine could re-lay resident Q6_K matrices once at
-// upload; this measures whether it pays.
-__global__ void q6soa_repack(const uint8_t* src, uint8_t* dst, long long rb, int rows, int S) {
-  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  const long long U = 4LL * S;
-  if (i >= (long long)rows * U) return;
-  const long long row = i / U;
-  const int u = (int)(i % U);
-  const uint8_t* b = src + row * rb + (long long)(u >> 2) * 210;
-  uint8_t* o = dst + row * rb;
-  const int n = (u >> 1) & 1, h = u & 1;
-  for (int k = 0; k < 16; k++) {
-    o[48LL * u + k] = b[64 * n + 16 * h + k];
-    o[48LL * u + 16 + k] = b[64 * n + 32 + 16 * h + k];
-    o[48LL * u + 32 + k] = b[128 + 32 * n + 16 * h + k];
-  }
-  for (int qq = 0; qq < 4; qq++) o[48 * U + 4LL * u + qq] = b[192 + 8 * n + 2 * qq + h];
-  if ((u & 3) == 0) {
-    o[52 * U + 2LL * (u >> 2)] = b[208];
-    o[52 * U + 2LL * (u >> 2) + 1] = b[209];
-  }
-}
-
-__device__ __forceinline__ void q6soa_load(QW6& w, const uint8_t* row, int U, int u) {
-  const uint4* q = reinterpret_cast<const uint4*>(row + 48LL * u);
-  const uint4 A = q[0], C = q[1], H = q[2];
-  w.a[0] = A.x; w.a[1] = A.y; w.a[2] = A.z; w.a[3] = A.w;
-  w.c[0] = C.x; w.c[1] = C.y; w.c[2] = C.z; w.c[3] = C.w;
-  w.hb[0] = H.x; w.hb[1] = H.y; w.hb[2] = H.z; w.hb[3] = H.w;
-  w.sc = *reinterpret_cast<const uint32_t*>(row + 48LL * U + 4LL * u);
-  w.d = h2f(*reinterpret_cast<const uint16_t*>(row + 52LL * U + 2LL * (u >> 2)));
-}
-
-// k6soa: gemvq_fused's structure (R rows per block, warps split a row's
-// units, UN units per lane in flight, all loaded before pdl_wait) on the
-// re-laid Q6_K rows, gemvq_q6k's dot products.
-template <int R, int UN>
-__global__ void __launch_bounds__(256) k6soa(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
-  __shared__ float red[8 * R];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  const int row0 = blockIdx.x * R, U = cols >> 6, step = 32 * nw;
-  const uint8_t* rp[R];
-#pragma unroll
-  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
-  float acc[R][1];
-#pragma unroll
-  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
-  int u = warp * 32 + lane;
-  QW6 w[UN][R];
-#pragma unroll
-  for (int j = 0; j < UN; j++)
-    if (u + j * step < U)
-#pragma unroll
-      for (int r = 0; r < R; r++) q6soa_load(w[j][r], rp[r], U, u + j * step);
-  pdl_trigger();
-  pdl_wait();
-  for (; u < U; u += UN * step) {
-#pragma unroll
-    for (int j = 0; j < UN; j++) {
-      const int uj = u + j * step;
-      if (uj < U) {
-        QX6 x;
-        x.load(XQ, cols, uj);
-#pragma unroll
-        for (int r = 0; r < R; r++) q6_dot(w[j][r], x, acc[r][0]);
-        if (uj + UN * step < U)
-#pragma unroll
-          for (int r = 0; r < R; r++) q6soa_load(w[j][r], rp[r], U, uj + UN * step);
-      }
-    }
-  }
-  gemv_rows_store<R, 1>(acc, red, nw, R, GLU_PLAIN, row0, rows, Y);
-}
-
 static int SMS;
 
 template <typename... A>
@@ -640,7 +608,7 @@ typedef void (*PFn)(const uint8_t*, long long, float*, int, int, const uint8_t*,
 // variant: kind 4 = kp4 (R = DB, CH = PF, warps: rule; pf MB, tail blocks)
 // kind 0 = baseline (gemvq_fused_1 / gemvq_q6k_1, warps by gemvqGeometry),
 // 1 = gemvq_q6k_s_1, 2 = staged (R, CH, warps), 3 = read-only,
-// 10 = k6soa on the re-laid Q6_K copy (R, CH = UN, warps).
+// 10 = k6R<R, UN, true> on the re-laid Q6_K copy (R, CH = UN, warps).
 struct Var { int kind, R, CH, warps; int pfmb = 0, tail = 0; };
 
 static SFn stagedFn(bool q6, int R, int CH) {
@@ -757,15 +725,15 @@ static bool enqueue(const Var& v, const Mat& m, cudaStream_t s) {
     launchS(f, (m.rows + v.R - 1) / v.R, 32 * v.warps, NS * v.R * C * 210, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq, C);
     return true;
   }
-  case 10: {  // k6soa on the re-laid copy: R, CH = UN, warps
+  case 10: {  // k6R<R, UN, true> on the re-laid copy: R, CH = UN, warps
     if (!m.q6 || !m.w6s) return false;
     KFn f = nullptr;
-    if (v.R == 1 && v.CH == 1) f = k6soa<1, 1>;
-    if (v.R == 1 && v.CH == 2) f = k6soa<1, 2>;
-    if (v.R == 2 && v.CH == 1) f = k6soa<2, 1>;
-    if (v.R == 2 && v.CH == 2) f = k6soa<2, 2>;
-    if (v.R == 4 && v.CH == 1) f = k6soa<4, 1>;
-    if (v.R == 4 && v.CH == 2) f = k6soa<4, 2>;
+    if (v.R == 1 && v.CH == 1) f = k6R<1, 1, true>;
+    if (v.R == 1 && v.CH == 2) f = k6R<1, 2, true>;
+    if (v.R == 2 && v.CH == 1) f = k6R<2, 1, true>;
+    if (v.R == 2 && v.CH == 2) f = k6R<2, 2, true>;
+    if (v.R == 4 && v.CH == 1) f = k6R<4, 1, true>;
+    if (v.R == 4 && v.CH == 2) f = k6R<4, 2, true>;
     if (!f) return false;
     launchS(f, (m.rows + v.R - 1) / v.R, 32 * v.warps, 0, s, (const uint8_t*)m.w6s, m.rb, m.y, m.rows, m.cols, xq);
     return true;
