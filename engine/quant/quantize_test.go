@@ -18,16 +18,8 @@ func gaussian(n int, seed uint64, std float64) []float32 {
 	return x
 }
 
-// relRMS is sqrt(Σ(a-b)²/Σa²).
-func relRMS(a, b []float32) float64 {
-	var se, ss float64
-	for i := range a {
-		d := float64(a[i]) - float64(b[i])
-		se += d * d
-		ss += float64(a[i]) * float64(a[i])
-	}
-	return math.Sqrt(se / ss)
-}
+// relRMS is sqrt(Σ(a-b)²/Σa²): the RMS error of b relative to a.
+func relRMS(a, b []float32) float64 { return math.Sqrt(NMSE(b, a)) }
 
 func roundTrip(t testing.TB, ty Type, x []float32, rowLen int) []float32 {
 	t.Helper()
