@@ -15,6 +15,9 @@
 #define T_Q6_K 14
 #define T_BF16 30
 #define T_INT8 1024
+// Q6_K re-laid on the device for aligned loads (kernels' Q6KAligned; not a
+// file format): see Part<T_Q6_KA>.
+#define T_Q6_KA 1025
 
 // Tr<T>: BE elements per block, BB bytes per block. The float formats and
 // INT8Row use a 32-element "block" so every type decodes in 32-element parts.
@@ -28,6 +31,7 @@ template <> struct Tr<T_Q4_K> { enum { BE = 256, BB = 144, NW = 8 }; };
 template <> struct Tr<T_Q5_K> { enum { BE = 256, BB = 176, NW = 8 }; };
 template <> struct Tr<T_Q6_K> { enum { BE = 256, BB = 210, NW = 8 }; };
 template <> struct Tr<T_INT8> { enum { BE = 32, BB = 32, NW = 8 }; };
+template <> struct Tr<T_Q6_KA> { enum { BE = 256, BB = 210, NW = 8 }; };
 
 // Programmatic dependent launch (compute_90; kernels' launchers set
 // cuda.LaunchConfig.Overlap for every kernel whose PTX holds
@@ -291,6 +295,64 @@ template <> struct Part<T_Q6_K> {
   }
 };
 
+// ---- Q6_K re-laid for aligned loads (T_Q6_KA) ----
+//
+// The same 210 bytes per super-block as Q6_K, each block's bytes permuted
+// in place (q6ka_relay, engine/quant's RelayQ6KA) by the block's address
+// mod 16: p = (-address) & 15 (even, 0..14) bytes of "misc" first, then the
+// 192 quant bytes, 16-byte aligned, then the other 18 - p misc bytes. The
+// quants are the block's four 64-element units (gemvq_q6k's; unit k = 2n +
+// h of half n) at 48k: the 16 low-bit bytes of quarters 0/2, the 16 of
+// quarters 1/3, the 16 high-bit bytes; misc M[4k + qq] is quarter qq's
+// int8 scale of unit k, M[16..17] the f16 d (always at block + 208, since
+// p <= 14). Why: Q6_K's 210-byte blocks are only 2-byte aligned, so its
+// GEMVs read words with funnel shifts or stage rows in shared memory
+// (0.47-0.58 of the copy bandwidth for down's 4096x14336 on the H200,
+// where Q4_K's aligned 16-byte loads reach 0.77); re-laid, a unit is three
+// aligned 16-byte loads. Each block stays in its own 210 bytes, so the
+// re-laid matrix has Q6_K's size and row addressing, and kernels that copy
+// rows keeping the address mod 16 (gemv_tiled's shared-memory slots) read
+// it the same way. The tensor must sit at the 16-byte alignment it was
+// re-laid for (strata's allocations are 256-aligned).
+__device__ __forceinline__ int q6ka_pad(const uint8_t* b) { return (int)((0u - (uint32_t)(uintptr_t)b) & 15u); }
+
+// Misc bytes i, i+1 (i even) of the re-laid block at b with pad p.
+__device__ __forceinline__ uint32_t q6ka_m16(const uint8_t* b, int p, int i) {
+  return ldu16(b + i + (i >= p ? 192 : 0));
+}
+
+// Part t = 4n + qq of a re-laid block: Part<T_Q6_K>'s elements (columns
+// 128n + 32qq + j), its 16-element halves h from unit 2n + h.
+template <> struct Part<T_Q6_KA> {
+  uint32_t q[8];
+  float A0, B0, A1, B1;
+  __device__ __forceinline__ void load(const uint8_t* b, int t) {
+    const int n = t >> 2, qq = t & 3, p = q6ka_pad(b);
+    uint32_t h[8];
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      const uint4* u = reinterpret_cast<const uint4*>(b + p + 48 * (2 * n + hh));
+      const uint4 lo = u[qq & 1], hi = u[2];
+      q[4 * hh] = lo.x; q[4 * hh + 1] = lo.y; q[4 * hh + 2] = lo.z; q[4 * hh + 3] = lo.w;
+      h[4 * hh] = hi.x; h[4 * hh + 1] = hi.y; h[4 * hh + 2] = hi.z; h[4 * hh + 3] = hi.w;
+    }
+    const int ns = 4 * (qq >> 1), hs = 2 * qq;
+#pragma unroll
+    for (int i = 0; i < 8; i++) q[i] = ((q[i] >> ns) & 0x0F0F0F0Fu) | (((h[i] >> hs) & 0x03030303u) << 4);
+    const float d = h2f(ldu16(b + 208));
+    const int i0 = 4 * (2 * n) + qq, i1 = 4 * (2 * n + 1) + qq;
+    const float a0 = d * (float)(int8_t)b[i0 + (i0 >= p ? 192 : 0)];
+    const float a1 = d * (float)(int8_t)b[i1 + (i1 >= p ? 192 : 0)];
+    A0 = 256.0f * a0; B0 = -160.0f * a0;
+    A1 = 256.0f * a1; B1 = -160.0f * a1;
+  }
+  __device__ __forceinline__ void get4(int i, float* o) const {
+    const float A = i < 4 ? A0 : A1, B = i < 4 ? B0 : B1;
+#pragma unroll
+    for (int k = 0; k < 4; k++) o[k] = fmaf(half_plus(q[i], k), A, B);
+  }
+};
+
 template <> struct Part<T_Q4_0> {
   uint32_t q[8];
   float A, B;
@@ -369,7 +431,7 @@ template <> struct Part<T_F32> {
 // under a name with the type's suffix.
 #define FOR_EACH_TYPE(X) \
   X(T_F32, f32) X(T_F16, f16) X(T_BF16, bf16) X(T_Q4_0, q4_0) X(T_Q8_0, q8_0) \
-  X(T_Q4_K, q4_k) X(T_Q5_K, q5_k) X(T_Q6_K, q6_k) X(T_INT8, int8)
+  X(T_Q4_K, q4_k) X(T_Q5_K, q5_k) X(T_Q6_K, q6_k) X(T_INT8, int8) X(T_Q6_KA, q6_ka)
 
 // ---- Quantized x of the integer GEMVs (gemvq.cu) ----
 //

@@ -25,19 +25,19 @@ const MaxFusedGEMVBatch = 2
 
 // fusedTypes are the weight types gemv_fused dispatches on (its
 // fused_dispatch), with the engine/quant type ids the kernel compares.
-var fusedTypes = map[quant.Type]int{quant.Q4_K: 12, quant.Q6_K: 14, quant.F16: 1, quant.BF16: 30}
+var fusedTypes = map[quant.Type]int{quant.Q4_K: 12, quant.Q6_K: 14, quant.F16: 1, quant.BF16: 30, Q6KA: 1025}
 
 // fusedRowsFor is gemv.cu's fused_rg: rows per block of one matrix.
 func fusedRowsFor(t quant.Type) int {
-	if t == quant.Q6_K {
+	if t == quant.Q6_K || t == Q6KA {
 		return 2
 	}
 	return 4
 }
 
-// fusedUnitElems is the elements of one lane's unit (DQ6K: 64).
+// fusedUnitElems is the elements of one lane's unit (DQ6K, DQ6KA: 64).
 func fusedUnitElems(t quant.Type) int {
-	if t == quant.Q6_K {
+	if t == quant.Q6_K || t == Q6KA {
 		return 64
 	}
 	return 32
@@ -52,8 +52,8 @@ type GEMVOut struct {
 
 // CanFuseGEMV reports whether GEMVFused (and, for two matrices of one
 // shape and type, GEMVGLU) takes these matrices for nb vectors: 1 to 3
-// matrices of the same width, types Q4_K, Q6_K, F16 or BF16, rows and
-// pointers 16-byte aligned (Q6_K, read with word loads: any alignment),
+// matrices of the same width, types Q4_K, Q6_K, Q6KA, F16 or BF16, rows
+// and pointers 16-byte aligned (the Q6_K types: any even address),
 // and nb <= MaxFusedGEMVBatch. Callers fall back to GEMV otherwise.
 func (k *Kernels) CanFuseGEMV(nb int, ms ...Matrix) bool {
 	if nb < 1 || nb > MaxFusedGEMVBatch || len(ms) < 1 || len(ms) > 3 {
@@ -66,7 +66,7 @@ func (k *Kernels) CanFuseGEMV(nb int, ms ...Matrix) bool {
 		if _, err := m.check("gemv"); err != nil || m.Cols != ms[0].Cols || m.Cols%fusedUnitElems(m.Type) != 0 {
 			return false
 		}
-		if m.Type != quant.Q6_K && (uint64(m.Ptr)|uint64(m.RowBytes()))%16 != 0 {
+		if m.Type != quant.Q6_K && m.Type != Q6KA && (uint64(m.Ptr)|uint64(m.RowBytes()))%16 != 0 {
 			return false
 		}
 	}

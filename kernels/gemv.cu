@@ -733,13 +733,31 @@ struct DQ6K {
   }
 };
 
-// Units of 32 elements (the direct path's) or 64 (DQ6K): elements per unit
-// and 4-element groups per unit.
+// DQ6K's unit of a re-laid Q6_K row (T_Q6_KA, common.cuh): the same
+// words from three aligned 16-byte loads and two misc halves.
+struct DQ6KA : DQ6K {
+  __device__ __forceinline__ void load(const uint8_t* row, int u) {
+    const uint8_t* b = row + (long long)(u >> 2) * 210;
+    const int p = q6ka_pad(b), k = u & 3;
+    const uint4* q = reinterpret_cast<const uint4*>(b + p + 48 * k);
+    const uint4 A = q[0], C = q[1], H = q[2];
+    a[0] = A.x; a[1] = A.y; a[2] = A.z; a[3] = A.w;
+    c[0] = C.x; c[1] = C.y; c[2] = C.z; c[3] = C.w;
+    hb[0] = H.x; hb[1] = H.y; hb[2] = H.z; hb[3] = H.w;
+    sc = q6ka_m16(b, p, 4 * k) | (q6ka_m16(b, p, 4 * k + 2) << 16);
+    d = h2f(ldu16(b + 208));
+  }
+};
+
+// Units of 32 elements (the direct path's) or 64 (DQ6K, DQ6KA): elements
+// per unit and 4-element groups per unit.
 template <typename U> struct UnitE { enum { E = 32 }; };
 template <> struct UnitE<DQ6K> { enum { E = 64 }; };
+template <> struct UnitE<DQ6KA> { enum { E = 64 }; };
 
 template <int T> struct FUnit { typedef typename DUnit<T, SRC_GA>::U U; };
 template <> struct FUnit<T_Q6_K> { typedef DQ6K U; };
+template <> struct FUnit<T_Q6_KA> { typedef DQ6KA U; };
 
 // Partial dot products of this lane for R rows (row pointers rp) against NB
 // vectors: units warp*32+lane, +32*nw, ...
@@ -775,12 +793,30 @@ __device__ __forceinline__ void fused_rows(const uint8_t* const (&rp)[R], int co
 // Rows per block of a matrix of type t in gemv_fused: 4, but 2 for Q6_K,
 // whose word-loaded units need twice the registers (matmul.go's
 // fusedRowsFor).
-__host__ __device__ __forceinline__ int fused_rg(int t) { return t == T_Q6_K ? 2 : 4; }
+__host__ __device__ __forceinline__ int fused_rg(int t) { return t == T_Q6_K || t == T_Q6_KA ? 2 : 4; }
 
 #define FUSED_R 4
 
-// Matrix types gemv_fused handles (matmul.go's fusedTypes). Q6_K computes
-// only rows 0 and 1 of acc.
+// fused_rows over rows 0 and 1 of a block's group (the Q6_K types' 2-row
+// groups, fused_rg).
+template <int T, int NB>
+__device__ __forceinline__ void fused_rows2(const uint8_t* const (&rp)[FUSED_R], int cols, const float* X,
+                                            float (&acc)[FUSED_R][NB]) {
+  const uint8_t* rp2[2] = {rp[0], rp[1]};
+  float a2[2][NB];
+#pragma unroll
+  for (int r = 0; r < 2; r++)
+#pragma unroll
+    for (int b = 0; b < NB; b++) a2[r][b] = 0.0f;
+  fused_rows<T, NB, 2>(rp2, cols, X, a2);
+#pragma unroll
+  for (int r = 0; r < 2; r++)
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[r][b] = a2[r][b];
+}
+
+// Matrix types gemv_fused handles (fused.go's fusedTypes). The Q6_K types
+// compute only rows 0 and 1 of acc.
 template <int NB>
 __device__ __forceinline__ void fused_dispatch(int t, const uint8_t* const (&rp)[FUSED_R], int cols,
                                                const float* X, float (&acc)[FUSED_R][NB]) {
@@ -788,20 +824,8 @@ __device__ __forceinline__ void fused_dispatch(int t, const uint8_t* const (&rp)
     case T_Q4_K: fused_rows<T_Q4_K, NB, FUSED_R>(rp, cols, X, acc); break;
     case T_F16: fused_rows<T_F16, NB, FUSED_R>(rp, cols, X, acc); break;
     case T_BF16: fused_rows<T_BF16, NB, FUSED_R>(rp, cols, X, acc); break;
-    case T_Q6_K: {
-      const uint8_t* rp2[2] = {rp[0], rp[1]};
-      float a2[2][NB];
-#pragma unroll
-      for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int b = 0; b < NB; b++) a2[r][b] = 0.0f;
-      fused_rows<T_Q6_K, NB, 2>(rp2, cols, X, a2);
-#pragma unroll
-      for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int b = 0; b < NB; b++) acc[r][b] = a2[r][b];
-      break;
-    }
+    case T_Q6_K: fused_rows2<T_Q6_K, NB>(rp, cols, X, acc); break;
+    case T_Q6_KA: fused_rows2<T_Q6_KA, NB>(rp, cols, X, acc); break;
   }
 }
 

@@ -351,6 +351,24 @@ struct QW6 {
     sc = __byte_perm(sw[0], sw[1], h ? 0x7531 : 0x6420);  // scale bytes 2qq+h
     d = h2f(ldu16(b + 208));
   }
+  // load_a: the same unit of a re-laid row (T_Q6_KA, common.cuh): three
+  // aligned 16-byte streamed loads and the unit's 4 scales as two halves.
+  __device__ __forceinline__ void load_a(const uint8_t* row, int u) {
+    const uint8_t* b = row + (long long)(u >> 2) * 210;
+    const int p = q6ka_pad(b), k = u & 3;
+    const uint8_t* q = b + p + 48 * k;
+    const uint4 A = ld_stream(q), C = ld_stream(q + 16), H = ld_stream(q + 32);
+    a[0] = A.x; a[1] = A.y; a[2] = A.z; a[3] = A.w;
+    c[0] = C.x; c[1] = C.y; c[2] = C.z; c[3] = C.w;
+    hb[0] = H.x; hb[1] = H.y; hb[2] = H.z; hb[3] = H.w;
+    sc = q6ka_m16(b, p, 4 * k) | (q6ka_m16(b, p, 4 * k + 2) << 16);
+    d = h2f(ldu16(b + 208));
+  }
+  template <bool A>
+  __device__ __forceinline__ void load_as(const uint8_t* row, int u) {
+    if (A) load_a(row, u);
+    else load(row, u);
+  }
 };
 
 // The x side of Q6_K unit u for one vector: each quarter's 16 high and low
@@ -583,3 +601,113 @@ __device__ __forceinline__ void gemvq_q6k_s_body(const uint8_t* W, long long rb,
   }
 GEMVQ_Q6K_S(1)
 GEMVQ_Q6K_S(2)
+
+// gemvq_q6ka: Y = W x for a re-laid Q6_K matrix (T_Q6_KA; W and rb
+// 16-byte aligned, the launcher checks) and NB quantized vectors, with
+// gemvq_fused's structure: a block owns R rows, its warps split a row's
+// units (warp w takes units 32w + lane, +32nw, ...), UN units per lane in
+// flight, all loaded before pdl_wait, each refilled after its dot
+// products; gemvq_q6k's dot products.
+template <int NB, int R, int UN>
+__device__ __forceinline__ void gemvq_q6ka_body(const uint8_t* W, long long rb, float* Y, int rows, int cols,
+                                                const uint8_t* XQ, int bid) {
+  __shared__ float red[8 * R * NB];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  const int row0 = bid * R, nunits = cols >> 6, step = 32 * nw;
+  const long long qb = gemvq_bytes(cols);
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
+  float acc[R][NB];
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+  int u = warp * 32 + lane;
+  QW6 w[UN][R];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (u + j * step < nunits)
+#pragma unroll
+      for (int r = 0; r < R; r++) w[j][r].load_a(rp[r], u + j * step);
+  pdl_trigger();
+  pdl_wait();
+  for (; u < nunits; u += UN * step) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int uj = u + j * step;
+      if (uj < nunits) {
+#pragma unroll
+        for (int b = 0; b < NB; b++) {
+          QX6 x;
+          x.load(XQ + b * qb, cols, uj);
+#pragma unroll
+          for (int r = 0; r < R; r++) q6_dot(w[j][r], x, acc[r][b]);
+        }
+        if (uj + UN * step < nunits)
+#pragma unroll
+          for (int r = 0; r < R; r++) w[j][r].load_a(rp[r], uj + UN * step);
+      }
+    }
+  }
+  gemv_rows_store<R, NB>(acc, red, nw, R, GLU_PLAIN, row0, rows, Y);
+}
+
+// Instances (kernels' gemvq6aLaunch picks one): 4 rows per block, one or
+// two units in flight; 2 rows for two vectors. Not yet measured on a GPU:
+// kernels/testdata/stage-sweep.cu's soa mode sweeps the geometry.
+#define GEMVQ6A_R 4
+#define GEMVQ_Q6KA(NAME, NB, R, UN)                                                                  \
+  extern "C" __global__ void __launch_bounds__(256) NAME(const uint8_t* W, long long rb, float* Y, \
+                                                         int rows, int cols, const uint8_t* XQ) {  \
+    gemvq_q6ka_body<NB, R, UN>(W, rb, Y, rows, cols, XQ, blockIdx.x);                              \
+  }
+GEMVQ_Q6KA(gemvq_q6ka_1, 1, GEMVQ6A_R, 1)
+GEMVQ_Q6KA(gemvq_q6ka_u2_1, 1, GEMVQ6A_R, 2)
+GEMVQ_Q6KA(gemvq_q6ka_2, 2, 2, 1)
+
+// q6ka_relay re-lays n Q6_K super-blocks at W in place into T_Q6_KA
+// (common.cuh) for the address each block sits at; one thread per block.
+// W must be 2-byte aligned and at the 16-byte alignment the GEMVs will
+// read it at (the same pointer). Runs once per resident matrix at upload,
+// outside any decode step (no programmatic dependent launch).
+extern "C" __global__ void __launch_bounds__(256) q6ka_relay(uint8_t* W, long long n) {
+  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  uint8_t* b = W + i * 210;
+  uint16_t v[105];
+#pragma unroll
+  for (int k = 0; k < 105; k++) v[k] = reinterpret_cast<const uint16_t*>(b)[k];
+  auto byte = [&](int j) -> uint32_t { return (v[j >> 1] >> (8 * (j & 1))) & 0xff; };
+  const int p = q6ka_pad(b);
+  // Quants: unit k = 2n + h at p + 48k.
+  for (int k = 0; k < 4; k++) {
+    const int n = k >> 1, h = k & 1;
+    for (int j = 0; j < 16; j++) {
+      b[p + 48 * k + j] = (uint8_t)byte(64 * n + 16 * h + j);
+      b[p + 48 * k + 16 + j] = (uint8_t)byte(64 * n + 32 + 16 * h + j);
+      b[p + 48 * k + 32 + j] = (uint8_t)byte(128 + 32 * n + 16 * h + j);
+    }
+  }
+  // Misc: M[4k + qq] = scale 8n + 2qq + h, M[16..17] = d.
+  for (int m = 0; m < 18; m++) {
+    const uint32_t x = m < 16 ? byte(192 + 8 * ((m >> 2) >> 1) + 2 * (m & 3) + ((m >> 2) & 1)) : byte(208 + m - 16);
+    b[m + (m >= p ? 192 : 0)] = (uint8_t)x;
+  }
+}
+
+// gemvq_mixed_a_1: gemvq_mixed_1 with the Q6_K matrix re-laid (T_Q6_KA):
+// its 2-row groups by gemvq_q6ka_body, the Q4_K ones by gemvq_fused_1.
+extern "C" __global__ void __launch_bounds__(256) gemvq_mixed_a_1(const uint8_t* W0, long long rb0, float* Y0,
+                                                                  int rows0, const uint8_t* W1, long long rb1,
+                                                                  float* Y1, int rows1, const uint8_t* W2,
+                                                                  long long rb2, float* Y2, int rows2, int cols,
+                                                                  const uint8_t* XQ) {
+  const int g6 = (rows2 + GEMVQ6_R - 1) / GEMVQ6_R;
+  if ((int)blockIdx.x < g6) {
+    gemvq_q6ka_body<1, GEMVQ6_R, 1>(W2, rb2, Y2, rows2, cols, XQ, blockIdx.x);
+  } else {
+    gemvq_body<1, 1>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, nullptr, 0, nullptr, 0, cols, XQ, GLU_PLAIN,
+                     blockIdx.x - g6);
+  }
+}

@@ -47,7 +47,7 @@ func FastGEMVQ6K() bool { return fastGEMVQ6K.Load() }
 
 // fastType reports whether the integer path takes matrices of type t.
 func fastType(t quant.Type) bool {
-	return t == quant.Q4_K || (t == quant.Q6_K && fastGEMVQ6K.Load())
+	return t == quant.Q4_K || ((t == quant.Q6_K || t == Q6KA) && fastGEMVQ6K.Load())
 }
 
 // gemvqBytes is gemvq.cu's gemvq_bytes: one vector's quantized x (int8
@@ -151,8 +151,8 @@ func (k *Kernels) fastScratch(s cuda.Stream, x cuda.DevPtr, nb int, ms ...Matrix
 			return 0, false
 		}
 		align := uint64(16)
-		if m.Type == quant.Q6_K {
-			align = 2
+		if m.Type == quant.Q6_K || m.Type == Q6KA {
+			align = 2 // word loads; Q6KA's alignment is its own (re-laid in place)
 		}
 		if (uint64(m.Ptr)|uint64(m.RowBytes()))%align != 0 {
 			return 0, false
@@ -300,7 +300,9 @@ func (k *Kernels) gemvq6Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.
 	name := fmt.Sprintf("gemvq_q6k_%d", nb)
 	blocks, threads := gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), o.W.Cols)
 	smem := int64(0)
-	if ok, th := k.gemvq6Staged(o.W); ok {
+	if o.W.Type == Q6KA {
+		name, blocks, threads = gemvq6aGeometry(nb, o.W.Rows, o.W.Cols)
+	} else if ok, th := k.gemvq6Staged(o.W); ok {
 		name, smem = fmt.Sprintf("gemvq_q6k_s_%d", nb), gemvq6sRows*rb
 		blocks, threads = ceilDiv(o.W.Rows, gemvq6sRows), th
 	}
@@ -312,9 +314,31 @@ func (k *Kernels) gemvq6Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.
 	a.Ptr(o.W.Ptr).I64(rb).Ptr(o.Y).Int(o.W.Rows).Int(o.W.Cols).Ptr(xq)
 	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}, SharedMem: uint32(smem)}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
-		return fmt.Errorf("%s: Q6_K %dx%d batch %d: %w", what, o.W.Rows, o.W.Cols, nb, err)
+		return fmt.Errorf("%s: %s %dx%d batch %d: %w", what, name, o.W.Rows, o.W.Cols, nb, err)
 	}
 	return nil
+}
+
+// gemvq6aRows is gemvq.cu's GEMVQ6A_R: rows per block of gemvq_q6ka_1 and
+// gemvq_q6ka_u2_1 (gemvq_q6ka_2 takes 2).
+const gemvq6aRows = 4
+
+// gemvq6aGeometry picks the Q6KA kernel for nb vectors and its grid:
+// gemvq_q6ka_<nb> with gemvqGeometry's warps (each lane at most one
+// 64-column unit of a row), or, where gemvqUnroll asks for 2 units in
+// flight, gemvq_q6ka_u2_1 with half the warps. Not yet measured on a GPU:
+// the first H200 run of kernels/testdata/stage-sweep.cu's soa mode sets
+// the rule.
+func gemvq6aGeometry(nb, rows, cols int) (name string, blocks, threads int) {
+	r := gemvq6aRows
+	if nb == 2 {
+		r = 2
+	}
+	blocks, threads = gemvqGeometry(ceilDiv(rows, r), cols)
+	if nb == 1 && gemvqUnroll == 2 {
+		return "gemvq_q6ka_u2_1", blocks, max(32, threads/2)
+	}
+	return fmt.Sprintf("gemvq_q6ka_%d", nb), blocks, threads
 }
 
 // gemvqUnroll forces the units each lane of gemvq_fused has in flight
@@ -356,18 +380,19 @@ func (k *Kernels) gemvq4Geometry(nb, groups, cols int) (name string, blocks, thr
 	return fmt.Sprintf("gemvq_fused_%d", nb), blocks, threads
 }
 
-// gemvqMixed reports whether q4 (Q4_K) and q6 (Q6_K) outputs of one
-// plain, one-vector launch go to gemvq_mixed_1 together: one or two Q4_K
-// matrices and one Q6_K matrix that gemvq_q6k_1 would take (not the
-// staged kernel), where gemvq_fused_1 and gemvq_q6k_1 would use the same
-// block size. Why: a Q4_K_M layer whose v is Q6_K otherwise launches
+// gemvqMixed reports whether q4 (Q4_K) and q6 (Q6_K or Q6KA) outputs of
+// one plain, one-vector launch go to gemvq_mixed_1 (gemvq_mixed_a_1 for
+// Q6KA) together: one or two Q4_K matrices and one Q6_K matrix that
+// gemvq_q6k_1 would take (not the staged kernel; a Q6KA one of any
+// height), where gemvq_fused_1 and gemvq_q6k_1 would use the same block
+// size. Why: a Q4_K_M layer whose v is Q6_K otherwise launches
 // q/k/v as two kernels, and the second (v, 1024x4096) ran at 0.29 of the
 // copy bandwidth on the H200, mostly launch latency.
 func (k *Kernels) gemvqMixed(nb, mode int, q4, q6 []GEMVOut) bool {
 	if nb != 1 || mode != 0 || len(q6) != 1 || len(q4) < 1 || len(q4) > 2 {
 		return false
 	}
-	if ok, _ := k.gemvq6Staged(q6[0].W); ok {
+	if ok, _ := k.gemvq6Staged(q6[0].W); ok && q6[0].W.Type == quant.Q6_K {
 		return false
 	}
 	cols, groups := q4[0].W.Cols, q4Groups(q4)
@@ -400,10 +425,10 @@ func q4Groups(outs []GEMVOut) (groups int) {
 	return groups
 }
 
-// splitQ6 separates the Q6_K outputs from the others (Q4_K).
+// splitQ6 separates the Q6_K (and Q6KA) outputs from the others (Q4_K).
 func splitQ6(outs []GEMVOut) (q4, q6 []GEMVOut) {
 	for _, o := range outs {
-		if o.W.Type == quant.Q6_K {
+		if o.W.Type == quant.Q6_K || o.W.Type == Q6KA {
 			q6 = append(q6, o)
 		} else {
 			q4 = append(q4, o)
@@ -412,9 +437,14 @@ func splitQ6(outs []GEMVOut) (q4, q6 []GEMVOut) {
 	return q4, q6
 }
 
-// gemvqMixedLaunch launches gemvq_mixed_1 (see gemvqMixed).
+// gemvqMixedLaunch launches gemvq_mixed_1 (see gemvqMixed), or
+// gemvq_mixed_a_1 where the Q6_K matrix is re-laid (Q6KA).
 func (k *Kernels) gemvqMixedLaunch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.DevPtr, q4 []GEMVOut, q6 GEMVOut) error {
-	f, err := k.fn("gemvq_mixed_1")
+	name := "gemvq_mixed_1"
+	if q6.W.Type == Q6KA {
+		name = "gemvq_mixed_a_1"
+	}
+	f, err := k.fn(name)
 	if err != nil {
 		return err
 	}

@@ -204,19 +204,25 @@ func TestGEMVQ(t *testing.T) {
 		{"q6k-gemv-4096-tall", 4096, []mat{{quant.Q6_K, 1153}}, 0},
 		{"q6k-gemv-14336-tall", 14336, []mat{{quant.Q6_K, 1155}}, 0},
 	}
-	defer func() { gemvqUnroll = 0 }()
+	defer func() { gemvqUnroll, gemvqRelay = 0, false }()
 	defer fastGEMVState()()
 	for _, v := range []struct {
 		q6       bool
 		unroll   int
 		q6staged bool
-	}{{false, 0, false}, {true, 0, true}, {true, 1, false}, {true, 2, false}, {true, 1, true}} {
+		relay    bool
+	}{{false, 0, false, false}, {true, 0, true, false}, {true, 1, false, false}, {true, 2, false, false}, {true, 1, true, false},
+		{true, 0, false, true}, {true, 2, false, true}, {false, 0, false, true}} {
 		SetFastGEMVQ6K(v.q6)
 		SetFastGEMVQ6KStaged(v.q6staged)
-		gemvqUnroll = v.unroll
-		t.Run(fmt.Sprintf("q6k=%v/unroll=%d/q6k-staged=%v", v.q6, v.unroll, v.q6staged), func(t *testing.T) { testGEMVQCases(t, cases) })
+		gemvqUnroll, gemvqRelay = v.unroll, v.relay
+		t.Run(fmt.Sprintf("q6k=%v/unroll=%d/q6k-staged=%v/q6ka=%v", v.q6, v.unroll, v.q6staged, v.relay), func(t *testing.T) { testGEMVQCases(t, cases) })
 	}
 }
+
+// gemvqRelay has testGEMVQCases re-lay its Q6_K matrices on the device
+// (RelayQ6K) before the launches, so they run as Q6KA.
+var gemvqRelay bool
 
 // fastGEMVState returns a function that restores the integer-path
 // switches as they are now (tests and benchmarks flip them).
@@ -262,6 +268,11 @@ func testGEMVQCases(t *testing.T, cases []gemvqCase) {
 				outs := make([]GEMVOut, len(tc.ms))
 				for i, m := range tc.ms {
 					outs[i] = GEMVOut{W: Matrix{Type: m.typ, Rows: m.rows, Cols: tc.cols, Ptr: put(a, datas[i])}, Y: a.alloc(int64(2 * m.rows * 4))}
+					if gemvqRelay && m.typ == quant.Q6_K {
+						w, err := k.RelayQ6K(c, s, outs[i].W)
+						must(err)
+						outs[i].W = w
+					}
 				}
 				for nb := 1; nb <= MaxFusedGEMVBatch; nb++ {
 					for i, m := range tc.ms {
@@ -279,7 +290,7 @@ func testGEMVQCases(t *testing.T, cases []gemvqCase) {
 					fast, q6 := false, false
 					for _, o := range outs {
 						fast = fast || fastType(o.W.Type)
-						q6 = q6 || (o.W.Type == quant.Q6_K && fastType(o.W.Type))
+						q6 = q6 || (matrixType(o.W.Type) == quant.Q6_K && fastType(o.W.Type))
 					}
 					if !fast {
 						checkGEMVQ(t, c, a, k, tc.cols, nb, xs, xqs, deqs, datas, outs, tc.glu)
@@ -314,7 +325,10 @@ func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, x
 	mixed := fastType(quant.Q6_K) && k.gemvqMixed(nb, int(glu), q4, q6)
 	for i, o := range outs {
 		_, _, th := k.gemvq4Geometry(nb, groups, cols)
-		if o.W.Type == quant.Q6_K {
+		if o.W.Type == Q6KA && !mixed {
+			// gemvq_q6ka: gemvq_q6k's unit walk with its own warps.
+			_, _, th = gemvq6aGeometry(nb, o.W.Rows, cols)
+		} else if matrixType(o.W.Type) == quant.Q6_K {
 			_, th = gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), cols)
 			if ok, sth := k.gemvq6Staged(o.W); ok && !mixed {
 				th = sth
@@ -333,7 +347,8 @@ func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, x
 			bound += math.Abs(float64(w)) * math.Abs(xd[j]-float64(xs[b*cols+j]))
 		}
 		rb := int(outs[i].W.RowBytes())
-		emu = float64(gemvqRowRef(outs[i].W.Type, datas[i][row*rb:(row+1)*rb], cols, xqs[b], nws[i], splits[i]))
+		// datas holds the Q6_K bytes a Q6KA matrix was re-laid from.
+		emu = float64(gemvqRowRef(matrixType(outs[i].W.Type), datas[i][row*rb:(row+1)*rb], cols, xqs[b], nws[i], splits[i]))
 		return
 	}
 	if glu != 0 {

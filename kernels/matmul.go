@@ -9,7 +9,8 @@ import (
 
 // Matrix is a weight matrix in device memory, in engine/quant's encoding:
 // Rows rows of Cols elements, each row Type.RowBytes(Cols) bytes, rows back
-// to back (the GGUF layout, so a tensor's bytes are copied unchanged).
+// to back (the GGUF layout, so a tensor's bytes are copied unchanged); or
+// in Q6KA, Q6_K re-laid on the device (RelayQ6K), sized as Q6_K.
 type Matrix struct {
 	Type       quant.Type
 	Rows, Cols int
@@ -18,7 +19,7 @@ type Matrix struct {
 
 // RowBytes is the encoded size of one row.
 func (m Matrix) RowBytes() int64 {
-	n, _ := m.Type.RowBytes(int64(m.Cols))
+	n, _ := matrixType(m.Type).RowBytes(int64(m.Cols))
 	return n
 }
 
@@ -28,7 +29,7 @@ func (m Matrix) Bytes() int64 { return m.RowBytes() * int64(m.Rows) }
 // suffixes name each type's kernel instances (common.cuh's FOR_EACH_TYPE).
 var suffixes = map[quant.Type]string{
 	quant.F32: "f32", quant.F16: "f16", quant.BF16: "bf16", quant.Q4_0: "q4_0", quant.Q8_0: "q8_0",
-	quant.Q4_K: "q4_k", quant.Q5_K: "q5_k", quant.Q6_K: "q6_k", quant.INT8Row: "int8",
+	quant.Q4_K: "q4_k", quant.Q5_K: "q5_k", quant.Q6_K: "q6_k", quant.INT8Row: "int8", Q6KA: "q6_ka",
 }
 
 func (m Matrix) check(op string) (string, error) {
@@ -42,7 +43,7 @@ func (m Matrix) check(op string) (string, error) {
 	if m.Cols%32 != 0 {
 		return "", fmt.Errorf("%s: %d columns is not a multiple of 32", op, m.Cols)
 	}
-	if _, err := m.Type.RowBytes(int64(m.Cols)); err != nil {
+	if _, err := matrixType(m.Type).RowBytes(int64(m.Cols)); err != nil {
 		return "", fmt.Errorf("%s: %w", op, err)
 	}
 	if m.Type == quant.INT8Row && m.Cols%4 != 0 {
@@ -91,7 +92,10 @@ func gemvPlanFor(t quant.Type, nb int) gemvPlan {
 }
 
 // gemvWinBytes is gemv.cu's WinBytes<T>: the bytes of 32 32-element units.
-func gemvWinBytes(t quant.Type) int { return 32 * 32 / t.BlockElems() * t.BlockBytes() }
+func gemvWinBytes(t quant.Type) int {
+	t = matrixType(t)
+	return 32 * 32 / t.BlockElems() * t.BlockBytes()
+}
 
 // gemvWarpsPerSM is the resident warps per multiprocessor the launcher
 // aims the grid at when it picks the warps per block of the direct and
@@ -172,6 +176,7 @@ func gemvTiledTE(t quant.Type, nb int) int {
 // to 16).
 func gemvTiledShared(t quant.Type, nb, r int) int {
 	te := gemvTiledTE(t, nb)
+	t = matrixType(t)
 	tb := te / t.BlockElems() * t.BlockBytes()
 	slot := (tb + 32 + 15) &^ 15
 	return nb*(te/32*36)*4 + gemvTiledWarps*r*slot

@@ -81,13 +81,15 @@ func TestEmbeddedEntries(t *testing.T) {
 			}
 			n += len(entryNames(b))
 		}
-		// 72 GEMV + 9 GEMM + 9 embed + rmsnorm, rope, 5 element-wise,
-		// 3 attention, 2 sampling; GEMM v5: 9 dequantizers, x16 and the
-		// f16 configurations; fused decode: gemv_fused_1/2, add_rmsnorm,
+		// 80 GEMV + 10 GEMM + 10 embed (10 weight types, Q6KA's
+		// included) + rmsnorm, rope, 5 element-wise, 3 attention, 2
+		// sampling; GEMM v5: 10 dequantizers, x16 and the f16
+		// configurations; fused decode: gemv_fused_1/2, add_rmsnorm,
 		// rope_store; 6 tiled prefill attention variants. bf16_unpack.
 		// Integer GEMV: gemvq_x, gemvq_fused_1/2/u2_1, gemvq_q6k_1/2,
-		// gemvq_q6k_s_1/2, gemvq_mixed_1.
-		if want := 72 + 9 + 9 + 1 + 1 + 5 + 3 + 2 + 10 + len(gemmConfigs) + 4 + 6 + 1 + 9; n != want {
+		// gemvq_q6k_s_1/2, gemvq_mixed_1, gemvq_q6ka_1/2/u2_1,
+		// gemvq_mixed_a_1, q6ka_relay.
+		if want := 80 + 10 + 10 + 1 + 1 + 5 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 6 + 1 + 14; n != want {
 			t.Errorf("%s: %d kernels embedded, want %d", arch, n, want)
 		}
 	}

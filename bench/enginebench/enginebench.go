@@ -129,6 +129,11 @@ type Options struct {
 	// the whole run, restoring the switches after: the comparison that
 	// made the integer path the default (kernels/NOTES.md).
 	FloatGEMV bool
+	// RelayQ6K re-lays the Q6_K matrices of resident layers (and a
+	// resident output projection) for aligned loads at load time
+	// (kernels.SetRelayQ6K, kernels.Q6KA) for the whole run, restoring
+	// the switch after: the variant to compare with the default.
+	RelayQ6K bool
 	// Progress, when set, receives a line for each phase of the run.
 	Progress func(msg string)
 }
@@ -195,7 +200,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r := &Report{
 		Device: dev.Name(), Ordinal: dev.Ordinal(), ComputeCapability: fmt.Sprintf("%d.%d", maj, mnr),
 		DeviceMemory: dev.TotalMem(), Started: start, PeerSource: PeerSource, FloatGEMV: o.FloatGEMV,
+		RelayQ6K: o.RelayQ6K || kernels.RelayQ6KOn(),
 	}
+	relay := kernels.RelayQ6KOn()
+	kernels.SetRelayQ6K(r.RelayQ6K)
+	defer kernels.SetRelayQ6K(relay)
 	q4, q6 := kernels.FastGEMV(), kernels.FastGEMVQ6K()
 	kernels.SetFastGEMV(!o.FloatGEMV)
 	kernels.SetFastGEMVQ6K(!o.FloatGEMV)

@@ -230,6 +230,62 @@ func TestGraphMatchesDirect(t *testing.T) {
 	}
 }
 
+// TestRelayQ6K: a model whose resident Q6_K matrices were re-laid at load
+// (kernels.SetRelayQ6K: the tiny Q4_K_M llama's v and down of its
+// use_more_bits layers and its output) gives the logits of the same model
+// without the re-lay, to the integer GEMVs' reordering of float sums, and
+// the same greedy tokens, over a prompt and 24 decode steps.
+func TestRelayQ6K(t *testing.T) {
+	gpu(t)
+	cpu := tinyModel(t, "llama", "q4_k_m")
+	was := kernels.RelayQ6KOn()
+	defer kernels.SetRelayQ6K(was)
+	kernels.SetRelayQ6K(false)
+	gp := loadGPU(t, cpu, Options{MaxSeqs: 1})
+	kernels.SetRelayQ6K(true)
+	gr := loadGPU(t, cpu, Options{MaxSeqs: 1})
+	relaid := 0
+	for _, lw := range gr.layers {
+		for _, m := range []kernels.Matrix{lw.q, lw.k, lw.v, lw.o, lw.gate, lw.up, lw.down} {
+			if m.Type == kernels.Q6KA {
+				relaid++
+			}
+		}
+	}
+	if gr.output.Type == kernels.Q6KA {
+		relaid++
+	}
+	if relaid == 0 {
+		t.Fatal("no matrix of the Q4_K_M model was re-laid")
+	}
+	ctx := context.Background()
+	sp, _ := gp.NewSequence(0)
+	sr, _ := gr.NewSequence(0)
+	bp := []Step{{Seq: sp, Tokens: promptTokens(cpu.Config.Vocab, 20, 3)}}
+	br := []Step{{Seq: sr, Tokens: bp[0].Tokens}}
+	worst := 0.0
+	for i := range 25 {
+		if err := gp.Forward(ctx, bp); err != nil {
+			t.Fatal(err)
+		}
+		if err := gr.Forward(ctx, br); err != nil {
+			t.Fatal(err)
+		}
+		e := quant.NMSE(br[0].Logits[0], bp[0].Logits[0])
+		worst = max(worst, e)
+		if e > 1e-7 {
+			t.Fatalf("step %d: re-laid vs plain NMSE %.3g", i, e)
+		}
+		tp, tr := sample.Argmax(bp[0].Logits[0]), sample.Argmax(br[0].Logits[0])
+		if tp != tr {
+			t.Fatalf("step %d: re-laid model chose %d, plain %d", i, tr, tp)
+		}
+		bp[0] = Step{Seq: sp, Tokens: []int32{tp}}
+		br[0] = Step{Seq: sr, Tokens: []int32{tp}}
+	}
+	t.Logf("%d matrices re-laid; worst NMSE against the plain model %.3g", relaid, worst)
+}
+
 // TestValidation: bad batches fail before anything changes, as on the CPU.
 func TestValidation(t *testing.T) {
 	gpu(t)

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/kernels"
 	kcuda "github.com/strata-llm/strata/kernels/cuda"
 )
@@ -313,6 +314,11 @@ func (m *Model) load(c *kcuda.Ctx, w *model.Weights) error {
 			m.layers[i] = pl.layerAt(&w.Layers[i], gemma)
 		}
 	}
+	if kernels.RelayQ6KOn() {
+		if err := m.relayResidentQ6K(c, streamed, tc, tied); err != nil {
+			return err
+		}
+	}
 	if hostTotal > 0 || tc != nil {
 		if err := m.loadTierB(c, w, streamed, tc, layerBase, hostTotal, slotBytes, nslots); err != nil {
 			return err
@@ -349,6 +355,43 @@ func (m *Model) load(c *kcuda.Ctx, w *model.Weights) error {
 }
 
 func gib(n int64) float64 { return float64(n) / (1 << 30) }
+
+// relayResidentQ6K re-lays the Q6_K matrices that stay in the arena — the
+// resident layers' and the output projection (with the embedding table
+// when the two are one tensor) — into kernels.Q6KA on the device
+// (kernels.SetRelayQ6K). Streamed layers keep Q6_K: their bytes land in a
+// different slot each pass.
+func (m *Model) relayResidentQ6K(c *kcuda.Ctx, streamed []bool, tc []*tierCLayer, tied bool) error {
+	relay := func(what string, mt *kernels.Matrix) error {
+		if mt.Type != quant.Q6_K {
+			return nil
+		}
+		r, err := m.k.RelayQ6K(c, m.stream, *mt)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		*mt = r
+		return nil
+	}
+	for i := range m.layers {
+		if streamed[i] || (tc != nil && tc[i] != nil) || m.pk.layer(i) != nil {
+			continue
+		}
+		lw := &m.layers[i]
+		for _, f := range []*kernels.Matrix{&lw.q, &lw.k, &lw.v, &lw.o, &lw.gate, &lw.up, &lw.down} {
+			if err := relay(fmt.Sprintf("layer %d", i), f); err != nil {
+				return err
+			}
+		}
+	}
+	if err := relay("output", &m.output); err != nil {
+		return err
+	}
+	if tied {
+		m.embed.Type = m.output.Type
+	}
+	return nil
+}
 
 // Close frees the model's device memory, graphs and stream (and its
 // kernels when Load loaded them). Open Sequences become unusable.

@@ -15,8 +15,9 @@
 // the weight words through ldwords_p, shared-memory loads), and the
 // staged Q6_K kernel with those loads ("staged6 LDS"); not yet run;
 // soa = Q6_K re-laid so that each 64-element unit's quants are three
-// aligned uint4 (q6soa_repack; k6R<R, UN, true>, gemvq_fused's structure; also in
-// parts), against gemvq_q6k_1 and gemvq_q6k_s_1; not yet run;
+// aligned uint4 (q6ka_relay, T_Q6_KA; k6R<R, UN, true> = gemvq_q6ka's
+// structure; also in parts), against gemvq_q6k_1 and gemvq_q6k_s_1; not
+// yet run;
 // none = every staged variant (h200-stage-sweep1.txt); quick = the
 // baseline, read-only and a few staged ones (-compilers.txt); pf = L2
 // prefetch and double buffering (kp4, -pf.txt); kr = rows, units in
@@ -309,59 +310,11 @@ __global__ void __launch_bounds__(256) kR(const uint8_t* W, long long rb, float*
   }
 }
 
-// ---- Q6_K re-laid for aligned 16-byte loads (kind 10, "soa6") ----
-// A row of S super-blocks (210*S bytes, the same size) becomes: for each
-// 64-element unit u (gemvq_q6k's units: super-block u>>2, half n, h) its
-// 48 quant bytes [the half's low bits a (16) | low bits c (16) | high bits
-// (16)] at 48u, then its 4 scale bytes (quarter qq in byte qq) at 48U+4u,
-// then each super-block's f16 d at 52U+2sb (U = 4S units). With rb % 16 ==
-// 0 a unit's quants are three aligned uint4, consecutive units adjacent,
-// so a warp's lanes read 1.5 KB contiguous with 16-byte loads as the Q4_K
-// kernels do, where the 210-byte blocks force 4-byte loads and funnel
-// shifts (ldwords). The engine could re-lay resident Q6_K matrices once at
-// upload; this measures whether it pays.
-__global__ void q6soa_repack(const uint8_t* src, uint8_t* dst, long long rb, int rows, int S) {
-  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  const long long U = 4LL * S;
-  if (i >= (long long)rows * U) return;
-  const long long row = i / U;
-  const int u = (int)(i % U);
-  const uint8_t* b = src + row * rb + (long long)(u >> 2) * 210;
-  uint8_t* o = dst + row * rb;
-  const int n = (u >> 1) & 1, h = u & 1;
-  for (int k = 0; k < 16; k++) {
-    o[48LL * u + k] = b[64 * n + 16 * h + k];
-    o[48LL * u + 16 + k] = b[64 * n + 32 + 16 * h + k];
-    o[48LL * u + 32 + k] = b[128 + 32 * n + 16 * h + k];
-  }
-  for (int qq = 0; qq < 4; qq++) o[48 * U + 4LL * u + qq] = b[192 + 8 * n + 2 * qq + h];
-  if ((u & 3) == 0) {
-    o[52 * U + 2LL * (u >> 2)] = b[208];
-    o[52 * U + 2LL * (u >> 2) + 1] = b[209];
-  }
-}
-
-__device__ __forceinline__ void q6soa_load(QW6& w, const uint8_t* row, int U, int u) {
-  const uint4* q = reinterpret_cast<const uint4*>(row + 48LL * u);
-  const uint4 A = q[0], C = q[1], H = q[2];
-  w.a[0] = A.x; w.a[1] = A.y; w.a[2] = A.z; w.a[3] = A.w;
-  w.c[0] = C.x; w.c[1] = C.y; w.c[2] = C.z; w.c[3] = C.w;
-  w.hb[0] = H.x; w.hb[1] = H.y; w.hb[2] = H.z; w.hb[3] = H.w;
-  w.sc = *reinterpret_cast<const uint32_t*>(row + 48LL * U + 4LL * u);
-  w.d = h2f(*reinterpret_cast<const uint16_t*>(row + 52LL * U + 2LL * (u >> 2)));
-}
-
-template <bool SOA>
-__device__ __forceinline__ void q6w_load(QW6& w, const uint8_t* row, int U, int u) {
-  if (SOA) q6soa_load(w, row, U, u);
-  else w.load(row, u);
-}
-
 
 // k6R: gemvq_q6k's direct structure with R rows per block and UN units
 // per lane loaded before pdl_wait (UN = 2: units u and u + step); SOA:
-// the weights re-laid by q6soa_repack (kind 10, "soa6"), so it is
-// gemvq_fused's structure with 16-byte loads.
+// the weights re-laid by q6ka_relay (T_Q6_KA, common.cuh; kind 10,
+// "soa6"), which makes it gemvq.cu's gemvq_q6ka_body for one vector.
 template <int R, int UN, bool SOA = false>
 __global__ void __launch_bounds__(256) k6R(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
   __shared__ float red[8 * R];
@@ -380,7 +333,7 @@ __global__ void __launch_bounds__(256) k6R(const uint8_t* W, long long rb, float
   for (int j = 0; j < UN; j++)
     if (u + j * step < nunits)
 #pragma unroll
-      for (int r = 0; r < R; r++) q6w_load<SOA>(w[j][r], rp[r], nunits, u + j * step);
+      for (int r = 0; r < R; r++) w[j][r].load_as<SOA>(rp[r], u + j * step);
   pdl_trigger();
   pdl_wait();
   for (; u < nunits; u += UN * step) {
@@ -394,7 +347,7 @@ __global__ void __launch_bounds__(256) k6R(const uint8_t* W, long long rb, float
         for (int r = 0; r < R; r++) q6_dot(w[j][r], x, acc[r][0]);
         if (uj + UN * step < nunits)
 #pragma unroll
-          for (int r = 0; r < R; r++) q6w_load<SOA>(w[j][r], rp[r], nunits, uj + UN * step);
+          for (int r = 0; r < R; r++) w[j][r].load_as<SOA>(rp[r], uj + UN * step);
       }
     }
   }
@@ -833,8 +786,8 @@ int main(int argc, char** argv) {
       if (m.q6) fixhdr<<<1024, 256>>>(m.w, n / 210, 210, 208, 1);
       if (m.q6 && gSoa) {
         CK(cudaMalloc(&m.w6s, n));
-        const long long units = (long long)m.rows * (m.cols / 64);
-        q6soa_repack<<<(unsigned)((units + 255) / 256), 256>>>(m.w, m.w6s, m.rb, m.rows, m.cols / 256);
+        CK(cudaMemcpy(m.w6s, m.w, n, cudaMemcpyDeviceToDevice));
+        q6ka_relay<<<(unsigned)((n / 210 + 255) / 256), 256>>>(m.w6s, (long long)(n / 210));
       }
       else fixhdr<<<1024, 256>>>(m.w, n / 144, 144, 0, 2);
       if (shapes[k].glu) {
@@ -864,8 +817,8 @@ int main(int argc, char** argv) {
       if (m.q6) fixhdr<<<1024, 256>>>(m.w, n / 210, 210, 208, 1);
       if (m.q6 && gSoa) {
         CK(cudaMalloc(&m.w6s, n));
-        const long long units = (long long)m.rows * (m.cols / 64);
-        q6soa_repack<<<(unsigned)((units + 255) / 256), 256>>>(m.w, m.w6s, m.rb, m.rows, m.cols / 256);
+        CK(cudaMemcpy(m.w6s, m.w, n, cudaMemcpyDeviceToDevice));
+        q6ka_relay<<<(unsigned)((n / 210 + 255) / 256), 256>>>(m.w6s, (long long)(n / 210));
       }
       else fixhdr<<<1024, 256>>>(m.w, n / 144, 144, 0, 2);
       mats[k].push_back(m); bytes[k] += m.w1 ? 2 * n : n;

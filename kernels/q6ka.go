@@ -1,0 +1,150 @@
+package kernels
+
+import (
+	"fmt"
+	"os"
+	"sync/atomic"
+
+	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/kernels/cuda"
+)
+
+// Q6KA is Q6_K re-laid on the device for aligned loads (common.cuh's
+// T_Q6_KA): the same 210 bytes per 256-element super-block, each block's
+// bytes permuted in place by its device address mod 16 so that its 192
+// quant bytes start 16-byte aligned, each 64-element unit's 48 of them
+// adjacent, with the 16 scales and d around them. It is no file format
+// (quant has no such type and no GGUF or pool holds it): Kernels.RelayQ6K
+// makes it from an uploaded Q6_K matrix, and only for the address the
+// matrix then stays at. Why: Q6_K's blocks are 2-byte aligned, so its
+// integer GEMVs read words and funnel-shift them, or stage rows in shared
+// memory, and streamed down 4096x14336 at 0.47-0.58 of the H200's copy
+// bandwidth where Q4_K's aligned loads reach 0.77 (kernels/NOTES.md, GEMV
+// v8); re-laid, a unit is three aligned 16-byte loads (gemvq_q6ka). The
+// id sits beside quant's INT8Row, outside ggml's range.
+const Q6KA quant.Type = 1025
+
+// q6kaBlock is the bytes of one super-block, Q6_K's and Q6KA's.
+const q6kaBlock = 210
+
+// matrixType is the element format that sizes m's rows: Q6KA is sized as
+// Q6_K.
+func matrixType(t quant.Type) quant.Type {
+	if t == Q6KA {
+		return quant.Q6_K
+	}
+	return t
+}
+
+// relayQ6K is off by default: RelayQ6KOn reports SetRelayQ6K's setting,
+// which engine/cuda reads when it uploads resident layers.
+var relayQ6K atomic.Bool
+
+// STRATA_Q6KA=1 turns the re-lay on for the whole process (the GPU test
+// binaries, strata, stratad), as SetRelayQ6K(true) would.
+func init() { relayQ6K.Store(os.Getenv("STRATA_Q6KA") == "1") }
+
+// SetRelayQ6K has engine/cuda re-lay the Q6_K matrices of resident layers
+// (and a resident Q6_K output projection) into Q6KA at upload, for every
+// model loaded after the call. Off by default until measured on the H200
+// (kernels/testdata/stage-sweep.cu, mode soa).
+func SetRelayQ6K(on bool) { relayQ6K.Store(on) }
+
+// RelayQ6KOn reports whether SetRelayQ6K turned the re-lay on.
+func RelayQ6KOn() bool { return relayQ6K.Load() }
+
+// q6kaPad is the misc bytes a re-laid block at address a starts with.
+func q6kaPad(a uint64) int { return int(-a & 15) }
+
+// RelayQ6KHost re-lays whole Q6_K super-blocks src into dst (the same
+// length, a multiple of 210 bytes; they may not overlap) as Q6KA for a
+// device address addr of dst[0]: q6ka_relay's permutation, on the host.
+// addr must be even.
+func RelayQ6KHost(dst, src []byte, addr uint64) error {
+	if err := checkQ6KA(dst, src, addr); err != nil {
+		return err
+	}
+	for o := 0; o < len(src); o += q6kaBlock {
+		relayBlock(dst[o:o+q6kaBlock], src[o:o+q6kaBlock], q6kaPad(addr+uint64(o)))
+	}
+	return nil
+}
+
+// UnrelayQ6KHost is RelayQ6KHost's inverse: Q6KA blocks src, re-laid for
+// a device address addr of src[0], back to Q6_K in dst.
+func UnrelayQ6KHost(dst, src []byte, addr uint64) error {
+	if err := checkQ6KA(dst, src, addr); err != nil {
+		return err
+	}
+	for o := 0; o < len(src); o += q6kaBlock {
+		unrelayBlock(dst[o:o+q6kaBlock], src[o:o+q6kaBlock], q6kaPad(addr+uint64(o)))
+	}
+	return nil
+}
+
+func checkQ6KA(dst, src []byte, addr uint64) error {
+	if len(src)%q6kaBlock != 0 || len(dst) != len(src) {
+		return fmt.Errorf("q6ka: %d bytes into %d: want equal lengths, a multiple of %d", len(src), len(dst), q6kaBlock)
+	}
+	if addr%2 != 0 {
+		return fmt.Errorf("q6ka: device address %#x is odd", addr)
+	}
+	return nil
+}
+
+// q6kaPerm calls f(q6k, q6ka) for every byte of a block: its offset in
+// Q6_K (ql[128], qh[64], scales[16], d[2]) and in Q6KA with pad p.
+func q6kaPerm(p int, f func(q6k, q6ka int)) {
+	for k := 0; k < 4; k++ { // unit k = 2n + h of half n
+		n, h := k>>1, k&1
+		for j := 0; j < 16; j++ {
+			f(64*n+16*h+j, p+48*k+j)
+			f(64*n+32+16*h+j, p+48*k+16+j)
+			f(128+32*n+16*h+j, p+48*k+32+j)
+		}
+	}
+	for m := 0; m < 18; m++ { // misc M[4k + qq]: scale 8n + 2qq + h; M[16..17]: d
+		src := 208 + m - 16
+		if m < 16 {
+			k, qq := m>>2, m&3
+			src = 192 + 8*(k>>1) + 2*qq + k&1
+		}
+		dst := m
+		if m >= p {
+			dst += 192
+		}
+		f(src, dst)
+	}
+}
+
+func relayBlock(dst, src []byte, p int) {
+	q6kaPerm(p, func(q6k, q6ka int) { dst[q6ka] = src[q6k] })
+}
+
+func unrelayBlock(dst, src []byte, p int) {
+	q6kaPerm(p, func(q6k, q6ka int) { dst[q6k] = src[q6ka] })
+}
+
+// RelayQ6K re-lays the Q6_K matrix m in place on stream s (q6ka_relay)
+// and returns it as Q6KA. m must stay at this address: the layout depends
+// on it. Matrices that are not Q6_K, or whose address is odd, are an
+// error.
+func (k *Kernels) RelayQ6K(c *cuda.Ctx, s cuda.Stream, m Matrix) (Matrix, error) {
+	if m.Type != quant.Q6_K || m.Cols%quant.QK_K != 0 || m.Rows < 1 || m.Ptr == 0 || m.Ptr%2 != 0 {
+		return m, fmt.Errorf("relay Q6_K: a %v %dx%d matrix at %#x: want Q6_K, whole super-blocks, an even address",
+			m.Type, m.Rows, m.Cols, uint64(m.Ptr))
+	}
+	f, err := k.fn("q6ka_relay")
+	if err != nil {
+		return m, err
+	}
+	n := int64(m.Rows) * int64(m.Cols/quant.QK_K)
+	var a cuda.Args
+	a.Ptr(m.Ptr).I64(n)
+	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32((n + 255) / 256)}, Block: cuda.Dim3{X: 256}}
+	if err := k.run(c, f, cfg, s, &a); err != nil {
+		return m, fmt.Errorf("relay Q6_K %dx%d: %w", m.Rows, m.Cols, err)
+	}
+	m.Type = Q6KA
+	return m, nil
+}
