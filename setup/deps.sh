@@ -20,6 +20,7 @@ pick_go() {
 
 missing=()
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)   # the race detector needs cgo
+command -v g++ >/dev/null || missing+=(g++)            # kernels' host build of CUDA code (TestHostBuildQ6KA)
 command -v git >/dev/null || missing+=(git)
 if ! pick_go >/dev/null; then
   if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
