@@ -230,6 +230,48 @@ __device__ __forceinline__ void gemvq_group(int g, const uint8_t* W0, long long 
   for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
 }
 
+// gemvq_walk: a lane's dot products for R rows (row pointers rp) of
+// nunits units each against NB quantized vectors, with UN units per lane
+// in flight: lane l of warp w takes units 32w + l, +step, ... (step = 32
+// warps: the order of gemvq_body's UN = 1 walk), all its first UN units'
+// weights loaded before pdl_wait (weights are no kernel's output), each
+// unit's slot refilled with the unit UN steps on after its dot products.
+// W is a unit of weights (load(row, u), dot(u, x, acc)), X one vector's
+// side of it (load(base, cols, u)).
+template <typename W, typename X, int NB, int R, int UN>
+__device__ __forceinline__ void gemvq_walk(const uint8_t* const (&rp)[R], int nunits, int cols, const uint8_t* XQ,
+                                           float (&acc)[R][NB]) {
+  const int step = 32 * (blockDim.x >> 5);
+  const long long qb = gemvq_bytes(cols);
+  int u = (threadIdx.x >> 5) * 32 + (threadIdx.x & 31);
+  W w[UN][R];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (u + j * step < nunits)
+#pragma unroll
+      for (int r = 0; r < R; r++) w[j][r].load(rp[r], u + j * step);
+  pdl_trigger();
+  pdl_wait();
+  for (; u < nunits; u += UN * step) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int uj = u + j * step;
+      if (uj < nunits) {
+        X x[NB];
+#pragma unroll
+        for (int b = 0; b < NB; b++) x[b].load(XQ + b * qb, cols, uj);
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+          for (int b = 0; b < NB; b++) w[j][r].dot(uj, x[b], acc[r][b]);
+        if (uj + UN * step < nunits)
+#pragma unroll
+          for (int r = 0; r < R; r++) w[j][r].load(rp[r], uj + UN * step);
+      }
+    }
+  }
+}
+
 template <int NB, int UN>
 __device__ __forceinline__ void gemvq_body(const uint8_t* W0, long long rb0, float* Y0, int rows0,
                                            const uint8_t* W1, long long rb1, float* Y1, int rows1,
@@ -275,40 +317,10 @@ __device__ __forceinline__ void gemvq_body(const uint8_t* W0, long long rb0, flo
         for (int r = 0; r < R; r++) w[r].load(rp[r], u + step);
     }
   }
-  // UN > 1: UN units per lane in flight (u, u+step, ...: the same order
-  // as UN = 1), all UN units' weights loaded before pdl_wait; each unit's
-  // slot is refilled with the unit UN steps on after its dot products.
-  // Where a lane has at most UN units (a 4096-column row over 2 warps)
-  // every weight of the block is in flight before the wait.
-  if (UN > 1) {
-    int u = warp * 32 + lane;
-    QW4 w[UN > 1 ? UN : 1][R];
-#pragma unroll
-    for (int j = 0; j < UN; j++)
-      if (u + j * step < nunits)
-#pragma unroll
-        for (int r = 0; r < R; r++) w[j][r].load(rp[r], u + j * step);
-    pdl_trigger();
-    pdl_wait();
-    for (; u < nunits; u += UN * step) {
-#pragma unroll
-      for (int j = 0; j < UN; j++) {
-        const int uj = u + j * step;
-        if (uj < nunits) {
-          QXU x[NB];
-#pragma unroll
-          for (int b = 0; b < NB; b++) x[b].load(XQ + b * qb, cols, uj);
-#pragma unroll
-          for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int b = 0; b < NB; b++) w[j][r].dot(uj, x[b], acc[r][b]);
-          if (uj + UN * step < nunits)
-#pragma unroll
-            for (int r = 0; r < R; r++) w[j][r].load(rp[r], uj + UN * step);
-        }
-      }
-    }
-  }
+  // UN > 1: gemvq_walk (where a lane has at most UN units, a 4096-column
+  // row over 2 warps, every weight of the block is in flight before the
+  // wait).
+  if (UN > 1) gemvq_walk<QW4, QXU, NB, R, (UN > 1 ? UN : 2)>(rp, nunits, cols, XQ, acc);
   gemv_rows_store<R, NB>(acc, red, nw, R, mode, row0, rows, Y);
 }
 
@@ -364,11 +376,6 @@ struct QW6 {
     sc = q6ka_m16(b, p, 4 * k) | (q6ka_m16(b, p, 4 * k + 2) << 16);
     d = h2f(ldu16(b + 208));
   }
-  template <bool A>
-  __device__ __forceinline__ void load_as(const uint8_t* row, int u) {
-    if (A) load_a(row, u);
-    else load(row, u);
-  }
 };
 
 // The x side of Q6_K unit u for one vector: each quarter's 16 high and low
@@ -421,6 +428,13 @@ __device__ __forceinline__ void q6_dot(const QW6& w, const QX6& x, float& acc) {
   acc = fmaf(w.d * x.sx0, f0, acc);
   acc = fmaf(w.d * x.sx1, f1, acc);
 }
+
+// QW6A: a re-laid Q6_K unit (QW6::load_a) with QW4's interface, for
+// gemvq_walk.
+struct QW6A : QW6 {
+  __device__ __forceinline__ void load(const uint8_t* row, int u) { load_a(row, u); }
+  __device__ __forceinline__ void dot(int, const QX6& x, float& acc) const { q6_dot(*this, x, acc); }
+};
 
 #define GEMVQ6_R 2
 
@@ -602,19 +616,15 @@ __device__ __forceinline__ void gemvq_q6k_s_body(const uint8_t* W, long long rb,
 GEMVQ_Q6K_S(1)
 GEMVQ_Q6K_S(2)
 
-// gemvq_q6ka: Y = W x for a re-laid Q6_K matrix (T_Q6_KA; W and rb
-// 16-byte aligned, the launcher checks) and NB quantized vectors, with
-// gemvq_fused's structure: a block owns R rows, its warps split a row's
-// units (warp w takes units 32w + lane, +32nw, ...), UN units per lane in
-// flight, all loaded before pdl_wait, each refilled after its dot
-// products; gemvq_q6k's dot products.
+// gemvq_q6ka: Y = W x for a re-laid Q6_K matrix (T_Q6_KA, re-laid at the
+// address it is read at) and NB quantized vectors, with gemvq_fused's
+// structure: a block owns R rows, its warps split a row's units, UN units
+// per lane in flight (gemvq_walk); gemvq_q6k's dot products.
 template <int NB, int R, int UN>
 __device__ __forceinline__ void gemvq_q6ka_body(const uint8_t* W, long long rb, float* Y, int rows, int cols,
                                                 const uint8_t* XQ, int bid) {
   __shared__ float red[8 * R * NB];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  const int row0 = bid * R, nunits = cols >> 6, step = 32 * nw;
-  const long long qb = gemvq_bytes(cols);
+  const int row0 = bid * R;
   const uint8_t* rp[R];
 #pragma unroll
   for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
@@ -623,34 +633,8 @@ __device__ __forceinline__ void gemvq_q6ka_body(const uint8_t* W, long long rb, 
   for (int r = 0; r < R; r++)
 #pragma unroll
     for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
-  int u = warp * 32 + lane;
-  QW6 w[UN][R];
-#pragma unroll
-  for (int j = 0; j < UN; j++)
-    if (u + j * step < nunits)
-#pragma unroll
-      for (int r = 0; r < R; r++) w[j][r].load_a(rp[r], u + j * step);
-  pdl_trigger();
-  pdl_wait();
-  for (; u < nunits; u += UN * step) {
-#pragma unroll
-    for (int j = 0; j < UN; j++) {
-      const int uj = u + j * step;
-      if (uj < nunits) {
-#pragma unroll
-        for (int b = 0; b < NB; b++) {
-          QX6 x;
-          x.load(XQ + b * qb, cols, uj);
-#pragma unroll
-          for (int r = 0; r < R; r++) q6_dot(w[j][r], x, acc[r][b]);
-        }
-        if (uj + UN * step < nunits)
-#pragma unroll
-          for (int r = 0; r < R; r++) w[j][r].load_a(rp[r], uj + UN * step);
-      }
-    }
-  }
-  gemv_rows_store<R, NB>(acc, red, nw, R, GLU_PLAIN, row0, rows, Y);
+  gemvq_walk<QW6A, QX6, NB, R, UN>(rp, cols >> 6, cols, XQ, acc);
+  gemv_rows_store<R, NB>(acc, red, blockDim.x >> 5, R, GLU_PLAIN, row0, rows, Y);
 }
 
 // Instances (kernels' gemvq6aLaunch picks one): 4 rows per block, one or

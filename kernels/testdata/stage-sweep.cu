@@ -312,13 +312,16 @@ __global__ void __launch_bounds__(256) kR(const uint8_t* W, long long rb, float*
 
 
 // k6R: gemvq_q6k's direct structure with R rows per block and UN units
-// per lane loaded before pdl_wait (UN = 2: units u and u + step); SOA:
-// the weights re-laid by q6ka_relay (T_Q6_KA, common.cuh; kind 10,
-// "soa6"), which makes it gemvq.cu's gemvq_q6ka_body for one vector.
+// per lane loaded before pdl_wait (UN = 2: units u and u + step), through
+// gemvq.cu's gemvq_walk; SOA: the weights re-laid by q6ka_relay (T_Q6_KA,
+// common.cuh; kind 10, "soa6"), which makes it gemvq_q6ka_body for one
+// vector.
+struct QW6P : QW6 {  // a plain Q6_K unit with gemvq_walk's interface
+  __device__ __forceinline__ void dot(int, const QX6& x, float& acc) const { q6_dot(*this, x, acc); }
+};
 template <int R, int UN, bool SOA = false>
 __global__ void __launch_bounds__(256) k6R(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
   __shared__ float red[8 * R];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   const int row0 = blockIdx.x * R;
   const uint8_t* rp[R];
 #pragma unroll
@@ -326,32 +329,9 @@ __global__ void __launch_bounds__(256) k6R(const uint8_t* W, long long rb, float
   float acc[R][1];
 #pragma unroll
   for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
-  const int nunits = cols >> 6, step = 32 * nw;
-  int u = warp * 32 + lane;
-  QW6 w[UN][R];
-#pragma unroll
-  for (int j = 0; j < UN; j++)
-    if (u + j * step < nunits)
-#pragma unroll
-      for (int r = 0; r < R; r++) w[j][r].load_as<SOA>(rp[r], u + j * step);
-  pdl_trigger();
-  pdl_wait();
-  for (; u < nunits; u += UN * step) {
-#pragma unroll
-    for (int j = 0; j < UN; j++) {
-      const int uj = u + j * step;
-      if (uj < nunits) {
-        QX6 x;
-        x.load(XQ, cols, uj);
-#pragma unroll
-        for (int r = 0; r < R; r++) q6_dot(w[j][r], x, acc[r][0]);
-        if (uj + UN * step < nunits)
-#pragma unroll
-          for (int r = 0; r < R; r++) w[j][r].load_as<SOA>(rp[r], uj + UN * step);
-      }
-    }
-  }
-  gemv_rows_store<R, 1>(acc, red, nw, R, GLU_PLAIN, row0, rows, Y);
+  if (SOA) gemvq_walk<QW6A, QX6, 1, R, UN>(rp, cols >> 6, cols, XQ, acc);
+  else gemvq_walk<QW6P, QX6, 1, R, UN>(rp, cols >> 6, cols, XQ, acc);
+  gemv_rows_store<R, 1>(acc, red, blockDim.x >> 5, R, GLU_PLAIN, row0, rows, Y);
 }
 
 // ks6r: Q6_K, R rows per block streamed through a ring of NS shared-memory
