@@ -162,7 +162,8 @@ func TestQ6KA(t *testing.T) {
 	const rows, cols = 67, 3584 + 512 // 16 blocks a row
 	data, deq := randMatrix(quant.Q6_K, rows, cols, 41)
 	r := rand.New(rand.NewPCG(4, 1))
-	xs := randVec(r, 8*cols, 1)
+	const mBig = 300 // GEMM through the f16 dequantizer (gemmF16) as well as on the fly
+	xs := randVec(r, mBig*cols, 1)
 	run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
 		w := Matrix{Type: quant.Q6_K, Rows: rows, Cols: cols, Ptr: put(a, data)}
 		wa, err := k.RelayQ6K(c, 0, w)
@@ -189,7 +190,7 @@ func TestQ6KA(t *testing.T) {
 			}
 		}
 		x := put(a, xs)
-		y := a.alloc(int64(8 * rows * 4))
+		y := a.alloc(int64(mBig * rows * 4))
 		for _, nb := range []int{1, 2, 3, 8} {
 			poison(a, y, 8*rows)
 			must(k.GEMV(c, 0, wa, x, y, nb))
@@ -204,15 +205,16 @@ func TestQ6KA(t *testing.T) {
 			checkRows("gemv fused", get[float32](a, y, nb*rows), nb)
 		}
 		// GEMM: TestGEMM's tolerance (f16 operands).
-		const m = 17
-		poison(a, y, m*rows)
-		must(k.GEMM(c, 0, wa, x, y, m))
-		got := get[float32](a, y, m*rows)
-		for i := 0; i < m; i++ {
-			for n := 0; n < rows; n++ {
-				ref, mag := refDot(deq, cols, n, xs[i*cols:])
-				if e := math.Abs(float64(got[i*rows+n]) - ref); !(e <= 2e-3*mag+1e-6) {
-					failOnDevice("gemm: y[%d][%d] = %v, ref %v (err %.3g)", i, n, got[i*rows+n], ref, e)
+		for _, m := range []int{17, mBig} {
+			poison(a, y, m*rows)
+			must(k.GEMM(c, 0, wa, x, y, m))
+			got := get[float32](a, y, m*rows)
+			for i := 0; i < m; i++ {
+				for n := 0; n < rows; n++ {
+					ref, mag := refDot(deq, cols, n, xs[i*cols:])
+					if e := math.Abs(float64(got[i*rows+n]) - ref); !(e <= 2e-3*mag+1e-6) {
+						failOnDevice("gemm m %d: y[%d][%d] = %v, ref %v (err %.3g)", m, i, n, got[i*rows+n], ref, e)
+					}
 				}
 			}
 		}
