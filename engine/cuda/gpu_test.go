@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -255,8 +256,8 @@ func TestRelayQ6K(t *testing.T) {
 	if gr.output.Type == kernels.Q6KA {
 		relaid++
 	}
-	if relaid == 0 {
-		t.Fatal("no matrix of the Q4_K_M model was re-laid")
+	if relaid == 0 || gr.relaid != relaid || !strings.Contains(gr.KernelImage(), fmt.Sprintf("%d resident Q6_K matrices re-laid", relaid)) {
+		t.Fatalf("%d matrices re-laid, model counts %d, kernel image %q", relaid, gr.relaid, gr.KernelImage())
 	}
 	ctx := context.Background()
 	sp, _ := gp.NewSequence(0)

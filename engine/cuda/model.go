@@ -78,6 +78,7 @@ type Model struct {
 
 	arena   kcuda.DevPtr // all weights
 	arenaN  int64
+	relaid  int // Q6_K matrices of the arena re-laid into kernels.Q6KA
 	embed   kernels.Matrix
 	output  kernels.Matrix
 	outNorm kcuda.DevPtr
@@ -115,8 +116,14 @@ type Stats struct {
 func (m *Model) WeightBytes() int64 { return m.arenaN }
 
 // KernelImage says which build of the kernels runs (kernels.Kernels.Image:
-// "sm_90 cubin (ptxas 11.8)" or "compute_80 PTX (driver JIT)").
-func (m *Model) KernelImage() string { return m.k.Image }
+// "sm_90 cubin (ptxas 11.8)" or "compute_80 PTX (driver JIT)"), and how
+// many resident Q6_K matrices were re-laid (kernels.SetRelayQ6K).
+func (m *Model) KernelImage() string {
+	if m.relaid > 0 {
+		return fmt.Sprintf("%s; %d resident Q6_K matrices re-laid for aligned loads (Q6KA)", m.k.Image, m.relaid)
+	}
+	return m.k.Image
+}
 
 // MaxContext is the largest context a Sequence of this Model can reach.
 func (m *Model) MaxContext() int { return m.maxCtx }
@@ -371,6 +378,7 @@ func (m *Model) relayResidentQ6K(c *kcuda.Ctx, streamed []bool, tc []*tierCLayer
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		*mt = r
+		m.relaid++
 		return nil
 	}
 	for i := range m.layers {
