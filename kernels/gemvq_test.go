@@ -473,6 +473,27 @@ func TestGEMVQGeometry(t *testing.T) {
 			t.Errorf("%s: %d blocks of %d threads, want %d of %d", tc.name, blocks, threads, tc.groups, tc.threads)
 		}
 	}
+	// Q6KA: 4-row groups for one vector (2 for two), gemvqGeometry's warps,
+	// half of them for two units in flight.
+	defer func(u int) { gemvqUnroll = u }(gemvqUnroll)
+	for _, tc := range []struct {
+		nb, unroll, rows, cols int
+		name                   string
+		blocks, threads        int
+	}{
+		{1, 0, 4096, 14336, "gemvq_q6ka_1", 1024, 256},
+		{1, 2, 4096, 14336, "gemvq_q6ka_u2_1", 1024, 128},
+		{1, 0, 128256, 4096, "gemvq_q6ka_1", 32064, 64},
+		{2, 0, 1025, 4096, "gemvq_q6ka_2", 513, 64},
+		{1, 2, 9, 512, "gemvq_q6ka_u2_1", 3, 32},
+	} {
+		gemvqUnroll = tc.unroll
+		name, blocks, threads := gemvq6aGeometry(tc.nb, tc.rows, tc.cols)
+		if name != tc.name || blocks != tc.blocks || threads != tc.threads {
+			t.Errorf("Q6KA %dx%d nb %d unroll %d: %s, %d blocks of %d threads; want %s, %d of %d",
+				tc.rows, tc.cols, tc.nb, tc.unroll, name, blocks, threads, tc.name, tc.blocks, tc.threads)
+		}
+	}
 }
 
 // TestNormQ checks the norms that leave their output quantized for the
