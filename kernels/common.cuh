@@ -303,22 +303,36 @@ template <> struct Part<T_Q6_K> {
 // 192 quant bytes, 16-byte aligned, then the other 18 - p misc bytes. The
 // quants are the block's four 64-element units (gemvq_q6k's; unit k = 2n +
 // h of half n) at 48k: the 16 low-bit bytes of quarters 0/2, the 16 of
-// quarters 1/3, the 16 high-bit bytes; misc M[4k + qq] is quarter qq's
-// int8 scale of unit k, M[16..17] the f16 d (always at block + 208, since
-// p <= 14). Why: Q6_K's 210-byte blocks are only 2-byte aligned, so its
+// quarters 1/3, the 16 high-bit bytes. The 18 misc bytes M are the units'
+// scales (unit k's four int8 scales, quarter qq in byte qq, as one word)
+// and the f16 d, ordered so that every scale word is 4-byte aligned: where
+// p % 4 == 0, M = [scales of units 0..3 | d] (d at block + 208); where
+// p % 4 == 2, M = [d | scales] (d at block + 0); the split at p falls
+// between words either way. Why: Q6_K's 210-byte blocks are only 2-byte aligned, so its
 // GEMVs read words with funnel shifts or stage rows in shared memory
 // (0.47-0.58 of the copy bandwidth for down's 4096x14336 on the H200,
 // where Q4_K's aligned 16-byte loads reach 0.77); re-laid, a unit is three
-// aligned 16-byte loads. Each block stays in its own 210 bytes, so the
+// aligned 16-byte loads, a 4-byte load of its scales and a 2-byte one of
+// d (Q6_K: 12 word loads with funnel shifts, or shared-memory staging).
+// Each block stays in its own 210 bytes, so the
 // re-laid matrix has Q6_K's size and row addressing, and kernels that copy
 // rows keeping the address mod 16 (gemv_tiled's shared-memory slots) read
 // it the same way. The tensor must sit at the 16-byte alignment it was
 // re-laid for (strata's allocations are 256-aligned).
 __device__ __forceinline__ int q6ka_pad(const uint8_t* b) { return (int)((0u - (uint32_t)(uintptr_t)b) & 15u); }
 
-// Misc bytes i, i+1 (i even) of the re-laid block at b with pad p.
-__device__ __forceinline__ uint32_t q6ka_m16(const uint8_t* b, int p, int i) {
-  return ldu16(b + i + (i >= p ? 192 : 0));
+// Misc byte i of the re-laid block at b with pad p.
+__device__ __forceinline__ const uint8_t* q6ka_misc(const uint8_t* b, int p, int i) {
+  return b + i + (i >= p ? 192 : 0);
+}
+__device__ __forceinline__ uint8_t* q6ka_misc(uint8_t* b, int p, int i) { return b + i + (i >= p ? 192 : 0); }
+
+// Unit k's scale word and the block's d.
+__device__ __forceinline__ uint32_t q6ka_scales(const uint8_t* b, int p, int k) {
+  return *reinterpret_cast<const uint32_t*>(q6ka_misc(b, p, (p & 2) + 4 * k));
+}
+__device__ __forceinline__ float q6ka_d(const uint8_t* b, int p) {
+  return h2f(*reinterpret_cast<const uint16_t*>(b + ((p & 2) ? 0 : 208)));
 }
 
 // Part t = 4n + qq of a re-laid block: Part<T_Q6_K>'s elements (columns
@@ -339,10 +353,10 @@ template <> struct Part<T_Q6_KA> {
     const int ns = 4 * (qq >> 1), hs = 2 * qq;
 #pragma unroll
     for (int i = 0; i < 8; i++) q[i] = ((q[i] >> ns) & 0x0F0F0F0Fu) | (((h[i] >> hs) & 0x03030303u) << 4);
-    const float d = h2f(ldu16(b + 208));
-    const int i0 = 4 * (2 * n) + qq, i1 = 4 * (2 * n + 1) + qq;
-    const float a0 = d * (float)(int8_t)b[i0 + (i0 >= p ? 192 : 0)];
-    const float a1 = d * (float)(int8_t)b[i1 + (i1 >= p ? 192 : 0)];
+    const float d = q6ka_d(b, p);
+    const int e = p & 2;
+    const float a0 = d * (float)(int8_t)*q6ka_misc(b, p, e + 4 * (2 * n) + qq);
+    const float a1 = d * (float)(int8_t)*q6ka_misc(b, p, e + 4 * (2 * n + 1) + qq);
     A0 = 256.0f * a0; B0 = -160.0f * a0;
     A1 = 256.0f * a1; B1 = -160.0f * a1;
   }

@@ -744,8 +744,8 @@ struct DQ6KA : DQ6K {
     a[0] = A.x; a[1] = A.y; a[2] = A.z; a[3] = A.w;
     c[0] = C.x; c[1] = C.y; c[2] = C.z; c[3] = C.w;
     hb[0] = H.x; hb[1] = H.y; hb[2] = H.z; hb[3] = H.w;
-    sc = q6ka_m16(b, p, 4 * k) | (q6ka_m16(b, p, 4 * k + 2) << 16);
-    d = h2f(ldu16(b + 208));
+    sc = q6ka_scales(b, p, k);
+    d = q6ka_d(b, p);
   }
 };
 

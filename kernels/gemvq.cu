@@ -364,7 +364,7 @@ struct QW6 {
     d = h2f(ldu16(b + 208));
   }
   // load_a: the same unit of a re-laid row (T_Q6_KA, common.cuh): three
-  // aligned 16-byte streamed loads and the unit's 4 scales as two halves.
+  // aligned 16-byte streamed loads, the scale word and d.
   __device__ __forceinline__ void load_a(const uint8_t* row, int u) {
     const uint8_t* b = row + (long long)(u >> 2) * 210;
     const int p = q6ka_pad(b), k = u & 3;
@@ -373,8 +373,8 @@ struct QW6 {
     a[0] = A.x; a[1] = A.y; a[2] = A.z; a[3] = A.w;
     c[0] = C.x; c[1] = C.y; c[2] = C.z; c[3] = C.w;
     hb[0] = H.x; hb[1] = H.y; hb[2] = H.z; hb[3] = H.w;
-    sc = q6ka_m16(b, p, 4 * k) | (q6ka_m16(b, p, 4 * k + 2) << 16);
-    d = h2f(ldu16(b + 208));
+    sc = q6ka_scales(b, p, k);
+    d = q6ka_d(b, p);
   }
 };
 
@@ -673,11 +673,12 @@ extern "C" __global__ void __launch_bounds__(256) q6ka_relay(uint8_t* W, long lo
       b[p + 48 * k + 32 + j] = (uint8_t)byte(128 + 32 * n + 16 * h + j);
     }
   }
-  // Misc: M[4k + qq] = scale 8n + 2qq + h, M[16..17] = d.
-  for (int m = 0; m < 18; m++) {
-    const uint32_t x = m < 16 ? byte(192 + 8 * ((m >> 2) >> 1) + 2 * (m & 3) + ((m >> 2) & 1)) : byte(208 + m - 16);
-    b[m + (m >= p ? 192 : 0)] = (uint8_t)x;
-  }
+  // Misc: unit k's scales (quarter qq: scale 8n + 2qq + h) at e + 4k + qq,
+  // d at 16 (e = 0) or 0 (e = 2), e = p & 2.
+  const int e = p & 2;
+  for (int k = 0; k < 4; k++)
+    for (int qq = 0; qq < 4; qq++) *q6ka_misc(b, p, e + 4 * k + qq) = (uint8_t)byte(192 + 8 * (k >> 1) + 2 * qq + (k & 1));
+  for (int j = 0; j < 2; j++) *q6ka_misc(b, p, (e ? 0 : 16) + j) = (uint8_t)byte(208 + j);
 }
 
 // gemvq_mixed_a_1: gemvq_mixed_1 with the Q6_K matrix re-laid (T_Q6_KA):

@@ -13,7 +13,8 @@ import (
 // T_Q6_KA): the same 210 bytes per 256-element super-block, each block's
 // bytes permuted in place by its device address mod 16 so that its 192
 // quant bytes start 16-byte aligned, each 64-element unit's 48 of them
-// adjacent, with the 16 scales and d around them. It is no file format
+// adjacent, with the 16 scales (a 4-byte-aligned word per unit) and d
+// around them. It is no file format
 // (quant has no such type and no GGUF or pool holds it): Kernels.RelayQ6K
 // makes it from an uploaded Q6_K matrix, and only for the address the
 // matrix then stays at. Why: Q6_K's blocks are 2-byte aligned, so its
@@ -103,18 +104,29 @@ func q6kaPerm(p int, f func(q6k, q6ka int)) {
 			f(128+32*n+16*h+j, p+48*k+32+j)
 		}
 	}
-	for m := 0; m < 18; m++ { // misc M[4k + qq]: scale 8n + 2qq + h; M[16..17]: d
-		src := 208 + m - 16
-		if m < 16 {
-			k, qq := m>>2, m&3
-			src = 192 + 8*(k>>1) + 2*qq + k&1
+	// Misc: unit k's scales (quarter qq: scale 8n + 2qq + h) at e + 4k + qq,
+	// d at 16 (e = 0) or 0 (e = 2), e = p & 2: every scale word 4-byte
+	// aligned.
+	e := p & 2
+	for k := 0; k < 4; k++ {
+		for qq := 0; qq < 4; qq++ {
+			f(192+8*(k>>1)+2*qq+k&1, q6kaMisc(p, e+4*k+qq))
 		}
-		dst := m
-		if m >= p {
-			dst += 192
-		}
-		f(src, dst)
 	}
+	d := 16
+	if e != 0 {
+		d = 0
+	}
+	f(208, q6kaMisc(p, d))
+	f(209, q6kaMisc(p, d+1))
+}
+
+// q6kaMisc is where misc byte i of a re-laid block with pad p sits.
+func q6kaMisc(p, i int) int {
+	if i >= p {
+		return i + 192
+	}
+	return i
 }
 
 func relayBlock(dst, src []byte, p int) {

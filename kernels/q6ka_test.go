@@ -58,7 +58,7 @@ func TestRelayQ6KHost(t *testing.T) {
 				orig, b := data[o:o+q6kaBlock], rel[o:o+q6kaBlock]
 				p := q6kaPad(addr + uint64(o))
 				for u := 0; u < 4; u++ {
-					if got, want := q6kaUnitWords(b, p, u), q6kUnitWords(orig, u); got != want {
+					if got, want := q6kaUnitWords(t, b, addr+uint64(o), p, u), q6kUnitWords(orig, u); got != want {
 						t.Fatalf("block %d unit %d: re-laid words %v, Q6_K's %v", blk, u, got, want)
 					}
 				}
@@ -111,36 +111,34 @@ func q6kUnitWords(b []byte, u int) q6Words {
 		binary.LittleEndian.Uint16(b[208:])}
 }
 
-// q6kaM16 is common.cuh's q6ka_m16.
-func q6kaM16(b []byte, p, i int) uint32 {
-	if i >= p {
-		i += 192
+// q6kaD is common.cuh's q6ka_d (the bits).
+func q6kaD(b []byte, p int) uint16 {
+	if p&2 != 0 {
+		return binary.LittleEndian.Uint16(b)
 	}
-	return uint32(binary.LittleEndian.Uint16(b[i:]))
+	return binary.LittleEndian.Uint16(b[208:])
 }
 
-// q6kaUnitWords is QW6::load_a (and DQ6KA::load) on a re-laid block.
-func q6kaUnitWords(b []byte, p, u int) q6Words {
+// q6kaUnitWords is QW6::load_a (and DQ6KA::load) on a re-laid block: the
+// scale word through q6ka_scales, which must be 4-byte aligned.
+func q6kaUnitWords(t *testing.T, b []byte, addr uint64, p, u int) q6Words {
 	k := u & 3
 	q := b[p+48*k:]
-	return q6Words{words4(q), words4(q[16:]), words4(q[32:]), q6kaM16(b, p, 4*k) | q6kaM16(b, p, 4*k+2)<<16,
-		binary.LittleEndian.Uint16(b[208:])}
+	si := q6kaMisc(p, p&2+4*k)
+	if (addr+uint64(si))%4 != 0 {
+		t.Fatalf("pad %d unit %d: scale word at %#x, not 4-byte aligned", p, k, addr+uint64(si))
+	}
+	return q6Words{words4(q), words4(q[16:]), words4(q[32:]), binary.LittleEndian.Uint32(b[si:]), q6kaD(b, p)}
 }
 
 // q6kaPartRef is Part<T_Q6_KA>::load and get4 on a re-laid block.
 func q6kaPartRef(b []byte, p, t int) (out [32]float32) {
 	n, qq := t>>2, t&3
-	d := quant.F16ToF32(binary.LittleEndian.Uint16(b[208:]))
-	misc := func(i int) int8 {
-		if i >= p {
-			i += 192
-		}
-		return int8(b[i])
-	}
+	d := quant.F16ToF32(q6kaD(b, p))
 	for hh := 0; hh < 2; hh++ {
 		unit := b[p+48*(2*n+hh):]
 		lo, hi := unit[16*(qq&1):], unit[32:]
-		a := d * float32(misc(4*(2*n+hh)+qq))
+		a := d * float32(int8(b[q6kaMisc(p, p&2+4*(2*n+hh)+qq)]))
 		for j := 0; j < 16; j++ {
 			q := (lo[j]>>(4*(qq>>1)))&0xF | (hi[j]>>(2*qq))&3<<4
 			out[16*hh+j] = a * float32(int(q)-32)
