@@ -92,6 +92,24 @@ __device__ __forceinline__ float glu_act(int mode, float g, float u) {
   return __fmul_rn((float)(0.5 * v * (1.0 + tanh(c * (v + 0.044715 * v * v * v)))), u);
 }
 
+// row_ptrs points rp at the R rows of a block's group from row0 (rows
+// past the end repeat the last, whose results are never stored), and
+// zero_acc clears its accumulators: the prologue of every GEMV whose
+// block owns a group of rows.
+template <int R>
+__device__ __forceinline__ void row_ptrs(const uint8_t* W, long long rb, int row0, int rows, const uint8_t* (&rp)[R]) {
+#pragma unroll
+  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
+}
+
+template <int R, int NB>
+__device__ __forceinline__ void zero_acc(float (&acc)[R][NB]) {
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+}
+
 // gemv_rows_store is the epilogue of the decode GEMVs whose warps split a
 // block's rows (gemv.cu's gemv_fused, gemvq.cu's gemvq_fused and
 // gemvq_q6k): each lane's partial sums acc[r][b] are summed over the warp,
@@ -284,7 +302,11 @@ template <> struct Part<T_Q6_K> {
     for (int i = 0; i < 8; i++) q[i] = ((q[i] >> ns) & 0x0F0F0F0Fu) | (((h[i] >> hs) & 0x03030303u) << 4);
     const float d = h2f(ldu16(b + 208));
     const int si = 192 + 8 * n + 2 * qq;
-    const float a0 = d * (float)(int8_t)b[si], a1 = d * (float)(int8_t)b[si + 1];
+    scales(d * (float)(int8_t)b[si], d * (float)(int8_t)b[si + 1]);
+  }
+  // The two 16-element halves' scales d * s (element q - 32 at 256a * (1/2
+  // + q/256) - 160a).
+  __device__ __forceinline__ void scales(float a0, float a1) {
     A0 = 256.0f * a0; B0 = -160.0f * a0;
     A1 = 256.0f * a1; B1 = -160.0f * a1;
   }
@@ -336,10 +358,8 @@ __device__ __forceinline__ float q6ka_d(const uint8_t* b, int p) {
 }
 
 // Part t = 4n + qq of a re-laid block: Part<T_Q6_K>'s elements (columns
-// 128n + 32qq + j), its 16-element halves h from unit 2n + h.
-template <> struct Part<T_Q6_KA> {
-  uint32_t q[8];
-  float A0, B0, A1, B1;
+// 128n + 32qq + j) and decoding, its 16-element halves h from unit 2n + h.
+template <> struct Part<T_Q6_KA> : Part<T_Q6_K> {
   __device__ __forceinline__ void load(const uint8_t* b, int t) {
     const int n = t >> 2, qq = t & 3, p = q6ka_pad(b);
     uint32_t h[8];
@@ -355,15 +375,8 @@ template <> struct Part<T_Q6_KA> {
     for (int i = 0; i < 8; i++) q[i] = ((q[i] >> ns) & 0x0F0F0F0Fu) | (((h[i] >> hs) & 0x03030303u) << 4);
     const float d = q6ka_d(b, p);
     const int e = p & 2;
-    const float a0 = d * (float)(int8_t)*q6ka_misc(b, p, e + 4 * (2 * n) + qq);
-    const float a1 = d * (float)(int8_t)*q6ka_misc(b, p, e + 4 * (2 * n + 1) + qq);
-    A0 = 256.0f * a0; B0 = -160.0f * a0;
-    A1 = 256.0f * a1; B1 = -160.0f * a1;
-  }
-  __device__ __forceinline__ void get4(int i, float* o) const {
-    const float A = i < 4 ? A0 : A1, B = i < 4 ? B0 : B1;
-#pragma unroll
-    for (int k = 0; k < 4; k++) o[k] = fmaf(half_plus(q[i], k), A, B);
+    scales(d * (float)(int8_t)*q6ka_misc(b, p, e + 4 * (2 * n) + qq),
+           d * (float)(int8_t)*q6ka_misc(b, p, e + 4 * (2 * n + 1) + qq));
   }
 };
 

@@ -263,10 +263,7 @@ __device__ __forceinline__ void gemv_direct(const uint8_t* __restrict__ W, long 
 #pragma unroll
   for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rowBytes;
   float acc[R][NB];
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+  zero_acc(acc);
 
   const int nunits = cols >> 5;
   for (int u = warp * 32 + lane; u < nunits; u += 32 * nw) {
@@ -345,10 +342,7 @@ __device__ __forceinline__ void gemv_staged(const uint8_t* __restrict__ W, long 
 #pragma unroll
     for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rowBytes;
     float acc[R][NB];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-      for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+    zero_acc(acc);
 #pragma unroll 1
     for (int u = lane; u < nunits; u += 32) {
       U un[R];
@@ -441,10 +435,7 @@ __device__ __forceinline__ void gemv_ring(const uint8_t* __restrict__ W, long lo
   };
 
   float acc[R][NB];
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+  zero_acc(acc);
 
 #pragma unroll
   for (int k = 0; k < S - 1; k++) issue(k);
@@ -558,10 +549,7 @@ __device__ __forceinline__ void gemv_tiled(const uint8_t* __restrict__ W, long l
   };
 
   float acc[R][NB];
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+  zero_acc(acc);
 
   load(0);
   for (int item = 0; item < nitems; item++) {
@@ -844,10 +832,7 @@ __device__ __forceinline__ void gemv_fused_body(const uint8_t* W0, long long rb0
   __shared__ float red[8 * R * NB];
   const int nw = blockDim.x >> 5;
   float acc[R][NB];
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+  zero_acc(acc);
   const uint8_t* rp[R];
   int row0, rows, t, rg;
   float* Y;

@@ -226,8 +226,7 @@ __device__ __forceinline__ void gemvq_group(int g, const uint8_t* W0, long long 
     W = W2, rb = rb2, rows = rows2, Y = Y2;
   }
   row0 = g * R;
-#pragma unroll
-  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
+  row_ptrs<R>(W, rb, row0, rows, rp);
 }
 
 // gemvq_walk: a lane's dot products for R rows (row pointers rp) of
@@ -285,10 +284,7 @@ __device__ __forceinline__ void gemvq_body(const uint8_t* W0, long long rb0, flo
   float* Y;
   gemvq_group(bid, W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, mode, rp, row0, rows, Y);
   float acc[R][NB];
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+  zero_acc(acc);
   const int nunits = cols >> 5;
   const long long qb = gemvq_bytes(cols);
   const int step = 32 * nw;
@@ -450,13 +446,9 @@ __device__ __forceinline__ void gemvq_q6k_body(const uint8_t* W, long long rb, f
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   const int row0 = bid * R;
   const uint8_t* rp[R];
-#pragma unroll
-  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
+  row_ptrs<R>(W, rb, row0, rows, rp);
   float acc[R][NB];
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+  zero_acc(acc);
   const int nunits = cols >> 6;
   const long long qb = gemvq_bytes(cols);
   int u = warp * 32 + lane;
@@ -579,10 +571,7 @@ __device__ __forceinline__ void gemvq_q6k_s_body(const uint8_t* W, long long rb,
   pdl_trigger();
   pdl_wait();
   float acc[R][NB];
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+  zero_acc(acc);
   const long long qb = gemvq_bytes(cols);
   int s0 = 0;
 #pragma unroll
@@ -626,13 +615,9 @@ __device__ __forceinline__ void gemvq_q6ka_body(const uint8_t* W, long long rb, 
   __shared__ float red[8 * R * NB];
   const int row0 = bid * R;
   const uint8_t* rp[R];
-#pragma unroll
-  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
+  row_ptrs<R>(W, rb, row0, rows, rp);
   float acc[R][NB];
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int b = 0; b < NB; b++) acc[r][b] = 0.0f;
+  zero_acc(acc);
   gemvq_walk<QW6A, QX6, NB, R, UN>(rp, cols >> 6, cols, XQ, acc);
   gemv_rows_store<R, NB>(acc, red, blockDim.x >> 5, R, GLU_PLAIN, row0, rows, Y);
 }
