@@ -481,27 +481,6 @@ __device__ __forceinline__ void gemvq_q6k_body(const uint8_t* W, long long rb, f
 GEMVQ_Q6K(1)
 GEMVQ_Q6K(2)
 
-// gemvq_mixed_1: one vector's gemvq_q6k_1 over one Q6_K matrix (W2; its
-// 2-row groups first, blocks 0..g6) and gemvq_fused_1 over up to two
-// Q4_K matrices (W0, W1; the 4-row groups after) in one launch: the q/k/v
-// projections of a layer whose v is Q6_K (Q4_K_M's layers with more bits
-// in v) take one launch where they took two. The Q6_K blocks, slower per
-// byte, go first so they are not the grid's tail. The block size is both
-// kernels' (gemvqGeometry's: it depends on the columns alone).
-extern "C" __global__ void __launch_bounds__(256) gemvq_mixed_1(const uint8_t* W0, long long rb0, float* Y0,
-                                                                int rows0, const uint8_t* W1, long long rb1,
-                                                                float* Y1, int rows1, const uint8_t* W2,
-                                                                long long rb2, float* Y2, int rows2, int cols,
-                                                                const uint8_t* XQ) {
-  const int g6 = (rows2 + GEMVQ6_R - 1) / GEMVQ6_R;
-  if ((int)blockIdx.x < g6) {
-    gemvq_q6k_body<1>(W2, rb2, Y2, rows2, cols, XQ, blockIdx.x);
-  } else {
-    gemvq_body<1, 1>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, nullptr, 0, nullptr, 0, cols, XQ, GLU_PLAIN,
-                     blockIdx.x - g6);
-  }
-}
-
 // 16-byte asynchronous copy global -> shared (cp.async, compute_80 on;
 // a plain copy below, where the waits are no-ops and the barrier after
 // them orders the copies).
@@ -666,18 +645,43 @@ extern "C" __global__ void __launch_bounds__(256) q6ka_relay(uint8_t* W, long lo
   for (int j = 0; j < 2; j++) *q6ka_misc(b, p, (e ? 0 : 16) + j) = (uint8_t)byte(208 + j);
 }
 
-// gemvq_mixed_a_1: gemvq_mixed_1 with the Q6_K matrix re-laid (T_Q6_KA):
-// its 2-row groups by gemvq_q6ka_body, the Q4_K ones by gemvq_fused_1.
-extern "C" __global__ void __launch_bounds__(256) gemvq_mixed_a_1(const uint8_t* W0, long long rb0, float* Y0,
-                                                                  int rows0, const uint8_t* W1, long long rb1,
-                                                                  float* Y1, int rows1, const uint8_t* W2,
-                                                                  long long rb2, float* Y2, int rows2, int cols,
-                                                                  const uint8_t* XQ) {
+// gemvq_mixed_1: one vector's gemvq_q6k_1 over one Q6_K matrix (W2; its
+// 2-row groups first, blocks 0..g6) and gemvq_fused_1 over up to two
+// Q4_K matrices (W0, W1; the 4-row groups after) in one launch: the q/k/v
+// projections of a layer whose v is Q6_K (Q4_K_M's layers with more bits
+// in v) take one launch where they took two. The Q6_K blocks, slower per
+// byte, go first so they are not the grid's tail. The block size is both
+// kernels' (gemvqGeometry's: it depends on the columns alone).
+//
+// gemvq_mixed_body: the Q6_K matrix's 2-row groups first (re-laid, A:
+// gemvq_q6ka_body), then the Q4_K ones.
+template <bool A>
+__device__ __forceinline__ void gemvq_mixed_body(const uint8_t* W0, long long rb0, float* Y0, int rows0,
+                                                 const uint8_t* W1, long long rb1, float* Y1, int rows1,
+                                                 const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols,
+                                                 const uint8_t* XQ) {
   const int g6 = (rows2 + GEMVQ6_R - 1) / GEMVQ6_R;
   if ((int)blockIdx.x < g6) {
-    gemvq_q6ka_body<1, GEMVQ6_R, 1>(W2, rb2, Y2, rows2, cols, XQ, blockIdx.x);
+    if (A) {
+      gemvq_q6ka_body<1, GEMVQ6_R, 1>(W2, rb2, Y2, rows2, cols, XQ, blockIdx.x);
+    } else {
+      gemvq_q6k_body<1>(W2, rb2, Y2, rows2, cols, XQ, blockIdx.x);
+    }
   } else {
     gemvq_body<1, 1>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, nullptr, 0, nullptr, 0, cols, XQ, GLU_PLAIN,
                      blockIdx.x - g6);
   }
 }
+
+#define GEMVQ_MIXED(NAME, A)                                                                                  \
+  extern "C" __global__ void __launch_bounds__(256) NAME(const uint8_t* W0, long long rb0, float* Y0, int rows0, \
+                                                         const uint8_t* W1, long long rb1, float* Y1, int rows1, \
+                                                         const uint8_t* W2, long long rb2, float* Y2, int rows2, \
+                                                         int cols, const uint8_t* XQ) {                         \
+    gemvq_mixed_body<A>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, cols, XQ);              \
+  }
+GEMVQ_MIXED(gemvq_mixed_1, false)
+
+// gemvq_mixed_a_1: gemvq_mixed_1 with the Q6_K matrix re-laid (T_Q6_KA):
+// its 2-row groups by gemvq_q6ka_body, the Q4_K ones by gemvq_fused_1.
+GEMVQ_MIXED(gemvq_mixed_a_1, true)
