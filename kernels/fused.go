@@ -29,7 +29,7 @@ var fusedTypes = map[quant.Type]int{quant.Q4_K: 12, quant.Q6_K: 14, quant.F16: 1
 
 // fusedRowsFor is gemv.cu's fused_rg: rows per block of one matrix.
 func fusedRowsFor(t quant.Type) int {
-	if t == quant.Q6_K || t == Q6KA {
+	if matrixType(t) == quant.Q6_K {
 		return 2
 	}
 	return 4
@@ -37,7 +37,7 @@ func fusedRowsFor(t quant.Type) int {
 
 // fusedUnitElems is the elements of one lane's unit (DQ6K, DQ6KA: 64).
 func fusedUnitElems(t quant.Type) int {
-	if t == quant.Q6_K || t == Q6KA {
+	if matrixType(t) == quant.Q6_K {
 		return 64
 	}
 	return 32
@@ -66,7 +66,7 @@ func (k *Kernels) CanFuseGEMV(nb int, ms ...Matrix) bool {
 		if _, err := m.check("gemv"); err != nil || m.Cols != ms[0].Cols || m.Cols%fusedUnitElems(m.Type) != 0 {
 			return false
 		}
-		if m.Type != quant.Q6_K && m.Type != Q6KA && (uint64(m.Ptr)|uint64(m.RowBytes()))%16 != 0 {
+		if matrixType(m.Type) != quant.Q6_K && (uint64(m.Ptr)|uint64(m.RowBytes()))%16 != 0 {
 			return false
 		}
 	}

@@ -47,7 +47,7 @@ func FastGEMVQ6K() bool { return fastGEMVQ6K.Load() }
 
 // fastType reports whether the integer path takes matrices of type t.
 func fastType(t quant.Type) bool {
-	return t == quant.Q4_K || ((t == quant.Q6_K || t == Q6KA) && fastGEMVQ6K.Load())
+	return t == quant.Q4_K || (matrixType(t) == quant.Q6_K && fastGEMVQ6K.Load())
 }
 
 // gemvqBytes is gemvq.cu's gemvq_bytes: one vector's quantized x (int8
@@ -151,7 +151,7 @@ func (k *Kernels) fastScratch(s cuda.Stream, x cuda.DevPtr, nb int, ms ...Matrix
 			return 0, false
 		}
 		align := uint64(16)
-		if m.Type == quant.Q6_K || m.Type == Q6KA {
+		if matrixType(m.Type) == quant.Q6_K {
 			align = 2 // word loads; Q6KA's alignment is its own (re-laid in place)
 		}
 		if (uint64(m.Ptr)|uint64(m.RowBytes()))%align != 0 {
@@ -392,8 +392,10 @@ func (k *Kernels) gemvqMixed(nb, mode int, q4, q6 []GEMVOut) bool {
 	if nb != 1 || mode != 0 || len(q6) != 1 || len(q4) < 1 || len(q4) > 2 {
 		return false
 	}
-	if ok, _ := k.gemvq6Staged(q6[0].W); ok && q6[0].W.Type == quant.Q6_K {
-		return false
+	if q6[0].W.Type == quant.Q6_K {
+		if ok, _ := k.gemvq6Staged(q6[0].W); ok {
+			return false
+		}
 	}
 	cols, groups := q4[0].W.Cols, q4Groups(q4)
 	_, _, th4 := k.gemvq4Geometry(1, groups, cols)
@@ -428,7 +430,7 @@ func q4Groups(outs []GEMVOut) (groups int) {
 // splitQ6 separates the Q6_K (and Q6KA) outputs from the others (Q4_K).
 func splitQ6(outs []GEMVOut) (q4, q6 []GEMVOut) {
 	for _, o := range outs {
-		if o.W.Type == quant.Q6_K || o.W.Type == Q6KA {
+		if matrixType(o.W.Type) == quant.Q6_K {
 			q6 = append(q6, o)
 		} else {
 			q4 = append(q4, o)

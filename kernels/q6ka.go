@@ -28,8 +28,9 @@ const Q6KA quant.Type = 1025
 // q6kaBlock is the bytes of one super-block, Q6_K's and Q6KA's.
 const q6kaBlock = 210
 
-// matrixType is the element format that sizes m's rows: Q6KA is sized as
-// Q6_K.
+// matrixType is the element format a matrix of type t is encoded from:
+// Q6KA's is Q6_K (sizes, units, alignment rules); every other type its
+// own.
 func matrixType(t quant.Type) quant.Type {
 	if t == Q6KA {
 		return quant.Q6_K
@@ -67,18 +68,6 @@ func RelayQ6KHost(dst, src []byte, addr uint64) error {
 	}
 	for o := 0; o < len(src); o += q6kaBlock {
 		relayBlock(dst[o:o+q6kaBlock], src[o:o+q6kaBlock], q6kaPad(addr+uint64(o)))
-	}
-	return nil
-}
-
-// UnrelayQ6KHost is RelayQ6KHost's inverse: Q6KA blocks src, re-laid for
-// a device address addr of src[0], back to Q6_K in dst.
-func UnrelayQ6KHost(dst, src []byte, addr uint64) error {
-	if err := checkQ6KA(dst, src, addr); err != nil {
-		return err
-	}
-	for o := 0; o < len(src); o += q6kaBlock {
-		unrelayBlock(dst[o:o+q6kaBlock], src[o:o+q6kaBlock], q6kaPad(addr+uint64(o)))
 	}
 	return nil
 }
@@ -131,10 +120,6 @@ func q6kaMisc(p, i int) int {
 
 func relayBlock(dst, src []byte, p int) {
 	q6kaPerm(p, func(q6k, q6ka int) { dst[q6ka] = src[q6k] })
-}
-
-func unrelayBlock(dst, src []byte, p int) {
-	q6kaPerm(p, func(q6k, q6ka int) { dst[q6k] = src[q6ka] })
 }
 
 // RelayQ6K re-lays the Q6_K matrix m in place on stream s (q6ka_relay)
