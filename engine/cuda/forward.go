@@ -440,9 +440,6 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 			return err
 		}
 	}
-	// Decode passes of up to MaxFusedGEMVBatch tokens fuse q/k/v into one
-	// GEMV launch and gate/up with their activation into another.
-	fuse := fuseGEMV && T <= kernels.MaxFusedGEMVBatch
 	normed := false // a.xn already holds this layer's attention norm
 	for l := range m.layers {
 		if ctx != nil {
@@ -473,21 +470,8 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 			}
 		}
 		normed = false
-		if fuse && k.CanFuseGEMV(T, lw.q, lw.k, lw.v) {
-			outs := []kernels.GEMVOut{{W: lw.q, Y: a.q}, {W: lw.k, Y: a.k}, {W: lw.v, Y: a.v}}
-			if err := step("qkv", k.GEMVFused(c, s, a.xn, T, outs...)); err != nil {
-				return err
-			}
-		} else {
-			if err := step("q", k.MatMul(c, s, lw.q, a.xn, a.q, T)); err != nil {
-				return err
-			}
-			if err := step("k", k.MatMul(c, s, lw.k, a.xn, a.k, T)); err != nil {
-				return err
-			}
-			if err := step("v", k.MatMul(c, s, lw.v, a.xn, a.v, T)); err != nil {
-				return err
-			}
+		if err := step("qkv", m.qkv(c, s, &lw, T)); err != nil {
+			return err
 		}
 		kv := kernels.KVCache{K: m.kvK[l], V: m.kvV[l], MaxCtx: m.maxCtx, KVDim: cfg.KVDim()}
 		at := kernels.Attention{Heads: cfg.Heads, KVHeads: cfg.KVHeads, HeadDim: cfg.HeadDim, Scale: cfg.AttnScale, Softcap: cfg.AttnSoftcap}
@@ -554,18 +538,11 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 		if gemma {
 			act = kernels.GeGLU
 		}
-		if fuse && lw.gate.Type == lw.up.Type && lw.gate.Rows == lw.up.Rows && k.CanFuseGEMV(T, lw.gate, lw.up) {
-			if err := step("gate, up and activation", k.GEMVGLU(c, s, lw.gate, lw.up, a.xn, a.gate, T, act)); err != nil {
-				return err
-			}
-		} else {
-			if err := step("gate", k.MatMul(c, s, lw.gate, a.xn, a.gate, T)); err != nil {
-				return err
-			}
-			if err := step("up", k.MatMul(c, s, lw.up, a.xn, a.up, T)); err != nil {
-				return err
-			}
-			var err error
+		activate, err := m.gateUp(c, s, &lw, T, act)
+		if err := step("gate, up", err); err != nil {
+			return err
+		}
+		if activate {
 			if gemma {
 				err = k.GeGLU(c, s, a.gate, a.up, a.gate, int64(T)*ffn)
 			} else {
@@ -641,19 +618,8 @@ func (m *Model) enqueueGEMVs(c *kcuda.Ctx, kinds gemvKind) error {
 	for _, lw := range m.layers {
 		if kinds&gemvQKV != 0 {
 			k.MarkQuantized(s, a.xn, 1, dim)
-			if fuseGEMV && k.CanFuseGEMV(1, lw.q, lw.k, lw.v) {
-				if err := k.GEMVFused(c, s, a.xn, 1, kernels.GEMVOut{W: lw.q, Y: a.q}, kernels.GEMVOut{W: lw.k, Y: a.k}, kernels.GEMVOut{W: lw.v, Y: a.v}); err != nil {
-					return err
-				}
-			} else {
-				for _, g := range []struct {
-					w kernels.Matrix
-					y kcuda.DevPtr
-				}{{lw.q, a.q}, {lw.k, a.k}, {lw.v, a.v}} {
-					if err := k.GEMV(c, s, g.w, a.xn, g.y, 1); err != nil {
-						return err
-					}
-				}
+			if err := m.qkv(c, s, &lw, 1); err != nil {
+				return err
 			}
 		}
 		if kinds&gemvO != 0 {
@@ -668,17 +634,10 @@ func (m *Model) enqueueGEMVs(c *kcuda.Ctx, kinds gemvKind) error {
 		}
 		if kinds&gemvGateUp != 0 {
 			k.MarkQuantized(s, a.xn, 1, dim)
-			if fuseGEMV && lw.gate.Type == lw.up.Type && lw.gate.Rows == lw.up.Rows && k.CanFuseGEMV(1, lw.gate, lw.up) {
-				if err := k.GEMVGLU(c, s, lw.gate, lw.up, a.xn, a.gate, 1, kernels.SwiGLU); err != nil {
-					return err
-				}
-			} else {
-				if err := k.GEMV(c, s, lw.gate, a.xn, a.gate, 1); err != nil {
-					return err
-				}
-				if err := k.GEMV(c, s, lw.up, a.xn, a.up, 1); err != nil {
-					return err
-				}
+			// The products alone: the activation, where it is a launch of
+			// its own, is not a GEMV.
+			if _, err := m.gateUp(c, s, &lw, 1, kernels.SwiGLU); err != nil {
+				return err
 			}
 		}
 		if kinds&gemvDown != 0 {
@@ -692,6 +651,47 @@ func (m *Model) enqueueGEMVs(c *kcuda.Ctx, kinds gemvKind) error {
 	}
 	k.MarkQuantized(s, a.outX, 1, dim)
 	return k.GEMV(c, s, m.output, a.outX, a.logits, 1)
+}
+
+// qkv launches layer lw's q, k and v products for T rows of a.xn: one
+// fused launch where the kernels take the three (decode passes of up to
+// MaxFusedGEMVBatch tokens), else one product each. enqueue and
+// enqueueGEMVs both launch them here, so the benchmarks time what the
+// step runs.
+func (m *Model) qkv(c *kcuda.Ctx, s kcuda.Stream, lw *layerW, T int) error {
+	k, a := m.k, &m.act
+	if fuseGEMV && k.CanFuseGEMV(T, lw.q, lw.k, lw.v) {
+		return k.GEMVFused(c, s, a.xn, T, kernels.GEMVOut{W: lw.q, Y: a.q}, kernels.GEMVOut{W: lw.k, Y: a.k}, kernels.GEMVOut{W: lw.v, Y: a.v})
+	}
+	for _, g := range []struct {
+		name string
+		w    kernels.Matrix
+		y    kcuda.DevPtr
+	}{{"q", lw.q, a.q}, {"k", lw.k, a.k}, {"v", lw.v, a.v}} {
+		if err := k.MatMul(c, s, g.w, a.xn, g.y, T); err != nil {
+			return fmt.Errorf("%s: %w", g.name, err)
+		}
+	}
+	return nil
+}
+
+// gateUp launches layer lw's gate and up products for T rows of a.xn: one
+// GEMVGLU launch, act applied in its epilogue into a.gate, where the
+// kernels take the pair, else one product each into a.gate and a.up, and
+// then activate reports that act is still to be applied. enqueue and
+// enqueueGEMVs both launch them here.
+func (m *Model) gateUp(c *kcuda.Ctx, s kcuda.Stream, lw *layerW, T int, act kernels.GLU) (activate bool, err error) {
+	k, a := m.k, &m.act
+	if fuseGEMV && lw.gate.Type == lw.up.Type && lw.gate.Rows == lw.up.Rows && k.CanFuseGEMV(T, lw.gate, lw.up) {
+		return false, k.GEMVGLU(c, s, lw.gate, lw.up, a.xn, a.gate, T, act)
+	}
+	if err := k.MatMul(c, s, lw.gate, a.xn, a.gate, T); err != nil {
+		return false, fmt.Errorf("gate: %w", err)
+	}
+	if err := k.MatMul(c, s, lw.up, a.xn, a.up, T); err != nil {
+		return false, fmt.Errorf("up: %w", err)
+	}
+	return true, nil
 }
 
 // gemvKind selects the matrix products enqueueGEMVs launches.

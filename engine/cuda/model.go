@@ -382,7 +382,7 @@ func (m *Model) relayResidentQ6K(c *kcuda.Ctx, streamed []bool, tc []*tierCLayer
 		return nil
 	}
 	for i := range m.layers {
-		if streamed[i] || (tc != nil && tc[i] != nil) || m.pk.layer(i) != nil {
+		if streamed[i] || (tc != nil && tc[i] != nil) { // tier B (packed or not) or tier C
 			continue
 		}
 		lw := &m.layers[i]
