@@ -77,7 +77,7 @@ func BenchmarkTierC8B(b *testing.B) {
 			b.Fatal(err)
 		}
 		g := loadTierC(b, pool, fs, nil, onC, 2)
-		worst, same := lockstep(b, res, g, promptTokens(sm.Config.Vocab, 16, 3), 8)
+		worst, same, _ := lockstep(b, res, g, promptTokens(sm.Config.Vocab, 16, 3), 8)
 		b.Logf("8b tier C vs resident: worst NMSE %.3g, %d of 9 passes bit-identical", worst, same)
 		if worst != 0 {
 			b.Errorf("8b tier-C logits differ from the resident model's: NMSE %.3g", worst)

@@ -198,31 +198,13 @@ func TestGraphMatchesDirect(t *testing.T) {
 	cpu := tinyModel(t, "llama", "q4_k_m")
 	ga := loadGPU(t, cpu, Options{MaxSeqs: 2})
 	gd := loadGPU(t, cpu, Options{MaxSeqs: 2, NoGraphs: true})
-	ctx := context.Background()
-	sa, _ := ga.NewSequence(0)
-	sd, _ := gd.NewSequence(0)
-	ba := []Step{{Seq: sa, Tokens: promptTokens(cpu.Config.Vocab, 20, 5)}}
-	bd := []Step{{Seq: sd, Tokens: ba[0].Tokens}}
 	bound := 1e-9
 	if kernels.FastGEMV() {
 		bound = 1e-7
 	}
-	worst := 0.0
-	for i := range 40 {
-		if err := ga.Forward(ctx, ba); err != nil {
-			t.Fatal(err)
-		}
-		if err := gd.Forward(ctx, bd); err != nil {
-			t.Fatal(err)
-		}
-		e := quant.NMSE(ba[0].Logits[0], bd[0].Logits[0])
-		worst = max(worst, e)
-		if e > bound {
-			t.Fatalf("step %d: graph vs direct NMSE %.3g (bound %.0e)", i, e, bound)
-		}
-		tok := sample.Argmax(bd[0].Logits[0])
-		ba[0] = Step{Seq: sa, Tokens: []int32{tok}}
-		bd[0] = Step{Seq: sd, Tokens: []int32{tok}}
+	worst, _, _ := lockstep(t, gd, ga, promptTokens(cpu.Config.Vocab, 20, 5), 39)
+	if worst > bound {
+		t.Fatalf("graph vs direct NMSE %.3g (bound %.0e)", worst, bound)
 	}
 	st := ga.Stats()
 	t.Logf("graph vs direct: worst NMSE %.3g; %d nodes per decode step (%d layers)", worst, st.GraphNodes, cpu.Config.Layers)
@@ -259,30 +241,10 @@ func TestRelayQ6K(t *testing.T) {
 	if relaid == 0 || gr.relaid != relaid || !strings.Contains(gr.KernelImage(), fmt.Sprintf("%d resident Q6_K matrices re-laid", relaid)) {
 		t.Fatalf("%d matrices re-laid, model counts %d, kernel image %q", relaid, gr.relaid, gr.KernelImage())
 	}
-	ctx := context.Background()
-	sp, _ := gp.NewSequence(0)
-	sr, _ := gr.NewSequence(0)
-	bp := []Step{{Seq: sp, Tokens: promptTokens(cpu.Config.Vocab, 20, 3)}}
-	br := []Step{{Seq: sr, Tokens: bp[0].Tokens}}
-	worst := 0.0
-	for i := range 25 {
-		if err := gp.Forward(ctx, bp); err != nil {
-			t.Fatal(err)
-		}
-		if err := gr.Forward(ctx, br); err != nil {
-			t.Fatal(err)
-		}
-		e := quant.NMSE(br[0].Logits[0], bp[0].Logits[0])
-		worst = max(worst, e)
-		if e > 1e-7 {
-			t.Fatalf("step %d: re-laid vs plain NMSE %.3g", i, e)
-		}
-		tp, tr := sample.Argmax(bp[0].Logits[0]), sample.Argmax(br[0].Logits[0])
-		if tp != tr {
-			t.Fatalf("step %d: re-laid model chose %d, plain %d", i, tr, tp)
-		}
-		bp[0] = Step{Seq: sp, Tokens: []int32{tp}}
-		br[0] = Step{Seq: sr, Tokens: []int32{tp}}
+	const steps = 24
+	worst, _, agree := lockstep(t, gp, gr, promptTokens(cpu.Config.Vocab, 20, 3), steps)
+	if worst > 1e-7 || agree != steps+1 {
+		t.Fatalf("re-laid vs plain: worst NMSE %.3g, the same greedy token at %d of %d passes", worst, agree, steps+1)
 	}
 	t.Logf("%d matrices re-laid; worst NMSE against the plain model %.3g", relaid, worst)
 }

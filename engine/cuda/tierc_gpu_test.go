@@ -28,9 +28,10 @@ func loadTierC(t testing.TB, pool *tier.Pool, src stream.Source, onB, onC []int,
 }
 
 // lockstep runs ref and got over the same prompt and then steps greedy
-// tokens (ref's choice), and returns the worst NMSE between their logits
-// and how many of the steps gave bit-identical logits.
-func lockstep(t testing.TB, ref, got *Model, prompt []int32, steps int) (worst float64, identical int) {
+// tokens (ref's choice), and returns the worst NMSE between their logits,
+// how many of the steps+1 passes gave bit-identical logits and at how many
+// got's arg max was ref's.
+func lockstep(t testing.TB, ref, got *Model, prompt []int32, steps int) (worst float64, identical, agree int) {
 	t.Helper()
 	ctx := context.Background()
 	rs, err := ref.NewSequence(0)
@@ -65,10 +66,13 @@ func lockstep(t testing.TB, ref, got *Model, prompt []int32, steps int) (worst f
 			identical++
 		}
 		tok := sample.Argmax(rl)
+		if sample.Argmax(gl) == tok {
+			agree++
+		}
 		rb[0] = Step{Seq: rs, Tokens: []int32{tok}, Logits: rb[0].Logits}
 		gb[0] = Step{Seq: gs, Tokens: []int32{tok}, Logits: gb[0].Logits}
 	}
-	return worst, identical
+	return worst, identical, agree
 }
 
 // TestTierCFidelity: with layers on tier C, read every pass from a
@@ -106,7 +110,7 @@ func TestTierCFidelity(t *testing.T) {
 			g := loadTierC(t, pool, fs, tc.onB, tc.onC, tc.k)
 			const steps = 32
 			prompt := promptTokens(cpu.Config.Vocab, 16, 1)
-			worst, same := lockstep(t, res, g, prompt, steps)
+			worst, same, _ := lockstep(t, res, g, prompt, steps)
 			t.Logf("vs resident GPU: worst NMSE %.3g, %d of %d steps bit-identical (direct O_DIRECT: %v)", worst, same, steps+1, fs.Direct())
 			if worst != 0 {
 				t.Errorf("tier-C logits differ from the resident model's: NMSE %.3g", worst)
