@@ -554,12 +554,6 @@ func (m *Model) ProfileDecodeStep(ctx context.Context, iters int) (*StepProfile,
 	if _, ok := m.graphs[key]; !ok {
 		return nil, fmt.Errorf("profile decode step: no decode graph was captured for %+v", key)
 	}
-	prof := &StepProfile{WeightBytes: m.output.Bytes()}
-	for _, l := range m.layers {
-		for _, w := range []int64{l.q.Bytes(), l.k.Bytes(), l.v.Bytes(), l.o.Bytes(), l.gate.Bytes(), l.up.Bytes(), l.down.Bytes()} {
-			prof.WeightBytes += w
-		}
-	}
 	kinds := []struct {
 		name  string
 		kind  gemvKind
@@ -570,6 +564,21 @@ func (m *Model) ProfileDecodeStep(ctx context.Context, iters int) (*StepProfile,
 		{"gate/up", gemvGateUp, func(l *layerW) int64 { return l.gate.Bytes() + l.up.Bytes() }},
 		{"down", gemvDown, func(l *layerW) int64 { return l.down.Bytes() }},
 		{"output", gemvOutput, nil},
+	}
+	// Each kind's bytes and launches; every matrix of the step is in one
+	// kind, so WeightBytes is their sum.
+	prof := &StepProfile{}
+	for _, kd := range kinds {
+		kp := GEMVKindProfile{Name: kd.name, Launches: len(m.layers)}
+		if kd.bytes == nil {
+			kp.Bytes, kp.Launches = m.output.Bytes(), 1
+		} else {
+			for i := range m.layers {
+				kp.Bytes += kd.bytes(&m.layers[i])
+			}
+		}
+		prof.WeightBytes += kp.Bytes
+		prof.GEMVKinds = append(prof.GEMVKinds, kp)
 	}
 	err = m.dev.Do(func(c *kcuda.Ctx) error {
 		st := m.stream
@@ -619,19 +628,10 @@ func (m *Model) ProfileDecodeStep(ctx context.Context, iters int) (*StepProfile,
 		if prof.GEMV, err = gemvTime(gemvAll); err != nil {
 			return err
 		}
-		for _, kd := range kinds {
-			kp := GEMVKindProfile{Name: kd.name, Launches: len(m.layers)}
-			if kd.bytes == nil {
-				kp.Bytes, kp.Launches = m.output.Bytes(), 1
-			} else {
-				for i := range m.layers {
-					kp.Bytes += kd.bytes(&m.layers[i])
-				}
-			}
-			if kp.Time, err = gemvTime(kd.kind); err != nil {
+		for i, kd := range kinds {
+			if prof.GEMVKinds[i].Time, err = gemvTime(kd.kind); err != nil {
 				return err
 			}
-			prof.GEMVKinds = append(prof.GEMVKinds, kp)
 		}
 		if maj, _ := m.dev.ComputeCapability(); maj >= 9 && kcuda.CanOverlap() && kernels.Overlapping() {
 			kernels.SetOverlap(false)
