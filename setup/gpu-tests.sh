@@ -14,9 +14,10 @@
 #   --float-gemv     run every GPU test and the bench with kernels' float
 #                    decode GEMVs (STRATA_FAST_GEMV=0, bench --float-gemv)
 #                    instead of the default integer ones
-#   --q6ka           run every GPU test and the bench with the resident
-#                    layers' Q6_K matrices re-laid for aligned loads
-#                    (STRATA_Q6KA=1, bench --q6ka; kernels.Q6KA)
+#   --plain-q6k      run every GPU test and the bench with the resident
+#                    layers' Q6_K matrices as in the file, not re-laid
+#                    (STRATA_Q6KA=0, bench --plain-q6k; kernels.Q6KA is
+#                    the default)
 #   --no-bench       tests only
 #   --bench-only S   only `strata bench engine --only S`
 #   --kernel-bench   also kernels' BenchmarkGEMVQWarps (integer GEMV launches
@@ -56,11 +57,11 @@ build() {
 }
 
 run() {
-	local float=0 q6ka=0 bench=1 only=all kbench=0 sweep=
+	local float=0 plain6=0 bench=1 only=all kbench=0 sweep=
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--float-gemv) float=1 ;;
-		--q6ka) q6ka=1 ;;
+		--plain-q6k) plain6=1 ;;
 		--no-bench) bench=0 ;;
 		--kernel-bench) kbench=1 ;;
 		--sweep) sweep=${2:?--sweep needs a mode}; shift ;;
@@ -82,9 +83,9 @@ run() {
 		fast=(STRATA_FAST_GEMV=0)
 		benchflag=(--float-gemv)
 	fi
-	if [ $q6ka = 1 ]; then
-		fast+=(STRATA_Q6KA=1)
-		benchflag+=(--q6ka)
+	if [ $plain6 = 1 ]; then
+		fast+=(STRATA_Q6KA=0)
+		benchflag+=(--plain-q6k)
 	fi
 	step() { # step NAME DIR COMMAND...: runs COMMAND in DIR, logs to NAME.log
 		local name=$1 dir=$2
@@ -131,5 +132,5 @@ run() {
 case ${1:-} in
 build) build ;;
 run) shift; run "$@" ;;
-*) echo "usage: setup/gpu-tests.sh build | run [--float-gemv] [--q6ka] [--no-bench] [--bench-only SCENARIOS] [--kernel-bench] [--sweep MODE]" >&2; exit 2 ;;
+*) echo "usage: setup/gpu-tests.sh build | run [--float-gemv] [--plain-q6k] [--no-bench] [--bench-only SCENARIOS] [--kernel-bench] [--sweep MODE]" >&2; exit 2 ;;
 esac

@@ -129,11 +129,12 @@ type Options struct {
 	// the whole run, restoring the switches after: the comparison that
 	// made the integer path the default (kernels/NOTES.md).
 	FloatGEMV bool
-	// RelayQ6K re-lays the Q6_K matrices of resident layers (and a
-	// resident output projection) for aligned loads at load time
-	// (kernels.SetRelayQ6K, kernels.Q6KA) for the whole run, restoring
-	// the switch after: the variant to compare with the default.
-	RelayQ6K bool
+	// PlainQ6K keeps the Q6_K matrices of resident layers (and a resident
+	// output projection) as they are in the file instead of re-laying them
+	// for aligned loads at load time (kernels.SetRelayQ6K(false), the
+	// default being kernels.Q6KA) for the whole run, restoring the switch
+	// after: the comparison that made the re-lay the default.
+	PlainQ6K bool
 	// Progress, when set, receives a line for each phase of the run.
 	Progress func(msg string)
 }
@@ -200,7 +201,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r := &Report{
 		Device: dev.Name(), Ordinal: dev.Ordinal(), ComputeCapability: fmt.Sprintf("%d.%d", maj, mnr),
 		DeviceMemory: dev.TotalMem(), Started: start, PeerSource: PeerSource, FloatGEMV: o.FloatGEMV,
-		RelayQ6K: o.RelayQ6K || kernels.RelayQ6KOn(),
+		RelayQ6K: !o.PlainQ6K && kernels.RelayQ6KOn(),
 	}
 	relay := kernels.RelayQ6KOn()
 	kernels.SetRelayQ6K(r.RelayQ6K)

@@ -144,8 +144,8 @@ type Report struct {
 	// Kernels is the kernel image the run loaded (kernels.Kernels.Image:
 	// the sm_90 cubin or the PTX the driver JIT-compiles).
 	Kernels string `json:"kernels,omitempty"`
-	// RelayQ6K says resident Q6_K matrices ran re-laid (Options.RelayQ6K
-	// or STRATA_Q6KA=1).
+	// RelayQ6K says resident Q6_K matrices ran re-laid (the default; off
+	// with Options.PlainQ6K or STRATA_Q6KA=0).
 	RelayQ6K bool `json:"q6ka,omitempty"`
 }
 
@@ -238,7 +238,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "decode GEMVs: integer (x in 16 bits, dp4a; the default), Q4_K and Q6_K\n")
 	}
 	if r.RelayQ6K {
-		fmt.Fprintf(&b, "resident Q6_K matrices re-laid for aligned loads (Q6KA, --q6ka)\n")
+		fmt.Fprintf(&b, "resident Q6_K matrices re-laid for aligned loads (Q6KA; the default)\n")
+	} else {
+		fmt.Fprintf(&b, "resident Q6_K matrices as in the file (plain Q6_K, --plain-q6k)\n")
 	}
 	if r.Kernels != "" {
 		fmt.Fprintf(&b, "kernels: %s\n", r.Kernels)

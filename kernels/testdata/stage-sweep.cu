@@ -847,7 +847,9 @@ int main(int argc, char** argv) {
     }
   }
   else for (int R : {1, 2, 4, 8}) for (int CH : {1, 2, 4}) for (int w : {1, 2, 4, 8}) vars.push_back({2, R, CH, w});
-  // correctness against the baseline, first matrix of each shape
+  // correctness against the baseline, first matrix of each shape (TRACE=1:
+  // each variant named before it runs, to find one that faults)
+  const bool trace = getenv("TRACE") && strcmp(getenv("TRACE"), "1") == 0;
   for (int k = 0; k < NS; k++) {
     const Mat& m = mats[k][0];
     std::vector<float> y0(m.rows), y1(m.rows);
@@ -857,6 +859,7 @@ int main(int argc, char** argv) {
     for (auto& v : vars) {
       if (v.kind == 0 || v.kind == 3 || (v.kind == 8 && !v.pfmb)) continue;  // partials only: no y to check
       CK(cudaMemset(m.y, 0xff, 4 * m.rows));
+      if (trace) { printf("trace: %s kind %d R %d CH %d w %d pfmb %d\n", shapes[k].name, v.kind, v.R, v.CH, v.warps, v.pfmb); fflush(stdout); }
       if (!enqueue(v, m, s)) continue;
       CK(cudaStreamSynchronize(s));
       CK(cudaMemcpy(y1.data(), m.y, 4 * m.rows, cudaMemcpyDeviceToHost));
