@@ -10,14 +10,27 @@
 //   cd kernels/testdata && nvcc -O3 -std=c++17 -arch=sm_90 -I.. -o /tmp/stage-sweep stage-sweep.cu
 //   /tmp/stage-sweep [MODE]     # on the GPU host (built here with nvcc 11.8 or there)
 //
-// MODE: parts = split-K whose partials the consumer would sum (kq4p,
-// ks6p; "+sum" rows add a sumparts launch per GEMV; for Q6_K "un1" means
-// the weight words through ldwords_p, shared-memory loads), and the
-// staged Q6_K kernel with those loads ("staged6 LDS"); not yet run;
+// MODE (logs h200-stage-sweep-MODE.txt, run 2026-11-29, fifth session;
+// TRACE=1 names each variant before its correctness run):
+// parts = split-K whose partials the consumer would sum (kq4p, ks6p;
+// "+sum" rows add a sumparts launch per GEMV; for Q6_K "un1" means the
+// weight words through ldwords_p, shared-memory loads), and the staged
+// Q6_K kernel with those loads ("staged6 LDS");
 // soa = Q6_K re-laid so that each 64-element unit's quants are three
 // aligned uint4 (q6ka_relay, T_Q6_KA; k6R<R, UN, true> = gemvq_q6ka's
-// structure; also in parts), against gemvq_q6k_1 and gemvq_q6k_s_1; not
-// yet run;
+// structure), against gemvq_q6k_1 and gemvq_q6k_s_1, and down with x
+// arriving as floats (kdx: gemvq_x first, "+x", or x quantized inside the
+// GEMV behind an arrival counter, "inx");
+// l2 = soa6 and kR with each block's rows prefetched into L2 (l2rows);
+// layer = 32 layers of q/k/v, o, gate/up and down in one graph, against
+// read-only kernels over the same bytes, and with a side stream that
+// prefetches o's and gate/up's weights into L2 (l2pf);
+// x6 = soa6 with x read a quarter at a time (k6X, fewer registers);
+// gq = gate/up quantizing down's x itself, one 64-block of outputs per
+// block (kgq), against gate/up then gemvq_x;
+// prof = one launch each of four kernels, for ncu (h200-ncu-q6ka.txt);
+// (regs, removed: k6R and kR under __launch_bounds__(256, 3..6), the
+// register caps, -regs.txt);
 // none = every staged variant (h200-stage-sweep1.txt); quick = the
 // baseline, read-only and a few staged ones (-compilers.txt); pf = L2
 // prefetch and double buffering (kp4, -pf.txt); kr = rows, units in
@@ -32,6 +45,7 @@
 #include <vector>
 #include <algorithm>
 #include <cuda_runtime.h>
+#include <type_traits>
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); exit(1);} } while (0)
 
@@ -241,7 +255,21 @@ __global__ void __launch_bounds__(256) kp4(const uint8_t* W, long long rb, float
 // block writes its R partial sums to P, and the last of the S to arrive
 // (a counter per group, reset by it) adds the S partials in split order
 // (deterministic) and stores Y.
-template <int R, int UN, int S>
+// l2rows: the block's R rows (rb bytes each) asked into L2 by prefetch
+// instructions, one 128-byte line a thread at a time (PF variants of kR and
+// k6R: the rest of a row streams into L2 while the lane's first units wait
+// in registers, so a lane's later units are L2 hits instead of DRAM
+// round trips).
+template <int R>
+__device__ __forceinline__ void l2rows(const uint8_t* const (&rp)[R], long long rb) {
+  const int lines = (int)(rb >> 7) + 1;
+#pragma unroll
+  for (int r = 0; r < R; r++)
+    for (int i = (int)threadIdx.x; i < lines; i += blockDim.x)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(rp[r] + min(128LL * i, rb - 1)));
+}
+
+template <int R, int UN, int S, int PF = 0>
 __global__ void __launch_bounds__(256) kR(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ,
                                           float* P, int* cnt) {
   __shared__ float red[8 * R];
@@ -264,6 +292,7 @@ __global__ void __launch_bounds__(256) kR(const uint8_t* W, long long rb, float*
     if (u + j * step < ue)
 #pragma unroll
       for (int r = 0; r < R; r++) w[j][r].load(rp[r], u + j * step);
+  if (PF) l2rows<R>(rp, rb);
   pdl_trigger();
   pdl_wait();
   for (; u < ue; u += UN * step) {
@@ -319,7 +348,7 @@ __global__ void __launch_bounds__(256) kR(const uint8_t* W, long long rb, float*
 struct QW6P : QW6 {  // a plain Q6_K unit with gemvq_walk's interface
   __device__ __forceinline__ void dot(int, const QX6& x, float& acc) const { q6_dot(*this, x, acc); }
 };
-template <int R, int UN, bool SOA = false>
+template <int R, int UN, bool SOA = false, int PF = 0>
 __global__ void __launch_bounds__(256) k6R(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
   __shared__ float red[8 * R];
   const int row0 = blockIdx.x * R;
@@ -329,9 +358,151 @@ __global__ void __launch_bounds__(256) k6R(const uint8_t* W, long long rb, float
   float acc[R][1];
 #pragma unroll
   for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
+  if (PF) l2rows<R>(rp, rb);
   if (SOA) gemvq_walk<QW6A, QX6, 1, R, UN>(rp, cols >> 6, cols, XQ, acc);
   else gemvq_walk<QW6P, QX6, 1, R, UN>(rp, cols >> 6, cols, XQ, acc);
   gemv_rows_store<R, 1>(acc, red, blockDim.x >> 5, R, GLU_PLAIN, row0, rows, Y);
+}
+
+// k6X: k6R<R, UN, true>'s work (Q6KA rows) with x read a quarter at a
+// time inside the rows loop (2 uint4 live instead of QX6's 8 plus the
+// scales), so that fewer registers hold x and more warps fit a
+// multiprocessor.
+template <int R, int UN>
+__global__ void __launch_bounds__(256) k6X(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
+  __shared__ float red[8 * R];
+  const int row0 = blockIdx.x * R;
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r] = 0.0f;
+  const int nunits = cols >> 6, step = blockDim.x;
+  int u = (int)threadIdx.x;
+  QW6 w[UN][R];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (u + j * step < nunits)
+#pragma unroll
+      for (int r = 0; r < R; r++) w[j][r].load_a(rp[r], u + j * step);
+  pdl_trigger();
+  pdl_wait();
+  for (; u < nunits; u += UN * step) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int uj = u + j * step;
+      if (uj < nunits) {
+        const int sb = uj >> 2, n = (uj >> 1) & 1, h = uj & 1;
+        const int c0 = 256 * sb + 128 * n + 16 * h;
+        const uint8_t* hdr = XQ + 2LL * cols + 32 * (4 * sb + 2 * n);
+        float f0[R], f1[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) f0[r] = f1[r] = 0.0f;
+#pragma unroll
+        for (int qq = 0; qq < 4; qq++) {
+          const uint4 xh = __ldg(reinterpret_cast<const uint4*>(XQ + c0 + 32 * qq));
+          const uint4 xl = __ldg(reinterpret_cast<const uint4*>(XQ + cols + c0 + 32 * qq));
+          const int sq = __ldg(reinterpret_cast<const int*>(hdr + (qq < 2 ? 16 : 48) + 8 * h + 4 * (qq & 1)));
+#pragma unroll
+          for (int r = 0; r < R; r++) {
+            const QW6& ww = w[j][r];
+            uint32_t q[4];
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) {
+              const uint32_t lo = (qq & 1) ? ww.c[jj] : ww.a[jj];
+              q[jj] = ((lo >> (4 * (qq >> 1))) & 0x0F0F0F0Fu) | (((ww.hb[jj] >> (2 * qq)) & 0x03030303u) << 4);
+            }
+            int hsum = 0;
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) hsum = dp4a_us(q[jj], qword(xh, jj), hsum);
+            int i = (int)((uint32_t)hsum << 8) - 32 * sq;
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) i = dp4a_uu(q[jj], qword(xl, jj), i);
+            const float scf = (float)(int8_t)((ww.sc >> (8 * qq)) & 0xff);
+            if (qq < 2) f0[r] = fmaf(scf, (float)i, f0[r]);
+            else f1[r] = fmaf(scf, (float)i, f1[r]);
+          }
+        }
+        const float sx0 = __ldg(reinterpret_cast<const float*>(hdr)), sx1 = __ldg(reinterpret_cast<const float*>(hdr + 32));
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          acc[r] = fmaf(w[j][r].d * sx0, f0[r], acc[r]);
+          acc[r] = fmaf(w[j][r].d * sx1, f1[r], acc[r]);
+        }
+        if (uj + UN * step < nunits)
+#pragma unroll
+          for (int r = 0; r < R; r++) w[j][r].load_a(rp[r], uj + UN * step);
+      }
+    }
+  }
+  float a2[R][1];
+#pragma unroll
+  for (int r = 0; r < R; r++) a2[r][0] = acc[r];
+  gemv_rows_store<R, 1>(a2, red, blockDim.x >> 5, R, GLU_PLAIN, row0, rows, Y);
+}
+
+// kgq: gate/up (Q4_K, GLU) with down's x quantized by the launch itself:
+// a block owns one 64-block of outputs (64 / OPW warps, each OPW outputs
+// in OPW / 2 row groups of 2 gate and 2 up rows, a warp's lanes over a
+// row's units, UN in flight), gathers them in shared memory and one warp
+// quantizes them (quant64, put64) into XQ2, as gemvq_x would have in a
+// launch of its own; Y gets the float outputs too (to check them).
+template <int OPW, int UN>
+__global__ void __launch_bounds__(64 / OPW * 32) kgq(const uint8_t* Wg, const uint8_t* Wu, long long rb, float* Y, int rows, int cols,
+                                                     const uint8_t* XQ, uint8_t* XQ2) {
+  __shared__ float hs[64];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int nunits = cols >> 5;
+#pragma unroll 1
+  for (int gi = 0; gi < OPW / 2; gi++) {
+    const int o = (int)blockIdx.x * 64 + warp * OPW + 2 * gi;
+    const uint8_t* rp[4] = {Wg + (long long)min(o, rows - 1) * rb, Wg + (long long)min(o + 1, rows - 1) * rb,
+                            Wu + (long long)min(o, rows - 1) * rb, Wu + (long long)min(o + 1, rows - 1) * rb};
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int u = lane;
+    QW4 w[UN][4];
+#pragma unroll
+    for (int j = 0; j < UN; j++)
+      if (u + 32 * j < nunits)
+#pragma unroll
+        for (int r = 0; r < 4; r++) w[j][r].load(rp[r], u + 32 * j);
+    if (gi == 0) {
+      pdl_trigger();
+      pdl_wait();
+    }
+    for (; u < nunits; u += 32 * UN) {
+#pragma unroll
+      for (int j = 0; j < UN; j++) {
+        const int uj = u + 32 * j;
+        if (uj < nunits) {
+          QXU x;
+          x.load(XQ, cols, uj);
+#pragma unroll
+          for (int r = 0; r < 4; r++) w[j][r].dot(uj, x, acc[r]);
+          if (uj + 32 * UN < nunits)
+#pragma unroll
+            for (int r = 0; r < 4; r++) w[j][r].load(rp[r], uj + 32 * UN);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) acc[r] = warp_sum(acc[r]);
+    if (lane == 0) {
+      hs[warp * OPW + 2 * gi] = glu_act(GLU_SWIGLU, acc[0], acc[2]);
+      hs[warp * OPW + 2 * gi + 1] = glu_act(GLU_SWIGLU, acc[1], acc[3]);
+    }
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const float2 v = make_float2(hs[2 * lane], hs[2 * lane + 1]);
+    int q0, q1, sum;
+    float sx;
+    quant64(v, q0, q1, sx, sum);
+    put64(XQ2, rows, blockIdx.x, lane, q0, q1, sx, sum);
+    const int c = (int)blockIdx.x * 64 + 2 * lane;
+    if (c + 1 < rows) *reinterpret_cast<float2*>(Y + c) = v;
+  }
 }
 
 // ks6r: Q6_K, R rows per block streamed through a ring of NS shared-memory
@@ -461,6 +632,120 @@ __global__ void __launch_bounds__(256) ks6p(const uint8_t* W, long long rb, floa
   gemv_rows_store<R, 1>(acc, red, T >> 5, R, GLU_PLAIN, row0, rows, P + (long long)k * rows);
 }
 
+// kdx: down's shape with x arriving as floats (the GLU's output). QX =
+// false: gemvq_x quantizes x in a launch of its own first (the step's way
+// today). QX = true: the GEMV quantizes x itself: after pdl_wait, warp w of
+// block b < nq = ceil(nblk / warps) quantizes 64-block b * warps + w into
+// XQ, the block fences and counts its arrival at flag, and every block
+// waits (thread 0 spinning on an acquire load) for nq arrivals before its
+// first x load. The weights' first UN units are in flight before all of
+// it. Blocks are dispatched in index order, so the nq counting blocks run
+// before any other block waits. x through plain loads in both (XQ is
+// written in the launch, so not through the read-only path); flag zeroed
+// before the chain. SOA: Q6KA (w6s), else Q4_K.
+struct QXUp : QXU {
+  __device__ __forceinline__ void load(const uint8_t* base, int cols, int u) {
+    const int sb = u >> 3, c = u & 7, j = c >> 1, half = c & 1;
+    const int a0 = 256 * sb + 64 * j + 16 * half;
+    xh0 = *reinterpret_cast<const uint4*>(base + a0);
+    xh1 = *reinterpret_cast<const uint4*>(base + a0 + 32);
+    xl0 = *reinterpret_cast<const uint4*>(base + cols + a0);
+    xl1 = *reinterpret_cast<const uint4*>(base + cols + a0 + 32);
+    const uint8_t* hdr = base + 2LL * cols + 32 * (4 * sb + j);
+    sx = *reinterpret_cast<const float*>(hdr);
+    const int2 t = *reinterpret_cast<const int2*>(hdr + 16 + 8 * half);
+    s0 = t.x;
+    s1 = t.y;
+  }
+};
+struct QX6p : QX6 {
+  __device__ __forceinline__ void load(const uint8_t* base, int cols, int u) {
+    const int sb = u >> 2, n = (u >> 1) & 1, h = u & 1;
+    const int c0 = 256 * sb + 128 * n + 16 * h;
+#pragma unroll
+    for (int qq = 0; qq < 4; qq++) {
+      xh[qq] = *reinterpret_cast<const uint4*>(base + c0 + 32 * qq);
+      xl[qq] = *reinterpret_cast<const uint4*>(base + cols + c0 + 32 * qq);
+    }
+    const uint8_t* hdr = base + 2LL * cols + 32 * (4 * sb + 2 * n);
+    sx0 = *reinterpret_cast<const float*>(hdr);
+    sx1 = *reinterpret_cast<const float*>(hdr + 32);
+    s01 = *reinterpret_cast<const int2*>(hdr + 16 + 8 * h);
+    s23 = *reinterpret_cast<const int2*>(hdr + 48 + 8 * h);
+  }
+};
+struct QW4x : QW4 {
+  __device__ __forceinline__ void dot(int u, const QXUp& x, float& acc) const { QW4::dot(u, x, acc); }
+};
+struct QW6Ax : QW6A {
+  __device__ __forceinline__ void dot(int, const QX6p& x, float& acc) const { q6_dot(*this, x, acc); }
+};
+__device__ __forceinline__ int ld_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+template <int R, int UN, bool SOA, bool QX>
+__global__ void __launch_bounds__(256) kdx(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X,
+                                           uint8_t* XQ, int* flag) {
+  using WT = typename std::conditional<SOA, QW6Ax, QW4x>::type;
+  using XT = typename std::conditional<SOA, QX6p, QXUp>::type;
+  __shared__ float red[8 * R];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5, step = blockDim.x;
+  const int row0 = blockIdx.x * R;
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
+  const int nunits = SOA ? cols >> 6 : cols >> 5;
+  int u = (int)threadIdx.x;
+  WT w[UN][R];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (u + j * step < nunits)
+#pragma unroll
+      for (int r = 0; r < R; r++) w[j][r].load(rp[r], u + j * step);
+  pdl_trigger();
+  pdl_wait();
+  if (QX) {
+    const int nblk = cols >> 6, nq = (nblk + nw - 1) / nw;
+    if ((int)blockIdx.x < nq) {
+      const int g = (int)blockIdx.x * nw + warp;
+      if (g < nblk) {
+        const float2 v = *reinterpret_cast<const float2*>(X + 64 * g + 2 * lane);
+        int q0, q1, sum;
+        float sx;
+        quant64(v, q0, q1, sx, sum);
+        put64(XQ, cols, g, lane, q0, q1, sx, sum);
+      }
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) atomicAdd(flag, 1);
+    }
+    if (threadIdx.x == 0)
+      while (ld_acquire(flag) < nq) __nanosleep(32);
+    __syncthreads();
+  }
+  for (; u < nunits; u += UN * step) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int uj = u + j * step;
+      if (uj < nunits) {
+        XT x;
+        x.load(XQ, cols, uj);
+#pragma unroll
+        for (int r = 0; r < R; r++) w[j][r].dot(uj, x, acc[r][0]);
+        if (uj + UN * step < nunits)
+#pragma unroll
+          for (int r = 0; r < R; r++) w[j][r].load(rp[r], uj + UN * step);
+      }
+    }
+  }
+  gemv_rows_store<R, 1>(acc, red, nw, R, GLU_PLAIN, row0, rows, Y);
+}
+
 // The consumer's extra work, timed as a launch of its own in the "+sum"
 // rows: y = sum over the S partials in split order (the step would do it
 // inside the residual add it already launches).
@@ -471,6 +756,21 @@ __global__ void __launch_bounds__(256) sumparts(const float* P, float* Y, int ro
   float v = 0.0f;
   for (int k = 0; k < S; k++) v += P[(long long)k * rows + i];
   Y[i] = v;
+}
+
+// l2pf: a side-stream kernel that asks L2 for the first na bytes of a and
+// the first nb bytes of each of b0 and b1, one 128-byte line per
+// instruction (EL: with the evict_last priority), so that a later GEMV of
+// the layer finds them there (mode layer).
+template <int EL>
+__global__ void l2pf(const uint8_t* a, long long na, const uint8_t* b0, const uint8_t* b1, long long nb) {
+  const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x, st = (long long)gridDim.x * blockDim.x;
+  const long long la = na >> 7, lb = nb >> 7;
+  for (long long i = t; i < la + 2 * lb; i += st) {
+    const uint8_t* p = i < la ? a + 128 * i : (i < la + lb ? b0 + 128 * (i - la) : b1 + 128 * (i - la - lb));
+    if (EL) asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
+    else asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+  }
 }
 
 // Read-only ceiling: persistent, 4 uint4 loads in flight per thread, first before the wait.
@@ -527,7 +827,11 @@ static void launchS(void (*f)(A...), int grid, int block, int smem, cudaStream_t
   CK(cudaLaunchKernelEx(&cfg, f, args...));
 }
 
-struct Mat { int rows, cols; bool q6; uint8_t* w; long long rb; float* y; uint8_t* w1 = nullptr; uint8_t* w6s = nullptr; };
+struct Mat { int rows, cols; bool q6; uint8_t* w; long long rb; float* y; uint8_t* w1 = nullptr; uint8_t* w6s = nullptr; int* flag = nullptr; };
+static float* gXf;      // x as floats (kdx)
+static uint8_t* gXQd;   // kdx's quantized x
+static int* gFlags;     // kdx's arrival counters, one per matrix
+static int gNFlags;
 typedef void (*KFn)(const uint8_t*, long long, float*, int, int, const uint8_t*);
 typedef void (*SFn)(const uint8_t*, long long, float*, int, int, const uint8_t*, const uint8_t*);
 static uint8_t* gXQ[2];  // quantized x for 4096 and 14336 columns
@@ -573,7 +877,7 @@ static bool enqueue(const Var& v, const Mat& m, cudaStream_t s) {
     return true;
   case 1:
     if (!m.q6 || m.w1) return false;
-    launchS((KFn)gemvq_q6k_s_1, (m.rows + 1) / 2, 32 * ruleWarps(m.cols), (int)(2 * m.rb), s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq);
+    launchS((KFn)gemvq_q6k_s_1, (m.rows + GEMVQ6S_R - 1) / GEMVQ6S_R, 32 * ruleWarps(m.cols), (int)(GEMVQ6S_R * m.rb), s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq);
     return true;
   case 2: {
     const int smem = (int)(v.R * m.rb);
@@ -671,6 +975,75 @@ static bool enqueue(const Var& v, const Mat& m, cudaStream_t s) {
     launchS(f, (m.rows + v.R - 1) / v.R, 32 * v.warps, 0, s, (const uint8_t*)m.w6s, m.rb, m.y, m.rows, m.cols, xq);
     return true;
   }
+  case 11: {  // kdx: R, CH = UN + 10 * QX, warps; Q6_K shapes through the re-laid copy
+    if (m.w1 || m.cols != 14336 || (m.q6 && !m.w6s)) return false;
+    const int un = v.CH % 10;
+    const bool qx = v.CH / 10 == 1;
+    void (*f)(const uint8_t*, long long, float*, int, int, const float*, uint8_t*, int*) = nullptr;
+#define DX(RR, UU, SS, QQ) if (v.R == RR && un == UU && m.q6 == SS && qx == QQ) f = kdx<RR, UU, SS, QQ>;
+    DX(4, 1, false, false) DX(4, 2, false, false) DX(4, 1, false, true) DX(4, 2, false, true)
+    DX(4, 1, true, false) DX(4, 2, true, false) DX(4, 1, true, true) DX(4, 2, true, true)
+    DX(2, 1, true, false) DX(2, 1, true, true) DX(2, 2, true, false) DX(2, 2, true, true)
+#undef DX
+    if (!f) return false;
+    if (!qx) launchS(gemvq_x, (m.cols / 64 + 7) / 8, 256, 0, s, (const float*)gXf, m.cols, 1, gXQd);
+    launchS(f, (m.rows + v.R - 1) / v.R, 32 * v.warps, 0, s, (const uint8_t*)(m.q6 ? m.w6s : m.w), m.rb, m.y, m.rows, m.cols,
+            (const float*)gXf, gXQd, m.flag);
+    return true;
+  }
+  case 12: {  // k6R<R, UN, true, 1> on the re-laid copy: soa6 with the rows prefetched into L2
+    if (!m.q6 || !m.w6s) return false;
+    KFn f = nullptr;
+    if (v.R == 2 && v.CH == 1) f = k6R<2, 1, true, 1>;
+    if (v.R == 2 && v.CH == 2) f = k6R<2, 2, true, 1>;
+    if (v.R == 4 && v.CH == 1) f = k6R<4, 1, true, 1>;
+    if (v.R == 4 && v.CH == 2) f = k6R<4, 2, true, 1>;
+    if (!f) return false;
+    launchS(f, (m.rows + v.R - 1) / v.R, 32 * v.warps, 0, s, (const uint8_t*)m.w6s, m.rb, m.y, m.rows, m.cols, xq);
+    return true;
+  }
+  case 13: {  // kR<R, UN, 1, PF>: Q4_K, CH = UN + 10 * PF
+    if (m.q6 || m.w1) return false;
+    const int un = v.CH % 10, pf = v.CH / 10;
+    RFn f = nullptr;
+#define KP(RR, UU, PP) if (v.R == RR && un == UU && pf == PP) f = kR<RR, UU, 1, PP>;
+    KP(4, 1, 0) KP(4, 2, 0) KP(4, 1, 1) KP(4, 2, 1) KP(8, 1, 1) KP(8, 1, 0) KP(2, 2, 0) KP(2, 2, 1)
+#undef KP
+    if (!f) return false;
+    launchS(f, (m.rows + v.R - 1) / v.R, 32 * v.warps, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq, gP, gCnt);
+    return true;
+  }
+  case 16: {  // k6X<R, UN> on the re-laid copy
+    if (!m.q6 || !m.w6s) return false;
+    KFn f = nullptr;
+    if (v.R == 4 && v.CH == 1) f = k6X<4, 1>;
+    if (v.R == 4 && v.CH == 2) f = k6X<4, 2>;
+    if (v.R == 2 && v.CH == 1) f = k6X<2, 1>;
+    if (v.R == 2 && v.CH == 2) f = k6X<2, 2>;
+    if (v.R == 8 && v.CH == 1) f = k6X<8, 1>;
+    if (!f) return false;
+    launchS(f, (m.rows + v.R - 1) / v.R, 32 * v.warps, 0, s, (const uint8_t*)m.w6s, m.rb, m.y, m.rows, m.cols, xq);
+    return true;
+  }
+  case 17: {  // kgq<OPW = R, UN = CH>: gate/up with down's x quantized in the launch
+    if (!m.w1 || m.rows % 64) return false;
+    void (*f)(const uint8_t*, const uint8_t*, long long, float*, int, int, const uint8_t*, uint8_t*) = nullptr;
+    if (v.R == 4 && v.CH == 1) f = kgq<4, 1>;
+    if (v.R == 4 && v.CH == 2) f = kgq<4, 2>;
+    if (v.R == 8 && v.CH == 1) f = kgq<8, 1>;
+    if (v.R == 8 && v.CH == 2) f = kgq<8, 2>;
+    if (v.R == 16 && v.CH == 1) f = kgq<16, 1>;
+    if (v.R == 16 && v.CH == 2) f = kgq<16, 2>;
+    if (!f) return false;
+    launchS(f, m.rows / 64, 64 / v.R * 32, 0, s, (const uint8_t*)m.w, (const uint8_t*)m.w1, m.rb, m.y, m.rows, m.cols, xq, gXQd);
+    return true;
+  }
+  case 18: {  // the step's way: gemvq_fused_1 (GLU) then gemvq_x over its output
+    if (!m.w1) return false;
+    enqueue(Var{0, 0, 0, 0}, m, s);
+    launchS(gemvq_x, (m.rows / 64 + 7) / 8, 256, 0, s, (const float*)m.y, m.rows, 1, gXQd);
+    return true;
+  }
   case 3:
     launchS(rd, SMS * 4, 256, 0, s, (const uint4*)m.w, (long long)(m.rb * m.rows / 16), gOut);
     if (m.w1) launchS(rd, SMS * 4, 256, 0, s, (const uint4*)m.w1, (long long)(m.rb * m.rows / 16), gOut);
@@ -682,6 +1055,7 @@ static bool enqueue(const Var& v, const Mat& m, cudaStream_t s) {
 static double timeChain(const std::vector<Mat>& ms, const Var& v, cudaStream_t s, int reps = 10) {
   cudaGraph_t g; cudaGraphExec_t ge;
   CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  if (v.kind == 11) CK(cudaMemsetAsync(gFlags, 0, 4 * gNFlags, s));
   bool ok = true;
   for (size_t i = 0; i < ms.size(); i++) {
     gNext = i + 1 < ms.size() ? &ms[i + 1] : nullptr;
@@ -710,7 +1084,7 @@ template <typename F> static void setSmem(F f) { CK(cudaFuncSetAttribute(f, cuda
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
-  gSoa = argc > 1 && (strcmp(argv[1], "soa") == 0 || strcmp(argv[1], "parts") == 0);
+  gSoa = argc > 1 && (strcmp(argv[1], "soa") == 0 || strcmp(argv[1], "prof") == 0 || strcmp(argv[1], "x6") == 0 || strcmp(argv[1], "parts") == 0 || strcmp(argv[1], "l2") == 0);
   cudaDeviceProp p; CK(cudaGetDeviceProperties(&p, 0)); SMS = p.multiProcessorCount;
   printf("%s SMs %d L2 %d MB smem/SM %zu KB\n", p.name, SMS, p.l2CacheSize >> 20, p.sharedMemPerMultiprocessor >> 10);
   cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -732,6 +1106,11 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&gXQ[i], gemvq_bytes(xc[i])));
     gemvq_x<<<(xc[i] / 64 + 7) / 8, 256>>>(gX, xc[i], 1, gXQ[i]);
   }
+  gXf = gX;
+  CK(cudaMalloc(&gXQd, gemvq_bytes(14336)));
+  gNFlags = 4096;
+  CK(cudaMalloc(&gFlags, 4 * gNFlags));
+  CK(cudaMemset(gFlags, 0, 4 * gNFlags));
   CK(cudaDeviceSynchronize());
   struct Shape { const char* name; int rows, cols; bool q6; int n; bool glu; };
   Shape shapes[] = {{"qkv4 6144x4096", 6144, 4096, false, 32}, {"o 4096x4096", 4096, 4096, false, 32},
@@ -801,6 +1180,7 @@ int main(int argc, char** argv) {
         q6ka_relay<<<(unsigned)((n / 210 + 255) / 256), 256>>>(m.w6s, (long long)(n / 210));
       }
       else fixhdr<<<1024, 256>>>(m.w, n / 144, 144, 0, 2);
+      m.flag = gFlags + (k * 64 + L) % gNFlags;
       mats[k].push_back(m); bytes[k] += m.w1 ? 2 * n : n;
     }
     shapes[k].n = nm;
@@ -823,9 +1203,28 @@ int main(int argc, char** argv) {
       for (int S : {2, 4}) for (int w : {1, 2}) { Var v{8, 2, S * 10 + 2, w}; v.pfmb = sum; vars.push_back(v); }
     }
   }
+  else if (argc > 1 && strcmp(argv[1], "gq") == 0) {
+    vars = {{0, 0, 0, 0}, {3, 0, 0, 0}, {18, 0, 0, 0}};
+    for (int opw : {4, 8, 16}) for (int un : {1, 2}) vars.push_back({17, opw, un, 0});
+  }
+  else if (argc > 1 && strcmp(argv[1], "x6") == 0) {
+    vars = {{0, 0, 0, 0}, {3, 0, 0, 0}};
+    for (int R : {2, 4}) for (int un : {1, 2}) for (int w : {1, 2, 4, 8}) vars.push_back({10, R, un, w});
+    for (int R : {2, 4}) for (int un : {1, 2}) for (int w : {1, 2, 4, 8}) vars.push_back({16, R, un, w});
+    for (int w : {1, 2, 4, 8}) vars.push_back({16, 8, 1, w});
+  }
+  else if (argc > 1 && strcmp(argv[1], "l2") == 0) {
+    vars = {{0, 0, 0, 0}, {3, 0, 0, 0}};
+    for (int R : {2, 4}) for (int un : {1, 2}) for (int w : {1, 2, 4, 8}) { vars.push_back({10, R, un, w}); vars.push_back({12, R, un, w}); }
+    for (int R : {2, 4, 8}) for (int un : {1, 2}) for (int w : {1, 2, 4, 8}) for (int pf : {0, 1}) vars.push_back({13, R, pf * 10 + un, w});
+  }
   else if (argc > 1 && strcmp(argv[1], "soa") == 0) {
     vars = {{0, 0, 0, 0}, {1, 0, 0, 0}, {3, 0, 0, 0}};
     for (int R : {1, 2, 4}) for (int un : {1, 2}) for (int w : {1, 2, 4, 8}) vars.push_back({10, R, un, w});
+    for (int qx : {0, 1}) {
+      for (int un : {1, 2}) for (int w : {2, 4}) vars.push_back({11, 4, qx * 10 + un, w});
+      for (int un : {1, 2}) for (int w : {2, 4, 8}) vars.push_back({11, 2, qx * 10 + un, w});
+    }
   }
   else if (argc > 1 && strcmp(argv[1], "base") == 0) {
     vars = {{0, 0, 0, 0}, {3, 0, 0, 0}, {2, 4, 2, 1}, {2, 4, 2, 4}, {5, 4, 21, 2}};
@@ -847,6 +1246,71 @@ int main(int argc, char** argv) {
     }
   }
   else for (int R : {1, 2, 4, 8}) for (int CH : {1, 2, 4}) for (int w : {1, 2, 4, 8}) vars.push_back({2, R, CH, w});
+  // mode layer: 32 layers of q/k/v (qkv4), o, gate/up (glu) and down
+  // (down4) in one graph, the step's kernels (gemvq_fused_1, the u2 one
+  // for o and down, x already quantized), optionally with a side stream
+  // that, as each layer starts, prefetches o's weights (po) and the first
+  // gmb MB of gate and up into L2 (l2pf, g blocks of 128 threads, el =
+  // evict_last) while q/k/v and o leave DRAM partly idle; "read-only"
+  // replaces every GEMV by rd over its bytes.
+  // mode prof: one launch each of the kernels to profile (ncu -k regex:k6R|kR):
+  // soa6 R4 un1 w8 and R4 un2 w1 on down6, R4 un1 w2 on out6, kR R4 un2
+  // w2 on down4.
+  if (argc > 1 && strcmp(argv[1], "prof") == 0) {
+    const Var pv[] = {{10, 4, 1, 8}, {10, 4, 2, 1}, {10, 4, 1, 2}, {5, 4, 21, 2}};
+    const int pk[] = {5, 5, 7, 4};
+    for (int i = 0; i < 4; i++) { enqueue(pv[i], mats[pk[i]][0], s); CK(cudaStreamSynchronize(s)); }
+    printf("prof: done\n");
+    return 0;
+  }
+  if (argc > 1 && strcmp(argv[1], "layer") == 0) {
+    cudaStream_t s2; CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    std::vector<cudaEvent_t> evs(33);
+    for (auto& ev : evs) CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    double lb = 0;
+    const int ks[4] = {0, 1, 3, 4};
+    for (int k : ks) lb += bytes[k] / shapes[k].n;
+    struct LV { const char* name; int rd, po, gmb, el, g; };
+    std::vector<LV> lvs = {{"step kernels", 0, 0, 0, 0, 0}, {"read-only", 1, 0, 0, 0, 0}};
+    for (int g : {16, 32, 64}) {
+      lvs.push_back({"pf o", 0, 1, 0, 0, g}); lvs.push_back({"pf o EL", 0, 1, 0, 1, g});
+      for (int mb : {4, 8, 16}) { lvs.push_back({"pf gu", 0, 0, mb, 0, g}); lvs.push_back({"pf gu EL", 0, 0, mb, 1, g}); lvs.push_back({"pf o+gu", 0, 1, mb, 0, g}); lvs.push_back({"pf o+gu EL", 0, 1, mb, 1, g}); }
+    }
+    for (auto& lv : lvs) {
+      cudaGraph_t g; cudaGraphExec_t ge;
+      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      for (int L = 0; L < 32; L++) {
+        const Mat &q = mats[0][L], &o = mats[1][L], &gu = mats[3][L], &dn = mats[4][L];
+        if (lv.po || lv.gmb) {
+          CK(cudaEventRecord(evs[L], s));
+          CK(cudaStreamWaitEvent(s2, evs[L], 0));
+          const long long na = lv.po ? o.rb * o.rows : 0, nb = std::min((long long)lv.gmb << 19, gu.rb * gu.rows);
+          if (lv.el) l2pf<1><<<lv.g, 128, 0, s2>>>(o.w, na, gu.w, gu.w1, nb);
+          else l2pf<0><<<lv.g, 128, 0, s2>>>(o.w, na, gu.w, gu.w1, nb);
+        }
+        const Var v0{lv.rd ? 3 : 0, 0, 0, 0}, vu2{lv.rd ? 3 : 5, 4, 21, 2};
+        enqueue(v0, q, s); enqueue(vu2, o, s); enqueue(v0, gu, s); enqueue(vu2, dn, s);
+      }
+      if (lv.po || lv.gmb) { CK(cudaEventRecord(evs[32], s2)); CK(cudaStreamWaitEvent(s, evs[32], 0)); }
+      CK(cudaStreamEndCapture(s, &g));
+      CK(cudaGraphInstantiateWithFlags(&ge, g, 0));
+      CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
+      float best = 1e30;
+      for (int t = 0; t < 5; t++) {
+        cudaEventRecord(a, s);
+        for (int r = 0; r < 10; r++) CK(cudaGraphLaunch(ge, s));
+        cudaEventRecord(b, s);
+        CK(cudaEventSynchronize(b));
+        float ms_; cudaEventElapsedTime(&ms_, a, b);
+        best = std::min(best, ms_ / 10);
+      }
+      cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
+      const double per = best * 1e-3 / 32;
+      printf("%-12s g%-3d o%d gu %2d MB: %7.2f us per layer, %.3f of D2D\n", lv.name, lv.g, lv.po, lv.gmb, per * 1e6, lb / per / 1e9 / d2d);
+      fflush(stdout);
+    }
+    return 0;
+  }
   // correctness against the baseline, first matrix of each shape (TRACE=1:
   // each variant named before it runs, to find one that faults)
   const bool trace = getenv("TRACE") && strcmp(getenv("TRACE"), "1") == 0;
@@ -859,6 +1323,7 @@ int main(int argc, char** argv) {
     for (auto& v : vars) {
       if (v.kind == 0 || v.kind == 3 || (v.kind == 8 && !v.pfmb)) continue;  // partials only: no y to check
       CK(cudaMemset(m.y, 0xff, 4 * m.rows));
+      CK(cudaMemset(gFlags, 0, 4 * gNFlags));
       if (trace) { printf("trace: %s kind %d R %d CH %d w %d pfmb %d\n", shapes[k].name, v.kind, v.R, v.CH, v.warps, v.pfmb); fflush(stdout); }
       if (!enqueue(v, m, s)) continue;
       CK(cudaStreamSynchronize(s));
@@ -881,6 +1346,12 @@ int main(int argc, char** argv) {
     else if (v.kind == 1) snprintf(nm, 64, "gemvq_q6k_s (rule)");
     else if (v.kind == 3) snprintf(nm, 64, "read-only");
     else if (v.kind == 9) snprintf(nm, 64, "staged6 LDS R4 CH2 w%d", v.warps);
+    else if (v.kind == 17) snprintf(nm, 64, "glu+xq opw%d un%d", v.R, v.CH);
+    else if (v.kind == 18) snprintf(nm, 64, "glu, then gemvq_x");
+    else if (v.kind == 16) snprintf(nm, 64, "soa6 xq R%d un%d w%d", v.R, v.CH, v.warps);
+    else if (v.kind == 12) snprintf(nm, 64, "soa6 L2 R%d un%d w%d", v.R, v.CH, v.warps);
+    else if (v.kind == 13) snprintf(nm, 64, "kR%s R%d un%d w%d", v.CH / 10 ? " L2" : "", v.R, v.CH % 10, v.warps);
+    else if (v.kind == 11) snprintf(nm, 64, "dx%s R%d un%d w%d", v.CH / 10 ? " inx" : " +x", v.R, v.CH % 10, v.warps);
     else if (v.kind == 10) snprintf(nm, 64, "soa6 R%d un%d w%d", v.R, v.CH, v.warps);
     else if (v.kind == 8) snprintf(nm, 64, "parts R%d S%d un%d w%d%s", v.R, v.CH / 10, v.CH % 10, v.warps, v.pfmb ? " +sum" : "");
     else if (v.kind == 7) snprintf(nm, 64, "ring R%d NS%d C%d w%d", v.R, v.CH / 100, v.CH % 100, v.warps);
