@@ -346,10 +346,16 @@ func gemvq6aGeometry(nb, rows, cols int) (name string, blocks, threads int) {
 // default, lets gemvq4Geometry choose. Tests and benchmarks set it.
 var gemvqUnroll = 0
 
-// gemvqU2BlocksPerSM is how many gemvq_fused_u2_1 blocks of 2 warps a
-// multiprocessor holds at once (116 registers a thread with ptxas 11.8:
-// 8 blocks of 64 threads in 64K registers).
-const gemvqU2BlocksPerSM = 8
+// gemvqU2Threads is gemvq_fused_u2_1's block size where gemvq4Geometry
+// picks it for a wave that fits the device.
+const gemvqU2Threads = 64
+
+// gemvqU2BlocksPerSMDefault is how many gemvq_fused_u2_1 blocks of 2
+// warps an H200 multiprocessor holds at once with ptxas 11.8's sm_90
+// cubin (116 registers a thread: 8 blocks of 64 threads in 64K
+// registers); Load asks the driver for the loaded image's figure
+// (Kernels.u2PerSM) and keeps this one only where the query fails.
+const gemvqU2BlocksPerSMDefault = 8
 
 // gemvq4Geometry picks gemvq_fused's variant and grid for groups row
 // groups of cols columns and nb vectors: where nb is 1 and the groups fit
@@ -365,12 +371,12 @@ func (k *Kernels) gemvq4Geometry(nb, groups, cols int) (name string, blocks, thr
 	un := gemvqUnroll
 	if un == 0 {
 		un = 1
-		if nb == 1 && groups <= gemvqU2BlocksPerSM*k.SMs {
+		if nb == 1 && groups <= k.u2BlocksPerSM()*k.SMs {
 			un = 2
 		}
 	}
 	if un == 2 && nb == 1 {
-		threads = 64
+		threads = gemvqU2Threads
 		if gemvqWarps > 0 {
 			threads = 32 * gemvqWarps
 		}
@@ -378,6 +384,19 @@ func (k *Kernels) gemvq4Geometry(nb, groups, cols int) (name string, blocks, thr
 	}
 	blocks, threads = gemvqGeometry(groups, cols)
 	return fmt.Sprintf("gemvq_fused_%d", nb), blocks, threads
+}
+
+// u2BlocksPerSM is how many gemvq_fused_u2_1 blocks one multiprocessor
+// holds at once: the driver's occupancy figure for the loaded image
+// (Load), else gemvqU2BlocksPerSMDefault. The one-wave rule above depends
+// on it: a PTX image the driver JIT-compiles, or another GPU's register
+// file, can hold fewer blocks than the H200's cubin, and a second wave of
+// u2 blocks is what the rule exists to avoid.
+func (k *Kernels) u2BlocksPerSM() int {
+	if k.u2PerSM > 0 {
+		return k.u2PerSM
+	}
+	return gemvqU2BlocksPerSMDefault
 }
 
 // gemvqMixed reports whether q4 (Q4_K) and q6 (Q6_K or Q6KA) outputs of

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
@@ -673,5 +674,69 @@ func TestAttentionDecodeQ(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestU2Occupancy: Load's occupancy figure for gemvq_fused_u2_1 (the
+// one-wave rule of gemvq4Geometry) is the driver's, it falls as blocks
+// grow, and on the H200's sm_90 cubin it is the 8 blocks of 64 threads
+// the rule was measured with (kernels/NOTES.md, GEMV v8); another figure
+// there means the cubin's registers changed and the rule wants
+// re-measuring.
+func TestU2Occupancy(t *testing.T) {
+	d, k := gpu(t)
+	var by [3]int
+	err := d.Do(func(c *cuda.Ctx) error {
+		f, err := k.fn("gemvq_fused_u2_1")
+		if err != nil {
+			return err
+		}
+		for i, th := range []int{64, 128, 256} {
+			if by[i], err = c.MaxActiveBlocks(f, th, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("gemvq_fused_u2_1 blocks a multiprocessor holds (%s): %d of 64 threads, %d of 128, %d of 256", k.Image, by[0], by[1], by[2])
+	if by[0] != k.u2PerSM || k.u2BlocksPerSM() != by[0] {
+		t.Fatalf("Load kept %d (rule uses %d), the driver says %d", k.u2PerSM, k.u2BlocksPerSM(), by[0])
+	}
+	if !(by[0] >= by[1] && by[1] >= by[2] && by[2] >= 1 && by[0] <= 32) {
+		t.Fatalf("occupancy %v: want non-increasing with block size, 1..32", by)
+	}
+	if strings.Contains(k.Image, "cubin") && by[0] != gemvqU2BlocksPerSMDefault {
+		t.Errorf("sm_90 cubin: %d blocks of 64 threads, the rule was measured with %d", by[0], gemvqU2BlocksPerSMDefault)
+	}
+}
+
+// TestGEMVQ4GeometryOccupancy: the one-wave rule takes the two-units
+// kernel only while the row groups fit the device in one wave of the
+// blocks the driver says a multiprocessor holds (the H200 figure where
+// the query failed); host-only, a Kernels of 132 multiprocessors.
+func TestGEMVQ4GeometryOccupancy(t *testing.T) {
+	for _, c := range []struct {
+		perSM, groups int
+		want          string
+	}{
+		{0, 1024, "gemvq_fused_u2_1"}, // o, down of the 8b shape, H200 figure
+		{0, 1056, "gemvq_fused_u2_1"}, // 8 x 132: exactly one wave
+		{0, 1057, "gemvq_fused_1"},
+		{0, 1536, "gemvq_fused_1"}, // q/k/v
+		{4, 1024, "gemvq_fused_1"}, // a JIT image of more registers: two waves
+		{4, 528, "gemvq_fused_u2_1"},
+		{12, 1536, "gemvq_fused_u2_1"},
+	} {
+		k := &Kernels{SMs: 132, u2PerSM: c.perSM}
+		if got, _, _ := k.gemvq4Geometry(1, c.groups, 4096); got != c.want {
+			t.Errorf("%d blocks a multiprocessor, %d groups: %s, want %s", c.perSM, c.groups, got, c.want)
+		}
+	}
+	k := &Kernels{SMs: 132}
+	if got, _, _ := k.gemvq4Geometry(2, 100, 4096); got != "gemvq_fused_2" {
+		t.Errorf("two vectors: %s, want gemvq_fused_2", got)
 	}
 }

@@ -65,8 +65,11 @@ type Kernels struct {
 	// drops it where their outputs overlap the x it came from).
 	xqReaders map[cuda.Function]bool
 	gemvSmem  int // dynamic shared memory GEMV launches may use
-	gemm      gemmState
-	gemvq     gemvqState // quantized-x scratch of the integer GEMV path
+	// u2PerSM is the driver's count of gemvq_fused_u2_1 blocks a
+	// multiprocessor holds (0: unknown; see u2BlocksPerSM).
+	u2PerSM int
+	gemm    gemmState
+	gemvq   gemvqState // quantized-x scratch of the integer GEMV path
 }
 
 // Load loads the embedded kernels for c's device — the sm_90 cubins on a
@@ -136,6 +139,13 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 			}
 		}
 		k.gemvSmem = gemvSharedLimit
+	}
+	if f, ok := k.fns["gemvq_fused_u2_1"]; ok {
+		// A failed query keeps the H200 figure (u2BlocksPerSM): the choice
+		// it feeds is a speed one, never a correctness one.
+		if n, err := c.MaxActiveBlocks(f, gemvqU2Threads, 0); err == nil && n > 0 {
+			k.u2PerSM = n
+		}
 	}
 	return k, nil
 }

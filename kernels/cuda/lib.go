@@ -46,6 +46,7 @@ type driver struct {
 	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventSynchronize            uintptr
 	cuEventElapsedTime, cuEventQuery                                            uintptr
 	cuModuleLoadDataEx, cuModuleUnload, cuModuleGetFunction, cuFuncSetAttribute uintptr
+	cuOccupancyMaxActiveBlocksPerMultiprocessor                                 uintptr
 	cuLaunchKernel                                                              uintptr
 	cuLaunchKernelEx                                                            uintptr // optional: CUDA 11.8+
 	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate, cuGraphLaunch uintptr
@@ -133,6 +134,7 @@ func load() error {
 		{&drv.cuModuleUnload, "cuModuleUnload"},
 		{&drv.cuModuleGetFunction, "cuModuleGetFunction"},
 		{&drv.cuFuncSetAttribute, "cuFuncSetAttribute"},
+		{&drv.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor"},
 		{&drv.cuLaunchKernel, "cuLaunchKernel"},
 		{&drv.cuStreamBeginCapture, "cuStreamBeginCapture_v2"},
 		{&drv.cuStreamEndCapture, "cuStreamEndCapture"},

@@ -81,6 +81,19 @@ func (c *Ctx) SetAttribute(f Function, attr, value int) error {
 	return check("cuFuncSetAttribute", call(drv.cuFuncSetAttribute, uintptr(f), uintptr(attr), uintptr(value)))
 }
 
+// MaxActiveBlocks is how many blocks of threads threads (and smem bytes
+// of dynamic shared memory) of f one multiprocessor holds at once
+// (cuOccupancyMaxActiveBlocksPerMultiprocessor): what f's registers,
+// shared memory and block size allow, as compiled for this device.
+func (c *Ctx) MaxActiveBlocks(f Function, threads, smem int) (int, error) {
+	var n int32
+	if err := check("cuOccupancyMaxActiveBlocksPerMultiprocessor", call(drv.cuOccupancyMaxActiveBlocksPerMultiprocessor,
+		uintptr(unsafe.Pointer(&n)), uintptr(f), uintptr(threads), uintptr(smem))); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
 // maxArgs is the most kernel parameters Args holds.
 const maxArgs = 32
 
