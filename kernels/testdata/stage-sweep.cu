@@ -29,6 +29,9 @@
 // gq = gate/up quantizing down's x itself, one 64-block of outputs per
 // block (kgq), against gate/up then gemvq_x;
 // prof = one launch each of four kernels, for ncu (h200-ncu-q6ka.txt);
+// mlp = 32 layers of gate/up + down as the step launches them (gate/up,
+// gemvq_x, down) against kmlp, the three as one persistent launch with
+// grid barriers (-mlp.txt: correct, 50.1 µs a layer against 29.2);
 // (regs, removed: k6R and kR under __launch_bounds__(256, 3..6), the
 // register caps, -regs.txt);
 // none = every staged variant (h200-stage-sweep1.txt); quick = the
@@ -746,6 +749,97 @@ __global__ void __launch_bounds__(256) kdx(const uint8_t* W, long long rb, float
   gemv_rows_store<R, 1>(acc, red, nw, R, GLU_PLAIN, row0, rows, Y);
 }
 
+// kmlp: a layer's MLP (gate/up, down's x, down; Q4_K) as one persistent
+// launch of 2 blocks a multiprocessor instead of three launches. Phase A:
+// warp w takes outputs w, w + NW, ... of gate/up (its lanes over a row's
+// units, all four units of both rows loaded at once) and writes
+// act(gate) * up to H. Grid barrier (arrival counter bar[0], each block's
+// thread 0 after a fence; every block spins until all arrived), then warps
+// 0..223 quantize H's 64-blocks into XQ2 (quant64, put64), barrier bar[1],
+// then phase C: warp w takes down's rows w, w + NW, ..., its lanes over a
+// row's units with UN in flight along the whole run of its rows; the first
+// UN loads of phase C are issued before the barriers (weights are no
+// phase's output). bar is zeroed before the chain.
+__device__ __forceinline__ void grid_barrier(int* bar) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    atomicAdd(bar, 1);
+    while (ld_acquire(bar) < (int)gridDim.x) __nanosleep(20);
+  }
+  __syncthreads();
+}
+template <int UN>
+__global__ void __launch_bounds__(256, 2) kmlp(const uint8_t* Wg, const uint8_t* Wu, long long rbg, int hid, int dim,
+                                                const uint8_t* XQ, float* H, uint8_t* XQ2, const uint8_t* Wd, long long rbd,
+                                                float* Y, int* bar) {
+  const int lane = threadIdx.x & 31;
+  const int gw = (int)(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)), NW = (int)(gridDim.x * (blockDim.x >> 5));
+  const int nua = dim >> 5;    // gate/up units per row (128 at 4096)
+  const int nuc = hid >> 5;    // down units per row (448 at 14336)
+  const int upl = nuc >> 5;    // down units per lane per row (nuc % 32 == 0)
+  const int nrc = gw < dim ? (dim - 1 - gw) / NW + 1 : 0;  // down rows of this warp
+  const int nf = nrc * upl;    // its (row, unit) steps
+  // phase C's first UN steps, before anything waits
+  QW4 wc[UN];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (j < nf) wc[j].load(Wd + (long long)(gw + (j / upl) * NW) * rbd, lane + 32 * (j % upl));
+  pdl_trigger();
+  pdl_wait();
+  // phase A
+  for (int o = gw; o < hid; o += NW) {
+    const uint8_t* g = Wg + (long long)o * rbg;
+    const uint8_t* u = Wu + (long long)o * rbg;
+    QW4 a[4], b[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+      if (lane + 32 * j < nua) { a[j].load(g, lane + 32 * j); b[j].load(u, lane + 32 * j); }
+    float ag = 0.0f, au = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+      if (lane + 32 * j < nua) {
+        QXU x;
+        x.load(XQ, dim, lane + 32 * j);
+        a[j].dot(lane + 32 * j, x, ag);
+        b[j].dot(lane + 32 * j, x, au);
+      }
+    ag = warp_sum(ag);
+    au = warp_sum(au);
+    if (lane == 0) H[o] = glu_act(GLU_SWIGLU, ag, au);
+  }
+  grid_barrier(bar);
+  for (int blk = gw; blk < (hid >> 6); blk += NW) {
+    const float2 v = *reinterpret_cast<const float2*>(H + 64 * blk + 2 * lane);
+    int q0, q1, sum;
+    float sx;
+    quant64(v, q0, q1, sx, sum);
+    put64(XQ2, hid, blk, lane, q0, q1, sx, sum);
+  }
+  grid_barrier(bar + 1);
+  // phase C: steps f = 0..nf-1, row gw + (f / upl) * NW, unit lane + 32 * (f % upl)
+  float acc = 0.0f;
+  for (int f = 0; f < nf; f += UN) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int fj = f + j;
+      if (fj < nf) {
+        const int uu = lane + 32 * (fj % upl);
+        QXUp x;
+        x.load(XQ2, hid, uu);
+        wc[j].dot(uu, x, acc);
+        const int fn = fj + UN;
+        if (fn < nf) wc[j].load(Wd + (long long)(gw + (fn / upl) * NW) * rbd, lane + 32 * (fn % upl));
+        if (fj % upl == upl - 1) {  // the row's last step
+          const float t = warp_sum(acc);
+          if (lane == 0) Y[gw + (fj / upl) * NW] = t;
+          acc = 0.0f;
+        }
+      }
+    }
+  }
+}
+
 // The consumer's extra work, timed as a launch of its own in the "+sum"
 // rows: y = sum over the S partials in split order (the step would do it
 // inside the residual add it already launches).
@@ -1261,6 +1355,68 @@ int main(int argc, char** argv) {
     const int pk[] = {5, 5, 7, 4};
     for (int i = 0; i < 4; i++) { enqueue(pv[i], mats[pk[i]][0], s); CK(cudaStreamSynchronize(s)); }
     printf("prof: done\n");
+    return 0;
+  }
+  // mode mlp: 32 layers of gate/up + down (Q4_K, x of gate/up already
+  // quantized) as the step launches them (gate/up, gemvq_x, down's u2
+  // kernel) against kmlp, one persistent launch a layer.
+  if (argc > 1 && strcmp(argv[1], "mlp") == 0) {
+    float* H; CK(cudaMalloc(&H, 4 * 14336));
+    int* bars; CK(cudaMalloc(&bars, 4 * 64));
+    const int G = 2 * SMS;
+    double lb = 0;
+    for (int k : {3, 4}) lb += bytes[k] / shapes[k].n;
+    // correctness: kmlp's Y against the three launches' on layer 0
+    {
+      const Mat &gu = mats[3][0], &dn = mats[4][0];
+      std::vector<float> y0(4096), y1(4096);
+      enqueue(Var{18, 0, 0, 0}, gu, s);
+      launchS(kR<4, 2, 1>, 1024, 64, 0, s, (const uint8_t*)dn.w, dn.rb, dn.y, 4096, 14336, (const uint8_t*)gXQd, gP, gCnt);
+      CK(cudaStreamSynchronize(s));
+      CK(cudaMemcpy(y0.data(), dn.y, 4 * 4096, cudaMemcpyDeviceToHost));
+      for (int un : {2, 4}) {
+        CK(cudaMemset(bars, 0, 4 * 64)); CK(cudaMemset(dn.y, 0xff, 4 * 4096));
+        if (un == 2) launchS(kmlp<2>, G, 256, 0, s, (const uint8_t*)gu.w, (const uint8_t*)gu.w1, gu.rb, 14336, 4096, (const uint8_t*)gXQ[0], H, gXQd, (const uint8_t*)dn.w, dn.rb, dn.y, bars);
+        else launchS(kmlp<4>, G, 256, 0, s, (const uint8_t*)gu.w, (const uint8_t*)gu.w1, gu.rb, 14336, 4096, (const uint8_t*)gXQ[0], H, gXQd, (const uint8_t*)dn.w, dn.rb, dn.y, bars);
+        CK(cudaStreamSynchronize(s));
+        CK(cudaMemcpy(y1.data(), dn.y, 4 * 4096, cudaMemcpyDeviceToHost));
+        double e = 0, n2 = 0;
+        for (int i = 0; i < 4096; i++) { e += (y1[i] - y0[i]) * (double)(y1[i] - y0[i]); n2 += y0[i] * (double)y0[i]; }
+        printf("check mlp un%d: nmse %.3g\n", un, e / n2);
+      }
+    }
+    for (int variant = 0; variant < 3; variant++) {
+      cudaGraph_t g; cudaGraphExec_t ge;
+      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      if (variant) CK(cudaMemsetAsync(bars, 0, 4 * 64, s));
+      for (int L = 0; L < 32; L++) {
+        const Mat &gu = mats[3][L], &dn = mats[4][L];
+        if (variant == 0) {
+          enqueue(Var{18, 0, 0, 0}, gu, s);
+          launchS(kR<4, 2, 1>, 1024, 64, 0, s, (const uint8_t*)dn.w, dn.rb, dn.y, 4096, 14336, (const uint8_t*)gXQd, gP, gCnt);
+        } else if (variant == 1) {
+          launchS(kmlp<2>, G, 256, 0, s, (const uint8_t*)gu.w, (const uint8_t*)gu.w1, gu.rb, 14336, 4096, (const uint8_t*)gXQ[0], H, gXQd, (const uint8_t*)dn.w, dn.rb, dn.y, bars + 2 * L);
+        } else {
+          launchS(kmlp<4>, G, 256, 0, s, (const uint8_t*)gu.w, (const uint8_t*)gu.w1, gu.rb, 14336, 4096, (const uint8_t*)gXQ[0], H, gXQd, (const uint8_t*)dn.w, dn.rb, dn.y, bars + 2 * L);
+        }
+      }
+      CK(cudaStreamEndCapture(s, &g));
+      CK(cudaGraphInstantiateWithFlags(&ge, g, 0));
+      CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
+      float best = 1e30;
+      for (int t = 0; t < 5; t++) {
+        cudaEventRecord(a, s);
+        for (int r = 0; r < 10; r++) CK(cudaGraphLaunch(ge, s));
+        cudaEventRecord(b, s);
+        CK(cudaEventSynchronize(b));
+        float ms_; cudaEventElapsedTime(&ms_, a, b);
+        best = std::min(best, ms_ / 10);
+      }
+      cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
+      const double per = best * 1e-3 / 32;
+      printf("%-34s %7.2f us per layer, %.3f of D2D\n", variant == 0 ? "gate/up, gemvq_x, down (the step)" : (variant == 1 ? "kmlp un2" : "kmlp un4"), per * 1e6, lb / per / 1e9 / d2d);
+      fflush(stdout);
+    }
     return 0;
   }
   if (argc > 1 && strcmp(argv[1], "layer") == 0) {
