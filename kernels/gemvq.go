@@ -235,6 +235,9 @@ func (k *Kernels) gemvqLaunch(c *cuda.Ctx, s cuda.Stream, what string, x, xq cud
 			}
 		}
 	}
+	if k.readOnlySink != 0 {
+		return k.gemvqReadOnly(c, s, what, nb, mode, q4, q6)
+	}
 	if k.gemvqMixed(nb, mode, q4, q6) {
 		return k.gemvqMixedLaunch(c, s, what, xq, q4, q6[0])
 	}

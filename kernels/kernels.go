@@ -68,8 +68,11 @@ type Kernels struct {
 	// u2PerSM is the driver's count of gemvq_fused_u2_1 blocks a
 	// multiprocessor holds (0: unknown; see u2BlocksPerSM).
 	u2PerSM int
-	gemm    gemmState
-	gemvq   gemvqState // quantized-x scratch of the integer GEMV path
+	// readOnlySink, while set, turns the integer GEMV launches into
+	// read_xor launches (SetGEMVReadOnly).
+	readOnlySink cuda.DevPtr
+	gemm         gemmState
+	gemvq        gemvqState // quantized-x scratch of the integer GEMV path
 }
 
 // Load loads the embedded kernels for c's device — the sm_90 cubins on a

@@ -626,6 +626,17 @@ func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
 		Metric{Key: "step_gbps", Label: fmt.Sprintf("decode step on the device (%.3f ms)", ms(prof.Device)),
 			Value: stepBW, Unit: "GB/s", Ratio: ratioTo(stepBW, d2d, d2dDesc)},
 	)
+	if prof.GEMVReadOnly > 0 {
+		roBW := float64(prof.WeightBytes) / prof.GEMVReadOnly.Seconds() / 1e9
+		res.Metrics = append(res.Metrics,
+			Metric{Key: "gemv_readonly_gbps", Label: fmt.Sprintf("  read-only ceiling of the GEMVs' launches (each only reads its matrices, %.3f ms)", ms(prof.GEMVReadOnly)),
+				Value: roBW, Unit: "GB/s", Ratio: ratioTo(roBW, d2d, d2dDesc)},
+			Metric{Key: "gemv_vs_readonly", Label: "  GEMV effective bandwidth against that ceiling",
+				Value: gemvBW, Unit: "GB/s", Ratio: ratioTo(gemvBW, roBW, fmt.Sprintf("read-only %.0f GB/s", roBW))})
+		res.Notes = append(res.Notes, "read-only ceiling: the step's GEMV launch sequence, replayed from a graph with each integer GEMV "+
+			"launch replaced by one that only streams its matrices (kernels.SetGEMVReadOnly: read_xor, 4 loads in flight a thread, the first before "+
+			"the wait; down's x launch kept) — what these launches reach on this device when they compute nothing")
+	}
 	for _, kp := range prof.GEMVKinds {
 		bw := float64(kp.Bytes) / kp.Time.Seconds() / 1e9
 		res.Metrics = append(res.Metrics, Metric{Key: "gemv_gbps_" + strings.NewReplacer("/", "", " ", "_").Replace(kp.Name),

@@ -490,6 +490,12 @@ type StepProfile struct {
 	// WeightBytes ÷ GEMV is their effective bandwidth.
 	GEMV        time.Duration
 	WeightBytes int64
+	// GEMVReadOnly is GEMV's launch sequence with every GEMV launch
+	// replaced by one that only reads its matrices
+	// (kernels.SetGEMVReadOnly; down's x quantization still runs): the
+	// ceiling of that sequence on this device, launch gaps and ramps
+	// included. Zero where the step's GEMVs are not the integer ones.
+	GEMVReadOnly time.Duration
 	// GEMVKinds splits GEMV by kind: each kind's launches for every layer
 	// (the output projection alone), back to back in a graph of their own.
 	GEMVKinds []GEMVKindProfile
@@ -630,6 +636,21 @@ func (m *Model) ProfileDecodeStep(ctx context.Context, iters int) (*StepProfile,
 		}
 		for i, kd := range kinds {
 			if prof.GEMVKinds[i].Time, err = gemvTime(kd.kind); err != nil {
+				return err
+			}
+		}
+		if kernels.FastGEMV() {
+			sink, err := c.Alloc(4 * int64(m.k.ReadXORBlocks()))
+			if err != nil {
+				return err
+			}
+			m.k.SetGEMVReadOnly(sink)
+			prof.GEMVReadOnly, err = gemvTime(gemvAll)
+			m.k.SetGEMVReadOnly(0)
+			if ferr := c.Free(sink); err == nil {
+				err = ferr
+			}
+			if err != nil {
 				return err
 			}
 		}
