@@ -634,8 +634,8 @@ func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
 			Metric{Key: "gemv_vs_readonly", Label: "  GEMV effective bandwidth against that ceiling",
 				Value: gemvBW, Unit: "GB/s", Ratio: ratioTo(gemvBW, roBW, fmt.Sprintf("read-only %.0f GB/s", roBW))})
 		res.Notes = append(res.Notes, "read-only ceiling: the step's GEMV launch sequence, replayed from a graph with each integer GEMV "+
-			"launch replaced by one that only streams its matrices (kernels.SetGEMVReadOnly: read_xor, 4 loads in flight a thread, the first before "+
-			"the wait; down's x launch kept) — what these launches reach on this device when they compute nothing")
+			"launch replaced by one that only streams its matrices (kernels.SetGEMVReadOnly: read_xor, every thread slot of every multiprocessor, "+
+			"4 loads in flight a thread, the first before the wait; down's x launch kept) — what these launches reach on this device when they compute nothing")
 	}
 	for _, kp := range prof.GEMVKinds {
 		bw := float64(kp.Bytes) / kp.Time.Seconds() / 1e9

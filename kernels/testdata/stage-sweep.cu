@@ -29,6 +29,10 @@
 // gq = gate/up quantizing down's x itself, one 64-block of outputs per
 // block (kgq), against gate/up then gemvq_x;
 // prof = one launch each of four kernels, for ncu (h200-ncu-q6ka.txt);
+// ring4 = Q4_K with each thread's next D units in flight through a private
+// shared-memory ring (kRing; -ring4.txt); layer with NOPF=1 = the layer
+// chain against rdn, read-only launches of 2-16 blocks a multiprocessor
+// and 2-8 loads in flight a thread (-layer2.txt);
 // mlp = 32 layers of gate/up + down as the step launches them (gate/up,
 // gemvq_x, down) against kmlp, the three as one persistent launch with
 // grid barriers (-mlp.txt: correct, 50.1 µs a layer against 29.2);
@@ -52,13 +56,18 @@
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); exit(1);} } while (0)
 
-// cp_async16 and cp_async_commit are gemvq.cu's; cpwait takes any depth to 3.
+// cp_async16 and cp_async_commit are gemvq.cu's; cpwait takes any depth to 7
+// (it took 0-3 until the ring4 run, whose D4 and D6 rows therefore waited
+// for nothing: the MISMATCH in -ring4.txt).
 __device__ __forceinline__ void cpwait(int n) {
   switch (n) {
   case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
   case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
   case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
   case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+  case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+  case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+  case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
   default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
   }
 }
@@ -888,6 +897,93 @@ __global__ void __launch_bounds__(256) rd(const uint4* p, long long n, unsigned*
   if (a == 0x12345678u) out[0] = a;
 }
 
+// rdn: read-only over one or two ranges in one launch (gate and up as
+// the GLU kernel reads them), NL loads in flight a thread, rolling, the
+// first NL before the wait; the layer mode's ceiling variants.
+template <int NL>
+__global__ void __launch_bounds__(256) rdn(const uint4* p0, long long n0, const uint4* p1, long long n1, unsigned* out) {
+  const long long n = n0 + n1, stride = (long long)gridDim.x * blockDim.x;
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  auto at = [&](long long j) -> const uint4* { return j < n0 ? p0 + j : p1 + (j - n0); };
+  uint32_t acc = 0;
+  uint4 v[NL];
+#pragma unroll
+  for (int k = 0; k < NL; k++)
+    if (i + k * stride < n) v[k] = ld_stream(at(i + k * stride));
+  pdl_trigger();
+  pdl_wait();
+  for (; i < n; i += NL * stride) {
+#pragma unroll
+    for (int k = 0; k < NL; k++) {
+      const long long j = i + k * stride;
+      if (j < n) {
+        acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
+        if (j + NL * stride < n) v[k] = ld_stream(at(j + NL * stride));
+      }
+    }
+  }
+  if (acc == 0x12345678u) out[0] = acc;
+}
+
+// kRing: gemvq_fused_1's plain structure (Q4_K, R rows a block, warps
+// over a row's units) with each thread's next D units of weights in
+// flight through a private ring of D + 1 shared-memory slots (cp.async,
+// 16 bytes of header and 16 of quants per row and unit; the slot a unit
+// is copied into is the one consumed an iteration before, so no copy
+// lands on data still being read), not in registers: the bytes in flight
+// a multiprocessor holds are then bounded by shared memory (228 KB), not
+// by the register file, which the read-only chains (mode layer, rdn)
+// showed is what the GEMVs lack. Dynamic shared memory: (D + 1) * R * 2
+// uint4 a thread.
+template <int R, int D>
+__global__ void __launch_bounds__(256) kRing(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
+  extern __shared__ uint4 ring[];
+  __shared__ float red[8 * R];
+  const int T = blockDim.x, nw = T >> 5;
+  const int row0 = blockIdx.x * R;
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
+  const int nunits = cols >> 5;
+  const int u0 = (int)threadIdx.x;
+  auto slot = [&](int d, int r, int half) { return ring + (((d * R + r) * 2 + half) * T + threadIdx.x); };
+  auto issue = [&](int d, int uu) {
+    if (uu < nunits) {
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const uint8_t* b = rp[r] + (long long)(uu >> 3) * 144;
+        cp_async16(slot(d, r, 0), reinterpret_cast<const uint4*>(b));
+        cp_async16(slot(d, r, 1), reinterpret_cast<const uint4*>(b + 16 + 16 * (uu & 7)));
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int d = 0; d < D; d++) issue(d, u0 + d * T);
+  pdl_trigger();
+  pdl_wait();
+  for (int k = 0; u0 + k * T < nunits; k++) {
+    const int uu = u0 + k * T, d = k % (D + 1);
+    issue((k + D) % (D + 1), uu + D * T);
+    cpwait(D);  // every group but the D newest: unit k's has landed
+    QW4 w[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      w[r].h = *slot(d, r, 0);
+      w[r].q = *slot(d, r, 1);
+    }
+    QXU x;
+    x.load(XQ, cols, uu);
+#pragma unroll
+    for (int r = 0; r < R; r++) w[r].dot(uu, x, acc[r][0]);
+  }
+  cpwait(0);
+  gemv_rows_store<R, 1>(acc, red, nw, R, GLU_PLAIN, row0, rows, Y);
+}
+
 __global__ void fill(uint8_t* p, size_t n, uint32_t seed) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n / 4; i += (size_t)gridDim.x * blockDim.x) {
     uint32_t h = (uint32_t)i * 2654435761u ^ seed;
@@ -1138,6 +1234,19 @@ static bool enqueue(const Var& v, const Mat& m, cudaStream_t s) {
     launchS(gemvq_x, (m.rows / 64 + 7) / 8, 256, 0, s, (const float*)m.y, m.rows, 1, gXQd);
     return true;
   }
+  case 19: {  // kRing<R, D = CH>, warps
+    if (m.q6 || m.w1) return false;
+    void (*f)(const uint8_t*, long long, float*, int, int, const uint8_t*) = nullptr;
+#define KG(RR, DD) if (v.R == RR && v.CH == DD) f = kRing<RR, DD>;
+    KG(4, 1) KG(4, 2) KG(4, 3) KG(4, 4) KG(2, 2) KG(2, 4) KG(2, 6) KG(4, 6)
+#undef KG
+    if (!f) return false;
+    const int smem = (v.CH + 1) * v.R * 2 * 16 * 32 * v.warps;
+    static bool set[8][8];
+    if (!set[v.R][v.CH]) { CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024)); set[v.R][v.CH] = true; }
+    launchS(f, (m.rows + v.R - 1) / v.R, 32 * v.warps, smem, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq);
+    return true;
+  }
   case 3:
     launchS(rd, SMS * 4, 256, 0, s, (const uint4*)m.w, (long long)(m.rb * m.rows / 16), gOut);
     if (m.w1) launchS(rd, SMS * 4, 256, 0, s, (const uint4*)m.w1, (long long)(m.rb * m.rows / 16), gOut);
@@ -1297,6 +1406,12 @@ int main(int argc, char** argv) {
       for (int S : {2, 4}) for (int w : {1, 2}) { Var v{8, 2, S * 10 + 2, w}; v.pfmb = sum; vars.push_back(v); }
     }
   }
+  else if (argc > 1 && strcmp(argv[1], "ring4") == 0) {
+    vars = {{0, 0, 0, 0}, {3, 0, 0, 0}, {5, 4, 21, 2}, {5, 4, 11, 2}};
+    for (int d : {1, 2, 3, 4}) for (int w : {1, 2, 4, 8}) vars.push_back({19, 4, d, w});
+    for (int d : {2, 4, 6}) for (int w : {1, 2, 4}) vars.push_back({19, 2, d, w});
+    for (int w : {1, 2}) vars.push_back({19, 4, 6, w});
+  }
   else if (argc > 1 && strcmp(argv[1], "gq") == 0) {
     vars = {{0, 0, 0, 0}, {3, 0, 0, 0}, {18, 0, 0, 0}};
     for (int opw : {4, 8, 16}) for (int un : {1, 2}) vars.push_back({17, opw, un, 0});
@@ -1428,7 +1543,10 @@ int main(int argc, char** argv) {
     for (int k : ks) lb += bytes[k] / shapes[k].n;
     struct LV { const char* name; int rd, po, gmb, el, g; };
     std::vector<LV> lvs = {{"step kernels", 0, 0, 0, 0, 0}, {"read-only", 1, 0, 0, 0, 0}};
+    // read-only, one launch a GEMV (gate and up together): rd = 10 + NL, g = blocks a multiprocessor
+    for (int nl : {2, 4, 8}) for (int g : {2, 4, 8, 16}) lvs.push_back({"rdn", 10 + nl, 0, 0, 0, g});
     for (int g : {16, 32, 64}) {
+      if (getenv("NOPF")) break;
       lvs.push_back({"pf o", 0, 1, 0, 0, g}); lvs.push_back({"pf o EL", 0, 1, 0, 1, g});
       for (int mb : {4, 8, 16}) { lvs.push_back({"pf gu", 0, 0, mb, 0, g}); lvs.push_back({"pf gu EL", 0, 0, mb, 1, g}); lvs.push_back({"pf o+gu", 0, 1, mb, 0, g}); lvs.push_back({"pf o+gu EL", 0, 1, mb, 1, g}); }
     }
@@ -1443,6 +1561,15 @@ int main(int argc, char** argv) {
           const long long na = lv.po ? o.rb * o.rows : 0, nb = std::min((long long)lv.gmb << 19, gu.rb * gu.rows);
           if (lv.el) l2pf<1><<<lv.g, 128, 0, s2>>>(o.w, na, gu.w, gu.w1, nb);
           else l2pf<0><<<lv.g, 128, 0, s2>>>(o.w, na, gu.w, gu.w1, nb);
+        }
+        if (lv.rd > 10) {
+          for (const Mat* mm : {&q, &o, &gu, &dn}) {
+            const long long n = mm->rb * mm->rows / 16;
+            const uint4* p1 = mm->w1 ? (const uint4*)mm->w1 : nullptr;
+            auto f = lv.rd == 12 ? rdn<2> : (lv.rd == 14 ? rdn<4> : rdn<8>);
+            launchS(f, SMS * lv.g, 256, 0, s, (const uint4*)mm->w, n, p1, mm->w1 ? n : 0LL, gOut);
+          }
+          continue;
         }
         const Var v0{lv.rd ? 3 : 0, 0, 0, 0}, vu2{lv.rd ? 3 : 5, 4, 21, 2};
         enqueue(v0, q, s); enqueue(vu2, o, s); enqueue(v0, gu, s); enqueue(vu2, dn, s);
@@ -1462,7 +1589,8 @@ int main(int argc, char** argv) {
       }
       cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
       const double per = best * 1e-3 / 32;
-      printf("%-12s g%-3d o%d gu %2d MB: %7.2f us per layer, %.3f of D2D\n", lv.name, lv.g, lv.po, lv.gmb, per * 1e6, lb / per / 1e9 / d2d);
+      if (lv.rd > 10) printf("rdn nl%d      g%-3d (4 launches):  %7.2f us per layer, %.3f of D2D\n", lv.rd - 10, lv.g, per * 1e6, lb / per / 1e9 / d2d);
+      else printf("%-12s g%-3d o%d gu %2d MB: %7.2f us per layer, %.3f of D2D\n", lv.name, lv.g, lv.po, lv.gmb, per * 1e6, lb / per / 1e9 / d2d);
       fflush(stdout);
     }
     return 0;
@@ -1502,6 +1630,7 @@ int main(int argc, char** argv) {
     else if (v.kind == 1) snprintf(nm, 64, "gemvq_q6k_s (rule)");
     else if (v.kind == 3) snprintf(nm, 64, "read-only");
     else if (v.kind == 9) snprintf(nm, 64, "staged6 LDS R4 CH2 w%d", v.warps);
+    else if (v.kind == 19) snprintf(nm, 64, "ring R%d D%d w%d", v.R, v.CH, v.warps);
     else if (v.kind == 17) snprintf(nm, 64, "glu+xq opw%d un%d", v.R, v.CH);
     else if (v.kind == 18) snprintf(nm, 64, "glu, then gemvq_x");
     else if (v.kind == 16) snprintf(nm, 64, "soa6 xq R%d un%d w%d", v.R, v.CH, v.warps);
