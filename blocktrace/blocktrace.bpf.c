@@ -63,6 +63,7 @@ struct devstats {
 	__u64 ios[OPS];     // requests completed in full
 	__u64 bytes[OPS];   // bytes completed (partial completions included)
 	__u64 errors;       // completions with a non-zero blk_status_t
+	__u64 untimed[OPS]; // ios whose issue the tracer has no record of
 	__u64 hist[OPS][SLOTS];
 };
 
@@ -141,10 +142,14 @@ int BPF_PROG(block_rq_complete, struct request *rq, unsigned char error, unsigne
 {
 	__u64 key = (__u64)rq;
 	struct issued *in = bpf_map_lookup_elem(&inflight, &key);
-	if (!in)
-		return 0; // issued before the tracer attached
-	__u32 dev = in->dev;
-	__u32 op = in->op;
+	// Without the issue's record (the request was issued before the
+	// tracer attached, or the record was lost: a hash map update from a
+	// tracing program fails with -EBUSY when it interrupts another update
+	// of the same map on its CPU, which happens under concurrent I/O) the
+	// completion is still counted, from the request itself, but not
+	// timed: counting only what was recorded at issue lost whole requests.
+	__u32 dev = in ? in->dev : devof(rq);
+	__u32 op = in ? in->op : opof(rq->cmd_flags);
 	if (op >= OPS)
 		return 0;
 	struct devstats *st = bpf_map_lookup_elem(&stats, &dev);
@@ -166,8 +171,12 @@ int BPF_PROG(block_rq_complete, struct request *rq, unsigned char error, unsigne
 	// completions of the same request follow.
 	if (nr_bytes < rq->__data_len)
 		return 0;
-	__u64 us = (bpf_ktime_get_ns() - in->issued_ns) / 1000;
 	st->ios[op]++;
+	if (!in) {
+		st->untimed[op]++;
+		return 0;
+	}
+	__u64 us = (bpf_ktime_get_ns() - in->issued_ns) / 1000;
 	st->hist[op][log2_slot(us)]++;
 	bpf_map_delete_elem(&inflight, &key);
 	return 0;

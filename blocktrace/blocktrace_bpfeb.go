@@ -14,11 +14,12 @@ import (
 )
 
 type blocktraceDevstats struct {
-	_      structs.HostLayout
-	Ios    [3]uint64
-	Bytes  [3]uint64
-	Errors uint64
-	Hist   [3][32]uint64
+	_       structs.HostLayout
+	Ios     [3]uint64
+	Bytes   [3]uint64
+	Errors  uint64
+	Untimed [3]uint64
+	Hist    [3][32]uint64
 }
 
 type blocktraceIssued struct {

@@ -111,12 +111,17 @@ type OpStats struct {
 	IOs uint64 `json:"ios"`
 	// Bytes is the number of bytes completed, partial completions included.
 	Bytes uint64 `json:"bytes"`
-	// Latency is the issue-to-completion histogram of the IOs.
+	// Latency is the issue-to-completion histogram of the IOs the tracer
+	// saw issued; Untimed counts the others (issued before it attached,
+	// or whose issue record the kernel refused under concurrent I/O):
+	// Latency.Count() + Untimed == IOs.
 	Latency Histogram `json:"latency_log2_us"`
+	Untimed uint64    `json:"untimed,omitempty"`
 }
 
 func (s OpStats) sub(o OpStats) OpStats {
-	return OpStats{IOs: s.IOs - min(s.IOs, o.IOs), Bytes: s.Bytes - min(s.Bytes, o.Bytes), Latency: s.Latency.sub(o.Latency)}
+	return OpStats{IOs: s.IOs - min(s.IOs, o.IOs), Bytes: s.Bytes - min(s.Bytes, o.Bytes), Latency: s.Latency.sub(o.Latency),
+		Untimed: s.Untimed - min(s.Untimed, o.Untimed)}
 }
 
 // Device is what the tracer counted for one whole disk since it started.
@@ -153,6 +158,14 @@ type Snapshot struct {
 	// Taken is when the counters were read.
 	Taken   time.Time `json:"taken"`
 	Devices []Device  `json:"devices"`
+	// Missed is how many tracepoint hits the kernel did not run the
+	// tracer's programs for since it started (their recursion misses: a
+	// completion that arrives on a CPU while the program is already
+	// running there, say in an interrupt on top of a softirq completion,
+	// is dropped, not queued), so the counters can fall short of the
+	// device's by that many requests; 0 where the kernel does not report
+	// it (before 5.12).
+	Missed uint64 `json:"missed,omitempty"`
 }
 
 // Device returns one device's counters (zero when it did no I/O).

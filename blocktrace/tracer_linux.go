@@ -92,6 +92,7 @@ func (t *Tracer) Snapshot() (Snapshot, error) {
 			for op := range numOps {
 				d.Ops[op].IOs += c.Ios[op]
 				d.Ops[op].Bytes += c.Bytes[op]
+				d.Ops[op].Untimed += c.Untimed[op]
 				for i := range Slots {
 					d.Ops[op].Latency[i] += c.Hist[op][i]
 				}
@@ -110,6 +111,11 @@ func (t *Tracer) Snapshot() (Snapshot, error) {
 		return Snapshot{}, fmt.Errorf("blocktrace: reading counters: %w", err)
 	}
 	s.Taken = time.Now()
+	for _, p := range []*ebpf.Program{t.objs.BlockRqIssue, t.objs.BlockRqComplete} {
+		if st, err := p.Stats(); err == nil {
+			s.Missed += st.RecursionMisses
+		}
+	}
 	sort.Slice(s.Devices, func(i, j int) bool {
 		a, b := s.Devices[i].Dev, s.Devices[j].Dev
 		return a.Major < b.Major || a.Major == b.Major && a.Minor < b.Minor
