@@ -29,6 +29,7 @@
 // gq = gate/up quantizing down's x itself, one 64-block of outputs per
 // block (kgq), against gate/up then gemvq_x;
 // prof = one launch each of four kernels, for ncu (h200-ncu-q6ka.txt);
+// xpre = kR with each unit's x loaded when its weights are (kRX; -xpre.txt);
 // ring4 = Q4_K with each thread's next D units in flight through a private
 // shared-memory ring (kRing; -ring4.txt); layer with NOPF=1 = the layer
 // chain against rdn, read-only launches of 2-16 blocks a multiprocessor
@@ -984,6 +985,55 @@ __global__ void __launch_bounds__(256) kRing(const uint8_t* W, long long rb, flo
   gemv_rows_store<R, 1>(acc, red, nw, R, GLU_PLAIN, row0, rows, Y);
 }
 
+// kRX: kR (Q4_K, R rows a block, UN units a lane in flight) with each
+// unit's x loaded when its weights are, not after they arrive: the x
+// side's L1/L2 latency then overlaps the weights' DRAM latency instead of
+// following it in every step (the ncu of the Q6KA kernel showed 41% of
+// stalls on L1TEX data with 3.5 warps a scheduler).
+template <int R, int UN>
+__global__ void __launch_bounds__(256) kRX(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
+  __shared__ float red[8 * R];
+  const int nw = blockDim.x >> 5, step = blockDim.x;
+  const int row0 = blockIdx.x * R;
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
+  const int nunits = cols >> 5;
+  int u = (int)threadIdx.x;
+  QW4 w[UN][R];
+  QXU x[UN];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (u + j * step < nunits)
+#pragma unroll
+      for (int r = 0; r < R; r++) w[j][r].load(rp[r], u + j * step);
+  pdl_trigger();
+  pdl_wait();
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (u + j * step < nunits) x[j].load(XQ, cols, u + j * step);
+  for (; u < nunits; u += UN * step) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int uj = u + j * step;
+      if (uj < nunits) {
+#pragma unroll
+        for (int r = 0; r < R; r++) w[j][r].dot(uj, x[j], acc[r][0]);
+        const int un = uj + UN * step;
+        if (un < nunits) {
+#pragma unroll
+          for (int r = 0; r < R; r++) w[j][r].load(rp[r], un);
+          x[j].load(XQ, cols, un);
+        }
+      }
+    }
+  }
+  gemv_rows_store<R, 1>(acc, red, nw, R, GLU_PLAIN, row0, rows, Y);
+}
+
 __global__ void fill(uint8_t* p, size_t n, uint32_t seed) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n / 4; i += (size_t)gridDim.x * blockDim.x) {
     uint32_t h = (uint32_t)i * 2654435761u ^ seed;
@@ -1247,6 +1297,18 @@ static bool enqueue(const Var& v, const Mat& m, cudaStream_t s) {
     launchS(f, (m.rows + v.R - 1) / v.R, 32 * v.warps, smem, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq);
     return true;
   }
+  case 20: {  // kRX<R, UN = CH>, warps
+    if (m.q6 || m.w1) return false;
+    void (*f)(const uint8_t*, long long, float*, int, int, const uint8_t*) = nullptr;
+    if (v.R == 4 && v.CH == 1) f = kRX<4, 1>;
+    if (v.R == 4 && v.CH == 2) f = kRX<4, 2>;
+    if (v.R == 2 && v.CH == 1) f = kRX<2, 1>;
+    if (v.R == 2 && v.CH == 2) f = kRX<2, 2>;
+    if (v.R == 8 && v.CH == 1) f = kRX<8, 1>;
+    if (!f) return false;
+    launchS(f, (m.rows + v.R - 1) / v.R, 32 * v.warps, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq);
+    return true;
+  }
   case 3:
     launchS(rd, SMS * 4, 256, 0, s, (const uint4*)m.w, (long long)(m.rb * m.rows / 16), gOut);
     if (m.w1) launchS(rd, SMS * 4, 256, 0, s, (const uint4*)m.w1, (long long)(m.rb * m.rows / 16), gOut);
@@ -1405,6 +1467,11 @@ int main(int argc, char** argv) {
       for (int S : {2, 4, 7}) for (int un : {1, 2}) for (int w : {1, 2, 4}) { Var v{8, 4, S * 10 + un, w}; v.pfmb = sum; vars.push_back(v); }
       for (int S : {2, 4}) for (int w : {1, 2}) { Var v{8, 2, S * 10 + 2, w}; v.pfmb = sum; vars.push_back(v); }
     }
+  }
+  else if (argc > 1 && strcmp(argv[1], "xpre") == 0) {
+    vars = {{0, 0, 0, 0}, {3, 0, 0, 0}};
+    for (int w : {2, 4}) { vars.push_back({5, 4, 11, w}); vars.push_back({5, 4, 21, w}); vars.push_back({5, 8, 11, w}); vars.push_back({5, 2, 11, w}); }
+    for (int w : {1, 2, 4, 8}) { vars.push_back({20, 4, 1, w}); vars.push_back({20, 4, 2, w}); vars.push_back({20, 8, 1, w}); vars.push_back({20, 2, 1, w}); vars.push_back({20, 2, 2, w}); }
   }
   else if (argc > 1 && strcmp(argv[1], "ring4") == 0) {
     vars = {{0, 0, 0, 0}, {3, 0, 0, 0}, {5, 4, 21, 2}, {5, 4, 11, 2}};
@@ -1630,6 +1697,7 @@ int main(int argc, char** argv) {
     else if (v.kind == 1) snprintf(nm, 64, "gemvq_q6k_s (rule)");
     else if (v.kind == 3) snprintf(nm, 64, "read-only");
     else if (v.kind == 9) snprintf(nm, 64, "staged6 LDS R4 CH2 w%d", v.warps);
+    else if (v.kind == 20) snprintf(nm, 64, "kRX R%d un%d w%d", v.R, v.CH, v.warps);
     else if (v.kind == 19) snprintf(nm, 64, "ring R%d D%d w%d", v.R, v.CH, v.warps);
     else if (v.kind == 17) snprintf(nm, 64, "glu+xq opw%d un%d", v.R, v.CH);
     else if (v.kind == 18) snprintf(nm, 64, "glu, then gemvq_x");
