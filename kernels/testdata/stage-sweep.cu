@@ -28,7 +28,8 @@
 // x6 = soa6 with x read a quarter at a time (k6X, fewer registers);
 // gq = gate/up quantizing down's x itself, one 64-block of outputs per
 // block (kgq), against gate/up then gemvq_x;
-// prof = one launch each of four kernels, for ncu (h200-ncu-q6ka.txt);
+// prof = one launch each of four kernels, for ncu (h200-ncu-q6ka.txt; PROF=q4,
+// not yet run: the Q4_K ones, for the profile kernels/NOTES.md asks for);
 // xpre = kR with each unit's x loaded when its weights are (kRX; -xpre.txt);
 // ring4 = Q4_K with each thread's next D units in flight through a private
 // shared-memory ring (kRing; -ring4.txt); layer with NOPF=1 = the layer
@@ -1533,9 +1534,17 @@ int main(int argc, char** argv) {
   // soa6 R4 un1 w8 and R4 un2 w1 on down6, R4 un1 w2 on out6, kR R4 un2
   // w2 on down4.
   if (argc > 1 && strcmp(argv[1], "prof") == 0) {
+    // PROF=q4: the Q4_K kernels as the step runs them instead: gemvq_fused_1
+    // on gate/up (GLU) and on q/k/v-shaped, kR u2 on down4 and o.
+    const bool q4 = getenv("PROF") && strcmp(getenv("PROF"), "q4") == 0;
     const Var pv[] = {{10, 4, 1, 8}, {10, 4, 2, 1}, {10, 4, 1, 2}, {5, 4, 21, 2}};
     const int pk[] = {5, 5, 7, 4};
-    for (int i = 0; i < 4; i++) { enqueue(pv[i], mats[pk[i]][0], s); CK(cudaStreamSynchronize(s)); }
+    const Var qv[] = {{0, 0, 0, 0}, {0, 0, 0, 0}, {5, 4, 21, 2}, {5, 4, 21, 2}};
+    const int qk[] = {3, 0, 4, 1};
+    for (int i = 0; i < 4; i++) {
+      enqueue(q4 ? qv[i] : pv[i], mats[q4 ? qk[i] : pk[i]][0], s);
+      CK(cudaStreamSynchronize(s));
+    }
     printf("prof: done\n");
     return 0;
   }
