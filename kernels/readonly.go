@@ -17,7 +17,8 @@ type Span struct {
 // four 16-byte loads a thread in flight, 128 KB a multiprocessor. In the
 // sweep's layer chain (testdata/h200-stage-sweep-layer2.txt) that read
 // the step's Q4_K launches at 0.964 of D2D, against 0.840 with four
-// blocks and 0.537 with two: the ceiling depends on the bytes in flight.
+// blocks and 0.537 with two: a ceiling has to keep every thread slot
+// reading, or it measures the reader instead of the launches.
 const readXORGrid = 8
 
 // ReadXORBlocks is how many blocks ReadXOR launches, and so how many
