@@ -26,6 +26,10 @@
 #   --sweep MODE     also kernels/testdata/stage-sweep.cu in MODE (its header
 #                    lists them; "all" for every staged variant), built into
 #                    the tarball where the build machine has nvcc
+#   --profile        also Nsight Compute (ncu, where the host has it) on the
+#                    sweep's prof mode with PROF=q4: the step's Q4_K GEMV
+#                    kernels once each, stall reasons, occupancy, memory
+#                    (kernels/NOTES.md asks for it next), into ncu-q4k.log
 # Environment: LOGS (default gpu-logs/, or $OUT where set) receives one log
 # per step; SYNTH (default /dev/shm) holds the synthetic 8b/70b models,
 # written on first use (~3 s and ~26 s; ~70 GiB for every bench scenario);
@@ -57,13 +61,14 @@ build() {
 }
 
 run() {
-	local float=0 plain6=0 bench=1 only=all kbench=0 sweep=
+	local float=0 plain6=0 bench=1 only=all kbench=0 sweep= profile=0
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--float-gemv) float=1 ;;
 		--plain-q6k) plain6=1 ;;
 		--no-bench) bench=0 ;;
 		--kernel-bench) kbench=1 ;;
+		--profile) profile=1 ;;
 		--sweep) sweep=${2:?--sweep needs a mode}; shift ;;
 		--bench-only) bench=2 only=${2:?--bench-only needs scenarios}; shift ;;
 		*) echo "gpu-tests.sh run: unknown option $1" >&2; return 2 ;;
@@ -118,6 +123,18 @@ run() {
 			failed+=("stage-sweep")
 		fi
 	fi
+	if [ $profile = 1 ]; then
+		local ncu
+		ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1 || true)
+		if [ -x "$B/stage-sweep" ] && [ -n "$ncu" ]; then
+			PROF=q4 step ncu-q4k . "$ncu" -k 'regex:gemvq_fused_1|kR' --section SpeedOfLight --section Occupancy \
+				--section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+				--section SourceCounters "$B/stage-sweep" prof
+		else
+			echo "== ncu-q4k: needs the sweep in the tarball and ncu on this host" >&2
+			failed+=("ncu-q4k")
+		fi
+	fi
 	if [ $bench != 0 ]; then
 		step bench-engine . "$B/strata" bench engine --synth-dir "$synth" --only "$only" "${benchflag[@]}" \
 			--json-file "$logs/bench-engine.json"
@@ -132,5 +149,5 @@ run() {
 case ${1:-} in
 build) build ;;
 run) shift; run "$@" ;;
-*) echo "usage: setup/gpu-tests.sh build | run [--float-gemv] [--plain-q6k] [--no-bench] [--bench-only SCENARIOS] [--kernel-bench] [--sweep MODE]" >&2; exit 2 ;;
+*) echo "usage: setup/gpu-tests.sh build | run [--float-gemv] [--plain-q6k] [--no-bench] [--bench-only SCENARIOS] [--kernel-bench] [--sweep MODE] [--profile]" >&2; exit 2 ;;
 esac
