@@ -260,11 +260,8 @@ func testGEMVQCases(t *testing.T, cases []gemvqCase) {
 			}
 			xqs := [][]byte{gemvqQuantizeRef(xs[:tc.cols]), gemvqQuantizeRef(xs[tc.cols:])}
 			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
-				s, err := c.NewStream(cuda.StreamNonBlocking)
-				must(err)
-				defer c.DestroyStream(s)
-				defer func() { must(k.ReleaseFastGEMV(c, s)) }()
-				must(k.ReserveFastGEMV(c, s, tc.cols))
+				s, done := gemvqStream(c, k, tc.cols)
+				defer done()
 				x := put(a, xs)
 				outs := make([]GEMVOut, len(tc.ms))
 				for i, m := range tc.ms {
@@ -421,13 +418,8 @@ func TestGEMVQFallback(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
 				SetFastGEMV(true)
-				s, err := c.NewStream(cuda.StreamNonBlocking)
-				must(err)
-				defer c.DestroyStream(s)
-				defer func() { must(k.ReleaseFastGEMV(c, s)) }()
-				if tc.reserve > 0 {
-					must(k.ReserveFastGEMV(c, s, tc.reserve))
-				}
+				s, done := gemvqStream(c, k, tc.reserve)
+				defer done()
 				SetFastGEMV(tc.on)
 				w := Matrix{Type: quant.Q4_K, Rows: rows, Cols: cols, Ptr: put(a, data)}
 				x, y := put(a, xs), a.alloc(rows*4)
@@ -518,11 +510,8 @@ func TestNormQ(t *testing.T) {
 			xs, as, ws := randVec(r, n*dim, 2), randVec(r, n*dim, 1), randVec(r, dim, 1)
 			data, _ := randMatrix(quant.Q4_K, rows, dim, 33)
 			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
-				s, err := c.NewStream(cuda.StreamNonBlocking)
-				must(err)
-				defer c.DestroyStream(s)
-				defer func() { must(k.ReleaseFastGEMV(c, s)) }()
-				must(k.ReserveFastGEMV(c, s, dim))
+				s, done := gemvqStream(c, k, dim)
+				defer done()
 				wm := Matrix{Type: quant.Q4_K, Rows: rows, Cols: dim, Ptr: put(a, data)}
 				wp, ap := put(a, ws), put(a, as)
 				// The plain norm first, on copies of x.
@@ -628,11 +617,8 @@ func TestAttentionDecodeQ(t *testing.T) {
 			const rows = 29
 			data, _ := randMatrix(quant.Q4_K, rows, cols, 43)
 			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
-				s, err := c.NewStream(cuda.StreamNonBlocking)
-				must(err)
-				defer c.DestroyStream(s)
-				defer func() { must(k.ReleaseFastGEMV(c, s)) }()
-				must(k.ReserveFastGEMV(c, s, cols))
+				s, done := gemvqStream(c, k, cols)
+				defer done()
 				kv := KVCache{K: put(a, kcH), V: put(a, vcH), MaxCtx: maxCtx, KVDim: kvdim}
 				q, sp, pp := put(a, qH), put(a, slots), put(a, pos)
 				scratchBytes := at.DecodeScratchBytes(tc.ntok, 64)
@@ -739,4 +725,23 @@ func TestGEMVQ4GeometryOccupancy(t *testing.T) {
 	if got, _, _ := k.gemvq4Geometry(2, 100, 4096); got != "gemvq_fused_2" {
 		t.Errorf("two vectors: %s, want gemvq_fused_2", got)
 	}
+}
+
+// gemvqStream is a fresh non-blocking stream for a run callback, with the
+// integer GEMVs' scratch reserved on it for cols columns (none where cols
+// is 0); done releases the scratch and destroys the stream.
+func gemvqStream(c *cuda.Ctx, k *Kernels, cols int) (s cuda.Stream, done func()) {
+	s, err := c.NewStream(cuda.StreamNonBlocking)
+	must(err)
+	done = func() {
+		defer c.DestroyStream(s)
+		must(k.ReleaseFastGEMV(c, s))
+	}
+	if cols > 0 {
+		if err := k.ReserveFastGEMV(c, s, cols); err != nil {
+			done()
+			panic(err)
+		}
+	}
+	return s, done
 }

@@ -111,11 +111,8 @@ func TestGEMVReadOnly(t *testing.T) {
 				datas[i], _ = randMatrix(m.typ, m.rows, cols, uint64(300+10*ci+i))
 			}
 			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
-				s, err := c.NewStream(cuda.StreamNonBlocking)
-				must(err)
-				defer c.DestroyStream(s)
-				defer func() { must(k.ReleaseFastGEMV(c, s)) }()
-				must(k.ReserveFastGEMV(c, s, cols))
+				s, done := gemvqStream(c, k, cols)
+				defer done()
 				x := put(a, xs)
 				outs := make([]GEMVOut, len(tc.ms))
 				var want uint32
