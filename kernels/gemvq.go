@@ -235,21 +235,19 @@ func (k *Kernels) gemvqLaunch(c *cuda.Ctx, s cuda.Stream, what string, x, xq cud
 			}
 		}
 	}
-	if k.readOnlySink != 0 {
-		return k.gemvqReadOnly(c, s, what, nb, mode, q4, q6)
-	}
 	if k.gemvqMixed(nb, mode, q4, q6) {
-		return k.gemvqMixedLaunch(c, s, what, xq, q4, q6[0])
+		return k.gemvqOrRead(c, s, what, func() error { return k.gemvqMixedLaunch(c, s, what, xq, q4, q6[0]) }, q4, q6)
 	}
-	for _, o := range q6 {
-		if err := k.gemvq6Launch(c, s, what, xq, nb, o); err != nil {
+	for i := range q6 {
+		o := q6[i : i+1]
+		if err := k.gemvqOrRead(c, s, what, func() error { return k.gemvq6Launch(c, s, what, xq, nb, o[0]) }, o); err != nil {
 			return err
 		}
 	}
 	if len(q4) == 0 {
 		return nil
 	}
-	return k.gemvq4Launch(c, s, what, xq, nb, mode, q4)
+	return k.gemvqOrRead(c, s, what, func() error { return k.gemvq4Launch(c, s, what, xq, nb, mode, q4) }, q4)
 }
 
 // fastGEMVQ6KStaged switches Q6_K integer GEMVs to gemvq_q6k_s (the

@@ -66,44 +66,34 @@ func (k *Kernels) ReadXOR(c *cuda.Ctx, s cuda.Stream, sink cuda.DevPtr, spans ..
 }
 
 // SetGEMVReadOnly is for benchmarks: with a sink set (ReadXORBlocks
-// device words),
-// every integer GEMV launch of this Kernels — the fused, mixed, Q6_K and
-// Q6KA kernels gemvqLaunch picks, for a norm's, attention's or its own
-// quantized x — is replaced by one read_xor launch over the same
+// device words), every integer GEMV launch of this Kernels — the fused,
+// mixed, Q6_K and Q6KA kernels gemvqLaunch picks, for a norm's,
+// attention's or its own quantized x — is replaced by one read_xor launch over the same
 // matrices, launched where and as often as the products would be; the x
 // quantization before it still runs, the outputs are left as they were,
-// and GEMVs off the integer path (float, F16, BF16) run as usual. A step's GEMVs captured that way time what the same launch
-// sequence costs when its kernels only read their weights: the ceiling
+// and GEMVs off the integer path (float, F16, BF16) run as usual. A
+// step's GEMVs captured that way time what the same launch sequence costs
+// when its kernels only read their weights: the ceiling
 // engine/cuda's ProfileDecodeStep reports beside the GEMVs' own figure.
 // Sink 0 turns it off. Not safe for concurrent use with launches of k.
 func (k *Kernels) SetGEMVReadOnly(sink cuda.DevPtr) { k.readOnlySink = sink }
 
-// gemvqReadOnly launches read_xor for what gemvqLaunch would launch: one
-// launch where the products take one (the Q4_K matrices together, or with
-// a Q6_K one in the mixed kernel), one for each Q6_K matrix apart.
-func (k *Kernels) gemvqReadOnly(c *cuda.Ctx, s cuda.Stream, what string, nb, mode int, q4, q6 []GEMVOut) error {
-	spans := func(outs []GEMVOut) []Span {
-		var sp []Span
-		for _, o := range outs {
+// gemvqOrRead runs launch, one integer GEMV launch over the matrices of
+// outs, or, while SetGEMVReadOnly has a sink set, one read_xor over the
+// same matrices in its place: gemvqLaunch takes each of its launches
+// through here, so the read-only sequence is the products' one by
+// construction.
+func (k *Kernels) gemvqOrRead(c *cuda.Ctx, s cuda.Stream, what string, launch func() error, outs ...[]GEMVOut) error {
+	if k.readOnlySink == 0 {
+		return launch()
+	}
+	var sp []Span
+	for _, group := range outs {
+		for _, o := range group {
 			sp = append(sp, Span{Ptr: o.W.Ptr, Bytes: o.W.Bytes()})
 		}
-		return sp
 	}
-	if k.gemvqMixed(nb, mode, q4, q6) {
-		if err := k.ReadXOR(c, s, k.readOnlySink, spans(append(append([]GEMVOut{}, q4...), q6...))...); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		return nil
-	}
-	for _, o := range q6 {
-		if err := k.ReadXOR(c, s, k.readOnlySink, spans([]GEMVOut{o})...); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-	}
-	if len(q4) == 0 {
-		return nil
-	}
-	if err := k.ReadXOR(c, s, k.readOnlySink, spans(q4)...); err != nil {
+	if err := k.ReadXOR(c, s, k.readOnlySink, sp...); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
