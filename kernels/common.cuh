@@ -462,19 +462,70 @@ template <> struct Part<T_F32> {
 
 // ---- Quantized x of the integer GEMVs (gemvq.cu) ----
 //
-// Per vector of cols floats (cols % 64 == 0; gemvq_bytes(cols) = 2.5*cols
-// bytes, vectors back to back): xh[cols] (int8, x_int >> 8), xl[cols]
-// (uint8, x_int & 255), then per 64-block a 32-byte header {float sx; 3
-// zero words; int S[4]} where x ~= sx * x_int (x_int in [-32767, 32767],
-// sx = the block's max |x| / 32767, NaN if the block holds a NaN) and S
-// holds the sums of x_int over the block's 16-element groups in the order
-// 0, 2, 1, 3. gemvq.cu's gemvq_x writes it from float x; norm.cu's
-// kernels write it beside their output (gemvq_put4), so the GEMV that
-// follows a norm needs no quantizing launch of its own.
+// Per vector of cols floats (cols % 64 == 0; gemvq_bytes(cols) bytes,
+// vectors back to back), two copies of the same numbers:
+// - L0, read by the Q4_K units (QXU), 2.5*cols bytes: xh[cols] (int8,
+//   x_int >> 8), xl[cols] (uint8, x_int & 255), then per 64-block a
+//   32-byte header {float sx; 3 zero words; int S[4]} where x ~= sx *
+//   x_int (x_int in [-32767, 32767], sx = the block's max |x| / 32767, NaN
+//   if the block holds a NaN) and S holds the sums of x_int over the
+//   block's 16-element groups in the order 0, 2, 1, 3;
+// - L6 (at gemvq_l6(cols)), read by the Q6_K units (QX6), arranged for
+//   them: unit u (nu = cols/64 of them; elements 256sb + 128n + 32qq + 16h
+//   + j of super-block sb, u = 4sb + 2n + h) has its quarter qq's 16 high
+//   bytes at piece qq and its 16 low bytes at piece 4 + qq, piece p of
+//   unit u being the 16 bytes at 16*(p*nu + u); then an int4 per unit (the
+//   x_int sums of its quarters 0..3) and a float2 per unit (sx of its two
+//   64-blocks). Why: a warp's loads of one piece then read 512 contiguous
+//   bytes, where reading the units' bytes out of L0 touched 32-byte pairs
+//   spread over 2 KB; the Q6KA GEMV on down's shape ran 16.25 -> 14.53 us
+//   with the same geometry (kernels/NOTES.md, GEMV v10).
+// gemvq.cu's gemvq_x writes both from float x; norm.cu's kernels and the
+// decode attention write them beside their output (gemvq_put4), so the
+// GEMV that follows needs no quantizing launch of its own.
 #define GEMVQ_MAX 32767
 
-// Bytes of one vector's quantized x (kernels' gemvqBytes).
-__host__ __device__ __forceinline__ long long gemvq_bytes(int cols) { return 2LL * cols + cols / 2; }
+// Offset of L6 in one vector's quantized x, and the bytes of one vector
+// (L0 and L6, rounded up to 16 so that every vector's pieces stay
+// 16-byte aligned; kernels' gemvqBytes).
+__host__ __device__ __forceinline__ long long gemvq_l6(int cols) { return 2LL * cols + cols / 2; }
+__host__ __device__ __forceinline__ long long gemvq_bytes(int cols) {
+  return (gemvq_l6(cols) + 152LL * (cols / 64) + 15) & ~15LL;
+}
+
+// gemvq_put6 writes x_int bytes of N consecutive elements from e0 (N = 2
+// or 4, e0 % N == 0) into L6: high bytes h, low bytes l, element e0 in the
+// lowest byte.
+template <int N>
+__device__ __forceinline__ void gemvq_put6(uint8_t* base, int cols, int e0, uint32_t h, uint32_t l) {
+  const int nu = cols >> 6, B = e0 >> 6, p = e0 & 63, t = B & 1;
+  const int qq = 2 * t + (p >> 5), u = B - t + ((p >> 4) & 1);
+  uint8_t* l6 = base + gemvq_l6(cols);
+  uint8_t* ph = l6 + 16LL * (qq * nu + u) + (p & 15);
+  uint8_t* pl = l6 + 16LL * ((4 + qq) * nu + u) + (p & 15);
+  if (N == 4) {
+    *reinterpret_cast<uint32_t*>(ph) = h;
+    *reinterpret_cast<uint32_t*>(pl) = l;
+  } else {
+    *reinterpret_cast<uint16_t*>(ph) = (uint16_t)h;
+    *reinterpret_cast<uint16_t*>(pl) = (uint16_t)l;
+  }
+}
+
+// gemvq_put6_sum writes the x_int sum s of 16-element group g of 64-block
+// B into L6's per-unit sums; gemvq_put6_scale writes B's scale into the
+// per-unit scales of both units that read B.
+__device__ __forceinline__ void gemvq_put6_sum(uint8_t* base, int cols, int B, int g, int s) {
+  const int nu = cols >> 6, t = B & 1;
+  int* sums = reinterpret_cast<int*>(base + gemvq_l6(cols) + 128LL * nu);
+  sums[4 * (B - t + (g & 1)) + 2 * t + (g >> 1)] = s;
+}
+__device__ __forceinline__ void gemvq_put6_scale(uint8_t* base, int cols, int B, float sx) {
+  const int nu = cols >> 6, t = B & 1;
+  float* sc = reinterpret_cast<float*>(base + gemvq_l6(cols) + 144LL * nu);
+  sc[2 * (B - t) + t] = sx;
+  sc[2 * (B - t + 1) + t] = sx;
+}
 
 // gemvq_put4 writes elements 4i..4i+3 (v) of one vector's quantized x at
 // base (gemvq_bytes(cols) bytes). The 16 threads of an aligned half-warp
@@ -504,14 +555,17 @@ __device__ __forceinline__ void gemvq_put4(uint8_t* base, int cols, int i, float
                      (((uint32_t)q3 & 0xffu) << 24);
   *reinterpret_cast<uint32_t*>(base + 4LL * i) = h;
   *reinterpret_cast<uint32_t*>(base + cols + 4LL * i) = l;
+  gemvq_put6<4>(base, cols, 4 * i, h, l);
   int s = q0 + q1 + q2 + q3;
   s += __shfl_xor_sync(mask, s, 1);
   s += __shfl_xor_sync(mask, s, 2);
   int* hdr = reinterpret_cast<int*>(base + 2LL * cols + 32LL * (i >> 4));
   const int t = i & 15;
   if (t < 4) hdr[t] = t == 0 ? __float_as_int(sx) : 0;
+  if (t == 0) gemvq_put6_scale(base, cols, i >> 4, sx);
   if ((t & 3) == 0) {
     const int g = t >> 2;
     hdr[4 + (((g & 1) << 1) | (g >> 1))] = s;
+    gemvq_put6_sum(base, cols, i >> 4, g, s);
   }
 }

@@ -97,11 +97,14 @@ __device__ __forceinline__ void put64(uint8_t* base, int cols, int blk, int lane
   const int off = c;
   *reinterpret_cast<uint16_t*>(base + off) = (uint16_t)h;
   *reinterpret_cast<uint16_t*>(base + cols + off) = (uint16_t)l;
+  gemvq_put6<2>(base, cols, c, h, l);
   int* hdr = reinterpret_cast<int*>(base + 2LL * cols + 32 * blk);
   if (lane < 4) hdr[lane] = lane == 0 ? __float_as_int(sx) : 0;
+  if (lane == 0) gemvq_put6_scale(base, cols, blk, sx);
   if ((lane & 7) == 0) {
     const int g = lane >> 3;
     hdr[4 + (((g & 1) << 1) | (g >> 1))] = s;
+    gemvq_put6_sum(base, cols, blk, g, s);
   }
 }
 
@@ -381,19 +384,23 @@ struct QX6 {
   uint4 xh[4], xl[4];
   float sx0, sx1;
   int2 s01, s23;
+  // From L6 (common.cuh), where a warp's lanes, on consecutive units, read
+  // each piece as 512 contiguous bytes.
   __device__ __forceinline__ void load(const uint8_t* base, int cols, int u) {
-    const int sb = u >> 2, n = (u >> 1) & 1, h = u & 1;
-    const int c0 = 256 * sb + 128 * n + 16 * h;
+    const int nu = cols >> 6;
+    const uint8_t* l6 = base + gemvq_l6(cols);
+    const uint4* t = reinterpret_cast<const uint4*>(l6);
 #pragma unroll
     for (int qq = 0; qq < 4; qq++) {
-      xh[qq] = __ldg(reinterpret_cast<const uint4*>(base + c0 + 32 * qq));
-      xl[qq] = __ldg(reinterpret_cast<const uint4*>(base + cols + c0 + 32 * qq));
+      xh[qq] = __ldg(t + qq * nu + u);
+      xl[qq] = __ldg(t + (4 + qq) * nu + u);
     }
-    const uint8_t* hdr = base + 2LL * cols + 32 * (4 * sb + 2 * n);
-    sx0 = __ldg(reinterpret_cast<const float*>(hdr));
-    sx1 = __ldg(reinterpret_cast<const float*>(hdr + 32));
-    s01 = __ldg(reinterpret_cast<const int2*>(hdr + 16 + 8 * h));
-    s23 = __ldg(reinterpret_cast<const int2*>(hdr + 48 + 8 * h));
+    const int4 g = __ldg(reinterpret_cast<const int4*>(l6 + 128LL * nu) + u);
+    s01 = make_int2(g.x, g.y);
+    s23 = make_int2(g.z, g.w);
+    const float2 f = __ldg(reinterpret_cast<const float2*>(l6 + 144LL * nu) + u);
+    sx0 = f.x;
+    sx1 = f.y;
   }
 };
 

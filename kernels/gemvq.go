@@ -50,9 +50,14 @@ func fastType(t quant.Type) bool {
 	return t == quant.Q4_K || (matrixType(t) == quant.Q6_K && fastGEMVQ6K.Load())
 }
 
-// gemvqBytes is gemvq.cu's gemvq_bytes: one vector's quantized x (int8
-// high bytes, uint8 low bytes, a 32-byte header per 64 elements).
-func gemvqBytes(cols int) int64 { return 2*int64(cols) + int64(cols)/2 }
+// gemvqBytes is gemvq.cu's gemvq_bytes: one vector's quantized x (L0:
+// int8 high bytes, uint8 low bytes, a 32-byte header per 64 elements; L6:
+// the same arranged for the Q6_K units; common.cuh), rounded up to 16.
+func gemvqBytes(cols int) int64 { return (gemvqL6(cols) + 152*int64(cols/64) + 15) &^ 15 }
+
+// gemvqL6 is gemvq_l6: where the copy arranged for the Q6_K units (L6,
+// common.cuh) starts in one vector's quantized x.
+func gemvqL6(cols int) int64 { return 2*int64(cols) + int64(cols)/2 }
 
 // gemvqState holds the quantized-x scratch of each stream (a GEMV's x is
 // quantized on the stream that then reads it, so streams never share one).

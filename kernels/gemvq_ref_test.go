@@ -66,6 +66,20 @@ func gemvqQuantizeRef(x []float32) []byte {
 			slot := (g&1)<<1 | g>>1
 			binary.LittleEndian.PutUint32(h[16+4*slot:], uint32(s))
 		}
+		// L6: the same bytes, sums and scale arranged for the Q6_K units.
+		nu, t := cols/64, blk&1
+		l6 := out[gemvqL6(cols):]
+		for p := 0; p < 64; p++ {
+			qq, u := 2*t+(p>>5), blk-t+((p>>4)&1)
+			l6[16*(qq*nu+u)+(p&15)] = byte(q[p] >> 8)
+			l6[16*((4+qq)*nu+u)+(p&15)] = byte(q[p])
+		}
+		for g, s := range sums {
+			binary.LittleEndian.PutUint32(l6[128*nu+4*(4*(blk-t+(g&1))+2*t+(g>>1)):], uint32(s))
+		}
+		for hh := 0; hh < 2; hh++ {
+			binary.LittleEndian.PutUint32(l6[144*nu+4*(2*(blk-t+hh)+t):], math.Float32bits(sx))
+		}
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -76,6 +77,47 @@ func TestGEMVQQuantize(t *testing.T) {
 	}
 	if !math.IsNaN(got[64]) {
 		t.Errorf("a block with NaN dequantizes to %v, want NaN", got[64])
+	}
+}
+
+// TestGEMVQLayoutL6 checks the CPU model's L6 (the copy of quantized x
+// arranged for the Q6_K units, common.cuh) against L0 as the Q6_K unit
+// reads it (q6_dot's elements 256sb + 128n + 32qq + 16h + j, the sums and
+// scales of the unit's two 64-blocks), for row lengths with an odd and an
+// even number of 64-blocks per unit pair; the GPU tests hold the kernels'
+// bytes to this model bit for bit.
+func TestGEMVQLayoutL6(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	for _, cols := range []int{256, 768, 4096} {
+		x := normLike(r, 1, cols)
+		xq := gemvqQuantizeRef(x)
+		if n := int64(len(xq)); n != gemvqBytes(cols) || n%16 != 0 || gemvqL6(cols)%16 != 0 {
+			t.Fatalf("cols %d: %d bytes, L6 at %d: want gemvqBytes %d, 16-byte aligned", cols, n, gemvqL6(cols), gemvqBytes(cols))
+		}
+		nu, l6 := cols/64, xq[gemvqL6(cols):]
+		le := binary.LittleEndian
+		for u := 0; u < nu; u++ {
+			sb, n, h := u>>2, (u>>1)&1, u&1
+			for qq := 0; qq < 4; qq++ {
+				for j := 0; j < 16; j++ {
+					e := 256*sb + 128*n + 32*qq + 16*h + j
+					if gh, gl := l6[16*(qq*nu+u)+j], l6[16*((4+qq)*nu+u)+j]; gh != xq[e] || gl != xq[cols+e] {
+						t.Fatalf("cols %d unit %d quarter %d byte %d: L6 %d/%d, L0 %d/%d", cols, u, qq, j, gh, gl, xq[e], xq[cols+e])
+					}
+				}
+			}
+			for k := 0; k < 2; k++ {
+				hdr := xq[2*cols+32*(4*sb+2*n+k):]
+				if got, want := le.Uint32(l6[144*nu+8*u+4*k:]), le.Uint32(hdr); got != want {
+					t.Fatalf("cols %d unit %d: scale %d is %#x, want %#x", cols, u, k, got, want)
+				}
+				for i := 0; i < 2; i++ { // quarter 2k+i: group h (i = 0) or 2+h of block 4sb+2n+k
+					if got, want := le.Uint32(l6[128*nu+16*u+4*(2*k+i):]), le.Uint32(hdr[16+8*h+4*i:]); got != want {
+						t.Fatalf("cols %d unit %d: quarter %d sum %d, want %d", cols, u, 2*k+i, int32(got), int32(want))
+					}
+				}
+			}
+		}
 	}
 }
 

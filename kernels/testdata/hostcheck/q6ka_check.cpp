@@ -46,6 +46,7 @@ inline bool __any_sync(unsigned, bool p) { return p; }
 inline void __syncthreads() {}
 inline void __syncwarp(unsigned = 0xffffffffu) {}
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
+inline int2 make_int2(int a, int b) { return {a, b}; }
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 inline float2 make_float2(float a, float b) { return {a, b}; }
 inline size_t __cvta_generic_to_shared(const void* p) { return (size_t)p; }
