@@ -35,6 +35,22 @@
 // shared-memory ring (kRing; -ring4.txt); layer with NOPF=1 = the layer
 // chain against rdn, read-only launches of 2-16 blocks a multiprocessor
 // and 2-8 loads in flight a thread (-layer2.txt);
+// warp = kW, warp-owned row groups reduced by shuffles alone, R rows,
+// UN units in flight, GPW groups a warp, against the baseline and kR u2;
+// unit64 = kU, Q4_K in 64-element units (both halves of a sub-block
+// pair under one set of scales), R rows, UN units in flight, quants
+// streamed or through L1; wlayer with KU=1: the layer chain with kU;
+// with KUT=1 (both modes): kUT, kU with x transposed (xtrans) so that a
+// warp's x loads are contiguous, and kUP, kUT on weights whose chunks are
+// permuted (q4perm) for contiguous loads too (-kut.txt);
+// xt32 = kRT, the 32-element units with x transposed for them (xtrans32);
+// q6t = k6RT, the Q6KA kernel with x transposed for its units (xtrans6);
+// dchain = the engine's down chain (Q4_K and Q6KA layers, gemvq_x or x held);
+// wlayer with XT32=1: the layer chain with kRT and kUT;
+// wlayer = the layer chain with kG (gemvq_fused_1's block looping over row
+// groups on a grid of b blocks a multiprocessor) for q/k/v and/or gate/up,
+// o and down by the step's u2 kernel; KW=1: with kW instead (rejected,
+// h200-stage-sweep-kw.txt);
 // mlp = 32 layers of gate/up + down as the step launches them (gate/up,
 // gemvq_x, down) against kmlp, the three as one persistent launch with
 // grid barriers (-mlp.txt: correct, 50.1 µs a layer against 29.2);
@@ -986,6 +1002,498 @@ __global__ void __launch_bounds__(256) kRing(const uint8_t* W, long long rb, flo
   gemv_rows_store<R, 1>(acc, red, nw, R, GLU_PLAIN, row0, rows, Y);
 }
 
+// kW: each warp owns its own group of R rows (GLU: R/2 gate and the same
+// R/2 up rows) and walks all their units itself, lane l taking units l,
+// l + 32, ..., UN in flight; the sums are reduced by shuffles alone (no
+// shared memory, no block barrier) and lane r stores row r. A warp takes
+// groups g, g + (warps in the grid), ... (GPW groups a warp where the grid
+// is sized so), the next group's first UN units loaded before the current
+// one's reduction. Why: in gemvq_fused_1 on 4096 columns a lane does two
+// unit iterations between a ~100-instruction prologue and a block-wide
+// reduction (ncu, h200-ncu-q4k.txt: ~3 instructions a weight against the
+// loop's 2.2, issue-bound at base clock: the kernel's time scales with
+// the SM clock).
+template <int R, int UN, bool GLU>
+__global__ void __launch_bounds__(256) kW(const uint8_t* W, const uint8_t* W1, long long rb, float* Y, int rows, int cols,
+                                          const uint8_t* XQ) {
+  const int lane = threadIdx.x & 31, nwb = blockDim.x >> 5;
+  constexpr int per = GLU ? R / 2 : R;
+  const int ngroups = (rows + per - 1) / per;
+  const int stride = gridDim.x * nwb;
+  int g = blockIdx.x * nwb + (threadIdx.x >> 5);
+  const int nunits = cols >> 5;
+  const uint8_t* rp[R];
+  {
+    const int gg = min(g, ngroups - 1);
+#pragma unroll
+    for (int r = 0; r < R; r++) rp[r] = grow(W, GLU ? W1 : nullptr, rb, gg * per, rows, r, R);
+  }
+  QW4 w[UN][R];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (lane + 32 * j < nunits)
+#pragma unroll
+      for (int r = 0; r < R; r++) w[j][r].load(rp[r], lane + 32 * j);
+  pdl_trigger();
+  pdl_wait();
+  do {
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.0f;
+    for (int u = lane; u < nunits; u += 32 * UN) {
+#pragma unroll
+      for (int j = 0; j < UN; j++) {
+        const int uj = u + 32 * j;
+        if (uj < nunits) {
+          QXU x;
+          x.load(XQ, cols, uj);
+#pragma unroll
+          for (int r = 0; r < R; r++) w[j][r].dot(uj, x, acc[r]);
+          if (uj + 32 * UN < nunits)
+#pragma unroll
+            for (int r = 0; r < R; r++) w[j][r].load(rp[r], uj + 32 * UN);
+        }
+      }
+    }
+    const int gn = g + stride, row0 = g * per;
+    if (gn < ngroups) {
+#pragma unroll
+      for (int r = 0; r < R; r++) rp[r] = grow(W, GLU ? W1 : nullptr, rb, gn * per, rows, r, R);
+#pragma unroll
+      for (int j = 0; j < UN; j++)
+        if (lane + 32 * j < nunits)
+#pragma unroll
+          for (int r = 0; r < R; r++) w[j][r].load(rp[r], lane + 32 * j);
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
+    if (g < ngroups) {
+#pragma unroll
+      for (int r = 0; r < per; r++) {
+        if (lane == r && row0 + r < rows) {
+          if constexpr (GLU) Y[row0 + r] = glu_act(GLU_SWIGLU, acc[r], acc[r + per]);
+          else Y[row0 + r] = acc[r];
+        }
+      }
+    }
+    g = gn;
+  } while (g < ngroups);
+}
+
+// kG: gemvq_fused_1's block (R rows, the block's warps splitting each
+// row's units, one unit a lane in flight, reduced through shared memory)
+// on a grid of a few blocks a multiprocessor that loop over the row groups
+// (g = blockIdx.x, + gridDim.x, ...), the next group's first units loaded
+// before the current one's reduction. Why: a launch that leaves registers
+// free lets the next launch's blocks become resident under programmatic
+// dependent launch while it runs, and load their weights then (o's u2
+// kernel has all of o in flight before its wait) instead of after this
+// launch's last block retires.
+template <int R, bool GLU>
+__global__ void __launch_bounds__(256) kG(const uint8_t* W, const uint8_t* W1, long long rb, float* Y, int rows, int cols,
+                                          const uint8_t* XQ) {
+  __shared__ float red[8 * R];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  constexpr int per = GLU ? R / 2 : R;
+  const int ngroups = (rows + per - 1) / per;
+  const int nunits = cols >> 5, step = 32 * nw;
+  int g = blockIdx.x;
+  const uint8_t* rp[R];
+  {
+    const int gg = min(g, ngroups - 1);
+#pragma unroll
+    for (int r = 0; r < R; r++) rp[r] = grow(W, GLU ? W1 : nullptr, rb, gg * per, rows, r, R);
+  }
+  const int u0 = warp * 32 + lane;
+  QW4 w[R];
+  if (u0 < nunits)
+#pragma unroll
+    for (int r = 0; r < R; r++) w[r].load(rp[r], u0);
+  pdl_trigger();
+  pdl_wait();
+  while (g < ngroups) {
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.0f;
+    for (int u = u0; u < nunits; u += step) {
+      QXU x;
+      x.load(XQ, cols, u);
+#pragma unroll
+      for (int r = 0; r < R; r++) w[r].dot(u, x, acc[r]);
+      if (u + step < nunits)
+#pragma unroll
+        for (int r = 0; r < R; r++) w[r].load(rp[r], u + step);
+    }
+    const int gn = g + gridDim.x, row0 = g * per;
+    if (gn < ngroups) {
+#pragma unroll
+      for (int r = 0; r < R; r++) rp[r] = grow(W, GLU ? W1 : nullptr, rb, gn * per, rows, r, R);
+      if (u0 < nunits)
+#pragma unroll
+        for (int r = 0; r < R; r++) w[r].load(rp[r], u0);
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < R; r++) red[warp * R + r] = acc[r];
+    __syncthreads();
+    if (threadIdx.x < per) {
+      float a = 0.0f, b = 0.0f;
+      for (int i = 0; i < nw; i++) {
+        a += red[i * R + threadIdx.x];
+        if (GLU) b += red[i * R + per + threadIdx.x];
+      }
+      if (row0 + (int)threadIdx.x < rows) {
+        if constexpr (GLU) Y[row0 + threadIdx.x] = glu_act(GLU_SWIGLU, a, b);
+        else Y[row0 + threadIdx.x] = a;
+      }
+    }
+    __syncthreads();
+    g = gn;
+  }
+}
+
+// kU: Q4_K in 64-element units: unit v is sub-blocks 2j and 2j+1 of
+// super-block v >> 2 (j = v & 3), i.e. the 32 quant bytes of chunk j, so
+// both of its 16-byte halves share one scale, one min, d and dmin and
+// one 64-block of x. The integer dot products of both halves are summed
+// before the scales (t = sc0*i0 + sc1*(i1>>4) < 2^31 still: 32 elements
+// of |x_int| <= 32767, nibbles <= 15, scales <= 63), so the scale
+// decoding and the float update happen once per 64 weights instead of
+// once per 32, and a lane holds 12 registers of weights per 32 quant
+// bytes instead of 16. Why: the Q4_K GEMVs are partly issue-bound
+// (h200-ncu-q4k-stalls.txt: ~2.9 instructions a weight; cold gate/up
+// 25.1 us at 1.44 GHz against 21.9 at 1.95) and register-bound in
+// weights in flight. L1: the quant bytes through L1 (each warp-wide
+// 16-byte load uses half of every sector it touches; the other half
+// comes with the unit's second load) instead of ld_stream.
+struct QXP {
+  uint4 h[4], l[4];
+  float sx;
+  int S0, S1;
+  __device__ __forceinline__ void load(const uint8_t* base, int cols, int v) {
+    const int a0 = 256 * (v >> 2) + 64 * (v & 3);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      h[i] = __ldg(reinterpret_cast<const uint4*>(base + a0 + 16 * i));
+      l[i] = __ldg(reinterpret_cast<const uint4*>(base + cols + a0 + 16 * i));
+    }
+    const uint8_t* hdr = base + 2LL * cols + 32 * v;
+    sx = __ldg(reinterpret_cast<const float*>(hdr));
+    const int4 g = __ldg(reinterpret_cast<const int4*>(hdr + 16));
+    S0 = g.x + g.z;
+    S1 = g.y + g.w;
+  }
+};
+// PERM: the super-block's 8 quant chunks stored in the order 0, 2, 4, 6,
+// 1, 3, 5, 7 (q4perm), so that a warp's first loads (chunk 2j of each
+// lane's unit) read 64 contiguous bytes of each super-block and its second
+// loads the other 64, instead of 16 bytes of every 32.
+template <bool L1, bool PERM = false>
+struct QW4P {
+  uint4 h, q0, q1;
+  __device__ __forceinline__ void load(const uint8_t* row, int v) {
+    const uint8_t* b = row + (long long)(v >> 2) * 144;
+    h = __ldg(reinterpret_cast<const uint4*>(b));
+    const uint8_t* q = b + 16 + 32 * (v & 3);
+    if (PERM) {
+      q0 = ld_stream(b + 16 + 16 * (v & 3));
+      q1 = ld_stream(b + 80 + 16 * (v & 3));
+    } else if (L1) {
+      q0 = __ldg(reinterpret_cast<const uint4*>(q));
+      q1 = __ldg(reinterpret_cast<const uint4*>(q + 16));
+    } else {
+      q0 = ld_stream(q);
+      q1 = ld_stream(q + 16);
+    }
+  }
+  __device__ __forceinline__ void dot(int v, const QXP& x, float& acc) const {
+    const int j = v & 3;
+    uint32_t sw, mw;
+    k4_scale_words(h, j, sw, mw);
+    const int k = (2 * j) & 3;
+    const int sc0 = (int)__byte_perm(sw, 0, 0x4440 | k), sc1 = (int)__byte_perm(sw, 0, 0x4441 + k);
+    const int m0 = (int)__byte_perm(mw, 0, 0x4440 | k), m1 = (int)__byte_perm(mw, 0, 0x4441 + k);
+    int h0 = 0, h1 = 0, h2 = 0, h3 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const uint32_t a = qword(q0, i), b = qword(q1, i);
+      h0 = dp4a_ss(a & 0x0F0F0F0Fu, qword(x.h[0], i), h0);
+      h2 = dp4a_ss(b & 0x0F0F0F0Fu, qword(x.h[1], i), h2);
+      h1 = dp4a_us(a & 0xF0F0F0F0u, qword(x.h[2], i), h1);
+      h3 = dp4a_us(b & 0xF0F0F0F0u, qword(x.h[3], i), h3);
+    }
+    int i0 = (int)((uint32_t)(h0 + h2) << 8), i1 = (int)((uint32_t)(h1 + h3) << 8);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const uint32_t a = qword(q0, i), b = qword(q1, i);
+      i0 = dp4a_uu(a & 0x0F0F0F0Fu, qword(x.l[0], i), i0);
+      i1 = dp4a_uu(a & 0xF0F0F0F0u, qword(x.l[2], i), i1);
+      i0 = dp4a_uu(b & 0x0F0F0F0Fu, qword(x.l[1], i), i0);
+      i1 = dp4a_uu(b & 0xF0F0F0F0u, qword(x.l[3], i), i1);
+    }
+    const int t = sc0 * i0 + sc1 * (i1 >> 4);
+    const int m = m0 * x.S0 + m1 * x.S1;
+    const float d = h2f(h.x & 0xFFFF), dmin = h2f(h.x >> 16);
+    const float f = fmaf(-dmin, (float)m, d * (float)t);
+    acc = fmaf(x.sx, f, acc);
+  }
+};
+
+template <int R, int UN, bool L1, bool GLU>
+__global__ void __launch_bounds__(256) kU(const uint8_t* W, const uint8_t* W1, long long rb, float* Y, int rows, int cols,
+                                          const uint8_t* XQ) {
+  __shared__ float red[8 * R];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  constexpr int per = GLU ? R / 2 : R;
+  const int row0 = blockIdx.x * per;
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) rp[r] = grow(W, GLU ? W1 : nullptr, rb, row0, rows, r, R);
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
+  const int nv = cols >> 6, step = 32 * nw;
+  int v = warp * 32 + lane;
+  QW4P<L1> w[UN][R];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (v + j * step < nv)
+#pragma unroll
+      for (int r = 0; r < R; r++) w[j][r].load(rp[r], v + j * step);
+  pdl_trigger();
+  pdl_wait();
+  for (; v < nv; v += UN * step) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int vj = v + j * step;
+      if (vj < nv) {
+        QXP x;
+        x.load(XQ, cols, vj);
+#pragma unroll
+        for (int r = 0; r < R; r++) w[j][r].dot(vj, x, acc[r][0]);
+        if (vj + UN * step < nv)
+#pragma unroll
+          for (int r = 0; r < R; r++) w[j][r].load(rp[r], vj + UN * step);
+      }
+    }
+  }
+  gemv_rows_store<R, 1>(acc, red, nw, R, GLU ? GLU_SWIGLU : GLU_PLAIN, row0, rows, Y);
+}
+
+// kU's x transposed (XT mode): part i (xh 0..3, xl 4..7, 16 bytes) of
+// unit v at XT + 16 * (i * nv + v), the scale at XF[v], the two group sums
+// at XG[v]: a warp's load of one part reads 512 contiguous bytes where
+// QXP's lanes read 16 of every 64 (each sector a quarter used).
+struct QXPT : QXP {
+  __device__ __forceinline__ void load(const uint8_t* base, int cols, int v) {
+    const int nv = cols >> 6;
+    const uint4* t = reinterpret_cast<const uint4*>(base);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      h[i] = __ldg(t + i * nv + v);
+      l[i] = __ldg(t + (4 + i) * nv + v);
+    }
+    const float* xf = reinterpret_cast<const float*>(base + 128LL * nv);
+    sx = __ldg(xf + v);
+    const int2 g = __ldg(reinterpret_cast<const int2*>(base + 132LL * nv) + v);
+    S0 = g.x;
+    S1 = g.y;
+  }
+};
+__global__ void q4perm(uint8_t* p, long long nblocks) {
+  const long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= nblocks) return;
+  uint4* c = reinterpret_cast<uint4*>(p + 144 * b + 16);
+  uint4 t[8];
+#pragma unroll
+  for (int i = 0; i < 8; i++) t[i] = c[i];
+#pragma unroll
+  for (int i = 0; i < 8; i++) c[(i & 1) * 4 + (i >> 1)] = t[i];
+}
+__global__ void xtrans(const uint8_t* XQ, int cols, uint8_t* XT) {
+  const int nv = cols >> 6;
+  const int id = blockIdx.x * blockDim.x + threadIdx.x;
+  if (id >= 9 * nv) return;
+  const int i = id / nv, v = id % nv;
+  if (i < 8) {
+    const int a0 = 256 * (v >> 2) + 64 * (v & 3) + 16 * (i & 3) + (i >= 4 ? cols : 0);
+    reinterpret_cast<uint4*>(XT)[i * nv + v] = *reinterpret_cast<const uint4*>(XQ + a0);
+  } else {
+    QXP x;
+    x.load(XQ, cols, v);
+    reinterpret_cast<float*>(XT + 128LL * nv)[v] = x.sx;
+    reinterpret_cast<int2*>(XT + 132LL * nv)[v] = make_int2(x.S0, x.S1);
+  }
+}
+template <int R, int UN, bool GLU, bool PERM = false>
+__global__ void __launch_bounds__(256) kUT(const uint8_t* W, const uint8_t* W1, long long rb, float* Y, int rows, int cols,
+                                           const uint8_t* XT) {
+  __shared__ float red[8 * R];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  constexpr int per = GLU ? R / 2 : R;
+  const int row0 = blockIdx.x * per;
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) rp[r] = grow(W, GLU ? W1 : nullptr, rb, row0, rows, r, R);
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
+  const int nv = cols >> 6, step = 32 * nw;
+  int v = warp * 32 + lane;
+  QW4P<false, PERM> w[UN][R];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (v + j * step < nv)
+#pragma unroll
+      for (int r = 0; r < R; r++) w[j][r].load(rp[r], v + j * step);
+  pdl_trigger();
+  pdl_wait();
+  for (; v < nv; v += UN * step) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int vj = v + j * step;
+      if (vj < nv) {
+        QXPT x;
+        x.load(XT, cols, vj);
+#pragma unroll
+        for (int r = 0; r < R; r++) w[j][r].dot(vj, x, acc[r][0]);
+        if (vj + UN * step < nv)
+#pragma unroll
+          for (int r = 0; r < R; r++) w[j][r].load(rp[r], vj + UN * step);
+      }
+    }
+  }
+  gemv_rows_store<R, 1>(acc, red, nw, R, GLU ? GLU_SWIGLU : GLU_PLAIN, row0, rows, Y);
+}
+
+// kRT: gemvq_fused_1's 32-element units (QW4) with x transposed for them
+// (xtrans32): part i (xh0, xh1, xl0, xl1 of QXU) of unit u at XT + 16 *
+// (i * nu + u), the 64-block's scale at XF[u], the unit's two group sums
+// at XG[u], so a warp's x load reads 512 contiguous bytes (QXU's read 16 of
+// every 32 over 1 KB). R rows a block (GLU: R/2 of gate and of up), UN
+// units a lane in flight, gemv_rows_store's reduction.
+struct QXUT : QXU {
+  __device__ __forceinline__ void load(const uint8_t* base, int cols, int u) {
+    const int nu = cols >> 5;
+    const uint4* t = reinterpret_cast<const uint4*>(base);
+    xh0 = __ldg(t + u);
+    xh1 = __ldg(t + nu + u);
+    xl0 = __ldg(t + 2 * nu + u);
+    xl1 = __ldg(t + 3 * nu + u);
+    sx = __ldg(reinterpret_cast<const float*>(base + 64LL * nu) + u);
+    const int2 g = __ldg(reinterpret_cast<const int2*>(base + 68LL * nu) + u);
+    s0 = g.x;
+    s1 = g.y;
+  }
+};
+__global__ void xtrans32(const uint8_t* XQ, int cols, uint8_t* XT) {
+  const int nu = cols >> 5;
+  const int u = blockIdx.x * blockDim.x + threadIdx.x;
+  if (u >= nu) return;
+  QXU x;
+  x.load(XQ, cols, u);
+  uint4* t = reinterpret_cast<uint4*>(XT);
+  t[u] = x.xh0;
+  t[nu + u] = x.xh1;
+  t[2 * nu + u] = x.xl0;
+  t[3 * nu + u] = x.xl1;
+  reinterpret_cast<float*>(XT + 64LL * nu)[u] = x.sx;
+  reinterpret_cast<int2*>(XT + 68LL * nu)[u] = make_int2(x.s0, x.s1);
+}
+template <int R, int UN, bool GLU>
+__global__ void __launch_bounds__(256) kRT(const uint8_t* W, const uint8_t* W1, long long rb, float* Y, int rows, int cols,
+                                           const uint8_t* XT) {
+  __shared__ float red[8 * R];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  constexpr int per = GLU ? R / 2 : R;
+  const int row0 = blockIdx.x * per;
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) rp[r] = grow(W, GLU ? W1 : nullptr, rb, row0, rows, r, R);
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
+  const int nu = cols >> 5, step = 32 * nw;
+  int u = warp * 32 + lane;
+  QW4 w[UN][R];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (u + j * step < nu)
+#pragma unroll
+      for (int r = 0; r < R; r++) w[j][r].load(rp[r], u + j * step);
+  pdl_trigger();
+  pdl_wait();
+  for (; u < nu; u += UN * step) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int uj = u + j * step;
+      if (uj < nu) {
+        QXUT x;
+        x.load(XT, cols, uj);
+#pragma unroll
+        for (int r = 0; r < R; r++) w[j][r].dot(uj, x, acc[r][0]);
+        if (uj + UN * step < nu)
+#pragma unroll
+          for (int r = 0; r < R; r++) w[j][r].load(rp[r], uj + UN * step);
+      }
+    }
+  }
+  gemv_rows_store<R, 1>(acc, red, nw, R, GLU ? GLU_SWIGLU : GLU_PLAIN, row0, rows, Y);
+}
+
+// k6RT: k6R<R, UN, true> (Q6KA rows) with x transposed for the Q6_K
+// units (xtrans6): piece p (xh of quarter p, then xl of quarter p - 4) of
+// unit u at XT + 16 * (p * nu + u), the two 64-block scales at XF[u]
+// (float2), the four quarter sums at XG[u] (int4), so each warp-wide x
+// load reads 512 contiguous bytes (QX6's read 32-byte pairs over 2 KB).
+struct QX6T : QX6 {
+  __device__ __forceinline__ void load(const uint8_t* base, int cols, int u) {
+    const int nu = cols >> 6;
+    const uint4* t = reinterpret_cast<const uint4*>(base);
+#pragma unroll
+    for (int qq = 0; qq < 4; qq++) {
+      xh[qq] = __ldg(t + qq * nu + u);
+      xl[qq] = __ldg(t + (4 + qq) * nu + u);
+    }
+    const float2 f = __ldg(reinterpret_cast<const float2*>(base + 128LL * nu) + u);
+    sx0 = f.x;
+    sx1 = f.y;
+    const int4 g = __ldg(reinterpret_cast<const int4*>(base + 136LL * nu) + u);
+    s01 = make_int2(g.x, g.y);
+    s23 = make_int2(g.z, g.w);
+  }
+};
+__global__ void xtrans6(const uint8_t* XQ, int cols, uint8_t* XT) {
+  const int nu = cols >> 6;
+  const int u = blockIdx.x * blockDim.x + threadIdx.x;
+  if (u >= nu) return;
+  QX6 x;
+  x.load(XQ, cols, u);
+  uint4* t = reinterpret_cast<uint4*>(XT);
+#pragma unroll
+  for (int qq = 0; qq < 4; qq++) {
+    t[qq * nu + u] = x.xh[qq];
+    t[(4 + qq) * nu + u] = x.xl[qq];
+  }
+  reinterpret_cast<float2*>(XT + 128LL * nu)[u] = make_float2(x.sx0, x.sx1);
+  reinterpret_cast<int4*>(XT + 136LL * nu)[u] = make_int4(x.s01.x, x.s01.y, x.s23.x, x.s23.y);
+}
+template <int R, int UN>
+__global__ void __launch_bounds__(256) k6RT(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XT) {
+  __shared__ float red[8 * R];
+  const int row0 = blockIdx.x * R;
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) rp[r] = W + (long long)min(row0 + r, rows - 1) * rb;
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
+  gemvq_walk<QW6A, QX6T, 1, R, UN>(rp, cols >> 6, cols, XT, acc);
+  gemv_rows_store<R, 1>(acc, red, blockDim.x >> 5, R, GLU_PLAIN, row0, rows, Y);
+}
+
 // kRX: kR (Q4_K, R rows a block, UN units a lane in flight) with each
 // unit's x loaded when its weights are, not after they arrive: the x
 // side's L1/L2 latency then overlaps the weights' DRAM latency instead of
@@ -1068,7 +1576,8 @@ static void launchS(void (*f)(A...), int grid, int block, int smem, cudaStream_t
   CK(cudaLaunchKernelEx(&cfg, f, args...));
 }
 
-struct Mat { int rows, cols; bool q6; uint8_t* w; long long rb; float* y; uint8_t* w1 = nullptr; uint8_t* w6s = nullptr; int* flag = nullptr; };
+struct Mat { int rows, cols; bool q6; uint8_t* w; long long rb; float* y; uint8_t* w1 = nullptr; uint8_t* w6s = nullptr; int* flag = nullptr;
+             uint8_t* wp = nullptr; uint8_t* w1p = nullptr; };
 static float* gXf;      // x as floats (kdx)
 static uint8_t* gXQd;   // kdx's quantized x
 static int* gFlags;     // kdx's arrival counters, one per matrix
@@ -1076,6 +1585,9 @@ static int gNFlags;
 typedef void (*KFn)(const uint8_t*, long long, float*, int, int, const uint8_t*);
 typedef void (*SFn)(const uint8_t*, long long, float*, int, int, const uint8_t*, const uint8_t*);
 static uint8_t* gXQ[2];  // quantized x for 4096 and 14336 columns
+static uint8_t* gXT[2];  // the same transposed for kUT (xtrans)
+static uint8_t* gXT32[2];  // and for kRT (xtrans32)
+static uint8_t* gXT6[2];   // and for k6RT (xtrans6)
 static unsigned* gOut;
 
 typedef void (*RFn)(const uint8_t*, long long, float*, int, int, const uint8_t*, float*, int*);
@@ -1298,6 +1810,92 @@ static bool enqueue(const Var& v, const Mat& m, cudaStream_t s) {
     launchS(f, (m.rows + v.R - 1) / v.R, 32 * v.warps, smem, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq);
     return true;
   }
+  case 27: {  // k6RT<R, UN> on the re-laid copy: CH = UN, warps; x from gXT6
+    if (!m.q6 || !m.w6s) return false;
+    KFn f = nullptr;
+    if (v.R == 2 && v.CH == 1) f = k6RT<2, 1>;
+    if (v.R == 2 && v.CH == 2) f = k6RT<2, 2>;
+    if (v.R == 4 && v.CH == 1) f = k6RT<4, 1>;
+    if (v.R == 4 && v.CH == 2) f = k6RT<4, 2>;
+    if (!f) return false;
+    launchS(f, (m.rows + v.R - 1) / v.R, 32 * v.warps, 0, s, (const uint8_t*)m.w6s, m.rb, m.y, m.rows, m.cols, (const uint8_t*)gXT6[m.cols == 4096 ? 0 : 1]);
+    return true;
+  }
+  case 26: {  // kRT<R, UN, GLU>: CH = UN, warps; x from gXT32
+    if (m.q6) return false;
+    const bool glu = m.w1 != nullptr;
+    void (*f)(const uint8_t*, const uint8_t*, long long, float*, int, int, const uint8_t*) = nullptr;
+#define KU(RR, UU) if (v.R == RR && v.CH == UU) f = glu ? kRT<RR, UU, true> : kRT<RR, UU, false>;
+    KU(2, 1) KU(2, 2) KU(4, 1) KU(4, 2) KU(8, 1)
+#undef KU
+    if (!f) return false;
+    const int per = glu ? v.R / 2 : v.R;
+    launchS(f, (m.rows + per - 1) / per, 32 * v.warps, 0, s, (const uint8_t*)m.w, (const uint8_t*)m.w1, m.rb, m.y, m.rows, m.cols, (const uint8_t*)gXT32[m.cols == 4096 ? 0 : 1]);
+    return true;
+  }
+  case 25: {  // kUT<R, UN, GLU, PERM> on the permuted copies: CH = UN, warps
+    if (m.q6 || !m.wp) return false;
+    const bool glu = m.w1 != nullptr;
+    void (*f)(const uint8_t*, const uint8_t*, long long, float*, int, int, const uint8_t*) = nullptr;
+#define KU(RR, UU) if (v.R == RR && v.CH == UU) f = glu ? kUT<RR, UU, true, true> : kUT<RR, UU, false, true>;
+    KU(2, 1) KU(2, 2) KU(4, 1) KU(4, 2)
+#undef KU
+    if (!f) return false;
+    const int per = glu ? v.R / 2 : v.R;
+    launchS(f, (m.rows + per - 1) / per, 32 * v.warps, 0, s, (const uint8_t*)m.wp, (const uint8_t*)m.w1p, m.rb, m.y, m.rows, m.cols, (const uint8_t*)gXT[m.cols == 4096 ? 0 : 1]);
+    return true;
+  }
+  case 24: {  // kUT<R, UN, GLU>: CH = UN, warps; x from gXT
+    if (m.q6) return false;
+    const bool glu = m.w1 != nullptr;
+    void (*f)(const uint8_t*, const uint8_t*, long long, float*, int, int, const uint8_t*) = nullptr;
+#define KU(RR, UU) if (v.R == RR && v.CH == UU) f = glu ? kUT<RR, UU, true> : kUT<RR, UU, false>;
+    KU(2, 1) KU(2, 2) KU(4, 1) KU(4, 2)
+#undef KU
+    if (!f) return false;
+    const int per = glu ? v.R / 2 : v.R;
+    launchS(f, (m.rows + per - 1) / per, 32 * v.warps, 0, s, (const uint8_t*)m.w, (const uint8_t*)m.w1, m.rb, m.y, m.rows, m.cols, (const uint8_t*)gXT[m.cols == 4096 ? 0 : 1]);
+    return true;
+  }
+  case 23: {  // kU<R, UN, L1, GLU>: CH = UN + 10 * L1, warps
+    if (m.q6) return false;
+    const bool glu = m.w1 != nullptr, l1 = v.CH / 10;
+    const int un = v.CH % 10;
+    void (*f)(const uint8_t*, const uint8_t*, long long, float*, int, int, const uint8_t*) = nullptr;
+#define KU(RR, UU) if (v.R == RR && un == UU) f = l1 ? (glu ? kU<RR, UU, true, true> : kU<RR, UU, true, false>) : (glu ? kU<RR, UU, false, true> : kU<RR, UU, false, false>);
+    KU(2, 1) KU(2, 2) KU(4, 1) KU(4, 2)
+#undef KU
+    if (!f) return false;
+    const int per = glu ? v.R / 2 : v.R;
+    launchS(f, (m.rows + per - 1) / per, 32 * v.warps, 0, s, (const uint8_t*)m.w, (const uint8_t*)m.w1, m.rb, m.y, m.rows, m.cols, xq);
+    return true;
+  }
+  case 22: {  // kG<R, GLU>: CH = blocks a multiprocessor, warps
+    if (m.q6) return false;
+    const bool glu = m.w1 != nullptr;
+    void (*f)(const uint8_t*, const uint8_t*, long long, float*, int, int, const uint8_t*) = nullptr;
+    if (v.R == 4) f = glu ? kG<4, true> : kG<4, false>;
+    if (v.R == 2) f = glu ? kG<2, true> : kG<2, false>;
+    if (!f) return false;
+    const int per = glu ? v.R / 2 : v.R;
+    const int ng = (m.rows + per - 1) / per;
+    launchS(f, std::min(ng, SMS * v.CH), 32 * v.warps, 0, s, (const uint8_t*)m.w, (const uint8_t*)m.w1, m.rb, m.y, m.rows, m.cols, xq);
+    return true;
+  }
+  case 21: {  // kW<R, UN, GLU>: CH = UN + 10 * GPW, warps = warps a block
+    if (m.q6) return false;
+    const int un = v.CH % 10, gpw = std::max(1, v.CH / 10);
+    const bool glu = m.w1 != nullptr;
+    void (*f)(const uint8_t*, const uint8_t*, long long, float*, int, int, const uint8_t*) = nullptr;
+#define KW(RR, UU) if (v.R == RR && un == UU) f = glu ? kW<RR, UU, true> : kW<RR, UU, false>;
+    KW(2, 1) KW(2, 2) KW(4, 1) KW(4, 2) KW(8, 1) KW(2, 4)
+#undef KW
+    if (!f) return false;
+    const int per = glu ? v.R / 2 : v.R;
+    const int ng = (m.rows + per - 1) / per, wpb = v.warps * gpw;
+    launchS(f, (ng + wpb - 1) / wpb, 32 * v.warps, 0, s, (const uint8_t*)m.w, (const uint8_t*)m.w1, m.rb, m.y, m.rows, m.cols, xq);
+    return true;
+  }
   case 20: {  // kRX<R, UN = CH>, warps
     if (m.q6 || m.w1) return false;
     void (*f)(const uint8_t*, long long, float*, int, int, const uint8_t*) = nullptr;
@@ -1350,7 +1948,7 @@ template <typename F> static void setSmem(F f) { CK(cudaFuncSetAttribute(f, cuda
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
-  gSoa = argc > 1 && (strcmp(argv[1], "soa") == 0 || strcmp(argv[1], "prof") == 0 || strcmp(argv[1], "x6") == 0 || strcmp(argv[1], "parts") == 0 || strcmp(argv[1], "l2") == 0);
+  gSoa = argc > 1 && (strcmp(argv[1], "soa") == 0 || strcmp(argv[1], "prof") == 0 || strcmp(argv[1], "x6") == 0 || strcmp(argv[1], "parts") == 0 || strcmp(argv[1], "l2") == 0 || strcmp(argv[1], "q6t") == 0 || strcmp(argv[1], "dchain") == 0);
   cudaDeviceProp p; CK(cudaGetDeviceProperties(&p, 0)); SMS = p.multiProcessorCount;
   printf("%s SMs %d L2 %d MB smem/SM %zu KB\n", p.name, SMS, p.l2CacheSize >> 20, p.sharedMemPerMultiprocessor >> 10);
   cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -1371,6 +1969,12 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 2; i++) {
     CK(cudaMalloc(&gXQ[i], gemvq_bytes(xc[i])));
     gemvq_x<<<(xc[i] / 64 + 7) / 8, 256>>>(gX, xc[i], 1, gXQ[i]);
+    CK(cudaMalloc(&gXT[i], 140 * (xc[i] / 64)));
+    xtrans<<<(9 * (xc[i] / 64) + 255) / 256, 256>>>(gXQ[i], xc[i], gXT[i]);
+    CK(cudaMalloc(&gXT32[i], 76 * (xc[i] / 32)));
+    xtrans32<<<(xc[i] / 32 + 255) / 256, 256>>>(gXQ[i], xc[i], gXT32[i]);
+    CK(cudaMalloc(&gXT6[i], 152 * (xc[i] / 64)));
+    xtrans6<<<(xc[i] / 64 + 255) / 256, 256>>>(gXQ[i], xc[i], gXT6[i]);
   }
   gXf = gX;
   CK(cudaMalloc(&gXQd, gemvq_bytes(14336)));
@@ -1451,6 +2055,19 @@ int main(int argc, char** argv) {
     }
     shapes[k].n = nm;
   }
+  if (getenv("KUT"))  // q4perm'd copies of the Q4_K matrices for kUT's PERM variant
+    for (int k = 0; k < 5; k++)
+      for (auto& m : mats[k]) {
+        const size_t n = m.rb * m.rows;
+        CK(cudaMalloc(&m.wp, n));
+        CK(cudaMemcpy(m.wp, m.w, n, cudaMemcpyDeviceToDevice));
+        q4perm<<<(unsigned)((n / 144 + 255) / 256), 256>>>(m.wp, (long long)(n / 144));
+        if (m.w1) {
+          CK(cudaMalloc(&m.w1p, n));
+          CK(cudaMemcpy(m.w1p, m.w1, n, cudaMemcpyDeviceToDevice));
+          q4perm<<<(unsigned)((n / 144 + 255) / 256), 256>>>(m.w1p, (long long)(n / 144));
+        }
+      }
   CK(cudaDeviceSynchronize());
   std::vector<Var> vars = {{0, 0, 0, 0}, {1, 0, 0, 0}, {3, 0, 0, 0}};
   if (quick) { for (int CH : {1, 2}) for (int w : {1, 2, 4}) vars.push_back({2, 4, CH, w}); }
@@ -1468,6 +2085,30 @@ int main(int argc, char** argv) {
       for (int S : {2, 4, 7}) for (int un : {1, 2}) for (int w : {1, 2, 4}) { Var v{8, 4, S * 10 + un, w}; v.pfmb = sum; vars.push_back(v); }
       for (int S : {2, 4}) for (int w : {1, 2}) { Var v{8, 2, S * 10 + 2, w}; v.pfmb = sum; vars.push_back(v); }
     }
+  }
+  else if (argc > 1 && strcmp(argv[1], "q6t") == 0) {
+    vars = {{0, 0, 0, 0}, {3, 0, 0, 0}, {10, 4, 1, 8}, {10, 4, 2, 1}, {10, 4, 1, 2}};
+    for (int R : {2, 4}) for (int un : {1, 2}) for (int w : {1, 2, 4, 8}) vars.push_back({27, R, un, w});
+  }
+  else if (argc > 1 && strcmp(argv[1], "xt32") == 0) {
+    vars = {{0, 0, 0, 0}, {3, 0, 0, 0}, {5, 4, 21, 2}, {24, 4, 1, 2}, {24, 2, 2, 1}};
+    for (int R : {2, 4, 8}) for (int un : {1, 2}) for (int w : {1, 2, 4}) if (!(R == 8 && un == 2)) vars.push_back({26, R, un, w});
+  }
+  else if (argc > 1 && strcmp(argv[1], "unit64") == 0) {
+    vars = {{0, 0, 0, 0}, {3, 0, 0, 0}, {5, 4, 21, 2}};
+    for (int l1 : {0, 10}) for (int R : {2, 4}) for (int un : {1, 2}) for (int w : {1, 2, 4, 8}) {
+      if (getenv("KUT") && l1) continue;
+      vars.push_back({getenv("KUT") ? 24 : 23, R, un + l1, w});
+      if (getenv("KUT") && w <= 4) vars.push_back({25, R, un, w});
+    }
+  }
+  else if (argc > 1 && strcmp(argv[1], "warp") == 0) {
+    vars = {{0, 0, 0, 0}, {3, 0, 0, 0}, {5, 4, 21, 2}};
+    for (int R : {2, 4, 8}) for (int un : {1, 2}) for (int gpw : {1, 2, 4}) for (int w : {2, 4}) {
+      if (R == 8 && un == 2) continue;
+      vars.push_back({21, R, un + 10 * gpw, w});
+    }
+    vars.push_back({21, 2, 4, 2}); vars.push_back({21, 2, 4, 4});
   }
   else if (argc > 1 && strcmp(argv[1], "xpre") == 0) {
     vars = {{0, 0, 0, 0}, {3, 0, 0, 0}};
@@ -1610,6 +2251,155 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  // mode dchain: the engine's "down alone" chain, 32 layers of down
+  // alternating Q4_K (the u2 kernel) and Q6KA (k6R<4, 1, true>, 8 warps:
+  // gemvq_q6ka_1) as engine/cuda's 8b model has them, each after gemvq_x
+  // of its float x (the step) or with x held; and each half alone.
+  if (argc > 1 && strcmp(argv[1], "dchain") == 0) {
+    uint8_t* xq14 = gXQ[1];
+    for (int variant = 0; variant < 6; variant++) {
+      const bool withx = variant % 2 == 0;
+      const int which = variant / 2;  // 0 both, 1 Q4_K only, 2 Q6KA only
+      double lb = 0;
+      cudaGraph_t g; cudaGraphExec_t ge;
+      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      for (int L = 0; L < 32; L++) {
+        const bool q6 = which == 2 || (which == 0 && L % 2 == 1);
+        const Mat& dn = q6 ? mats[5][L] : mats[4][L];
+        if (withx) launchS(gemvq_x, (14336 / 64 + 7) / 8, 256, 0, s, (const float*)gXf, 14336, 1, xq14);
+        if (q6) launchS((KFn)k6R<4, 1, true>, 1024, 256, 0, s, (const uint8_t*)dn.w6s, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14);
+        else launchS(kR<4, 2, 1>, 1024, 64, 0, s, (const uint8_t*)dn.w, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14, gP, gCnt);
+        lb += (double)dn.rb * dn.rows;
+      }
+      CK(cudaStreamEndCapture(s, &g));
+      CK(cudaGraphInstantiateWithFlags(&ge, g, 0));
+      CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
+      float best = 1e30;
+      for (int t = 0; t < 5; t++) {
+        cudaEventRecord(a, s);
+        for (int r = 0; r < 10; r++) CK(cudaGraphLaunch(ge, s));
+        cudaEventRecord(b, s);
+        CK(cudaEventSynchronize(b));
+        float ms_; cudaEventElapsedTime(&ms_, a, b);
+        best = std::min(best, ms_ / 10);
+      }
+      cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
+      const double per = best * 1e-3 / 32;
+      printf("down %-10s %-8s %7.2f us per launch, %.3f of D2D\n", which == 0 ? "Q4+Q6KA" : (which == 1 ? "Q4_K" : "Q6KA"), withx ? "+x" : "x held", per * 1e6, lb / 32 / per / 1e9 / d2d);
+      fflush(stdout);
+    }
+    return 0;
+  }
+  // mode wlayer: the layer chain (q/k/v, o, glu, down4 x 32, Q4_K, x held)
+  // with kW for q/k/v, o and gate/up in each of a list of configurations,
+  // down by the step's u2 kernel or by kW, against the step's kernels.
+  if (argc > 1 && strcmp(argv[1], "wlayer") == 0) {
+    double lb = 0;
+    for (int k : {0, 1, 3, 4}) lb += bytes[k] / shapes[k].n;
+    const Var v0{0, 0, 0, 0}, vu2{5, 4, 21, 2};
+    struct LC { Var q, o, g, d; };
+    std::vector<LC> lcs = {{v0, vu2, v0, vu2}};
+    if (getenv("XT32")) {
+      const Var q1{26, 4, 1, 2}, o1{26, 4, 2, 2}, g1{26, 4, 1, 2}, d1{26, 4, 2, 2};
+      const Var ou{24, 4, 1, 2}, du{24, 2, 2, 1};
+      lcs.push_back({q1, o1, g1, d1});
+      lcs.push_back({q1, ou, g1, du});
+      lcs.push_back({q1, vu2, g1, vu2});
+      lcs.push_back({v0, ou, g1, du});
+      lcs.push_back({q1, ou, v0, du});
+      lcs.push_back({v0, ou, v0, du});
+      lcs.push_back({Var{26, 8, 1, 2}, ou, g1, du});
+      lcs.push_back({Var{26, 4, 1, 1}, ou, Var{26, 4, 1, 1}, du});
+      lcs.push_back({v0, vu2, v0, vu2});
+    } else if (getenv("KUT")) {
+      const Var ou{24, 4, 1, 2}, gu{24, 4, 1, 2}, du{24, 2, 2, 1};
+      const Var op{25, 4, 1, 2}, gp{25, 4, 1, 2}, dp{25, 2, 2, 1}, qp{25, 4, 1, 1}, qp2{25, 4, 1, 2};
+      lcs.push_back({v0, ou, gu, du});
+      lcs.push_back({v0, ou, v0, du});
+      lcs.push_back({v0, vu2, v0, du});
+      lcs.push_back({v0, op, gp, dp});
+      lcs.push_back({qp, op, gp, dp});
+      lcs.push_back({qp2, op, gp, dp});
+      lcs.push_back({v0, op, v0, dp});
+      lcs.push_back({v0, vu2, v0, dp});
+      lcs.push_back({v0, op, gp, Var{25, 4, 1, 2}});
+      lcs.push_back({v0, vu2, v0, vu2});
+    } else if (getenv("KU")) {
+      for (int l1 : {0, 10}) for (int R : {2, 4}) for (int un : {1, 2}) for (int w : {1, 2}) {
+        const Var c{23, R, un + l1, w};
+        lcs.push_back({c, c, c, vu2});
+        for (int dw : {2, 4, 8}) lcs.push_back({c, c, c, Var{23, 4, 1 + l1, dw}});
+        lcs.push_back({c, c, c, Var{23, 4, 2 + l1, 2}});
+      }
+      lcs.push_back({v0, vu2, v0, vu2});
+    } else if (getenv("KW")) {
+      std::vector<Var> cs;
+      for (int R : {2, 4, 8}) for (int un : {1, 2}) for (int gpw : {1, 2}) {
+        if (R == 8 && un == 2) continue;
+        cs.push_back({21, R, un + 10 * gpw, 2});
+      }
+      cs.push_back({21, 4, 11, 4}); cs.push_back({21, 4, 21, 4});
+      for (const Var& c : cs) {
+        lcs.push_back({c, c, c, vu2});
+        lcs.push_back({c, vu2, c, vu2});
+        lcs.push_back({c, c, c, Var{21, 4, 12, 2}});
+        lcs.push_back({c, c, c, Var{21, 2, 12, 2}});
+      }
+    } else {
+      // kG on a grid of b blocks a multiprocessor for q/k/v and/or gate/up
+      // (so that o's and down's u2 blocks can become resident early)
+      for (int b : {2, 3, 4, 6, 8, 11, 14}) {
+        const Var c{22, 4, b, 2};
+        lcs.push_back({c, vu2, v0, vu2});
+        lcs.push_back({v0, vu2, c, vu2});
+        lcs.push_back({c, vu2, c, vu2});
+      }
+      for (int b : {4, 8}) lcs.push_back({Var{22, 4, b, 4}, vu2, Var{22, 4, b, 4}, vu2});
+      for (int b : {4, 8}) lcs.push_back({Var{22, 2, b, 2}, vu2, Var{22, 2, b, 2}, vu2});
+      lcs.push_back({v0, vu2, v0, vu2});
+    }
+    for (auto& lc : lcs) {
+      cudaGraph_t g; cudaGraphExec_t ge;
+      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      bool ok = true;
+      for (int L = 0; L < 32; L++) {
+        ok = enqueue(lc.q, mats[0][L], s) && ok;
+        ok = enqueue(lc.o, mats[1][L], s) && ok;
+        ok = enqueue(lc.g, mats[3][L], s) && ok;
+        ok = enqueue(lc.d, mats[4][L], s) && ok;
+      }
+      CK(cudaStreamEndCapture(s, &g));
+      if (!ok) { printf("config not built\n"); cudaGraphDestroy(g); continue; }
+      CK(cudaGraphInstantiateWithFlags(&ge, g, 0));
+      CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
+      float best = 1e30;
+      for (int t = 0; t < 5; t++) {
+        cudaEventRecord(a, s);
+        for (int r = 0; r < 10; r++) CK(cudaGraphLaunch(ge, s));
+        cudaEventRecord(b, s);
+        CK(cudaEventSynchronize(b));
+        float ms_; cudaEventElapsedTime(&ms_, a, b);
+        best = std::min(best, ms_ / 10);
+      }
+      cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
+      const double per = best * 1e-3 / 32;
+      auto nm = [](const Var& v, char* o) {
+        if (v.kind == 0) snprintf(o, 32, "fused");
+        else if (v.kind == 5) snprintf(o, 32, "u2");
+        else if (v.kind == 22) snprintf(o, 32, "kG R%d b%d w%d", v.R, v.CH, v.warps);
+        else if (v.kind == 26) snprintf(o, 32, "kRT R%d un%d w%d", v.R, v.CH, v.warps);
+        else if (v.kind == 25) snprintf(o, 32, "kUP R%d un%d w%d", v.R, v.CH, v.warps);
+        else if (v.kind == 24) snprintf(o, 32, "kU xT R%d un%d w%d", v.R, v.CH, v.warps);
+        else if (v.kind == 23) snprintf(o, 32, "kU R%d un%d%s w%d", v.R, v.CH % 10, v.CH / 10 ? " L1" : "", v.warps);
+        else snprintf(o, 32, "kW R%d un%d g%d w%d", v.R, v.CH % 10, v.CH / 10, v.warps);
+      };
+      char a1[32], a2[32], a3[32], a4[32];
+      nm(lc.q, a1); nm(lc.o, a2); nm(lc.g, a3); nm(lc.d, a4);
+      printf("qkv %-16s o %-16s glu %-16s down %-16s %7.2f us per layer, %.3f of D2D\n", a1, a2, a3, a4, per * 1e6, lb / per / 1e9 / d2d);
+      fflush(stdout);
+    }
+    return 0;
+  }
   if (argc > 1 && strcmp(argv[1], "layer") == 0) {
     cudaStream_t s2; CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
     std::vector<cudaEvent_t> evs(33);
@@ -1707,6 +2497,13 @@ int main(int argc, char** argv) {
     else if (v.kind == 3) snprintf(nm, 64, "read-only");
     else if (v.kind == 9) snprintf(nm, 64, "staged6 LDS R4 CH2 w%d", v.warps);
     else if (v.kind == 20) snprintf(nm, 64, "kRX R%d un%d w%d", v.R, v.CH, v.warps);
+    else if (v.kind == 27) snprintf(nm, 64, "soa6 xT R%d un%d w%d", v.R, v.CH, v.warps);
+    else if (v.kind == 26) snprintf(nm, 64, "kR xT R%d un%d w%d", v.R, v.CH, v.warps);
+    else if (v.kind == 25) snprintf(nm, 64, "kU xT perm R%d un%d w%d", v.R, v.CH, v.warps);
+    else if (v.kind == 24) snprintf(nm, 64, "kU xT R%d un%d w%d", v.R, v.CH, v.warps);
+    else if (v.kind == 23) snprintf(nm, 64, "kU R%d un%d%s w%d", v.R, v.CH % 10, v.CH / 10 ? " L1" : "", v.warps);
+    else if (v.kind == 22) snprintf(nm, 64, "kG R%d b%d w%d", v.R, v.CH, v.warps);
+    else if (v.kind == 21) snprintf(nm, 64, "kW R%d un%d g%d w%d", v.R, v.CH % 10, v.CH / 10, v.warps);
     else if (v.kind == 19) snprintf(nm, 64, "ring R%d D%d w%d", v.R, v.CH, v.warps);
     else if (v.kind == 17) snprintf(nm, 64, "glu+xq opw%d un%d", v.R, v.CH);
     else if (v.kind == 18) snprintf(nm, 64, "glu, then gemvq_x");
