@@ -480,8 +480,16 @@ template <> struct Part<T_F32> {
 //   bytes, where reading the units' bytes out of L0 touched 32-byte pairs
 //   spread over 2 KB; the Q6KA GEMV on down's shape ran 16.25 -> 14.53 us
 //   with the same geometry (kernels/NOTES.md, GEMV v10).
-// gemvq.cu's gemvq_x writes both from float x; norm.cu's kernels and the
-// decode attention write them beside their output (gemvq_put4), so the
+// - LP (at gemvq_lp(cols)), read by the Q4_K pair units (QXP: the 64
+//   elements of one sub-block pair, one x 64-block): piece i (i < 4: the
+//   high bytes of elements 16i..16i+15 of 64-block v; 4 + i: their low
+//   bytes) of block v at 16*(i*nv + v), nv = cols/64; then an int2 per
+//   block (the x_int sums of its elements 0..31 and 32..63) and a float per
+//   block (sx). Why: the same as L6's, for gemvq_p*'s lanes, which read a
+//   whole 64-block each (kernels/NOTES.md, GEMV v10: o 4.18 -> 3.94 us,
+//   down's Q4_K 10.1 -> 9.5 in the sweep).
+// gemvq.cu's gemvq_x writes all three from float x; norm.cu's kernels and
+// the decode attention write them beside their output (gemvq_put4), so the
 // GEMV that follows needs no quantizing launch of its own.
 #define GEMVQ_MAX 32767
 
@@ -489,8 +497,37 @@ template <> struct Part<T_F32> {
 // (L0 and L6, rounded up to 16 so that every vector's pieces stay
 // 16-byte aligned; kernels' gemvqBytes).
 __host__ __device__ __forceinline__ long long gemvq_l6(int cols) { return 2LL * cols + cols / 2; }
-__host__ __device__ __forceinline__ long long gemvq_bytes(int cols) {
+__host__ __device__ __forceinline__ long long gemvq_lp(int cols) {
   return (gemvq_l6(cols) + 152LL * (cols / 64) + 15) & ~15LL;
+}
+__host__ __device__ __forceinline__ long long gemvq_bytes(int cols) {
+  return (gemvq_lp(cols) + 140LL * (cols / 64) + 15) & ~15LL;
+}
+
+// gemvq_putp writes x_int bytes of N consecutive elements from e0 (N = 2
+// or 4, e0 % N == 0) into LP (see gemvq_put6).
+template <int N>
+__device__ __forceinline__ void gemvq_putp(uint8_t* base, int cols, int e0, uint32_t h, uint32_t l) {
+  const int nv = cols >> 6, v = e0 >> 6, i = (e0 >> 4) & 3;
+  uint8_t* lp = base + gemvq_lp(cols);
+  uint8_t* ph = lp + 16LL * (i * nv + v) + (e0 & 15);
+  uint8_t* pl = lp + 16LL * ((4 + i) * nv + v) + (e0 & 15);
+  if (N == 4) {
+    *reinterpret_cast<uint32_t*>(ph) = h;
+    *reinterpret_cast<uint32_t*>(pl) = l;
+  } else {
+    *reinterpret_cast<uint16_t*>(ph) = (uint16_t)h;
+    *reinterpret_cast<uint16_t*>(pl) = (uint16_t)l;
+  }
+}
+
+// gemvq_putp_sum writes half k's (elements 32k..32k+31) x_int sum of
+// 64-block B into LP; gemvq_putp_scale its scale.
+__device__ __forceinline__ void gemvq_putp_sum(uint8_t* base, int cols, int B, int k, int s) {
+  reinterpret_cast<int*>(base + gemvq_lp(cols) + 128LL * (cols >> 6))[2 * B + k] = s;
+}
+__device__ __forceinline__ void gemvq_putp_scale(uint8_t* base, int cols, int B, float sx) {
+  reinterpret_cast<float*>(base + gemvq_lp(cols) + 136LL * (cols >> 6))[B] = sx;
 }
 
 // gemvq_put6 writes x_int bytes of N consecutive elements from e0 (N = 2
@@ -556,13 +593,19 @@ __device__ __forceinline__ void gemvq_put4(uint8_t* base, int cols, int i, float
   *reinterpret_cast<uint32_t*>(base + 4LL * i) = h;
   *reinterpret_cast<uint32_t*>(base + cols + 4LL * i) = l;
   gemvq_put6<4>(base, cols, 4 * i, h, l);
+  gemvq_putp<4>(base, cols, 4 * i, h, l);
   int s = q0 + q1 + q2 + q3;
   s += __shfl_xor_sync(mask, s, 1);
   s += __shfl_xor_sync(mask, s, 2);
+  const int s2 = s + __shfl_xor_sync(mask, s, 4);  // t = 0: groups 0+1, t = 8: 2+3
   int* hdr = reinterpret_cast<int*>(base + 2LL * cols + 32LL * (i >> 4));
   const int t = i & 15;
   if (t < 4) hdr[t] = t == 0 ? __float_as_int(sx) : 0;
-  if (t == 0) gemvq_put6_scale(base, cols, i >> 4, sx);
+  if (t == 0) {
+    gemvq_put6_scale(base, cols, i >> 4, sx);
+    gemvq_putp_scale(base, cols, i >> 4, sx);
+  }
+  if ((t & 7) == 0) gemvq_putp_sum(base, cols, i >> 4, t >> 3, s2);
   if ((t & 3) == 0) {
     const int g = t >> 2;
     hdr[4 + (((g & 1) << 1) | (g >> 1))] = s;

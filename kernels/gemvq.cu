@@ -98,9 +98,15 @@ __device__ __forceinline__ void put64(uint8_t* base, int cols, int blk, int lane
   *reinterpret_cast<uint16_t*>(base + off) = (uint16_t)h;
   *reinterpret_cast<uint16_t*>(base + cols + off) = (uint16_t)l;
   gemvq_put6<2>(base, cols, c, h, l);
+  gemvq_putp<2>(base, cols, c, h, l);
+  const int s2 = s + __shfl_xor_sync(0xffffffffu, s, 8);  // lane 0: groups 0+1, lane 16: 2+3
   int* hdr = reinterpret_cast<int*>(base + 2LL * cols + 32 * blk);
   if (lane < 4) hdr[lane] = lane == 0 ? __float_as_int(sx) : 0;
-  if (lane == 0) gemvq_put6_scale(base, cols, blk, sx);
+  if (lane == 0) {
+    gemvq_put6_scale(base, cols, blk, sx);
+    gemvq_putp_scale(base, cols, blk, sx);
+  }
+  if ((lane & 15) == 0) gemvq_putp_sum(base, cols, blk, lane >> 4, s2);
   if ((lane & 7) == 0) {
     const int g = lane >> 3;
     hdr[4 + (((g & 1) << 1) | (g >> 1))] = s;
@@ -336,6 +342,116 @@ GEMVQ_FUSED(gemvq_fused_2, 2, 1)
 // takes it for launches that fit the device at once; kernels/NOTES.md,
 // GEMV v8).
 GEMVQ_FUSED(gemvq_fused_u2_1, 1, 2)
+
+// ---- Q4_K pair units (gemvq_p*) ----
+//
+// A pair unit v is the 64 elements of sub-blocks 2j and 2j+1 of
+// super-block v >> 2 (j = v & 3): the 32 quant bytes of chunk j, both of
+// whose 16-byte halves share one scale and min per sub-block, d, dmin and
+// one x 64-block. The integer dot products of both halves are summed
+// before the scales (t = sc0*i0 + sc1*(i1>>4) stays below 2^31: 32
+// elements of |x_int| <= 32767, nibbles <= 15, scales <= 63), so the
+// scale decoding and the float update come once per 64 weights instead of
+// once per 32, and a lane holds 12 registers of weights per 32 quant
+// bytes instead of 16. x comes from LP (common.cuh), where a warp's x
+// loads read 512 contiguous bytes. Measured (kernels/NOTES.md, GEMV v10):
+// faster than gemvq_fused_u2_1 for the one-wave launches of o and down's
+// Q4_K half, no faster elsewhere, so gemvqPairGeometry takes it for those.
+
+// QXP: the x side of pair unit v for one vector.
+struct QXP {
+  uint4 h[4], l[4];
+  float sx;
+  int S0, S1;
+  __device__ __forceinline__ void load(const uint8_t* base, int cols, int v) {
+    const int nv = cols >> 6;
+    const uint8_t* lp = base + gemvq_lp(cols);
+    const uint4* t = reinterpret_cast<const uint4*>(lp);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      h[i] = __ldg(t + i * nv + v);
+      l[i] = __ldg(t + (4 + i) * nv + v);
+    }
+    const int2 g = __ldg(reinterpret_cast<const int2*>(lp + 128LL * nv) + v);
+    S0 = g.x;
+    S1 = g.y;
+    sx = __ldg(reinterpret_cast<const float*>(lp + 136LL * nv) + v);
+  }
+};
+
+// QW4P: pair unit v of one Q4_K row.
+struct QW4P {
+  uint4 h, q0, q1;
+  __device__ __forceinline__ void load(const uint8_t* row, int v) {
+    const uint8_t* b = row + (long long)(v >> 2) * 144;
+    h = __ldg(reinterpret_cast<const uint4*>(b));
+    q0 = ld_stream(b + 16 + 32 * (v & 3));
+    q1 = ld_stream(b + 32 + 32 * (v & 3));
+  }
+  // acc += this unit's dot product with x (one vector).
+  __device__ __forceinline__ void dot(int v, const QXP& x, float& acc) const {
+    const int j = v & 3;
+    uint32_t sw, mw;
+    k4_scale_words(h, j, sw, mw);
+    const int k = (2 * j) & 3;
+    const int sc0 = (int)__byte_perm(sw, 0, 0x4440 | k), sc1 = (int)__byte_perm(sw, 0, 0x4441 + k);
+    const int m0 = (int)__byte_perm(mw, 0, 0x4440 | k), m1 = (int)__byte_perm(mw, 0, 0x4441 + k);
+    // Four independent chains for the high bytes (low nibbles of each
+    // half against x's pieces 0 and 1, high nibbles against 2 and 3), then
+    // the low bytes on top of them shifted, as QW4::dot does per half.
+    int h0 = 0, h1 = 0, h2 = 0, h3 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const uint32_t a = qword(q0, i), b = qword(q1, i);
+      h0 = dp4a_ss(a & 0x0F0F0F0Fu, qword(x.h[0], i), h0);
+      h2 = dp4a_ss(b & 0x0F0F0F0Fu, qword(x.h[1], i), h2);
+      h1 = dp4a_us(a & 0xF0F0F0F0u, qword(x.h[2], i), h1);
+      h3 = dp4a_us(b & 0xF0F0F0F0u, qword(x.h[3], i), h3);
+    }
+    int i0 = (int)((uint32_t)(h0 + h2) << 8), i1 = (int)((uint32_t)(h1 + h3) << 8);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const uint32_t a = qword(q0, i), b = qword(q1, i);
+      i0 = dp4a_uu(a & 0x0F0F0F0Fu, qword(x.l[0], i), i0);
+      i1 = dp4a_uu(a & 0xF0F0F0F0u, qword(x.l[2], i), i1);
+      i0 = dp4a_uu(b & 0x0F0F0F0Fu, qword(x.l[1], i), i0);
+      i1 = dp4a_uu(b & 0xF0F0F0F0u, qword(x.l[3], i), i1);
+    }
+    const int t = sc0 * i0 + sc1 * (i1 >> 4);
+    const int m = m0 * x.S0 + m1 * x.S1;
+    const float d = h2f(h.x & 0xFFFF), dmin = h2f(h.x >> 16);
+    const float f = fmaf(-dmin, (float)m, d * (float)t);
+    acc = fmaf(x.sx, f, acc);
+  }
+};
+
+// gemvq_p_body: Y = W x for one Q4_K matrix (16-byte aligned rows) and
+// one quantized vector; a block owns R rows, its warps split each row's
+// pair units (gemvq_walk: UN in flight, the first UN loaded before
+// pdl_wait).
+template <int R, int UN>
+__device__ __forceinline__ void gemvq_p_body(const uint8_t* W, long long rb, float* Y, int rows, int cols,
+                                             const uint8_t* XQ) {
+  __shared__ float red[8 * R];
+  const int row0 = blockIdx.x * R;
+  const uint8_t* rp[R];
+  row_ptrs<R>(W, rb, row0, rows, rp);
+  float acc[R][1];
+  zero_acc(acc);
+  gemvq_walk<QW4P, QXP, 1, R, UN>(rp, cols >> 6, cols, XQ, acc);
+  gemv_rows_store<R, 1>(acc, red, blockDim.x >> 5, R, GLU_PLAIN, row0, rows, Y);
+}
+
+#define GEMVQ_P(NAME, R, UN)                                                                       \
+  extern "C" __global__ void __launch_bounds__(256) NAME(const uint8_t* W, long long rb, float* Y, \
+                                                         int rows, int cols, const uint8_t* XQ) {  \
+    gemvq_p_body<R, UN>(W, rb, Y, rows, cols, XQ);                                                 \
+  }
+// 4 rows, one unit a lane in flight (o 4096x4096: 2 warps, every weight in
+// flight before the wait); 2 rows, two units a lane (down's 4096x14336:
+// one warp a block).
+GEMVQ_P(gemvq_p4_1, 4, 1)
+GEMVQ_P(gemvq_p2u2_1, 2, 2)
 
 // ---- Q6_K ----
 //

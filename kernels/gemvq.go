@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"os"
 	"sync/atomic"
 
 	"github.com/strata-llm/strata/engine/quant"
@@ -51,13 +52,18 @@ func fastType(t quant.Type) bool {
 }
 
 // gemvqBytes is gemvq.cu's gemvq_bytes: one vector's quantized x (L0:
-// int8 high bytes, uint8 low bytes, a 32-byte header per 64 elements; L6:
-// the same arranged for the Q6_K units; common.cuh), rounded up to 16.
-func gemvqBytes(cols int) int64 { return (gemvqL6(cols) + 152*int64(cols/64) + 15) &^ 15 }
+// int8 high bytes, uint8 low bytes, a 32-byte header per 64 elements; L6
+// and LP: the same arranged for the Q6_K units and for the Q4_K pair
+// units; common.cuh), rounded up to 16.
+func gemvqBytes(cols int) int64 { return (gemvqLP(cols) + 140*int64(cols/64) + 15) &^ 15 }
 
 // gemvqL6 is gemvq_l6: where the copy arranged for the Q6_K units (L6,
 // common.cuh) starts in one vector's quantized x.
 func gemvqL6(cols int) int64 { return 2*int64(cols) + int64(cols)/2 }
+
+// gemvqLP is gemvq_lp: where the copy arranged for the Q4_K pair units
+// (LP, common.cuh) starts.
+func gemvqLP(cols int) int64 { return (gemvqL6(cols) + 152*int64(cols/64) + 15) &^ 15 }
 
 // gemvqState holds the quantized-x scratch of each stream (a GEMV's x is
 // quantized on the stream that then reads it, so streams never share one).
@@ -363,6 +369,54 @@ const gemvqU2Threads = 64
 // (Kernels.u2PerSM) and keeps this one only where the query fails.
 const gemvqU2BlocksPerSMDefault = 8
 
+// gemvqPairs switches gemvq_p4_1 / gemvq_p2u2_1 (Q4_K in 64-element pair
+// units, x from LP) on for the launches gemvqPairGeometry takes; on by
+// default, SetGEMVQPairs(false) or STRATA_Q4PAIRS=0 (the whole process:
+// the GPU test script's and the bench's comparisons) for comparisons.
+var gemvqPairs atomic.Bool
+
+func init() { gemvqPairs.Store(os.Getenv("STRATA_Q4PAIRS") != "0") }
+
+// SetGEMVQPairs turns the Q4_K pair-unit GEMVs on or off (see
+// gemvqPairGeometry).
+func SetGEMVQPairs(on bool) { gemvqPairs.Store(on) }
+
+// Pair-unit kernels' blocks a multiprocessor holds at once on the H200
+// (ptxas 11.8's sm_90 cubin: 125 registers at 64 threads, 118 at 32),
+// where Load's occupancy query fails.
+const gemvqP4BlocksPerSMDefault, gemvqP2BlocksPerSMDefault = 8, 17
+
+// gemvqPairGeometry picks the pair-unit kernel for a plain one-vector
+// GEMV of one Q4_K matrix whose blocks fit the device in one wave, where
+// gemvqUnroll and gemvqWarps force nothing: gemvq_p4_1 (4 rows a block,
+// one unit a lane, warps to cover a row's cols/64 units, at most 2) for
+// rows of up to 4096 columns, else gemvq_p2u2_1 (2 rows a block, one
+// warp, two units a lane in flight). Why: in the stage sweep (kernels/
+// NOTES.md, GEMV v10) these took o 4096x4096 from 4.18 µs (gemvq_fused_u2_1)
+// to 3.94 and down 4096x14336 from 10.1 to 9.5; q/k/v and gate/up, which
+// take more than one wave, were no faster.
+func (k *Kernels) gemvqPairGeometry(nb, mode int, outs []GEMVOut) (name string, blocks, threads int, ok bool) {
+	if !gemvqPairs.Load() || nb != 1 || mode != 0 || len(outs) != 1 || outs[0].W.Type != quant.Q4_K ||
+		gemvqUnroll != 0 || gemvqWarps != 0 {
+		return "", 0, 0, false
+	}
+	rows, nv := outs[0].W.Rows, outs[0].W.Cols/64
+	if nv <= 64 {
+		blocks, threads = ceilDiv(rows, 4), 32*ceilDiv(nv, 32)
+		perSM := k.p4PerSM
+		if perSM <= 0 {
+			perSM = gemvqP4BlocksPerSMDefault
+		}
+		return "gemvq_p4_1", blocks, threads, blocks <= perSM*k.SMs
+	}
+	blocks = ceilDiv(rows, 2)
+	perSM := k.p2PerSM
+	if perSM <= 0 {
+		perSM = gemvqP2BlocksPerSMDefault
+	}
+	return "gemvq_p2u2_1", blocks, 32, blocks <= perSM*k.SMs
+}
+
 // gemvq4Geometry picks gemvq_fused's variant and grid for groups row
 // groups of cols columns and nb vectors: where nb is 1 and the groups fit
 // the device in one wave of 2-warp gemvq_fused_u2_1 blocks (o 4096x4096
@@ -488,9 +542,24 @@ func (k *Kernels) gemvqMixedLaunch(c *cuda.Ctx, s cuda.Stream, what string, xq c
 	return nil
 }
 
-// gemvq4Launch launches gemvq_fused_<nb> on quantized x.
+// gemvq4Launch launches gemvq_fused_<nb> on quantized x, or the pair-unit
+// kernel where gemvqPairGeometry takes the launch.
 func (k *Kernels) gemvq4Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.DevPtr, nb, mode int, outs []GEMVOut) error {
 	cols := outs[0].W.Cols
+	if name, blocks, threads, ok := k.gemvqPairGeometry(nb, mode, outs); ok {
+		f, err := k.fn(name)
+		if err != nil {
+			return err
+		}
+		o := outs[0]
+		var a cuda.Args
+		a.Ptr(o.W.Ptr).I64(o.W.RowBytes()).Ptr(o.Y).Int(o.W.Rows).Int(cols).Ptr(xq)
+		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}}
+		if err := k.run(c, f, cfg, s, &a); err != nil {
+			return fmt.Errorf("%s: %dx%d: %w", what, o.W.Rows, cols, err)
+		}
+		return nil
+	}
 	var a cuda.Args
 	groups := packQ4Outs(&a, outs, 3)
 	if mode != 0 {

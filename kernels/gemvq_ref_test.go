@@ -80,6 +80,16 @@ func gemvqQuantizeRef(x []float32) []byte {
 		for hh := 0; hh < 2; hh++ {
 			binary.LittleEndian.PutUint32(l6[144*nu+4*(2*(blk-t+hh)+t):], math.Float32bits(sx))
 		}
+		// LP: the same arranged for the Q4_K pair units (64-block blk).
+		lp := out[gemvqLP(cols):]
+		for p := 0; p < 64; p++ {
+			i := p >> 4
+			lp[16*(i*nu+blk)+(p&15)] = byte(q[p] >> 8)
+			lp[16*((4+i)*nu+blk)+(p&15)] = byte(q[p])
+		}
+		binary.LittleEndian.PutUint32(lp[128*nu+8*blk:], uint32(sums[0]+sums[1]))
+		binary.LittleEndian.PutUint32(lp[128*nu+8*blk+4:], uint32(sums[2]+sums[3]))
+		binary.LittleEndian.PutUint32(lp[136*nu+4*blk:], math.Float32bits(sx))
 	}
 	return out
 }
@@ -137,6 +147,36 @@ func gemvqUnitRef(row []byte, u int, xq []byte, cols int, acc float32) float32 {
 	return fma32(sx, f, acc)
 }
 
+// gemvqPairUnitRef is QW4P::dot: pair unit v (sub-blocks 2j and 2j+1 of
+// super-block v>>2, j = v&3) of a Q4_K row against quantized x (read from
+// L0: the same numbers as LP), accumulated into acc as the kernel does:
+// both halves' integer sums before the scales, one float update.
+func gemvqPairUnitRef(row []byte, v int, xq []byte, cols int, acc float32) float32 {
+	sb, j := v>>2, v&3
+	b := row[144*sb:]
+	d := quant.F16ToF32(binary.LittleEndian.Uint16(b[0:]))
+	dmin := quant.F16ToF32(binary.LittleEndian.Uint16(b[2:]))
+	sc0, m0 := k4ScaleMin(2*j, b[4:16])
+	sc1, m1 := k4ScaleMin(2*j+1, b[4:16])
+	qs := b[16+32*j : 48+32*j]
+	a0 := 256*sb + 64*j
+	var i0, i1 int32
+	for l, q := range qs {
+		x0 := 256*int32(int8(xq[a0+l])) + int32(xq[cols+a0+l])
+		x1 := 256*int32(int8(xq[a0+32+l])) + int32(xq[cols+a0+32+l])
+		i0 += int32(q&15) * x0
+		i1 += int32(q>>4) * x1
+	}
+	h := xq[2*cols+32*(4*sb+j):]
+	sx := math.Float32frombits(binary.LittleEndian.Uint32(h))
+	le := func(o int) int32 { return int32(binary.LittleEndian.Uint32(h[o:])) }
+	s0, s1 := le(16)+le(24), le(20)+le(28) // header order 0, 2, 1, 3: groups 0+1, 2+3
+	t := sc0*i0 + sc1*i1
+	m := m0*s0 + m1*s1
+	f := fma32(-dmin, float32(m), float32(d*float32(t)))
+	return fma32(sx, f, acc)
+}
+
 // gemvq6UnitRef is q6_dot: Q6_K unit u (64 elements) of a row against
 // quantized x, accumulated into acc as the kernel does.
 func gemvq6UnitRef(row []byte, u int, xq []byte, cols int, acc float32) float32 {
@@ -174,11 +214,24 @@ func gemvq6UnitRef(row []byte, u int, xq []byte, cols int, acc float32) float32 
 // (gemvq_q6k_s's two copy halves) restarts the units' walk at unit split:
 // thread t then takes split+t, split+t+32*nw, ...
 func gemvqRowRef(t quant.Type, row []byte, cols int, xq []byte, nw, split int) float32 {
-	part := make([]float32, 32*nw)
 	unit, ue := gemvqUnitRef, 32
 	if t == quant.Q6_K {
 		unit, ue = gemvq6UnitRef, 64
 	}
+	return gemvqWalkRef(unit, ue, row, cols, xq, nw, split)
+}
+
+// gemvqPairRowRef is one row's result of gemvq_p4_1 / gemvq_p2u2_1 with nw
+// warps per block (the units' walk and sums of gemvqRowRef; units in
+// flight change when a lane's loads happen, not its order of sums).
+func gemvqPairRowRef(row []byte, cols int, xq []byte, nw int) float32 {
+	return gemvqWalkRef(gemvqPairUnitRef, 64, row, cols, xq, nw, 0)
+}
+
+// gemvqWalkRef runs unit (ue elements each) over a row as gemvqRowRef
+// describes.
+func gemvqWalkRef(unit func([]byte, int, []byte, int, float32) float32, ue int, row []byte, cols int, xq []byte, nw, split int) float32 {
+	part := make([]float32, 32*nw)
 	for u := 0; u < cols/ue; u++ {
 		i := u % (32 * nw)
 		if split > 0 && u >= split {

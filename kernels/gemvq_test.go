@@ -80,19 +80,20 @@ func TestGEMVQQuantize(t *testing.T) {
 	}
 }
 
-// TestGEMVQLayoutL6 checks the CPU model's L6 (the copy of quantized x
-// arranged for the Q6_K units, common.cuh) against L0 as the Q6_K unit
-// reads it (q6_dot's elements 256sb + 128n + 32qq + 16h + j, the sums and
-// scales of the unit's two 64-blocks), for row lengths with an odd and an
-// even number of 64-blocks per unit pair; the GPU tests hold the kernels'
-// bytes to this model bit for bit.
-func TestGEMVQLayoutL6(t *testing.T) {
+// TestGEMVQLayouts checks the CPU model's L6 and LP (the copies of
+// quantized x arranged for the Q6_K units and the Q4_K pair units,
+// common.cuh) against L0: L6 as the Q6_K unit reads it (q6_dot's elements
+// 256sb + 128n + 32qq + 16h + j, the sums and scales of the unit's two
+// 64-blocks), LP as the pair unit does (64-block v's elements in 16-byte
+// pieces, its half sums and scale), for rows of 4, 12 and 64 blocks; the
+// GPU tests hold the kernels' bytes to this model bit for bit.
+func TestGEMVQLayouts(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 7))
 	for _, cols := range []int{256, 768, 4096} {
 		x := normLike(r, 1, cols)
 		xq := gemvqQuantizeRef(x)
-		if n := int64(len(xq)); n != gemvqBytes(cols) || n%16 != 0 || gemvqL6(cols)%16 != 0 {
-			t.Fatalf("cols %d: %d bytes, L6 at %d: want gemvqBytes %d, 16-byte aligned", cols, n, gemvqL6(cols), gemvqBytes(cols))
+		if n := int64(len(xq)); n != gemvqBytes(cols) || n%16 != 0 || gemvqL6(cols)%16 != 0 || gemvqLP(cols)%16 != 0 {
+			t.Fatalf("cols %d: %d bytes, L6 at %d, LP at %d: want gemvqBytes %d, 16-byte aligned", cols, n, gemvqL6(cols), gemvqLP(cols), gemvqBytes(cols))
 		}
 		nu, l6 := cols/64, xq[gemvqL6(cols):]
 		le := binary.LittleEndian
@@ -105,6 +106,27 @@ func TestGEMVQLayoutL6(t *testing.T) {
 						t.Fatalf("cols %d unit %d quarter %d byte %d: L6 %d/%d, L0 %d/%d", cols, u, qq, j, gh, gl, xq[e], xq[cols+e])
 					}
 				}
+			}
+			lp := xq[gemvqLP(cols):]
+			for i := 0; i < 8; i++ { // LP: block u, piece i (high bytes, then low)
+				for j := 0; j < 16; j++ {
+					e := 64*u + 16*(i&3) + j
+					want := xq[e]
+					if i >= 4 {
+						want = xq[cols+e]
+					}
+					if got := lp[16*(i*nu+u)+j]; got != want {
+						t.Fatalf("cols %d LP block %d piece %d byte %d: %d, want %d", cols, u, i, j, got, want)
+					}
+				}
+			}
+			hb := xq[2*cols+32*u:]
+			g := func(o int) int32 { return int32(le.Uint32(hb[o:])) }
+			if s0, s1 := int32(le.Uint32(lp[128*nu+8*u:])), int32(le.Uint32(lp[128*nu+8*u+4:])); s0 != g(16)+g(24) || s1 != g(20)+g(28) {
+				t.Fatalf("cols %d LP block %d: half sums %d, %d, want %d, %d", cols, u, s0, s1, g(16)+g(24), g(20)+g(28))
+			}
+			if got, want := le.Uint32(lp[136*nu+4*u:]), le.Uint32(hb); got != want {
+				t.Fatalf("cols %d LP block %d: scale %#x, want %#x", cols, u, got, want)
 			}
 			for k := 0; k < 2; k++ {
 				hdr := xq[2*cols+32*(4*sb+2*n+k):]
@@ -254,12 +276,15 @@ func TestGEMVQ(t *testing.T) {
 		unroll   int
 		q6staged bool
 		relay    bool
-	}{{false, 0, false, false}, {true, 0, true, false}, {true, 1, false, false}, {true, 2, false, false}, {true, 1, true, false},
-		{true, 0, false, true}, {true, 2, false, true}, {false, 0, false, true}} {
+		nopairs  bool
+	}{{false, 0, false, false, false}, {true, 0, true, false, false}, {true, 1, false, false, false}, {true, 2, false, false, false},
+		{true, 1, true, false, false}, {true, 0, false, true, false}, {true, 2, false, true, false}, {false, 0, false, true, false},
+		{true, 0, false, true, true}} {
 		SetFastGEMVQ6K(v.q6)
 		SetFastGEMVQ6KStaged(v.q6staged)
+		SetGEMVQPairs(!v.nopairs)
 		gemvqUnroll, gemvqRelay = v.unroll, v.relay
-		t.Run(fmt.Sprintf("q6k=%v/unroll=%d/q6k-staged=%v/q6ka=%v", v.q6, v.unroll, v.q6staged, v.relay), func(t *testing.T) { testGEMVQCases(t, cases) })
+		t.Run(fmt.Sprintf("q6k=%v/unroll=%d/q6k-staged=%v/q6ka=%v/pairs=%v", v.q6, v.unroll, v.q6staged, v.relay, !v.nopairs), func(t *testing.T) { testGEMVQCases(t, cases) })
 	}
 }
 
@@ -270,11 +295,12 @@ var gemvqRelay bool
 // fastGEMVState returns a function that restores the integer-path
 // switches as they are now (tests and benchmarks flip them).
 func fastGEMVState() func() {
-	f, q, qs := FastGEMV(), FastGEMVQ6K(), fastGEMVQ6KStaged.Load()
+	f, q, qs, p := FastGEMV(), FastGEMVQ6K(), fastGEMVQ6KStaged.Load(), gemvqPairs.Load()
 	return func() {
 		SetFastGEMV(f)
 		SetFastGEMVQ6K(q)
 		SetFastGEMVQ6KStaged(qs)
+		SetGEMVQPairs(p)
 	}
 }
 
@@ -380,6 +406,12 @@ func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, x
 		}
 		nws[i] = th / 32
 	}
+	// gemvq_p4_1 / gemvq_p2u2_1: the pair units' walk.
+	_, _, pth, pairs := k.gemvqPairGeometry(nb, int(glu), q4)
+	pairs = pairs && len(q6) == 0
+	if pairs {
+		nws[0] = pth / 32
+	}
 	rowRef := func(i, b, row int) (emu, ref, mag, bound float64) {
 		ref, mag = refDot(deqs[i], cols, row, xs[b*cols:])
 		xd := gemvqDequantX(xqs[b], cols)
@@ -387,6 +419,10 @@ func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, x
 			bound += math.Abs(float64(w)) * math.Abs(xd[j]-float64(xs[b*cols+j]))
 		}
 		rb := int(outs[i].W.RowBytes())
+		if pairs {
+			emu = float64(gemvqPairRowRef(datas[i][row*rb:(row+1)*rb], cols, xqs[b], nws[i]))
+			return
+		}
 		// datas holds the Q6_K bytes a Q6KA matrix was re-laid from.
 		emu = float64(gemvqRowRef(matrixType(outs[i].W.Type), datas[i][row*rb:(row+1)*rb], cols, xqs[b], nws[i], splits[i]))
 		return
@@ -786,4 +822,83 @@ func gemvqStream(c *cuda.Ctx, k *Kernels, cols int) (s cuda.Stream, done func())
 		}
 	}
 	return s, done
+}
+
+// TestGEMVQPairGeometry: the pair-unit kernels take exactly the plain,
+// one-vector, one-matrix Q4_K launches that fit the device in one wave
+// (o and down of the 8b shape), with the switch on and nothing forced;
+// host-only, a Kernels of 132 multiprocessors with the H200 figures.
+func TestGEMVQPairGeometry(t *testing.T) {
+	defer fastGEMVState()()
+	defer func() { gemvqUnroll, gemvqWarps = 0, 0 }()
+	k := &Kernels{SMs: 132}
+	q4 := func(rows, cols int) GEMVOut { return GEMVOut{W: Matrix{Type: quant.Q4_K, Rows: rows, Cols: cols}} }
+	for _, c := range []struct {
+		name     string
+		nb, mode int
+		outs     []GEMVOut
+		unroll   int
+		off      bool
+		want     string
+		blocks   int
+		threads  int
+	}{
+		{"o", 1, 0, []GEMVOut{q4(4096, 4096)}, 0, false, "gemvq_p4_1", 1024, 64},
+		{"down", 1, 0, []GEMVOut{q4(4096, 14336)}, 0, false, "gemvq_p2u2_1", 2048, 32},
+		{"512 columns", 1, 0, []GEMVOut{q4(64, 512)}, 0, false, "gemvq_p4_1", 16, 32},
+		{"o, two waves", 1, 0, []GEMVOut{q4(8*132*4+4, 4096)}, 0, false, "", 0, 0},
+		{"down, two waves", 1, 0, []GEMVOut{q4(17*132*2+2, 14336)}, 0, false, "", 0, 0},
+		{"q/k/v fused", 1, 0, []GEMVOut{q4(4096, 4096), q4(1024, 4096), q4(1024, 4096)}, 0, false, "", 0, 0},
+		{"glu", 1, 1, []GEMVOut{q4(14336, 4096), q4(14336, 4096)}, 0, false, "", 0, 0},
+		{"two vectors", 2, 0, []GEMVOut{q4(4096, 4096)}, 0, false, "", 0, 0},
+		{"Q6_K", 1, 0, []GEMVOut{{W: Matrix{Type: quant.Q6_K, Rows: 4096, Cols: 4096}}}, 0, false, "", 0, 0},
+		{"unroll forced", 1, 0, []GEMVOut{q4(4096, 4096)}, 2, false, "", 0, 0},
+		{"switched off", 1, 0, []GEMVOut{q4(4096, 4096)}, 0, true, "", 0, 0},
+	} {
+		gemvqUnroll = c.unroll
+		SetGEMVQPairs(!c.off)
+		name, blocks, threads, ok := k.gemvqPairGeometry(c.nb, c.mode, c.outs)
+		if !ok {
+			name, blocks, threads = "", 0, 0
+		}
+		if name != c.want || blocks != c.blocks || threads != c.threads {
+			t.Errorf("%s: %q %d blocks of %d threads (taken %v), want %q %d of %d", c.name, name, blocks, threads, ok, c.want, c.blocks, c.threads)
+		}
+	}
+}
+
+// TestGEMVQPairRef holds the CPU model of the pair-unit kernels
+// (gemvqPairRowRef) to the model of gemvq_fused (gemvqRowRef) and to
+// float64 dot products with the x both multiply by (sx * x_int): they sum
+// the same exact integers and differ only in float32 rounding.
+func TestGEMVQPairRef(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 11))
+	for _, cols := range []int{512, 4096, 14336} {
+		rows := 16
+		rb, _ := quant.Q4_K.RowBytes(int64(cols))
+		data := make([]byte, int(rb)*rows)
+		must(quant.FillRandomParallel(quant.Q4_K, data, uint64(cols), 0.05))
+		deq := make([]float32, rows*cols)
+		must(quant.DequantizeRows(quant.Q4_K, data, cols, deq))
+		xq := gemvqQuantizeRef(normLike(r, 1, cols))
+		xd := gemvqDequantX(xq, cols)
+		for row := 0; row < rows; row++ {
+			var ref, mag float64
+			for j, w := range deq[row*cols : (row+1)*cols] {
+				ref += float64(w) * xd[j]
+				mag += math.Abs(float64(w) * xd[j])
+			}
+			w := data[row*int(rb) : (row+1)*int(rb)]
+			for _, nw := range []int{1, 2} {
+				p := float64(gemvqPairRowRef(w, cols, xq, nw))
+				f := float64(gemvqRowRef(quant.Q4_K, w, cols, xq, nw, 0))
+				if e := math.Abs(p - ref); !(e <= 1e-6*mag) {
+					t.Fatalf("cols %d row %d, %d warps: pair model %v, float64 %v (err %.3g, sum|w x| %.3g)", cols, row, nw, p, ref, e, mag)
+				}
+				if e := math.Abs(p - f); !(e <= 2e-6*mag) {
+					t.Fatalf("cols %d row %d, %d warps: pair model %v, gemvq_fused's %v", cols, row, nw, p, f)
+				}
+			}
+		}
+	}
 }

@@ -68,6 +68,9 @@ type Kernels struct {
 	// u2PerSM is the driver's count of gemvq_fused_u2_1 blocks a
 	// multiprocessor holds (0: unknown; see u2BlocksPerSM).
 	u2PerSM int
+	// p4PerSM, p2PerSM: the same for gemvq_p4_1 (64 threads) and
+	// gemvq_p2u2_1 (32 threads); see gemvqPairGeometry.
+	p4PerSM, p2PerSM int
 	// readOnlySink, while set, turns the integer GEMV launches into
 	// read_xor launches (SetGEMVReadOnly).
 	readOnlySink cuda.DevPtr
@@ -143,11 +146,18 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 		}
 		k.gemvSmem = gemvSharedLimit
 	}
-	if f, ok := k.fns["gemvq_fused_u2_1"]; ok {
-		// A failed query keeps the H200 figure (u2BlocksPerSM): the choice
-		// it feeds is a speed one, never a correctness one.
-		if n, err := c.MaxActiveBlocks(f, gemvqU2Threads, 0); err == nil && n > 0 {
-			k.u2PerSM = n
+	// A failed query keeps the H200 figure (u2BlocksPerSM,
+	// gemvqPairGeometry): the choices these feed are speed ones, never
+	// correctness ones.
+	for _, q := range []struct {
+		name    string
+		threads int
+		n       *int
+	}{{"gemvq_fused_u2_1", gemvqU2Threads, &k.u2PerSM}, {"gemvq_p4_1", 64, &k.p4PerSM}, {"gemvq_p2u2_1", 32, &k.p2PerSM}} {
+		if f, ok := k.fns[q.name]; ok {
+			if n, err := c.MaxActiveBlocks(f, q.threads, 0); err == nil && n > 0 {
+				*q.n = n
+			}
 		}
 	}
 	return k, nil

@@ -1168,7 +1168,7 @@ __global__ void __launch_bounds__(256) kG(const uint8_t* W, const uint8_t* W1, l
 // weights in flight. L1: the quant bytes through L1 (each warp-wide
 // 16-byte load uses half of every sector it touches; the other half
 // comes with the unit's second load) instead of ld_stream.
-struct QXP {
+struct SQXP {
   uint4 h[4], l[4];
   float sx;
   int S0, S1;
@@ -1191,7 +1191,7 @@ struct QXP {
 // lane's unit) read 64 contiguous bytes of each super-block and its second
 // loads the other 64, instead of 16 bytes of every 32.
 template <bool L1, bool PERM = false>
-struct QW4P {
+struct SQW4P {
   uint4 h, q0, q1;
   __device__ __forceinline__ void load(const uint8_t* row, int v) {
     const uint8_t* b = row + (long long)(v >> 2) * 144;
@@ -1208,7 +1208,7 @@ struct QW4P {
       q1 = ld_stream(q + 16);
     }
   }
-  __device__ __forceinline__ void dot(int v, const QXP& x, float& acc) const {
+  __device__ __forceinline__ void dot(int v, const SQXP& x, float& acc) const {
     const int j = v & 3;
     uint32_t sw, mw;
     k4_scale_words(h, j, sw, mw);
@@ -1256,7 +1256,7 @@ __global__ void __launch_bounds__(256) kU(const uint8_t* W, const uint8_t* W1, l
   for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
   const int nv = cols >> 6, step = 32 * nw;
   int v = warp * 32 + lane;
-  QW4P<L1> w[UN][R];
+  SQW4P<L1> w[UN][R];
 #pragma unroll
   for (int j = 0; j < UN; j++)
     if (v + j * step < nv)
@@ -1269,7 +1269,7 @@ __global__ void __launch_bounds__(256) kU(const uint8_t* W, const uint8_t* W1, l
     for (int j = 0; j < UN; j++) {
       const int vj = v + j * step;
       if (vj < nv) {
-        QXP x;
+        SQXP x;
         x.load(XQ, cols, vj);
 #pragma unroll
         for (int r = 0; r < R; r++) w[j][r].dot(vj, x, acc[r][0]);
@@ -1285,8 +1285,8 @@ __global__ void __launch_bounds__(256) kU(const uint8_t* W, const uint8_t* W1, l
 // kU's x transposed (XT mode): part i (xh 0..3, xl 4..7, 16 bytes) of
 // unit v at XT + 16 * (i * nv + v), the scale at XF[v], the two group sums
 // at XG[v]: a warp's load of one part reads 512 contiguous bytes where
-// QXP's lanes read 16 of every 64 (each sector a quarter used).
-struct QXPT : QXP {
+// SQXP's lanes read 16 of every 64 (each sector a quarter used).
+struct QXPT : SQXP {
   __device__ __forceinline__ void load(const uint8_t* base, int cols, int v) {
     const int nv = cols >> 6;
     const uint4* t = reinterpret_cast<const uint4*>(base);
@@ -1321,7 +1321,7 @@ __global__ void xtrans(const uint8_t* XQ, int cols, uint8_t* XT) {
     const int a0 = 256 * (v >> 2) + 64 * (v & 3) + 16 * (i & 3) + (i >= 4 ? cols : 0);
     reinterpret_cast<uint4*>(XT)[i * nv + v] = *reinterpret_cast<const uint4*>(XQ + a0);
   } else {
-    QXP x;
+    SQXP x;
     x.load(XQ, cols, v);
     reinterpret_cast<float*>(XT + 128LL * nv)[v] = x.sx;
     reinterpret_cast<int2*>(XT + 132LL * nv)[v] = make_int2(x.S0, x.S1);
@@ -1342,7 +1342,7 @@ __global__ void __launch_bounds__(256) kUT(const uint8_t* W, const uint8_t* W1, 
   for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
   const int nv = cols >> 6, step = 32 * nw;
   int v = warp * 32 + lane;
-  QW4P<false, PERM> w[UN][R];
+  SQW4P<false, PERM> w[UN][R];
 #pragma unroll
   for (int j = 0; j < UN; j++)
     if (v + j * step < nv)
