@@ -287,7 +287,7 @@ __device__ __forceinline__ void gemvq_body(const uint8_t* W0, long long rb0, flo
                                            const uint8_t* XQ, int mode, int bid) {
   constexpr int R = GEMVQ_R;
   __shared__ float red[8 * R * NB];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  const int nw = blockDim.x >> 5;
   const uint8_t* rp[R];
   int row0, rows;
   float* Y;
@@ -295,37 +295,13 @@ __device__ __forceinline__ void gemvq_body(const uint8_t* W0, long long rb0, flo
   float acc[R][NB];
   zero_acc(acc);
   const int nunits = cols >> 5;
-  const long long qb = gemvq_bytes(cols);
-  const int step = 32 * nw;
-  if (UN == 1) {
-    // The lane's first unit of weights is in flight before pdl_wait (the
-    // weights are no kernel's output), so it overlaps the previous
-    // kernel's tail; each next unit is loaded after the current one's
-    // dot products.
-    int u = warp * 32 + lane;
-    QW4 w[R];
-    if (u < nunits)
-#pragma unroll
-      for (int r = 0; r < R; r++) w[r].load(rp[r], u);
-    pdl_trigger();
-    pdl_wait();
-    for (; u < nunits; u += step) {
-      QXU x[NB];
-#pragma unroll
-      for (int b = 0; b < NB; b++) x[b].load(XQ + b * qb, cols, u);
-#pragma unroll
-      for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int b = 0; b < NB; b++) w[r].dot(u, x[b], acc[r][b]);
-      if (u + step < nunits)
-#pragma unroll
-        for (int r = 0; r < R; r++) w[r].load(rp[r], u + step);
-    }
-  }
-  // UN > 1: gemvq_walk (where a lane has at most UN units, a 4096-column
-  // row over 2 warps, every weight of the block is in flight before the
-  // wait).
-  if (UN > 1) gemvq_walk<QW4, QXU, NB, R, (UN > 1 ? UN : 2)>(rp, nunits, cols, XQ, acc);
+  // gemvq_walk: the lane's first UN units of weights are in flight before
+  // pdl_wait (the weights are no kernel's output), so they overlap the
+  // previous kernel's tail; each next unit is loaded after the current
+  // one's dot products (where a lane has at most UN units, a 4096-column
+  // row over 2 warps with UN = 2, every weight of the block is in flight
+  // before the wait).
+  gemvq_walk<QW4, QXU, NB, R, UN>(rp, nunits, cols, XQ, acc);
   gemv_rows_store<R, NB>(acc, red, nw, R, mode, row0, rows, Y);
 }
 
