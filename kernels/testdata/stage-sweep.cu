@@ -45,7 +45,8 @@
 // permuted (q4perm) for contiguous loads too (-kut.txt);
 // xt32 = kRT, the 32-element units with x transposed for them (xtrans32);
 // q6t = k6RT, the Q6KA kernel with x transposed for its units (xtrans6);
-// dchain = the engine's down chain (Q4_K and Q6KA layers, gemvq_x or x held);
+// dchain = the engine's down chain (Q4_K and Q6KA layers, gemvq_x or x held;
+// XB = gemvq_x's block size, 256 by default);
 // wlayer with XT32=1: the layer chain with kRT and kUT;
 // wlayer = the layer chain with kG (gemvq_fused_1's block looping over row
 // groups on a grid of b blocks a multiprocessor) for q/k/v and/or gate/up,
@@ -2266,7 +2267,10 @@ int main(int argc, char** argv) {
       for (int L = 0; L < 32; L++) {
         const bool q6 = which == 2 || (which == 0 && L % 2 == 1);
         const Mat& dn = q6 ? mats[5][L] : mats[4][L];
-        if (withx) launchS(gemvq_x, (14336 / 64 + 7) / 8, 256, 0, s, (const float*)gXf, 14336, 1, xq14);
+        if (withx) {  // XB = threads a block of gemvq_x (one warp a 64-block; 256 as kernels launches it)
+          const int xb = getenv("XB") ? atoi(getenv("XB")) : 256;
+          launchS(gemvq_x, (14336 / 64 * 32 + xb - 1) / xb, xb, 0, s, (const float*)gXf, 14336, 1, xq14);
+        }
         if (q6) launchS((KFn)k6R<4, 1, true>, 1024, 256, 0, s, (const uint8_t*)dn.w6s, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14);
         else launchS(kR<4, 2, 1>, 1024, 64, 0, s, (const uint8_t*)dn.w, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14, gP, gCnt);
         lb += (double)dn.rb * dn.rows;
