@@ -46,7 +46,10 @@
 // xt32 = kRT, the 32-element units with x transposed for them (xtrans32);
 // q6t = k6RT, the Q6KA kernel with x transposed for its units (xtrans6);
 // dchain = the engine's down chain (Q4_K and Q6KA layers, gemvq_x or x held;
-// XB = gemvq_x's block size, 256 by default);
+// XB = gemvq_x's block size, 256 by default); dchain6 = the same with the
+// Q4_K layers by the pair kernel and the Q6KA layers in several geometries
+// (KPS=1..3: the Q4_K layers by kPS, K more units a lane staged in shared
+// memory before the wait; prepared in the sixth session, not yet run);
 // wlayer with XT32=1: the layer chain with kRT and kUT;
 // wlayer = the layer chain with kG (gemvq_fused_1's block looping over row
 // groups on a grid of b blocks a multiprocessor) for q/k/v and/or gate/up,
@@ -1495,6 +1498,104 @@ __global__ void __launch_bounds__(256) k6RT(const uint8_t* W, long long rb, floa
   gemv_rows_store<R, 1>(acc, red, blockDim.x >> 5, R, GLU_PLAIN, row0, rows, Y);
 }
 
+// kPS: gemvq_p2u2_1's pair units (gemvq.cu's QW4P on LP) with more of
+// each lane's units in flight before pdl_wait than its registers hold:
+// units 0..UN-1 of the lane's walk are loaded into registers as in
+// gemvq_walk, units UN..UN+K-1 copied by cp.async into the lane's own
+// slots of shared memory (48 bytes a row and unit: the super-block header
+// and the 32 quant bytes), all before the wait. After it the lane takes
+// its units in the walk's order (so the sums are gemvq_walk's, bit for
+// bit): the register ones (each slot refilled with the unit UN + K on),
+// then the shared-memory ones, then the rest through the registers. Why:
+// down waits behind its x launch (h200-stage-sweep-dchain.txt: 1.7 us a
+// layer), and a one-wave grid that has most of its weights on chip when
+// the wait ends hides that wait; registers alone hold 2 of a lane's 7
+// units at 14336 columns.
+template <int R, int UN, int K>
+__global__ void __launch_bounds__(256) kPS(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
+  __shared__ float red[8 * R];
+  extern __shared__ uint4 ps[];  // [K][R][3][threads] uint4
+  const int row0 = blockIdx.x * R, T = blockDim.x;
+  const uint8_t* rp[R];
+  row_ptrs<R>(W, rb, row0, rows, rp);
+  float acc[R][1];
+  zero_acc(acc);
+  const int nv = cols >> 6, step = T, t = threadIdx.x;
+  const int v0 = t;
+  QW4P w[UN][R];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (v0 + j * step < nv)
+#pragma unroll
+      for (int r = 0; r < R; r++) w[j][r].load(rp[r], v0 + j * step);
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    const int v = v0 + (UN + k) * step;
+    if (v < nv)
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const uint8_t* b = rp[r] + (long long)(v >> 2) * 144;
+        uint4* d = ps + ((k * R + r) * 3) * T + t;
+        cp_async16(d, reinterpret_cast<const uint4*>(b));
+        cp_async16(d + T, reinterpret_cast<const uint4*>(b + 16 + 32 * (v & 3)));
+        cp_async16(d + 2 * T, reinterpret_cast<const uint4*>(b + 32 + 32 * (v & 3)));
+      }
+  }
+  cp_async_commit();
+  pdl_trigger();
+  pdl_wait();
+  // The register units 0..UN-1, each slot refilled with unit j + UN + K.
+#pragma unroll
+  for (int j = 0; j < UN; j++) {
+    const int v = v0 + j * step;
+    if (v < nv) {
+      QXP x;
+      x.load(XQ, cols, v);
+#pragma unroll
+      for (int r = 0; r < R; r++) w[j][r].dot(v, x, acc[r][0]);
+      if (v + (UN + K) * step < nv)
+#pragma unroll
+        for (int r = 0; r < R; r++) w[j][r].load(rp[r], v + (UN + K) * step);
+    }
+  }
+  // The shared-memory units UN..UN+K-1 (each lane reads only its own slots).
+  cp_async_wait(0);
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    const int v = v0 + (UN + k) * step;
+    if (v < nv) {
+      QXP x;
+      x.load(XQ, cols, v);
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const uint4* d = ps + ((k * R + r) * 3) * T + t;
+        QW4P q;
+        q.h = d[0];
+        q.q0 = d[T];
+        q.q1 = d[2 * T];
+        q.dot(v, x, acc[r][0]);
+      }
+    }
+  }
+  // The rest through the registers: unit UN + K + i in slot i % UN.
+  for (int base = UN + K; v0 + base * step < nv; base += UN) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int v = v0 + (base + j) * step;
+      if (v < nv) {
+        QXP x;
+        x.load(XQ, cols, v);
+#pragma unroll
+        for (int r = 0; r < R; r++) w[j][r].dot(v, x, acc[r][0]);
+        if (v + UN * step < nv)
+#pragma unroll
+          for (int r = 0; r < R; r++) w[j][r].load(rp[r], v + UN * step);
+      }
+    }
+  }
+  gemv_rows_store<R, 1>(acc, red, T >> 5, R, GLU_PLAIN, row0, rows, Y);
+}
+
 // kRX: kR (Q4_K, R rows a block, UN units a lane in flight) with each
 // unit's x loaded when its weights are, not after they arrive: the x
 // side's L1/L2 latency then overlaps the weights' DRAM latency instead of
@@ -1949,7 +2050,7 @@ template <typename F> static void setSmem(F f) { CK(cudaFuncSetAttribute(f, cuda
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
-  gSoa = argc > 1 && (strcmp(argv[1], "soa") == 0 || strcmp(argv[1], "prof") == 0 || strcmp(argv[1], "x6") == 0 || strcmp(argv[1], "parts") == 0 || strcmp(argv[1], "l2") == 0 || strcmp(argv[1], "q6t") == 0 || strcmp(argv[1], "dchain") == 0);
+  gSoa = argc > 1 && (strcmp(argv[1], "soa") == 0 || strcmp(argv[1], "prof") == 0 || strcmp(argv[1], "x6") == 0 || strcmp(argv[1], "parts") == 0 || strcmp(argv[1], "l2") == 0 || strcmp(argv[1], "q6t") == 0 || strcmp(argv[1], "dchain") == 0 || strcmp(argv[1], "dchain6") == 0);
   cudaDeviceProp p; CK(cudaGetDeviceProperties(&p, 0)); SMS = p.multiProcessorCount;
   printf("%s SMs %d L2 %d MB smem/SM %zu KB\n", p.name, SMS, p.l2CacheSize >> 20, p.sharedMemPerMultiprocessor >> 10);
   cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -2291,6 +2392,72 @@ int main(int argc, char** argv) {
       const double per = best * 1e-3 / 32;
       printf("down %-10s %-8s %7.2f us per launch, %.3f of D2D\n", which == 0 ? "Q4+Q6KA" : (which == 1 ? "Q4_K" : "Q6KA"), withx ? "+x" : "x held", per * 1e6, lb / 32 / per / 1e9 / d2d);
       fflush(stdout);
+    }
+    return 0;
+  }
+  // mode dchain6: the down chain as the engine now runs it (Q4_K layers by
+  // gemvq_p2u2_1, the pair kernel) with the Q6KA layers by k6R<R, UN,
+  // true> in several geometries, some of them one wave (2048 blocks of one
+  // warp), so that every block's first units are in flight before the
+  // wait, during gate/up's tail and the x launch.
+  if (argc > 1 && strcmp(argv[1], "dchain6") == 0) {
+    uint8_t* xq14 = gXQ[1];
+    // KPS=1..3: the Q4_K layers by kPS<2, 2, KPS> (KPS more units a lane in
+    // shared memory before the wait) instead of gemvq_p2u2_1.
+    const int kps = getenv("KPS") ? atoi(getenv("KPS")) : 0;
+    {  // kPS against gemvq_p2u2_1: the same walk, so the same bits
+      const Mat& dn = mats[4][0];
+      std::vector<float> y0(4096), y1(4096);
+      launchS((KFn)gemvq_p2u2_1, 2048, 32, 0, s, (const uint8_t*)dn.w, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14);
+      CK(cudaStreamSynchronize(s));
+      CK(cudaMemcpy(y0.data(), dn.y, 4 * 4096, cudaMemcpyDeviceToHost));
+      for (int k = 1; k <= 3; k++) {
+        CK(cudaMemset(dn.y, 0xff, 4 * 4096));
+        launchS(k == 3 ? kPS<2, 2, 3> : (k == 2 ? kPS<2, 2, 2> : kPS<2, 2, 1>), 2048, 32, k * 2 * 3 * 32 * 16, s, (const uint8_t*)dn.w, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14);
+        CK(cudaStreamSynchronize(s));
+        CK(cudaMemcpy(y1.data(), dn.y, 4 * 4096, cudaMemcpyDeviceToHost));
+        printf("check kPS K=%d: %s\n", k, memcmp(y0.data(), y1.data(), 4 * 4096) == 0 ? "bit-identical to gemvq_p2u2_1" : "MISMATCH");
+      }
+    }
+    struct G6 { int R, UN, w; };
+    const G6 g6s[] = {{4, 1, 8}, {2, 2, 1}, {2, 1, 1}, {2, 1, 2}, {4, 1, 2}, {4, 2, 1}, {2, 2, 2}};
+    for (const G6& g6 : g6s) {
+      KFn f6 = nullptr;
+      if (g6.R == 4 && g6.UN == 1) f6 = k6R<4, 1, true>;
+      if (g6.R == 4 && g6.UN == 2) f6 = k6R<4, 2, true>;
+      if (g6.R == 2 && g6.UN == 1) f6 = k6R<2, 1, true>;
+      if (g6.R == 2 && g6.UN == 2) f6 = k6R<2, 2, true>;
+      for (int variant = 0; variant < 4; variant++) {
+        const bool withx = variant % 2 == 0, only6 = variant >= 2;
+        double lb = 0;
+        cudaGraph_t g; cudaGraphExec_t ge;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (int L = 0; L < 32; L++) {
+          const bool q6 = only6 || L % 2 == 1;
+          const Mat& dn = q6 ? mats[5][L] : mats[4][L];
+          if (withx) launchS(gemvq_x, (14336 / 64 + 7) / 8, 256, 0, s, (const float*)gXf, 14336, 1, xq14);
+          if (q6) launchS(f6, (4096 + g6.R - 1) / g6.R, 32 * g6.w, 0, s, (const uint8_t*)dn.w6s, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14);
+          else if (kps == 0) launchS((KFn)gemvq_p2u2_1, 2048, 32, 0, s, (const uint8_t*)dn.w, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14);
+          else launchS(kps == 3 ? kPS<2, 2, 3> : (kps == 2 ? kPS<2, 2, 2> : kPS<2, 2, 1>), 2048, 32, kps * 2 * 3 * 32 * 16, s, (const uint8_t*)dn.w, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14);
+          lb += (double)dn.rb * dn.rows;
+        }
+        CK(cudaStreamEndCapture(s, &g));
+        CK(cudaGraphInstantiateWithFlags(&ge, g, 0));
+        CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
+        float best = 1e30;
+        for (int t = 0; t < 5; t++) {
+          cudaEventRecord(a, s);
+          for (int r = 0; r < 10; r++) CK(cudaGraphLaunch(ge, s));
+          cudaEventRecord(b, s);
+          CK(cudaEventSynchronize(b));
+          float ms_; cudaEventElapsedTime(&ms_, a, b);
+          best = std::min(best, ms_ / 10);
+        }
+        cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
+        const double per = best * 1e-3 / 32;
+        printf("Q6KA R%d un%d w%d  %-10s %-7s %7.2f us per launch, %.3f of D2D\n", g6.R, g6.UN, g6.w, only6 ? "Q6KA" : (kps ? "Q4ps+Q6KA" : "Q4p+Q6KA"), withx ? "+x" : "x held", per * 1e6, lb / 32 / per / 1e9 / d2d);
+        fflush(stdout);
+      }
     }
     return 0;
   }
