@@ -639,9 +639,26 @@ func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
 	}
 	for _, kp := range prof.GEMVKinds {
 		bw := float64(kp.Bytes) / kp.Time.Seconds() / 1e9
-		res.Metrics = append(res.Metrics, Metric{Key: "gemv_gbps_" + strings.NewReplacer("/", "", " ", "_").Replace(kp.Name),
+		key := strings.NewReplacer("/", "", " ", "_").Replace(kp.Name)
+		res.Metrics = append(res.Metrics, Metric{Key: "gemv_gbps_" + key,
 			Label: fmt.Sprintf("  GEMV effective bandwidth, %s alone (%d launches back to back, %.1f µs each)", kp.Name, kp.Launches, us(kp.Time)/float64(kp.Launches)),
 			Value: bw, Unit: "GB/s", Ratio: ratioTo(bw, d2d, d2dDesc)})
+		if kp.ReadOnly > 0 {
+			ro := float64(kp.Bytes) / kp.ReadOnly.Seconds() / 1e9
+			res.Metrics = append(res.Metrics, Metric{Key: "gemv_readonly_gbps_" + key,
+				Label: fmt.Sprintf("    read-only ceiling of the same launches (%.1f µs each)", us(kp.ReadOnly)/float64(kp.Launches)),
+				Value: ro, Unit: "GB/s", Ratio: ratioTo(ro, d2d, d2dDesc)})
+		}
+		if kp.Name == "down" && prof.DownHeld > 0 {
+			held := float64(kp.Bytes) / prof.DownHeld.Seconds() / 1e9
+			res.Metrics = append(res.Metrics, Metric{Key: "gemv_gbps_down_x_held",
+				Label: fmt.Sprintf("    the same with x already quantized (%.1f µs each: down's x launch costs %.1f µs a layer)",
+					us(prof.DownHeld)/float64(kp.Launches), (us(kp.Time)-us(prof.DownHeld))/float64(kp.Launches)),
+				Value: held, Unit: "GB/s", Ratio: ratioTo(held, d2d, d2dDesc)})
+		}
+	}
+	if prof.DownHeldErr != nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("down with x held: not measured (%v)", prof.DownHeldErr))
 	}
 	if prof.GEMVSerial > 0 {
 		serialBW := float64(prof.WeightBytes) / prof.GEMVSerial.Seconds() / 1e9

@@ -499,6 +499,12 @@ type StepProfile struct {
 	// GEMVKinds splits GEMV by kind: each kind's launches for every layer
 	// (the output projection alone), back to back in a graph of their own.
 	GEMVKinds []GEMVKindProfile
+	// DownHeld is the down chain (GEMVKinds' "down") with each product's
+	// x already quantized: down's time without its x launch, which the
+	// difference to the kind's Time is. Zero where not measured; DownHeldErr
+	// says why where the measurement failed (it never fails the profile).
+	DownHeld    time.Duration
+	DownHeldErr error
 	// DeviceSerial and GEMVSerial are Device and GEMV with programmatic
 	// dependent launch off (kernels.SetOverlap): every kernel waits for its
 	// predecessor to complete before it launches. Zero where the device
@@ -517,6 +523,10 @@ type GEMVKindProfile struct {
 	Bytes    int64
 	Launches int
 	Time     time.Duration
+	// ReadOnly is the same chain with each integer GEMV launch replaced by
+	// read_xor over its matrices (GEMVReadOnly's ceiling for this kind
+	// alone; zero where it was not measured).
+	ReadOnly time.Duration
 }
 
 // ProfileDecodeStep profiles a batch-1 decode step of a resident model
@@ -646,12 +656,26 @@ func (m *Model) ProfileDecodeStep(ctx context.Context, iters int) (*StepProfile,
 			}
 			m.k.SetGEMVReadOnly(sink)
 			prof.GEMVReadOnly, err = gemvTime(gemvAll)
+			for i := 0; err == nil && i < len(kinds); i++ {
+				prof.GEMVKinds[i].ReadOnly, err = gemvTime(kinds[i].kind)
+			}
 			m.k.SetGEMVReadOnly(0)
 			if ferr := c.Free(sink); err == nil {
 				err = ferr
 			}
 			if err != nil {
 				return err
+			}
+		}
+		if kernels.FastGEMV() && len(m.layers) > 0 {
+			// Quantize the down products' x once (the first layer's
+			// product, outside any graph): the scratch then holds it, and
+			// the chain below declares it held before each product.
+			lw := &m.layers[0]
+			if err := m.k.GEMV(c, st, lw.down, m.act.gate, m.act.tmp, 1); err != nil {
+				prof.DownHeldErr = err
+			} else {
+				prof.DownHeld, prof.DownHeldErr = gemvTime(gemvDown | gemvDownHeld)
 			}
 		}
 		if maj, _ := m.dev.ComputeCapability(); maj >= 9 && kcuda.CanOverlap() && kernels.Overlapping() {

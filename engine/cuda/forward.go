@@ -641,6 +641,9 @@ func (m *Model) enqueueGEMVs(c *kcuda.Ctx, kinds gemvKind) error {
 			}
 		}
 		if kinds&gemvDown != 0 {
+			if kinds&gemvDownHeld != 0 && !k.MarkQuantized(s, a.gate, 1, lw.down.Cols) {
+				return fmt.Errorf("down's x (%d columns) cannot be held quantized", lw.down.Cols)
+			}
 			if err := k.GEMV(c, s, lw.down, a.gate, a.tmp, 1); err != nil {
 				return err
 			}
@@ -703,5 +706,11 @@ const (
 	gemvGateUp
 	gemvDown
 	gemvOutput
+	// gemvDownHeld, with gemvDown, launches each down product with its x
+	// declared already quantized (kernels.MarkQuantized), so the chain
+	// times the products without down's x launch. The profile that sets
+	// it quantizes that x first (the scratch then holds it: down launches
+	// leave it alone); the step itself never sets it.
+	gemvDownHeld
 	gemvAll = gemvQKV | gemvO | gemvGateUp | gemvDown | gemvOutput
 )
