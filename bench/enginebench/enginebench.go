@@ -615,60 +615,9 @@ func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
 	if err != nil {
 		return err
 	}
-	d2d := rn.ceil.D2D / 1e9
-	d2dDesc := fmt.Sprintf("D2D copy %.0f GB/s", d2d)
-	gemvBW := float64(prof.WeightBytes) / prof.GEMV.Seconds() / 1e9
-	stepBW := float64(prof.WeightBytes) / prof.Device.Seconds() / 1e9
-	gbw := ratioTo(gemvBW, d2d, d2dDesc)
-	res.Metrics = append(res.Metrics,
-		Metric{Key: "gemv_gbps", Label: fmt.Sprintf("GEMV effective bandwidth (the step's GEMVs alone, %.3f ms)", ms(prof.GEMV)),
-			Value: gemvBW, Unit: "GB/s", Ratio: gbw, Goal: atLeast(gbw, 0.8)},
-		Metric{Key: "step_gbps", Label: fmt.Sprintf("decode step on the device (%.3f ms)", ms(prof.Device)),
-			Value: stepBW, Unit: "GB/s", Ratio: ratioTo(stepBW, d2d, d2dDesc)},
-	)
-	if prof.GEMVReadOnly > 0 {
-		roBW := float64(prof.WeightBytes) / prof.GEMVReadOnly.Seconds() / 1e9
-		res.Metrics = append(res.Metrics,
-			Metric{Key: "gemv_readonly_gbps", Label: fmt.Sprintf("  read-only ceiling of the GEMVs' launches (each only reads its matrices, %.3f ms)", ms(prof.GEMVReadOnly)),
-				Value: roBW, Unit: "GB/s", Ratio: ratioTo(roBW, d2d, d2dDesc)},
-			Metric{Key: "gemv_vs_readonly", Label: "  GEMV effective bandwidth against that ceiling",
-				Value: gemvBW, Unit: "GB/s", Ratio: ratioTo(gemvBW, roBW, fmt.Sprintf("read-only %.0f GB/s", roBW))})
-		res.Notes = append(res.Notes, "read-only ceiling: the step's GEMV launch sequence, replayed from a graph with each integer GEMV "+
-			"launch replaced by one that only streams its matrices (kernels.SetGEMVReadOnly: read_xor, every thread slot of every multiprocessor, "+
-			"4 loads in flight a thread, the first before the wait; down's x launch kept) — what these launches reach on this device when they compute nothing")
-	}
-	for _, kp := range prof.GEMVKinds {
-		bw := float64(kp.Bytes) / kp.Time.Seconds() / 1e9
-		key := strings.NewReplacer("/", "", " ", "_").Replace(kp.Name)
-		res.Metrics = append(res.Metrics, Metric{Key: "gemv_gbps_" + key,
-			Label: fmt.Sprintf("  GEMV effective bandwidth, %s alone (%d launches back to back, %.1f µs each)", kp.Name, kp.Launches, us(kp.Time)/float64(kp.Launches)),
-			Value: bw, Unit: "GB/s", Ratio: ratioTo(bw, d2d, d2dDesc)})
-		if kp.ReadOnly > 0 {
-			ro := float64(kp.Bytes) / kp.ReadOnly.Seconds() / 1e9
-			res.Metrics = append(res.Metrics, Metric{Key: "gemv_readonly_gbps_" + key,
-				Label: fmt.Sprintf("    read-only ceiling of the same launches (%.1f µs each)", us(kp.ReadOnly)/float64(kp.Launches)),
-				Value: ro, Unit: "GB/s", Ratio: ratioTo(ro, d2d, d2dDesc)})
-		}
-		if kp.Name == "down" && prof.DownHeld > 0 {
-			held := float64(kp.Bytes) / prof.DownHeld.Seconds() / 1e9
-			res.Metrics = append(res.Metrics, Metric{Key: "gemv_gbps_down_x_held",
-				Label: fmt.Sprintf("    the same with x already quantized (%.1f µs each: down's x launch costs %.1f µs a layer)",
-					us(prof.DownHeld)/float64(kp.Launches), (us(kp.Time)-us(prof.DownHeld))/float64(kp.Launches)),
-				Value: held, Unit: "GB/s", Ratio: ratioTo(held, d2d, d2dDesc)})
-		}
-	}
-	if prof.DownHeldErr != nil {
-		res.Notes = append(res.Notes, fmt.Sprintf("down with x held: not measured (%v)", prof.DownHeldErr))
-	}
-	if prof.GEMVSerial > 0 {
-		serialBW := float64(prof.WeightBytes) / prof.GEMVSerial.Seconds() / 1e9
-		serialStep := float64(prof.WeightBytes) / prof.DeviceSerial.Seconds() / 1e9
-		res.Metrics = append(res.Metrics,
-			Metric{Key: "gemv_gbps_serial", Label: fmt.Sprintf("GEMV effective bandwidth, programmatic dependent launch off (%.3f ms)", ms(prof.GEMVSerial)),
-				Value: serialBW, Unit: "GB/s", Ratio: ratioTo(serialBW, d2d, d2dDesc)},
-			Metric{Key: "step_gbps_serial", Label: fmt.Sprintf("decode step on the device, programmatic dependent launch off (%.3f ms)", ms(prof.DeviceSerial)),
-				Value: serialStep, Unit: "GB/s", Ratio: ratioTo(serialStep, d2d, d2dDesc)})
-	}
+	metrics, notes := gemvProfileMetrics(prof, rn.ceil.D2D)
+	res.Metrics = append(res.Metrics, metrics...)
+	res.Notes = append(res.Notes, notes...)
 	res.Metrics = append(res.Metrics,
 		Metric{Key: "launch_host_enqueue_us", Label: fmt.Sprintf("launch: host enqueue per step, kernel by kernel (%d kernels)", prof.Kernels),
 			Value: us(prof.HostEnqueue), Unit: "µs"},
@@ -947,4 +896,68 @@ func (rn *runner) int8(ctx context.Context, res *ScenarioResult) error {
 		)
 	}
 	return nil
+}
+
+// gemvProfileMetrics turns the resident decode step's GEMV profile into
+// the report's rows and notes, as ratios to the device-to-device copy
+// ceiling (bytes/s): the step's GEMVs (the 0.8 goal), their
+// read-only ceiling, each kind alone with its own ceiling, down with and
+// without its x launch, and the same with programmatic dependent launch
+// off.
+func gemvProfileMetrics(prof *enginecuda.StepProfile, d2dBytesPerS float64) (metrics []Metric, notes []string) {
+	d2d := d2dBytesPerS / 1e9
+	d2dDesc := fmt.Sprintf("D2D copy %.0f GB/s", d2d)
+	gemvBW := float64(prof.WeightBytes) / prof.GEMV.Seconds() / 1e9
+	stepBW := float64(prof.WeightBytes) / prof.Device.Seconds() / 1e9
+	gbw := ratioTo(gemvBW, d2d, d2dDesc)
+	metrics = append(metrics,
+		Metric{Key: "gemv_gbps", Label: fmt.Sprintf("GEMV effective bandwidth (the step's GEMVs alone, %.3f ms)", ms(prof.GEMV)),
+			Value: gemvBW, Unit: "GB/s", Ratio: gbw, Goal: atLeast(gbw, 0.8)},
+		Metric{Key: "step_gbps", Label: fmt.Sprintf("decode step on the device (%.3f ms)", ms(prof.Device)),
+			Value: stepBW, Unit: "GB/s", Ratio: ratioTo(stepBW, d2d, d2dDesc)},
+	)
+	if prof.GEMVReadOnly > 0 {
+		roBW := float64(prof.WeightBytes) / prof.GEMVReadOnly.Seconds() / 1e9
+		metrics = append(metrics,
+			Metric{Key: "gemv_readonly_gbps", Label: fmt.Sprintf("  read-only ceiling of the GEMVs' launches (each only reads its matrices, %.3f ms)", ms(prof.GEMVReadOnly)),
+				Value: roBW, Unit: "GB/s", Ratio: ratioTo(roBW, d2d, d2dDesc)},
+			Metric{Key: "gemv_vs_readonly", Label: "  GEMV effective bandwidth against that ceiling",
+				Value: gemvBW, Unit: "GB/s", Ratio: ratioTo(gemvBW, roBW, fmt.Sprintf("read-only %.0f GB/s", roBW))})
+		notes = append(notes, "read-only ceiling: the step's GEMV launch sequence, replayed from a graph with each integer GEMV "+
+			"launch replaced by one that only streams its matrices (kernels.SetGEMVReadOnly: read_xor, every thread slot of every multiprocessor, "+
+			"4 loads in flight a thread, the first before the wait; down's x launch kept) — what these launches reach on this device when they compute nothing")
+	}
+	for _, kp := range prof.GEMVKinds {
+		bw := float64(kp.Bytes) / kp.Time.Seconds() / 1e9
+		key := strings.NewReplacer("/", "", " ", "_").Replace(kp.Name)
+		metrics = append(metrics, Metric{Key: "gemv_gbps_" + key,
+			Label: fmt.Sprintf("  GEMV effective bandwidth, %s alone (%d launches back to back, %.1f µs each)", kp.Name, kp.Launches, us(kp.Time)/float64(kp.Launches)),
+			Value: bw, Unit: "GB/s", Ratio: ratioTo(bw, d2d, d2dDesc)})
+		if kp.ReadOnly > 0 {
+			ro := float64(kp.Bytes) / kp.ReadOnly.Seconds() / 1e9
+			metrics = append(metrics, Metric{Key: "gemv_readonly_gbps_" + key,
+				Label: fmt.Sprintf("    read-only ceiling of the same launches (%.1f µs each)", us(kp.ReadOnly)/float64(kp.Launches)),
+				Value: ro, Unit: "GB/s", Ratio: ratioTo(ro, d2d, d2dDesc)})
+		}
+		if kp.Name == "down" && prof.DownHeld > 0 {
+			held := float64(kp.Bytes) / prof.DownHeld.Seconds() / 1e9
+			metrics = append(metrics, Metric{Key: "gemv_gbps_down_x_held",
+				Label: fmt.Sprintf("    the same with x already quantized (%.1f µs each: down's x launch costs %.1f µs a layer)",
+					us(prof.DownHeld)/float64(kp.Launches), (us(kp.Time)-us(prof.DownHeld))/float64(kp.Launches)),
+				Value: held, Unit: "GB/s", Ratio: ratioTo(held, d2d, d2dDesc)})
+		}
+	}
+	if prof.DownHeldErr != nil {
+		notes = append(notes, fmt.Sprintf("down with x held: not measured (%v)", prof.DownHeldErr))
+	}
+	if prof.GEMVSerial > 0 {
+		serialBW := float64(prof.WeightBytes) / prof.GEMVSerial.Seconds() / 1e9
+		serialStep := float64(prof.WeightBytes) / prof.DeviceSerial.Seconds() / 1e9
+		metrics = append(metrics,
+			Metric{Key: "gemv_gbps_serial", Label: fmt.Sprintf("GEMV effective bandwidth, programmatic dependent launch off (%.3f ms)", ms(prof.GEMVSerial)),
+				Value: serialBW, Unit: "GB/s", Ratio: ratioTo(serialBW, d2d, d2dDesc)},
+			Metric{Key: "step_gbps_serial", Label: fmt.Sprintf("decode step on the device, programmatic dependent launch off (%.3f ms)", ms(prof.DeviceSerial)),
+				Value: serialStep, Unit: "GB/s", Ratio: ratioTo(serialStep, d2d, d2dDesc)})
+	}
+	return metrics, notes
 }

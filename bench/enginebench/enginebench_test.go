@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	enginecuda "github.com/strata-llm/strata/engine/cuda"
 	kcuda "github.com/strata-llm/strata/kernels/cuda"
 )
 
@@ -237,5 +238,71 @@ func TestPercent(t *testing.T) {
 	p(1000, 1000)
 	if len(got) != 9 || got[0] != "  x: 10%" || got[8] != "  x: 90%" {
 		t.Fatalf("%q", got)
+	}
+}
+
+// TestGEMVProfileMetrics: the resident profile's GEMV rows, from a made-up
+// profile: the step's ratio and its goal, each kind with its read-only
+// ceiling where measured, down's x launch as the difference of its two
+// chains, the note where the held chain failed, and no ceiling rows where
+// none was measured.
+func TestGEMVProfileMetrics(t *testing.T) {
+	const d2d = 4000e9
+	prof := &enginecuda.StepProfile{
+		GEMV: 1450 * time.Microsecond, Device: 2 * time.Millisecond, WeightBytes: 4400e6,
+		GEMVReadOnly: 1200 * time.Microsecond,
+		GEMVKinds: []enginecuda.GEMVKindProfile{
+			{Name: "o", Bytes: 32 * 9437184, Launches: 32, Time: 128 * time.Microsecond, ReadOnly: 96 * time.Microsecond},
+			{Name: "down", Bytes: 32 * 40e6, Launches: 32, Time: 480 * time.Microsecond, ReadOnly: 360 * time.Microsecond},
+			{Name: "output", Bytes: 431e6, Launches: 1, Time: 105 * time.Microsecond},
+		},
+		DownHeld: 416 * time.Microsecond,
+	}
+	ms, notes := gemvProfileMetrics(prof, d2d)
+	by := map[string]Metric{}
+	for _, m := range ms {
+		by[m.Key] = m
+	}
+	near := func(key string, want float64) {
+		t.Helper()
+		m, ok := by[key]
+		if !ok || m.Ratio == nil {
+			t.Fatalf("%s: missing (have %v)", key, ms)
+		}
+		if math.Abs(m.Ratio.Value-want) > 1e-9*want {
+			t.Errorf("%s: ratio %v, want %v", key, m.Ratio.Value, want)
+		}
+	}
+	near("gemv_gbps", 4400e6/1450e-6/d2d)
+	if g := by["gemv_gbps"].Goal; g == nil || g.Met {
+		t.Errorf("gemv_gbps goal %+v, want 0.8 missed", g)
+	}
+	near("gemv_readonly_gbps", 4400e6/1200e-6/d2d)
+	near("gemv_gbps_o", 32*9437184/128e-6/d2d)
+	near("gemv_readonly_gbps_o", 32*9437184/96e-6/d2d)
+	near("gemv_readonly_gbps_down", 32*40e6/360e-6/d2d)
+	near("gemv_gbps_down_x_held", 32*40e6/416e-6/d2d)
+	if l := by["gemv_gbps_down_x_held"].Label; !strings.Contains(l, "13.0 µs each") || !strings.Contains(l, "costs 2.0 µs a layer") {
+		t.Errorf("down x held label %q, want 13.0 µs each and 2.0 µs a layer", l)
+	}
+	if _, ok := by["gemv_readonly_gbps_output"]; ok {
+		t.Error("a ceiling row for a kind without one")
+	}
+	if len(notes) != 1 {
+		t.Errorf("notes %q, want the read-only note alone", notes)
+	}
+	prof.DownHeld, prof.DownHeldErr = 0, errors.New("no scratch")
+	prof.GEMVReadOnly = 0
+	for i := range prof.GEMVKinds {
+		prof.GEMVKinds[i].ReadOnly = 0
+	}
+	ms, notes = gemvProfileMetrics(prof, d2d)
+	for _, m := range ms {
+		if strings.Contains(m.Key, "readonly") || m.Key == "gemv_gbps_down_x_held" {
+			t.Errorf("row %s without its measurement", m.Key)
+		}
+	}
+	if len(notes) != 1 || !strings.Contains(notes[0], "no scratch") {
+		t.Errorf("notes %q, want why down with x held is missing", notes)
 	}
 }
