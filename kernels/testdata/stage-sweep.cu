@@ -50,6 +50,8 @@
 // Q4_K layers by the pair kernel and the Q6KA layers in several geometries
 // (KPS=1..3: the Q4_K layers by kPS, K more units a lane staged in shared
 // memory before the wait; prepared in the sixth session, not yet run);
+// qkv6 = the q/k/v launch of the layers with a Q6_K v, one mixed launch
+// against two (prepared in the sixth session, not yet run);
 // wlayer with XT32=1: the layer chain with kRT and kUT;
 // wlayer = the layer chain with kG (gemvq_fused_1's block looping over row
 // groups on a grid of b blocks a multiprocessor) for q/k/v and/or gate/up,
@@ -2050,7 +2052,7 @@ template <typename F> static void setSmem(F f) { CK(cudaFuncSetAttribute(f, cuda
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
-  gSoa = argc > 1 && (strcmp(argv[1], "soa") == 0 || strcmp(argv[1], "prof") == 0 || strcmp(argv[1], "x6") == 0 || strcmp(argv[1], "parts") == 0 || strcmp(argv[1], "l2") == 0 || strcmp(argv[1], "q6t") == 0 || strcmp(argv[1], "dchain") == 0 || strcmp(argv[1], "dchain6") == 0);
+  gSoa = argc > 1 && (strcmp(argv[1], "soa") == 0 || strcmp(argv[1], "prof") == 0 || strcmp(argv[1], "x6") == 0 || strcmp(argv[1], "parts") == 0 || strcmp(argv[1], "l2") == 0 || strcmp(argv[1], "q6t") == 0 || strcmp(argv[1], "dchain") == 0 || strcmp(argv[1], "dchain6") == 0 || strcmp(argv[1], "qkv6") == 0);
   cudaDeviceProp p; CK(cudaGetDeviceProperties(&p, 0)); SMS = p.multiProcessorCount;
   printf("%s SMs %d L2 %d MB smem/SM %zu KB\n", p.name, SMS, p.l2CacheSize >> 20, p.sharedMemPerMultiprocessor >> 10);
   cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -2391,6 +2393,62 @@ int main(int argc, char** argv) {
       cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
       const double per = best * 1e-3 / 32;
       printf("down %-10s %-8s %7.2f us per launch, %.3f of D2D\n", which == 0 ? "Q4+Q6KA" : (which == 1 ? "Q4_K" : "Q6KA"), withx ? "+x" : "x held", per * 1e6, lb / 32 / per / 1e9 / d2d);
+      fflush(stdout);
+    }
+    return 0;
+  }
+  // mode qkv6: the q/k/v launch of the 16 layers whose v is Q6_K (q
+  // 4096x4096 and k 1024x4096 Q4_K: rows of the qkv4 matrices; v 1024x4096
+  // Q6KA), 32 layers back to back, x held: gemvq_mixed_a_1 (the engine's
+  // one launch, whose Q4_K rows run at the Q6KA path's registers) against
+  // two launches (gemvq_fused_1 for q and k, then v by gemvq_q6ka_1 as the
+  // engine sizes it, or by k6R<2, 2, true> in one wave of one-warp blocks,
+  // or v first), and all-Q4_K q/k/v for reference. Prepared in the sixth
+  // session, not yet run.
+  if (argc > 1 && strcmp(argv[1], "qkv6") == 0) {
+    const uint8_t* xq = gXQ[0];
+    const uint8_t* z = nullptr;
+    float* zy = nullptr;
+    float *yq, *yk, *yv;
+    CK(cudaMalloc(&yq, 4 * 4096)); CK(cudaMalloc(&yk, 4 * 1024)); CK(cudaMalloc(&yv, 4 * 1024));
+    const char* names[] = {"gemvq_mixed_a_1", "fused_1(q,k) + q6ka_1(v)", "q6ka_1(v) + fused_1(q,k)", "fused_1(q,k) + k6R R2 un2 w1(v)",
+                           "all Q4_K: fused_1(q,k,v4)"};
+    double lb6 = 0, lb4 = 0;
+    for (int v = 0; v < 5; v++) {
+      cudaGraph_t g; cudaGraphExec_t ge;
+      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      for (int L = 0; L < 32; L++) {
+        const Mat &qk = mats[0][L], &v6 = mats[6][L];
+        const uint8_t *wq = qk.w, *wk = qk.w + 4096 * qk.rb, *wv4 = qk.w + 5120 * qk.rb;
+        if (v == 0) {
+          launchS(gemvq_mixed_a_1, 1280 + 512, 64, 0, s, wq, qk.rb, yq, 4096, wk, qk.rb, yk, 1024, (const uint8_t*)v6.w6s, v6.rb, yv, 1024, 4096, xq);
+        } else if (v == 4) {
+          launchS(gemvq_fused_1, 1536, 64, 0, s, wq, qk.rb, yq, 4096, wk, qk.rb, yk, 1024, wv4, qk.rb, yv, 1024, 4096, xq, (int)GLU_PLAIN);
+        } else {
+          auto qk2 = [&]() { launchS(gemvq_fused_1, 1280, 64, 0, s, wq, qk.rb, yq, 4096, wk, qk.rb, yk, 1024, z, 0LL, zy, 0, 4096, xq, (int)GLU_PLAIN); };
+          auto v6l = [&]() {
+            if (v == 3) launchS((KFn)k6R<2, 2, true>, 512, 32, 0, s, (const uint8_t*)v6.w6s, v6.rb, yv, 1024, 4096, xq);
+            else launchS((KFn)gemvq_q6ka_1, 256, 64, 0, s, (const uint8_t*)v6.w6s, v6.rb, yv, 1024, 4096, xq);
+          };
+          if (v == 2) { v6l(); qk2(); } else { qk2(); v6l(); }
+        }
+        if (L == 0) { lb6 = 5120.0 * qk.rb + (double)v6.rb * 1024; lb4 = 6144.0 * qk.rb; }
+      }
+      CK(cudaStreamEndCapture(s, &g));
+      CK(cudaGraphInstantiateWithFlags(&ge, g, 0));
+      CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
+      float best = 1e30;
+      for (int t = 0; t < 5; t++) {
+        cudaEventRecord(a, s);
+        for (int r = 0; r < 10; r++) CK(cudaGraphLaunch(ge, s));
+        cudaEventRecord(b, s);
+        CK(cudaEventSynchronize(b));
+        float ms_; cudaEventElapsedTime(&ms_, a, b);
+        best = std::min(best, ms_ / 10);
+      }
+      cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
+      const double per = best * 1e-3 / 32, lb = v == 4 ? lb4 : lb6;
+      printf("%-34s %7.2f us a layer, %.3f of D2D\n", names[v], per * 1e6, lb / per / 1e9 / d2d);
       fflush(stdout);
     }
     return 0;
