@@ -123,28 +123,8 @@ func k4ScaleMin(j int, s []byte) (sc, m int32) {
 func gemvqUnitRef(row []byte, u int, xq []byte, cols int, acc float32) float32 {
 	sb, c := u>>3, u&7
 	j, half := c>>1, c&1
-	b := row[144*sb:]
-	d := quant.F16ToF32(binary.LittleEndian.Uint16(b[0:]))
-	dmin := quant.F16ToF32(binary.LittleEndian.Uint16(b[2:]))
-	sc0, m0 := k4ScaleMin(2*j, b[4:16])
-	sc1, m1 := k4ScaleMin(2*j+1, b[4:16])
-	qs := b[16+16*c : 32+16*c]
-	a0 := 256*sb + 64*j + 16*half
-	var i0, i1 int32
-	for l, q := range qs {
-		x0 := 256*int32(int8(xq[a0+l])) + int32(xq[cols+a0+l])
-		x1 := 256*int32(int8(xq[a0+32+l])) + int32(xq[cols+a0+32+l])
-		i0 += int32(q&15) * x0
-		i1 += int32(q>>4) * x1
-	}
-	h := xq[2*cols+32*(4*sb+j):]
-	sx := math.Float32frombits(binary.LittleEndian.Uint32(h))
-	s0 := int32(binary.LittleEndian.Uint32(h[16+8*half:]))
-	s1 := int32(binary.LittleEndian.Uint32(h[20+8*half:]))
-	t := sc0*i0 + sc1*i1
-	m := m0*s0 + m1*s1
-	f := fma32(-dmin, float32(m), float32(d*float32(t)))
-	return fma32(sx, f, acc)
+	le := k4SumsRef(xq, cols, sb, j)
+	return k4UnitRef(row, sb, j, 16*half, 16, xq, cols, le(16+8*half), le(20+8*half), acc)
 }
 
 // gemvqPairUnitRef is QW4P::dot: pair unit v (sub-blocks 2j and 2j+1 of
@@ -153,13 +133,32 @@ func gemvqUnitRef(row []byte, u int, xq []byte, cols int, acc float32) float32 {
 // both halves' integer sums before the scales, one float update.
 func gemvqPairUnitRef(row []byte, v int, xq []byte, cols int, acc float32) float32 {
 	sb, j := v>>2, v&3
+	le := k4SumsRef(xq, cols, sb, j)
+	// Header order 0, 2, 1, 3: groups 0+1 under the low nibbles, 2+3 under the high.
+	return k4UnitRef(row, sb, j, 0, 32, xq, cols, le(16)+le(24), le(20)+le(28), acc)
+}
+
+// k4SumsRef reads the int32 at byte o of the L0 header of x's 64-block
+// 4sb + j (the one under sub-blocks 2j and 2j+1 of super-block sb).
+func k4SumsRef(xq []byte, cols, sb, j int) func(o int) int32 {
+	h := xq[2*cols+32*(4*sb+j):]
+	return func(o int) int32 { return int32(binary.LittleEndian.Uint32(h[o:])) }
+}
+
+// k4UnitRef is the arithmetic QW4::dot and QW4P::dot share: the n quant
+// bytes from byte off of sub-block pair j's 32 in super-block sb (low
+// nibbles against x from element 256sb + 64j + off, high nibbles 32 on),
+// their exact integer dot products under the pair's scales and mins (s0,
+// s1: x_int's sums under the low and under the high nibbles), then one
+// float update of acc with the x 64-block's scale.
+func k4UnitRef(row []byte, sb, j, off, n int, xq []byte, cols int, s0, s1 int32, acc float32) float32 {
 	b := row[144*sb:]
 	d := quant.F16ToF32(binary.LittleEndian.Uint16(b[0:]))
 	dmin := quant.F16ToF32(binary.LittleEndian.Uint16(b[2:]))
 	sc0, m0 := k4ScaleMin(2*j, b[4:16])
 	sc1, m1 := k4ScaleMin(2*j+1, b[4:16])
-	qs := b[16+32*j : 48+32*j]
-	a0 := 256*sb + 64*j
+	qs := b[16+32*j+off : 16+32*j+off+n]
+	a0 := 256*sb + 64*j + off
 	var i0, i1 int32
 	for l, q := range qs {
 		x0 := 256*int32(int8(xq[a0+l])) + int32(xq[cols+a0+l])
@@ -167,10 +166,7 @@ func gemvqPairUnitRef(row []byte, v int, xq []byte, cols int, acc float32) float
 		i0 += int32(q&15) * x0
 		i1 += int32(q>>4) * x1
 	}
-	h := xq[2*cols+32*(4*sb+j):]
-	sx := math.Float32frombits(binary.LittleEndian.Uint32(h))
-	le := func(o int) int32 { return int32(binary.LittleEndian.Uint32(h[o:])) }
-	s0, s1 := le(16)+le(24), le(20)+le(28) // header order 0, 2, 1, 3: groups 0+1, 2+3
+	sx := math.Float32frombits(binary.LittleEndian.Uint32(xq[2*cols+32*(4*sb+j):]))
 	t := sc0*i0 + sc1*i1
 	m := m0*s0 + m1*s1
 	f := fma32(-dmin, float32(m), float32(d*float32(t)))
