@@ -504,14 +504,15 @@ __host__ __device__ __forceinline__ long long gemvq_bytes(int cols) {
   return (gemvq_lp(cols) + 140LL * (cols / 64) + 15) & ~15LL;
 }
 
-// gemvq_putp writes x_int bytes of N consecutive elements from e0 (N = 2
-// or 4, e0 % N == 0) into LP (see gemvq_put6).
+// gemvq_put_piece stores the x_int bytes of N consecutive elements (N = 2
+// or 4; high bytes h, low bytes l, the first element in the lowest byte)
+// at byte j of pieces k (high) and 4 + k (low) of unit u, in a piece
+// layout of n units at at (L6, LP: piece k of unit u is the 16 bytes at
+// 16*(k*n + u)).
 template <int N>
-__device__ __forceinline__ void gemvq_putp(uint8_t* base, int cols, int e0, uint32_t h, uint32_t l) {
-  const int nv = cols >> 6, v = e0 >> 6, i = (e0 >> 4) & 3;
-  uint8_t* lp = base + gemvq_lp(cols);
-  uint8_t* ph = lp + 16LL * (i * nv + v) + (e0 & 15);
-  uint8_t* pl = lp + 16LL * ((4 + i) * nv + v) + (e0 & 15);
+__device__ __forceinline__ void gemvq_put_piece(uint8_t* at, int n, int k, int u, int j, uint32_t h, uint32_t l) {
+  uint8_t* ph = at + 16LL * (k * n + u) + j;
+  uint8_t* pl = at + 16LL * ((4 + k) * n + u) + j;
   if (N == 4) {
     *reinterpret_cast<uint32_t*>(ph) = h;
     *reinterpret_cast<uint32_t*>(pl) = l;
@@ -519,6 +520,14 @@ __device__ __forceinline__ void gemvq_putp(uint8_t* base, int cols, int e0, uint
     *reinterpret_cast<uint16_t*>(ph) = (uint16_t)h;
     *reinterpret_cast<uint16_t*>(pl) = (uint16_t)l;
   }
+}
+
+// gemvq_putp writes x_int bytes of N consecutive elements from e0 (N = 2
+// or 4, e0 % N == 0) into LP: 64-block v's elements 16i..16i+15 are its
+// piece i.
+template <int N>
+__device__ __forceinline__ void gemvq_putp(uint8_t* base, int cols, int e0, uint32_t h, uint32_t l) {
+  gemvq_put_piece<N>(base + gemvq_lp(cols), cols >> 6, (e0 >> 4) & 3, e0 >> 6, e0 & 15, h, l);
 }
 
 // gemvq_putp_sum writes half k's (elements 32k..32k+31) x_int sum of
@@ -531,22 +540,13 @@ __device__ __forceinline__ void gemvq_putp_scale(uint8_t* base, int cols, int B,
 }
 
 // gemvq_put6 writes x_int bytes of N consecutive elements from e0 (N = 2
-// or 4, e0 % N == 0) into L6: high bytes h, low bytes l, element e0 in the
-// lowest byte.
+// or 4, e0 % N == 0) into L6: element 256sb + 128n + 32qq + 16h + j of
+// 64-block B = 4sb + 2n + (qq >> 1) is byte j of unit 4sb + 2n + h's piece
+// qq.
 template <int N>
 __device__ __forceinline__ void gemvq_put6(uint8_t* base, int cols, int e0, uint32_t h, uint32_t l) {
-  const int nu = cols >> 6, B = e0 >> 6, p = e0 & 63, t = B & 1;
-  const int qq = 2 * t + (p >> 5), u = B - t + ((p >> 4) & 1);
-  uint8_t* l6 = base + gemvq_l6(cols);
-  uint8_t* ph = l6 + 16LL * (qq * nu + u) + (p & 15);
-  uint8_t* pl = l6 + 16LL * ((4 + qq) * nu + u) + (p & 15);
-  if (N == 4) {
-    *reinterpret_cast<uint32_t*>(ph) = h;
-    *reinterpret_cast<uint32_t*>(pl) = l;
-  } else {
-    *reinterpret_cast<uint16_t*>(ph) = (uint16_t)h;
-    *reinterpret_cast<uint16_t*>(pl) = (uint16_t)l;
-  }
+  const int B = e0 >> 6, p = e0 & 63, t = B & 1;
+  gemvq_put_piece<N>(base + gemvq_l6(cols), cols >> 6, 2 * t + (p >> 5), B - t + ((p >> 4) & 1), p & 15, h, l);
 }
 
 // gemvq_put6_sum writes the x_int sum s of 16-element group g of 64-block

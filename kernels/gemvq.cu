@@ -334,6 +334,17 @@ GEMVQ_FUSED(gemvq_fused_u2_1, 1, 2)
 // faster than gemvq_fused_u2_1 for the one-wave launches of o and down's
 // Q4_K half, no faster elsewhere, so gemvqPairGeometry takes it for those.
 
+// gemvq_ld_pieces loads unit u's high-byte pieces 0..3 and low-byte pieces
+// 4..7 from a piece layout of n units at at (common.cuh's L6 and LP).
+__device__ __forceinline__ void gemvq_ld_pieces(const uint8_t* at, int n, int u, uint4 (&h)[4], uint4 (&l)[4]) {
+  const uint4* t = reinterpret_cast<const uint4*>(at);
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    h[i] = __ldg(t + i * n + u);
+    l[i] = __ldg(t + (4 + i) * n + u);
+  }
+}
+
 // QXP: the x side of pair unit v for one vector.
 struct QXP {
   uint4 h[4], l[4];
@@ -342,12 +353,7 @@ struct QXP {
   __device__ __forceinline__ void load(const uint8_t* base, int cols, int v) {
     const int nv = cols >> 6;
     const uint8_t* lp = base + gemvq_lp(cols);
-    const uint4* t = reinterpret_cast<const uint4*>(lp);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      h[i] = __ldg(t + i * nv + v);
-      l[i] = __ldg(t + (4 + i) * nv + v);
-    }
+    gemvq_ld_pieces(lp, nv, v, h, l);
     const int2 g = __ldg(reinterpret_cast<const int2*>(lp + 128LL * nv) + v);
     S0 = g.x;
     S1 = g.y;
@@ -481,12 +487,7 @@ struct QX6 {
   __device__ __forceinline__ void load(const uint8_t* base, int cols, int u) {
     const int nu = cols >> 6;
     const uint8_t* l6 = base + gemvq_l6(cols);
-    const uint4* t = reinterpret_cast<const uint4*>(l6);
-#pragma unroll
-    for (int qq = 0; qq < 4; qq++) {
-      xh[qq] = __ldg(t + qq * nu + u);
-      xl[qq] = __ldg(t + (4 + qq) * nu + u);
-    }
+    gemvq_ld_pieces(l6, nu, u, xh, xl);
     const int4 g = __ldg(reinterpret_cast<const int4*>(l6 + 128LL * nu) + u);
     s01 = make_int2(g.x, g.y);
     s23 = make_int2(g.z, g.w);
