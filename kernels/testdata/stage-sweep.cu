@@ -1174,10 +1174,7 @@ __global__ void __launch_bounds__(256) kG(const uint8_t* W, const uint8_t* W1, l
 // weights in flight. L1: the quant bytes through L1 (each warp-wide
 // 16-byte load uses half of every sector it touches; the other half
 // comes with the unit's second load) instead of ld_stream.
-struct SQXP {
-  uint4 h[4], l[4];
-  float sx;
-  int S0, S1;
+struct SQXP : QXP {  // gemvq.cu's pair-unit x, read from L0 instead of LP
   __device__ __forceinline__ void load(const uint8_t* base, int cols, int v) {
     const int a0 = 256 * (v >> 2) + 64 * (v & 3);
 #pragma unroll
@@ -1197,8 +1194,7 @@ struct SQXP {
 // lane's unit) read 64 contiguous bytes of each super-block and its second
 // loads the other 64, instead of 16 bytes of every 32.
 template <bool L1, bool PERM = false>
-struct SQW4P {
-  uint4 h, q0, q1;
+struct SQW4P : QW4P {  // gemvq.cu's pair unit (its dot), loaded through L1 or permuted
   __device__ __forceinline__ void load(const uint8_t* row, int v) {
     const uint8_t* b = row + (long long)(v >> 2) * 144;
     h = __ldg(reinterpret_cast<const uint4*>(b));
@@ -1214,78 +1210,32 @@ struct SQW4P {
       q1 = ld_stream(q + 16);
     }
   }
-  __device__ __forceinline__ void dot(int v, const SQXP& x, float& acc) const {
-    const int j = v & 3;
-    uint32_t sw, mw;
-    k4_scale_words(h, j, sw, mw);
-    const int k = (2 * j) & 3;
-    const int sc0 = (int)__byte_perm(sw, 0, 0x4440 | k), sc1 = (int)__byte_perm(sw, 0, 0x4441 + k);
-    const int m0 = (int)__byte_perm(mw, 0, 0x4440 | k), m1 = (int)__byte_perm(mw, 0, 0x4441 + k);
-    int h0 = 0, h1 = 0, h2 = 0, h3 = 0;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const uint32_t a = qword(q0, i), b = qword(q1, i);
-      h0 = dp4a_ss(a & 0x0F0F0F0Fu, qword(x.h[0], i), h0);
-      h2 = dp4a_ss(b & 0x0F0F0F0Fu, qword(x.h[1], i), h2);
-      h1 = dp4a_us(a & 0xF0F0F0F0u, qword(x.h[2], i), h1);
-      h3 = dp4a_us(b & 0xF0F0F0F0u, qword(x.h[3], i), h3);
-    }
-    int i0 = (int)((uint32_t)(h0 + h2) << 8), i1 = (int)((uint32_t)(h1 + h3) << 8);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const uint32_t a = qword(q0, i), b = qword(q1, i);
-      i0 = dp4a_uu(a & 0x0F0F0F0Fu, qword(x.l[0], i), i0);
-      i1 = dp4a_uu(a & 0xF0F0F0F0u, qword(x.l[2], i), i1);
-      i0 = dp4a_uu(b & 0x0F0F0F0Fu, qword(x.l[1], i), i0);
-      i1 = dp4a_uu(b & 0xF0F0F0F0u, qword(x.l[3], i), i1);
-    }
-    const int t = sc0 * i0 + sc1 * (i1 >> 4);
-    const int m = m0 * x.S0 + m1 * x.S1;
-    const float d = h2f(h.x & 0xFFFF), dmin = h2f(h.x >> 16);
-    const float f = fmaf(-dmin, (float)m, d * (float)t);
-    acc = fmaf(x.sx, f, acc);
-  }
 };
 
-template <int R, int UN, bool L1, bool GLU>
-__global__ void __launch_bounds__(256) kU(const uint8_t* W, const uint8_t* W1, long long rb, float* Y, int rows, int cols,
-                                          const uint8_t* XQ) {
+// kwalk: R rows a block (GLU: R/2 of gate and the same of up), its warps
+// splitting each row's units of E elements (unit W, x side X), through
+// gemvq.cu's gemvq_walk (UN units a lane in flight, the first before the
+// wait) and gemv_rows_store: the body of kU, kUT and kRT, which differ in
+// their units and in where x comes from.
+template <typename Wt, typename X, int E, int R, int UN, bool GLU>
+__device__ __forceinline__ void kwalk(const uint8_t* W, const uint8_t* W1, long long rb, float* Y, int rows, int cols,
+                                      const uint8_t* XQ) {
   __shared__ float red[8 * R];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   constexpr int per = GLU ? R / 2 : R;
   const int row0 = blockIdx.x * per;
   const uint8_t* rp[R];
 #pragma unroll
   for (int r = 0; r < R; r++) rp[r] = grow(W, GLU ? W1 : nullptr, rb, row0, rows, r, R);
   float acc[R][1];
-#pragma unroll
-  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
-  const int nv = cols >> 6, step = 32 * nw;
-  int v = warp * 32 + lane;
-  SQW4P<L1> w[UN][R];
-#pragma unroll
-  for (int j = 0; j < UN; j++)
-    if (v + j * step < nv)
-#pragma unroll
-      for (int r = 0; r < R; r++) w[j][r].load(rp[r], v + j * step);
-  pdl_trigger();
-  pdl_wait();
-  for (; v < nv; v += UN * step) {
-#pragma unroll
-    for (int j = 0; j < UN; j++) {
-      const int vj = v + j * step;
-      if (vj < nv) {
-        SQXP x;
-        x.load(XQ, cols, vj);
-#pragma unroll
-        for (int r = 0; r < R; r++) w[j][r].dot(vj, x, acc[r][0]);
-        if (vj + UN * step < nv)
-#pragma unroll
-          for (int r = 0; r < R; r++) w[j][r].load(rp[r], vj + UN * step);
-      }
-    }
-  }
-  gemv_rows_store<R, 1>(acc, red, nw, R, GLU ? GLU_SWIGLU : GLU_PLAIN, row0, rows, Y);
+  zero_acc(acc);
+  gemvq_walk<Wt, X, 1, R, UN>(rp, cols / E, cols, XQ, acc);
+  gemv_rows_store<R, 1>(acc, red, blockDim.x >> 5, R, GLU ? GLU_SWIGLU : GLU_PLAIN, row0, rows, Y);
+}
+
+template <int R, int UN, bool L1, bool GLU>
+__global__ void __launch_bounds__(256) kU(const uint8_t* W, const uint8_t* W1, long long rb, float* Y, int rows, int cols,
+                                          const uint8_t* XQ) {
+  kwalk<SQW4P<L1>, SQXP, 64, R, UN, GLU>(W, W1, rb, Y, rows, cols, XQ);
 }
 
 // kU's x transposed (XT mode): part i (xh 0..3, xl 4..7, 16 bytes) of
@@ -1336,42 +1286,7 @@ __global__ void xtrans(const uint8_t* XQ, int cols, uint8_t* XT) {
 template <int R, int UN, bool GLU, bool PERM = false>
 __global__ void __launch_bounds__(256) kUT(const uint8_t* W, const uint8_t* W1, long long rb, float* Y, int rows, int cols,
                                            const uint8_t* XT) {
-  __shared__ float red[8 * R];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  constexpr int per = GLU ? R / 2 : R;
-  const int row0 = blockIdx.x * per;
-  const uint8_t* rp[R];
-#pragma unroll
-  for (int r = 0; r < R; r++) rp[r] = grow(W, GLU ? W1 : nullptr, rb, row0, rows, r, R);
-  float acc[R][1];
-#pragma unroll
-  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
-  const int nv = cols >> 6, step = 32 * nw;
-  int v = warp * 32 + lane;
-  SQW4P<false, PERM> w[UN][R];
-#pragma unroll
-  for (int j = 0; j < UN; j++)
-    if (v + j * step < nv)
-#pragma unroll
-      for (int r = 0; r < R; r++) w[j][r].load(rp[r], v + j * step);
-  pdl_trigger();
-  pdl_wait();
-  for (; v < nv; v += UN * step) {
-#pragma unroll
-    for (int j = 0; j < UN; j++) {
-      const int vj = v + j * step;
-      if (vj < nv) {
-        QXPT x;
-        x.load(XT, cols, vj);
-#pragma unroll
-        for (int r = 0; r < R; r++) w[j][r].dot(vj, x, acc[r][0]);
-        if (vj + UN * step < nv)
-#pragma unroll
-          for (int r = 0; r < R; r++) w[j][r].load(rp[r], vj + UN * step);
-      }
-    }
-  }
-  gemv_rows_store<R, 1>(acc, red, nw, R, GLU ? GLU_SWIGLU : GLU_PLAIN, row0, rows, Y);
+  kwalk<SQW4P<false, PERM>, QXPT, 64, R, UN, GLU>(W, W1, rb, Y, rows, cols, XT);
 }
 
 // kRT: gemvq_fused_1's 32-element units (QW4) with x transposed for them
@@ -1411,42 +1326,7 @@ __global__ void xtrans32(const uint8_t* XQ, int cols, uint8_t* XT) {
 template <int R, int UN, bool GLU>
 __global__ void __launch_bounds__(256) kRT(const uint8_t* W, const uint8_t* W1, long long rb, float* Y, int rows, int cols,
                                            const uint8_t* XT) {
-  __shared__ float red[8 * R];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  constexpr int per = GLU ? R / 2 : R;
-  const int row0 = blockIdx.x * per;
-  const uint8_t* rp[R];
-#pragma unroll
-  for (int r = 0; r < R; r++) rp[r] = grow(W, GLU ? W1 : nullptr, rb, row0, rows, r, R);
-  float acc[R][1];
-#pragma unroll
-  for (int r = 0; r < R; r++) acc[r][0] = 0.0f;
-  const int nu = cols >> 5, step = 32 * nw;
-  int u = warp * 32 + lane;
-  QW4 w[UN][R];
-#pragma unroll
-  for (int j = 0; j < UN; j++)
-    if (u + j * step < nu)
-#pragma unroll
-      for (int r = 0; r < R; r++) w[j][r].load(rp[r], u + j * step);
-  pdl_trigger();
-  pdl_wait();
-  for (; u < nu; u += UN * step) {
-#pragma unroll
-    for (int j = 0; j < UN; j++) {
-      const int uj = u + j * step;
-      if (uj < nu) {
-        QXUT x;
-        x.load(XT, cols, uj);
-#pragma unroll
-        for (int r = 0; r < R; r++) w[j][r].dot(uj, x, acc[r][0]);
-        if (uj + UN * step < nu)
-#pragma unroll
-          for (int r = 0; r < R; r++) w[j][r].load(rp[r], uj + UN * step);
-      }
-    }
-  }
-  gemv_rows_store<R, 1>(acc, red, nw, R, GLU ? GLU_SWIGLU : GLU_PLAIN, row0, rows, Y);
+  kwalk<QW4, QXUT, 32, R, UN, GLU>(W, W1, rb, Y, rows, cols, XT);
 }
 
 // k6RT: k6R<R, UN, true> (Q6KA rows) with x transposed for the Q6_K
@@ -2020,8 +1900,31 @@ static bool enqueue(const Var& v, const Mat& m, cudaStream_t s) {
   return false;
 }
 
+// graphBest instantiates g and replays it once, then times trials batches
+// of reps replays back to back and returns the best seconds a replay; it
+// destroys g.
+static double graphBest(cudaGraph_t g, cudaStream_t s, int trials, int reps) {
+  cudaGraphExec_t ge;
+  CK(cudaGraphInstantiateWithFlags(&ge, g, 0));
+  CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+  float best = 1e30;
+  for (int t = 0; t < trials; t++) {
+    cudaEventRecord(a, s);
+    for (int r = 0; r < reps; r++) CK(cudaGraphLaunch(ge, s));
+    cudaEventRecord(b, s);
+    CK(cudaEventSynchronize(b));
+    float ms_; cudaEventElapsedTime(&ms_, a, b);
+    best = std::min(best, ms_ / reps);
+  }
+  cudaEventDestroy(a); cudaEventDestroy(b);
+  cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
+  return best * 1e-3;
+}
+
 static double timeChain(const std::vector<Mat>& ms, const Var& v, cudaStream_t s, int reps = 10) {
-  cudaGraph_t g; cudaGraphExec_t ge;
+  cudaGraph_t g;
   CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   if (v.kind == 11) CK(cudaMemsetAsync(gFlags, 0, 4 * gNFlags, s));
   bool ok = true;
@@ -2032,20 +1935,7 @@ static double timeChain(const std::vector<Mat>& ms, const Var& v, cudaStream_t s
   gNext = nullptr;
   CK(cudaStreamEndCapture(s, &g));
   if (!ok) { cudaGraphDestroy(g); return -1; }
-  CK(cudaGraphInstantiateWithFlags(&ge, g, 0));
-  CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
-  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-  float best = 1e30;
-  for (int t = 0; t < 3; t++) {
-    cudaEventRecord(a, s);
-    for (int r = 0; r < reps; r++) CK(cudaGraphLaunch(ge, s));
-    cudaEventRecord(b, s);
-    CK(cudaEventSynchronize(b));
-    float ms_; cudaEventElapsedTime(&ms_, a, b);
-    best = std::min(best, ms_ / reps);
-  }
-  cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
-  return best * 1e-3;
+  return graphBest(g, s, 3, reps);
 }
 
 template <typename F> static void setSmem(F f) { CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024)); }
@@ -2322,7 +2212,7 @@ int main(int argc, char** argv) {
       }
     }
     for (int variant = 0; variant < 3; variant++) {
-      cudaGraph_t g; cudaGraphExec_t ge;
+      cudaGraph_t g;
       CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
       if (variant) CK(cudaMemsetAsync(bars, 0, 4 * 64, s));
       for (int L = 0; L < 32; L++) {
@@ -2337,19 +2227,7 @@ int main(int argc, char** argv) {
         }
       }
       CK(cudaStreamEndCapture(s, &g));
-      CK(cudaGraphInstantiateWithFlags(&ge, g, 0));
-      CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
-      float best = 1e30;
-      for (int t = 0; t < 5; t++) {
-        cudaEventRecord(a, s);
-        for (int r = 0; r < 10; r++) CK(cudaGraphLaunch(ge, s));
-        cudaEventRecord(b, s);
-        CK(cudaEventSynchronize(b));
-        float ms_; cudaEventElapsedTime(&ms_, a, b);
-        best = std::min(best, ms_ / 10);
-      }
-      cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
-      const double per = best * 1e-3 / 32;
+      const double per = graphBest(g, s, 5, 10) / 32;
       printf("%-34s %7.2f us per layer, %.3f of D2D\n", variant == 0 ? "gate/up, gemvq_x, down (the step)" : (variant == 1 ? "kmlp un2" : "kmlp un4"), per * 1e6, lb / per / 1e9 / d2d);
       fflush(stdout);
     }
@@ -2365,7 +2243,7 @@ int main(int argc, char** argv) {
       const bool withx = variant % 2 == 0;
       const int which = variant / 2;  // 0 both, 1 Q4_K only, 2 Q6KA only
       double lb = 0;
-      cudaGraph_t g; cudaGraphExec_t ge;
+      cudaGraph_t g;
       CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
       for (int L = 0; L < 32; L++) {
         const bool q6 = which == 2 || (which == 0 && L % 2 == 1);
@@ -2379,19 +2257,7 @@ int main(int argc, char** argv) {
         lb += (double)dn.rb * dn.rows;
       }
       CK(cudaStreamEndCapture(s, &g));
-      CK(cudaGraphInstantiateWithFlags(&ge, g, 0));
-      CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
-      float best = 1e30;
-      for (int t = 0; t < 5; t++) {
-        cudaEventRecord(a, s);
-        for (int r = 0; r < 10; r++) CK(cudaGraphLaunch(ge, s));
-        cudaEventRecord(b, s);
-        CK(cudaEventSynchronize(b));
-        float ms_; cudaEventElapsedTime(&ms_, a, b);
-        best = std::min(best, ms_ / 10);
-      }
-      cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
-      const double per = best * 1e-3 / 32;
+      const double per = graphBest(g, s, 5, 10) / 32;
       printf("down %-10s %-8s %7.2f us per launch, %.3f of D2D\n", which == 0 ? "Q4+Q6KA" : (which == 1 ? "Q4_K" : "Q6KA"), withx ? "+x" : "x held", per * 1e6, lb / 32 / per / 1e9 / d2d);
       fflush(stdout);
     }
@@ -2415,7 +2281,7 @@ int main(int argc, char** argv) {
                            "all Q4_K: fused_1(q,k,v4)"};
     double lb6 = 0, lb4 = 0;
     for (int v = 0; v < 5; v++) {
-      cudaGraph_t g; cudaGraphExec_t ge;
+      cudaGraph_t g;
       CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
       for (int L = 0; L < 32; L++) {
         const Mat &qk = mats[0][L], &v6 = mats[6][L];
@@ -2435,19 +2301,7 @@ int main(int argc, char** argv) {
         if (L == 0) { lb6 = 5120.0 * qk.rb + (double)v6.rb * 1024; lb4 = 6144.0 * qk.rb; }
       }
       CK(cudaStreamEndCapture(s, &g));
-      CK(cudaGraphInstantiateWithFlags(&ge, g, 0));
-      CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
-      float best = 1e30;
-      for (int t = 0; t < 5; t++) {
-        cudaEventRecord(a, s);
-        for (int r = 0; r < 10; r++) CK(cudaGraphLaunch(ge, s));
-        cudaEventRecord(b, s);
-        CK(cudaEventSynchronize(b));
-        float ms_; cudaEventElapsedTime(&ms_, a, b);
-        best = std::min(best, ms_ / 10);
-      }
-      cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
-      const double per = best * 1e-3 / 32, lb = v == 4 ? lb4 : lb6;
+      const double per = graphBest(g, s, 5, 10) / 32, lb = v == 4 ? lb4 : lb6;
       printf("%-34s %7.2f us a layer, %.3f of D2D\n", names[v], per * 1e6, lb / per / 1e9 / d2d);
       fflush(stdout);
     }
@@ -2488,7 +2342,7 @@ int main(int argc, char** argv) {
       for (int variant = 0; variant < 4; variant++) {
         const bool withx = variant % 2 == 0, only6 = variant >= 2;
         double lb = 0;
-        cudaGraph_t g; cudaGraphExec_t ge;
+        cudaGraph_t g;
         CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         for (int L = 0; L < 32; L++) {
           const bool q6 = only6 || L % 2 == 1;
@@ -2500,19 +2354,7 @@ int main(int argc, char** argv) {
           lb += (double)dn.rb * dn.rows;
         }
         CK(cudaStreamEndCapture(s, &g));
-        CK(cudaGraphInstantiateWithFlags(&ge, g, 0));
-        CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
-        float best = 1e30;
-        for (int t = 0; t < 5; t++) {
-          cudaEventRecord(a, s);
-          for (int r = 0; r < 10; r++) CK(cudaGraphLaunch(ge, s));
-          cudaEventRecord(b, s);
-          CK(cudaEventSynchronize(b));
-          float ms_; cudaEventElapsedTime(&ms_, a, b);
-          best = std::min(best, ms_ / 10);
-        }
-        cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
-        const double per = best * 1e-3 / 32;
+        const double per = graphBest(g, s, 5, 10) / 32;
         printf("Q6KA R%d un%d w%d  %-10s %-7s %7.2f us per launch, %.3f of D2D\n", g6.R, g6.UN, g6.w, only6 ? "Q6KA" : (kps ? "Q4ps+Q6KA" : "Q4p+Q6KA"), withx ? "+x" : "x held", per * 1e6, lb / 32 / per / 1e9 / d2d);
         fflush(stdout);
       }
@@ -2588,7 +2430,7 @@ int main(int argc, char** argv) {
       lcs.push_back({v0, vu2, v0, vu2});
     }
     for (auto& lc : lcs) {
-      cudaGraph_t g; cudaGraphExec_t ge;
+      cudaGraph_t g;
       CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
       bool ok = true;
       for (int L = 0; L < 32; L++) {
@@ -2599,19 +2441,7 @@ int main(int argc, char** argv) {
       }
       CK(cudaStreamEndCapture(s, &g));
       if (!ok) { printf("config not built\n"); cudaGraphDestroy(g); continue; }
-      CK(cudaGraphInstantiateWithFlags(&ge, g, 0));
-      CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
-      float best = 1e30;
-      for (int t = 0; t < 5; t++) {
-        cudaEventRecord(a, s);
-        for (int r = 0; r < 10; r++) CK(cudaGraphLaunch(ge, s));
-        cudaEventRecord(b, s);
-        CK(cudaEventSynchronize(b));
-        float ms_; cudaEventElapsedTime(&ms_, a, b);
-        best = std::min(best, ms_ / 10);
-      }
-      cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
-      const double per = best * 1e-3 / 32;
+      const double per = graphBest(g, s, 5, 10) / 32;
       auto nm = [](const Var& v, char* o) {
         if (v.kind == 0) snprintf(o, 32, "fused");
         else if (v.kind == 5) snprintf(o, 32, "u2");
@@ -2646,7 +2476,7 @@ int main(int argc, char** argv) {
       for (int mb : {4, 8, 16}) { lvs.push_back({"pf gu", 0, 0, mb, 0, g}); lvs.push_back({"pf gu EL", 0, 0, mb, 1, g}); lvs.push_back({"pf o+gu", 0, 1, mb, 0, g}); lvs.push_back({"pf o+gu EL", 0, 1, mb, 1, g}); }
     }
     for (auto& lv : lvs) {
-      cudaGraph_t g; cudaGraphExec_t ge;
+      cudaGraph_t g;
       CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
       for (int L = 0; L < 32; L++) {
         const Mat &q = mats[0][L], &o = mats[1][L], &gu = mats[3][L], &dn = mats[4][L];
@@ -2671,19 +2501,7 @@ int main(int argc, char** argv) {
       }
       if (lv.po || lv.gmb) { CK(cudaEventRecord(evs[32], s2)); CK(cudaStreamWaitEvent(s, evs[32], 0)); }
       CK(cudaStreamEndCapture(s, &g));
-      CK(cudaGraphInstantiateWithFlags(&ge, g, 0));
-      CK(cudaGraphLaunch(ge, s)); CK(cudaStreamSynchronize(s));
-      float best = 1e30;
-      for (int t = 0; t < 5; t++) {
-        cudaEventRecord(a, s);
-        for (int r = 0; r < 10; r++) CK(cudaGraphLaunch(ge, s));
-        cudaEventRecord(b, s);
-        CK(cudaEventSynchronize(b));
-        float ms_; cudaEventElapsedTime(&ms_, a, b);
-        best = std::min(best, ms_ / 10);
-      }
-      cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
-      const double per = best * 1e-3 / 32;
+      const double per = graphBest(g, s, 5, 10) / 32;
       if (lv.rd > 10) printf("rdn nl%d      g%-3d (4 launches):  %7.2f us per layer, %.3f of D2D\n", lv.rd - 10, lv.g, per * 1e6, lb / per / 1e9 / d2d);
       else printf("%-12s g%-3d o%d gu %2d MB: %7.2f us per layer, %.3f of D2D\n", lv.name, lv.g, lv.po, lv.gmb, per * 1e6, lb / per / 1e9 / d2d);
       fflush(stdout);
