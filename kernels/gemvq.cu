@@ -701,9 +701,12 @@ __device__ __forceinline__ void gemvq_q6ka_body(const uint8_t* W, long long rb, 
   gemv_rows_store<R, NB>(acc, red, blockDim.x >> 5, R, GLU_PLAIN, row0, rows, Y);
 }
 
-// Instances (kernels' gemvq6aLaunch picks one): 4 rows per block, one or
-// two units in flight; 2 rows for two vectors. Not yet measured on a GPU:
-// kernels/testdata/stage-sweep.cu's soa mode sweeps the geometry.
+// Instances (kernels' gemvq6aGeometry picks one): 4 rows per block, one or
+// two units in flight; 2 rows for two vectors; and gemvq_q6ka_r2u2_1, 2
+// rows a block of one warp with two units in flight, for launches whose
+// blocks fit the device in one wave (down 4096x14336: 2048 blocks), so
+// that every block has its first units in flight before the wait
+// (kernels/NOTES.md, GEMV v11).
 #define GEMVQ6A_R 4
 #define GEMVQ_Q6KA(NAME, NB, R, UN)                                                                  \
   extern "C" __global__ void __launch_bounds__(256) NAME(const uint8_t* W, long long rb, float* Y, \
@@ -713,6 +716,7 @@ __device__ __forceinline__ void gemvq_q6ka_body(const uint8_t* W, long long rb, 
 GEMVQ_Q6KA(gemvq_q6ka_1, 1, GEMVQ6A_R, 1)
 GEMVQ_Q6KA(gemvq_q6ka_u2_1, 1, GEMVQ6A_R, 2)
 GEMVQ_Q6KA(gemvq_q6ka_2, 2, 2, 1)
+GEMVQ_Q6KA(gemvq_q6ka_r2u2_1, 1, 2, 2)
 
 // q6ka_relay re-lays n Q6_K super-blocks at W in place into T_Q6_KA
 // (common.cuh) for the address each block sits at; one thread per block.

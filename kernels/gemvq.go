@@ -313,7 +313,7 @@ func (k *Kernels) gemvq6Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.
 	blocks, threads := gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), o.W.Cols)
 	smem := int64(0)
 	if o.W.Type == Q6KA {
-		name, blocks, threads = gemvq6aGeometry(nb, o.W.Rows, o.W.Cols)
+		name, blocks, threads = k.gemvq6aWaveGeometry(nb, o.W.Rows, o.W.Cols)
 	} else if ok, th := k.gemvq6Staged(o.W); ok {
 		name, smem = fmt.Sprintf("gemvq_q6k_s_%d", nb), gemvq6sRows*rb
 		blocks, threads = ceilDiv(o.W.Rows, gemvq6sRows), th
@@ -338,9 +338,8 @@ const gemvq6aRows = 4
 // gemvq6aGeometry picks the Q6KA kernel for nb vectors and its grid:
 // gemvq_q6ka_<nb> with gemvqGeometry's warps (each lane at most one
 // 64-column unit of a row), or, where gemvqUnroll asks for 2 units in
-// flight, gemvq_q6ka_u2_1 with half the warps. Not yet measured on a GPU:
-// the first H200 run of kernels/testdata/stage-sweep.cu's soa mode sets
-// the rule.
+// flight, gemvq_q6ka_u2_1 with half the warps. The soa sweep (kernels/
+// NOTES.md, GEMV v9) set 4 rows a block for one vector.
 func gemvq6aGeometry(nb, rows, cols int) (name string, blocks, threads int) {
 	r := gemvq6aRows
 	if nb == 2 {
@@ -351,6 +350,44 @@ func gemvq6aGeometry(nb, rows, cols int) (name string, blocks, threads int) {
 		return "gemvq_q6ka_u2_1", blocks, max(32, threads/2)
 	}
 	return fmt.Sprintf("gemvq_q6ka_%d", nb), blocks, threads
+}
+
+// gemvq6aWave switches gemvq_q6ka_r2u2_1 on for the one-vector Q6KA
+// launches whose 2-row blocks of one warp fit the device in one wave (see
+// gemvq6aWaveGeometry); on by default, SetGEMVQ6AWave(false) or
+// STRATA_Q6KAWAVE=0 (the whole process) for comparisons.
+var gemvq6aWave atomic.Bool
+
+func init() { gemvq6aWave.Store(os.Getenv("STRATA_Q6KAWAVE") != "0") }
+
+// SetGEMVQ6AWave turns the one-wave Q6KA GEMV on or off.
+func SetGEMVQ6AWave(on bool) { gemvq6aWave.Store(on) }
+
+// gemvq6aR2BlocksPerSMDefault is how many gemvq_q6ka_r2u2_1 blocks (one
+// warp) an H200 multiprocessor holds at once, where Load's occupancy
+// query fails.
+const gemvq6aR2BlocksPerSMDefault = 16
+
+// gemvq6aWaveGeometry picks gemvq_q6ka_r2u2_1 (2 rows a block, one warp,
+// two units a lane in flight, both loaded before pdl_wait) for a plain
+// one-vector Q6KA GEMV whose blocks all fit the device at once, where
+// gemvqUnroll and gemvqWarps force nothing; else gemvq6aGeometry. Why: in
+// the sweep's down chain (kernels/NOTES.md, GEMV v11; testdata/
+// h200-stage-sweep-dchain6.txt), the Q6KA layers by this kernel took the
+// chain with its x launches from 15.53 to 13.74 µs a launch against
+// gemvq_q6ka_1's 4 rows of 8 warps (1024 blocks, 2 a multiprocessor, which
+// have less in flight before the wait).
+func (k *Kernels) gemvq6aWaveGeometry(nb, rows, cols int) (name string, blocks, threads int) {
+	if gemvq6aWave.Load() && nb == 1 && gemvqUnroll == 0 && gemvqWarps == 0 {
+		perSM := k.q6aR2PerSM
+		if perSM <= 0 {
+			perSM = gemvq6aR2BlocksPerSMDefault
+		}
+		if blocks = ceilDiv(rows, 2); blocks <= perSM*k.SMs {
+			return "gemvq_q6ka_r2u2_1", blocks, 32
+		}
+	}
+	return gemvq6aGeometry(nb, rows, cols)
 }
 
 // gemvqUnroll forces the units each lane of gemvq_fused has in flight

@@ -276,15 +276,16 @@ func TestGEMVQ(t *testing.T) {
 		unroll   int
 		q6staged bool
 		relay    bool
-		nopairs  bool
+		nowave   bool // the one-wave kernels off: pairs and gemvq_q6ka_r2u2_1
 	}{{false, 0, false, false, false}, {true, 0, true, false, false}, {true, 1, false, false, false}, {true, 2, false, false, false},
 		{true, 1, true, false, false}, {true, 0, false, true, false}, {true, 2, false, true, false}, {false, 0, false, true, false},
 		{true, 0, false, true, true}} {
 		SetFastGEMVQ6K(v.q6)
 		SetFastGEMVQ6KStaged(v.q6staged)
-		SetGEMVQPairs(!v.nopairs)
+		SetGEMVQPairs(!v.nowave)
+		SetGEMVQ6AWave(!v.nowave)
 		gemvqUnroll, gemvqRelay = v.unroll, v.relay
-		t.Run(fmt.Sprintf("q6k=%v/unroll=%d/q6k-staged=%v/q6ka=%v/pairs=%v", v.q6, v.unroll, v.q6staged, v.relay, !v.nopairs), func(t *testing.T) { testGEMVQCases(t, cases) })
+		t.Run(fmt.Sprintf("q6k=%v/unroll=%d/q6k-staged=%v/q6ka=%v/wave=%v", v.q6, v.unroll, v.q6staged, v.relay, !v.nowave), func(t *testing.T) { testGEMVQCases(t, cases) })
 	}
 }
 
@@ -295,8 +296,9 @@ var gemvqRelay bool
 // fastGEMVState returns a function that restores the integer-path
 // switches as they are now (tests and benchmarks flip them).
 func fastGEMVState() func() {
-	f, q, qs, p := FastGEMV(), FastGEMVQ6K(), fastGEMVQ6KStaged.Load(), gemvqPairs.Load()
+	f, q, qs, p, w := FastGEMV(), FastGEMVQ6K(), fastGEMVQ6KStaged.Load(), gemvqPairs.Load(), gemvq6aWave.Load()
 	return func() {
+		SetGEMVQ6AWave(w)
 		SetFastGEMV(f)
 		SetFastGEMVQ6K(q)
 		SetFastGEMVQ6KStaged(qs)
@@ -393,7 +395,7 @@ func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, x
 		_, _, th := k.gemvq4Geometry(nb, groups, cols)
 		if o.W.Type == Q6KA && !mixed {
 			// gemvq_q6ka: gemvq_q6k's unit walk with its own warps.
-			_, _, th = gemvq6aGeometry(nb, o.W.Rows, cols)
+			_, _, th = k.gemvq6aWaveGeometry(nb, o.W.Rows, cols)
 		} else if matrixType(o.W.Type) == quant.Q6_K {
 			_, th = gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), cols)
 			if ok, sth := k.gemvq6Staged(o.W); ok && !mixed {
@@ -563,6 +565,34 @@ func TestGEMVQGeometry(t *testing.T) {
 		if name != tc.name || blocks != tc.blocks || threads != tc.threads {
 			t.Errorf("Q6KA %dx%d nb %d unroll %d: %s, %d blocks of %d threads; want %s, %d of %d",
 				tc.rows, tc.cols, tc.nb, tc.unroll, name, blocks, threads, tc.name, tc.blocks, tc.threads)
+		}
+	}
+	// The one-wave kernel: a one-vector Q6KA launch whose 2-row blocks of
+	// one warp all fit the device (the H200's 132 multiprocessors, 16 such
+	// blocks each where the occupancy query is not made), unforced.
+	defer fastGEMVState()()
+	k := &Kernels{SMs: 132}
+	for _, tc := range []struct {
+		nb, unroll, rows, cols int
+		wave                   bool
+		name                   string
+		blocks, threads        int
+	}{
+		{1, 0, 4096, 14336, true, "gemvq_q6ka_r2u2_1", 2048, 32},
+		{1, 0, 4224, 14336, true, "gemvq_q6ka_r2u2_1", 2112, 32},
+		{1, 0, 4225, 14336, true, "gemvq_q6ka_1", 1057, 256},
+		{1, 0, 1024, 4096, true, "gemvq_q6ka_r2u2_1", 512, 32},
+		{1, 0, 128256, 4096, true, "gemvq_q6ka_1", 32064, 64},
+		{2, 0, 4096, 14336, true, "gemvq_q6ka_2", 2048, 256},
+		{1, 2, 4096, 14336, true, "gemvq_q6ka_u2_1", 1024, 128},
+		{1, 0, 4096, 14336, false, "gemvq_q6ka_1", 1024, 256},
+	} {
+		gemvqUnroll = tc.unroll
+		SetGEMVQ6AWave(tc.wave)
+		name, blocks, threads := k.gemvq6aWaveGeometry(tc.nb, tc.rows, tc.cols)
+		if name != tc.name || blocks != tc.blocks || threads != tc.threads {
+			t.Errorf("Q6KA %dx%d nb %d unroll %d wave %v: %s, %d blocks of %d threads; want %s, %d of %d",
+				tc.rows, tc.cols, tc.nb, tc.unroll, tc.wave, name, blocks, threads, tc.name, tc.blocks, tc.threads)
 		}
 	}
 }

@@ -71,6 +71,9 @@ type Kernels struct {
 	// p4PerSM, p2PerSM: the same for gemvq_p4_1 (64 threads) and
 	// gemvq_p2u2_1 (32 threads); see gemvqPairGeometry.
 	p4PerSM, p2PerSM int
+	// q6aR2PerSM: the same for gemvq_q6ka_r2u2_1 (32 threads; see
+	// gemvq6aWaveGeometry).
+	q6aR2PerSM int
 	// readOnlySink, while set, turns the integer GEMV launches into
 	// read_xor launches (SetGEMVReadOnly).
 	readOnlySink cuda.DevPtr
@@ -153,7 +156,8 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 		name    string
 		threads int
 		n       *int
-	}{{"gemvq_fused_u2_1", gemvqU2Threads, &k.u2PerSM}, {"gemvq_p4_1", 64, &k.p4PerSM}, {"gemvq_p2u2_1", 32, &k.p2PerSM}} {
+	}{{"gemvq_fused_u2_1", gemvqU2Threads, &k.u2PerSM}, {"gemvq_p4_1", 64, &k.p4PerSM}, {"gemvq_p2u2_1", 32, &k.p2PerSM},
+		{"gemvq_q6ka_r2u2_1", 32, &k.q6aR2PerSM}} {
 		if f, ok := k.fns[q.name]; ok {
 			if n, err := c.MaxActiveBlocks(f, q.threads, 0); err == nil && n > 0 {
 				*q.n = n

@@ -1940,6 +1940,23 @@ static double timeChain(const std::vector<Mat>& ms, const Var& v, cudaStream_t s
 
 template <typename F> static void setSmem(F f) { CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024)); }
 
+// kMixA: gemvq_mixed_a_1 with R6 rows a block for the Q6KA matrix (the
+// engine's kernel has GEMVQ6_R = 2, at 100 registers for every block, the
+// Q4_K ones included): mode qkv6's R6 = 1 row, to see whether the Q4_K
+// blocks' occupancy comes back (seventh session).
+template <int R6>
+__global__ void __launch_bounds__(256) kMixA(const uint8_t* W0, long long rb0, float* Y0, int rows0, const uint8_t* W1,
+                                             long long rb1, float* Y1, int rows1, const uint8_t* W2, long long rb2,
+                                             float* Y2, int rows2, int cols, const uint8_t* XQ) {
+  const int g6 = (rows2 + R6 - 1) / R6;
+  if ((int)blockIdx.x < g6) {
+    gemvq_q6ka_body<1, R6, 1>(W2, rb2, Y2, rows2, cols, XQ, blockIdx.x);
+  } else {
+    gemvq_body<1, 1>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, nullptr, 0, nullptr, 0, cols, XQ, GLU_PLAIN,
+                     blockIdx.x - g6);
+  }
+}
+
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
   gSoa = argc > 1 && (strcmp(argv[1], "soa") == 0 || strcmp(argv[1], "prof") == 0 || strcmp(argv[1], "x6") == 0 || strcmp(argv[1], "parts") == 0 || strcmp(argv[1], "l2") == 0 || strcmp(argv[1], "q6t") == 0 || strcmp(argv[1], "dchain") == 0 || strcmp(argv[1], "dchain6") == 0 || strcmp(argv[1], "qkv6") == 0);
@@ -2269,8 +2286,9 @@ int main(int argc, char** argv) {
   // one launch, whose Q4_K rows run at the Q6KA path's registers) against
   // two launches (gemvq_fused_1 for q and k, then v by gemvq_q6ka_1 as the
   // engine sizes it, or by k6R<2, 2, true> in one wave of one-warp blocks,
-  // or v first), and all-Q4_K q/k/v for reference. Prepared in the sixth
-  // session, not yet run.
+  // or v first), and all-Q4_K q/k/v for reference (sixth session;
+  // -qkv6.txt); seventh: gemvq_mixed_1 on the plain Q6_K v (73 registers)
+  // and kMixA<1>.
   if (argc > 1 && strcmp(argv[1], "qkv6") == 0) {
     const uint8_t* xq = gXQ[0];
     const uint8_t* z = nullptr;
@@ -2278,15 +2296,19 @@ int main(int argc, char** argv) {
     float *yq, *yk, *yv;
     CK(cudaMalloc(&yq, 4 * 4096)); CK(cudaMalloc(&yk, 4 * 1024)); CK(cudaMalloc(&yv, 4 * 1024));
     const char* names[] = {"gemvq_mixed_a_1", "fused_1(q,k) + q6ka_1(v)", "q6ka_1(v) + fused_1(q,k)", "fused_1(q,k) + k6R R2 un2 w1(v)",
-                           "all Q4_K: fused_1(q,k,v4)"};
+                           "all Q4_K: fused_1(q,k,v4)", "gemvq_mixed_1 (v plain Q6_K)", "kMixA<1> (Q6KA v, 1 row a block)"};
     double lb6 = 0, lb4 = 0;
-    for (int v = 0; v < 5; v++) {
+    for (int v = 0; v < 7; v++) {
       cudaGraph_t g;
       CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
       for (int L = 0; L < 32; L++) {
         const Mat &qk = mats[0][L], &v6 = mats[6][L];
         const uint8_t *wq = qk.w, *wk = qk.w + 4096 * qk.rb, *wv4 = qk.w + 5120 * qk.rb;
-        if (v == 0) {
+        if (v == 5) {
+          launchS(gemvq_mixed_1, 1280 + 512, 64, 0, s, wq, qk.rb, yq, 4096, wk, qk.rb, yk, 1024, (const uint8_t*)v6.w, v6.rb, yv, 1024, 4096, xq);
+        } else if (v == 6) {
+          launchS(kMixA<1>, 1280 + 1024, 64, 0, s, wq, qk.rb, yq, 4096, wk, qk.rb, yk, 1024, (const uint8_t*)v6.w6s, v6.rb, yv, 1024, 4096, xq);
+        } else if (v == 0) {
           launchS(gemvq_mixed_a_1, 1280 + 512, 64, 0, s, wq, qk.rb, yq, 4096, wk, qk.rb, yk, 1024, (const uint8_t*)v6.w6s, v6.rb, yv, 1024, 4096, xq);
         } else if (v == 4) {
           launchS(gemvq_fused_1, 1536, 64, 0, s, wq, qk.rb, yq, 4096, wk, qk.rb, yk, 1024, wv4, qk.rb, yv, 1024, 4096, xq, (int)GLU_PLAIN);
