@@ -555,23 +555,51 @@ func splitQ6(outs []GEMVOut) (q4, q6 []GEMVOut) {
 	return q4, q6
 }
 
+// gemvqMixedCap switches gemvq_mixed_a_w2_1 on (gemvqMixedName); on by
+// default, SetGEMVQMixedCap(false) or STRATA_MIXEDCAP=0 (the whole
+// process) for comparisons.
+var gemvqMixedCap atomic.Bool
+
+func init() { gemvqMixedCap.Store(os.Getenv("STRATA_MIXEDCAP") != "0") }
+
+// SetGEMVQMixedCap turns the register-capped mixed q/k/v kernel on or off.
+func SetGEMVQMixedCap(on bool) { gemvqMixedCap.Store(on) }
+
+// gemvqMixedName is the mixed kernel for a Q6_K (or Q6KA) matrix of type
+// t in blocks of threads: gemvq_mixed_1 for plain Q6_K, gemvq_mixed_a_1
+// for Q6KA, or, for Q6KA in blocks of 2 warps (4096 columns: the q/k/v of
+// the 8b shape's layers with a Q6_K v), gemvq_mixed_a_w2_1, the same code
+// held to gemvq_fused_1's 72 registers so that 14 blocks share a
+// multiprocessor: gemvq_mixed_a_1's 100 registers (its Q6KA rows') gave
+// its Q4_K rows 10, and the launch took 1.36 waves where all-Q4_K q/k/v
+// takes one. In the sweep (kernels/NOTES.md, GEMV v11; testdata/
+// h200-stage-sweep-qkv6c.txt) 6.57 -> 5.35 µs a layer, all-Q4_K q/k/v
+// 4.94.
+func gemvqMixedName(t quant.Type, threads int) string {
+	switch {
+	case t != Q6KA:
+		return "gemvq_mixed_1"
+	case threads == 64 && gemvqMixedCap.Load():
+		return "gemvq_mixed_a_w2_1"
+	}
+	return "gemvq_mixed_a_1"
+}
+
 // gemvqMixedLaunch launches gemvq_mixed_1 (see gemvqMixed), or
-// gemvq_mixed_a_1 where the Q6_K matrix is re-laid (Q6KA).
+// gemvq_mixed_a_1 / gemvq_mixed_a_w2_1 where the Q6_K matrix is re-laid
+// (Q6KA; gemvqMixedName).
 func (k *Kernels) gemvqMixedLaunch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.DevPtr, q4 []GEMVOut, q6 GEMVOut) error {
-	name := "gemvq_mixed_1"
-	if q6.W.Type == Q6KA {
-		name = "gemvq_mixed_a_1"
-	}
-	f, err := k.fn(name)
-	if err != nil {
-		return err
-	}
 	cols := q6.W.Cols
 	var a cuda.Args
 	groups := packQ4Outs(&a, q4, 2)
 	a.Ptr(q6.W.Ptr).I64(q6.W.RowBytes()).Ptr(q6.Y).Int(q6.W.Rows).Int(cols).Ptr(xq)
 	blocks, threads := gemvqGeometry(groups, cols)
 	blocks += ceilDiv(q6.W.Rows, gemvq6Rows)
+	name := gemvqMixedName(q6.W.Type, threads)
+	f, err := k.fn(name)
+	if err != nil {
+		return err
+	}
 	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("%s: %d Q4_K matrices and a Q6_K one, %dx%d..: %w", what, len(q4), q4[0].W.Rows, cols, err)

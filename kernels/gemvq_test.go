@@ -276,7 +276,7 @@ func TestGEMVQ(t *testing.T) {
 		unroll   int
 		q6staged bool
 		relay    bool
-		nowave   bool // the one-wave kernels off: pairs and gemvq_q6ka_r2u2_1
+		nowave   bool // the one-wave kernels off: pairs, gemvq_q6ka_r2u2_1, gemvq_mixed_a_w2_1
 	}{{false, 0, false, false, false}, {true, 0, true, false, false}, {true, 1, false, false, false}, {true, 2, false, false, false},
 		{true, 1, true, false, false}, {true, 0, false, true, false}, {true, 2, false, true, false}, {false, 0, false, true, false},
 		{true, 0, false, true, true}} {
@@ -284,6 +284,7 @@ func TestGEMVQ(t *testing.T) {
 		SetFastGEMVQ6KStaged(v.q6staged)
 		SetGEMVQPairs(!v.nowave)
 		SetGEMVQ6AWave(!v.nowave)
+		SetGEMVQMixedCap(!v.nowave)
 		gemvqUnroll, gemvqRelay = v.unroll, v.relay
 		t.Run(fmt.Sprintf("q6k=%v/unroll=%d/q6k-staged=%v/q6ka=%v/wave=%v", v.q6, v.unroll, v.q6staged, v.relay, !v.nowave), func(t *testing.T) { testGEMVQCases(t, cases) })
 	}
@@ -296,8 +297,9 @@ var gemvqRelay bool
 // fastGEMVState returns a function that restores the integer-path
 // switches as they are now (tests and benchmarks flip them).
 func fastGEMVState() func() {
-	f, q, qs, p, w := FastGEMV(), FastGEMVQ6K(), fastGEMVQ6KStaged.Load(), gemvqPairs.Load(), gemvq6aWave.Load()
+	f, q, qs, p, w, mc := FastGEMV(), FastGEMVQ6K(), fastGEMVQ6KStaged.Load(), gemvqPairs.Load(), gemvq6aWave.Load(), gemvqMixedCap.Load()
 	return func() {
+		SetGEMVQMixedCap(mc)
 		SetGEMVQ6AWave(w)
 		SetFastGEMV(f)
 		SetFastGEMVQ6K(q)

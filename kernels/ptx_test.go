@@ -89,9 +89,9 @@ func TestEmbeddedEntries(t *testing.T) {
 		// Integer GEMV: gemvq_x, gemvq_fused_1/2/u2_1, gemvq_q6k_1/2,
 		// gemvq_q6k_s_1/2, gemvq_mixed_1, gemvq_q6ka_1/2/u2_1,
 		// gemvq_mixed_a_1, q6ka_relay, gemvq_p4_1, gemvq_p2u2_1,
-		// gemvq_q6ka_r2u2_1. read_xor
+		// gemvq_q6ka_r2u2_1, gemvq_mixed_a_w2_1. read_xor
 		// (the read-only ceiling).
-		if want := 80 + 10 + 10 + 1 + 1 + 5 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 6 + 1 + 17 + 1; n != want {
+		if want := 80 + 10 + 10 + 1 + 1 + 5 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 6 + 1 + 18 + 1; n != want {
 			t.Errorf("%s: %d kernels embedded, want %d", arch, n, want)
 		}
 	}

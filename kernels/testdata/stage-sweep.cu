@@ -1567,6 +1567,8 @@ static uint8_t* gXQd;   // kdx's quantized x
 static int* gFlags;     // kdx's arrival counters, one per matrix
 static int gNFlags;
 typedef void (*KFn)(const uint8_t*, long long, float*, int, int, const uint8_t*);
+typedef void (*KFn6)(const uint8_t*, long long, float*, int, const uint8_t*, long long, float*, int, const uint8_t*, long long,
+                     float*, int, int, const uint8_t*);
 typedef void (*SFn)(const uint8_t*, long long, float*, int, int, const uint8_t*, const uint8_t*);
 static uint8_t* gXQ[2];  // quantized x for 4096 and 14336 columns
 static uint8_t* gXT[2];  // the same transposed for kUT (xtrans)
@@ -1940,6 +1942,166 @@ static double timeChain(const std::vector<Mat>& ms, const Var& v, cudaStream_t s
 
 template <typename F> static void setSmem(F f) { CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024)); }
 
+// kTC (mode tc, seventh session): Q4_K decode GEMV whose integer dot
+// products run on the tensor cores. A warp takes 16 rows (or, GLU, 8 gate
+// rows and the same 8 up rows) and one super-block at a time: mma.sync
+// m16n8k32 (u8 weights x s8 high / u8 low bytes of x) gives each row's dot
+// product with one 32-element sub-block in one instruction per 16 rows,
+// where dp4a needs 8 a row. x goes to every column of B, so c0 = c1 (row
+// g) and c2 = c3 (row g + 8) in every lane; lane t keeps chunk t's (the
+// sub-block pair of x 64-block 4sb + t) and applies only that chunk's
+// scales, so the per-sub-block float work is split over the 4 lanes of a
+// row. A lane's weight bytes are bytes 8t..8t+7 of each 32-byte chunk
+// (an 8-byte load; a row's 4 lanes read the chunk whole), its x the same
+// 8 elements of each half from LP. The k order inside an mma does not
+// matter: a0/a2 and b0/b1 hold the same elements in the same bytes. W
+// warps a block split a row's super-blocks, UN in flight a warp (the first
+// UN before the wait).
+__device__ __forceinline__ void mma_u8s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_u8u8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint2 ld_stream2(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+// TC2 (second try): x_int split as h * 256 + l with both bytes signed
+// (l in [-128, 127], h in [-128, 127]: |x_int| <= 32639), so that one
+// mma.u8.s8 takes both: lanes of even groups g hold h in B, odd ones l,
+// and c0, c1 (columns 2t, 2t + 1) are row g's dot products with h and l.
+// x in LM: per 64-block v, part p (0 h, 1 l) and lane t, 16 bytes at
+// 128v + 64p + 16t (elements 8t..8t+7 of the first half, then of the
+// second); then per block {S0, S1, sx, 0} at 128 nv + 16v.
+struct TCSB {  // one super-block of rows a (g) and b (g + 8), lane t's share
+  uint4 ha, hb;
+  uint2 qa[4], qb[4];
+  // ba, bb: the rows' super-block; o8 = 8t, the lane's bytes of a chunk.
+  __device__ __forceinline__ void load(const uint8_t* ba, const uint8_t* bb, int o8) {
+    ha = __ldg(reinterpret_cast<const uint4*>(ba));
+    hb = __ldg(reinterpret_cast<const uint4*>(bb));
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      qa[j] = ld_stream2(ba + 16 + 32 * j + o8);
+      qb[j] = ld_stream2(bb + 16 + 32 * j + o8);
+    }
+  }
+  // xb: this lane's LM bytes of the super-block's first 64-block; xs: the
+  // super-block's chunk t {S0, S1, sx}.
+  __device__ __forceinline__ void dot(int t, const uint8_t* xb, const uint8_t* xs, float& acca, float& accb) const {
+    int ka0 = 0, ka1 = 0, kb0 = 0, kb1 = 0;  // chunk t's dot products (lo, hi) of rows a, b
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const uint4 x = __ldg(reinterpret_cast<const uint4*>(xb + 128 * j));
+      const uint32_t a0 = qa[j].x & 0x0F0F0F0Fu, a2 = qa[j].y & 0x0F0F0F0Fu;
+      const uint32_t a1 = qb[j].x & 0x0F0F0F0Fu, a3 = qb[j].y & 0x0F0F0F0Fu;
+      const uint32_t h0 = qa[j].x & 0xF0F0F0F0u, h2 = qa[j].y & 0xF0F0F0F0u;
+      const uint32_t h1 = qb[j].x & 0xF0F0F0F0u, h3 = qb[j].y & 0xF0F0F0F0u;
+      int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
+      mma_u8s8(cl, a0, a1, a2, a3, x.x, x.y);
+      mma_u8s8(ch, h0, h1, h2, h3, x.z, x.w);
+      if (t == j) {
+        ka0 = cl[0] * 256 + cl[1];
+        kb0 = cl[2] * 256 + cl[3];
+        ka1 = ch[0] * 256 + ch[1];
+        kb1 = ch[2] * 256 + ch[3];
+      }
+    }
+    const uint4 sv = __ldg(reinterpret_cast<const uint4*>(xs));
+    const float sx = __uint_as_float(sv.z);
+    const int k = (2 * t) & 3;
+    {
+      uint32_t sw, mw;
+      k4_scale_words(ha, t, sw, mw);
+      const int sc0 = (int)__byte_perm(sw, 0, 0x4440 | k), sc1 = (int)__byte_perm(sw, 0, 0x4441 + k);
+      const int m0 = (int)__byte_perm(mw, 0, 0x4440 | k), m1 = (int)__byte_perm(mw, 0, 0x4441 + k);
+      const int ti = sc0 * ka0 + sc1 * (ka1 >> 4), m = m0 * (int)sv.x + m1 * (int)sv.y;
+      const float f = fmaf(-h2f(ha.x >> 16), (float)m, h2f(ha.x & 0xFFFF) * (float)ti);
+      acca = fmaf(sx, f, acca);
+    }
+    {
+      uint32_t sw, mw;
+      k4_scale_words(hb, t, sw, mw);
+      const int sc0 = (int)__byte_perm(sw, 0, 0x4440 | k), sc1 = (int)__byte_perm(sw, 0, 0x4441 + k);
+      const int m0 = (int)__byte_perm(mw, 0, 0x4440 | k), m1 = (int)__byte_perm(mw, 0, 0x4441 + k);
+      const int ti = sc0 * kb0 + sc1 * (kb1 >> 4), m = m0 * (int)sv.x + m1 * (int)sv.y;
+      const float f = fmaf(-h2f(hb.x >> 16), (float)m, h2f(hb.x & 0xFFFF) * (float)ti);
+      accb = fmaf(sx, f, accb);
+    }
+  }
+};
+template <int W, int UN, bool GLU>
+__global__ void __launch_bounds__(32 * W) kTC(const uint8_t* W0, const uint8_t* W1, long long rb, float* Y, int rows,
+                                              int cols, const uint8_t* LM) {
+  __shared__ float red[W][16];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const uint8_t *pa, *pb;
+  if (GLU) {
+    const int r = min((int)blockIdx.x * 8 + g, rows - 1);
+    pa = W0 + (long long)r * rb;
+    pb = W1 + (long long)r * rb;
+  } else {
+    pa = W0 + (long long)min((int)blockIdx.x * 16 + g, rows - 1) * rb;
+    pb = W0 + (long long)min((int)blockIdx.x * 16 + g + 8, rows - 1) * rb;
+  }
+  const int nsb = cols >> 8, nv = cols >> 6;
+  // Lane pointers at the warp's first super-block; each step advances
+  // them by W super-blocks. The walk needs nsb % (W * UN) == 0 (checked
+  // by the host), so every warp runs the same iterations and the mma
+  // stays in converged code.
+  pa += warp * 144;
+  pb += warp * 144;
+  const uint8_t* xb = LM + 512LL * warp + 64 * (g & 1) + 16 * t;
+  const uint8_t* xs = LM + 128LL * nv + 64LL * warp + 16 * t;
+  TCSB w[UN];
+#pragma unroll
+  for (int j = 0; j < UN; j++) w[j].load(pa + j * W * 144, pb + j * W * 144, 8 * t);
+  pdl_trigger();
+  pdl_wait();
+  float acca = 0.0f, accb = 0.0f;
+  const int iters = nsb / (W * UN);
+  for (int it = 0; it < iters; it++) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      w[j].dot(t, xb + 512LL * W * j, xs + 64LL * W * j, acca, accb);
+      if (it + 1 < iters) w[j].load(pa + (j + UN) * W * 144, pb + (j + UN) * W * 144, 8 * t);
+    }
+    pa += UN * W * 144;
+    pb += UN * W * 144;
+    xb += 512LL * W * UN;
+    xs += 64LL * W * UN;
+  }
+  acca += __shfl_xor_sync(0xffffffffu, acca, 1);
+  acca += __shfl_xor_sync(0xffffffffu, acca, 2);
+  accb += __shfl_xor_sync(0xffffffffu, accb, 1);
+  accb += __shfl_xor_sync(0xffffffffu, accb, 2);
+  if (t == 0) {
+    red[warp][g] = acca;
+    red[warp][g + 8] = accb;
+  }
+  __syncthreads();
+  const int i = threadIdx.x;
+  if (GLU) {
+    if (i < 8 && (int)blockIdx.x * 8 + i < rows) {
+      float a = 0.0f, b = 0.0f;
+      for (int k = 0; k < W; k++) { a += red[k][i]; b += red[k][i + 8]; }
+      Y[blockIdx.x * 8 + i] = glu_act(GLU_SWIGLU, a, b);
+    }
+  } else if (i < 16 && (int)blockIdx.x * 16 + i < rows) {
+    float a = 0.0f;
+    for (int k = 0; k < W; k++) a += red[k][i];
+    Y[blockIdx.x * 16 + i] = a;
+  }
+}
+
 // kMixA: gemvq_mixed_a_1 with R6 rows a block for the Q6KA matrix (the
 // engine's kernel has GEMVQ6_R = 2, at 100 registers for every block, the
 // Q4_K ones included): mode qkv6's R6 = 1 row, to see whether the Q4_K
@@ -1954,6 +2116,24 @@ __global__ void __launch_bounds__(256) kMixA(const uint8_t* W0, long long rb0, f
   } else {
     gemvq_body<1, 1>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, nullptr, 0, nullptr, 0, cols, XQ, GLU_PLAIN,
                      blockIdx.x - g6);
+  }
+}
+
+// kMixAL: kMixA under __launch_bounds__(64, MINB) (MINB blocks of 2 warps a
+// multiprocessor: 14 caps the registers at 73, gemvq_fused_1's count), so
+// that the mixed launch fits one wave at the Q4_K kernel's occupancy; REV:
+// the Q4_K blocks first (seventh session).
+template <int R6, int MINB, bool REV>
+__global__ void __launch_bounds__(64, MINB) kMixAL(const uint8_t* W0, long long rb0, float* Y0, int rows0,
+                                                  const uint8_t* W1, long long rb1, float* Y1, int rows1,
+                                                  const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols,
+                                                  const uint8_t* XQ) {
+  const int g6 = (rows2 + R6 - 1) / R6, g4 = (rows0 + rows1 + GEMVQ_R - 1) / GEMVQ_R;
+  const int b = REV ? ((int)blockIdx.x < g4 ? (int)blockIdx.x + g6 : (int)blockIdx.x - g4) : (int)blockIdx.x;
+  if (b < g6) {
+    gemvq_q6ka_body<1, R6, 1>(W2, rb2, Y2, rows2, cols, XQ, b);
+  } else {
+    gemvq_body<1, 1>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, nullptr, 0, nullptr, 0, cols, XQ, GLU_PLAIN, b - g6);
   }
 }
 
@@ -2296,15 +2476,21 @@ int main(int argc, char** argv) {
     float *yq, *yk, *yv;
     CK(cudaMalloc(&yq, 4 * 4096)); CK(cudaMalloc(&yk, 4 * 1024)); CK(cudaMalloc(&yv, 4 * 1024));
     const char* names[] = {"gemvq_mixed_a_1", "fused_1(q,k) + q6ka_1(v)", "q6ka_1(v) + fused_1(q,k)", "fused_1(q,k) + k6R R2 un2 w1(v)",
-                           "all Q4_K: fused_1(q,k,v4)", "gemvq_mixed_1 (v plain Q6_K)", "kMixA<1> (Q6KA v, 1 row a block)"};
+                           "all Q4_K: fused_1(q,k,v4)", "gemvq_mixed_1 (v plain Q6_K)", "kMixA<1> (Q6KA v, 1 row a block)",
+                           "kMixAL<2, 14> (73 registers)", "kMixAL<1, 14>", "kMixAL<2, 12> (85 registers)", "kMixAL<1, 14> Q4_K first",
+                           "kMixAL<1, 10> Q4_K first"};
     double lb6 = 0, lb4 = 0;
-    for (int v = 0; v < 7; v++) {
+    for (int v = 0; v < 12; v++) {
       cudaGraph_t g;
       CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
       for (int L = 0; L < 32; L++) {
         const Mat &qk = mats[0][L], &v6 = mats[6][L];
         const uint8_t *wq = qk.w, *wk = qk.w + 4096 * qk.rb, *wv4 = qk.w + 5120 * qk.rb;
-        if (v == 5) {
+        if (v >= 7) {
+          KFn6 f = v == 7 ? kMixAL<2, 14, false> : v == 8 ? kMixAL<1, 14, false> : v == 9 ? kMixAL<2, 12, false> : v == 10 ? kMixAL<1, 14, true> : kMixAL<1, 10, true>;
+          const int g6 = (v == 7 || v == 9) ? 512 : 1024;
+          launchS(f, 1280 + g6, 64, 0, s, wq, qk.rb, yq, 4096, wk, qk.rb, yk, 1024, (const uint8_t*)v6.w6s, v6.rb, yv, 1024, 4096, xq);
+        } else if (v == 5) {
           launchS(gemvq_mixed_1, 1280 + 512, 64, 0, s, wq, qk.rb, yq, 4096, wk, qk.rb, yk, 1024, (const uint8_t*)v6.w, v6.rb, yv, 1024, 4096, xq);
         } else if (v == 6) {
           launchS(kMixA<1>, 1280 + 1024, 64, 0, s, wq, qk.rb, yq, 4096, wk, qk.rb, yk, 1024, (const uint8_t*)v6.w6s, v6.rb, yv, 1024, 4096, xq);
@@ -2326,6 +2512,111 @@ int main(int argc, char** argv) {
       const double per = graphBest(g, s, 5, 10) / 32, lb = v == 4 ? lb4 : lb6;
       printf("%-34s %7.2f us a layer, %.3f of D2D\n", names[v], per * 1e6, lb / per / 1e9 / d2d);
       fflush(stdout);
+    }
+    return 0;
+  }
+  // mode tc: kTC (tensor-core dot products) against the step's kernel for
+  // q/k/v (all Q4_K), o, gate/up (GLU) and down4, 32 launches back to back,
+  // x held; first each variant's output against the step kernel's.
+  if (argc > 1 && strcmp(argv[1], "tc") == 0) {
+    // x_int in [-32639, 32639] (both bytes of the signed split fit s8),
+    // written on the host into L0, LP (the step kernels' layouts) and LM.
+    uint8_t* xlm[2];
+    for (int i = 0; i < 2; i++) {
+      const int cols = xc[i], nv = cols / 64;
+      std::vector<int> xi(cols);
+      std::vector<float> sx(nv);
+      uint32_t h = 12345 + i;
+      for (int e = 0; e < cols; e++) {
+        h = h * 1664525u + 1013904223u;
+        const int mag = (h >> 8) % 4 == 0 ? 32639 : 8000;  // some blocks use the whole range
+        xi[e] = (int)((h >> 9) % (2 * mag + 1)) - mag;
+      }
+      for (int v = 0; v < nv; v++) sx[v] = 1.0f / 32639.0f * (1.0f + 0.01f * (v % 7));
+      std::vector<uint8_t> q(gemvq_bytes(cols), 0), lm(144 * nv, 0);
+      for (int e = 0; e < cols; e++) {
+        q[e] = (uint8_t)((xi[e] >> 8) & 0xff);
+        q[cols + e] = (uint8_t)(xi[e] & 0xff);
+      }
+      const long long lp = gemvq_lp(cols);
+      for (int v = 0; v < nv; v++) {
+        int g16[4] = {0, 0, 0, 0};
+        for (int e = 0; e < 64; e++) g16[e / 16] += xi[64 * v + e];
+        int* hdr = reinterpret_cast<int*>(&q[2 * cols + 32 * v]);
+        memcpy(&hdr[0], &sx[v], 4);
+        hdr[4] = g16[0]; hdr[5] = g16[2]; hdr[6] = g16[1]; hdr[7] = g16[3];
+        for (int e = 0; e < 64; e++) {
+          const int pc = e / 16, j = e % 16, x = xi[64 * v + e];
+          q[lp + 16LL * (pc * nv + v) + j] = (uint8_t)((x >> 8) & 0xff);
+          q[lp + 16LL * ((4 + pc) * nv + v) + j] = (uint8_t)(x & 0xff);
+          const int l = ((x + 128) & 255) - 128, hh = (x - l) >> 8;
+          const int half = e / 32, k = e % 32, t = k / 8, b = k % 8;
+          lm[128 * v + 16 * t + 8 * half + b] = (uint8_t)(hh & 0xff);
+          lm[128 * v + 64 + 16 * t + 8 * half + b] = (uint8_t)(l & 0xff);
+        }
+        int* ps = reinterpret_cast<int*>(&q[lp + 128LL * nv + 8 * v]);
+        ps[0] = g16[0] + g16[1]; ps[1] = g16[2] + g16[3];
+        memcpy(&q[lp + 136LL * nv + 4 * v], &sx[v], 4);
+        int* ls = reinterpret_cast<int*>(&lm[128 * nv + 16 * v]);
+        ls[0] = ps[0]; ls[1] = ps[1]; memcpy(&ls[2], &sx[v], 4);
+      }
+      CK(cudaMemcpy(gXQ[i], q.data(), q.size(), cudaMemcpyHostToDevice));
+      CK(cudaMalloc(&xlm[i], lm.size()));
+      CK(cudaMemcpy(xlm[i], lm.data(), lm.size(), cudaMemcpyHostToDevice));
+    }
+    typedef void (*TFn)(const uint8_t*, const uint8_t*, long long, float*, int, int, const uint8_t*);
+    struct TV { int W, UN; TFn plain, glu; };
+    const TV tvs[] = {{4, 1, kTC<4, 1, false>, kTC<4, 1, true>}, {4, 2, kTC<4, 2, false>, kTC<4, 2, true>},
+                      {4, 4, kTC<4, 4, false>, kTC<4, 4, true>}, {8, 1, kTC<8, 1, false>, kTC<8, 1, true>},
+                      {8, 2, kTC<8, 2, false>, kTC<8, 2, true>}, {16, 1, kTC<16, 1, false>, kTC<16, 1, true>},
+                      {2, 2, kTC<2, 2, false>, kTC<2, 2, true>}, {2, 4, kTC<2, 4, false>, kTC<2, 4, true>},
+                      {2, 1, kTC<2, 1, false>, kTC<2, 1, true>}, {1, 2, kTC<1, 2, false>, kTC<1, 2, true>}};
+    const uint8_t* z = nullptr;
+    float* zy = nullptr;
+    for (int k : {1, 0, 3, 4}) {
+      const bool glu = k == 3;
+      const uint8_t* xq = gXQ[shapes[k].cols == 4096 ? 0 : 1];
+      auto base = [&](const Mat& m) {
+        if (k == 1) launchS((KFn)gemvq_p4_1, 1024, 64, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq);
+        else if (k == 4) launchS((KFn)gemvq_p2u2_1, 2048, 32, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq);
+        else if (k == 0) launchS(gemvq_fused_1, (m.rows + 3) / 4, 64, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, z, 0LL, zy, 0, z, 0LL, zy, 0, m.cols, xq, (int)GLU_PLAIN);
+        else launchS(gemvq_fused_1, (m.rows + 1) / 2, 64, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, (const uint8_t*)m.w1, m.rb, zy, m.rows, z, 0LL, zy, 0, m.cols, xq, (int)GLU_SWIGLU);
+      };
+      const Mat& m0 = mats[k][0];
+      std::vector<float> y0(m0.rows), y1(m0.rows);
+      base(m0);
+      CK(cudaStreamSynchronize(s));
+      CK(cudaMemcpy(y0.data(), m0.y, 4 * m0.rows, cudaMemcpyDeviceToHost));
+      double ymax = 0;
+      for (float v : y0) ymax = std::max(ymax, (double)fabsf(v));
+      double lb = 0;
+      for (auto& m : mats[k]) lb += (m.w1 ? 2.0 : 1.0) * m.rb * m.rows;
+      lb /= mats[k].size();
+      auto chain = [&](auto launch) {
+        cudaGraph_t g;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (int L = 0; L < 32; L++) launch(mats[k][L % mats[k].size()]);
+        CK(cudaStreamEndCapture(s, &g));
+        return graphBest(g, s, 5, 10) / 32;
+      };
+      const double tb = chain(base);
+      printf("%-20s step kernel        %7.2f us, %.3f of D2D\n", shapes[k].name, tb * 1e6, lb / tb / 1e9 / d2d);
+      for (const TV& v : tvs) {
+        const int per = glu ? 8 : 16, blocks = (m0.rows + per - 1) / per;
+        if ((m0.cols / 256) % (v.W * v.UN) != 0) continue;
+        auto tl = [&](const Mat& m) {
+          launchS(glu ? v.glu : v.plain, blocks, 32 * v.W, 0, s, (const uint8_t*)m.w, (const uint8_t*)(glu ? m.w1 : m.w), m.rb, m.y, m.rows, m.cols, (const uint8_t*)xlm[m.cols == 4096 ? 0 : 1]);
+        };
+        CK(cudaMemset(m0.y, 0xff, 4 * m0.rows));
+        tl(m0);
+        CK(cudaStreamSynchronize(s));
+        CK(cudaMemcpy(y1.data(), m0.y, 4 * m0.rows, cudaMemcpyDeviceToHost));
+        double e = 0;
+        for (int r = 0; r < m0.rows; r++) e = std::max(e, (double)fabsf(y1[r] - y0[r]));
+        const double t = chain(tl);
+        printf("%-20s kTC W%-2d UN%d        %7.2f us, %.3f of D2D  (max |dy| %.2e of max |y| %.2e)\n", shapes[k].name, v.W, v.UN, t * 1e6, lb / t / 1e9 / d2d, e, ymax);
+        fflush(stdout);
+      }
     }
     return 0;
   }

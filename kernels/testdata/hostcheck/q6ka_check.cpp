@@ -18,7 +18,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __global__
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __shared__
 #define __restrict__
 #include "cuda_fp16.h"
