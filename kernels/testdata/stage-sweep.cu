@@ -2137,6 +2137,17 @@ __global__ void __launch_bounds__(64, MINB) kMixAL(const uint8_t* W0, long long 
   }
 }
 
+// kCap: gemvq_fused_1 / gemvq_fused_u2_1 (gemvq_body<1, UN>) under
+// __launch_bounds__(64, MINB), mode cap (seventh session): more blocks a
+// multiprocessor for gate/up and q/k/v, or u2 for q/k/v in one wave.
+template <int UN, int MINB>
+__global__ void __launch_bounds__(64, MINB) kCap(const uint8_t* W0, long long rb0, float* Y0, int rows0,
+                                                const uint8_t* W1, long long rb1, float* Y1, int rows1,
+                                                const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols,
+                                                const uint8_t* XQ, int mode) {
+  gemvq_body<1, UN>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, cols, XQ, mode, blockIdx.x);
+}
+
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
   gSoa = argc > 1 && (strcmp(argv[1], "soa") == 0 || strcmp(argv[1], "prof") == 0 || strcmp(argv[1], "x6") == 0 || strcmp(argv[1], "parts") == 0 || strcmp(argv[1], "l2") == 0 || strcmp(argv[1], "q6t") == 0 || strcmp(argv[1], "dchain") == 0 || strcmp(argv[1], "dchain6") == 0 || strcmp(argv[1], "qkv6") == 0);
@@ -2615,6 +2626,39 @@ int main(int argc, char** argv) {
         for (int r = 0; r < m0.rows; r++) e = std::max(e, (double)fabsf(y1[r] - y0[r]));
         const double t = chain(tl);
         printf("%-20s kTC W%-2d UN%d        %7.2f us, %.3f of D2D  (max |dy| %.2e of max |y| %.2e)\n", shapes[k].name, v.W, v.UN, t * 1e6, lb / t / 1e9 / d2d, e, ymax);
+        fflush(stdout);
+      }
+    }
+    return 0;
+  }
+  // mode cap: kCap against gemvq_fused_1 / _u2_1 for q/k/v (all Q4_K) and
+  // the GLU, 32 launches back to back, x held.
+  if (argc > 1 && strcmp(argv[1], "cap") == 0) {
+    typedef void (*CFn)(const uint8_t*, long long, float*, int, const uint8_t*, long long, float*, int, const uint8_t*,
+                        long long, float*, int, int, const uint8_t*, int);
+    struct CV { const char* name; CFn f; };
+    const CV cvs[] = {{"gemvq_fused_1", gemvq_fused_1}, {"kCap<1, 15>", kCap<1, 15>}, {"kCap<1, 16>", kCap<1, 16>},
+                      {"gemvq_fused_u2_1", gemvq_fused_u2_1}, {"kCap<2, 12>", kCap<2, 12>}, {"kCap<2, 10>", kCap<2, 10>},
+                      {"kCap<2, 14>", kCap<2, 14>}};
+    const uint8_t* z = nullptr;
+    float* zy = nullptr;
+    for (int k : {0, 3}) {
+      const bool glu = k == 3;
+      const uint8_t* xq = gXQ[0];
+      double lb = 0;
+      for (auto& m : mats[k]) lb += (m.w1 ? 2.0 : 1.0) * m.rb * m.rows;
+      lb /= mats[k].size();
+      for (const CV& v : cvs) {
+        cudaGraph_t g;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (int L = 0; L < 32; L++) {
+          const Mat& m = mats[k][L % mats[k].size()];
+          if (glu) launchS(v.f, (m.rows + 1) / 2, 64, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, (const uint8_t*)m.w1, m.rb, zy, m.rows, z, 0LL, zy, 0, m.cols, xq, (int)GLU_SWIGLU);
+          else launchS(v.f, (m.rows + 3) / 4, 64, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, z, 0LL, zy, 0, z, 0LL, zy, 0, m.cols, xq, (int)GLU_PLAIN);
+        }
+        CK(cudaStreamEndCapture(s, &g));
+        const double t = graphBest(g, s, 5, 10) / 32;
+        printf("%-20s %-18s %7.2f us, %.3f of D2D\n", shapes[k].name, v.name, t * 1e6, lb / t / 1e9 / d2d);
         fflush(stdout);
       }
     }
