@@ -2148,6 +2148,15 @@ __global__ void __launch_bounds__(64, MINB) kCap(const uint8_t* W0, long long rb
   gemvq_body<1, UN>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, cols, XQ, mode, blockIdx.x);
 }
 
+// kP: gemvq_p_body<R, UN> (the pair-unit kernels' body) in other
+// geometries, mode p8 (seventh session): 8 rows a block, so that q/k/v
+// 6144x4096 fits the device in one wave with every weight in flight
+// before the wait (768 blocks of 2 warps).
+template <int R, int UN>
+__global__ void __launch_bounds__(256) kP(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
+  gemvq_p_body<R, UN>(W, rb, Y, rows, cols, XQ);
+}
+
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
   gSoa = argc > 1 && (strcmp(argv[1], "soa") == 0 || strcmp(argv[1], "prof") == 0 || strcmp(argv[1], "x6") == 0 || strcmp(argv[1], "parts") == 0 || strcmp(argv[1], "l2") == 0 || strcmp(argv[1], "q6t") == 0 || strcmp(argv[1], "dchain") == 0 || strcmp(argv[1], "dchain6") == 0 || strcmp(argv[1], "qkv6") == 0);
@@ -2659,6 +2668,50 @@ int main(int argc, char** argv) {
         CK(cudaStreamEndCapture(s, &g));
         const double t = graphBest(g, s, 5, 10) / 32;
         printf("%-20s %-18s %7.2f us, %.3f of D2D\n", shapes[k].name, v.name, t * 1e6, lb / t / 1e9 / d2d);
+        fflush(stdout);
+      }
+    }
+    return 0;
+  }
+  // mode p8: kP geometries for q/k/v (all Q4_K, one matrix of 6144 rows)
+  // and o against the step's kernels, 32 launches back to back, x held.
+  if (argc > 1 && strcmp(argv[1], "p8") == 0) {
+    struct PV { const char* name; KFn f; int R, w; };
+    const PV pvs[] = {{"gemvq_p4_1 R4 w2", (KFn)gemvq_p4_1, 4, 2}, {"kP R8 un1 w2", kP<8, 1>, 8, 2},
+                      {"kP R8 un2 w1", kP<8, 2>, 8, 1}, {"kP R4 un2 w1", kP<4, 2>, 4, 1}, {"kP R6 un1 w2", kP<6, 1>, 6, 2}};
+    const uint8_t* z = nullptr;
+    float* zy = nullptr;
+    const uint8_t* xq = gXQ[0];
+    for (int k : {0, 1}) {
+      double lb = 0;
+      for (auto& m : mats[k]) lb += m.rb * (double)m.rows;
+      lb /= mats[k].size();
+      auto chain = [&](auto launch) {
+        cudaGraph_t g;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (int L = 0; L < 32; L++) launch(mats[k][L % mats[k].size()]);
+        CK(cudaStreamEndCapture(s, &g));
+        return graphBest(g, s, 5, 10) / 32;
+      };
+      const Mat& m0 = mats[k][0];
+      std::vector<float> y0(m0.rows), y1(m0.rows);
+      launchS(gemvq_fused_1, (m0.rows + 3) / 4, 64, 0, s, (const uint8_t*)m0.w, m0.rb, m0.y, m0.rows, z, 0LL, zy, 0, z, 0LL, zy, 0, m0.cols, xq, (int)GLU_PLAIN);
+      CK(cudaStreamSynchronize(s));
+      CK(cudaMemcpy(y0.data(), m0.y, 4 * m0.rows, cudaMemcpyDeviceToHost));
+      const double tb = chain([&](const Mat& m) {
+        launchS(gemvq_fused_1, (m.rows + 3) / 4, 64, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, z, 0LL, zy, 0, z, 0LL, zy, 0, m.cols, xq, (int)GLU_PLAIN);
+      });
+      printf("%-20s gemvq_fused_1      %7.2f us, %.3f of D2D\n", shapes[k].name, tb * 1e6, lb / tb / 1e9 / d2d);
+      for (const PV& v : pvs) {
+        auto pl = [&](const Mat& m) { launchS(v.f, (m.rows + v.R - 1) / v.R, 32 * v.w, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq); };
+        CK(cudaMemset(m0.y, 0xff, 4 * m0.rows));
+        pl(m0);
+        CK(cudaStreamSynchronize(s));
+        CK(cudaMemcpy(y1.data(), m0.y, 4 * m0.rows, cudaMemcpyDeviceToHost));
+        double e = 0, ym = 0;
+        for (int r = 0; r < m0.rows; r++) { e = std::max(e, (double)fabsf(y1[r] - y0[r])); ym = std::max(ym, (double)fabsf(y0[r])); }
+        const double t = chain(pl);
+        printf("%-20s %-18s %7.2f us, %.3f of D2D  (max |dy| %.2e of %.2e)\n", shapes[k].name, v.name, t * 1e6, lb / t / 1e9 / d2d, e, ym);
         fflush(stdout);
       }
     }
