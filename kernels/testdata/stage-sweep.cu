@@ -2102,6 +2102,132 @@ __global__ void __launch_bounds__(32 * W) kTC(const uint8_t* W0, const uint8_t* 
   }
 }
 
+// kTS (mode ts, seventh session): kTC's tensor-core dot products on
+// weights staged in shared memory. A warp owns 16 rows (GLU: 8 gate and
+// the same 8 up rows) and a ring of ST super-blocks of them (16 x 144
+// bytes each), filled by coalesced 16-byte cp.async (no registers hold
+// weights in flight; the first ST are issued before the wait); ldmatrix.x4
+// gives a chunk's A fragment (k in byte order), x in the matching order
+// (LM2: per 64-block v, part p (h, l) and lane t, 16 bytes at 128v + 64p
+// + 16t: elements 4t..4t+3 and 16+4t..16+4t+3 of the first half, then
+// the same of the second; {S0, S1, sx} at 128 nv + 16v).
+template <int N>
+__device__ __forceinline__ void cp_async_wait_n() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+template <int W, int ST, bool GLU>
+__global__ void __launch_bounds__(32 * W) kTS(const uint8_t* W0, const uint8_t* W1, long long rb, float* Y, int rows,
+                                              int cols, const uint8_t* LM) {
+  extern __shared__ uint4 tsm[];
+  __shared__ float red[W][16];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  uint8_t* ring = reinterpret_cast<uint8_t*>(tsm) + warp * ST * 2304;
+  const int nsb = cols >> 8, nv = cols >> 6, n = nsb / W;
+  // This lane's chunks of a super-block copy: c = lane + 32i (i < 5, c <
+  // 144), row c / 9, piece c % 9.
+  const uint8_t* src[5];
+  int dst[5];
+#pragma unroll
+  for (int i = 0; i < 5; i++) {
+    const int c = min(lane + 32 * i, 143), r = c / 9, pc = c % 9;
+    const uint8_t* base;
+    if (GLU) base = (r < 8 ? W0 : W1) + (long long)min((int)blockIdx.x * 8 + (r & 7), rows - 1) * rb;
+    else base = W0 + (long long)min((int)blockIdx.x * 16 + r, rows - 1) * rb;
+    src[i] = base + 16 * pc + (long long)warp * 144;
+    dst[i] = r * 144 + 16 * pc;
+  }
+  auto copy = [&](int i, int stage) {  // the warp's i-th super-block into stage
+    uint8_t* st = ring + stage * 2304;
+#pragma unroll
+    for (int k = 0; k < 5; k++)
+      if (lane + 32 * k < 144)
+        cp_async16(reinterpret_cast<uint4*>(st + dst[k]), reinterpret_cast<const uint4*>(src[k] + (long long)i * W * 144));
+  };
+#pragma unroll
+  for (int s = 0; s < ST; s++) {
+    if (s < n) copy(s, s);
+    cp_async_commit();
+  }
+  pdl_trigger();
+  pdl_wait();
+  const uint8_t* xb = LM + 512LL * warp + 64 * (g & 1) + 16 * t;
+  const uint8_t* xs = LM + 128LL * nv + 64LL * warp + 16 * t;
+  const int m = lane >> 3, lrow = (lane & 7) + 8 * (m & 1), lofs = 16 + 16 * (m >> 1);
+  float acca = 0.0f, accb = 0.0f;
+  for (int i = 0; i < n; i++) {
+    const int stage = i % ST;
+    cp_async_wait_n<ST - 1>();
+    __syncwarp();
+    const uint8_t* st = ring + stage * 2304;
+    int ka0 = 0, ka1 = 0, kb0 = 0, kb1 = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      uint32_t a0, a1, a2, a3;
+      const unsigned sa = (unsigned)__cvta_generic_to_shared(st + lrow * 144 + lofs + 32 * j);
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                   : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3)
+                   : "r"(sa));
+      const uint4 x = __ldg(reinterpret_cast<const uint4*>(xb + 128 * j));
+      int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
+      mma_u8s8(cl, a0 & 0x0F0F0F0Fu, a1 & 0x0F0F0F0Fu, a2 & 0x0F0F0F0Fu, a3 & 0x0F0F0F0Fu, x.x, x.y);
+      mma_u8s8(ch, a0 & 0xF0F0F0F0u, a1 & 0xF0F0F0F0u, a2 & 0xF0F0F0F0u, a3 & 0xF0F0F0F0u, x.z, x.w);
+      if (t == j) {
+        ka0 = cl[0] * 256 + cl[1];
+        kb0 = cl[2] * 256 + cl[3];
+        ka1 = ch[0] * 256 + ch[1];
+        kb1 = ch[2] * 256 + ch[3];
+      }
+    }
+    const uint4 ha = *reinterpret_cast<const uint4*>(st + g * 144);
+    const uint4 hb = *reinterpret_cast<const uint4*>(st + (g + 8) * 144);
+    __syncwarp();
+    if (i + ST < n) copy(i + ST, stage);
+    cp_async_commit();
+    const uint4 sv = __ldg(reinterpret_cast<const uint4*>(xs));
+    const float sx = __uint_as_float(sv.z);
+    const int k = (2 * t) & 3;
+    {
+      uint32_t sw, mw;
+      k4_scale_words(ha, t, sw, mw);
+      const int sc0 = (int)__byte_perm(sw, 0, 0x4440 | k), sc1 = (int)__byte_perm(sw, 0, 0x4441 + k);
+      const int m0 = (int)__byte_perm(mw, 0, 0x4440 | k), m1 = (int)__byte_perm(mw, 0, 0x4441 + k);
+      const int ti = sc0 * ka0 + sc1 * (ka1 >> 4), mm = m0 * (int)sv.x + m1 * (int)sv.y;
+      acca = fmaf(sx, fmaf(-h2f(ha.x >> 16), (float)mm, h2f(ha.x & 0xFFFF) * (float)ti), acca);
+    }
+    {
+      uint32_t sw, mw;
+      k4_scale_words(hb, t, sw, mw);
+      const int sc0 = (int)__byte_perm(sw, 0, 0x4440 | k), sc1 = (int)__byte_perm(sw, 0, 0x4441 + k);
+      const int m0 = (int)__byte_perm(mw, 0, 0x4440 | k), m1 = (int)__byte_perm(mw, 0, 0x4441 + k);
+      const int ti = sc0 * kb0 + sc1 * (kb1 >> 4), mm = m0 * (int)sv.x + m1 * (int)sv.y;
+      accb = fmaf(sx, fmaf(-h2f(hb.x >> 16), (float)mm, h2f(hb.x & 0xFFFF) * (float)ti), accb);
+    }
+    xb += 512LL * W;
+    xs += 64LL * W;
+  }
+  acca += __shfl_xor_sync(0xffffffffu, acca, 1);
+  acca += __shfl_xor_sync(0xffffffffu, acca, 2);
+  accb += __shfl_xor_sync(0xffffffffu, accb, 1);
+  accb += __shfl_xor_sync(0xffffffffu, accb, 2);
+  if (t == 0) {
+    red[warp][g] = acca;
+    red[warp][g + 8] = accb;
+  }
+  __syncthreads();
+  const int o = threadIdx.x;
+  if (GLU) {
+    if (o < 8 && (int)blockIdx.x * 8 + o < rows) {
+      float a = 0.0f, b = 0.0f;
+      for (int q = 0; q < W; q++) { a += red[q][o]; b += red[q][o + 8]; }
+      Y[blockIdx.x * 8 + o] = glu_act(GLU_SWIGLU, a, b);
+    }
+  } else if (o < 16 && (int)blockIdx.x * 16 + o < rows) {
+    float a = 0.0f;
+    for (int q = 0; q < W; q++) a += red[q][o];
+    Y[blockIdx.x * 16 + o] = a;
+  }
+}
+
 // kMixA: gemvq_mixed_a_1 with R6 rows a block for the Q6KA matrix (the
 // engine's kernel has GEMVQ6_R = 2, at 100 registers for every block, the
 // Q4_K ones included): mode qkv6's R6 = 1 row, to see whether the Q4_K
@@ -2541,7 +2667,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "tc") == 0) {
     // x_int in [-32639, 32639] (both bytes of the signed split fit s8),
     // written on the host into L0, LP (the step kernels' layouts) and LM.
-    uint8_t* xlm[2];
+    uint8_t *xlm[2], *xlm2[2];
     for (int i = 0; i < 2; i++) {
       const int cols = xc[i], nv = cols / 64;
       std::vector<int> xi(cols);
@@ -2553,7 +2679,7 @@ int main(int argc, char** argv) {
         xi[e] = (int)((h >> 9) % (2 * mag + 1)) - mag;
       }
       for (int v = 0; v < nv; v++) sx[v] = 1.0f / 32639.0f * (1.0f + 0.01f * (v % 7));
-      std::vector<uint8_t> q(gemvq_bytes(cols), 0), lm(144 * nv, 0);
+      std::vector<uint8_t> q(gemvq_bytes(cols), 0), lm(144 * nv, 0), lm2(144 * nv, 0);
       for (int e = 0; e < cols; e++) {
         q[e] = (uint8_t)((xi[e] >> 8) & 0xff);
         q[cols + e] = (uint8_t)(xi[e] & 0xff);
@@ -2573,16 +2699,23 @@ int main(int argc, char** argv) {
           const int half = e / 32, k = e % 32, t = k / 8, b = k % 8;
           lm[128 * v + 16 * t + 8 * half + b] = (uint8_t)(hh & 0xff);
           lm[128 * v + 64 + 16 * t + 8 * half + b] = (uint8_t)(l & 0xff);
+          // LM2: element k of a half is byte k % 4 of b0 (k < 16) or b1 of lane (k % 16) / 4.
+          const int t2 = (k % 16) / 4, o2 = 8 * half + 4 * (k / 16) + k % 4;
+          lm2[128 * v + 16 * t2 + o2] = (uint8_t)(hh & 0xff);
+          lm2[128 * v + 64 + 16 * t2 + o2] = (uint8_t)(l & 0xff);
         }
         int* ps = reinterpret_cast<int*>(&q[lp + 128LL * nv + 8 * v]);
         ps[0] = g16[0] + g16[1]; ps[1] = g16[2] + g16[3];
         memcpy(&q[lp + 136LL * nv + 4 * v], &sx[v], 4);
         int* ls = reinterpret_cast<int*>(&lm[128 * nv + 16 * v]);
         ls[0] = ps[0]; ls[1] = ps[1]; memcpy(&ls[2], &sx[v], 4);
+        memcpy(&lm2[128 * nv + 16 * v], ls, 16);
       }
       CK(cudaMemcpy(gXQ[i], q.data(), q.size(), cudaMemcpyHostToDevice));
       CK(cudaMalloc(&xlm[i], lm.size()));
       CK(cudaMemcpy(xlm[i], lm.data(), lm.size(), cudaMemcpyHostToDevice));
+      CK(cudaMalloc(&xlm2[i], lm2.size()));
+      CK(cudaMemcpy(xlm2[i], lm2.data(), lm2.size(), cudaMemcpyHostToDevice));
     }
     typedef void (*TFn)(const uint8_t*, const uint8_t*, long long, float*, int, int, const uint8_t*);
     struct TV { int W, UN; TFn plain, glu; };
@@ -2623,7 +2756,7 @@ int main(int argc, char** argv) {
       printf("%-20s step kernel        %7.2f us, %.3f of D2D\n", shapes[k].name, tb * 1e6, lb / tb / 1e9 / d2d);
       for (const TV& v : tvs) {
         const int per = glu ? 8 : 16, blocks = (m0.rows + per - 1) / per;
-        if ((m0.cols / 256) % (v.W * v.UN) != 0) continue;
+        if ((m0.cols / 256) % (v.W * v.UN) != 0 || (getenv("TS") && v.W != 8)) continue;
         auto tl = [&](const Mat& m) {
           launchS(glu ? v.glu : v.plain, blocks, 32 * v.W, 0, s, (const uint8_t*)m.w, (const uint8_t*)(glu ? m.w1 : m.w), m.rb, m.y, m.rows, m.cols, (const uint8_t*)xlm[m.cols == 4096 ? 0 : 1]);
         };
@@ -2635,6 +2768,29 @@ int main(int argc, char** argv) {
         for (int r = 0; r < m0.rows; r++) e = std::max(e, (double)fabsf(y1[r] - y0[r]));
         const double t = chain(tl);
         printf("%-20s kTC W%-2d UN%d        %7.2f us, %.3f of D2D  (max |dy| %.2e of max |y| %.2e)\n", shapes[k].name, v.W, v.UN, t * 1e6, lb / t / 1e9 / d2d, e, ymax);
+        fflush(stdout);
+      }
+      struct SV { int W, ST; TFn plain, glu; };
+      const SV svs[] = {{4, 2, kTS<4, 2, false>, kTS<4, 2, true>}, {4, 4, kTS<4, 4, false>, kTS<4, 4, true>},
+                        {8, 2, kTS<8, 2, false>, kTS<8, 2, true>}, {2, 4, kTS<2, 4, false>, kTS<2, 4, true>},
+                        {2, 8, kTS<2, 8, false>, kTS<2, 8, true>}, {8, 4, kTS<8, 4, false>, kTS<8, 4, true>},
+                        {4, 8, kTS<4, 8, false>, kTS<4, 8, true>}};
+      for (const SV& v : svs) {
+        const int per = glu ? 8 : 16, blocks = (m0.rows + per - 1) / per, smem = v.W * v.ST * 2304;
+        if ((m0.cols / 256) % v.W != 0) continue;
+        TFn f = glu ? v.glu : v.plain;
+        CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        auto tl = [&](const Mat& m) {
+          launchS(f, blocks, 32 * v.W, smem, s, (const uint8_t*)m.w, (const uint8_t*)(glu ? m.w1 : m.w), m.rb, m.y, m.rows, m.cols, (const uint8_t*)xlm2[m.cols == 4096 ? 0 : 1]);
+        };
+        CK(cudaMemset(m0.y, 0xff, 4 * m0.rows));
+        tl(m0);
+        CK(cudaStreamSynchronize(s));
+        CK(cudaMemcpy(y1.data(), m0.y, 4 * m0.rows, cudaMemcpyDeviceToHost));
+        double e = 0;
+        for (int r = 0; r < m0.rows; r++) e = std::max(e, (double)fabsf(y1[r] - y0[r]));
+        const double t = chain(tl);
+        printf("%-20s kTS W%-2d ST%d        %7.2f us, %.3f of D2D  (max |dy| %.2e of max |y| %.2e)\n", shapes[k].name, v.W, v.ST, t * 1e6, lb / t / 1e9 / d2d, e, ymax);
         fflush(stdout);
       }
     }
