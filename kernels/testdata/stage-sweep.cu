@@ -2834,11 +2834,13 @@ int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "p8") == 0) {
     struct PV { const char* name; KFn f; int R, w; };
     const PV pvs[] = {{"gemvq_p4_1 R4 w2", (KFn)gemvq_p4_1, 4, 2}, {"kP R8 un1 w2", kP<8, 1>, 8, 2},
-                      {"kP R8 un2 w1", kP<8, 2>, 8, 1}, {"kP R4 un2 w1", kP<4, 2>, 4, 1}, {"kP R6 un1 w2", kP<6, 1>, 6, 2}};
+                      {"kP R8 un2 w1", kP<8, 2>, 8, 1}, {"kP R4 un2 w1", kP<4, 2>, 4, 1}, {"kP R6 un1 w2", kP<6, 1>, 6, 2},
+                      {"kP R5 un1 w2", kP<5, 1>, 5, 2}, {"kP R7 un1 w2", kP<7, 1>, 7, 2}, {"kP R6 un2 w1", kP<6, 2>, 6, 1},
+                      {"kP R3 un1 w2", kP<3, 1>, 3, 2}};
     const uint8_t* z = nullptr;
     float* zy = nullptr;
     const uint8_t* xq = gXQ[0];
-    for (int k : {0, 1}) {
+    for (int k : {1, 0}) {
       double lb = 0;
       for (auto& m : mats[k]) lb += m.rb * (double)m.rows;
       lb /= mats[k].size();
