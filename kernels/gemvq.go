@@ -364,9 +364,9 @@ func init() { gemvq6aWave.Store(os.Getenv("STRATA_Q6KAWAVE") != "0") }
 func SetGEMVQ6AWave(on bool) { gemvq6aWave.Store(on) }
 
 // gemvq6aR2BlocksPerSMDefault is how many gemvq_q6ka_r2u2_1 blocks (one
-// warp) an H200 multiprocessor holds at once, where Load's occupancy
-// query fails.
-const gemvq6aR2BlocksPerSMDefault = 16
+// warp) an H200 multiprocessor holds at once with ptxas 11.8's sm_90
+// cubin (120 registers a thread), where Load's occupancy query fails.
+const gemvq6aR2BlocksPerSMDefault = 17
 
 // gemvq6aWaveGeometry picks gemvq_q6ka_r2u2_1 (2 rows a block, one warp,
 // two units a lane in flight, both loaded before pdl_wait) for a plain

@@ -570,7 +570,7 @@ func TestGEMVQGeometry(t *testing.T) {
 		}
 	}
 	// The one-wave kernel: a one-vector Q6KA launch whose 2-row blocks of
-	// one warp all fit the device (the H200's 132 multiprocessors, 16 such
+	// one warp all fit the device (the H200's 132 multiprocessors, 17 such
 	// blocks each where the occupancy query is not made), unforced.
 	defer fastGEMVState()()
 	k := &Kernels{SMs: 132}
@@ -581,8 +581,8 @@ func TestGEMVQGeometry(t *testing.T) {
 		blocks, threads        int
 	}{
 		{1, 0, 4096, 14336, true, "gemvq_q6ka_r2u2_1", 2048, 32},
-		{1, 0, 4224, 14336, true, "gemvq_q6ka_r2u2_1", 2112, 32},
-		{1, 0, 4225, 14336, true, "gemvq_q6ka_1", 1057, 256},
+		{1, 0, 4488, 14336, true, "gemvq_q6ka_r2u2_1", 2244, 32},
+		{1, 0, 4489, 14336, true, "gemvq_q6ka_1", 1123, 256},
 		{1, 0, 1024, 4096, true, "gemvq_q6ka_r2u2_1", 512, 32},
 		{1, 0, 128256, 4096, true, "gemvq_q6ka_1", 32064, 64},
 		{2, 0, 4096, 14336, true, "gemvq_q6ka_2", 2048, 256},
