@@ -2228,6 +2228,68 @@ __global__ void __launch_bounds__(32 * W) kTS(const uint8_t* W0, const uint8_t* 
   }
 }
 
+// kSK (mode sk, seventh session): down (Q4_K, pair units) split over
+// columns as well as rows, each block quantizing its own slice of x: no
+// x launch before it and no wait on other blocks. A block of 8 warps owns
+// 1024/NV rows and NV 64-blocks of columns; a lane owns one pair unit of
+// 4 rows (its first and only units, loaded before the wait); warp w
+// quantizes 64-block w of the slice (quant64, as gemvq_x does) into an LP
+// slice in shared memory; the NV lanes of a row quad are summed by
+// shuffles and added to Y with float atomics (Y must start at zero, or
+// hold what the sums add to, e.g. the residual stream).
+template <int NV>
+__global__ void __launch_bounds__(256) kSK(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
+  constexpr int QW = 32 / NV, RB = 32 * QW;  // row quads a warp, rows a block
+  __shared__ uint4 pcs[8][NV];
+  __shared__ int2 ssum[NV];
+  __shared__ float ssx[NV];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int u = lane % NV, q = lane / NV;
+  const int nslices = cols / (64 * NV);
+  const int rg = blockIdx.x / nslices, sl = blockIdx.x % nslices;
+  const int row0 = rg * RB + warp * 4 * QW + q * 4;
+  const int v = sl * NV + u;  // the lane's pair unit (64-block of x)
+  QW4P w[4];
+#pragma unroll
+  for (int r = 0; r < 4; r++) w[r].load(W + (long long)min(row0 + r, rows - 1) * rb, v);
+  pdl_trigger();
+  pdl_wait();
+  for (int b = warp; b < NV; b += 8) {
+    const int vb = sl * NV + b;
+    const float2 xv = reinterpret_cast<const float2*>(X + 64LL * vb)[lane];
+    int q0, q1, s;
+    float sx;
+    quant64(xv, q0, q1, sx, s);
+    const int e = 2 * lane, pc = e >> 4, j = e & 15;
+    reinterpret_cast<uint16_t*>(&pcs[pc][b])[j >> 1] = (uint16_t)(((q0 >> 8) & 0xff) | (((q1 >> 8) & 0xff) << 8));
+    reinterpret_cast<uint16_t*>(&pcs[4 + pc][b])[j >> 1] = (uint16_t)((q0 & 0xff) | ((q1 & 0xff) << 8));
+    const int s8 = __shfl_down_sync(0xffffffffu, s, 8);
+    if (lane == 0) { ssum[b].x = s + s8; ssx[b] = sx; }
+    if (lane == 16) ssum[b].y = s + s8;
+  }
+  __syncthreads();
+  QXP x;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    x.h[i] = pcs[i][u];
+    x.l[i] = pcs[4 + i][u];
+  }
+  x.S0 = ssum[u].x;
+  x.S1 = ssum[u].y;
+  x.sx = ssx[u];
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int r = 0; r < 4; r++) w[r].dot(v, x, acc[r]);
+#pragma unroll
+  for (int o = 1; o < NV; o <<= 1)
+#pragma unroll
+    for (int r = 0; r < 4; r++) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+  if (u == 0)
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+      if (row0 + r < rows) atomicAdd(Y + row0 + r, acc[r]);
+}
+
 // kMixA: gemvq_mixed_a_1 with R6 rows a block for the Q6KA matrix (the
 // engine's kernel has GEMVQ6_R = 2, at 100 registers for every block, the
 // Q4_K ones included): mode qkv6's R6 = 1 row, to see whether the Q4_K
@@ -2873,6 +2935,55 @@ int main(int argc, char** argv) {
         printf("%-20s %-18s %7.2f us, %.3f of D2D  (max |dy| %.2e of %.2e)\n", shapes[k].name, v.name, t * 1e6, lb / t / 1e9 / d2d, e, ym);
         fflush(stdout);
       }
+    }
+    return 0;
+  }
+  // mode sk: the Q4_K down chain (32 launches, 4096x14336) as the step runs
+  // it (gemvq_x then gemvq_p2u2_1), with x held, and by kSK (no x launch),
+  // after kSK's output against the step's.
+  if (argc > 1 && strcmp(argv[1], "sk") == 0) {
+    uint8_t* xq14 = gXQ[1];
+    const Mat& d0 = mats[4][0];
+    std::vector<float> y0(4096), y1(4096);
+    launchS(gemvq_x, (14336 / 64 * 32 + 255) / 256, 256, 0, s, (const float*)gXf, 14336, 1, xq14);
+    launchS((KFn)gemvq_p2u2_1, 2048, 32, 0, s, (const uint8_t*)d0.w, d0.rb, d0.y, 4096, 14336, (const uint8_t*)xq14);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(y0.data(), d0.y, 4 * 4096, cudaMemcpyDeviceToHost));
+    double ym = 0;
+    for (float v : y0) ym = std::max(ym, (double)fabsf(v));
+    double lb = 0;
+    for (int L = 0; L < 32; L++) lb += (double)mats[4][L].rb * 4096;
+    lb /= 32;
+    typedef void (*SKFn)(const uint8_t*, long long, float*, int, int, const float*);
+    struct SKV { int NV; SKFn f; };
+    const SKV skv[] = {{2, kSK<2>}, {4, kSK<4>}, {8, kSK<8>}, {16, kSK<16>}};
+    for (int variant = 0; variant < 2 + 4; variant++) {
+      const SKV* sk = variant >= 2 ? &skv[variant - 2] : nullptr;
+      const int blocks = sk ? (4096 / (1024 / sk->NV)) * (14336 / (64 * sk->NV)) : 0;
+      if (sk) {
+        CK(cudaMemset(d0.y, 0, 4 * 4096));
+        launchS(sk->f, blocks, 256, 0, s, (const uint8_t*)d0.w, d0.rb, d0.y, 4096, 14336, (const float*)gXf);
+        CK(cudaStreamSynchronize(s));
+        CK(cudaMemcpy(y1.data(), d0.y, 4 * 4096, cudaMemcpyDeviceToHost));
+      }
+      cudaGraph_t g;
+      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      for (int L = 0; L < 32; L++) {
+        const Mat& dn = mats[4][L];
+        if (variant == 0) launchS(gemvq_x, (14336 / 64 * 32 + 255) / 256, 256, 0, s, (const float*)gXf, 14336, 1, xq14);
+        if (variant <= 1) launchS((KFn)gemvq_p2u2_1, 2048, 32, 0, s, (const uint8_t*)dn.w, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14);
+        else launchS(sk->f, blocks, 256, 0, s, (const uint8_t*)dn.w, dn.rb, dn.y, 4096, 14336, (const float*)gXf);
+      }
+      CK(cudaStreamEndCapture(s, &g));
+      const double t = graphBest(g, s, 5, 10) / 32;
+      if (sk) {
+        double e = 0;
+        for (int r = 0; r < 4096; r++) e = std::max(e, (double)fabsf(y1[r] - y0[r]));
+        printf("down4 kSK NV%-2d (%4d blocks)    %7.2f us a launch, %.3f of D2D  (max |dy| %.2e of %.2e)\n", sk->NV, blocks, t * 1e6, lb / t / 1e9 / d2d, e, ym);
+      } else {
+        printf("down4 %-26s %7.2f us a launch, %.3f of D2D\n", variant == 0 ? "gemvq_x + gemvq_p2u2_1" : "gemvq_p2u2_1, x held", t * 1e6, lb / t / 1e9 / d2d);
+      }
+      fflush(stdout);
     }
     return 0;
   }
