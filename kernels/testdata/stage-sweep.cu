@@ -2290,6 +2290,72 @@ __global__ void __launch_bounds__(256) kSK(const uint8_t* W, long long rb, float
       if (row0 + r < rows) atomicAdd(Y + row0 + r, acc[r]);
 }
 
+// kSK2 (mode sk): kSK's idea with each block streaming many rows through
+// one quantized slice: a block owns 16 64-blocks of columns (1024) and RC
+// rows; it quantizes its slice once (2 64-blocks a warp) into shared
+// memory, then each warp walks its rows two at a time (lanes 0-15 row a,
+// 16-31 row b, lane u & 15 the slice's unit), UN row pairs in flight, the
+// first before the wait; 16 lanes of a row are summed by shuffles and
+// added to Y by float atomics (rows x 14 slices of them a launch).
+template <int RC, int UN, int WP = 8>
+__global__ void __launch_bounds__(32 * WP) kSK2(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
+  __shared__ uint4 pcs[8][16];
+  __shared__ int2 ssum[16];
+  __shared__ float ssx[16];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int u = lane & 15, half = lane >> 4;
+  const int nslices = cols / 1024;
+  const int rc = blockIdx.x / nslices, sl = blockIdx.x % nslices;
+  const int v = sl * 16 + u;
+  // Warp w's row pairs: rows rc*RC + 2*(w + WP k) + half, k < RC/(2 WP).
+  constexpr int NP = RC / (2 * WP);  // row pairs a warp
+  auto rowp = [&](int k) { return W + (long long)min(rc * RC + 2 * (warp + WP * k) + half, rows - 1) * rb; };
+  QW4P w[UN];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (j < NP) w[j].load(rowp(j), v);
+  pdl_trigger();
+  pdl_wait();
+  for (int b = warp; b < 16; b += WP) {
+    const int vb = sl * 16 + b;
+    const float2 xv = reinterpret_cast<const float2*>(X + 64LL * vb)[lane];
+    int q0, q1, s;
+    float sx;
+    quant64(xv, q0, q1, sx, s);
+    const int e = 2 * lane, pc = e >> 4, j = e & 15;
+    reinterpret_cast<uint16_t*>(&pcs[pc][b])[j >> 1] = (uint16_t)(((q0 >> 8) & 0xff) | (((q1 >> 8) & 0xff) << 8));
+    reinterpret_cast<uint16_t*>(&pcs[4 + pc][b])[j >> 1] = (uint16_t)((q0 & 0xff) | ((q1 & 0xff) << 8));
+    const int s8 = __shfl_down_sync(0xffffffffu, s, 8);
+    if (lane == 0) { ssum[b].x = s + s8; ssx[b] = sx; }
+    if (lane == 16) ssum[b].y = s + s8;
+  }
+  __syncthreads();
+  QXP x;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    x.h[i] = pcs[i][u];
+    x.l[i] = pcs[4 + i][u];
+  }
+  x.S0 = ssum[u].x;
+  x.S1 = ssum[u].y;
+  x.sx = ssx[u];
+  for (int k0 = 0; k0 < NP; k0 += UN) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int k = k0 + j;
+      if (k < NP) {
+        float acc = 0.0f;
+        w[j].dot(v, x, acc);
+        if (k + UN < NP) w[j].load(rowp(k + UN), v);
+#pragma unroll
+        for (int o = 1; o < 16; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        const int row = rc * RC + 2 * (warp + WP * k) + half;
+        if (u == 0 && row < rows) atomicAdd(Y + row, acc);
+      }
+    }
+  }
+}
+
 // kMixA: gemvq_mixed_a_1 with R6 rows a block for the Q6KA matrix (the
 // engine's kernel has GEMVQ6_R = 2, at 100 registers for every block, the
 // Q4_K ones included): mode qkv6's R6 = 1 row, to see whether the Q4_K
@@ -2957,7 +3023,31 @@ int main(int argc, char** argv) {
     typedef void (*SKFn)(const uint8_t*, long long, float*, int, int, const float*);
     struct SKV { int NV; SKFn f; };
     const SKV skv[] = {{2, kSK<2>}, {4, kSK<4>}, {8, kSK<8>}, {16, kSK<16>}};
-    for (int variant = 0; variant < 2 + 4; variant++) {
+    struct SK2 { const char* name; SKFn f; int RC, WP; };
+    const SK2 sk2[] = {{"kSK2 RC256 UN4", kSK2<256, 4>, 256, 8}, {"kSK2 RC256 UN8", kSK2<256, 8>, 256, 8},
+                       {"kSK2 RC256 UN4 w16", kSK2<256, 4, 16>, 256, 16}, {"kSK2 RC256 UN2 w16", kSK2<256, 2, 16>, 256, 16},
+                       {"kSK2 RC512 UN4 w16", kSK2<512, 4, 16>, 512, 16}, {"kSK2 RC128 UN4 w4", kSK2<128, 4, 4>, 128, 4},
+                       {"kSK2 RC256 UN8 w4", kSK2<256, 8, 4>, 256, 4}};
+    for (const SK2& k2 : sk2) {
+      const int blocks = (4096 / k2.RC) * 14;
+      CK(cudaMemset(d0.y, 0, 4 * 4096));
+      launchS(k2.f, blocks, 32 * k2.WP, 0, s, (const uint8_t*)d0.w, d0.rb, d0.y, 4096, 14336, (const float*)gXf);
+      CK(cudaStreamSynchronize(s));
+      CK(cudaMemcpy(y1.data(), d0.y, 4 * 4096, cudaMemcpyDeviceToHost));
+      double e = 0;
+      for (int r = 0; r < 4096; r++) e = std::max(e, (double)fabsf(y1[r] - y0[r]));
+      cudaGraph_t g;
+      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      for (int L = 0; L < 32; L++) {
+        const Mat& dn = mats[4][L];
+        launchS(k2.f, blocks, 32 * k2.WP, 0, s, (const uint8_t*)dn.w, dn.rb, dn.y, 4096, 14336, (const float*)gXf);
+      }
+      CK(cudaStreamEndCapture(s, &g));
+      const double t = graphBest(g, s, 5, 10) / 32;
+      printf("down4 %-16s (%4d blocks)  %7.2f us a launch, %.3f of D2D  (max |dy| %.2e of %.2e)\n", k2.name, blocks, t * 1e6, lb / t / 1e9 / d2d, e, ym);
+      fflush(stdout);
+    }
+    for (int variant = 0; variant < 2 + (getenv("SK1") ? 4 : 0); variant++) {
       const SKV* sk = variant >= 2 ? &skv[variant - 2] : nullptr;
       const int blocks = sk ? (4096 / (1024 / sk->NV)) * (14336 / (64 * sk->NV)) : 0;
       if (sk) {
