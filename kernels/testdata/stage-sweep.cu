@@ -2356,6 +2356,74 @@ __global__ void __launch_bounds__(32 * WP) kSK2(const uint8_t* W, long long rb, 
   }
 }
 
+// kSK6 (mode sk): kSK2 for Q6KA rows: the slice of x quantized into an
+// L6 slice (gemvq_put6's arrangement, local to the slice's 16 units),
+// QW6A units.
+template <int RC, int UN, int WP>
+__global__ void __launch_bounds__(32 * WP) kSK6(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
+  __shared__ uint4 pcs[8][16];
+  __shared__ int4 ssum[16];
+  __shared__ float2 ssx[16];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int u = lane & 15, half = lane >> 4;
+  const int nslices = cols / 1024;
+  const int rc = blockIdx.x / nslices, sl = blockIdx.x % nslices;
+  const int v = sl * 16 + u;
+  constexpr int NP = RC / (2 * WP);
+  auto rowp = [&](int k) { return W + (long long)min(rc * RC + 2 * (warp + WP * k) + half, rows - 1) * rb; };
+  QW6A w[UN];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (j < NP) w[j].load(rowp(j), v);
+  pdl_trigger();
+  pdl_wait();
+  for (int B = warp; B < 16; B += WP) {
+    const float2 xv = reinterpret_cast<const float2*>(X + 64LL * (sl * 16 + B))[lane];
+    int q0, q1, s;
+    float sx;
+    quant64(xv, q0, q1, sx, s);
+    const int p = 2 * lane, t = B & 1;
+    const int un = B - t + ((p >> 4) & 1), pc = 2 * t + (p >> 5), j = p & 15;
+    reinterpret_cast<uint16_t*>(&pcs[pc][un])[j >> 1] = (uint16_t)(((q0 >> 8) & 0xff) | (((q1 >> 8) & 0xff) << 8));
+    reinterpret_cast<uint16_t*>(&pcs[4 + pc][un])[j >> 1] = (uint16_t)((q0 & 0xff) | ((q1 & 0xff) << 8));
+    if ((lane & 7) == 0) {
+      const int g = lane >> 3;
+      reinterpret_cast<int*>(&ssum[B - t + (g & 1)])[2 * t + (g >> 1)] = s;
+    }
+    if (lane == 0) {
+      reinterpret_cast<float*>(&ssx[B - t])[t] = sx;
+      reinterpret_cast<float*>(&ssx[B - t + 1])[t] = sx;
+    }
+  }
+  __syncthreads();
+  QX6 x;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    x.xh[i] = pcs[i][u];
+    x.xl[i] = pcs[4 + i][u];
+  }
+  const int4 g4 = ssum[u];
+  x.s01 = make_int2(g4.x, g4.y);
+  x.s23 = make_int2(g4.z, g4.w);
+  x.sx0 = ssx[u].x;
+  x.sx1 = ssx[u].y;
+  for (int k0 = 0; k0 < NP; k0 += UN) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int k = k0 + j;
+      if (k < NP) {
+        float acc = 0.0f;
+        w[j].dot(v, x, acc);
+        if (k + UN < NP) w[j].load(rowp(k + UN), v);
+#pragma unroll
+        for (int o = 1; o < 16; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        const int row = rc * RC + 2 * (warp + WP * k) + half;
+        if (u == 0 && row < rows) atomicAdd(Y + row, acc);
+      }
+    }
+  }
+}
+
 // kMixA: gemvq_mixed_a_1 with R6 rows a block for the Q6KA matrix (the
 // engine's kernel has GEMVQ6_R = 2, at 100 registers for every block, the
 // Q4_K ones included): mode qkv6's R6 = 1 row, to see whether the Q4_K
@@ -2413,7 +2481,7 @@ __global__ void __launch_bounds__(256) kP(const uint8_t* W, long long rb, float*
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
-  gSoa = argc > 1 && (strcmp(argv[1], "soa") == 0 || strcmp(argv[1], "prof") == 0 || strcmp(argv[1], "x6") == 0 || strcmp(argv[1], "parts") == 0 || strcmp(argv[1], "l2") == 0 || strcmp(argv[1], "q6t") == 0 || strcmp(argv[1], "dchain") == 0 || strcmp(argv[1], "dchain6") == 0 || strcmp(argv[1], "qkv6") == 0);
+  gSoa = argc > 1 && (strcmp(argv[1], "soa") == 0 || strcmp(argv[1], "prof") == 0 || strcmp(argv[1], "x6") == 0 || strcmp(argv[1], "parts") == 0 || strcmp(argv[1], "l2") == 0 || strcmp(argv[1], "q6t") == 0 || strcmp(argv[1], "dchain") == 0 || strcmp(argv[1], "dchain6") == 0 || strcmp(argv[1], "qkv6") == 0 || strcmp(argv[1], "sk") == 0);
   cudaDeviceProp p; CK(cudaGetDeviceProperties(&p, 0)); SMS = p.multiProcessorCount;
   printf("%s SMs %d L2 %d MB smem/SM %zu KB\n", p.name, SMS, p.l2CacheSize >> 20, p.sharedMemPerMultiprocessor >> 10);
   cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -3046,6 +3114,48 @@ int main(int argc, char** argv) {
       const double t = graphBest(g, s, 5, 10) / 32;
       printf("down4 %-16s (%4d blocks)  %7.2f us a launch, %.3f of D2D  (max |dy| %.2e of %.2e)\n", k2.name, blocks, t * 1e6, lb / t / 1e9 / d2d, e, ym);
       fflush(stdout);
+    }
+    {  // Q6KA down: the step's one-wave kernel (k6R<2, 2, true> = gemvq_q6ka_r2u2_1) against kSK6
+      const Mat& e0 = mats[5][0];
+      std::vector<float> z0(4096), z1(4096);
+      launchS(gemvq_x, (14336 / 64 * 32 + 255) / 256, 256, 0, s, (const float*)gXf, 14336, 1, xq14);
+      launchS((KFn)k6R<2, 2, true>, 2048, 32, 0, s, (const uint8_t*)e0.w6s, e0.rb, e0.y, 4096, 14336, (const uint8_t*)xq14);
+      CK(cudaStreamSynchronize(s));
+      CK(cudaMemcpy(z0.data(), e0.y, 4 * 4096, cudaMemcpyDeviceToHost));
+      double zm = 0, lb6 = 0;
+      for (float v : z0) zm = std::max(zm, (double)fabsf(v));
+      for (int L = 0; L < 32; L++) lb6 += (double)mats[5][L].rb * 4096;
+      lb6 /= 32;
+      struct S6 { const char* name; SKFn f; int RC, WP; };
+      const S6 s6s[] = {{"kSK6 RC512 UN4 w16", kSK6<512, 4, 16>, 512, 16}, {"kSK6 RC512 UN2 w16", kSK6<512, 2, 16>, 512, 16},
+                        {"kSK6 RC256 UN4 w8", kSK6<256, 4, 8>, 256, 8}};
+      for (int variant = 0; variant < 2 + 3; variant++) {
+        const S6* k6 = variant >= 2 ? &s6s[variant - 2] : nullptr;
+        const int blocks = k6 ? (4096 / k6->RC) * 14 : 0;
+        double e = -1;
+        if (k6) {
+          CK(cudaMemset(e0.y, 0, 4 * 4096));
+          launchS(k6->f, blocks, 32 * k6->WP, 0, s, (const uint8_t*)e0.w6s, e0.rb, e0.y, 4096, 14336, (const float*)gXf);
+          CK(cudaStreamSynchronize(s));
+          CK(cudaMemcpy(z1.data(), e0.y, 4 * 4096, cudaMemcpyDeviceToHost));
+          e = 0;
+          for (int r = 0; r < 4096; r++) e = std::max(e, (double)fabsf(z1[r] - z0[r]));
+        }
+        cudaGraph_t g;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (int L = 0; L < 32; L++) {
+          const Mat& dn = mats[5][L];
+          if (variant == 0) launchS(gemvq_x, (14336 / 64 * 32 + 255) / 256, 256, 0, s, (const float*)gXf, 14336, 1, xq14);
+          if (variant <= 1) launchS((KFn)k6R<2, 2, true>, 2048, 32, 0, s, (const uint8_t*)dn.w6s, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14);
+          else launchS(k6->f, blocks, 32 * k6->WP, 0, s, (const uint8_t*)dn.w6s, dn.rb, dn.y, 4096, 14336, (const float*)gXf);
+        }
+        CK(cudaStreamEndCapture(s, &g));
+        const double t = graphBest(g, s, 5, 10) / 32;
+        printf("down6 %-26s %7.2f us a launch, %.3f of D2D", k6 ? k6->name : (variant == 0 ? "gemvq_x + q6ka_r2u2" : "q6ka_r2u2, x held"), t * 1e6, lb6 / t / 1e9 / d2d);
+        if (k6) printf("  (max |dy| %.2e of %.2e)", e, zm);
+        printf("\n");
+        fflush(stdout);
+      }
     }
     for (int variant = 0; variant < 2 + (getenv("SK1") ? 4 : 0); variant++) {
       const SKV* sk = variant >= 2 ? &skv[variant - 2] : nullptr;
