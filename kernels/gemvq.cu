@@ -777,26 +777,20 @@ __device__ __forceinline__ void gemvq_mixed_body(const uint8_t* W0, long long rb
   }
 }
 
-#define GEMVQ_MIXED(NAME, A)                                                                                  \
-  extern "C" __global__ void __launch_bounds__(256) NAME(const uint8_t* W0, long long rb0, float* Y0, int rows0, \
-                                                         const uint8_t* W1, long long rb1, float* Y1, int rows1, \
-                                                         const uint8_t* W2, long long rb2, float* Y2, int rows2, \
-                                                         int cols, const uint8_t* XQ) {                         \
-    gemvq_mixed_body<A>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, cols, XQ);              \
+#define GEMVQ_MIXED(NAME, A, ...)                                                                               \
+  extern "C" __global__ void __launch_bounds__(__VA_ARGS__)                                                     \
+      NAME(const uint8_t* W0, long long rb0, float* Y0, int rows0, const uint8_t* W1, long long rb1, float* Y1, \
+           int rows1, const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols, const uint8_t* XQ) {    \
+    gemvq_mixed_body<A>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, cols, XQ);                  \
   }
-GEMVQ_MIXED(gemvq_mixed_1, false)
+GEMVQ_MIXED(gemvq_mixed_1, false, 256)
 
 // gemvq_mixed_a_1: gemvq_mixed_1 with the Q6_K matrix re-laid (T_Q6_KA):
 // its 2-row groups by gemvq_q6ka_body, the Q4_K ones by gemvq_fused_1.
-GEMVQ_MIXED(gemvq_mixed_a_1, true)
+GEMVQ_MIXED(gemvq_mixed_a_1, true, 256)
 
 // gemvq_mixed_a_w2_1: gemvq_mixed_a_1 for blocks of 2 warps, its registers
 // held to gemvq_fused_1's (14 blocks a multiprocessor: 73 at most), so
 // that the launch has the occupancy of the all-Q4_K q/k/v launch
 // (kernels' gemvqMixedName says what it measured).
-extern "C" __global__ void __launch_bounds__(64, 14)
-    gemvq_mixed_a_w2_1(const uint8_t* W0, long long rb0, float* Y0, int rows0, const uint8_t* W1, long long rb1,
-                       float* Y1, int rows1, const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols,
-                       const uint8_t* XQ) {
-  gemvq_mixed_body<true>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, cols, XQ);
-}
+GEMVQ_MIXED(gemvq_mixed_a_w2_1, true, 64, 14)
