@@ -49,9 +49,14 @@
 // XB = gemvq_x's block size, 256 by default); dchain6 = the same with the
 // Q4_K layers by the pair kernel and the Q6KA layers in several geometries
 // (KPS=1..3: the Q4_K layers by kPS, K more units a lane staged in shared
-// memory before the wait; prepared in the sixth session, not yet run);
+// memory before the wait; -dchain6*.txt);
 // qkv6 = the q/k/v launch of the layers with a Q6_K v, one mixed launch
-// against two (prepared in the sixth session, not yet run);
+// against two and against capped mixed kernels (-qkv6*.txt);
+// seventh session (kernels/NOTES.md, GEMV v11): tc = tensor-core dot
+// products kTC, with TS=1 kTS on staged weights (SHAPE=k: one shape, for
+// ncu; -tc1/-tc2/-ts.txt); cap = register caps on gemvq_fused (-cap.txt);
+// p8 = pair-unit geometries (-p8*.txt); sk = down quantizing its own slice
+// of x (kSK2, kSK6; SK1=1: kSK; -sk*.txt);
 // wlayer with XT32=1: the layer chain with kRT and kUT;
 // wlayer = the layer chain with kG (gemvq_fused_1's block looping over row
 // groups on a grid of b blocks a multiprocessor) for q/k/v and/or gate/up,
@@ -73,6 +78,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 #include <algorithm>
 #include <cuda_runtime.h>
@@ -1245,12 +1251,7 @@ __global__ void __launch_bounds__(256) kU(const uint8_t* W, const uint8_t* W1, l
 struct QXPT : SQXP {
   __device__ __forceinline__ void load(const uint8_t* base, int cols, int v) {
     const int nv = cols >> 6;
-    const uint4* t = reinterpret_cast<const uint4*>(base);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      h[i] = __ldg(t + i * nv + v);
-      l[i] = __ldg(t + (4 + i) * nv + v);
-    }
+    gemvq_ld_pieces(base, nv, v, h, l);
     const float* xf = reinterpret_cast<const float*>(base + 128LL * nv);
     sx = __ldg(xf + v);
     const int2 g = __ldg(reinterpret_cast<const int2*>(base + 132LL * nv) + v);
@@ -1337,12 +1338,7 @@ __global__ void __launch_bounds__(256) kRT(const uint8_t* W, const uint8_t* W1, 
 struct QX6T : QX6 {
   __device__ __forceinline__ void load(const uint8_t* base, int cols, int u) {
     const int nu = cols >> 6;
-    const uint4* t = reinterpret_cast<const uint4*>(base);
-#pragma unroll
-    for (int qq = 0; qq < 4; qq++) {
-      xh[qq] = __ldg(t + qq * nu + u);
-      xl[qq] = __ldg(t + (4 + qq) * nu + u);
-    }
+    gemvq_ld_pieces(base, nu, u, xh, xl);
     const float2 f = __ldg(reinterpret_cast<const float2*>(base + 128LL * nu) + u);
     sx0 = f.x;
     sx1 = f.y;
@@ -1940,12 +1936,43 @@ static double timeChain(const std::vector<Mat>& ms, const Var& v, cudaStream_t s
   return graphBest(g, s, 3, reps);
 }
 
+// chainBest: one launch's best time in a graph of n launches, launch(L)
+// enqueuing the L-th (graphBest's trials).
+template <class F>
+static double chainBest(cudaStream_t s, int n, F launch) {
+  cudaGraph_t g;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int L = 0; L < n; L++) launch(L);
+  CK(cudaStreamEndCapture(s, &g));
+  return graphBest(g, s, 5, 10) / n;
+}
+
+// runOnce: y (n floats on the device) filled with the byte fill (0xff:
+// NaN, so that a row left unwritten shows; 0 where a kernel adds into y),
+// then one launch; returns y.
+template <class F>
+static std::vector<float> runOnce(cudaStream_t s, float* y, int n, int fill, F launch) {
+  std::vector<float> h(n);
+  CK(cudaMemset(y, fill, 4 * n));
+  launch();
+  CK(cudaStreamSynchronize(s));
+  CK(cudaMemcpy(h.data(), y, 4 * n, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// maxAbs: the largest |a[i] - b[i]| (b null: |a[i]|).
+static double maxAbs(const std::vector<float>& a, const std::vector<float>* b = nullptr) {
+  double e = 0;
+  for (size_t i = 0; i < a.size(); i++) e = std::max(e, (double)fabsf(a[i] - (b ? (*b)[i] : 0.0f)));
+  return e;
+}
+
 template <typename F> static void setSmem(F f) { CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024)); }
 
 // kTC (mode tc, seventh session): Q4_K decode GEMV whose integer dot
 // products run on the tensor cores. A warp takes 16 rows (or, GLU, 8 gate
 // rows and the same 8 up rows) and one super-block at a time: mma.sync
-// m16n8k32 (u8 weights x s8 high / u8 low bytes of x) gives each row's dot
+// m16n8k32 (u8 weights x s8 bytes of x, see TC2 below) gives each row's dot
 // product with one 32-element sub-block in one instruction per 16 rows,
 // where dp4a needs 8 a row. x goes to every column of B, so c0 = c1 (row
 // g) and c2 = c3 (row g + 8) in every lane; lane t keeps chunk t's (the
@@ -1963,16 +1990,65 @@ __device__ __forceinline__ void mma_u8s8(int (&c)[4], uint32_t a0, uint32_t a1, 
                : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-__device__ __forceinline__ void mma_u8u8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 __device__ __forceinline__ uint2 ld_stream2(const void* p) {
   uint2 v;
   asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
+}
+// tc_chunk: one chunk j's two mmas (a0..a3: the raw weight bytes of rows
+// a and b in A's order, low nibbles the chunk's first sub-block, high
+// nibbles 16x its second; x: the lane's B bytes of both halves), keeping
+// the dot products in lane t == j (k*0 the first sub-block, k*1 the
+// second, 16x).
+__device__ __forceinline__ void tc_chunk(int j, int t, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const uint4& x,
+                                         int& ka0, int& ka1, int& kb0, int& kb1) {
+  int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
+  mma_u8s8(cl, a0 & 0x0F0F0F0Fu, a1 & 0x0F0F0F0Fu, a2 & 0x0F0F0F0Fu, a3 & 0x0F0F0F0Fu, x.x, x.y);
+  mma_u8s8(ch, a0 & 0xF0F0F0F0u, a1 & 0xF0F0F0F0u, a2 & 0xF0F0F0F0u, a3 & 0xF0F0F0F0u, x.z, x.w);
+  if (t == j) {
+    ka0 = cl[0] * 256 + cl[1];
+    kb0 = cl[2] * 256 + cl[3];
+    ka1 = ch[0] * 256 + ch[1];
+    kb1 = ch[2] * 256 + ch[3];
+  }
+}
+// tc_apply: acc += chunk t's scaled dot products (k0, k1: tc_chunk's) of
+// the row whose super-block header is h; sv: the chunk's {S0, S1, sx}.
+__device__ __forceinline__ void tc_apply(const uint4& h, int t, int k0, int k1, const uint4& sv, float& acc) {
+  const int k = (2 * t) & 3;
+  uint32_t sw, mw;
+  k4_scale_words(h, t, sw, mw);
+  const int sc0 = (int)__byte_perm(sw, 0, 0x4440 | k), sc1 = (int)__byte_perm(sw, 0, 0x4441 + k);
+  const int m0 = (int)__byte_perm(mw, 0, 0x4440 | k), m1 = (int)__byte_perm(mw, 0, 0x4441 + k);
+  const int ti = sc0 * k0 + sc1 * (k1 >> 4), m = m0 * (int)sv.x + m1 * (int)sv.y;
+  acc = fmaf(__uint_as_float(sv.z), fmaf(-h2f(h.x >> 16), (float)m, h2f(h.x & 0xFFFF) * (float)ti), acc);
+}
+// tc_store: the epilogue of kTC and kTS: rows a (g) and b (g + 8) summed
+// over a row's 4 lanes and the block's W warps, stored (GLU: a gate, b up).
+template <int W, bool GLU>
+__device__ __forceinline__ void tc_store(float acca, float accb, float (&red)[W][16], float* Y, int rows) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
+  acca += __shfl_xor_sync(0xffffffffu, acca, 1);
+  acca += __shfl_xor_sync(0xffffffffu, acca, 2);
+  accb += __shfl_xor_sync(0xffffffffu, accb, 1);
+  accb += __shfl_xor_sync(0xffffffffu, accb, 2);
+  if ((lane & 3) == 0) {
+    red[warp][g] = acca;
+    red[warp][g + 8] = accb;
+  }
+  __syncthreads();
+  const int i = threadIdx.x;
+  if (GLU) {
+    if (i < 8 && (int)blockIdx.x * 8 + i < rows) {
+      float a = 0.0f, b = 0.0f;
+      for (int k = 0; k < W; k++) { a += red[k][i]; b += red[k][i + 8]; }
+      Y[blockIdx.x * 8 + i] = glu_act(GLU_SWIGLU, a, b);
+    }
+  } else if (i < 16 && (int)blockIdx.x * 16 + i < rows) {
+    float a = 0.0f;
+    for (int k = 0; k < W; k++) a += red[k][i];
+    Y[blockIdx.x * 16 + i] = a;
+  }
 }
 // TC2 (second try): x_int split as h * 256 + l with both bytes signed
 // (l in [-128, 127], h in [-128, 127]: |x_int| <= 32639), so that one
@@ -1999,43 +2075,12 @@ struct TCSB {  // one super-block of rows a (g) and b (g + 8), lane t's share
   __device__ __forceinline__ void dot(int t, const uint8_t* xb, const uint8_t* xs, float& acca, float& accb) const {
     int ka0 = 0, ka1 = 0, kb0 = 0, kb1 = 0;  // chunk t's dot products (lo, hi) of rows a, b
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-      const uint4 x = __ldg(reinterpret_cast<const uint4*>(xb + 128 * j));
-      const uint32_t a0 = qa[j].x & 0x0F0F0F0Fu, a2 = qa[j].y & 0x0F0F0F0Fu;
-      const uint32_t a1 = qb[j].x & 0x0F0F0F0Fu, a3 = qb[j].y & 0x0F0F0F0Fu;
-      const uint32_t h0 = qa[j].x & 0xF0F0F0F0u, h2 = qa[j].y & 0xF0F0F0F0u;
-      const uint32_t h1 = qb[j].x & 0xF0F0F0F0u, h3 = qb[j].y & 0xF0F0F0F0u;
-      int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
-      mma_u8s8(cl, a0, a1, a2, a3, x.x, x.y);
-      mma_u8s8(ch, h0, h1, h2, h3, x.z, x.w);
-      if (t == j) {
-        ka0 = cl[0] * 256 + cl[1];
-        kb0 = cl[2] * 256 + cl[3];
-        ka1 = ch[0] * 256 + ch[1];
-        kb1 = ch[2] * 256 + ch[3];
-      }
-    }
+    for (int j = 0; j < 4; j++)
+      tc_chunk(j, t, qa[j].x, qb[j].x, qa[j].y, qb[j].y, __ldg(reinterpret_cast<const uint4*>(xb + 128 * j)), ka0, ka1, kb0,
+               kb1);
     const uint4 sv = __ldg(reinterpret_cast<const uint4*>(xs));
-    const float sx = __uint_as_float(sv.z);
-    const int k = (2 * t) & 3;
-    {
-      uint32_t sw, mw;
-      k4_scale_words(ha, t, sw, mw);
-      const int sc0 = (int)__byte_perm(sw, 0, 0x4440 | k), sc1 = (int)__byte_perm(sw, 0, 0x4441 + k);
-      const int m0 = (int)__byte_perm(mw, 0, 0x4440 | k), m1 = (int)__byte_perm(mw, 0, 0x4441 + k);
-      const int ti = sc0 * ka0 + sc1 * (ka1 >> 4), m = m0 * (int)sv.x + m1 * (int)sv.y;
-      const float f = fmaf(-h2f(ha.x >> 16), (float)m, h2f(ha.x & 0xFFFF) * (float)ti);
-      acca = fmaf(sx, f, acca);
-    }
-    {
-      uint32_t sw, mw;
-      k4_scale_words(hb, t, sw, mw);
-      const int sc0 = (int)__byte_perm(sw, 0, 0x4440 | k), sc1 = (int)__byte_perm(sw, 0, 0x4441 + k);
-      const int m0 = (int)__byte_perm(mw, 0, 0x4440 | k), m1 = (int)__byte_perm(mw, 0, 0x4441 + k);
-      const int ti = sc0 * kb0 + sc1 * (kb1 >> 4), m = m0 * (int)sv.x + m1 * (int)sv.y;
-      const float f = fmaf(-h2f(hb.x >> 16), (float)m, h2f(hb.x & 0xFFFF) * (float)ti);
-      accb = fmaf(sx, f, accb);
-    }
+    tc_apply(ha, t, ka0, ka1, sv, acca);
+    tc_apply(hb, t, kb0, kb1, sv, accb);
   }
 };
 template <int W, int UN, bool GLU>
@@ -2079,27 +2124,7 @@ __global__ void __launch_bounds__(32 * W) kTC(const uint8_t* W0, const uint8_t* 
     xb += 512LL * W * UN;
     xs += 64LL * W * UN;
   }
-  acca += __shfl_xor_sync(0xffffffffu, acca, 1);
-  acca += __shfl_xor_sync(0xffffffffu, acca, 2);
-  accb += __shfl_xor_sync(0xffffffffu, accb, 1);
-  accb += __shfl_xor_sync(0xffffffffu, accb, 2);
-  if (t == 0) {
-    red[warp][g] = acca;
-    red[warp][g + 8] = accb;
-  }
-  __syncthreads();
-  const int i = threadIdx.x;
-  if (GLU) {
-    if (i < 8 && (int)blockIdx.x * 8 + i < rows) {
-      float a = 0.0f, b = 0.0f;
-      for (int k = 0; k < W; k++) { a += red[k][i]; b += red[k][i + 8]; }
-      Y[blockIdx.x * 8 + i] = glu_act(GLU_SWIGLU, a, b);
-    }
-  } else if (i < 16 && (int)blockIdx.x * 16 + i < rows) {
-    float a = 0.0f;
-    for (int k = 0; k < W; k++) a += red[k][i];
-    Y[blockIdx.x * 16 + i] = a;
-  }
+  tc_store<W, GLU>(acca, accb, red, Y, rows);
 }
 
 // kTS (mode ts, seventh session): kTC's tensor-core dot products on
@@ -2167,16 +2192,7 @@ __global__ void __launch_bounds__(32 * W) kTS(const uint8_t* W0, const uint8_t* 
       asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                    : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3)
                    : "r"(sa));
-      const uint4 x = __ldg(reinterpret_cast<const uint4*>(xb + 128 * j));
-      int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
-      mma_u8s8(cl, a0 & 0x0F0F0F0Fu, a1 & 0x0F0F0F0Fu, a2 & 0x0F0F0F0Fu, a3 & 0x0F0F0F0Fu, x.x, x.y);
-      mma_u8s8(ch, a0 & 0xF0F0F0F0u, a1 & 0xF0F0F0F0u, a2 & 0xF0F0F0F0u, a3 & 0xF0F0F0F0u, x.z, x.w);
-      if (t == j) {
-        ka0 = cl[0] * 256 + cl[1];
-        kb0 = cl[2] * 256 + cl[3];
-        ka1 = ch[0] * 256 + ch[1];
-        kb1 = ch[2] * 256 + ch[3];
-      }
+      tc_chunk(j, t, a0, a1, a2, a3, __ldg(reinterpret_cast<const uint4*>(xb + 128 * j)), ka0, ka1, kb0, kb1);
     }
     const uint4 ha = *reinterpret_cast<const uint4*>(st + g * 144);
     const uint4 hb = *reinterpret_cast<const uint4*>(st + (g + 8) * 144);
@@ -2184,82 +2200,30 @@ __global__ void __launch_bounds__(32 * W) kTS(const uint8_t* W0, const uint8_t* 
     if (i + ST < n) copy(i + ST, stage);
     cp_async_commit();
     const uint4 sv = __ldg(reinterpret_cast<const uint4*>(xs));
-    const float sx = __uint_as_float(sv.z);
-    const int k = (2 * t) & 3;
-    {
-      uint32_t sw, mw;
-      k4_scale_words(ha, t, sw, mw);
-      const int sc0 = (int)__byte_perm(sw, 0, 0x4440 | k), sc1 = (int)__byte_perm(sw, 0, 0x4441 + k);
-      const int m0 = (int)__byte_perm(mw, 0, 0x4440 | k), m1 = (int)__byte_perm(mw, 0, 0x4441 + k);
-      const int ti = sc0 * ka0 + sc1 * (ka1 >> 4), mm = m0 * (int)sv.x + m1 * (int)sv.y;
-      acca = fmaf(sx, fmaf(-h2f(ha.x >> 16), (float)mm, h2f(ha.x & 0xFFFF) * (float)ti), acca);
-    }
-    {
-      uint32_t sw, mw;
-      k4_scale_words(hb, t, sw, mw);
-      const int sc0 = (int)__byte_perm(sw, 0, 0x4440 | k), sc1 = (int)__byte_perm(sw, 0, 0x4441 + k);
-      const int m0 = (int)__byte_perm(mw, 0, 0x4440 | k), m1 = (int)__byte_perm(mw, 0, 0x4441 + k);
-      const int ti = sc0 * kb0 + sc1 * (kb1 >> 4), mm = m0 * (int)sv.x + m1 * (int)sv.y;
-      accb = fmaf(sx, fmaf(-h2f(hb.x >> 16), (float)mm, h2f(hb.x & 0xFFFF) * (float)ti), accb);
-    }
+    tc_apply(ha, t, ka0, ka1, sv, acca);
+    tc_apply(hb, t, kb0, kb1, sv, accb);
     xb += 512LL * W;
     xs += 64LL * W;
   }
-  acca += __shfl_xor_sync(0xffffffffu, acca, 1);
-  acca += __shfl_xor_sync(0xffffffffu, acca, 2);
-  accb += __shfl_xor_sync(0xffffffffu, accb, 1);
-  accb += __shfl_xor_sync(0xffffffffu, accb, 2);
-  if (t == 0) {
-    red[warp][g] = acca;
-    red[warp][g + 8] = accb;
-  }
-  __syncthreads();
-  const int o = threadIdx.x;
-  if (GLU) {
-    if (o < 8 && (int)blockIdx.x * 8 + o < rows) {
-      float a = 0.0f, b = 0.0f;
-      for (int q = 0; q < W; q++) { a += red[q][o]; b += red[q][o + 8]; }
-      Y[blockIdx.x * 8 + o] = glu_act(GLU_SWIGLU, a, b);
-    }
-  } else if (o < 16 && (int)blockIdx.x * 16 + o < rows) {
-    float a = 0.0f;
-    for (int q = 0; q < W; q++) a += red[q][o];
-    Y[blockIdx.x * 16 + o] = a;
-  }
+  tc_store<W, GLU>(acca, accb, red, Y, rows);
 }
 
-// kSK (mode sk, seventh session): down (Q4_K, pair units) split over
-// columns as well as rows, each block quantizing its own slice of x: no
-// x launch before it and no wait on other blocks. A block of 8 warps owns
-// 1024/NV rows and NV 64-blocks of columns; a lane owns one pair unit of
-// 4 rows (its first and only units, loaded before the wait); warp w
-// quantizes 64-block w of the slice (quant64, as gemvq_x does) into an LP
-// slice in shared memory; the NV lanes of a row quad are summed by
-// shuffles and added to Y with float atomics (Y must start at zero, or
-// hold what the sums add to, e.g. the residual stream).
+// Slices of x that a block quantizes itself (modes sk): NV 64-blocks of x
+// (X: the slice's first float) quantized by quant64, as gemvq_x does, in
+// shared memory. SliceP: arranged as LP (common.cuh) for the pair units'
+// QXP; Slice6: as L6 for the Q6KA units' QX6 (unit u of the slice reads
+// its 64-blocks u & ~1 and u | 1). quant: a whole warp quantizes 64-block
+// b; load: unit u's x.
 template <int NV>
-__global__ void __launch_bounds__(256) kSK(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
-  constexpr int QW = 32 / NV, RB = 32 * QW;  // row quads a warp, rows a block
-  __shared__ uint4 pcs[8][NV];
-  __shared__ int2 ssum[NV];
-  __shared__ float ssx[NV];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int u = lane % NV, q = lane / NV;
-  const int nslices = cols / (64 * NV);
-  const int rg = blockIdx.x / nslices, sl = blockIdx.x % nslices;
-  const int row0 = rg * RB + warp * 4 * QW + q * 4;
-  const int v = sl * NV + u;  // the lane's pair unit (64-block of x)
-  QW4P w[4];
-#pragma unroll
-  for (int r = 0; r < 4; r++) w[r].load(W + (long long)min(row0 + r, rows - 1) * rb, v);
-  pdl_trigger();
-  pdl_wait();
-  for (int b = warp; b < NV; b += 8) {
-    const int vb = sl * NV + b;
-    const float2 xv = reinterpret_cast<const float2*>(X + 64LL * vb)[lane];
+struct SliceP {
+  uint4 pcs[8][NV];
+  int2 ssum[NV];
+  float ssx[NV];
+  __device__ __forceinline__ void quant(const float* X, int b) {
+    const int lane = threadIdx.x & 31;
     int q0, q1, s;
     float sx;
-    quant64(xv, q0, q1, sx, s);
+    quant64(reinterpret_cast<const float2*>(X + 64 * b)[lane], q0, q1, sx, s);
     const int e = 2 * lane, pc = e >> 4, j = e & 15;
     reinterpret_cast<uint16_t*>(&pcs[pc][b])[j >> 1] = (uint16_t)(((q0 >> 8) & 0xff) | (((q1 >> 8) & 0xff) << 8));
     reinterpret_cast<uint16_t*>(&pcs[4 + pc][b])[j >> 1] = (uint16_t)((q0 & 0xff) | ((q1 & 0xff) << 8));
@@ -2267,121 +2231,27 @@ __global__ void __launch_bounds__(256) kSK(const uint8_t* W, long long rb, float
     if (lane == 0) { ssum[b].x = s + s8; ssx[b] = sx; }
     if (lane == 16) ssum[b].y = s + s8;
   }
-  __syncthreads();
-  QXP x;
+  __device__ __forceinline__ void load(int u, QXP& x) const {
 #pragma unroll
-  for (int i = 0; i < 4; i++) {
-    x.h[i] = pcs[i][u];
-    x.l[i] = pcs[4 + i][u];
-  }
-  x.S0 = ssum[u].x;
-  x.S1 = ssum[u].y;
-  x.sx = ssx[u];
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-  for (int r = 0; r < 4; r++) w[r].dot(v, x, acc[r]);
-#pragma unroll
-  for (int o = 1; o < NV; o <<= 1)
-#pragma unroll
-    for (int r = 0; r < 4; r++) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
-  if (u == 0)
-#pragma unroll
-    for (int r = 0; r < 4; r++)
-      if (row0 + r < rows) atomicAdd(Y + row0 + r, acc[r]);
-}
-
-// kSK2 (mode sk): kSK's idea with each block streaming many rows through
-// one quantized slice: a block owns 16 64-blocks of columns (1024) and RC
-// rows; it quantizes its slice once (2 64-blocks a warp) into shared
-// memory, then each warp walks its rows two at a time (lanes 0-15 row a,
-// 16-31 row b, lane u & 15 the slice's unit), UN row pairs in flight, the
-// first before the wait; 16 lanes of a row are summed by shuffles and
-// added to Y by float atomics (rows x 14 slices of them a launch).
-template <int RC, int UN, int WP = 8>
-__global__ void __launch_bounds__(32 * WP) kSK2(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
-  __shared__ uint4 pcs[8][16];
-  __shared__ int2 ssum[16];
-  __shared__ float ssx[16];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int u = lane & 15, half = lane >> 4;
-  const int nslices = cols / 1024;
-  const int rc = blockIdx.x / nslices, sl = blockIdx.x % nslices;
-  const int v = sl * 16 + u;
-  // Warp w's row pairs: rows rc*RC + 2*(w + WP k) + half, k < RC/(2 WP).
-  constexpr int NP = RC / (2 * WP);  // row pairs a warp
-  auto rowp = [&](int k) { return W + (long long)min(rc * RC + 2 * (warp + WP * k) + half, rows - 1) * rb; };
-  QW4P w[UN];
-#pragma unroll
-  for (int j = 0; j < UN; j++)
-    if (j < NP) w[j].load(rowp(j), v);
-  pdl_trigger();
-  pdl_wait();
-  for (int b = warp; b < 16; b += WP) {
-    const int vb = sl * 16 + b;
-    const float2 xv = reinterpret_cast<const float2*>(X + 64LL * vb)[lane];
-    int q0, q1, s;
-    float sx;
-    quant64(xv, q0, q1, sx, s);
-    const int e = 2 * lane, pc = e >> 4, j = e & 15;
-    reinterpret_cast<uint16_t*>(&pcs[pc][b])[j >> 1] = (uint16_t)(((q0 >> 8) & 0xff) | (((q1 >> 8) & 0xff) << 8));
-    reinterpret_cast<uint16_t*>(&pcs[4 + pc][b])[j >> 1] = (uint16_t)((q0 & 0xff) | ((q1 & 0xff) << 8));
-    const int s8 = __shfl_down_sync(0xffffffffu, s, 8);
-    if (lane == 0) { ssum[b].x = s + s8; ssx[b] = sx; }
-    if (lane == 16) ssum[b].y = s + s8;
-  }
-  __syncthreads();
-  QXP x;
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-    x.h[i] = pcs[i][u];
-    x.l[i] = pcs[4 + i][u];
-  }
-  x.S0 = ssum[u].x;
-  x.S1 = ssum[u].y;
-  x.sx = ssx[u];
-  for (int k0 = 0; k0 < NP; k0 += UN) {
-#pragma unroll
-    for (int j = 0; j < UN; j++) {
-      const int k = k0 + j;
-      if (k < NP) {
-        float acc = 0.0f;
-        w[j].dot(v, x, acc);
-        if (k + UN < NP) w[j].load(rowp(k + UN), v);
-#pragma unroll
-        for (int o = 1; o < 16; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        const int row = rc * RC + 2 * (warp + WP * k) + half;
-        if (u == 0 && row < rows) atomicAdd(Y + row, acc);
-      }
+    for (int i = 0; i < 4; i++) {
+      x.h[i] = pcs[i][u];
+      x.l[i] = pcs[4 + i][u];
     }
+    x.S0 = ssum[u].x;
+    x.S1 = ssum[u].y;
+    x.sx = ssx[u];
   }
-}
-
-// kSK6 (mode sk): kSK2 for Q6KA rows: the slice of x quantized into an
-// L6 slice (gemvq_put6's arrangement, local to the slice's 16 units),
-// QW6A units.
-template <int RC, int UN, int WP>
-__global__ void __launch_bounds__(32 * WP) kSK6(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
-  __shared__ uint4 pcs[8][16];
-  __shared__ int4 ssum[16];
-  __shared__ float2 ssx[16];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int u = lane & 15, half = lane >> 4;
-  const int nslices = cols / 1024;
-  const int rc = blockIdx.x / nslices, sl = blockIdx.x % nslices;
-  const int v = sl * 16 + u;
-  constexpr int NP = RC / (2 * WP);
-  auto rowp = [&](int k) { return W + (long long)min(rc * RC + 2 * (warp + WP * k) + half, rows - 1) * rb; };
-  QW6A w[UN];
-#pragma unroll
-  for (int j = 0; j < UN; j++)
-    if (j < NP) w[j].load(rowp(j), v);
-  pdl_trigger();
-  pdl_wait();
-  for (int B = warp; B < 16; B += WP) {
-    const float2 xv = reinterpret_cast<const float2*>(X + 64LL * (sl * 16 + B))[lane];
+};
+template <int NV>
+struct Slice6 {
+  uint4 pcs[8][NV];
+  int4 ssum[NV];
+  float2 ssx[NV];
+  __device__ __forceinline__ void quant(const float* X, int B) {  // gemvq_put6*'s arrangement, local to the slice
+    const int lane = threadIdx.x & 31;
     int q0, q1, s;
     float sx;
-    quant64(xv, q0, q1, sx, s);
+    quant64(reinterpret_cast<const float2*>(X + 64 * B)[lane], q0, q1, sx, s);
     const int p = 2 * lane, t = B & 1;
     const int un = B - t + ((p >> 4) & 1), pc = 2 * t + (p >> 5), j = p & 15;
     reinterpret_cast<uint16_t*>(&pcs[pc][un])[j >> 1] = (uint16_t)(((q0 >> 8) & 0xff) | (((q1 >> 8) & 0xff) << 8));
@@ -2395,18 +2265,92 @@ __global__ void __launch_bounds__(32 * WP) kSK6(const uint8_t* W, long long rb, 
       reinterpret_cast<float*>(&ssx[B - t + 1])[t] = sx;
     }
   }
-  __syncthreads();
-  QX6 x;
+  __device__ __forceinline__ void load(int u, QX6& x) const {
 #pragma unroll
-  for (int i = 0; i < 4; i++) {
-    x.xh[i] = pcs[i][u];
-    x.xl[i] = pcs[4 + i][u];
+    for (int i = 0; i < 4; i++) {
+      x.xh[i] = pcs[i][u];
+      x.xl[i] = pcs[4 + i][u];
+    }
+    const int4 g4 = ssum[u];
+    x.s01 = make_int2(g4.x, g4.y);
+    x.s23 = make_int2(g4.z, g4.w);
+    x.sx0 = ssx[u].x;
+    x.sx1 = ssx[u].y;
   }
-  const int4 g4 = ssum[u];
-  x.s01 = make_int2(g4.x, g4.y);
-  x.s23 = make_int2(g4.z, g4.w);
-  x.sx0 = ssx[u].x;
-  x.sx1 = ssx[u].y;
+};
+
+// kSK (mode sk, seventh session): down (Q4_K, pair units) split over
+// columns as well as rows, each block quantizing its own slice of x: no
+// x launch before it and no wait on other blocks. A block of 8 warps owns
+// 1024/NV rows and NV 64-blocks of columns; a lane owns one pair unit of
+// 4 rows (its first and only units, loaded before the wait); warp w
+// quantizes 64-block w of the slice (SliceP) in shared memory; the NV
+// lanes of a row quad are summed by shuffles and added to Y with float
+// atomics (Y must start at zero, or hold what the sums add to, e.g. the
+// residual stream).
+template <int NV>
+__global__ void __launch_bounds__(256) kSK(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
+  constexpr int QW = 32 / NV, RB = 32 * QW;  // row quads a warp, rows a block
+  __shared__ SliceP<NV> slice;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int u = lane % NV, q = lane / NV;
+  const int nslices = cols / (64 * NV);
+  const int rg = blockIdx.x / nslices, sl = blockIdx.x % nslices;
+  const int row0 = rg * RB + warp * 4 * QW + q * 4;
+  const int v = sl * NV + u;  // the lane's pair unit (64-block of x)
+  QW4P w[4];
+#pragma unroll
+  for (int r = 0; r < 4; r++) w[r].load(W + (long long)min(row0 + r, rows - 1) * rb, v);
+  pdl_trigger();
+  pdl_wait();
+  for (int b = warp; b < NV; b += 8) slice.quant(X + 64LL * sl * NV, b);
+  __syncthreads();
+  QXP x;
+  slice.load(u, x);
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int r = 0; r < 4; r++) w[r].dot(v, x, acc[r]);
+#pragma unroll
+  for (int o = 1; o < NV; o <<= 1)
+#pragma unroll
+    for (int r = 0; r < 4; r++) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+  if (u == 0)
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+      if (row0 + r < rows) atomicAdd(Y + row0 + r, acc[r]);
+}
+
+// sk_walk (kSK2, kSK6; mode sk): kSK's idea with each block streaming many
+// rows through one quantized slice: a block of WP warps owns 16 64-blocks
+// of columns (1024) and RC rows; it quantizes its slice once (Slice, 16/WP
+// 64-blocks a warp) into shared memory, then each warp walks its rows two
+// at a time (lanes 0-15 row a, 16-31 row b, lane u & 15 the slice's unit,
+// of type QW), UN row pairs in flight, the first before the wait; 16
+// lanes of a row are summed by shuffles and added to Y by float atomics
+// (rows x 14 slices of them a launch at 14336 columns). kSK2: Q4_K pair
+// units (SliceP, QW4P); kSK6: Q6KA units (Slice6, QW6A).
+template <class Slice, class QW, class QX, int RC, int UN, int WP>
+__device__ __forceinline__ void sk_walk(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
+  __shared__ Slice slice;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int u = lane & 15, half = lane >> 4;
+  const int nslices = cols / 1024;
+  const int rc = blockIdx.x / nslices, sl = blockIdx.x % nslices;
+  const int v = sl * 16 + u;
+  // Warp w's row pairs: rows rc*RC + 2*(w + WP k) + half, k < RC/(2 WP).
+  constexpr int NP = RC / (2 * WP);  // row pairs a warp
+  auto row = [&](int k) { return rc * RC + 2 * (warp + WP * k) + half; };
+  auto rowp = [&](int k) { return W + (long long)min(row(k), rows - 1) * rb; };
+  QW w[UN];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (j < NP) w[j].load(rowp(j), v);
+  pdl_trigger();
+  pdl_wait();
+  for (int b = warp; b < 16; b += WP) slice.quant(X + 1024LL * sl, b);
+  __syncthreads();
+  QX x;
+  slice.load(u, x);
   for (int k0 = 0; k0 < NP; k0 += UN) {
 #pragma unroll
     for (int j = 0; j < UN; j++) {
@@ -2417,10 +2361,32 @@ __global__ void __launch_bounds__(32 * WP) kSK6(const uint8_t* W, long long rb, 
         if (k + UN < NP) w[j].load(rowp(k + UN), v);
 #pragma unroll
         for (int o = 1; o < 16; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        const int row = rc * RC + 2 * (warp + WP * k) + half;
-        if (u == 0 && row < rows) atomicAdd(Y + row, acc);
+        if (u == 0 && row(k) < rows) atomicAdd(Y + row(k), acc);
       }
     }
+  }
+}
+template <int RC, int UN, int WP = 8>
+__global__ void __launch_bounds__(32 * WP) kSK2(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
+  sk_walk<SliceP<16>, QW4P, QXP, RC, UN, WP>(W, rb, Y, rows, cols, X);
+}
+template <int RC, int UN, int WP>
+__global__ void __launch_bounds__(32 * WP) kSK6(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
+  sk_walk<Slice6<16>, QW6A, QX6, RC, UN, WP>(W, rb, Y, rows, cols, X);
+}
+
+// mixa_body: gemvq_mixed_a_1's dispatch (its gemvq_mixed_body<true>) with
+// R6 rows a block for the Q6KA matrix; REV: the Q4_K blocks first.
+template <int R6, bool REV>
+__device__ __forceinline__ void mixa_body(const uint8_t* W0, long long rb0, float* Y0, int rows0, const uint8_t* W1,
+                                          long long rb1, float* Y1, int rows1, const uint8_t* W2, long long rb2,
+                                          float* Y2, int rows2, int cols, const uint8_t* XQ) {
+  const int g6 = (rows2 + R6 - 1) / R6, g4 = (rows0 + rows1 + GEMVQ_R - 1) / GEMVQ_R;
+  const int b = REV ? ((int)blockIdx.x < g4 ? (int)blockIdx.x + g6 : (int)blockIdx.x - g4) : (int)blockIdx.x;
+  if (b < g6) {
+    gemvq_q6ka_body<1, R6, 1>(W2, rb2, Y2, rows2, cols, XQ, b);
+  } else {
+    gemvq_body<1, 1>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, nullptr, 0, nullptr, 0, cols, XQ, GLU_PLAIN, b - g6);
   }
 }
 
@@ -2432,13 +2398,7 @@ template <int R6>
 __global__ void __launch_bounds__(256) kMixA(const uint8_t* W0, long long rb0, float* Y0, int rows0, const uint8_t* W1,
                                              long long rb1, float* Y1, int rows1, const uint8_t* W2, long long rb2,
                                              float* Y2, int rows2, int cols, const uint8_t* XQ) {
-  const int g6 = (rows2 + R6 - 1) / R6;
-  if ((int)blockIdx.x < g6) {
-    gemvq_q6ka_body<1, R6, 1>(W2, rb2, Y2, rows2, cols, XQ, blockIdx.x);
-  } else {
-    gemvq_body<1, 1>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, nullptr, 0, nullptr, 0, cols, XQ, GLU_PLAIN,
-                     blockIdx.x - g6);
-  }
+  mixa_body<R6, false>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, cols, XQ);
 }
 
 // kMixAL: kMixA under __launch_bounds__(64, MINB) (MINB blocks of 2 warps a
@@ -2450,13 +2410,7 @@ __global__ void __launch_bounds__(64, MINB) kMixAL(const uint8_t* W0, long long 
                                                   const uint8_t* W1, long long rb1, float* Y1, int rows1,
                                                   const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols,
                                                   const uint8_t* XQ) {
-  const int g6 = (rows2 + R6 - 1) / R6, g4 = (rows0 + rows1 + GEMVQ_R - 1) / GEMVQ_R;
-  const int b = REV ? ((int)blockIdx.x < g4 ? (int)blockIdx.x + g6 : (int)blockIdx.x - g4) : (int)blockIdx.x;
-  if (b < g6) {
-    gemvq_q6ka_body<1, R6, 1>(W2, rb2, Y2, rows2, cols, XQ, b);
-  } else {
-    gemvq_body<1, 1>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, nullptr, 0, nullptr, 0, cols, XQ, GLU_PLAIN, b - g6);
-  }
+  mixa_body<R6, REV>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, cols, XQ);
 }
 
 // kCap: gemvq_fused_1 / gemvq_fused_u2_1 (gemvq_body<1, UN>) under
@@ -2751,10 +2705,8 @@ int main(int argc, char** argv) {
       }
     }
     for (int variant = 0; variant < 3; variant++) {
-      cudaGraph_t g;
-      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      if (variant) CK(cudaMemsetAsync(bars, 0, 4 * 64, s));
-      for (int L = 0; L < 32; L++) {
+      const double per = chainBest(s, 32, [&](int L) {
+        if (variant && L == 0) CK(cudaMemsetAsync(bars, 0, 4 * 64, s));
         const Mat &gu = mats[3][L], &dn = mats[4][L];
         if (variant == 0) {
           enqueue(Var{18, 0, 0, 0}, gu, s);
@@ -2764,9 +2716,7 @@ int main(int argc, char** argv) {
         } else {
           launchS(kmlp<4>, G, 256, 0, s, (const uint8_t*)gu.w, (const uint8_t*)gu.w1, gu.rb, 14336, 4096, (const uint8_t*)gXQ[0], H, gXQd, (const uint8_t*)dn.w, dn.rb, dn.y, bars + 2 * L);
         }
-      }
-      CK(cudaStreamEndCapture(s, &g));
-      const double per = graphBest(g, s, 5, 10) / 32;
+      });
       printf("%-34s %7.2f us per layer, %.3f of D2D\n", variant == 0 ? "gate/up, gemvq_x, down (the step)" : (variant == 1 ? "kmlp un2" : "kmlp un4"), per * 1e6, lb / per / 1e9 / d2d);
       fflush(stdout);
     }
@@ -2782,9 +2732,7 @@ int main(int argc, char** argv) {
       const bool withx = variant % 2 == 0;
       const int which = variant / 2;  // 0 both, 1 Q4_K only, 2 Q6KA only
       double lb = 0;
-      cudaGraph_t g;
-      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      for (int L = 0; L < 32; L++) {
+      const double per = chainBest(s, 32, [&](int L) {
         const bool q6 = which == 2 || (which == 0 && L % 2 == 1);
         const Mat& dn = q6 ? mats[5][L] : mats[4][L];
         if (withx) {  // XB = threads a block of gemvq_x (one warp a 64-block; 256 as kernels launches it)
@@ -2794,9 +2742,7 @@ int main(int argc, char** argv) {
         if (q6) launchS((KFn)k6R<4, 1, true>, 1024, 256, 0, s, (const uint8_t*)dn.w6s, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14);
         else launchS(kR<4, 2, 1>, 1024, 64, 0, s, (const uint8_t*)dn.w, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14, gP, gCnt);
         lb += (double)dn.rb * dn.rows;
-      }
-      CK(cudaStreamEndCapture(s, &g));
-      const double per = graphBest(g, s, 5, 10) / 32;
+      });
       printf("down %-10s %-8s %7.2f us per launch, %.3f of D2D\n", which == 0 ? "Q4+Q6KA" : (which == 1 ? "Q4_K" : "Q6KA"), withx ? "+x" : "x held", per * 1e6, lb / 32 / per / 1e9 / d2d);
       fflush(stdout);
     }
@@ -2817,44 +2763,44 @@ int main(int argc, char** argv) {
     float* zy = nullptr;
     float *yq, *yk, *yv;
     CK(cudaMalloc(&yq, 4 * 4096)); CK(cudaMalloc(&yk, 4 * 1024)); CK(cudaMalloc(&yv, 4 * 1024));
-    const char* names[] = {"gemvq_mixed_a_1", "fused_1(q,k) + q6ka_1(v)", "q6ka_1(v) + fused_1(q,k)", "fused_1(q,k) + k6R R2 un2 w1(v)",
-                           "all Q4_K: fused_1(q,k,v4)", "gemvq_mixed_1 (v plain Q6_K)", "kMixA<1> (Q6KA v, 1 row a block)",
-                           "kMixAL<2, 14> (73 registers)", "kMixAL<1, 14>", "kMixAL<2, 12> (85 registers)", "kMixAL<1, 14> Q4_K first",
-                           "kMixAL<1, 10> Q4_K first"};
-    double lb6 = 0, lb4 = 0;
-    for (int v = 0; v < 12; v++) {
-      cudaGraph_t g;
-      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      for (int L = 0; L < 32; L++) {
-        const Mat &qk = mats[0][L], &v6 = mats[6][L];
-        const uint8_t *wq = qk.w, *wk = qk.w + 4096 * qk.rb, *wv4 = qk.w + 5120 * qk.rb;
-        if (v >= 7) {
-          KFn6 f = v == 7 ? kMixAL<2, 14, false> : v == 8 ? kMixAL<1, 14, false> : v == 9 ? kMixAL<2, 12, false> : v == 10 ? kMixAL<1, 14, true> : kMixAL<1, 10, true>;
-          const int g6 = (v == 7 || v == 9) ? 512 : 1024;
-          launchS(f, 1280 + g6, 64, 0, s, wq, qk.rb, yq, 4096, wk, qk.rb, yk, 1024, (const uint8_t*)v6.w6s, v6.rb, yv, 1024, 4096, xq);
-        } else if (v == 5) {
-          launchS(gemvq_mixed_1, 1280 + 512, 64, 0, s, wq, qk.rb, yq, 4096, wk, qk.rb, yk, 1024, (const uint8_t*)v6.w, v6.rb, yv, 1024, 4096, xq);
-        } else if (v == 6) {
-          launchS(kMixA<1>, 1280 + 1024, 64, 0, s, wq, qk.rb, yq, 4096, wk, qk.rb, yk, 1024, (const uint8_t*)v6.w6s, v6.rb, yv, 1024, 4096, xq);
-        } else if (v == 0) {
-          launchS(gemvq_mixed_a_1, 1280 + 512, 64, 0, s, wq, qk.rb, yq, 4096, wk, qk.rb, yk, 1024, (const uint8_t*)v6.w6s, v6.rb, yv, 1024, 4096, xq);
-        } else if (v == 4) {
-          launchS(gemvq_fused_1, 1536, 64, 0, s, wq, qk.rb, yq, 4096, wk, qk.rb, yk, 1024, wv4, qk.rb, yv, 1024, 4096, xq, (int)GLU_PLAIN);
-        } else {
-          auto qk2 = [&]() { launchS(gemvq_fused_1, 1280, 64, 0, s, wq, qk.rb, yq, 4096, wk, qk.rb, yk, 1024, z, 0LL, zy, 0, 4096, xq, (int)GLU_PLAIN); };
-          auto v6l = [&]() {
-            if (v == 3) launchS((KFn)k6R<2, 2, true>, 512, 32, 0, s, (const uint8_t*)v6.w6s, v6.rb, yv, 1024, 4096, xq);
-            else launchS((KFn)gemvq_q6ka_1, 256, 64, 0, s, (const uint8_t*)v6.w6s, v6.rb, yv, 1024, 4096, xq);
-          };
-          if (v == 2) { v6l(); qk2(); } else { qk2(); v6l(); }
-        }
-        if (L == 0) { lb6 = 5120.0 * qk.rb + (double)v6.rb * 1024; lb4 = 6144.0 * qk.rb; }
-      }
-      CK(cudaStreamEndCapture(s, &g));
-      const double per = graphBest(g, s, 5, 10) / 32, lb = v == 4 ? lb4 : lb6;
-      printf("%-34s %7.2f us a layer, %.3f of D2D\n", names[v], per * 1e6, lb / per / 1e9 / d2d);
+    const double lb6 = 5120.0 * mats[0][0].rb + (double)mats[6][0].rb * 1024, lb4 = 6144.0 * mats[0][0].rb;
+    auto line = [&](const char* name, double lb, auto layer) {  // layer(q/k, v) enqueues one layer's launches
+      const double per = chainBest(s, 32, [&](int L) { layer(mats[0][L], mats[6][L]); });
+      printf("%-34s %7.2f us a layer, %.3f of D2D\n", name, per * 1e6, lb / per / 1e9 / d2d);
       fflush(stdout);
-    }
+    };
+    // One mixed launch: q and k (the q/k/v matrix's first 5120 rows, Q4_K)
+    // and the Q6_K v in g6 blocks, v re-laid (Q6KA) unless plain6.
+    struct QV { const char* name; KFn6 f; int g6; bool plain6; };
+    const QV mixed[] = {{"gemvq_mixed_a_1", gemvq_mixed_a_1, 512, false},
+                        {"gemvq_mixed_1 (v plain Q6_K)", gemvq_mixed_1, 512, true},
+                        {"kMixA<1> (Q6KA v, 1 row a block)", kMixA<1>, 1024, false},
+                        {"kMixAL<2, 14> (73 registers)", kMixAL<2, 14, false>, 512, false},
+                        {"kMixAL<1, 14>", kMixAL<1, 14, false>, 1024, false},
+                        {"kMixAL<2, 12> (85 registers)", kMixAL<2, 12, false>, 512, false},
+                        {"kMixAL<1, 14> Q4_K first", kMixAL<1, 14, true>, 1024, false},
+                        {"kMixAL<1, 10> Q4_K first", kMixAL<1, 10, true>, 1024, false}};
+    for (const QV& v : mixed)
+      line(v.name, lb6, [&](const Mat& qk, const Mat& v6) {
+        launchS(v.f, 1280 + v.g6, 64, 0, s, (const uint8_t*)qk.w, qk.rb, yq, 4096, (const uint8_t*)qk.w + 4096 * qk.rb, qk.rb, yk, 1024,
+                (const uint8_t*)(v.plain6 ? v6.w : v6.w6s), v6.rb, yv, 1024, 4096, xq);
+      });
+    // Two launches: q and k by gemvq_fused_1, v by gemvq_q6ka_1 as the engine
+    // sizes it (after or before) or by k6R<2, 2, true> in one wave.
+    auto qk2 = [&](const Mat& qk) {
+      launchS(gemvq_fused_1, 1280, 64, 0, s, (const uint8_t*)qk.w, qk.rb, yq, 4096, (const uint8_t*)qk.w + 4096 * qk.rb, qk.rb, yk, 1024, z, 0LL, zy, 0, 4096, xq, (int)GLU_PLAIN);
+    };
+    auto v6a = [&](const Mat& v6) { launchS((KFn)gemvq_q6ka_1, 256, 64, 0, s, (const uint8_t*)v6.w6s, v6.rb, yv, 1024, 4096, xq); };
+    line("fused_1(q,k) + q6ka_1(v)", lb6, [&](const Mat& qk, const Mat& v6) { qk2(qk); v6a(v6); });
+    line("q6ka_1(v) + fused_1(q,k)", lb6, [&](const Mat& qk, const Mat& v6) { v6a(v6); qk2(qk); });
+    line("fused_1(q,k) + k6R R2 un2 w1(v)", lb6, [&](const Mat& qk, const Mat& v6) {
+      qk2(qk);
+      launchS((KFn)k6R<2, 2, true>, 512, 32, 0, s, (const uint8_t*)v6.w6s, v6.rb, yv, 1024, 4096, xq);
+    });
+    line("all Q4_K: fused_1(q,k,v4)", lb4, [&](const Mat& qk, const Mat&) {
+      launchS(gemvq_fused_1, 1536, 64, 0, s, (const uint8_t*)qk.w, qk.rb, yq, 4096, (const uint8_t*)qk.w + 4096 * qk.rb, qk.rb, yk, 1024,
+              (const uint8_t*)qk.w + 5120 * qk.rb, qk.rb, yv, 1024, 4096, xq, (int)GLU_PLAIN);
+    });
     return 0;
   }
   // mode tc: kTC (tensor-core dot products) against the step's kernel for
@@ -2933,39 +2879,28 @@ int main(int argc, char** argv) {
         else launchS(gemvq_fused_1, (m.rows + 1) / 2, 64, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, (const uint8_t*)m.w1, m.rb, zy, m.rows, z, 0LL, zy, 0, m.cols, xq, (int)GLU_SWIGLU);
       };
       const Mat& m0 = mats[k][0];
-      std::vector<float> y0(m0.rows), y1(m0.rows);
-      base(m0);
-      CK(cudaStreamSynchronize(s));
-      CK(cudaMemcpy(y0.data(), m0.y, 4 * m0.rows, cudaMemcpyDeviceToHost));
-      double ymax = 0;
-      for (float v : y0) ymax = std::max(ymax, (double)fabsf(v));
+      const std::vector<float> y0 = runOnce(s, m0.y, m0.rows, 0xff, [&] { base(m0); });
+      const double ymax = maxAbs(y0);
       double lb = 0;
       for (auto& m : mats[k]) lb += (m.w1 ? 2.0 : 1.0) * m.rb * m.rows;
       lb /= mats[k].size();
-      auto chain = [&](auto launch) {
-        cudaGraph_t g;
-        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        for (int L = 0; L < 32; L++) launch(mats[k][L % mats[k].size()]);
-        CK(cudaStreamEndCapture(s, &g));
-        return graphBest(g, s, 5, 10) / 32;
+      auto chain = [&](auto launch) { return chainBest(s, 32, [&](int L) { launch(mats[k][L % mats[k].size()]); }); };
+      // A variant's line: its output against the step kernel's, then its chain.
+      auto line = [&](const char* what, auto launch) {
+        const double e = maxAbs(runOnce(s, m0.y, m0.rows, 0xff, [&] { launch(m0); }), &y0), t = chain(launch);
+        printf("%-20s %-18s %7.2f us, %.3f of D2D  (max |dy| %.2e of max |y| %.2e)\n", shapes[k].name, what, t * 1e6, lb / t / 1e9 / d2d, e, ymax);
+        fflush(stdout);
       };
       const double tb = chain(base);
       printf("%-20s step kernel        %7.2f us, %.3f of D2D\n", shapes[k].name, tb * 1e6, lb / tb / 1e9 / d2d);
+      char name[32];
       for (const TV& v : tvs) {
         const int per = glu ? 8 : 16, blocks = (m0.rows + per - 1) / per;
         if ((m0.cols / 256) % (v.W * v.UN) != 0 || (getenv("TS") && v.W != 8)) continue;
-        auto tl = [&](const Mat& m) {
+        snprintf(name, sizeof name, "kTC W%-2d UN%d", v.W, v.UN);
+        line(name, [&](const Mat& m) {
           launchS(glu ? v.glu : v.plain, blocks, 32 * v.W, 0, s, (const uint8_t*)m.w, (const uint8_t*)(glu ? m.w1 : m.w), m.rb, m.y, m.rows, m.cols, (const uint8_t*)xlm[m.cols == 4096 ? 0 : 1]);
-        };
-        CK(cudaMemset(m0.y, 0xff, 4 * m0.rows));
-        tl(m0);
-        CK(cudaStreamSynchronize(s));
-        CK(cudaMemcpy(y1.data(), m0.y, 4 * m0.rows, cudaMemcpyDeviceToHost));
-        double e = 0;
-        for (int r = 0; r < m0.rows; r++) e = std::max(e, (double)fabsf(y1[r] - y0[r]));
-        const double t = chain(tl);
-        printf("%-20s kTC W%-2d UN%d        %7.2f us, %.3f of D2D  (max |dy| %.2e of max |y| %.2e)\n", shapes[k].name, v.W, v.UN, t * 1e6, lb / t / 1e9 / d2d, e, ymax);
-        fflush(stdout);
+        });
       }
       struct SV { int W, ST; TFn plain, glu; };
       const SV svs[] = {{4, 2, kTS<4, 2, false>, kTS<4, 2, true>}, {4, 4, kTS<4, 4, false>, kTS<4, 4, true>},
@@ -2977,18 +2912,10 @@ int main(int argc, char** argv) {
         if ((m0.cols / 256) % v.W != 0) continue;
         TFn f = glu ? v.glu : v.plain;
         CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        auto tl = [&](const Mat& m) {
+        snprintf(name, sizeof name, "kTS W%-2d ST%d", v.W, v.ST);
+        line(name, [&](const Mat& m) {
           launchS(f, blocks, 32 * v.W, smem, s, (const uint8_t*)m.w, (const uint8_t*)(glu ? m.w1 : m.w), m.rb, m.y, m.rows, m.cols, (const uint8_t*)xlm2[m.cols == 4096 ? 0 : 1]);
-        };
-        CK(cudaMemset(m0.y, 0xff, 4 * m0.rows));
-        tl(m0);
-        CK(cudaStreamSynchronize(s));
-        CK(cudaMemcpy(y1.data(), m0.y, 4 * m0.rows, cudaMemcpyDeviceToHost));
-        double e = 0;
-        for (int r = 0; r < m0.rows; r++) e = std::max(e, (double)fabsf(y1[r] - y0[r]));
-        const double t = chain(tl);
-        printf("%-20s kTS W%-2d ST%d        %7.2f us, %.3f of D2D  (max |dy| %.2e of max |y| %.2e)\n", shapes[k].name, v.W, v.ST, t * 1e6, lb / t / 1e9 / d2d, e, ymax);
-        fflush(stdout);
+        });
       }
     }
     return 0;
@@ -3011,15 +2938,11 @@ int main(int argc, char** argv) {
       for (auto& m : mats[k]) lb += (m.w1 ? 2.0 : 1.0) * m.rb * m.rows;
       lb /= mats[k].size();
       for (const CV& v : cvs) {
-        cudaGraph_t g;
-        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        for (int L = 0; L < 32; L++) {
+        const double t = chainBest(s, 32, [&](int L) {
           const Mat& m = mats[k][L % mats[k].size()];
           if (glu) launchS(v.f, (m.rows + 1) / 2, 64, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, (const uint8_t*)m.w1, m.rb, zy, m.rows, z, 0LL, zy, 0, m.cols, xq, (int)GLU_SWIGLU);
           else launchS(v.f, (m.rows + 3) / 4, 64, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, z, 0LL, zy, 0, z, 0LL, zy, 0, m.cols, xq, (int)GLU_PLAIN);
-        }
-        CK(cudaStreamEndCapture(s, &g));
-        const double t = graphBest(g, s, 5, 10) / 32;
+        });
         printf("%-20s %-18s %7.2f us, %.3f of D2D\n", shapes[k].name, v.name, t * 1e6, lb / t / 1e9 / d2d);
         fflush(stdout);
       }
@@ -3041,150 +2964,81 @@ int main(int argc, char** argv) {
       double lb = 0;
       for (auto& m : mats[k]) lb += m.rb * (double)m.rows;
       lb /= mats[k].size();
-      auto chain = [&](auto launch) {
-        cudaGraph_t g;
-        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        for (int L = 0; L < 32; L++) launch(mats[k][L % mats[k].size()]);
-        CK(cudaStreamEndCapture(s, &g));
-        return graphBest(g, s, 5, 10) / 32;
+      auto chain = [&](auto launch) { return chainBest(s, 32, [&](int L) { launch(mats[k][L % mats[k].size()]); }); };
+      auto fused = [&](const Mat& m) {
+        launchS(gemvq_fused_1, (m.rows + 3) / 4, 64, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, z, 0LL, zy, 0, z, 0LL, zy, 0, m.cols, xq, (int)GLU_PLAIN);
       };
       const Mat& m0 = mats[k][0];
-      std::vector<float> y0(m0.rows), y1(m0.rows);
-      launchS(gemvq_fused_1, (m0.rows + 3) / 4, 64, 0, s, (const uint8_t*)m0.w, m0.rb, m0.y, m0.rows, z, 0LL, zy, 0, z, 0LL, zy, 0, m0.cols, xq, (int)GLU_PLAIN);
-      CK(cudaStreamSynchronize(s));
-      CK(cudaMemcpy(y0.data(), m0.y, 4 * m0.rows, cudaMemcpyDeviceToHost));
-      const double tb = chain([&](const Mat& m) {
-        launchS(gemvq_fused_1, (m.rows + 3) / 4, 64, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, z, 0LL, zy, 0, z, 0LL, zy, 0, m.cols, xq, (int)GLU_PLAIN);
-      });
+      const std::vector<float> y0 = runOnce(s, m0.y, m0.rows, 0xff, [&] { fused(m0); });
+      const double tb = chain(fused);
       printf("%-20s gemvq_fused_1      %7.2f us, %.3f of D2D\n", shapes[k].name, tb * 1e6, lb / tb / 1e9 / d2d);
       for (const PV& v : pvs) {
         auto pl = [&](const Mat& m) { launchS(v.f, (m.rows + v.R - 1) / v.R, 32 * v.w, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq); };
-        CK(cudaMemset(m0.y, 0xff, 4 * m0.rows));
-        pl(m0);
-        CK(cudaStreamSynchronize(s));
-        CK(cudaMemcpy(y1.data(), m0.y, 4 * m0.rows, cudaMemcpyDeviceToHost));
-        double e = 0, ym = 0;
-        for (int r = 0; r < m0.rows; r++) { e = std::max(e, (double)fabsf(y1[r] - y0[r])); ym = std::max(ym, (double)fabsf(y0[r])); }
-        const double t = chain(pl);
-        printf("%-20s %-18s %7.2f us, %.3f of D2D  (max |dy| %.2e of %.2e)\n", shapes[k].name, v.name, t * 1e6, lb / t / 1e9 / d2d, e, ym);
+        const double e = maxAbs(runOnce(s, m0.y, m0.rows, 0xff, [&] { pl(m0); }), &y0), t = chain(pl);
+        printf("%-20s %-18s %7.2f us, %.3f of D2D  (max |dy| %.2e of %.2e)\n", shapes[k].name, v.name, t * 1e6, lb / t / 1e9 / d2d, e, maxAbs(y0));
         fflush(stdout);
       }
     }
     return 0;
   }
-  // mode sk: the Q4_K down chain (32 launches, 4096x14336) as the step runs
-  // it (gemvq_x then gemvq_p2u2_1), with x held, and by kSK (no x launch),
-  // after kSK's output against the step's.
+  // mode sk: the down chain (32 launches, 4096x14336), Q4_K then Q6KA, as
+  // the step runs it (gemvq_x then the one-wave kernel), with x held, and by
+  // the kernels that quantize their own slice of x (kSK2, kSK6; kSK with
+  // SK1=1), each checked first against the step's output.
   if (argc > 1 && strcmp(argv[1], "sk") == 0) {
     uint8_t* xq14 = gXQ[1];
-    const Mat& d0 = mats[4][0];
-    std::vector<float> y0(4096), y1(4096);
-    launchS(gemvq_x, (14336 / 64 * 32 + 255) / 256, 256, 0, s, (const float*)gXf, 14336, 1, xq14);
-    launchS((KFn)gemvq_p2u2_1, 2048, 32, 0, s, (const uint8_t*)d0.w, d0.rb, d0.y, 4096, 14336, (const uint8_t*)xq14);
-    CK(cudaStreamSynchronize(s));
-    CK(cudaMemcpy(y0.data(), d0.y, 4 * 4096, cudaMemcpyDeviceToHost));
-    double ym = 0;
-    for (float v : y0) ym = std::max(ym, (double)fabsf(v));
-    double lb = 0;
-    for (int L = 0; L < 32; L++) lb += (double)mats[4][L].rb * 4096;
-    lb /= 32;
+    auto quantx = [&] { launchS(gemvq_x, (14336 / 64 * 32 + 255) / 256, 256, 0, s, (const float*)gXf, 14336, 1, xq14); };
     typedef void (*SKFn)(const uint8_t*, long long, float*, int, int, const float*);
-    struct SKV { int NV; SKFn f; };
-    const SKV skv[] = {{2, kSK<2>}, {4, kSK<4>}, {8, kSK<8>}, {16, kSK<16>}};
-    struct SK2 { const char* name; SKFn f; int RC, WP; };
-    const SK2 sk2[] = {{"kSK2 RC256 UN4", kSK2<256, 4>, 256, 8}, {"kSK2 RC256 UN8", kSK2<256, 8>, 256, 8},
-                       {"kSK2 RC256 UN4 w16", kSK2<256, 4, 16>, 256, 16}, {"kSK2 RC256 UN2 w16", kSK2<256, 2, 16>, 256, 16},
-                       {"kSK2 RC512 UN4 w16", kSK2<512, 4, 16>, 512, 16}, {"kSK2 RC128 UN4 w4", kSK2<128, 4, 4>, 128, 4},
-                       {"kSK2 RC256 UN8 w4", kSK2<256, 8, 4>, 256, 4}};
-    for (const SK2& k2 : sk2) {
-      const int blocks = (4096 / k2.RC) * 14;
-      CK(cudaMemset(d0.y, 0, 4 * 4096));
-      launchS(k2.f, blocks, 32 * k2.WP, 0, s, (const uint8_t*)d0.w, d0.rb, d0.y, 4096, 14336, (const float*)gXf);
-      CK(cudaStreamSynchronize(s));
-      CK(cudaMemcpy(y1.data(), d0.y, 4 * 4096, cudaMemcpyDeviceToHost));
-      double e = 0;
-      for (int r = 0; r < 4096; r++) e = std::max(e, (double)fabsf(y1[r] - y0[r]));
-      cudaGraph_t g;
-      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      for (int L = 0; L < 32; L++) {
-        const Mat& dn = mats[4][L];
-        launchS(k2.f, blocks, 32 * k2.WP, 0, s, (const uint8_t*)dn.w, dn.rb, dn.y, 4096, 14336, (const float*)gXf);
-      }
-      CK(cudaStreamEndCapture(s, &g));
-      const double t = graphBest(g, s, 5, 10) / 32;
-      printf("down4 %-16s (%4d blocks)  %7.2f us a launch, %.3f of D2D  (max |dy| %.2e of %.2e)\n", k2.name, blocks, t * 1e6, lb / t / 1e9 / d2d, e, ym);
-      fflush(stdout);
-    }
-    {  // Q6KA down: the step's one-wave kernel (k6R<2, 2, true> = gemvq_q6ka_r2u2_1) against kSK6
-      const Mat& e0 = mats[5][0];
-      std::vector<float> z0(4096), z1(4096);
-      launchS(gemvq_x, (14336 / 64 * 32 + 255) / 256, 256, 0, s, (const float*)gXf, 14336, 1, xq14);
-      launchS((KFn)k6R<2, 2, true>, 2048, 32, 0, s, (const uint8_t*)e0.w6s, e0.rb, e0.y, 4096, 14336, (const uint8_t*)xq14);
-      CK(cudaStreamSynchronize(s));
-      CK(cudaMemcpy(z0.data(), e0.y, 4 * 4096, cudaMemcpyDeviceToHost));
-      double zm = 0, lb6 = 0;
-      for (float v : z0) zm = std::max(zm, (double)fabsf(v));
-      for (int L = 0; L < 32; L++) lb6 += (double)mats[5][L].rb * 4096;
-      lb6 /= 32;
-      struct S6 { const char* name; SKFn f; int RC, WP; };
-      const S6 s6s[] = {{"kSK6 RC512 UN4 w16", kSK6<512, 4, 16>, 512, 16}, {"kSK6 RC512 UN2 w16", kSK6<512, 2, 16>, 512, 16},
-                        {"kSK6 RC256 UN4 w8", kSK6<256, 4, 8>, 256, 8}};
-      for (int variant = 0; variant < 2 + 3; variant++) {
-        const S6* k6 = variant >= 2 ? &s6s[variant - 2] : nullptr;
-        const int blocks = k6 ? (4096 / k6->RC) * 14 : 0;
-        double e = -1;
-        if (k6) {
-          CK(cudaMemset(e0.y, 0, 4 * 4096));
-          launchS(k6->f, blocks, 32 * k6->WP, 0, s, (const uint8_t*)e0.w6s, e0.rb, e0.y, 4096, 14336, (const float*)gXf);
-          CK(cudaStreamSynchronize(s));
-          CK(cudaMemcpy(z1.data(), e0.y, 4 * 4096, cudaMemcpyDeviceToHost));
-          e = 0;
-          for (int r = 0; r < 4096; r++) e = std::max(e, (double)fabsf(z1[r] - z0[r]));
-        }
-        cudaGraph_t g;
-        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        for (int L = 0; L < 32; L++) {
-          const Mat& dn = mats[5][L];
-          if (variant == 0) launchS(gemvq_x, (14336 / 64 * 32 + 255) / 256, 256, 0, s, (const float*)gXf, 14336, 1, xq14);
-          if (variant <= 1) launchS((KFn)k6R<2, 2, true>, 2048, 32, 0, s, (const uint8_t*)dn.w6s, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14);
-          else launchS(k6->f, blocks, 32 * k6->WP, 0, s, (const uint8_t*)dn.w6s, dn.rb, dn.y, 4096, 14336, (const float*)gXf);
-        }
-        CK(cudaStreamEndCapture(s, &g));
-        const double t = graphBest(g, s, 5, 10) / 32;
-        printf("down6 %-26s %7.2f us a launch, %.3f of D2D", k6 ? k6->name : (variant == 0 ? "gemvq_x + q6ka_r2u2" : "q6ka_r2u2, x held"), t * 1e6, lb6 / t / 1e9 / d2d);
-        if (k6) printf("  (max |dy| %.2e of %.2e)", e, zm);
-        printf("\n");
+    struct SKV { std::string name; SKFn f; int blocks, threads; };
+    // One kind of down (mats[k]): the step's kernel (step(dn), on x that
+    // gemvq_x quantized) with gemvq_x before each launch and with x held,
+    // then each variant (on wp(dn), its own x), its output (added into a
+    // zeroed y) against the step's first.
+    auto downSet = [&](const char* kind, int k, const char* stepName, auto step, auto wp, const std::vector<SKV>& vs) {
+      const Mat& d0 = mats[k][0];
+      const std::vector<float> y0 = runOnce(s, d0.y, 4096, 0xff, [&] { quantx(); step(d0); });
+      double lb = 0;
+      for (int L = 0; L < 32; L++) lb += (double)mats[k][L].rb * 4096;
+      lb /= 32;
+      for (int held = 0; held < 2; held++) {
+        const double t = chainBest(s, 32, [&](int L) {
+          if (!held) quantx();
+          step(mats[k][L]);
+        });
+        printf("%s %-12s %-18s %7.2f us a launch, %.3f of D2D\n", kind, held ? "x held" : "gemvq_x +", stepName, t * 1e6, lb / t / 1e9 / d2d);
         fflush(stdout);
       }
+      for (const SKV& v : vs) {
+        auto run = [&](const Mat& dn) { launchS(v.f, v.blocks, v.threads, 0, s, wp(dn), dn.rb, dn.y, 4096, 14336, (const float*)gXf); };
+        const double e = maxAbs(runOnce(s, d0.y, 4096, 0, [&] { run(d0); }), &y0);
+        const double t = chainBest(s, 32, [&](int L) { run(mats[k][L]); });
+        printf("%s %-31s %7.2f us a launch, %.3f of D2D  (max |dy| %.2e of %.2e)\n", kind, v.name.c_str(), t * 1e6, lb / t / 1e9 / d2d, e, maxAbs(y0));
+        fflush(stdout);
+      }
+    };
+    auto walk = [](const char* name, SKFn f, int RC, int WP) {  // kSK2 / kSK6 at 4096 x 14336
+      return SKV{std::string(name) + " (" + std::to_string(4096 / RC * 14) + " blocks)", f, 4096 / RC * 14, 32 * WP};
+    };
+    std::vector<SKV> q4 = {walk("kSK2 RC256 UN4", kSK2<256, 4>, 256, 8), walk("kSK2 RC256 UN8", kSK2<256, 8>, 256, 8),
+                           walk("kSK2 RC256 UN4 w16", kSK2<256, 4, 16>, 256, 16), walk("kSK2 RC256 UN2 w16", kSK2<256, 2, 16>, 256, 16),
+                           walk("kSK2 RC512 UN4 w16", kSK2<512, 4, 16>, 512, 16), walk("kSK2 RC128 UN4 w4", kSK2<128, 4, 4>, 128, 4),
+                           walk("kSK2 RC256 UN8 w4", kSK2<256, 8, 4>, 256, 4)};
+    if (getenv("SK1")) {  // the first cut, one unit a lane
+      const std::pair<int, SKFn> nvs[] = {{2, kSK<2>}, {4, kSK<4>}, {8, kSK<8>}, {16, kSK<16>}};
+      for (const auto& nv : nvs) {
+        const int blocks = (4096 / (1024 / nv.first)) * (14336 / (64 * nv.first));
+        q4.push_back({"kSK NV" + std::to_string(nv.first) + " (" + std::to_string(blocks) + " blocks)", nv.second, blocks, 256});
+      }
     }
-    for (int variant = 0; variant < 2 + (getenv("SK1") ? 4 : 0); variant++) {
-      const SKV* sk = variant >= 2 ? &skv[variant - 2] : nullptr;
-      const int blocks = sk ? (4096 / (1024 / sk->NV)) * (14336 / (64 * sk->NV)) : 0;
-      if (sk) {
-        CK(cudaMemset(d0.y, 0, 4 * 4096));
-        launchS(sk->f, blocks, 256, 0, s, (const uint8_t*)d0.w, d0.rb, d0.y, 4096, 14336, (const float*)gXf);
-        CK(cudaStreamSynchronize(s));
-        CK(cudaMemcpy(y1.data(), d0.y, 4 * 4096, cudaMemcpyDeviceToHost));
-      }
-      cudaGraph_t g;
-      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      for (int L = 0; L < 32; L++) {
-        const Mat& dn = mats[4][L];
-        if (variant == 0) launchS(gemvq_x, (14336 / 64 * 32 + 255) / 256, 256, 0, s, (const float*)gXf, 14336, 1, xq14);
-        if (variant <= 1) launchS((KFn)gemvq_p2u2_1, 2048, 32, 0, s, (const uint8_t*)dn.w, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14);
-        else launchS(sk->f, blocks, 256, 0, s, (const uint8_t*)dn.w, dn.rb, dn.y, 4096, 14336, (const float*)gXf);
-      }
-      CK(cudaStreamEndCapture(s, &g));
-      const double t = graphBest(g, s, 5, 10) / 32;
-      if (sk) {
-        double e = 0;
-        for (int r = 0; r < 4096; r++) e = std::max(e, (double)fabsf(y1[r] - y0[r]));
-        printf("down4 kSK NV%-2d (%4d blocks)    %7.2f us a launch, %.3f of D2D  (max |dy| %.2e of %.2e)\n", sk->NV, blocks, t * 1e6, lb / t / 1e9 / d2d, e, ym);
-      } else {
-        printf("down4 %-26s %7.2f us a launch, %.3f of D2D\n", variant == 0 ? "gemvq_x + gemvq_p2u2_1" : "gemvq_p2u2_1, x held", t * 1e6, lb / t / 1e9 / d2d);
-      }
-      fflush(stdout);
-    }
+    downSet("down4", 4, "gemvq_p2u2_1",
+            [&](const Mat& dn) { launchS((KFn)gemvq_p2u2_1, 2048, 32, 0, s, (const uint8_t*)dn.w, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14); },
+            [](const Mat& dn) { return (const uint8_t*)dn.w; }, q4);
+    // Q6KA down: the step's one-wave kernel (k6R<2, 2, true> = gemvq_q6ka_r2u2_1) against kSK6.
+    downSet("down6", 5, "q6ka_r2u2",
+            [&](const Mat& dn) { launchS((KFn)k6R<2, 2, true>, 2048, 32, 0, s, (const uint8_t*)dn.w6s, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14); },
+            [](const Mat& dn) { return (const uint8_t*)dn.w6s; },
+            {walk("kSK6 RC512 UN4 w16", kSK6<512, 4, 16>, 512, 16), walk("kSK6 RC512 UN2 w16", kSK6<512, 2, 16>, 512, 16),
+             walk("kSK6 RC256 UN4 w8", kSK6<256, 4, 8>, 256, 8)});
     return 0;
   }
   // mode dchain6: the down chain as the engine now runs it (Q4_K layers by
@@ -3222,9 +3076,7 @@ int main(int argc, char** argv) {
       for (int variant = 0; variant < 4; variant++) {
         const bool withx = variant % 2 == 0, only6 = variant >= 2;
         double lb = 0;
-        cudaGraph_t g;
-        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        for (int L = 0; L < 32; L++) {
+        const double per = chainBest(s, 32, [&](int L) {
           const bool q6 = only6 || L % 2 == 1;
           const Mat& dn = q6 ? mats[5][L] : mats[4][L];
           if (withx) launchS(gemvq_x, (14336 / 64 + 7) / 8, 256, 0, s, (const float*)gXf, 14336, 1, xq14);
@@ -3232,9 +3084,7 @@ int main(int argc, char** argv) {
           else if (kps == 0) launchS((KFn)gemvq_p2u2_1, 2048, 32, 0, s, (const uint8_t*)dn.w, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14);
           else launchS(kps == 3 ? kPS<2, 2, 3> : (kps == 2 ? kPS<2, 2, 2> : kPS<2, 2, 1>), 2048, 32, kps * 2 * 3 * 32 * 16, s, (const uint8_t*)dn.w, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14);
           lb += (double)dn.rb * dn.rows;
-        }
-        CK(cudaStreamEndCapture(s, &g));
-        const double per = graphBest(g, s, 5, 10) / 32;
+        });
         printf("Q6KA R%d un%d w%d  %-10s %-7s %7.2f us per launch, %.3f of D2D\n", g6.R, g6.UN, g6.w, only6 ? "Q6KA" : (kps ? "Q4ps+Q6KA" : "Q4p+Q6KA"), withx ? "+x" : "x held", per * 1e6, lb / 32 / per / 1e9 / d2d);
         fflush(stdout);
       }
