@@ -612,3 +612,24 @@ __device__ __forceinline__ void gemvq_put4(uint8_t* base, int cols, int i, float
     gemvq_put6_sum(base, cols, i >> 4, g, s);
   }
 }
+
+// GEMV fixed point (gemvq.cu's gemvq_sk_*, kernels' GEMVSliced): partial
+// products added into 64-bit integer accumulators, 2^-32 a unit, so that
+// their sum is exact and independent of the order of the additions (one
+// rounding, at gemv_unfx). At most 16 partials a row (kernels' limit):
+// finite ones of magnitude below 2^20 sum below 2^56 (GEMV_FX_LIMIT); a
+// partial of 2^20 or more, or not a number, adds GEMV_FX_POISON (2^58)
+// instead, which leaves the sum at 2^58 - 2^56 or more (and below 2^62:
+// nothing wraps), read back as NaN. Why 2^-32: finer than a float's
+// rounding of any value above 2^-8, and what the sum is added to (the
+// residual stream, of order 1) rounds far coarser; 2^20 is far above what
+// a layer's output reaches (fp16 checkpoints cannot pass 65504).
+#define GEMV_FX_POISON (1LL << 58)
+#define GEMV_FX_LIMIT (1LL << 56)
+__device__ __forceinline__ long long gemv_fx(float v) {
+  return fabsf(v) < 1048576.0f ? __float2ll_rn(v * 4294967296.0f) : GEMV_FX_POISON;
+}
+__device__ __forceinline__ float gemv_unfx(long long v) {
+  if (v >= GEMV_FX_LIMIT || v <= -GEMV_FX_LIMIT) return __int_as_float(0x7fc00000);
+  return __double2float_rn(__ll2double_rn(v) * (1.0 / 4294967296.0));
+}

@@ -37,6 +37,17 @@ extern "C" __global__ void add(float* y, const float* a, long long n) {
   GRID_STRIDE(i, n) { y[i] = __fadd_rn(y[i], a[i]); }
 }
 
+// y += a, a in GEMV fixed point (common.cuh's gemv_unfx; GEMVSliced's
+// accumulators), zeroed as read for the next product to add into.
+extern "C" __global__ void add_fx(float* y, long long* a, long long n) {
+  PDL_ENTRY();
+  GRID_STRIDE(i, n) {
+    const long long v = a[i];
+    a[i] = 0;
+    y[i] = __fadd_rn(y[i], gemv_unfx(v));
+  }
+}
+
 // Copies token t's key and value rows (kvdim floats) into its sequence
 // slot's cache at position pos[t]: cache + slot[t]*slotStride + pos[t]*kvdim.
 extern "C" __global__ void store_kv(const float* k, const float* v, float* kc, float* vc, const int* slot,

@@ -718,6 +718,172 @@ GEMVQ_Q6KA(gemvq_q6ka_u2_1, 1, GEMVQ6A_R, 2)
 GEMVQ_Q6KA(gemvq_q6ka_2, 2, 2, 1)
 GEMVQ_Q6KA(gemvq_q6ka_r2u2_1, 1, 2, 2)
 
+// ---- Column slices with their own x (gemvq_sk_*) ----
+//
+// Why: a decode step's down projection (4096 x 14336 in an 8b) reads x
+// that gate/up has just written in floats; the other integer GEMVs find
+// theirs quantized by the kernel before them (RMSNormQ, AddRMSNormQ,
+// AttentionDecodeQ), down needed a gemvq_x launch of its own, one more
+// dependent launch, ramp and tail a layer (1.6 µs of its 13.6 in the
+// engine bench). These kernels quantize x themselves, each block only the
+// slice it reads, so no block waits on another: a block owns 1024 columns
+// (16 64-blocks) and RC rows; after the wait its warps quantize the
+// slice's 64-blocks into shared memory (quant64, as gemvq_x: the same
+// integer x), then each warp walks its rows two at a time (lanes 0-15 row
+// a, 16-31 row b, lane u & 15 one unit of the slice) with UN row pairs in
+// flight, the first UN loaded before the wait. A row's sum over the slice
+// (16 lane sums added by shuffles) is added to the row's accumulator in
+// common.cuh's fixed point (gemv_fx) by a 64-bit integer atomic: integer
+// sums do not depend on the order the blocks finish in, so the result is
+// the same bits every run, as float atomics' would not be, without the
+// fences and second pass over partials that ordered float sums cost
+// (kernels/NOTES.md, GEMV v12: both measured, both slower). The consumers
+// (add_fx, add_fx_rmsnorm) convert the sums; add_fx zeroes what it read,
+// add_fx_rmsnorm leaves that to the next launch here (Z below).
+//
+// SliceP / Slice6: NV 64-blocks of x quantized by quant64 in shared
+// memory, arranged as LP (common.cuh; QXP, the pair units' x) and as L6
+// (QX6; unit u reads 64-blocks u & ~1 and u | 1). quant: a whole warp
+// quantizes 64-block b of the slice at X; load: unit u's x.
+template <int NV>
+struct SliceP {
+  uint4 pcs[8][NV];
+  int2 ssum[NV];
+  float ssx[NV];
+  __device__ __forceinline__ void quant(const float* X, int b) {
+    const int lane = threadIdx.x & 31;
+    int q0, q1, s;
+    float sx;
+    quant64(reinterpret_cast<const float2*>(X + 64 * b)[lane], q0, q1, sx, s);
+    const int e = 2 * lane, pc = e >> 4, j = e & 15;
+    reinterpret_cast<uint16_t*>(&pcs[pc][b])[j >> 1] = (uint16_t)(((q0 >> 8) & 0xff) | (((q1 >> 8) & 0xff) << 8));
+    reinterpret_cast<uint16_t*>(&pcs[4 + pc][b])[j >> 1] = (uint16_t)((q0 & 0xff) | ((q1 & 0xff) << 8));
+    const int s8 = __shfl_down_sync(0xffffffffu, s, 8);
+    if (lane == 0) {
+      ssum[b].x = s + s8;
+      ssx[b] = sx;
+    }
+    if (lane == 16) ssum[b].y = s + s8;
+  }
+  __device__ __forceinline__ void load(int u, QXP& x) const {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      x.h[i] = pcs[i][u];
+      x.l[i] = pcs[4 + i][u];
+    }
+    x.S0 = ssum[u].x;
+    x.S1 = ssum[u].y;
+    x.sx = ssx[u];
+  }
+};
+
+template <int NV>
+struct Slice6 {
+  uint4 pcs[8][NV];
+  int4 ssum[NV];
+  float2 ssx[NV];
+  __device__ __forceinline__ void quant(const float* X, int B) {  // gemvq_put6's arrangement, local to the slice
+    const int lane = threadIdx.x & 31;
+    int q0, q1, s;
+    float sx;
+    quant64(reinterpret_cast<const float2*>(X + 64 * B)[lane], q0, q1, sx, s);
+    const int p = 2 * lane, t = B & 1;
+    const int un = B - t + ((p >> 4) & 1), pc = 2 * t + (p >> 5), j = p & 15;
+    reinterpret_cast<uint16_t*>(&pcs[pc][un])[j >> 1] = (uint16_t)(((q0 >> 8) & 0xff) | (((q1 >> 8) & 0xff) << 8));
+    reinterpret_cast<uint16_t*>(&pcs[4 + pc][un])[j >> 1] = (uint16_t)((q0 & 0xff) | ((q1 & 0xff) << 8));
+    if ((lane & 7) == 0) {
+      const int g = lane >> 3;
+      reinterpret_cast<int*>(&ssum[B - t + (g & 1)])[2 * t + (g >> 1)] = s;
+    }
+    if (lane == 0) {
+      reinterpret_cast<float*>(&ssx[B - t])[t] = sx;
+      reinterpret_cast<float*>(&ssx[B - t + 1])[t] = sx;
+    }
+  }
+  __device__ __forceinline__ void load(int u, QX6& x) const {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      x.xh[i] = pcs[i][u];
+      x.xl[i] = pcs[4 + i][u];
+    }
+    const int4 g4 = ssum[u];
+    x.s01 = make_int2(g4.x, g4.y);
+    x.s23 = make_int2(g4.z, g4.w);
+    x.sx0 = ssx[u].x;
+    x.sx1 = ssx[u].y;
+  }
+};
+
+// gemvq_sk_body: the walk above for one vector of floats X (cols % 1024
+// == 0, 8-byte aligned) into A (rows accumulators), blocks ordered
+// slice-fastest (block b: rows (b / slices) * RC.., slice b % slices), WP
+// warps a block. Warp w's row pairs are rows RC c + 2 (w + WP k) + {0, 1},
+// k < RC / (2 WP): a count known at compile time, which the measurements
+// needed (the same walk with a runtime count ran 25% slower,
+// kernels/NOTES.md). Rows past the end read the last row and add nothing.
+// Z, when not null, is another rows accumulators the launch zeroes (the
+// first slice's blocks, their rows): the engine alternates two, so that
+// the fused norm that reads one (add_fx_rmsnorm, a single block whose time
+// is its bytes) need not write zeros back.
+template <class Slice, class QW, class QX, int RC, int UN, int WP>
+__device__ __forceinline__ void gemvq_sk_body(const uint8_t* W, long long rb, long long* A, int rows, int cols,
+                                              const float* X, long long* Z) {
+  __shared__ Slice slice;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int u = lane & 15, half = lane >> 4;
+  const int nslices = cols >> 10;
+  const int rc = blockIdx.x / nslices, sl = blockIdx.x - rc * nslices;
+  const int v = sl * 16 + u;
+  constexpr int NP = RC / (2 * WP);
+  auto row = [&](int k) { return rc * RC + 2 * (warp + WP * k) + half; };
+  auto rowp = [&](int k) { return W + (long long)min(row(k), rows - 1) * rb; };
+  QW w[UN];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (j < NP) w[j].load(rowp(j), v);
+  pdl_trigger();
+  pdl_wait();
+  if (Z != nullptr && sl == 0)
+    for (int r = threadIdx.x; r < RC; r += 32 * WP)
+      if (rc * RC + r < rows) Z[rc * RC + r] = 0;
+  for (int b = warp; b < 16; b += WP) slice.quant(X + 1024LL * sl, b);
+  __syncthreads();
+  QX x;
+  slice.load(u, x);
+  for (int k0 = 0; k0 < NP; k0 += UN) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int k = k0 + j;
+      if (k < NP) {
+        float acc = 0.0f;
+        w[j].dot(v, x, acc);
+        if (k + UN < NP) w[j].load(rowp(k + UN), v);
+#pragma unroll
+        for (int o = 1; o < 16; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (u == 0 && row(k) < rows) atomicAdd(reinterpret_cast<unsigned long long*>(A) + row(k), (unsigned long long)gemv_fx(acc));
+      }
+    }
+  }
+}
+
+// Instances (kernels' gemvSKGeometry: gemvSKRows there must match RC
+// here): Q4_K pair units, 256 rows a block of 8 warps (down 4096 x 14336:
+// 16 x 14 = 224 blocks, two a multiprocessor), 4 pairs in flight; Q6KA
+// units, 240 rows (18 x 14 = 252), 3 in flight. Alone, 16 warps a block
+// were faster (testdata/h200-stage-sweep-sk{3,5}.txt: RC 128-960, UN 2-8,
+// 4-32 warps); in the step, between gate/up and q/k/v, blocks that fill a
+// multiprocessor cannot start early beside their neighbours' blocks, and
+// 8 warps won (kernels/NOTES.md, GEMV v12; engine/cuda's
+// testdata/h200-bench-sk/).
+#define GEMVQ_SK(NAME, SLICE, QW, QX, RC, UN, WP)                                                           \
+  extern "C" __global__ void __launch_bounds__(32 * WP) NAME(const uint8_t* W, long long rb, long long* A, \
+                                                              int rows, int cols, const float* X,           \
+                                                              long long* Z) {                               \
+    gemvq_sk_body<SLICE, QW, QX, RC, UN, WP>(W, rb, A, rows, cols, X, Z);                                   \
+  }
+GEMVQ_SK(gemvq_sk_p, SliceP<16>, QW4P, QXP, 256, 4, 8)
+GEMVQ_SK(gemvq_sk_q6ka, Slice6<16>, QW6A, QX6, 240, 3, 8)
+
 // q6ka_relay re-lays n Q6_K super-blocks at W in place into T_Q6_KA
 // (common.cuh) for the address each block sits at; one thread per block.
 // W must be 2-byte aligned and at the 16-byte alignment the GEMVs will

@@ -74,6 +74,9 @@ type Kernels struct {
 	// q6aR2PerSM: the same for gemvq_q6ka_r2u2_1 (32 threads; see
 	// gemvq6aWaveGeometry).
 	q6aR2PerSM int
+	// skPerSM: the same for GEMVSliced's kernels (gemvSKThreads threads;
+	// see gemvSKGeometry), by name.
+	skPerSM map[string]int
 	// readOnlySink, while set, turns the integer GEMV launches into
 	// read_xor launches (SetGEMVReadOnly).
 	readOnlySink cuda.DevPtr
@@ -132,7 +135,10 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 			if e.waits {
 				k.waits[f] = true
 			}
-			if strings.HasPrefix(e.name, "gemvq_") && e.name != "gemvq_x" { // every integer GEMV; gemvq_x writes the scratch
+			// Every integer GEMV that reads the scratch; gemvq_x writes it,
+			// and GEMVSliced's gemvq_sk_* quantize their own x (a launch of
+			// theirs drops the held x: their output may overlap its floats).
+			if strings.HasPrefix(e.name, "gemvq_") && e.name != "gemvq_x" && !strings.HasPrefix(e.name, "gemvq_sk_") {
 				k.xqReaders[f] = true
 			}
 		}
@@ -161,6 +167,14 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 		if f, ok := k.fns[q.name]; ok {
 			if n, err := c.MaxActiveBlocks(f, q.threads, 0); err == nil && n > 0 {
 				*q.n = n
+			}
+		}
+	}
+	k.skPerSM = map[string]int{}
+	for _, name := range []string{"gemvq_sk_p", "gemvq_sk_q6ka"} {
+		if f, ok := k.fns[name]; ok {
+			if n, err := c.MaxActiveBlocks(f, gemvSKThreads, 0); err == nil && n > 0 {
+				k.skPerSM[name] = n
 			}
 		}
 	}

@@ -9,24 +9,36 @@
 // null, also receives y quantized for the integer GEMVs (common.cuh's
 // layout, row r at XQ + r*gemvq_bytes(dim); the launcher passes it only
 // for dim % 256 == 0 and 16-byte aligned rows).
-template <bool ADD>
+// FX (with ADD): what is added comes from af, GEMV fixed-point
+// accumulators (common.cuh's gemv_unfx; GEMVSliced's output), not a; they
+// are left as they are (the next GEMVSliced into the other ones zeroes
+// them: writing zeros here cost this one block ~0.45 µs a layer).
+template <bool ADD, bool FX = false>
 __device__ __forceinline__ void rmsnorm_row(float* x, const float* a, const float* w, float* y, int dim,
-                                            float eps, uint8_t* XQ) {
+                                            float eps, uint8_t* XQ, const long long* af = nullptr) {
   __shared__ double part[32];
   __shared__ float inv_s;
   float* xr = x + (long long)blockIdx.x * dim;
   float* yr = y + (long long)blockIdx.x * dim;
-  const float* ar = ADD ? a + (long long)blockIdx.x * dim : nullptr;
+  const float* ar = ADD && !FX ? a + (long long)blockIdx.x * dim : nullptr;
+  const long long* afr = FX ? af + (long long)blockIdx.x * dim : nullptr;
   // float4 accesses when every row is 16-byte aligned (always, from
   // strata's buffers), else scalar.
-  const bool vec = ((dim & 3) == 0) && ((((uintptr_t)x | (uintptr_t)y | (uintptr_t)w | (uintptr_t)a) & 15) == 0);
+  const bool vec = ((dim & 3) == 0) && ((((uintptr_t)x | (uintptr_t)y | (uintptr_t)w | (uintptr_t)a | (uintptr_t)af) & 15) == 0);
   double ss = 0;
   if (vec) {
     float4* x4 = reinterpret_cast<float4*>(xr);
     for (int i = threadIdx.x; i < dim / 4; i += blockDim.x) {
       float4 f = x4[i];
       if (ADD) {
-        const float4 d = reinterpret_cast<const float4*>(ar)[i];
+        float4 d;
+        if (FX) {
+          const longlong2* a2 = reinterpret_cast<const longlong2*>(afr) + 2 * i;
+          const longlong2 p = a2[0], q = a2[1];
+          d = make_float4(gemv_unfx(p.x), gemv_unfx(p.y), gemv_unfx(q.x), gemv_unfx(q.y));
+        } else {
+          d = reinterpret_cast<const float4*>(ar)[i];
+        }
         f.x = __fadd_rn(f.x, d.x), f.y = __fadd_rn(f.y, d.y), f.z = __fadd_rn(f.z, d.z), f.w = __fadd_rn(f.w, d.w);
         x4[i] = f;
       }
@@ -39,7 +51,13 @@ __device__ __forceinline__ void rmsnorm_row(float* x, const float* a, const floa
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
       float f = xr[i];
       if (ADD) {
-        f = __fadd_rn(f, ar[i]);
+        float d;
+        if (FX) {
+          d = gemv_unfx(afr[i]);
+        } else {
+          d = ar[i];
+        }
+        f = __fadd_rn(f, d);
         xr[i] = f;
       }
       const double v = f;
@@ -89,4 +107,12 @@ extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm(float* x, const f
                                                               int dim, float eps, uint8_t* XQ) {
   PDL_ENTRY();
   rmsnorm_row<true>(x, a, w, y, dim, eps, XQ);
+}
+
+// add_fx_rmsnorm: add_rmsnorm with what is added in GEMV fixed point
+// (GEMVSliced's accumulators, af; rmsnorm_row's FX), left as they are.
+extern "C" __global__ void __launch_bounds__(1024) add_fx_rmsnorm(float* x, const long long* af, const float* w, float* y,
+                                                                 int dim, float eps, uint8_t* XQ) {
+  PDL_ENTRY();
+  rmsnorm_row<true, true>(x, nullptr, w, y, dim, eps, XQ, af);
 }

@@ -90,8 +90,9 @@ func TestEmbeddedEntries(t *testing.T) {
 		// gemvq_q6k_s_1/2, gemvq_mixed_1, gemvq_q6ka_1/2/u2_1,
 		// gemvq_mixed_a_1, q6ka_relay, gemvq_p4_1, gemvq_p2u2_1,
 		// gemvq_q6ka_r2u2_1, gemvq_mixed_a_w2_1. read_xor
-		// (the read-only ceiling).
-		if want := 80 + 10 + 10 + 1 + 1 + 5 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 6 + 1 + 18 + 1; n != want {
+		// (the read-only ceiling). GEMVSliced: gemvq_sk_p,
+		// gemvq_sk_q6ka, add_fx, add_fx_rmsnorm.
+		if want := 80 + 10 + 10 + 1 + 1 + 5 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 6 + 1 + 18 + 1 + 4; n != want {
 			t.Errorf("%s: %d kernels embedded, want %d", arch, n, want)
 		}
 	}
@@ -106,7 +107,7 @@ func TestEmbeddedEntries(t *testing.T) {
 // (griddepcontrol needs sm_90).
 func TestPDLEntries(t *testing.T) {
 	decode := []string{"gemv_", "gemvq_", "rmsnorm", "add_rmsnorm", "rope", "rope_store", "attn_decode", "attn_combine",
-		"swiglu", "geglu", "softcap", "add", "store_kv", "embed_", "argmax", "sample_temp", "read_xor"}
+		"swiglu", "geglu", "softcap", "add", "add_fx", "add_fx_rmsnorm", "store_kv", "embed_", "argmax", "sample_temp", "read_xor"}
 	for _, arch := range []string{"compute_61", "compute_80", "compute_90"} {
 		waiting := 0
 		for _, fam := range families {

@@ -638,10 +638,15 @@ func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
 			"(graph launch returned at %.1f µs), wait for the stream %.1f µs (the step's kernels alone: %.1f µs), hand-off back %.1f µs, results into the step %.1f µs",
 			v.name, us(h.ToDevice), us(h.Enqueue), us(h.Launch), us(h.Wait), us(prof.Device), us(h.FromDevice), us(h.Scatter)))
 	}
+	downX := "down quantizes its own in a launch of its own"
+	if prof.DownSliced > 0 {
+		downX = fmt.Sprintf("down, in %d layers by column slices (kernels.GEMVSliced), has each block quantize the 1024 columns of x it reads; "+
+			"elsewhere it quantizes its x in a launch of its own", prof.DownSliced)
+	}
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("GEMVs read %s per step (every layer's matrices and the output projection), timed as the step launches them, replayed from a graph of their own "+
-			"(x of q/k/v, gate/up and the output arrives quantized from the norm before them and x of o from attention, as in the step; down quantizes its own in a launch of its own); "+
-			"wall − device time also holds the logits' download and the host's share of Forward", gib(prof.WeightBytes)),
+			"(x of q/k/v, gate/up and the output arrives quantized from the norm before them and x of o from attention, as in the step; %s); "+
+			"wall − device time also holds the logits' download and the host's share of Forward", gib(prof.WeightBytes), downX),
 		fmt.Sprintf("per step: %.3f ms wall with the graph and greedy on the device, %.3f ms with the graph and the logits row, %.3f ms without the graph; the graph saves %.0f µs",
 			ms(gg.PerPass), ms(gr.PerPass), ms(dr.PerPass), us(dr.PerPass-gr.PerPass)))
 	return nil
@@ -941,9 +946,13 @@ func gemvProfileMetrics(prof *enginecuda.StepProfile, d2dBytesPerS float64) (met
 		}
 		if kp.Name == "down" && prof.DownHeld > 0 {
 			held := float64(kp.Bytes) / prof.DownHeld.Seconds() / 1e9
-			metrics = append(metrics, Metric{Key: "gemv_gbps_down_x_held",
-				Label: fmt.Sprintf("    the same with x already quantized (%.1f µs each: down's x launch costs %.1f µs a layer)",
-					us(prof.DownHeld)/float64(kp.Launches), (us(kp.Time)-us(prof.DownHeld))/float64(kp.Launches)),
+			label := fmt.Sprintf("    the same with x already quantized (%.1f µs each: down's x launch costs %.1f µs a layer)",
+				us(prof.DownHeld)/float64(kp.Launches), (us(kp.Time)-us(prof.DownHeld))/float64(kp.Launches))
+			if prof.DownSliced > 0 {
+				label = fmt.Sprintf("    the one-vector kernels instead, x already quantized, no x launch (%.1f µs each; the slices' own x costs %+.1f µs a layer)",
+					us(prof.DownHeld)/float64(kp.Launches), (us(kp.Time)-us(prof.DownHeld))/float64(kp.Launches))
+			}
+			metrics = append(metrics, Metric{Key: "gemv_gbps_down_x_held", Label: label,
 				Value: held, Unit: "GB/s", Ratio: ratioTo(held, d2d, d2dDesc)})
 		}
 	}

@@ -176,13 +176,17 @@ func deviceTimes(b *testing.B, g *Model, s *Sequence) (step, gemv, hostDirect, h
 	const iters = 50
 	p := pass{T: 1, R: 1, decode: true, maxPos: s.pos,
 		attn: []attnRun{{t0: 0, n: 1, span: s.pos + 1}}, out: []outRun{{t0: 0, n: 1}}}
-	err := g.dev.Do(func(c *kcuda.Ctx) error {
+	err := g.dev.Do(func(c *kcuda.Ctx) (err error) {
+		defer func() {
+			if rerr := g.resetFixed(c); err == nil {
+				err = rerr
+			}
+		}()
 		key := graphKey{n: 1, span: spanBucket(p.maxPos+1, g.maxCtx)}
 		gr, ok := g.graphs[key]
 		if !ok {
 			return fmt.Errorf("no decode graph for %+v", key)
 		}
-		var err error
 		if step, err = measureEvents(c, g.stream, iters, func() error { return c.GraphLaunch(gr.exec, g.stream) }); err != nil {
 			return err
 		}

@@ -505,6 +505,11 @@ type StepProfile struct {
 	// says why where the measurement failed (it never fails the profile).
 	DownHeld    time.Duration
 	DownHeldErr error
+	// DownSliced counts the layers whose down product the step takes by
+	// column slices (kernels.GEMVSliced, which quantize their own x): for
+	// those DownHeld times the one-vector kernels the slices replaced, on
+	// the held x.
+	DownSliced int
 	// DeviceSerial and GEMVSerial are Device and GEMV with programmatic
 	// dependent launch off (kernels.SetOverlap): every kernel waits for its
 	// predecessor to complete before it launches. Zero where the device
@@ -596,7 +601,12 @@ func (m *Model) ProfileDecodeStep(ctx context.Context, iters int) (*StepProfile,
 		prof.WeightBytes += kp.Bytes
 		prof.GEMVKinds = append(prof.GEMVKinds, kp)
 	}
-	err = m.dev.Do(func(c *kcuda.Ctx) error {
+	err = m.dev.Do(func(c *kcuda.Ctx) (err error) {
+		defer func() {
+			if rerr := m.resetFixed(c); err == nil {
+				err = rerr
+			}
+		}()
 		st := m.stream
 		stepTime := func(gr *decodeGraph) (time.Duration, error) {
 			return measureEvents(c, st, iters, func() error { return c.GraphLaunch(gr.exec, st) })
@@ -665,6 +675,11 @@ func (m *Model) ProfileDecodeStep(ctx context.Context, iters int) (*StepProfile,
 			}
 			if err != nil {
 				return err
+			}
+		}
+		for i := range m.layers {
+			if m.downSliced(&m.layers[i], 1) {
+				prof.DownSliced++
 			}
 		}
 		if kernels.FastGEMV() && len(m.layers) > 0 {

@@ -45,10 +45,16 @@ type activations struct {
 	h, xn, q, k, v, att, tmp, gate, up, meta kcuda.DevPtr
 	outX, logits, tokens                     kcuda.DevPtr
 	metaHost, logitsHost, tokensHost         *kcuda.HostMem
+	// fx is two sets of Dim fixed-point accumulators, in turn by layer,
+	// which a one-token down product by column slices adds into
+	// (kernels.GEMVSliced; Model.down) for the residual update to add
+	// (kernels.AddFixed, AddFixedRMSNormQ). Zero between passes (see
+	// fixedState); zeroed once here.
+	fx kcuda.DevPtr
 }
 
 func (a *activations) free(c *kcuda.Ctx) {
-	for _, p := range []kcuda.DevPtr{a.h, a.xn, a.q, a.k, a.v, a.att, a.tmp, a.gate, a.up, a.meta, a.outX, a.logits, a.tokens} {
+	for _, p := range []kcuda.DevPtr{a.h, a.xn, a.q, a.k, a.v, a.att, a.tmp, a.gate, a.up, a.meta, a.outX, a.logits, a.tokens, a.fx} {
 		c.Free(p)
 	}
 	c.FreeHost(a.metaHost)
@@ -85,6 +91,10 @@ func (m *Model) ensure(c *kcuda.Ctx, T, R int) (bool, error) {
 	alloc(&a.tmp, t*int64(cfg.Dim)*f)
 	alloc(&a.gate, t*int64(cfg.FFN)*f)
 	alloc(&a.up, t*int64(cfg.FFN)*f)
+	alloc(&a.fx, 2*kernels.GEMVFixedBytes(cfg.Dim))
+	if err == nil {
+		err = c.MemsetD8(a.fx, 0, 2*kernels.GEMVFixedBytes(cfg.Dim), m.stream)
+	}
 	alloc(&a.meta, 3*t*4)
 	alloc(&a.outX, int64(R)*int64(cfg.Dim)*f)
 	alloc(&a.logits, int64(R)*int64(cfg.Vocab)*f)
@@ -421,6 +431,42 @@ var fuseGEMV, fuseElementwise = true, true
 // every layer, the output norm and projection. ctx may be nil (graph
 // capture).
 func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
+	var fx fixedState
+	err := m.enqueuePass(ctx, c, p, &fx)
+	if serr := m.settleFixed(c, m.stream, &fx, err != nil); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// fixedState follows, while a pass is enqueued, which of the two sets of
+// fixed-point accumulators (activations.fx) may hold a product: set by a
+// residual update that reads them without zeroing them
+// (AddFixedRMSNormQ), cleared by the next sliced down product, which
+// zeroes the other set as it runs, and by AddFixed. Every pass starts and
+// ends with both zero (settleFixed), so a captured step replays from
+// zeros.
+type fixedState struct {
+	used  bool
+	dirty [2]bool
+}
+
+// settleFixed zeroes, on s, the accumulators fx says may hold a product;
+// after a failed pass that used them, both sets.
+func (m *Model) settleFixed(c *kcuda.Ctx, s kcuda.Stream, fx *fixedState, failed bool) error {
+	n := kernels.GEMVFixedBytes(m.Config.Dim)
+	for b := range fx.dirty {
+		if fx.dirty[b] || (failed && fx.used) {
+			if err := c.MemsetD8(m.act.fx.Add(int64(b)*n), 0, n, s); err != nil {
+				return fmt.Errorf("zeroing the fixed-point accumulators: %w", err)
+			}
+			fx.dirty[b] = false
+		}
+	}
+	return nil
+}
+
+func (m *Model) enqueuePass(ctx context.Context, c *kcuda.Ctx, p *pass, fx *fixedState) error {
 	cfg := &m.Config
 	k, s, a := m.k, m.stream, &m.act
 	T := p.T
@@ -555,7 +601,8 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 		if err := step("unpacking down", m.unpack(c, s, l, &lw, unpackFFNOut)); err != nil {
 			return err
 		}
-		if err := step("down", k.MatMul(c, s, lw.down, a.gate, a.tmp, T)); err != nil {
+		acc, err := m.down(c, s, &lw, T, gemma, fx, l&1)
+		if err := step("down", err); err != nil {
 			return err
 		}
 		if gemma {
@@ -565,13 +612,27 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 		}
 		// With every layer resident, the next layer's attention norm
 		// weights are in place: fuse the residual update with that norm.
+		// A down product in fixed point (acc != 0) is added from there.
 		if !gemma && fuseElementwise && st == nil && l+1 < len(m.layers) {
-			if err := step("residual and next attention norm", k.AddRMSNormQ(c, s, a.h, a.tmp, m.layers[l+1].attnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
+			if acc != 0 {
+				err = k.AddFixedRMSNormQ(c, s, a.h, acc, m.layers[l+1].attnNorm, a.xn, T, cfg.Dim, eps)
+				fx.dirty[l&1] = true
+			} else {
+				err = k.AddRMSNormQ(c, s, a.h, a.tmp, m.layers[l+1].attnNorm, a.xn, T, cfg.Dim, eps)
+			}
+			if err := step("residual and next attention norm", err); err != nil {
 				return err
 			}
 			normed = true
-		} else if err := step("residual", k.Add(c, s, a.h, a.tmp, int64(T)*dim)); err != nil {
-			return err
+		} else {
+			if acc != 0 {
+				err = k.AddFixed(c, s, a.h, acc, int64(T)*dim)
+			} else {
+				err = k.Add(c, s, a.h, a.tmp, int64(T)*dim)
+			}
+			if err := step("residual", err); err != nil {
+				return err
+			}
 		}
 		if slot >= 0 {
 			if err := step("releasing its slot", st.done(slot)); err != nil {
@@ -608,14 +669,17 @@ func (m *Model) enqueue(ctx context.Context, c *kcuda.Ctx, p *pass) error {
 // enqueueGEMVs enqueues the matrix products of a batch-1 decode pass alone,
 // launched as enqueue launches them (fused or not), reading and writing the
 // activation buffers: what benchmarks time to get the GEMVs' effective
-// bandwidth. The values computed are meaningless.
+// bandwidth. The values computed are meaningless, and the fixed-point
+// accumulators down adds into (a.fx) are left holding them: call
+// resetFixed after the last replay, before the next Forward.
 func (m *Model) enqueueGEMVs(c *kcuda.Ctx, kinds gemvKind) error {
 	k, s, a := m.k, m.stream, &m.act
 	dim := m.Config.Dim
 	// In the step a norm leaves a.xn (and a.outX) quantized for the GEMVs
 	// that read it (RMSNormQ), and attention a.att (AttentionDecodeQ):
 	// their x needs no launch here either.
-	for _, lw := range m.layers {
+	var fx fixedState
+	for l, lw := range m.layers {
 		if kinds&gemvQKV != 0 {
 			k.MarkQuantized(s, a.xn, 1, dim)
 			if err := m.qkv(c, s, &lw, 1); err != nil {
@@ -644,7 +708,13 @@ func (m *Model) enqueueGEMVs(c *kcuda.Ctx, kinds gemvKind) error {
 			if kinds&gemvDownHeld != 0 && !k.MarkQuantized(s, a.gate, 1, lw.down.Cols) {
 				return fmt.Errorf("down's x (%d columns) cannot be held quantized", lw.down.Cols)
 			}
-			if err := k.GEMV(c, s, lw.down, a.gate, a.tmp, 1); err != nil {
+			if kinds&gemvDownHeld != 0 {
+				// The one-vector kernels on the held x, never the column
+				// slices (which quantize their own).
+				if err := k.GEMV(c, s, lw.down, a.gate, a.tmp, 1); err != nil {
+					return err
+				}
+			} else if _, err := m.down(c, s, &lw, 1, false, &fx, l&1); err != nil {
 				return err
 			}
 		}
@@ -676,6 +746,54 @@ func (m *Model) qkv(c *kcuda.Ctx, s kcuda.Stream, lw *layerW, T int) error {
 		}
 	}
 	return nil
+}
+
+// down launches layer lw's down product for T rows of a.gate: for one
+// token, where the kernels take it, by column slices into a.fx's set buf
+// (kernels.GEMVSliced, which quantize their own x: no launch for it, and
+// zero the other set, which the previous layer's residual update has
+// read), returning those accumulators, which the residual update must add;
+// else MatMul into a.tmp, returning 0. Not for gemma, whose post-FFN norm
+// reads the product in floats. enqueue and enqueueGEMVs both launch it
+// here.
+func (m *Model) down(c *kcuda.Ctx, s kcuda.Stream, lw *layerW, T int, gemma bool, fx *fixedState, buf int) (kcuda.DevPtr, error) {
+	k, a := m.k, &m.act
+	if !gemma && m.downSliced(lw, T) {
+		n := kernels.GEMVFixedBytes(m.Config.Dim)
+		acc, other := a.fx.Add(int64(buf)*n), a.fx.Add(int64(1-buf)*n)
+		if fx.dirty[buf] { // a product no sliced launch has zeroed since
+			if err := c.MemsetD8(acc, 0, n, s); err != nil {
+				return 0, fmt.Errorf("zeroing the fixed-point accumulators: %w", err)
+			}
+			fx.dirty[buf] = false
+		}
+		ok, err := k.GEMVSliced(c, s, lw.down, a.gate, acc, other)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			fx.used, fx.dirty[1-buf] = true, false
+			return acc, nil
+		}
+	}
+	return 0, k.MatMul(c, s, lw.down, a.gate, a.tmp, T)
+}
+
+// downSliced reports whether down takes lw's product by column slices
+// (for a model other than gemma).
+func (m *Model) downSliced(lw *layerW, T int) bool {
+	return T == 1 && m.act.fx != 0 && m.k.GEMVSlicedTakes(lw.down, m.act.gate)
+}
+
+// resetFixed zeroes a.fx and waits for it (after enqueueGEMVs' replays).
+func (m *Model) resetFixed(c *kcuda.Ctx) error {
+	if m.act.fx == 0 {
+		return nil
+	}
+	if err := c.MemsetD8(m.act.fx, 0, 2*kernels.GEMVFixedBytes(m.Config.Dim), m.stream); err != nil {
+		return fmt.Errorf("zeroing the fixed-point accumulators: %w", err)
+	}
+	return c.StreamSync(m.stream)
 }
 
 // gateUp launches layer lw's gate and up products for T rows of a.xn: one

@@ -2208,76 +2208,8 @@ __global__ void __launch_bounds__(32 * W) kTS(const uint8_t* W0, const uint8_t* 
   tc_store<W, GLU>(acca, accb, red, Y, rows);
 }
 
-// Slices of x that a block quantizes itself (modes sk): NV 64-blocks of x
-// (X: the slice's first float) quantized by quant64, as gemvq_x does, in
-// shared memory. SliceP: arranged as LP (common.cuh) for the pair units'
-// QXP; Slice6: as L6 for the Q6KA units' QX6 (unit u of the slice reads
-// its 64-blocks u & ~1 and u | 1). quant: a whole warp quantizes 64-block
-// b; load: unit u's x.
-template <int NV>
-struct SliceP {
-  uint4 pcs[8][NV];
-  int2 ssum[NV];
-  float ssx[NV];
-  __device__ __forceinline__ void quant(const float* X, int b) {
-    const int lane = threadIdx.x & 31;
-    int q0, q1, s;
-    float sx;
-    quant64(reinterpret_cast<const float2*>(X + 64 * b)[lane], q0, q1, sx, s);
-    const int e = 2 * lane, pc = e >> 4, j = e & 15;
-    reinterpret_cast<uint16_t*>(&pcs[pc][b])[j >> 1] = (uint16_t)(((q0 >> 8) & 0xff) | (((q1 >> 8) & 0xff) << 8));
-    reinterpret_cast<uint16_t*>(&pcs[4 + pc][b])[j >> 1] = (uint16_t)((q0 & 0xff) | ((q1 & 0xff) << 8));
-    const int s8 = __shfl_down_sync(0xffffffffu, s, 8);
-    if (lane == 0) { ssum[b].x = s + s8; ssx[b] = sx; }
-    if (lane == 16) ssum[b].y = s + s8;
-  }
-  __device__ __forceinline__ void load(int u, QXP& x) const {
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      x.h[i] = pcs[i][u];
-      x.l[i] = pcs[4 + i][u];
-    }
-    x.S0 = ssum[u].x;
-    x.S1 = ssum[u].y;
-    x.sx = ssx[u];
-  }
-};
-template <int NV>
-struct Slice6 {
-  uint4 pcs[8][NV];
-  int4 ssum[NV];
-  float2 ssx[NV];
-  __device__ __forceinline__ void quant(const float* X, int B) {  // gemvq_put6*'s arrangement, local to the slice
-    const int lane = threadIdx.x & 31;
-    int q0, q1, s;
-    float sx;
-    quant64(reinterpret_cast<const float2*>(X + 64 * B)[lane], q0, q1, sx, s);
-    const int p = 2 * lane, t = B & 1;
-    const int un = B - t + ((p >> 4) & 1), pc = 2 * t + (p >> 5), j = p & 15;
-    reinterpret_cast<uint16_t*>(&pcs[pc][un])[j >> 1] = (uint16_t)(((q0 >> 8) & 0xff) | (((q1 >> 8) & 0xff) << 8));
-    reinterpret_cast<uint16_t*>(&pcs[4 + pc][un])[j >> 1] = (uint16_t)((q0 & 0xff) | ((q1 & 0xff) << 8));
-    if ((lane & 7) == 0) {
-      const int g = lane >> 3;
-      reinterpret_cast<int*>(&ssum[B - t + (g & 1)])[2 * t + (g >> 1)] = s;
-    }
-    if (lane == 0) {
-      reinterpret_cast<float*>(&ssx[B - t])[t] = sx;
-      reinterpret_cast<float*>(&ssx[B - t + 1])[t] = sx;
-    }
-  }
-  __device__ __forceinline__ void load(int u, QX6& x) const {
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      x.xh[i] = pcs[i][u];
-      x.xl[i] = pcs[4 + i][u];
-    }
-    const int4 g4 = ssum[u];
-    x.s01 = make_int2(g4.x, g4.y);
-    x.s23 = make_int2(g4.z, g4.w);
-    x.sx0 = ssx[u].x;
-    x.sx1 = ssx[u].y;
-  }
-};
+// Slices of x that a block quantizes itself (modes sk): SliceP and Slice6,
+// gemvq.cu's since its gemvq_sk_* kernels (GEMV v12) came from kSK2/kSK6.
 
 // kSK (mode sk, seventh session): down (Q4_K, pair units) split over
 // columns as well as rows, each block quantizing its own slice of x: no
@@ -2373,6 +2305,58 @@ __global__ void __launch_bounds__(32 * WP) kSK2(const uint8_t* W, long long rb, 
 template <int RC, int UN, int WP>
 __global__ void __launch_bounds__(32 * WP) kSK6(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
   sk_walk<Slice6<16>, QW6A, QX6, RC, UN, WP>(W, rb, Y, rows, cols, X);
+}
+
+// ske_walk (kSKE4, kSKE6; mode sk): sk_walk with the rows split evenly
+// over the launch's row chunks (gridDim.x / slices of them, any number),
+// so that a launch can take one block per multiprocessor (9 chunks x 14
+// slices = 126 of 132) instead of 4096/RC chunks (8 x 14 = 112, 20 idle).
+// Chunk c owns row pairs [c P / C, (c+1) P / C) of the P = rows/2; warp w
+// walks its pairs w, w + WP, ... of them.
+template <class Slice, class QW, class QX, int UN, int WP>
+__device__ __forceinline__ void ske_walk(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
+  __shared__ Slice slice;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int u = lane & 15, half = lane >> 4;
+  const int nslices = cols / 1024, chunks = gridDim.x / nslices;
+  const int rc = blockIdx.x / nslices, sl = blockIdx.x % nslices;
+  const int P = rows >> 1, p0 = (int)((long long)rc * P / chunks), p1 = (int)((long long)(rc + 1) * P / chunks);
+  const int v = sl * 16 + u;
+  const int np = (p1 - p0 - warp + WP - 1) / WP;  // pairs of this warp
+  auto row = [&](int k) { return 2 * (p0 + warp + WP * k) + half; };
+  auto rowp = [&](int k) { return W + (long long)min(row(k), rows - 1) * rb; };
+  QW w[UN];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (j < np) w[j].load(rowp(j), v);
+  pdl_trigger();
+  pdl_wait();
+  for (int b = warp; b < 16; b += WP) slice.quant(X + 1024LL * sl, b);
+  __syncthreads();
+  QX x;
+  slice.load(u, x);
+  for (int k0 = 0; k0 < np; k0 += UN) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int k = k0 + j;
+      if (k < np) {
+        float acc = 0.0f;
+        w[j].dot(v, x, acc);
+        if (k + UN < np) w[j].load(rowp(k + UN), v);
+#pragma unroll
+        for (int o = 1; o < 16; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (u == 0) atomicAdd(Y + row(k), acc);
+      }
+    }
+  }
+}
+template <int UN, int WP>
+__global__ void __launch_bounds__(32 * WP) kSKE4(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
+  ske_walk<SliceP<16>, QW4P, QXP, UN, WP>(W, rb, Y, rows, cols, X);
+}
+template <int UN, int WP>
+__global__ void __launch_bounds__(32 * WP) kSKE6(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
+  ske_walk<Slice6<16>, QW6A, QX6, UN, WP>(W, rb, Y, rows, cols, X);
 }
 
 // mixa_body: gemvq_mixed_a_1's dispatch (its gemvq_mixed_body<true>) with
@@ -3017,12 +3001,32 @@ int main(int argc, char** argv) {
       }
     };
     auto walk = [](const char* name, SKFn f, int RC, int WP) {  // kSK2 / kSK6 at 4096 x 14336
-      return SKV{std::string(name) + " (" + std::to_string(4096 / RC * 14) + " blocks)", f, 4096 / RC * 14, 32 * WP};
+      const int blocks = (4096 + RC - 1) / RC * 14;
+      return SKV{std::string(name) + " (" + std::to_string(blocks) + " blocks)", f, blocks, 32 * WP};
     };
     std::vector<SKV> q4 = {walk("kSK2 RC256 UN4", kSK2<256, 4>, 256, 8), walk("kSK2 RC256 UN8", kSK2<256, 8>, 256, 8),
                            walk("kSK2 RC256 UN4 w16", kSK2<256, 4, 16>, 256, 16), walk("kSK2 RC256 UN2 w16", kSK2<256, 2, 16>, 256, 16),
                            walk("kSK2 RC512 UN4 w16", kSK2<512, 4, 16>, 512, 16), walk("kSK2 RC128 UN4 w4", kSK2<128, 4, 4>, 128, 4),
                            walk("kSK2 RC256 UN8 w4", kSK2<256, 8, 4>, 256, 4)};
+    auto even = [](const char* name, SKFn f, int chunks, int WP) {  // kSKE4 / kSKE6: chunks x 14 blocks
+      return SKV{std::string(name) + " C" + std::to_string(chunks) + " (" + std::to_string(chunks * 14) + " blocks)", f, chunks * 14, 32 * WP};
+    };
+    if (getenv("SKE")) {  // even row chunks (runtime pairs a warp): 12.0-24.8 us (-sk4.txt)
+      for (int c : {8, 9, 18}) {
+        q4.push_back(even("kSKE4 UN4 w16", kSKE4<4, 16>, c, 16));
+        q4.push_back(even("kSKE4 UN2 w16", kSKE4<2, 16>, c, 16));
+        q4.push_back(even("kSKE4 UN4 w8", kSKE4<4, 8>, c, 8));
+      }
+      q4.push_back(even("kSKE4 UN4 w32", kSKE4<4, 32>, 9, 32));
+      q4.push_back(even("kSKE4 UN2 w32", kSKE4<2, 32>, 9, 32));
+    }
+    // RC 480: 9 chunks (the last 256 rows), 126 blocks.
+    q4.push_back(walk("kSK2 RC480 UN4 w16", kSK2<480, 4, 16>, 480, 16));
+    q4.push_back(walk("kSK2 RC480 UN3 w16", kSK2<480, 3, 16>, 480, 16));
+    q4.push_back(walk("kSK2 RC480 UN5 w16", kSK2<480, 5, 16>, 480, 16));
+    q4.push_back(walk("kSK2 RC480 UN2 w16", kSK2<480, 2, 16>, 480, 16));
+    q4.push_back(walk("kSK2 RC240 UN3 w8", kSK2<240, 3, 8>, 240, 8));
+    q4.push_back(walk("kSK2 RC960 UN4 w32", kSK2<960, 4, 32>, 960, 32));
     if (getenv("SK1")) {  // the first cut, one unit a lane
       const std::pair<int, SKFn> nvs[] = {{2, kSK<2>}, {4, kSK<4>}, {8, kSK<8>}, {16, kSK<16>}};
       for (const auto& nv : nvs) {
@@ -3038,7 +3042,10 @@ int main(int argc, char** argv) {
             [&](const Mat& dn) { launchS((KFn)k6R<2, 2, true>, 2048, 32, 0, s, (const uint8_t*)dn.w6s, dn.rb, dn.y, 4096, 14336, (const uint8_t*)xq14); },
             [](const Mat& dn) { return (const uint8_t*)dn.w6s; },
             {walk("kSK6 RC512 UN4 w16", kSK6<512, 4, 16>, 512, 16), walk("kSK6 RC512 UN2 w16", kSK6<512, 2, 16>, 512, 16),
-             walk("kSK6 RC256 UN4 w8", kSK6<256, 4, 8>, 256, 8)});
+             walk("kSK6 RC256 UN4 w8", kSK6<256, 4, 8>, 256, 8), even("kSKE6 UN4 w16", kSKE6<4, 16>, 9, 16),
+             walk("kSK6 RC480 UN4 w16", kSK6<480, 4, 16>, 480, 16), walk("kSK6 RC480 UN3 w16", kSK6<480, 3, 16>, 480, 16),
+             walk("kSK6 RC480 UN5 w16", kSK6<480, 5, 16>, 480, 16), walk("kSK6 RC480 UN2 w16", kSK6<480, 2, 16>, 480, 16),
+             walk("kSK6 RC240 UN3 w8", kSK6<240, 3, 8>, 240, 8), walk("kSK6 RC240 UN5 w8", kSK6<240, 5, 8>, 240, 8)});
     return 0;
   }
   // mode dchain6: the down chain as the engine now runs it (Q4_K layers by

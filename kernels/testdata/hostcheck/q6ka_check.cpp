@@ -41,7 +41,13 @@ inline float __uint_as_float(unsigned v) { float f; memcpy(&f, &v, 4); return f;
 inline int __float_as_int(float f) { int v; memcpy(&v, &f, 4); return v; }
 inline int __float2int_rn(float f) { return (int)std::nearbyint(f); }
 inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { const unsigned long long o = *p; *p += v; return o; }
+inline long long __float2ll_rn(float f) { return std::llrint(f); }
+inline double __ll2double_rn(long long v) { return (double)v; }
+inline float __double2float_rn(double v) { return (float)v; }
 template <typename T> T __shfl_xor_sync(unsigned, T v, int) { return v; }
+template <typename T> T __shfl_down_sync(unsigned, T v, int) { return v; }
 inline bool __any_sync(unsigned, bool p) { return p; }
 inline void __syncthreads() {}
 inline void __syncwarp(unsigned = 0xffffffffu) {}

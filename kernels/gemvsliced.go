@@ -1,0 +1,163 @@
+package kernels
+
+import (
+	"fmt"
+	"os"
+	"sync/atomic"
+
+	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/kernels/cuda"
+)
+
+// GEMV by column slices (gemvq.cu's gemvq_sk_p and gemvq_sk_q6ka): for a
+// one-vector product whose x is still in floats, each block quantizes the
+// 1024 columns of x it reads into shared memory and adds its rows'
+// products over them into 64-bit fixed-point accumulators (common.cuh's
+// gemv_fx) by integer atomics, which AddFixed or AddFixedRMSNormQ then
+// add to their target and re-zero. Why: the decode step's down projection
+// reads the x gate/up has just written, and the integer GEMVs would first
+// quantize it in a launch of its own (gemvq_x): one more dependent launch,
+// ramp and tail a layer. Integer sums are exact in any order, so the
+// result is the same bits every run, whichever block finishes first, as
+// float atomics' would not be. Measured on the H200 (kernels/NOTES.md,
+// GEMV v12).
+
+// GEMVSliceCols is the columns of one slice; gemvSKMaxSlices the most
+// slices (partial sums a row) the fixed point takes (common.cuh).
+const GEMVSliceCols, gemvSKMaxSlices = 1024, 16
+
+// gemvSKRows are gemvq.cu's GEMVQ_SK rows a block (RC) for Q4_K and Q6KA;
+// gemvSKThreads its block size (8 warps).
+const gemvSKRowsQ4K, gemvSKRowsQ6KA, gemvSKThreads = 256, 240, 256
+
+// gemvSK switches GEMVSliced on; on by default, SetGEMVSliced(false) or
+// STRATA_GEMVSLICED=0 (the whole process) for comparisons.
+var gemvSK atomic.Bool
+
+func init() { gemvSK.Store(os.Getenv("STRATA_GEMVSLICED") != "0") }
+
+// SetGEMVSliced turns GEMVSliced on or off (off, it takes nothing and its
+// callers launch GEMV).
+func SetGEMVSliced(on bool) { gemvSK.Store(on) }
+
+// gemvSKBlocksPerSMDefault is how many blocks of either kernel an H200
+// multiprocessor holds (123 and 120 registers a thread, 256 threads),
+// where Load's occupancy query fails.
+const gemvSKBlocksPerSMDefault = 2
+
+// gemvSKGeometry picks the kernel, its rows a block and its grid for w,
+// or ok false where GEMVSliced takes nothing: the integer path on
+// (SetFastGEMV) and this one (SetGEMVSliced), Q4_K rows 16-byte aligned or
+// Q6KA (re-laid: 2-byte), cols a multiple of GEMVSliceCols and at most
+// gemvSKMaxSlices of them (the fixed point's limit, common.cuh), x 8-byte
+// aligned, and every block resident at once (one wave: the kernels were
+// measured, and chosen, for down 4096x14336 at 224 and 252 blocks on 132
+// multiprocessors of two; a second wave would run behind the first with
+// nothing in flight).
+func (k *Kernels) gemvSKGeometry(w Matrix, x cuda.DevPtr) (name string, rc, blocks int, ok bool) {
+	if !FastGEMV() || !gemvSK.Load() || w.Rows < 1 || w.Cols < GEMVSliceCols || w.Cols%GEMVSliceCols != 0 ||
+		w.Cols > gemvSKMaxSlices*GEMVSliceCols || w.Ptr == 0 || x%8 != 0 {
+		return "", 0, 0, false
+	}
+	switch {
+	case w.Type == quant.Q4_K && (uint64(w.Ptr)|uint64(w.RowBytes()))%16 == 0:
+		name, rc = "gemvq_sk_p", gemvSKRowsQ4K
+	case w.Type == Q6KA && w.Ptr%2 == 0:
+		name, rc = "gemvq_sk_q6ka", gemvSKRowsQ6KA
+	default:
+		return "", 0, 0, false
+	}
+	if _, ok := k.fns[name]; !ok {
+		return "", 0, 0, false
+	}
+	perSM := k.skPerSM[name]
+	if perSM <= 0 {
+		perSM = gemvSKBlocksPerSMDefault
+	}
+	blocks = ceilDiv(w.Rows, rc) * (w.Cols / GEMVSliceCols)
+	if blocks > perSM*max(k.SMs, 1) {
+		return "", 0, 0, false
+	}
+	return name, rc, blocks, true
+}
+
+// GEMVFixedBytes is the bytes of fixed-point accumulators for n outputs.
+func GEMVFixedBytes(n int) int64 { return 8 * int64(n) }
+
+// GEMVSlicedTakes reports whether GEMVSliced would take w with x.
+func (k *Kernels) GEMVSlicedTakes(w Matrix, x cuda.DevPtr) bool {
+	_, _, _, ok := k.gemvSKGeometry(w, x)
+	return ok
+}
+
+// GEMVSliced enqueues acc += W x for one vector x of W.Cols floats by
+// column slices where it can take the product (gemvSKGeometry), reporting
+// false having enqueued nothing where it cannot (the caller then launches
+// GEMV). x is quantized as GEMV's integer path does; each slice's sum is
+// GEMV's arithmetic in another order, added to acc (W.Rows accumulators,
+// GEMVFixedBytes, 8-byte aligned) in fixed point: acc must hold zeros, or
+// what earlier products added, and is read by AddFixed (which zeroes it)
+// or AddFixedRMSNormQ (which does not). zero, when not 0, is another
+// W.Rows accumulators (not overlapping acc) that the launch zeroes, after
+// whatever ran before it on s. A slice's sum of magnitude 2^20 or more,
+// or NaN, makes the output NaN (common.cuh).
+func (k *Kernels) GEMVSliced(c *cuda.Ctx, s cuda.Stream, w Matrix, x, acc, zero cuda.DevPtr) (bool, error) {
+	name, _, blocks, ok := k.gemvSKGeometry(w, x)
+	if !ok {
+		return false, nil
+	}
+	n := cuda.DevPtr(GEMVFixedBytes(w.Rows))
+	if acc == 0 || acc%8 != 0 || zero%8 != 0 || (zero != 0 && zero < acc+n && acc < zero+n) {
+		return false, fmt.Errorf("gemv sliced: accumulators at %#x, to zero at %#x (%d bytes each)", uint64(acc), uint64(zero), n)
+	}
+	err := k.gemvqOrRead(c, s, "gemv sliced", func() error {
+		f, err := k.fn(name)
+		if err != nil {
+			return err
+		}
+		var a cuda.Args
+		a.Ptr(w.Ptr).I64(w.RowBytes()).Ptr(acc).Int(w.Rows).Int(w.Cols).Ptr(x).Ptr(zero)
+		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: gemvSKThreads}}
+		if err := k.run(c, f, cfg, s, &a); err != nil {
+			return fmt.Errorf("gemv sliced: %s %dx%d: %w", name, w.Rows, w.Cols, err)
+		}
+		return nil
+	}, []GEMVOut{{W: w, Y: acc}})
+	return err == nil, err
+}
+
+// AddFixed adds n fixed-point accumulators (GEMVSliced's) to y and zeroes
+// them: y[i] += acc[i], acc[i] = 0.
+func (k *Kernels) AddFixed(c *cuda.Ctx, s cuda.Stream, y, acc cuda.DevPtr, n int64) error {
+	if acc%8 != 0 {
+		return fmt.Errorf("add_fx: accumulators at %#x", uint64(acc))
+	}
+	var args cuda.Args
+	args.Ptr(y).Ptr(acc).I64(n)
+	return k.elementwise(c, s, "add_fx", n, &args)
+}
+
+// AddFixedRMSNormQ is AddRMSNormQ (x += a, y = rmsnorm(x) * w, y left
+// quantized for the integer GEMV that reads it next) with a as n rows of
+// dim fixed-point accumulators (GEMVSliced's), left as they are: a
+// single block's time is its bytes, and writing zeros back cost ~0.45 µs
+// a layer; a GEMVSliced told to zero them (or AddFixed) must before the
+// next product adds into them.
+func (k *Kernels) AddFixedRMSNormQ(c *cuda.Ctx, s cuda.Stream, x, acc, w, y cuda.DevPtr, n, dim int, eps float32) error {
+	if n < 1 || dim < 1 || acc%8 != 0 {
+		return fmt.Errorf("add_fx_rmsnorm: %d rows of %d, accumulators at %#x", n, dim, uint64(acc))
+	}
+	xq, ok := k.normQScratch(s, y, n, dim)
+	if !ok || x%16 != 0 || acc%16 != 0 || w%16 != 0 {
+		xq = 0
+	}
+	var args cuda.Args
+	args.Ptr(x).Ptr(acc).Ptr(w).Ptr(y).Int(dim).F32(eps).Ptr(xq)
+	if err := k.launch(c, s, "add_fx_rmsnorm", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: normThreads(dim)}}, &args); err != nil {
+		return err
+	}
+	if xq != 0 {
+		k.holdQuantized(s, y, n, dim)
+	}
+	return nil
+}
