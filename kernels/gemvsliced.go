@@ -40,6 +40,9 @@ func init() { gemvSK.Store(os.Getenv("STRATA_GEMVSLICED") != "0") }
 // callers launch GEMV).
 func SetGEMVSliced(on bool) { gemvSK.Store(on) }
 
+// GEMVSlicedOn reports whether GEMVSliced is switched on.
+func GEMVSlicedOn() bool { return gemvSK.Load() }
+
 // gemvSKBlocksPerSMDefault is how many blocks of either kernel an H200
 // multiprocessor holds (123 and 120 registers a thread, 256 threads),
 // where Load's occupancy query fails.
