@@ -751,10 +751,14 @@ struct SliceP {
   int2 ssum[NV];
   float ssx[NV];
   __device__ __forceinline__ void quant(const float* X, int b) {
+    quant(reinterpret_cast<const float2*>(X + 64 * b)[threadIdx.x & 31], b);
+  }
+  // The same for the lane's two elements v of 64-block b, already loaded.
+  __device__ __forceinline__ void quant(float2 v, int b) {
     const int lane = threadIdx.x & 31;
     int q0, q1, s;
     float sx;
-    quant64(reinterpret_cast<const float2*>(X + 64 * b)[lane], q0, q1, sx, s);
+    quant64(v, q0, q1, sx, s);
     const int e = 2 * lane, pc = e >> 4, j = e & 15;
     reinterpret_cast<uint16_t*>(&pcs[pc][b])[j >> 1] = (uint16_t)(((q0 >> 8) & 0xff) | (((q1 >> 8) & 0xff) << 8));
     reinterpret_cast<uint16_t*>(&pcs[4 + pc][b])[j >> 1] = (uint16_t)((q0 & 0xff) | ((q1 & 0xff) << 8));
@@ -782,11 +786,14 @@ struct Slice6 {
   uint4 pcs[8][NV];
   int4 ssum[NV];
   float2 ssx[NV];
-  __device__ __forceinline__ void quant(const float* X, int B) {  // gemvq_put6's arrangement, local to the slice
+  __device__ __forceinline__ void quant(const float* X, int B) {
+    quant(reinterpret_cast<const float2*>(X + 64 * B)[threadIdx.x & 31], B);
+  }
+  __device__ __forceinline__ void quant(float2 v, int B) {  // gemvq_put6's arrangement, local to the slice
     const int lane = threadIdx.x & 31;
     int q0, q1, s;
     float sx;
-    quant64(reinterpret_cast<const float2*>(X + 64 * B)[lane], q0, q1, sx, s);
+    quant64(v, q0, q1, sx, s);
     const int p = 2 * lane, t = B & 1;
     const int un = B - t + ((p >> 4) & 1), pc = 2 * t + (p >> 5), j = p & 15;
     reinterpret_cast<uint16_t*>(&pcs[pc][un])[j >> 1] = (uint16_t)(((q0 >> 8) & 0xff) | (((q1 >> 8) & 0xff) << 8));

@@ -2261,7 +2261,9 @@ __global__ void __launch_bounds__(256) kSK(const uint8_t* W, long long rb, float
 // lanes of a row are summed by shuffles and added to Y by float atomics
 // (rows x 14 slices of them a launch at 14336 columns). kSK2: Q4_K pair
 // units (SliceP, QW4P); kSK6: Q6KA units (Slice6, QW6A).
-template <class Slice, class QW, class QX, int RC, int UN, int WP>
+// PRE: a warp loads the x of all its 64-blocks of the slice before it
+// quantizes any (kSK2P, kSK6P: one load latency instead of 16/WP).
+template <class Slice, class QW, class QX, int RC, int UN, int WP, bool PRE = false>
 __device__ __forceinline__ void sk_walk(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
   __shared__ Slice slice;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -2279,7 +2281,18 @@ __device__ __forceinline__ void sk_walk(const uint8_t* W, long long rb, float* Y
     if (j < NP) w[j].load(rowp(j), v);
   pdl_trigger();
   pdl_wait();
-  for (int b = warp; b < 16; b += WP) slice.quant(X + 1024LL * sl, b);
+  if (PRE) {
+    constexpr int NB = (16 + WP - 1) / WP;
+    float2 xv[NB];
+#pragma unroll
+    for (int i = 0; i < NB; i++)
+      if (warp + WP * i < 16) xv[i] = reinterpret_cast<const float2*>(X + 1024LL * sl + 64 * (warp + WP * i))[lane];
+#pragma unroll
+    for (int i = 0; i < NB; i++)
+      if (warp + WP * i < 16) slice.quant(xv[i], warp + WP * i);
+  } else {
+    for (int b = warp; b < 16; b += WP) slice.quant(X + 1024LL * sl, b);
+  }
   __syncthreads();
   QX x;
   slice.load(u, x);
@@ -2297,6 +2310,61 @@ __device__ __forceinline__ void sk_walk(const uint8_t* W, long long rb, float* Y
       }
     }
   }
+}
+template <int RC, int UN, int WP>
+__global__ void __launch_bounds__(32 * WP) kSK2P(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
+  sk_walk<SliceP<16>, QW4P, QXP, RC, UN, WP, true>(W, rb, Y, rows, cols, X);
+}
+template <int RC, int UN, int WP>
+__global__ void __launch_bounds__(32 * WP) kSK6P(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
+  sk_walk<Slice6<16>, QW6A, QX6, RC, UN, WP, true>(W, rb, Y, rows, cols, X);
+}
+
+// kSKH2 / kSKH6 (mode sk, eighth session): sk_walk with x already
+// quantized (X is gemvq_x's output for the whole vector): each lane loads
+// its unit's x from global memory after the wait, as the one-vector
+// kernels do, instead of its block quantizing the slice: what the slices'
+// own quantization costs the walk.
+template <class QW, class QX, int RC, int UN, int WP>
+__device__ __forceinline__ void skh_walk(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int u = lane & 15, half = lane >> 4;
+  const int nslices = cols / 1024;
+  const int rc = blockIdx.x / nslices, sl = blockIdx.x % nslices;
+  const int v = sl * 16 + u;
+  constexpr int NP = RC / (2 * WP);
+  auto row = [&](int k) { return rc * RC + 2 * (warp + WP * k) + half; };
+  auto rowp = [&](int k) { return W + (long long)min(row(k), rows - 1) * rb; };
+  QW w[UN];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (j < NP) w[j].load(rowp(j), v);
+  pdl_trigger();
+  pdl_wait();
+  QX x;
+  x.load(XQ, cols, v);
+  for (int k0 = 0; k0 < NP; k0 += UN) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int k = k0 + j;
+      if (k < NP) {
+        float acc = 0.0f;
+        w[j].dot(v, x, acc);
+        if (k + UN < NP) w[j].load(rowp(k + UN), v);
+#pragma unroll
+        for (int o = 1; o < 16; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (u == 0 && row(k) < rows) atomicAdd(Y + row(k), acc);
+      }
+    }
+  }
+}
+template <int RC, int UN, int WP>
+__global__ void __launch_bounds__(32 * WP) kSKH2(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
+  skh_walk<QW4P, QXP, RC, UN, WP>(W, rb, Y, rows, cols, reinterpret_cast<const uint8_t*>(X));
+}
+template <int RC, int UN, int WP>
+__global__ void __launch_bounds__(32 * WP) kSKH6(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
+  skh_walk<QW6A, QX6, RC, UN, WP>(W, rb, Y, rows, cols, reinterpret_cast<const uint8_t*>(X));
 }
 template <int RC, int UN, int WP = 8>
 __global__ void __launch_bounds__(32 * WP) kSK2(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
@@ -2973,7 +3041,7 @@ int main(int argc, char** argv) {
     uint8_t* xq14 = gXQ[1];
     auto quantx = [&] { launchS(gemvq_x, (14336 / 64 * 32 + 255) / 256, 256, 0, s, (const float*)gXf, 14336, 1, xq14); };
     typedef void (*SKFn)(const uint8_t*, long long, float*, int, int, const float*);
-    struct SKV { std::string name; SKFn f; int blocks, threads; };
+    struct SKV { std::string name; SKFn f; int blocks, threads; bool held = false; };  // held: X is gemvq_x's output
     // One kind of down (mats[k]): the step's kernel (step(dn), on x that
     // gemvq_x quantized) with gemvq_x before each launch and with x held,
     // then each variant (on wp(dn), its own x), its output (added into a
@@ -2993,7 +3061,8 @@ int main(int argc, char** argv) {
         fflush(stdout);
       }
       for (const SKV& v : vs) {
-        auto run = [&](const Mat& dn) { launchS(v.f, v.blocks, v.threads, 0, s, wp(dn), dn.rb, dn.y, 4096, 14336, (const float*)gXf); };
+        const float* xv = v.held ? (const float*)xq14 : (const float*)gXf;
+        auto run = [&](const Mat& dn) { launchS(v.f, v.blocks, v.threads, 0, s, wp(dn), dn.rb, dn.y, 4096, 14336, xv); };
         const double e = maxAbs(runOnce(s, d0.y, 4096, 0, [&] { run(d0); }), &y0);
         const double t = chainBest(s, 32, [&](int L) { run(mats[k][L]); });
         printf("%s %-31s %7.2f us a launch, %.3f of D2D  (max |dy| %.2e of %.2e)\n", kind, v.name.c_str(), t * 1e6, lb / t / 1e9 / d2d, e, maxAbs(y0));
@@ -3027,6 +3096,17 @@ int main(int argc, char** argv) {
     q4.push_back(walk("kSK2 RC480 UN2 w16", kSK2<480, 2, 16>, 480, 16));
     q4.push_back(walk("kSK2 RC240 UN3 w8", kSK2<240, 3, 8>, 240, 8));
     q4.push_back(walk("kSK2 RC960 UN4 w32", kSK2<960, 4, 32>, 960, 32));
+    // The engine's geometry (gemvq_sk_p: RC 256, UN 4, 8 warps) with x held
+    // (kSKH2): the slices' own quantization's share.
+    q4.push_back(walk("kSK2P RC256 UN4 w8, x loads first", kSK2P<256, 4, 8>, 256, 8));
+    {
+      SKV h = walk("kSKH2 RC256 UN4 w8, x held", kSKH2<256, 4, 8>, 256, 8);
+      h.held = true;
+      q4.push_back(h);
+      SKV h16 = walk("kSKH2 RC512 UN4 w16, x held", kSKH2<512, 4, 16>, 512, 16);
+      h16.held = true;
+      q4.push_back(h16);
+    }
     if (getenv("SK1")) {  // the first cut, one unit a lane
       const std::pair<int, SKFn> nvs[] = {{2, kSK<2>}, {4, kSK<4>}, {8, kSK<8>}, {16, kSK<16>}};
       for (const auto& nv : nvs) {
@@ -3045,7 +3125,13 @@ int main(int argc, char** argv) {
              walk("kSK6 RC256 UN4 w8", kSK6<256, 4, 8>, 256, 8), even("kSKE6 UN4 w16", kSKE6<4, 16>, 9, 16),
              walk("kSK6 RC480 UN4 w16", kSK6<480, 4, 16>, 480, 16), walk("kSK6 RC480 UN3 w16", kSK6<480, 3, 16>, 480, 16),
              walk("kSK6 RC480 UN5 w16", kSK6<480, 5, 16>, 480, 16), walk("kSK6 RC480 UN2 w16", kSK6<480, 2, 16>, 480, 16),
-             walk("kSK6 RC240 UN3 w8", kSK6<240, 3, 8>, 240, 8), walk("kSK6 RC240 UN5 w8", kSK6<240, 5, 8>, 240, 8)});
+             walk("kSK6 RC240 UN3 w8", kSK6<240, 3, 8>, 240, 8), walk("kSK6 RC240 UN5 w8", kSK6<240, 5, 8>, 240, 8),
+             walk("kSK6P RC240 UN3 w8, x loads first", kSK6P<240, 3, 8>, 240, 8),
+             [&] {
+               SKV h = walk("kSKH6 RC240 UN3 w8, x held", kSKH6<240, 3, 8>, 240, 8);
+               h.held = true;
+               return h;
+             }()});
     return 0;
   }
   // mode dchain6: the down chain as the engine now runs it (Q4_K layers by
