@@ -41,15 +41,38 @@ func TestHostBuildQ6KA(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "dq6.inc"), []byte(inc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "q6ka_check")
+	hostCheck(t, gxx, dir, "q6ka_check")
+}
+
+// hostCheck builds testdata/hostcheck/NAME.cpp with g++ (the kernels'
+// sources, testdata/hostcheck's shims and dir on the include path) and
+// runs it; it must print "ok".
+func hostCheck(t *testing.T, gxx, dir, name string) {
+	t.Helper()
+	bin := filepath.Join(dir, name)
 	cmd := exec.Command(gxx, "-std=c++17", "-O1", "-w", "-DGEMVQ_HOST_CHECK", "-Itestdata/hostcheck", "-I.", "-I"+dir,
-		"-o", bin, "testdata/hostcheck/q6ka_check.cpp")
+		"-o", bin, "testdata/hostcheck/"+name+".cpp")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("g++: %v\n%s", err, out)
 	}
 	out, err := exec.Command(bin).CombinedOutput()
 	if err != nil || !bytes.HasPrefix(out, []byte("ok")) {
-		t.Fatalf("q6ka_check: %v\n%s", err, out)
+		t.Fatalf("%s: %v\n%s", name, err, out)
 	}
 	t.Logf("%s", bytes.TrimSpace(out))
+}
+
+// TestHostBuildFixed builds the GEMV fixed point (common.cuh's gemv_fx and
+// gemv_unfx, which GEMVSliced's kernels and their readers use) and
+// elementwise.cu's add_fx for the host with g++
+// (testdata/hostcheck/fx_check.cpp) and runs it: the encoding's rounding,
+// exact round trips, the poison and its limit over a row's 16 slices, sums
+// independent of the order of the additions, add_fx adding and zeroing.
+// No GPU needed; it skips where g++ is missing.
+func TestHostBuildFixed(t *testing.T) {
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("skipping the host build of the CUDA code: no g++")
+	}
+	hostCheck(t, gxx, t.TempDir(), "fx_check")
 }
