@@ -745,6 +745,14 @@ GEMVQ_Q6KA(gemvq_q6ka_r2u2_1, 1, 2, 2)
 // memory, arranged as LP (common.cuh; QXP, the pair units' x) and as L6
 // (QX6; unit u reads 64-blocks u & ~1 and u | 1). quant: a whole warp
 // quantizes 64-block b of the slice at X; load: unit u's x.
+// slice_put writes a lane's two x_int (q0, q1) at bytes j, j+1 of piece pc
+// (their high bytes) and 4 + pc (their low bytes) of unit un.
+template <int NV>
+__device__ __forceinline__ void slice_put(uint4 (&pcs)[8][NV], int pc, int un, int j, int q0, int q1) {
+  reinterpret_cast<uint16_t*>(&pcs[pc][un])[j >> 1] = (uint16_t)(((q0 >> 8) & 0xff) | (((q1 >> 8) & 0xff) << 8));
+  reinterpret_cast<uint16_t*>(&pcs[4 + pc][un])[j >> 1] = (uint16_t)((q0 & 0xff) | ((q1 & 0xff) << 8));
+}
+
 template <int NV>
 struct SliceP {
   uint4 pcs[8][NV];
@@ -759,9 +767,8 @@ struct SliceP {
     int q0, q1, s;
     float sx;
     quant64(v, q0, q1, sx, s);
-    const int e = 2 * lane, pc = e >> 4, j = e & 15;
-    reinterpret_cast<uint16_t*>(&pcs[pc][b])[j >> 1] = (uint16_t)(((q0 >> 8) & 0xff) | (((q1 >> 8) & 0xff) << 8));
-    reinterpret_cast<uint16_t*>(&pcs[4 + pc][b])[j >> 1] = (uint16_t)((q0 & 0xff) | ((q1 & 0xff) << 8));
+    const int e = 2 * lane;
+    slice_put(pcs, e >> 4, b, e & 15, q0, q1);
     const int s8 = __shfl_down_sync(0xffffffffu, s, 8);
     if (lane == 0) {
       ssum[b].x = s + s8;
@@ -795,9 +802,7 @@ struct Slice6 {
     float sx;
     quant64(v, q0, q1, sx, s);
     const int p = 2 * lane, t = B & 1;
-    const int un = B - t + ((p >> 4) & 1), pc = 2 * t + (p >> 5), j = p & 15;
-    reinterpret_cast<uint16_t*>(&pcs[pc][un])[j >> 1] = (uint16_t)(((q0 >> 8) & 0xff) | (((q1 >> 8) & 0xff) << 8));
-    reinterpret_cast<uint16_t*>(&pcs[4 + pc][un])[j >> 1] = (uint16_t)((q0 & 0xff) | ((q1 & 0xff) << 8));
+    slice_put(pcs, 2 * t + (p >> 5), B - t + ((p >> 4) & 1), p & 15, q0, q1);
     if ((lane & 7) == 0) {
       const int g = lane >> 3;
       reinterpret_cast<int*>(&ssum[B - t + (g & 1)])[2 * t + (g >> 1)] = s;
@@ -821,21 +826,19 @@ struct Slice6 {
   }
 };
 
-// gemvq_sk_body: the walk above for one vector of floats X (cols % 1024
-// == 0, 8-byte aligned) into A (rows accumulators), blocks ordered
-// slice-fastest (block b: rows (b / slices) * RC.., slice b % slices), WP
-// warps a block. Warp w's row pairs are rows RC c + 2 (w + WP k) + {0, 1},
-// k < RC / (2 WP): a count known at compile time, which the measurements
-// needed (the same walk with a runtime count ran 25% slower,
-// kernels/NOTES.md). Rows past the end read the last row and add nothing.
-// Z, when not null, is another rows accumulators the launch zeroes (the
-// first slice's blocks, their rows): the engine alternates two, so that
-// the fused norm that reads one (add_fx_rmsnorm, a single block whose time
-// is its bytes) need not write zeros back.
-template <class Slice, class QW, class QX, int RC, int UN, int WP>
-__device__ __forceinline__ void gemvq_sk_body(const uint8_t* W, long long rb, long long* A, int rows, int cols,
-                                              const float* X, long long* Z) {
-  __shared__ Slice slice;
+// gemvq_sk_walk: a block's walk of its RC rows through one slice of
+// 1024 columns (the sliced kernels' and the stage sweep's). Blocks are
+// ordered slice-fastest (block b: rows (b / slices) * RC.., slice b %
+// slices), WP warps a block; warp w's row pairs are rows RC rc + 2 (w + WP
+// k) + {0, 1}, k < RC / (2 WP), a count known at compile time, which the
+// measurements needed (the same walk with a runtime count ran 25% slower,
+// kernels/NOTES.md); lane u = lane & 15 takes unit v = 16 sl + u of each.
+// The first UN pairs' weights are loaded before the wait; after it,
+// getx(rc, sl, warp, u, x) sets the lane's x of unit v; emit(r, sum) takes each
+// row's sum over the slice (lane u == 0; rows past the end read the last
+// row and are not emitted).
+template <class QW, class QX, int RC, int UN, int WP, class GetX, class Emit>
+__device__ __forceinline__ void gemvq_sk_walk(const uint8_t* W, long long rb, int rows, int cols, GetX getx, Emit emit) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int u = lane & 15, half = lane >> 4;
   const int nslices = cols >> 10;
@@ -850,13 +853,8 @@ __device__ __forceinline__ void gemvq_sk_body(const uint8_t* W, long long rb, lo
     if (j < NP) w[j].load(rowp(j), v);
   pdl_trigger();
   pdl_wait();
-  if (Z != nullptr && sl == 0)
-    for (int r = threadIdx.x; r < RC; r += 32 * WP)
-      if (rc * RC + r < rows) Z[rc * RC + r] = 0;
-  for (int b = warp; b < 16; b += WP) slice.quant(X + 1024LL * sl, b);
-  __syncthreads();
   QX x;
-  slice.load(u, x);
+  getx(rc, sl, warp, u, x);
   for (int k0 = 0; k0 < NP; k0 += UN) {
 #pragma unroll
     for (int j = 0; j < UN; j++) {
@@ -867,10 +865,33 @@ __device__ __forceinline__ void gemvq_sk_body(const uint8_t* W, long long rb, lo
         if (k + UN < NP) w[j].load(rowp(k + UN), v);
 #pragma unroll
         for (int o = 1; o < 16; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (u == 0 && row(k) < rows) atomicAdd(reinterpret_cast<unsigned long long*>(A) + row(k), (unsigned long long)gemv_fx(acc));
+        if (u == 0 && row(k) < rows) emit(row(k), acc);
       }
     }
   }
+}
+
+// gemvq_sk_body: the walk above for one vector of floats X (cols % 1024
+// == 0, 8-byte aligned) into A (rows accumulators). Z, when not null, is
+// another rows accumulators the launch zeroes (the first slice's blocks,
+// their rows): the engine alternates two, so that the fused norm that
+// reads one (add_fx_rmsnorm, a single block whose time is its bytes) need
+// not write zeros back.
+template <class Slice, class QW, class QX, int RC, int UN, int WP>
+__device__ __forceinline__ void gemvq_sk_body(const uint8_t* W, long long rb, long long* A, int rows, int cols,
+                                              const float* X, long long* Z) {
+  __shared__ Slice slice;
+  gemvq_sk_walk<QW, QX, RC, UN, WP>(
+      W, rb, rows, cols,
+      [&](int rc, int sl, int warp, int u, QX& x) {
+        if (Z != nullptr && sl == 0)
+          for (int r = threadIdx.x; r < RC; r += 32 * WP)
+            if (rc * RC + r < rows) Z[rc * RC + r] = 0;
+        for (int b = warp; b < 16; b += WP) slice.quant(X + 1024LL * sl, b);
+        __syncthreads();
+        slice.load(u, x);
+      },
+      [&](int r, float acc) { atomicAdd(reinterpret_cast<unsigned long long*>(A) + r, (unsigned long long)gemv_fx(acc)); });
 }
 
 // Instances (kernels' gemvSKGeometry: gemvSKRows there must match RC

@@ -2253,63 +2253,38 @@ __global__ void __launch_bounds__(256) kSK(const uint8_t* W, long long rb, float
 }
 
 // sk_walk (kSK2, kSK6; mode sk): kSK's idea with each block streaming many
-// rows through one quantized slice: a block of WP warps owns 16 64-blocks
-// of columns (1024) and RC rows; it quantizes its slice once (Slice, 16/WP
-// 64-blocks a warp) into shared memory, then each warp walks its rows two
-// at a time (lanes 0-15 row a, 16-31 row b, lane u & 15 the slice's unit,
-// of type QW), UN row pairs in flight, the first before the wait; 16
-// lanes of a row are summed by shuffles and added to Y by float atomics
-// (rows x 14 slices of them a launch at 14336 columns). kSK2: Q4_K pair
-// units (SliceP, QW4P); kSK6: Q6KA units (Slice6, QW6A).
+// rows through one quantized slice: gemvq.cu's gemvq_sk_walk (a block of
+// WP warps owns 16 64-blocks of columns, 1024, and RC rows, two rows a warp
+// at a time, UN row pairs in flight, the first before the wait), the block
+// quantizing its slice once (Slice, 16/WP 64-blocks a warp) into shared
+// memory, each row's slice sum added to Y by a float atomic (rows x 14
+// slices of them a launch at 14336 columns). kSK2: Q4_K pair units
+// (SliceP, QW4P); kSK6: Q6KA units (Slice6, QW6A).
 // PRE: a warp loads the x of all its 64-blocks of the slice before it
 // quantizes any (kSK2P, kSK6P: one load latency instead of 16/WP).
 template <class Slice, class QW, class QX, int RC, int UN, int WP, bool PRE = false>
 __device__ __forceinline__ void sk_walk(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
   __shared__ Slice slice;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int u = lane & 15, half = lane >> 4;
-  const int nslices = cols / 1024;
-  const int rc = blockIdx.x / nslices, sl = blockIdx.x % nslices;
-  const int v = sl * 16 + u;
-  // Warp w's row pairs: rows rc*RC + 2*(w + WP k) + half, k < RC/(2 WP).
-  constexpr int NP = RC / (2 * WP);  // row pairs a warp
-  auto row = [&](int k) { return rc * RC + 2 * (warp + WP * k) + half; };
-  auto rowp = [&](int k) { return W + (long long)min(row(k), rows - 1) * rb; };
-  QW w[UN];
+  gemvq_sk_walk<QW, QX, RC, UN, WP>(
+      W, rb, rows, cols,
+      [&](int, int sl, int warp, int u, QX& x) {
+        if (PRE) {
+          constexpr int NB = (16 + WP - 1) / WP;
+          float2 xv[NB];
 #pragma unroll
-  for (int j = 0; j < UN; j++)
-    if (j < NP) w[j].load(rowp(j), v);
-  pdl_trigger();
-  pdl_wait();
-  if (PRE) {
-    constexpr int NB = (16 + WP - 1) / WP;
-    float2 xv[NB];
+          for (int i = 0; i < NB; i++)
+            if (warp + WP * i < 16)
+              xv[i] = reinterpret_cast<const float2*>(X + 1024LL * sl + 64 * (warp + WP * i))[threadIdx.x & 31];
 #pragma unroll
-    for (int i = 0; i < NB; i++)
-      if (warp + WP * i < 16) xv[i] = reinterpret_cast<const float2*>(X + 1024LL * sl + 64 * (warp + WP * i))[lane];
-#pragma unroll
-    for (int i = 0; i < NB; i++)
-      if (warp + WP * i < 16) slice.quant(xv[i], warp + WP * i);
-  } else {
-    for (int b = warp; b < 16; b += WP) slice.quant(X + 1024LL * sl, b);
-  }
-  __syncthreads();
-  QX x;
-  slice.load(u, x);
-  for (int k0 = 0; k0 < NP; k0 += UN) {
-#pragma unroll
-    for (int j = 0; j < UN; j++) {
-      const int k = k0 + j;
-      if (k < NP) {
-        float acc = 0.0f;
-        w[j].dot(v, x, acc);
-        if (k + UN < NP) w[j].load(rowp(k + UN), v);
-#pragma unroll
-        for (int o = 1; o < 16; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (u == 0 && row(k) < rows) atomicAdd(Y + row(k), acc);
-      }
-    }
-  }
+          for (int i = 0; i < NB; i++)
+            if (warp + WP * i < 16) slice.quant(xv[i], warp + WP * i);
+        } else {
+          for (int b = warp; b < 16; b += WP) slice.quant(X + 1024LL * sl, b);
+        }
+        __syncthreads();
+        slice.load(u, x);
+      },
+      [&](int r, float acc) { atomicAdd(Y + r, acc); });
 }
 template <int RC, int UN, int WP>
 __global__ void __launch_bounds__(32 * WP) kSK2P(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
@@ -2327,36 +2302,9 @@ __global__ void __launch_bounds__(32 * WP) kSK6P(const uint8_t* W, long long rb,
 // own quantization costs the walk.
 template <class QW, class QX, int RC, int UN, int WP>
 __device__ __forceinline__ void skh_walk(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int u = lane & 15, half = lane >> 4;
-  const int nslices = cols / 1024;
-  const int rc = blockIdx.x / nslices, sl = blockIdx.x % nslices;
-  const int v = sl * 16 + u;
-  constexpr int NP = RC / (2 * WP);
-  auto row = [&](int k) { return rc * RC + 2 * (warp + WP * k) + half; };
-  auto rowp = [&](int k) { return W + (long long)min(row(k), rows - 1) * rb; };
-  QW w[UN];
-#pragma unroll
-  for (int j = 0; j < UN; j++)
-    if (j < NP) w[j].load(rowp(j), v);
-  pdl_trigger();
-  pdl_wait();
-  QX x;
-  x.load(XQ, cols, v);
-  for (int k0 = 0; k0 < NP; k0 += UN) {
-#pragma unroll
-    for (int j = 0; j < UN; j++) {
-      const int k = k0 + j;
-      if (k < NP) {
-        float acc = 0.0f;
-        w[j].dot(v, x, acc);
-        if (k + UN < NP) w[j].load(rowp(k + UN), v);
-#pragma unroll
-        for (int o = 1; o < 16; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (u == 0 && row(k) < rows) atomicAdd(Y + row(k), acc);
-      }
-    }
-  }
+  gemvq_sk_walk<QW, QX, RC, UN, WP>(
+      W, rb, rows, cols, [&](int, int sl, int, int u, QX& x) { x.load(XQ, cols, sl * 16 + u); },
+      [&](int r, float acc) { atomicAdd(Y + r, acc); });
 }
 template <int RC, int UN, int WP>
 __global__ void __launch_bounds__(32 * WP) kSKH2(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
