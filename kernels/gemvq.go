@@ -671,11 +671,19 @@ func (k *Kernels) holdQuantized(s cuda.Stream, y cuda.DevPtr, n, dim int) {
 // GEMV in a decode step. The quantized bytes equal gemvq_x's. Where the
 // integer path cannot take y (normQScratch) it is RMSNorm alone.
 func (k *Kernels) RMSNormQ(c *cuda.Ctx, s cuda.Stream, x, w, y cuda.DevPtr, n, dim int, eps float32) error {
+	return k.normQ(s, y, n, dim, (x|w)%16 == 0, func(xq cuda.DevPtr) error { return k.rmsNorm(c, s, x, w, y, n, dim, eps, xq) })
+}
+
+// normQ launches a norm into y (n rows of dim) through launch, with s's
+// integer-GEMV scratch as its quantized output where the integer path can
+// take y (normQScratch) and the norm's other operands are 16-byte aligned,
+// recording that the scratch holds y; else with none (the plain norm).
+func (k *Kernels) normQ(s cuda.Stream, y cuda.DevPtr, n, dim int, aligned bool, launch func(xq cuda.DevPtr) error) error {
 	xq, ok := k.normQScratch(s, y, n, dim)
-	if !ok || x%16 != 0 || w%16 != 0 {
-		return k.RMSNorm(c, s, x, w, y, n, dim, eps)
+	if !ok || !aligned {
+		return launch(0)
 	}
-	if err := k.rmsNorm(c, s, x, w, y, n, dim, eps, xq); err != nil {
+	if err := launch(xq); err != nil {
 		return err
 	}
 	k.holdQuantized(s, y, n, dim)
@@ -685,15 +693,7 @@ func (k *Kernels) RMSNormQ(c *cuda.Ctx, s cuda.Stream, x, w, y cuda.DevPtr, n, d
 // AddRMSNormQ is AddRMSNorm (x += a, y = rmsnorm(x) * w) that also leaves
 // y quantized for the integer GEMV that reads it next, as RMSNormQ.
 func (k *Kernels) AddRMSNormQ(c *cuda.Ctx, s cuda.Stream, x, a, w, y cuda.DevPtr, n, dim int, eps float32) error {
-	xq, ok := k.normQScratch(s, y, n, dim)
-	if !ok || x%16 != 0 || a%16 != 0 || w%16 != 0 {
-		return k.AddRMSNorm(c, s, x, a, w, y, n, dim, eps)
-	}
-	if err := k.addRMSNorm(c, s, x, a, w, y, n, dim, eps, xq); err != nil {
-		return err
-	}
-	k.holdQuantized(s, y, n, dim)
-	return nil
+	return k.normQ(s, y, n, dim, (x|a|w)%16 == 0, func(xq cuda.DevPtr) error { return k.addRMSNorm(c, s, x, a, w, y, n, dim, eps, xq) })
 }
 
 // MarkQuantized declares that stream s's scratch holds x (n vectors of dim

@@ -150,17 +150,9 @@ func (k *Kernels) AddFixedRMSNormQ(c *cuda.Ctx, s cuda.Stream, x, acc, w, y cuda
 	if n < 1 || dim < 1 || acc%8 != 0 {
 		return fmt.Errorf("add_fx_rmsnorm: %d rows of %d, accumulators at %#x", n, dim, uint64(acc))
 	}
-	xq, ok := k.normQScratch(s, y, n, dim)
-	if !ok || x%16 != 0 || acc%16 != 0 || w%16 != 0 {
-		xq = 0
-	}
-	var args cuda.Args
-	args.Ptr(x).Ptr(acc).Ptr(w).Ptr(y).Int(dim).F32(eps).Ptr(xq)
-	if err := k.launch(c, s, "add_fx_rmsnorm", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: normThreads(dim)}}, &args); err != nil {
-		return err
-	}
-	if xq != 0 {
-		k.holdQuantized(s, y, n, dim)
-	}
-	return nil
+	return k.normQ(s, y, n, dim, (x|acc|w)%16 == 0, func(xq cuda.DevPtr) error {
+		var args cuda.Args
+		args.Ptr(x).Ptr(acc).Ptr(w).Ptr(y).Int(dim).F32(eps).Ptr(xq)
+		return k.launch(c, s, "add_fx_rmsnorm", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: normThreads(dim)}}, &args)
+	})
 }
