@@ -785,13 +785,14 @@ func (m *Model) downSliced(lw *layerW, T int) bool {
 	return T == 1 && m.act.fx != 0 && m.k.GEMVSlicedTakes(lw.down, m.act.gate)
 }
 
-// resetFixed zeroes a.fx and waits for it (after enqueueGEMVs' replays).
+// resetFixed zeroes both sets of a.fx and waits for it (after
+// enqueueGEMVs' replays, which leave them holding sums).
 func (m *Model) resetFixed(c *kcuda.Ctx) error {
 	if m.act.fx == 0 {
 		return nil
 	}
-	if err := c.MemsetD8(m.act.fx, 0, 2*kernels.GEMVFixedBytes(m.Config.Dim), m.stream); err != nil {
-		return fmt.Errorf("zeroing the fixed-point accumulators: %w", err)
+	if err := m.settleFixed(c, m.stream, &fixedState{used: true}, true); err != nil {
+		return err
 	}
 	return c.StreamSync(m.stream)
 }
