@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-llm/strata/engine/model"
 	kcuda "github.com/strata-llm/strata/kernels/cuda"
 )
 
@@ -21,13 +20,7 @@ import (
 // shows next to the differences.
 func BenchmarkDecodeHost(b *testing.B) {
 	const spinFor = 20 * time.Millisecond // longer than a step: Do's caller never sleeps
-	path := bigModel(b, "STRATA_8B_GGUF", "8b")
-	dev, _ := gpu(b)
-	cpu, err := model.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cpu.Close()
+	cpu, dev := openBig(b, "STRATA_8B_GGUF", "8b")
 	g := loadGPU(b, cpu, Options{MaxSeqs: 1, MaxContext: 1024})
 	ctx := context.Background()
 

@@ -23,13 +23,7 @@ const (
 // H2D GB/s ÷ the pinned H2D peak measured in the same run, and time per
 // token ÷ (streamed bytes ÷ that peak).
 func BenchmarkStreamed8B(b *testing.B) {
-	path := bigModel(b, "STRATA_8B_GGUF", "8b")
-	gpu(b)
-	cpu, err := model.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cpu.Close()
+	cpu, _ := openBig(b, "STRATA_8B_GGUF", "8b")
 	var half []int
 	for l := cpu.Config.Layers / 2; l < cpu.Config.Layers; l++ {
 		half = append(half, l)
@@ -42,13 +36,7 @@ func BenchmarkStreamed8B(b *testing.B) {
 // q4_k_m) with a 24 GiB device budget, as `--vram 24GiB` would give: the
 // leading layers that fit stay resident, the rest stream from tier B.
 func Benchmark70B(b *testing.B) {
-	path := bigModel(b, "STRATA_70B_GGUF", "70b")
-	gpu(b)
-	cpu, err := model.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cpu.Close()
+	cpu, _ := openBig(b, "STRATA_70B_GGUF", "70b")
 	const budget = 24 << 30
 	const maxSeqs, maxCtx, slots = 8, 512, 2
 	stream := fitLayers(cpu, budget, maxSeqs, maxCtx, slots)

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/kernels"
 	kcuda "github.com/strata-llm/strata/kernels/cuda"
@@ -27,13 +26,7 @@ const (
 // same run, and the per-step launch overhead. Run with -test.benchtime 1x:
 // each metric is averaged over a fixed number of steps.
 func BenchmarkResident8B(b *testing.B) {
-	path := bigModel(b, "STRATA_8B_GGUF", "8b")
-	dev, _ := gpu(b)
-	cpu, err := model.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cpu.Close()
+	cpu, dev := openBig(b, "STRATA_8B_GGUF", "8b")
 	t0 := time.Now()
 	g := loadGPU(b, cpu, Options{MaxSeqs: 1, MaxContext: 1024})
 	b.Logf("%s: loaded %.2f GiB of weights in %v", dev.Name(), gib(g.WeightBytes()), time.Since(t0).Round(time.Millisecond))

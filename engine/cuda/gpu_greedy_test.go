@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/sample"
 )
 
@@ -122,14 +121,8 @@ func TestGreedyOnDevice(t *testing.T) {
 // path's for every step; no CPU reference is needed, Test8B ties the
 // logits path to engine/model.
 func Test8BGreedy(t *testing.T) {
-	path := bigModel(t, "STRATA_8B_GGUF", "8b")
-	gpu(t)
+	cpu, _ := openBig(t, "STRATA_8B_GGUF", "8b")
 	steps := steps8B(t)
-	cpu, err := model.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cpu.Close()
 	g := loadGPU(t, cpu, Options{MaxSeqs: 4, MaxContext: 256})
 	t0 := time.Now()
 	V := cpu.Config.Vocab

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -392,21 +390,8 @@ func TestStreamedFidelity(t *testing.T) {
 // --arch llama --shape 8b --type q4_k_m`, and compares STRATA_8B_STEPS
 // greedy steps (default 8) after a 16-token prompt.
 func Test8B(t *testing.T) {
-	path := bigModel(t, "STRATA_8B_GGUF", "8b")
-	gpu(t)
-	steps := 8
-	if s := os.Getenv("STRATA_8B_STEPS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			t.Fatalf("STRATA_8B_STEPS=%q: want a positive count", s)
-		}
-		steps = n
-	}
-	cpu, err := model.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cpu.Close()
+	cpu, _ := openBig(t, "STRATA_8B_GGUF", "8b")
+	steps := steps8B(t)
 	t0 := time.Now()
 	g := loadGPU(t, cpu, Options{MaxSeqs: 1, MaxContext: 256})
 	t.Logf("loaded %.2f GiB of weights in %v", gib(g.WeightBytes()), time.Since(t0).Round(time.Millisecond))

@@ -105,6 +105,21 @@ func promptTokens(vocab, n, seed int) []int32 {
 // reference.
 const maxNMSE = 1e-4
 
+// openBig opens the synthetic model bigModel names, skipping as bigModel
+// does and where there is no GPU (gpu), and closes it when the test ends.
+// dev is the GPU.
+func openBig(t testing.TB, env, shape string) (*model.Model, *kcuda.Device) {
+	t.Helper()
+	path := bigModel(t, env, shape)
+	dev, _ := gpu(t)
+	m, err := model.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m, dev
+}
+
 // bigModel returns the path in env (skipping the test when it is unset),
 // writing the synthetic llama model of the given shape (Q4_K_M, seed 1)
 // there first when the file does not exist yet: the GPU machine has no Go

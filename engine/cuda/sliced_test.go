@@ -5,7 +5,6 @@ import (
 	"math"
 	"testing"
 
-	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/kernels"
@@ -49,13 +48,7 @@ func slicedRun(t *testing.T, g *Model, on bool, prompt []int32, steps int) ([][]
 // Test8B runs the sliced path from graphs against the CPU. Like Test8B it
 // needs STRATA_8B_GGUF.
 func Test8BSliced(t *testing.T) {
-	path := bigModel(t, "STRATA_8B_GGUF", "8b")
-	gpu(t)
-	cpu, err := model.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cpu.Close()
+	cpu, _ := openBig(t, "STRATA_8B_GGUF", "8b")
 	g := loadGPU(t, cpu, Options{MaxSeqs: 1, MaxContext: 256, NoGraphs: true})
 	prompt := promptTokens(cpu.Config.Vocab, 16, 5)
 	// The first pass sizes the activations (downSliced needs them).
