@@ -13,8 +13,9 @@ import (
 // one-vector product whose x is still in floats, each block quantizes the
 // 1024 columns of x it reads into shared memory and adds its rows'
 // products over them into 64-bit fixed-point accumulators (common.cuh's
-// gemv_fx) by integer atomics, which AddFixed or AddFixedRMSNormQ then
-// add to their target and re-zero. Why: the decode step's down projection
+// gemv_fx) by integer atomics, which AddFixed (zeroing them) or
+// AddFixedRMSNormQ (leaving them to the next GEMVSliced told to zero them)
+// then add to their target. Why: the decode step's down projection
 // reads the x gate/up has just written, and the integer GEMVs would first
 // quantize it in a launch of its own (gemvq_x): one more dependent launch,
 // ramp and tail a layer. Integer sums are exact in any order, so the
