@@ -206,6 +206,29 @@ struct QW4 {
 // Row group g: plain mode, group g of segments 0, 1, 2 in turn (R rows
 // each); GLU modes, rows g*R/2.. of gate (rp[0..R/2)) and of up
 // (rp[R/2..R)). Rows past the end repeat the last (never stored).
+// gemvq_segment: plain mode's row group g of R rows: group g of segments
+// 0, 1, 2 in turn (ceil(rows_i / R) groups each).
+template <int R>
+__device__ __forceinline__ void gemvq_segment(int g, const uint8_t* W0, long long rb0, float* Y0, int rows0,
+                                              const uint8_t* W1, long long rb1, float* Y1, int rows1,
+                                              const uint8_t* W2, long long rb2, float* Y2, int rows2,
+                                              const uint8_t* (&rp)[R], int& row0, int& rows, float*& Y) {
+  const int g0 = (rows0 + R - 1) / R, g1 = (rows1 + R - 1) / R;
+  const uint8_t* W;
+  long long rb;
+  if (g < g0) {
+    W = W0, rb = rb0, rows = rows0, Y = Y0;
+  } else if (g < g0 + g1) {
+    g -= g0;
+    W = W1, rb = rb1, rows = rows1, Y = Y1;
+  } else {
+    g -= g0 + g1;
+    W = W2, rb = rb2, rows = rows2, Y = Y2;
+  }
+  row0 = g * R;
+  row_ptrs<R>(W, rb, row0, rows, rp);
+}
+
 __device__ __forceinline__ void gemvq_group(int g, const uint8_t* W0, long long rb0, float* Y0, int rows0,
                                             const uint8_t* W1, long long rb1, float* Y1, int rows1,
                                             const uint8_t* W2, long long rb2, float* Y2, int rows2, int mode,
@@ -222,20 +245,7 @@ __device__ __forceinline__ void gemvq_group(int g, const uint8_t* W0, long long 
     }
     return;
   }
-  const int g0 = (rows0 + R - 1) / R, g1 = (rows1 + R - 1) / R;
-  const uint8_t* W;
-  long long rb;
-  if (g < g0) {
-    W = W0, rb = rb0, rows = rows0, Y = Y0;
-  } else if (g < g0 + g1) {
-    g -= g0;
-    W = W1, rb = rb1, rows = rows1, Y = Y1;
-  } else {
-    g -= g0 + g1;
-    W = W2, rb = rb2, rows = rows2, Y = Y2;
-  }
-  row0 = g * R;
-  row_ptrs<R>(W, rb, row0, rows, rp);
+  gemvq_segment<R>(g, W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, rp, row0, rows, Y);
 }
 
 // gemvq_walk: a lane's dot products for R rows (row pointers rp) of
@@ -434,6 +444,65 @@ __device__ __forceinline__ void gemvq_p_body(const uint8_t* W, long long rb, flo
 // one warp a block).
 GEMVQ_P(gemvq_p4_1, 4, 1)
 GEMVQ_P(gemvq_p2u2_1, 2, 2)
+
+// ---- Pair units with a block's rows split around the wait (gemvq_ps*) ----
+//
+// Why: the 8b shape's q/k/v (6144 x 4096 over three matrices) ran in
+// gemvq_fused_1 (32-element units, half of a lane's weights in flight
+// before the wait), because the pair kernel's 4-row blocks (1536) do not
+// fit the device in one wave. In blocks of 6 rows (1024) they do, and how
+// many of those rows to load before the wait is a trade the stage sweep
+// measured (kernels/NOTES.md, GEMV v13; testdata/h200-stage-sweep-p8*.txt,
+// 32 launches back to back): x, loaded after the wait, arrives behind
+// every weight already in flight, and the dot products wait for it (o:
+// gemvq_p4_1 3.95 µs, 3.35 with x made up in registers instead of loaded).
+// q/k/v with 4 of 6 rows before the wait 4.40 µs, 5 4.69, all 6 5.37,
+// gemvq_fused_1 4.94. In the decode step (engine/cuda's testdata/
+// h200-bench-split/) 4 and 5 before the wait gave the same; the step 1.935
+// -> 1.917 ms. The same split for o (4 rows, 3 before the wait: 3.39 µs
+// in the sweep) made the step slower (+17 µs): there attention runs long
+// enough before o for all of gemvq_p4_1's weights to land before the
+// wait, so its x is not held up, and a row loaded after it is a loss.
+//
+template <int R, int RPRE>
+__device__ __forceinline__ void gemvq_ps_body(const uint8_t* W0, long long rb0, float* Y0, int rows0,
+                                              const uint8_t* W1, long long rb1, float* Y1, int rows1,
+                                              const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols,
+                                              const uint8_t* XQ) {
+  __shared__ float red[2 * R];
+  const uint8_t* rp[R];
+  int row0, rows;
+  float* Y;
+  gemvq_segment<R>(blockIdx.x, W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, rp, row0, rows, Y);
+  const int u = threadIdx.x, nv = cols >> 6;
+  QW4P w[R];
+  if (u < nv)
+#pragma unroll
+    for (int r = 0; r < RPRE; r++) w[r].load(rp[r], u);
+  pdl_trigger();
+  pdl_wait();
+  float acc[R][1];
+  zero_acc(acc);
+  if (u < nv) {
+    QXP x;
+    x.load(XQ, cols, u);
+#pragma unroll
+    for (int r = RPRE; r < R; r++) w[r].load(rp[r], u);
+#pragma unroll
+    for (int r = 0; r < R; r++) w[r].dot(u, x, acc[r][0]);
+  }
+  gemv_rows_store<R, 1>(acc, red, blockDim.x >> 5, R, GLU_PLAIN, row0, rows, Y);
+}
+
+// Instance (gemvqPairGeometry: 32 or 64 threads, one wave): 6 rows, 4
+// before the wait.
+#define GEMVQ_PS(NAME, R, RPRE)                                                                                 \
+  extern "C" __global__ void __launch_bounds__(64) NAME(                                                       \
+      const uint8_t* W0, long long rb0, float* Y0, int rows0, const uint8_t* W1, long long rb1, float* Y1,     \
+      int rows1, const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols, const uint8_t* XQ) {        \
+    gemvq_ps_body<R, RPRE>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, cols, XQ);              \
+  }
+GEMVQ_PS(gemvq_ps6_1, 6, 4)
 
 // ---- Q6_K ----
 //

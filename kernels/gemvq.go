@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 
 	"github.com/strata-llm/strata/engine/quant"
@@ -419,39 +420,74 @@ func init() { gemvqPairs.Store(os.Getenv("STRATA_Q4PAIRS") != "0") }
 func SetGEMVQPairs(on bool) { gemvqPairs.Store(on) }
 
 // Pair-unit kernels' blocks a multiprocessor holds at once on the H200
-// (ptxas 11.8's sm_90 cubin: 125 registers at 64 threads, 118 at 32),
-// where Load's occupancy query fails.
-const gemvqP4BlocksPerSMDefault, gemvqP2BlocksPerSMDefault = 8, 17
+// (ptxas 11.8's sm_90 cubin: gemvq_p4_1 125 registers at 64 threads,
+// gemvq_p2u2_1 118 at 32, gemvq_ps6_1 128 at 64), where Load's occupancy
+// query fails.
+const gemvqP4BlocksPerSMDefault, gemvqP2BlocksPerSMDefault, gemvqPS6BlocksPerSMDefault = 8, 17, 8
 
-// gemvqPairGeometry picks the pair-unit kernel for a plain one-vector
-// GEMV of one Q4_K matrix whose blocks fit the device in one wave, where
-// gemvqUnroll and gemvqWarps force nothing: gemvq_p4_1 (4 rows a block,
-// one unit a lane, warps to cover a row's cols/64 units, at most 2) for
-// rows of up to 4096 columns, else gemvq_p2u2_1 (2 rows a block, one
-// warp, two units a lane in flight). Why: in the stage sweep (kernels/
-// NOTES.md, GEMV v10) these took o 4096x4096 from 4.18 µs (gemvq_fused_u2_1)
-// to 3.94 and down 4096x14336 from 10.1 to 9.5; q/k/v and gate/up, which
-// take more than one wave, were no faster.
+// gemvqSplit switches gemvq_ps6_1 (pair units, 6 rows a block, 4 of them
+// loaded before the wait) on for the launches gemvqPairGeometry gives it;
+// on by default, SetGEMVQSplit(false) or STRATA_Q4SPLIT=0 for comparisons
+// (q/k/v then takes gemvq_fused_1 as before).
+var gemvqSplit atomic.Bool
+
+func init() { gemvqSplit.Store(os.Getenv("STRATA_Q4SPLIT") != "0") }
+
+// SetGEMVQSplit turns gemvq_ps6_1 on or off (see gemvqPairGeometry).
+func SetGEMVQSplit(on bool) { gemvqSplit.Store(on) }
+
+// perSMOr is n, or def where Load's occupancy query left n unknown.
+func perSMOr(n, def int) int {
+	if n <= 0 {
+		return def
+	}
+	return n
+}
+
+// gemvqPairGeometry picks a pair-unit kernel (Q4_K in 64-element units,
+// x from LP) for a plain one-vector launch of Q4_K matrices whose blocks
+// fit the device in one wave, where gemvqUnroll and gemvqWarps force
+// nothing: for one matrix, gemvq_p4_1 (4 rows a block, one unit a lane,
+// warps to cover a row's cols/64 units, at most 2) for rows of up to 4096
+// columns, gemvq_p2u2_1 (2 rows, one warp, two units a lane in flight)
+// for longer ones; else, for up to three matrices of up to 4096 columns
+// (the q/k/v of the 8b shape), gemvq_ps6_1 (6 rows a block, 4 of them
+// loaded before the wait; the split switch on: SetGEMVQSplit). Why: in the
+// stage sweep (kernels/NOTES.md, GEMV v10) the pair kernels took o
+// 4096x4096 from 4.18 µs (gemvq_fused_u2_1) to 3.94 and down 4096x14336
+// from 10.1 to 9.5; q/k/v, whose 4-row blocks take more than one wave,
+// went from 4.94 (gemvq_fused_1) to 4.40 in gemvq_ps6_1 (GEMV v13), and
+// the decode step from 1.935 to 1.917 ms.
 func (k *Kernels) gemvqPairGeometry(nb, mode int, outs []GEMVOut) (name string, blocks, threads int, ok bool) {
-	if !gemvqPairs.Load() || nb != 1 || mode != 0 || len(outs) != 1 || outs[0].W.Type != quant.Q4_K ||
-		gemvqUnroll != 0 || gemvqWarps != 0 {
+	if !gemvqPairs.Load() || nb != 1 || mode != 0 || len(outs) < 1 || len(outs) > 3 || gemvqUnroll != 0 || gemvqWarps != 0 {
 		return "", 0, 0, false
 	}
-	rows, nv := outs[0].W.Rows, outs[0].W.Cols/64
-	if nv <= 64 {
-		blocks, threads = ceilDiv(rows, 4), 32*ceilDiv(nv, 32)
-		perSM := k.p4PerSM
-		if perSM <= 0 {
-			perSM = gemvqP4BlocksPerSMDefault
+	cols := outs[0].W.Cols
+	for _, o := range outs {
+		if o.W.Type != quant.Q4_K || o.W.Cols != cols {
+			return "", 0, 0, false
 		}
-		return "gemvq_p4_1", blocks, threads, blocks <= perSM*k.SMs
 	}
-	blocks = ceilDiv(rows, 2)
-	perSM := k.p2PerSM
-	if perSM <= 0 {
-		perSM = gemvqP2BlocksPerSMDefault
+	nv := cols / 64
+	if len(outs) == 1 {
+		rows := outs[0].W.Rows
+		if nv > 64 {
+			blocks = ceilDiv(rows, 2)
+			return "gemvq_p2u2_1", blocks, 32, blocks <= perSMOr(k.p2PerSM, gemvqP2BlocksPerSMDefault)*k.SMs
+		}
+		blocks, threads = ceilDiv(rows, 4), 32*ceilDiv(nv, 32)
+		if blocks <= perSMOr(k.p4PerSM, gemvqP4BlocksPerSMDefault)*k.SMs {
+			return "gemvq_p4_1", blocks, threads, true
+		}
 	}
-	return "gemvq_p2u2_1", blocks, 32, blocks <= perSM*k.SMs
+	if nv > 64 || !gemvqSplit.Load() {
+		return "", 0, 0, false
+	}
+	blocks, threads = 0, 32*ceilDiv(nv, 32)
+	for _, o := range outs {
+		blocks += ceilDiv(o.W.Rows, 6)
+	}
+	return "gemvq_ps6_1", blocks, threads, blocks <= perSMOr(k.ps6PerSM, gemvqPS6BlocksPerSMDefault)*k.SMs
 }
 
 // gemvq4Geometry picks gemvq_fused's variant and grid for groups row
@@ -618,10 +654,15 @@ func (k *Kernels) gemvq4Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.
 		}
 		o := outs[0]
 		var a cuda.Args
-		a.Ptr(o.W.Ptr).I64(o.W.RowBytes()).Ptr(o.Y).Int(o.W.Rows).Int(cols).Ptr(xq)
+		if strings.HasPrefix(name, "gemvq_ps") {
+			packQ4Outs(&a, outs, 3)
+			a.Int(cols).Ptr(xq)
+		} else {
+			a.Ptr(o.W.Ptr).I64(o.W.RowBytes()).Ptr(o.Y).Int(o.W.Rows).Int(cols).Ptr(xq)
+		}
 		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}}
 		if err := k.run(c, f, cfg, s, &a); err != nil {
-			return fmt.Errorf("%s: %dx%d: %w", what, o.W.Rows, cols, err)
+			return fmt.Errorf("%s: %d matrices %dx%d..: %w", what, len(outs), o.W.Rows, cols, err)
 		}
 		return nil
 	}

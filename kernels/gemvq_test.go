@@ -258,6 +258,9 @@ func TestGEMVQ(t *testing.T) {
 		{"gemv-33x14336", 14336, []mat{{quant.Q4_K, 33}}, 0},
 		{"gemv-64x512", 512, []mat{{quant.Q4_K, 64}}, 0},
 		{"fused-q4k-q4k-q4k", 4096, []mat{{quant.Q4_K, 130}, {quant.Q4_K, 33}, {quant.Q4_K, 33}}, 0},
+		// The 8b shape's q/k/v: gemvq_ps6_1 where the split is on (and in
+		// fused-q4k-q4k-q4k).
+		{"fused-qkv-8b", 4096, []mat{{quant.Q4_K, 4096}, {quant.Q4_K, 1024}, {quant.Q4_K, 1024}}, 0},
 		{"fused-q4k-q4k-q6k", 4096, []mat{{quant.Q4_K, 66}, {quant.Q4_K, 17}, {quant.Q6_K, 17}}, 0},
 		{"glu-swiglu", 4096, []mat{{quant.Q4_K, 203}, {quant.Q4_K, 203}}, SwiGLU},
 		{"glu-geglu", 3584, []mat{{quant.Q4_K, 45}, {quant.Q4_K, 45}}, GeGLU},
@@ -277,16 +280,19 @@ func TestGEMVQ(t *testing.T) {
 		q6staged bool
 		relay    bool
 		nowave   bool // the one-wave kernels off: pairs, gemvq_q6ka_r2u2_1, gemvq_mixed_a_w2_1
-	}{{false, 0, false, false, false}, {true, 0, true, false, false}, {true, 1, false, false, false}, {true, 2, false, false, false},
-		{true, 1, true, false, false}, {true, 0, false, true, false}, {true, 2, false, true, false}, {false, 0, false, true, false},
-		{true, 0, false, true, true}} {
+		nosplit  bool // gemvq_ps6_1 off (gemvq_fused_1 instead)
+	}{{false, 0, false, false, false, false}, {true, 0, true, false, false, false}, {true, 1, false, false, false, false},
+		{true, 2, false, false, false, false}, {true, 1, true, false, false, false}, {true, 0, false, true, false, false},
+		{true, 2, false, true, false, false}, {false, 0, false, true, false, false}, {true, 0, false, true, true, false},
+		{true, 0, false, true, false, true}} {
 		SetFastGEMVQ6K(v.q6)
 		SetFastGEMVQ6KStaged(v.q6staged)
 		SetGEMVQPairs(!v.nowave)
+		SetGEMVQSplit(!v.nosplit)
 		SetGEMVQ6AWave(!v.nowave)
 		SetGEMVQMixedCap(!v.nowave)
 		gemvqUnroll, gemvqRelay = v.unroll, v.relay
-		t.Run(fmt.Sprintf("q6k=%v/unroll=%d/q6k-staged=%v/q6ka=%v/wave=%v", v.q6, v.unroll, v.q6staged, v.relay, !v.nowave), func(t *testing.T) { testGEMVQCases(t, cases) })
+		t.Run(fmt.Sprintf("q6k=%v/unroll=%d/q6k-staged=%v/q6ka=%v/wave=%v/split=%v", v.q6, v.unroll, v.q6staged, v.relay, !v.nowave, !v.nosplit), func(t *testing.T) { testGEMVQCases(t, cases) })
 	}
 }
 
@@ -297,8 +303,9 @@ var gemvqRelay bool
 // fastGEMVState returns a function that restores the integer-path
 // switches as they are now (tests and benchmarks flip them).
 func fastGEMVState() func() {
-	f, q, qs, p, w, mc := FastGEMV(), FastGEMVQ6K(), fastGEMVQ6KStaged.Load(), gemvqPairs.Load(), gemvq6aWave.Load(), gemvqMixedCap.Load()
+	f, q, qs, p, w, mc, sp := FastGEMV(), FastGEMVQ6K(), fastGEMVQ6KStaged.Load(), gemvqPairs.Load(), gemvq6aWave.Load(), gemvqMixedCap.Load(), gemvqSplit.Load()
 	return func() {
+		SetGEMVQSplit(sp)
 		SetGEMVQMixedCap(mc)
 		SetGEMVQ6AWave(w)
 		SetFastGEMV(f)
@@ -410,11 +417,13 @@ func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, x
 		}
 		nws[i] = th / 32
 	}
-	// gemvq_p4_1 / gemvq_p2u2_1: the pair units' walk.
+	// gemvq_p4_1 / gemvq_p2u2_1 / gemvq_ps6_1: the pair units' walk.
 	_, _, pth, pairs := k.gemvqPairGeometry(nb, int(glu), q4)
 	pairs = pairs && len(q6) == 0
 	if pairs {
-		nws[0] = pth / 32
+		for i := range nws {
+			nws[i] = pth / 32
+		}
 	}
 	rowRef := func(i, b, row int) (emu, ref, mag, bound float64) {
 		ref, mag = refDot(deqs[i], cols, row, xs[b*cols:])
@@ -856,39 +865,54 @@ func gemvqStream(c *cuda.Ctx, k *Kernels, cols int) (s cuda.Stream, done func())
 	return s, done
 }
 
-// TestGEMVQPairGeometry: the pair-unit kernels take exactly the plain,
-// one-vector, one-matrix Q4_K launches that fit the device in one wave
-// (o and down of the 8b shape), with the switch on and nothing forced;
-// host-only, a Kernels of 132 multiprocessors with the H200 figures.
+// TestGEMVQPairGeometry pins which launches take the pair-unit kernels:
+// one-vector launches of one Q4_K matrix in gemvq_p4_1 / gemvq_p2u2_1
+// where their blocks fit the device in one wave (o and down of the 8b
+// shape), else of up to three Q4_K matrices of up to 4096 columns in
+// gemvq_ps6_1 where its blocks do (q/k/v) and the split switch is on,
+// with the pair switch on and nothing forced; host-only, a Kernels of 132
+// multiprocessors with the H200 figures.
 func TestGEMVQPairGeometry(t *testing.T) {
 	defer fastGEMVState()()
 	defer func() { gemvqUnroll, gemvqWarps = 0, 0 }()
 	k := &Kernels{SMs: 132}
 	q4 := func(rows, cols int) GEMVOut { return GEMVOut{W: Matrix{Type: quant.Q4_K, Rows: rows, Cols: cols}} }
+	qkv := []GEMVOut{q4(4096, 4096), q4(1024, 4096), q4(1024, 4096)}
 	for _, c := range []struct {
-		name     string
-		nb, mode int
-		outs     []GEMVOut
-		unroll   int
-		off      bool
-		want     string
-		blocks   int
-		threads  int
+		name         string
+		nb, mode     int
+		outs         []GEMVOut
+		unroll       int
+		off, nosplit bool
+		want         string
+		blocks       int
+		threads      int
 	}{
-		{"o", 1, 0, []GEMVOut{q4(4096, 4096)}, 0, false, "gemvq_p4_1", 1024, 64},
-		{"down", 1, 0, []GEMVOut{q4(4096, 14336)}, 0, false, "gemvq_p2u2_1", 2048, 32},
-		{"512 columns", 1, 0, []GEMVOut{q4(64, 512)}, 0, false, "gemvq_p4_1", 16, 32},
-		{"o, two waves", 1, 0, []GEMVOut{q4(8*132*4+4, 4096)}, 0, false, "", 0, 0},
-		{"down, two waves", 1, 0, []GEMVOut{q4(17*132*2+2, 14336)}, 0, false, "", 0, 0},
-		{"q/k/v fused", 1, 0, []GEMVOut{q4(4096, 4096), q4(1024, 4096), q4(1024, 4096)}, 0, false, "", 0, 0},
-		{"glu", 1, 1, []GEMVOut{q4(14336, 4096), q4(14336, 4096)}, 0, false, "", 0, 0},
-		{"two vectors", 2, 0, []GEMVOut{q4(4096, 4096)}, 0, false, "", 0, 0},
-		{"Q6_K", 1, 0, []GEMVOut{{W: Matrix{Type: quant.Q6_K, Rows: 4096, Cols: 4096}}}, 0, false, "", 0, 0},
-		{"unroll forced", 1, 0, []GEMVOut{q4(4096, 4096)}, 2, false, "", 0, 0},
-		{"switched off", 1, 0, []GEMVOut{q4(4096, 4096)}, 0, true, "", 0, 0},
+		{"o", 1, 0, []GEMVOut{q4(4096, 4096)}, 0, false, false, "gemvq_p4_1", 1024, 64},
+		{"down", 1, 0, []GEMVOut{q4(4096, 14336)}, 0, false, false, "gemvq_p2u2_1", 2048, 32},
+		{"512 columns", 1, 0, []GEMVOut{q4(64, 512)}, 0, false, false, "gemvq_p4_1", 16, 32},
+		{"q/k/v fused", 1, 0, qkv, 0, false, false, "gemvq_ps6_1", 1025, 64},
+		{"q/k/v fused, split off", 1, 0, qkv, 0, false, true, "", 0, 0},
+		{"two small matrices of 512 columns", 1, 0, []GEMVOut{q4(64, 512), q4(7, 512)}, 0, false, false, "gemvq_ps6_1", 13, 32},
+		{"o, two waves of gemvq_p4_1: gemvq_ps6_1", 1, 0, []GEMVOut{q4(8*132*4+4, 4096)}, 0, false, false, "gemvq_ps6_1", 705, 64},
+		{"o, two waves of gemvq_p4_1, split off", 1, 0, []GEMVOut{q4(8*132*4+4, 4096)}, 0, false, true, "", 0, 0},
+		{"1056 6-row blocks", 1, 0, []GEMVOut{q4(8*132*6, 4096)}, 0, false, false, "gemvq_ps6_1", 1056, 64},
+		{"1057 6-row blocks", 1, 0, []GEMVOut{q4(8*132*6+6, 4096)}, 0, false, false, "", 0, 0},
+		{"down, two waves", 1, 0, []GEMVOut{q4(17*132*2+2, 14336)}, 0, false, false, "", 0, 0},
+		{"two matrices of 14336 columns", 1, 0, []GEMVOut{q4(64, 14336), q4(64, 14336)}, 0, false, false, "", 0, 0},
+		{"columns differ", 1, 0, []GEMVOut{q4(64, 4096), q4(64, 2048)}, 0, false, false, "", 0, 0},
+		{"four matrices", 1, 0, []GEMVOut{q4(64, 4096), q4(64, 4096), q4(64, 4096), q4(64, 4096)}, 0, false, false, "", 0, 0},
+		{"glu", 1, 1, []GEMVOut{q4(14336, 4096), q4(14336, 4096)}, 0, false, false, "", 0, 0},
+		{"two vectors", 2, 0, []GEMVOut{q4(4096, 4096)}, 0, false, false, "", 0, 0},
+		{"Q6_K", 1, 0, []GEMVOut{{W: Matrix{Type: quant.Q6_K, Rows: 4096, Cols: 4096}}}, 0, false, false, "", 0, 0},
+		{"Q4_K and Q6_K", 1, 0, []GEMVOut{q4(4096, 4096), {W: Matrix{Type: quant.Q6_K, Rows: 1024, Cols: 4096}}}, 0, false, false, "", 0, 0},
+		{"unroll forced", 1, 0, []GEMVOut{q4(4096, 4096)}, 2, false, false, "", 0, 0},
+		{"switched off", 1, 0, []GEMVOut{q4(4096, 4096)}, 0, true, false, "", 0, 0},
+		{"q/k/v, switched off", 1, 0, qkv, 0, true, false, "", 0, 0},
 	} {
 		gemvqUnroll = c.unroll
 		SetGEMVQPairs(!c.off)
+		SetGEMVQSplit(!c.nosplit)
 		name, blocks, threads, ok := k.gemvqPairGeometry(c.nb, c.mode, c.outs)
 		if !ok {
 			name, blocks, threads = "", 0, 0

@@ -91,8 +91,9 @@ func TestEmbeddedEntries(t *testing.T) {
 		// gemvq_mixed_a_1, q6ka_relay, gemvq_p4_1, gemvq_p2u2_1,
 		// gemvq_q6ka_r2u2_1, gemvq_mixed_a_w2_1. read_xor
 		// (the read-only ceiling). GEMVSliced: gemvq_sk_p,
-		// gemvq_sk_q6ka, add_fx, add_fx_rmsnorm.
-		if want := 80 + 10 + 10 + 1 + 1 + 5 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 6 + 1 + 18 + 1 + 4; n != want {
+		// gemvq_sk_q6ka, add_fx, add_fx_rmsnorm. Split pair units:
+		// gemvq_ps6_1.
+		if want := 80 + 10 + 10 + 1 + 1 + 5 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 6 + 1 + 18 + 1 + 4 + 1; n != want {
 			t.Errorf("%s: %d kernels embedded, want %d", arch, n, want)
 		}
 	}

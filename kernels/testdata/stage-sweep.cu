@@ -55,8 +55,12 @@
 // seventh session (kernels/NOTES.md, GEMV v11): tc = tensor-core dot
 // products kTC, with TS=1 kTS on staged weights (SHAPE=k: one shape, for
 // ncu; -tc1/-tc2/-ts.txt); cap = register caps on gemvq_fused (-cap.txt);
-// p8 = pair-unit geometries (-p8*.txt); sk = down quantizing its own slice
-// of x (kSK2, kSK6; SK1=1: kSK; -sk*.txt);
+// p8 = pair-unit geometries (-p8*.txt; ninth session, on o, q/k/v and
+// gate+up: kPX / kFX with x made up instead of loaded, kPB with x shared
+// through shared memory, kPH with a block's rows split around the wait,
+// -p8c..g.txt); sk = down quantizing its own slice of x (kSK2, kSK6; SK1=1:
+// kSK; -sk*.txt; ninth session: kSK2P / kSK6P with a warp's x loads issued
+// first, kSK6B timing a 6-in-8 Q6_K layout, -sk7/8.txt);
 // wlayer with XT32=1: the layer chain with kRT and kUT;
 // wlayer = the layer chain with kG (gemvq_fused_1's block looping over row
 // groups on a grid of b blocks a multiprocessor) for q/k/v and/or gate/up,
@@ -2262,6 +2266,20 @@ __global__ void __launch_bounds__(256) kSK(const uint8_t* W, long long rb, float
 // (SliceP, QW4P); kSK6: Q6KA units (Slice6, QW6A).
 // PRE: a warp loads the x of all its 64-blocks of the slice before it
 // quantizes any (kSK2P, kSK6P: one load latency instead of 16/WP).
+// slice_quant (kSK2P, kSK6P): the block's WP warps quantize the 16
+// 64-blocks of the slice at X into s, each warp issuing the loads of all
+// of its 64-blocks before it quantizes any.
+template <int WP, class Slice>
+__device__ __forceinline__ void slice_quant(Slice& s, const float* X, int warp) {
+  constexpr int NB = (16 + WP - 1) / WP;
+  float2 xv[NB];
+#pragma unroll
+  for (int i = 0; i < NB; i++)
+    if (warp + WP * i < 16) xv[i] = reinterpret_cast<const float2*>(X + 64 * (warp + WP * i))[threadIdx.x & 31];
+#pragma unroll
+  for (int i = 0; i < NB; i++)
+    if (warp + WP * i < 16) s.quant(xv[i], warp + WP * i);
+}
 template <class Slice, class QW, class QX, int RC, int UN, int WP, bool PRE = false>
 __device__ __forceinline__ void sk_walk(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
   __shared__ Slice slice;
@@ -2269,15 +2287,7 @@ __device__ __forceinline__ void sk_walk(const uint8_t* W, long long rb, float* Y
       W, rb, rows, cols,
       [&](int, int sl, int warp, int u, QX& x) {
         if (PRE) {
-          constexpr int NB = (16 + WP - 1) / WP;
-          float2 xv[NB];
-#pragma unroll
-          for (int i = 0; i < NB; i++)
-            if (warp + WP * i < 16)
-              xv[i] = reinterpret_cast<const float2*>(X + 1024LL * sl + 64 * (warp + WP * i))[threadIdx.x & 31];
-#pragma unroll
-          for (int i = 0; i < NB; i++)
-            if (warp + WP * i < 16) slice.quant(xv[i], warp + WP * i);
+          slice_quant<WP>(slice, X + 1024LL * sl, warp);
         } else {
           for (int b = warp; b < 16; b += WP) slice.quant(X + 1024LL * sl, b);
         }
@@ -2293,6 +2303,56 @@ __global__ void __launch_bounds__(32 * WP) kSK2P(const uint8_t* W, long long rb,
 template <int RC, int UN, int WP>
 __global__ void __launch_bounds__(32 * WP) kSK6P(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
   sk_walk<Slice6<16>, QW6A, QX6, RC, UN, WP, true>(W, rb, Y, rows, cols, X);
+}
+
+// QW6B / kSK6B (mode sk, ninth session): timing only, for a Q6_K re-lay
+// other than T_Q6_KA. A unit's 48 bytes as three 16-byte words A, B, C
+// (T_Q6_KA's a, c, hb places) whose bytes hold quarters 0-2's weights in
+// their low 6 bits and quarter 3's in their top two (A: its weight's bits
+// 0-1, B: 2-3, C: 4-5), so a quarter 0-2 word is one AND where T_Q6_KA's
+// is a shift, two masks and an OR, and quarter 3's is three shifts and
+// selects. The sweep's data is T_Q6_KA, so the sums differ (max |dy| is
+// not a check); the instructions are what such a layout would run.
+struct QW6B : QW6 {
+  __device__ __forceinline__ void load(const uint8_t* row, int u) { load_a(row, u); }
+  __device__ __forceinline__ void dot(int, const QX6& x, float& acc) const {
+    float f0 = 0.0f, f1 = 0.0f;
+#pragma unroll
+    for (int qq = 0; qq < 4; qq++) {
+      uint32_t q[4];
+#pragma unroll
+      for (int jj = 0; jj < 4; jj++) {
+        if (qq == 0) {
+          q[jj] = a[jj] & 0x3F3F3F3Fu;
+        } else if (qq == 1) {
+          q[jj] = c[jj] & 0x3F3F3F3Fu;
+        } else if (qq == 2) {
+          q[jj] = hb[jj] & 0x3F3F3F3Fu;
+        } else {
+          q[jj] = ((a[jj] >> 6) & 0x03030303u) | ((c[jj] >> 4) & 0x0C0C0C0Cu) | ((hb[jj] >> 2) & 0x30303030u);
+        }
+      }
+      int hsum = 0;
+#pragma unroll
+      for (int jj = 0; jj < 4; jj++) hsum = dp4a_us(q[jj], qword(x.xh[qq], jj), hsum);
+      const int s = qq == 0 ? x.s01.x : (qq == 1 ? x.s01.y : (qq == 2 ? x.s23.x : x.s23.y));
+      int i = (int)((uint32_t)hsum << 8) - 32 * s;
+#pragma unroll
+      for (int jj = 0; jj < 4; jj++) i = dp4a_uu(q[jj], qword(x.xl[qq], jj), i);
+      const float scf = (float)(int8_t)((sc >> (8 * qq)) & 0xff);
+      if (qq < 2) {
+        f0 = fmaf(scf, (float)i, f0);
+      } else {
+        f1 = fmaf(scf, (float)i, f1);
+      }
+    }
+    acc = fmaf(d * x.sx0, f0, acc);
+    acc = fmaf(d * x.sx1, f1, acc);
+  }
+};
+template <int RC, int UN, int WP>
+__global__ void __launch_bounds__(32 * WP) kSK6B(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
+  sk_walk<Slice6<16>, QW6B, QX6, RC, UN, WP, true>(W, rb, Y, rows, cols, X);
 }
 
 // kSKH2 / kSKH6 (mode sk, eighth session): sk_walk with x already
@@ -2431,6 +2491,165 @@ __global__ void __launch_bounds__(64, MINB) kCap(const uint8_t* W0, long long rb
 template <int R, int UN>
 __global__ void __launch_bounds__(256) kP(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
   gemvq_p_body<R, UN>(W, rb, Y, rows, cols, XQ);
+}
+
+// kPX / kFX (mode p8, ninth session): gemvq_p_body<R, UN> (o's kernel) and
+// gemvq_body (q/k/v's, gemvq_fused_1) with x made up in registers from
+// the unit index and X's address instead of loaded: what fetching x costs
+// after the wait, when every block of a wave fetches the whole vector at
+// once (1024 blocks x 8.8 KB for o). Timing only (the sums are wrong).
+__device__ __forceinline__ uint32_t fakew(const uint8_t* base, int v, int i) {
+  return (uint32_t)(uintptr_t)base ^ ((uint32_t)v * 0x9E3779B9u + (uint32_t)i * 0x85EBCA6Bu);
+}
+struct QXPF : QXP {
+  __device__ __forceinline__ void load(const uint8_t* base, int, int v) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      h[i] = make_uint4(fakew(base, v, i), fakew(base, v, i + 4), fakew(base, v, i + 8), fakew(base, v, i + 12));
+      l[i] = make_uint4(fakew(base, v, i + 16), fakew(base, v, i + 20), fakew(base, v, i + 24), fakew(base, v, i + 28));
+    }
+    S0 = (int)fakew(base, v, 32) >> 12;
+    S1 = (int)fakew(base, v, 33) >> 12;
+    sx = (float)(fakew(base, v, 34) & 0xffff);
+  }
+};
+struct QXUF : QXU {
+  __device__ __forceinline__ void load(const uint8_t* base, int, int u) {
+    xh0 = make_uint4(fakew(base, u, 0), fakew(base, u, 1), fakew(base, u, 2), fakew(base, u, 3));
+    xh1 = make_uint4(fakew(base, u, 4), fakew(base, u, 5), fakew(base, u, 6), fakew(base, u, 7));
+    xl0 = make_uint4(fakew(base, u, 8), fakew(base, u, 9), fakew(base, u, 10), fakew(base, u, 11));
+    xl1 = make_uint4(fakew(base, u, 12), fakew(base, u, 13), fakew(base, u, 14), fakew(base, u, 15));
+    s0 = (int)fakew(base, u, 16) >> 12;
+    s1 = (int)fakew(base, u, 17) >> 12;
+    sx = (float)(fakew(base, u, 18) & 0xffff);
+  }
+};
+template <int R, int UN>
+__global__ void __launch_bounds__(256) kPX(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
+  __shared__ float red[8 * R];
+  const int row0 = blockIdx.x * R;
+  const uint8_t* rp[R];
+  row_ptrs<R>(W, rb, row0, rows, rp);
+  float acc[R][1];
+  zero_acc(acc);
+  gemvq_walk<QW4P, QXPF, 1, R, UN>(rp, cols >> 6, cols, XQ, acc);
+  gemv_rows_store<R, 1>(acc, red, blockDim.x >> 5, R, GLU_PLAIN, row0, rows, Y);
+}
+__global__ void __launch_bounds__(256) kFX(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
+  constexpr int R = GEMVQ_R;
+  __shared__ float red[8 * R];
+  const int row0 = blockIdx.x * R;
+  const uint8_t* rp[R];
+  row_ptrs<R>(W, rb, row0, rows, rp);
+  float acc[R][1];
+  zero_acc(acc);
+  gemvq_walk<QW4, QXUF, 1, R, 1>(rp, cols >> 5, cols, XQ, acc);
+  gemv_rows_store<R, 1>(acc, red, blockDim.x >> 5, R, GLU_PLAIN, row0, rows, Y);
+}
+
+// kPB (mode p8, ninth session): o's pair-unit walk (gemvq_p4_1: a lane
+// holds unit u of R rows, all in flight before the wait) in blocks of G
+// groups of 64 lanes, R rows a group, whose x (LP, 8960 bytes at 4096
+// columns) the block copies into shared memory once after the wait, where
+// gemvq_p4_1's 1024 blocks of 2 warps each fetch the whole vector through
+// L1 at the same moment (kPX: ~0.6 us of o's 3.95). cols must be 4096
+// (64 units, one a lane). Same lanes, sums and order as gemvq_p4_1: the
+// same bits.
+template <int R, int G>
+__global__ void __launch_bounds__(64 * G) kPB(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
+  constexpr int NV = 64, XU4 = 140 * NV / 16;
+  __shared__ uint4 xs[XU4];
+  __shared__ float red[2 * G * R];
+  const int tid = threadIdx.x, g = tid >> 6, u = tid & 63, warp = tid >> 5, lane = tid & 31;
+  const int row0 = (blockIdx.x * G + g) * R;
+  const uint8_t* rp[R];
+  row_ptrs<R>(W, rb, row0, rows, rp);
+  QW4P w[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) w[r].load(rp[r], u);
+  pdl_trigger();
+  pdl_wait();
+  const uint4* lp = reinterpret_cast<const uint4*>(XQ + gemvq_lp(cols));
+  for (int i = tid; i < XU4; i += 64 * G) xs[i] = __ldg(lp + i);
+  __syncthreads();
+  QXP x;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    x.h[i] = xs[i * NV + u];
+    x.l[i] = xs[(4 + i) * NV + u];
+  }
+  const uint8_t* xb = reinterpret_cast<const uint8_t*>(xs);
+  const int2 sg = reinterpret_cast<const int2*>(xb + 128 * NV)[u];
+  x.S0 = sg.x;
+  x.S1 = sg.y;
+  x.sx = reinterpret_cast<const float*>(xb + 136 * NV)[u];
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    acc[r] = 0.0f;
+    w[r].dot(u, x, acc[r]);
+    acc[r] = warp_sum(acc[r]);
+  }
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < R; r++) red[warp * R + r] = acc[r];
+  __syncthreads();
+  if (tid < G * R) {
+    const int gg = tid / R, r = tid - gg * R, row = (blockIdx.x * G + gg) * R + r;
+    float sum = 0.0f;
+    sum += red[2 * gg * R + r];
+    sum += red[(2 * gg + 1) * R + r];
+    if (row < rows) Y[row] = sum;
+  }
+}
+
+// kPH (mode p8, ninth session): o's kernel (gemvq_p4_1's lanes: unit u of
+// R rows, 2 warps, cols 4096) with only RPRE rows' weights in flight before
+// the wait, x loaded right after it, then the other rows': whether x,
+// loaded behind every weight of the block, waits for them (kPX: ~0.6 us of
+// o's 3.95 is x). CG: x by ld.global.cg (L2 only).
+struct QXPCG : QXP {
+  __device__ __forceinline__ void load(const uint8_t* base, int cols, int v) {
+    const int nv = cols >> 6;
+    const uint4* t = reinterpret_cast<const uint4*>(base + gemvq_lp(cols));
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      h[i] = __ldcg(t + i * nv + v);
+      l[i] = __ldcg(t + (4 + i) * nv + v);
+    }
+    const uint8_t* lp = base + gemvq_lp(cols);
+    const int2 g = __ldcg(reinterpret_cast<const int2*>(lp + 128LL * nv) + v);
+    S0 = g.x;
+    S1 = g.y;
+    sx = __ldcg(reinterpret_cast<const float*>(lp + 136LL * nv) + v);
+  }
+};
+template <int R, int RPRE, bool CG>
+__global__ void __launch_bounds__(64) kPH(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
+  __shared__ float red[8 * R];
+  const int row0 = blockIdx.x * R, u = threadIdx.x;
+  const uint8_t* rp[R];
+  row_ptrs<R>(W, rb, row0, rows, rp);
+  QW4P w[R];
+#pragma unroll
+  for (int r = 0; r < RPRE; r++) w[r].load(rp[r], u);
+  pdl_trigger();
+  pdl_wait();
+  QXP x;
+  if (CG) {
+    static_cast<QXPCG&>(x).load(XQ, cols, u);
+  } else {
+    x.load(XQ, cols, u);
+  }
+#pragma unroll
+  for (int r = RPRE; r < R; r++) w[r].load(rp[r], u);
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    acc[r][0] = 0.0f;
+    w[r].dot(u, x, acc[r][0]);
+  }
+  gemv_rows_store<R, 1>(acc, red, 2, R, GLU_PLAIN, row0, rows, Y);
 }
 
 int main(int argc, char** argv) {
@@ -2956,11 +3175,28 @@ int main(int argc, char** argv) {
     const PV pvs[] = {{"gemvq_p4_1 R4 w2", (KFn)gemvq_p4_1, 4, 2}, {"kP R8 un1 w2", kP<8, 1>, 8, 2},
                       {"kP R8 un2 w1", kP<8, 2>, 8, 1}, {"kP R4 un2 w1", kP<4, 2>, 4, 1}, {"kP R6 un1 w2", kP<6, 1>, 6, 2},
                       {"kP R5 un1 w2", kP<5, 1>, 5, 2}, {"kP R7 un1 w2", kP<7, 1>, 7, 2}, {"kP R6 un2 w1", kP<6, 2>, 6, 1},
-                      {"kP R3 un1 w2", kP<3, 1>, 3, 2}};
+                      {"kP R3 un1 w2", kP<3, 1>, 3, 2}, {"kPX R4 w2, x made up (timing only)", kPX<4, 1>, 4, 2},
+                      {"kFX R4 w2 (gemvq_fused_1's walk), x made up (timing only)", (KFn)kFX, GEMVQ_R, 2},
+                      {"kPB R4 G4 (16 rows, 8 warps, x in shared)", kPB<4, 4>, 16, 8},
+                      {"kPB R4 G8 (32 rows, 16 warps, x in shared)", kPB<4, 8>, 32, 16},
+                      {"kPB R6 G4 (24 rows, 8 warps, x in shared)", kPB<6, 4>, 24, 8},
+                      {"kPB R6 G8 (48 rows, 16 warps, x in shared)", kPB<6, 8>, 48, 16},
+                      {"kPB R3 G4 (12 rows, 8 warps, x in shared)", kPB<3, 4>, 12, 8},
+                      {"kPB R2 G4 (8 rows, 8 warps, x in shared)", kPB<2, 4>, 8, 8},
+                      {"kPB R4 G2 (8 rows, 4 warps, x in shared)", kPB<4, 2>, 8, 4},
+                      {"kPB R3 G8 (24 rows, 16 warps, x in shared)", kPB<3, 8>, 24, 16},
+                      {"kPH R4 pre4", kPH<4, 4, false>, 4, 2}, {"kPH R4 pre3", kPH<4, 3, false>, 4, 2},
+                      {"kPH R4 pre2", kPH<4, 2, false>, 4, 2}, {"kPH R4 pre0", kPH<4, 0, false>, 4, 2},
+                      {"kPH R4 pre4 x.cg", kPH<4, 4, true>, 4, 2}, {"kPH R6 pre6", kPH<6, 6, false>, 6, 2},
+                      {"kPH R6 pre4", kPH<6, 4, false>, 6, 2}, {"kPH R6 pre3", kPH<6, 3, false>, 6, 2},
+                      {"kPH R6 pre5", kPH<6, 5, false>, 6, 2}, {"kPH R5 pre4", kPH<5, 4, false>, 5, 2},
+                      {"kPH R5 pre3", kPH<5, 3, false>, 5, 2}, {"kPH R3 pre2", kPH<3, 2, false>, 3, 2},
+                      {"kPH R3 pre3", kPH<3, 3, false>, 3, 2}, {"kPH R2 pre2", kPH<2, 2, false>, 2, 2},
+                      {"kPH R2 pre1", kPH<2, 1, false>, 2, 2}, {"kPH R4 pre1", kPH<4, 1, false>, 4, 2}};
     const uint8_t* z = nullptr;
     float* zy = nullptr;
     const uint8_t* xq = gXQ[0];
-    for (int k : {1, 0}) {
+    for (int k : {1, 0, 2}) {
       double lb = 0;
       for (auto& m : mats[k]) lb += m.rb * (double)m.rows;
       lb /= mats[k].size();
@@ -3075,6 +3311,11 @@ int main(int argc, char** argv) {
              walk("kSK6 RC480 UN5 w16", kSK6<480, 5, 16>, 480, 16), walk("kSK6 RC480 UN2 w16", kSK6<480, 2, 16>, 480, 16),
              walk("kSK6 RC240 UN3 w8", kSK6<240, 3, 8>, 240, 8), walk("kSK6 RC240 UN5 w8", kSK6<240, 5, 8>, 240, 8),
              walk("kSK6P RC240 UN3 w8, x loads first", kSK6P<240, 3, 8>, 240, 8),
+             walk("kSK6P RC240 UN4 w8, x loads first", kSK6P<240, 4, 8>, 240, 8),
+             walk("kSK6P RC256 UN4 w8, x loads first", kSK6P<256, 4, 8>, 256, 8),
+             walk("kSK6B RC240 UN3 w8, 6-in-8 layout (timing only)", kSK6B<240, 3, 8>, 240, 8),
+             walk("kSK6B RC240 UN4 w8, 6-in-8 layout (timing only)", kSK6B<240, 4, 8>, 240, 8),
+             walk("kSK6B RC240 UN2 w8, 6-in-8 layout (timing only)", kSK6B<240, 2, 8>, 240, 8),
              [&] {
                SKV h = walk("kSKH6 RC240 UN3 w8, x held", kSKH6<240, 3, 8>, 240, 8);
                h.held = true;
