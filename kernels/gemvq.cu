@@ -468,12 +468,12 @@ template <int R, int RPRE>
 __device__ __forceinline__ void gemvq_ps_body(const uint8_t* W0, long long rb0, float* Y0, int rows0,
                                               const uint8_t* W1, long long rb1, float* Y1, int rows1,
                                               const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols,
-                                              const uint8_t* XQ) {
+                                              const uint8_t* XQ, int bid) {
   __shared__ float red[2 * R];
   const uint8_t* rp[R];
   int row0, rows;
   float* Y;
-  gemvq_segment<R>(blockIdx.x, W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, rp, row0, rows, Y);
+  gemvq_segment<R>(bid, W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, rp, row0, rows, Y);
   const int u = threadIdx.x, nv = cols >> 6;
   QW4P w[R];
   if (u < nv)
@@ -500,7 +500,7 @@ __device__ __forceinline__ void gemvq_ps_body(const uint8_t* W0, long long rb0, 
   extern "C" __global__ void __launch_bounds__(64) NAME(                                                       \
       const uint8_t* W0, long long rb0, float* Y0, int rows0, const uint8_t* W1, long long rb1, float* Y1,     \
       int rows1, const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols, const uint8_t* XQ) {        \
-    gemvq_ps_body<R, RPRE>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, cols, XQ);              \
+    gemvq_ps_body<R, RPRE>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, cols, XQ, blockIdx.x);  \
   }
 GEMVQ_PS(gemvq_ps6_1, 6, 4)
 
@@ -1057,3 +1057,50 @@ GEMVQ_MIXED(gemvq_mixed_a_1, true, 256)
 // that the launch has the occupancy of the all-Q4_K q/k/v launch
 // (kernels' gemvqMixedName says what it measured).
 GEMVQ_MIXED(gemvq_mixed_a_w2_1, true, 64, 14)
+
+// gemvq_mixed_s_1: gemvq_ps6_1 for the q/k/v of a layer whose v is Q6KA
+// (kernels' gemvqMixedSplitGeometry): v first, in blocks of 6 rows of 2
+// warps, unit u a lane, 4 rows loaded before the wait, x right after it,
+// then the other 2 (gemvq_q6ka_ps_body); then q and k in gemvq_ps6_1's
+// blocks. 128 registers, 8 blocks a multiprocessor: the 8b shape's 171 +
+// 854 blocks fit the device in one wave. In the stage sweep (kernels/
+// NOTES.md, GEMV v13; testdata/h200-stage-sweep-qkv6d.txt) 4.69-4.71 µs a
+// layer against gemvq_mixed_a_w2_1's 5.28-5.33; v in blocks of 4 or 5 rows
+// (1110 or 1059 blocks: more than a wave) 6.7-6.8, all 6 rows before the
+// wait (130 registers, 7 blocks a multiprocessor) 6.2.
+template <int R, int RPRE>
+__device__ __forceinline__ void gemvq_q6ka_ps_body(const uint8_t* W, long long rb, float* Y, int rows, int cols,
+                                                   const uint8_t* XQ, int bid) {
+  __shared__ float red[2 * R];
+  const int row0 = bid * R, u = threadIdx.x, nv = cols >> 6;
+  const uint8_t* rp[R];
+  row_ptrs<R>(W, rb, row0, rows, rp);
+  QW6A w[R];
+  if (u < nv)
+#pragma unroll
+    for (int r = 0; r < RPRE; r++) w[r].load(rp[r], u);
+  pdl_trigger();
+  pdl_wait();
+  float acc[R][1];
+  zero_acc(acc);
+  if (u < nv) {
+    QX6 x;
+    x.load(XQ, cols, u);
+#pragma unroll
+    for (int r = RPRE; r < R; r++) w[r].load(rp[r], u);
+#pragma unroll
+    for (int r = 0; r < R; r++) w[r].dot(u, x, acc[r][0]);
+  }
+  gemv_rows_store<R, 1>(acc, red, blockDim.x >> 5, R, GLU_PLAIN, row0, rows, Y);
+}
+extern "C" __global__ void __launch_bounds__(64)
+    gemvq_mixed_s_1(const uint8_t* W0, long long rb0, float* Y0, int rows0, const uint8_t* W1, long long rb1,
+                    float* Y1, int rows1, const uint8_t* W2, long long rb2, float* Y2, int rows2, int cols,
+                    const uint8_t* XQ) {
+  const int g6 = (rows2 + 5) / 6;
+  if ((int)blockIdx.x < g6) {
+    gemvq_q6ka_ps_body<6, 4>(W2, rb2, Y2, rows2, cols, XQ, blockIdx.x);
+  } else {
+    gemvq_ps_body<6, 4>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, nullptr, 0, nullptr, 0, cols, XQ, blockIdx.x - g6);
+  }
+}

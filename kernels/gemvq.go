@@ -426,14 +426,17 @@ func SetGEMVQPairs(on bool) { gemvqPairs.Store(on) }
 const gemvqP4BlocksPerSMDefault, gemvqP2BlocksPerSMDefault, gemvqPS6BlocksPerSMDefault = 8, 17, 8
 
 // gemvqSplit switches gemvq_ps6_1 (pair units, 6 rows a block, 4 of them
-// loaded before the wait) on for the launches gemvqPairGeometry gives it;
-// on by default, SetGEMVQSplit(false) or STRATA_Q4SPLIT=0 for comparisons
-// (q/k/v then takes gemvq_fused_1 as before).
+// loaded before the wait) and gemvq_mixed_s_1 (the same with a Q6KA
+// matrix's rows first) on for the launches gemvqPairGeometry and
+// gemvqMixedSplitGeometry give them; on by default, SetGEMVQSplit(false)
+// or STRATA_Q4SPLIT=0 for comparisons (q/k/v then takes gemvq_fused_1 and
+// gemvq_mixed_a_w2_1 as before).
 var gemvqSplit atomic.Bool
 
 func init() { gemvqSplit.Store(os.Getenv("STRATA_Q4SPLIT") != "0") }
 
-// SetGEMVQSplit turns gemvq_ps6_1 on or off (see gemvqPairGeometry).
+// SetGEMVQSplit turns gemvq_ps6_1 and gemvq_mixed_s_1 on or off (see
+// gemvqPairGeometry, gemvqMixedSplitGeometry).
 func SetGEMVQSplit(on bool) { gemvqSplit.Store(on) }
 
 // perSMOr is n, or def where Load's occupancy query left n unknown.
@@ -621,7 +624,28 @@ func gemvqMixedName(t quant.Type, threads int) string {
 	return "gemvq_mixed_a_1"
 }
 
-// gemvqMixedLaunch launches gemvq_mixed_1 (see gemvqMixed), or
+// gemvqMixedSplitGeometry is gemvq_mixed_s_1's grid for the Q4_K outputs
+// q4 and the Q6_K one q6 of a launch gemvqMixed takes: where the split
+// and pair switches are on and nothing is forced, q6 is re-laid (Q6KA),
+// the columns (the same for all) are at most 4096 and the 6-row blocks
+// fit the device in one wave (the 8b shape's q/k/v with a Q6_K v: 1025).
+func (k *Kernels) gemvqMixedSplitGeometry(q4 []GEMVOut, q6 GEMVOut) (blocks, threads int, ok bool) {
+	cols := q6.W.Cols
+	if !gemvqSplit.Load() || !gemvqPairs.Load() || gemvqUnroll != 0 || gemvqWarps != 0 || q6.W.Type != Q6KA || cols > 4096 {
+		return 0, 0, false
+	}
+	for _, o := range q4 {
+		if o.W.Type != quant.Q4_K || o.W.Cols != cols {
+			return 0, 0, false
+		}
+		blocks += ceilDiv(o.W.Rows, 6)
+	}
+	blocks += ceilDiv(q6.W.Rows, 6)
+	return blocks, 32 * ceilDiv(cols/64, 32), blocks <= perSMOr(k.mixedSPerSM, gemvqPS6BlocksPerSMDefault)*k.SMs
+}
+
+// gemvqMixedLaunch launches gemvq_mixed_s_1 where gemvqMixedSplitGeometry
+// takes the launch, else gemvq_mixed_1 (see gemvqMixed), or
 // gemvq_mixed_a_1 / gemvq_mixed_a_w2_1 where the Q6_K matrix is re-laid
 // (Q6KA; gemvqMixedName).
 func (k *Kernels) gemvqMixedLaunch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.DevPtr, q4 []GEMVOut, q6 GEMVOut) error {
@@ -632,6 +656,9 @@ func (k *Kernels) gemvqMixedLaunch(c *cuda.Ctx, s cuda.Stream, what string, xq c
 	blocks, threads := gemvqGeometry(groups, cols)
 	blocks += ceilDiv(q6.W.Rows, gemvq6Rows)
 	name := gemvqMixedName(q6.W.Type, threads)
+	if b, th, ok := k.gemvqMixedSplitGeometry(q4, q6); ok {
+		name, blocks, threads = "gemvq_mixed_s_1", b, th
+	}
 	f, err := k.fn(name)
 	if err != nil {
 		return err

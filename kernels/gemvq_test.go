@@ -261,6 +261,9 @@ func TestGEMVQ(t *testing.T) {
 		// The 8b shape's q/k/v: gemvq_ps6_1 where the split is on (and in
 		// fused-q4k-q4k-q4k).
 		{"fused-qkv-8b", 4096, []mat{{quant.Q4_K, 4096}, {quant.Q4_K, 1024}, {quant.Q4_K, 1024}}, 0},
+		// The 8b shape's q/k/v with a Q6_K v: gemvq_mixed_s_1 where the
+		// split is on and v re-laid (and in fused-q4k-q4k-q6k).
+		{"fused-qkv6-8b", 4096, []mat{{quant.Q4_K, 4096}, {quant.Q4_K, 1024}, {quant.Q6_K, 1024}}, 0},
 		{"fused-q4k-q4k-q6k", 4096, []mat{{quant.Q4_K, 66}, {quant.Q4_K, 17}, {quant.Q6_K, 17}}, 0},
 		{"glu-swiglu", 4096, []mat{{quant.Q4_K, 203}, {quant.Q4_K, 203}}, SwiGLU},
 		{"glu-geglu", 3584, []mat{{quant.Q4_K, 45}, {quant.Q4_K, 45}}, GeGLU},
@@ -280,7 +283,7 @@ func TestGEMVQ(t *testing.T) {
 		q6staged bool
 		relay    bool
 		nowave   bool // the one-wave kernels off: pairs, gemvq_q6ka_r2u2_1, gemvq_mixed_a_w2_1
-		nosplit  bool // gemvq_ps6_1 off (gemvq_fused_1 instead)
+		nosplit  bool // gemvq_ps6_1 and gemvq_mixed_s_1 off (gemvq_fused_1, gemvq_mixed_a_w2_1 instead)
 	}{{false, 0, false, false, false, false}, {true, 0, true, false, false, false}, {true, 1, false, false, false, false},
 		{true, 2, false, false, false, false}, {true, 1, true, false, false, false}, {true, 0, false, true, false, false},
 		{true, 2, false, true, false, false}, {false, 0, false, true, false, false}, {true, 0, false, true, true, false},
@@ -417,12 +420,20 @@ func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, x
 		}
 		nws[i] = th / 32
 	}
-	// gemvq_p4_1 / gemvq_p2u2_1 / gemvq_ps6_1: the pair units' walk.
-	_, _, pth, pairs := k.gemvqPairGeometry(nb, int(glu), q4)
-	pairs = pairs && len(q6) == 0
-	if pairs {
+	// gemvq_p4_1 / gemvq_p2u2_1 / gemvq_ps6_1: the pair units' walk for
+	// every output; gemvq_mixed_s_1: for the Q4_K ones, the Q6KA one's
+	// one unit a lane as gemvq_q6ka's walk with as many warps.
+	pair := make([]bool, len(outs))
+	if _, _, pth, ok := k.gemvqPairGeometry(nb, int(glu), q4); ok && len(q6) == 0 {
 		for i := range nws {
-			nws[i] = pth / 32
+			nws[i], pair[i] = pth/32, true
+		}
+	}
+	if mixed {
+		if _, th, ok := k.gemvqMixedSplitGeometry(q4, q6[0]); ok {
+			for i, o := range outs {
+				nws[i], pair[i] = th/32, o.W.Type == quant.Q4_K
+			}
 		}
 	}
 	rowRef := func(i, b, row int) (emu, ref, mag, bound float64) {
@@ -432,7 +443,7 @@ func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, x
 			bound += math.Abs(float64(w)) * math.Abs(xd[j]-float64(xs[b*cols+j]))
 		}
 		rb := int(outs[i].W.RowBytes())
-		if pairs {
+		if pair[i] {
 			emu = float64(gemvqPairRowRef(datas[i][row*rb:(row+1)*rb], cols, xqs[b], nws[i]))
 			return
 		}
@@ -919,6 +930,50 @@ func TestGEMVQPairGeometry(t *testing.T) {
 		}
 		if name != c.want || blocks != c.blocks || threads != c.threads {
 			t.Errorf("%s: %q %d blocks of %d threads (taken %v), want %q %d of %d", c.name, name, blocks, threads, ok, c.want, c.blocks, c.threads)
+		}
+	}
+}
+
+// TestGEMVQMixedSplitGeometry pins which mixed q/k/v launches take
+// gemvq_mixed_s_1: a Q6KA matrix and Q4_K ones of the same columns, at
+// most 4096, in 6-row blocks that fit the device in one wave, the split
+// and pair switches on, nothing forced (host-only, the H200's figures).
+func TestGEMVQMixedSplitGeometry(t *testing.T) {
+	defer fastGEMVState()()
+	defer func() { gemvqUnroll = 0 }()
+	k := &Kernels{SMs: 132}
+	m := func(typ quant.Type, rows, cols int) GEMVOut {
+		return GEMVOut{W: Matrix{Type: typ, Rows: rows, Cols: cols}}
+	}
+	qk := []GEMVOut{m(quant.Q4_K, 4096, 4096), m(quant.Q4_K, 1024, 4096)}
+	for _, c := range []struct {
+		name          string
+		q4            []GEMVOut
+		q6            GEMVOut
+		unroll        int
+		nosplit, nopr bool
+		blocks, th    int
+	}{
+		{"8b q/k/v, Q6KA v", qk, m(Q6KA, 1024, 4096), 0, false, false, 1025, 64},
+		{"512 columns", []GEMVOut{m(quant.Q4_K, 66, 512)}, m(Q6KA, 17, 512), 0, false, false, 14, 32},
+		{"split off", qk, m(Q6KA, 1024, 4096), 0, true, false, 0, 0},
+		{"pairs off", qk, m(Q6KA, 1024, 4096), 0, false, true, 0, 0},
+		{"unroll forced", qk, m(Q6KA, 1024, 4096), 1, false, false, 0, 0},
+		{"plain Q6_K v", qk, m(quant.Q6_K, 1024, 4096), 0, false, false, 0, 0},
+		{"14336 columns", []GEMVOut{m(quant.Q4_K, 64, 14336)}, m(Q6KA, 64, 14336), 0, false, false, 0, 0},
+		{"columns differ", []GEMVOut{m(quant.Q4_K, 64, 2048)}, m(Q6KA, 64, 4096), 0, false, false, 0, 0},
+		{"1057 blocks", []GEMVOut{m(quant.Q4_K, 1050*6, 4096)}, m(Q6KA, 42, 4096), 0, false, false, 0, 0},
+		{"1056 blocks", []GEMVOut{m(quant.Q4_K, 1049*6, 4096)}, m(Q6KA, 42, 4096), 0, false, false, 1056, 64},
+	} {
+		gemvqUnroll = c.unroll
+		SetGEMVQSplit(!c.nosplit)
+		SetGEMVQPairs(!c.nopr)
+		blocks, th, ok := k.gemvqMixedSplitGeometry(c.q4, c.q6)
+		if !ok {
+			blocks, th = 0, 0
+		}
+		if blocks != c.blocks || th != c.th {
+			t.Errorf("%s: %d blocks of %d threads (taken %v), want %d of %d", c.name, blocks, th, ok, c.blocks, c.th)
 		}
 	}
 }

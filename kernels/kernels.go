@@ -69,9 +69,10 @@ type Kernels struct {
 	// multiprocessor holds (0: unknown; see u2BlocksPerSM).
 	u2PerSM int
 	// p4PerSM, p2PerSM: the same for gemvq_p4_1 (64 threads) and
-	// gemvq_p2u2_1 (32 threads), ps6PerSM for gemvq_ps6_1 (64 threads);
-	// see gemvqPairGeometry.
-	p4PerSM, p2PerSM, ps6PerSM int
+	// gemvq_p2u2_1 (32 threads), ps6PerSM and mixedSPerSM for
+	// gemvq_ps6_1 and gemvq_mixed_s_1 (64 threads); see gemvqPairGeometry
+	// and gemvqMixedSplitGeometry.
+	p4PerSM, p2PerSM, ps6PerSM, mixedSPerSM int
 	// q6aR2PerSM: the same for gemvq_q6ka_r2u2_1 (32 threads; see
 	// gemvq6aWaveGeometry).
 	q6aR2PerSM int
@@ -164,7 +165,8 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 		threads int
 		n       *int
 	}{{"gemvq_fused_u2_1", gemvqU2Threads, &k.u2PerSM}, {"gemvq_p4_1", 64, &k.p4PerSM}, {"gemvq_p2u2_1", 32, &k.p2PerSM},
-		{"gemvq_q6ka_r2u2_1", 32, &k.q6aR2PerSM}, {"gemvq_ps6_1", 64, &k.ps6PerSM}} {
+		{"gemvq_q6ka_r2u2_1", 32, &k.q6aR2PerSM}, {"gemvq_ps6_1", 64, &k.ps6PerSM},
+		{"gemvq_mixed_s_1", 64, &k.mixedSPerSM}} {
 		if f, ok := k.fns[q.name]; ok {
 			if n, err := c.MaxActiveBlocks(f, q.threads, 0); err == nil && n > 0 {
 				*q.n = n

@@ -92,8 +92,8 @@ func TestEmbeddedEntries(t *testing.T) {
 		// gemvq_q6ka_r2u2_1, gemvq_mixed_a_w2_1. read_xor
 		// (the read-only ceiling). GEMVSliced: gemvq_sk_p,
 		// gemvq_sk_q6ka, add_fx, add_fx_rmsnorm. Split pair units:
-		// gemvq_ps6_1.
-		if want := 80 + 10 + 10 + 1 + 1 + 5 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 6 + 1 + 18 + 1 + 4 + 1; n != want {
+		// gemvq_ps6_1, gemvq_mixed_s_1.
+		if want := 80 + 10 + 10 + 1 + 1 + 5 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 6 + 1 + 18 + 1 + 4 + 2; n != want {
 			t.Errorf("%s: %d kernels embedded, want %d", arch, n, want)
 		}
 	}

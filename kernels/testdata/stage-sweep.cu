@@ -2652,6 +2652,24 @@ __global__ void __launch_bounds__(64) kPH(const uint8_t* W, long long rb, float*
   gemv_rows_store<R, 1>(acc, red, 2, R, GLU_PLAIN, row0, rows, Y);
 }
 
+// kMixS (mode qkv6, ninth session): the q/k/v launch of a layer with a
+// Q6_K v in gemvq_ps6_1's form: the Q6KA v first, RV rows a block of 2
+// warps (unit u a lane, PREV rows loaded before the wait, x right after
+// it, then the rest), then q and k in gemvq_ps6_1's blocks (6 rows, 4
+// before the wait; gemvq_ps_body with blockIdx.x past v's blocks); RV 6,
+// PREV 4 is gemvq_mixed_s_1.
+template <int RV, int PREV>
+__global__ void __launch_bounds__(64) kMixS(const uint8_t* W0, long long rb0, float* Y0, int rows0, const uint8_t* W1,
+                                            long long rb1, float* Y1, int rows1, const uint8_t* W2, long long rb2,
+                                            float* Y2, int rows2, int cols, const uint8_t* XQ) {
+  const int g6 = (rows2 + RV - 1) / RV;
+  if ((int)blockIdx.x < g6) {
+    gemvq_q6ka_ps_body<RV, PREV>(W2, rb2, Y2, rows2, cols, XQ, blockIdx.x);
+  } else {
+    gemvq_ps_body<6, 4>(W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, nullptr, 0, nullptr, 0, cols, XQ, blockIdx.x - g6);
+  }
+}
+
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
   gSoa = argc > 1 && (strcmp(argv[1], "soa") == 0 || strcmp(argv[1], "prof") == 0 || strcmp(argv[1], "x6") == 0 || strcmp(argv[1], "parts") == 0 || strcmp(argv[1], "l2") == 0 || strcmp(argv[1], "q6t") == 0 || strcmp(argv[1], "dchain") == 0 || strcmp(argv[1], "dchain6") == 0 || strcmp(argv[1], "qkv6") == 0 || strcmp(argv[1], "sk") == 0);
@@ -2999,6 +3017,21 @@ int main(int argc, char** argv) {
                         {"kMixAL<2, 12> (85 registers)", kMixAL<2, 12, false>, 512, false},
                         {"kMixAL<1, 14> Q4_K first", kMixAL<1, 14, true>, 1024, false},
                         {"kMixAL<1, 10> Q4_K first", kMixAL<1, 10, true>, 1024, false}};
+    {  // kMixS: v in RV-row blocks, then q and k in 6-row ones (854 blocks)
+      struct MS { const char* name; KFn6 f; int g6; };
+      const MS ms[] = {{"kMixS RV6 pre4", kMixS<6, 4>, 171}, {"kMixS RV6 pre6", kMixS<6, 6>, 171},
+                       {"kMixS RV6 pre3", kMixS<6, 3>, 171}, {"kMixS RV4 pre3", kMixS<4, 3>, 256},
+                       {"kMixS RV5 pre4", kMixS<5, 4>, 205}, {"kMixS RV2 pre2", kMixS<2, 2>, 512}};
+      for (const MS& v : ms)
+        line(v.name, lb6, [&](const Mat& qk, const Mat& v6) {
+          launchS(v.f, 854 + v.g6, 64, 0, s, (const uint8_t*)qk.w, qk.rb, yq, 4096, (const uint8_t*)qk.w + 4096 * qk.rb, qk.rb, yk, 1024,
+                  (const uint8_t*)v6.w6s, v6.rb, yv, 1024, 4096, xq);
+        });
+      line("gemvq_ps6_1, q and k alone (854 blocks)", 5120.0 * mats[0][0].rb, [&](const Mat& qk, const Mat&) {
+        launchS(gemvq_ps6_1, 854, 64, 0, s, (const uint8_t*)qk.w, qk.rb, yq, 4096, (const uint8_t*)qk.w + 4096 * qk.rb, qk.rb, yk, 1024,
+                z, 0LL, zy, 0, 4096, xq);
+      });
+    }
     for (const QV& v : mixed)
       line(v.name, lb6, [&](const Mat& qk, const Mat& v6) {
         launchS(v.f, 1280 + v.g6, 64, 0, s, (const uint8_t*)qk.w, qk.rb, yq, 4096, (const uint8_t*)qk.w + 4096 * qk.rb, qk.rb, yk, 1024,
