@@ -2355,6 +2355,62 @@ __global__ void __launch_bounds__(32 * WP) kSK6B(const uint8_t* W, long long rb,
   sk_walk<Slice6<16>, QW6B, QX6, RC, UN, WP, true>(W, rb, Y, rows, cols, X);
 }
 
+// kSK2S / kSK6S (mode sk; prepared in the ninth session, not yet run): the
+// sliced walk (kSK2P / kSK6P) with each dot product reading its x from the
+// slice in shared memory (the asm barrier keeps the compiler from holding
+// it in registers across the walk) instead of a lane holding its unit's x
+// in registers for the whole walk (~36 of ~118 registers): whether the
+// registers freed carry more row pairs in flight (UN 4-8) at the same two
+// blocks a multiprocessor, or, at fewer rows a block, three blocks (RC
+// 160: 364 blocks; kSK6S at UN 3 takes 80 registers where kSK6P takes
+// 120). The Q6KA kernel issues an instruction only ~37% of the time
+// (kernels/NOTES.md, GEMV v13): it waits on its loads.
+template <class Slice, class QW, class QX, int RC, int UN, int WP>
+__device__ __forceinline__ void sks_walk(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
+  __shared__ Slice slice;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int u = lane & 15, half = lane >> 4;
+  const int nslices = cols >> 10;
+  const int rc = blockIdx.x / nslices, sl = blockIdx.x - rc * nslices;
+  const int v = sl * 16 + u;
+  constexpr int NP = RC / (2 * WP);
+  auto row = [&](int k) { return rc * RC + 2 * (warp + WP * k) + half; };
+  auto rowp = [&](int k) { return W + (long long)min(row(k), rows - 1) * rb; };
+  QW w[UN];
+#pragma unroll
+  for (int j = 0; j < UN; j++)
+    if (j < NP) w[j].load(rowp(j), v);
+  pdl_trigger();
+  pdl_wait();
+  slice_quant<WP>(slice, X + 1024LL * sl, warp);
+  __syncthreads();
+  for (int k0 = 0; k0 < NP; k0 += UN) {
+#pragma unroll
+    for (int j = 0; j < UN; j++) {
+      const int k = k0 + j;
+      if (k < NP) {
+        asm volatile("" ::: "memory");
+        QX x;
+        slice.load(u, x);
+        float acc = 0.0f;
+        w[j].dot(v, x, acc);
+        if (k + UN < NP) w[j].load(rowp(k + UN), v);
+#pragma unroll
+        for (int o = 1; o < 16; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (u == 0 && row(k) < rows) atomicAdd(Y + row(k), acc);
+      }
+    }
+  }
+}
+template <int RC, int UN, int WP>
+__global__ void __launch_bounds__(32 * WP) kSK2S(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
+  sks_walk<SliceP<16>, QW4P, QXP, RC, UN, WP>(W, rb, Y, rows, cols, X);
+}
+template <int RC, int UN, int WP>
+__global__ void __launch_bounds__(32 * WP) kSK6S(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
+  sks_walk<Slice6<16>, QW6A, QX6, RC, UN, WP>(W, rb, Y, rows, cols, X);
+}
+
 // kSKH2 / kSKH6 (mode sk, eighth session): sk_walk with x already
 // quantized (X is gemvq_x's output for the whole vector): each lane loads
 // its unit's x from global memory after the wait, as the one-vector
@@ -3316,6 +3372,10 @@ int main(int argc, char** argv) {
     // The engine's geometry (gemvq_sk_p: RC 256, UN 4, 8 warps) with x held
     // (kSKH2): the slices' own quantization's share.
     q4.push_back(walk("kSK2P RC256 UN4 w8, x loads first", kSK2P<256, 4, 8>, 256, 8));
+    q4.push_back(walk("kSK2S RC256 UN4 w8, x from shared", kSK2S<256, 4, 8>, 256, 8));
+    q4.push_back(walk("kSK2S RC256 UN6 w8, x from shared", kSK2S<256, 6, 8>, 256, 8));
+    q4.push_back(walk("kSK2S RC256 UN8 w8, x from shared", kSK2S<256, 8, 8>, 256, 8));
+    q4.push_back(walk("kSK2S RC160 UN3 w8, x from shared", kSK2S<160, 3, 8>, 160, 8));
     {
       SKV h = walk("kSKH2 RC256 UN4 w8, x held", kSKH2<256, 4, 8>, 256, 8);
       h.held = true;
@@ -3344,6 +3404,12 @@ int main(int argc, char** argv) {
              walk("kSK6 RC480 UN5 w16", kSK6<480, 5, 16>, 480, 16), walk("kSK6 RC480 UN2 w16", kSK6<480, 2, 16>, 480, 16),
              walk("kSK6 RC240 UN3 w8", kSK6<240, 3, 8>, 240, 8), walk("kSK6 RC240 UN5 w8", kSK6<240, 5, 8>, 240, 8),
              walk("kSK6P RC240 UN3 w8, x loads first", kSK6P<240, 3, 8>, 240, 8),
+             walk("kSK6S RC240 UN3 w8, x from shared", kSK6S<240, 3, 8>, 240, 8),
+             walk("kSK6S RC240 UN4 w8, x from shared", kSK6S<240, 4, 8>, 240, 8),
+             walk("kSK6S RC240 UN5 w8, x from shared", kSK6S<240, 5, 8>, 240, 8),
+             walk("kSK6S RC240 UN6 w8, x from shared", kSK6S<240, 6, 8>, 240, 8),
+             walk("kSK6S RC160 UN3 w8, x from shared (3 blocks a multiprocessor)", kSK6S<160, 3, 8>, 160, 8),
+             walk("kSK6S RC160 UN2 w8, x from shared", kSK6S<160, 2, 8>, 160, 8),
              walk("kSK6P RC240 UN4 w8, x loads first", kSK6P<240, 4, 8>, 240, 8),
              walk("kSK6P RC256 UN4 w8, x loads first", kSK6P<256, 4, 8>, 256, 8),
              walk("kSK6B RC240 UN3 w8, 6-in-8 layout (timing only)", kSK6B<240, 3, 8>, 240, 8),
