@@ -460,7 +460,7 @@ GEMVQ_P(gemvq_p2u2_1, 2, 2)
 // gemvq_fused_1 4.94. In the decode step (engine/cuda's testdata/
 // h200-bench-split/) 4 and 5 before the wait gave the same; the step 1.935
 // -> 1.917 ms. The same split for o (4 rows, 3 before the wait: 3.39 µs
-// in the sweep) made the step slower (+17 µs): there attention runs long
+// in the sweep) made the step slower (+19-23 µs): there attention runs long
 // enough before o for all of gemvq_p4_1's weights to land before the
 // wait, so its x is not held up, and a row loaded after it is a loss.
 //
