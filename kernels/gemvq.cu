@@ -464,6 +464,11 @@ GEMVQ_P(gemvq_p2u2_1, 2, 2)
 // enough before o for all of gemvq_p4_1's weights to land before the
 // wait, so its x is not held up, and a row loaded after it is a loss.
 //
+// gemvq_ps_body: plain mode's row group bid of R rows over up to three
+// Q4_K matrices (gemvq_segment; 16-byte aligned rows of at most 4096
+// columns): lane u holds pair unit u (u < cols / 64) of every row; rows
+// 0..RPRE-1 are loaded before the wait, the rest after x. The lanes, sums
+// and reduction are gemvq_p4_1's.
 template <int R, int RPRE>
 __device__ __forceinline__ void gemvq_ps_body(const uint8_t* W0, long long rb0, float* Y0, int rows0,
                                               const uint8_t* W1, long long rb1, float* Y1, int rows1,
