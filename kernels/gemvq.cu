@@ -420,8 +420,8 @@ struct QW4P {
 // gemvq_p_body: Y = W x for one Q4_K matrix (16-byte aligned rows) and
 // one quantized vector; a block owns R rows, its warps split each row's
 // pair units (gemvq_walk: UN in flight, the first UN loaded before
-// pdl_wait).
-template <int R, int UN>
+// pdl_wait). QX: the x side (QXP; the stage sweep's stand-ins).
+template <int R, int UN, class QX = QXP>
 __device__ __forceinline__ void gemvq_p_body(const uint8_t* W, long long rb, float* Y, int rows, int cols,
                                              const uint8_t* XQ) {
   __shared__ float red[8 * R];
@@ -430,7 +430,7 @@ __device__ __forceinline__ void gemvq_p_body(const uint8_t* W, long long rb, flo
   row_ptrs<R>(W, rb, row0, rows, rp);
   float acc[R][1];
   zero_acc(acc);
-  gemvq_walk<QW4P, QXP, 1, R, UN>(rp, cols >> 6, cols, XQ, acc);
+  gemvq_walk<QW4P, QX, 1, R, UN>(rp, cols >> 6, cols, XQ, acc);
   gemv_rows_store<R, 1>(acc, red, blockDim.x >> 5, R, GLU_PLAIN, row0, rows, Y);
 }
 
@@ -468,7 +468,29 @@ GEMVQ_P(gemvq_p2u2_1, 2, 2)
 // Q4_K matrices (gemvq_segment; 16-byte aligned rows of at most 4096
 // columns): lane u holds pair unit u (u < cols / 64) of every row; rows
 // 0..RPRE-1 are loaded before the wait, the rest after x. The lanes, sums
-// and reduction are gemvq_p4_1's.
+// and reduction are gemvq_p4_1's. gemvq_split_rows is the lane's part of
+// it, for any unit of 64 columns (QW) and its x (QX): gemvq_q6ka_ps_body
+// too.
+template <class QW, class QX, int R, int RPRE>
+__device__ __forceinline__ void gemvq_split_rows(const uint8_t* const (&rp)[R], int cols, const uint8_t* XQ,
+                                                 float (&acc)[R][1]) {
+  const int u = threadIdx.x, nv = cols >> 6;
+  QW w[R];
+  if (u < nv)
+#pragma unroll
+    for (int r = 0; r < RPRE; r++) w[r].load(rp[r], u);
+  pdl_trigger();
+  pdl_wait();
+  zero_acc(acc);
+  if (u < nv) {
+    QX x;
+    x.load(XQ, cols, u);
+#pragma unroll
+    for (int r = RPRE; r < R; r++) w[r].load(rp[r], u);
+#pragma unroll
+    for (int r = 0; r < R; r++) w[r].dot(u, x, acc[r][0]);
+  }
+}
 template <int R, int RPRE>
 __device__ __forceinline__ void gemvq_ps_body(const uint8_t* W0, long long rb0, float* Y0, int rows0,
                                               const uint8_t* W1, long long rb1, float* Y1, int rows1,
@@ -479,23 +501,8 @@ __device__ __forceinline__ void gemvq_ps_body(const uint8_t* W0, long long rb0, 
   int row0, rows;
   float* Y;
   gemvq_segment<R>(bid, W0, rb0, Y0, rows0, W1, rb1, Y1, rows1, W2, rb2, Y2, rows2, rp, row0, rows, Y);
-  const int u = threadIdx.x, nv = cols >> 6;
-  QW4P w[R];
-  if (u < nv)
-#pragma unroll
-    for (int r = 0; r < RPRE; r++) w[r].load(rp[r], u);
-  pdl_trigger();
-  pdl_wait();
   float acc[R][1];
-  zero_acc(acc);
-  if (u < nv) {
-    QXP x;
-    x.load(XQ, cols, u);
-#pragma unroll
-    for (int r = RPRE; r < R; r++) w[r].load(rp[r], u);
-#pragma unroll
-    for (int r = 0; r < R; r++) w[r].dot(u, x, acc[r][0]);
-  }
+  gemvq_split_rows<QW4P, QXP, R, RPRE>(rp, cols, XQ, acc);
   gemv_rows_store<R, 1>(acc, red, blockDim.x >> 5, R, GLU_PLAIN, row0, rows, Y);
 }
 
@@ -910,9 +917,16 @@ struct Slice6 {
 // The first UN pairs' weights are loaded before the wait; after it,
 // getx(rc, sl, warp, u, x) sets the lane's x of unit v; emit(r, sum) takes each
 // row's sum over the slice (lane u == 0; rows past the end read the last
-// row and are not emitted).
-template <class QW, class QX, int RC, int UN, int WP, class GetX, class Emit>
-__device__ __forceinline__ void gemvq_sk_walk(const uint8_t* W, long long rb, int rows, int cols, GetX getx, Emit emit) {
+// row and are not emitted). eachx(u, x), before every dot product, may set
+// x again (the stage sweep's kSK*S read it from shared memory each time;
+// the default keeps the x getx set).
+struct SKKeepX {
+  template <class QX>
+  __device__ __forceinline__ void operator()(int, QX&) const {}
+};
+template <class QW, class QX, int RC, int UN, int WP, class GetX, class Emit, class EachX = SKKeepX>
+__device__ __forceinline__ void gemvq_sk_walk(const uint8_t* W, long long rb, int rows, int cols, GetX getx, Emit emit,
+                                              EachX eachx = EachX()) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int u = lane & 15, half = lane >> 4;
   const int nslices = cols >> 10;
@@ -934,6 +948,7 @@ __device__ __forceinline__ void gemvq_sk_walk(const uint8_t* W, long long rb, in
     for (int j = 0; j < UN; j++) {
       const int k = k0 + j;
       if (k < NP) {
+        eachx(u, x);
         float acc = 0.0f;
         w[j].dot(v, x, acc);
         if (k + UN < NP) w[j].load(rowp(k + UN), v);
@@ -1077,25 +1092,11 @@ template <int R, int RPRE>
 __device__ __forceinline__ void gemvq_q6ka_ps_body(const uint8_t* W, long long rb, float* Y, int rows, int cols,
                                                    const uint8_t* XQ, int bid) {
   __shared__ float red[2 * R];
-  const int row0 = bid * R, u = threadIdx.x, nv = cols >> 6;
+  const int row0 = bid * R;
   const uint8_t* rp[R];
   row_ptrs<R>(W, rb, row0, rows, rp);
-  QW6A w[R];
-  if (u < nv)
-#pragma unroll
-    for (int r = 0; r < RPRE; r++) w[r].load(rp[r], u);
-  pdl_trigger();
-  pdl_wait();
   float acc[R][1];
-  zero_acc(acc);
-  if (u < nv) {
-    QX6 x;
-    x.load(XQ, cols, u);
-#pragma unroll
-    for (int r = RPRE; r < R; r++) w[r].load(rp[r], u);
-#pragma unroll
-    for (int r = 0; r < R; r++) w[r].dot(u, x, acc[r][0]);
-  }
+  gemvq_split_rows<QW6A, QX6, R, RPRE>(rp, cols, XQ, acc);
   gemv_rows_store<R, 1>(acc, red, blockDim.x >> 5, R, GLU_PLAIN, row0, rows, Y);
 }
 extern "C" __global__ void __launch_bounds__(64)

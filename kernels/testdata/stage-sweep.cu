@@ -2368,39 +2368,17 @@ __global__ void __launch_bounds__(32 * WP) kSK6B(const uint8_t* W, long long rb,
 template <class Slice, class QW, class QX, int RC, int UN, int WP>
 __device__ __forceinline__ void sks_walk(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
   __shared__ Slice slice;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int u = lane & 15, half = lane >> 4;
-  const int nslices = cols >> 10;
-  const int rc = blockIdx.x / nslices, sl = blockIdx.x - rc * nslices;
-  const int v = sl * 16 + u;
-  constexpr int NP = RC / (2 * WP);
-  auto row = [&](int k) { return rc * RC + 2 * (warp + WP * k) + half; };
-  auto rowp = [&](int k) { return W + (long long)min(row(k), rows - 1) * rb; };
-  QW w[UN];
-#pragma unroll
-  for (int j = 0; j < UN; j++)
-    if (j < NP) w[j].load(rowp(j), v);
-  pdl_trigger();
-  pdl_wait();
-  slice_quant<WP>(slice, X + 1024LL * sl, warp);
-  __syncthreads();
-  for (int k0 = 0; k0 < NP; k0 += UN) {
-#pragma unroll
-    for (int j = 0; j < UN; j++) {
-      const int k = k0 + j;
-      if (k < NP) {
+  gemvq_sk_walk<QW, QX, RC, UN, WP>(
+      W, rb, rows, cols,
+      [&](int, int sl, int warp, int, QX&) {
+        slice_quant<WP>(slice, X + 1024LL * sl, warp);
+        __syncthreads();
+      },
+      [&](int r, float acc) { atomicAdd(Y + r, acc); },
+      [&](int u, QX& x) {
         asm volatile("" ::: "memory");
-        QX x;
         slice.load(u, x);
-        float acc = 0.0f;
-        w[j].dot(v, x, acc);
-        if (k + UN < NP) w[j].load(rowp(k + UN), v);
-#pragma unroll
-        for (int o = 1; o < 16; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (u == 0 && row(k) < rows) atomicAdd(Y + row(k), acc);
-      }
-    }
-  }
+      });
 }
 template <int RC, int UN, int WP>
 __global__ void __launch_bounds__(32 * WP) kSK2S(const uint8_t* W, long long rb, float* Y, int rows, int cols, const float* X) {
@@ -2582,14 +2560,7 @@ struct QXUF : QXU {
 };
 template <int R, int UN>
 __global__ void __launch_bounds__(256) kPX(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
-  __shared__ float red[8 * R];
-  const int row0 = blockIdx.x * R;
-  const uint8_t* rp[R];
-  row_ptrs<R>(W, rb, row0, rows, rp);
-  float acc[R][1];
-  zero_acc(acc);
-  gemvq_walk<QW4P, QXPF, 1, R, UN>(rp, cols >> 6, cols, XQ, acc);
-  gemv_rows_store<R, 1>(acc, red, blockDim.x >> 5, R, GLU_PLAIN, row0, rows, Y);
+  gemvq_p_body<R, UN, QXPF>(W, rb, Y, rows, cols, XQ);
 }
 __global__ void __launch_bounds__(256) kFX(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
   constexpr int R = GEMVQ_R;
@@ -2663,7 +2634,10 @@ __global__ void __launch_bounds__(64 * G) kPB(const uint8_t* W, long long rb, fl
 // R rows, 2 warps, cols 4096) with only RPRE rows' weights in flight before
 // the wait, x loaded right after it, then the other rows': whether x,
 // loaded behind every weight of the block, waits for them (kPX: ~0.6 us of
-// o's 3.95 is x). CG: x by ld.global.cg (L2 only).
+// o's 3.95 is x). CG: x by ld.global.cg (L2 only). Since the ninth
+// session's review it is gemvq_split_rows (gemvq_ps6_1's walk) on one
+// matrix; its logged timings (-p8e..g.txt) come from a copy of that walk
+// without the u < cols / 64 guard.
 struct QXPCG : QXP {
   __device__ __forceinline__ void load(const uint8_t* base, int cols, int v) {
     const int nv = cols >> 6;
@@ -2682,28 +2656,15 @@ struct QXPCG : QXP {
 };
 template <int R, int RPRE, bool CG>
 __global__ void __launch_bounds__(64) kPH(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
-  __shared__ float red[8 * R];
-  const int row0 = blockIdx.x * R, u = threadIdx.x;
+  __shared__ float red[2 * R];
+  const int row0 = blockIdx.x * R;
   const uint8_t* rp[R];
   row_ptrs<R>(W, rb, row0, rows, rp);
-  QW4P w[R];
-#pragma unroll
-  for (int r = 0; r < RPRE; r++) w[r].load(rp[r], u);
-  pdl_trigger();
-  pdl_wait();
-  QXP x;
-  if (CG) {
-    static_cast<QXPCG&>(x).load(XQ, cols, u);
-  } else {
-    x.load(XQ, cols, u);
-  }
-#pragma unroll
-  for (int r = RPRE; r < R; r++) w[r].load(rp[r], u);
   float acc[R][1];
-#pragma unroll
-  for (int r = 0; r < R; r++) {
-    acc[r][0] = 0.0f;
-    w[r].dot(u, x, acc[r][0]);
+  if (CG) {
+    gemvq_split_rows<QW4P, QXPCG, R, RPRE>(rp, cols, XQ, acc);
+  } else {
+    gemvq_split_rows<QW4P, QXP, R, RPRE>(rp, cols, XQ, acc);
   }
   gemv_rows_store<R, 1>(acc, red, 2, R, GLU_PLAIN, row0, rows, Y);
 }
