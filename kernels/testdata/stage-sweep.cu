@@ -60,7 +60,14 @@
 // through shared memory, kPH with a block's rows split around the wait,
 // -p8c..g.txt); sk = down quantizing its own slice of x (kSK2, kSK6; SK1=1:
 // kSK; -sk*.txt; ninth session: kSK2P / kSK6P with a warp's x loads issued
-// first, kSK6B timing a 6-in-8 Q6_K layout, -sk7/8.txt);
+// first, kSK6B timing a 6-in-8 Q6_K layout, -sk7/8.txt; tenth: kSK2S /
+// kSK6S reading x from shared memory each dot product, -sk9.txt, and
+// kSKL2 / kSKL6 on a slice-major re-lay, -sk10.txt);
+// ca = persistent blocks streaming row groups through a shared-memory
+// ring by cp.async (kCA, kCA6 for Q6KA, gemvq_ca_body / kCA8 with GLU) on
+// gate+up, the GLU, the output, q/k/v and o (-ca*.txt); cachain = the ring
+// in chains with its neighbours in the step (-cachain*.txt; tenth session,
+// kernels/NOTES.md GEMV v14);
 // wlayer with XT32=1: the layer chain with kRT and kUT;
 // wlayer = the layer chain with kG (gemvq_fused_1's block looping over row
 // groups on a grid of b blocks a multiprocessor) for q/k/v and/or gate/up,
@@ -84,6 +91,7 @@
 #include <cstring>
 #include <string>
 #include <vector>
+#include <functional>
 #include <algorithm>
 #include <cuda_runtime.h>
 #include <type_traits>
@@ -1561,7 +1569,7 @@ static void launchS(void (*f)(A...), int grid, int block, int smem, cudaStream_t
 }
 
 struct Mat { int rows, cols; bool q6; uint8_t* w; long long rb; float* y; uint8_t* w1 = nullptr; uint8_t* w6s = nullptr; int* flag = nullptr;
-             uint8_t* wp = nullptr; uint8_t* w1p = nullptr; };
+             uint8_t* wp = nullptr; uint8_t* w1p = nullptr; uint8_t* wL = nullptr; };
 static float* gXf;      // x as floats (kdx)
 static uint8_t* gXQd;   // kdx's quantized x
 static int* gFlags;     // kdx's arrival counters, one per matrix
@@ -2142,7 +2150,9 @@ __global__ void __launch_bounds__(32 * W) kTC(const uint8_t* W0, const uint8_t* 
 // the same of the second; {S0, S1, sx} at 128 nv + 16v).
 template <int N>
 __device__ __forceinline__ void cp_async_wait_n() {
+#if __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
 }
 template <int W, int ST, bool GLU>
 __global__ void __launch_bounds__(32 * W) kTS(const uint8_t* W0, const uint8_t* W1, long long rb, float* Y, int rows,
@@ -2417,6 +2427,291 @@ __global__ void __launch_bounds__(32 * WP) kSK6(const uint8_t* W, long long rb, 
   sk_walk<Slice6<16>, QW6A, QX6, RC, UN, WP>(W, rb, Y, rows, cols, X);
 }
 
+// kCA (mode ca, tenth session): persistent blocks that stream row groups of
+// R rows (R * rb contiguous bytes) through an S-stage ring in shared memory
+// by 16-byte cp.async, so that a block keeps S - 1 groups in flight
+// without holding them in registers, and loads its lanes' x once (the
+// lane's pair unit is the same in every group). 4096 columns (64 pair
+// units): thread t takes unit t % 64 of rows t / 64 + RH k of each group
+// (RH = NT / 64). Row sums: each warp's shuffles, then the two warps of a
+// row added in shared memory, written one group later. Why: the multi-wave
+// launches (gate/up, the output) hold a block's weights in registers only
+// until its one group is computed, so what a multiprocessor has in flight
+// falls with every block's x wait, dot products and reduction; the
+// read-only kernel reaches 0.95 of D2D with ~64 KB a multiprocessor kept
+// in flight (kernels/NOTES.md), gemvq_fused_1 on gate+up 0.89.
+template <int R, int S, int NT>
+__global__ void __launch_bounds__(NT) kCA(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
+  extern __shared__ __align__(16) uint8_t caring[];
+  uint8_t* ring = caring;
+  constexpr int RH = NT / 64, RK = R / RH, NWR = 2;  // rows a thread, warps a row
+  __shared__ float red[2][R][NWR];
+  const int t = threadIdx.x, u = t & 63, rh = t >> 6, lane = t & 31, wr = (t >> 5) & 1;
+  const int groups = rows / R;
+  const long long gb = (long long)R * rb;
+  const int n16 = (int)(gb >> 4);
+  auto issue = [&](int g, int st) {
+    if (g < groups) {
+      const uint4* src = reinterpret_cast<const uint4*>(W + (long long)g * gb);
+      uint4* dst = reinterpret_cast<uint4*>(ring + (long long)st * gb);
+      for (int i = t; i < n16; i += NT) cp_async16(dst + i, src + i);
+    }
+    cp_async_commit();
+  };
+  const int g0 = blockIdx.x, G = gridDim.x;
+#pragma unroll
+  for (int k = 0; k < S - 1; k++) issue(g0 + k * G, k);
+  pdl_trigger();
+  pdl_wait();
+  QXP x;
+  x.load(XQ, cols, u);
+  int prev = -1;
+  for (int i = 0;; i++) {
+    const int g = g0 + i * G;
+    cp_async_wait_n<S - 2>();
+    __syncthreads();
+    if (prev >= 0 && t < R) Y[prev * R + t] = red[(i - 1) & 1][t][0] + red[(i - 1) & 1][t][1];
+    if (g >= groups) break;
+    issue(g + (S - 1) * G, (i + S - 1) % S);
+    const uint8_t* st = ring + (long long)(i % S) * gb;
+#pragma unroll
+    for (int k = 0; k < RK; k++) {
+      const int r = rh + RH * k;
+      const uint8_t* b = st + r * rb + (u >> 2) * 144;
+      QW4P w;
+      w.h = *reinterpret_cast<const uint4*>(b);
+      w.q0 = *reinterpret_cast<const uint4*>(b + 16 + 32 * (u & 3));
+      w.q1 = *reinterpret_cast<const uint4*>(b + 32 + 32 * (u & 3));
+      float acc = 0.0f;
+      w.dot(u, x, acc);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      if (lane == 0) red[i & 1][r][wr] = acc;
+    }
+    prev = g;
+  }
+}
+
+// kCA6 (mode ca): kCA for Q6KA rows (the output projection 128256x4096):
+// the same ring, QW6A's unit read from shared memory (a stage starts
+// 16-byte aligned and rb % 16 == 0, so each super-block's padding, which
+// depends on its address mod 16, reads as in global memory), x by QX6.
+template <int R, int S, int NT>
+__global__ void __launch_bounds__(NT) kCA6(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
+  extern __shared__ uint4 ca6ring4[];
+  uint8_t* ring = reinterpret_cast<uint8_t*>(ca6ring4);
+  constexpr int RH = NT / 64, RK = R / RH;
+  __shared__ float red[2][R][2];
+  const int t = threadIdx.x, u = t & 63, rh = t >> 6, wr = (t >> 5) & 1;
+  const int groups = (rows + R - 1) / R;
+  const long long gb = (long long)R * rb;
+  const int rowChunks = (int)(rb >> 4);
+  auto issue = [&](int g, int st) {
+    if (g < groups) {
+      const int c = min(R, rows - g * R) * rowChunks;
+      const uint4* src = reinterpret_cast<const uint4*>(W + (long long)g * gb);
+      uint4* dst = reinterpret_cast<uint4*>(ring + (long long)st * gb);
+      for (int i = t; i < c; i += NT) cp_async16(dst + i, src + i);
+    }
+    cp_async_commit();
+  };
+  const int g0 = blockIdx.x, NG = gridDim.x;
+#pragma unroll
+  for (int k = 0; k < S - 1; k++) issue(g0 + k * NG, k);
+  pdl_trigger();
+  pdl_wait();
+  QX6 x;
+  x.load(XQ, cols, u);
+  int prev = -1;
+  for (int i = 0;; i++) {
+    const int g = g0 + i * NG;
+    cp_async_wait_n<S - 2>();
+    __syncthreads();
+    if (prev >= 0 && t < R && prev * R + t < rows) Y[prev * R + t] = red[(i - 1) & 1][t][0] + red[(i - 1) & 1][t][1];
+    if (g >= groups) break;
+    issue(g + (S - 1) * NG, (i + S - 1) % S);
+    const uint8_t* st = ring + (long long)(i % S) * gb;
+#pragma unroll
+    for (int k = 0; k < RK; k++) {
+      const int r = rh + RH * k;
+      const uint8_t* b = st + r * rb + (u >> 2) * 210;
+      const int p = q6ka_pad(b), kk = u & 3;
+      const uint8_t* q = b + p + 48 * kk;
+      QW6A w;
+      const uint4 A = *reinterpret_cast<const uint4*>(q), C = *reinterpret_cast<const uint4*>(q + 16),
+                  H = *reinterpret_cast<const uint4*>(q + 32);
+      w.a[0] = A.x; w.a[1] = A.y; w.a[2] = A.z; w.a[3] = A.w;
+      w.c[0] = C.x; w.c[1] = C.y; w.c[2] = C.z; w.c[3] = C.w;
+      w.hb[0] = H.x; w.hb[1] = H.y; w.hb[2] = H.z; w.hb[3] = H.w;
+      w.sc = q6ka_scales(b, p, kk);
+      w.d = q6ka_d(b, p);
+      float acc = 0.0f;
+      w.dot(u, x, acc);
+      acc = warp_sum(acc);
+      if ((t & 31) == 0) red[i & 1][r][wr] = acc;
+    }
+    prev = g;
+  }
+}
+
+// ---- gemvq_ca_body (modes ca, cachain; tenth session; production for a
+// few hours of it, then moved here: see kernels/NOTES.md, GEMV v14) ----
+//
+// Why: in a multi-wave launch (gate/up: 7168 blocks of gemvq_fused_1) a
+// block holds its weights in registers only until they arrive; while it
+// waits for x, computes and reduces, it has nothing in flight, so what a
+// multiprocessor keeps in flight swings with its blocks' phases. The
+// read-only kernel reaches 0.95 of D2D with ~64 KB a multiprocessor kept
+// in flight (kernels/NOTES.md, GEMV v9); gemvq_fused_1 on gate+up 0.90.
+// Here a grid of a few blocks a multiprocessor walks the row groups, each
+// block keeping S - 1 groups in flight by 16-byte cp.async into a ring of
+// S stages in shared memory, which holds no registers while the copies
+// are in flight, and loading its lanes' x once (a lane's pair unit is the
+// same in every group. Alone (32 launches back to back) it beats every
+// register-bound kernel (gate+up 17.24 -> 15.28 µs, the output 107.4 ->
+// 98-100); next to the step's other GEMVs it loses 4-5 µs at each
+// boundary (mode cachain; in the engine the step's GEMVs 1.35 -> 1.71
+// ms), which NOTES.md puts down to the multiprocessors' shared memory /
+// L1 split changing between it and its neighbours.
+//
+// gemvq_ca_body: Y = W x (mode GLU_PLAIN: W0's rows), or glu_act of W0's
+// (gate) and W1's (up) rows; one quantized vector, Q4_K pair units, rows
+// of at most 4096 columns (cols % 256 == 0, rb % 16 == 0, W0 and W1
+// 16-byte aligned: the launcher checks). A group is R rows of the ring,
+// G = R output rows (plain) or R/2 gate and the same R/2 up rows (GLU);
+// group g, block b: g = b + gridDim.x k. Thread t takes pair unit t % 64
+// of the group's rows t / 64 + (NT/64) k. Each row's sum: a warp's
+// shuffles (warp_sum), then its two warps' sums added in warp order, as
+// gemvq_p4_1 sums a 4096-column row; stored one iteration later (GLU:
+// MAXG groups later, see pend). LATE: the dependent launch triggered at
+// each block's last group instead of at its start.
+template <int R, int S, int NT, bool LATE = false>
+__device__ __forceinline__ void gemvq_ca_body(const uint8_t* W0, const uint8_t* W1, long long rb, float* Y, int rows,
+                                              int cols, const uint8_t* XQ, int mode) {
+  extern __shared__ uint4 gemvq_ca_ring4[];
+  uint8_t* const gemvq_ca_ring = reinterpret_cast<uint8_t*>(gemvq_ca_ring4);
+  constexpr int RH = NT / 64, RK = R / RH, MAXG = 16;
+  static_assert(NT % 64 == 0 && R % RH == 0 && R % 2 == 0 && MAXG * R / 2 <= NT, "gemvq_ca: 64 lanes a row");
+  __shared__ float red[2][R][2];
+  // GLU: each group's gate and up sums, until MAXG groups are pending;
+  // then every output's glu_act at once (one thread each), so that its
+  // float64 exp is one latency a MAXG groups, not one a group that the
+  // whole block waits on at the next barrier.
+  __shared__ float pend[MAXG][R];
+  __shared__ int pendRow[MAXG];
+  const bool glu = mode != GLU_PLAIN;
+  const int t = threadIdx.x, u = t & 63, rh = t >> 6, wr = (t >> 5) & 1, nv = cols >> 6;
+  const int G = glu ? R / 2 : R;
+  const int groups = (rows + G - 1) / G;
+  const long long gb = (long long)R * rb;
+  const int rowChunks = (int)(rb >> 4);
+  auto issue = [&](int g, int st) {
+    if (g < groups) {
+      const int c = min(G, rows - g * G) * rowChunks;
+      uint4* dst = reinterpret_cast<uint4*>(gemvq_ca_ring + (long long)st * gb);
+      const uint4* s0 = reinterpret_cast<const uint4*>(W0 + (long long)g * G * rb);
+      for (int i = t; i < c; i += NT) cp_async16(dst + i, s0 + i);
+      if (glu) {
+        const uint4* s1 = reinterpret_cast<const uint4*>(W1 + (long long)g * G * rb);
+        for (int i = t; i < c; i += NT) cp_async16(dst + G * rowChunks + i, s1 + i);
+      }
+    }
+    cp_async_commit();
+  };
+  // flush: the pending groups' outputs (after a barrier).
+  auto flush = [&](int n) {
+    if (t < n * G) {
+      const int j = t / G, r = t - j * G, row = pendRow[j] * G + r;
+      if (row < rows) Y[row] = glu_act(mode, pend[j][r], pend[j][G + r]);
+    }
+  };
+  const int g0 = blockIdx.x, NG = gridDim.x;
+#pragma unroll
+  for (int k = 0; k < S - 1; k++) issue(g0 + k * NG, k);
+  if (!LATE) pdl_trigger();
+  pdl_wait();
+  QXP x;
+  if (u < nv) x.load(XQ, cols, u);
+  int prev = -1, np = 0;
+  for (int i = 0;; i++) {
+    const int g = g0 + i * NG;
+    cp_async_wait_n<S - 2>();
+    __syncthreads();
+    if (prev >= 0) {
+      const float (&p)[R][2] = red[(i - 1) & 1];
+      if (!glu) {
+        if (t < G && prev * G + t < rows) Y[prev * G + t] = p[t][0] + p[t][1];
+      } else {
+        if (t < R) pend[np][t] = p[t][0] + p[t][1];
+        if (t == 0) pendRow[np] = prev;
+        if (++np == MAXG) {
+          __syncthreads();
+          flush(np);
+          np = 0;
+        }
+      }
+    }
+    if (g >= groups) break;
+    if (LATE && g + NG >= groups) pdl_trigger();
+    issue(g + (S - 1) * NG, (i + S - 1) % S);
+    const uint8_t* st = gemvq_ca_ring + (long long)(i % S) * gb;
+#pragma unroll
+    for (int k = 0; k < RK; k++) {
+      const int r = rh + RH * k;
+      float acc = 0.0f;
+      if (u < nv) {
+        const uint8_t* b = st + r * rb + (u >> 2) * 144;
+        QW4P w;
+        w.h = *reinterpret_cast<const uint4*>(b);
+        w.q0 = *reinterpret_cast<const uint4*>(b + 16 + 32 * (u & 3));
+        w.q1 = *reinterpret_cast<const uint4*>(b + 32 + 32 * (u & 3));
+        w.dot(u, x, acc);
+      }
+      acc = warp_sum(acc);
+      if ((t & 31) == 0) red[i & 1][r][wr] = acc;
+    }
+    prev = g;
+  }
+  if (np > 0) {
+    __syncthreads();
+    flush(np);
+  }
+}
+
+
+// kCAG (modes ca, cachain): gemvq_ca_body's instances; kCA8 is the one
+// the logs call gemvq_ca_1 (its geometry while it was production code).
+template <int R, int S, int NT, bool LATE>
+__global__ void __launch_bounds__(NT) kCAG(const uint8_t* W0, const uint8_t* W1, long long rb, float* Y, int rows, int cols,
+                                           const uint8_t* XQ, int mode) {
+  gemvq_ca_body<R, S, NT, LATE>(W0, W1, rb, Y, rows, cols, XQ, mode);
+}
+static void (*const kCA8)(const uint8_t*, const uint8_t*, long long, float*, int, int, const uint8_t*, int) = kCAG<8, 4, 256, false>;
+
+// kSKL2 / kSKL6 (mode sk, tenth session): the sliced walk over a matrix
+// re-laid slice-major (slicemajor: each 1024-column slice's rows back to
+// back, 576 / 840 bytes a row), so that a block's rows are one contiguous
+// run instead of 576 / 840-byte pieces 8064 / 11760 bytes apart: whether
+// DRAM locality is what the sliced down loses against reading whole rows.
+__global__ void slicemajor(const uint8_t* src, uint8_t* dst, int rows, int sbPerRow, int sbBytes) {
+  const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i >= (long long)rows * sbPerRow) return;
+  const int r = (int)(i / sbPerRow), j = (int)(i % sbPerRow), sl = j / 4, jj = j % 4;
+  const uint8_t* a = src + i * sbBytes;
+  uint8_t* d = dst + (((long long)sl * rows + r) * 4 + jj) * sbBytes;
+  for (int b = 0; b < sbBytes; b++) d[b] = a[b];
+}
+template <int RC, int UN, int WP>
+__global__ void __launch_bounds__(32 * WP) kSKL2(const uint8_t* W, long long, float* Y, int rows, int cols, const float* X) {
+  const int sl = blockIdx.x % (cols >> 10);
+  sk_walk<SliceP<16>, QW4P, QXP, RC, UN, WP>(W + (long long)sl * (rows - 1) * 576, 576, Y, rows, cols, X);
+}
+template <int RC, int UN, int WP>
+__global__ void __launch_bounds__(32 * WP) kSKL6(const uint8_t* W, long long, float* Y, int rows, int cols, const float* X) {
+  const int sl = blockIdx.x % (cols >> 10);
+  sk_walk<Slice6<16>, QW6A, QX6, RC, UN, WP>(W + (long long)sl * (rows - 1) * 840, 840, Y, rows, cols, X);
+}
+
 // ske_walk (kSKE4, kSKE6; mode sk): sk_walk with the rows split evenly
 // over the launch's row chunks (gridDim.x / slices of them, any number),
 // so that a launch can take one block per multiprocessor (9 chunks x 14
@@ -2689,7 +2984,7 @@ __global__ void __launch_bounds__(64) kMixS(const uint8_t* W0, long long rb0, fl
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
-  gSoa = argc > 1 && (strcmp(argv[1], "soa") == 0 || strcmp(argv[1], "prof") == 0 || strcmp(argv[1], "x6") == 0 || strcmp(argv[1], "parts") == 0 || strcmp(argv[1], "l2") == 0 || strcmp(argv[1], "q6t") == 0 || strcmp(argv[1], "dchain") == 0 || strcmp(argv[1], "dchain6") == 0 || strcmp(argv[1], "qkv6") == 0 || strcmp(argv[1], "sk") == 0);
+  gSoa = argc > 1 && (strcmp(argv[1], "soa") == 0 || strcmp(argv[1], "prof") == 0 || strcmp(argv[1], "x6") == 0 || strcmp(argv[1], "parts") == 0 || strcmp(argv[1], "l2") == 0 || strcmp(argv[1], "q6t") == 0 || strcmp(argv[1], "dchain") == 0 || strcmp(argv[1], "dchain6") == 0 || strcmp(argv[1], "qkv6") == 0 || strcmp(argv[1], "sk") == 0 || strcmp(argv[1], "ca") == 0);
   cudaDeviceProp p; CK(cudaGetDeviceProperties(&p, 0)); SMS = p.multiProcessorCount;
   printf("%s SMs %d L2 %d MB smem/SM %zu KB\n", p.name, SMS, p.l2CacheSize >> 20, p.sharedMemPerMultiprocessor >> 10);
   cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -3267,6 +3562,204 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  // mode cachain: kCA8 (GLU) against gemvq_fused_1 (GLU) in chains
+  // with its neighbours in the step (o before: gemvq_p4_1; down after: the
+  // sliced kSK2), 32 layers from one graph: what the ring costs the
+  // launches around it.
+  if (argc > 1 && strcmp(argv[1], "cachain") == 0) {
+    const uint8_t* z = nullptr;
+    float* zy = nullptr;
+    const uint8_t* xq = gXQ[0];
+    const Mat& g0m = mats[3][0];
+    const int smem = 8 * 4 * (int)g0m.rb;
+    CK(cudaFuncSetAttribute(kCA8, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    int per = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kCA8, 256, smem));
+    auto o = [&](int L) { const Mat& m = mats[1][L]; launchS((KFn)gemvq_p4_1, m.rows / 4, 64, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq); };
+    auto gf = [&](int L) {
+      const Mat& m = mats[3][L];
+      launchS(gemvq_fused_1, (m.rows + 1) / 2, 64, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, (const uint8_t*)m.w1, m.rb, zy, m.rows, z, 0LL, zy, 0, m.cols, xq, (int)GLU_SWIGLU);
+    };
+    auto gc = [&](int L) {
+      const Mat& m = mats[3][L];
+      launchS(kCA8, std::min(per * SMS, m.rows / 4), 256, smem, s, (const uint8_t*)m.w, (const uint8_t*)m.w1, m.rb, m.y, m.rows, m.cols, xq, (int)GLU_SWIGLU);
+    };
+    auto dn = [&](int L) { const Mat& m = mats[4][L]; launchS(kSK2<256, 4>, 224, 256, 0, s, (const uint8_t*)m.w, m.rb, m.y, 4096, 14336, (const float*)gXf); };
+    auto qkv = [&](int L) {
+      const Mat& m = mats[0][L];
+      launchS(gemvq_fused_1, (m.rows + 3) / 4, 64, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, z, 0LL, zy, 0, z, 0LL, zy, 0, m.cols, xq, (int)GLU_PLAIN);
+    };
+    typedef void (*GF)(const uint8_t*, const uint8_t*, long long, float*, int, int, const uint8_t*, int);
+    auto gv = [&](GF f, int R, int S, int NT) {
+      const int sm = R * S * (int)g0m.rb;
+      CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
+      int pv = 0;
+      CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&pv, f, NT, sm));
+      return [=](int L) {
+        const Mat& m = mats[3][L];
+        launchS(f, std::min(pv * SMS, m.rows / (R / 2)), NT, sm, s, (const uint8_t*)m.w, (const uint8_t*)m.w1, m.rb, m.y, m.rows, m.cols, xq, (int)GLU_SWIGLU);
+      };
+    };
+    GF fl = kCAG<8, 4, 256, true>, f3 = kCAG<8, 3, 256, false>, f3l = kCAG<8, 3, 256, true>, f2 = kCAG<2, 6, 128, false>,
+       f4 = kCAG<4, 4, 128, false>;
+    auto late = gv(fl, 8, 4, 256);
+    auto s3 = gv(f3, 8, 3, 256);
+    auto s3l = gv(f3l, 8, 3, 256);
+    auto r2 = gv(f2, 2, 6, 128);
+    auto r4 = gv(f4, 4, 4, 128);
+    struct Ch { const char* name; std::function<void(int)> f; };
+    const Ch chs[] = {{"glu fused", [&](int L) { gf(L); }}, {"glu ring", [&](int L) { gc(L); }},
+                      {"o, glu fused", [&](int L) { o(L); gf(L); }}, {"o, glu ring", [&](int L) { o(L); gc(L); }},
+                      {"glu fused, down", [&](int L) { gf(L); dn(L); }}, {"glu ring, down", [&](int L) { gc(L); dn(L); }},
+                      {"o, glu fused, down", [&](int L) { o(L); gf(L); dn(L); }}, {"o, glu ring, down", [&](int L) { o(L); gc(L); dn(L); }},
+                      {"qkv, o, glu fused, down", [&](int L) { qkv(L); o(L); gf(L); dn(L); }},
+                      {"qkv, o, glu ring, down", [&](int L) { qkv(L); o(L); gc(L); dn(L); }},
+                      {"down", [&](int L) { dn(L); }}, {"o", [&](int L) { o(L); }},
+                      {"glu ring late", [&](int L) { late(L); }}, {"o, glu ring late, down", [&](int L) { o(L); late(L); dn(L); }},
+                      {"glu ring S3", [&](int L) { s3(L); }}, {"o, glu ring S3, down", [&](int L) { o(L); s3(L); dn(L); }},
+                      {"o, glu ring S3 late, down", [&](int L) { o(L); s3l(L); dn(L); }},
+                      {"glu ring R2 S6 t128", [&](int L) { r2(L); }}, {"o, glu ring R2 S6 t128, down", [&](int L) { o(L); r2(L); dn(L); }},
+                      {"glu ring R4 S4 t128", [&](int L) { r4(L); }}, {"o, glu ring R4 S4 t128, down", [&](int L) { o(L); r4(L); dn(L); }}};
+    for (int rep = 0; rep < 2; rep++)
+      for (const Ch& c : chs) {
+        const double t = chainBest(s, 32, c.f);
+        printf("cachain %-26s %7.2f us a layer\n", c.name, t * 1e6);
+        fflush(stdout);
+      }
+    return 0;
+  }
+  // mode ca: kCA (persistent, cp.async ring) against gemvq_fused_1 and
+  // gemvq_p4_1 on gate+up 28672x4096 (plain), 32 launches back to back.
+  if (argc > 1 && strcmp(argv[1], "ca") == 0) {
+    const uint8_t* z = nullptr;
+    float* zy = nullptr;
+    const uint8_t* xq = gXQ[0];
+    const int k = 2;
+    double lb = 0;
+    for (auto& m : mats[k]) lb += m.rb * (double)m.rows;
+    lb /= mats[k].size();
+    auto chain = [&](auto launch) { return chainBest(s, 32, [&](int L) { launch(mats[k][L % mats[k].size()]); }); };
+    auto fused = [&](const Mat& m) {
+      launchS(gemvq_fused_1, (m.rows + 3) / 4, 64, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, z, 0LL, zy, 0, z, 0LL, zy, 0, m.cols, xq, (int)GLU_PLAIN);
+    };
+    const Mat& m0 = mats[k][0];
+    const std::vector<float> y0 = runOnce(s, m0.y, m0.rows, 0xff, [&] { fused(m0); });
+    for (int rep = 0; rep < 2; rep++) {
+      const double tb = chain(fused);
+      printf("%-20s gemvq_fused_1      %7.2f us, %.3f of D2D\n", shapes[k].name, tb * 1e6, lb / tb / 1e9 / d2d);
+      auto p4 = [&](const Mat& m) { launchS((KFn)gemvq_p4_1, m.rows / 4, 64, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq); };
+      const double tp = chain(p4);
+      printf("%-20s gemvq_p4_1         %7.2f us, %.3f of D2D\n", shapes[k].name, tp * 1e6, lb / tp / 1e9 / d2d);
+    }
+    // kCA8 (gemvq_ca_1 while it was production code) on the step's GLU gate/up
+    // against gemvq_fused_1's GLU launch.
+    {
+      const int kg = 3;
+      double lg = 0;
+      for (auto& m : mats[kg]) lg += 2.0 * m.rb * m.rows;
+      lg /= mats[kg].size();
+      auto chg = [&](auto launch) { return chainBest(s, 32, [&](int L) { launch(mats[kg][L % mats[kg].size()]); }); };
+      auto fglu = [&](const Mat& m) {
+        launchS(gemvq_fused_1, (m.rows + 1) / 2, 64, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, (const uint8_t*)m.w1, m.rb, zy, m.rows, z, 0LL, zy, 0, m.cols, xq, (int)GLU_SWIGLU);
+      };
+      const Mat& g0m = mats[kg][0];
+      const std::vector<float> yg = runOnce(s, g0m.y, g0m.rows, 0xff, [&] { fglu(g0m); });
+      const int smem = 8 * 4 * (int)g0m.rb;
+      CK(cudaFuncSetAttribute(kCA8, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      int per = 0;
+      CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kCA8, 256, smem));
+      auto cglu = [&](const Mat& m) {
+        launchS(kCA8, std::min(per * SMS, m.rows / 4), 256, smem, s, (const uint8_t*)m.w, (const uint8_t*)m.w1, m.rb, m.y, m.rows, m.cols, xq, (int)GLU_SWIGLU);
+      };
+      const double e = maxAbs(runOnce(s, g0m.y, g0m.rows, 0xff, [&] { cglu(g0m); }), &yg);
+      for (int rep = 0; rep < 2; rep++) {
+        const double tf = chg(fglu), tc = chg(cglu);
+        printf("%-20s gemvq_fused_1 GLU  %7.2f us, %.3f of D2D\n", shapes[kg].name, tf * 1e6, lg / tf / 1e9 / d2d);
+        printf("%-20s kCA8 GLU %d/SM %7.2f us, %.3f of D2D  (max |dy| %.2e of %.2e)\n", shapes[kg].name, per, tc * 1e6, lg / tc / 1e9 / d2d, e, maxAbs(yg));
+      }
+      fflush(stdout);
+    }
+    // kCA6 on the output projection (Q6KA 128256x4096) against gemvq_q6ka_1 (4 rows a block, 2 warps).
+    {
+      const int ko = 7;
+      double lo = 0;
+      for (auto& m : mats[ko]) lo += m.rb * (double)m.rows;
+      lo /= mats[ko].size();
+      auto cho = [&](auto launch) { return chainBest(s, 4, [&](int L) { launch(mats[ko][L % mats[ko].size()]); }); };
+      auto q6 = [&](const Mat& m) { launchS((KFn)gemvq_q6ka_1, (m.rows + 3) / 4, 64, 0, s, (const uint8_t*)m.w6s, m.rb, m.y, m.rows, m.cols, xq); };
+      const Mat& o0 = mats[ko][0];
+      const std::vector<float> yo = runOnce(s, o0.y, o0.rows, 0xff, [&] { q6(o0); });
+      const double tq = cho(q6);
+      printf("%-20s gemvq_q6ka_1       %7.2f us, %.3f of D2D\n", shapes[ko].name, tq * 1e6, lo / tq / 1e9 / d2d);
+      struct C6 { const char* name; KFn f; int R, S, NT; };
+      const C6 c6s[] = {{"kCA6 R4 S4 t256", kCA6<4, 4, 256>, 4, 4, 256}, {"kCA6 R8 S3 t256", kCA6<8, 3, 256>, 8, 3, 256},
+                        {"kCA6 R4 S3 t128", kCA6<4, 3, 128>, 4, 3, 128}, {"kCA6 R2 S6 t128", kCA6<2, 6, 128>, 2, 6, 128},
+                        {"kCA6 R4 S6 t256", kCA6<4, 6, 256>, 4, 6, 256}, {"kCA6 R8 S4 t256", kCA6<8, 4, 256>, 8, 4, 256}};
+      for (const C6& v : c6s) {
+        const int smem = v.R * (int)o0.rb * v.S;
+        CK(cudaFuncSetAttribute(v.f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        int per = 0;
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, v.f, v.NT, smem));
+        if (per < 1) { printf("%s: does not fit\n", v.name); continue; }
+        auto pl = [&](const Mat& m) { launchS(v.f, per * SMS, v.NT, smem, s, (const uint8_t*)m.w6s, m.rb, m.y, m.rows, m.cols, xq); };
+        const double e = maxAbs(runOnce(s, o0.y, o0.rows, 0xff, [&] { pl(o0); }), &yo), tt = cho(pl);
+        printf("%-20s %-16s %d/SM (%d KB) %7.2f us, %.3f of D2D  (max |dy| %.2e of %.2e)\n", shapes[ko].name, v.name, per, smem >> 10, tt * 1e6, lo / tt / 1e9 / d2d, e, maxAbs(yo));
+        fflush(stdout);
+      }
+    }
+    // kCA (plain) on q/k/v- and o-shaped launches (one wave in the step) against gemvq_p4_1.
+    for (int kk : {0, 1}) {
+      double lq = 0;
+      for (auto& m : mats[kk]) lq += m.rb * (double)m.rows;
+      lq /= mats[kk].size();
+      auto chq = [&](auto launch) { return chainBest(s, 32, [&](int L) { launch(mats[kk][L % mats[kk].size()]); }); };
+      auto p4 = [&](const Mat& m) { launchS((KFn)gemvq_p4_1, m.rows / 4, 64, 0, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq); };
+      const Mat& q0 = mats[kk][0];
+      const std::vector<float> yq = runOnce(s, q0.y, q0.rows, 0xff, [&] { p4(q0); });
+      const double tp = chq(p4);
+      printf("%-20s gemvq_p4_1         %7.2f us, %.3f of D2D\n", shapes[kk].name, tp * 1e6, lq / tp / 1e9 / d2d);
+      struct CQ { const char* name; KFn f; int R, S, NT; };
+      const CQ cqs[] = {{"kCA R8 S4 t256", kCA<8, 4, 256>, 8, 4, 256}, {"kCA R2 S6 t128", kCA<2, 6, 128>, 2, 6, 128},
+                        {"kCA R4 S3 t128", kCA<4, 3, 128>, 4, 3, 128}, {"kCA R2 S3 t128", kCA<2, 3, 128>, 2, 3, 128}};
+      for (const CQ& v : cqs) {
+        const int smem = v.R * (int)q0.rb * v.S;
+        CK(cudaFuncSetAttribute(v.f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        int per = 0;
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, v.f, v.NT, smem));
+        auto pl = [&](const Mat& m) { launchS(v.f, std::min(per * SMS, m.rows / v.R), v.NT, smem, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq); };
+        const double e = maxAbs(runOnce(s, q0.y, q0.rows, 0xff, [&] { pl(q0); }), &yq), tt = chq(pl);
+        printf("%-20s %-16s %d/SM %7.2f us, %.3f of D2D  (max |dy| %.2e of %.2e)\n", shapes[kk].name, v.name, per, tt * 1e6, lq / tt / 1e9 / d2d, e, maxAbs(yq));
+        fflush(stdout);
+      }
+    }
+    struct CV { const char* name; KFn f; int R, S, NT; };
+    const CV cvs[] = {{"kCA R4 S3 t128", kCA<4, 3, 128>, 4, 3, 128}, {"kCA R4 S4 t128", kCA<4, 4, 128>, 4, 4, 128},
+                      {"kCA R4 S6 t128", kCA<4, 6, 128>, 4, 6, 128}, {"kCA R8 S3 t128", kCA<8, 3, 128>, 8, 3, 128},
+                      {"kCA R8 S4 t128", kCA<8, 4, 128>, 8, 4, 128}, {"kCA R8 S4 t256", kCA<8, 4, 256>, 8, 4, 256},
+                      {"kCA R4 S4 t256", kCA<4, 4, 256>, 4, 4, 256}, {"kCA R2 S6 t128", kCA<2, 6, 128>, 2, 6, 128},
+                      {"kCA R2 S8 t128", kCA<2, 8, 128>, 2, 8, 128}, {"kCA R4 S8 t128", kCA<4, 8, 128>, 4, 8, 128},
+                      {"kCA R16 S3 t256", kCA<16, 3, 256>, 16, 3, 256}, {"kCA R8 S6 t256", kCA<8, 6, 256>, 8, 6, 256},
+                      {"kCA R8 S3 t256", kCA<8, 3, 256>, 8, 3, 256}, {"kCA R8 S5 t256", kCA<8, 5, 256>, 8, 5, 256},
+                      {"kCA R4 S6 t256", kCA<4, 6, 256>, 4, 6, 256}, {"kCA R8 S4 t512", kCA<8, 4, 512>, 8, 4, 512}};
+    for (const CV& v : cvs) {
+      const int smem = v.R * (int)m0.rb * v.S;
+      CK(cudaFuncSetAttribute(v.f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      int per = 0;
+      CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, v.f, v.NT, smem));
+      cudaFuncAttributes fa;
+      CK(cudaFuncGetAttributes(&fa, v.f));
+      for (int mul : {1, 2}) {
+        const int grid = per * SMS / mul;
+        if (grid < 1) continue;
+        auto pl = [&](const Mat& m) { launchS(v.f, grid, v.NT, smem, s, (const uint8_t*)m.w, m.rb, m.y, m.rows, m.cols, xq); };
+        const double e = maxAbs(runOnce(s, m0.y, m0.rows, 0xff, [&] { pl(m0); }), &y0), tt = chain(pl);
+        printf("%-20s %-16s %d/SM%s (%d regs, %d KB)  %7.2f us, %.3f of D2D  (max |dy| %.2e of %.2e)\n", shapes[k].name, v.name, per,
+               mul > 1 ? " /2" : "", fa.numRegs, smem >> 10, tt * 1e6, lb / tt / 1e9 / d2d, e, maxAbs(y0));
+        fflush(stdout);
+      }
+    }
+    return 0;
+  }
   // mode sk: the down chain (32 launches, 4096x14336), Q4_K then Q6KA, as
   // the step runs it (gemvq_x then the one-wave kernel), with x held, and by
   // the kernels that quantize their own slice of x (kSK2, kSK6; kSK with
@@ -3275,7 +3768,16 @@ int main(int argc, char** argv) {
     uint8_t* xq14 = gXQ[1];
     auto quantx = [&] { launchS(gemvq_x, (14336 / 64 * 32 + 255) / 256, 256, 0, s, (const float*)gXf, 14336, 1, xq14); };
     typedef void (*SKFn)(const uint8_t*, long long, float*, int, int, const float*);
-    struct SKV { std::string name; SKFn f; int blocks, threads; bool held = false; };  // held: X is gemvq_x's output
+    struct SKV { std::string name; SKFn f; int blocks, threads; bool held = false; bool sliceMajor = false; };  // held: X is gemvq_x's output; sliceMajor: W is dn.wL
+    for (int k : {4, 5})  // slice-major copies for kSKL2 / kSKL6
+      for (Mat& m : mats[k]) {
+        const size_t n = (size_t)m.rb * m.rows;
+        const int sbb = m.q6 ? 210 : 144, nsb = m.cols / 256;
+        CK(cudaMalloc(&m.wL, n));
+        slicemajor<<<(unsigned)(((size_t)m.rows * nsb + 255) / 256), 256>>>(m.w, m.wL, m.rows, nsb, sbb);
+        if (m.q6) q6ka_relay<<<(unsigned)((n / 210 + 255) / 256), 256>>>(m.wL, (long long)(n / 210));
+      }
+    CK(cudaDeviceSynchronize());
     // One kind of down (mats[k]): the step's kernel (step(dn), on x that
     // gemvq_x quantized) with gemvq_x before each launch and with x held,
     // then each variant (on wp(dn), its own x), its output (added into a
@@ -3296,7 +3798,7 @@ int main(int argc, char** argv) {
       }
       for (const SKV& v : vs) {
         const float* xv = v.held ? (const float*)xq14 : (const float*)gXf;
-        auto run = [&](const Mat& dn) { launchS(v.f, v.blocks, v.threads, 0, s, wp(dn), dn.rb, dn.y, 4096, 14336, xv); };
+        auto run = [&](const Mat& dn) { launchS(v.f, v.blocks, v.threads, 0, s, v.sliceMajor ? (const uint8_t*)dn.wL : wp(dn), dn.rb, dn.y, 4096, 14336, xv); };
         const double e = maxAbs(runOnce(s, d0.y, 4096, 0, [&] { run(d0); }), &y0);
         const double t = chainBest(s, 32, [&](int L) { run(mats[k][L]); });
         printf("%s %-31s %7.2f us a launch, %.3f of D2D  (max |dy| %.2e of %.2e)\n", kind, v.name.c_str(), t * 1e6, lb / t / 1e9 / d2d, e, maxAbs(y0));
@@ -3332,6 +3834,10 @@ int main(int argc, char** argv) {
     q4.push_back(walk("kSK2 RC960 UN4 w32", kSK2<960, 4, 32>, 960, 32));
     // The engine's geometry (gemvq_sk_p: RC 256, UN 4, 8 warps) with x held
     // (kSKH2): the slices' own quantization's share.
+    auto sm = [&](SKV v) { v.sliceMajor = true; return v; };
+    q4.push_back(sm(walk("kSKL2 RC256 UN4 w8, slice-major", kSKL2<256, 4, 8>, 256, 8)));
+    q4.push_back(sm(walk("kSKL2 RC512 UN4 w16, slice-major", kSKL2<512, 4, 16>, 512, 16)));
+    q4.push_back(sm(walk("kSKL2 RC240 UN3 w8, slice-major", kSKL2<240, 3, 8>, 240, 8)));
     q4.push_back(walk("kSK2P RC256 UN4 w8, x loads first", kSK2P<256, 4, 8>, 256, 8));
     q4.push_back(walk("kSK2S RC256 UN4 w8, x from shared", kSK2S<256, 4, 8>, 256, 8));
     q4.push_back(walk("kSK2S RC256 UN6 w8, x from shared", kSK2S<256, 6, 8>, 256, 8));
@@ -3365,6 +3871,9 @@ int main(int argc, char** argv) {
              walk("kSK6 RC480 UN5 w16", kSK6<480, 5, 16>, 480, 16), walk("kSK6 RC480 UN2 w16", kSK6<480, 2, 16>, 480, 16),
              walk("kSK6 RC240 UN3 w8", kSK6<240, 3, 8>, 240, 8), walk("kSK6 RC240 UN5 w8", kSK6<240, 5, 8>, 240, 8),
              walk("kSK6P RC240 UN3 w8, x loads first", kSK6P<240, 3, 8>, 240, 8),
+             sm(walk("kSKL6 RC240 UN3 w8, slice-major", kSKL6<240, 3, 8>, 240, 8)),
+             sm(walk("kSKL6 RC480 UN3 w16, slice-major", kSKL6<480, 3, 16>, 480, 16)),
+             sm(walk("kSKL6 RC256 UN4 w8, slice-major", kSKL6<256, 4, 8>, 256, 8)),
              walk("kSK6S RC240 UN3 w8, x from shared", kSK6S<240, 3, 8>, 240, 8),
              walk("kSK6S RC240 UN4 w8, x from shared", kSK6S<240, 4, 8>, 240, 8),
              walk("kSK6S RC240 UN5 w8, x from shared", kSK6S<240, 5, 8>, 240, 8),
