@@ -157,6 +157,15 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 		}
 		k.gemvSmem = gemvSharedLimit
 	}
+	if k.mma() && maxL1Pref {
+		for _, name := range maxL1Kernels {
+			if f, ok := k.fns[name]; ok {
+				// A hint: where the driver refuses it the kernel runs with
+				// its default split, as before.
+				_ = c.SetAttribute(f, cuda.FuncPreferredSharedMemoryCarveout, 0)
+			}
+		}
+	}
 	// A failed query keeps the H200 figure (u2BlocksPerSM,
 	// gemvqPairGeometry): the choices these feed are speed ones, never
 	// correctness ones.
@@ -183,6 +192,24 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 	}
 	return k, nil
 }
+
+// maxL1Kernels prefer the largest L1 (the least shared memory) of the
+// multiprocessor's unified L1 / shared memory: o's and the output
+// projection's integer GEMVs. Measured on the H200 (kernels/NOTES.md, GEMV
+// v14; engine/cuda's testdata/h200-bench-carveout/): o 4.0 -> 3.8 µs, the
+// output 105.2 -> 101-103, the step's GEMVs 1.345-1.347 -> 1.335-1.336 ms
+// and the decode step 1.917 -> 1.909-1.914, two rounds each on one
+// machine. The same preference for q/k/v's, gate/up's or down's kernels,
+// or for every kernel, made the step slower (gate/up's gemvq_fused_1 17.6
+// -> 23.7 µs), and so did a preference for shared memory (the output 105
+// -> 195); why these two gain is not understood, so the list holds only
+// what was measured to.
+var maxL1Kernels = []string{"gemvq_p4_1", "gemvq_q6ka_1"}
+
+// maxL1Pref applies maxL1Kernels' preference at Load; STRATA_L1PREF=0
+// (read once) leaves every kernel at the driver's default, for
+// comparisons.
+var maxL1Pref = os.Getenv("STRATA_L1PREF") != "0"
 
 // mma reports whether the loaded PTX targets tensor-core mma.sync
 // (compute_80 and compute_90).

@@ -149,3 +149,27 @@ func TestEntriesParse(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxL1KernelsEmbedded: every kernel Load gives the largest-L1
+// preference (maxL1Kernels) is an entry of the PTX the devices that take
+// the preference load (compute_80 and compute_90), so a rename cannot
+// silently drop it.
+func TestMaxL1KernelsEmbedded(t *testing.T) {
+	for _, arch := range []string{"compute_80", "compute_90"} {
+		have := map[string]bool{}
+		for _, fam := range families {
+			b, err := ptxFS.ReadFile("ptx/" + fam + "." + arch + ".ptx")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range entryNames(b) {
+				have[n] = true
+			}
+		}
+		for _, n := range maxL1Kernels {
+			if !have[n] {
+				t.Errorf("%s: maxL1Kernels names %q, which no PTX family embeds", arch, n)
+			}
+		}
+	}
+}

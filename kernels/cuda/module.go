@@ -73,6 +73,11 @@ func (c *Ctx) Function(m Module, name string) (Function, error) {
 // Function attributes settable with SetAttribute (CUfunction_attribute).
 const (
 	FuncMaxDynamicSharedMemory = 8
+	// FuncPreferredSharedMemoryCarveout is
+	// CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: the percentage
+	// of the multiprocessor's unified L1 / shared memory the kernel
+	// prefers as shared memory (a hint; 0: the most L1).
+	FuncPreferredSharedMemoryCarveout = 9
 )
 
 // SetAttribute sets a kernel attribute, e.g. raising its dynamic shared
