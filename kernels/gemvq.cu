@@ -578,16 +578,18 @@ struct QX6 {
   }
 };
 
-__device__ __forceinline__ void q6_dot(const QW6& w, const QX6& x, float& acc) {
+// q6_dot_with: a Q6_K unit's dot product with x (acc += d * (sx0 * (its
+// first two quarters) + sx1 * (its last two))), where quarter(qq, q) sets
+// quarter qq's 16 six-bit weights, four to a word, from the unit's
+// layout; q6_dot's for QW6 (T_Q6_KA's and Q6_K's), the stage sweep's QW6B
+// for another.
+template <class Quarter>
+__device__ __forceinline__ void q6_dot_with(Quarter quarter, uint32_t sc, float d, const QX6& x, float& acc) {
   float f0 = 0.0f, f1 = 0.0f;
 #pragma unroll
   for (int qq = 0; qq < 4; qq++) {
     uint32_t q[4];
-#pragma unroll
-    for (int jj = 0; jj < 4; jj++) {
-      const uint32_t lo = (qq & 1) ? w.c[jj] : w.a[jj];
-      q[jj] = ((lo >> (4 * (qq >> 1))) & 0x0F0F0F0Fu) | (((w.hb[jj] >> (2 * qq)) & 0x03030303u) << 4);
-    }
+    quarter(qq, q);
     int hsum = 0;
 #pragma unroll
     for (int jj = 0; jj < 4; jj++) hsum = dp4a_us(q[jj], qword(x.xh[qq], jj), hsum);
@@ -595,15 +597,27 @@ __device__ __forceinline__ void q6_dot(const QW6& w, const QX6& x, float& acc) {
     int i = (int)((uint32_t)hsum << 8) - 32 * s;
 #pragma unroll
     for (int jj = 0; jj < 4; jj++) i = dp4a_uu(q[jj], qword(x.xl[qq], jj), i);
-    const float scf = (float)(int8_t)((w.sc >> (8 * qq)) & 0xff);
+    const float scf = (float)(int8_t)((sc >> (8 * qq)) & 0xff);
     if (qq < 2) {
       f0 = fmaf(scf, (float)i, f0);
     } else {
       f1 = fmaf(scf, (float)i, f1);
     }
   }
-  acc = fmaf(w.d * x.sx0, f0, acc);
-  acc = fmaf(w.d * x.sx1, f1, acc);
+  acc = fmaf(d * x.sx0, f0, acc);
+  acc = fmaf(d * x.sx1, f1, acc);
+}
+
+__device__ __forceinline__ void q6_dot(const QW6& w, const QX6& x, float& acc) {
+  q6_dot_with(
+      [&](int qq, uint32_t (&q)[4]) {
+#pragma unroll
+        for (int jj = 0; jj < 4; jj++) {
+          const uint32_t lo = (qq & 1) ? w.c[jj] : w.a[jj];
+          q[jj] = ((lo >> (4 * (qq >> 1))) & 0x0F0F0F0Fu) | (((w.hb[jj] >> (2 * qq)) & 0x03030303u) << 4);
+        }
+      },
+      w.sc, w.d, x, acc);
 }
 
 // QW6A: a re-laid Q6_K unit (QW6::load_a) with QW4's interface, for

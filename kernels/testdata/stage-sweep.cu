@@ -2326,38 +2326,22 @@ __global__ void __launch_bounds__(32 * WP) kSK6P(const uint8_t* W, long long rb,
 struct QW6B : QW6 {
   __device__ __forceinline__ void load(const uint8_t* row, int u) { load_a(row, u); }
   __device__ __forceinline__ void dot(int, const QX6& x, float& acc) const {
-    float f0 = 0.0f, f1 = 0.0f;
+    q6_dot_with(
+        [&](int qq, uint32_t (&q)[4]) {
 #pragma unroll
-    for (int qq = 0; qq < 4; qq++) {
-      uint32_t q[4];
-#pragma unroll
-      for (int jj = 0; jj < 4; jj++) {
-        if (qq == 0) {
-          q[jj] = a[jj] & 0x3F3F3F3Fu;
-        } else if (qq == 1) {
-          q[jj] = c[jj] & 0x3F3F3F3Fu;
-        } else if (qq == 2) {
-          q[jj] = hb[jj] & 0x3F3F3F3Fu;
-        } else {
-          q[jj] = ((a[jj] >> 6) & 0x03030303u) | ((c[jj] >> 4) & 0x0C0C0C0Cu) | ((hb[jj] >> 2) & 0x30303030u);
-        }
-      }
-      int hsum = 0;
-#pragma unroll
-      for (int jj = 0; jj < 4; jj++) hsum = dp4a_us(q[jj], qword(x.xh[qq], jj), hsum);
-      const int s = qq == 0 ? x.s01.x : (qq == 1 ? x.s01.y : (qq == 2 ? x.s23.x : x.s23.y));
-      int i = (int)((uint32_t)hsum << 8) - 32 * s;
-#pragma unroll
-      for (int jj = 0; jj < 4; jj++) i = dp4a_uu(q[jj], qword(x.xl[qq], jj), i);
-      const float scf = (float)(int8_t)((sc >> (8 * qq)) & 0xff);
-      if (qq < 2) {
-        f0 = fmaf(scf, (float)i, f0);
-      } else {
-        f1 = fmaf(scf, (float)i, f1);
-      }
-    }
-    acc = fmaf(d * x.sx0, f0, acc);
-    acc = fmaf(d * x.sx1, f1, acc);
+          for (int jj = 0; jj < 4; jj++) {
+            if (qq == 0) {
+              q[jj] = a[jj] & 0x3F3F3F3Fu;
+            } else if (qq == 1) {
+              q[jj] = c[jj] & 0x3F3F3F3Fu;
+            } else if (qq == 2) {
+              q[jj] = hb[jj] & 0x3F3F3F3Fu;
+            } else {
+              q[jj] = ((a[jj] >> 6) & 0x03030303u) | ((c[jj] >> 4) & 0x0C0C0C0Cu) | ((hb[jj] >> 2) & 0x30303030u);
+            }
+          }
+        },
+        sc, d, x, acc);
   }
 };
 template <int RC, int UN, int WP>
