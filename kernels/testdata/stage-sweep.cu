@@ -2423,7 +2423,12 @@ __global__ void __launch_bounds__(32 * WP) kSK6(const uint8_t* W, long long rb, 
 // until its one group is computed, so what a multiprocessor has in flight
 // falls with every block's x wait, dot products and reduction; the
 // read-only kernel reaches 0.95 of D2D with ~64 KB a multiprocessor kept
-// in flight (kernels/NOTES.md), gemvq_fused_1 on gate+up 0.89.
+// in flight (kernels/NOTES.md), gemvq_fused_1 on gate+up 0.89. kCA and
+// kCA6 stay copies of gemvq_ca_body's walk (below) on purpose: written
+// through it (a unit-type parameter, its plain mode), the same results,
+// the gate+up ring ran 16.09 µs against this copy's 15.27 (R8 S4 t256,
+// tenth session, one call on another machine: gemvq_fused_1 17.43 there
+// against 17.24), so the -ca*.txt figures would no longer reproduce.
 template <int R, int S, int NT>
 __global__ void __launch_bounds__(NT) kCA(const uint8_t* W, long long rb, float* Y, int rows, int cols, const uint8_t* XQ) {
   extern __shared__ __align__(16) uint8_t caring[];
