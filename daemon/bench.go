@@ -25,7 +25,7 @@ import (
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/daemon/authz"
 	"github.com/strata-llm/strata/daemon/openai"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 	"github.com/strata-llm/strata/setup"
 )
 
@@ -99,7 +99,7 @@ func benchError(err error) *openai.Error {
 		return oe
 	case errors.Is(err, bench.ErrBadOptions):
 		return openai.BadRequest("", "%v", err)
-	case errors.Is(err, cuda.ErrUnavailable):
+	case errors.Is(err, cudadrv.ErrUnavailable):
 		return openai.Errorf(http.StatusServiceUnavailable, openai.TypeUnavailable, "", "cuda_unavailable", "%v", err)
 	}
 	return openai.AsError(deviceError(err))

@@ -17,7 +17,7 @@ import (
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/daemon/authz"
 	"github.com/strata-llm/strata/daemon/client"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 	"github.com/strata-llm/strata/nvme"
 	"github.com/strata-llm/strata/nvme/nvmetest"
 )
@@ -177,8 +177,8 @@ func TestBenchStorageClient(t *testing.T) {
 // TestBenchNoGPU: without CUDA the PCIe bench is refused with 503
 // cuda_unavailable and the e2e bench lists the routes unmeasured.
 func TestBenchNoGPU(t *testing.T) {
-	if err := cuda.Load(); err == nil {
-		if n, _ := cuda.DeviceCount(); n > 0 {
+	if err := cudadrv.Load(); err == nil {
+		if n, _ := cudadrv.DeviceCount(); n > 0 {
 			t.Skip("a GPU is present")
 		}
 	}

@@ -18,7 +18,7 @@ const (
 	// BackendCPU is the pure-Go reference engine (engine/model), with the
 	// streaming pipeline of engine/stream for layers that do not fit.
 	BackendCPU = "cpu"
-	// BackendCUDA is engine/cuda on GPU 0: tier A in device memory, tier B
+	// BackendCUDA is engine/gpu on GPU 0: tier A in device memory, tier B
 	// in pinned host memory copied over PCIe every pass (bf16 matrices
 	// losslessly packed), tier C read from a pool into pinned staging and
 	// copied every pass.
@@ -124,7 +124,7 @@ type BackendInfo struct {
 	ComputeCapability string
 	DeviceMemory      int64
 	DeviceFree        int64
-	// Kernels is the kernel build the GPU runs (enginecuda.Model's
+	// Kernels is the kernel build the GPU runs (gpu.Model's
 	// KernelImage: the sm_90 cubins or PTX the driver JIT-compiled).
 	Kernels string
 	// WeightBytes is the device memory the resident weights take and

@@ -8,19 +8,19 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	enginecuda "github.com/strata-llm/strata/engine/cuda"
 	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/gpu"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
-	kcuda "github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // ErrCUDAUnavailable is wrapped by OpenWith's error when Options.Backend is
 // BackendCUDA and no usable CUDA driver or device is present (the message
-// reads "CUDA unavailable: <reason>"). It is kernels/cuda's ErrUnavailable,
+// reads "CUDA unavailable: <reason>"). It is kernels/cudadrv's ErrUnavailable,
 // re-exported so callers need not import the binding to test for it.
-var ErrCUDAUnavailable = kcuda.ErrUnavailable
+var ErrCUDAUnavailable = cudadrv.ErrUnavailable
 
 // ErrCUDATierC is wrapped (together with ErrNeedsPool) when a GPU plan
 // puts layers on tier C but the model has no tier-C source: tier C
@@ -30,16 +30,16 @@ var ErrCUDATierC = errors.New("tier C on the GPU needs a tier-C source")
 
 // openDevice opens the GPU the CUDA backend runs on; a variable so tests
 // can stand in a failure.
-var openDevice = func() (*kcuda.Device, error) { return kcuda.Open(0) }
+var openDevice = func() (*cudadrv.Device, error) { return cudadrv.Open(0) }
 
 // deviceReserve is device memory the plan leaves free beyond what it
 // accounts for (the context, loaded modules, captured graphs, prefill
 // activations of the largest chunk): 1/50 of the device, at least 512 MiB.
 func deviceReserve(total int64) int64 { return max(total/50, 512<<20) }
 
-// cudaBackend runs passes on engine/cuda.
+// cudaBackend runs passes on engine/gpu.
 type cudaBackend struct {
-	m   *enginecuda.Model
+	m   *gpu.Model
 	cfg model.Config
 }
 
@@ -57,13 +57,13 @@ func (b *cudaBackend) NewSequence(maxCtx int) (Sequence, error) {
 }
 
 func (b *cudaBackend) Forward(ctx context.Context, batch []Step) error {
-	steps := make([]enginecuda.Step, len(batch))
+	steps := make([]gpu.Step, len(batch))
 	for i, st := range batch {
-		s, ok := st.Seq.(*enginecuda.Sequence)
+		s, ok := st.Seq.(*gpu.Sequence)
 		if !ok || s == nil {
 			return fmt.Errorf("forward: step %d: the sequence does not belong to the CUDA backend", i)
 		}
-		steps[i] = enginecuda.Step{Seq: s, Tokens: st.Tokens, Logits: st.Logits, AllLogits: st.AllLogits, Greedy: st.Greedy}
+		steps[i] = gpu.Step{Seq: s, Tokens: st.Tokens, Logits: st.Logits, AllLogits: st.AllLogits, Greedy: st.Greedy}
 	}
 	err := b.m.Forward(ctx, steps)
 	for i := range batch {
@@ -95,7 +95,7 @@ func openCUDA(src cudaSource, o Options, log hclog.Logger) (*Engine, error) {
 	}
 	switch {
 	case o.HandoffSpin == 0:
-		dev.SetSpin(enginecuda.DefaultHandoffSpin)
+		dev.SetSpin(gpu.DefaultHandoffSpin)
 	case o.HandoffSpin > 0:
 		dev.SetSpin(o.HandoffSpin)
 	}
@@ -114,9 +114,9 @@ func openCUDA(src cudaSource, o Options, log hclog.Logger) (*Engine, error) {
 	return e, nil
 }
 
-func loadCUDA(dev *kcuda.Device, src cudaSource, o Options, info *BackendInfo, log hclog.Logger) (*Engine, error) {
+func loadCUDA(dev *cudadrv.Device, src cudaSource, o Options, info *BackendInfo, log hclog.Logger) (*Engine, error) {
 	var free int64
-	if err := dev.Do(func(c *kcuda.Ctx) error {
+	if err := dev.Do(func(c *cudadrv.Ctx) error {
 		var err error
 		free, _, err = c.MemInfo()
 		return err
@@ -178,8 +178,8 @@ func loadCUDA(dev *kcuda.Device, src cudaSource, o Options, info *BackendInfo, l
 	ctxLen, batch := o.contextAndBatch(src.cfg)
 	// Streamed bf16 matrices cross PCIe losslessly packed (0.76 of their
 	// bytes on synthetic and heavy-tailed weights, bit-identical logits:
-	// engine/cuda's PackBF16); layers of other types are untouched.
-	copts := enginecuda.Options{MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: streamed, Slots: plan.Depth, PackBF16: true}
+	// engine/gpu's PackBF16); layers of other types are untouched.
+	copts := gpu.Options{MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: streamed, Slots: plan.Depth, PackBF16: true}
 	var tsrc stream.Source
 	if len(onC) > 0 {
 		fs, err := stream.OpenFile(src.path, stream.FileOptions{Logger: log})
@@ -190,9 +190,9 @@ func loadCUDA(dev *kcuda.Device, src cudaSource, o Options, info *BackendInfo, l
 		if o.WrapSource != nil {
 			tsrc = o.WrapSource(tsrc)
 		}
-		copts.TierC = &enginecuda.TierC{Layers: onC, Store: src.pool, Source: tsrc, Verify: o.Verify}
+		copts.TierC = &gpu.TierC{Layers: onC, Store: src.pool, Source: tsrc, Verify: o.Verify}
 	}
-	cm, err := enginecuda.Load(dev, e.Model.Config, e.Model.Weights, copts)
+	cm, err := gpu.Load(dev, e.Model.Config, e.Model.Weights, copts)
 	if err != nil {
 		if tsrc != nil {
 			tsrc.Close()
@@ -229,10 +229,10 @@ func (o *Options) contextAndBatch(cfg model.Config) (ctxLen, batch int) {
 // defaults assume a PCIe 4 link and a PCIe 4 SSD, and the planner's
 // expected pass time, the bound it names and `strata run --stats` follow
 // from the links. A failed measurement keeps its default, logged.
-func measuredGPULinks(dev *kcuda.Device, src cudaSource, log hclog.Logger) tier.Links {
+func measuredGPULinks(dev *cudadrv.Device, src cudaSource, log hclog.Logger) tier.Links {
 	l := tier.DefaultLinks()
 	l.Notes = []string{"compute: default"}
-	if bw, err := enginecuda.HostToDevicePeak(dev, 64<<20, 4); err != nil {
+	if bw, err := gpu.HostToDevicePeak(dev, 64<<20, 4); err != nil {
 		log.Warn("measuring pinned host-to-device bandwidth; planning with the default", "error", err)
 		l.Notes = append(l.Notes, "h2d: default (measurement failed)")
 	} else {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/synth"
-	kcuda "github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // tinyGGUF writes a tiny synthetic llama.
@@ -44,7 +44,7 @@ func TestBackendChoice(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		backend   string
-		open      func() (*kcuda.Device, error)
+		open      func() (*cudadrv.Device, error)
 		wantErr   string // substring; "" means success on the CPU
 		reason    string // substring of BackendInfo.Reason
 		log       string // substring of the log
@@ -63,7 +63,7 @@ func TestBackendChoice(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opened := false
-			defer engine.SetOpenDevice(func() (*kcuda.Device, error) { opened = true; return tc.open() })()
+			defer engine.SetOpenDevice(func() (*cudadrv.Device, error) { opened = true; return tc.open() })()
 			var logs logSink
 			e, err := engine.OpenWith(path, engine.Options{Backend: tc.backend, Links: defaultLinks(), Logger: logs.logger()})
 			if opened != tc.opened {
@@ -110,11 +110,11 @@ func TestBackendChoice(t *testing.T) {
 	}
 }
 
-func unavailable() (*kcuda.Device, error) {
-	return nil, fmt.Errorf("%w: test: no driver", kcuda.ErrUnavailable)
+func unavailable() (*cudadrv.Device, error) {
+	return nil, fmt.Errorf("%w: test: no driver", cudadrv.ErrUnavailable)
 }
 
-func broken() (*kcuda.Device, error) {
+func broken() (*cudadrv.Device, error) {
 	return nil, errors.New("open CUDA device 0: test: context retain failed")
 }
 

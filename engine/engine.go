@@ -1,7 +1,7 @@
 // Package engine ties a model file to a runnable generator: it maps the
 // GGUF (or prefab pool), builds the tokenizer from its metadata, loads the
 // weights onto a backend and drives prompt processing, decoding and
-// sampling. OpenWith also picks the backend (the GPU through engine/cuda
+// sampling. OpenWith also picks the backend (the GPU through engine/gpu
 // when CUDA is usable, else the CPU reference engine/model, or whichever
 // Options.Backend forces), places the layers with the tier planner
 // (engine/tier) and streams those that do not fit the memory budgets:
@@ -20,14 +20,14 @@ import (
 	"strings"
 	"time"
 
-	enginecuda "github.com/strata-llm/strata/engine/cuda"
 	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/gpu"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/engine/tokenizer"
-	kcuda "github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // Engine is a loaded model ready to generate. It is safe for one generation
@@ -45,8 +45,8 @@ type Engine struct {
 
 	backend Backend     // the backend passes run on (cpuBackend unless the GPU took the model)
 	binfo   BackendInfo // what backend, on what, and why
-	cuda    *enginecuda.Model
-	dev     *kcuda.Device // owned: opened for this engine
+	cuda    *gpu.Model
+	dev     *cudadrv.Device // owned: opened for this engine
 }
 
 // Open maps a GGUF model or a prefab pool (told apart by the pool's magic)

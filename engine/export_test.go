@@ -1,10 +1,10 @@
 package engine
 
-import kcuda "github.com/strata-llm/strata/kernels/cuda"
+import "github.com/strata-llm/strata/kernels/cudadrv"
 
 // SetOpenDevice stands in f for opening the GPU until the returned
 // function restores the real one.
-func SetOpenDevice(f func() (*kcuda.Device, error)) (restore func()) {
+func SetOpenDevice(f func() (*cudadrv.Device, error)) (restore func()) {
 	old := openDevice
 	openDevice = f
 	return func() { openDevice = old }

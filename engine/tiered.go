@@ -70,8 +70,8 @@ type Options struct {
 	// the device every pass.
 	Backend string
 	// HandoffSpin is how long GPU calls spin for a result or the next call
-	// before sleeping (kernels/cuda Device.SetSpin): 0 takes
-	// engine/cuda.DefaultHandoffSpin, a negative value never spins.
+	// before sleeping (kernels/cudadrv Device.SetSpin): 0 takes
+	// gpu.DefaultHandoffSpin, a negative value never spins.
 	HandoffSpin time.Duration
 }
 
@@ -86,7 +86,7 @@ const defaultContext = 4096
 
 // OpenWith opens a GGUF model or a prefab pool on the backend o.Backend
 // picks and places its layers with the tier planner (engine/tier) within
-// the budgets of o. On the GPU (engine/cuda) tier-A layers are resident in
+// the budgets of o. On the GPU (engine/gpu) tier-A layers are resident in
 // device memory and tier-B layers are copied from pinned host memory every
 // pass, from a GGUF as well as a pool, and tier-C layers of a pool are
 // read (FileSource, O_DIRECT) into pinned staging and copied every pass; BackendInfo says which backend runs
@@ -386,7 +386,7 @@ func (e *Engine) Streamed() bool {
 // pass since the engine opened (bytes, busy and stall time per stage,
 // achieved bandwidth, overlap), or nil when nothing is streamed. On the
 // GPU the copy and compute stages are timed with CUDA events (see
-// engine/cuda's Model.PipelineStats).
+// engine/gpu's Model.PipelineStats).
 func (e *Engine) PipelineStats() *stream.Stats {
 	if e.pipe == nil {
 		if e.cuda != nil {

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // TestArgmaxWide covers the float4 path of argmax on vocabulary-sized rows:
@@ -42,7 +42,7 @@ func TestArgmaxWide(t *testing.T) {
 			for _, row := range rows {
 				flat = append(flat, row...)
 			}
-			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 				lp := put(a, flat)
 				out := a.alloc(16)
 				must(k.Argmax(c, 0, lp, len(rows), tc.vocab, out))

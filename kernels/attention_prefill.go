@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // Causal prefill attention: prefill.cu's tiled float32 kernels. A block
@@ -64,7 +64,7 @@ var prefillTune = prefillTuning{bc: 64, pairMaxWaves: 2}
 
 // attentionPrefill is AttentionPrefill's implementation: the tiled kernel
 // where it applies, else the warp-per-query one.
-func (k *Kernels) attentionPrefill(c *cuda.Ctx, s cuda.Stream, at Attention, kv KVCache, q, out cuda.DevPtr, ntok, slot, p0 int) error {
+func (k *Kernels) attentionPrefill(c *cudadrv.Ctx, s cudadrv.Stream, at Attention, kv KVCache, q, out cudadrv.DevPtr, ntok, slot, p0 int) error {
 	if err := at.check(kv); err != nil {
 		return err
 	}
@@ -83,9 +83,9 @@ func (k *Kernels) attentionPrefill(c *cuda.Ctx, s cuda.Stream, at Attention, kv 
 	// Idempotent and cheap; prefill is never graph-captured. A device
 	// whose per-block opt-in limit is below the variant's need (e.g. 99
 	// KiB on sm_86/89 for head dim 256) keeps the warp-per-query kernel.
-	if err := c.SetAttribute(f, cuda.FuncMaxDynamicSharedMemory, v.smem()); err != nil {
-		var ce *cuda.Error
-		if errors.As(err, &ce) && ce.Code == cuda.ResultInvalidValue {
+	if err := c.SetAttribute(f, cudadrv.FuncMaxDynamicSharedMemory, v.smem()); err != nil {
+		var ce *cudadrv.Error
+		if errors.As(err, &ce) && ce.Code == cudadrv.ResultInvalidValue {
 			return k.attentionPrefillLegacy(c, s, at, kv, q, out, ntok, slot, p0)
 		}
 		return fmt.Errorf("%s: raising shared memory to %d: %w", v.name(), v.smem(), err)
@@ -98,12 +98,12 @@ func (k *Kernels) attentionPrefill(c *cuda.Ctx, s cuda.Stream, at Attention, kv 
 	if pair && ntiles > 1 {
 		gy, pi = ceilDiv(ntiles, 2), 1
 	}
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(q).Ptr(out).Ptr(kv.K).Ptr(kv.V).I64(kv.slotStride()).Int(kv.KVDim).Int(slot).Int(p0).Int(ntok).
 		Int(at.Heads).Int(group).Int(at.HeadDim).F32(at.Scale).F32(at.Softcap).Int(at.Window).Int(ntiles).I32(pi)
-	cfg := cuda.LaunchConfig{
-		Grid:      cuda.Dim3{X: uint32(at.KVHeads), Y: uint32(gy)},
-		Block:     cuda.Dim3{X: 256},
+	cfg := cudadrv.LaunchConfig{
+		Grid:      cudadrv.Dim3{X: uint32(at.KVHeads), Y: uint32(gy)},
+		Block:     cudadrv.Dim3{X: 256},
 		SharedMem: uint32(v.smem()),
 	}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
@@ -114,10 +114,10 @@ func (k *Kernels) attentionPrefill(c *cuda.Ctx, s cuda.Stream, at Attention, kv 
 
 // attentionPrefillLegacy launches attention.cu's attn_prefill: grid
 // (heads, ceil(ntok/8)), a warp per query.
-func (k *Kernels) attentionPrefillLegacy(c *cuda.Ctx, s cuda.Stream, at Attention, kv KVCache, q, out cuda.DevPtr, ntok, slot, p0 int) error {
-	var a cuda.Args
+func (k *Kernels) attentionPrefillLegacy(c *cudadrv.Ctx, s cudadrv.Stream, at Attention, kv KVCache, q, out cudadrv.DevPtr, ntok, slot, p0 int) error {
+	var a cudadrv.Args
 	a.Ptr(q).Ptr(out).Ptr(kv.K).Ptr(kv.V).I64(kv.slotStride()).Int(kv.KVDim).Int(slot).Int(p0).Int(ntok).
 		Int(at.Heads).Int(at.Heads / at.KVHeads).Int(at.HeadDim).F32(at.Scale).F32(at.Softcap).Int(at.Window)
-	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(at.Heads), Y: uint32(ceilDiv(ntok, 8))}, Block: cuda.Dim3{X: 256}}
+	cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(at.Heads), Y: uint32(ceilDiv(ntok, 8))}, Block: cudadrv.Dim3{X: 256}}
 	return k.launch(c, s, "attn_prefill", cfg, &a)
 }

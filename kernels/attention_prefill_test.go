@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // prefillVariants are the dispatch choices TestAttentionPrefill checks and
@@ -95,7 +95,7 @@ func TestAttentionPrefill(t *testing.T) {
 			vcH := randVec(r, tc.slots*tc.maxCtx*kvdim, 1)
 			qH := randVec(r, tc.n*at.Heads*at.HeadDim, tc.qstd)
 			want := prefillRef(at, kcH, vcH, tc.maxCtx, tc.slot, tc.p0, tc.n, qH)
-			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 				kv := KVCache{K: put(a, kcH), V: put(a, vcH), MaxCtx: tc.maxCtx, KVDim: kvdim}
 				q := put(a, qH)
 				out := a.alloc(int64(len(qH) * 4))
@@ -129,7 +129,7 @@ func TestAttentionPrefill(t *testing.T) {
 // TestAttentionPrefillBadInput: shapes the kernels cannot take are errors,
 // not launches.
 func TestAttentionPrefillBadInput(t *testing.T) {
-	run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+	run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 		at := Attention{Heads: 8, KVHeads: 2, HeadDim: 128, Scale: 0.1}
 		kv := KVCache{K: a.alloc(64 * 256 * 4), V: a.alloc(64 * 256 * 4), MaxCtx: 64, KVDim: 256}
 		q := a.alloc(64 * 1024 * 4)
@@ -159,7 +159,7 @@ func BenchmarkAttentionPrefill8B(b *testing.B) {
 	d, _ := gpu(b)
 	at := Attention{Heads: 32, KVHeads: 8, HeadDim: 128, Scale: 1 / float32(math.Sqrt(128))}
 	for _, ntok := range []int{512, 2048} {
-		err := d.Do(func(c *cuda.Ctx) error {
+		err := d.Do(func(c *cudadrv.Ctx) error {
 			k := gpuK
 			r := rand.New(rand.NewPCG(22, uint64(ntok)))
 			a := &arena{c: c}

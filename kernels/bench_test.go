@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // d2dOnce caches the device-to-device copy bandwidth (bytes read + written
@@ -21,7 +21,7 @@ func copyBandwidth(b *testing.B) float64 {
 	d, _ := gpu(b)
 	d2dOnce.Do(func() {
 		const n = 1 << 30
-		err := d.Do(func(c *cuda.Ctx) error {
+		err := d.Do(func(c *cudadrv.Ctx) error {
 			a := &arena{c: c}
 			defer a.free()
 			src, dst := a.alloc(n), a.alloc(n)
@@ -39,7 +39,7 @@ func copyBandwidth(b *testing.B) float64 {
 
 // timeIt runs fn once to warm up, then iters times between two events on
 // the default stream; returns milliseconds per iteration.
-func timeIt(c *cuda.Ctx, iters int, fn func(i int) error) float64 {
+func timeIt(c *cudadrv.Ctx, iters int, fn func(i int) error) float64 {
 	must(fn(0))
 	must(c.Synchronize())
 	e0, _ := c.NewEvent(0)
@@ -72,7 +72,7 @@ func BenchmarkGEMV(b *testing.B) {
 				}
 				b.Run(fmt.Sprintf("%v/%dx%d/nb%d", typ, sh.rows, sh.cols, nb), func(b *testing.B) {
 					d, k := gpu(b)
-					err := d.Do(func(c *cuda.Ctx) error {
+					err := d.Do(func(c *cudadrv.Ctx) error {
 						a := &arena{c: c}
 						defer a.free()
 						rb, _ := typ.RowBytes(int64(sh.cols))
@@ -113,7 +113,7 @@ func BenchmarkGEMM(b *testing.B) {
 			b.Run(fmt.Sprintf("%v/m%d", typ, m), func(b *testing.B) {
 				d, k := gpu(b)
 				const n, kk = 14336, 4096
-				err := d.Do(func(c *cuda.Ctx) error {
+				err := d.Do(func(c *cudadrv.Ctx) error {
 					a := &arena{c: c}
 					defer a.free()
 					rb, _ := typ.RowBytes(kk)
@@ -142,7 +142,7 @@ func BenchmarkGEMM(b *testing.B) {
 func BenchmarkLaunchOverhead(b *testing.B) {
 	d, k := gpu(b)
 	const kernels = 200
-	err := onStream(d, k, func(c *cuda.Ctx, a *arena, s cuda.Stream) error {
+	err := onStream(d, k, func(c *cudadrv.Ctx, a *arena, s cudadrv.Stream) error {
 		y, x := a.alloc(1024*4), a.alloc(1024*4)
 		must(c.MemsetD32(y, 0, 1024, s))
 		must(c.MemsetD32(x, 0, 1024, s))
@@ -154,7 +154,7 @@ func BenchmarkLaunchOverhead(b *testing.B) {
 			}
 			return nil
 		}
-		must(c.BeginCapture(s, cuda.CaptureThreadLocal))
+		must(c.BeginCapture(s, cudadrv.CaptureThreadLocal))
 		if err := seq(); err != nil {
 			c.EndCapture(s)
 			return err

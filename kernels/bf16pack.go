@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // UnpackBF16 decodes a tensor of n bf16 values packed in engine/quant's
@@ -15,7 +15,7 @@ import (
 // (every matrix of a real model is); src and dst must be 16-byte aligned.
 // The blob is trusted: the host encoded it (quant.UnpackBF16 is the
 // validating decoder).
-func (k *Kernels) UnpackBF16(c *cuda.Ctx, s cuda.Stream, src cuda.DevPtr, n int64, dst cuda.DevPtr) error {
+func (k *Kernels) UnpackBF16(c *cudadrv.Ctx, s cudadrv.Stream, src cudadrv.DevPtr, n int64, dst cudadrv.DevPtr) error {
 	if n <= 0 || n%quant.BF16PackBlock != 0 || n > quant.BF16PackMaxElems {
 		return fmt.Errorf("unpack bf16: %d values: want a positive multiple of %d up to %d", n, quant.BF16PackBlock, int64(quant.BF16PackMaxElems))
 	}
@@ -25,8 +25,8 @@ func (k *Kernels) UnpackBF16(c *cuda.Ctx, s cuda.Stream, src cuda.DevPtr, n int6
 	l := quant.BF16PackLayoutFor(n, 0)
 	const threads = 256
 	groups := n / 16 // one thread per 16 values
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(src.Add(l.SM)).Ptr(src.Add(l.Nib)).Ptr(src.Add(l.Base)).Ptr(src.Add(l.EscOff)).Ptr(src.Add(l.Esc)).Ptr(dst).I64(l.Blocks)
-	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32((groups + threads - 1) / threads)}, Block: cuda.Dim3{X: threads}}
+	cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32((groups + threads - 1) / threads)}, Block: cudadrv.Dim3{X: threads}}
 	return k.launch(c, s, "bf16_unpack", cfg, &a)
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // bf16PackCases are bf16 tensors for the decoder: synthetic weights (no
@@ -55,7 +55,7 @@ func bf16PackCases() []struct {
 }
 
 func TestUnpackBF16(t *testing.T) {
-	run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+	run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 		for _, tc := range bf16PackCases() {
 			l, err := quant.BF16PackedLayout(tc.src)
 			must(err)
@@ -112,12 +112,12 @@ func BenchmarkUnpackBF16(b *testing.B) {
 			_, err = quant.PackBF16(blob, src)
 			must(err)
 			var ms float64
-			err = d.Do(func(c *cuda.Ctx) error {
+			err = d.Do(func(c *cudadrv.Ctx) error {
 				a := &arena{c: c}
 				defer a.free()
 				// Enough copies to cycle well past the L2.
 				copies := max(1, int((512<<20)/int64(len(src)+len(blob))))
-				var srcs, dsts []cuda.DevPtr
+				var srcs, dsts []cudadrv.DevPtr
 				for range copies {
 					srcs = append(srcs, put(a, blob))
 					dsts = append(dsts, a.alloc(int64(len(src))))

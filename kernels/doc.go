@@ -9,7 +9,7 @@
 //
 // Every kernel mirrors a CPU function of engine/quant or engine/model, and
 // its test compares the two with a stated tolerance. The driver binding
-// lives in kernels/cuda; wrappers take the *cuda.Ctx of a Device.Do call
+// lives in kernels/cudadrv; wrappers take the *cudadrv.Ctx of a Device.Do call
 // and a stream, validate shapes and enqueue, so a decode step can be
 // launched (or captured into a CUDA graph) in one hand-off.
 package kernels

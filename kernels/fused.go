@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // GLU selects the gated activation GEMVGLU applies in its epilogue.
@@ -47,7 +47,7 @@ func fusedUnitElems(t quant.Type) int {
 // (nb rows of W.Rows float32).
 type GEMVOut struct {
 	W Matrix
-	Y cuda.DevPtr
+	Y cudadrv.DevPtr
 }
 
 // CanFuseGEMV reports whether GEMVFused (and, for two matrices of one
@@ -96,7 +96,7 @@ func (k *Kernels) fusedGeometry(groups int, ms []Matrix) (blocks, threads int) {
 // rows of their common width, 16-byte aligned) in one launch, as GEMV
 // does each (decode's q, k and v). The matrices may differ in type and
 // height; see CanFuseGEMV.
-func (k *Kernels) GEMVFused(c *cuda.Ctx, s cuda.Stream, x cuda.DevPtr, nb int, outs ...GEMVOut) error {
+func (k *Kernels) GEMVFused(c *cudadrv.Ctx, s cudadrv.Stream, x cudadrv.DevPtr, nb int, outs ...GEMVOut) error {
 	ms := make([]Matrix, len(outs))
 	for i, o := range outs {
 		ms[i] = o.W
@@ -134,7 +134,7 @@ func (k *Kernels) GEMVFused(c *cuda.Ctx, s cuda.Stream, x cuda.DevPtr, nb int, o
 		}
 	}
 	groups := 0
-	var a cuda.Args
+	var a cudadrv.Args
 	for i := 0; i < 3; i++ {
 		if i < len(outs) {
 			o := outs[i]
@@ -152,7 +152,7 @@ func (k *Kernels) GEMVFused(c *cuda.Ctx, s cuda.Stream, x cuda.DevPtr, nb int, o
 // launch, never storing the two products: the FFN's gate and up GEMVs and
 // its SwiGLU/GeGLU in one. gate and up must have the same type and shape
 // (see CanFuseGEMV); out is nb rows of gate.Rows floats.
-func (k *Kernels) GEMVGLU(c *cuda.Ctx, s cuda.Stream, gate, up Matrix, x, out cuda.DevPtr, nb int, act GLU) error {
+func (k *Kernels) GEMVGLU(c *cudadrv.Ctx, s cudadrv.Stream, gate, up Matrix, x, out cudadrv.DevPtr, nb int, act GLU) error {
 	if act != SwiGLU && act != GeGLU {
 		return fmt.Errorf("gemv glu: unknown activation %d", act)
 	}
@@ -166,7 +166,7 @@ func (k *Kernels) GEMVGLU(c *cuda.Ctx, s cuda.Stream, gate, up Matrix, x, out cu
 		return k.gemvqLaunch(c, s, "gemv glu", x, xq, nb, int(act), []GEMVOut{{W: gate, Y: out}, {W: up}})
 	}
 	t := fusedTypes[gate.Type]
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(gate.Ptr).I64(gate.RowBytes()).Ptr(out).Int(gate.Rows).Int(t)
 	a.Ptr(up.Ptr).I64(up.RowBytes()).Ptr(0).Int(up.Rows).Int(t)
 	a.Ptr(0).I64(0).Ptr(0).Int(0).Int(t)
@@ -175,13 +175,13 @@ func (k *Kernels) GEMVGLU(c *cuda.Ctx, s cuda.Stream, gate, up Matrix, x, out cu
 	return k.launchFused(c, s, "gemv glu", groups, []Matrix{gate, up}, nb, &a)
 }
 
-func (k *Kernels) launchFused(c *cuda.Ctx, s cuda.Stream, what string, groups int, ms []Matrix, nb int, a *cuda.Args) error {
+func (k *Kernels) launchFused(c *cudadrv.Ctx, s cudadrv.Stream, what string, groups int, ms []Matrix, nb int, a *cudadrv.Args) error {
 	f, err := k.fn(fmt.Sprintf("gemv_fused_%d", nb))
 	if err != nil {
 		return err
 	}
 	blocks, threads := k.fusedGeometry(groups, ms)
-	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}}
+	cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(blocks)}, Block: cudadrv.Dim3{X: uint32(threads)}}
 	if err := k.run(c, f, cfg, s, a); err != nil {
 		return fmt.Errorf("%s: %d matrices %dx%d.. batch %d: %w", what, len(ms), ms[0].Rows, ms[0].Cols, nb, err)
 	}
@@ -191,26 +191,26 @@ func (k *Kernels) launchFused(c *cuda.Ctx, s cuda.Stream, what string, groups in
 // AddRMSNorm is the residual update fused with the next norm: x += a,
 // then y = x / rms(x) * w, for n rows of dim floats, with exactly the
 // arithmetic of Add followed by RMSNorm (y must not alias x or a).
-func (k *Kernels) AddRMSNorm(c *cuda.Ctx, s cuda.Stream, x, a, w, y cuda.DevPtr, n, dim int, eps float32) error {
+func (k *Kernels) AddRMSNorm(c *cudadrv.Ctx, s cudadrv.Stream, x, a, w, y cudadrv.DevPtr, n, dim int, eps float32) error {
 	return k.addRMSNorm(c, s, x, a, w, y, n, dim, eps, 0)
 }
 
 // addRMSNorm launches add_rmsnorm; xq, when not 0, also receives y
 // quantized for the integer GEMVs (AddRMSNormQ).
-func (k *Kernels) addRMSNorm(c *cuda.Ctx, s cuda.Stream, x, a, w, y cuda.DevPtr, n, dim int, eps float32, xq cuda.DevPtr) error {
+func (k *Kernels) addRMSNorm(c *cudadrv.Ctx, s cudadrv.Stream, x, a, w, y cudadrv.DevPtr, n, dim int, eps float32, xq cudadrv.DevPtr) error {
 	if n < 1 || dim < 1 {
 		return fmt.Errorf("add_rmsnorm: %d rows of %d", n, dim)
 	}
-	var args cuda.Args
+	var args cudadrv.Args
 	args.Ptr(x).Ptr(a).Ptr(w).Ptr(y).Int(dim).F32(eps).Ptr(xq)
-	return k.launch(c, s, "add_rmsnorm", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: normThreads(dim)}}, &args)
+	return k.launch(c, s, "add_rmsnorm", cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(n)}, Block: cudadrv.Dim3{X: normThreads(dim)}}, &args)
 }
 
 // RoPEStore is RoPE of q (ntok rows of Heads*HeadDim, stride qStride) and
 // k (ntok rows of kv.KVDim) followed by StoreKV of k and v, in one launch
 // with the same arithmetic: q and k are rotated in place, and k and v land
 // in the cache at slot slots[t], position pos[t].
-func (k *Kernels) RoPEStore(c *cuda.Ctx, s cuda.Stream, at Attention, kv KVCache, q, keys, vals cuda.DevPtr, ntok, qStride int, pos, slots, freqs cuda.DevPtr, neox bool) error {
+func (k *Kernels) RoPEStore(c *cudadrv.Ctx, s cudadrv.Stream, at Attention, kv KVCache, q, keys, vals cudadrv.DevPtr, ntok, qStride int, pos, slots, freqs cudadrv.DevPtr, neox bool) error {
 	if err := at.check(kv); err != nil {
 		return fmt.Errorf("rope_store: %w", err)
 	}
@@ -221,9 +221,9 @@ func (k *Kernels) RoPEStore(c *cuda.Ctx, s cuda.Stream, at Attention, kv KVCache
 	if neox {
 		nx = 1
 	}
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(q).Ptr(keys).Ptr(vals).Ptr(kv.K).Ptr(kv.V).Int(ntok).Int(at.Heads).Int(at.KVHeads).Int(at.HeadDim).
 		Int(qStride).Ptr(pos).Ptr(slots).Ptr(freqs).I32(nx).I64(kv.slotStride())
 	n := int64(ntok)*int64(at.Heads+at.KVHeads)*int64(at.HeadDim/2) + int64(ntok)*int64(kv.KVDim)
-	return k.launch(c, s, "rope_store", cuda.LaunchConfig{Grid: gridFor(n, 256), Block: cuda.Dim3{X: 256}}, &a)
+	return k.launch(c, s, "rope_store", cudadrv.LaunchConfig{Grid: gridFor(n, 256), Block: cudadrv.Dim3{X: 256}}, &a)
 }

@@ -7,15 +7,15 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // timeGraph captures iters calls of fn (call i on stream s) into one CUDA
 // graph, replays it once to warm up, then times one replay: milliseconds
 // per call, with no host launch cost in the way (decode steps run as
 // graphs, and a 2 MB GEMV takes less device time than a host launch).
-func timeGraph(c *cuda.Ctx, iters int, fn func(s cuda.Stream, i int) error) float64 {
-	s, err := c.NewStream(cuda.StreamNonBlocking)
+func timeGraph(c *cudadrv.Ctx, iters int, fn func(s cudadrv.Stream, i int) error) float64 {
+	s, err := c.NewStream(cudadrv.StreamNonBlocking)
 	must(err)
 	defer c.DestroyStream(s)
 	return timeGraphOn(c, s, iters, fn)
@@ -23,8 +23,8 @@ func timeGraph(c *cuda.Ctx, iters int, fn func(s cuda.Stream, i int) error) floa
 
 // timeGraphOn is timeGraph on the caller's stream s (one whose fast-GEMV
 // scratch is reserved, say).
-func timeGraphOn(c *cuda.Ctx, s cuda.Stream, iters int, fn func(s cuda.Stream, i int) error) float64 {
-	must(c.BeginCapture(s, cuda.CaptureThreadLocal))
+func timeGraphOn(c *cudadrv.Ctx, s cudadrv.Stream, iters int, fn func(s cudadrv.Stream, i int) error) float64 {
+	must(c.BeginCapture(s, cudadrv.CaptureThreadLocal))
 	for i := 0; i < iters; i++ {
 		if err := fn(s, i); err != nil {
 			c.EndCapture(s)
@@ -65,7 +65,7 @@ func BenchmarkDecodeShapes(b *testing.B) {
 	d, k := gpu(b)
 	var out strings.Builder
 	fmt.Fprintf(&out, "D2D copy %.0f GB/s; cells: us per launch sequence, ratio of its weight bytes/s to D2D\n", ceiling/1e9)
-	err := d.Do(func(c *cuda.Ctx) error {
+	err := d.Do(func(c *cudadrv.Ctx) error {
 		a := &arena{c: c}
 		defer a.free()
 		shapes := []decodeShape{
@@ -79,14 +79,14 @@ func BenchmarkDecodeShapes(b *testing.B) {
 		x := put(a, randVec(r, 2*14336, 1))
 		y1, y2, y3 := decodeOutputs(a)
 		m, bytes := mats.at, mats.bytes
-		gemv := func(name string) func(s cuda.Stream, i int) error {
-			return func(s cuda.Stream, i int) error { return k.GEMV(c, s, m(name, i), x, y1, 1) }
+		gemv := func(name string) func(s cudadrv.Stream, i int) error {
+			return func(s cudadrv.Stream, i int) error { return k.GEMV(c, s, m(name, i), x, y1, 1) }
 		}
 		benches := []decodeBench{
 			{"q alone", bytes("q"), gemv("q")},
 			{"k alone", bytes("k"), gemv("k")},
 			{"o alone", bytes("o"), gemv("o")},
-			{"q,k,v6 separate", bytes("q", "k", "v6"), func(s cuda.Stream, i int) error {
+			{"q,k,v6 separate", bytes("q", "k", "v6"), func(s cudadrv.Stream, i int) error {
 				for _, nm := range []string{"q", "k", "v6"} {
 					if err := k.GEMV(c, s, m(nm, i), x, y1, 1); err != nil {
 						return err
@@ -94,13 +94,13 @@ func BenchmarkDecodeShapes(b *testing.B) {
 				}
 				return nil
 			}},
-			{"q,k,v6 fused", bytes("q", "k", "v6"), func(s cuda.Stream, i int) error {
+			{"q,k,v6 fused", bytes("q", "k", "v6"), func(s cudadrv.Stream, i int) error {
 				return k.GEMVFused(c, s, x, 1, GEMVOut{m("q", i), y1}, GEMVOut{m("k", i), y2}, GEMVOut{m("v6", i), y3})
 			}},
-			{"q,k,v4 fused", bytes("q", "k", "v4"), func(s cuda.Stream, i int) error {
+			{"q,k,v4 fused", bytes("q", "k", "v4"), func(s cudadrv.Stream, i int) error {
 				return k.GEMVFused(c, s, x, 1, GEMVOut{m("q", i), y1}, GEMVOut{m("k", i), y2}, GEMVOut{m("v4", i), y3})
 			}},
-			{"gate,up,swiglu separate", bytes("gate", "up"), func(s cuda.Stream, i int) error {
+			{"gate,up,swiglu separate", bytes("gate", "up"), func(s cudadrv.Stream, i int) error {
 				if err := k.GEMV(c, s, m("gate", i), x, y2, 1); err != nil {
 					return err
 				}
@@ -109,10 +109,10 @@ func BenchmarkDecodeShapes(b *testing.B) {
 				}
 				return k.SwiGLU(c, s, y2, y3, y2, 14336)
 			}},
-			{"gate,up glu fused", bytes("gate", "up"), func(s cuda.Stream, i int) error {
+			{"gate,up glu fused", bytes("gate", "up"), func(s cudadrv.Stream, i int) error {
 				return k.GEMVGLU(c, s, m("gate", i), m("up", i), x, y2, 1, SwiGLU)
 			}},
-			{"gate,up glu fused nb2", 2 * bytes("gate", "up") / 2, func(s cuda.Stream, i int) error {
+			{"gate,up glu fused nb2", 2 * bytes("gate", "up") / 2, func(s cudadrv.Stream, i int) error {
 				return k.GEMVGLU(c, s, m("gate", i), m("up", i), x, y2, 2, SwiGLU)
 			}},
 			{"gate alone", bytes("gate"), gemv("gate")},
@@ -162,7 +162,7 @@ type decodeShape struct {
 // that a benchmark cycling through them reads from HBM rather than the
 // 60 MB L2 (four copies of the 9 MB 4096x4096 matrix, as before, fit in
 // it).
-func uploadDecodeShapes(c *cuda.Ctx, a *arena, shapes []decodeShape) decodeMats {
+func uploadDecodeShapes(c *cudadrv.Ctx, a *arena, shapes []decodeShape) decodeMats {
 	mats := decodeMats{}
 	for si, sh := range shapes {
 		rb, _ := sh.typ.RowBytes(int64(sh.cols))
@@ -185,13 +185,13 @@ func uploadDecodeShapes(c *cuda.Ctx, a *arena, shapes []decodeShape) decodeMats 
 type decodeBench struct {
 	name  string
 	bytes int64
-	fn    func(s cuda.Stream, i int) error
+	fn    func(s cudadrv.Stream, i int) error
 }
 
 // decodeOutputs allocates a decode-shape benchmark's outputs for up to
 // two vectors: y1 large enough for the output projection (128256 rows),
 // y2 and y3 for the layers' matrices (up to 14336 rows).
-func decodeOutputs(a *arena) (y1, y2, y3 cuda.DevPtr) {
+func decodeOutputs(a *arena) (y1, y2, y3 cudadrv.DevPtr) {
 	return a.alloc(2 * 128256 * 4), a.alloc(2 * 14336 * 4), a.alloc(2 * 14336 * 4)
 }
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // refDot returns sum_j deq[row][j] x[j] in float64 and sum |deq x| (the
@@ -56,13 +56,13 @@ func TestGEMVFused(t *testing.T) {
 			for i, m := range tc.ms {
 				datas[i], deqs[i] = randMatrix(m.typ, m.rows, tc.cols, uint64(100*ci+i))
 			}
-			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 				x := put(a, xs)
 				outs := make([]GEMVOut, len(tc.ms))
 				for i, m := range tc.ms {
 					base := a.alloc(int64(len(datas[i]) + 16))
-					must(c.CopyHtoD(base+cuda.DevPtr(m.off), datas[i], 0))
-					outs[i] = GEMVOut{W: Matrix{Type: m.typ, Rows: m.rows, Cols: tc.cols, Ptr: base + cuda.DevPtr(m.off)}, Y: a.alloc(int64(2 * m.rows * 4))}
+					must(c.CopyHtoD(base+cudadrv.DevPtr(m.off), datas[i], 0))
+					outs[i] = GEMVOut{W: Matrix{Type: m.typ, Rows: m.rows, Cols: tc.cols, Ptr: base + cudadrv.DevPtr(m.off)}, Y: a.alloc(int64(2 * m.rows * 4))}
 				}
 				for nb := 1; nb <= MaxFusedGEMVBatch; nb++ {
 					for i, m := range tc.ms {
@@ -117,7 +117,7 @@ func TestGEMVGLU(t *testing.T) {
 				xs := randVec(r, 2*cols, 1)
 				gd, gq := randMatrix(typ, rows, cols, 11+uint64(typ))
 				ud, uq := randMatrix(typ, rows, cols, 12+uint64(typ))
-				run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+				run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 					gate := Matrix{Type: typ, Rows: rows, Cols: cols, Ptr: put(a, gd)}
 					up := Matrix{Type: typ, Rows: rows, Cols: cols, Ptr: put(a, ud)}
 					x, out := put(a, xs), a.alloc(2*rows*4)
@@ -156,7 +156,7 @@ func TestAddRMSNorm(t *testing.T) {
 	for _, dim := range []int{256, 4096} {
 		const n = 3
 		xs, as, w := randVec(r, n*dim, 2), randVec(r, n*dim, 1), randVec(r, dim, 1)
-		run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+		run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 			x, ap, wp := put(a, xs), put(a, as), put(a, w)
 			y := a.alloc(int64(n * dim * 4))
 			poison(a, y, n*dim)
@@ -188,7 +188,7 @@ func TestRoPEStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		qs, ks, vs := randVec(r, ntok*qd, 1), randVec(r, ntok*kvd, 1), randVec(r, ntok*kvd, 1)
-		run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+		run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 			kv := KVCache{K: a.alloc(nslot * maxCtx * kvd * 4), V: a.alloc(nslot * maxCtx * kvd * 4), MaxCtx: maxCtx, KVDim: kvd}
 			q, kp, vp := put(a, qs), put(a, ks), put(a, vs)
 			at := Attention{Heads: heads, KVHeads: kvheads, HeadDim: hd}

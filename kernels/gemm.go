@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // gemmConfig mirrors one gemm_h_<name> instance of gemm.cu (its HGEMM
@@ -94,12 +94,12 @@ func gemmPick(m, n, sms int) gemmConfig {
 // on different streams never share one) and the kernels whose shared
 // memory limit has been raised.
 type gemmState struct {
-	ws     map[cuda.Stream]*gemmWorkspace
-	raised map[cuda.Function]bool
+	ws     map[cudadrv.Stream]*gemmWorkspace
+	raised map[cudadrv.Function]bool
 }
 
 type gemmWorkspace struct {
-	ptr  cuda.DevPtr
+	ptr  cudadrv.DevPtr
 	size int64
 }
 
@@ -107,9 +107,9 @@ type gemmWorkspace struct {
 // needed. Growing waits for s (the old buffer may still be read by queued
 // kernels), so it must not happen under graph capture; prefill, the only
 // GEMM user, is never captured.
-func (g *gemmState) workspace(c *cuda.Ctx, s cuda.Stream, n int64) (cuda.DevPtr, error) {
+func (g *gemmState) workspace(c *cudadrv.Ctx, s cudadrv.Stream, n int64) (cudadrv.DevPtr, error) {
 	if g.ws == nil {
-		g.ws = map[cuda.Stream]*gemmWorkspace{}
+		g.ws = map[cudadrv.Stream]*gemmWorkspace{}
 	}
 	w := g.ws[s]
 	if w != nil && w.size >= n {
@@ -134,13 +134,13 @@ func (g *gemmState) workspace(c *cuda.Ctx, s cuda.Stream, n int64) (cuda.DevPtr,
 }
 
 // free releases every workspace.
-func (g *gemmState) free(c *cuda.Ctx) error {
-	return freeEach(c, g.ws, func(w *gemmWorkspace) cuda.DevPtr { return w.ptr })
+func (g *gemmState) free(c *cudadrv.Ctx) error {
+	return freeEach(c, g.ws, func(w *gemmWorkspace) cudadrv.DevPtr { return w.ptr })
 }
 
 // freeEach frees the buffer of every stream's entry in m (ptr names it)
 // and empties m, returning the first error.
-func freeEach[V any](c *cuda.Ctx, m map[cuda.Stream]V, ptr func(V) cuda.DevPtr) error {
+func freeEach[V any](c *cudadrv.Ctx, m map[cudadrv.Stream]V, ptr func(V) cudadrv.DevPtr) error {
 	var first error
 	for s, w := range m {
 		if err := c.Free(ptr(w)); err != nil && first == nil {
@@ -163,7 +163,7 @@ func freeEach[V any](c *cuda.Ctx, m map[cuda.Stream]V, ptr func(V) cuda.DevPtr) 
 // per panel; F16 weights are read in place. compute_61 devices, and m up
 // to gemmTune.fusedMaxM, use the on-the-fly kernel, which decodes weights
 // inside the MMA loop.
-func (k *Kernels) GEMM(c *cuda.Ctx, s cuda.Stream, w Matrix, x, y cuda.DevPtr, m int) error {
+func (k *Kernels) GEMM(c *cudadrv.Ctx, s cudadrv.Stream, w Matrix, x, y cudadrv.DevPtr, m int) error {
 	suf, err := w.check("gemm")
 	if err != nil {
 		return err
@@ -184,17 +184,17 @@ func (k *Kernels) GEMM(c *cuda.Ctx, s cuda.Stream, w Matrix, x, y cuda.DevPtr, m
 }
 
 // gemmFused launches the on-the-fly kernel gemm_<type>.
-func (k *Kernels) gemmFused(c *cuda.Ctx, s cuda.Stream, suf string, w Matrix, x, y cuda.DevPtr, m int) error {
+func (k *Kernels) gemmFused(c *cudadrv.Ctx, s cudadrv.Stream, suf string, w Matrix, x, y cudadrv.DevPtr, m int) error {
 	f, err := k.fn("gemm_" + suf)
 	if err != nil {
 		return err
 	}
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(w.Ptr).I64(w.RowBytes()).Int(w.Rows).Int(w.Cols).Ptr(x).Int(w.Cols).Int(m).Ptr(y).Int(w.Rows)
 	// gemm.cu: 128 weight rows x gemmBN tokens per block, 2*gemmBN threads.
-	cfg := cuda.LaunchConfig{
-		Grid:  cuda.Dim3{X: uint32(ceilDiv(w.Rows, 128)), Y: uint32(ceilDiv(m, gemmBN))},
-		Block: cuda.Dim3{X: 2 * gemmBN},
+	cfg := cudadrv.LaunchConfig{
+		Grid:  cudadrv.Dim3{X: uint32(ceilDiv(w.Rows, 128)), Y: uint32(ceilDiv(m, gemmBN))},
+		Block: cudadrv.Dim3{X: 2 * gemmBN},
 	}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("gemm %v %dx%d by %d: %w", w.Type, w.Rows, w.Cols, m, err)
@@ -247,7 +247,7 @@ func GEMMWorkspaceBytes(w Matrix, m int) int64 {
 	return planGEMM(w, m, w.Type == quant.F16).wsBytes
 }
 
-func (k *Kernels) gemmF16(c *cuda.Ctx, s cuda.Stream, suf string, w Matrix, x, y cuda.DevPtr, m int) error {
+func (k *Kernels) gemmF16(c *cudadrv.Ctx, s cudadrv.Stream, suf string, w Matrix, x, y cudadrv.DevPtr, m int) error {
 	inPlace := w.Type == quant.F16 && uint64(w.Ptr)%16 == 0
 	p := planGEMM(w, m, inPlace)
 	ws, err := k.gemm.workspace(c, s, p.wsBytes)
@@ -301,20 +301,20 @@ func (k *Kernels) gemmF16(c *cuda.Ctx, s cuda.Stream, suf string, w Matrix, x, y
 }
 
 // gemmX16 converts n float32s (a multiple of 4) at x to f16 at out.
-func (k *Kernels) gemmX16(c *cuda.Ctx, s cuda.Stream, x, out cuda.DevPtr, n int64) error {
+func (k *Kernels) gemmX16(c *cudadrv.Ctx, s cudadrv.Stream, x, out cudadrv.DevPtr, n int64) error {
 	f, err := k.fn("gemm_x16")
 	if err != nil {
 		return err
 	}
 	n4 := n / 4
 	blocks := min(ceilDiv(int(n4), 256), 16*max(k.SMs, 1))
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(x).I64(n4).Ptr(out)
-	return k.run(c, f, cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: 256}}, s, &a)
+	return k.run(c, f, cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(blocks)}, Block: cudadrv.Dim3{X: 256}}, s, &a)
 }
 
 // gemmDequant decodes weight rows n0..n0+rows-1 of w to f16 at out.
-func (k *Kernels) gemmDequant(c *cuda.Ctx, s cuda.Stream, suf string, w Matrix, n0, rows int, out cuda.DevPtr) error {
+func (k *Kernels) gemmDequant(c *cudadrv.Ctx, s cudadrv.Stream, suf string, w Matrix, n0, rows int, out cudadrv.DevPtr) error {
 	f, err := k.fn("gemm_deq_" + suf)
 	if err != nil {
 		return err
@@ -324,14 +324,14 @@ func (k *Kernels) gemmDequant(c *cuda.Ctx, s cuda.Stream, suf string, w Matrix, 
 	if gemmTune.deqDirect {
 		coalesce = 0
 	}
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(w.Ptr.Add(int64(n0) * w.RowBytes())).I64(w.RowBytes()).Int(rows).Int(w.Cols).Ptr(out).Int(coalesce)
-	return k.run(c, f, cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32((parts + 255) / 256)}, Block: cuda.Dim3{X: 256}}, s, &a)
+	return k.run(c, f, cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32((parts + 255) / 256)}, Block: cudadrv.Dim3{X: 256}}, s, &a)
 }
 
 // gemmH launches the f16 GEMM for m tokens of x16 against n rows of w16
 // (row stride K), writing y with row stride ystride.
-func (k *Kernels) gemmH(c *cuda.Ctx, s cuda.Stream, x16 cuda.DevPtr, m int, w16 cuda.DevPtr, n, K int, y cuda.DevPtr, ystride, pairs int) error {
+func (k *Kernels) gemmH(c *cudadrv.Ctx, s cudadrv.Stream, x16 cudadrv.DevPtr, m int, w16 cudadrv.DevPtr, n, K int, y cudadrv.DevPtr, ystride, pairs int) error {
 	g := gemmPick(m, n, k.SMs)
 	f, err := k.fn("gemm_h_" + g.name)
 	if err != nil {
@@ -339,19 +339,19 @@ func (k *Kernels) gemmH(c *cuda.Ctx, s cuda.Stream, x16 cuda.DevPtr, m int, w16 
 	}
 	smem := g.smem()
 	if k.gemm.raised == nil {
-		k.gemm.raised = map[cuda.Function]bool{}
+		k.gemm.raised = map[cudadrv.Function]bool{}
 	}
 	if smem > 48<<10 && !k.gemm.raised[f] {
-		if err := c.SetAttribute(f, cuda.FuncMaxDynamicSharedMemory, smem); err != nil {
+		if err := c.SetAttribute(f, cudadrv.FuncMaxDynamicSharedMemory, smem); err != nil {
 			return fmt.Errorf("gemm_h_%s: raising shared memory to %d: %w", g.name, smem, err)
 		}
 		k.gemm.raised[f] = true
 	}
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(x16).Int(m).Ptr(w16).Int(n).Int(K).Ptr(y).Int(ystride).Int(pairs)
-	cfg := cuda.LaunchConfig{
-		Grid:      cuda.Dim3{X: uint32(ceilDiv(m, g.bm) * ceilDiv(n, g.bn))},
-		Block:     cuda.Dim3{X: uint32(g.threads())},
+	cfg := cudadrv.LaunchConfig{
+		Grid:      cudadrv.Dim3{X: uint32(ceilDiv(m, g.bm) * ceilDiv(n, g.bn))},
+		Block:     cudadrv.Dim3{X: uint32(g.threads())},
 		SharedMem: uint32(smem),
 	}
 	return k.run(c, f, cfg, s, &a)

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // gemmShapes are the Llama-3.1-8B projections (rows x cols) and the token
@@ -25,7 +25,7 @@ var gemmShapes = []struct {
 
 // gemmWeights uploads copies of one random rows x cols matrix of type typ,
 // enough that cycling through them reads weights from HBM, not the L2.
-func gemmWeights(c *cuda.Ctx, a *arena, typ quant.Type, rows, cols int) []Matrix {
+func gemmWeights(c *cudadrv.Ctx, a *arena, typ quant.Type, rows, cols int) []Matrix {
 	rb, _ := typ.RowBytes(int64(cols))
 	size := rb * int64(rows)
 	one := make([]byte, size)
@@ -54,7 +54,7 @@ func BenchmarkGEMMSweep(b *testing.B) {
 		b.Skipf("the f16 GEMM path needs compute_80, device loaded %s", k.Arch)
 	}
 	fmt.Printf("device-to-device copy: %.0f GB/s (read+write)\n", copyBandwidth(b)/1e9)
-	err := d.Do(func(c *cuda.Ctx) error {
+	err := d.Do(func(c *cudadrv.Ctx) error {
 		r := rand.New(rand.NewPCG(4, 4))
 		a := &arena{c: c}
 		defer a.free()
@@ -166,11 +166,11 @@ func BenchmarkGEMMPrefill8B(b *testing.B) {
 	}
 	projs := []proj{{"q", dim, dim, false}, {"k", kv, dim, false}, {"v", kv, dim, true}, {"o", dim, dim, false},
 		{"gate", ffn, dim, false}, {"up", ffn, dim, false}, {"down", dim, ffn, true}}
-	err := d.Do(func(c *cuda.Ctx) error {
+	err := d.Do(func(c *cudadrv.Ctx) error {
 		a := &arena{c: c}
 		defer a.free()
 		// One random template per (type, shape), copied into every layer.
-		tmpl := map[string]cuda.DevPtr{}
+		tmpl := map[string]cudadrv.DevPtr{}
 		w := make([][]Matrix, len(projs))
 		for pi, p := range projs {
 			for l := 0; l < layers; l++ {

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // TestGEMMConfigsMirror checks gemmConfigs against gemm.cu's HGEMM lines
@@ -146,7 +146,7 @@ func TestGEMMPaths(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(tc.typ), uint64(tc.m*tc.n)))
 			data, deq := randMatrix(tc.typ, tc.n, tc.k, uint64(tc.n*tc.k)+uint64(tc.m))
 			xs := randVec(r, tc.m*tc.k, 1)
-			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 				if !k.mma() && tc.name != "fused" {
 					t.Skipf("the f16 GEMM path needs compute_80, device loaded %s", k.Arch)
 				}
@@ -173,7 +173,7 @@ func TestGEMMDequant(t *testing.T) {
 		for _, direct := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v/direct=%v", typ, direct), func(t *testing.T) {
 				data, deq := randMatrix(typ, rows, cols, uint64(typ)+99)
-				run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+				run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 					suf, err := (Matrix{Type: typ, Rows: rows, Cols: cols, Ptr: 1}).check("test")
 					must(err)
 					w := Matrix{Type: typ, Rows: rows, Cols: cols, Ptr: put(a, data)}

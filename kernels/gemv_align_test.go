@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // TestGEMVMisaligned runs the formats whose fast paths need 16-byte aligned
@@ -22,10 +22,10 @@ func TestGEMVMisaligned(t *testing.T) {
 				data, deq := randMatrix(typ, rows, cols, uint64(typ)+uint64(off))
 				r := rand.New(rand.NewPCG(uint64(typ), uint64(off)))
 				xs := randVec(r, 2*cols, 1)
-				run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+				run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 					base := a.alloc(int64(len(data) + 16))
-					must(c.CopyHtoD(base+cuda.DevPtr(off), data, 0))
-					w := Matrix{Type: typ, Rows: rows, Cols: cols, Ptr: base + cuda.DevPtr(off)}
+					must(c.CopyHtoD(base+cudadrv.DevPtr(off), data, 0))
+					w := Matrix{Type: typ, Rows: rows, Cols: cols, Ptr: base + cudadrv.DevPtr(off)}
 					x := put(a, xs)
 					y := a.alloc(2 * rows * 4)
 					for _, nb := range []int{1, 2} {

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // gemvStagedVariants are the staged-path configurations the sweep and
@@ -70,7 +70,7 @@ func TestGEMVStaged(t *testing.T) {
 				r := rand.New(rand.NewPCG(uint64(typ)+7, uint64(sh.cols)))
 				data, deq := randMatrix(typ, sh.rows, sh.cols, uint64(sh.rows*sh.cols)+uint64(typ)+7)
 				xs := randVec(r, 2*sh.cols, 1)
-				run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+				run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 					w := Matrix{Type: typ, Rows: sh.rows, Cols: sh.cols, Ptr: put(a, data)}
 					x := put(a, xs)
 					y := a.alloc(int64(2 * sh.rows * 4))
@@ -112,7 +112,7 @@ func BenchmarkGEMVStagedSweep(b *testing.B) {
 	d, k := gpu(b)
 	var out strings.Builder
 	fmt.Fprintf(&out, "D2D copy %.0f GB/s; cells: ratio to D2D for 14336x4096 nb1, nb2, 4096x14336 nb1\n", ceiling/1e9)
-	err := d.Do(func(c *cuda.Ctx) error {
+	err := d.Do(func(c *cudadrv.Ctx) error {
 		for _, typ := range []quant.Type{quant.F16, quant.BF16} {
 			a := &arena{c: c}
 			const rows, cols = 14336, 4096

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // fastGEMV switches Q4_K decode GEMVs (GEMV, GEMVFused, GEMVGLU with one
@@ -69,17 +69,17 @@ func gemvqLP(cols int) int64 { return (gemvqL6(cols) + 152*int64(cols/64) + 15) 
 // gemvqState holds the quantized-x scratch of each stream (a GEMV's x is
 // quantized on the stream that then reads it, so streams never share one).
 type gemvqState struct {
-	ws map[cuda.Stream]gemvqScratch
+	ws map[cudadrv.Stream]gemvqScratch
 }
 
 type gemvqScratch struct {
-	ptr  cuda.DevPtr
+	ptr  cudadrv.DevPtr
 	cols int // the widest x it holds, for MaxFusedGEMVBatch vectors
 	// held is the x (nb vectors of heldCols floats) whose quantized form
 	// the scratch holds, written by a norm launched through RMSNormQ or
 	// AddRMSNormQ; 0 when none. Any launch on the stream but an integer
 	// GEMV's clears it (Kernels.run), so it is never stale.
-	held             cuda.DevPtr
+	held             cudadrv.DevPtr
 	heldCols, heldNB int
 }
 
@@ -88,7 +88,7 @@ type gemvqScratch struct {
 // off it does nothing. It allocates, so it must be called outside graph
 // capture, before the first captured GEMV on s: GEMV calls never
 // allocate, and without a large enough scratch they take the float path.
-func (k *Kernels) ReserveFastGEMV(c *cuda.Ctx, s cuda.Stream, cols int) error {
+func (k *Kernels) ReserveFastGEMV(c *cudadrv.Ctx, s cudadrv.Stream, cols int) error {
 	if !FastGEMV() {
 		return nil
 	}
@@ -96,7 +96,7 @@ func (k *Kernels) ReserveFastGEMV(c *cuda.Ctx, s cuda.Stream, cols int) error {
 		return fmt.Errorf("reserve fast gemv: %d columns", cols)
 	}
 	if k.gemvq.ws == nil {
-		k.gemvq.ws = map[cuda.Stream]gemvqScratch{}
+		k.gemvq.ws = map[cudadrv.Stream]gemvqScratch{}
 	}
 	old, ok := k.gemvq.ws[s]
 	if ok && old.cols >= cols {
@@ -126,7 +126,7 @@ func (k *Kernels) ReserveFastGEMV(c *cuda.Ctx, s cuda.Stream, cols int) error {
 // of destroyed streams, so a scratch left behind would be taken for a new
 // stream's reservation (harmless, the memory stays valid, but it is held
 // until Unload).
-func (k *Kernels) ReleaseFastGEMV(c *cuda.Ctx, s cuda.Stream) error {
+func (k *Kernels) ReleaseFastGEMV(c *cudadrv.Ctx, s cudadrv.Stream) error {
 	w, ok := k.gemvq.ws[s]
 	if !ok {
 		return nil
@@ -142,8 +142,8 @@ func (k *Kernels) ReleaseFastGEMV(c *cuda.Ctx, s cuda.Stream) error {
 }
 
 // free releases every stream's scratch.
-func (g *gemvqState) free(c *cuda.Ctx) error {
-	return freeEach(c, g.ws, func(w gemvqScratch) cuda.DevPtr { return w.ptr })
+func (g *gemvqState) free(c *cudadrv.Ctx) error {
+	return freeEach(c, g.ws, func(w gemvqScratch) cudadrv.DevPtr { return w.ptr })
 }
 
 // fastScratch returns s's scratch when the integer path can take these
@@ -151,7 +151,7 @@ func (g *gemvqState) free(c *cuda.Ctx) error {
 // widths a multiple of 256 and equal, Q4_K rows 16-byte aligned (Q6_K:
 // 2-byte), nb <= MaxFusedGEMVBatch, x 8-byte aligned and a reserved
 // scratch wide enough.
-func (k *Kernels) fastScratch(s cuda.Stream, x cuda.DevPtr, nb int, ms ...Matrix) (cuda.DevPtr, bool) {
+func (k *Kernels) fastScratch(s cudadrv.Stream, x cudadrv.DevPtr, nb int, ms ...Matrix) (cudadrv.DevPtr, bool) {
 	if !FastGEMV() || nb < 1 || nb > MaxFusedGEMVBatch || len(ms) == 0 || x%8 != 0 {
 		return 0, false
 	}
@@ -178,15 +178,15 @@ func (k *Kernels) fastScratch(s cuda.Stream, x cuda.DevPtr, nb int, ms ...Matrix
 }
 
 // quantizeX enqueues gemvq_x: nb vectors of cols floats at x into xq.
-func (k *Kernels) quantizeX(c *cuda.Ctx, s cuda.Stream, x cuda.DevPtr, cols, nb int, xq cuda.DevPtr) error {
+func (k *Kernels) quantizeX(c *cudadrv.Ctx, s cudadrv.Stream, x cudadrv.DevPtr, cols, nb int, xq cudadrv.DevPtr) error {
 	f, err := k.fn("gemvq_x")
 	if err != nil {
 		return err
 	}
 	warps := nb * cols / 64
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(x).Int(cols).Int(nb).Ptr(xq)
-	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(ceilDiv(warps, 8))}, Block: cuda.Dim3{X: 256}}
+	cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(ceilDiv(warps, 8))}, Block: cudadrv.Dim3{X: 256}}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("gemvq x: %d x %d: %w", nb, cols, err)
 	}
@@ -226,7 +226,7 @@ var gemvqWarps int
 // the outputs (mode 0: gemvq_fused_<nb> for the Q4_K ones, gemvq_q6k_<nb>
 // for each Q6_K one) or over gate and up (GLU mode, Q4_K: outs[0] gate
 // with the output pointer, outs[1] up).
-func (k *Kernels) gemvqLaunch(c *cuda.Ctx, s cuda.Stream, what string, x, xq cuda.DevPtr, nb, mode int, outs []GEMVOut) error {
+func (k *Kernels) gemvqLaunch(c *cudadrv.Ctx, s cudadrv.Stream, what string, x, xq cudadrv.DevPtr, nb, mode int, outs []GEMVOut) error {
 	cols := outs[0].W.Cols
 	q4, q6 := splitQ6(outs)
 	if w := k.gemvq.ws[s]; !(w.held == x && w.heldCols == cols && w.heldNB == nb) {
@@ -237,10 +237,10 @@ func (k *Kernels) gemvqLaunch(c *cuda.Ctx, s cuda.Stream, what string, x, xq cud
 	// The integer GEMVs keep a norm's quantized x held (Kernels.run) only
 	// while their outputs leave the x it came from alone.
 	if w := k.gemvq.ws[s]; w.held != 0 {
-		end := w.held + cuda.DevPtr(4*w.heldCols*w.heldNB)
+		end := w.held + cudadrv.DevPtr(4*w.heldCols*w.heldNB)
 		for _, o := range outs {
 			rows := o.W.Rows
-			if o.Y < end && o.Y+cuda.DevPtr(4*rows*nb) > w.held {
+			if o.Y < end && o.Y+cudadrv.DevPtr(4*rows*nb) > w.held {
 				w.held = 0
 				k.gemvq.ws[s] = w
 				break
@@ -308,7 +308,7 @@ func (k *Kernels) gemvq6Staged(w Matrix) (ok bool, threads int) {
 
 // gemvq6Launch launches gemvq_q6k_<nb> (or gemvq_q6k_s_<nb>, see
 // gemvq6Staged) on quantized x.
-func (k *Kernels) gemvq6Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.DevPtr, nb int, o GEMVOut) error {
+func (k *Kernels) gemvq6Launch(c *cudadrv.Ctx, s cudadrv.Stream, what string, xq cudadrv.DevPtr, nb int, o GEMVOut) error {
 	rb := o.W.RowBytes()
 	name := fmt.Sprintf("gemvq_q6k_%d", nb)
 	blocks, threads := gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), o.W.Cols)
@@ -323,9 +323,9 @@ func (k *Kernels) gemvq6Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.
 	if err != nil {
 		return err
 	}
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(o.W.Ptr).I64(rb).Ptr(o.Y).Int(o.W.Rows).Int(o.W.Cols).Ptr(xq)
-	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}, SharedMem: uint32(smem)}
+	cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(blocks)}, Block: cudadrv.Dim3{X: uint32(threads)}, SharedMem: uint32(smem)}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("%s: %s %dx%d batch %d: %w", what, name, o.W.Rows, o.W.Cols, nb, err)
 	}
@@ -562,7 +562,7 @@ func (k *Kernels) gemvqMixed(nb, mode int, q4, q6 []GEMVOut) bool {
 // packQ4Outs appends slots output slots (matrix, row bytes, output, rows;
 // zeros past len(outs)) for the Q4_K kernels' arguments and returns the
 // outputs' 4-row groups.
-func packQ4Outs(a *cuda.Args, outs []GEMVOut, slots int) (groups int) {
+func packQ4Outs(a *cudadrv.Args, outs []GEMVOut, slots int) (groups int) {
 	for i := 0; i < slots; i++ {
 		if i < len(outs) {
 			o := outs[i]
@@ -648,9 +648,9 @@ func (k *Kernels) gemvqMixedSplitGeometry(q4 []GEMVOut, q6 GEMVOut) (blocks, thr
 // takes the launch, else gemvq_mixed_1 (see gemvqMixed), or
 // gemvq_mixed_a_1 / gemvq_mixed_a_w2_1 where the Q6_K matrix is re-laid
 // (Q6KA; gemvqMixedName).
-func (k *Kernels) gemvqMixedLaunch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.DevPtr, q4 []GEMVOut, q6 GEMVOut) error {
+func (k *Kernels) gemvqMixedLaunch(c *cudadrv.Ctx, s cudadrv.Stream, what string, xq cudadrv.DevPtr, q4 []GEMVOut, q6 GEMVOut) error {
 	cols := q6.W.Cols
-	var a cuda.Args
+	var a cudadrv.Args
 	groups := packQ4Outs(&a, q4, 2)
 	a.Ptr(q6.W.Ptr).I64(q6.W.RowBytes()).Ptr(q6.Y).Int(q6.W.Rows).Int(cols).Ptr(xq)
 	blocks, threads := gemvqGeometry(groups, cols)
@@ -663,7 +663,7 @@ func (k *Kernels) gemvqMixedLaunch(c *cuda.Ctx, s cuda.Stream, what string, xq c
 	if err != nil {
 		return err
 	}
-	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}}
+	cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(blocks)}, Block: cudadrv.Dim3{X: uint32(threads)}}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("%s: %d Q4_K matrices and a Q6_K one, %dx%d..: %w", what, len(q4), q4[0].W.Rows, cols, err)
 	}
@@ -672,7 +672,7 @@ func (k *Kernels) gemvqMixedLaunch(c *cuda.Ctx, s cuda.Stream, what string, xq c
 
 // gemvq4Launch launches gemvq_fused_<nb> on quantized x, or the pair-unit
 // kernel where gemvqPairGeometry takes the launch.
-func (k *Kernels) gemvq4Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.DevPtr, nb, mode int, outs []GEMVOut) error {
+func (k *Kernels) gemvq4Launch(c *cudadrv.Ctx, s cudadrv.Stream, what string, xq cudadrv.DevPtr, nb, mode int, outs []GEMVOut) error {
 	cols := outs[0].W.Cols
 	if name, blocks, threads, ok := k.gemvqPairGeometry(nb, mode, outs); ok {
 		f, err := k.fn(name)
@@ -680,20 +680,20 @@ func (k *Kernels) gemvq4Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.
 			return err
 		}
 		o := outs[0]
-		var a cuda.Args
+		var a cudadrv.Args
 		if strings.HasPrefix(name, "gemvq_ps") {
 			packQ4Outs(&a, outs, 3)
 			a.Int(cols).Ptr(xq)
 		} else {
 			a.Ptr(o.W.Ptr).I64(o.W.RowBytes()).Ptr(o.Y).Int(o.W.Rows).Int(cols).Ptr(xq)
 		}
-		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}}
+		cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(blocks)}, Block: cudadrv.Dim3{X: uint32(threads)}}
 		if err := k.run(c, f, cfg, s, &a); err != nil {
 			return fmt.Errorf("%s: %d matrices %dx%d..: %w", what, len(outs), o.W.Rows, cols, err)
 		}
 		return nil
 	}
-	var a cuda.Args
+	var a cudadrv.Args
 	groups := packQ4Outs(&a, outs, 3)
 	if mode != 0 {
 		groups = ceilDiv(outs[0].W.Rows, gemvqRows/2)
@@ -704,7 +704,7 @@ func (k *Kernels) gemvq4Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.
 	if err != nil {
 		return err
 	}
-	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: uint32(threads)}}
+	cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(blocks)}, Block: cudadrv.Dim3{X: uint32(threads)}}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("%s: %d matrices %dx%d.. batch %d: %w", what, len(outs), outs[0].W.Rows, cols, nb, err)
 	}
@@ -716,7 +716,7 @@ func (k *Kernels) gemvq4Launch(c *cuda.Ctx, s cuda.Stream, what string, xq cuda.
 // that read it next: the switch on, a scratch wide enough, n within
 // MaxFusedGEMVBatch, dim a multiple of 256 and y 16-byte aligned (the
 // norms' float4 path).
-func (k *Kernels) normQScratch(s cuda.Stream, y cuda.DevPtr, n, dim int) (cuda.DevPtr, bool) {
+func (k *Kernels) normQScratch(s cudadrv.Stream, y cudadrv.DevPtr, n, dim int) (cudadrv.DevPtr, bool) {
 	w, ok := k.gemvq.ws[s]
 	if !FastGEMV() || !ok || w.cols < dim || n < 1 || n > MaxFusedGEMVBatch || dim%256 != 0 || y%16 != 0 {
 		return 0, false
@@ -726,7 +726,7 @@ func (k *Kernels) normQScratch(s cuda.Stream, y cuda.DevPtr, n, dim int) (cuda.D
 
 // holdQuantized records that s's scratch now holds y (n vectors of dim
 // floats) quantized: called after the norm's launch, which cleared it.
-func (k *Kernels) holdQuantized(s cuda.Stream, y cuda.DevPtr, n, dim int) {
+func (k *Kernels) holdQuantized(s cudadrv.Stream, y cudadrv.DevPtr, n, dim int) {
 	w := k.gemvq.ws[s]
 	w.held, w.heldCols, w.heldNB = y, dim, n
 	k.gemvq.ws[s] = w
@@ -738,15 +738,15 @@ func (k *Kernels) holdQuantized(s cuda.Stream, y cuda.DevPtr, n, dim int) {
 // quantizing launch: one launch and one dependent round trip fewer per
 // GEMV in a decode step. The quantized bytes equal gemvq_x's. Where the
 // integer path cannot take y (normQScratch) it is RMSNorm alone.
-func (k *Kernels) RMSNormQ(c *cuda.Ctx, s cuda.Stream, x, w, y cuda.DevPtr, n, dim int, eps float32) error {
-	return k.normQ(s, y, n, dim, (x|w)%16 == 0, func(xq cuda.DevPtr) error { return k.rmsNorm(c, s, x, w, y, n, dim, eps, xq) })
+func (k *Kernels) RMSNormQ(c *cudadrv.Ctx, s cudadrv.Stream, x, w, y cudadrv.DevPtr, n, dim int, eps float32) error {
+	return k.normQ(s, y, n, dim, (x|w)%16 == 0, func(xq cudadrv.DevPtr) error { return k.rmsNorm(c, s, x, w, y, n, dim, eps, xq) })
 }
 
 // normQ launches a norm into y (n rows of dim) through launch, with s's
 // integer-GEMV scratch as its quantized output where the integer path can
 // take y (normQScratch) and the norm's other operands are 16-byte aligned,
 // recording that the scratch holds y; else with none (the plain norm).
-func (k *Kernels) normQ(s cuda.Stream, y cuda.DevPtr, n, dim int, aligned bool, launch func(xq cuda.DevPtr) error) error {
+func (k *Kernels) normQ(s cudadrv.Stream, y cudadrv.DevPtr, n, dim int, aligned bool, launch func(xq cudadrv.DevPtr) error) error {
 	xq, ok := k.normQScratch(s, y, n, dim)
 	if !ok || !aligned {
 		return launch(0)
@@ -760,8 +760,8 @@ func (k *Kernels) normQ(s cuda.Stream, y cuda.DevPtr, n, dim int, aligned bool, 
 
 // AddRMSNormQ is AddRMSNorm (x += a, y = rmsnorm(x) * w) that also leaves
 // y quantized for the integer GEMV that reads it next, as RMSNormQ.
-func (k *Kernels) AddRMSNormQ(c *cuda.Ctx, s cuda.Stream, x, a, w, y cuda.DevPtr, n, dim int, eps float32) error {
-	return k.normQ(s, y, n, dim, (x|a|w)%16 == 0, func(xq cuda.DevPtr) error { return k.addRMSNorm(c, s, x, a, w, y, n, dim, eps, xq) })
+func (k *Kernels) AddRMSNormQ(c *cudadrv.Ctx, s cudadrv.Stream, x, a, w, y cudadrv.DevPtr, n, dim int, eps float32) error {
+	return k.normQ(s, y, n, dim, (x|a|w)%16 == 0, func(xq cudadrv.DevPtr) error { return k.addRMSNorm(c, s, x, a, w, y, n, dim, eps, xq) })
 }
 
 // MarkQuantized declares that stream s's scratch holds x (n vectors of dim
@@ -771,7 +771,7 @@ func (k *Kernels) AddRMSNormQ(c *cuda.Ctx, s cuda.Stream, x, a, w, y cuda.DevPtr
 // step's GEMVs alone as the step launches them (the norms that quantize x
 // are not in that graph); the values computed are then meaningless. It
 // reports whether the integer path could take x.
-func (k *Kernels) MarkQuantized(s cuda.Stream, x cuda.DevPtr, n, dim int) bool {
+func (k *Kernels) MarkQuantized(s cudadrv.Stream, x cudadrv.DevPtr, n, dim int) bool {
 	if _, ok := k.normQScratch(s, x, n, dim); !ok {
 		return false
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // BenchmarkGEMVQDecodeShapes compares, in one process, the float GEMV
@@ -29,7 +29,7 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 	var out strings.Builder
 	fmt.Fprintf(&out, "D2D copy %.0f GB/s; cells: us per launch sequence, ratio of its weight bytes/s to D2D\n", ceiling/1e9)
 	defer fastGEMVState()()
-	err := onStream(d, k, func(c *cuda.Ctx, a *arena, s cuda.Stream) error {
+	err := onStream(d, k, func(c *cudadrv.Ctx, a *arena, s cudadrv.Stream) error {
 		SetFastGEMV(true)
 		must(k.ReserveFastGEMV(c, s, 14336))
 		mats := uploadDecodeShapes(c, a, decodeShapes8B)
@@ -37,11 +37,11 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 		x := put(a, normLike(r, 2, 14336))
 		y1, y2, y3 := decodeOutputs(a)
 		m, bytes := mats.at, mats.bytes
-		gemv := func(name string) func(s cuda.Stream, i int) error {
-			return func(s cuda.Stream, i int) error { return k.GEMV(c, s, m(name, i), x, y1, 1) }
+		gemv := func(name string) func(s cudadrv.Stream, i int) error {
+			return func(s cudadrv.Stream, i int) error { return k.GEMV(c, s, m(name, i), x, y1, 1) }
 		}
-		layer := func(v, down string) func(s cuda.Stream, i int) error {
-			return func(s cuda.Stream, i int) error {
+		layer := func(v, down string) func(s cudadrv.Stream, i int) error {
+			return func(s cudadrv.Stream, i int) error {
 				if err := k.GEMVFused(c, s, x, 1, GEMVOut{m("q", i), y1}, GEMVOut{m("k", i), y2}, GEMVOut{m(v, i), y3}); err != nil {
 					return err
 				}
@@ -55,17 +55,17 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 			}
 		}
 		benches := []decodeBench{
-			{"q,k,v6 fused", bytes("q", "k", "v6"), func(s cuda.Stream, i int) error {
+			{"q,k,v6 fused", bytes("q", "k", "v6"), func(s cudadrv.Stream, i int) error {
 				return k.GEMVFused(c, s, x, 1, GEMVOut{m("q", i), y1}, GEMVOut{m("k", i), y2}, GEMVOut{m("v6", i), y3})
 			}},
-			{"q,k,v4 fused", bytes("q", "k", "v4"), func(s cuda.Stream, i int) error {
+			{"q,k,v4 fused", bytes("q", "k", "v4"), func(s cudadrv.Stream, i int) error {
 				return k.GEMVFused(c, s, x, 1, GEMVOut{m("q", i), y1}, GEMVOut{m("k", i), y2}, GEMVOut{m("v4", i), y3})
 			}},
 			{"o 4096x4096", bytes("o"), gemv("o")},
-			{"gate,up glu", bytes("gate", "up"), func(s cuda.Stream, i int) error {
+			{"gate,up glu", bytes("gate", "up"), func(s cudadrv.Stream, i int) error {
 				return k.GEMVGLU(c, s, m("gate", i), m("up", i), x, y2, 1, SwiGLU)
 			}},
-			{"gate,up glu nb2", bytes("gate", "up"), func(s cuda.Stream, i int) error {
+			{"gate,up glu nb2", bytes("gate", "up"), func(s cudadrv.Stream, i int) error {
 				return k.GEMVGLU(c, s, m("gate", i), m("up", i), x, y2, 2, SwiGLU)
 			}},
 			{"gate 14336x4096", bytes("gate"), gemv("gate")},
@@ -93,7 +93,7 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 			fmt.Fprintf(&out, "%-26s %s   %s   %s\n", bn.name, old, q4, cell(bn))
 		}
 		for _, cols := range []int{4096, 14336} {
-			ms := timeGraphOn(c, s, 64, func(s cuda.Stream, i int) error {
+			ms := timeGraphOn(c, s, 64, func(s cudadrv.Stream, i int) error {
 				return k.quantizeX(c, s, x, cols, 1, k.gemvq.ws[s].ptr)
 			})
 			fmt.Fprintf(&out, "gemvq_x alone, %5d columns: %6.2f us\n", cols, ms*1e3)
@@ -127,7 +127,7 @@ func BenchmarkGEMVQWarps(b *testing.B) {
 	defer func() { gemvqWarps = 0 }()
 	var out strings.Builder
 	fmt.Fprintf(&out, "D2D copy %.0f GB/s; cells: us per launch, ratio of weight bytes/s to D2D\n", ceiling/1e9)
-	err := onStream(d, k, func(c *cuda.Ctx, a *arena, s cuda.Stream) error {
+	err := onStream(d, k, func(c *cudadrv.Ctx, a *arena, s cudadrv.Stream) error {
 		SetFastGEMV(true)
 		SetFastGEMVQ6K(true)
 		must(k.ReserveFastGEMV(c, s, 14336))
@@ -137,17 +137,17 @@ func BenchmarkGEMVQWarps(b *testing.B) {
 		x := put(a, normLike(r, 2, 14336))
 		y1, y2, y3 := decodeOutputs(a)
 		benches := []decodeBench{
-			{"q,k,v6 fused", bytes("q", "k", "v6"), func(s cuda.Stream, i int) error {
+			{"q,k,v6 fused", bytes("q", "k", "v6"), func(s cudadrv.Stream, i int) error {
 				return k.GEMVFused(c, s, x, 1, GEMVOut{m("q", i), y1}, GEMVOut{m("k", i), y2}, GEMVOut{m("v6", i), y3})
 			}},
-			{"o 4096x4096", bytes("o"), func(s cuda.Stream, i int) error { return k.GEMV(c, s, m("o", i), x, y1, 1) }},
-			{"gate,up glu", bytes("gate", "up"), func(s cuda.Stream, i int) error {
+			{"o 4096x4096", bytes("o"), func(s cudadrv.Stream, i int) error { return k.GEMV(c, s, m("o", i), x, y1, 1) }},
+			{"gate,up glu", bytes("gate", "up"), func(s cudadrv.Stream, i int) error {
 				return k.GEMVGLU(c, s, m("gate", i), m("up", i), x, y2, 1, SwiGLU)
 			}},
-			{"down4 4096x14336", bytes("down4"), func(s cuda.Stream, i int) error { return k.GEMV(c, s, m("down4", i), x, y1, 1) }},
-			{"down6 4096x14336", bytes("down6"), func(s cuda.Stream, i int) error { return k.GEMV(c, s, m("down6", i), x, y1, 1) }},
-			{"v6 1024x4096", bytes("v6"), func(s cuda.Stream, i int) error { return k.GEMV(c, s, m("v6", i), x, y1, 1) }},
-			{"out 128256x4096", bytes("out"), func(s cuda.Stream, i int) error { return k.GEMV(c, s, m("out", i), x, y1, 1) }},
+			{"down4 4096x14336", bytes("down4"), func(s cudadrv.Stream, i int) error { return k.GEMV(c, s, m("down4", i), x, y1, 1) }},
+			{"down6 4096x14336", bytes("down6"), func(s cudadrv.Stream, i int) error { return k.GEMV(c, s, m("down6", i), x, y1, 1) }},
+			{"v6 1024x4096", bytes("v6"), func(s cudadrv.Stream, i int) error { return k.GEMV(c, s, m("v6", i), x, y1, 1) }},
+			{"out 128256x4096", bytes("out"), func(s cudadrv.Stream, i int) error { return k.GEMV(c, s, m("out", i), x, y1, 1) }},
 		}
 		cell := func(bn decodeBench, held bool) string {
 			fn := bn.fn
@@ -156,7 +156,7 @@ func BenchmarkGEMVQWarps(b *testing.B) {
 				if strings.HasPrefix(bn.name, "down") {
 					cols = 14336
 				}
-				fn = func(s cuda.Stream, i int) error {
+				fn = func(s cudadrv.Stream, i int) error {
 					k.MarkQuantized(s, x, 1, cols)
 					return bn.fn(s, i)
 				}

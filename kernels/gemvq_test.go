@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // normLike returns n RMSNorm outputs of width cols as a llama layer feeds
@@ -341,7 +341,7 @@ func testGEMVQCases(t *testing.T, cases []gemvqCase) {
 				datas[i], deqs[i] = randMatrix(m.typ, m.rows, tc.cols, uint64(200*ci+i))
 			}
 			xqs := [][]byte{gemvqQuantizeRef(xs[:tc.cols]), gemvqQuantizeRef(xs[tc.cols:])}
-			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 				s, done := gemvqStream(c, k, tc.cols)
 				defer done()
 				x := put(a, xs)
@@ -392,7 +392,7 @@ func testGEMVQCases(t *testing.T, cases []gemvqCase) {
 }
 
 // checkGEMVQ compares one launch's outputs (see TestGEMVQ).
-func checkGEMVQ(t *testing.T, c *cuda.Ctx, a *arena, k *Kernels, cols, nb int, xs []float32, xqs [][]byte, deqs [][]float32, datas [][]byte, outs []GEMVOut, glu GLU) {
+func checkGEMVQ(t *testing.T, c *cudadrv.Ctx, a *arena, k *Kernels, cols, nb int, xs []float32, xqs [][]byte, deqs [][]float32, datas [][]byte, outs []GEMVOut, glu GLU) {
 	t.Helper()
 	q4, q6 := splitQ6(outs)
 	groups := q4Groups(q4)
@@ -518,7 +518,7 @@ func TestGEMVQFallback(t *testing.T) {
 		reserve int
 	}{{"off", false, cols}, {"no scratch", true, 0}, {"narrow scratch", true, 1024}} {
 		t.Run(tc.name, func(t *testing.T) {
-			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 				SetFastGEMV(true)
 				s, done := gemvqStream(c, k, tc.reserve)
 				defer done()
@@ -639,7 +639,7 @@ func TestNormQ(t *testing.T) {
 			n, dim := tc.n, tc.dim
 			xs, as, ws := randVec(r, n*dim, 2), randVec(r, n*dim, 1), randVec(r, dim, 1)
 			data, _ := randMatrix(quant.Q4_K, rows, dim, 33)
-			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 				s, done := gemvqStream(c, k, dim)
 				defer done()
 				wm := Matrix{Type: quant.Q4_K, Rows: rows, Cols: dim, Ptr: put(a, data)}
@@ -746,7 +746,7 @@ func TestAttentionDecodeQ(t *testing.T) {
 			}
 			const rows = 29
 			data, _ := randMatrix(quant.Q4_K, rows, cols, 43)
-			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 				s, done := gemvqStream(c, k, cols)
 				defer done()
 				kv := KVCache{K: put(a, kcH), V: put(a, vcH), MaxCtx: maxCtx, KVDim: kvdim}
@@ -802,7 +802,7 @@ func TestAttentionDecodeQ(t *testing.T) {
 func TestU2Occupancy(t *testing.T) {
 	d, k := gpu(t)
 	var by [3]int
-	err := d.Do(func(c *cuda.Ctx) error {
+	err := d.Do(func(c *cudadrv.Ctx) error {
 		f, err := k.fn("gemvq_fused_u2_1")
 		if err != nil {
 			return err
@@ -860,8 +860,8 @@ func TestGEMVQ4GeometryOccupancy(t *testing.T) {
 // gemvqStream is a fresh non-blocking stream for a run callback, with the
 // integer GEMVs' scratch reserved on it for cols columns (none where cols
 // is 0); done releases the scratch and destroys the stream.
-func gemvqStream(c *cuda.Ctx, k *Kernels, cols int) (s cuda.Stream, done func()) {
-	s, err := c.NewStream(cuda.StreamNonBlocking)
+func gemvqStream(c *cudadrv.Ctx, k *Kernels, cols int) (s cudadrv.Stream, done func()) {
+	s, err := c.NewStream(cudadrv.StreamNonBlocking)
 	must(err)
 	done = func() {
 		defer c.DestroyStream(s)

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // GEMV by column slices (gemvq.cu's gemvq_sk_p and gemvq_sk_q6ka): for a
@@ -58,7 +58,7 @@ const gemvSKBlocksPerSMDefault = 2
 // measured, and chosen, for down 4096x14336 at 224 and 252 blocks on 132
 // multiprocessors of two; a second wave would run behind the first with
 // nothing in flight).
-func (k *Kernels) gemvSKGeometry(w Matrix, x cuda.DevPtr) (name string, rc, blocks int, ok bool) {
+func (k *Kernels) gemvSKGeometry(w Matrix, x cudadrv.DevPtr) (name string, rc, blocks int, ok bool) {
 	if !FastGEMV() || !gemvSK.Load() || w.Rows < 1 || w.Cols < GEMVSliceCols || w.Cols%GEMVSliceCols != 0 ||
 		w.Cols > gemvSKMaxSlices*GEMVSliceCols || w.Ptr == 0 || x%8 != 0 {
 		return "", 0, 0, false
@@ -89,7 +89,7 @@ func (k *Kernels) gemvSKGeometry(w Matrix, x cuda.DevPtr) (name string, rc, bloc
 func GEMVFixedBytes(n int) int64 { return 8 * int64(n) }
 
 // GEMVSlicedTakes reports whether GEMVSliced would take w with x.
-func (k *Kernels) GEMVSlicedTakes(w Matrix, x cuda.DevPtr) bool {
+func (k *Kernels) GEMVSlicedTakes(w Matrix, x cudadrv.DevPtr) bool {
 	_, _, _, ok := k.gemvSKGeometry(w, x)
 	return ok
 }
@@ -105,12 +105,12 @@ func (k *Kernels) GEMVSlicedTakes(w Matrix, x cuda.DevPtr) bool {
 // W.Rows accumulators (not overlapping acc) that the launch zeroes, after
 // whatever ran before it on s. A slice's sum of magnitude 2^20 or more,
 // or NaN, makes the output NaN (common.cuh).
-func (k *Kernels) GEMVSliced(c *cuda.Ctx, s cuda.Stream, w Matrix, x, acc, zero cuda.DevPtr) (bool, error) {
+func (k *Kernels) GEMVSliced(c *cudadrv.Ctx, s cudadrv.Stream, w Matrix, x, acc, zero cudadrv.DevPtr) (bool, error) {
 	name, _, blocks, ok := k.gemvSKGeometry(w, x)
 	if !ok {
 		return false, nil
 	}
-	n := cuda.DevPtr(GEMVFixedBytes(w.Rows))
+	n := cudadrv.DevPtr(GEMVFixedBytes(w.Rows))
 	if acc == 0 || acc%8 != 0 || zero%8 != 0 || (zero != 0 && zero < acc+n && acc < zero+n) {
 		return false, fmt.Errorf("gemv sliced: accumulators at %#x, to zero at %#x (%d bytes each)", uint64(acc), uint64(zero), n)
 	}
@@ -119,9 +119,9 @@ func (k *Kernels) GEMVSliced(c *cuda.Ctx, s cuda.Stream, w Matrix, x, acc, zero 
 		if err != nil {
 			return err
 		}
-		var a cuda.Args
+		var a cudadrv.Args
 		a.Ptr(w.Ptr).I64(w.RowBytes()).Ptr(acc).Int(w.Rows).Int(w.Cols).Ptr(x).Ptr(zero)
-		cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(blocks)}, Block: cuda.Dim3{X: gemvSKThreads}}
+		cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(blocks)}, Block: cudadrv.Dim3{X: gemvSKThreads}}
 		if err := k.run(c, f, cfg, s, &a); err != nil {
 			return fmt.Errorf("gemv sliced: %s %dx%d: %w", name, w.Rows, w.Cols, err)
 		}
@@ -132,11 +132,11 @@ func (k *Kernels) GEMVSliced(c *cuda.Ctx, s cuda.Stream, w Matrix, x, acc, zero 
 
 // AddFixed adds n fixed-point accumulators (GEMVSliced's) to y and zeroes
 // them: y[i] += acc[i], acc[i] = 0.
-func (k *Kernels) AddFixed(c *cuda.Ctx, s cuda.Stream, y, acc cuda.DevPtr, n int64) error {
+func (k *Kernels) AddFixed(c *cudadrv.Ctx, s cudadrv.Stream, y, acc cudadrv.DevPtr, n int64) error {
 	if acc%8 != 0 {
 		return fmt.Errorf("add_fx: accumulators at %#x", uint64(acc))
 	}
-	var args cuda.Args
+	var args cudadrv.Args
 	args.Ptr(y).Ptr(acc).I64(n)
 	return k.elementwise(c, s, "add_fx", n, &args)
 }
@@ -147,13 +147,13 @@ func (k *Kernels) AddFixed(c *cuda.Ctx, s cuda.Stream, y, acc cuda.DevPtr, n int
 // single block's time is its bytes, and writing zeros back cost ~0.45 µs
 // a layer; a GEMVSliced told to zero them (or AddFixed) must before the
 // next product adds into them.
-func (k *Kernels) AddFixedRMSNormQ(c *cuda.Ctx, s cuda.Stream, x, acc, w, y cuda.DevPtr, n, dim int, eps float32) error {
+func (k *Kernels) AddFixedRMSNormQ(c *cudadrv.Ctx, s cudadrv.Stream, x, acc, w, y cudadrv.DevPtr, n, dim int, eps float32) error {
 	if n < 1 || dim < 1 || acc%8 != 0 {
 		return fmt.Errorf("add_fx_rmsnorm: %d rows of %d, accumulators at %#x", n, dim, uint64(acc))
 	}
-	return k.normQ(s, y, n, dim, (x|acc|w)%16 == 0, func(xq cuda.DevPtr) error {
-		var args cuda.Args
+	return k.normQ(s, y, n, dim, (x|acc|w)%16 == 0, func(xq cudadrv.DevPtr) error {
+		var args cudadrv.Args
 		args.Ptr(x).Ptr(acc).Ptr(w).Ptr(y).Int(dim).F32(eps).Ptr(xq)
-		return k.launch(c, s, "add_fx_rmsnorm", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: normThreads(dim)}}, &args)
+		return k.launch(c, s, "add_fx_rmsnorm", cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(n)}, Block: cudadrv.Dim3{X: normThreads(dim)}}, &args)
 	})
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // gemvSlicedRowRef is one row's result of gemvq_sk_* on x quantized to
@@ -73,7 +73,7 @@ func TestGEMVSliced(t *testing.T) {
 				unit = gemvq6UnitRef
 			}
 			hs, ws := randVec(r, tc.rows, 2), randVec(r, tc.rows, 1)
-			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 				s, done := gemvqStream(c, k, tc.rows)
 				defer done()
 				w := Matrix{Type: tc.typ, Rows: tc.rows, Cols: tc.cols, Ptr: put(a, data)}
@@ -168,7 +168,7 @@ func TestGEMVSliced(t *testing.T) {
 					xq1 := get[byte](a, k.gemvq.ws[s].ptr, int(gemvqBytes(tc.rows)))
 					must(k.AddRMSNorm(c, s, x2, yz, wp, n2, 1, tc.rows, 1e-5))
 					must(c.StreamSync(s))
-					for _, v := range [][2]cuda.DevPtr{{x1, x2}, {n1, n2}} {
+					for _, v := range [][2]cudadrv.DevPtr{{x1, x2}, {n1, n2}} {
 						v1, v2 := get[float32](a, v[0], tc.rows), get[float32](a, v[1], tc.rows)
 						for i := range v1 {
 							if math.Float32bits(v1[i]) != math.Float32bits(v2[i]) {
@@ -192,7 +192,7 @@ func TestGEMVSliced(t *testing.T) {
 				// A NaN in x: every row's first slice sum is NaN.
 				xn := append([]float32(nil), xs...)
 				xn[5] = float32(math.NaN())
-				must(c.CopyHtoD(x, cuda.Bytes(xn), s))
+				must(c.CopyHtoD(x, cudadrv.Bytes(xn), s))
 				sliced()
 				must(k.AddFixed(c, s, yz, acc, int64(tc.rows)))
 				must(c.StreamSync(s))
@@ -218,13 +218,13 @@ func TestGEMVSliced(t *testing.T) {
 // the switches on.
 func TestGEMVSlicedGeometry(t *testing.T) {
 	defer fastGEMVState()()
-	k := &Kernels{SMs: 132, fns: map[string]cuda.Function{"gemvq_sk_p": 0, "gemvq_sk_q6ka": 0}}
-	const w16, x8 = cuda.DevPtr(1 << 20), cuda.DevPtr(1 << 21)
+	k := &Kernels{SMs: 132, fns: map[string]cudadrv.Function{"gemvq_sk_p": 0, "gemvq_sk_q6ka": 0}}
+	const w16, x8 = cudadrv.DevPtr(1 << 20), cudadrv.DevPtr(1 << 21)
 	for _, tc := range []struct {
 		name       string
 		typ        quant.Type
 		rows, cols int
-		ptr, x     cuda.DevPtr
+		ptr, x     cudadrv.DevPtr
 		fast, on   bool
 		kernel     string
 		blocks     int

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 var (
 	gpuOnce sync.Once
-	gpuDev  *cuda.Device
+	gpuDev  *cudadrv.Device
 	gpuK    *Kernels
 	gpuErr  error
 	gpuLoad time.Duration
@@ -23,15 +23,15 @@ var (
 
 // gpu returns the test device and its loaded kernels, or skips the test
 // with the reason CUDA is not usable here (CI has no GPU).
-func gpu(t testing.TB) (*cuda.Device, *Kernels) {
+func gpu(t testing.TB) (*cudadrv.Device, *Kernels) {
 	t.Helper()
 	gpuOnce.Do(func() {
-		gpuDev, gpuErr = cuda.Open(0)
+		gpuDev, gpuErr = cudadrv.Open(0)
 		if gpuErr != nil {
 			return
 		}
 		start := time.Now()
-		gpuErr = gpuDev.Do(func(c *cuda.Ctx) error {
+		gpuErr = gpuDev.Do(func(c *cudadrv.Ctx) error {
 			var err error
 			gpuK, err = Load(c)
 			return err
@@ -39,7 +39,7 @@ func gpu(t testing.TB) (*cuda.Device, *Kernels) {
 		gpuLoad = time.Since(start)
 	})
 	if gpuErr != nil {
-		if errors.Is(gpuErr, cuda.ErrUnavailable) {
+		if errors.Is(gpuErr, cudadrv.ErrUnavailable) {
 			t.Skipf("skipping GPU test: %v", gpuErr)
 		}
 		t.Fatalf("GPU setup: %v", gpuErr)
@@ -68,11 +68,11 @@ func TestLoad(t *testing.T) {
 
 // arena tracks device allocations of one test and frees them together.
 type arena struct {
-	c    *cuda.Ctx
-	ptrs []cuda.DevPtr
+	c    *cudadrv.Ctx
+	ptrs []cudadrv.DevPtr
 }
 
-func (a *arena) alloc(n int64) cuda.DevPtr {
+func (a *arena) alloc(n int64) cudadrv.DevPtr {
 	p, err := a.c.Alloc(max(n, 16))
 	if err != nil {
 		panic(err)
@@ -88,24 +88,24 @@ func (a *arena) free() {
 	a.ptrs = nil
 }
 
-func put[T cuda.Scalar](a *arena, v []T) cuda.DevPtr {
-	p := a.alloc(int64(len(cuda.Bytes(v))))
-	if err := cuda.Upload(a.c, p, v, 0); err != nil {
+func put[T cudadrv.Scalar](a *arena, v []T) cudadrv.DevPtr {
+	p := a.alloc(int64(len(cudadrv.Bytes(v))))
+	if err := cudadrv.Upload(a.c, p, v, 0); err != nil {
 		panic(err)
 	}
 	return p
 }
 
-func get[T cuda.Scalar](a *arena, p cuda.DevPtr, n int) []T {
+func get[T cudadrv.Scalar](a *arena, p cudadrv.DevPtr, n int) []T {
 	v := make([]T, n)
-	if err := cuda.Download(a.c, v, p, 0); err != nil {
+	if err := cudadrv.Download(a.c, v, p, 0); err != nil {
 		panic(err)
 	}
 	return v
 }
 
 // poison fills n float32s at p with NaN so unwritten outputs fail.
-func poison(a *arena, p cuda.DevPtr, n int) {
+func poison(a *arena, p cudadrv.DevPtr, n int) {
 	if err := a.c.MemsetD32(p, 0x7fc00000, int64(n), 0); err != nil {
 		panic(err)
 	}
@@ -113,10 +113,10 @@ func poison(a *arena, p cuda.DevPtr, n int) {
 
 // run executes fn on the device with an arena; a panic from the helpers
 // becomes the test's failure.
-func run(t *testing.T, fn func(c *cuda.Ctx, k *Kernels, a *arena)) {
+func run(t *testing.T, fn func(c *cudadrv.Ctx, k *Kernels, a *arena)) {
 	t.Helper()
 	d, k := gpu(t)
-	err := d.Do(func(c *cuda.Ctx) error {
+	err := d.Do(func(c *cudadrv.Ctx) error {
 		a := &arena{c: c}
 		defer a.free()
 		fn(c, k, a)
@@ -130,11 +130,11 @@ func run(t *testing.T, fn func(c *cuda.Ctx, k *Kernels, a *arena)) {
 // onStream runs fn on the device with an arena and a fresh non-blocking
 // stream, which is destroyed after, with any integer-GEMV scratch
 // reserved on it.
-func onStream(d *cuda.Device, k *Kernels, fn func(c *cuda.Ctx, a *arena, s cuda.Stream) error) error {
-	return d.Do(func(c *cuda.Ctx) error {
+func onStream(d *cudadrv.Device, k *Kernels, fn func(c *cudadrv.Ctx, a *arena, s cudadrv.Stream) error) error {
+	return d.Do(func(c *cudadrv.Ctx) error {
 		a := &arena{c: c}
 		defer a.free()
-		s, err := c.NewStream(cuda.StreamNonBlocking)
+		s, err := c.NewStream(cudadrv.StreamNonBlocking)
 		if err != nil {
 			return err
 		}
@@ -193,7 +193,7 @@ func TestGEMV(t *testing.T) {
 				data, deq := randMatrix(typ, sh.rows, sh.cols, uint64(sh.rows*sh.cols)+uint64(typ))
 				xs := randVec(r, 8*sh.cols, 1)
 				rb := len(data) / sh.rows
-				run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+				run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 					w := Matrix{Type: typ, Rows: sh.rows, Cols: sh.cols, Ptr: put(a, data)}
 					x := put(a, xs)
 					y := a.alloc(int64(8 * sh.rows * 4))
@@ -247,7 +247,7 @@ func TestGEMM(t *testing.T) {
 				r := rand.New(rand.NewPCG(uint64(typ)+7, uint64(sh.k)))
 				data, deq := randMatrix(typ, sh.n, sh.k, uint64(sh.n*sh.k)+uint64(typ)+1)
 				xs := randVec(r, sh.m*sh.k, 1)
-				run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+				run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 					w := Matrix{Type: typ, Rows: sh.n, Cols: sh.k, Ptr: put(a, data)}
 					x := put(a, xs)
 					y := a.alloc(int64(sh.m * sh.n * 4))
@@ -316,7 +316,7 @@ func TestRMSNorm(t *testing.T) {
 		n := 3
 		xs := randVec(r, n*dim, 2)
 		w := randVec(r, dim, 1)
-		run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+		run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 			x, wp := put(a, xs), put(a, w)
 			y := a.alloc(int64(n * dim * 4))
 			poison(a, y, n*dim)
@@ -352,7 +352,7 @@ func TestRoPE(t *testing.T) {
 				t.Fatal(err)
 			}
 			xs := randVec(r, ntok*heads*hd, 1)
-			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 				x, pos, fp := put(a, xs), put(a, positions), put(a, freqs)
 				must(k.RoPE(c, 0, x, ntok, heads, hd, heads*hd, pos, fp, neox))
 				got := get[float32](a, x, len(xs))
@@ -449,7 +449,7 @@ func TestAttention(t *testing.T) {
 			for i, l := range tc.lens {
 				slots[i], pos[i] = int32(i), int32(l-1)
 			}
-			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 				kv := KVCache{K: put(a, kcH), V: put(a, vcH), MaxCtx: maxCtx, KVDim: kvdim}
 				q := put(a, qH)
 				sp, pp := put(a, slots), put(a, pos)
@@ -515,7 +515,7 @@ func TestStoreKV(t *testing.T) {
 	const kvdim, maxCtx, nslot = 64, 10, 3
 	keys, vals := randVec(r, 4*kvdim, 1), randVec(r, 4*kvdim, 1)
 	slots, pos := []int32{2, 0, 1, 2}, []int32{0, 9, 4, 5}
-	run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+	run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 		kv := KVCache{K: a.alloc(nslot * maxCtx * kvdim * 4), V: a.alloc(nslot * maxCtx * kvdim * 4), MaxCtx: maxCtx, KVDim: kvdim}
 		must(k.StoreKV(c, 0, kv, put(a, keys), put(a, vals), 4, put(a, slots), put(a, pos)))
 		kc := get[float32](a, kv.K, nslot*maxCtx*kvdim)
@@ -534,7 +534,7 @@ func TestElementwise(t *testing.T) {
 	r := rand.New(rand.NewPCG(8, 9))
 	const n = 100003
 	g, u, y := randVec(r, n, 3), randVec(r, n, 1), randVec(r, n, 40)
-	run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+	run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 		gp, up := put(a, g), put(a, u)
 		out := a.alloc(n * 4)
 		must(k.SwiGLU(c, 0, gp, up, out, n))
@@ -576,7 +576,7 @@ func TestEmbed(t *testing.T) {
 			const vocab, dim = 300, 512
 			data, deq := randMatrix(typ, vocab, dim, 99+uint64(typ))
 			ids := []int32{0, 299, 17, 17, 150}
-			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 				table := Matrix{Type: typ, Rows: vocab, Cols: dim, Ptr: put(a, data)}
 				out := a.alloc(int64(len(ids) * dim * 4))
 				for _, scale := range []float32{1, 22.6} {
@@ -610,7 +610,7 @@ func TestSampling(t *testing.T) {
 	rows[3][6] = 80
 	flat := append(append(append(append([]float32(nil), rows[0]...), rows[1]...), rows[2]...), rows[3]...)
 	us := []float32{0.1, 0.999, 0.5, 0.73}
-	run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+	run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 		lp := put(a, flat)
 		out := a.alloc(16)
 		must(k.Argmax(c, 0, lp, len(rows), vocab, out))
@@ -665,8 +665,8 @@ func TestGraphReplay(t *testing.T) {
 	data, _ := randMatrix(quant.Q8_0, dim, dim, 5)
 	h0 := randVec(r, dim, 1)
 	nw := randVec(r, dim, 1)
-	run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
-		s, err := c.NewStream(cuda.StreamNonBlocking)
+	run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
+		s, err := c.NewStream(cudadrv.StreamNonBlocking)
 		must(err)
 		defer c.DestroyStream(s)
 		w := Matrix{Type: quant.Q8_0, Rows: dim, Cols: dim, Ptr: put(a, data)}
@@ -683,7 +683,7 @@ func TestGraphReplay(t *testing.T) {
 			}
 			return k.Argmax(c, s, h, 1, dim, best)
 		}
-		must(cuda.Upload(c, h, h0, s))
+		must(cudadrv.Upload(c, h, h0, s))
 		var direct [2][]float32
 		var directBest [2]int32
 		for i := range direct {
@@ -691,8 +691,8 @@ func TestGraphReplay(t *testing.T) {
 			direct[i] = get[float32](a, h, dim)
 			directBest[i] = get[int32](a, best, 1)[0]
 		}
-		must(cuda.Upload(c, h, h0, s))
-		must(c.BeginCapture(s, cuda.CaptureThreadLocal))
+		must(cudadrv.Upload(c, h, h0, s))
+		must(c.BeginCapture(s, cudadrv.CaptureThreadLocal))
 		if err := step(); err != nil {
 			c.EndCapture(s)
 			panic(err)

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 //go:embed ptx/*.ptx ptx/*.cubin
@@ -29,7 +29,7 @@ var families = []string{"attention", "bf16pack", "elementwise", "gemm", "gemv", 
 // PTXArch returns the PTX target used for a device of compute capability
 // major.minor: "compute_90" from Hopper on (the compute_80 code plus
 // griddepcontrol, for launches that overlap their predecessor:
-// cuda.LaunchConfig.Overlap), "compute_80" on Ampere and Ada (tensor-core
+// cudadrv.LaunchConfig.Overlap), "compute_80" on Ampere and Ada (tensor-core
 // mma.sync), else "compute_61" (Pascal and newer). Older devices are
 // unsupported.
 func PTXArch(major, minor int) (string, error) {
@@ -41,7 +41,7 @@ func PTXArch(major, minor int) (string, error) {
 	case major > 6 || (major == 6 && minor >= 1):
 		return "compute_61", nil
 	default:
-		return "", fmt.Errorf("compute capability %d.%d is below 6.1: %w", major, minor, cuda.ErrUnavailable)
+		return "", fmt.Errorf("compute capability %d.%d is below 6.1: %w", major, minor, cudadrv.ErrUnavailable)
 	}
 }
 
@@ -57,13 +57,13 @@ type Kernels struct {
 	// SMs is the device's multiprocessor count, used to size grids.
 	SMs int
 
-	mods  []cuda.Module
-	fns   map[string]cuda.Function
-	waits map[cuda.Function]bool // kernels that run griddepcontrol.wait (launched with Overlap)
+	mods  []cudadrv.Module
+	fns   map[string]cudadrv.Function
+	waits map[cudadrv.Function]bool // kernels that run griddepcontrol.wait (launched with Overlap)
 	// xqReaders are the integer GEMVs, which read the quantized x and
 	// never write it: Kernels.run keeps a held x across them (gemvqLaunch
 	// drops it where their outputs overlap the x it came from).
-	xqReaders map[cuda.Function]bool
+	xqReaders map[cudadrv.Function]bool
 	gemvSmem  int // dynamic shared memory GEMV launches may use
 	// u2PerSM is the driver's count of gemvq_fused_u2_1 blocks a
 	// multiprocessor holds (0: unknown; see u2BlocksPerSM).
@@ -81,7 +81,7 @@ type Kernels struct {
 	skPerSM map[string]int
 	// readOnlySink, while set, turns the integer GEMV launches into
 	// read_xor launches (SetGEMVReadOnly).
-	readOnlySink cuda.DevPtr
+	readOnlySink cudadrv.DevPtr
 	gemm         gemmState
 	gemvq        gemvqState // quantized-x scratch of the integer GEMV path
 }
@@ -90,7 +90,7 @@ type Kernels struct {
 // compute capability 9.0 device (see cubinArch), else the PTX, which the
 // driver JIT-compiles (the first load on a machine can take several
 // seconds; the driver caches the result) — and resolves every kernel.
-func Load(c *cuda.Ctx) (*Kernels, error) {
+func Load(c *cudadrv.Ctx) (*Kernels, error) {
 	d := c.Device()
 	maj, min := d.ComputeCapability()
 	arch, err := PTXArch(maj, min)
@@ -102,11 +102,11 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 	if cubin {
 		image = cubinArch + " cubin (ptxas 11.8)"
 	}
-	sms, err := d.AttributeOnThread(c, cuda.AttrMultiprocessorCount)
+	sms, err := d.AttributeOnThread(c, cudadrv.AttrMultiprocessorCount)
 	if err != nil {
 		return nil, err
 	}
-	k := &Kernels{Arch: arch, Image: image, SMs: sms, fns: map[string]cuda.Function{}, waits: map[cuda.Function]bool{}, xqReaders: map[cuda.Function]bool{}}
+	k := &Kernels{Arch: arch, Image: image, SMs: sms, fns: map[string]cudadrv.Function{}, waits: map[cudadrv.Function]bool{}, xqReaders: map[cudadrv.Function]bool{}}
 	for _, fam := range families {
 		src, err := ptxFS.ReadFile("ptx/" + fam + "." + arch + ".ptx")
 		if err != nil {
@@ -149,7 +149,7 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 	if k.mma() {
 		for name, f := range k.fns {
 			if strings.HasPrefix(name, "gemv_") || strings.HasPrefix(name, "gemvq_q6k_s_") {
-				if err := c.SetAttribute(f, cuda.FuncMaxDynamicSharedMemory, gemvSharedLimit); err != nil {
+				if err := c.SetAttribute(f, cudadrv.FuncMaxDynamicSharedMemory, gemvSharedLimit); err != nil {
 					k.Unload(c)
 					return nil, fmt.Errorf("kernels: %s: raising shared memory: %w", name, err)
 				}
@@ -162,7 +162,7 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 			if f, ok := k.fns[name]; ok {
 				// A hint: where the driver refuses it the kernel runs with
 				// its default split, as before.
-				_ = c.SetAttribute(f, cuda.FuncPreferredSharedMemoryCarveout, 0)
+				_ = c.SetAttribute(f, cudadrv.FuncPreferredSharedMemoryCarveout, 0)
 			}
 		}
 	}
@@ -196,7 +196,7 @@ func Load(c *cuda.Ctx) (*Kernels, error) {
 // maxL1Kernels prefer the largest L1 (the least shared memory) of the
 // multiprocessor's unified L1 / shared memory: o's and the output
 // projection's integer GEMVs. Measured on the H200 (kernels/NOTES.md, GEMV
-// v14; engine/cuda's testdata/h200-bench-carveout/): o 4.0 -> 3.8 µs, the
+// v14; engine/gpu's testdata/h200-bench-carveout/): o 4.0 -> 3.8 µs, the
 // output 105.2 -> 101-103, the step's GEMVs 1.345-1.347 -> 1.335-1.336 ms
 // and the decode step 1.917 -> 1.909-1.914, two rounds each on one
 // machine. The same preference for q/k/v's, gate/up's or down's kernels,
@@ -225,7 +225,7 @@ type entry struct {
 // entries lists the .entry symbols of a PTX module, in order. A kernel
 // whose body holds griddepcontrol.wait waits for its predecessor before
 // touching dependent memory, so the launchers may let it overlap that
-// predecessor (cuda.LaunchConfig.Overlap); any other kernel is launched
+// predecessor (cudadrv.LaunchConfig.Overlap); any other kernel is launched
 // plainly. Reading this from the PTX keeps the two from disagreeing.
 func entries(ptx []byte) []entry {
 	var es []entry
@@ -251,7 +251,7 @@ func entryNames(ptx []byte) []string {
 	return names
 }
 
-// overlap gates cuda.LaunchConfig.Overlap for every Kernels (SetOverlap).
+// overlap gates cudadrv.LaunchConfig.Overlap for every Kernels (SetOverlap).
 var overlap atomic.Bool
 
 func init() { overlap.Store(true) }
@@ -259,7 +259,7 @@ func init() { overlap.Store(true) }
 // SetOverlap turns programmatic dependent launch on or off for every
 // Kernels of the process: on (the default), kernels that wait for their
 // predecessor in the PTX (compute_90) are launched with
-// cuda.LaunchConfig.Overlap. A switch so benchmarks can measure what it
+// cudadrv.LaunchConfig.Overlap. A switch so benchmarks can measure what it
 // buys; results do not depend on it.
 func SetOverlap(on bool) { overlap.Store(on) }
 
@@ -269,7 +269,7 @@ func Overlapping() bool { return overlap.Load() }
 
 // run launches f with cfg on s, letting it overlap its predecessor when
 // its PTX waits for it (entries) and SetOverlap allows.
-func (k *Kernels) run(c *cuda.Ctx, f cuda.Function, cfg cuda.LaunchConfig, s cuda.Stream, a *cuda.Args) error {
+func (k *Kernels) run(c *cudadrv.Ctx, f cudadrv.Function, cfg cudadrv.LaunchConfig, s cudadrv.Stream, a *cudadrv.Args) error {
 	cfg.Overlap = k.waits[f] && overlap.Load()
 	// Any launch but an integer GEMV's may rewrite the x a norm left
 	// quantized in s's scratch (RMSNormQ), or the scratch itself.
@@ -291,7 +291,7 @@ func (k *Kernels) Names() []string {
 }
 
 // Unload releases the modules.
-func (k *Kernels) Unload(c *cuda.Ctx) error {
+func (k *Kernels) Unload(c *cudadrv.Ctx) error {
 	first := k.gemm.free(c)
 	if err := k.gemvq.free(c); err != nil && first == nil {
 		first = err
@@ -305,7 +305,7 @@ func (k *Kernels) Unload(c *cuda.Ctx) error {
 	return first
 }
 
-func (k *Kernels) fn(name string) (cuda.Function, error) {
+func (k *Kernels) fn(name string) (cudadrv.Function, error) {
 	f, ok := k.fns[name]
 	if !ok {
 		return 0, fmt.Errorf("kernels: no kernel %q in %s", name, k.Arch)

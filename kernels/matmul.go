@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // Matrix is a weight matrix in device memory, in engine/quant's encoding:
@@ -14,7 +14,7 @@ import (
 type Matrix struct {
 	Type       quant.Type
 	Rows, Cols int
-	Ptr        cuda.DevPtr
+	Ptr        cudadrv.DevPtr
 }
 
 // RowBytes is the encoded size of one row.
@@ -201,7 +201,7 @@ const gemvQ6KDirectCols = 4096
 // W.Cols float32 (row stride W.Cols), y nb rows of W.Rows float32 (row
 // stride W.Rows). Weights are dequantized on the fly; this is the decode
 // path, bound by weight bandwidth. x must be 16-byte aligned.
-func (k *Kernels) GEMV(c *cuda.Ctx, s cuda.Stream, w Matrix, x, y cuda.DevPtr, nb int) error {
+func (k *Kernels) GEMV(c *cudadrv.Ctx, s cudadrv.Stream, w Matrix, x, y cudadrv.DevPtr, nb int) error {
 	suf, err := w.check("gemv")
 	if err != nil {
 		return err
@@ -225,7 +225,7 @@ func (k *Kernels) GEMV(c *cuda.Ctx, s cuda.Stream, w Matrix, x, y cuda.DevPtr, n
 	return k.launchGEMV(c, s, f, gemvPlanFor(w.Type, nb), w, x, y, nb)
 }
 
-func (k *Kernels) launchGEMV(c *cuda.Ctx, s cuda.Stream, f cuda.Function, p gemvPlan, w Matrix, x, y cuda.DevPtr, nb int) error {
+func (k *Kernels) launchGEMV(c *cudadrv.Ctx, s cudadrv.Stream, f cudadrv.Function, p gemvPlan, w Matrix, x, y cudadrv.DevPtr, nb int) error {
 	if p.kind != planTiled && (uint64(w.Ptr)|uint64(w.RowBytes()))%16 != 0 {
 		// gemv.cu's fallback for misaligned weights: one row per block.
 		p = gemvPlan{kind: planDirect, rows: 1}
@@ -234,11 +234,11 @@ func (k *Kernels) launchGEMV(c *cuda.Ctx, s cuda.Stream, f cuda.Function, p gemv
 	if smem > k.gemvSmem {
 		return fmt.Errorf("gemv: %v batch %d needs %d bytes of shared memory, the device allows %d", w.Type, nb, smem, k.gemvSmem)
 	}
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(w.Ptr).I64(w.RowBytes()).Int(w.Rows).Int(w.Cols).Ptr(x).Int(w.Cols).Ptr(y).Int(w.Rows)
-	cfg := cuda.LaunchConfig{
-		Grid:      cuda.Dim3{X: uint32(blocks)},
-		Block:     cuda.Dim3{X: uint32(threads)},
+	cfg := cudadrv.LaunchConfig{
+		Grid:      cudadrv.Dim3{X: uint32(blocks)},
+		Block:     cudadrv.Dim3{X: uint32(threads)},
 		SharedMem: uint32(smem),
 	}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
@@ -248,7 +248,7 @@ func (k *Kernels) launchGEMV(c *cuda.Ctx, s cuda.Stream, f cuda.Function, p gemv
 }
 
 // MatMul picks GEMV for up to MaxGEMVBatch rows and GEMM above.
-func (k *Kernels) MatMul(c *cuda.Ctx, s cuda.Stream, w Matrix, x, y cuda.DevPtr, m int) error {
+func (k *Kernels) MatMul(c *cudadrv.Ctx, s cudadrv.Stream, w Matrix, x, y cudadrv.DevPtr, m int) error {
 	if m <= MaxGEMVBatch {
 		return k.GEMV(c, s, w, x, y, m)
 	}

@@ -5,15 +5,15 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
-func gridFor(n int64, block int) cuda.Dim3 {
+func gridFor(n int64, block int) cudadrv.Dim3 {
 	g := (n + int64(block) - 1) / int64(block)
-	return cuda.Dim3{X: uint32(min(g, 1<<20))}
+	return cudadrv.Dim3{X: uint32(min(g, 1<<20))}
 }
 
-func (k *Kernels) launch(c *cuda.Ctx, s cuda.Stream, name string, cfg cuda.LaunchConfig, a *cuda.Args) error {
+func (k *Kernels) launch(c *cudadrv.Ctx, s cudadrv.Stream, name string, cfg cudadrv.LaunchConfig, a *cudadrv.Args) error {
 	f, err := k.fn(name)
 	if err != nil {
 		return err
@@ -26,19 +26,19 @@ func (k *Kernels) launch(c *cuda.Ctx, s cuda.Stream, name string, cfg cuda.Launc
 
 // RMSNorm writes y[r] = x[r] / rms(x[r]) * w for rows r < n of dim
 // float32 (y may equal x), as engine/model's rmsNorm.
-func (k *Kernels) RMSNorm(c *cuda.Ctx, s cuda.Stream, x, w, y cuda.DevPtr, n, dim int, eps float32) error {
+func (k *Kernels) RMSNorm(c *cudadrv.Ctx, s cudadrv.Stream, x, w, y cudadrv.DevPtr, n, dim int, eps float32) error {
 	return k.rmsNorm(c, s, x, w, y, n, dim, eps, 0)
 }
 
 // rmsNorm launches rmsnorm; xq, when not 0, also receives y quantized
 // for the integer GEMVs (RMSNormQ).
-func (k *Kernels) rmsNorm(c *cuda.Ctx, s cuda.Stream, x, w, y cuda.DevPtr, n, dim int, eps float32, xq cuda.DevPtr) error {
+func (k *Kernels) rmsNorm(c *cudadrv.Ctx, s cudadrv.Stream, x, w, y cudadrv.DevPtr, n, dim int, eps float32, xq cudadrv.DevPtr) error {
 	if n < 1 || dim < 1 {
 		return fmt.Errorf("rmsnorm: %d rows of %d", n, dim)
 	}
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(x).Ptr(w).Ptr(y).Int(dim).F32(eps).Ptr(xq)
-	return k.launch(c, s, "rmsnorm", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: normThreads(dim)}}, &a)
+	return k.launch(c, s, "rmsnorm", cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(n)}, Block: cudadrv.Dim3{X: normThreads(dim)}}, &a)
 }
 
 // normThreads is the block of norm.cu's kernels for rows of dim floats:
@@ -73,7 +73,7 @@ func RopeFreqs(theta float64, headDim int, factors []float32) ([]float64, error)
 // nheads heads of headDim, token t at position pos[t] (device int32), with
 // frequencies freqs (device float64, from RopeFreqs). neox selects pairs
 // (i, i+hd/2) (gemma2) instead of adjacent pairs (llama).
-func (k *Kernels) RoPE(c *cuda.Ctx, s cuda.Stream, x cuda.DevPtr, ntok, nheads, headDim, rowStride int, pos, freqs cuda.DevPtr, neox bool) error {
+func (k *Kernels) RoPE(c *cudadrv.Ctx, s cudadrv.Stream, x cudadrv.DevPtr, ntok, nheads, headDim, rowStride int, pos, freqs cudadrv.DevPtr, neox bool) error {
 	if ntok < 1 || nheads < 1 || headDim < 2 || headDim%2 != 0 || rowStride < nheads*headDim {
 		return fmt.Errorf("rope: bad shape %d tokens x %d heads x %d (stride %d)", ntok, nheads, headDim, rowStride)
 	}
@@ -81,16 +81,16 @@ func (k *Kernels) RoPE(c *cuda.Ctx, s cuda.Stream, x cuda.DevPtr, ntok, nheads, 
 	if neox {
 		nx = 1
 	}
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(x).Int(ntok).Int(nheads).Int(headDim).Int(rowStride).Ptr(pos).Ptr(freqs).I32(nx)
 	n := int64(ntok) * int64(nheads) * int64(headDim/2)
-	return k.launch(c, s, "rope", cuda.LaunchConfig{Grid: gridFor(n, 256), Block: cuda.Dim3{X: 256}}, &a)
+	return k.launch(c, s, "rope", cudadrv.LaunchConfig{Grid: gridFor(n, 256), Block: cudadrv.Dim3{X: 256}}, &a)
 }
 
 // KVCache describes float32 key and value caches: per sequence slot,
 // MaxCtx positions of KVDim floats.
 type KVCache struct {
-	K, V   cuda.DevPtr
+	K, V   cudadrv.DevPtr
 	MaxCtx int
 	KVDim  int
 }
@@ -99,13 +99,13 @@ func (kv KVCache) slotStride() int64 { return int64(kv.MaxCtx) * int64(kv.KVDim)
 
 // StoreKV copies ntok rows of keys and values (KVDim floats each) into the
 // cache: token t goes to slot slots[t] at position pos[t] (device int32).
-func (k *Kernels) StoreKV(c *cuda.Ctx, s cuda.Stream, kv KVCache, keys, vals cuda.DevPtr, ntok int, slots, pos cuda.DevPtr) error {
+func (k *Kernels) StoreKV(c *cudadrv.Ctx, s cudadrv.Stream, kv KVCache, keys, vals cudadrv.DevPtr, ntok int, slots, pos cudadrv.DevPtr) error {
 	if ntok < 1 {
 		return errors.New("store_kv: no tokens")
 	}
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(keys).Ptr(vals).Ptr(kv.K).Ptr(kv.V).Ptr(slots).Ptr(pos).Int(ntok).Int(kv.KVDim).I64(kv.slotStride())
-	return k.launch(c, s, "store_kv", cuda.LaunchConfig{Grid: gridFor(int64(ntok)*int64(kv.KVDim), 256), Block: cuda.Dim3{X: 256}}, &a)
+	return k.launch(c, s, "store_kv", cudadrv.LaunchConfig{Grid: gridFor(int64(ntok)*int64(kv.KVDim), 256), Block: cudadrv.Dim3{X: 256}}, &a)
 }
 
 // Attention holds what both attention kernels need: the query heads and
@@ -153,7 +153,7 @@ func (k *Kernels) DecodeSplits(at Attention, ntok, span int) int {
 // window) and, with nsplit (0 = DecodeSplits), fixes the split layout, so
 // a launch captured in a graph stays valid while positions stay below it.
 // scratch must hold DecodeScratchBytes(ntok, nsplit) when nsplit > 1.
-func (k *Kernels) AttentionDecode(c *cuda.Ctx, s cuda.Stream, at Attention, kv KVCache, q, out cuda.DevPtr, ntok int, slots, pos cuda.DevPtr, maxSpan, nsplit int, scratch cuda.DevPtr, scratchBytes int64) error {
+func (k *Kernels) AttentionDecode(c *cudadrv.Ctx, s cudadrv.Stream, at Attention, kv KVCache, q, out cudadrv.DevPtr, ntok int, slots, pos cudadrv.DevPtr, maxSpan, nsplit int, scratch cudadrv.DevPtr, scratchBytes int64) error {
 	return k.attentionDecode(c, s, at, kv, q, out, ntok, slots, pos, maxSpan, nsplit, scratch, scratchBytes, 0)
 }
 
@@ -161,7 +161,7 @@ func (k *Kernels) AttentionDecode(c *cuda.Ctx, s cuda.Stream, at Attention, kv K
 // the integer GEMV that reads it next (the o projection), as RMSNormQ
 // does for its y, where the stream's scratch can take it and the head
 // width is a multiple of 64 (each 64-block of x within one head).
-func (k *Kernels) AttentionDecodeQ(c *cuda.Ctx, s cuda.Stream, at Attention, kv KVCache, q, out cuda.DevPtr, ntok int, slots, pos cuda.DevPtr, maxSpan, nsplit int, scratch cuda.DevPtr, scratchBytes int64) error {
+func (k *Kernels) AttentionDecodeQ(c *cudadrv.Ctx, s cudadrv.Stream, at Attention, kv KVCache, q, out cudadrv.DevPtr, ntok int, slots, pos cudadrv.DevPtr, maxSpan, nsplit int, scratch cudadrv.DevPtr, scratchBytes int64) error {
 	cols := at.Heads * at.HeadDim
 	xq, ok := k.normQScratch(s, out, ntok, cols)
 	if !ok || at.HeadDim%64 != 0 {
@@ -174,7 +174,7 @@ func (k *Kernels) AttentionDecodeQ(c *cuda.Ctx, s cuda.Stream, at Attention, kv 
 	return nil
 }
 
-func (k *Kernels) attentionDecode(c *cuda.Ctx, s cuda.Stream, at Attention, kv KVCache, q, out cuda.DevPtr, ntok int, slots, pos cuda.DevPtr, maxSpan, nsplit int, scratch cuda.DevPtr, scratchBytes int64, xq cuda.DevPtr) error {
+func (k *Kernels) attentionDecode(c *cudadrv.Ctx, s cudadrv.Stream, at Attention, kv KVCache, q, out cudadrv.DevPtr, ntok int, slots, pos cudadrv.DevPtr, maxSpan, nsplit int, scratch cudadrv.DevPtr, scratchBytes int64, xq cudadrv.DevPtr) error {
 	if err := at.check(kv); err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ func (k *Kernels) attentionDecode(c *cuda.Ctx, s cuda.Stream, at Attention, kv K
 		}
 	}
 	chunk := ceilDiv(maxSpan, nsplit)
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(q).Ptr(out).Ptr(kv.K).Ptr(kv.V).I64(kv.slotStride()).Int(kv.KVDim).Ptr(slots).Ptr(pos).
 		Int(at.Heads).Int(at.Heads / at.KVHeads).Int(at.HeadDim).F32(at.Scale).F32(at.Softcap).Int(at.Window).
 		Int(chunk).Ptr(scratch).Int(nsplit)
@@ -204,7 +204,7 @@ func (k *Kernels) attentionDecode(c *cuda.Ctx, s cuda.Stream, at Attention, kv K
 	} else {
 		a.Ptr(0)
 	}
-	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(at.Heads), Y: uint32(ntok), Z: uint32(nsplit)}, Block: cuda.Dim3{X: 128}}
+	cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(at.Heads), Y: uint32(ntok), Z: uint32(nsplit)}, Block: cudadrv.Dim3{X: 128}}
 	if err := k.launch(c, s, "attn_decode", cfg, &a); err != nil {
 		return err
 	}
@@ -212,13 +212,13 @@ func (k *Kernels) attentionDecode(c *cuda.Ctx, s cuda.Stream, at Attention, kv K
 		return nil
 	}
 	a.Reset().Ptr(scratch).Ptr(out).Int(at.Heads).Int(at.HeadDim).Int(nsplit).Ptr(xq)
-	return k.launch(c, s, "attn_combine", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(at.Heads), Y: uint32(ntok)}, Block: cuda.Dim3{X: uint32(at.HeadDim)}}, &a)
+	return k.launch(c, s, "attn_combine", cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(at.Heads), Y: uint32(ntok)}, Block: cudadrv.Dim3{X: uint32(at.HeadDim)}}, &a)
 }
 
 // AttentionPrefill computes causal attention for ntok consecutive tokens of
 // one sequence (cache slot slot, first position p0), whose keys and values
 // are already stored: token i attends to positions up to p0+i.
-func (k *Kernels) AttentionPrefill(c *cuda.Ctx, s cuda.Stream, at Attention, kv KVCache, q, out cuda.DevPtr, ntok, slot, p0 int) error {
+func (k *Kernels) AttentionPrefill(c *cudadrv.Ctx, s cudadrv.Stream, at Attention, kv KVCache, q, out cudadrv.DevPtr, ntok, slot, p0 int) error {
 	if err := at.check(kv); err != nil {
 		return err
 	}
@@ -228,42 +228,42 @@ func (k *Kernels) AttentionPrefill(c *cuda.Ctx, s cuda.Stream, at Attention, kv 
 	return k.attentionPrefill(c, s, at, kv, q, out, ntok, slot, p0)
 }
 
-func (k *Kernels) elementwise(c *cuda.Ctx, s cuda.Stream, name string, n int64, a *cuda.Args) error {
+func (k *Kernels) elementwise(c *cudadrv.Ctx, s cudadrv.Stream, name string, n int64, a *cudadrv.Args) error {
 	if n < 1 {
 		return fmt.Errorf("%s: %d elements", name, n)
 	}
 	g := gridFor(n, 256)
 	g.X = min(g.X, uint32(max(k.SMs, 1)*16))
-	return k.launch(c, s, name, cuda.LaunchConfig{Grid: g, Block: cuda.Dim3{X: 256}}, a)
+	return k.launch(c, s, name, cudadrv.LaunchConfig{Grid: g, Block: cudadrv.Dim3{X: 256}}, a)
 }
 
 // SwiGLU writes out = silu(gate) * up over n floats (out may alias gate).
-func (k *Kernels) SwiGLU(c *cuda.Ctx, s cuda.Stream, gate, up, out cuda.DevPtr, n int64) error {
-	var a cuda.Args
+func (k *Kernels) SwiGLU(c *cudadrv.Ctx, s cudadrv.Stream, gate, up, out cudadrv.DevPtr, n int64) error {
+	var a cudadrv.Args
 	a.Ptr(gate).Ptr(up).Ptr(out).I64(n)
 	return k.elementwise(c, s, "swiglu", n, &a)
 }
 
 // GeGLU writes out = gelu_tanh(gate) * up over n floats (gemma2).
-func (k *Kernels) GeGLU(c *cuda.Ctx, s cuda.Stream, gate, up, out cuda.DevPtr, n int64) error {
-	var a cuda.Args
+func (k *Kernels) GeGLU(c *cudadrv.Ctx, s cudadrv.Stream, gate, up, out cudadrv.DevPtr, n int64) error {
+	var a cudadrv.Args
 	a.Ptr(gate).Ptr(up).Ptr(out).I64(n)
 	return k.elementwise(c, s, "geglu", n, &a)
 }
 
 // Softcap applies x = cap*tanh(x/cap) in place to n floats (gemma2 logits).
-func (k *Kernels) Softcap(c *cuda.Ctx, s cuda.Stream, x cuda.DevPtr, n int64, cap float32) error {
+func (k *Kernels) Softcap(c *cudadrv.Ctx, s cudadrv.Stream, x cudadrv.DevPtr, n int64, cap float32) error {
 	if !(cap > 0) {
 		return fmt.Errorf("softcap: cap %v must be positive", cap)
 	}
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(x).I64(n).F32(cap)
 	return k.elementwise(c, s, "softcap", n, &a)
 }
 
 // Add does the residual update y += a over n floats.
-func (k *Kernels) Add(c *cuda.Ctx, s cuda.Stream, y, a cuda.DevPtr, n int64) error {
-	var args cuda.Args
+func (k *Kernels) Add(c *cudadrv.Ctx, s cudadrv.Stream, y, a cudadrv.DevPtr, n int64) error {
+	var args cudadrv.Args
 	args.Ptr(y).Ptr(a).I64(n)
 	return k.elementwise(c, s, "add", n, &args)
 }
@@ -271,7 +271,7 @@ func (k *Kernels) Add(c *cuda.Ctx, s cuda.Stream, y, a cuda.DevPtr, n int64) err
 // Embed writes out[t] = table[ids[t]] * scale for n tokens (ids: device
 // int32), dequantizing the table's rows (out: n rows of table.Cols floats).
 // Ids are not range-checked on the device: validate them on the host.
-func (k *Kernels) Embed(c *cuda.Ctx, s cuda.Stream, table Matrix, ids cuda.DevPtr, n int, out cuda.DevPtr, scale float32) error {
+func (k *Kernels) Embed(c *cudadrv.Ctx, s cudadrv.Stream, table Matrix, ids cudadrv.DevPtr, n int, out cudadrv.DevPtr, scale float32) error {
 	suf, err := table.check("embed")
 	if err != nil {
 		return err
@@ -279,31 +279,31 @@ func (k *Kernels) Embed(c *cuda.Ctx, s cuda.Stream, table Matrix, ids cuda.DevPt
 	if n < 1 {
 		return errors.New("embed: no tokens")
 	}
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(table.Ptr).I64(table.RowBytes()).Int(table.Cols).Ptr(ids).Ptr(out).F32(scale)
-	return k.launch(c, s, "embed_"+suf, cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: 128}}, &a)
+	return k.launch(c, s, "embed_"+suf, cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(n)}, Block: cudadrv.Dim3{X: 128}}, &a)
 }
 
 // Argmax writes, for each of n rows of vocab logits, the index of the
 // largest (lowest index on ties, NaN never chosen over a number) to out
 // (device int32), as engine/sample's greedy choice.
-func (k *Kernels) Argmax(c *cuda.Ctx, s cuda.Stream, logits cuda.DevPtr, n, vocab int, out cuda.DevPtr) error {
+func (k *Kernels) Argmax(c *cudadrv.Ctx, s cudadrv.Stream, logits cudadrv.DevPtr, n, vocab int, out cudadrv.DevPtr) error {
 	if n < 1 || vocab < 1 {
 		return fmt.Errorf("argmax: %d rows of %d", n, vocab)
 	}
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(logits).Int(vocab).Ptr(out)
-	return k.launch(c, s, "argmax", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: 1024}}, &a)
+	return k.launch(c, s, "argmax", cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(n)}, Block: cudadrv.Dim3{X: 1024}}, &a)
 }
 
 // SampleTemperature draws, for each of n rows of vocab logits, a token from
 // softmax(logits/temp) by inverse CDF at the uniform number u[row] (device
 // float32 in [0,1), from the host's seeded generator), into out (int32).
-func (k *Kernels) SampleTemperature(c *cuda.Ctx, s cuda.Stream, logits cuda.DevPtr, n, vocab int, temp float32, u, out cuda.DevPtr) error {
+func (k *Kernels) SampleTemperature(c *cudadrv.Ctx, s cudadrv.Stream, logits cudadrv.DevPtr, n, vocab int, temp float32, u, out cudadrv.DevPtr) error {
 	if n < 1 || vocab < 1 || !(temp > 0) {
 		return fmt.Errorf("sample: %d rows of %d at temperature %v", n, vocab, temp)
 	}
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(logits).Int(vocab).F32(temp).Ptr(u).Ptr(out)
-	return k.launch(c, s, "sample_temp", cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(n)}, Block: cuda.Dim3{X: 1024}}, &a)
+	return k.launch(c, s, "sample_temp", cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(n)}, Block: cudadrv.Dim3{X: 1024}}, &a)
 }

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // Q6KA is Q6_K re-laid on the device for aligned loads (common.cuh's
@@ -39,11 +39,11 @@ func matrixType(t quant.Type) quant.Type {
 }
 
 // relayQ6K is on by default: RelayQ6KOn reports SetRelayQ6K's setting,
-// which engine/cuda reads when it uploads resident layers. Measured on
+// which engine/gpu reads when it uploads resident layers. Measured on
 // the H200 in one run of `strata bench engine` (8b Q4_K_M, resident):
 // step GEMVs 0.692 -> 0.731 of the copy bandwidth, down 0.573 -> 0.649,
 // the output projection 0.856 -> 0.900, decode 467 -> 480 tok/s
-// (engine/cuda/testdata/h200-bench-q6ka.txt against -plain-q6k.txt).
+// (engine/gpu/testdata/h200-bench-q6ka.txt against -plain-q6k.txt).
 var relayQ6K atomic.Bool
 
 // STRATA_Q6KA=0 turns the re-lay off for the whole process (the GPU test
@@ -51,7 +51,7 @@ var relayQ6K atomic.Bool
 // Q6_K kernels, for comparison.
 func init() { relayQ6K.Store(os.Getenv("STRATA_Q6KA") != "0") }
 
-// SetRelayQ6K sets whether engine/cuda re-lays the Q6_K matrices of
+// SetRelayQ6K sets whether engine/gpu re-lays the Q6_K matrices of
 // resident layers (and a resident Q6_K output projection) into Q6KA at
 // upload, for every model loaded after the call (on by default).
 func SetRelayQ6K(on bool) { relayQ6K.Store(on) }
@@ -130,7 +130,7 @@ func relayBlock(dst, src []byte, p int) {
 // and returns it as Q6KA. m must stay at this address: the layout depends
 // on it. Matrices that are not Q6_K, or whose address is odd, are an
 // error.
-func (k *Kernels) RelayQ6K(c *cuda.Ctx, s cuda.Stream, m Matrix) (Matrix, error) {
+func (k *Kernels) RelayQ6K(c *cudadrv.Ctx, s cudadrv.Stream, m Matrix) (Matrix, error) {
 	if m.Type != quant.Q6_K || m.Cols%quant.QK_K != 0 || m.Rows < 1 || m.Ptr == 0 || m.Ptr%2 != 0 {
 		return m, fmt.Errorf("relay Q6_K: a %v %dx%d matrix at %#x: want Q6_K, whole super-blocks, an even address",
 			m.Type, m.Rows, m.Cols, uint64(m.Ptr))
@@ -140,9 +140,9 @@ func (k *Kernels) RelayQ6K(c *cuda.Ctx, s cuda.Stream, m Matrix) (Matrix, error)
 		return m, err
 	}
 	n := int64(m.Rows) * int64(m.Cols/quant.QK_K)
-	var a cuda.Args
+	var a cudadrv.Args
 	a.Ptr(m.Ptr).I64(n)
-	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32((n + 255) / 256)}, Block: cuda.Dim3{X: 256}}
+	cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32((n + 255) / 256)}, Block: cudadrv.Dim3{X: 256}}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return m, fmt.Errorf("relay Q6_K %dx%d: %w", m.Rows, m.Cols, err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // TestRelayQ6KPermutation: for every pad a block can have, the re-lay
@@ -168,7 +168,7 @@ func TestQ6KA(t *testing.T) {
 	r := rand.New(rand.NewPCG(4, 1))
 	const mBig = 300 // GEMM through the f16 dequantizer (gemmF16) as well as on the fly
 	xs := randVec(r, mBig*cols, 1)
-	run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+	run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 		w := Matrix{Type: quant.Q6_K, Rows: rows, Cols: cols, Ptr: put(a, data)}
 		wa, err := k.RelayQ6K(c, 0, w)
 		must(err)

@@ -3,12 +3,12 @@ package kernels
 import (
 	"fmt"
 
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // Span is a range of device bytes.
 type Span struct {
-	Ptr   cuda.DevPtr
+	Ptr   cudadrv.DevPtr
 	Bytes int64
 }
 
@@ -32,14 +32,14 @@ func (k *Kernels) ReadXORBlocks() int { return readXORGrid * k.SMs }
 // for ReadXORBlocks blocks, so the XOR of those words is the spans'. Its
 // use is the read-only ceiling of a launch sequence (SetGEMVReadOnly); a
 // test checks the XOR against the host's.
-func (k *Kernels) ReadXOR(c *cuda.Ctx, s cuda.Stream, sink cuda.DevPtr, spans ...Span) error {
+func (k *Kernels) ReadXOR(c *cudadrv.Ctx, s cudadrv.Stream, sink cudadrv.DevPtr, spans ...Span) error {
 	if len(spans) == 0 || len(spans) > 3 {
 		return fmt.Errorf("read_xor: %d spans, want 1 to 3", len(spans))
 	}
 	if sink == 0 || sink%4 != 0 {
 		return fmt.Errorf("read_xor: sink at %#x is not a 4-byte aligned device word", uint64(sink))
 	}
-	var a cuda.Args
+	var a cudadrv.Args
 	for i := 0; i < 3; i++ {
 		if i >= len(spans) || spans[i].Bytes == 0 {
 			a.Ptr(0).I64(0)
@@ -50,7 +50,7 @@ func (k *Kernels) ReadXOR(c *cuda.Ctx, s cuda.Stream, sink cuda.DevPtr, spans ..
 			return fmt.Errorf("read_xor: span %d: %d bytes at %#x", i, sp.Bytes, uint64(sp.Ptr))
 		}
 		lo := sp.Ptr &^ 15
-		hi := (sp.Ptr + cuda.DevPtr(sp.Bytes) + 15) &^ 15
+		hi := (sp.Ptr + cudadrv.DevPtr(sp.Bytes) + 15) &^ 15
 		a.Ptr(lo).I64(int64(hi-lo) / 16)
 	}
 	a.Ptr(sink)
@@ -58,7 +58,7 @@ func (k *Kernels) ReadXOR(c *cuda.Ctx, s cuda.Stream, sink cuda.DevPtr, spans ..
 	if err != nil {
 		return err
 	}
-	cfg := cuda.LaunchConfig{Grid: cuda.Dim3{X: uint32(k.ReadXORBlocks())}, Block: cuda.Dim3{X: 256}}
+	cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(k.ReadXORBlocks())}, Block: cudadrv.Dim3{X: 256}}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("read_xor: %w", err)
 	}
@@ -74,16 +74,16 @@ func (k *Kernels) ReadXOR(c *cuda.Ctx, s cuda.Stream, sink cuda.DevPtr, spans ..
 // and GEMVs off the integer path (float, F16, BF16) run as usual. A
 // step's GEMVs captured that way time what the same launch sequence costs
 // when its kernels only read their weights: the ceiling
-// engine/cuda's ProfileDecodeStep reports beside the GEMVs' own figure.
+// engine/gpu's ProfileDecodeStep reports beside the GEMVs' own figure.
 // Sink 0 turns it off. Not safe for concurrent use with launches of k.
-func (k *Kernels) SetGEMVReadOnly(sink cuda.DevPtr) { k.readOnlySink = sink }
+func (k *Kernels) SetGEMVReadOnly(sink cudadrv.DevPtr) { k.readOnlySink = sink }
 
 // gemvqOrRead runs launch, one integer GEMV launch over the matrices of
 // outs, or, while SetGEMVReadOnly has a sink set, one read_xor over the
 // same matrices in its place: gemvqLaunch takes each of its launches
 // through here, so the read-only sequence is the products' one by
 // construction.
-func (k *Kernels) gemvqOrRead(c *cuda.Ctx, s cuda.Stream, what string, launch func() error, outs ...[]GEMVOut) error {
+func (k *Kernels) gemvqOrRead(c *cudadrv.Ctx, s cudadrv.Stream, what string, launch func() error, outs ...[]GEMVOut) error {
 	if k.readOnlySink == 0 {
 		return launch()
 	}

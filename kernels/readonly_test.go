@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // TestReadXORArgs: bad spans and sinks are errors before anything
@@ -17,7 +17,7 @@ func TestReadXORArgs(t *testing.T) {
 	ok := Span{Ptr: 4096, Bytes: 64}
 	for _, c := range []struct {
 		name  string
-		sink  cuda.DevPtr
+		sink  cudadrv.DevPtr
 		spans []Span
 		want  string
 	}{
@@ -64,14 +64,14 @@ func TestReadXOR(t *testing.T) {
 		buf[i] = byte(r.Uint32())
 	}
 	spans := [][2]int{{6, 1001}, {4096, 65536}, {100002, 2000002}}
-	run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+	run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 		base := put(a, buf)
 		sink := put(a, make([]uint32, k.ReadXORBlocks()))
 		var want uint32
 		var sp []Span
 		for _, s := range spans {
 			want ^= xorWords(buf, s[0], s[1])
-			sp = append(sp, Span{Ptr: base + cuda.DevPtr(s[0]), Bytes: int64(s[1])})
+			sp = append(sp, Span{Ptr: base + cudadrv.DevPtr(s[0]), Bytes: int64(s[1])})
 		}
 		must(k.ReadXOR(c, 0, sink, sp...))
 		must(c.StreamSync(0))
@@ -110,7 +110,7 @@ func TestGEMVReadOnly(t *testing.T) {
 			for i, m := range tc.ms {
 				datas[i], _ = randMatrix(m.typ, m.rows, cols, uint64(300+10*ci+i))
 			}
-			run(t, func(c *cuda.Ctx, k *Kernels, a *arena) {
+			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 				s, done := gemvqStream(c, k, cols)
 				defer done()
 				x := put(a, xs)
@@ -141,7 +141,7 @@ func TestGEMVReadOnly(t *testing.T) {
 					}
 				}
 				nodes := func() int {
-					must(c.BeginCapture(s, cuda.CaptureThreadLocal))
+					must(c.BeginCapture(s, cudadrv.CaptureThreadLocal))
 					launch()
 					g, err := c.EndCapture(s)
 					must(err)

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // BenchmarkMatVecTable measures, in one process and with each type's data
@@ -24,7 +24,7 @@ func BenchmarkMatVecTable(b *testing.B) {
 	fmt.Fprintf(&out, "D2D copy %.0f GB/s (read+write)\n", ceiling/1e9)
 	fmt.Fprintf(&out, "%-9s %26s %26s %26s %26s %26s\n", "GEMV", "nb1", "nb2", "nb4", "nb8", "nb1 4096x14336")
 	var gemm strings.Builder
-	err := d.Do(func(c *cuda.Ctx) error {
+	err := d.Do(func(c *cudadrv.Ctx) error {
 		for _, typ := range gemvTypes {
 			a := &arena{c: c}
 			const rows, cols = 14336, 4096

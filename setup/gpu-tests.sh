@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU half of strata's tests, which CI cannot run (it has no GPU):
-# every test of kernels/, kernels/cuda, engine/cuda and engine's CUDA tests
+# every test of kernels/, kernels/cudadrv, engine/gpu and engine's CUDA tests
 # against the CPU reference, the 8B-shape fidelity test, and
 # `strata bench engine`. Built on any machine with Go, run on a GPU host
 # that needs no Go:
@@ -44,7 +44,7 @@ build() {
 	GO=$(setup/deps.sh)
 	export GOTOOLCHAIN=${GOTOOLCHAIN:-auto} CGO_ENABLED=0
 	mkdir -p bin/gpu-tests
-	for p in kernels kernels/cuda engine/cuda engine; do
+	for p in kernels kernels/cudadrv engine/gpu engine; do
 		"$GO" test -c -ldflags='-s -w' -o "bin/gpu-tests/$(echo "$p" | tr / -).test" "./$p"
 	done
 	"$GO" build -ldflags='-s -w' -o bin/gpu-tests/strata ./tools/strata
@@ -105,9 +105,9 @@ run() {
 	}
 	if [ $bench != 2 ]; then
 		step kernels kernels "$B/kernels.test" -test.v
-		step kernels-cuda kernels/cuda "$B/kernels-cuda.test" -test.v
-		step engine-cuda engine/cuda env STRATA_8B_GGUF="$synth/llama-8b-q4_k_m-seed1.gguf" STRATA_8B_STEPS=64 \
-			"$B/engine-cuda.test" -test.v -test.timeout 30m
+		step kernels-cudadrv kernels/cudadrv "$B/kernels-cudadrv.test" -test.v
+		step engine-gpu engine/gpu env STRATA_8B_GGUF="$synth/llama-8b-q4_k_m-seed1.gguf" STRATA_8B_STEPS=64 \
+			"$B/engine-gpu.test" -test.v -test.timeout 30m
 		step engine engine "$B/engine.test" -test.v -test.run 'CUDA|RealDriver|Greedy'
 	fi
 	if [ $kbench = 1 ]; then

@@ -1,5 +1,5 @@
 // Package enginebench is `strata bench engine`: it measures strata's GPU
-// engine (engine/cuda) on the model shapes and placements issue 5 judges it
+// engine (engine/gpu) on the model shapes and placements issue 5 judges it
 // by, in one run — first the ceilings (device-to-device copy bandwidth,
 // pinned host-to-device peak), then each scenario — and relates every
 // figure to a ceiling measured in that same run or to a peer's reference
@@ -7,7 +7,7 @@
 // models a scenario needs when they are missing (engine/synth, and a
 // prefab pool for the INT8-row variant).
 //
-// The timing itself lives in engine/cuda (benchmark.go), which the
+// The timing itself lives in engine/gpu (benchmark.go), which the
 // package's Go benchmarks share; the placements come from the tier planner
 // (engine/tier) as `--vram` would plan them. This package holds no unsafe
 // code and prints nothing: progress goes to Options.Progress and the
@@ -24,15 +24,15 @@ import (
 	"strings"
 	"time"
 
-	enginecuda "github.com/strata-llm/strata/engine/cuda"
 	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/gpu"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/kernels"
-	kcuda "github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // Scenario names one measured setup of issue 5.
@@ -182,7 +182,7 @@ const (
 
 // Run measures the ceilings and then every selected scenario on GPU
 // o.GPU. Without a usable driver or device it fails with an error wrapping
-// kernels/cuda's ErrUnavailable ("CUDA unavailable: …") before writing any
+// kernels/cudadrv's ErrUnavailable ("CUDA unavailable: …") before writing any
 // model. A scenario that fails is reported with its error (Report.Failed)
 // and the run goes on to the next; only a failure to open the device, load
 // the kernels or measure the ceilings, or a cancelled ctx, ends it early
@@ -192,7 +192,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, fmt.Errorf("bench engine: %w", err)
 	}
 	start := time.Now()
-	dev, err := kcuda.Open(o.GPU)
+	dev, err := cudadrv.Open(o.GPU)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +213,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer kernels.SetFastGEMVQ6K(q6)
 	o.progress("loading the kernels on %s", dev.Name())
 	var k *kernels.Kernels
-	if err := dev.Do(func(c *kcuda.Ctx) error {
+	if err := dev.Do(func(c *cudadrv.Ctx) error {
 		var err error
 		k, err = kernels.Load(c)
 		return err
@@ -221,14 +221,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, fmt.Errorf("bench engine: loading kernels: %w", err)
 	}
 	r.Kernels = k.Image
-	defer dev.Do(func(c *kcuda.Ctx) error { return k.Unload(c) })
+	defer dev.Do(func(c *cudadrv.Ctx) error { return k.Unload(c) })
 
 	o.progress("measuring the ceilings: device-to-device copy, pinned host-to-device copy")
 	r.Ceilings = Ceilings{D2DBytes: d2dBytes, H2DBytes: h2dBytes}
-	if r.Ceilings.D2D, err = enginecuda.CopyBandwidth(dev, d2dBytes, 10); err != nil {
+	if r.Ceilings.D2D, err = gpu.CopyBandwidth(dev, d2dBytes, 10); err != nil {
 		return nil, fmt.Errorf("bench engine: %w", err)
 	}
-	if r.Ceilings.H2D, err = enginecuda.HostToDevicePeak(dev, h2dBytes, 16); err != nil {
+	if r.Ceilings.H2D, err = gpu.HostToDevicePeak(dev, h2dBytes, 16); err != nil {
 		return nil, fmt.Errorf("bench engine: %w", err)
 	}
 	rn := &runner{o: &o, dev: dev, k: k, ceil: r.Ceilings}
@@ -246,7 +246,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 // runner holds what every scenario shares.
 type runner struct {
 	o    *Options
-	dev  *kcuda.Device
+	dev  *cudadrv.Device
 	k    *kernels.Kernels
 	ceil Ceilings
 	// bf16Logits are the bf16 model's logits after the decode prompt, for
@@ -426,7 +426,7 @@ func openGGUF(path string) (*gguf.Mapped, *model.Model, tier.Sizes, error) {
 // freeMem is the device's free memory now.
 func (rn *runner) freeMem() (int64, error) {
 	var free int64
-	err := rn.dev.Do(func(c *kcuda.Ctx) error {
+	err := rn.dev.Do(func(c *cudadrv.Ctx) error {
 		var err error
 		free, _, err = c.MemInfo()
 		return err
@@ -436,19 +436,19 @@ func (rn *runner) freeMem() (int64, error) {
 
 // loaded is a model on the GPU with the free memory before it came.
 type loaded struct {
-	*enginecuda.Model
+	*gpu.Model
 	free0 int64
 }
 
 // load uploads cpu's weights with the run's kernels.
-func (rn *runner) load(cpu *model.Model, opts enginecuda.Options) (*loaded, error) {
+func (rn *runner) load(cpu *model.Model, opts gpu.Options) (*loaded, error) {
 	free0, err := rn.freeMem()
 	if err != nil {
 		return nil, err
 	}
 	opts.Kernels = rn.k
 	t := time.Now()
-	g, err := enginecuda.Load(rn.dev, cpu.Config, cpu.Weights, opts)
+	g, err := gpu.Load(rn.dev, cpu.Config, cpu.Weights, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -467,7 +467,7 @@ func (rn *runner) placement(g *loaded, stream []int, slots int, budget int64, ho
 	if len(stream) > 0 {
 		p.Slots = slots
 		if slots <= 0 {
-			p.Slots = 2 // engine/cuda's default depth
+			p.Slots = 2 // engine/gpu's default depth
 		}
 	}
 	if free, err := rn.freeMem(); err == nil {
@@ -548,7 +548,7 @@ func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
 		return err
 	}
 	defer gm.Close()
-	g, err := rn.load(cpu, enginecuda.Options{MaxSeqs: 1, MaxContext: 1024})
+	g, err := rn.load(cpu, gpu.Options{MaxSeqs: 1, MaxContext: 1024})
 	if err != nil {
 		return err
 	}
@@ -561,25 +561,25 @@ func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
 		return err
 	}
 	rn.o.progress("  decode, batch 1: greedy on the device, and the logits row with and without the CUDA graph")
-	// First with Device.Do's hand-offs sleeping (kernels/cuda's default),
+	// First with Device.Do's hand-offs sleeping (kernels/cudadrv's default),
 	// then, for the rows with goals, spinning as the engine configures its
-	// GPU (enginecuda.DefaultHandoffSpin, longer than a step, so neither
+	// GPU (gpu.DefaultHandoffSpin, longer than a step, so neither
 	// side sleeps while a generation runs).
-	gs, err := g.TimeDecode(ctx, enginecuda.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128, Greedy: true})
+	gs, err := g.TimeDecode(ctx, gpu.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128, Greedy: true})
 	if err != nil {
 		return err
 	}
-	rn.dev.SetSpin(enginecuda.DefaultHandoffSpin)
+	rn.dev.SetSpin(gpu.DefaultHandoffSpin)
 	defer rn.dev.SetSpin(0)
-	gg, err := g.TimeDecode(ctx, enginecuda.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128, Greedy: true})
+	gg, err := g.TimeDecode(ctx, gpu.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128, Greedy: true})
 	if err != nil {
 		return err
 	}
-	gr, err := g.TimeDecode(ctx, enginecuda.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128})
+	gr, err := g.TimeDecode(ctx, gpu.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128})
 	if err != nil {
 		return err
 	}
-	dr, err := g.TimeDecode(ctx, enginecuda.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128, NoGraphs: true})
+	dr, err := g.TimeDecode(ctx, gpu.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128, NoGraphs: true})
 	if err != nil {
 		return err
 	}
@@ -588,7 +588,7 @@ func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
 	pre := ratioToPeer(pf.TokensPerSecond, PeerResidentPrefill)
 	res.Metrics = append(res.Metrics,
 		Metric{Key: "decode_tps_graph_greedy", Label: "decode, CUDA graph, greedy on the device (token ids only)", Value: gg.TokensPerSecond, Unit: "tok/s", Ratio: decG, Goal: atLeast(decG, 1.2)},
-		Metric{Key: "decode_tps_graph_greedy_sleep", Label: "decode, CUDA graph, greedy on the device, sleeping Device.Do hand-offs (kernels/cuda's default)",
+		Metric{Key: "decode_tps_graph_greedy_sleep", Label: "decode, CUDA graph, greedy on the device, sleeping Device.Do hand-offs (kernels/cudadrv's default)",
 			Value: gs.TokensPerSecond, Unit: "tok/s", Ratio: ratioToPeer(gs.TokensPerSecond, PeerResidentDecode)},
 		Metric{Key: "decode_tps_graph", Label: "decode, CUDA graph, logits row to the host", Value: gr.TokensPerSecond, Unit: "tok/s", Ratio: dec, Goal: atLeast(dec, 1.2)},
 		Metric{Key: "decode_tps_nograph", Label: "decode, kernel by kernel, logits row to the host", Value: dr.TokensPerSecond, Unit: "tok/s", Ratio: ratioToPeer(dr.TokensPerSecond, PeerResidentDecode)},
@@ -604,7 +604,7 @@ func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
 		res.Notes = append(res.Notes, gg.CopiesNote)
 	}
 	res.Notes = append(res.Notes, "hand-offs: every decode row but the sleeping one spins Device.Do's hand-offs for up to "+
-		enginecuda.DefaultHandoffSpin.String()+", as the engine (strata run, stratad) configures the GPU: one busy core on each side while a generation runs")
+		gpu.DefaultHandoffSpin.String()+", as the engine (strata run, stratad) configures the GPU: one busy core on each side while a generation runs")
 	res.Notes = append(res.Notes, "greedy on the device: each step's arg max (engine/sample's rule) is taken inside the decode graph and only the "+
 		"token id crosses PCIe, as `strata run`/Generate do for temperature-0 requests; the logits-row runs download the whole "+
 		"vocabulary row into the step as any other sampler needs (the host's arg max that picks the next token is not timed). "+
@@ -631,7 +631,7 @@ func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
 	)
 	for _, v := range []struct {
 		name string
-		t    *enginecuda.DecodeTiming
+		t    *gpu.DecodeTiming
 	}{{"greedy on the device", gg}, {"logits row", gr}} {
 		h := v.t.Phases
 		res.Notes = append(res.Notes, fmt.Sprintf("host phases per step, graph, %s: hand-off to the device goroutine %.1f µs, enqueue %.1f µs "+
@@ -664,7 +664,7 @@ func (rn *runner) streamed(ctx context.Context, res *ScenarioResult) error {
 		half = append(half, l)
 	}
 	res.Title = fmt.Sprintf("8b Q4_K_M, batch 1, layers %d..%d streamed from tier B (pinned host memory)", n/2, n-1)
-	g, err := rn.load(cpu, enginecuda.Options{MaxSeqs: 8, MaxContext: 1024, StreamLayers: half, Slots: 2})
+	g, err := rn.load(cpu, gpu.Options{MaxSeqs: 8, MaxContext: 1024, StreamLayers: half, Slots: 2})
 	if err != nil {
 		return err
 	}
@@ -674,7 +674,7 @@ func (rn *runner) streamed(ctx context.Context, res *ScenarioResult) error {
 	}()
 
 	rn.o.progress("  decode, batch 1")
-	d1, err := g.TimeDecode(ctx, enginecuda.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 2, Steps: 16})
+	d1, err := g.TimeDecode(ctx, gpu.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 2, Steps: 16})
 	if err != nil {
 		return err
 	}
@@ -692,7 +692,7 @@ func (rn *runner) streamed(ctx context.Context, res *ScenarioResult) error {
 		Ratio: pre, Goal: atLeast(pre, 4)})
 
 	rn.o.progress("  decode, batch 8")
-	d8, err := g.TimeDecode(ctx, enginecuda.DecodeOptions{Batch: 8, Prompt: 4, Warmup: 2, Steps: 6})
+	d8, err := g.TimeDecode(ctx, gpu.DecodeOptions{Batch: 8, Prompt: 4, Warmup: 2, Steps: 6})
 	if err != nil {
 		return err
 	}
@@ -712,7 +712,7 @@ func (rn *runner) big(ctx context.Context, res *ScenarioResult) error {
 	if err != nil {
 		return err
 	}
-	g, err := rn.load(cpu, enginecuda.Options{MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: stream, Slots: depth})
+	g, err := rn.load(cpu, gpu.Options{MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: stream, Slots: depth})
 	if err != nil {
 		return err
 	}
@@ -723,7 +723,7 @@ func (rn *runner) big(ctx context.Context, res *ScenarioResult) error {
 	}()
 
 	rn.o.progress("  decode, batch 1")
-	d1, err := g.TimeDecode(ctx, enginecuda.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 2, Steps: 4})
+	d1, err := g.TimeDecode(ctx, gpu.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 2, Steps: 4})
 	if err != nil {
 		return err
 	}
@@ -732,7 +732,7 @@ func (rn *runner) big(ctx context.Context, res *ScenarioResult) error {
 	res.Metrics = append(res.Metrics, rn.pcieMetrics("", "", g.StreamedBytes(), d1.PerPass, 0.95, 0)...)
 
 	rn.o.progress("  decode, batch 8")
-	d8, err := g.TimeDecode(ctx, enginecuda.DecodeOptions{Batch: 8, Prompt: 4, Warmup: 2, Steps: 3})
+	d8, err := g.TimeDecode(ctx, gpu.DecodeOptions{Batch: 8, Prompt: 4, Warmup: 2, Steps: 3})
 	if err != nil {
 		return err
 	}
@@ -747,27 +747,27 @@ func (rn *runner) big(ctx context.Context, res *ScenarioResult) error {
 }
 
 // bf16Decode is the decode both bf16 runs time.
-var bf16Decode = enginecuda.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 2, Steps: 6}
+var bf16Decode = gpu.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 2, Steps: 6}
 
 const bf16Ctx = 512
 
 // budgetDecode plans cpu (of sizes) into budget at batch 1, loads it and
 // times bf16Decode, filling res with the decode figures against the
 // accelerate peer and the PCIe limit.
-func (rn *runner) budgetDecode(ctx context.Context, res *ScenarioResult, cpu *model.Model, sizes tier.Sizes, budget int64, how string) (*enginecuda.DecodeTiming, error) {
+func (rn *runner) budgetDecode(ctx context.Context, res *ScenarioResult, cpu *model.Model, sizes tier.Sizes, budget int64, how string) (*gpu.DecodeTiming, error) {
 	d, _, err := rn.budgetDecodePacked(ctx, res, cpu, sizes, budget, how, false, 0)
 	return d, err
 }
 
 // budgetDecodePacked is budgetDecode, with tier-B layers packed
-// (enginecuda.Options.PackBF16) when pack is set and scratch bytes of
+// (gpu.Options.PackBF16) when pack is set and scratch bytes of
 // decode buffer accounted in the plan; it also returns the streamed layers.
-func (rn *runner) budgetDecodePacked(ctx context.Context, res *ScenarioResult, cpu *model.Model, sizes tier.Sizes, budget int64, how string, pack bool, scratch int64) (*enginecuda.DecodeTiming, []int, error) {
+func (rn *runner) budgetDecodePacked(ctx context.Context, res *ScenarioResult, cpu *model.Model, sizes tier.Sizes, budget int64, how string, pack bool, scratch int64) (*gpu.DecodeTiming, []int, error) {
 	stream, depth, err := rn.planBudgetScratch(cpu.Config, sizes, budget, bf16Ctx, 1, scratch)
 	if err != nil {
 		return nil, nil, err
 	}
-	g, err := rn.load(cpu, enginecuda.Options{MaxSeqs: 1, MaxContext: bf16Ctx, StreamLayers: stream, Slots: depth, PackBF16: pack})
+	g, err := rn.load(cpu, gpu.Options{MaxSeqs: 1, MaxContext: bf16Ctx, StreamLayers: stream, Slots: depth, PackBF16: pack})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -816,7 +816,7 @@ func (rn *runner) bf16Packed(ctx context.Context, res *ScenarioResult) error {
 	defer gm.Close()
 	rn.o.progress("  sizing the packed layers")
 	t := time.Now()
-	packed, plain, scratch, err := enginecuda.PackedLayerBytes(cpu.Config, cpu.Weights)
+	packed, plain, scratch, err := gpu.PackedLayerBytes(cpu.Config, cpu.Weights)
 	if err != nil {
 		return err
 	}
@@ -909,7 +909,7 @@ func (rn *runner) int8(ctx context.Context, res *ScenarioResult) error {
 // read-only ceiling, each kind alone with its own ceiling, down with and
 // without its x launch, and the same with programmatic dependent launch
 // off.
-func gemvProfileMetrics(prof *enginecuda.StepProfile, d2dBytesPerS float64) (metrics []Metric, notes []string) {
+func gemvProfileMetrics(prof *gpu.StepProfile, d2dBytesPerS float64) (metrics []Metric, notes []string) {
 	d2d := d2dBytesPerS / 1e9
 	d2dDesc := fmt.Sprintf("D2D copy %.0f GB/s", d2d)
 	gemvBW := float64(prof.WeightBytes) / prof.GEMV.Seconds() / 1e9

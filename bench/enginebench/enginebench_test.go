@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	enginecuda "github.com/strata-llm/strata/engine/cuda"
-	kcuda "github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/engine/gpu"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 func TestParseScenarios(t *testing.T) {
@@ -215,14 +215,14 @@ func TestOptions(t *testing.T) {
 // TestRunWithoutGPU: on a host without a usable GPU, Run says CUDA is
 // unavailable before writing any model.
 func TestRunWithoutGPU(t *testing.T) {
-	if kcuda.Load() == nil {
-		if n, err := kcuda.DeviceCount(); err == nil && n > 0 {
+	if cudadrv.Load() == nil {
+		if n, err := cudadrv.DeviceCount(); err == nil && n > 0 {
 			t.Skip("a GPU is present: Run would measure it")
 		}
 	}
 	dir := t.TempDir()
 	r, err := Run(context.Background(), Options{SynthDir: dir})
-	if !errors.Is(err, kcuda.ErrUnavailable) || r != nil || !strings.Contains(err.Error(), "CUDA unavailable: ") {
+	if !errors.Is(err, cudadrv.ErrUnavailable) || r != nil || !strings.Contains(err.Error(), "CUDA unavailable: ") {
 		t.Fatalf("Run = %v, %v; want CUDA unavailable", r, err)
 	}
 }
@@ -248,10 +248,10 @@ func TestPercent(t *testing.T) {
 // none was measured.
 func TestGEMVProfileMetrics(t *testing.T) {
 	const d2d = 4000e9
-	prof := &enginecuda.StepProfile{
+	prof := &gpu.StepProfile{
 		GEMV: 1450 * time.Microsecond, Device: 2 * time.Millisecond, WeightBytes: 4400e6,
 		GEMVReadOnly: 1200 * time.Microsecond,
-		GEMVKinds: []enginecuda.GEMVKindProfile{
+		GEMVKinds: []gpu.GEMVKindProfile{
 			{Name: "o", Bytes: 32 * 9437184, Launches: 32, Time: 128 * time.Microsecond, ReadOnly: 96 * time.Microsecond},
 			{Name: "down", Bytes: 32 * 40e6, Launches: 32, Time: 480 * time.Microsecond, ReadOnly: 360 * time.Microsecond},
 			{Name: "output", Bytes: 431e6, Launches: 1, Time: 105 * time.Microsecond},

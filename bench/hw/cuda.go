@@ -8,34 +8,34 @@ import (
 
 	"github.com/strata-llm/strata/bench"
 	"github.com/strata-llm/strata/engine/stream"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // GPU is a CUDA device opened for benchmarks, with one copy stream and a
 // pair of timing events. Opening it where no driver or device exists
-// returns an error wrapping cuda.ErrUnavailable ("CUDA unavailable: …").
+// returns an error wrapping cudadrv.ErrUnavailable ("CUDA unavailable: …").
 type GPU struct {
-	dev        *cuda.Device
-	stream     cuda.Stream
-	start, end cuda.Event
+	dev        *cudadrv.Device
+	stream     cudadrv.Stream
+	start, end cudadrv.Event
 }
 
 // OpenGPU opens GPU ordinal.
 func OpenGPU(ordinal int) (*GPU, error) {
-	dev, err := cuda.Open(ordinal)
+	dev, err := cudadrv.Open(ordinal)
 	if err != nil {
 		return nil, err
 	}
 	g := &GPU{dev: dev}
-	err = dev.Do(func(c *cuda.Ctx) error {
+	err = dev.Do(func(c *cudadrv.Ctx) error {
 		var err error
-		if g.stream, err = c.NewStream(cuda.StreamNonBlocking); err != nil {
+		if g.stream, err = c.NewStream(cudadrv.StreamNonBlocking); err != nil {
 			return err
 		}
-		if g.start, err = c.NewEvent(cuda.EventDefault); err != nil {
+		if g.start, err = c.NewEvent(cudadrv.EventDefault); err != nil {
 			return err
 		}
-		g.end, err = c.NewEvent(cuda.EventDefault)
+		g.end, err = c.NewEvent(cudadrv.EventDefault)
 		return err
 	})
 	if err != nil {
@@ -50,7 +50,7 @@ func (g *GPU) Name() string { return fmt.Sprintf("%s (%d)", g.dev.Name(), g.dev.
 
 // Close releases the stream and events and the device.
 func (g *GPU) Close() error {
-	err := g.dev.Do(func(c *cuda.Ctx) error {
+	err := g.dev.Do(func(c *cudadrv.Ctx) error {
 		return errors.Join(c.DestroyEvent(g.start), c.DestroyEvent(g.end), c.DestroyStream(g.stream))
 	})
 	return errors.Join(err, g.dev.Close())
@@ -61,8 +61,8 @@ func (g *GPU) Close() error {
 type Copier struct {
 	g        *GPU
 	max      int64
-	dptr     cuda.DevPtr
-	pinned   *cuda.HostMem
+	dptr     cudadrv.DevPtr
+	pinned   *cudadrv.HostMem
 	pageable *stream.Buffer
 }
 
@@ -70,7 +70,7 @@ type Copier struct {
 // the device has less free memory (keeping a quarter of it free).
 func (g *GPU) NewCopier(maxBytes int64) (*Copier, error) {
 	cp := &Copier{g: g}
-	err := g.dev.Do(func(c *cuda.Ctx) error {
+	err := g.dev.Do(func(c *cudadrv.Ctx) error {
 		free, _, err := c.MemInfo()
 		if err != nil {
 			return err
@@ -121,7 +121,7 @@ func (cp *Copier) Copy(ctx context.Context, d bench.Direction, m bench.HostMemor
 	}
 	host = host[:n]
 	var ms float32
-	err := cp.g.dev.Do(func(c *cuda.Ctx) error {
+	err := cp.g.dev.Do(func(c *cudadrv.Ctx) error {
 		if err := c.Record(cp.g.start, cp.g.stream); err != nil {
 			return err
 		}
@@ -157,7 +157,7 @@ func (cp *Copier) Copy(ctx context.Context, d bench.Direction, m bench.HostMemor
 // Close frees the buffers (not the GPU).
 func (cp *Copier) Close() error {
 	var errs []error
-	errs = append(errs, cp.g.dev.Do(func(c *cuda.Ctx) error {
+	errs = append(errs, cp.g.dev.Do(func(c *cudadrv.Ctx) error {
 		var errs []error
 		if cp.pinned != nil {
 			errs = append(errs, c.FreeHost(cp.pinned))
@@ -179,9 +179,9 @@ var _ bench.Copier = (*Copier)(nil)
 type Uploader struct {
 	g      *GPU
 	host   [][]byte
-	reg    *cuda.HostMem
-	dptr   cuda.DevPtr
-	events []cuda.Event
+	reg    *cudadrv.HostMem
+	dptr   cudadrv.DevPtr
+	events []cudadrv.Event
 	chunk  int
 }
 
@@ -196,16 +196,16 @@ func (g *GPU) NewUploader(mem []byte, slots, chunk int) (*Uploader, error) {
 	for i := range slots {
 		u.host = append(u.host, mem[i*chunk:(i+1)*chunk])
 	}
-	err := g.dev.Do(func(c *cuda.Ctx) error {
+	err := g.dev.Do(func(c *cudadrv.Ctx) error {
 		var err error
-		if u.reg, err = c.HostRegister(mem[:slots*chunk], cuda.HostRegisterPortable); err != nil {
+		if u.reg, err = c.HostRegister(mem[:slots*chunk], cudadrv.HostRegisterPortable); err != nil {
 			return fmt.Errorf("registering %d staging bytes with the GPU: %w", slots*chunk, err)
 		}
 		if u.dptr, err = c.Alloc(int64(slots * chunk)); err != nil {
 			return fmt.Errorf("device slots of %d bytes: %w", slots*chunk, err)
 		}
 		for range slots {
-			e, err := c.NewEvent(cuda.EventDisableTiming)
+			e, err := c.NewEvent(cudadrv.EventDisableTiming)
 			if err != nil {
 				return err
 			}
@@ -222,8 +222,8 @@ func (g *GPU) NewUploader(mem []byte, slots, chunk int) (*Uploader, error) {
 
 // Upload implements bench.Uploader.
 func (u *Uploader) Upload(ctx context.Context, slot, n int) (func() error, error) {
-	err := u.g.dev.Do(func(c *cuda.Ctx) error {
-		if err := c.CopyHtoD(u.dptr+cuda.DevPtr(slot*u.chunk), u.reg.Bytes()[slot*u.chunk:slot*u.chunk+n], u.g.stream); err != nil {
+	err := u.g.dev.Do(func(c *cudadrv.Ctx) error {
+		if err := c.CopyHtoD(u.dptr+cudadrv.DevPtr(slot*u.chunk), u.reg.Bytes()[slot*u.chunk:slot*u.chunk+n], u.g.stream); err != nil {
 			return err
 		}
 		return c.Record(u.events[slot], u.g.stream)
@@ -232,14 +232,14 @@ func (u *Uploader) Upload(ctx context.Context, slot, n int) (func() error, error
 		return nil, err
 	}
 	return func() error {
-		return u.g.dev.Do(func(c *cuda.Ctx) error { return c.EventSync(u.events[slot]) })
+		return u.g.dev.Do(func(c *cudadrv.Ctx) error { return c.EventSync(u.events[slot]) })
 	}, nil
 }
 
 // Close waits for the copies in flight and releases the device slots,
 // the events and the registration (not mem).
 func (u *Uploader) Close() error {
-	return u.g.dev.Do(func(c *cuda.Ctx) error {
+	return u.g.dev.Do(func(c *cudadrv.Ctx) error {
 		var errs []error
 		errs = append(errs, c.StreamSync(u.g.stream))
 		for _, e := range u.events {

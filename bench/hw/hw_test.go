@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/bench"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 func tmpFile(t *testing.T, size int) string {
@@ -73,7 +73,7 @@ func TestE2EWithoutGPU(t *testing.T) {
 	if g, err := OpenGPU(0); err == nil {
 		g.Close()
 		t.Skip("a GPU is present: the no-GPU report is not what this host gives")
-	} else if !errors.Is(err, cuda.ErrUnavailable) {
+	} else if !errors.Is(err, cudadrv.ErrUnavailable) {
 		t.Fatalf("OpenGPU: %v (want ErrUnavailable)", err)
 	}
 	p := tmpFile(t, 1<<20)

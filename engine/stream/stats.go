@@ -60,7 +60,7 @@ type Stats struct {
 
 // Add accumulates o's counted fields into s and recomputes the derived
 // ones (GBps, Overlap, ComputeUtil), as the pipeline does after each pass.
-// It lets pipelines outside this package (engine/cuda's) report the same
+// It lets pipelines outside this package (engine/gpu's) report the same
 // Stats: zero Stats plus one pass's counters is that pass's Stats.
 func (s *Stats) Add(o Stats) { s.add(o) }
 

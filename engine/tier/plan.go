@@ -227,7 +227,7 @@ type Sizes struct {
 	Type quant.Type `json:"-"`
 	// Streamed, when set (one entry per layer), is each layer's size when
 	// it is streamed from tier B, if the engine stores tier-B layers in a
-	// smaller form than Layers (engine/cuda's lossless packed bf16): what
+	// smaller form than Layers (engine/gpu's lossless packed bf16): what
 	// it takes in host memory, in a device slot and over host-to-device
 	// per pass. Resident and tier-C layers keep their Layers size. Nil
 	// means Layers.

@@ -13,8 +13,8 @@ import (
 // binding and the NVMe driver out of the unprivileged client, and the
 // commands that talk to stratad (daemon/client) link neither. `strata run`
 // is the exception for CUDA: it is an offline tool that runs a model in
-// this process, and to pick the GPU automatically it links engine/cuda
-// and kernels/cuda — a purego binding, no cgo, that only dlopens
+// this process, and to pick the GPU automatically it links engine/gpu
+// and kernels/cudadrv — a purego binding, no cgo, that only dlopens
 // libcuda.so.1 when run asks for a device, so the binary still builds with
 // CGO_ENABLED=0 and runs on hosts without a driver. The NVMe driver and
 // VFIO stay out of the binary altogether (deps_test.go checks both rules).

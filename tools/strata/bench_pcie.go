@@ -16,7 +16,7 @@ import (
 	"github.com/strata-llm/strata/bench/hw"
 	"github.com/strata-llm/strata/bench/plot"
 	"github.com/strata-llm/strata/daemon/api"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 func init() { registerBenchCommand(benchPCIeCommand) }
@@ -24,7 +24,7 @@ func init() { registerBenchCommand(benchPCIeCommand) }
 // cudaErr gives "CUDA unavailable" the exit code of an unavailable
 // service (exitBusy), the code stratad's 503 cuda_unavailable maps to too.
 func cudaErr(err error) error {
-	if errors.Is(err, cuda.ErrUnavailable) {
+	if errors.Is(err, cudadrv.ErrUnavailable) {
 		return codedError{err, exitBusy}
 	}
 	return err

@@ -17,7 +17,7 @@ import (
 
 	"github.com/strata-llm/strata/bench"
 	"github.com/strata-llm/strata/daemon"
-	"github.com/strata-llm/strata/kernels/cuda"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // wellFormedSVG decodes every token of an SVG file and counts its
@@ -45,10 +45,10 @@ func wellFormedSVG(t *testing.T, path string) map[string]int {
 }
 
 func noGPU() bool {
-	if cuda.Load() != nil {
+	if cudadrv.Load() != nil {
 		return true
 	}
-	n, err := cuda.DeviceCount()
+	n, err := cudadrv.DeviceCount()
 	return err != nil || n == 0
 }
 

@@ -1,0 +1,47 @@
+// Package cuda is strata's GPU backend: it runs the whole llama / gemma2
+// forward pass on one CUDA device with the kernels of package kernels, with
+// exactly engine/model's semantics, so the CPU reference and the GPU are
+// interchangeable behind the engine and every GPU result can be checked
+// against the CPU.
+//
+// Load uploads a model's weights (tier A: every layer resident in device
+// memory, each tensor's GGUF bytes copied unchanged) and allocates a pool
+// of KV-cache slots, one per Sequence. Forward advances every sequence of a
+// batch in one pass over the layers: prompt tokens go through the
+// tensor-core GEMM, decode steps of up to eight sequences through the
+// batched dequantizing GEMV. A pure decode step (one token per sequence)
+// is captured once as a CUDA graph and replayed: token ids, positions and
+// cache slots are read from device memory, so the graph stays valid as the
+// sequences advance.
+//
+// Layers listed in Options.StreamLayers stay on tier B instead: packed in
+// pinned host memory and copied, every pass, into one of k device slots on
+// a copy stream separate from the compute stream, with a "loaded" event
+// per slot that the compute stream waits on and a "free" event that the
+// next copy into the slot waits on. The whole pipeline is ordered on the
+// device, so the host enqueues a pass without waiting and the copy engine
+// stays busy (0.98-1.0 of the pinned H2D peak on the H200, see NOTES.md).
+//
+// Layers in Options.TierC stay on tier C, in storage: stage 1, a goroutine
+// per pass, reads each one's extent from an engine/stream Source into one
+// of k staging buffers (the source's own aligned buffers, page-locked with
+// cuMemHostRegister), and the device goroutine issues its copy into a slot
+// once the read is done, handing the buffer back when the copy's event
+// completes; reads run ahead of compute by up to k layers. The host waits
+// only when compute needs a layer whose read has not finished. Model.
+// PipelineStats reports the three stages as engine/stream's Stats. A
+// source that can DMA straight into device memory (SlotReader) is the
+// seam for a GPU-BAR route; it is not wired in yet.
+//
+// Every driver call runs inside Device.Do of package kernels/cudadrv, on the
+// device's locked OS thread; one Forward is one hand-off.
+//
+// Sequences and steps mirror engine/model's: Step has the same fields and
+// Forward the same contract (validation before anything changes,
+// ErrContextOverflow, logits for the last token or all tokens, positions
+// unchanged by a failed or cancelled pass). The differences are that a
+// Sequence holds a device cache slot, so NewSequence can fail when all
+// Options.MaxSeqs slots are taken and a Sequence should be Closed to give
+// its slot back, and that a sequence's capacity is bounded by
+// Options.MaxContext rather than the model's trained context.
+package gpu

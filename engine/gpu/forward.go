@@ -1,0 +1,835 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/sample"
+	"github.com/strata-llm/strata/kernels"
+	"github.com/strata-llm/strata/kernels/cudadrv"
+)
+
+// Step is one sequence's share of a forward pass, as engine/model.Step: it
+// appends Tokens to Seq and receives logits.
+type Step struct {
+	// Seq is the sequence to advance.
+	Seq *Sequence
+	// Tokens are the token ids to append (at least one).
+	Tokens []int32
+	// Logits is filled by Forward: one Vocab-long row per token when
+	// AllLogits is set, otherwise a single row for the last token. Rows
+	// already present with the right shape are reused.
+	Logits [][]float32
+	// AllLogits asks for logits at every token instead of the last only.
+	AllLogits bool
+	// Greedy asks for the greedy choice of the step's last logit row in
+	// Token: the largest logit, the lowest id on ties, NaN never chosen
+	// over a number (engine/sample at temperature 0 without a repetition
+	// penalty). When every step of a pass sets Greedy and none AllLogits,
+	// the choice is made on the GPU (inside the decode graph) and only the
+	// token ids cross PCIe: 4 bytes a step instead of a Vocab-long row, and
+	// Logits is left as it was. Otherwise Logits is filled as usual and
+	// Token is chosen from it on the host, by engine/sample's greedy rule.
+	Greedy bool
+	// Token is filled by Forward when Greedy is set.
+	Token int32
+}
+
+// activations are the device buffers of one pass, sized for capT tokens
+// and capR logit rows; they grow on demand (which invalidates captured
+// graphs, whose launches hold their addresses).
+type activations struct {
+	capT, capR                               int
+	h, xn, q, k, v, att, tmp, gate, up, meta cudadrv.DevPtr
+	outX, logits, tokens                     cudadrv.DevPtr
+	metaHost, logitsHost, tokensHost         *cudadrv.HostMem
+	// fx is two sets of Dim fixed-point accumulators, in turn by layer,
+	// which a one-token down product by column slices adds into
+	// (kernels.GEMVSliced; Model.down) for the residual update to add
+	// (kernels.AddFixed, AddFixedRMSNormQ). Zero between passes (see
+	// fixedState); zeroed once here.
+	fx cudadrv.DevPtr
+}
+
+func (a *activations) free(c *cudadrv.Ctx) {
+	for _, p := range []cudadrv.DevPtr{a.h, a.xn, a.q, a.k, a.v, a.att, a.tmp, a.gate, a.up, a.meta, a.outX, a.logits, a.tokens, a.fx} {
+		c.Free(p)
+	}
+	c.FreeHost(a.metaHost)
+	c.FreeHost(a.logitsHost)
+	c.FreeHost(a.tokensHost)
+	*a = activations{}
+}
+
+// ensure grows the buffers to hold T tokens and R logit rows. It reports
+// whether anything was reallocated.
+func (m *Model) ensure(c *cudadrv.Ctx, T, R int) (bool, error) {
+	a := &m.act
+	if T <= a.capT && R <= a.capR {
+		return false, nil
+	}
+	cfg := &m.Config
+	T, R = max(T, a.capT), max(R, a.capR)
+	m.dropGraphs(c)
+	a.free(c)
+	var err error
+	alloc := func(p *cudadrv.DevPtr, n int64) {
+		if err == nil {
+			*p, err = c.Alloc(max(n, 256))
+		}
+	}
+	f := int64(4)
+	t := int64(T)
+	alloc(&a.h, t*int64(cfg.Dim)*f)
+	alloc(&a.xn, t*int64(cfg.Dim)*f)
+	alloc(&a.q, t*int64(cfg.QDim())*f)
+	alloc(&a.k, t*int64(cfg.KVDim())*f)
+	alloc(&a.v, t*int64(cfg.KVDim())*f)
+	alloc(&a.att, t*int64(cfg.QDim())*f)
+	alloc(&a.tmp, t*int64(cfg.Dim)*f)
+	alloc(&a.gate, t*int64(cfg.FFN)*f)
+	alloc(&a.up, t*int64(cfg.FFN)*f)
+	alloc(&a.fx, 2*kernels.GEMVFixedBytes(cfg.Dim))
+	if err == nil {
+		err = c.MemsetD8(a.fx, 0, 2*kernels.GEMVFixedBytes(cfg.Dim), m.stream)
+	}
+	alloc(&a.meta, 3*t*4)
+	alloc(&a.outX, int64(R)*int64(cfg.Dim)*f)
+	alloc(&a.logits, int64(R)*int64(cfg.Vocab)*f)
+	alloc(&a.tokens, int64(R)*4)
+	if err == nil {
+		a.metaHost, err = c.HostAlloc(3*T*4, 0)
+	}
+	if err == nil {
+		a.logitsHost, err = c.HostAlloc(R*cfg.Vocab*4, 0)
+	}
+	if err == nil {
+		a.tokensHost, err = c.HostAlloc(R*4, 0)
+	}
+	if err != nil {
+		a.free(c)
+		return true, fmt.Errorf("activations for %d tokens, %d logit rows: %w", T, R, err)
+	}
+	a.capT, a.capR = T, R
+	return true, nil
+}
+
+// attnRun is one attention launch: a prompt chunk of one sequence
+// (prefill) or a run of consecutive single-token steps (decode).
+type attnRun struct {
+	t0, n   int
+	prefill bool
+	slot    int // prefill
+	p0      int // prefill
+	span    int // decode: largest position+1 of the run
+}
+
+// outRun is a range of tokens whose logits are wanted, landing at logit
+// row r0.
+type outRun struct{ t0, n, r0 int }
+
+// pass is the host-side plan of one forward pass.
+type pass struct {
+	T, R   int
+	attn   []attnRun
+	out    []outRun
+	decode bool // every step is one token wanting its logits
+	// sel selects each logit row's greedy token on the device (every step
+	// asked for Greedy and none for AllLogits): the pass downloads R token
+	// ids instead of R logit rows.
+	sel    bool
+	maxPos int
+	// graphSpan, when > 0, is the fixed key span decode attention is
+	// launched for (graph capture); 0 sizes it to the batch.
+	graphSpan int
+}
+
+// validate checks the batch as engine/model's Forward does, before
+// anything changes.
+func (m *Model) validate(batch []Step) error {
+	c := &m.Config
+	if len(batch) == 0 {
+		return errors.New("forward: empty batch")
+	}
+	seen := make(map[*Sequence]int, len(batch))
+	for i := range batch {
+		st := &batch[i]
+		s := st.Seq
+		switch {
+		case s == nil:
+			return fmt.Errorf("forward: step %d: nil sequence", i)
+		case s.m != m:
+			return fmt.Errorf("forward: step %d: sequence belongs to another model", i)
+		case !s.open:
+			return fmt.Errorf("forward: step %d: sequence is closed", i)
+		case len(st.Tokens) == 0:
+			return fmt.Errorf("forward: step %d: no tokens", i)
+		}
+		if j, dup := seen[s]; dup {
+			return fmt.Errorf("forward: steps %d and %d use the same sequence", j, i)
+		}
+		seen[s] = i
+		if s.pos+len(st.Tokens) > s.max {
+			return fmt.Errorf("forward: step %d: %w: sequence at position %d cannot take %d more tokens (capacity %d)",
+				i, model.ErrContextOverflow, s.pos, len(st.Tokens), s.max)
+		}
+		for j, id := range st.Tokens {
+			if id < 0 || int(id) >= c.Vocab {
+				return fmt.Errorf("forward: step %d: token %d is id %d, outside vocabulary [0, %d)", i, j, id, c.Vocab)
+			}
+		}
+	}
+	return nil
+}
+
+// planPass lays the batch's tokens out in step order and groups the
+// attention launches and logit rows.
+func planPass(batch []Step) pass {
+	var p pass
+	p.decode, p.sel = true, true
+	for i := range batch {
+		st := &batch[i]
+		n := len(st.Tokens)
+		s := st.Seq
+		if !st.Greedy || st.AllLogits {
+			p.sel = false
+		}
+		if n == 1 {
+			if k := len(p.attn) - 1; k >= 0 && !p.attn[k].prefill && p.attn[k].t0+p.attn[k].n == p.T {
+				p.attn[k].n++
+				p.attn[k].span = max(p.attn[k].span, s.pos+1)
+			} else {
+				p.attn = append(p.attn, attnRun{t0: p.T, n: 1, span: s.pos + 1})
+			}
+		} else {
+			p.attn = append(p.attn, attnRun{t0: p.T, n: n, prefill: true, slot: s.slot, p0: s.pos})
+		}
+		first := n - 1
+		if st.AllLogits {
+			first = 0
+		}
+		if n != 1 || st.AllLogits {
+			p.decode = false
+		}
+		t := p.T + first
+		if k := len(p.out) - 1; k >= 0 && p.out[k].t0+p.out[k].n == t {
+			p.out[k].n += n - first
+		} else {
+			p.out = append(p.out, outRun{t0: t, n: n - first, r0: p.R})
+		}
+		p.R += n - first
+		p.maxPos = max(p.maxPos, s.pos+n-1)
+		p.T += n
+	}
+	return p
+}
+
+// Forward advances every sequence of the batch by its step's tokens in one
+// pass over the layers on the GPU and fills each step's Logits (or, for a
+// pass whose every step asks for Greedy, only each step's Token), with
+// engine/model.Forward's contract: the batch is checked before anything
+// changes (a bad token, a closed or foreign sequence, a sequence listed
+// twice, or ErrContextOverflow leave every sequence untouched);
+// cancellation is checked between layers while the pass is being
+// enqueued; a cancelled or failed pass leaves every sequence at its old
+// position. A pure decode step of up to eight sequences is replayed from a
+// captured CUDA graph (unless Options.NoGraphs), and is then not
+// cancellable once started (it takes milliseconds).
+func (m *Model) Forward(ctx context.Context, batch []Step) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errors.New("forward: model closed")
+	}
+	if err := m.validate(batch); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("forward: %w", err)
+	}
+	tr := m.fw.trace
+	tr.mark(phaseEnter)
+	p := planPass(batch)
+	useGraph := !m.opts.NoGraphs && m.tb == nil && p.decode && p.T <= kernels.MaxGEMVBatch
+	err := m.dev.Do(func(c *cudadrv.Ctx) error {
+		tr.mark(phaseDo)
+		if _, err := m.ensure(c, p.T, p.R); err != nil {
+			return err
+		}
+		m.writeMeta(batch, p.T)
+		var err error
+		if useGraph {
+			err = m.replayDecode(c, &p)
+		} else {
+			err = m.copyMeta(c, &p)
+			if err == nil {
+				err = m.enqueue(ctx, c, &p)
+			}
+			if err == nil {
+				err = m.copyOut(c, &p)
+			}
+		}
+		tr.mark(phaseQueued)
+		// Always drain the stream: the pinned buffers are reused by the
+		// next pass and a failed pass must not leave work in flight.
+		if serr := m.wait(c); err == nil {
+			err = serr
+		}
+		tr.mark(phaseSynced)
+		if m.tb != nil {
+			if serr := m.tb.end(c, err != nil); err == nil {
+				err = serr
+			}
+		}
+		return err
+	})
+	tr.mark(phaseBack)
+	if err != nil {
+		return fmt.Errorf("forward: %w", err)
+	}
+	if p.sel {
+		m.scatterTokens(batch)
+	} else {
+		m.scatterLogits(batch)
+	}
+	for i := range batch {
+		batch[i].Seq.pos += len(batch[i].Tokens)
+	}
+	m.stats.Passes++
+	tr.mark(phaseEnd)
+	tr.done(p.sel)
+	return nil
+}
+
+// forwardState is Forward's host-side state besides the activations.
+type forwardState struct {
+	// hostGreedy picks Step.Token from a downloaded logit row when the
+	// pass did not select on the device: engine/sample's own greedy
+	// sampler, so both paths choose by the same rule.
+	hostGreedy *sample.Sampler
+	// noGraphCopies is set (to the capture error) when capturing a decode
+	// step with its input and output copies inside the graph failed; later
+	// captures leave the copies outside.
+	noGraphCopies error
+	// trace, when set by a benchmark, receives the host timestamps of
+	// every pass.
+	trace *stepTrace
+}
+
+// graphCopies puts a decode step's copies into its captured graph: the
+// upload of the token ids, positions and slots from pinned memory before
+// the first kernel and the download of the logits (or token ids) after
+// the last, so a step costs the host one graph launch and one wait instead
+// of two more copy calls. Benchmarks turn it off to measure it.
+var graphCopies = true
+
+// waitPoll makes Forward wait for a pass by polling the stream
+// (cuStreamQuery in a loop on the device goroutine) instead of blocking in
+// cuStreamSynchronize. The primary context is created with the driver's
+// default scheduling (CU_CTX_SCHED_AUTO: it spins while the process has no
+// more contexts than the host has cores), so the two differ only by what
+// the driver does inside its wait; benchmarks compare them.
+var waitPoll = false
+
+// wait blocks until the model's stream is drained.
+func (m *Model) wait(c *cudadrv.Ctx) error {
+	if !waitPoll {
+		return c.StreamSync(m.stream)
+	}
+	for {
+		done, err := c.StreamDone(m.stream)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// copyMeta uploads the pass's token ids, positions and slots (writeMeta's
+// pinned buffer) to the device.
+func (m *Model) copyMeta(c *cudadrv.Ctx, p *pass) error {
+	return c.CopyHtoD(m.act.meta, m.act.metaHost.Bytes()[:12*p.T], m.stream)
+}
+
+// copyOut downloads the pass's result into pinned memory: R token ids when
+// it selects on the device, else R logit rows.
+func (m *Model) copyOut(c *cudadrv.Ctx, p *pass) error {
+	if p.sel {
+		return c.CopyDtoH(m.act.tokensHost.Bytes()[:4*p.R], m.act.tokens, m.stream)
+	}
+	n := int64(p.R) * int64(m.Config.Vocab) * 4
+	return c.CopyDtoH(m.act.logitsHost.Bytes()[:n], m.act.logits, m.stream)
+}
+
+// scatterTokens hands each step its device-selected token (a selecting
+// pass has one row per step).
+func (m *Model) scatterTokens(batch []Step) {
+	toks, _ := cudadrv.Values[int32](m.act.tokensHost.Bytes()[:4*len(batch)])
+	for i := range batch {
+		batch[i].Token = toks[i]
+	}
+}
+
+// writeMeta fills the pinned meta buffer: token ids, positions and cache
+// slots, T int32 each.
+func (m *Model) writeMeta(batch []Step, T int) {
+	meta, _ := cudadrv.Values[int32](m.act.metaHost.Bytes()[:12*T])
+	ids, pos, slots := meta[:T], meta[T:2*T], meta[2*T:3*T]
+	t := 0
+	for i := range batch {
+		st := &batch[i]
+		for j, id := range st.Tokens {
+			ids[t] = id
+			pos[t] = int32(st.Seq.pos + j)
+			slots[t] = int32(st.Seq.slot)
+			t++
+		}
+	}
+}
+
+// scatterLogits copies the downloaded logit rows into the steps.
+func (m *Model) scatterLogits(batch []Step) {
+	V := m.Config.Vocab
+	all, _ := cudadrv.Values[float32](m.act.logitsHost.Bytes())
+	r := 0
+	for i := range batch {
+		st := &batch[i]
+		n := len(st.Tokens)
+		rows := 1
+		if st.AllLogits {
+			rows = n
+		}
+		if len(st.Logits) != rows {
+			st.Logits = make([][]float32, rows)
+		}
+		for j := range st.Logits {
+			if len(st.Logits[j]) != V {
+				st.Logits[j] = make([]float32, V)
+			}
+			copy(st.Logits[j], all[r*V:(r+1)*V])
+			r++
+		}
+		if st.Greedy {
+			if m.fw.hostGreedy == nil {
+				m.fw.hostGreedy, _ = sample.New(sample.Greedy()) // valid parameters
+			}
+			st.Token = m.fw.hostGreedy.Sample(st.Logits[rows-1], nil)
+		}
+	}
+}
+
+// fuseGEMV and fuseElementwise switch the fused launches of a pass on
+// (the default): q, k and v in one GEMV launch and gate and up with their
+// activation in another (passes of up to kernels.MaxFusedGEMVBatch
+// tokens), and RoPE with the KV store and residual adds with the next
+// RMSNorm (any pass). Benchmarks turn them off to measure what they save;
+// the results agree to float32 rounding of the GEMV sums.
+var fuseGEMV, fuseElementwise = true, true
+
+// enqueue issues one pass's kernels on the model's stream: embeddings,
+// every layer, the output norm and projection. ctx may be nil (graph
+// capture).
+func (m *Model) enqueue(ctx context.Context, c *cudadrv.Ctx, p *pass) error {
+	var fx fixedState
+	err := m.enqueuePass(ctx, c, p, &fx)
+	if serr := m.settleFixed(c, m.stream, &fx, err != nil); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// fixedState follows, while a pass is enqueued, which of the two sets of
+// fixed-point accumulators (activations.fx) may hold a product: set by a
+// residual update that reads them without zeroing them
+// (AddFixedRMSNormQ), cleared by the next sliced down product, which
+// zeroes the other set as it runs, and by AddFixed. Every pass starts and
+// ends with both zero (settleFixed), so a captured step replays from
+// zeros.
+type fixedState struct {
+	used  bool
+	dirty [2]bool
+}
+
+// settleFixed zeroes, on s, the accumulators fx says may hold a product;
+// after a failed pass that used them, both sets.
+func (m *Model) settleFixed(c *cudadrv.Ctx, s cudadrv.Stream, fx *fixedState, failed bool) error {
+	n := kernels.GEMVFixedBytes(m.Config.Dim)
+	for b := range fx.dirty {
+		if fx.dirty[b] || (failed && fx.used) {
+			if err := c.MemsetD8(m.act.fx.Add(int64(b)*n), 0, n, s); err != nil {
+				return fmt.Errorf("zeroing the fixed-point accumulators: %w", err)
+			}
+			fx.dirty[b] = false
+		}
+	}
+	return nil
+}
+
+func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fixedState) error {
+	cfg := &m.Config
+	k, s, a := m.k, m.stream, &m.act
+	T := p.T
+	f := int64(4)
+	dim, qd, kvd, ffn := int64(cfg.Dim), int64(cfg.QDim()), int64(cfg.KVDim()), int64(cfg.FFN)
+	ids, pos, slots := a.meta, a.meta.Add(int64(T)*4), a.meta.Add(2*int64(T)*4)
+	gemma := cfg.Arch == model.ArchGemma2
+	eps := cfg.NormEps
+
+	if err := k.Embed(c, s, m.embed, ids, T, a.h, cfg.EmbedScale); err != nil {
+		return err
+	}
+	var st *streamer
+	if m.tb != nil {
+		var err error
+		if st, err = m.tb.begin(ctx, c, s); err != nil {
+			return err
+		}
+	}
+	normed := false // a.xn already holds this layer's attention norm
+	for l := range m.layers {
+		if ctx != nil {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("cancelled before layer %d: %w", l, err)
+			}
+		}
+		lw := m.layers[l]
+		step := func(what string, err error) error {
+			if err != nil {
+				return fmt.Errorf("layer %d %s: %w", l, what, err)
+			}
+			return nil
+		}
+		slot := -1
+		if st != nil && m.tb.idx[l] >= 0 {
+			var err error
+			if lw, slot, err = st.acquire(l, lw); err != nil {
+				return step("waiting for its copy", err)
+			}
+			if err := step("unpacking q, k, v, o", m.unpack(c, s, l, &lw, unpackAttn)); err != nil {
+				return err
+			}
+		}
+		if !normed {
+			if err := step("attention norm", k.RMSNormQ(c, s, a.h, lw.attnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
+				return err
+			}
+		}
+		normed = false
+		if err := step("qkv", m.qkv(c, s, &lw, T)); err != nil {
+			return err
+		}
+		kv := kernels.KVCache{K: m.kvK[l], V: m.kvV[l], MaxCtx: m.maxCtx, KVDim: cfg.KVDim()}
+		at := kernels.Attention{Heads: cfg.Heads, KVHeads: cfg.KVHeads, HeadDim: cfg.HeadDim, Scale: cfg.AttnScale, Softcap: cfg.AttnSoftcap}
+		if cfg.Sliding(l) {
+			at.Window = cfg.SlidingWindow
+		}
+		if fuseElementwise {
+			if err := step("rope and kv store", k.RoPEStore(c, s, at, kv, a.q, a.k, a.v, T, int(qd), pos, slots, m.freqs, gemma)); err != nil {
+				return err
+			}
+		} else {
+			if err := step("rope q", k.RoPE(c, s, a.q, T, cfg.Heads, cfg.HeadDim, int(qd), pos, m.freqs, gemma)); err != nil {
+				return err
+			}
+			if err := step("rope k", k.RoPE(c, s, a.k, T, cfg.KVHeads, cfg.HeadDim, int(kvd), pos, m.freqs, gemma)); err != nil {
+				return err
+			}
+			if err := step("store kv", k.StoreKV(c, s, kv, a.k, a.v, T, slots, pos)); err != nil {
+				return err
+			}
+		}
+		for _, r := range p.attn {
+			qo, ao := a.q.Add(int64(r.t0)*qd*f), a.att.Add(int64(r.t0)*qd*f)
+			var err error
+			if r.prefill {
+				err = k.AttentionPrefill(c, s, at, kv, qo, ao, r.n, r.slot, r.p0)
+			} else {
+				// The split layout depends only on the token count and the
+				// span, so a captured launch (span fixed to its bucket)
+				// stays valid while positions stay below it.
+				span := r.span
+				if p.graphSpan > 0 {
+					span = p.graphSpan
+				}
+				err = k.AttentionDecodeQ(c, s, at, kv, qo, ao, r.n, slots.Add(int64(r.t0)*4), pos.Add(int64(r.t0)*4),
+					span, 0, m.scratch, m.scratchN)
+			}
+			if err := step("attention", err); err != nil {
+				return err
+			}
+		}
+		if err := step("o", k.MatMul(c, s, lw.o, a.att, a.tmp, T)); err != nil {
+			return err
+		}
+		if gemma || !fuseElementwise {
+			if gemma {
+				if err := step("post-attention norm", k.RMSNorm(c, s, a.tmp, lw.postAttnNorm, a.tmp, T, cfg.Dim, eps)); err != nil {
+					return err
+				}
+			}
+			if err := step("residual", k.Add(c, s, a.h, a.tmp, int64(T)*dim)); err != nil {
+				return err
+			}
+			if err := step("ffn norm", k.RMSNormQ(c, s, a.h, lw.ffnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
+				return err
+			}
+		} else if err := step("residual and ffn norm", k.AddRMSNormQ(c, s, a.h, a.tmp, lw.ffnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
+			return err
+		}
+		if err := step("unpacking gate, up", m.unpack(c, s, l, &lw, unpackFFNIn)); err != nil {
+			return err
+		}
+		act := kernels.SwiGLU
+		if gemma {
+			act = kernels.GeGLU
+		}
+		activate, err := m.gateUp(c, s, &lw, T, act)
+		if err := step("gate, up", err); err != nil {
+			return err
+		}
+		if activate {
+			if gemma {
+				err = k.GeGLU(c, s, a.gate, a.up, a.gate, int64(T)*ffn)
+			} else {
+				err = k.SwiGLU(c, s, a.gate, a.up, a.gate, int64(T)*ffn)
+			}
+			if err := step("activation", err); err != nil {
+				return err
+			}
+		}
+		if err := step("unpacking down", m.unpack(c, s, l, &lw, unpackFFNOut)); err != nil {
+			return err
+		}
+		acc, err := m.down(c, s, &lw, T, gemma, fx, l&1)
+		if err := step("down", err); err != nil {
+			return err
+		}
+		if gemma {
+			if err := step("post-ffn norm", k.RMSNorm(c, s, a.tmp, lw.postFFNNorm, a.tmp, T, cfg.Dim, eps)); err != nil {
+				return err
+			}
+		}
+		// With every layer resident, the next layer's attention norm
+		// weights are in place: fuse the residual update with that norm.
+		// A down product in fixed point (acc != 0) is added from there.
+		if !gemma && fuseElementwise && st == nil && l+1 < len(m.layers) {
+			if acc != 0 {
+				err = k.AddFixedRMSNormQ(c, s, a.h, acc, m.layers[l+1].attnNorm, a.xn, T, cfg.Dim, eps)
+				fx.dirty[l&1] = true
+			} else {
+				err = k.AddRMSNormQ(c, s, a.h, a.tmp, m.layers[l+1].attnNorm, a.xn, T, cfg.Dim, eps)
+			}
+			if err := step("residual and next attention norm", err); err != nil {
+				return err
+			}
+			normed = true
+		} else {
+			if acc != 0 {
+				err = k.AddFixed(c, s, a.h, acc, int64(T)*dim)
+			} else {
+				err = k.Add(c, s, a.h, a.tmp, int64(T)*dim)
+			}
+			if err := step("residual", err); err != nil {
+				return err
+			}
+		}
+		if slot >= 0 {
+			if err := step("releasing its slot", st.done(slot)); err != nil {
+				return err
+			}
+		}
+	}
+	if ctx != nil {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("cancelled before output: %w", err)
+		}
+	}
+	for _, r := range p.out {
+		if err := k.RMSNormQ(c, s, a.h.Add(int64(r.t0)*dim*f), m.outNorm, a.outX.Add(int64(r.r0)*dim*f), r.n, cfg.Dim, eps); err != nil {
+			return fmt.Errorf("output norm: %w", err)
+		}
+	}
+	if err := k.MatMul(c, s, m.output, a.outX, a.logits, p.R); err != nil {
+		return fmt.Errorf("output: %w", err)
+	}
+	if fc := cfg.FinalSoftcap; fc > 0 {
+		if err := k.Softcap(c, s, a.logits, int64(p.R)*int64(cfg.Vocab), fc); err != nil {
+			return fmt.Errorf("output soft-cap: %w", err)
+		}
+	}
+	if p.sel {
+		if err := k.Argmax(c, s, a.logits, p.R, cfg.Vocab, a.tokens); err != nil {
+			return fmt.Errorf("greedy token selection: %w", err)
+		}
+	}
+	return nil
+}
+
+// enqueueGEMVs enqueues the matrix products of a batch-1 decode pass alone,
+// launched as enqueue launches them (fused or not), reading and writing the
+// activation buffers: what benchmarks time to get the GEMVs' effective
+// bandwidth. The values computed are meaningless, and the fixed-point
+// accumulators down adds into (a.fx) are left holding them: call
+// resetFixed after the last replay, before the next Forward.
+func (m *Model) enqueueGEMVs(c *cudadrv.Ctx, kinds gemvKind) error {
+	k, s, a := m.k, m.stream, &m.act
+	dim := m.Config.Dim
+	// In the step a norm leaves a.xn (and a.outX) quantized for the GEMVs
+	// that read it (RMSNormQ), and attention a.att (AttentionDecodeQ):
+	// their x needs no launch here either.
+	var fx fixedState
+	for l, lw := range m.layers {
+		if kinds&gemvQKV != 0 {
+			k.MarkQuantized(s, a.xn, 1, dim)
+			if err := m.qkv(c, s, &lw, 1); err != nil {
+				return err
+			}
+		}
+		if kinds&gemvO != 0 {
+			// Decode attention leaves a.att quantized too (AttentionDecodeQ)
+			// where each 64-block of it lies within one head.
+			if m.Config.HeadDim%64 == 0 {
+				k.MarkQuantized(s, a.att, 1, m.Config.Heads*m.Config.HeadDim)
+			}
+			if err := k.GEMV(c, s, lw.o, a.att, a.tmp, 1); err != nil {
+				return err
+			}
+		}
+		if kinds&gemvGateUp != 0 {
+			k.MarkQuantized(s, a.xn, 1, dim)
+			// The products alone: the activation, where it is a launch of
+			// its own, is not a GEMV.
+			if _, err := m.gateUp(c, s, &lw, 1, kernels.SwiGLU); err != nil {
+				return err
+			}
+		}
+		if kinds&gemvDown != 0 {
+			if kinds&gemvDownHeld != 0 && !k.MarkQuantized(s, a.gate, 1, lw.down.Cols) {
+				return fmt.Errorf("down's x (%d columns) cannot be held quantized", lw.down.Cols)
+			}
+			if kinds&gemvDownHeld != 0 {
+				// The one-vector kernels on the held x, never the column
+				// slices (which quantize their own).
+				if err := k.GEMV(c, s, lw.down, a.gate, a.tmp, 1); err != nil {
+					return err
+				}
+			} else if _, err := m.down(c, s, &lw, 1, false, &fx, l&1); err != nil {
+				return err
+			}
+		}
+	}
+	if kinds&gemvOutput == 0 {
+		return nil
+	}
+	k.MarkQuantized(s, a.outX, 1, dim)
+	return k.GEMV(c, s, m.output, a.outX, a.logits, 1)
+}
+
+// qkv launches layer lw's q, k and v products for T rows of a.xn: one
+// fused launch where the kernels take the three (decode passes of up to
+// MaxFusedGEMVBatch tokens), else one product each. enqueue and
+// enqueueGEMVs both launch them here, so the benchmarks time what the
+// step runs.
+func (m *Model) qkv(c *cudadrv.Ctx, s cudadrv.Stream, lw *layerW, T int) error {
+	k, a := m.k, &m.act
+	if fuseGEMV && k.CanFuseGEMV(T, lw.q, lw.k, lw.v) {
+		return k.GEMVFused(c, s, a.xn, T, kernels.GEMVOut{W: lw.q, Y: a.q}, kernels.GEMVOut{W: lw.k, Y: a.k}, kernels.GEMVOut{W: lw.v, Y: a.v})
+	}
+	for _, g := range []struct {
+		name string
+		w    kernels.Matrix
+		y    cudadrv.DevPtr
+	}{{"q", lw.q, a.q}, {"k", lw.k, a.k}, {"v", lw.v, a.v}} {
+		if err := k.MatMul(c, s, g.w, a.xn, g.y, T); err != nil {
+			return fmt.Errorf("%s: %w", g.name, err)
+		}
+	}
+	return nil
+}
+
+// down launches layer lw's down product for T rows of a.gate: for one
+// token, where the kernels take it, by column slices into a.fx's set buf
+// (kernels.GEMVSliced, which quantize their own x: no launch for it, and
+// zero the other set, which the previous layer's residual update has
+// read), returning those accumulators, which the residual update must add;
+// else MatMul into a.tmp, returning 0. Not for gemma, whose post-FFN norm
+// reads the product in floats. enqueue and enqueueGEMVs both launch it
+// here.
+func (m *Model) down(c *cudadrv.Ctx, s cudadrv.Stream, lw *layerW, T int, gemma bool, fx *fixedState, buf int) (cudadrv.DevPtr, error) {
+	k, a := m.k, &m.act
+	if !gemma && m.downSliced(lw, T) {
+		n := kernels.GEMVFixedBytes(m.Config.Dim)
+		acc, other := a.fx.Add(int64(buf)*n), a.fx.Add(int64(1-buf)*n)
+		if fx.dirty[buf] { // a product no sliced launch has zeroed since
+			if err := c.MemsetD8(acc, 0, n, s); err != nil {
+				return 0, fmt.Errorf("zeroing the fixed-point accumulators: %w", err)
+			}
+			fx.dirty[buf] = false
+		}
+		ok, err := k.GEMVSliced(c, s, lw.down, a.gate, acc, other)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			fx.used, fx.dirty[1-buf] = true, false
+			return acc, nil
+		}
+	}
+	return 0, k.MatMul(c, s, lw.down, a.gate, a.tmp, T)
+}
+
+// downSliced reports whether down takes lw's product by column slices
+// (for a model other than gemma).
+func (m *Model) downSliced(lw *layerW, T int) bool {
+	return T == 1 && m.act.fx != 0 && m.k.GEMVSlicedTakes(lw.down, m.act.gate)
+}
+
+// resetFixed zeroes both sets of a.fx and waits for it (after
+// enqueueGEMVs' replays, which leave them holding sums).
+func (m *Model) resetFixed(c *cudadrv.Ctx) error {
+	if m.act.fx == 0 {
+		return nil
+	}
+	if err := m.settleFixed(c, m.stream, &fixedState{used: true}, true); err != nil {
+		return err
+	}
+	return c.StreamSync(m.stream)
+}
+
+// gateUp launches layer lw's gate and up products for T rows of a.xn: one
+// GEMVGLU launch, act applied in its epilogue into a.gate, where the
+// kernels take the pair, else one product each into a.gate and a.up, and
+// then activate reports that act is still to be applied. enqueue and
+// enqueueGEMVs both launch them here.
+func (m *Model) gateUp(c *cudadrv.Ctx, s cudadrv.Stream, lw *layerW, T int, act kernels.GLU) (activate bool, err error) {
+	k, a := m.k, &m.act
+	if fuseGEMV && lw.gate.Type == lw.up.Type && lw.gate.Rows == lw.up.Rows && k.CanFuseGEMV(T, lw.gate, lw.up) {
+		return false, k.GEMVGLU(c, s, lw.gate, lw.up, a.xn, a.gate, T, act)
+	}
+	if err := k.MatMul(c, s, lw.gate, a.xn, a.gate, T); err != nil {
+		return false, fmt.Errorf("gate: %w", err)
+	}
+	if err := k.MatMul(c, s, lw.up, a.xn, a.up, T); err != nil {
+		return false, fmt.Errorf("up: %w", err)
+	}
+	return true, nil
+}
+
+// gemvKind selects the matrix products enqueueGEMVs launches.
+type gemvKind uint8
+
+const (
+	gemvQKV gemvKind = 1 << iota
+	gemvO
+	gemvGateUp
+	gemvDown
+	gemvOutput
+	// gemvDownHeld, with gemvDown, launches each down product with its x
+	// declared already quantized (kernels.MarkQuantized), so the chain
+	// times the products without down's x launch. The profile that sets
+	// it quantizes that x first (the scratch then holds it: down launches
+	// leave it alone); the step itself never sets it.
+	gemvDownHeld
+	gemvAll = gemvQKV | gemvO | gemvGateUp | gemvDown | gemvOutput
+)

@@ -1,0 +1,141 @@
+package gpu
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/kernels"
+	"github.com/strata-llm/strata/kernels/cudadrv"
+)
+
+var (
+	gpuOnce sync.Once
+	gpuDev  *cudadrv.Device
+	gpuK    *kernels.Kernels
+	gpuErr  error
+	gpuLoad time.Duration
+)
+
+// gpu returns the test device and its kernels (loaded once per process:
+// the PTX JIT takes seconds on a fresh machine), or skips the test with
+// the reason CUDA is not usable here (CI has no GPU).
+func gpu(t testing.TB) (*cudadrv.Device, *kernels.Kernels) {
+	t.Helper()
+	gpuOnce.Do(func() {
+		gpuDev, gpuErr = cudadrv.Open(0)
+		if gpuErr != nil {
+			return
+		}
+		start := time.Now()
+		gpuErr = gpuDev.Do(func(c *cudadrv.Ctx) error {
+			var err error
+			gpuK, err = kernels.Load(c)
+			return err
+		})
+		gpuLoad = time.Since(start)
+		// The decode GEMVs run on kernels' integer path for Q4_K and Q6_K
+		// (the default); STRATA_FAST_GEMV=0 runs every GPU test and
+		// benchmark of this package on the float path
+		// (kernels.SetFastGEMV off), =1 with Q6_K alone on it
+		// (kernels.SetFastGEMVQ6K off).
+		switch os.Getenv("STRATA_FAST_GEMV") {
+		case "0":
+			kernels.SetFastGEMV(false)
+		case "1":
+			kernels.SetFastGEMVQ6K(false)
+		}
+	})
+	if gpuErr != nil {
+		if errors.Is(gpuErr, cudadrv.ErrUnavailable) {
+			t.Skipf("skipping GPU test: %v", gpuErr)
+		}
+		t.Fatalf("GPU setup: %v", gpuErr)
+	}
+	return gpuDev, gpuK
+}
+
+// tinyModel writes a tiny synthetic model and opens it on the CPU.
+func tinyModel(t testing.TB, arch, typ string) *model.Model {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), arch+"-"+typ+".gguf")
+	if err := synth.Write(path, synth.Options{Arch: arch, Shape: "tiny", Type: typ, Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// loadGPU uploads cpu's weights to the test device.
+func loadGPU(t testing.TB, cpu *model.Model, opts Options) *Model {
+	t.Helper()
+	dev, k := gpu(t)
+	opts.Kernels = k
+	g, err := Load(dev, cpu.Config, cpu.Weights, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return g
+}
+
+// promptTokens is a deterministic prompt of n ids in [1, vocab).
+func promptTokens(vocab, n, seed int) []int32 {
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32(1 + (i*131+seed*17+7)%(vocab-1))
+	}
+	return p
+}
+
+// maxNMSE is the fidelity bound of issue 5: GPU logits vs the CPU
+// reference.
+const maxNMSE = 1e-4
+
+// openBig opens the synthetic model bigModel names, skipping as bigModel
+// does and where there is no GPU (gpu), and closes it when the test ends.
+// dev is the GPU.
+func openBig(t testing.TB, env, shape string) (*model.Model, *cudadrv.Device) {
+	t.Helper()
+	path := bigModel(t, env, shape)
+	dev, _ := gpu(t)
+	m, err := model.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m, dev
+}
+
+// bigModel returns the path in env (skipping the test when it is unset),
+// writing the synthetic llama model of the given shape (Q4_K_M, seed 1)
+// there first when the file does not exist yet: the GPU machine has no Go
+// toolchain, so the test binary synthesizes its own fixtures.
+func bigModel(t testing.TB, env, shape string) string {
+	t.Helper()
+	path := os.Getenv(env)
+	if path == "" {
+		t.Skipf("skipping %s test: %s is not set (path of a synthetic llama %s q4_k_m GGUF, written there if missing)", shape, env, shape)
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		start := time.Now()
+		if err := synth.Write(path, synth.Options{Arch: "llama", Shape: shape, Type: "q4_k_m", Seed: 1}); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("synthesized %s in %v", path, time.Since(start).Round(time.Millisecond))
+	}
+	return path
+}

@@ -1,0 +1,643 @@
+package gpu
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/kernels/cudadrv"
+)
+
+// This file tests tier C without a GPU: the layout probe against a real
+// pool, and the pipeline's scheduling (stage 1 reads, the copy window, the
+// staging hand-back, failed and cancelled passes, Stats) against simDev, a
+// simulated device with streams, events and asynchronous copies. The GPU
+// tests are in tierc_gpu_test.go.
+
+// tinyPool writes a tiny synthetic model as a GGUF and as a prefab pool
+// (type keep: the same tensor bytes) and opens both.
+func tinyPool(t testing.TB, arch, typ string) (*model.Model, *tier.Pool, string) {
+	t.Helper()
+	dir := t.TempDir()
+	g := filepath.Join(dir, arch+"-"+typ+".gguf")
+	if err := synth.Write(g, synth.Options{Arch: arch, Shape: "tiny", Type: typ, Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, arch+"-"+typ+".pool")
+	writePool(t, g, p)
+	cpu, err := model.Open(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cpu.Close() })
+	pool, err := tier.OpenPool(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Close() })
+	return cpu, pool, p
+}
+
+// writePool converts the GGUF at src into a keep-type pool at dst.
+func writePool(t testing.TB, src, dst string) {
+	t.Helper()
+	mf, err := gguf.Map(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mf.Close()
+	if err := tier.WritePool(mf, dst, tier.PrefabOptions{Type: tier.TypeKeep}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestProbeLayout: the offsets the probe finds are where the pool's
+// extent holds each tensor's bytes, for both architectures; a store whose
+// tensors do not match the model's is refused.
+func TestProbeLayout(t *testing.T) {
+	for _, arch := range []string{"llama", "gemma2"} {
+		t.Run(arch, func(t *testing.T) {
+			cpu, pool, _ := tinyPool(t, arch, "q4_k_m")
+			gemma := arch == "gemma2"
+			for l := range cpu.Config.Layers {
+				e := pool.Extent(l)
+				probe := make([]byte, e.Length)
+				fillOffsets(probe)
+				want := &cpu.Weights.Layers[l]
+				lw, err := probeLayout(pool, l, probe, want, gemma)
+				if err != nil {
+					t.Fatalf("layer %d: %v", l, err)
+				}
+				ext, err := pool.Mapped(l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The layerW fields in layerTensors order.
+				ptrs := []cudadrv.DevPtr{lw.attnNorm, lw.q.Ptr, lw.k.Ptr, lw.v.Ptr, lw.o.Ptr}
+				if gemma {
+					ptrs = append(ptrs, lw.postAttnNorm)
+				}
+				ptrs = append(ptrs, lw.ffnNorm, lw.gate.Ptr, lw.up.Ptr, lw.down.Ptr)
+				if gemma {
+					ptrs = append(ptrs, lw.postFFNNorm)
+				}
+				for i, tn := range layerTensors(want, gemma) {
+					off := int64(ptrs[i])
+					if off%16 != 0 || !bytes.Equal(ext[off:off+int64(len(tn.Data))], tn.Data) {
+						t.Fatalf("layer %d tensor %s: probe says offset %d; the extent's bytes there are not the tensor's", l, tn.Name, off)
+					}
+				}
+				if lw.q.Type != want.Q.Type || lw.down.Rows != want.Down.Rows || lw.down.Cols != want.Down.Cols {
+					t.Fatalf("layer %d: matrix descriptions %+v / %+v do not match the model", l, lw.q, lw.down)
+				}
+			}
+			// A model whose tensors differ from the store's is refused.
+			other := cpu.Weights.Layers[0]
+			other.Q.Data = other.Q.Data[:len(other.Q.Data)-16]
+			probe := make([]byte, pool.Extent(0).Length)
+			fillOffsets(probe)
+			if _, err := probeLayout(pool, 0, probe, &other, gemma); err == nil || !strings.Contains(err.Error(), "attn_q") {
+				t.Fatalf("mismatched tensor: %v", err)
+			}
+		})
+	}
+}
+
+// simDev is a simulated device: streams are FIFO queues of operations
+// that run only when the streamer calls the driver (a few random steps per
+// call, so the device lags the host by varying amounts), events count
+// records enqueued and completed (cuStreamWaitEvent waits for the record
+// current when the wait was enqueued), and a copy moves its source bytes
+// when it executes, so a staging buffer reused too early is caught. Time
+// is a step counter, one microsecond per step, for Elapsed.
+type simDev struct {
+	t       testing.TB
+	rng     *rand.Rand
+	queues  map[cudadrv.Stream][]simOp
+	streams []cudadrv.Stream
+	rec     map[cudadrv.Event]int // records enqueued
+	done    map[cudadrv.Event]int // records completed
+	at      map[cudadrv.Event]int // clock of the last completed record
+	mem     map[cudadrv.DevPtr][]byte
+	clock   int
+	copyChk func(src []byte) error // checks a copy's source as it runs
+	copies  atomic.Int64           // copies executed
+}
+
+type simOp struct {
+	wait, rec cudadrv.Event
+	gen       int
+	dst       cudadrv.DevPtr
+	src       []byte
+	fn        func() error
+}
+
+func newSimDev(t testing.TB, seed uint64, streams ...cudadrv.Stream) *simDev {
+	return &simDev{t: t, rng: rand.New(rand.NewPCG(seed, 1)), queues: map[cudadrv.Stream][]simOp{}, streams: streams,
+		rec: map[cudadrv.Event]int{}, done: map[cudadrv.Event]int{}, at: map[cudadrv.Event]int{}, mem: map[cudadrv.DevPtr][]byte{}}
+}
+
+func (d *simDev) push(s cudadrv.Stream, op simOp) { d.queues[s] = append(d.queues[s], op) }
+
+// step runs the head of one runnable stream (chosen at random); it
+// reports false when no stream can move.
+func (d *simDev) step() (bool, error) {
+	var ready []cudadrv.Stream
+	for _, s := range d.streams {
+		q := d.queues[s]
+		if len(q) > 0 && (q[0].wait == 0 || d.done[q[0].wait] >= q[0].gen) {
+			ready = append(ready, s)
+		}
+	}
+	if len(ready) == 0 {
+		return false, nil
+	}
+	s := ready[d.rng.IntN(len(ready))]
+	op := d.queues[s][0]
+	d.queues[s] = d.queues[s][1:]
+	d.clock++
+	switch {
+	case op.rec != 0:
+		d.done[op.rec] = op.gen
+		d.at[op.rec] = d.clock
+	case op.src != nil:
+		if d.copyChk != nil {
+			if err := d.copyChk(op.src); err != nil {
+				return true, err
+			}
+		}
+		copy(d.mem[op.dst], op.src)
+		d.copies.Add(1)
+	case op.fn != nil:
+		return true, op.fn()
+	}
+	return true, nil
+}
+
+// lag runs up to n random steps.
+func (d *simDev) lag(n int) error {
+	for range d.rng.IntN(n + 1) {
+		if _, err := d.step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// until steps until cond holds, failing on a device that cannot move.
+func (d *simDev) until(what string, cond func() bool) error {
+	for !cond() {
+		moved, err := d.step()
+		if err != nil {
+			return err
+		}
+		if !moved {
+			return fmt.Errorf("simulated device deadlocked waiting for %s", what)
+		}
+	}
+	return nil
+}
+
+func (d *simDev) WaitEvent(s cudadrv.Stream, e cudadrv.Event) error {
+	if g := d.rec[e]; g > 0 {
+		d.push(s, simOp{wait: e, gen: g})
+	}
+	return d.lag(2)
+}
+
+func (d *simDev) Record(e cudadrv.Event, s cudadrv.Stream) error {
+	d.rec[e]++
+	d.push(s, simOp{rec: e, gen: d.rec[e]})
+	return d.lag(2)
+}
+
+func (d *simDev) CopyHtoD(dst cudadrv.DevPtr, src []byte, s cudadrv.Stream) error {
+	if len(src) > len(d.mem[dst]) {
+		return fmt.Errorf("copy of %d bytes into a %d-byte slot", len(src), len(d.mem[dst]))
+	}
+	d.push(s, simOp{dst: dst, src: src})
+	return d.lag(2)
+}
+
+func (d *simDev) EventDone(e cudadrv.Event) (bool, error) {
+	if err := d.lag(3); err != nil {
+		return false, err
+	}
+	return d.done[e] >= d.rec[e], nil
+}
+
+func (d *simDev) EventSync(e cudadrv.Event) error {
+	g := d.rec[e]
+	return d.until(fmt.Sprintf("event %d", e), func() bool { return d.done[e] >= g })
+}
+
+func (d *simDev) StreamSync(s cudadrv.Stream) error {
+	return d.until(fmt.Sprintf("stream %d", s), func() bool { return len(d.queues[s]) == 0 })
+}
+
+func (d *simDev) Elapsed(a, b cudadrv.Event) (float32, error) {
+	if d.done[a] == 0 || d.done[b] == 0 || d.done[a] < d.rec[a] || d.done[b] < d.rec[b] {
+		return 0, fmt.Errorf("elapsed between events %d and %d: not completed", a, b)
+	}
+	return float32(d.at[b]-d.at[a]) / 1000, nil
+}
+
+// testStore is a stream.LayerStore over a file of random layer extents
+// of different lengths; Verify compares with the bytes written.
+type testStore struct {
+	ext  []stream.Extent
+	data [][]byte
+}
+
+func (s *testStore) NumLayers() int               { return len(s.ext) }
+func (s *testStore) Extent(i int) stream.Extent   { return s.ext[i] }
+func (s *testStore) Mapped(i int) ([]byte, error) { return s.data[i], nil }
+func (s *testStore) Verify(i int, b []byte) error {
+	if !bytes.Equal(b, s.data[i]) {
+		return errors.New("checksum mismatch")
+	}
+	return nil
+}
+func (s *testStore) Decode(int, []byte) (*model.Layer, error) {
+	return nil, errors.New("testStore does not decode")
+}
+
+func newTestStore(t testing.TB, layers int) (*testStore, string) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(3, 4))
+	s := &testStore{}
+	var file []byte
+	for range layers {
+		n := int64(1+rng.IntN(6)) * stream.PageSize
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		s.ext = append(s.ext, stream.Extent{Offset: int64(len(file)), Length: n})
+		s.data = append(s.data, b)
+		file = append(file, b...)
+	}
+	path := filepath.Join(t.TempDir(), "layers")
+	if err := os.WriteFile(path, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return s, path
+}
+
+// countingSource counts the reads started, and checks at each that no
+// more than k staging buffers are in use: reads started minus tier-C
+// copies completed on the device.
+type countingSource struct {
+	stream.Source
+	started  atomic.Int64
+	copiesC  func() int64
+	k        int64
+	overflow atomic.Int64
+}
+
+func (c *countingSource) ReadAt(ctx context.Context, dst []byte, off int64) error {
+	n := c.started.Add(1)
+	if c.copiesC != nil && n-c.copiesC() > c.k {
+		c.overflow.Store(n - c.copiesC())
+	}
+	return c.Source.ReadAt(ctx, dst, off)
+}
+
+// simPipeline builds a tierB for the simulated device the way loadTierB
+// builds it on a GPU.
+func simPipeline(t testing.TB, store *testStore, tiers []stream.Tier, k int, src stream.Source) (*tierB, *simDev) {
+	t.Helper()
+	n := len(tiers)
+	tb := &tierB{off: make([]int64, n), size: make([]int64, n), idx: make([]int, n), tierC: make([]bool, n), copy: 2, t0: 9}
+	var maxC, maxS int64
+	for i, tr := range tiers {
+		tb.idx[i] = -1
+		e := store.ext[i]
+		switch tr {
+		case stream.TierA:
+			tb.layerBytes += e.Length
+			tb.resident += e.Length
+			continue
+		case stream.TierB:
+			tb.off[i] = int64(len(tb.hostBytes))
+			tb.hostBytes = append(tb.hostBytes, store.data[i]...)
+		case stream.TierC:
+			tb.tierC[i] = true
+			tb.cLayers = append(tb.cLayers, i)
+			maxC = max(maxC, e.Length)
+		}
+		tb.size[i] = e.Length
+		maxS = max(maxS, e.Length)
+		tb.idx[i] = len(tb.order)
+		tb.order = append(tb.order, i)
+		tb.bytes += e.Length
+		tb.layerBytes += e.Length
+	}
+	d := newSimDev(t, uint64(k)*7+uint64(n), 1, 2)
+	ev := cudadrv.Event(100)
+	next := func() cudadrv.Event { ev++; return ev }
+	for j := range k {
+		p := cudadrv.DevPtr(1 << 20 * (j + 1))
+		d.mem[p] = make([]byte, maxS)
+		tb.slots = append(tb.slots, p)
+		tb.loaded = append(tb.loaded, next())
+		tb.free = append(tb.free, next())
+	}
+	for range tb.order {
+		tb.copyStart = append(tb.copyStart, next())
+		tb.copyEnd = append(tb.copyEnd, next())
+		tb.waitStart = append(tb.waitStart, next())
+		tb.waitEnd = append(tb.waitEnd, next())
+	}
+	if len(tb.cLayers) > 0 {
+		var err error
+		tb.rd, err = newReader(&TierC{Layers: tb.cLayers, Store: store, Source: src}, n, k, maxC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tb.rd.free() })
+	}
+	// A copy's source must be a whole layer's bytes when it runs: a
+	// staging buffer handed back to stage 1 too early would be caught
+	// half overwritten (or holding the next layer).
+	d.copyChk = func(src []byte) error {
+		for i := range store.data {
+			if bytes.Equal(src, store.data[i]) {
+				return nil
+			}
+		}
+		return fmt.Errorf("a copy ran from %d bytes that are no layer's (staging reused too early?)", len(src))
+	}
+	return tb, d
+}
+
+// simPass runs one pass the way Forward's enqueue does: for every layer,
+// acquire its slot (streamed layers), enqueue "kernels" on the compute
+// stream that check the slot holds the layer, release the slot; then
+// drain and end the pass.
+func simPass(ctx context.Context, tb *tierB, d *simDev, store *testStore, cancelAt int) error {
+	const compute = cudadrv.Stream(1)
+	var cancel context.CancelFunc
+	if cancelAt >= 0 {
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+	}
+	err := func() error {
+		st, err := tb.begin(ctx, d, compute)
+		if err != nil {
+			return err
+		}
+		for l := range tb.idx {
+			if l == cancelAt {
+				cancel()
+			}
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("cancelled before layer %d: %w", l, err)
+			}
+			if tb.idx[l] < 0 {
+				d.push(compute, simOp{fn: func() error { return nil }})
+				continue
+			}
+			lw, j, err := st.acquire(l, layerW{})
+			if err != nil {
+				return fmt.Errorf("layer %d waiting for its copy: %w", l, err)
+			}
+			if lw.q.Ptr != tb.slots[j] {
+				return fmt.Errorf("layer %d: weights at %#x, slot %d is at %#x", l, lw.q.Ptr, j, tb.slots[j])
+			}
+			slot, want := tb.slots[j], store.data[l]
+			for range 3 {
+				d.push(compute, simOp{fn: func() error {
+					if !bytes.Equal(d.mem[slot][:len(want)], want) {
+						return fmt.Errorf("layer %d computed on slot %d before its bytes landed (or after they were overwritten)", l, j)
+					}
+					return nil
+				}})
+			}
+			if err := st.done(j); err != nil {
+				return fmt.Errorf("layer %d releasing its slot: %w", l, err)
+			}
+		}
+		return nil
+	}()
+	if serr := d.StreamSync(compute); err == nil {
+		err = serr
+	}
+	if serr := tb.end(d, err != nil); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// TestTierCPipelineSimulated drives the pipeline on the simulated device
+// for several placements and depths: every layer is computed on its own
+// bytes, stage 1 never holds more than k staging buffers, a read error
+// fails its pass naming the layer and byte range (and the next pass
+// works), a cancelled pass stops cleanly, and Stats count what moved.
+func TestTierCPipelineSimulated(t *testing.T) {
+	store, path := newTestStore(t, 9)
+	for _, mix := range []string{"all-C", "C,A,C,B,C,C,A,B,C", "A,B,C,B,A,C,C,C,B", "B,B,C,B,B,B,B,C,B"} {
+		for _, k := range []int{1, 2, 3} {
+			for _, direct := range []bool{true, false} {
+				t.Run(fmt.Sprintf("%s/k=%d/odirect=%v", mix, k, direct), func(t *testing.T) {
+					tiers, err := stream.MixTiers(mix, len(store.ext))
+					if err != nil {
+						t.Fatal(err)
+					}
+					fs, err := stream.OpenFile(path, stream.FileOptions{Buffered: !direct, ChunkBytes: stream.PageSize, QueueDepth: 3})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer fs.Close()
+					faulty := stream.NewFaulty(fs)
+					cs := &countingSource{Source: faulty, k: int64(k)}
+					tb, d := simPipeline(t, store, tiers, k, cs)
+					var copiesC atomic.Int64
+					// Count tier-C copies completed: the device's copies
+					// minus tier B's, tracked through the check hook.
+					chk := d.copyChk
+					d.copyChk = func(src []byte) error {
+						if tb.rd != nil {
+							for _, b := range tb.rd.staging {
+								if len(src) > 0 && len(b.Bytes()) > 0 && &src[0] == &b.Bytes()[0] {
+									copiesC.Add(1)
+								}
+							}
+						}
+						return chk(src)
+					}
+					cs.copiesC = copiesC.Load
+					ctx := context.Background()
+					var cBytes int64
+					for _, l := range tb.cLayers {
+						cBytes += store.ext[l].Length
+					}
+					for pass := range 3 {
+						if err := simPass(ctx, tb, d, store, -1); err != nil {
+							t.Fatalf("pass %d: %v", pass, err)
+						}
+						if tb.last.Failed != 0 || tb.last.Read.Bytes != cBytes || tb.last.Copy.Bytes != tb.bytes || tb.last.Compute.Bytes != tb.layerBytes {
+							t.Fatalf("pass %d stats %+v: want read %d, copy %d, compute %d bytes", pass, tb.last, cBytes, tb.bytes, tb.layerBytes)
+						}
+						if tb.last.Copy.Busy <= 0 || tb.last.Copy.Layers != int64(len(tb.order)) {
+							t.Fatalf("pass %d: copy stage %+v", pass, tb.last.Copy)
+						}
+					}
+					if o := cs.overflow.Load(); o != 0 {
+						t.Fatalf("stage 1 had %d reads ahead of the completed copies, more than k = %d staging buffers", o, k)
+					}
+					if len(tb.cLayers) > 0 {
+						// A failing extent fails the pass with an error
+						// naming the layer and its byte range.
+						bad := tb.cLayers[len(tb.cLayers)/2]
+						faulty.FailExtent(store.ext[bad], true)
+						err := simPass(ctx, tb, d, store, -1)
+						want := fmt.Sprintf("layer %d (tier C, extent %v)", bad, store.ext[bad])
+						if err == nil || !errors.Is(err, stream.ErrInjected) || !strings.Contains(err.Error(), want) {
+							t.Fatalf("pass with a bad read: %v, want an error naming %q", err, want)
+						}
+						if tb.last.Failed != 1 {
+							t.Fatalf("failed pass counted as %+v", tb.last)
+						}
+						// A read failing at a random point, then cancellation.
+						faulty.FailNth(int64(1 + len(tb.cLayers)/2))
+						if err := simPass(ctx, tb, d, store, -1); !errors.Is(err, stream.ErrInjected) {
+							t.Fatalf("pass with the nth read failing: %v", err)
+						}
+					}
+					if err := simPass(ctx, tb, d, store, 4); !errors.Is(err, context.Canceled) {
+						t.Fatalf("cancelled pass: %v", err)
+					}
+					for pass := range 2 {
+						if err := simPass(ctx, tb, d, store, -1); err != nil {
+							t.Fatalf("pass %d after the failures: %v", pass, err)
+						}
+					}
+					if tb.total.Passes != tb.total.Failed+5 || tb.last.Failed != 0 {
+						t.Fatalf("total stats %+v", tb.total)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestTierCVerify: a tier-C extent whose bytes do not match the store's
+// checksum fails the pass (VerifyFirst checks every extent's first read).
+func TestTierCVerify(t *testing.T) {
+	store, path := newTestStore(t, 4)
+	tiers, _ := stream.MixTiers("all-C", 4)
+	fs, err := stream.OpenFile(path, stream.FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	tb, d := simPipeline(t, store, tiers, 2, fs)
+	good := store.data[2]
+	store.data[2] = append([]byte(nil), good...)
+	store.data[2][100] ^= 1
+	err = simPass(context.Background(), tb, d, store, -1)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("layer 2 (tier C, extent %v): verify", store.ext[2])) {
+		t.Fatalf("corrupt extent: %v", err)
+	}
+	store.data[2] = good
+	if err := simPass(context.Background(), tb, d, store, -1); err != nil {
+		t.Fatalf("pass after the corruption was repaired: %v", err)
+	}
+}
+
+// TestTierCOptions: bad tier-C options are refused before anything is
+// allocated.
+func TestTierCOptions(t *testing.T) {
+	cpu, pool, path := tinyPool(t, "gemma2", "f32")
+	fs, err := stream.OpenFile(path, stream.FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	for _, tc := range []struct {
+		name   string
+		opts   TierC
+		stream []int
+		want   string
+	}{
+		{"no store", TierC{Layers: []int{1}, Source: fs}, nil, "no layer store"},
+		{"no source", TierC{Layers: []int{1}, Store: pool}, nil, "no source"},
+		{"range", TierC{Layers: []int{4}, Store: pool, Source: fs}, nil, "outside"},
+		{"twice", TierC{Layers: []int{1, 1}, Store: pool, Source: fs}, nil, "twice"},
+		{"B and C", TierC{Layers: []int{1}, Store: pool, Source: fs}, []int{1}, "tier B and tier C"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &Model{Config: cpu.Config, opts: Options{TierC: &tc.opts, StreamLayers: tc.stream}}
+			streamed, err := m.streamedSet(cpu.Config.Layers)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.tierCSet(cpu.Weights, streamed); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%v, want %q", err, tc.want)
+			}
+		})
+	}
+	m := &Model{Config: cpu.Config, opts: Options{TierC: &TierC{Layers: []int{0, 3}, Store: pool, Source: fs}}}
+	set, err := m.tierCSet(cpu.Weights, make([]bool, cpu.Config.Layers))
+	if err != nil || set[0] == nil || set[1] != nil || set[3] == nil || set[3].ext != pool.Extent(3) {
+		t.Fatalf("valid tier C: %v %v", set, err)
+	}
+}
+
+// TestReaderRunAhead: stage 1 alone reads at most k layers ahead of the
+// buffers handed back, in order, and stops at the first error.
+func TestReaderRunAhead(t *testing.T) {
+	store, path := newTestStore(t, 8)
+	fs, err := stream.OpenFile(path, stream.FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	layers := []int{0, 1, 2, 3, 4, 5, 6, 7}
+	for _, k := range []int{1, 2, 3} {
+		r, err := newReader(&TierC{Store: store, Source: fs}, 8, k, 6*stream.PageSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := r.begin(context.Background(), layers, 8)
+		for _, l := range layers {
+			g := <-p.ready[l]
+			if g.err != nil {
+				t.Fatal(g.err)
+			}
+			if !bytes.Equal(r.staging[g.s].Bytes()[:store.ext[l].Length], store.data[l]) {
+				t.Fatalf("k=%d layer %d: wrong bytes in staging buffer %d", k, l, g.s)
+			}
+			// With the buffer still held, no more than k-1 later layers
+			// can have been read.
+			time.Sleep(time.Millisecond)
+			ahead := 0
+			for _, m := range layers[l+1:] {
+				ahead += len(p.ready[m])
+			}
+			if ahead > k-1 {
+				t.Fatalf("k=%d: %d layers read ahead of layer %d with its buffer held", k, ahead, l)
+			}
+			p.release(g.s)
+		}
+		p.end()
+		if p.n != 8 || p.bytes == 0 {
+			t.Fatalf("k=%d: counted %d layers, %d bytes", k, p.n, p.bytes)
+		}
+		r.free()
+	}
+}

@@ -1,0 +1,116 @@
+package cudadrv
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Stream is a CUstream: an ordered queue of device work. The zero Stream is
+// the legacy default stream.
+type Stream uintptr
+
+// Stream creation flags (CU_STREAM_*).
+const (
+	StreamDefault     = 0x0
+	StreamNonBlocking = 0x1
+)
+
+// NewStream creates a stream.
+func (c *Ctx) NewStream(flags uint32) (Stream, error) {
+	var s uintptr
+	if err := check("cuStreamCreate", call(drv.cuStreamCreate, uintptr(unsafe.Pointer(&s)), uintptr(flags))); err != nil {
+		return 0, err
+	}
+	return Stream(s), nil
+}
+
+// DestroyStream destroys s once its work completes.
+func (c *Ctx) DestroyStream(s Stream) error {
+	if s == 0 {
+		return nil
+	}
+	return check("cuStreamDestroy", call(drv.cuStreamDestroy, uintptr(s)))
+}
+
+// StreamSync waits for all work queued on s.
+func (c *Ctx) StreamSync(s Stream) error {
+	return check("cuStreamSynchronize", call(drv.cuStreamSynchronize, uintptr(s)))
+}
+
+// StreamDone reports whether all work on s has completed, without waiting.
+func (c *Ctx) StreamDone(s Stream) (bool, error) {
+	switch r := call(drv.cuStreamQuery, uintptr(s)); r {
+	case success:
+		return true, nil
+	case ResultNotReady:
+		return false, nil
+	default:
+		return false, newError("cuStreamQuery", r)
+	}
+}
+
+// WaitEvent makes later work on s wait until e has completed (e.g. the
+// compute stream waits for the copy stream's "slot loaded" event).
+func (c *Ctx) WaitEvent(s Stream, e Event) error {
+	return check("cuStreamWaitEvent", call(drv.cuStreamWaitEvent, uintptr(s), uintptr(e), 0))
+}
+
+// Event is a CUevent: a marker in a stream for ordering and timing.
+type Event uintptr
+
+// Event creation flags (CU_EVENT_*).
+const (
+	EventDefault       = 0x0
+	EventBlockingSync  = 0x1
+	EventDisableTiming = 0x2
+)
+
+// NewEvent creates an event. Use EventDisableTiming for pure ordering
+// events: they are cheaper to record and wait on.
+func (c *Ctx) NewEvent(flags uint32) (Event, error) {
+	var e uintptr
+	if err := check("cuEventCreate", call(drv.cuEventCreate, uintptr(unsafe.Pointer(&e)), uintptr(flags))); err != nil {
+		return 0, err
+	}
+	return Event(e), nil
+}
+
+// DestroyEvent releases e.
+func (c *Ctx) DestroyEvent(e Event) error {
+	if e == 0 {
+		return nil
+	}
+	return check("cuEventDestroy", call(drv.cuEventDestroy, uintptr(e)))
+}
+
+// Record enqueues e on s.
+func (c *Ctx) Record(e Event, s Stream) error {
+	return check("cuEventRecord", call(drv.cuEventRecord, uintptr(e), uintptr(s)))
+}
+
+// EventSync waits until e has completed.
+func (c *Ctx) EventSync(e Event) error {
+	return check("cuEventSynchronize", call(drv.cuEventSynchronize, uintptr(e)))
+}
+
+// EventDone reports whether e has completed, without waiting.
+func (c *Ctx) EventDone(e Event) (bool, error) {
+	switch r := call(drv.cuEventQuery, uintptr(e)); r {
+	case success:
+		return true, nil
+	case ResultNotReady:
+		return false, nil
+	default:
+		return false, newError("cuEventQuery", r)
+	}
+}
+
+// Elapsed returns the device time in milliseconds between two completed
+// timing events (resolution about half a microsecond).
+func (c *Ctx) Elapsed(start, end Event) (float32, error) {
+	var ms float32
+	if err := check("cuEventElapsedTime", call(drv.cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), uintptr(start), uintptr(end))); err != nil {
+		return 0, fmt.Errorf("event timing: %w", err)
+	}
+	return ms, nil
+}
