@@ -1,14 +1,15 @@
 // Package enginebench is `strata bench engine`: it measures strata's GPU
-// engine (engine/gpu) on the model shapes and placements issue 5 judges it
-// by, in one run — first the ceilings (device-to-device copy bandwidth,
-// pinned host-to-device peak), then each scenario — and relates every
-// figure to a ceiling measured in that same run or to a peer's reference
-// figure from the issue, next to the issue's goal. It writes the synthetic
-// models a scenario needs when they are missing (engine/synth, and a
-// prefab pool for the INT8-row variant).
+// engine (engine/gpu) on a fixed set of model shapes and placements, in
+// one run — first the ceilings (device-to-device copy bandwidth, pinned
+// host-to-device peak), then each scenario — and relates every figure to
+// a ceiling measured in that same run, to another figure of the run, or,
+// when the run is given a peers file (Options.Peers), to another system's
+// reference figure, next to the goal set for that ratio. It writes the
+// synthetic models a scenario needs when they are missing (engine/synth,
+// and a prefab pool for the INT8-row variant).
 //
-// The timing itself lives in engine/gpu (benchmark.go), which the
-// package's Go benchmarks share; the placements come from the tier planner
+// The timing itself lives in bench/gputime, which engine/gpu's Go
+// benchmarks share; the placements come from the tier planner
 // (engine/tier) as `--vram` would plan them. This package holds no unsafe
 // code and prints nothing: progress goes to Options.Progress and the
 // Report renders itself (WriteText) or marshals as JSON.
@@ -24,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strata-llm/strata/bench/gputime"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/gpu"
 	"github.com/strata-llm/strata/engine/model"
@@ -35,7 +37,7 @@ import (
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
-// Scenario names one measured setup of issue 5.
+// Scenario names one measured setup.
 type Scenario string
 
 // The scenarios, in the order a run measures them.
@@ -52,8 +54,7 @@ const (
 	// (24 GiB by default), tier B for the rest: decode at batch 1 and 8.
 	Big Scenario = "70b"
 	// BF16 is the 8b shape in bf16 planned into 6 GiB (the budget of the
-	// transformers + accelerate figure), and the same weights prefabbed to
-	// INT8-row.
+	// bf16 peer figure), and the same weights prefabbed to INT8-row.
 	BF16 Scenario = "bf16"
 )
 
@@ -96,7 +97,8 @@ func ParseScenarios(s string) ([]Scenario, error) {
 	return out, nil
 }
 
-// Default budgets of the budgeted scenarios (issue 5's table).
+// Default budgets of the budgeted scenarios: a consumer card's memory for
+// the 70b, and the budget the bf16 peer figure was measured with.
 const (
 	DefaultBudget70B  = 24 << 30
 	DefaultBudgetBF16 = 6 << 30
@@ -116,7 +118,8 @@ type Options struct {
 	Model8B, Model70B, Model8BBF16, Pool8BInt8 string
 	// SynthDir is where missing synthetic models are written (default the
 	// system temporary directory). The 70b takes 40 GiB and the bf16 8b 15
-	// GiB plus an 8 GiB pool: on the H200 host, /dev/shm.
+	// GiB plus an 8 GiB pool: a RAM-backed file system such as /dev/shm
+	// where the host has the memory.
 	SynthDir string
 	// Budget70B and BudgetBF16 are the device memory budgets of the 70b
 	// and bf16 scenarios (defaults DefaultBudget70B, DefaultBudgetBF16).
@@ -135,6 +138,10 @@ type Options struct {
 	// default being kernels.Q6KA) for the whole run, restoring the switch
 	// after: the comparison that made the re-lay the default.
 	PlainQ6K bool
+	// Peers are the reference figures the run relates its own to (a
+	// peers file, LoadPeers); nil prints no peer ratio and judges no goal
+	// set against a peer.
+	Peers *Peers
 	// Progress, when set, receives a line for each phase of the run.
 	Progress func(msg string)
 }
@@ -173,8 +180,8 @@ func (o *Options) progress(format string, a ...any) {
 }
 
 // Ceiling copy sizes: 1 GiB device copies (far beyond L2), 256 MiB
-// host-to-device copies (past the size where the H200's pinned H2D curve
-// flattens, bench/testdata/h200-pcie.txt).
+// host-to-device copies (well past the size where a pinned host-to-device
+// copy reaches its plateau).
 const (
 	d2dBytes = 1 << 30
 	h2dBytes = 256 << 20
@@ -200,8 +207,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	maj, mnr := dev.ComputeCapability()
 	r := &Report{
 		Device: dev.Name(), Ordinal: dev.Ordinal(), ComputeCapability: fmt.Sprintf("%d.%d", maj, mnr),
-		DeviceMemory: dev.TotalMem(), Started: start, PeerSource: PeerSource, FloatGEMV: o.FloatGEMV,
+		DeviceMemory: dev.TotalMem(), Started: start, FloatGEMV: o.FloatGEMV,
 		RelayQ6K: !o.PlainQ6K && kernels.RelayQ6KOn(),
+	}
+	if o.Peers != nil {
+		r.PeerSource = o.Peers.Source
 	}
 	relay := kernels.RelayQ6KOn()
 	kernels.SetRelayQ6K(r.RelayQ6K)
@@ -225,7 +235,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	o.progress("measuring the ceilings: device-to-device copy, pinned host-to-device copy")
 	r.Ceilings = Ceilings{D2DBytes: d2dBytes, H2DBytes: h2dBytes}
-	if r.Ceilings.D2D, err = gpu.CopyBandwidth(dev, d2dBytes, 10); err != nil {
+	if r.Ceilings.D2D, err = gputime.CopyBandwidth(dev, d2dBytes, 10); err != nil {
 		return nil, fmt.Errorf("bench engine: %w", err)
 	}
 	if r.Ceilings.H2D, err = gpu.HostToDevicePeak(dev, h2dBytes, 16); err != nil {
@@ -521,7 +531,7 @@ func us(d time.Duration) float64 { return float64(d) / 1e3 }
 
 // pcieMetrics relates a streamed decode pass to the PCIe limit: achieved
 // H2D bandwidth ÷ the pinned peak, and time per pass ÷ (streamed bytes ÷
-// peak). Goals apply where the issue sets them (0: none).
+// peak). Goals apply where they are set (0: none).
 func (rn *runner) pcieMetrics(prefix, suffix string, streamed int64, perPass time.Duration, minH2D, maxTime float64) []Metric {
 	if streamed == 0 {
 		return nil
@@ -556,7 +566,7 @@ func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
 	defer func() { res.Placement = rn.placement(g, nil, 0, 0, "every layer resident") }()
 
 	rn.o.progress("  prefill of 512 tokens")
-	pf, err := g.TimePrefill(ctx, 512, 4)
+	pf, err := gputime.TimePrefill(ctx, g.Model, 512, 4)
 	if err != nil {
 		return err
 	}
@@ -565,33 +575,33 @@ func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
 	// then, for the rows with goals, spinning as the engine configures its
 	// GPU (gpu.DefaultHandoffSpin, longer than a step, so neither
 	// side sleeps while a generation runs).
-	gs, err := g.TimeDecode(ctx, gpu.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128, Greedy: true})
+	gs, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128, Greedy: true})
 	if err != nil {
 		return err
 	}
 	rn.dev.SetSpin(gpu.DefaultHandoffSpin)
 	defer rn.dev.SetSpin(0)
-	gg, err := g.TimeDecode(ctx, gpu.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128, Greedy: true})
+	gg, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128, Greedy: true})
 	if err != nil {
 		return err
 	}
-	gr, err := g.TimeDecode(ctx, gpu.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128})
+	gr, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128})
 	if err != nil {
 		return err
 	}
-	dr, err := g.TimeDecode(ctx, gpu.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128, NoGraphs: true})
+	dr, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128, NoGraphs: true})
 	if err != nil {
 		return err
 	}
-	decG := ratioToPeer(gg.TokensPerSecond, PeerResidentDecode)
-	dec := ratioToPeer(gr.TokensPerSecond, PeerResidentDecode)
-	pre := ratioToPeer(pf.TokensPerSecond, PeerResidentPrefill)
+	decG := ratioToPeer(gg.TokensPerSecond, rn.o.Peers, PeerResidentDecode)
+	dec := ratioToPeer(gr.TokensPerSecond, rn.o.Peers, PeerResidentDecode)
+	pre := ratioToPeer(pf.TokensPerSecond, rn.o.Peers, PeerResidentPrefill)
 	res.Metrics = append(res.Metrics,
 		Metric{Key: "decode_tps_graph_greedy", Label: "decode, CUDA graph, greedy on the device (token ids only)", Value: gg.TokensPerSecond, Unit: "tok/s", Ratio: decG, Goal: atLeast(decG, 1.2)},
 		Metric{Key: "decode_tps_graph_greedy_sleep", Label: "decode, CUDA graph, greedy on the device, sleeping Device.Do hand-offs (kernels/cudadrv's default)",
-			Value: gs.TokensPerSecond, Unit: "tok/s", Ratio: ratioToPeer(gs.TokensPerSecond, PeerResidentDecode)},
+			Value: gs.TokensPerSecond, Unit: "tok/s", Ratio: ratioToPeer(gs.TokensPerSecond, rn.o.Peers, PeerResidentDecode)},
 		Metric{Key: "decode_tps_graph", Label: "decode, CUDA graph, logits row to the host", Value: gr.TokensPerSecond, Unit: "tok/s", Ratio: dec, Goal: atLeast(dec, 1.2)},
-		Metric{Key: "decode_tps_nograph", Label: "decode, kernel by kernel, logits row to the host", Value: dr.TokensPerSecond, Unit: "tok/s", Ratio: ratioToPeer(dr.TokensPerSecond, PeerResidentDecode)},
+		Metric{Key: "decode_tps_nograph", Label: "decode, kernel by kernel, logits row to the host", Value: dr.TokensPerSecond, Unit: "tok/s", Ratio: ratioToPeer(dr.TokensPerSecond, rn.o.Peers, PeerResidentDecode)},
 		Metric{Key: "prefill_tps", Label: "prefill, 512-token prompt", Value: pf.TokensPerSecond, Unit: "tok/s", Ratio: pre, Goal: atLeast(pre, 1)},
 	)
 	if !gr.Graph || !gg.Graph {
@@ -607,11 +617,13 @@ func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
 		gpu.DefaultHandoffSpin.String()+", as the engine (strata run, stratad) configures the GPU: one busy core on each side while a generation runs")
 	res.Notes = append(res.Notes, "greedy on the device: each step's arg max (engine/sample's rule) is taken inside the decode graph and only the "+
 		"token id crosses PCIe, as `strata run`/Generate do for temperature-0 requests; the logits-row runs download the whole "+
-		"vocabulary row into the step as any other sampler needs (the host's arg max that picks the next token is not timed). "+
-		"llama.cpp's tg128 figure samples on the host.")
+		"vocabulary row into the step as any other sampler needs (the host's arg max that picks the next token is not timed).")
+	if _, ok := rn.o.Peers.Figure(PeerResidentDecode); ok {
+		res.Notes = append(res.Notes, "the peer's decode figure samples on the host: compare it with the logits-row runs")
+	}
 
 	rn.o.progress("  decode step profile")
-	prof, err := g.ProfileDecodeStep(ctx, 50)
+	prof, err := gputime.ProfileDecodeStep(ctx, g.Model, 50)
 	if err != nil {
 		return err
 	}
@@ -631,7 +643,7 @@ func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
 	)
 	for _, v := range []struct {
 		name string
-		t    *gpu.DecodeTiming
+		t    *gputime.DecodeTiming
 	}{{"greedy on the device", gg}, {"logits row", gr}} {
 		h := v.t.Phases
 		res.Notes = append(res.Notes, fmt.Sprintf("host phases per step, graph, %s: hand-off to the device goroutine %.1f µs, enqueue %.1f µs "+
@@ -674,25 +686,25 @@ func (rn *runner) streamed(ctx context.Context, res *ScenarioResult) error {
 	}()
 
 	rn.o.progress("  decode, batch 1")
-	d1, err := g.TimeDecode(ctx, gpu.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 2, Steps: 16})
+	d1, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 2, Steps: 16})
 	if err != nil {
 		return err
 	}
 	res.Metrics = append(res.Metrics, Metric{Key: "decode_tps", Label: "decode, batch 1", Value: d1.TokensPerSecond, Unit: "tok/s",
-		Ratio: ratioToPeer(d1.TokensPerSecond, PeerHalfDecode)})
+		Ratio: ratioToPeer(d1.TokensPerSecond, rn.o.Peers, PeerHalfDecode)})
 	res.Metrics = append(res.Metrics, rn.pcieMetrics("", "", g.StreamedBytes(), d1.PerPass, 0.95, 1.05)...)
 
 	rn.o.progress("  prefill of 512 tokens")
-	pf, err := g.TimePrefill(ctx, 512, 2)
+	pf, err := gputime.TimePrefill(ctx, g.Model, 512, 2)
 	if err != nil {
 		return err
 	}
-	pre := ratioToPeer(pf.TokensPerSecond, PeerHalfPrefill)
+	pre := ratioToPeer(pf.TokensPerSecond, rn.o.Peers, PeerHalfPrefill)
 	res.Metrics = append(res.Metrics, Metric{Key: "prefill_tps", Label: "prefill, 512-token prompt", Value: pf.TokensPerSecond, Unit: "tok/s",
 		Ratio: pre, Goal: atLeast(pre, 4)})
 
 	rn.o.progress("  decode, batch 8")
-	d8, err := g.TimeDecode(ctx, gpu.DecodeOptions{Batch: 8, Prompt: 4, Warmup: 2, Steps: 6})
+	d8, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 8, Prompt: 4, Warmup: 2, Steps: 6})
 	if err != nil {
 		return err
 	}
@@ -723,20 +735,20 @@ func (rn *runner) big(ctx context.Context, res *ScenarioResult) error {
 	}()
 
 	rn.o.progress("  decode, batch 1")
-	d1, err := g.TimeDecode(ctx, gpu.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 2, Steps: 4})
+	d1, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 2, Steps: 4})
 	if err != nil {
 		return err
 	}
 	res.Metrics = append(res.Metrics, Metric{Key: "decode_tps", Label: "decode, batch 1", Value: d1.TokensPerSecond, Unit: "tok/s",
-		Ratio: ratioToPeer(d1.TokensPerSecond, Peer70BHalfDecode)})
+		Ratio: ratioToPeer(d1.TokensPerSecond, rn.o.Peers, Peer70BHalfDecode)})
 	res.Metrics = append(res.Metrics, rn.pcieMetrics("", "", g.StreamedBytes(), d1.PerPass, 0.95, 0)...)
 
 	rn.o.progress("  decode, batch 8")
-	d8, err := g.TimeDecode(ctx, gpu.DecodeOptions{Batch: 8, Prompt: 4, Warmup: 2, Steps: 3})
+	d8, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 8, Prompt: 4, Warmup: 2, Steps: 3})
 	if err != nil {
 		return err
 	}
-	vsPeer := ratioToPeer(d8.TokensPerSecond, Peer70BHalfDecode)
+	vsPeer := ratioToPeer(d8.TokensPerSecond, rn.o.Peers, Peer70BHalfDecode)
 	vsB1 := ratioTo(d8.TokensPerSecond, d1.TokensPerSecond, fmt.Sprintf("batch 1 %s tok/s", formatValue(d1.TokensPerSecond)))
 	res.Metrics = append(res.Metrics,
 		Metric{Key: "decode_b8_tps", Label: "decode, batch 8 (aggregate)", Value: d8.TokensPerSecond, Unit: "tok/s", Ratio: vsPeer, Goal: atLeast(vsPeer, 5)},
@@ -747,14 +759,14 @@ func (rn *runner) big(ctx context.Context, res *ScenarioResult) error {
 }
 
 // bf16Decode is the decode both bf16 runs time.
-var bf16Decode = gpu.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 2, Steps: 6}
+var bf16Decode = gputime.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 2, Steps: 6}
 
 const bf16Ctx = 512
 
 // budgetDecode plans cpu (of sizes) into budget at batch 1, loads it and
-// times bf16Decode, filling res with the decode figures against the
-// accelerate peer and the PCIe limit.
-func (rn *runner) budgetDecode(ctx context.Context, res *ScenarioResult, cpu *model.Model, sizes tier.Sizes, budget int64, how string) (*gpu.DecodeTiming, error) {
+// times bf16Decode, filling res with the decode figures against the bf16
+// peer (when given) and the PCIe limit.
+func (rn *runner) budgetDecode(ctx context.Context, res *ScenarioResult, cpu *model.Model, sizes tier.Sizes, budget int64, how string) (*gputime.DecodeTiming, error) {
 	d, _, err := rn.budgetDecodePacked(ctx, res, cpu, sizes, budget, how, false, 0)
 	return d, err
 }
@@ -762,7 +774,7 @@ func (rn *runner) budgetDecode(ctx context.Context, res *ScenarioResult, cpu *mo
 // budgetDecodePacked is budgetDecode, with tier-B layers packed
 // (gpu.Options.PackBF16) when pack is set and scratch bytes of
 // decode buffer accounted in the plan; it also returns the streamed layers.
-func (rn *runner) budgetDecodePacked(ctx context.Context, res *ScenarioResult, cpu *model.Model, sizes tier.Sizes, budget int64, how string, pack bool, scratch int64) (*gpu.DecodeTiming, []int, error) {
+func (rn *runner) budgetDecodePacked(ctx context.Context, res *ScenarioResult, cpu *model.Model, sizes tier.Sizes, budget int64, how string, pack bool, scratch int64) (*gputime.DecodeTiming, []int, error) {
 	stream, depth, err := rn.planBudgetScratch(cpu.Config, sizes, budget, bf16Ctx, 1, scratch)
 	if err != nil {
 		return nil, nil, err
@@ -774,17 +786,20 @@ func (rn *runner) budgetDecodePacked(ctx context.Context, res *ScenarioResult, c
 	defer g.Close()
 	defer func() { res.Placement = rn.placement(g, stream, depth, budget, how) }()
 	rn.o.progress("  decode, batch 1")
-	d, err := g.TimeDecode(ctx, bf16Decode)
+	d, err := gputime.TimeDecode(ctx, g.Model, bf16Decode)
 	if err != nil {
 		return nil, nil, err
 	}
-	r := ratioToPeer(d.TokensPerSecond, PeerAccelerateBF16)
+	r := ratioToPeer(d.TokensPerSecond, rn.o.Peers, PeerBF16Budget)
 	res.Metrics = append(res.Metrics, Metric{Key: "decode_tps", Label: "decode, batch 1", Value: d.TokensPerSecond, Unit: "tok/s", Ratio: r, Goal: atLeast(r, 10)})
 	res.Metrics = append(res.Metrics, rn.pcieMetrics("", "", g.StreamedBytes(), d.PerPass, 0, 0)...)
 	if sb := g.StreamedBytes(); sb > 0 {
 		limit := rn.ceil.H2D / float64(sb)
-		res.Notes = append(res.Notes, fmt.Sprintf("%s cross PCIe per token: at the measured pinned peak no schedule exceeds %.2f tok/s (%.1fx the accelerate figure) at batch 1",
-			gib(sb), limit, limit/PeerAccelerateBF16.Value))
+		note := fmt.Sprintf("%s cross PCIe per token: at the measured pinned peak no schedule exceeds %.2f tok/s at batch 1", gib(sb), limit)
+		if p, ok := rn.o.Peers.Figure(PeerBF16Budget); ok {
+			note += fmt.Sprintf(" (%.1fx the %s figure)", limit/p.Value, p.System)
+		}
+		res.Notes = append(res.Notes, note)
 	}
 	return d, stream, nil
 }
@@ -856,7 +871,7 @@ func (rn *runner) bf16Packed(ctx context.Context, res *ScenarioResult) error {
 			res.Notes = append(res.Notes, fmt.Sprintf("%d of %d logits differ from the plain bf16 run: the packed path is NOT lossless here", diff, len(want)))
 		}
 	}
-	res.Notes = append(res.Notes, "lossless: the same bf16 weights, packed on the host at load and decoded on the GPU bit for bit before use; the accelerate peer is bf16, so this ratio is like for like")
+	res.Notes = append(res.Notes, "lossless: the same bf16 weights, packed on the host at load and decoded on the GPU bit for bit before use; the bf16 peer figure, where given, is bf16 too, so that ratio is like for like")
 	return nil
 }
 
@@ -888,7 +903,7 @@ func (rn *runner) int8(ctx context.Context, res *ScenarioResult) error {
 		return err
 	}
 	res.Notes = append(res.Notes, "INT8-row requantizes every matrix of the bf16 model (one float32 scale per row): about half the bytes "+
-		"to stream, different numerics; the peer figure is bf16, so this ratio is not like for like")
+		"to stream, different numerics; the bf16 peer figure, where given, is bf16, so that ratio is not like for like")
 	if want := rn.bf16Logits; len(want) == len(d.PromptLogits) && len(want) > 0 {
 		e := quant.NMSE(d.PromptLogits, want)
 		same := 0.0
@@ -905,11 +920,11 @@ func (rn *runner) int8(ctx context.Context, res *ScenarioResult) error {
 
 // gemvProfileMetrics turns the resident decode step's GEMV profile into
 // the report's rows and notes, as ratios to the device-to-device copy
-// ceiling (bytes/s): the step's GEMVs (the issue's 0.8 goal), their
+// ceiling (bytes/s): the step's GEMVs (with their 0.8 goal), their
 // read-only ceiling, each kind alone with its own ceiling, down with and
 // without its x launch, and the same with programmatic dependent launch
 // off.
-func gemvProfileMetrics(prof *gpu.StepProfile, d2dBytesPerS float64) (metrics []Metric, notes []string) {
+func gemvProfileMetrics(prof *gputime.StepProfile, d2dBytesPerS float64) (metrics []Metric, notes []string) {
 	d2d := d2dBytesPerS / 1e9
 	d2dDesc := fmt.Sprintf("D2D copy %.0f GB/s", d2d)
 	gemvBW := float64(prof.WeightBytes) / prof.GEMV.Seconds() / 1e9

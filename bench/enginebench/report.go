@@ -10,36 +10,6 @@ import (
 	"time"
 )
 
-// Peer is a figure another system reached on the same H200, copied from
-// issue 5's table: a reference constant, never measured by this package.
-// Reports print it marked as such next to the ratio it anchors.
-type Peer struct {
-	// System and Setup say what ran and how ("llama.cpp", "all 32 layers
-	// on the GPU").
-	System string `json:"system"`
-	Setup  string `json:"setup"`
-	// Value is the figure, in Unit.
-	Value float64 `json:"value"`
-	Unit  string  `json:"unit"`
-}
-
-// PeerSource says where every Peer comes from; reports print it once.
-const PeerSource = "peer figures (marked *) are reference constants copied from issue 5's table — " +
-	"llama.cpp (CUDA, commit 3f545be, llama-bench pp512/tg128) and Hugging Face transformers + accelerate, " +
-	"measured by others on the same H200 on 2026-11-29 — not measured by this run"
-
-// The peer figures of issue 5's table, on synthetic random-weight
-// Llama-3.1 shapes in Q4_K_M (the models `strata model synth` writes), and
-// transformers + accelerate on a bf16 8b with a 6 GiB GPU budget.
-var (
-	PeerResidentDecode  = Peer{"llama.cpp", "8b, all 32 layers on the GPU, tg128", 261.4, "tok/s"}
-	PeerResidentPrefill = Peer{"llama.cpp", "8b, all 32 layers on the GPU, pp512", 9391, "tok/s"}
-	PeerHalfDecode      = Peer{"llama.cpp", "8b, 16 of 32 layers on the GPU, the rest on 16 CPU threads, tg128", 26.3, "tok/s"}
-	PeerHalfPrefill     = Peer{"llama.cpp", "8b, 16 of 32 layers on the GPU, the rest on 16 CPU threads, pp512", 1332, "tok/s"}
-	Peer70BHalfDecode   = Peer{"llama.cpp", "70b, 40 of 80 layers on the GPU, the rest on the CPU, tg128", 3.06, "tok/s"}
-	PeerAccelerateBF16  = Peer{"transformers + accelerate", "bf16 8b, 6 GiB GPU budget (9 of 32 layers on the GPU)", 0.60, "tok/s"}
-)
-
 // Goal is a target a ratio must meet: Ratio Op Target, Op ">=" or "<=".
 type Goal struct {
 	Op     string  `json:"op"`
@@ -59,7 +29,8 @@ type Metric struct {
 	// Ratio is Value ÷ Basis (or, for a time against its limit, time ÷
 	// limit); nil when the figure stands alone.
 	Ratio *Ratio `json:"ratio,omitempty"`
-	// Goal is issue 5's target for Ratio, if it sets one.
+	// Goal is the target Ratio is judged by, where there is one (a goal
+	// against a peer's figure only when the run was given peers).
 	Goal *Goal `json:"goal,omitempty"`
 }
 
@@ -70,8 +41,8 @@ type Ratio struct {
 	// Basis describes the denominator ("pinned H2D peak 55.4 GB/s").
 	Basis      string  `json:"basis"`
 	BasisValue float64 `json:"basis_value"`
-	// Peer is set when the basis is a reference constant from the issue
-	// rather than a measurement of this run.
+	// Peer is set when the basis is a peer's reference figure (from the
+	// peers file) rather than a measurement of this run.
 	Peer *Peer `json:"peer,omitempty"`
 }
 
@@ -134,7 +105,9 @@ type Report struct {
 	Seconds           float64          `json:"seconds"`
 	Ceilings          Ceilings         `json:"ceilings"`
 	Scenarios         []ScenarioResult `json:"scenarios"`
-	PeerSource        string           `json:"peer_source"`
+	// PeerSource says where the peer figures came from (Peers.Source);
+	// empty when the run was given none.
+	PeerSource string `json:"peer_source,omitempty"`
 	// Command is the command line that produced the report, when the
 	// caller records it.
 	Command string `json:"command,omitempty"`
@@ -179,19 +152,30 @@ func ratioTo(value, basis float64, desc string) *Ratio {
 	return &Ratio{Value: value / basis, Basis: desc, BasisValue: basis}
 }
 
-// ratioToPeer relates value to a peer's reference figure.
-func ratioToPeer(value float64, p Peer) *Ratio {
-	pp := p
-	return &Ratio{Value: value / p.Value, Basis: fmt.Sprintf("%s %s %s", p.System, formatValue(p.Value), p.Unit), BasisValue: p.Value, Peer: &pp}
+// ratioToPeer relates value to the named figure of peers, or returns nil
+// where there is none (no peers given, or the file leaves it out).
+func ratioToPeer(value float64, peers *Peers, name string) *Ratio {
+	p, ok := peers.Figure(name)
+	if !ok {
+		return nil
+	}
+	return &Ratio{Value: value / p.Value, Basis: fmt.Sprintf("%s %s %s", p.System, formatValue(p.Value), p.Unit), BasisValue: p.Value, Peer: &p}
 }
 
-// atLeast and atMost build a goal judged on ratio r.
+// atLeast and atMost build a goal judged on ratio r; without a ratio (a
+// peer's figure not given) there is nothing to judge, and no goal.
 func atLeast(r *Ratio, target float64) *Goal {
-	return &Goal{Op: ">=", Target: target, Met: r != nil && r.Value >= target && !math.IsNaN(r.Value)}
+	if r == nil {
+		return nil
+	}
+	return &Goal{Op: ">=", Target: target, Met: r.Value >= target && !math.IsNaN(r.Value)}
 }
 
 func atMost(r *Ratio, target float64) *Goal {
-	return &Goal{Op: "<=", Target: target, Met: r != nil && r.Value <= target && !math.IsNaN(r.Value)}
+	if r == nil {
+		return nil
+	}
+	return &Goal{Op: "<=", Target: target, Met: r.Value <= target && !math.IsNaN(r.Value)}
 }
 
 // formatValue prints a figure with about four significant digits.
@@ -245,7 +229,12 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Kernels != "" {
 		fmt.Fprintf(&b, "kernels: %s\n", r.Kernels)
 	}
-	fmt.Fprintf(&b, "%s\n\n", r.PeerSource)
+	if r.PeerSource != "" {
+		fmt.Fprintf(&b, "peer figures (marked *) are references read from a file, not measured by this run: %s\n", r.PeerSource)
+	} else {
+		fmt.Fprintf(&b, "no peer figures given (--peers FILE): no peer ratios, no goals against peers\n")
+	}
+	b.WriteString("\n")
 	c := r.Ceilings
 	fmt.Fprintf(&b, "ceilings, measured in this run:\n")
 	fmt.Fprintf(&b, "  device-to-device copy   %8.1f GB/s (read + write, %s copies)\n", c.D2D/1e9, sizeName(c.D2DBytes))

@@ -1,12 +1,16 @@
-package gpu
+package gpu_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/strata-llm/strata/kernels/cudadrv"
+	"github.com/strata-llm/strata/bench/gputime"
+	"github.com/strata-llm/strata/engine/gpu"
 )
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+func us(d time.Duration) float64 { return float64(d) / 1e3 }
 
 // BenchmarkDecodeHost measures where a resident 8b decode step's time
 // beyond the device's goes (STRATA_8B_GGUF; run with -test.benchtime 1x):
@@ -16,25 +20,25 @@ import (
 // place (inside the decode graph or around it) and the wait
 // (cuStreamSynchronize or polling cuStreamQuery), and the Device.Do
 // hand-offs (sleeping, or spinning: Device.SetSpin), the decode rate and the
-// host phases of TimeDecode. The sweep runs twice, so run-to-run noise
-// shows next to the differences.
+// host phases of gputime.TimeDecode. The sweep runs twice, so run-to-run
+// noise shows next to the differences.
 func BenchmarkDecodeHost(b *testing.B) {
 	const spinFor = 20 * time.Millisecond // longer than a step: Do's caller never sleeps
-	cpu, dev := openBig(b, "STRATA_8B_GGUF", "8b")
-	g := loadGPU(b, cpu, Options{MaxSeqs: 1, MaxContext: 1024})
+	cpu, dev := gpu.OpenBig(b, "STRATA_8B_GGUF", "8b")
+	g := gpu.LoadGPU(b, cpu, gpu.Options{MaxSeqs: 1, MaxContext: 1024})
 	ctx := context.Background()
 
-	hand, err := DeviceHandoff(dev, 2000)
+	hand, err := gputime.DeviceHandoff(dev, 2000)
 	if err != nil {
 		b.Fatal(err)
 	}
 	dev.SetSpin(spinFor)
-	handSpin, err := DeviceHandoff(dev, 2000)
+	handSpin, err := gputime.DeviceHandoff(dev, 2000)
 	dev.SetSpin(0)
 	if err != nil {
 		b.Fatal(err)
 	}
-	prof, err := g.ProfileDecodeStep(ctx, 50)
+	prof, err := gputime.ProfileDecodeStep(ctx, g, 50)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -44,26 +48,33 @@ func BenchmarkDecodeHost(b *testing.B) {
 	// The device cost of selecting on the device: the step's kernels
 	// alone, captured without and with the final arg max.
 	var kern [2]time.Duration
-	for i, sel := range []bool{false, true} {
-		const pos = 16 // ProfileDecodeStep's last step, still in the meta buffer
-		p := pass{T: 1, R: 1, decode: true, sel: sel, maxPos: pos,
-			attn: []attnRun{{t0: 0, n: 1, span: pos + 1}}, out: []outRun{{t0: 0, n: 1}}}
-		err := g.dev.Do(func(c *cudadrv.Ctx) error {
-			gr, err := g.capture(c, &p, spanBucket(pos+1, g.maxCtx), false)
+	err = g.ProbeDecodeStep(ctx, gputime.Prompt(cpu.Config.Vocab, 16, 0), func(p *gpu.StepProbe) error {
+		for i, sel := range []bool{false, true} {
+			gr, err := p.Capture(gpu.Capture{Select: sel})
 			if err != nil {
 				return err
 			}
-			defer c.DestroyGraphExec(gr.exec)
-			kern[i], err = measureEvents(c, g.stream, 100, func() error { return c.GraphLaunch(gr.exec, g.stream) })
-			return err
-		})
-		if err != nil {
-			b.Fatal(err)
+			kern[i], err = gputime.Events(p.Ctx(), p.Stream(), 100, gr.Launch)
+			if cerr := gr.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
 	}
 	b.Logf("decode step kernels: %.1f us, with the device arg max %.1f us (+%.1f us)", us(kern[0]), us(kern[1]), us(kern[1]-kern[0]))
 
-	defer func(c, w bool) { graphCopies, waitPoll = c, w }(graphCopies, waitPoll)
+	def := gpu.DefaultDecodeVariant()
+	defer func() {
+		if _, err := gpu.SetDecodeVariant(g, def); err != nil {
+			b.Error(err)
+		}
+	}()
 	defer dev.SetSpin(0)
 	type variant struct {
 		greedy, copies, poll, spin bool
@@ -90,7 +101,7 @@ func BenchmarkDecodeHost(b *testing.B) {
 	}
 	variants := []variant{
 		{true, true, false, false}, {false, true, false, false}, // the defaults
-		{true, false, false, false}, {false, false, false, false}, // copies outside the graph (v6's logits path)
+		{true, false, false, false}, {false, false, false, false}, // copies outside the graph
 		{true, true, true, false}, {false, true, true, false}, // polling wait
 		{true, true, false, true}, {false, true, false, true}, // spinning Device.Do hand-offs
 		{true, true, true, true},
@@ -98,16 +109,17 @@ func BenchmarkDecodeHost(b *testing.B) {
 	best := map[variant]float64{}
 	for round := range 2 {
 		for _, v := range variants {
-			graphCopies, waitPoll = v.copies, v.poll
+			dv := def
+			dv.Copies, dv.Poll = v.copies, v.poll
+			if _, err := gpu.SetDecodeVariant(g, dv); err != nil {
+				b.Fatal(err)
+			}
 			if v.spin {
 				dev.SetSpin(spinFor)
 			} else {
 				dev.SetSpin(0)
 			}
-			if err := g.dev.Do(func(c *cudadrv.Ctx) error { g.dropGraphs(c); return nil }); err != nil {
-				b.Fatal(err)
-			}
-			r, err := g.TimeDecode(ctx, DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 256, Greedy: v.greedy})
+			r, err := gputime.TimeDecode(ctx, g, gputime.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 256, Greedy: v.greedy})
 			if err != nil {
 				b.Fatalf("%s: %v", name(v), err)
 			}
@@ -115,15 +127,12 @@ func BenchmarkDecodeHost(b *testing.B) {
 				b.Errorf("%s: graph %v, device select %v, copies in graph %v (%s)", name(v), r.Graph, r.DeviceSelect, r.GraphCopies, r.CopiesNote)
 			}
 			h := r.Phases
-			b.Logf("[round %d] %-58s %.1f tok/s (%.3f ms/step, %.3fx llama.cpp); wall - kernels %.1f us = to device %.1f + enqueue %.1f (launch returned at %.1f) + wait %.1f (- kernels %.1f) + back %.1f + scatter %.1f",
-				round, name(v), r.TokensPerSecond, ms(r.PerPass), r.TokensPerSecond/peerDecode, us(r.PerPass-prof.Device),
+			b.Logf("[round %d] %-58s %.1f tok/s (%.3f ms/step); wall - kernels %.1f us = to device %.1f + enqueue %.1f (launch returned at %.1f) + wait %.1f (- kernels %.1f) + back %.1f + scatter %.1f",
+				round, name(v), r.TokensPerSecond, ms(r.PerPass), us(r.PerPass-prof.Device),
 				us(h.ToDevice), us(h.Enqueue), us(h.Launch), us(h.Wait), us(h.Wait-prof.Device), us(h.FromDevice), us(h.Scatter))
 			best[v] = max(best[v], r.TokensPerSecond)
 		}
 	}
-	dev.SetSpin(0)
-	// The defaults, as Forward runs them.
-	graphCopies, waitPoll = true, false
 	b.ReportMetric(best[variant{true, true, false, false}], "greedy-tok/s")
 	b.ReportMetric(best[variant{false, true, false, false}], "logits-tok/s")
 	b.ReportMetric(best[variant{true, true, false, true}], "greedy-spin-tok/s")

@@ -250,11 +250,11 @@ func (m *Model) Forward(ctx context.Context, batch []Step) error {
 		return fmt.Errorf("forward: %w", err)
 	}
 	tr := m.fw.trace
-	tr.mark(phaseEnter)
+	mark(tr, TraceEnter)
 	p := planPass(batch)
 	useGraph := !m.opts.NoGraphs && m.tb == nil && p.decode && p.T <= kernels.MaxGEMVBatch
 	err := m.dev.Do(func(c *cudadrv.Ctx) error {
-		tr.mark(phaseDo)
+		mark(tr, TraceDevice)
 		if _, err := m.ensure(c, p.T, p.R); err != nil {
 			return err
 		}
@@ -271,13 +271,13 @@ func (m *Model) Forward(ctx context.Context, batch []Step) error {
 				err = m.copyOut(c, &p)
 			}
 		}
-		tr.mark(phaseQueued)
+		mark(tr, TraceQueued)
 		// Always drain the stream: the pinned buffers are reused by the
 		// next pass and a failed pass must not leave work in flight.
 		if serr := m.wait(c); err == nil {
 			err = serr
 		}
-		tr.mark(phaseSynced)
+		mark(tr, TraceSynced)
 		if m.tb != nil {
 			if serr := m.tb.end(c, err != nil); err == nil {
 				err = serr
@@ -285,7 +285,7 @@ func (m *Model) Forward(ctx context.Context, batch []Step) error {
 		}
 		return err
 	})
-	tr.mark(phaseBack)
+	mark(tr, TraceBack)
 	if err != nil {
 		return fmt.Errorf("forward: %w", err)
 	}
@@ -298,8 +298,10 @@ func (m *Model) Forward(ctx context.Context, batch []Step) error {
 		batch[i].Seq.pos += len(batch[i].Tokens)
 	}
 	m.stats.Passes++
-	tr.mark(phaseEnd)
-	tr.done(p.sel)
+	if tr != nil {
+		tr.Mark(TraceEnd)
+		tr.Done(m.passTrace(useGraph, p.sel))
+	}
 	return nil
 }
 
@@ -313,9 +315,9 @@ type forwardState struct {
 	// step with its input and output copies inside the graph failed; later
 	// captures leave the copies outside.
 	noGraphCopies error
-	// trace, when set by a benchmark, receives the host timestamps of
-	// every pass.
-	trace *stepTrace
+	// trace, when a benchmark set one (SetTracer), is told the points
+	// of every pass (trace.go).
+	trace Tracer
 }
 
 // graphCopies puts a decode step's copies into its captured graph: the

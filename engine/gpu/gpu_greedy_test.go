@@ -143,28 +143,3 @@ func steps8B(t *testing.T) int {
 	}
 	return n
 }
-
-// TestTimeDecodeGreedy: TimeDecode's greedy mode selects on the device on
-// every timed pass, replays graphs holding their copies, and its host
-// phases add up to the measured pass (within the timer calls between
-// them).
-func TestTimeDecodeGreedy(t *testing.T) {
-	gpu(t)
-	cpu := tinyModel(t, "llama", "q4_k_m")
-	g := loadGPU(t, cpu, Options{MaxSeqs: 2, MaxContext: 128})
-	for _, greedy := range []bool{true, false} {
-		r, err := g.TimeDecode(context.Background(), DecodeOptions{Batch: 2, Prompt: 8, Warmup: 2, Steps: 16, Greedy: greedy})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := r.Phases
-		sum := h.ToDevice + h.Enqueue + h.Wait + h.FromDevice + h.Scatter
-		if !r.Graph || r.DeviceSelect != greedy || !r.GraphCopies || r.CopiesNote != "" {
-			t.Errorf("greedy %v: %+v", greedy, r)
-		}
-		if h.Wait <= 0 || h.Launch <= 0 || h.Launch > h.Enqueue || sum > r.PerPass || sum < r.PerPass/2 {
-			t.Errorf("greedy %v: phases %+v add up to %v of a %v pass", greedy, h, sum, r.PerPass)
-		}
-		t.Logf("greedy %v: %.0f tok/s, %v per pass, phases %+v", greedy, r.TokensPerSecond, r.PerPass, h)
-	}
-}

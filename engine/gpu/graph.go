@@ -73,7 +73,7 @@ func (m *Model) replayDecode(c *cudadrv.Ctx, p *pass) error {
 	if err := c.GraphLaunch(g.exec, m.stream); err != nil {
 		return err
 	}
-	m.fw.trace.mark(phaseLaunched)
+	mark(m.fw.trace, TraceLaunched)
 	if !g.copies {
 		if err := m.copyOut(c, p); err != nil {
 			return err

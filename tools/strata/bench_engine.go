@@ -32,7 +32,7 @@ func benchEngineCommand() *cli.Command {
 		Name: "engine",
 		Usage: "measure the GPU engine in one run: the ceilings (device-to-device copy, pinned host-to-device), then the scenarios " +
 			"(resident 8b, 8b half streamed, 70b in 24 GiB, bf16 8b in 6 GiB plain, losslessly packed, and as an INT8-row pool), each figure as a ratio " +
-			"to a ceiling of the same run or to a peer's reference figure, with the goals. Without a usable GPU it says " +
+			"to a ceiling or another figure of the same run and, given --peers FILE, to other systems' reference figures, with the goals. Without a usable GPU it says " +
 			"\"CUDA unavailable: …\" and exits 6",
 		ArgsUsage: " ",
 		Flags: []cli.Flag{
@@ -47,6 +47,7 @@ func benchEngineCommand() *cli.Command {
 			&cli.BoolFlag{Name: "int8", Value: true, Usage: "also run the bf16 scenario's INT8-row variant"},
 			&cli.BoolFlag{Name: "float-gemv", Usage: "decode GEMVs of Q4_K/Q6_K matrices on the float path (dequantize and FMA) instead of the default integer one (x rounded to 16 bits, dp4a; see kernels/NOTES.md)"},
 			&cli.BoolFlag{Name: "plain-q6k", Usage: "keep the resident layers' Q6_K matrices as in the file instead of re-laying them on the GPU for aligned 16-byte loads (kernels.Q6KA, the default; also STRATA_Q6KA=0): the comparison that made the re-lay the default"},
+			&cli.StringFlag{Name: "peers", Usage: "JSON file of other systems' reference figures to relate the run's to, with their source (docs/peers-h200.json); without it no peer ratios and no goals against peers"},
 			&cli.IntFlag{Name: "gpu", Usage: "CUDA device ordinal"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.StringFlag{Name: "json-file", Usage: "also write the report as JSON to this file (one run, both forms)"},
@@ -112,6 +113,13 @@ func benchEngineOptions(cmd *cli.Command) (enginebench.Options, error) {
 	}
 	if cmd.String("synth-dir") == "" {
 		return o, usagef("bench engine: --synth-dir must not be empty")
+	}
+	if p := cmd.String("peers"); p != "" {
+		peers, err := enginebench.LoadPeers(p)
+		if err != nil {
+			return o, usagef("bench engine: --peers: %v", err)
+		}
+		o.Peers = peers
 	}
 	o.Scenarios = sc
 	o.GPU = int(cmd.Int("gpu"))

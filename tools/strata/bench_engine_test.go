@@ -31,6 +31,15 @@ func TestBenchEngineFlags(t *testing.T) {
 		}
 		return o, perr
 	}
+	dir := t.TempDir()
+	peers := filepath.Join(dir, "peers.json")
+	if err := os.WriteFile(peers, []byte(`{"source": "test", "figures": {"half_decode": {"system": "llama.cpp", "setup": "8b", "value": 26.3, "unit": "tok/s"}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	badPeers := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(badPeers, []byte(`{"source": "test", "figures": {"half_decode": {"system": "llama.cpp", "value": 26.3}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name  string
 		args  []string
@@ -39,8 +48,14 @@ func TestBenchEngineFlags(t *testing.T) {
 	}{
 		{name: "defaults", check: func(o enginebench.Options) bool {
 			return slices.Equal(o.Scenarios, enginebench.AllScenarios) && o.Budget70B == 24<<30 && o.BudgetBF16 == 6<<30 &&
-				!o.NoInt8 && o.GPU == 0 && o.SynthDir == defaultSynthDir() && o.Model8B == "" && o.Pool8BInt8 == ""
+				!o.NoInt8 && o.GPU == 0 && o.SynthDir == defaultSynthDir() && o.Model8B == "" && o.Pool8BInt8 == "" && o.Peers == nil
 		}},
+		{name: "peers", args: []string{"--peers", peers}, check: func(o enginebench.Options) bool {
+			f, ok := o.Peers.Figure(enginebench.PeerHalfDecode)
+			return ok && f.Value == 26.3 && o.Peers.Source == "test"
+		}},
+		{name: "bad peers file", args: []string{"--peers", badPeers}, usage: `--peers: peers ` + badPeers + `: figure "half_decode": no unit`},
+		{name: "missing peers file", args: []string{"--peers", filepath.Join(dir, "none.json")}, usage: "--peers: peers: open"},
 		{name: "only and models", args: []string{"--only", "bf16,70b", "--model-8b", "a.gguf", "--model-70b", "b.gguf",
 			"--model-8b-bf16", "c.gguf", "--pool-8b-int8", "d.pool", "--synth-dir", "/dev/shm", "--gpu", "1", "--int8=false"},
 			check: func(o enginebench.Options) bool {

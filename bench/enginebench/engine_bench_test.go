@@ -1,4 +1,4 @@
-package gpu_test
+package enginebench_test
 
 import (
 	"context"
@@ -12,12 +12,12 @@ import (
 )
 
 // BenchmarkEngine is `strata bench engine` as a Go benchmark: the same
-// scenarios (bench/enginebench, timed by this package's benchmark.go),
+// scenarios (timed by bench/gputime), without peer figures,
 // each metric and ratio reported with b.ReportMetric as
 // "scenario.key" and "scenario.key.ratio", so benchstat can compare runs.
 // STRATA_BENCH_ENGINE selects the scenarios ("resident,streamed", "all");
 // STRATA_SYNTH_DIR is where the synthetic models are found or written
-// (/dev/shm on the H200 host). Run with -test.benchtime 1x.
+// (/dev/shm where the host has the memory). Run with -test.benchtime 1x.
 func BenchmarkEngine(b *testing.B) {
 	only := os.Getenv("STRATA_BENCH_ENGINE")
 	if only == "" {

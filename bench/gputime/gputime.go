@@ -1,0 +1,145 @@
+// Package gputime is the GPU benchmarks' timing library: device ceilings
+// (copy bandwidth, the Device.Do hand-off), decode and prefill timing of
+// an engine/gpu Model, and the profile of a resident decode step (its
+// kernels, its matrix products alone and by kind, their read-only
+// ceiling, the host's launch costs). `strata bench engine`
+// (bench/enginebench) and engine/gpu's Go benchmarks time the GPU through
+// it, so the figures both print come from the same code.
+//
+// The engine measures nothing itself: it reports where a Forward pass has
+// got to through its trace hook (gpu.Tracer, installed only while a
+// decode is timed) and lends its decode step's pieces through
+// gpu.StepProbe; every clock read, event and average is here. Device-side
+// costs are timed with CUDA events on one stream, what a caller waits for
+// with the host clock. None of the functions is meant to run concurrently
+// with other passes of the same Model: they change its graph setting for
+// their duration and time the device as if alone on it.
+package gputime
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/strata-llm/strata/kernels/cudadrv"
+)
+
+// Events runs fn once to warm up, then iters times between two events on
+// s, and returns the device time per iteration. fn must only enqueue on
+// s; call it on the device goroutine (inside Device.Do).
+func Events(c *cudadrv.Ctx, s cudadrv.Stream, iters int, fn func() error) (el time.Duration, err error) {
+	if iters < 1 {
+		return 0, fmt.Errorf("timing with events: %d iterations", iters)
+	}
+	if err := fn(); err != nil {
+		return 0, err
+	}
+	e0, err := c.NewEvent(cudadrv.EventDefault)
+	if err != nil {
+		return 0, err
+	}
+	defer keepFirst(&err, func() error { return c.DestroyEvent(e0) })
+	e1, err := c.NewEvent(cudadrv.EventDefault)
+	if err != nil {
+		return 0, err
+	}
+	defer keepFirst(&err, func() error { return c.DestroyEvent(e1) })
+	if err := c.Record(e0, s); err != nil {
+		return 0, err
+	}
+	for range iters {
+		if err := fn(); err != nil {
+			return 0, err
+		}
+	}
+	if err := c.Record(e1, s); err != nil {
+		return 0, err
+	}
+	if err := c.EventSync(e1); err != nil {
+		return 0, err
+	}
+	msf, err := c.Elapsed(e0, e1)
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(float64(msf) * 1e6 / float64(iters)), nil
+}
+
+// CopyBandwidth measures device-to-device copy bandwidth on dev: bytes
+// read plus bytes written per second over iters back-to-back copies of n
+// bytes (after one untimed copy), timed with events on a stream of its
+// own. It is the ceiling of any bandwidth-bound kernel: a decode GEMV
+// reads its weights once, so its effective bandwidth ÷ this is how close
+// it runs to the memory system's limit. (The host-to-device ceiling is
+// engine/gpu's HostToDevicePeak, the one the planner takes as its link.)
+func CopyBandwidth(dev *cudadrv.Device, n int64, iters int) (float64, error) {
+	if n <= 0 || iters < 1 {
+		return 0, fmt.Errorf("copy bandwidth: %d bytes x %d copies", n, iters)
+	}
+	var bw float64
+	err := onNewStream(dev, func(c *cudadrv.Ctx, s cudadrv.Stream) (err error) {
+		src, err := c.Alloc(n)
+		if err != nil {
+			return err
+		}
+		defer keepFirst(&err, func() error { return c.Free(src) })
+		dst, err := c.Alloc(n)
+		if err != nil {
+			return err
+		}
+		defer keepFirst(&err, func() error { return c.Free(dst) })
+		if err := c.MemsetD8(src, 1, n, s); err != nil {
+			return err
+		}
+		el, err := Events(c, s, iters, func() error { return c.CopyDtoD(dst, src, n, s) })
+		if err != nil {
+			return err
+		}
+		bw = 2 * float64(n) / el.Seconds()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("device-to-device copy bandwidth: %w", err)
+	}
+	return bw, nil
+}
+
+// DeviceHandoff measures the mean wall time of an empty Device.Do: the
+// round trip from a caller's goroutine to the goroutine locked to the
+// device context's thread and back, which every Forward pays once.
+func DeviceHandoff(dev *cudadrv.Device, iters int) (time.Duration, error) {
+	if iters < 1 {
+		return 0, fmt.Errorf("device hand-off: %d iterations", iters)
+	}
+	nop := func(*cudadrv.Ctx) error { return nil }
+	if err := dev.Do(nop); err != nil {
+		return 0, fmt.Errorf("device hand-off: %w", err)
+	}
+	t := time.Now()
+	for range iters {
+		if err := dev.Do(nop); err != nil {
+			return 0, fmt.Errorf("device hand-off: %w", err)
+		}
+	}
+	return time.Since(t) / time.Duration(iters), nil
+}
+
+// onNewStream runs fn on dev's goroutine with a stream of its own,
+// destroyed after fn returns.
+func onNewStream(dev *cudadrv.Device, fn func(c *cudadrv.Ctx, s cudadrv.Stream) error) error {
+	return dev.Do(func(c *cudadrv.Ctx) (err error) {
+		s, err := c.NewStream(cudadrv.StreamNonBlocking)
+		if err != nil {
+			return err
+		}
+		defer keepFirst(&err, func() error { return c.DestroyStream(s) })
+		return fn(c, s)
+	})
+}
+
+// keepFirst runs a deferred release and keeps its error if none came
+// before.
+func keepFirst(err *error, release func() error) {
+	if rerr := release(); *err == nil {
+		*err = rerr
+	}
+}

@@ -1,0 +1,101 @@
+package gpu
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/strata-llm/strata/kernels/cudadrv"
+)
+
+// HostToDevicePeak measures pinned host-to-device copy bandwidth on dev:
+// bytes per second over iters back-to-back copies of n bytes from
+// page-locked host memory (after one untimed copy), timed with events. It
+// is the ceiling a streamed layer's copy can reach: the planner takes it
+// as the host-to-device link, and benchmarks divide by it for every
+// "PCIe limit" ratio.
+func HostToDevicePeak(dev *cudadrv.Device, n int64, iters int) (float64, error) {
+	if n <= 0 || iters < 1 {
+		return 0, fmt.Errorf("host-to-device peak: %d bytes x %d copies", n, iters)
+	}
+	var bw float64
+	err := onNewStream(dev, func(c *cudadrv.Ctx, s cudadrv.Stream) (err error) {
+		h, err := c.HostAlloc(int(n), 0)
+		if err != nil {
+			return err
+		}
+		defer keepFirst(&err, func() error { return c.FreeHost(h) })
+		d, err := c.Alloc(n)
+		if err != nil {
+			return err
+		}
+		defer keepFirst(&err, func() error { return c.Free(d) })
+		el, err := measureEvents(c, s, iters, func() error { return c.CopyHtoD(d, h.Bytes(), s) })
+		if err != nil {
+			return err
+		}
+		bw = float64(n) / el.Seconds()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("pinned host-to-device peak: %w", err)
+	}
+	return bw, nil
+}
+
+// onNewStream runs fn on dev's goroutine with a stream of its own,
+// destroyed after fn returns.
+func onNewStream(dev *cudadrv.Device, fn func(c *cudadrv.Ctx, s cudadrv.Stream) error) error {
+	return dev.Do(func(c *cudadrv.Ctx) (err error) {
+		s, err := c.NewStream(cudadrv.StreamNonBlocking)
+		if err != nil {
+			return err
+		}
+		defer keepFirst(&err, func() error { return c.DestroyStream(s) })
+		return fn(c, s)
+	})
+}
+
+// keepFirst runs a deferred release and keeps its error if none came
+// before.
+func keepFirst(err *error, release func() error) {
+	if rerr := release(); *err == nil {
+		*err = rerr
+	}
+}
+
+// measureEvents runs fn once to warm up, then iters times between two
+// events on s, and returns the device time per iteration.
+func measureEvents(c *cudadrv.Ctx, s cudadrv.Stream, iters int, fn func() error) (el time.Duration, err error) {
+	if err := fn(); err != nil {
+		return 0, err
+	}
+	e0, err := c.NewEvent(cudadrv.EventDefault)
+	if err != nil {
+		return 0, err
+	}
+	defer keepFirst(&err, func() error { return c.DestroyEvent(e0) })
+	e1, err := c.NewEvent(cudadrv.EventDefault)
+	if err != nil {
+		return 0, err
+	}
+	defer keepFirst(&err, func() error { return c.DestroyEvent(e1) })
+	if err := c.Record(e0, s); err != nil {
+		return 0, err
+	}
+	for range iters {
+		if err := fn(); err != nil {
+			return 0, err
+		}
+	}
+	if err := c.Record(e1, s); err != nil {
+		return 0, err
+	}
+	if err := c.EventSync(e1); err != nil {
+		return 0, err
+	}
+	msf, err := c.Elapsed(e0, e1)
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(float64(msf) * 1e6 / float64(iters)), nil
+}
