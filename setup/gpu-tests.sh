@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU half of strata's tests, which CI cannot run (it has no GPU):
 # every test of kernels/, kernels/cudadrv, engine/gpu and engine's CUDA tests
-# against the CPU reference, the 8B-shape fidelity test, and
-# `strata bench engine`. Built on any machine with Go, run on a GPU host
+# against the CPU reference, the 8B-shape fidelity test, the benchmarks'
+# timing library (bench/gputime), and `strata bench engine` (with the peer
+# figures of docs/peers-h200.json). Built on any machine with Go, run on a GPU host
 # that needs no Go:
 #
 #   setup/gpu-tests.sh build            # here: cross-builds bin/gpu-tests.txz
@@ -44,14 +45,14 @@ build() {
 	GO=$(setup/deps.sh)
 	export GOTOOLCHAIN=${GOTOOLCHAIN:-auto} CGO_ENABLED=0
 	mkdir -p bin/gpu-tests
-	for p in kernels kernels/cudadrv engine/gpu engine; do
+	for p in kernels kernels/cudadrv engine/gpu engine bench/gputime; do
 		"$GO" test -c -ldflags='-s -w' -o "bin/gpu-tests/$(echo "$p" | tr / -).test" "./$p"
 	done
 	"$GO" build -ldflags='-s -w' -o bin/gpu-tests/strata ./tools/strata
 	if command -v nvcc >/dev/null; then # the standalone GEMV sweep (kernels/NOTES.md)
 		(cd kernels/testdata && nvcc -O3 -std=c++17 -arch=sm_90 -I.. -o ../../bin/gpu-tests/stage-sweep stage-sweep.cu)
 	fi
-	# xz with a dictionary wider than one binary: the five share most of
+	# xz with a dictionary wider than one binary: the six share most of
 	# their bytes (the embedded PTX and cubins), so the tarball is ~7 MB
 	# where gzip made ~31 (the device tool carries at most 64 MiB).
 	rm -f bin/gpu-tests.tgz
@@ -109,6 +110,7 @@ run() {
 		step engine-gpu engine/gpu env STRATA_8B_GGUF="$synth/llama-8b-q4_k_m-seed1.gguf" STRATA_8B_STEPS=64 \
 			"$B/engine-gpu.test" -test.v -test.timeout 30m
 		step engine engine "$B/engine.test" -test.v -test.run 'CUDA|RealDriver|Greedy'
+		step bench-gputime bench/gputime "$B/bench-gputime.test" -test.v
 	fi
 	if [ $kbench = 1 ]; then
 		step kernels-bench kernels "$B/kernels.test" -test.run XXX -test.bench GEMVQWarps -test.benchtime 1x -test.v
@@ -136,7 +138,7 @@ run() {
 		fi
 	fi
 	if [ $bench != 0 ]; then
-		step bench-engine . "$B/strata" bench engine --synth-dir "$synth" --only "$only" "${benchflag[@]}" \
+		step bench-engine . "$B/strata" bench engine --synth-dir "$synth" --only "$only" --peers docs/peers-h200.json "${benchflag[@]}" \
 			--json-file "$logs/bench-engine.json"
 	fi
 	if [ ${#failed[@]} -gt 0 ]; then
