@@ -13,6 +13,8 @@
 # run options:
 #   --no-bench       tests only
 #   --bench-only S   only `strata bench engine --only S`
+# The bench compares with the peer figures of docs/peers-h200.json (the
+# device machine's; docs/performance.md holds the current table).
 # The test binaries stay in bin/gpu-tests/ after a run, for single tests or
 # benchmarks by hand (cd into the package, run its .test with -test.run or
 # -test.bench). The standalone kernel sweeps are lab tools, not steps of
@@ -83,7 +85,7 @@ run() {
 	fi
 	if [ $bench != 0 ]; then
 		step bench-engine . "$B/strata" bench engine --synth-dir "$synth" --only "$only" \
-			--json-file "$logs/bench-engine.json"
+			--peers docs/peers-h200.json --json-file "$logs/bench-engine.json"
 	fi
 	if [ ${#failed[@]} -gt 0 ]; then
 		echo "FAILED: ${failed[*]} (logs in $logs/)" >&2
