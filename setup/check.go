@@ -14,15 +14,15 @@ import (
 // Kernel versions of the features strata uses, each from the merge that
 // brought it (torvalds/linux):
 //   - iommufd (/dev/iommu): 6.2, merge 08cdc2157966 "Merge tag
-//     'for-linus-iommufd'" (2022-12-14, the 6.2 merge window).
+//     'for-linus-iommufd'".
 //   - VFIO device cdev (/dev/vfio/devices/vfioN, VFIO_DEVICE_BIND_IOMMUFD):
 //     6.6, merge ec0e2dc81072 "Merge tag 'vfio-v6.6-rc1'".
 //   - IOMMU_IOAS_MAP_FILE: 6.13, commit f4986a72d6e4 "iommufd: Add
-//     IOMMU_IOAS_MAP_FILE", pulled by merge 341d041daae5 (2024-11-21).
+//     IOMMU_IOAS_MAP_FILE", pulled by merge 341d041daae5.
 //   - VFIO dma-buf export of BARs (VFIO_DEVICE_FEATURE_DMA_BUF) and its
 //     import by iommufd: 6.19, commit 5d74781ebc86 "vfio/pci: Add dma-buf
 //     export support for MMIO regions", merge a3ebb59eee2e "Merge tag
-//     'vfio-v6.19-rc1'" (2025-12-04).
+//     'vfio-v6.19-rc1'".
 var kernelFeatures = []struct {
 	id           string
 	what         string

@@ -28,7 +28,7 @@ const (
 	ReadState                // list models, read status and metrics
 	Load                     // load a model
 	Unload                   // unload a model
-	BindDevice               // bind an NVMe or GPU to the daemon (issue 5)
+	BindDevice               // bind an NVMe or GPU to the daemon
 	WritePool                // write a layer pool (prefab onto NVMe or a file)
 )
 

@@ -16,8 +16,8 @@ func TestGPUAperture(t *testing.T) {
 		size     uint64
 	}{
 		{
-			// The H200 in the device machine (setup/testdata/h200-sysfs-resource.txt):
-			// 64-bit BAR0, so the 256 GiB aperture is resource 2.
+			// An H200's resource file as sysfs lists it: a 64-bit BAR0
+			// takes two slots, so the 256 GiB aperture is resource 2.
 			name: "64-bit BAR0 (H200)",
 			resource: "0x0000104002000000 0x0000104002ffffff 0x000000000014220c\n" + empty +
 				"0x0000100000000000 0x0000103fffffffff 0x000000000014220c\n" + empty +

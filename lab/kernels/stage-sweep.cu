@@ -7,7 +7,7 @@
 // programmatic dependent launch, x already quantized. Not part of the
 // build; it includes gemvq.cu.
 //
-//   cd kernels/testdata && nvcc -O3 -std=c++17 -arch=sm_90 -I.. -o /tmp/stage-sweep stage-sweep.cu
+//   cd lab/kernels && nvcc -O3 -std=c++17 -arch=sm_90 -I../../kernels -o /tmp/stage-sweep stage-sweep.cu
 //   /tmp/stage-sweep [MODE]     # on the GPU host (built here with nvcc 11.8 or there)
 //
 // MODE (logs h200-stage-sweep-MODE.txt, run 2026-11-29, fifth session;
@@ -85,7 +85,7 @@
 // -k6.txt); ring = Q6_K shared-memory ring (ks6r, -ring.txt); base = the
 // baseline and the chosen ones (-base.txt; with ARENA=1 the matrices
 // carved from one allocation in layer order, -arena.txt).
-#include "../gemvq.cu"
+#include "../../kernels/gemvq.cu"
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -1,5 +1,5 @@
 // launch-sweep.cu: the standalone CUDA C++ sweep behind kernels/NOTES.md's
-// "GEMV v7" (2026-11-29), kept so its logs (testdata/h200-gemv-launch-
+// "GEMV v7" (2026-11-29), kept so its logs (h200-gemv-launch-
 // sweep{1..4}.txt) can be reproduced. Not part of the build: it includes
 // gemvq.cu for the integer Q4_K unit code and times chains of 32 launches
 // per 8b decode shape (and the 4-shape layer chain x 32) from CUDA graphs,
@@ -7,7 +7,7 @@
 // read-only kernel and the device-to-device copy.
 //
 // On a GPU host with nvcc (the H200 machine has nvcc 13.0):
-//   cd kernels/testdata && nvcc -O3 -std=c++17 -arch=sm_90 -I.. -o /tmp/sweep launch-sweep.cu && /tmp/sweep
+//   cd lab/kernels && nvcc -O3 -std=c++17 -arch=sm_90 -I../../kernels -o /tmp/sweep launch-sweep.cu && /tmp/sweep
 //
 // Variants: k1 = gemvq_fused's block structure (4 rows per block, warps
 // split a row's units; pf 1: the first unit's weights loaded before
@@ -18,7 +18,7 @@
 // read-only streaming kernel (pf 2: its first loads before the wait).
 // "noX" drops the x-quantization launch before each GEMV. The cfgs list
 // below is the last sweep's; the earlier ones differed only in that list.
-#include "../gemvq.cu"
+#include "../../kernels/gemvq.cu"
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
