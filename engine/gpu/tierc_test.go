@@ -378,24 +378,8 @@ func (c *countingSource) ReadAt(ctx context.Context, dst []byte, off int64) erro
 // simulated driver.
 func simPipeline(t testing.TB, store *testStore, tiers []stream.Tier, k int, src stream.Source) (*tierB, *simDev) {
 	t.Helper()
-	n := len(tiers)
-	tb := &tierB{off: make([]int64, n), size: make([]int64, n), tierC: make([]bool, n), tc: store}
-	for i, tr := range tiers {
-		if tr == stream.TierB {
-			tb.off[i] = int64(len(tb.hostBytes))
-			tb.hostBytes = append(tb.hostBytes, store.data[i]...)
-		}
-		tb.size[i] = store.ext[i].Length
-	}
-	d := newSimDev(t, uint64(k)*7+uint64(n), 1, 2)
-	if err := tb.start(d, 1, tiers, src, stream.VerifyFirst, k); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := errors.Join(tb.pipe.Close(), tb.dev.close()); err != nil {
-			t.Error(err)
-		}
-	})
+	d := newSimDev(t, uint64(k)*7+uint64(len(tiers)), 1, 2)
+	tb := startTierB(t, d, store, tiers, k, src)
 	// A copy's source must be a whole layer's bytes when it runs: a
 	// staging buffer handed back to stage 1 too early would be caught
 	// half overwritten (or holding the next layer).
@@ -408,6 +392,31 @@ func simPipeline(t testing.TB, store *testStore, tiers []stream.Tier, k int, src
 		return fmt.Errorf("a copy ran from %d bytes that are no layer's (staging reused too early?)", len(src))
 	}
 	return tb, d
+}
+
+// startTierB starts the pipeline on d over store the way loadTierB does
+// on a GPU: the tier-B layers' bytes in tb's host memory, the store as the
+// tier-C store.
+func startTierB(t testing.TB, d devOps, store *testStore, tiers []stream.Tier, k int, src stream.Source) *tierB {
+	t.Helper()
+	n := len(tiers)
+	tb := &tierB{off: make([]int64, n), size: make([]int64, n), tierC: make([]bool, n), tc: store}
+	for i, tr := range tiers {
+		if tr == stream.TierB {
+			tb.off[i] = int64(len(tb.hostBytes))
+			tb.hostBytes = append(tb.hostBytes, store.data[i]...)
+		}
+		tb.size[i] = store.ext[i].Length
+	}
+	if err := tb.start(d, 1, tiers, src, stream.VerifyFirst, k); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := errors.Join(tb.pipe.Close(), tb.dev.close()); err != nil {
+			t.Error(err)
+		}
+	})
+	return tb
 }
 
 // streamedCount is the number of layers tb streams; layerBytes what a pass
@@ -646,5 +655,84 @@ func TestTierCOptions(t *testing.T) {
 	set, err := m.tierCSet(cpu.Weights, make([]bool, cpu.Config.Layers))
 	if err != nil || set[0] == nil || set[1] != nil || set[3] == nil || set[3].ext != pool.Extent(3) {
 		t.Fatalf("valid tier C: %v %v", set, err)
+	}
+}
+
+// nopDev is a driver on which everything completes at once: events are
+// done when recorded and copies move nothing, so what a pass allocates is
+// the pipeline's own doing.
+type nopDev struct {
+	ev  cudadrv.Event
+	mem cudadrv.DevPtr
+}
+
+func (d *nopDev) Alloc(int64) (cudadrv.DevPtr, error)    { d.mem += 1 << 20; return d.mem, nil }
+func (d *nopDev) Free(cudadrv.DevPtr) error              { return nil }
+func (d *nopDev) NewEvent(uint32) (cudadrv.Event, error) { d.ev++; return d.ev, nil }
+func (d *nopDev) DestroyEvent(cudadrv.Event) error       { return nil }
+func (d *nopDev) HostRegister([]byte, uint32) (*cudadrv.HostMem, error) {
+	return &cudadrv.HostMem{}, nil
+}
+func (d *nopDev) HostUnregister(*cudadrv.HostMem) error                 { return nil }
+func (d *nopDev) WaitEvent(cudadrv.Stream, cudadrv.Event) error         { return nil }
+func (d *nopDev) Record(cudadrv.Event, cudadrv.Stream) error            { return nil }
+func (d *nopDev) CopyHtoD(cudadrv.DevPtr, []byte, cudadrv.Stream) error { return nil }
+func (d *nopDev) EventDone(cudadrv.Event) (bool, error)                 { return true, nil }
+func (d *nopDev) EventSync(cudadrv.Event) error                         { return nil }
+func (d *nopDev) StreamSync(cudadrv.Stream) error                       { return nil }
+func (d *nopDev) NewStream(uint32) (cudadrv.Stream, error)              { return 2, nil }
+func (d *nopDev) DestroyStream(cudadrv.Stream) error                    { return nil }
+func (d *nopDev) Elapsed(cudadrv.Event, cudadrv.Event) (float32, error) { return 0.001, nil }
+
+// TestStreamPassAllocs: what a streamed pass allocates on the host does
+// not grow with its layers (tiers B and C, read through the page cache):
+// acquiring, releasing and copying a layer allocate nothing. (Not
+// parallel: testing.AllocsPerRun counts the whole process's allocations.)
+func TestStreamPassAllocs(t *testing.T) {
+	allocs := func(layers int) float64 {
+		store, path := newTestStore(t, layers)
+		src, err := stream.OpenMmap(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { src.Close() })
+		tiers, err := stream.MixTiers(strings.TrimSuffix(strings.Repeat("B,C,A,", layers/3), ","), layers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := &nopDev{ev: 100}
+		tb := startTierB(t, d, store, tiers, 2, src)
+		var failed error
+		pass := func() {
+			err := tb.begin(context.Background(), d)
+			for l := range layers {
+				if err == nil {
+					_, _, err = tb.acquire(l, layerW{})
+				}
+				if err == nil {
+					err = tb.done(l)
+				}
+			}
+			if eerr := tb.end(d, err != nil); err == nil {
+				err = eerr
+			}
+			if err != nil && failed == nil {
+				failed = err
+			}
+		}
+		pass() // the first pass verifies the tier-C extents
+		n := testing.AllocsPerRun(20, pass)
+		if failed != nil {
+			t.Fatal(failed)
+		}
+		if last := tb.pipe.LastPass(); last.Failed != 0 || last.Compute.Layers != int64(layers) {
+			t.Fatalf("%d layers: last pass %+v", layers, last)
+		}
+		return n
+	}
+	few, many := allocs(6), allocs(24)
+	t.Logf("allocations per pass: %.1f with 6 layers, %.1f with 24", few, many)
+	if many > few+1 {
+		t.Fatalf("a pass of 24 layers allocates %.1f times, one of 6 layers %.1f: something allocates per layer", many, few)
 	}
 }

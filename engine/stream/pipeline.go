@@ -100,6 +100,14 @@ type Pipeline struct {
 	unpin         []func() error // per staging buffer, nil when not pinned
 	verified      []atomic.Bool
 
+	// The stages' channels, made once and drained at the start of each
+	// pass (the previous pass's stages have exited by then), so a pass
+	// allocates nothing per layer.
+	fetched     []chan staged // by layer, tier C: stage 1 → stage 2
+	freeStaging chan int
+	ready       []chan result // by layer, streamed: stage 2 on its goroutine → compute
+	freeSlots   chan int
+
 	// Stage 2 issued from compute: per streamed layer, what stage 1
 	// delivered and its copy; reused by every pass.
 	got  []staged
@@ -129,13 +137,11 @@ type pass struct {
 	failed bool
 	held   int // slot compute holds, -1 when none
 
-	fetched     []chan staged // by layer, tier C: stage 1 → stage 2
+	fetched     []chan staged // the Pipeline's channels
 	freeStaging chan int
+	ready       []chan result // nil when stage 2 is issued from compute
+	freeSlots   chan int
 	wg          sync.WaitGroup
-
-	// Stage 2 on its own goroutine: free slots in, landed layers out.
-	ready     []chan result // by layer; nil for tier A
-	freeSlots chan int
 
 	// Stage 2 issued from compute: copies issued (the n-th streamed layer
 	// into slot n mod k), slots released, layers acquired, and the
@@ -264,10 +270,23 @@ func New(opts Options) (*Pipeline, error) {
 			p.unpin = append(p.unpin, unpin)
 		}
 	}
+	p.fetched = make([]chan staged, n)
+	p.freeStaging = make(chan int, len(p.staging))
+	for _, i := range p.streamed {
+		if p.tiers[i] == TierC {
+			p.fetched[i] = make(chan staged, 1)
+		}
+	}
 	if p.onCompute {
 		p.got = make([]staged, len(p.streamed))
 		p.ops = make([]Op, len(p.streamed))
 		p.pend = make([]pend, len(p.staging))
+	} else {
+		p.ready = make([]chan result, n)
+		p.freeSlots = make(chan int, len(p.slots))
+		for _, i := range p.streamed {
+			p.ready[i] = make(chan result, 1)
+		}
 	}
 	for i, t := range p.tiers {
 		if t != TierA || p.slotsOnly {
@@ -352,6 +371,7 @@ func (p *Pipeline) Forward(ctx context.Context, m *model.Model, batch []model.St
 	p.runMu.Lock()
 	defer p.runMu.Unlock()
 	if err := p.Begin(ctx); err != nil {
+		p.Finish(true)
 		return err
 	}
 	m.SetLayerSource(p)
@@ -407,14 +427,17 @@ func (p *Pipeline) beginLocked(parent context.Context, auto bool) error {
 	ctx, cancel := context.WithCancel(parent)
 	ps := &pass{
 		parent: parent, ctx: ctx, cancel: cancel, auto: auto, start: time.Now(), held: -1,
-		fetched:     make([]chan staged, len(p.tiers)),
-		freeStaging: make(chan int, len(p.staging)),
+		fetched: p.fetched, freeStaging: p.freeStaging, ready: p.ready, freeSlots: p.freeSlots,
 	}
 	for _, i := range p.streamed {
-		if p.tiers[i] == TierC {
-			ps.fetched[i] = make(chan staged, 1)
+		if ps.fetched[i] != nil {
+			drain(ps.fetched[i])
+		}
+		if ps.ready != nil {
+			drain(ps.ready[i])
 		}
 	}
+	drain(ps.freeStaging)
 	for s := range p.staging {
 		ps.freeStaging <- s
 	}
@@ -430,11 +453,7 @@ func (p *Pipeline) beginLocked(parent context.Context, auto bool) error {
 			}
 		}
 	} else {
-		ps.ready = make([]chan result, len(p.tiers))
-		ps.freeSlots = make(chan int, len(p.slots))
-		for _, i := range p.streamed {
-			ps.ready[i] = make(chan result, 1)
-		}
+		drain(ps.freeSlots)
 		for s := range p.slots {
 			ps.freeSlots <- s
 		}
@@ -456,6 +475,17 @@ func (p *Pipeline) beginLocked(parent context.Context, auto bool) error {
 		return err
 	}
 	return nil
+}
+
+// drain empties ch of what a finished pass left in it.
+func drain[T any](ch chan T) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
 }
 
 func (p *Pipeline) endLocked(failed bool) (Stats, error) {
