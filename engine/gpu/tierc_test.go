@@ -67,6 +67,7 @@ func writePool(t testing.TB, src, dst string) {
 // extent holds each tensor's bytes, for both architectures; a store whose
 // tensors do not match the model's is refused.
 func TestProbeLayout(t *testing.T) {
+	t.Parallel()
 	for _, arch := range []string{"llama", "gemma2"} {
 		t.Run(arch, func(t *testing.T) {
 			cpu, pool, _ := tinyPool(t, arch, "q4_k_m")
@@ -502,6 +503,7 @@ func simPass(ctx context.Context, tb *tierB, d *simDev, store *testStore, cancel
 // fails its pass naming the layer and byte range (and the next pass
 // works), a cancelled pass stops cleanly, and Stats count what moved.
 func TestTierCPipelineSimulated(t *testing.T) {
+	t.Parallel()
 	store, path := newTestStore(t, 9)
 	for _, mix := range []string{"all-C", "C,A,C,B,C,C,A,B,C", "A,B,C,B,A,C,C,C,B", "B,B,C,B,B,B,B,C,B"} {
 		for _, k := range []int{1, 2, 3} {
@@ -598,6 +600,7 @@ func TestTierCPipelineSimulated(t *testing.T) {
 // TestTierCVerify: a tier-C extent whose bytes do not match the store's
 // checksum fails the pass (VerifyFirst checks every extent's first read).
 func TestTierCVerify(t *testing.T) {
+	t.Parallel()
 	store, path := newTestStore(t, 4)
 	tiers, _ := stream.MixTiers("all-C", 4)
 	fs, err := stream.OpenFile(path, stream.FileOptions{})
@@ -622,6 +625,7 @@ func TestTierCVerify(t *testing.T) {
 // TestTierCOptions: bad tier-C options are refused before anything is
 // allocated.
 func TestTierCOptions(t *testing.T) {
+	t.Parallel()
 	cpu, pool, path := tinyPool(t, "gemma2", "f32")
 	fs, err := stream.OpenFile(path, stream.FileOptions{})
 	if err != nil {
