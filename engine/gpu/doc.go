@@ -15,23 +15,20 @@
 // sequences advance.
 //
 // Layers listed in Options.StreamLayers stay on tier B instead: packed in
-// pinned host memory and copied, every pass, into one of k device slots on
+// pinned host memory and copied, every pass, into one of k device slots.
+// Layers in Options.TierC stay on tier C, in storage, and are read every
+// pass from an engine/stream Source into one of k staging buffers (the
+// source's own aligned buffers, page-locked with cuMemHostRegister) before
+// their copy. Both run through engine/stream's pipeline, the one the CPU
+// backend uses, on the CUDA device seam (streamDev in tier.go): copies on
 // a copy stream separate from the compute stream, with a "loaded" event
 // per slot that the compute stream waits on and a "free" event that the
-// next copy into the slot waits on. The whole pipeline is ordered on the
-// device, so the host enqueues a pass without waiting and the copy engine
-// stays busy (0.98-1.0 of the pinned H2D peak on the H200, see NOTES.md).
-//
-// Layers in Options.TierC stay on tier C, in storage: stage 1, a goroutine
-// per pass, reads each one's extent from an engine/stream Source into one
-// of k staging buffers (the source's own aligned buffers, page-locked with
-// cuMemHostRegister), and the device goroutine issues its copy into a slot
-// once the read is done, handing the buffer back when the copy's event
-// completes; reads run ahead of compute by up to k layers. The host waits
-// only when compute needs a layer whose read has not finished. Model.
-// PipelineStats reports the three stages as engine/stream's Stats. A
-// source that can DMA straight into device memory (SlotReader) is the
-// seam for a GPU-BAR route; it is not wired in yet.
+// next copy into the slot waits on. Everything after the reads is ordered
+// on the device, so the host enqueues a pass without waiting and the copy
+// engine stays busy; the host waits only when compute needs a layer whose
+// read has not finished. Model.PipelineStats reports the three stages as
+// engine/stream's Stats. A source that can DMA straight into device memory
+// (SlotReader) is the seam for a GPU-BAR route; it is not wired in yet.
 //
 // Every driver call runs inside Device.Do of package kernels/cudadrv, on the
 // device's locked OS thread; one Forward is one hand-off.

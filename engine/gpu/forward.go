@@ -481,10 +481,9 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 	if err := k.Embed(c, s, m.embed, ids, T, a.h, cfg.EmbedScale); err != nil {
 		return err
 	}
-	var st *streamer
-	if m.tb != nil {
-		var err error
-		if st, err = m.tb.begin(ctx, c, s); err != nil {
+	streaming := m.tb != nil
+	if streaming {
+		if err := m.tb.begin(ctx, c); err != nil {
 			return err
 		}
 	}
@@ -502,14 +501,16 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 			}
 			return nil
 		}
-		slot := -1
-		if st != nil && m.tb.idx[l] >= 0 {
-			var err error
-			if lw, slot, err = st.acquire(l, lw); err != nil {
+		if streaming {
+			lws, inSlot, err := m.tb.acquire(l, lw)
+			if err != nil {
 				return step("waiting for its copy", err)
 			}
-			if err := step("unpacking q, k, v, o", m.unpack(c, s, l, &lw, unpackAttn)); err != nil {
-				return err
+			if inSlot {
+				lw = lws
+				if err := step("unpacking q, k, v, o", m.unpack(c, s, l, &lw, unpackAttn)); err != nil {
+					return err
+				}
 			}
 		}
 		if !normed {
@@ -615,7 +616,7 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 		// With every layer resident, the next layer's attention norm
 		// weights are in place: fuse the residual update with that norm.
 		// A down product in fixed point (acc != 0) is added from there.
-		if !gemma && fuseElementwise && st == nil && l+1 < len(m.layers) {
+		if !gemma && fuseElementwise && !streaming && l+1 < len(m.layers) {
 			if acc != 0 {
 				err = k.AddFixedRMSNormQ(c, s, a.h, acc, m.layers[l+1].attnNorm, a.xn, T, cfg.Dim, eps)
 				fx.dirty[l&1] = true
@@ -636,8 +637,8 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 				return err
 			}
 		}
-		if slot >= 0 {
-			if err := step("releasing its slot", st.done(slot)); err != nil {
+		if streaming {
+			if err := step("releasing its slot", m.tb.done(l)); err != nil {
 				return err
 			}
 		}

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -85,43 +86,24 @@ func (lw layerW) rebased(base cudadrv.DevPtr) layerW {
 	return lw
 }
 
-// tierB holds the streamed layers (tiers B and C) and the pipeline that
-// moves them: tier-B layers' packed bytes in pinned host memory, tier C's
-// stage-1 reader and its pinned staging buffers, the k device slots both
-// rotate through, the copy stream and, per slot, a "loaded" event (copy
-// stream → compute stream) and a "free" event (compute stream → copy
-// stream). The device orders everything after stage 1: the host enqueues
-// a pass without waiting, except for a tier-C layer whose read has not
-// finished when its copy must be issued.
+// tierB holds the streamed layers (tiers B and C) and runs them through
+// the pipeline (engine/stream) on the CUDA device seam (streamDev): tier-B
+// layers' packed bytes sit in pinned host memory, so the pipeline copies
+// them without a stage 1; tier-C layers are read by its stage 1 into
+// staging buffers that streamDev pins. tierB is also the pipeline's
+// LayerStore: tier B's bytes are its own, tier C's extents and checksums
+// the TierC store's.
 type tierB struct {
 	host      *cudadrv.HostMem // tier-B layers, packed; nil without tier B
 	hostBytes []byte           // host's bytes
-	off, size []int64          // per layer: offset in host (tier B) and bytes moved per pass (B, C)
-	order     []int            // streamed layers, ascending
-	idx       []int            // per layer: index in order, -1 when resident
+	off, size []int64          // per layer: offset in host (tier B); bytes moved per pass (B, C), or computed (A)
 	tierC     []bool           // per layer: on tier C
-	slots     []cudadrv.DevPtr
-	slotBytes int64
-	copy      cudadrv.Stream
-	loaded    []cudadrv.Event
-	free      []cudadrv.Event
-	bytes     int64 // streamed per pass (tiers B and C)
+	cLayers   []int
+	tc        stream.LayerStore // TierC.Store; nil without tier C
+	bytes     int64             // streamed per pass (tiers B and C)
 
-	// Tier C: stage 1 and the registrations of its staging buffers.
-	rd      *reader
-	cLayers []int
-	pinned  []*cudadrv.HostMem
-
-	// Timing events (for Stats): the pass start on the compute stream,
-	// and per streamed layer (index in order) the start and end of its
-	// copy and the compute stream's wait for it.
-	t0                   cudadrv.Event
-	copyStart, copyEnd   []cudadrv.Event
-	waitStart, waitEnd   []cudadrv.Event
-	layerBytes, resident int64 // every layer's bytes (what compute reads); the tier-A part
-
-	cur         *streamer // the pass in flight
-	last, total stream.Stats
+	dev  *streamDev
+	pipe *stream.Pipeline
 }
 
 // streamedSet validates Options.StreamLayers.
@@ -139,13 +121,14 @@ func (m *Model) streamedSet(layers int) ([]bool, error) {
 	return s, nil
 }
 
-// loadTierB packs the tier-B layers into pinned host memory, sets up
-// tier C's reader and pins its staging buffers, and allocates the slots,
-// copy stream and events.
+// loadTierB packs the tier-B layers into pinned host memory and starts the
+// pipeline over them and the tier-C layers (its slots, pinned staging
+// buffers, copy stream and events). slotBytes is what load budgeted for a
+// slot; the pipeline sizes its slots from the same extents.
 func (m *Model) loadTierB(c *cudadrv.Ctx, w *model.Weights, streamed []bool, tc []*tierCLayer, base []int64, hostTotal, slotBytes int64, nslots int) error {
 	gemma := m.Config.Arch == model.ArchGemma2
 	n := len(streamed)
-	tb := &tierB{slotBytes: slotBytes, off: base, size: make([]int64, n), idx: make([]int, n), tierC: make([]bool, n)}
+	tb := &tierB{off: base, size: make([]int64, n), tierC: make([]bool, n)}
 	m.tb = tb
 	var err error
 	if hostTotal > 0 {
@@ -154,16 +137,14 @@ func (m *Model) loadTierB(c *cudadrv.Ctx, w *model.Weights, streamed []bool, tc 
 		}
 		tb.hostBytes = tb.host.Bytes()
 	}
-	var maxC int64
+	tiers := make([]stream.Tier, n)
 	for i, s := range streamed {
-		tb.idx[i] = -1
 		switch {
 		case tc != nil && tc[i] != nil:
-			tb.tierC[i] = true
+			tiers[i] = stream.TierC
 			tb.size[i] = tc[i].ext.Length
-			tb.cLayers = append(tb.cLayers, i)
-			maxC = max(maxC, tb.size[i])
 		case s:
+			tiers[i] = stream.TierB
 			if pl := m.pk.layer(i); pl != nil { // packed bf16 (packed.go)
 				if err := pl.write(tb.hostBytes[base[i]:], &w.Layers[i], gemma); err != nil {
 					return fmt.Errorf("tier B layer %d: %w", i, err)
@@ -178,61 +159,49 @@ func (m *Model) loadTierB(c *cudadrv.Ctx, w *model.Weights, streamed []bool, tc 
 			}
 			tb.size[i] = off - base[i]
 		default:
-			size := layerSize(&w.Layers[i], gemma)
-			tb.layerBytes += size
-			tb.resident += size
-			continue
+			tiers[i] = stream.TierA
+			tb.size[i] = layerSize(&w.Layers[i], gemma)
 		}
-		tb.idx[i] = len(tb.order)
-		tb.order = append(tb.order, i)
-		tb.bytes += tb.size[i]
-		tb.layerBytes += tb.size[i]
 	}
-	if tb.copy, err = c.NewStream(cudadrv.StreamNonBlocking); err != nil {
+	var src stream.Source
+	var verify stream.VerifyMode
+	if t := m.opts.TierC; t != nil && tc != nil {
+		tb.tc, src, verify = t.Store, t.Source, t.Verify
+	}
+	if err := tb.start(c, m.stream, tiers, src, verify, nslots); err != nil {
 		return err
 	}
-	newEvent := func(evs *[]cudadrv.Event, flags uint32) error {
-		e, err := c.NewEvent(flags)
-		if err == nil {
-			*evs = append(*evs, e)
-		}
-		return err
-	}
-	for range nslots {
-		p, err := c.Alloc(slotBytes)
-		if err != nil {
-			return fmt.Errorf("streaming slot of %d bytes: %w", slotBytes, err)
-		}
-		tb.slots = append(tb.slots, p)
-		for _, evs := range []*[]cudadrv.Event{&tb.loaded, &tb.free} {
-			if err := newEvent(evs, cudadrv.EventDisableTiming); err != nil {
-				return err
-			}
-		}
-	}
-	if tb.t0, err = c.NewEvent(cudadrv.EventDefault); err != nil {
-		return err
-	}
-	for range tb.order {
-		for _, evs := range []*[]cudadrv.Event{&tb.copyStart, &tb.copyEnd, &tb.waitStart, &tb.waitEnd} {
-			if err := newEvent(evs, cudadrv.EventDefault); err != nil {
-				return err
-			}
-		}
-	}
-	if len(tb.cLayers) > 0 {
-		if tb.rd, err = newReader(m.opts.TierC, n, nslots, maxC); err != nil {
-			return err
-		}
-		for i, b := range tb.rd.staging {
-			h, err := c.HostRegister(b.Bytes(), 0)
-			if err != nil {
-				return fmt.Errorf("pinning tier-C staging buffer %d (%d bytes from the source): %w", i, b.Len(), err)
-			}
-			tb.pinned = append(tb.pinned, h)
-		}
+	if s := tb.dev.slotBytes(); s > slotBytes {
+		return fmt.Errorf("streaming slots of %d bytes, %d budgeted", s, slotBytes)
 	}
 	return nil
+}
+
+// start runs the pipeline for tiers (its layers' sizes, offsets and
+// tier-C flags already in tb) on the device c with compute on the stream
+// compute: nslots slots and, with a tier-C source, as many staging
+// buffers.
+func (tb *tierB) start(c devOps, compute cudadrv.Stream, tiers []stream.Tier, src stream.Source, verify stream.VerifyMode, nslots int) error {
+	tb.cLayers, tb.bytes = nil, 0
+	streamed := 0
+	for i, t := range tiers {
+		tb.tierC[i] = t == stream.TierC
+		if tb.tierC[i] {
+			tb.cLayers = append(tb.cLayers, i)
+		}
+		if t != stream.TierA {
+			streamed++
+			tb.bytes += tb.size[i]
+		}
+	}
+	var err error
+	if tb.dev, err = newStreamDev(c, compute, streamed); err != nil {
+		return err
+	}
+	tb.pipe, err = stream.New(stream.Options{
+		Store: tb, Tiers: tiers, Depth: nslots, Source: src, Device: tb.dev, Verify: verify, SlotsOnly: true,
+	})
+	return err
 }
 
 // release frees the streaming resources (tolerating a partial load).
@@ -240,326 +209,364 @@ func (tb *tierB) release(c *cudadrv.Ctx) error {
 	if tb == nil {
 		return nil
 	}
-	var first error
-	keep := func(err error) {
-		if err != nil && first == nil {
-			first = err
-		}
+	var errs []error
+	if tb.dev != nil {
+		tb.dev.c = c
+		errs = append(errs, tb.dev.Sync())
 	}
-	if tb.copy != 0 {
-		keep(c.StreamSync(tb.copy))
-		keep(c.DestroyStream(tb.copy))
+	if tb.pipe != nil {
+		errs = append(errs, tb.pipe.Close())
+		tb.pipe = nil
 	}
-	for _, p := range tb.slots {
-		keep(c.Free(p))
+	if tb.dev != nil {
+		errs = append(errs, tb.dev.close())
+		tb.dev = nil
 	}
-	evs := append(append(append(append(append(append([]cudadrv.Event{tb.t0}, tb.loaded...), tb.free...), tb.copyStart...), tb.copyEnd...), tb.waitStart...), tb.waitEnd...)
-	for _, e := range evs {
-		keep(c.DestroyEvent(e))
-	}
-	keep(c.FreeHost(tb.host))
-	for _, h := range tb.pinned {
-		keep(c.HostUnregister(h))
-	}
-	tb.pinned = nil
-	if tb.rd != nil {
-		keep(tb.rd.free())
-	}
-	return first
+	errs = append(errs, c.FreeHost(tb.host))
+	tb.host, tb.hostBytes = nil, nil
+	return errors.Join(errs...)
 }
 
-// devOps is the part of the driver the streaming pipeline drives (a
-// *cudadrv.Ctx); an interface so that its scheduling can run against a
-// simulated device in CPU-only tests.
+// NumLayers implements stream.LayerStore.
+func (tb *tierB) NumLayers() int { return len(tb.size) }
+
+// Extent implements stream.LayerStore: a tier-C layer's extent in the
+// source; for the others, where the layer sits in host memory (tier B) and
+// its size.
+func (tb *tierB) Extent(i int) stream.Extent {
+	if tb.tierC[i] {
+		return tb.tc.Extent(i)
+	}
+	return stream.Extent{Offset: tb.off[i], Length: tb.size[i]}
+}
+
+// Mapped implements stream.LayerStore: a tier-B layer's bytes in pinned
+// host memory.
+func (tb *tierB) Mapped(i int) ([]byte, error) {
+	if tb.tierC[i] || tb.off[i]+tb.size[i] > int64(len(tb.hostBytes)) {
+		return nil, fmt.Errorf("layer %d is not in tier B's host memory", i)
+	}
+	return tb.hostBytes[tb.off[i] : tb.off[i]+tb.size[i]], nil
+}
+
+// Verify implements stream.LayerStore with the tier-C store's checksums.
+func (tb *tierB) Verify(i int, b []byte) error {
+	if tb.tc == nil {
+		return fmt.Errorf("layer %d: no tier-C store to verify against", i)
+	}
+	return tb.tc.Verify(i, b)
+}
+
+// Decode implements stream.LayerStore. The GPU computes on the slots
+// (stream.Options.SlotsOnly), so the pipeline never decodes.
+func (tb *tierB) Decode(i int, _ []byte) (*model.Layer, error) {
+	return nil, fmt.Errorf("layer %d: the GPU's streamed layers are not decoded on the host", i)
+}
+
+// begin starts a pass on the device goroutine (c current): the pipeline
+// marks its start on the compute stream, starts stage 1 for the tier-C
+// layers and issues the copies that can go at once. ctx (nil for none)
+// cancels stage 1.
+func (tb *tierB) begin(ctx context.Context, c devOps) error {
+	tb.dev.c = c
+	return tb.pipe.Begin(ctx)
+}
+
+// acquire asks the pipeline for layer l, in order, every layer (tier A
+// too): for a streamed layer it makes the compute stream wait for the
+// layer's copy (issuing it first, and waiting for its read, if need be)
+// and returns lw rebased onto the slot, with ok set.
+func (tb *tierB) acquire(l int, lw layerW) (_ layerW, ok bool, err error) {
+	s, err := tb.pipe.Acquire(l)
+	if err != nil || s == nil {
+		return lw, false, err
+	}
+	return lw.rebased(s.(*devSlot).ptr), true, nil
+}
+
+// done tells the pipeline the compute stream has layer l's kernels: a
+// streamed layer's slot is released after them, and the copies that may
+// go now are issued.
+func (tb *tierB) done(l int) error { return tb.pipe.Done(l) }
+
+// end finishes the pass after the compute stream has drained: it waits
+// for the copy stream, stops stage 1 and records the pass's Stats
+// (failed: the pass returned an error). It is safe without a pass.
+func (tb *tierB) end(c devOps, failed bool) error {
+	tb.dev.c = c
+	_, err := tb.pipe.Finish(failed)
+	return err
+}
+
+// devOps is the part of the driver the streaming device drives (a
+// *cudadrv.Ctx); an interface so that the pipeline's scheduling on it
+// can run against a simulated device in CPU-only tests.
 type devOps interface {
+	Alloc(n int64) (cudadrv.DevPtr, error)
+	Free(p cudadrv.DevPtr) error
+	NewEvent(flags uint32) (cudadrv.Event, error)
+	DestroyEvent(e cudadrv.Event) error
+	HostRegister(b []byte, flags uint32) (*cudadrv.HostMem, error)
+	HostUnregister(h *cudadrv.HostMem) error
 	WaitEvent(s cudadrv.Stream, e cudadrv.Event) error
 	Record(e cudadrv.Event, s cudadrv.Stream) error
 	CopyHtoD(dst cudadrv.DevPtr, src []byte, s cudadrv.Stream) error
 	EventDone(e cudadrv.Event) (bool, error)
 	EventSync(e cudadrv.Event) error
 	StreamSync(s cudadrv.Stream) error
+	NewStream(flags uint32) (cudadrv.Stream, error)
+	DestroyStream(s cudadrv.Stream) error
 	Elapsed(start, end cudadrv.Event) (float32, error)
 }
 
-// streamer runs one pass's side of the pipeline on the device goroutine.
-// Copies are issued in layer order, slot n%k for the n-th streamed layer,
-// and only once compute has released the slot's previous layer (its
-// "free" event is recorded): issued < released+k. A tier-B copy is issued
-// as soon as that holds; a tier-C copy also needs stage 1 to have read
-// the layer, which the streamer checks without blocking whenever it
-// pumps, and waits for only when compute needs the layer next. Staging
-// buffers go back to stage 1 once the copy out of them has completed.
-type streamer struct {
-	tb       *tierB
-	c        devOps
-	compute  cudadrv.Stream
-	ctx      context.Context
-	start    time.Time
-	rp       *readPass // nil without tier C
-	issued   int       // copies issued (index in order)
-	released int       // slots released by compute
-	acquired int       // layers compute waited for
-	got      []*staged // by index in order: what stage 1 delivered
-	pending  []pend    // staging buffers being copied out, oldest first
+// streamDev is the CUDA backend's stream.Device: slots in device memory,
+// copies on a copy stream beside the compute stream, and per slot a
+// "loaded" event (copy stream → compute stream) and a "free" event
+// (compute stream → copy stream). The host enqueues a pass without
+// waiting: the device orders each copy after compute's release of its
+// slot and compute after the copy, so the copies of the next k layers run
+// while a layer computes. Every call runs on the device goroutine (c is
+// the context current there, set at each entry), so the pipeline issues
+// copies from compute (IssueOnCompute).
+//
+// It is also the pipeline's stream.Clock: per streamed layer of a pass,
+// events around its copy and around the compute stream's wait for it.
+type streamDev struct {
+	c       devOps
+	compute cudadrv.Stream
+	copy    cudadrv.Stream
+	slots   []*devSlot
+
+	// Timing events: the pass start on the compute stream, and per
+	// streamed layer (its index in the pass) the start and end of its copy
+	// and the compute stream's wait for it.
+	t0                 cudadrv.Event
+	copyStart, copyEnd []cudadrv.Event
+	waitStart, waitEnd []cudadrv.Event
+	ops                []devOp // per streamed layer: its copy, done at copyEnd
 }
 
-// pend is a staging buffer s whose copy (of the n-th streamed layer) is
-// in flight.
-type pend struct{ s, n int }
+// devSlot is a slot of device memory with its two events.
+type devSlot struct {
+	d            *streamDev
+	ptr          cudadrv.DevPtr
+	n            int
+	loaded, free cudadrv.Event
+}
 
-// begin starts a pass: it records the start event, starts stage 1 for the
-// tier-C layers and issues the copies that can go at once. ctx (nil for
-// none) cancels stage 1 and waits for it.
-func (tb *tierB) begin(ctx context.Context, c devOps, compute cudadrv.Stream) (*streamer, error) {
-	if ctx == nil {
-		ctx = context.Background()
+// devOp is the n-th copy of a pass.
+type devOp struct {
+	d *streamDev
+	n int
+}
+
+// newStreamDev creates the copy stream and the timing events of a pipeline
+// of streamed layers on c, beside the compute stream.
+func newStreamDev(c devOps, compute cudadrv.Stream, streamed int) (*streamDev, error) {
+	d := &streamDev{c: c, compute: compute, ops: make([]devOp, streamed)}
+	var err error
+	if d.copy, err = c.NewStream(cudadrv.StreamNonBlocking); err != nil {
+		return d, err
 	}
-	s := &streamer{tb: tb, c: c, compute: compute, ctx: ctx, start: time.Now(), got: make([]*staged, len(tb.order))}
-	tb.cur = s
-	if err := c.Record(tb.t0, compute); err != nil {
+	if d.t0, err = c.NewEvent(cudadrv.EventDefault); err != nil {
+		return d, err
+	}
+	for n := range streamed {
+		d.ops[n] = devOp{d, n}
+		for _, evs := range []*[]cudadrv.Event{&d.copyStart, &d.copyEnd, &d.waitStart, &d.waitEnd} {
+			e, err := c.NewEvent(cudadrv.EventDefault)
+			if err != nil {
+				return d, err
+			}
+			*evs = append(*evs, e)
+		}
+	}
+	return d, nil
+}
+
+// close destroys the copy stream and the timing events (the slots are
+// freed by the pipeline), tolerating a partial newStreamDev.
+func (d *streamDev) close() error {
+	var errs []error
+	if d.copy != 0 {
+		errs = append(errs, d.c.StreamSync(d.copy), d.c.DestroyStream(d.copy))
+		d.copy = 0
+	}
+	evs := append(append(append(append([]cudadrv.Event{d.t0}, d.copyStart...), d.copyEnd...), d.waitStart...), d.waitEnd...)
+	for _, e := range evs {
+		if e != 0 {
+			errs = append(errs, d.c.DestroyEvent(e))
+		}
+	}
+	d.t0, d.copyStart, d.copyEnd, d.waitStart, d.waitEnd = 0, nil, nil, nil, nil
+	return errors.Join(errs...)
+}
+
+// slotBytes is the size of the pipeline's slots (0 without any).
+func (d *streamDev) slotBytes() int64 {
+	if len(d.slots) == 0 {
+		return 0
+	}
+	return int64(d.slots[0].n)
+}
+
+// Name implements stream.Device.
+func (d *streamDev) Name() string { return "cuda" }
+
+// AllocSlot implements stream.Device.
+func (d *streamDev) AllocSlot(n int) (stream.Slot, error) {
+	p, err := d.c.Alloc(int64(n))
+	if err != nil {
 		return nil, err
 	}
-	if tb.rd != nil {
-		s.rp = tb.rd.begin(ctx, tb.cLayers, len(tb.idx))
+	s := &devSlot{d: d, ptr: p, n: n}
+	if s.loaded, err = d.c.NewEvent(cudadrv.EventDisableTiming); err == nil {
+		s.free, err = d.c.NewEvent(cudadrv.EventDisableTiming)
 	}
-	return s, s.pump(-1)
+	if err != nil {
+		return nil, errors.Join(err, s.Free())
+	}
+	d.slots = append(d.slots, s)
+	return s, nil
 }
 
-// pump issues every copy that may go now, in order. need >= 0 is the
-// index of a layer compute needs next: its read is waited for, and its
-// read error returned.
-func (s *streamer) pump(need int) error {
-	tb := s.tb
-	k := len(tb.slots)
-	for s.issued < len(tb.order) && s.issued < s.released+k {
-		n := s.issued
-		l := tb.order[n]
-		var src []byte
-		stg := -1
-		if tb.tierC[l] {
-			st, err := s.staged(n, n == need)
-			if err != nil {
-				return err
-			}
-			if st == nil {
-				break // still reading
-			}
-			if st.err != nil {
-				if n == need {
-					return st.err
-				}
-				break // reported when compute gets there
-			}
-			stg = st.s
-			src = tb.rd.staging[stg].Bytes()[:tb.size[l]]
-		} else {
-			src = tb.hostBytes[tb.off[l] : tb.off[l]+tb.size[l]]
-		}
-		j := n % k
-		if err := s.c.WaitEvent(tb.copy, tb.free[j]); err != nil {
-			return err
-		}
-		if err := s.c.Record(tb.copyStart[n], tb.copy); err != nil {
-			return err
-		}
-		if err := s.c.CopyHtoD(tb.slots[j], src, tb.copy); err != nil {
-			return fmt.Errorf("streaming layer %d: %w", l, err)
-		}
-		if err := s.c.Record(tb.copyEnd[n], tb.copy); err != nil {
-			return err
-		}
-		if err := s.c.Record(tb.loaded[j], tb.copy); err != nil {
-			return err
-		}
-		if stg >= 0 {
-			s.pending = append(s.pending, pend{stg, n})
-		}
-		s.issued++
+// Pin implements stream.Device: the staging buffer is page-locked in
+// place, so O_DIRECT and NVMe DMA land where the copy engine reads.
+func (d *streamDev) Pin(b []byte) (func() error, error) {
+	h, err := d.c.HostRegister(b, 0)
+	if err != nil {
+		return nil, err
 	}
-	if need >= 0 && s.issued <= need {
-		return fmt.Errorf("layer %d: its copy cannot be issued (%d of %d issued, %d slots released)", tb.order[need], s.issued, len(tb.order), s.released)
-	}
-	return nil
+	return func() error { return d.c.HostUnregister(h) }, nil
 }
 
-// staged returns what stage 1 delivered for the n-th streamed layer: nil
-// when it is still being read and block is false. Blocking, it keeps
-// handing staging buffers back as their copies complete (stage 1 may be
-// waiting for one) until the layer arrives.
-func (s *streamer) staged(n int, block bool) (*staged, error) {
-	if g := s.got[n]; g != nil {
-		return g, nil
+// CopyIn implements stream.Device: on the copy stream, after the slot's
+// "free" event (compute's release of its previous layer), between the
+// copy's timing events, followed by the slot's "loaded" event.
+func (d *streamDev) CopyIn(n int, slot stream.Slot, src []byte) (stream.Op, error) {
+	s := slot.(*devSlot)
+	if n < 0 || n >= len(d.ops) {
+		return nil, fmt.Errorf("copy %d of a pass of %d", n, len(d.ops))
 	}
-	l := s.tb.order[n]
-	ch := s.rp.ready[l]
-	for {
-		if err := s.recycle(false); err != nil {
-			return nil, err
-		}
-		select {
-		case g := <-ch:
-			s.got[n] = &g
-			return &g, nil
-		default:
-		}
-		if !block {
-			return nil, nil
-		}
-		if len(s.pending) > 0 {
-			// The oldest copy waits only for compute already enqueued.
-			if err := s.recycle(true); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		select {
-		case g := <-ch:
-			s.got[n] = &g
-			return &g, nil
-		case <-s.ctx.Done():
-			return nil, fmt.Errorf("layer %d: waiting for its read: %w", l, s.ctx.Err())
-		}
+	if len(src) > s.n {
+		return nil, fmt.Errorf("%d bytes into a %d-byte slot", len(src), s.n)
 	}
+	if err := d.c.WaitEvent(d.copy, s.free); err != nil {
+		return nil, err
+	}
+	if err := d.c.Record(d.copyStart[n], d.copy); err != nil {
+		return nil, err
+	}
+	if err := d.c.CopyHtoD(s.ptr, src, d.copy); err != nil {
+		return nil, err
+	}
+	if err := d.c.Record(d.copyEnd[n], d.copy); err != nil {
+		return nil, err
+	}
+	if err := d.c.Record(s.loaded, d.copy); err != nil {
+		return nil, err
+	}
+	return &d.ops[n], nil
 }
 
-// recycle hands the staging buffers whose copies have completed back to
-// stage 1; with wait set it first waits for the oldest copy.
-func (s *streamer) recycle(wait bool) error {
-	if wait && len(s.pending) > 0 {
-		if err := s.c.EventSync(s.tb.copyEnd[s.pending[0].n]); err != nil {
-			return err
-		}
-	}
-	for len(s.pending) > 0 {
-		p := s.pending[0]
-		done, err := s.c.EventDone(s.tb.copyEnd[p.n])
-		if err != nil {
-			return err
-		}
-		if !done {
-			break
-		}
-		s.rp.release(p.s)
-		s.pending = s.pending[1:]
-	}
-	return nil
-}
-
-// acquire makes the compute stream wait for layer l's copy (issuing it
-// first, and waiting for its read, if need be) and returns its weights in
-// the slot.
-func (s *streamer) acquire(l int, lw layerW) (layerW, int, error) {
-	tb := s.tb
-	n := tb.idx[l]
-	j := n % len(tb.slots)
-	// Recorded before any wait for the read, so the stall also counts
-	// the time the compute stream ran dry while the host waited for
-	// stage 1 (the event completes when the stream drains, the wait ends
-	// only once the copy is enqueued and done).
-	if err := s.c.Record(tb.waitStart[n], s.compute); err != nil {
-		return lw, j, err
-	}
-	if s.issued <= n {
-		if err := s.pump(n); err != nil {
-			return lw, -1, err
-		}
-	}
-	if err := s.c.WaitEvent(s.compute, tb.loaded[j]); err != nil {
-		return lw, j, err
-	}
-	if err := s.c.Record(tb.waitEnd[n], s.compute); err != nil {
-		return lw, j, err
-	}
-	s.acquired++
-	return lw.rebased(tb.slots[j]), j, nil
-}
-
-// done marks slot j free after its layer's kernels and issues the copies
-// that may go now.
-func (s *streamer) done(j int) error {
-	if err := s.c.Record(s.tb.free[j], s.compute); err != nil {
+// Await implements stream.Device: the compute stream waits for the slot's
+// "loaded" event; the host does not.
+func (d *streamDev) Await(n int, slot stream.Slot, _ stream.Op) error {
+	if err := d.c.WaitEvent(d.compute, slot.(*devSlot).loaded); err != nil {
 		return err
 	}
-	s.released++
-	return s.pump(-1)
+	return d.c.Record(d.waitEnd[n], d.compute)
 }
 
-// end finishes the pass after the compute stream has drained: it waits
-// for the copy stream, stops stage 1 and records the pass's Stats
-// (failed: the pass returned an error). It is safe without a pass.
-func (tb *tierB) end(c devOps, failed bool) error {
-	err := c.StreamSync(tb.copy)
-	s := tb.cur
-	tb.cur = nil
-	if s == nil {
-		return err
-	}
-	if s.rp != nil {
-		s.rp.end()
-	}
-	st := stream.Stats{Passes: 1, Wall: time.Since(s.start), ResidentBytes: tb.resident}
-	if failed || err != nil || s.acquired != len(tb.order) {
-		st.Failed = 1
-	}
-	if rp := s.rp; rp != nil {
-		st.Read = stream.StageStats{Layers: rp.n, Bytes: rp.bytes, Busy: rp.busy, Stall: rp.stall}
-		st.Verify = rp.verify
-	}
-	if err == nil {
-		// The counters are instrumentation: a pass that computed stays
-		// good if its timing events cannot be read.
-		_ = s.deviceTimes(&st)
-	}
-	var pass stream.Stats
-	pass.Add(st)
-	tb.last = pass
-	tb.total.Add(st)
-	return err
+// Release implements stream.Device: the slot's "free" event, after the
+// layer's kernels on the compute stream.
+func (d *streamDev) Release(slot stream.Slot) error {
+	return d.c.Record(slot.(*devSlot).free, d.compute)
 }
 
-// deviceTimes fills the copy and compute stages from the pass's timing
-// events: copy busy is each copy's duration, copy stall the copy stream's
-// idle time before each copy (waiting for its read, its slot or the
-// host); compute stall is the time the compute stream waited for
-// copies, and compute busy the rest of the pass.
-func (s *streamer) deviceTimes(st *stream.Stats) error {
-	tb := s.tb
+// Sync implements stream.Device.
+func (d *streamDev) Sync() error {
+	if d.copy == 0 {
+		return nil
+	}
+	return d.c.StreamSync(d.copy)
+}
+
+// IssueOnCompute implements stream.Device: CUDA calls run on the device
+// goroutine, which is the one enqueueing the forward pass.
+func (d *streamDev) IssueOnCompute() bool { return true }
+
+// Start implements stream.Clock.
+func (d *streamDev) Start() error { return d.c.Record(d.t0, d.compute) }
+
+// Waiting implements stream.Clock. Recorded before any wait for the read,
+// so the stall also counts the time the compute stream ran dry while the
+// host waited for stage 1 (the event completes when the stream drains,
+// the wait ends only once the copy is enqueued and done).
+func (d *streamDev) Waiting(n int) error { return d.c.Record(d.waitStart[n], d.compute) }
+
+// Times implements stream.Clock: copy busy is each copy's duration, copy
+// stall the copy stream's idle time before each copy (waiting for its
+// read, its slot or the host); compute stall is the time the compute
+// stream waited for copies.
+func (d *streamDev) Times(copies, waits int) (busy, stall, wait time.Duration, err error) {
 	ms := func(a, b cudadrv.Event) (time.Duration, error) {
-		v, err := s.c.Elapsed(a, b)
+		v, err := d.c.Elapsed(a, b)
 		return time.Duration(float64(v) * 1e6), err
 	}
-	var cp, cmp stream.StageStats
-	prev := tb.t0
-	for n := range s.issued {
-		idle, err := ms(prev, tb.copyStart[n])
+	prev := d.t0
+	for n := range copies {
+		idle, err := ms(prev, d.copyStart[n])
 		if err != nil {
-			return err
+			return 0, 0, 0, err
 		}
-		busy, err := ms(tb.copyStart[n], tb.copyEnd[n])
+		b, err := ms(d.copyStart[n], d.copyEnd[n])
 		if err != nil {
-			return err
+			return 0, 0, 0, err
 		}
-		cp.Stall += max(0, idle)
-		cp.Busy += busy
-		cp.Layers++
-		cp.Bytes += tb.size[tb.order[n]]
-		prev = tb.copyEnd[n]
+		stall += max(0, idle)
+		busy += b
+		prev = d.copyEnd[n]
 	}
-	for n := range s.acquired {
-		w, err := ms(tb.waitStart[n], tb.waitEnd[n])
+	for n := range waits {
+		w, err := ms(d.waitStart[n], d.waitEnd[n])
 		if err != nil {
-			return err
+			return 0, 0, 0, err
 		}
-		cmp.Stall += w
+		wait += w
 	}
-	if st.Failed == 0 {
-		cmp.Layers = int64(len(tb.idx))
-		cmp.Bytes = tb.layerBytes
-	}
-	cmp.Busy = max(0, st.Wall-cmp.Stall)
-	st.Copy, st.Compute, st.StreamedBytes = cp, cmp, cp.Bytes
-	return nil
+	return busy, stall, wait, nil
 }
+
+// Len implements stream.Slot.
+func (s *devSlot) Len() int { return s.n }
+
+// Host implements stream.Slot: device memory is not host-visible.
+func (s *devSlot) Host() []byte { return nil }
+
+// Free implements stream.Slot.
+func (s *devSlot) Free() error {
+	var errs []error
+	for _, e := range []cudadrv.Event{s.loaded, s.free} {
+		if e != 0 {
+			errs = append(errs, s.d.c.DestroyEvent(e))
+		}
+	}
+	errs = append(errs, s.d.c.Free(s.ptr))
+	s.loaded, s.free, s.ptr = 0, 0, 0
+	return errors.Join(errs...)
+}
+
+// Wait implements stream.Op.
+func (o *devOp) Wait() error { return o.d.c.EventSync(o.d.copyEnd[o.n]) }
+
+// Done implements stream.Op.
+func (o *devOp) Done() (bool, error) { return o.d.c.EventDone(o.d.copyEnd[o.n]) }
+
+var (
+	_ stream.Device = (*streamDev)(nil)
+	_ stream.Clock  = (*streamDev)(nil)
+)
 
 // StreamedBytes is how many bytes cross PCIe per forward pass (the
 // streamed layers, tiers B and C), 0 when every layer is resident.
@@ -593,8 +600,8 @@ func (m *Model) TierCBytes() int64 {
 func (m *Model) PipelineStats() (total, last stream.Stats, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.tb == nil {
+	if m.tb == nil || m.tb.pipe == nil {
 		return stream.Stats{}, stream.Stats{}, false
 	}
-	return m.tb.total, m.tb.last, true
+	return m.tb.pipe.Stats(), m.tb.pipe.LastPass(), true
 }

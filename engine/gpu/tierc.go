@@ -6,8 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
-	"time"
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/stream"
@@ -15,12 +13,12 @@ import (
 )
 
 // TierC puts layers on tier C: they stay in storage and are read, every
-// pass, by stage 1 of the pipeline into one of k pinned host staging
-// buffers (the Source's own aligned buffers, page-locked in place with
-// cuMemHostRegister, so O_DIRECT and NVMe DMA land where the GPU copies
-// from), copied by stage 2 into one of the k device slots on the copy
-// stream, and computed by stage 3 on the compute stream, with events
-// between the stages. Storage reads run ahead of compute by up to k
+// pass, by stage 1 of the pipeline (engine/stream) into one of k pinned
+// host staging buffers (the Source's own aligned buffers, page-locked in
+// place with cuMemHostRegister, so O_DIRECT and NVMe DMA land where the
+// GPU copies from), copied by stage 2 into one of the k device slots on
+// the copy stream, and computed by stage 3 on the compute stream, with
+// events between the stages (streamDev). Storage reads run ahead of compute by up to k
 // layers, so storage, PCIe and compute overlap and a pass takes about as
 // long as the slowest of them.
 //
@@ -61,7 +59,7 @@ type TierC struct {
 // that has passed p2p.SelfTest on real hardware, and a path that cannot be
 // tested would only look finished. Where it plugs in: Load would call
 // AttachSlots with the k device slots instead of registering staging
-// buffers; stage 1 (reader.run) would wait for slot n%k's "free" event
+// buffers; the pipeline's stage 1 would wait for slot n%k's "free" event
 // (recorded by compute after layer n-k) before calling ReadSlot for layer
 // n, then record nothing on the copy stream: the compute stream's wait on
 // "loaded" becomes a host-side hand-off (ReadSlot returns once the NVMe
@@ -183,132 +181,4 @@ func probeLayout(store stream.LayerStore, l int, probe []byte, want *model.Layer
 		offs[w] = cudadrv.DevPtr(off)
 	}
 	return layerWith(want, gemma, func(t *model.Tensor) cudadrv.DevPtr { return offs[t] }), nil
-}
-
-// reader is stage 1 of tier C: one goroutine per pass reads the tier-C
-// extents, in layer order, into k staging buffers (page-locked for the
-// copy engine) and hands each to the device goroutine, running ahead of
-// compute by as many layers as there are free buffers. It holds no CUDA
-// state: the device goroutine returns a buffer (release) once the copy out
-// of it has completed, which it learns from an event.
-type reader struct {
-	src      stream.Source
-	store    stream.LayerStore
-	verify   stream.VerifyMode
-	staging  []*stream.Buffer
-	verified []bool // per layer; touched only by the pass's goroutine
-}
-
-// staged is a tier-C layer read into staging buffer s, or the error that
-// stopped the read.
-type staged struct {
-	s   int
-	err error
-}
-
-// readPass is one pass of stage 1.
-type readPass struct {
-	r      *reader
-	ctx    context.Context
-	cancel context.CancelFunc
-	layers []int
-	ready  []chan staged // by layer; nil for layers not on tier C
-	free   chan int
-	wg     sync.WaitGroup
-
-	// Counted by the pass goroutine, read after wg.Wait.
-	busy, stall, verify time.Duration
-	n, bytes            int64
-}
-
-// newReader builds stage 1 over k staging buffers of bufBytes each,
-// allocated from the source (so they meet its alignment and DMA needs).
-func newReader(tc *TierC, layers, k int, bufBytes int64) (*reader, error) {
-	r := &reader{src: tc.Source, store: tc.Store, verify: tc.Verify, verified: make([]bool, layers)}
-	for range k {
-		b, err := tc.Source.Alloc(int(bufBytes))
-		if err != nil {
-			r.free()
-			return nil, fmt.Errorf("tier-C staging buffer of %d bytes: %w", bufBytes, err)
-		}
-		r.staging = append(r.staging, b)
-	}
-	return r, nil
-}
-
-// free releases the staging buffers (after they were unregistered).
-func (r *reader) free() error {
-	var errs []error
-	for _, b := range r.staging {
-		errs = append(errs, b.Free())
-	}
-	r.staging = nil
-	return errors.Join(errs...)
-}
-
-// begin starts reading layers (the pass's tier-C layers, in order) under
-// ctx; every staging buffer starts free.
-func (r *reader) begin(ctx context.Context, layers []int, numLayers int) *readPass {
-	ctx, cancel := context.WithCancel(ctx)
-	p := &readPass{r: r, ctx: ctx, cancel: cancel, layers: layers,
-		ready: make([]chan staged, numLayers), free: make(chan int, len(r.staging))}
-	for _, l := range layers {
-		p.ready[l] = make(chan staged, 1)
-	}
-	for s := range r.staging {
-		p.free <- s
-	}
-	p.wg.Add(1)
-	go p.run()
-	return p
-}
-
-// run reads the pass's layers; it stops at the first error (delivered on
-// that layer's channel) or when the pass is cancelled.
-func (p *readPass) run() {
-	defer p.wg.Done()
-	r := p.r
-	for _, l := range p.layers {
-		t0 := time.Now()
-		var s int
-		select {
-		case s = <-p.free:
-		case <-p.ctx.Done():
-			return
-		}
-		t1 := time.Now()
-		p.stall += t1.Sub(t0)
-		e := r.store.Extent(l)
-		buf := r.staging[s].Bytes()[:e.Length]
-		err := r.src.ReadAt(p.ctx, buf, e.Offset)
-		if err != nil {
-			err = fmt.Errorf("read: %w", err)
-		} else if r.verify == stream.VerifyAlways || !r.verified[l] {
-			tv := time.Now()
-			if err = r.store.Verify(l, buf); err == nil {
-				r.verified[l] = true
-			} else {
-				err = fmt.Errorf("verify: %w", err)
-			}
-			p.verify += time.Since(tv)
-		}
-		p.busy += time.Since(t1)
-		if err != nil {
-			p.free <- s
-			p.ready[l] <- staged{s: -1, err: fmt.Errorf("layer %d (tier C, extent %v): %w", l, e, err)}
-			return
-		}
-		p.n++
-		p.bytes += e.Length
-		p.ready[l] <- staged{s: s}
-	}
-}
-
-// release hands staging buffer s back to the reader.
-func (p *readPass) release(s int) { p.free <- s }
-
-// end stops the pass and waits for its goroutine (and the read in flight).
-func (p *readPass) end() {
-	p.cancel()
-	p.wg.Wait()
 }

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
@@ -68,6 +67,7 @@ func writePool(t testing.TB, src, dst string) {
 // extent holds each tensor's bytes, for both architectures; a store whose
 // tensors do not match the model's is refused.
 func TestProbeLayout(t *testing.T) {
+	t.Parallel()
 	for _, arch := range []string{"llama", "gemma2"} {
 		t.Run(arch, func(t *testing.T) {
 			cpu, pool, _ := tinyPool(t, arch, "q4_k_m")
@@ -117,7 +117,7 @@ func TestProbeLayout(t *testing.T) {
 }
 
 // simDev is a simulated device: streams are FIFO queues of operations
-// that run only when the streamer calls the driver (a few random steps per
+// that run only when the pipeline calls the driver (a few random steps per
 // call, so the device lags the host by varying amounts), events count
 // records enqueued and completed (cuStreamWaitEvent waits for the record
 // current when the wait was enqueued), and a copy moves its source bytes
@@ -135,6 +135,9 @@ type simDev struct {
 	clock   int
 	copyChk func(src []byte) error // checks a copy's source as it runs
 	copies  atomic.Int64           // copies executed
+	pinned  [][]byte               // buffers HostRegister pinned (and not unpinned)
+	nextEv  cudadrv.Event
+	nextMem cudadrv.DevPtr
 }
 
 type simOp struct {
@@ -145,9 +148,63 @@ type simOp struct {
 	fn        func() error
 }
 
+// newSimDev makes a device with streams (the first is the compute
+// stream); NewStream hands out the second.
 func newSimDev(t testing.TB, seed uint64, streams ...cudadrv.Stream) *simDev {
 	return &simDev{t: t, rng: rand.New(rand.NewPCG(seed, 1)), queues: map[cudadrv.Stream][]simOp{}, streams: streams,
-		rec: map[cudadrv.Event]int{}, done: map[cudadrv.Event]int{}, at: map[cudadrv.Event]int{}, mem: map[cudadrv.DevPtr][]byte{}}
+		rec: map[cudadrv.Event]int{}, done: map[cudadrv.Event]int{}, at: map[cudadrv.Event]int{}, mem: map[cudadrv.DevPtr][]byte{},
+		nextEv: 100, nextMem: 1 << 20}
+}
+
+func (d *simDev) Alloc(n int64) (cudadrv.DevPtr, error) {
+	p := d.nextMem
+	d.nextMem += 1 << 20
+	if n > 1<<20 {
+		return 0, fmt.Errorf("simulated allocation of %d bytes: at most 1 MiB", n)
+	}
+	d.mem[p] = make([]byte, n)
+	return p, nil
+}
+
+func (d *simDev) Free(p cudadrv.DevPtr) error {
+	if _, ok := d.mem[p]; !ok && p != 0 {
+		return fmt.Errorf("free of %#x: not allocated", p)
+	}
+	delete(d.mem, p)
+	return nil
+}
+
+func (d *simDev) NewEvent(uint32) (cudadrv.Event, error) {
+	d.nextEv++
+	return d.nextEv, nil
+}
+
+func (d *simDev) DestroyEvent(cudadrv.Event) error { return nil }
+
+func (d *simDev) NewStream(uint32) (cudadrv.Stream, error) { return d.streams[1], nil }
+
+func (d *simDev) DestroyStream(s cudadrv.Stream) error {
+	if len(d.queues[s]) != 0 {
+		return fmt.Errorf("stream %d destroyed with %d operations queued", s, len(d.queues[s]))
+	}
+	return nil
+}
+
+func (d *simDev) HostRegister(b []byte, _ uint32) (*cudadrv.HostMem, error) {
+	d.pinned = append(d.pinned, b)
+	return &cudadrv.HostMem{}, nil
+}
+
+func (d *simDev) HostUnregister(*cudadrv.HostMem) error { return nil }
+
+// isPinned reports whether src starts a buffer HostRegister pinned.
+func (d *simDev) isPinned(src []byte) bool {
+	for _, b := range d.pinned {
+		if len(src) > 0 && len(b) > 0 && &src[0] == &b[0] {
+			return true
+		}
+	}
+	return false
 }
 
 func (d *simDev) push(s cudadrv.Stream, op simOp) { d.queues[s] = append(d.queues[s], op) }
@@ -317,59 +374,13 @@ func (c *countingSource) ReadAt(ctx context.Context, dst []byte, off int64) erro
 }
 
 // simPipeline builds a tierB for the simulated device the way loadTierB
-// builds it on a GPU.
+// builds it on a GPU: the tier-B layers' bytes in its host memory, the
+// store as the tier-C store, and the pipeline over streamDev on the
+// simulated driver.
 func simPipeline(t testing.TB, store *testStore, tiers []stream.Tier, k int, src stream.Source) (*tierB, *simDev) {
 	t.Helper()
-	n := len(tiers)
-	tb := &tierB{off: make([]int64, n), size: make([]int64, n), idx: make([]int, n), tierC: make([]bool, n), copy: 2, t0: 9}
-	var maxC, maxS int64
-	for i, tr := range tiers {
-		tb.idx[i] = -1
-		e := store.ext[i]
-		switch tr {
-		case stream.TierA:
-			tb.layerBytes += e.Length
-			tb.resident += e.Length
-			continue
-		case stream.TierB:
-			tb.off[i] = int64(len(tb.hostBytes))
-			tb.hostBytes = append(tb.hostBytes, store.data[i]...)
-		case stream.TierC:
-			tb.tierC[i] = true
-			tb.cLayers = append(tb.cLayers, i)
-			maxC = max(maxC, e.Length)
-		}
-		tb.size[i] = e.Length
-		maxS = max(maxS, e.Length)
-		tb.idx[i] = len(tb.order)
-		tb.order = append(tb.order, i)
-		tb.bytes += e.Length
-		tb.layerBytes += e.Length
-	}
-	d := newSimDev(t, uint64(k)*7+uint64(n), 1, 2)
-	ev := cudadrv.Event(100)
-	next := func() cudadrv.Event { ev++; return ev }
-	for j := range k {
-		p := cudadrv.DevPtr(1 << 20 * (j + 1))
-		d.mem[p] = make([]byte, maxS)
-		tb.slots = append(tb.slots, p)
-		tb.loaded = append(tb.loaded, next())
-		tb.free = append(tb.free, next())
-	}
-	for range tb.order {
-		tb.copyStart = append(tb.copyStart, next())
-		tb.copyEnd = append(tb.copyEnd, next())
-		tb.waitStart = append(tb.waitStart, next())
-		tb.waitEnd = append(tb.waitEnd, next())
-	}
-	if len(tb.cLayers) > 0 {
-		var err error
-		tb.rd, err = newReader(&TierC{Layers: tb.cLayers, Store: store, Source: src}, n, k, maxC)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tb.rd.free() })
-	}
+	d := newSimDev(t, uint64(k)*7+uint64(len(tiers)), 1, 2)
+	tb := startTierB(t, d, store, tiers, k, src)
 	// A copy's source must be a whole layer's bytes when it runs: a
 	// staging buffer handed back to stage 1 too early would be caught
 	// half overwritten (or holding the next layer).
@@ -384,9 +395,46 @@ func simPipeline(t testing.TB, store *testStore, tiers []stream.Tier, k int, src
 	return tb, d
 }
 
+// startTierB starts the pipeline on d over store the way loadTierB does
+// on a GPU: the tier-B layers' bytes in tb's host memory, the store as the
+// tier-C store.
+func startTierB(t testing.TB, d devOps, store *testStore, tiers []stream.Tier, k int, src stream.Source) *tierB {
+	t.Helper()
+	n := len(tiers)
+	tb := &tierB{off: make([]int64, n), size: make([]int64, n), tierC: make([]bool, n), tc: store}
+	for i, tr := range tiers {
+		if tr == stream.TierB {
+			tb.off[i] = int64(len(tb.hostBytes))
+			tb.hostBytes = append(tb.hostBytes, store.data[i]...)
+		}
+		tb.size[i] = store.ext[i].Length
+	}
+	if err := tb.start(d, 1, tiers, src, stream.VerifyFirst, k); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := errors.Join(tb.pipe.Close(), tb.dev.close()); err != nil {
+			t.Error(err)
+		}
+	})
+	return tb
+}
+
+// streamedCount is the number of layers tb streams; layerBytes what a pass
+// computes over (every layer's bytes).
+func streamedCount(tb *tierB) (n int, layerBytes int64) {
+	for i, t := range tb.pipe.Tiers() {
+		if t != stream.TierA {
+			n++
+		}
+		layerBytes += tb.size[i]
+	}
+	return n, layerBytes
+}
+
 // simPass runs one pass the way Forward's enqueue does: for every layer,
-// acquire its slot (streamed layers), enqueue "kernels" on the compute
-// stream that check the slot holds the layer, release the slot; then
+// acquire it (a streamed layer's slot), enqueue "kernels" on the compute
+// stream that check the slot holds the layer, and hand it back; then
 // drain and end the pass.
 func simPass(ctx context.Context, tb *tierB, d *simDev, store *testStore, cancelAt int) error {
 	const compute = cudadrv.Stream(1)
@@ -395,39 +443,46 @@ func simPass(ctx context.Context, tb *tierB, d *simDev, store *testStore, cancel
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
 	}
+	tiers := tb.pipe.Tiers()
+	k := len(tb.dev.slots)
 	err := func() error {
-		st, err := tb.begin(ctx, d, compute)
-		if err != nil {
+		if err := tb.begin(ctx, d); err != nil {
 			return err
 		}
-		for l := range tb.idx {
+		n := 0
+		for l := range tiers {
 			if l == cancelAt {
 				cancel()
 			}
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("cancelled before layer %d: %w", l, err)
 			}
-			if tb.idx[l] < 0 {
-				d.push(compute, simOp{fn: func() error { return nil }})
-				continue
-			}
-			lw, j, err := st.acquire(l, layerW{})
+			lw, inSlot, err := tb.acquire(l, layerW{})
 			if err != nil {
 				return fmt.Errorf("layer %d waiting for its copy: %w", l, err)
 			}
-			if lw.q.Ptr != tb.slots[j] {
-				return fmt.Errorf("layer %d: weights at %#x, slot %d is at %#x", l, lw.q.Ptr, j, tb.slots[j])
+			if inSlot != (tiers[l] != stream.TierA) {
+				return fmt.Errorf("layer %d on tier %v: in a slot %v", l, tiers[l], inSlot)
 			}
-			slot, want := tb.slots[j], store.data[l]
-			for range 3 {
-				d.push(compute, simOp{fn: func() error {
-					if !bytes.Equal(d.mem[slot][:len(want)], want) {
-						return fmt.Errorf("layer %d computed on slot %d before its bytes landed (or after they were overwritten)", l, j)
-					}
-					return nil
-				}})
+			if !inSlot {
+				d.push(compute, simOp{fn: func() error { return nil }})
+			} else {
+				j := n % k
+				n++
+				if lw.q.Ptr != tb.dev.slots[j].ptr {
+					return fmt.Errorf("layer %d: weights at %#x, slot %d is at %#x", l, lw.q.Ptr, j, tb.dev.slots[j].ptr)
+				}
+				slot, want := lw.q.Ptr, store.data[l]
+				for range 3 {
+					d.push(compute, simOp{fn: func() error {
+						if !bytes.Equal(d.mem[slot][:len(want)], want) {
+							return fmt.Errorf("layer %d computed on slot %d before its bytes landed (or after they were overwritten)", l, j)
+						}
+						return nil
+					}})
+				}
 			}
-			if err := st.done(j); err != nil {
+			if err := tb.done(l); err != nil {
 				return fmt.Errorf("layer %d releasing its slot: %w", l, err)
 			}
 		}
@@ -448,6 +503,7 @@ func simPass(ctx context.Context, tb *tierB, d *simDev, store *testStore, cancel
 // fails its pass naming the layer and byte range (and the next pass
 // works), a cancelled pass stops cleanly, and Stats count what moved.
 func TestTierCPipelineSimulated(t *testing.T) {
+	t.Parallel()
 	store, path := newTestStore(t, 9)
 	for _, mix := range []string{"all-C", "C,A,C,B,C,C,A,B,C", "A,B,C,B,A,C,C,C,B", "B,B,C,B,B,B,B,C,B"} {
 		for _, k := range []int{1, 2, 3} {
@@ -465,17 +521,15 @@ func TestTierCPipelineSimulated(t *testing.T) {
 					faulty := stream.NewFaulty(fs)
 					cs := &countingSource{Source: faulty, k: int64(k)}
 					tb, d := simPipeline(t, store, tiers, k, cs)
+					streamed, layerBytes := streamedCount(tb)
 					var copiesC atomic.Int64
-					// Count tier-C copies completed: the device's copies
-					// minus tier B's, tracked through the check hook.
+					// Count tier-C copies completed: copies out of the
+					// staging buffers the pipeline pinned, tracked through
+					// the check hook.
 					chk := d.copyChk
 					d.copyChk = func(src []byte) error {
-						if tb.rd != nil {
-							for _, b := range tb.rd.staging {
-								if len(src) > 0 && len(b.Bytes()) > 0 && &src[0] == &b.Bytes()[0] {
-									copiesC.Add(1)
-								}
-							}
+						if d.isPinned(src) {
+							copiesC.Add(1)
 						}
 						return chk(src)
 					}
@@ -489,11 +543,12 @@ func TestTierCPipelineSimulated(t *testing.T) {
 						if err := simPass(ctx, tb, d, store, -1); err != nil {
 							t.Fatalf("pass %d: %v", pass, err)
 						}
-						if tb.last.Failed != 0 || tb.last.Read.Bytes != cBytes || tb.last.Copy.Bytes != tb.bytes || tb.last.Compute.Bytes != tb.layerBytes {
-							t.Fatalf("pass %d stats %+v: want read %d, copy %d, compute %d bytes", pass, tb.last, cBytes, tb.bytes, tb.layerBytes)
+						last := tb.pipe.LastPass()
+						if last.Failed != 0 || last.Read.Bytes != cBytes || last.Copy.Bytes != tb.bytes || last.Compute.Bytes != layerBytes {
+							t.Fatalf("pass %d stats %+v: want read %d, copy %d, compute %d bytes", pass, last, cBytes, tb.bytes, layerBytes)
 						}
-						if tb.last.Copy.Busy <= 0 || tb.last.Copy.Layers != int64(len(tb.order)) {
-							t.Fatalf("pass %d: copy stage %+v", pass, tb.last.Copy)
+						if last.Copy.Busy <= 0 || last.Copy.Layers != int64(streamed) {
+							t.Fatalf("pass %d: copy stage %+v", pass, last.Copy)
 						}
 					}
 					if o := cs.overflow.Load(); o != 0 {
@@ -509,8 +564,8 @@ func TestTierCPipelineSimulated(t *testing.T) {
 						if err == nil || !errors.Is(err, stream.ErrInjected) || !strings.Contains(err.Error(), want) {
 							t.Fatalf("pass with a bad read: %v, want an error naming %q", err, want)
 						}
-						if tb.last.Failed != 1 {
-							t.Fatalf("failed pass counted as %+v", tb.last)
+						if last := tb.pipe.LastPass(); last.Failed != 1 {
+							t.Fatalf("failed pass counted as %+v", last)
 						}
 						// A read failing at a random point, then cancellation.
 						faulty.FailNth(int64(1 + len(tb.cLayers)/2))
@@ -526,8 +581,15 @@ func TestTierCPipelineSimulated(t *testing.T) {
 							t.Fatalf("pass %d after the failures: %v", pass, err)
 						}
 					}
-					if tb.total.Passes != tb.total.Failed+5 || tb.last.Failed != 0 {
-						t.Fatalf("total stats %+v", tb.total)
+					if total := tb.pipe.Stats(); total.Passes != total.Failed+5 || tb.pipe.LastPass().Failed != 0 {
+						t.Fatalf("total stats %+v", total)
+					}
+					wantPinned := 0
+					if len(tb.cLayers) > 0 {
+						wantPinned = min(k, streamed)
+					}
+					if len(d.pinned) != wantPinned {
+						t.Fatalf("%d staging buffers pinned, want %d", len(d.pinned), wantPinned)
 					}
 				})
 			}
@@ -538,6 +600,7 @@ func TestTierCPipelineSimulated(t *testing.T) {
 // TestTierCVerify: a tier-C extent whose bytes do not match the store's
 // checksum fails the pass (VerifyFirst checks every extent's first read).
 func TestTierCVerify(t *testing.T) {
+	t.Parallel()
 	store, path := newTestStore(t, 4)
 	tiers, _ := stream.MixTiers("all-C", 4)
 	fs, err := stream.OpenFile(path, stream.FileOptions{})
@@ -562,6 +625,7 @@ func TestTierCVerify(t *testing.T) {
 // TestTierCOptions: bad tier-C options are refused before anything is
 // allocated.
 func TestTierCOptions(t *testing.T) {
+	t.Parallel()
 	cpu, pool, path := tinyPool(t, "gemma2", "f32")
 	fs, err := stream.OpenFile(path, stream.FileOptions{})
 	if err != nil {
@@ -598,46 +662,81 @@ func TestTierCOptions(t *testing.T) {
 	}
 }
 
-// TestReaderRunAhead: stage 1 alone reads at most k layers ahead of the
-// buffers handed back, in order, and stops at the first error.
-func TestReaderRunAhead(t *testing.T) {
-	store, path := newTestStore(t, 8)
-	fs, err := stream.OpenFile(path, stream.FileOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fs.Close()
-	layers := []int{0, 1, 2, 3, 4, 5, 6, 7}
-	for _, k := range []int{1, 2, 3} {
-		r, err := newReader(&TierC{Store: store, Source: fs}, 8, k, 6*stream.PageSize)
+// nopDev is a driver on which everything completes at once: events are
+// done when recorded and copies move nothing, so what a pass allocates is
+// the pipeline's own doing.
+type nopDev struct {
+	ev  cudadrv.Event
+	mem cudadrv.DevPtr
+}
+
+func (d *nopDev) Alloc(int64) (cudadrv.DevPtr, error)    { d.mem += 1 << 20; return d.mem, nil }
+func (d *nopDev) Free(cudadrv.DevPtr) error              { return nil }
+func (d *nopDev) NewEvent(uint32) (cudadrv.Event, error) { d.ev++; return d.ev, nil }
+func (d *nopDev) DestroyEvent(cudadrv.Event) error       { return nil }
+func (d *nopDev) HostRegister([]byte, uint32) (*cudadrv.HostMem, error) {
+	return &cudadrv.HostMem{}, nil
+}
+func (d *nopDev) HostUnregister(*cudadrv.HostMem) error                 { return nil }
+func (d *nopDev) WaitEvent(cudadrv.Stream, cudadrv.Event) error         { return nil }
+func (d *nopDev) Record(cudadrv.Event, cudadrv.Stream) error            { return nil }
+func (d *nopDev) CopyHtoD(cudadrv.DevPtr, []byte, cudadrv.Stream) error { return nil }
+func (d *nopDev) EventDone(cudadrv.Event) (bool, error)                 { return true, nil }
+func (d *nopDev) EventSync(cudadrv.Event) error                         { return nil }
+func (d *nopDev) StreamSync(cudadrv.Stream) error                       { return nil }
+func (d *nopDev) NewStream(uint32) (cudadrv.Stream, error)              { return 2, nil }
+func (d *nopDev) DestroyStream(cudadrv.Stream) error                    { return nil }
+func (d *nopDev) Elapsed(cudadrv.Event, cudadrv.Event) (float32, error) { return 0.001, nil }
+
+// TestStreamPassAllocs: what a streamed pass allocates on the host does
+// not grow with its layers (tiers B and C, read through the page cache):
+// acquiring, releasing and copying a layer allocate nothing. (Not
+// parallel: testing.AllocsPerRun counts the whole process's allocations.)
+func TestStreamPassAllocs(t *testing.T) {
+	allocs := func(layers int) float64 {
+		store, path := newTestStore(t, layers)
+		src, err := stream.OpenMmap(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := r.begin(context.Background(), layers, 8)
-		for _, l := range layers {
-			g := <-p.ready[l]
-			if g.err != nil {
-				t.Fatal(g.err)
-			}
-			if !bytes.Equal(r.staging[g.s].Bytes()[:store.ext[l].Length], store.data[l]) {
-				t.Fatalf("k=%d layer %d: wrong bytes in staging buffer %d", k, l, g.s)
-			}
-			// With the buffer still held, no more than k-1 later layers
-			// can have been read.
-			time.Sleep(time.Millisecond)
-			ahead := 0
-			for _, m := range layers[l+1:] {
-				ahead += len(p.ready[m])
-			}
-			if ahead > k-1 {
-				t.Fatalf("k=%d: %d layers read ahead of layer %d with its buffer held", k, ahead, l)
-			}
-			p.release(g.s)
+		t.Cleanup(func() { src.Close() })
+		tiers, err := stream.MixTiers(strings.TrimSuffix(strings.Repeat("B,C,A,", layers/3), ","), layers)
+		if err != nil {
+			t.Fatal(err)
 		}
-		p.end()
-		if p.n != 8 || p.bytes == 0 {
-			t.Fatalf("k=%d: counted %d layers, %d bytes", k, p.n, p.bytes)
+		d := &nopDev{ev: 100}
+		tb := startTierB(t, d, store, tiers, 2, src)
+		var failed error
+		pass := func() {
+			err := tb.begin(context.Background(), d)
+			for l := range layers {
+				if err == nil {
+					_, _, err = tb.acquire(l, layerW{})
+				}
+				if err == nil {
+					err = tb.done(l)
+				}
+			}
+			if eerr := tb.end(d, err != nil); err == nil {
+				err = eerr
+			}
+			if err != nil && failed == nil {
+				failed = err
+			}
 		}
-		r.free()
+		pass() // the first pass verifies the tier-C extents
+		n := testing.AllocsPerRun(20, pass)
+		if failed != nil {
+			t.Fatal(failed)
+		}
+		if last := tb.pipe.LastPass(); last.Failed != 0 || last.Compute.Layers != int64(layers) {
+			t.Fatalf("%d layers: last pass %+v", layers, last)
+		}
+		return n
+	}
+	few, many := allocs(6), allocs(24)
+	t.Logf("allocations per pass: %.1f with 6 layers, %.1f with 24", few, many)
+	if many > few+1 {
+		t.Fatalf("a pass of 24 layers allocates %.1f times, one of 6 layers %.1f: something allocates per layer", many, few)
 	}
 }

@@ -2,21 +2,89 @@ package stream
 
 import (
 	"fmt"
+	"time"
 )
 
-// Device is the compute side of the pipeline: it owns the slots streamed
-// layers are copied into and the copy engine that fills them. The CPU
-// backend's slots are host memory filled by memmove; the CUDA backend's
-// are device memory filled on a copy stream, with an event per copy.
+// Device is the compute side of the pipeline, the seam every backend
+// implements: it owns the slots streamed layers are copied into, the copy
+// engine that fills them, and the fences between copying into a slot and
+// computing on it. The CPU backend's slots are host memory filled by
+// memmove and its fences are trivial (CPUDevice); the CUDA backend's slots
+// are device memory filled on a copy stream, and its fences are events the
+// other stream waits for on the device, so the host never blocks on a
+// layer it has only to enqueue work for.
+//
+// The pipeline drives a device in one of two ways, which the device
+// chooses with IssueOnCompute:
+//
+//   - Off the compute goroutine (the CPU): a copy goroutine of the
+//     pipeline's own issues each CopyIn as soon as the layer's bytes and a
+//     free slot are there, waits for its Op and hands compute a slot whose
+//     bytes have landed.
+//   - From the compute goroutine (CUDA, whose context is current on one OS
+//     thread): the pipeline issues copies inside Acquire and Done, as many
+//     as the ring allows, without waiting for them; Await makes compute
+//     wait for a copy on the device and Release leaves the fence the next
+//     copy into the slot waits for.
+//
+// In both, the n-th streamed layer of a pass is copied into slot n mod k,
+// only after compute has released (Done) the slot's previous layer, and
+// stage 1 (the storage reads) runs on a goroutine of its own, touching no
+// device state.
 type Device interface {
 	// Name identifies the device in stats and errors.
 	Name() string
 	// AllocSlot returns a slot of n bytes.
 	AllocSlot(n int) (Slot, error)
+	// Pin prepares a staging buffer (from the Source's Alloc) for the
+	// device's copy engine, for as long as the pipeline lives: CUDA
+	// page-locks it so copies out of it run at full link speed. unpin
+	// undoes it before the buffer is freed; nil when there is nothing to
+	// undo.
+	Pin(b []byte) (unpin func() error, err error)
 	// CopyIn starts copying src into the start of slot and returns at
-	// once; the returned Op completes when the bytes have landed. src
-	// must stay untouched until then.
-	CopyIn(slot Slot, src []byte) (Op, error)
+	// once; the returned Op completes when the bytes have landed. The copy
+	// must not start before compute has finished with the slot's previous
+	// layer (Release's fence). src must stay untouched until the Op
+	// completes. n is the copy's index in the pass (0, 1, ...), for
+	// devices that time their copies.
+	CopyIn(n int, slot Slot, src []byte) (Op, error)
+	// Await makes compute wait for op, the n-th copy, into slot: work
+	// compute issues afterwards sees the slot's new bytes. CUDA makes the
+	// compute stream wait for the copy's event and returns at once; the
+	// CPU blocks until the copy is done.
+	Await(n int, slot Slot, op Op) error
+	// Release records that compute is done with slot (CUDA: its kernels
+	// are enqueued, and an event recorded after them is the fence the next
+	// copy into the slot waits for; the CPU: nothing to record).
+	Release(slot Slot) error
+	// Sync waits until every copy issued has completed; the pipeline calls
+	// it when a pass ends, before its staging buffers are reused.
+	Sync() error
+	// IssueOnCompute reports whether CopyIn, Await and Release must be
+	// called from the goroutine that computes (see the type's doc).
+	IssueOnCompute() bool
+}
+
+// Clock is implemented by a Device whose copies and compute run
+// asynchronously to the host (a GPU's streams): host clocks would only
+// time how long enqueueing took, so the pipeline takes the copy stage's
+// busy and stall time, and compute's stall, from the device. The
+// pipeline calls Start and Waiting from the compute goroutine, and Times
+// once the pass has drained.
+type Clock interface {
+	// Start marks the pass's start on the compute side.
+	Start() error
+	// Waiting marks that compute begins waiting for the n-th streamed
+	// layer; Await marks the end of the wait. It comes before the pipeline
+	// waits on the host for the layer's read, so a compute side that ran
+	// dry meanwhile counts as stalled.
+	Waiting(n int) error
+	// Times returns the device's figures for the pass's first copies
+	// copies and waits waits: the copy stage's busy time (copying) and
+	// stall time (idle before each copy, from Start), and compute's stall
+	// (the time it waited for copies).
+	Times(copies, waits int) (copyBusy, copyStall, computeStall time.Duration, err error)
 }
 
 // Slot is a region of device memory that holds one layer's extent.
@@ -35,6 +103,8 @@ type Slot interface {
 type Op interface {
 	// Wait blocks until the operation is complete and returns its error.
 	Wait() error
+	// Done reports, without blocking, whether the operation is complete.
+	Done() (bool, error)
 }
 
 // CPUDevice is the CPU backend's Device: slots are page-aligned host
@@ -54,8 +124,12 @@ func (CPUDevice) AllocSlot(n int) (Slot, error) {
 	return cpuSlot{b}, nil
 }
 
-// CopyIn implements Device.
-func (CPUDevice) CopyIn(s Slot, src []byte) (Op, error) {
+// Pin implements Device: host memory needs no pinning for a memmove.
+func (CPUDevice) Pin([]byte) (func() error, error) { return nil, nil }
+
+// CopyIn implements Device. Compute is done with a slot when it releases
+// it, so there is no fence to wait for.
+func (CPUDevice) CopyIn(_ int, s Slot, src []byte) (Op, error) {
 	dst := s.Host()
 	if len(src) > len(dst) {
 		return nil, fmt.Errorf("cpu copy: %d bytes into a %d-byte slot", len(src), len(dst))
@@ -68,6 +142,19 @@ func (CPUDevice) CopyIn(s Slot, src []byte) (Op, error) {
 	return op, nil
 }
 
+// Await implements Device: the host is the compute side, so it waits.
+func (CPUDevice) Await(_ int, _ Slot, op Op) error { return op.Wait() }
+
+// Release implements Device: nothing outlives the compute call.
+func (CPUDevice) Release(Slot) error { return nil }
+
+// Sync implements Device: the pipeline's copy goroutine waits for every
+// copy it issues.
+func (CPUDevice) Sync() error { return nil }
+
+// IssueOnCompute implements Device: any goroutine may copy.
+func (CPUDevice) IssueOnCompute() bool { return false }
+
 type cpuSlot struct{ b *Buffer }
 
 func (s cpuSlot) Len() int     { return s.b.Len() }
@@ -77,5 +164,14 @@ func (s cpuSlot) Free() error  { return s.b.Free() }
 type cpuOp chan struct{}
 
 func (o cpuOp) Wait() error { <-o; return nil }
+
+func (o cpuOp) Done() (bool, error) {
+	select {
+	case <-o:
+		return true, nil
+	default:
+		return false, nil
+	}
+}
 
 var _ Device = CPUDevice{}

@@ -21,9 +21,13 @@
 //     ahead of compute, and reports per-stage bytes, busy and stall time,
 //     link bandwidths and an overlap ratio as Stats.
 //
-// The package is backend-agnostic: a Device allocates slots and copies host
-// bytes into them asynchronously. CPUDevice (host memory, parallel memmove)
-// is the reference; the CUDA backend plugs in a copy stream and events.
+// The pipeline is the only one strata has: every backend runs its streamed
+// layers through it by implementing Device, the seam that allocates slots,
+// pins staging buffers, copies host bytes into a slot asynchronously and
+// fences the copy against compute. CPUDevice (host memory, parallel
+// memmove) is the reference; the CUDA backend (engine/gpu) plugs in a copy
+// stream beside its compute stream, with events as fences, and computes on
+// the slots themselves (Acquire and Done rather than Layer and Release).
 //
 // All system calls of the package live in sys_linux.go.
 package stream

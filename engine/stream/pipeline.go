@@ -45,6 +45,15 @@ type Options struct {
 	Device Device
 	// Verify chooses when tier-C bytes are checksummed.
 	Verify VerifyMode
+	// SlotsOnly is for a caller that computes on the slots themselves
+	// (Acquire and Done) and keeps its tier-A layers on its own: the CUDA
+	// backend, whose resident layers live in its weight arena and whose
+	// kernels read a streamed layer where it landed. New then loads no
+	// tier-A layer and nothing is decoded (Layer is refused); Store's
+	// Extent gives each layer's size (tier A's only for Stats), Mapped
+	// tier B's bytes and Verify tier C's checksums. Extents need only be
+	// non-empty, tier C's aligned as Source requires.
+	SlotsOnly bool
 }
 
 // Pipeline streams a model's layers to the device, pass after pass: it is
@@ -53,32 +62,57 @@ type Options struct {
 // extents into a ring of k staging buffers, stage 2 copies staging buffers
 // and tier-B extents into a ring of k device slots, and stage 3 (the
 // forward pass, calling Layer and Release) computes on a slot and hands it
-// back. Each stage waits only on the channel carrying what it needs, so
-// reads, copies and compute overlap and up to k layers are fetched ahead
-// of compute. Every streamed layer moves exactly once per pass, however
-// many sequences the pass advances.
+// back. Each stage waits only for what it needs, so reads, copies and
+// compute overlap and up to k layers are fetched ahead of compute. Every
+// streamed layer moves exactly once per pass, however many sequences the
+// pass advances.
 //
-// A pass runs between Begin and End; Forward wraps a model.Forward call in
-// them. Called as a bare model.LayerSource, the pipeline begins a pass at
-// Layer(0) and ends it at Release of the last layer. A failed or
-// cancelled pass fails only itself: End (or the next pass's Layer(0))
-// stops its stages and returns every buffer to the ring.
+// Stage 2 runs on a goroutine of its own, or, for a device whose copies
+// must be issued from the compute goroutine (Device.IssueOnCompute),
+// inside Acquire and Done: each call issues every copy the ring allows
+// without waiting for any, and the device orders copies and compute
+// (see Device).
+//
+// A pass runs between Begin and End (or Finish); Forward wraps a
+// model.Forward call in them. Called as a bare model.LayerSource, the
+// pipeline begins a pass at Layer(0) and ends it at Release of the last
+// layer. A failed or cancelled pass fails only itself: End (or the next
+// pass's Layer(0)) stops its stages and returns every buffer to the ring.
 type Pipeline struct {
-	store    LayerStore
-	tiers    []Tier
-	ext      []Extent
-	depth    int
-	src      Source
-	dev      Device
-	verify   VerifyMode
-	streamed []int // layers on tiers B and C, in order
+	store     LayerStore
+	tiers     []Tier
+	ext       []Extent
+	depth     int
+	src       Source
+	dev       Device
+	clock     Clock // dev's, when it times itself
+	onCompute bool  // dev.IssueOnCompute()
+	slotsOnly bool
+	verify    VerifyMode
+	streamed  []int // layers on tiers B and C, in order
+	idx       []int // per layer: index in streamed, -1 on tier A
 
 	resident      []*model.Layer // tier-A layers, by layer index
 	residentSlots []Slot
 	residentBytes int64
 	slots         []Slot
 	staging       []*Buffer
+	unpin         []func() error // per staging buffer, nil when not pinned
 	verified      []atomic.Bool
+
+	// The stages' channels, made once and drained at the start of each
+	// pass (the previous pass's stages have exited by then), so a pass
+	// allocates nothing per layer.
+	fetched     []chan staged // by layer, tier C: stage 1 → stage 2
+	freeStaging chan int
+	ready       []chan result // by layer, streamed: stage 2 on its goroutine → compute
+	freeSlots   chan int
+
+	// Stage 2 issued from compute: per streamed layer, what stage 1
+	// delivered and its copy; reused by every pass.
+	got  []staged
+	ops  []Op
+	pend []pend // the ring of staging buffers being copied out
 
 	runMu  sync.Mutex // serialises Forward
 	mu     sync.Mutex // guards pass, last, total, closed
@@ -90,8 +124,8 @@ type Pipeline struct {
 
 // pass is one forward pass's pipeline state. Stage-1 counters are written
 // only by stage 1, stage-2 counters only by stage 2 and compute counters
-// only by the goroutine calling Layer/Release; End reads them after the
-// stages have exited.
+// only by the goroutine calling Layer/Acquire and Release/Done; End reads
+// them after the stages have exited.
 type pass struct {
 	parent context.Context
 	ctx    context.Context
@@ -103,10 +137,18 @@ type pass struct {
 	failed bool
 	held   int // slot compute holds, -1 when none
 
-	ready       []chan result // by layer; nil for tier A
-	freeSlots   chan int
+	fetched     []chan staged // the Pipeline's channels
 	freeStaging chan int
+	ready       []chan result // nil when stage 2 is issued from compute
+	freeSlots   chan int
 	wg          sync.WaitGroup
+
+	// Stage 2 issued from compute: copies issued (the n-th streamed layer
+	// into slot n mod k), slots released, layers acquired, and the
+	// staging buffers whose copies are in flight (a ring, oldest first).
+	issued, released, acquired int
+	pend                       []pend
+	pendHead, pendLen          int
 
 	read, copy    StageStats
 	verify        time.Duration
@@ -115,13 +157,17 @@ type pass struct {
 	computeBytes  int64
 }
 
-// job is a streamed layer on its way from stage 1 to stage 2.
-type job struct {
-	layer   int
-	src     []byte
-	staging int // staging buffer holding src, -1 for tier B
-	err     error
+// staged is a tier-C layer read into staging buffer s, or the error that
+// stopped the read; ok marks an entry of Pipeline.got as delivered.
+type staged struct {
+	s   int
+	err error
+	ok  bool
 }
+
+// pend is staging buffer s, whose copy (of the n-th streamed layer) is in
+// flight.
+type pend struct{ s, n int }
 
 // result is a layer ready for compute, or the error that stopped it.
 type result struct {
@@ -131,10 +177,10 @@ type result struct {
 }
 
 // New builds a pipeline: it validates the plan, allocates k staging
-// buffers (from the Source, so they suit it) and k device slots sized for
-// the largest streamed extent, and loads the tier-A layers. The Store,
-// Source and Device stay owned by the caller and must outlive the
-// pipeline.
+// buffers (from the Source, so they suit it, pinned by the Device) and k
+// device slots sized for the largest streamed extent, and loads the
+// tier-A layers. The Store, Source and Device stay owned by the caller
+// and must outlive the pipeline.
 func New(opts Options) (*Pipeline, error) {
 	if opts.Store == nil {
 		return nil, errors.New("stream: no layer store")
@@ -150,15 +196,25 @@ func New(opts Options) (*Pipeline, error) {
 		opts.Device = CPUDevice{}
 	}
 	p := &Pipeline{
-		store: opts.Store, tiers: append([]Tier(nil), opts.Tiers...), ext: make([]Extent, n),
-		depth: opts.Depth, src: opts.Source, dev: opts.Device, verify: opts.Verify,
-		resident: make([]*model.Layer, n), verified: make([]atomic.Bool, n),
+		store: opts.Store, tiers: append([]Tier(nil), opts.Tiers...), ext: make([]Extent, n), idx: make([]int, n),
+		depth: opts.Depth, src: opts.Source, dev: opts.Device, verify: opts.Verify, slotsOnly: opts.SlotsOnly,
+		onCompute: opts.Device.IssueOnCompute(), resident: make([]*model.Layer, n), verified: make([]atomic.Bool, n),
 	}
+	p.clock, _ = opts.Device.(Clock)
 	var maxStream, maxRead int64
 	for i, t := range p.tiers {
+		p.idx[i] = -1
 		e := p.store.Extent(i)
-		if e.Offset < 0 || e.Length <= 0 || e.Offset%PageSize != 0 || e.Length%PageSize != 0 {
-			return nil, fmt.Errorf("stream: layer %d: extent %v is empty or not %d-byte aligned", i, e, PageSize)
+		align := int64(PageSize)
+		switch {
+		case !p.slotsOnly:
+		case t == TierC && p.src != nil:
+			align = int64(max(p.src.Align(), 1))
+		default:
+			align = 1
+		}
+		if e.Offset < 0 || e.Length <= 0 || e.Offset%align != 0 || e.Length%align != 0 {
+			return nil, fmt.Errorf("stream: layer %d: extent %v is empty or not %d-byte aligned", i, e, align)
 		}
 		if int64(int(e.Length)) != e.Length {
 			return nil, fmt.Errorf("stream: layer %d: extent %v too large", i, e)
@@ -166,7 +222,11 @@ func New(opts Options) (*Pipeline, error) {
 		p.ext[i] = e
 		switch t {
 		case TierA:
+			if p.slotsOnly {
+				p.residentBytes += e.Length
+			}
 		case TierB:
+			p.idx[i] = len(p.streamed)
 			p.streamed = append(p.streamed, i)
 			maxStream = max(maxStream, e.Length)
 		case TierC:
@@ -176,6 +236,7 @@ func New(opts Options) (*Pipeline, error) {
 			if e.End() > p.src.Size() {
 				return nil, fmt.Errorf("stream: layer %d: extent %v lies past the source's end %d", i, e, p.src.Size())
 			}
+			p.idx[i] = len(p.streamed)
 			p.streamed = append(p.streamed, i)
 			maxStream = max(maxStream, e.Length)
 			maxRead = max(maxRead, e.Length)
@@ -196,16 +257,39 @@ func New(opts Options) (*Pipeline, error) {
 		p.slots = append(p.slots, s)
 	}
 	if maxRead > 0 {
-		for range k {
+		for j := range k {
 			b, err := p.src.Alloc(int(maxRead))
 			if err != nil {
 				return fail(fmt.Errorf("stream: staging buffer of %d bytes: %w", maxRead, err))
 			}
 			p.staging = append(p.staging, b)
+			unpin, err := p.dev.Pin(b.Bytes())
+			if err != nil {
+				return fail(fmt.Errorf("stream: pinning staging buffer %d (%d bytes from the source) for %s: %w", j, b.Len(), p.dev.Name(), err))
+			}
+			p.unpin = append(p.unpin, unpin)
+		}
+	}
+	p.fetched = make([]chan staged, n)
+	p.freeStaging = make(chan int, len(p.staging))
+	for _, i := range p.streamed {
+		if p.tiers[i] == TierC {
+			p.fetched[i] = make(chan staged, 1)
+		}
+	}
+	if p.onCompute {
+		p.got = make([]staged, len(p.streamed))
+		p.ops = make([]Op, len(p.streamed))
+		p.pend = make([]pend, len(p.staging))
+	} else {
+		p.ready = make([]chan result, n)
+		p.freeSlots = make(chan int, len(p.slots))
+		for _, i := range p.streamed {
+			p.ready[i] = make(chan result, 1)
 		}
 	}
 	for i, t := range p.tiers {
-		if t != TierA {
+		if t != TierA || p.slotsOnly {
 			continue
 		}
 		if err := p.loadResident(i); err != nil {
@@ -230,7 +314,7 @@ func (p *Pipeline) loadResident(i int) error {
 		return fmt.Errorf("stream: layer %d (tier A): %s slot: %w", i, p.dev.Name(), err)
 	}
 	p.residentSlots = append(p.residentSlots, s)
-	op, err := p.dev.CopyIn(s, b[:e.Length])
+	op, err := p.dev.CopyIn(-1, s, b[:e.Length])
 	if err == nil {
 		err = op.Wait()
 	}
@@ -250,19 +334,24 @@ func (p *Pipeline) loadResident(i int) error {
 	return nil
 }
 
-// free releases every buffer and slot.
-func (p *Pipeline) free() {
+// free releases every buffer and slot, and returns the first error.
+func (p *Pipeline) free() error {
+	var errs []error
 	for _, s := range p.slots {
-		s.Free()
+		errs = append(errs, s.Free())
 	}
 	for _, s := range p.residentSlots {
-		s.Free()
+		errs = append(errs, s.Free())
 	}
-	for _, b := range p.staging {
-		b.Free()
+	for j, b := range p.staging {
+		if j < len(p.unpin) && p.unpin[j] != nil {
+			errs = append(errs, p.unpin[j]())
+		}
+		errs = append(errs, b.Free())
 	}
-	p.slots, p.residentSlots, p.staging = nil, nil, nil
+	p.slots, p.residentSlots, p.staging, p.unpin = nil, nil, nil, nil
 	clear(p.resident)
+	return errors.Join(errs...)
 }
 
 // Tiers returns the plan the pipeline runs (a copy).
@@ -282,19 +371,25 @@ func (p *Pipeline) Forward(ctx context.Context, m *model.Model, batch []model.St
 	p.runMu.Lock()
 	defer p.runMu.Unlock()
 	if err := p.Begin(ctx); err != nil {
+		p.Finish(true)
 		return err
 	}
 	m.SetLayerSource(p)
 	err := m.Forward(ctx, batch)
 	p.mu.Lock()
-	p.endLocked(err != nil)
+	_, eerr := p.endLocked(err != nil)
 	p.mu.Unlock()
+	if err == nil {
+		err = eerr
+	}
 	return err
 }
 
 // Begin starts a pass under ctx: stages 1 and 2 start fetching the first
 // k streamed layers at once, before compute asks for them. A pass still
-// open is ended first (and counted as failed if it was incomplete).
+// open is ended first (and counted as failed if it was incomplete). For a
+// device that issues copies from compute, Begin must be called from the
+// compute goroutine.
 func (p *Pipeline) Begin(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -304,8 +399,7 @@ func (p *Pipeline) Begin(ctx context.Context) error {
 	if p.pass != nil {
 		p.endLocked(false)
 	}
-	p.beginLocked(ctx, false)
-	return nil
+	return p.beginLocked(ctx, false)
 }
 
 // End finishes the current pass: it stops its stages, waits for reads and
@@ -313,46 +407,99 @@ func (p *Pipeline) Begin(ctx context.Context) error {
 // pass's Stats, which it returns. A pass that did not reach its last layer
 // counts as failed. Without an open pass it returns zero Stats.
 func (p *Pipeline) End() Stats {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.endLocked(false)
+	st, _ := p.Finish(false)
+	return st
 }
 
-func (p *Pipeline) beginLocked(parent context.Context, auto bool) {
+// Finish is End for a caller that knows whether its pass failed (a pass
+// that computed every layer can still fail afterwards), and that wants
+// the device's error from waiting for the copies in flight.
+func (p *Pipeline) Finish(failed bool) (Stats, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.endLocked(failed)
+}
+
+func (p *Pipeline) beginLocked(parent context.Context, auto bool) error {
+	if parent == nil {
+		parent = context.Background()
+	}
 	ctx, cancel := context.WithCancel(parent)
 	ps := &pass{
 		parent: parent, ctx: ctx, cancel: cancel, auto: auto, start: time.Now(), held: -1,
-		ready:       make([]chan result, len(p.tiers)),
-		freeSlots:   make(chan int, len(p.slots)),
-		freeStaging: make(chan int, len(p.staging)),
+		fetched: p.fetched, freeStaging: p.freeStaging, ready: p.ready, freeSlots: p.freeSlots,
 	}
 	for _, i := range p.streamed {
-		ps.ready[i] = make(chan result, 1)
+		if ps.fetched[i] != nil {
+			drain(ps.fetched[i])
+		}
+		if ps.ready != nil {
+			drain(ps.ready[i])
+		}
 	}
-	for s := range p.slots {
-		ps.freeSlots <- s
-	}
+	drain(ps.freeStaging)
 	for s := range p.staging {
 		ps.freeStaging <- s
 	}
 	p.pass = ps
-	if len(p.streamed) == 0 {
-		return
+	if p.onCompute {
+		clear(p.got)
+		clear(p.ops)
+		ps.pend = p.pend
+		if p.clock != nil {
+			if err := p.clock.Start(); err != nil {
+				ps.failed = true
+				return fmt.Errorf("stream: starting a pass on %s: %w", p.dev.Name(), err)
+			}
+		}
+	} else {
+		drain(ps.freeSlots)
+		for s := range p.slots {
+			ps.freeSlots <- s
+		}
 	}
-	jobs := make(chan job, p.depth)
-	ps.wg.Add(2)
-	go p.stage1(ps, jobs)
-	go p.stage2(ps, jobs)
+	if len(p.streamed) == 0 {
+		return nil
+	}
+	if len(p.staging) > 0 {
+		ps.wg.Add(1)
+		go p.stage1(ps)
+	}
+	if !p.onCompute {
+		ps.wg.Add(1)
+		go p.stage2(ps)
+		return nil
+	}
+	if err := p.pump(ps, -1); err != nil {
+		ps.failed = true
+		return err
+	}
+	return nil
 }
 
-func (p *Pipeline) endLocked(failed bool) Stats {
+// drain empties ch of what a finished pass left in it.
+func drain[T any](ch chan T) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
+}
+
+func (p *Pipeline) endLocked(failed bool) (Stats, error) {
 	ps := p.pass
 	if ps == nil {
-		return Stats{}
+		return Stats{}, nil
 	}
 	p.pass = nil
 	ps.cancel()
 	ps.wg.Wait()
+	err := p.dev.Sync()
+	if err != nil {
+		err = fmt.Errorf("stream: waiting for the copies to %s: %w", p.dev.Name(), err)
+	}
 	wall := time.Since(ps.start)
 	st := Stats{
 		Passes: 1, Wall: wall,
@@ -364,49 +511,121 @@ func (p *Pipeline) endLocked(failed bool) Stats {
 		ResidentBytes: p.residentBytes,
 		StreamedBytes: ps.copy.Bytes,
 	}
-	if failed || ps.failed || ps.next != len(p.tiers) {
+	if failed || err != nil || ps.failed || ps.next != len(p.tiers) {
 		st.Failed = 1
+	}
+	if p.clock != nil && err == nil && len(p.streamed) > 0 {
+		// The device's figures are instrumentation: a pass that computed
+		// stays good if they cannot be read.
+		if busy, stall, wait, terr := p.clock.Times(ps.issued, ps.acquired); terr == nil {
+			st.Copy.Busy, st.Copy.Stall = busy, stall
+			st.Compute.Stall, st.Compute.Busy = wait, max(0, wall-wait)
+		}
 	}
 	st.finish()
 	p.last = st
 	p.total.add(st)
-	return st
+	return st, err
 }
 
 // Layer implements model.LayerSource: it returns layer i once it has
 // landed in a device slot (tier A at once), waiting for stages 1 and 2 as
 // needed.
 func (p *Pipeline) Layer(i int) (*model.Layer, error) {
+	if p.slotsOnly {
+		return nil, fmt.Errorf("stream: layer %d: the pipeline's layers are computed on their slots (Acquire)", i)
+	}
+	r, err := p.take(i)
+	switch {
+	case err != nil:
+		return nil, err
+	case p.tiers[i] == TierA:
+		return p.resident[i], nil
+	case r.layer != nil:
+		return r.layer, nil
+	}
+	// Stage 2 ran on this goroutine and did not decode.
+	host := p.slots[r.slot].Host()
+	if host == nil {
+		return nil, p.failTake(fmt.Errorf("stream: layer %d: %s slots are not host-visible", i, p.dev.Name()))
+	}
+	l, err := p.store.Decode(i, host[:p.ext[i].Length])
+	if err != nil {
+		return nil, p.failTake(fmt.Errorf("stream: layer %d (tier %v, extent %v): decode: %w", i, p.tiers[i], p.ext[i], err))
+	}
+	return l, nil
+}
+
+// Acquire returns the slot layer i has landed in (nil for a tier-A
+// layer), the way Layer returns it decoded: compute asks for every layer
+// in order, Acquire then Done, and may work on the slot until Done. On a
+// device that issues copies from compute, Acquire may return before the
+// copy has completed: the device orders compute's later work after it
+// (Device.Await).
+func (p *Pipeline) Acquire(i int) (Slot, error) {
+	r, err := p.take(i)
+	if err != nil || p.tiers[i] == TierA {
+		return nil, err
+	}
+	return p.slots[r.slot], nil
+}
+
+// failTake fails the current pass with err (compute could not use the
+// layer it was given).
+func (p *Pipeline) failTake(err error) error {
+	p.mu.Lock()
+	if p.pass != nil {
+		p.pass.failed = true
+	}
+	p.mu.Unlock()
+	return err
+}
+
+// take waits for layer i on behalf of Layer and Acquire.
+func (p *Pipeline) take(i int) (result, error) {
 	if i < 0 || i >= len(p.tiers) {
-		return nil, fmt.Errorf("stream: layer %d out of range [0, %d)", i, len(p.tiers))
+		return result{}, fmt.Errorf("stream: layer %d out of range [0, %d)", i, len(p.tiers))
 	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, fmt.Errorf("stream: layer %d: %w", i, ErrClosed)
+		return result{}, fmt.Errorf("stream: layer %d: %w", i, ErrClosed)
 	}
 	ps := p.pass
+	var err error
 	switch {
 	case ps == nil:
-		p.beginLocked(context.Background(), true)
+		err = p.beginLocked(context.Background(), true)
 	case i == 0 && (ps.failed || ps.next != 0):
 		// The previous pass stopped early (an error, a cancellation)
 		// without End: finish it and start afresh.
 		parent, auto := ps.parent, ps.auto
 		p.endLocked(true)
-		p.beginLocked(parent, auto)
+		err = p.beginLocked(parent, auto)
 	case ps.failed:
 		p.mu.Unlock()
-		return nil, fmt.Errorf("stream: layer %d: the pass already failed", i)
+		return result{}, fmt.Errorf("stream: layer %d: the pass already failed", i)
 	}
 	ps = p.pass
 	next := ps.next
 	p.mu.Unlock()
+	if err != nil {
+		return result{}, err
+	}
 	if i != next {
-		return nil, fmt.Errorf("stream: layer %d requested, expected layer %d", i, next)
+		return result{}, fmt.Errorf("stream: layer %d requested, expected layer %d", i, next)
 	}
 	if p.tiers[i] == TierA {
-		return p.resident[i], nil
+		return result{}, nil
+	}
+	if p.onCompute {
+		j, err := p.acquire(ps, i)
+		if err != nil {
+			ps.failed = true
+			return result{}, err
+		}
+		ps.held = j
+		return result{slot: j}, nil
 	}
 	t0 := time.Now()
 	select {
@@ -414,66 +633,100 @@ func (p *Pipeline) Layer(i int) (*model.Layer, error) {
 		ps.computeStall += time.Since(t0)
 		if r.err != nil {
 			ps.failed = true
-			return nil, r.err
+			return result{}, r.err
 		}
 		ps.held = r.slot
-		return r.layer, nil
+		return r, nil
 	case <-ps.ctx.Done():
 		ps.computeStall += time.Since(t0)
 		ps.failed = true
-		return nil, fmt.Errorf("stream: waiting for layer %d: %w", i, ps.ctx.Err())
+		return result{}, fmt.Errorf("stream: waiting for layer %d: %w", i, ps.ctx.Err())
 	}
 }
 
+// acquire is take for a device that issues copies from compute: it
+// issues layer i's copy if it has not gone yet (waiting for its read if
+// need be) and makes compute wait for it on the device. It returns the
+// layer's slot.
+func (p *Pipeline) acquire(ps *pass, i int) (int, error) {
+	n := p.idx[i]
+	j := n % len(p.slots)
+	var t0 time.Time
+	if p.clock != nil {
+		if err := p.clock.Waiting(n); err != nil {
+			return -1, fmt.Errorf("stream: layer %d: %w", i, err)
+		}
+	} else {
+		t0 = time.Now()
+	}
+	if ps.issued <= n {
+		if err := p.pump(ps, n); err != nil {
+			return -1, err
+		}
+	}
+	if err := p.dev.Await(n, p.slots[j], p.ops[n]); err != nil {
+		return -1, fmt.Errorf("stream: layer %d: waiting for its copy: %w", i, err)
+	}
+	if p.clock == nil {
+		ps.computeStall += time.Since(t0)
+	}
+	ps.acquired++
+	return j, nil
+}
+
 // Release implements model.LayerSource: compute is done with layer i, so
-// its slot goes back to the ring for the next streamed layer.
-func (p *Pipeline) Release(i int) {
+// its slot goes back to the ring for the next streamed layer. An error
+// (only a device that issues copies from compute has any) fails the pass;
+// Done returns it.
+func (p *Pipeline) Release(i int) { _ = p.Done(i) }
+
+// Done is Release with the device's error: compute is done with layer i
+// (on an asynchronous device: its work on the slot is enqueued). It
+// releases the slot (Device.Release) and, on a device that issues copies
+// from compute, issues the copies that may go now. Without a pass, or for
+// a layer other than the one expected, it does nothing.
+func (p *Pipeline) Done(i int) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ps := p.pass
 	if ps == nil || i != ps.next {
-		return
+		return nil
 	}
-	if ps.held >= 0 {
-		ps.freeSlots <- ps.held
-		ps.held = -1
-	}
+	held := ps.held
+	ps.held = -1
 	ps.computeLayers++
 	ps.computeBytes += p.ext[i].Length
 	ps.next = i + 1
+	var err error
+	if held >= 0 {
+		if err = p.dev.Release(p.slots[held]); err != nil {
+			err = fmt.Errorf("stream: layer %d: releasing its %s slot: %w", i, p.dev.Name(), err)
+		} else if p.onCompute {
+			ps.released++
+			err = p.pump(ps, -1)
+		} else {
+			ps.freeSlots <- held
+		}
+	}
+	if err != nil {
+		ps.failed = true
+	}
 	if ps.auto && ps.next == len(p.tiers) {
 		p.endLocked(false)
 	}
+	return err
 }
 
 // stage1 reads the pass's tier-C extents into staging buffers, in layer
-// order, and forwards every streamed layer to stage 2.
-func (p *Pipeline) stage1(ps *pass, out chan<- job) {
+// order, and hands each to stage 2. It stops at the first error
+// (delivered on that layer's channel) or when the pass is cancelled.
+func (p *Pipeline) stage1(ps *pass) {
 	defer ps.wg.Done()
-	defer close(out)
 	for _, i := range p.streamed {
-		e := p.ext[i]
-		j := job{layer: i, staging: -1}
-		if p.tiers[i] == TierB {
-			b, err := p.store.Mapped(i)
-			if err == nil && int64(len(b)) < e.Length {
-				err = fmt.Errorf("mapped view has %d bytes, want %d", len(b), e.Length)
-			}
-			if err != nil {
-				j.err = fmt.Errorf("stream: layer %d (tier B, extent %v): %w", i, e, err)
-			} else {
-				j.src = b[:e.Length]
-			}
-			select {
-			case out <- j:
-			case <-ps.ctx.Done():
-				return
-			}
-			if j.err != nil {
-				return
-			}
+		if p.tiers[i] != TierC {
 			continue
 		}
+		e := p.ext[i]
 		t0 := time.Now()
 		var s int
 		select {
@@ -496,47 +749,59 @@ func (p *Pipeline) stage1(ps *pass, out chan<- job) {
 			}
 			ps.verify += time.Since(tv)
 		}
-		t2 := time.Now()
-		ps.read.Busy += t2.Sub(t1)
+		ps.read.Busy += time.Since(t1)
 		if err != nil {
 			ps.freeStaging <- s
-			j.err = fmt.Errorf("stream: layer %d (tier C, extent %v): %w", i, e, err)
-		} else {
-			ps.read.Layers++
-			ps.read.Bytes += e.Length
-			j.src, j.staging = buf, s
-		}
-		select {
-		case out <- j:
-		case <-ps.ctx.Done():
+			ps.fetched[i] <- staged{s: -1, err: fmt.Errorf("stream: layer %d (tier C, extent %v): %w", i, e, err)}
 			return
 		}
-		ps.read.Stall += time.Since(t2)
-		if j.err != nil {
-			return
-		}
+		ps.read.Layers++
+		ps.read.Bytes += e.Length
+		ps.fetched[i] <- staged{s: s}
 	}
 }
 
-// stage2 copies each streamed layer into a free device slot, recycles its
-// staging buffer, decodes the slot and hands the layer to compute.
-func (p *Pipeline) stage2(ps *pass, in <-chan job) {
+// mapped returns tier-B layer i's bytes.
+func (p *Pipeline) mapped(i int) ([]byte, error) {
+	e := p.ext[i]
+	b, err := p.store.Mapped(i)
+	if err == nil && int64(len(b)) < e.Length {
+		err = fmt.Errorf("mapped view has %d bytes, want %d", len(b), e.Length)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stream: layer %d (tier B, extent %v): %w", i, e, err)
+	}
+	return b[:e.Length], nil
+}
+
+// stage2 is stage 2 on its own goroutine: it copies each streamed layer
+// into a free device slot, waits for the copy, recycles its staging
+// buffer, decodes the slot and hands the layer to compute.
+func (p *Pipeline) stage2(ps *pass) {
 	defer ps.wg.Done()
-	for {
+	for n, i := range p.streamed {
 		t0 := time.Now()
-		var j job
-		var ok bool
-		select {
-		case j, ok = <-in:
-		case <-ps.ctx.Done():
-			return
-		}
-		if !ok {
-			return
-		}
-		if j.err != nil {
-			ps.ready[j.layer] <- result{err: j.err}
-			return
+		var src []byte
+		stg := -1
+		if p.tiers[i] == TierB {
+			b, err := p.mapped(i)
+			if err != nil {
+				ps.ready[i] <- result{err: err}
+				return
+			}
+			src = b
+		} else {
+			var g staged
+			select {
+			case g = <-ps.fetched[i]:
+			case <-ps.ctx.Done():
+				return
+			}
+			if g.err != nil {
+				ps.ready[i] <- result{err: g.err}
+				return
+			}
+			src, stg = p.staging[g.s].Bytes()[:p.ext[i].Length], g.s
 		}
 		var s int
 		select {
@@ -547,31 +812,159 @@ func (p *Pipeline) stage2(ps *pass, in <-chan job) {
 		t1 := time.Now()
 		ps.copy.Stall += t1.Sub(t0)
 		slot := p.slots[s]
-		op, err := p.dev.CopyIn(slot, j.src)
+		op, err := p.dev.CopyIn(n, slot, src)
 		if err == nil {
 			err = op.Wait()
 		}
 		ps.copy.Busy += time.Since(t1)
-		if j.staging >= 0 {
-			ps.freeStaging <- j.staging
+		if stg >= 0 {
+			ps.freeStaging <- stg
 		}
 		var l *model.Layer
-		if err != nil {
+		switch host := slot.Host(); {
+		case err != nil:
 			err = fmt.Errorf("copy to %s slot: %w", p.dev.Name(), err)
-		} else if host := slot.Host(); host == nil {
+		case p.slotsOnly: // compute works on the slot itself
+		case host == nil:
 			err = fmt.Errorf("%s slots are not host-visible", p.dev.Name())
-		} else if l, err = p.store.Decode(j.layer, host[:len(j.src)]); err != nil {
-			err = fmt.Errorf("decode: %w", err)
+		default:
+			if l, err = p.store.Decode(i, host[:len(src)]); err != nil {
+				err = fmt.Errorf("decode: %w", err)
+			}
 		}
 		if err != nil {
 			ps.freeSlots <- s
-			ps.ready[j.layer] <- result{err: fmt.Errorf("stream: layer %d (tier %v, extent %v): %w", j.layer, p.tiers[j.layer], p.ext[j.layer], err)}
+			ps.ready[i] <- result{err: fmt.Errorf("stream: layer %d (tier %v, extent %v): %w", i, p.tiers[i], p.ext[i], err)}
 			return
 		}
 		ps.copy.Layers++
-		ps.copy.Bytes += int64(len(j.src))
-		ps.ready[j.layer] <- result{layer: l, slot: s}
+		ps.copy.Bytes += int64(len(src))
+		ps.ready[i] <- result{layer: l, slot: s}
 	}
+}
+
+// pump is stage 2 issued from compute: it issues every copy that may go
+// now, in order, without waiting for any; the n-th streamed layer's once
+// compute has released slot n mod k's previous layer and, on tier C,
+// stage 1 has read it. need >= 0 is the streamed layer compute waits for:
+// its read is waited for and its error returned.
+func (p *Pipeline) pump(ps *pass, need int) error {
+	k := len(p.slots)
+	for ps.issued < len(p.streamed) && ps.issued < ps.released+k {
+		n := ps.issued
+		i := p.streamed[n]
+		var src []byte
+		stg := -1
+		if p.tiers[i] == TierC {
+			g, err := p.fetch(ps, n, n == need)
+			if err != nil {
+				return err
+			}
+			if g == nil {
+				break // still reading
+			}
+			if g.err != nil {
+				if n == need {
+					return g.err
+				}
+				break // reported when compute gets there
+			}
+			stg = g.s
+			src = p.staging[stg].Bytes()[:p.ext[i].Length]
+		} else {
+			b, err := p.mapped(i)
+			if err != nil {
+				if n == need {
+					return err
+				}
+				break
+			}
+			src = b
+		}
+		op, err := p.dev.CopyIn(n, p.slots[n%k], src)
+		if err != nil {
+			return fmt.Errorf("stream: layer %d (tier %v, extent %v): copy to %s slot: %w", i, p.tiers[i], p.ext[i], p.dev.Name(), err)
+		}
+		p.ops[n] = op
+		if stg >= 0 {
+			ps.pend[(ps.pendHead+ps.pendLen)%len(ps.pend)] = pend{s: stg, n: n}
+			ps.pendLen++
+		}
+		ps.issued++
+		ps.copy.Layers++
+		ps.copy.Bytes += int64(len(src))
+	}
+	if need >= 0 && ps.issued <= need {
+		return fmt.Errorf("stream: layer %d: its copy cannot be issued (%d of %d issued, %d slots released)", p.streamed[need], ps.issued, len(p.streamed), ps.released)
+	}
+	return nil
+}
+
+// fetch returns what stage 1 delivered for the n-th streamed layer: nil
+// when it is still being read and block is false. Blocking, it keeps
+// handing staging buffers back as their copies complete (stage 1 may be
+// waiting for one) until the layer arrives.
+func (p *Pipeline) fetch(ps *pass, n int, block bool) (*staged, error) {
+	if g := &p.got[n]; g.ok {
+		return g, nil
+	}
+	i := p.streamed[n]
+	ch := ps.fetched[i]
+	for {
+		if err := p.recycle(ps, false); err != nil {
+			return nil, err
+		}
+		select {
+		case g := <-ch:
+			g.ok = true
+			p.got[n] = g
+			return &p.got[n], nil
+		default:
+		}
+		if !block {
+			return nil, nil
+		}
+		if ps.pendLen > 0 {
+			// The oldest copy waits only for compute already enqueued.
+			if err := p.recycle(ps, true); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		select {
+		case g := <-ch:
+			g.ok = true
+			p.got[n] = g
+			return &p.got[n], nil
+		case <-ps.ctx.Done():
+			return nil, fmt.Errorf("stream: layer %d: waiting for its read: %w", i, ps.ctx.Err())
+		}
+	}
+}
+
+// recycle hands the staging buffers whose copies have completed back to
+// stage 1; with wait set it first waits for the oldest copy.
+func (p *Pipeline) recycle(ps *pass, wait bool) error {
+	if wait && ps.pendLen > 0 {
+		pd := ps.pend[ps.pendHead]
+		if err := p.ops[pd.n].Wait(); err != nil {
+			return fmt.Errorf("stream: layer %d: waiting for its copy out of staging: %w", p.streamed[pd.n], err)
+		}
+	}
+	for ps.pendLen > 0 {
+		pd := ps.pend[ps.pendHead]
+		done, err := p.ops[pd.n].Done()
+		if err != nil {
+			return fmt.Errorf("stream: layer %d: polling its copy out of staging: %w", p.streamed[pd.n], err)
+		}
+		if !done {
+			break
+		}
+		ps.freeStaging <- pd.s
+		ps.pendHead = (ps.pendHead + 1) % len(ps.pend)
+		ps.pendLen--
+	}
+	return nil
 }
 
 // LastPass returns the Stats of the most recent finished pass.
@@ -595,7 +988,9 @@ func (p *Pipeline) ResetStats() {
 	p.total = Stats{}
 }
 
-// Close ends any open pass and frees the pipeline's slots and buffers.
+// Close ends any open pass and frees the pipeline's slots and buffers (on
+// a device that issues copies from compute, call it from the compute
+// goroutine).
 // The Store, Source and Device are the caller's to close.
 func (p *Pipeline) Close() error {
 	p.mu.Lock()
@@ -603,10 +998,12 @@ func (p *Pipeline) Close() error {
 	if p.closed {
 		return nil
 	}
-	p.endLocked(false)
+	_, err := p.endLocked(false)
 	p.closed = true
-	p.free()
-	return nil
+	if ferr := p.free(); ferr != nil {
+		err = errors.Join(err, fmt.Errorf("stream: freeing the pipeline's buffers: %w", ferr))
+	}
+	return err
 }
 
 var _ model.LayerSource = (*Pipeline)(nil)

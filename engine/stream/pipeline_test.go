@@ -410,3 +410,71 @@ func TestStatsOverlap(t *testing.T) {
 		t.Fatalf("after reset: %+v", st)
 	}
 }
+
+// computeDevice is the CPU device driven the way the CUDA device is: the
+// pipeline issues its copies from Layer and Release, without waiting for
+// them, and Layer waits (Await) and decodes.
+type computeDevice struct{ stream.CPUDevice }
+
+func (computeDevice) IssueOnCompute() bool { return true }
+
+// TestIssueOnCompute runs stage 2 from the compute goroutine, as for the
+// CUDA device, over every tier mix and a few depths: the resident run's
+// logits bit for bit and each streamed layer moved once per pass; a read
+// failing mid-pass and a cancelled pass fail only themselves.
+func TestIssueOnCompute(t *testing.T) {
+	for _, mc := range modelCases {
+		tm := getModel(t, mc.arch, mc.typ, mc.seeds)
+		n := tm.m.Config.Layers
+		want := residentLogits(t, tm, 3)
+		for _, mix := range []string{"all-B", "all-C", "mixed", "C,C,A,C,B,C" + strings.Repeat(",C", n-6)} {
+			for _, depth := range []int{1, 2, 4} {
+				t.Run(fmt.Sprintf("%s/%s/k%d", mc.arch, mix, depth), func(t *testing.T) {
+					tiers, err := stream.MixTiers(mix, n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					moved, read := streamedBytes(tm.store, tiers)
+					faulty := stream.NewFaulty(openFile(t, tm.path))
+					p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: depth, Source: faulty, Device: computeDevice{}})
+					got := schedule(t, tm.m, 3, func(b []model.Step) error {
+						if err := p.Forward(context.Background(), tm.m, b); err != nil {
+							return err
+						}
+						st := p.LastPass()
+						if st.Copy.Bytes != moved || st.Read.Bytes != read || st.Compute.Layers != int64(n) || st.Failed != 0 {
+							t.Errorf("pass: copied %d read %d computed %d layers failed %d; want %d, %d, %d, 0",
+								st.Copy.Bytes, st.Read.Bytes, st.Compute.Layers, st.Failed, moved, read, n)
+						}
+						return nil
+					})
+					sameBits(t, got, want)
+					if read == 0 {
+						return
+					}
+					mk, one := oneStep(t, tm, 2)
+					faulty.FailNth(1)
+					if err := p.Forward(context.Background(), tm.m, mk()); !errors.Is(err, stream.ErrInjected) {
+						t.Fatalf("pass with a failing read: %v", err)
+					}
+					faulty.Clear()
+					ctx, cancel := context.WithCancel(context.Background())
+					cancel()
+					if err := p.Forward(ctx, tm.m, mk()); !errors.Is(err, context.Canceled) {
+						t.Fatalf("cancelled pass: %v", err)
+					}
+					b := mk()
+					if err := p.Forward(context.Background(), tm.m, b); err != nil {
+						t.Fatalf("pass after the failures: %v", err)
+					}
+					for j, st := range b {
+						sameBits(t, st.Logits[0], one[j])
+					}
+					if st := p.Stats(); st.Failed != 2 {
+						t.Fatalf("stats: %d failed passes, want 2", st.Failed)
+					}
+				})
+			}
+		}
+	}
+}

@@ -59,9 +59,9 @@ type Stats struct {
 }
 
 // Add accumulates o's counted fields into s and recomputes the derived
-// ones (GBps, Overlap, ComputeUtil), as the pipeline does after each pass.
-// It lets pipelines outside this package (engine/gpu's) report the same
-// Stats: zero Stats plus one pass's counters is that pass's Stats.
+// ones (GBps, Overlap, ComputeUtil), as the pipeline does after each pass,
+// so a caller summing the Stats of several passes or pipelines gets the
+// derived figures of the sum.
 func (s *Stats) Add(o Stats) { s.add(o) }
 
 // add accumulates o into s (derived fields are recomputed by finish).
