@@ -11,6 +11,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
@@ -34,7 +35,7 @@ type TierC struct {
 	Layers []int
 	// Store says where each layer's extent lies in Source and how its
 	// tensors are laid out inside it (Decode), and checks the bytes read
-	// (Verify): engine/tier's Pool. Its layer count must be the model's.
+	// (Verify): engine/prefab's Pool. Its layer count must be the model's.
 	// The extent's tensor layout is what lands in the device slot, so the
 	// kernels read the tensors at the Store's offsets (they must be 16-byte
 	// aligned, which a pool's 64-byte TensorAlign is).
@@ -45,7 +46,7 @@ type TierC struct {
 	// must close it after the Model. Its Alloc buffers become the staging
 	// buffers, so they must be ordinary (non Go heap) host memory that
 	// cuMemHostRegister accepts.
-	Source stream.Source
+	Source tier.Source
 	// Verify chooses when extents are checksummed against Store (the
 	// default: the first time each is read).
 	Verify stream.VerifyMode
@@ -69,13 +70,13 @@ type TierC struct {
 // kernels launched after it). Stats.Copy would stay zero and Stats.Read
 // would count the bytes.
 type SlotReader interface {
-	stream.Source
+	tier.Source
 	// AttachSlots maps the k device slots of slotBytes each for the
 	// storage device's DMA. It runs once, on the device goroutine.
 	AttachSlots(c *cudadrv.Ctx, slots []cudadrv.DevPtr, slotBytes int64) error
 	// ReadSlot reads extent e into device slot j and returns once the
 	// bytes are in device memory. It is called off the device goroutine.
-	ReadSlot(ctx context.Context, j int, e stream.Extent) error
+	ReadSlot(ctx context.Context, j int, e tier.Extent) error
 	// DetachSlots undoes AttachSlots before the slots are freed.
 	DetachSlots() error
 }
@@ -84,7 +85,7 @@ type SlotReader interface {
 // tensors' offsets inside the extent (a layerW with base 0, rebased onto
 // the slot it lands in).
 type tierCLayer struct {
-	ext stream.Extent
+	ext tier.Extent
 	lw  layerW
 }
 
@@ -192,10 +193,10 @@ func probeLayout(store stream.LayerStore, l int, probe []byte, want *model.Layer
 // state: the device goroutine returns a buffer (release) once the copy out
 // of it has completed, which it learns from an event.
 type reader struct {
-	src      stream.Source
+	src      tier.Source
 	store    stream.LayerStore
 	verify   stream.VerifyMode
-	staging  []*stream.Buffer
+	staging  []*tier.Buffer
 	verified []bool // per layer; touched only by the pass's goroutine
 }
 

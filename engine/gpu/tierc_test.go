@@ -15,6 +15,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tier"
@@ -29,7 +30,7 @@ import (
 
 // tinyPool writes a tiny synthetic model as a GGUF and as a prefab pool
 // (type keep: the same tensor bytes) and opens both.
-func tinyPool(t testing.TB, arch, typ string) (*model.Model, *tier.Pool, string) {
+func tinyPool(t testing.TB, arch, typ string) (*model.Model, *prefab.Pool, string) {
 	t.Helper()
 	dir := t.TempDir()
 	g := filepath.Join(dir, arch+"-"+typ+".gguf")
@@ -43,7 +44,7 @@ func tinyPool(t testing.TB, arch, typ string) (*model.Model, *tier.Pool, string)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cpu.Close() })
-	pool, err := tier.OpenPool(p)
+	pool, err := prefab.OpenPool(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func writePool(t testing.TB, src, dst string) {
 		t.Fatal(err)
 	}
 	defer mf.Close()
-	if err := tier.WritePool(mf, dst, tier.PrefabOptions{Type: tier.TypeKeep}); err != nil {
+	if err := prefab.WritePool(mf, dst, prefab.PrefabOptions{Type: prefab.TypeKeep}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -258,12 +259,12 @@ func (d *simDev) Elapsed(a, b cudadrv.Event) (float32, error) {
 // testStore is a stream.LayerStore over a file of random layer extents
 // of different lengths; Verify compares with the bytes written.
 type testStore struct {
-	ext  []stream.Extent
+	ext  []tier.Extent
 	data [][]byte
 }
 
 func (s *testStore) NumLayers() int               { return len(s.ext) }
-func (s *testStore) Extent(i int) stream.Extent   { return s.ext[i] }
+func (s *testStore) Extent(i int) tier.Extent     { return s.ext[i] }
 func (s *testStore) Mapped(i int) ([]byte, error) { return s.data[i], nil }
 func (s *testStore) Verify(i int, b []byte) error {
 	if !bytes.Equal(b, s.data[i]) {
@@ -281,12 +282,12 @@ func newTestStore(t testing.TB, layers int) (*testStore, string) {
 	s := &testStore{}
 	var file []byte
 	for range layers {
-		n := int64(1+rng.IntN(6)) * stream.PageSize
+		n := int64(1+rng.IntN(6)) * tier.PageSize
 		b := make([]byte, n)
 		for i := range b {
 			b[i] = byte(rng.Uint32())
 		}
-		s.ext = append(s.ext, stream.Extent{Offset: int64(len(file)), Length: n})
+		s.ext = append(s.ext, tier.Extent{Offset: int64(len(file)), Length: n})
 		s.data = append(s.data, b)
 		file = append(file, b...)
 	}
@@ -301,7 +302,7 @@ func newTestStore(t testing.TB, layers int) (*testStore, string) {
 // more than k staging buffers are in use: reads started minus tier-C
 // copies completed on the device.
 type countingSource struct {
-	stream.Source
+	tier.Source
 	started  atomic.Int64
 	copiesC  func() int64
 	k        int64
@@ -318,7 +319,7 @@ func (c *countingSource) ReadAt(ctx context.Context, dst []byte, off int64) erro
 
 // simPipeline builds a tierB for the simulated device the way loadTierB
 // builds it on a GPU.
-func simPipeline(t testing.TB, store *testStore, tiers []stream.Tier, k int, src stream.Source) (*tierB, *simDev) {
+func simPipeline(t testing.TB, store *testStore, tiers []tier.Tier, k int, src tier.Source) (*tierB, *simDev) {
 	t.Helper()
 	n := len(tiers)
 	tb := &tierB{off: make([]int64, n), size: make([]int64, n), idx: make([]int, n), tierC: make([]bool, n), copy: 2, t0: 9}
@@ -327,14 +328,14 @@ func simPipeline(t testing.TB, store *testStore, tiers []stream.Tier, k int, src
 		tb.idx[i] = -1
 		e := store.ext[i]
 		switch tr {
-		case stream.TierA:
+		case tier.TierA:
 			tb.layerBytes += e.Length
 			tb.resident += e.Length
 			continue
-		case stream.TierB:
+		case tier.TierB:
 			tb.off[i] = int64(len(tb.hostBytes))
 			tb.hostBytes = append(tb.hostBytes, store.data[i]...)
-		case stream.TierC:
+		case tier.TierC:
 			tb.tierC[i] = true
 			tb.cLayers = append(tb.cLayers, i)
 			maxC = max(maxC, e.Length)
@@ -453,11 +454,11 @@ func TestTierCPipelineSimulated(t *testing.T) {
 		for _, k := range []int{1, 2, 3} {
 			for _, direct := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%s/k=%d/odirect=%v", mix, k, direct), func(t *testing.T) {
-					tiers, err := stream.MixTiers(mix, len(store.ext))
+					tiers, err := tier.MixTiers(mix, len(store.ext))
 					if err != nil {
 						t.Fatal(err)
 					}
-					fs, err := stream.OpenFile(path, stream.FileOptions{Buffered: !direct, ChunkBytes: stream.PageSize, QueueDepth: 3})
+					fs, err := stream.OpenFile(path, stream.FileOptions{Buffered: !direct, ChunkBytes: tier.PageSize, QueueDepth: 3})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -539,7 +540,7 @@ func TestTierCPipelineSimulated(t *testing.T) {
 // checksum fails the pass (VerifyFirst checks every extent's first read).
 func TestTierCVerify(t *testing.T) {
 	store, path := newTestStore(t, 4)
-	tiers, _ := stream.MixTiers("all-C", 4)
+	tiers, _ := tier.MixTiers("all-C", 4)
 	fs, err := stream.OpenFile(path, stream.FileOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -609,7 +610,7 @@ func TestReaderRunAhead(t *testing.T) {
 	defer fs.Close()
 	layers := []int{0, 1, 2, 3, 4, 5, 6, 7}
 	for _, k := range []int{1, 2, 3} {
-		r, err := newReader(&TierC{Store: store, Source: fs}, 8, k, 6*stream.PageSize)
+		r, err := newReader(&TierC{Store: store, Source: fs}, 8, k, 6*tier.PageSize)
 		if err != nil {
 			t.Fatal(err)
 		}

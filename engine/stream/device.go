@@ -2,6 +2,8 @@ package stream
 
 import (
 	"fmt"
+
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // Device is the compute side of the pipeline: it owns the slots streamed
@@ -68,7 +70,7 @@ func (CPUDevice) CopyIn(s Slot, src []byte) (Op, error) {
 	return op, nil
 }
 
-type cpuSlot struct{ b *Buffer }
+type cpuSlot struct{ b *tier.Buffer }
 
 func (s cpuSlot) Len() int     { return s.b.Len() }
 func (s cpuSlot) Host() []byte { return s.b.Bytes() }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // FileOptions tune a FileSource.
@@ -78,7 +79,7 @@ func OpenFile(path string, opts FileOptions) (*FileSource, error) {
 	if opts.ChunkBytes <= 0 {
 		opts.ChunkBytes = 1 << 20
 	}
-	opts.ChunkBytes = roundUp(opts.ChunkBytes, PageSize)
+	opts.ChunkBytes = roundUp(opts.ChunkBytes, tier.PageSize)
 	if opts.QueueDepth <= 0 {
 		opts.QueueDepth = 8
 	}
@@ -101,10 +102,10 @@ func OpenFile(path string, opts FileOptions) (*FileSource, error) {
 		closeFD(fd)
 		return nil, fmt.Errorf("file source %s: %w", path, err)
 	}
-	if s.direct && s.size >= PageSize {
+	if s.direct && s.size >= tier.PageSize {
 		// Some filesystems accept O_DIRECT at open and refuse it at the
 		// first read; probe one page.
-		probe, err := AllocAligned(PageSize)
+		probe, err := AllocAligned(tier.PageSize)
 		if err != nil {
 			closeFD(fd)
 			return nil, fmt.Errorf("file source %s: %w", path, err)
@@ -168,7 +169,7 @@ func (s *FileSource) ReadAt(ctx context.Context, dst []byte, off int64) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return fmt.Errorf("file source %s: %w", s.path, ErrClosed)
+		return fmt.Errorf("file source %s: %w", s.path, tier.ErrClosed)
 	}
 	rd := &readCall{}
 	var cerr error
@@ -201,12 +202,14 @@ submit:
 }
 
 // Alloc implements Source with page-aligned anonymous memory.
-func (s *FileSource) Alloc(n int) (*Buffer, error) { return AllocAligned(roundUp(n, PageSize)) }
+func (s *FileSource) Alloc(n int) (*tier.Buffer, error) {
+	return AllocAligned(roundUp(n, tier.PageSize))
+}
 
 // Align implements Source: PageSize with O_DIRECT, 1 without.
 func (s *FileSource) Align() int {
 	if s.direct {
-		return PageSize
+		return tier.PageSize
 	}
 	return 1
 }
@@ -237,4 +240,4 @@ func (s *FileSource) Close() error {
 	return s.closeErr
 }
 
-var _ Source = (*FileSource)(nil)
+var _ tier.Source = (*FileSource)(nil)

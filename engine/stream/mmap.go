@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // MmapSource reads a file through a shared read-only mapping: a read is a
@@ -49,7 +51,7 @@ func (s *MmapSource) ReadAt(ctx context.Context, dst []byte, off int64) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.done {
-		return fmt.Errorf("mmap source %s: %w", s.path, ErrClosed)
+		return fmt.Errorf("mmap source %s: %w", s.path, tier.ErrClosed)
 	}
 	if off < 0 || off+int64(len(dst)) > int64(len(s.data)) {
 		return fmt.Errorf("mmap source %s: read [%d, +%d) past end %d: %w", s.path, off, len(dst), len(s.data), io.ErrUnexpectedEOF)
@@ -62,7 +64,7 @@ func (s *MmapSource) ReadAt(ctx context.Context, dst []byte, off int64) error {
 }
 
 // Alloc implements Source with page-aligned anonymous memory.
-func (s *MmapSource) Alloc(n int) (*Buffer, error) { return AllocAligned(n) }
+func (s *MmapSource) Alloc(n int) (*tier.Buffer, error) { return AllocAligned(n) }
 
 // Align implements Source: a mapping has no alignment rule.
 func (s *MmapSource) Align() int { return 1 }
@@ -85,4 +87,4 @@ func (s *MmapSource) Close() error {
 	return nil
 }
 
-var _ Source = (*MmapSource)(nil)
+var _ tier.Source = (*MmapSource)(nil)

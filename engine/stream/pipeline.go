@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // VerifyMode says when the pipeline checks tier-C bytes against the
@@ -32,15 +33,15 @@ const (
 
 // Options configure a Pipeline.
 type Options struct {
-	// Store holds the layers (an engine/tier Pool).
+	// Store holds the layers (an engine/prefab Pool).
 	Store LayerStore
 	// Tiers places each layer: len(Tiers) == Store.NumLayers().
-	Tiers []Tier
+	Tiers []tier.Tier
 	// Depth is k: the number of staging buffers and device slots, so the
 	// number of layers prefetched ahead of compute. At least 1.
 	Depth int
 	// Source reads tier-C extents. Required when any layer is on tier C.
-	Source Source
+	Source tier.Source
 	// Device owns the slots; nil means CPUDevice.
 	Device Device
 	// Verify chooses when tier-C bytes are checksummed.
@@ -65,10 +66,10 @@ type Options struct {
 // stops its stages and returns every buffer to the ring.
 type Pipeline struct {
 	store    LayerStore
-	tiers    []Tier
-	ext      []Extent
+	tiers    []tier.Tier
+	ext      []tier.Extent
 	depth    int
-	src      Source
+	src      tier.Source
 	dev      Device
 	verify   VerifyMode
 	streamed []int // layers on tiers B and C, in order
@@ -77,7 +78,7 @@ type Pipeline struct {
 	residentSlots []Slot
 	residentBytes int64
 	slots         []Slot
-	staging       []*Buffer
+	staging       []*tier.Buffer
 	verified      []atomic.Bool
 
 	runMu  sync.Mutex // serialises Forward
@@ -150,26 +151,26 @@ func New(opts Options) (*Pipeline, error) {
 		opts.Device = CPUDevice{}
 	}
 	p := &Pipeline{
-		store: opts.Store, tiers: append([]Tier(nil), opts.Tiers...), ext: make([]Extent, n),
+		store: opts.Store, tiers: append([]tier.Tier(nil), opts.Tiers...), ext: make([]tier.Extent, n),
 		depth: opts.Depth, src: opts.Source, dev: opts.Device, verify: opts.Verify,
 		resident: make([]*model.Layer, n), verified: make([]atomic.Bool, n),
 	}
 	var maxStream, maxRead int64
 	for i, t := range p.tiers {
 		e := p.store.Extent(i)
-		if e.Offset < 0 || e.Length <= 0 || e.Offset%PageSize != 0 || e.Length%PageSize != 0 {
-			return nil, fmt.Errorf("stream: layer %d: extent %v is empty or not %d-byte aligned", i, e, PageSize)
+		if e.Offset < 0 || e.Length <= 0 || e.Offset%tier.PageSize != 0 || e.Length%tier.PageSize != 0 {
+			return nil, fmt.Errorf("stream: layer %d: extent %v is empty or not %d-byte aligned", i, e, tier.PageSize)
 		}
 		if int64(int(e.Length)) != e.Length {
 			return nil, fmt.Errorf("stream: layer %d: extent %v too large", i, e)
 		}
 		p.ext[i] = e
 		switch t {
-		case TierA:
-		case TierB:
+		case tier.TierA:
+		case tier.TierB:
 			p.streamed = append(p.streamed, i)
 			maxStream = max(maxStream, e.Length)
-		case TierC:
+		case tier.TierC:
 			if p.src == nil {
 				return nil, fmt.Errorf("stream: layer %d is on tier C but no source was given", i)
 			}
@@ -205,7 +206,7 @@ func New(opts Options) (*Pipeline, error) {
 		}
 	}
 	for i, t := range p.tiers {
-		if t != TierA {
+		if t != tier.TierA {
 			continue
 		}
 		if err := p.loadResident(i); err != nil {
@@ -266,7 +267,7 @@ func (p *Pipeline) free() {
 }
 
 // Tiers returns the plan the pipeline runs (a copy).
-func (p *Pipeline) Tiers() []Tier { return append([]Tier(nil), p.tiers...) }
+func (p *Pipeline) Tiers() []tier.Tier { return append([]tier.Tier(nil), p.tiers...) }
 
 // Depth is k, the ring size.
 func (p *Pipeline) Depth() int { return p.depth }
@@ -299,7 +300,7 @@ func (p *Pipeline) Begin(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return fmt.Errorf("stream: begin pass: %w", ErrClosed)
+		return fmt.Errorf("stream: begin pass: %w", tier.ErrClosed)
 	}
 	if p.pass != nil {
 		p.endLocked(false)
@@ -383,7 +384,7 @@ func (p *Pipeline) Layer(i int) (*model.Layer, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, fmt.Errorf("stream: layer %d: %w", i, ErrClosed)
+		return nil, fmt.Errorf("stream: layer %d: %w", i, tier.ErrClosed)
 	}
 	ps := p.pass
 	switch {
@@ -405,7 +406,7 @@ func (p *Pipeline) Layer(i int) (*model.Layer, error) {
 	if i != next {
 		return nil, fmt.Errorf("stream: layer %d requested, expected layer %d", i, next)
 	}
-	if p.tiers[i] == TierA {
+	if p.tiers[i] == tier.TierA {
 		return p.resident[i], nil
 	}
 	t0 := time.Now()
@@ -454,7 +455,7 @@ func (p *Pipeline) stage1(ps *pass, out chan<- job) {
 	for _, i := range p.streamed {
 		e := p.ext[i]
 		j := job{layer: i, staging: -1}
-		if p.tiers[i] == TierB {
+		if p.tiers[i] == tier.TierB {
 			b, err := p.store.Mapped(i)
 			if err == nil && int64(len(b)) < e.Length {
 				err = fmt.Errorf("mapped view has %d bytes, want %d", len(b), e.Length)

@@ -171,8 +171,8 @@ func MeasureStorage(ctx context.Context, path string, limit int64) (StorageResul
 	if err != nil {
 		return res, fmt.Errorf("measuring storage: %w", err)
 	}
-	size := min(st.Size(), limit) / ExtentAlign * ExtentAlign
-	if size < ExtentAlign {
+	size := min(st.Size(), limit) / PageSize * PageSize
+	if size < PageSize {
 		return res, fmt.Errorf("measuring storage: %s has %d bytes, too few to measure", path, st.Size())
 	}
 	bufs := make([][]byte, storageQD)
@@ -194,9 +194,9 @@ func MeasureStorage(ctx context.Context, path string, limit int64) (StorageResul
 	// Latency: a few single-page reads spread over the file.
 	var lats []time.Duration
 	for i := range 5 {
-		off := size / 5 * int64(i) / ExtentAlign * ExtentAlign
+		off := size / 5 * int64(i) / PageSize * PageSize
 		t0 := time.Now()
-		if err := readAt(bufs[0][:ExtentAlign], off); err != nil {
+		if err := readAt(bufs[0][:PageSize], off); err != nil {
 			if res.Direct && errors.Is(err, unix.EINVAL) {
 				f.Close()
 				if f, err = os.Open(path); err != nil {

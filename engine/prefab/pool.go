@@ -1,4 +1,4 @@
-package tier
+package prefab
 
 import (
 	"fmt"
@@ -11,7 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/strata-llm/strata/engine/model"
-	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/engine/tokenizer"
 )
 
@@ -113,10 +114,10 @@ func (p *Pool) NumLayers() int { return len(p.l.layers) }
 // Extent is where layer i's bytes lie in the pool file: one aligned,
 // sequential read. It panics if i is out of range, like a slice index: the
 // layer count is known from NumLayers.
-func (p *Pool) Extent(i int) Extent { return p.l.layers[i].ext }
+func (p *Pool) Extent(i int) tier.Extent { return p.l.layers[i].ext }
 
 // GlobalsExtent is where the non-layer tensors lie in the pool file.
-func (p *Pool) GlobalsExtent() Extent { return p.l.globals.ext }
+func (p *Pool) GlobalsExtent() tier.Extent { return p.l.globals.ext }
 
 // LayerBytes returns every layer extent's length (what streaming the layer
 // moves), in layer order: the planner's input.
@@ -312,5 +313,18 @@ func IsPool(path string) (bool, error) {
 	return IsPoolHeader(b), nil
 }
 
-// A Pool is what the streaming pipeline reads layers from.
-var _ stream.LayerStore = (*Pool)(nil)
+// Sizes returns the pool's sizes for the planner.
+func (p *Pool) Sizes() tier.Sizes {
+	s := tier.Sizes{Layers: p.LayerBytes(), Globals: p.GlobalBytes()}
+	by := map[quant.Type]int64{}
+	for _, t := range p.l.layers[0].tensors {
+		by[t.typ] += t.size
+	}
+	s.Type = heaviest(by)
+	for _, t := range p.l.globals.tensors {
+		if t.name != "token_embd.weight" || p.l.cfg.TiedOutput {
+			s.Output += t.size
+		}
+	}
+	return s
+}

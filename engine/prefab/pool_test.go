@@ -1,4 +1,4 @@
-package tier
+package prefab
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/engine/tokenizer"
 )
 
@@ -267,17 +268,17 @@ func TestPoolCorruptExtent(t *testing.T) {
 	cases := []struct {
 		name   string
 		extent int // layer index, or n for the globals
-		at     func(e Extent) int64
+		at     func(e tier.Extent) int64
 	}{
-		{"layer 2 first byte", 2, func(e Extent) int64 { return e.Offset }},
-		{"layer 2 padding", 2, func(e Extent) int64 { return e.End() - 1 }},
-		{"layer 0 middle", 0, func(e Extent) int64 { return e.Offset + e.Length/2 }},
-		{"globals", n, func(e Extent) int64 { return e.Offset + 100 }},
+		{"layer 2 first byte", 2, func(e tier.Extent) int64 { return e.Offset }},
+		{"layer 2 padding", 2, func(e tier.Extent) int64 { return e.End() - 1 }},
+		{"layer 0 middle", 0, func(e tier.Extent) int64 { return e.Offset + e.Length/2 }},
+		{"globals", n, func(e tier.Extent) int64 { return e.Offset + 100 }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			path := copyPool(t, good)
-			var e Extent
+			var e tier.Extent
 			want := "extent globals"
 			if c.extent < n {
 				e = gp.Extent(c.extent)
