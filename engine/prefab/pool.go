@@ -8,12 +8,12 @@ import (
 	"sync"
 
 	"github.com/zeebo/xxh3"
-	"golang.org/x/sys/unix"
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/engine/tokenizer"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // Pool is an opened prefab pool: the file mapped read-only, its manifest
@@ -24,6 +24,7 @@ import (
 // concurrent use; Close must not race with other calls.
 type Pool struct {
 	path   string
+	m      *hostmem.Mapping // nil for a pool over plain memory
 	data   []byte
 	l      *layout
 	checks []extentCheck // one per layer, then the globals
@@ -65,18 +66,22 @@ func OpenPool(path string) (*Pool, error) {
 	if size > math.MaxInt {
 		return nil, fmt.Errorf("open pool %s: %d bytes is too large to map", path, size)
 	}
-	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	m, err := hostmem.Map(f, 0, size)
 	if err != nil {
-		return nil, fmt.Errorf("open pool %s: mmap: %w", path, err)
+		return nil, fmt.Errorf("open pool: %w", err)
 	}
-	l, err := parseLayout(data)
+	l, err := parseLayout(m.Bytes())
 	if err != nil {
-		_ = unix.Munmap(data)
+		_ = m.Close()
 		return nil, fmt.Errorf("open pool %s: %w", path, err)
 	}
-	return newPool(path, data, l), nil
+	p := newPool(path, m.Bytes(), l)
+	p.m = m
+	return p, nil
 }
 
+// newPool builds a Pool over data (the mapping's bytes; the fuzz tests pass
+// plain memory and no mapping).
 func newPool(path string, data []byte, l *layout) *Pool {
 	p := &Pool{path: path, data: data, l: l}
 	p.checks = make([]extentCheck, len(l.layers)+1)
@@ -287,10 +292,12 @@ func (p *Pool) Close() error {
 	if p.data == nil {
 		return nil
 	}
-	d := p.data
 	p.data = nil
-	if err := unix.Munmap(d); err != nil {
-		return fmt.Errorf("pool %s: munmap: %w", p.path, err)
+	if p.m == nil {
+		return nil
+	}
+	if err := p.m.Close(); err != nil {
+		return fmt.Errorf("pool %s: %w", p.path, err)
 	}
 	return nil
 }

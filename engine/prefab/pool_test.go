@@ -19,6 +19,7 @@ import (
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/engine/tokenizer"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // nmseBound is the largest per-step logits NMSE a converted pool may show
@@ -473,7 +474,7 @@ func TestManifestValidation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if first := int64(binary.LittleEndian.Uint64(b[16:]) + mlen); int64(len(mb))+64 > alignUp(first, 4096) {
+			if first := int64(binary.LittleEndian.Uint64(b[16:]) + mlen); int64(len(mb))+64 > hostmem.AlignUp(first, 4096) {
 				t.Fatalf("edited manifest of %d bytes would overwrite the first extent", len(mb))
 			}
 			img := append(encodeHeader(mb), mb...)

@@ -9,6 +9,7 @@ import (
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // SizesFromGGUF computes the sizes a pool written from f with prefab type
@@ -38,12 +39,12 @@ func SizesFromGGUF(f *gguf.File, typ string) (tier.Sizes, model.Config, error) {
 			if err != nil {
 				return 0, 0, fmt.Errorf("tensor %s: %w", n, err)
 			}
-			pos = alignUp(pos, TensorAlign) + sz
+			pos = hostmem.AlignUp(pos, TensorAlign) + sz
 			if n != "token_embd.weight" || cfg.TiedOutput {
 				out += sz
 			}
 		}
-		return alignUp(max(pos, 1), ExtentAlign), out, nil
+		return hostmem.AlignUp(max(pos, 1), ExtentAlign), out, nil
 	}
 	var s tier.Sizes
 	var err2 error

@@ -27,5 +27,6 @@
 // bytes into them asynchronously. CPUDevice (host memory, parallel memmove)
 // is the reference; the CUDA backend plugs in a copy stream and events.
 //
-// All system calls of the package live in sys_linux.go.
+// The package makes no system calls of its own: file reads, mappings and
+// aligned memory come from internal/hostmem.
 package stream

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // MmapSource reads a file through a shared read-only mapping: a read is a
@@ -15,6 +16,7 @@ import (
 // gives the zero-copy view a tier-B layer is served from.
 type MmapSource struct {
 	path string
+	m    *hostmem.Mapping
 	data []byte
 	mu   sync.RWMutex
 	done bool
@@ -22,25 +24,11 @@ type MmapSource struct {
 
 // OpenMmap maps path read-only.
 func OpenMmap(path string) (*MmapSource, error) {
-	fd, err := openRead(path, false)
+	m, err := hostmem.MapFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("mmap source: %w", err)
 	}
-	defer closeFD(fd)
-	size, err := fdSize(fd)
-	if err != nil {
-		return nil, fmt.Errorf("mmap source %s: %w", path, err)
-	}
-	if int64(int(size)) != size {
-		return nil, fmt.Errorf("mmap source %s: %d bytes do not fit the address space", path, size)
-	}
-	var data []byte
-	if size > 0 {
-		if data, err = mapFile(fd, int(size)); err != nil {
-			return nil, fmt.Errorf("mmap source %s: %w", path, err)
-		}
-	}
-	return &MmapSource{path: path, data: data}, nil
+	return &MmapSource{path: path, m: m, data: m.Bytes()}, nil
 }
 
 // Bytes returns the whole mapping, valid until Close.
@@ -80,7 +68,7 @@ func (s *MmapSource) Close() error {
 		return nil
 	}
 	s.done = true
-	if err := unmap(s.data); err != nil {
+	if err := s.m.Close(); err != nil {
 		return fmt.Errorf("mmap source %s: %w", s.path, err)
 	}
 	s.data = nil

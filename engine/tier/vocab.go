@@ -3,11 +3,13 @@ package tier
 import (
 	"fmt"
 	"strings"
+
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // PageSize is the alignment of extents, staging buffers and O_DIRECT reads.
 // NVMe logical blocks and Linux direct I/O both accept 4 KiB units.
-const PageSize = 4096
+const PageSize = hostmem.PageSize
 
 // Extent is one contiguous byte range of a pool file: a layer's tensors in
 // the order the kernels consume them, so fetching a layer is ONE sequential

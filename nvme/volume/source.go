@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"unsafe"
 
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // Source reads one extent of a volume for the engine's tier C: it
@@ -53,7 +53,7 @@ func (s *Source) ReadAt(ctx context.Context, dst []byte, off int64) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	if off%Unit != 0 || len(dst)%Unit != 0 || uintptr(unsafe.Pointer(&dst[0]))%Unit != 0 {
+	if off%Unit != 0 || len(dst)%Unit != 0 || !hostmem.Aligned(dst, Unit) {
 		return fmt.Errorf("volume source %q: read of %d bytes at %d: %w (need %d-byte alignment)", s.e.Name, len(dst), off, tier.ErrMisaligned, Unit)
 	}
 	if off < 0 || off > s.e.Reserved || int64(len(dst)) > s.e.Reserved-off {
@@ -72,7 +72,7 @@ func (s *Source) Alloc(n int) (*tier.Buffer, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("volume source: alloc of %d bytes", n)
 	}
-	size := (max(n, 1) + Unit - 1) / Unit * Unit
+	size := hostmem.AlignUp(max(n, 1), Unit)
 	b, free, err := s.v.dev.Alloc(size)
 	if err != nil {
 		return nil, fmt.Errorf("volume source: alloc %d bytes: %w", size, err)

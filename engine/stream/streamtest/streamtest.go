@@ -17,6 +17,7 @@ import (
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // tensorAlign is the alignment of each tensor inside an extent.
@@ -76,7 +77,7 @@ func Write(path string, w *model.Weights) (*Store, error) {
 				refs = append(refs, tensorRef{off: -1})
 				continue
 			}
-			if err := pad((n + tensorAlign - 1) / tensorAlign * tensorAlign); err != nil {
+			if err := pad(hostmem.AlignUp(n, tensorAlign)); err != nil {
 				f.Close()
 				return nil, fmt.Errorf("streamtest: %w", err)
 			}
@@ -90,7 +91,7 @@ func Write(path string, w *model.Weights) (*Store, error) {
 			}
 			n += len(t.Data)
 		}
-		if err := pad((n + tier.PageSize - 1) / tier.PageSize * tier.PageSize); err != nil {
+		if err := pad(hostmem.AlignUp(n, tier.PageSize)); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("streamtest: %w", err)
 		}
