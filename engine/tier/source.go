@@ -10,13 +10,13 @@ import (
 // several reads in flight. It is the storage side of tier C.
 //
 // The interface is a blocking, context-aware ReadAt over buffers the source
-// itself allocates. That shape fits every source strata has or plans:
+// itself allocates. That shape fits every source strata has:
 //
-//   - FileSource splits the range into chunks and hands them to a fixed set
-//     of goroutines that each issue pread (O_DIRECT), so up to QueueDepth
-//     chunks are in flight.
-//   - The userspace NVMe source (a later issue) splits the range into
-//     MDTS-bounded READ commands with PRP lists, submits them all to its I/O
+//   - engine/stream's FileSource splits the range into chunks and hands
+//     them to a fixed set of goroutines that each issue pread (O_DIRECT),
+//     so up to QueueDepth chunks are in flight.
+//   - nvme/volume's Source, over the userspace NVMe driver, splits the
+//     range into MDTS-bounded READ commands, submits them all to its I/O
 //     queue pair, and polls completions until every command of the range
 //     is done. Its buffers must be DMA-mapped, which is why buffers come
 //     from Alloc rather than from the caller.
@@ -63,8 +63,9 @@ type Buffer struct {
 	free func([]byte) error
 }
 
-// NewBuffer wraps memory b whose release is free (nil: nothing to do). It
-// lets out-of-package sources (NVMe, CUDA host memory) hand out Buffers.
+// NewBuffer wraps memory b whose release is free (nil: nothing to do), so
+// every source and device (file, NVMe, CUDA host memory) hands out the
+// same Buffer.
 func NewBuffer(b []byte, free func([]byte) error) *Buffer {
 	return &Buffer{b: b, free: free}
 }
