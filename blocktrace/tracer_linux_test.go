@@ -9,9 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // startOrSkip starts a tracer, skipping when this host cannot trace.
@@ -58,13 +57,6 @@ func sectorsRead(t *testing.T, name string) uint64 {
 	return n
 }
 
-// alignedBuf returns n bytes aligned to 4096 for O_DIRECT.
-func alignedBuf(n int) []byte {
-	b := make([]byte, n+4096)
-	off := int(-uintptr(unsafe.Pointer(&b[0])) & 4095)
-	return b[off : off+n]
-}
-
 // TestCountsDirectReads reads a known amount from a file on a real disk with
 // O_DIRECT and checks that the tracer counted at least that many read bytes
 // on that disk, that its count agrees with the kernel's diskstats over the
@@ -104,12 +96,17 @@ func TestCountsDirectReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECT, 0)
+	df, err := hostmem.OpenDirect(path)
 	if err != nil {
 		t.Skipf("blocktrace: O_DIRECT not supported on %s: %v", dir, err)
 	}
-	defer unix.Close(fd)
-	buf := alignedBuf(block)
+	defer df.Close()
+	mem, err := hostmem.Alloc(block, hostmem.AllocOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Free()
+	buf := mem.Bytes()
 
 	// Other processes share the disk; their I/O shows in both the tracer
 	// and diskstats, so the comparison holds, but a burst between the two
@@ -123,7 +120,7 @@ func TestCountsDirectReads(t *testing.T) {
 		secBefore := sectorsRead(t, name)
 		for p := 0; p < passes; p++ {
 			for off := int64(0); off < fileSize; off += block {
-				n, err := unix.Pread(fd, buf, off)
+				n, err := df.ReadAt(buf, off)
 				if err != nil || n != block {
 					t.Fatalf("pread at %d: n=%d err=%v", off, n, err)
 				}

@@ -26,7 +26,7 @@ import (
 	"github.com/strata-llm/strata/daemon/authz"
 	"github.com/strata-llm/strata/daemon/openai"
 	"github.com/strata-llm/strata/kernels/cudadrv"
-	"github.com/strata-llm/strata/setup"
+	"github.com/strata-llm/strata/setup/hostcheck"
 )
 
 // benchRoutes registers the bench API. Benches read and measure; they
@@ -342,7 +342,7 @@ func (s *Server) handleBenchE2E(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer src.close()
-	rep := setup.Check(setup.Options{Root: benchHostRoot})
+	rep := hostcheck.Check(hostcheck.Options{Root: benchHostRoot})
 	v := bench.HostVerdict{Kind: rep.Route.Kind, NVMe: rep.Route.NVMe, GPU: rep.Route.GPU, Why: rep.Route.Why, NotChosen: rep.Route.NotChosen}
 	o := hw.E2EOptions{File: src.path, GPU: req.GPU, Where: "stratad", Log: s.log.Named("bench"), Verdict: &v,
 		Route: bench.RouteOptions{Bytes: req.Bytes, Chunk: req.Chunk, Slots: req.Slots}}

@@ -7,10 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/strata-llm/strata/blocktrace"
 	"github.com/strata-llm/strata/daemon/api"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // TestBlockIOStatus starts the daemon's block tracer and reads 32 MiB with
@@ -66,21 +65,22 @@ func TestBlockIOStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECT, 0)
+	df, err := hostmem.OpenDirect(path)
 	if err != nil {
 		t.Skipf("O_DIRECT not supported on %s: %v", dir, err)
 	}
-	buf, err := unix.Mmap(-1, 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	mem, err := hostmem.Alloc(1<<20, hostmem.AllocOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Munmap(buf)
+	defer mem.Free()
+	buf := mem.Bytes()
 	for off := int64(0); off < size; off += int64(len(buf)) {
-		if _, err := unix.Pread(fd, buf, off); err != nil {
+		if _, err := df.ReadAt(buf, off); err != nil {
 			t.Fatal(err)
 		}
 	}
-	unix.Close(fd)
+	df.Close()
 
 	st = status()
 	var got *api.BlockDevice

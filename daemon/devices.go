@@ -27,7 +27,7 @@ import (
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/daemon/authz"
 	"github.com/strata-llm/strata/daemon/openai"
-	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/nvme"
 	"github.com/strata-llm/strata/nvme/devices"
 	"github.com/strata-llm/strata/nvme/vfiobus"
@@ -898,7 +898,7 @@ func (s *Server) resolvePool(p string) (string, error) {
 	case err != nil:
 		return "", openai.BadRequest("path", "%v", err)
 	}
-	pool, err := tier.OpenPool(path)
+	pool, err := prefab.OpenPool(path)
 	if err != nil {
 		return "", openai.Errorf(http.StatusUnprocessableEntity, openai.TypeInvalidRequest, "path", "not_a_pool",
 			"%s is not a valid prefab pool (make one with strata model prefab): %v", path, err)

@@ -22,7 +22,7 @@ import (
 	"github.com/strata-llm/strata/daemon/authz"
 	"github.com/strata-llm/strata/daemon/peer"
 	"github.com/strata-llm/strata/engine/gguf"
-	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/nvme"
 	"github.com/strata-llm/strata/nvme/nvmetest"
 	"github.com/strata-llm/strata/nvmehost"
@@ -333,7 +333,7 @@ func writeTestPool(t *testing.T, dir string) string {
 	}
 	defer m.Close()
 	p := filepath.Join(dir, "tiny.pool")
-	if err := tier.WritePool(m, p, tier.PrefabOptions{Type: tier.TypeKeep}); err != nil {
+	if err := prefab.WritePool(m, p, prefab.PrefabOptions{Type: prefab.TypeKeep}); err != nil {
 		t.Fatal(err)
 	}
 	return p

@@ -8,6 +8,7 @@ import (
 
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // TestStreamedReadFailure: a model streamed from tier C whose storage
@@ -18,7 +19,7 @@ import (
 // resident model's text.
 func TestStreamedReadFailure(t *testing.T) {
 	var faulty []*stream.FaultySource
-	wrapSource = func(s stream.Source) stream.Source {
+	wrapSource = func(s tier.Source) tier.Source {
 		f := stream.NewFaulty(s)
 		faulty = append(faulty, f)
 		return f

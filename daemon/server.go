@@ -25,7 +25,6 @@ import (
 	"github.com/strata-llm/strata/daemon/peer"
 	"github.com/strata-llm/strata/daemon/sched"
 	"github.com/strata-llm/strata/engine"
-	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/nvmehost"
 )
@@ -178,7 +177,7 @@ var ErrUnloaded = errors.New("model unloaded")
 // from now on (engine.Options.WrapSource): the tests' fault injection
 // (stream.FaultySource), to prove a failed read fails its requests with a
 // clear error and the daemon serves the next ones.
-var wrapSource func(stream.Source) stream.Source
+var wrapSource func(tier.Source) tier.Source
 
 // LoadFile loads the model file at path without the model-directory check:
 // it is for the operator's own --model flag, not for clients. The tier

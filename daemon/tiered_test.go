@@ -20,6 +20,7 @@ import (
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/gguf"
 	emodel "github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tier"
@@ -65,10 +66,10 @@ func stackedPool(t *testing.T, dir string, seeds ...uint64) (string, []int64) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, fmt.Sprintf("stack-%d.pool", len(seeds)))
-	if err := tier.WriteModelPool(m, vocab, path, tier.PrefabOptions{}); err != nil {
+	if err := prefab.WriteModelPool(m, vocab, path, prefab.PrefabOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := tier.OpenPool(path)
+	p, err := prefab.OpenPool(path)
 	if err != nil {
 		t.Fatal(err)
 	}

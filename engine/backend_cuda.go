@@ -11,6 +11,7 @@ import (
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/gpu"
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/kernels/cudadrv"
@@ -77,7 +78,7 @@ func (b *cudaBackend) Forward(ctx context.Context, batch []Step) error {
 // sizes.
 type cudaSource struct {
 	path  string
-	pool  *tier.Pool
+	pool  *prefab.Pool
 	gf    *gguf.Mapped
 	sizes tier.Sizes
 	cfg   model.Config
@@ -180,7 +181,7 @@ func loadCUDA(dev *cudadrv.Device, src cudaSource, o Options, info *BackendInfo,
 	// bytes on synthetic and heavy-tailed weights, bit-identical logits:
 	// engine/gpu's PackBF16); layers of other types are untouched.
 	copts := gpu.Options{MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: streamed, Slots: plan.Depth, PackBF16: true}
-	var tsrc stream.Source
+	var tsrc tier.Source
 	if len(onC) > 0 {
 		fs, err := stream.OpenFile(src.path, stream.FileOptions{Logger: log})
 		if err != nil {
@@ -204,7 +205,7 @@ func loadCUDA(dev *cudadrv.Device, src cudaSource, o Options, info *BackendInfo,
 	info.WeightBytes, info.StreamedBytes = cm.WeightBytes(), cm.StreamedBytes()
 	info.Kernels = cm.KernelImage()
 	info.Slots, info.MaxContext = cm.MaxSeqs(), cm.MaxContext()
-	info.KVBytes = tier.KVCacheBytes(cfg, cm.MaxContext(), cm.MaxSeqs())
+	info.KVBytes = model.KVCacheBytes(cfg, cm.MaxContext(), cm.MaxSeqs())
 	e.plan, e.cuda, e.dev = plan, cm, dev
 	e.backend = &cudaBackend{m: cm, cfg: cfg}
 	e.binfo = *info
@@ -258,10 +259,10 @@ func (o *Options) planCUDA(src cudaSource, free, total int64) (*tier.Plan, error
 	ctxLen, batch := o.contextAndBatch(src.cfg)
 	req := tier.Request{
 		Sizes: src.sizes, Depth: o.Depth, Batch: batch,
-		KVBytes: tier.KVCacheBytes(src.cfg, ctxLen, batch),
+		KVBytes: model.KVCacheBytes(src.cfg, ctxLen, batch),
 		// The activations of a pass of up to 512 prompt tokens; the GPU
 		// has no per-core score rows.
-		ScratchBytes: tier.ScratchBytes(src.cfg, ctxLen, max(batch, min(ctxLen, 512)), 1),
+		ScratchBytes: model.ScratchBytes(src.cfg, ctxLen, max(batch, min(ctxLen, 512)), 1),
 		Links:        tier.DefaultLinks(),
 	}
 	if o.Links != nil {
@@ -284,7 +285,7 @@ func (o *Options) planCUDA(src cudaSource, free, total int64) (*tier.Plan, error
 		req.HostBudget = tier.DefaultHostBudget(mi)
 	}
 	if o.Tiers != "" {
-		ts, err := stream.MixTiers(o.Tiers, len(src.sizes.Layers))
+		ts, err := tier.MixTiers(o.Tiers, len(src.sizes.Layers))
 		if err != nil {
 			return nil, err
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/gpu"
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
@@ -35,13 +36,13 @@ import (
 type Engine struct {
 	path  string
 	file  *gguf.Mapped
-	pool  *tier.Pool // set instead of file when opened from a prefab pool
+	pool  *prefab.Pool // set instead of file when opened from a prefab pool
 	Model *model.Model
 	Tok   *tokenizer.Tokenizer
 
 	plan *tier.Plan       // set by OpenWith
 	pipe *stream.Pipeline // set when some layers stream on the CPU
-	src  stream.Source    // the pipeline's tier-C source, if any
+	src  tier.Source      // the pipeline's tier-C source, if any
 
 	backend Backend     // the backend passes run on (cpuBackend unless the GPU took the model)
 	binfo   BackendInfo // what backend, on what, and why
@@ -53,7 +54,7 @@ type Engine struct {
 // and prepares it for generation on the CPU backend (never the GPU: it is
 // the reference path; OpenWith picks a backend).
 func Open(path string) (*Engine, error) {
-	if ok, _ := tier.IsPool(path); ok {
+	if ok, _ := prefab.IsPool(path); ok {
 		return OpenPool(path)
 	}
 	m, err := gguf.Map(path)

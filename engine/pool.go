@@ -4,17 +4,17 @@ import (
 	"fmt"
 
 	"github.com/strata-llm/strata/engine/model"
-	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/tokenizer"
 )
 
-// OpenPool maps a prefab pool (see tier.WritePool) and prepares it for
+// OpenPool maps a prefab pool (see prefab.WritePool) and prepares it for
 // generation on the CPU backend, with every layer resident over the pool's
 // mapping. The tokenizer comes from the pool's manifest. Every extent's
 // checksum is verified while loading, so a damaged pool is refused here with
 // an error naming the extent.
 func OpenPool(path string) (*Engine, error) {
-	p, err := tier.OpenPool(path)
+	p, err := prefab.OpenPool(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening model %s: %w", path, err)
 	}
@@ -26,14 +26,14 @@ func OpenPool(path string) (*Engine, error) {
 	return e, nil
 }
 
-func fromPool(path string, p *tier.Pool) (*Engine, error) {
+func fromPool(path string, p *prefab.Pool) (*Engine, error) {
 	return poolEngine(path, p, p.Model)
 }
 
 // poolEngine builds an engine over pool p with the model that build makes
 // (p.Model: resident and verified; p.StreamingModel: layers left to a
 // pipeline).
-func poolEngine(path string, p *tier.Pool, build func() (*model.Model, error)) (*Engine, error) {
+func poolEngine(path string, p *prefab.Pool, build func() (*model.Model, error)) (*Engine, error) {
 	tok, err := tokenizer.New(p.Vocab())
 	if err != nil {
 		return nil, fmt.Errorf("model %s: building tokenizer: %w", path, err)
@@ -49,4 +49,4 @@ func poolEngine(path string, p *tier.Pool, build func() (*model.Model, error)) (
 }
 
 // Pool is the prefab pool the engine was opened from, or nil for a GGUF.
-func (e *Engine) Pool() *tier.Pool { return e.pool }
+func (e *Engine) Pool() *prefab.Pool { return e.pool }

@@ -9,9 +9,9 @@ import (
 
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/synth"
-	"github.com/strata-llm/strata/engine/tier"
 )
 
 // TestOpenPool prefabs a tiny model (keep) and requires engine.Open on the
@@ -28,7 +28,7 @@ func TestOpenPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := filepath.Join(dir, "tiny.pool")
-	err = tier.WritePool(m, pool, tier.PrefabOptions{Type: tier.TypeKeep})
+	err = prefab.WritePool(m, pool, prefab.PrefabOptions{Type: prefab.TypeKeep})
 	m.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +53,7 @@ func TestOpenPool(t *testing.T) {
 		t.Fatalf("GGUF generated %q, pool %q", a, b)
 	}
 
-	p, err := tier.OpenPool(pool)
+	p, err := prefab.OpenPool(pool)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // TestCUDATierC: on a GPU, a pool opened with layers forced onto tier C
@@ -20,7 +21,7 @@ func TestCUDATierC(t *testing.T) {
 	pool, gg := stackedPool(t, "llama", "f32", 1, 2, 3)
 	var faulty *stream.FaultySource
 	e, err := engine.OpenWith(pool, engine.Options{Backend: "cuda", Tiers: "A,C,B,C,C,A", Depth: 2, Links: defaultLinks(),
-		WrapSource: func(s stream.Source) stream.Source { faulty = stream.NewFaulty(s); return faulty }})
+		WrapSource: func(s tier.Source) tier.Source { faulty = stream.NewFaulty(s); return faulty }})
 	if errors.Is(err, engine.ErrCUDAUnavailable) {
 		t.Skipf("skipping GPU test: %v", err)
 	}

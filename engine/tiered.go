@@ -12,6 +12,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 )
@@ -40,7 +41,7 @@ type Options struct {
 	Depth int
 	// Tiers forces a placement instead of planning one: "all-A", "all-B",
 	// "all-C", "mixed" or one tier per layer ("A,C,C,B"); see
-	// stream.MixTiers. It is for tests and benchmarks; the budgets must
+	// tier.MixTiers. It is for tests and benchmarks; the budgets must
 	// still hold it. Empty means plan.
 	Tiers string
 	// Links are the link speeds to plan with. Nil means: tier.DefaultLinks
@@ -53,7 +54,7 @@ type Options struct {
 	Verify stream.VerifyMode
 	// WrapSource, when set, wraps the tier-C source (fault injection in
 	// tests: stream.NewFaulty).
-	WrapSource func(stream.Source) stream.Source
+	WrapSource func(tier.Source) tier.Source
 	// Logger receives the plan at debug level, the backend choice at info
 	// level (why the GPU is not used) and warnings (O_DIRECT refused, link
 	// measurement failed). Nil discards them.
@@ -112,12 +113,12 @@ func OpenWith(path string, o Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening model %s: %w", path, err)
 	}
-	isPool, err := tier.IsPool(path)
+	isPool, err := prefab.IsPool(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening model %s: %w", path, err)
 	}
 	var (
-		pool  *tier.Pool
+		pool  *prefab.Pool
 		gf    *gguf.Mapped
 		sizes tier.Sizes
 		cfg   model.Config
@@ -131,7 +132,7 @@ func OpenWith(path string, o Options) (*Engine, error) {
 		}
 	}
 	if isPool {
-		if pool, err = tier.OpenPool(path); err != nil {
+		if pool, err = prefab.OpenPool(path); err != nil {
 			return nil, fmt.Errorf("opening model %s: %w", path, err)
 		}
 		sizes, cfg = pool.Sizes(), pool.Config()
@@ -139,7 +140,7 @@ func OpenWith(path string, o Options) (*Engine, error) {
 		if gf, err = gguf.Map(path); err != nil {
 			return nil, fmt.Errorf("opening model %s: %w", path, err)
 		}
-		if sizes, cfg, err = tier.SizesFromGGUF(gf.File, tier.TypeKeep); err != nil {
+		if sizes, cfg, err = prefab.SizesFromGGUF(gf.File, prefab.TypeKeep); err != nil {
 			gf.Close()
 			return nil, fmt.Errorf("model %s: %w", path, err)
 		}
@@ -224,8 +225,8 @@ func (o *Options) plan(path string, isPool bool, sizes tier.Sizes, cfg model.Con
 	batch := max(o.Batch, 1)
 	req := tier.Request{
 		Sizes: sizes, Depth: o.Depth, Batch: batch,
-		KVBytes:      tier.KVCacheBytes(cfg, ctxLen, batch),
-		ScratchBytes: tier.ScratchBytes(cfg, ctxLen, max(batch, min(ctxLen, 512)), runtime.GOMAXPROCS(0)),
+		KVBytes:      model.KVCacheBytes(cfg, ctxLen, batch),
+		ScratchBytes: model.ScratchBytes(cfg, ctxLen, max(batch, min(ctxLen, 512)), runtime.GOMAXPROCS(0)),
 		Links:        tier.DefaultLinks(),
 	}
 	host := o.HostBudget
@@ -258,7 +259,7 @@ func (o *Options) plan(path string, isPool bool, sizes tier.Sizes, cfg model.Con
 		req.Links = l
 	}
 	if o.Tiers != "" {
-		ts, err := stream.MixTiers(o.Tiers, len(sizes.Layers))
+		ts, err := tier.MixTiers(o.Tiers, len(sizes.Layers))
 		if err != nil {
 			return nil, err
 		}
@@ -332,7 +333,7 @@ func withStaging(req tier.Request, plan func(tier.Request) (*tier.Plan, error), 
 }
 
 // streamPool builds the engine of a pool whose plan streams some layers.
-func streamPool(path string, pool *tier.Pool, plan *tier.Plan, o Options, log hclog.Logger) (*Engine, error) {
+func streamPool(path string, pool *prefab.Pool, plan *tier.Plan, o Options, log hclog.Logger) (*Engine, error) {
 	tiers := make([]tier.Tier, len(plan.Layers))
 	needSource := false
 	for i, l := range plan.Layers {
@@ -343,7 +344,7 @@ func streamPool(path string, pool *tier.Pool, plan *tier.Plan, o Options, log hc
 	if err != nil {
 		return nil, err
 	}
-	var src stream.Source
+	var src tier.Source
 	if needSource {
 		fs, err := stream.OpenFile(path, stream.FileOptions{Logger: log})
 		if err != nil {

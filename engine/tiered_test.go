@@ -12,6 +12,7 @@ import (
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/synth"
@@ -61,7 +62,7 @@ func stackedPool(t *testing.T, arch, typ string, seeds ...uint64) (pool, ggufPat
 		t.Fatal(err)
 	}
 	pool = filepath.Join(dir, arch+".pool")
-	if err := tier.WriteModelPool(m, vocab, pool, tier.PrefabOptions{}); err != nil {
+	if err := prefab.WriteModelPool(m, vocab, pool, prefab.PrefabOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return pool, ggufPath
@@ -122,7 +123,7 @@ func residentTokens(t *testing.T, path string, n int) ([]int32, string) {
 // (tiers B and C) and from storage (tier C).
 func extentSums(t *testing.T, path string, p *tier.Plan) (moved, read int64) {
 	t.Helper()
-	pool, err := tier.OpenPool(path)
+	pool, err := prefab.OpenPool(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,17 +253,17 @@ func TestReadFailureFailsOneRequest(t *testing.T) {
 	if len(wantIDs) < 5 {
 		t.Fatalf("resident run generated %d tokens; the decode-pass fault needs at least 5", len(wantIDs))
 	}
-	p, err := tier.OpenPool(pool)
+	p, err := prefab.OpenPool(pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ext := []stream.Extent{p.Extent(0), p.Extent(1), p.Extent(2), p.Extent(3)}
+	ext := []tier.Extent{p.Extent(0), p.Extent(1), p.Extent(2), p.Extent(3)}
 	p.Close()
 
 	t.Run("injected", func(t *testing.T) {
 		var faulty *stream.FaultySource
 		e, err := engine.OpenWith(pool, engine.Options{Tiers: "all-C", HostBudget: 1 << 30, Context: 256, Links: defaultLinks(),
-			WrapSource: func(s stream.Source) stream.Source { faulty = stream.NewFaulty(s); return faulty }})
+			WrapSource: func(s tier.Source) tier.Source { faulty = stream.NewFaulty(s); return faulty }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,9 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/hashicorp/go-hclog"
+	"github.com/strata-llm/strata/internal/hostmem"
 	"github.com/strata-llm/strata/nvme"
 	"github.com/strata-llm/strata/nvme/vfiobus"
 	"github.com/strata-llm/strata/setup/testbed"
@@ -560,16 +559,17 @@ func TestTestbedVersusKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_DIRECT, 0)
+	df, err := hostmem.OpenDirect(dev)
 	if err != nil {
 		t.Fatalf("open %s O_DIRECT: %v", dev, err)
 	}
-	defer unix.Close(fd)
-	kbuf, err := unix.Mmap(-1, 0, qd*bs, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	defer df.Close()
+	kmem, err := hostmem.Alloc(qd*bs, hostmem.AllocOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Munmap(kbuf)
+	defer kmem.Free()
+	kbuf := kmem.Bytes()
 	for rep := 0; rep < reps; rep++ {
 		res, err := measure(total, func() error {
 			var wg sync.WaitGroup
@@ -579,7 +579,7 @@ func TestTestbedVersusKernel(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for off := int64(w * bs); off < total; off += qd * bs {
-						if n, err := unix.Pread(fd, kbuf[w*bs:(w+1)*bs], off); err != nil || n != bs {
+						if n, err := df.ReadAt(kbuf[w*bs:(w+1)*bs], off); err != nil || n != bs {
 							errs <- fmt.Errorf("pread %s at %d: %d, %v", dev, off, n, err)
 							return
 						}

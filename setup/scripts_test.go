@@ -1,3 +1,7 @@
+// The tests of the host scripts in this directory (vfio-bind.sh,
+// hugepages.sh, socket-group.sh): against fake host trees here, and on a
+// real kernel in the VM test-bed. The host-check library the scripts'
+// verdicts agree with is setup/hostcheck.
 package setup
 
 import (
@@ -7,6 +11,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/strata-llm/strata/pci"
+	"github.com/strata-llm/strata/setup/internal/fakehost"
+	"github.com/strata-llm/strata/setup/testbed"
 )
 
 // The scripts are embedded so that the same tests run in the VM test-bed
@@ -66,7 +74,7 @@ func bindEnv(t *testing.T, sys, proc string) (etc string, env []string) {
 }
 
 func TestVFIOBindFakeHost(t *testing.T) {
-	root := buildHost(t, "translated")
+	root := fakehost.Build(t, "translated")
 	sys, proc := filepath.Join(root, "sys"), filepath.Join(root, "proc")
 	etc, env := bindEnv(t, sys, proc)
 	s := newScript(t, "vfio-bind.sh", vfioBindScript, env...)
@@ -131,7 +139,7 @@ func TestVFIOBindFakeHost(t *testing.T) {
 // TestVFIOBindPersistence binds a controller that is already on vfio-pci:
 // only the persistence is written, once, and unbinding removes it again.
 func TestVFIOBindPersistence(t *testing.T) {
-	root := buildHost(t, "passthrough")
+	root := fakehost.Build(t, "passthrough")
 	etc, env := bindEnv(t, filepath.Join(root, "sys"), filepath.Join(root, "proc"))
 	s := newScript(t, "vfio-bind.sh", vfioBindScript, env...)
 	out, ok := s.run("bind", "0000:c3:00.0")
@@ -224,5 +232,43 @@ func TestSocketGroupScript(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(etc, "tmpfiles.d")); err == nil {
 		t.Error("dry run wrote tmpfiles.d")
+	}
+}
+
+// TestVFIOBindGuest hands the test-bed's second controller to the kernel's
+// nvme driver and back with vfio-bind.sh, on a real kernel.
+func TestVFIOBindGuest(t *testing.T) {
+	g := testbed.Require(t)
+	etc := t.TempDir()
+	s := newScript(t, "vfio-bind.sh", vfioBindScript, "STRATA_ETC="+etc, "STRATA_MODPROBE=true",
+		"STRATA_SYSTEMCTL=true", "STRATA_LIBDIR="+filepath.Join(etc, "lib"))
+	sys := pci.Sysfs{}
+	drv := func() string { d, _ := sys.Driver(g.NVMe1); return d }
+	if d := drv(); d != "vfio-pci" {
+		t.Fatalf("%s starts on %q", g.NVMe1, d)
+	}
+	t.Cleanup(func() {
+		if drv() != "vfio-pci" {
+			sys.BindVFIO(g.NVMe1)
+		}
+	})
+	out, ok := s.run("unbind", g.NVMe1)
+	t.Logf("unbind:\n%s", out)
+	if !ok || drv() != "nvme" {
+		t.Fatalf("unbind: ok=%v, driver now %q", ok, drv())
+	}
+	if out, ok := s.run("unbind", g.NVMe1); !ok || !strings.Contains(out, "not on vfio-pci (driver nvme)") {
+		t.Errorf("second unbind is not a no-op: %v\n%s", ok, out)
+	}
+	out, ok = s.run("bind", g.NVMe1)
+	t.Logf("bind:\n%s", out)
+	if !ok || drv() != "vfio-pci" {
+		t.Fatalf("bind: ok=%v, driver now %q", ok, drv())
+	}
+	if !strings.Contains(readOr(filepath.Join(etc, "udev/rules.d/70-strata-vfio.rules"), ""), `KERNEL=="`+g.NVMe1+`"`) {
+		t.Error("no udev rule written")
+	}
+	if out, ok := s.run("bind", g.NVMe1); !ok || !strings.Contains(out, "already bound") || strings.Contains(out, "wrote") {
+		t.Errorf("second bind is not a no-op: %v\n%s", ok, out)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/gpu"
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/synth"
@@ -381,7 +382,7 @@ func (rn *runner) int8Pool(ctx context.Context, path, src string) (string, error
 	defer g.Close()
 	rn.o.progress("prefabbing %s to INT8-row: %s", src, path)
 	t := time.Now()
-	err = tier.WritePool(g, path, tier.PrefabOptions{Type: tier.TypeINT8, Source: filepath.Base(src), Context: ctx,
+	err = prefab.WritePool(g, path, prefab.PrefabOptions{Type: prefab.TypeINT8, Source: filepath.Base(src), Context: ctx,
 		Progress: rn.percent(filepath.Base(path))})
 	if err != nil {
 		return "", err
@@ -422,7 +423,7 @@ func openGGUF(path string) (*gguf.Mapped, *model.Model, tier.Sizes, error) {
 	if err != nil {
 		return nil, nil, tier.Sizes{}, err
 	}
-	sizes, _, err := tier.SizesFromGGUF(g.File, tier.TypeKeep)
+	sizes, _, err := prefab.SizesFromGGUF(g.File, prefab.TypeKeep)
 	if err == nil {
 		var m *model.Model
 		if m, err = model.LoadGGUF(g); err == nil {
@@ -507,8 +508,8 @@ func (rn *runner) planBudgetScratch(cfg model.Config, sizes tier.Sizes, budget i
 	links.Notes = []string{"host-to-device: the pinned peak measured by this run; the others defaults"}
 	plan, err := tier.NewPlan(tier.Request{
 		Sizes: sizes, DeviceBudget: budget, HostBudget: host + 1<<30, Batch: batch,
-		KVBytes:      tier.KVCacheBytes(cfg, ctxLen, batch),
-		ScratchBytes: tier.ScratchBytes(cfg, ctxLen, max(batch, min(ctxLen, 512)), 1) + extra,
+		KVBytes:      model.KVCacheBytes(cfg, ctxLen, batch),
+		ScratchBytes: model.ScratchBytes(cfg, ctxLen, max(batch, min(ctxLen, 512)), 1) + extra,
 		Links:        links,
 	})
 	if err != nil {
@@ -885,13 +886,13 @@ func (rn *runner) int8(ctx context.Context, res *ScenarioResult) error {
 		return err
 	}
 	res.Model = path
-	pool, err := tier.OpenPool(path)
+	pool, err := prefab.OpenPool(path)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if pool.Type() != tier.TypeINT8 {
-		return fmt.Errorf("%s is a %q pool, want %q", path, pool.Type(), tier.TypeINT8)
+	if pool.Type() != prefab.TypeINT8 {
+		return fmt.Errorf("%s is a %q pool, want %q", path, pool.Type(), prefab.TypeINT8)
 	}
 	rn.o.progress("  verifying the pool's extents")
 	cpu, err := pool.Model()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/strata-llm/strata/bench"
 	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
@@ -63,7 +64,7 @@ type Copier struct {
 	max      int64
 	dptr     cudadrv.DevPtr
 	pinned   *cudadrv.HostMem
-	pageable *stream.Buffer
+	pageable *tier.Buffer
 }
 
 // NewCopier allocates the buffers for copies of up to maxBytes, fewer when

@@ -10,6 +10,7 @@ import (
 
 	"github.com/strata-llm/strata/bench"
 	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // Staging is storage that can read into staging memory it allocates
@@ -93,7 +94,7 @@ func E2E(ctx context.Context, o E2EOptions) (*bench.E2EResult, error) {
 			Reason: "no file named: give a FILE (a pool on the storage to measure) to measure this route"})
 	} else {
 		r := bench.Route{Kind: bench.RouteFilePinned, Source: o.File}
-		src, err := stream.OpenFile(o.File, stream.FileOptions{ChunkBytes: max(ro.Chunk/o.FileDepth, stream.PageSize),
+		src, err := stream.OpenFile(o.File, stream.FileOptions{ChunkBytes: max(ro.Chunk/o.FileDepth, tier.PageSize),
 			QueueDepth: o.FileDepth, Logger: o.Log})
 		if err != nil {
 			r.Reason = "unavailable: " + err.Error()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/strata-llm/strata/bench"
 	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // FileTarget is a file read with O_DIRECT (falling back to the page cache
@@ -47,7 +48,7 @@ func (f *FileTarget) Close() error { return f.src.Close() }
 
 type fileWorker struct {
 	src *stream.FileSource
-	buf *stream.Buffer
+	buf *tier.Buffer
 	bs  int
 }
 

@@ -168,7 +168,7 @@ type Extent struct {
 }
 
 // PoolWriteRequest asks the daemon to store a prefab pool file
-// (engine/tier's format) on a namespace's strata volume as an extent.
+// (engine/prefab's format) on a namespace's strata volume as an extent.
 type PoolWriteRequest struct {
 	BDF  string `json:"bdf"`
 	NSID int    `json:"nsid"`

@@ -21,8 +21,8 @@ import (
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/daemon/client"
 	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/synth"
-	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/setup/testbed"
 	"github.com/strata-llm/strata/vfio"
 )
@@ -150,7 +150,7 @@ func TestTestbedDeviceAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	poolPath := filepath.Join(dir, "tiny.pool")
-	if err := tier.WritePool(m, poolPath, tier.PrefabOptions{Type: tier.TypeKeep}); err != nil {
+	if err := prefab.WritePool(m, poolPath, prefab.PrefabOptions{Type: prefab.TypeKeep}); err != nil {
 		t.Fatal(err)
 	}
 	m.Close()

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 func TestValueTypeString(t *testing.T) {
@@ -243,7 +244,7 @@ func TestTensorLayout(t *testing.T) {
 				var end uint64
 				for i, tn := range tensors {
 					ti := f.Tensors[i]
-					want := alignUp(end, align)
+					want := hostmem.AlignUp(end, align)
 					if ti.Name != tn.name || ti.Type != tn.typ || !slices.Equal(ti.Dims, tn.dims) || ti.Size != tn.size || ti.Offset != want {
 						t.Errorf("tensor %d = %+v, want %s %v %v size %d offset %d", i, ti, tn.name, tn.typ, tn.dims, tn.size, want)
 					}

@@ -10,7 +10,7 @@ import (
 	"math"
 	"os"
 
-	"golang.org/x/sys/unix"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // Mapped is a GGUF file mapped read-only into memory, so that tensor bytes
@@ -18,6 +18,7 @@ import (
 // File's readers concurrently with Close.
 type Mapped struct {
 	*File
+	m    *hostmem.Mapping
 	data []byte
 }
 
@@ -44,16 +45,16 @@ func Map(path string) (*Mapped, error) {
 	if size > math.MaxInt {
 		return nil, fmt.Errorf("gguf: %s: %d bytes is too large to map", path, size)
 	}
-	data, err := unix.Mmap(int(fd.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	m, err := hostmem.Map(fd, 0, size)
 	if err != nil {
-		return nil, fmt.Errorf("gguf: mmap %s: %w", path, err)
+		return nil, fmt.Errorf("gguf: %w", err)
 	}
-	f, err := Open(bytes.NewReader(data), size)
+	f, err := Open(bytes.NewReader(m.Bytes()), size)
 	if err != nil {
-		_ = unix.Munmap(data)
+		_ = m.Close()
 		return nil, fmt.Errorf("gguf: %s: %w", path, err)
 	}
-	return &Mapped{File: f, data: data}, nil
+	return &Mapped{File: f, m: m, data: m.Bytes()}, nil
 }
 
 // Data returns ti's bytes as a slice of the mapping, without copying. The
@@ -84,11 +85,10 @@ func (m *Mapped) Close() error {
 	if m.data == nil {
 		return nil
 	}
-	data := m.data
 	m.data = nil
 	m.r = closedReader{}
-	if err := unix.Munmap(data); err != nil {
-		return fmt.Errorf("gguf: munmap: %w", err)
+	if err := m.m.Close(); err != nil {
+		return fmt.Errorf("gguf: %w", err)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // Memory discipline. Open reads the header twice with the same code. The
@@ -587,7 +588,7 @@ func (f *File) validate() error {
 		}
 		f.Alignment = a
 	}
-	f.DataOffset = int64(alignUp(uint64(f.HeaderSize), f.Alignment))
+	f.DataOffset = int64(hostmem.AlignUp(uint64(f.HeaderSize), f.Alignment))
 
 	for i := range f.Tensors {
 		ti := &f.Tensors[i]
@@ -646,8 +647,6 @@ func sortedIndex(n int, key func(int) string) []int32 {
 	slices.SortFunc(idx, func(a, b int32) int { return strings.Compare(key(int(a)), key(int(b))) })
 	return idx
 }
-
-func alignUp(n, a uint64) uint64 { return (n + a - 1) &^ (a - 1) }
 
 // typeOf names the GGUF type of a decoded value, for errors.
 func typeOf(v any) ValueType {

@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // writeBufSize is the Writer's output buffer: large enough that writes
@@ -134,7 +135,7 @@ func (w *Writer) Tensors() ([]TensorInfo, error) {
 	out := slices.Clone(w.tensors)
 	var off uint64
 	for i := range out {
-		off = alignUp(off, w.alignment)
+		off = hostmem.AlignUp(off, w.alignment)
 		out[i].Offset = off
 		off += uint64(out[i].Size)
 		if off > math.MaxInt64/2 {
@@ -182,7 +183,7 @@ func (w *Writer) WriteTo(out io.Writer, data func(i int, ti TensorInfo, dst io.W
 		e.u32(uint32(ti.Type))
 		e.u64(ti.Offset)
 	}
-	e.zeros(int64(alignUp(uint64(e.n), w.alignment)) - e.n)
+	e.zeros(int64(hostmem.AlignUp(uint64(e.n), w.alignment)) - e.n)
 	if e.err != nil {
 		return e.n, fmt.Errorf("gguf: writing header: %w", e.err)
 	}
@@ -210,7 +211,7 @@ func (w *Writer) WriteTo(out io.Writer, data func(i int, ti TensorInfo, dst io.W
 			return e.n, fmt.Errorf("gguf: tensor %q: data wrote %d of its %d bytes", ti.Name, ti.Size-tw.left, ti.Size)
 		}
 	}
-	e.zeros(int64(alignUp(uint64(e.n-start), w.alignment)) - (e.n - start))
+	e.zeros(int64(hostmem.AlignUp(uint64(e.n-start), w.alignment)) - (e.n - start))
 	if e.err == nil {
 		e.err = bw.Flush()
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
@@ -47,7 +48,7 @@ func BenchmarkTierC8B(b *testing.B) {
 		writePool(b, gpath, ppath)
 		b.Logf("wrote %s in %v", ppath, time.Since(t0).Round(time.Millisecond))
 	}
-	pool, err := tier.OpenPool(ppath)
+	pool, err := prefab.OpenPool(ppath)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -92,12 +93,12 @@ func BenchmarkTierC8B(b *testing.B) {
 	type source struct {
 		name  string
 		steps int
-		open  func() (stream.Source, error)
+		open  func() (tier.Source, error)
 	}
 	sources := []source{
-		{"file", 6, func() (stream.Source, error) { return stream.OpenFile(ppath, stream.FileOptions{}) }},
-		{"file-qd16", 6, func() (stream.Source, error) { return stream.OpenFile(ppath, stream.FileOptions{QueueDepth: 16}) }},
-		{"mmap", 6, func() (stream.Source, error) { return stream.OpenMmap(ppath) }},
+		{"file", 6, func() (tier.Source, error) { return stream.OpenFile(ppath, stream.FileOptions{}) }},
+		{"file-qd16", 6, func() (tier.Source, error) { return stream.OpenFile(ppath, stream.FileOptions{QueueDepth: 16}) }},
+		{"mmap", 6, func() (tier.Source, error) { return stream.OpenMmap(ppath) }},
 	}
 	if dp := os.Getenv("STRATA_8B_DISK_POOL"); dp != "" {
 		if _, err := os.Stat(dp); errors.Is(err, os.ErrNotExist) {
@@ -107,7 +108,7 @@ func BenchmarkTierC8B(b *testing.B) {
 			}
 			b.Logf("copied the pool to %s in %v", dp, time.Since(t0).Round(time.Millisecond))
 		}
-		sources = append(sources, source{"disk", 3, func() (stream.Source, error) { return stream.OpenFile(dp, stream.FileOptions{}) }})
+		sources = append(sources, source{"disk", 3, func() (tier.Source, error) { return stream.OpenFile(dp, stream.FileOptions{}) }})
 	}
 	ks := []int{2}
 	if s := os.Getenv("STRATA_TIERC_K"); s != "" {
@@ -195,7 +196,7 @@ func per1(d time.Duration, passes int64) time.Duration {
 // stage 1 does without the pipeline around it, twice (the first warms a
 // mapping or the page cache where there is one), and returns the bytes
 // per second of the second round.
-func sourceAlone(b *testing.B, src stream.Source, pool *tier.Pool, layers []int) float64 {
+func sourceAlone(b *testing.B, src tier.Source, pool *prefab.Pool, layers []int) float64 {
 	var maxLen, total int64
 	for _, l := range layers {
 		maxLen = max(maxLen, pool.Extent(l).Length)

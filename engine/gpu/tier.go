@@ -8,6 +8,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/kernels"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
@@ -137,14 +138,14 @@ func (m *Model) loadTierB(c *cudadrv.Ctx, w *model.Weights, streamed []bool, tc 
 		}
 		tb.hostBytes = tb.host.Bytes()
 	}
-	tiers := make([]stream.Tier, n)
+	tiers := make([]tier.Tier, n)
 	for i, s := range streamed {
 		switch {
 		case tc != nil && tc[i] != nil:
-			tiers[i] = stream.TierC
+			tiers[i] = tier.TierC
 			tb.size[i] = tc[i].ext.Length
 		case s:
-			tiers[i] = stream.TierB
+			tiers[i] = tier.TierB
 			if pl := m.pk.layer(i); pl != nil { // packed bf16 (packed.go)
 				if err := pl.write(tb.hostBytes[base[i]:], &w.Layers[i], gemma); err != nil {
 					return fmt.Errorf("tier B layer %d: %w", i, err)
@@ -159,11 +160,11 @@ func (m *Model) loadTierB(c *cudadrv.Ctx, w *model.Weights, streamed []bool, tc 
 			}
 			tb.size[i] = off - base[i]
 		default:
-			tiers[i] = stream.TierA
+			tiers[i] = tier.TierA
 			tb.size[i] = layerSize(&w.Layers[i], gemma)
 		}
 	}
-	var src stream.Source
+	var src tier.Source
 	var verify stream.VerifyMode
 	if t := m.opts.TierC; t != nil && tc != nil {
 		tb.tc, src, verify = t.Store, t.Source, t.Verify
@@ -181,15 +182,15 @@ func (m *Model) loadTierB(c *cudadrv.Ctx, w *model.Weights, streamed []bool, tc 
 // tier-C flags already in tb) on the device c with compute on the stream
 // compute: nslots slots and, with a tier-C source, as many staging
 // buffers.
-func (tb *tierB) start(c devOps, compute cudadrv.Stream, tiers []stream.Tier, src stream.Source, verify stream.VerifyMode, nslots int) error {
+func (tb *tierB) start(c devOps, compute cudadrv.Stream, tiers []tier.Tier, src tier.Source, verify stream.VerifyMode, nslots int) error {
 	tb.cLayers, tb.bytes = nil, 0
 	streamed := 0
 	for i, t := range tiers {
-		tb.tierC[i] = t == stream.TierC
+		tb.tierC[i] = t == tier.TierC
 		if tb.tierC[i] {
 			tb.cLayers = append(tb.cLayers, i)
 		}
-		if t != stream.TierA {
+		if t != tier.TierA {
 			streamed++
 			tb.bytes += tb.size[i]
 		}
@@ -233,11 +234,11 @@ func (tb *tierB) NumLayers() int { return len(tb.size) }
 // Extent implements stream.LayerStore: a tier-C layer's extent in the
 // source; for the others, where the layer sits in host memory (tier B) and
 // its size.
-func (tb *tierB) Extent(i int) stream.Extent {
+func (tb *tierB) Extent(i int) tier.Extent {
 	if tb.tierC[i] {
 		return tb.tc.Extent(i)
 	}
-	return stream.Extent{Offset: tb.off[i], Length: tb.size[i]}
+	return tier.Extent{Offset: tb.off[i], Length: tb.size[i]}
 }
 
 // Mapped implements stream.LayerStore: a tier-B layer's bytes in pinned

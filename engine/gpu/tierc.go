@@ -9,6 +9,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
@@ -43,7 +44,7 @@ type TierC struct {
 	// must close it after the Model. Its Alloc buffers become the staging
 	// buffers, so they must be ordinary (non Go heap) host memory that
 	// cuMemHostRegister accepts.
-	Source stream.Source
+	Source tier.Source
 	// Verify chooses when extents are checksummed against Store (the
 	// default: the first time each is read).
 	Verify stream.VerifyMode
@@ -67,13 +68,13 @@ type TierC struct {
 // kernels launched after it). Stats.Copy would stay zero and Stats.Read
 // would count the bytes.
 type SlotReader interface {
-	stream.Source
+	tier.Source
 	// AttachSlots maps the k device slots of slotBytes each for the
 	// storage device's DMA. It runs once, on the device goroutine.
 	AttachSlots(c *cudadrv.Ctx, slots []cudadrv.DevPtr, slotBytes int64) error
 	// ReadSlot reads extent e into device slot j and returns once the
 	// bytes are in device memory. It is called off the device goroutine.
-	ReadSlot(ctx context.Context, j int, e stream.Extent) error
+	ReadSlot(ctx context.Context, j int, e tier.Extent) error
 	// DetachSlots undoes AttachSlots before the slots are freed.
 	DetachSlots() error
 }
@@ -82,7 +83,7 @@ type SlotReader interface {
 // tensors' offsets inside the extent (a layerW with base 0, rebased onto
 // the slot it lands in).
 type tierCLayer struct {
-	ext stream.Extent
+	ext tier.Extent
 	lw  layerW
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/stream"
@@ -17,7 +18,7 @@ import (
 // loadTierC loads the pool's model onto the test device with the given
 // layers on tier B and tier C (read from src), over the pool's streaming
 // model (tier-C extents untouched).
-func loadTierC(t testing.TB, pool *tier.Pool, src stream.Source, onB, onC []int, k int) *Model {
+func loadTierC(t testing.TB, pool *prefab.Pool, src tier.Source, onB, onC []int, k int) *Model {
 	t.Helper()
 	sm, err := pool.StreamingModel()
 	if err != nil {

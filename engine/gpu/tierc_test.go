@@ -14,6 +14,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tier"
@@ -28,7 +29,7 @@ import (
 
 // tinyPool writes a tiny synthetic model as a GGUF and as a prefab pool
 // (type keep: the same tensor bytes) and opens both.
-func tinyPool(t testing.TB, arch, typ string) (*model.Model, *tier.Pool, string) {
+func tinyPool(t testing.TB, arch, typ string) (*model.Model, *prefab.Pool, string) {
 	t.Helper()
 	dir := t.TempDir()
 	g := filepath.Join(dir, arch+"-"+typ+".gguf")
@@ -42,7 +43,7 @@ func tinyPool(t testing.TB, arch, typ string) (*model.Model, *tier.Pool, string)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cpu.Close() })
-	pool, err := tier.OpenPool(p)
+	pool, err := prefab.OpenPool(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +59,7 @@ func writePool(t testing.TB, src, dst string) {
 		t.Fatal(err)
 	}
 	defer mf.Close()
-	if err := tier.WritePool(mf, dst, tier.PrefabOptions{Type: tier.TypeKeep}); err != nil {
+	if err := prefab.WritePool(mf, dst, prefab.PrefabOptions{Type: prefab.TypeKeep}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -315,12 +316,12 @@ func (d *simDev) Elapsed(a, b cudadrv.Event) (float32, error) {
 // testStore is a stream.LayerStore over a file of random layer extents
 // of different lengths; Verify compares with the bytes written.
 type testStore struct {
-	ext  []stream.Extent
+	ext  []tier.Extent
 	data [][]byte
 }
 
 func (s *testStore) NumLayers() int               { return len(s.ext) }
-func (s *testStore) Extent(i int) stream.Extent   { return s.ext[i] }
+func (s *testStore) Extent(i int) tier.Extent     { return s.ext[i] }
 func (s *testStore) Mapped(i int) ([]byte, error) { return s.data[i], nil }
 func (s *testStore) Verify(i int, b []byte) error {
 	if !bytes.Equal(b, s.data[i]) {
@@ -338,12 +339,12 @@ func newTestStore(t testing.TB, layers int) (*testStore, string) {
 	s := &testStore{}
 	var file []byte
 	for range layers {
-		n := int64(1+rng.IntN(6)) * stream.PageSize
+		n := int64(1+rng.IntN(6)) * tier.PageSize
 		b := make([]byte, n)
 		for i := range b {
 			b[i] = byte(rng.Uint32())
 		}
-		s.ext = append(s.ext, stream.Extent{Offset: int64(len(file)), Length: n})
+		s.ext = append(s.ext, tier.Extent{Offset: int64(len(file)), Length: n})
 		s.data = append(s.data, b)
 		file = append(file, b...)
 	}
@@ -358,7 +359,7 @@ func newTestStore(t testing.TB, layers int) (*testStore, string) {
 // more than k staging buffers are in use: reads started minus tier-C
 // copies completed on the device.
 type countingSource struct {
-	stream.Source
+	tier.Source
 	started  atomic.Int64
 	copiesC  func() int64
 	k        int64
@@ -377,7 +378,7 @@ func (c *countingSource) ReadAt(ctx context.Context, dst []byte, off int64) erro
 // builds it on a GPU: the tier-B layers' bytes in its host memory, the
 // store as the tier-C store, and the pipeline over streamDev on the
 // simulated driver.
-func simPipeline(t testing.TB, store *testStore, tiers []stream.Tier, k int, src stream.Source) (*tierB, *simDev) {
+func simPipeline(t testing.TB, store *testStore, tiers []tier.Tier, k int, src tier.Source) (*tierB, *simDev) {
 	t.Helper()
 	d := newSimDev(t, uint64(k)*7+uint64(len(tiers)), 1, 2)
 	tb := startTierB(t, d, store, tiers, k, src)
@@ -398,12 +399,12 @@ func simPipeline(t testing.TB, store *testStore, tiers []stream.Tier, k int, src
 // startTierB starts the pipeline on d over store the way loadTierB does
 // on a GPU: the tier-B layers' bytes in tb's host memory, the store as the
 // tier-C store.
-func startTierB(t testing.TB, d devOps, store *testStore, tiers []stream.Tier, k int, src stream.Source) *tierB {
+func startTierB(t testing.TB, d devOps, store *testStore, tiers []tier.Tier, k int, src tier.Source) *tierB {
 	t.Helper()
 	n := len(tiers)
 	tb := &tierB{off: make([]int64, n), size: make([]int64, n), tierC: make([]bool, n), tc: store}
 	for i, tr := range tiers {
-		if tr == stream.TierB {
+		if tr == tier.TierB {
 			tb.off[i] = int64(len(tb.hostBytes))
 			tb.hostBytes = append(tb.hostBytes, store.data[i]...)
 		}
@@ -424,7 +425,7 @@ func startTierB(t testing.TB, d devOps, store *testStore, tiers []stream.Tier, k
 // computes over (every layer's bytes).
 func streamedCount(tb *tierB) (n int, layerBytes int64) {
 	for i, t := range tb.pipe.Tiers() {
-		if t != stream.TierA {
+		if t != tier.TierA {
 			n++
 		}
 		layerBytes += tb.size[i]
@@ -461,7 +462,7 @@ func simPass(ctx context.Context, tb *tierB, d *simDev, store *testStore, cancel
 			if err != nil {
 				return fmt.Errorf("layer %d waiting for its copy: %w", l, err)
 			}
-			if inSlot != (tiers[l] != stream.TierA) {
+			if inSlot != (tiers[l] != tier.TierA) {
 				return fmt.Errorf("layer %d on tier %v: in a slot %v", l, tiers[l], inSlot)
 			}
 			if !inSlot {
@@ -509,11 +510,11 @@ func TestTierCPipelineSimulated(t *testing.T) {
 		for _, k := range []int{1, 2, 3} {
 			for _, direct := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%s/k=%d/odirect=%v", mix, k, direct), func(t *testing.T) {
-					tiers, err := stream.MixTiers(mix, len(store.ext))
+					tiers, err := tier.MixTiers(mix, len(store.ext))
 					if err != nil {
 						t.Fatal(err)
 					}
-					fs, err := stream.OpenFile(path, stream.FileOptions{Buffered: !direct, ChunkBytes: stream.PageSize, QueueDepth: 3})
+					fs, err := stream.OpenFile(path, stream.FileOptions{Buffered: !direct, ChunkBytes: tier.PageSize, QueueDepth: 3})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -602,7 +603,7 @@ func TestTierCPipelineSimulated(t *testing.T) {
 func TestTierCVerify(t *testing.T) {
 	t.Parallel()
 	store, path := newTestStore(t, 4)
-	tiers, _ := stream.MixTiers("all-C", 4)
+	tiers, _ := tier.MixTiers("all-C", 4)
 	fs, err := stream.OpenFile(path, stream.FileOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -700,7 +701,7 @@ func TestStreamPassAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { src.Close() })
-		tiers, err := stream.MixTiers(strings.TrimSuffix(strings.Repeat("B,C,A,", layers/3), ","), layers)
+		tiers, err := tier.MixTiers(strings.TrimSuffix(strings.Repeat("B,C,A,", layers/3), ","), layers)
 		if err != nil {
 			t.Fatal(err)
 		}

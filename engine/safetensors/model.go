@@ -11,9 +11,8 @@ import (
 	"sort"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // File names of a Hugging Face model directory.
@@ -75,6 +74,7 @@ func (t Tensor) Float32s() ([]float32, error) {
 // mappedFile is one memory-mapped safetensors file.
 type mappedFile struct {
 	path string
+	m    *hostmem.Mapping
 	data []byte
 	hdr  *header
 }
@@ -99,26 +99,26 @@ func openFile(path string) (*mappedFile, error) {
 	if size > math.MaxInt {
 		return nil, fmt.Errorf("safetensors: %s: file of %d bytes too large to map", path, size)
 	}
-	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	m, err := hostmem.Map(f, 0, size)
 	if err != nil {
-		return nil, fmt.Errorf("safetensors: mmap %s: %w", path, err)
+		return nil, fmt.Errorf("safetensors: %w", err)
 	}
-	hdr, err := parseHeader(data)
+	hdr, err := parseHeader(m.Bytes())
 	if err != nil {
-		_ = unix.Munmap(data)
+		_ = m.Close()
 		return nil, fmt.Errorf("safetensors: %s: %w", path, err)
 	}
-	return &mappedFile{path: path, data: data, hdr: hdr}, nil
+	return &mappedFile{path: path, m: m, data: m.Bytes(), hdr: hdr}, nil
 }
 
 func (f *mappedFile) close() error {
 	if f.data == nil {
 		return nil
 	}
-	err := unix.Munmap(f.data)
+	err := f.m.Close()
 	f.data = nil
 	if err != nil {
-		return fmt.Errorf("safetensors: munmap %s: %w", f.path, err)
+		return fmt.Errorf("safetensors: %w", err)
 	}
 	return nil
 }

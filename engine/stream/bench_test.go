@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/stream/streamtest"
 	"github.com/strata-llm/strata/engine/tier"
@@ -166,8 +167,8 @@ func benchModels(b *testing.B) map[string]*testModel {
 	if path := os.Getenv("STRATA_BENCH_8B"); path != "" {
 		modelsMu.Lock()
 		tm, ok := models[path]
-		if isPool, _ := tier.IsPool(path); !ok && isPool {
-			pool, err := tier.OpenPool(path)
+		if isPool, _ := prefab.IsPool(path); !ok && isPool {
+			pool, err := prefab.OpenPool(path)
 			if err != nil {
 				modelsMu.Unlock()
 				b.Fatal(err)
@@ -220,7 +221,7 @@ func BenchmarkDecode(b *testing.B) {
 						b.Fatal(err)
 					}
 					defer src.Close()
-					tiers, _ := stream.MixTiers(mix, m.Config.Layers)
+					tiers, _ := tier.MixTiers(mix, m.Config.Layers)
 					p, err = stream.New(stream.Options{Store: tm.store, Tiers: tiers, Depth: 2, Source: src})
 					if err != nil {
 						b.Fatal(err)

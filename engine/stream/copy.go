@@ -3,6 +3,8 @@ package stream
 import (
 	"runtime"
 	"sync"
+
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // copyPiece is the smallest share of a parallel copy one goroutine takes:
@@ -19,7 +21,7 @@ func parallelCopy(dst, src []byte) {
 		copy(dst, src)
 		return
 	}
-	per := roundUp((n+w-1)/w, 64)
+	per := hostmem.AlignUp((n+w-1)/w, 64)
 	var wg sync.WaitGroup
 	for p := per; p < n; p += per {
 		e := min(p+per, n)

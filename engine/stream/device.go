@@ -3,6 +3,8 @@ package stream
 import (
 	"fmt"
 	"time"
+
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // Device is the compute side of the pipeline, the seam every backend
@@ -155,7 +157,7 @@ func (CPUDevice) Sync() error { return nil }
 // IssueOnCompute implements Device: any goroutine may copy.
 func (CPUDevice) IssueOnCompute() bool { return false }
 
-type cpuSlot struct{ b *Buffer }
+type cpuSlot struct{ b *tier.Buffer }
 
 func (s cpuSlot) Len() int     { return s.b.Len() }
 func (s cpuSlot) Host() []byte { return s.b.Bytes() }

@@ -5,15 +5,17 @@
 //
 // Three pieces fit together:
 //
-//   - A LayerStore (implemented by engine/tier's pool) says where each
+//   - A LayerStore (implemented by engine/prefab's Pool) says where each
 //     layer's bytes lie (one extent per layer, one sequential read), gives a
 //     zero-copy mapped view of them (tier B), verifies checksums of bytes
 //     read from storage (tier C) and decodes an extent's bytes into
 //     model.Layer views.
-//   - A Source reads extents into caller-provided aligned buffers with
-//     several reads in flight: FileSource (O_DIRECT + pread on a pool of
-//     goroutines), MmapSource (page cache), FaultySource (error injection for
-//     tests), and, in a later issue, the userspace NVMe driver.
+//   - A Source (the interface is engine/tier's, so storage packages can
+//     implement it without importing the engine) reads extents into
+//     caller-provided aligned buffers with several reads in flight:
+//     FileSource (O_DIRECT + pread on a pool of goroutines), MmapSource
+//     (page cache) and FaultySource (error injection for tests) here,
+//     nvme/volume's Source over the userspace NVMe driver.
 //   - A Pipeline implements model.LayerSource for a plan that puts every
 //     layer on tier A (resident, decoded once), B (host memory, copied to the
 //     device per pass) or C (storage, read and copied per pass). It keeps a
@@ -29,5 +31,6 @@
 // stream beside its compute stream, with events as fences, and computes on
 // the slots themselves (Acquire and Done rather than Layer and Release).
 //
-// All system calls of the package live in sys_linux.go.
+// The package makes no system calls of its own: file reads, mappings and
+// aligned memory come from internal/hostmem.
 package stream

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // ErrInjected is the error FaultySource returns for an injected fault.
@@ -15,17 +17,17 @@ var ErrInjected = errors.New("injected I/O error")
 // usable. Faults are armed and cleared at run time; it is safe for
 // concurrent use.
 type FaultySource struct {
-	Source
+	tier.Source
 
 	mu     sync.Mutex
 	reads  int64 // ReadAt calls so far
 	failN  int64 // fail the read with this 1-based number; 0: off
-	ranges []Extent
+	ranges []tier.Extent
 	once   bool
 }
 
 // NewFaulty wraps s with no fault armed.
-func NewFaulty(s Source) *FaultySource { return &FaultySource{Source: s} }
+func NewFaulty(s tier.Source) *FaultySource { return &FaultySource{Source: s} }
 
 // FailNth arms a fault on the nth ReadAt from now (1 = the next one).
 func (f *FaultySource) FailNth(n int64) {
@@ -36,7 +38,7 @@ func (f *FaultySource) FailNth(n int64) {
 
 // FailExtent makes every read overlapping e fail until Clear (or, when
 // once is set, only the first such read).
-func (f *FaultySource) FailExtent(e Extent, once bool) {
+func (f *FaultySource) FailExtent(e tier.Extent, once bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.ranges = append(f.ranges, e)

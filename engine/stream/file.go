@@ -2,12 +2,15 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // FileOptions tune a FileSource.
@@ -39,7 +42,7 @@ type FileOptions struct {
 // package benchmarks against dd).
 type FileSource struct {
 	path   string
-	fd     int
+	f      *hostmem.File
 	size   int64
 	direct bool
 	chunk  int
@@ -78,7 +81,7 @@ func OpenFile(path string, opts FileOptions) (*FileSource, error) {
 	if opts.ChunkBytes <= 0 {
 		opts.ChunkBytes = 1 << 20
 	}
-	opts.ChunkBytes = roundUp(opts.ChunkBytes, PageSize)
+	opts.ChunkBytes = hostmem.AlignUp(opts.ChunkBytes, tier.PageSize)
 	if opts.QueueDepth <= 0 {
 		opts.QueueDepth = 8
 	}
@@ -86,40 +89,18 @@ func OpenFile(path string, opts FileOptions) (*FileSource, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	s := &FileSource{path: path, chunk: opts.ChunkBytes, qd: opts.QueueDepth, direct: !opts.Buffered}
-	fd, err := openRead(path, s.direct)
-	if err != nil && s.direct && isInvalid(err) {
+	s := &FileSource{path: path, chunk: opts.ChunkBytes, qd: opts.QueueDepth}
+	var err error
+	if opts.Buffered {
+		s.f, err = hostmem.OpenBuffered(path)
+	} else if s.f, err = hostmem.OpenDirect(path); errors.Is(err, hostmem.ErrDirectRefused) {
 		log.Warn("filesystem refuses O_DIRECT; reading through the page cache", "path", path)
-		s.direct = false
-		fd, err = openRead(path, false)
+		s.f, err = hostmem.OpenBuffered(path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("file source: %w", err)
 	}
-	s.fd = fd
-	if s.size, err = fdSize(fd); err != nil {
-		closeFD(fd)
-		return nil, fmt.Errorf("file source %s: %w", path, err)
-	}
-	if s.direct && s.size >= PageSize {
-		// Some filesystems accept O_DIRECT at open and refuse it at the
-		// first read; probe one page.
-		probe, err := AllocAligned(PageSize)
-		if err != nil {
-			closeFD(fd)
-			return nil, fmt.Errorf("file source %s: %w", path, err)
-		}
-		_, perr := pread(fd, probe.Bytes(), 0)
-		probe.Free()
-		if perr != nil && isInvalid(perr) {
-			log.Warn("filesystem refuses O_DIRECT reads; reading through the page cache", "path", path)
-			closeFD(fd)
-			s.direct = false
-			if s.fd, err = openRead(path, false); err != nil {
-				return nil, fmt.Errorf("file source: %w", err)
-			}
-		}
-	}
+	s.size, s.direct = s.f.Size(), s.f.Direct()
 	s.reqs = make(chan chunkReq, s.qd)
 	for range s.qd {
 		s.wg.Add(1)
@@ -141,19 +122,13 @@ func (s *FileSource) worker() {
 	}
 }
 
-// readFull preads until dst is full.
+// readFull reads until dst is full.
 func (s *FileSource) readFull(dst []byte, off int64) error {
-	for len(dst) > 0 {
-		n, err := pread(s.fd, dst, off)
-		if err != nil {
-			return fmt.Errorf("pread %d bytes at %d: %w", len(dst), off, err)
-		}
-		if n == 0 {
-			return fmt.Errorf("pread %d bytes at %d: %w", len(dst), off, io.ErrUnexpectedEOF)
-		}
-		dst, off = dst[n:], off+int64(n)
+	_, err := s.f.ReadAt(dst, off)
+	if err == io.EOF {
+		return fmt.Errorf("read %d bytes at %d: %w", len(dst), off, io.ErrUnexpectedEOF)
 	}
-	return nil
+	return err
 }
 
 // ReadAt implements Source: it splits dst into chunks read by the worker
@@ -168,7 +143,7 @@ func (s *FileSource) ReadAt(ctx context.Context, dst []byte, off int64) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return fmt.Errorf("file source %s: %w", s.path, ErrClosed)
+		return fmt.Errorf("file source %s: %w", s.path, tier.ErrClosed)
 	}
 	rd := &readCall{}
 	var cerr error
@@ -201,12 +176,14 @@ submit:
 }
 
 // Alloc implements Source with page-aligned anonymous memory.
-func (s *FileSource) Alloc(n int) (*Buffer, error) { return AllocAligned(roundUp(n, PageSize)) }
+func (s *FileSource) Alloc(n int) (*tier.Buffer, error) {
+	return AllocAligned(hostmem.AlignUp(n, tier.PageSize))
+}
 
 // Align implements Source: PageSize with O_DIRECT, 1 without.
 func (s *FileSource) Align() int {
 	if s.direct {
-		return PageSize
+		return tier.PageSize
 	}
 	return 1
 }
@@ -230,11 +207,11 @@ func (s *FileSource) Close() error {
 		close(s.reqs)
 		s.mu.Unlock()
 		s.wg.Wait()
-		if err := closeFD(s.fd); err != nil {
-			s.closeErr = fmt.Errorf("file source %s: close: %w", s.path, err)
+		if err := s.f.Close(); err != nil {
+			s.closeErr = fmt.Errorf("file source: %w", err)
 		}
 	})
 	return s.closeErr
 }
 
-var _ Source = (*FileSource)(nil)
+var _ tier.Source = (*FileSource)(nil)

@@ -12,6 +12,7 @@ import (
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/stream/streamtest"
 	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // testModel is a model built from several tiny synthetic models' layers
@@ -149,12 +150,12 @@ func sameBits(t testing.TB, got, want []float32) {
 
 // streamedBytes sums the extents a plan moves per pass: to the device
 // (tiers B and C) and from storage (tier C).
-func streamedBytes(s stream.LayerStore, tiers []stream.Tier) (moved, read int64) {
+func streamedBytes(s stream.LayerStore, tiers []tier.Tier) (moved, read int64) {
 	for i, t := range tiers {
-		if t != stream.TierA {
+		if t != tier.TierA {
 			moved += s.Extent(i).Length
 		}
-		if t == stream.TierC {
+		if t == tier.TierC {
 			read += s.Extent(i).Length
 		}
 	}

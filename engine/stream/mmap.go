@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"sync"
+
+	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // MmapSource reads a file through a shared read-only mapping: a read is a
@@ -13,6 +16,7 @@ import (
 // gives the zero-copy view a tier-B layer is served from.
 type MmapSource struct {
 	path string
+	m    *hostmem.Mapping
 	data []byte
 	mu   sync.RWMutex
 	done bool
@@ -20,25 +24,11 @@ type MmapSource struct {
 
 // OpenMmap maps path read-only.
 func OpenMmap(path string) (*MmapSource, error) {
-	fd, err := openRead(path, false)
+	m, err := hostmem.MapFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("mmap source: %w", err)
 	}
-	defer closeFD(fd)
-	size, err := fdSize(fd)
-	if err != nil {
-		return nil, fmt.Errorf("mmap source %s: %w", path, err)
-	}
-	if int64(int(size)) != size {
-		return nil, fmt.Errorf("mmap source %s: %d bytes do not fit the address space", path, size)
-	}
-	var data []byte
-	if size > 0 {
-		if data, err = mapFile(fd, int(size)); err != nil {
-			return nil, fmt.Errorf("mmap source %s: %w", path, err)
-		}
-	}
-	return &MmapSource{path: path, data: data}, nil
+	return &MmapSource{path: path, m: m, data: m.Bytes()}, nil
 }
 
 // Bytes returns the whole mapping, valid until Close.
@@ -49,7 +39,7 @@ func (s *MmapSource) ReadAt(ctx context.Context, dst []byte, off int64) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.done {
-		return fmt.Errorf("mmap source %s: %w", s.path, ErrClosed)
+		return fmt.Errorf("mmap source %s: %w", s.path, tier.ErrClosed)
 	}
 	if off < 0 || off+int64(len(dst)) > int64(len(s.data)) {
 		return fmt.Errorf("mmap source %s: read [%d, +%d) past end %d: %w", s.path, off, len(dst), len(s.data), io.ErrUnexpectedEOF)
@@ -62,7 +52,7 @@ func (s *MmapSource) ReadAt(ctx context.Context, dst []byte, off int64) error {
 }
 
 // Alloc implements Source with page-aligned anonymous memory.
-func (s *MmapSource) Alloc(n int) (*Buffer, error) { return AllocAligned(n) }
+func (s *MmapSource) Alloc(n int) (*tier.Buffer, error) { return AllocAligned(n) }
 
 // Align implements Source: a mapping has no alignment rule.
 func (s *MmapSource) Align() int { return 1 }
@@ -78,11 +68,11 @@ func (s *MmapSource) Close() error {
 		return nil
 	}
 	s.done = true
-	if err := unmap(s.data); err != nil {
+	if err := s.m.Close(); err != nil {
 		return fmt.Errorf("mmap source %s: %w", s.path, err)
 	}
 	s.data = nil
 	return nil
 }
 
-var _ Source = (*MmapSource)(nil)
+var _ tier.Source = (*MmapSource)(nil)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // VerifyMode says when the pipeline checks tier-C bytes against the
@@ -35,12 +36,12 @@ type Options struct {
 	// Store holds the layers (an engine/tier Pool).
 	Store LayerStore
 	// Tiers places each layer: len(Tiers) == Store.NumLayers().
-	Tiers []Tier
+	Tiers []tier.Tier
 	// Depth is k: the number of staging buffers and device slots, so the
 	// number of layers prefetched ahead of compute. At least 1.
 	Depth int
 	// Source reads tier-C extents. Required when any layer is on tier C.
-	Source Source
+	Source tier.Source
 	// Device owns the slots; nil means CPUDevice.
 	Device Device
 	// Verify chooses when tier-C bytes are checksummed.
@@ -80,10 +81,10 @@ type Options struct {
 // pass's Layer(0)) stops its stages and returns every buffer to the ring.
 type Pipeline struct {
 	store     LayerStore
-	tiers     []Tier
-	ext       []Extent
+	tiers     []tier.Tier
+	ext       []tier.Extent
 	depth     int
-	src       Source
+	src       tier.Source
 	dev       Device
 	clock     Clock // dev's, when it times itself
 	onCompute bool  // dev.IssueOnCompute()
@@ -96,7 +97,7 @@ type Pipeline struct {
 	residentSlots []Slot
 	residentBytes int64
 	slots         []Slot
-	staging       []*Buffer
+	staging       []*tier.Buffer
 	unpin         []func() error // per staging buffer, nil when not pinned
 	verified      []atomic.Bool
 
@@ -196,7 +197,7 @@ func New(opts Options) (*Pipeline, error) {
 		opts.Device = CPUDevice{}
 	}
 	p := &Pipeline{
-		store: opts.Store, tiers: append([]Tier(nil), opts.Tiers...), ext: make([]Extent, n), idx: make([]int, n),
+		store: opts.Store, tiers: append([]tier.Tier(nil), opts.Tiers...), ext: make([]tier.Extent, n), idx: make([]int, n),
 		depth: opts.Depth, src: opts.Source, dev: opts.Device, verify: opts.Verify, slotsOnly: opts.SlotsOnly,
 		onCompute: opts.Device.IssueOnCompute(), resident: make([]*model.Layer, n), verified: make([]atomic.Bool, n),
 	}
@@ -205,10 +206,10 @@ func New(opts Options) (*Pipeline, error) {
 	for i, t := range p.tiers {
 		p.idx[i] = -1
 		e := p.store.Extent(i)
-		align := int64(PageSize)
+		align := int64(tier.PageSize)
 		switch {
 		case !p.slotsOnly:
-		case t == TierC && p.src != nil:
+		case t == tier.TierC && p.src != nil:
 			align = int64(max(p.src.Align(), 1))
 		default:
 			align = 1
@@ -221,15 +222,15 @@ func New(opts Options) (*Pipeline, error) {
 		}
 		p.ext[i] = e
 		switch t {
-		case TierA:
+		case tier.TierA:
 			if p.slotsOnly {
 				p.residentBytes += e.Length
 			}
-		case TierB:
+		case tier.TierB:
 			p.idx[i] = len(p.streamed)
 			p.streamed = append(p.streamed, i)
 			maxStream = max(maxStream, e.Length)
-		case TierC:
+		case tier.TierC:
 			if p.src == nil {
 				return nil, fmt.Errorf("stream: layer %d is on tier C but no source was given", i)
 			}
@@ -273,7 +274,7 @@ func New(opts Options) (*Pipeline, error) {
 	p.fetched = make([]chan staged, n)
 	p.freeStaging = make(chan int, len(p.staging))
 	for _, i := range p.streamed {
-		if p.tiers[i] == TierC {
+		if p.tiers[i] == tier.TierC {
 			p.fetched[i] = make(chan staged, 1)
 		}
 	}
@@ -289,7 +290,7 @@ func New(opts Options) (*Pipeline, error) {
 		}
 	}
 	for i, t := range p.tiers {
-		if t != TierA || p.slotsOnly {
+		if t != tier.TierA || p.slotsOnly {
 			continue
 		}
 		if err := p.loadResident(i); err != nil {
@@ -355,7 +356,7 @@ func (p *Pipeline) free() error {
 }
 
 // Tiers returns the plan the pipeline runs (a copy).
-func (p *Pipeline) Tiers() []Tier { return append([]Tier(nil), p.tiers...) }
+func (p *Pipeline) Tiers() []tier.Tier { return append([]tier.Tier(nil), p.tiers...) }
 
 // Depth is k, the ring size.
 func (p *Pipeline) Depth() int { return p.depth }
@@ -394,7 +395,7 @@ func (p *Pipeline) Begin(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return fmt.Errorf("stream: begin pass: %w", ErrClosed)
+		return fmt.Errorf("stream: begin pass: %w", tier.ErrClosed)
 	}
 	if p.pass != nil {
 		p.endLocked(false)
@@ -539,7 +540,7 @@ func (p *Pipeline) Layer(i int) (*model.Layer, error) {
 	switch {
 	case err != nil:
 		return nil, err
-	case p.tiers[i] == TierA:
+	case p.tiers[i] == tier.TierA:
 		return p.resident[i], nil
 	case r.layer != nil:
 		return r.layer, nil
@@ -564,7 +565,7 @@ func (p *Pipeline) Layer(i int) (*model.Layer, error) {
 // (Device.Await).
 func (p *Pipeline) Acquire(i int) (Slot, error) {
 	r, err := p.take(i)
-	if err != nil || p.tiers[i] == TierA {
+	if err != nil || p.tiers[i] == tier.TierA {
 		return nil, err
 	}
 	return p.slots[r.slot], nil
@@ -589,7 +590,7 @@ func (p *Pipeline) take(i int) (result, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return result{}, fmt.Errorf("stream: layer %d: %w", i, ErrClosed)
+		return result{}, fmt.Errorf("stream: layer %d: %w", i, tier.ErrClosed)
 	}
 	ps := p.pass
 	var err error
@@ -615,7 +616,7 @@ func (p *Pipeline) take(i int) (result, error) {
 	if i != next {
 		return result{}, fmt.Errorf("stream: layer %d requested, expected layer %d", i, next)
 	}
-	if p.tiers[i] == TierA {
+	if p.tiers[i] == tier.TierA {
 		return result{}, nil
 	}
 	if p.onCompute {
@@ -723,7 +724,7 @@ func (p *Pipeline) Done(i int) error {
 func (p *Pipeline) stage1(ps *pass) {
 	defer ps.wg.Done()
 	for _, i := range p.streamed {
-		if p.tiers[i] != TierC {
+		if p.tiers[i] != tier.TierC {
 			continue
 		}
 		e := p.ext[i]
@@ -783,7 +784,7 @@ func (p *Pipeline) stage2(ps *pass) {
 		t0 := time.Now()
 		var src []byte
 		stg := -1
-		if p.tiers[i] == TierB {
+		if p.tiers[i] == tier.TierB {
 			b, err := p.mapped(i)
 			if err != nil {
 				ps.ready[i] <- result{err: err}
@@ -855,7 +856,7 @@ func (p *Pipeline) pump(ps *pass, need int) error {
 		i := p.streamed[n]
 		var src []byte
 		stg := -1
-		if p.tiers[i] == TierC {
+		if p.tiers[i] == tier.TierC {
 			g, err := p.fetch(ps, n, n == need)
 			if err != nil {
 				return err

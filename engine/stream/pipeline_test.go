@@ -12,6 +12,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // openFile opens the store's file as a tier-C source.
@@ -49,7 +50,7 @@ func TestTierMixesBitExact(t *testing.T) {
 			want[B] = residentLogits(t, tm, B)
 		}
 		for _, mix := range []string{"all-A", "all-B", "all-C", "mixed", "C,C,A,C,B,C" + strings.Repeat(",C", n-6)} {
-			tiers, err := stream.MixTiers(mix, n)
+			tiers, err := tier.MixTiers(mix, n)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -91,7 +92,7 @@ func TestBareLayerSource(t *testing.T) {
 	mc := modelCases[1]
 	tm := getModel(t, mc.arch, mc.typ, mc.seeds)
 	want := residentLogits(t, tm, 3)
-	tiers, _ := stream.MixTiers("mixed", tm.m.Config.Layers)
+	tiers, _ := tier.MixTiers("mixed", tm.m.Config.Layers)
 	p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 2, Source: openFile(t, tm.path)})
 	tm.m.SetLayerSource(p)
 	defer tm.m.SetLayerSource(nil)
@@ -112,7 +113,7 @@ func TestMmapSourceTierC(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer src.Close()
-	tiers, _ := stream.MixTiers("all-C", tm.m.Config.Layers)
+	tiers, _ := tier.MixTiers("all-C", tm.m.Config.Layers)
 	p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 2, Source: src, Verify: stream.VerifyAlways})
 	got := schedule(t, tm.m, 3, func(b []model.Step) error { return p.Forward(context.Background(), tm.m, b) })
 	sameBits(t, got, want)
@@ -161,7 +162,7 @@ func TestInjectedReadError(t *testing.T) {
 		} {
 			t.Run(mc.arch+"/"+tc.name, func(t *testing.T) {
 				faulty := stream.NewFaulty(openFile(t, tm.path))
-				tiers, _ := stream.MixTiers(tc.mix, n)
+				tiers, _ := tier.MixTiers(tc.mix, n)
 				p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: tc.depth, Source: faulty})
 				tc.arm(faulty)
 				b := mk()
@@ -201,7 +202,7 @@ func TestInjectedReadError(t *testing.T) {
 
 // cancelSource cancels the pass's context when a given extent is read.
 type cancelSource struct {
-	stream.Source
+	tier.Source
 	at     int64
 	cancel context.CancelFunc
 }
@@ -221,7 +222,7 @@ func TestCancelMidPass(t *testing.T) {
 	mc := modelCases[0]
 	tm := getModel(t, mc.arch, mc.typ, mc.seeds)
 	mk, want := oneStep(t, tm, 2)
-	tiers, _ := stream.MixTiers("all-C", tm.m.Config.Layers)
+	tiers, _ := tier.MixTiers("all-C", tm.m.Config.Layers)
 	cs := &cancelSource{Source: openFile(t, tm.path), at: tm.store.Extent(2).Offset}
 	p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 1, Source: cs})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -274,7 +275,7 @@ func TestCorruptExtent(t *testing.T) {
 	mc := modelCases[0]
 	tm := getModel(t, mc.arch, mc.typ, mc.seeds)
 	mk, want := oneStep(t, tm, 1)
-	tiers, _ := stream.MixTiers("all-C", tm.m.Config.Layers)
+	tiers, _ := tier.MixTiers("all-C", tm.m.Config.Layers)
 	src := openFile(t, tm.path)
 	check := func(err error, layer int) {
 		t.Helper()
@@ -324,7 +325,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 		}
 		defer src.Close()
 		faulty := stream.NewFaulty(src)
-		tiers, _ := stream.MixTiers("mixed", tm.m.Config.Layers)
+		tiers, _ := tier.MixTiers("mixed", tm.m.Config.Layers)
 		p, err := stream.New(stream.Options{Store: tm.store, Tiers: tiers, Depth: 3, Source: faulty})
 		if err != nil {
 			t.Fatal(err)
@@ -362,7 +363,7 @@ func TestNewRejects(t *testing.T) {
 	mc := modelCases[0]
 	tm := getModel(t, mc.arch, mc.typ, mc.seeds)
 	n := tm.m.Config.Layers
-	allC, _ := stream.MixTiers("all-C", n)
+	allC, _ := tier.MixTiers("all-C", n)
 	for _, tc := range []struct {
 		name string
 		opts stream.Options
@@ -372,7 +373,7 @@ func TestNewRejects(t *testing.T) {
 		{"short plan", stream.Options{Store: tm.store, Tiers: allC[:2], Depth: 1}, "2 tiers for"},
 		{"depth 0", stream.Options{Store: tm.store, Tiers: allC, Depth: 0}, "depth 0"},
 		{"no source", stream.Options{Store: tm.store, Tiers: allC, Depth: 1}, "no source"},
-		{"bad tier", stream.Options{Store: tm.store, Tiers: append(allC[:n-1:n-1], stream.Tier(9)), Depth: 1, Source: openFile(t, tm.path)}, "unknown tier"},
+		{"bad tier", stream.Options{Store: tm.store, Tiers: append(allC[:n-1:n-1], tier.Tier(9)), Depth: 1, Source: openFile(t, tm.path)}, "unknown tier"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := stream.New(tc.opts)
@@ -388,7 +389,7 @@ func TestStatsOverlap(t *testing.T) {
 	mc := modelCases[0]
 	tm := getModel(t, mc.arch, mc.typ, mc.seeds)
 	mk, _ := oneStep(t, tm, 1)
-	tiers, _ := stream.MixTiers("all-C", tm.m.Config.Layers)
+	tiers, _ := tier.MixTiers("all-C", tm.m.Config.Layers)
 	p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 2, Source: openFile(t, tm.path)})
 	for i := 0; i < 3; i++ {
 		if err := p.Forward(context.Background(), tm.m, mk()); err != nil {
@@ -430,7 +431,7 @@ func TestIssueOnCompute(t *testing.T) {
 		for _, mix := range []string{"all-B", "all-C", "mixed", "C,C,A,C,B,C" + strings.Repeat(",C", n-6)} {
 			for _, depth := range []int{1, 2, 4} {
 				t.Run(fmt.Sprintf("%s/%s/k%d", mc.arch, mix, depth), func(t *testing.T) {
-					tiers, err := stream.MixTiers(mix, n)
+					tiers, err := tier.MixTiers(mix, n)
 					if err != nil {
 						t.Fatal(err)
 					}

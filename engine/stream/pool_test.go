@@ -10,6 +10,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tier"
@@ -28,13 +29,13 @@ func writePool(t *testing.T, dir, arch, typ string) string {
 	}
 	defer g.Close()
 	path := filepath.Join(dir, arch+".pool")
-	if err := tier.WritePool(g, path, tier.PrefabOptions{}); err != nil {
+	if err := prefab.WritePool(g, path, prefab.PrefabOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return path
 }
 
-// TestRealPool streams a real engine/tier pool through every tier mix and
+// TestRealPool streams a real engine/prefab pool through every tier mix and
 // requires the logits of the pool's resident model bit for bit; a
 // corrupted tier-C extent is caught by the pool's xxh3.
 func TestRealPool(t *testing.T) {
@@ -42,7 +43,7 @@ func TestRealPool(t *testing.T) {
 		t.Run(mc.arch, func(t *testing.T) {
 			dir := t.TempDir()
 			path := writePool(t, dir, mc.arch, mc.typ)
-			pool, err := tier.OpenPool(path)
+			pool, err := prefab.OpenPool(path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -56,7 +57,7 @@ func TestRealPool(t *testing.T) {
 			src := openFile(t, path)
 			n := pool.NumLayers()
 			for _, mix := range []string{"all-A", "all-B", "all-C", "mixed"} {
-				tiers, _ := stream.MixTiers(mix, n)
+				tiers, _ := tier.MixTiers(mix, n)
 				p := newPipeline(t, stream.Options{Store: pool, Tiers: tiers, Depth: 2, Source: src})
 				got := schedule(t, m, 3, func(b []model.Step) error { return p.Forward(context.Background(), m, b) })
 				sameBits(t, got, want)
@@ -74,7 +75,7 @@ func TestRealPool(t *testing.T) {
 				t.Fatal(err)
 			}
 			f.Close()
-			tiers, _ := stream.MixTiers("all-C", n)
+			tiers, _ := tier.MixTiers("all-C", n)
 			p := newPipeline(t, stream.Options{Store: pool, Tiers: tiers, Depth: 2, Source: src})
 			_, err = pipelineStep(p, m)
 			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("layer %d", n-1)) {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // writeRandom writes n random bytes to a file in dir.
@@ -84,10 +85,10 @@ func TestFileSourceErrors(t *testing.T) {
 		t.Errorf("read past end: %v", err)
 	}
 	if s.Direct() {
-		if err := s.ReadAt(ctx, buf.Bytes()[:4096], 100); !errors.Is(err, stream.ErrMisaligned) {
+		if err := s.ReadAt(ctx, buf.Bytes()[:4096], 100); !errors.Is(err, tier.ErrMisaligned) {
 			t.Errorf("misaligned offset: %v", err)
 		}
-		if err := s.ReadAt(ctx, buf.Bytes()[1:4097], 0); !errors.Is(err, stream.ErrMisaligned) {
+		if err := s.ReadAt(ctx, buf.Bytes()[1:4097], 0); !errors.Is(err, tier.ErrMisaligned) {
 			t.Errorf("misaligned buffer: %v", err)
 		}
 	} else {
@@ -104,7 +105,7 @@ func TestFileSourceErrors(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if err := s.ReadAt(ctx, buf.Bytes(), 0); !errors.Is(err, stream.ErrClosed) {
+	if err := s.ReadAt(ctx, buf.Bytes(), 0); !errors.Is(err, tier.ErrClosed) {
 		t.Errorf("read after Close: %v", err)
 	}
 	if _, err := stream.OpenFile(filepath.Join(t.TempDir(), "missing"), stream.FileOptions{}); err == nil {
@@ -155,7 +156,7 @@ func TestMmapSource(t *testing.T) {
 		t.Errorf("read past end: %v", err)
 	}
 	s.Close()
-	if err := s.ReadAt(context.Background(), dst[:1], 0); !errors.Is(err, stream.ErrClosed) {
+	if err := s.ReadAt(context.Background(), dst[:1], 0); !errors.Is(err, tier.ErrClosed) {
 		t.Errorf("read after Close: %v", err)
 	}
 }
@@ -176,7 +177,7 @@ func TestFaultySource(t *testing.T) {
 			t.Fatalf("read %d: %v, want failure %v", i+1, err, want)
 		}
 	}
-	f.FailExtent(stream.Extent{Offset: 8192, Length: 4096}, false)
+	f.FailExtent(tier.Extent{Offset: 8192, Length: 4096}, false)
 	for _, r := range []struct {
 		off  int64
 		want bool

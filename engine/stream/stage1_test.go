@@ -12,17 +12,18 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // rawStore is a LayerStore over a file of random extents of different
 // lengths; Verify compares with the bytes written. It does not decode.
 type rawStore struct {
-	ext  []Extent
+	ext  []tier.Extent
 	data [][]byte
 }
 
 func (s *rawStore) NumLayers() int               { return len(s.ext) }
-func (s *rawStore) Extent(i int) Extent          { return s.ext[i] }
+func (s *rawStore) Extent(i int) tier.Extent     { return s.ext[i] }
 func (s *rawStore) Mapped(i int) ([]byte, error) { return s.data[i], nil }
 func (s *rawStore) Verify(i int, b []byte) error {
 	if !bytes.Equal(b, s.data[i]) {
@@ -40,12 +41,12 @@ func newRawStore(t testing.TB, layers int) (*rawStore, string) {
 	s := &rawStore{}
 	var file []byte
 	for range layers {
-		n := int64(1+rng.IntN(6)) * PageSize
+		n := int64(1+rng.IntN(6)) * tier.PageSize
 		b := make([]byte, n)
 		for i := range b {
 			b[i] = byte(rng.Uint32())
 		}
-		s.ext = append(s.ext, Extent{Offset: int64(len(file)), Length: n})
+		s.ext = append(s.ext, tier.Extent{Offset: int64(len(file)), Length: n})
 		s.data = append(s.data, b)
 		file = append(file, b...)
 	}
@@ -67,7 +68,7 @@ func TestStage1RunAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fs.Close()
-	tiers, _ := MixTiers("all-C", 8)
+	tiers, _ := tier.MixTiers("all-C", 8)
 	for _, k := range []int{1, 2, 3} {
 		t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) {
 			p, err := New(Options{Store: store, Tiers: tiers, Depth: k, Source: fs, SlotsOnly: true})

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 func TestStatsFinish(t *testing.T) {
@@ -50,7 +52,7 @@ func TestMixTiers(t *testing.T) {
 		{"A,X,B", 3, "", true},
 		{"bogus", 3, "", true},
 	} {
-		ts, err := MixTiers(tc.mix, tc.n)
+		ts, err := tier.MixTiers(tc.mix, tc.n)
 		if (err != nil) != tc.err {
 			t.Fatalf("MixTiers(%q, %d): %v", tc.mix, tc.n, err)
 		}

@@ -6,15 +6,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"runtime"
 	"slices"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // Links are the speeds of the pipeline's three stages. Bandwidths are bytes
@@ -159,30 +157,27 @@ func MeasureStorage(ctx context.Context, path string, limit int64) (StorageResul
 		limit = 256 << 20
 	}
 	var res StorageResult
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_DIRECT, 0)
-	res.Direct = err == nil
-	if err != nil {
-		if f, err = os.Open(path); err != nil {
-			return res, fmt.Errorf("measuring storage: %w", err)
-		}
+	f, err := hostmem.OpenDirect(path)
+	if errors.Is(err, hostmem.ErrDirectRefused) {
+		f, err = hostmem.OpenBuffered(path)
 	}
-	defer func() { f.Close() }() // f may be reopened without O_DIRECT below
-	st, err := f.Stat()
 	if err != nil {
 		return res, fmt.Errorf("measuring storage: %w", err)
 	}
-	size := min(st.Size(), limit) / ExtentAlign * ExtentAlign
-	if size < ExtentAlign {
-		return res, fmt.Errorf("measuring storage: %s has %d bytes, too few to measure", path, st.Size())
+	defer f.Close()
+	res.Direct = f.Direct()
+	size := min(f.Size(), limit) / PageSize * PageSize
+	if size < PageSize {
+		return res, fmt.Errorf("measuring storage: %s has %d bytes, too few to measure", path, f.Size())
 	}
 	bufs := make([][]byte, storageQD)
 	for i := range bufs {
-		b, err := unix.Mmap(-1, 0, storageChunk, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+		r, err := hostmem.Alloc(storageChunk, hostmem.AllocOptions{})
 		if err != nil {
 			return res, fmt.Errorf("measuring storage: aligned buffer: %w", err)
 		}
-		defer unix.Munmap(b)
-		bufs[i] = b
+		defer r.Free()
+		bufs[i] = r.Bytes()
 	}
 	readAt := func(b []byte, off int64) error {
 		_, err := f.ReadAt(b, off)
@@ -194,17 +189,9 @@ func MeasureStorage(ctx context.Context, path string, limit int64) (StorageResul
 	// Latency: a few single-page reads spread over the file.
 	var lats []time.Duration
 	for i := range 5 {
-		off := size / 5 * int64(i) / ExtentAlign * ExtentAlign
+		off := size / 5 * int64(i) / PageSize * PageSize
 		t0 := time.Now()
-		if err := readAt(bufs[0][:ExtentAlign], off); err != nil {
-			if res.Direct && errors.Is(err, unix.EINVAL) {
-				f.Close()
-				if f, err = os.Open(path); err != nil {
-					return res, fmt.Errorf("measuring storage: %w", err)
-				}
-				res.Direct = false
-				continue
-			}
+		if err := readAt(bufs[0][:PageSize], off); err != nil {
 			return res, fmt.Errorf("measuring storage: %w", err)
 		}
 		lats = append(lats, time.Since(t0))

@@ -8,24 +8,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/engine/stream"
 )
-
-// Tier is where a layer lives between passes. It is engine/stream's type,
-// so a plan's tiers feed the pipeline directly.
-type Tier = stream.Tier
-
-// The tiers, as engine/stream defines them.
-const (
-	TierA = stream.TierA
-	TierB = stream.TierB
-	TierC = stream.TierC
-)
-
-// ParseTier parses "A", "B" or "C" (any case).
-func ParseTier(s string) (Tier, error) { return stream.ParseTier(s) }
 
 // Link names one stage of the streaming pipeline: the thing that can bound
 // a pass.
@@ -240,38 +224,6 @@ func (s *Sizes) streamedSize(i int) int64 {
 		return s.Streamed[i]
 	}
 	return s.Layers[i]
-}
-
-// Sizes returns the pool's sizes for the planner.
-func (p *Pool) Sizes() Sizes {
-	s := Sizes{Layers: p.LayerBytes(), Globals: p.GlobalBytes()}
-	by := map[quant.Type]int64{}
-	for _, t := range p.l.layers[0].tensors {
-		by[t.typ] += t.size
-	}
-	s.Type = heaviest(by)
-	for _, t := range p.l.globals.tensors {
-		if t.name != "token_embd.weight" || p.l.cfg.TiedOutput {
-			s.Output += t.size
-		}
-	}
-	return s
-}
-
-// KVCacheBytes is the CPU backend's KV cache for batch sequences of ctx
-// positions: keys and values, float32, for every layer.
-func KVCacheBytes(cfg model.Config, ctx, batch int) int64 {
-	return 2 * int64(cfg.Layers) * int64(ctx) * int64(cfg.KVDim()) * 4 * int64(max(batch, 1))
-}
-
-// ScratchBytes estimates the activation scratch of one pass of tokens
-// tokens over sequences of up to ctx positions: the CPU engine's
-// per-token buffers (residual, norms, Q/K/V, attention output, FFN gate and
-// up, RoPE tables), one attention score row per core, and the logits.
-// Prefill of more tokens at once needs proportionally more.
-func ScratchBytes(cfg model.Config, ctx, tokens, cores int) int64 {
-	perTok := int64(3*cfg.Dim+2*cfg.QDim()+2*cfg.KVDim()+2*cfg.FFN+cfg.HeadDim+cfg.Vocab) * 4
-	return int64(max(tokens, 1))*perTok + int64(max(cores, 1))*int64(ctx)*4
 }
 
 // NewPlan places every layer on a tier and picks the pipeline depth.

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/strata-llm/strata/engine/model"
 )
 
 const mib = 1 << 20
@@ -343,18 +341,6 @@ func fillFirst(r Request, tiers []Tier, rest []int) ([]Tier, bool) {
 	return tiers, false
 }
 
-func TestKVAndScratch(t *testing.T) {
-	cfg := model.Config{Layers: 32, KVHeads: 8, HeadDim: 128, Dim: 4096, Heads: 32, FFN: 14336, Vocab: 128256}
-	if got, want := KVCacheBytes(cfg, 8192, 2), int64(2*32*8192*1024*4*2); got != want {
-		t.Errorf("KVCacheBytes = %d, want %d", got, want)
-	}
-	s1 := ScratchBytes(cfg, 8192, 1, 2)
-	s8 := ScratchBytes(cfg, 8192, 8, 2)
-	if s1 <= 128256*4 || s8 <= s1 {
-		t.Errorf("ScratchBytes %d (1 token), %d (8 tokens)", s1, s8)
-	}
-}
-
 func TestParseMemInfo(t *testing.T) {
 	good := "MemTotal:       24684092 kB\nMemFree:        18072224 kB\nMemAvailable:   23697856 kB\n"
 	mi, err := parseMemInfo(strings.NewReader(good))
@@ -374,29 +360,5 @@ func TestParseMemInfo(t *testing.T) {
 	}
 	if _, err := ReadMemInfo(); err != nil {
 		t.Logf("no /proc/meminfo here: %v", err)
-	}
-}
-
-func TestSizesFromGGUFMatchPool(t *testing.T) {
-	for _, typ := range []string{TypeKeep, TypeQ4_K} {
-		path, src := prefab(t, t.TempDir(), "llama", "q4_k_m", typ)
-		p, err := OpenPool(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, cfg, err := SizesFromGGUF(src.File, typ)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := p.Sizes()
-		if cfg.Layers != len(want.Layers) || got.Globals != want.Globals || got.Output != want.Output || got.Type != want.Type {
-			t.Errorf("%s: GGUF sizes %+v, pool %+v", typ, got, want)
-		}
-		for i := range want.Layers {
-			if got.Layers[i] != want.Layers[i] {
-				t.Errorf("%s: layer %d: GGUF estimate %d, pool %d", typ, i, got.Layers[i], want.Layers[i])
-			}
-		}
-		p.Close()
 	}
 }

@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"unsafe"
 
-	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // Source reads one extent of a volume for the engine's tier C: it
-// implements engine/stream.Source, like the pipeline's FileSource, so a
+// implements engine/tier.Source, like the pipeline's FileSource, so a
 // pool stored on a strata-managed NVMe namespace streams through the same
 // pipeline as a pool file. Over an NVMe device, buffers from Alloc are
 // DMA-mapped and a ReadAt is split into MDTS-bounded READ commands that
@@ -23,7 +23,7 @@ type Source struct {
 	closed bool
 }
 
-var _ stream.Source = (*Source)(nil)
+var _ tier.Source = (*Source)(nil)
 
 // Source returns a stream source over the extent called name. Offsets
 // passed to ReadAt are relative to the extent.
@@ -45,7 +45,7 @@ func (s *Source) ReadAt(ctx context.Context, dst []byte, off int64) error {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		return fmt.Errorf("volume source %q: %w", s.e.Name, stream.ErrClosed)
+		return fmt.Errorf("volume source %q: %w", s.e.Name, tier.ErrClosed)
 	}
 	s.wg.Add(1)
 	s.mu.RUnlock()
@@ -53,8 +53,8 @@ func (s *Source) ReadAt(ctx context.Context, dst []byte, off int64) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	if off%Unit != 0 || len(dst)%Unit != 0 || uintptr(unsafe.Pointer(&dst[0]))%Unit != 0 {
-		return fmt.Errorf("volume source %q: read of %d bytes at %d: %w (need %d-byte alignment)", s.e.Name, len(dst), off, stream.ErrMisaligned, Unit)
+	if off%Unit != 0 || len(dst)%Unit != 0 || !hostmem.Aligned(dst, Unit) {
+		return fmt.Errorf("volume source %q: read of %d bytes at %d: %w (need %d-byte alignment)", s.e.Name, len(dst), off, tier.ErrMisaligned, Unit)
 	}
 	if off < 0 || off > s.e.Reserved || int64(len(dst)) > s.e.Reserved-off {
 		return fmt.Errorf("volume source %q: read of %d bytes at %d passes the extent's end (%d bytes)", s.e.Name, len(dst), off, s.e.Length)
@@ -68,16 +68,16 @@ func (s *Source) ReadAt(ctx context.Context, dst []byte, off int64) error {
 
 // Alloc returns a buffer suited to ReadAt (DMA-mapped on NVMe), n rounded
 // up to Align.
-func (s *Source) Alloc(n int) (*stream.Buffer, error) {
+func (s *Source) Alloc(n int) (*tier.Buffer, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("volume source: alloc of %d bytes", n)
 	}
-	size := (max(n, 1) + Unit - 1) / Unit * Unit
+	size := hostmem.AlignUp(max(n, 1), Unit)
 	b, free, err := s.v.dev.Alloc(size)
 	if err != nil {
 		return nil, fmt.Errorf("volume source: alloc %d bytes: %w", size, err)
 	}
-	return stream.NewBuffer(b[:size], func([]byte) error { return free() }), nil
+	return tier.NewBuffer(b[:size], func([]byte) error { return free() }), nil
 }
 
 // Align is the alignment ReadAt requires: one 4 KiB unit.

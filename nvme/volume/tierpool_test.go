@@ -6,11 +6,11 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/synth"
-	"github.com/strata-llm/strata/engine/tier"
 )
 
-// TestTierPoolOnNVMe stores a real prefab pool (engine/tier's format) as an
+// TestTierPoolOnNVMe stores a real prefab pool (engine/prefab's format) as an
 // extent of a volume on the software NVMe controller and streams every
 // layer from it as tier C: the pool's layer extents are offsets into the
 // pool file, which are exactly the volume source's offsets.
@@ -26,10 +26,10 @@ func TestTierPoolOnNVMe(t *testing.T) {
 	}
 	defer mapped.Close()
 	poolPath := filepath.Join(dir, "tiny.pool")
-	if err := tier.WritePool(mapped, poolPath, tier.PrefabOptions{Type: tier.TypeQ8_0}); err != nil {
+	if err := prefab.WritePool(mapped, poolPath, prefab.PrefabOptions{Type: prefab.TypeQ8_0}); err != nil {
 		t.Fatal(err)
 	}
-	pool, err := tier.OpenPool(poolPath)
+	pool, err := prefab.OpenPool(poolPath)
 	if err != nil {
 		t.Fatal(err)
 	}

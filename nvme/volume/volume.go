@@ -38,6 +38,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/strata-llm/strata/internal/hostmem"
 	"github.com/zeebo/xxh3"
 )
 
@@ -225,7 +226,7 @@ func ParseTable(b []byte, s Superblock) ([]Extent, error) {
 		}
 		names[e.Name] = true
 		if e.Offset < s.DataOffset || e.Offset%Unit != 0 || e.Length < 0 || e.Reserved%Unit != 0 ||
-			e.Reserved != (e.Length+Unit-1)/Unit*Unit ||
+			e.Reserved != hostmem.AlignUp(e.Length, Unit) ||
 			e.Offset > s.Size || e.Reserved > s.Size-e.Offset {
 			return nil, fmt.Errorf("%w: extent %q at %d+%d (reserved %d) outside the data area", ErrCorrupt, e.Name, e.Offset, e.Length, e.Reserved)
 		}
@@ -349,7 +350,7 @@ func Open(ctx context.Context, dev BlockDevice) (*Volume, error) {
 }
 
 func (v *Volume) loadTable(ctx context.Context, sb Superblock) ([]Extent, error) {
-	n := (sb.TableLen + Unit - 1) / Unit * Unit
+	n := hostmem.AlignUp(sb.TableLen, Unit)
 	b := make([]byte, n)
 	if err := v.readBytes(ctx, sb.tableSlot(sb.Generation), b); err != nil {
 		return nil, fmt.Errorf("volume: reading extent table: %w", err)
@@ -370,7 +371,7 @@ func (v *Volume) commit(ctx context.Context, es []Extent, gen uint64) error {
 	}
 	sb := v.sb
 	sb.Generation, sb.TableLen, sb.TableSum = gen, int64(len(tb)), xxh3.Hash(tb)
-	padded := make([]byte, (len(tb)+Unit-1)/Unit*Unit)
+	padded := make([]byte, hostmem.AlignUp(len(tb), Unit))
 	copy(padded, tb)
 	if err := v.writeBytes(ctx, sb.tableSlot(gen), padded); err != nil {
 		return fmt.Errorf("writing extent table: %w", err)
@@ -464,7 +465,7 @@ func (v *Volume) WriteFile(ctx context.Context, name string, r io.Reader, size i
 			return Extent{}, fmt.Errorf("%w: %q", ErrExists, name)
 		}
 	}
-	reserved := (size + Unit - 1) / Unit * Unit
+	reserved := hostmem.AlignUp(size, Unit)
 	off, err := v.allocate(reserved)
 	if err != nil {
 		return Extent{}, err
@@ -579,7 +580,7 @@ func (v *Volume) readBytes(ctx context.Context, off int64, p []byte) error {
 		return v.dev.ReadBlocks(ctx, uint64(off/bs), p)
 	}
 	start := off / bs * bs
-	end := (off + int64(len(p)) + bs - 1) / bs * bs
+	end := hostmem.AlignUp(off+int64(len(p)), bs)
 	for at := start; at < end; {
 		n := min(end-at, copyChunk)
 		tmp, free, err := v.dev.Alloc(int(n))

@@ -18,6 +18,7 @@ import (
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/stream/streamtest"
 	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/nvme"
 	"github.com/strata-llm/strata/nvme/nvmetest"
 	"github.com/strata-llm/strata/nvme/volume"
@@ -301,7 +302,7 @@ func tinyLlamaStore(t testing.TB) (*model.Model, *streamtest.Store, []byte) {
 // fails unless the logits equal m's resident forward pass bit for bit: the
 // end-to-end check that bytes read from a volume are the layers. It returns
 // the pass's stats.
-func requireAllCLikeResident(t testing.TB, m *model.Model, store stream.LayerStore, src stream.Source, tokens ...[]int32) stream.Stats {
+func requireAllCLikeResident(t testing.TB, m *model.Model, store stream.LayerStore, src tier.Source, tokens ...[]int32) stream.Stats {
 	t.Helper()
 	steps := func() []model.Step {
 		s := make([]model.Step, len(tokens))
@@ -315,7 +316,7 @@ func requireAllCLikeResident(t testing.TB, m *model.Model, store stream.LayerSto
 	if err := m.Forward(ctx, want); err != nil {
 		t.Fatal(err)
 	}
-	tiers, err := stream.MixTiers("all-C", store.NumLayers())
+	tiers, err := tier.MixTiers("all-C", store.NumLayers())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +390,7 @@ func TestOnNVMe(t *testing.T) {
 			if err := src.ReadAt(ctx, buf.Bytes()[:4096], e.Reserved); err == nil {
 				t.Error("read past the extent accepted")
 			}
-			if err := src.ReadAt(ctx, buf.Bytes()[1:4097], 0); !errors.Is(err, stream.ErrMisaligned) {
+			if err := src.ReadAt(ctx, buf.Bytes()[1:4097], 0); !errors.Is(err, tier.ErrMisaligned) {
 				t.Errorf("misaligned: %v", err)
 			}
 			// Media errors surface as typed errors through the volume.

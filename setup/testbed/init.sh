@@ -2,7 +2,7 @@
 # PID 1 of the strata test-bed guest: mounts the pseudo filesystems, loads
 # the VFIO and NVMe modules, binds the test devices to vfio-pci, runs every
 # test binary listed in /tests/list and powers off. The host reads the
-# TESTBED-* lines from the serial console (setup/testbed/hostcheck).
+# TESTBED-* lines from the serial console (setup/testbed/bedcheck).
 # With strata_testbed_iommu=off on the kernel command line (run.sh's second
 # boot, no emulated IOMMU) it loads no VFIO module, leaves the test devices
 # to the kernel's nvme driver and runs /tests/list-iommu-off instead.

@@ -79,7 +79,7 @@ run=$(mktemp -d "${TMPDIR:-/tmp}/strata-testbed.XXXXXX")
 root="$run/initramfs"
 mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp,tests,lib/modules,run}
 : > "$root/tests/list"
-(cd "$repo" && CGO_ENABLED=0 "$GO" build -o "$run/hostcheck" ./setup/testbed/hostcheck)
+(cd "$repo" && CGO_ENABLED=0 "$GO" build -o "$run/bedcheck" ./setup/testbed/bedcheck)
 while read -r kind pkg args; do
   case "$kind" in ''|'#'*) continue ;; esac
   name=$(echo "${pkg#./}" | tr '/' '_')
@@ -99,9 +99,9 @@ while read -r kind pkg args; do
     *) echo "tests.txt: unknown kind $kind" >&2; exit 1 ;;
   esac
 done < "$here/tests.txt"
-# The IOMMU-off boot runs only the setup package's IOMMU-off test.
+# The IOMMU-off boot runs only the host checks' IOMMU-off test (setup/hostcheck).
 off_tests=TestCheckGuestIOMMUOff
-awk -v run="-test.run=^${off_tests}\$" '$1=="setup"{print $1, $2, run}' "$root/tests/list" > "$root/tests/list-iommu-off"
+awk -v run="-test.run=^${off_tests}\$" '$1=="setup_hostcheck"{print $1, $2, run}' "$root/tests/list" > "$root/tests/list-iommu-off"
 
 # --- 4. initramfs ------------------------------------------------------------
 # A CGO_ENABLED=0 binary that links purego (the CUDA binding, via engine/)
@@ -140,9 +140,9 @@ ENV
 log "initramfs $(du -h "$run/initrd.cpio" | cut -f1)"
 
 # --- 5. backing files --------------------------------------------------------
-"$run/hostcheck" fill "$run/nvme0n1.img" 1 $img_bytes
-"$run/hostcheck" fill "$run/nvme0n2.img" 2 $img_bytes
-"$run/hostcheck" fill "$run/nvme1n1.img" 3 $img_bytes
+"$run/bedcheck" fill "$run/nvme0n1.img" 1 $img_bytes
+"$run/bedcheck" fill "$run/nvme0n2.img" 2 $img_bytes
+"$run/bedcheck" fill "$run/nvme1n1.img" 3 $img_bytes
 truncate -s $shm_bytes "$run/ivshmem.bin"
 cat > "$run/blkdebug.conf" <<CONF
 [inject-error]
@@ -212,7 +212,7 @@ boot_s=$(secs "$tb")
 
 # --- 7. host-side checks -----------------------------------------------------
 set +e
-"$run/hostcheck" check -dir "$run" -log "$run/console.log" -tests "$root/tests/list"
+"$run/bedcheck" check -dir "$run" -log "$run/console.log" -tests "$root/tests/list"
 crc=$?
 set -e
 log "VM boot+tests ${boot_s}s (qemu rc $qrc)"
@@ -249,12 +249,12 @@ if [ -s "$root/tests/list-iommu-off" ]; then
   [ "$off_qrc" = 124 ] && log "QEMU (IOMMU off) timed out after ${off_timeout_s}s"
   [ -n "${STRATA_TESTBED_LOG:-}" ] && cat "$run/console-iommu-off.log" >> "$STRATA_TESTBED_LOG"
   set +e
-  "$run/hostcheck" check -dir "$run" -log "$run/console-iommu-off.log" -tests "$root/tests/list-iommu-off" -passed "$off_tests"
+  "$run/bedcheck" check -dir "$run" -log "$run/console-iommu-off.log" -tests "$root/tests/list-iommu-off" -passed "$off_tests"
   off_crc=$?
   set -e
   log "VM (IOMMU off) boot+tests ${off_s}s (qemu rc $off_qrc)"
 else
-  log "skip the IOMMU-off boot: the setup package's test binary was not built"
+  log "skip the IOMMU-off boot: the setup/hostcheck test binary was not built"
 fi
 log "total $(secs "$t0")s"
 [ $keep = 1 ] && log "run dir kept: $run"

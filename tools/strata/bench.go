@@ -14,6 +14,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 )
@@ -99,7 +100,7 @@ type streamBenchResult struct {
 
 func benchStream(ctx context.Context, path string, cmd *cli.Command) (*streamBenchResult, error) {
 	poolPath := path
-	isPool, err := tier.IsPool(path)
+	isPool, err := prefab.IsPool(path)
 	if err != nil {
 		return nil, fmt.Errorf("bench stream: %w", err)
 	}
@@ -115,19 +116,19 @@ func benchStream(ctx context.Context, path string, cmd *cli.Command) (*streamBen
 			return nil, fmt.Errorf("bench stream: %s is neither a pool nor a readable GGUF: %w", path, err)
 		}
 		log.Info("prefabbing to a temporary pool", "gguf", path, "pool", poolPath)
-		err = tier.WritePool(g, poolPath, tier.PrefabOptions{Source: filepath.Base(path), Context: ctx})
+		err = prefab.WritePool(g, poolPath, prefab.PrefabOptions{Source: filepath.Base(path), Context: ctx})
 		g.Close()
 		if err != nil {
 			return nil, fmt.Errorf("bench stream: %w", err)
 		}
 	}
-	pool, err := tier.OpenPool(poolPath)
+	pool, err := prefab.OpenPool(poolPath)
 	if err != nil {
 		return nil, err
 	}
 	defer pool.Close()
 	n := pool.NumLayers()
-	tiers, err := stream.MixTiers(cmd.String("tiers"), n)
+	tiers, err := tier.MixTiers(cmd.String("tiers"), n)
 	if err != nil {
 		return nil, usagef("bench stream: %v", err)
 	}
@@ -137,7 +138,7 @@ func benchStream(ctx context.Context, path string, cmd *cli.Command) (*streamBen
 	}
 	defer raw.Close()
 
-	var src stream.Source
+	var src tier.Source
 	res := &streamBenchResult{
 		Model: path, Pool: poolPath, Layers: n, Tiers: cmd.String("tiers"),
 		Depth: int(cmd.Int("depth")), Batch: int(cmd.Int("batch")), Passes: int(cmd.Int("passes")),
@@ -193,7 +194,7 @@ func benchStream(ctx context.Context, path string, cmd *cli.Command) (*streamBen
 // untouched until used) layer views of a mapping of the pool file, so
 // building it reads nothing: the streamed passes must not find the layers
 // in the page cache because the model was assembled from them.
-func benchModel(pool *tier.Pool, path string) (*model.Model, *stream.MmapSource, error) {
+func benchModel(pool *prefab.Pool, path string) (*model.Model, *stream.MmapSource, error) {
 	g, err := pool.Globals()
 	if err != nil {
 		return nil, nil, err

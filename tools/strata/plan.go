@@ -13,6 +13,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/tier"
 )
 
@@ -48,7 +49,7 @@ func planCommand() *cli.Command {
 			&cli.IntFlag{Name: "ctx", Value: 4096, Usage: "context length per sequence (capped at the model's)"},
 			&cli.IntFlag{Name: "batch", Value: 1, Usage: "sequences advanced per pass"},
 			&cli.IntFlag{Name: "depth", Usage: "pipeline depth (slots); 0 = choose"},
-			&cli.StringFlag{Name: "type", Value: tier.TypeKeep, Usage: "for a GGUF: plan the pool `strata model prefab --type` would write (keep|q8_0|q4_k|int8)"},
+			&cli.StringFlag{Name: "type", Value: prefab.TypeKeep, Usage: "for a GGUF: plan the pool `strata model prefab --type` would write (keep|q8_0|q4_k|int8)"},
 			&cli.StringFlag{Name: "storage-bw", Usage: "storage read bandwidth, e.g. 3.5GB/s (default: measured)"},
 			&cli.StringFlag{Name: "h2d-bw", Usage: "host-to-device bandwidth, e.g. 25GB/s (default: measured)"},
 			&cli.StringFlag{Name: "compute-bw", Usage: "weight bytes/s the device consumes, e.g. 2TB/s (default: measured)"},
@@ -125,12 +126,12 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 		cfg   model.Config
 		info  planInfo
 	)
-	isPool, err := tier.IsPool(path)
+	isPool, err := prefab.IsPool(path)
 	if err != nil {
 		return nil, info, fmt.Errorf("plan: %w", err)
 	}
 	if isPool {
-		p, err := tier.OpenPool(path)
+		p, err := prefab.OpenPool(path)
 		if err != nil {
 			return nil, info, err
 		}
@@ -142,7 +143,7 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 		if err != nil {
 			return nil, info, err
 		}
-		sizes, cfg, err = tier.SizesFromGGUF(m.File, o.Type)
+		sizes, cfg, err = prefab.SizesFromGGUF(m.File, o.Type)
 		m.Close()
 		if err != nil {
 			return nil, info, fmt.Errorf("plan %s: %w", path, err)
@@ -154,8 +155,8 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 	info.Batch = o.Batch
 
 	req := tier.Request{Sizes: sizes, Depth: o.Depth, Batch: o.Batch,
-		KVBytes:      tier.KVCacheBytes(cfg, info.Ctx, o.Batch),
-		ScratchBytes: tier.ScratchBytes(cfg, info.Ctx, max(o.Batch, min(info.Ctx, 512)), runtime.GOMAXPROCS(0)),
+		KVBytes:      model.KVCacheBytes(cfg, info.Ctx, o.Batch),
+		ScratchBytes: model.ScratchBytes(cfg, info.Ctx, max(o.Batch, min(info.Ctx, 512)), runtime.GOMAXPROCS(0)),
 	}
 	host := o.RAM
 	if host == 0 {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tier"
 )
@@ -41,11 +42,11 @@ func TestPrefabAndPlanCLI(t *testing.T) {
 	if !strings.Contains(stderr, "wrote "+pool) {
 		t.Errorf("prefab stderr %q", stderr)
 	}
-	p, err := tier.OpenPool(pool)
+	p, err := prefab.OpenPool(pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Type() != tier.TypeQ8_0 || p.Source() != "tiny.gguf" {
+	if p.Type() != prefab.TypeQ8_0 || p.Source() != "tiny.gguf" {
 		t.Errorf("pool type %q source %q", p.Type(), p.Source())
 	}
 	p.Close()

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/tier"
 )
 
@@ -24,7 +25,7 @@ func prefabCommand() *cli.Command {
 		ArgsUsage: "MODEL",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Required: true, Usage: "pool file to write"},
-			&cli.StringFlag{Name: "type", Value: tier.TypeKeep, Usage: "keep | q8_0 | q4_k | int8 (norms always stay F32)"},
+			&cli.StringFlag{Name: "type", Value: prefab.TypeKeep, Usage: "keep | q8_0 | q4_k | int8 (norms always stay F32)"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress bar"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -32,8 +33,8 @@ func prefabCommand() *cli.Command {
 				return usagef("prefab takes exactly one MODEL")
 			}
 			typ := cmd.String("type")
-			if !slices.Contains(tier.PrefabTypes(), typ) {
-				return usagef("--type %q: want one of %v", typ, tier.PrefabTypes())
+			if !slices.Contains(prefab.PrefabTypes(), typ) {
+				return usagef("--type %q: want one of %v", typ, prefab.PrefabTypes())
 			}
 			var bar *progressbar.ProgressBar
 			var progress func(done, total int64)
@@ -67,8 +68,8 @@ func prefabModel(ctx context.Context, in, out, typ string, progress func(done, t
 		return 0, err
 	}
 	defer m.Close()
-	opts := tier.PrefabOptions{Type: typ, Source: filepath.Base(in), Progress: progress, Context: ctx}
-	if err := tier.WritePool(m, out, opts); err != nil {
+	opts := prefab.PrefabOptions{Type: typ, Source: filepath.Base(in), Progress: progress, Context: ctx}
+	if err := prefab.WritePool(m, out, opts); err != nil {
 		return 0, err
 	}
 	st, err := os.Stat(out)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/sample"
-	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/engine/tokenizer"
@@ -106,7 +105,7 @@ func runCommand() *cli.Command {
 			if o.Tiers != "" {
 				// A bad mix is a usage error, found before the model opens
 				// (the layer count is checked by the engine).
-				if _, err := stream.MixTiers(o.Tiers, strings.Count(o.Tiers, ",")+1); err != nil {
+				if _, err := tier.MixTiers(o.Tiers, strings.Count(o.Tiers, ",")+1); err != nil {
 					return usagef("--tiers: %v", err)
 				}
 			}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/strata-llm/strata/setup"
+	"github.com/strata-llm/strata/setup/hostcheck"
 )
 
 func init() { registerCommand(setupCommand) }
@@ -29,7 +29,7 @@ func setupCommand() *cli.Command {
 				if cmd.Args().Len() != 0 {
 					return usagef("setup check: takes no arguments")
 				}
-				rep := setup.Check(setup.Options{Root: cmd.String("root")})
+				rep := hostcheck.Check(hostcheck.Options{Root: cmd.String("root")})
 				var err error
 				if cmd.Bool("json") {
 					enc := json.NewEncoder(os.Stdout)
@@ -41,7 +41,7 @@ func setupCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				if rep.Worst() == setup.Fail {
+				if rep.Worst() == hostcheck.Fail {
 					return cli.Exit("", exitError)
 				}
 				return nil

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/strata-llm/strata/setup"
+	"github.com/strata-llm/strata/setup/hostcheck"
 )
 
 // TestSetupCheckCLI drives `strata setup check` on this machine: the JSON
@@ -14,7 +14,7 @@ import (
 func TestSetupCheckCLI(t *testing.T) {
 	bin := buildStrata(t)
 	out, stderr, code := runStrata(t, bin, "", "setup", "check", "--json")
-	var rep setup.Report
+	var rep hostcheck.Report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("--json output does not parse: %v\n%s\n%s", err, out, stderr)
 	}
@@ -22,7 +22,7 @@ func TestSetupCheckCLI(t *testing.T) {
 		t.Fatalf("empty report: %+v", rep)
 	}
 	want := 0
-	if rep.Worst() == setup.Fail {
+	if rep.Worst() == hostcheck.Fail {
 		want = 1
 	}
 	if code != want {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/strata-llm/strata/daemon/client"
 	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/synth"
-	"github.com/strata-llm/strata/engine/tier"
 )
 
 // TestTierFlags runs stratad's command in-process with a prefab pool and
@@ -34,7 +34,7 @@ func TestTierFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := filepath.Join(dir, "tiny.pool")
-	err = tier.WritePool(g, pool, tier.PrefabOptions{})
+	err = prefab.WritePool(g, pool, prefab.PrefabOptions{})
 	g.Close()
 	if err != nil {
 		t.Fatal(err)

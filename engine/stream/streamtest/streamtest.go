@@ -2,7 +2,7 @@
 // weights, so the pipeline can be tested and benchmarked without a real
 // pool: each layer's tensors are written contiguously into one 4 KiB
 // aligned extent of a flat file, with a CRC-32C per extent. It mirrors the
-// contract of engine/tier's pool (one sequential read per layer, zero-copy
+// contract of engine/prefab's pool (one sequential read per layer, zero-copy
 // mapped views verified on first use) in the fewest lines, and is not a
 // file format anyone should keep.
 package streamtest
@@ -16,6 +16,8 @@ import (
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // tensorAlign is the alignment of each tensor inside an extent.
@@ -32,7 +34,7 @@ type tensorRef struct {
 // Store is a flat-file LayerStore.
 type Store struct {
 	path    string
-	ext     []stream.Extent
+	ext     []tier.Extent
 	sum     []uint32
 	tensors [][]tensorRef // per layer, in Layer field order
 	mm      *stream.MmapSource
@@ -54,7 +56,7 @@ func Write(path string, w *model.Weights) (*Store, error) {
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
 	s := &Store{path: path}
-	pos := int64(stream.PageSize)
+	pos := int64(tier.PageSize)
 	if _, err := bw.Write(make([]byte, pos)); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("streamtest: %w", err)
@@ -75,7 +77,7 @@ func Write(path string, w *model.Weights) (*Store, error) {
 				refs = append(refs, tensorRef{off: -1})
 				continue
 			}
-			if err := pad((n + tensorAlign - 1) / tensorAlign * tensorAlign); err != nil {
+			if err := pad(hostmem.AlignUp(n, tensorAlign)); err != nil {
 				f.Close()
 				return nil, fmt.Errorf("streamtest: %w", err)
 			}
@@ -89,11 +91,11 @@ func Write(path string, w *model.Weights) (*Store, error) {
 			}
 			n += len(t.Data)
 		}
-		if err := pad((n + stream.PageSize - 1) / stream.PageSize * stream.PageSize); err != nil {
+		if err := pad(hostmem.AlignUp(n, tier.PageSize)); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("streamtest: %w", err)
 		}
-		s.ext = append(s.ext, stream.Extent{Offset: pos, Length: int64(n)})
+		s.ext = append(s.ext, tier.Extent{Offset: pos, Length: int64(n)})
 		s.sum = append(s.sum, h.Sum32())
 		s.tensors = append(s.tensors, refs)
 		pos += int64(n)
@@ -120,7 +122,7 @@ func (s *Store) Path() string { return s.path }
 func (s *Store) NumLayers() int { return len(s.ext) }
 
 // Extent implements stream.LayerStore.
-func (s *Store) Extent(i int) stream.Extent { return s.ext[i] }
+func (s *Store) Extent(i int) tier.Extent { return s.ext[i] }
 
 // Mapped implements stream.LayerStore, verifying the extent once.
 func (s *Store) Mapped(i int) ([]byte, error) {

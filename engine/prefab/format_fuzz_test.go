@@ -1,4 +1,4 @@
-package tier
+package prefab
 
 import (
 	"os"

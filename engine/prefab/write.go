@@ -1,4 +1,4 @@
-package tier
+package prefab
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/tokenizer"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // Prefab types accepted by PrefabOptions.Type.
@@ -219,12 +220,12 @@ func planPool(mod *model.Model, vocab *tokenizer.Vocab, opts PrefabOptions) (*ma
 			if err != nil {
 				return pe, fmt.Errorf("tensor %s as %v: %w", t.Name, typ, err)
 			}
-			pos = alignUp(pos, TensorAlign)
+			pos = hostmem.AlignUp(pos, TensorAlign)
 			pe.tensors = append(pe.tensors, plannedTensor{src: t, typ: typ, off: pos, sz: sz})
 			d.Tensors = append(d.Tensors, tensorDesc{Name: t.Name, Type: typ.String(), Dims: dims, Offset: pos, Bytes: sz})
 			pos += sz
 		}
-		d.Length = alignUp(max(pos, 1), ExtentAlign)
+		d.Length = hostmem.AlignUp(max(pos, 1), ExtentAlign)
 		d.XXH3 = hexSum(0)
 		return pe, nil
 	}
@@ -280,7 +281,7 @@ func placeExtents(man *manifest, exts []plannedExtent) ([]byte, error) {
 		if int64(len(b)) > maxManifest {
 			return nil, fmt.Errorf("manifest of %d bytes exceeds the %d-byte limit", len(b), maxManifest)
 		}
-		need := alignUp(HeaderSize+int64(len(b)), ExtentAlign)
+		need := hostmem.AlignUp(HeaderSize+int64(len(b)), ExtentAlign)
 		if need == base {
 			return b, nil
 		}
@@ -288,8 +289,6 @@ func placeExtents(man *manifest, exts []plannedExtent) ([]byte, error) {
 	}
 	return nil, errors.New("manifest layout did not converge")
 }
-
-func alignUp(n, a int64) int64 { return (n + a - 1) / a * a }
 
 // progress serialises calls to the user's callback.
 type progress struct {

@@ -1,4 +1,4 @@
-package tier
+package prefab
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/engine/tokenizer"
 )
 
@@ -46,7 +46,7 @@ const (
 	HeaderSize = 64
 	// ExtentAlign is the alignment of every extent's offset and length:
 	// the O_DIRECT and NVMe-LBA granule, so one extent is one aligned read.
-	ExtentAlign = 4096
+	ExtentAlign = tier.PageSize
 	// TensorAlign is the alignment of tensors inside an extent, so kernels
 	// (and later DMA into device slots) see cache-line aligned rows.
 	TensorAlign = 64
@@ -63,11 +63,6 @@ const maxManifest = 1 << 30
 // its header and manifest promise (bad magic, checksum mismatch, truncation,
 // inconsistent layout). Test for it with errors.Is.
 var ErrCorrupt = errors.New("corrupt pool")
-
-// Extent locates one contiguous run of bytes in the pool file. Offset and
-// Length are multiples of ExtentAlign, so the run can be read with O_DIRECT
-// (or an NVMe command) straight into an aligned buffer.
-type Extent = stream.Extent
 
 // manifest is the JSON document after the header.
 type manifest struct {
@@ -344,7 +339,7 @@ type tensorInfo struct {
 // extentInfo is a validated extentDesc.
 type extentInfo struct {
 	name    string // "layer 3" or "globals", used in errors
-	ext     Extent
+	ext     tier.Extent
 	sum     uint64
 	used    int64 // end of the last tensor
 	tensors []tensorInfo
@@ -513,7 +508,7 @@ type tensorSpec struct {
 // prev, and tensors exactly matching specs (names, order, shapes, sizes,
 // alignment, no overlap, inside the extent).
 func checkExtent(name string, d *extentDesc, specs []tensorSpec, prev int64) (extentInfo, error) {
-	e := extentInfo{name: name, ext: Extent{Offset: d.Offset, Length: d.Length}}
+	e := extentInfo{name: name, ext: tier.Extent{Offset: d.Offset, Length: d.Length}}
 	fail := func(format string, a ...any) (extentInfo, error) {
 		return extentInfo{}, fmt.Errorf("extent %s: %s", name, fmt.Sprintf(format, a...))
 	}

@@ -1,4 +1,4 @@
-package tier
+package prefab
 
 import (
 	"fmt"
@@ -8,15 +8,17 @@ import (
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // SizesFromGGUF computes the sizes a pool written from f with prefab type
 // typ would have (extent lengths with the pool's alignment), so a GGUF can
 // be planned before it is prefabbed. It also returns the model's config.
-func SizesFromGGUF(f *gguf.File, typ string) (Sizes, model.Config, error) {
+func SizesFromGGUF(f *gguf.File, typ string) (tier.Sizes, model.Config, error) {
 	cfg, err := model.ConfigFromGGUF(f)
 	if err != nil {
-		return Sizes{}, cfg, err
+		return tier.Sizes{}, cfg, err
 	}
 	byType := map[quant.Type]int64{}
 	extent := func(names []string) (int64, int64, error) {
@@ -37,14 +39,14 @@ func SizesFromGGUF(f *gguf.File, typ string) (Sizes, model.Config, error) {
 			if err != nil {
 				return 0, 0, fmt.Errorf("tensor %s: %w", n, err)
 			}
-			pos = alignUp(pos, TensorAlign) + sz
+			pos = hostmem.AlignUp(pos, TensorAlign) + sz
 			if n != "token_embd.weight" || cfg.TiedOutput {
 				out += sz
 			}
 		}
-		return alignUp(max(pos, 1), ExtentAlign), out, nil
+		return hostmem.AlignUp(max(pos, 1), ExtentAlign), out, nil
 	}
-	var s Sizes
+	var s tier.Sizes
 	var err2 error
 	if s.Globals, s.Output, err2 = extent(globalNames(cfg.TiedOutput)); err2 != nil {
 		return s, cfg, err2

@@ -1,7 +1,12 @@
-package setup
+// Package fakehost builds fake host trees (sysfs, procfs and /dev as a
+// host shows them) for the host checks' and the host scripts' tests. The
+// host descriptions are embedded, so the tests that use them also run in
+// the VM test-bed guest, where only test binaries are copied.
+package fakehost
 
 import (
 	"bufio"
+	"embed"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -11,11 +16,14 @@ import (
 	"testing"
 )
 
-// buildHost materializes a fake host tree from testdata/hosts/NAME.txt into
-// a temporary directory and returns its root. The format, one directive a
+//go:embed hosts/*.txt
+var hosts embed.FS
+
+// Build materializes a fake host tree from hosts/NAME.txt into a
+// temporary directory and returns its root. The format, one directive a
 // line ('#' starts a comment):
 //
-//	include FILE                 another fixture, relative to testdata/hosts
+//	include FILE                 another fixture, relative to hosts/
 //	file PATH TEXT...            a file; "\n" in TEXT is a newline
 //	link PATH TARGET             a symlink
 //	dir PATH                     a directory
@@ -31,13 +39,13 @@ import (
 //	                             (a 64-bit BAR0, as on an H100/H200: BAR1
 //	                             then sits at resource index 2)
 //	disk NAME BDF DEV            sys/block/NAME under the controller's nvme/
-func buildHost(t *testing.T, name string) string {
+func Build(t testing.TB, name string) string {
 	t.Helper()
 	root := t.TempDir()
 	devPaths := map[string]string{} // BDF → path under root
 	var load func(name string)
 	load = func(name string) {
-		f, err := os.Open(filepath.Join("testdata", "hosts", name))
+		f, err := hosts.Open("hosts/" + name)
 		if err != nil {
 			t.Fatal(err)
 		}

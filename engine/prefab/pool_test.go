@@ -1,4 +1,4 @@
-package tier
+package prefab
 
 import (
 	"bytes"
@@ -17,7 +17,9 @@ import (
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/engine/tokenizer"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // nmseBound is the largest per-step logits NMSE a converted pool may show
@@ -267,17 +269,17 @@ func TestPoolCorruptExtent(t *testing.T) {
 	cases := []struct {
 		name   string
 		extent int // layer index, or n for the globals
-		at     func(e Extent) int64
+		at     func(e tier.Extent) int64
 	}{
-		{"layer 2 first byte", 2, func(e Extent) int64 { return e.Offset }},
-		{"layer 2 padding", 2, func(e Extent) int64 { return e.End() - 1 }},
-		{"layer 0 middle", 0, func(e Extent) int64 { return e.Offset + e.Length/2 }},
-		{"globals", n, func(e Extent) int64 { return e.Offset + 100 }},
+		{"layer 2 first byte", 2, func(e tier.Extent) int64 { return e.Offset }},
+		{"layer 2 padding", 2, func(e tier.Extent) int64 { return e.End() - 1 }},
+		{"layer 0 middle", 0, func(e tier.Extent) int64 { return e.Offset + e.Length/2 }},
+		{"globals", n, func(e tier.Extent) int64 { return e.Offset + 100 }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			path := copyPool(t, good)
-			var e Extent
+			var e tier.Extent
 			want := "extent globals"
 			if c.extent < n {
 				e = gp.Extent(c.extent)
@@ -472,7 +474,7 @@ func TestManifestValidation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if first := int64(binary.LittleEndian.Uint64(b[16:]) + mlen); int64(len(mb))+64 > alignUp(first, 4096) {
+			if first := int64(binary.LittleEndian.Uint64(b[16:]) + mlen); int64(len(mb))+64 > hostmem.AlignUp(first, 4096) {
 				t.Fatalf("edited manifest of %d bytes would overwrite the first extent", len(mb))
 			}
 			img := append(encodeHeader(mb), mb...)

@@ -1,7 +1,7 @@
-// Command hostcheck is the host side of the VM test-bed (setup/testbed/run.sh).
+// Command bedcheck is the host side of the VM test-bed (setup/testbed/run.sh).
 //
-//	hostcheck fill FILE TAG SIZE      write an NVMe image holding testbed.Pattern(TAG)
-//	hostcheck check -dir D -log L -tests LIST [-passed T1,T2]
+//	bedcheck fill FILE TAG SIZE      write an NVMe image holding testbed.Pattern(TAG)
+//	bedcheck check -dir D -log L -tests LIST [-passed T1,T2]
 //	                                  read the guest's console log L: every test in LIST
 //	                                  must report PASS, every TESTBED-EXPECT(-NOT)
 //	                                  line must hold for the backing files in D, and
@@ -45,13 +45,13 @@ func main() {
 		usage()
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "hostcheck:", err)
+		fmt.Fprintln(os.Stderr, "bedcheck:", err)
 		os.Exit(1)
 	}
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: hostcheck fill FILE TAG SIZE | hostcheck check -dir D -log L -tests LIST [-passed T1,T2]")
+	fmt.Fprintln(os.Stderr, "usage: bedcheck fill FILE TAG SIZE | bedcheck check -dir D -log L -tests LIST [-passed T1,T2]")
 	os.Exit(2)
 }
 
@@ -128,7 +128,7 @@ func check(args []string, out io.Writer) (failed bool, err error) {
 	}
 	fail := func(format string, a ...any) {
 		failed = true
-		fmt.Fprintf(out, "hostcheck: FAIL "+format+"\n", a...)
+		fmt.Fprintf(out, "bedcheck: FAIL "+format+"\n", a...)
 	}
 	results := map[string]string{}
 	goTests := map[string]string{} // Go test name → PASS, FAIL or SKIP from -test.v
@@ -150,7 +150,7 @@ func check(args []string, out io.Writer) (failed bool, err error) {
 		case "TESTBED-RESULT":
 			if len(f) >= 3 {
 				results[f[1]] = f[2]
-				fmt.Fprintf(out, "hostcheck: %s %s\n", f[1], strings.Join(f[2:], " "))
+				fmt.Fprintf(out, "bedcheck: %s %s\n", f[1], strings.Join(f[2:], " "))
 			}
 		case "TESTBED-DONE":
 			done = true
@@ -166,7 +166,7 @@ func check(args []string, out io.Writer) (failed bool, err error) {
 			// The files hold the state after power-off: a later write to
 			// the same bytes wins, and only it can be checked.
 			superseded++
-			fmt.Fprintf(out, "hostcheck: note: %s %s@%s+%s superseded by a later expectation of %s\n", f[0], f[1], f[2], f[3], later)
+			fmt.Fprintf(out, "bedcheck: note: %s %s@%s+%s superseded by a later expectation of %s\n", f[0], f[1], f[2], f[3], later)
 			continue
 		}
 		checked++
@@ -198,7 +198,7 @@ func check(args []string, out io.Writer) (failed bool, err error) {
 			fail("Go test %s: %s (must pass here, not skip)", name, r)
 		}
 	}
-	fmt.Fprintf(out, "hostcheck: %d tests, %d host-side expectations checked (%d superseded)\n", len(want), checked, superseded)
+	fmt.Fprintf(out, "bedcheck: %d tests, %d host-side expectations checked (%d superseded)\n", len(want), checked, superseded)
 	return failed, nil
 }
 

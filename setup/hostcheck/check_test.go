@@ -1,15 +1,17 @@
-package setup
+package hostcheck
 
 import (
 	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/strata-llm/strata/setup/internal/fakehost"
 )
 
-// TestCheckFakeHosts runs every check against the fake host trees in
-// testdata/hosts and holds the verdicts and the chosen route to what each
-// tree was built to show.
+// TestCheckFakeHosts runs every check against the fake host trees of
+// setup/internal/fakehost and holds the verdicts and the chosen route to
+// what each tree was built to show.
 func TestCheckFakeHosts(t *testing.T) {
 	for _, tc := range []struct {
 		host   string
@@ -108,7 +110,7 @@ func TestCheckFakeHosts(t *testing.T) {
 		},
 	} {
 		t.Run(tc.host, func(t *testing.T) {
-			root := buildHost(t, tc.host)
+			root := fakehost.Build(t, tc.host)
 			rep := Check(Options{Root: root})
 			byID := map[string]Result{}
 			for _, r := range rep.Results {

@@ -1,4 +1,4 @@
-package tier
+package prefab
 
 import (
 	"fmt"
@@ -8,11 +8,12 @@ import (
 	"sync"
 
 	"github.com/zeebo/xxh3"
-	"golang.org/x/sys/unix"
 
 	"github.com/strata-llm/strata/engine/model"
-	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/engine/tokenizer"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // Pool is an opened prefab pool: the file mapped read-only, its manifest
@@ -23,6 +24,7 @@ import (
 // concurrent use; Close must not race with other calls.
 type Pool struct {
 	path   string
+	m      *hostmem.Mapping // nil for a pool over plain memory
 	data   []byte
 	l      *layout
 	checks []extentCheck // one per layer, then the globals
@@ -64,18 +66,22 @@ func OpenPool(path string) (*Pool, error) {
 	if size > math.MaxInt {
 		return nil, fmt.Errorf("open pool %s: %d bytes is too large to map", path, size)
 	}
-	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	m, err := hostmem.Map(f, 0, size)
 	if err != nil {
-		return nil, fmt.Errorf("open pool %s: mmap: %w", path, err)
+		return nil, fmt.Errorf("open pool: %w", err)
 	}
-	l, err := parseLayout(data)
+	l, err := parseLayout(m.Bytes())
 	if err != nil {
-		_ = unix.Munmap(data)
+		_ = m.Close()
 		return nil, fmt.Errorf("open pool %s: %w", path, err)
 	}
-	return newPool(path, data, l), nil
+	p := newPool(path, m.Bytes(), l)
+	p.m = m
+	return p, nil
 }
 
+// newPool builds a Pool over data (the mapping's bytes; the fuzz tests pass
+// plain memory and no mapping).
 func newPool(path string, data []byte, l *layout) *Pool {
 	p := &Pool{path: path, data: data, l: l}
 	p.checks = make([]extentCheck, len(l.layers)+1)
@@ -113,10 +119,10 @@ func (p *Pool) NumLayers() int { return len(p.l.layers) }
 // Extent is where layer i's bytes lie in the pool file: one aligned,
 // sequential read. It panics if i is out of range, like a slice index: the
 // layer count is known from NumLayers.
-func (p *Pool) Extent(i int) Extent { return p.l.layers[i].ext }
+func (p *Pool) Extent(i int) tier.Extent { return p.l.layers[i].ext }
 
 // GlobalsExtent is where the non-layer tensors lie in the pool file.
-func (p *Pool) GlobalsExtent() Extent { return p.l.globals.ext }
+func (p *Pool) GlobalsExtent() tier.Extent { return p.l.globals.ext }
 
 // LayerBytes returns every layer extent's length (what streaming the layer
 // moves), in layer order: the planner's input.
@@ -286,10 +292,12 @@ func (p *Pool) Close() error {
 	if p.data == nil {
 		return nil
 	}
-	d := p.data
 	p.data = nil
-	if err := unix.Munmap(d); err != nil {
-		return fmt.Errorf("pool %s: munmap: %w", p.path, err)
+	if p.m == nil {
+		return nil
+	}
+	if err := p.m.Close(); err != nil {
+		return fmt.Errorf("pool %s: %w", p.path, err)
 	}
 	return nil
 }
@@ -312,5 +320,18 @@ func IsPool(path string) (bool, error) {
 	return IsPoolHeader(b), nil
 }
 
-// A Pool is what the streaming pipeline reads layers from.
-var _ stream.LayerStore = (*Pool)(nil)
+// Sizes returns the pool's sizes for the planner.
+func (p *Pool) Sizes() tier.Sizes {
+	s := tier.Sizes{Layers: p.LayerBytes(), Globals: p.GlobalBytes()}
+	by := map[quant.Type]int64{}
+	for _, t := range p.l.layers[0].tensors {
+		by[t.typ] += t.size
+	}
+	s.Type = heaviest(by)
+	for _, t := range p.l.globals.tensors {
+		if t.name != "token_embd.weight" || p.l.cfg.TiedOutput {
+			s.Output += t.size
+		}
+	}
+	return s
+}

@@ -1,10 +1,9 @@
-package setup
+package hostcheck
 
 import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -169,43 +168,5 @@ func TestCheckGuestIOMMUOff(t *testing.T) {
 	}
 	if r, _ := back.Find("iommu"); r.Status != Fail || back.Route.Kind != routeFile {
 		t.Errorf("JSON round trip: iommu %s, route %s", r.Status, back.Route.Kind)
-	}
-}
-
-// TestVFIOBindGuest hands the test-bed's second controller to the kernel's
-// nvme driver and back with vfio-bind.sh, on a real kernel.
-func TestVFIOBindGuest(t *testing.T) {
-	g := testbed.Require(t)
-	etc := t.TempDir()
-	s := newScript(t, "vfio-bind.sh", vfioBindScript, "STRATA_ETC="+etc, "STRATA_MODPROBE=true",
-		"STRATA_SYSTEMCTL=true", "STRATA_LIBDIR="+filepath.Join(etc, "lib"))
-	sys := pci.Sysfs{}
-	drv := func() string { d, _ := sys.Driver(g.NVMe1); return d }
-	if d := drv(); d != "vfio-pci" {
-		t.Fatalf("%s starts on %q", g.NVMe1, d)
-	}
-	t.Cleanup(func() {
-		if drv() != "vfio-pci" {
-			sys.BindVFIO(g.NVMe1)
-		}
-	})
-	out, ok := s.run("unbind", g.NVMe1)
-	t.Logf("unbind:\n%s", out)
-	if !ok || drv() != "nvme" {
-		t.Fatalf("unbind: ok=%v, driver now %q", ok, drv())
-	}
-	if out, ok := s.run("unbind", g.NVMe1); !ok || !strings.Contains(out, "not on vfio-pci (driver nvme)") {
-		t.Errorf("second unbind is not a no-op: %v\n%s", ok, out)
-	}
-	out, ok = s.run("bind", g.NVMe1)
-	t.Logf("bind:\n%s", out)
-	if !ok || drv() != "vfio-pci" {
-		t.Fatalf("bind: ok=%v, driver now %q", ok, drv())
-	}
-	if !strings.Contains(readOr(filepath.Join(etc, "udev/rules.d/70-strata-vfio.rules"), ""), `KERNEL=="`+g.NVMe1+`"`) {
-		t.Error("no udev rule written")
-	}
-	if out, ok := s.run("bind", g.NVMe1); !ok || !strings.Contains(out, "already bound") || strings.Contains(out, "wrote") {
-		t.Errorf("second bind is not a no-op: %v\n%s", ok, out)
 	}
 }

@@ -1,16 +1,17 @@
-package setup
+package hostcheck
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
-	"github.com/strata-llm/strata/p2p/topology"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/strata-llm/strata/p2p/topology"
 
 	"github.com/strata-llm/strata/pci"
 )

@@ -1,0 +1,29 @@
+package prefab
+
+import "testing"
+
+// TestSizesFromGGUFMatchPool checks that the sizes planned from a GGUF are
+// the ones the pool written from it has.
+func TestSizesFromGGUFMatchPool(t *testing.T) {
+	for _, typ := range []string{TypeKeep, TypeQ4_K} {
+		path, src := prefab(t, t.TempDir(), "llama", "q4_k_m", typ)
+		p, err := OpenPool(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, cfg, err := SizesFromGGUF(src.File, typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := p.Sizes()
+		if cfg.Layers != len(want.Layers) || got.Globals != want.Globals || got.Output != want.Output || got.Type != want.Type {
+			t.Errorf("%s: GGUF sizes %+v, pool %+v", typ, got, want)
+		}
+		for i := range want.Layers {
+			if got.Layers[i] != want.Layers[i] {
+				t.Errorf("%s: layer %d: GGUF estimate %d, pool %d", typ, i, got.Layers[i], want.Layers[i])
+			}
+		}
+		p.Close()
+	}
+}
