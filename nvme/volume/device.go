@@ -6,8 +6,8 @@ import (
 	"os"
 	"sort"
 	"sync"
-	"unsafe"
 
+	"github.com/strata-llm/strata/internal/hostmem"
 	"github.com/strata-llm/strata/nvme"
 )
 
@@ -65,11 +65,13 @@ func (d *FileDevice) WriteBlocks(ctx context.Context, lba uint64, p []byte) erro
 	return err
 }
 
-// Alloc returns page-aligned Go memory.
+// Alloc returns page-aligned memory outside the Go heap.
 func (d *FileDevice) Alloc(n int) ([]byte, func() error, error) {
-	raw := make([]byte, n+Unit)
-	off := int((Unit - uintptr(unsafe.Pointer(&raw[0]))%Unit) % Unit)
-	return raw[off : off+n : off+n], func() error { return nil }, nil
+	r, err := hostmem.Alloc(n, hostmem.AllocOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("volume: %w", err)
+	}
+	return r.Bytes(), r.Free, nil
 }
 
 // NVMe is a BlockDevice over one namespace of a userspace-driven
@@ -111,8 +113,6 @@ func (d *NVMe) Blocks() uint64 { return d.ns.Size }
 // Flush commits the controller's volatile write cache.
 func (d *NVMe) Flush(ctx context.Context) error { return d.c.Queue().Flush(ctx, d.nsid) }
 
-func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
-
 // Alloc returns DMA-mapped memory registered for zero-copy I/O.
 func (d *NVMe) Alloc(n int) ([]byte, func() error, error) {
 	buf, err := d.dma.Alloc(n)
@@ -120,7 +120,7 @@ func (d *NVMe) Alloc(n int) ([]byte, func() error, error) {
 		return nil, nil, err
 	}
 	d.mu.Lock()
-	i := sort.Search(len(d.bufs), func(i int) bool { return addr(d.bufs[i].Bytes) > addr(buf.Bytes) })
+	i := sort.Search(len(d.bufs), func(i int) bool { return hostmem.Addr(d.bufs[i].Bytes) > hostmem.Addr(buf.Bytes) })
 	d.bufs = append(d.bufs, nvme.Buffer{})
 	copy(d.bufs[i+1:], d.bufs[i:])
 	d.bufs[i] = buf
@@ -148,15 +148,15 @@ func (d *NVMe) lookup(p []byte) (nvme.Buffer, bool) {
 	if len(p) == 0 {
 		return nvme.Buffer{}, false
 	}
-	a := addr(p)
+	a := hostmem.Addr(p)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	i := sort.Search(len(d.bufs), func(i int) bool { return addr(d.bufs[i].Bytes) > a }) - 1
+	i := sort.Search(len(d.bufs), func(i int) bool { return hostmem.Addr(d.bufs[i].Bytes) > a }) - 1
 	if i < 0 {
 		return nvme.Buffer{}, false
 	}
 	b := d.bufs[i]
-	off := a - addr(b.Bytes)
+	off := a - hostmem.Addr(b.Bytes)
 	if off+uintptr(len(p)) > uintptr(len(b.Bytes)) {
 		return nvme.Buffer{}, false
 	}
