@@ -333,7 +333,7 @@ func writeTestPool(t *testing.T, dir string) string {
 	}
 	defer m.Close()
 	p := filepath.Join(dir, "tiny.pool")
-	if err := prefab.WritePool(m, p, prefab.PrefabOptions{Type: prefab.TypeKeep}); err != nil {
+	if err := prefab.WritePool(m, p, prefab.Options{Type: prefab.TypeKeep}); err != nil {
 		t.Fatal(err)
 	}
 	return p

@@ -66,7 +66,7 @@ func stackedPool(t *testing.T, dir string, seeds ...uint64) (string, []int64) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, fmt.Sprintf("stack-%d.pool", len(seeds)))
-	if err := prefab.WriteModelPool(m, vocab, path, prefab.PrefabOptions{}); err != nil {
+	if err := prefab.WriteModelPool(m, vocab, path, prefab.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	p, err := prefab.OpenPool(path)

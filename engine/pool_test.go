@@ -28,7 +28,7 @@ func TestOpenPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := filepath.Join(dir, "tiny.pool")
-	err = prefab.WritePool(m, pool, prefab.PrefabOptions{Type: prefab.TypeKeep})
+	err = prefab.WritePool(m, pool, prefab.Options{Type: prefab.TypeKeep})
 	m.Close()
 	if err != nil {
 		t.Fatal(err)

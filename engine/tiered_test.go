@@ -62,7 +62,7 @@ func stackedPool(t *testing.T, arch, typ string, seeds ...uint64) (pool, ggufPat
 		t.Fatal(err)
 	}
 	pool = filepath.Join(dir, arch+".pool")
-	if err := prefab.WriteModelPool(m, vocab, pool, prefab.PrefabOptions{}); err != nil {
+	if err := prefab.WriteModelPool(m, vocab, pool, prefab.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	return pool, ggufPath

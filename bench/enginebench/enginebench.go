@@ -382,7 +382,7 @@ func (rn *runner) int8Pool(ctx context.Context, path, src string) (string, error
 	defer g.Close()
 	rn.o.progress("prefabbing %s to INT8-row: %s", src, path)
 	t := time.Now()
-	err = prefab.WritePool(g, path, prefab.PrefabOptions{Type: prefab.TypeINT8, Source: filepath.Base(src), Context: ctx,
+	err = prefab.WritePool(g, path, prefab.Options{Type: prefab.TypeINT8, Source: filepath.Base(src), Context: ctx,
 		Progress: rn.percent(filepath.Base(path))})
 	if err != nil {
 		return "", err

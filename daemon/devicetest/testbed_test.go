@@ -150,7 +150,7 @@ func TestTestbedDeviceAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	poolPath := filepath.Join(dir, "tiny.pool")
-	if err := prefab.WritePool(m, poolPath, prefab.PrefabOptions{Type: prefab.TypeKeep}); err != nil {
+	if err := prefab.WritePool(m, poolPath, prefab.Options{Type: prefab.TypeKeep}); err != nil {
 		t.Fatal(err)
 	}
 	m.Close()

@@ -59,7 +59,7 @@ func writePool(t testing.TB, src, dst string) {
 		t.Fatal(err)
 	}
 	defer mf.Close()
-	if err := prefab.WritePool(mf, dst, prefab.PrefabOptions{Type: prefab.TypeKeep}); err != nil {
+	if err := prefab.WritePool(mf, dst, prefab.Options{Type: prefab.TypeKeep}); err != nil {
 		t.Fatal(err)
 	}
 }

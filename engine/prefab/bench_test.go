@@ -30,7 +30,7 @@ func BenchmarkPrefab(b *testing.B) {
 			b.SetBytes(n)
 			b.ResetTimer()
 			for range b.N {
-				if err := WritePool(m, out, PrefabOptions{Type: c.typ}); err != nil {
+				if err := WritePool(m, out, Options{Type: c.typ}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -14,7 +14,7 @@ func FuzzParseLayout(f *testing.F) {
 	m, v := miniModel(f)
 	path := filepath.Join(f.TempDir(), "seed.pool")
 	for _, typ := range []string{TypeKeep, TypeINT8} {
-		if err := WriteModelPool(m, v, path, PrefabOptions{Type: typ}); err != nil {
+		if err := WriteModelPool(m, v, path, Options{Type: typ}); err != nil {
 			f.Fatal(err)
 		}
 		b, err := os.ReadFile(path)
@@ -62,7 +62,7 @@ func FuzzParseLayout(f *testing.F) {
 func FuzzParseManifest(f *testing.F) {
 	m, v := miniModel(f)
 	path := filepath.Join(f.TempDir(), "seed.pool")
-	if err := WriteModelPool(m, v, path, PrefabOptions{}); err != nil {
+	if err := WriteModelPool(m, v, path, Options{}); err != nil {
 		f.Fatal(err)
 	}
 	img, err := os.ReadFile(path)

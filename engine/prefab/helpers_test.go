@@ -63,7 +63,7 @@ func prefab(t testing.TB, dir, arch, srcType, typ string) (string, *gguf.Mapped)
 	}
 	t.Cleanup(func() { m.Close() })
 	out := filepath.Join(dir, fmt.Sprintf("%s-%s-%s.pool", arch, srcType, typ))
-	if err := WritePool(m, out, PrefabOptions{Type: typ, Source: filepath.Base(src)}); err != nil {
+	if err := WritePool(m, out, Options{Type: typ, Source: filepath.Base(src)}); err != nil {
 		t.Fatalf("WritePool %s %s -> %s: %v", arch, srcType, typ, err)
 	}
 	return out, m

@@ -424,7 +424,7 @@ func TestPoolBadHeader(t *testing.T) {
 func TestManifestValidation(t *testing.T) {
 	m, v := miniModel(t)
 	good := filepath.Join(t.TempDir(), "mini.pool")
-	if err := WriteModelPool(m, v, good, PrefabOptions{}); err != nil {
+	if err := WriteModelPool(m, v, good, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -497,7 +497,7 @@ func TestMiniPool(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "mini.pool")
 	var calls int
 	var last, total int64
-	err := WriteModelPool(m, v, path, PrefabOptions{Type: TypeINT8, Progress: func(d, tot int64) {
+	err := WriteModelPool(m, v, path, Options{Type: TypeINT8, Progress: func(d, tot int64) {
 		if d < last {
 			t.Errorf("progress went back from %d to %d", last, d)
 		}
@@ -553,7 +553,7 @@ func TestMiniPool(t *testing.T) {
 	if ok, err := IsPool(path); !ok || err != nil {
 		t.Errorf("IsPool = %v, %v", ok, err)
 	}
-	if err := WriteModelPool(m, v, path, PrefabOptions{Type: "q3"}); err == nil {
+	if err := WriteModelPool(m, v, path, Options{Type: "q3"}); err == nil {
 		t.Errorf("unknown prefab type accepted")
 	}
 	if err := p.Close(); err != nil {
@@ -572,7 +572,7 @@ func TestWriteFailures(t *testing.T) {
 	path := filepath.Join(dir, "x.pool")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := WriteModelPool(m, v, path, PrefabOptions{Context: ctx}); !errors.Is(err, context.Canceled) {
+	if err := WriteModelPool(m, v, path, Options{Context: ctx}); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled write: %v", err)
 	}
 	for _, p := range []string{path, path + ".tmp"} {
@@ -580,12 +580,12 @@ func TestWriteFailures(t *testing.T) {
 			t.Errorf("%s left behind after a cancelled write", p)
 		}
 	}
-	if err := WriteModelPool(m, v, filepath.Join(dir, "no", "such", "dir.pool"), PrefabOptions{}); err == nil {
+	if err := WriteModelPool(m, v, filepath.Join(dir, "no", "such", "dir.pool"), Options{}); err == nil {
 		t.Errorf("write into a missing directory succeeded")
 	}
 	short := *v
 	short.Tokens = short.Tokens[:4]
-	if err := WriteModelPool(m, &short, path, PrefabOptions{}); err == nil || !strings.Contains(err.Error(), "vocabulary") {
+	if err := WriteModelPool(m, &short, path, Options{}); err == nil || !strings.Contains(err.Error(), "vocabulary") {
 		t.Errorf("mismatched vocabulary: %v", err)
 	}
 }

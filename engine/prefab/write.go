@@ -20,7 +20,7 @@ import (
 	"github.com/strata-llm/strata/internal/hostmem"
 )
 
-// Prefab types accepted by PrefabOptions.Type.
+// Prefab types accepted by Options.Type.
 const (
 	// TypeKeep copies every tensor's bytes unchanged.
 	TypeKeep = "keep"
@@ -34,11 +34,11 @@ const (
 	TypeINT8 = "int8"
 )
 
-// PrefabTypes lists the values PrefabOptions.Type accepts, for help text.
-func PrefabTypes() []string { return []string{TypeKeep, TypeQ8_0, TypeQ4_K, TypeINT8} }
+// Types lists the values Options.Type accepts, for help text.
+func Types() []string { return []string{TypeKeep, TypeQ8_0, TypeQ4_K, TypeINT8} }
 
-// PrefabOptions controls WritePool.
-type PrefabOptions struct {
+// Options controls WritePool.
+type Options struct {
 	// Type is TypeKeep, TypeQ8_0, TypeQ4_K or TypeINT8 ("" means keep).
 	// Norm vectors always stay F32; a matrix already in the target type is
 	// copied, not requantized.
@@ -75,7 +75,7 @@ func matrixType(typ string, src quant.Type, cols int) (quant.Type, error) {
 	case TypeINT8:
 		return quant.INT8Row, nil
 	}
-	return 0, fmt.Errorf("unknown prefab type %q (want one of %v)", typ, PrefabTypes())
+	return 0, fmt.Errorf("unknown prefab type %q (want one of %v)", typ, Types())
 }
 
 // plannedTensor is one tensor to write: where it comes from and where it goes.
@@ -100,7 +100,7 @@ type plannedExtent struct {
 // Conversion of each tensor is spread over GOMAXPROCS goroutines and
 // overlaps with writing the previous extent; memory use is about two of the
 // largest extents.
-func WritePool(src *gguf.Mapped, path string, opts PrefabOptions) error {
+func WritePool(src *gguf.Mapped, path string, opts Options) error {
 	if src == nil || src.File == nil {
 		return errors.New("prefab: nil source")
 	}
@@ -118,7 +118,7 @@ func WritePool(src *gguf.Mapped, path string, opts PrefabOptions) error {
 // WriteModelPool is WritePool for a model already in memory (its weights'
 // bytes are read, never modified) and its tokenizer vocabulary: tests and
 // converters from other formats use it.
-func WriteModelPool(mod *model.Model, vocab *tokenizer.Vocab, path string, opts PrefabOptions) (err error) {
+func WriteModelPool(mod *model.Model, vocab *tokenizer.Vocab, path string, opts Options) (err error) {
 	ctx := opts.Context
 	if ctx == nil {
 		ctx = context.Background()
@@ -193,7 +193,7 @@ func WriteModelPool(mod *model.Model, vocab *tokenizer.Vocab, path string, opts 
 
 // planPool decides every tensor's output type and offset inside its extent
 // and builds the manifest (checksums zero, extent offsets unset).
-func planPool(mod *model.Model, vocab *tokenizer.Vocab, opts PrefabOptions) (*manifest, []plannedExtent, error) {
+func planPool(mod *model.Model, vocab *tokenizer.Vocab, opts Options) (*manifest, []plannedExtent, error) {
 	cfg := mod.Config
 	w := mod.Weights
 	man := &manifest{

@@ -29,7 +29,7 @@ func writePool(t *testing.T, dir, arch, typ string) string {
 	}
 	defer g.Close()
 	path := filepath.Join(dir, arch+".pool")
-	if err := prefab.WritePool(g, path, prefab.PrefabOptions{}); err != nil {
+	if err := prefab.WritePool(g, path, prefab.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -26,7 +26,7 @@ func TestTierPoolOnNVMe(t *testing.T) {
 	}
 	defer mapped.Close()
 	poolPath := filepath.Join(dir, "tiny.pool")
-	if err := prefab.WritePool(mapped, poolPath, prefab.PrefabOptions{Type: prefab.TypeQ8_0}); err != nil {
+	if err := prefab.WritePool(mapped, poolPath, prefab.Options{Type: prefab.TypeQ8_0}); err != nil {
 		t.Fatal(err)
 	}
 	pool, err := prefab.OpenPool(poolPath)

@@ -116,7 +116,7 @@ func benchStream(ctx context.Context, path string, cmd *cli.Command) (*streamBen
 			return nil, fmt.Errorf("bench stream: %s is neither a pool nor a readable GGUF: %w", path, err)
 		}
 		log.Info("prefabbing to a temporary pool", "gguf", path, "pool", poolPath)
-		err = prefab.WritePool(g, poolPath, prefab.PrefabOptions{Source: filepath.Base(path), Context: ctx})
+		err = prefab.WritePool(g, poolPath, prefab.Options{Source: filepath.Base(path), Context: ctx})
 		g.Close()
 		if err != nil {
 			return nil, fmt.Errorf("bench stream: %w", err)

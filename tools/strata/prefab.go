@@ -33,8 +33,8 @@ func prefabCommand() *cli.Command {
 				return usagef("prefab takes exactly one MODEL")
 			}
 			typ := cmd.String("type")
-			if !slices.Contains(prefab.PrefabTypes(), typ) {
-				return usagef("--type %q: want one of %v", typ, prefab.PrefabTypes())
+			if !slices.Contains(prefab.Types(), typ) {
+				return usagef("--type %q: want one of %v", typ, prefab.Types())
 			}
 			var bar *progressbar.ProgressBar
 			var progress func(done, total int64)
@@ -68,7 +68,7 @@ func prefabModel(ctx context.Context, in, out, typ string, progress func(done, t
 		return 0, err
 	}
 	defer m.Close()
-	opts := prefab.PrefabOptions{Type: typ, Source: filepath.Base(in), Progress: progress, Context: ctx}
+	opts := prefab.Options{Type: typ, Source: filepath.Base(in), Progress: progress, Context: ctx}
 	if err := prefab.WritePool(m, out, opts); err != nil {
 		return 0, err
 	}

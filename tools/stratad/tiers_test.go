@@ -34,7 +34,7 @@ func TestTierFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := filepath.Join(dir, "tiny.pool")
-	err = prefab.WritePool(g, pool, prefab.PrefabOptions{})
+	err = prefab.WritePool(g, pool, prefab.Options{})
 	g.Close()
 	if err != nil {
 		t.Fatal(err)
