@@ -25,7 +25,7 @@ const MaxFusedGEMVBatch = 2
 
 // fusedTypes are the weight types gemv_fused dispatches on (its
 // fused_dispatch), with the engine/quant type ids the kernel compares.
-var fusedTypes = map[quant.Type]int{quant.Q4_K: 12, quant.Q6_K: 14, quant.F16: 1, quant.BF16: 30, Q6KA: 1025}
+var fusedTypes = map[quant.Type]int{quant.Q4_K: 12, quant.Q6_K: 14, quant.F16: 1, quant.BF16: 30, quant.Q6KA: 1025}
 
 // fusedRowsFor is gemv.cu's fused_rg: rows per block of one matrix.
 func fusedRowsFor(t quant.Type) int {

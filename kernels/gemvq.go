@@ -313,7 +313,7 @@ func (k *Kernels) gemvq6Launch(c *cudadrv.Ctx, s cudadrv.Stream, what string, xq
 	name := fmt.Sprintf("gemvq_q6k_%d", nb)
 	blocks, threads := gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), o.W.Cols)
 	smem := int64(0)
-	if o.W.Type == Q6KA {
+	if o.W.Type == quant.Q6KA {
 		name, blocks, threads = k.gemvq6aWaveGeometry(nb, o.W.Rows, o.W.Cols)
 	} else if ok, th := k.gemvq6Staged(o.W); ok {
 		name, smem = fmt.Sprintf("gemvq_q6k_s_%d", nb), gemvq6sRows*rb
@@ -616,7 +616,7 @@ func SetGEMVQMixedCap(on bool) { gemvqMixedCap.Store(on) }
 // 4.94.
 func gemvqMixedName(t quant.Type, threads int) string {
 	switch {
-	case t != Q6KA:
+	case t != quant.Q6KA:
 		return "gemvq_mixed_1"
 	case threads == 64 && gemvqMixedCap.Load():
 		return "gemvq_mixed_a_w2_1"
@@ -631,7 +631,7 @@ func gemvqMixedName(t quant.Type, threads int) string {
 // fit the device in one wave (the 8b shape's q/k/v with a Q6_K v: 1025).
 func (k *Kernels) gemvqMixedSplitGeometry(q4 []GEMVOut, q6 GEMVOut) (blocks, threads int, ok bool) {
 	cols := q6.W.Cols
-	if !gemvqSplit.Load() || !gemvqPairs.Load() || gemvqUnroll != 0 || gemvqWarps != 0 || q6.W.Type != Q6KA || cols > 4096 {
+	if !gemvqSplit.Load() || !gemvqPairs.Load() || gemvqUnroll != 0 || gemvqWarps != 0 || q6.W.Type != quant.Q6KA || cols > 4096 {
 		return 0, 0, false
 	}
 	for _, o := range q4 {

@@ -405,7 +405,7 @@ func checkGEMVQ(t *testing.T, c *cudadrv.Ctx, a *arena, k *Kernels, cols, nb int
 	mixed := fastType(quant.Q6_K) && k.gemvqMixed(nb, int(glu), q4, q6)
 	for i, o := range outs {
 		_, _, th := k.gemvq4Geometry(nb, groups, cols)
-		if o.W.Type == Q6KA && !mixed {
+		if o.W.Type == quant.Q6KA && !mixed {
 			// gemvq_q6ka: gemvq_q6k's unit walk with its own warps.
 			_, _, th = k.gemvq6aWaveGeometry(nb, o.W.Rows, cols)
 		} else if matrixType(o.W.Type) == quant.Q6_K {
@@ -954,16 +954,16 @@ func TestGEMVQMixedSplitGeometry(t *testing.T) {
 		nosplit, nopr bool
 		blocks, th    int
 	}{
-		{"8b q/k/v, Q6KA v", qk, m(Q6KA, 1024, 4096), 0, false, false, 1025, 64},
-		{"512 columns", []GEMVOut{m(quant.Q4_K, 66, 512)}, m(Q6KA, 17, 512), 0, false, false, 14, 32},
-		{"split off", qk, m(Q6KA, 1024, 4096), 0, true, false, 0, 0},
-		{"pairs off", qk, m(Q6KA, 1024, 4096), 0, false, true, 0, 0},
-		{"unroll forced", qk, m(Q6KA, 1024, 4096), 1, false, false, 0, 0},
+		{"8b q/k/v, Q6KA v", qk, m(quant.Q6KA, 1024, 4096), 0, false, false, 1025, 64},
+		{"512 columns", []GEMVOut{m(quant.Q4_K, 66, 512)}, m(quant.Q6KA, 17, 512), 0, false, false, 14, 32},
+		{"split off", qk, m(quant.Q6KA, 1024, 4096), 0, true, false, 0, 0},
+		{"pairs off", qk, m(quant.Q6KA, 1024, 4096), 0, false, true, 0, 0},
+		{"unroll forced", qk, m(quant.Q6KA, 1024, 4096), 1, false, false, 0, 0},
 		{"plain Q6_K v", qk, m(quant.Q6_K, 1024, 4096), 0, false, false, 0, 0},
-		{"14336 columns", []GEMVOut{m(quant.Q4_K, 64, 14336)}, m(Q6KA, 64, 14336), 0, false, false, 0, 0},
-		{"columns differ", []GEMVOut{m(quant.Q4_K, 64, 2048)}, m(Q6KA, 64, 4096), 0, false, false, 0, 0},
-		{"1057 blocks", []GEMVOut{m(quant.Q4_K, 1050*6, 4096)}, m(Q6KA, 42, 4096), 0, false, false, 0, 0},
-		{"1056 blocks", []GEMVOut{m(quant.Q4_K, 1049*6, 4096)}, m(Q6KA, 42, 4096), 0, false, false, 1056, 64},
+		{"14336 columns", []GEMVOut{m(quant.Q4_K, 64, 14336)}, m(quant.Q6KA, 64, 14336), 0, false, false, 0, 0},
+		{"columns differ", []GEMVOut{m(quant.Q4_K, 64, 2048)}, m(quant.Q6KA, 64, 4096), 0, false, false, 0, 0},
+		{"1057 blocks", []GEMVOut{m(quant.Q4_K, 1050*6, 4096)}, m(quant.Q6KA, 42, 4096), 0, false, false, 0, 0},
+		{"1056 blocks", []GEMVOut{m(quant.Q4_K, 1049*6, 4096)}, m(quant.Q6KA, 42, 4096), 0, false, false, 1056, 64},
 	} {
 		gemvqUnroll = c.unroll
 		SetGEMVQSplit(!c.nosplit)

@@ -66,7 +66,7 @@ func (k *Kernels) gemvSKGeometry(w Matrix, x cudadrv.DevPtr) (name string, rc, b
 	switch {
 	case w.Type == quant.Q4_K && (uint64(w.Ptr)|uint64(w.RowBytes()))%16 == 0:
 		name, rc = "gemvq_sk_p", gemvSKRowsQ4K
-	case w.Type == Q6KA && w.Ptr%2 == 0:
+	case w.Type == quant.Q6KA && w.Ptr%2 == 0:
 		name, rc = "gemvq_sk_q6ka", gemvSKRowsQ6KA
 	default:
 		return "", 0, 0, false

@@ -230,7 +230,7 @@ func TestGEMVSlicedGeometry(t *testing.T) {
 		blocks     int
 	}{
 		{"down 8b Q4_K", quant.Q4_K, 4096, 14336, w16, x8, true, true, "gemvq_sk_p", 224},
-		{"down 8b Q6KA", Q6KA, 4096, 14336, w16 + 2, x8, true, true, "gemvq_sk_q6ka", 252},
+		{"down 8b Q6KA", quant.Q6KA, 4096, 14336, w16 + 2, x8, true, true, "gemvq_sk_q6ka", 252},
 		{"down 8b Q6_K (not re-laid)", quant.Q6_K, 4096, 14336, w16, x8, true, true, "", 0},
 		{"down 8b Q8_0", quant.Q8_0, 4096, 14336, w16, x8, true, true, "", 0},
 		{"switch off", quant.Q4_K, 4096, 14336, w16, x8, true, false, "", 0},

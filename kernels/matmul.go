@@ -29,7 +29,7 @@ func (m Matrix) Bytes() int64 { return m.RowBytes() * int64(m.Rows) }
 // suffixes name each type's kernel instances (common.cuh's FOR_EACH_TYPE).
 var suffixes = map[quant.Type]string{
 	quant.F32: "f32", quant.F16: "f16", quant.BF16: "bf16", quant.Q4_0: "q4_0", quant.Q8_0: "q8_0",
-	quant.Q4_K: "q4_k", quant.Q5_K: "q5_k", quant.Q6_K: "q6_k", quant.INT8Row: "int8", Q6KA: "q6_ka",
+	quant.Q4_K: "q4_k", quant.Q5_K: "q5_k", quant.Q6_K: "q6_k", quant.INT8Row: "int8", quant.Q6KA: "q6_ka",
 }
 
 func (m Matrix) check(op string) (string, error) {

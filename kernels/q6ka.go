@@ -9,22 +9,6 @@ import (
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
-// Q6KA is Q6_K re-laid on the device for aligned loads (common.cuh's
-// T_Q6_KA): the same 210 bytes per 256-element super-block, each block's
-// bytes permuted in place by its device address mod 16 so that its 192
-// quant bytes start 16-byte aligned, each 64-element unit's 48 of them
-// adjacent, with the 16 scales (a 4-byte-aligned word per unit) and d
-// around them. It is no file format
-// (quant has no such type and no GGUF or pool holds it): Kernels.RelayQ6K
-// makes it from an uploaded Q6_K matrix, and only for the address the
-// matrix then stays at. Why: Q6_K's blocks are 2-byte aligned, so its
-// integer GEMVs read words and funnel-shift them, or stage rows in shared
-// memory, and streamed down 4096x14336 at 0.47-0.58 of the H200's copy
-// bandwidth where Q4_K's aligned loads reach 0.77 (kernels/NOTES.md, GEMV
-// v8); re-laid, a unit is three aligned 16-byte loads (gemvq_q6ka). The
-// id sits beside quant's INT8Row, outside ggml's range.
-const Q6KA quant.Type = 1025
-
 // q6kaBlock is the bytes of one super-block, Q6_K's and Q6KA's.
 const q6kaBlock = 210
 
@@ -32,7 +16,7 @@ const q6kaBlock = 210
 // Q6KA's is Q6_K (sizes, units, alignment rules); every other type its
 // own.
 func matrixType(t quant.Type) quant.Type {
-	if t == Q6KA {
+	if t == quant.Q6KA {
 		return quant.Q6_K
 	}
 	return t
@@ -146,6 +130,6 @@ func (k *Kernels) RelayQ6K(c *cudadrv.Ctx, s cudadrv.Stream, m Matrix) (Matrix, 
 	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return m, fmt.Errorf("relay Q6_K %dx%d: %w", m.Rows, m.Cols, err)
 	}
-	m.Type = Q6KA
+	m.Type = quant.Q6KA
 	return m, nil
 }

@@ -172,7 +172,7 @@ func TestQ6KA(t *testing.T) {
 		w := Matrix{Type: quant.Q6_K, Rows: rows, Cols: cols, Ptr: put(a, data)}
 		wa, err := k.RelayQ6K(c, 0, w)
 		must(err)
-		if wa.Type != Q6KA {
+		if wa.Type != quant.Q6KA {
 			failOnDevice("RelayQ6K returned a %v matrix", wa.Type)
 		}
 		want := make([]byte, len(data))

@@ -228,12 +228,12 @@ func TestRelayQ6K(t *testing.T) {
 	relaid := 0
 	for _, lw := range gr.layers {
 		for _, m := range []kernels.Matrix{lw.q, lw.k, lw.v, lw.o, lw.gate, lw.up, lw.down} {
-			if m.Type == kernels.Q6KA {
+			if m.Type == quant.Q6KA {
 				relaid++
 			}
 		}
 	}
-	if gr.output.Type == kernels.Q6KA {
+	if gr.output.Type == quant.Q6KA {
 		relaid++
 	}
 	if relaid == 0 || gr.relaid != relaid || !strings.Contains(gr.KernelImage(), fmt.Sprintf("%d resident Q6_K matrices re-laid", relaid)) {

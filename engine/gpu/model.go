@@ -78,7 +78,7 @@ type Model struct {
 
 	arena   cudadrv.DevPtr // all weights
 	arenaN  int64
-	relaid  int // Q6_K matrices of the arena re-laid into kernels.Q6KA
+	relaid  int // Q6_K matrices of the arena re-laid into Q6KA
 	embed   kernels.Matrix
 	output  kernels.Matrix
 	outNorm cudadrv.DevPtr
@@ -365,7 +365,7 @@ func gib(n int64) float64 { return float64(n) / (1 << 30) }
 
 // relayResidentQ6K re-lays the Q6_K matrices that stay in the arena — the
 // resident layers' and the output projection (with the embedding table
-// when the two are one tensor) — into kernels.Q6KA on the device
+// when the two are one tensor) — into Q6KA on the device
 // (kernels.SetRelayQ6K). Streamed layers keep Q6_K: their bytes land in a
 // different slot each pass.
 func (m *Model) relayResidentQ6K(c *cudadrv.Ctx, streamed []bool, tc []*tierCLayer, tied bool) error {
