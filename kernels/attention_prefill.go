@@ -60,8 +60,6 @@ type prefillTuning struct {
 	legacy bool
 }
 
-var prefillTune = prefillTuning{bc: 64, pairMaxWaves: 2}
-
 // attentionPrefill is AttentionPrefill's implementation: the tiled kernel
 // where it applies, else the warp-per-query one.
 func (k *Kernels) attentionPrefill(c *cudadrv.Ctx, s cudadrv.Stream, at Attention, kv KVCache, q, out cudadrv.DevPtr, ntok, slot, p0 int) error {
@@ -72,10 +70,10 @@ func (k *Kernels) attentionPrefill(c *cudadrv.Ctx, s cudadrv.Stream, at Attentio
 		return fmt.Errorf("attention prefill: %d tokens from %d past the cache's %d (slot %d)", ntok, p0, kv.MaxCtx, slot)
 	}
 	aligned := (uint64(q)|uint64(out)|uint64(kv.K)|uint64(kv.V))%16 == 0
-	if prefillTune.legacy || !k.mma() || !aligned {
+	if k.tune.prefill.legacy || !k.mma() || !aligned {
 		return k.attentionPrefillLegacy(c, s, at, kv, q, out, ntok, slot, p0)
 	}
-	v := prefillVariant{nd: prefillND(at.HeadDim), bc: prefillTune.bc}
+	v := prefillVariant{nd: prefillND(at.HeadDim), bc: k.tune.prefill.bc}
 	f, err := k.fn(v.name())
 	if err != nil {
 		return err
@@ -92,8 +90,8 @@ func (k *Kernels) attentionPrefill(c *cudadrv.Ctx, s cudadrv.Stream, at Attentio
 	}
 	group := at.Heads / at.KVHeads
 	ntiles := ceilDiv(ntok*group, prefillRows)
-	pair := prefillTune.pair > 0 ||
-		(prefillTune.pair == 0 && float64(ntiles*at.KVHeads) <= prefillTune.pairMaxWaves*float64(max(k.SMs, 1)))
+	pair := k.tune.prefill.pair > 0 ||
+		(k.tune.prefill.pair == 0 && float64(ntiles*at.KVHeads) <= k.tune.prefill.pairMaxWaves*float64(max(k.SMs, 1)))
 	gy, pi := ntiles, int32(0)
 	if pair && ntiles > 1 {
 		gy, pi = ceilDiv(ntiles, 2), 1

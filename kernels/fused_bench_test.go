@@ -124,19 +124,22 @@ func BenchmarkDecodeShapes(b *testing.B) {
 			{"ffn6 14336x4096", bytes("ffn6"), gemv("ffn6")},
 			{"out 128256x4096", bytes("out"), gemv("out")},
 		}
-		oldW, oldQ6 := gemvWarpsPerSM, gemvQ6KDirect
-		defer func() { gemvWarpsPerSM, gemvQ6KDirect = oldW, oldQ6 }()
+		// The benches read k: each sweep point rebinds it to a view.
+		k0 := k
 		cell := func(bn decodeBench) string {
 			ms := timeGraph(c, 64, bn.fn)
 			return fmt.Sprintf("%8.2f us %5.3f", ms*1e3, float64(bn.bytes)/(ms/1e3)/ceiling)
 		}
 		for _, wps := range []int{16, 32, 64} {
-			gemvWarpsPerSM = wps
+			tu := k0.Tuning()
+			tu.gemvWarpsPerSM = wps
+			k = k0.WithTuning(tu)
 			for _, bn := range benches {
 				fmt.Fprintf(&out, "w%-2d %-26s %s\n", wps, bn.name, cell(bn))
 			}
 			for _, direct := range []bool{false, true} {
-				gemvQ6KDirect = direct
+				tu.q6kDirect = direct
+				k = k0.WithTuning(tu)
 				for _, bn := range q6 {
 					fmt.Fprintf(&out, "w%-2d Q6_K %-6s %-16s %s\n", wps, map[bool]string{false: "tiled", true: "direct"}[direct], bn.name, cell(bn))
 				}

@@ -52,11 +52,6 @@ type gemmTuning struct {
 	deqDirect bool
 }
 
-var gemmTune = gemmTuning{
-	panelBytes: 128 << 20,
-	xBytes:     32 << 20,
-}
-
 func gemmConfigNamed(name string) (gemmConfig, bool) {
 	for _, g := range gemmConfigs {
 		if g.name == name {
@@ -73,8 +68,8 @@ func gemmConfigNamed(name string) (gemmConfig, bool) {
 // 128 -> 128x128 with k steps of 64 (best alone on a multiprocessor:
 // 4096x14336 at m=512, 322 against 255); larger grids -> 128x128 with k
 // steps of 32 and 4 stages (14336x4096 at m=512, 357 against 339).
-func gemmPick(m, n, sms int) gemmConfig {
-	if g, ok := gemmConfigNamed(gemmTune.config); ok {
+func gemmPick(tu gemmTuning, m, n, sms int) gemmConfig {
+	if g, ok := gemmConfigNamed(tu.config); ok {
 		return g
 	}
 	tiles := ceilDiv(m, 128) * ceilDiv(n, 128)
@@ -161,7 +156,7 @@ func freeEach[V any](c *cudadrv.Ctx, m map[cudadrv.Stream]V, ptr func(V) cudadrv
 // Kernels keep per stream (grown on first use of a larger shape: that
 // allocation must not happen under graph capture), then one f16 GEMM runs
 // per panel; F16 weights are read in place. compute_61 devices, and m up
-// to gemmTune.fusedMaxM, use the on-the-fly kernel, which decodes weights
+// to Tuning.gemm.fusedMaxM, use the on-the-fly kernel, which decodes weights
 // inside the MMA loop.
 func (k *Kernels) GEMM(c *cudadrv.Ctx, s cudadrv.Stream, w Matrix, x, y cudadrv.DevPtr, m int) error {
 	suf, err := w.check("gemm")
@@ -174,7 +169,7 @@ func (k *Kernels) GEMM(c *cudadrv.Ctx, s cudadrv.Stream, w Matrix, x, y cudadrv.
 	if x%16 != 0 {
 		return fmt.Errorf("gemm: x at %#x is not 16-byte aligned", uint64(x))
 	}
-	if !k.mma() || m <= gemmTune.fusedMaxM {
+	if !k.mma() || m <= k.tune.gemm.fusedMaxM {
 		return k.gemmFused(c, s, suf, w, x, y, m)
 	}
 	if err := k.gemmF16(c, s, suf, w, x, y, m); err != nil {
@@ -217,18 +212,18 @@ type gemmPlan struct {
 // planGEMM sizes the chunks and panels for w and m tokens under the
 // tuning's caps. Panels are whole multiples of 256 rows (every config's
 // bn divides 256) and chunks of 256 tokens, so only the last is ragged.
-func planGEMM(w Matrix, m int, inPlace bool) gemmPlan {
+func planGEMM(tu gemmTuning, w Matrix, m int, inPlace bool) gemmPlan {
 	k := int64(w.Cols)
 	p := gemmPlan{mChunk: m}
-	if int64(m)*k*2 > gemmTune.xBytes {
-		p.mChunk = max(256, int(gemmTune.xBytes/(2*k))/256*256)
+	if int64(m)*k*2 > tu.xBytes {
+		p.mChunk = max(256, int(tu.xBytes/(2*k))/256*256)
 	}
 	p.xBytes = (int64(p.mChunk)*k*2 + 255) &^ 255
 	p.wsBytes = p.xBytes
 	if !inPlace {
 		p.panelRows = w.Rows
-		if int64(w.Rows)*k*2 > gemmTune.panelBytes {
-			p.panelRows = min(w.Rows, max(256, int(gemmTune.panelBytes/(2*k))/256*256))
+		if int64(w.Rows)*k*2 > tu.panelBytes {
+			p.panelRows = min(w.Rows, max(256, int(tu.panelBytes/(2*k))/256*256))
 		}
 		p.wsBytes += int64(p.panelRows) * k * 2
 	}
@@ -241,15 +236,16 @@ func planGEMM(w Matrix, m int, inPlace bool) gemmPlan {
 // MiB) plus, unless w is F16, its dequantized f16 weight panel (at most 128
 // MiB). Memory planners reserve it next to the activations.
 func GEMMWorkspaceBytes(w Matrix, m int) int64 {
-	if m <= MaxGEMVBatch || m <= gemmTune.fusedMaxM {
+	tu := baseTuning().gemm
+	if m <= MaxGEMVBatch || m <= tu.fusedMaxM {
 		return 0
 	}
-	return planGEMM(w, m, w.Type == quant.F16).wsBytes
+	return planGEMM(tu, w, m, w.Type == quant.F16).wsBytes
 }
 
 func (k *Kernels) gemmF16(c *cudadrv.Ctx, s cudadrv.Stream, suf string, w Matrix, x, y cudadrv.DevPtr, m int) error {
 	inPlace := w.Type == quant.F16 && uint64(w.Ptr)%16 == 0
-	p := planGEMM(w, m, inPlace)
+	p := planGEMM(k.tune.gemm, w, m, inPlace)
 	ws, err := k.gemm.workspace(c, s, p.wsBytes)
 	if err != nil {
 		return err
@@ -321,7 +317,7 @@ func (k *Kernels) gemmDequant(c *cudadrv.Ctx, s cudadrv.Stream, suf string, w Ma
 	}
 	parts := int64(rows) * int64(w.Cols/32)
 	coalesce := 1
-	if gemmTune.deqDirect {
+	if k.tune.gemm.deqDirect {
 		coalesce = 0
 	}
 	var a cudadrv.Args
@@ -332,7 +328,7 @@ func (k *Kernels) gemmDequant(c *cudadrv.Ctx, s cudadrv.Stream, suf string, w Ma
 // gemmH launches the f16 GEMM for m tokens of x16 against n rows of w16
 // (row stride K), writing y with row stride ystride.
 func (k *Kernels) gemmH(c *cudadrv.Ctx, s cudadrv.Stream, x16 cudadrv.DevPtr, m int, w16 cudadrv.DevPtr, n, K int, y cudadrv.DevPtr, ystride, pairs int) error {
-	g := gemmPick(m, n, k.SMs)
+	g := gemmPick(k.tune.gemm, m, n, k.SMs)
 	f, err := k.fn("gemm_h_" + g.name)
 	if err != nil {
 		return err

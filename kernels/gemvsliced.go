@@ -2,8 +2,6 @@ package kernels
 
 import (
 	"fmt"
-	"os"
-	"sync/atomic"
 
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/kernels/cudadrv"
@@ -31,27 +29,14 @@ const GEMVSliceCols, gemvSKMaxSlices = 1024, 16
 // gemvSKThreads its block size (8 warps).
 const gemvSKRowsQ4K, gemvSKRowsQ6KA, gemvSKThreads = 256, 240, 256
 
-// gemvSK switches GEMVSliced on; on by default, SetGEMVSliced(false) or
-// STRATA_GEMVSLICED=0 (the whole process) for comparisons.
-var gemvSK atomic.Bool
-
-func init() { gemvSK.Store(os.Getenv("STRATA_GEMVSLICED") != "0") }
-
-// SetGEMVSliced turns GEMVSliced on or off (off, it takes nothing and its
-// callers launch GEMV).
-func SetGEMVSliced(on bool) { gemvSK.Store(on) }
-
-// GEMVSlicedOn reports whether GEMVSliced is switched on.
-func GEMVSlicedOn() bool { return gemvSK.Load() }
-
 // gemvSKBlocksPerSMDefault is how many blocks of either kernel an H200
 // multiprocessor holds (123 and 120 registers a thread, 256 threads),
 // where Load's occupancy query fails.
 const gemvSKBlocksPerSMDefault = 2
 
 // gemvSKGeometry picks the kernel, its rows a block and its grid for w,
-// or ok false where GEMVSliced takes nothing: the integer path on
-// (SetFastGEMV) and this one (SetGEMVSliced), Q4_K rows 16-byte aligned or
+// or ok false where GEMVSliced takes nothing: the integer path in the
+// tuning (Tuning.IntegerGEMV), Q4_K rows 16-byte aligned or
 // Q6KA (re-laid: 2-byte), cols a multiple of GEMVSliceCols and at most
 // gemvSKMaxSlices of them (the fixed point's limit, common.cuh), x 8-byte
 // aligned, and every block resident at once (one wave: the kernels were
@@ -59,7 +44,7 @@ const gemvSKBlocksPerSMDefault = 2
 // multiprocessors of two; a second wave would run behind the first with
 // nothing in flight).
 func (k *Kernels) gemvSKGeometry(w Matrix, x cudadrv.DevPtr) (name string, rc, blocks int, ok bool) {
-	if !FastGEMV() || !gemvSK.Load() || w.Rows < 1 || w.Cols < GEMVSliceCols || w.Cols%GEMVSliceCols != 0 ||
+	if !k.tune.IntegerGEMV || w.Rows < 1 || w.Cols < GEMVSliceCols || w.Cols%GEMVSliceCols != 0 ||
 		w.Cols > gemvSKMaxSlices*GEMVSliceCols || w.Ptr == 0 || x%8 != 0 {
 		return "", 0, 0, false
 	}

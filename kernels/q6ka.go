@@ -2,8 +2,6 @@ package kernels
 
 import (
 	"fmt"
-	"os"
-	"sync/atomic"
 
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/kernels/cudadrv"
@@ -21,27 +19,6 @@ func matrixType(t quant.Type) quant.Type {
 	}
 	return t
 }
-
-// relayQ6K is on by default: RelayQ6KOn reports SetRelayQ6K's setting,
-// which engine/gpu reads when it uploads resident layers. Measured on
-// the H200 in one run of `strata bench engine` (8b Q4_K_M, resident):
-// step GEMVs 0.692 -> 0.731 of the copy bandwidth, down 0.573 -> 0.649,
-// the output projection 0.856 -> 0.900, decode 467 -> 480 tok/s
-// (engine/gpu/testdata/h200-bench-q6ka.txt against -plain-q6k.txt).
-var relayQ6K atomic.Bool
-
-// STRATA_Q6KA=0 turns the re-lay off for the whole process (the GPU test
-// binaries, strata, stratad), as SetRelayQ6K(false) would: the plain
-// Q6_K kernels, for comparison.
-func init() { relayQ6K.Store(os.Getenv("STRATA_Q6KA") != "0") }
-
-// SetRelayQ6K sets whether engine/gpu re-lays the Q6_K matrices of
-// resident layers (and a resident Q6_K output projection) into Q6KA at
-// upload, for every model loaded after the call (on by default).
-func SetRelayQ6K(on bool) { relayQ6K.Store(on) }
-
-// RelayQ6KOn reports whether SetRelayQ6K turned the re-lay on.
-func RelayQ6KOn() bool { return relayQ6K.Load() }
 
 // q6kaPad is the misc bytes a re-laid block at address a starts with.
 func q6kaPad(a uint64) int { return int(-a & 15) }

@@ -160,15 +160,15 @@ func q6kaPartRef(b []byte, p, t int) (out [32]float32) {
 // (gemv_fused's DQ6KA, one and two vectors), GEMM and embedding lookup.
 // The integer GEMVs on it are in TestGEMVQ (relay variants).
 func TestQ6KA(t *testing.T) {
+	t.Parallel()
 	_, _ = gpu(t)
-	defer fastGEMVState()()
-	SetFastGEMV(false)
 	const rows, cols = 67, 3584 + 512 // 16 blocks a row
 	data, deq := randMatrix(quant.Q6_K, rows, cols, 41)
 	r := rand.New(rand.NewPCG(4, 1))
 	const mBig = 300 // GEMM through the f16 dequantizer (gemmF16) as well as on the fly
 	xs := randVec(r, mBig*cols, 1)
 	run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
+		k = tuned(k, func(tu *Tuning) { tu.IntegerGEMV = false })
 		w := Matrix{Type: quant.Q6_K, Rows: rows, Cols: cols, Ptr: put(a, data)}
 		wa, err := k.RelayQ6K(c, 0, w)
 		must(err)

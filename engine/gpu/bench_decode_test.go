@@ -63,10 +63,10 @@ func BenchmarkDecodeHost(b *testing.B) {
 	}
 	b.Logf("decode step kernels: %.1f us, with the device arg max %.1f us (+%.1f us)", us(kern[0]), us(kern[1]), us(kern[1]-kern[0]))
 
-	defer func(c, w bool) { graphCopies, waitPoll = c, w }(graphCopies, waitPoll)
+	defer func(p passTuning) { g.pass = p }(g.pass)
 	defer dev.SetSpin(0)
 	type variant struct {
-		greedy, copies, poll, spin bool
+		greedy, copies, spin bool
 	}
 	name := func(v variant) string {
 		s := "logits row"
@@ -78,27 +78,20 @@ func BenchmarkDecodeHost(b *testing.B) {
 		} else {
 			s += ", copies outside"
 		}
-		if v.poll {
-			s += ", poll wait"
-		} else {
-			s += ", stream sync"
-		}
 		if v.spin {
 			s += ", spin hand-off"
 		}
 		return s
 	}
 	variants := []variant{
-		{true, true, false, false}, {false, true, false, false}, // the defaults
-		{true, false, false, false}, {false, false, false, false}, // copies outside the graph (v6's logits path)
-		{true, true, true, false}, {false, true, true, false}, // polling wait
-		{true, true, false, true}, {false, true, false, true}, // spinning Device.Do hand-offs
-		{true, true, true, true},
+		{true, true, false}, {false, true, false}, // the defaults
+		{true, false, false}, {false, false, false}, // copies outside the graph
+		{true, true, true}, {false, true, true}, // spinning Device.Do hand-offs
 	}
 	best := map[variant]float64{}
 	for round := range 2 {
 		for _, v := range variants {
-			graphCopies, waitPoll = v.copies, v.poll
+			g.pass.graphCopies = v.copies
 			if v.spin {
 				dev.SetSpin(spinFor)
 			} else {
@@ -122,10 +115,9 @@ func BenchmarkDecodeHost(b *testing.B) {
 		}
 	}
 	dev.SetSpin(0)
-	// The defaults, as Forward runs them.
-	graphCopies, waitPoll = true, false
-	b.ReportMetric(best[variant{true, true, false, false}], "greedy-tok/s")
-	b.ReportMetric(best[variant{false, true, false, false}], "logits-tok/s")
-	b.ReportMetric(best[variant{true, true, false, true}], "greedy-spin-tok/s")
+	g.pass = defaultPassTuning
+	b.ReportMetric(best[variant{true, true, false}], "greedy-tok/s")
+	b.ReportMetric(best[variant{false, true, false}], "logits-tok/s")
+	b.ReportMetric(best[variant{true, true, true}], "greedy-spin-tok/s")
 	b.ReportMetric(us(hand), "us-handoff")
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine/sample"
-	"github.com/strata-llm/strata/kernels"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
@@ -92,14 +91,16 @@ func BenchmarkResident8B(b *testing.B) {
 		graph, direct, stepGPU, gemvGPU, hostDirect, hostGraph time.Duration
 		nodes                                                  int
 	}
-	// STRATA_FAST_GEMV=0/1 (helpers_test.go): the float GEMVs, or Q6_K's.
-	fast, fastQ6 := kernels.FastGEMV(), kernels.FastGEMVQ6K()
-	defer kernels.SetFastGEMV(fast)
-	defer kernels.SetFastGEMVQ6K(fastQ6)
+	// The model's kernels' tuning (helpers_test.go's variants): the
+	// integer or the float GEMVs, or Q6_K's.
+	k0 := g.k
+	fast, fastQ6 := k0.Tuning().IntegerGEMV, k0.Tuning().IntegerQ6K
+	defer func() { g.k, g.pass = k0, defaultPassTuning }()
 	measure := func(gemvFused, ewFused, fastGEMV, fastQ6K bool) result {
-		fuseGEMV, fuseElementwise = gemvFused, ewFused
-		kernels.SetFastGEMV(fastGEMV)
-		kernels.SetFastGEMVQ6K(fastQ6K)
+		g.pass.fuseGEMV, g.pass.fuseElementwise = gemvFused, ewFused
+		t := k0.Tuning()
+		t.IntegerGEMV, t.IntegerQ6K = fastGEMV, fastQ6K
+		g.k = k0.WithTuning(t)
 		if err := g.dev.Do(func(c *cudadrv.Ctx) error { g.dropGraphs(c); return nil }); err != nil {
 			b.Fatal(err)
 		}
@@ -112,7 +113,6 @@ func BenchmarkResident8B(b *testing.B) {
 		r.nodes = g.Stats().GraphNodes
 		return r
 	}
-	defer func() { fuseGEMV, fuseElementwise = true, true }()
 	type config struct {
 		name                         string
 		gemv, elemwise, fast, fastQ6 bool
@@ -126,7 +126,7 @@ func BenchmarkResident8B(b *testing.B) {
 		}
 		cfgList = append(cfgList, config{"fused-float-gemv", true, true, false, false})
 	}
-	b.Logf("integer GEMV (kernels.SetFastGEMV): %v, with Q6_K (SetFastGEMVQ6K): %v", fast, fastQ6)
+	b.Logf("integer GEMV (kernels.Tuning.IntegerGEMV): %v, with Q6_K (IntegerQ6K): %v", fast, fastQ6)
 	for _, cfgs := range cfgList {
 		r := measure(cfgs.gemv, cfgs.elemwise, cfgs.fast, cfgs.fastQ6)
 		decTPS := 1 / r.graph.Seconds()

@@ -7,7 +7,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/strata-llm/strata/kernels"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
@@ -404,7 +403,7 @@ func (m *Model) TimeDecode(ctx context.Context, o DecodeOptions) (*DecodeTiming,
 	m.setTrace(nil)
 	res.Graph = m.Stats().GraphReplays-replays == o.Steps
 	m.mu.Lock()
-	res.GraphCopies = res.Graph && graphCopies && m.fw.noGraphCopies == nil
+	res.GraphCopies = res.Graph && m.pass.graphCopies && m.fw.noGraphCopies == nil
 	if m.fw.noGraphCopies != nil {
 		res.CopiesNote = fmt.Sprintf("copies kept out of the decode graph: capturing them failed: %v", m.fw.noGraphCopies)
 	}
@@ -511,7 +510,7 @@ type StepProfile struct {
 	// the held x.
 	DownSliced int
 	// DeviceSerial and GEMVSerial are Device and GEMV with programmatic
-	// dependent launch off (kernels.SetOverlap): every kernel waits for its
+	// dependent launch off (kernels.Tuning.Overlap): every kernel waits for its
 	// predecessor to complete before it launches. Zero where the device
 	// has no such launches (below compute capability 9.0).
 	DeviceSerial, GEMVSerial time.Duration
@@ -659,7 +658,7 @@ func (m *Model) ProfileDecodeStep(ctx context.Context, iters int) (*StepProfile,
 				return err
 			}
 		}
-		if kernels.FastGEMV() {
+		if m.k.Tuning().IntegerGEMV {
 			sink, err := c.Alloc(4 * int64(m.k.ReadXORBlocks()))
 			if err != nil {
 				return err
@@ -682,7 +681,7 @@ func (m *Model) ProfileDecodeStep(ctx context.Context, iters int) (*StepProfile,
 				prof.DownSliced++
 			}
 		}
-		if kernels.FastGEMV() && len(m.layers) > 0 {
+		if m.k.Tuning().IntegerGEMV && len(m.layers) > 0 {
 			// Quantize the down products' x once (the first layer's
 			// product, outside any graph): the scratch then holds it, and
 			// the chain below declares it held before each product.
@@ -693,9 +692,12 @@ func (m *Model) ProfileDecodeStep(ctx context.Context, iters int) (*StepProfile,
 				prof.DownHeld, prof.DownHeldErr = gemvTime(gemvDown | gemvDownHeld)
 			}
 		}
-		if maj, _ := m.dev.ComputeCapability(); maj >= 9 && cudadrv.CanOverlap() && kernels.Overlapping() {
-			kernels.SetOverlap(false)
-			defer kernels.SetOverlap(true)
+		if maj, _ := m.dev.ComputeCapability(); maj >= 9 && cudadrv.CanOverlap() && m.k.Tuning().Overlap {
+			k := m.k
+			serialTuning := k.Tuning()
+			serialTuning.Overlap = false
+			m.k = k.WithTuning(serialTuning)
+			defer func() { m.k = k }()
 			serial, err := m.capture(c, &p, key.span, false)
 			if err != nil {
 				return err
@@ -708,7 +710,7 @@ func (m *Model) ProfileDecodeStep(ctx context.Context, iters int) (*StepProfile,
 			if prof.GEMVSerial, err = gemvTime(gemvAll); err != nil {
 				return err
 			}
-			kernels.SetOverlap(true)
+			m.k = k
 		}
 		var direct, graph time.Duration
 		for range iters {
