@@ -44,9 +44,9 @@ func prefillND(hd int) int {
 	}
 }
 
-// prefillTuning holds the tiled kernel's dispatch knobs; tests and the
-// benchmark override them, the defaults come from the H200 run
-// (kernels/NOTES.md, testdata/h200-attn-prefill.log).
+// prefillTuning holds the tiled kernel's dispatch knobs (Tuning.prefill;
+// baseTuning holds the defaults, the fastest of the benchmark's variants);
+// tests and the benchmark override them on their own Kernels view.
 type prefillTuning struct {
 	// bc is the key tile (32 or 64).
 	bc int

@@ -22,9 +22,8 @@ func (g gemmConfig) threads() int { return 32 * (g.bm / g.wm) * (g.bn / g.wn) }
 // smem is the dynamic shared memory of one block: stages x (A + B tiles).
 func (g gemmConfig) smem() int { return g.stages * (g.bm + g.bn) * g.bk * 2 }
 
-// gemmConfigs are the f16 GEMM instances, in gemm.cu's order: the three
-// that won somewhere in the H200 sweep of nine (kernels/NOTES.md,
-// testdata/h200-gemm-v5-sweep.log).
+// gemmConfigs are the f16 GEMM instances, in gemm.cu's order: of nine
+// tile configurations tried, the three that were fastest for some shape.
 var gemmConfigs = []gemmConfig{
 	{name: "m128n128k32", bm: 128, bn: 128, bk: 32, wm: 64, wn: 64, stages: 4, minBlocks: 2},
 	{name: "m128n128k64", bm: 128, bn: 128, bk: 64, wm: 64, wn: 64, stages: 3, minBlocks: 2},
@@ -32,20 +31,19 @@ var gemmConfigs = []gemmConfig{
 }
 
 // gemmTuning holds the dispatch knobs of the dequantize-then-GEMM path.
-// Tests and the sweep benchmark override them; the defaults come from the
-// H200 sweep (kernels/NOTES.md).
+// Tests and the sweep benchmark override them on their own Kernels view
+// (Tuning.gemm); baseTuning holds the defaults.
 type gemmTuning struct {
 	// config forces one gemmConfigs entry by name; "" picks per shape.
 	config string
 	// panelBytes caps the f16 weight panel dequantized at a time, xBytes
 	// the f16 copy of x (larger m is processed in chunks of tokens). Each
 	// panel is one GEMM launch, so panels must stay large: at 32 MiB the
-	// launches' grids were too small (4096x14336 at m=512: 108 TFLOP/s
-	// against 192 unsplit).
+	// launches' grids were too small to fill the device.
 	panelBytes, xBytes int64
 	// fusedMaxM: up to this many tokens the on-the-fly kernel (gemm_<type>,
 	// decode inside the MMA loop, no workspace) runs instead. 0: the
-	// dequantize-then-GEMM path won at every m >= 16 in the sweep.
+	// dequantize-then-GEMM path is the faster at every m past the GEMVs.
 	fusedMaxM int
 	// deqDirect: the dequantizer stores each thread's 64 bytes directly
 	// instead of through shared memory (for comparison).
@@ -62,7 +60,7 @@ func gemmConfigNamed(name string) (gemmConfig, bool) {
 }
 
 // gemmPick chooses the configuration for m tokens against n weight rows on
-// sms multiprocessors, from the number of 128x128 tiles (the H200 sweep):
+// sms multiprocessors, from the number of 128x128 tiles:
 // fewer than ~3/4 of the multiprocessors -> 64x64 tiles (more blocks:
 // 1024 rows at m=512, 114 against 76 TFLOP/s); up to ~2.5 waves, or m <=
 // 128 -> 128x128 with k steps of 64 (best alone on a multiprocessor:

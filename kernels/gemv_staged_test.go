@@ -29,6 +29,7 @@ func withStaged(k *Kernels, v gemvStagedConfig, fn func(k *Kernels)) {
 // group is owned by one warp of the launched grid, each warp gets at most
 // one group more than any other, and the staged vectors fit the limit.
 func TestGEMVStagedGeometry(t *testing.T) {
+	t.Parallel()
 	for _, v := range gemvStagedVariants[1:] {
 		tu := baseTuning()
 		tu.gemvStaged = v
@@ -105,9 +106,9 @@ func TestGEMVStaged(t *testing.T) {
 // BenchmarkGEMVStagedSweep measures the staged types (F16, BF16) at one and
 // two vectors under every staged configuration (and staging off), as
 // ratios to the D2D copy bandwidth of the same run, like
-// BenchmarkMatVecTable (run with -test.benchtime 1x). Q4_K and Q5_K were
-// swept too (testdata/h200-gemv-staged-sweep.log) and lost to the direct
-// path; their kernels no longer contain the staged path.
+// BenchmarkMatVecTable (run with -test.benchtime 1x). Q4_K and Q5_K ran
+// slower staged than on the direct path; their kernels no longer contain
+// the staged path.
 func BenchmarkGEMVStagedSweep(b *testing.B) {
 	ceiling := copyBandwidth(b)
 	d, k := gpu(b)

@@ -162,12 +162,9 @@ const gemvqRows, gemvq6Rows = 4, 2
 // gemvqGeometry: one block per row group, and the fewest warps per block
 // (a power of two, 1..8) that leave each lane at most 64 columns of a row
 // (two Q4_K units, one Q6_K unit): 2 warps at 4096 columns, 8 at 14336.
-// Measured on the H200 (kernels/NOTES.md, GEMV v7; BenchmarkGEMVQWarps,
-// testdata/h200-gemvq-warps.log): more warps per block split a row too
-// finely (each block's cross-warp reduction and ramp weigh more: gate+up
-// at 8 warps 0.44 of D2D against 0.76 at 2), fewer leave a lane's units
-// in a chain of dependent loads (4096x14336 Q4_K at 1 warp: 0.39, at 8:
-// 0.64; Q6_K 1024x4096 at 1 warp 0.15, at 2: 0.23).
+// More warps per block split a row too finely (each block's cross-warp
+// reduction and ramp weigh more), fewer leave a lane's units in a chain
+// of dependent loads (BenchmarkGEMVQWarps sweeps both ways).
 func (t Tuning) gemvqGeometry(groups, cols int) (blocks, threads int) {
 	warps := 1
 	for warps < 8 && 32*64*warps < cols {
@@ -224,13 +221,13 @@ func (k *Kernels) gemvqLaunch(c *cudadrv.Ctx, s cudadrv.Stream, what string, x, 
 const gemvq6sRows, gemvq6sChunks = 4, 2
 
 // gemvq6Staged reports whether a Q6_K matrix's GEMV takes gemvq_q6k_s,
-// and its block size: the switch on, rows 16-byte aligned (columns a
-// multiple of 2048), 4 rows within the shared memory the GEMVs may use,
-// and at least two blocks per multiprocessor (v 1024x4096, 256 blocks on
-// the H200's 132, measured faster direct: 2.8 against 3.9 µs). Threads:
-// the fewest warps (a power of two, 1..8) that leave each thread at most
-// two 64-column units of a row: 1 warp at 4096 columns, 4 at 14336, the
-// measured best of 1..8 for both.
+// and its block size: rows 16-byte aligned (columns a multiple of 2048),
+// 4 rows within the shared memory the GEMVs may use, and at least two
+// blocks per multiprocessor (a short matrix such as v 1024x4096 runs
+// faster on the direct kernel, whose smaller blocks fill the device).
+// Threads: the fewest warps (a power of two, 1..8) that leave each thread
+// at most two 64-column units of a row: 1 warp at 4096 columns, 4 at
+// 14336, the best of 1..8 for both.
 func (k *Kernels) gemvq6Staged(w Matrix) (ok bool, threads int) {
 	rb := w.RowBytes()
 	if rb%16 != 0 || w.Ptr%16 != 0 || gemvq6sRows*rb > int64(k.gemvSmem) ||
@@ -273,15 +270,14 @@ func (k *Kernels) gemvq6Launch(c *cudadrv.Ctx, s cudadrv.Stream, what string, xq
 	return nil
 }
 
-// gemvq6aRows is gemvq.cu's GEMVQ6A_R: rows per block of gemvq_q6ka_1 and
-// gemvq_q6ka_u2_1 (gemvq_q6ka_2 takes 2).
+// gemvq6aRows is gemvq.cu's GEMVQ6A_R: rows per block of gemvq_q6ka_1
+// (gemvq_q6ka_2 takes 2).
 const gemvq6aRows = 4
 
 // gemvq6aGeometry picks the Q6KA kernel for nb vectors and its grid:
 // gemvq_q6ka_<nb> with gemvqGeometry's warps (each lane at most one
-// 64-column unit of a row), or, where gemvqUnroll asks for 2 units in
-// flight, gemvq_q6ka_u2_1 with half the warps. The soa sweep (kernels/
-// NOTES.md, GEMV v9) set 4 rows a block for one vector.
+// 64-column unit of a row); 4 rows a block for one vector, the fastest
+// of the sizes tried.
 func (t Tuning) gemvq6aGeometry(nb, rows, cols int) (name string, blocks, threads int) {
 	r := gemvq6aRows
 	if nb == 2 {
@@ -292,19 +288,17 @@ func (t Tuning) gemvq6aGeometry(nb, rows, cols int) (name string, blocks, thread
 }
 
 // gemvq6aR2BlocksPerSMDefault is how many gemvq_q6ka_r2u2_1 blocks (one
-// warp) an H200 multiprocessor holds at once with ptxas 11.8's sm_90
-// cubin (120 registers a thread), where Load's occupancy query fails.
+// warp) a compute 9.0 multiprocessor holds at once with ptxas 11.8's
+// sm_90 cubin (120 registers a thread), where Load's occupancy query
+// fails.
 const gemvq6aR2BlocksPerSMDefault = 17
 
 // gemvq6aWaveGeometry picks gemvq_q6ka_r2u2_1 (2 rows a block, one warp,
 // two units a lane in flight, both loaded before pdl_wait) for a plain
-// one-vector Q6KA GEMV whose blocks all fit the device at once, where
-// gemvqUnroll and gemvqWarps force nothing; else gemvq6aGeometry. Why: in
-// the sweep's down chain (kernels/NOTES.md, GEMV v11; testdata/
-// h200-stage-sweep-dchain6.txt), the Q6KA layers by this kernel took the
-// chain with its x launches from 15.53 to 13.74 µs a launch against
-// gemvq_q6ka_1's 4 rows of 8 warps (1024 blocks, 2 a multiprocessor, which
-// have less in flight before the wait).
+// one-vector Q6KA GEMV whose blocks all fit the device at once, where the
+// tuning forces no unroll or warps; else gemvq6aGeometry. Why: on down's
+// shape it is faster than gemvq_q6ka_1's 4 rows of 8 warps (1024 blocks, 2
+// a multiprocessor), which have less in flight before the wait.
 func (k *Kernels) gemvq6aWaveGeometry(nb, rows, cols int) (name string, blocks, threads int) {
 	if nb == 1 && k.tune.unroll == 0 && k.tune.warps == 0 {
 		perSM := k.q6aR2PerSM
@@ -323,13 +317,13 @@ func (k *Kernels) gemvq6aWaveGeometry(nb, rows, cols int) (name string, blocks, 
 const gemvqU2Threads = 64
 
 // gemvqU2BlocksPerSMDefault is how many gemvq_fused_u2_1 blocks of 2
-// warps an H200 multiprocessor holds at once with ptxas 11.8's sm_90
+// warps a compute 9.0 multiprocessor holds at once with ptxas 11.8's sm_90
 // cubin (116 registers a thread: 8 blocks of 64 threads in 64K
 // registers); Load asks the driver for the loaded image's figure
 // (Kernels.u2PerSM) and keeps this one only where the query fails.
 const gemvqU2BlocksPerSMDefault = 8
 
-// Pair-unit kernels' blocks a multiprocessor holds at once on the H200
+// Pair-unit kernels' blocks a compute 9.0 multiprocessor holds at once
 // (ptxas 11.8's sm_90 cubin: gemvq_p4_1 125 registers at 64 threads,
 // gemvq_p2u2_1 118 at 32, gemvq_ps6_1 128 at 64), where Load's occupancy
 // query fails.
@@ -345,18 +339,17 @@ func perSMOr(n, def int) int {
 
 // gemvqPairGeometry picks a pair-unit kernel (Q4_K in 64-element units,
 // x from LP) for a plain one-vector launch of Q4_K matrices whose blocks
-// fit the device in one wave, where gemvqUnroll and gemvqWarps force
-// nothing: for one matrix, gemvq_p4_1 (4 rows a block, one unit a lane,
+// fit the device in one wave, where the tuning forces no unroll or warps:
+// for one matrix, gemvq_p4_1 (4 rows a block, one unit a lane,
 // warps to cover a row's cols/64 units, at most 2) for rows of up to 4096
 // columns, gemvq_p2u2_1 (2 rows, one warp, two units a lane in flight)
 // for longer ones; else, for up to three matrices of up to 4096 columns
 // (the q/k/v of the 8b shape), gemvq_ps6_1 (6 rows a block, 4 of them
-// loaded before the wait; the split switch on: SetGEMVQSplit). Why: in the
-// stage sweep (kernels/NOTES.md, GEMV v10) the pair kernels took o
-// 4096x4096 from 4.18 µs (gemvq_fused_u2_1) to 3.94 and down 4096x14336
-// from 10.1 to 9.5; q/k/v, whose 4-row blocks take more than one wave,
-// went from 4.94 (gemvq_fused_1) to 4.40 in gemvq_ps6_1 (GEMV v13), and
-// the decode step from 1.935 to 1.917 ms.
+// loaded before the wait). Why: the pair kernels decode scales and update
+// floats once per 64 weights instead of once per 32 and read x in
+// contiguous pieces, so o and down run faster than in gemvq_fused_u2_1;
+// q/k/v, whose 4-row blocks take more than one wave, run faster in
+// gemvq_ps6_1 than in gemvq_fused_1, and so does the decode step.
 func (k *Kernels) gemvqPairGeometry(nb, mode int, outs []GEMVOut) (name string, blocks, threads int, ok bool) {
 	if nb != 1 || mode != 0 || len(outs) < 1 || len(outs) > 3 || k.tune.unroll != 0 || k.tune.warps != 0 {
 		return "", 0, 0, false
@@ -395,10 +388,9 @@ func (k *Kernels) gemvqPairGeometry(nb, mode int, outs []GEMVOut) (name string, 
 // and down 4096x14336 of the 8b shape), that kernel with 2 warps, which
 // has two units per lane in flight, both loaded before pdl_wait: o then
 // has every weight in flight before the wait. Else gemvq_fused_<nb> with
-// gemvqGeometry's warps. On the H200 (kernels/NOTES.md, GEMV v8;
-// testdata/h200-stage-sweep-kr.txt) o went from 4.99 to 4.20 µs and
-// down from 11.5 to 10.1 µs; q/k/v (1536 groups) and gate/up (7168) were
-// slower that way (6.0 against 4.9 µs, 18.6 against 17.3).
+// gemvqGeometry's warps. o and down run faster that way; q/k/v (1536
+// groups) and gate/up (7168), more than a wave of such blocks, run
+// slower.
 func (k *Kernels) gemvq4Geometry(nb, groups, cols int) (name string, blocks, threads int) {
 	un := k.tune.unroll
 	if un == 0 {
@@ -422,7 +414,7 @@ func (k *Kernels) gemvq4Geometry(nb, groups, cols int) (name string, blocks, thr
 // holds at once: the driver's occupancy figure for the loaded image
 // (Load), else gemvqU2BlocksPerSMDefault. The one-wave rule above depends
 // on it: a PTX image the driver JIT-compiles, or another GPU's register
-// file, can hold fewer blocks than the H200's cubin, and a second wave of
+// file, can hold fewer blocks than the sm_90 cubin, and a second wave of
 // u2 blocks is what the rule exists to avoid.
 func (k *Kernels) u2BlocksPerSM() int {
 	if k.u2PerSM > 0 {
@@ -436,9 +428,9 @@ func (k *Kernels) u2BlocksPerSM() int {
 // Q6KA) together: one or two Q4_K matrices and one Q6_K matrix that
 // gemvq_q6k_1 would take (not the staged kernel; a Q6KA one of any
 // height), where gemvq_fused_1 and gemvq_q6k_1 would use the same block
-// size. Why: a Q4_K_M layer whose v is Q6_K otherwise launches
-// q/k/v as two kernels, and the second (v, 1024x4096) ran at 0.29 of the
-// copy bandwidth on the H200, mostly launch latency.
+// size. Why: a Q4_K_M layer whose v is Q6_K otherwise launches q/k/v as
+// two kernels, and the second (v, 1024x4096) is too small to be more than
+// launch latency.
 func (k *Kernels) gemvqMixed(nb, mode int, q4, q6 []GEMVOut) bool {
 	if nb != 1 || mode != 0 || len(q6) != 1 || len(q4) < 1 || len(q4) > 2 {
 		return false
@@ -496,10 +488,8 @@ func splitQ6(outs []GEMVOut) (q4, q6 []GEMVOut) {
 // the 8b shape's layers with a Q6_K v), gemvq_mixed_a_w2_1, the same code
 // held to gemvq_fused_1's 72 registers so that 14 blocks share a
 // multiprocessor: gemvq_mixed_a_1's 100 registers (its Q6KA rows') gave
-// its Q4_K rows 10, and the launch took 1.36 waves where all-Q4_K q/k/v
-// takes one. In the sweep (kernels/NOTES.md, GEMV v11; testdata/
-// h200-stage-sweep-qkv6c.txt) 6.57 -> 5.35 µs a layer, all-Q4_K q/k/v
-// 4.94.
+// its Q4_K rows 10, and the launch took more than one wave where
+// all-Q4_K q/k/v takes one.
 func gemvqMixedName(t quant.Type, threads int) string {
 	switch {
 	case t != quant.Q6KA:
@@ -511,8 +501,8 @@ func gemvqMixedName(t quant.Type, threads int) string {
 }
 
 // gemvqMixedSplitGeometry is gemvq_mixed_s_1's grid for the Q4_K outputs
-// q4 and the Q6_K one q6 of a launch gemvqMixed takes: where the split
-// and pair switches are on and nothing is forced, q6 is re-laid (Q6KA),
+// q4 and the Q6_K one q6 of a launch gemvqMixed takes: where the tuning
+// forces no unroll or warps, q6 is re-laid (Q6KA),
 // the columns (the same for all) are at most 4096 and the 6-row blocks
 // fit the device in one wave (the 8b shape's q/k/v with a Q6_K v: 1025).
 func (k *Kernels) gemvqMixedSplitGeometry(q4 []GEMVOut, q6 GEMVOut) (blocks, threads int, ok bool) {
@@ -599,7 +589,7 @@ func (k *Kernels) gemvq4Launch(c *cudadrv.Ctx, s cudadrv.Stream, what string, xq
 
 // normQScratch returns stream s's quantized-x scratch when a norm of n
 // rows of dim floats into y can leave y quantized for the integer GEMVs
-// that read it next: the switch on, a scratch wide enough, n within
+// that read it next: the integer path in the tuning, a scratch wide enough, n within
 // MaxFusedGEMVBatch, dim a multiple of 256 and y 16-byte aligned (the
 // norms' float4 path).
 func (k *Kernels) normQScratch(s cudadrv.Stream, y cudadrv.DevPtr, n, dim int) (cudadrv.DevPtr, bool) {

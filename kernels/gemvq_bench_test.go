@@ -11,7 +11,7 @@ import (
 )
 
 // BenchmarkGEMVQDecodeShapes compares, in one process, the float GEMV
-// path with the integer Q4_K path (SetFastGEMV) on the 8b decode launches,
+// path with the integer Q4_K path (Tuning.IntegerGEMV) on the 8b decode launches,
 // replayed from CUDA graphs over copies of a layer's matrices (so they
 // come from HBM), as effective weight bandwidth ÷ the D2D copy bandwidth of
 // the same run: q/k/v (v Q6_K, as in the 16 use_more_bits layers, or

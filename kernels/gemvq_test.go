@@ -59,6 +59,7 @@ func swigluLike(r *rand.Rand, n, cols int) []float32 {
 // TestGEMVQQuantize checks the CPU model of gemvq_x on edge cases the
 // GPU test meets only by chance: zeros, exact ties, the clamp, NaN.
 func TestGEMVQQuantize(t *testing.T) {
+	t.Parallel()
 	x := make([]float32, 128)
 	x[1], x[2], x[3] = 1, -0.5, 0.25 // block 0: max 1
 	for i := 64; i < 128; i++ {
@@ -88,6 +89,7 @@ func TestGEMVQQuantize(t *testing.T) {
 // pieces, its half sums and scale), for rows of 4, 12 and 64 blocks; the
 // GPU tests hold the kernels' bytes to this model bit for bit.
 func TestGEMVQLayouts(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(7, 7))
 	for _, cols := range []int{256, 768, 4096} {
 		x := normLike(r, 1, cols)
@@ -156,6 +158,7 @@ func TestGEMVQLayouts(t *testing.T) {
 // budget is 1e-4 on the logits); every row within its hard error bound
 // sum|w_i| sx_i/2 + TestGEMV's float32 tolerance.
 func TestGEMVQFidelity(t *testing.T) {
+	t.Parallel()
 	shapes := []struct {
 		name       string
 		typ        quant.Type
@@ -517,7 +520,7 @@ func TestGEMVQFallback(t *testing.T) {
 func failOnDevice(format string, args ...any) { panic(fmt.Errorf(format, args...)) }
 
 // TestGEMVQGeometry pins the warps per block of the integer launches at
-// the shapes kernels/NOTES.md measured, and the rule's limits.
+// the 8b decode shapes, and the rule's limits.
 func TestGEMVQGeometry(t *testing.T) {
 	t.Parallel()
 	tu := baseTuning()
@@ -560,8 +563,8 @@ func TestGEMVQGeometry(t *testing.T) {
 		}
 	}
 	// The one-wave kernel: a one-vector Q6KA launch whose 2-row blocks of
-	// one warp all fit the device (the H200's 132 multiprocessors, 17 such
-	// blocks each where the occupancy query is not made), unforced.
+	// one warp all fit the device (132 multiprocessors, 17 such blocks each
+	// where the occupancy query is not made), unforced.
 	for _, tc := range []struct {
 		nb, unroll, rows, cols int
 		name                   string
@@ -759,10 +762,9 @@ func TestAttentionDecodeQ(t *testing.T) {
 
 // TestU2Occupancy: Load's occupancy figure for gemvq_fused_u2_1 (the
 // one-wave rule of gemvq4Geometry) is the driver's, it falls as blocks
-// grow, and on the H200's sm_90 cubin it is the 8 blocks of 64 threads
-// the rule was measured with (kernels/NOTES.md, GEMV v8); another figure
-// there means the cubin's registers changed and the rule wants
-// re-measuring.
+// grow, and with the sm_90 cubin it is the 8 blocks of 64 threads the
+// rule was chosen with; another figure there means the cubin's registers
+// changed and the rule wants measuring again.
 func TestU2Occupancy(t *testing.T) {
 	d, k := gpu(t)
 	var by [3]int
@@ -795,15 +797,15 @@ func TestU2Occupancy(t *testing.T) {
 
 // TestGEMVQ4GeometryOccupancy: the one-wave rule takes the two-units
 // kernel only while the row groups fit the device in one wave of the
-// blocks the driver says a multiprocessor holds (the H200 figure where
-// the query failed); host-only, a Kernels of 132 multiprocessors.
+// blocks the driver says a multiprocessor holds (the sm_90 cubin's figure
+// where the query failed); host-only, a Kernels of 132 multiprocessors.
 func TestGEMVQ4GeometryOccupancy(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		perSM, groups int
 		want          string
 	}{
-		{0, 1024, "gemvq_fused_u2_1"}, // o, down of the 8b shape, H200 figure
+		{0, 1024, "gemvq_fused_u2_1"}, // o, down of the 8b shape, the cubin's figure
 		{0, 1056, "gemvq_fused_u2_1"}, // 8 x 132: exactly one wave
 		{0, 1057, "gemvq_fused_1"},
 		{0, 1536, "gemvq_fused_1"}, // q/k/v
@@ -935,6 +937,7 @@ func TestGEMVQMixedSplitGeometry(t *testing.T) {
 // float64 dot products with the x both multiply by (sx * x_int): they sum
 // the same exact integers and differ only in float32 rounding.
 func TestGEMVQPairRef(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(11, 11))
 	for _, cols := range []int{512, 4096, 14336} {
 		rows := 16

@@ -210,7 +210,7 @@ func TestGEMVSliced(t *testing.T) {
 }
 
 // TestGEMVSlicedGeometry pins which products GEMVSliced takes (host-only:
-// a Kernels of the H200's 132 multiprocessors, two blocks each, both
+// a Kernels of 132 multiprocessors, two blocks each, both
 // kernels present): Q4_K and Q6KA (not plain Q6_K or other types), columns
 // a multiple of 1024 and at most 16 of them, x 8-byte aligned, one wave,
 // the integer path in the tuning.

@@ -204,7 +204,7 @@ func Load(c *cudadrv.Ctx, variants ...string) (*Kernels, error) {
 // projection's integer GEMVs, which use no shared memory and stream
 // weights that every block reads once. The same preference for the other
 // decode kernels, or a preference for shared memory, made the decode step
-// slower, so the list holds only the two kernels it was measured to help.
+// slower, so the list holds only the two kernels it helps.
 var maxL1Kernels = []string{"gemvq_p4_1", "gemvq_q6ka_1"}
 
 // mma reports whether the loaded PTX targets tensor-core mma.sync

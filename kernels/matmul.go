@@ -69,8 +69,8 @@ type gemvPlan struct {
 	rows   int
 	stages int
 	// stageX: a direct plan that stages x in shared memory (gemv.cu's
-	// gemv_staged) when it fits: F16/BF16 only (it lost for Q4_K/Q5_K on
-	// the H200, kernels/NOTES.md), never the misaligned fallback.
+	// gemv_staged) when it fits: F16/BF16 only (for Q4_K/Q5_K it was
+	// slower than the direct loads), never the misaligned fallback.
 	stageX bool
 }
 
@@ -182,8 +182,8 @@ const gemvSharedLimit = 96 << 10
 // with at most this many columns to gemv_fused's word-loaded 64-element
 // units (DQ6K) instead of the tiled kernel (Tuning.q6kDirect, which only
 // sweeps clear). Narrow rows leave the tiled kernel's staging too little
-// to hide; at 14336 columns the two were measured equal, so the rule
-// stays one threshold.
+// to hide; at 14336 columns the two ran alike, so the rule stays one
+// threshold.
 const gemvQ6KDirectCols = 4096
 
 // GEMV computes y[b] = W x[b] for nb (1..8) vectors: x is nb rows of

@@ -15,6 +15,7 @@ import (
 // TestRelayQ6KPermutation: for every pad a block can have, the re-lay
 // moves each of the 210 bytes to a distinct place inside the block.
 func TestRelayQ6KPermutation(t *testing.T) {
+	t.Parallel()
 	for p := 0; p < 16; p += 2 {
 		seen := make(map[int]int)
 		q6kaPerm(p, func(q6k, q6ka int) {
@@ -38,6 +39,7 @@ func TestRelayQ6KPermutation(t *testing.T) {
 // and Part<T_Q6_KA> (a 32-element part's values) — equals what it reads
 // from the Q6_K block (QW6::load) and engine/quant's dequantization.
 func TestRelayQ6KHost(t *testing.T) {
+	t.Parallel()
 	const rows, cols = 3, 768 // 9 blocks: every pad, some twice
 	data, deq := randMatrix(quant.Q6_K, rows, cols, 5)
 	for _, addr := range []uint64{0, 2, 6, 14, 0x7f0000000102} {

@@ -6,6 +6,7 @@ import "testing"
 // classes' shared-memory limits (96 KiB on compute_80, 48 KiB on
 // compute_61) at the geometry the launcher picks, with 1..8 warps.
 func TestGEMVSharedFits(t *testing.T) {
+	t.Parallel()
 	for _, typ := range gemvTypes {
 		for nb := 1; nb <= MaxGEMVBatch; nb++ {
 			p := gemvPlanFor(typ, nb)

@@ -9,8 +9,8 @@ import (
 	"github.com/strata-llm/strata/engine/sample"
 )
 
-// llama.cpp's figures on the same H200 with part of the model off the GPU
-// (issue 5's table; its other layers computed by 16 CPU threads).
+// llama.cpp's figures on the machine the goals were set on, with part of
+// the model off the GPU (its other layers computed by 16 CPU threads).
 const (
 	peer8bHalfPrefill = 1332.0 // 8b, 16 of 32 layers on the GPU
 	peer8bHalfDecode  = 26.3

@@ -10,7 +10,7 @@ import (
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
-// llama.cpp's figures on the same H200 (issue 5's table): resident 8b
+// llama.cpp's figures on the machine the goals were set on: resident 8b
 // Q4_K_M, batch 1.
 const (
 	peerDecode  = 261.4

@@ -17,7 +17,7 @@ import (
 // "scenario.key" and "scenario.key.ratio", so benchstat can compare runs.
 // STRATA_BENCH_ENGINE selects the scenarios ("resident,streamed", "all");
 // STRATA_SYNTH_DIR is where the synthetic models are found or written
-// (/dev/shm on the H200 host). Run with -test.benchtime 1x.
+// (/dev/shm on a host with the memory for them). Run with -test.benchtime 1x.
 func BenchmarkEngine(b *testing.B) {
 	only := os.Getenv("STRATA_BENCH_ENGINE")
 	if only == "" {

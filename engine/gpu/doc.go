@@ -20,7 +20,7 @@
 // per slot that the compute stream waits on and a "free" event that the
 // next copy into the slot waits on. The whole pipeline is ordered on the
 // device, so the host enqueues a pass without waiting and the copy engine
-// stays busy (0.98-1.0 of the pinned H2D peak on the H200, see NOTES.md).
+// stays busy, near the pinned host-to-device peak.
 //
 // Layers in Options.TierC stay on tier C, in storage: stage 1, a goroutine
 // per pass, reads each one's extent from an engine/stream Source into one

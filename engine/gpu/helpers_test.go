@@ -101,7 +101,7 @@ func promptTokens(vocab, n, seed int) []int32 {
 	return p
 }
 
-// maxNMSE is the fidelity bound of issue 5: GPU logits vs the CPU
+// maxNMSE is the GPU backend's fidelity bound: GPU logits vs the CPU
 // reference.
 const maxNMSE = 1e-4
 
