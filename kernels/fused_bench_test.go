@@ -163,7 +163,7 @@ type decodeShape struct {
 // uploadDecodeShapes puts random matrices of each shape on the device:
 // enough copies of each to exceed 512 MiB (at least two, at most 64) so
 // that a benchmark cycling through them reads from HBM rather than the
-// 60 MB L2 (four copies of the 9 MB 4096x4096 matrix, as before, fit in
+// 60 MB L2 (four copies of the 9 MB 4096x4096 matrix would fit in
 // it).
 func uploadDecodeShapes(c *cudadrv.Ctx, a *arena, shapes []decodeShape) decodeMats {
 	mats := decodeMats{}

@@ -188,7 +188,7 @@ __device__ __forceinline__ void gemm_body(const uint8_t* __restrict__ W, long lo
 FOR_EACH_TYPE(GEMM_TYPE)
 
 // ---------------------------------------------------------------------------
-// Dequantize-then-GEMM path (v5, compute_80). For m above a handful of
+// Dequantize-then-GEMM path (compute_80). For m above a handful of
 // tokens the weight decode no longer belongs in the MMA loop: gemm.go
 // converts x to f16 once (gemm_x16), dequantizes the weight matrix panel by
 // panel into an f16 scratch buffer (gemm_deq_<type>, bandwidth-bound; the

@@ -167,7 +167,7 @@ func Load(c *cudadrv.Ctx, variants ...string) (*Kernels, error) {
 		for _, name := range maxL1Kernels {
 			if f, ok := k.fns[name]; ok {
 				// A hint: where the driver refuses it the kernel runs with
-				// its default split, as before.
+				// its default split.
 				_ = c.SetAttribute(f, cudadrv.FuncPreferredSharedMemoryCarveout, 0)
 			}
 		}
