@@ -243,7 +243,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.RelayQ6K {
 		fmt.Fprintf(&b, "resident Q6_K matrices re-laid for aligned loads (Q6KA; the default)\n")
 	} else {
-		fmt.Fprintf(&b, "resident Q6_K matrices as in the file (plain Q6_K, --plain-q6k)\n")
+		fmt.Fprintf(&b, "resident Q6_K matrices as in the file (plain Q6_K)\n")
 	}
 	if len(r.Variants) > 0 {
 		fmt.Fprintf(&b, "kernel tuning variants: %s\n", strings.Join(r.Variants, ", "))
