@@ -414,3 +414,32 @@ func Test8B(t *testing.T) {
 	worst := greedyCompare(t, cpu, []*Model{g, gs}, promptTokens(cpu.Config.Vocab, 16, 3), steps)
 	t.Logf("8b: worst NMSE %.3g resident, %.3g streamed, over %d steps (prompt + %d greedy); integer GEMV %v (Q6_K %v)", worst[0], worst[1], steps+1, steps, g.k.Tuning().IntegerGEMV, g.k.Tuning().IntegerQ6K)
 }
+
+// TestLoadVariants: Options.Variants change the model's view of the given
+// kernels (here the float GEMVs, whose logits then agree with the
+// integer ones' within the fidelity bound) and leave the given Kernels
+// as they are; a variant that would change the loaded image, or an
+// unknown one, fails the load.
+func TestLoadVariants(t *testing.T) {
+	t.Parallel()
+	dev, k := gpu(t)
+	cpu := tinyModel(t, "llama", "q4_k_m")
+	gi := loadGPU(t, cpu, Options{MaxSeqs: 1})
+	gf := loadGPU(t, cpu, Options{MaxSeqs: 1, Variants: []string{"float-gemv"}})
+	if gf.k.Tuning().IntegerGEMV || gi.k.Tuning() != k.Tuning() {
+		t.Fatalf("float-gemv: model's tuning %+v, the given kernels' %+v", gf.k.Tuning(), k.Tuning())
+	}
+	worst, _, agree := lockstep(t, gi, gf, promptTokens(cpu.Config.Vocab, 20, 4), 8)
+	if worst > maxNMSE {
+		t.Fatalf("integer vs float GEMVs: worst NMSE %.3g", worst)
+	}
+	t.Logf("integer vs float GEMVs: worst NMSE %.3g, the same greedy token at %d of 9 passes", worst, agree)
+	for _, v := range [][]string{{"no such variant"}, {"jit"}} {
+		if v[0] == "jit" && !k.Tuning().Cubin {
+			continue // the given kernels are the PTX already: jit changes nothing
+		}
+		if _, err := Load(dev, cpu.Config, cpu.Weights, Options{MaxSeqs: 1, Kernels: k, Variants: v}); err == nil {
+			t.Errorf("variants %q: loaded", v)
+		}
+	}
+}
