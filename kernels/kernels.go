@@ -42,7 +42,8 @@ func PTXArch(major, minor int) (string, error) {
 // Kernels is the set of strata's kernels loaded into one device's context,
 // with the Tuning its launches follow. Its methods enqueue launches and
 // must be called inside Device.Do of that device. Views of one load with
-// another tuning (WithTuning) share its modules and scratch buffers.
+// another tuning (WithTuning) share its modules and scratch buffers. The
+// load's Arch, Image and SMs are fields of every view.
 type Kernels struct {
 	*loaded
 	tune Tuning
@@ -251,9 +252,9 @@ func entryNames(ptx []byte) []string {
 func (k *Kernels) Tuning() Tuning { return k.tune }
 
 // WithTuning returns a view of k's load whose launches follow t: the same
-// modules, device figures and scratch buffers (so it must be used on the
-// device, and unloaded, as k). The loaded image cannot change after Load:
-// t.Cubin is kept as k's.
+// modules, device figures and scratch buffers, used inside Device.Do of
+// k's device like k; the load is unloaded once, through k or any view. The
+// loaded image cannot change after Load: t.Cubin is kept as k's.
 func (k *Kernels) WithTuning(t Tuning) *Kernels {
 	t.Cubin = k.tune.Cubin
 	return &Kernels{loaded: k.loaded, tune: t}
