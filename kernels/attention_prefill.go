@@ -18,6 +18,9 @@ import (
 // prefillRows is the query rows per block (PF_BR in prefill.cu).
 const prefillRows = 64
 
+// prefillBC is the key tile of the compiled instances (prefill.cu's BC).
+const prefillBC = 64
+
 // prefillVariant is one compiled instance of the tiled kernel: head dims
 // up to 32*nd (padded), key tiles of bc keys.
 type prefillVariant struct{ nd, bc int }
@@ -48,8 +51,6 @@ func prefillND(hd int) int {
 // baseTuning holds the defaults, the fastest of the benchmark's variants);
 // tests and the benchmark override them on their own Kernels view.
 type prefillTuning struct {
-	// bc is the key tile (32 or 64).
-	bc int
 	// pair: each block takes query tiles y and ntiles-1-y (equal causal
 	// work per block) when the unpaired grid has at most pairMaxWaves
 	// blocks per SM; 0 never pairs.
@@ -73,7 +74,7 @@ func (k *Kernels) attentionPrefill(c *cudadrv.Ctx, s cudadrv.Stream, at Attentio
 	if k.tune.prefill.legacy || !k.mma() || !aligned {
 		return k.attentionPrefillLegacy(c, s, at, kv, q, out, ntok, slot, p0)
 	}
-	v := prefillVariant{nd: prefillND(at.HeadDim), bc: k.tune.prefill.bc}
+	v := prefillVariant{nd: prefillND(at.HeadDim), bc: prefillBC}
 	f, err := k.fn(v.name())
 	if err != nil {
 		return err

@@ -12,16 +12,14 @@ import (
 
 // prefillVariants are the dispatch choices TestAttentionPrefill checks and
 // BenchmarkAttentionPrefill8B times: the warp-per-query kernel and the
-// tiled one with each key tile, paired or not.
+// tiled one, paired or not.
 var prefillVariants = []struct {
 	name string
 	tune prefillTuning
 }{
 	{"legacy", prefillTuning{legacy: true}},
-	{"k32", prefillTuning{bc: 32, pair: -1}},
-	{"k32-pair", prefillTuning{bc: 32, pair: 1}},
-	{"k64", prefillTuning{bc: 64, pair: -1}},
-	{"k64-pair", prefillTuning{bc: 64, pair: 1}},
+	{"k64", prefillTuning{pair: -1}},
+	{"k64-pair", prefillTuning{pair: 1}},
 }
 
 // withPrefill is a view of k whose prefill attention follows tu.

@@ -88,7 +88,7 @@ func TestEmbeddedEntries(t *testing.T) {
 		// included) + rmsnorm, rope, 5 element-wise, 3 attention, 2
 		// sampling; GEMM: 10 dequantizers, x16 and the f16
 		// configurations; fused decode: gemv_fused_1/2, add_rmsnorm,
-		// rope_store; 6 tiled prefill attention variants. bf16_unpack.
+		// rope_store; 3 tiled prefill attention variants. bf16_unpack.
 		// Integer GEMV: gemvq_x, gemvq_fused_1/2/u2_1, gemvq_q6k_1/2,
 		// gemvq_q6k_s_1/2, gemvq_mixed_1, gemvq_q6ka_1/2,
 		// gemvq_mixed_a_1, q6ka_relay, gemvq_p4_1, gemvq_p2u2_1,
@@ -96,7 +96,7 @@ func TestEmbeddedEntries(t *testing.T) {
 		// (the read-only ceiling). GEMVSliced: gemvq_sk_p,
 		// gemvq_sk_q6ka, add_fx, add_fx_rmsnorm. Split pair units:
 		// gemvq_ps6_1, gemvq_mixed_s_1.
-		if want := 80 + 10 + 10 + 1 + 1 + 5 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 6 + 1 + 17 + 1 + 4 + 2; n != want {
+		if want := 80 + 10 + 10 + 1 + 1 + 5 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 3 + 1 + 17 + 1 + 4 + 2; n != want {
 			t.Errorf("%s: %d kernels embedded, want %d", arch, n, want)
 		}
 	}

@@ -94,7 +94,7 @@ func baseTuning() Tuning {
 		gemvWarpsPerSM: 32,
 		q6kDirect:      true,
 		gemvStaged:     gemvStagedConfig{warps: 8, blocksPerSM: 2},
-		prefill:        prefillTuning{bc: 64, pairMaxWaves: 2},
+		prefill:        prefillTuning{pairMaxWaves: 2},
 		gemm:           gemmTuning{panelBytes: 128 << 20, xBytes: 32 << 20},
 	}
 }
