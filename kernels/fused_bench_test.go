@@ -57,9 +57,8 @@ func timeGraphOn(c *cudadrv.Ctx, s cudadrv.Stream, iters int, fn func(s cudadrv.
 // of a layer's matrices (so they come from HBM), as effective weight
 // bandwidth ÷ the D2D copy bandwidth of the same run: q/k/v separately vs
 // one gemv_fused launch; gate, up and SwiGLU vs one GEMVGLU launch; the
-// Q6_K matrices (v, ffn_down, output) on the tiled path vs the direct
-// (DQ6K) path; under three grid targets (warps per SM). Run with
-// -test.benchtime 1x.
+// Q6_K matrices (v, ffn_down, output); under three grid targets (warps
+// per SM). Run with -test.benchtime 1x.
 func BenchmarkDecodeShapes(b *testing.B) {
 	ceiling := copyBandwidth(b)
 	d, k := gpu(b)
@@ -137,12 +136,8 @@ func BenchmarkDecodeShapes(b *testing.B) {
 			for _, bn := range benches {
 				fmt.Fprintf(&out, "w%-2d %-26s %s\n", wps, bn.name, cell(bn))
 			}
-			for _, direct := range []bool{false, true} {
-				tu.q6kDirect = direct
-				k = k0.WithTuning(tu)
-				for _, bn := range q6 {
-					fmt.Fprintf(&out, "w%-2d Q6_K %-6s %-16s %s\n", wps, map[bool]string{false: "tiled", true: "direct"}[direct], bn.name, cell(bn))
-				}
+			for _, bn := range q6 {
+				fmt.Fprintf(&out, "w%-2d Q6_K %-16s %s\n", wps, bn.name, cell(bn))
 			}
 		}
 		return nil

@@ -180,8 +180,7 @@ const gemvSharedLimit = 96 << 10
 
 // gemvQ6KDirectCols: the float path takes Q6_K GEMVs of one or two vectors
 // with at most this many columns to gemv_fused's word-loaded 64-element
-// units (DQ6K) instead of the tiled kernel (Tuning.q6kDirect, which only
-// sweeps clear). Narrow rows leave the tiled kernel's staging too little
+// units (DQ6K) instead of the tiled kernel. Narrow rows leave the tiled kernel's staging too little
 // to hide; at 14336 columns the two ran alike, so the rule stays one
 // threshold.
 const gemvQ6KDirectCols = 4096
@@ -204,7 +203,7 @@ func (k *Kernels) GEMV(c *cudadrv.Ctx, s cudadrv.Stream, w Matrix, x, y cudadrv.
 	if xq, ok := k.fastScratch(s, x, nb, w); ok {
 		return k.gemvqLaunch(c, s, "gemv", x, xq, nb, 0, []GEMVOut{{W: w, Y: y}})
 	}
-	if w.Type == quant.Q6_K && k.tune.q6kDirect && w.Cols <= gemvQ6KDirectCols && k.CanFuseGEMV(nb, w) {
+	if w.Type == quant.Q6_K && w.Cols <= gemvQ6KDirectCols && k.CanFuseGEMV(nb, w) {
 		return k.GEMVFused(c, s, x, nb, GEMVOut{W: w, Y: y})
 	}
 	f, err := k.fn(fmt.Sprintf("gemv_%s_%d", suf, nb))

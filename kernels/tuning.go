@@ -63,9 +63,6 @@ type Tuning struct {
 	// gemvWarpsPerSM is the resident warps per multiprocessor the float
 	// GEMV launchers aim their grids at.
 	gemvWarpsPerSM int
-	// q6kDirect routes the float path's narrow Q6_K GEMVs to gemv_fused's
-	// word-loaded units (see GEMV).
-	q6kDirect bool
 	// gemvStaged sizes the float path's staged direct plan.
 	gemvStaged gemvStagedConfig
 	// prefill and gemm are the prefill attention's and the GEMM path's
@@ -92,7 +89,6 @@ func baseTuning() Tuning {
 		IntegerGEMV:    true,
 		IntegerQ6K:     true,
 		gemvWarpsPerSM: 32,
-		q6kDirect:      true,
 		gemvStaged:     gemvStagedConfig{warps: 8, blocksPerSM: 2},
 		prefill:        prefillTuning{pairMaxWaves: 2},
 		gemm:           gemmTuning{panelBytes: 128 << 20, xBytes: 32 << 20},
