@@ -18,6 +18,9 @@ import (
 // prefillRows is the query rows per block (PF_BR in prefill.cu).
 const prefillRows = 64
 
+// prefillBC is the key tile of the compiled instances (prefill.cu's BC).
+const prefillBC = 64
+
 // prefillVariant is one compiled instance of the tiled kernel: head dims
 // up to 32*nd (padded), key tiles of bc keys.
 type prefillVariant struct{ nd, bc int }
@@ -44,12 +47,10 @@ func prefillND(hd int) int {
 	}
 }
 
-// prefillTuning holds the tiled kernel's dispatch knobs; tests and the
-// benchmark override them, the defaults come from the H200 run
-// (kernels/NOTES.md, testdata/h200-attn-prefill.log).
+// prefillTuning holds the tiled kernel's dispatch knobs (Tuning.prefill;
+// baseTuning holds the defaults, the fastest of the benchmark's variants);
+// tests and the benchmark override them on their own Kernels view.
 type prefillTuning struct {
-	// bc is the key tile (32 or 64).
-	bc int
 	// pair: each block takes query tiles y and ntiles-1-y (equal causal
 	// work per block) when the unpaired grid has at most pairMaxWaves
 	// blocks per SM; 0 never pairs.
@@ -59,8 +60,6 @@ type prefillTuning struct {
 	// legacy runs attention.cu's attn_prefill instead.
 	legacy bool
 }
-
-var prefillTune = prefillTuning{bc: 64, pairMaxWaves: 2}
 
 // attentionPrefill is AttentionPrefill's implementation: the tiled kernel
 // where it applies, else the warp-per-query one.
@@ -72,10 +71,10 @@ func (k *Kernels) attentionPrefill(c *cudadrv.Ctx, s cudadrv.Stream, at Attentio
 		return fmt.Errorf("attention prefill: %d tokens from %d past the cache's %d (slot %d)", ntok, p0, kv.MaxCtx, slot)
 	}
 	aligned := (uint64(q)|uint64(out)|uint64(kv.K)|uint64(kv.V))%16 == 0
-	if prefillTune.legacy || !k.mma() || !aligned {
+	if k.tune.prefill.legacy || !k.mma() || !aligned {
 		return k.attentionPrefillLegacy(c, s, at, kv, q, out, ntok, slot, p0)
 	}
-	v := prefillVariant{nd: prefillND(at.HeadDim), bc: prefillTune.bc}
+	v := prefillVariant{nd: prefillND(at.HeadDim), bc: prefillBC}
 	f, err := k.fn(v.name())
 	if err != nil {
 		return err
@@ -92,8 +91,8 @@ func (k *Kernels) attentionPrefill(c *cudadrv.Ctx, s cudadrv.Stream, at Attentio
 	}
 	group := at.Heads / at.KVHeads
 	ntiles := ceilDiv(ntok*group, prefillRows)
-	pair := prefillTune.pair > 0 ||
-		(prefillTune.pair == 0 && float64(ntiles*at.KVHeads) <= prefillTune.pairMaxWaves*float64(max(k.SMs, 1)))
+	pair := k.tune.prefill.pair > 0 ||
+		(k.tune.prefill.pair == 0 && float64(ntiles*at.KVHeads) <= k.tune.prefill.pairMaxWaves*float64(max(k.SMs, 1)))
 	gy, pi := ntiles, int32(0)
 	if pair && ntiles > 1 {
 		gy, pi = ceilDiv(ntiles, 2), 1

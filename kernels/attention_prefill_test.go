@@ -12,25 +12,21 @@ import (
 
 // prefillVariants are the dispatch choices TestAttentionPrefill checks and
 // BenchmarkAttentionPrefill8B times: the warp-per-query kernel and the
-// tiled one with each key tile, paired or not.
+// tiled one, paired or not.
 var prefillVariants = []struct {
 	name string
 	tune prefillTuning
 }{
 	{"legacy", prefillTuning{legacy: true}},
-	{"k32", prefillTuning{bc: 32, pair: -1}},
-	{"k32-pair", prefillTuning{bc: 32, pair: 1}},
-	{"k64", prefillTuning{bc: 64, pair: -1}},
-	{"k64-pair", prefillTuning{bc: 64, pair: 1}},
+	{"k64", prefillTuning{pair: -1}},
+	{"k64-pair", prefillTuning{pair: 1}},
 }
 
-// withPrefillTuning runs fn with prefillTune replaced by tu, restoring it
-// after.
-func withPrefillTuning(tu prefillTuning, fn func()) {
-	old := prefillTune
-	prefillTune = tu
-	defer func() { prefillTune = old }()
-	fn()
+// withPrefill is a view of k whose prefill attention follows tu.
+func withPrefill(k *Kernels, tu prefillTuning) *Kernels {
+	t := k.Tuning()
+	t.prefill = tu
+	return k.WithTuning(t)
 }
 
 // prefillRef is the float64 causal attention of ntok tokens from p0 over
@@ -101,7 +97,7 @@ func TestAttentionPrefill(t *testing.T) {
 				out := a.alloc(int64(len(qH) * 4))
 				for _, v := range prefillVariants {
 					poison(a, out, len(qH))
-					withPrefillTuning(v.tune, func() { must(k.AttentionPrefill(c, 0, at, kv, q, out, tc.n, tc.slot, tc.p0)) })
+					must(withPrefill(k, v.tune).AttentionPrefill(c, 0, at, kv, q, out, tc.n, tc.slot, tc.p0))
 					got := get[float32](a, out, len(qH))
 					var se, sr, worst float64
 					for i, w := range want {
@@ -174,16 +170,15 @@ func BenchmarkAttentionPrefill8B(b *testing.B) {
 			tunes := append([]struct {
 				name string
 				tune prefillTuning
-			}{prefillVariants[0], {"default", prefillTune}}, prefillVariants[1:]...)
+			}{prefillVariants[0], {"default", baseTuning().prefill}}, prefillVariants[1:]...)
 			for _, v := range tunes {
 				var ms float64
-				withPrefillTuning(v.tune, func() {
-					iters := 20
-					if v.tune.legacy {
-						iters = 5
-					}
-					ms = timeIt(c, iters, func(int) error { return k.AttentionPrefill(c, 0, at, kv, q, out, ntok, 0, 0) })
-				})
+				kv2 := withPrefill(k, v.tune)
+				iters := 20
+				if v.tune.legacy {
+					iters = 5
+				}
+				ms = timeIt(c, iters, func(int) error { return kv2.AttentionPrefill(c, 0, at, kv, q, out, ntok, 0, 0) })
 				if v.tune.legacy {
 					legacy = ms
 				}

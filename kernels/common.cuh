@@ -331,9 +331,8 @@ template <> struct Part<T_Q6_K> {
 // p % 4 == 0, M = [scales of units 0..3 | d] (d at block + 208); where
 // p % 4 == 2, M = [d | scales] (d at block + 0); the split at p falls
 // between words either way. Why: Q6_K's 210-byte blocks are only 2-byte aligned, so its
-// GEMVs read words with funnel shifts or stage rows in shared memory
-// (0.47-0.58 of the copy bandwidth for down's 4096x14336 on the H200,
-// where Q4_K's aligned 16-byte loads reach 0.77); re-laid, a unit is three
+// GEMVs read words with funnel shifts or stage rows in shared memory,
+// well below what Q4_K's aligned 16-byte loads stream; re-laid, a unit is three
 // aligned 16-byte loads, a 4-byte load of its scales and a 2-byte one of
 // d (Q6_K: 12 word loads with funnel shifts, or shared-memory staging).
 // Each block stays in its own 210 bytes, so the
@@ -478,16 +477,15 @@ template <> struct Part<T_F32> {
 //   x_int sums of its quarters 0..3) and a float2 per unit (sx of its two
 //   64-blocks). Why: a warp's loads of one piece then read 512 contiguous
 //   bytes, where reading the units' bytes out of L0 touched 32-byte pairs
-//   spread over 2 KB; the Q6KA GEMV on down's shape ran 16.25 -> 14.53 us
-//   with the same geometry (kernels/NOTES.md, GEMV v10).
+//   spread over 2 KB (the Q6KA GEMV on down's shape ran a tenth faster
+//   with the same geometry).
 // - LP (at gemvq_lp(cols)), read by the Q4_K pair units (QXP: the 64
 //   elements of one sub-block pair, one x 64-block): piece i (i < 4: the
 //   high bytes of elements 16i..16i+15 of 64-block v; 4 + i: their low
 //   bytes) of block v at 16*(i*nv + v), nv = cols/64; then an int2 per
 //   block (the x_int sums of its elements 0..31 and 32..63) and a float per
 //   block (sx). Why: the same as L6's, for gemvq_p*'s lanes, which read a
-//   whole 64-block each (kernels/NOTES.md, GEMV v10: o 4.18 -> 3.94 us,
-//   down's Q4_K 10.1 -> 9.5 in the sweep).
+//   whole 64-block each.
 // gemvq.cu's gemvq_x writes all three from float x; norm.cu's kernels and
 // the decode attention write them beside their output (gemvq_put4), so the
 // GEMV that follows needs no quantizing launch of its own.

@@ -25,7 +25,7 @@ const MaxFusedGEMVBatch = 2
 
 // fusedTypes are the weight types gemv_fused dispatches on (its
 // fused_dispatch), with the engine/quant type ids the kernel compares.
-var fusedTypes = map[quant.Type]int{quant.Q4_K: 12, quant.Q6_K: 14, quant.F16: 1, quant.BF16: 30, Q6KA: 1025}
+var fusedTypes = map[quant.Type]int{quant.Q4_K: 12, quant.Q6_K: 14, quant.F16: 1, quant.BF16: 30, quant.Q6KA: 1025}
 
 // fusedRowsFor is gemv.cu's fused_rg: rows per block of one matrix.
 func fusedRowsFor(t quant.Type) int {
@@ -78,7 +78,7 @@ var errNotFusable = errors.New("matrices not fusable (see CanFuseGEMV)")
 
 // fusedGeometry: one block per row group (groups blocks), and the most
 // warps per block (a power of two, 1..8) that keeps the grid within
-// gemvWarpsPerSM warps per multiprocessor and gives each warp at least
+// Tuning.gemvWarpsPerSM warps per multiprocessor and gives each warp at least
 // 32 units of the narrowest unit count.
 func (k *Kernels) fusedGeometry(groups int, ms []Matrix) (blocks, threads int) {
 	windows := 1 << 30
@@ -86,7 +86,7 @@ func (k *Kernels) fusedGeometry(groups int, ms []Matrix) (blocks, threads int) {
 		windows = min(windows, ceilDiv(m.Cols/fusedUnitElems(m.Type), 32))
 	}
 	warps := 1
-	for warps < 8 && 2*warps <= windows && groups*2*warps <= k.SMs*gemvWarpsPerSM {
+	for warps < 8 && 2*warps <= windows && groups*2*warps <= k.SMs*k.tune.gemvWarpsPerSM {
 		warps *= 2
 	}
 	return groups, 32 * warps
@@ -107,13 +107,13 @@ func (k *Kernels) GEMVFused(c *cudadrv.Ctx, s cudadrv.Stream, x cudadrv.DevPtr, 
 	if x%16 != 0 {
 		return fmt.Errorf("gemv fused: x at %#x is not 16-byte aligned", uint64(x))
 	}
-	if FastGEMV() {
+	if k.tune.IntegerGEMV {
 		// The Q4_K (and Q6_K) matrices take the integer path (gemvq.cu)
 		// on one quantized x, the others the float one in another launch.
 		var fast, rest []GEMVOut
 		var fm []Matrix
 		for _, o := range outs {
-			if fastType(o.W.Type) {
+			if k.fastType(o.W.Type) {
 				fast = append(fast, o)
 				fm = append(fm, o.W)
 			} else {

@@ -57,9 +57,8 @@ func timeGraphOn(c *cudadrv.Ctx, s cudadrv.Stream, iters int, fn func(s cudadrv.
 // of a layer's matrices (so they come from HBM), as effective weight
 // bandwidth ÷ the D2D copy bandwidth of the same run: q/k/v separately vs
 // one gemv_fused launch; gate, up and SwiGLU vs one GEMVGLU launch; the
-// Q6_K matrices (v, ffn_down, output) on the tiled path vs the direct
-// (DQ6K) path; under three grid targets (warps per SM). Run with
-// -test.benchtime 1x.
+// Q6_K matrices (v, ffn_down, output); under three grid targets (warps
+// per SM). Run with -test.benchtime 1x.
 func BenchmarkDecodeShapes(b *testing.B) {
 	ceiling := copyBandwidth(b)
 	d, k := gpu(b)
@@ -124,22 +123,21 @@ func BenchmarkDecodeShapes(b *testing.B) {
 			{"ffn6 14336x4096", bytes("ffn6"), gemv("ffn6")},
 			{"out 128256x4096", bytes("out"), gemv("out")},
 		}
-		oldW, oldQ6 := gemvWarpsPerSM, gemvQ6KDirect
-		defer func() { gemvWarpsPerSM, gemvQ6KDirect = oldW, oldQ6 }()
+		// The benches read k: each sweep point rebinds it to a view.
+		k0 := k
 		cell := func(bn decodeBench) string {
 			ms := timeGraph(c, 64, bn.fn)
 			return fmt.Sprintf("%8.2f us %5.3f", ms*1e3, float64(bn.bytes)/(ms/1e3)/ceiling)
 		}
 		for _, wps := range []int{16, 32, 64} {
-			gemvWarpsPerSM = wps
+			tu := k0.Tuning()
+			tu.gemvWarpsPerSM = wps
+			k = k0.WithTuning(tu)
 			for _, bn := range benches {
 				fmt.Fprintf(&out, "w%-2d %-26s %s\n", wps, bn.name, cell(bn))
 			}
-			for _, direct := range []bool{false, true} {
-				gemvQ6KDirect = direct
-				for _, bn := range q6 {
-					fmt.Fprintf(&out, "w%-2d Q6_K %-6s %-16s %s\n", wps, map[bool]string{false: "tiled", true: "direct"}[direct], bn.name, cell(bn))
-				}
+			for _, bn := range q6 {
+				fmt.Fprintf(&out, "w%-2d Q6_K %-16s %s\n", wps, bn.name, cell(bn))
 			}
 		}
 		return nil
@@ -160,7 +158,7 @@ type decodeShape struct {
 // uploadDecodeShapes puts random matrices of each shape on the device:
 // enough copies of each to exceed 512 MiB (at least two, at most 64) so
 // that a benchmark cycling through them reads from HBM rather than the
-// 60 MB L2 (four copies of the 9 MB 4096x4096 matrix, as before, fit in
+// 60 MB L2 (four copies of the 9 MB 4096x4096 matrix would fit in
 // it).
 func uploadDecodeShapes(c *cudadrv.Ctx, a *arena, shapes []decodeShape) decodeMats {
 	mats := decodeMats{}

@@ -2,13 +2,13 @@
 // for M activation rows (tokens) against N weight rows. Two paths
 // (gemm.go chooses):
 //
-//   - dequantize-then-GEMM (v5, compute_80, every m since the H200 sweep):
+//   - dequantize-then-GEMM (compute_80, every m above the GEMV batch):
 //     gemm_x16 converts X to f16 once, gemm_deq_<type> decodes the weights
 //     to f16 (whole matrix, or large panels) into a workspace, and one pure
 //     f16 GEMM gemm_h_<config> (cp.async pipeline, swizzled shared memory,
 //     ldmatrix, mma.sync) multiplies them; F16 weights are read in place.
 //     See the section below.
-//   - on the fly (gemm_<type>, v4; compute_61 devices): weights decoded
+//   - on the fly (gemm_<type>; compute_61 devices): weights decoded
 //     inside the MMA loop, no workspace. Described next.
 //
 // On-the-fly kernel. Block tile: 128 weight rows x BN tokens (BN = 128),
@@ -23,8 +23,8 @@
 // ldmatrix.x4), then each thread decodes/converts what it loaded into the
 // other stage, and one barrier ends the step. sm_80 and newer use mma.sync
 // (f16 in, f32 accumulate); the compute_61 build computes the same
-// fragments with FMAs. Measured on the H200 (NOTES.md): BN = 128 beat
-// BN = 64 (1.6x at 512 tokens) at two blocks per multiprocessor.
+// fragments with FMAs. BN = 128 beat BN = 64 (1.6x at 512 tokens) at two
+// blocks per multiprocessor.
 #include "common.cuh"
 
 #define BM 128  // weight rows per block
@@ -188,7 +188,7 @@ __device__ __forceinline__ void gemm_body(const uint8_t* __restrict__ W, long lo
 FOR_EACH_TYPE(GEMM_TYPE)
 
 // ---------------------------------------------------------------------------
-// Dequantize-then-GEMM path (v5, compute_80). For m above a handful of
+// Dequantize-then-GEMM path (compute_80). For m above a handful of
 // tokens the weight decode no longer belongs in the MMA loop: gemm.go
 // converts x to f16 once (gemm_x16), dequantizes the weight matrix panel by
 // panel into an f16 scratch buffer (gemm_deq_<type>, bandwidth-bound; the

@@ -22,9 +22,8 @@ func (g gemmConfig) threads() int { return 32 * (g.bm / g.wm) * (g.bn / g.wn) }
 // smem is the dynamic shared memory of one block: stages x (A + B tiles).
 func (g gemmConfig) smem() int { return g.stages * (g.bm + g.bn) * g.bk * 2 }
 
-// gemmConfigs are the f16 GEMM instances, in gemm.cu's order: the three
-// that won somewhere in the H200 sweep of nine (kernels/NOTES.md,
-// testdata/h200-gemm-v5-sweep.log).
+// gemmConfigs are the f16 GEMM instances, in gemm.cu's order: of nine
+// tile configurations tried, the three that were fastest for some shape.
 var gemmConfigs = []gemmConfig{
 	{name: "m128n128k32", bm: 128, bn: 128, bk: 32, wm: 64, wn: 64, stages: 4, minBlocks: 2},
 	{name: "m128n128k64", bm: 128, bn: 128, bk: 64, wm: 64, wn: 64, stages: 3, minBlocks: 2},
@@ -32,29 +31,23 @@ var gemmConfigs = []gemmConfig{
 }
 
 // gemmTuning holds the dispatch knobs of the dequantize-then-GEMM path.
-// Tests and the sweep benchmark override them; the defaults come from the
-// H200 sweep (kernels/NOTES.md).
+// Tests and the sweep benchmark override them on their own Kernels view
+// (Tuning.gemm); baseTuning holds the defaults.
 type gemmTuning struct {
 	// config forces one gemmConfigs entry by name; "" picks per shape.
 	config string
 	// panelBytes caps the f16 weight panel dequantized at a time, xBytes
 	// the f16 copy of x (larger m is processed in chunks of tokens). Each
 	// panel is one GEMM launch, so panels must stay large: at 32 MiB the
-	// launches' grids were too small (4096x14336 at m=512: 108 TFLOP/s
-	// against 192 unsplit).
+	// launches' grids were too small to fill the device.
 	panelBytes, xBytes int64
 	// fusedMaxM: up to this many tokens the on-the-fly kernel (gemm_<type>,
 	// decode inside the MMA loop, no workspace) runs instead. 0: the
-	// dequantize-then-GEMM path won at every m >= 16 in the sweep.
+	// dequantize-then-GEMM path is the faster at every m past the GEMVs.
 	fusedMaxM int
 	// deqDirect: the dequantizer stores each thread's 64 bytes directly
 	// instead of through shared memory (for comparison).
 	deqDirect bool
-}
-
-var gemmTune = gemmTuning{
-	panelBytes: 128 << 20,
-	xBytes:     32 << 20,
 }
 
 func gemmConfigNamed(name string) (gemmConfig, bool) {
@@ -67,14 +60,14 @@ func gemmConfigNamed(name string) (gemmConfig, bool) {
 }
 
 // gemmPick chooses the configuration for m tokens against n weight rows on
-// sms multiprocessors, from the number of 128x128 tiles (the H200 sweep):
+// sms multiprocessors, from the number of 128x128 tiles:
 // fewer than ~3/4 of the multiprocessors -> 64x64 tiles (more blocks:
 // 1024 rows at m=512, 114 against 76 TFLOP/s); up to ~2.5 waves, or m <=
 // 128 -> 128x128 with k steps of 64 (best alone on a multiprocessor:
 // 4096x14336 at m=512, 322 against 255); larger grids -> 128x128 with k
 // steps of 32 and 4 stages (14336x4096 at m=512, 357 against 339).
-func gemmPick(m, n, sms int) gemmConfig {
-	if g, ok := gemmConfigNamed(gemmTune.config); ok {
+func gemmPick(tu gemmTuning, m, n, sms int) gemmConfig {
+	if g, ok := gemmConfigNamed(tu.config); ok {
 		return g
 	}
 	tiles := ceilDiv(m, 128) * ceilDiv(n, 128)
@@ -161,7 +154,7 @@ func freeEach[V any](c *cudadrv.Ctx, m map[cudadrv.Stream]V, ptr func(V) cudadrv
 // Kernels keep per stream (grown on first use of a larger shape: that
 // allocation must not happen under graph capture), then one f16 GEMM runs
 // per panel; F16 weights are read in place. compute_61 devices, and m up
-// to gemmTune.fusedMaxM, use the on-the-fly kernel, which decodes weights
+// to Tuning.gemm.fusedMaxM, use the on-the-fly kernel, which decodes weights
 // inside the MMA loop.
 func (k *Kernels) GEMM(c *cudadrv.Ctx, s cudadrv.Stream, w Matrix, x, y cudadrv.DevPtr, m int) error {
 	suf, err := w.check("gemm")
@@ -174,7 +167,7 @@ func (k *Kernels) GEMM(c *cudadrv.Ctx, s cudadrv.Stream, w Matrix, x, y cudadrv.
 	if x%16 != 0 {
 		return fmt.Errorf("gemm: x at %#x is not 16-byte aligned", uint64(x))
 	}
-	if !k.mma() || m <= gemmTune.fusedMaxM {
+	if !k.mma() || m <= k.tune.gemm.fusedMaxM {
 		return k.gemmFused(c, s, suf, w, x, y, m)
 	}
 	if err := k.gemmF16(c, s, suf, w, x, y, m); err != nil {
@@ -217,18 +210,18 @@ type gemmPlan struct {
 // planGEMM sizes the chunks and panels for w and m tokens under the
 // tuning's caps. Panels are whole multiples of 256 rows (every config's
 // bn divides 256) and chunks of 256 tokens, so only the last is ragged.
-func planGEMM(w Matrix, m int, inPlace bool) gemmPlan {
+func planGEMM(tu gemmTuning, w Matrix, m int, inPlace bool) gemmPlan {
 	k := int64(w.Cols)
 	p := gemmPlan{mChunk: m}
-	if int64(m)*k*2 > gemmTune.xBytes {
-		p.mChunk = max(256, int(gemmTune.xBytes/(2*k))/256*256)
+	if int64(m)*k*2 > tu.xBytes {
+		p.mChunk = max(256, int(tu.xBytes/(2*k))/256*256)
 	}
 	p.xBytes = (int64(p.mChunk)*k*2 + 255) &^ 255
 	p.wsBytes = p.xBytes
 	if !inPlace {
 		p.panelRows = w.Rows
-		if int64(w.Rows)*k*2 > gemmTune.panelBytes {
-			p.panelRows = min(w.Rows, max(256, int(gemmTune.panelBytes/(2*k))/256*256))
+		if int64(w.Rows)*k*2 > tu.panelBytes {
+			p.panelRows = min(w.Rows, max(256, int(tu.panelBytes/(2*k))/256*256))
 		}
 		p.wsBytes += int64(p.panelRows) * k * 2
 	}
@@ -241,15 +234,16 @@ func planGEMM(w Matrix, m int, inPlace bool) gemmPlan {
 // MiB) plus, unless w is F16, its dequantized f16 weight panel (at most 128
 // MiB). Memory planners reserve it next to the activations.
 func GEMMWorkspaceBytes(w Matrix, m int) int64 {
-	if m <= MaxGEMVBatch || m <= gemmTune.fusedMaxM {
+	tu := baseTuning().gemm
+	if m <= MaxGEMVBatch || m <= tu.fusedMaxM {
 		return 0
 	}
-	return planGEMM(w, m, w.Type == quant.F16).wsBytes
+	return planGEMM(tu, w, m, w.Type == quant.F16).wsBytes
 }
 
 func (k *Kernels) gemmF16(c *cudadrv.Ctx, s cudadrv.Stream, suf string, w Matrix, x, y cudadrv.DevPtr, m int) error {
 	inPlace := w.Type == quant.F16 && uint64(w.Ptr)%16 == 0
-	p := planGEMM(w, m, inPlace)
+	p := planGEMM(k.tune.gemm, w, m, inPlace)
 	ws, err := k.gemm.workspace(c, s, p.wsBytes)
 	if err != nil {
 		return err
@@ -321,7 +315,7 @@ func (k *Kernels) gemmDequant(c *cudadrv.Ctx, s cudadrv.Stream, suf string, w Ma
 	}
 	parts := int64(rows) * int64(w.Cols/32)
 	coalesce := 1
-	if gemmTune.deqDirect {
+	if k.tune.gemm.deqDirect {
 		coalesce = 0
 	}
 	var a cudadrv.Args
@@ -332,7 +326,7 @@ func (k *Kernels) gemmDequant(c *cudadrv.Ctx, s cudadrv.Stream, suf string, w Ma
 // gemmH launches the f16 GEMM for m tokens of x16 against n rows of w16
 // (row stride K), writing y with row stride ystride.
 func (k *Kernels) gemmH(c *cudadrv.Ctx, s cudadrv.Stream, x16 cudadrv.DevPtr, m int, w16 cudadrv.DevPtr, n, K int, y cudadrv.DevPtr, ystride, pairs int) error {
-	g := gemmPick(m, n, k.SMs)
+	g := gemmPick(k.tune.gemm, m, n, k.SMs)
 	f, err := k.fn("gemm_h_" + g.name)
 	if err != nil {
 		return err

@@ -77,7 +77,7 @@ func BenchmarkGEMMSweep(b *testing.B) {
 					line := fmt.Sprintf("sweep %-5v %6dx%-5d m%-5d", typ, sh.rows, sh.cols, m)
 					for _, v := range variants {
 						var us float64
-						withTuning(func(tu *gemmTuning) {
+						withTuning(k, func(tu *gemmTuning) {
 							switch v {
 							case "fused":
 								tu.fusedMaxM = 1 << 30
@@ -85,12 +85,12 @@ func BenchmarkGEMMSweep(b *testing.B) {
 							default:
 								tu.config = v
 							}
-						}, func() {
+						}, func(k *Kernels) {
 							us = timeIt(c, iters, func(i int) error { return k.GEMM(c, 0, ws[i%len(ws)], x, y, m) }) * 1e3
 						})
 						label := v
 						if v == "auto" {
-							label = "auto=" + gemmPick(m, min(sh.rows, planGEMM(ws[0], m, typ == quant.F16).panelRowsOr(sh.rows)), k.SMs).name
+							label = "auto=" + gemmPick(k.tune.gemm, m, min(sh.rows, planGEMM(k.tune.gemm, ws[0], m, typ == quant.F16).panelRowsOr(sh.rows)), k.SMs).name
 						}
 						line += fmt.Sprintf(" %s %.1f", label, flop/(us/1e6)/1e12)
 					}
@@ -102,7 +102,7 @@ func BenchmarkGEMMSweep(b *testing.B) {
 				line := fmt.Sprintf("dequant %-5v %6dx%-5d", typ, sh.rows, sh.cols)
 				for _, direct := range []bool{false, true} {
 					var us float64
-					withTuning(func(tu *gemmTuning) { tu.deqDirect = direct }, func() {
+					withTuning(k, func(tu *gemmTuning) { tu.deqDirect = direct }, func(k *Kernels) {
 						us = timeIt(c, 20, func(i int) error { return k.gemmDequant(c, 0, suf, ws[i%len(ws)], 0, sh.rows, out) }) * 1e3
 					})
 					bytes := float64(ws[0].Bytes()) + 2*float64(sh.rows)*float64(sh.cols)
@@ -123,7 +123,7 @@ func BenchmarkGEMMSweep(b *testing.B) {
 				line := fmt.Sprintf("panel Q4_K %6dx%-5d m%-5d", sh.rows, sh.cols, m)
 				for _, mib := range []int64{32, 128, 1024} {
 					var us float64
-					withTuning(func(tu *gemmTuning) { tu.panelBytes = mib << 20 }, func() {
+					withTuning(k, func(tu *gemmTuning) { tu.panelBytes = mib << 20 }, func(k *Kernels) {
 						us = timeIt(c, gemmIters(flop), func(i int) error { return k.GEMM(c, 0, ws[i%len(ws)], x, y, m) }) * 1e3
 					})
 					line += fmt.Sprintf(" %dMiB %.1f", mib, flop/(us/1e6)/1e12)
@@ -201,11 +201,11 @@ func BenchmarkGEMMPrefill8B(b *testing.B) {
 				}
 				var total, flop float64
 				line := ""
-				withTuning(func(tu *gemmTuning) {
+				withTuning(k, func(tu *gemmTuning) {
 					if variant == "fused" {
 						tu.fusedMaxM = 1 << 30
 					}
-				}, func() {
+				}, func(k *Kernels) {
 					for pi, p := range projs {
 						ms := timeIt(c, 3, func(int) error {
 							for l := 0; l < layers; l++ {

@@ -17,6 +17,7 @@ import (
 // (the launcher sizes grids and shared memory from the Go copy) and that
 // every configuration satisfies the kernel's tiling constraints.
 func TestGEMMConfigsMirror(t *testing.T) {
+	t.Parallel()
 	src, err := os.ReadFile("gemm.cu")
 	if err != nil {
 		t.Fatal(err)
@@ -54,17 +55,18 @@ func TestGEMMConfigsMirror(t *testing.T) {
 // TestPlanGEMM checks that chunks and panels respect the caps and that
 // the workspace holds them.
 func TestPlanGEMM(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		rows, cols, m int
 		inPlace       bool
 	}{{14336, 4096, 512, false}, {4096, 14336, 2048, false}, {128256, 4096, 16, false}, {4096, 4096, 100000, true}, {96, 512, 1, false}} {
-		p := planGEMM(Matrix{Type: quant.Q4_K, Rows: tc.rows, Cols: tc.cols}, tc.m, tc.inPlace)
+		p := planGEMM(baseTuning().gemm, Matrix{Type: quant.Q4_K, Rows: tc.rows, Cols: tc.cols}, tc.m, tc.inPlace)
 		xb := int64(p.mChunk) * int64(tc.cols) * 2
-		if p.mChunk < 1 || p.mChunk > tc.m || (p.mChunk < tc.m && (xb > gemmTune.xBytes && p.mChunk > 256 || p.mChunk%256 != 0)) {
+		if p.mChunk < 1 || p.mChunk > tc.m || (p.mChunk < tc.m && (xb > baseTuning().gemm.xBytes && p.mChunk > 256 || p.mChunk%256 != 0)) {
 			t.Errorf("%+v: chunk %d tokens (%d bytes)", tc, p.mChunk, xb)
 		}
 		pb := int64(p.panelRows) * int64(tc.cols) * 2
-		if tc.inPlace != (p.panelRows == 0) || (!tc.inPlace && p.panelRows < tc.rows && (pb > gemmTune.panelBytes && p.panelRows > 256 || p.panelRows%256 != 0)) {
+		if tc.inPlace != (p.panelRows == 0) || (!tc.inPlace && p.panelRows < tc.rows && (pb > baseTuning().gemm.panelBytes && p.panelRows > 256 || p.panelRows%256 != 0)) {
 			t.Errorf("%+v: panel %d rows (%d bytes)", tc, p.panelRows, pb)
 		}
 		if p.wsBytes < xb+pb || p.xBytes%256 != 0 {
@@ -73,12 +75,12 @@ func TestPlanGEMM(t *testing.T) {
 	}
 }
 
-// withTuning runs fn with gemmTune changed by set, restoring it after.
-func withTuning(set func(*gemmTuning), fn func()) {
-	saved := gemmTune
-	set(&gemmTune)
-	defer func() { gemmTune = saved }()
-	fn()
+// withTuning runs fn with a view of k whose GEMM path follows k's tuning
+// changed by set.
+func withTuning(k *Kernels, set func(*gemmTuning), fn func(k *Kernels)) {
+	t := k.Tuning()
+	set(&t.gemm)
+	fn(k.WithTuning(t))
 }
 
 // checkGEMMResult compares y (m x n) with float64 products of the
@@ -155,7 +157,7 @@ func TestGEMMPaths(t *testing.T) {
 				x := put(a, xs)
 				y := a.alloc(int64(tc.m*tc.n*4) + tc.yOff).Add(tc.yOff)
 				poison(a, y, tc.m*tc.n)
-				withTuning(tc.set, func() { must(k.GEMM(c, 0, w, x, y, tc.m)) })
+				withTuning(k, tc.set, func(k *Kernels) { must(k.GEMM(c, 0, w, x, y, tc.m)) })
 				checkGEMMResult(t, deq, xs, get[float32](a, y, tc.m*tc.n), tc.m, tc.n, tc.k)
 			})
 		})
@@ -181,7 +183,7 @@ func TestGEMMDequant(t *testing.T) {
 					out := a.alloc(int64(n+64) * 2)
 					must(c.MemsetD8(out, 0xff, int64(n+64)*2, 0))
 					// Rows 5.. only: checks the panel offset too.
-					withTuning(func(tu *gemmTuning) { tu.deqDirect = direct }, func() {
+					withTuning(k, func(tu *gemmTuning) { tu.deqDirect = direct }, func(k *Kernels) {
 						must(k.gemmDequant(c, 0, suf, w, 5, rows-5, out))
 					})
 					got := get[uint16](a, out, n+64)
@@ -203,9 +205,10 @@ func TestGEMMDequant(t *testing.T) {
 	}
 }
 
-// TestGEMMPick pins the per-shape choice to the H200 sweep's winners
-// (kernels/NOTES.md) for the 8b shapes on 132 multiprocessors.
+// TestGEMMPick pins the per-shape choice to the configurations that were
+// fastest for the 8b shapes on a device of 132 multiprocessors.
 func TestGEMMPick(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		m, n int
 		want string
@@ -214,7 +217,7 @@ func TestGEMMPick(t *testing.T) {
 		{512, 4096, "m128n128k64"}, {128, 14336, "m128n128k64"}, {64, 14336, "m128n128k64"}, {2048, 1024, "m128n128k64"},
 		{512, 14336, "m128n128k32"}, {2048, 4096, "m128n128k32"}, {2048, 14336, "m128n128k32"},
 	} {
-		if got := gemmPick(tc.m, tc.n, 132).name; got != tc.want {
+		if got := gemmPick(baseTuning().gemm, tc.m, tc.n, 132).name; got != tc.want {
 			t.Errorf("gemmPick(m %d, n %d) = %s, want %s", tc.m, tc.n, got, tc.want)
 		}
 	}

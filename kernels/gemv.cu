@@ -7,8 +7,8 @@
 //   - staged (F16/BF16 direct units when NB*cols*4 bytes of x fit in
 //     shared memory; see gemv_staged): x copied once per block into
 //     swizzled shared memory, warps own whole row groups, grid sized to the
-//     resident warps. Measured for Q4_K/Q5_K too and lost there (0.36 vs
-//     0.44 of D2D, kernels/NOTES.md), so K-quants keep the direct path.
+//     resident warps. For Q4_K/Q5_K it was slower than the direct path,
+//     so K-quants keep that.
 //   - direct (Q4_K, Q5_K, F16, BF16 for one or two vectors): a block of nw
 //     warps (1..8, picked by the launcher so that the grid fills the
 //     device) owns R consecutive rows; its warps split the row into
@@ -626,9 +626,9 @@ __device__ __forceinline__ void gemv_tiled(const uint8_t* __restrict__ W, long l
 #define PLAN_TILED 0
 #define PLAN_DIRECT 1
 #define PLAN_RING 2
-// Measured on the H200 (kernels/NOTES.md): direct loads win for one or two
-// vectors of the aligned formats, the ring for Q4_K from three vectors and
-// Q5_K at two, the tiled path elsewhere.
+// Direct loads are fastest for one or two vectors of the aligned formats,
+// the ring for Q4_K from three vectors and Q5_K at two, the tiled path
+// elsewhere.
 template <int T, int NB> struct GemvPlan {
   enum {
     K = (T == T_Q4_K && NB <= 2) || (T == T_Q5_K && NB == 1) || ((T == T_F16 || T == T_BF16) && NB <= 2)

@@ -17,25 +17,27 @@ var gemvStagedVariants = []gemvStagedConfig{
 	{0, 0}, {4, 2}, {4, 4}, {8, 1}, {8, 2}, {8, 3}, {8, 4}, {2, 8},
 }
 
-// withStaged runs fn with the staged path configured as v (tests share
-// the package's launcher; GPU tests do not run in parallel).
-func withStaged(v gemvStagedConfig, fn func()) {
-	old := gemvStaged
-	gemvStaged = v
-	defer func() { gemvStaged = old }()
-	fn()
+// withStaged runs fn with a view of k whose staged path is configured as
+// v.
+func withStaged(k *Kernels, v gemvStagedConfig, fn func(k *Kernels)) {
+	t := k.Tuning()
+	t.gemvStaged = v
+	fn(k.WithTuning(t))
 }
 
 // TestGEMVStagedGeometry checks the staged grid on the CPU: every row
 // group is owned by one warp of the launched grid, each warp gets at most
 // one group more than any other, and the staged vectors fit the limit.
 func TestGEMVStagedGeometry(t *testing.T) {
+	t.Parallel()
 	for _, v := range gemvStagedVariants[1:] {
-		withStaged(v, func() {
+		tu := baseTuning()
+		tu.gemvStaged = v
+		func() {
 			for _, sh := range [][2]int{{14336, 4096}, {4096, 14336}, {257, 4096}, {1, 512}, {33, 14336}} {
 				for _, nb := range []int{1, 2} {
 					p := gemvPlan{kind: planDirect, rows: 4, stageX: true}
-					blocks, threads, smem := gemvGeometry(quant.Q4_K, p, nb, sh[0], sh[1], 132, gemvSharedLimit)
+					blocks, threads, smem := tu.gemvGeometry(quant.Q4_K, p, nb, sh[0], sh[1], 132, gemvSharedLimit)
 					staged := nb*sh[1]*4 <= gemvSharedLimit
 					if !staged {
 						if smem != 0 {
@@ -53,7 +55,7 @@ func TestGEMVStagedGeometry(t *testing.T) {
 					}
 				}
 			}
-		})
+		}()
 	}
 }
 
@@ -77,7 +79,7 @@ func TestGEMVStaged(t *testing.T) {
 					for _, v := range gemvStagedVariants {
 						for _, nb := range []int{1, 2} {
 							poison(a, y, 2*sh.rows)
-							withStaged(v, func() { must(k.GEMV(c, 0, w, x, y, nb)) })
+							withStaged(k, v, func(k *Kernels) { must(k.GEMV(c, 0, w, x, y, nb)) })
 							got := get[float32](a, y, nb*sh.rows)
 							for b := 0; b < nb; b++ {
 								for i := 0; i < sh.rows; i++ {
@@ -104,9 +106,9 @@ func TestGEMVStaged(t *testing.T) {
 // BenchmarkGEMVStagedSweep measures the staged types (F16, BF16) at one and
 // two vectors under every staged configuration (and staging off), as
 // ratios to the D2D copy bandwidth of the same run, like
-// BenchmarkMatVecTable (run with -test.benchtime 1x). Q4_K and Q5_K were
-// swept too (testdata/h200-gemv-staged-sweep.log) and lost to the direct
-// path; their kernels no longer contain the staged path.
+// BenchmarkMatVecTable (run with -test.benchtime 1x). Q4_K and Q5_K ran
+// slower staged than on the direct path; their kernels no longer contain
+// the staged path.
 func BenchmarkGEMVStagedSweep(b *testing.B) {
 	ceiling := copyBandwidth(b)
 	d, k := gpu(b)
@@ -132,7 +134,7 @@ func BenchmarkGEMVStagedSweep(b *testing.B) {
 			y := a.alloc(8 * 14336 * 4)
 			for _, v := range gemvStagedVariants {
 				fmt.Fprintf(&out, "%-6v w%d b%d", typ, v.warps, v.blocksPerSM)
-				withStaged(v, func() {
+				withStaged(k, v, func(k *Kernels) {
 					for _, cs := range []struct {
 						ms []Matrix
 						nb int

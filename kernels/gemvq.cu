@@ -1,4 +1,4 @@
-// Integer decode GEMV for Q4_K weights (kernels.SetFastGEMV): x is first
+// Integer decode GEMV for Q4_K weights (kernels.Tuning.IntegerGEMV): x is first
 // quantized to 16-bit integers in blocks of 64 (gemvq_x), split into a
 // signed high byte and an unsigned low byte per element, so that each lane
 // multiplies 4 weight nibbles by 4 x bytes in one dp4a instruction; the
@@ -8,10 +8,10 @@
 //
 // Why: the float32 direct path (gemv.cu) spends ~4.8 SASS instructions per
 // weight (616 per 128 in its inner loop: 2 FFMA, 1.1 PRMT, 0.7 logic per
-// weight), at the H200's issue budget for 0.8 of the copy bandwidth
-// (~5.5 per weight at 100% issue). This path needs ~1.8 (12 logic ops to
+// weight), close to what a multiprocessor can issue while streaming
+// weights at the copy bandwidth. This path needs ~1.8 (12 logic ops to
 // unpack 32 nibbles, 16 dp4a per vector, ~25 for scales and the float
-// update, loads shared by the rows of a block); see kernels/NOTES.md.
+// update, loads shared by the rows of a block).
 //
 // Fidelity: x is rounded to 16 bits of its 64-block's maximum (error <=
 // max|x|/65534 per element; NMSE ~5e-10 for Gaussian blocks, far below the
@@ -25,8 +25,8 @@
 
 // dp4a with the operand signedness of its PTX type suffixes (a, b). A host
 // build of this file (GEMVQ_HOST_CHECK: a C++ check of the unit
-// arithmetic against the Go emulation, see kernels/NOTES.md) computes
-// them in C.
+// arithmetic against the Go emulation, kernels' TestHostBuild*)
+// computes them in C.
 #ifdef GEMVQ_HOST_CHECK
 template <bool SA, bool SB>
 static int dp4a_c(uint32_t a, uint32_t b, int c) {
@@ -325,8 +325,8 @@ __device__ __forceinline__ void gemvq_body(const uint8_t* W0, long long rb0, flo
 GEMVQ_FUSED(gemvq_fused_1, 1, 1)
 GEMVQ_FUSED(gemvq_fused_2, 2, 1)
 // Two units per lane in flight, both loaded before pdl_wait (gemvq4Launch
-// takes it for launches that fit the device at once; kernels/NOTES.md,
-// GEMV v8).
+// takes it for launches that fit the device at once, where every block
+// then has its weights in flight before the wait).
 GEMVQ_FUSED(gemvq_fused_u2_1, 1, 2)
 
 // ---- Q4_K pair units (gemvq_p*) ----
@@ -340,9 +340,9 @@ GEMVQ_FUSED(gemvq_fused_u2_1, 1, 2)
 // scale decoding and the float update come once per 64 weights instead of
 // once per 32, and a lane holds 12 registers of weights per 32 quant
 // bytes instead of 16. x comes from LP (common.cuh), where a warp's x
-// loads read 512 contiguous bytes. Measured (kernels/NOTES.md, GEMV v10):
-// faster than gemvq_fused_u2_1 for the one-wave launches of o and down's
-// Q4_K half, no faster elsewhere, so gemvqPairGeometry takes it for those.
+// loads read 512 contiguous bytes. It was faster than gemvq_fused_u2_1
+// for the one-wave launches of o and down's Q4_K half and no faster
+// elsewhere, so gemvqPairGeometry takes it for those.
 
 // gemvq_ld_pieces loads unit u's high-byte pieces 0..3 and low-byte pieces
 // 4..7 from a piece layout of n units at at (common.cuh's L6 and LP).
@@ -420,7 +420,7 @@ struct QW4P {
 // gemvq_p_body: Y = W x for one Q4_K matrix (16-byte aligned rows) and
 // one quantized vector; a block owns R rows, its warps split each row's
 // pair units (gemvq_walk: UN in flight, the first UN loaded before
-// pdl_wait). QX: the x side (QXP; the stage sweep's stand-ins).
+// pdl_wait). QX: the x side (QXP, or another unit's x arrangement).
 template <int R, int UN, class QX = QXP>
 __device__ __forceinline__ void gemvq_p_body(const uint8_t* W, long long rb, float* Y, int rows, int cols,
                                              const uint8_t* XQ) {
@@ -451,18 +451,14 @@ GEMVQ_P(gemvq_p2u2_1, 2, 2)
 // gemvq_fused_1 (32-element units, half of a lane's weights in flight
 // before the wait), because the pair kernel's 4-row blocks (1536) do not
 // fit the device in one wave. In blocks of 6 rows (1024) they do, and how
-// many of those rows to load before the wait is a trade the stage sweep
-// measured (kernels/NOTES.md, GEMV v13; testdata/h200-stage-sweep-p8*.txt,
-// 32 launches back to back): x, loaded after the wait, arrives behind
-// every weight already in flight, and the dot products wait for it (o:
-// gemvq_p4_1 3.95 µs, 3.35 with x made up in registers instead of loaded).
-// q/k/v with 4 of 6 rows before the wait 4.40 µs, 5 4.69, all 6 5.37,
-// gemvq_fused_1 4.94. In the decode step (engine/cuda's testdata/
-// h200-bench-split/) 4 and 5 before the wait gave the same; the step 1.935
-// -> 1.917 ms. The same split for o (4 rows, 3 before the wait: 3.39 µs
-// in the sweep) made the step slower (+19-23 µs): there attention runs long
-// enough before o for all of gemvq_p4_1's weights to land before the
-// wait, so its x is not held up, and a row loaded after it is a loss.
+// many of those rows to load before the wait is a trade: x, loaded after
+// the wait, arrives behind every weight already in flight, and the dot
+// products wait for it. Of 4, 5 and 6 rows before the wait, 4 was the
+// fastest alone and as fast as 5 in the decode step, and all three beat
+// gemvq_fused_1. The same split for o made the step slower: there
+// attention runs long enough before o for all of gemvq_p4_1's weights to
+// land before the wait, so its x is not held up, and a row loaded after
+// it is a loss.
 //
 // gemvq_ps_body: plain mode's row group bid of R rows over up to three
 // Q4_K matrices (gemvq_segment; 16-byte aligned rows of at most 4096
@@ -581,8 +577,9 @@ struct QX6 {
 // q6_dot_with: a Q6_K unit's dot product with x (acc += d * (sx0 * (its
 // first two quarters) + sx1 * (its last two))), where quarter(qq, q) sets
 // quarter qq's 16 six-bit weights, four to a word, from the unit's
-// layout; q6_dot's for QW6 (T_Q6_KA's and Q6_K's), the stage sweep's QW6B
-// for another.
+// layout: q6_dot's for QW6 (T_Q6_KA's and Q6_K's); the quarter is a
+// parameter so that another layout of the unit's bytes can share the
+// sums, scales and float update.
 template <class Quarter>
 __device__ __forceinline__ void q6_dot_with(Quarter quarter, uint32_t sc, float d, const QX6& x, float& acc) {
   float f0 = 0.0f, f1 = 0.0f;
@@ -719,11 +716,9 @@ __device__ __forceinline__ void cp_async_wait(int n) {
 // (Q6_K blocks are 210 bytes, so 16-byte loads do not line up); a warp's
 // 4-byte load touches words spread over ~1.7 KB of 8 super-blocks, ~16 L1
 // wavefronts per 128 useful bytes, and with few bytes in flight per
-// thread it streamed at 0.47-0.54 of the copy bandwidth. Measured on the
-// H200 (kernels/NOTES.md, GEMV v8; testdata/stage-sweep.cu): the output
-// projection 128256x4096 at 0.86 of D2D (0.54 direct), down 4096x14336 at
-// 0.57 (0.47); 2 rows per block reached 0.67 and 0.48, a single commit
-// group 0.83 and 0.55.
+// thread it streams well below the copy bandwidth. Staged, the tall
+// matrices (the output projection, down) stream much faster; 2 rows per
+// block, or a single commit group, were slower than 4 rows in two.
 template <int NB>
 __device__ __forceinline__ void gemvq_q6k_s_body(const uint8_t* W, long long rb, float* Y, int rows, int cols,
                                                  const uint8_t* XQ) {
@@ -796,12 +791,11 @@ __device__ __forceinline__ void gemvq_q6ka_body(const uint8_t* W, long long rb, 
   gemv_rows_store<R, NB>(acc, red, blockDim.x >> 5, R, GLU_PLAIN, row0, rows, Y);
 }
 
-// Instances (kernels' gemvq6aGeometry picks one): 4 rows per block, one or
-// two units in flight; 2 rows for two vectors; and gemvq_q6ka_r2u2_1, 2
-// rows a block of one warp with two units in flight, for launches whose
-// blocks fit the device in one wave (down 4096x14336: 2048 blocks), so
-// that every block has its first units in flight before the wait
-// (kernels/NOTES.md, GEMV v11).
+// Instances (kernels' gemvq6aGeometry picks one): 4 rows per block, one
+// unit in flight; 2 rows for two vectors; and gemvq_q6ka_r2u2_1, 2 rows a
+// block of one warp with two units in flight, for launches whose blocks
+// fit the device in one wave (down 4096x14336: 2048 blocks), so that every
+// block has its first units in flight before the wait.
 #define GEMVQ6A_R 4
 #define GEMVQ_Q6KA(NAME, NB, R, UN)                                                                  \
   extern "C" __global__ void __launch_bounds__(256) NAME(const uint8_t* W, long long rb, float* Y, \
@@ -809,7 +803,6 @@ __device__ __forceinline__ void gemvq_q6ka_body(const uint8_t* W, long long rb, 
     gemvq_q6ka_body<NB, R, UN>(W, rb, Y, rows, cols, XQ, blockIdx.x);                              \
   }
 GEMVQ_Q6KA(gemvq_q6ka_1, 1, GEMVQ6A_R, 1)
-GEMVQ_Q6KA(gemvq_q6ka_u2_1, 1, GEMVQ6A_R, 2)
 GEMVQ_Q6KA(gemvq_q6ka_2, 2, 2, 1)
 GEMVQ_Q6KA(gemvq_q6ka_r2u2_1, 1, 2, 2)
 
@@ -819,8 +812,7 @@ GEMVQ_Q6KA(gemvq_q6ka_r2u2_1, 1, 2, 2)
 // that gate/up has just written in floats; the other integer GEMVs find
 // theirs quantized by the kernel before them (RMSNormQ, AddRMSNormQ,
 // AttentionDecodeQ), down needed a gemvq_x launch of its own, one more
-// dependent launch, ramp and tail a layer (1.6 µs of its 13.6 in the
-// engine bench). These kernels quantize x themselves, each block only the
+// dependent launch, ramp and tail a layer. These kernels quantize x themselves, each block only the
 // slice it reads, so no block waits on another: a block owns 1024 columns
 // (16 64-blocks) and RC rows; after the wait its warps quantize the
 // slice's 64-blocks into shared memory (quant64, as gemvq_x: the same
@@ -831,8 +823,8 @@ GEMVQ_Q6KA(gemvq_q6ka_r2u2_1, 1, 2, 2)
 // common.cuh's fixed point (gemv_fx) by a 64-bit integer atomic: integer
 // sums do not depend on the order the blocks finish in, so the result is
 // the same bits every run, as float atomics' would not be, without the
-// fences and second pass over partials that ordered float sums cost
-// (kernels/NOTES.md, GEMV v12: both measured, both slower). The consumers
+// fences and second pass over partials that ordered float sums cost (both
+// slower). The consumers
 // (add_fx, add_fx_rmsnorm) convert the sums; add_fx zeroes what it read,
 // add_fx_rmsnorm leaves that to the next launch here (Z below).
 //
@@ -922,18 +914,18 @@ struct Slice6 {
 };
 
 // gemvq_sk_walk: a block's walk of its RC rows through one slice of
-// 1024 columns (the sliced kernels' and the stage sweep's). Blocks are
+// 1024 columns. Blocks are
 // ordered slice-fastest (block b: rows (b / slices) * RC.., slice b %
 // slices), WP warps a block; warp w's row pairs are rows RC rc + 2 (w + WP
-// k) + {0, 1}, k < RC / (2 WP), a count known at compile time, which the
-// measurements needed (the same walk with a runtime count ran 25% slower,
-// kernels/NOTES.md); lane u = lane & 15 takes unit v = 16 sl + u of each.
+// k) + {0, 1}, k < RC / (2 WP), a count known at compile time (the same walk
+// with a runtime count ran markedly slower); lane u = lane & 15 takes
+// unit v = 16 sl + u of each.
 // The first UN pairs' weights are loaded before the wait; after it,
 // getx(rc, sl, warp, u, x) sets the lane's x of unit v; emit(r, sum) takes each
 // row's sum over the slice (lane u == 0; rows past the end read the last
 // row and are not emitted). eachx(u, x), before every dot product, may set
-// x again (the stage sweep's kSK*S read it from shared memory each time;
-// the default keeps the x getx set).
+// x again (say, from shared memory each time; the default keeps the x getx
+// set).
 struct SKKeepX {
   template <class QX>
   __device__ __forceinline__ void operator()(int, QX&) const {}
@@ -1001,11 +993,9 @@ __device__ __forceinline__ void gemvq_sk_body(const uint8_t* W, long long rb, lo
 // here): Q4_K pair units, 256 rows a block of 8 warps (down 4096 x 14336:
 // 16 x 14 = 224 blocks, two a multiprocessor), 4 pairs in flight; Q6KA
 // units, 240 rows (18 x 14 = 252), 3 in flight. Alone, 16 warps a block
-// were faster (testdata/h200-stage-sweep-sk{3,5}.txt: RC 128-960, UN 2-8,
-// 4-32 warps); in the step, between gate/up and q/k/v, blocks that fill a
+// were faster; in the step, between gate/up and q/k/v, blocks that fill a
 // multiprocessor cannot start early beside their neighbours' blocks, and
-// 8 warps won (kernels/NOTES.md, GEMV v12; engine/cuda's
-// testdata/h200-bench-sk/).
+// 8 warps won.
 #define GEMVQ_SK(NAME, SLICE, QW, QX, RC, UN, WP)                                                           \
   extern "C" __global__ void __launch_bounds__(32 * WP) NAME(const uint8_t* W, long long rb, long long* A, \
                                                               int rows, int cols, const float* X,           \
@@ -1089,7 +1079,7 @@ GEMVQ_MIXED(gemvq_mixed_a_1, true, 256)
 // gemvq_mixed_a_w2_1: gemvq_mixed_a_1 for blocks of 2 warps, its registers
 // held to gemvq_fused_1's (14 blocks a multiprocessor: 73 at most), so
 // that the launch has the occupancy of the all-Q4_K q/k/v launch
-// (kernels' gemvqMixedName says what it measured).
+// (kernels' gemvqMixedName says why).
 GEMVQ_MIXED(gemvq_mixed_a_w2_1, true, 64, 14)
 
 // gemvq_mixed_s_1: gemvq_ps6_1 for the q/k/v of a layer whose v is Q6KA
@@ -1097,11 +1087,10 @@ GEMVQ_MIXED(gemvq_mixed_a_w2_1, true, 64, 14)
 // warps, unit u a lane, 4 rows loaded before the wait, x right after it,
 // then the other 2 (gemvq_q6ka_ps_body); then q and k in gemvq_ps6_1's
 // blocks. 128 registers, 8 blocks a multiprocessor: the 8b shape's 171 +
-// 854 blocks fit the device in one wave. In the stage sweep (kernels/
-// NOTES.md, GEMV v13; testdata/h200-stage-sweep-qkv6d.txt) 4.69-4.71 µs a
-// layer against gemvq_mixed_a_w2_1's 5.28-5.33; v in blocks of 4 or 5 rows
-// (1110 or 1059 blocks: more than a wave) 6.7-6.8, all 6 rows before the
-// wait (130 registers, 7 blocks a multiprocessor) 6.2.
+// 854 blocks fit the device in one wave. It is faster than
+// gemvq_mixed_a_w2_1; v in blocks of 4 or 5 rows (more than a wave), or
+// all 6 rows before the wait (130 registers, 7 blocks a multiprocessor),
+// were slower than both.
 template <int R, int RPRE>
 __device__ __forceinline__ void gemvq_q6ka_ps_body(const uint8_t* W, long long rb, float* Y, int rows, int cols,
                                                    const uint8_t* XQ, int bid) {

@@ -2,54 +2,16 @@ package kernels
 
 import (
 	"fmt"
-	"os"
 	"strings"
-	"sync/atomic"
 
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
-// fastGEMV switches Q4_K decode GEMVs (GEMV, GEMVFused, GEMVGLU with one
-// or two vectors) to gemvq.cu's integer path: x quantized to 16 bits per
-// 64-element block, dp4a dot products. On by default since every GPU test
-// passed with it on the H200 and it decodes 8-14% faster there
-// (kernels/NOTES.md, GEMV v6).
-var fastGEMV atomic.Bool
-
-func init() {
-	fastGEMV.Store(true)
-	fastGEMVQ6K.Store(true)
-}
-
-// SetFastGEMV turns the integer Q4_K GEMV path (gemvq.cu, the default) on
-// or off for every Kernels of the process. It needs a per-stream scratch
-// buffer (ReserveFastGEMV) and falls back to the float path, with the same
-// results to within x's 16-bit rounding, wherever it cannot run. Why a
-// switch: the float path (gemv.cu) stays the reference the integer one is
-// measured against; this one trades ~5 SASS instructions per weight for ~2
-// (kernels/NOTES.md).
-func SetFastGEMV(on bool) { fastGEMV.Store(on) }
-
-// FastGEMV reports whether SetFastGEMV turned the integer path on.
-func FastGEMV() bool { return fastGEMV.Load() }
-
-// fastGEMVQ6K extends the integer path to Q6_K (gemvq_q6k) while
-// SetFastGEMV is on.
-var fastGEMVQ6K atomic.Bool
-
-// SetFastGEMVQ6K adds Q6_K matrices (ffn_down and v in half of a Q4_K_M
-// model's layers, the output) to the integer path while SetFastGEMV is
-// on (the default); off leaves Q6_K on the float path, a variant measured
-// separately from Q4_K (kernels/NOTES.md).
-func SetFastGEMVQ6K(on bool) { fastGEMVQ6K.Store(on) }
-
-// FastGEMVQ6K reports whether SetFastGEMVQ6K turned Q6_K on.
-func FastGEMVQ6K() bool { return fastGEMVQ6K.Load() }
-
-// fastType reports whether the integer path takes matrices of type t.
-func fastType(t quant.Type) bool {
-	return t == quant.Q4_K || (matrixType(t) == quant.Q6_K && fastGEMVQ6K.Load())
+// fastType reports whether the integer path takes matrices of type t
+// (Tuning.IntegerGEMV, Tuning.IntegerQ6K).
+func (k *Kernels) fastType(t quant.Type) bool {
+	return k.tune.IntegerGEMV && (t == quant.Q4_K || (matrixType(t) == quant.Q6_K && k.tune.IntegerQ6K))
 }
 
 // gemvqBytes is gemvq.cu's gemvq_bytes: one vector's quantized x (L0:
@@ -84,12 +46,12 @@ type gemvqScratch struct {
 }
 
 // ReserveFastGEMV allocates stream s's scratch for quantized x of up to
-// cols columns (growing it if smaller) when the fast path is on; with it
-// off it does nothing. It allocates, so it must be called outside graph
+// cols columns (growing it if smaller) when the tuning takes the integer
+// path (Tuning.IntegerGEMV); else it does nothing. It allocates, so it must be called outside graph
 // capture, before the first captured GEMV on s: GEMV calls never
 // allocate, and without a large enough scratch they take the float path.
 func (k *Kernels) ReserveFastGEMV(c *cudadrv.Ctx, s cudadrv.Stream, cols int) error {
-	if !FastGEMV() {
+	if !k.tune.IntegerGEMV {
 		return nil
 	}
 	if cols < 1 {
@@ -147,19 +109,19 @@ func (g *gemvqState) free(c *cudadrv.Ctx) error {
 }
 
 // fastScratch returns s's scratch when the integer path can take these
-// matrices for nb vectors: switch on, Q4_K (or Q6_K, see SetFastGEMVQ6K),
+// matrices for nb vectors: the tuning's integer path for their type,
 // widths a multiple of 256 and equal, Q4_K rows 16-byte aligned (Q6_K:
 // 2-byte), nb <= MaxFusedGEMVBatch, x 8-byte aligned and a reserved
 // scratch wide enough.
 func (k *Kernels) fastScratch(s cudadrv.Stream, x cudadrv.DevPtr, nb int, ms ...Matrix) (cudadrv.DevPtr, bool) {
-	if !FastGEMV() || nb < 1 || nb > MaxFusedGEMVBatch || len(ms) == 0 || x%8 != 0 {
+	if !k.tune.IntegerGEMV || nb < 1 || nb > MaxFusedGEMVBatch || len(ms) == 0 || x%8 != 0 {
 		return 0, false
 	}
 	if _, ok := k.fns["gemvq_x"]; !ok {
 		return 0, false
 	}
 	for _, m := range ms {
-		if !fastType(m.Type) || m.Cols != ms[0].Cols || m.Cols%256 != 0 || m.Rows < 1 || m.Ptr == 0 {
+		if !k.fastType(m.Type) || m.Cols != ms[0].Cols || m.Cols%256 != 0 || m.Rows < 1 || m.Ptr == 0 {
 			return 0, false
 		}
 		align := uint64(16)
@@ -200,26 +162,19 @@ const gemvqRows, gemvq6Rows = 4, 2
 // gemvqGeometry: one block per row group, and the fewest warps per block
 // (a power of two, 1..8) that leave each lane at most 64 columns of a row
 // (two Q4_K units, one Q6_K unit): 2 warps at 4096 columns, 8 at 14336.
-// Measured on the H200 (kernels/NOTES.md, GEMV v7; BenchmarkGEMVQWarps,
-// testdata/h200-gemvq-warps.log): more warps per block split a row too
-// finely (each block's cross-warp reduction and ramp weigh more: gate+up
-// at 8 warps 0.44 of D2D against 0.76 at 2), fewer leave a lane's units
-// in a chain of dependent loads (4096x14336 Q4_K at 1 warp: 0.39, at 8:
-// 0.64; Q6_K 1024x4096 at 1 warp 0.15, at 2: 0.23).
-func gemvqGeometry(groups, cols int) (blocks, threads int) {
+// More warps per block split a row too finely (each block's cross-warp
+// reduction and ramp weigh more), fewer leave a lane's units in a chain
+// of dependent loads (BenchmarkGEMVQWarps sweeps both ways).
+func (t Tuning) gemvqGeometry(groups, cols int) (blocks, threads int) {
 	warps := 1
 	for warps < 8 && 32*64*warps < cols {
 		warps *= 2
 	}
-	if gemvqWarps > 0 {
-		warps = gemvqWarps
+	if t.warps > 0 {
+		warps = t.warps
 	}
 	return groups, 32 * warps
 }
-
-// gemvqWarps, when positive, overrides gemvqGeometry's warps per block:
-// the variable BenchmarkGEMVQWarps sweeps.
-var gemvqWarps int
 
 // gemvqLaunch quantizes x into xq (unless a norm just left it there:
 // RMSNormQ) and launches the integer kernels over
@@ -262,37 +217,20 @@ func (k *Kernels) gemvqLaunch(c *cudadrv.Ctx, s cudadrv.Stream, what string, x, 
 	return k.gemvqOrRead(c, s, what, func() error { return k.gemvq4Launch(c, s, what, xq, nb, mode, q4) }, q4)
 }
 
-// fastGEMVQ6KStaged switches Q6_K integer GEMVs to gemvq_q6k_s (the
-// block's rows staged in shared memory by coalesced 16-byte copies) where
-// gemvq6Staged allows it. On by default (init).
-var fastGEMVQ6KStaged atomic.Bool
-
-func init() { fastGEMVQ6KStaged.Store(true) }
-
-// SetFastGEMVQ6KStaged turns gemvq_q6k_s on or off for the integer Q6_K
-// GEMVs (on by default). The direct kernel's 4-byte loads of 210-byte
-// blocks keep few bytes in flight and touch ~16 L1 wavefronts per 128
-// useful bytes; the staged kernel copies 4 rows per block with coalesced
-// 16-byte cp.async before pdl_wait. On the H200 (kernels/NOTES.md, GEMV
-// v8) it took the output projection from 0.54 to 0.86 of the copy
-// bandwidth and down 4096x14336 from 0.47 to 0.57. Same arithmetic, a
-// different order of the float partial sums (gemvqRowRef emulates both).
-func SetFastGEMVQ6KStaged(on bool) { fastGEMVQ6KStaged.Store(on) }
-
 // gemvq6sRows, gemvq6sChunks are GEMVQ6S_R and GEMVQ6S_CH of gemvq_q6k_s.
 const gemvq6sRows, gemvq6sChunks = 4, 2
 
 // gemvq6Staged reports whether a Q6_K matrix's GEMV takes gemvq_q6k_s,
-// and its block size: the switch on, rows 16-byte aligned (columns a
-// multiple of 2048), 4 rows within the shared memory the GEMVs may use,
-// and at least two blocks per multiprocessor (v 1024x4096, 256 blocks on
-// the H200's 132, measured faster direct: 2.8 against 3.9 µs). Threads:
-// the fewest warps (a power of two, 1..8) that leave each thread at most
-// two 64-column units of a row: 1 warp at 4096 columns, 4 at 14336, the
-// measured best of 1..8 for both.
+// and its block size: rows 16-byte aligned (columns a multiple of 2048),
+// 4 rows within the shared memory the GEMVs may use, and at least two
+// blocks per multiprocessor (a short matrix such as v 1024x4096 runs
+// faster on the direct kernel, whose smaller blocks fill the device).
+// Threads: the fewest warps (a power of two, 1..8) that leave each thread
+// at most two 64-column units of a row: 1 warp at 4096 columns, 4 at
+// 14336, the best of 1..8 for both.
 func (k *Kernels) gemvq6Staged(w Matrix) (ok bool, threads int) {
 	rb := w.RowBytes()
-	if !fastGEMVQ6KStaged.Load() || rb%16 != 0 || w.Ptr%16 != 0 || gemvq6sRows*rb > int64(k.gemvSmem) ||
+	if rb%16 != 0 || w.Ptr%16 != 0 || gemvq6sRows*rb > int64(k.gemvSmem) ||
 		ceilDiv(w.Rows, gemvq6sRows) < 2*k.SMs || !k.mma() {
 		return false, 0
 	}
@@ -300,8 +238,8 @@ func (k *Kernels) gemvq6Staged(w Matrix) (ok bool, threads int) {
 	for warps < 8 && 2*32*warps*64 < w.Cols {
 		warps *= 2
 	}
-	if gemvqWarps > 0 {
-		warps = gemvqWarps
+	if k.tune.warps > 0 {
+		warps = k.tune.warps
 	}
 	return true, 32 * warps
 }
@@ -311,9 +249,9 @@ func (k *Kernels) gemvq6Staged(w Matrix) (ok bool, threads int) {
 func (k *Kernels) gemvq6Launch(c *cudadrv.Ctx, s cudadrv.Stream, what string, xq cudadrv.DevPtr, nb int, o GEMVOut) error {
 	rb := o.W.RowBytes()
 	name := fmt.Sprintf("gemvq_q6k_%d", nb)
-	blocks, threads := gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), o.W.Cols)
+	blocks, threads := k.tune.gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), o.W.Cols)
 	smem := int64(0)
-	if o.W.Type == Q6KA {
+	if o.W.Type == quant.Q6KA {
 		name, blocks, threads = k.gemvq6aWaveGeometry(nb, o.W.Rows, o.W.Cols)
 	} else if ok, th := k.gemvq6Staged(o.W); ok {
 		name, smem = fmt.Sprintf("gemvq_q6k_s_%d", nb), gemvq6sRows*rb
@@ -332,54 +270,37 @@ func (k *Kernels) gemvq6Launch(c *cudadrv.Ctx, s cudadrv.Stream, what string, xq
 	return nil
 }
 
-// gemvq6aRows is gemvq.cu's GEMVQ6A_R: rows per block of gemvq_q6ka_1 and
-// gemvq_q6ka_u2_1 (gemvq_q6ka_2 takes 2).
+// gemvq6aRows is gemvq.cu's GEMVQ6A_R: rows per block of gemvq_q6ka_1
+// (gemvq_q6ka_2 takes 2).
 const gemvq6aRows = 4
 
 // gemvq6aGeometry picks the Q6KA kernel for nb vectors and its grid:
 // gemvq_q6ka_<nb> with gemvqGeometry's warps (each lane at most one
-// 64-column unit of a row), or, where gemvqUnroll asks for 2 units in
-// flight, gemvq_q6ka_u2_1 with half the warps. The soa sweep (kernels/
-// NOTES.md, GEMV v9) set 4 rows a block for one vector.
-func gemvq6aGeometry(nb, rows, cols int) (name string, blocks, threads int) {
+// 64-column unit of a row); 4 rows a block for one vector, the fastest
+// of the sizes tried.
+func (t Tuning) gemvq6aGeometry(nb, rows, cols int) (name string, blocks, threads int) {
 	r := gemvq6aRows
 	if nb == 2 {
 		r = 2
 	}
-	blocks, threads = gemvqGeometry(ceilDiv(rows, r), cols)
-	if nb == 1 && gemvqUnroll == 2 {
-		return "gemvq_q6ka_u2_1", blocks, max(32, threads/2)
-	}
+	blocks, threads = t.gemvqGeometry(ceilDiv(rows, r), cols)
 	return fmt.Sprintf("gemvq_q6ka_%d", nb), blocks, threads
 }
 
-// gemvq6aWave switches gemvq_q6ka_r2u2_1 on for the one-vector Q6KA
-// launches whose 2-row blocks of one warp fit the device in one wave (see
-// gemvq6aWaveGeometry); on by default, SetGEMVQ6AWave(false) or
-// STRATA_Q6KAWAVE=0 (the whole process) for comparisons.
-var gemvq6aWave atomic.Bool
-
-func init() { gemvq6aWave.Store(os.Getenv("STRATA_Q6KAWAVE") != "0") }
-
-// SetGEMVQ6AWave turns the one-wave Q6KA GEMV on or off.
-func SetGEMVQ6AWave(on bool) { gemvq6aWave.Store(on) }
-
 // gemvq6aR2BlocksPerSMDefault is how many gemvq_q6ka_r2u2_1 blocks (one
-// warp) an H200 multiprocessor holds at once with ptxas 11.8's sm_90
-// cubin (120 registers a thread), where Load's occupancy query fails.
+// warp) a compute 9.0 multiprocessor holds at once with ptxas 11.8's
+// sm_90 cubin (120 registers a thread), where Load's occupancy query
+// fails.
 const gemvq6aR2BlocksPerSMDefault = 17
 
 // gemvq6aWaveGeometry picks gemvq_q6ka_r2u2_1 (2 rows a block, one warp,
 // two units a lane in flight, both loaded before pdl_wait) for a plain
-// one-vector Q6KA GEMV whose blocks all fit the device at once, where
-// gemvqUnroll and gemvqWarps force nothing; else gemvq6aGeometry. Why: in
-// the sweep's down chain (kernels/NOTES.md, GEMV v11; testdata/
-// h200-stage-sweep-dchain6.txt), the Q6KA layers by this kernel took the
-// chain with its x launches from 15.53 to 13.74 µs a launch against
-// gemvq_q6ka_1's 4 rows of 8 warps (1024 blocks, 2 a multiprocessor, which
-// have less in flight before the wait).
+// one-vector Q6KA GEMV whose blocks all fit the device at once, where the
+// tuning forces no unroll or warps; else gemvq6aGeometry. Why: on down's
+// shape it is faster than gemvq_q6ka_1's 4 rows of 8 warps (1024 blocks, 2
+// a multiprocessor), which have less in flight before the wait.
 func (k *Kernels) gemvq6aWaveGeometry(nb, rows, cols int) (name string, blocks, threads int) {
-	if gemvq6aWave.Load() && nb == 1 && gemvqUnroll == 0 && gemvqWarps == 0 {
+	if nb == 1 && k.tune.unroll == 0 && k.tune.warps == 0 {
 		perSM := k.q6aR2PerSM
 		if perSM <= 0 {
 			perSM = gemvq6aR2BlocksPerSMDefault
@@ -388,56 +309,25 @@ func (k *Kernels) gemvq6aWaveGeometry(nb, rows, cols int) (name string, blocks, 
 			return "gemvq_q6ka_r2u2_1", blocks, 32
 		}
 	}
-	return gemvq6aGeometry(nb, rows, cols)
+	return k.tune.gemvq6aGeometry(nb, rows, cols)
 }
-
-// gemvqUnroll forces the units each lane of gemvq_fused has in flight
-// for one vector: 1 (gemvq_fused_1) or 2 (gemvq_fused_u2_1); 0, the
-// default, lets gemvq4Geometry choose. Tests and benchmarks set it.
-var gemvqUnroll = 0
 
 // gemvqU2Threads is gemvq_fused_u2_1's block size where gemvq4Geometry
 // picks it for a wave that fits the device.
 const gemvqU2Threads = 64
 
 // gemvqU2BlocksPerSMDefault is how many gemvq_fused_u2_1 blocks of 2
-// warps an H200 multiprocessor holds at once with ptxas 11.8's sm_90
+// warps a compute 9.0 multiprocessor holds at once with ptxas 11.8's sm_90
 // cubin (116 registers a thread: 8 blocks of 64 threads in 64K
 // registers); Load asks the driver for the loaded image's figure
 // (Kernels.u2PerSM) and keeps this one only where the query fails.
 const gemvqU2BlocksPerSMDefault = 8
 
-// gemvqPairs switches gemvq_p4_1 / gemvq_p2u2_1 (Q4_K in 64-element pair
-// units, x from LP) on for the launches gemvqPairGeometry takes; on by
-// default, SetGEMVQPairs(false) or STRATA_Q4PAIRS=0 (the whole process:
-// the GPU test script's and the bench's comparisons) for comparisons.
-var gemvqPairs atomic.Bool
-
-func init() { gemvqPairs.Store(os.Getenv("STRATA_Q4PAIRS") != "0") }
-
-// SetGEMVQPairs turns the Q4_K pair-unit GEMVs on or off (see
-// gemvqPairGeometry).
-func SetGEMVQPairs(on bool) { gemvqPairs.Store(on) }
-
-// Pair-unit kernels' blocks a multiprocessor holds at once on the H200
+// Pair-unit kernels' blocks a compute 9.0 multiprocessor holds at once
 // (ptxas 11.8's sm_90 cubin: gemvq_p4_1 125 registers at 64 threads,
 // gemvq_p2u2_1 118 at 32, gemvq_ps6_1 128 at 64), where Load's occupancy
 // query fails.
 const gemvqP4BlocksPerSMDefault, gemvqP2BlocksPerSMDefault, gemvqPS6BlocksPerSMDefault = 8, 17, 8
-
-// gemvqSplit switches gemvq_ps6_1 (pair units, 6 rows a block, 4 of them
-// loaded before the wait) and gemvq_mixed_s_1 (the same with a Q6KA
-// matrix's rows first) on for the launches gemvqPairGeometry and
-// gemvqMixedSplitGeometry give them; on by default, SetGEMVQSplit(false)
-// or STRATA_Q4SPLIT=0 for comparisons (q/k/v then takes gemvq_fused_1 and
-// gemvq_mixed_a_w2_1 as before).
-var gemvqSplit atomic.Bool
-
-func init() { gemvqSplit.Store(os.Getenv("STRATA_Q4SPLIT") != "0") }
-
-// SetGEMVQSplit turns gemvq_ps6_1 and gemvq_mixed_s_1 on or off (see
-// gemvqPairGeometry, gemvqMixedSplitGeometry).
-func SetGEMVQSplit(on bool) { gemvqSplit.Store(on) }
 
 // perSMOr is n, or def where Load's occupancy query left n unknown.
 func perSMOr(n, def int) int {
@@ -449,20 +339,19 @@ func perSMOr(n, def int) int {
 
 // gemvqPairGeometry picks a pair-unit kernel (Q4_K in 64-element units,
 // x from LP) for a plain one-vector launch of Q4_K matrices whose blocks
-// fit the device in one wave, where gemvqUnroll and gemvqWarps force
-// nothing: for one matrix, gemvq_p4_1 (4 rows a block, one unit a lane,
+// fit the device in one wave, where the tuning forces no unroll or warps:
+// for one matrix, gemvq_p4_1 (4 rows a block, one unit a lane,
 // warps to cover a row's cols/64 units, at most 2) for rows of up to 4096
 // columns, gemvq_p2u2_1 (2 rows, one warp, two units a lane in flight)
 // for longer ones; else, for up to three matrices of up to 4096 columns
 // (the q/k/v of the 8b shape), gemvq_ps6_1 (6 rows a block, 4 of them
-// loaded before the wait; the split switch on: SetGEMVQSplit). Why: in the
-// stage sweep (kernels/NOTES.md, GEMV v10) the pair kernels took o
-// 4096x4096 from 4.18 µs (gemvq_fused_u2_1) to 3.94 and down 4096x14336
-// from 10.1 to 9.5; q/k/v, whose 4-row blocks take more than one wave,
-// went from 4.94 (gemvq_fused_1) to 4.40 in gemvq_ps6_1 (GEMV v13), and
-// the decode step from 1.935 to 1.917 ms.
+// loaded before the wait). Why: the pair kernels decode scales and update
+// floats once per 64 weights instead of once per 32 and read x in
+// contiguous pieces, so o and down run faster than in gemvq_fused_u2_1;
+// q/k/v, whose 4-row blocks take more than one wave, run faster in
+// gemvq_ps6_1 than in gemvq_fused_1, and so does the decode step.
 func (k *Kernels) gemvqPairGeometry(nb, mode int, outs []GEMVOut) (name string, blocks, threads int, ok bool) {
-	if !gemvqPairs.Load() || nb != 1 || mode != 0 || len(outs) < 1 || len(outs) > 3 || gemvqUnroll != 0 || gemvqWarps != 0 {
+	if nb != 1 || mode != 0 || len(outs) < 1 || len(outs) > 3 || k.tune.unroll != 0 || k.tune.warps != 0 {
 		return "", 0, 0, false
 	}
 	cols := outs[0].W.Cols
@@ -483,7 +372,7 @@ func (k *Kernels) gemvqPairGeometry(nb, mode int, outs []GEMVOut) (name string, 
 			return "gemvq_p4_1", blocks, threads, true
 		}
 	}
-	if nv > 64 || !gemvqSplit.Load() {
+	if nv > 64 {
 		return "", 0, 0, false
 	}
 	blocks, threads = 0, 32*ceilDiv(nv, 32)
@@ -499,12 +388,11 @@ func (k *Kernels) gemvqPairGeometry(nb, mode int, outs []GEMVOut) (name string, 
 // and down 4096x14336 of the 8b shape), that kernel with 2 warps, which
 // has two units per lane in flight, both loaded before pdl_wait: o then
 // has every weight in flight before the wait. Else gemvq_fused_<nb> with
-// gemvqGeometry's warps. On the H200 (kernels/NOTES.md, GEMV v8;
-// testdata/h200-stage-sweep-kr.txt) o went from 4.99 to 4.20 µs and
-// down from 11.5 to 10.1 µs; q/k/v (1536 groups) and gate/up (7168) were
-// slower that way (6.0 against 4.9 µs, 18.6 against 17.3).
+// gemvqGeometry's warps. o and down run faster that way; q/k/v (1536
+// groups) and gate/up (7168), more than a wave of such blocks, run
+// slower.
 func (k *Kernels) gemvq4Geometry(nb, groups, cols int) (name string, blocks, threads int) {
-	un := gemvqUnroll
+	un := k.tune.unroll
 	if un == 0 {
 		un = 1
 		if nb == 1 && groups <= k.u2BlocksPerSM()*k.SMs {
@@ -513,12 +401,12 @@ func (k *Kernels) gemvq4Geometry(nb, groups, cols int) (name string, blocks, thr
 	}
 	if un == 2 && nb == 1 {
 		threads = gemvqU2Threads
-		if gemvqWarps > 0 {
-			threads = 32 * gemvqWarps
+		if k.tune.warps > 0 {
+			threads = 32 * k.tune.warps
 		}
 		return "gemvq_fused_u2_1", groups, threads
 	}
-	blocks, threads = gemvqGeometry(groups, cols)
+	blocks, threads = k.tune.gemvqGeometry(groups, cols)
 	return fmt.Sprintf("gemvq_fused_%d", nb), blocks, threads
 }
 
@@ -526,7 +414,7 @@ func (k *Kernels) gemvq4Geometry(nb, groups, cols int) (name string, blocks, thr
 // holds at once: the driver's occupancy figure for the loaded image
 // (Load), else gemvqU2BlocksPerSMDefault. The one-wave rule above depends
 // on it: a PTX image the driver JIT-compiles, or another GPU's register
-// file, can hold fewer blocks than the H200's cubin, and a second wave of
+// file, can hold fewer blocks than the sm_90 cubin, and a second wave of
 // u2 blocks is what the rule exists to avoid.
 func (k *Kernels) u2BlocksPerSM() int {
 	if k.u2PerSM > 0 {
@@ -540,9 +428,9 @@ func (k *Kernels) u2BlocksPerSM() int {
 // Q6KA) together: one or two Q4_K matrices and one Q6_K matrix that
 // gemvq_q6k_1 would take (not the staged kernel; a Q6KA one of any
 // height), where gemvq_fused_1 and gemvq_q6k_1 would use the same block
-// size. Why: a Q4_K_M layer whose v is Q6_K otherwise launches
-// q/k/v as two kernels, and the second (v, 1024x4096) ran at 0.29 of the
-// copy bandwidth on the H200, mostly launch latency.
+// size. Why: a Q4_K_M layer whose v is Q6_K otherwise launches q/k/v as
+// two kernels, and the second (v, 1024x4096) is too small to be more than
+// launch latency.
 func (k *Kernels) gemvqMixed(nb, mode int, q4, q6 []GEMVOut) bool {
 	if nb != 1 || mode != 0 || len(q6) != 1 || len(q4) < 1 || len(q4) > 2 {
 		return false
@@ -554,8 +442,8 @@ func (k *Kernels) gemvqMixed(nb, mode int, q4, q6 []GEMVOut) bool {
 	}
 	cols, groups := q4[0].W.Cols, q4Groups(q4)
 	_, _, th4 := k.gemvq4Geometry(1, groups, cols)
-	_, th6 := gemvqGeometry(ceilDiv(q6[0].W.Rows, gemvq6Rows), cols)
-	_, thm := gemvqGeometry(groups, cols)
+	_, th6 := k.tune.gemvqGeometry(ceilDiv(q6[0].W.Rows, gemvq6Rows), cols)
+	_, thm := k.tune.gemvqGeometry(groups, cols)
 	return th4 == thm && th6 == thm
 }
 
@@ -594,44 +482,32 @@ func splitQ6(outs []GEMVOut) (q4, q6 []GEMVOut) {
 	return q4, q6
 }
 
-// gemvqMixedCap switches gemvq_mixed_a_w2_1 on (gemvqMixedName); on by
-// default, SetGEMVQMixedCap(false) or STRATA_MIXEDCAP=0 (the whole
-// process) for comparisons.
-var gemvqMixedCap atomic.Bool
-
-func init() { gemvqMixedCap.Store(os.Getenv("STRATA_MIXEDCAP") != "0") }
-
-// SetGEMVQMixedCap turns the register-capped mixed q/k/v kernel on or off.
-func SetGEMVQMixedCap(on bool) { gemvqMixedCap.Store(on) }
-
 // gemvqMixedName is the mixed kernel for a Q6_K (or Q6KA) matrix of type
 // t in blocks of threads: gemvq_mixed_1 for plain Q6_K, gemvq_mixed_a_1
 // for Q6KA, or, for Q6KA in blocks of 2 warps (4096 columns: the q/k/v of
 // the 8b shape's layers with a Q6_K v), gemvq_mixed_a_w2_1, the same code
 // held to gemvq_fused_1's 72 registers so that 14 blocks share a
 // multiprocessor: gemvq_mixed_a_1's 100 registers (its Q6KA rows') gave
-// its Q4_K rows 10, and the launch took 1.36 waves where all-Q4_K q/k/v
-// takes one. In the sweep (kernels/NOTES.md, GEMV v11; testdata/
-// h200-stage-sweep-qkv6c.txt) 6.57 -> 5.35 µs a layer, all-Q4_K q/k/v
-// 4.94.
+// its Q4_K rows 10, and the launch took more than one wave where
+// all-Q4_K q/k/v takes one.
 func gemvqMixedName(t quant.Type, threads int) string {
 	switch {
-	case t != Q6KA:
+	case t != quant.Q6KA:
 		return "gemvq_mixed_1"
-	case threads == 64 && gemvqMixedCap.Load():
+	case threads == 64:
 		return "gemvq_mixed_a_w2_1"
 	}
 	return "gemvq_mixed_a_1"
 }
 
 // gemvqMixedSplitGeometry is gemvq_mixed_s_1's grid for the Q4_K outputs
-// q4 and the Q6_K one q6 of a launch gemvqMixed takes: where the split
-// and pair switches are on and nothing is forced, q6 is re-laid (Q6KA),
+// q4 and the Q6_K one q6 of a launch gemvqMixed takes: where the tuning
+// forces no unroll or warps, q6 is re-laid (Q6KA),
 // the columns (the same for all) are at most 4096 and the 6-row blocks
 // fit the device in one wave (the 8b shape's q/k/v with a Q6_K v: 1025).
 func (k *Kernels) gemvqMixedSplitGeometry(q4 []GEMVOut, q6 GEMVOut) (blocks, threads int, ok bool) {
 	cols := q6.W.Cols
-	if !gemvqSplit.Load() || !gemvqPairs.Load() || gemvqUnroll != 0 || gemvqWarps != 0 || q6.W.Type != Q6KA || cols > 4096 {
+	if k.tune.unroll != 0 || k.tune.warps != 0 || q6.W.Type != quant.Q6KA || cols > 4096 {
 		return 0, 0, false
 	}
 	for _, o := range q4 {
@@ -653,7 +529,7 @@ func (k *Kernels) gemvqMixedLaunch(c *cudadrv.Ctx, s cudadrv.Stream, what string
 	var a cudadrv.Args
 	groups := packQ4Outs(&a, q4, 2)
 	a.Ptr(q6.W.Ptr).I64(q6.W.RowBytes()).Ptr(q6.Y).Int(q6.W.Rows).Int(cols).Ptr(xq)
-	blocks, threads := gemvqGeometry(groups, cols)
+	blocks, threads := k.tune.gemvqGeometry(groups, cols)
 	blocks += ceilDiv(q6.W.Rows, gemvq6Rows)
 	name := gemvqMixedName(q6.W.Type, threads)
 	if b, th, ok := k.gemvqMixedSplitGeometry(q4, q6); ok {
@@ -713,12 +589,12 @@ func (k *Kernels) gemvq4Launch(c *cudadrv.Ctx, s cudadrv.Stream, what string, xq
 
 // normQScratch returns stream s's quantized-x scratch when a norm of n
 // rows of dim floats into y can leave y quantized for the integer GEMVs
-// that read it next: the switch on, a scratch wide enough, n within
+// that read it next: the integer path in the tuning, a scratch wide enough, n within
 // MaxFusedGEMVBatch, dim a multiple of 256 and y 16-byte aligned (the
 // norms' float4 path).
 func (k *Kernels) normQScratch(s cudadrv.Stream, y cudadrv.DevPtr, n, dim int) (cudadrv.DevPtr, bool) {
 	w, ok := k.gemvq.ws[s]
-	if !FastGEMV() || !ok || w.cols < dim || n < 1 || n > MaxFusedGEMVBatch || dim%256 != 0 || y%16 != 0 {
+	if !k.tune.IntegerGEMV || !ok || w.cols < dim || n < 1 || n > MaxFusedGEMVBatch || dim%256 != 0 || y%16 != 0 {
 		return 0, false
 	}
 	return w.ptr, true

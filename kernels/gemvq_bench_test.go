@@ -11,16 +11,16 @@ import (
 )
 
 // BenchmarkGEMVQDecodeShapes compares, in one process, the float GEMV
-// path with the integer Q4_K path (SetFastGEMV) on the 8b decode launches,
+// path with the integer Q4_K path (Tuning.IntegerGEMV) on the 8b decode launches,
 // replayed from CUDA graphs over copies of a layer's matrices (so they
 // come from HBM), as effective weight bandwidth ÷ the D2D copy bandwidth of
 // the same run: q/k/v (v Q6_K, as in the 16 use_more_bits layers, or
 // Q4_K), o, gate+up+SwiGLU (one and two vectors), ffn_down, the output,
 // and a whole layer's launch sequence of each kind, each with the float
 // path, the integer path for Q4_K only and for Q4_K and Q6_K
-// (SetFastGEMVQ6K); the integer path's x quantization alone; and the
+// (Tuning.IntegerQ6K); the integer path's x quantization alone; and the
 // integer path with one and two units per lane in flight forced
-// (gemvqUnroll), and under two more grid targets (warps per SM).
+// (Tuning.unroll), and under two more grid targets (warps per SM).
 // Integer-path cells include their gemvq_x launch. Run with
 // -test.benchtime 1x.
 func BenchmarkGEMVQDecodeShapes(b *testing.B) {
@@ -28,9 +28,16 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 	d, k := gpu(b)
 	var out strings.Builder
 	fmt.Fprintf(&out, "D2D copy %.0f GB/s; cells: us per launch sequence, ratio of its weight bytes/s to D2D\n", ceiling/1e9)
-	defer fastGEMVState()()
+	// The benches read k: each variant rebinds it to a view of the load.
+	k0 := k
+	tuned := func(set func(*Tuning)) {
+		t := baseTuning()
+		t.Cubin, t.Overlap = k0.tune.Cubin, k0.tune.Overlap
+		set(&t)
+		k = k0.WithTuning(t)
+	}
 	err := onStream(d, k, func(c *cudadrv.Ctx, a *arena, s cudadrv.Stream) error {
-		SetFastGEMV(true)
+		tuned(func(*Tuning) {})
 		must(k.ReserveFastGEMV(c, s, 14336))
 		mats := uploadDecodeShapes(c, a, decodeShapes8B)
 		r := rand.New(rand.NewPCG(3, 3))
@@ -76,20 +83,17 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 			{"layer v4,down4", bytes("q", "k", "v4", "o", "gate", "up", "down4"), layer("v4", "down4")},
 			{"layer v6,down6", bytes("q", "k", "v6", "o", "gate", "up", "down6"), layer("v6", "down6")},
 		}
-		oldW := gemvWarpsPerSM
-		defer func() { gemvWarpsPerSM = oldW }()
 		cell := func(bn decodeBench) string {
 			ms := timeGraphOn(c, s, 64, bn.fn)
 			return fmt.Sprintf("%8.2f us %5.3f", ms*1e3, float64(bn.bytes)/(ms/1e3)/ceiling)
 		}
 		fmt.Fprintf(&out, "%-26s %-22s %-22s %s\n", "launch", "float", "integer Q4_K", "integer Q4_K+Q6_K")
 		for _, bn := range benches {
-			SetFastGEMV(false)
+			tuned(func(t *Tuning) { t.IntegerGEMV = false })
 			old := cell(bn)
-			SetFastGEMV(true)
-			SetFastGEMVQ6K(false)
+			tuned(func(t *Tuning) { t.IntegerQ6K = false })
 			q4 := cell(bn)
-			SetFastGEMVQ6K(true)
+			tuned(func(*Tuning) {})
 			fmt.Fprintf(&out, "%-26s %s   %s   %s\n", bn.name, old, q4, cell(bn))
 		}
 		for _, cols := range []int{4096, 14336} {
@@ -99,12 +103,11 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 			fmt.Fprintf(&out, "gemvq_x alone, %5d columns: %6.2f us\n", cols, ms*1e3)
 		}
 		for _, v := range []struct{ wps, unroll int }{{32, 1}, {32, 2}, {16, 0}, {64, 0}} {
-			gemvWarpsPerSM, gemvqUnroll = v.wps, v.unroll
+			tuned(func(t *Tuning) { t.gemvWarpsPerSM, t.unroll = v.wps, v.unroll })
 			for _, bn := range benches {
 				fmt.Fprintf(&out, "integer+q6k w%-2d unroll %d %-26s %s\n", v.wps, v.unroll, bn.name, cell(bn))
 			}
 		}
-		gemvqUnroll = 0
 		return nil
 	})
 	if err != nil {
@@ -114,7 +117,7 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 }
 
 // BenchmarkGEMVQWarps sweeps the integer launches' warps per block
-// (gemvqWarps; 0 = gemvqGeometry's rule) over the 8b decode shapes, each
+// (Tuning.warps; 0 = gemvqGeometry's rule) over the 8b decode shapes, each
 // timed as 64 launches from a graph over enough copies of its weights to
 // exceed the L2 (>= 512 MiB per shape), with x quantized by a launch of
 // its own and, for the rule, also with x held as a norm leaves it
@@ -123,13 +126,17 @@ func BenchmarkGEMVQDecodeShapes(b *testing.B) {
 func BenchmarkGEMVQWarps(b *testing.B) {
 	ceiling := copyBandwidth(b)
 	d, k := gpu(b)
-	defer fastGEMVState()()
-	defer func() { gemvqWarps = 0 }()
+	k0 := k
+	warps := func(w int) {
+		t := baseTuning()
+		t.Cubin, t.Overlap = k0.tune.Cubin, k0.tune.Overlap
+		t.warps = w
+		k = k0.WithTuning(t)
+	}
+	warps(0)
 	var out strings.Builder
 	fmt.Fprintf(&out, "D2D copy %.0f GB/s; cells: us per launch, ratio of weight bytes/s to D2D\n", ceiling/1e9)
 	err := onStream(d, k, func(c *cudadrv.Ctx, a *arena, s cudadrv.Stream) error {
-		SetFastGEMV(true)
-		SetFastGEMVQ6K(true)
 		must(k.ReserveFastGEMV(c, s, 14336))
 		mats := uploadDecodeShapes(c, a, decodeShapes8B)
 		m, bytes := mats.at, mats.bytes
@@ -166,24 +173,15 @@ func BenchmarkGEMVQWarps(b *testing.B) {
 		}
 		fmt.Fprintf(&out, "%-18s %-20s %-20s %-20s %-20s %-20s %s\n", "launch", "rule", "rule, x held", "1 warp", "2 warps", "4 warps", "8 warps")
 		for _, bn := range benches {
-			gemvqWarps = 0
+			warps(0)
 			fmt.Fprintf(&out, "%-18s %s %s", bn.name, cell(bn, false), cell(bn, true))
 			for _, w := range []int{1, 2, 4, 8} {
-				gemvqWarps = w
+				warps(w)
 				fmt.Fprintf(&out, " %s", cell(bn, false))
 			}
-			gemvqWarps = 0
+			warps(0)
 			fmt.Fprintln(&out)
 		}
-		// The Q6_K launches again on the direct kernel (gemvq_q6k, the
-		// rows gemvq6Staged sends to gemvq_q6k_s by default), x held.
-		SetFastGEMVQ6KStaged(false)
-		for _, bn := range benches {
-			if strings.Contains(bn.name, "6") {
-				fmt.Fprintf(&out, "%-18s Q6_K direct, x held: %s\n", bn.name, cell(bn, true))
-			}
-		}
-		SetFastGEMVQ6KStaged(true)
 		return nil
 	})
 	if err != nil {

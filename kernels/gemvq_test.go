@@ -59,6 +59,7 @@ func swigluLike(r *rand.Rand, n, cols int) []float32 {
 // TestGEMVQQuantize checks the CPU model of gemvq_x on edge cases the
 // GPU test meets only by chance: zeros, exact ties, the clamp, NaN.
 func TestGEMVQQuantize(t *testing.T) {
+	t.Parallel()
 	x := make([]float32, 128)
 	x[1], x[2], x[3] = 1, -0.5, 0.25 // block 0: max 1
 	for i := 64; i < 128; i++ {
@@ -88,6 +89,7 @@ func TestGEMVQQuantize(t *testing.T) {
 // pieces, its half sums and scale), for rows of 4, 12 and 64 blocks; the
 // GPU tests hold the kernels' bytes to this model bit for bit.
 func TestGEMVQLayouts(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(7, 7))
 	for _, cols := range []int{256, 768, 4096} {
 		x := normLike(r, 1, cols)
@@ -156,6 +158,7 @@ func TestGEMVQLayouts(t *testing.T) {
 // budget is 1e-4 on the logits); every row within its hard error bound
 // sum|w_i| sx_i/2 + TestGEMV's float32 tolerance.
 func TestGEMVQFidelity(t *testing.T) {
+	t.Parallel()
 	shapes := []struct {
 		name       string
 		typ        quant.Type
@@ -236,22 +239,20 @@ func TestGEMVQFidelity(t *testing.T) {
 	}
 }
 
-// TestGEMVQ checks the integer path on the GPU (SetFastGEMV on): the
-// quantized x bit for bit against gemvqQuantizeRef, every output against
-// the CPU emulation of the kernel (the same integer and float32
-// operations in the same order: tolerance 1e-6 of sum|w x|, for the
-// double-rounding the emulation's float64 FMA can differ by), and against
-// float64 dot products with the float32 x within the hard bound of x's
-// rounding (sum |w_i| |x_i - sx x_int_i|) plus TestGEMV's tolerance.
-// Shapes: GEMV alone, GEMVFused with all Q4_K and with a Q6_K matrix,
-// GEMVGLU; batches 1-2; with Q6_K on the float path (SetFastGEMVQ6K off:
-// checked with TestGEMV's tolerance) and on the integer path, and with
-// the variants: one and two units in flight forced (gemvqUnroll), the
-// Q6_K matrices direct and staged (SetFastGEMVQ6KStaged).
+// TestGEMVQ checks the integer path on the GPU: the quantized x bit for
+// bit against gemvqQuantizeRef, every output against the CPU emulation of
+// the kernel (the same integer and float32 operations in the same order:
+// tolerance 1e-6 of sum|w x|, for the double-rounding the emulation's
+// float64 FMA can differ by), and against float64 dot products with the
+// float32 x within the hard bound of x's rounding (sum |w_i| |x_i - sx
+// x_int_i|) plus TestGEMV's tolerance. Shapes: GEMV alone, GEMVFused with
+// all Q4_K and with a Q6_K matrix, GEMVGLU; batches 1-2; with Q6_K on the
+// float path (Tuning.IntegerQ6K off: checked with TestGEMV's tolerance)
+// and on the integer path, plain or re-laid (Q6KA), and with one and two
+// units in flight forced (Tuning.unroll).
 func TestGEMVQ(t *testing.T) {
+	t.Parallel()
 	_, _ = gpu(t)
-	defer fastGEMVState()()
-	SetFastGEMV(true)
 	type mat = gemvqMat
 	cases := []gemvqCase{
 		{"gemv-259x4096", 4096, []mat{{quant.Q4_K, 259}}, 0},
@@ -271,50 +272,17 @@ func TestGEMVQ(t *testing.T) {
 		{"q6k-gemv-14336", 14336, []mat{{quant.Q6_K, 19}}, 0},
 		{"q6k-gemv-512", 512, []mat{{quant.Q6_K, 9}}, 0},
 		// Tall enough for gemvq_q6k_s (two blocks per multiprocessor of
-		// up to 144) where SetFastGEMVQ6KStaged is on.
+		// up to 144) .
 		{"q6k-gemv-4096-tall", 4096, []mat{{quant.Q6_K, 1153}}, 0},
 		{"q6k-gemv-14336-tall", 14336, []mat{{quant.Q6_K, 1155}}, 0},
 	}
-	defer func() { gemvqUnroll, gemvqRelay = 0, false }()
-	defer fastGEMVState()()
 	for _, v := range []struct {
-		q6       bool
-		unroll   int
-		q6staged bool
-		relay    bool
-		nowave   bool // the one-wave kernels off: pairs, gemvq_q6ka_r2u2_1, gemvq_mixed_a_w2_1
-		nosplit  bool // gemvq_ps6_1 and gemvq_mixed_s_1 off (gemvq_fused_1, gemvq_mixed_a_w2_1 instead)
-	}{{false, 0, false, false, false, false}, {true, 0, true, false, false, false}, {true, 1, false, false, false, false},
-		{true, 2, false, false, false, false}, {true, 1, true, false, false, false}, {true, 0, false, true, false, false},
-		{true, 2, false, true, false, false}, {false, 0, false, true, false, false}, {true, 0, false, true, true, false},
-		{true, 0, false, true, false, true}} {
-		SetFastGEMVQ6K(v.q6)
-		SetFastGEMVQ6KStaged(v.q6staged)
-		SetGEMVQPairs(!v.nowave)
-		SetGEMVQSplit(!v.nosplit)
-		SetGEMVQ6AWave(!v.nowave)
-		SetGEMVQMixedCap(!v.nowave)
-		gemvqUnroll, gemvqRelay = v.unroll, v.relay
-		t.Run(fmt.Sprintf("q6k=%v/unroll=%d/q6k-staged=%v/q6ka=%v/wave=%v/split=%v", v.q6, v.unroll, v.q6staged, v.relay, !v.nowave, !v.nosplit), func(t *testing.T) { testGEMVQCases(t, cases) })
-	}
-}
-
-// gemvqRelay has testGEMVQCases re-lay its Q6_K matrices on the device
-// (RelayQ6K) before the launches, so they run as Q6KA.
-var gemvqRelay bool
-
-// fastGEMVState returns a function that restores the integer-path
-// switches as they are now (tests and benchmarks flip them).
-func fastGEMVState() func() {
-	f, q, qs, p, w, mc, sp := FastGEMV(), FastGEMVQ6K(), fastGEMVQ6KStaged.Load(), gemvqPairs.Load(), gemvq6aWave.Load(), gemvqMixedCap.Load(), gemvqSplit.Load()
-	return func() {
-		SetGEMVQSplit(sp)
-		SetGEMVQMixedCap(mc)
-		SetGEMVQ6AWave(w)
-		SetFastGEMV(f)
-		SetFastGEMVQ6K(q)
-		SetFastGEMVQ6KStaged(qs)
-		SetGEMVQPairs(p)
+		q6     bool
+		unroll int
+		relay  bool
+	}{{false, 0, false}, {true, 0, false}, {true, 1, false}, {true, 2, false}, {true, 0, true}, {true, 2, true}, {false, 0, true}} {
+		set := func(tu *Tuning) { tu.IntegerQ6K, tu.unroll = v.q6, v.unroll }
+		t.Run(fmt.Sprintf("q6k=%v/unroll=%d/q6ka=%v", v.q6, v.unroll, v.relay), func(t *testing.T) { testGEMVQCases(t, set, v.relay, cases) })
 	}
 }
 
@@ -330,7 +298,10 @@ type gemvqMat struct {
 	rows int
 }
 
-func testGEMVQCases(t *testing.T, cases []gemvqCase) {
+// testGEMVQCases runs cases on a view of the test device's kernels whose
+// tuning set changes, re-laying the Q6_K matrices on the device first
+// (RelayQ6K: they then run as Q6KA) where relay is set.
+func testGEMVQCases(t *testing.T, set func(*Tuning), relay bool, cases []gemvqCase) {
 	for ci, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(ci), 99))
@@ -342,13 +313,14 @@ func testGEMVQCases(t *testing.T, cases []gemvqCase) {
 			}
 			xqs := [][]byte{gemvqQuantizeRef(xs[:tc.cols]), gemvqQuantizeRef(xs[tc.cols:])}
 			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
+				k = tuned(k, set)
 				s, done := gemvqStream(c, k, tc.cols)
 				defer done()
 				x := put(a, xs)
 				outs := make([]GEMVOut, len(tc.ms))
 				for i, m := range tc.ms {
 					outs[i] = GEMVOut{W: Matrix{Type: m.typ, Rows: m.rows, Cols: tc.cols, Ptr: put(a, datas[i])}, Y: a.alloc(int64(2 * m.rows * 4))}
-					if gemvqRelay && m.typ == quant.Q6_K {
+					if relay && m.typ == quant.Q6_K {
 						w, err := k.RelayQ6K(c, s, outs[i].W)
 						must(err)
 						outs[i].W = w
@@ -369,8 +341,8 @@ func testGEMVQCases(t *testing.T, cases []gemvqCase) {
 					must(c.StreamSync(s))
 					fast, q6 := false, false
 					for _, o := range outs {
-						fast = fast || fastType(o.W.Type)
-						q6 = q6 || (matrixType(o.W.Type) == quant.Q6_K && fastType(o.W.Type))
+						fast = fast || k.fastType(o.W.Type)
+						q6 = q6 || (matrixType(o.W.Type) == quant.Q6_K && k.fastType(o.W.Type))
 					}
 					if !fast {
 						checkGEMVQ(t, c, a, k, tc.cols, nb, xs, xqs, deqs, datas, outs, tc.glu)
@@ -402,14 +374,14 @@ func checkGEMVQ(t *testing.T, c *cudadrv.Ctx, a *arena, k *Kernels, cols, nb int
 	// Warps per block of each output's launch, as gemvqLaunch sizes them,
 	// and the kernel's unit walk (splits: gemvq_q6k_s's halves).
 	nws, splits := make([]int, len(outs)), make([]int, len(outs))
-	mixed := fastType(quant.Q6_K) && k.gemvqMixed(nb, int(glu), q4, q6)
+	mixed := k.fastType(quant.Q6_K) && k.gemvqMixed(nb, int(glu), q4, q6)
 	for i, o := range outs {
 		_, _, th := k.gemvq4Geometry(nb, groups, cols)
-		if o.W.Type == Q6KA && !mixed {
+		if o.W.Type == quant.Q6KA && !mixed {
 			// gemvq_q6ka: gemvq_q6k's unit walk with its own warps.
 			_, _, th = k.gemvq6aWaveGeometry(nb, o.W.Rows, cols)
 		} else if matrixType(o.W.Type) == quant.Q6_K {
-			_, th = gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), cols)
+			_, th = k.tune.gemvqGeometry(ceilDiv(o.W.Rows, gemvq6Rows), cols)
 			if ok, sth := k.gemvq6Staged(o.W); ok && !mixed {
 				th = sth
 				// gemvq_q6k_s: the super-blocks whole within the first
@@ -484,7 +456,7 @@ func checkGEMVQ(t *testing.T, c *cudadrv.Ctx, a *arena, k *Kernels, cols, nb int
 		for b := 0; b < nb; b++ {
 			for row := 0; row < rows; row++ {
 				gv := float64(got[b*rows+row])
-				if !fastType(o.W.Type) { // float path
+				if !k.fastType(o.W.Type) { // float path
 					ref, mag := refDot(deqs[i], cols, row, xs[b*cols:])
 					if e := math.Abs(gv - ref); !(e <= gemvTol(mag)) {
 						failOnDevice("nb %d matrix %d (%v): y[%d][%d] = %v, float64 ref %v (err %.3g)", nb, i, o.W.Type, b, row, gv, ref, e)
@@ -503,15 +475,15 @@ func checkGEMVQ(t *testing.T, c *cudadrv.Ctx, a *arena, k *Kernels, cols, nb int
 	}
 }
 
-// TestGEMVQFallback: with the switch on but no scratch reserved for the
-// stream (or a scratch too narrow), and with the switch off, GEMV takes
-// the float path and meets TestGEMV's tolerance.
+// TestGEMVQFallback: with the integer path in the tuning but no scratch
+// reserved for the stream (or a scratch too narrow), and with it out of
+// the tuning, GEMV takes the float path and meets TestGEMV's tolerance.
 func TestGEMVQFallback(t *testing.T) {
+	t.Parallel()
 	const rows, cols = 67, 4096
 	r := rand.New(rand.NewPCG(8, 8))
 	xs := normLike(r, 1, cols)
 	data, deq := randMatrix(quant.Q4_K, rows, cols, 9)
-	defer fastGEMVState()()
 	for _, tc := range []struct {
 		name    string
 		on      bool
@@ -519,10 +491,9 @@ func TestGEMVQFallback(t *testing.T) {
 	}{{"off", false, cols}, {"no scratch", true, 0}, {"narrow scratch", true, 1024}} {
 		t.Run(tc.name, func(t *testing.T) {
 			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
-				SetFastGEMV(true)
 				s, done := gemvqStream(c, k, tc.reserve)
 				defer done()
-				SetFastGEMV(tc.on)
+				k = tuned(k, func(tu *Tuning) { tu.IntegerGEMV = tc.on })
 				w := Matrix{Type: quant.Q4_K, Rows: rows, Cols: cols, Ptr: put(a, data)}
 				x, y := put(a, xs), a.alloc(rows*4)
 				poison(a, y, rows)
@@ -549,8 +520,10 @@ func TestGEMVQFallback(t *testing.T) {
 func failOnDevice(format string, args ...any) { panic(fmt.Errorf(format, args...)) }
 
 // TestGEMVQGeometry pins the warps per block of the integer launches at
-// the shapes kernels/NOTES.md measured, and the rule's limits.
+// the 8b decode shapes, and the rule's limits.
 func TestGEMVQGeometry(t *testing.T) {
+	t.Parallel()
+	tu := baseTuning()
 	for _, tc := range []struct {
 		name         string
 		groups, cols int
@@ -563,58 +536,54 @@ func TestGEMVQGeometry(t *testing.T) {
 		{"8192 cols", 16, 8192, 128},
 		{"65536 cols", 4, 65536, 256},
 	} {
-		blocks, threads := gemvqGeometry(tc.groups, tc.cols)
+		blocks, threads := tu.gemvqGeometry(tc.groups, tc.cols)
 		if blocks != tc.groups || threads != tc.threads {
 			t.Errorf("%s: %d blocks of %d threads, want %d of %d", tc.name, blocks, threads, tc.groups, tc.threads)
 		}
 	}
-	// Q6KA: 4-row groups for one vector (2 for two), gemvqGeometry's warps,
-	// half of them for two units in flight.
-	defer func(u int) { gemvqUnroll = u }(gemvqUnroll)
+	// Q6KA: 4-row groups for one vector (2 for two), gemvqGeometry's warps;
+	// a forced unroll changes nothing (one Q6KA kernel a batch).
 	for _, tc := range []struct {
 		nb, unroll, rows, cols int
 		name                   string
 		blocks, threads        int
 	}{
 		{1, 0, 4096, 14336, "gemvq_q6ka_1", 1024, 256},
-		{1, 2, 4096, 14336, "gemvq_q6ka_u2_1", 1024, 128},
+		{1, 2, 4096, 14336, "gemvq_q6ka_1", 1024, 256},
 		{1, 0, 128256, 4096, "gemvq_q6ka_1", 32064, 64},
 		{2, 0, 1025, 4096, "gemvq_q6ka_2", 513, 64},
-		{1, 2, 9, 512, "gemvq_q6ka_u2_1", 3, 32},
+		{1, 2, 9, 512, "gemvq_q6ka_1", 3, 32},
 	} {
-		gemvqUnroll = tc.unroll
-		name, blocks, threads := gemvq6aGeometry(tc.nb, tc.rows, tc.cols)
+		tu := baseTuning()
+		tu.unroll = tc.unroll
+		name, blocks, threads := tu.gemvq6aGeometry(tc.nb, tc.rows, tc.cols)
 		if name != tc.name || blocks != tc.blocks || threads != tc.threads {
 			t.Errorf("Q6KA %dx%d nb %d unroll %d: %s, %d blocks of %d threads; want %s, %d of %d",
 				tc.rows, tc.cols, tc.nb, tc.unroll, name, blocks, threads, tc.name, tc.blocks, tc.threads)
 		}
 	}
 	// The one-wave kernel: a one-vector Q6KA launch whose 2-row blocks of
-	// one warp all fit the device (the H200's 132 multiprocessors, 17 such
-	// blocks each where the occupancy query is not made), unforced.
-	defer fastGEMVState()()
-	k := &Kernels{SMs: 132}
+	// one warp all fit the device (132 multiprocessors, 17 such blocks each
+	// where the occupancy query is not made), unforced.
 	for _, tc := range []struct {
 		nb, unroll, rows, cols int
-		wave                   bool
 		name                   string
 		blocks, threads        int
 	}{
-		{1, 0, 4096, 14336, true, "gemvq_q6ka_r2u2_1", 2048, 32},
-		{1, 0, 4488, 14336, true, "gemvq_q6ka_r2u2_1", 2244, 32},
-		{1, 0, 4489, 14336, true, "gemvq_q6ka_1", 1123, 256},
-		{1, 0, 1024, 4096, true, "gemvq_q6ka_r2u2_1", 512, 32},
-		{1, 0, 128256, 4096, true, "gemvq_q6ka_1", 32064, 64},
-		{2, 0, 4096, 14336, true, "gemvq_q6ka_2", 2048, 256},
-		{1, 2, 4096, 14336, true, "gemvq_q6ka_u2_1", 1024, 128},
-		{1, 0, 4096, 14336, false, "gemvq_q6ka_1", 1024, 256},
+		{1, 0, 4096, 14336, "gemvq_q6ka_r2u2_1", 2048, 32},
+		{1, 0, 4488, 14336, "gemvq_q6ka_r2u2_1", 2244, 32},
+		{1, 0, 4489, 14336, "gemvq_q6ka_1", 1123, 256},
+		{1, 0, 1024, 4096, "gemvq_q6ka_r2u2_1", 512, 32},
+		{1, 0, 128256, 4096, "gemvq_q6ka_1", 32064, 64},
+		{2, 0, 4096, 14336, "gemvq_q6ka_2", 2048, 256},
+		{1, 2, 4096, 14336, "gemvq_q6ka_1", 1024, 256},
 	} {
-		gemvqUnroll = tc.unroll
-		SetGEMVQ6AWave(tc.wave)
+		k := testKernels(132)
+		k.tune.unroll = tc.unroll
 		name, blocks, threads := k.gemvq6aWaveGeometry(tc.nb, tc.rows, tc.cols)
 		if name != tc.name || blocks != tc.blocks || threads != tc.threads {
-			t.Errorf("Q6KA %dx%d nb %d unroll %d wave %v: %s, %d blocks of %d threads; want %s, %d of %d",
-				tc.rows, tc.cols, tc.nb, tc.unroll, tc.wave, name, blocks, threads, tc.name, tc.blocks, tc.threads)
+			t.Errorf("Q6KA %dx%d nb %d unroll %d: %s, %d blocks of %d threads; want %s, %d of %d",
+				tc.rows, tc.cols, tc.nb, tc.unroll, name, blocks, threads, tc.name, tc.blocks, tc.threads)
 		}
 	}
 }
@@ -627,8 +596,7 @@ func TestGEMVQGeometry(t *testing.T) {
 // changes y) drops the held x so the GEMV quantizes the new y. Past
 // MaxFusedGEMVBatch rows the norms fall back to the plain ones.
 func TestNormQ(t *testing.T) {
-	defer fastGEMVState()()
-	SetFastGEMV(true)
+	t.Parallel()
 	const rows = 37
 	r := rand.New(rand.NewPCG(31, 32))
 	for _, tc := range []struct {
@@ -729,8 +697,7 @@ func TestNormQ(t *testing.T) {
 // stream then holds it, and the o GEMV on the held x equals the GEMV on a
 // copy quantized afresh.
 func TestAttentionDecodeQ(t *testing.T) {
-	defer fastGEMVState()()
-	SetFastGEMV(true)
+	t.Parallel()
 	for _, tc := range []struct {
 		heads, kvHeads, hd, ntok, split int
 	}{{32, 8, 128, 1, 1}, {32, 8, 128, 1, 5}, {32, 8, 128, 2, 1}, {8, 4, 64, 2, 3}} {
@@ -795,10 +762,9 @@ func TestAttentionDecodeQ(t *testing.T) {
 
 // TestU2Occupancy: Load's occupancy figure for gemvq_fused_u2_1 (the
 // one-wave rule of gemvq4Geometry) is the driver's, it falls as blocks
-// grow, and on the H200's sm_90 cubin it is the 8 blocks of 64 threads
-// the rule was measured with (kernels/NOTES.md, GEMV v8); another figure
-// there means the cubin's registers changed and the rule wants
-// re-measuring.
+// grow, and with the sm_90 cubin it is the 8 blocks of 64 threads the
+// rule was chosen with; another figure there means the cubin's registers
+// changed and the rule wants measuring again.
 func TestU2Occupancy(t *testing.T) {
 	d, k := gpu(t)
 	var by [3]int
@@ -831,14 +797,15 @@ func TestU2Occupancy(t *testing.T) {
 
 // TestGEMVQ4GeometryOccupancy: the one-wave rule takes the two-units
 // kernel only while the row groups fit the device in one wave of the
-// blocks the driver says a multiprocessor holds (the H200 figure where
-// the query failed); host-only, a Kernels of 132 multiprocessors.
+// blocks the driver says a multiprocessor holds (the sm_90 cubin's figure
+// where the query failed); host-only, a Kernels of 132 multiprocessors.
 func TestGEMVQ4GeometryOccupancy(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		perSM, groups int
 		want          string
 	}{
-		{0, 1024, "gemvq_fused_u2_1"}, // o, down of the 8b shape, H200 figure
+		{0, 1024, "gemvq_fused_u2_1"}, // o, down of the 8b shape, the cubin's figure
 		{0, 1056, "gemvq_fused_u2_1"}, // 8 x 132: exactly one wave
 		{0, 1057, "gemvq_fused_1"},
 		{0, 1536, "gemvq_fused_1"}, // q/k/v
@@ -846,12 +813,13 @@ func TestGEMVQ4GeometryOccupancy(t *testing.T) {
 		{4, 528, "gemvq_fused_u2_1"},
 		{12, 1536, "gemvq_fused_u2_1"},
 	} {
-		k := &Kernels{SMs: 132, u2PerSM: c.perSM}
+		k := testKernels(132)
+		k.u2PerSM = c.perSM
 		if got, _, _ := k.gemvq4Geometry(1, c.groups, 4096); got != c.want {
 			t.Errorf("%d blocks a multiprocessor, %d groups: %s, want %s", c.perSM, c.groups, got, c.want)
 		}
 	}
-	k := &Kernels{SMs: 132}
+	k := testKernels(132)
 	if got, _, _ := k.gemvq4Geometry(2, 100, 4096); got != "gemvq_fused_2" {
 		t.Errorf("two vectors: %s, want gemvq_fused_2", got)
 	}
@@ -880,50 +848,42 @@ func gemvqStream(c *cudadrv.Ctx, k *Kernels, cols int) (s cudadrv.Stream, done f
 // one-vector launches of one Q4_K matrix in gemvq_p4_1 / gemvq_p2u2_1
 // where their blocks fit the device in one wave (o and down of the 8b
 // shape), else of up to three Q4_K matrices of up to 4096 columns in
-// gemvq_ps6_1 where its blocks do (q/k/v) and the split switch is on,
-// with the pair switch on and nothing forced; host-only, a Kernels of 132
-// multiprocessors with the H200 figures.
+// gemvq_ps6_1 where its blocks do (q/k/v), with nothing forced;
+// host-only, a Kernels of 132 multiprocessors with the sm_90 cubin's
+// figures.
 func TestGEMVQPairGeometry(t *testing.T) {
-	defer fastGEMVState()()
-	defer func() { gemvqUnroll, gemvqWarps = 0, 0 }()
-	k := &Kernels{SMs: 132}
+	t.Parallel()
 	q4 := func(rows, cols int) GEMVOut { return GEMVOut{W: Matrix{Type: quant.Q4_K, Rows: rows, Cols: cols}} }
 	qkv := []GEMVOut{q4(4096, 4096), q4(1024, 4096), q4(1024, 4096)}
 	for _, c := range []struct {
-		name         string
-		nb, mode     int
-		outs         []GEMVOut
-		unroll       int
-		off, nosplit bool
-		want         string
-		blocks       int
-		threads      int
+		name     string
+		nb, mode int
+		outs     []GEMVOut
+		unroll   int
+		want     string
+		blocks   int
+		threads  int
 	}{
-		{"o", 1, 0, []GEMVOut{q4(4096, 4096)}, 0, false, false, "gemvq_p4_1", 1024, 64},
-		{"down", 1, 0, []GEMVOut{q4(4096, 14336)}, 0, false, false, "gemvq_p2u2_1", 2048, 32},
-		{"512 columns", 1, 0, []GEMVOut{q4(64, 512)}, 0, false, false, "gemvq_p4_1", 16, 32},
-		{"q/k/v fused", 1, 0, qkv, 0, false, false, "gemvq_ps6_1", 1025, 64},
-		{"q/k/v fused, split off", 1, 0, qkv, 0, false, true, "", 0, 0},
-		{"two small matrices of 512 columns", 1, 0, []GEMVOut{q4(64, 512), q4(7, 512)}, 0, false, false, "gemvq_ps6_1", 13, 32},
-		{"o, two waves of gemvq_p4_1: gemvq_ps6_1", 1, 0, []GEMVOut{q4(8*132*4+4, 4096)}, 0, false, false, "gemvq_ps6_1", 705, 64},
-		{"o, two waves of gemvq_p4_1, split off", 1, 0, []GEMVOut{q4(8*132*4+4, 4096)}, 0, false, true, "", 0, 0},
-		{"1056 6-row blocks", 1, 0, []GEMVOut{q4(8*132*6, 4096)}, 0, false, false, "gemvq_ps6_1", 1056, 64},
-		{"1057 6-row blocks", 1, 0, []GEMVOut{q4(8*132*6+6, 4096)}, 0, false, false, "", 0, 0},
-		{"down, two waves", 1, 0, []GEMVOut{q4(17*132*2+2, 14336)}, 0, false, false, "", 0, 0},
-		{"two matrices of 14336 columns", 1, 0, []GEMVOut{q4(64, 14336), q4(64, 14336)}, 0, false, false, "", 0, 0},
-		{"columns differ", 1, 0, []GEMVOut{q4(64, 4096), q4(64, 2048)}, 0, false, false, "", 0, 0},
-		{"four matrices", 1, 0, []GEMVOut{q4(64, 4096), q4(64, 4096), q4(64, 4096), q4(64, 4096)}, 0, false, false, "", 0, 0},
-		{"glu", 1, 1, []GEMVOut{q4(14336, 4096), q4(14336, 4096)}, 0, false, false, "", 0, 0},
-		{"two vectors", 2, 0, []GEMVOut{q4(4096, 4096)}, 0, false, false, "", 0, 0},
-		{"Q6_K", 1, 0, []GEMVOut{{W: Matrix{Type: quant.Q6_K, Rows: 4096, Cols: 4096}}}, 0, false, false, "", 0, 0},
-		{"Q4_K and Q6_K", 1, 0, []GEMVOut{q4(4096, 4096), {W: Matrix{Type: quant.Q6_K, Rows: 1024, Cols: 4096}}}, 0, false, false, "", 0, 0},
-		{"unroll forced", 1, 0, []GEMVOut{q4(4096, 4096)}, 2, false, false, "", 0, 0},
-		{"switched off", 1, 0, []GEMVOut{q4(4096, 4096)}, 0, true, false, "", 0, 0},
-		{"q/k/v, switched off", 1, 0, qkv, 0, true, false, "", 0, 0},
+		{"o", 1, 0, []GEMVOut{q4(4096, 4096)}, 0, "gemvq_p4_1", 1024, 64},
+		{"down", 1, 0, []GEMVOut{q4(4096, 14336)}, 0, "gemvq_p2u2_1", 2048, 32},
+		{"512 columns", 1, 0, []GEMVOut{q4(64, 512)}, 0, "gemvq_p4_1", 16, 32},
+		{"q/k/v fused", 1, 0, qkv, 0, "gemvq_ps6_1", 1025, 64},
+		{"two small matrices of 512 columns", 1, 0, []GEMVOut{q4(64, 512), q4(7, 512)}, 0, "gemvq_ps6_1", 13, 32},
+		{"o, two waves of gemvq_p4_1: gemvq_ps6_1", 1, 0, []GEMVOut{q4(8*132*4+4, 4096)}, 0, "gemvq_ps6_1", 705, 64},
+		{"1056 6-row blocks", 1, 0, []GEMVOut{q4(8*132*6, 4096)}, 0, "gemvq_ps6_1", 1056, 64},
+		{"1057 6-row blocks", 1, 0, []GEMVOut{q4(8*132*6+6, 4096)}, 0, "", 0, 0},
+		{"down, two waves", 1, 0, []GEMVOut{q4(17*132*2+2, 14336)}, 0, "", 0, 0},
+		{"two matrices of 14336 columns", 1, 0, []GEMVOut{q4(64, 14336), q4(64, 14336)}, 0, "", 0, 0},
+		{"columns differ", 1, 0, []GEMVOut{q4(64, 4096), q4(64, 2048)}, 0, "", 0, 0},
+		{"four matrices", 1, 0, []GEMVOut{q4(64, 4096), q4(64, 4096), q4(64, 4096), q4(64, 4096)}, 0, "", 0, 0},
+		{"glu", 1, 1, []GEMVOut{q4(14336, 4096), q4(14336, 4096)}, 0, "", 0, 0},
+		{"two vectors", 2, 0, []GEMVOut{q4(4096, 4096)}, 0, "", 0, 0},
+		{"Q6_K", 1, 0, []GEMVOut{{W: Matrix{Type: quant.Q6_K, Rows: 4096, Cols: 4096}}}, 0, "", 0, 0},
+		{"Q4_K and Q6_K", 1, 0, []GEMVOut{q4(4096, 4096), {W: Matrix{Type: quant.Q6_K, Rows: 1024, Cols: 4096}}}, 0, "", 0, 0},
+		{"unroll forced", 1, 0, []GEMVOut{q4(4096, 4096)}, 2, "", 0, 0},
 	} {
-		gemvqUnroll = c.unroll
-		SetGEMVQPairs(!c.off)
-		SetGEMVQSplit(!c.nosplit)
+		k := testKernels(132)
+		k.tune.unroll = c.unroll
 		name, blocks, threads, ok := k.gemvqPairGeometry(c.nb, c.mode, c.outs)
 		if !ok {
 			name, blocks, threads = "", 0, 0
@@ -936,38 +896,32 @@ func TestGEMVQPairGeometry(t *testing.T) {
 
 // TestGEMVQMixedSplitGeometry pins which mixed q/k/v launches take
 // gemvq_mixed_s_1: a Q6KA matrix and Q4_K ones of the same columns, at
-// most 4096, in 6-row blocks that fit the device in one wave, the split
-// and pair switches on, nothing forced (host-only, the H200's figures).
+// most 4096, in 6-row blocks that fit the device in one wave, nothing
+// forced (host-only, the sm_90 cubin's figures).
 func TestGEMVQMixedSplitGeometry(t *testing.T) {
-	defer fastGEMVState()()
-	defer func() { gemvqUnroll = 0 }()
-	k := &Kernels{SMs: 132}
+	t.Parallel()
 	m := func(typ quant.Type, rows, cols int) GEMVOut {
 		return GEMVOut{W: Matrix{Type: typ, Rows: rows, Cols: cols}}
 	}
 	qk := []GEMVOut{m(quant.Q4_K, 4096, 4096), m(quant.Q4_K, 1024, 4096)}
 	for _, c := range []struct {
-		name          string
-		q4            []GEMVOut
-		q6            GEMVOut
-		unroll        int
-		nosplit, nopr bool
-		blocks, th    int
+		name       string
+		q4         []GEMVOut
+		q6         GEMVOut
+		unroll     int
+		blocks, th int
 	}{
-		{"8b q/k/v, Q6KA v", qk, m(Q6KA, 1024, 4096), 0, false, false, 1025, 64},
-		{"512 columns", []GEMVOut{m(quant.Q4_K, 66, 512)}, m(Q6KA, 17, 512), 0, false, false, 14, 32},
-		{"split off", qk, m(Q6KA, 1024, 4096), 0, true, false, 0, 0},
-		{"pairs off", qk, m(Q6KA, 1024, 4096), 0, false, true, 0, 0},
-		{"unroll forced", qk, m(Q6KA, 1024, 4096), 1, false, false, 0, 0},
-		{"plain Q6_K v", qk, m(quant.Q6_K, 1024, 4096), 0, false, false, 0, 0},
-		{"14336 columns", []GEMVOut{m(quant.Q4_K, 64, 14336)}, m(Q6KA, 64, 14336), 0, false, false, 0, 0},
-		{"columns differ", []GEMVOut{m(quant.Q4_K, 64, 2048)}, m(Q6KA, 64, 4096), 0, false, false, 0, 0},
-		{"1057 blocks", []GEMVOut{m(quant.Q4_K, 1050*6, 4096)}, m(Q6KA, 42, 4096), 0, false, false, 0, 0},
-		{"1056 blocks", []GEMVOut{m(quant.Q4_K, 1049*6, 4096)}, m(Q6KA, 42, 4096), 0, false, false, 1056, 64},
+		{"8b q/k/v, Q6KA v", qk, m(quant.Q6KA, 1024, 4096), 0, 1025, 64},
+		{"512 columns", []GEMVOut{m(quant.Q4_K, 66, 512)}, m(quant.Q6KA, 17, 512), 0, 14, 32},
+		{"unroll forced", qk, m(quant.Q6KA, 1024, 4096), 1, 0, 0},
+		{"plain Q6_K v", qk, m(quant.Q6_K, 1024, 4096), 0, 0, 0},
+		{"14336 columns", []GEMVOut{m(quant.Q4_K, 64, 14336)}, m(quant.Q6KA, 64, 14336), 0, 0, 0},
+		{"columns differ", []GEMVOut{m(quant.Q4_K, 64, 2048)}, m(quant.Q6KA, 64, 4096), 0, 0, 0},
+		{"1057 blocks", []GEMVOut{m(quant.Q4_K, 1050*6, 4096)}, m(quant.Q6KA, 42, 4096), 0, 0, 0},
+		{"1056 blocks", []GEMVOut{m(quant.Q4_K, 1049*6, 4096)}, m(quant.Q6KA, 42, 4096), 0, 1056, 64},
 	} {
-		gemvqUnroll = c.unroll
-		SetGEMVQSplit(!c.nosplit)
-		SetGEMVQPairs(!c.nopr)
+		k := testKernels(132)
+		k.tune.unroll = c.unroll
 		blocks, th, ok := k.gemvqMixedSplitGeometry(c.q4, c.q6)
 		if !ok {
 			blocks, th = 0, 0
@@ -983,6 +937,7 @@ func TestGEMVQMixedSplitGeometry(t *testing.T) {
 // float64 dot products with the x both multiply by (sx * x_int): they sum
 // the same exact integers and differ only in float32 rounding.
 func TestGEMVQPairRef(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(11, 11))
 	for _, cols := range []int{512, 4096, 14336} {
 		rows := 16

@@ -2,8 +2,6 @@ package kernels
 
 import (
 	"fmt"
-	"os"
-	"sync/atomic"
 
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/kernels/cudadrv"
@@ -20,8 +18,7 @@ import (
 // quantize it in a launch of its own (gemvq_x): one more dependent launch,
 // ramp and tail a layer. Integer sums are exact in any order, so the
 // result is the same bits every run, whichever block finishes first, as
-// float atomics' would not be. Measured on the H200 (kernels/NOTES.md,
-// GEMV v12).
+// float atomics' would not be.
 
 // GEMVSliceCols is the columns of one slice; gemvSKMaxSlices the most
 // slices (partial sums a row) the fixed point takes (common.cuh).
@@ -31,42 +28,29 @@ const GEMVSliceCols, gemvSKMaxSlices = 1024, 16
 // gemvSKThreads its block size (8 warps).
 const gemvSKRowsQ4K, gemvSKRowsQ6KA, gemvSKThreads = 256, 240, 256
 
-// gemvSK switches GEMVSliced on; on by default, SetGEMVSliced(false) or
-// STRATA_GEMVSLICED=0 (the whole process) for comparisons.
-var gemvSK atomic.Bool
-
-func init() { gemvSK.Store(os.Getenv("STRATA_GEMVSLICED") != "0") }
-
-// SetGEMVSliced turns GEMVSliced on or off (off, it takes nothing and its
-// callers launch GEMV).
-func SetGEMVSliced(on bool) { gemvSK.Store(on) }
-
-// GEMVSlicedOn reports whether GEMVSliced is switched on.
-func GEMVSlicedOn() bool { return gemvSK.Load() }
-
-// gemvSKBlocksPerSMDefault is how many blocks of either kernel an H200
-// multiprocessor holds (123 and 120 registers a thread, 256 threads),
+// gemvSKBlocksPerSMDefault is how many blocks of either kernel a compute
+// 9.0 multiprocessor holds with the sm_90 cubin (123 and 120 registers a thread, 256 threads),
 // where Load's occupancy query fails.
 const gemvSKBlocksPerSMDefault = 2
 
 // gemvSKGeometry picks the kernel, its rows a block and its grid for w,
-// or ok false where GEMVSliced takes nothing: the integer path on
-// (SetFastGEMV) and this one (SetGEMVSliced), Q4_K rows 16-byte aligned or
+// or ok false where GEMVSliced takes nothing: the integer path in the
+// tuning (Tuning.IntegerGEMV), Q4_K rows 16-byte aligned or
 // Q6KA (re-laid: 2-byte), cols a multiple of GEMVSliceCols and at most
 // gemvSKMaxSlices of them (the fixed point's limit, common.cuh), x 8-byte
-// aligned, and every block resident at once (one wave: the kernels were
-// measured, and chosen, for down 4096x14336 at 224 and 252 blocks on 132
-// multiprocessors of two; a second wave would run behind the first with
-// nothing in flight).
+// aligned, and every block resident at once (one wave: the kernels'
+// block sizes were chosen for down 4096x14336, 224 and 252 blocks, within
+// one wave on a device of 132 multiprocessors holding two each; a second
+// wave would run behind the first with nothing in flight).
 func (k *Kernels) gemvSKGeometry(w Matrix, x cudadrv.DevPtr) (name string, rc, blocks int, ok bool) {
-	if !FastGEMV() || !gemvSK.Load() || w.Rows < 1 || w.Cols < GEMVSliceCols || w.Cols%GEMVSliceCols != 0 ||
+	if !k.tune.IntegerGEMV || w.Rows < 1 || w.Cols < GEMVSliceCols || w.Cols%GEMVSliceCols != 0 ||
 		w.Cols > gemvSKMaxSlices*GEMVSliceCols || w.Ptr == 0 || x%8 != 0 {
 		return "", 0, 0, false
 	}
 	switch {
 	case w.Type == quant.Q4_K && (uint64(w.Ptr)|uint64(w.RowBytes()))%16 == 0:
 		name, rc = "gemvq_sk_p", gemvSKRowsQ4K
-	case w.Type == Q6KA && w.Ptr%2 == 0:
+	case w.Type == quant.Q6KA && w.Ptr%2 == 0:
 		name, rc = "gemvq_sk_q6ka", gemvSKRowsQ6KA
 	default:
 		return "", 0, 0, false
@@ -144,8 +128,8 @@ func (k *Kernels) AddFixed(c *cudadrv.Ctx, s cudadrv.Stream, y, acc cudadrv.DevP
 // AddFixedRMSNormQ is AddRMSNormQ (x += a, y = rmsnorm(x) * w, y left
 // quantized for the integer GEMV that reads it next) with a as n rows of
 // dim fixed-point accumulators (GEMVSliced's), left as they are: a
-// single block's time is its bytes, and writing zeros back cost ~0.45 µs
-// a layer; a GEMVSliced told to zero them (or AddFixed) must before the
+// single block's time is its bytes, and writing zeros back would add to
+// every layer; a GEMVSliced told to zero them (or AddFixed) must before the
 // next product adds into them.
 func (k *Kernels) AddFixedRMSNormQ(c *cudadrv.Ctx, s cudadrv.Stream, x, acc, w, y cudadrv.DevPtr, n, dim int, eps float32) error {
 	if n < 1 || dim < 1 || acc%8 != 0 {

@@ -45,11 +45,10 @@ func gemvSlicedRowRef(unit func([]byte, int, []byte, int, float32) float32, row 
 // y; a product into other accumulators zeroes those it is told to and
 // gives the same bits; AddFixedRMSNormQ gives AddRMSNorm's bits for that
 // y, leaves it quantized and the accumulators as they were; a NaN in x
-// makes every row NaN; with the switch off it enqueues nothing.
+// makes every row NaN; with the integer path out of the tuning it
+// enqueues nothing.
 func TestGEMVSliced(t *testing.T) {
-	defer fastGEMVState()()
-	SetFastGEMV(true)
-	SetGEMVSliced(true)
+	t.Parallel()
 	for ci, tc := range []struct {
 		typ        quant.Type
 		rows, cols int
@@ -201,10 +200,9 @@ func TestGEMVSliced(t *testing.T) {
 						failOnDevice("x holds a NaN, row %d = %v", row, v)
 					}
 				}
-				SetGEMVSliced(false)
-				defer SetGEMVSliced(true)
-				if ok, err := k.GEMVSliced(c, s, w, x, acc, 0); ok || err != nil {
-					failOnDevice("switched off: took it %v, error %v", ok, err)
+				kf := tuned(k, func(tu *Tuning) { tu.IntegerGEMV = false })
+				if ok, err := kf.GEMVSliced(c, s, w, x, acc, 0); ok || err != nil {
+					failOnDevice("integer path off: took it %v, error %v", ok, err)
 				}
 			})
 		})
@@ -212,41 +210,40 @@ func TestGEMVSliced(t *testing.T) {
 }
 
 // TestGEMVSlicedGeometry pins which products GEMVSliced takes (host-only:
-// a Kernels of the H200's 132 multiprocessors, two blocks each, both
+// a Kernels of 132 multiprocessors, two blocks each, both
 // kernels present): Q4_K and Q6KA (not plain Q6_K or other types), columns
 // a multiple of 1024 and at most 16 of them, x 8-byte aligned, one wave,
-// the switches on.
+// the integer path in the tuning.
 func TestGEMVSlicedGeometry(t *testing.T) {
-	defer fastGEMVState()()
-	k := &Kernels{SMs: 132, fns: map[string]cudadrv.Function{"gemvq_sk_p": 0, "gemvq_sk_q6ka": 0}}
+	t.Parallel()
 	const w16, x8 = cudadrv.DevPtr(1 << 20), cudadrv.DevPtr(1 << 21)
 	for _, tc := range []struct {
 		name       string
 		typ        quant.Type
 		rows, cols int
 		ptr, x     cudadrv.DevPtr
-		fast, on   bool
+		fast       bool
 		kernel     string
 		blocks     int
 	}{
-		{"down 8b Q4_K", quant.Q4_K, 4096, 14336, w16, x8, true, true, "gemvq_sk_p", 224},
-		{"down 8b Q6KA", Q6KA, 4096, 14336, w16 + 2, x8, true, true, "gemvq_sk_q6ka", 252},
-		{"down 8b Q6_K (not re-laid)", quant.Q6_K, 4096, 14336, w16, x8, true, true, "", 0},
-		{"down 8b Q8_0", quant.Q8_0, 4096, 14336, w16, x8, true, true, "", 0},
-		{"switch off", quant.Q4_K, 4096, 14336, w16, x8, true, false, "", 0},
-		{"integer path off", quant.Q4_K, 4096, 14336, w16, x8, false, true, "", 0},
-		{"cols 1536", quant.Q4_K, 4096, 1536, w16, x8, true, true, "", 0},
-		{"cols 1024", quant.Q4_K, 4096, 1024, w16, x8, true, true, "gemvq_sk_p", 16},
-		{"x 4-byte aligned", quant.Q4_K, 4096, 14336, w16, x8 + 4, true, true, "", 0},
-		{"Q4_K 8-byte aligned", quant.Q4_K, 4096, 14336, w16 + 8, x8, true, true, "", 0},
-		{"down 70b: 28 slices, 896 blocks", quant.Q4_K, 8192, 28672, w16, x8, true, true, "", 0},
-		{"17 slices", quant.Q4_K, 256, 17 * 1024, w16, x8, true, true, "", 0},
-		{"16 slices", quant.Q4_K, 256, 16 * 1024, w16, x8, true, true, "gemvq_sk_p", 16},
-		{"264 blocks", quant.Q4_K, 66 * 256, 4096, w16, x8, true, true, "gemvq_sk_p", 264},
-		{"266 blocks", quant.Q4_K, 19 * 256, 14 * 1024, w16, x8, true, true, "", 0},
+		{"down 8b Q4_K", quant.Q4_K, 4096, 14336, w16, x8, true, "gemvq_sk_p", 224},
+		{"down 8b Q6KA", quant.Q6KA, 4096, 14336, w16 + 2, x8, true, "gemvq_sk_q6ka", 252},
+		{"down 8b Q6_K (not re-laid)", quant.Q6_K, 4096, 14336, w16, x8, true, "", 0},
+		{"down 8b Q8_0", quant.Q8_0, 4096, 14336, w16, x8, true, "", 0},
+		{"integer path off", quant.Q4_K, 4096, 14336, w16, x8, false, "", 0},
+		{"cols 1536", quant.Q4_K, 4096, 1536, w16, x8, true, "", 0},
+		{"cols 1024", quant.Q4_K, 4096, 1024, w16, x8, true, "gemvq_sk_p", 16},
+		{"x 4-byte aligned", quant.Q4_K, 4096, 14336, w16, x8 + 4, true, "", 0},
+		{"Q4_K 8-byte aligned", quant.Q4_K, 4096, 14336, w16 + 8, x8, true, "", 0},
+		{"down 70b: 28 slices, 896 blocks", quant.Q4_K, 8192, 28672, w16, x8, true, "", 0},
+		{"17 slices", quant.Q4_K, 256, 17 * 1024, w16, x8, true, "", 0},
+		{"16 slices", quant.Q4_K, 256, 16 * 1024, w16, x8, true, "gemvq_sk_p", 16},
+		{"264 blocks", quant.Q4_K, 66 * 256, 4096, w16, x8, true, "gemvq_sk_p", 264},
+		{"266 blocks", quant.Q4_K, 19 * 256, 14 * 1024, w16, x8, true, "", 0},
 	} {
-		SetFastGEMV(tc.fast)
-		SetGEMVSliced(tc.on)
+		k := testKernels(132)
+		k.fns = map[string]cudadrv.Function{"gemvq_sk_p": 0, "gemvq_sk_q6ka": 0}
+		k.tune.IntegerGEMV = tc.fast
 		name, _, blocks, ok := k.gemvSKGeometry(Matrix{Type: tc.typ, Rows: tc.rows, Cols: tc.cols, Ptr: tc.ptr}, tc.x)
 		if ok != (tc.kernel != "") || name != tc.kernel || blocks != tc.blocks {
 			t.Errorf("%s: %q, %d blocks, %v; want %q, %d", tc.name, name, blocks, ok, tc.kernel, tc.blocks)

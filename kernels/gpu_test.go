@@ -47,6 +47,19 @@ func gpu(t testing.TB) (*cudadrv.Device, *Kernels) {
 	return gpuDev, gpuK
 }
 
+// testKernels is a Kernels of a device with sms multiprocessors and the
+// base tuning, nothing loaded: for the host-side tests of launch choices.
+func testKernels(sms int) *Kernels {
+	return &Kernels{loaded: &loaded{SMs: sms}, tune: baseTuning()}
+}
+
+// tuned is a view of k whose tuning is k's changed by set.
+func tuned(k *Kernels, set func(*Tuning)) *Kernels {
+	t := k.Tuning()
+	set(&t)
+	return k.WithTuning(t)
+}
+
 func TestLoad(t *testing.T) {
 	d, k := gpu(t)
 	maj, min := d.ComputeCapability()

@@ -17,6 +17,7 @@ import (
 // and needs no GPU; it skips where g++ is missing (setup/deps.sh installs
 // it).
 func TestHostBuildQ6KA(t *testing.T) {
+	t.Parallel()
 	gxx, err := exec.LookPath("g++")
 	if err != nil {
 		t.Skip("skipping the host build of the CUDA code: no g++")
@@ -70,6 +71,7 @@ func hostCheck(t *testing.T, gxx, dir, name string) {
 // independent of the order of the additions, add_fx adding and zeroing.
 // No GPU needed; it skips where g++ is missing.
 func TestHostBuildFixed(t *testing.T) {
+	t.Parallel()
 	gxx, err := exec.LookPath("g++")
 	if err != nil {
 		t.Skip("skipping the host build of the CUDA code: no g++")

@@ -3,10 +3,8 @@ package kernels
 import (
 	"embed"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
-	"sync/atomic"
 
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
@@ -15,12 +13,8 @@ import (
 var ptxFS embed.FS
 
 // cubinArch is the one architecture with ahead-of-time code embedded
-// (gen.sh: ptxas 11.8 on the compute_90 PTX), loaded instead of the PTX on
-// devices of exactly compute capability 9.0 (H100, H200): on the H200 the
-// CUDA 13 JIT's code for the integer decode GEMVs streamed 9-14% slower
-// than ptxas 11.8's (kernels/NOTES.md, GEMV v8), and the JIT of every
-// family takes ~18 s where the driver's cache is cold. STRATA_CUDA_JIT=1
-// loads the PTX anyway (for comparisons).
+// (gen.sh: ptxas 11.8 on the compute_90 PTX), loaded instead of the PTX
+// where Tuning.Cubin says so.
 const cubinArch = "sm_90"
 
 // families are the .cu files, each compiled to one module.
@@ -45,10 +39,22 @@ func PTXArch(major, minor int) (string, error) {
 	}
 }
 
-// Kernels is the set of strata's kernels loaded into one device's context.
-// Its methods enqueue launches and must be called inside Device.Do of that
-// device.
+// Kernels is the set of strata's kernels loaded into one device's context,
+// with the Tuning its launches follow. Its methods enqueue launches and
+// must be called inside Device.Do of that device. Views of one load with
+// another tuning (WithTuning) share its modules and scratch buffers. The
+// load's Arch, Image and SMs are fields of every view.
 type Kernels struct {
+	*loaded
+	tune Tuning
+	// readOnlySink, while set, turns this view's integer GEMV launches
+	// into read_xor launches (SetGEMVReadOnly).
+	readOnlySink cudadrv.DevPtr
+}
+
+// loaded is what Load makes: the modules, the device's figures and the
+// per-stream scratch buffers, shared by every view of the load.
+type loaded struct {
 	// Arch is the PTX target that was loaded ("compute_80").
 	Arch string
 	// Image says what the driver loaded for Arch: "compute_90 PTX (driver
@@ -79,34 +85,37 @@ type Kernels struct {
 	// skPerSM: the same for GEMVSliced's kernels (gemvSKThreads threads;
 	// see gemvSKGeometry), by name.
 	skPerSM map[string]int
-	// readOnlySink, while set, turns the integer GEMV launches into
-	// read_xor launches (SetGEMVReadOnly).
-	readOnlySink cudadrv.DevPtr
-	gemm         gemmState
-	gemvq        gemvqState // quantized-x scratch of the integer GEMV path
+	gemm    gemmState
+	gemvq   gemvqState // quantized-x scratch of the integer GEMV path
 }
 
-// Load loads the embedded kernels for c's device — the sm_90 cubins on a
-// compute capability 9.0 device (see cubinArch), else the PTX, which the
-// driver JIT-compiles (the first load on a machine can take several
-// seconds; the driver caches the result) — and resolves every kernel.
-func Load(c *cudadrv.Ctx) (*Kernels, error) {
+// Load loads the embedded kernels for c's device with the device's tuning
+// (TuningFor) changed by the named variants (Tuning.WithVariant, in
+// order): the sm_90 cubins where Tuning.Cubin says so, else the PTX, which
+// the driver JIT-compiles (the first load on a machine can take several
+// seconds; the driver caches the result); and resolves every kernel.
+func Load(c *cudadrv.Ctx, variants ...string) (*Kernels, error) {
 	d := c.Device()
 	maj, min := d.ComputeCapability()
 	arch, err := PTXArch(maj, min)
 	if err != nil {
 		return nil, err
 	}
-	cubin := maj == 9 && min == 0 && os.Getenv("STRATA_CUDA_JIT") != "1"
-	image := arch + " PTX (driver JIT)"
-	if cubin {
-		image = cubinArch + " cubin (ptxas 11.8)"
-	}
 	sms, err := d.AttributeOnThread(c, cudadrv.AttrMultiprocessorCount)
 	if err != nil {
 		return nil, err
 	}
-	k := &Kernels{Arch: arch, Image: image, SMs: sms, fns: map[string]cudadrv.Function{}, waits: map[cudadrv.Function]bool{}, xqReaders: map[cudadrv.Function]bool{}}
+	tune, err := TuningFor(DeviceInfo{Major: maj, Minor: min, SMs: sms}).WithVariants(variants...)
+	if err != nil {
+		return nil, err
+	}
+	cubin := tune.Cubin && maj == 9 && min == 0
+	tune.Cubin = cubin
+	image := arch + " PTX (driver JIT)"
+	if cubin {
+		image = cubinArch + " cubin (ptxas 11.8)"
+	}
+	k := &Kernels{tune: tune, loaded: &loaded{Arch: arch, Image: image, SMs: sms, fns: map[string]cudadrv.Function{}, waits: map[cudadrv.Function]bool{}, xqReaders: map[cudadrv.Function]bool{}}}
 	for _, fam := range families {
 		src, err := ptxFS.ReadFile("ptx/" + fam + "." + arch + ".ptx")
 		if err != nil {
@@ -156,19 +165,17 @@ func Load(c *cudadrv.Ctx) (*Kernels, error) {
 			}
 		}
 		k.gemvSmem = gemvSharedLimit
-	}
-	if k.mma() && maxL1Pref {
 		for _, name := range maxL1Kernels {
 			if f, ok := k.fns[name]; ok {
 				// A hint: where the driver refuses it the kernel runs with
-				// its default split, as before.
+				// its default split.
 				_ = c.SetAttribute(f, cudadrv.FuncPreferredSharedMemoryCarveout, 0)
 			}
 		}
 	}
-	// A failed query keeps the H200 figure (u2BlocksPerSM,
-	// gemvqPairGeometry): the choices these feed are speed ones, never
-	// correctness ones.
+	// A failed query keeps the sm_90 cubin's figure (the *BlocksPerSMDefault
+	// constants): the choices these feed are speed ones, never correctness
+	// ones.
 	for _, q := range []struct {
 		name    string
 		threads int
@@ -195,21 +202,11 @@ func Load(c *cudadrv.Ctx) (*Kernels, error) {
 
 // maxL1Kernels prefer the largest L1 (the least shared memory) of the
 // multiprocessor's unified L1 / shared memory: o's and the output
-// projection's integer GEMVs. Measured on the H200 (kernels/NOTES.md, GEMV
-// v14; engine/gpu's testdata/h200-bench-carveout/): o 4.0 -> 3.8 µs, the
-// output 105.2 -> 101-103, the step's GEMVs 1.345-1.347 -> 1.335-1.336 ms
-// and the decode step 1.917 -> 1.909-1.914, two rounds each on one
-// machine. The same preference for q/k/v's, gate/up's or down's kernels,
-// or for every kernel, made the step slower (gate/up's gemvq_fused_1 17.6
-// -> 23.7 µs), and so did a preference for shared memory (the output 105
-// -> 195); why these two gain is not understood, so the list holds only
-// what was measured to.
+// projection's integer GEMVs, which use no shared memory and stream
+// weights that every block reads once. The same preference for the other
+// decode kernels, or a preference for shared memory, made the decode step
+// slower, so the list holds only the two kernels it helps.
 var maxL1Kernels = []string{"gemvq_p4_1", "gemvq_q6ka_1"}
-
-// maxL1Pref applies maxL1Kernels' preference at Load; STRATA_L1PREF=0
-// (read once) leaves every kernel at the driver's default, for
-// comparisons.
-var maxL1Pref = os.Getenv("STRATA_L1PREF") != "0"
 
 // mma reports whether the loaded PTX targets tensor-core mma.sync
 // (compute_80 and compute_90).
@@ -251,26 +248,22 @@ func entryNames(ptx []byte) []string {
 	return names
 }
 
-// overlap gates cudadrv.LaunchConfig.Overlap for every Kernels (SetOverlap).
-var overlap atomic.Bool
+// Tuning returns the tuning k's launches follow.
+func (k *Kernels) Tuning() Tuning { return k.tune }
 
-func init() { overlap.Store(true) }
-
-// SetOverlap turns programmatic dependent launch on or off for every
-// Kernels of the process: on (the default), kernels that wait for their
-// predecessor in the PTX (compute_90) are launched with
-// cudadrv.LaunchConfig.Overlap. A switch so benchmarks can measure what it
-// buys; results do not depend on it.
-func SetOverlap(on bool) { overlap.Store(on) }
-
-// Overlapping reports whether SetOverlap left programmatic dependent
-// launch on.
-func Overlapping() bool { return overlap.Load() }
+// WithTuning returns a view of k's load whose launches follow t: the same
+// modules, device figures and scratch buffers, used inside Device.Do of
+// k's device like k; the load is unloaded once, through k or any view. The
+// loaded image cannot change after Load: t.Cubin is kept as k's.
+func (k *Kernels) WithTuning(t Tuning) *Kernels {
+	t.Cubin = k.tune.Cubin
+	return &Kernels{loaded: k.loaded, tune: t}
+}
 
 // run launches f with cfg on s, letting it overlap its predecessor when
-// its PTX waits for it (entries) and SetOverlap allows.
+// its PTX waits for it (entries) and the tuning allows (Tuning.Overlap).
 func (k *Kernels) run(c *cudadrv.Ctx, f cudadrv.Function, cfg cudadrv.LaunchConfig, s cudadrv.Stream, a *cudadrv.Args) error {
-	cfg.Overlap = k.waits[f] && overlap.Load()
+	cfg.Overlap = k.waits[f] && k.tune.Overlap
 	// Any launch but an integer GEMV's may rewrite the x a norm left
 	// quantized in s's scratch (RMSNormQ), or the scratch itself.
 	if w, ok := k.gemvq.ws[s]; ok && w.held != 0 && !k.xqReaders[f] {

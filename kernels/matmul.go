@@ -29,7 +29,7 @@ func (m Matrix) Bytes() int64 { return m.RowBytes() * int64(m.Rows) }
 // suffixes name each type's kernel instances (common.cuh's FOR_EACH_TYPE).
 var suffixes = map[quant.Type]string{
 	quant.F32: "f32", quant.F16: "f16", quant.BF16: "bf16", quant.Q4_0: "q4_0", quant.Q8_0: "q8_0",
-	quant.Q4_K: "q4_k", quant.Q5_K: "q5_k", quant.Q6_K: "q6_k", quant.INT8Row: "int8", Q6KA: "q6_ka",
+	quant.Q4_K: "q4_k", quant.Q5_K: "q5_k", quant.Q6_K: "q6_k", quant.INT8Row: "int8", quant.Q6KA: "q6_ka",
 }
 
 func (m Matrix) check(op string) (string, error) {
@@ -69,8 +69,8 @@ type gemvPlan struct {
 	rows   int
 	stages int
 	// stageX: a direct plan that stages x in shared memory (gemv.cu's
-	// gemv_staged) when it fits: F16/BF16 only (it lost for Q4_K/Q5_K on
-	// the H200, kernels/NOTES.md), never the misaligned fallback.
+	// gemv_staged) when it fits: F16/BF16 only (for Q4_K/Q5_K it was
+	// slower than the direct loads), never the misaligned fallback.
 	stageX bool
 }
 
@@ -97,25 +97,20 @@ func gemvWinBytes(t quant.Type) int {
 	return 32 * 32 / t.BlockElems() * t.BlockBytes()
 }
 
-// gemvWarpsPerSM is the resident warps per multiprocessor the launcher
-// aims the grid at when it picks the warps per block of the direct and
-// ring paths (each warp of a block takes a share of the row's columns).
-var gemvWarpsPerSM = 32
-
 const gemvTiledWarps = 8
 
 // gemvGeometry returns the grid, block and dynamic shared memory of plan p
 // for a rows x cols matrix of type t and nb vectors on a device with sms
 // multiprocessors granting limit bytes of dynamic shared memory. Direct and
 // ring paths: the most warps per block (a power of two, 1..8) that keeps
-// the grid within gemvWarpsPerSM warps per multiprocessor, the row's
+// the grid within tu.gemvWarpsPerSM warps per multiprocessor, the row's
 // 32-unit windows and, for the ring, the shared-memory limit.
-func gemvGeometry(t quant.Type, p gemvPlan, nb, rows, cols, sms, limit int) (blocks, threads, smem int) {
+func (tu Tuning) gemvGeometry(t quant.Type, p gemvPlan, nb, rows, cols, sms, limit int) (blocks, threads, smem int) {
 	if p.kind == planTiled {
 		return ceilDiv(rows, gemvTiledWarps*p.rows), 32 * gemvTiledWarps, gemvTiledShared(t, nb, p.rows)
 	}
-	if p.kind == planDirect && p.stageX && gemvStaged.warps > 0 && nb*cols*4 <= limit {
-		return gemvStagedGeometry(p, nb, rows, cols, sms)
+	if p.kind == planDirect && p.stageX && tu.gemvStaged.warps > 0 && nb*cols*4 <= limit {
+		return tu.gemvStaged.geometry(p, nb, rows, cols, sms)
 	}
 	blocks = ceilDiv(rows, p.rows)
 	windows := ceilDiv(cols/32, 32)
@@ -124,7 +119,7 @@ func gemvGeometry(t quant.Type, p gemvPlan, nb, rows, cols, sms, limit int) (blo
 		ring = p.stages * p.rows * gemvWinBytes(t)
 	}
 	warps := 1
-	for warps < 8 && 2*warps <= windows && blocks*2*warps <= sms*gemvWarpsPerSM && 2*warps*ring <= limit {
+	for warps < 8 && 2*warps <= windows && blocks*2*warps <= sms*tu.gemvWarpsPerSM && 2*warps*ring <= limit {
 		warps *= 2
 	}
 	return blocks, 32 * warps, warps * ring
@@ -133,21 +128,18 @@ func gemvGeometry(t quant.Type, p gemvPlan, nb, rows, cols, sms, limit int) (blo
 // gemvStagedConfig sizes the staged direct path (x in shared memory):
 // warps per block, and the blocks per multiprocessor the grid aims at
 // (blocks beyond the resident ones wait and copy x again). warps == 0
-// turns staging off (the __ldg direct path), for comparisons.
+// turns staging off (the __ldg direct path), which tests use to check the
+// staged kernel against it.
 type gemvStagedConfig struct{ warps, blocksPerSM int }
 
-// gemvStaged is the staged path's configuration, from the H200 sweep in
-// kernels/NOTES.md.
-var gemvStaged = gemvStagedConfig{warps: 8, blocksPerSM: 2}
-
-// gemvStagedGeometry: every warp owns whole groups of p.rows rows, so the
+// geometry: every warp owns whole groups of p.rows rows, so the
 // grid is the fewest warps (within the aimed-at resident ones) that still
 // give each warp the same number of groups, rounded up to whole blocks; the
 // shared memory is the nb staged vectors.
-func gemvStagedGeometry(p gemvPlan, nb, rows, cols, sms int) (blocks, threads, smem int) {
+func (g gemvStagedConfig) geometry(p gemvPlan, nb, rows, cols, sms int) (blocks, threads, smem int) {
 	groups := ceilDiv(rows, p.rows)
-	nw := gemvStaged.warps
-	resident := max(1, sms*gemvStaged.blocksPerSM*nw)
+	nw := g.warps
+	resident := max(1, sms*g.blocksPerSM*nw)
 	perWarp := ceilDiv(groups, min(groups, resident))
 	warps := ceilDiv(groups, perWarp)
 	nw = min(nw, warps)
@@ -186,15 +178,11 @@ func gemvTiledShared(t quant.Type, nb, r int) int {
 // compute_80 devices; compute_61 devices keep the default 48 KiB.
 const gemvSharedLimit = 96 << 10
 
-// gemvQ6KDirect routes Q6_K GEMVs of one or two vectors with at most
-// gemvQ6KDirectCols columns to gemv_fused's word-loaded 64-element units
-// (DQ6K) instead of the tiled path. H200 (kernels/NOTES.md,
-// BenchmarkDecodeShapes): direct wins for 4096 columns (128256x4096 0.468
-// of D2D vs 0.431, 1024x4096 0.19 vs 0.12), loses for 14336 (4096x14336
-// 0.33 vs 0.38, 14336x4096 too: 0.36 vs 0.375 — kept direct there, within
-// noise).
-var gemvQ6KDirect = true
-
+// gemvQ6KDirectCols: the float path takes Q6_K GEMVs of one or two vectors
+// with at most this many columns to gemv_fused's word-loaded 64-element
+// units (DQ6K) instead of the tiled kernel. Narrow rows leave the tiled kernel's staging too little
+// to hide; at 14336 columns the two ran alike, so the rule stays one
+// threshold.
 const gemvQ6KDirectCols = 4096
 
 // GEMV computes y[b] = W x[b] for nb (1..8) vectors: x is nb rows of
@@ -215,7 +203,7 @@ func (k *Kernels) GEMV(c *cudadrv.Ctx, s cudadrv.Stream, w Matrix, x, y cudadrv.
 	if xq, ok := k.fastScratch(s, x, nb, w); ok {
 		return k.gemvqLaunch(c, s, "gemv", x, xq, nb, 0, []GEMVOut{{W: w, Y: y}})
 	}
-	if w.Type == quant.Q6_K && gemvQ6KDirect && w.Cols <= gemvQ6KDirectCols && k.CanFuseGEMV(nb, w) {
+	if w.Type == quant.Q6_K && w.Cols <= gemvQ6KDirectCols && k.CanFuseGEMV(nb, w) {
 		return k.GEMVFused(c, s, x, nb, GEMVOut{W: w, Y: y})
 	}
 	f, err := k.fn(fmt.Sprintf("gemv_%s_%d", suf, nb))
@@ -230,7 +218,7 @@ func (k *Kernels) launchGEMV(c *cudadrv.Ctx, s cudadrv.Stream, f cudadrv.Functio
 		// gemv.cu's fallback for misaligned weights: one row per block.
 		p = gemvPlan{kind: planDirect, rows: 1}
 	}
-	blocks, threads, smem := gemvGeometry(w.Type, p, nb, w.Rows, w.Cols, k.SMs, k.gemvSmem)
+	blocks, threads, smem := k.tune.gemvGeometry(w.Type, p, nb, w.Rows, w.Cols, k.SMs, k.gemvSmem)
 	if smem > k.gemvSmem {
 		return fmt.Errorf("gemv: %v batch %d needs %d bytes of shared memory, the device allows %d", w.Type, nb, smem, k.gemvSmem)
 	}

@@ -12,7 +12,8 @@
 // FX (with ADD): what is added comes from af, GEMV fixed-point
 // accumulators (common.cuh's gemv_unfx; GEMVSliced's output), not a; they
 // are left as they are (the next GEMVSliced into the other ones zeroes
-// them: writing zeros here cost this one block ~0.45 µs a layer).
+// them: a single block's time is its bytes, and writing zeros back here
+// would add to every layer).
 template <bool ADD, bool FX = false>
 __device__ __forceinline__ void rmsnorm_row(float* x, const float* a, const float* w, float* y, int dim,
                                             float eps, uint8_t* XQ, const long long* af = nullptr) {

@@ -2,28 +2,10 @@ package kernels
 
 import (
 	"fmt"
-	"os"
-	"sync/atomic"
 
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
-
-// Q6KA is Q6_K re-laid on the device for aligned loads (common.cuh's
-// T_Q6_KA): the same 210 bytes per 256-element super-block, each block's
-// bytes permuted in place by its device address mod 16 so that its 192
-// quant bytes start 16-byte aligned, each 64-element unit's 48 of them
-// adjacent, with the 16 scales (a 4-byte-aligned word per unit) and d
-// around them. It is no file format
-// (quant has no such type and no GGUF or pool holds it): Kernels.RelayQ6K
-// makes it from an uploaded Q6_K matrix, and only for the address the
-// matrix then stays at. Why: Q6_K's blocks are 2-byte aligned, so its
-// integer GEMVs read words and funnel-shift them, or stage rows in shared
-// memory, and streamed down 4096x14336 at 0.47-0.58 of the H200's copy
-// bandwidth where Q4_K's aligned loads reach 0.77 (kernels/NOTES.md, GEMV
-// v8); re-laid, a unit is three aligned 16-byte loads (gemvq_q6ka). The
-// id sits beside quant's INT8Row, outside ggml's range.
-const Q6KA quant.Type = 1025
 
 // q6kaBlock is the bytes of one super-block, Q6_K's and Q6KA's.
 const q6kaBlock = 210
@@ -32,32 +14,11 @@ const q6kaBlock = 210
 // Q6KA's is Q6_K (sizes, units, alignment rules); every other type its
 // own.
 func matrixType(t quant.Type) quant.Type {
-	if t == Q6KA {
+	if t == quant.Q6KA {
 		return quant.Q6_K
 	}
 	return t
 }
-
-// relayQ6K is on by default: RelayQ6KOn reports SetRelayQ6K's setting,
-// which engine/gpu reads when it uploads resident layers. Measured on
-// the H200 in one run of `strata bench engine` (8b Q4_K_M, resident):
-// step GEMVs 0.692 -> 0.731 of the copy bandwidth, down 0.573 -> 0.649,
-// the output projection 0.856 -> 0.900, decode 467 -> 480 tok/s
-// (engine/gpu/testdata/h200-bench-q6ka.txt against -plain-q6k.txt).
-var relayQ6K atomic.Bool
-
-// STRATA_Q6KA=0 turns the re-lay off for the whole process (the GPU test
-// binaries, strata, stratad), as SetRelayQ6K(false) would: the plain
-// Q6_K kernels, for comparison.
-func init() { relayQ6K.Store(os.Getenv("STRATA_Q6KA") != "0") }
-
-// SetRelayQ6K sets whether engine/gpu re-lays the Q6_K matrices of
-// resident layers (and a resident Q6_K output projection) into Q6KA at
-// upload, for every model loaded after the call (on by default).
-func SetRelayQ6K(on bool) { relayQ6K.Store(on) }
-
-// RelayQ6KOn reports whether SetRelayQ6K turned the re-lay on.
-func RelayQ6KOn() bool { return relayQ6K.Load() }
 
 // q6kaPad is the misc bytes a re-laid block at address a starts with.
 func q6kaPad(a uint64) int { return int(-a & 15) }
@@ -146,6 +107,6 @@ func (k *Kernels) RelayQ6K(c *cudadrv.Ctx, s cudadrv.Stream, m Matrix) (Matrix, 
 	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return m, fmt.Errorf("relay Q6_K %dx%d: %w", m.Rows, m.Cols, err)
 	}
-	m.Type = Q6KA
+	m.Type = quant.Q6KA
 	return m, nil
 }

@@ -15,6 +15,7 @@ import (
 // TestRelayQ6KPermutation: for every pad a block can have, the re-lay
 // moves each of the 210 bytes to a distinct place inside the block.
 func TestRelayQ6KPermutation(t *testing.T) {
+	t.Parallel()
 	for p := 0; p < 16; p += 2 {
 		seen := make(map[int]int)
 		q6kaPerm(p, func(q6k, q6ka int) {
@@ -38,6 +39,7 @@ func TestRelayQ6KPermutation(t *testing.T) {
 // and Part<T_Q6_KA> (a 32-element part's values) — equals what it reads
 // from the Q6_K block (QW6::load) and engine/quant's dequantization.
 func TestRelayQ6KHost(t *testing.T) {
+	t.Parallel()
 	const rows, cols = 3, 768 // 9 blocks: every pad, some twice
 	data, deq := randMatrix(quant.Q6_K, rows, cols, 5)
 	for _, addr := range []uint64{0, 2, 6, 14, 0x7f0000000102} {
@@ -160,19 +162,19 @@ func q6kaPartRef(b []byte, p, t int) (out [32]float32) {
 // (gemv_fused's DQ6KA, one and two vectors), GEMM and embedding lookup.
 // The integer GEMVs on it are in TestGEMVQ (relay variants).
 func TestQ6KA(t *testing.T) {
+	t.Parallel()
 	_, _ = gpu(t)
-	defer fastGEMVState()()
-	SetFastGEMV(false)
 	const rows, cols = 67, 3584 + 512 // 16 blocks a row
 	data, deq := randMatrix(quant.Q6_K, rows, cols, 41)
 	r := rand.New(rand.NewPCG(4, 1))
 	const mBig = 300 // GEMM through the f16 dequantizer (gemmF16) as well as on the fly
 	xs := randVec(r, mBig*cols, 1)
 	run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
+		k = tuned(k, func(tu *Tuning) { tu.IntegerGEMV = false })
 		w := Matrix{Type: quant.Q6_K, Rows: rows, Cols: cols, Ptr: put(a, data)}
 		wa, err := k.RelayQ6K(c, 0, w)
 		must(err)
-		if wa.Type != Q6KA {
+		if wa.Type != quant.Q6KA {
 			failOnDevice("RelayQ6K returned a %v matrix", wa.Type)
 		}
 		want := make([]byte, len(data))

@@ -13,12 +13,11 @@ type Span struct {
 }
 
 // readXORGrid is read_xor's blocks per multiprocessor: persistent, eight
-// 256-thread blocks (every thread slot of an H200 multiprocessor) with
-// four 16-byte loads a thread in flight, 128 KB a multiprocessor. In the
-// sweep's layer chain (testdata/h200-stage-sweep-layer2.txt) that read
-// the step's Q4_K launches at 0.964 of D2D, against 0.840 with four
-// blocks and 0.537 with two: a ceiling has to keep every thread slot
-// reading, or it measures the reader instead of the launches.
+// 256-thread blocks (every thread slot of a 2048-thread multiprocessor)
+// with four 16-byte loads a thread in flight, 128 KB a multiprocessor.
+// With four or two blocks it read markedly slower: a ceiling has to keep
+// every thread slot reading, or it measures the reader instead of the
+// launches.
 const readXORGrid = 8
 
 // ReadXORBlocks is how many blocks ReadXOR launches, and so how many

@@ -13,7 +13,8 @@ import (
 // TestReadXORArgs: bad spans and sinks are errors before anything
 // launches (host-only).
 func TestReadXORArgs(t *testing.T) {
-	k := &Kernels{SMs: 1}
+	t.Parallel()
+	k := testKernels(1)
 	ok := Span{Ptr: 4096, Bytes: 64}
 	for _, c := range []struct {
 		name  string
@@ -87,10 +88,8 @@ func TestReadXOR(t *testing.T) {
 // gate/up, a tall Q6KA matrix), read every byte of their matrices (the
 // sink holds their XOR) and leave their outputs alone.
 func TestGEMVReadOnly(t *testing.T) {
+	t.Parallel()
 	_, _ = gpu(t)
-	defer fastGEMVState()()
-	SetFastGEMV(true)
-	SetFastGEMVQ6K(true)
 	const cols = 4096
 	type mat = gemvqMat
 	for ci, tc := range []struct {
@@ -111,6 +110,8 @@ func TestGEMVReadOnly(t *testing.T) {
 				datas[i], _ = randMatrix(m.typ, m.rows, cols, uint64(300+10*ci+i))
 			}
 			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
+				// A view of its own: SetGEMVReadOnly changes only it.
+				k = k.WithTuning(k.Tuning())
 				s, done := gemvqStream(c, k, cols)
 				defer done()
 				x := put(a, xs)

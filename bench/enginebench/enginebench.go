@@ -128,21 +128,17 @@ type Options struct {
 	// NoInt8 skips the bf16 scenario's INT8-row variant.
 	NoInt8 bool
 	// FloatGEMV runs the decode GEMVs of Q4_K and Q6_K matrices on
-	// kernels' float path (SetFastGEMV off: dequantize and FMA, gemv.cu)
-	// instead of the default integer one (x rounded to 16 bits, dp4a) for
-	// the whole run, restoring the switches after: the comparison that
-	// made the integer path the default (kernels/NOTES.md).
+	// kernels' float path (dequantize and FMA, gemv.cu) instead of the
+	// default integer one (x rounded to 16 bits, dp4a): the tuning variant
+	// "float-gemv", added to Variants.
 	FloatGEMV bool
-	// PlainQ6K keeps the Q6_K matrices of resident layers (and a resident
-	// output projection) as they are in the file instead of re-laying them
-	// for aligned loads at load time (kernels.SetRelayQ6K(false), the
-	// default being kernels.Q6KA) for the whole run, restoring the switch
-	// after: the comparison that made the re-lay the default.
-	PlainQ6K bool
 	// Peers are the reference figures the run relates its own to (a
 	// peers file, LoadPeers); nil prints no peer ratio and judges no goal
 	// set against a peer.
 	Peers *Peers
+	// Variants change the device's kernel tuning for the whole run
+	// (kernels.Variants, applied in order at kernels.Load).
+	Variants []string
 	// Progress, when set, receives a line for each phase of the run.
 	Progress func(msg string)
 }
@@ -209,24 +205,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r := &Report{
 		Device: dev.Name(), Ordinal: dev.Ordinal(), ComputeCapability: fmt.Sprintf("%d.%d", maj, mnr),
 		DeviceMemory: dev.TotalMem(), Started: start, FloatGEMV: o.FloatGEMV,
-		RelayQ6K: !o.PlainQ6K && kernels.RelayQ6KOn(),
+		RelayQ6K: true, Variants: o.Variants,
 	}
 	if o.Peers != nil {
 		r.PeerSource = o.Peers.Source
 	}
-	relay := kernels.RelayQ6KOn()
-	kernels.SetRelayQ6K(r.RelayQ6K)
-	defer kernels.SetRelayQ6K(relay)
-	q4, q6 := kernels.FastGEMV(), kernels.FastGEMVQ6K()
-	kernels.SetFastGEMV(!o.FloatGEMV)
-	kernels.SetFastGEMVQ6K(!o.FloatGEMV)
-	defer kernels.SetFastGEMV(q4)
-	defer kernels.SetFastGEMVQ6K(q6)
+	variants := o.Variants
+	if o.FloatGEMV {
+		variants = append(variants[:len(variants):len(variants)], "float-gemv")
+	}
 	o.progress("loading the kernels on %s", dev.Name())
 	var k *kernels.Kernels
 	if err := dev.Do(func(c *cudadrv.Ctx) error {
 		var err error
-		k, err = kernels.Load(c)
+		k, err = kernels.Load(c, variants...)
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("bench engine: loading kernels: %w", err)

@@ -117,9 +117,12 @@ type Report struct {
 	// Kernels is the kernel image the run loaded (kernels.Kernels.Image:
 	// the sm_90 cubin or the PTX the driver JIT-compiles).
 	Kernels string `json:"kernels,omitempty"`
-	// RelayQ6K says resident Q6_K matrices ran re-laid (the default; off
-	// with Options.PlainQ6K or STRATA_Q6KA=0).
+	// RelayQ6K says resident Q6_K matrices ran re-laid (always, since
+	// the re-lay won its comparison; false only in older reports).
 	RelayQ6K bool `json:"q6ka,omitempty"`
+	// Variants are the kernel tuning variants of the run
+	// (Options.Variants).
+	Variants []string `json:"variants,omitempty"`
 }
 
 // Failed reports whether any scenario stopped with an error.
@@ -224,7 +227,10 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.RelayQ6K {
 		fmt.Fprintf(&b, "resident Q6_K matrices re-laid for aligned loads (Q6KA; the default)\n")
 	} else {
-		fmt.Fprintf(&b, "resident Q6_K matrices as in the file (plain Q6_K, --plain-q6k)\n")
+		fmt.Fprintf(&b, "resident Q6_K matrices as in the file (plain Q6_K)\n")
+	}
+	if len(r.Variants) > 0 {
+		fmt.Fprintf(&b, "kernel tuning variants: %s\n", strings.Join(r.Variants, ", "))
 	}
 	if r.Kernels != "" {
 		fmt.Fprintf(&b, "kernels: %s\n", r.Kernels)

@@ -17,8 +17,7 @@ func us(d time.Duration) float64 { return float64(d) / 1e3 }
 // the empty Device.Do round trip, the step's kernels alone (device time of
 // a graph replay), and, for each combination of the result (greedy token
 // selected on the device, or the logits row downloaded), the copies'
-// place (inside the decode graph or around it) and the wait
-// (cuStreamSynchronize or polling cuStreamQuery), and the Device.Do
+// place (inside the decode graph or around it) and the Device.Do
 // hand-offs (sleeping, or spinning: Device.SetSpin), the decode rate and the
 // host phases of gputime.TimeDecode. The sweep runs twice, so run-to-run
 // noise shows next to the differences.
@@ -69,7 +68,7 @@ func BenchmarkDecodeHost(b *testing.B) {
 	}
 	b.Logf("decode step kernels: %.1f us, with the device arg max %.1f us (+%.1f us)", us(kern[0]), us(kern[1]), us(kern[1]-kern[0]))
 
-	def := gpu.DefaultDecodeVariant()
+	def := gpu.DecodeVariantOf(g)
 	defer func() {
 		if _, err := gpu.SetDecodeVariant(g, def); err != nil {
 			b.Error(err)
@@ -77,7 +76,7 @@ func BenchmarkDecodeHost(b *testing.B) {
 	}()
 	defer dev.SetSpin(0)
 	type variant struct {
-		greedy, copies, poll, spin bool
+		greedy, copies, spin bool
 	}
 	name := func(v variant) string {
 		s := "logits row"
@@ -89,28 +88,21 @@ func BenchmarkDecodeHost(b *testing.B) {
 		} else {
 			s += ", copies outside"
 		}
-		if v.poll {
-			s += ", poll wait"
-		} else {
-			s += ", stream sync"
-		}
 		if v.spin {
 			s += ", spin hand-off"
 		}
 		return s
 	}
 	variants := []variant{
-		{true, true, false, false}, {false, true, false, false}, // the defaults
-		{true, false, false, false}, {false, false, false, false}, // copies outside the graph
-		{true, true, true, false}, {false, true, true, false}, // polling wait
-		{true, true, false, true}, {false, true, false, true}, // spinning Device.Do hand-offs
-		{true, true, true, true},
+		{true, true, false}, {false, true, false}, // the defaults
+		{true, false, false}, {false, false, false}, // copies outside the graph
+		{true, true, true}, {false, true, true}, // spinning Device.Do hand-offs
 	}
 	best := map[variant]float64{}
 	for round := range 2 {
 		for _, v := range variants {
 			dv := def
-			dv.Copies, dv.Poll = v.copies, v.poll
+			dv.Copies = v.copies
 			if _, err := gpu.SetDecodeVariant(g, dv); err != nil {
 				b.Fatal(err)
 			}
@@ -133,8 +125,8 @@ func BenchmarkDecodeHost(b *testing.B) {
 			best[v] = max(best[v], r.TokensPerSecond)
 		}
 	}
-	b.ReportMetric(best[variant{true, true, false, false}], "greedy-tok/s")
-	b.ReportMetric(best[variant{false, true, false, false}], "logits-tok/s")
-	b.ReportMetric(best[variant{true, true, false, true}], "greedy-spin-tok/s")
+	b.ReportMetric(best[variant{true, true, false}], "greedy-tok/s")
+	b.ReportMetric(best[variant{false, true, false}], "logits-tok/s")
+	b.ReportMetric(best[variant{true, true, true}], "greedy-spin-tok/s")
 	b.ReportMetric(us(hand), "us-handoff")
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/strata-llm/strata/bench/gputime"
 	"github.com/strata-llm/strata/engine/gpu"
-	"github.com/strata-llm/strata/kernels"
 )
 
 func gib(n int64) float64 { return float64(n) / (1 << 30) }
@@ -50,11 +49,10 @@ func BenchmarkResident8B(b *testing.B) {
 		graph, direct time.Duration
 		prof          *gputime.StepProfile
 	}
-	// STRATA_FAST_GEMV=0/1 (helpers_test.go): the float GEMVs, or Q6_K's.
-	fast, fastQ6 := kernels.FastGEMV(), kernels.FastGEMVQ6K()
-	defer kernels.SetFastGEMV(fast)
-	defer kernels.SetFastGEMVQ6K(fastQ6)
-	def := gpu.DefaultDecodeVariant()
+	// The model's own tuning (helpers_test.go's variants): the integer
+	// GEMVs or the float ones, with Q6_K's or without.
+	def := gpu.DecodeVariantOf(g)
+	fast, fastQ6 := def.IntegerGEMV, def.IntegerQ6K
 	defer func() {
 		if _, err := gpu.SetDecodeVariant(g, def); err != nil {
 			b.Error(err)
@@ -63,11 +61,10 @@ func BenchmarkResident8B(b *testing.B) {
 	measure := func(gemvFused, ewFused, fastGEMV, fastQ6K bool) result {
 		v := def
 		v.FuseGEMV, v.FuseElementwise = gemvFused, ewFused
+		v.IntegerGEMV, v.IntegerQ6K = fastGEMV, fastQ6K
 		if _, err := gpu.SetDecodeVariant(g, v); err != nil {
 			b.Fatal(err)
 		}
-		kernels.SetFastGEMV(fastGEMV)
-		kernels.SetFastGEMVQ6K(fastQ6K)
 		var r result
 		r.direct = decode(true)
 		r.graph = decode(false)
@@ -91,7 +88,7 @@ func BenchmarkResident8B(b *testing.B) {
 		}
 		cfgList = append(cfgList, config{"fused-float-gemv", true, true, false, false})
 	}
-	b.Logf("integer GEMV (kernels.SetFastGEMV): %v, with Q6_K (SetFastGEMVQ6K): %v", fast, fastQ6)
+	b.Logf("integer GEMV (Tuning.IntegerGEMV): %v, with Q6_K (IntegerQ6K): %v", fast, fastQ6)
 	for _, cfgs := range cfgList {
 		r := measure(cfgs.gemv, cfgs.elemwise, cfgs.fast, cfgs.fastQ6)
 		p := r.prof

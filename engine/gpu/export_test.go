@@ -44,27 +44,34 @@ func FitLayers(cpu *model.Model, budget int64, maxSeqs, maxCtx, slots int) []int
 	return s
 }
 
-// DecodeVariant is how Forward issues a decode step and waits for it: the
-// copies inside the captured graph or around it (graphCopies), the wait by
-// polling or by cuStreamSynchronize (waitPoll), the launches fused or not
-// (fuseGEMV, fuseElementwise).
+// DecodeVariant is how Forward issues a decode step: the copies inside
+// the captured graph or around it (passTuning.graphCopies), the launches
+// fused or not (fuseGEMV, fuseElementwise), and the decode GEMVs on the
+// integer path or the float one (the kernels' Tuning.IntegerGEMV and
+// IntegerQ6K).
 type DecodeVariant struct {
-	Copies, Poll, FuseGEMV, FuseElementwise bool
+	Copies, FuseGEMV, FuseElementwise, IntegerGEMV, IntegerQ6K bool
 }
 
-// DefaultDecodeVariant is the variant Forward runs.
-func DefaultDecodeVariant() DecodeVariant {
-	return DecodeVariant{Copies: true, FuseGEMV: true, FuseElementwise: true}
-}
-
-// SetDecodeVariant switches every model of the process to v and drops
-// m's captured graphs, so its next decode pass captures with v; it
-// returns the variant it replaced.
-func SetDecodeVariant(m *Model, v DecodeVariant) (DecodeVariant, error) {
-	old := DecodeVariant{graphCopies, waitPoll, fuseGEMV, fuseElementwise}
-	graphCopies, waitPoll, fuseGEMV, fuseElementwise = v.Copies, v.Poll, v.FuseGEMV, v.FuseElementwise
+// DecodeVariantOf is the variant m runs now.
+func DecodeVariantOf(m *Model) DecodeVariant {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	t := m.k.Tuning()
+	return DecodeVariant{m.pass.graphCopies, m.pass.fuseGEMV, m.pass.fuseElementwise, t.IntegerGEMV, t.IntegerQ6K}
+}
+
+// SetDecodeVariant switches m (and no other model) to v and drops its
+// captured graphs, so its next decode pass captures with v; it returns the
+// variant it replaced.
+func SetDecodeVariant(m *Model, v DecodeVariant) (DecodeVariant, error) {
+	old := DecodeVariantOf(m)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pass.graphCopies, m.pass.fuseGEMV, m.pass.fuseElementwise = v.Copies, v.FuseGEMV, v.FuseElementwise
+	t := m.k.Tuning()
+	t.IntegerGEMV, t.IntegerQ6K = v.IntegerGEMV, v.IntegerQ6K
+	m.k = m.k.WithTuning(t)
 	return old, m.dev.Do(func(c *cudadrv.Ctx) error { m.dropGraphs(c); return nil })
 }
 

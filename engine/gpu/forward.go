@@ -320,33 +320,33 @@ type forwardState struct {
 	trace Tracer
 }
 
-// graphCopies puts a decode step's copies into its captured graph: the
-// upload of the token ids, positions and slots from pinned memory before
-// the first kernel and the download of the logits (or token ids) after
-// the last, so a step costs the host one graph launch and one wait instead
-// of two more copy calls. Benchmarks turn it off to measure it.
-var graphCopies = true
+// passTuning is how a model enqueues its passes where two ways compute
+// the same results. Every model gets defaultPassTuning; tests and
+// benchmarks change their own model's to check or measure what the
+// defaults buy.
+type passTuning struct {
+	// graphCopies puts a decode step's copies into its captured graph:
+	// the upload of the token ids, positions and slots from pinned memory
+	// before the first kernel and the download of the logits (or token
+	// ids) after the last, so a step costs the host one graph launch and
+	// one wait instead of two more copy calls.
+	graphCopies bool
+	// fuseGEMV launches q, k and v in one GEMV launch and gate and up with
+	// their activation in another (passes of up to
+	// kernels.MaxFusedGEMVBatch tokens); fuseElementwise fuses RoPE with
+	// the KV store and residual adds with the next RMSNorm (any pass). The
+	// results agree to float32 rounding of the GEMV sums.
+	fuseGEMV, fuseElementwise bool
+	// slicedDown takes a one-token pass's down products by column slices
+	// where the kernels take them (kernels.GEMVSliced): no launch of its
+	// own to quantize down's x, and sums that are the same bits every run.
+	slicedDown bool
+}
 
-// waitPoll makes Forward wait for a pass by polling the stream
-// (cuStreamQuery in a loop on the device goroutine) instead of blocking in
-// cuStreamSynchronize. The primary context is created with the driver's
-// default scheduling (CU_CTX_SCHED_AUTO: it spins while the process has no
-// more contexts than the host has cores), so the two differ only by what
-// the driver does inside its wait; benchmarks compare them.
-var waitPoll = false
+var defaultPassTuning = passTuning{graphCopies: true, fuseGEMV: true, fuseElementwise: true, slicedDown: true}
 
 // wait blocks until the model's stream is drained.
-func (m *Model) wait(c *cudadrv.Ctx) error {
-	if !waitPoll {
-		return c.StreamSync(m.stream)
-	}
-	for {
-		done, err := c.StreamDone(m.stream)
-		if err != nil || done {
-			return err
-		}
-	}
-}
+func (m *Model) wait(c *cudadrv.Ctx) error { return c.StreamSync(m.stream) }
 
 // copyMeta uploads the pass's token ids, positions and slots (writeMeta's
 // pinned buffer) to the device.
@@ -420,14 +420,6 @@ func (m *Model) scatterLogits(batch []Step) {
 		}
 	}
 }
-
-// fuseGEMV and fuseElementwise switch the fused launches of a pass on
-// (the default): q, k and v in one GEMV launch and gate and up with their
-// activation in another (passes of up to kernels.MaxFusedGEMVBatch
-// tokens), and RoPE with the KV store and residual adds with the next
-// RMSNorm (any pass). Benchmarks turn them off to measure what they save;
-// the results agree to float32 rounding of the GEMV sums.
-var fuseGEMV, fuseElementwise = true, true
 
 // enqueue issues one pass's kernels on the model's stream: embeddings,
 // every layer, the output norm and projection. ctx may be nil (graph
@@ -527,7 +519,7 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 		if cfg.Sliding(l) {
 			at.Window = cfg.SlidingWindow
 		}
-		if fuseElementwise {
+		if m.pass.fuseElementwise {
 			if err := step("rope and kv store", k.RoPEStore(c, s, at, kv, a.q, a.k, a.v, T, int(qd), pos, slots, m.freqs, gemma)); err != nil {
 				return err
 			}
@@ -565,7 +557,7 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 		if err := step("o", k.MatMul(c, s, lw.o, a.att, a.tmp, T)); err != nil {
 			return err
 		}
-		if gemma || !fuseElementwise {
+		if gemma || !m.pass.fuseElementwise {
 			if gemma {
 				if err := step("post-attention norm", k.RMSNorm(c, s, a.tmp, lw.postAttnNorm, a.tmp, T, cfg.Dim, eps)); err != nil {
 					return err
@@ -616,7 +608,7 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 		// With every layer resident, the next layer's attention norm
 		// weights are in place: fuse the residual update with that norm.
 		// A down product in fixed point (acc != 0) is added from there.
-		if !gemma && fuseElementwise && !streaming && l+1 < len(m.layers) {
+		if !gemma && m.pass.fuseElementwise && !streaming && l+1 < len(m.layers) {
 			if acc != 0 {
 				err = k.AddFixedRMSNormQ(c, s, a.h, acc, m.layers[l+1].attnNorm, a.xn, T, cfg.Dim, eps)
 				fx.dirty[l&1] = true
@@ -736,7 +728,7 @@ func (m *Model) enqueueGEMVs(c *cudadrv.Ctx, kinds gemvKind) error {
 // step runs.
 func (m *Model) qkv(c *cudadrv.Ctx, s cudadrv.Stream, lw *layerW, T int) error {
 	k, a := m.k, &m.act
-	if fuseGEMV && k.CanFuseGEMV(T, lw.q, lw.k, lw.v) {
+	if m.pass.fuseGEMV && k.CanFuseGEMV(T, lw.q, lw.k, lw.v) {
 		return k.GEMVFused(c, s, a.xn, T, kernels.GEMVOut{W: lw.q, Y: a.q}, kernels.GEMVOut{W: lw.k, Y: a.k}, kernels.GEMVOut{W: lw.v, Y: a.v})
 	}
 	for _, g := range []struct {
@@ -785,7 +777,7 @@ func (m *Model) down(c *cudadrv.Ctx, s cudadrv.Stream, lw *layerW, T int, gemma 
 // downSliced reports whether down takes lw's product by column slices
 // (for a model other than gemma).
 func (m *Model) downSliced(lw *layerW, T int) bool {
-	return T == 1 && m.act.fx != 0 && m.k.GEMVSlicedTakes(lw.down, m.act.gate)
+	return T == 1 && m.pass.slicedDown && m.act.fx != 0 && m.k.GEMVSlicedTakes(lw.down, m.act.gate)
 }
 
 // resetFixed zeroes both sets of a.fx and waits for it (after
@@ -807,7 +799,7 @@ func (m *Model) resetFixed(c *cudadrv.Ctx) error {
 // enqueueGEMVs both launch them here.
 func (m *Model) gateUp(c *cudadrv.Ctx, s cudadrv.Stream, lw *layerW, T int, act kernels.GLU) (activate bool, err error) {
 	k, a := m.k, &m.act
-	if fuseGEMV && lw.gate.Type == lw.up.Type && lw.gate.Rows == lw.up.Rows && k.CanFuseGEMV(T, lw.gate, lw.up) {
+	if m.pass.fuseGEMV && lw.gate.Type == lw.up.Type && lw.gate.Rows == lw.up.Rows && k.CanFuseGEMV(T, lw.gate, lw.up) {
 		return false, k.GEMVGLU(c, s, lw.gate, lw.up, a.xn, a.gate, T, act)
 	}
 	if err := k.MatMul(c, s, lw.gate, a.xn, a.gate, T); err != nil {

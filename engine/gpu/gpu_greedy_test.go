@@ -79,7 +79,6 @@ func greedyPair(t *testing.T, g *Model, prompts [2][]int32, steps int) []int32 {
 // and with a layer streamed from tier B.
 func TestGreedyOnDevice(t *testing.T) {
 	gpu(t)
-	defer func(old bool) { graphCopies = old }(graphCopies)
 	for _, arch := range []string{"llama", "gemma2"} {
 		for _, typ := range []string{"f32", "q4_k_m"} {
 			cpu := tinyModel(t, arch, typ)
@@ -94,8 +93,8 @@ func TestGreedyOnDevice(t *testing.T) {
 				{"layer 1 on tier B", Options{StreamLayers: []int{1}}, true},
 			} {
 				t.Run(fmt.Sprintf("%s/%s/%s", arch, typ, v.name), func(t *testing.T) {
-					graphCopies = v.copies
 					g := loadGPU(t, cpu, v.opts)
+					g.pass.graphCopies = v.copies
 					V := cpu.Config.Vocab
 					toks := greedyPair(t, g, [2][]int32{promptTokens(V, 16, 1), promptTokens(V, 9, 2)}, 64)
 					st := g.Stats()

@@ -19,7 +19,7 @@ type decodeGraph struct {
 	exec  cudadrv.GraphExec
 	nodes int
 	// copies: the graph holds the meta upload and the result download
-	// (graphCopies); otherwise replayDecode issues them around the launch.
+	// (passTuning.graphCopies); otherwise replayDecode issues them around the launch.
 	copies bool
 }
 
@@ -40,7 +40,7 @@ func spanBucket(need, maxCtx int) int {
 
 // replayDecode runs a pure decode pass from its captured graph, capturing
 // it first when this batch size, span bucket and output kind are new, and
-// issues the pass's copies (inside the graph where graphCopies put them
+// issues the pass's copies (inside the graph where passTuning.graphCopies put them
 // there). The graph reads token ids, positions and slots from the meta
 // buffer the caller has just filled, so one graph serves every step of
 // every set of n sequences.
@@ -48,7 +48,7 @@ func (m *Model) replayDecode(c *cudadrv.Ctx, p *pass) error {
 	key := graphKey{p.T, spanBucket(p.maxPos+1, m.maxCtx), p.sel}
 	g, ok := m.graphs[key]
 	if !ok {
-		copies := graphCopies && m.fw.noGraphCopies == nil
+		copies := m.pass.graphCopies && m.fw.noGraphCopies == nil
 		var err error
 		g, err = m.capture(c, p, key.span, copies)
 		if err != nil && copies {
@@ -89,7 +89,7 @@ func (m *Model) replayDecode(c *cudadrv.Ctx, p *pass) error {
 func (m *Model) capture(c *cudadrv.Ctx, p *pass, span int, copies bool) (*decodeGraph, error) {
 	q := *p
 	q.graphSpan = span
-	// Should kernels.SetFastGEMV have been turned on after Load, its
+	// Should the model's tuning have turned the integer GEMVs on after Load, their
 	// scratch must exist before capture (GEMVs never allocate).
 	cfg := &m.Config
 	if err := m.k.ReserveFastGEMV(c, m.stream, max(cfg.Dim, cfg.FFN, cfg.QDim())); err != nil {

@@ -33,23 +33,23 @@ func gpu(t testing.TB) (*cudadrv.Device, *kernels.Kernels) {
 			return
 		}
 		start := time.Now()
+		// The decode GEMVs run on kernels' integer path for Q4_K and Q6_K
+		// (the device's tuning); STRATA_FAST_GEMV=0 runs every GPU test and
+		// benchmark of this package on the float path (the tuning variant
+		// float-gemv), =1 with Q6_K alone on it (float-q6k).
+		var variants []string
+		switch os.Getenv("STRATA_FAST_GEMV") {
+		case "0":
+			variants = []string{"float-gemv"}
+		case "1":
+			variants = []string{"float-q6k"}
+		}
 		gpuErr = gpuDev.Do(func(c *cudadrv.Ctx) error {
 			var err error
-			gpuK, err = kernels.Load(c)
+			gpuK, err = kernels.Load(c, variants...)
 			return err
 		})
 		gpuLoad = time.Since(start)
-		// The decode GEMVs run on kernels' integer path for Q4_K and Q6_K
-		// (the default); STRATA_FAST_GEMV=0 runs every GPU test and
-		// benchmark of this package on the float path
-		// (kernels.SetFastGEMV off), =1 with Q6_K alone on it
-		// (kernels.SetFastGEMVQ6K off).
-		switch os.Getenv("STRATA_FAST_GEMV") {
-		case "0":
-			kernels.SetFastGEMV(false)
-		case "1":
-			kernels.SetFastGEMVQ6K(false)
-		}
 	})
 	if gpuErr != nil {
 		if errors.Is(gpuErr, cudadrv.ErrUnavailable) {
@@ -101,7 +101,7 @@ func promptTokens(vocab, n, seed int) []int32 {
 	return p
 }
 
-// maxNMSE is the fidelity bound of issue 5: GPU logits vs the CPU
+// maxNMSE is the GPU backend's fidelity bound: GPU logits vs the CPU
 // reference.
 const maxNMSE = 1e-4
 

@@ -43,6 +43,10 @@ type Options struct {
 	// (Load would otherwise JIT-load its own, which takes seconds on a
 	// fresh machine). The caller keeps ownership.
 	Kernels *kernels.Kernels
+	// Variants change the device's kernel tuning (kernels.Variants, in
+	// order) for this model: applied at kernels.Load, or to a view of
+	// Kernels when those are given (whose loaded image they cannot change).
+	Variants []string
 	// PackBF16 stores tier-B layers' bf16 matrices losslessly packed
 	// (engine/quant's packed bf16, about 0.76 of the bytes) in pinned host
 	// memory, copies them packed and decodes them on the device just
@@ -73,12 +77,13 @@ type Model struct {
 	k      *kernels.Kernels
 	ownK   bool
 	opts   Options
+	pass   passTuning
 	maxCtx int
 	stream cudadrv.Stream
 
 	arena   cudadrv.DevPtr // all weights
 	arenaN  int64
-	relaid  int // Q6_K matrices of the arena re-laid into kernels.Q6KA
+	relaid  int // Q6_K matrices of the arena re-laid into Q6KA
 	embed   kernels.Matrix
 	output  kernels.Matrix
 	outNorm cudadrv.DevPtr
@@ -117,7 +122,7 @@ func (m *Model) WeightBytes() int64 { return m.arenaN }
 
 // KernelImage says which build of the kernels runs (kernels.Kernels.Image:
 // "sm_90 cubin (ptxas 11.8)" or "compute_80 PTX (driver JIT)"), and how
-// many resident Q6_K matrices were re-laid (kernels.SetRelayQ6K).
+// many resident Q6_K matrices were re-laid (quant.Q6KA).
 func (m *Model) KernelImage() string {
 	if m.relaid > 0 {
 		return fmt.Sprintf("%s; %d resident Q6_K matrices re-laid for aligned loads (Q6KA)", m.k.Image, m.relaid)
@@ -167,6 +172,7 @@ func Load(dev *cudadrv.Device, cfg model.Config, w *model.Weights, opts Options)
 		Config: cfg,
 		dev:    dev,
 		opts:   opts,
+		pass:   defaultPassTuning,
 		maxCtx: maxCtx,
 		slots:  make([]bool, opts.MaxSeqs),
 		graphs: map[graphKey]*decodeGraph{},
@@ -194,9 +200,16 @@ type plannedTensor struct {
 func (m *Model) load(c *cudadrv.Ctx, w *model.Weights) error {
 	cfg := &m.Config
 	if m.opts.Kernels != nil {
-		m.k = m.opts.Kernels
+		t, err := m.opts.Kernels.Tuning().WithVariants(m.opts.Variants...)
+		if err != nil {
+			return err
+		}
+		if t.Cubin != m.opts.Kernels.Tuning().Cubin {
+			return fmt.Errorf("tuning variants %v change the kernels' image, which the given Kernels have loaded", m.opts.Variants)
+		}
+		m.k = m.opts.Kernels.WithTuning(t)
 	} else {
-		k, err := kernels.Load(c)
+		k, err := kernels.Load(c, m.opts.Variants...)
 		if err != nil {
 			return err
 		}
@@ -286,7 +299,7 @@ func (m *Model) load(c *cudadrv.Ctx, w *model.Weights) error {
 	if m.stream, err = c.NewStream(cudadrv.StreamNonBlocking); err != nil {
 		return err
 	}
-	// The integer Q4_K GEMV's quantized-x scratch (kernels.SetFastGEMV;
+	// The integer Q4_K GEMV's quantized-x scratch (kernels.Tuning.IntegerGEMV;
 	// nothing when it is off), reserved before any graph capture.
 	if err := m.k.ReserveFastGEMV(c, m.stream, max(cfg.Dim, cfg.FFN, cfg.QDim())); err != nil {
 		return err
@@ -321,10 +334,8 @@ func (m *Model) load(c *cudadrv.Ctx, w *model.Weights) error {
 			m.layers[i] = pl.layerAt(&w.Layers[i], gemma)
 		}
 	}
-	if kernels.RelayQ6KOn() {
-		if err := m.relayResidentQ6K(c, streamed, tc, tied); err != nil {
-			return err
-		}
+	if err := m.relayResidentQ6K(c, streamed, tc, tied); err != nil {
+		return err
 	}
 	if hostTotal > 0 || tc != nil {
 		if err := m.loadTierB(c, w, streamed, tc, layerBase, hostTotal, slotBytes, nslots); err != nil {
@@ -365,9 +376,10 @@ func gib(n int64) float64 { return float64(n) / (1 << 30) }
 
 // relayResidentQ6K re-lays the Q6_K matrices that stay in the arena — the
 // resident layers' and the output projection (with the embedding table
-// when the two are one tensor) — into kernels.Q6KA on the device
-// (kernels.SetRelayQ6K). Streamed layers keep Q6_K: their bytes land in a
-// different slot each pass.
+// when the two are one tensor) — into Q6KA on the device, whose aligned
+// loads the integer GEMVs stream faster. Streamed layers keep Q6_K: their
+// bytes land in a different slot each pass, and the layout depends on
+// the address.
 func (m *Model) relayResidentQ6K(c *cudadrv.Ctx, streamed []bool, tc []*tierCLayer, tied bool) error {
 	relay := func(what string, mt *kernels.Matrix) error {
 		if mt.Type != quant.Q6_K {

@@ -17,6 +17,7 @@ import (
 // the layer's device description points at, the norms copied raw, and
 // PackedLayerBytes agreeing with the load-time plan.
 func TestPackedLayout(t *testing.T) {
+	t.Parallel()
 	for _, arch := range []string{"llama", "gemma2"} {
 		t.Run(arch, func(t *testing.T) {
 			cpu := tinyModel(t, arch, "bf16")

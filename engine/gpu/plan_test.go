@@ -9,6 +9,7 @@ import (
 // launches (decode runs of single-token steps, one prefill per prompt) and
 // logit rows.
 func TestPlanPass(t *testing.T) {
+	t.Parallel()
 	m := &Model{}
 	m.Config.Vocab = 10
 	seq := func(slot, pos int) *Sequence { return &Sequence{m: m, slot: slot, pos: pos, max: 100, open: true} }
@@ -60,6 +61,7 @@ func TestPlanPass(t *testing.T) {
 }
 
 func TestSpanBucket(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ need, max, want int }{
 		{1, 4096, 256}, {256, 4096, 256}, {257, 4096, 512}, {4000, 4096, 4096}, {100, 128, 128}, {3000, 3000, 3000},
 	} {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/strata-llm/strata/engine/sample"
-	"github.com/strata-llm/strata/kernels"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
@@ -214,13 +213,13 @@ func (p *StepProbe) DownSliced() int {
 
 // IntegerGEMVs reports whether the step's quantized GEMVs run on the
 // integer path, the one Capture.ReadOnly can stand in for.
-func (p *StepProbe) IntegerGEMVs() bool { return kernels.FastGEMV() }
+func (p *StepProbe) IntegerGEMVs() bool { return p.m.k.Tuning().IntegerGEMV }
 
 // Overlapped reports whether the step's kernels launch with programmatic
 // dependent launch, so that Capture.Serial has something to turn off.
 func (p *StepProbe) Overlapped() bool {
 	maj, _ := p.m.dev.ComputeCapability()
-	return maj >= 9 && cudadrv.CanOverlap() && kernels.Overlapping()
+	return maj >= 9 && cudadrv.CanOverlap() && p.m.k.Tuning().Overlap
 }
 
 // Enqueue issues the whole step kernel by kernel on the stream (without
@@ -234,8 +233,13 @@ func (p *StepProbe) Capture(o Capture) (*StepGraph, error) {
 		if !p.Overlapped() {
 			return nil, errors.New("capture: the step's launches do not overlap, so there is no serial variant")
 		}
-		kernels.SetOverlap(false)
-		defer kernels.SetOverlap(true)
+		// The probe's own view of the kernels with programmatic dependent
+		// launch off, for this capture only.
+		k := m.k
+		serial := k.Tuning()
+		serial.Overlap = false
+		m.k = k.WithTuning(serial)
+		defer func() { m.k = k }()
 	}
 	if o.GEMVs == 0 {
 		if o.ReadOnly || o.HeldDownX {

@@ -7,16 +7,15 @@ import (
 
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/sample"
-	"github.com/strata-llm/strata/kernels"
 )
 
 // slicedRun decodes prompt and steps greedy tokens on g, one sequence,
-// with down by column slices on or off (kernels.SetGEMVSliced), and
+// with down by column slices on or off (passTuning.slicedDown), and
 // returns every pass's logits and the tokens chosen.
 func slicedRun(t *testing.T, g *Model, on bool, prompt []int32, steps int) ([][]float32, []int32) {
 	t.Helper()
-	defer kernels.SetGEMVSliced(kernels.GEMVSlicedOn())
-	kernels.SetGEMVSliced(on)
+	defer func(was bool) { g.pass.slicedDown = was }(g.pass.slicedDown)
+	g.pass.slicedDown = on
 	seq, err := g.NewSequence(len(prompt) + steps + 1)
 	if err != nil {
 		t.Fatal(err)

@@ -87,7 +87,7 @@ func mark(t Tracer, p TracePoint) {
 func (m *Model) passTrace(graph, sel bool) PassTrace {
 	return PassTrace{
 		Graph:        graph,
-		GraphCopies:  graph && graphCopies && m.fw.noGraphCopies == nil,
+		GraphCopies:  graph && m.pass.graphCopies && m.fw.noGraphCopies == nil,
 		CopiesErr:    m.fw.noGraphCopies,
 		DeviceSelect: sel,
 	}

@@ -59,8 +59,8 @@ func TestTracer(t *testing.T) {
 		pass     PassTrace
 	}{
 		{name: "prompt", tokens: promptTokens(cpu.Config.Vocab, 8, 1), points: direct},
-		{name: "decode, graph", tokens: []int32{3}, points: all, pass: PassTrace{Graph: true, GraphCopies: graphCopies}},
-		{name: "decode, graph, greedy", tokens: []int32{4}, greedy: true, points: all, pass: PassTrace{Graph: true, GraphCopies: graphCopies, DeviceSelect: true}},
+		{name: "decode, graph", tokens: []int32{3}, points: all, pass: PassTrace{Graph: true, GraphCopies: g.pass.graphCopies}},
+		{name: "decode, graph, greedy", tokens: []int32{4}, greedy: true, points: all, pass: PassTrace{Graph: true, GraphCopies: g.pass.graphCopies, DeviceSelect: true}},
 		{name: "decode, no graph", tokens: []int32{5}, noGraphs: true, points: direct},
 	} {
 		r.points, r.passes = nil, nil

@@ -30,6 +30,20 @@ const (
 	// float32 scale followed by n int8 values, value = scale * q. It is not a
 	// ggml type; the id sits far above ggml's enum.
 	INT8Row Type = 1024
+
+	// Q6KA is Q6_K re-laid on a GPU for aligned loads: the same 210 bytes
+	// per 256-element super-block, each block's bytes permuted in place by
+	// its device address mod 16 so that its 192 quant bytes start 16-byte
+	// aligned, each 64-element unit's 48 of them adjacent, with the scales
+	// (a 4-byte-aligned word per unit) and d around them. Q6_K's blocks
+	// are only 2-byte aligned, so a kernel reading them directly needs
+	// word loads and funnel shifts; re-laid, a unit is three aligned
+	// 16-byte loads. It exists only in device memory, for the address the
+	// matrix was re-laid at (package kernels makes it from an uploaded
+	// Q6_K matrix): no file or pool holds it, so it is not Known, has no
+	// sizes of its own (use Q6_K's) and Parse does not accept it. The id
+	// sits beside INT8Row, outside ggml's range.
+	Q6KA Type = 1025
 )
 
 // QK_K is the super-block size of the K-quants (ggml-common.h).

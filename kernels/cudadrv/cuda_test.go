@@ -73,6 +73,7 @@ func testDevice(t testing.TB) *Device {
 }
 
 func TestUnavailableMessage(t *testing.T) {
+	t.Parallel()
 	_, err := openLibrary([]string{"/nonexistent/libcuda.so.1"})
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("missing library: got %v, want ErrUnavailable", err)
@@ -85,6 +86,7 @@ func TestUnavailableMessage(t *testing.T) {
 // TestNoDriverNoCrash runs everywhere: on a host without libcuda every entry
 // point must return ErrUnavailable; with a driver, it must work.
 func TestNoDriverNoCrash(t *testing.T) {
+	t.Parallel()
 	err := Load()
 	if err != nil {
 		if !errors.Is(err, ErrUnavailable) || !strings.HasPrefix(err.Error(), "CUDA unavailable: ") {
@@ -440,6 +442,7 @@ func BenchmarkCopy(b *testing.B) {
 // CUlaunchConfig and CUlaunchAttribute on 64-bit hosts: the driver reads
 // them by offset, so a field out of place would launch a wrong grid.
 func TestLaunchExLayout(t *testing.T) {
+	t.Parallel()
 	var c launchConfig
 	var a launchAttr
 	for _, tc := range []struct {

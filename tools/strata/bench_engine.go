@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/strata-llm/strata/bench/enginebench"
+	"github.com/strata-llm/strata/kernels"
 )
 
 func init() { registerBenchCommand(benchEngineCommand) }
@@ -45,8 +46,8 @@ func benchEngineCommand() *cli.Command {
 			&cli.StringFlag{Name: "vram-70b", Value: "24GiB", Usage: "device memory budget of the 70b scenario"},
 			&cli.StringFlag{Name: "vram-bf16", Value: "6GiB", Usage: "device memory budget of the bf16 scenario"},
 			&cli.BoolFlag{Name: "int8", Value: true, Usage: "also run the bf16 scenario's INT8-row variant"},
-			&cli.BoolFlag{Name: "float-gemv", Usage: "decode GEMVs of Q4_K/Q6_K matrices on the float path (dequantize and FMA) instead of the default integer one (x rounded to 16 bits, dp4a; see kernels/NOTES.md)"},
-			&cli.BoolFlag{Name: "plain-q6k", Usage: "keep the resident layers' Q6_K matrices as in the file instead of re-laying them on the GPU for aligned 16-byte loads (kernels.Q6KA, the default; also STRATA_Q6KA=0): the comparison that made the re-lay the default"},
+			&cli.BoolFlag{Name: "float-gemv", Usage: "decode GEMVs of Q4_K/Q6_K matrices on the float path (dequantize and FMA) instead of the default integer one (x rounded to 16 bits, dp4a); the same as --variant float-gemv"},
+			&cli.StringFlag{Name: "variant", Usage: "kernel tuning variants for the whole run, comma-separated, applied in order to the device's tuning: " + variantsUsage()},
 			&cli.StringFlag{Name: "peers", Usage: "JSON file of other systems' reference figures to relate the run's to, with their source (docs/peers-h200.json); without it no peer ratios and no goals against peers"},
 			&cli.IntFlag{Name: "gpu", Usage: "CUDA device ordinal"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
@@ -128,8 +129,25 @@ func benchEngineOptions(cmd *cli.Command) (enginebench.Options, error) {
 	o.SynthDir = cmd.String("synth-dir")
 	o.NoInt8 = !cmd.Bool("int8")
 	o.FloatGEMV = cmd.Bool("float-gemv")
-	o.PlainQ6K = cmd.Bool("plain-q6k")
+	if v := cmd.String("variant"); v != "" {
+		for _, name := range strings.Split(v, ",") {
+			name = strings.TrimSpace(name)
+			if _, err := kernels.TuningFor(kernels.DeviceInfo{}).WithVariant(name); err != nil {
+				return o, usagef("bench engine: --variant: %v", err)
+			}
+			o.Variants = append(o.Variants, name)
+		}
+	}
 	return o, nil
+}
+
+// variantsUsage lists the kernel tuning variants and what each does.
+func variantsUsage() string {
+	var parts []string
+	for _, v := range kernels.Variants() {
+		parts = append(parts, v.Name+" ("+v.What+")")
+	}
+	return strings.Join(parts, "; ")
 }
 
 // writeJSONFile writes v as indented JSON to path, atomically.

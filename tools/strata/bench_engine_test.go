@@ -48,7 +48,8 @@ func TestBenchEngineFlags(t *testing.T) {
 	}{
 		{name: "defaults", check: func(o enginebench.Options) bool {
 			return slices.Equal(o.Scenarios, enginebench.AllScenarios) && o.Budget70B == 24<<30 && o.BudgetBF16 == 6<<30 &&
-				!o.NoInt8 && o.GPU == 0 && o.SynthDir == defaultSynthDir() && o.Model8B == "" && o.Pool8BInt8 == "" && o.Peers == nil
+				!o.NoInt8 && o.GPU == 0 && o.SynthDir == defaultSynthDir() && o.Model8B == "" && o.Pool8BInt8 == "" &&
+				o.Variants == nil && !o.FloatGEMV && o.Peers == nil
 		}},
 		{name: "peers", args: []string{"--peers", peers}, check: func(o enginebench.Options) bool {
 			f, ok := o.Peers.Figure(enginebench.PeerHalfDecode)
@@ -66,6 +67,10 @@ func TestBenchEngineFlags(t *testing.T) {
 		{name: "budgets", args: []string{"--vram-70b", "16G", "--vram-bf16", "8GiB"}, check: func(o enginebench.Options) bool {
 			return o.Budget70B == 16<<30 && o.BudgetBF16 == 8<<30
 		}},
+		{name: "variants", args: []string{"--variant", "no-overlap, jit", "--float-gemv"}, check: func(o enginebench.Options) bool {
+			return slices.Equal(o.Variants, []string{"no-overlap", "jit"}) && o.FloatGEMV
+		}},
+		{name: "unknown variant", args: []string{"--variant", "jit,pairs-off"}, usage: "no tuning variant \"pairs-off\""},
 		{name: "unknown scenario", args: []string{"--only", "resident,quick"}, usage: "unknown scenario"},
 		{name: "bad budget", args: []string{"--vram-70b", "lots"}, usage: "--vram-70b"},
 		{name: "zero budget", args: []string{"--vram-bf16", "0"}, usage: "--vram-bf16"},
