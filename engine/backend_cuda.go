@@ -56,20 +56,9 @@ func (b *cudaBackend) NewSequence(maxCtx int) (Sequence, error) {
 	return s, nil
 }
 
-func (b *cudaBackend) Forward(ctx context.Context, batch []Step) error {
-	steps := make([]gpu.Step, len(batch))
-	for i, st := range batch {
-		s, ok := st.Seq.(*gpu.Sequence)
-		if !ok || s == nil {
-			return fmt.Errorf("forward: step %d: the sequence does not belong to the CUDA backend", i)
-		}
-		steps[i] = gpu.Step{Seq: s, Tokens: st.Tokens, Logits: st.Logits, AllLogits: st.AllLogits, Greedy: st.Greedy}
-	}
-	err := b.m.Forward(ctx, steps)
-	for i := range batch {
-		batch[i].Logits, batch[i].Token = steps[i].Logits, steps[i].Token
-	}
-	return err
+// Forward is engine/gpu's pass over the same steps, which validates them.
+func (b *cudaBackend) Forward(ctx context.Context, batch []model.Step) error {
+	return b.m.Forward(ctx, batch)
 }
 
 // cudaSource is what openCUDA builds the engine from: the opened pool or

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
@@ -183,19 +184,19 @@ func TestForwardChecksSequences(t *testing.T) {
 	ctx := context.Background()
 	sa, _ := a.NewSequence(16)
 	sb, _ := b.NewSequence(16)
-	if err := a.Forward(ctx, []engine.Step{{Seq: sa, Tokens: []int32{1}}, {Seq: sb, Tokens: []int32{1}}}); err == nil || !strings.Contains(err.Error(), "another model") {
+	if err := a.Forward(ctx, []model.Step{{Seq: sa, Tokens: []int32{1}}, {Seq: sb, Tokens: []int32{1}}}); err == nil || !strings.Contains(err.Error(), "another model") {
 		t.Fatalf("foreign sequence: %v", err)
 	}
 	if sa.Pos() != 0 {
 		t.Fatalf("a refused pass moved the sequence to %d", sa.Pos())
 	}
-	st := []engine.Step{{Seq: sa, Tokens: []int32{1, 2}}}
+	st := []model.Step{{Seq: sa, Tokens: []int32{1, 2}}}
 	if err := a.Forward(ctx, st); err != nil || sa.Pos() != 2 || len(st[0].Logits) != 1 || len(st[0].Logits[0]) != a.Model.Config.Vocab {
 		t.Fatalf("pass: %v, pos %d, %d logit rows", err, sa.Pos(), len(st[0].Logits))
 	}
 	sa.Close()
 	sa.Close()
-	if err := a.Forward(ctx, []engine.Step{{Seq: sa, Tokens: []int32{3}}}); !errors.Is(err, engine.ErrSequenceClosed) {
+	if err := a.Forward(ctx, []model.Step{{Seq: sa, Tokens: []int32{3}}}); !errors.Is(err, engine.ErrSequenceClosed) {
 		t.Fatalf("closed sequence: %v", err)
 	}
 }

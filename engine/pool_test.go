@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-llm/strata/daemon/sched"
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/sample"
@@ -42,8 +43,8 @@ func TestOpenPool(t *testing.T) {
 		if (e.Pool() != nil) != strings.HasSuffix(path, ".pool") {
 			t.Fatalf("%s: opened as the wrong kind", path)
 		}
-		res, err := e.Generate(context.Background(), engine.Request{Prompt: "The fastest way", MaxTokens: 12,
-			Sample: sample.Greedy()}, func(engine.Token) error { return nil })
+		res, err := sched.Generate(context.Background(), e.Backend(), e.Tok, sched.Request{
+			Prompt: e.Tok.Encode("The fastest way", true, false), MaxTokens: 12, Sample: sample.Greedy()}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

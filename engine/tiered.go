@@ -94,7 +94,7 @@ const defaultContext = 4096
 // every layer fits resident it behaves like Open. Otherwise (only for a pool) it builds
 // a streaming pipeline (engine/stream: a FileSource with O_DIRECT over the
 // pool for tier C, the pool's mapping for tier B, the CPU device) and
-// installs it as the model's layer source, so Generate, Forward and a bare
+// installs it as the model's layer source, so the scheduler, Forward and a bare
 // Model.Forward stream the layers that do not fit; Plan and PipelineStats
 // report what was decided and what moved. A GGUF that does not fit is
 // refused with an error wrapping ErrNeedsPool that gives the prefab

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-llm/strata/daemon/sched"
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
@@ -73,19 +74,14 @@ func defaultLinks() *tier.Links {
 	return &l
 }
 
-// greedy generates n tokens greedily and returns their ids and the text.
+// greedy generates n tokens greedily (through the scheduler, as `strata
+// run` does) and returns their ids and the text.
 func greedy(t *testing.T, e *engine.Engine, n int) ([]int32, string, error) {
 	t.Helper()
-	var ids []int32
-	res, err := e.Generate(context.Background(), engine.Request{
-		Prompt: "The fastest way to move a layer is", MaxTokens: n, Sample: sample.Params{TopP: 1, RepeatPenalty: 1},
-	}, func(tok engine.Token) error {
-		if tok.ID >= 0 {
-			ids = append(ids, tok.ID)
-		}
-		return nil
-	})
-	return ids, res.Text, err
+	res, err := sched.Generate(context.Background(), e.Backend(), e.Tok, sched.Request{
+		Prompt: e.Tok.Encode("The fastest way to move a layer is", true, false), MaxTokens: n, Sample: sample.Params{TopP: 1, RepeatPenalty: 1},
+	}, nil)
+	return res.Tokens, res.Text, err
 }
 
 func sameIDs(a, b []int32) bool {
