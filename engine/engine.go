@@ -1,7 +1,6 @@
-// Package engine ties a model file to a runnable generator: it maps the
-// GGUF (or prefab pool), builds the tokenizer from its metadata, loads the
-// weights onto a backend and drives prompt processing, decoding and
-// sampling. OpenWith also picks the backend (the GPU through engine/gpu
+// Package engine ties a model file to a runnable model: it maps the GGUF
+// (or prefab pool), builds the tokenizer from its metadata and loads the
+// weights onto a backend that runs batched forward passes. OpenWith also picks the backend (the GPU through engine/gpu
 // when CUDA is usable, else the CPU reference engine/model, or whichever
 // Options.Backend forces), places the layers with the tier planner
 // (engine/tier) and streams those that do not fit the memory budgets:
