@@ -90,7 +90,7 @@ func start(t *testing.T, o opts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srv.LoadFile(tinyPath, api.LoadRequest{Name: tiny}); err != nil {
+	if _, err := srv.LoadFile(context.Background(), tinyPath, api.LoadRequest{Name: tiny}); err != nil {
 		t.Fatal(err)
 	}
 	dir := o.dir

@@ -66,7 +66,7 @@ func TestBackendChoice(t *testing.T) {
 			opened := false
 			defer engine.SetOpenDevice(func() (*cudadrv.Device, error) { opened = true; return tc.open() })()
 			var logs logSink
-			e, err := engine.OpenWith(path, engine.Options{Backend: tc.backend, Links: defaultLinks(), Logger: logs.logger()})
+			e, err := engine.OpenWith(context.Background(), path, engine.Options{Backend: tc.backend, Links: defaultLinks(), Logger: logs.logger()})
 			if opened != tc.opened {
 				t.Errorf("device opened: %v, want %v", opened, tc.opened)
 			}
@@ -125,7 +125,7 @@ func broken() (*cudadrv.Device, error) {
 // tokens match the CPU reference.
 func TestBackendRealDriver(t *testing.T) {
 	path := tinyGGUF(t, "f32")
-	e, err := engine.OpenWith(path, engine.Options{Links: defaultLinks()})
+	e, err := engine.OpenWith(context.Background(), path, engine.Options{Links: defaultLinks()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestBackendRealDriver(t *testing.T) {
 		if !strings.HasPrefix(bi.Reason, "CUDA unavailable: ") && !strings.HasPrefix(bi.Reason, "CUDA backend failed: ") {
 			t.Fatalf("auto fell back to the CPU with reason %q", bi.Reason)
 		}
-		_, err := engine.OpenWith(path, engine.Options{Backend: "cuda", Links: defaultLinks()})
+		_, err := engine.OpenWith(context.Background(), path, engine.Options{Backend: "cuda", Links: defaultLinks()})
 		if err == nil || !strings.Contains(err.Error(), "CUDA") {
 			t.Fatalf("backend cuda without a usable GPU: %v", err)
 		}
@@ -154,7 +154,7 @@ func TestBackendRealDriver(t *testing.T) {
 		t.Fatalf("GPU tokens %v, CPU %v", got, want)
 	}
 	// Half the layers on tier B: streamed from pinned memory every pass.
-	s, err := engine.OpenWith(path, engine.Options{Backend: "cuda", Tiers: "A,B", Links: defaultLinks()})
+	s, err := engine.OpenWith(context.Background(), path, engine.Options{Backend: "cuda", Tiers: "A,B", Links: defaultLinks()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,12 +171,12 @@ func TestBackendRealDriver(t *testing.T) {
 // from another engine, before anything changes.
 func TestForwardChecksSequences(t *testing.T) {
 	path := tinyGGUF(t, "q8_0")
-	a, err := engine.OpenWith(path, engine.Options{Backend: "cpu", Links: defaultLinks()})
+	a, err := engine.OpenWith(context.Background(), path, engine.Options{Backend: "cpu", Links: defaultLinks()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := engine.Open(path)
+	b, err := engine.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}

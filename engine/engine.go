@@ -12,6 +12,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -46,16 +47,21 @@ type Engine struct {
 
 // Open maps a GGUF model or a prefab pool (told apart by the pool's magic)
 // and prepares it for generation on the CPU backend (never the GPU: it is
-// the reference path; OpenWith picks a backend).
-func Open(path string) (*Engine, error) {
+// the reference path; OpenWith picks a backend). Cancelling ctx stops it
+// between reads (a pool's extents are verified one by one) with an error
+// wrapping ctx's.
+func Open(ctx context.Context, path string) (*Engine, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("opening model %s: %w", path, err)
+	}
 	if ok, _ := tier.IsPool(path); ok {
-		return OpenPool(path)
+		return OpenPool(ctx, path)
 	}
 	m, err := gguf.Map(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening model %s: %w", path, err)
 	}
-	e, err := fromMapped(path, m)
+	e, err := fromMapped(ctx, path, m)
 	if err != nil {
 		m.Close()
 		return nil, err
@@ -63,7 +69,9 @@ func Open(path string) (*Engine, error) {
 	return e, nil
 }
 
-func fromMapped(path string, m *gguf.Mapped) (*Engine, error) {
+// fromMapped builds the CPU engine over a GGUF mapping: the tensors are
+// views of it, so nothing is read here but the metadata.
+func fromMapped(ctx context.Context, path string, m *gguf.Mapped) (*Engine, error) {
 	v, err := tokenizer.VocabFromGGUF(m.File)
 	if err != nil {
 		return nil, fmt.Errorf("model %s: reading tokenizer: %w", path, err)
@@ -71,6 +79,9 @@ func fromMapped(path string, m *gguf.Mapped) (*Engine, error) {
 	tok, err := tokenizer.New(v)
 	if err != nil {
 		return nil, fmt.Errorf("model %s: building tokenizer: %w", path, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("model %s: %w", path, err)
 	}
 	mod, err := model.LoadGGUF(m)
 	if err != nil {

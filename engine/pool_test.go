@@ -35,7 +35,7 @@ func TestOpenPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	gen := func(path string) string {
-		e, err := engine.Open(path)
+		e, err := engine.Open(context.Background(), path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +69,7 @@ func TestOpenPool(t *testing.T) {
 	if err := os.WriteFile(bad, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := engine.Open(bad); err == nil || !strings.Contains(err.Error(), "extent layer 1") {
+	if _, err := engine.Open(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "extent layer 1") {
 		t.Fatalf("damaged pool: %v", err)
 	}
 }

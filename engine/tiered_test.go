@@ -99,7 +99,7 @@ func sameIDs(a, b []int32) bool {
 // residentTokens is what the fully resident engine generates.
 func residentTokens(t *testing.T, path string, n int) ([]int32, string) {
 	t.Helper()
-	e, err := engine.Open(path)
+	e, err := engine.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestStreamedSameTokens(t *testing.T) {
 		// misses by a third of a layer, so some layers go to C (their
 		// slots and staging buffers displacing more) and the rest stay
 		// on A.
-		big, err := engine.OpenWith(pool, engine.Options{HostBudget: 1 << 30, Context: 256, Links: defaultLinks()})
+		big, err := engine.OpenWith(context.Background(), pool, engine.Options{HostBudget: 1 << 30, Context: 256, Links: defaultLinks()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +187,7 @@ func TestStreamedSameTokens(t *testing.T) {
 				if o.HostBudget == 0 {
 					o.HostBudget = 1 << 30
 				}
-				e, err := engine.OpenWith(pool, o)
+				e, err := engine.OpenWith(context.Background(), pool, o)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -257,7 +257,7 @@ func TestReadFailureFailsOneRequest(t *testing.T) {
 
 	t.Run("injected", func(t *testing.T) {
 		var faulty *stream.FaultySource
-		e, err := engine.OpenWith(pool, engine.Options{Tiers: "all-C", HostBudget: 1 << 30, Context: 256, Links: defaultLinks(),
+		e, err := engine.OpenWith(context.Background(), pool, engine.Options{Tiers: "all-C", HostBudget: 1 << 30, Context: 256, Links: defaultLinks(),
 			WrapSource: func(s stream.Source) stream.Source { faulty = stream.NewFaulty(s); return faulty }})
 		if err != nil {
 			t.Fatal(err)
@@ -296,7 +296,7 @@ func TestReadFailureFailsOneRequest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, err := engine.OpenWith(pool, engine.Options{Tiers: "all-C", HostBudget: 1 << 30, Context: 256, Links: defaultLinks()})
+		e, err := engine.OpenWith(context.Background(), pool, engine.Options{Tiers: "all-C", HostBudget: 1 << 30, Context: 256, Links: defaultLinks()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -340,7 +340,7 @@ func TestOpenWithRefuses(t *testing.T) {
 	pool, g := stackedPool(t, "llama", "q8_0", 1)
 	links := defaultLinks()
 	// The GGUF fits resident under a large budget and then plans all-A.
-	e, err := engine.OpenWith(g, engine.Options{HostBudget: 1 << 30, Context: 256, Links: links})
+	e, err := engine.OpenWith(context.Background(), g, engine.Options{HostBudget: 1 << 30, Context: 256, Links: links})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +368,7 @@ func TestOpenWithRefuses(t *testing.T) {
 			if o.HostBudget == 0 {
 				o.HostBudget = 1 << 30
 			}
-			e, err := engine.OpenWith(tc.path, o)
+			e, err := engine.OpenWith(context.Background(), tc.path, o)
 			if err == nil {
 				e.Close()
 				t.Fatal("opened")

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 
 func openTiny(t *testing.T) *engine.Engine {
 	t.Helper()
-	e, err := engine.Open(tinyPath)
+	e, err := engine.Open(context.Background(), tinyPath)
 	if err != nil {
 		t.Fatal(err)
 	}

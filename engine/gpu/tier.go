@@ -142,7 +142,7 @@ func (m *Model) streamedSet(layers int) ([]bool, error) {
 // loadTierB packs the tier-B layers into pinned host memory, sets up
 // tier C's reader and pins its staging buffers, and allocates the slots,
 // copy stream and events.
-func (m *Model) loadTierB(c *cudadrv.Ctx, w *model.Weights, streamed []bool, tc []*tierCLayer, base []int64, hostTotal, slotBytes int64, nslots int) error {
+func (m *Model) loadTierB(ctx context.Context, c *cudadrv.Ctx, w *model.Weights, streamed []bool, tc []*tierCLayer, base []int64, hostTotal, slotBytes int64, nslots int) error {
 	gemma := m.Config.Arch == model.ArchGemma2
 	n := len(streamed)
 	tb := &tierB{slotBytes: slotBytes, off: base, size: make([]int64, n), idx: make([]int, n), tierC: make([]bool, n)}
@@ -156,6 +156,9 @@ func (m *Model) loadTierB(c *cudadrv.Ctx, w *model.Weights, streamed []bool, tc 
 	}
 	var maxC int64
 	for i, s := range streamed {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("tier B layer %d: %w", i, err)
+		}
 		tb.idx[i] = -1
 		switch {
 		case tc != nil && tc[i] != nil:

@@ -111,7 +111,9 @@ func runCommand() *cli.Command {
 					return usagef("--tiers: %v", err)
 				}
 			}
-			e, err := engine.OpenWith(path, o)
+			// Links are measured on demand, once, if the model must stream.
+			o.LinkCache = engine.NewLinkCache()
+			e, err := engine.OpenWith(ctx, path, o)
 			if errors.Is(err, engine.ErrCUDAUnavailable) {
 				return codedError{err, exitBusy}
 			}
