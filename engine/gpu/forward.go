@@ -186,8 +186,9 @@ func planPass(batch []Step) pass {
 // pass over the layers on the GPU and fills each step's Logits (or, for a
 // pass whose every step asks for Greedy, only each step's Token), with
 // engine/model.Forward's contract: the batch is checked by
-// model.CheckBatch before anything changes (a bad token, a closed or foreign sequence, a sequence listed
-// twice, or ErrContextOverflow leave every sequence untouched);
+// model.CheckBatch before anything changes (a bad token, a closed or
+// foreign sequence, a sequence listed twice, or ErrContextOverflow leave
+// every sequence untouched);
 // cancellation is checked between layers while the pass is being
 // enqueued; a cancelled or failed pass leaves every sequence at its old
 // position. A pure decode step of up to eight sequences is replayed from a
