@@ -3,7 +3,10 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/strata-llm/strata/engine"
@@ -42,6 +45,20 @@ func TestOpenCancelled(t *testing.T) {
 	openWith := func(o engine.Options) func(string) error {
 		return open(func(ctx context.Context, path string) (*engine.Engine, error) { return engine.OpenWith(ctx, path, o) })
 	}
+	// whileVerifying opens the pool resident with a context that is
+	// cancelled after the open's first two checks: inside the extent
+	// checks, before the first layer.
+	whileVerifying := func(path string) error {
+		e, err := engine.OpenPool(&cancelAfter{Context: context.Background(), checks: 2}, path)
+		if err == nil {
+			e.Close()
+			return nil
+		}
+		if !strings.Contains(err.Error(), "verifying the pool at layer 0") {
+			return fmt.Errorf("not stopped at the first extent: %w", err)
+		}
+		return err
+	}
 	for _, tc := range []struct {
 		name string
 		path string
@@ -54,6 +71,7 @@ func TestOpenCancelled(t *testing.T) {
 		{"OpenWith auto", gg, openWith(engine.Options{Links: defaultLinks()})},
 		{"OpenWith pool streamed", pool, openWith(engine.Options{Backend: "cpu", Tiers: "all-C", HostBudget: 1 << 30, Context: 256, Links: defaultLinks()})},
 		{"OpenWith cancelled while measuring links", pool, midLoad},
+		{"OpenPool cancelled while verifying extents", pool, whileVerifying},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -62,6 +80,21 @@ func TestOpenCancelled(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cancelAfter is a context whose Err reports cancellation after checks
+// calls: it stands for a cancellation arriving in the middle of a load.
+type cancelAfter struct {
+	context.Context
+	checks int32
+	n      atomic.Int32
+}
+
+func (c *cancelAfter) Err() error {
+	if c.n.Add(1) > c.checks {
+		return context.Canceled
+	}
+	return nil
 }
 
 // TestLinksMeasuredOnce: two loads that stream, sharing one LinkCache,
