@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -29,7 +30,7 @@ func TestStreamedReadFailure(t *testing.T) {
 	pool, extents := stackedPool(t, modelDir, 1, 2, 3)
 	for _, lr := range []api.LoadRequest{{Name: "resident"}, {Name: "allc", Tiers: "all-C"}} {
 		lr.MaxBatch, lr.Context = 2, 256
-		if _, err := h.srv.LoadFile(pool, lr); err != nil {
+		if _, err := h.srv.LoadFile(context.Background(), pool, lr); err != nil {
 			t.Fatal(err)
 		}
 	}

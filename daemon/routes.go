@@ -248,7 +248,7 @@ func (s *Server) handleLoad(w http.ResponseWriter, r *http.Request) error {
 		return openai.BadRequest("path", "%v", err)
 	}
 	s.log.Info("load requested", "peer", peerOf(r).String(), "path", path, "name", req.Name)
-	st, err := s.LoadFile(path, req)
+	st, err := s.LoadFile(r.Context(), path, req)
 	if errors.Is(err, ErrModelExists) {
 		return openai.Errorf(http.StatusConflict, openai.TypeInvalidRequest, "name", "model_exists", "%v", err)
 	}

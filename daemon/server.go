@@ -69,7 +69,8 @@ type Config struct {
 	// shutdown starts before they are cancelled with an error.
 	ShutdownTimeout time.Duration
 	// Links pins the link speeds the tier planner uses; nil lets the
-	// engine measure them (quickly) when a model must stream.
+	// engine measure them (quickly) the first time a model must stream,
+	// once for the daemon's life (the Server's engine.LinkCache).
 	Links *tier.Links
 	// Backend is the backend of loads that name none: "auto" (or ""),
 	// "cpu" or "cuda" (see engine.Options.Backend).
@@ -94,6 +95,9 @@ type Server struct {
 	// bench admits one benchmark at a time (bench.go: a second gets 429
 	// bench_busy rather than skewing both measurements).
 	bench sync.Mutex
+	// links are the link speeds measured for the daemon's loads: made at
+	// start, each link measured when a load first needs it and kept.
+	links *engine.LinkCache
 	// blockIO is the block-layer tracer's state once StartBlockTrace ran
 	// (blockio.go); nil before, and after stopBlockTrace.
 	blockIO atomic.Pointer[blockIO]
@@ -154,6 +158,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Log.Warn(warn)
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, policy: pol, metrics: newMetrics(), started: time.Now(), models: map[string]*loaded{},
+		links:   engine.NewLinkCache(),
 		devices: newDeviceRegistry(cfg.Log.Named("devices"), nvmehost.Host{})}
 	s.metrics.reg.MustRegister(pipelineCollector{s})
 	s.handler = s.routes()
@@ -183,8 +188,10 @@ var wrapSource func(tier.Source) tier.Source
 // it is for the operator's own --model flag, not for clients. The tier
 // planner places the model's layers within req's budgets (engine.OpenWith):
 // a prefab pool that does not fit streams the rest every pass; a GGUF that
-// does not fit is refused with the prefab command to run.
-func (s *Server) LoadFile(path string, req api.LoadRequest) (api.ModelStatus, error) {
+// does not fit is refused with the prefab command to run. Cancelling ctx
+// (the admin client went away, the daemon is stopping) stops the load
+// between reads with an error wrapping ctx's.
+func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest) (api.ModelStatus, error) {
 	if req.Budgets.RAMBytes < 0 || req.Budgets.VRAMBytes < 0 {
 		return api.ModelStatus{}, openai.BadRequest("budgets", "budgets must not be negative")
 	}
@@ -224,10 +231,10 @@ func (s *Server) LoadFile(path string, req api.LoadRequest) (api.ModelStatus, er
 		maxQueue = req.MaxQueue
 	}
 	t0 := time.Now()
-	eng, err := engine.OpenWith(path, engine.Options{
+	eng, err := engine.OpenWith(ctx, path, engine.Options{
 		DeviceBudget: req.Budgets.VRAMBytes, HostBudget: req.Budgets.RAMBytes,
 		Context: req.Context, Batch: maxBatch, Depth: req.Depth, Tiers: req.Tiers,
-		Links: s.cfg.Links, Logger: s.log.Named("engine"), Backend: backend, WrapSource: wrapSource,
+		Links: s.cfg.Links, LinkCache: s.links, Logger: s.log.Named("engine"), Backend: backend, WrapSource: wrapSource,
 	})
 	switch {
 	case errors.Is(err, engine.ErrCUDAUnavailable):

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -90,7 +91,7 @@ func start(t *testing.T, o opts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srv.LoadFile(tinyPath, api.LoadRequest{Name: tiny}); err != nil {
+	if _, err := srv.LoadFile(context.Background(), tinyPath, api.LoadRequest{Name: tiny}); err != nil {
 		t.Fatal(err)
 	}
 	dir := o.dir
@@ -849,5 +850,25 @@ func TestGracefulShutdown(t *testing.T) {
 	h.done <- nil
 	if _, err := os.Stat(h.sock); !os.IsNotExist(err) {
 		t.Fatalf("socket left behind: %v", err)
+	}
+}
+
+// TestLoadCancelled: a load whose context is cancelled fails with
+// context.Canceled and registers nothing, and the daemon loads the same
+// model under the same name afterwards.
+func TestLoadCancelled(t *testing.T) {
+	t.Parallel()
+	srv, err := New(Config{Log: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := srv.LoadFile(ctx, tinyPath, api.LoadRequest{Name: "cancelled"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled load: %v, want context.Canceled", err)
+	}
+	if _, err := srv.LoadFile(context.Background(), tinyPath, api.LoadRequest{Name: "cancelled"}); err != nil {
+		t.Fatalf("load after a cancelled one: %v", err)
 	}
 }

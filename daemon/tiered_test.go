@@ -128,7 +128,7 @@ func TestStreamedModel(t *testing.T) {
 	base := api.LoadRequest{MaxBatch: 4, Context: 256}
 	res := base
 	res.Name = "resident"
-	rst, err := h.srv.LoadFile(pool, res)
+	rst, err := h.srv.LoadFile(context.Background(), pool, res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestStreamedModel(t *testing.T) {
 	}
 	allC := base
 	allC.Name, allC.Tiers = "allc", "all-C"
-	if _, err := h.srv.LoadFile(pool, allC); err != nil {
+	if _, err := h.srv.LoadFile(context.Background(), pool, allC); err != nil {
 		t.Fatal(err)
 	}
 	// A RAM budget the whole model (with KV cache and scratch for 4
@@ -146,7 +146,7 @@ func TestStreamedModel(t *testing.T) {
 	budget := base
 	budget.Name = "budget"
 	budget.Budgets.RAMBytes = rst.Plan.DeviceBytes - extents[0]/3
-	bst, err := h.srv.LoadFile(pool, budget)
+	bst, err := h.srv.LoadFile(context.Background(), pool, budget)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestSchedulerStreamsOncePerPass(t *testing.T) {
 	for _, e := range extents {
 		sum += e
 	}
-	eng, err := engine.OpenWith(pool, engine.Options{Tiers: "all-C", Batch: 4, Context: 256, HostBudget: 1 << 30, Links: pinnedLinks(),
+	eng, err := engine.OpenWith(context.Background(), pool, engine.Options{Tiers: "all-C", Batch: 4, Context: 256, HostBudget: 1 << 30, Links: pinnedLinks(),
 		Logger: hclog.NewNullLogger()})
 	if err != nil {
 		t.Fatal(err)

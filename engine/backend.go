@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -40,9 +39,9 @@ func ParseBackend(s string) (string, error) {
 }
 
 // Backend runs one loaded model's forward passes on one kind of hardware.
-// It is the single interface Generate and the daemon's scheduler drive,
-// so neither knows whether a pass runs on the CPU or a GPU. Sequences
-// belong to the Backend that made them.
+// It is the single interface the scheduler (daemon/sched) drives, so it
+// never knows whether a pass runs on the CPU or a GPU. Sequences belong
+// to the Backend that made them.
 type Backend interface {
 	// Name is BackendCPU or BackendCUDA.
 	Name() string
@@ -60,51 +59,19 @@ type Backend interface {
 	// fails when MaxSeqs sequences are open.
 	NewSequence(maxCtx int) (Sequence, error)
 	// Forward advances every step's sequence by its tokens in one batched
-	// pass and fills the steps' Logits, with engine/model.Forward's
-	// contract (the batch is validated before anything changes; a failed
-	// or cancelled pass leaves every sequence at its old position).
-	Forward(ctx context.Context, batch []Step) error
+	// pass and fills the steps' Logits (or, where the backend can pick
+	// them on the device, Greedy steps' Tokens), with engine/model.Forward's
+	// contract (the batch is checked by model.CheckBatch before anything
+	// changes; a failed or cancelled pass leaves every sequence at its old
+	// position).
+	Forward(ctx context.Context, batch []model.Step) error
 }
 
-// Sequence is one stream of tokens with its KV cache on a Backend. Close
-// gives the cache back (on a GPU it frees a slot for the next sequence);
-// a closed sequence cannot be used in Forward.
-type Sequence interface {
-	// Pos is the number of tokens held (the position of the next one).
-	Pos() int
-	// MaxContext is the cache's capacity in positions.
-	MaxContext() int
-	// Reset empties the sequence, keeping its cache.
-	Reset()
-	// Truncate drops every token from position n on.
-	Truncate(n int) error
-	// Close releases the cache. Closing twice is harmless.
-	Close()
-}
-
-// Step is one sequence's share of a forward pass, as engine/model.Step but
-// over a Backend's Sequence.
-type Step struct {
-	// Seq is the sequence to advance.
-	Seq Sequence
-	// Tokens are the token ids to append (at least one).
-	Tokens []int32
-	// Logits is filled by Forward: one Vocab-long row per token when
-	// AllLogits is set, otherwise a single row for the last token. Rows
-	// already present with the right shape are reused.
-	Logits [][]float32
-	// AllLogits asks for logits at every token instead of the last only.
-	AllLogits bool
-	// Greedy asks Forward for Token, the greedy choice of the step's last
-	// logit row (largest logit, lowest id on ties, NaN never chosen; see
-	// GreedyOnly). The CUDA backend selects it on the device when every
-	// step of the pass asks for it and none for AllLogits, and then leaves
-	// Logits as it was (only the token ids are downloaded); otherwise
-	// Logits is filled too and Token chosen from it on the host.
-	Greedy bool
-	// Token is filled by Forward when Greedy is set.
-	Token int32
-}
+// Sequence is one stream of tokens with its KV cache on a Backend:
+// engine/model's Seq, which engine/model and engine/gpu sequences both
+// are. Close gives the cache back (on a GPU it frees a slot for the next
+// sequence); a closed sequence cannot be used in Forward.
+type Sequence = model.Seq
 
 // BackendInfo says which backend runs the model, on what, and why.
 type BackendInfo struct {
@@ -154,13 +121,13 @@ func (b BackendInfo) String() string {
 }
 
 // ErrSequenceClosed is wrapped by Forward when a step's sequence was
-// closed.
-var ErrSequenceClosed = errors.New("sequence is closed")
+// closed (engine/model's, re-exported).
+var ErrSequenceClosed = model.ErrSequenceClosed
 
 // cpuBackend runs passes on engine/model, through the engine's streaming
 // pipeline when some layers stream. It adds nothing to the arithmetic: a
 // pass is exactly Engine's model (or pipeline) Forward over the same
-// steps.
+// steps, which validates them.
 type cpuBackend struct{ e *Engine }
 
 func (b cpuBackend) Name() string         { return BackendCPU }
@@ -169,54 +136,19 @@ func (b cpuBackend) MaxContext() int      { return b.e.Model.Config.Context }
 func (b cpuBackend) MaxSeqs() int         { return 0 }
 
 func (b cpuBackend) NewSequence(maxCtx int) (Sequence, error) {
-	return &cpuSequence{Sequence: b.e.Model.NewSequence(maxCtx), m: b.e.Model}, nil
+	return b.e.Model.NewSequence(maxCtx), nil
 }
 
-func (b cpuBackend) Forward(ctx context.Context, batch []Step) error {
-	steps := make([]model.Step, len(batch))
-	for i, st := range batch {
-		s, ok := st.Seq.(*cpuSequence)
-		switch {
-		case !ok || s == nil:
-			return fmt.Errorf("forward: step %d: the sequence does not belong to the CPU backend", i)
-		case s.m != b.e.Model:
-			return fmt.Errorf("forward: step %d: the sequence belongs to another model", i)
-		case s.closed:
-			return fmt.Errorf("forward: step %d: %w", i, ErrSequenceClosed)
-		}
-		steps[i] = model.Step{Seq: s.Sequence, Tokens: st.Tokens, Logits: st.Logits, AllLogits: st.AllLogits}
+// Forward is the CPU pass: through the pipeline when layers stream.
+func (b cpuBackend) Forward(ctx context.Context, batch []model.Step) error {
+	if b.e.pipe != nil {
+		return b.e.pipe.Forward(ctx, b.e.Model, batch)
 	}
-	err := b.e.forwardCPU(ctx, steps)
-	for i := range batch {
-		batch[i].Logits = steps[i].Logits
-	}
-	if err == nil {
-		hostGreedy(batch)
-	}
-	return err
+	return b.e.Model.Forward(ctx, batch)
 }
 
-// forwardCPU is the CPU pass: through the pipeline when layers stream.
-func (e *Engine) forwardCPU(ctx context.Context, batch []model.Step) error {
-	if e.pipe != nil {
-		return e.pipe.Forward(ctx, e.Model, batch)
-	}
-	return e.Model.Forward(ctx, batch)
-}
-
-// cpuSequence is a model.Sequence with the Close the Backend contract
-// asks for (the CPU cache is garbage-collected; Close only marks the
-// sequence unusable).
-type cpuSequence struct {
-	*model.Sequence
-	m      *model.Model
-	closed bool
-}
-
-func (s *cpuSequence) Close() { s.closed = true }
-
-// Backend is the backend the engine runs on; Generate and Forward go
-// through it, and the daemon's scheduler drives it directly.
+// Backend is the backend the engine runs on; Forward goes through it, and
+// the scheduler drives it directly.
 func (e *Engine) Backend() Backend { return e.backend }
 
 // BackendInfo describes the backend the engine runs on.
@@ -235,6 +167,6 @@ func (e *Engine) MaxContext() int { return e.backend.MaxContext() }
 // once for the whole batch. On the CPU with a pipeline the pass runs under
 // ctx from its first read (prefetch starts before the embedding), and a
 // failed read fails only this pass.
-func (e *Engine) Forward(ctx context.Context, batch []Step) error {
+func (e *Engine) Forward(ctx context.Context, batch []model.Step) error {
 	return e.backend.Forward(ctx, batch)
 }

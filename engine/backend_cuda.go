@@ -57,20 +57,9 @@ func (b *cudaBackend) NewSequence(maxCtx int) (Sequence, error) {
 	return s, nil
 }
 
-func (b *cudaBackend) Forward(ctx context.Context, batch []Step) error {
-	steps := make([]gpu.Step, len(batch))
-	for i, st := range batch {
-		s, ok := st.Seq.(*gpu.Sequence)
-		if !ok || s == nil {
-			return fmt.Errorf("forward: step %d: the sequence does not belong to the CUDA backend", i)
-		}
-		steps[i] = gpu.Step{Seq: s, Tokens: st.Tokens, Logits: st.Logits, AllLogits: st.AllLogits, Greedy: st.Greedy}
-	}
-	err := b.m.Forward(ctx, steps)
-	for i := range batch {
-		batch[i].Logits, batch[i].Token = steps[i].Logits, steps[i].Token
-	}
-	return err
+// Forward is engine/gpu's pass over the same steps, which validates them.
+func (b *cudaBackend) Forward(ctx context.Context, batch []model.Step) error {
+	return b.m.Forward(ctx, batch)
 }
 
 // cudaSource is what openCUDA builds the engine from: the opened pool or
@@ -89,7 +78,7 @@ type cudaSource struct {
 // model there. On success the
 // engine owns src's file; on failure nothing of src is closed (the CPU
 // path may still use it) and whatever was opened on the GPU is released.
-func openCUDA(src cudaSource, o Options, log hclog.Logger) (*Engine, error) {
+func openCUDA(ctx context.Context, src cudaSource, o Options, log hclog.Logger) (*Engine, error) {
 	dev, err := openDevice()
 	if err != nil {
 		return nil, err
@@ -105,7 +94,7 @@ func openCUDA(src cudaSource, o Options, log hclog.Logger) (*Engine, error) {
 	}
 	maj, mnr := dev.ComputeCapability()
 	info.ComputeCapability = fmt.Sprintf("%d.%d", maj, mnr)
-	e, err := loadCUDA(dev, src, o, &info, log)
+	e, err := loadCUDA(ctx, dev, src, o, &info, log)
 	if err != nil {
 		if cerr := dev.Close(); cerr != nil {
 			log.Warn("closing the CUDA device", "error", cerr)
@@ -115,7 +104,7 @@ func openCUDA(src cudaSource, o Options, log hclog.Logger) (*Engine, error) {
 	return e, nil
 }
 
-func loadCUDA(dev *cudadrv.Device, src cudaSource, o Options, info *BackendInfo, log hclog.Logger) (*Engine, error) {
+func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Options, info *BackendInfo, log hclog.Logger) (*Engine, error) {
 	var free int64
 	if err := dev.Do(func(c *cudadrv.Ctx) error {
 		var err error
@@ -130,7 +119,10 @@ func loadCUDA(dev *cudadrv.Device, src cudaSource, o Options, info *BackendInfo,
 		// Layers stream: the links now decide placement and depth, so
 		// measure them and plan again (a resident plan is the best under
 		// any link speeds and pays for no measurement, as on the CPU).
-		l := measuredGPULinks(dev, src, log)
+		l, merr := o.LinkCache.gpuLinks(ctx, dev, src, log)
+		if merr != nil {
+			return nil, merr
+		}
 		o.Links = &l
 		plan, err = o.planCUDA(src, free, dev.TotalMem())
 	}
@@ -162,16 +154,14 @@ func loadCUDA(dev *cudadrv.Device, src cudaSource, o Options, info *BackendInfo,
 	var e *Engine
 	switch {
 	case len(onC) > 0:
-		e, err = poolEngine(src.path, src.pool, src.pool.StreamingModel)
-		for i := 0; err == nil && i < len(plan.Layers); i++ {
-			if plan.Layers[i].Tier != tier.TierC {
-				_, err = src.pool.Mapped(i)
-			}
+		err = verifyPool(ctx, src.pool, func(i int) bool { return plan.Layers[i].Tier != tier.TierC })
+		if err == nil {
+			e, err = poolEngine(src.path, src.pool, src.pool.StreamingModel)
 		}
 	case src.pool != nil:
-		e, err = fromPool(src.path, src.pool)
+		e, err = fromPool(ctx, src.path, src.pool)
 	default:
-		e, err = fromMapped(src.path, src.gf)
+		e, err = fromMapped(ctx, src.path, src.gf)
 	}
 	if err != nil {
 		return nil, err
@@ -193,7 +183,7 @@ func loadCUDA(dev *cudadrv.Device, src cudaSource, o Options, info *BackendInfo,
 		}
 		copts.TierC = &gpu.TierC{Layers: onC, Store: src.pool, Source: tsrc, Verify: o.Verify}
 	}
-	cm, err := gpu.Load(dev, e.Model.Config, e.Model.Weights, copts)
+	cm, err := gpu.LoadContext(ctx, dev, e.Model.Config, e.Model.Weights, copts)
 	if err != nil {
 		if tsrc != nil {
 			tsrc.Close()
@@ -222,33 +212,41 @@ func (o *Options) contextAndBatch(cfg model.Config) (ctxLen, batch int) {
 	return min(ctxLen, cfg.Context), max(o.Batch, 1)
 }
 
-// measuredGPULinks are the links a GPU plan uses when none are given:
+// gpuLinks are the links a GPU plan uses when none are given:
 // tier.DefaultLinks with the pinned host-to-device rate measured on dev
-// (four 64 MiB copies, a few tens of milliseconds with the allocation)
 // and, for a pool (whose layers may go to tier C), the storage it lies on
-// (64 MiB read with O_DIRECT, as the CPU backend measures it). The
-// defaults assume a PCIe 4 link and a PCIe 4 SSD, and the planner's
-// expected pass time, the bound it names and `strata run --stats` follow
-// from the links. A failed measurement keeps its default, logged.
-func measuredGPULinks(dev *cudadrv.Device, src cudaSource, log hclog.Logger) tier.Links {
+// (64 MiB read with O_DIRECT, as the CPU backend measures it), each from
+// the cache. The defaults assume a PCIe 4 link and a PCIe 4 SSD, and the
+// planner's expected pass time, the bound it names and `strata run
+// --stats` follow from the links. A failed measurement keeps its default,
+// logged; a cancelled one fails the load.
+func (c *LinkCache) gpuLinks(ctx context.Context, dev *cudadrv.Device, src cudaSource, log hclog.Logger) (tier.Links, error) {
 	l := tier.DefaultLinks()
 	l.Notes = []string{"compute: default"}
-	if bw, err := gpu.HostToDevicePeak(dev, 64<<20, 4); err != nil {
+	if bw, err := c.hostToDevice(ctx, dev); ctx.Err() != nil {
+		return l, fmt.Errorf("measuring links: %w", ctx.Err())
+	} else if err != nil {
 		log.Warn("measuring pinned host-to-device bandwidth; planning with the default", "error", err)
 		l.Notes = append(l.Notes, "h2d: default (measurement failed)")
 	} else {
 		l.HostToDevice = bw
-		l.Notes = append(l.Notes, fmt.Sprintf("h2d: %.1f GB/s measured at load (pinned, 64 MiB copies)", bw/1e9))
+		l.Notes = append(l.Notes, fmt.Sprintf("h2d: %.1f GB/s measured (pinned, 64 MiB copies)", bw/1e9))
 	}
 	if src.pool == nil {
 		l.Notes = append(l.Notes, "storage: default (a GGUF never streams tier C)")
-		return l
+		return l, nil
 	}
-	if err := l.MeasureStorageOf(context.Background(), src.path, 64<<20); err != nil {
+	s, err := c.storageOf(ctx, src.path)
+	switch {
+	case ctx.Err() != nil:
+		return l, fmt.Errorf("measuring links: %w", ctx.Err())
+	case err != nil:
 		log.Warn("measuring the pool's storage; planning with the default", "error", err)
 		l.Notes = append(l.Notes, "storage: default (measurement failed)")
+	default:
+		s.setStorage(&l)
 	}
-	return l
+	return l, nil
 }
 
 // planCUDA plans the layers onto a GPU with free bytes of device memory

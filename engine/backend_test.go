@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
@@ -65,7 +66,7 @@ func TestBackendChoice(t *testing.T) {
 			opened := false
 			defer engine.SetOpenDevice(func() (*cudadrv.Device, error) { opened = true; return tc.open() })()
 			var logs logSink
-			e, err := engine.OpenWith(path, engine.Options{Backend: tc.backend, Links: defaultLinks(), Logger: logs.logger()})
+			e, err := engine.OpenWith(context.Background(), path, engine.Options{Backend: tc.backend, Links: defaultLinks(), Logger: logs.logger()})
 			if opened != tc.opened {
 				t.Errorf("device opened: %v, want %v", opened, tc.opened)
 			}
@@ -124,7 +125,7 @@ func broken() (*cudadrv.Device, error) {
 // tokens match the CPU reference.
 func TestBackendRealDriver(t *testing.T) {
 	path := tinyGGUF(t, "f32")
-	e, err := engine.OpenWith(path, engine.Options{Links: defaultLinks()})
+	e, err := engine.OpenWith(context.Background(), path, engine.Options{Links: defaultLinks()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +136,7 @@ func TestBackendRealDriver(t *testing.T) {
 		if !strings.HasPrefix(bi.Reason, "CUDA unavailable: ") && !strings.HasPrefix(bi.Reason, "CUDA backend failed: ") {
 			t.Fatalf("auto fell back to the CPU with reason %q", bi.Reason)
 		}
-		_, err := engine.OpenWith(path, engine.Options{Backend: "cuda", Links: defaultLinks()})
+		_, err := engine.OpenWith(context.Background(), path, engine.Options{Backend: "cuda", Links: defaultLinks()})
 		if err == nil || !strings.Contains(err.Error(), "CUDA") {
 			t.Fatalf("backend cuda without a usable GPU: %v", err)
 		}
@@ -153,7 +154,7 @@ func TestBackendRealDriver(t *testing.T) {
 		t.Fatalf("GPU tokens %v, CPU %v", got, want)
 	}
 	// Half the layers on tier B: streamed from pinned memory every pass.
-	s, err := engine.OpenWith(path, engine.Options{Backend: "cuda", Tiers: "A,B", Links: defaultLinks()})
+	s, err := engine.OpenWith(context.Background(), path, engine.Options{Backend: "cuda", Tiers: "A,B", Links: defaultLinks()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,12 +171,12 @@ func TestBackendRealDriver(t *testing.T) {
 // from another engine, before anything changes.
 func TestForwardChecksSequences(t *testing.T) {
 	path := tinyGGUF(t, "q8_0")
-	a, err := engine.OpenWith(path, engine.Options{Backend: "cpu", Links: defaultLinks()})
+	a, err := engine.OpenWith(context.Background(), path, engine.Options{Backend: "cpu", Links: defaultLinks()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := engine.Open(path)
+	b, err := engine.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,19 +184,19 @@ func TestForwardChecksSequences(t *testing.T) {
 	ctx := context.Background()
 	sa, _ := a.NewSequence(16)
 	sb, _ := b.NewSequence(16)
-	if err := a.Forward(ctx, []engine.Step{{Seq: sa, Tokens: []int32{1}}, {Seq: sb, Tokens: []int32{1}}}); err == nil || !strings.Contains(err.Error(), "another model") {
+	if err := a.Forward(ctx, []model.Step{{Seq: sa, Tokens: []int32{1}}, {Seq: sb, Tokens: []int32{1}}}); err == nil || !strings.Contains(err.Error(), "another model") {
 		t.Fatalf("foreign sequence: %v", err)
 	}
 	if sa.Pos() != 0 {
 		t.Fatalf("a refused pass moved the sequence to %d", sa.Pos())
 	}
-	st := []engine.Step{{Seq: sa, Tokens: []int32{1, 2}}}
+	st := []model.Step{{Seq: sa, Tokens: []int32{1, 2}}}
 	if err := a.Forward(ctx, st); err != nil || sa.Pos() != 2 || len(st[0].Logits) != 1 || len(st[0].Logits[0]) != a.Model.Config.Vocab {
 		t.Fatalf("pass: %v, pos %d, %d logit rows", err, sa.Pos(), len(st[0].Logits))
 	}
 	sa.Close()
 	sa.Close()
-	if err := a.Forward(ctx, []engine.Step{{Seq: sa, Tokens: []int32{3}}}); !errors.Is(err, engine.ErrSequenceClosed) {
+	if err := a.Forward(ctx, []model.Step{{Seq: sa, Tokens: []int32{3}}}); !errors.Is(err, engine.ErrSequenceClosed) {
 		t.Fatalf("closed sequence: %v", err)
 	}
 }

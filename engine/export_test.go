@@ -1,6 +1,13 @@
 package engine
 
-import "github.com/strata-llm/strata/kernels/cudadrv"
+import (
+	"context"
+	"time"
+
+	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/kernels/cudadrv"
+)
 
 // SetOpenDevice stands in f for opening the GPU until the returned
 // function restores the real one.
@@ -8,4 +15,26 @@ func SetOpenDevice(f func() (*cudadrv.Device, error)) (restore func()) {
 	old := openDevice
 	openDevice = f
 	return func() { openDevice = old }
+}
+
+// NewFakeLinkCache returns a LinkCache whose measurements return fixed
+// speeds without touching the machine, and a function that reports how
+// many of each ran. storage, when not nil, runs inside the storage
+// measurement with its context (a test cancels the load there).
+func NewFakeLinkCache(storage func(ctx context.Context)) (*LinkCache, func() map[string]int) {
+	c := newLinkCache(linkProbes{
+		storage: func(ctx context.Context, path string, limit int64) (tier.StorageResult, error) {
+			if storage != nil {
+				storage(ctx)
+			}
+			if err := ctx.Err(); err != nil {
+				return tier.StorageResult{}, err
+			}
+			return tier.StorageResult{Bandwidth: 2e9, Latency: 80 * time.Microsecond, Bytes: limit, Direct: true}, nil
+		},
+		memmove: func(context.Context, time.Duration) float64 { return 20e9 },
+		compute: func(context.Context, quant.Type, time.Duration) (float64, error) { return 40e9, nil },
+		h2d:     func(*cudadrv.Device, int64, int) (float64, error) { return 50e9, nil },
+	})
+	return c, c.measurements
 }

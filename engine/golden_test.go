@@ -122,7 +122,7 @@ func TestGoldenHF(t *testing.T) {
 			if sum := fileSHA256(t, path); sum != g.SHA256 {
 				t.Fatalf("synth output changed (sha256 %s, goldens made from %s): regenerate goldens with tools/reference/gen.sh on the GPU machine", sum, g.SHA256)
 			}
-			e, err := engine.Open(path)
+			e, err := engine.Open(context.Background(), path)
 			if err != nil {
 				t.Fatal(err)
 			}

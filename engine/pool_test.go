@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-llm/strata/daemon/sched"
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/prefab"
@@ -34,7 +35,7 @@ func TestOpenPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	gen := func(path string) string {
-		e, err := engine.Open(path)
+		e, err := engine.Open(context.Background(), path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,8 +43,8 @@ func TestOpenPool(t *testing.T) {
 		if (e.Pool() != nil) != strings.HasSuffix(path, ".pool") {
 			t.Fatalf("%s: opened as the wrong kind", path)
 		}
-		res, err := e.Generate(context.Background(), engine.Request{Prompt: "The fastest way", MaxTokens: 12,
-			Sample: sample.Greedy()}, func(engine.Token) error { return nil })
+		res, err := sched.Generate(context.Background(), e.Backend(), e.Tok, sched.Request{
+			Prompt: e.Tok.Encode("The fastest way", true, false), MaxTokens: 12, Sample: sample.Greedy()}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +69,7 @@ func TestOpenPool(t *testing.T) {
 	if err := os.WriteFile(bad, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := engine.Open(bad); err == nil || !strings.Contains(err.Error(), "extent layer 1") {
+	if _, err := engine.Open(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "extent layer 1") {
 		t.Fatalf("damaged pool: %v", err)
 	}
 }

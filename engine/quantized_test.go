@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"encoding/binary"
 	"math"
 	"path/filepath"
@@ -65,7 +66,7 @@ func TestQuantizedAgainstDequantizedF32(t *testing.T) {
 				if err := synth.Write(path, synth.Options{Arch: arch, Shape: "tiny", Type: typ, Seed: 7}); err != nil {
 					t.Fatal(err)
 				}
-				e, err := engine.Open(path)
+				e, err := engine.Open(context.Background(), path)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -20,7 +21,7 @@ import (
 func TestCUDATierC(t *testing.T) {
 	pool, gg := stackedPool(t, "llama", "f32", 1, 2, 3)
 	var faulty *stream.FaultySource
-	e, err := engine.OpenWith(pool, engine.Options{Backend: "cuda", Tiers: "A,C,B,C,C,A", Depth: 2, Links: defaultLinks(),
+	e, err := engine.OpenWith(context.Background(), pool, engine.Options{Backend: "cuda", Tiers: "A,C,B,C,C,A", Depth: 2, Links: defaultLinks(),
 		WrapSource: func(s tier.Source) tier.Source { faulty = stream.NewFaulty(s); return faulty }})
 	if errors.Is(err, engine.ErrCUDAUnavailable) {
 		t.Skipf("skipping GPU test: %v", err)
@@ -49,7 +50,7 @@ func TestCUDATierC(t *testing.T) {
 	if got, _, err = greedy(t, e, 24); err != nil || !sameIDs(got, want) {
 		t.Fatalf("after the failed read: %v (%v), want %v", got, err, want)
 	}
-	_, err = engine.OpenWith(gg, engine.Options{Backend: "cuda", Tiers: "A,C", Links: defaultLinks()})
+	_, err = engine.OpenWith(context.Background(), gg, engine.Options{Backend: "cuda", Tiers: "A,C", Links: defaultLinks()})
 	if !errors.Is(err, engine.ErrCUDATierC) || !errors.Is(err, engine.ErrNeedsPool) {
 		t.Fatalf("GGUF with a tier-C layer on the GPU: %v", err)
 	}

@@ -45,10 +45,15 @@ type Options struct {
 	// still hold it. Empty means plan.
 	Tiers string
 	// Links are the link speeds to plan with. Nil means: tier.DefaultLinks
-	// when the model fits resident (no link matters then), otherwise a
-	// quick measurement (about a quarter of a second: 64 MiB read from the
-	// pool with O_DIRECT, memmove and the CPU kernels).
+	// when the model fits resident (no link matters then), otherwise the
+	// measured ones from LinkCache.
 	Links *tier.Links
+	// LinkCache supplies measured link speeds when Links is nil and layers
+	// must stream (64 MiB read from the pool with O_DIRECT, memmove and the
+	// CPU kernels, or a GPU's pinned copies): each is measured the first
+	// time a load needs it and kept, so one cache per process measures
+	// once. Nil measures for this load only.
+	LinkCache *LinkCache
 	// Verify chooses when tier-C reads are checksummed (default: the first
 	// read of each extent).
 	Verify stream.VerifyMode
@@ -95,19 +100,25 @@ const defaultContext = 4096
 // every layer fits resident it behaves like Open. Otherwise (only for a pool) it builds
 // a streaming pipeline (engine/stream: a FileSource with O_DIRECT over the
 // pool for tier C, the pool's mapping for tier B, the CPU device) and
-// installs it as the model's layer source, so Generate, Forward and a bare
+// installs it as the model's layer source, so the scheduler, Forward and a bare
 // Model.Forward stream the layers that do not fit; Plan and PipelineStats
 // report what was decided and what moved. A GGUF that does not fit is
 // refused with an error wrapping ErrNeedsPool that gives the prefab
 // command; a model that does not fit even streamed is refused with an
 // error wrapping tier.ErrNoFit.
-func OpenWith(path string, o Options) (*Engine, error) {
+func OpenWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	if o.DeviceBudget < 0 || o.HostBudget < 0 || o.Context < 0 || o.Batch < 0 || o.Depth < 0 {
 		return nil, fmt.Errorf("opening model %s: budgets, context, batch and depth must not be negative", path)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("opening model %s: %w", path, err)
 	}
 	log := o.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
+	}
+	if o.LinkCache == nil {
+		o.LinkCache = NewLinkCache()
 	}
 	backend, err := ParseBackend(o.Backend)
 	if err != nil {
@@ -147,7 +158,7 @@ func OpenWith(path string, o Options) (*Engine, error) {
 	}
 	info := BackendInfo{Name: BackendCPU, Requested: backend}
 	if backend != BackendCPU {
-		e, err := openCUDA(cudaSource{path: path, pool: pool, gf: gf, sizes: sizes, cfg: cfg}, o, log)
+		e, err := openCUDA(ctx, cudaSource{path: path, pool: pool, gf: gf, sizes: sizes, cfg: cfg}, o, log)
 		if err == nil {
 			e.binfo.Requested = backend
 			log.Info("model on the GPU", "model", path, "backend", e.binfo.String(),
@@ -155,9 +166,10 @@ func OpenWith(path string, o Options) (*Engine, error) {
 				"device_weights", tier.FormatBytes(e.binfo.WeightBytes), "streamed_per_pass", tier.FormatBytes(e.binfo.StreamedBytes))
 			return e, nil
 		}
-		if backend == BackendCUDA {
+		if backend == BackendCUDA || ctx.Err() != nil {
+			// A cancelled load is not a reason to fall back to the CPU.
 			closeAll()
-			return nil, fmt.Errorf("model %s: backend cuda: %w", path, err)
+			return nil, fmt.Errorf("model %s: backend %s: %w", path, backend, err)
 		}
 		// auto: the CPU takes the model; say why.
 		info.Reason = err.Error()
@@ -168,7 +180,7 @@ func OpenWith(path string, o Options) (*Engine, error) {
 			log.Warn("the CUDA backend could not take the model; running on the CPU backend", "model", path, "reason", info.Reason)
 		}
 	}
-	plan, err := o.plan(path, isPool, sizes, cfg, log)
+	plan, err := o.plan(ctx, path, isPool, sizes, cfg, log)
 	if err != nil {
 		closeAll()
 		return nil, fmt.Errorf("model %s: %w", path, err)
@@ -180,9 +192,9 @@ func OpenWith(path string, o Options) (*Engine, error) {
 	if streamed == 0 {
 		var e *Engine
 		if pool != nil {
-			e, err = fromPool(path, pool)
+			e, err = fromPool(ctx, path, pool)
 		} else {
-			e, err = fromMapped(path, gf)
+			e, err = fromMapped(ctx, path, gf)
 		}
 		if err != nil {
 			closeAll()
@@ -205,7 +217,7 @@ func OpenWith(path string, o Options) (*Engine, error) {
 		return nil, fmt.Errorf("model %s: the plan streams %d of %d layers (%s, of which the KV cache for %d sequences takes %s): %w; %s, or plan for a shorter context or a smaller batch",
 			path, streamed, len(plan.Layers), budgets, plan.Batch, tier.FormatBytes(plan.Device.KV), ErrNeedsPool, fix)
 	}
-	e, err := streamPool(path, pool, plan, o, log)
+	e, err := streamPool(ctx, path, pool, plan, o, log)
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -216,7 +228,7 @@ func OpenWith(path string, o Options) (*Engine, error) {
 
 // plan builds the planner request from o and the model's sizes and plans
 // (or costs the forced placement).
-func (o *Options) plan(path string, isPool bool, sizes tier.Sizes, cfg model.Config, log hclog.Logger) (*tier.Plan, error) {
+func (o *Options) plan(ctx context.Context, path string, isPool bool, sizes tier.Sizes, cfg model.Config, log hclog.Logger) (*tier.Plan, error) {
 	ctxLen := o.Context
 	if ctxLen == 0 {
 		ctxLen = defaultContext
@@ -245,18 +257,22 @@ func (o *Options) plan(path string, isPool bool, sizes tier.Sizes, cfg model.Con
 	if o.Links != nil {
 		req.Links = *o.Links
 	}
-	measure := func() {
+	// measure takes the links from the cache; a failed measurement plans
+	// with the defaults, but a cancelled one stops the load.
+	measure := func() error {
 		if o.Links != nil || !isPool {
-			return
+			return nil
 		}
-		l, err := tier.MeasureLinks(context.Background(), tier.MeasureOptions{
-			Path: path, StorageBytes: 64 << 20, ComputeType: sizes.Type, Duration: 50 * time.Millisecond,
-		})
+		l, err := o.LinkCache.cpu(ctx, path, sizes.Type)
+		if ctx.Err() != nil {
+			return fmt.Errorf("measuring links: %w", ctx.Err())
+		}
 		if err != nil {
 			log.Warn("measuring links failed; planning with default link speeds", "error", err)
-			return
+			return nil
 		}
 		req.Links = l
+		return nil
 	}
 	if o.Tiers != "" {
 		ts, err := tier.MixTiers(o.Tiers, len(sizes.Layers))
@@ -265,7 +281,9 @@ func (o *Options) plan(path string, isPool bool, sizes tier.Sizes, cfg model.Con
 		}
 		for _, t := range ts {
 			if t != tier.TierA {
-				measure()
+				if err := measure(); err != nil {
+					return nil, err
+				}
 				break
 			}
 		}
@@ -282,7 +300,9 @@ func (o *Options) plan(path string, isPool bool, sizes tier.Sizes, cfg model.Con
 		// Streaming is needed: the links now decide the placement and
 		// depth. (A plan that fits resident is the best under any link
 		// speeds, so only streamed plans pay for a measurement.)
-		measure()
+		if err := measure(); err != nil {
+			return nil, err
+		}
 	}
 	return withStaging(req, tier.NewPlan, false)
 }
@@ -333,12 +353,18 @@ func withStaging(req tier.Request, plan func(tier.Request) (*tier.Plan, error), 
 }
 
 // streamPool builds the engine of a pool whose plan streams some layers.
-func streamPool(path string, pool *prefab.Pool, plan *tier.Plan, o Options, log hclog.Logger) (*Engine, error) {
+func streamPool(ctx context.Context, path string, pool *prefab.Pool, plan *tier.Plan, o Options, log hclog.Logger) (*Engine, error) {
 	tiers := make([]tier.Tier, len(plan.Layers))
 	needSource := false
 	for i, l := range plan.Layers {
 		tiers[i] = l.Tier
 		needSource = needSource || l.Tier == tier.TierC
+	}
+	// Tier-A layers are used in place every pass: verify them now, as
+	// OpenPool does (tier-B and tier-C extents are verified by the
+	// pipeline on first use).
+	if err := verifyPool(ctx, pool, func(i int) bool { return tiers[i] == tier.TierA }); err != nil {
+		return nil, fmt.Errorf("model %s: %w", path, err)
 	}
 	e, err := poolEngine(path, pool, pool.StreamingModel)
 	if err != nil {

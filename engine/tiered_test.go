@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-llm/strata/daemon/sched"
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
@@ -74,19 +75,14 @@ func defaultLinks() *tier.Links {
 	return &l
 }
 
-// greedy generates n tokens greedily and returns their ids and the text.
+// greedy generates n tokens greedily (through the scheduler, as `strata
+// run` does) and returns their ids and the text.
 func greedy(t *testing.T, e *engine.Engine, n int) ([]int32, string, error) {
 	t.Helper()
-	var ids []int32
-	res, err := e.Generate(context.Background(), engine.Request{
-		Prompt: "The fastest way to move a layer is", MaxTokens: n, Sample: sample.Params{TopP: 1, RepeatPenalty: 1},
-	}, func(tok engine.Token) error {
-		if tok.ID >= 0 {
-			ids = append(ids, tok.ID)
-		}
-		return nil
-	})
-	return ids, res.Text, err
+	res, err := sched.Generate(context.Background(), e.Backend(), e.Tok, sched.Request{
+		Prompt: e.Tok.Encode("The fastest way to move a layer is", true, false), MaxTokens: n, Sample: sample.Params{TopP: 1, RepeatPenalty: 1},
+	}, nil)
+	return res.Tokens, res.Text, err
 }
 
 func sameIDs(a, b []int32) bool {
@@ -104,7 +100,7 @@ func sameIDs(a, b []int32) bool {
 // residentTokens is what the fully resident engine generates.
 func residentTokens(t *testing.T, path string, n int) ([]int32, string) {
 	t.Helper()
-	e, err := engine.Open(path)
+	e, err := engine.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +156,7 @@ func TestStreamedSameTokens(t *testing.T) {
 		// misses by a third of a layer, so some layers go to C (their
 		// slots and staging buffers displacing more) and the rest stay
 		// on A.
-		big, err := engine.OpenWith(pool, engine.Options{HostBudget: 1 << 30, Context: 256, Links: defaultLinks()})
+		big, err := engine.OpenWith(context.Background(), pool, engine.Options{HostBudget: 1 << 30, Context: 256, Links: defaultLinks()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +188,7 @@ func TestStreamedSameTokens(t *testing.T) {
 				if o.HostBudget == 0 {
 					o.HostBudget = 1 << 30
 				}
-				e, err := engine.OpenWith(pool, o)
+				e, err := engine.OpenWith(context.Background(), pool, o)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -262,7 +258,7 @@ func TestReadFailureFailsOneRequest(t *testing.T) {
 
 	t.Run("injected", func(t *testing.T) {
 		var faulty *stream.FaultySource
-		e, err := engine.OpenWith(pool, engine.Options{Tiers: "all-C", HostBudget: 1 << 30, Context: 256, Links: defaultLinks(),
+		e, err := engine.OpenWith(context.Background(), pool, engine.Options{Tiers: "all-C", HostBudget: 1 << 30, Context: 256, Links: defaultLinks(),
 			WrapSource: func(s tier.Source) tier.Source { faulty = stream.NewFaulty(s); return faulty }})
 		if err != nil {
 			t.Fatal(err)
@@ -301,7 +297,7 @@ func TestReadFailureFailsOneRequest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, err := engine.OpenWith(pool, engine.Options{Tiers: "all-C", HostBudget: 1 << 30, Context: 256, Links: defaultLinks()})
+		e, err := engine.OpenWith(context.Background(), pool, engine.Options{Tiers: "all-C", HostBudget: 1 << 30, Context: 256, Links: defaultLinks()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -345,7 +341,7 @@ func TestOpenWithRefuses(t *testing.T) {
 	pool, g := stackedPool(t, "llama", "q8_0", 1)
 	links := defaultLinks()
 	// The GGUF fits resident under a large budget and then plans all-A.
-	e, err := engine.OpenWith(g, engine.Options{HostBudget: 1 << 30, Context: 256, Links: links})
+	e, err := engine.OpenWith(context.Background(), g, engine.Options{HostBudget: 1 << 30, Context: 256, Links: links})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +369,7 @@ func TestOpenWithRefuses(t *testing.T) {
 			if o.HostBudget == 0 {
 				o.HostBudget = 1 << 30
 			}
-			e, err := engine.OpenWith(tc.path, o)
+			e, err := engine.OpenWith(context.Background(), tc.path, o)
 			if err == nil {
 				e.Close()
 				t.Fatal("opened")

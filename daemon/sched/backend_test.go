@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/sample"
 )
 
@@ -58,14 +59,14 @@ func (s *slottedSeq) Close() {
 	s.Sequence.Close()
 }
 
-func (b *slotted) Forward(ctx context.Context, batch []engine.Step) error {
-	inner := make([]engine.Step, len(batch))
+func (b *slotted) Forward(ctx context.Context, batch []model.Step) error {
+	inner := make([]model.Step, len(batch))
 	for i, st := range batch {
 		s := st.Seq.(*slottedSeq)
 		if s.closed {
 			return errors.New("pass over a closed sequence")
 		}
-		inner[i] = engine.Step{Seq: s.Sequence, Tokens: st.Tokens, Logits: st.Logits, AllLogits: st.AllLogits}
+		inner[i] = model.Step{Seq: s.Sequence, Tokens: st.Tokens, Logits: st.Logits, AllLogits: st.AllLogits}
 	}
 	err := b.Backend.Forward(ctx, inner)
 	for i := range batch {
@@ -98,9 +99,9 @@ func TestSlotsReturned(t *testing.T) {
 	}
 	var subs []sub
 	for i := range n {
-		prompt := e.Encode(&engine.Request{Prompt: fmt.Sprintf("slot request %d", i)})
+		prompt := e.Tok.Encode(fmt.Sprintf("slot request %d", i), true, false)
 		r := Request{Prompt: prompt, MaxTokens: 3 + i, Sample: sample.Greedy()}
-		res, err := e.Generate(context.Background(), engine.Request{Tokens: prompt, MaxTokens: r.MaxTokens, Sample: r.Sample}, func(engine.Token) error { return nil })
+		res, err := Generate(context.Background(), e.Backend(), e.Tok, r, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

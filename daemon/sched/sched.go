@@ -1,12 +1,15 @@
-// Package sched is stratad's request scheduler: continuous batching over
-// the engine's batched forward pass. Every iteration runs one
+// Package sched is strata's one decode loop: continuous batching over the
+// engine's batched forward pass, which stratad runs for every request and
+// `strata run` runs in its own process (Generate). Every iteration runs one
 // Backend.Forward (CPU or GPU: engine.Backend) over all active sequences —
 // a prompt chunk for sequences still reading their prompt, one token for
-// those decoding — then samples each sequence with its own Sampler,
-// streams the token to its request and drops sequences that finished or
-// whose client went away, giving their KV cache (a GPU slot) back. New
-// requests join between iterations and wait in a bounded queue when the
-// batch is full, so a long generation never blocks a short one behind it.
+// those decoding — then picks each sequence's next token (its own Sampler;
+// a greedy request takes the token the backend selected on the device,
+// the sampler's fast path), streams it to its request, ends it on a stop
+// string, and drops sequences that finished or whose client went away,
+// giving their KV cache (a GPU slot) back. New requests join between
+// iterations and wait in a bounded queue when the batch is full, so a long
+// generation never blocks a short one behind it.
 //
 // Cancellation is checked for every sequence before each pass and again
 // before sampling, so a request whose context is cancelled (its client
@@ -24,6 +27,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/tokenizer"
 )
@@ -51,7 +55,7 @@ type Config struct {
 	// (which on a tiered engine streams every non-resident layer once for
 	// all the batch's sequences, under the pass's context). Tests wrap it
 	// to observe or fail passes.
-	Forward func(ctx context.Context, batch []engine.Step) error
+	Forward func(ctx context.Context, batch []model.Step) error
 }
 
 // Observer is told what the scheduler does, for metrics. Its methods are
@@ -100,6 +104,10 @@ type Logprob struct {
 // Event is one step of a request's output. The last event of a request has
 // Finish or Err set; the channel is closed after it.
 type Event struct {
+	// Token is the id of the token this event's step produced, or -1 for
+	// an event that carries none (the final event, text released at the
+	// end). The end-of-generation token is never sent.
+	Token int32
 	// Text is newly released text (may be empty: incomplete UTF-8, or
 	// held back because it may begin a stop string).
 	Text string
@@ -190,7 +198,7 @@ type seq struct {
 	text      string // generated text not yet released
 	out       int    // completion tokens
 	firstSent bool
-	step      engine.Step
+	step      model.Step
 	scratch   []float32
 	// greedy: the request's token is the raw logits' arg max (GreedyOnly,
 	// no penalties, bias or logprobs), so its steps ask the backend for
@@ -233,7 +241,7 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Handle, error) {
 		events:  make(chan Event, r.MaxTokens+2),
 		history: append(make([]int32, 0, len(r.Prompt)+r.MaxTokens), r.Prompt...),
 		dec:     s.tok.NewDecoder(),
-		greedy: engine.GreedyOnly(r.Sample) && !r.Logprobs && len(r.LogitBias) == 0 &&
+		greedy: GreedyOnly(r.Sample) && !r.Logprobs && len(r.LogitBias) == 0 &&
 			r.Presence == 0 && r.Frequency == 0,
 	}
 	q.atCancel.Store(-1)
@@ -298,7 +306,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 	s.running.Store(true)
 	defer close(s.done)
 	var active []*seq
-	var batch []engine.Step
+	var batch []model.Step
 	for {
 		s.mu.Lock()
 		closed := s.closed
@@ -493,7 +501,7 @@ func (s *Scheduler) advance(q *seq, logits []float32, token int32) bool {
 		// end-of-generation token itself is not part of the completion
 		// (usage does not count it), so it carries no logprob either.
 		if q.text != "" {
-			q.events <- Event{Text: q.text}
+			q.events <- Event{Token: -1, Text: q.text}
 		}
 		q.text = ""
 		s.finish(q, "stop")
@@ -509,19 +517,19 @@ func (s *Scheduler) advance(q *seq, logits []float32, token int32) bool {
 	}
 	q.text += q.dec.Add(id)
 	if i, ok := firstStop(q.text, q.req.Stop); ok {
-		q.events <- Event{Text: q.text[:i], Logprob: lp}
+		q.events <- Event{Token: id, Text: q.text[:i], Logprob: lp}
 		q.text = ""
 		s.finish(q, "stop")
 		return false
 	}
 	release := len(q.text) - holdBack(q.text, q.req.Stop)
-	q.events <- Event{Text: q.text[:release], Logprob: lp}
+	q.events <- Event{Token: id, Text: q.text[:release], Logprob: lp}
 	q.text = q.text[release:]
 	if q.out >= q.req.MaxTokens {
 		tail := q.text + q.dec.Flush()
 		q.text = ""
 		if tail != "" {
-			q.events <- Event{Text: tail}
+			q.events <- Event{Token: -1, Text: tail}
 		}
 		s.finish(q, "length")
 		return false
@@ -564,7 +572,7 @@ func (s *Scheduler) finish(q *seq, reason string) {
 	q.release()
 	s.leave(q)
 	s.finished.Add(1)
-	q.events <- Event{Finish: reason, PromptTokens: len(q.req.Prompt), CompletionTokens: q.out}
+	q.events <- Event{Token: -1, Finish: reason, PromptTokens: len(q.req.Prompt), CompletionTokens: q.out}
 	close(q.events)
 	if o := s.cfg.Observer; o != nil {
 		o.Finished(reason, len(q.req.Prompt), q.out)
@@ -580,7 +588,7 @@ func (s *Scheduler) cancel(q *seq) {
 	if at := q.atCancel.Load(); at >= 0 {
 		lag = int(q.produced.Load() - at)
 	}
-	q.events <- Event{Err: context.Cause(q.ctx), PromptTokens: len(q.req.Prompt), CompletionTokens: q.out}
+	q.events <- Event{Token: -1, Err: context.Cause(q.ctx), PromptTokens: len(q.req.Prompt), CompletionTokens: q.out}
 	close(q.events)
 	if o := s.cfg.Observer; o != nil {
 		o.CancelLag(lag)
@@ -593,7 +601,7 @@ func (s *Scheduler) fail(q *seq, err error) {
 	q.release()
 	s.leave(q)
 	s.failed.Add(1)
-	q.events <- Event{Err: err, PromptTokens: len(q.req.Prompt), CompletionTokens: q.out}
+	q.events <- Event{Token: -1, Err: err, PromptTokens: len(q.req.Prompt), CompletionTokens: q.out}
 	close(q.events)
 	if o := s.cfg.Observer; o != nil {
 		o.Finished("error", len(q.req.Prompt), q.out)
@@ -625,10 +633,28 @@ func (q *seq) release() {
 	}
 }
 
-// firstStop returns the index of the earliest stop string in text.
+// GreedyOnly reports whether a sampler with parameters p always picks the
+// arg max of the raw logit row (the largest logit, the lowest id on ties,
+// NaN never chosen): temperature 0 with no repetition penalty in effect
+// (penalty 1, or a window of 0 tokens). Top-k, top-p, min-p and the seed
+// play no part at temperature 0. For such a request (without logprobs,
+// bias or penalties) the scheduler sets Step.Greedy, which lets the CUDA
+// backend select the token on the device and download 4 bytes a step
+// instead of a vocabulary-long row; the token is the one the sampler would
+// have drawn, so the output is the same on either path. Any other
+// parameters need the logits on the host.
+func GreedyOnly(p sample.Params) bool {
+	return p.Temperature == 0 && (p.RepeatPenalty == 1 || p.RepeatLastN == 0)
+}
+
+// firstStop returns the index of the earliest stop string in text: the one
+// stop-string rule of every generation. Empty stop strings never match.
 func firstStop(text string, stops []string) (int, bool) {
 	best := -1
 	for _, st := range stops {
+		if st == "" {
+			continue
+		}
 		if i := strings.Index(text, st); i >= 0 && (best < 0 || i < best) {
 			best = i
 		}

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 
 func openTiny(t *testing.T) *engine.Engine {
 	t.Helper()
-	e, err := engine.Open(tinyPath)
+	e, err := engine.Open(context.Background(), tinyPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,8 +85,8 @@ func collect(h *Handle) (text string, last Event, n int) {
 	return
 }
 
-// TestBatchedMatchesSolo checks continuous batching against the engine's
-// own single-sequence Generate: every request, run concurrently with
+// TestBatchedMatchesSolo checks continuous batching against the same
+// request run alone (Generate, a scheduler of its own): every request, run concurrently with
 // others of different lengths (joining and leaving the batch at different
 // passes, prompts fed in chunks), must produce exactly the text it
 // produces alone.
@@ -108,12 +108,12 @@ func TestBatchedMatchesSolo(t *testing.T) {
 		if i%3 == 1 {
 			params = sample.Params{Temperature: 0.9, TopP: 0.95, RepeatPenalty: 1, Seed: uint64(i)}
 		}
-		res, err := e.Generate(context.Background(), engine.Request{Prompt: prompt, MaxTokens: maxTok, Sample: params}, func(engine.Token) error { return nil })
+		reqs[i] = Request{Prompt: e.Tok.Encode(prompt, true, false), MaxTokens: maxTok, Sample: params}
+		res, err := Generate(context.Background(), e.Backend(), e.Tok, reqs[i], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		want[i] = result{res.Text, res.FinishReason}
-		reqs[i] = Request{Prompt: e.Encode(&engine.Request{Prompt: prompt}), MaxTokens: maxTok, Sample: params}
 	}
 	got := make([]result, n)
 	var wg sync.WaitGroup

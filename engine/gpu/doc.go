@@ -33,8 +33,8 @@
 // Every driver call runs inside Device.Do of package kernels/cudadrv, on the
 // device's locked OS thread; one Forward is one hand-off.
 //
-// Sequences and steps mirror engine/model's: Step has the same fields and
-// Forward the same contract (validation before anything changes,
+// Steps are engine/model's Step and sequences mirror engine/model's:
+// Forward has the same contract (model.CheckBatch before anything changes,
 // ErrContextOverflow, logits for the last token or all tokens, positions
 // unchanged by a failed or cancelled pass). The differences are that a
 // Sequence holds a device cache slot, so NewSequence can fail when all

@@ -6,36 +6,16 @@ import (
 	"fmt"
 
 	"github.com/strata-llm/strata/engine/model"
-	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/kernels"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
-// Step is one sequence's share of a forward pass, as engine/model.Step: it
-// appends Tokens to Seq and receives logits.
-type Step struct {
-	// Seq is the sequence to advance.
-	Seq *Sequence
-	// Tokens are the token ids to append (at least one).
-	Tokens []int32
-	// Logits is filled by Forward: one Vocab-long row per token when
-	// AllLogits is set, otherwise a single row for the last token. Rows
-	// already present with the right shape are reused.
-	Logits [][]float32
-	// AllLogits asks for logits at every token instead of the last only.
-	AllLogits bool
-	// Greedy asks for the greedy choice of the step's last logit row in
-	// Token: the largest logit, the lowest id on ties, NaN never chosen
-	// over a number (engine/sample at temperature 0 without a repetition
-	// penalty). When every step of a pass sets Greedy and none AllLogits,
-	// the choice is made on the GPU (inside the decode graph) and only the
-	// token ids cross PCIe: 4 bytes a step instead of a Vocab-long row, and
-	// Logits is left as it was. Otherwise Logits is filled as usual and
-	// Token is chosen from it on the host, by engine/sample's greedy rule.
-	Greedy bool
-	// Token is filled by Forward when Greedy is set.
-	Token int32
-}
+// Step is engine/model's Step, the one step type of every backend. A
+// Greedy step is selected on the GPU (inside the decode graph, only the
+// token ids crossing PCIe) when every step of the pass sets Greedy and
+// none AllLogits; otherwise Logits is filled and Token left alone for the
+// caller's sampler.
+type Step = model.Step
 
 // activations are the device buffers of one pass, sized for capT tokens
 // and capR logit rows; they grow on demand (which invalidates captured
@@ -146,40 +126,16 @@ type pass struct {
 	graphSpan int
 }
 
-// validate checks the batch as engine/model's Forward does, before
-// anything changes.
-func (m *Model) validate(batch []Step) error {
-	c := &m.Config
-	if len(batch) == 0 {
-		return errors.New("forward: empty batch")
-	}
-	seen := make(map[*Sequence]int, len(batch))
-	for i := range batch {
-		st := &batch[i]
-		s := st.Seq
-		switch {
-		case s == nil:
-			return fmt.Errorf("forward: step %d: nil sequence", i)
-		case s.m != m:
-			return fmt.Errorf("forward: step %d: sequence belongs to another model", i)
-		case !s.open:
-			return fmt.Errorf("forward: step %d: sequence is closed", i)
-		case len(st.Tokens) == 0:
-			return fmt.Errorf("forward: step %d: no tokens", i)
-		}
-		if j, dup := seen[s]; dup {
-			return fmt.Errorf("forward: steps %d and %d use the same sequence", j, i)
-		}
-		seen[s] = i
-		if s.pos+len(st.Tokens) > s.max {
-			return fmt.Errorf("forward: step %d: %w: sequence at position %d cannot take %d more tokens (capacity %d)",
-				i, model.ErrContextOverflow, s.pos, len(st.Tokens), s.max)
-		}
-		for j, id := range st.Tokens {
-			if id < 0 || int(id) >= c.Vocab {
-				return fmt.Errorf("forward: step %d: token %d is id %d, outside vocabulary [0, %d)", i, j, id, c.Vocab)
-			}
-		}
+// own accepts, for model.CheckBatch, the open sequences this model made.
+func (m *Model) own(q model.Seq) error {
+	s, ok := q.(*Sequence)
+	switch {
+	case !ok || s == nil:
+		return errors.New("the sequence belongs to another backend")
+	case s.m != m:
+		return errors.New("sequence belongs to another model")
+	case !s.open:
+		return model.ErrSequenceClosed
 	}
 	return nil
 }
@@ -192,7 +148,7 @@ func planPass(batch []Step) pass {
 	for i := range batch {
 		st := &batch[i]
 		n := len(st.Tokens)
-		s := st.Seq
+		s := st.Seq.(*Sequence)
 		if !st.Greedy || st.AllLogits {
 			p.sel = false
 		}
@@ -229,9 +185,10 @@ func planPass(batch []Step) pass {
 // Forward advances every sequence of the batch by its step's tokens in one
 // pass over the layers on the GPU and fills each step's Logits (or, for a
 // pass whose every step asks for Greedy, only each step's Token), with
-// engine/model.Forward's contract: the batch is checked before anything
-// changes (a bad token, a closed or foreign sequence, a sequence listed
-// twice, or ErrContextOverflow leave every sequence untouched);
+// engine/model.Forward's contract: the batch is checked by
+// model.CheckBatch before anything changes (a bad token, a closed or
+// foreign sequence, a sequence listed twice, or ErrContextOverflow leave
+// every sequence untouched);
 // cancellation is checked between layers while the pass is being
 // enqueued; a cancelled or failed pass leaves every sequence at its old
 // position. A pure decode step of up to eight sequences is replayed from a
@@ -243,7 +200,7 @@ func (m *Model) Forward(ctx context.Context, batch []Step) error {
 	if m.closed {
 		return errors.New("forward: model closed")
 	}
-	if err := m.validate(batch); err != nil {
+	if err := model.CheckBatch(batch, m.Config.Vocab, m.own); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -295,7 +252,7 @@ func (m *Model) Forward(ctx context.Context, batch []Step) error {
 		m.scatterLogits(batch)
 	}
 	for i := range batch {
-		batch[i].Seq.pos += len(batch[i].Tokens)
+		batch[i].Seq.(*Sequence).pos += len(batch[i].Tokens)
 	}
 	m.stats.Passes++
 	if tr != nil {
@@ -307,10 +264,6 @@ func (m *Model) Forward(ctx context.Context, batch []Step) error {
 
 // forwardState is Forward's host-side state besides the activations.
 type forwardState struct {
-	// hostGreedy picks Step.Token from a downloaded logit row when the
-	// pass did not select on the device: engine/sample's own greedy
-	// sampler, so both paths choose by the same rule.
-	hostGreedy *sample.Sampler
 	// noGraphCopies is set (to the capture error) when capturing a decode
 	// step with its input and output copies inside the graph failed; later
 	// captures leave the copies outside.
@@ -381,10 +334,11 @@ func (m *Model) writeMeta(batch []Step, T int) {
 	t := 0
 	for i := range batch {
 		st := &batch[i]
+		s := st.Seq.(*Sequence)
 		for j, id := range st.Tokens {
 			ids[t] = id
-			pos[t] = int32(st.Seq.pos + j)
-			slots[t] = int32(st.Seq.slot)
+			pos[t] = int32(s.pos + j)
+			slots[t] = int32(s.slot)
 			t++
 		}
 	}
@@ -411,12 +365,6 @@ func (m *Model) scatterLogits(batch []Step) {
 			}
 			copy(st.Logits[j], all[r*V:(r+1)*V])
 			r++
-		}
-		if st.Greedy {
-			if m.fw.hostGreedy == nil {
-				m.fw.hostGreedy, _ = sample.New(sample.Greedy()) // valid parameters
-			}
-			st.Token = m.fw.hostGreedy.Sample(st.Logits[rows-1], nil)
 		}
 	}
 }

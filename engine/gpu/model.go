@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -152,6 +153,13 @@ func (m *Model) Stats() Stats {
 // set to Embed, as model.New does) and every byte is copied, so w's memory
 // (usually a GGUF mapping) may be released once Load returns.
 func Load(dev *cudadrv.Device, cfg model.Config, w *model.Weights, opts Options) (*Model, error) {
+	return LoadContext(context.Background(), dev, cfg, w, opts)
+}
+
+// LoadContext is Load under ctx: cancelling it stops the uploads of tiers A
+// and B between tensors (and layers), releases what was allocated and
+// returns an error wrapping ctx's.
+func LoadContext(ctx context.Context, dev *cudadrv.Device, cfg model.Config, w *model.Weights, opts Options) (*Model, error) {
 	if dev == nil || w == nil {
 		return nil, errors.New("cuda load: nil device or weights")
 	}
@@ -178,7 +186,7 @@ func Load(dev *cudadrv.Device, cfg model.Config, w *model.Weights, opts Options)
 		graphs: map[graphKey]*decodeGraph{},
 	}
 	err := dev.Do(func(c *cudadrv.Ctx) error {
-		if err := m.load(c, w); err != nil {
+		if err := m.load(ctx, c, w); err != nil {
 			m.release(c)
 			return err
 		}
@@ -197,7 +205,7 @@ type plannedTensor struct {
 }
 
 // load runs on the device goroutine.
-func (m *Model) load(c *cudadrv.Ctx, w *model.Weights) error {
+func (m *Model) load(ctx context.Context, c *cudadrv.Ctx, w *model.Weights) error {
 	cfg := &m.Config
 	if m.opts.Kernels != nil {
 		t, err := m.opts.Kernels.Tuning().WithVariants(m.opts.Variants...)
@@ -309,6 +317,9 @@ func (m *Model) load(c *cudadrv.Ctx, w *model.Weights) error {
 	}
 	m.arenaN = total
 	for _, p := range plan {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("uploading %s: %w", p.t.Name, err)
+		}
 		if len(p.t.Data) == 0 {
 			continue
 		}
@@ -338,7 +349,7 @@ func (m *Model) load(c *cudadrv.Ctx, w *model.Weights) error {
 		return err
 	}
 	if hostTotal > 0 || tc != nil {
-		if err := m.loadTierB(c, w, streamed, tc, layerBase, hostTotal, slotBytes, nslots); err != nil {
+		if err := m.loadTierB(ctx, c, w, streamed, tc, layerBase, hostTotal, slotBytes, nslots); err != nil {
 			return err
 		}
 	}

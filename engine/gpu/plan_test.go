@@ -3,6 +3,8 @@ package gpu
 import (
 	"reflect"
 	"testing"
+
+	"github.com/strata-llm/strata/engine/model"
 )
 
 // TestPlanPass checks, without a GPU, how a batch is laid out: attention
@@ -50,7 +52,7 @@ func TestPlanPass(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := m.validate(tc.batch); err != nil {
+			if err := model.CheckBatch(tc.batch, m.Config.Vocab, m.own); err != nil {
 				t.Fatal(err)
 			}
 			if got := planPass(tc.batch); !reflect.DeepEqual(got, tc.want) {

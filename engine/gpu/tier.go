@@ -126,7 +126,7 @@ func (m *Model) streamedSet(layers int) ([]bool, error) {
 // pipeline over them and the tier-C layers (its slots, pinned staging
 // buffers, copy stream and events). slotBytes is what load budgeted for a
 // slot; the pipeline sizes its slots from the same extents.
-func (m *Model) loadTierB(c *cudadrv.Ctx, w *model.Weights, streamed []bool, tc []*tierCLayer, base []int64, hostTotal, slotBytes int64, nslots int) error {
+func (m *Model) loadTierB(ctx context.Context, c *cudadrv.Ctx, w *model.Weights, streamed []bool, tc []*tierCLayer, base []int64, hostTotal, slotBytes int64, nslots int) error {
 	gemma := m.Config.Arch == model.ArchGemma2
 	n := len(streamed)
 	tb := &tierB{off: base, size: make([]int64, n), tierC: make([]bool, n)}
@@ -140,6 +140,9 @@ func (m *Model) loadTierB(c *cudadrv.Ctx, w *model.Weights, streamed []bool, tc 
 	}
 	tiers := make([]tier.Tier, n)
 	for i, s := range streamed {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("tier B layer %d: %w", i, err)
+		}
 		switch {
 		case tc != nil && tc[i] != nil:
 			tiers[i] = tier.TierC

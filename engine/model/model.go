@@ -102,7 +102,8 @@ type Sequence struct {
 	alloc int // positions allocated
 	// k and v hold, per layer, [alloc][KVDim] float32 keys (after RoPE)
 	// and values.
-	k, v [][]float32
+	k, v   [][]float32
+	closed bool
 }
 
 // NewSequence returns an empty sequence whose KV cache may grow to maxCtx
@@ -126,6 +127,11 @@ func (s *Sequence) Pos() int { return s.pos }
 
 // MaxContext is the capacity of the sequence's KV cache in positions.
 func (s *Sequence) MaxContext() int { return s.max }
+
+// Close marks the sequence unusable: Forward refuses it from then on (its
+// cache is garbage-collected; Close exists so that every backend's
+// sequences end the same way). Closing twice is harmless.
+func (s *Sequence) Close() { s.closed = true }
 
 // Reset empties the sequence, keeping its cache memory for reuse.
 func (s *Sequence) Reset() { s.pos = 0 }
@@ -158,11 +164,33 @@ func (s *Sequence) reserve(n int) {
 	s.alloc = c
 }
 
+// Seq is a sequence as every backend keeps it: this package's Sequence on
+// the CPU, engine/gpu's on a GPU. A Step names its sequence through it, so
+// one Step type and one batch check (CheckBatch) serve every backend; each
+// backend's Forward accepts only its own sequences.
+type Seq interface {
+	// Pos is the number of tokens held (the position of the next one).
+	Pos() int
+	// MaxContext is the cache's capacity in positions.
+	MaxContext() int
+	// Reset empties the sequence, keeping its cache.
+	Reset()
+	// Truncate drops every token from position n on.
+	Truncate(n int) error
+	// Close gives the cache back (on a GPU, its slot); a closed sequence
+	// cannot be used in Forward. Closing twice is harmless.
+	Close()
+}
+
 // Step is one sequence's share of a forward pass: it appends Tokens to Seq
-// and receives logits.
+// and receives logits, or only the next token where the backend can pick
+// it on the device. It is the one step type of every backend (engine/gpu
+// and the engine's Backend take it as it is), so a pass is never converted
+// between backends' types.
 type Step struct {
-	// Seq is the sequence to advance.
-	Seq *Sequence
+	// Seq is the sequence to advance; it must belong to the backend (and
+	// model) the step is passed to.
+	Seq Seq
 	// Tokens are the token ids to append (at least one).
 	Tokens []int32
 	// Logits is filled by Forward: one Vocab-long row per token when
@@ -171,6 +199,78 @@ type Step struct {
 	Logits [][]float32
 	// AllLogits asks for logits at every token instead of the last only.
 	AllLogits bool
+	// Greedy allows the backend to pick the step's next token itself, as
+	// the greedy choice of its last logit row (the largest logit, the
+	// lowest id on ties, NaN never chosen: engine/sample at temperature 0).
+	// A backend that can (the GPU, when every step of the pass asks and
+	// none wants AllLogits) writes it to Token and may leave Logits as it
+	// was; one that cannot leaves Token alone and fills Logits. The caller
+	// sets Token to -1 first and samples the logits when it stays so: the
+	// scheduler's sampler is the one place that picks tokens, and this is
+	// its fast path.
+	Greedy bool
+	// Token is the token a backend picked for a Greedy step; Forward does
+	// not touch it otherwise.
+	Token int32
+}
+
+// ErrSequenceClosed is wrapped by Forward when a step's sequence was
+// closed.
+var ErrSequenceClosed = errors.New("sequence is closed")
+
+// CheckBatch is the one validation of a forward pass's batch, run by
+// every backend's Forward before anything changes: the batch is not empty,
+// every step names a sequence that own accepts (it returns an error when
+// the sequence belongs to another backend or model, or is closed), has
+// tokens inside the vocabulary [0, vocab) and fits the sequence's context
+// (ErrContextOverflow), and no sequence appears twice. Errors name the
+// step and read "forward: …".
+func CheckBatch(batch []Step, vocab int, own func(Seq) error) error {
+	if len(batch) == 0 {
+		return errors.New("forward: empty batch")
+	}
+	seen := make(map[Seq]int, len(batch))
+	for i := range batch {
+		st := &batch[i]
+		s := st.Seq
+		if s == nil {
+			return fmt.Errorf("forward: step %d: nil sequence", i)
+		}
+		if err := own(s); err != nil {
+			return fmt.Errorf("forward: step %d: %w", i, err)
+		}
+		if len(st.Tokens) == 0 {
+			return fmt.Errorf("forward: step %d: no tokens", i)
+		}
+		if j, dup := seen[s]; dup {
+			return fmt.Errorf("forward: steps %d and %d use the same sequence", j, i)
+		}
+		seen[s] = i
+		if pos, capacity := s.Pos(), s.MaxContext(); pos+len(st.Tokens) > capacity {
+			return fmt.Errorf("forward: step %d: %w: sequence at position %d cannot take %d more tokens (capacity %d)",
+				i, ErrContextOverflow, pos, len(st.Tokens), capacity)
+		}
+		for j, id := range st.Tokens {
+			if id < 0 || int(id) >= vocab {
+				return fmt.Errorf("forward: step %d: token %d is id %d, outside vocabulary [0, %d)", i, j, id, vocab)
+			}
+		}
+	}
+	return nil
+}
+
+// own accepts the sequences this model made that are still open.
+func (m *Model) own(s Seq) error {
+	ms, ok := s.(*Sequence)
+	switch {
+	case !ok || ms == nil:
+		return errors.New("the sequence belongs to another backend")
+	case ms.m != m:
+		return errors.New("sequence belongs to another model")
+	case ms.closed:
+		return ErrSequenceClosed
+	}
+	return nil
 }
 
 // tokRef locates one token of the batch.
@@ -235,11 +335,13 @@ func (m *Model) prepare(T, maxPos int) {
 }
 
 // Forward advances every sequence of the batch by its step's tokens in one
-// pass over the layers and fills each step's Logits. Each weight row is
-// decoded once and applied to all tokens of the batch. The batch is checked
-// before anything changes: a bad token, a sequence listed twice or a step
-// that would overflow a sequence's context (ErrContextOverflow) returns an
-// error with every sequence untouched. Cancellation is checked between
+// pass over the layers and fills each step's Logits (it never picks a
+// Greedy step's Token: the CPU has no faster way to than the caller's
+// sampler). Each weight row is decoded once and applied to all tokens of
+// the batch. The batch is checked by CheckBatch before anything changes: a
+// bad token, a foreign or closed sequence, a sequence listed twice or a
+// step that would overflow a sequence's context (ErrContextOverflow)
+// returns an error with every sequence untouched. Cancellation is checked between
 // layers; a cancelled or failed pass leaves every sequence at its old
 // position (cache slots past it are overwritten by the next pass).
 func (m *Model) Forward(ctx context.Context, batch []Step) error {
@@ -249,34 +351,14 @@ func (m *Model) Forward(ctx context.Context, batch []Step) error {
 	if len(batch) == 0 {
 		return errors.New("forward: empty batch")
 	}
+	if err := CheckBatch(batch, c.Vocab, m.own); err != nil {
+		return err
+	}
 	T, maxPos := 0, 0
-	seen := make(map[*Sequence]int, len(batch))
 	for i := range batch {
-		st := &batch[i]
-		s := st.Seq
-		switch {
-		case s == nil:
-			return fmt.Errorf("forward: step %d: nil sequence", i)
-		case s.m != m:
-			return fmt.Errorf("forward: step %d: sequence belongs to another model", i)
-		case len(st.Tokens) == 0:
-			return fmt.Errorf("forward: step %d: no tokens", i)
-		}
-		if j, dup := seen[s]; dup {
-			return fmt.Errorf("forward: steps %d and %d use the same sequence", j, i)
-		}
-		seen[s] = i
-		if s.pos+len(st.Tokens) > s.max {
-			return fmt.Errorf("forward: step %d: %w: sequence at position %d cannot take %d more tokens (capacity %d)",
-				i, ErrContextOverflow, s.pos, len(st.Tokens), s.max)
-		}
-		for j, id := range st.Tokens {
-			if id < 0 || int(id) >= c.Vocab {
-				return fmt.Errorf("forward: step %d: token %d is id %d, outside vocabulary [0, %d)", i, j, id, c.Vocab)
-			}
-		}
-		T += len(st.Tokens)
-		maxPos = max(maxPos, s.pos+len(st.Tokens)-1)
+		s := batch[i].Seq.(*Sequence)
+		T += len(batch[i].Tokens)
+		maxPos = max(maxPos, s.pos+len(batch[i].Tokens)-1)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("forward: %w", err)
@@ -287,9 +369,10 @@ func (m *Model) Forward(ctx context.Context, batch []Step) error {
 	sc.toks = sc.toks[:0]
 	for i := range batch {
 		st := &batch[i]
-		st.Seq.reserve(st.Seq.pos + len(st.Tokens))
+		s := st.Seq.(*Sequence)
+		s.reserve(s.pos + len(st.Tokens))
 		for j, id := range st.Tokens {
-			sc.toks = append(sc.toks, tokRef{st.Seq, st.Seq.pos + j, id})
+			sc.toks = append(sc.toks, tokRef{s, s.pos + j, id})
 		}
 	}
 
@@ -332,7 +415,7 @@ func (m *Model) Forward(ctx context.Context, batch []Step) error {
 		return fmt.Errorf("forward: output: %w", err)
 	}
 	for i := range batch {
-		batch[i].Seq.pos += len(batch[i].Tokens)
+		batch[i].Seq.(*Sequence).pos += len(batch[i].Tokens)
 	}
 	if cap(sc.bufs) > maxKeptScratch {
 		// A long prefill needed a large activation buffer; do not keep

@@ -15,6 +15,7 @@ import (
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/prefab"
+	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 )
@@ -234,6 +235,12 @@ func decodePasses(m *model.Model, batch, passes int, fwd func([]model.Step) erro
 	for j := range steps {
 		steps[j] = model.Step{Seq: m.NewSequence(passes + 2), Tokens: []int32{int32((j*31 + 1) % m.Config.Vocab)}}
 	}
+	// The greedy rule of engine/sample, which the scheduler's token choice
+	// follows at temperature 0.
+	greedy, err := sample.New(sample.Greedy())
+	if err != nil {
+		return 0, err
+	}
 	var start time.Time
 	for pass := 0; pass <= passes; pass++ {
 		if pass == 1 {
@@ -244,14 +251,7 @@ func decodePasses(m *model.Model, batch, passes int, fwd func([]model.Step) erro
 			return 0, fmt.Errorf("pass %d: %w", pass, err)
 		}
 		for j := range steps {
-			row := steps[j].Logits[0]
-			best := 0
-			for v := range row {
-				if row[v] > row[best] {
-					best = v
-				}
-			}
-			steps[j].Tokens = []int32{int32(best)}
+			steps[j].Tokens = []int32{greedy.Sample(steps[j].Logits[0], nil)}
 		}
 	}
 	return time.Since(start), nil

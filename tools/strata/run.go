@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/strata-llm/strata/daemon/sched"
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/synth"
@@ -109,7 +110,9 @@ func runCommand() *cli.Command {
 					return usagef("--tiers: %v", err)
 				}
 			}
-			e, err := engine.OpenWith(path, o)
+			// Links are measured on demand, once, if the model must stream.
+			o.LinkCache = engine.NewLinkCache()
+			e, err := engine.OpenWith(ctx, path, o)
 			if errors.Is(err, engine.ErrCUDAUnavailable) {
 				return codedError{err, exitBusy}
 			}
@@ -117,40 +120,43 @@ func runCommand() *cli.Command {
 				return err
 			}
 			defer e.Close()
-			req := engine.Request{
-				Prompt:    cmd.String("prompt"),
-				MaxTokens: int(cmd.Int("max-tokens")),
-				Sample: sample.Params{
-					Temperature:   float32(cmd.Float("temperature")),
-					TopK:          int(cmd.Int("top-k")),
-					TopP:          float32(cmd.Float("top-p")),
-					MinP:          float32(cmd.Float("min-p")),
-					RepeatPenalty: float32(cmd.Float("repeat-penalty")),
-					RepeatLastN:   int(cmd.Int("repeat-last-n")),
-					Seed:          cmd.Uint64("seed"),
-				},
+			params := sample.Params{
+				Temperature:   float32(cmd.Float("temperature")),
+				TopK:          int(cmd.Int("top-k")),
+				TopP:          float32(cmd.Float("top-p")),
+				MinP:          float32(cmd.Float("min-p")),
+				RepeatPenalty: float32(cmd.Float("repeat-penalty")),
+				RepeatLastN:   int(cmd.Int("repeat-last-n")),
+				Seed:          cmd.Uint64("seed"),
 			}
-			if req.MaxTokens <= 0 {
+			maxTokens := int(cmd.Int("max-tokens"))
+			if maxTokens <= 0 {
 				return usagef("--max-tokens must be positive")
 			}
+			prompt := cmd.String("prompt")
+			var ids []int32
 			if cmd.Bool("chat") {
 				var msgs []tokenizer.Message
 				if s := cmd.String("system"); s != "" {
 					msgs = append(msgs, tokenizer.Message{Role: "system", Content: s})
 				}
-				msgs = append(msgs, tokenizer.Message{Role: "user", Content: req.Prompt})
+				msgs = append(msgs, tokenizer.Message{Role: "user", Content: prompt})
 				p, err := e.Tok.ApplyChatTemplate(msgs, true)
 				if err != nil {
 					return fmt.Errorf("chat template: %w", err)
 				}
-				req.Prompt, req.Templated = p, true
+				// The template carries BOS: parse its special tokens, add none.
+				ids = e.Tok.Encode(p, false, true)
 			} else {
-				fmt.Print(req.Prompt)
+				fmt.Print(prompt)
+				ids = e.Tok.Encode(prompt, true, false)
 			}
-			res, err := e.Generate(ctx, req, func(t engine.Token) error {
-				_, err := os.Stdout.WriteString(t.Text)
-				return err
-			})
+			// The daemon's scheduler, in this process: the one decode loop.
+			res, err := sched.Generate(ctx, e.Backend(), e.Tok, sched.Request{Prompt: ids, MaxTokens: maxTokens, Sample: params},
+				func(ev sched.Event) error {
+					_, err := os.Stdout.WriteString(ev.Text)
+					return err
+				})
 			fmt.Println()
 			if err != nil {
 				return err

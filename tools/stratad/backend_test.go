@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,7 +49,7 @@ func TestBackendFlag(t *testing.T) {
 		t.Fatalf("--backend gpu: exit %d: %s", code, out)
 	}
 	d := exec.Command(stratad, "--socket", sock, "--model", model, "--model-dir", models, "--socket-group", "", "--log-format", "json")
-	var logs bytes.Buffer
+	var logs lockedBuffer
 	d.Stderr = &logs
 	if err := d.Start(); err != nil {
 		t.Fatal(err)

@@ -68,7 +68,7 @@ func TestBinaries(t *testing.T) {
 	}
 
 	d := exec.Command(stratad, "--socket", sock, "--model", model, "--listen", addr, "--api-key", "sekret", "--socket-group", "")
-	var logs bytes.Buffer
+	var logs lockedBuffer
 	d.Stderr = &logs
 	if err := d.Start(); err != nil {
 		t.Fatal(err)
@@ -164,7 +164,7 @@ func TestBinaries(t *testing.T) {
 		t.Fatalf("socket left behind: %v", err)
 	}
 	// Logs are JSON when stderr is not a terminal.
-	sc := bufio.NewScanner(&logs)
+	sc := bufio.NewScanner(strings.NewReader(logs.String()))
 	lines := 0
 	for sc.Scan() {
 		var m map[string]any
@@ -189,7 +189,7 @@ func exitCode(err error) int {
 	return -1
 }
 
-func waitSocket(t *testing.T, sock string, exited chan error, logs *bytes.Buffer) {
+func waitSocket(t *testing.T, sock string, exited chan error, logs *lockedBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

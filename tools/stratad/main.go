@@ -193,7 +193,7 @@ func run(ctx context.Context, cmd *cli.Command) error {
 		}
 		req := load
 		req.Name = name
-		if _, err := srv.LoadFile(path, req); err != nil {
+		if _, err := srv.LoadFile(ctx, path, req); err != nil {
 			srv.Close()
 			return fmt.Errorf("loading %s: %w", path, err)
 		}

@@ -57,7 +57,7 @@ func TestOfficialOpenAIClient(t *testing.T) {
 	l.Close()
 	sock := filepath.Join(dir, "strata.sock")
 	d := exec.Command(bin, "--socket", sock, "--model", model, "--listen", addr, "--api-key", "k3y", "--socket-group", "")
-	var logs bytes.Buffer
+	var logs lockedBuffer
 	d.Stderr = &logs
 	if err := d.Start(); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"net"
 	"os"
 	"os/exec"
@@ -54,7 +53,7 @@ func TestSdNotify(t *testing.T) {
 	sock := filepath.Join(dir, "s.sock")
 	d := exec.Command(stratad, "--socket", sock, "--model", model, "--socket-group", "")
 	d.Env = append(os.Environ(), "NOTIFY_SOCKET="+ns)
-	var logs bytes.Buffer
+	var logs lockedBuffer
 	d.Stderr = &logs
 	if err := d.Start(); err != nil {
 		t.Fatal(err)
@@ -102,7 +101,7 @@ func TestSocketActivation(t *testing.T) {
 	// --socket points elsewhere: it must be ignored in favour of the fd.
 	unused := filepath.Join(dir, "unused.sock")
 	d := exec.Command(sa, "-l", sock, stratad, "--socket", unused, "--model", model, "--socket-group", "")
-	var logs bytes.Buffer
+	var logs lockedBuffer
 	d.Stderr = &logs
 	if err := d.Start(); err != nil {
 		t.Fatal(err)
