@@ -9,8 +9,8 @@
 // hardware through small interfaces (Target and Worker for storage, Copier
 // for PCIe, Stager and Uploader for end-to-end routes), implemented for
 // O_DIRECT files, the userspace NVMe driver and the CUDA binding in package
-// bench/hw, and by in-memory fakes in tests. It imports nothing but the
+// internal/bench/hw, and by in-memory fakes in tests. It imports nothing but the
 // standard library, so the daemon's wire types (daemon/api) can carry its
 // results and the unprivileged client links none of the drivers through it.
-// Nothing here prints: callers render results (tables, JSON, bench/plot).
+// Nothing here prints: callers render results (tables, JSON, internal/bench/plot).
 package bench

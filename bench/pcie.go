@@ -29,7 +29,7 @@ const (
 )
 
 // Copier moves bytes between host and device memory. The CUDA binding
-// implements it in bench/hw; tests use fakes.
+// implements it in internal/bench/hw; tests use fakes.
 type Copier interface {
 	// Device names the GPU ("NVIDIA H200 (0)").
 	Device() string

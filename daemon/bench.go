@@ -20,11 +20,11 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/bench"
-	"github.com/strata-llm/strata/bench/hw"
-	"github.com/strata-llm/strata/bench/nvmebench"
 	"github.com/strata-llm/strata/daemon/api"
-	"github.com/strata-llm/strata/daemon/authz"
 	"github.com/strata-llm/strata/daemon/openai"
+	"github.com/strata-llm/strata/internal/bench/hw"
+	"github.com/strata-llm/strata/internal/bench/nvmebench"
+	"github.com/strata-llm/strata/internal/daemon/authz"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 	"github.com/strata-llm/strata/setup/hostcheck"
 )

@@ -15,11 +15,11 @@ import (
 
 	"github.com/strata-llm/strata/bench"
 	"github.com/strata-llm/strata/daemon/api"
-	"github.com/strata-llm/strata/daemon/authz"
 	"github.com/strata-llm/strata/daemon/client"
+	"github.com/strata-llm/strata/internal/daemon/authz"
+	"github.com/strata-llm/strata/internal/nvmetest"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 	"github.com/strata-llm/strata/nvme"
-	"github.com/strata-llm/strata/nvme/nvmetest"
 )
 
 // benchEvents splits an NDJSON bench response into its events.

@@ -4,8 +4,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/strata-llm/strata/blocktrace"
 	"github.com/strata-llm/strata/daemon/api"
+	"github.com/strata-llm/strata/internal/blocktrace"
 )
 
 // blockInterval is how often the tracer is sampled for status: the rates

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/strata-llm/strata/blocktrace"
 	"github.com/strata-llm/strata/daemon/api"
+	"github.com/strata-llm/strata/internal/blocktrace"
 	"github.com/strata-llm/strata/internal/hostmem"
 )
 

@@ -25,9 +25,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/strata-llm/strata/daemon/api"
-	"github.com/strata-llm/strata/daemon/authz"
 	"github.com/strata-llm/strata/daemon/openai"
 	"github.com/strata-llm/strata/engine/prefab"
+	"github.com/strata-llm/strata/internal/daemon/authz"
 	"github.com/strata-llm/strata/nvme"
 	"github.com/strata-llm/strata/nvme/devices"
 	"github.com/strata-llm/strata/nvme/vfiobus"

@@ -19,14 +19,14 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/strata-llm/strata/daemon/api"
-	"github.com/strata-llm/strata/daemon/authz"
-	"github.com/strata-llm/strata/daemon/peer"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/prefab"
+	"github.com/strata-llm/strata/internal/daemon/authz"
+	"github.com/strata-llm/strata/internal/daemon/peer"
+	"github.com/strata-llm/strata/internal/nvmehosttest"
+	"github.com/strata-llm/strata/internal/nvmetest"
 	"github.com/strata-llm/strata/nvme"
-	"github.com/strata-llm/strata/nvme/nvmetest"
 	"github.com/strata-llm/strata/nvmehost"
-	"github.com/strata-llm/strata/nvmehost/nvmehosttest"
 	"github.com/strata-llm/strata/vfio"
 )
 

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/daemon/openai"
-	"github.com/strata-llm/strata/daemon/sched"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/tokenizer"
+	"github.com/strata-llm/strata/internal/daemon/sched"
 )
 
 // job is a validated generation ready for the scheduler.

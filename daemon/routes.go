@@ -14,9 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/strata-llm/strata/daemon/api"
-	"github.com/strata-llm/strata/daemon/authz"
 	"github.com/strata-llm/strata/daemon/openai"
 	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/internal/daemon/authz"
 )
 
 // routes builds the daemon's HTTP handler. Methods are checked by the

@@ -20,12 +20,12 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/strata-llm/strata/daemon/api"
-	"github.com/strata-llm/strata/daemon/authz"
 	"github.com/strata-llm/strata/daemon/openai"
-	"github.com/strata-llm/strata/daemon/peer"
-	"github.com/strata-llm/strata/daemon/sched"
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/daemon/authz"
+	"github.com/strata-llm/strata/internal/daemon/peer"
+	"github.com/strata-llm/strata/internal/daemon/sched"
 	"github.com/strata-llm/strata/nvmehost"
 )
 

@@ -24,7 +24,7 @@ import (
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/daemon/client"
 	"github.com/strata-llm/strata/daemon/openai"
-	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // modelDir holds the tiny synthetic model every test serves.

@@ -16,15 +16,15 @@ import (
 
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/daemon/openai"
-	"github.com/strata-llm/strata/daemon/sched"
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/gguf"
 	emodel "github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/sample"
-	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/engine/tokenizer"
+	"github.com/strata-llm/strata/internal/daemon/sched"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // stackedPool writes, into dir, a pool holding the layers of several tiny

@@ -39,7 +39,7 @@ func ParseBackend(s string) (string, error) {
 }
 
 // Backend runs one loaded model's forward passes on one kind of hardware.
-// It is the single interface the scheduler (daemon/sched) drives, so it
+// It is the single interface the scheduler (internal/daemon/sched) drives, so it
 // never knows whether a pass runs on the CPU or a GPU. Sequences belong
 // to the Backend that made them.
 type Backend interface {

@@ -7,7 +7,7 @@
 // over PCIe from pinned host memory on the GPU, through the pipeline
 // (engine/stream) on the CPU, once per batched pass. Passes go through
 // one interface, Backend, over engine/model's Step, so the one decode loop
-// (daemon/sched's scheduler, which the daemon and `strata run` both drive)
+// (internal/daemon/sched's scheduler, which the daemon and `strata run` both drive)
 // runs the same way on either.
 package engine
 
@@ -27,7 +27,7 @@ import (
 )
 
 // Engine is a loaded model ready to run forward passes. Passes are
-// serialised by the backend; the scheduler (daemon/sched) batches
+// serialised by the backend; the scheduler (internal/daemon/sched) batches
 // requests over them.
 type Engine struct {
 	path  string

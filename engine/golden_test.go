@@ -17,7 +17,7 @@ import (
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/sample"
-	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // golden is what tools/reference/golden.py recorded from Hugging Face

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine"
-	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // TestOpenCancelled: a cancelled context stops every way of opening a

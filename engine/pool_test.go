@@ -7,12 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/strata-llm/strata/daemon/sched"
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/sample"
-	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/internal/daemon/sched"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // TestOpenPool prefabs a tiny model (keep) and requires engine.Open on the

@@ -10,7 +10,7 @@ import (
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // dequantized returns an F32 copy of t holding exactly the values t encodes.

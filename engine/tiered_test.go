@@ -9,16 +9,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/strata-llm/strata/daemon/sched"
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/stream"
-	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/engine/tokenizer"
+	"github.com/strata-llm/strata/internal/daemon/sched"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // stackedPool writes a pool whose layers are those of several tiny

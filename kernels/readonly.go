@@ -73,7 +73,7 @@ func (k *Kernels) ReadXOR(c *cudadrv.Ctx, s cudadrv.Stream, sink cudadrv.DevPtr,
 // and GEMVs off the integer path (float, F16, BF16) run as usual. A
 // step's GEMVs captured that way time what the same launch sequence costs
 // when its kernels only read their weights: the ceiling
-// bench/gputime's ProfileDecodeStep reports beside the GEMVs' own figure.
+// internal/bench/gputime's ProfileDecodeStep reports beside the GEMVs' own figure.
 // Sink 0 turns it off. Not safe for concurrent use with launches of k.
 func (k *Kernels) SetGEMVReadOnly(sink cudadrv.DevPtr) { k.readOnlySink = sink }
 

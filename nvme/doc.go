@@ -6,7 +6,7 @@
 // The driver is written against three small interfaces (MMIO, DMA and,
 // optionally, Interrupts) so that the same code runs over VFIO in production
 // (package nvme/vfiobus) and over the software controller of package
-// nvme/nvmetest in unit tests. It implements controller bring-up and clean
+// internal/nvmetest in unit tests. It implements controller bring-up and clean
 // shutdown, the admin queue, Identify, Set Features (number of queues),
 // several I/O queue pairs, reads and writes described by PRP entries and PRP
 // lists (requests larger than the controller's MDTS are split), queue depths

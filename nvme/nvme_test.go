@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-llm/strata/internal/nvmetest"
 	"github.com/strata-llm/strata/nvme"
-	"github.com/strata-llm/strata/nvme/nvmetest"
 )
 
 // open starts a software controller and brings the driver up on it.

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-llm/strata/internal/nvmehosttest"
 	"github.com/strata-llm/strata/nvmehost"
-	"github.com/strata-llm/strata/nvmehost/nvmehosttest"
 	"github.com/strata-llm/strata/pci"
 )
 

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-llm/strata/internal/nvmetest"
 	"github.com/strata-llm/strata/nvme"
-	"github.com/strata-llm/strata/nvme/nvmetest"
 	"github.com/strata-llm/strata/p2p"
 )
 

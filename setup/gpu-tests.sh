@@ -2,7 +2,7 @@
 # The GPU half of strata's tests, which CI cannot run (it has no GPU):
 # every test of kernels/, kernels/cudadrv, engine/gpu and engine's CUDA tests
 # against the CPU reference, the 8B-shape fidelity test, the benchmarks'
-# timing library (bench/gputime), and `strata bench engine` (with the peer
+# timing library (internal/bench/gputime), and `strata bench engine` (with the peer
 # figures of docs/peers-h200.json). Built on any machine with Go, run on a GPU host
 # that needs no Go:
 #
@@ -34,7 +34,7 @@ build() {
 	GO=$(setup/deps.sh)
 	export GOTOOLCHAIN=${GOTOOLCHAIN:-auto} CGO_ENABLED=0
 	mkdir -p bin/gpu-tests
-	for p in kernels kernels/cudadrv engine/gpu engine bench/gputime; do
+	for p in kernels kernels/cudadrv engine/gpu engine internal/bench/gputime; do
 		"$GO" test -c -ldflags='-s -w' -o "bin/gpu-tests/$(echo "$p" | tr / -).test" "./$p"
 	done
 	"$GO" build -ldflags='-s -w' -o bin/gpu-tests/strata ./tools/strata
@@ -83,7 +83,7 @@ run() {
 		step engine-gpu engine/gpu env STRATA_8B_GGUF="$synth/llama-8b-q4_k_m-seed1.gguf" STRATA_8B_STEPS=64 \
 			"$B/engine-gpu.test" -test.v -test.timeout 30m
 		step engine engine "$B/engine.test" -test.v -test.run 'CUDA|RealDriver|Greedy'
-		step bench-gputime bench/gputime "$B/bench-gputime.test" -test.v
+		step bench-gputime internal/bench/gputime "$B/internal-bench-gputime.test" -test.v
 	fi
 	if [ $bench != 0 ]; then
 		step bench-engine . "$B/strata" bench engine --synth-dir "$synth" --only "$only" \

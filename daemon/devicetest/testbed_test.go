@@ -22,7 +22,7 @@ import (
 	"github.com/strata-llm/strata/daemon/client"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/prefab"
-	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/internal/synth"
 	"github.com/strata-llm/strata/setup/testbed"
 	"github.com/strata-llm/strata/vfio"
 )

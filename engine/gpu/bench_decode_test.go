@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-llm/strata/bench/gputime"
 	"github.com/strata-llm/strata/engine/gpu"
+	"github.com/strata-llm/strata/internal/bench/gputime"
 )
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }

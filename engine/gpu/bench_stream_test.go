@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-llm/strata/bench/gputime"
 	"github.com/strata-llm/strata/engine/gpu"
+	"github.com/strata-llm/strata/internal/bench/gputime"
 )
 
 // BenchmarkStreamed8B: the 8b shape with layers 16..31 on tier B (pinned

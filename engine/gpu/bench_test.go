@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-llm/strata/bench/gputime"
 	"github.com/strata-llm/strata/engine/gpu"
+	"github.com/strata-llm/strata/internal/bench/gputime"
 )
 
 func gib(n int64) float64 { return float64(n) / (1 << 30) }

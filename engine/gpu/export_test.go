@@ -9,7 +9,7 @@ import (
 )
 
 // What the external benchmarks of this package (package gpu_test, which
-// time through bench/gputime: that package imports this one, so only an
+// time through internal/bench/gputime: that package imports this one, so only an
 // external test can use it) need from inside it, and the helpers the
 // internal benchmarks share.
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine/model"
-	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/internal/synth"
 	"github.com/strata-llm/strata/kernels"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )

@@ -13,7 +13,7 @@ import (
 // Only this package can capture the step's kernels, or its matrix products
 // alone, into graphs; what the benchmark does with them (how often it
 // launches them, how it times them) lives with the benchmark
-// (bench/gputime's ProfileDecodeStep). Nothing here runs on a Forward.
+// (internal/bench/gputime's ProfileDecodeStep). Nothing here runs on a Forward.
 
 // GEMVSet selects kinds of a decode step's matrix products.
 type GEMVSet uint8

@@ -16,8 +16,8 @@ import (
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/stream"
-	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/synth"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 

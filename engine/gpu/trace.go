@@ -2,7 +2,7 @@ package gpu
 
 // The trace hook: how a benchmark sees inside Forward without Forward
 // measuring anything itself. Timing, averaging and reporting live with the
-// benchmarks (bench/gputime); Forward only tells an installed Tracer where
+// benchmarks (internal/bench/gputime); Forward only tells an installed Tracer where
 // a pass has got to. With no Tracer installed (production) each point costs
 // one nil check: no clock read, no allocation, nothing recorded.
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/gguf"
-	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // The tiny catalogue shapes, transcribed from the model conventions rather

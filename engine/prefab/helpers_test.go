@@ -10,8 +10,8 @@ import (
 
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
-	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tokenizer"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // testDir holds the synthetic models the tests share (made once per run).

@@ -142,7 +142,7 @@ func TestBF16PackWindow(t *testing.T) {
 	}
 }
 
-// TestBF16PackRatioSynth measures the ratio on what engine/synth writes for
+// TestBF16PackRatioSynth measures the ratio on what internal/synth writes for
 // bf16 (FillRandom: Gaussian through 4096 quantiles, within 3.7 std) at the
 // 8b shape's matrix stds, and on a heavier-tailed stand-in for trained
 // weights (Student-t with 3 degrees of freedom, plus 0.01% outliers 50x

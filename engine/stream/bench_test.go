@@ -15,8 +15,8 @@ import (
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/stream"
-	"github.com/strata-llm/strata/engine/stream/streamtest"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/streamtest"
 )
 
 // benchDir is where throughput benchmarks put their files: a real disk,

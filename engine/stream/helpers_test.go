@@ -10,9 +10,9 @@ import (
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/stream"
-	"github.com/strata-llm/strata/engine/stream/streamtest"
-	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/streamtest"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // testModel is a model built from several tiny synthetic models' layers

@@ -7,7 +7,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/prefab"
-	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // TestTierPoolOnNVMe stores a real prefab pool (engine/prefab's format) as an

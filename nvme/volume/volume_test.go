@@ -16,11 +16,11 @@ import (
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/stream"
-	"github.com/strata-llm/strata/engine/stream/streamtest"
-	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/nvmetest"
+	"github.com/strata-llm/strata/internal/streamtest"
+	"github.com/strata-llm/strata/internal/synth"
 	"github.com/strata-llm/strata/nvme"
-	"github.com/strata-llm/strata/nvme/nvmetest"
 	"github.com/strata-llm/strata/nvme/volume"
 )
 

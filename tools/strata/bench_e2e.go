@@ -15,8 +15,8 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/strata-llm/strata/bench"
-	"github.com/strata-llm/strata/bench/hw"
 	"github.com/strata-llm/strata/daemon/api"
+	"github.com/strata-llm/strata/internal/bench/hw"
 )
 
 func init() { registerBenchCommand(benchE2ECommand) }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/strata-llm/strata/bench/enginebench"
+	"github.com/strata-llm/strata/internal/bench/enginebench"
 	"github.com/strata-llm/strata/kernels"
 )
 

@@ -13,9 +13,9 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/strata-llm/strata/bench"
-	"github.com/strata-llm/strata/bench/hw"
-	"github.com/strata-llm/strata/bench/plot"
 	"github.com/strata-llm/strata/daemon/api"
+	"github.com/strata-llm/strata/internal/bench/hw"
+	"github.com/strata-llm/strata/internal/bench/plot"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 

@@ -18,9 +18,9 @@ import (
 	"golang.org/x/term"
 
 	"github.com/strata-llm/strata/bench"
-	"github.com/strata-llm/strata/bench/hw"
-	"github.com/strata-llm/strata/bench/plot"
 	"github.com/strata-llm/strata/daemon/api"
+	"github.com/strata-llm/strata/internal/bench/hw"
+	"github.com/strata-llm/strata/internal/bench/plot"
 )
 
 func init() { registerBenchCommand(benchStorageCommand) }

@@ -12,7 +12,7 @@ import (
 // or VFIO, and daemon/client links no CUDA either. The binary does link
 // the CUDA binding, for two offline commands that run the engine in their
 // own process: `strata run` (see backend.go) and `strata bench engine`
-// (bench/enginebench, which times engine/gpu on the GPU). The test pins
+// (internal/bench/enginebench, which times engine/gpu on the GPU). The test pins
 // both down, so the exception stays a decision rather than drift.
 func TestDeps(t *testing.T) {
 	deps := func(pkg string) map[string]bool {
@@ -33,7 +33,7 @@ func TestDeps(t *testing.T) {
 		want   []string
 	}{
 		{pkg: mod + "tools/strata", banned: []string{mod + "nvme", mod + "vfio"},
-			want: []string{mod + "kernels/cudadrv", mod + "engine/gpu", mod + "bench/enginebench"}},
+			want: []string{mod + "kernels/cudadrv", mod + "engine/gpu", mod + "internal/bench/enginebench"}},
 		{pkg: mod + "daemon/client", banned: []string{mod + "nvme", mod + "vfio", mod + "kernels", mod + "engine", "github.com/ebitengine/purego"}},
 	} {
 		t.Run(strings.TrimPrefix(c.pkg, mod), func(t *testing.T) {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/strata-llm/strata/daemon"
 	"github.com/strata-llm/strata/daemon/api"
+	"github.com/strata-llm/strata/internal/nvmehosttest"
 	"github.com/strata-llm/strata/nvmehost"
-	"github.com/strata-llm/strata/nvmehost/nvmehosttest"
 	"github.com/strata-llm/strata/pci"
 )
 

@@ -16,8 +16,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/strata-llm/strata/engine/gguf"
-	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tokenizer"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 func init() {

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/prefab"
-	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // runCLI runs the strata command tree in-process and returns stdout and

@@ -10,12 +10,12 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/strata-llm/strata/daemon/sched"
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/sample"
-	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/engine/tokenizer"
+	"github.com/strata-llm/strata/internal/daemon/sched"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // defaultModel is what `strata run` uses without --model: a tiny synthetic

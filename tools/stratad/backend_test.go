@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // TestBackendFlag drives the real binaries: stratad picks the backend

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // goTool finds the go command that is running the tests.

@@ -38,9 +38,9 @@ import (
 
 	"github.com/strata-llm/strata/daemon"
 	"github.com/strata-llm/strata/daemon/api"
-	"github.com/strata-llm/strata/daemon/listen"
-	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/daemon/listen"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // Exit codes.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // buildBoth builds stratad and strata into dir.

@@ -15,7 +15,7 @@ import (
 	"github.com/strata-llm/strata/daemon/client"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/prefab"
-	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // TestTierFlags runs stratad's command in-process with a prefab pool and

@@ -16,7 +16,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/strata-llm/strata/daemon/peer"
+	"github.com/strata-llm/strata/internal/daemon/peer"
 )
 
 // Action is something a peer asks the daemon to do.

@@ -3,7 +3,7 @@
 // an engine/gpu Model, and the profile of a resident decode step (its
 // kernels, its matrix products alone and by kind, their read-only
 // ceiling, the host's launch costs). `strata bench engine`
-// (bench/enginebench) and engine/gpu's Go benchmarks time the GPU through
+// (internal/bench/enginebench) and engine/gpu's Go benchmarks time the GPU through
 // it, so the figures both print come from the same code.
 //
 // The engine measures nothing itself: it reports where a Forward pass has

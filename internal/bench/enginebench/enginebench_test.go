@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-llm/strata/bench/gputime"
+	"github.com/strata-llm/strata/internal/bench/gputime"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/bench"
+	"github.com/strata-llm/strata/internal/nvmetest"
 	"github.com/strata-llm/strata/nvme"
-	"github.com/strata-llm/strata/nvme/nvmetest"
 )
 
 // softController opens the software controller with a 4 KiB namespace of

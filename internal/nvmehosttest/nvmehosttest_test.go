@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/strata-llm/strata/nvmehost/nvmehosttest"
+	"github.com/strata-llm/strata/internal/nvmehosttest"
 )
 
 // TestTreeReadsAsHost checks that nvmehost reads what the builders write:

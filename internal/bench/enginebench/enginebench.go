@@ -5,10 +5,10 @@
 // a ceiling measured in that same run, to another figure of the run, or,
 // when the run is given a peers file (Options.Peers), to another system's
 // reference figure, next to the goal set for that ratio. It writes the
-// synthetic models a scenario needs when they are missing (engine/synth,
+// synthetic models a scenario needs when they are missing (internal/synth,
 // and a prefab pool for the INT8-row variant).
 //
-// The timing itself lives in bench/gputime, which engine/gpu's Go
+// The timing itself lives in internal/bench/gputime, which engine/gpu's Go
 // benchmarks share; the placements come from the tier planner
 // (engine/tier) as `--vram` would plan them. This package holds no unsafe
 // code and prints nothing: progress goes to Options.Progress and the
@@ -25,15 +25,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/strata-llm/strata/bench/gputime"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/gpu"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/sample"
-	"github.com/strata-llm/strata/engine/synth"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/bench/gputime"
+	"github.com/strata-llm/strata/internal/synth"
 	"github.com/strata-llm/strata/kernels"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )

@@ -12,7 +12,7 @@ import (
 
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/sample"
-	"github.com/strata-llm/strata/engine/synth"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 var tinyPath string

@@ -7,12 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/strata-llm/strata/bench/enginebench"
+	"github.com/strata-llm/strata/internal/bench/enginebench"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // BenchmarkEngine is `strata bench engine` as a Go benchmark: the same
-// scenarios (timed by bench/gputime), without peer figures,
+// scenarios (timed by internal/bench/gputime), without peer figures,
 // each metric and ratio reported with b.ReportMetric as
 // "scenario.key" and "scenario.key.ratio", so benchstat can compare runs.
 // STRATA_BENCH_ENGINE selects the scenarios ("resident,streamed", "all");

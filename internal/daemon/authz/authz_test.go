@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/strata-llm/strata/daemon/peer"
+	"github.com/strata-llm/strata/internal/daemon/peer"
 )
 
 func TestResolveModelPath(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 
 // Staging is storage that can read into staging memory it allocates
 // itself: the userspace NVMe driver needs buffers mapped into its
-// controller's IOMMU domain (package bench/nvmebench implements it).
+// controller's IOMMU domain (package internal/bench/nvmebench implements it).
 type Staging interface {
 	// Name identifies the source ("0000:01:00.0/nsid 1").
 	Name() string
