@@ -543,9 +543,7 @@ func TestLargeScratchIsDropped(t *testing.T) {
 	toks := randTokens(20, spec.vocab, 20)
 	want := forward(t, m, m.NewSequence(0), toks, true)
 
-	old := maxKeptScratch
-	maxKeptScratch = 1000 // floats: a 20-token pass needs far more
-	defer func() { maxKeptScratch = old }()
+	m.keepScratch = 1000 // floats: a 20-token pass needs far more
 	got := forward(t, m, m.NewSequence(0), toks, true)
 	if m.sc.bufs != nil || m.sc.h != nil {
 		t.Fatal("oversized scratch kept after the pass")

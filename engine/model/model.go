@@ -37,6 +37,10 @@ type Model struct {
 	ropeFreq []float64 // per rotary pair, radians per position
 	closer   func() error
 	sc       scratch
+	// keepScratch is the largest activation buffer (in float32s) kept
+	// between passes: defaultKeptScratch, lowered by tests on their own
+	// model.
+	keepScratch int
 }
 
 // New builds a Model from a configuration and weights, validating every
@@ -49,7 +53,7 @@ func New(cfg Config, w *Weights) (*Model, error) {
 	if err := cfg.check(w); err != nil {
 		return nil, fmt.Errorf("new model: %w", err)
 	}
-	m := &Model{Config: cfg, Weights: w, pool: defaultPool()}
+	m := &Model{Config: cfg, Weights: w, pool: defaultPool(), keepScratch: defaultKeptScratch}
 	m.src, m.resident = residentSource{w}, true
 	half := cfg.HeadDim / 2
 	m.ropeFreq = make([]float64, half)
@@ -417,7 +421,7 @@ func (m *Model) Forward(ctx context.Context, batch []Step) error {
 	for i := range batch {
 		batch[i].Seq.(*Sequence).pos += len(batch[i].Tokens)
 	}
-	if cap(sc.bufs) > maxKeptScratch {
+	if cap(sc.bufs) > m.keepScratch {
 		// A long prefill needed a large activation buffer; do not keep
 		// it alive for the decode steps that follow.
 		*sc = scratch{}
@@ -425,9 +429,10 @@ func (m *Model) Forward(ctx context.Context, batch []Step) error {
 	return nil
 }
 
-// maxKeptScratch is the largest activation buffer (in float32s, 256 MiB)
-// kept between passes. A variable so tests can lower it.
-var maxKeptScratch = 64 << 20
+// defaultKeptScratch is the largest activation buffer (in float32s, 256
+// MiB) a model keeps between passes: a long prefill's buffer is dropped
+// rather than held through the decode steps that follow.
+const defaultKeptScratch = 64 << 20
 
 // embed writes token id's embedding row, scaled by EmbedScale, to dst.
 func (m *Model) embed(dst []float32, id int32) error {
