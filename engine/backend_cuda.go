@@ -29,9 +29,14 @@ var ErrCUDAUnavailable = cudadrv.ErrUnavailable
 // staging, then copied into device slots), and a GGUF has none.
 var ErrCUDATierC = errors.New("tier C on the GPU needs a tier-C source")
 
-// openDevice opens the GPU the CUDA backend runs on; a variable so tests
-// can stand in a failure.
-var openDevice = func() (*cudadrv.Device, error) { return cudadrv.Open(0) }
+// openDevice opens the GPU the CUDA backend runs on: GPU 0, or what the
+// options stand in for it.
+func (o *Options) openDevice() (*cudadrv.Device, error) {
+	if o.openDev != nil {
+		return o.openDev()
+	}
+	return cudadrv.Open(0)
+}
 
 // deviceReserve is device memory the plan leaves free beyond what it
 // accounts for (the context, loaded modules, captured graphs, prefill
@@ -79,7 +84,7 @@ type cudaSource struct {
 // engine owns src's file; on failure nothing of src is closed (the CPU
 // path may still use it) and whatever was opened on the GPU is released.
 func openCUDA(ctx context.Context, src cudaSource, o Options, log hclog.Logger) (*Engine, error) {
-	dev, err := openDevice()
+	dev, err := o.openDevice()
 	if err != nil {
 		return nil, err
 	}

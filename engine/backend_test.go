@@ -63,10 +63,12 @@ func TestBackendChoice(t *testing.T) {
 		{name: "unknown backend", backend: "gpu", open: unavailable, wantErr: `unknown backend "gpu"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			opened := false
-			defer engine.SetOpenDevice(func() (*cudadrv.Device, error) { opened = true; return tc.open() })()
 			var logs logSink
-			e, err := engine.OpenWith(context.Background(), path, engine.Options{Backend: tc.backend, Links: defaultLinks(), Logger: logs.logger()})
+			o := engine.WithOpenDevice(engine.Options{Backend: tc.backend, Links: defaultLinks(), Logger: logs.logger()},
+				func() (*cudadrv.Device, error) { opened = true; return tc.open() })
+			e, err := engine.OpenWith(context.Background(), path, o)
 			if opened != tc.opened {
 				t.Errorf("device opened: %v, want %v", opened, tc.opened)
 			}

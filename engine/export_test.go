@@ -9,12 +9,10 @@ import (
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
-// SetOpenDevice stands in f for opening the GPU until the returned
-// function restores the real one.
-func SetOpenDevice(f func() (*cudadrv.Device, error)) (restore func()) {
-	old := openDevice
-	openDevice = f
-	return func() { openDevice = old }
+// WithOpenDevice returns o with f standing in for opening the GPU.
+func WithOpenDevice(o Options, f func() (*cudadrv.Device, error)) Options {
+	o.openDev = f
+	return o
 }
 
 // NewFakeLinkCache returns a LinkCache whose measurements return fixed

@@ -15,6 +15,7 @@ import (
 	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // Options configure OpenWith: the memory budgets the tier planner places
@@ -79,6 +80,9 @@ type Options struct {
 	// before sleeping (kernels/cudadrv Device.SetSpin): 0 takes
 	// gpu.DefaultHandoffSpin, a negative value never spins.
 	HandoffSpin time.Duration
+	// openDevice, when set, stands in for opening GPU 0 (tests stand in a
+	// missing or failing GPU through export_test.go's WithOpenDevice).
+	openDev func() (*cudadrv.Device, error)
 }
 
 // ErrNeedsPool is wrapped when a GGUF would have to be streamed: only a
