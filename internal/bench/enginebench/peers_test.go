@@ -73,7 +73,7 @@ func TestLoadPeers(t *testing.T) {
 	if _, err := LoadPeers(bad); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), `no "source"`) {
 		t.Errorf("bad file: %v", err)
 	}
-	p, err := LoadPeers(filepath.Join("..", "..", "docs", "peers-h200.json"))
+	p, err := LoadPeers(filepath.Join("..", "..", "..", "docs", "peers-h200.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
