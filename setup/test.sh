@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test strata has: vet, the unit and integration tests, the
-# concurrent packages under the race detector, and a short pass of each fuzz
+# every package again under the race detector, and a short pass of each fuzz
 # target over its corpus. GPU and VM tests skip with a message where the
 # hardware is absent.
 set -euo pipefail
