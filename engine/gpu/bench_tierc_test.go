@@ -148,7 +148,7 @@ func BenchmarkTierC8B(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			batch := []Step{{Seq: s, Tokens: promptTokens(sm.Config.Vocab, 4, 1)}}
+			batch := []model.Step{{Seq: s, Tokens: promptTokens(sm.Config.Vocab, 4, 1)}}
 			var el time.Duration
 			var sum stream.Stats
 			const warm = 2

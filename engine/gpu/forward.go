@@ -10,13 +10,6 @@ import (
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
-// Step is engine/model's Step, the one step type of every backend. A
-// Greedy step is selected on the GPU (inside the decode graph, only the
-// token ids crossing PCIe) when every step of the pass sets Greedy and
-// none AllLogits; otherwise Logits is filled and Token left alone for the
-// caller's sampler.
-type Step = model.Step
-
 // activations are the device buffers of one pass, sized for capT tokens
 // and capR logit rows; they grow on demand (which invalidates captured
 // graphs, whose launches hold their addresses).
@@ -142,7 +135,7 @@ func (m *Model) own(q model.Seq) error {
 
 // planPass lays the batch's tokens out in step order and groups the
 // attention launches and logit rows.
-func planPass(batch []Step) pass {
+func planPass(batch []model.Step) pass {
 	var p pass
 	p.decode, p.sel = true, true
 	for i := range batch {
@@ -194,7 +187,7 @@ func planPass(batch []Step) pass {
 // position. A pure decode step of up to eight sequences is replayed from a
 // captured CUDA graph (unless Options.NoGraphs), and is then not
 // cancellable once started (it takes milliseconds).
-func (m *Model) Forward(ctx context.Context, batch []Step) error {
+func (m *Model) Forward(ctx context.Context, batch []model.Step) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -319,7 +312,7 @@ func (m *Model) copyOut(c *cudadrv.Ctx, p *pass) error {
 
 // scatterTokens hands each step its device-selected token (a selecting
 // pass has one row per step).
-func (m *Model) scatterTokens(batch []Step) {
+func (m *Model) scatterTokens(batch []model.Step) {
 	toks, _ := cudadrv.Values[int32](m.act.tokensHost.Bytes()[:4*len(batch)])
 	for i := range batch {
 		batch[i].Token = toks[i]
@@ -328,7 +321,7 @@ func (m *Model) scatterTokens(batch []Step) {
 
 // writeMeta fills the pinned meta buffer: token ids, positions and cache
 // slots, T int32 each.
-func (m *Model) writeMeta(batch []Step, T int) {
+func (m *Model) writeMeta(batch []model.Step, T int) {
 	meta, _ := cudadrv.Values[int32](m.act.metaHost.Bytes()[:12*T])
 	ids, pos, slots := meta[:T], meta[T:2*T], meta[2*T:3*T]
 	t := 0
@@ -345,7 +338,7 @@ func (m *Model) writeMeta(batch []Step, T int) {
 }
 
 // scatterLogits copies the downloaded logit rows into the steps.
-func (m *Model) scatterLogits(batch []Step) {
+func (m *Model) scatterLogits(batch []model.Step) {
 	V := m.Config.Vocab
 	all, _ := cudadrv.Values[float32](m.act.logitsHost.Bytes())
 	r := 0

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/sample"
 )
 
@@ -24,15 +25,15 @@ func greedyPair(t *testing.T, g *Model, prompts [2][]int32, steps int) []int32 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lb, gb []Step
+	var lb, gb []model.Step
 	for i := range 2 {
-		for _, b := range []*[]Step{&lb, &gb} {
+		for _, b := range []*[]model.Step{&lb, &gb} {
 			s, err := g.NewSequence(len(prompts[i]) + steps + 1)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(s.Close)
-			*b = append(*b, Step{Seq: s, Tokens: prompts[i], Greedy: b == &gb})
+			*b = append(*b, model.Step{Seq: s, Tokens: prompts[i], Greedy: b == &gb})
 		}
 	}
 	var toks []int32
@@ -54,15 +55,15 @@ func greedyPair(t *testing.T, g *Model, prompts [2][]int32, steps int) []int32 {
 			if gb[j].Seq.Pos() != lb[j].Seq.Pos() {
 				t.Fatalf("step %d sequence %d: positions %d and %d", i, j, gb[j].Seq.Pos(), lb[j].Seq.Pos())
 			}
-			lb[j] = Step{Seq: lb[j].Seq, Tokens: []int32{want}, Logits: lb[j].Logits}
-			gb[j] = Step{Seq: gb[j].Seq, Tokens: []int32{want}, Greedy: true}
+			lb[j] = model.Step{Seq: lb[j].Seq, Tokens: []int32{want}, Logits: lb[j].Logits}
+			gb[j] = model.Step{Seq: gb[j].Seq, Tokens: []int32{want}, Greedy: true}
 			toks = append(toks, want)
 		}
 	}
 	// A pass mixing a greedy step with one that wants its logits downloads
 	// the rows and leaves the token to the caller's sampler: Logits
 	// filled, Token untouched.
-	mixed := []Step{{Seq: lb[0].Seq, Tokens: lb[0].Tokens}, {Seq: gb[0].Seq, Tokens: gb[0].Tokens, Greedy: true, Token: -1}}
+	mixed := []model.Step{{Seq: lb[0].Seq, Tokens: lb[0].Tokens}, {Seq: gb[0].Seq, Tokens: gb[0].Tokens, Greedy: true, Token: -1}}
 	if err := g.Forward(ctx, mixed); err != nil {
 		t.Fatalf("mixed pass: %v", err)
 	}

@@ -23,14 +23,14 @@ func greedyCompare(t *testing.T, cpu *model.Model, gms []*Model, prompt []int32,
 	ctx := context.Background()
 	cs := cpu.NewSequence(len(prompt) + steps + 1)
 	cb := []model.Step{{Seq: cs, Tokens: prompt}}
-	gbs := make([][]Step, len(gms))
+	gbs := make([][]model.Step, len(gms))
 	for i, g := range gms {
 		gs, err := g.NewSequence(len(prompt) + steps + 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer gs.Close()
-		gbs[i] = []Step{{Seq: gs, Tokens: prompt}}
+		gbs[i] = []model.Step{{Seq: gs, Tokens: prompt}}
 	}
 	worst := make([]float64, len(gms))
 	var toks []int32
@@ -63,7 +63,7 @@ func greedyCompare(t *testing.T, cpu *model.Model, gms []*Model, prompt []int32,
 			if cs.Pos() != gb[0].Seq.Pos() {
 				t.Fatalf("step %d: positions %d (cpu) and %d (gpu model %d)", i, cs.Pos(), gb[0].Seq.Pos(), gi)
 			}
-			gb[0] = Step{Seq: gb[0].Seq, Tokens: []int32{ct}, Logits: gb[0].Logits}
+			gb[0] = model.Step{Seq: gb[0].Seq, Tokens: []int32{ct}, Logits: gb[0].Logits}
 		}
 		toks = append(toks, ct)
 		cb[0] = model.Step{Seq: cs, Tokens: []int32{ct}}
@@ -125,13 +125,13 @@ func TestBatched(t *testing.T) {
 			run := func(name string, toks [][]int32, all []bool) []int32 {
 				t.Helper()
 				var cb []model.Step
-				var gb []Step
+				var gb []model.Step
 				for i, tk := range toks {
 					if tk == nil {
 						continue
 					}
 					cb = append(cb, model.Step{Seq: cs[i], Tokens: tk, AllLogits: all[i]})
-					gb = append(gb, Step{Seq: gs[i], Tokens: tk, AllLogits: all[i]})
+					gb = append(gb, model.Step{Seq: gs[i], Tokens: tk, AllLogits: all[i]})
 				}
 				if err := cpu.Forward(ctx, cb); err != nil {
 					t.Fatalf("%s: cpu: %v", name, err)
@@ -275,7 +275,7 @@ func TestValidation(t *testing.T) {
 		t.Fatalf("third sequence of two slots: %v, want ErrNoSlot", err)
 	}
 	foreign, _ := other.NewSequence(0)
-	if err := g.Forward(ctx, []Step{{Seq: a, Tokens: []int32{1, 2, 3}}}); err != nil {
+	if err := g.Forward(ctx, []model.Step{{Seq: a, Tokens: []int32{1, 2, 3}}}); err != nil {
 		t.Fatal(err)
 	}
 	cancelled, cancel := context.WithCancel(ctx)
@@ -283,19 +283,19 @@ func TestValidation(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		ctx   context.Context
-		batch []Step
+		batch []model.Step
 		is    error
 	}{
 		{"empty", ctx, nil, nil},
-		{"nil sequence", ctx, []Step{{Tokens: []int32{1}}}, nil},
-		{"no tokens", ctx, []Step{{Seq: a}}, nil},
-		{"duplicate", ctx, []Step{{Seq: a, Tokens: []int32{1}}, {Seq: a, Tokens: []int32{2}}}, nil},
-		{"token range", ctx, []Step{{Seq: a, Tokens: []int32{1, int32(cpu.Config.Vocab)}}}, nil},
-		{"negative token", ctx, []Step{{Seq: b, Tokens: []int32{-1}}}, nil},
-		{"foreign", ctx, []Step{{Seq: a, Tokens: []int32{1}}, {Seq: foreign, Tokens: []int32{1}}}, nil},
-		{"overflow", ctx, []Step{{Seq: a, Tokens: []int32{1}}, {Seq: b, Tokens: make([]int32, 9)}}, model.ErrContextOverflow},
-		{"slot overflow", ctx, []Step{{Seq: a, Tokens: make([]int32, 30)}}, model.ErrContextOverflow},
-		{"cancelled", cancelled, []Step{{Seq: a, Tokens: []int32{1}}}, context.Canceled},
+		{"nil sequence", ctx, []model.Step{{Tokens: []int32{1}}}, nil},
+		{"no tokens", ctx, []model.Step{{Seq: a}}, nil},
+		{"duplicate", ctx, []model.Step{{Seq: a, Tokens: []int32{1}}, {Seq: a, Tokens: []int32{2}}}, nil},
+		{"token range", ctx, []model.Step{{Seq: a, Tokens: []int32{1, int32(cpu.Config.Vocab)}}}, nil},
+		{"negative token", ctx, []model.Step{{Seq: b, Tokens: []int32{-1}}}, nil},
+		{"foreign", ctx, []model.Step{{Seq: a, Tokens: []int32{1}}, {Seq: foreign, Tokens: []int32{1}}}, nil},
+		{"overflow", ctx, []model.Step{{Seq: a, Tokens: []int32{1}}, {Seq: b, Tokens: make([]int32, 9)}}, model.ErrContextOverflow},
+		{"slot overflow", ctx, []model.Step{{Seq: a, Tokens: make([]int32, 30)}}, model.ErrContextOverflow},
+		{"cancelled", cancelled, []model.Step{{Seq: a, Tokens: []int32{1}}}, context.Canceled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := g.Forward(tc.ctx, tc.batch)
@@ -311,7 +311,7 @@ func TestValidation(t *testing.T) {
 		})
 	}
 	b.Close()
-	if err := g.Forward(ctx, []Step{{Seq: b, Tokens: []int32{1}}}); err == nil {
+	if err := g.Forward(ctx, []model.Step{{Seq: b, Tokens: []int32{1}}}); err == nil {
 		t.Error("forward on a closed sequence succeeded")
 	}
 	if _, err := g.NewSequence(0); err != nil {
@@ -337,7 +337,7 @@ func TestResumeAfterTruncate(t *testing.T) {
 	p := promptTokens(cpu.Config.Vocab, 24, 9)
 	for _, s := range []func() error{
 		func() error { return cpu.Forward(ctx, []model.Step{{Seq: cs, Tokens: p}}) },
-		func() error { return g.Forward(ctx, []Step{{Seq: gs, Tokens: p}}) },
+		func() error { return g.Forward(ctx, []model.Step{{Seq: gs, Tokens: p}}) },
 	} {
 		if err := s(); err != nil {
 			t.Fatal(err)
@@ -347,7 +347,7 @@ func TestResumeAfterTruncate(t *testing.T) {
 	gs.Truncate(10)
 	q := promptTokens(cpu.Config.Vocab, 6, 11)
 	cb := []model.Step{{Seq: cs, Tokens: q, AllLogits: true}}
-	gb := []Step{{Seq: gs, Tokens: q, AllLogits: true}}
+	gb := []model.Step{{Seq: gs, Tokens: q, AllLogits: true}}
 	if err := cpu.Forward(ctx, cb); err != nil {
 		t.Fatal(err)
 	}

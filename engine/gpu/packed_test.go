@@ -123,8 +123,8 @@ func TestPackedStreamed(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ps.Close()
-			rb := []Step{{Seq: rs, Tokens: promptTokens(cpu.Config.Vocab, 16, 3), AllLogits: true}}
-			pb := []Step{{Seq: ps, Tokens: rb[0].Tokens, AllLogits: true}}
+			rb := []model.Step{{Seq: rs, Tokens: promptTokens(cpu.Config.Vocab, 16, 3), AllLogits: true}}
+			pb := []model.Step{{Seq: ps, Tokens: rb[0].Tokens, AllLogits: true}}
 			for step := 0; step < 25; step++ {
 				if err := raw.Forward(ctx, rb); err != nil {
 					t.Fatal(err)
@@ -140,8 +140,8 @@ func TestPackedStreamed(t *testing.T) {
 					}
 				}
 				next := sample.Argmax(rb[0].Logits[len(rb[0].Logits)-1])
-				rb[0] = Step{Seq: rs, Tokens: []int32{next}}
-				pb[0] = Step{Seq: ps, Tokens: []int32{next}}
+				rb[0] = model.Step{Seq: rs, Tokens: []int32{next}}
+				pb[0] = model.Step{Seq: ps, Tokens: []int32{next}}
 			}
 		})
 	}

@@ -18,26 +18,26 @@ func TestPlanPass(t *testing.T) {
 	a, b, c, d := seq(0, 5), seq(1, 0), seq(2, 9), seq(3, 2)
 	for _, tc := range []struct {
 		name  string
-		batch []Step
+		batch []model.Step
 		want  pass
 	}{
 		{
 			name:  "decode",
-			batch: []Step{{Seq: a, Tokens: []int32{1}}, {Seq: c, Tokens: []int32{2}}, {Seq: d, Tokens: []int32{3}}},
+			batch: []model.Step{{Seq: a, Tokens: []int32{1}}, {Seq: c, Tokens: []int32{2}}, {Seq: d, Tokens: []int32{3}}},
 			want: pass{T: 3, R: 3, decode: true, maxPos: 9,
 				attn: []attnRun{{t0: 0, n: 3, span: 10}},
 				out:  []outRun{{t0: 0, n: 3, r0: 0}}},
 		},
 		{
 			name:  "prompt",
-			batch: []Step{{Seq: b, Tokens: []int32{1, 2, 3, 4}}},
+			batch: []model.Step{{Seq: b, Tokens: []int32{1, 2, 3, 4}}},
 			want: pass{T: 4, R: 1, maxPos: 3,
 				attn: []attnRun{{t0: 0, n: 4, prefill: true, slot: 1, p0: 0}},
 				out:  []outRun{{t0: 3, n: 1, r0: 0}}},
 		},
 		{
 			name: "mixed",
-			batch: []Step{{Seq: a, Tokens: []int32{1}}, {Seq: b, Tokens: []int32{1, 2, 3}, AllLogits: true},
+			batch: []model.Step{{Seq: a, Tokens: []int32{1}}, {Seq: b, Tokens: []int32{1, 2, 3}, AllLogits: true},
 				{Seq: c, Tokens: []int32{2}}, {Seq: d, Tokens: []int32{3}, AllLogits: true}},
 			want: pass{T: 6, R: 6, maxPos: 9,
 				attn: []attnRun{{t0: 0, n: 1, span: 6}, {t0: 1, n: 3, prefill: true, slot: 1}, {t0: 4, n: 2, span: 10}},
@@ -45,7 +45,7 @@ func TestPlanPass(t *testing.T) {
 		},
 		{
 			name:  "prompts",
-			batch: []Step{{Seq: b, Tokens: []int32{1, 2}}, {Seq: d, Tokens: []int32{1, 2, 3}}},
+			batch: []model.Step{{Seq: b, Tokens: []int32{1, 2}}, {Seq: d, Tokens: []int32{1, 2, 3}}},
 			want: pass{T: 5, R: 2, maxPos: 4,
 				attn: []attnRun{{t0: 0, n: 2, prefill: true, slot: 1}, {t0: 2, n: 3, prefill: true, slot: 3, p0: 2}},
 				out:  []outRun{{t0: 1, n: 1, r0: 0}, {t0: 4, n: 1, r0: 1}}},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
@@ -127,7 +128,7 @@ func (m *Model) ProbeDecodeStep(ctx context.Context, prompt []int32, fn func(*St
 		return fmt.Errorf("probe decode step: %w", err)
 	}
 	defer s.Close()
-	batch := []Step{{Seq: s, Tokens: prompt}}
+	batch := []model.Step{{Seq: s, Tokens: prompt}}
 	for range 2 {
 		if err := m.Forward(ctx, batch); err != nil {
 			return fmt.Errorf("probe decode step: %w", err)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/sample"
 )
@@ -21,7 +22,7 @@ func slicedRun(t *testing.T, g *Model, on bool, prompt []int32, steps int) ([][]
 		t.Fatal(err)
 	}
 	defer seq.Close()
-	b := []Step{{Seq: seq, Tokens: prompt}}
+	b := []model.Step{{Seq: seq, Tokens: prompt}}
 	var logits [][]float32
 	var toks []int32
 	for i := 0; i <= steps; i++ {
@@ -32,7 +33,7 @@ func slicedRun(t *testing.T, g *Model, on bool, prompt []int32, steps int) ([][]
 		logits = append(logits, l)
 		tok := int32(sample.Argmax(l))
 		toks = append(toks, tok)
-		b[0] = Step{Seq: seq, Tokens: []int32{tok}, Logits: b[0].Logits}
+		b[0] = model.Step{Seq: seq, Tokens: []int32{tok}, Logits: b[0].Logits}
 	}
 	return logits, toks
 }

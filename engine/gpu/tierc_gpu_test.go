@@ -45,7 +45,7 @@ func lockstep(t testing.TB, ref, got *Model, prompt []int32, steps int) (worst f
 		t.Fatal(err)
 	}
 	defer gs.Close()
-	rb, gb := []Step{{Seq: rs, Tokens: prompt}}, []Step{{Seq: gs, Tokens: prompt}}
+	rb, gb := []model.Step{{Seq: rs, Tokens: prompt}}, []model.Step{{Seq: gs, Tokens: prompt}}
 	for i := 0; i <= steps; i++ {
 		if err := ref.Forward(ctx, rb); err != nil {
 			t.Fatalf("step %d: reference: %v", i, err)
@@ -70,8 +70,8 @@ func lockstep(t testing.TB, ref, got *Model, prompt []int32, steps int) (worst f
 		if sample.Argmax(gl) == tok {
 			agree++
 		}
-		rb[0] = Step{Seq: rs, Tokens: []int32{tok}, Logits: rb[0].Logits}
-		gb[0] = Step{Seq: gs, Tokens: []int32{tok}, Logits: gb[0].Logits}
+		rb[0] = model.Step{Seq: rs, Tokens: []int32{tok}, Logits: rb[0].Logits}
+		gb[0] = model.Step{Seq: gs, Tokens: []int32{tok}, Logits: gb[0].Logits}
 	}
 	return worst, identical, agree
 }
@@ -156,7 +156,7 @@ func TestTierCFaults(t *testing.T) {
 			prompt := promptTokens(cpu.Config.Vocab, 8, 2)
 			check := func(name string, toks []int32) {
 				t.Helper()
-				rb, gb := []Step{{Seq: rs, Tokens: toks}}, []Step{{Seq: gs, Tokens: toks}}
+				rb, gb := []model.Step{{Seq: rs, Tokens: toks}}, []model.Step{{Seq: gs, Tokens: toks}}
 				if err := res.Forward(ctx, rb); err != nil {
 					t.Fatal(err)
 				}
@@ -172,7 +172,7 @@ func TestTierCFaults(t *testing.T) {
 				t.Helper()
 				arm()
 				pos := gs.Pos()
-				err := g.Forward(ctx, []Step{{Seq: gs, Tokens: []int32{5}}})
+				err := g.Forward(ctx, []model.Step{{Seq: gs, Tokens: []int32{5}}})
 				if err == nil || !errors.Is(err, is) || !strings.Contains(err.Error(), want) {
 					t.Fatalf("%s: %v, want an error naming %q", name, err, want)
 				}
@@ -190,7 +190,7 @@ func TestTierCFaults(t *testing.T) {
 			fail("last read", func() { faulty.FailNth(3) }, "layer 3 (tier C", stream.ErrInjected)
 			cctx, cancel := context.WithCancel(ctx)
 			cancel()
-			if err := g.Forward(cctx, []Step{{Seq: gs, Tokens: []int32{6}}}); !errors.Is(err, context.Canceled) {
+			if err := g.Forward(cctx, []model.Step{{Seq: gs, Tokens: []int32{6}}}); !errors.Is(err, context.Canceled) {
 				t.Fatalf("cancelled pass: %v", err)
 			}
 			check("after cancel", []int32{6})

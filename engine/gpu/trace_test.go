@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"testing"
+
+	"github.com/strata-llm/strata/engine/model"
 )
 
 // recorder is a Tracer that keeps what it is told.
@@ -65,7 +67,7 @@ func TestTracer(t *testing.T) {
 	} {
 		r.points, r.passes = nil, nil
 		was := g.SetNoGraphs(c.noGraphs)
-		err := g.Forward(ctx, []Step{{Seq: s, Tokens: c.tokens, Greedy: c.greedy}})
+		err := g.Forward(ctx, []model.Step{{Seq: s, Tokens: c.tokens, Greedy: c.greedy}})
 		g.SetNoGraphs(was)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
@@ -76,7 +78,7 @@ func TestTracer(t *testing.T) {
 	}
 	g.SetTracer(nil)
 	r.points, r.passes = nil, nil
-	if err := g.Forward(ctx, []Step{{Seq: s, Tokens: []int32{6}}}); err != nil {
+	if err := g.Forward(ctx, []model.Step{{Seq: s, Tokens: []int32{6}}}); err != nil {
 		t.Fatal(err)
 	}
 	if len(r.points)+len(r.passes) != 0 {

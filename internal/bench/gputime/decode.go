@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine/gpu"
+	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/sample"
 )
 
@@ -187,14 +188,14 @@ func TimeDecode(ctx context.Context, m *gpu.Model, o DecodeOptions) (*DecodeTimi
 		return nil, fmt.Errorf("time decode: %d positions needed, the model's slots hold %d", o.Prompt+o.Warmup+o.Steps, m.MaxContext())
 	}
 	defer m.SetNoGraphs(m.SetNoGraphs(o.NoGraphs))
-	batch := make([]gpu.Step, o.Batch)
+	batch := make([]model.Step, o.Batch)
 	for i := range batch {
 		s, err := m.NewSequence(0)
 		if err != nil {
 			return nil, fmt.Errorf("time decode: %w", err)
 		}
 		defer s.Close()
-		batch[i] = gpu.Step{Seq: s, Tokens: Prompt(m.Config.Vocab, o.Prompt, i)}
+		batch[i] = model.Step{Seq: s, Tokens: Prompt(m.Config.Vocab, o.Prompt, i)}
 	}
 	res := &DecodeTiming{Batch: o.Batch, Steps: o.Steps}
 	tr := &phaseTrace{}
@@ -263,7 +264,7 @@ func TimePrefill(ctx context.Context, m *gpu.Model, tokens, iters int) (*Prefill
 	for i := 0; i <= iters; i++ {
 		s.Reset()
 		t := time.Now()
-		if err := m.Forward(ctx, []gpu.Step{{Seq: s, Tokens: prompt}}); err != nil {
+		if err := m.Forward(ctx, []model.Step{{Seq: s, Tokens: prompt}}); err != nil {
 			return nil, fmt.Errorf("time prefill: %w", err)
 		}
 		if i > 0 {
