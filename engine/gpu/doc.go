@@ -1,4 +1,4 @@
-// Package cuda is strata's GPU backend: it runs the whole llama / gemma2
+// Package gpu is strata's GPU backend: it runs the whole llama / gemma2
 // forward pass on one CUDA device with the kernels of package kernels, with
 // exactly engine/model's semantics, so the CPU reference and the GPU are
 // interchangeable behind the engine and every GPU result can be checked

@@ -1,4 +1,4 @@
-// Package cuda is strata's binding to the CUDA driver API (libcuda.so.1),
+// Package cudadrv is strata's binding to the CUDA driver API (libcuda.so.1),
 // loaded at run time with purego so that every strata binary builds with
 // CGO_ENABLED=0 and still runs on hosts without a GPU: there, Load and Open
 // return an error wrapping ErrUnavailable ("CUDA unavailable: …") instead of

@@ -1,0 +1,6 @@
+// Package testbed is the guest side of strata's VM test-bed (run.sh): it
+// tells an integration test whether it runs inside the test-bed guest, which
+// devices and files the guest has, what the host pre-filled the NVMe images
+// with, and it lets a test hand the host bytes to verify in the backing files
+// after the guest powers off. Tests of vfio/, nvme/ and p2p/ import it.
+package testbed
