@@ -53,7 +53,7 @@ func BenchmarkDecodeHost(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			kern[i], err = gputime.Events(p.Ctx(), p.Stream(), 100, gr.Launch)
+			kern[i], err = p.Ctx().TimeEvents(p.Stream(), 100, gr.Launch)
 			if cerr := gr.Close(); err == nil {
 				err = cerr
 			}

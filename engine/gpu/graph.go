@@ -95,35 +95,20 @@ func (m *Model) capture(c *cudadrv.Ctx, p *pass, span int, copies bool) (*decode
 	if err := m.k.ReserveFastGEMV(c, m.stream, max(cfg.Dim, cfg.FFN, cfg.QDim())); err != nil {
 		return nil, err
 	}
-	if err := c.BeginCapture(m.stream, cudadrv.CaptureThreadLocal); err != nil {
-		return nil, err
-	}
-	var err error
-	if copies {
-		err = m.copyMeta(c, &q)
-	}
-	if err == nil {
-		err = m.enqueue(nil, c, &q)
-	}
-	if err == nil && copies {
-		err = m.copyOut(c, &q)
-	}
-	g, eerr := c.EndCapture(m.stream)
-	if err == nil {
-		err = eerr
-	}
-	if err != nil {
-		if g != 0 {
-			c.DestroyGraph(g)
+	exec, nodes, err := c.Capture(m.stream, cudadrv.CaptureThreadLocal, func() error {
+		if copies {
+			if err := m.copyMeta(c, &q); err != nil {
+				return err
+			}
 		}
-		return nil, err
-	}
-	defer c.DestroyGraph(g)
-	nodes, err := c.GraphNodes(g)
-	if err != nil {
-		return nil, err
-	}
-	exec, err := c.Instantiate(g)
+		if err := m.enqueue(nil, c, &q); err != nil {
+			return err
+		}
+		if copies {
+			return m.copyOut(c, &q)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
@@ -29,7 +28,7 @@ func HostToDevicePeak(dev *cudadrv.Device, n int64, iters int) (float64, error) 
 			return err
 		}
 		defer keepFirst(&err, func() error { return c.Free(d) })
-		el, err := measureEvents(c, s, iters, func() error { return c.CopyHtoD(d, h.Bytes(), s) })
+		el, err := c.TimeEvents(s, iters, func() error { return c.CopyHtoD(d, h.Bytes(), s) })
 		if err != nil {
 			return err
 		}
@@ -61,41 +60,4 @@ func keepFirst(err *error, release func() error) {
 	if rerr := release(); *err == nil {
 		*err = rerr
 	}
-}
-
-// measureEvents runs fn once to warm up, then iters times between two
-// events on s, and returns the device time per iteration.
-func measureEvents(c *cudadrv.Ctx, s cudadrv.Stream, iters int, fn func() error) (el time.Duration, err error) {
-	if err := fn(); err != nil {
-		return 0, err
-	}
-	e0, err := c.NewEvent(cudadrv.EventDefault)
-	if err != nil {
-		return 0, err
-	}
-	defer keepFirst(&err, func() error { return c.DestroyEvent(e0) })
-	e1, err := c.NewEvent(cudadrv.EventDefault)
-	if err != nil {
-		return 0, err
-	}
-	defer keepFirst(&err, func() error { return c.DestroyEvent(e1) })
-	if err := c.Record(e0, s); err != nil {
-		return 0, err
-	}
-	for range iters {
-		if err := fn(); err != nil {
-			return 0, err
-		}
-	}
-	if err := c.Record(e1, s); err != nil {
-		return 0, err
-	}
-	if err := c.EventSync(e1); err != nil {
-		return 0, err
-	}
-	msf, err := c.Elapsed(e0, e1)
-	if err != nil {
-		return 0, err
-	}
-	return time.Duration(float64(msf) * 1e6 / float64(iters)), nil
 }

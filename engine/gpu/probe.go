@@ -285,26 +285,7 @@ func (p *StepProbe) Capture(o Capture) (*StepGraph, error) {
 		defer m.k.SetGEMVReadOnly(0)
 	}
 	st := m.stream
-	if err := c.BeginCapture(st, cudadrv.CaptureThreadLocal); err != nil {
-		return nil, err
-	}
-	cerr := m.enqueueGEMVs(c, kinds)
-	g, err := c.EndCapture(st)
-	if cerr != nil {
-		err = cerr
-	}
-	if err != nil {
-		if g != 0 {
-			c.DestroyGraph(g)
-		}
-		return nil, err
-	}
-	defer c.DestroyGraph(g)
-	nodes, err := c.GraphNodes(g)
-	if err != nil {
-		return nil, err
-	}
-	exec, err := c.Instantiate(g)
+	exec, nodes, err := c.Capture(st, cudadrv.CaptureThreadLocal, func() error { return m.enqueueGEMVs(c, kinds) })
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/rawstore"
 	"github.com/strata-llm/strata/internal/synth"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
@@ -313,48 +313,6 @@ func (d *simDev) Elapsed(a, b cudadrv.Event) (float32, error) {
 	return float32(d.at[b]-d.at[a]) / 1000, nil
 }
 
-// testStore is a stream.LayerStore over a file of random layer extents
-// of different lengths; Verify compares with the bytes written.
-type testStore struct {
-	ext  []tier.Extent
-	data [][]byte
-}
-
-func (s *testStore) NumLayers() int               { return len(s.ext) }
-func (s *testStore) Extent(i int) tier.Extent     { return s.ext[i] }
-func (s *testStore) Mapped(i int) ([]byte, error) { return s.data[i], nil }
-func (s *testStore) Verify(i int, b []byte) error {
-	if !bytes.Equal(b, s.data[i]) {
-		return errors.New("checksum mismatch")
-	}
-	return nil
-}
-func (s *testStore) Decode(int, []byte) (*model.Layer, error) {
-	return nil, errors.New("testStore does not decode")
-}
-
-func newTestStore(t testing.TB, layers int) (*testStore, string) {
-	t.Helper()
-	rng := rand.New(rand.NewPCG(3, 4))
-	s := &testStore{}
-	var file []byte
-	for range layers {
-		n := int64(1+rng.IntN(6)) * tier.PageSize
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = byte(rng.Uint32())
-		}
-		s.ext = append(s.ext, tier.Extent{Offset: int64(len(file)), Length: n})
-		s.data = append(s.data, b)
-		file = append(file, b...)
-	}
-	path := filepath.Join(t.TempDir(), "layers")
-	if err := os.WriteFile(path, file, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return s, path
-}
-
 // countingSource counts the reads started, and checks at each that no
 // more than k staging buffers are in use: reads started minus tier-C
 // copies completed on the device.
@@ -378,7 +336,7 @@ func (c *countingSource) ReadAt(ctx context.Context, dst []byte, off int64) erro
 // builds it on a GPU: the tier-B layers' bytes in its host memory, the
 // store as the tier-C store, and the pipeline over streamDev on the
 // simulated driver.
-func simPipeline(t testing.TB, store *testStore, tiers []tier.Tier, k int, src tier.Source) (*tierB, *simDev) {
+func simPipeline(t testing.TB, store *rawstore.Store, tiers []tier.Tier, k int, src tier.Source) (*tierB, *simDev) {
 	t.Helper()
 	d := newSimDev(t, uint64(k)*7+uint64(len(tiers)), 1, 2)
 	tb := startTierB(t, d, store, tiers, k, src)
@@ -386,8 +344,8 @@ func simPipeline(t testing.TB, store *testStore, tiers []tier.Tier, k int, src t
 	// staging buffer handed back to stage 1 too early would be caught
 	// half overwritten (or holding the next layer).
 	d.copyChk = func(src []byte) error {
-		for i := range store.data {
-			if bytes.Equal(src, store.data[i]) {
+		for i := range store.Data {
+			if bytes.Equal(src, store.Data[i]) {
 				return nil
 			}
 		}
@@ -399,16 +357,16 @@ func simPipeline(t testing.TB, store *testStore, tiers []tier.Tier, k int, src t
 // startTierB starts the pipeline on d over store the way loadTierB does
 // on a GPU: the tier-B layers' bytes in tb's host memory, the store as the
 // tier-C store.
-func startTierB(t testing.TB, d devOps, store *testStore, tiers []tier.Tier, k int, src tier.Source) *tierB {
+func startTierB(t testing.TB, d devOps, store *rawstore.Store, tiers []tier.Tier, k int, src tier.Source) *tierB {
 	t.Helper()
 	n := len(tiers)
 	tb := &tierB{off: make([]int64, n), size: make([]int64, n), tierC: make([]bool, n), tc: store}
 	for i, tr := range tiers {
 		if tr == tier.TierB {
 			tb.off[i] = int64(len(tb.hostBytes))
-			tb.hostBytes = append(tb.hostBytes, store.data[i]...)
+			tb.hostBytes = append(tb.hostBytes, store.Data[i]...)
 		}
-		tb.size[i] = store.ext[i].Length
+		tb.size[i] = store.Ext[i].Length
 	}
 	if err := tb.start(d, 1, tiers, src, stream.VerifyFirst, k); err != nil {
 		t.Fatal(err)
@@ -437,7 +395,7 @@ func streamedCount(tb *tierB) (n int, layerBytes int64) {
 // acquire it (a streamed layer's slot), enqueue "kernels" on the compute
 // stream that check the slot holds the layer, and hand it back; then
 // drain and end the pass.
-func simPass(ctx context.Context, tb *tierB, d *simDev, store *testStore, cancelAt int) error {
+func simPass(ctx context.Context, tb *tierB, d *simDev, store *rawstore.Store, cancelAt int) error {
 	const compute = cudadrv.Stream(1)
 	var cancel context.CancelFunc
 	if cancelAt >= 0 {
@@ -473,7 +431,7 @@ func simPass(ctx context.Context, tb *tierB, d *simDev, store *testStore, cancel
 				if lw.q.Ptr != tb.dev.slots[j].ptr {
 					return fmt.Errorf("layer %d: weights at %#x, slot %d is at %#x", l, lw.q.Ptr, j, tb.dev.slots[j].ptr)
 				}
-				slot, want := lw.q.Ptr, store.data[l]
+				slot, want := lw.q.Ptr, store.Data[l]
 				for range 3 {
 					d.push(compute, simOp{fn: func() error {
 						if !bytes.Equal(d.mem[slot][:len(want)], want) {
@@ -505,12 +463,12 @@ func simPass(ctx context.Context, tb *tierB, d *simDev, store *testStore, cancel
 // works), a cancelled pass stops cleanly, and Stats count what moved.
 func TestTierCPipelineSimulated(t *testing.T) {
 	t.Parallel()
-	store, path := newTestStore(t, 9)
+	store, path := rawstore.New(t, 9)
 	for _, mix := range []string{"all-C", "C,A,C,B,C,C,A,B,C", "A,B,C,B,A,C,C,C,B", "B,B,C,B,B,B,B,C,B"} {
 		for _, k := range []int{1, 2, 3} {
 			for _, direct := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%s/k=%d/odirect=%v", mix, k, direct), func(t *testing.T) {
-					tiers, err := tier.MixTiers(mix, len(store.ext))
+					tiers, err := tier.MixTiers(mix, len(store.Ext))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -538,7 +496,7 @@ func TestTierCPipelineSimulated(t *testing.T) {
 					ctx := context.Background()
 					var cBytes int64
 					for _, l := range tb.cLayers {
-						cBytes += store.ext[l].Length
+						cBytes += store.Ext[l].Length
 					}
 					for pass := range 3 {
 						if err := simPass(ctx, tb, d, store, -1); err != nil {
@@ -559,9 +517,9 @@ func TestTierCPipelineSimulated(t *testing.T) {
 						// A failing extent fails the pass with an error
 						// naming the layer and its byte range.
 						bad := tb.cLayers[len(tb.cLayers)/2]
-						faulty.FailExtent(store.ext[bad], true)
+						faulty.FailExtent(store.Ext[bad], true)
 						err := simPass(ctx, tb, d, store, -1)
-						want := fmt.Sprintf("layer %d (tier C, extent %v)", bad, store.ext[bad])
+						want := fmt.Sprintf("layer %d (tier C, extent %v)", bad, store.Ext[bad])
 						if err == nil || !errors.Is(err, stream.ErrInjected) || !strings.Contains(err.Error(), want) {
 							t.Fatalf("pass with a bad read: %v, want an error naming %q", err, want)
 						}
@@ -602,7 +560,7 @@ func TestTierCPipelineSimulated(t *testing.T) {
 // checksum fails the pass (VerifyFirst checks every extent's first read).
 func TestTierCVerify(t *testing.T) {
 	t.Parallel()
-	store, path := newTestStore(t, 4)
+	store, path := rawstore.New(t, 4)
 	tiers, _ := tier.MixTiers("all-C", 4)
 	fs, err := stream.OpenFile(path, stream.FileOptions{})
 	if err != nil {
@@ -610,14 +568,14 @@ func TestTierCVerify(t *testing.T) {
 	}
 	defer fs.Close()
 	tb, d := simPipeline(t, store, tiers, 2, fs)
-	good := store.data[2]
-	store.data[2] = append([]byte(nil), good...)
-	store.data[2][100] ^= 1
+	good := store.Data[2]
+	store.Data[2] = append([]byte(nil), good...)
+	store.Data[2][100] ^= 1
 	err = simPass(context.Background(), tb, d, store, -1)
-	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("layer 2 (tier C, extent %v): verify", store.ext[2])) {
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("layer 2 (tier C, extent %v): verify", store.Ext[2])) {
 		t.Fatalf("corrupt extent: %v", err)
 	}
-	store.data[2] = good
+	store.Data[2] = good
 	if err := simPass(context.Background(), tb, d, store, -1); err != nil {
 		t.Fatalf("pass after the corruption was repaired: %v", err)
 	}
@@ -695,7 +653,7 @@ func (d *nopDev) Elapsed(cudadrv.Event, cudadrv.Event) (float32, error) { return
 // parallel: testing.AllocsPerRun counts the whole process's allocations.)
 func TestStreamPassAllocs(t *testing.T) {
 	allocs := func(layers int) float64 {
-		store, path := newTestStore(t, layers)
+		store, path := rawstore.New(t, layers)
 		src, err := stream.OpenMmap(path)
 		if err != nil {
 			t.Fatal(err)

@@ -3,66 +3,20 @@ package stream
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/rawstore"
 )
-
-// rawStore is a LayerStore over a file of random extents of different
-// lengths; Verify compares with the bytes written. It does not decode.
-type rawStore struct {
-	ext  []tier.Extent
-	data [][]byte
-}
-
-func (s *rawStore) NumLayers() int               { return len(s.ext) }
-func (s *rawStore) Extent(i int) tier.Extent     { return s.ext[i] }
-func (s *rawStore) Mapped(i int) ([]byte, error) { return s.data[i], nil }
-func (s *rawStore) Verify(i int, b []byte) error {
-	if !bytes.Equal(b, s.data[i]) {
-		return errors.New("checksum mismatch")
-	}
-	return nil
-}
-func (s *rawStore) Decode(int, []byte) (*model.Layer, error) {
-	return nil, errors.New("rawStore does not decode")
-}
-
-func newRawStore(t testing.TB, layers int) (*rawStore, string) {
-	t.Helper()
-	rng := rand.New(rand.NewPCG(3, 4))
-	s := &rawStore{}
-	var file []byte
-	for range layers {
-		n := int64(1+rng.IntN(6)) * tier.PageSize
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = byte(rng.Uint32())
-		}
-		s.ext = append(s.ext, tier.Extent{Offset: int64(len(file)), Length: n})
-		s.data = append(s.data, b)
-		file = append(file, b...)
-	}
-	path := filepath.Join(t.TempDir(), "layers")
-	if err := os.WriteFile(path, file, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return s, path
-}
 
 // TestStage1RunAhead: stage 1 alone reads the tier-C layers in order, at
 // most k ahead of the staging buffers handed back, and counts what it
 // read.
 func TestStage1RunAhead(t *testing.T) {
 	t.Parallel()
-	store, path := newRawStore(t, 8)
+	store, path := rawstore.New(t, 8)
 	fs, err := OpenFile(path, FileOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +45,7 @@ func TestStage1RunAhead(t *testing.T) {
 				if g.err != nil {
 					t.Fatal(g.err)
 				}
-				if !bytes.Equal(p.staging[g.s].Bytes()[:store.ext[l].Length], store.data[l]) {
+				if !bytes.Equal(p.staging[g.s].Bytes()[:store.Ext[l].Length], store.Data[l]) {
 					t.Fatalf("layer %d: wrong bytes in staging buffer %d", l, g.s)
 				}
 				// With the buffer still held, no more than k-1 later

@@ -72,3 +72,31 @@ func (c *Ctx) DestroyGraphExec(e GraphExec) error {
 	}
 	return check("cuGraphExecDestroy", call(drv.cuGraphExecDestroy, uintptr(e)))
 }
+
+// Capture records what fn enqueues on s (capture mode as BeginCapture
+// takes) and returns it instantiated, with the number of nodes the graph
+// holds. The capture always ends, so s is usable again whatever fn
+// returned; the intermediate graph is destroyed either way.
+func (c *Ctx) Capture(s Stream, mode int, fn func() error) (exec GraphExec, nodes int, err error) {
+	if err := c.BeginCapture(s, mode); err != nil {
+		return 0, 0, err
+	}
+	ferr := fn()
+	g, err := c.EndCapture(s)
+	if ferr != nil {
+		err = ferr
+	}
+	if g != 0 {
+		defer c.DestroyGraph(g)
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	if nodes, err = c.GraphNodes(g); err != nil {
+		return 0, 0, err
+	}
+	if exec, err = c.Instantiate(g); err != nil {
+		return 0, 0, err
+	}
+	return exec, nodes, nil
+}

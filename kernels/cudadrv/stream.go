@@ -2,6 +2,7 @@ package cudadrv
 
 import (
 	"fmt"
+	"time"
 	"unsafe"
 )
 
@@ -113,4 +114,47 @@ func (c *Ctx) Elapsed(start, end Event) (float32, error) {
 		return 0, fmt.Errorf("event timing: %w", err)
 	}
 	return ms, nil
+}
+
+// TimeEvents runs fn once to warm up, then iters times between two events
+// recorded on s, and returns the device time per iteration: what the work
+// fn enqueues costs the GPU, without the host's launch gaps at either end.
+// fn must only enqueue on s.
+func (c *Ctx) TimeEvents(s Stream, iters int, fn func() error) (per time.Duration, err error) {
+	if iters < 1 {
+		return 0, fmt.Errorf("timing with events: %d iterations", iters)
+	}
+	if err := fn(); err != nil {
+		return 0, err
+	}
+	var ev [2]Event
+	for i := range ev {
+		if ev[i], err = c.NewEvent(EventDefault); err != nil {
+			return 0, err
+		}
+		defer func(e Event) {
+			if derr := c.DestroyEvent(e); err == nil {
+				err = derr
+			}
+		}(ev[i])
+	}
+	if err := c.Record(ev[0], s); err != nil {
+		return 0, err
+	}
+	for range iters {
+		if err := fn(); err != nil {
+			return 0, err
+		}
+	}
+	if err := c.Record(ev[1], s); err != nil {
+		return 0, err
+	}
+	if err := c.EventSync(ev[1]); err != nil {
+		return 0, err
+	}
+	ms, err := c.Elapsed(ev[0], ev[1])
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(float64(ms) * 1e6 / float64(iters)), nil
 }

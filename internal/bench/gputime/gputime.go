@@ -7,47 +7,6 @@ import (
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
-// Events runs fn once to warm up, then iters times between two events on
-// s, and returns the device time per iteration. fn must only enqueue on
-// s; call it on the device goroutine (inside Device.Do).
-func Events(c *cudadrv.Ctx, s cudadrv.Stream, iters int, fn func() error) (el time.Duration, err error) {
-	if iters < 1 {
-		return 0, fmt.Errorf("timing with events: %d iterations", iters)
-	}
-	if err := fn(); err != nil {
-		return 0, err
-	}
-	e0, err := c.NewEvent(cudadrv.EventDefault)
-	if err != nil {
-		return 0, err
-	}
-	defer keepFirst(&err, func() error { return c.DestroyEvent(e0) })
-	e1, err := c.NewEvent(cudadrv.EventDefault)
-	if err != nil {
-		return 0, err
-	}
-	defer keepFirst(&err, func() error { return c.DestroyEvent(e1) })
-	if err := c.Record(e0, s); err != nil {
-		return 0, err
-	}
-	for range iters {
-		if err := fn(); err != nil {
-			return 0, err
-		}
-	}
-	if err := c.Record(e1, s); err != nil {
-		return 0, err
-	}
-	if err := c.EventSync(e1); err != nil {
-		return 0, err
-	}
-	msf, err := c.Elapsed(e0, e1)
-	if err != nil {
-		return 0, err
-	}
-	return time.Duration(float64(msf) * 1e6 / float64(iters)), nil
-}
-
 // CopyBandwidth measures device-to-device copy bandwidth on dev: bytes
 // read plus bytes written per second over iters back-to-back copies of n
 // bytes (after one untimed copy), timed with events on a stream of its
@@ -74,7 +33,7 @@ func CopyBandwidth(dev *cudadrv.Device, n int64, iters int) (float64, error) {
 		if err := c.MemsetD8(src, 1, n, s); err != nil {
 			return err
 		}
-		el, err := Events(c, s, iters, func() error { return c.CopyDtoD(dst, src, n, s) })
+		el, err := c.TimeEvents(s, iters, func() error { return c.CopyDtoD(dst, src, n, s) })
 		if err != nil {
 			return err
 		}

@@ -90,7 +90,7 @@ func ProfileDecodeStep(ctx context.Context, m *gpu.Model, iters int) (*StepProfi
 			if err != nil {
 				return 0, err
 			}
-			el, err := Events(c, st, iters, g.Launch)
+			el, err := c.TimeEvents(st, iters, g.Launch)
 			keepFirst(&err, g.Close)
 			return el, err
 		}
@@ -108,7 +108,7 @@ func ProfileDecodeStep(ctx context.Context, m *gpu.Model, iters int) (*StepProfi
 		}
 		defer step.Close()
 		prof.Kernels = step.Nodes
-		if prof.Device, err = Events(c, st, iters, step.Launch); err != nil {
+		if prof.Device, err = c.TimeEvents(st, iters, step.Launch); err != nil {
 			return err
 		}
 		if prof.GEMV, err = replay(gpu.Capture{GEMVs: gpu.AllGEMVs}); err != nil {
