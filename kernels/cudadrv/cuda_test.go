@@ -621,3 +621,69 @@ func captureLaunches(c *Ctx, s Stream, f Function, cfg LaunchConfig, a *Args, co
 	}
 	return g, ge, func() { c.DestroyGraphExec(ge); c.DestroyGraph(g) }, nil
 }
+
+// TestCaptureAndTimeEvents checks Capture (the graph holds what fn
+// enqueued, an fn that fails leaves the stream usable and no graph) and
+// TimeEvents (fn runs once to warm up and then iters times, all on the
+// device, and the time per iteration is positive).
+func TestCaptureAndTimeEvents(t *testing.T) {
+	d := testDevice(t)
+	const n = 4096
+	err := d.Do(func(c *Ctx) error {
+		return withKernel(c, testPTX, "axpb", n, func(f Function, s Stream, x DevPtr) error {
+			if err := Upload(c, x, make([]float32, n), s); err != nil {
+				return err
+			}
+			cfg := LaunchConfig{Grid: Dim3{X: n / 256}, Block: Dim3{X: 256}}
+			var a Args
+			a.Ptr(x).Int(n).F32(1).F32(1) // x = x + 1
+			inc := func() error { return c.Launch(f, cfg, s, &a) }
+			ge, nodes, err := c.Capture(s, CaptureThreadLocal, func() error {
+				for range 3 {
+					if err := inc(); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			defer c.DestroyGraphExec(ge)
+			if nodes != 3 {
+				t.Errorf("graph has %d nodes, want 3", nodes)
+			}
+			boom := errors.New("boom")
+			if _, _, err := c.Capture(s, CaptureThreadLocal, func() error { _ = inc(); return boom }); !errors.Is(err, boom) {
+				t.Errorf("failed capture: %v, want %v", err, boom)
+			}
+			if err := c.GraphLaunch(ge, s); err != nil { // +3
+				return err
+			}
+			if _, err := c.TimeEvents(s, 0, inc); err == nil {
+				t.Error("TimeEvents with 0 iterations: no error")
+			}
+			per, err := c.TimeEvents(s, 4, inc) // +1 warm-up, +4
+			if err != nil {
+				return err
+			}
+			if per <= 0 {
+				t.Errorf("time per iteration %v, want > 0", per)
+			}
+			out := make([]float32, n)
+			if err := Download(c, out, x, s); err != nil {
+				return err
+			}
+			for i, v := range out {
+				if v != 8 {
+					t.Errorf("x[%d] = %v, want 8 (3 replayed, 1 warm-up, 4 timed)", i, v)
+					break
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
