@@ -9,6 +9,7 @@ import (
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/hostmem"
 	"github.com/strata-llm/strata/kernels"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
@@ -16,7 +17,7 @@ import (
 // alignUp rounds a tensor's size up to the 256 bytes cuMemAlloc aligns to,
 // so every tensor of a packed layer starts aligned (the kernels load 16
 // bytes at a time).
-func alignUp(n int64) int64 { return (n + 255) &^ 255 }
+func alignUp(n int64) int64 { return hostmem.AlignUp(n, 256) }
 
 // layerTensors lists a layer's tensors in packing order (llama has no
 // post-norms).
