@@ -40,6 +40,7 @@ func (l *logSink) logger() hclog.Logger {
 // with its reason. The CPU path is the same computation whichever way it
 // was chosen: the tokens equal engine.Open's.
 func TestBackendChoice(t *testing.T) {
+	t.Parallel()
 	path := tinyGGUF(t, "q8_0")
 	want, _ := residentTokens(t, path, 12)
 	for _, tc := range []struct {
@@ -172,6 +173,7 @@ func TestBackendRealDriver(t *testing.T) {
 // TestForwardChecksSequences: a pass refuses a closed sequence and one
 // from another engine, before anything changes.
 func TestForwardChecksSequences(t *testing.T) {
+	t.Parallel()
 	path := tinyGGUF(t, "q8_0")
 	a, err := engine.OpenWith(context.Background(), path, engine.Options{Backend: "cpu", Links: defaultLinks()})
 	if err != nil {
@@ -204,6 +206,7 @@ func TestForwardChecksSequences(t *testing.T) {
 }
 
 func TestParseBackend(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{"": "auto", "auto": "auto", " CPU ": "cpu", "cuda": "cuda", "Cuda": "cuda", "gpu": "", "cpu,cuda": ""} {
 		got, err := engine.ParseBackend(in)
 		if got != want || (err != nil) != (want == "") {
