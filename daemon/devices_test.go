@@ -346,6 +346,7 @@ func writeTestPool(t *testing.T, dir string) string {
 // TestDevicesFlow drives bind → format → pool write → extents → stats →
 // unbind against a software controller, checking the pool's bytes on the
 // controller's own copy of the namespace.
+// Sequential: it asserts an idle stats interval after sleeping three intervals.
 func TestDevicesFlow(t *testing.T) {
 	dir := t.TempDir()
 	poolPath := writeTestPool(t, dir)

@@ -607,6 +607,7 @@ func TestConcurrentClients(t *testing.T) {
 
 // TestDisconnectCancels drops a streaming client mid-stream and checks
 // the sequence leaves the batch within one token.
+// Sequential: it asserts a cancel lag of at most one token, which CPU contention stretches.
 func TestDisconnectCancels(t *testing.T) {
 	h := start(t, opts{})
 	conn, err := net.Dial("unix", h.sock)
@@ -740,6 +741,7 @@ func TestTCPNeedsKey(t *testing.T) {
 	}
 }
 
+// Sequential: it adds a symlink to the model directory every test serves from.
 func TestLoadUnload(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("the admin API needs uid 0 or the admin group; run as root (CI does) to exercise it in-process")

@@ -126,6 +126,7 @@ func broken() (*cudadrv.Device, error) {
 // strata run and stratad do: off the GPU (CI) auto names the real reason
 // and cuda fails; on a GPU machine the model runs there and its greedy
 // tokens match the CPU reference.
+// Sequential: it opens GPU 0 where there is one.
 func TestBackendRealDriver(t *testing.T) {
 	path := tinyGGUF(t, "f32")
 	e, err := engine.OpenWith(context.Background(), path, engine.Options{Links: defaultLinks()})

@@ -581,6 +581,7 @@ func TestHostileInputs(t *testing.T) {
 	}
 }
 
+// Sequential: allocBytes reads process-wide MemStats.
 func TestOpenAllocationBounded(t *testing.T) {
 	// Hostile headers claim enormous counts and lengths. Open must fail
 	// without allocating for the claims: a few KiB of error text and the
@@ -642,6 +643,7 @@ func TestOpenAllocationBounded(t *testing.T) {
 
 // TestOpenAllocationProportional checks valid headers built from the
 // constructs that cost the most memory per encoded byte.
+// Sequential: allocBytes reads process-wide MemStats.
 func TestOpenAllocationProportional(t *testing.T) {
 	emptyArrays := make([]Array, 50000)
 	for i := range emptyArrays {
@@ -1039,6 +1041,7 @@ func (v virtualFile) ReadAt(p []byte, off int64) (int, error) {
 	return len(p), nil
 }
 
+// Sequential: allocBytes reads process-wide MemStats.
 func TestHugeVirtualFiles(t *testing.T) {
 	// Files too large to build for real: the size is claimed, the bytes
 	// past the header read as zeros.

@@ -167,6 +167,7 @@ func TestDotRowsLongRow(t *testing.T) {
 	}
 }
 
+// Sequential: testing.AllocsPerRun sets GOMAXPROCS and counts process-wide mallocs.
 func TestDotNoAllocs(t *testing.T) {
 	for _, ty := range Types() {
 		t.Run(ty.String(), func(t *testing.T) {
