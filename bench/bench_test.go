@@ -18,6 +18,7 @@ import (
 )
 
 func TestHistogramBuckets(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	vals := []uint64{0, 1, 127, 128, 129, 255, 256, 1000, 1 << 20, 1<<40 + 12345, math.MaxUint64 >> 1, math.MaxUint64}
 	for range 10000 {
@@ -45,6 +46,7 @@ func TestHistogramBuckets(t *testing.T) {
 }
 
 func TestHistogramQuantiles(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		gen  func(r *rand.Rand) time.Duration
@@ -182,6 +184,7 @@ func checkPoint(t *testing.T, p StoragePoint) {
 }
 
 func TestStorageSweep(t *testing.T) {
+	t.Parallel()
 	m := newMem(1<<20, 512, 200*time.Microsecond)
 	var progress []Progress
 	res, err := Storage(context.Background(), m, StorageOptions{
@@ -242,6 +245,7 @@ func TestStorageSweep(t *testing.T) {
 }
 
 func TestStorageRandomRegion(t *testing.T) {
+	t.Parallel()
 	m := newMem(4<<20, 4096, 0)
 	res, err := Storage(context.Background(), m, StorageOptions{BlockSizes: []int{8192}, QueueDepths: []int{2}, Pattern: Random,
 		Region: 1 << 20, Duration: 20 * time.Millisecond, Seed: 7})
@@ -262,6 +266,7 @@ func TestStorageRandomRegion(t *testing.T) {
 }
 
 func TestStorageErrors(t *testing.T) {
+	t.Parallel()
 	m := newMem(1<<20, 4096, 0)
 	tests := []struct {
 		name string
@@ -324,6 +329,7 @@ func (f *fakeCopier) Copy(ctx context.Context, d Direction, m HostMemory, n int6
 }
 
 func TestPCIeSweep(t *testing.T) {
+	t.Parallel()
 	f := &fakeCopier{rate: 20, max: 16 << 20}
 	var prog int
 	res, err := PCIe(context.Background(), f, PCIeOptions{Sizes: []int64{64 << 10, 1 << 20, 16 << 20, 1 << 30}, PointBytes: 64 << 20,
@@ -398,6 +404,7 @@ func (f *fakeStage) Upload(ctx context.Context, slot, n int) (func() error, erro
 }
 
 func TestMeasureRoute(t *testing.T) {
+	t.Parallel()
 	src := make([]byte, 40<<10)
 	for i := range src {
 		src[i] = byte(i*13 + i>>8)
@@ -432,6 +439,7 @@ func TestMeasureRoute(t *testing.T) {
 // TestDeps keeps package bench free of everything but the standard
 // library: daemon/api carries its results, and the client links it.
 func TestDeps(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command("go", "list", "-deps", "github.com/strata-llm/strata/bench").Output()
 	if err != nil {
 		t.Skipf("go list unavailable: %v", err)

@@ -31,6 +31,7 @@ const (
 // status but not load or unload; a member of the admin group may; a
 // process outside the socket group cannot even connect.
 func TestSecondUID(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("needs root to run a client as a second uid (CI runs as root)")
 	}

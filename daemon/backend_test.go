@@ -16,6 +16,7 @@ import (
 // fails with 503 "CUDA unavailable: …" and the daemon keeps serving; the
 // backend is a /metrics label.
 func TestBackendStatus(t *testing.T) {
+	t.Parallel()
 	h := start(t, opts{})
 	ctx := context.Background()
 	st, err := h.c.Status(ctx)

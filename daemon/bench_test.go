@@ -56,6 +56,7 @@ func benchServer(t *testing.T, dir string) (*devServer, *nvmetest.Controller) {
 // TestBenchStorageNVMe runs the storage sweep on a held (software)
 // controller for an unprivileged peer, through the endpoint.
 func TestBenchStorageNVMe(t *testing.T) {
+	t.Parallel()
 	d, sc := benchServer(t, t.TempDir())
 	before := sc.Count("read")
 	req := api.BenchStorageRequest{BDF: "0000:00:06.0", NSID: 2, BlockSizes: []int{4096, 65536}, QueueDepths: []int{1, 4}, PointSeconds: 0.03}
@@ -89,6 +90,7 @@ func TestBenchStorageNVMe(t *testing.T) {
 }
 
 func TestBenchStorageRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "data"), make([]byte, 1<<20), 0o644)
 	d, _ := benchServer(t, dir)
@@ -150,6 +152,7 @@ func TestBenchStorageRefused(t *testing.T) {
 // error after the response started reaches the client as an API error
 // with the status it would have had.
 func TestBenchStorageClient(t *testing.T) {
+	t.Parallel()
 	d, sc := benchServer(t, t.TempDir())
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.srv.Handler().ServeHTTP(w, r.WithContext(WithPeer(r.Context(), userPeer)))
@@ -177,6 +180,7 @@ func TestBenchStorageClient(t *testing.T) {
 // TestBenchNoGPU: without CUDA the PCIe bench is refused with 503
 // cuda_unavailable and the e2e bench lists the routes unmeasured.
 func TestBenchNoGPU(t *testing.T) {
+	t.Parallel()
 	if err := cudadrv.Load(); err == nil {
 		if n, _ := cudadrv.DeviceCount(); n > 0 {
 			t.Skip("a GPU is present")

@@ -17,6 +17,7 @@ import (
 // and /metrics the tracer's counters. Where BPF cannot load (no root, no
 // BTF), status must say why and the daemon must keep serving.
 func TestBlockIOStatus(t *testing.T) {
+	t.Parallel()
 	h := start(t, opts{})
 	h.srv.StartBlockTrace()
 	defer h.srv.stopBlockTrace()

@@ -161,6 +161,7 @@ func typeFor(code int) string {
 }
 
 func TestDevicesList(t *testing.T) {
+	t.Parallel()
 	d := newDevServer(t)
 	for _, pr := range []authz.Peer{userPeer, keyPeer} {
 		code, body := d.do(t, pr, "GET", api.PathDevices, nil)
@@ -208,6 +209,7 @@ func TestDevicesList(t *testing.T) {
 // TestDevicesAuthz: changing what the daemon holds needs an administrator;
 // reading needs a known peer. A refused request changes nothing.
 func TestDevicesAuthz(t *testing.T) {
+	t.Parallel()
 	d := newDevServer(t)
 	d.reg.open = softOpener(nil)
 	poolReq := api.PoolWriteRequest{BDF: "0000:00:06.0", NSID: 1, Path: "x.pool"}
@@ -253,6 +255,7 @@ func TestDevicesAuthz(t *testing.T) {
 // group, or on a host without VFIO are refused with errors that say why,
 // and the daemon keeps serving.
 func TestDevicesBindRefused(t *testing.T) {
+	t.Parallel()
 	d := newDevServer(t)
 	_, vfioErr := os.Stat(vfio.ContainerPath)
 	tests := []struct {
@@ -285,6 +288,7 @@ func TestDevicesBindRefused(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			code, body := d.do(t, rootPeer, "POST", api.PathDeviceBind, tc.body)
 			want(t, code, body, tc.code, tc.errCode, nil)
 			if !strings.Contains(string(body), tc.text) {
@@ -342,6 +346,7 @@ func writeTestPool(t *testing.T, dir string) string {
 // TestDevicesFlow drives bind → format → pool write → extents → stats →
 // unbind against a software controller, checking the pool's bytes on the
 // controller's own copy of the namespace.
+// Sequential: it asserts an idle stats interval after sleeping three intervals.
 func TestDevicesFlow(t *testing.T) {
 	dir := t.TempDir()
 	poolPath := writeTestPool(t, dir)
@@ -483,6 +488,7 @@ func TestDevicesFlow(t *testing.T) {
 // TestDevicesShutdown: closing the server's devices cancels a pool write
 // in flight, shuts the controller down and refuses new binds.
 func TestDevicesShutdown(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeTestPool(t, dir)
 	d := newDevServer(t, dir)
@@ -522,6 +528,7 @@ func TestDevicesShutdown(t *testing.T) {
 }
 
 func TestRates(t *testing.T) {
+	t.Parallel()
 	t0 := time.Unix(100, 0)
 	at := func(d time.Duration, rb, wb, r, w uint64) ctrSample {
 		return ctrSample{t: t0.Add(d), st: nvme.Stats{ReadBytes: rb, WriteBytes: wb, Reads: r, Writes: w}}
@@ -538,6 +545,7 @@ func TestRates(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			if got := rates(tc.a, tc.b); got != tc.want {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
@@ -548,6 +556,7 @@ func TestRates(t *testing.T) {
 // TestDevicesConcurrent lists and reads counters while a controller is
 // bound and unbound repeatedly (run with -race).
 func TestDevicesConcurrent(t *testing.T) {
+	t.Parallel()
 	d := newDevServer(t)
 	d.reg.open = softOpener(nil)
 	d.reg.interval = 5 * time.Millisecond

@@ -18,6 +18,7 @@ import (
 // and the injected I/O error, not a hang or a truncated 200; the daemon
 // keeps serving, and once the fault is gone the same request gives the
 // resident model's text.
+// Sequential: it sets the package variable wrapSource.
 func TestStreamedReadFailure(t *testing.T) {
 	var faulty []*stream.FaultySource
 	wrapSource = func(s tier.Source) tier.Source {

@@ -198,7 +198,10 @@ func checkError(t *testing.T, b []byte, typ, code string) {
 const hello = `{"model":"tiny","messages":[{"role":"system","content":"be terse"},{"role":"user","content":"hello"}],"max_tokens":6,"temperature":0}`
 
 func TestEndpoints(t *testing.T) {
+	t.Parallel()
 	h := start(t, opts{})
+	// The subtests share one server and run in order: status and metrics
+	// read the counters the earlier ones moved.
 	t.Run("health", func(t *testing.T) {
 		code, b := h.get(t, "/health")
 		if code != 200 || !bytes.Contains(b, []byte(`"status":"ok"`)) {
@@ -500,6 +503,7 @@ func checkStream(t *testing.T, r io.Reader, chat, usage bool) [][]byte {
 }
 
 func TestBadRequestsKeepServing(t *testing.T) {
+	t.Parallel()
 	h := start(t, opts{cfg: Config{Limits: Limits{MaxBodyBytes: 4096, MaxTokens: 64, MaxPromptTokens: 100}}})
 	msgs := `"messages":[{"role":"user","content":"hi"}]`
 	long := strings.Repeat("word ", 150)
@@ -528,6 +532,7 @@ func TestBadRequestsKeepServing(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			code, b := h.post(t, tc.path, tc.body)
 			if code != tc.status {
 				t.Fatalf("status %d, want %d: %s", code, tc.status, b)
@@ -544,6 +549,7 @@ func TestBadRequestsKeepServing(t *testing.T) {
 // TestConcurrentClients runs 16 streamed clients at once and checks each
 // gets exactly what it gets alone (greedy decoding is batch-independent).
 func TestConcurrentClients(t *testing.T) {
+	t.Parallel()
 	h := start(t, opts{})
 	const n = 16
 	body := func(i int) string {
@@ -601,6 +607,7 @@ func TestConcurrentClients(t *testing.T) {
 
 // TestDisconnectCancels drops a streaming client mid-stream and checks
 // the sequence leaves the batch within one token.
+// Sequential: it asserts a cancel lag of at most one token, which CPU contention stretches.
 func TestDisconnectCancels(t *testing.T) {
 	h := start(t, opts{})
 	conn, err := net.Dial("unix", h.sock)
@@ -666,6 +673,7 @@ func TestDisconnectCancels(t *testing.T) {
 }
 
 func TestQueueFull(t *testing.T) {
+	t.Parallel()
 	h := start(t, opts{cfg: Config{Limits: Limits{MaxBatch: 1, MaxQueue: 1}}})
 	const n = 24
 	codes := make([]int, n)
@@ -699,6 +707,7 @@ func TestQueueFull(t *testing.T) {
 }
 
 func TestTCPNeedsKey(t *testing.T) {
+	t.Parallel()
 	h := start(t, opts{tcp: true})
 	for _, tc := range []struct {
 		auth string
@@ -732,6 +741,7 @@ func TestTCPNeedsKey(t *testing.T) {
 	}
 }
 
+// Sequential: it adds a symlink to the model directory every test serves from.
 func TestLoadUnload(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("the admin API needs uid 0 or the admin group; run as root (CI does) to exercise it in-process")
@@ -813,6 +823,7 @@ func TestLoadUnload(t *testing.T) {
 }
 
 func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
 	h := start(t, opts{cfg: Config{ShutdownTimeout: 50 * time.Millisecond}})
 	resp, err := h.hc.Post("http://stratad/v1/chat/completions", "application/json",
 		strings.NewReader(`{"model":"tiny","messages":[{"role":"user","content":"x"}],"max_tokens":230,"stream":true}`))

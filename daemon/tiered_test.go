@@ -119,6 +119,7 @@ func modelByName(t *testing.T, st api.Status, name string) api.ModelStatus {
 // read each streamed extent exactly once per pass for all four concurrent
 // requests, and the plan and pipeline counters in status and /metrics.
 func TestStreamedModel(t *testing.T) {
+	t.Parallel()
 	h := start(t, opts{cfg: Config{Links: pinnedLinks()}})
 	pool, extents := stackedPool(t, modelDir, 1, 2, 3)
 	var sum int64
@@ -274,6 +275,7 @@ func mustStatus(t *testing.T, h *harness) api.Status {
 // once per sequence), and there are exactly as many passes as the longest
 // request needs.
 func TestSchedulerStreamsOncePerPass(t *testing.T) {
+	t.Parallel()
 	pool, extents := stackedPool(t, t.TempDir(), 1, 2)
 	var sum int64
 	for _, e := range extents {

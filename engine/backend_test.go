@@ -40,6 +40,7 @@ func (l *logSink) logger() hclog.Logger {
 // with its reason. The CPU path is the same computation whichever way it
 // was chosen: the tokens equal engine.Open's.
 func TestBackendChoice(t *testing.T) {
+	t.Parallel()
 	path := tinyGGUF(t, "q8_0")
 	want, _ := residentTokens(t, path, 12)
 	for _, tc := range []struct {
@@ -125,6 +126,7 @@ func broken() (*cudadrv.Device, error) {
 // strata run and stratad do: off the GPU (CI) auto names the real reason
 // and cuda fails; on a GPU machine the model runs there and its greedy
 // tokens match the CPU reference.
+// Sequential: it opens GPU 0 where there is one.
 func TestBackendRealDriver(t *testing.T) {
 	path := tinyGGUF(t, "f32")
 	e, err := engine.OpenWith(context.Background(), path, engine.Options{Links: defaultLinks()})
@@ -172,6 +174,7 @@ func TestBackendRealDriver(t *testing.T) {
 // TestForwardChecksSequences: a pass refuses a closed sequence and one
 // from another engine, before anything changes.
 func TestForwardChecksSequences(t *testing.T) {
+	t.Parallel()
 	path := tinyGGUF(t, "q8_0")
 	a, err := engine.OpenWith(context.Background(), path, engine.Options{Backend: "cpu", Links: defaultLinks()})
 	if err != nil {
@@ -204,6 +207,7 @@ func TestForwardChecksSequences(t *testing.T) {
 }
 
 func TestParseBackend(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{"": "auto", "auto": "auto", " CPU ": "cpu", "cuda": "cuda", "Cuda": "cuda", "gpu": "", "cpu,cuda": ""} {
 		got, err := engine.ParseBackend(in)
 		if got != want || (err != nil) != (want == "") {

@@ -112,8 +112,10 @@ func greedyLogits(t *testing.T, m *model.Model, prompt []int32, steps int) ([][]
 // the same random weights: fp32 NMSE <= 1e-6 at each of 32 greedy steps and
 // the same greedy tokens, for Llama and Gemma 2 tiny shapes.
 func TestGoldenHF(t *testing.T) {
+	t.Parallel()
 	for _, arch := range []string{"llama", "gemma2"} {
 		t.Run(arch, func(t *testing.T) {
+			t.Parallel()
 			g := loadGolden(t, arch)
 			path := filepath.Join(t.TempDir(), "m.gguf")
 			if err := synth.Write(path, synth.Options{Arch: g.Arch, Shape: g.Shape, Type: g.Type, Seed: g.Seed}); err != nil {

@@ -19,6 +19,7 @@ import (
 // pool (detected by its magic) to generate exactly what the GGUF generates,
 // and a damaged pool to be refused naming the extent.
 func TestOpenPool(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	src := filepath.Join(dir, "tiny.gguf")
 	if err := synth.Write(src, synth.Options{Arch: "gemma2", Shape: "tiny", Type: "q8_0", Seed: 3}); err != nil {

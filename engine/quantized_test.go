@@ -59,9 +59,11 @@ func f32Twin(t *testing.T, m *model.Model) *model.Model {
 // F32 model holding its dequantized weights: the quantized kernels must give
 // the fp32 result (NMSE <= 1e-9 per step) and the same 32 greedy tokens.
 func TestQuantizedAgainstDequantizedF32(t *testing.T) {
+	t.Parallel()
 	for _, arch := range []string{"llama", "gemma2"} {
 		for _, typ := range []string{"f16", "q8_0", "q4_k_m"} {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
+				t.Parallel()
 				path := filepath.Join(t.TempDir(), "m.gguf")
 				if err := synth.Write(path, synth.Options{Arch: arch, Shape: "tiny", Type: typ, Seed: 7}); err != nil {
 					t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 // error fails one generation with an error naming the layer and the next
 // one is right again. A GGUF cannot put layers on tier C (no extents to
 // read): ErrCUDATierC with ErrNeedsPool. Skipped without a usable GPU.
+// Sequential: it opens GPU 0 where there is one.
 func TestCUDATierC(t *testing.T) {
 	pool, gg := stackedPool(t, "llama", "f32", 1, 2, 3)
 	var faulty *stream.FaultySource

@@ -139,6 +139,7 @@ func extentSums(t *testing.T, path string, p *tier.Plan) (moved, read int64) {
 // and under budgets the planner must stream within, and requires the
 // resident engine's greedy tokens exactly, with each streamed extent moved
 // once per pass.
+// Sequential: it opens with the auto backend, so GPU 0 where there is one.
 func TestStreamedSameTokens(t *testing.T) {
 	const n = 12
 	for _, mc := range []struct {
@@ -242,6 +243,7 @@ func TestStreamedSameTokens(t *testing.T) {
 // requires that request to fail with an error naming the layer and the
 // cause, and the next request to generate the resident tokens; then does
 // the same with the pool file truncated under the open engine.
+// Sequential: it opens with the auto backend, so GPU 0 where there is one.
 func TestReadFailureFailsOneRequest(t *testing.T) {
 	const n = 8
 	pool, _ := stackedPool(t, "llama", "q8_0", 1, 2)
@@ -337,6 +339,7 @@ func TestReadFailureFailsOneRequest(t *testing.T) {
 
 // TestOpenWithRefuses covers the clear errors: a GGUF that would have to
 // stream, budgets nothing fits, a bad forced mix, negative options.
+// Sequential: it opens with the auto backend, so GPU 0 where there is one.
 func TestOpenWithRefuses(t *testing.T) {
 	pool, g := stackedPool(t, "llama", "q8_0", 1)
 	links := defaultLinks()

@@ -53,6 +53,7 @@ func fill(b []byte, seed uint64) {
 }
 
 func TestBringUp(t *testing.T) {
+	t.Parallel()
 	sw, c := open(t, nvmetest.Options{Namespaces: []nvmetest.Namespace{{BlockSize: 512, Blocks: 2048}, {BlockSize: 4096, Blocks: 256}}},
 		nvme.Config{IOQueues: 3, QueueDepth: 16})
 	if got := c.Info().Model; got != "nvmetest Ctrl" {
@@ -81,6 +82,7 @@ func TestBringUp(t *testing.T) {
 }
 
 func TestGrantedQueuesCapRequest(t *testing.T) {
+	t.Parallel()
 	_, c := open(t, nvmetest.Options{MaxIOQueues: 2}, nvme.Config{IOQueues: 6})
 	if n := len(c.Queues()); n != 2 {
 		t.Fatalf("got %d queues, controller grants 2", n)
@@ -91,6 +93,7 @@ func TestGrantedQueuesCapRequest(t *testing.T) {
 // random LBAs, through both LBA formats, and checks it against the
 // controller's backing bytes in both directions.
 func TestReadWrite(t *testing.T) {
+	t.Parallel()
 	for _, bs := range []int{512, 4096} {
 		sw, c := open(t, nvmetest.Options{Namespaces: []nvmetest.Namespace{{BlockSize: bs, Blocks: uint64(24<<20) / uint64(bs)}}},
 			nvme.Config{IOQueues: 2, QueueDepth: 8})
@@ -139,6 +142,7 @@ func TestReadWrite(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
+	t.Parallel()
 	sw, c := open(t, nvmetest.Options{}, nvme.Config{})
 	buf := alloc(t, sw, 8192)
 	q := c.Queues()[0]
@@ -169,6 +173,7 @@ func TestBadRequests(t *testing.T) {
 // TestQueuesAtDepth32 runs 4 queue pairs with 32 commands in flight each,
 // completed out of order, and checks every byte.
 func TestQueuesAtDepth32(t *testing.T) {
+	t.Parallel()
 	sw, c := open(t, nvmetest.Options{Reorder: true, Seed: 7, Namespaces: []nvmetest.Namespace{{BlockSize: 512, Blocks: 65536}}},
 		nvme.Config{IOQueues: 4, QueueDepth: 33})
 	fill(sw.Data(1), 3)
@@ -219,6 +224,7 @@ func TestQueuesAtDepth32(t *testing.T) {
 // TestPhaseWrap uses 4-entry queues (3 in flight) so that the completion
 // rings wrap and the phase flips many times, on admin and I/O queues.
 func TestPhaseWrap(t *testing.T) {
+	t.Parallel()
 	sw, c := open(t, nvmetest.Options{MaxQueueEntries: 4, Reorder: true}, nvme.Config{IOQueues: 2})
 	if d := c.Queues()[0].Depth(); d != 4 {
 		t.Fatalf("depth %d, want 4 (MQES)", d)
@@ -256,6 +262,7 @@ func TestPhaseWrap(t *testing.T) {
 // TestFullQueue fills a queue while the controller is paused: the next
 // submission waits, and gives up with its context.
 func TestFullQueue(t *testing.T) {
+	t.Parallel()
 	sw, c := open(t, nvmetest.Options{}, nvme.Config{QueueDepth: 8})
 	q := c.Queues()[0]
 	buf := alloc(t, sw, 8*512)
@@ -293,6 +300,7 @@ func TestFullQueue(t *testing.T) {
 }
 
 func TestTypedErrors(t *testing.T) {
+	t.Parallel()
 	sw, c := open(t, nvmetest.Options{}, nvme.Config{})
 	fill(sw.Data(1), 5)
 	sw.InjectError(1, nvme.OpRead, 100, 4, nvme.StatusUnrecoveredRead)
@@ -358,6 +366,7 @@ func TestTypedErrors(t *testing.T) {
 }
 
 func TestTimeoutAbort(t *testing.T) {
+	t.Parallel()
 	sw, c := open(t, nvmetest.Options{}, nvme.Config{Timeout: 40 * time.Millisecond, IOQueues: 2})
 	sw.Hang(1, 1000, 1)
 	buf := alloc(t, sw, 8192)
@@ -382,6 +391,7 @@ func TestTimeoutAbort(t *testing.T) {
 }
 
 func TestCancelAborts(t *testing.T) {
+	t.Parallel()
 	sw, c := open(t, nvmetest.Options{}, nvme.Config{Timeout: 10 * time.Second})
 	sw.Hang(1, 50, 1)
 	buf := alloc(t, sw, 4096)
@@ -400,6 +410,7 @@ func TestCancelAborts(t *testing.T) {
 // TestTimeoutReset: the controller ignores the abort, so the driver resets
 // it; the hung command fails with ErrTimeout, the others are resubmitted.
 func TestTimeoutReset(t *testing.T) {
+	t.Parallel()
 	sw, c := open(t, nvmetest.Options{}, nvme.Config{Timeout: 40 * time.Millisecond, IOQueues: 2})
 	fill(sw.Data(1), 11)
 	sw.Hang(1, 1000, 1)
@@ -435,8 +446,10 @@ func TestTimeoutReset(t *testing.T) {
 // status) while commands wait in its queues; all complete with the right
 // bytes, and only the live controller gets its queues deleted first.
 func TestResetResubmits(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"manual", "fatal"} {
 		t.Run(how, func(t *testing.T) {
+			t.Parallel()
 			sw, c := open(t, nvmetest.Options{}, nvme.Config{IOQueues: 2, QueueDepth: 16, Timeout: 2 * time.Second})
 			fill(sw.Data(1), 13)
 			buf := alloc(t, sw, 30*4096)
@@ -483,6 +496,7 @@ func TestResetResubmits(t *testing.T) {
 }
 
 func TestInterrupts(t *testing.T) {
+	t.Parallel()
 	sw, c := open(t, nvmetest.Options{}, nvme.Config{IOQueues: 2, Timeout: 5 * time.Second})
 	_ = c
 	sw2 := nvmetest.New(nvmetest.Options{})
@@ -511,6 +525,7 @@ func TestInterrupts(t *testing.T) {
 }
 
 func TestShutdown(t *testing.T) {
+	t.Parallel()
 	sw := nvmetest.New(nvmetest.Options{})
 	defer sw.Close()
 	c, err := nvme.Open(context.Background(), nvme.Config{MMIO: sw, DMA: sw, IOQueues: 3})
@@ -533,6 +548,7 @@ func TestShutdown(t *testing.T) {
 }
 
 func TestUnmappedDMA(t *testing.T) {
+	t.Parallel()
 	sw, c := open(t, nvmetest.Options{}, nvme.Config{})
 	bogus := nvme.Buffer{Bytes: make([]byte, 4096), IOVA: 0x7000_0000}
 	err := c.ReadBlocks(context.Background(), 1, 0, bogus)

@@ -8,6 +8,7 @@ import (
 )
 
 func TestParseCapabilities(t *testing.T) {
+	t.Parallel()
 	// QEMU's controller: MQES 2047, CQR, TO 15 (7.5 s), DSTRD 0, CSS NVM.
 	c := ParseCapabilities(0x0000_0020_0f01_07ff | 1<<37)
 	if c.MaxQueueEntries != 2048 || !c.Contiguous || c.Timeout != 7500*time.Millisecond ||
@@ -23,6 +24,7 @@ func TestParseCapabilities(t *testing.T) {
 }
 
 func TestStatusDecode(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		s    Status
 		sct  uint8
@@ -45,6 +47,7 @@ func TestStatusDecode(t *testing.T) {
 }
 
 func TestCompletionRoundTrip(t *testing.T) {
+	t.Parallel()
 	in := Completion{Result: 0xdeadbeef, SQHead: 17, SQID: 3, CID: 4095, Phase: true, Status: StatusWriteFault | 1<<14}
 	b := make([]byte, 16)
 	dw3 := in.Marshal(b)
@@ -62,6 +65,7 @@ func TestCompletionRoundTrip(t *testing.T) {
 }
 
 func TestParseIdentify(t *testing.T) {
+	t.Parallel()
 	b := make([]byte, IdentifySize)
 	copy(b[24:64], "QEMU NVMe Ctrl                          ")
 	copy(b[4:24], "deadbeef            ")
@@ -96,6 +100,7 @@ func TestParseIdentify(t *testing.T) {
 }
 
 func TestBuildPRP(t *testing.T) {
+	t.Parallel()
 	list := Buffer{Bytes: make([]byte, pageSize), IOVA: 0x90000}
 	for _, tc := range []struct {
 		iova    uint64

@@ -9,6 +9,7 @@ import (
 )
 
 func TestKernelIdentityAndGeometry(t *testing.T) {
+	t.Parallel()
 	h := fakeHost(t)
 	ctrl := filepath.Join(h.Sysfs.Root, "bus/pci/devices/0000:00:04.0/nvme/nvme0")
 	for name, body := range map[string]string{

@@ -38,6 +38,7 @@ func fakeHost(t *testing.T) nvmehost.Host {
 }
 
 func TestListAndClaim(t *testing.T) {
+	t.Parallel()
 	h := fakeHost(t)
 	all, err := h.List()
 	if err != nil {

@@ -26,6 +26,7 @@ func open(t *testing.T, o nvmetest.Options) (*nvmetest.Controller, *nvme.Control
 }
 
 func TestHostPinnedAdmission(t *testing.T) {
+	t.Parallel()
 	sw, c := open(t, nvmetest.Options{})
 	h, err := p2p.NewHostPinned(sw, 64<<10, p2p.HostOptions{})
 	if err != nil {
@@ -62,6 +63,7 @@ func (lyingMapper) MapDMA(b []byte) (uint64, error) { return 0x7700_0000, nil }
 func (lyingMapper) UnmapDMA(uint64) error           { return nil }
 
 func TestSelfTestCatchesDroppedDMA(t *testing.T) {
+	t.Parallel()
 	// DropUnmapped: the controller reports success and moves nothing, as
 	// QEMU does behind an IOMMU that blocked the DMA.
 	sw, c := open(t, nvmetest.Options{DropUnmapped: true})
@@ -83,6 +85,7 @@ func TestSelfTestCatchesDroppedDMA(t *testing.T) {
 }
 
 func TestPeerBARAdmission(t *testing.T) {
+	t.Parallel()
 	sw, c := open(t, nvmetest.Options{})
 	bar := make([]byte, 16384)
 	p, err := p2p.NewPeerBAR(sw, bar, "0000:00:06.0/bar2", nil)

@@ -3,6 +3,7 @@ package pci
 import "testing"
 
 func TestParseBDF(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in, want string
 		ok       bool

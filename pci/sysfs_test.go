@@ -49,6 +49,7 @@ func fakeSysfs(t *testing.T) Sysfs {
 func itoa(n int) string { return string(rune('0' + n)) }
 
 func TestSysfsLookups(t *testing.T) {
+	t.Parallel()
 	s := fakeSysfs(t)
 	if g, err := s.IOMMUGroup("00:04.0"); err != nil || g != 3 {
 		t.Errorf("IOMMUGroup = %d, %v", g, err)
@@ -90,6 +91,7 @@ func TestSysfsLookups(t *testing.T) {
 // TestSysfsBindWrites checks the sequence of writes Bind makes. The fake
 // tree cannot rebind, so Bind must notice the device did not move.
 func TestSysfsBindWrites(t *testing.T) {
+	t.Parallel()
 	s := fakeSysfs(t)
 	prev, err := s.BindVFIO("0000:00:04.0")
 	if prev != "nvme" {

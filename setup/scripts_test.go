@@ -74,6 +74,7 @@ func bindEnv(t *testing.T, sys, proc string) (etc string, env []string) {
 }
 
 func TestVFIOBindFakeHost(t *testing.T) {
+	t.Parallel()
 	root := fakehost.Build(t, "translated")
 	sys, proc := filepath.Join(root, "sys"), filepath.Join(root, "proc")
 	etc, env := bindEnv(t, sys, proc)
@@ -139,6 +140,7 @@ func TestVFIOBindFakeHost(t *testing.T) {
 // TestVFIOBindPersistence binds a controller that is already on vfio-pci:
 // only the persistence is written, once, and unbinding removes it again.
 func TestVFIOBindPersistence(t *testing.T) {
+	t.Parallel()
 	root := fakehost.Build(t, "passthrough")
 	etc, env := bindEnv(t, filepath.Join(root, "sys"), filepath.Join(root, "proc"))
 	s := newScript(t, "vfio-bind.sh", vfioBindScript, env...)
@@ -183,6 +185,7 @@ func TestVFIOBindPersistence(t *testing.T) {
 }
 
 func TestHugepagesScript(t *testing.T) {
+	t.Parallel()
 	sys, etc := t.TempDir(), t.TempDir()
 	node := filepath.Join(sys, "kernel/mm/hugepages/hugepages-2048kB")
 	os.MkdirAll(node, 0o755)
@@ -217,6 +220,7 @@ func TestHugepagesScript(t *testing.T) {
 }
 
 func TestSocketGroupScript(t *testing.T) {
+	t.Parallel()
 	etc, run := t.TempDir(), t.TempDir()
 	os.WriteFile(filepath.Join(etc, "group"), []byte("root:x:0:\nstrata:x:997:alice\n"), 0o644)
 	s := newScript(t, "socket-group.sh", socketGroupScript, "STRATA_ETC="+etc, "STRATA_RUN="+run)
@@ -238,6 +242,7 @@ func TestSocketGroupScript(t *testing.T) {
 // TestVFIOBindGuest hands the test-bed's second controller to the kernel's
 // nvme driver and back with vfio-bind.sh, on a real kernel.
 func TestVFIOBindGuest(t *testing.T) {
+	t.Parallel()
 	g := testbed.Require(t)
 	etc := t.TempDir()
 	s := newScript(t, "vfio-bind.sh", vfioBindScript, "STRATA_ETC="+etc, "STRATA_MODPROBE=true",

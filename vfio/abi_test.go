@@ -13,6 +13,7 @@ import (
 // in abi.go with testdata/abi-6.12.txt, which testdata/gen-abi.sh prints by
 // compiling testdata/abi.c against the Linux 6.12 UAPI headers.
 func TestABIMatchesHeaders(t *testing.T) {
+	t.Parallel()
 	f, err := os.Open("testdata/abi-6.12.txt")
 	if err != nil {
 		t.Fatal(err)

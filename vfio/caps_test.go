@@ -59,6 +59,7 @@ func (c *capBuf) finish() []byte {
 }
 
 func TestParseType1Info(t *testing.T) {
+	t.Parallel()
 	// The buffer the guest's kernel returned: IOVA ranges, then DMA avail.
 	guest := type1Info(0x40201000, true)
 	o := guest.add(iommuCapIOVARange, 1, iovaBody(Range{0xfef00000, 0x7fffffffff}, Range{0, 0xfedfffff}), 16, -1)
@@ -134,6 +135,7 @@ func regionBuf(index uint32, size, offset uint64, flags uint32) *capBuf {
 }
 
 func TestParseRegionInfo(t *testing.T) {
+	t.Parallel()
 	// An NVMe BAR0 whose MSI-X table at 0x2000 is cut out of the mmap.
 	sparse := regionBuf(0, 0x4000, 0, regionFlagRead|regionFlagWrite|regionFlagMmap|regionFlagCaps)
 	body := make([]byte, 8+32)
@@ -174,6 +176,7 @@ func TestParseRegionInfo(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			got, err := parseRegionInfo(tc.buf)
 			if tc.err {
 				if err == nil {

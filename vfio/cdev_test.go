@@ -10,6 +10,7 @@ import (
 // TestCdevPath finds the cdev node from vfio-dev/, and reports a kernel
 // without VFIO cdevs (no vfio-dev directory) as ErrNotSupported.
 func TestCdevPath(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	with := filepath.Join(root, "bus/pci/devices/0000:00:04.0/vfio-dev/vfio3")
 	without := filepath.Join(root, "bus/pci/devices/0000:00:05.0")

@@ -49,6 +49,7 @@ func pageBuf(n int) []byte {
 }
 
 func TestDMASpaceAccounting(t *testing.T) {
+	t.Parallel()
 	s, f := newFakeSpace(t)
 	a, b := pageBuf(8192), pageBuf(4096)
 	ia, err := s.mapBuf(a, MapOptions{})
@@ -109,6 +110,7 @@ func TestDMASpaceAccounting(t *testing.T) {
 }
 
 func TestDMASpaceLargeAlignment(t *testing.T) {
+	t.Parallel()
 	s, _ := newFakeSpace(t)
 	// A 2 MiB-aligned 4 MiB buffer gets a 2 MiB-aligned IOVA (so the IOMMU
 	// can use large pages); a 4 KiB buffer does not waste a large slot.
@@ -132,6 +134,7 @@ func TestDMASpaceLargeAlignment(t *testing.T) {
 }
 
 func TestSetRangesKeepsLiveMappings(t *testing.T) {
+	t.Parallel()
 	s, _ := newFakeSpace(t)
 	iova, err := s.mapBuf(pageBuf(4096), MapOptions{})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 var guestRanges = []Range{{0, 0xfedfffff}, {0xfef00000, 0x7fffffffff}}
 
 func TestNewAllocatorTrims(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		ranges []Range
@@ -34,6 +35,7 @@ func TestNewAllocatorTrims(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			a, err := NewAllocator(tc.ranges, tc.page)
 			if tc.err {
 				if err == nil {
@@ -52,6 +54,7 @@ func TestNewAllocatorTrims(t *testing.T) {
 }
 
 func TestAllocatorAllocFree(t *testing.T) {
+	t.Parallel()
 	type op struct {
 		alloc     uint64 // size to allocate (0: free `free`)
 		align     uint64
@@ -96,6 +99,7 @@ func TestAllocatorAllocFree(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			a, err := NewAllocator(tc.ranges, 4096)
 			if err != nil {
 				t.Fatal(err)
@@ -131,6 +135,7 @@ func TestAllocatorAllocFree(t *testing.T) {
 var errAny = errors.New("any error")
 
 func TestAllocatorReserve(t *testing.T) {
+	t.Parallel()
 	a, err := NewAllocator(guestRanges, 4096)
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +167,7 @@ func TestAllocatorReserve(t *testing.T) {
 // live allocations overlap, all lie in the valid ranges, and the byte count
 // returns to zero.
 func TestAllocatorRandom(t *testing.T) {
+	t.Parallel()
 	ranges := []Range{{0, 0xfedfffff}, {0xfef00000, 0x10fffffff}}
 	a, err := NewAllocator(ranges, 4096)
 	if err != nil {

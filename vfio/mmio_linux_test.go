@@ -8,6 +8,7 @@ import (
 )
 
 func TestMMIOSplitsAccesses(t *testing.T) {
+	t.Parallel()
 	mem, err := AllocDMA(4096, false)
 	if err != nil {
 		t.Fatal(err)
@@ -44,6 +45,7 @@ func TestMMIOSplitsAccesses(t *testing.T) {
 }
 
 func TestEventFD(t *testing.T) {
+	t.Parallel()
 	e, err := NewEventFD()
 	if err != nil {
 		t.Fatal(err)

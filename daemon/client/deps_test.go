@@ -10,6 +10,7 @@ import (
 // this package, and it must not pull in the engine, the NVMe driver, VFIO
 // or the CUDA binding.
 func TestDeps(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command("go", "list", "-deps", "github.com/strata-llm/strata/daemon/client").Output()
 	if err != nil {
 		t.Skipf("go list unavailable: %v", err)

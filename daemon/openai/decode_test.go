@@ -11,6 +11,7 @@ import (
 )
 
 func TestDecodeChatFull(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("testdata/requests/chat_full.json")
 	if err != nil {
 		t.Fatal(err)
@@ -31,6 +32,7 @@ func TestDecodeChatFull(t *testing.T) {
 }
 
 func TestDecodeCompletionForms(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		body   string
 		text   string
@@ -57,6 +59,7 @@ func TestDecodeCompletionForms(t *testing.T) {
 }
 
 func TestDecodeErrors(t *testing.T) {
+	t.Parallel()
 	const msgs = `"messages":[{"role":"user","content":"hi"}]`
 	tests := []struct {
 		name, body, param, msg string
@@ -99,6 +102,7 @@ func TestDecodeErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			var err error
 			if tc.completion {
 				_, err = DecodeCompletion([]byte(tc.body))
@@ -117,6 +121,7 @@ func TestDecodeErrors(t *testing.T) {
 }
 
 func TestEventReaderStrict(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	if err := WriteEvent(&buf, map[string]int{"a": 1}); err != nil {
 		t.Fatal(err)
@@ -156,6 +161,7 @@ func TestEventReaderStrict(t *testing.T) {
 }
 
 func TestErrorBodyNulls(t *testing.T) {
+	t.Parallel()
 	e := BadRequest("", "x")
 	b := e.Body()
 	if b.Error.Param != nil || b.Error.Code != nil {

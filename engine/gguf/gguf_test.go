@@ -18,6 +18,7 @@ import (
 )
 
 func TestValueTypeString(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		t    ValueType
 		want string
@@ -35,6 +36,7 @@ func TestValueTypeString(t *testing.T) {
 }
 
 func TestRoundTripValues(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		in   any
@@ -82,6 +84,7 @@ func TestRoundTripValues(t *testing.T) {
 	for _, version := range []uint32{2, 3} {
 		for _, tt := range tests {
 			t.Run(fmt.Sprintf("v%d/%s", version, tt.name), func(t *testing.T) {
+				t.Parallel()
 				w := NewWriter(version)
 				if err := w.AddKV("general.architecture", "llama"); err != nil {
 					t.Fatal(err)
@@ -127,6 +130,7 @@ func TestRoundTripValues(t *testing.T) {
 }
 
 func TestGetters(t *testing.T) {
+	t.Parallel()
 	w := NewWriter(3)
 	kvs := []KV{
 		{"u8", uint8(7)}, {"i8neg", int8(-3)}, {"i64", int64(-1 << 40)}, {"u64big", uint64(math.MaxUint64)},
@@ -183,6 +187,7 @@ func TestGetters(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			if !reflect.DeepEqual(tt.got, tt.want) {
 				t.Errorf("got %#v, want %#v", tt.got, tt.want)
 			}
@@ -191,6 +196,7 @@ func TestGetters(t *testing.T) {
 }
 
 func TestTensorLayout(t *testing.T) {
+	t.Parallel()
 	type tensor struct {
 		name string
 		typ  quant.Type
@@ -209,6 +215,7 @@ func TestTensorLayout(t *testing.T) {
 	for _, version := range []uint32{2, 3} {
 		for _, align := range []uint64{32, 64, 1, 4096} {
 			t.Run(fmt.Sprintf("v%d/align%d", version, align), func(t *testing.T) {
+				t.Parallel()
 				w := NewWriter(version)
 				if err := w.AddKV("general.name", "layout"); err != nil {
 					t.Fatal(err)
@@ -269,6 +276,7 @@ func TestTensorLayout(t *testing.T) {
 }
 
 func TestShapeAndElems(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		dims  []uint64
 		shape []uint64
@@ -281,6 +289,7 @@ func TestShapeAndElems(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.dims), func(t *testing.T) {
+			t.Parallel()
 			ti := TensorInfo{Dims: tt.dims}
 			if got := ti.Shape(); !slices.Equal(got, tt.shape) {
 				t.Errorf("Shape() = %v, want %v", got, tt.shape)
@@ -298,6 +307,7 @@ const (
 )
 
 func TestVocabFiles(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		path       string
 		model, pre string
@@ -322,6 +332,7 @@ func TestVocabFiles(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(filepath.Base(tt.path), func(t *testing.T) {
+			t.Parallel()
 			fd, err := os.Open(tt.path)
 			if err != nil {
 				t.Fatal(err)
@@ -435,6 +446,7 @@ func small(t testing.TB) []byte {
 }
 
 func TestTruncatedPrefixes(t *testing.T) {
+	t.Parallel()
 	data := small(t)
 	f, err := Open(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
@@ -465,6 +477,7 @@ func TestTruncatedPrefixes(t *testing.T) {
 }
 
 func TestHostileInputs(t *testing.T) {
+	t.Parallel()
 	le := func(v uint32) []byte { return new(raw).u32(v).b }
 	header := func(version uint32, nTensors, nKV uint64) []byte {
 		return append([]byte(Magic), new(raw).u32(version).u64(nTensors).u64(nKV).b...)
@@ -539,6 +552,7 @@ func TestHostileInputs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			f, err := Open(bytes.NewReader(tt.data), int64(len(tt.data)))
 			if tt.want == "" && tt.is == nil {
 				if err != nil {
@@ -567,6 +581,7 @@ func TestHostileInputs(t *testing.T) {
 	}
 }
 
+// Sequential: allocBytes reads process-wide MemStats.
 func TestOpenAllocationBounded(t *testing.T) {
 	// Hostile headers claim enormous counts and lengths. Open must fail
 	// without allocating for the claims: a few KiB of error text and the
@@ -628,6 +643,7 @@ func TestOpenAllocationBounded(t *testing.T) {
 
 // TestOpenAllocationProportional checks valid headers built from the
 // constructs that cost the most memory per encoded byte.
+// Sequential: allocBytes reads process-wide MemStats.
 func TestOpenAllocationProportional(t *testing.T) {
 	emptyArrays := make([]Array, 50000)
 	for i := range emptyArrays {
@@ -691,6 +707,7 @@ func TestOpenAllocationProportional(t *testing.T) {
 }
 
 func TestWriterErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		do   func(w *Writer) error
@@ -765,6 +782,7 @@ func TestWriterErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			err := tt.do(NewWriter(3))
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v, want it to contain %q", err, tt.want)
@@ -778,6 +796,7 @@ type failWriter struct{}
 func (failWriter) Write([]byte) (int, error) { return 0, errors.New("out of space") }
 
 func TestWriterAlignmentKV(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		setup     func(w *Writer) error
@@ -797,6 +816,7 @@ func TestWriterAlignmentKV(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			w := NewWriter(3)
 			if err := tt.setup(w); err != nil {
 				t.Fatal(err)
@@ -824,6 +844,7 @@ func TestWriterAlignmentKV(t *testing.T) {
 }
 
 func TestWriterCopyPath(t *testing.T) {
+	t.Parallel()
 	// io.Copy from a file takes tensorWriter.ReadFrom; the bytes must land
 	// exactly as with Write.
 	dir := t.TempDir()
@@ -873,6 +894,7 @@ func TestWriterCopyPath(t *testing.T) {
 }
 
 func TestMapRoundTrip(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	data := small(t)
 	path := filepath.Join(dir, "m.gguf")
@@ -918,6 +940,7 @@ func TestMapRoundTrip(t *testing.T) {
 }
 
 func TestMapBadFiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	bad := small(t)
 	bad[4] = 1 // version 1
@@ -934,6 +957,7 @@ func TestMapBadFiles(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			path := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "_"))
 			if tt.data != nil {
 				if err := os.WriteFile(path, tt.data, 0o644); err != nil {
@@ -1017,6 +1041,7 @@ func (v virtualFile) ReadAt(p []byte, off int64) (int, error) {
 	return len(p), nil
 }
 
+// Sequential: allocBytes reads process-wide MemStats.
 func TestHugeVirtualFiles(t *testing.T) {
 	// Files too large to build for real: the size is claimed, the bytes
 	// past the header read as zeros.

@@ -22,8 +22,10 @@ func specs() []struct {
 // TestForwardMatchesReference runs prompts token by token and as one
 // prefill through the engine and the float64 reference.
 func TestForwardMatchesReference(t *testing.T) {
+	t.Parallel()
 	for _, tc := range specs() {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			m := newTestModel(t, tc.spec, 1)
 			toks := randTokens(20, tc.spec.vocab, 2) // longer than gemma's window
 			ref := newRef(t, refParamsOf(tc.spec), m.Weights)
@@ -56,6 +58,7 @@ func TestForwardMatchesReference(t *testing.T) {
 // TestReferenceIsSensitive guards the reference comparison itself: a
 // deliberately wrong convention must be caught at the same tolerance.
 func TestReferenceIsSensitive(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		spec testSpec
@@ -69,6 +72,7 @@ func TestReferenceIsSensitive(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			w := randomWeights(tc.spec, 1)
 			cfg := tc.spec.config()
 			tc.mod(&cfg)
@@ -99,8 +103,10 @@ func TestReferenceIsSensitive(t *testing.T) {
 // TestBatchInvariance checks that a sequence's logits are bit-for-bit the
 // same whether it runs alone or batched with others of different lengths.
 func TestBatchInvariance(t *testing.T) {
+	t.Parallel()
 	for _, tc := range specs() {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			m := newTestModel(t, tc.spec, 3)
 			// Per-sequence chunks: a prefill, then decode steps; the
 			// middle one also gets a second multi-token chunk.
@@ -149,8 +155,10 @@ func TestBatchInvariance(t *testing.T) {
 // TestPrefillEqualsSteps compares a prefill of N tokens with N single-token
 // steps.
 func TestPrefillEqualsSteps(t *testing.T) {
+	t.Parallel()
 	for _, tc := range specs() {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			m := newTestModel(t, tc.spec, 4)
 			toks := randTokens(17, tc.spec.vocab, 5)
 			all := forward(t, m, m.NewSequence(0), toks, true)
@@ -183,6 +191,7 @@ func TestPrefillEqualsSteps(t *testing.T) {
 // TestSlidingWindowMasks changes one token just outside and one just
 // inside the window of the last position.
 func TestSlidingWindowMasks(t *testing.T) {
+	t.Parallel()
 	spec := gemmaSpec()
 	toks := randTokens(12, spec.vocab, 6)
 	last := len(toks) - 1
@@ -204,6 +213,7 @@ func TestSlidingWindowMasks(t *testing.T) {
 		return true
 	}
 	t.Run("one sliding layer", func(t *testing.T) {
+		t.Parallel()
 		s := spec
 		s.layers = 1 // layer 0 is a sliding layer
 		m := newTestModel(t, s, 7)
@@ -216,6 +226,7 @@ func TestSlidingWindowMasks(t *testing.T) {
 		}
 	})
 	t.Run("global layer sees it", func(t *testing.T) {
+		t.Parallel()
 		s := spec
 		s.layers = 2 // layer 1 is global
 		m := newTestModel(t, s, 7)
@@ -226,6 +237,7 @@ func TestSlidingWindowMasks(t *testing.T) {
 }
 
 func TestContextOverflow(t *testing.T) {
+	t.Parallel()
 	spec := llamaSpec()
 	m := newTestModel(t, spec, 8)
 	toks := randTokens(8, spec.vocab, 9)
@@ -261,6 +273,7 @@ func TestContextOverflow(t *testing.T) {
 }
 
 func TestForwardRejectsBadBatches(t *testing.T) {
+	t.Parallel()
 	spec := llamaSpec()
 	m := newTestModel(t, spec, 10)
 	other := newTestModel(t, spec, 10)
@@ -280,6 +293,7 @@ func TestForwardRejectsBadBatches(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			err := m.Forward(context.Background(), tc.batch)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want one containing %q", err, tc.want)
@@ -306,6 +320,7 @@ func (c *cancellingSource) Layer(i int) (*Layer, error) {
 }
 
 func TestCancellation(t *testing.T) {
+	t.Parallel()
 	spec := gemmaSpec()
 	m := newTestModel(t, spec, 11)
 	toks := randTokens(10, spec.vocab, 12)
@@ -377,6 +392,7 @@ func (c *copyingSource) Release(i int) {
 }
 
 func TestLayerSource(t *testing.T) {
+	t.Parallel()
 	spec := gemmaSpec()
 	m := newTestModel(t, spec, 13)
 	toks := randTokens(9, spec.vocab, 14)
@@ -417,6 +433,7 @@ func TestLayerSource(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			m.SetLayerSource(tc.src)
 			defer m.SetLayerSource(nil)
 			seq := m.NewSequence(0)
@@ -435,6 +452,7 @@ func TestLayerSource(t *testing.T) {
 }
 
 func TestSequenceResetTruncate(t *testing.T) {
+	t.Parallel()
 	spec := llamaSpec()
 	m := newTestModel(t, spec, 15)
 	a, b := randTokens(6, spec.vocab, 16), randTokens(3, spec.vocab, 17)
@@ -468,6 +486,7 @@ func TestSequenceResetTruncate(t *testing.T) {
 }
 
 func TestLogitsBufferReuse(t *testing.T) {
+	t.Parallel()
 	spec := llamaSpec()
 	m := newTestModel(t, spec, 18)
 	seq := m.NewSequence(0)
@@ -482,6 +501,7 @@ func TestLogitsBufferReuse(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		mod  func(c *Config)
@@ -501,6 +521,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			c := llamaSpec().config()
 			tc.mod(&c)
 			if err := c.Validate(); err == nil {
@@ -514,6 +535,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestNewRejectsBadWeights(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		mod  func(w *Weights)
@@ -527,6 +549,7 @@ func TestNewRejectsBadWeights(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			w := randomWeights(llamaSpec(), 1)
 			tc.mod(w)
 			_, err := New(llamaSpec().config(), w)
@@ -538,6 +561,7 @@ func TestNewRejectsBadWeights(t *testing.T) {
 }
 
 func TestLargeScratchIsDropped(t *testing.T) {
+	t.Parallel()
 	spec := llamaSpec()
 	m := newTestModel(t, spec, 19)
 	toks := randTokens(20, spec.vocab, 20)

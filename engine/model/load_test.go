@@ -23,8 +23,10 @@ func mapFile(t *testing.T, path string) *gguf.Mapped {
 // TestLoadGGUFRoundTrip writes in-memory models as GGUF, loads them back
 // and checks the config and that logits are unchanged.
 func TestLoadGGUFRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, tc := range specs() {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			mem := newTestModel(t, tc.spec, 21)
 			path := planFor(tc.spec, mem.Weights).write(t, t.TempDir())
 			m, err := LoadGGUF(mapFile(t, path))
@@ -43,6 +45,7 @@ func TestLoadGGUFRoundTrip(t *testing.T) {
 		})
 	}
 	t.Run("open and close", func(t *testing.T) {
+		t.Parallel()
 		spec := llamaSpec()
 		path := planFor(spec, randomWeights(spec, 1)).write(t, t.TempDir())
 		m, err := Open(path)
@@ -60,6 +63,7 @@ func TestLoadGGUFRoundTrip(t *testing.T) {
 }
 
 func TestLoadGGUFErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		spec testSpec
@@ -114,6 +118,7 @@ func TestLoadGGUFErrors(t *testing.T) {
 // TestConfigDefaults checks llama.cpp's fallbacks for optional keys. Only
 // the metadata and token_embd.weight are needed for ConfigFromGGUF.
 func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
 	headerOnly := func(s testSpec, mod func(p *ggufPlan)) Config {
 		t.Helper()
 		p := planFor(s, randomWeights(s, 1))
@@ -127,6 +132,7 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	g := gemmaSpec()
 	t.Run("gemma2 optional keys absent", func(t *testing.T) {
+		t.Parallel()
 		c := headerOnly(g, func(p *ggufPlan) {
 			for _, k := range []string{"gemma2.attn_logit_softcapping", "gemma2.final_logit_softcapping",
 				"gemma2.attention.sliding_window", "gemma2.attention.query_pre_attn_scalar",
@@ -145,6 +151,7 @@ func TestConfigDefaults(t *testing.T) {
 		}
 	})
 	t.Run("gemma2 27b scaling rule", func(t *testing.T) {
+		t.Parallel()
 		c := headerOnly(g, func(p *ggufPlan) {
 			p.dropKV("gemma2.attention.query_pre_attn_scalar")
 			p.setKV("gemma2.block_count", uint32(46))
@@ -156,12 +163,14 @@ func TestConfigDefaults(t *testing.T) {
 		}
 	})
 	t.Run("gemma2 float query_pre_attn_scalar", func(t *testing.T) {
+		t.Parallel()
 		c := headerOnly(g, func(p *ggufPlan) { p.setKV("gemma2.attention.query_pre_attn_scalar", float32(144)) })
 		if want := float32(1.0 / 12); c.AttnScale != want {
 			t.Fatalf("AttnScale %v, want %v", c.AttnScale, want)
 		}
 	})
 	t.Run("llama head dim from heads", func(t *testing.T) {
+		t.Parallel()
 		c := headerOnly(llamaSpec(), func(p *ggufPlan) {
 			p.dropKV("llama.rope.dimension_count")
 			p.dropKV("llama.vocab_size")

@@ -3,6 +3,7 @@ package model
 import "testing"
 
 func TestKVAndScratch(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Layers: 32, KVHeads: 8, HeadDim: 128, Dim: 4096, Heads: 32, FFN: 14336, Vocab: 128256}
 	if got, want := KVCacheBytes(cfg, 8192, 2), int64(2*32*8192*1024*4*2); got != want {
 		t.Errorf("KVCacheBytes = %d, want %d", got, want)

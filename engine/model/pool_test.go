@@ -7,6 +7,7 @@ import (
 )
 
 func TestPoolRunsEveryItemOnce(t *testing.T) {
+	t.Parallel()
 	p := newPool(4)
 	for _, n := range []int{0, 1, 3, 4, 5, 1000} {
 		hits := make([]atomic.Int32, n)
@@ -29,6 +30,7 @@ func TestPoolRunsEveryItemOnce(t *testing.T) {
 // TestPoolConcurrentRuns starts steps from several goroutines at once (as
 // separate models would); each must complete with all its items.
 func TestPoolConcurrentRuns(t *testing.T) {
+	t.Parallel()
 	p := newPool(3)
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {

@@ -70,9 +70,11 @@ func synthModel(tb testing.TB, arch, typ string) string {
 // the engine with the float64 reference over a prompt longer than gemma2's
 // window, token by token and as a prefill.
 func TestSynthMatchesReference(t *testing.T) {
+	t.Parallel()
 	for _, arch := range []string{ArchLlama, ArchGemma2} {
 		for _, typ := range synthTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
+				t.Parallel()
 				spec := catalogue[arch]
 				m, err := Open(synthModel(t, arch, typ))
 				if err != nil {
@@ -137,6 +139,7 @@ func planFromFile(mp *gguf.Mapped) *ggufPlan {
 // TestSynthLoadErrors edits a synthetic q4_k_m model: a missing tensor and
 // a tensor with the wrong dims must each be named in LoadGGUF's error.
 func TestSynthLoadErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		arch string
@@ -150,6 +153,7 @@ func TestSynthLoadErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			mp := mapFile(t, synthModel(t, tc.arch, "q4_k_m"))
 			p := planFromFile(mp)
 			tc.mod(p)
@@ -160,6 +164,7 @@ func TestSynthLoadErrors(t *testing.T) {
 		})
 	}
 	t.Run("unedited copy loads", func(t *testing.T) {
+		t.Parallel()
 		p := planFromFile(mapFile(t, synthModel(t, ArchLlama, "q4_k_m")))
 		if _, err := LoadGGUF(mapFile(t, p.write(t, t.TempDir()))); err != nil {
 			t.Fatalf("LoadGGUF of an unedited copy: %v", err)

@@ -40,6 +40,7 @@ var nmseBound = map[string]float64{
 // TestPoolRoundTrip writes tiny llama and gemma2 models as pools of every
 // prefab type and checks the manifest, the layout rules and the logits.
 func TestPoolRoundTrip(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cases := []struct{ arch, src, typ string }{
 		{"llama", "f32", TypeKeep},
@@ -55,6 +56,7 @@ func TestPoolRoundTrip(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.arch+"/"+c.src+"/"+c.typ, func(t *testing.T) {
+			t.Parallel()
 			path, src := prefab(t, dir, c.arch, c.src, c.typ)
 			ref, err := model.LoadGGUF(src)
 			if err != nil {
@@ -259,6 +261,7 @@ func flipByte(t *testing.T, path string, off int64) {
 // padding) and requires exactly that extent to be refused, by name, on
 // every path that uses it, while every other extent still works.
 func TestPoolCorruptExtent(t *testing.T) {
+	t.Parallel()
 	good, _ := prefab(t, t.TempDir(), "gemma2", "f32", TypeKeep)
 	gp, err := OpenPool(good)
 	if err != nil {
@@ -337,6 +340,7 @@ func TestPoolCorruptExtent(t *testing.T) {
 // TestPoolTruncated cuts a pool at several points; OpenPool must refuse
 // each with an error that says what is missing.
 func TestPoolTruncated(t *testing.T) {
+	t.Parallel()
 	good, _ := prefab(t, t.TempDir(), "llama", "f32", TypeKeep)
 	gp, err := OpenPool(good)
 	if err != nil {
@@ -361,6 +365,7 @@ func TestPoolTruncated(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			path := copyPool(t, good)
 			if err := os.Truncate(path, c.size); err != nil {
 				t.Fatal(err)
@@ -379,6 +384,7 @@ func TestPoolTruncated(t *testing.T) {
 
 // TestPoolBadHeader damages the header and the manifest.
 func TestPoolBadHeader(t *testing.T) {
+	t.Parallel()
 	good, _ := prefab(t, t.TempDir(), "llama", "f32", TypeKeep)
 	rehash := func(b []byte) { binary.LittleEndian.PutUint64(b[40:], xxh3.Hash(b[:40])) }
 	cases := []struct {
@@ -398,6 +404,7 @@ func TestPoolBadHeader(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			path := copyPool(t, good)
 			b, err := os.ReadFile(path)
 			if err != nil {
@@ -422,6 +429,7 @@ func TestPoolBadHeader(t *testing.T) {
 // TestManifestValidation rewrites a valid manifest (with a matching
 // checksum) in ways that break the layout rules.
 func TestManifestValidation(t *testing.T) {
+	t.Parallel()
 	m, v := miniModel(t)
 	good := filepath.Join(t.TempDir(), "mini.pool")
 	if err := WriteModelPool(m, v, good, Options{}); err != nil {
@@ -460,6 +468,7 @@ func TestManifestValidation(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			b, err := os.ReadFile(good)
 			if err != nil {
 				t.Fatal(err)
@@ -493,6 +502,7 @@ func TestManifestValidation(t *testing.T) {
 // TestMiniPool checks the in-memory writer path and a vocabulary with a
 // token that is not valid UTF-8.
 func TestMiniPool(t *testing.T) {
+	t.Parallel()
 	m, v := miniModel(t)
 	path := filepath.Join(t.TempDir(), "mini.pool")
 	var calls int
@@ -567,6 +577,7 @@ func TestMiniPool(t *testing.T) {
 // TestWriteFailures checks that a cancelled or failing prefab leaves
 // neither the pool nor its temporary file behind.
 func TestWriteFailures(t *testing.T) {
+	t.Parallel()
 	m, v := miniModel(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "x.pool")

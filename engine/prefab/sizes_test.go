@@ -5,6 +5,7 @@ import "testing"
 // TestSizesFromGGUFMatchPool checks that the sizes planned from a GGUF are
 // the ones the pool written from it has.
 func TestSizesFromGGUFMatchPool(t *testing.T) {
+	t.Parallel()
 	for _, typ := range []string{TypeKeep, TypeQ4_K} {
 		path, src := prefab(t, t.TempDir(), "llama", "q4_k_m", typ)
 		p, err := OpenPool(path)

@@ -11,6 +11,7 @@ import (
 // while Model refuses the pool, and the layers it holds are views of the
 // mapping with the right shapes.
 func TestStreamingModel(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path, _ := prefab(t, dir, "llama", "q8_0", TypeKeep)
 	p, err := OpenPool(path)

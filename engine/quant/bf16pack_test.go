@@ -54,6 +54,7 @@ func packRoundTrip(t *testing.T, src []byte) BF16PackLayout {
 }
 
 func TestBF16PackRoundTrip(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	gauss := func(n int, std float64) []byte {
 		vs := make([]uint16, n)
@@ -110,6 +111,7 @@ func TestBF16PackRoundTrip(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			l := packRoundTrip(t, tc.src)
 			if len(tc.src) > 0 {
 				r := float64(l.Size) / float64(len(tc.src))
@@ -125,6 +127,7 @@ func TestBF16PackRoundTrip(t *testing.T) {
 // TestBF16PackWindow checks the base choice: an outlier or a zero costs one
 // escape, not the block.
 func TestBF16PackWindow(t *testing.T) {
+	t.Parallel()
 	vs := make([]uint16, BF16PackBlock)
 	for i := range vs {
 		vs[i] = uint16(120-i%10) << 7 // exponents 111..120
@@ -148,6 +151,7 @@ func TestBF16PackWindow(t *testing.T) {
 // weights (Student-t with 3 degrees of freedom, plus 0.01% outliers 50x
 // the std). Both stay under 0.77 of bf16.
 func TestBF16PackRatioSynth(t *testing.T) {
+	t.Parallel()
 	const n = 1 << 20
 	rng := rand.New(rand.NewPCG(3, 4))
 	heavy := make([]uint16, n)
@@ -190,6 +194,7 @@ func TestBF16PackRatioSynth(t *testing.T) {
 }
 
 func TestBF16UnpackErrors(t *testing.T) {
+	t.Parallel()
 	src := make([]byte, 2*BF16PackBlock*2)
 	for i := range BF16PackBlock * 2 {
 		binary.LittleEndian.PutUint16(src[2*i:], uint16(120-i%12)<<7|uint16(i&0x7f))

@@ -23,6 +23,7 @@ var (
 )
 
 func TestScaleMinK4Packing(t *testing.T) {
+	t.Parallel()
 	for j := 0; j < 8; j++ {
 		sc, m := scaleMinK4(j, &k4Packed)
 		if sc != k4Sc[j] || m != k4M[j] {
@@ -98,6 +99,7 @@ func buildQ6K() []byte {
 }
 
 func TestDequantizeHandBuilt(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		t    Type
@@ -206,6 +208,7 @@ func TestDequantizeHandBuilt(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			if len(tc.src) != mustRowBytes(t, tc.t, tc.n) {
 				t.Fatalf("test block is %d bytes, type wants %d", len(tc.src), mustRowBytes(t, tc.t, tc.n))
 			}
@@ -235,6 +238,7 @@ func TestDequantizeHandBuilt(t *testing.T) {
 
 // TestDequantizeRowsINT8Scales checks each INT8Row row uses its own scale.
 func TestDequantizeRowsINT8Scales(t *testing.T) {
+	t.Parallel()
 	var src []byte
 	for _, s := range []float32{0.5, -2} {
 		src = binary.LittleEndian.AppendUint32(src, math.Float32bits(s))
@@ -262,6 +266,7 @@ func mustRowBytes(t testing.TB, ty Type, n int) int {
 }
 
 func TestDequantizeErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		t       Type
@@ -304,6 +309,7 @@ func TestDequantizeErrors(t *testing.T) {
 	}
 	for _, tc := range rowsTests {
 		t.Run("rows/"+tc.name, func(t *testing.T) {
+			t.Parallel()
 			if err := DequantizeRows(tc.t, make([]byte, tc.src), tc.rowLen, make([]float32, tc.dst)); err == nil {
 				t.Fatal("no error")
 			}

@@ -45,6 +45,7 @@ var dotCases = []struct {
 // kernel actually adds): float32 accumulation over at most 64 terms per
 // lane bounds the error by about 64·2⁻²⁴ ≈ 4e-6 of that.
 func TestDotMatchesReference(t *testing.T) {
+	t.Parallel()
 	var worst float64
 	for _, dc := range dotCases {
 		for _, n := range dc.lens {
@@ -105,9 +106,11 @@ func affineMagnitude(t *testing.T, ty Type, row []byte, x []float32) float64 {
 // decode must produce identical numbers). 35 vectors cross the batch group
 // of 32.
 func TestDotRowsAndBatchAgreeWithDot(t *testing.T) {
+	t.Parallel()
 	for _, dc := range dotCases {
 		for _, n := range dc.lens {
 			t.Run(fmt.Sprintf("%v/%d", dc.t, n), func(t *testing.T) {
+				t.Parallel()
 				const rows, nv = 5, 35
 				m := randomRows(t, dc.t, rows, n, 21)
 				rb := mustRowBytes(t, dc.t, n)
@@ -143,9 +146,11 @@ func TestDotRowsAndBatchAgreeWithDot(t *testing.T) {
 // TestDotRowsLongRow covers rows too long for DotRows' stack buffer of
 // sub-block sums.
 func TestDotRowsLongRow(t *testing.T) {
+	t.Parallel()
 	n := (stackSubSums + 8) * 32
 	for _, ty := range []Type{Q4_K, Q5_K} {
 		t.Run(ty.String(), func(t *testing.T) {
+			t.Parallel()
 			m := randomRows(t, ty, 2, n, 3)
 			x := gaussian(n, 4, 1)
 			y := make([]float32, 2)
@@ -162,6 +167,7 @@ func TestDotRowsLongRow(t *testing.T) {
 	}
 }
 
+// Sequential: testing.AllocsPerRun sets GOMAXPROCS and counts process-wide mallocs.
 func TestDotNoAllocs(t *testing.T) {
 	for _, ty := range Types() {
 		t.Run(ty.String(), func(t *testing.T) {
@@ -181,6 +187,7 @@ func TestDotNoAllocs(t *testing.T) {
 }
 
 func TestDotInvalid(t *testing.T) {
+	t.Parallel()
 	x := make([]float32, 256)
 	tests := []struct {
 		name string
@@ -196,6 +203,7 @@ func TestDotInvalid(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			if d := Dot(tc.t, make([]byte, tc.row), x[:tc.n]); !math.IsNaN(float64(d)) {
 				t.Errorf("Dot = %v, want NaN", d)
 			}
@@ -204,6 +212,7 @@ func TestDotInvalid(t *testing.T) {
 }
 
 func TestDotRowsErrors(t *testing.T) {
+	t.Parallel()
 	rows := make([]byte, 2*q8RowBytes(64))
 	tests := []struct {
 		name    string
@@ -255,12 +264,14 @@ func TestDotRowsErrors(t *testing.T) {
 	}
 	for _, tc := range batch {
 		t.Run("batch/"+tc.name, func(t *testing.T) {
+			t.Parallel()
 			if err := DotRowsBatch(Q8_0, rows, 64, tc.xs, tc.ys); err == nil {
 				t.Fatal("no error")
 			}
 		})
 	}
 	t.Run("batch/empty", func(t *testing.T) {
+		t.Parallel()
 		if err := DotRowsBatch(Q8_0, rows, 64, nil, nil); err != nil {
 			t.Fatalf("empty batch: %v", err)
 		}

@@ -26,9 +26,11 @@ func fillBytesFor(t Type, n int) int {
 }
 
 func TestFillRandomStatistics(t *testing.T) {
+	t.Parallel()
 	const std = 0.02
 	for _, ty := range Types() {
 		t.Run(ty.String(), func(t *testing.T) {
+			t.Parallel()
 			n := 1 << 16 // elements
 			rb := mustRowBytes(t, ty, n)
 			buf := make([]byte, rb)
@@ -63,8 +65,10 @@ func TestFillRandomStatistics(t *testing.T) {
 }
 
 func TestFillRandomZeroStd(t *testing.T) {
+	t.Parallel()
 	for _, ty := range Types() {
 		t.Run(ty.String(), func(t *testing.T) {
+			t.Parallel()
 			buf := make([]byte, mustRowBytes(t, ty, 512))
 			if err := FillRandom(ty, buf, 1, 0); err != nil {
 				t.Fatal(err)
@@ -123,6 +127,7 @@ func TestFillRandomDeterministic(t *testing.T) {
 // must be reproducible across strata versions). Regenerate with -update
 // only for a deliberate format change.
 func TestFillRandomGolden(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join("testdata", "fill_random.sha256")
 	var lines []string
 	for _, ty := range Types() {
@@ -159,6 +164,7 @@ func TestFillRandomGolden(t *testing.T) {
 }
 
 func TestFillRandomErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		t    Type
@@ -176,6 +182,7 @@ func TestFillRandomErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			if err := FillRandom(tc.t, make([]byte, tc.n), 1, tc.std); err == nil {
 				t.Error("FillRandom: no error")
 			}

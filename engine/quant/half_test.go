@@ -8,6 +8,7 @@ import (
 )
 
 func TestF16ToF32(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		h    uint16
@@ -28,17 +29,20 @@ func TestF16ToF32(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			if got := F16ToF32(tc.h); got != tc.want {
 				t.Errorf("F16ToF32(%#04x) = %v, want %v", tc.h, got, tc.want)
 			}
 		})
 	}
 	t.Run("negative zero", func(t *testing.T) {
+		t.Parallel()
 		if got := math.Float32bits(F16ToF32(0x8000)); got != 0x80000000 {
 			t.Errorf("F16ToF32(0x8000) bits = %#x, want -0", got)
 		}
 	})
 	t.Run("nan", func(t *testing.T) {
+		t.Parallel()
 		for _, h := range []uint16{0x7e00, 0x7c01, 0xfe00, 0x7fff} {
 			if v := F16ToF32(h); !math.IsNaN(float64(v)) {
 				t.Errorf("F16ToF32(%#04x) = %v, want NaN", h, v)
@@ -48,6 +52,7 @@ func TestF16ToF32(t *testing.T) {
 }
 
 func TestF32ToF16(t *testing.T) {
+	t.Parallel()
 	ulp1 := float32(1.0 / 1024) // spacing of halves in [1, 2)
 	tests := []struct {
 		name string
@@ -81,12 +86,14 @@ func TestF32ToF16(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			if got := F32ToF16(tc.f); got != tc.want {
 				t.Errorf("F32ToF16(%v) = %#04x, want %#04x", tc.f, got, tc.want)
 			}
 		})
 	}
 	t.Run("nan", func(t *testing.T) {
+		t.Parallel()
 		for _, bits := range []uint32{0x7fc00000, 0x7f800001, 0xffc00000, 0x7fffffff} {
 			h := F32ToF16(math.Float32frombits(bits))
 			if h&0x7c00 != 0x7c00 || h&0x3ff == 0 {
@@ -102,6 +109,7 @@ func TestF32ToF16(t *testing.T) {
 // TestF16RoundTripExhaustive checks every half converts to float32 and
 // back unchanged.
 func TestF16RoundTripExhaustive(t *testing.T) {
+	t.Parallel()
 	for i := 0; i < 1<<16; i++ {
 		h := uint16(i)
 		f := F16ToF32(h)
@@ -152,6 +160,7 @@ func refF32ToF16(f float32, pos []float64) uint16 {
 }
 
 func TestF32ToF16MatchesReference(t *testing.T) {
+	t.Parallel()
 	pos := make([]float64, 0x7c00) // bit patterns 0..0x7bff are increasing
 	for i := range pos {
 		pos[i] = float64(F16ToF32(uint16(i)))
@@ -184,6 +193,7 @@ func TestF32ToF16MatchesReference(t *testing.T) {
 }
 
 func TestBF16(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		bits uint32
@@ -202,6 +212,7 @@ func TestBF16(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			if got := F32ToBF16(math.Float32frombits(tc.bits)); got != tc.want {
 				t.Errorf("F32ToBF16(%#x) = %#04x, want %#04x", tc.bits, got, tc.want)
 			}
@@ -211,6 +222,7 @@ func TestBF16(t *testing.T) {
 		})
 	}
 	t.Run("nan preserved", func(t *testing.T) {
+		t.Parallel()
 		// A NaN whose payload sits only in the low 16 bits must not round
 		// into an infinity or lose its NaN-ness.
 		for _, bits := range []uint32{0x7f800001, 0x7fc00000, 0xff80ffff, 0x7fffffff} {
@@ -224,6 +236,7 @@ func TestBF16(t *testing.T) {
 		}
 	})
 	t.Run("exhaustive round trip", func(t *testing.T) {
+		t.Parallel()
 		for i := 0; i < 1<<16; i++ {
 			h := uint16(i)
 			f := BF16ToF32(h)

@@ -6,6 +6,7 @@ import (
 )
 
 func TestNMSE(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		got, want []float32

@@ -43,6 +43,7 @@ func roundTrip(t testing.TB, ty Type, x []float32, rowLen int) []float32 {
 // parameters reaches Q6_K 1.63% and Q4_K 6.9%, so these are close to what
 // the formats allow on Gaussian data.
 func TestQuantizeRoundTripError(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		t      Type
 		rowLen int
@@ -60,6 +61,7 @@ func TestQuantizeRoundTripError(t *testing.T) {
 	x := gaussian(64*QK_K, 1, 0.02)
 	for _, tc := range tests {
 		t.Run(tc.t.String(), func(t *testing.T) {
+			t.Parallel()
 			y := roundTrip(t, tc.t, x, tc.rowLen)
 			e := relRMS(x, y)
 			t.Logf("%v relative RMS error %.5f", tc.t, e)
@@ -109,8 +111,10 @@ func naiveQ4K(x *[QK_K]float32, b *[q4kBytes]byte) {
 }
 
 func TestQ4KBeatsNaive(t *testing.T) {
+	t.Parallel()
 	for _, dist := range []string{"gaussian", "skewed"} {
 		t.Run(dist, func(t *testing.T) {
+			t.Parallel()
 			x := gaussian(32*QK_K, 2, 1)
 			if dist == "skewed" {
 				for i := range x {
@@ -155,7 +159,9 @@ func TestQ4KBeatsNaive(t *testing.T) {
 
 // TestQuantizeExact checks data the formats represent exactly survives.
 func TestQuantizeExact(t *testing.T) {
+	t.Parallel()
 	t.Run("Q8_0", func(t *testing.T) {
+		t.Parallel()
 		x := make([]float32, 64)
 		for i := range x {
 			x[i] = 0.25 * float32(int8(i*37-127)%127)
@@ -170,6 +176,7 @@ func TestQuantizeExact(t *testing.T) {
 		}
 	})
 	t.Run("INT8Row", func(t *testing.T) {
+		t.Parallel()
 		x := []float32{-128, 0, 3, 127, -5}
 		y := roundTrip(t, INT8Row, x, len(x))
 		for i := range x {
@@ -180,6 +187,7 @@ func TestQuantizeExact(t *testing.T) {
 	})
 	for _, ty := range []Type{Q4_K, Q5_K, Q6_K, Q8_0, INT8Row} {
 		t.Run(ty.String()+"/zeros", func(t *testing.T) {
+			t.Parallel()
 			x := make([]float32, QK_K)
 			y := roundTrip(t, ty, x, QK_K)
 			for i, v := range y {
@@ -189,6 +197,7 @@ func TestQuantizeExact(t *testing.T) {
 			}
 		})
 		t.Run(ty.String()+"/constant", func(t *testing.T) {
+			t.Parallel()
 			x := make([]float32, QK_K)
 			for i := range x {
 				x[i] = -0.75
@@ -206,8 +215,10 @@ func TestQuantizeExact(t *testing.T) {
 // TestQuantizeRequantize encodes the decode of a random valid block again:
 // the encoders must find a representation at least nearly as good.
 func TestQuantizeRequantize(t *testing.T) {
+	t.Parallel()
 	for _, ty := range []Type{Q4_K, Q5_K, Q6_K, Q8_0} {
 		t.Run(ty.String(), func(t *testing.T) {
+			t.Parallel()
 			n := 16 * QK_K
 			src := make([]byte, mustRowBytes(t, ty, n))
 			if err := FillRandom(ty, src, 5, 1); err != nil {
@@ -228,6 +239,7 @@ func TestQuantizeRequantize(t *testing.T) {
 }
 
 func TestQuantizeRowsINT8PerRowScale(t *testing.T) {
+	t.Parallel()
 	x := append(gaussian(512, 3, 100), gaussian(512, 4, 0.001)...)
 	buf := make([]byte, 2*(4+512))
 	if err := QuantizeRows(INT8Row, x, 512, buf); err != nil {
@@ -248,6 +260,7 @@ func TestQuantizeRowsINT8PerRowScale(t *testing.T) {
 }
 
 func TestQuantizeErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		t      Type
@@ -270,6 +283,7 @@ func TestQuantizeErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			err := Quantize(tc.t, tc.src, make([]byte, tc.dst))
 			if err == nil {
 				t.Fatal("no error")
@@ -283,17 +297,20 @@ func TestQuantizeErrors(t *testing.T) {
 		})
 	}
 	t.Run("rows not whole", func(t *testing.T) {
+		t.Parallel()
 		if err := QuantizeRows(F32, make([]float32, 5), 2, make([]byte, 20)); err == nil {
 			t.Fatal("no error")
 		}
 	})
 	t.Run("rows no quantizer", func(t *testing.T) {
+		t.Parallel()
 		err := QuantizeRows(Q4_0, make([]float32, 64), 32, make([]byte, 2*q40Bytes))
 		if !errors.Is(err, ErrNoQuantizer) {
 			t.Fatalf("error %v is not ErrNoQuantizer", err)
 		}
 	})
 	t.Run("float types keep non-finite", func(t *testing.T) {
+		t.Parallel()
 		x := []float32{float32(math.Inf(1)), float32(math.NaN())}
 		for _, ty := range []Type{F32, F16, BF16} {
 			y := roundTrip(t, ty, x, 2)

@@ -99,8 +99,10 @@ func checkModel(t *testing.T, m *Model, ts []Tensor, want map[string][]float32) 
 }
 
 func TestWriteFileRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, dtype := range []string{"F32", "F16", "BF16"} {
 		t.Run(dtype, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			ts, want := testTensors(dtype)
 			if err := WriteFile(filepath.Join(dir, SingleFile), ts, map[string]string{"format": "pt"}); err != nil {
@@ -149,9 +151,11 @@ func TestWriteFileRoundTrip(t *testing.T) {
 }
 
 func TestWriteDirSharded(t *testing.T) {
+	t.Parallel()
 	for _, dtype := range []string{"F32", "F16", "BF16"} {
 		for _, maxShard := range []int64{0, 300, 1} {
 			t.Run(fmt.Sprintf("%s/max%d", dtype, maxShard), func(t *testing.T) {
+				t.Parallel()
 				dir := t.TempDir()
 				ts, want := testTensors(dtype)
 				cfg := map[string]any{"model_type": "llama", "hidden_size": 8}
@@ -206,6 +210,7 @@ func TestWriteDirSharded(t *testing.T) {
 // TestWriteDirSwitchLayout checks that rewriting a directory with the other
 // layout removes the stale entry point.
 func TestWriteDirSwitchLayout(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ts, want := testTensors("F32")
 	if err := WriteDir(dir, nil, ts[:2], 0); err != nil {
@@ -243,6 +248,7 @@ func rawFile(hdr string, n int) []byte {
 }
 
 func TestParseHeaderErrors(t *testing.T) {
+	t.Parallel()
 	tooLong := make([]byte, 16)
 	binary.LittleEndian.PutUint64(tooLong, 1000)
 	cases := []struct {
@@ -267,6 +273,7 @@ func TestParseHeaderErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			_, err := parseHeader(c.file)
 			if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, ErrFormat) {
 				t.Fatalf("err = %v, want ErrFormat containing %q", err, c.want)
@@ -276,6 +283,7 @@ func TestParseHeaderErrors(t *testing.T) {
 }
 
 func TestOpenDirErrors(t *testing.T) {
+	t.Parallel()
 	good, _ := testTensors("F32")
 	cases := []struct {
 		name  string
@@ -328,6 +336,7 @@ func TestOpenDirErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			c.setup(t, dir)
 			m, err := OpenDir(dir)
@@ -350,6 +359,7 @@ func write(t *testing.T, path string, b []byte) {
 }
 
 func TestWriteErrors(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		ts   []Tensor
@@ -363,6 +373,7 @@ func TestWriteErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			path := filepath.Join(t.TempDir(), "x.safetensors")
 			err := WriteFile(path, c.ts, nil)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -374,6 +385,7 @@ func TestWriteErrors(t *testing.T) {
 		})
 	}
 	t.Run("unwritable dir", func(t *testing.T) {
+		t.Parallel()
 		dir := filepath.Join(t.TempDir(), "missing", "sub")
 		ts, _ := testTensors("F32")
 		if err := WriteFile(filepath.Join(dir, "x.safetensors"), ts, nil); err == nil {
@@ -383,6 +395,7 @@ func TestWriteErrors(t *testing.T) {
 }
 
 func TestFloat32sErrors(t *testing.T) {
+	t.Parallel()
 	cases := []Tensor{
 		{Name: "int", DType: "I32", Shape: []int64{1}, Data: make([]byte, 4)},
 		{Name: "short", DType: "F16", Shape: []int64{3}, Data: make([]byte, 4)},
@@ -390,6 +403,7 @@ func TestFloat32sErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
 			if _, err := c.Float32s(); err == nil {
 				t.Fatal("want error")
 			}

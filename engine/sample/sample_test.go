@@ -37,6 +37,7 @@ func argmaxRef(l []float32) int32 {
 }
 
 func TestInvalidParams(t *testing.T) {
+	t.Parallel()
 	base := DefaultParams(1)
 	nan := float32(math.NaN())
 	tests := []struct {
@@ -58,6 +59,7 @@ func TestInvalidParams(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			p := base
 			tc.mod(&p)
 			if _, err := New(p); err == nil {
@@ -66,6 +68,7 @@ func TestInvalidParams(t *testing.T) {
 		})
 	}
 	t.Run("valid edge values", func(t *testing.T) {
+		t.Parallel()
 		for _, p := range []Params{
 			Greedy(), base,
 			{Temperature: 2, TopP: 1, MinP: 1, TopK: 0, RepeatPenalty: 1, RepeatLastN: -1},
@@ -79,6 +82,7 @@ func TestInvalidParams(t *testing.T) {
 }
 
 func TestGreedyIsArgmax(t *testing.T) {
+	t.Parallel()
 	for seed := uint64(0); seed < 20; seed++ {
 		l := randLogits(1000, seed)
 		s := mustNew(t, Greedy())
@@ -87,12 +91,14 @@ func TestGreedyIsArgmax(t *testing.T) {
 		}
 	}
 	t.Run("ties pick lowest id", func(t *testing.T) {
+		t.Parallel()
 		s := mustNew(t, Greedy())
 		if got := s.Sample([]float32{1, 3, 3, 2}, nil); got != 1 {
 			t.Fatalf("got %d, want 1", got)
 		}
 	})
 	t.Run("nan ignored", func(t *testing.T) {
+		t.Parallel()
 		s := mustNew(t, Greedy())
 		nan := float32(math.NaN())
 		if got := s.Sample([]float32{nan, -5, nan, -1}, nil); got != 3 {
@@ -100,6 +106,7 @@ func TestGreedyIsArgmax(t *testing.T) {
 		}
 	})
 	t.Run("empty logits", func(t *testing.T) {
+		t.Parallel()
 		s := mustNew(t, Greedy())
 		if got := s.Sample(nil, nil); got != -1 {
 			t.Fatalf("got %d, want -1", got)
@@ -108,6 +115,7 @@ func TestGreedyIsArgmax(t *testing.T) {
 }
 
 func TestSeedDeterminism(t *testing.T) {
+	t.Parallel()
 	l := randLogits(500, 7)
 	p := Params{Temperature: 1.5, TopP: 1, RepeatPenalty: 1, Seed: 42}
 	draw := func(p Params) []int32 {
@@ -138,6 +146,7 @@ func TestSeedDeterminism(t *testing.T) {
 }
 
 func TestTopK1IsGreedy(t *testing.T) {
+	t.Parallel()
 	for seed := uint64(0); seed < 10; seed++ {
 		l := randLogits(300, seed)
 		s := mustNew(t, Params{Temperature: 5, TopP: 1, TopK: 1, RepeatPenalty: 1, Seed: seed})
@@ -150,6 +159,7 @@ func TestTopK1IsGreedy(t *testing.T) {
 }
 
 func TestTinyTopPIsArgmax(t *testing.T) {
+	t.Parallel()
 	for seed := uint64(0); seed < 10; seed++ {
 		l := randLogits(3000, seed) // more than the first 256-candidate pass
 		s := mustNew(t, Params{Temperature: 3, TopP: 1e-6, RepeatPenalty: 1, Seed: seed})
@@ -164,6 +174,7 @@ func TestTinyTopPIsArgmax(t *testing.T) {
 // TestTopPKeepsNucleus checks the kept set on a hand-computed example and
 // on a flat distribution where the nucleus exceeds the first lazy-sort pass.
 func TestTopPKeepsNucleus(t *testing.T) {
+	t.Parallel()
 	// Probabilities 0.5, 0.25, 0.125, 0.125: top-p 0.7 keeps ids 0 and 1.
 	l := []float32{float32(math.Log(0.5)), float32(math.Log(0.25)), float32(math.Log(0.125)), float32(math.Log(0.125))}
 	s := mustNew(t, Params{Temperature: 1, TopP: 0.7, RepeatPenalty: 1, Seed: 3})
@@ -191,6 +202,7 @@ func TestTopPKeepsNucleus(t *testing.T) {
 }
 
 func TestMinPFilters(t *testing.T) {
+	t.Parallel()
 	// Probabilities proportional to 1, 0.5, 0.2, 0.05.
 	l := []float32{0, float32(math.Log(0.5)), float32(math.Log(0.2)), float32(math.Log(0.05))}
 	tests := []struct {
@@ -204,6 +216,7 @@ func TestMinPFilters(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run("", func(t *testing.T) {
+			t.Parallel()
 			s := mustNew(t, Params{Temperature: 1, TopP: 1, MinP: tc.minP, RepeatPenalty: 1, Seed: 9})
 			seen := map[int32]bool{}
 			for i := 0; i < 3000; i++ {
@@ -223,6 +236,7 @@ func TestMinPFilters(t *testing.T) {
 // TestDistribution samples many times at temperature 2 and compares the
 // counts with softmax(l/2) by a chi-square statistic.
 func TestDistribution(t *testing.T) {
+	t.Parallel()
 	l := []float32{1, 2, 0.5, -1, 3}
 	const temp = 2.0
 	const n = 50000
@@ -250,7 +264,9 @@ func TestDistribution(t *testing.T) {
 }
 
 func TestRepetitionPenalty(t *testing.T) {
+	t.Parallel()
 	t.Run("semantics", func(t *testing.T) {
+		t.Parallel()
 		s := mustNew(t, Params{Temperature: 0, TopP: 1, RepeatPenalty: 2, RepeatLastN: 3})
 		l := []float32{4, -1, 3, 2.5}
 		got := s.penalised(l, []int32{0, 0, 1, 99, -3, 2})
@@ -274,6 +290,7 @@ func TestRepetitionPenalty(t *testing.T) {
 		}
 	})
 	t.Run("changes greedy choice", func(t *testing.T) {
+		t.Parallel()
 		l := []float32{5, 4, 1}
 		plain := mustNew(t, Greedy())
 		if got := plain.Sample(l, []int32{0}); got != 0 {
@@ -294,6 +311,7 @@ func TestRepetitionPenalty(t *testing.T) {
 }
 
 func TestLogprobs(t *testing.T) {
+	t.Parallel()
 	l := []float32{1, 2, 3, float32(math.NaN())}
 	lp := Logprobs(l)
 	var sum float64
@@ -337,6 +355,7 @@ func TestLogprobs(t *testing.T) {
 }
 
 func TestTopNMatchesSort(t *testing.T) {
+	t.Parallel()
 	l := randLogits(5000, 77)
 	for _, n := range []int{1, 5, 100, 4999, 5000} {
 		c := make([]cand, len(l))

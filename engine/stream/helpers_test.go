@@ -41,6 +41,8 @@ var modelCases = []struct {
 
 // getModel returns the shared test model for arch (built once per test
 // binary; the files live in a directory removed by TestMain).
+// Tests that use it stay sequential (no t.Parallel): they share its model
+// and store, which they rewire (SetLayerSource) and corrupt.
 func getModel(t testing.TB, arch, typ string, seeds []uint64) *testModel {
 	t.Helper()
 	modelsMu.Lock()

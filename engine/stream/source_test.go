@@ -30,6 +30,7 @@ func writeRandom(t testing.TB, dir string, n int) (string, []byte) {
 }
 
 func TestFileSourceReads(t *testing.T) {
+	t.Parallel()
 	path, data := writeRandom(t, t.TempDir(), 3<<20+5*4096)
 	for _, tc := range []struct {
 		name string
@@ -41,6 +42,7 @@ func TestFileSourceReads(t *testing.T) {
 		{"buffered", stream.FileOptions{Buffered: true, ChunkBytes: 1 << 16}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			s, err := stream.OpenFile(path, tc.opts)
 			if err != nil {
 				t.Fatal(err)
@@ -70,6 +72,7 @@ func TestFileSourceReads(t *testing.T) {
 }
 
 func TestFileSourceErrors(t *testing.T) {
+	t.Parallel()
 	path, _ := writeRandom(t, t.TempDir(), 64<<10)
 	s, err := stream.OpenFile(path, stream.FileOptions{})
 	if err != nil {
@@ -117,6 +120,7 @@ func TestFileSourceErrors(t *testing.T) {
 // older kernels: the source must fall back (and say so) or read directly,
 // and in both cases read the right bytes.
 func TestFileSourceTmpfs(t *testing.T) {
+	t.Parallel()
 	dir, err := os.MkdirTemp("/dev/shm", "stream-test-")
 	if err != nil {
 		t.Skipf("no /dev/shm: %v", err)
@@ -140,6 +144,7 @@ func TestFileSourceTmpfs(t *testing.T) {
 }
 
 func TestMmapSource(t *testing.T) {
+	t.Parallel()
 	path, data := writeRandom(t, t.TempDir(), 3<<20+17)
 	s, err := stream.OpenMmap(path)
 	if err != nil {
@@ -162,6 +167,7 @@ func TestMmapSource(t *testing.T) {
 }
 
 func TestFaultySource(t *testing.T) {
+	t.Parallel()
 	path, _ := writeRandom(t, t.TempDir(), 64<<10)
 	s, err := stream.OpenMmap(path)
 	if err != nil {

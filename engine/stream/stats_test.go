@@ -9,6 +9,7 @@ import (
 )
 
 func TestStatsFinish(t *testing.T) {
+	t.Parallel()
 	ms := time.Millisecond
 	for _, tc := range []struct {
 		name                      string
@@ -22,6 +23,7 @@ func TestStatsFinish(t *testing.T) {
 		{"clamped", 10 * ms, 10 * ms, 20 * ms, 50 * ms, 0, 0.4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			s := Stats{Wall: tc.wall}
 			s.Read.Busy, s.Copy.Busy, s.Compute.Busy = tc.read, tc.copy, tc.compute
 			s.Read.Bytes = 1e9
@@ -37,6 +39,7 @@ func TestStatsFinish(t *testing.T) {
 }
 
 func TestMixTiers(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		mix  string
 		n    int

@@ -11,6 +11,7 @@ import (
 // planner's for the same placement, and impossible or malformed requests
 // are refused.
 func TestPlanTiers(t *testing.T) {
+	t.Parallel()
 	const mb = 1 << 20
 	base := Request{Sizes: Sizes{Layers: uniform(6, 10*mb), Globals: 5 * mb, Output: 2 * mb},
 		DeviceBudget: 200 * mb, HostBudget: 200 * mb, Links: testLinks()}
@@ -33,6 +34,7 @@ func TestPlanTiers(t *testing.T) {
 		{"bad depth", func(r Request) Request { r.Depth = -1; return r }, "CCCCCC", 0, nil, "depth"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			var ts []Tier
 			for _, c := range tc.tiers {
 				x, err := ParseTier(string(c))

@@ -8,6 +8,7 @@ import "testing"
 // still cost their full size, and the freed slot memory keeps more layers
 // resident than the plain plan in the same budget.
 func TestPlanStreamedSizes(t *testing.T) {
+	t.Parallel()
 	const n = 10
 	req := Request{Sizes: Sizes{Layers: uniform(n, 100*mib), Globals: 50 * mib, Output: 30 * mib},
 		DeviceBudget: 520 * mib, HostBudget: 2000 * mib, Depth: 2, Links: testLinks()}

@@ -32,6 +32,7 @@ func tiersOf(p *Plan) string {
 }
 
 func TestPlan(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		req   Request
@@ -201,6 +202,7 @@ func TestPlan(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			p, err := NewPlan(c.req)
 			if err != nil {
 				t.Fatal(err)
@@ -237,6 +239,7 @@ func TestPlan(t *testing.T) {
 }
 
 func TestPlanErrors(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		req  Request
@@ -252,6 +255,7 @@ func TestPlanErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			p, err := NewPlan(c.req)
 			if err == nil {
 				t.Fatalf("plan %s accepted", tiersOf(p))
@@ -272,6 +276,7 @@ func TestPlanErrors(t *testing.T) {
 // layers resident" rule on random unequal layer sizes and budgets: the
 // chosen plan must never be slower or move more bytes.
 func TestPlanNeverWorseThanFirstN(t *testing.T) {
+	t.Parallel()
 	rnd := uint64(12345)
 	next := func(n uint64) uint64 {
 		rnd = rnd*6364136223846793005 + 1442695040888963407
@@ -342,6 +347,7 @@ func fillFirst(r Request, tiers []Tier, rest []int) ([]Tier, bool) {
 }
 
 func TestParseMemInfo(t *testing.T) {
+	t.Parallel()
 	good := "MemTotal:       24684092 kB\nMemFree:        18072224 kB\nMemAvailable:   23697856 kB\n"
 	mi, err := parseMemInfo(strings.NewReader(good))
 	if err != nil || mi.Total != 24684092*1024 || mi.Available != 23697856*1024 {

@@ -5,6 +5,7 @@ import (
 )
 
 func TestParseBytes(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		in   string
 		want int64
@@ -46,6 +47,7 @@ func TestParseBytes(t *testing.T) {
 }
 
 func TestParseRate(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		in   string
 		want float64
@@ -73,6 +75,7 @@ func TestParseRate(t *testing.T) {
 }
 
 func TestFormatBytes(t *testing.T) {
+	t.Parallel()
 	cases := map[int64]string{
 		100:            "100 B",
 		4096:           "4.00 KiB",

@@ -66,6 +66,7 @@ func gemmaVocab(t *testing.T) (*Tokenizer, func(string) int32) {
 }
 
 func TestChatLlama3(t *testing.T) {
+	t.Parallel()
 	tok := load(t, bpeVocabFile)
 	msgs := []Message{
 		{Role: "system", Content: "You are terse."},
@@ -129,6 +130,7 @@ func TestChatLlama3(t *testing.T) {
 }
 
 func TestChatGemma(t *testing.T) {
+	t.Parallel()
 	tok, id := gemmaVocab(t)
 	tests := []struct {
 		name string
@@ -179,6 +181,7 @@ func TestChatGemma(t *testing.T) {
 }
 
 func TestChatJinjaAndPlain(t *testing.T) {
+	t.Parallel()
 	base := func(tmpl string) *Tokenizer {
 		v := &Vocab{Model: ModelLlama, Tokens: []string{"<unk>", "<s>", "</s>"}, Types: []int32{2, 3, 3},
 			BOS: 1, EOS: 2, EOT: -1, PAD: -1, UNK: 0, AddBOS: true, AddSpacePrefix: true, ChatTemplate: tmpl}
@@ -234,6 +237,7 @@ func TestChatJinjaAndPlain(t *testing.T) {
 }
 
 func TestDetectChatFormat(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		tmpl string
 		want ChatFormat
@@ -245,6 +249,7 @@ func TestDetectChatFormat(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.want.String(), func(t *testing.T) {
+			t.Parallel()
 			if got := DetectChatFormat(tc.tmpl); got != tc.want {
 				t.Errorf("DetectChatFormat(%q) = %v, want %v", tc.tmpl, got, tc.want)
 			}
@@ -253,6 +258,7 @@ func TestDetectChatFormat(t *testing.T) {
 }
 
 func TestUserDefinedAndFallback(t *testing.T) {
+	t.Parallel()
 	tok, id := gemmaVocab(t)
 	tests := []struct {
 		name         string
@@ -291,6 +297,7 @@ func TestUserDefinedAndFallback(t *testing.T) {
 // TestSPMSegmentation checks that cutting SentencePiece input into segments
 // (encodeSPM's speed-up) gives the same ids as merging it whole.
 func TestSPMSegmentation(t *testing.T) {
+	t.Parallel()
 	spm := load(t, spmVocabFile)
 	v := spm.Vocab()
 	whole, err := New(&v)

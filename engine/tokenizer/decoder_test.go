@@ -6,6 +6,7 @@ import (
 )
 
 func TestDecoderStreaming(t *testing.T) {
+	t.Parallel()
 	spm := load(t, spmVocabFile)
 	bpe := load(t, bpeVocabFile)
 	tests := []struct {
@@ -29,6 +30,7 @@ func TestDecoderStreaming(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			d := tc.tok.NewDecoder()
 			var got []string
 			for _, id := range tc.ids {
@@ -48,6 +50,7 @@ func TestDecoderStreaming(t *testing.T) {
 }
 
 func TestCompletePrefix(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   string
 		want int
@@ -64,6 +67,7 @@ func TestCompletePrefix(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
+			t.Parallel()
 			if got := completePrefix([]byte(tc.in)); got != tc.want {
 				t.Errorf("completePrefix(%q) = %d, want %d", tc.in, got, tc.want)
 			}
@@ -72,6 +76,7 @@ func TestCompletePrefix(t *testing.T) {
 }
 
 func TestPieceAndDecode(t *testing.T) {
+	t.Parallel()
 	spm := load(t, spmVocabFile)
 	bpe := load(t, bpeVocabFile)
 	tests := []struct {
@@ -111,6 +116,7 @@ func TestPieceAndDecode(t *testing.T) {
 }
 
 func TestSplitLlama3(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   string
 		want []string
@@ -138,6 +144,7 @@ func TestSplitLlama3(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
+			t.Parallel()
 			rs := decodeRunes(tc.in, nil)
 			cls := make([]uint8, len(rs))
 			for i, r := range rs {
@@ -153,6 +160,7 @@ func TestSplitLlama3(t *testing.T) {
 }
 
 func TestByteMapping(t *testing.T) {
+	t.Parallel()
 	seen := map[rune]bool{}
 	for b := 0; b < 256; b++ {
 		r := byteToRune[b]

@@ -95,8 +95,10 @@ func equalIDs(a, b []int32) bool {
 // TestVectors checks every llama.cpp test-tokenizer-0 vector (encoded with
 // add_special=false, parse_special=false, as that test does).
 func TestVectors(t *testing.T) {
+	t.Parallel()
 	for _, path := range []string{bpeVocabFile, spmVocabFile} {
 		t.Run(filepath.Base(path), func(t *testing.T) {
+			t.Parallel()
 			tok := load(t, path)
 			vs := loadVectors(t, path)
 			pass := 0
@@ -119,8 +121,10 @@ func TestVectors(t *testing.T) {
 }
 
 func TestRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, path := range []string{bpeVocabFile, spmVocabFile} {
 		t.Run(filepath.Base(path), func(t *testing.T) {
+			t.Parallel()
 			tok := load(t, path)
 			for i, v := range loadVectors(t, path) {
 				for _, addSpecial := range []bool{false, true} {
@@ -154,6 +158,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestAddSpecial(t *testing.T) {
+	t.Parallel()
 	bpe := load(t, bpeVocabFile)
 	spm := load(t, spmVocabFile)
 	tests := []struct {
@@ -169,6 +174,7 @@ func TestAddSpecial(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			if got := tc.tok.Encode(tc.text, true, false); !equalIDs(got, tc.want) {
 				t.Errorf("Encode(%q, true, false) = %v, want %v", tc.text, got, tc.want)
 			}
@@ -177,6 +183,7 @@ func TestAddSpecial(t *testing.T) {
 }
 
 func TestSpecialTokens(t *testing.T) {
+	t.Parallel()
 	bpe := load(t, bpeVocabFile)
 	spm := load(t, spmVocabFile)
 	// Ids of plain text come from the llama.cpp vectors ("Hello" 9906,
@@ -230,6 +237,7 @@ func TestSpecialTokens(t *testing.T) {
 // TestConcurrentEncode runs encoders in parallel (meaningful under -race):
 // the pooled scratch state must not leak between calls.
 func TestConcurrentEncode(t *testing.T) {
+	t.Parallel()
 	for _, path := range []string{bpeVocabFile, spmVocabFile} {
 		tok := load(t, path)
 		vs := loadVectors(t, path)

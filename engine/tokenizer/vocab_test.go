@@ -69,6 +69,7 @@ func bpeMeta() fakeMeta {
 }
 
 func TestVocabDefaults(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		md   fakeMeta
@@ -90,6 +91,7 @@ func TestVocabDefaults(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			v, err := vocabFromMetadata(tc.md)
 			if err != nil {
 				t.Fatal(err)
@@ -107,6 +109,7 @@ func TestVocabDefaults(t *testing.T) {
 }
 
 func TestVocabErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		md   fakeMeta
@@ -134,6 +137,7 @@ func TestVocabErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			v, err := vocabFromMetadata(tc.md)
 			if err == nil {
 				t.Fatalf("no error, vocab %+v", v)
@@ -146,6 +150,7 @@ func TestVocabErrors(t *testing.T) {
 }
 
 func TestNewErrors(t *testing.T) {
+	t.Parallel()
 	good := func() *Vocab {
 		return &Vocab{Model: ModelLlama, Tokens: []string{"<unk>", "<s>", "</s>"}, BOS: 1, EOS: 2, EOT: -1, PAD: -1, UNK: 0}
 	}
@@ -178,8 +183,10 @@ func TestNewErrors(t *testing.T) {
 }
 
 func TestFromGGUFFileErrors(t *testing.T) {
+	t.Parallel()
 	for _, path := range []string{"testdata/does-not-exist.gguf", bpeVocabFile + ".inp"} {
 		t.Run(path, func(t *testing.T) {
+			t.Parallel()
 			if _, err := FromGGUFFile(path); err == nil {
 				t.Errorf("FromGGUFFile(%s) succeeded", path)
 			}
@@ -188,6 +195,7 @@ func TestFromGGUFFileErrors(t *testing.T) {
 }
 
 func TestGGUFVocabs(t *testing.T) {
+	t.Parallel()
 	bpe := load(t, bpeVocabFile)
 	spm := load(t, spmVocabFile)
 	tests := []struct {

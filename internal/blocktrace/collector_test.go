@@ -8,6 +8,7 @@ import (
 )
 
 func TestCollector(t *testing.T) {
+	t.Parallel()
 	d := Device{Dev: Dev{259, 0}, Name: "nvme0n1", Errors: 2}
 	d.Ops[Read] = OpStats{IOs: 5, Bytes: 5 << 20}
 	d.Ops[Read].Latency[3] = 4  // [8,16) µs

@@ -8,6 +8,7 @@ import (
 )
 
 func TestHistogramQuantile(t *testing.T) {
+	t.Parallel()
 	var h Histogram
 	h[0] = 1  // < 2 µs
 	h[3] = 8  // [8, 16) µs
@@ -38,6 +39,7 @@ func TestHistogramQuantile(t *testing.T) {
 }
 
 func TestDeviceSubAndRates(t *testing.T) {
+	t.Parallel()
 	d := Dev{259, 0}
 	a := Device{Dev: d}
 	a.Ops[Read] = OpStats{IOs: 10, Bytes: 10 << 20}
@@ -71,6 +73,7 @@ func TestDeviceSubAndRates(t *testing.T) {
 }
 
 func TestKernelDev(t *testing.T) {
+	t.Parallel()
 	if got := kernelDev(259<<20 | 3); got != (Dev{259, 3}) {
 		t.Fatalf("kernelDev = %v", got)
 	}
@@ -79,6 +82,7 @@ func TestKernelDev(t *testing.T) {
 // TestDiskOfPartition resolves a partition to its disk through a fake
 // /sys/dev/block, using the real device of a temp dir as the starting point.
 func TestDiskOfPartition(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	d, err := statDev(dir)
 	if err != nil {
@@ -106,6 +110,7 @@ func TestDiskOfPartition(t *testing.T) {
 }
 
 func TestSummarize(t *testing.T) {
+	t.Parallel()
 	d := Dev{259, 0}
 	a := Device{Dev: d, Name: "nvme0n1"}
 	b := a

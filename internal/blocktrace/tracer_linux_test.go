@@ -61,6 +61,7 @@ func sectorsRead(t *testing.T, name string) uint64 {
 // O_DIRECT and checks that the tracer counted at least that many read bytes
 // on that disk, that its count agrees with the kernel's diskstats over the
 // same interval, and that every counted request is in the latency histogram.
+// Sequential: it compares system-wide block counts, so other tests' I/O would skew them.
 func TestCountsDirectReads(t *testing.T) {
 	const (
 		fileSize = 16 << 20
@@ -181,6 +182,7 @@ func TestCountsDirectReads(t *testing.T) {
 }
 
 func TestCloseTwiceAndSnapshotAfterClose(t *testing.T) {
+	// Sequential: a second tracer attached meanwhile would count TestCountsDirectReads' reads too.
 	tr := startOrSkip(t)
 	if err := tr.Close(); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 // TestTreeReadsAsHost checks that nvmehost reads what the builders write:
 // the controller's driver, IOMMU group and IDs, its disk and partitions.
 func TestTreeReadsAsHost(t *testing.T) {
+	t.Parallel()
 	r := nvmehosttest.New(t)
 	d := r.Controller("0000:00:04.0", "nvme", "7")
 	disk := r.Disk(filepath.Join(d, "nvme/nvme0/nvme0n1"), "259:0", 3)

@@ -199,10 +199,12 @@ func (r *refModel) forward(tokens []int) (logits [][]float64, layerRMS []float64
 // argmax is clear (top-1 beats top-2 by a visible margin) at most
 // positions.
 func TestForwardHealth(t *testing.T) {
+	t.Parallel()
 	tokens := []int{5, 300, 17, 42, 42, 7, 100, 255, 3, 64, 128, 9, 11, 200, 33, 1}
 	for _, arch := range []string{"llama", "gemma2"} {
 		for _, typ := range []string{"f32", "q4_k_m"} {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
+				t.Parallel()
 				path, _ := writeTiny(t, arch, typ, 11, false)
 				s, _ := LookupShape(arch, "tiny")
 				r := loadRef(t, path, s)

@@ -115,9 +115,11 @@ func writeTiny(t *testing.T, arch, typ string, seed uint64, hf bool) (string, st
 }
 
 func TestTinyGGUFLayout(t *testing.T) {
+	t.Parallel()
 	for _, arch := range []string{"llama", "gemma2"} {
 		for _, typ := range allTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
+				t.Parallel()
 				path, _ := writeTiny(t, arch, typ, 1, false)
 				m, err := gguf.Map(path)
 				if err != nil {
@@ -234,6 +236,7 @@ func checkMetadata(t *testing.T, f *gguf.File, arch, typ string) {
 // TestTensorTypeRules checks the q4_k_m assignment on the full-size shapes
 // without writing them.
 func TestTensorTypeRules(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		arch, shape, typ, name string
 		want                   quant.Type
@@ -305,6 +308,7 @@ func TestTensorTypeRules(t *testing.T) {
 // TestLayoutSizes checks the full-size shapes against the public models'
 // parameter counts.
 func TestLayoutSizes(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		arch, shape string
 		params      int64 // excluding rope_freqs
@@ -405,8 +409,10 @@ func mediumPlan(t *testing.T, typ string, seed uint64) *plan {
 // parallel pipeline in order: chunk c of tensor i must equal FillRandom of
 // that chunk with its own seed, which depends only on (seed, i, c).
 func TestChunkedTensors(t *testing.T) {
+	t.Parallel()
 	for _, typ := range []string{"f16", "q4_k_m"} {
 		t.Run(typ, func(t *testing.T) {
+			t.Parallel()
 			p := mediumPlan(t, typ, 99)
 			var buf bytes.Buffer
 			var calls int
@@ -496,6 +502,7 @@ func TestWriteFailureStopsPipeline(t *testing.T) {
 }
 
 func TestWriteLeavesNoPartialFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	notDir := filepath.Join(dir, "file")
 	if err := os.WriteFile(notDir, []byte("x"), 0o644); err != nil {
@@ -536,9 +543,11 @@ func TestWriteLeavesNoPartialFile(t *testing.T) {
 }
 
 func TestHFRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, arch := range []string{"llama", "gemma2"} {
 		for _, typ := range allTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
+				t.Parallel()
 				path, hfDir := writeTiny(t, arch, typ, 3, true)
 				m, err := gguf.Map(path)
 				if err != nil {
@@ -690,6 +699,7 @@ func checkHFConfig(t *testing.T, c map[string]any, arch string) {
 }
 
 func TestHFConfigFloats(t *testing.T) {
+	t.Parallel()
 	s, _ := LookupShape("llama", "8b")
 	v := &Vocab{BOS: 128000, EOS: 128009, PAD: -1, UNK: -1}
 	b, err := json.Marshal(HFConfig(s, v))
@@ -704,6 +714,7 @@ func TestHFConfigFloats(t *testing.T) {
 }
 
 func TestRopeFreqs(t *testing.T) {
+	t.Parallel()
 	s, _ := LookupShape("llama", "8b")
 	f := RopeFreqs(s)
 	if len(f) != 64 {
@@ -734,6 +745,7 @@ func TestRopeFreqs(t *testing.T) {
 }
 
 func TestUnpermuteRowsErrors(t *testing.T) {
+	t.Parallel()
 	if _, err := UnpermuteRows(make([]float32, 10), 3, 2); err == nil {
 		t.Error("ragged input accepted")
 	}

@@ -9,6 +9,7 @@ import (
 )
 
 func TestBPEVocab(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{512, 128256} {
 		start := time.Now()
 		v, err := BPEVocab(n)
@@ -78,6 +79,7 @@ func TestBPEVocab(t *testing.T) {
 }
 
 func TestSPMVocab(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{512, 256000} {
 		start := time.Now()
 		v, err := SPMVocab(n)
@@ -122,6 +124,7 @@ func TestSPMVocab(t *testing.T) {
 }
 
 func TestChatTemplates(t *testing.T) {
+	t.Parallel()
 	msgs := []any{
 		map[string]any{"role": "system", "content": "Be brief."},
 		map[string]any{"role": "user", "content": " Hi "},
@@ -146,6 +149,7 @@ func TestChatTemplates(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			tmpl, err := jinja.Compile(c.tmpl)
 			if err != nil {
 				t.Fatal(err)

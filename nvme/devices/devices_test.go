@@ -12,6 +12,7 @@ import (
 )
 
 func TestWritePool(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	img, _ := os.Create(filepath.Join(dir, "ns.img"))
 	defer img.Close()

@@ -15,6 +15,7 @@ import (
 // layer from it as tier C: the pool's layer extents are offsets into the
 // pool file, which are exactly the volume source's offsets.
 func TestTierPoolOnNVMe(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	src := filepath.Join(dir, "tiny.gguf")
 	if err := synth.Write(src, synth.Options{Arch: "gemma2", Shape: "tiny", Type: "f32", Seed: 2}); err != nil {

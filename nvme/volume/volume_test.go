@@ -60,8 +60,10 @@ var files = []struct {
 }
 
 func TestRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, bs := range []int{512, 4096} {
 		t.Run(fmt.Sprint(bs), func(t *testing.T) {
+			t.Parallel()
 			dev, _ := fileDev(t, 32<<20, bs)
 			v, err := volume.Format(ctx, dev, volume.FormatOptions{TableBytes: 8192, Label: "test"})
 			if err != nil {
@@ -120,6 +122,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestDeleteReuseAndNoSpace(t *testing.T) {
+	t.Parallel()
 	dev, _ := fileDev(t, 2<<20, 512)
 	v, err := volume.Format(ctx, dev, volume.FormatOptions{TableBytes: 4096})
 	if err != nil {
@@ -170,6 +173,7 @@ func TestDeleteReuseAndNoSpace(t *testing.T) {
 // TestTornCommit: a crash after the new table but before the new
 // superblock, or a torn superblock, leaves the previous generation.
 func TestTornCommit(t *testing.T) {
+	t.Parallel()
 	dev, f := fileDev(t, 4<<20, 512)
 	v, err := volume.Format(ctx, dev, volume.FormatOptions{TableBytes: 4096})
 	if err != nil {
@@ -214,6 +218,7 @@ func TestTornCommit(t *testing.T) {
 }
 
 func TestVerifyCatchesBitFlip(t *testing.T) {
+	t.Parallel()
 	dev, f := fileDev(t, 4<<20, 4096)
 	v, _ := volume.Format(ctx, dev, volume.FormatOptions{TableBytes: 4096})
 	e, err := v.WriteFile(ctx, "x", bytes.NewReader(randBytes(50000, 1)), 50000)
@@ -342,8 +347,10 @@ func requireAllCLikeResident(t testing.TB, m *model.Model, store stream.LayerSto
 }
 
 func TestOnNVMe(t *testing.T) {
+	t.Parallel()
 	for _, bs := range []int{512, 4096} {
 		t.Run(fmt.Sprint(bs), func(t *testing.T) {
+			t.Parallel()
 			sw, dev, v := nvmeVolume(t, bs, 32<<20)
 			data := randBytes(5<<20+123, 9)
 			e, err := v.WriteFile(ctx, "pool", bytes.NewReader(data), int64(len(data)))
@@ -407,6 +414,7 @@ func TestOnNVMe(t *testing.T) {
 // on tier C read through the volume source: the logits must equal the
 // resident model's bit for bit.
 func TestSourceFeedsPipeline(t *testing.T) {
+	t.Parallel()
 	m, store, raw := tinyLlamaStore(t)
 	src := nvmeSource(t, 512, "tiny.store", raw)
 	st := requireAllCLikeResident(t, m, store, src, []int32{3, 5, 7}, []int32{11})

@@ -7,6 +7,7 @@ import (
 )
 
 func TestGPUAperture(t *testing.T) {
+	t.Parallel()
 	const empty = "0x0000000000000000 0x0000000000000000 0x0000000000000000\n"
 	tests := []struct {
 		name     string
@@ -44,6 +45,7 @@ func TestGPUAperture(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			bars, err := topology.ParseResource(tt.resource)
 			if err != nil {
 				t.Fatal(err)

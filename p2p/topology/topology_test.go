@@ -10,6 +10,7 @@ import (
 )
 
 func TestParseResource(t *testing.T) {
+	t.Parallel()
 	bars, err := topology.ParseResource("0x00000000fe000000 0x00000000fe003fff 0x0000000000040200\n0x0000000000000000 0x0000000000000000 0x0000000000000000\n0x0000000800000000 0x0000000803ffffff 0x000000000014220c\n")
 	if err != nil || len(bars) != 3 {
 		t.Fatal(bars, err)
@@ -44,6 +45,7 @@ func put32(b []byte, v uint32) {
 }
 
 func TestACSControl(t *testing.T) {
+	t.Parallel()
 	if ctl, ok := topology.ACSControl(acsConfig(0x1d)); !ok || ctl != 0x1d {
 		t.Errorf("%#x %v", ctl, ok)
 	}
@@ -107,6 +109,7 @@ func fakeSysfs(t *testing.T) string {
 }
 
 func TestProbe(t *testing.T) {
+	t.Parallel()
 	sys := fakeSysfs(t)
 	r := topology.Probe(topology.ProbeOptions{Sysfs: sys, Proc: t.TempDir(), NVMe: "0000:01:00.0", MemlockLimit: -1,
 		Peers: []topology.Peer{{"0000:02:00.0", 1}, {"0000:00:06.0", 2}, {"0000:00:07.0", 0}, {"0000:09:00.0", 0}}})

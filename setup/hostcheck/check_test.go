@@ -13,6 +13,7 @@ import (
 // setup/internal/fakehost and holds the verdicts and the chosen route to
 // what each tree was built to show.
 func TestCheckFakeHosts(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		host   string
 		want   map[string]Status // result ID → status
@@ -110,6 +111,7 @@ func TestCheckFakeHosts(t *testing.T) {
 		},
 	} {
 		t.Run(tc.host, func(t *testing.T) {
+			t.Parallel()
 			root := fakehost.Build(t, tc.host)
 			rep := Check(Options{Root: root})
 			byID := map[string]Result{}

@@ -14,6 +14,7 @@ import (
 // TestCheckThisHost runs the real checks on the machine the test runs on
 // and holds the verdicts to facts read here independently.
 func TestCheckThisHost(t *testing.T) {
+	t.Parallel()
 	rep := Check(Options{})
 	var text bytes.Buffer
 	if err := rep.WriteText(&text); err != nil {
@@ -66,6 +67,7 @@ func TestCheckThisHost(t *testing.T) {
 // and plan the host-pinned route on the first controller. The IOMMU-off
 // verdicts are TestCheckGuestIOMMUOff's, in the test-bed's second boot.
 func TestCheckGuest(t *testing.T) {
+	t.Parallel()
 	g := testbed.Require(t)
 	rep := Check(Options{})
 	var text bytes.Buffer
@@ -96,6 +98,7 @@ func TestCheckGuest(t *testing.T) {
 // device node, and fall back to the file route because VFIO cannot run.
 // The facts are read here independently of the code under test.
 func TestCheckGuestIOMMUOff(t *testing.T) {
+	t.Parallel()
 	g := testbed.RequireIOMMUOff(t)
 	if groups, err := os.ReadDir("/sys/kernel/iommu_groups"); err != nil || len(groups) != 0 {
 		t.Fatalf("test-bed is not IOMMU-off: %d IOMMU groups (%v)", len(groups), err)

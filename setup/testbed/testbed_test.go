@@ -13,6 +13,7 @@ import (
 // it runs only when asked with STRATA_TESTBED_RUN=1 and `go test ./...` stays
 // fast.
 func TestVM(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("STRATA_TESTBED_RUN") != "1" {
 		t.Skip("boots the QEMU test-bed (minutes); set STRATA_TESTBED_RUN=1 to run it")
 	}
@@ -31,6 +32,7 @@ func TestVM(t *testing.T) {
 }
 
 func TestPattern(t *testing.T) {
+	t.Parallel()
 	b := make([]byte, 24)
 	Pattern(3, 8, b)
 	for i := 0; i < 3; i++ {
@@ -52,6 +54,7 @@ func TestPattern(t *testing.T) {
 }
 
 func TestRequireSkipsOutsideTheGuest(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("STRATA_TESTBED") == "1" {
 		t.Skip("inside the guest")
 	}
@@ -66,6 +69,7 @@ func TestRequireSkipsOutsideTheGuest(t *testing.T) {
 }
 
 func TestRequireIOMMUOffSkipsElsewhere(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(IOMMUOffEnv) == "off" {
 		t.Skip("inside the IOMMU-off guest")
 	}

@@ -17,6 +17,7 @@ import (
 
 // TestBenchEngineFlags checks how `strata bench engine`'s flags become the
 // run's options, and that bad ones are usage errors.
+// Sequential: it runs the command tree in-process, whose flags (backendFlag, jsonFlag) are package variables.
 func TestBenchEngineFlags(t *testing.T) {
 	parse := func(args ...string) (enginebench.Options, error) {
 		cmd := benchEngineCommand()
@@ -97,6 +98,7 @@ func TestBenchEngineFlags(t *testing.T) {
 // TestBenchEngineNoGPU runs the binary where there is no GPU: it must say
 // "CUDA unavailable: …" and exit 6 without writing a model.
 func TestBenchEngineNoGPU(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
@@ -126,6 +128,7 @@ func TestBenchEngineNoGPU(t *testing.T) {
 // TestBenchEngineJSONFile: --json-file writes the same report the run
 // printed, as JSON.
 func TestBenchEngineJSONFile(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "r.json")
 	r := &enginebench.Report{Device: "NVIDIA H200", Ceilings: enginebench.Ceilings{H2D: 55.4e9},
 		Scenarios: []enginebench.ScenarioResult{{Scenario: enginebench.Resident, Metrics: []enginebench.Metric{{Key: "decode_tps_graph", Value: 186.9}}}}}

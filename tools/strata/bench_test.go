@@ -55,6 +55,7 @@ func noGPU() bool {
 // TestBenchCLI drives `strata bench storage|pcie|e2e` as a user would:
 // locally on a file, through a daemon, and the exit codes of what fails.
 func TestBenchCLI(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
@@ -190,6 +191,7 @@ func TestBenchCLI(t *testing.T) {
 }
 
 func TestBenchArgs(t *testing.T) {
+	t.Parallel()
 	sizes := []struct {
 		in   string
 		want []int64

@@ -45,6 +45,7 @@ func runStrata(t *testing.T, bin, stdin string, args ...string) (string, string,
 }
 
 func TestCLI(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
@@ -52,6 +53,7 @@ func TestCLI(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "tiny.gguf")
 
+	// The subtests run in order: the first writes the model the others use.
 	t.Run("synth", func(t *testing.T) {
 		_, stderr, code := runStrata(t, bin, "", "model", "synth", "--arch", "llama", "--shape", "tiny", "--type", "q4_k_m", "-o", model)
 		if code != 0 {
@@ -133,6 +135,7 @@ func TestCLI(t *testing.T) {
 // TestDescribeBackend: the one-line backend description names the GPU,
 // the kernel build it runs and what streams, or the CPU and why.
 func TestDescribeBackend(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		b    api.BackendStatus
@@ -146,6 +149,7 @@ func TestDescribeBackend(t *testing.T) {
 		{"cpu", api.BackendStatus{Name: "cpu", Reason: "CUDA unavailable: no device"}, []string{"cpu", "CUDA unavailable: no device"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			got := describeBackend(tc.b)
 			for _, w := range tc.want {
 				if !strings.Contains(got, w) {

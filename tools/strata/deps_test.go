@@ -15,6 +15,7 @@ import (
 // (internal/bench/enginebench, which times engine/gpu on the GPU). The test pins
 // both down, so the exception stays a decision rather than drift.
 func TestDeps(t *testing.T) {
+	t.Parallel()
 	deps := func(pkg string) map[string]bool {
 		out, err := exec.Command("go", "list", "-deps", pkg).Output()
 		if err != nil {
@@ -37,6 +38,7 @@ func TestDeps(t *testing.T) {
 		{pkg: mod + "daemon/client", banned: []string{mod + "nvme", mod + "vfio", mod + "kernels", mod + "engine", "github.com/ebitengine/purego"}},
 	} {
 		t.Run(strings.TrimPrefix(c.pkg, mod), func(t *testing.T) {
+			t.Parallel()
 			got := deps(c.pkg)
 			for d := range got {
 				for _, b := range c.banned {

@@ -45,6 +45,7 @@ func fakeNVMeHost(t *testing.T) nvmehost.Host {
 // and malformed commands. The caller's own group is the admin group, so
 // the admin commands reach the device checks.
 func TestDevicesCLI(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}

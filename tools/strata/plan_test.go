@@ -28,6 +28,7 @@ func runCLI(t *testing.T, args ...string) (string, string, error) {
 // TestPrefabAndPlanCLI drives `strata model prefab` and `strata plan` on a
 // tiny model: the pool is written and opens, and the plan prints a table
 // (and JSON) for both the GGUF and the pool.
+// Sequential: it runs the command tree in-process, whose flags (backendFlag, jsonFlag) are package variables.
 func TestPrefabAndPlanCLI(t *testing.T) {
 	dir := t.TempDir()
 	src := filepath.Join(dir, "tiny.gguf")
@@ -86,6 +87,7 @@ func TestPrefabAndPlanCLI(t *testing.T) {
 	}
 }
 
+// Sequential: it runs the command tree in-process, whose flags (backendFlag, jsonFlag) are package variables.
 func TestPlanCLIUsage(t *testing.T) {
 	cases := [][]string{
 		{"plan"},

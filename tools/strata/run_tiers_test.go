@@ -12,6 +12,7 @@ import (
 // streamed and a budget nothing fits are clear errors (exit 1); a bad
 // mix or budget is a usage error (exit 2).
 func TestRunStreamed(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}

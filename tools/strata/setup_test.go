@@ -12,6 +12,7 @@ import (
 // report parses, the exit status is 1 exactly when a check fails, and the
 // text form carries the same verdicts.
 func TestSetupCheckCLI(t *testing.T) {
+	t.Parallel()
 	bin := buildStrata(t)
 	out, stderr, code := runStrata(t, bin, "", "setup", "check", "--json")
 	var rep hostcheck.Report

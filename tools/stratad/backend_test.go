@@ -17,6 +17,7 @@ import (
 // 1); a bad --backend is a usage error (exit 2); `strata load --backend
 // cuda` fails with exit 6 while the daemon keeps serving; `strata run
 // --backend cuda` exits 6 too.
+// Sequential: its stratad opens GPU 0 where there is one.
 func TestBackendFlag(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")

@@ -36,6 +36,7 @@ func goTool(t *testing.T) string {
 // and users do: the `stratad --socket --model [--listen --api-key]`
 // contract, the client's commands and exit codes, refusal to clobber a
 // live socket, JSON logs, and a clean SIGTERM.
+// Sequential: it frees a 127.0.0.1:0 port and hands its number to stratad, which a parallel test could take meanwhile.
 func TestBinaries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")

@@ -22,6 +22,7 @@ const openaiNodeVersion = "6.30.1"
 // (with logprobs), streamed chat with usage, legacy completions and an error.
 // It needs node and npm and reaches the npm registry once per run; without
 // them it skips, saying so.
+// Sequential: it frees a 127.0.0.1:0 port and hands its number to stratad, which a parallel test could take meanwhile.
 func TestOfficialOpenAIClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("installs an npm package and builds stratad")

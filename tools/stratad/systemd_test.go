@@ -38,6 +38,7 @@ func tinyModel(t *testing.T, dir string) string {
 // socket and checks it reports READY=1 once serving and STOPPING=1 on
 // SIGTERM, as Type=notify units need.
 func TestSdNotify(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
@@ -87,6 +88,7 @@ func TestSdNotify(t *testing.T) {
 // TestSocketActivation starts stratad through systemd-socket-activate,
 // which passes a listening socket as LISTEN_FDS like stratad.socket does.
 func TestSocketActivation(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}

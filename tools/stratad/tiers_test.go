@@ -24,6 +24,7 @@ import (
 // request), and bad or impossible budgets stop the daemon before it
 // listens, with a usage error (exit 2) or a load error naming the cause.
 func TestTierFlags(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	src := filepath.Join(dir, "tiny.gguf")
 	if err := synth.Write(src, synth.Options{Arch: "llama", Shape: "tiny", Type: "q8_0", Seed: 1}); err != nil {

@@ -16,6 +16,7 @@ import (
 )
 
 func TestParseScenarios(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		in   string
 		want []Scenario
@@ -30,6 +31,7 @@ func TestParseScenarios(t *testing.T) {
 		{in: "resident,fast", err: `unknown scenario "fast"`},
 	} {
 		t.Run(c.in, func(t *testing.T) {
+			t.Parallel()
 			got, err := ParseScenarios(c.in)
 			if c.err != "" {
 				if err == nil || !strings.Contains(err.Error(), c.err) {
@@ -45,6 +47,7 @@ func TestParseScenarios(t *testing.T) {
 }
 
 func TestGoals(t *testing.T) {
+	t.Parallel()
 	nan := &Ratio{Value: math.NaN()}
 	for _, c := range []struct {
 		name string
@@ -120,6 +123,7 @@ func sampleReport() *Report {
 }
 
 func TestWriteText(t *testing.T) {
+	t.Parallel()
 	var b bytes.Buffer
 	r := sampleReport()
 	if err := r.WriteText(&b); err != nil {
@@ -168,6 +172,7 @@ func TestWriteText(t *testing.T) {
 }
 
 func TestReportJSON(t *testing.T) {
+	t.Parallel()
 	r := sampleReport()
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -205,6 +210,7 @@ func TestReportJSON(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		o    Options
@@ -233,6 +239,7 @@ func TestOptions(t *testing.T) {
 // TestRunWithoutGPU: on a host without a usable GPU, Run says CUDA is
 // unavailable before writing any model.
 func TestRunWithoutGPU(t *testing.T) {
+	t.Parallel()
 	if cudadrv.Load() == nil {
 		if n, err := cudadrv.DeviceCount(); err == nil && n > 0 {
 			t.Skip("a GPU is present: Run would measure it")
@@ -246,6 +253,7 @@ func TestRunWithoutGPU(t *testing.T) {
 }
 
 func TestPercent(t *testing.T) {
+	t.Parallel()
 	var got []string
 	o := &Options{Progress: func(s string) { got = append(got, s) }}
 	rn := &runner{o: o}
@@ -265,6 +273,7 @@ func TestPercent(t *testing.T) {
 // chains, the note where the held chain failed, and no ceiling rows where
 // none was measured.
 func TestGEMVProfileMetrics(t *testing.T) {
+	t.Parallel()
 	const d2d = 4000e9
 	prof := &gputime.StepProfile{
 		GEMV: 1450 * time.Microsecond, Device: 2 * time.Millisecond, WeightBytes: 4400e6,

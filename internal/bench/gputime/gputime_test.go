@@ -77,6 +77,7 @@ func tinyGPU(t *testing.T, opts gpu.Options) (*gpu.Model, *model.Model) {
 // TestMeasure runs the measurements on the tiny shape: each must produce
 // positive, self-consistent figures, leave the model as it found it, and
 // refuse what it cannot measure.
+// Sequential: its subtests time one shared model on the GPU.
 func TestMeasure(t *testing.T) {
 	d, _ := device(t)
 	g, cpu := tinyGPU(t, gpu.Options{MaxSeqs: 2, MaxContext: 128})

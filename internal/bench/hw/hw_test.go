@@ -29,6 +29,7 @@ func tmpFile(t *testing.T, size int) string {
 // TestFileSweep runs the storage sweep on a temporary file through the
 // O_DIRECT file source.
 func TestFileSweep(t *testing.T) {
+	t.Parallel()
 	p := tmpFile(t, 4<<20)
 	ft, err := OpenFile(p, 64<<10, 4, nil)
 	if err != nil {
@@ -70,6 +71,7 @@ func TestFileSweep(t *testing.T) {
 // machine, CI), every route is listed with the reason and none is
 // measured; with a verdict, its reasons are the routes' reasons.
 func TestE2EWithoutGPU(t *testing.T) {
+	t.Parallel()
 	if g, err := OpenGPU(0); err == nil {
 		g.Close()
 		t.Skip("a GPU is present: the no-GPU report is not what this host gives")

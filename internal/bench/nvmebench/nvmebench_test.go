@@ -35,6 +35,7 @@ func softController(t *testing.T) (*nvmetest.Controller, *nvme.Controller) {
 }
 
 func TestSweepOnSoftController(t *testing.T) {
+	t.Parallel()
 	sc, c := softController(t)
 	tg, err := NewTarget(c, sc, 1, "0000:00:06.0")
 	if err != nil {
@@ -73,6 +74,7 @@ func TestSweepOnSoftController(t *testing.T) {
 }
 
 func TestSweepReadError(t *testing.T) {
+	t.Parallel()
 	sc, c := softController(t)
 	sc.InjectError(1, nvme.OpRead, 100, 1, nvme.StatusUnrecoveredRead)
 	tg, _ := NewTarget(c, sc, 1, "bad")
@@ -83,6 +85,7 @@ func TestSweepReadError(t *testing.T) {
 }
 
 func TestStager(t *testing.T) {
+	t.Parallel()
 	sc, c := softController(t)
 	tg, _ := NewTarget(c, sc, 1, "s")
 	const chunk = 64 << 10

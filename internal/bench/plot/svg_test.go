@@ -68,6 +68,7 @@ func parseSVG(t *testing.T, b []byte) svgDoc {
 }
 
 func TestStorageChart(t *testing.T) {
+	t.Parallel()
 	res := &bench.StorageResult{Target: bench.TargetInfo{Kind: "file", Name: "/data/<model>&.pool"}, Pattern: "seq", Via: "local"}
 	for _, bs := range []int{4096, 65536, 1 << 20, 4 << 20} {
 		for _, qd := range []int{1, 8, 32} {
@@ -107,6 +108,7 @@ func TestStorageChart(t *testing.T) {
 }
 
 func TestPCIeChart(t *testing.T) {
+	t.Parallel()
 	res := &bench.PCIeResult{Device: "GPU", Via: "stratad"}
 	for _, n := range bench.DefaultPCIeSizes {
 		for _, dir := range []bench.Direction{bench.HostToDevice, bench.DeviceToHost} {
@@ -130,6 +132,7 @@ func TestPCIeChart(t *testing.T) {
 }
 
 func TestChartErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		c    Chart

@@ -12,6 +12,7 @@ import (
 )
 
 func TestResolveModelPath(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	models := filepath.Join(root, "models")
 	other := filepath.Join(root, "other")
@@ -83,6 +84,7 @@ func TestResolveModelPath(t *testing.T) {
 }
 
 func TestAllow(t *testing.T) {
+	t.Parallel()
 	self := peer.Cred{PID: os.Getpid(), UID: os.Getuid(), GID: os.Getgid()}
 	groups, err := peer.Groups("/proc", self)
 	if err != nil {
@@ -116,6 +118,7 @@ func TestAllow(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			err := tc.pol.Allow(tc.peer, tc.act)
 			if tc.allow && err != nil {
 				t.Fatal(err)
@@ -128,6 +131,7 @@ func TestAllow(t *testing.T) {
 }
 
 func TestSupplementaryGroupFromProc(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "77"), 0o755); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 )
 
 func TestUnixNeverClobbersLiveSocket(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "sub", "s.sock")
 	l, err := Unix(path, 0o660, -1)
@@ -45,6 +46,7 @@ func TestUnixNeverClobbersLiveSocket(t *testing.T) {
 }
 
 func TestUnixReplacesStaleSocket(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "s.sock")
 	l, err := net.Listen("unix", path)
 	if err != nil {
@@ -63,6 +65,7 @@ func TestUnixReplacesStaleSocket(t *testing.T) {
 }
 
 func TestUnixKeepsRegularFile(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "s.sock")
 	if err := os.WriteFile(path, []byte("precious"), 0o644); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 )
 
 func TestFromConnSeesOwnProcess(t *testing.T) {
+	t.Parallel()
 	sock := filepath.Join(t.TempDir(), "s")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
@@ -50,6 +51,7 @@ func TestFromConnSeesOwnProcess(t *testing.T) {
 }
 
 func TestFromConnRejectsTCP(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +68,7 @@ func TestFromConnRejectsTCP(t *testing.T) {
 }
 
 func TestParseStatus(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, status string
 		uid          int
@@ -81,6 +84,7 @@ func TestParseStatus(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			got, err := parseStatus(strings.NewReader(tc.status), "status", tc.uid)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {

@@ -81,6 +81,7 @@ func (b *slotted) Forward(ctx context.Context, batch []model.Step) error {
 // given back, and every request that was not cut short produces exactly
 // what it produces alone.
 func TestSlotsReturned(t *testing.T) {
+	t.Parallel()
 	e := openTiny(t)
 	b := &slotted{Backend: e.Backend(), slots: 2}
 	rec := &recorder{}
@@ -154,6 +155,7 @@ func TestSlotsReturned(t *testing.T) {
 // slots are taken by someone else), that request fails with the reason and
 // the scheduler goes on serving.
 func TestNoSlotFailsOneRequest(t *testing.T) {
+	t.Parallel()
 	e := openTiny(t)
 	b := &slotted{Backend: e.Backend(), slots: 1}
 	held, err := b.NewSequence(8) // someone else holds the only slot

@@ -52,6 +52,7 @@ func (b *deviceGreedy) Forward(ctx context.Context, batch []model.Step) error {
 // CPU backend, which leaves every token to the sampler); one that needs the logits (logprobs, a presence penalty) is
 // sampled from them on the host as before.
 func TestGreedyTakesBackendToken(t *testing.T) {
+	t.Parallel()
 	e := openTiny(t)
 	prompt := e.Tok.Encode("greedy on the device", true, false)
 	res, err := Generate(context.Background(), e.Backend(), e.Tok, Request{Prompt: prompt, MaxTokens: 12, Sample: sample.Greedy()}, nil)
@@ -68,6 +69,7 @@ func TestGreedyTakesBackendToken(t *testing.T) {
 		{"presence", Request{Prompt: prompt, MaxTokens: 12, Sample: sample.Greedy(), Presence: 0.5}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			b := &deviceGreedy{Backend: e.Backend()}
 			s := New(b, e.Tok, Config{})
 			ctx, cancel := context.WithCancel(context.Background())
@@ -115,6 +117,7 @@ var greedyCases = []struct {
 // NaN and infinities — and for every parameter set it refuses there is a
 // row where the two differ, so the refusal is needed.
 func TestGreedyOnly(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	rows := [][]float32{
 		{1, 3, 3, 2},                  // tie: the lower id

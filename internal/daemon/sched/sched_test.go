@@ -91,6 +91,7 @@ func collect(h *Handle) (text string, last Event, n int) {
 // passes, prompts fed in chunks), must produce exactly the text it
 // produces alone.
 func TestBatchedMatchesSolo(t *testing.T) {
+	t.Parallel()
 	e := openTiny(t)
 	rec := &recorder{}
 	s := start(t, e, Config{MaxBatch: 8, PrefillChunk: 5, Observer: rec})
@@ -149,6 +150,7 @@ func TestBatchedMatchesSolo(t *testing.T) {
 }
 
 func TestCancelWithinOneToken(t *testing.T) {
+	t.Parallel()
 	e := openTiny(t)
 	rec := &recorder{}
 	s := start(t, e, Config{Observer: rec})
@@ -209,6 +211,7 @@ func TestCancelWithinOneToken(t *testing.T) {
 }
 
 func TestStopStringsHeldBack(t *testing.T) {
+	t.Parallel()
 	e := openTiny(t)
 	s := start(t, e, Config{})
 	prompt := []int32{7, 8, 9}
@@ -246,6 +249,7 @@ func mustSubmit(t *testing.T, s *Scheduler, r Request) *Handle {
 }
 
 func TestSubmitLimits(t *testing.T) {
+	t.Parallel()
 	e := openTiny(t)
 	s := New(e.Backend(), e.Tok, Config{MaxQueue: 2}) // not running: the queue only fills
 	ok := Request{Prompt: []int32{1}, MaxTokens: 1, Sample: sample.Greedy()}
@@ -285,6 +289,7 @@ func TestSubmitLimits(t *testing.T) {
 }
 
 func TestCloseFailsInFlight(t *testing.T) {
+	t.Parallel()
 	e := openTiny(t)
 	s := New(e.Backend(), e.Tok, Config{})
 	go s.Run(context.Background())
@@ -298,6 +303,7 @@ func TestCloseFailsInFlight(t *testing.T) {
 }
 
 func TestLogprobsAndPenalties(t *testing.T) {
+	t.Parallel()
 	e := openTiny(t)
 	s := start(t, e, Config{})
 	h := mustSubmit(t, s, Request{Prompt: []int32{1, 2, 3}, MaxTokens: 5, Sample: sample.Greedy(), Logprobs: true, TopLogprobs: 3,

@@ -14,6 +14,7 @@ import (
 )
 
 func TestFillAndCheck(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	img := filepath.Join(dir, "nvme0n1.img")
 	if err := fill([]string{img, "1", "65536"}); err != nil {
@@ -63,7 +64,8 @@ func TestFillAndCheck(t *testing.T) {
 		{"unknown file", []string{"TESTBED-EXPECT passwd 0 1 00", "TESTBED-RESULT vfio PASS", "TESTBED-RESULT nvme PASS", "TESTBED-DONE"}, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			logPath := filepath.Join(dir, "console.log")
+			t.Parallel()
+			logPath := filepath.Join(t.TempDir(), "console.log") // its own log: the subtests run in parallel
 			os.WriteFile(logPath, []byte(strings.Join(tc.log, "\n")+"\n"), 0o644)
 			var out bytes.Buffer
 			failed, err := check([]string{"-dir", dir, "-log", logPath, "-tests", list, "-passed", tc.passed}, &out)
