@@ -18,16 +18,15 @@ import (
 // and the injected I/O error, not a hang or a truncated 200; the daemon
 // keeps serving, and once the fault is gone the same request gives the
 // resident model's text.
-// Sequential: it sets the package variable wrapSource.
 func TestStreamedReadFailure(t *testing.T) {
+	t.Parallel()
 	var faulty []*stream.FaultySource
-	wrapSource = func(s tier.Source) tier.Source {
+	wrap := func(s tier.Source) tier.Source {
 		f := stream.NewFaulty(s)
 		faulty = append(faulty, f)
 		return f
 	}
-	t.Cleanup(func() { wrapSource = nil })
-	h := start(t, opts{cfg: Config{Links: pinnedLinks()}})
+	h := start(t, opts{cfg: Config{Links: pinnedLinks(), wrapSource: wrap}})
 	pool, extents := stackedPool(t, modelDir, 1, 2, 3)
 	for _, lr := range []api.LoadRequest{{Name: "resident"}, {Name: "allc", Tiers: "all-C"}} {
 		lr.MaxBatch, lr.Context = 2, 256

@@ -77,6 +77,11 @@ type Config struct {
 	Backend string
 	// Log receives the daemon's structured logs.
 	Log hclog.Logger
+	// wrapSource, when set, wraps the storage source of every model the
+	// server loads (engine.Options.WrapSource): the tests' fault injection
+	// (stream.FaultySource), to prove a failed read fails its requests
+	// with a clear error and the daemon serves the next ones.
+	wrapSource func(tier.Source) tier.Source
 }
 
 // Server is stratad's HTTP server and model registry.
@@ -178,12 +183,6 @@ var ErrModelExists = errors.New("a model with this name is already loaded")
 // ErrUnloaded ends requests still running on a model being unloaded.
 var ErrUnloaded = errors.New("model unloaded")
 
-// wrapSource, when set, wraps the storage source of every model loaded
-// from now on (engine.Options.WrapSource): the tests' fault injection
-// (stream.FaultySource), to prove a failed read fails its requests with a
-// clear error and the daemon serves the next ones.
-var wrapSource func(tier.Source) tier.Source
-
 // LoadFile loads the model file at path without the model-directory check:
 // it is for the operator's own --model flag, not for clients. The tier
 // planner places the model's layers within req's budgets (engine.OpenWith):
@@ -234,7 +233,7 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 	eng, err := engine.OpenWith(ctx, path, engine.Options{
 		DeviceBudget: req.Budgets.VRAMBytes, HostBudget: req.Budgets.RAMBytes,
 		Context: req.Context, Batch: maxBatch, Depth: req.Depth, Tiers: req.Tiers,
-		Links: s.cfg.Links, LinkCache: s.links, Logger: s.log.Named("engine"), Backend: backend, WrapSource: wrapSource,
+		Links: s.cfg.Links, LinkCache: s.links, Logger: s.log.Named("engine"), Backend: backend, WrapSource: s.cfg.wrapSource,
 	})
 	switch {
 	case errors.Is(err, engine.ErrCUDAUnavailable):
