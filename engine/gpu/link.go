@@ -17,7 +17,7 @@ func HostToDevicePeak(dev *cudadrv.Device, n int64, iters int) (float64, error) 
 		return 0, fmt.Errorf("host-to-device peak: %d bytes x %d copies", n, iters)
 	}
 	var bw float64
-	err := onNewStream(dev, func(c *cudadrv.Ctx, s cudadrv.Stream) (err error) {
+	err := dev.DoOnStream(func(c *cudadrv.Ctx, s cudadrv.Stream) (err error) {
 		h, err := c.HostAlloc(int(n), 0)
 		if err != nil {
 			return err
@@ -39,19 +39,6 @@ func HostToDevicePeak(dev *cudadrv.Device, n int64, iters int) (float64, error) 
 		return 0, fmt.Errorf("pinned host-to-device peak: %w", err)
 	}
 	return bw, nil
-}
-
-// onNewStream runs fn on dev's goroutine with a stream of its own,
-// destroyed after fn returns.
-func onNewStream(dev *cudadrv.Device, fn func(c *cudadrv.Ctx, s cudadrv.Stream) error) error {
-	return dev.Do(func(c *cudadrv.Ctx) (err error) {
-		s, err := c.NewStream(cudadrv.StreamNonBlocking)
-		if err != nil {
-			return err
-		}
-		defer keepFirst(&err, func() error { return c.DestroyStream(s) })
-		return fn(c, s)
-	})
 }
 
 // keepFirst runs a deferred release and keeps its error if none came

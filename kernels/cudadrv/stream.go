@@ -158,3 +158,21 @@ func (c *Ctx) TimeEvents(s Stream, iters int, fn func() error) (per time.Duratio
 	}
 	return time.Duration(float64(ms) * 1e6 / float64(iters)), nil
 }
+
+// DoOnStream runs fn like Do, with a non-blocking stream of its own that
+// is destroyed after fn returns (fn's error first, then the destroy's):
+// for one-off work such as measuring a link, off the streams a model uses.
+func (d *Device) DoOnStream(fn func(c *Ctx, s Stream) error) error {
+	return d.Do(func(c *Ctx) (err error) {
+		s, err := c.NewStream(StreamNonBlocking)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if derr := c.DestroyStream(s); err == nil {
+				err = derr
+			}
+		}()
+		return fn(c, s)
+	})
+}

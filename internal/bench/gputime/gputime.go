@@ -19,7 +19,7 @@ func CopyBandwidth(dev *cudadrv.Device, n int64, iters int) (float64, error) {
 		return 0, fmt.Errorf("copy bandwidth: %d bytes x %d copies", n, iters)
 	}
 	var bw float64
-	err := onNewStream(dev, func(c *cudadrv.Ctx, s cudadrv.Stream) (err error) {
+	err := dev.DoOnStream(func(c *cudadrv.Ctx, s cudadrv.Stream) (err error) {
 		src, err := c.Alloc(n)
 		if err != nil {
 			return err
@@ -64,19 +64,6 @@ func DeviceHandoff(dev *cudadrv.Device, iters int) (time.Duration, error) {
 		}
 	}
 	return time.Since(t) / time.Duration(iters), nil
-}
-
-// onNewStream runs fn on dev's goroutine with a stream of its own,
-// destroyed after fn returns.
-func onNewStream(dev *cudadrv.Device, fn func(c *cudadrv.Ctx, s cudadrv.Stream) error) error {
-	return dev.Do(func(c *cudadrv.Ctx) (err error) {
-		s, err := c.NewStream(cudadrv.StreamNonBlocking)
-		if err != nil {
-			return err
-		}
-		defer keepFirst(&err, func() error { return c.DestroyStream(s) })
-		return fn(c, s)
-	})
 }
 
 // keepFirst runs a deferred release and keeps its error if none came
