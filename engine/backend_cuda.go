@@ -249,7 +249,7 @@ func (c *LinkCache) gpuLinks(ctx context.Context, dev *cudadrv.Device, src cudaS
 		log.Warn("measuring the pool's storage; planning with the default", "error", err)
 		l.Notes = append(l.Notes, "storage: default (measurement failed)")
 	default:
-		s.setStorage(&l)
+		l.SetStorage(s.res, s.path)
 	}
 	return l, nil
 }

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"time"
 
@@ -97,16 +96,6 @@ func (c *LinkCache) storageOf(ctx context.Context, path string) (storageLink, er
 	return s, nil
 }
 
-// setStorage puts s into l as Links.MeasureStorageOf would.
-func (s storageLink) setStorage(l *tier.Links) {
-	l.StorageToHost, l.StorageLatency = s.res.Bandwidth, s.res.Latency
-	how := "O_DIRECT"
-	if !s.res.Direct {
-		how = "buffered reads (O_DIRECT refused; page cache may inflate it)"
-	}
-	l.Notes = append(l.Notes, fmt.Sprintf("storage: %s of %s, %s", tier.FormatBytes(s.res.Bytes), s.path, how))
-}
-
 // cpu returns the CPU backend's links for a pool at path whose matrices
 // are mostly of type typ, as tier.MeasureLinks measures them: storage,
 // memmove as the host-to-device copy, and the dot-product rate on every
@@ -118,7 +107,7 @@ func (c *LinkCache) cpu(ctx context.Context, path string, typ quant.Type) (tier.
 	if err != nil {
 		return l, err
 	}
-	s.setStorage(&l)
+	l.SetStorage(s.res, s.path)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.memmove == 0 {
@@ -129,10 +118,9 @@ func (c *LinkCache) cpu(ctx context.Context, path string, typ quant.Type) (tier.
 		c.memmove = bw
 		c.counts["memmove"]++
 	}
-	l.HostToDevice, l.HostToDeviceLatency, l.HostToDeviceOverhead = c.memmove, time.Microsecond, 0
-	l.Notes = append(l.Notes, "h2d: memmove bandwidth (CPU backend)")
+	l.SetMemmove(c.memmove)
 	if typ == 0 {
-		typ = quant.Q4_K
+		typ = tier.DefaultComputeType
 	}
 	if _, ok := c.compute[typ]; !ok {
 		bw, err := c.probes.compute(ctx, typ, linkDuration)
@@ -145,8 +133,7 @@ func (c *LinkCache) cpu(ctx context.Context, path string, typ quant.Type) (tier.
 		c.compute[typ] = bw
 		c.counts["compute"]++
 	}
-	l.Compute = c.compute[typ]
-	l.Notes = append(l.Notes, fmt.Sprintf("compute: %v dot products on %d cores", typ, runtime.GOMAXPROCS(0)))
+	l.SetCompute(typ, c.compute[typ])
 	return l, nil
 }
 

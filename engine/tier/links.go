@@ -99,21 +99,35 @@ func MeasureLinks(ctx context.Context, opts MeasureOptions) (Links, error) {
 	} else {
 		l.Notes = append(l.Notes, "storage: default")
 	}
-	l.HostToDevice = MeasureCopy(ctx, d)
-	l.HostToDeviceLatency = time.Microsecond
-	l.HostToDeviceOverhead = 0
-	l.Notes = append(l.Notes, "h2d: memmove bandwidth (CPU backend)")
+	l.SetMemmove(MeasureCopy(ctx, d))
 	typ := opts.ComputeType
 	if typ == 0 {
-		typ = quant.Q4_K
+		typ = DefaultComputeType
 	}
 	c, err := MeasureCompute(ctx, typ, d)
 	if err != nil {
 		return l, err
 	}
-	l.Compute = c
-	l.Notes = append(l.Notes, fmt.Sprintf("compute: %v dot products on %d cores", typ, runtime.GOMAXPROCS(0)))
+	l.SetCompute(typ, c)
 	return l, nil
+}
+
+// DefaultComputeType is the weight type whose dot products stand for the
+// CPU's compute rate when a model's main type is not known.
+const DefaultComputeType = quant.Q4_K
+
+// SetMemmove sets l's host-to-device link to a memmove bandwidth, as the
+// CPU backend's "device" slot is host memory, and notes it.
+func (l *Links) SetMemmove(bw float64) {
+	l.HostToDevice, l.HostToDeviceLatency, l.HostToDeviceOverhead = bw, time.Microsecond, 0
+	l.Notes = append(l.Notes, "h2d: memmove bandwidth (CPU backend)")
+}
+
+// SetCompute sets l's compute rate to bw, measured over dot products of
+// typ on every core, and notes it.
+func (l *Links) SetCompute(typ quant.Type, bw float64) {
+	l.Compute = bw
+	l.Notes = append(l.Notes, fmt.Sprintf("compute: %v dot products on %d cores", typ, runtime.GOMAXPROCS(0)))
 }
 
 // StorageResult is what MeasureStorage found.
@@ -138,13 +152,19 @@ func (l *Links) MeasureStorageOf(ctx context.Context, path string, limit int64) 
 	if err != nil {
 		return err
 	}
+	l.SetStorage(st, path)
+	return nil
+}
+
+// SetStorage sets l's storage link from st, measured on path, and notes
+// how it was read.
+func (l *Links) SetStorage(st StorageResult, path string) {
 	l.StorageToHost, l.StorageLatency = st.Bandwidth, st.Latency
 	how := "O_DIRECT"
 	if !st.Direct {
 		how = "buffered reads (O_DIRECT refused; page cache may inflate it)"
 	}
 	l.Notes = append(l.Notes, fmt.Sprintf("storage: %s of %s, %s", FormatBytes(st.Bytes), path, how))
-	return nil
 }
 
 // MeasureStorage reads up to limit bytes (0: 256 MiB) from the start of
