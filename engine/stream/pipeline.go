@@ -552,7 +552,7 @@ func (p *Pipeline) Layer(i int) (*model.Layer, error) {
 	}
 	l, err := p.store.Decode(i, host[:p.ext[i].Length])
 	if err != nil {
-		return nil, p.failTake(fmt.Errorf("stream: layer %d (tier %v, extent %v): decode: %w", i, p.tiers[i], p.ext[i], err))
+		return nil, p.failTake(p.layerErr(i, fmt.Errorf("decode: %w", err)))
 	}
 	return l, nil
 }
@@ -835,7 +835,7 @@ func (p *Pipeline) stage2(ps *pass) {
 		}
 		if err != nil {
 			ps.freeSlots <- s
-			ps.ready[i] <- result{err: fmt.Errorf("stream: layer %d (tier %v, extent %v): %w", i, p.tiers[i], p.ext[i], err)}
+			ps.ready[i] <- result{err: p.layerErr(i, err)}
 			return
 		}
 		ps.copy.Layers++
@@ -884,7 +884,7 @@ func (p *Pipeline) pump(ps *pass, need int) error {
 		}
 		op, err := p.dev.CopyIn(n, p.slots[n%k], src)
 		if err != nil {
-			return fmt.Errorf("stream: layer %d (tier %v, extent %v): copy to %s slot: %w", i, p.tiers[i], p.ext[i], p.dev.Name(), err)
+			return p.layerErr(i, fmt.Errorf("copy to %s slot: %w", p.dev.Name(), err))
 		}
 		p.ops[n] = op
 		if stg >= 0 {
@@ -966,6 +966,12 @@ func (p *Pipeline) recycle(ps *pass, wait bool) error {
 		ps.pendLen--
 	}
 	return nil
+}
+
+// layerErr names streamed layer i, its tier and its extent in err, the
+// way every error of a failed read, copy or decode reaches the caller.
+func (p *Pipeline) layerErr(i int, err error) error {
+	return fmt.Errorf("stream: layer %d (tier %v, extent %v): %w", i, p.tiers[i], p.ext[i], err)
 }
 
 // LastPass returns the Stats of the most recent finished pass.
