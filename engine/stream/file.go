@@ -134,7 +134,7 @@ func (s *FileSource) readFull(dst []byte, off int64) error {
 // ReadAt implements Source: it splits dst into chunks read by the worker
 // goroutines, up to QueueDepth at a time.
 func (s *FileSource) ReadAt(ctx context.Context, dst []byte, off int64) error {
-	if err := checkAligned(dst, off, s.Align()); err != nil {
+	if err := tier.CheckAligned(dst, off, s.Align()); err != nil {
 		return fmt.Errorf("file source %s: %w", s.path, err)
 	}
 	if off < 0 || off+int64(len(dst)) > s.size {

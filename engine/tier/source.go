@@ -3,7 +3,10 @@ package tier
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // Source reads byte ranges of a pool into caller-provided buffers, keeping
@@ -51,6 +54,21 @@ type Source interface {
 // ErrMisaligned is returned (wrapped) by ReadAt when dst, off or the length
 // break the source's alignment rule.
 var ErrMisaligned = errors.New("misaligned read")
+
+// CheckAligned enforces a source's alignment rule (Align) for one ReadAt
+// of dst at off: an error wrapping ErrMisaligned when off, len(dst) or
+// dst's address is not a multiple of align. Every Source calls it, so the
+// rule and its error read the same whatever the storage.
+func CheckAligned(dst []byte, off int64, align int) error {
+	if align <= 1 {
+		return nil
+	}
+	a := int64(align)
+	if off%a != 0 || int64(len(dst))%a != 0 || (len(dst) > 0 && !hostmem.Aligned(dst, align)) {
+		return fmt.Errorf("read of %d bytes at %d into %#x: %w (need %d-byte alignment)", len(dst), off, hostmem.Addr(dst), ErrMisaligned, align)
+	}
+	return nil
+}
 
 // ErrClosed is returned (wrapped) when a closed source or pipeline is used.
 var ErrClosed = errors.New("closed")

@@ -53,8 +53,8 @@ func (s *Source) ReadAt(ctx context.Context, dst []byte, off int64) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	if off%Unit != 0 || len(dst)%Unit != 0 || !hostmem.Aligned(dst, Unit) {
-		return fmt.Errorf("volume source %q: read of %d bytes at %d: %w (need %d-byte alignment)", s.e.Name, len(dst), off, tier.ErrMisaligned, Unit)
+	if err := tier.CheckAligned(dst, off, Unit); err != nil {
+		return fmt.Errorf("volume source %q: %w", s.e.Name, err)
 	}
 	if off < 0 || off > s.e.Reserved || int64(len(dst)) > s.e.Reserved-off {
 		return fmt.Errorf("volume source %q: read of %d bytes at %d passes the extent's end (%d bytes)", s.e.Name, len(dst), off, s.e.Length)
