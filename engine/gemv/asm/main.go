@@ -1,0 +1,18 @@
+// Command asm generates package gemv's kernels (zkernels_amd64.s and their
+// Go declarations, zkernels_amd64.go) with avo. Run it through go generate
+// in engine/gemv. Every kernel has the signature of gemv's kernel type and
+// implements, bit for bit, the contract of gemv's ref.go.
+package main
+
+import (
+	. "github.com/mmcloughlin/avo/build"
+)
+
+const signature = "func(w *byte, stride, rows, n int, q *int16, d *float32, s *int32, f *float32, y *float32)"
+
+func main() {
+	ConstraintExpr("amd64")
+	q4kAVX2("q4kAVX2", false)
+	q4kAVX2("q5kAVX2", true)
+	Generate()
+}

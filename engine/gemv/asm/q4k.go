@@ -1,0 +1,170 @@
+package main
+
+import (
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// q4kAVX2 emits the Q4_K (or, with five, Q5_K) kernel for AVX2: per
+// 256-element block, the 4- or 5-bit quants are widened to int16, scaled
+// by their sub-block's 6-bit scale (at most 31·63, still int16) and
+// multiply-added with the vector's int16 quants into eight int32 lanes
+// (VPMADDWD), which sum to T exactly; M is the mins times the vector's
+// 32-element sums. The float tail is ref.go's, one scalar operation at a
+// time.
+func q4kAVX2(name string, five bool) {
+	TEXT(name, NOSPLIT, signature)
+	Pragma("noescape")
+	Doc(name + " is the " + map[bool]string{false: "Q4_K", true: "Q5_K"}[five] + " kernel for AVX2 (ref.go's contract).")
+	blockBytes, qsOff := 144, 16
+	if five {
+		blockBytes, qsOff = 176, 48
+	}
+	// Rows are contiguous (stride is the row's bytes), so one pointer
+	// walks them all.
+	wp := Load(Param("w"), GP64())
+	rows := Load(Param("rows"), GP64())
+	n := Load(Param("n"), GP64())
+	y := Load(Param("y"), GP64())
+	SHRQ(U8(8), n) // blocks a row
+
+	scw := AllocLocal(16) // the block's eight scales as int16
+
+	mask := YMM()
+	tmp := GP32()
+	MOVL(U32(0x000f000f), tmp)
+	VMOVD(tmp, mask.AsX())
+	VPBROADCASTD(mask.AsX(), mask)
+	var one VecVirtual
+	if five {
+		one = YMM()
+		MOVL(U32(0x00100010), tmp)
+		VMOVD(tmp, one.AsX())
+		VPBROADCASTD(one.AsX(), one)
+	}
+
+	Label(name + "_row")
+	CMPQ(rows, Imm(0))
+	JE(LabelRef(name + "_done"))
+	qp := Load(Param("q"), GP64())
+	dp := Load(Param("d"), GP64())
+	sp := Load(Param("s"), GP64())
+	nb := GP64()
+	MOVQ(n, nb)
+	total := XMM()
+	VXORPD(total, total, total)
+
+	Label(name + "_block")
+	// Unpack the scales and mins (ref.go's kScales) with 32-bit words.
+	a, b, c, t1, t2 := GP32(), GP32(), GP32(), GP32(), GP32()
+	MOVL(Mem{Base: wp, Disp: 4}, a)
+	MOVL(Mem{Base: wp, Disp: 8}, b)
+	MOVL(Mem{Base: wp, Disp: 12}, c)
+	MOVL(a, t1)
+	SHRL(U8(2), t1)
+	ANDL(U32(0x30303030), t1)
+	ANDL(U32(0x3f3f3f3f), a) // sc 0-3
+	MOVL(c, t2)
+	ANDL(U32(0x0f0f0f0f), t2)
+	ORL(t1, t2) // sc 4-7
+	MOVL(b, t1)
+	SHRL(U8(2), t1)
+	ANDL(U32(0x30303030), t1)
+	ANDL(U32(0x3f3f3f3f), b) // m 0-3
+	SHRL(U8(4), c)
+	ANDL(U32(0x0f0f0f0f), c)
+	ORL(t1, c) // m 4-7
+	sc03, sc47, m03, m47 := a, t2, b, c
+	scx, mx := XMM(), XMM()
+	VMOVD(sc03, scx)
+	VPINSRD(U8(1), sc47, scx, scx)
+	VPMOVZXBW(scx, scx)
+	VMOVDQU(scx, scw)
+	VMOVD(m03, mx)
+	VPINSRD(U8(1), m47, mx, mx)
+	mins := YMM()
+	VPMOVZXBD(mx, mins)
+	VPMULLD(Mem{Base: sp}, mins, mins) // m_s · S_s, exact
+
+	acc := YMM()
+	VPXOR(acc, acc, acc)
+	var qh VecVirtual
+	if five {
+		qh = YMM()
+	}
+	for j := 0; j < 4; j++ {
+		slo, shi := YMM(), YMM()
+		VPBROADCASTW(scw.Offset(4*j), slo)
+		VPBROADCASTW(scw.Offset(4*j+2), shi)
+		for h := 0; h < 2; h++ {
+			v, lo, hi := YMM(), YMM(), YMM()
+			VPMOVZXBW(Mem{Base: wp, Disp: qsOff + 32*j + 16*h}, v)
+			VPAND(mask, v, lo)
+			VPSRLW(U8(4), v, hi)
+			if five {
+				// High bits: byte l of qh holds bit 2j (low half) and
+				// 2j+1 (high half) of element l's fifth bit.
+				VPMOVZXBW(Mem{Base: wp, Disp: 16 + 16*h}, qh)
+				hb := YMM()
+				if 2*j < 4 {
+					VPSLLW(U8(4-2*j), qh, hb)
+				} else if 2*j > 4 {
+					VPSRLW(U8(2*j-4), qh, hb)
+				} else {
+					VMOVDQA(qh, hb)
+				}
+				VPAND(one, hb, hb)
+				VPOR(hb, lo, lo)
+				if 2*j+1 < 4 {
+					VPSLLW(U8(4-2*j-1), qh, hb)
+				} else {
+					VPSRLW(U8(2*j+1-4), qh, hb)
+				}
+				VPAND(one, hb, hb)
+				VPOR(hb, hi, hi)
+			}
+			VPMULLW(slo, lo, lo)
+			VPMULLW(shi, hi, hi)
+			VPMADDWD(Mem{Base: qp, Disp: 2 * (64*j + 16*h)}, lo, lo)
+			VPMADDWD(Mem{Base: qp, Disp: 2 * (64*j + 32 + 16*h)}, hi, hi)
+			VPADDD(lo, acc, acc)
+			VPADDD(hi, acc, acc)
+		}
+	}
+	// acc's lanes sum to T, mins' to M: [T M] in the low two lanes.
+	VPHADDD(mins, acc, acc) // [t01 t23 m01 m23 | t45 t67 m45 m67]
+	hiX := XMM()
+	VEXTRACTI128(U8(1), acc, hiX)
+	VPADDD(hiX, acc.AsX(), hiX) // [ta tb ma mb]
+	VPHADDD(hiX, hiX, hiX)      // [T M T M]
+	tm := XMM()
+	VCVTDQ2PS(hiX, tm)
+	dd := XMM()
+	VMOVD(Mem{Base: wp}, dd)
+	VCVTPH2PS(dd, dd) // [d dmin 0 0]
+	VMULPS(dd, tm, tm)
+	mm := XMM()
+	VMOVSHDUP(tm, mm)
+	VSUBSS(mm, tm, tm)
+	VMULSS(Mem{Base: dp}, tm, tm)
+	VCVTSS2SD(tm, tm, tm)
+	VADDSD(tm, total, total)
+
+	ADDQ(U32(blockBytes), wp)
+	ADDQ(U32(2*256), qp)
+	ADDQ(U8(4), dp)
+	ADDQ(U8(32), sp)
+	DECQ(nb)
+	JNE(LabelRef(name + "_block"))
+
+	VCVTSD2SS(total, total, total)
+	VMOVSS(total, Mem{Base: y})
+	ADDQ(U8(4), y)
+	DECQ(rows)
+	JMP(LabelRef(name + "_row"))
+
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
