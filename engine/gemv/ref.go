@@ -172,7 +172,7 @@ func refQ32(t quant.Type, row []byte, n int, x *X) float32 {
 				}
 				i -= 8 * x.S[k]
 			}
-			a += float32(half(blk)*float32(i))
+			a += float32(half(blk) * float32(i))
 		}
 		total += float64(a * x.D[b0/Block])
 	}
