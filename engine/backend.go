@@ -92,7 +92,8 @@ type BackendInfo struct {
 	DeviceMemory      int64
 	DeviceFree        int64
 	// Kernels is the kernel build the GPU runs (gpu.Model's
-	// KernelImage: the sm_90 cubins or PTX the driver JIT-compiled).
+	// KernelImage: the sm_90 cubins or PTX the driver JIT-compiled), or
+	// on the CPU engine/gemv's kernel family ("gemv avx512").
 	Kernels string
 	// WeightBytes is the device memory the resident weights take and
 	// StreamedBytes what crosses PCIe per pass (tier B), on the GPU.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/strata-llm/strata/engine/gemv"
+
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/gpu"
 	"github.com/strata-llm/strata/engine/model"
@@ -84,9 +86,12 @@ func fromMapped(ctx context.Context, path string, m *gguf.Mapped) (*Engine, erro
 }
 
 // newCPUEngine installs the CPU backend on e.
+// The model's matrix products run engine/gemv's best kernels for this CPU.
 func newCPUEngine(e *Engine) *Engine {
+	impl := gemv.Detect()
+	e.Model.UseGEMV(impl)
 	e.backend = cpuBackend{e}
-	e.binfo = BackendInfo{Name: BackendCPU, Requested: BackendCPU}
+	e.binfo = BackendInfo{Name: BackendCPU, Requested: BackendCPU, Kernels: "gemv " + impl.String()}
 	return e
 }
 

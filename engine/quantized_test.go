@@ -73,6 +73,7 @@ func TestQuantizedAgainstDequantizedF32(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer e.Close()
+				e.Model.UseReference() // quant's kernels are under test, not engine/gemv's
 				quantized := false
 				for _, l := range e.Model.Weights.Layers {
 					if l.Q.Type != quant.F32 {

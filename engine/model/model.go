@@ -7,6 +7,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/strata-llm/strata/engine/gemv"
 	"github.com/strata-llm/strata/engine/quant"
 )
 
@@ -33,6 +34,30 @@ type Model struct {
 	// between passes: defaultKeptScratch, lowered by tests on their own
 	// model.
 	keepScratch int
+	// fast says the matrix products run engine/gemv's kernels of impl
+	// instead of quant's float reference (UseGEMV).
+	fast bool
+	impl gemv.Impl
+}
+
+// UseGEMV makes later passes compute their matrix products with
+// engine/gemv's kernels of impl (a 12-bit vector, integer dot products,
+// SIMD at memory speed) instead of quant's float32 reference. A Model
+// starts on the reference, the one every other backend and kernel is
+// checked against; the CPU backend switches to the best impl the machine
+// has.
+func (m *Model) UseGEMV(impl gemv.Impl) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.fast, m.impl = true, impl
+}
+
+// UseReference puts later passes back on quant's float32 reference
+// products (a Model's state from New).
+func (m *Model) UseReference() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.fast = false
 }
 
 // New builds a Model from a configuration and weights, validating every
@@ -287,6 +312,10 @@ type scratch struct {
 	scores                             [][]float32   // per worker
 	chunks                             []chunk
 	outX, outY                         [][]float32
+	// xq holds the quantized inputs of one matmul (engine/gemv): xq[k]
+	// the vectors of its k-th distinct input, xqBuf their storage.
+	xq    [][]*gemv.X
+	xqBuf []*gemv.X
 }
 
 // prepare sizes the scratch for T tokens with at most maxPos+1 cached
@@ -629,20 +658,11 @@ type chunk struct{ op, lo, hi int }
 // Shapes are validated before a pass, so an error here means a kernel
 // rejected its input; the first one is returned.
 func (m *Model) matmul(ops ...matOp) error {
-	sc := &m.sc
-	sc.chunks = sc.chunks[:0]
-	for oi := range ops {
-		op := &ops[oi]
-		rows := op.w.Rows
-		// Aim for several chunks per worker for balance, but keep each
-		// chunk large enough that scheduling overhead stays small.
-		nw := m.pool.workers()
-		minRows := max(1, (1<<15)/max(1, op.w.Cols*len(op.xs)))
-		cs := max(minRows, (rows+4*nw-1)/(4*nw))
-		for lo := 0; lo < rows; lo += cs {
-			sc.chunks = append(sc.chunks, chunk{oi, lo, min(lo+cs, rows)})
-		}
+	if m.fast {
+		return m.matmulGEMV(ops)
 	}
+	sc := &m.sc
+	m.splitRows(ops)
 	var errMu sync.Mutex
 	var first error
 	m.pool.run(len(sc.chunks), func(w, i int) {
@@ -659,6 +679,89 @@ func (m *Model) matmul(ops ...matOp) error {
 				first = fmt.Errorf("tensor %s rows [%d, %d): %w", op.w.Name, ch.lo, ch.hi, err)
 			}
 			errMu.Unlock()
+		}
+	})
+	return first
+}
+
+// splitRows shares out every op's rows as chunks: several per worker for
+// balance, each large enough that scheduling overhead stays small.
+func (m *Model) splitRows(ops []matOp) {
+	sc := &m.sc
+	sc.chunks = sc.chunks[:0]
+	nw := m.pool.workers()
+	for oi := range ops {
+		op := &ops[oi]
+		rows := op.w.Rows
+		minRows := max(1, (1<<15)/max(1, op.w.Cols*len(op.xs)))
+		cs := max(minRows, (rows+4*nw-1)/(4*nw))
+		for lo := 0; lo < rows; lo += cs {
+			sc.chunks = append(sc.chunks, chunk{oi, lo, min(lo+cs, rows)})
+		}
+	}
+}
+
+// matmulGEMV is matmul on engine/gemv's kernels: each distinct input is
+// quantized once (every token's vector, across the pool), then the rows
+// are shared out as in matmul, each chunk read from memory once for the
+// whole batch.
+func (m *Model) matmulGEMV(ops []matOp) error {
+	sc := &m.sc
+	// Ops that share an input (q, k and v; gate and up) share its
+	// quantization.
+	var inputs [4][][]float32
+	var which [4]int // a pass has at most three ops
+	ni := 0
+	for oi := range ops {
+		k := 0
+		for ; k < ni; k++ {
+			if &inputs[k][0] == &ops[oi].xs[0] {
+				break
+			}
+		}
+		if k == ni {
+			inputs[ni] = ops[oi].xs
+			ni++
+		}
+		which[oi] = k
+	}
+	T := len(ops[0].xs)
+	for len(sc.xqBuf) < ni*T {
+		sc.xqBuf = append(sc.xqBuf, new(gemv.X))
+	}
+	sc.xq = sc.xq[:0]
+	for k := 0; k < ni; k++ {
+		sc.xq = append(sc.xq, sc.xqBuf[k*T:(k+1)*T])
+	}
+	var errMu sync.Mutex
+	var first error
+	fail := func(err error) {
+		errMu.Lock()
+		if first == nil {
+			first = err
+		}
+		errMu.Unlock()
+	}
+	m.pool.run(ni*T, func(_, i int) {
+		k, t := i/T, i%T
+		if err := sc.xq[k][t].Set(inputs[k][t]); err != nil {
+			fail(err)
+		}
+	})
+	if first != nil {
+		return first
+	}
+	m.splitRows(ops)
+	m.pool.run(len(sc.chunks), func(w, i int) {
+		ch := sc.chunks[i]
+		op := &ops[ch.op]
+		ys := sc.ysub[w][:len(op.ys)]
+		for j := range ys {
+			ys[j] = op.ys[j][ch.lo:ch.hi]
+		}
+		rb := op.w.rowBytes()
+		if err := gemv.RowsBatch(m.impl, op.w.Type, op.w.Data[ch.lo*rb:ch.hi*rb], op.w.Cols, sc.xq[which[ch.op]], ys); err != nil {
+			fail(fmt.Errorf("tensor %s rows [%d, %d): %w", op.w.Name, ch.lo, ch.hi, err))
 		}
 	})
 	return first
