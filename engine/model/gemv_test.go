@@ -1,6 +1,8 @@
 package model
 
 import (
+	"context"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/strata-llm/strata/engine/gemv"
@@ -66,4 +68,99 @@ func argmax(v []float32) int {
 		}
 	}
 	return best
+}
+
+// TestFFN: Model.FFN, on quant's reference and on every gemv kernel
+// family, against the float64 reference's feed-forward block for a batch
+// of rows (the residual included);
+// and its errors for bad arguments.
+func TestFFN(t *testing.T) {
+	t.Parallel()
+	for _, arch := range []string{ArchLlama, ArchGemma2} {
+		for _, typ := range []string{"f16", "q4_k_m"} {
+			t.Run(arch+"/"+typ, func(t *testing.T) {
+				t.Parallel()
+				spec := catalogue[arch]
+				m, err := Open(synthModel(t, arch, typ))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+				ref := newRef(t, refParamsOf(spec), m.Weights)
+				const rows = 3
+				impls := append([]string{"reference"}, func() (s []string) {
+					for _, i := range gemv.Impls() {
+						s = append(s, i.String())
+					}
+					return s
+				}()...)
+				for ii, name := range impls {
+					if ii == 0 {
+						m.UseReference()
+					} else {
+						m.UseGEMV(gemv.Impls()[ii-1])
+					}
+					for l := 0; l < m.Config.Layers; l++ {
+						h := make([][]float32, rows)
+						want := make([][]float64, rows)
+						for r := range h {
+							v := randomVector(m.Config.Dim, uint64(10*l+r))
+							h[r] = v
+							want[r] = make([]float64, len(v))
+							for i, x := range v {
+								want[r][i] = float64(x)
+							}
+							ref.ffn(l, want[r])
+						}
+						if err := m.FFN(context.Background(), l, &m.Weights.Layers[l], h); err != nil {
+							t.Fatal(err)
+						}
+						for r := range h {
+							// The reference's float32 products land within 1e-4 of
+							// the largest element; gemv's 12-bit vector adds its
+							// rounding, held to an NMSE of 1e-5.
+							if ii == 0 {
+								if e := relErr(h[r], want[r]); e > 1e-4 {
+									t.Fatalf("%s: layer %d row %d: relative error %.3g", name, l, r, e)
+								}
+								continue
+							}
+							w32 := make([]float32, len(want[r]))
+							for i, v := range want[r] {
+								w32[i] = float32(v)
+							}
+							if e := quant.NMSE(h[r], w32); !(e <= 1e-5) {
+								t.Fatalf("%s: layer %d row %d: NMSE %.3g", name, l, r, e)
+							}
+						}
+					}
+				}
+				bad := m.Weights.Layers[0]
+				bad.Gate.Rows--
+				for _, tc := range []struct {
+					name string
+					l    int
+					w    *Layer
+					h    [][]float32
+				}{
+					{"layer out of range", m.Config.Layers, &m.Weights.Layers[0], [][]float32{make([]float32, m.Config.Dim)}},
+					{"wrong row width", 0, &m.Weights.Layers[0], [][]float32{make([]float32, m.Config.Dim-1)}},
+					{"bad gate shape", 0, &bad, [][]float32{make([]float32, m.Config.Dim)}},
+				} {
+					if err := m.FFN(context.Background(), tc.l, tc.w, tc.h); err == nil {
+						t.Errorf("%s: no error", tc.name)
+					}
+				}
+			})
+		}
+	}
+}
+
+func randomVector(n int, seed uint64) []float32 {
+	r := rand.New(rand.NewPCG(seed, 3))
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(r.NormFloat64())
+	}
+	return v
 }

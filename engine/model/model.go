@@ -521,12 +521,68 @@ func (m *Model) layer(l int, w *Layer) error {
 		axpy(sc.h[t], 1, sc.tmp[t])
 	}
 
+	return m.ffn(w)
+}
+
+// FFN runs layer l's feed-forward block, with the weights in w (only its
+// FFN tensors are read), on the CPU for every row of h (Dim elements
+// each), in place: h += FFN(norm(h)). It is the CPU's share of a layer
+// whose attention another device computed (engine/gpu's hybrid
+// placement), on this model's kernels (UseGEMV). It is safe for
+// concurrent use with Forward (calls are serialised).
+func (m *Model) FFN(ctx context.Context, l int, w *Layer, h [][]float32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := &m.Config
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ffn of layer %d: %w", l, err)
+	}
+	if l < 0 || l >= c.Layers {
+		return fmt.Errorf("ffn of layer %d: outside [0, %d)", l, c.Layers)
+	}
+	if err := c.checkFFN(l, w); err != nil {
+		return fmt.Errorf("ffn: %w", err)
+	}
+	for t, r := range h {
+		if len(r) != c.Dim {
+			return fmt.Errorf("ffn of layer %d: row %d has %d elements, the model's width is %d", l, t, len(r), c.Dim)
+		}
+	}
+	if len(h) == 0 {
+		return nil
+	}
+	m.prepare(len(h), 0)
+	sc := &m.sc
+	for t, r := range h {
+		copy(sc.h[t], r)
+	}
+	if err := m.ffn(w); err != nil {
+		return fmt.Errorf("ffn of layer %d: %w", l, err)
+	}
+	for t, r := range h {
+		copy(r, sc.h[t])
+	}
+	return nil
+}
+
+// ffn runs layer w's feed-forward block over the batch in the scratch:
+// h += FFN(norm(h)).
+func (m *Model) ffn(w *Layer) error {
+	c := &m.Config
+	sc := &m.sc
+	gemma := c.Arch == ArchGemma2
 	m.norm(sc.xn, sc.h, &w.FFNNorm)
 	if err := m.matmul(matOp{&w.Gate, sc.xn, sc.gate}, matOp{&w.Up, sc.xn, sc.up}); err != nil {
 		return err
 	}
-	for t := range sc.gate {
-		g, u := sc.gate[t], sc.up[t]
+	// The activation is element-wise (the same bits however it is split),
+	// in pieces of 1024 across the pool: on one core it would cost as
+	// much as a fifth of a decode step's matrix products.
+	const piece = 1024
+	per := (c.FFN + piece - 1) / piece
+	m.pool.run(len(sc.gate)*per, func(_, i int) {
+		t, p := i/per, i%per
+		g, u := sc.gate[t][p*piece:min((p+1)*piece, c.FFN)], sc.up[t][p*piece:min((p+1)*piece, c.FFN)]
 		if gemma {
 			for i := range g {
 				g[i] = geluTanh(g[i]) * u[i]
@@ -536,7 +592,7 @@ func (m *Model) layer(l int, w *Layer) error {
 				g[i] = silu(g[i]) * u[i]
 			}
 		}
-	}
+	})
 	if err := m.matmul(matOp{&w.Down, sc.gate, sc.tmp}); err != nil {
 		return err
 	}

@@ -243,22 +243,7 @@ func (r *refModel) step(tok int32) []float64 {
 		for i := range h {
 			h[i] += o[i]
 		}
-		x = refRMSNorm(h, l.ffnNorm, p.eps)
-		g, u := refMatVec(l.gate, x), refMatVec(l.up, x)
-		for i := range g {
-			if gemma {
-				g[i] = 0.5 * g[i] * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(g[i]+0.044715*g[i]*g[i]*g[i]))) * u[i]
-			} else {
-				g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
-			}
-		}
-		f := refMatVec(l.down, g)
-		if gemma {
-			f = refRMSNorm(f, l.postFFN, p.eps)
-		}
-		for i := range h {
-			h[i] += f[i]
-		}
+		r.ffn(li, h)
 	}
 	x := refRMSNorm(h, r.outNorm, p.eps)
 	logits := refMatVec(r.out, x)
@@ -268,6 +253,29 @@ func (r *refModel) step(tok int32) []float64 {
 		}
 	}
 	return logits
+}
+
+// ffn adds layer li's feed-forward block to h.
+func (r *refModel) ffn(li int, h []float64) {
+	p := r.p
+	gemma := p.arch == ArchGemma2
+	l := &r.layers[li]
+	x := refRMSNorm(h, l.ffnNorm, p.eps)
+	g, u := refMatVec(l.gate, x), refMatVec(l.up, x)
+	for i := range g {
+		if gemma {
+			g[i] = 0.5 * g[i] * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(g[i]+0.044715*g[i]*g[i]*g[i]))) * u[i]
+		} else {
+			g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+		}
+	}
+	f := refMatVec(l.down, g)
+	if gemma {
+		f = refRMSNorm(f, l.postFFN, p.eps)
+	}
+	for i := range h {
+		h[i] += f[i]
+	}
 }
 
 // relErr returns max|got-want| / max|want|.

@@ -140,6 +140,30 @@ func (c *Config) checkLayer(i int, l *Layer) error {
 	return nil
 }
 
+// checkFFN validates layer i's feed-forward tensors against c.
+func (c *Config) checkFFN(i int, l *Layer) error {
+	if l == nil {
+		return fmt.Errorf("layer %d: nil", i)
+	}
+	d, f := c.Dim, c.FFN
+	p := fmt.Sprintf("blk.%d.", i)
+	checks := []tensorCheck{
+		{&l.FFNNorm, "ffn_norm.weight", 1, d, true},
+		{&l.Gate, "ffn_gate.weight", f, d, false},
+		{&l.Up, "ffn_up.weight", f, d, false},
+		{&l.Down, "ffn_down.weight", d, f, false},
+	}
+	if c.Arch == ArchGemma2 {
+		checks = append(checks, tensorCheck{&l.PostFFNNorm, "post_ffw_norm.weight", 1, d, true})
+	}
+	for _, ch := range checks {
+		if err := ch.t.check(p+ch.name, ch.rows, ch.cols, ch.norm); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // check validates all weights against c.
 func (c *Config) check(w *Weights) error {
 	if w == nil {
