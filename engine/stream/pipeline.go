@@ -83,6 +83,7 @@ type Pipeline struct {
 	store     LayerStore
 	tiers     []tier.Tier
 	ext       []tier.Extent
+	full      []int64 // per layer: the extent's length as the store gave it
 	depth     int
 	src       tier.Source
 	dev       Device
@@ -221,6 +222,7 @@ func New(opts Options) (*Pipeline, error) {
 			return nil, fmt.Errorf("stream: layer %d: extent %v too large", i, e)
 		}
 		p.ext[i] = e
+		p.full = append(p.full, e.Length)
 		switch t {
 		case tier.TierA:
 			if p.slotsOnly {
@@ -353,6 +355,31 @@ func (p *Pipeline) free() error {
 	p.slots, p.residentSlots, p.staging, p.unpin = nil, nil, nil, nil
 	clear(p.resident)
 	return errors.Join(errs...)
+}
+
+// SetLength makes later passes move only the first n bytes of tier-B
+// layer i's extent (n up to the extent's full length, which restores it):
+// a device that computes part of the layer elsewhere needs only the rest
+// (engine/gpu's hybrid placement copies a layer's attention and leaves its
+// feed-forward block to the CPU). Slots keep their size. It is refused
+// during a pass.
+func (p *Pipeline) SetLength(i int, n int64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.closed:
+		return fmt.Errorf("stream: set length of layer %d: %w", i, tier.ErrClosed)
+	case p.pass != nil:
+		return fmt.Errorf("stream: set length of layer %d: a pass is open", i)
+	case i < 0 || i >= len(p.tiers):
+		return fmt.Errorf("stream: set length of layer %d: outside [0, %d)", i, len(p.tiers))
+	case p.tiers[i] != tier.TierB:
+		return fmt.Errorf("stream: set length of layer %d: on tier %v, not B", i, p.tiers[i])
+	case n <= 0 || n > p.full[i]:
+		return fmt.Errorf("stream: set length of layer %d: %d bytes outside (0, %d]", i, n, p.full[i])
+	}
+	p.ext[i].Length = n
+	return nil
 }
 
 // Tiers returns the plan the pipeline runs (a copy).

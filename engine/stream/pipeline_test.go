@@ -479,3 +479,81 @@ func TestIssueOnCompute(t *testing.T) {
 		}
 	}
 }
+
+// TestSetLength: a tier-B layer set to move a prefix of its extent copies
+// only that many bytes a pass until it is set back; SetLength refuses an
+// open pass, a layer off tier B and lengths outside (0, extent].
+func TestSetLength(t *testing.T) {
+	mc := modelCases[0]
+	tm := getModel(t, mc.arch, mc.typ, mc.seeds)
+	n := tm.m.Config.Layers
+	tiers, err := tier.MixTiers("A"+strings.Repeat(",B", n-1), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, _ := streamedBytes(tm.store, tiers)
+	p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 2, Device: computeDevice{}, SlotsOnly: true})
+	pass := func() int64 {
+		t.Helper()
+		if err := p.Begin(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			if _, err := p.Acquire(i); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Done(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, err := p.Finish(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Copy.Bytes
+	}
+	if got := pass(); got != full {
+		t.Fatalf("copied %d bytes, want %d", got, full)
+	}
+	ext := tm.store.Extent(1)
+	if err := p.SetLength(1, 100); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := pass(), full-ext.Length+100; got != want {
+		t.Fatalf("with layer 1 trimmed: copied %d bytes, want %d", got, want)
+	}
+	if err := p.SetLength(1, ext.Length); err != nil {
+		t.Fatal(err)
+	}
+	if got := pass(); got != full {
+		t.Fatalf("restored: copied %d bytes, want %d", got, full)
+	}
+	for _, tc := range []struct {
+		name string
+		i    int
+		n    int64
+	}{{"tier A", 0, 10}, {"zero", 1, 0}, {"past the extent", 1, ext.Length + 1}, {"no such layer", n, 10}} {
+		if err := p.SetLength(tc.i, tc.n); err == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+	}
+	if err := p.Begin(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetLength(1, 100); err == nil {
+		t.Error("SetLength during a pass: no error")
+	}
+	// Finish the pass: the test device's copies run on their own and
+	// its Sync does not wait for them.
+	for i := 0; i < n; i++ {
+		if _, err := p.Acquire(i); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Done(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.Finish(false); err != nil {
+		t.Fatal(err)
+	}
+}
