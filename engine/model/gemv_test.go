@@ -135,6 +135,24 @@ func TestFFN(t *testing.T) {
 						}
 					}
 				}
+				dev, err := NewFFNDevice(m.Config, gemv.Detect())
+				if err != nil {
+					t.Fatal(err)
+				}
+				h := [][]float32{randomVector(m.Config.Dim, 1)}
+				want := [][]float32{append([]float32(nil), h[0]...)}
+				m.UseGEMV(gemv.Detect())
+				if err := m.FFN(context.Background(), 1, &m.Weights.Layers[1], want); err != nil {
+					t.Fatal(err)
+				}
+				if err := dev.Run(context.Background(), 1, &m.Weights.Layers[1], h); err != nil {
+					t.Fatal(err)
+				}
+				for i := range h[0] {
+					if h[0][i] != want[0][i] {
+						t.Fatalf("FFNDevice element %d: %g, the model's FFN %g", i, h[0][i], want[0][i])
+					}
+				}
 				bad := m.Weights.Layers[0]
 				bad.Gate.Rows--
 				for _, tc := range []struct {

@@ -524,12 +524,32 @@ func (m *Model) layer(l int, w *Layer) error {
 	return m.ffn(w)
 }
 
+// FFNDevice is the CPU as a second compute device beside a GPU: it runs
+// layers' feed-forward blocks for rows of hidden state another device
+// brought (engine/gpu's hybrid placement computes a layer's attention on
+// the GPU and its FFN here, straight from the layer's pinned host copy).
+// It holds no weights, only its scratch; calls are serialised.
+type FFNDevice struct{ m *Model }
+
+// NewFFNDevice returns an FFN device for cfg on engine/gemv's impl
+// kernels.
+func NewFFNDevice(cfg Config, impl gemv.Impl) (*FFNDevice, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("ffn device: %w", err)
+	}
+	return &FFNDevice{&Model{Config: cfg, pool: defaultPool(), keepScratch: defaultKeptScratch, fast: true, impl: impl}}, nil
+}
+
+// Run is Model.FFN on the device.
+func (d *FFNDevice) Run(ctx context.Context, l int, w *Layer, h [][]float32) error {
+	return d.m.FFN(ctx, l, w, h)
+}
+
 // FFN runs layer l's feed-forward block, with the weights in w (only its
 // FFN tensors are read), on the CPU for every row of h (Dim elements
-// each), in place: h += FFN(norm(h)). It is the CPU's share of a layer
-// whose attention another device computed (engine/gpu's hybrid
-// placement), on this model's kernels (UseGEMV). It is safe for
-// concurrent use with Forward (calls are serialised).
+// each), in place: h += FFN(norm(h)), on this model's kernels (UseGEMV or
+// the reference). It is safe for concurrent use with Forward (calls are
+// serialised).
 func (m *Model) FFN(ctx context.Context, l int, w *Layer, h [][]float32) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
