@@ -1,0 +1,139 @@
+package tier
+
+import (
+	"fmt"
+	"time"
+)
+
+// The hybrid placement (tier B-cpu): a tier-B layer whose feed-forward
+// block the CPU computes straight from its pinned host copy while the GPU
+// computes its attention, for which only the attention part crosses PCIe.
+// At batch 1 a pass then moves the off-GPU bytes over both links at once,
+// host DRAM into the CPU and PCIe into the GPU's slots, instead of over
+// PCIe alone. The CPU's rate falls as the batch grows (its GEMM turns
+// compute-bound; a streamed layer costs PCIe the same at any batch), so
+// the placement is chosen per batch size.
+
+// HybridLayer is one streamed layer as the hybrid planner sees it.
+type HybridLayer struct {
+	// Index is the layer's index in the model.
+	Index int `json:"index"`
+	// Full is what streaming the whole layer moves; Attn what moves when
+	// the CPU takes its FFN (the attention part, a prefix of the layer);
+	// FFN the bytes the CPU then reads. FFN is 0 for a layer the CPU cannot
+	// take (stored in a form only the GPU decodes).
+	Full int64 `json:"full"`
+	Attn int64 `json:"attn"`
+	FFN  int64 `json:"ffn"`
+}
+
+// HybridRates are the speeds the hybrid planner balances.
+type HybridRates struct {
+	// HostToDevice is the pinned copy rate into a device slot (bytes/s).
+	HostToDevice float64
+	// CPU is the CPU's FFN rate (weight bytes/s) at this batch size.
+	CPU float64
+	// Hop is the fixed cost of taking one layer's FFN to the CPU: waiting
+	// for the GPU to reach it and the two small copies of the hidden state.
+	Hop time.Duration
+}
+
+// HybridPlan is the placement for one batch size.
+type HybridPlan struct {
+	// Batch is the batch size (tokens a pass) the plan was made for.
+	Batch int `json:"batch"`
+	// CPU lists, in order, the layers whose FFN the CPU computes.
+	CPU []int `json:"cpu_ffn"`
+	// Moved is the bytes over PCIe a pass; CPUBytes what the CPU reads.
+	Moved    int64 `json:"moved"`
+	CPUBytes int64 `json:"cpu_bytes"`
+	// Pass is the streamed part's expected time; Streamed the same with
+	// every layer streamed (the plan without the CPU).
+	Pass     time.Duration `json:"pass_ns"`
+	Streamed time.Duration `json:"streamed_ns"`
+}
+
+// PlanHybrid chooses which of the streamed layers (in model order) take
+// their FFN on the CPU at rates r, for a pipeline of depth slots. It
+// simulates the pass (copies in order, each into the slot the layer depth
+// places earlier freed; a CPU layer frees its slot once its attention ran
+// and then holds compute for its hop and FFN) for every count of CPU
+// layers, spread evenly over the layers that allow it, and keeps the
+// fastest; ties keep fewer CPU layers.
+func PlanHybrid(layers []HybridLayer, depth int, r HybridRates, batch int) (HybridPlan, error) {
+	if depth < 1 {
+		return HybridPlan{}, fmt.Errorf("hybrid plan: depth %d", depth)
+	}
+	if !(r.HostToDevice > 0) || !(r.CPU >= 0) {
+		return HybridPlan{}, fmt.Errorf("hybrid plan: rates h2d %g, cpu %g", r.HostToDevice, r.CPU)
+	}
+	var eligible []int // positions in layers
+	for i, l := range layers {
+		if l.Attn <= 0 || l.Attn > l.Full || l.FFN < 0 {
+			return HybridPlan{}, fmt.Errorf("hybrid plan: layer %d: attention %d of %d bytes", l.Index, l.Attn, l.Full)
+		}
+		if l.FFN > 0 {
+			eligible = append(eligible, i)
+		}
+	}
+	onCPU := make([]bool, len(layers))
+	streamed := simulateHybrid(layers, onCPU, depth, r)
+	best := HybridPlan{Batch: batch, Pass: streamed, Streamed: streamed}
+	if r.CPU > 0 {
+		for x := 1; x <= len(eligible); x++ {
+			clear(onCPU)
+			for j := 0; j < x; j++ {
+				// The j-th of x evenly spaced picks: the CPU's runs fall
+				// between streamed layers, whose copies they hide.
+				onCPU[eligible[(2*j+1)*len(eligible)/(2*x)]] = true
+			}
+			if t := simulateHybrid(layers, onCPU, depth, r); t < best.Pass {
+				best.Pass = t
+				best.CPU = best.CPU[:0]
+				for i, c := range onCPU {
+					if c {
+						best.CPU = append(best.CPU, layers[i].Index)
+					}
+				}
+			}
+		}
+	}
+	cpu := map[int]bool{}
+	for _, i := range best.CPU {
+		cpu[i] = true
+	}
+	for _, l := range layers {
+		if cpu[l.Index] {
+			best.Moved += l.Attn
+			best.CPUBytes += l.FFN
+		} else {
+			best.Moved += l.Full
+		}
+	}
+	return best, nil
+}
+
+// simulateHybrid is the pass time of the streamed layers with onCPU's
+// FFNs on the CPU. The GPU's own compute is taken as free: it reads a
+// slot in a small fraction of the copy's time.
+func simulateHybrid(layers []HybridLayer, onCPU []bool, depth int, r HybridRates) time.Duration {
+	released := make([]float64, len(layers)) // when compute freed the layer's slot
+	var copied, now float64                  // copy stream's end, compute's clock (seconds)
+	for i, l := range layers {
+		bytes := l.Full
+		if onCPU[i] {
+			bytes = l.Attn
+		}
+		start := copied
+		if i >= depth {
+			start = max(start, released[i-depth])
+		}
+		copied = start + float64(bytes)/r.HostToDevice
+		now = max(now, copied)
+		released[i] = now
+		if onCPU[i] {
+			now += r.Hop.Seconds() + float64(l.FFN)/r.CPU
+		}
+	}
+	return time.Duration(now * float64(time.Second))
+}
