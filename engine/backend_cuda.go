@@ -176,6 +176,14 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 	// bytes on synthetic and heavy-tailed weights, bit-identical logits:
 	// engine/gpu's PackBF16); layers of other types are untouched.
 	copts := gpu.Options{MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: streamed, Slots: plan.Depth, PackBF16: true}
+	if len(streamed) > 0 && !o.NoHybrid {
+		// The CPU computes the FFN of the tier-B layers its measured rate
+		// earns, per batch size, against the measured copy rate.
+		copts.Hybrid = &gpu.Hybrid{}
+		if o.Links != nil {
+			copts.Hybrid.HostToDevice = o.Links.HostToDevice
+		}
+	}
 	var tsrc tier.Source
 	if len(onC) > 0 {
 		fs, err := stream.OpenFile(src.path, stream.FileOptions{Logger: log})
@@ -309,4 +317,26 @@ func (e *Engine) closeCUDA() error {
 		e.dev = nil
 	}
 	return errors.Join(errs...)
+}
+
+// HybridInfo is the CPU's share of a GPU's passes (gpu.Hybrid): the plan
+// per batch size (index b-1 for b tokens), the CPU's FFN rate measured
+// for each (bytes/s), and what it computed so far.
+type HybridInfo struct {
+	Plans []tier.HybridPlan `json:"plans"`
+	Rates []float64         `json:"cpu_rates_bps,omitempty"`
+	Stats gpu.HybridStats   `json:"stats"`
+}
+
+// Hybrid returns the CPU's share of the GPU's passes; ok is false when the
+// CPU takes no part (CPU backend, everything resident, or NoHybrid).
+func (e *Engine) Hybrid() (HybridInfo, bool) {
+	if e.cuda == nil {
+		return HybridInfo{}, false
+	}
+	plans, rates, ok := e.cuda.HybridPlans()
+	if !ok {
+		return HybridInfo{}, false
+	}
+	return HybridInfo{Plans: plans, Rates: rates, Stats: e.cuda.HybridStats()}, true
 }

@@ -80,6 +80,11 @@ type Options struct {
 	// before sleeping (kernels/cudadrv Device.SetSpin): 0 takes
 	// gpu.DefaultHandoffSpin, a negative value never spins.
 	HandoffSpin time.Duration
+	// NoHybrid keeps the CPU out of a GPU's passes: every tier-B layer is
+	// copied whole and computed on the GPU. By default the CPU computes the
+	// FFN of the tier-B layers the hybrid plan gives it for each batch size
+	// (gpu.Hybrid), planned against the measured pinned copy rate.
+	NoHybrid bool
 	// openDevice, when set, stands in for opening GPU 0 (tests stand in a
 	// missing or failing GPU through export_test.go's WithOpenDevice).
 	openDev func() (*cudadrv.Device, error)

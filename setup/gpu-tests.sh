@@ -34,7 +34,7 @@ build() {
 	GO=$(setup/deps.sh)
 	export GOTOOLCHAIN=${GOTOOLCHAIN:-auto} CGO_ENABLED=0
 	mkdir -p bin/gpu-tests
-	for p in kernels kernels/cudadrv engine/gpu engine internal/bench/gputime; do
+	for p in kernels kernels/cudadrv engine/gpu engine engine/gemv internal/bench/gputime; do
 		"$GO" test -c -ldflags='-s -w' -o "bin/gpu-tests/$(echo "$p" | tr / -).test" "./$p"
 	done
 	"$GO" build -ldflags='-s -w' -o bin/gpu-tests/strata ./tools/strata

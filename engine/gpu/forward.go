@@ -415,11 +415,17 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 		return err
 	}
 	streaming := m.tb != nil
+	if m.hy != nil {
+		if err := m.hy.apply(m.tb.pipe, T); err != nil {
+			return err
+		}
+	}
 	if streaming {
 		if err := m.tb.begin(ctx, c); err != nil {
 			return err
 		}
 	}
+	cpuPass := false
 	normed := false // a.xn already holds this layer's attention norm
 	for l := range m.layers {
 		if ctx != nil {
@@ -498,6 +504,26 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 		if err := step("o", k.MatMul(c, s, lw.o, a.att, a.tmp, T)); err != nil {
 			return err
 		}
+		if m.hy != nil && m.hy.on[l] {
+			// The CPU takes the FFN (hybrid.go): the slot held only the
+			// attention, so it goes back before the CPU starts.
+			if gemma {
+				if err := step("post-attention norm", k.RMSNorm(c, s, a.tmp, lw.postAttnNorm, a.tmp, T, cfg.Dim, eps)); err != nil {
+					return err
+				}
+			}
+			if err := step("residual", k.Add(c, s, a.h, a.tmp, int64(T)*dim)); err != nil {
+				return err
+			}
+			if err := step("releasing its slot", m.tb.done(l)); err != nil {
+				return err
+			}
+			if err := step("ffn on the CPU", m.cpuFFN(ctx, c, l, T)); err != nil {
+				return err
+			}
+			cpuPass = true
+			continue
+		}
 		if gemma || !m.pass.fuseElementwise {
 			if gemma {
 				if err := step("post-attention norm", k.RMSNorm(c, s, a.tmp, lw.postAttnNorm, a.tmp, T, cfg.Dim, eps)); err != nil {
@@ -575,6 +601,9 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 				return err
 			}
 		}
+	}
+	if cpuPass {
+		m.hy.stats.Passes++
 	}
 	if ctx != nil {
 		if err := ctx.Err(); err != nil {

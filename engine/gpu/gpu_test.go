@@ -392,8 +392,9 @@ func TestStreamedFidelity(t *testing.T) {
 	}
 }
 
-// Test8B compares the 8b shape (Q4_K_M) with the CPU reference, resident
-// and with layers 16..31 streamed from tier B. The model is big (4.9 GB)
+// Test8B compares the 8b shape (Q4_K_M) with the CPU reference, resident,
+// with layers 16..31 streamed from tier B, and hybrid (the CPU computing
+// the FFN of every other streamed layer). The model is big (4.9 GB)
 // and slow on the CPU (about a second per token on 16 cores), so the test
 // runs only when STRATA_8B_GGUF names a file written by `strata model synth
 // --arch llama --shape 8b --type q4_k_m`, and compares STRATA_8B_STEPS
@@ -411,8 +412,17 @@ func Test8B(t *testing.T) {
 	t0 = time.Now()
 	gs := loadGPU(t, cpu, Options{MaxSeqs: 1, MaxContext: 256, StreamLayers: half})
 	t.Logf("streamed model: %.2f GiB resident, %.2f GiB on tier B, loaded in %v", gib(gs.WeightBytes()), gib(gs.StreamedBytes()), time.Since(t0).Round(time.Millisecond))
-	worst := greedyCompare(t, cpu, []*Model{g, gs}, promptTokens(cpu.Config.Vocab, 16, 3), steps)
-	t.Logf("8b: worst NMSE %.3g resident, %.3g streamed, over %d steps (prompt + %d greedy); integer GEMV %v (Q6_K %v)", worst[0], worst[1], steps+1, steps, g.k.Tuning().IntegerGEMV, g.k.Tuning().IntegerQ6K)
+	// Hybrid: the CPU takes the FFN of every other streamed layer.
+	var cpuFFN []int
+	for _, l := range half {
+		if l%2 == 1 {
+			cpuFFN = append(cpuFFN, l)
+		}
+	}
+	gh := loadGPU(t, cpu, Options{MaxSeqs: 1, MaxContext: 256, StreamLayers: half, Hybrid: &Hybrid{Plans: [][]int{cpuFFN}}})
+	worst := greedyCompare(t, cpu, []*Model{g, gs, gh}, promptTokens(cpu.Config.Vocab, 16, 3), steps)
+	t.Logf("8b: worst NMSE %.3g resident, %.3g streamed, %.3g hybrid (CPU FFN of layers %v: %+v), over %d steps (prompt + %d greedy); integer GEMV %v (Q6_K %v)",
+		worst[0], worst[1], worst[2], cpuFFN, gh.HybridStats(), steps+1, steps, g.k.Tuning().IntegerGEMV, g.k.Tuning().IntegerQ6K)
 }
 
 // TestLoadVariants: Options.Variants change the model's view of the given

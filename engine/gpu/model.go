@@ -54,6 +54,10 @@ type Options struct {
 	// before use (packed.go): fewer bytes over PCIe per pass, identical
 	// logits, a decode scratch of the largest FFN pair in device memory.
 	PackBF16 bool
+	// Hybrid, when set, lets the CPU compute the FFN of tier-B layers
+	// beside the GPU (see Hybrid); bf16 layers it should take must not be
+	// packed (PackBF16 packs every streamed bf16 layer).
+	Hybrid *Hybrid
 }
 
 // defaultMaxContext caps the per-slot context when Options.MaxContext is
@@ -96,6 +100,7 @@ type Model struct {
 	scratchN int64
 	tb       *tierB   // nil when every layer is resident
 	pk       *packing // packed tier-B layers (Options.PackBF16); nil when none
+	hy       *hybrid  // the CPU's share of tier B (Options.Hybrid); nil when none
 
 	mu     sync.Mutex // serialises Forward and guards everything below
 	slots  []bool     // slot in use
@@ -353,6 +358,9 @@ func (m *Model) load(ctx context.Context, c *cudadrv.Ctx, w *model.Weights) erro
 			return err
 		}
 	}
+	if err := m.setupHybrid(ctx, c, w, streamed, layerBase); err != nil {
+		return err
+	}
 	if err := m.pk.alloc(c); err != nil {
 		return err
 	}
@@ -454,6 +462,8 @@ func (m *Model) release(c *cudadrv.Ctx) error {
 	}
 	m.dropGraphs(c)
 	m.act.free(c)
+	keep(m.hy.release(c))
+	m.hy = nil
 	keep(m.tb.release(c))
 	keep(m.pk.release(c))
 	m.pk = nil

@@ -71,6 +71,7 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "ctx", Usage: "context the KV cache is planned for (default: the model's, at most 4096)"},
 			&cli.IntFlag{Name: "depth", Usage: "streaming pipeline depth (slots); 0 = let the planner choose"},
 			&cli.StringFlag{Name: "tiers", Usage: "force a placement instead of planning: all-A, all-B, all-C, mixed or one tier per layer (A,C,B,...); for tests and benchmarks"},
+			&cli.BoolFlag{Name: "no-hybrid", Usage: "on a GPU, keep the CPU out of the passes: every tier-B layer crosses PCIe whole (default: the CPU computes the FFN of the tier-B layers the hybrid plan gives it)"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			path := cmd.String("model")
@@ -84,7 +85,8 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return usagef("--backend: %v", err)
 			}
-			o := engine.Options{Context: int(cmd.Int("ctx")), Depth: int(cmd.Int("depth")), Tiers: cmd.String("tiers"), Logger: log, Backend: backend}
+			o := engine.Options{Context: int(cmd.Int("ctx")), Depth: int(cmd.Int("depth")), Tiers: cmd.String("tiers"), Logger: log, Backend: backend,
+				NoHybrid: cmd.Bool("no-hybrid")}
 			for _, f := range []struct {
 				name string
 				dst  *int64

@@ -659,9 +659,12 @@ func (rn *runner) streamed(ctx context.Context, res *ScenarioResult) error {
 		return err
 	}
 	defer g.Close()
-	defer func() {
-		res.Placement = rn.placement(g, half, 2, 0, "the second half of the layers on tier B (llama.cpp's 16-of-32 split); KV cache for 8 x 1024 positions")
-	}()
+	place := func() {
+		if res.Placement == nil {
+			res.Placement = rn.placement(g, half, 2, 0, "the second half of the layers on tier B (llama.cpp's 16-of-32 split); KV cache for 8 x 1024 positions")
+		}
+	}
+	defer place()
 
 	rn.o.progress("  decode, batch 1")
 	d1, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 2, Steps: 16})
@@ -688,6 +691,57 @@ func (rn *runner) streamed(ctx context.Context, res *ScenarioResult) error {
 	}
 	res.Metrics = append(res.Metrics, Metric{Key: "decode_b8_tps", Label: "decode, batch 8 (aggregate)", Value: d8.TokensPerSecond, Unit: "tok/s",
 		Ratio: ratioTo(d8.TokensPerSecond, d1.TokensPerSecond, fmt.Sprintf("batch 1 %s tok/s", formatValue(d1.TokensPerSecond)))})
+	place()
+	g.Close()
+	return rn.hybrid(ctx, res, cpu, gpu.Options{MaxSeqs: 8, MaxContext: 1024, StreamLayers: half, Slots: 2}, PeerHalfDecode, d8)
+}
+
+// hybrid loads cpu again with opts plus the CPU beside the GPU
+// (gpu.Hybrid, planned against the measured pinned peak) and times batch
+// 1 against the peer's figure (goal 1.5x) and against the combined-link
+// limit (the off-GPU bytes over the CPU's measured FFN rate plus the
+// pinned peak; goal 1.15), and batch 8 against streaming's (d8: the plan
+// must keep streaming where it wins).
+func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Model, opts gpu.Options, peer string, d8 *gputime.DecodeTiming) error {
+	opts.Hybrid = &gpu.Hybrid{HostToDevice: rn.ceil.H2D}
+	g, err := rn.load(cpu, opts)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	plans, rates, _ := g.HybridPlans()
+	if len(plans) == 0 || len(plans[0].CPU) == 0 {
+		res.Notes = append(res.Notes, "hybrid: the plan gives the CPU no layer at batch 1")
+		return nil
+	}
+	p := plans[0]
+	res.Notes = append(res.Notes, fmt.Sprintf("hybrid: the CPU computes the FFN of %d of the %d streamed layers at batch 1 (measured %.1f GB/s on them; %s over PCIe, %s on the CPU a pass), planned %.2f ms vs %.2f ms streaming alone",
+		len(p.CPU), len(opts.StreamLayers), rates[0]/1e9, gib(p.Moved), gib(p.CPUBytes), ms(p.Pass), ms(p.Streamed)))
+	rn.o.progress("  hybrid decode, batch 1")
+	h1, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 2, Steps: 16})
+	if err != nil {
+		return err
+	}
+	r := ratioToPeer(h1.TokensPerSecond, rn.o.Peers, peer)
+	off := float64(p.Moved + p.CPUBytes)
+	limit := off / (rates[0] + rn.ceil.H2D)
+	lr := ratioTo(ms(h1.PerPass), limit*1e3, fmt.Sprintf("combined-link limit %.2f ms (%s ÷ (CPU %.1f + H2D %.1f GB/s))", limit*1e3, gib(int64(off)), rates[0]/1e9, rn.ceil.H2D/1e9))
+	res.Metrics = append(res.Metrics,
+		Metric{Key: "hybrid_decode_tps", Label: "hybrid decode, batch 1", Value: h1.TokensPerSecond, Unit: "tok/s", Ratio: r, Goal: atLeast(r, 1.5)},
+		Metric{Key: "hybrid_time_per_pass_ms", Label: "hybrid time per decode pass", Value: ms(h1.PerPass), Unit: "ms", Ratio: lr, Goal: atMost(lr, 1.15)})
+	rn.o.progress("  hybrid decode, batch 8")
+	h8, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 8, Prompt: 4, Warmup: 2, Steps: 3})
+	if err != nil {
+		return err
+	}
+	r8 := ratioTo(h8.TokensPerSecond, d8.TokensPerSecond, fmt.Sprintf("streaming's batch 8 %s tok/s", formatValue(d8.TokensPerSecond)))
+	res.Metrics = append(res.Metrics, Metric{Key: "hybrid_decode_b8_tps", Label: "hybrid decode, batch 8 (aggregate)", Value: h8.TokensPerSecond, Unit: "tok/s",
+		Ratio: r8, Goal: atLeast(r8, 1)})
+	st := g.HybridStats()
+	if st.Layers > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("hybrid: %d FFNs on the CPU at %.1f GB/s, %.0f µs a hop; batch 8 plan: %d CPU layers",
+			st.Layers, float64(st.Bytes)/st.Busy.Seconds()/1e9, float64(st.Hop.Microseconds())/float64(st.Layers), len(plans[len(plans)-1].CPU)))
+	}
 	return nil
 }
 
@@ -707,10 +761,13 @@ func (rn *runner) big(ctx context.Context, res *ScenarioResult) error {
 		return err
 	}
 	defer g.Close()
-	defer func() {
-		res.Placement = rn.placement(g, stream, depth, rn.o.Budget70B,
-			fmt.Sprintf("planned by engine/tier into the budget, KV cache for %d x %d positions", batch, ctxLen))
-	}()
+	place := func() {
+		if res.Placement == nil {
+			res.Placement = rn.placement(g, stream, depth, rn.o.Budget70B,
+				fmt.Sprintf("planned by engine/tier into the budget, KV cache for %d x %d positions", batch, ctxLen))
+		}
+	}
+	defer place()
 
 	rn.o.progress("  decode, batch 1")
 	d1, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 2, Steps: 4})
@@ -733,7 +790,9 @@ func (rn *runner) big(ctx context.Context, res *ScenarioResult) error {
 		Metric{Key: "decode_b8_vs_b1", Label: "decode, batch 8 (aggregate) vs batch 1", Value: d8.TokensPerSecond, Unit: "tok/s", Ratio: vsB1, Goal: atLeast(vsB1, 6)},
 	)
 	res.Metrics = append(res.Metrics, rn.pcieMetrics("b8_", ", batch 8", g.StreamedBytes(), d8.PerPass, 0, 0)...)
-	return nil
+	place()
+	g.Close()
+	return rn.hybrid(ctx, res, cpu, gpu.Options{MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: stream, Slots: depth}, Peer70BHalfDecode, d8)
 }
 
 // bf16Decode is the decode both bf16 runs time.

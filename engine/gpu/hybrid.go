@@ -1,0 +1,343 @@
+package gpu
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/strata-llm/strata/engine/gemv"
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/kernels/cudadrv"
+)
+
+// Hybrid puts the CPU beside the GPU for tier-B layers (engine/tier's
+// hybrid placement): a layer whose FFN the CPU takes has only its
+// attention copied into a slot; the GPU computes the attention, the hidden
+// state crosses to pinned host memory, the CPU computes the FFN from the
+// layer's pinned copy (engine/model's FFNDevice on engine/gemv's kernels)
+// and the state crosses back, while the copy stream keeps filling the
+// slots with the next streamed layers. A pass then moves the off-GPU bytes
+// over host DRAM and PCIe at once. No device memory is added.
+type Hybrid struct {
+	// Plans, when given, fix the placement: Plans[b-1] lists the layers
+	// whose FFN the CPU computes in a pass of b tokens; passes of more
+	// tokens than len(Plans) stream every layer. Each layer must be on
+	// tier B and not packed. Nil plans at load from HostToDevice and the
+	// CPU's FFN rate measured there, for passes of 1 to MaxSeqs tokens.
+	Plans [][]int
+	// HostToDevice is the pinned copy rate (bytes/s) the plans balance
+	// the CPU against; 0 means tier.DefaultLinks'.
+	HostToDevice float64
+	// Hop is the cost of one layer's trip to the CPU (the wait for the
+	// GPU and the hidden state's copies both ways) the planner charges;
+	// 0 means defaultHop.
+	Hop time.Duration
+}
+
+// defaultHop is a layer's trip to the CPU when nothing else is known: a
+// stream synchronisation and two copies of a few kilobytes.
+const defaultHop = 60 * time.Microsecond
+
+// HybridStats counts the CPU's share of the passes.
+type HybridStats struct {
+	// Passes is the passes that computed some FFN on the CPU; Layers the
+	// FFNs it computed and Bytes the weight bytes it read for them.
+	Passes int   `json:"passes"`
+	Layers int64 `json:"layers"`
+	Bytes  int64 `json:"bytes"`
+	// Busy is the CPU's time in FFNs; Hop the time spent handing the
+	// hidden state over (waiting for the GPU to reach the layer and the
+	// two copies).
+	Busy time.Duration `json:"busy_ns"`
+	Hop  time.Duration `json:"hop_ns"`
+}
+
+// hybrid is the model's CPU share (nil without Options.Hybrid).
+type hybrid struct {
+	dev        *model.FFNDevice
+	host       map[int]*model.Layer // eligible layers' FFN tensors in tier B's pinned memory
+	attn, full map[int]int64        // eligible layers' bytes with the FFN on the CPU, and without
+	plans      []tier.HybridPlan    // by batch size - 1
+	rates      []float64            // measured CPU FFN rate by batch size - 1 (nil with given plans)
+	applied    int                  // plan whose lengths the pipeline has; -1: every layer whole
+	on         []bool               // per layer: FFN on the CPU this pass
+	buf        *cudadrv.HostMem     // hidden state, capT rows of Dim float32
+	rows       [][]float32          // buf's rows
+	stats      HybridStats
+}
+
+// setupHybrid builds the CPU share after tier B is loaded: the FFN views
+// of every tier-B layer the CPU can read (not packed), the pinned buffer
+// of the hidden state, and the plans (given, or made from the CPU's rate
+// measured here).
+func (m *Model) setupHybrid(ctx context.Context, c *cudadrv.Ctx, w *model.Weights, streamed []bool, base []int64) error {
+	o := m.opts.Hybrid
+	if o == nil {
+		return nil
+	}
+	if m.tb == nil || m.tb.pipe == nil {
+		return fmt.Errorf("hybrid: no tier-B layers for the CPU to share")
+	}
+	cfg := &m.Config
+	gemma := cfg.Arch == model.ArchGemma2
+	dev, err := model.NewFFNDevice(*cfg, gemv.Detect())
+	if err != nil {
+		return fmt.Errorf("hybrid: %w", err)
+	}
+	h := &hybrid{dev: dev, host: map[int]*model.Layer{}, attn: map[int]int64{}, full: map[int]int64{}, applied: -1, on: make([]bool, cfg.Layers)}
+	for i, s := range streamed {
+		if !s || m.tb.tierC[i] || m.pk.layer(i) != nil {
+			continue
+		}
+		L := &w.Layers[i]
+		var hl model.Layer
+		off := base[i]
+		for _, t := range layerTensors(L, gemma) {
+			view := *t
+			view.Data = m.tb.hostBytes[off : off+int64(len(t.Data))]
+			switch t {
+			case &L.FFNNorm:
+				h.attn[i] = off - base[i]
+				hl.FFNNorm = view
+			case &L.Gate:
+				hl.Gate = view
+			case &L.Up:
+				hl.Up = view
+			case &L.Down:
+				hl.Down = view
+			case &L.PostFFNNorm:
+				hl.PostFFNNorm = view
+			}
+			off += alignUp(int64(len(t.Data)))
+		}
+		h.host[i], h.full[i] = &hl, off-base[i]
+	}
+	maxT := len(m.slots)
+	if o.Plans != nil {
+		maxT = len(o.Plans)
+		for b, ls := range o.Plans {
+			for _, l := range ls {
+				if h.host[l] == nil {
+					return fmt.Errorf("hybrid: plan for %d tokens: layer %d is not a tier-B layer the CPU can read (resident, tier C or packed)", b+1, l)
+				}
+			}
+			h.plans = append(h.plans, tier.HybridPlan{Batch: b + 1, CPU: slices.Sorted(slices.Values(ls))})
+		}
+	}
+	if maxT > 0 {
+		if h.buf, err = c.HostAlloc(maxT*cfg.Dim*4, 0); err != nil {
+			return fmt.Errorf("hybrid: hidden-state buffer: %w", err)
+		}
+		vals, err := cudadrv.Values[float32](h.buf.Bytes())
+		if err != nil {
+			return fmt.Errorf("hybrid: %w", err)
+		}
+		for t := range maxT {
+			h.rows = append(h.rows, vals[t*cfg.Dim:(t+1)*cfg.Dim])
+		}
+	}
+	m.hy = h
+	if o.Plans != nil {
+		return nil
+	}
+	return h.plan(ctx, m, o, maxT, streamed)
+}
+
+// plan measures the CPU's FFN rate on an eligible layer at 1, 2, 4 and 8
+// tokens (interpolating between) and plans each batch size from 1 to maxT.
+func (h *hybrid) plan(ctx context.Context, m *Model, o *Hybrid, maxT int, streamed []bool) error {
+	cfg := &m.Config
+	var layers []tier.HybridLayer // every streamed layer (tiers B and C), in order
+	for i := range cfg.Layers {
+		if !streamed[i] && !m.tb.tierC[i] {
+			continue
+		}
+		hl := tier.HybridLayer{Index: i, Full: m.tb.size[i], Attn: m.tb.size[i]}
+		if _, ok := h.host[i]; ok {
+			hl.Attn, hl.FFN = h.attn[i], h.full[i]-h.attn[i]
+		}
+		layers = append(layers, hl)
+	}
+	probe := -1
+	for _, hl := range layers {
+		if hl.FFN > 0 {
+			probe = hl.Index
+			break
+		}
+	}
+	if probe < 0 {
+		return nil
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, row := range h.rows {
+		for i := range row {
+			row[i] = float32(r.NormFloat64())
+		}
+	}
+	measure := func(T int) (float64, error) {
+		var best time.Duration
+		for rep := range 4 {
+			t0 := time.Now()
+			if err := h.dev.Run(ctx, probe, h.host[probe], h.rows[:T]); err != nil {
+				return 0, fmt.Errorf("hybrid: measuring the CPU's FFN rate on layer %d: %w", probe, err)
+			}
+			if d := time.Since(t0); rep > 0 && (best == 0 || d < best) { // the first run warms up
+				best = d
+			}
+		}
+		return float64(h.full[probe]-h.attn[probe]) / best.Seconds(), nil
+	}
+	points := map[int]float64{}
+	for _, T := range []int{1, 2, 4, 8} {
+		if T > maxT && T > 1 {
+			break
+		}
+		rate, err := measure(min(T, maxT))
+		if err != nil {
+			return err
+		}
+		points[T] = rate
+	}
+	h2d := o.HostToDevice
+	if h2d <= 0 {
+		h2d = tier.DefaultLinks().HostToDevice
+	}
+	hop := o.Hop
+	if hop <= 0 {
+		hop = defaultHop
+	}
+	depth := m.tb.pipe.Depth()
+	for T := 1; T <= maxT; T++ {
+		rate := interpolateRate(points, T)
+		h.rates = append(h.rates, rate)
+		p, err := tier.PlanHybrid(layers, depth, tier.HybridRates{HostToDevice: h2d, CPU: rate, Hop: hop}, T)
+		if err != nil {
+			return err
+		}
+		h.plans = append(h.plans, p)
+	}
+	return nil
+}
+
+// interpolateRate is the CPU's rate at T tokens from the measured points:
+// time per pass is interpolated linearly between them, and past the last
+// one it grows in proportion to the tokens.
+func interpolateRate(points map[int]float64, T int) float64 {
+	if r, ok := points[T]; ok {
+		return r
+	}
+	lo, hi := 0, 0
+	for p := range points {
+		if p < T && p > lo {
+			lo = p
+		}
+		if p > T && (hi == 0 || p < hi) {
+			hi = p
+		}
+	}
+	if hi == 0 {
+		return points[lo] * float64(lo) / float64(T)
+	}
+	// Seconds per byte, linear in T between lo and hi.
+	a, b := 1/points[lo], 1/points[hi]
+	f := float64(T-lo) / float64(hi-lo)
+	return 1 / (a + f*(b-a))
+}
+
+// apply sets the pipeline's copy lengths and the per-layer flags for a
+// pass of T tokens, between passes.
+func (h *hybrid) apply(p *stream.Pipeline, T int) error {
+	want := -1
+	if T <= len(h.plans) && len(h.plans[T-1].CPU) > 0 {
+		want = T - 1
+	}
+	if want == h.applied {
+		return nil
+	}
+	clear(h.on)
+	if want >= 0 {
+		for _, l := range h.plans[want].CPU {
+			h.on[l] = true
+		}
+	}
+	for l := range h.host {
+		n := h.full[l]
+		if h.on[l] {
+			n = h.attn[l]
+		}
+		if err := p.SetLength(l, n); err != nil {
+			h.applied = -2 // unknown: set every length again next pass
+			return fmt.Errorf("hybrid: %w", err)
+		}
+	}
+	h.applied = want
+	return nil
+}
+
+// ffn runs layer l's FFN on the CPU for the pass's T rows of the hidden
+// state: the compute stream drains, the state comes to pinned memory, the
+// CPU adds the FFN, and the copy back is enqueued before the next layer's
+// kernels.
+func (m *Model) cpuFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
+	h := m.hy
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	n := T * m.Config.Dim * 4
+	t0 := time.Now()
+	if err := c.CopyDtoH(h.buf.Bytes()[:n], m.act.h, m.stream); err != nil {
+		return err
+	}
+	if err := c.StreamSync(m.stream); err != nil {
+		return err
+	}
+	t1 := time.Now()
+	if err := h.dev.Run(ctx, l, h.host[l], h.rows[:T]); err != nil {
+		return err
+	}
+	t2 := time.Now()
+	if err := c.CopyHtoD(m.act.h, h.buf.Bytes()[:n], m.stream); err != nil {
+		return err
+	}
+	h.stats.Layers++
+	h.stats.Bytes += h.full[l] - h.attn[l]
+	h.stats.Busy += t2.Sub(t1)
+	h.stats.Hop += t1.Sub(t0) + time.Since(t2)
+	return nil
+}
+
+// HybridPlans returns the CPU's placement per batch size (index b-1 for b
+// tokens) and the CPU FFN rate measured for each (nil when the plans were
+// given); ok is false without Options.Hybrid.
+func (m *Model) HybridPlans() (plans []tier.HybridPlan, rates []float64, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.hy == nil {
+		return nil, nil, false
+	}
+	return slices.Clone(m.hy.plans), slices.Clone(m.hy.rates), true
+}
+
+// HybridStats returns the CPU's share of the passes so far.
+func (m *Model) HybridStats() HybridStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.hy == nil {
+		return HybridStats{}
+	}
+	return m.hy.stats
+}
+
+// release frees the pinned hidden-state buffer.
+func (h *hybrid) release(c *cudadrv.Ctx) error {
+	if h == nil {
+		return nil
+	}
+	err := c.FreeHost(h.buf)
+	h.buf, h.rows = nil, nil
+	return err
+}
