@@ -25,6 +25,7 @@ var kernels = map[Impl]map[quant.Type]kernel{
 	AVX2: {
 		quant.Q4_K: q4kAVX2,
 		quant.Q5_K: q5kAVX2,
+		quant.Q6_K: q6kAVX2,
 	},
 	AVX512: {},
 }

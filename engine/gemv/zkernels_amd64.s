@@ -376,3 +376,216 @@ q5kAVX2_block:
 q5kAVX2_done:
 	VZEROUPPER
 	RET
+
+// func q6kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, F16C
+TEXT ·q6kAVX2(SB), NOSPLIT, $32-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         n+24(FP), DX
+	MOVQ         y+64(FP), BX
+	SHRQ         $0x08, DX
+	MOVL         $0x000f000f, SI
+	VMOVD        SI, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x00300030, SI
+	VMOVD        SI, X1
+	VPBROADCASTD X1, Y1
+	MOVL         $0x00200020, SI
+	VMOVD        SI, X2
+	VPBROADCASTD X2, Y2
+
+q6kAVX2_row:
+	CMPQ   CX, $0x00
+	JE     q6kAVX2_done
+	MOVQ   q+32(FP), SI
+	MOVQ   d+40(FP), DI
+	MOVQ   DX, R8
+	VXORPD X3, X3, X3
+
+q6kAVX2_block:
+	VPMOVSXBW    192(AX), Y4
+	VMOVDQU      Y4, (SP)
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPMOVZXBW    (AX), Y6
+	VPMOVZXBW    32(AX), Y7
+	VPMOVZXBW    128(AX), Y8
+	VPAND        Y0, Y6, Y9
+	VPSLLW       $0x04, Y8, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSUBW       Y2, Y9, Y9
+	VPBROADCASTW (SP), Y10
+	VPMULLW      Y10, Y9, Y9
+	VPMADDWD     (SI), Y9, Y9
+	VPADDD       Y9, Y4, Y4
+	VPAND        Y0, Y7, Y9
+	VPSLLW       $0x02, Y8, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSUBW       Y2, Y9, Y9
+	VPBROADCASTW 4(SP), Y10
+	VPMULLW      Y10, Y9, Y9
+	VPMADDWD     64(SI), Y9, Y9
+	VPADDD       Y9, Y5, Y5
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        Y1, Y8, Y9
+	VPOR         Y9, Y6, Y6
+	VPSUBW       Y2, Y6, Y6
+	VPBROADCASTW 8(SP), Y9
+	VPMULLW      Y9, Y6, Y6
+	VPMADDWD     128(SI), Y6, Y6
+	VPADDD       Y6, Y4, Y4
+	VPSRLW       $0x04, Y7, Y6
+	VPSRLW       $0x02, Y8, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSUBW       Y2, Y6, Y6
+	VPBROADCASTW 12(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     192(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPMOVZXBW    16(AX), Y6
+	VPMOVZXBW    48(AX), Y7
+	VPMOVZXBW    144(AX), Y8
+	VPAND        Y0, Y6, Y9
+	VPSLLW       $0x04, Y8, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSUBW       Y2, Y9, Y9
+	VPBROADCASTW 2(SP), Y10
+	VPMULLW      Y10, Y9, Y9
+	VPMADDWD     32(SI), Y9, Y9
+	VPADDD       Y9, Y4, Y4
+	VPAND        Y0, Y7, Y9
+	VPSLLW       $0x02, Y8, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSUBW       Y2, Y9, Y9
+	VPBROADCASTW 6(SP), Y10
+	VPMULLW      Y10, Y9, Y9
+	VPMADDWD     96(SI), Y9, Y9
+	VPADDD       Y9, Y5, Y5
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        Y1, Y8, Y9
+	VPOR         Y9, Y6, Y6
+	VPSUBW       Y2, Y6, Y6
+	VPBROADCASTW 10(SP), Y9
+	VPMULLW      Y9, Y6, Y6
+	VPMADDWD     160(SI), Y6, Y6
+	VPADDD       Y6, Y4, Y4
+	VPSRLW       $0x04, Y7, Y6
+	VPSRLW       $0x02, Y8, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSUBW       Y2, Y6, Y6
+	VPBROADCASTW 14(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     224(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPMOVZXBW    64(AX), Y6
+	VPMOVZXBW    96(AX), Y7
+	VPMOVZXBW    160(AX), Y8
+	VPAND        Y0, Y6, Y9
+	VPSLLW       $0x04, Y8, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSUBW       Y2, Y9, Y9
+	VPBROADCASTW 16(SP), Y10
+	VPMULLW      Y10, Y9, Y9
+	VPMADDWD     256(SI), Y9, Y9
+	VPADDD       Y9, Y4, Y4
+	VPAND        Y0, Y7, Y9
+	VPSLLW       $0x02, Y8, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSUBW       Y2, Y9, Y9
+	VPBROADCASTW 20(SP), Y10
+	VPMULLW      Y10, Y9, Y9
+	VPMADDWD     320(SI), Y9, Y9
+	VPADDD       Y9, Y5, Y5
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        Y1, Y8, Y9
+	VPOR         Y9, Y6, Y6
+	VPSUBW       Y2, Y6, Y6
+	VPBROADCASTW 24(SP), Y9
+	VPMULLW      Y9, Y6, Y6
+	VPMADDWD     384(SI), Y6, Y6
+	VPADDD       Y6, Y4, Y4
+	VPSRLW       $0x04, Y7, Y6
+	VPSRLW       $0x02, Y8, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSUBW       Y2, Y6, Y6
+	VPBROADCASTW 28(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     448(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPMOVZXBW    80(AX), Y6
+	VPMOVZXBW    112(AX), Y7
+	VPMOVZXBW    176(AX), Y8
+	VPAND        Y0, Y6, Y9
+	VPSLLW       $0x04, Y8, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSUBW       Y2, Y9, Y9
+	VPBROADCASTW 18(SP), Y10
+	VPMULLW      Y10, Y9, Y9
+	VPMADDWD     288(SI), Y9, Y9
+	VPADDD       Y9, Y4, Y4
+	VPAND        Y0, Y7, Y9
+	VPSLLW       $0x02, Y8, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSUBW       Y2, Y9, Y9
+	VPBROADCASTW 22(SP), Y10
+	VPMULLW      Y10, Y9, Y9
+	VPMADDWD     352(SI), Y9, Y9
+	VPADDD       Y9, Y5, Y5
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        Y1, Y8, Y9
+	VPOR         Y9, Y6, Y6
+	VPSUBW       Y2, Y6, Y6
+	VPBROADCASTW 26(SP), Y9
+	VPMULLW      Y9, Y6, Y6
+	VPMADDWD     416(SI), Y6, Y6
+	VPADDD       Y6, Y4, Y4
+	VPSRLW       $0x04, Y7, Y6
+	VPSRLW       $0x02, Y8, Y7
+	VPAND        Y1, Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSUBW       Y2, Y6, Y6
+	VPBROADCASTW 30(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     480(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPADDD       Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPADDD       X5, X4, X5
+	VPSHUFD      $0x4e, X5, X4
+	VPADDD       X4, X5, X5
+	VPSHUFD      $0xb1, X5, X4
+	VPADDD       X4, X5, X5
+	VCVTDQ2PS    X5, X4
+	MOVWLZX      208(AX), R9
+	VMOVD        R9, X5
+	VCVTPH2PS    X5, X5
+	VMULSS       X5, X4, X4
+	VMULSS       (DI), X4, X4
+	VCVTSS2SD    X4, X4, X4
+	VADDSD       X4, X3, X3
+	ADDQ         $0x000000d2, AX
+	ADDQ         $0x00000200, SI
+	ADDQ         $0x04, DI
+	DECQ         R8
+	JNE          q6kAVX2_block
+	VCVTSD2SS    X3, X3, X3
+	VMOVSS       X3, (BX)
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JMP          q6kAVX2_row
+
+q6kAVX2_done:
+	VZEROUPPER
+	RET

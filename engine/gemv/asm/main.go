@@ -14,5 +14,6 @@ func main() {
 	ConstraintExpr("amd64")
 	q4kAVX2("q4kAVX2", false)
 	q4kAVX2("q5kAVX2", true)
+	q6kAVX2("q6kAVX2")
 	Generate()
 }
