@@ -26,6 +26,8 @@ var kernels = map[Impl]map[quant.Type]kernel{
 		quant.Q4_K: q4kAVX2,
 		quant.Q5_K: q5kAVX2,
 		quant.Q6_K: q6kAVX2,
+		quant.Q8_0: q8AVX2,
+		quant.Q4_0: q4AVX2,
 	},
 	AVX512: {},
 }

@@ -18,3 +18,13 @@ func q5kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int3
 //
 //go:noescape
 func q6kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q8AVX2 is the Q8_0 kernel for AVX2 (ref.go's contract).
+//
+//go:noescape
+func q8AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q4AVX2 is the Q4_0 kernel for AVX2 (ref.go's contract).
+//
+//go:noescape
+func q4AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)

@@ -589,3 +589,327 @@ q6kAVX2_block:
 q6kAVX2_done:
 	VZEROUPPER
 	RET
+
+// func q8AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, F16C
+TEXT ·q8AVX2(SB), NOSPLIT, $0-72
+	MOVQ w+0(FP), AX
+	MOVQ rows+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ y+64(FP), BX
+	MOVQ DX, SI
+	SHRQ $0x08, SI
+	SHRQ $0x05, DX
+	ANDQ $0x07, DX
+
+q8AVX2_row:
+	CMPQ   CX, $0x00
+	JE     q8AVX2_done
+	MOVQ   q+32(FP), DI
+	MOVQ   d+40(FP), R8
+	VXORPD X0, X0, X0
+	MOVQ   SI, R9
+	TESTQ  R9, R9
+	JE     q8AVX2_tail
+
+q8AVX2_block:
+	VPMOVSXBW    2(AX), Y1
+	VPMOVSXBW    18(AX), Y2
+	VPMADDWD     (DI), Y1, Y1
+	VPMADDWD     32(DI), Y2, Y2
+	VPADDD       Y2, Y1, Y1
+	VPMOVSXBW    36(AX), Y2
+	VPMOVSXBW    52(AX), Y3
+	VPMADDWD     64(DI), Y2, Y2
+	VPMADDWD     96(DI), Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	VPMOVSXBW    70(AX), Y3
+	VPMOVSXBW    86(AX), Y4
+	VPMADDWD     128(DI), Y3, Y3
+	VPMADDWD     160(DI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPMOVSXBW    104(AX), Y4
+	VPMOVSXBW    120(AX), Y5
+	VPMADDWD     192(DI), Y4, Y4
+	VPMADDWD     224(DI), Y5, Y5
+	VPADDD       Y5, Y4, Y4
+	VPMOVSXBW    138(AX), Y5
+	VPMOVSXBW    154(AX), Y6
+	VPMADDWD     256(DI), Y5, Y5
+	VPMADDWD     288(DI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPMOVSXBW    172(AX), Y6
+	VPMOVSXBW    188(AX), Y7
+	VPMADDWD     320(DI), Y6, Y6
+	VPMADDWD     352(DI), Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPMOVSXBW    206(AX), Y7
+	VPMOVSXBW    222(AX), Y8
+	VPMADDWD     384(DI), Y7, Y7
+	VPMADDWD     416(DI), Y8, Y8
+	VPADDD       Y8, Y7, Y7
+	VPMOVSXBW    240(AX), Y8
+	VPMOVSXBW    256(AX), Y9
+	VPMADDWD     448(DI), Y8, Y8
+	VPMADDWD     480(DI), Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y4, Y3, Y3
+	VPHADDD      Y6, Y5, Y5
+	VPHADDD      Y8, Y7, Y7
+	VPHADDD      Y3, Y1, Y1
+	VPHADDD      Y7, Y5, Y5
+	VPERM2I128   $0x21, Y5, Y1, Y2
+	VPBLENDD     $0xf0, Y5, Y1, Y1
+	VPADDD       Y1, Y2, Y2
+	VCVTDQ2PS    Y2, Y1
+	MOVWLZX      (AX), R10
+	VMOVD        R10, X2
+	VPINSRW      $0x01, 34(AX), X2, X2
+	VPINSRW      $0x02, 68(AX), X2, X2
+	VPINSRW      $0x03, 102(AX), X2, X2
+	VPINSRW      $0x04, 136(AX), X2, X2
+	VPINSRW      $0x05, 170(AX), X2, X2
+	VPINSRW      $0x06, 204(AX), X2, X2
+	VPINSRW      $0x07, 238(AX), X2, X2
+	VCVTPH2PS    X2, Y2
+	VMULPS       Y2, Y1, Y1
+	VMOVAPS      X1, X2
+	VEXTRACTF128 $0x01, Y1, X4
+	VPERMILPS    $0x01, X1, X3
+	VADDSS       X3, X2, X2
+	VPERMILPS    $0x02, X1, X3
+	VADDSS       X3, X2, X2
+	VPERMILPS    $0x03, X1, X3
+	VADDSS       X3, X2, X2
+	VADDSS       X4, X2, X2
+	VPERMILPS    $0x01, X4, X3
+	VADDSS       X3, X2, X2
+	VPERMILPS    $0x02, X4, X3
+	VADDSS       X3, X2, X2
+	VPERMILPS    $0x03, X4, X3
+	VADDSS       X3, X2, X2
+	VMULSS       (R8), X2, X2
+	VCVTSS2SD    X2, X2, X2
+	VADDSD       X2, X0, X0
+	ADDQ         $0x00000110, AX
+	ADDQ         $0x00000200, DI
+	ADDQ         $0x04, R8
+	DECQ         R9
+	JNE          q8AVX2_block
+
+q8AVX2_tail:
+	TESTQ  DX, DX
+	JE     q8AVX2_store
+	MOVQ   DX, R9
+	VXORPS X1, X1, X1
+
+q8AVX2_one:
+	VPMOVSXBW    2(AX), Y2
+	VPMOVSXBW    18(AX), Y3
+	VPMADDWD     (DI), Y2, Y2
+	VPMADDWD     32(DI), Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X3
+	VPADDD       X3, X2, X3
+	VPSHUFD      $0x4e, X3, X2
+	VPADDD       X2, X3, X3
+	VPSHUFD      $0xb1, X3, X2
+	VPADDD       X2, X3, X3
+	VCVTDQ2PS    X3, X3
+	MOVWLZX      (AX), R10
+	VMOVD        R10, X2
+	VCVTPH2PS    X2, X2
+	VMULSS       X2, X3, X3
+	VADDSS       X3, X1, X1
+	ADDQ         $0x22, AX
+	ADDQ         $0x40, DI
+	DECQ         R9
+	JNE          q8AVX2_one
+	VMULSS       (R8), X1, X1
+	VCVTSS2SD    X1, X1, X1
+	VADDSD       X1, X0, X0
+
+q8AVX2_store:
+	VCVTSD2SS X0, X0, X0
+	VMOVSS    X0, (BX)
+	ADDQ      $0x04, BX
+	DECQ      CX
+	JMP       q8AVX2_row
+
+q8AVX2_done:
+	VZEROUPPER
+	RET
+
+// func q4AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, F16C
+TEXT ·q4AVX2(SB), NOSPLIT, $0-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         n+24(FP), DX
+	MOVQ         y+64(FP), BX
+	MOVQ         DX, SI
+	SHRQ         $0x08, SI
+	SHRQ         $0x05, DX
+	ANDQ         $0x07, DX
+	MOVL         $0x000f000f, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Y0
+
+q4AVX2_row:
+	CMPQ   CX, $0x00
+	JE     q4AVX2_done
+	MOVQ   q+32(FP), DI
+	MOVQ   d+40(FP), R8
+	MOVQ   s+48(FP), R9
+	VXORPD X1, X1, X1
+	MOVQ   SI, R10
+	TESTQ  R10, R10
+	JE     q4AVX2_tail
+
+q4AVX2_block:
+	VPMOVZXBW    2(AX), Y2
+	VPSRLW       $0x04, Y2, Y3
+	VPAND        Y0, Y2, Y2
+	VPMADDWD     (DI), Y2, Y2
+	VPMADDWD     32(DI), Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	VPMOVZXBW    20(AX), Y3
+	VPSRLW       $0x04, Y3, Y4
+	VPAND        Y0, Y3, Y3
+	VPMADDWD     64(DI), Y3, Y3
+	VPMADDWD     96(DI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPMOVZXBW    38(AX), Y4
+	VPSRLW       $0x04, Y4, Y5
+	VPAND        Y0, Y4, Y4
+	VPMADDWD     128(DI), Y4, Y4
+	VPMADDWD     160(DI), Y5, Y5
+	VPADDD       Y5, Y4, Y4
+	VPMOVZXBW    56(AX), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPAND        Y0, Y5, Y5
+	VPMADDWD     192(DI), Y5, Y5
+	VPMADDWD     224(DI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPMOVZXBW    74(AX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        Y0, Y6, Y6
+	VPMADDWD     256(DI), Y6, Y6
+	VPMADDWD     288(DI), Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPMOVZXBW    92(AX), Y7
+	VPSRLW       $0x04, Y7, Y8
+	VPAND        Y0, Y7, Y7
+	VPMADDWD     320(DI), Y7, Y7
+	VPMADDWD     352(DI), Y8, Y8
+	VPADDD       Y8, Y7, Y7
+	VPMOVZXBW    110(AX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPAND        Y0, Y8, Y8
+	VPMADDWD     384(DI), Y8, Y8
+	VPMADDWD     416(DI), Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VPMOVZXBW    128(AX), Y9
+	VPSRLW       $0x04, Y9, Y10
+	VPAND        Y0, Y9, Y9
+	VPMADDWD     448(DI), Y9, Y9
+	VPMADDWD     480(DI), Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y5, Y4, Y4
+	VPHADDD      Y7, Y6, Y6
+	VPHADDD      Y9, Y8, Y8
+	VPHADDD      Y4, Y2, Y2
+	VPHADDD      Y8, Y6, Y6
+	VPERM2I128   $0x21, Y6, Y2, Y3
+	VPBLENDD     $0xf0, Y6, Y2, Y2
+	VPADDD       Y2, Y3, Y3
+	VMOVDQU      (R9), Y2
+	VPSLLD       $0x03, Y2, Y2
+	VPSUBD       Y2, Y3, Y3
+	VCVTDQ2PS    Y3, Y2
+	MOVWLZX      (AX), R11
+	VMOVD        R11, X3
+	VPINSRW      $0x01, 18(AX), X3, X3
+	VPINSRW      $0x02, 36(AX), X3, X3
+	VPINSRW      $0x03, 54(AX), X3, X3
+	VPINSRW      $0x04, 72(AX), X3, X3
+	VPINSRW      $0x05, 90(AX), X3, X3
+	VPINSRW      $0x06, 108(AX), X3, X3
+	VPINSRW      $0x07, 126(AX), X3, X3
+	VCVTPH2PS    X3, Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVAPS      X2, X3
+	VEXTRACTF128 $0x01, Y2, X5
+	VPERMILPS    $0x01, X2, X4
+	VADDSS       X4, X3, X3
+	VPERMILPS    $0x02, X2, X4
+	VADDSS       X4, X3, X3
+	VPERMILPS    $0x03, X2, X4
+	VADDSS       X4, X3, X3
+	VADDSS       X5, X3, X3
+	VPERMILPS    $0x01, X5, X4
+	VADDSS       X4, X3, X3
+	VPERMILPS    $0x02, X5, X4
+	VADDSS       X4, X3, X3
+	VPERMILPS    $0x03, X5, X4
+	VADDSS       X4, X3, X3
+	VMULSS       (R8), X3, X3
+	VCVTSS2SD    X3, X3, X3
+	VADDSD       X3, X1, X1
+	ADDQ         $0x00000090, AX
+	ADDQ         $0x00000200, DI
+	ADDQ         $0x04, R8
+	ADDQ         $0x20, R9
+	DECQ         R10
+	JNE          q4AVX2_block
+
+q4AVX2_tail:
+	TESTQ  DX, DX
+	JE     q4AVX2_store
+	MOVQ   DX, R10
+	VXORPS X2, X2, X2
+
+q4AVX2_one:
+	VPMOVZXBW    2(AX), Y3
+	VPSRLW       $0x04, Y3, Y4
+	VPAND        Y0, Y3, Y3
+	VPMADDWD     (DI), Y3, Y3
+	VPMADDWD     32(DI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VEXTRACTI128 $0x01, Y3, X4
+	VPADDD       X4, X3, X4
+	VPSHUFD      $0x4e, X4, X3
+	VPADDD       X3, X4, X4
+	VPSHUFD      $0xb1, X4, X3
+	VPADDD       X3, X4, X4
+	MOVL         (R9), R11
+	SHLL         $0x03, R11
+	VMOVD        R11, X3
+	VPSUBD       X3, X4, X4
+	VCVTDQ2PS    X4, X4
+	MOVWLZX      (AX), R11
+	VMOVD        R11, X3
+	VCVTPH2PS    X3, X3
+	VMULSS       X3, X4, X4
+	VADDSS       X4, X2, X2
+	ADDQ         $0x12, AX
+	ADDQ         $0x40, DI
+	ADDQ         $0x04, R9
+	DECQ         R10
+	JNE          q4AVX2_one
+	VMULSS       (R8), X2, X2
+	VCVTSS2SD    X2, X2, X2
+	VADDSD       X2, X1, X1
+
+q4AVX2_store:
+	VCVTSD2SS X1, X1, X1
+	VMOVSS    X1, (BX)
+	ADDQ      $0x04, BX
+	DECQ      CX
+	JMP       q4AVX2_row
+
+q4AVX2_done:
+	VZEROUPPER
+	RET

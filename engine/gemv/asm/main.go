@@ -15,5 +15,7 @@ func main() {
 	q4kAVX2("q4kAVX2", false)
 	q4kAVX2("q5kAVX2", true)
 	q6kAVX2("q6kAVX2")
+	q32AVX2("q8AVX2", false)
+	q32AVX2("q4AVX2", true)
 	Generate()
 }
