@@ -28,3 +28,8 @@ func q8AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32
 //
 //go:noescape
 func q4AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// i8AVX2 is the INT8Row kernel for AVX2 (ref.go's contract).
+//
+//go:noescape
+func i8AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)

@@ -913,3 +913,96 @@ q4AVX2_store:
 q4AVX2_done:
 	VZEROUPPER
 	RET
+
+// func i8AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2
+TEXT ·i8AVX2(SB), NOSPLIT, $0-72
+	MOVQ w+0(FP), AX
+	MOVQ rows+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ y+64(FP), BX
+	SHRQ $0x08, DX
+
+i8AVX2_row:
+	CMPQ   CX, $0x00
+	JE     i8AVX2_done
+	MOVQ   q+32(FP), SI
+	MOVQ   d+40(FP), DI
+	VMOVSS (AX), X0
+	ADDQ   $0x04, AX
+	MOVQ   DX, R8
+	VXORPD X1, X1, X1
+
+i8AVX2_block:
+	VPMOVSXBW    (AX), Y2
+	VPMADDWD     (SI), Y2, Y2
+	VPMOVSXBW    16(AX), Y3
+	VPMADDWD     32(SI), Y3, Y3
+	VPMOVSXBW    32(AX), Y4
+	VPMADDWD     64(SI), Y4, Y4
+	VPADDD       Y4, Y2, Y2
+	VPMOVSXBW    48(AX), Y4
+	VPMADDWD     96(SI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPMOVSXBW    64(AX), Y4
+	VPMADDWD     128(SI), Y4, Y4
+	VPADDD       Y4, Y2, Y2
+	VPMOVSXBW    80(AX), Y4
+	VPMADDWD     160(SI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPMOVSXBW    96(AX), Y4
+	VPMADDWD     192(SI), Y4, Y4
+	VPADDD       Y4, Y2, Y2
+	VPMOVSXBW    112(AX), Y4
+	VPMADDWD     224(SI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPMOVSXBW    128(AX), Y4
+	VPMADDWD     256(SI), Y4, Y4
+	VPADDD       Y4, Y2, Y2
+	VPMOVSXBW    144(AX), Y4
+	VPMADDWD     288(SI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPMOVSXBW    160(AX), Y4
+	VPMADDWD     320(SI), Y4, Y4
+	VPADDD       Y4, Y2, Y2
+	VPMOVSXBW    176(AX), Y4
+	VPMADDWD     352(SI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPMOVSXBW    192(AX), Y4
+	VPMADDWD     384(SI), Y4, Y4
+	VPADDD       Y4, Y2, Y2
+	VPMOVSXBW    208(AX), Y4
+	VPMADDWD     416(SI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPMOVSXBW    224(AX), Y4
+	VPMADDWD     448(SI), Y4, Y4
+	VPADDD       Y4, Y2, Y2
+	VPMOVSXBW    240(AX), Y4
+	VPMADDWD     480(SI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X3
+	VPADDD       X3, X2, X3
+	VPSHUFD      $0x4e, X3, X2
+	VPADDD       X2, X3, X3
+	VPSHUFD      $0xb1, X3, X2
+	VPADDD       X2, X3, X3
+	VCVTDQ2PS    X3, X3
+	VMULSS       (DI), X3, X3
+	VCVTSS2SD    X3, X3, X3
+	VADDSD       X3, X1, X1
+	ADDQ         $0x00000100, AX
+	ADDQ         $0x00000200, SI
+	ADDQ         $0x04, DI
+	DECQ         R8
+	JNE          i8AVX2_block
+	VCVTSD2SS    X1, X1, X1
+	VMULSS       X0, X1, X1
+	VMOVSS       X1, (BX)
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JMP          i8AVX2_row
+
+i8AVX2_done:
+	VZEROUPPER
+	RET

@@ -17,5 +17,6 @@ func main() {
 	q6kAVX2("q6kAVX2")
 	q32AVX2("q8AVX2", false)
 	q32AVX2("q4AVX2", true)
+	i8AVX2("i8AVX2")
 	Generate()
 }
