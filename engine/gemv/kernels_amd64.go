@@ -29,6 +29,9 @@ var kernels = map[Impl]map[quant.Type]kernel{
 		quant.Q8_0:    q8AVX2,
 		quant.Q4_0:    q4AVX2,
 		quant.INT8Row: i8AVX2,
+		quant.F32:     f32AVX2,
+		quant.F16:     f16AVX2,
+		quant.BF16:    bf16AVX2,
 	},
 	AVX512: {},
 }

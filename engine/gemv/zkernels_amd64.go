@@ -33,3 +33,18 @@ func q4AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32
 //
 //go:noescape
 func i8AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// f32AVX2 is the F32 kernel for AVX2 (ref.go's float path).
+//
+//go:noescape
+func f32AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// f16AVX2 is the F16 kernel for AVX2 (ref.go's float path).
+//
+//go:noescape
+func f16AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// bf16AVX2 is the BF16 kernel for AVX2 (ref.go's float path).
+//
+//go:noescape
+func bf16AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)

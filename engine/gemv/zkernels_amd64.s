@@ -1006,3 +1006,333 @@ i8AVX2_block:
 i8AVX2_done:
 	VZEROUPPER
 	RET
+
+// func f32AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, FMA3
+TEXT ·f32AVX2(SB), NOSPLIT, $0-72
+	MOVQ w+0(FP), AX
+	MOVQ rows+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ y+64(FP), BX
+	MOVQ DX, SI
+	SHRQ $0x07, SI
+	SHRQ $0x04, DX
+	ANDQ $0x07, DX
+
+f32AVX2_row:
+	CMPQ   CX, $0x00
+	JE     f32AVX2_done
+	MOVQ   f+56(FP), DI
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	MOVQ   SI, R8
+	TESTQ  R8, R8
+	JE     f32AVX2_rest
+
+f32AVX2_chunk:
+	VMOVUPS      (AX), Y2
+	VMULPS       (DI), Y2, Y2
+	VMOVUPS      32(AX), Y3
+	VMULPS       32(DI), Y3, Y3
+	VMOVUPS      64(AX), Y4
+	VMULPS       64(DI), Y4, Y4
+	VMOVUPS      96(AX), Y5
+	VMULPS       96(DI), Y5, Y5
+	VMOVUPS      128(AX), Y6
+	VFMADD231PS  128(DI), Y6, Y2
+	VMOVUPS      160(AX), Y6
+	VFMADD231PS  160(DI), Y6, Y3
+	VMOVUPS      192(AX), Y6
+	VFMADD231PS  192(DI), Y6, Y4
+	VMOVUPS      224(AX), Y6
+	VFMADD231PS  224(DI), Y6, Y5
+	VMOVUPS      256(AX), Y6
+	VFMADD231PS  256(DI), Y6, Y2
+	VMOVUPS      288(AX), Y6
+	VFMADD231PS  288(DI), Y6, Y3
+	VMOVUPS      320(AX), Y6
+	VFMADD231PS  320(DI), Y6, Y4
+	VMOVUPS      352(AX), Y6
+	VFMADD231PS  352(DI), Y6, Y5
+	VMOVUPS      384(AX), Y6
+	VFMADD231PS  384(DI), Y6, Y2
+	VMOVUPS      416(AX), Y6
+	VFMADD231PS  416(DI), Y6, Y3
+	VMOVUPS      448(AX), Y6
+	VFMADD231PS  448(DI), Y6, Y4
+	VMOVUPS      480(AX), Y6
+	VFMADD231PS  480(DI), Y6, Y5
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VCVTPS2PD    X2, Y3
+	VEXTRACTF128 $0x01, Y2, X2
+	VCVTPS2PD    X2, Y2
+	VADDPD       Y3, Y0, Y0
+	VADDPD       Y2, Y1, Y1
+	ADDQ         $0x00000200, AX
+	ADDQ         $0x00000200, DI
+	DECQ         R8
+	JNE          f32AVX2_chunk
+
+f32AVX2_rest:
+	TESTQ DX, DX
+	JE    f32AVX2_store
+	MOVQ  DX, R8
+
+f32AVX2_step:
+	VMOVUPS      (AX), Y2
+	VMULPS       (DI), Y2, Y2
+	VMOVUPS      32(AX), Y3
+	VFMADD231PS  32(DI), Y3, Y2
+	VCVTPS2PD    X2, Y3
+	VEXTRACTF128 $0x01, Y2, X2
+	VCVTPS2PD    X2, Y2
+	VADDPD       Y3, Y0, Y0
+	VADDPD       Y2, Y1, Y1
+	ADDQ         $0x40, AX
+	ADDQ         $0x40, DI
+	DECQ         R8
+	JNE          f32AVX2_step
+
+f32AVX2_store:
+	VADDPD       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPD       X1, X0, X1
+	VPERMILPD    $0x01, X1, X0
+	VADDSD       X0, X1, X1
+	VCVTSD2SS    X1, X1, X1
+	VMOVSS       X1, (BX)
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JMP          f32AVX2_row
+
+f32AVX2_done:
+	VZEROUPPER
+	RET
+
+// func f16AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, F16C, FMA3
+TEXT ·f16AVX2(SB), NOSPLIT, $0-72
+	MOVQ w+0(FP), AX
+	MOVQ rows+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ y+64(FP), BX
+	MOVQ DX, SI
+	SHRQ $0x07, SI
+	SHRQ $0x04, DX
+	ANDQ $0x07, DX
+
+f16AVX2_row:
+	CMPQ   CX, $0x00
+	JE     f16AVX2_done
+	MOVQ   f+56(FP), DI
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	MOVQ   SI, R8
+	TESTQ  R8, R8
+	JE     f16AVX2_rest
+
+f16AVX2_chunk:
+	VCVTPH2PS    (AX), Y2
+	VMULPS       (DI), Y2, Y2
+	VCVTPH2PS    16(AX), Y3
+	VMULPS       32(DI), Y3, Y3
+	VCVTPH2PS    32(AX), Y4
+	VMULPS       64(DI), Y4, Y4
+	VCVTPH2PS    48(AX), Y5
+	VMULPS       96(DI), Y5, Y5
+	VCVTPH2PS    64(AX), Y6
+	VFMADD231PS  128(DI), Y6, Y2
+	VCVTPH2PS    80(AX), Y6
+	VFMADD231PS  160(DI), Y6, Y3
+	VCVTPH2PS    96(AX), Y6
+	VFMADD231PS  192(DI), Y6, Y4
+	VCVTPH2PS    112(AX), Y6
+	VFMADD231PS  224(DI), Y6, Y5
+	VCVTPH2PS    128(AX), Y6
+	VFMADD231PS  256(DI), Y6, Y2
+	VCVTPH2PS    144(AX), Y6
+	VFMADD231PS  288(DI), Y6, Y3
+	VCVTPH2PS    160(AX), Y6
+	VFMADD231PS  320(DI), Y6, Y4
+	VCVTPH2PS    176(AX), Y6
+	VFMADD231PS  352(DI), Y6, Y5
+	VCVTPH2PS    192(AX), Y6
+	VFMADD231PS  384(DI), Y6, Y2
+	VCVTPH2PS    208(AX), Y6
+	VFMADD231PS  416(DI), Y6, Y3
+	VCVTPH2PS    224(AX), Y6
+	VFMADD231PS  448(DI), Y6, Y4
+	VCVTPH2PS    240(AX), Y6
+	VFMADD231PS  480(DI), Y6, Y5
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VCVTPS2PD    X2, Y3
+	VEXTRACTF128 $0x01, Y2, X2
+	VCVTPS2PD    X2, Y2
+	VADDPD       Y3, Y0, Y0
+	VADDPD       Y2, Y1, Y1
+	ADDQ         $0x00000100, AX
+	ADDQ         $0x00000200, DI
+	DECQ         R8
+	JNE          f16AVX2_chunk
+
+f16AVX2_rest:
+	TESTQ DX, DX
+	JE    f16AVX2_store
+	MOVQ  DX, R8
+
+f16AVX2_step:
+	VCVTPH2PS    (AX), Y2
+	VMULPS       (DI), Y2, Y2
+	VCVTPH2PS    16(AX), Y3
+	VFMADD231PS  32(DI), Y3, Y2
+	VCVTPS2PD    X2, Y3
+	VEXTRACTF128 $0x01, Y2, X2
+	VCVTPS2PD    X2, Y2
+	VADDPD       Y3, Y0, Y0
+	VADDPD       Y2, Y1, Y1
+	ADDQ         $0x20, AX
+	ADDQ         $0x40, DI
+	DECQ         R8
+	JNE          f16AVX2_step
+
+f16AVX2_store:
+	VADDPD       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPD       X1, X0, X1
+	VPERMILPD    $0x01, X1, X0
+	VADDSD       X0, X1, X1
+	VCVTSD2SS    X1, X1, X1
+	VMOVSS       X1, (BX)
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JMP          f16AVX2_row
+
+f16AVX2_done:
+	VZEROUPPER
+	RET
+
+// func bf16AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·bf16AVX2(SB), NOSPLIT, $0-72
+	MOVQ w+0(FP), AX
+	MOVQ rows+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ y+64(FP), BX
+	MOVQ DX, SI
+	SHRQ $0x07, SI
+	SHRQ $0x04, DX
+	ANDQ $0x07, DX
+
+bf16AVX2_row:
+	CMPQ   CX, $0x00
+	JE     bf16AVX2_done
+	MOVQ   f+56(FP), DI
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	MOVQ   SI, R8
+	TESTQ  R8, R8
+	JE     bf16AVX2_rest
+
+bf16AVX2_chunk:
+	VPMOVZXWD    (AX), Y2
+	VPSLLD       $0x10, Y2, Y2
+	VMULPS       (DI), Y2, Y2
+	VPMOVZXWD    16(AX), Y3
+	VPSLLD       $0x10, Y3, Y3
+	VMULPS       32(DI), Y3, Y3
+	VPMOVZXWD    32(AX), Y4
+	VPSLLD       $0x10, Y4, Y4
+	VMULPS       64(DI), Y4, Y4
+	VPMOVZXWD    48(AX), Y5
+	VPSLLD       $0x10, Y5, Y5
+	VMULPS       96(DI), Y5, Y5
+	VPMOVZXWD    64(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  128(DI), Y6, Y2
+	VPMOVZXWD    80(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  160(DI), Y6, Y3
+	VPMOVZXWD    96(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  192(DI), Y6, Y4
+	VPMOVZXWD    112(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  224(DI), Y6, Y5
+	VPMOVZXWD    128(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  256(DI), Y6, Y2
+	VPMOVZXWD    144(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  288(DI), Y6, Y3
+	VPMOVZXWD    160(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  320(DI), Y6, Y4
+	VPMOVZXWD    176(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  352(DI), Y6, Y5
+	VPMOVZXWD    192(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  384(DI), Y6, Y2
+	VPMOVZXWD    208(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  416(DI), Y6, Y3
+	VPMOVZXWD    224(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  448(DI), Y6, Y4
+	VPMOVZXWD    240(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  480(DI), Y6, Y5
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VCVTPS2PD    X2, Y3
+	VEXTRACTF128 $0x01, Y2, X2
+	VCVTPS2PD    X2, Y2
+	VADDPD       Y3, Y0, Y0
+	VADDPD       Y2, Y1, Y1
+	ADDQ         $0x00000100, AX
+	ADDQ         $0x00000200, DI
+	DECQ         R8
+	JNE          bf16AVX2_chunk
+
+bf16AVX2_rest:
+	TESTQ DX, DX
+	JE    bf16AVX2_store
+	MOVQ  DX, R8
+
+bf16AVX2_step:
+	VPMOVZXWD    (AX), Y2
+	VPSLLD       $0x10, Y2, Y2
+	VMULPS       (DI), Y2, Y2
+	VPMOVZXWD    16(AX), Y3
+	VPSLLD       $0x10, Y3, Y3
+	VFMADD231PS  32(DI), Y3, Y2
+	VCVTPS2PD    X2, Y3
+	VEXTRACTF128 $0x01, Y2, X2
+	VCVTPS2PD    X2, Y2
+	VADDPD       Y3, Y0, Y0
+	VADDPD       Y2, Y1, Y1
+	ADDQ         $0x20, AX
+	ADDQ         $0x40, DI
+	DECQ         R8
+	JNE          bf16AVX2_step
+
+bf16AVX2_store:
+	VADDPD       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPD       X1, X0, X1
+	VPERMILPD    $0x01, X1, X0
+	VADDSD       X0, X1, X1
+	VCVTSD2SS    X1, X1, X1
+	VMOVSS       X1, (BX)
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JMP          bf16AVX2_row
+
+bf16AVX2_done:
+	VZEROUPPER
+	RET

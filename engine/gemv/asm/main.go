@@ -18,5 +18,8 @@ func main() {
 	q32AVX2("q8AVX2", false)
 	q32AVX2("q4AVX2", true)
 	i8AVX2("i8AVX2")
+	floatAVX2("f32AVX2", fF32)
+	floatAVX2("f16AVX2", fF16)
+	floatAVX2("bf16AVX2", fBF16)
 	Generate()
 }
