@@ -15,6 +15,11 @@ func splat16(v uint16) VecVirtual {
 	return r
 }
 
+// splat8 returns a YMM register with v in every byte.
+func splat8(v uint8) VecVirtual {
+	return splat16(uint16(v)<<8 | uint16(v))
+}
+
 // hsumD leaves the sum of v's eight int32 lanes in the low lane of the
 // returned XMM register (wrapping, as the exact sums never do).
 func hsumD(v VecVirtual) VecVirtual {

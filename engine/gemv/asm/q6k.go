@@ -11,9 +11,10 @@ import (
 // at 128, sixteen int8 scales at 192 and d (fp16) at 208. Element
 // 128h+32j+l (l < 32) takes its low four bits from ql[64h+l] (j = 0, 2:
 // low and high nibble) or ql[64h+32+l] (j = 1, 3) and its top two from
-// bits 2j, 2j+1 of qh[32h+l]. Sixteen consecutive elements share a scale,
-// so each int16 vector of sixteen quants is one group: w = q6 − 32 is
-// scaled by its group's scale (|w·sc| ≤ 4096, still int16) and
+// bits 2j, 2j+1 of qh[32h+l]. The 32 elements of one (h, j) are built
+// together as bytes, w = q6 − 32 (the top bits and the −32 come from one
+// table lookup), then widened to two int16 vectors, one 16-element group
+// each: scaled by the group's scale (|w·sc| ≤ 4096, still int16) and
 // multiply-added with the vector's quants into eight int32 lanes, whose
 // total is T exactly (x.go's bound). The float tail is ref.go's, one
 // scalar operation at a time.
@@ -29,9 +30,20 @@ func q6kAVX2(name string) {
 
 	scw := AllocLocal(32) // the block's sixteen scales as int16
 
-	low4 := splat16(0x000f)
-	top2 := splat16(0x0030)
-	bias := splat16(32)
+	low4 := splat8(0x0f)
+	// The top two bits of q6 less 32 by table lookup (VPSHUFB), from a
+	// nibble of qh that holds two of them: lut[0] maps the nibble's low
+	// pair, lut[1] its high pair, each to 16·pair − 32.
+	lut := [2]VecVirtual{YMM(), YMM()}
+	t64 := GP64()
+	MOVL(U32(0x1000f0e0), t64.As32())
+	VMOVD(t64.As32(), lut[0].AsX())
+	VPBROADCASTD(lut[0].AsX(), lut[0])
+	MOVQ(U64(0xf0f0f0f0e0e0e0e0), t64)
+	VMOVQ(t64, lut[1].AsX())
+	MOVQ(U64(0x1010101000000000), t64)
+	VPINSRQ(U8(1), t64, lut[1].AsX(), lut[1].AsX())
+	VINSERTI128(U8(1), lut[1].AsX(), lut[1], lut[1])
 
 	Label(name + "_row")
 	CMPQ(rows, Imm(0))
@@ -51,40 +63,40 @@ func q6kAVX2(name string) {
 	VPXOR(acc[0], acc[0], acc[0])
 	VPXOR(acc[1], acc[1], acc[1])
 	for h := 0; h < 2; h++ {
-		for half := 0; half < 2; half++ {
-			a, b, hb := YMM(), YMM(), YMM()
-			VPMOVZXBW(Mem{Base: wp, Disp: 64*h + 16*half}, a)      // j = 0, 2
-			VPMOVZXBW(Mem{Base: wp, Disp: 64*h + 32 + 16*half}, b) // j = 1, 3
-			VPMOVZXBW(Mem{Base: wp, Disp: 128 + 32*h + 16*half}, hb)
-			for j := 0; j < 4; j++ {
-				w, t := YMM(), YMM()
-				src := a
-				if j%2 == 1 {
-					src = b
-				}
-				if j < 2 {
-					VPAND(low4, src, w)
+		// The nibbles of qh: pairs 0, 1 and pairs 2, 3.
+		// (Shifts take registers: their memory forms are AVX-512 only.)
+		hn := [2]VecVirtual{YMM(), YMM()}
+		VMOVDQU(Mem{Base: wp, Disp: 128 + 32*h}, hn[1])
+		VPAND(low4, hn[1], hn[0])
+		VPSRLW(U8(4), hn[1], hn[1])
+		VPAND(low4, hn[1], hn[1])
+		ql := [2]VecVirtual{YMM(), YMM()}
+		VMOVDQU(Mem{Base: wp, Disp: 64 * h}, ql[0])
+		VMOVDQU(Mem{Base: wp, Disp: 64*h + 32}, ql[1])
+		for j := 0; j < 4; j++ {
+			// The 32 elements 128h+32j+l as int8 w = q6 − 32.
+			w, t := YMM(), YMM()
+			if j < 2 {
+				VPAND(ql[j], low4, w)
+			} else {
+				VPSRLW(U8(4), ql[j-2], w)
+				VPAND(low4, w, w)
+			}
+			VPSHUFB(hn[j/2], lut[j%2], t)
+			VPADDB(t, w, w)
+			for half := 0; half < 2; half++ {
+				v := YMM()
+				if half == 0 {
+					VPMOVSXBW(w.AsX(), v)
 				} else {
-					VPSRLW(U8(4), src, w)
+					VEXTRACTI128(U8(1), w, v.AsX())
+					VPMOVSXBW(v.AsX(), v)
 				}
-				// Bits 2j, 2j+1 of qh to bits 4, 5.
-				switch {
-				case 2*j < 4:
-					VPSLLW(U8(4-2*j), hb, t)
-					VPAND(top2, t, t)
-				case 2*j == 4:
-					VPAND(top2, hb, t)
-				default:
-					VPSRLW(U8(2*j-4), hb, t)
-					VPAND(top2, t, t)
-				}
-				VPOR(t, w, w)
-				VPSUBW(bias, w, w)
 				g := 8*h + 2*j + half
 				VPBROADCASTW(scw.Offset(2*g), t)
-				VPMULLW(t, w, w)
-				VPMADDWD(Mem{Base: qp, Disp: 2 * (128*h + 32*j + 16*half)}, w, w)
-				VPADDD(w, acc[j%2], acc[j%2])
+				VPMULLW(t, v, v)
+				VPMADDWD(Mem{Base: qp, Disp: 2 * (128*h + 32*j + 16*half)}, v, v)
+				VPADDD(v, acc[half], acc[half])
 			}
 		}
 	}
