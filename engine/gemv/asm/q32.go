@@ -115,21 +115,23 @@ func q32AVX2(name string, four bool) {
 	VCVTPH2PS(dw, dws)
 	VMULPS(dws, p, p) // lane k: float32(dw_k·float32(I_k))
 	// A = ((p0 + p1) + p2) + … + p7 in float32.
-	a, e := XMM(), XMM()
-	VMOVAPS(p.AsX(), a)
-	hiP := XMM()
+	a, e, hiP := XMM(), XMM(), XMM()
 	VEXTRACTF128(U8(1), p, hiP)
 	for k := 1; k < 8; k++ {
-		src := p.AsX()
-		if k >= 4 {
-			src = hiP
-		}
-		if k == 4 {
+		switch {
+		case k == 4:
 			VADDSS(hiP, a, a)
-			continue
+		case k < 4:
+			VPERMILPS(U8(k), p.AsX(), e)
+			if k == 1 {
+				VADDSS(e, p.AsX(), a)
+			} else {
+				VADDSS(e, a, a)
+			}
+		default:
+			VPERMILPS(U8(k-4), hiP, e)
+			VADDSS(e, a, a)
 		}
-		VPERMILPS(U8(k%4), src, e)
-		VADDSS(e, a, a)
 	}
 	VMULSS(Mem{Base: dp}, a, a)
 	addBlock(a, total)
