@@ -309,3 +309,28 @@ func TestRowsAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestRowsEmpty: rows of no elements dot to zero in every family (the
+// kernels, which assume at least one block, are not called).
+func TestRowsEmpty(t *testing.T) {
+	t.Parallel()
+	var x X
+	if err := x.Set(nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, impl := range Impls() {
+		for _, typ := range allTypes {
+			rb, err := typ.RowBytes(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			y := []float32{5, 5}
+			if err := Rows(impl, typ, make([]byte, 2*rb), 0, &x, y); err != nil {
+				t.Fatalf("%v/%v: %v", impl, typ, err)
+			}
+			if y[0] != 0 || y[1] != 0 {
+				t.Errorf("%v/%v: %v, want zeros", impl, typ, y)
+			}
+		}
+	}
+}
