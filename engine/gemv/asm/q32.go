@@ -114,7 +114,9 @@ func q32AVX2(name string, four bool) {
 	dws := YMM()
 	VCVTPH2PS(dw, dws)
 	VMULPS(dws, p, p) // lane k: float32(dw_k·float32(I_k))
-	// A = ((p0 + p1) + p2) + … + p7 in float32.
+	// A = ((p0 + p1) + p2) + … + p7 in float32. ref.go starts from 0,
+	// which differs only in the sign of a zero A, and a zero P_b leaves
+	// the float64 total (never −0) as it was.
 	a, e, hiP := XMM(), XMM(), XMM()
 	VEXTRACTF128(U8(1), p, hiP)
 	for k := 1; k < 8; k++ {
