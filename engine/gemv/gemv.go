@@ -95,7 +95,7 @@ func Rows(impl Impl, t quant.Type, rows []byte, n int, x *X, y []float32) error 
 	if len(y) == 0 {
 		return nil
 	}
-	if impl != Go && n%blockOf(t) == 0 {
+	if impl != Go && n > 0 && n%blockOf(t) == 0 { // the kernels take at least one block
 		if k := lookup(impl, t); k != nil {
 			k(unsafe.SliceData(rows), int(rb), len(y), n, unsafe.SliceData(x.Q), unsafe.SliceData(x.D), unsafe.SliceData(x.S), unsafe.SliceData(x.F), unsafe.SliceData(y))
 			return nil

@@ -97,7 +97,10 @@ func TestKernelsMatchReference(t *testing.T) {
 			if !Supports(impl, typ) {
 				continue
 			}
-			for _, n := range []int{256, 512, 4096, 1024 + 32*3} {
+			// Whole 256-element blocks, and for the formats of finer
+			// granularity rows with a partial last block (after none,
+			// some or many whole ones).
+			for _, n := range []int{256, 512, 4096, 1024 + 32*3, 32 * 3, 32 * 5, 4096 + 32*7, 1024 + 128} {
 				if n%blockOf(typ) != 0 || typ.Known() && func() bool { _, err := typ.RowBytes(int64(n)); return err != nil }() {
 					continue
 				}
@@ -303,6 +306,31 @@ func TestRowsAllocatesNothing(t *testing.T) {
 	for _, impl := range Impls() {
 		if a := testing.AllocsPerRun(20, func() { _ = Rows(impl, quant.Q4_K, w, n, &x, y) }); a != 0 {
 			t.Errorf("%v: %v allocations a call", impl, a)
+		}
+	}
+}
+
+// TestRowsEmpty: rows of no elements dot to zero in every family (the
+// kernels, which assume at least one block, are not called).
+func TestRowsEmpty(t *testing.T) {
+	t.Parallel()
+	var x X
+	if err := x.Set(nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, impl := range Impls() {
+		for _, typ := range allTypes {
+			rb, err := typ.RowBytes(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			y := []float32{5, 5}
+			if err := Rows(impl, typ, make([]byte, 2*rb), 0, &x, y); err != nil {
+				t.Fatalf("%v/%v: %v", impl, typ, err)
+			}
+			if y[0] != 0 || y[1] != 0 {
+				t.Errorf("%v/%v: %v, want zeros", impl, typ, y)
+			}
 		}
 	}
 }

@@ -23,8 +23,15 @@ func available(impl Impl) bool {
 // format's kernel falls back to the next one down, then to the reference.
 var kernels = map[Impl]map[quant.Type]kernel{
 	AVX2: {
-		quant.Q4_K: q4kAVX2,
-		quant.Q5_K: q5kAVX2,
+		quant.Q4_K:    q4kAVX2,
+		quant.Q5_K:    q5kAVX2,
+		quant.Q6_K:    q6kAVX2,
+		quant.Q8_0:    q8AVX2,
+		quant.Q4_0:    q4AVX2,
+		quant.INT8Row: i8AVX2,
+		quant.F32:     f32AVX2,
+		quant.F16:     f16AVX2,
+		quant.BF16:    bf16AVX2,
 	},
 	AVX512: {},
 }

@@ -5,7 +5,46 @@
 package gemv
 
 // q4kAVX2 is the Q4_K kernel for AVX2 (ref.go's contract).
+//
+//go:noescape
 func q4kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 
 // q5kAVX2 is the Q5_K kernel for AVX2 (ref.go's contract).
+//
+//go:noescape
 func q5kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q6kAVX2 is the Q6_K kernel for AVX2 (ref.go's contract).
+//
+//go:noescape
+func q6kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q8AVX2 is the Q8_0 kernel for AVX2 (ref.go's contract).
+//
+//go:noescape
+func q8AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q4AVX2 is the Q4_0 kernel for AVX2 (ref.go's contract).
+//
+//go:noescape
+func q4AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// i8AVX2 is the INT8Row kernel for AVX2 (ref.go's contract).
+//
+//go:noescape
+func i8AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// f32AVX2 is the F32 kernel for AVX2 (ref.go's float path).
+//
+//go:noescape
+func f32AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// f16AVX2 is the F16 kernel for AVX2 (ref.go's float path).
+//
+//go:noescape
+func f16AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// bf16AVX2 is the BF16 kernel for AVX2 (ref.go's float path).
+//
+//go:noescape
+func bf16AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)

@@ -376,3 +376,939 @@ q5kAVX2_block:
 q5kAVX2_done:
 	VZEROUPPER
 	RET
+
+// func q6kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, F16C
+TEXT ·q6kAVX2(SB), NOSPLIT, $32-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         n+24(FP), DX
+	MOVQ         y+64(FP), BX
+	SHRQ         $0x08, DX
+	MOVL         $0x0f0f0f0f, SI
+	VMOVD        SI, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x1000f0e0, SI
+	VMOVD        SI, X1
+	VPBROADCASTD X1, Y1
+	MOVQ         $0xf0f0f0f0e0e0e0e0, SI
+	VMOVQ        SI, X2
+	MOVQ         $0x1010101000000000, SI
+	VPINSRQ      $0x01, SI, X2, X2
+	VINSERTI128  $0x01, X2, Y2, Y2
+
+q6kAVX2_row:
+	CMPQ   CX, $0x00
+	JE     q6kAVX2_done
+	MOVQ   q+32(FP), SI
+	MOVQ   d+40(FP), DI
+	MOVQ   DX, R8
+	VXORPD X3, X3, X3
+
+q6kAVX2_block:
+	VPMOVSXBW    192(AX), Y4
+	VMOVDQU      Y4, (SP)
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VMOVDQU      128(AX), Y7
+	VPAND        Y0, Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        Y0, Y7, Y7
+	VMOVDQU      (AX), Y8
+	VMOVDQU      32(AX), Y9
+	VPAND        Y8, Y0, Y10
+	VPSHUFB      Y6, Y1, Y11
+	VPADDB       Y11, Y10, Y10
+	VPMOVSXBW    X10, Y12
+	VPBROADCASTW (SP), Y11
+	VPMULLW      Y11, Y12, Y12
+	VPMADDWD     (SI), Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 2(SP), Y11
+	VPMULLW      Y11, Y10, Y10
+	VPMADDWD     32(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPAND        Y9, Y0, Y10
+	VPSHUFB      Y6, Y2, Y6
+	VPADDB       Y6, Y10, Y10
+	VPMOVSXBW    X10, Y11
+	VPBROADCASTW 4(SP), Y6
+	VPMULLW      Y6, Y11, Y11
+	VPMADDWD     64(SI), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 6(SP), Y6
+	VPMULLW      Y6, Y10, Y10
+	VPMADDWD     96(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPSRLW       $0x04, Y8, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y1, Y8
+	VPADDB       Y8, Y6, Y6
+	VPMOVSXBW    X6, Y10
+	VPBROADCASTW 8(SP), Y8
+	VPMULLW      Y8, Y10, Y10
+	VPMADDWD     128(SI), Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 10(SP), Y8
+	VPMULLW      Y8, Y6, Y6
+	VPMADDWD     160(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPSRLW       $0x04, Y9, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y2, Y7
+	VPADDB       Y7, Y6, Y6
+	VPMOVSXBW    X6, Y8
+	VPBROADCASTW 12(SP), Y7
+	VPMULLW      Y7, Y8, Y8
+	VPMADDWD     192(SI), Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 14(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     224(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      160(AX), Y7
+	VPAND        Y0, Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        Y0, Y7, Y7
+	VMOVDQU      64(AX), Y8
+	VMOVDQU      96(AX), Y9
+	VPAND        Y8, Y0, Y10
+	VPSHUFB      Y6, Y1, Y11
+	VPADDB       Y11, Y10, Y10
+	VPMOVSXBW    X10, Y12
+	VPBROADCASTW 16(SP), Y11
+	VPMULLW      Y11, Y12, Y12
+	VPMADDWD     256(SI), Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 18(SP), Y11
+	VPMULLW      Y11, Y10, Y10
+	VPMADDWD     288(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPAND        Y9, Y0, Y10
+	VPSHUFB      Y6, Y2, Y6
+	VPADDB       Y6, Y10, Y10
+	VPMOVSXBW    X10, Y11
+	VPBROADCASTW 20(SP), Y6
+	VPMULLW      Y6, Y11, Y11
+	VPMADDWD     320(SI), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 22(SP), Y6
+	VPMULLW      Y6, Y10, Y10
+	VPMADDWD     352(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPSRLW       $0x04, Y8, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y1, Y8
+	VPADDB       Y8, Y6, Y6
+	VPMOVSXBW    X6, Y10
+	VPBROADCASTW 24(SP), Y8
+	VPMULLW      Y8, Y10, Y10
+	VPMADDWD     384(SI), Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 26(SP), Y8
+	VPMULLW      Y8, Y6, Y6
+	VPMADDWD     416(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPSRLW       $0x04, Y9, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y2, Y7
+	VPADDB       Y7, Y6, Y6
+	VPMOVSXBW    X6, Y8
+	VPBROADCASTW 28(SP), Y7
+	VPMULLW      Y7, Y8, Y8
+	VPMADDWD     448(SI), Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 30(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     480(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPADDD       Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPADDD       X5, X4, X5
+	VPSHUFD      $0x4e, X5, X4
+	VPADDD       X4, X5, X5
+	VPSHUFD      $0xb1, X5, X4
+	VPADDD       X4, X5, X5
+	VCVTDQ2PS    X5, X4
+	MOVWLZX      208(AX), R9
+	VMOVD        R9, X5
+	VCVTPH2PS    X5, X5
+	VMULSS       X5, X4, X4
+	VMULSS       (DI), X4, X4
+	VCVTSS2SD    X4, X4, X4
+	VADDSD       X4, X3, X3
+	ADDQ         $0x000000d2, AX
+	ADDQ         $0x00000200, SI
+	ADDQ         $0x04, DI
+	DECQ         R8
+	JNE          q6kAVX2_block
+	VCVTSD2SS    X3, X3, X3
+	VMOVSS       X3, (BX)
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JMP          q6kAVX2_row
+
+q6kAVX2_done:
+	VZEROUPPER
+	RET
+
+// func q8AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, F16C
+TEXT ·q8AVX2(SB), NOSPLIT, $0-72
+	MOVQ w+0(FP), AX
+	MOVQ rows+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ y+64(FP), BX
+	MOVQ DX, SI
+	SHRQ $0x08, SI
+	SHRQ $0x05, DX
+	ANDQ $0x07, DX
+
+q8AVX2_row:
+	CMPQ   CX, $0x00
+	JE     q8AVX2_done
+	MOVQ   q+32(FP), DI
+	MOVQ   d+40(FP), R8
+	VXORPD X0, X0, X0
+	MOVQ   SI, R9
+	TESTQ  R9, R9
+	JE     q8AVX2_tail
+
+q8AVX2_block:
+	VPMOVSXBW    2(AX), Y1
+	VPMOVSXBW    18(AX), Y2
+	VPMADDWD     (DI), Y1, Y1
+	VPMADDWD     32(DI), Y2, Y2
+	VPADDD       Y2, Y1, Y1
+	VPMOVSXBW    36(AX), Y2
+	VPMOVSXBW    52(AX), Y3
+	VPMADDWD     64(DI), Y2, Y2
+	VPMADDWD     96(DI), Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	VPMOVSXBW    70(AX), Y3
+	VPMOVSXBW    86(AX), Y4
+	VPMADDWD     128(DI), Y3, Y3
+	VPMADDWD     160(DI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPMOVSXBW    104(AX), Y4
+	VPMOVSXBW    120(AX), Y5
+	VPMADDWD     192(DI), Y4, Y4
+	VPMADDWD     224(DI), Y5, Y5
+	VPADDD       Y5, Y4, Y4
+	VPMOVSXBW    138(AX), Y5
+	VPMOVSXBW    154(AX), Y6
+	VPMADDWD     256(DI), Y5, Y5
+	VPMADDWD     288(DI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPMOVSXBW    172(AX), Y6
+	VPMOVSXBW    188(AX), Y7
+	VPMADDWD     320(DI), Y6, Y6
+	VPMADDWD     352(DI), Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPMOVSXBW    206(AX), Y7
+	VPMOVSXBW    222(AX), Y8
+	VPMADDWD     384(DI), Y7, Y7
+	VPMADDWD     416(DI), Y8, Y8
+	VPADDD       Y8, Y7, Y7
+	VPMOVSXBW    240(AX), Y8
+	VPMOVSXBW    256(AX), Y9
+	VPMADDWD     448(DI), Y8, Y8
+	VPMADDWD     480(DI), Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VPHADDD      Y2, Y1, Y1
+	VPHADDD      Y4, Y3, Y3
+	VPHADDD      Y6, Y5, Y5
+	VPHADDD      Y8, Y7, Y7
+	VPHADDD      Y3, Y1, Y1
+	VPHADDD      Y7, Y5, Y5
+	VPERM2I128   $0x21, Y5, Y1, Y2
+	VPBLENDD     $0xf0, Y5, Y1, Y1
+	VPADDD       Y1, Y2, Y2
+	VCVTDQ2PS    Y2, Y1
+	MOVWLZX      (AX), R10
+	VMOVD        R10, X2
+	VPINSRW      $0x01, 34(AX), X2, X2
+	VPINSRW      $0x02, 68(AX), X2, X2
+	VPINSRW      $0x03, 102(AX), X2, X2
+	VPINSRW      $0x04, 136(AX), X2, X2
+	VPINSRW      $0x05, 170(AX), X2, X2
+	VPINSRW      $0x06, 204(AX), X2, X2
+	VPINSRW      $0x07, 238(AX), X2, X2
+	VCVTPH2PS    X2, Y2
+	VMULPS       Y2, Y1, Y1
+	VEXTRACTF128 $0x01, Y1, X4
+	VPERMILPS    $0x01, X1, X3
+	VADDSS       X3, X1, X2
+	VPERMILPS    $0x02, X1, X3
+	VADDSS       X3, X2, X2
+	VPERMILPS    $0x03, X1, X3
+	VADDSS       X3, X2, X2
+	VADDSS       X4, X2, X2
+	VPERMILPS    $0x01, X4, X3
+	VADDSS       X3, X2, X2
+	VPERMILPS    $0x02, X4, X3
+	VADDSS       X3, X2, X2
+	VPERMILPS    $0x03, X4, X3
+	VADDSS       X3, X2, X2
+	VMULSS       (R8), X2, X2
+	VCVTSS2SD    X2, X2, X2
+	VADDSD       X2, X0, X0
+	ADDQ         $0x00000110, AX
+	ADDQ         $0x00000200, DI
+	ADDQ         $0x04, R8
+	DECQ         R9
+	JNE          q8AVX2_block
+
+q8AVX2_tail:
+	TESTQ  DX, DX
+	JE     q8AVX2_store
+	MOVQ   DX, R9
+	VXORPS X1, X1, X1
+
+q8AVX2_one:
+	VPMOVSXBW    2(AX), Y2
+	VPMOVSXBW    18(AX), Y3
+	VPMADDWD     (DI), Y2, Y2
+	VPMADDWD     32(DI), Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X3
+	VPADDD       X3, X2, X3
+	VPSHUFD      $0x4e, X3, X2
+	VPADDD       X2, X3, X3
+	VPSHUFD      $0xb1, X3, X2
+	VPADDD       X2, X3, X3
+	VCVTDQ2PS    X3, X3
+	MOVWLZX      (AX), R10
+	VMOVD        R10, X2
+	VCVTPH2PS    X2, X2
+	VMULSS       X2, X3, X3
+	VADDSS       X3, X1, X1
+	ADDQ         $0x22, AX
+	ADDQ         $0x40, DI
+	DECQ         R9
+	JNE          q8AVX2_one
+	VMULSS       (R8), X1, X1
+	VCVTSS2SD    X1, X1, X1
+	VADDSD       X1, X0, X0
+
+q8AVX2_store:
+	VCVTSD2SS X0, X0, X0
+	VMOVSS    X0, (BX)
+	ADDQ      $0x04, BX
+	DECQ      CX
+	JMP       q8AVX2_row
+
+q8AVX2_done:
+	VZEROUPPER
+	RET
+
+// func q4AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, F16C
+TEXT ·q4AVX2(SB), NOSPLIT, $0-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         n+24(FP), DX
+	MOVQ         y+64(FP), BX
+	MOVQ         DX, SI
+	SHRQ         $0x08, SI
+	SHRQ         $0x05, DX
+	ANDQ         $0x07, DX
+	MOVL         $0x000f000f, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Y0
+
+q4AVX2_row:
+	CMPQ   CX, $0x00
+	JE     q4AVX2_done
+	MOVQ   q+32(FP), DI
+	MOVQ   d+40(FP), R8
+	MOVQ   s+48(FP), R9
+	VXORPD X1, X1, X1
+	MOVQ   SI, R10
+	TESTQ  R10, R10
+	JE     q4AVX2_tail
+
+q4AVX2_block:
+	VPMOVZXBW    2(AX), Y2
+	VPSRLW       $0x04, Y2, Y3
+	VPAND        Y0, Y2, Y2
+	VPMADDWD     (DI), Y2, Y2
+	VPMADDWD     32(DI), Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	VPMOVZXBW    20(AX), Y3
+	VPSRLW       $0x04, Y3, Y4
+	VPAND        Y0, Y3, Y3
+	VPMADDWD     64(DI), Y3, Y3
+	VPMADDWD     96(DI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPMOVZXBW    38(AX), Y4
+	VPSRLW       $0x04, Y4, Y5
+	VPAND        Y0, Y4, Y4
+	VPMADDWD     128(DI), Y4, Y4
+	VPMADDWD     160(DI), Y5, Y5
+	VPADDD       Y5, Y4, Y4
+	VPMOVZXBW    56(AX), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPAND        Y0, Y5, Y5
+	VPMADDWD     192(DI), Y5, Y5
+	VPMADDWD     224(DI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPMOVZXBW    74(AX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        Y0, Y6, Y6
+	VPMADDWD     256(DI), Y6, Y6
+	VPMADDWD     288(DI), Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VPMOVZXBW    92(AX), Y7
+	VPSRLW       $0x04, Y7, Y8
+	VPAND        Y0, Y7, Y7
+	VPMADDWD     320(DI), Y7, Y7
+	VPMADDWD     352(DI), Y8, Y8
+	VPADDD       Y8, Y7, Y7
+	VPMOVZXBW    110(AX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPAND        Y0, Y8, Y8
+	VPMADDWD     384(DI), Y8, Y8
+	VPMADDWD     416(DI), Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VPMOVZXBW    128(AX), Y9
+	VPSRLW       $0x04, Y9, Y10
+	VPAND        Y0, Y9, Y9
+	VPMADDWD     448(DI), Y9, Y9
+	VPMADDWD     480(DI), Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VPHADDD      Y3, Y2, Y2
+	VPHADDD      Y5, Y4, Y4
+	VPHADDD      Y7, Y6, Y6
+	VPHADDD      Y9, Y8, Y8
+	VPHADDD      Y4, Y2, Y2
+	VPHADDD      Y8, Y6, Y6
+	VPERM2I128   $0x21, Y6, Y2, Y3
+	VPBLENDD     $0xf0, Y6, Y2, Y2
+	VPADDD       Y2, Y3, Y3
+	VMOVDQU      (R9), Y2
+	VPSLLD       $0x03, Y2, Y2
+	VPSUBD       Y2, Y3, Y3
+	VCVTDQ2PS    Y3, Y2
+	MOVWLZX      (AX), R11
+	VMOVD        R11, X3
+	VPINSRW      $0x01, 18(AX), X3, X3
+	VPINSRW      $0x02, 36(AX), X3, X3
+	VPINSRW      $0x03, 54(AX), X3, X3
+	VPINSRW      $0x04, 72(AX), X3, X3
+	VPINSRW      $0x05, 90(AX), X3, X3
+	VPINSRW      $0x06, 108(AX), X3, X3
+	VPINSRW      $0x07, 126(AX), X3, X3
+	VCVTPH2PS    X3, Y3
+	VMULPS       Y3, Y2, Y2
+	VEXTRACTF128 $0x01, Y2, X5
+	VPERMILPS    $0x01, X2, X4
+	VADDSS       X4, X2, X3
+	VPERMILPS    $0x02, X2, X4
+	VADDSS       X4, X3, X3
+	VPERMILPS    $0x03, X2, X4
+	VADDSS       X4, X3, X3
+	VADDSS       X5, X3, X3
+	VPERMILPS    $0x01, X5, X4
+	VADDSS       X4, X3, X3
+	VPERMILPS    $0x02, X5, X4
+	VADDSS       X4, X3, X3
+	VPERMILPS    $0x03, X5, X4
+	VADDSS       X4, X3, X3
+	VMULSS       (R8), X3, X3
+	VCVTSS2SD    X3, X3, X3
+	VADDSD       X3, X1, X1
+	ADDQ         $0x00000090, AX
+	ADDQ         $0x00000200, DI
+	ADDQ         $0x04, R8
+	ADDQ         $0x20, R9
+	DECQ         R10
+	JNE          q4AVX2_block
+
+q4AVX2_tail:
+	TESTQ  DX, DX
+	JE     q4AVX2_store
+	MOVQ   DX, R10
+	VXORPS X2, X2, X2
+
+q4AVX2_one:
+	VPMOVZXBW    2(AX), Y3
+	VPSRLW       $0x04, Y3, Y4
+	VPAND        Y0, Y3, Y3
+	VPMADDWD     (DI), Y3, Y3
+	VPMADDWD     32(DI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VEXTRACTI128 $0x01, Y3, X4
+	VPADDD       X4, X3, X4
+	VPSHUFD      $0x4e, X4, X3
+	VPADDD       X3, X4, X4
+	VPSHUFD      $0xb1, X4, X3
+	VPADDD       X3, X4, X4
+	MOVL         (R9), R11
+	SHLL         $0x03, R11
+	VMOVD        R11, X3
+	VPSUBD       X3, X4, X4
+	VCVTDQ2PS    X4, X4
+	MOVWLZX      (AX), R11
+	VMOVD        R11, X3
+	VCVTPH2PS    X3, X3
+	VMULSS       X3, X4, X4
+	VADDSS       X4, X2, X2
+	ADDQ         $0x12, AX
+	ADDQ         $0x40, DI
+	ADDQ         $0x04, R9
+	DECQ         R10
+	JNE          q4AVX2_one
+	VMULSS       (R8), X2, X2
+	VCVTSS2SD    X2, X2, X2
+	VADDSD       X2, X1, X1
+
+q4AVX2_store:
+	VCVTSD2SS X1, X1, X1
+	VMOVSS    X1, (BX)
+	ADDQ      $0x04, BX
+	DECQ      CX
+	JMP       q4AVX2_row
+
+q4AVX2_done:
+	VZEROUPPER
+	RET
+
+// func i8AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2
+TEXT ·i8AVX2(SB), NOSPLIT, $0-72
+	MOVQ w+0(FP), AX
+	MOVQ rows+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ y+64(FP), BX
+	SHRQ $0x08, DX
+
+i8AVX2_row:
+	CMPQ   CX, $0x00
+	JE     i8AVX2_done
+	MOVQ   q+32(FP), SI
+	MOVQ   d+40(FP), DI
+	VMOVSS (AX), X0
+	ADDQ   $0x04, AX
+	MOVQ   DX, R8
+	VXORPD X1, X1, X1
+
+i8AVX2_block:
+	VPMOVSXBW    (AX), Y2
+	VPMADDWD     (SI), Y2, Y2
+	VPMOVSXBW    16(AX), Y3
+	VPMADDWD     32(SI), Y3, Y3
+	VPMOVSXBW    32(AX), Y4
+	VPMADDWD     64(SI), Y4, Y4
+	VPADDD       Y4, Y2, Y2
+	VPMOVSXBW    48(AX), Y4
+	VPMADDWD     96(SI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPMOVSXBW    64(AX), Y4
+	VPMADDWD     128(SI), Y4, Y4
+	VPADDD       Y4, Y2, Y2
+	VPMOVSXBW    80(AX), Y4
+	VPMADDWD     160(SI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPMOVSXBW    96(AX), Y4
+	VPMADDWD     192(SI), Y4, Y4
+	VPADDD       Y4, Y2, Y2
+	VPMOVSXBW    112(AX), Y4
+	VPMADDWD     224(SI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPMOVSXBW    128(AX), Y4
+	VPMADDWD     256(SI), Y4, Y4
+	VPADDD       Y4, Y2, Y2
+	VPMOVSXBW    144(AX), Y4
+	VPMADDWD     288(SI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPMOVSXBW    160(AX), Y4
+	VPMADDWD     320(SI), Y4, Y4
+	VPADDD       Y4, Y2, Y2
+	VPMOVSXBW    176(AX), Y4
+	VPMADDWD     352(SI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPMOVSXBW    192(AX), Y4
+	VPMADDWD     384(SI), Y4, Y4
+	VPADDD       Y4, Y2, Y2
+	VPMOVSXBW    208(AX), Y4
+	VPMADDWD     416(SI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPMOVSXBW    224(AX), Y4
+	VPMADDWD     448(SI), Y4, Y4
+	VPADDD       Y4, Y2, Y2
+	VPMOVSXBW    240(AX), Y4
+	VPMADDWD     480(SI), Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X3
+	VPADDD       X3, X2, X3
+	VPSHUFD      $0x4e, X3, X2
+	VPADDD       X2, X3, X3
+	VPSHUFD      $0xb1, X3, X2
+	VPADDD       X2, X3, X3
+	VCVTDQ2PS    X3, X3
+	VMULSS       (DI), X3, X3
+	VCVTSS2SD    X3, X3, X3
+	VADDSD       X3, X1, X1
+	ADDQ         $0x00000100, AX
+	ADDQ         $0x00000200, SI
+	ADDQ         $0x04, DI
+	DECQ         R8
+	JNE          i8AVX2_block
+	VCVTSD2SS    X1, X1, X1
+	VMULSS       X0, X1, X1
+	VMOVSS       X1, (BX)
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JMP          i8AVX2_row
+
+i8AVX2_done:
+	VZEROUPPER
+	RET
+
+// func f32AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, FMA3
+TEXT ·f32AVX2(SB), NOSPLIT, $0-72
+	MOVQ w+0(FP), AX
+	MOVQ rows+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ y+64(FP), BX
+	MOVQ DX, SI
+	SHRQ $0x07, SI
+	SHRQ $0x04, DX
+	ANDQ $0x07, DX
+
+f32AVX2_row:
+	CMPQ   CX, $0x00
+	JE     f32AVX2_done
+	MOVQ   f+56(FP), DI
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	MOVQ   SI, R8
+	TESTQ  R8, R8
+	JE     f32AVX2_rest
+
+f32AVX2_chunk:
+	VMOVUPS      (AX), Y2
+	VMULPS       (DI), Y2, Y2
+	VMOVUPS      32(AX), Y3
+	VMULPS       32(DI), Y3, Y3
+	VMOVUPS      64(AX), Y4
+	VMULPS       64(DI), Y4, Y4
+	VMOVUPS      96(AX), Y5
+	VMULPS       96(DI), Y5, Y5
+	VMOVUPS      128(AX), Y6
+	VFMADD231PS  128(DI), Y6, Y2
+	VMOVUPS      160(AX), Y6
+	VFMADD231PS  160(DI), Y6, Y3
+	VMOVUPS      192(AX), Y6
+	VFMADD231PS  192(DI), Y6, Y4
+	VMOVUPS      224(AX), Y6
+	VFMADD231PS  224(DI), Y6, Y5
+	VMOVUPS      256(AX), Y6
+	VFMADD231PS  256(DI), Y6, Y2
+	VMOVUPS      288(AX), Y6
+	VFMADD231PS  288(DI), Y6, Y3
+	VMOVUPS      320(AX), Y6
+	VFMADD231PS  320(DI), Y6, Y4
+	VMOVUPS      352(AX), Y6
+	VFMADD231PS  352(DI), Y6, Y5
+	VMOVUPS      384(AX), Y6
+	VFMADD231PS  384(DI), Y6, Y2
+	VMOVUPS      416(AX), Y6
+	VFMADD231PS  416(DI), Y6, Y3
+	VMOVUPS      448(AX), Y6
+	VFMADD231PS  448(DI), Y6, Y4
+	VMOVUPS      480(AX), Y6
+	VFMADD231PS  480(DI), Y6, Y5
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VCVTPS2PD    X2, Y3
+	VEXTRACTF128 $0x01, Y2, X2
+	VCVTPS2PD    X2, Y2
+	VADDPD       Y3, Y0, Y0
+	VADDPD       Y2, Y1, Y1
+	ADDQ         $0x00000200, AX
+	ADDQ         $0x00000200, DI
+	DECQ         R8
+	JNE          f32AVX2_chunk
+
+f32AVX2_rest:
+	TESTQ DX, DX
+	JE    f32AVX2_store
+	MOVQ  DX, R8
+
+f32AVX2_step:
+	VMOVUPS      (AX), Y2
+	VMULPS       (DI), Y2, Y2
+	VMOVUPS      32(AX), Y3
+	VFMADD231PS  32(DI), Y3, Y2
+	VCVTPS2PD    X2, Y3
+	VEXTRACTF128 $0x01, Y2, X2
+	VCVTPS2PD    X2, Y2
+	VADDPD       Y3, Y0, Y0
+	VADDPD       Y2, Y1, Y1
+	ADDQ         $0x40, AX
+	ADDQ         $0x40, DI
+	DECQ         R8
+	JNE          f32AVX2_step
+
+f32AVX2_store:
+	VADDPD       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPD       X1, X0, X1
+	VPERMILPD    $0x01, X1, X0
+	VADDSD       X0, X1, X1
+	VCVTSD2SS    X1, X1, X1
+	VMOVSS       X1, (BX)
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JMP          f32AVX2_row
+
+f32AVX2_done:
+	VZEROUPPER
+	RET
+
+// func f16AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, F16C, FMA3
+TEXT ·f16AVX2(SB), NOSPLIT, $0-72
+	MOVQ w+0(FP), AX
+	MOVQ rows+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ y+64(FP), BX
+	MOVQ DX, SI
+	SHRQ $0x07, SI
+	SHRQ $0x04, DX
+	ANDQ $0x07, DX
+
+f16AVX2_row:
+	CMPQ   CX, $0x00
+	JE     f16AVX2_done
+	MOVQ   f+56(FP), DI
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	MOVQ   SI, R8
+	TESTQ  R8, R8
+	JE     f16AVX2_rest
+
+f16AVX2_chunk:
+	VCVTPH2PS    (AX), Y2
+	VMULPS       (DI), Y2, Y2
+	VCVTPH2PS    16(AX), Y3
+	VMULPS       32(DI), Y3, Y3
+	VCVTPH2PS    32(AX), Y4
+	VMULPS       64(DI), Y4, Y4
+	VCVTPH2PS    48(AX), Y5
+	VMULPS       96(DI), Y5, Y5
+	VCVTPH2PS    64(AX), Y6
+	VFMADD231PS  128(DI), Y6, Y2
+	VCVTPH2PS    80(AX), Y6
+	VFMADD231PS  160(DI), Y6, Y3
+	VCVTPH2PS    96(AX), Y6
+	VFMADD231PS  192(DI), Y6, Y4
+	VCVTPH2PS    112(AX), Y6
+	VFMADD231PS  224(DI), Y6, Y5
+	VCVTPH2PS    128(AX), Y6
+	VFMADD231PS  256(DI), Y6, Y2
+	VCVTPH2PS    144(AX), Y6
+	VFMADD231PS  288(DI), Y6, Y3
+	VCVTPH2PS    160(AX), Y6
+	VFMADD231PS  320(DI), Y6, Y4
+	VCVTPH2PS    176(AX), Y6
+	VFMADD231PS  352(DI), Y6, Y5
+	VCVTPH2PS    192(AX), Y6
+	VFMADD231PS  384(DI), Y6, Y2
+	VCVTPH2PS    208(AX), Y6
+	VFMADD231PS  416(DI), Y6, Y3
+	VCVTPH2PS    224(AX), Y6
+	VFMADD231PS  448(DI), Y6, Y4
+	VCVTPH2PS    240(AX), Y6
+	VFMADD231PS  480(DI), Y6, Y5
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VCVTPS2PD    X2, Y3
+	VEXTRACTF128 $0x01, Y2, X2
+	VCVTPS2PD    X2, Y2
+	VADDPD       Y3, Y0, Y0
+	VADDPD       Y2, Y1, Y1
+	ADDQ         $0x00000100, AX
+	ADDQ         $0x00000200, DI
+	DECQ         R8
+	JNE          f16AVX2_chunk
+
+f16AVX2_rest:
+	TESTQ DX, DX
+	JE    f16AVX2_store
+	MOVQ  DX, R8
+
+f16AVX2_step:
+	VCVTPH2PS    (AX), Y2
+	VMULPS       (DI), Y2, Y2
+	VCVTPH2PS    16(AX), Y3
+	VFMADD231PS  32(DI), Y3, Y2
+	VCVTPS2PD    X2, Y3
+	VEXTRACTF128 $0x01, Y2, X2
+	VCVTPS2PD    X2, Y2
+	VADDPD       Y3, Y0, Y0
+	VADDPD       Y2, Y1, Y1
+	ADDQ         $0x20, AX
+	ADDQ         $0x40, DI
+	DECQ         R8
+	JNE          f16AVX2_step
+
+f16AVX2_store:
+	VADDPD       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPD       X1, X0, X1
+	VPERMILPD    $0x01, X1, X0
+	VADDSD       X0, X1, X1
+	VCVTSD2SS    X1, X1, X1
+	VMOVSS       X1, (BX)
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JMP          f16AVX2_row
+
+f16AVX2_done:
+	VZEROUPPER
+	RET
+
+// func bf16AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·bf16AVX2(SB), NOSPLIT, $0-72
+	MOVQ w+0(FP), AX
+	MOVQ rows+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ y+64(FP), BX
+	MOVQ DX, SI
+	SHRQ $0x07, SI
+	SHRQ $0x04, DX
+	ANDQ $0x07, DX
+
+bf16AVX2_row:
+	CMPQ   CX, $0x00
+	JE     bf16AVX2_done
+	MOVQ   f+56(FP), DI
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	MOVQ   SI, R8
+	TESTQ  R8, R8
+	JE     bf16AVX2_rest
+
+bf16AVX2_chunk:
+	VPMOVZXWD    (AX), Y2
+	VPSLLD       $0x10, Y2, Y2
+	VMULPS       (DI), Y2, Y2
+	VPMOVZXWD    16(AX), Y3
+	VPSLLD       $0x10, Y3, Y3
+	VMULPS       32(DI), Y3, Y3
+	VPMOVZXWD    32(AX), Y4
+	VPSLLD       $0x10, Y4, Y4
+	VMULPS       64(DI), Y4, Y4
+	VPMOVZXWD    48(AX), Y5
+	VPSLLD       $0x10, Y5, Y5
+	VMULPS       96(DI), Y5, Y5
+	VPMOVZXWD    64(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  128(DI), Y6, Y2
+	VPMOVZXWD    80(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  160(DI), Y6, Y3
+	VPMOVZXWD    96(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  192(DI), Y6, Y4
+	VPMOVZXWD    112(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  224(DI), Y6, Y5
+	VPMOVZXWD    128(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  256(DI), Y6, Y2
+	VPMOVZXWD    144(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  288(DI), Y6, Y3
+	VPMOVZXWD    160(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  320(DI), Y6, Y4
+	VPMOVZXWD    176(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  352(DI), Y6, Y5
+	VPMOVZXWD    192(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  384(DI), Y6, Y2
+	VPMOVZXWD    208(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  416(DI), Y6, Y3
+	VPMOVZXWD    224(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  448(DI), Y6, Y4
+	VPMOVZXWD    240(AX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD231PS  480(DI), Y6, Y5
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VCVTPS2PD    X2, Y3
+	VEXTRACTF128 $0x01, Y2, X2
+	VCVTPS2PD    X2, Y2
+	VADDPD       Y3, Y0, Y0
+	VADDPD       Y2, Y1, Y1
+	ADDQ         $0x00000100, AX
+	ADDQ         $0x00000200, DI
+	DECQ         R8
+	JNE          bf16AVX2_chunk
+
+bf16AVX2_rest:
+	TESTQ DX, DX
+	JE    bf16AVX2_store
+	MOVQ  DX, R8
+
+bf16AVX2_step:
+	VPMOVZXWD    (AX), Y2
+	VPSLLD       $0x10, Y2, Y2
+	VMULPS       (DI), Y2, Y2
+	VPMOVZXWD    16(AX), Y3
+	VPSLLD       $0x10, Y3, Y3
+	VFMADD231PS  32(DI), Y3, Y2
+	VCVTPS2PD    X2, Y3
+	VEXTRACTF128 $0x01, Y2, X2
+	VCVTPS2PD    X2, Y2
+	VADDPD       Y3, Y0, Y0
+	VADDPD       Y2, Y1, Y1
+	ADDQ         $0x20, AX
+	ADDQ         $0x40, DI
+	DECQ         R8
+	JNE          bf16AVX2_step
+
+bf16AVX2_store:
+	VADDPD       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPD       X1, X0, X1
+	VPERMILPD    $0x01, X1, X0
+	VADDSD       X0, X1, X1
+	VCVTSD2SS    X1, X1, X1
+	VMOVSS       X1, (BX)
+	ADDQ         $0x04, BX
+	DECQ         CX
+	JMP          bf16AVX2_row
+
+bf16AVX2_done:
+	VZEROUPPER
+	RET

@@ -14,5 +14,12 @@ func main() {
 	ConstraintExpr("amd64")
 	q4kAVX2("q4kAVX2", false)
 	q4kAVX2("q5kAVX2", true)
+	q6kAVX2("q6kAVX2")
+	q32AVX2("q8AVX2", false)
+	q32AVX2("q4AVX2", true)
+	i8AVX2("i8AVX2")
+	floatAVX2("f32AVX2", fF32)
+	floatAVX2("f16AVX2", fF16)
+	floatAVX2("bf16AVX2", fBF16)
 	Generate()
 }

@@ -1,0 +1,42 @@
+package main
+
+import (
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// splat16 returns a YMM register with v in every int16 lane.
+func splat16(v uint16) VecVirtual {
+	r, t := YMM(), GP32()
+	MOVL(U32(uint32(v)<<16|uint32(v)), t)
+	VMOVD(t, r.AsX())
+	VPBROADCASTD(r.AsX(), r)
+	return r
+}
+
+// splat8 returns a YMM register with v in every byte.
+func splat8(v uint8) VecVirtual {
+	return splat16(uint16(v)<<8 | uint16(v))
+}
+
+// hsumD leaves the sum of v's eight int32 lanes in the low lane of the
+// returned XMM register (wrapping, as the exact sums never do).
+func hsumD(v VecVirtual) VecVirtual {
+	hi := XMM()
+	VEXTRACTI128(U8(1), v, hi)
+	VPADDD(hi, v.AsX(), hi)
+	t := XMM()
+	VPSHUFD(U8(0x4e), hi, t)
+	VPADDD(t, hi, hi)
+	VPSHUFD(U8(0xb1), hi, t)
+	VPADDD(t, hi, hi)
+	return hi
+}
+
+// addBlock adds float32 p's float64 value to total (ref.go's
+// total += float64(P_b)).
+func addBlock(p, total VecVirtual) {
+	VCVTSS2SD(p, p, p)
+	VADDSD(p, total, total)
+}
