@@ -107,16 +107,23 @@ type BackendInfo struct {
 }
 
 // String describes the backend in one line: "cuda (NVIDIA H200, GPU 0,
-// sm 9.0, 139.8 GiB)" or "cpu (CUDA unavailable: …)".
+// sm 9.0, 139.8 GiB)" or "cpu (CUDA unavailable: …; gemv avx2)".
 func (b BackendInfo) String() string {
 	if b.Name == BackendCUDA {
 		return fmt.Sprintf("cuda (%s, GPU %d, sm %s, %.1f GiB)", b.Device, b.Ordinal, b.ComputeCapability, float64(b.DeviceMemory)/(1<<30))
 	}
+	kern := ""
+	if b.Kernels != "" {
+		kern = "; " + b.Kernels
+	}
 	switch {
 	case b.Reason != "":
-		return "cpu (" + b.Reason + ")"
+		return "cpu (" + b.Reason + kern + ")"
 	case b.Requested == BackendCPU:
-		return "cpu (requested)"
+		return "cpu (requested" + kern + ")"
+	}
+	if kern != "" {
+		return "cpu (" + b.Kernels + ")"
 	}
 	return "cpu"
 }
