@@ -2,7 +2,8 @@
 # The GPU half of strata's tests, which CI cannot run (it has no GPU):
 # every test of kernels/, kernels/cudadrv, engine/gpu and engine's CUDA tests
 # against the CPU reference, the 8B-shape fidelity test, the benchmarks'
-# timing library (internal/bench/gputime), and `strata bench engine` (with the peer
+# timing library (internal/bench/gputime), engine/gemv's CPU kernels on the
+# GPU host's CPU, and `strata bench engine` (with the peer
 # figures of docs/peers-h200.json). Built on any machine with Go, run on a GPU host
 # that needs no Go:
 #
@@ -22,7 +23,9 @@
 # this script: lab/README.md says how to build them.
 # Environment: LOGS (default gpu-logs/, or $OUT where set) receives one log
 # per step; SYNTH (default /dev/shm) holds the synthetic 8b/70b models,
-# written on first use (~3 s and ~26 s; ~70 GiB for every bench scenario);
+# written on first use (~3 s and ~26 s; ~70 GiB for every bench scenario),
+# and the real gocode-29m model when bin/models/ carries it (xz -6 of
+# ../shared/models/gocode-29m-f16.gguf, with its golden file);
 # LD_LIBRARY_PATH should reach libcuda.so.1. The exit status is non-zero if
 # any step failed; the summary names them.
 set -uo pipefail
@@ -77,13 +80,24 @@ run() {
 			grep -E -- '--- FAIL|^FAIL|panic' "$logs/$name.log" | head -20 >&2 || tail -5 "$logs/$name.log" >&2
 		fi
 	}
+	# The real gocode-29m model, where the checkout carries it xz-packed in
+	# bin/models/ (the device tool carries 64 MiB; the F16 file is 59 MB):
+	# unpacked beside the synthetic models for engine/gpu's hybrid test.
+	local gocode=""
+	if [ -f bin/models/gocode-29m-f16.gguf.xz ] && [ -f bin/models/gocode-29m-f16.golden.json ]; then
+		gocode=$synth/gocode-29m-f16.gguf
+		[ -f "$gocode" ] || python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+			bin/models/gocode-29m-f16.gguf.xz "$gocode"
+		cp bin/models/gocode-29m-f16.golden.json "$synth/"
+	fi
 	if [ $bench != 2 ]; then
 		step kernels kernels "$B/kernels.test" -test.v
 		step kernels-cudadrv kernels/cudadrv "$B/kernels-cudadrv.test" -test.v
-		step engine-gpu engine/gpu env STRATA_8B_GGUF="$synth/llama-8b-q4_k_m-seed1.gguf" STRATA_8B_STEPS=64 \
+		step engine-gpu engine/gpu env STRATA_8B_GGUF="$synth/llama-8b-q4_k_m-seed1.gguf" STRATA_8B_STEPS=64 STRATA_GOCODE_GGUF="$gocode" \
 			"$B/engine-gpu.test" -test.v -test.timeout 30m
 		step engine engine "$B/engine.test" -test.v -test.run 'CUDA|RealDriver|Greedy'
 		step bench-gputime internal/bench/gputime "$B/internal-bench-gputime.test" -test.v
+		step gemv engine/gemv "$B/engine-gemv.test" -test.v
 	fi
 	if [ $bench != 0 ]; then
 		step bench-engine . "$B/strata" bench engine --synth-dir "$synth" --only "$only" \
