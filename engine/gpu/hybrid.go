@@ -3,7 +3,6 @@ package gpu
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -172,24 +171,12 @@ func (h *hybrid) plan(ctx context.Context, m *Model, o *Hybrid, maxT int, stream
 	if probe < 0 {
 		return nil
 	}
-	r := rand.New(rand.NewPCG(1, 2))
-	for _, row := range h.rows {
-		for i := range row {
-			row[i] = float32(r.NormFloat64())
-		}
-	}
 	measure := func(T int) (float64, error) {
-		var best time.Duration
-		for rep := range 4 {
-			t0 := time.Now()
-			if err := h.dev.Run(ctx, probe, h.host[probe], h.rows[:T]); err != nil {
-				return 0, fmt.Errorf("hybrid: measuring the CPU's FFN rate on layer %d: %w", probe, err)
-			}
-			if d := time.Since(t0); rep > 0 && (best == 0 || d < best) { // the first run warms up
-				best = d
-			}
+		rate, err := h.dev.Rate(ctx, probe, h.host[probe], T)
+		if err != nil {
+			return 0, fmt.Errorf("hybrid: measuring the CPU: %w", err)
 		}
-		return float64(h.full[probe]-h.attn[probe]) / best.Seconds(), nil
+		return rate, nil
 	}
 	points := map[int]float64{}
 	for _, T := range []int{1, 2, 4, 8} {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sync"
+	"time"
 
 	"github.com/strata-llm/strata/engine/gemv"
 	"github.com/strata-llm/strata/engine/quant"
@@ -543,6 +545,55 @@ func NewFFNDevice(cfg Config, impl gemv.Impl) (*FFNDevice, error) {
 // Run is Model.FFN on the device.
 func (d *FFNDevice) Run(ctx context.Context, l int, w *Layer, h [][]float32) error {
 	return d.m.FFN(ctx, l, w, h)
+}
+
+// Rate measures the device on layer l's FFN (weights w) for passes of T
+// rows: the FFN's weight bytes over the fastest of three timed runs after
+// a warm-up, in bytes per second. It is the CPU's link speed the hybrid
+// planner (engine/tier's PlanHybrid) balances against PCIe.
+func (d *FFNDevice) Rate(ctx context.Context, l int, w *Layer, T int) (float64, error) {
+	if T < 1 {
+		return 0, fmt.Errorf("ffn rate: %d rows", T)
+	}
+	r := rand.New(rand.NewPCG(uint64(l), uint64(T)))
+	h := make([][]float32, T)
+	for t := range h {
+		h[t] = make([]float32, d.m.Config.Dim)
+		for i := range h[t] {
+			h[t][i] = float32(r.NormFloat64())
+		}
+	}
+	var best time.Duration
+	for rep := range 4 {
+		t0 := time.Now()
+		if err := d.Run(ctx, l, w, h); err != nil {
+			return 0, fmt.Errorf("ffn rate of layer %d: %w", l, err)
+		}
+		if el := time.Since(t0); rep > 0 && (best == 0 || el < best) {
+			best = el
+		}
+	}
+	return float64(FFNBytes(w)) / best.Seconds(), nil
+}
+
+// FFNBytes is the size of a layer's feed-forward weights (its norms
+// included): what the CPU reads to compute it.
+func FFNBytes(w *Layer) int64 {
+	var n int64
+	for _, t := range []*Tensor{&w.FFNNorm, &w.Gate, &w.Up, &w.Down, &w.PostFFNNorm} {
+		n += int64(len(t.Data))
+	}
+	return n
+}
+
+// AttnBytes is the size of a layer's attention weights (its norms
+// included).
+func AttnBytes(w *Layer) int64 {
+	var n int64
+	for _, t := range []*Tensor{&w.AttnNorm, &w.Q, &w.K, &w.V, &w.O, &w.PostAttnNorm} {
+		n += int64(len(t.Data))
+	}
+	return n
 }
 
 // FFN runs layer l's feed-forward block, with the weights in w (only its

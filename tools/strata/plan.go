@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/strata-llm/strata/engine/gemv"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/prefab"
@@ -31,6 +32,8 @@ type planOptions struct {
 	ComputeBW       float64
 	NoMeasure       bool
 	MeasureDuration time.Duration
+	// NoHybrid leaves the CPU out of a device plan's tier B.
+	NoHybrid bool
 }
 
 func planCommand() *cli.Command {
@@ -54,6 +57,7 @@ func planCommand() *cli.Command {
 			&cli.StringFlag{Name: "h2d-bw", Usage: "host-to-device bandwidth, e.g. 25GB/s (default: measured)"},
 			&cli.StringFlag{Name: "compute-bw", Usage: "weight bytes/s the device consumes, e.g. 2TB/s (default: measured)"},
 			&cli.BoolFlag{Name: "no-measure", Usage: "use default link speeds instead of measuring"},
+			&cli.BoolFlag{Name: "no-hybrid", Usage: "with --vram, leave the CPU out: every tier-B layer crosses to the device whole (default: show which FFNs the CPU computes, per batch size)"},
 			&cli.BoolFlag{Name: "json", Usage: "machine-readable output"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -89,6 +93,7 @@ func planCommand() *cli.Command {
 			if o.Ctx <= 0 || o.Batch <= 0 || o.Depth < 0 {
 				return usagef("--ctx and --batch must be positive and --depth not negative")
 			}
+			o.NoHybrid = cmd.Bool("no-hybrid")
 			p, info, err := planModel(ctx, cmd.Args().First(), o)
 			if err != nil {
 				return err
@@ -103,7 +108,11 @@ func planCommand() *cli.Command {
 					Plan  *tier.Plan `json:"plan"`
 				}{cmd.Args().First(), info, p})
 			}
-			return writePlan(w, cmd.Args().First(), info, p)
+			if err := writePlan(w, cmd.Args().First(), info, p); err != nil {
+				return err
+			}
+			writeHybridPlans(w, info)
+			return nil
 		},
 	}
 }
@@ -116,6 +125,11 @@ type planInfo struct {
 	Pool    bool   `json:"pool"`
 	Type    string `json:"type"`
 	Backend string `json:"backend"`
+	// Hybrid is the CPU's share of a device plan's tier B for batch 1 and
+	// for Batch (engine/tier's PlanHybrid, with the CPU's FFN rate
+	// measured on one of the model's layers); CPURates the rates.
+	Hybrid   []tier.HybridPlan `json:"hybrid,omitempty"`
+	CPURates []float64         `json:"cpu_ffn_bps,omitempty"`
 }
 
 // planModel gathers sizes from MODEL (pool or GGUF), budgets from the
@@ -202,7 +216,95 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 	if err != nil {
 		return nil, info, err
 	}
+	if o.VRAM > 0 && !o.NoHybrid && p.Tiers[tier.TierB].Layers > 0 {
+		if err := planHybrid(ctx, path, isPool, cfg, p, &info); err != nil {
+			return nil, info, err
+		}
+	}
 	return p, info, nil
+}
+
+// planHybrid adds the CPU's share of p's tier B (engine/gpu's hybrid
+// placement) to info: the CPU's FFN rate is measured on one of the
+// model's layers as stored (as the engine measures it at load), each
+// tier-B layer is split into attention and FFN in that layer's
+// proportions, and PlanHybrid places the FFNs for batch 1 and info.Batch.
+func planHybrid(ctx context.Context, path string, isPool bool, cfg model.Config, p *tier.Plan, info *planInfo) error {
+	var probe *model.Layer
+	li := -1
+	for _, l := range p.Layers {
+		if l.Tier == tier.TierB {
+			li = l.Index
+			break
+		}
+	}
+	if isPool {
+		pool, err := prefab.OpenPool(path)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		b, err := pool.Mapped(li)
+		if err == nil {
+			probe, err = pool.Decode(li, b)
+		}
+		if err != nil {
+			return fmt.Errorf("plan: hybrid: layer %d: %w", li, err)
+		}
+	} else {
+		m, err := model.Open(path)
+		if err != nil {
+			return fmt.Errorf("plan: hybrid: %w", err)
+		}
+		defer m.Close()
+		probe = &m.Weights.Layers[li]
+	}
+	dev, err := model.NewFFNDevice(cfg, gemv.Detect())
+	if err != nil {
+		return err
+	}
+	frac := float64(model.FFNBytes(probe)) / float64(model.FFNBytes(probe)+model.AttnBytes(probe))
+	var layers []tier.HybridLayer
+	for _, l := range p.Layers {
+		if l.Tier == tier.TierA {
+			continue
+		}
+		full := l.Moved.HostToDevice
+		hl := tier.HybridLayer{Index: l.Index, Full: full, Attn: full}
+		if l.Tier == tier.TierB {
+			hl.FFN = int64(frac * float64(full))
+			hl.Attn = full - hl.FFN
+		}
+		layers = append(layers, hl)
+	}
+	for _, T := range []int{1, info.Batch} {
+		if T == 1 && len(info.Hybrid) > 0 {
+			continue
+		}
+		rate, err := dev.Rate(ctx, li, probe, T)
+		if err != nil {
+			return fmt.Errorf("plan: hybrid: %w", err)
+		}
+		hp, err := tier.PlanHybrid(layers, max(p.Depth, 1), tier.HybridRates{HostToDevice: p.Links.HostToDevice, CPU: rate, Hop: 60 * time.Microsecond}, T)
+		if err != nil {
+			return fmt.Errorf("plan: hybrid: %w", err)
+		}
+		info.Hybrid = append(info.Hybrid, hp)
+		info.CPURates = append(info.CPURates, rate)
+	}
+	return nil
+}
+
+// writeHybridPlans prints the CPU's share of tier B per batch size.
+func writeHybridPlans(w io.Writer, info planInfo) {
+	for i, hp := range info.Hybrid {
+		if len(hp.CPU) == 0 {
+			fmt.Fprintf(w, "hybrid, batch %d: the CPU (FFN %s measured) takes no layer: streaming is faster\n", hp.Batch, tier.FormatRate(info.CPURates[i]))
+			continue
+		}
+		fmt.Fprintf(w, "hybrid, batch %d: the CPU (FFN %s measured) computes the FFN of %d tier-B layers %v from pinned memory; %s over PCIe and %s on the CPU a pass; streamed part %v (streaming alone %v)\n",
+			hp.Batch, tier.FormatRate(info.CPURates[i]), len(hp.CPU), hp.CPU, tier.FormatBytes(hp.Moved), tier.FormatBytes(hp.CPUBytes), dur(hp.Pass), dur(hp.Streamed))
+	}
 }
 
 // writePlan prints the plan as a table with a summary.

@@ -74,12 +74,30 @@ func TestPrefabAndPlanCLI(t *testing.T) {
 	}
 	var doc struct {
 		Plan tier.Plan `json:"plan"`
+		Info planInfo  `json:"inputs"`
 	}
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("plan --json output: %v\n%s", err, out)
 	}
 	if len(doc.Plan.Layers) != 4 || doc.Plan.Tiers[tier.TierB].Layers != 4 || doc.Plan.Depth != 2 || doc.Plan.Links.StorageToHost != 2e9 {
 		t.Errorf("JSON plan %+v", doc.Plan)
+	}
+	// The CPU's share of tier B: one plan (batch 1) from a measured rate,
+	// its layers among tier B's, its bytes the streamed ones split.
+	if len(doc.Info.Hybrid) != 1 || len(doc.Info.CPURates) != 1 || !(doc.Info.CPURates[0] > 0) {
+		t.Fatalf("hybrid plans %+v, rates %v", doc.Info.Hybrid, doc.Info.CPURates)
+	}
+	hp := doc.Info.Hybrid[0]
+	if hp.Batch != 1 || hp.Moved+hp.CPUBytes != doc.Plan.Moved.HostToDevice || hp.Pass > hp.Streamed {
+		t.Errorf("hybrid plan %+v against %d bytes streamed", hp, doc.Plan.Moved.HostToDevice)
+	}
+	out, _, err = runCLI(t, "plan", g, "--ctx", "32", "--vram", "2MiB", "--ram", "1GiB", "--h2d-bw", "20GB/s", "--no-measure", "--batch", "2")
+	if err != nil || !strings.Contains(out, "hybrid, batch 1:") || !strings.Contains(out, "hybrid, batch 2:") {
+		t.Errorf("plan with hybrid lines: %v\n%s", err, out)
+	}
+	out, _, err = runCLI(t, "plan", g, "--ctx", "32", "--vram", "2MiB", "--ram", "1GiB", "--no-measure", "--no-hybrid")
+	if err != nil || strings.Contains(out, "hybrid") {
+		t.Errorf("plan --no-hybrid: %v\n%s", err, out)
 	}
 	// The default (measured) path works too.
 	if _, _, err := runCLI(t, "plan", pool); err != nil {
