@@ -5,7 +5,11 @@
 package gemv
 
 // q4kAVX2 is the Q4_K kernel for AVX2 (ref.go's contract).
+//
+//go:noescape
 func q4kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 
 // q5kAVX2 is the Q5_K kernel for AVX2 (ref.go's contract).
+//
+//go:noescape
 func q5kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
