@@ -97,47 +97,56 @@ func TestKernelsMatchReference(t *testing.T) {
 			if !Supports(impl, typ) {
 				continue
 			}
-			for _, n := range []int{256, 512, 4096, 1024 + 32*3} {
-				if n%blockOf(typ) != 0 || typ.Known() && func() bool { _, err := typ.RowBytes(int64(n)); return err != nil }() {
-					continue
-				}
-				for _, wild := range []bool{false, true} {
-					for _, extreme := range []bool{false, true} {
-						name := fmt.Sprintf("%v/%v/n%d/wild=%v/extreme=%v", impl, typ, n, wild, extreme)
-						t.Run(name, func(t *testing.T) {
-							t.Parallel()
-							rows := 13
-							w := randomRows(t, typ, rows, n, uint64(n)+7, wild)
-							var x X
-							if err := x.Set(randomVector(n, uint64(n), extreme)); err != nil {
-								t.Fatal(err)
-							}
-							got := make([]float32, rows)
-							for i := range got {
-								got[i] = float32(math.NaN())
-							}
-							if err := Rows(impl, typ, w, n, &x, got); err != nil {
-								t.Fatal(err)
-							}
-							want := make([]float32, rows)
-							if err := Rows(Go, typ, w, n, &x, want); err != nil {
-								t.Fatal(err)
-							}
-							rb := len(w) / rows
-							for i := range got {
-								if isFloat(typ) {
-									if tol := floatTol * absDot(typ, w[i*rb:(i+1)*rb], &x); math.Abs(float64(got[i]-want[i])) > tol {
-										t.Fatalf("row %d: %g, reference %g (tolerance %g)", i, got[i], want[i], tol)
-									}
-									continue
-								}
-								if !sameBits(got[i], want[i]) {
-									t.Fatalf("row %d: %g (%#x), reference %g (%#x)", i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
-								}
-							}
-						})
+			matchReference(t, impl.String(), typ, func(w []byte, n int, x *X, y []float32) error {
+				return Rows(impl, typ, w, n, x, y)
+			})
+		}
+	}
+}
+
+// matchReference checks one kernel, called through run, against the
+// reference on every shape, weight kind and vector kind, as parallel
+// subtests under label.
+func matchReference(t *testing.T, label string, typ quant.Type, run func(w []byte, n int, x *X, y []float32) error) {
+	for _, n := range []int{256, 512, 4096, 1024 + 32*3} {
+		if n%blockOf(typ) != 0 || typ.Known() && func() bool { _, err := typ.RowBytes(int64(n)); return err != nil }() {
+			continue
+		}
+		for _, wild := range []bool{false, true} {
+			for _, extreme := range []bool{false, true} {
+				name := fmt.Sprintf("%s/%v/n%d/wild=%v/extreme=%v", label, typ, n, wild, extreme)
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					rows := 13
+					w := randomRows(t, typ, rows, n, uint64(n)+7, wild)
+					var x X
+					if err := x.Set(randomVector(n, uint64(n), extreme)); err != nil {
+						t.Fatal(err)
 					}
-				}
+					got := make([]float32, rows)
+					for i := range got {
+						got[i] = float32(math.NaN())
+					}
+					if err := run(w, n, &x, got); err != nil {
+						t.Fatal(err)
+					}
+					want := make([]float32, rows)
+					if err := Rows(Go, typ, w, n, &x, want); err != nil {
+						t.Fatal(err)
+					}
+					rb := len(w) / rows
+					for i := range got {
+						if isFloat(typ) {
+							if tol := floatTol * absDot(typ, w[i*rb:(i+1)*rb], &x); math.Abs(float64(got[i]-want[i])) > tol {
+								t.Fatalf("row %d: %g, reference %g (tolerance %g)", i, got[i], want[i], tol)
+							}
+							continue
+						}
+						if !sameBits(got[i], want[i]) {
+							t.Fatalf("row %d: %g (%#x), reference %g (%#x)", i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+						}
+					}
+				})
 			}
 		}
 	}

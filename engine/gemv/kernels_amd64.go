@@ -26,7 +26,25 @@ var kernels = map[Impl]map[quant.Type]kernel{
 		quant.Q4_K: q4kAVX2,
 		quant.Q5_K: q5kAVX2,
 	},
-	AVX512: {},
+	AVX512: avx512Kernels(cpu.X86.HasAVX512VNNI),
+}
+
+// avx512Kernels is the AVX512 family's table. Each of its kernels is
+// generated twice, once with VNNI's VPDPWSSD (int16 pairs multiplied and
+// added into int32 in one instruction) and once with VPMADDWD and VPADDD
+// for the AVX-512 CPUs without VNNI (Skylake-SP); both return the same
+// bits, so the choice is made here, once, and Impl stays one family.
+func avx512Kernels(vnni bool) map[quant.Type]kernel {
+	if vnni {
+		return map[quant.Type]kernel{
+			quant.Q4_K: q4kVNNI,
+			quant.Q5_K: q5kVNNI,
+		}
+	}
+	return map[quant.Type]kernel{
+		quant.Q4_K: q4kAVX512,
+		quant.Q5_K: q5kAVX512,
+	}
 }
 
 func lookup(impl Impl, t quant.Type) kernel {

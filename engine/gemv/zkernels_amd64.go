@@ -13,3 +13,23 @@ func q4kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int3
 //
 //go:noescape
 func q5kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q4kAVX512 is the Q4_K kernel for AVX-512 (ref.go's contract).
+//
+//go:noescape
+func q4kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q5kAVX512 is the Q5_K kernel for AVX-512 (ref.go's contract).
+//
+//go:noescape
+func q5kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q4kVNNI is the Q4_K kernel for AVX-512 with VNNI (ref.go's contract).
+//
+//go:noescape
+func q4kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q5kVNNI is the Q5_K kernel for AVX-512 with VNNI (ref.go's contract).
+//
+//go:noescape
+func q5kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)

@@ -376,3 +376,539 @@ q5kAVX2_block:
 q5kAVX2_done:
 	VZEROUPPER
 	RET
+
+// func q4kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C
+TEXT ·q4kAVX512(SB), NOSPLIT, $32-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         n+24(FP), DX
+	MOVQ         y+64(FP), BX
+	SHRQ         $0x08, DX
+	MOVL         $0x000f000f, SI
+	VPBROADCASTD SI, Z0
+
+q4kAVX512_row:
+	CMPQ   CX, $0x00
+	JE     q4kAVX512_done
+	MOVQ   q+32(FP), SI
+	MOVQ   d+40(FP), DI
+	MOVQ   s+48(FP), R8
+	MOVQ   DX, R9
+	VPXORQ X1, X1, X1
+
+q4kAVX512_block:
+	MOVL          4(AX), R10
+	MOVL          8(AX), R11
+	MOVL          12(AX), R12
+	MOVL          R10, R13
+	SHRL          $0x02, R13
+	ANDL          $0x30303030, R13
+	ANDL          $0x3f3f3f3f, R10
+	MOVL          R12, R14
+	ANDL          $0x0f0f0f0f, R14
+	ORL           R13, R14
+	MOVL          R11, R13
+	SHRL          $0x02, R13
+	ANDL          $0x30303030, R13
+	ANDL          $0x3f3f3f3f, R11
+	SHRL          $0x04, R12
+	ANDL          $0x0f0f0f0f, R12
+	ORL           R13, R12
+	SHLQ          $0x20, R14
+	ORQ           R14, R10
+	VMOVQ         R10, X2
+	VPMOVZXBD     X2, Y2
+	VPSLLD        $0x10, Y2, Y3
+	VPORD         Y3, Y2, Y2
+	VMOVDQU32     Y2, (SP)
+	SHLQ          $0x20, R12
+	ORQ           R12, R11
+	VMOVQ         R11, X2
+	VPMOVZXBD     X2, Y2
+	VPMULLD       (R8), Y2, Y2
+	VPMOVZXBW     16(AX), Z4
+	VPANDD        Z0, Z4, Z3
+	VPSRLW        $0x04, Z4, Z4
+	VPBROADCASTD  (SP), Z5
+	VPMULLW       Z5, Z3, Z3
+	VPMADDWD      (SI), Z3, Z3
+	VPBROADCASTD  4(SP), Z5
+	VPMULLW       Z5, Z4, Z4
+	VPMADDWD      64(SI), Z4, Z4
+	VPMOVZXBW     48(AX), Z5
+	VPANDD        Z0, Z5, Z6
+	VPSRLW        $0x04, Z5, Z5
+	VPBROADCASTD  8(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPMADDWD      128(SI), Z6, Z6
+	VPADDD        Z6, Z3, Z3
+	VPBROADCASTD  12(SP), Z6
+	VPMULLW       Z6, Z5, Z5
+	VPMADDWD      192(SI), Z5, Z5
+	VPADDD        Z5, Z4, Z4
+	VPMOVZXBW     80(AX), Z5
+	VPANDD        Z0, Z5, Z6
+	VPSRLW        $0x04, Z5, Z5
+	VPBROADCASTD  16(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPMADDWD      256(SI), Z6, Z6
+	VPADDD        Z6, Z3, Z3
+	VPBROADCASTD  20(SP), Z6
+	VPMULLW       Z6, Z5, Z5
+	VPMADDWD      320(SI), Z5, Z5
+	VPADDD        Z5, Z4, Z4
+	VPMOVZXBW     112(AX), Z5
+	VPANDD        Z0, Z5, Z6
+	VPSRLW        $0x04, Z5, Z5
+	VPBROADCASTD  24(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPMADDWD      384(SI), Z6, Z6
+	VPADDD        Z6, Z3, Z3
+	VPBROADCASTD  28(SP), Z6
+	VPMULLW       Z6, Z5, Z5
+	VPMADDWD      448(SI), Z5, Z5
+	VPADDD        Z5, Z4, Z4
+	VPADDD        Z4, Z3, Z3
+	VEXTRACTI64X4 $0x01, Z3, Y4
+	VPADDD        Y4, Y3, Y4
+	VPUNPCKLDQ    Y2, Y4, Y3
+	VPUNPCKHDQ    Y2, Y4, Y2
+	VPADDD        Y2, Y3, Y3
+	VPSHUFD       $0x4e, Y3, Y2
+	VPADDD        Y2, Y3, Y3
+	VEXTRACTI32X4 $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VCVTDQ2PS     X2, X2
+	VMOVD         (AX), X3
+	VCVTPH2PS     X3, X3
+	VMULPS        X3, X2, X2
+	VMOVSHDUP     X2, X3
+	VSUBSS        X3, X2, X2
+	VMULSS        (DI), X2, X2
+	VCVTSS2SD     X2, X2, X2
+	VADDSD        X2, X1, X1
+	ADDQ          $0x00000090, AX
+	ADDQ          $0x00000200, SI
+	ADDQ          $0x04, DI
+	ADDQ          $0x20, R8
+	DECQ          R9
+	JNE           q4kAVX512_block
+	VCVTSD2SS     X1, X1, X1
+	VMOVSS        X1, (BX)
+	ADDQ          $0x04, BX
+	DECQ          CX
+	JMP           q4kAVX512_row
+
+q4kAVX512_done:
+	VZEROUPPER
+	RET
+
+// func q5kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C
+TEXT ·q5kAVX512(SB), NOSPLIT, $32-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         n+24(FP), DX
+	MOVQ         y+64(FP), BX
+	SHRQ         $0x08, DX
+	MOVL         $0x000f000f, SI
+	VPBROADCASTD SI, Z0
+	MOVL         $0x00100010, SI
+	VPBROADCASTD SI, Z1
+
+q5kAVX512_row:
+	CMPQ   CX, $0x00
+	JE     q5kAVX512_done
+	MOVQ   q+32(FP), SI
+	MOVQ   d+40(FP), DI
+	MOVQ   s+48(FP), R8
+	MOVQ   DX, R9
+	VPXORQ X2, X2, X2
+
+q5kAVX512_block:
+	MOVL          4(AX), R10
+	MOVL          8(AX), R11
+	MOVL          12(AX), R12
+	MOVL          R10, R13
+	SHRL          $0x02, R13
+	ANDL          $0x30303030, R13
+	ANDL          $0x3f3f3f3f, R10
+	MOVL          R12, R14
+	ANDL          $0x0f0f0f0f, R14
+	ORL           R13, R14
+	MOVL          R11, R13
+	SHRL          $0x02, R13
+	ANDL          $0x30303030, R13
+	ANDL          $0x3f3f3f3f, R11
+	SHRL          $0x04, R12
+	ANDL          $0x0f0f0f0f, R12
+	ORL           R13, R12
+	SHLQ          $0x20, R14
+	ORQ           R14, R10
+	VMOVQ         R10, X3
+	VPMOVZXBD     X3, Y3
+	VPSLLD        $0x10, Y3, Y4
+	VPORD         Y4, Y3, Y3
+	VMOVDQU32     Y3, (SP)
+	SHLQ          $0x20, R12
+	ORQ           R12, R11
+	VMOVQ         R11, X3
+	VPMOVZXBD     X3, Y3
+	VPMULLD       (R8), Y3, Y3
+	VPMOVZXBW     16(AX), Z6
+	VPMOVZXBW     48(AX), Z5
+	VPANDD        Z0, Z5, Z4
+	VPSRLW        $0x04, Z5, Z5
+	VPSLLW        $0x04, Z6, Z7
+	VPTERNLOGD    $0xf8, Z1, Z7, Z4
+	VPSLLW        $0x03, Z6, Z7
+	VPTERNLOGD    $0xf8, Z1, Z7, Z5
+	VPBROADCASTD  (SP), Z7
+	VPMULLW       Z7, Z4, Z4
+	VPMADDWD      (SI), Z4, Z4
+	VPBROADCASTD  4(SP), Z7
+	VPMULLW       Z7, Z5, Z5
+	VPMADDWD      64(SI), Z5, Z5
+	VPMOVZXBW     80(AX), Z7
+	VPANDD        Z0, Z7, Z8
+	VPSRLW        $0x04, Z7, Z7
+	VPSLLW        $0x02, Z6, Z9
+	VPTERNLOGD    $0xf8, Z1, Z9, Z8
+	VPSLLW        $0x01, Z6, Z9
+	VPTERNLOGD    $0xf8, Z1, Z9, Z7
+	VPBROADCASTD  8(SP), Z9
+	VPMULLW       Z9, Z8, Z8
+	VPMADDWD      128(SI), Z8, Z8
+	VPADDD        Z8, Z4, Z4
+	VPBROADCASTD  12(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPMADDWD      192(SI), Z7, Z7
+	VPADDD        Z7, Z5, Z5
+	VPMOVZXBW     112(AX), Z7
+	VPANDD        Z0, Z7, Z8
+	VPSRLW        $0x04, Z7, Z7
+	VPTERNLOGD    $0xf8, Z1, Z6, Z8
+	VPSRLW        $0x01, Z6, Z9
+	VPTERNLOGD    $0xf8, Z1, Z9, Z7
+	VPBROADCASTD  16(SP), Z9
+	VPMULLW       Z9, Z8, Z8
+	VPMADDWD      256(SI), Z8, Z8
+	VPADDD        Z8, Z4, Z4
+	VPBROADCASTD  20(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPMADDWD      320(SI), Z7, Z7
+	VPADDD        Z7, Z5, Z5
+	VPMOVZXBW     144(AX), Z7
+	VPANDD        Z0, Z7, Z8
+	VPSRLW        $0x04, Z7, Z7
+	VPSRLW        $0x02, Z6, Z9
+	VPTERNLOGD    $0xf8, Z1, Z9, Z8
+	VPSRLW        $0x03, Z6, Z6
+	VPTERNLOGD    $0xf8, Z1, Z6, Z7
+	VPBROADCASTD  24(SP), Z6
+	VPMULLW       Z6, Z8, Z8
+	VPMADDWD      384(SI), Z8, Z8
+	VPADDD        Z8, Z4, Z4
+	VPBROADCASTD  28(SP), Z6
+	VPMULLW       Z6, Z7, Z7
+	VPMADDWD      448(SI), Z7, Z7
+	VPADDD        Z7, Z5, Z5
+	VPADDD        Z5, Z4, Z4
+	VEXTRACTI64X4 $0x01, Z4, Y5
+	VPADDD        Y5, Y4, Y5
+	VPUNPCKLDQ    Y3, Y5, Y4
+	VPUNPCKHDQ    Y3, Y5, Y3
+	VPADDD        Y3, Y4, Y4
+	VPSHUFD       $0x4e, Y4, Y3
+	VPADDD        Y3, Y4, Y4
+	VEXTRACTI32X4 $0x01, Y4, X3
+	VPADDD        X3, X4, X3
+	VCVTDQ2PS     X3, X3
+	VMOVD         (AX), X4
+	VCVTPH2PS     X4, X4
+	VMULPS        X4, X3, X3
+	VMOVSHDUP     X3, X4
+	VSUBSS        X4, X3, X3
+	VMULSS        (DI), X3, X3
+	VCVTSS2SD     X3, X3, X3
+	VADDSD        X3, X2, X2
+	ADDQ          $0x000000b0, AX
+	ADDQ          $0x00000200, SI
+	ADDQ          $0x04, DI
+	ADDQ          $0x20, R8
+	DECQ          R9
+	JNE           q5kAVX512_block
+	VCVTSD2SS     X2, X2, X2
+	VMOVSS        X2, (BX)
+	ADDQ          $0x04, BX
+	DECQ          CX
+	JMP           q5kAVX512_row
+
+q5kAVX512_done:
+	VZEROUPPER
+	RET
+
+// func q4kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
+TEXT ·q4kVNNI(SB), NOSPLIT, $32-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         n+24(FP), DX
+	MOVQ         y+64(FP), BX
+	SHRQ         $0x08, DX
+	MOVL         $0x000f000f, SI
+	VPBROADCASTD SI, Z0
+
+q4kVNNI_row:
+	CMPQ   CX, $0x00
+	JE     q4kVNNI_done
+	MOVQ   q+32(FP), SI
+	MOVQ   d+40(FP), DI
+	MOVQ   s+48(FP), R8
+	MOVQ   DX, R9
+	VPXORQ X1, X1, X1
+
+q4kVNNI_block:
+	MOVL          4(AX), R10
+	MOVL          8(AX), R11
+	MOVL          12(AX), R12
+	MOVL          R10, R13
+	SHRL          $0x02, R13
+	ANDL          $0x30303030, R13
+	ANDL          $0x3f3f3f3f, R10
+	MOVL          R12, R14
+	ANDL          $0x0f0f0f0f, R14
+	ORL           R13, R14
+	MOVL          R11, R13
+	SHRL          $0x02, R13
+	ANDL          $0x30303030, R13
+	ANDL          $0x3f3f3f3f, R11
+	SHRL          $0x04, R12
+	ANDL          $0x0f0f0f0f, R12
+	ORL           R13, R12
+	SHLQ          $0x20, R14
+	ORQ           R14, R10
+	VMOVQ         R10, X2
+	VPMOVZXBD     X2, Y2
+	VPSLLD        $0x10, Y2, Y5
+	VPORD         Y5, Y2, Y2
+	VMOVDQU32     Y2, (SP)
+	SHLQ          $0x20, R12
+	ORQ           R12, R11
+	VMOVQ         R11, X2
+	VPMOVZXBD     X2, Y2
+	VPMULLD       (R8), Y2, Y2
+	VPXORD        Z3, Z3, Z3
+	VPXORD        Z4, Z4, Z4
+	VPMOVZXBW     16(AX), Z5
+	VPANDD        Z0, Z5, Z6
+	VPSRLW        $0x04, Z5, Z5
+	VPBROADCASTD  (SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPDPWSSD      (SI), Z6, Z3
+	VPBROADCASTD  4(SP), Z6
+	VPMULLW       Z6, Z5, Z5
+	VPDPWSSD      64(SI), Z5, Z4
+	VPMOVZXBW     48(AX), Z5
+	VPANDD        Z0, Z5, Z6
+	VPSRLW        $0x04, Z5, Z5
+	VPBROADCASTD  8(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPDPWSSD      128(SI), Z6, Z3
+	VPBROADCASTD  12(SP), Z6
+	VPMULLW       Z6, Z5, Z5
+	VPDPWSSD      192(SI), Z5, Z4
+	VPMOVZXBW     80(AX), Z5
+	VPANDD        Z0, Z5, Z6
+	VPSRLW        $0x04, Z5, Z5
+	VPBROADCASTD  16(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPDPWSSD      256(SI), Z6, Z3
+	VPBROADCASTD  20(SP), Z6
+	VPMULLW       Z6, Z5, Z5
+	VPDPWSSD      320(SI), Z5, Z4
+	VPMOVZXBW     112(AX), Z5
+	VPANDD        Z0, Z5, Z6
+	VPSRLW        $0x04, Z5, Z5
+	VPBROADCASTD  24(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPDPWSSD      384(SI), Z6, Z3
+	VPBROADCASTD  28(SP), Z6
+	VPMULLW       Z6, Z5, Z5
+	VPDPWSSD      448(SI), Z5, Z4
+	VPADDD        Z4, Z3, Z3
+	VEXTRACTI64X4 $0x01, Z3, Y5
+	VPADDD        Y5, Y3, Y5
+	VPUNPCKLDQ    Y2, Y5, Y6
+	VPUNPCKHDQ    Y2, Y5, Y2
+	VPADDD        Y2, Y6, Y6
+	VPSHUFD       $0x4e, Y6, Y2
+	VPADDD        Y2, Y6, Y6
+	VEXTRACTI32X4 $0x01, Y6, X2
+	VPADDD        X2, X6, X2
+	VCVTDQ2PS     X2, X2
+	VMOVD         (AX), X5
+	VCVTPH2PS     X5, X5
+	VMULPS        X5, X2, X2
+	VMOVSHDUP     X2, X5
+	VSUBSS        X5, X2, X2
+	VMULSS        (DI), X2, X2
+	VCVTSS2SD     X2, X2, X2
+	VADDSD        X2, X1, X1
+	ADDQ          $0x00000090, AX
+	ADDQ          $0x00000200, SI
+	ADDQ          $0x04, DI
+	ADDQ          $0x20, R8
+	DECQ          R9
+	JNE           q4kVNNI_block
+	VCVTSD2SS     X1, X1, X1
+	VMOVSS        X1, (BX)
+	ADDQ          $0x04, BX
+	DECQ          CX
+	JMP           q4kVNNI_row
+
+q4kVNNI_done:
+	VZEROUPPER
+	RET
+
+// func q5kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
+TEXT ·q5kVNNI(SB), NOSPLIT, $32-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         n+24(FP), DX
+	MOVQ         y+64(FP), BX
+	SHRQ         $0x08, DX
+	MOVL         $0x000f000f, SI
+	VPBROADCASTD SI, Z0
+	MOVL         $0x00100010, SI
+	VPBROADCASTD SI, Z1
+
+q5kVNNI_row:
+	CMPQ   CX, $0x00
+	JE     q5kVNNI_done
+	MOVQ   q+32(FP), SI
+	MOVQ   d+40(FP), DI
+	MOVQ   s+48(FP), R8
+	MOVQ   DX, R9
+	VPXORQ X2, X2, X2
+
+q5kVNNI_block:
+	MOVL          4(AX), R10
+	MOVL          8(AX), R11
+	MOVL          12(AX), R12
+	MOVL          R10, R13
+	SHRL          $0x02, R13
+	ANDL          $0x30303030, R13
+	ANDL          $0x3f3f3f3f, R10
+	MOVL          R12, R14
+	ANDL          $0x0f0f0f0f, R14
+	ORL           R13, R14
+	MOVL          R11, R13
+	SHRL          $0x02, R13
+	ANDL          $0x30303030, R13
+	ANDL          $0x3f3f3f3f, R11
+	SHRL          $0x04, R12
+	ANDL          $0x0f0f0f0f, R12
+	ORL           R13, R12
+	SHLQ          $0x20, R14
+	ORQ           R14, R10
+	VMOVQ         R10, X3
+	VPMOVZXBD     X3, Y3
+	VPSLLD        $0x10, Y3, Y6
+	VPORD         Y6, Y3, Y3
+	VMOVDQU32     Y3, (SP)
+	SHLQ          $0x20, R12
+	ORQ           R12, R11
+	VMOVQ         R11, X3
+	VPMOVZXBD     X3, Y3
+	VPMULLD       (R8), Y3, Y3
+	VPXORD        Z4, Z4, Z4
+	VPXORD        Z5, Z5, Z5
+	VPMOVZXBW     16(AX), Z6
+	VPMOVZXBW     48(AX), Z7
+	VPANDD        Z0, Z7, Z8
+	VPSRLW        $0x04, Z7, Z7
+	VPSLLW        $0x04, Z6, Z9
+	VPTERNLOGD    $0xf8, Z1, Z9, Z8
+	VPSLLW        $0x03, Z6, Z9
+	VPTERNLOGD    $0xf8, Z1, Z9, Z7
+	VPBROADCASTD  (SP), Z9
+	VPMULLW       Z9, Z8, Z8
+	VPDPWSSD      (SI), Z8, Z4
+	VPBROADCASTD  4(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPDPWSSD      64(SI), Z7, Z5
+	VPMOVZXBW     80(AX), Z7
+	VPANDD        Z0, Z7, Z8
+	VPSRLW        $0x04, Z7, Z7
+	VPSLLW        $0x02, Z6, Z9
+	VPTERNLOGD    $0xf8, Z1, Z9, Z8
+	VPSLLW        $0x01, Z6, Z9
+	VPTERNLOGD    $0xf8, Z1, Z9, Z7
+	VPBROADCASTD  8(SP), Z9
+	VPMULLW       Z9, Z8, Z8
+	VPDPWSSD      128(SI), Z8, Z4
+	VPBROADCASTD  12(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPDPWSSD      192(SI), Z7, Z5
+	VPMOVZXBW     112(AX), Z7
+	VPANDD        Z0, Z7, Z8
+	VPSRLW        $0x04, Z7, Z7
+	VPTERNLOGD    $0xf8, Z1, Z6, Z8
+	VPSRLW        $0x01, Z6, Z9
+	VPTERNLOGD    $0xf8, Z1, Z9, Z7
+	VPBROADCASTD  16(SP), Z9
+	VPMULLW       Z9, Z8, Z8
+	VPDPWSSD      256(SI), Z8, Z4
+	VPBROADCASTD  20(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPDPWSSD      320(SI), Z7, Z5
+	VPMOVZXBW     144(AX), Z7
+	VPANDD        Z0, Z7, Z8
+	VPSRLW        $0x04, Z7, Z7
+	VPSRLW        $0x02, Z6, Z9
+	VPTERNLOGD    $0xf8, Z1, Z9, Z8
+	VPSRLW        $0x03, Z6, Z6
+	VPTERNLOGD    $0xf8, Z1, Z6, Z7
+	VPBROADCASTD  24(SP), Z6
+	VPMULLW       Z6, Z8, Z8
+	VPDPWSSD      384(SI), Z8, Z4
+	VPBROADCASTD  28(SP), Z6
+	VPMULLW       Z6, Z7, Z7
+	VPDPWSSD      448(SI), Z7, Z5
+	VPADDD        Z5, Z4, Z4
+	VEXTRACTI64X4 $0x01, Z4, Y6
+	VPADDD        Y6, Y4, Y6
+	VPUNPCKLDQ    Y3, Y6, Y7
+	VPUNPCKHDQ    Y3, Y6, Y3
+	VPADDD        Y3, Y7, Y7
+	VPSHUFD       $0x4e, Y7, Y3
+	VPADDD        Y3, Y7, Y7
+	VEXTRACTI32X4 $0x01, Y7, X3
+	VPADDD        X3, X7, X3
+	VCVTDQ2PS     X3, X3
+	VMOVD         (AX), X6
+	VCVTPH2PS     X6, X6
+	VMULPS        X6, X3, X3
+	VMOVSHDUP     X3, X6
+	VSUBSS        X6, X3, X3
+	VMULSS        (DI), X3, X3
+	VCVTSS2SD     X3, X3, X3
+	VADDSD        X3, X2, X2
+	ADDQ          $0x000000b0, AX
+	ADDQ          $0x00000200, SI
+	ADDQ          $0x04, DI
+	ADDQ          $0x20, R8
+	DECQ          R9
+	JNE           q5kVNNI_block
+	VCVTSD2SS     X2, X2, X2
+	VMOVSS        X2, (BX)
+	ADDQ          $0x04, BX
+	DECQ          CX
+	JMP           q5kVNNI_row
+
+q5kVNNI_done:
+	VZEROUPPER
+	RET

@@ -14,5 +14,10 @@ func main() {
 	ConstraintExpr("amd64")
 	q4kAVX2("q4kAVX2", false)
 	q4kAVX2("q5kAVX2", true)
+	for _, vnni := range []bool{false, true} {
+		sfx := map[bool]string{false: "AVX512", true: "VNNI"}[vnni]
+		q4kAVX512("q4k"+sfx, false, vnni)
+		q4kAVX512("q5k"+sfx, true, vnni)
+	}
 	Generate()
 }
