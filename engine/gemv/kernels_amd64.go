@@ -39,11 +39,13 @@ func avx512Kernels(vnni bool) map[quant.Type]kernel {
 		return map[quant.Type]kernel{
 			quant.Q4_K: q4kVNNI,
 			quant.Q5_K: q5kVNNI,
+			quant.Q6_K: q6kVNNI,
 		}
 	}
 	return map[quant.Type]kernel{
 		quant.Q4_K: q4kAVX512,
 		quant.Q5_K: q5kAVX512,
+		quant.Q6_K: q6kAVX512,
 	}
 }
 

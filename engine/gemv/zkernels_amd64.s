@@ -649,6 +649,387 @@ q5kAVX512_done:
 	VZEROUPPER
 	RET
 
+// func q6kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C
+TEXT ·q6kAVX512(SB), NOSPLIT, $32-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         n+24(FP), DX
+	MOVQ         y+64(FP), BX
+	SHRQ         $0x08, DX
+	MOVL         $0x000f000f, SI
+	VPBROADCASTD SI, Z0
+	MOVL         $0x00aa00aa, SI
+	VPBROADCASTD SI, Z1
+
+q6kAVX512_row:
+	CMPQ   CX, $0x00
+	JE     q6kAVX512_done
+	MOVQ   q+32(FP), SI
+	MOVQ   d+40(FP), DI
+	MOVQ   DX, R8
+	VPXORQ X2, X2, X2
+
+q6kAVX512_block:
+	VPMOVSXBW       192(AX), Y3
+	VMOVDQU32       Y3, (SP)
+	VPMOVZXBW       (AX), Z3
+	VPMOVZXBW       32(AX), Z4
+	VPMOVZXBW       128(AX), Z5
+	VPXORD          Z1, Z5, Z5
+	VPSRLW          $0x04, Z3, Z6
+	VPSRLW          $0x04, Z4, Z7
+	VBROADCASTI32X4 (SP), Z8
+	VPSLLW          $0x0e, Z5, Z9
+	VPSRAW          $0x0a, Z9, Z9
+	VPTERNLOGD      $0xd8, Z0, Z3, Z9
+	VPSHUFB         q6kShuf512<>+0(SB), Z8, Z3
+	VPMULLW         Z3, Z9, Z9
+	VPMADDWD        (SI), Z9, Z3
+	VPSLLW          $0x0c, Z5, Z9
+	VPSRAW          $0x0a, Z9, Z9
+	VPTERNLOGD      $0xd8, Z0, Z4, Z9
+	VPSHUFB         q6kShuf512<>+64(SB), Z8, Z4
+	VPMULLW         Z4, Z9, Z9
+	VPMADDWD        64(SI), Z9, Z4
+	VPSLLW          $0x0a, Z5, Z9
+	VPSRAW          $0x0a, Z9, Z9
+	VPTERNLOGD      $0xd8, Z0, Z6, Z9
+	VPSHUFB         q6kShuf512<>+128(SB), Z8, Z6
+	VPMULLW         Z6, Z9, Z9
+	VPMADDWD        128(SI), Z9, Z9
+	VPADDD          Z9, Z3, Z3
+	VPSLLW          $0x08, Z5, Z5
+	VPSRAW          $0x0a, Z5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z7, Z5
+	VPSHUFB         q6kShuf512<>+192(SB), Z8, Z6
+	VPMULLW         Z6, Z5, Z5
+	VPMADDWD        192(SI), Z5, Z5
+	VPADDD          Z5, Z4, Z4
+	VPMOVZXBW       64(AX), Z5
+	VPMOVZXBW       96(AX), Z6
+	VPMOVZXBW       160(AX), Z7
+	VPXORD          Z1, Z7, Z7
+	VPSRLW          $0x04, Z5, Z8
+	VPSRLW          $0x04, Z6, Z9
+	VBROADCASTI32X4 16(SP), Z10
+	VPSLLW          $0x0e, Z7, Z11
+	VPSRAW          $0x0a, Z11, Z11
+	VPTERNLOGD      $0xd8, Z0, Z5, Z11
+	VPSHUFB         q6kShuf512<>+0(SB), Z10, Z5
+	VPMULLW         Z5, Z11, Z11
+	VPMADDWD        256(SI), Z11, Z11
+	VPADDD          Z11, Z3, Z3
+	VPSLLW          $0x0c, Z7, Z5
+	VPSRAW          $0x0a, Z5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z6, Z5
+	VPSHUFB         q6kShuf512<>+64(SB), Z10, Z6
+	VPMULLW         Z6, Z5, Z5
+	VPMADDWD        320(SI), Z5, Z5
+	VPADDD          Z5, Z4, Z4
+	VPSLLW          $0x0a, Z7, Z5
+	VPSRAW          $0x0a, Z5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z8, Z5
+	VPSHUFB         q6kShuf512<>+128(SB), Z10, Z6
+	VPMULLW         Z6, Z5, Z5
+	VPMADDWD        384(SI), Z5, Z5
+	VPADDD          Z5, Z3, Z3
+	VPSLLW          $0x08, Z7, Z5
+	VPSRAW          $0x0a, Z5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z9, Z5
+	VPSHUFB         q6kShuf512<>+192(SB), Z10, Z6
+	VPMULLW         Z6, Z5, Z5
+	VPMADDWD        448(SI), Z5, Z5
+	VPADDD          Z5, Z4, Z4
+	VPADDD          Z4, Z3, Z3
+	VEXTRACTI64X4   $0x01, Z3, Y4
+	VPADDD          Y4, Y3, Y4
+	VEXTRACTI32X4   $0x01, Y4, X3
+	VPADDD          X3, X4, X3
+	VPSHUFD         $0x4e, X3, X4
+	VPADDD          X4, X3, X3
+	VPSHUFD         $0xb1, X3, X4
+	VPADDD          X4, X3, X3
+	VCVTDQ2PS       X3, X3
+	VPBROADCASTW    208(AX), X4
+	VCVTPH2PS       X4, X4
+	VMULSS          X4, X3, X3
+	VMULSS          (DI), X3, X3
+	VCVTSS2SD       X3, X3, X3
+	VADDSD          X3, X2, X2
+	ADDQ            $0x000000d2, AX
+	ADDQ            $0x00000200, SI
+	ADDQ            $0x04, DI
+	DECQ            R8
+	JNE             q6kAVX512_block
+	VCVTSD2SS       X2, X2, X2
+	VMOVSS          X2, (BX)
+	ADDQ            $0x04, BX
+	DECQ            CX
+	JMP             q6kAVX512_row
+
+q6kAVX512_done:
+	VZEROUPPER
+	RET
+
+DATA q6kShuf512<>+0(SB)/1, $0x00
+DATA q6kShuf512<>+1(SB)/1, $0x01
+DATA q6kShuf512<>+2(SB)/1, $0x00
+DATA q6kShuf512<>+3(SB)/1, $0x01
+DATA q6kShuf512<>+4(SB)/1, $0x00
+DATA q6kShuf512<>+5(SB)/1, $0x01
+DATA q6kShuf512<>+6(SB)/1, $0x00
+DATA q6kShuf512<>+7(SB)/1, $0x01
+DATA q6kShuf512<>+8(SB)/1, $0x00
+DATA q6kShuf512<>+9(SB)/1, $0x01
+DATA q6kShuf512<>+10(SB)/1, $0x00
+DATA q6kShuf512<>+11(SB)/1, $0x01
+DATA q6kShuf512<>+12(SB)/1, $0x00
+DATA q6kShuf512<>+13(SB)/1, $0x01
+DATA q6kShuf512<>+14(SB)/1, $0x00
+DATA q6kShuf512<>+15(SB)/1, $0x01
+DATA q6kShuf512<>+16(SB)/1, $0x00
+DATA q6kShuf512<>+17(SB)/1, $0x01
+DATA q6kShuf512<>+18(SB)/1, $0x00
+DATA q6kShuf512<>+19(SB)/1, $0x01
+DATA q6kShuf512<>+20(SB)/1, $0x00
+DATA q6kShuf512<>+21(SB)/1, $0x01
+DATA q6kShuf512<>+22(SB)/1, $0x00
+DATA q6kShuf512<>+23(SB)/1, $0x01
+DATA q6kShuf512<>+24(SB)/1, $0x00
+DATA q6kShuf512<>+25(SB)/1, $0x01
+DATA q6kShuf512<>+26(SB)/1, $0x00
+DATA q6kShuf512<>+27(SB)/1, $0x01
+DATA q6kShuf512<>+28(SB)/1, $0x00
+DATA q6kShuf512<>+29(SB)/1, $0x01
+DATA q6kShuf512<>+30(SB)/1, $0x00
+DATA q6kShuf512<>+31(SB)/1, $0x01
+DATA q6kShuf512<>+32(SB)/1, $0x02
+DATA q6kShuf512<>+33(SB)/1, $0x03
+DATA q6kShuf512<>+34(SB)/1, $0x02
+DATA q6kShuf512<>+35(SB)/1, $0x03
+DATA q6kShuf512<>+36(SB)/1, $0x02
+DATA q6kShuf512<>+37(SB)/1, $0x03
+DATA q6kShuf512<>+38(SB)/1, $0x02
+DATA q6kShuf512<>+39(SB)/1, $0x03
+DATA q6kShuf512<>+40(SB)/1, $0x02
+DATA q6kShuf512<>+41(SB)/1, $0x03
+DATA q6kShuf512<>+42(SB)/1, $0x02
+DATA q6kShuf512<>+43(SB)/1, $0x03
+DATA q6kShuf512<>+44(SB)/1, $0x02
+DATA q6kShuf512<>+45(SB)/1, $0x03
+DATA q6kShuf512<>+46(SB)/1, $0x02
+DATA q6kShuf512<>+47(SB)/1, $0x03
+DATA q6kShuf512<>+48(SB)/1, $0x02
+DATA q6kShuf512<>+49(SB)/1, $0x03
+DATA q6kShuf512<>+50(SB)/1, $0x02
+DATA q6kShuf512<>+51(SB)/1, $0x03
+DATA q6kShuf512<>+52(SB)/1, $0x02
+DATA q6kShuf512<>+53(SB)/1, $0x03
+DATA q6kShuf512<>+54(SB)/1, $0x02
+DATA q6kShuf512<>+55(SB)/1, $0x03
+DATA q6kShuf512<>+56(SB)/1, $0x02
+DATA q6kShuf512<>+57(SB)/1, $0x03
+DATA q6kShuf512<>+58(SB)/1, $0x02
+DATA q6kShuf512<>+59(SB)/1, $0x03
+DATA q6kShuf512<>+60(SB)/1, $0x02
+DATA q6kShuf512<>+61(SB)/1, $0x03
+DATA q6kShuf512<>+62(SB)/1, $0x02
+DATA q6kShuf512<>+63(SB)/1, $0x03
+DATA q6kShuf512<>+64(SB)/1, $0x04
+DATA q6kShuf512<>+65(SB)/1, $0x05
+DATA q6kShuf512<>+66(SB)/1, $0x04
+DATA q6kShuf512<>+67(SB)/1, $0x05
+DATA q6kShuf512<>+68(SB)/1, $0x04
+DATA q6kShuf512<>+69(SB)/1, $0x05
+DATA q6kShuf512<>+70(SB)/1, $0x04
+DATA q6kShuf512<>+71(SB)/1, $0x05
+DATA q6kShuf512<>+72(SB)/1, $0x04
+DATA q6kShuf512<>+73(SB)/1, $0x05
+DATA q6kShuf512<>+74(SB)/1, $0x04
+DATA q6kShuf512<>+75(SB)/1, $0x05
+DATA q6kShuf512<>+76(SB)/1, $0x04
+DATA q6kShuf512<>+77(SB)/1, $0x05
+DATA q6kShuf512<>+78(SB)/1, $0x04
+DATA q6kShuf512<>+79(SB)/1, $0x05
+DATA q6kShuf512<>+80(SB)/1, $0x04
+DATA q6kShuf512<>+81(SB)/1, $0x05
+DATA q6kShuf512<>+82(SB)/1, $0x04
+DATA q6kShuf512<>+83(SB)/1, $0x05
+DATA q6kShuf512<>+84(SB)/1, $0x04
+DATA q6kShuf512<>+85(SB)/1, $0x05
+DATA q6kShuf512<>+86(SB)/1, $0x04
+DATA q6kShuf512<>+87(SB)/1, $0x05
+DATA q6kShuf512<>+88(SB)/1, $0x04
+DATA q6kShuf512<>+89(SB)/1, $0x05
+DATA q6kShuf512<>+90(SB)/1, $0x04
+DATA q6kShuf512<>+91(SB)/1, $0x05
+DATA q6kShuf512<>+92(SB)/1, $0x04
+DATA q6kShuf512<>+93(SB)/1, $0x05
+DATA q6kShuf512<>+94(SB)/1, $0x04
+DATA q6kShuf512<>+95(SB)/1, $0x05
+DATA q6kShuf512<>+96(SB)/1, $0x06
+DATA q6kShuf512<>+97(SB)/1, $0x07
+DATA q6kShuf512<>+98(SB)/1, $0x06
+DATA q6kShuf512<>+99(SB)/1, $0x07
+DATA q6kShuf512<>+100(SB)/1, $0x06
+DATA q6kShuf512<>+101(SB)/1, $0x07
+DATA q6kShuf512<>+102(SB)/1, $0x06
+DATA q6kShuf512<>+103(SB)/1, $0x07
+DATA q6kShuf512<>+104(SB)/1, $0x06
+DATA q6kShuf512<>+105(SB)/1, $0x07
+DATA q6kShuf512<>+106(SB)/1, $0x06
+DATA q6kShuf512<>+107(SB)/1, $0x07
+DATA q6kShuf512<>+108(SB)/1, $0x06
+DATA q6kShuf512<>+109(SB)/1, $0x07
+DATA q6kShuf512<>+110(SB)/1, $0x06
+DATA q6kShuf512<>+111(SB)/1, $0x07
+DATA q6kShuf512<>+112(SB)/1, $0x06
+DATA q6kShuf512<>+113(SB)/1, $0x07
+DATA q6kShuf512<>+114(SB)/1, $0x06
+DATA q6kShuf512<>+115(SB)/1, $0x07
+DATA q6kShuf512<>+116(SB)/1, $0x06
+DATA q6kShuf512<>+117(SB)/1, $0x07
+DATA q6kShuf512<>+118(SB)/1, $0x06
+DATA q6kShuf512<>+119(SB)/1, $0x07
+DATA q6kShuf512<>+120(SB)/1, $0x06
+DATA q6kShuf512<>+121(SB)/1, $0x07
+DATA q6kShuf512<>+122(SB)/1, $0x06
+DATA q6kShuf512<>+123(SB)/1, $0x07
+DATA q6kShuf512<>+124(SB)/1, $0x06
+DATA q6kShuf512<>+125(SB)/1, $0x07
+DATA q6kShuf512<>+126(SB)/1, $0x06
+DATA q6kShuf512<>+127(SB)/1, $0x07
+DATA q6kShuf512<>+128(SB)/1, $0x08
+DATA q6kShuf512<>+129(SB)/1, $0x09
+DATA q6kShuf512<>+130(SB)/1, $0x08
+DATA q6kShuf512<>+131(SB)/1, $0x09
+DATA q6kShuf512<>+132(SB)/1, $0x08
+DATA q6kShuf512<>+133(SB)/1, $0x09
+DATA q6kShuf512<>+134(SB)/1, $0x08
+DATA q6kShuf512<>+135(SB)/1, $0x09
+DATA q6kShuf512<>+136(SB)/1, $0x08
+DATA q6kShuf512<>+137(SB)/1, $0x09
+DATA q6kShuf512<>+138(SB)/1, $0x08
+DATA q6kShuf512<>+139(SB)/1, $0x09
+DATA q6kShuf512<>+140(SB)/1, $0x08
+DATA q6kShuf512<>+141(SB)/1, $0x09
+DATA q6kShuf512<>+142(SB)/1, $0x08
+DATA q6kShuf512<>+143(SB)/1, $0x09
+DATA q6kShuf512<>+144(SB)/1, $0x08
+DATA q6kShuf512<>+145(SB)/1, $0x09
+DATA q6kShuf512<>+146(SB)/1, $0x08
+DATA q6kShuf512<>+147(SB)/1, $0x09
+DATA q6kShuf512<>+148(SB)/1, $0x08
+DATA q6kShuf512<>+149(SB)/1, $0x09
+DATA q6kShuf512<>+150(SB)/1, $0x08
+DATA q6kShuf512<>+151(SB)/1, $0x09
+DATA q6kShuf512<>+152(SB)/1, $0x08
+DATA q6kShuf512<>+153(SB)/1, $0x09
+DATA q6kShuf512<>+154(SB)/1, $0x08
+DATA q6kShuf512<>+155(SB)/1, $0x09
+DATA q6kShuf512<>+156(SB)/1, $0x08
+DATA q6kShuf512<>+157(SB)/1, $0x09
+DATA q6kShuf512<>+158(SB)/1, $0x08
+DATA q6kShuf512<>+159(SB)/1, $0x09
+DATA q6kShuf512<>+160(SB)/1, $0x0a
+DATA q6kShuf512<>+161(SB)/1, $0x0b
+DATA q6kShuf512<>+162(SB)/1, $0x0a
+DATA q6kShuf512<>+163(SB)/1, $0x0b
+DATA q6kShuf512<>+164(SB)/1, $0x0a
+DATA q6kShuf512<>+165(SB)/1, $0x0b
+DATA q6kShuf512<>+166(SB)/1, $0x0a
+DATA q6kShuf512<>+167(SB)/1, $0x0b
+DATA q6kShuf512<>+168(SB)/1, $0x0a
+DATA q6kShuf512<>+169(SB)/1, $0x0b
+DATA q6kShuf512<>+170(SB)/1, $0x0a
+DATA q6kShuf512<>+171(SB)/1, $0x0b
+DATA q6kShuf512<>+172(SB)/1, $0x0a
+DATA q6kShuf512<>+173(SB)/1, $0x0b
+DATA q6kShuf512<>+174(SB)/1, $0x0a
+DATA q6kShuf512<>+175(SB)/1, $0x0b
+DATA q6kShuf512<>+176(SB)/1, $0x0a
+DATA q6kShuf512<>+177(SB)/1, $0x0b
+DATA q6kShuf512<>+178(SB)/1, $0x0a
+DATA q6kShuf512<>+179(SB)/1, $0x0b
+DATA q6kShuf512<>+180(SB)/1, $0x0a
+DATA q6kShuf512<>+181(SB)/1, $0x0b
+DATA q6kShuf512<>+182(SB)/1, $0x0a
+DATA q6kShuf512<>+183(SB)/1, $0x0b
+DATA q6kShuf512<>+184(SB)/1, $0x0a
+DATA q6kShuf512<>+185(SB)/1, $0x0b
+DATA q6kShuf512<>+186(SB)/1, $0x0a
+DATA q6kShuf512<>+187(SB)/1, $0x0b
+DATA q6kShuf512<>+188(SB)/1, $0x0a
+DATA q6kShuf512<>+189(SB)/1, $0x0b
+DATA q6kShuf512<>+190(SB)/1, $0x0a
+DATA q6kShuf512<>+191(SB)/1, $0x0b
+DATA q6kShuf512<>+192(SB)/1, $0x0c
+DATA q6kShuf512<>+193(SB)/1, $0x0d
+DATA q6kShuf512<>+194(SB)/1, $0x0c
+DATA q6kShuf512<>+195(SB)/1, $0x0d
+DATA q6kShuf512<>+196(SB)/1, $0x0c
+DATA q6kShuf512<>+197(SB)/1, $0x0d
+DATA q6kShuf512<>+198(SB)/1, $0x0c
+DATA q6kShuf512<>+199(SB)/1, $0x0d
+DATA q6kShuf512<>+200(SB)/1, $0x0c
+DATA q6kShuf512<>+201(SB)/1, $0x0d
+DATA q6kShuf512<>+202(SB)/1, $0x0c
+DATA q6kShuf512<>+203(SB)/1, $0x0d
+DATA q6kShuf512<>+204(SB)/1, $0x0c
+DATA q6kShuf512<>+205(SB)/1, $0x0d
+DATA q6kShuf512<>+206(SB)/1, $0x0c
+DATA q6kShuf512<>+207(SB)/1, $0x0d
+DATA q6kShuf512<>+208(SB)/1, $0x0c
+DATA q6kShuf512<>+209(SB)/1, $0x0d
+DATA q6kShuf512<>+210(SB)/1, $0x0c
+DATA q6kShuf512<>+211(SB)/1, $0x0d
+DATA q6kShuf512<>+212(SB)/1, $0x0c
+DATA q6kShuf512<>+213(SB)/1, $0x0d
+DATA q6kShuf512<>+214(SB)/1, $0x0c
+DATA q6kShuf512<>+215(SB)/1, $0x0d
+DATA q6kShuf512<>+216(SB)/1, $0x0c
+DATA q6kShuf512<>+217(SB)/1, $0x0d
+DATA q6kShuf512<>+218(SB)/1, $0x0c
+DATA q6kShuf512<>+219(SB)/1, $0x0d
+DATA q6kShuf512<>+220(SB)/1, $0x0c
+DATA q6kShuf512<>+221(SB)/1, $0x0d
+DATA q6kShuf512<>+222(SB)/1, $0x0c
+DATA q6kShuf512<>+223(SB)/1, $0x0d
+DATA q6kShuf512<>+224(SB)/1, $0x0e
+DATA q6kShuf512<>+225(SB)/1, $0x0f
+DATA q6kShuf512<>+226(SB)/1, $0x0e
+DATA q6kShuf512<>+227(SB)/1, $0x0f
+DATA q6kShuf512<>+228(SB)/1, $0x0e
+DATA q6kShuf512<>+229(SB)/1, $0x0f
+DATA q6kShuf512<>+230(SB)/1, $0x0e
+DATA q6kShuf512<>+231(SB)/1, $0x0f
+DATA q6kShuf512<>+232(SB)/1, $0x0e
+DATA q6kShuf512<>+233(SB)/1, $0x0f
+DATA q6kShuf512<>+234(SB)/1, $0x0e
+DATA q6kShuf512<>+235(SB)/1, $0x0f
+DATA q6kShuf512<>+236(SB)/1, $0x0e
+DATA q6kShuf512<>+237(SB)/1, $0x0f
+DATA q6kShuf512<>+238(SB)/1, $0x0e
+DATA q6kShuf512<>+239(SB)/1, $0x0f
+DATA q6kShuf512<>+240(SB)/1, $0x0e
+DATA q6kShuf512<>+241(SB)/1, $0x0f
+DATA q6kShuf512<>+242(SB)/1, $0x0e
+DATA q6kShuf512<>+243(SB)/1, $0x0f
+DATA q6kShuf512<>+244(SB)/1, $0x0e
+DATA q6kShuf512<>+245(SB)/1, $0x0f
+DATA q6kShuf512<>+246(SB)/1, $0x0e
+DATA q6kShuf512<>+247(SB)/1, $0x0f
+DATA q6kShuf512<>+248(SB)/1, $0x0e
+DATA q6kShuf512<>+249(SB)/1, $0x0f
+DATA q6kShuf512<>+250(SB)/1, $0x0e
+DATA q6kShuf512<>+251(SB)/1, $0x0f
+DATA q6kShuf512<>+252(SB)/1, $0x0e
+DATA q6kShuf512<>+253(SB)/1, $0x0f
+DATA q6kShuf512<>+254(SB)/1, $0x0e
+DATA q6kShuf512<>+255(SB)/1, $0x0f
+GLOBL q6kShuf512<>(SB), RODATA|NOPTR, $256
+
 // func q4kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
 TEXT ·q4kVNNI(SB), NOSPLIT, $32-72
@@ -910,5 +1291,124 @@ q5kVNNI_block:
 	JMP           q5kVNNI_row
 
 q5kVNNI_done:
+	VZEROUPPER
+	RET
+
+// func q6kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
+TEXT ·q6kVNNI(SB), NOSPLIT, $32-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         n+24(FP), DX
+	MOVQ         y+64(FP), BX
+	SHRQ         $0x08, DX
+	MOVL         $0x000f000f, SI
+	VPBROADCASTD SI, Z0
+	MOVL         $0x00aa00aa, SI
+	VPBROADCASTD SI, Z1
+
+q6kVNNI_row:
+	CMPQ   CX, $0x00
+	JE     q6kVNNI_done
+	MOVQ   q+32(FP), SI
+	MOVQ   d+40(FP), DI
+	MOVQ   DX, R8
+	VPXORQ X2, X2, X2
+
+q6kVNNI_block:
+	VPMOVSXBW       192(AX), Y3
+	VMOVDQU32       Y3, (SP)
+	VPXORD          Z4, Z4, Z4
+	VPXORD          Z5, Z5, Z5
+	VPMOVZXBW       (AX), Z3
+	VPMOVZXBW       32(AX), Z6
+	VPMOVZXBW       128(AX), Z7
+	VPXORD          Z1, Z7, Z7
+	VPSRLW          $0x04, Z3, Z8
+	VPSRLW          $0x04, Z6, Z9
+	VBROADCASTI32X4 (SP), Z10
+	VPSLLW          $0x0e, Z7, Z11
+	VPSRAW          $0x0a, Z11, Z11
+	VPTERNLOGD      $0xd8, Z0, Z3, Z11
+	VPSHUFB         q6kShuf512<>+0(SB), Z10, Z3
+	VPMULLW         Z3, Z11, Z11
+	VPDPWSSD        (SI), Z11, Z4
+	VPSLLW          $0x0c, Z7, Z3
+	VPSRAW          $0x0a, Z3, Z3
+	VPTERNLOGD      $0xd8, Z0, Z6, Z3
+	VPSHUFB         q6kShuf512<>+64(SB), Z10, Z6
+	VPMULLW         Z6, Z3, Z3
+	VPDPWSSD        64(SI), Z3, Z5
+	VPSLLW          $0x0a, Z7, Z3
+	VPSRAW          $0x0a, Z3, Z3
+	VPTERNLOGD      $0xd8, Z0, Z8, Z3
+	VPSHUFB         q6kShuf512<>+128(SB), Z10, Z6
+	VPMULLW         Z6, Z3, Z3
+	VPDPWSSD        128(SI), Z3, Z4
+	VPSLLW          $0x08, Z7, Z3
+	VPSRAW          $0x0a, Z3, Z3
+	VPTERNLOGD      $0xd8, Z0, Z9, Z3
+	VPSHUFB         q6kShuf512<>+192(SB), Z10, Z6
+	VPMULLW         Z6, Z3, Z3
+	VPDPWSSD        192(SI), Z3, Z5
+	VPMOVZXBW       64(AX), Z3
+	VPMOVZXBW       96(AX), Z6
+	VPMOVZXBW       160(AX), Z7
+	VPXORD          Z1, Z7, Z7
+	VPSRLW          $0x04, Z3, Z8
+	VPSRLW          $0x04, Z6, Z9
+	VBROADCASTI32X4 16(SP), Z10
+	VPSLLW          $0x0e, Z7, Z11
+	VPSRAW          $0x0a, Z11, Z11
+	VPTERNLOGD      $0xd8, Z0, Z3, Z11
+	VPSHUFB         q6kShuf512<>+0(SB), Z10, Z3
+	VPMULLW         Z3, Z11, Z11
+	VPDPWSSD        256(SI), Z11, Z4
+	VPSLLW          $0x0c, Z7, Z3
+	VPSRAW          $0x0a, Z3, Z3
+	VPTERNLOGD      $0xd8, Z0, Z6, Z3
+	VPSHUFB         q6kShuf512<>+64(SB), Z10, Z6
+	VPMULLW         Z6, Z3, Z3
+	VPDPWSSD        320(SI), Z3, Z5
+	VPSLLW          $0x0a, Z7, Z3
+	VPSRAW          $0x0a, Z3, Z3
+	VPTERNLOGD      $0xd8, Z0, Z8, Z3
+	VPSHUFB         q6kShuf512<>+128(SB), Z10, Z6
+	VPMULLW         Z6, Z3, Z3
+	VPDPWSSD        384(SI), Z3, Z4
+	VPSLLW          $0x08, Z7, Z3
+	VPSRAW          $0x0a, Z3, Z3
+	VPTERNLOGD      $0xd8, Z0, Z9, Z3
+	VPSHUFB         q6kShuf512<>+192(SB), Z10, Z6
+	VPMULLW         Z6, Z3, Z3
+	VPDPWSSD        448(SI), Z3, Z5
+	VPADDD          Z5, Z4, Z4
+	VEXTRACTI64X4   $0x01, Z4, Y3
+	VPADDD          Y3, Y4, Y3
+	VEXTRACTI32X4   $0x01, Y3, X6
+	VPADDD          X6, X3, X6
+	VPSHUFD         $0x4e, X6, X3
+	VPADDD          X3, X6, X6
+	VPSHUFD         $0xb1, X6, X3
+	VPADDD          X3, X6, X6
+	VCVTDQ2PS       X6, X6
+	VPBROADCASTW    208(AX), X3
+	VCVTPH2PS       X3, X3
+	VMULSS          X3, X6, X6
+	VMULSS          (DI), X6, X6
+	VCVTSS2SD       X6, X6, X6
+	VADDSD          X6, X2, X2
+	ADDQ            $0x000000d2, AX
+	ADDQ            $0x00000200, SI
+	ADDQ            $0x04, DI
+	DECQ            R8
+	JNE             q6kVNNI_block
+	VCVTSD2SS       X2, X2, X2
+	VMOVSS          X2, (BX)
+	ADDQ            $0x04, BX
+	DECQ            CX
+	JMP             q6kVNNI_row
+
+q6kVNNI_done:
 	VZEROUPPER
 	RET

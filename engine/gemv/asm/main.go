@@ -18,6 +18,7 @@ func main() {
 		sfx := map[bool]string{false: "AVX512", true: "VNNI"}[vnni]
 		q4kAVX512("q4k"+sfx, false, vnni)
 		q4kAVX512("q5k"+sfx, true, vnni)
+		q6kAVX512("q6k"+sfx, vnni)
 	}
 	Generate()
 }

@@ -1,0 +1,169 @@
+package main
+
+import (
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// q6kShuf512 is the VPSHUFB control that spreads two of a Q6_K block's
+// sixteen int16 scales over a zmm of weights (16 words of one group, 16 of
+// the next): entry m (64 bytes) picks words 2m and 2m+1 of a 128-bit lane.
+var q6kShuf512 Mem
+
+func q6kShufTable() Mem {
+	if q6kShuf512.Symbol.Name != "" {
+		return q6kShuf512
+	}
+	q6kShuf512 = GLOBL("q6kShuf512", RODATA|NOPTR)
+	for m := 0; m < 4; m++ {
+		for i := 0; i < 64; i += 2 {
+			w := 2 * m
+			if i >= 32 {
+				w++
+			}
+			DATA(64*m+i, U8(2*w))
+			DATA(64*m+i+1, U8(2*w+1))
+		}
+	}
+	return q6kShuf512
+}
+
+// q6kAVX512 emits the Q6_K kernel for AVX-512 F/BW/VL (with vnni, VNNI's
+// VPDPWSSD in place of VPMADDWD and VPADDD). A block is two halves of 128
+// elements; each half widens 32 bytes of ql twice and 32 bytes of qh once
+// to int16 and builds four zmm of weights w = q6 − 32 from them:
+//
+//   - the low four bits are a nibble of ql (low nibbles for elements 0-63
+//     of the half, high nibbles, shifted down, for 64-127);
+//   - the two high bits are field f of qh's byte (bits 2f, 2f+1), and
+//     with the field's top bit flipped (one XOR per half) the field read
+//     as a signed two-bit number is exactly the high bits' value minus 2,
+//     so shifting it to the word's top (left by 14−2f) and arithmetically
+//     right by 10 leaves 16·(high − 2) in bits 4-15, junk below;
+//   - one VPTERNLOGD takes bits 0-3 from the nibble and 4-15 from that.
+//
+// So the −32 costs nothing. Each zmm is multiplied (VPMULLW, |w·sc| ≤
+// 4096) by its two groups' scales, spread by a VPSHUFB from the block's
+// sixteen sign-extended scales, and multiply-added with the vector's
+// quants. The sum is within int32 (x.go's Range) and the float tail is
+// ref.go's.
+func q6kAVX512(name string, vnni bool) {
+	TEXT(name, NOSPLIT, signature)
+	Pragma("noescape")
+	fam := "AVX-512"
+	if vnni {
+		fam = "AVX-512 with VNNI"
+	}
+	Doc(name + " is the Q6_K kernel for " + fam + " (ref.go's contract).")
+	shuf := q6kShufTable()
+	wp := Load(Param("w"), GP64())
+	rows := Load(Param("rows"), GP64())
+	n := Load(Param("n"), GP64())
+	y := Load(Param("y"), GP64())
+	SHRQ(U8(8), n) // blocks a row
+
+	sw := AllocLocal(32) // the block's scales as int16
+
+	tmp := GP32()
+	low4 := ZMM() // 0x000f in every word
+	MOVL(U32(0x000f000f), tmp)
+	VPBROADCASTD(tmp, low4)
+	flip := ZMM() // 0x00aa: the top bit of each two-bit field
+	MOVL(U32(0x00aa00aa), tmp)
+	VPBROADCASTD(tmp, flip)
+
+	Label(name + "_row")
+	CMPQ(rows, Imm(0))
+	JE(LabelRef(name + "_done"))
+	qp := Load(Param("q"), GP64())
+	dp := Load(Param("d"), GP64())
+	nb := GP64()
+	MOVQ(n, nb)
+	total := XMM()
+	VPXORQ(total, total, total)
+
+	Label(name + "_block")
+	scw := YMM()
+	VPMOVSXBW(Mem{Base: wp, Disp: 192}, scw)
+	VMOVDQU32(scw, sw)
+
+	acc := [2]VecVirtual{ZMM(), ZMM()}
+	if vnni {
+		VPXORD(acc[0], acc[0], acc[0])
+		VPXORD(acc[1], acc[1], acc[1])
+	}
+	for h := 0; h < 2; h++ {
+		a, b, qh := ZMM(), ZMM(), ZMM()
+		VPMOVZXBW(Mem{Base: wp, Disp: 64 * h}, a)
+		VPMOVZXBW(Mem{Base: wp, Disp: 64*h + 32}, b)
+		VPMOVZXBW(Mem{Base: wp, Disp: 128 + 32*h}, qh)
+		VPXORD(flip, qh, qh)
+		a4, b4 := ZMM(), ZMM()
+		VPSRLW(U8(4), a, a4)
+		VPSRLW(U8(4), b, b4)
+		lanes := ZMM() // scales 8h..8h+7 in every 128-bit lane
+		VBROADCASTI32X4(sw.Offset(16*h), lanes)
+		for m, nib := range []VecVirtual{a, b, a4, b4} {
+			w := ZMM()
+			VPSLLW(U8(14-2*m), qh, w)
+			VPSRAW(U8(10), w, w)
+			VPTERNLOGD(U8(0xd8), low4, nib, w) // nib&0xf | w&^0xf
+			s := ZMM()
+			VPSHUFB(shuf.Offset(64*m), lanes, s)
+			VPMULLW(s, w, w)
+			qm := Mem{Base: qp, Disp: 2 * (128*h + 32*m)}
+			k := m & 1
+			if vnni {
+				VPDPWSSD(qm, w, acc[k])
+			} else if h == 0 && m < 2 {
+				VPMADDWD(qm, w, acc[k])
+			} else {
+				VPMADDWD(qm, w, w)
+				VPADDD(w, acc[k], acc[k])
+			}
+		}
+	}
+	VPADDD(acc[1], acc[0], acc[0])
+	t := reduceT(acc[0])
+	VCVTDQ2PS(t, t)
+	dd := XMM()
+	VPBROADCASTW(Mem{Base: wp, Disp: 208}, dd)
+	VCVTPH2PS(dd, dd)
+	VMULSS(dd, t, t)
+	VMULSS(Mem{Base: dp}, t, t)
+	VCVTSS2SD(t, t, t)
+	VADDSD(t, total, total)
+
+	ADDQ(U32(210), wp)
+	ADDQ(U32(2*256), qp)
+	ADDQ(U8(4), dp)
+	DECQ(nb)
+	JNE(LabelRef(name + "_block"))
+
+	VCVTSD2SS(total, total, total)
+	VMOVSS(total, Mem{Base: y})
+	ADDQ(U8(4), y)
+	DECQ(rows)
+	JMP(LabelRef(name + "_row"))
+
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
+// reduceT sums the sixteen int32 lanes of t (a zmm) into every lane of an
+// xmm, with EVEX-encodable instructions only.
+func reduceT(t VecVirtual) VecVirtual {
+	h := YMM()
+	VEXTRACTI64X4(U8(1), t, h)
+	VPADDD(h, t.AsY(), h)
+	x, u := XMM(), XMM()
+	VEXTRACTI32X4(U8(1), h, x)
+	VPADDD(x, h.AsX(), x)
+	VPSHUFD(U8(0x4e), x, u)
+	VPADDD(u, x, x)
+	VPSHUFD(U8(0xb1), x, u)
+	VPADDD(u, x, x)
+	return x
+}
