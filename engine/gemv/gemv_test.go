@@ -108,7 +108,7 @@ func TestKernelsMatchReference(t *testing.T) {
 // reference on every shape, weight kind and vector kind, as parallel
 // subtests under label.
 func matchReference(t *testing.T, label string, typ quant.Type, run func(w []byte, n int, x *X, y []float32) error) {
-	for _, n := range []int{256, 512, 4096, 1024 + 32*3} {
+	for _, n := range []int{96, 256, 512, 1280, 4096, 1024 + 32*3} {
 		if n%blockOf(typ) != 0 || typ.Known() && func() bool { _, err := typ.RowBytes(int64(n)); return err != nil }() {
 			continue
 		}

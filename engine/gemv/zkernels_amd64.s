@@ -379,241 +379,284 @@ q5kAVX2_done:
 
 // func q4kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C
-TEXT ·q4kAVX512(SB), NOSPLIT, $32-72
+TEXT ·q4kAVX512(SB), NOSPLIT, $64-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
-	MOVQ         n+24(FP), DX
-	MOVQ         y+64(FP), BX
-	SHRQ         $0x08, DX
-	MOVL         $0x000f000f, SI
-	VPBROADCASTD SI, Z0
+	MOVQ         y+64(FP), DX
+	MOVL         $0x000f000f, BX
+	VPBROADCASTD BX, Z0
+	MOVL         $0x00f000f0, BX
+	VPBROADCASTD BX, Z1
 
 q4kAVX512_row:
 	CMPQ   CX, $0x00
 	JE     q4kAVX512_done
-	MOVQ   q+32(FP), SI
-	MOVQ   d+40(FP), DI
-	MOVQ   s+48(FP), R8
-	MOVQ   DX, R9
-	VPXORQ X1, X1, X1
-
-q4kAVX512_block:
-	MOVL          4(AX), R10
-	MOVL          8(AX), R11
-	MOVL          12(AX), R12
-	MOVL          R10, R13
-	SHRL          $0x02, R13
-	ANDL          $0x30303030, R13
-	ANDL          $0x3f3f3f3f, R10
-	MOVL          R12, R14
-	ANDL          $0x0f0f0f0f, R14
-	ORL           R13, R14
-	MOVL          R11, R13
-	SHRL          $0x02, R13
-	ANDL          $0x30303030, R13
-	ANDL          $0x3f3f3f3f, R11
-	SHRL          $0x04, R12
-	ANDL          $0x0f0f0f0f, R12
-	ORL           R13, R12
-	SHLQ          $0x20, R14
-	ORQ           R14, R10
-	VMOVQ         R10, X2
-	VPMOVZXBD     X2, Y2
-	VPSLLD        $0x10, Y2, Y3
-	VPORD         Y3, Y2, Y2
-	VMOVDQU32     Y2, (SP)
-	SHLQ          $0x20, R12
-	ORQ           R12, R11
-	VMOVQ         R11, X2
-	VPMOVZXBD     X2, Y2
-	VPMULLD       (R8), Y2, Y2
-	VPMOVZXBW     16(AX), Z4
-	VPANDD        Z0, Z4, Z3
-	VPSRLW        $0x04, Z4, Z4
-	VPBROADCASTD  (SP), Z5
-	VPMULLW       Z5, Z3, Z3
-	VPMADDWD      (SI), Z3, Z3
-	VPBROADCASTD  4(SP), Z5
-	VPMULLW       Z5, Z4, Z4
-	VPMADDWD      64(SI), Z4, Z4
-	VPMOVZXBW     48(AX), Z5
-	VPANDD        Z0, Z5, Z6
-	VPSRLW        $0x04, Z5, Z5
-	VPBROADCASTD  8(SP), Z7
-	VPMULLW       Z7, Z6, Z6
-	VPMADDWD      128(SI), Z6, Z6
-	VPADDD        Z6, Z3, Z3
-	VPBROADCASTD  12(SP), Z6
-	VPMULLW       Z6, Z5, Z5
-	VPMADDWD      192(SI), Z5, Z5
-	VPADDD        Z5, Z4, Z4
-	VPMOVZXBW     80(AX), Z5
-	VPANDD        Z0, Z5, Z6
-	VPSRLW        $0x04, Z5, Z5
-	VPBROADCASTD  16(SP), Z7
-	VPMULLW       Z7, Z6, Z6
-	VPMADDWD      256(SI), Z6, Z6
-	VPADDD        Z6, Z3, Z3
-	VPBROADCASTD  20(SP), Z6
-	VPMULLW       Z6, Z5, Z5
-	VPMADDWD      320(SI), Z5, Z5
-	VPADDD        Z5, Z4, Z4
-	VPMOVZXBW     112(AX), Z5
-	VPANDD        Z0, Z5, Z6
-	VPSRLW        $0x04, Z5, Z5
-	VPBROADCASTD  24(SP), Z7
-	VPMULLW       Z7, Z6, Z6
-	VPMADDWD      384(SI), Z6, Z6
-	VPADDD        Z6, Z3, Z3
-	VPBROADCASTD  28(SP), Z6
-	VPMULLW       Z6, Z5, Z5
-	VPMADDWD      448(SI), Z5, Z5
-	VPADDD        Z5, Z4, Z4
-	VPADDD        Z4, Z3, Z3
-	VEXTRACTI64X4 $0x01, Z3, Y4
-	VPADDD        Y4, Y3, Y4
-	VPUNPCKLDQ    Y2, Y4, Y3
-	VPUNPCKHDQ    Y2, Y4, Y2
-	VPADDD        Y2, Y3, Y3
-	VPSHUFD       $0x4e, Y3, Y2
-	VPADDD        Y2, Y3, Y3
-	VEXTRACTI32X4 $0x01, Y3, X2
-	VPADDD        X2, X3, X2
-	VCVTDQ2PS     X2, X2
-	VMOVD         (AX), X3
-	VCVTPH2PS     X3, X3
-	VMULPS        X3, X2, X2
-	VMOVSHDUP     X2, X3
-	VSUBSS        X3, X2, X2
-	VMULSS        (DI), X2, X2
-	VCVTSS2SD     X2, X2, X2
-	VADDSD        X2, X1, X1
-	ADDQ          $0x00000090, AX
-	ADDQ          $0x00000200, SI
-	ADDQ          $0x04, DI
-	ADDQ          $0x20, R8
-	DECQ          R9
-	JNE           q4kAVX512_block
-	VCVTSD2SS     X1, X1, X1
-	VMOVSS        X1, (BX)
-	ADDQ          $0x04, BX
-	DECQ          CX
-	JMP           q4kAVX512_row
-
-q4kAVX512_done:
-	VZEROUPPER
-	RET
-
-// func q5kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C
-TEXT ·q5kAVX512(SB), NOSPLIT, $32-72
-	MOVQ         w+0(FP), AX
-	MOVQ         rows+16(FP), CX
-	MOVQ         n+24(FP), DX
-	MOVQ         y+64(FP), BX
-	SHRQ         $0x08, DX
-	MOVL         $0x000f000f, SI
-	VPBROADCASTD SI, Z0
-	MOVL         $0x00100010, SI
-	VPBROADCASTD SI, Z1
-
-q5kAVX512_row:
-	CMPQ   CX, $0x00
-	JE     q5kAVX512_done
-	MOVQ   q+32(FP), SI
-	MOVQ   d+40(FP), DI
-	MOVQ   s+48(FP), R8
-	MOVQ   DX, R9
+	MOVQ   q+32(FP), BX
+	MOVQ   d+40(FP), SI
+	MOVQ   s+48(FP), DI
+	MOVQ   n+24(FP), R8
+	SHRQ   $0x08, R8
 	VPXORQ X2, X2, X2
 
-q5kAVX512_block:
-	MOVL          4(AX), R10
-	MOVL          8(AX), R11
-	MOVL          12(AX), R12
-	MOVL          R10, R13
-	SHRL          $0x02, R13
-	ANDL          $0x30303030, R13
-	ANDL          $0x3f3f3f3f, R10
-	MOVL          R12, R14
-	ANDL          $0x0f0f0f0f, R14
-	ORL           R13, R14
+q4kAVX512_pair:
+	CMPQ          R8, $0x02
+	JB            q4kAVX512_single
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
 	MOVL          R11, R13
-	SHRL          $0x02, R13
-	ANDL          $0x30303030, R13
-	ANDL          $0x3f3f3f3f, R11
-	SHRL          $0x04, R12
-	ANDL          $0x0f0f0f0f, R12
-	ORL           R13, R12
-	SHLQ          $0x20, R14
-	ORQ           R14, R10
-	VMOVQ         R10, X3
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X3
 	VPMOVZXBD     X3, Y3
 	VPSLLD        $0x10, Y3, Y4
 	VPORD         Y4, Y3, Y3
 	VMOVDQU32     Y3, (SP)
-	SHLQ          $0x20, R12
-	ORQ           R12, R11
-	VMOVQ         R11, X3
-	VPMOVZXBD     X3, Y3
-	VPMULLD       (R8), Y3, Y3
-	VPMOVZXBW     16(AX), Z6
-	VPMOVZXBW     48(AX), Z5
+	VMOVQ         R10, X3
+	MOVL          148(AX), R9
+	MOVL          152(AX), R10
+	MOVL          156(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X4
+	VPMOVZXBD     X4, Y4
+	VPSLLD        $0x10, Y4, Y5
+	VPORD         Y5, Y4, Y4
+	VMOVDQU32     Y4, 32(SP)
+	VMOVQ         R10, X4
+	VPUNPCKLQDQ   X4, X3, X3
+	VPMOVZXBD     X3, Z3
+	VPMULLD       (DI), Z3, Z3
+	VPMOVZXBW     16(AX), Z5
 	VPANDD        Z0, Z5, Z4
-	VPSRLW        $0x04, Z5, Z5
-	VPSLLW        $0x04, Z6, Z7
-	VPTERNLOGD    $0xf8, Z1, Z7, Z4
-	VPSLLW        $0x03, Z6, Z7
-	VPTERNLOGD    $0xf8, Z1, Z7, Z5
-	VPBROADCASTD  (SP), Z7
-	VPMULLW       Z7, Z4, Z4
-	VPMADDWD      (SI), Z4, Z4
-	VPBROADCASTD  4(SP), Z7
+	VPANDD        Z1, Z5, Z5
+	VPBROADCASTD  (SP), Z6
+	VPMULLW       Z6, Z4, Z4
+	VPMADDWD      (BX), Z4, Z4
+	VPBROADCASTD  4(SP), Z6
+	VPMULLW       Z6, Z5, Z5
+	VPMADDWD      64(BX), Z5, Z5
+	VPMOVZXBW     48(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPANDD        Z1, Z6, Z6
+	VPBROADCASTD  8(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPMADDWD      128(BX), Z7, Z7
+	VPADDD        Z7, Z4, Z4
+	VPBROADCASTD  12(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPMADDWD      192(BX), Z6, Z6
+	VPADDD        Z6, Z5, Z5
+	VPMOVZXBW     80(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPANDD        Z1, Z6, Z6
+	VPBROADCASTD  16(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPMADDWD      256(BX), Z7, Z7
+	VPADDD        Z7, Z4, Z4
+	VPBROADCASTD  20(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPMADDWD      320(BX), Z6, Z6
+	VPADDD        Z6, Z5, Z5
+	VPMOVZXBW     112(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPANDD        Z1, Z6, Z6
+	VPBROADCASTD  24(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPMADDWD      384(BX), Z7, Z7
+	VPADDD        Z7, Z4, Z4
+	VPBROADCASTD  28(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPMADDWD      448(BX), Z6, Z6
+	VPADDD        Z6, Z5, Z5
+	VPSRAD        $0x04, Z5, Z5
+	VPADDD        Z5, Z4, Z4
+	VPMOVZXBW     160(AX), Z6
+	VPANDD        Z0, Z6, Z5
+	VPANDD        Z1, Z6, Z6
+	VPBROADCASTD  32(SP), Z7
 	VPMULLW       Z7, Z5, Z5
-	VPMADDWD      64(SI), Z5, Z5
-	VPMOVZXBW     80(AX), Z7
+	VPMADDWD      512(BX), Z5, Z5
+	VPBROADCASTD  36(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPMADDWD      576(BX), Z6, Z6
+	VPMOVZXBW     192(AX), Z7
 	VPANDD        Z0, Z7, Z8
-	VPSRLW        $0x04, Z7, Z7
-	VPSLLW        $0x02, Z6, Z9
-	VPTERNLOGD    $0xf8, Z1, Z9, Z8
-	VPSLLW        $0x01, Z6, Z9
-	VPTERNLOGD    $0xf8, Z1, Z9, Z7
-	VPBROADCASTD  8(SP), Z9
+	VPANDD        Z1, Z7, Z7
+	VPBROADCASTD  40(SP), Z9
 	VPMULLW       Z9, Z8, Z8
-	VPMADDWD      128(SI), Z8, Z8
-	VPADDD        Z8, Z4, Z4
-	VPBROADCASTD  12(SP), Z8
+	VPMADDWD      640(BX), Z8, Z8
+	VPADDD        Z8, Z5, Z5
+	VPBROADCASTD  44(SP), Z8
 	VPMULLW       Z8, Z7, Z7
-	VPMADDWD      192(SI), Z7, Z7
-	VPADDD        Z7, Z5, Z5
-	VPMOVZXBW     112(AX), Z7
+	VPMADDWD      704(BX), Z7, Z7
+	VPADDD        Z7, Z6, Z6
+	VPMOVZXBW     224(AX), Z7
 	VPANDD        Z0, Z7, Z8
-	VPSRLW        $0x04, Z7, Z7
-	VPTERNLOGD    $0xf8, Z1, Z6, Z8
-	VPSRLW        $0x01, Z6, Z9
-	VPTERNLOGD    $0xf8, Z1, Z9, Z7
-	VPBROADCASTD  16(SP), Z9
+	VPANDD        Z1, Z7, Z7
+	VPBROADCASTD  48(SP), Z9
 	VPMULLW       Z9, Z8, Z8
-	VPMADDWD      256(SI), Z8, Z8
-	VPADDD        Z8, Z4, Z4
-	VPBROADCASTD  20(SP), Z8
+	VPMADDWD      768(BX), Z8, Z8
+	VPADDD        Z8, Z5, Z5
+	VPBROADCASTD  52(SP), Z8
 	VPMULLW       Z8, Z7, Z7
-	VPMADDWD      320(SI), Z7, Z7
-	VPADDD        Z7, Z5, Z5
-	VPMOVZXBW     144(AX), Z7
+	VPMADDWD      832(BX), Z7, Z7
+	VPADDD        Z7, Z6, Z6
+	VPMOVZXBW     256(AX), Z7
 	VPANDD        Z0, Z7, Z8
-	VPSRLW        $0x04, Z7, Z7
-	VPSRLW        $0x02, Z6, Z9
-	VPTERNLOGD    $0xf8, Z1, Z9, Z8
-	VPSRLW        $0x03, Z6, Z6
-	VPTERNLOGD    $0xf8, Z1, Z6, Z7
-	VPBROADCASTD  24(SP), Z6
-	VPMULLW       Z6, Z8, Z8
-	VPMADDWD      384(SI), Z8, Z8
-	VPADDD        Z8, Z4, Z4
-	VPBROADCASTD  28(SP), Z6
-	VPMULLW       Z6, Z7, Z7
-	VPMADDWD      448(SI), Z7, Z7
-	VPADDD        Z7, Z5, Z5
+	VPANDD        Z1, Z7, Z7
+	VPBROADCASTD  56(SP), Z9
+	VPMULLW       Z9, Z8, Z8
+	VPMADDWD      896(BX), Z8, Z8
+	VPADDD        Z8, Z5, Z5
+	VPBROADCASTD  60(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPMADDWD      960(BX), Z7, Z7
+	VPADDD        Z7, Z6, Z6
+	VPSRAD        $0x04, Z6, Z6
+	VPADDD        Z6, Z5, Z5
+	VSHUFI64X2    $0x44, Z5, Z4, Z6
+	VSHUFI64X2    $0xee, Z5, Z4, Z4
+	VPADDD        Z4, Z6, Z6
+	VPUNPCKLDQ    Z3, Z6, Z4
+	VPUNPCKHDQ    Z3, Z6, Z6
+	VPADDD        Z4, Z6, Z6
+	VPSHUFD       $0x4e, Z6, Z4
+	VPADDD        Z4, Z6, Z6
+	VSHUFI64X2    $0xb1, Z6, Z6, Z4
+	VPADDD        Z4, Z6, Z6
+	VEXTRACTI32X4 $0x02, Z6, X3
+	VPUNPCKLQDQ   X3, X6, X3
+	VCVTDQ2PS     X3, X3
+	MOVL          (AX), R9
+	MOVL          144(AX), R10
+	SHLQ          $0x20, R10
+	ORQ           R10, R9
+	VMOVQ         R9, X4
+	VCVTPH2PS     X4, X4
+	VMULPS        X4, X3, X3
+	VMOVSHDUP     X3, X4
+	VSUBPS        X4, X3, X3
+	VPMOVZXDQ     (SI), X4
+	VMULPS        X4, X3, X3
+	VCVTSS2SD     X3, X3, X4
+	VADDSD        X4, X2, X2
+	VMOVHLPS      X3, X3, X3
+	VCVTSS2SD     X3, X3, X3
+	VADDSD        X3, X2, X2
+	ADDQ          $0x00000120, AX
+	ADDQ          $0x00000400, BX
+	ADDQ          $0x08, SI
+	ADDQ          $0x40, DI
+	SUBQ          $0x02, R8
+	JMP           q4kAVX512_pair
+
+q4kAVX512_single:
+	CMPQ          R8, $0x00
+	JE            q4kAVX512_end
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X3
+	VPMOVZXBD     X3, Y3
+	VPSLLD        $0x10, Y3, Y4
+	VPORD         Y4, Y3, Y3
+	VMOVDQU32     Y3, (SP)
+	VMOVQ         R10, X3
+	VPMOVZXBD     X3, Y3
+	VPMULLD       (DI), Y3, Y3
+	VPMOVZXBW     16(AX), Z5
+	VPANDD        Z0, Z5, Z4
+	VPANDD        Z1, Z5, Z5
+	VPBROADCASTD  (SP), Z6
+	VPMULLW       Z6, Z4, Z4
+	VPMADDWD      (BX), Z4, Z4
+	VPBROADCASTD  4(SP), Z6
+	VPMULLW       Z6, Z5, Z5
+	VPMADDWD      64(BX), Z5, Z5
+	VPMOVZXBW     48(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPANDD        Z1, Z6, Z6
+	VPBROADCASTD  8(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPMADDWD      128(BX), Z7, Z7
+	VPADDD        Z7, Z4, Z4
+	VPBROADCASTD  12(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPMADDWD      192(BX), Z6, Z6
+	VPADDD        Z6, Z5, Z5
+	VPMOVZXBW     80(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPANDD        Z1, Z6, Z6
+	VPBROADCASTD  16(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPMADDWD      256(BX), Z7, Z7
+	VPADDD        Z7, Z4, Z4
+	VPBROADCASTD  20(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPMADDWD      320(BX), Z6, Z6
+	VPADDD        Z6, Z5, Z5
+	VPMOVZXBW     112(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPANDD        Z1, Z6, Z6
+	VPBROADCASTD  24(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPMADDWD      384(BX), Z7, Z7
+	VPADDD        Z7, Z4, Z4
+	VPBROADCASTD  28(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPMADDWD      448(BX), Z6, Z6
+	VPADDD        Z6, Z5, Z5
+	VPSRAD        $0x04, Z5, Z5
 	VPADDD        Z5, Z4, Z4
 	VEXTRACTI64X4 $0x01, Z4, Y5
 	VPADDD        Y5, Y4, Y5
@@ -630,20 +673,391 @@ q5kAVX512_block:
 	VMULPS        X4, X3, X3
 	VMOVSHDUP     X3, X4
 	VSUBSS        X4, X3, X3
-	VMULSS        (DI), X3, X3
+	VMULSS        (SI), X3, X3
 	VCVTSS2SD     X3, X3, X3
 	VADDSD        X3, X2, X2
+	ADDQ          $0x00000090, AX
+	ADDQ          $0x00000200, BX
+	ADDQ          $0x04, SI
+	ADDQ          $0x20, DI
+	DECQ          R8
+	JMP           q4kAVX512_pair
+
+q4kAVX512_end:
+	VCVTSD2SS X2, X2, X2
+	VMOVSS    X2, (DX)
+	ADDQ      $0x04, DX
+	DECQ      CX
+	JMP       q4kAVX512_row
+
+q4kAVX512_done:
+	VZEROUPPER
+	RET
+
+// func q5kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C
+TEXT ·q5kAVX512(SB), NOSPLIT, $64-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         y+64(FP), DX
+	MOVL         $0x000f000f, BX
+	VPBROADCASTD BX, Z0
+	MOVL         $0x00f000f0, BX
+	VPBROADCASTD BX, Z1
+	MOVL         $0x00100010, BX
+	VPBROADCASTD BX, Z2
+	MOVL         $0x01000100, BX
+	VPBROADCASTD BX, Z3
+
+q5kAVX512_row:
+	CMPQ   CX, $0x00
+	JE     q5kAVX512_done
+	MOVQ   q+32(FP), BX
+	MOVQ   d+40(FP), SI
+	MOVQ   s+48(FP), DI
+	MOVQ   n+24(FP), R8
+	SHRQ   $0x08, R8
+	VPXORQ X4, X4, X4
+
+q5kAVX512_pair:
+	CMPQ          R8, $0x02
+	JB            q5kAVX512_single
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X5
+	VPMOVZXBD     X5, Y5
+	VPSLLD        $0x10, Y5, Y6
+	VPORD         Y6, Y5, Y5
+	VMOVDQU32     Y5, (SP)
+	VMOVQ         R10, X5
+	MOVL          180(AX), R9
+	MOVL          184(AX), R10
+	MOVL          188(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X6
+	VPMOVZXBD     X6, Y6
+	VPSLLD        $0x10, Y6, Y7
+	VPORD         Y7, Y6, Y6
+	VMOVDQU32     Y6, 32(SP)
+	VMOVQ         R10, X6
+	VPUNPCKLQDQ   X6, X5, X5
+	VPMOVZXBD     X5, Z5
+	VPMULLD       (DI), Z5, Z5
+	VPMOVZXBW     16(AX), Z8
+	VPMOVZXBW     48(AX), Z7
+	VPANDD        Z0, Z7, Z6
+	VPANDD        Z1, Z7, Z7
+	VPSLLW        $0x04, Z8, Z9
+	VPTERNLOGD    $0xf8, Z2, Z9, Z6
+	VPSLLW        $0x07, Z8, Z9
+	VPTERNLOGD    $0xf8, Z3, Z9, Z7
+	VPBROADCASTD  (SP), Z9
+	VPMULLW       Z9, Z6, Z6
+	VPMADDWD      (BX), Z6, Z6
+	VPBROADCASTD  4(SP), Z9
+	VPMULLW       Z9, Z7, Z7
+	VPMADDWD      64(BX), Z7, Z7
+	VPMOVZXBW     80(AX), Z9
+	VPANDD        Z0, Z9, Z10
+	VPANDD        Z1, Z9, Z9
+	VPSLLW        $0x02, Z8, Z11
+	VPTERNLOGD    $0xf8, Z2, Z11, Z10
+	VPSLLW        $0x05, Z8, Z11
+	VPTERNLOGD    $0xf8, Z3, Z11, Z9
+	VPBROADCASTD  8(SP), Z11
+	VPMULLW       Z11, Z10, Z10
+	VPMADDWD      128(BX), Z10, Z10
+	VPADDD        Z10, Z6, Z6
+	VPBROADCASTD  12(SP), Z10
+	VPMULLW       Z10, Z9, Z9
+	VPMADDWD      192(BX), Z9, Z9
+	VPADDD        Z9, Z7, Z7
+	VPMOVZXBW     112(AX), Z9
+	VPANDD        Z0, Z9, Z10
+	VPANDD        Z1, Z9, Z9
+	VPTERNLOGD    $0xf8, Z2, Z8, Z10
+	VPSLLW        $0x03, Z8, Z11
+	VPTERNLOGD    $0xf8, Z3, Z11, Z9
+	VPBROADCASTD  16(SP), Z11
+	VPMULLW       Z11, Z10, Z10
+	VPMADDWD      256(BX), Z10, Z10
+	VPADDD        Z10, Z6, Z6
+	VPBROADCASTD  20(SP), Z10
+	VPMULLW       Z10, Z9, Z9
+	VPMADDWD      320(BX), Z9, Z9
+	VPADDD        Z9, Z7, Z7
+	VPMOVZXBW     144(AX), Z9
+	VPANDD        Z0, Z9, Z10
+	VPANDD        Z1, Z9, Z9
+	VPSRLW        $0x02, Z8, Z11
+	VPTERNLOGD    $0xf8, Z2, Z11, Z10
+	VPSLLW        $0x01, Z8, Z8
+	VPTERNLOGD    $0xf8, Z3, Z8, Z9
+	VPBROADCASTD  24(SP), Z8
+	VPMULLW       Z8, Z10, Z10
+	VPMADDWD      384(BX), Z10, Z10
+	VPADDD        Z10, Z6, Z6
+	VPBROADCASTD  28(SP), Z8
+	VPMULLW       Z8, Z9, Z9
+	VPMADDWD      448(BX), Z9, Z9
+	VPADDD        Z9, Z7, Z7
+	VPSRAD        $0x04, Z7, Z7
+	VPADDD        Z7, Z6, Z6
+	VPMOVZXBW     192(AX), Z9
+	VPMOVZXBW     224(AX), Z8
+	VPANDD        Z0, Z8, Z7
+	VPANDD        Z1, Z8, Z8
+	VPSLLW        $0x04, Z9, Z10
+	VPTERNLOGD    $0xf8, Z2, Z10, Z7
+	VPSLLW        $0x07, Z9, Z10
+	VPTERNLOGD    $0xf8, Z3, Z10, Z8
+	VPBROADCASTD  32(SP), Z10
+	VPMULLW       Z10, Z7, Z7
+	VPMADDWD      512(BX), Z7, Z7
+	VPBROADCASTD  36(SP), Z10
+	VPMULLW       Z10, Z8, Z8
+	VPMADDWD      576(BX), Z8, Z8
+	VPMOVZXBW     256(AX), Z10
+	VPANDD        Z0, Z10, Z11
+	VPANDD        Z1, Z10, Z10
+	VPSLLW        $0x02, Z9, Z12
+	VPTERNLOGD    $0xf8, Z2, Z12, Z11
+	VPSLLW        $0x05, Z9, Z12
+	VPTERNLOGD    $0xf8, Z3, Z12, Z10
+	VPBROADCASTD  40(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPMADDWD      640(BX), Z11, Z11
+	VPADDD        Z11, Z7, Z7
+	VPBROADCASTD  44(SP), Z11
+	VPMULLW       Z11, Z10, Z10
+	VPMADDWD      704(BX), Z10, Z10
+	VPADDD        Z10, Z8, Z8
+	VPMOVZXBW     288(AX), Z10
+	VPANDD        Z0, Z10, Z11
+	VPANDD        Z1, Z10, Z10
+	VPTERNLOGD    $0xf8, Z2, Z9, Z11
+	VPSLLW        $0x03, Z9, Z12
+	VPTERNLOGD    $0xf8, Z3, Z12, Z10
+	VPBROADCASTD  48(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPMADDWD      768(BX), Z11, Z11
+	VPADDD        Z11, Z7, Z7
+	VPBROADCASTD  52(SP), Z11
+	VPMULLW       Z11, Z10, Z10
+	VPMADDWD      832(BX), Z10, Z10
+	VPADDD        Z10, Z8, Z8
+	VPMOVZXBW     320(AX), Z10
+	VPANDD        Z0, Z10, Z11
+	VPANDD        Z1, Z10, Z10
+	VPSRLW        $0x02, Z9, Z12
+	VPTERNLOGD    $0xf8, Z2, Z12, Z11
+	VPSLLW        $0x01, Z9, Z9
+	VPTERNLOGD    $0xf8, Z3, Z9, Z10
+	VPBROADCASTD  56(SP), Z9
+	VPMULLW       Z9, Z11, Z11
+	VPMADDWD      896(BX), Z11, Z11
+	VPADDD        Z11, Z7, Z7
+	VPBROADCASTD  60(SP), Z9
+	VPMULLW       Z9, Z10, Z10
+	VPMADDWD      960(BX), Z10, Z10
+	VPADDD        Z10, Z8, Z8
+	VPSRAD        $0x04, Z8, Z8
+	VPADDD        Z8, Z7, Z7
+	VSHUFI64X2    $0x44, Z7, Z6, Z8
+	VSHUFI64X2    $0xee, Z7, Z6, Z6
+	VPADDD        Z6, Z8, Z8
+	VPUNPCKLDQ    Z5, Z8, Z6
+	VPUNPCKHDQ    Z5, Z8, Z8
+	VPADDD        Z6, Z8, Z8
+	VPSHUFD       $0x4e, Z8, Z6
+	VPADDD        Z6, Z8, Z8
+	VSHUFI64X2    $0xb1, Z8, Z8, Z6
+	VPADDD        Z6, Z8, Z8
+	VEXTRACTI32X4 $0x02, Z8, X5
+	VPUNPCKLQDQ   X5, X8, X5
+	VCVTDQ2PS     X5, X5
+	MOVL          (AX), R9
+	MOVL          176(AX), R10
+	SHLQ          $0x20, R10
+	ORQ           R10, R9
+	VMOVQ         R9, X6
+	VCVTPH2PS     X6, X6
+	VMULPS        X6, X5, X5
+	VMOVSHDUP     X5, X6
+	VSUBPS        X6, X5, X5
+	VPMOVZXDQ     (SI), X6
+	VMULPS        X6, X5, X5
+	VCVTSS2SD     X5, X5, X6
+	VADDSD        X6, X4, X4
+	VMOVHLPS      X5, X5, X5
+	VCVTSS2SD     X5, X5, X5
+	VADDSD        X5, X4, X4
+	ADDQ          $0x00000160, AX
+	ADDQ          $0x00000400, BX
+	ADDQ          $0x08, SI
+	ADDQ          $0x40, DI
+	SUBQ          $0x02, R8
+	JMP           q5kAVX512_pair
+
+q5kAVX512_single:
+	CMPQ          R8, $0x00
+	JE            q5kAVX512_end
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X5
+	VPMOVZXBD     X5, Y5
+	VPSLLD        $0x10, Y5, Y6
+	VPORD         Y6, Y5, Y5
+	VMOVDQU32     Y5, (SP)
+	VMOVQ         R10, X5
+	VPMOVZXBD     X5, Y5
+	VPMULLD       (DI), Y5, Y5
+	VPMOVZXBW     16(AX), Z8
+	VPMOVZXBW     48(AX), Z7
+	VPANDD        Z0, Z7, Z6
+	VPANDD        Z1, Z7, Z7
+	VPSLLW        $0x04, Z8, Z9
+	VPTERNLOGD    $0xf8, Z2, Z9, Z6
+	VPSLLW        $0x07, Z8, Z9
+	VPTERNLOGD    $0xf8, Z3, Z9, Z7
+	VPBROADCASTD  (SP), Z9
+	VPMULLW       Z9, Z6, Z6
+	VPMADDWD      (BX), Z6, Z6
+	VPBROADCASTD  4(SP), Z9
+	VPMULLW       Z9, Z7, Z7
+	VPMADDWD      64(BX), Z7, Z7
+	VPMOVZXBW     80(AX), Z9
+	VPANDD        Z0, Z9, Z10
+	VPANDD        Z1, Z9, Z9
+	VPSLLW        $0x02, Z8, Z11
+	VPTERNLOGD    $0xf8, Z2, Z11, Z10
+	VPSLLW        $0x05, Z8, Z11
+	VPTERNLOGD    $0xf8, Z3, Z11, Z9
+	VPBROADCASTD  8(SP), Z11
+	VPMULLW       Z11, Z10, Z10
+	VPMADDWD      128(BX), Z10, Z10
+	VPADDD        Z10, Z6, Z6
+	VPBROADCASTD  12(SP), Z10
+	VPMULLW       Z10, Z9, Z9
+	VPMADDWD      192(BX), Z9, Z9
+	VPADDD        Z9, Z7, Z7
+	VPMOVZXBW     112(AX), Z9
+	VPANDD        Z0, Z9, Z10
+	VPANDD        Z1, Z9, Z9
+	VPTERNLOGD    $0xf8, Z2, Z8, Z10
+	VPSLLW        $0x03, Z8, Z11
+	VPTERNLOGD    $0xf8, Z3, Z11, Z9
+	VPBROADCASTD  16(SP), Z11
+	VPMULLW       Z11, Z10, Z10
+	VPMADDWD      256(BX), Z10, Z10
+	VPADDD        Z10, Z6, Z6
+	VPBROADCASTD  20(SP), Z10
+	VPMULLW       Z10, Z9, Z9
+	VPMADDWD      320(BX), Z9, Z9
+	VPADDD        Z9, Z7, Z7
+	VPMOVZXBW     144(AX), Z9
+	VPANDD        Z0, Z9, Z10
+	VPANDD        Z1, Z9, Z9
+	VPSRLW        $0x02, Z8, Z11
+	VPTERNLOGD    $0xf8, Z2, Z11, Z10
+	VPSLLW        $0x01, Z8, Z8
+	VPTERNLOGD    $0xf8, Z3, Z8, Z9
+	VPBROADCASTD  24(SP), Z8
+	VPMULLW       Z8, Z10, Z10
+	VPMADDWD      384(BX), Z10, Z10
+	VPADDD        Z10, Z6, Z6
+	VPBROADCASTD  28(SP), Z8
+	VPMULLW       Z8, Z9, Z9
+	VPMADDWD      448(BX), Z9, Z9
+	VPADDD        Z9, Z7, Z7
+	VPSRAD        $0x04, Z7, Z7
+	VPADDD        Z7, Z6, Z6
+	VEXTRACTI64X4 $0x01, Z6, Y7
+	VPADDD        Y7, Y6, Y7
+	VPUNPCKLDQ    Y5, Y7, Y6
+	VPUNPCKHDQ    Y5, Y7, Y5
+	VPADDD        Y5, Y6, Y6
+	VPSHUFD       $0x4e, Y6, Y5
+	VPADDD        Y5, Y6, Y6
+	VEXTRACTI32X4 $0x01, Y6, X5
+	VPADDD        X5, X6, X5
+	VCVTDQ2PS     X5, X5
+	VMOVD         (AX), X6
+	VCVTPH2PS     X6, X6
+	VMULPS        X6, X5, X5
+	VMOVSHDUP     X5, X6
+	VSUBSS        X6, X5, X5
+	VMULSS        (SI), X5, X5
+	VCVTSS2SD     X5, X5, X5
+	VADDSD        X5, X4, X4
 	ADDQ          $0x000000b0, AX
-	ADDQ          $0x00000200, SI
-	ADDQ          $0x04, DI
-	ADDQ          $0x20, R8
-	DECQ          R9
-	JNE           q5kAVX512_block
-	VCVTSD2SS     X2, X2, X2
-	VMOVSS        X2, (BX)
-	ADDQ          $0x04, BX
-	DECQ          CX
-	JMP           q5kAVX512_row
+	ADDQ          $0x00000200, BX
+	ADDQ          $0x04, SI
+	ADDQ          $0x20, DI
+	DECQ          R8
+	JMP           q5kAVX512_pair
+
+q5kAVX512_end:
+	VCVTSD2SS X4, X4, X4
+	VMOVSS    X4, (DX)
+	ADDQ      $0x04, DX
+	DECQ      CX
+	JMP       q5kAVX512_row
 
 q5kAVX512_done:
 	VZEROUPPER
@@ -651,26 +1065,27 @@ q5kAVX512_done:
 
 // func q6kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C
-TEXT ·q6kAVX512(SB), NOSPLIT, $32-72
+TEXT ·q6kAVX512(SB), NOSPLIT, $64-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
-	MOVQ         n+24(FP), DX
-	MOVQ         y+64(FP), BX
-	SHRQ         $0x08, DX
-	MOVL         $0x000f000f, SI
-	VPBROADCASTD SI, Z0
-	MOVL         $0x00aa00aa, SI
-	VPBROADCASTD SI, Z1
+	MOVQ         y+64(FP), DX
+	MOVL         $0x000f000f, BX
+	VPBROADCASTD BX, Z0
+	MOVL         $0x00aa00aa, BX
+	VPBROADCASTD BX, Z1
 
 q6kAVX512_row:
 	CMPQ   CX, $0x00
 	JE     q6kAVX512_done
-	MOVQ   q+32(FP), SI
-	MOVQ   d+40(FP), DI
-	MOVQ   DX, R8
+	MOVQ   q+32(FP), BX
+	MOVQ   d+40(FP), SI
+	MOVQ   n+24(FP), DI
+	SHRQ   $0x08, DI
 	VPXORQ X2, X2, X2
 
-q6kAVX512_block:
+q6kAVX512_pair:
+	CMPQ            DI, $0x02
+	JB              q6kAVX512_single
 	VPMOVSXBW       192(AX), Y3
 	VMOVDQU32       Y3, (SP)
 	VPMOVZXBW       (AX), Z3
@@ -685,26 +1100,26 @@ q6kAVX512_block:
 	VPTERNLOGD      $0xd8, Z0, Z3, Z9
 	VPSHUFB         q6kShuf512<>+0(SB), Z8, Z3
 	VPMULLW         Z3, Z9, Z9
-	VPMADDWD        (SI), Z9, Z3
+	VPMADDWD        (BX), Z9, Z3
 	VPSLLW          $0x0c, Z5, Z9
 	VPSRAW          $0x0a, Z9, Z9
 	VPTERNLOGD      $0xd8, Z0, Z4, Z9
 	VPSHUFB         q6kShuf512<>+64(SB), Z8, Z4
 	VPMULLW         Z4, Z9, Z9
-	VPMADDWD        64(SI), Z9, Z4
+	VPMADDWD        64(BX), Z9, Z4
 	VPSLLW          $0x0a, Z5, Z9
 	VPSRAW          $0x0a, Z9, Z9
 	VPTERNLOGD      $0xd8, Z0, Z6, Z9
 	VPSHUFB         q6kShuf512<>+128(SB), Z8, Z6
 	VPMULLW         Z6, Z9, Z9
-	VPMADDWD        128(SI), Z9, Z9
+	VPMADDWD        128(BX), Z9, Z9
 	VPADDD          Z9, Z3, Z3
 	VPSLLW          $0x08, Z5, Z5
 	VPSRAW          $0x0a, Z5, Z5
 	VPTERNLOGD      $0xd8, Z0, Z7, Z5
 	VPSHUFB         q6kShuf512<>+192(SB), Z8, Z6
 	VPMULLW         Z6, Z5, Z5
-	VPMADDWD        192(SI), Z5, Z5
+	VPMADDWD        192(BX), Z5, Z5
 	VPADDD          Z5, Z4, Z4
 	VPMOVZXBW       64(AX), Z5
 	VPMOVZXBW       96(AX), Z6
@@ -718,28 +1133,204 @@ q6kAVX512_block:
 	VPTERNLOGD      $0xd8, Z0, Z5, Z11
 	VPSHUFB         q6kShuf512<>+0(SB), Z10, Z5
 	VPMULLW         Z5, Z11, Z11
-	VPMADDWD        256(SI), Z11, Z11
+	VPMADDWD        256(BX), Z11, Z11
 	VPADDD          Z11, Z3, Z3
 	VPSLLW          $0x0c, Z7, Z5
 	VPSRAW          $0x0a, Z5, Z5
 	VPTERNLOGD      $0xd8, Z0, Z6, Z5
 	VPSHUFB         q6kShuf512<>+64(SB), Z10, Z6
 	VPMULLW         Z6, Z5, Z5
-	VPMADDWD        320(SI), Z5, Z5
+	VPMADDWD        320(BX), Z5, Z5
 	VPADDD          Z5, Z4, Z4
 	VPSLLW          $0x0a, Z7, Z5
 	VPSRAW          $0x0a, Z5, Z5
 	VPTERNLOGD      $0xd8, Z0, Z8, Z5
 	VPSHUFB         q6kShuf512<>+128(SB), Z10, Z6
 	VPMULLW         Z6, Z5, Z5
-	VPMADDWD        384(SI), Z5, Z5
+	VPMADDWD        384(BX), Z5, Z5
 	VPADDD          Z5, Z3, Z3
 	VPSLLW          $0x08, Z7, Z5
 	VPSRAW          $0x0a, Z5, Z5
 	VPTERNLOGD      $0xd8, Z0, Z9, Z5
 	VPSHUFB         q6kShuf512<>+192(SB), Z10, Z6
 	VPMULLW         Z6, Z5, Z5
-	VPMADDWD        448(SI), Z5, Z5
+	VPMADDWD        448(BX), Z5, Z5
+	VPADDD          Z5, Z4, Z4
+	VPADDD          Z4, Z3, Z3
+	VPMOVSXBW       402(AX), Y4
+	VMOVDQU32       Y4, 32(SP)
+	VPMOVZXBW       210(AX), Z4
+	VPMOVZXBW       242(AX), Z5
+	VPMOVZXBW       338(AX), Z6
+	VPXORD          Z1, Z6, Z6
+	VPSRLW          $0x04, Z4, Z7
+	VPSRLW          $0x04, Z5, Z8
+	VBROADCASTI32X4 32(SP), Z9
+	VPSLLW          $0x0e, Z6, Z10
+	VPSRAW          $0x0a, Z10, Z10
+	VPTERNLOGD      $0xd8, Z0, Z4, Z10
+	VPSHUFB         q6kShuf512<>+0(SB), Z9, Z4
+	VPMULLW         Z4, Z10, Z10
+	VPMADDWD        512(BX), Z10, Z4
+	VPSLLW          $0x0c, Z6, Z10
+	VPSRAW          $0x0a, Z10, Z10
+	VPTERNLOGD      $0xd8, Z0, Z5, Z10
+	VPSHUFB         q6kShuf512<>+64(SB), Z9, Z5
+	VPMULLW         Z5, Z10, Z10
+	VPMADDWD        576(BX), Z10, Z5
+	VPSLLW          $0x0a, Z6, Z10
+	VPSRAW          $0x0a, Z10, Z10
+	VPTERNLOGD      $0xd8, Z0, Z7, Z10
+	VPSHUFB         q6kShuf512<>+128(SB), Z9, Z7
+	VPMULLW         Z7, Z10, Z10
+	VPMADDWD        640(BX), Z10, Z10
+	VPADDD          Z10, Z4, Z4
+	VPSLLW          $0x08, Z6, Z6
+	VPSRAW          $0x0a, Z6, Z6
+	VPTERNLOGD      $0xd8, Z0, Z8, Z6
+	VPSHUFB         q6kShuf512<>+192(SB), Z9, Z7
+	VPMULLW         Z7, Z6, Z6
+	VPMADDWD        704(BX), Z6, Z6
+	VPADDD          Z6, Z5, Z5
+	VPMOVZXBW       274(AX), Z6
+	VPMOVZXBW       306(AX), Z7
+	VPMOVZXBW       370(AX), Z8
+	VPXORD          Z1, Z8, Z8
+	VPSRLW          $0x04, Z6, Z9
+	VPSRLW          $0x04, Z7, Z10
+	VBROADCASTI32X4 48(SP), Z11
+	VPSLLW          $0x0e, Z8, Z12
+	VPSRAW          $0x0a, Z12, Z12
+	VPTERNLOGD      $0xd8, Z0, Z6, Z12
+	VPSHUFB         q6kShuf512<>+0(SB), Z11, Z6
+	VPMULLW         Z6, Z12, Z12
+	VPMADDWD        768(BX), Z12, Z12
+	VPADDD          Z12, Z4, Z4
+	VPSLLW          $0x0c, Z8, Z6
+	VPSRAW          $0x0a, Z6, Z6
+	VPTERNLOGD      $0xd8, Z0, Z7, Z6
+	VPSHUFB         q6kShuf512<>+64(SB), Z11, Z7
+	VPMULLW         Z7, Z6, Z6
+	VPMADDWD        832(BX), Z6, Z6
+	VPADDD          Z6, Z5, Z5
+	VPSLLW          $0x0a, Z8, Z6
+	VPSRAW          $0x0a, Z6, Z6
+	VPTERNLOGD      $0xd8, Z0, Z9, Z6
+	VPSHUFB         q6kShuf512<>+128(SB), Z11, Z7
+	VPMULLW         Z7, Z6, Z6
+	VPMADDWD        896(BX), Z6, Z6
+	VPADDD          Z6, Z4, Z4
+	VPSLLW          $0x08, Z8, Z6
+	VPSRAW          $0x0a, Z6, Z6
+	VPTERNLOGD      $0xd8, Z0, Z10, Z6
+	VPSHUFB         q6kShuf512<>+192(SB), Z11, Z7
+	VPMULLW         Z7, Z6, Z6
+	VPMADDWD        960(BX), Z6, Z6
+	VPADDD          Z6, Z5, Z5
+	VPADDD          Z5, Z4, Z4
+	VSHUFI64X2      $0x44, Z4, Z3, Z5
+	VSHUFI64X2      $0xee, Z4, Z3, Z3
+	VPADDD          Z3, Z5, Z5
+	VSHUFI64X2      $0xb1, Z5, Z5, Z3
+	VPADDD          Z3, Z5, Z5
+	VPSHUFD         $0x4e, Z5, Z3
+	VPADDD          Z3, Z5, Z5
+	VPSHUFD         $0xb1, Z5, Z3
+	VPADDD          Z3, Z5, Z5
+	VEXTRACTI32X4   $0x02, Z5, X3
+	VPUNPCKLDQ      X3, X5, X3
+	VCVTDQ2PS       X3, X3
+	MOVWLZX         208(AX), R8
+	MOVWLZX         418(AX), R9
+	SHLL            $0x10, R9
+	ORL             R9, R8
+	VMOVD           R8, X4
+	VCVTPH2PS       X4, X4
+	VMULPS          X4, X3, X3
+	VMOVQ           (SI), X4
+	VMULPS          X4, X3, X3
+	VCVTPS2PD       X3, X3
+	VADDSD          X3, X2, X2
+	VPERMILPD       $0x01, X3, X3
+	VADDSD          X3, X2, X2
+	ADDQ            $0x000001a4, AX
+	ADDQ            $0x00000400, BX
+	ADDQ            $0x08, SI
+	SUBQ            $0x02, DI
+	JMP             q6kAVX512_pair
+
+q6kAVX512_single:
+	CMPQ            DI, $0x00
+	JE              q6kAVX512_end
+	VPMOVSXBW       192(AX), Y3
+	VMOVDQU32       Y3, (SP)
+	VPMOVZXBW       (AX), Z3
+	VPMOVZXBW       32(AX), Z4
+	VPMOVZXBW       128(AX), Z5
+	VPXORD          Z1, Z5, Z5
+	VPSRLW          $0x04, Z3, Z6
+	VPSRLW          $0x04, Z4, Z7
+	VBROADCASTI32X4 (SP), Z8
+	VPSLLW          $0x0e, Z5, Z9
+	VPSRAW          $0x0a, Z9, Z9
+	VPTERNLOGD      $0xd8, Z0, Z3, Z9
+	VPSHUFB         q6kShuf512<>+0(SB), Z8, Z3
+	VPMULLW         Z3, Z9, Z9
+	VPMADDWD        (BX), Z9, Z3
+	VPSLLW          $0x0c, Z5, Z9
+	VPSRAW          $0x0a, Z9, Z9
+	VPTERNLOGD      $0xd8, Z0, Z4, Z9
+	VPSHUFB         q6kShuf512<>+64(SB), Z8, Z4
+	VPMULLW         Z4, Z9, Z9
+	VPMADDWD        64(BX), Z9, Z4
+	VPSLLW          $0x0a, Z5, Z9
+	VPSRAW          $0x0a, Z9, Z9
+	VPTERNLOGD      $0xd8, Z0, Z6, Z9
+	VPSHUFB         q6kShuf512<>+128(SB), Z8, Z6
+	VPMULLW         Z6, Z9, Z9
+	VPMADDWD        128(BX), Z9, Z9
+	VPADDD          Z9, Z3, Z3
+	VPSLLW          $0x08, Z5, Z5
+	VPSRAW          $0x0a, Z5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z7, Z5
+	VPSHUFB         q6kShuf512<>+192(SB), Z8, Z6
+	VPMULLW         Z6, Z5, Z5
+	VPMADDWD        192(BX), Z5, Z5
+	VPADDD          Z5, Z4, Z4
+	VPMOVZXBW       64(AX), Z5
+	VPMOVZXBW       96(AX), Z6
+	VPMOVZXBW       160(AX), Z7
+	VPXORD          Z1, Z7, Z7
+	VPSRLW          $0x04, Z5, Z8
+	VPSRLW          $0x04, Z6, Z9
+	VBROADCASTI32X4 16(SP), Z10
+	VPSLLW          $0x0e, Z7, Z11
+	VPSRAW          $0x0a, Z11, Z11
+	VPTERNLOGD      $0xd8, Z0, Z5, Z11
+	VPSHUFB         q6kShuf512<>+0(SB), Z10, Z5
+	VPMULLW         Z5, Z11, Z11
+	VPMADDWD        256(BX), Z11, Z11
+	VPADDD          Z11, Z3, Z3
+	VPSLLW          $0x0c, Z7, Z5
+	VPSRAW          $0x0a, Z5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z6, Z5
+	VPSHUFB         q6kShuf512<>+64(SB), Z10, Z6
+	VPMULLW         Z6, Z5, Z5
+	VPMADDWD        320(BX), Z5, Z5
+	VPADDD          Z5, Z4, Z4
+	VPSLLW          $0x0a, Z7, Z5
+	VPSRAW          $0x0a, Z5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z8, Z5
+	VPSHUFB         q6kShuf512<>+128(SB), Z10, Z6
+	VPMULLW         Z6, Z5, Z5
+	VPMADDWD        384(BX), Z5, Z5
+	VPADDD          Z5, Z3, Z3
+	VPSLLW          $0x08, Z7, Z5
+	VPSRAW          $0x0a, Z5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z9, Z5
+	VPSHUFB         q6kShuf512<>+192(SB), Z10, Z6
+	VPMULLW         Z6, Z5, Z5
+	VPMADDWD        448(BX), Z5, Z5
 	VPADDD          Z5, Z4, Z4
 	VPADDD          Z4, Z3, Z3
 	VEXTRACTI64X4   $0x01, Z3, Y4
@@ -754,19 +1345,21 @@ q6kAVX512_block:
 	VPBROADCASTW    208(AX), X4
 	VCVTPH2PS       X4, X4
 	VMULSS          X4, X3, X3
-	VMULSS          (DI), X3, X3
+	VMULSS          (SI), X3, X3
 	VCVTSS2SD       X3, X3, X3
 	VADDSD          X3, X2, X2
 	ADDQ            $0x000000d2, AX
-	ADDQ            $0x00000200, SI
-	ADDQ            $0x04, DI
-	DECQ            R8
-	JNE             q6kAVX512_block
-	VCVTSD2SS       X2, X2, X2
-	VMOVSS          X2, (BX)
-	ADDQ            $0x04, BX
-	DECQ            CX
-	JMP             q6kAVX512_row
+	ADDQ            $0x00000200, BX
+	ADDQ            $0x04, SI
+	DECQ            DI
+	JMP             q6kAVX512_pair
+
+q6kAVX512_end:
+	VCVTSD2SS X2, X2, X2
+	VMOVSS    X2, (DX)
+	ADDQ      $0x04, DX
+	DECQ      CX
+	JMP       q6kAVX512_row
 
 q6kAVX512_done:
 	VZEROUPPER
@@ -1032,122 +1625,304 @@ GLOBL q6kShuf512<>(SB), RODATA|NOPTR, $256
 
 // func q4kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·q4kVNNI(SB), NOSPLIT, $32-72
+TEXT ·q4kVNNI(SB), NOSPLIT, $64-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
-	MOVQ         n+24(FP), DX
-	MOVQ         y+64(FP), BX
-	SHRQ         $0x08, DX
-	MOVL         $0x000f000f, SI
-	VPBROADCASTD SI, Z0
+	MOVQ         y+64(FP), DX
+	MOVL         $0x000f000f, BX
+	VPBROADCASTD BX, Z0
+	MOVL         $0x00f000f0, BX
+	VPBROADCASTD BX, Z1
 
 q4kVNNI_row:
 	CMPQ   CX, $0x00
 	JE     q4kVNNI_done
-	MOVQ   q+32(FP), SI
-	MOVQ   d+40(FP), DI
-	MOVQ   s+48(FP), R8
-	MOVQ   DX, R9
-	VPXORQ X1, X1, X1
+	MOVQ   q+32(FP), BX
+	MOVQ   d+40(FP), SI
+	MOVQ   s+48(FP), DI
+	MOVQ   n+24(FP), R8
+	SHRQ   $0x08, R8
+	VPXORQ X2, X2, X2
 
-q4kVNNI_block:
-	MOVL          4(AX), R10
-	MOVL          8(AX), R11
-	MOVL          12(AX), R12
-	MOVL          R10, R13
-	SHRL          $0x02, R13
-	ANDL          $0x30303030, R13
-	ANDL          $0x3f3f3f3f, R10
-	MOVL          R12, R14
-	ANDL          $0x0f0f0f0f, R14
-	ORL           R13, R14
+q4kVNNI_pair:
+	CMPQ          R8, $0x02
+	JB            q4kVNNI_single
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
 	MOVL          R11, R13
-	SHRL          $0x02, R13
-	ANDL          $0x30303030, R13
-	ANDL          $0x3f3f3f3f, R11
-	SHRL          $0x04, R12
-	ANDL          $0x0f0f0f0f, R12
-	ORL           R13, R12
-	SHLQ          $0x20, R14
-	ORQ           R14, R10
-	VMOVQ         R10, X2
-	VPMOVZXBD     X2, Y2
-	VPSLLD        $0x10, Y2, Y5
-	VPORD         Y5, Y2, Y2
-	VMOVDQU32     Y2, (SP)
-	SHLQ          $0x20, R12
-	ORQ           R12, R11
-	VMOVQ         R11, X2
-	VPMOVZXBD     X2, Y2
-	VPMULLD       (R8), Y2, Y2
-	VPXORD        Z3, Z3, Z3
-	VPXORD        Z4, Z4, Z4
-	VPMOVZXBW     16(AX), Z5
-	VPANDD        Z0, Z5, Z6
-	VPSRLW        $0x04, Z5, Z5
-	VPBROADCASTD  (SP), Z7
-	VPMULLW       Z7, Z6, Z6
-	VPDPWSSD      (SI), Z6, Z3
-	VPBROADCASTD  4(SP), Z6
-	VPMULLW       Z6, Z5, Z5
-	VPDPWSSD      64(SI), Z5, Z4
-	VPMOVZXBW     48(AX), Z5
-	VPANDD        Z0, Z5, Z6
-	VPSRLW        $0x04, Z5, Z5
-	VPBROADCASTD  8(SP), Z7
-	VPMULLW       Z7, Z6, Z6
-	VPDPWSSD      128(SI), Z6, Z3
-	VPBROADCASTD  12(SP), Z6
-	VPMULLW       Z6, Z5, Z5
-	VPDPWSSD      192(SI), Z5, Z4
-	VPMOVZXBW     80(AX), Z5
-	VPANDD        Z0, Z5, Z6
-	VPSRLW        $0x04, Z5, Z5
-	VPBROADCASTD  16(SP), Z7
-	VPMULLW       Z7, Z6, Z6
-	VPDPWSSD      256(SI), Z6, Z3
-	VPBROADCASTD  20(SP), Z6
-	VPMULLW       Z6, Z5, Z5
-	VPDPWSSD      320(SI), Z5, Z4
-	VPMOVZXBW     112(AX), Z5
-	VPANDD        Z0, Z5, Z6
-	VPSRLW        $0x04, Z5, Z5
-	VPBROADCASTD  24(SP), Z7
-	VPMULLW       Z7, Z6, Z6
-	VPDPWSSD      384(SI), Z6, Z3
-	VPBROADCASTD  28(SP), Z6
-	VPMULLW       Z6, Z5, Z5
-	VPDPWSSD      448(SI), Z5, Z4
-	VPADDD        Z4, Z3, Z3
-	VEXTRACTI64X4 $0x01, Z3, Y5
-	VPADDD        Y5, Y3, Y5
-	VPUNPCKLDQ    Y2, Y5, Y6
-	VPUNPCKHDQ    Y2, Y5, Y2
-	VPADDD        Y2, Y6, Y6
-	VPSHUFD       $0x4e, Y6, Y2
-	VPADDD        Y2, Y6, Y6
-	VEXTRACTI32X4 $0x01, Y6, X2
-	VPADDD        X2, X6, X2
-	VCVTDQ2PS     X2, X2
-	VMOVD         (AX), X5
-	VCVTPH2PS     X5, X5
-	VMULPS        X5, X2, X2
-	VMOVSHDUP     X2, X5
-	VSUBSS        X5, X2, X2
-	VMULSS        (DI), X2, X2
-	VCVTSS2SD     X2, X2, X2
-	VADDSD        X2, X1, X1
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X3
+	VPMOVZXBD     X3, Y3
+	VPSLLD        $0x10, Y3, Y4
+	VPORD         Y4, Y3, Y3
+	VMOVDQU32     Y3, (SP)
+	VMOVQ         R10, X3
+	MOVL          148(AX), R9
+	MOVL          152(AX), R10
+	MOVL          156(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X4
+	VPMOVZXBD     X4, Y4
+	VPSLLD        $0x10, Y4, Y11
+	VPORD         Y11, Y4, Y4
+	VMOVDQU32     Y4, 32(SP)
+	VMOVQ         R10, X4
+	VPUNPCKLQDQ   X4, X3, X3
+	VPMOVZXBD     X3, Z3
+	VPMULLD       (DI), Z3, Z3
+	VPXORD        Z5, Z5, Z5
+	VPXORD        Z6, Z6, Z6
+	VPMOVZXBW     16(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  (SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      (BX), Z11, Z5
+	VPBROADCASTD  4(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      64(BX), Z4, Z6
+	VPMOVZXBW     48(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  8(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      128(BX), Z11, Z5
+	VPBROADCASTD  12(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      192(BX), Z4, Z6
+	VPMOVZXBW     80(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  16(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      256(BX), Z11, Z5
+	VPBROADCASTD  20(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      320(BX), Z4, Z6
+	VPMOVZXBW     112(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  24(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      384(BX), Z11, Z5
+	VPBROADCASTD  28(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      448(BX), Z4, Z6
+	VPSRAD        $0x04, Z6, Z6
+	VPADDD        Z6, Z5, Z5
+	VPXORD        Z7, Z7, Z7
+	VPXORD        Z8, Z8, Z8
+	VPMOVZXBW     160(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  32(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      512(BX), Z11, Z7
+	VPBROADCASTD  36(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      576(BX), Z4, Z8
+	VPMOVZXBW     192(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  40(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      640(BX), Z11, Z7
+	VPBROADCASTD  44(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      704(BX), Z4, Z8
+	VPMOVZXBW     224(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  48(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      768(BX), Z11, Z7
+	VPBROADCASTD  52(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      832(BX), Z4, Z8
+	VPMOVZXBW     256(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  56(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      896(BX), Z11, Z7
+	VPBROADCASTD  60(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      960(BX), Z4, Z8
+	VPSRAD        $0x04, Z8, Z8
+	VPADDD        Z8, Z7, Z7
+	VSHUFI64X2    $0x44, Z7, Z5, Z4
+	VSHUFI64X2    $0xee, Z7, Z5, Z11
+	VPADDD        Z11, Z4, Z4
+	VPUNPCKLDQ    Z3, Z4, Z11
+	VPUNPCKHDQ    Z3, Z4, Z4
+	VPADDD        Z11, Z4, Z4
+	VPSHUFD       $0x4e, Z4, Z11
+	VPADDD        Z11, Z4, Z4
+	VSHUFI64X2    $0xb1, Z4, Z4, Z11
+	VPADDD        Z11, Z4, Z4
+	VEXTRACTI32X4 $0x02, Z4, X3
+	VPUNPCKLQDQ   X3, X4, X3
+	VCVTDQ2PS     X3, X3
+	MOVL          (AX), R9
+	MOVL          144(AX), R10
+	SHLQ          $0x20, R10
+	ORQ           R10, R9
+	VMOVQ         R9, X4
+	VCVTPH2PS     X4, X4
+	VMULPS        X4, X3, X3
+	VMOVSHDUP     X3, X4
+	VSUBPS        X4, X3, X3
+	VPMOVZXDQ     (SI), X4
+	VMULPS        X4, X3, X3
+	VCVTSS2SD     X3, X3, X4
+	VADDSD        X4, X2, X2
+	VMOVHLPS      X3, X3, X3
+	VCVTSS2SD     X3, X3, X3
+	VADDSD        X3, X2, X2
+	ADDQ          $0x00000120, AX
+	ADDQ          $0x00000400, BX
+	ADDQ          $0x08, SI
+	ADDQ          $0x40, DI
+	SUBQ          $0x02, R8
+	JMP           q4kVNNI_pair
+
+q4kVNNI_single:
+	CMPQ          R8, $0x00
+	JE            q4kVNNI_end
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X3
+	VPMOVZXBD     X3, Y3
+	VPSLLD        $0x10, Y3, Y4
+	VPORD         Y4, Y3, Y3
+	VMOVDQU32     Y3, (SP)
+	VMOVQ         R10, X3
+	VPMOVZXBD     X3, Y3
+	VPMULLD       (DI), Y3, Y3
+	VPXORD        Z9, Z9, Z9
+	VPXORD        Z10, Z10, Z10
+	VPMOVZXBW     16(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  (SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      (BX), Z11, Z9
+	VPBROADCASTD  4(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      64(BX), Z4, Z10
+	VPMOVZXBW     48(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  8(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      128(BX), Z11, Z9
+	VPBROADCASTD  12(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      192(BX), Z4, Z10
+	VPMOVZXBW     80(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  16(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      256(BX), Z11, Z9
+	VPBROADCASTD  20(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      320(BX), Z4, Z10
+	VPMOVZXBW     112(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  24(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      384(BX), Z11, Z9
+	VPBROADCASTD  28(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      448(BX), Z4, Z10
+	VPSRAD        $0x04, Z10, Z10
+	VPADDD        Z10, Z9, Z9
+	VEXTRACTI64X4 $0x01, Z9, Y4
+	VPADDD        Y4, Y9, Y4
+	VPUNPCKLDQ    Y3, Y4, Y11
+	VPUNPCKHDQ    Y3, Y4, Y3
+	VPADDD        Y3, Y11, Y11
+	VPSHUFD       $0x4e, Y11, Y3
+	VPADDD        Y3, Y11, Y11
+	VEXTRACTI32X4 $0x01, Y11, X3
+	VPADDD        X3, X11, X3
+	VCVTDQ2PS     X3, X3
+	VMOVD         (AX), X4
+	VCVTPH2PS     X4, X4
+	VMULPS        X4, X3, X3
+	VMOVSHDUP     X3, X4
+	VSUBSS        X4, X3, X3
+	VMULSS        (SI), X3, X3
+	VCVTSS2SD     X3, X3, X3
+	VADDSD        X3, X2, X2
 	ADDQ          $0x00000090, AX
-	ADDQ          $0x00000200, SI
-	ADDQ          $0x04, DI
-	ADDQ          $0x20, R8
-	DECQ          R9
-	JNE           q4kVNNI_block
-	VCVTSD2SS     X1, X1, X1
-	VMOVSS        X1, (BX)
-	ADDQ          $0x04, BX
-	DECQ          CX
-	JMP           q4kVNNI_row
+	ADDQ          $0x00000200, BX
+	ADDQ          $0x04, SI
+	ADDQ          $0x20, DI
+	DECQ          R8
+	JMP           q4kVNNI_pair
+
+q4kVNNI_end:
+	VCVTSD2SS X2, X2, X2
+	VMOVSS    X2, (DX)
+	ADDQ      $0x04, DX
+	DECQ      CX
+	JMP       q4kVNNI_row
 
 q4kVNNI_done:
 	VZEROUPPER
@@ -1155,140 +1930,356 @@ q4kVNNI_done:
 
 // func q5kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·q5kVNNI(SB), NOSPLIT, $32-72
+TEXT ·q5kVNNI(SB), NOSPLIT, $64-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
-	MOVQ         n+24(FP), DX
-	MOVQ         y+64(FP), BX
-	SHRQ         $0x08, DX
-	MOVL         $0x000f000f, SI
-	VPBROADCASTD SI, Z0
-	MOVL         $0x00100010, SI
-	VPBROADCASTD SI, Z1
+	MOVQ         y+64(FP), DX
+	MOVL         $0x000f000f, BX
+	VPBROADCASTD BX, Z0
+	MOVL         $0x00f000f0, BX
+	VPBROADCASTD BX, Z1
+	MOVL         $0x00100010, BX
+	VPBROADCASTD BX, Z2
+	MOVL         $0x01000100, BX
+	VPBROADCASTD BX, Z3
 
 q5kVNNI_row:
 	CMPQ   CX, $0x00
 	JE     q5kVNNI_done
-	MOVQ   q+32(FP), SI
-	MOVQ   d+40(FP), DI
-	MOVQ   s+48(FP), R8
-	MOVQ   DX, R9
-	VPXORQ X2, X2, X2
+	MOVQ   q+32(FP), BX
+	MOVQ   d+40(FP), SI
+	MOVQ   s+48(FP), DI
+	MOVQ   n+24(FP), R8
+	SHRQ   $0x08, R8
+	VPXORQ X4, X4, X4
 
-q5kVNNI_block:
-	MOVL          4(AX), R10
-	MOVL          8(AX), R11
-	MOVL          12(AX), R12
-	MOVL          R10, R13
-	SHRL          $0x02, R13
-	ANDL          $0x30303030, R13
-	ANDL          $0x3f3f3f3f, R10
-	MOVL          R12, R14
-	ANDL          $0x0f0f0f0f, R14
-	ORL           R13, R14
+q5kVNNI_pair:
+	CMPQ          R8, $0x02
+	JB            q5kVNNI_single
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
 	MOVL          R11, R13
-	SHRL          $0x02, R13
-	ANDL          $0x30303030, R13
-	ANDL          $0x3f3f3f3f, R11
-	SHRL          $0x04, R12
-	ANDL          $0x0f0f0f0f, R12
-	ORL           R13, R12
-	SHLQ          $0x20, R14
-	ORQ           R14, R10
-	VMOVQ         R10, X3
-	VPMOVZXBD     X3, Y3
-	VPSLLD        $0x10, Y3, Y6
-	VPORD         Y6, Y3, Y3
-	VMOVDQU32     Y3, (SP)
-	SHLQ          $0x20, R12
-	ORQ           R12, R11
-	VMOVQ         R11, X3
-	VPMOVZXBD     X3, Y3
-	VPMULLD       (R8), Y3, Y3
-	VPXORD        Z4, Z4, Z4
-	VPXORD        Z5, Z5, Z5
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X5
+	VPMOVZXBD     X5, Y5
+	VPSLLD        $0x10, Y5, Y6
+	VPORD         Y6, Y5, Y5
+	VMOVDQU32     Y5, (SP)
+	VMOVQ         R10, X5
+	MOVL          180(AX), R9
+	MOVL          184(AX), R10
+	MOVL          188(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X6
+	VPMOVZXBD     X6, Y6
+	VPSLLD        $0x10, Y6, Y13
+	VPORD         Y13, Y6, Y6
+	VMOVDQU32     Y6, 32(SP)
+	VMOVQ         R10, X6
+	VPUNPCKLQDQ   X6, X5, X5
+	VPMOVZXBD     X5, Z5
+	VPMULLD       (DI), Z5, Z5
+	VPXORD        Z7, Z7, Z7
+	VPXORD        Z8, Z8, Z8
 	VPMOVZXBW     16(AX), Z6
-	VPMOVZXBW     48(AX), Z7
-	VPANDD        Z0, Z7, Z8
-	VPSRLW        $0x04, Z7, Z7
-	VPSLLW        $0x04, Z6, Z9
-	VPTERNLOGD    $0xf8, Z1, Z9, Z8
-	VPSLLW        $0x03, Z6, Z9
-	VPTERNLOGD    $0xf8, Z1, Z9, Z7
-	VPBROADCASTD  (SP), Z9
-	VPMULLW       Z9, Z8, Z8
-	VPDPWSSD      (SI), Z8, Z4
-	VPBROADCASTD  4(SP), Z8
-	VPMULLW       Z8, Z7, Z7
-	VPDPWSSD      64(SI), Z7, Z5
-	VPMOVZXBW     80(AX), Z7
-	VPANDD        Z0, Z7, Z8
-	VPSRLW        $0x04, Z7, Z7
-	VPSLLW        $0x02, Z6, Z9
-	VPTERNLOGD    $0xf8, Z1, Z9, Z8
-	VPSLLW        $0x01, Z6, Z9
-	VPTERNLOGD    $0xf8, Z1, Z9, Z7
-	VPBROADCASTD  8(SP), Z9
-	VPMULLW       Z9, Z8, Z8
-	VPDPWSSD      128(SI), Z8, Z4
-	VPBROADCASTD  12(SP), Z8
-	VPMULLW       Z8, Z7, Z7
-	VPDPWSSD      192(SI), Z7, Z5
-	VPMOVZXBW     112(AX), Z7
-	VPANDD        Z0, Z7, Z8
-	VPSRLW        $0x04, Z7, Z7
-	VPTERNLOGD    $0xf8, Z1, Z6, Z8
-	VPSRLW        $0x01, Z6, Z9
-	VPTERNLOGD    $0xf8, Z1, Z9, Z7
-	VPBROADCASTD  16(SP), Z9
-	VPMULLW       Z9, Z8, Z8
-	VPDPWSSD      256(SI), Z8, Z4
-	VPBROADCASTD  20(SP), Z8
-	VPMULLW       Z8, Z7, Z7
-	VPDPWSSD      320(SI), Z7, Z5
-	VPMOVZXBW     144(AX), Z7
-	VPANDD        Z0, Z7, Z8
-	VPSRLW        $0x04, Z7, Z7
-	VPSRLW        $0x02, Z6, Z9
-	VPTERNLOGD    $0xf8, Z1, Z9, Z8
-	VPSRLW        $0x03, Z6, Z6
-	VPTERNLOGD    $0xf8, Z1, Z6, Z7
+	VPMOVZXBW     48(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPSLLW        $0x04, Z6, Z15
+	VPTERNLOGD    $0xf8, Z2, Z15, Z14
+	VPSLLW        $0x07, Z6, Z15
+	VPTERNLOGD    $0xf8, Z3, Z15, Z13
+	VPBROADCASTD  (SP), Z15
+	VPMULLW       Z15, Z14, Z14
+	VPDPWSSD      (BX), Z14, Z7
+	VPBROADCASTD  4(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      64(BX), Z13, Z8
+	VPMOVZXBW     80(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPSLLW        $0x02, Z6, Z15
+	VPTERNLOGD    $0xf8, Z2, Z15, Z14
+	VPSLLW        $0x05, Z6, Z15
+	VPTERNLOGD    $0xf8, Z3, Z15, Z13
+	VPBROADCASTD  8(SP), Z15
+	VPMULLW       Z15, Z14, Z14
+	VPDPWSSD      128(BX), Z14, Z7
+	VPBROADCASTD  12(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      192(BX), Z13, Z8
+	VPMOVZXBW     112(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPTERNLOGD    $0xf8, Z2, Z6, Z14
+	VPSLLW        $0x03, Z6, Z15
+	VPTERNLOGD    $0xf8, Z3, Z15, Z13
+	VPBROADCASTD  16(SP), Z15
+	VPMULLW       Z15, Z14, Z14
+	VPDPWSSD      256(BX), Z14, Z7
+	VPBROADCASTD  20(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      320(BX), Z13, Z8
+	VPMOVZXBW     144(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPSRLW        $0x02, Z6, Z15
+	VPTERNLOGD    $0xf8, Z2, Z15, Z14
+	VPSLLW        $0x01, Z6, Z6
+	VPTERNLOGD    $0xf8, Z3, Z6, Z13
 	VPBROADCASTD  24(SP), Z6
-	VPMULLW       Z6, Z8, Z8
-	VPDPWSSD      384(SI), Z8, Z4
+	VPMULLW       Z6, Z14, Z14
+	VPDPWSSD      384(BX), Z14, Z7
 	VPBROADCASTD  28(SP), Z6
-	VPMULLW       Z6, Z7, Z7
-	VPDPWSSD      448(SI), Z7, Z5
-	VPADDD        Z5, Z4, Z4
-	VEXTRACTI64X4 $0x01, Z4, Y6
-	VPADDD        Y6, Y4, Y6
-	VPUNPCKLDQ    Y3, Y6, Y7
-	VPUNPCKHDQ    Y3, Y6, Y3
-	VPADDD        Y3, Y7, Y7
-	VPSHUFD       $0x4e, Y7, Y3
-	VPADDD        Y3, Y7, Y7
-	VEXTRACTI32X4 $0x01, Y7, X3
-	VPADDD        X3, X7, X3
-	VCVTDQ2PS     X3, X3
+	VPMULLW       Z6, Z13, Z13
+	VPDPWSSD      448(BX), Z13, Z8
+	VPSRAD        $0x04, Z8, Z8
+	VPADDD        Z8, Z7, Z7
+	VPXORD        Z9, Z9, Z9
+	VPXORD        Z10, Z10, Z10
+	VPMOVZXBW     192(AX), Z6
+	VPMOVZXBW     224(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPSLLW        $0x04, Z6, Z15
+	VPTERNLOGD    $0xf8, Z2, Z15, Z14
+	VPSLLW        $0x07, Z6, Z15
+	VPTERNLOGD    $0xf8, Z3, Z15, Z13
+	VPBROADCASTD  32(SP), Z15
+	VPMULLW       Z15, Z14, Z14
+	VPDPWSSD      512(BX), Z14, Z9
+	VPBROADCASTD  36(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      576(BX), Z13, Z10
+	VPMOVZXBW     256(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPSLLW        $0x02, Z6, Z15
+	VPTERNLOGD    $0xf8, Z2, Z15, Z14
+	VPSLLW        $0x05, Z6, Z15
+	VPTERNLOGD    $0xf8, Z3, Z15, Z13
+	VPBROADCASTD  40(SP), Z15
+	VPMULLW       Z15, Z14, Z14
+	VPDPWSSD      640(BX), Z14, Z9
+	VPBROADCASTD  44(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      704(BX), Z13, Z10
+	VPMOVZXBW     288(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPTERNLOGD    $0xf8, Z2, Z6, Z14
+	VPSLLW        $0x03, Z6, Z15
+	VPTERNLOGD    $0xf8, Z3, Z15, Z13
+	VPBROADCASTD  48(SP), Z15
+	VPMULLW       Z15, Z14, Z14
+	VPDPWSSD      768(BX), Z14, Z9
+	VPBROADCASTD  52(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      832(BX), Z13, Z10
+	VPMOVZXBW     320(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPSRLW        $0x02, Z6, Z15
+	VPTERNLOGD    $0xf8, Z2, Z15, Z14
+	VPSLLW        $0x01, Z6, Z6
+	VPTERNLOGD    $0xf8, Z3, Z6, Z13
+	VPBROADCASTD  56(SP), Z6
+	VPMULLW       Z6, Z14, Z14
+	VPDPWSSD      896(BX), Z14, Z9
+	VPBROADCASTD  60(SP), Z6
+	VPMULLW       Z6, Z13, Z13
+	VPDPWSSD      960(BX), Z13, Z10
+	VPSRAD        $0x04, Z10, Z10
+	VPADDD        Z10, Z9, Z9
+	VSHUFI64X2    $0x44, Z9, Z7, Z6
+	VSHUFI64X2    $0xee, Z9, Z7, Z13
+	VPADDD        Z13, Z6, Z6
+	VPUNPCKLDQ    Z5, Z6, Z13
+	VPUNPCKHDQ    Z5, Z6, Z6
+	VPADDD        Z13, Z6, Z6
+	VPSHUFD       $0x4e, Z6, Z13
+	VPADDD        Z13, Z6, Z6
+	VSHUFI64X2    $0xb1, Z6, Z6, Z13
+	VPADDD        Z13, Z6, Z6
+	VEXTRACTI32X4 $0x02, Z6, X5
+	VPUNPCKLQDQ   X5, X6, X5
+	VCVTDQ2PS     X5, X5
+	MOVL          (AX), R9
+	MOVL          176(AX), R10
+	SHLQ          $0x20, R10
+	ORQ           R10, R9
+	VMOVQ         R9, X6
+	VCVTPH2PS     X6, X6
+	VMULPS        X6, X5, X5
+	VMOVSHDUP     X5, X6
+	VSUBPS        X6, X5, X5
+	VPMOVZXDQ     (SI), X6
+	VMULPS        X6, X5, X5
+	VCVTSS2SD     X5, X5, X6
+	VADDSD        X6, X4, X4
+	VMOVHLPS      X5, X5, X5
+	VCVTSS2SD     X5, X5, X5
+	VADDSD        X5, X4, X4
+	ADDQ          $0x00000160, AX
+	ADDQ          $0x00000400, BX
+	ADDQ          $0x08, SI
+	ADDQ          $0x40, DI
+	SUBQ          $0x02, R8
+	JMP           q5kVNNI_pair
+
+q5kVNNI_single:
+	CMPQ          R8, $0x00
+	JE            q5kVNNI_end
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X5
+	VPMOVZXBD     X5, Y5
+	VPSLLD        $0x10, Y5, Y6
+	VPORD         Y6, Y5, Y5
+	VMOVDQU32     Y5, (SP)
+	VMOVQ         R10, X5
+	VPMOVZXBD     X5, Y5
+	VPMULLD       (DI), Y5, Y5
+	VPXORD        Z11, Z11, Z11
+	VPXORD        Z12, Z12, Z12
+	VPMOVZXBW     16(AX), Z6
+	VPMOVZXBW     48(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPSLLW        $0x04, Z6, Z15
+	VPTERNLOGD    $0xf8, Z2, Z15, Z14
+	VPSLLW        $0x07, Z6, Z15
+	VPTERNLOGD    $0xf8, Z3, Z15, Z13
+	VPBROADCASTD  (SP), Z15
+	VPMULLW       Z15, Z14, Z14
+	VPDPWSSD      (BX), Z14, Z11
+	VPBROADCASTD  4(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      64(BX), Z13, Z12
+	VPMOVZXBW     80(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPSLLW        $0x02, Z6, Z15
+	VPTERNLOGD    $0xf8, Z2, Z15, Z14
+	VPSLLW        $0x05, Z6, Z15
+	VPTERNLOGD    $0xf8, Z3, Z15, Z13
+	VPBROADCASTD  8(SP), Z15
+	VPMULLW       Z15, Z14, Z14
+	VPDPWSSD      128(BX), Z14, Z11
+	VPBROADCASTD  12(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      192(BX), Z13, Z12
+	VPMOVZXBW     112(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPTERNLOGD    $0xf8, Z2, Z6, Z14
+	VPSLLW        $0x03, Z6, Z15
+	VPTERNLOGD    $0xf8, Z3, Z15, Z13
+	VPBROADCASTD  16(SP), Z15
+	VPMULLW       Z15, Z14, Z14
+	VPDPWSSD      256(BX), Z14, Z11
+	VPBROADCASTD  20(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      320(BX), Z13, Z12
+	VPMOVZXBW     144(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPSRLW        $0x02, Z6, Z15
+	VPTERNLOGD    $0xf8, Z2, Z15, Z14
+	VPSLLW        $0x01, Z6, Z6
+	VPTERNLOGD    $0xf8, Z3, Z6, Z13
+	VPBROADCASTD  24(SP), Z6
+	VPMULLW       Z6, Z14, Z14
+	VPDPWSSD      384(BX), Z14, Z11
+	VPBROADCASTD  28(SP), Z6
+	VPMULLW       Z6, Z13, Z13
+	VPDPWSSD      448(BX), Z13, Z12
+	VPSRAD        $0x04, Z12, Z12
+	VPADDD        Z12, Z11, Z11
+	VEXTRACTI64X4 $0x01, Z11, Y6
+	VPADDD        Y6, Y11, Y6
+	VPUNPCKLDQ    Y5, Y6, Y13
+	VPUNPCKHDQ    Y5, Y6, Y5
+	VPADDD        Y5, Y13, Y13
+	VPSHUFD       $0x4e, Y13, Y5
+	VPADDD        Y5, Y13, Y13
+	VEXTRACTI32X4 $0x01, Y13, X5
+	VPADDD        X5, X13, X5
+	VCVTDQ2PS     X5, X5
 	VMOVD         (AX), X6
 	VCVTPH2PS     X6, X6
-	VMULPS        X6, X3, X3
-	VMOVSHDUP     X3, X6
-	VSUBSS        X6, X3, X3
-	VMULSS        (DI), X3, X3
-	VCVTSS2SD     X3, X3, X3
-	VADDSD        X3, X2, X2
+	VMULPS        X6, X5, X5
+	VMOVSHDUP     X5, X6
+	VSUBSS        X6, X5, X5
+	VMULSS        (SI), X5, X5
+	VCVTSS2SD     X5, X5, X5
+	VADDSD        X5, X4, X4
 	ADDQ          $0x000000b0, AX
-	ADDQ          $0x00000200, SI
-	ADDQ          $0x04, DI
-	ADDQ          $0x20, R8
-	DECQ          R9
-	JNE           q5kVNNI_block
-	VCVTSD2SS     X2, X2, X2
-	VMOVSS        X2, (BX)
-	ADDQ          $0x04, BX
-	DECQ          CX
-	JMP           q5kVNNI_row
+	ADDQ          $0x00000200, BX
+	ADDQ          $0x04, SI
+	ADDQ          $0x20, DI
+	DECQ          R8
+	JMP           q5kVNNI_pair
+
+q5kVNNI_end:
+	VCVTSD2SS X4, X4, X4
+	VMOVSS    X4, (DX)
+	ADDQ      $0x04, DX
+	DECQ      CX
+	JMP       q5kVNNI_row
 
 q5kVNNI_done:
 	VZEROUPPER
@@ -1296,118 +2287,289 @@ q5kVNNI_done:
 
 // func q6kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·q6kVNNI(SB), NOSPLIT, $32-72
+TEXT ·q6kVNNI(SB), NOSPLIT, $64-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
-	MOVQ         n+24(FP), DX
-	MOVQ         y+64(FP), BX
-	SHRQ         $0x08, DX
-	MOVL         $0x000f000f, SI
-	VPBROADCASTD SI, Z0
-	MOVL         $0x00aa00aa, SI
-	VPBROADCASTD SI, Z1
+	MOVQ         y+64(FP), DX
+	MOVL         $0x000f000f, BX
+	VPBROADCASTD BX, Z0
+	MOVL         $0x00aa00aa, BX
+	VPBROADCASTD BX, Z1
 
 q6kVNNI_row:
 	CMPQ   CX, $0x00
 	JE     q6kVNNI_done
-	MOVQ   q+32(FP), SI
-	MOVQ   d+40(FP), DI
-	MOVQ   DX, R8
+	MOVQ   q+32(FP), BX
+	MOVQ   d+40(FP), SI
+	MOVQ   n+24(FP), DI
+	SHRQ   $0x08, DI
 	VPXORQ X2, X2, X2
 
-q6kVNNI_block:
+q6kVNNI_pair:
+	CMPQ            DI, $0x02
+	JB              q6kVNNI_single
 	VPMOVSXBW       192(AX), Y3
 	VMOVDQU32       Y3, (SP)
 	VPXORD          Z4, Z4, Z4
 	VPXORD          Z5, Z5, Z5
 	VPMOVZXBW       (AX), Z3
-	VPMOVZXBW       32(AX), Z6
-	VPMOVZXBW       128(AX), Z7
-	VPXORD          Z1, Z7, Z7
-	VPSRLW          $0x04, Z3, Z8
-	VPSRLW          $0x04, Z6, Z9
-	VBROADCASTI32X4 (SP), Z10
-	VPSLLW          $0x0e, Z7, Z11
-	VPSRAW          $0x0a, Z11, Z11
-	VPTERNLOGD      $0xd8, Z0, Z3, Z11
-	VPSHUFB         q6kShuf512<>+0(SB), Z10, Z3
-	VPMULLW         Z3, Z11, Z11
-	VPDPWSSD        (SI), Z11, Z4
-	VPSLLW          $0x0c, Z7, Z3
+	VPMOVZXBW       32(AX), Z10
+	VPMOVZXBW       128(AX), Z11
+	VPXORD          Z1, Z11, Z11
+	VPSRLW          $0x04, Z3, Z12
+	VPSRLW          $0x04, Z10, Z13
+	VBROADCASTI32X4 (SP), Z14
+	VPSLLW          $0x0e, Z11, Z15
+	VPSRAW          $0x0a, Z15, Z15
+	VPTERNLOGD      $0xd8, Z0, Z3, Z15
+	VPSHUFB         q6kShuf512<>+0(SB), Z14, Z3
+	VPMULLW         Z3, Z15, Z15
+	VPDPWSSD        (BX), Z15, Z4
+	VPSLLW          $0x0c, Z11, Z3
 	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z6, Z3
-	VPSHUFB         q6kShuf512<>+64(SB), Z10, Z6
-	VPMULLW         Z6, Z3, Z3
-	VPDPWSSD        64(SI), Z3, Z5
-	VPSLLW          $0x0a, Z7, Z3
+	VPTERNLOGD      $0xd8, Z0, Z10, Z3
+	VPSHUFB         q6kShuf512<>+64(SB), Z14, Z10
+	VPMULLW         Z10, Z3, Z3
+	VPDPWSSD        64(BX), Z3, Z5
+	VPSLLW          $0x0a, Z11, Z3
 	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z8, Z3
-	VPSHUFB         q6kShuf512<>+128(SB), Z10, Z6
-	VPMULLW         Z6, Z3, Z3
-	VPDPWSSD        128(SI), Z3, Z4
-	VPSLLW          $0x08, Z7, Z3
+	VPTERNLOGD      $0xd8, Z0, Z12, Z3
+	VPSHUFB         q6kShuf512<>+128(SB), Z14, Z10
+	VPMULLW         Z10, Z3, Z3
+	VPDPWSSD        128(BX), Z3, Z4
+	VPSLLW          $0x08, Z11, Z3
 	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z9, Z3
-	VPSHUFB         q6kShuf512<>+192(SB), Z10, Z6
-	VPMULLW         Z6, Z3, Z3
-	VPDPWSSD        192(SI), Z3, Z5
+	VPTERNLOGD      $0xd8, Z0, Z13, Z3
+	VPSHUFB         q6kShuf512<>+192(SB), Z14, Z10
+	VPMULLW         Z10, Z3, Z3
+	VPDPWSSD        192(BX), Z3, Z5
 	VPMOVZXBW       64(AX), Z3
-	VPMOVZXBW       96(AX), Z6
-	VPMOVZXBW       160(AX), Z7
-	VPXORD          Z1, Z7, Z7
-	VPSRLW          $0x04, Z3, Z8
-	VPSRLW          $0x04, Z6, Z9
-	VBROADCASTI32X4 16(SP), Z10
-	VPSLLW          $0x0e, Z7, Z11
-	VPSRAW          $0x0a, Z11, Z11
-	VPTERNLOGD      $0xd8, Z0, Z3, Z11
-	VPSHUFB         q6kShuf512<>+0(SB), Z10, Z3
-	VPMULLW         Z3, Z11, Z11
-	VPDPWSSD        256(SI), Z11, Z4
-	VPSLLW          $0x0c, Z7, Z3
+	VPMOVZXBW       96(AX), Z10
+	VPMOVZXBW       160(AX), Z11
+	VPXORD          Z1, Z11, Z11
+	VPSRLW          $0x04, Z3, Z12
+	VPSRLW          $0x04, Z10, Z13
+	VBROADCASTI32X4 16(SP), Z14
+	VPSLLW          $0x0e, Z11, Z15
+	VPSRAW          $0x0a, Z15, Z15
+	VPTERNLOGD      $0xd8, Z0, Z3, Z15
+	VPSHUFB         q6kShuf512<>+0(SB), Z14, Z3
+	VPMULLW         Z3, Z15, Z15
+	VPDPWSSD        256(BX), Z15, Z4
+	VPSLLW          $0x0c, Z11, Z3
 	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z6, Z3
-	VPSHUFB         q6kShuf512<>+64(SB), Z10, Z6
-	VPMULLW         Z6, Z3, Z3
-	VPDPWSSD        320(SI), Z3, Z5
-	VPSLLW          $0x0a, Z7, Z3
+	VPTERNLOGD      $0xd8, Z0, Z10, Z3
+	VPSHUFB         q6kShuf512<>+64(SB), Z14, Z10
+	VPMULLW         Z10, Z3, Z3
+	VPDPWSSD        320(BX), Z3, Z5
+	VPSLLW          $0x0a, Z11, Z3
 	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z8, Z3
-	VPSHUFB         q6kShuf512<>+128(SB), Z10, Z6
-	VPMULLW         Z6, Z3, Z3
-	VPDPWSSD        384(SI), Z3, Z4
-	VPSLLW          $0x08, Z7, Z3
+	VPTERNLOGD      $0xd8, Z0, Z12, Z3
+	VPSHUFB         q6kShuf512<>+128(SB), Z14, Z10
+	VPMULLW         Z10, Z3, Z3
+	VPDPWSSD        384(BX), Z3, Z4
+	VPSLLW          $0x08, Z11, Z3
 	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z9, Z3
-	VPSHUFB         q6kShuf512<>+192(SB), Z10, Z6
-	VPMULLW         Z6, Z3, Z3
-	VPDPWSSD        448(SI), Z3, Z5
+	VPTERNLOGD      $0xd8, Z0, Z13, Z3
+	VPSHUFB         q6kShuf512<>+192(SB), Z14, Z10
+	VPMULLW         Z10, Z3, Z3
+	VPDPWSSD        448(BX), Z3, Z5
 	VPADDD          Z5, Z4, Z4
-	VEXTRACTI64X4   $0x01, Z4, Y3
-	VPADDD          Y3, Y4, Y3
-	VEXTRACTI32X4   $0x01, Y3, X6
-	VPADDD          X6, X3, X6
-	VPSHUFD         $0x4e, X6, X3
-	VPADDD          X3, X6, X6
-	VPSHUFD         $0xb1, X6, X3
-	VPADDD          X3, X6, X6
-	VCVTDQ2PS       X6, X6
+	VPMOVSXBW       402(AX), Y3
+	VMOVDQU32       Y3, 32(SP)
+	VPXORD          Z6, Z6, Z6
+	VPXORD          Z7, Z7, Z7
+	VPMOVZXBW       210(AX), Z3
+	VPMOVZXBW       242(AX), Z10
+	VPMOVZXBW       338(AX), Z11
+	VPXORD          Z1, Z11, Z11
+	VPSRLW          $0x04, Z3, Z12
+	VPSRLW          $0x04, Z10, Z13
+	VBROADCASTI32X4 32(SP), Z14
+	VPSLLW          $0x0e, Z11, Z15
+	VPSRAW          $0x0a, Z15, Z15
+	VPTERNLOGD      $0xd8, Z0, Z3, Z15
+	VPSHUFB         q6kShuf512<>+0(SB), Z14, Z3
+	VPMULLW         Z3, Z15, Z15
+	VPDPWSSD        512(BX), Z15, Z6
+	VPSLLW          $0x0c, Z11, Z3
+	VPSRAW          $0x0a, Z3, Z3
+	VPTERNLOGD      $0xd8, Z0, Z10, Z3
+	VPSHUFB         q6kShuf512<>+64(SB), Z14, Z10
+	VPMULLW         Z10, Z3, Z3
+	VPDPWSSD        576(BX), Z3, Z7
+	VPSLLW          $0x0a, Z11, Z3
+	VPSRAW          $0x0a, Z3, Z3
+	VPTERNLOGD      $0xd8, Z0, Z12, Z3
+	VPSHUFB         q6kShuf512<>+128(SB), Z14, Z10
+	VPMULLW         Z10, Z3, Z3
+	VPDPWSSD        640(BX), Z3, Z6
+	VPSLLW          $0x08, Z11, Z3
+	VPSRAW          $0x0a, Z3, Z3
+	VPTERNLOGD      $0xd8, Z0, Z13, Z3
+	VPSHUFB         q6kShuf512<>+192(SB), Z14, Z10
+	VPMULLW         Z10, Z3, Z3
+	VPDPWSSD        704(BX), Z3, Z7
+	VPMOVZXBW       274(AX), Z3
+	VPMOVZXBW       306(AX), Z10
+	VPMOVZXBW       370(AX), Z11
+	VPXORD          Z1, Z11, Z11
+	VPSRLW          $0x04, Z3, Z12
+	VPSRLW          $0x04, Z10, Z13
+	VBROADCASTI32X4 48(SP), Z14
+	VPSLLW          $0x0e, Z11, Z15
+	VPSRAW          $0x0a, Z15, Z15
+	VPTERNLOGD      $0xd8, Z0, Z3, Z15
+	VPSHUFB         q6kShuf512<>+0(SB), Z14, Z3
+	VPMULLW         Z3, Z15, Z15
+	VPDPWSSD        768(BX), Z15, Z6
+	VPSLLW          $0x0c, Z11, Z3
+	VPSRAW          $0x0a, Z3, Z3
+	VPTERNLOGD      $0xd8, Z0, Z10, Z3
+	VPSHUFB         q6kShuf512<>+64(SB), Z14, Z10
+	VPMULLW         Z10, Z3, Z3
+	VPDPWSSD        832(BX), Z3, Z7
+	VPSLLW          $0x0a, Z11, Z3
+	VPSRAW          $0x0a, Z3, Z3
+	VPTERNLOGD      $0xd8, Z0, Z12, Z3
+	VPSHUFB         q6kShuf512<>+128(SB), Z14, Z10
+	VPMULLW         Z10, Z3, Z3
+	VPDPWSSD        896(BX), Z3, Z6
+	VPSLLW          $0x08, Z11, Z3
+	VPSRAW          $0x0a, Z3, Z3
+	VPTERNLOGD      $0xd8, Z0, Z13, Z3
+	VPSHUFB         q6kShuf512<>+192(SB), Z14, Z10
+	VPMULLW         Z10, Z3, Z3
+	VPDPWSSD        960(BX), Z3, Z7
+	VPADDD          Z7, Z6, Z6
+	VSHUFI64X2      $0x44, Z6, Z4, Z3
+	VSHUFI64X2      $0xee, Z6, Z4, Z10
+	VPADDD          Z10, Z3, Z3
+	VSHUFI64X2      $0xb1, Z3, Z3, Z10
+	VPADDD          Z10, Z3, Z3
+	VPSHUFD         $0x4e, Z3, Z10
+	VPADDD          Z10, Z3, Z3
+	VPSHUFD         $0xb1, Z3, Z10
+	VPADDD          Z10, Z3, Z3
+	VEXTRACTI32X4   $0x02, Z3, X10
+	VPUNPCKLDQ      X10, X3, X10
+	VCVTDQ2PS       X10, X10
+	MOVWLZX         208(AX), R8
+	MOVWLZX         418(AX), R9
+	SHLL            $0x10, R9
+	ORL             R9, R8
+	VMOVD           R8, X3
+	VCVTPH2PS       X3, X3
+	VMULPS          X3, X10, X10
+	VMOVQ           (SI), X3
+	VMULPS          X3, X10, X10
+	VCVTPS2PD       X10, X10
+	VADDSD          X10, X2, X2
+	VPERMILPD       $0x01, X10, X10
+	VADDSD          X10, X2, X2
+	ADDQ            $0x000001a4, AX
+	ADDQ            $0x00000400, BX
+	ADDQ            $0x08, SI
+	SUBQ            $0x02, DI
+	JMP             q6kVNNI_pair
+
+q6kVNNI_single:
+	CMPQ            DI, $0x00
+	JE              q6kVNNI_end
+	VPMOVSXBW       192(AX), Y3
+	VMOVDQU32       Y3, (SP)
+	VPXORD          Z8, Z8, Z8
+	VPXORD          Z9, Z9, Z9
+	VPMOVZXBW       (AX), Z3
+	VPMOVZXBW       32(AX), Z10
+	VPMOVZXBW       128(AX), Z11
+	VPXORD          Z1, Z11, Z11
+	VPSRLW          $0x04, Z3, Z12
+	VPSRLW          $0x04, Z10, Z13
+	VBROADCASTI32X4 (SP), Z14
+	VPSLLW          $0x0e, Z11, Z15
+	VPSRAW          $0x0a, Z15, Z15
+	VPTERNLOGD      $0xd8, Z0, Z3, Z15
+	VPSHUFB         q6kShuf512<>+0(SB), Z14, Z3
+	VPMULLW         Z3, Z15, Z15
+	VPDPWSSD        (BX), Z15, Z8
+	VPSLLW          $0x0c, Z11, Z3
+	VPSRAW          $0x0a, Z3, Z3
+	VPTERNLOGD      $0xd8, Z0, Z10, Z3
+	VPSHUFB         q6kShuf512<>+64(SB), Z14, Z10
+	VPMULLW         Z10, Z3, Z3
+	VPDPWSSD        64(BX), Z3, Z9
+	VPSLLW          $0x0a, Z11, Z3
+	VPSRAW          $0x0a, Z3, Z3
+	VPTERNLOGD      $0xd8, Z0, Z12, Z3
+	VPSHUFB         q6kShuf512<>+128(SB), Z14, Z10
+	VPMULLW         Z10, Z3, Z3
+	VPDPWSSD        128(BX), Z3, Z8
+	VPSLLW          $0x08, Z11, Z3
+	VPSRAW          $0x0a, Z3, Z3
+	VPTERNLOGD      $0xd8, Z0, Z13, Z3
+	VPSHUFB         q6kShuf512<>+192(SB), Z14, Z10
+	VPMULLW         Z10, Z3, Z3
+	VPDPWSSD        192(BX), Z3, Z9
+	VPMOVZXBW       64(AX), Z3
+	VPMOVZXBW       96(AX), Z10
+	VPMOVZXBW       160(AX), Z11
+	VPXORD          Z1, Z11, Z11
+	VPSRLW          $0x04, Z3, Z12
+	VPSRLW          $0x04, Z10, Z13
+	VBROADCASTI32X4 16(SP), Z14
+	VPSLLW          $0x0e, Z11, Z15
+	VPSRAW          $0x0a, Z15, Z15
+	VPTERNLOGD      $0xd8, Z0, Z3, Z15
+	VPSHUFB         q6kShuf512<>+0(SB), Z14, Z3
+	VPMULLW         Z3, Z15, Z15
+	VPDPWSSD        256(BX), Z15, Z8
+	VPSLLW          $0x0c, Z11, Z3
+	VPSRAW          $0x0a, Z3, Z3
+	VPTERNLOGD      $0xd8, Z0, Z10, Z3
+	VPSHUFB         q6kShuf512<>+64(SB), Z14, Z10
+	VPMULLW         Z10, Z3, Z3
+	VPDPWSSD        320(BX), Z3, Z9
+	VPSLLW          $0x0a, Z11, Z3
+	VPSRAW          $0x0a, Z3, Z3
+	VPTERNLOGD      $0xd8, Z0, Z12, Z3
+	VPSHUFB         q6kShuf512<>+128(SB), Z14, Z10
+	VPMULLW         Z10, Z3, Z3
+	VPDPWSSD        384(BX), Z3, Z8
+	VPSLLW          $0x08, Z11, Z3
+	VPSRAW          $0x0a, Z3, Z3
+	VPTERNLOGD      $0xd8, Z0, Z13, Z3
+	VPSHUFB         q6kShuf512<>+192(SB), Z14, Z10
+	VPMULLW         Z10, Z3, Z3
+	VPDPWSSD        448(BX), Z3, Z9
+	VPADDD          Z9, Z8, Z8
+	VEXTRACTI64X4   $0x01, Z8, Y3
+	VPADDD          Y3, Y8, Y3
+	VEXTRACTI32X4   $0x01, Y3, X10
+	VPADDD          X10, X3, X10
+	VPSHUFD         $0x4e, X10, X3
+	VPADDD          X3, X10, X10
+	VPSHUFD         $0xb1, X10, X3
+	VPADDD          X3, X10, X10
+	VCVTDQ2PS       X10, X10
 	VPBROADCASTW    208(AX), X3
 	VCVTPH2PS       X3, X3
-	VMULSS          X3, X6, X6
-	VMULSS          (DI), X6, X6
-	VCVTSS2SD       X6, X6, X6
-	VADDSD          X6, X2, X2
+	VMULSS          X3, X10, X10
+	VMULSS          (SI), X10, X10
+	VCVTSS2SD       X10, X10, X10
+	VADDSD          X10, X2, X2
 	ADDQ            $0x000000d2, AX
-	ADDQ            $0x00000200, SI
-	ADDQ            $0x04, DI
-	DECQ            R8
-	JNE             q6kVNNI_block
-	VCVTSD2SS       X2, X2, X2
-	VMOVSS          X2, (BX)
-	ADDQ            $0x04, BX
-	DECQ            CX
-	JMP             q6kVNNI_row
+	ADDQ            $0x00000200, BX
+	ADDQ            $0x04, SI
+	DECQ            DI
+	JMP             q6kVNNI_pair
+
+q6kVNNI_end:
+	VCVTSD2SS X2, X2, X2
+	VMOVSS    X2, (DX)
+	ADDQ      $0x04, DX
+	DECQ      CX
+	JMP       q6kVNNI_row
 
 q6kVNNI_done:
 	VZEROUPPER

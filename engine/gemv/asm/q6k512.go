@@ -46,8 +46,10 @@ func q6kShufTable() Mem {
 // So the −32 costs nothing. Each zmm is multiplied (VPMULLW, |w·sc| ≤
 // 4096) by its two groups' scales, spread by a VPSHUFB from the block's
 // sixteen sign-extended scales, and multiply-added with the vector's
-// quants. The sum is within int32 (x.go's Range) and the float tail is
-// ref.go's.
+// quants. The sum is within int32 (x.go's Range). Two blocks share one
+// horizontal reduction, to [T₀ T₁], and one float tail whose lanes compute
+// ref.go's scalar products (no FMA), added to the row's float64 sum in
+// block order; an odd last block goes alone.
 func q6kAVX512(name string, vnni bool) {
 	TEXT(name, NOSPLIT, signature)
 	Pragma("noescape")
@@ -56,91 +58,78 @@ func q6kAVX512(name string, vnni bool) {
 		fam = "AVX-512 with VNNI"
 	}
 	Doc(name + " is the Q6_K kernel for " + fam + " (ref.go's contract).")
-	shuf := q6kShufTable()
+	k := q6k512{vnni: vnni, shuf: q6kShufTable()}
 	wp := Load(Param("w"), GP64())
 	rows := Load(Param("rows"), GP64())
-	n := Load(Param("n"), GP64())
 	y := Load(Param("y"), GP64())
-	SHRQ(U8(8), n) // blocks a row
 
-	sw := AllocLocal(32) // the block's scales as int16
-
-	tmp := GP32()
-	low4 := ZMM() // 0x000f in every word
-	MOVL(U32(0x000f000f), tmp)
-	VPBROADCASTD(tmp, low4)
-	flip := ZMM() // 0x00aa: the top bit of each two-bit field
-	MOVL(U32(0x00aa00aa), tmp)
-	VPBROADCASTD(tmp, flip)
+	k.sw = AllocLocal(64) // two blocks' scales as int16
+	k.low4 = wordConst(0x000f)
+	k.flip = wordConst(0x00aa) // the top bit of each two-bit field
 
 	Label(name + "_row")
 	CMPQ(rows, Imm(0))
 	JE(LabelRef(name + "_done"))
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
-	nb := GP64()
-	MOVQ(n, nb)
+	nb := Load(Param("n"), GP64())
+	SHRQ(U8(8), nb) // blocks a row
 	total := XMM()
 	VPXORQ(total, total, total)
 
-	Label(name + "_block")
-	scw := YMM()
-	VPMOVSXBW(Mem{Base: wp, Disp: 192}, scw)
-	VMOVDQU32(scw, sw)
-
-	acc := [2]VecVirtual{ZMM(), ZMM()}
-	if vnni {
-		VPXORD(acc[0], acc[0], acc[0])
-		VPXORD(acc[1], acc[1], acc[1])
+	Label(name + "_pair")
+	CMPQ(nb, Imm(2))
+	JB(LabelRef(name + "_single"))
+	{
+		a0 := k.block(wp, 0, qp, 0, 0)
+		a1 := k.block(wp, 210, qp, 512, 32)
+		t := reducePairT(a0, a1)
+		VCVTDQ2PS(t, t)
+		d0, d1 := GP32(), GP32()
+		MOVWLZX(Mem{Base: wp, Disp: 208}, d0)
+		MOVWLZX(Mem{Base: wp, Disp: 210 + 208}, d1)
+		SHLL(U8(16), d1)
+		ORL(d1, d0)
+		dd := XMM()
+		VMOVD(d0, dd)
+		VCVTPH2PS(dd, dd)
+		VMULPS(dd, t, t)
+		dx := XMM()
+		VMOVQ(Mem{Base: dp}, dx)
+		VMULPS(dx, t, t) // [P₀ P₁]
+		VCVTPS2PD(t, t)
+		VADDSD(t, total, total)
+		VPERMILPD(U8(1), t, t)
+		VADDSD(t, total, total)
 	}
-	for h := 0; h < 2; h++ {
-		a, b, qh := ZMM(), ZMM(), ZMM()
-		VPMOVZXBW(Mem{Base: wp, Disp: 64 * h}, a)
-		VPMOVZXBW(Mem{Base: wp, Disp: 64*h + 32}, b)
-		VPMOVZXBW(Mem{Base: wp, Disp: 128 + 32*h}, qh)
-		VPXORD(flip, qh, qh)
-		a4, b4 := ZMM(), ZMM()
-		VPSRLW(U8(4), a, a4)
-		VPSRLW(U8(4), b, b4)
-		lanes := ZMM() // scales 8h..8h+7 in every 128-bit lane
-		VBROADCASTI32X4(sw.Offset(16*h), lanes)
-		for m, nib := range []VecVirtual{a, b, a4, b4} {
-			w := ZMM()
-			VPSLLW(U8(14-2*m), qh, w)
-			VPSRAW(U8(10), w, w)
-			VPTERNLOGD(U8(0xd8), low4, nib, w) // nib&0xf | w&^0xf
-			s := ZMM()
-			VPSHUFB(shuf.Offset(64*m), lanes, s)
-			VPMULLW(s, w, w)
-			qm := Mem{Base: qp, Disp: 2 * (128*h + 32*m)}
-			k := m & 1
-			if vnni {
-				VPDPWSSD(qm, w, acc[k])
-			} else if h == 0 && m < 2 {
-				VPMADDWD(qm, w, acc[k])
-			} else {
-				VPMADDWD(qm, w, w)
-				VPADDD(w, acc[k], acc[k])
-			}
-		}
+	ADDQ(U32(2*210), wp)
+	ADDQ(U32(2*2*256), qp)
+	ADDQ(U8(8), dp)
+	SUBQ(Imm(2), nb)
+	JMP(LabelRef(name + "_pair"))
+
+	Label(name + "_single")
+	CMPQ(nb, Imm(0))
+	JE(LabelRef(name + "_end"))
+	{
+		a := k.block(wp, 0, qp, 0, 0)
+		t := reduceT(a)
+		VCVTDQ2PS(t, t)
+		dd := XMM()
+		VPBROADCASTW(Mem{Base: wp, Disp: 208}, dd)
+		VCVTPH2PS(dd, dd)
+		VMULSS(dd, t, t)
+		VMULSS(Mem{Base: dp}, t, t)
+		VCVTSS2SD(t, t, t)
+		VADDSD(t, total, total)
+		ADDQ(U32(210), wp)
+		ADDQ(U32(2*256), qp)
+		ADDQ(U8(4), dp)
+		DECQ(nb)
+		JMP(LabelRef(name + "_pair"))
 	}
-	VPADDD(acc[1], acc[0], acc[0])
-	t := reduceT(acc[0])
-	VCVTDQ2PS(t, t)
-	dd := XMM()
-	VPBROADCASTW(Mem{Base: wp, Disp: 208}, dd)
-	VCVTPH2PS(dd, dd)
-	VMULSS(dd, t, t)
-	VMULSS(Mem{Base: dp}, t, t)
-	VCVTSS2SD(t, t, t)
-	VADDSD(t, total, total)
 
-	ADDQ(U32(210), wp)
-	ADDQ(U32(2*256), qp)
-	ADDQ(U8(4), dp)
-	DECQ(nb)
-	JNE(LabelRef(name + "_block"))
-
+	Label(name + "_end")
 	VCVTSD2SS(total, total, total)
 	VMOVSS(total, Mem{Base: y})
 	ADDQ(U8(4), y)
@@ -150,6 +139,81 @@ func q6kAVX512(name string, vnni bool) {
 	Label(name + "_done")
 	VZEROUPPER()
 	RET()
+}
+
+// q6k512 holds what q6kAVX512's block emitter shares across blocks.
+type q6k512 struct {
+	vnni       bool
+	shuf       Mem        // q6kShuf512
+	sw         Mem        // the staged scales
+	low4, flip VecVirtual // 0x000f, 0x00aa in every word
+}
+
+// block emits the integer dot product of the block at wp+wo with the
+// quants at qp+qo, staging its scales at k.sw+so, and returns its
+// sixteen int32 lanes, which sum to T.
+func (k *q6k512) block(wp Register, wo int, qp Register, qo, so int) VecVirtual {
+	scw := YMM()
+	VPMOVSXBW(Mem{Base: wp, Disp: wo + 192}, scw)
+	VMOVDQU32(scw, k.sw.Offset(so))
+
+	acc := [2]VecVirtual{ZMM(), ZMM()}
+	if k.vnni {
+		VPXORD(acc[0], acc[0], acc[0])
+		VPXORD(acc[1], acc[1], acc[1])
+	}
+	for h := 0; h < 2; h++ {
+		a, b, qh := ZMM(), ZMM(), ZMM()
+		VPMOVZXBW(Mem{Base: wp, Disp: wo + 64*h}, a)
+		VPMOVZXBW(Mem{Base: wp, Disp: wo + 64*h + 32}, b)
+		VPMOVZXBW(Mem{Base: wp, Disp: wo + 128 + 32*h}, qh)
+		VPXORD(k.flip, qh, qh)
+		a4, b4 := ZMM(), ZMM()
+		VPSRLW(U8(4), a, a4)
+		VPSRLW(U8(4), b, b4)
+		lanes := ZMM() // scales 8h..8h+7 in every 128-bit lane
+		VBROADCASTI32X4(k.sw.Offset(so+16*h), lanes)
+		for m, nib := range []VecVirtual{a, b, a4, b4} {
+			w := ZMM()
+			VPSLLW(U8(14-2*m), qh, w)
+			VPSRAW(U8(10), w, w)
+			VPTERNLOGD(U8(0xd8), k.low4, nib, w) // nib&0xf | w&^0xf
+			s := ZMM()
+			VPSHUFB(k.shuf.Offset(64*m), lanes, s)
+			VPMULLW(s, w, w)
+			qm := Mem{Base: qp, Disp: qo + 2*(128*h+32*m)}
+			i := m & 1
+			if k.vnni {
+				VPDPWSSD(qm, w, acc[i])
+			} else if h == 0 && m < 2 {
+				VPMADDWD(qm, w, acc[i])
+			} else {
+				VPMADDWD(qm, w, w)
+				VPADDD(w, acc[i], acc[i])
+			}
+		}
+	}
+	VPADDD(acc[1], acc[0], acc[0])
+	return acc[0]
+}
+
+// reducePairT sums two blocks' sixteen int32 lanes (zmm a0, a1) into
+// lanes 0 and 1 of an xmm.
+func reducePairT(a0, a1 VecVirtual) VecVirtual {
+	p, q := ZMM(), ZMM()
+	VSHUFI64X2(U8(0x44), a1, a0, p)
+	VSHUFI64X2(U8(0xee), a1, a0, q)
+	VPADDD(q, p, p) // [T₀ in 8 lanes | T₁ in 8 lanes]
+	VSHUFI64X2(U8(0xb1), p, p, q)
+	VPADDD(q, p, p) // 128-bit lane 0: T₀ in 4 lanes, lane 2: T₁
+	VPSHUFD(U8(0x4e), p, q)
+	VPADDD(q, p, p)
+	VPSHUFD(U8(0xb1), p, q)
+	VPADDD(q, p, p)
+	x := XMM()
+	VEXTRACTI32X4(U8(2), p, x)
+	VPUNPCKLDQ(x, p.AsX(), x) // [T₀ T₁ T₀ T₁]
+	return x
 }
 
 // reduceT sums the sixteen int32 lanes of t (a zmm) into every lane of an
