@@ -43,3 +43,8 @@ func q5kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int3
 //
 //go:noescape
 func q6kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q8AVX512 is the Q8_0 kernel for AVX-512 (ref.go's contract).
+//
+//go:noescape
+func q8AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)

@@ -2574,3 +2574,153 @@ q6kVNNI_end:
 q6kVNNI_done:
 	VZEROUPPER
 	RET
+
+// func q8AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C
+TEXT ·q8AVX512(SB), NOSPLIT, $0-72
+	MOVQ      w+0(FP), AX
+	MOVQ      rows+16(FP), CX
+	MOVQ      y+64(FP), DX
+	VMOVDQU32 q8Offs512<>+0(SB), Y0
+	VMOVDQU32 q8Perm512<>+0(SB), Y1
+
+q8AVX512_row:
+	CMPQ   CX, $0x00
+	JE     q8AVX512_done
+	MOVQ   q+32(FP), BX
+	MOVQ   d+40(FP), SI
+	MOVQ   n+24(FP), DI
+	SHRQ   $0x05, DI
+	VPXORQ X2, X2, X2
+
+q8AVX512_group:
+	CMPQ          DI, $0x08
+	JB            q8AVX512_tail
+	VPMOVSXBW     2(AX), Z3
+	VPMADDWD      (BX), Z3, Z3
+	VPMOVSXBW     36(AX), Z6
+	VPMADDWD      64(BX), Z6, Z6
+	VPMOVSXBW     70(AX), Z7
+	VPMADDWD      128(BX), Z7, Z7
+	VPMOVSXBW     104(AX), Z8
+	VPMADDWD      192(BX), Z8, Z8
+	VPMOVSXBW     138(AX), Z9
+	VPMADDWD      256(BX), Z9, Z9
+	VPMOVSXBW     172(AX), Z10
+	VPMADDWD      320(BX), Z10, Z10
+	VPMOVSXBW     206(AX), Z11
+	VPMADDWD      384(BX), Z11, Z11
+	VPMOVSXBW     240(AX), Z12
+	VPMADDWD      448(BX), Z12, Z12
+	VSHUFI64X2    $0x44, Z6, Z3, Z13
+	VSHUFI64X2    $0xee, Z6, Z3, Z6
+	VPADDD        Z6, Z13, Z13
+	VSHUFI64X2    $0x44, Z8, Z7, Z3
+	VSHUFI64X2    $0xee, Z8, Z7, Z8
+	VPADDD        Z8, Z3, Z3
+	VSHUFI64X2    $0x44, Z10, Z9, Z6
+	VSHUFI64X2    $0xee, Z10, Z9, Z10
+	VPADDD        Z10, Z6, Z6
+	VSHUFI64X2    $0x44, Z12, Z11, Z7
+	VSHUFI64X2    $0xee, Z12, Z11, Z12
+	VPADDD        Z12, Z7, Z7
+	VSHUFI64X2    $0x88, Z3, Z13, Z8
+	VSHUFI64X2    $0xdd, Z3, Z13, Z3
+	VPADDD        Z3, Z8, Z8
+	VSHUFI64X2    $0x88, Z7, Z6, Z3
+	VSHUFI64X2    $0xdd, Z7, Z6, Z7
+	VPADDD        Z7, Z3, Z3
+	VPUNPCKLDQ    Z3, Z8, Z6
+	VPUNPCKHDQ    Z3, Z8, Z3
+	VPADDD        Z3, Z6, Z6
+	VPSHUFD       $0x4e, Z6, Z3
+	VPADDD        Z3, Z6, Z6
+	VPERMD        Z6, Z1, Z3
+	KXNORW        K1, K1, K1
+	VPGATHERDD    (AX)(Y0*1), K1, Y4
+	VPMOVDW       Y4, X4
+	VCVTPH2PS     X4, Y4
+	VCVTDQ2PS     Y3, Y3
+	VMULPS        Y4, Y3, Y3
+	VEXTRACTF32X4 $0x01, Y3, X6
+	VMOVSHDUP     X3, X8
+	VADDSS        X8, X3, X7
+	VMOVHLPS      X3, X3, X8
+	VADDSS        X8, X7, X7
+	VPERMILPS     $0xff, X3, X8
+	VADDSS        X8, X7, X7
+	VADDSS        X6, X7, X7
+	VMOVSHDUP     X6, X8
+	VADDSS        X8, X7, X7
+	VMOVHLPS      X6, X6, X8
+	VADDSS        X8, X7, X7
+	VPERMILPS     $0xff, X6, X8
+	VADDSS        X8, X7, X7
+	VMULSS        (SI), X7, X7
+	VCVTSS2SD     X7, X7, X7
+	VADDSD        X7, X2, X2
+	ADDQ          $0x00000110, AX
+	ADDQ          $0x00000200, BX
+	ADDQ          $0x04, SI
+	SUBQ          $0x08, DI
+	JMP           q8AVX512_group
+
+q8AVX512_tail:
+	CMPQ   DI, $0x00
+	JE     q8AVX512_end
+	VPXORQ X5, X5, X5
+
+q8AVX512_one:
+	VPMOVSXBW     2(AX), Z3
+	VPMADDWD      (BX), Z3, Z3
+	VEXTRACTI64X4 $0x01, Z3, Y6
+	VPADDD        Y6, Y3, Y6
+	VEXTRACTI32X4 $0x01, Y6, X3
+	VPADDD        X3, X6, X3
+	VPSHUFD       $0x4e, X3, X6
+	VPADDD        X6, X3, X3
+	VPSHUFD       $0xb1, X3, X6
+	VPADDD        X6, X3, X3
+	VCVTDQ2PS     X3, X3
+	VPBROADCASTW  (AX), X6
+	VCVTPH2PS     X6, X6
+	VMULSS        X6, X3, X3
+	VADDSS        X3, X5, X5
+	ADDQ          $0x22, AX
+	ADDQ          $0x40, BX
+	DECQ          DI
+	JNE           q8AVX512_one
+	VMULSS        (SI), X5, X5
+	VCVTSS2SD     X5, X5, X5
+	VADDSD        X5, X2, X2
+
+q8AVX512_end:
+	VCVTSD2SS X2, X2, X2
+	VMOVSS    X2, (DX)
+	ADDQ      $0x04, DX
+	DECQ      CX
+	JMP       q8AVX512_row
+
+q8AVX512_done:
+	VZEROUPPER
+	RET
+
+DATA q8Offs512<>+0(SB)/4, $0x00000000
+DATA q8Offs512<>+4(SB)/4, $0x00000022
+DATA q8Offs512<>+8(SB)/4, $0x00000044
+DATA q8Offs512<>+12(SB)/4, $0x00000066
+DATA q8Offs512<>+16(SB)/4, $0x00000088
+DATA q8Offs512<>+20(SB)/4, $0x000000aa
+DATA q8Offs512<>+24(SB)/4, $0x000000cc
+DATA q8Offs512<>+28(SB)/4, $0x000000ee
+GLOBL q8Offs512<>(SB), RODATA|NOPTR, $32
+
+DATA q8Perm512<>+0(SB)/4, $0x00000000
+DATA q8Perm512<>+4(SB)/4, $0x00000004
+DATA q8Perm512<>+8(SB)/4, $0x00000008
+DATA q8Perm512<>+12(SB)/4, $0x0000000c
+DATA q8Perm512<>+16(SB)/4, $0x00000001
+DATA q8Perm512<>+20(SB)/4, $0x00000005
+DATA q8Perm512<>+24(SB)/4, $0x00000009
+DATA q8Perm512<>+28(SB)/4, $0x0000000d
+GLOBL q8Perm512<>(SB), RODATA|NOPTR, $32

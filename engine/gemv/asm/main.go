@@ -20,5 +20,6 @@ func main() {
 		q4kAVX512("q5k"+sfx, true, vnni)
 		q6kAVX512("q6k"+sfx, vnni)
 	}
+	q8AVX512("q8AVX512")
 	Generate()
 }
