@@ -1071,8 +1071,10 @@ TEXT ·q6kAVX512(SB), NOSPLIT, $64-72
 	MOVQ         y+64(FP), DX
 	MOVL         $0x000f000f, BX
 	VPBROADCASTD BX, Z0
-	MOVL         $0x00aa00aa, BX
-	VPBROADCASTD BX, Z1
+	VMOVDQU32    q6kHigh512<>+0(SB), Y1
+	VMOVDQU32    q6kHigh512<>+32(SB), Y2
+	MOVL         $0x0f0f0f0f, BX
+	VPBROADCASTD BX, Y3
 
 q6kAVX512_row:
 	CMPQ   CX, $0x00
@@ -1081,178 +1083,182 @@ q6kAVX512_row:
 	MOVQ   d+40(FP), SI
 	MOVQ   n+24(FP), DI
 	SHRQ   $0x08, DI
-	VPXORQ X2, X2, X2
+	VPXORQ X4, X4, X4
 
 q6kAVX512_pair:
 	CMPQ            DI, $0x02
 	JB              q6kAVX512_single
-	VPMOVSXBW       192(AX), Y3
-	VMOVDQU32       Y3, (SP)
-	VPMOVZXBW       (AX), Z3
-	VPMOVZXBW       32(AX), Z4
-	VPMOVZXBW       128(AX), Z5
-	VPXORD          Z1, Z5, Z5
-	VPSRLW          $0x04, Z3, Z6
-	VPSRLW          $0x04, Z4, Z7
-	VBROADCASTI32X4 (SP), Z8
-	VPSLLW          $0x0e, Z5, Z9
-	VPSRAW          $0x0a, Z9, Z9
-	VPTERNLOGD      $0xd8, Z0, Z3, Z9
-	VPSHUFB         q6kShuf512<>+0(SB), Z8, Z3
-	VPMULLW         Z3, Z9, Z9
-	VPMADDWD        (BX), Z9, Z3
-	VPSLLW          $0x0c, Z5, Z9
-	VPSRAW          $0x0a, Z9, Z9
-	VPTERNLOGD      $0xd8, Z0, Z4, Z9
-	VPSHUFB         q6kShuf512<>+64(SB), Z8, Z4
-	VPMULLW         Z4, Z9, Z9
-	VPMADDWD        64(BX), Z9, Z4
-	VPSLLW          $0x0a, Z5, Z9
-	VPSRAW          $0x0a, Z9, Z9
-	VPTERNLOGD      $0xd8, Z0, Z6, Z9
-	VPSHUFB         q6kShuf512<>+128(SB), Z8, Z6
-	VPMULLW         Z6, Z9, Z9
-	VPMADDWD        128(BX), Z9, Z9
-	VPADDD          Z9, Z3, Z3
-	VPSLLW          $0x08, Z5, Z5
-	VPSRAW          $0x0a, Z5, Z5
-	VPTERNLOGD      $0xd8, Z0, Z7, Z5
-	VPSHUFB         q6kShuf512<>+192(SB), Z8, Z6
-	VPMULLW         Z6, Z5, Z5
-	VPMADDWD        192(BX), Z5, Z5
-	VPADDD          Z5, Z4, Z4
-	VPMOVZXBW       64(AX), Z5
-	VPMOVZXBW       96(AX), Z6
-	VPMOVZXBW       160(AX), Z7
-	VPXORD          Z1, Z7, Z7
+	VPMOVSXBW       192(AX), Y5
+	VMOVDQU32       Y5, (SP)
+	VPMOVZXBW       (AX), Z5
+	VPMOVZXBW       32(AX), Z6
+	VPANDD          128(AX), Y3, Y11
+	VPSRLW          $0x04, 128(AX), Y7
+	VPANDD          Y3, Y7, Y7
 	VPSRLW          $0x04, Z5, Z8
 	VPSRLW          $0x04, Z6, Z9
-	VBROADCASTI32X4 16(SP), Z10
-	VPSLLW          $0x0e, Z7, Z11
-	VPSRAW          $0x0a, Z11, Z11
-	VPTERNLOGD      $0xd8, Z0, Z5, Z11
+	VBROADCASTI32X4 (SP), Z10
+	VPSHUFB         Y11, Y1, Y12
+	VPMOVSXBW       Y12, Z12
+	VPTERNLOGD      $0xd8, Z0, Z5, Z12
 	VPSHUFB         q6kShuf512<>+0(SB), Z10, Z5
-	VPMULLW         Z5, Z11, Z11
-	VPMADDWD        256(BX), Z11, Z11
-	VPADDD          Z11, Z3, Z3
-	VPSLLW          $0x0c, Z7, Z5
-	VPSRAW          $0x0a, Z5, Z5
-	VPTERNLOGD      $0xd8, Z0, Z6, Z5
+	VPMULLW         Z5, Z12, Z12
+	VPMADDWD        (BX), Z12, Z5
+	VPSHUFB         Y11, Y2, Y11
+	VPMOVSXBW       Y11, Z11
+	VPTERNLOGD      $0xd8, Z0, Z6, Z11
 	VPSHUFB         q6kShuf512<>+64(SB), Z10, Z6
-	VPMULLW         Z6, Z5, Z5
-	VPMADDWD        320(BX), Z5, Z5
-	VPADDD          Z5, Z4, Z4
-	VPSLLW          $0x0a, Z7, Z5
-	VPSRAW          $0x0a, Z5, Z5
-	VPTERNLOGD      $0xd8, Z0, Z8, Z5
-	VPSHUFB         q6kShuf512<>+128(SB), Z10, Z6
-	VPMULLW         Z6, Z5, Z5
-	VPMADDWD        384(BX), Z5, Z5
-	VPADDD          Z5, Z3, Z3
-	VPSLLW          $0x08, Z7, Z5
-	VPSRAW          $0x0a, Z5, Z5
-	VPTERNLOGD      $0xd8, Z0, Z9, Z5
-	VPSHUFB         q6kShuf512<>+192(SB), Z10, Z6
-	VPMULLW         Z6, Z5, Z5
-	VPMADDWD        448(BX), Z5, Z5
-	VPADDD          Z5, Z4, Z4
-	VPADDD          Z4, Z3, Z3
-	VPMOVSXBW       402(AX), Y4
-	VMOVDQU32       Y4, 32(SP)
-	VPMOVZXBW       210(AX), Z4
-	VPMOVZXBW       242(AX), Z5
-	VPMOVZXBW       338(AX), Z6
-	VPXORD          Z1, Z6, Z6
-	VPSRLW          $0x04, Z4, Z7
-	VPSRLW          $0x04, Z5, Z8
-	VBROADCASTI32X4 32(SP), Z9
-	VPSLLW          $0x0e, Z6, Z10
-	VPSRAW          $0x0a, Z10, Z10
-	VPTERNLOGD      $0xd8, Z0, Z4, Z10
-	VPSHUFB         q6kShuf512<>+0(SB), Z9, Z4
-	VPMULLW         Z4, Z10, Z10
-	VPMADDWD        512(BX), Z10, Z4
-	VPSLLW          $0x0c, Z6, Z10
-	VPSRAW          $0x0a, Z10, Z10
-	VPTERNLOGD      $0xd8, Z0, Z5, Z10
-	VPSHUFB         q6kShuf512<>+64(SB), Z9, Z5
-	VPMULLW         Z5, Z10, Z10
-	VPMADDWD        576(BX), Z10, Z5
-	VPSLLW          $0x0a, Z6, Z10
-	VPSRAW          $0x0a, Z10, Z10
-	VPTERNLOGD      $0xd8, Z0, Z7, Z10
-	VPSHUFB         q6kShuf512<>+128(SB), Z9, Z7
-	VPMULLW         Z7, Z10, Z10
-	VPMADDWD        640(BX), Z10, Z10
-	VPADDD          Z10, Z4, Z4
-	VPSLLW          $0x08, Z6, Z6
-	VPSRAW          $0x0a, Z6, Z6
-	VPTERNLOGD      $0xd8, Z0, Z8, Z6
-	VPSHUFB         q6kShuf512<>+192(SB), Z9, Z7
-	VPMULLW         Z7, Z6, Z6
-	VPMADDWD        704(BX), Z6, Z6
+	VPMULLW         Z6, Z11, Z11
+	VPMADDWD        64(BX), Z11, Z6
+	VPSHUFB         Y7, Y1, Y11
+	VPMOVSXBW       Y11, Z11
+	VPTERNLOGD      $0xd8, Z0, Z8, Z11
+	VPSHUFB         q6kShuf512<>+128(SB), Z10, Z8
+	VPMULLW         Z8, Z11, Z11
+	VPMADDWD        128(BX), Z11, Z11
+	VPADDD          Z11, Z5, Z5
+	VPSHUFB         Y7, Y2, Y7
+	VPMOVSXBW       Y7, Z7
+	VPTERNLOGD      $0xd8, Z0, Z9, Z7
+	VPSHUFB         q6kShuf512<>+192(SB), Z10, Z8
+	VPMULLW         Z8, Z7, Z7
+	VPMADDWD        192(BX), Z7, Z7
+	VPADDD          Z7, Z6, Z6
+	VPMOVZXBW       64(AX), Z7
+	VPMOVZXBW       96(AX), Z8
+	VPANDD          160(AX), Y3, Y9
+	VPSRLW          $0x04, 160(AX), Y10
+	VPANDD          Y3, Y10, Y10
+	VPSRLW          $0x04, Z7, Z11
+	VPSRLW          $0x04, Z8, Z12
+	VBROADCASTI32X4 16(SP), Z13
+	VPSHUFB         Y9, Y1, Y14
+	VPMOVSXBW       Y14, Z14
+	VPTERNLOGD      $0xd8, Z0, Z7, Z14
+	VPSHUFB         q6kShuf512<>+0(SB), Z13, Z7
+	VPMULLW         Z7, Z14, Z14
+	VPMADDWD        256(BX), Z14, Z14
+	VPADDD          Z14, Z5, Z5
+	VPSHUFB         Y9, Y2, Y7
+	VPMOVSXBW       Y7, Z7
+	VPTERNLOGD      $0xd8, Z0, Z8, Z7
+	VPSHUFB         q6kShuf512<>+64(SB), Z13, Z8
+	VPMULLW         Z8, Z7, Z7
+	VPMADDWD        320(BX), Z7, Z7
+	VPADDD          Z7, Z6, Z6
+	VPSHUFB         Y10, Y1, Y7
+	VPMOVSXBW       Y7, Z7
+	VPTERNLOGD      $0xd8, Z0, Z11, Z7
+	VPSHUFB         q6kShuf512<>+128(SB), Z13, Z8
+	VPMULLW         Z8, Z7, Z7
+	VPMADDWD        384(BX), Z7, Z7
+	VPADDD          Z7, Z5, Z5
+	VPSHUFB         Y10, Y2, Y7
+	VPMOVSXBW       Y7, Z7
+	VPTERNLOGD      $0xd8, Z0, Z12, Z7
+	VPSHUFB         q6kShuf512<>+192(SB), Z13, Z8
+	VPMULLW         Z8, Z7, Z7
+	VPMADDWD        448(BX), Z7, Z7
+	VPADDD          Z7, Z6, Z6
 	VPADDD          Z6, Z5, Z5
-	VPMOVZXBW       274(AX), Z6
-	VPMOVZXBW       306(AX), Z7
-	VPMOVZXBW       370(AX), Z8
-	VPXORD          Z1, Z8, Z8
+	VPMOVSXBW       402(AX), Y6
+	VMOVDQU32       Y6, 32(SP)
+	VPMOVZXBW       210(AX), Z6
+	VPMOVZXBW       242(AX), Z7
+	VPANDD          338(AX), Y3, Y12
+	VPSRLW          $0x04, 338(AX), Y8
+	VPANDD          Y3, Y8, Y8
 	VPSRLW          $0x04, Z6, Z9
 	VPSRLW          $0x04, Z7, Z10
-	VBROADCASTI32X4 48(SP), Z11
-	VPSLLW          $0x0e, Z8, Z12
-	VPSRAW          $0x0a, Z12, Z12
-	VPTERNLOGD      $0xd8, Z0, Z6, Z12
+	VBROADCASTI32X4 32(SP), Z11
+	VPSHUFB         Y12, Y1, Y13
+	VPMOVSXBW       Y13, Z13
+	VPTERNLOGD      $0xd8, Z0, Z6, Z13
 	VPSHUFB         q6kShuf512<>+0(SB), Z11, Z6
-	VPMULLW         Z6, Z12, Z12
-	VPMADDWD        768(BX), Z12, Z12
-	VPADDD          Z12, Z4, Z4
-	VPSLLW          $0x0c, Z8, Z6
-	VPSRAW          $0x0a, Z6, Z6
-	VPTERNLOGD      $0xd8, Z0, Z7, Z6
+	VPMULLW         Z6, Z13, Z13
+	VPMADDWD        512(BX), Z13, Z6
+	VPSHUFB         Y12, Y2, Y12
+	VPMOVSXBW       Y12, Z12
+	VPTERNLOGD      $0xd8, Z0, Z7, Z12
 	VPSHUFB         q6kShuf512<>+64(SB), Z11, Z7
-	VPMULLW         Z7, Z6, Z6
-	VPMADDWD        832(BX), Z6, Z6
-	VPADDD          Z6, Z5, Z5
-	VPSLLW          $0x0a, Z8, Z6
-	VPSRAW          $0x0a, Z6, Z6
-	VPTERNLOGD      $0xd8, Z0, Z9, Z6
-	VPSHUFB         q6kShuf512<>+128(SB), Z11, Z7
-	VPMULLW         Z7, Z6, Z6
-	VPMADDWD        896(BX), Z6, Z6
-	VPADDD          Z6, Z4, Z4
-	VPSLLW          $0x08, Z8, Z6
-	VPSRAW          $0x0a, Z6, Z6
-	VPTERNLOGD      $0xd8, Z0, Z10, Z6
-	VPSHUFB         q6kShuf512<>+192(SB), Z11, Z7
-	VPMULLW         Z7, Z6, Z6
-	VPMADDWD        960(BX), Z6, Z6
-	VPADDD          Z6, Z5, Z5
-	VPADDD          Z5, Z4, Z4
-	VSHUFI64X2      $0x44, Z4, Z3, Z5
-	VSHUFI64X2      $0xee, Z4, Z3, Z3
-	VPADDD          Z3, Z5, Z5
-	VSHUFI64X2      $0xb1, Z5, Z5, Z3
-	VPADDD          Z3, Z5, Z5
-	VPSHUFD         $0x4e, Z5, Z3
-	VPADDD          Z3, Z5, Z5
-	VPSHUFD         $0xb1, Z5, Z3
-	VPADDD          Z3, Z5, Z5
-	VEXTRACTI32X4   $0x02, Z5, X3
-	VPUNPCKLDQ      X3, X5, X3
-	VCVTDQ2PS       X3, X3
+	VPMULLW         Z7, Z12, Z12
+	VPMADDWD        576(BX), Z12, Z7
+	VPSHUFB         Y8, Y1, Y12
+	VPMOVSXBW       Y12, Z12
+	VPTERNLOGD      $0xd8, Z0, Z9, Z12
+	VPSHUFB         q6kShuf512<>+128(SB), Z11, Z9
+	VPMULLW         Z9, Z12, Z12
+	VPMADDWD        640(BX), Z12, Z12
+	VPADDD          Z12, Z6, Z6
+	VPSHUFB         Y8, Y2, Y8
+	VPMOVSXBW       Y8, Z8
+	VPTERNLOGD      $0xd8, Z0, Z10, Z8
+	VPSHUFB         q6kShuf512<>+192(SB), Z11, Z9
+	VPMULLW         Z9, Z8, Z8
+	VPMADDWD        704(BX), Z8, Z8
+	VPADDD          Z8, Z7, Z7
+	VPMOVZXBW       274(AX), Z8
+	VPMOVZXBW       306(AX), Z9
+	VPANDD          370(AX), Y3, Y10
+	VPSRLW          $0x04, 370(AX), Y11
+	VPANDD          Y3, Y11, Y11
+	VPSRLW          $0x04, Z8, Z12
+	VPSRLW          $0x04, Z9, Z13
+	VBROADCASTI32X4 48(SP), Z14
+	VPSHUFB         Y10, Y1, Y15
+	VPMOVSXBW       Y15, Z15
+	VPTERNLOGD      $0xd8, Z0, Z8, Z15
+	VPSHUFB         q6kShuf512<>+0(SB), Z14, Z8
+	VPMULLW         Z8, Z15, Z15
+	VPMADDWD        768(BX), Z15, Z15
+	VPADDD          Z15, Z6, Z6
+	VPSHUFB         Y10, Y2, Y8
+	VPMOVSXBW       Y8, Z8
+	VPTERNLOGD      $0xd8, Z0, Z9, Z8
+	VPSHUFB         q6kShuf512<>+64(SB), Z14, Z9
+	VPMULLW         Z9, Z8, Z8
+	VPMADDWD        832(BX), Z8, Z8
+	VPADDD          Z8, Z7, Z7
+	VPSHUFB         Y11, Y1, Y8
+	VPMOVSXBW       Y8, Z8
+	VPTERNLOGD      $0xd8, Z0, Z12, Z8
+	VPSHUFB         q6kShuf512<>+128(SB), Z14, Z9
+	VPMULLW         Z9, Z8, Z8
+	VPMADDWD        896(BX), Z8, Z8
+	VPADDD          Z8, Z6, Z6
+	VPSHUFB         Y11, Y2, Y8
+	VPMOVSXBW       Y8, Z8
+	VPTERNLOGD      $0xd8, Z0, Z13, Z8
+	VPSHUFB         q6kShuf512<>+192(SB), Z14, Z9
+	VPMULLW         Z9, Z8, Z8
+	VPMADDWD        960(BX), Z8, Z8
+	VPADDD          Z8, Z7, Z7
+	VPADDD          Z7, Z6, Z6
+	VSHUFI64X2      $0x44, Z6, Z5, Z7
+	VSHUFI64X2      $0xee, Z6, Z5, Z5
+	VPADDD          Z5, Z7, Z7
+	VSHUFI64X2      $0xb1, Z7, Z7, Z5
+	VPADDD          Z5, Z7, Z7
+	VPSHUFD         $0x4e, Z7, Z5
+	VPADDD          Z5, Z7, Z7
+	VPSHUFD         $0xb1, Z7, Z5
+	VPADDD          Z5, Z7, Z7
+	VEXTRACTI32X4   $0x02, Z7, X5
+	VPUNPCKLDQ      X5, X7, X5
+	VCVTDQ2PS       X5, X5
 	MOVWLZX         208(AX), R8
 	MOVWLZX         418(AX), R9
 	SHLL            $0x10, R9
 	ORL             R9, R8
-	VMOVD           R8, X4
-	VCVTPH2PS       X4, X4
-	VMULPS          X4, X3, X3
-	VMOVQ           (SI), X4
-	VMULPS          X4, X3, X3
-	VCVTPS2PD       X3, X3
-	VADDSD          X3, X2, X2
-	VPERMILPD       $0x01, X3, X3
-	VADDSD          X3, X2, X2
+	VMOVD           R8, X6
+	VCVTPH2PS       X6, X6
+	VMULPS          X6, X5, X5
+	VMOVQ           (SI), X6
+	VMULPS          X6, X5, X5
+	VCVTPS2PD       X5, X5
+	VADDSD          X5, X4, X4
+	VPERMILPD       $0x01, X5, X5
+	VADDSD          X5, X4, X4
 	ADDQ            $0x000001a4, AX
 	ADDQ            $0x00000400, BX
 	ADDQ            $0x08, SI
@@ -1262,92 +1268,94 @@ q6kAVX512_pair:
 q6kAVX512_single:
 	CMPQ            DI, $0x00
 	JE              q6kAVX512_end
-	VPMOVSXBW       192(AX), Y3
-	VMOVDQU32       Y3, (SP)
-	VPMOVZXBW       (AX), Z3
-	VPMOVZXBW       32(AX), Z4
-	VPMOVZXBW       128(AX), Z5
-	VPXORD          Z1, Z5, Z5
-	VPSRLW          $0x04, Z3, Z6
-	VPSRLW          $0x04, Z4, Z7
-	VBROADCASTI32X4 (SP), Z8
-	VPSLLW          $0x0e, Z5, Z9
-	VPSRAW          $0x0a, Z9, Z9
-	VPTERNLOGD      $0xd8, Z0, Z3, Z9
-	VPSHUFB         q6kShuf512<>+0(SB), Z8, Z3
-	VPMULLW         Z3, Z9, Z9
-	VPMADDWD        (BX), Z9, Z3
-	VPSLLW          $0x0c, Z5, Z9
-	VPSRAW          $0x0a, Z9, Z9
-	VPTERNLOGD      $0xd8, Z0, Z4, Z9
-	VPSHUFB         q6kShuf512<>+64(SB), Z8, Z4
-	VPMULLW         Z4, Z9, Z9
-	VPMADDWD        64(BX), Z9, Z4
-	VPSLLW          $0x0a, Z5, Z9
-	VPSRAW          $0x0a, Z9, Z9
-	VPTERNLOGD      $0xd8, Z0, Z6, Z9
-	VPSHUFB         q6kShuf512<>+128(SB), Z8, Z6
-	VPMULLW         Z6, Z9, Z9
-	VPMADDWD        128(BX), Z9, Z9
-	VPADDD          Z9, Z3, Z3
-	VPSLLW          $0x08, Z5, Z5
-	VPSRAW          $0x0a, Z5, Z5
-	VPTERNLOGD      $0xd8, Z0, Z7, Z5
-	VPSHUFB         q6kShuf512<>+192(SB), Z8, Z6
-	VPMULLW         Z6, Z5, Z5
-	VPMADDWD        192(BX), Z5, Z5
-	VPADDD          Z5, Z4, Z4
-	VPMOVZXBW       64(AX), Z5
-	VPMOVZXBW       96(AX), Z6
-	VPMOVZXBW       160(AX), Z7
-	VPXORD          Z1, Z7, Z7
+	VPMOVSXBW       192(AX), Y5
+	VMOVDQU32       Y5, (SP)
+	VPMOVZXBW       (AX), Z5
+	VPMOVZXBW       32(AX), Z6
+	VPANDD          128(AX), Y3, Y11
+	VPSRLW          $0x04, 128(AX), Y7
+	VPANDD          Y3, Y7, Y7
 	VPSRLW          $0x04, Z5, Z8
 	VPSRLW          $0x04, Z6, Z9
-	VBROADCASTI32X4 16(SP), Z10
-	VPSLLW          $0x0e, Z7, Z11
-	VPSRAW          $0x0a, Z11, Z11
-	VPTERNLOGD      $0xd8, Z0, Z5, Z11
+	VBROADCASTI32X4 (SP), Z10
+	VPSHUFB         Y11, Y1, Y12
+	VPMOVSXBW       Y12, Z12
+	VPTERNLOGD      $0xd8, Z0, Z5, Z12
 	VPSHUFB         q6kShuf512<>+0(SB), Z10, Z5
-	VPMULLW         Z5, Z11, Z11
-	VPMADDWD        256(BX), Z11, Z11
-	VPADDD          Z11, Z3, Z3
-	VPSLLW          $0x0c, Z7, Z5
-	VPSRAW          $0x0a, Z5, Z5
-	VPTERNLOGD      $0xd8, Z0, Z6, Z5
+	VPMULLW         Z5, Z12, Z12
+	VPMADDWD        (BX), Z12, Z5
+	VPSHUFB         Y11, Y2, Y11
+	VPMOVSXBW       Y11, Z11
+	VPTERNLOGD      $0xd8, Z0, Z6, Z11
 	VPSHUFB         q6kShuf512<>+64(SB), Z10, Z6
-	VPMULLW         Z6, Z5, Z5
-	VPMADDWD        320(BX), Z5, Z5
-	VPADDD          Z5, Z4, Z4
-	VPSLLW          $0x0a, Z7, Z5
-	VPSRAW          $0x0a, Z5, Z5
-	VPTERNLOGD      $0xd8, Z0, Z8, Z5
-	VPSHUFB         q6kShuf512<>+128(SB), Z10, Z6
-	VPMULLW         Z6, Z5, Z5
-	VPMADDWD        384(BX), Z5, Z5
-	VPADDD          Z5, Z3, Z3
-	VPSLLW          $0x08, Z7, Z5
-	VPSRAW          $0x0a, Z5, Z5
-	VPTERNLOGD      $0xd8, Z0, Z9, Z5
-	VPSHUFB         q6kShuf512<>+192(SB), Z10, Z6
-	VPMULLW         Z6, Z5, Z5
-	VPMADDWD        448(BX), Z5, Z5
-	VPADDD          Z5, Z4, Z4
-	VPADDD          Z4, Z3, Z3
-	VEXTRACTI64X4   $0x01, Z3, Y4
-	VPADDD          Y4, Y3, Y4
-	VEXTRACTI32X4   $0x01, Y4, X3
-	VPADDD          X3, X4, X3
-	VPSHUFD         $0x4e, X3, X4
-	VPADDD          X4, X3, X3
-	VPSHUFD         $0xb1, X3, X4
-	VPADDD          X4, X3, X3
-	VCVTDQ2PS       X3, X3
-	VPBROADCASTW    208(AX), X4
-	VCVTPH2PS       X4, X4
-	VMULSS          X4, X3, X3
-	VMULSS          (SI), X3, X3
-	VCVTSS2SD       X3, X3, X3
-	VADDSD          X3, X2, X2
+	VPMULLW         Z6, Z11, Z11
+	VPMADDWD        64(BX), Z11, Z6
+	VPSHUFB         Y7, Y1, Y11
+	VPMOVSXBW       Y11, Z11
+	VPTERNLOGD      $0xd8, Z0, Z8, Z11
+	VPSHUFB         q6kShuf512<>+128(SB), Z10, Z8
+	VPMULLW         Z8, Z11, Z11
+	VPMADDWD        128(BX), Z11, Z11
+	VPADDD          Z11, Z5, Z5
+	VPSHUFB         Y7, Y2, Y7
+	VPMOVSXBW       Y7, Z7
+	VPTERNLOGD      $0xd8, Z0, Z9, Z7
+	VPSHUFB         q6kShuf512<>+192(SB), Z10, Z8
+	VPMULLW         Z8, Z7, Z7
+	VPMADDWD        192(BX), Z7, Z7
+	VPADDD          Z7, Z6, Z6
+	VPMOVZXBW       64(AX), Z7
+	VPMOVZXBW       96(AX), Z8
+	VPANDD          160(AX), Y3, Y9
+	VPSRLW          $0x04, 160(AX), Y10
+	VPANDD          Y3, Y10, Y10
+	VPSRLW          $0x04, Z7, Z11
+	VPSRLW          $0x04, Z8, Z12
+	VBROADCASTI32X4 16(SP), Z13
+	VPSHUFB         Y9, Y1, Y14
+	VPMOVSXBW       Y14, Z14
+	VPTERNLOGD      $0xd8, Z0, Z7, Z14
+	VPSHUFB         q6kShuf512<>+0(SB), Z13, Z7
+	VPMULLW         Z7, Z14, Z14
+	VPMADDWD        256(BX), Z14, Z14
+	VPADDD          Z14, Z5, Z5
+	VPSHUFB         Y9, Y2, Y7
+	VPMOVSXBW       Y7, Z7
+	VPTERNLOGD      $0xd8, Z0, Z8, Z7
+	VPSHUFB         q6kShuf512<>+64(SB), Z13, Z8
+	VPMULLW         Z8, Z7, Z7
+	VPMADDWD        320(BX), Z7, Z7
+	VPADDD          Z7, Z6, Z6
+	VPSHUFB         Y10, Y1, Y7
+	VPMOVSXBW       Y7, Z7
+	VPTERNLOGD      $0xd8, Z0, Z11, Z7
+	VPSHUFB         q6kShuf512<>+128(SB), Z13, Z8
+	VPMULLW         Z8, Z7, Z7
+	VPMADDWD        384(BX), Z7, Z7
+	VPADDD          Z7, Z5, Z5
+	VPSHUFB         Y10, Y2, Y7
+	VPMOVSXBW       Y7, Z7
+	VPTERNLOGD      $0xd8, Z0, Z12, Z7
+	VPSHUFB         q6kShuf512<>+192(SB), Z13, Z8
+	VPMULLW         Z8, Z7, Z7
+	VPMADDWD        448(BX), Z7, Z7
+	VPADDD          Z7, Z6, Z6
+	VPADDD          Z6, Z5, Z5
+	VEXTRACTI64X4   $0x01, Z5, Y6
+	VPADDD          Y6, Y5, Y6
+	VEXTRACTI32X4   $0x01, Y6, X5
+	VPADDD          X5, X6, X5
+	VPSHUFD         $0x4e, X5, X6
+	VPADDD          X6, X5, X5
+	VPSHUFD         $0xb1, X5, X6
+	VPADDD          X6, X5, X5
+	VCVTDQ2PS       X5, X5
+	VPBROADCASTW    208(AX), X6
+	VCVTPH2PS       X6, X6
+	VMULSS          X6, X5, X5
+	VMULSS          (SI), X5, X5
+	VCVTSS2SD       X5, X5, X5
+	VADDSD          X5, X4, X4
 	ADDQ            $0x000000d2, AX
 	ADDQ            $0x00000200, BX
 	ADDQ            $0x04, SI
@@ -1355,8 +1363,8 @@ q6kAVX512_single:
 	JMP             q6kAVX512_pair
 
 q6kAVX512_end:
-	VCVTSD2SS X2, X2, X2
-	VMOVSS    X2, (DX)
+	VCVTSD2SS X4, X4, X4
+	VMOVSS    X4, (DX)
 	ADDQ      $0x04, DX
 	DECQ      CX
 	JMP       q6kAVX512_row
@@ -1622,6 +1630,72 @@ DATA q6kShuf512<>+253(SB)/1, $0x0f
 DATA q6kShuf512<>+254(SB)/1, $0x0e
 DATA q6kShuf512<>+255(SB)/1, $0x0f
 GLOBL q6kShuf512<>(SB), RODATA|NOPTR, $256
+
+DATA q6kHigh512<>+0(SB)/1, $0xe0
+DATA q6kHigh512<>+1(SB)/1, $0xf0
+DATA q6kHigh512<>+2(SB)/1, $0x00
+DATA q6kHigh512<>+3(SB)/1, $0x10
+DATA q6kHigh512<>+4(SB)/1, $0xe0
+DATA q6kHigh512<>+5(SB)/1, $0xf0
+DATA q6kHigh512<>+6(SB)/1, $0x00
+DATA q6kHigh512<>+7(SB)/1, $0x10
+DATA q6kHigh512<>+8(SB)/1, $0xe0
+DATA q6kHigh512<>+9(SB)/1, $0xf0
+DATA q6kHigh512<>+10(SB)/1, $0x00
+DATA q6kHigh512<>+11(SB)/1, $0x10
+DATA q6kHigh512<>+12(SB)/1, $0xe0
+DATA q6kHigh512<>+13(SB)/1, $0xf0
+DATA q6kHigh512<>+14(SB)/1, $0x00
+DATA q6kHigh512<>+15(SB)/1, $0x10
+DATA q6kHigh512<>+16(SB)/1, $0xe0
+DATA q6kHigh512<>+17(SB)/1, $0xf0
+DATA q6kHigh512<>+18(SB)/1, $0x00
+DATA q6kHigh512<>+19(SB)/1, $0x10
+DATA q6kHigh512<>+20(SB)/1, $0xe0
+DATA q6kHigh512<>+21(SB)/1, $0xf0
+DATA q6kHigh512<>+22(SB)/1, $0x00
+DATA q6kHigh512<>+23(SB)/1, $0x10
+DATA q6kHigh512<>+24(SB)/1, $0xe0
+DATA q6kHigh512<>+25(SB)/1, $0xf0
+DATA q6kHigh512<>+26(SB)/1, $0x00
+DATA q6kHigh512<>+27(SB)/1, $0x10
+DATA q6kHigh512<>+28(SB)/1, $0xe0
+DATA q6kHigh512<>+29(SB)/1, $0xf0
+DATA q6kHigh512<>+30(SB)/1, $0x00
+DATA q6kHigh512<>+31(SB)/1, $0x10
+DATA q6kHigh512<>+32(SB)/1, $0xe0
+DATA q6kHigh512<>+33(SB)/1, $0xe0
+DATA q6kHigh512<>+34(SB)/1, $0xe0
+DATA q6kHigh512<>+35(SB)/1, $0xe0
+DATA q6kHigh512<>+36(SB)/1, $0xf0
+DATA q6kHigh512<>+37(SB)/1, $0xf0
+DATA q6kHigh512<>+38(SB)/1, $0xf0
+DATA q6kHigh512<>+39(SB)/1, $0xf0
+DATA q6kHigh512<>+40(SB)/1, $0x00
+DATA q6kHigh512<>+41(SB)/1, $0x00
+DATA q6kHigh512<>+42(SB)/1, $0x00
+DATA q6kHigh512<>+43(SB)/1, $0x00
+DATA q6kHigh512<>+44(SB)/1, $0x10
+DATA q6kHigh512<>+45(SB)/1, $0x10
+DATA q6kHigh512<>+46(SB)/1, $0x10
+DATA q6kHigh512<>+47(SB)/1, $0x10
+DATA q6kHigh512<>+48(SB)/1, $0xe0
+DATA q6kHigh512<>+49(SB)/1, $0xe0
+DATA q6kHigh512<>+50(SB)/1, $0xe0
+DATA q6kHigh512<>+51(SB)/1, $0xe0
+DATA q6kHigh512<>+52(SB)/1, $0xf0
+DATA q6kHigh512<>+53(SB)/1, $0xf0
+DATA q6kHigh512<>+54(SB)/1, $0xf0
+DATA q6kHigh512<>+55(SB)/1, $0xf0
+DATA q6kHigh512<>+56(SB)/1, $0x00
+DATA q6kHigh512<>+57(SB)/1, $0x00
+DATA q6kHigh512<>+58(SB)/1, $0x00
+DATA q6kHigh512<>+59(SB)/1, $0x00
+DATA q6kHigh512<>+60(SB)/1, $0x10
+DATA q6kHigh512<>+61(SB)/1, $0x10
+DATA q6kHigh512<>+62(SB)/1, $0x10
+DATA q6kHigh512<>+63(SB)/1, $0x10
+GLOBL q6kHigh512<>(SB), RODATA|NOPTR, $64
 
 // func q4kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
@@ -2293,8 +2367,10 @@ TEXT ·q6kVNNI(SB), NOSPLIT, $64-72
 	MOVQ         y+64(FP), DX
 	MOVL         $0x000f000f, BX
 	VPBROADCASTD BX, Z0
-	MOVL         $0x00aa00aa, BX
-	VPBROADCASTD BX, Z1
+	VMOVDQU32    q6kHigh512<>+0(SB), Y1
+	VMOVDQU32    q6kHigh512<>+32(SB), Y2
+	MOVL         $0x0f0f0f0f, BX
+	VPBROADCASTD BX, Y3
 
 q6kVNNI_row:
 	CMPQ   CX, $0x00
@@ -2303,170 +2379,174 @@ q6kVNNI_row:
 	MOVQ   d+40(FP), SI
 	MOVQ   n+24(FP), DI
 	SHRQ   $0x08, DI
-	VPXORQ X2, X2, X2
+	VPXORQ X4, X4, X4
 
 q6kVNNI_pair:
 	CMPQ            DI, $0x02
 	JB              q6kVNNI_single
-	VPMOVSXBW       192(AX), Y3
-	VMOVDQU32       Y3, (SP)
-	VPXORD          Z4, Z4, Z4
-	VPXORD          Z5, Z5, Z5
-	VPMOVZXBW       (AX), Z3
-	VPMOVZXBW       32(AX), Z10
-	VPMOVZXBW       128(AX), Z11
-	VPXORD          Z1, Z11, Z11
-	VPSRLW          $0x04, Z3, Z12
-	VPSRLW          $0x04, Z10, Z13
-	VBROADCASTI32X4 (SP), Z14
-	VPSLLW          $0x0e, Z11, Z15
-	VPSRAW          $0x0a, Z15, Z15
-	VPTERNLOGD      $0xd8, Z0, Z3, Z15
-	VPSHUFB         q6kShuf512<>+0(SB), Z14, Z3
-	VPMULLW         Z3, Z15, Z15
-	VPDPWSSD        (BX), Z15, Z4
-	VPSLLW          $0x0c, Z11, Z3
-	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z10, Z3
-	VPSHUFB         q6kShuf512<>+64(SB), Z14, Z10
-	VPMULLW         Z10, Z3, Z3
-	VPDPWSSD        64(BX), Z3, Z5
-	VPSLLW          $0x0a, Z11, Z3
-	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z12, Z3
-	VPSHUFB         q6kShuf512<>+128(SB), Z14, Z10
-	VPMULLW         Z10, Z3, Z3
-	VPDPWSSD        128(BX), Z3, Z4
-	VPSLLW          $0x08, Z11, Z3
-	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z13, Z3
-	VPSHUFB         q6kShuf512<>+192(SB), Z14, Z10
-	VPMULLW         Z10, Z3, Z3
-	VPDPWSSD        192(BX), Z3, Z5
-	VPMOVZXBW       64(AX), Z3
-	VPMOVZXBW       96(AX), Z10
-	VPMOVZXBW       160(AX), Z11
-	VPXORD          Z1, Z11, Z11
-	VPSRLW          $0x04, Z3, Z12
-	VPSRLW          $0x04, Z10, Z13
-	VBROADCASTI32X4 16(SP), Z14
-	VPSLLW          $0x0e, Z11, Z15
-	VPSRAW          $0x0a, Z15, Z15
-	VPTERNLOGD      $0xd8, Z0, Z3, Z15
-	VPSHUFB         q6kShuf512<>+0(SB), Z14, Z3
-	VPMULLW         Z3, Z15, Z15
-	VPDPWSSD        256(BX), Z15, Z4
-	VPSLLW          $0x0c, Z11, Z3
-	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z10, Z3
-	VPSHUFB         q6kShuf512<>+64(SB), Z14, Z10
-	VPMULLW         Z10, Z3, Z3
-	VPDPWSSD        320(BX), Z3, Z5
-	VPSLLW          $0x0a, Z11, Z3
-	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z12, Z3
-	VPSHUFB         q6kShuf512<>+128(SB), Z14, Z10
-	VPMULLW         Z10, Z3, Z3
-	VPDPWSSD        384(BX), Z3, Z4
-	VPSLLW          $0x08, Z11, Z3
-	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z13, Z3
-	VPSHUFB         q6kShuf512<>+192(SB), Z14, Z10
-	VPMULLW         Z10, Z3, Z3
-	VPDPWSSD        448(BX), Z3, Z5
-	VPADDD          Z5, Z4, Z4
-	VPMOVSXBW       402(AX), Y3
-	VMOVDQU32       Y3, 32(SP)
+	VPMOVSXBW       192(AX), Y5
+	VMOVDQU32       Y5, (SP)
 	VPXORD          Z6, Z6, Z6
 	VPXORD          Z7, Z7, Z7
-	VPMOVZXBW       210(AX), Z3
-	VPMOVZXBW       242(AX), Z10
-	VPMOVZXBW       338(AX), Z11
-	VPXORD          Z1, Z11, Z11
-	VPSRLW          $0x04, Z3, Z12
-	VPSRLW          $0x04, Z10, Z13
-	VBROADCASTI32X4 32(SP), Z14
-	VPSLLW          $0x0e, Z11, Z15
-	VPSRAW          $0x0a, Z15, Z15
-	VPTERNLOGD      $0xd8, Z0, Z3, Z15
-	VPSHUFB         q6kShuf512<>+0(SB), Z14, Z3
-	VPMULLW         Z3, Z15, Z15
-	VPDPWSSD        512(BX), Z15, Z6
-	VPSLLW          $0x0c, Z11, Z3
-	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z10, Z3
-	VPSHUFB         q6kShuf512<>+64(SB), Z14, Z10
-	VPMULLW         Z10, Z3, Z3
-	VPDPWSSD        576(BX), Z3, Z7
-	VPSLLW          $0x0a, Z11, Z3
-	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z12, Z3
-	VPSHUFB         q6kShuf512<>+128(SB), Z14, Z10
-	VPMULLW         Z10, Z3, Z3
-	VPDPWSSD        640(BX), Z3, Z6
-	VPSLLW          $0x08, Z11, Z3
-	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z13, Z3
-	VPSHUFB         q6kShuf512<>+192(SB), Z14, Z10
-	VPMULLW         Z10, Z3, Z3
-	VPDPWSSD        704(BX), Z3, Z7
-	VPMOVZXBW       274(AX), Z3
-	VPMOVZXBW       306(AX), Z10
-	VPMOVZXBW       370(AX), Z11
-	VPXORD          Z1, Z11, Z11
-	VPSRLW          $0x04, Z3, Z12
-	VPSRLW          $0x04, Z10, Z13
-	VBROADCASTI32X4 48(SP), Z14
-	VPSLLW          $0x0e, Z11, Z15
-	VPSRAW          $0x0a, Z15, Z15
-	VPTERNLOGD      $0xd8, Z0, Z3, Z15
-	VPSHUFB         q6kShuf512<>+0(SB), Z14, Z3
-	VPMULLW         Z3, Z15, Z15
-	VPDPWSSD        768(BX), Z15, Z6
-	VPSLLW          $0x0c, Z11, Z3
-	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z10, Z3
-	VPSHUFB         q6kShuf512<>+64(SB), Z14, Z10
-	VPMULLW         Z10, Z3, Z3
-	VPDPWSSD        832(BX), Z3, Z7
-	VPSLLW          $0x0a, Z11, Z3
-	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z12, Z3
-	VPSHUFB         q6kShuf512<>+128(SB), Z14, Z10
-	VPMULLW         Z10, Z3, Z3
-	VPDPWSSD        896(BX), Z3, Z6
-	VPSLLW          $0x08, Z11, Z3
-	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z13, Z3
-	VPSHUFB         q6kShuf512<>+192(SB), Z14, Z10
-	VPMULLW         Z10, Z3, Z3
-	VPDPWSSD        960(BX), Z3, Z7
+	VPMOVZXBW       (AX), Z5
+	VPMOVZXBW       32(AX), Z12
+	VPANDD          128(AX), Y3, Y13
+	VPSRLW          $0x04, 128(AX), Y14
+	VPANDD          Y3, Y14, Y14
+	VPSRLW          $0x04, Z5, Z15
+	VPSRLW          $0x04, Z12, Z16
+	VBROADCASTI32X4 (SP), Z17
+	VPSHUFB         Y13, Y1, Y18
+	VPMOVSXBW       Y18, Z18
+	VPTERNLOGD      $0xd8, Z0, Z5, Z18
+	VPSHUFB         q6kShuf512<>+0(SB), Z17, Z5
+	VPMULLW         Z5, Z18, Z18
+	VPDPWSSD        (BX), Z18, Z6
+	VPSHUFB         Y13, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z12, Z5
+	VPSHUFB         q6kShuf512<>+64(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        64(BX), Z5, Z7
+	VPSHUFB         Y14, Y1, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z15, Z5
+	VPSHUFB         q6kShuf512<>+128(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        128(BX), Z5, Z6
+	VPSHUFB         Y14, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z16, Z5
+	VPSHUFB         q6kShuf512<>+192(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        192(BX), Z5, Z7
+	VPMOVZXBW       64(AX), Z5
+	VPMOVZXBW       96(AX), Z12
+	VPANDD          160(AX), Y3, Y13
+	VPSRLW          $0x04, 160(AX), Y14
+	VPANDD          Y3, Y14, Y14
+	VPSRLW          $0x04, Z5, Z15
+	VPSRLW          $0x04, Z12, Z16
+	VBROADCASTI32X4 16(SP), Z17
+	VPSHUFB         Y13, Y1, Y18
+	VPMOVSXBW       Y18, Z18
+	VPTERNLOGD      $0xd8, Z0, Z5, Z18
+	VPSHUFB         q6kShuf512<>+0(SB), Z17, Z5
+	VPMULLW         Z5, Z18, Z18
+	VPDPWSSD        256(BX), Z18, Z6
+	VPSHUFB         Y13, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z12, Z5
+	VPSHUFB         q6kShuf512<>+64(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        320(BX), Z5, Z7
+	VPSHUFB         Y14, Y1, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z15, Z5
+	VPSHUFB         q6kShuf512<>+128(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        384(BX), Z5, Z6
+	VPSHUFB         Y14, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z16, Z5
+	VPSHUFB         q6kShuf512<>+192(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        448(BX), Z5, Z7
 	VPADDD          Z7, Z6, Z6
-	VSHUFI64X2      $0x44, Z6, Z4, Z3
-	VSHUFI64X2      $0xee, Z6, Z4, Z10
-	VPADDD          Z10, Z3, Z3
-	VSHUFI64X2      $0xb1, Z3, Z3, Z10
-	VPADDD          Z10, Z3, Z3
-	VPSHUFD         $0x4e, Z3, Z10
-	VPADDD          Z10, Z3, Z3
-	VPSHUFD         $0xb1, Z3, Z10
-	VPADDD          Z10, Z3, Z3
-	VEXTRACTI32X4   $0x02, Z3, X10
-	VPUNPCKLDQ      X10, X3, X10
-	VCVTDQ2PS       X10, X10
+	VPMOVSXBW       402(AX), Y5
+	VMOVDQU32       Y5, 32(SP)
+	VPXORD          Z8, Z8, Z8
+	VPXORD          Z9, Z9, Z9
+	VPMOVZXBW       210(AX), Z5
+	VPMOVZXBW       242(AX), Z12
+	VPANDD          338(AX), Y3, Y13
+	VPSRLW          $0x04, 338(AX), Y14
+	VPANDD          Y3, Y14, Y14
+	VPSRLW          $0x04, Z5, Z15
+	VPSRLW          $0x04, Z12, Z16
+	VBROADCASTI32X4 32(SP), Z17
+	VPSHUFB         Y13, Y1, Y18
+	VPMOVSXBW       Y18, Z18
+	VPTERNLOGD      $0xd8, Z0, Z5, Z18
+	VPSHUFB         q6kShuf512<>+0(SB), Z17, Z5
+	VPMULLW         Z5, Z18, Z18
+	VPDPWSSD        512(BX), Z18, Z8
+	VPSHUFB         Y13, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z12, Z5
+	VPSHUFB         q6kShuf512<>+64(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        576(BX), Z5, Z9
+	VPSHUFB         Y14, Y1, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z15, Z5
+	VPSHUFB         q6kShuf512<>+128(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        640(BX), Z5, Z8
+	VPSHUFB         Y14, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z16, Z5
+	VPSHUFB         q6kShuf512<>+192(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        704(BX), Z5, Z9
+	VPMOVZXBW       274(AX), Z5
+	VPMOVZXBW       306(AX), Z12
+	VPANDD          370(AX), Y3, Y13
+	VPSRLW          $0x04, 370(AX), Y14
+	VPANDD          Y3, Y14, Y14
+	VPSRLW          $0x04, Z5, Z15
+	VPSRLW          $0x04, Z12, Z16
+	VBROADCASTI32X4 48(SP), Z17
+	VPSHUFB         Y13, Y1, Y18
+	VPMOVSXBW       Y18, Z18
+	VPTERNLOGD      $0xd8, Z0, Z5, Z18
+	VPSHUFB         q6kShuf512<>+0(SB), Z17, Z5
+	VPMULLW         Z5, Z18, Z18
+	VPDPWSSD        768(BX), Z18, Z8
+	VPSHUFB         Y13, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z12, Z5
+	VPSHUFB         q6kShuf512<>+64(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        832(BX), Z5, Z9
+	VPSHUFB         Y14, Y1, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z15, Z5
+	VPSHUFB         q6kShuf512<>+128(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        896(BX), Z5, Z8
+	VPSHUFB         Y14, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z16, Z5
+	VPSHUFB         q6kShuf512<>+192(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        960(BX), Z5, Z9
+	VPADDD          Z9, Z8, Z8
+	VSHUFI64X2      $0x44, Z8, Z6, Z5
+	VSHUFI64X2      $0xee, Z8, Z6, Z12
+	VPADDD          Z12, Z5, Z5
+	VSHUFI64X2      $0xb1, Z5, Z5, Z12
+	VPADDD          Z12, Z5, Z5
+	VPSHUFD         $0x4e, Z5, Z12
+	VPADDD          Z12, Z5, Z5
+	VPSHUFD         $0xb1, Z5, Z12
+	VPADDD          Z12, Z5, Z5
+	VEXTRACTI32X4   $0x02, Z5, X12
+	VPUNPCKLDQ      X12, X5, X12
+	VCVTDQ2PS       X12, X12
 	MOVWLZX         208(AX), R8
 	MOVWLZX         418(AX), R9
 	SHLL            $0x10, R9
 	ORL             R9, R8
-	VMOVD           R8, X3
-	VCVTPH2PS       X3, X3
-	VMULPS          X3, X10, X10
-	VMOVQ           (SI), X3
-	VMULPS          X3, X10, X10
-	VCVTPS2PD       X10, X10
-	VADDSD          X10, X2, X2
-	VPERMILPD       $0x01, X10, X10
-	VADDSD          X10, X2, X2
+	VMOVD           R8, X5
+	VCVTPH2PS       X5, X5
+	VMULPS          X5, X12, X12
+	VMOVQ           (SI), X5
+	VMULPS          X5, X12, X12
+	VCVTPS2PD       X12, X12
+	VADDSD          X12, X4, X4
+	VPERMILPD       $0x01, X12, X12
+	VADDSD          X12, X4, X4
 	ADDQ            $0x000001a4, AX
 	ADDQ            $0x00000400, BX
 	ADDQ            $0x08, SI
@@ -2476,88 +2556,90 @@ q6kVNNI_pair:
 q6kVNNI_single:
 	CMPQ            DI, $0x00
 	JE              q6kVNNI_end
-	VPMOVSXBW       192(AX), Y3
-	VMOVDQU32       Y3, (SP)
-	VPXORD          Z8, Z8, Z8
-	VPXORD          Z9, Z9, Z9
-	VPMOVZXBW       (AX), Z3
-	VPMOVZXBW       32(AX), Z10
-	VPMOVZXBW       128(AX), Z11
-	VPXORD          Z1, Z11, Z11
-	VPSRLW          $0x04, Z3, Z12
-	VPSRLW          $0x04, Z10, Z13
-	VBROADCASTI32X4 (SP), Z14
-	VPSLLW          $0x0e, Z11, Z15
-	VPSRAW          $0x0a, Z15, Z15
-	VPTERNLOGD      $0xd8, Z0, Z3, Z15
-	VPSHUFB         q6kShuf512<>+0(SB), Z14, Z3
-	VPMULLW         Z3, Z15, Z15
-	VPDPWSSD        (BX), Z15, Z8
-	VPSLLW          $0x0c, Z11, Z3
-	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z10, Z3
-	VPSHUFB         q6kShuf512<>+64(SB), Z14, Z10
-	VPMULLW         Z10, Z3, Z3
-	VPDPWSSD        64(BX), Z3, Z9
-	VPSLLW          $0x0a, Z11, Z3
-	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z12, Z3
-	VPSHUFB         q6kShuf512<>+128(SB), Z14, Z10
-	VPMULLW         Z10, Z3, Z3
-	VPDPWSSD        128(BX), Z3, Z8
-	VPSLLW          $0x08, Z11, Z3
-	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z13, Z3
-	VPSHUFB         q6kShuf512<>+192(SB), Z14, Z10
-	VPMULLW         Z10, Z3, Z3
-	VPDPWSSD        192(BX), Z3, Z9
-	VPMOVZXBW       64(AX), Z3
-	VPMOVZXBW       96(AX), Z10
-	VPMOVZXBW       160(AX), Z11
-	VPXORD          Z1, Z11, Z11
-	VPSRLW          $0x04, Z3, Z12
-	VPSRLW          $0x04, Z10, Z13
-	VBROADCASTI32X4 16(SP), Z14
-	VPSLLW          $0x0e, Z11, Z15
-	VPSRAW          $0x0a, Z15, Z15
-	VPTERNLOGD      $0xd8, Z0, Z3, Z15
-	VPSHUFB         q6kShuf512<>+0(SB), Z14, Z3
-	VPMULLW         Z3, Z15, Z15
-	VPDPWSSD        256(BX), Z15, Z8
-	VPSLLW          $0x0c, Z11, Z3
-	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z10, Z3
-	VPSHUFB         q6kShuf512<>+64(SB), Z14, Z10
-	VPMULLW         Z10, Z3, Z3
-	VPDPWSSD        320(BX), Z3, Z9
-	VPSLLW          $0x0a, Z11, Z3
-	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z12, Z3
-	VPSHUFB         q6kShuf512<>+128(SB), Z14, Z10
-	VPMULLW         Z10, Z3, Z3
-	VPDPWSSD        384(BX), Z3, Z8
-	VPSLLW          $0x08, Z11, Z3
-	VPSRAW          $0x0a, Z3, Z3
-	VPTERNLOGD      $0xd8, Z0, Z13, Z3
-	VPSHUFB         q6kShuf512<>+192(SB), Z14, Z10
-	VPMULLW         Z10, Z3, Z3
-	VPDPWSSD        448(BX), Z3, Z9
-	VPADDD          Z9, Z8, Z8
-	VEXTRACTI64X4   $0x01, Z8, Y3
-	VPADDD          Y3, Y8, Y3
-	VEXTRACTI32X4   $0x01, Y3, X10
-	VPADDD          X10, X3, X10
-	VPSHUFD         $0x4e, X10, X3
-	VPADDD          X3, X10, X10
-	VPSHUFD         $0xb1, X10, X3
-	VPADDD          X3, X10, X10
-	VCVTDQ2PS       X10, X10
-	VPBROADCASTW    208(AX), X3
-	VCVTPH2PS       X3, X3
-	VMULSS          X3, X10, X10
-	VMULSS          (SI), X10, X10
-	VCVTSS2SD       X10, X10, X10
-	VADDSD          X10, X2, X2
+	VPMOVSXBW       192(AX), Y5
+	VMOVDQU32       Y5, (SP)
+	VPXORD          Z10, Z10, Z10
+	VPXORD          Z11, Z11, Z11
+	VPMOVZXBW       (AX), Z5
+	VPMOVZXBW       32(AX), Z12
+	VPANDD          128(AX), Y3, Y13
+	VPSRLW          $0x04, 128(AX), Y14
+	VPANDD          Y3, Y14, Y14
+	VPSRLW          $0x04, Z5, Z15
+	VPSRLW          $0x04, Z12, Z16
+	VBROADCASTI32X4 (SP), Z17
+	VPSHUFB         Y13, Y1, Y18
+	VPMOVSXBW       Y18, Z18
+	VPTERNLOGD      $0xd8, Z0, Z5, Z18
+	VPSHUFB         q6kShuf512<>+0(SB), Z17, Z5
+	VPMULLW         Z5, Z18, Z18
+	VPDPWSSD        (BX), Z18, Z10
+	VPSHUFB         Y13, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z12, Z5
+	VPSHUFB         q6kShuf512<>+64(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        64(BX), Z5, Z11
+	VPSHUFB         Y14, Y1, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z15, Z5
+	VPSHUFB         q6kShuf512<>+128(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        128(BX), Z5, Z10
+	VPSHUFB         Y14, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z16, Z5
+	VPSHUFB         q6kShuf512<>+192(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        192(BX), Z5, Z11
+	VPMOVZXBW       64(AX), Z5
+	VPMOVZXBW       96(AX), Z12
+	VPANDD          160(AX), Y3, Y13
+	VPSRLW          $0x04, 160(AX), Y14
+	VPANDD          Y3, Y14, Y14
+	VPSRLW          $0x04, Z5, Z15
+	VPSRLW          $0x04, Z12, Z16
+	VBROADCASTI32X4 16(SP), Z17
+	VPSHUFB         Y13, Y1, Y18
+	VPMOVSXBW       Y18, Z18
+	VPTERNLOGD      $0xd8, Z0, Z5, Z18
+	VPSHUFB         q6kShuf512<>+0(SB), Z17, Z5
+	VPMULLW         Z5, Z18, Z18
+	VPDPWSSD        256(BX), Z18, Z10
+	VPSHUFB         Y13, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z12, Z5
+	VPSHUFB         q6kShuf512<>+64(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        320(BX), Z5, Z11
+	VPSHUFB         Y14, Y1, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z15, Z5
+	VPSHUFB         q6kShuf512<>+128(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        384(BX), Z5, Z10
+	VPSHUFB         Y14, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z16, Z5
+	VPSHUFB         q6kShuf512<>+192(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        448(BX), Z5, Z11
+	VPADDD          Z11, Z10, Z10
+	VEXTRACTI64X4   $0x01, Z10, Y5
+	VPADDD          Y5, Y10, Y5
+	VEXTRACTI32X4   $0x01, Y5, X12
+	VPADDD          X12, X5, X12
+	VPSHUFD         $0x4e, X12, X5
+	VPADDD          X5, X12, X12
+	VPSHUFD         $0xb1, X12, X5
+	VPADDD          X5, X12, X12
+	VCVTDQ2PS       X12, X12
+	VPBROADCASTW    208(AX), X5
+	VCVTPH2PS       X5, X5
+	VMULSS          X5, X12, X12
+	VMULSS          (SI), X12, X12
+	VCVTSS2SD       X12, X12, X12
+	VADDSD          X12, X4, X4
 	ADDQ            $0x000000d2, AX
 	ADDQ            $0x00000200, BX
 	ADDQ            $0x04, SI
@@ -2565,8 +2647,8 @@ q6kVNNI_single:
 	JMP             q6kVNNI_pair
 
 q6kVNNI_end:
-	VCVTSD2SS X2, X2, X2
-	VMOVSS    X2, (DX)
+	VCVTSD2SS X4, X4, X4
+	VMOVSS    X4, (DX)
 	ADDQ      $0x04, DX
 	DECQ      CX
 	JMP       q6kVNNI_row

@@ -31,25 +31,25 @@ func q6kShufTable() Mem {
 
 // q6kAVX512 emits the Q6_K kernel for AVX-512 F/BW/VL (with vnni, VNNI's
 // VPDPWSSD in place of VPMADDWD and VPADDD). A block is two halves of 128
-// elements; each half widens 32 bytes of ql twice and 32 bytes of qh once
-// to int16 and builds four zmm of weights w = q6 − 32 from them:
+// elements; each half widens 32 bytes of ql twice to int16 and builds four
+// zmm of weights w = q6 − 32:
 //
 //   - the low four bits are a nibble of ql (low nibbles for elements 0-63
 //     of the half, high nibbles, shifted down, for 64-127);
-//   - the two high bits are field f of qh's byte (bits 2f, 2f+1), and
-//     with the field's top bit flipped (one XOR per half) the field read
-//     as a signed two-bit number is exactly the high bits' value minus 2,
-//     so shifting it to the word's top (left by 14−2f) and arithmetically
-//     right by 10 leaves 16·(high − 2) in bits 4-15, junk below;
+//   - the two high bits are field f (bits 2f, 2f+1) of qh's 32 bytes: a
+//     VPSHUFB looks each byte's nibble holding it up in a table of
+//     16·(field − 2) as int8 (so the −32 costs nothing), and VPMOVSXBW
+//     widens that with its sign, 16·(high − 2) in bits 4-15;
 //   - one VPTERNLOGD takes bits 0-3 from the nibble and 4-15 from that.
 //
-// So the −32 costs nothing. Each zmm is multiplied (VPMULLW, |w·sc| ≤
-// 4096) by its two groups' scales, spread by a VPSHUFB from the block's
-// sixteen sign-extended scales, and multiply-added with the vector's
-// quants. The sum is within int32 (x.go's Range). Two blocks share one
-// horizontal reduction, to [T₀ T₁], and one float tail whose lanes compute
-// ref.go's scalar products (no FMA), added to the row's float64 sum in
-// block order; an odd last block goes alone.
+// The lookup and the widening are shuffles, where a shift pair would
+// compete with the multiplies for Intel's one 512-bit multiply port. Each
+// zmm is multiplied (VPMULLW, |w·sc| ≤ 4096) by its two groups' scales,
+// spread by a VPSHUFB from the block's sixteen sign-extended scales, and
+// multiply-added with the vector's quants. The sum is within int32 (x.go's
+// Range). Two blocks share one horizontal reduction, to [T₀ T₁], and one
+// float tail whose lanes compute ref.go's scalar products (no FMA), added
+// to the row's float64 sum in block order; an odd last block goes alone.
 func q6kAVX512(name string, vnni bool) {
 	TEXT(name, NOSPLIT, signature)
 	Pragma("noescape")
@@ -65,7 +65,14 @@ func q6kAVX512(name string, vnni bool) {
 
 	k.sw = AllocLocal(64) // two blocks' scales as int16
 	k.low4 = wordConst(0x000f)
-	k.flip = wordConst(0x00aa) // the top bit of each two-bit field
+	lt := q6kHighTable()
+	k.tab01, k.tab23 = YMM(), YMM()
+	VMOVDQU32(lt, k.tab01)
+	VMOVDQU32(lt.Offset(32), k.tab23)
+	tmp := GP32()
+	MOVL(U32(0x0f0f0f0f), tmp)
+	k.nibB = YMM()
+	VPBROADCASTD(tmp, k.nibB)
 
 	Label(name + "_row")
 	CMPQ(rows, Imm(0))
@@ -143,10 +150,13 @@ func q6kAVX512(name string, vnni bool) {
 
 // q6k512 holds what q6kAVX512's block emitter shares across blocks.
 type q6k512 struct {
-	vnni       bool
-	shuf       Mem        // q6kShuf512
-	sw         Mem        // the staged scales
-	low4, flip VecVirtual // 0x000f, 0x00aa in every word
+	vnni  bool
+	tab01 VecVirtual // ymm: 16·(bits 0-1 − 2) of a nibble, per byte
+	tab23 VecVirtual // ymm: 16·(bits 2-3 − 2)
+	nibB  VecVirtual // ymm: 0x0f in every byte
+	low4  VecVirtual // 0x000f in every word
+	shuf  Mem        // q6kShuf512
+	sw    Mem        // the staged scales
 }
 
 // block emits the integer dot product of the block at wp+wo with the
@@ -163,20 +173,32 @@ func (k *q6k512) block(wp Register, wo int, qp Register, qo, so int) VecVirtual 
 		VPXORD(acc[1], acc[1], acc[1])
 	}
 	for h := 0; h < 2; h++ {
-		a, b, qh := ZMM(), ZMM(), ZMM()
+		a, b := ZMM(), ZMM()
 		VPMOVZXBW(Mem{Base: wp, Disp: wo + 64*h}, a)
 		VPMOVZXBW(Mem{Base: wp, Disp: wo + 64*h + 32}, b)
-		VPMOVZXBW(Mem{Base: wp, Disp: wo + 128 + 32*h}, qh)
-		VPXORD(k.flip, qh, qh)
+		// The nibbles of qh's bytes: fields 0 and 1 in the low ones,
+		// 2 and 3 in the high ones.
+		qhm := Mem{Base: wp, Disp: wo + 128 + 32*h}
+		idxLo, idxHi := YMM(), YMM()
+		VPANDD(qhm, k.nibB, idxLo)
+		VPSRLW(U8(4), qhm, idxHi)
+		VPANDD(k.nibB, idxHi, idxHi)
 		a4, b4 := ZMM(), ZMM()
 		VPSRLW(U8(4), a, a4)
 		VPSRLW(U8(4), b, b4)
 		lanes := ZMM() // scales 8h..8h+7 in every 128-bit lane
 		VBROADCASTI32X4(k.sw.Offset(so+16*h), lanes)
 		for m, nib := range []VecVirtual{a, b, a4, b4} {
-			w := ZMM()
-			VPSLLW(U8(14-2*m), qh, w)
-			VPSRAW(U8(10), w, w)
+			idx, tab := idxLo, k.tab01
+			if m >= 2 {
+				idx = idxHi
+			}
+			if m&1 == 1 {
+				tab = k.tab23
+			}
+			tb, w := YMM(), ZMM()
+			VPSHUFB(idx, tab, tb)
+			VPMOVSXBW(tb, w)
 			VPTERNLOGD(U8(0xd8), k.low4, nib, w) // nib&0xf | w&^0xf
 			s := ZMM()
 			VPSHUFB(k.shuf.Offset(64*m), lanes, s)
@@ -230,4 +252,24 @@ func reduceT(t VecVirtual) VecVirtual {
 	VPSHUFD(U8(0xb1), x, u)
 	VPADDD(u, x, x)
 	return x
+}
+
+var q6kHigh Mem
+
+// q6kHighTable returns the two 32-byte VPSHUFB tables (emitted once) that
+// map a nibble of qh to 16·(field − 2) as int8, for the field in its bits
+// 0-1 and in its bits 2-3; each repeats its sixteen bytes in both 128-bit
+// lanes.
+func q6kHighTable() Mem {
+	if q6kHigh.Symbol.Name != "" {
+		return q6kHigh
+	}
+	q6kHigh = GLOBL("q6kHigh512", RODATA|NOPTR)
+	for t := 0; t < 2; t++ {
+		for i := 0; i < 32; i++ {
+			f := (i % 16 >> (2 * t)) & 3
+			DATA(32*t+i, U8(uint8(int8(16*(f-2)))))
+		}
+	}
+	return q6kHigh
 }
