@@ -97,50 +97,59 @@ func TestKernelsMatchReference(t *testing.T) {
 			if !Supports(impl, typ) {
 				continue
 			}
-			// Whole 256-element blocks, and for the formats of finer
-			// granularity rows with a partial last block (after none,
-			// some or many whole ones).
-			for _, n := range []int{256, 512, 4096, 1024 + 32*3, 32 * 3, 32 * 5, 4096 + 32*7, 1024 + 128} {
-				if n%blockOf(typ) != 0 || typ.Known() && func() bool { _, err := typ.RowBytes(int64(n)); return err != nil }() {
-					continue
-				}
-				for _, wild := range []bool{false, true} {
-					for _, extreme := range []bool{false, true} {
-						name := fmt.Sprintf("%v/%v/n%d/wild=%v/extreme=%v", impl, typ, n, wild, extreme)
-						t.Run(name, func(t *testing.T) {
-							t.Parallel()
-							rows := 13
-							w := randomRows(t, typ, rows, n, uint64(n)+7, wild)
-							var x X
-							if err := x.Set(randomVector(n, uint64(n), extreme)); err != nil {
-								t.Fatal(err)
-							}
-							got := make([]float32, rows)
-							for i := range got {
-								got[i] = float32(math.NaN())
-							}
-							if err := Rows(impl, typ, w, n, &x, got); err != nil {
-								t.Fatal(err)
-							}
-							want := make([]float32, rows)
-							if err := Rows(Go, typ, w, n, &x, want); err != nil {
-								t.Fatal(err)
-							}
-							rb := len(w) / rows
-							for i := range got {
-								if isFloat(typ) {
-									if tol := floatTol * absDot(typ, w[i*rb:(i+1)*rb], &x); math.Abs(float64(got[i]-want[i])) > tol {
-										t.Fatalf("row %d: %g, reference %g (tolerance %g)", i, got[i], want[i], tol)
-									}
-									continue
-								}
-								if !sameBits(got[i], want[i]) {
-									t.Fatalf("row %d: %g (%#x), reference %g (%#x)", i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
-								}
-							}
-						})
+			matchReference(t, impl.String(), typ, func(w []byte, n int, x *X, y []float32) error {
+				return Rows(impl, typ, w, n, x, y)
+			})
+		}
+	}
+}
+
+// matchReference checks one kernel, called through run, against the
+// reference on every shape, weight kind and vector kind, as parallel
+// subtests under label.
+func matchReference(t *testing.T, label string, typ quant.Type, run func(w []byte, n int, x *X, y []float32) error) {
+	// Whole 256-element blocks, an odd count of them, and for the formats
+	// of finer granularity rows with a partial last block (after none,
+	// some or many whole ones).
+	for _, n := range []int{96, 160, 256, 512, 1152, 1280, 4096, 1024 + 32*3, 4096 + 32*7} {
+		if n%blockOf(typ) != 0 || typ.Known() && func() bool { _, err := typ.RowBytes(int64(n)); return err != nil }() {
+			continue
+		}
+		for _, wild := range []bool{false, true} {
+			for _, extreme := range []bool{false, true} {
+				name := fmt.Sprintf("%s/%v/n%d/wild=%v/extreme=%v", label, typ, n, wild, extreme)
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					rows := 13
+					w := randomRows(t, typ, rows, n, uint64(n)+7, wild)
+					var x X
+					if err := x.Set(randomVector(n, uint64(n), extreme)); err != nil {
+						t.Fatal(err)
 					}
-				}
+					got := make([]float32, rows)
+					for i := range got {
+						got[i] = float32(math.NaN())
+					}
+					if err := run(w, n, &x, got); err != nil {
+						t.Fatal(err)
+					}
+					want := make([]float32, rows)
+					if err := Rows(Go, typ, w, n, &x, want); err != nil {
+						t.Fatal(err)
+					}
+					rb := len(w) / rows
+					for i := range got {
+						if isFloat(typ) {
+							if tol := floatTol * absDot(typ, w[i*rb:(i+1)*rb], &x); math.Abs(float64(got[i]-want[i])) > tol {
+								t.Fatalf("row %d: %g, reference %g (tolerance %g)", i, got[i], want[i], tol)
+							}
+							continue
+						}
+						if !sameBits(got[i], want[i]) {
+							t.Fatalf("row %d: %g (%#x), reference %g (%#x)", i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+						}
+					}
+				})
 			}
 		}
 	}
@@ -306,31 +315,6 @@ func TestRowsAllocatesNothing(t *testing.T) {
 	for _, impl := range Impls() {
 		if a := testing.AllocsPerRun(20, func() { _ = Rows(impl, quant.Q4_K, w, n, &x, y) }); a != 0 {
 			t.Errorf("%v: %v allocations a call", impl, a)
-		}
-	}
-}
-
-// TestRowsEmpty: rows of no elements dot to zero in every family (the
-// kernels, which assume at least one block, are not called).
-func TestRowsEmpty(t *testing.T) {
-	t.Parallel()
-	var x X
-	if err := x.Set(nil); err != nil {
-		t.Fatal(err)
-	}
-	for _, impl := range Impls() {
-		for _, typ := range allTypes {
-			rb, err := typ.RowBytes(0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			y := []float32{5, 5}
-			if err := Rows(impl, typ, make([]byte, 2*rb), 0, &x, y); err != nil {
-				t.Fatalf("%v/%v: %v", impl, typ, err)
-			}
-			if y[0] != 0 || y[1] != 0 {
-				t.Errorf("%v/%v: %v, want zeros", impl, typ, y)
-			}
 		}
 	}
 }

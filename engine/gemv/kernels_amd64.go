@@ -33,7 +33,31 @@ var kernels = map[Impl]map[quant.Type]kernel{
 		quant.F16:     f16AVX2,
 		quant.BF16:    bf16AVX2,
 	},
-	AVX512: {},
+	AVX512: avx512Kernels(cpu.X86.HasAVX512VNNI),
+}
+
+// avx512Kernels is the AVX512 family's table. Its K-quant kernels are
+// generated twice, once with VNNI's VPDPWSSD (int16 pairs multiplied and
+// added into int32 in one instruction) and once with VPMADDWD and VPADDD
+// for the AVX-512 CPUs without VNNI (Skylake-SP); both return the same
+// bits, so the choice is made here, once, and Impl stays one family.
+// Q8_0's kernel accumulates nothing across its multiply-adds, so VNNI
+// would save nothing there and both tables hold the same one.
+func avx512Kernels(vnni bool) map[quant.Type]kernel {
+	if vnni {
+		return map[quant.Type]kernel{
+			quant.Q4_K: q4kVNNI,
+			quant.Q5_K: q5kVNNI,
+			quant.Q6_K: q6kVNNI,
+			quant.Q8_0: q8AVX512,
+		}
+	}
+	return map[quant.Type]kernel{
+		quant.Q4_K: q4kAVX512,
+		quant.Q5_K: q5kAVX512,
+		quant.Q6_K: q6kAVX512,
+		quant.Q8_0: q8AVX512,
+	}
 }
 
 func lookup(impl Impl, t quant.Type) kernel {

@@ -48,3 +48,38 @@ func f16AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int3
 //
 //go:noescape
 func bf16AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q4kAVX512 is the Q4_K kernel for AVX-512 (ref.go's contract).
+//
+//go:noescape
+func q4kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q5kAVX512 is the Q5_K kernel for AVX-512 (ref.go's contract).
+//
+//go:noescape
+func q5kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q6kAVX512 is the Q6_K kernel for AVX-512 (ref.go's contract).
+//
+//go:noescape
+func q6kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q4kVNNI is the Q4_K kernel for AVX-512 with VNNI (ref.go's contract).
+//
+//go:noescape
+func q4kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q5kVNNI is the Q5_K kernel for AVX-512 with VNNI (ref.go's contract).
+//
+//go:noescape
+func q5kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q6kVNNI is the Q6_K kernel for AVX-512 with VNNI (ref.go's contract).
+//
+//go:noescape
+func q6kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q8AVX512 is the Q8_0 kernel for AVX-512 (ref.go's contract).
+//
+//go:noescape
+func q8AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)

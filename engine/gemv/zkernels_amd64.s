@@ -1312,3 +1312,2433 @@ bf16AVX2_store:
 bf16AVX2_done:
 	VZEROUPPER
 	RET
+
+// func q4kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C
+TEXT ·q4kAVX512(SB), NOSPLIT, $64-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         y+64(FP), DX
+	MOVL         $0x000f000f, BX
+	VPBROADCASTD BX, Z0
+	MOVL         $0x00f000f0, BX
+	VPBROADCASTD BX, Z1
+
+q4kAVX512_row:
+	CMPQ   CX, $0x00
+	JE     q4kAVX512_done
+	MOVQ   q+32(FP), BX
+	MOVQ   d+40(FP), SI
+	MOVQ   s+48(FP), DI
+	MOVQ   n+24(FP), R8
+	SHRQ   $0x08, R8
+	VPXORQ X2, X2, X2
+
+q4kAVX512_pair:
+	CMPQ          R8, $0x02
+	JB            q4kAVX512_single
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X3
+	VPMOVZXBD     X3, Y3
+	VPSLLD        $0x10, Y3, Y4
+	VPORD         Y4, Y3, Y3
+	VMOVDQU32     Y3, (SP)
+	VMOVQ         R10, X3
+	MOVL          148(AX), R9
+	MOVL          152(AX), R10
+	MOVL          156(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X4
+	VPMOVZXBD     X4, Y4
+	VPSLLD        $0x10, Y4, Y5
+	VPORD         Y5, Y4, Y4
+	VMOVDQU32     Y4, 32(SP)
+	VMOVQ         R10, X4
+	VPUNPCKLQDQ   X4, X3, X3
+	VPMOVZXBD     X3, Z3
+	VPMULLD       (DI), Z3, Z3
+	VPMOVZXBW     16(AX), Z5
+	VPANDD        Z0, Z5, Z4
+	VPANDD        Z1, Z5, Z5
+	VPBROADCASTD  (SP), Z6
+	VPMULLW       Z6, Z4, Z4
+	VPMADDWD      (BX), Z4, Z4
+	VPBROADCASTD  4(SP), Z6
+	VPMULLW       Z6, Z5, Z5
+	VPMADDWD      64(BX), Z5, Z5
+	VPMOVZXBW     48(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPANDD        Z1, Z6, Z6
+	VPBROADCASTD  8(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPMADDWD      128(BX), Z7, Z7
+	VPADDD        Z7, Z4, Z4
+	VPBROADCASTD  12(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPMADDWD      192(BX), Z6, Z6
+	VPADDD        Z6, Z5, Z5
+	VPMOVZXBW     80(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPANDD        Z1, Z6, Z6
+	VPBROADCASTD  16(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPMADDWD      256(BX), Z7, Z7
+	VPADDD        Z7, Z4, Z4
+	VPBROADCASTD  20(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPMADDWD      320(BX), Z6, Z6
+	VPADDD        Z6, Z5, Z5
+	VPMOVZXBW     112(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPANDD        Z1, Z6, Z6
+	VPBROADCASTD  24(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPMADDWD      384(BX), Z7, Z7
+	VPADDD        Z7, Z4, Z4
+	VPBROADCASTD  28(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPMADDWD      448(BX), Z6, Z6
+	VPADDD        Z6, Z5, Z5
+	VPSRAD        $0x04, Z5, Z5
+	VPADDD        Z5, Z4, Z4
+	VPMOVZXBW     160(AX), Z6
+	VPANDD        Z0, Z6, Z5
+	VPANDD        Z1, Z6, Z6
+	VPBROADCASTD  32(SP), Z7
+	VPMULLW       Z7, Z5, Z5
+	VPMADDWD      512(BX), Z5, Z5
+	VPBROADCASTD  36(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPMADDWD      576(BX), Z6, Z6
+	VPMOVZXBW     192(AX), Z7
+	VPANDD        Z0, Z7, Z8
+	VPANDD        Z1, Z7, Z7
+	VPBROADCASTD  40(SP), Z9
+	VPMULLW       Z9, Z8, Z8
+	VPMADDWD      640(BX), Z8, Z8
+	VPADDD        Z8, Z5, Z5
+	VPBROADCASTD  44(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPMADDWD      704(BX), Z7, Z7
+	VPADDD        Z7, Z6, Z6
+	VPMOVZXBW     224(AX), Z7
+	VPANDD        Z0, Z7, Z8
+	VPANDD        Z1, Z7, Z7
+	VPBROADCASTD  48(SP), Z9
+	VPMULLW       Z9, Z8, Z8
+	VPMADDWD      768(BX), Z8, Z8
+	VPADDD        Z8, Z5, Z5
+	VPBROADCASTD  52(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPMADDWD      832(BX), Z7, Z7
+	VPADDD        Z7, Z6, Z6
+	VPMOVZXBW     256(AX), Z7
+	VPANDD        Z0, Z7, Z8
+	VPANDD        Z1, Z7, Z7
+	VPBROADCASTD  56(SP), Z9
+	VPMULLW       Z9, Z8, Z8
+	VPMADDWD      896(BX), Z8, Z8
+	VPADDD        Z8, Z5, Z5
+	VPBROADCASTD  60(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPMADDWD      960(BX), Z7, Z7
+	VPADDD        Z7, Z6, Z6
+	VPSRAD        $0x04, Z6, Z6
+	VPADDD        Z6, Z5, Z5
+	VSHUFI64X2    $0x44, Z5, Z4, Z6
+	VSHUFI64X2    $0xee, Z5, Z4, Z4
+	VPADDD        Z4, Z6, Z6
+	VPUNPCKLDQ    Z3, Z6, Z4
+	VPUNPCKHDQ    Z3, Z6, Z6
+	VPADDD        Z4, Z6, Z6
+	VPSHUFD       $0x4e, Z6, Z4
+	VPADDD        Z4, Z6, Z6
+	VSHUFI64X2    $0xb1, Z6, Z6, Z4
+	VPADDD        Z4, Z6, Z6
+	VEXTRACTI32X4 $0x02, Z6, X3
+	VPUNPCKLQDQ   X3, X6, X3
+	VCVTDQ2PS     X3, X3
+	MOVL          (AX), R9
+	MOVL          144(AX), R10
+	SHLQ          $0x20, R10
+	ORQ           R10, R9
+	VMOVQ         R9, X4
+	VCVTPH2PS     X4, X4
+	VMULPS        X4, X3, X3
+	VMOVSHDUP     X3, X4
+	VSUBPS        X4, X3, X3
+	VPMOVZXDQ     (SI), X4
+	VMULPS        X4, X3, X3
+	VCVTSS2SD     X3, X3, X4
+	VADDSD        X4, X2, X2
+	VMOVHLPS      X3, X3, X3
+	VCVTSS2SD     X3, X3, X3
+	VADDSD        X3, X2, X2
+	ADDQ          $0x00000120, AX
+	ADDQ          $0x00000400, BX
+	ADDQ          $0x08, SI
+	ADDQ          $0x40, DI
+	SUBQ          $0x02, R8
+	JMP           q4kAVX512_pair
+
+q4kAVX512_single:
+	CMPQ          R8, $0x00
+	JE            q4kAVX512_end
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X3
+	VPMOVZXBD     X3, Y3
+	VPSLLD        $0x10, Y3, Y4
+	VPORD         Y4, Y3, Y3
+	VMOVDQU32     Y3, (SP)
+	VMOVQ         R10, X3
+	VPMOVZXBD     X3, Y3
+	VPMULLD       (DI), Y3, Y3
+	VPMOVZXBW     16(AX), Z5
+	VPANDD        Z0, Z5, Z4
+	VPANDD        Z1, Z5, Z5
+	VPBROADCASTD  (SP), Z6
+	VPMULLW       Z6, Z4, Z4
+	VPMADDWD      (BX), Z4, Z4
+	VPBROADCASTD  4(SP), Z6
+	VPMULLW       Z6, Z5, Z5
+	VPMADDWD      64(BX), Z5, Z5
+	VPMOVZXBW     48(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPANDD        Z1, Z6, Z6
+	VPBROADCASTD  8(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPMADDWD      128(BX), Z7, Z7
+	VPADDD        Z7, Z4, Z4
+	VPBROADCASTD  12(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPMADDWD      192(BX), Z6, Z6
+	VPADDD        Z6, Z5, Z5
+	VPMOVZXBW     80(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPANDD        Z1, Z6, Z6
+	VPBROADCASTD  16(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPMADDWD      256(BX), Z7, Z7
+	VPADDD        Z7, Z4, Z4
+	VPBROADCASTD  20(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPMADDWD      320(BX), Z6, Z6
+	VPADDD        Z6, Z5, Z5
+	VPMOVZXBW     112(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPANDD        Z1, Z6, Z6
+	VPBROADCASTD  24(SP), Z8
+	VPMULLW       Z8, Z7, Z7
+	VPMADDWD      384(BX), Z7, Z7
+	VPADDD        Z7, Z4, Z4
+	VPBROADCASTD  28(SP), Z7
+	VPMULLW       Z7, Z6, Z6
+	VPMADDWD      448(BX), Z6, Z6
+	VPADDD        Z6, Z5, Z5
+	VPSRAD        $0x04, Z5, Z5
+	VPADDD        Z5, Z4, Z4
+	VEXTRACTI64X4 $0x01, Z4, Y5
+	VPADDD        Y5, Y4, Y5
+	VPUNPCKLDQ    Y3, Y5, Y4
+	VPUNPCKHDQ    Y3, Y5, Y3
+	VPADDD        Y3, Y4, Y4
+	VPSHUFD       $0x4e, Y4, Y3
+	VPADDD        Y3, Y4, Y4
+	VEXTRACTI32X4 $0x01, Y4, X3
+	VPADDD        X3, X4, X3
+	VCVTDQ2PS     X3, X3
+	VMOVD         (AX), X4
+	VCVTPH2PS     X4, X4
+	VMULPS        X4, X3, X3
+	VMOVSHDUP     X3, X4
+	VSUBSS        X4, X3, X3
+	VMULSS        (SI), X3, X3
+	VCVTSS2SD     X3, X3, X3
+	VADDSD        X3, X2, X2
+	ADDQ          $0x00000090, AX
+	ADDQ          $0x00000200, BX
+	ADDQ          $0x04, SI
+	ADDQ          $0x20, DI
+	DECQ          R8
+	JMP           q4kAVX512_pair
+
+q4kAVX512_end:
+	VCVTSD2SS X2, X2, X2
+	VMOVSS    X2, (DX)
+	ADDQ      $0x04, DX
+	DECQ      CX
+	JMP       q4kAVX512_row
+
+q4kAVX512_done:
+	VZEROUPPER
+	RET
+
+// func q5kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C
+TEXT ·q5kAVX512(SB), NOSPLIT, $64-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         y+64(FP), DX
+	MOVL         $0x000f000f, BX
+	VPBROADCASTD BX, Z0
+	MOVL         $0x00f000f0, BX
+	VPBROADCASTD BX, Z1
+	MOVL         $0x00100010, BX
+	VPBROADCASTD BX, Z2
+	MOVL         $0x01000100, BX
+	VPBROADCASTD BX, Z3
+
+q5kAVX512_row:
+	CMPQ   CX, $0x00
+	JE     q5kAVX512_done
+	MOVQ   q+32(FP), BX
+	MOVQ   d+40(FP), SI
+	MOVQ   s+48(FP), DI
+	MOVQ   n+24(FP), R8
+	SHRQ   $0x08, R8
+	VPXORQ X4, X4, X4
+
+q5kAVX512_pair:
+	CMPQ          R8, $0x02
+	JB            q5kAVX512_single
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X5
+	VPMOVZXBD     X5, Y5
+	VPSLLD        $0x10, Y5, Y6
+	VPORD         Y6, Y5, Y5
+	VMOVDQU32     Y5, (SP)
+	VMOVQ         R10, X5
+	MOVL          180(AX), R9
+	MOVL          184(AX), R10
+	MOVL          188(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X6
+	VPMOVZXBD     X6, Y6
+	VPSLLD        $0x10, Y6, Y7
+	VPORD         Y7, Y6, Y6
+	VMOVDQU32     Y6, 32(SP)
+	VMOVQ         R10, X6
+	VPUNPCKLQDQ   X6, X5, X5
+	VPMOVZXBD     X5, Z5
+	VPMULLD       (DI), Z5, Z5
+	VPMOVZXBW     16(AX), Z8
+	VPMOVZXBW     48(AX), Z7
+	VPANDD        Z0, Z7, Z6
+	VPANDD        Z1, Z7, Z7
+	VPSLLW        $0x04, Z8, Z9
+	VPTERNLOGD    $0xf8, Z2, Z9, Z6
+	VPSLLW        $0x07, Z8, Z9
+	VPTERNLOGD    $0xf8, Z3, Z9, Z7
+	VPBROADCASTD  (SP), Z9
+	VPMULLW       Z9, Z6, Z6
+	VPMADDWD      (BX), Z6, Z6
+	VPBROADCASTD  4(SP), Z9
+	VPMULLW       Z9, Z7, Z7
+	VPMADDWD      64(BX), Z7, Z7
+	VPMOVZXBW     80(AX), Z9
+	VPANDD        Z0, Z9, Z10
+	VPANDD        Z1, Z9, Z9
+	VPSLLW        $0x02, Z8, Z11
+	VPTERNLOGD    $0xf8, Z2, Z11, Z10
+	VPSLLW        $0x05, Z8, Z11
+	VPTERNLOGD    $0xf8, Z3, Z11, Z9
+	VPBROADCASTD  8(SP), Z11
+	VPMULLW       Z11, Z10, Z10
+	VPMADDWD      128(BX), Z10, Z10
+	VPADDD        Z10, Z6, Z6
+	VPBROADCASTD  12(SP), Z10
+	VPMULLW       Z10, Z9, Z9
+	VPMADDWD      192(BX), Z9, Z9
+	VPADDD        Z9, Z7, Z7
+	VPMOVZXBW     112(AX), Z9
+	VPANDD        Z0, Z9, Z10
+	VPANDD        Z1, Z9, Z9
+	VPTERNLOGD    $0xf8, Z2, Z8, Z10
+	VPSLLW        $0x03, Z8, Z11
+	VPTERNLOGD    $0xf8, Z3, Z11, Z9
+	VPBROADCASTD  16(SP), Z11
+	VPMULLW       Z11, Z10, Z10
+	VPMADDWD      256(BX), Z10, Z10
+	VPADDD        Z10, Z6, Z6
+	VPBROADCASTD  20(SP), Z10
+	VPMULLW       Z10, Z9, Z9
+	VPMADDWD      320(BX), Z9, Z9
+	VPADDD        Z9, Z7, Z7
+	VPMOVZXBW     144(AX), Z9
+	VPANDD        Z0, Z9, Z10
+	VPANDD        Z1, Z9, Z9
+	VPSRLW        $0x02, Z8, Z11
+	VPTERNLOGD    $0xf8, Z2, Z11, Z10
+	VPSLLW        $0x01, Z8, Z8
+	VPTERNLOGD    $0xf8, Z3, Z8, Z9
+	VPBROADCASTD  24(SP), Z8
+	VPMULLW       Z8, Z10, Z10
+	VPMADDWD      384(BX), Z10, Z10
+	VPADDD        Z10, Z6, Z6
+	VPBROADCASTD  28(SP), Z8
+	VPMULLW       Z8, Z9, Z9
+	VPMADDWD      448(BX), Z9, Z9
+	VPADDD        Z9, Z7, Z7
+	VPSRAD        $0x04, Z7, Z7
+	VPADDD        Z7, Z6, Z6
+	VPMOVZXBW     192(AX), Z9
+	VPMOVZXBW     224(AX), Z8
+	VPANDD        Z0, Z8, Z7
+	VPANDD        Z1, Z8, Z8
+	VPSLLW        $0x04, Z9, Z10
+	VPTERNLOGD    $0xf8, Z2, Z10, Z7
+	VPSLLW        $0x07, Z9, Z10
+	VPTERNLOGD    $0xf8, Z3, Z10, Z8
+	VPBROADCASTD  32(SP), Z10
+	VPMULLW       Z10, Z7, Z7
+	VPMADDWD      512(BX), Z7, Z7
+	VPBROADCASTD  36(SP), Z10
+	VPMULLW       Z10, Z8, Z8
+	VPMADDWD      576(BX), Z8, Z8
+	VPMOVZXBW     256(AX), Z10
+	VPANDD        Z0, Z10, Z11
+	VPANDD        Z1, Z10, Z10
+	VPSLLW        $0x02, Z9, Z12
+	VPTERNLOGD    $0xf8, Z2, Z12, Z11
+	VPSLLW        $0x05, Z9, Z12
+	VPTERNLOGD    $0xf8, Z3, Z12, Z10
+	VPBROADCASTD  40(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPMADDWD      640(BX), Z11, Z11
+	VPADDD        Z11, Z7, Z7
+	VPBROADCASTD  44(SP), Z11
+	VPMULLW       Z11, Z10, Z10
+	VPMADDWD      704(BX), Z10, Z10
+	VPADDD        Z10, Z8, Z8
+	VPMOVZXBW     288(AX), Z10
+	VPANDD        Z0, Z10, Z11
+	VPANDD        Z1, Z10, Z10
+	VPTERNLOGD    $0xf8, Z2, Z9, Z11
+	VPSLLW        $0x03, Z9, Z12
+	VPTERNLOGD    $0xf8, Z3, Z12, Z10
+	VPBROADCASTD  48(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPMADDWD      768(BX), Z11, Z11
+	VPADDD        Z11, Z7, Z7
+	VPBROADCASTD  52(SP), Z11
+	VPMULLW       Z11, Z10, Z10
+	VPMADDWD      832(BX), Z10, Z10
+	VPADDD        Z10, Z8, Z8
+	VPMOVZXBW     320(AX), Z10
+	VPANDD        Z0, Z10, Z11
+	VPANDD        Z1, Z10, Z10
+	VPSRLW        $0x02, Z9, Z12
+	VPTERNLOGD    $0xf8, Z2, Z12, Z11
+	VPSLLW        $0x01, Z9, Z9
+	VPTERNLOGD    $0xf8, Z3, Z9, Z10
+	VPBROADCASTD  56(SP), Z9
+	VPMULLW       Z9, Z11, Z11
+	VPMADDWD      896(BX), Z11, Z11
+	VPADDD        Z11, Z7, Z7
+	VPBROADCASTD  60(SP), Z9
+	VPMULLW       Z9, Z10, Z10
+	VPMADDWD      960(BX), Z10, Z10
+	VPADDD        Z10, Z8, Z8
+	VPSRAD        $0x04, Z8, Z8
+	VPADDD        Z8, Z7, Z7
+	VSHUFI64X2    $0x44, Z7, Z6, Z8
+	VSHUFI64X2    $0xee, Z7, Z6, Z6
+	VPADDD        Z6, Z8, Z8
+	VPUNPCKLDQ    Z5, Z8, Z6
+	VPUNPCKHDQ    Z5, Z8, Z8
+	VPADDD        Z6, Z8, Z8
+	VPSHUFD       $0x4e, Z8, Z6
+	VPADDD        Z6, Z8, Z8
+	VSHUFI64X2    $0xb1, Z8, Z8, Z6
+	VPADDD        Z6, Z8, Z8
+	VEXTRACTI32X4 $0x02, Z8, X5
+	VPUNPCKLQDQ   X5, X8, X5
+	VCVTDQ2PS     X5, X5
+	MOVL          (AX), R9
+	MOVL          176(AX), R10
+	SHLQ          $0x20, R10
+	ORQ           R10, R9
+	VMOVQ         R9, X6
+	VCVTPH2PS     X6, X6
+	VMULPS        X6, X5, X5
+	VMOVSHDUP     X5, X6
+	VSUBPS        X6, X5, X5
+	VPMOVZXDQ     (SI), X6
+	VMULPS        X6, X5, X5
+	VCVTSS2SD     X5, X5, X6
+	VADDSD        X6, X4, X4
+	VMOVHLPS      X5, X5, X5
+	VCVTSS2SD     X5, X5, X5
+	VADDSD        X5, X4, X4
+	ADDQ          $0x00000160, AX
+	ADDQ          $0x00000400, BX
+	ADDQ          $0x08, SI
+	ADDQ          $0x40, DI
+	SUBQ          $0x02, R8
+	JMP           q5kAVX512_pair
+
+q5kAVX512_single:
+	CMPQ          R8, $0x00
+	JE            q5kAVX512_end
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X5
+	VPMOVZXBD     X5, Y5
+	VPSLLD        $0x10, Y5, Y6
+	VPORD         Y6, Y5, Y5
+	VMOVDQU32     Y5, (SP)
+	VMOVQ         R10, X5
+	VPMOVZXBD     X5, Y5
+	VPMULLD       (DI), Y5, Y5
+	VPMOVZXBW     16(AX), Z8
+	VPMOVZXBW     48(AX), Z7
+	VPANDD        Z0, Z7, Z6
+	VPANDD        Z1, Z7, Z7
+	VPSLLW        $0x04, Z8, Z9
+	VPTERNLOGD    $0xf8, Z2, Z9, Z6
+	VPSLLW        $0x07, Z8, Z9
+	VPTERNLOGD    $0xf8, Z3, Z9, Z7
+	VPBROADCASTD  (SP), Z9
+	VPMULLW       Z9, Z6, Z6
+	VPMADDWD      (BX), Z6, Z6
+	VPBROADCASTD  4(SP), Z9
+	VPMULLW       Z9, Z7, Z7
+	VPMADDWD      64(BX), Z7, Z7
+	VPMOVZXBW     80(AX), Z9
+	VPANDD        Z0, Z9, Z10
+	VPANDD        Z1, Z9, Z9
+	VPSLLW        $0x02, Z8, Z11
+	VPTERNLOGD    $0xf8, Z2, Z11, Z10
+	VPSLLW        $0x05, Z8, Z11
+	VPTERNLOGD    $0xf8, Z3, Z11, Z9
+	VPBROADCASTD  8(SP), Z11
+	VPMULLW       Z11, Z10, Z10
+	VPMADDWD      128(BX), Z10, Z10
+	VPADDD        Z10, Z6, Z6
+	VPBROADCASTD  12(SP), Z10
+	VPMULLW       Z10, Z9, Z9
+	VPMADDWD      192(BX), Z9, Z9
+	VPADDD        Z9, Z7, Z7
+	VPMOVZXBW     112(AX), Z9
+	VPANDD        Z0, Z9, Z10
+	VPANDD        Z1, Z9, Z9
+	VPTERNLOGD    $0xf8, Z2, Z8, Z10
+	VPSLLW        $0x03, Z8, Z11
+	VPTERNLOGD    $0xf8, Z3, Z11, Z9
+	VPBROADCASTD  16(SP), Z11
+	VPMULLW       Z11, Z10, Z10
+	VPMADDWD      256(BX), Z10, Z10
+	VPADDD        Z10, Z6, Z6
+	VPBROADCASTD  20(SP), Z10
+	VPMULLW       Z10, Z9, Z9
+	VPMADDWD      320(BX), Z9, Z9
+	VPADDD        Z9, Z7, Z7
+	VPMOVZXBW     144(AX), Z9
+	VPANDD        Z0, Z9, Z10
+	VPANDD        Z1, Z9, Z9
+	VPSRLW        $0x02, Z8, Z11
+	VPTERNLOGD    $0xf8, Z2, Z11, Z10
+	VPSLLW        $0x01, Z8, Z8
+	VPTERNLOGD    $0xf8, Z3, Z8, Z9
+	VPBROADCASTD  24(SP), Z8
+	VPMULLW       Z8, Z10, Z10
+	VPMADDWD      384(BX), Z10, Z10
+	VPADDD        Z10, Z6, Z6
+	VPBROADCASTD  28(SP), Z8
+	VPMULLW       Z8, Z9, Z9
+	VPMADDWD      448(BX), Z9, Z9
+	VPADDD        Z9, Z7, Z7
+	VPSRAD        $0x04, Z7, Z7
+	VPADDD        Z7, Z6, Z6
+	VEXTRACTI64X4 $0x01, Z6, Y7
+	VPADDD        Y7, Y6, Y7
+	VPUNPCKLDQ    Y5, Y7, Y6
+	VPUNPCKHDQ    Y5, Y7, Y5
+	VPADDD        Y5, Y6, Y6
+	VPSHUFD       $0x4e, Y6, Y5
+	VPADDD        Y5, Y6, Y6
+	VEXTRACTI32X4 $0x01, Y6, X5
+	VPADDD        X5, X6, X5
+	VCVTDQ2PS     X5, X5
+	VMOVD         (AX), X6
+	VCVTPH2PS     X6, X6
+	VMULPS        X6, X5, X5
+	VMOVSHDUP     X5, X6
+	VSUBSS        X6, X5, X5
+	VMULSS        (SI), X5, X5
+	VCVTSS2SD     X5, X5, X5
+	VADDSD        X5, X4, X4
+	ADDQ          $0x000000b0, AX
+	ADDQ          $0x00000200, BX
+	ADDQ          $0x04, SI
+	ADDQ          $0x20, DI
+	DECQ          R8
+	JMP           q5kAVX512_pair
+
+q5kAVX512_end:
+	VCVTSD2SS X4, X4, X4
+	VMOVSS    X4, (DX)
+	ADDQ      $0x04, DX
+	DECQ      CX
+	JMP       q5kAVX512_row
+
+q5kAVX512_done:
+	VZEROUPPER
+	RET
+
+// func q6kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C
+TEXT ·q6kAVX512(SB), NOSPLIT, $64-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         y+64(FP), DX
+	MOVL         $0x000f000f, BX
+	VPBROADCASTD BX, Z0
+	VMOVDQU32    q6kHigh512<>+0(SB), Y1
+	VMOVDQU32    q6kHigh512<>+32(SB), Y2
+	MOVL         $0x0f0f0f0f, BX
+	VPBROADCASTD BX, Y3
+
+q6kAVX512_row:
+	CMPQ   CX, $0x00
+	JE     q6kAVX512_done
+	MOVQ   q+32(FP), BX
+	MOVQ   d+40(FP), SI
+	MOVQ   n+24(FP), DI
+	SHRQ   $0x08, DI
+	VPXORQ X4, X4, X4
+
+q6kAVX512_pair:
+	CMPQ            DI, $0x02
+	JB              q6kAVX512_single
+	VPMOVSXBW       192(AX), Y5
+	VMOVDQU32       Y5, (SP)
+	VPMOVZXBW       (AX), Z5
+	VPMOVZXBW       32(AX), Z6
+	VPANDD          128(AX), Y3, Y11
+	VPSRLW          $0x04, 128(AX), Y7
+	VPANDD          Y3, Y7, Y7
+	VPSRLW          $0x04, Z5, Z8
+	VPSRLW          $0x04, Z6, Z9
+	VBROADCASTI32X4 (SP), Z10
+	VPSHUFB         Y11, Y1, Y12
+	VPMOVSXBW       Y12, Z12
+	VPTERNLOGD      $0xd8, Z0, Z5, Z12
+	VPSHUFB         q6kShuf512<>+0(SB), Z10, Z5
+	VPMULLW         Z5, Z12, Z12
+	VPMADDWD        (BX), Z12, Z5
+	VPSHUFB         Y11, Y2, Y11
+	VPMOVSXBW       Y11, Z11
+	VPTERNLOGD      $0xd8, Z0, Z6, Z11
+	VPSHUFB         q6kShuf512<>+64(SB), Z10, Z6
+	VPMULLW         Z6, Z11, Z11
+	VPMADDWD        64(BX), Z11, Z6
+	VPSHUFB         Y7, Y1, Y11
+	VPMOVSXBW       Y11, Z11
+	VPTERNLOGD      $0xd8, Z0, Z8, Z11
+	VPSHUFB         q6kShuf512<>+128(SB), Z10, Z8
+	VPMULLW         Z8, Z11, Z11
+	VPMADDWD        128(BX), Z11, Z11
+	VPADDD          Z11, Z5, Z5
+	VPSHUFB         Y7, Y2, Y7
+	VPMOVSXBW       Y7, Z7
+	VPTERNLOGD      $0xd8, Z0, Z9, Z7
+	VPSHUFB         q6kShuf512<>+192(SB), Z10, Z8
+	VPMULLW         Z8, Z7, Z7
+	VPMADDWD        192(BX), Z7, Z7
+	VPADDD          Z7, Z6, Z6
+	VPMOVZXBW       64(AX), Z7
+	VPMOVZXBW       96(AX), Z8
+	VPANDD          160(AX), Y3, Y9
+	VPSRLW          $0x04, 160(AX), Y10
+	VPANDD          Y3, Y10, Y10
+	VPSRLW          $0x04, Z7, Z11
+	VPSRLW          $0x04, Z8, Z12
+	VBROADCASTI32X4 16(SP), Z13
+	VPSHUFB         Y9, Y1, Y14
+	VPMOVSXBW       Y14, Z14
+	VPTERNLOGD      $0xd8, Z0, Z7, Z14
+	VPSHUFB         q6kShuf512<>+0(SB), Z13, Z7
+	VPMULLW         Z7, Z14, Z14
+	VPMADDWD        256(BX), Z14, Z14
+	VPADDD          Z14, Z5, Z5
+	VPSHUFB         Y9, Y2, Y7
+	VPMOVSXBW       Y7, Z7
+	VPTERNLOGD      $0xd8, Z0, Z8, Z7
+	VPSHUFB         q6kShuf512<>+64(SB), Z13, Z8
+	VPMULLW         Z8, Z7, Z7
+	VPMADDWD        320(BX), Z7, Z7
+	VPADDD          Z7, Z6, Z6
+	VPSHUFB         Y10, Y1, Y7
+	VPMOVSXBW       Y7, Z7
+	VPTERNLOGD      $0xd8, Z0, Z11, Z7
+	VPSHUFB         q6kShuf512<>+128(SB), Z13, Z8
+	VPMULLW         Z8, Z7, Z7
+	VPMADDWD        384(BX), Z7, Z7
+	VPADDD          Z7, Z5, Z5
+	VPSHUFB         Y10, Y2, Y7
+	VPMOVSXBW       Y7, Z7
+	VPTERNLOGD      $0xd8, Z0, Z12, Z7
+	VPSHUFB         q6kShuf512<>+192(SB), Z13, Z8
+	VPMULLW         Z8, Z7, Z7
+	VPMADDWD        448(BX), Z7, Z7
+	VPADDD          Z7, Z6, Z6
+	VPADDD          Z6, Z5, Z5
+	VPMOVSXBW       402(AX), Y6
+	VMOVDQU32       Y6, 32(SP)
+	VPMOVZXBW       210(AX), Z6
+	VPMOVZXBW       242(AX), Z7
+	VPANDD          338(AX), Y3, Y12
+	VPSRLW          $0x04, 338(AX), Y8
+	VPANDD          Y3, Y8, Y8
+	VPSRLW          $0x04, Z6, Z9
+	VPSRLW          $0x04, Z7, Z10
+	VBROADCASTI32X4 32(SP), Z11
+	VPSHUFB         Y12, Y1, Y13
+	VPMOVSXBW       Y13, Z13
+	VPTERNLOGD      $0xd8, Z0, Z6, Z13
+	VPSHUFB         q6kShuf512<>+0(SB), Z11, Z6
+	VPMULLW         Z6, Z13, Z13
+	VPMADDWD        512(BX), Z13, Z6
+	VPSHUFB         Y12, Y2, Y12
+	VPMOVSXBW       Y12, Z12
+	VPTERNLOGD      $0xd8, Z0, Z7, Z12
+	VPSHUFB         q6kShuf512<>+64(SB), Z11, Z7
+	VPMULLW         Z7, Z12, Z12
+	VPMADDWD        576(BX), Z12, Z7
+	VPSHUFB         Y8, Y1, Y12
+	VPMOVSXBW       Y12, Z12
+	VPTERNLOGD      $0xd8, Z0, Z9, Z12
+	VPSHUFB         q6kShuf512<>+128(SB), Z11, Z9
+	VPMULLW         Z9, Z12, Z12
+	VPMADDWD        640(BX), Z12, Z12
+	VPADDD          Z12, Z6, Z6
+	VPSHUFB         Y8, Y2, Y8
+	VPMOVSXBW       Y8, Z8
+	VPTERNLOGD      $0xd8, Z0, Z10, Z8
+	VPSHUFB         q6kShuf512<>+192(SB), Z11, Z9
+	VPMULLW         Z9, Z8, Z8
+	VPMADDWD        704(BX), Z8, Z8
+	VPADDD          Z8, Z7, Z7
+	VPMOVZXBW       274(AX), Z8
+	VPMOVZXBW       306(AX), Z9
+	VPANDD          370(AX), Y3, Y10
+	VPSRLW          $0x04, 370(AX), Y11
+	VPANDD          Y3, Y11, Y11
+	VPSRLW          $0x04, Z8, Z12
+	VPSRLW          $0x04, Z9, Z13
+	VBROADCASTI32X4 48(SP), Z14
+	VPSHUFB         Y10, Y1, Y15
+	VPMOVSXBW       Y15, Z15
+	VPTERNLOGD      $0xd8, Z0, Z8, Z15
+	VPSHUFB         q6kShuf512<>+0(SB), Z14, Z8
+	VPMULLW         Z8, Z15, Z15
+	VPMADDWD        768(BX), Z15, Z15
+	VPADDD          Z15, Z6, Z6
+	VPSHUFB         Y10, Y2, Y8
+	VPMOVSXBW       Y8, Z8
+	VPTERNLOGD      $0xd8, Z0, Z9, Z8
+	VPSHUFB         q6kShuf512<>+64(SB), Z14, Z9
+	VPMULLW         Z9, Z8, Z8
+	VPMADDWD        832(BX), Z8, Z8
+	VPADDD          Z8, Z7, Z7
+	VPSHUFB         Y11, Y1, Y8
+	VPMOVSXBW       Y8, Z8
+	VPTERNLOGD      $0xd8, Z0, Z12, Z8
+	VPSHUFB         q6kShuf512<>+128(SB), Z14, Z9
+	VPMULLW         Z9, Z8, Z8
+	VPMADDWD        896(BX), Z8, Z8
+	VPADDD          Z8, Z6, Z6
+	VPSHUFB         Y11, Y2, Y8
+	VPMOVSXBW       Y8, Z8
+	VPTERNLOGD      $0xd8, Z0, Z13, Z8
+	VPSHUFB         q6kShuf512<>+192(SB), Z14, Z9
+	VPMULLW         Z9, Z8, Z8
+	VPMADDWD        960(BX), Z8, Z8
+	VPADDD          Z8, Z7, Z7
+	VPADDD          Z7, Z6, Z6
+	VSHUFI64X2      $0x44, Z6, Z5, Z7
+	VSHUFI64X2      $0xee, Z6, Z5, Z5
+	VPADDD          Z5, Z7, Z7
+	VSHUFI64X2      $0xb1, Z7, Z7, Z5
+	VPADDD          Z5, Z7, Z7
+	VPSHUFD         $0x4e, Z7, Z5
+	VPADDD          Z5, Z7, Z7
+	VPSHUFD         $0xb1, Z7, Z5
+	VPADDD          Z5, Z7, Z7
+	VEXTRACTI32X4   $0x02, Z7, X5
+	VPUNPCKLDQ      X5, X7, X5
+	VCVTDQ2PS       X5, X5
+	MOVWLZX         208(AX), R8
+	MOVWLZX         418(AX), R9
+	SHLL            $0x10, R9
+	ORL             R9, R8
+	VMOVD           R8, X6
+	VCVTPH2PS       X6, X6
+	VMULPS          X6, X5, X5
+	VMOVQ           (SI), X6
+	VMULPS          X6, X5, X5
+	VCVTPS2PD       X5, X5
+	VADDSD          X5, X4, X4
+	VPERMILPD       $0x01, X5, X5
+	VADDSD          X5, X4, X4
+	ADDQ            $0x000001a4, AX
+	ADDQ            $0x00000400, BX
+	ADDQ            $0x08, SI
+	SUBQ            $0x02, DI
+	JMP             q6kAVX512_pair
+
+q6kAVX512_single:
+	CMPQ            DI, $0x00
+	JE              q6kAVX512_end
+	VPMOVSXBW       192(AX), Y5
+	VMOVDQU32       Y5, (SP)
+	VPMOVZXBW       (AX), Z5
+	VPMOVZXBW       32(AX), Z6
+	VPANDD          128(AX), Y3, Y11
+	VPSRLW          $0x04, 128(AX), Y7
+	VPANDD          Y3, Y7, Y7
+	VPSRLW          $0x04, Z5, Z8
+	VPSRLW          $0x04, Z6, Z9
+	VBROADCASTI32X4 (SP), Z10
+	VPSHUFB         Y11, Y1, Y12
+	VPMOVSXBW       Y12, Z12
+	VPTERNLOGD      $0xd8, Z0, Z5, Z12
+	VPSHUFB         q6kShuf512<>+0(SB), Z10, Z5
+	VPMULLW         Z5, Z12, Z12
+	VPMADDWD        (BX), Z12, Z5
+	VPSHUFB         Y11, Y2, Y11
+	VPMOVSXBW       Y11, Z11
+	VPTERNLOGD      $0xd8, Z0, Z6, Z11
+	VPSHUFB         q6kShuf512<>+64(SB), Z10, Z6
+	VPMULLW         Z6, Z11, Z11
+	VPMADDWD        64(BX), Z11, Z6
+	VPSHUFB         Y7, Y1, Y11
+	VPMOVSXBW       Y11, Z11
+	VPTERNLOGD      $0xd8, Z0, Z8, Z11
+	VPSHUFB         q6kShuf512<>+128(SB), Z10, Z8
+	VPMULLW         Z8, Z11, Z11
+	VPMADDWD        128(BX), Z11, Z11
+	VPADDD          Z11, Z5, Z5
+	VPSHUFB         Y7, Y2, Y7
+	VPMOVSXBW       Y7, Z7
+	VPTERNLOGD      $0xd8, Z0, Z9, Z7
+	VPSHUFB         q6kShuf512<>+192(SB), Z10, Z8
+	VPMULLW         Z8, Z7, Z7
+	VPMADDWD        192(BX), Z7, Z7
+	VPADDD          Z7, Z6, Z6
+	VPMOVZXBW       64(AX), Z7
+	VPMOVZXBW       96(AX), Z8
+	VPANDD          160(AX), Y3, Y9
+	VPSRLW          $0x04, 160(AX), Y10
+	VPANDD          Y3, Y10, Y10
+	VPSRLW          $0x04, Z7, Z11
+	VPSRLW          $0x04, Z8, Z12
+	VBROADCASTI32X4 16(SP), Z13
+	VPSHUFB         Y9, Y1, Y14
+	VPMOVSXBW       Y14, Z14
+	VPTERNLOGD      $0xd8, Z0, Z7, Z14
+	VPSHUFB         q6kShuf512<>+0(SB), Z13, Z7
+	VPMULLW         Z7, Z14, Z14
+	VPMADDWD        256(BX), Z14, Z14
+	VPADDD          Z14, Z5, Z5
+	VPSHUFB         Y9, Y2, Y7
+	VPMOVSXBW       Y7, Z7
+	VPTERNLOGD      $0xd8, Z0, Z8, Z7
+	VPSHUFB         q6kShuf512<>+64(SB), Z13, Z8
+	VPMULLW         Z8, Z7, Z7
+	VPMADDWD        320(BX), Z7, Z7
+	VPADDD          Z7, Z6, Z6
+	VPSHUFB         Y10, Y1, Y7
+	VPMOVSXBW       Y7, Z7
+	VPTERNLOGD      $0xd8, Z0, Z11, Z7
+	VPSHUFB         q6kShuf512<>+128(SB), Z13, Z8
+	VPMULLW         Z8, Z7, Z7
+	VPMADDWD        384(BX), Z7, Z7
+	VPADDD          Z7, Z5, Z5
+	VPSHUFB         Y10, Y2, Y7
+	VPMOVSXBW       Y7, Z7
+	VPTERNLOGD      $0xd8, Z0, Z12, Z7
+	VPSHUFB         q6kShuf512<>+192(SB), Z13, Z8
+	VPMULLW         Z8, Z7, Z7
+	VPMADDWD        448(BX), Z7, Z7
+	VPADDD          Z7, Z6, Z6
+	VPADDD          Z6, Z5, Z5
+	VEXTRACTI64X4   $0x01, Z5, Y6
+	VPADDD          Y6, Y5, Y6
+	VEXTRACTI32X4   $0x01, Y6, X5
+	VPADDD          X5, X6, X5
+	VPSHUFD         $0x4e, X5, X6
+	VPADDD          X6, X5, X5
+	VPSHUFD         $0xb1, X5, X6
+	VPADDD          X6, X5, X5
+	VCVTDQ2PS       X5, X5
+	VPBROADCASTW    208(AX), X6
+	VCVTPH2PS       X6, X6
+	VMULSS          X6, X5, X5
+	VMULSS          (SI), X5, X5
+	VCVTSS2SD       X5, X5, X5
+	VADDSD          X5, X4, X4
+	ADDQ            $0x000000d2, AX
+	ADDQ            $0x00000200, BX
+	ADDQ            $0x04, SI
+	DECQ            DI
+	JMP             q6kAVX512_pair
+
+q6kAVX512_end:
+	VCVTSD2SS X4, X4, X4
+	VMOVSS    X4, (DX)
+	ADDQ      $0x04, DX
+	DECQ      CX
+	JMP       q6kAVX512_row
+
+q6kAVX512_done:
+	VZEROUPPER
+	RET
+
+DATA q6kShuf512<>+0(SB)/1, $0x00
+DATA q6kShuf512<>+1(SB)/1, $0x01
+DATA q6kShuf512<>+2(SB)/1, $0x00
+DATA q6kShuf512<>+3(SB)/1, $0x01
+DATA q6kShuf512<>+4(SB)/1, $0x00
+DATA q6kShuf512<>+5(SB)/1, $0x01
+DATA q6kShuf512<>+6(SB)/1, $0x00
+DATA q6kShuf512<>+7(SB)/1, $0x01
+DATA q6kShuf512<>+8(SB)/1, $0x00
+DATA q6kShuf512<>+9(SB)/1, $0x01
+DATA q6kShuf512<>+10(SB)/1, $0x00
+DATA q6kShuf512<>+11(SB)/1, $0x01
+DATA q6kShuf512<>+12(SB)/1, $0x00
+DATA q6kShuf512<>+13(SB)/1, $0x01
+DATA q6kShuf512<>+14(SB)/1, $0x00
+DATA q6kShuf512<>+15(SB)/1, $0x01
+DATA q6kShuf512<>+16(SB)/1, $0x00
+DATA q6kShuf512<>+17(SB)/1, $0x01
+DATA q6kShuf512<>+18(SB)/1, $0x00
+DATA q6kShuf512<>+19(SB)/1, $0x01
+DATA q6kShuf512<>+20(SB)/1, $0x00
+DATA q6kShuf512<>+21(SB)/1, $0x01
+DATA q6kShuf512<>+22(SB)/1, $0x00
+DATA q6kShuf512<>+23(SB)/1, $0x01
+DATA q6kShuf512<>+24(SB)/1, $0x00
+DATA q6kShuf512<>+25(SB)/1, $0x01
+DATA q6kShuf512<>+26(SB)/1, $0x00
+DATA q6kShuf512<>+27(SB)/1, $0x01
+DATA q6kShuf512<>+28(SB)/1, $0x00
+DATA q6kShuf512<>+29(SB)/1, $0x01
+DATA q6kShuf512<>+30(SB)/1, $0x00
+DATA q6kShuf512<>+31(SB)/1, $0x01
+DATA q6kShuf512<>+32(SB)/1, $0x02
+DATA q6kShuf512<>+33(SB)/1, $0x03
+DATA q6kShuf512<>+34(SB)/1, $0x02
+DATA q6kShuf512<>+35(SB)/1, $0x03
+DATA q6kShuf512<>+36(SB)/1, $0x02
+DATA q6kShuf512<>+37(SB)/1, $0x03
+DATA q6kShuf512<>+38(SB)/1, $0x02
+DATA q6kShuf512<>+39(SB)/1, $0x03
+DATA q6kShuf512<>+40(SB)/1, $0x02
+DATA q6kShuf512<>+41(SB)/1, $0x03
+DATA q6kShuf512<>+42(SB)/1, $0x02
+DATA q6kShuf512<>+43(SB)/1, $0x03
+DATA q6kShuf512<>+44(SB)/1, $0x02
+DATA q6kShuf512<>+45(SB)/1, $0x03
+DATA q6kShuf512<>+46(SB)/1, $0x02
+DATA q6kShuf512<>+47(SB)/1, $0x03
+DATA q6kShuf512<>+48(SB)/1, $0x02
+DATA q6kShuf512<>+49(SB)/1, $0x03
+DATA q6kShuf512<>+50(SB)/1, $0x02
+DATA q6kShuf512<>+51(SB)/1, $0x03
+DATA q6kShuf512<>+52(SB)/1, $0x02
+DATA q6kShuf512<>+53(SB)/1, $0x03
+DATA q6kShuf512<>+54(SB)/1, $0x02
+DATA q6kShuf512<>+55(SB)/1, $0x03
+DATA q6kShuf512<>+56(SB)/1, $0x02
+DATA q6kShuf512<>+57(SB)/1, $0x03
+DATA q6kShuf512<>+58(SB)/1, $0x02
+DATA q6kShuf512<>+59(SB)/1, $0x03
+DATA q6kShuf512<>+60(SB)/1, $0x02
+DATA q6kShuf512<>+61(SB)/1, $0x03
+DATA q6kShuf512<>+62(SB)/1, $0x02
+DATA q6kShuf512<>+63(SB)/1, $0x03
+DATA q6kShuf512<>+64(SB)/1, $0x04
+DATA q6kShuf512<>+65(SB)/1, $0x05
+DATA q6kShuf512<>+66(SB)/1, $0x04
+DATA q6kShuf512<>+67(SB)/1, $0x05
+DATA q6kShuf512<>+68(SB)/1, $0x04
+DATA q6kShuf512<>+69(SB)/1, $0x05
+DATA q6kShuf512<>+70(SB)/1, $0x04
+DATA q6kShuf512<>+71(SB)/1, $0x05
+DATA q6kShuf512<>+72(SB)/1, $0x04
+DATA q6kShuf512<>+73(SB)/1, $0x05
+DATA q6kShuf512<>+74(SB)/1, $0x04
+DATA q6kShuf512<>+75(SB)/1, $0x05
+DATA q6kShuf512<>+76(SB)/1, $0x04
+DATA q6kShuf512<>+77(SB)/1, $0x05
+DATA q6kShuf512<>+78(SB)/1, $0x04
+DATA q6kShuf512<>+79(SB)/1, $0x05
+DATA q6kShuf512<>+80(SB)/1, $0x04
+DATA q6kShuf512<>+81(SB)/1, $0x05
+DATA q6kShuf512<>+82(SB)/1, $0x04
+DATA q6kShuf512<>+83(SB)/1, $0x05
+DATA q6kShuf512<>+84(SB)/1, $0x04
+DATA q6kShuf512<>+85(SB)/1, $0x05
+DATA q6kShuf512<>+86(SB)/1, $0x04
+DATA q6kShuf512<>+87(SB)/1, $0x05
+DATA q6kShuf512<>+88(SB)/1, $0x04
+DATA q6kShuf512<>+89(SB)/1, $0x05
+DATA q6kShuf512<>+90(SB)/1, $0x04
+DATA q6kShuf512<>+91(SB)/1, $0x05
+DATA q6kShuf512<>+92(SB)/1, $0x04
+DATA q6kShuf512<>+93(SB)/1, $0x05
+DATA q6kShuf512<>+94(SB)/1, $0x04
+DATA q6kShuf512<>+95(SB)/1, $0x05
+DATA q6kShuf512<>+96(SB)/1, $0x06
+DATA q6kShuf512<>+97(SB)/1, $0x07
+DATA q6kShuf512<>+98(SB)/1, $0x06
+DATA q6kShuf512<>+99(SB)/1, $0x07
+DATA q6kShuf512<>+100(SB)/1, $0x06
+DATA q6kShuf512<>+101(SB)/1, $0x07
+DATA q6kShuf512<>+102(SB)/1, $0x06
+DATA q6kShuf512<>+103(SB)/1, $0x07
+DATA q6kShuf512<>+104(SB)/1, $0x06
+DATA q6kShuf512<>+105(SB)/1, $0x07
+DATA q6kShuf512<>+106(SB)/1, $0x06
+DATA q6kShuf512<>+107(SB)/1, $0x07
+DATA q6kShuf512<>+108(SB)/1, $0x06
+DATA q6kShuf512<>+109(SB)/1, $0x07
+DATA q6kShuf512<>+110(SB)/1, $0x06
+DATA q6kShuf512<>+111(SB)/1, $0x07
+DATA q6kShuf512<>+112(SB)/1, $0x06
+DATA q6kShuf512<>+113(SB)/1, $0x07
+DATA q6kShuf512<>+114(SB)/1, $0x06
+DATA q6kShuf512<>+115(SB)/1, $0x07
+DATA q6kShuf512<>+116(SB)/1, $0x06
+DATA q6kShuf512<>+117(SB)/1, $0x07
+DATA q6kShuf512<>+118(SB)/1, $0x06
+DATA q6kShuf512<>+119(SB)/1, $0x07
+DATA q6kShuf512<>+120(SB)/1, $0x06
+DATA q6kShuf512<>+121(SB)/1, $0x07
+DATA q6kShuf512<>+122(SB)/1, $0x06
+DATA q6kShuf512<>+123(SB)/1, $0x07
+DATA q6kShuf512<>+124(SB)/1, $0x06
+DATA q6kShuf512<>+125(SB)/1, $0x07
+DATA q6kShuf512<>+126(SB)/1, $0x06
+DATA q6kShuf512<>+127(SB)/1, $0x07
+DATA q6kShuf512<>+128(SB)/1, $0x08
+DATA q6kShuf512<>+129(SB)/1, $0x09
+DATA q6kShuf512<>+130(SB)/1, $0x08
+DATA q6kShuf512<>+131(SB)/1, $0x09
+DATA q6kShuf512<>+132(SB)/1, $0x08
+DATA q6kShuf512<>+133(SB)/1, $0x09
+DATA q6kShuf512<>+134(SB)/1, $0x08
+DATA q6kShuf512<>+135(SB)/1, $0x09
+DATA q6kShuf512<>+136(SB)/1, $0x08
+DATA q6kShuf512<>+137(SB)/1, $0x09
+DATA q6kShuf512<>+138(SB)/1, $0x08
+DATA q6kShuf512<>+139(SB)/1, $0x09
+DATA q6kShuf512<>+140(SB)/1, $0x08
+DATA q6kShuf512<>+141(SB)/1, $0x09
+DATA q6kShuf512<>+142(SB)/1, $0x08
+DATA q6kShuf512<>+143(SB)/1, $0x09
+DATA q6kShuf512<>+144(SB)/1, $0x08
+DATA q6kShuf512<>+145(SB)/1, $0x09
+DATA q6kShuf512<>+146(SB)/1, $0x08
+DATA q6kShuf512<>+147(SB)/1, $0x09
+DATA q6kShuf512<>+148(SB)/1, $0x08
+DATA q6kShuf512<>+149(SB)/1, $0x09
+DATA q6kShuf512<>+150(SB)/1, $0x08
+DATA q6kShuf512<>+151(SB)/1, $0x09
+DATA q6kShuf512<>+152(SB)/1, $0x08
+DATA q6kShuf512<>+153(SB)/1, $0x09
+DATA q6kShuf512<>+154(SB)/1, $0x08
+DATA q6kShuf512<>+155(SB)/1, $0x09
+DATA q6kShuf512<>+156(SB)/1, $0x08
+DATA q6kShuf512<>+157(SB)/1, $0x09
+DATA q6kShuf512<>+158(SB)/1, $0x08
+DATA q6kShuf512<>+159(SB)/1, $0x09
+DATA q6kShuf512<>+160(SB)/1, $0x0a
+DATA q6kShuf512<>+161(SB)/1, $0x0b
+DATA q6kShuf512<>+162(SB)/1, $0x0a
+DATA q6kShuf512<>+163(SB)/1, $0x0b
+DATA q6kShuf512<>+164(SB)/1, $0x0a
+DATA q6kShuf512<>+165(SB)/1, $0x0b
+DATA q6kShuf512<>+166(SB)/1, $0x0a
+DATA q6kShuf512<>+167(SB)/1, $0x0b
+DATA q6kShuf512<>+168(SB)/1, $0x0a
+DATA q6kShuf512<>+169(SB)/1, $0x0b
+DATA q6kShuf512<>+170(SB)/1, $0x0a
+DATA q6kShuf512<>+171(SB)/1, $0x0b
+DATA q6kShuf512<>+172(SB)/1, $0x0a
+DATA q6kShuf512<>+173(SB)/1, $0x0b
+DATA q6kShuf512<>+174(SB)/1, $0x0a
+DATA q6kShuf512<>+175(SB)/1, $0x0b
+DATA q6kShuf512<>+176(SB)/1, $0x0a
+DATA q6kShuf512<>+177(SB)/1, $0x0b
+DATA q6kShuf512<>+178(SB)/1, $0x0a
+DATA q6kShuf512<>+179(SB)/1, $0x0b
+DATA q6kShuf512<>+180(SB)/1, $0x0a
+DATA q6kShuf512<>+181(SB)/1, $0x0b
+DATA q6kShuf512<>+182(SB)/1, $0x0a
+DATA q6kShuf512<>+183(SB)/1, $0x0b
+DATA q6kShuf512<>+184(SB)/1, $0x0a
+DATA q6kShuf512<>+185(SB)/1, $0x0b
+DATA q6kShuf512<>+186(SB)/1, $0x0a
+DATA q6kShuf512<>+187(SB)/1, $0x0b
+DATA q6kShuf512<>+188(SB)/1, $0x0a
+DATA q6kShuf512<>+189(SB)/1, $0x0b
+DATA q6kShuf512<>+190(SB)/1, $0x0a
+DATA q6kShuf512<>+191(SB)/1, $0x0b
+DATA q6kShuf512<>+192(SB)/1, $0x0c
+DATA q6kShuf512<>+193(SB)/1, $0x0d
+DATA q6kShuf512<>+194(SB)/1, $0x0c
+DATA q6kShuf512<>+195(SB)/1, $0x0d
+DATA q6kShuf512<>+196(SB)/1, $0x0c
+DATA q6kShuf512<>+197(SB)/1, $0x0d
+DATA q6kShuf512<>+198(SB)/1, $0x0c
+DATA q6kShuf512<>+199(SB)/1, $0x0d
+DATA q6kShuf512<>+200(SB)/1, $0x0c
+DATA q6kShuf512<>+201(SB)/1, $0x0d
+DATA q6kShuf512<>+202(SB)/1, $0x0c
+DATA q6kShuf512<>+203(SB)/1, $0x0d
+DATA q6kShuf512<>+204(SB)/1, $0x0c
+DATA q6kShuf512<>+205(SB)/1, $0x0d
+DATA q6kShuf512<>+206(SB)/1, $0x0c
+DATA q6kShuf512<>+207(SB)/1, $0x0d
+DATA q6kShuf512<>+208(SB)/1, $0x0c
+DATA q6kShuf512<>+209(SB)/1, $0x0d
+DATA q6kShuf512<>+210(SB)/1, $0x0c
+DATA q6kShuf512<>+211(SB)/1, $0x0d
+DATA q6kShuf512<>+212(SB)/1, $0x0c
+DATA q6kShuf512<>+213(SB)/1, $0x0d
+DATA q6kShuf512<>+214(SB)/1, $0x0c
+DATA q6kShuf512<>+215(SB)/1, $0x0d
+DATA q6kShuf512<>+216(SB)/1, $0x0c
+DATA q6kShuf512<>+217(SB)/1, $0x0d
+DATA q6kShuf512<>+218(SB)/1, $0x0c
+DATA q6kShuf512<>+219(SB)/1, $0x0d
+DATA q6kShuf512<>+220(SB)/1, $0x0c
+DATA q6kShuf512<>+221(SB)/1, $0x0d
+DATA q6kShuf512<>+222(SB)/1, $0x0c
+DATA q6kShuf512<>+223(SB)/1, $0x0d
+DATA q6kShuf512<>+224(SB)/1, $0x0e
+DATA q6kShuf512<>+225(SB)/1, $0x0f
+DATA q6kShuf512<>+226(SB)/1, $0x0e
+DATA q6kShuf512<>+227(SB)/1, $0x0f
+DATA q6kShuf512<>+228(SB)/1, $0x0e
+DATA q6kShuf512<>+229(SB)/1, $0x0f
+DATA q6kShuf512<>+230(SB)/1, $0x0e
+DATA q6kShuf512<>+231(SB)/1, $0x0f
+DATA q6kShuf512<>+232(SB)/1, $0x0e
+DATA q6kShuf512<>+233(SB)/1, $0x0f
+DATA q6kShuf512<>+234(SB)/1, $0x0e
+DATA q6kShuf512<>+235(SB)/1, $0x0f
+DATA q6kShuf512<>+236(SB)/1, $0x0e
+DATA q6kShuf512<>+237(SB)/1, $0x0f
+DATA q6kShuf512<>+238(SB)/1, $0x0e
+DATA q6kShuf512<>+239(SB)/1, $0x0f
+DATA q6kShuf512<>+240(SB)/1, $0x0e
+DATA q6kShuf512<>+241(SB)/1, $0x0f
+DATA q6kShuf512<>+242(SB)/1, $0x0e
+DATA q6kShuf512<>+243(SB)/1, $0x0f
+DATA q6kShuf512<>+244(SB)/1, $0x0e
+DATA q6kShuf512<>+245(SB)/1, $0x0f
+DATA q6kShuf512<>+246(SB)/1, $0x0e
+DATA q6kShuf512<>+247(SB)/1, $0x0f
+DATA q6kShuf512<>+248(SB)/1, $0x0e
+DATA q6kShuf512<>+249(SB)/1, $0x0f
+DATA q6kShuf512<>+250(SB)/1, $0x0e
+DATA q6kShuf512<>+251(SB)/1, $0x0f
+DATA q6kShuf512<>+252(SB)/1, $0x0e
+DATA q6kShuf512<>+253(SB)/1, $0x0f
+DATA q6kShuf512<>+254(SB)/1, $0x0e
+DATA q6kShuf512<>+255(SB)/1, $0x0f
+GLOBL q6kShuf512<>(SB), RODATA|NOPTR, $256
+
+DATA q6kHigh512<>+0(SB)/1, $0xe0
+DATA q6kHigh512<>+1(SB)/1, $0xf0
+DATA q6kHigh512<>+2(SB)/1, $0x00
+DATA q6kHigh512<>+3(SB)/1, $0x10
+DATA q6kHigh512<>+4(SB)/1, $0xe0
+DATA q6kHigh512<>+5(SB)/1, $0xf0
+DATA q6kHigh512<>+6(SB)/1, $0x00
+DATA q6kHigh512<>+7(SB)/1, $0x10
+DATA q6kHigh512<>+8(SB)/1, $0xe0
+DATA q6kHigh512<>+9(SB)/1, $0xf0
+DATA q6kHigh512<>+10(SB)/1, $0x00
+DATA q6kHigh512<>+11(SB)/1, $0x10
+DATA q6kHigh512<>+12(SB)/1, $0xe0
+DATA q6kHigh512<>+13(SB)/1, $0xf0
+DATA q6kHigh512<>+14(SB)/1, $0x00
+DATA q6kHigh512<>+15(SB)/1, $0x10
+DATA q6kHigh512<>+16(SB)/1, $0xe0
+DATA q6kHigh512<>+17(SB)/1, $0xf0
+DATA q6kHigh512<>+18(SB)/1, $0x00
+DATA q6kHigh512<>+19(SB)/1, $0x10
+DATA q6kHigh512<>+20(SB)/1, $0xe0
+DATA q6kHigh512<>+21(SB)/1, $0xf0
+DATA q6kHigh512<>+22(SB)/1, $0x00
+DATA q6kHigh512<>+23(SB)/1, $0x10
+DATA q6kHigh512<>+24(SB)/1, $0xe0
+DATA q6kHigh512<>+25(SB)/1, $0xf0
+DATA q6kHigh512<>+26(SB)/1, $0x00
+DATA q6kHigh512<>+27(SB)/1, $0x10
+DATA q6kHigh512<>+28(SB)/1, $0xe0
+DATA q6kHigh512<>+29(SB)/1, $0xf0
+DATA q6kHigh512<>+30(SB)/1, $0x00
+DATA q6kHigh512<>+31(SB)/1, $0x10
+DATA q6kHigh512<>+32(SB)/1, $0xe0
+DATA q6kHigh512<>+33(SB)/1, $0xe0
+DATA q6kHigh512<>+34(SB)/1, $0xe0
+DATA q6kHigh512<>+35(SB)/1, $0xe0
+DATA q6kHigh512<>+36(SB)/1, $0xf0
+DATA q6kHigh512<>+37(SB)/1, $0xf0
+DATA q6kHigh512<>+38(SB)/1, $0xf0
+DATA q6kHigh512<>+39(SB)/1, $0xf0
+DATA q6kHigh512<>+40(SB)/1, $0x00
+DATA q6kHigh512<>+41(SB)/1, $0x00
+DATA q6kHigh512<>+42(SB)/1, $0x00
+DATA q6kHigh512<>+43(SB)/1, $0x00
+DATA q6kHigh512<>+44(SB)/1, $0x10
+DATA q6kHigh512<>+45(SB)/1, $0x10
+DATA q6kHigh512<>+46(SB)/1, $0x10
+DATA q6kHigh512<>+47(SB)/1, $0x10
+DATA q6kHigh512<>+48(SB)/1, $0xe0
+DATA q6kHigh512<>+49(SB)/1, $0xe0
+DATA q6kHigh512<>+50(SB)/1, $0xe0
+DATA q6kHigh512<>+51(SB)/1, $0xe0
+DATA q6kHigh512<>+52(SB)/1, $0xf0
+DATA q6kHigh512<>+53(SB)/1, $0xf0
+DATA q6kHigh512<>+54(SB)/1, $0xf0
+DATA q6kHigh512<>+55(SB)/1, $0xf0
+DATA q6kHigh512<>+56(SB)/1, $0x00
+DATA q6kHigh512<>+57(SB)/1, $0x00
+DATA q6kHigh512<>+58(SB)/1, $0x00
+DATA q6kHigh512<>+59(SB)/1, $0x00
+DATA q6kHigh512<>+60(SB)/1, $0x10
+DATA q6kHigh512<>+61(SB)/1, $0x10
+DATA q6kHigh512<>+62(SB)/1, $0x10
+DATA q6kHigh512<>+63(SB)/1, $0x10
+GLOBL q6kHigh512<>(SB), RODATA|NOPTR, $64
+
+// func q4kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
+TEXT ·q4kVNNI(SB), NOSPLIT, $64-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         y+64(FP), DX
+	MOVL         $0x000f000f, BX
+	VPBROADCASTD BX, Z0
+	MOVL         $0x00f000f0, BX
+	VPBROADCASTD BX, Z1
+
+q4kVNNI_row:
+	CMPQ   CX, $0x00
+	JE     q4kVNNI_done
+	MOVQ   q+32(FP), BX
+	MOVQ   d+40(FP), SI
+	MOVQ   s+48(FP), DI
+	MOVQ   n+24(FP), R8
+	SHRQ   $0x08, R8
+	VPXORQ X2, X2, X2
+
+q4kVNNI_pair:
+	CMPQ          R8, $0x02
+	JB            q4kVNNI_single
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X3
+	VPMOVZXBD     X3, Y3
+	VPSLLD        $0x10, Y3, Y4
+	VPORD         Y4, Y3, Y3
+	VMOVDQU32     Y3, (SP)
+	VMOVQ         R10, X3
+	MOVL          148(AX), R9
+	MOVL          152(AX), R10
+	MOVL          156(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X4
+	VPMOVZXBD     X4, Y4
+	VPSLLD        $0x10, Y4, Y11
+	VPORD         Y11, Y4, Y4
+	VMOVDQU32     Y4, 32(SP)
+	VMOVQ         R10, X4
+	VPUNPCKLQDQ   X4, X3, X3
+	VPMOVZXBD     X3, Z3
+	VPMULLD       (DI), Z3, Z3
+	VPXORD        Z5, Z5, Z5
+	VPXORD        Z6, Z6, Z6
+	VPMOVZXBW     16(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  (SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      (BX), Z11, Z5
+	VPBROADCASTD  4(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      64(BX), Z4, Z6
+	VPMOVZXBW     48(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  8(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      128(BX), Z11, Z5
+	VPBROADCASTD  12(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      192(BX), Z4, Z6
+	VPMOVZXBW     80(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  16(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      256(BX), Z11, Z5
+	VPBROADCASTD  20(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      320(BX), Z4, Z6
+	VPMOVZXBW     112(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  24(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      384(BX), Z11, Z5
+	VPBROADCASTD  28(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      448(BX), Z4, Z6
+	VPSRAD        $0x04, Z6, Z6
+	VPADDD        Z6, Z5, Z5
+	VPXORD        Z7, Z7, Z7
+	VPXORD        Z8, Z8, Z8
+	VPMOVZXBW     160(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  32(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      512(BX), Z11, Z7
+	VPBROADCASTD  36(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      576(BX), Z4, Z8
+	VPMOVZXBW     192(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  40(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      640(BX), Z11, Z7
+	VPBROADCASTD  44(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      704(BX), Z4, Z8
+	VPMOVZXBW     224(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  48(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      768(BX), Z11, Z7
+	VPBROADCASTD  52(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      832(BX), Z4, Z8
+	VPMOVZXBW     256(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  56(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      896(BX), Z11, Z7
+	VPBROADCASTD  60(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      960(BX), Z4, Z8
+	VPSRAD        $0x04, Z8, Z8
+	VPADDD        Z8, Z7, Z7
+	VSHUFI64X2    $0x44, Z7, Z5, Z4
+	VSHUFI64X2    $0xee, Z7, Z5, Z11
+	VPADDD        Z11, Z4, Z4
+	VPUNPCKLDQ    Z3, Z4, Z11
+	VPUNPCKHDQ    Z3, Z4, Z4
+	VPADDD        Z11, Z4, Z4
+	VPSHUFD       $0x4e, Z4, Z11
+	VPADDD        Z11, Z4, Z4
+	VSHUFI64X2    $0xb1, Z4, Z4, Z11
+	VPADDD        Z11, Z4, Z4
+	VEXTRACTI32X4 $0x02, Z4, X3
+	VPUNPCKLQDQ   X3, X4, X3
+	VCVTDQ2PS     X3, X3
+	MOVL          (AX), R9
+	MOVL          144(AX), R10
+	SHLQ          $0x20, R10
+	ORQ           R10, R9
+	VMOVQ         R9, X4
+	VCVTPH2PS     X4, X4
+	VMULPS        X4, X3, X3
+	VMOVSHDUP     X3, X4
+	VSUBPS        X4, X3, X3
+	VPMOVZXDQ     (SI), X4
+	VMULPS        X4, X3, X3
+	VCVTSS2SD     X3, X3, X4
+	VADDSD        X4, X2, X2
+	VMOVHLPS      X3, X3, X3
+	VCVTSS2SD     X3, X3, X3
+	VADDSD        X3, X2, X2
+	ADDQ          $0x00000120, AX
+	ADDQ          $0x00000400, BX
+	ADDQ          $0x08, SI
+	ADDQ          $0x40, DI
+	SUBQ          $0x02, R8
+	JMP           q4kVNNI_pair
+
+q4kVNNI_single:
+	CMPQ          R8, $0x00
+	JE            q4kVNNI_end
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X3
+	VPMOVZXBD     X3, Y3
+	VPSLLD        $0x10, Y3, Y4
+	VPORD         Y4, Y3, Y3
+	VMOVDQU32     Y3, (SP)
+	VMOVQ         R10, X3
+	VPMOVZXBD     X3, Y3
+	VPMULLD       (DI), Y3, Y3
+	VPXORD        Z9, Z9, Z9
+	VPXORD        Z10, Z10, Z10
+	VPMOVZXBW     16(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  (SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      (BX), Z11, Z9
+	VPBROADCASTD  4(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      64(BX), Z4, Z10
+	VPMOVZXBW     48(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  8(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      128(BX), Z11, Z9
+	VPBROADCASTD  12(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      192(BX), Z4, Z10
+	VPMOVZXBW     80(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  16(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      256(BX), Z11, Z9
+	VPBROADCASTD  20(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      320(BX), Z4, Z10
+	VPMOVZXBW     112(AX), Z4
+	VPANDD        Z0, Z4, Z11
+	VPANDD        Z1, Z4, Z4
+	VPBROADCASTD  24(SP), Z12
+	VPMULLW       Z12, Z11, Z11
+	VPDPWSSD      384(BX), Z11, Z9
+	VPBROADCASTD  28(SP), Z11
+	VPMULLW       Z11, Z4, Z4
+	VPDPWSSD      448(BX), Z4, Z10
+	VPSRAD        $0x04, Z10, Z10
+	VPADDD        Z10, Z9, Z9
+	VEXTRACTI64X4 $0x01, Z9, Y4
+	VPADDD        Y4, Y9, Y4
+	VPUNPCKLDQ    Y3, Y4, Y11
+	VPUNPCKHDQ    Y3, Y4, Y3
+	VPADDD        Y3, Y11, Y11
+	VPSHUFD       $0x4e, Y11, Y3
+	VPADDD        Y3, Y11, Y11
+	VEXTRACTI32X4 $0x01, Y11, X3
+	VPADDD        X3, X11, X3
+	VCVTDQ2PS     X3, X3
+	VMOVD         (AX), X4
+	VCVTPH2PS     X4, X4
+	VMULPS        X4, X3, X3
+	VMOVSHDUP     X3, X4
+	VSUBSS        X4, X3, X3
+	VMULSS        (SI), X3, X3
+	VCVTSS2SD     X3, X3, X3
+	VADDSD        X3, X2, X2
+	ADDQ          $0x00000090, AX
+	ADDQ          $0x00000200, BX
+	ADDQ          $0x04, SI
+	ADDQ          $0x20, DI
+	DECQ          R8
+	JMP           q4kVNNI_pair
+
+q4kVNNI_end:
+	VCVTSD2SS X2, X2, X2
+	VMOVSS    X2, (DX)
+	ADDQ      $0x04, DX
+	DECQ      CX
+	JMP       q4kVNNI_row
+
+q4kVNNI_done:
+	VZEROUPPER
+	RET
+
+// func q5kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
+TEXT ·q5kVNNI(SB), NOSPLIT, $64-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         y+64(FP), DX
+	MOVL         $0x000f000f, BX
+	VPBROADCASTD BX, Z0
+	MOVL         $0x00f000f0, BX
+	VPBROADCASTD BX, Z1
+	MOVL         $0x00100010, BX
+	VPBROADCASTD BX, Z2
+	MOVL         $0x01000100, BX
+	VPBROADCASTD BX, Z3
+
+q5kVNNI_row:
+	CMPQ   CX, $0x00
+	JE     q5kVNNI_done
+	MOVQ   q+32(FP), BX
+	MOVQ   d+40(FP), SI
+	MOVQ   s+48(FP), DI
+	MOVQ   n+24(FP), R8
+	SHRQ   $0x08, R8
+	VPXORQ X4, X4, X4
+
+q5kVNNI_pair:
+	CMPQ          R8, $0x02
+	JB            q5kVNNI_single
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X5
+	VPMOVZXBD     X5, Y5
+	VPSLLD        $0x10, Y5, Y6
+	VPORD         Y6, Y5, Y5
+	VMOVDQU32     Y5, (SP)
+	VMOVQ         R10, X5
+	MOVL          180(AX), R9
+	MOVL          184(AX), R10
+	MOVL          188(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X6
+	VPMOVZXBD     X6, Y6
+	VPSLLD        $0x10, Y6, Y13
+	VPORD         Y13, Y6, Y6
+	VMOVDQU32     Y6, 32(SP)
+	VMOVQ         R10, X6
+	VPUNPCKLQDQ   X6, X5, X5
+	VPMOVZXBD     X5, Z5
+	VPMULLD       (DI), Z5, Z5
+	VPXORD        Z7, Z7, Z7
+	VPXORD        Z8, Z8, Z8
+	VPMOVZXBW     16(AX), Z6
+	VPMOVZXBW     48(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPSLLW        $0x04, Z6, Z15
+	VPTERNLOGD    $0xf8, Z2, Z15, Z14
+	VPSLLW        $0x07, Z6, Z15
+	VPTERNLOGD    $0xf8, Z3, Z15, Z13
+	VPBROADCASTD  (SP), Z15
+	VPMULLW       Z15, Z14, Z14
+	VPDPWSSD      (BX), Z14, Z7
+	VPBROADCASTD  4(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      64(BX), Z13, Z8
+	VPMOVZXBW     80(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPSLLW        $0x02, Z6, Z15
+	VPTERNLOGD    $0xf8, Z2, Z15, Z14
+	VPSLLW        $0x05, Z6, Z15
+	VPTERNLOGD    $0xf8, Z3, Z15, Z13
+	VPBROADCASTD  8(SP), Z15
+	VPMULLW       Z15, Z14, Z14
+	VPDPWSSD      128(BX), Z14, Z7
+	VPBROADCASTD  12(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      192(BX), Z13, Z8
+	VPMOVZXBW     112(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPTERNLOGD    $0xf8, Z2, Z6, Z14
+	VPSLLW        $0x03, Z6, Z15
+	VPTERNLOGD    $0xf8, Z3, Z15, Z13
+	VPBROADCASTD  16(SP), Z15
+	VPMULLW       Z15, Z14, Z14
+	VPDPWSSD      256(BX), Z14, Z7
+	VPBROADCASTD  20(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      320(BX), Z13, Z8
+	VPMOVZXBW     144(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPSRLW        $0x02, Z6, Z15
+	VPTERNLOGD    $0xf8, Z2, Z15, Z14
+	VPSLLW        $0x01, Z6, Z6
+	VPTERNLOGD    $0xf8, Z3, Z6, Z13
+	VPBROADCASTD  24(SP), Z6
+	VPMULLW       Z6, Z14, Z14
+	VPDPWSSD      384(BX), Z14, Z7
+	VPBROADCASTD  28(SP), Z6
+	VPMULLW       Z6, Z13, Z13
+	VPDPWSSD      448(BX), Z13, Z8
+	VPSRAD        $0x04, Z8, Z8
+	VPADDD        Z8, Z7, Z7
+	VPXORD        Z9, Z9, Z9
+	VPXORD        Z10, Z10, Z10
+	VPMOVZXBW     192(AX), Z6
+	VPMOVZXBW     224(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPSLLW        $0x04, Z6, Z15
+	VPTERNLOGD    $0xf8, Z2, Z15, Z14
+	VPSLLW        $0x07, Z6, Z15
+	VPTERNLOGD    $0xf8, Z3, Z15, Z13
+	VPBROADCASTD  32(SP), Z15
+	VPMULLW       Z15, Z14, Z14
+	VPDPWSSD      512(BX), Z14, Z9
+	VPBROADCASTD  36(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      576(BX), Z13, Z10
+	VPMOVZXBW     256(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPSLLW        $0x02, Z6, Z15
+	VPTERNLOGD    $0xf8, Z2, Z15, Z14
+	VPSLLW        $0x05, Z6, Z15
+	VPTERNLOGD    $0xf8, Z3, Z15, Z13
+	VPBROADCASTD  40(SP), Z15
+	VPMULLW       Z15, Z14, Z14
+	VPDPWSSD      640(BX), Z14, Z9
+	VPBROADCASTD  44(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      704(BX), Z13, Z10
+	VPMOVZXBW     288(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPTERNLOGD    $0xf8, Z2, Z6, Z14
+	VPSLLW        $0x03, Z6, Z15
+	VPTERNLOGD    $0xf8, Z3, Z15, Z13
+	VPBROADCASTD  48(SP), Z15
+	VPMULLW       Z15, Z14, Z14
+	VPDPWSSD      768(BX), Z14, Z9
+	VPBROADCASTD  52(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      832(BX), Z13, Z10
+	VPMOVZXBW     320(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPSRLW        $0x02, Z6, Z15
+	VPTERNLOGD    $0xf8, Z2, Z15, Z14
+	VPSLLW        $0x01, Z6, Z6
+	VPTERNLOGD    $0xf8, Z3, Z6, Z13
+	VPBROADCASTD  56(SP), Z6
+	VPMULLW       Z6, Z14, Z14
+	VPDPWSSD      896(BX), Z14, Z9
+	VPBROADCASTD  60(SP), Z6
+	VPMULLW       Z6, Z13, Z13
+	VPDPWSSD      960(BX), Z13, Z10
+	VPSRAD        $0x04, Z10, Z10
+	VPADDD        Z10, Z9, Z9
+	VSHUFI64X2    $0x44, Z9, Z7, Z6
+	VSHUFI64X2    $0xee, Z9, Z7, Z13
+	VPADDD        Z13, Z6, Z6
+	VPUNPCKLDQ    Z5, Z6, Z13
+	VPUNPCKHDQ    Z5, Z6, Z6
+	VPADDD        Z13, Z6, Z6
+	VPSHUFD       $0x4e, Z6, Z13
+	VPADDD        Z13, Z6, Z6
+	VSHUFI64X2    $0xb1, Z6, Z6, Z13
+	VPADDD        Z13, Z6, Z6
+	VEXTRACTI32X4 $0x02, Z6, X5
+	VPUNPCKLQDQ   X5, X6, X5
+	VCVTDQ2PS     X5, X5
+	MOVL          (AX), R9
+	MOVL          176(AX), R10
+	SHLQ          $0x20, R10
+	ORQ           R10, R9
+	VMOVQ         R9, X6
+	VCVTPH2PS     X6, X6
+	VMULPS        X6, X5, X5
+	VMOVSHDUP     X5, X6
+	VSUBPS        X6, X5, X5
+	VPMOVZXDQ     (SI), X6
+	VMULPS        X6, X5, X5
+	VCVTSS2SD     X5, X5, X6
+	VADDSD        X6, X4, X4
+	VMOVHLPS      X5, X5, X5
+	VCVTSS2SD     X5, X5, X5
+	VADDSD        X5, X4, X4
+	ADDQ          $0x00000160, AX
+	ADDQ          $0x00000400, BX
+	ADDQ          $0x08, SI
+	ADDQ          $0x40, DI
+	SUBQ          $0x02, R8
+	JMP           q5kVNNI_pair
+
+q5kVNNI_single:
+	CMPQ          R8, $0x00
+	JE            q5kVNNI_end
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X5
+	VPMOVZXBD     X5, Y5
+	VPSLLD        $0x10, Y5, Y6
+	VPORD         Y6, Y5, Y5
+	VMOVDQU32     Y5, (SP)
+	VMOVQ         R10, X5
+	VPMOVZXBD     X5, Y5
+	VPMULLD       (DI), Y5, Y5
+	VPXORD        Z11, Z11, Z11
+	VPXORD        Z12, Z12, Z12
+	VPMOVZXBW     16(AX), Z6
+	VPMOVZXBW     48(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPSLLW        $0x04, Z6, Z15
+	VPTERNLOGD    $0xf8, Z2, Z15, Z14
+	VPSLLW        $0x07, Z6, Z15
+	VPTERNLOGD    $0xf8, Z3, Z15, Z13
+	VPBROADCASTD  (SP), Z15
+	VPMULLW       Z15, Z14, Z14
+	VPDPWSSD      (BX), Z14, Z11
+	VPBROADCASTD  4(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      64(BX), Z13, Z12
+	VPMOVZXBW     80(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPSLLW        $0x02, Z6, Z15
+	VPTERNLOGD    $0xf8, Z2, Z15, Z14
+	VPSLLW        $0x05, Z6, Z15
+	VPTERNLOGD    $0xf8, Z3, Z15, Z13
+	VPBROADCASTD  8(SP), Z15
+	VPMULLW       Z15, Z14, Z14
+	VPDPWSSD      128(BX), Z14, Z11
+	VPBROADCASTD  12(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      192(BX), Z13, Z12
+	VPMOVZXBW     112(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPTERNLOGD    $0xf8, Z2, Z6, Z14
+	VPSLLW        $0x03, Z6, Z15
+	VPTERNLOGD    $0xf8, Z3, Z15, Z13
+	VPBROADCASTD  16(SP), Z15
+	VPMULLW       Z15, Z14, Z14
+	VPDPWSSD      256(BX), Z14, Z11
+	VPBROADCASTD  20(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      320(BX), Z13, Z12
+	VPMOVZXBW     144(AX), Z13
+	VPANDD        Z0, Z13, Z14
+	VPANDD        Z1, Z13, Z13
+	VPSRLW        $0x02, Z6, Z15
+	VPTERNLOGD    $0xf8, Z2, Z15, Z14
+	VPSLLW        $0x01, Z6, Z6
+	VPTERNLOGD    $0xf8, Z3, Z6, Z13
+	VPBROADCASTD  24(SP), Z6
+	VPMULLW       Z6, Z14, Z14
+	VPDPWSSD      384(BX), Z14, Z11
+	VPBROADCASTD  28(SP), Z6
+	VPMULLW       Z6, Z13, Z13
+	VPDPWSSD      448(BX), Z13, Z12
+	VPSRAD        $0x04, Z12, Z12
+	VPADDD        Z12, Z11, Z11
+	VEXTRACTI64X4 $0x01, Z11, Y6
+	VPADDD        Y6, Y11, Y6
+	VPUNPCKLDQ    Y5, Y6, Y13
+	VPUNPCKHDQ    Y5, Y6, Y5
+	VPADDD        Y5, Y13, Y13
+	VPSHUFD       $0x4e, Y13, Y5
+	VPADDD        Y5, Y13, Y13
+	VEXTRACTI32X4 $0x01, Y13, X5
+	VPADDD        X5, X13, X5
+	VCVTDQ2PS     X5, X5
+	VMOVD         (AX), X6
+	VCVTPH2PS     X6, X6
+	VMULPS        X6, X5, X5
+	VMOVSHDUP     X5, X6
+	VSUBSS        X6, X5, X5
+	VMULSS        (SI), X5, X5
+	VCVTSS2SD     X5, X5, X5
+	VADDSD        X5, X4, X4
+	ADDQ          $0x000000b0, AX
+	ADDQ          $0x00000200, BX
+	ADDQ          $0x04, SI
+	ADDQ          $0x20, DI
+	DECQ          R8
+	JMP           q5kVNNI_pair
+
+q5kVNNI_end:
+	VCVTSD2SS X4, X4, X4
+	VMOVSS    X4, (DX)
+	ADDQ      $0x04, DX
+	DECQ      CX
+	JMP       q5kVNNI_row
+
+q5kVNNI_done:
+	VZEROUPPER
+	RET
+
+// func q6kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
+TEXT ·q6kVNNI(SB), NOSPLIT, $64-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         y+64(FP), DX
+	MOVL         $0x000f000f, BX
+	VPBROADCASTD BX, Z0
+	VMOVDQU32    q6kHigh512<>+0(SB), Y1
+	VMOVDQU32    q6kHigh512<>+32(SB), Y2
+	MOVL         $0x0f0f0f0f, BX
+	VPBROADCASTD BX, Y3
+
+q6kVNNI_row:
+	CMPQ   CX, $0x00
+	JE     q6kVNNI_done
+	MOVQ   q+32(FP), BX
+	MOVQ   d+40(FP), SI
+	MOVQ   n+24(FP), DI
+	SHRQ   $0x08, DI
+	VPXORQ X4, X4, X4
+
+q6kVNNI_pair:
+	CMPQ            DI, $0x02
+	JB              q6kVNNI_single
+	VPMOVSXBW       192(AX), Y5
+	VMOVDQU32       Y5, (SP)
+	VPXORD          Z6, Z6, Z6
+	VPXORD          Z7, Z7, Z7
+	VPMOVZXBW       (AX), Z5
+	VPMOVZXBW       32(AX), Z12
+	VPANDD          128(AX), Y3, Y13
+	VPSRLW          $0x04, 128(AX), Y14
+	VPANDD          Y3, Y14, Y14
+	VPSRLW          $0x04, Z5, Z15
+	VPSRLW          $0x04, Z12, Z16
+	VBROADCASTI32X4 (SP), Z17
+	VPSHUFB         Y13, Y1, Y18
+	VPMOVSXBW       Y18, Z18
+	VPTERNLOGD      $0xd8, Z0, Z5, Z18
+	VPSHUFB         q6kShuf512<>+0(SB), Z17, Z5
+	VPMULLW         Z5, Z18, Z18
+	VPDPWSSD        (BX), Z18, Z6
+	VPSHUFB         Y13, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z12, Z5
+	VPSHUFB         q6kShuf512<>+64(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        64(BX), Z5, Z7
+	VPSHUFB         Y14, Y1, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z15, Z5
+	VPSHUFB         q6kShuf512<>+128(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        128(BX), Z5, Z6
+	VPSHUFB         Y14, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z16, Z5
+	VPSHUFB         q6kShuf512<>+192(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        192(BX), Z5, Z7
+	VPMOVZXBW       64(AX), Z5
+	VPMOVZXBW       96(AX), Z12
+	VPANDD          160(AX), Y3, Y13
+	VPSRLW          $0x04, 160(AX), Y14
+	VPANDD          Y3, Y14, Y14
+	VPSRLW          $0x04, Z5, Z15
+	VPSRLW          $0x04, Z12, Z16
+	VBROADCASTI32X4 16(SP), Z17
+	VPSHUFB         Y13, Y1, Y18
+	VPMOVSXBW       Y18, Z18
+	VPTERNLOGD      $0xd8, Z0, Z5, Z18
+	VPSHUFB         q6kShuf512<>+0(SB), Z17, Z5
+	VPMULLW         Z5, Z18, Z18
+	VPDPWSSD        256(BX), Z18, Z6
+	VPSHUFB         Y13, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z12, Z5
+	VPSHUFB         q6kShuf512<>+64(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        320(BX), Z5, Z7
+	VPSHUFB         Y14, Y1, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z15, Z5
+	VPSHUFB         q6kShuf512<>+128(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        384(BX), Z5, Z6
+	VPSHUFB         Y14, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z16, Z5
+	VPSHUFB         q6kShuf512<>+192(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        448(BX), Z5, Z7
+	VPADDD          Z7, Z6, Z6
+	VPMOVSXBW       402(AX), Y5
+	VMOVDQU32       Y5, 32(SP)
+	VPXORD          Z8, Z8, Z8
+	VPXORD          Z9, Z9, Z9
+	VPMOVZXBW       210(AX), Z5
+	VPMOVZXBW       242(AX), Z12
+	VPANDD          338(AX), Y3, Y13
+	VPSRLW          $0x04, 338(AX), Y14
+	VPANDD          Y3, Y14, Y14
+	VPSRLW          $0x04, Z5, Z15
+	VPSRLW          $0x04, Z12, Z16
+	VBROADCASTI32X4 32(SP), Z17
+	VPSHUFB         Y13, Y1, Y18
+	VPMOVSXBW       Y18, Z18
+	VPTERNLOGD      $0xd8, Z0, Z5, Z18
+	VPSHUFB         q6kShuf512<>+0(SB), Z17, Z5
+	VPMULLW         Z5, Z18, Z18
+	VPDPWSSD        512(BX), Z18, Z8
+	VPSHUFB         Y13, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z12, Z5
+	VPSHUFB         q6kShuf512<>+64(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        576(BX), Z5, Z9
+	VPSHUFB         Y14, Y1, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z15, Z5
+	VPSHUFB         q6kShuf512<>+128(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        640(BX), Z5, Z8
+	VPSHUFB         Y14, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z16, Z5
+	VPSHUFB         q6kShuf512<>+192(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        704(BX), Z5, Z9
+	VPMOVZXBW       274(AX), Z5
+	VPMOVZXBW       306(AX), Z12
+	VPANDD          370(AX), Y3, Y13
+	VPSRLW          $0x04, 370(AX), Y14
+	VPANDD          Y3, Y14, Y14
+	VPSRLW          $0x04, Z5, Z15
+	VPSRLW          $0x04, Z12, Z16
+	VBROADCASTI32X4 48(SP), Z17
+	VPSHUFB         Y13, Y1, Y18
+	VPMOVSXBW       Y18, Z18
+	VPTERNLOGD      $0xd8, Z0, Z5, Z18
+	VPSHUFB         q6kShuf512<>+0(SB), Z17, Z5
+	VPMULLW         Z5, Z18, Z18
+	VPDPWSSD        768(BX), Z18, Z8
+	VPSHUFB         Y13, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z12, Z5
+	VPSHUFB         q6kShuf512<>+64(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        832(BX), Z5, Z9
+	VPSHUFB         Y14, Y1, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z15, Z5
+	VPSHUFB         q6kShuf512<>+128(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        896(BX), Z5, Z8
+	VPSHUFB         Y14, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z16, Z5
+	VPSHUFB         q6kShuf512<>+192(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        960(BX), Z5, Z9
+	VPADDD          Z9, Z8, Z8
+	VSHUFI64X2      $0x44, Z8, Z6, Z5
+	VSHUFI64X2      $0xee, Z8, Z6, Z12
+	VPADDD          Z12, Z5, Z5
+	VSHUFI64X2      $0xb1, Z5, Z5, Z12
+	VPADDD          Z12, Z5, Z5
+	VPSHUFD         $0x4e, Z5, Z12
+	VPADDD          Z12, Z5, Z5
+	VPSHUFD         $0xb1, Z5, Z12
+	VPADDD          Z12, Z5, Z5
+	VEXTRACTI32X4   $0x02, Z5, X12
+	VPUNPCKLDQ      X12, X5, X12
+	VCVTDQ2PS       X12, X12
+	MOVWLZX         208(AX), R8
+	MOVWLZX         418(AX), R9
+	SHLL            $0x10, R9
+	ORL             R9, R8
+	VMOVD           R8, X5
+	VCVTPH2PS       X5, X5
+	VMULPS          X5, X12, X12
+	VMOVQ           (SI), X5
+	VMULPS          X5, X12, X12
+	VCVTPS2PD       X12, X12
+	VADDSD          X12, X4, X4
+	VPERMILPD       $0x01, X12, X12
+	VADDSD          X12, X4, X4
+	ADDQ            $0x000001a4, AX
+	ADDQ            $0x00000400, BX
+	ADDQ            $0x08, SI
+	SUBQ            $0x02, DI
+	JMP             q6kVNNI_pair
+
+q6kVNNI_single:
+	CMPQ            DI, $0x00
+	JE              q6kVNNI_end
+	VPMOVSXBW       192(AX), Y5
+	VMOVDQU32       Y5, (SP)
+	VPXORD          Z10, Z10, Z10
+	VPXORD          Z11, Z11, Z11
+	VPMOVZXBW       (AX), Z5
+	VPMOVZXBW       32(AX), Z12
+	VPANDD          128(AX), Y3, Y13
+	VPSRLW          $0x04, 128(AX), Y14
+	VPANDD          Y3, Y14, Y14
+	VPSRLW          $0x04, Z5, Z15
+	VPSRLW          $0x04, Z12, Z16
+	VBROADCASTI32X4 (SP), Z17
+	VPSHUFB         Y13, Y1, Y18
+	VPMOVSXBW       Y18, Z18
+	VPTERNLOGD      $0xd8, Z0, Z5, Z18
+	VPSHUFB         q6kShuf512<>+0(SB), Z17, Z5
+	VPMULLW         Z5, Z18, Z18
+	VPDPWSSD        (BX), Z18, Z10
+	VPSHUFB         Y13, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z12, Z5
+	VPSHUFB         q6kShuf512<>+64(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        64(BX), Z5, Z11
+	VPSHUFB         Y14, Y1, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z15, Z5
+	VPSHUFB         q6kShuf512<>+128(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        128(BX), Z5, Z10
+	VPSHUFB         Y14, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z16, Z5
+	VPSHUFB         q6kShuf512<>+192(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        192(BX), Z5, Z11
+	VPMOVZXBW       64(AX), Z5
+	VPMOVZXBW       96(AX), Z12
+	VPANDD          160(AX), Y3, Y13
+	VPSRLW          $0x04, 160(AX), Y14
+	VPANDD          Y3, Y14, Y14
+	VPSRLW          $0x04, Z5, Z15
+	VPSRLW          $0x04, Z12, Z16
+	VBROADCASTI32X4 16(SP), Z17
+	VPSHUFB         Y13, Y1, Y18
+	VPMOVSXBW       Y18, Z18
+	VPTERNLOGD      $0xd8, Z0, Z5, Z18
+	VPSHUFB         q6kShuf512<>+0(SB), Z17, Z5
+	VPMULLW         Z5, Z18, Z18
+	VPDPWSSD        256(BX), Z18, Z10
+	VPSHUFB         Y13, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z12, Z5
+	VPSHUFB         q6kShuf512<>+64(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        320(BX), Z5, Z11
+	VPSHUFB         Y14, Y1, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z15, Z5
+	VPSHUFB         q6kShuf512<>+128(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        384(BX), Z5, Z10
+	VPSHUFB         Y14, Y2, Y5
+	VPMOVSXBW       Y5, Z5
+	VPTERNLOGD      $0xd8, Z0, Z16, Z5
+	VPSHUFB         q6kShuf512<>+192(SB), Z17, Z12
+	VPMULLW         Z12, Z5, Z5
+	VPDPWSSD        448(BX), Z5, Z11
+	VPADDD          Z11, Z10, Z10
+	VEXTRACTI64X4   $0x01, Z10, Y5
+	VPADDD          Y5, Y10, Y5
+	VEXTRACTI32X4   $0x01, Y5, X12
+	VPADDD          X12, X5, X12
+	VPSHUFD         $0x4e, X12, X5
+	VPADDD          X5, X12, X12
+	VPSHUFD         $0xb1, X12, X5
+	VPADDD          X5, X12, X12
+	VCVTDQ2PS       X12, X12
+	VPBROADCASTW    208(AX), X5
+	VCVTPH2PS       X5, X5
+	VMULSS          X5, X12, X12
+	VMULSS          (SI), X12, X12
+	VCVTSS2SD       X12, X12, X12
+	VADDSD          X12, X4, X4
+	ADDQ            $0x000000d2, AX
+	ADDQ            $0x00000200, BX
+	ADDQ            $0x04, SI
+	DECQ            DI
+	JMP             q6kVNNI_pair
+
+q6kVNNI_end:
+	VCVTSD2SS X4, X4, X4
+	VMOVSS    X4, (DX)
+	ADDQ      $0x04, DX
+	DECQ      CX
+	JMP       q6kVNNI_row
+
+q6kVNNI_done:
+	VZEROUPPER
+	RET
+
+// func q8AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C
+TEXT ·q8AVX512(SB), NOSPLIT, $0-72
+	MOVQ      w+0(FP), AX
+	MOVQ      rows+16(FP), CX
+	MOVQ      y+64(FP), DX
+	VMOVDQU32 q8Offs512<>+0(SB), Y0
+	VMOVDQU32 q8Perm512<>+0(SB), Y1
+
+q8AVX512_row:
+	CMPQ   CX, $0x00
+	JE     q8AVX512_done
+	MOVQ   q+32(FP), BX
+	MOVQ   d+40(FP), SI
+	MOVQ   n+24(FP), DI
+	SHRQ   $0x05, DI
+	VPXORQ X2, X2, X2
+
+q8AVX512_group:
+	CMPQ          DI, $0x08
+	JB            q8AVX512_tail
+	VPMOVSXBW     2(AX), Z3
+	VPMADDWD      (BX), Z3, Z3
+	VPMOVSXBW     36(AX), Z6
+	VPMADDWD      64(BX), Z6, Z6
+	VPMOVSXBW     70(AX), Z7
+	VPMADDWD      128(BX), Z7, Z7
+	VPMOVSXBW     104(AX), Z8
+	VPMADDWD      192(BX), Z8, Z8
+	VPMOVSXBW     138(AX), Z9
+	VPMADDWD      256(BX), Z9, Z9
+	VPMOVSXBW     172(AX), Z10
+	VPMADDWD      320(BX), Z10, Z10
+	VPMOVSXBW     206(AX), Z11
+	VPMADDWD      384(BX), Z11, Z11
+	VPMOVSXBW     240(AX), Z12
+	VPMADDWD      448(BX), Z12, Z12
+	VSHUFI64X2    $0x44, Z6, Z3, Z13
+	VSHUFI64X2    $0xee, Z6, Z3, Z6
+	VPADDD        Z6, Z13, Z13
+	VSHUFI64X2    $0x44, Z8, Z7, Z3
+	VSHUFI64X2    $0xee, Z8, Z7, Z8
+	VPADDD        Z8, Z3, Z3
+	VSHUFI64X2    $0x44, Z10, Z9, Z6
+	VSHUFI64X2    $0xee, Z10, Z9, Z10
+	VPADDD        Z10, Z6, Z6
+	VSHUFI64X2    $0x44, Z12, Z11, Z7
+	VSHUFI64X2    $0xee, Z12, Z11, Z12
+	VPADDD        Z12, Z7, Z7
+	VSHUFI64X2    $0x88, Z3, Z13, Z8
+	VSHUFI64X2    $0xdd, Z3, Z13, Z3
+	VPADDD        Z3, Z8, Z8
+	VSHUFI64X2    $0x88, Z7, Z6, Z3
+	VSHUFI64X2    $0xdd, Z7, Z6, Z7
+	VPADDD        Z7, Z3, Z3
+	VPUNPCKLDQ    Z3, Z8, Z6
+	VPUNPCKHDQ    Z3, Z8, Z3
+	VPADDD        Z3, Z6, Z6
+	VPSHUFD       $0x4e, Z6, Z3
+	VPADDD        Z3, Z6, Z6
+	VPERMD        Z6, Z1, Z3
+	KXNORW        K1, K1, K1
+	VPGATHERDD    (AX)(Y0*1), K1, Y4
+	VPMOVDW       Y4, X4
+	VCVTPH2PS     X4, Y4
+	VCVTDQ2PS     Y3, Y3
+	VMULPS        Y4, Y3, Y3
+	VEXTRACTF32X4 $0x01, Y3, X6
+	VMOVSHDUP     X3, X8
+	VADDSS        X8, X3, X7
+	VMOVHLPS      X3, X3, X8
+	VADDSS        X8, X7, X7
+	VPERMILPS     $0xff, X3, X8
+	VADDSS        X8, X7, X7
+	VADDSS        X6, X7, X7
+	VMOVSHDUP     X6, X8
+	VADDSS        X8, X7, X7
+	VMOVHLPS      X6, X6, X8
+	VADDSS        X8, X7, X7
+	VPERMILPS     $0xff, X6, X8
+	VADDSS        X8, X7, X7
+	VMULSS        (SI), X7, X7
+	VCVTSS2SD     X7, X7, X7
+	VADDSD        X7, X2, X2
+	ADDQ          $0x00000110, AX
+	ADDQ          $0x00000200, BX
+	ADDQ          $0x04, SI
+	SUBQ          $0x08, DI
+	JMP           q8AVX512_group
+
+q8AVX512_tail:
+	CMPQ   DI, $0x00
+	JE     q8AVX512_end
+	VPXORQ X5, X5, X5
+
+q8AVX512_one:
+	VPMOVSXBW     2(AX), Z3
+	VPMADDWD      (BX), Z3, Z3
+	VEXTRACTI64X4 $0x01, Z3, Y6
+	VPADDD        Y6, Y3, Y6
+	VEXTRACTI32X4 $0x01, Y6, X3
+	VPADDD        X3, X6, X3
+	VPSHUFD       $0x4e, X3, X6
+	VPADDD        X6, X3, X3
+	VPSHUFD       $0xb1, X3, X6
+	VPADDD        X6, X3, X3
+	VCVTDQ2PS     X3, X3
+	VPBROADCASTW  (AX), X6
+	VCVTPH2PS     X6, X6
+	VMULSS        X6, X3, X3
+	VADDSS        X3, X5, X5
+	ADDQ          $0x22, AX
+	ADDQ          $0x40, BX
+	DECQ          DI
+	JNE           q8AVX512_one
+	VMULSS        (SI), X5, X5
+	VCVTSS2SD     X5, X5, X5
+	VADDSD        X5, X2, X2
+
+q8AVX512_end:
+	VCVTSD2SS X2, X2, X2
+	VMOVSS    X2, (DX)
+	ADDQ      $0x04, DX
+	DECQ      CX
+	JMP       q8AVX512_row
+
+q8AVX512_done:
+	VZEROUPPER
+	RET
+
+DATA q8Offs512<>+0(SB)/4, $0x00000000
+DATA q8Offs512<>+4(SB)/4, $0x00000022
+DATA q8Offs512<>+8(SB)/4, $0x00000044
+DATA q8Offs512<>+12(SB)/4, $0x00000066
+DATA q8Offs512<>+16(SB)/4, $0x00000088
+DATA q8Offs512<>+20(SB)/4, $0x000000aa
+DATA q8Offs512<>+24(SB)/4, $0x000000cc
+DATA q8Offs512<>+28(SB)/4, $0x000000ee
+GLOBL q8Offs512<>(SB), RODATA|NOPTR, $32
+
+DATA q8Perm512<>+0(SB)/4, $0x00000000
+DATA q8Perm512<>+4(SB)/4, $0x00000004
+DATA q8Perm512<>+8(SB)/4, $0x00000008
+DATA q8Perm512<>+12(SB)/4, $0x0000000c
+DATA q8Perm512<>+16(SB)/4, $0x00000001
+DATA q8Perm512<>+20(SB)/4, $0x00000005
+DATA q8Perm512<>+24(SB)/4, $0x00000009
+DATA q8Perm512<>+28(SB)/4, $0x0000000d
+GLOBL q8Perm512<>(SB), RODATA|NOPTR, $32

@@ -21,5 +21,12 @@ func main() {
 	floatAVX2("f32AVX2", fF32)
 	floatAVX2("f16AVX2", fF16)
 	floatAVX2("bf16AVX2", fBF16)
+	for _, vnni := range []bool{false, true} {
+		sfx := map[bool]string{false: "AVX512", true: "VNNI"}[vnni]
+		q4kAVX512("q4k"+sfx, false, vnni)
+		q4kAVX512("q5k"+sfx, true, vnni)
+		q6kAVX512("q6k"+sfx, vnni)
+	}
+	q8AVX512("q8AVX512")
 	Generate()
 }

@@ -1,0 +1,275 @@
+package main
+
+import (
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// q6kShuf512 is the VPSHUFB control that spreads two of a Q6_K block's
+// sixteen int16 scales over a zmm of weights (16 words of one group, 16 of
+// the next): entry m (64 bytes) picks words 2m and 2m+1 of a 128-bit lane.
+var q6kShuf512 Mem
+
+func q6kShufTable() Mem {
+	if q6kShuf512.Symbol.Name != "" {
+		return q6kShuf512
+	}
+	q6kShuf512 = GLOBL("q6kShuf512", RODATA|NOPTR)
+	for m := 0; m < 4; m++ {
+		for i := 0; i < 64; i += 2 {
+			w := 2 * m
+			if i >= 32 {
+				w++
+			}
+			DATA(64*m+i, U8(2*w))
+			DATA(64*m+i+1, U8(2*w+1))
+		}
+	}
+	return q6kShuf512
+}
+
+// q6kAVX512 emits the Q6_K kernel for AVX-512 F/BW/VL (with vnni, VNNI's
+// VPDPWSSD in place of VPMADDWD and VPADDD). A block is two halves of 128
+// elements; each half widens 32 bytes of ql twice to int16 and builds four
+// zmm of weights w = q6 − 32:
+//
+//   - the low four bits are a nibble of ql (low nibbles for elements 0-63
+//     of the half, high nibbles, shifted down, for 64-127);
+//   - the two high bits are field f (bits 2f, 2f+1) of qh's 32 bytes: a
+//     VPSHUFB looks each byte's nibble holding it up in a table of
+//     16·(field − 2) as int8 (so the −32 costs nothing), and VPMOVSXBW
+//     widens that with its sign, 16·(high − 2) in bits 4-15;
+//   - one VPTERNLOGD takes bits 0-3 from the nibble and 4-15 from that.
+//
+// The lookup and the widening are shuffles, where a shift pair would
+// compete with the multiplies for Intel's one 512-bit multiply port. Each
+// zmm is multiplied (VPMULLW, |w·sc| ≤ 4096) by its two groups' scales,
+// spread by a VPSHUFB from the block's sixteen sign-extended scales, and
+// multiply-added with the vector's quants. The sum is within int32 (x.go's
+// Range). Two blocks share one horizontal reduction, to [T₀ T₁], and one
+// float tail whose lanes compute ref.go's scalar products (no FMA), added
+// to the row's float64 sum in block order; an odd last block goes alone.
+func q6kAVX512(name string, vnni bool) {
+	TEXT(name, NOSPLIT, signature)
+	Pragma("noescape")
+	fam := "AVX-512"
+	if vnni {
+		fam = "AVX-512 with VNNI"
+	}
+	Doc(name + " is the Q6_K kernel for " + fam + " (ref.go's contract).")
+	k := q6k512{vnni: vnni, shuf: q6kShufTable()}
+	wp := Load(Param("w"), GP64())
+	rows := Load(Param("rows"), GP64())
+	y := Load(Param("y"), GP64())
+
+	k.sw = AllocLocal(64) // two blocks' scales as int16
+	k.low4 = wordConst(0x000f)
+	lt := q6kHighTable()
+	k.tab01, k.tab23 = YMM(), YMM()
+	VMOVDQU32(lt, k.tab01)
+	VMOVDQU32(lt.Offset(32), k.tab23)
+	tmp := GP32()
+	MOVL(U32(0x0f0f0f0f), tmp)
+	k.nibB = YMM()
+	VPBROADCASTD(tmp, k.nibB)
+
+	Label(name + "_row")
+	CMPQ(rows, Imm(0))
+	JE(LabelRef(name + "_done"))
+	qp := Load(Param("q"), GP64())
+	dp := Load(Param("d"), GP64())
+	nb := Load(Param("n"), GP64())
+	SHRQ(U8(8), nb) // blocks a row
+	total := XMM()
+	VPXORQ(total, total, total)
+
+	Label(name + "_pair")
+	CMPQ(nb, Imm(2))
+	JB(LabelRef(name + "_single"))
+	{
+		a0 := k.block(wp, 0, qp, 0, 0)
+		a1 := k.block(wp, 210, qp, 512, 32)
+		t := reducePairT(a0, a1)
+		VCVTDQ2PS(t, t)
+		d0, d1 := GP32(), GP32()
+		MOVWLZX(Mem{Base: wp, Disp: 208}, d0)
+		MOVWLZX(Mem{Base: wp, Disp: 210 + 208}, d1)
+		SHLL(U8(16), d1)
+		ORL(d1, d0)
+		dd := XMM()
+		VMOVD(d0, dd)
+		VCVTPH2PS(dd, dd)
+		VMULPS(dd, t, t)
+		dx := XMM()
+		VMOVQ(Mem{Base: dp}, dx)
+		VMULPS(dx, t, t) // [P₀ P₁]
+		VCVTPS2PD(t, t)
+		VADDSD(t, total, total)
+		VPERMILPD(U8(1), t, t)
+		VADDSD(t, total, total)
+	}
+	ADDQ(U32(2*210), wp)
+	ADDQ(U32(2*2*256), qp)
+	ADDQ(U8(8), dp)
+	SUBQ(Imm(2), nb)
+	JMP(LabelRef(name + "_pair"))
+
+	Label(name + "_single")
+	CMPQ(nb, Imm(0))
+	JE(LabelRef(name + "_end"))
+	{
+		a := k.block(wp, 0, qp, 0, 0)
+		t := reduceT(a)
+		VCVTDQ2PS(t, t)
+		dd := XMM()
+		VPBROADCASTW(Mem{Base: wp, Disp: 208}, dd)
+		VCVTPH2PS(dd, dd)
+		VMULSS(dd, t, t)
+		VMULSS(Mem{Base: dp}, t, t)
+		VCVTSS2SD(t, t, t)
+		VADDSD(t, total, total)
+		ADDQ(U32(210), wp)
+		ADDQ(U32(2*256), qp)
+		ADDQ(U8(4), dp)
+		DECQ(nb)
+		JMP(LabelRef(name + "_pair"))
+	}
+
+	Label(name + "_end")
+	VCVTSD2SS(total, total, total)
+	VMOVSS(total, Mem{Base: y})
+	ADDQ(U8(4), y)
+	DECQ(rows)
+	JMP(LabelRef(name + "_row"))
+
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}
+
+// q6k512 holds what q6kAVX512's block emitter shares across blocks.
+type q6k512 struct {
+	vnni  bool
+	tab01 VecVirtual // ymm: 16·(bits 0-1 − 2) of a nibble, per byte
+	tab23 VecVirtual // ymm: 16·(bits 2-3 − 2)
+	nibB  VecVirtual // ymm: 0x0f in every byte
+	low4  VecVirtual // 0x000f in every word
+	shuf  Mem        // q6kShuf512
+	sw    Mem        // the staged scales
+}
+
+// block emits the integer dot product of the block at wp+wo with the
+// quants at qp+qo, staging its scales at k.sw+so, and returns its
+// sixteen int32 lanes, which sum to T.
+func (k *q6k512) block(wp Register, wo int, qp Register, qo, so int) VecVirtual {
+	scw := YMM()
+	VPMOVSXBW(Mem{Base: wp, Disp: wo + 192}, scw)
+	VMOVDQU32(scw, k.sw.Offset(so))
+
+	acc := [2]VecVirtual{ZMM(), ZMM()}
+	if k.vnni {
+		VPXORD(acc[0], acc[0], acc[0])
+		VPXORD(acc[1], acc[1], acc[1])
+	}
+	for h := 0; h < 2; h++ {
+		a, b := ZMM(), ZMM()
+		VPMOVZXBW(Mem{Base: wp, Disp: wo + 64*h}, a)
+		VPMOVZXBW(Mem{Base: wp, Disp: wo + 64*h + 32}, b)
+		// The nibbles of qh's bytes: fields 0 and 1 in the low ones,
+		// 2 and 3 in the high ones.
+		qhm := Mem{Base: wp, Disp: wo + 128 + 32*h}
+		idxLo, idxHi := YMM(), YMM()
+		VPANDD(qhm, k.nibB, idxLo)
+		VPSRLW(U8(4), qhm, idxHi)
+		VPANDD(k.nibB, idxHi, idxHi)
+		a4, b4 := ZMM(), ZMM()
+		VPSRLW(U8(4), a, a4)
+		VPSRLW(U8(4), b, b4)
+		lanes := ZMM() // scales 8h..8h+7 in every 128-bit lane
+		VBROADCASTI32X4(k.sw.Offset(so+16*h), lanes)
+		for m, nib := range []VecVirtual{a, b, a4, b4} {
+			idx, tab := idxLo, k.tab01
+			if m >= 2 {
+				idx = idxHi
+			}
+			if m&1 == 1 {
+				tab = k.tab23
+			}
+			tb, w := YMM(), ZMM()
+			VPSHUFB(idx, tab, tb)
+			VPMOVSXBW(tb, w)
+			VPTERNLOGD(U8(0xd8), k.low4, nib, w) // nib&0xf | w&^0xf
+			s := ZMM()
+			VPSHUFB(k.shuf.Offset(64*m), lanes, s)
+			VPMULLW(s, w, w)
+			qm := Mem{Base: qp, Disp: qo + 2*(128*h+32*m)}
+			i := m & 1
+			if k.vnni {
+				VPDPWSSD(qm, w, acc[i])
+			} else if h == 0 && m < 2 {
+				VPMADDWD(qm, w, acc[i])
+			} else {
+				VPMADDWD(qm, w, w)
+				VPADDD(w, acc[i], acc[i])
+			}
+		}
+	}
+	VPADDD(acc[1], acc[0], acc[0])
+	return acc[0]
+}
+
+// reducePairT sums two blocks' sixteen int32 lanes (zmm a0, a1) into
+// lanes 0 and 1 of an xmm.
+func reducePairT(a0, a1 VecVirtual) VecVirtual {
+	p, q := ZMM(), ZMM()
+	VSHUFI64X2(U8(0x44), a1, a0, p)
+	VSHUFI64X2(U8(0xee), a1, a0, q)
+	VPADDD(q, p, p) // [T₀ in 8 lanes | T₁ in 8 lanes]
+	VSHUFI64X2(U8(0xb1), p, p, q)
+	VPADDD(q, p, p) // 128-bit lane 0: T₀ in 4 lanes, lane 2: T₁
+	VPSHUFD(U8(0x4e), p, q)
+	VPADDD(q, p, p)
+	VPSHUFD(U8(0xb1), p, q)
+	VPADDD(q, p, p)
+	x := XMM()
+	VEXTRACTI32X4(U8(2), p, x)
+	VPUNPCKLDQ(x, p.AsX(), x) // [T₀ T₁ T₀ T₁]
+	return x
+}
+
+// reduceT sums the sixteen int32 lanes of t (a zmm) into every lane of an
+// xmm, with EVEX-encodable instructions only.
+func reduceT(t VecVirtual) VecVirtual {
+	h := YMM()
+	VEXTRACTI64X4(U8(1), t, h)
+	VPADDD(h, t.AsY(), h)
+	x, u := XMM(), XMM()
+	VEXTRACTI32X4(U8(1), h, x)
+	VPADDD(x, h.AsX(), x)
+	VPSHUFD(U8(0x4e), x, u)
+	VPADDD(u, x, x)
+	VPSHUFD(U8(0xb1), x, u)
+	VPADDD(u, x, x)
+	return x
+}
+
+var q6kHigh Mem
+
+// q6kHighTable returns the two 32-byte VPSHUFB tables (emitted once) that
+// map a nibble of qh to 16·(field − 2) as int8, for the field in its bits
+// 0-1 and in its bits 2-3; each repeats its sixteen bytes in both 128-bit
+// lanes.
+func q6kHighTable() Mem {
+	if q6kHigh.Symbol.Name != "" {
+		return q6kHigh
+	}
+	q6kHigh = GLOBL("q6kHigh512", RODATA|NOPTR)
+	for t := 0; t < 2; t++ {
+		for i := 0; i < 32; i++ {
+			f := (i % 16 >> (2 * t)) & 3
+			DATA(32*t+i, U8(uint8(int8(16*(f-2)))))
+		}
+	}
+	return q6kHigh
+}
