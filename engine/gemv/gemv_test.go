@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
@@ -316,5 +317,37 @@ func TestRowsAllocatesNothing(t *testing.T) {
 		if a := testing.AllocsPerRun(20, func() { _ = Rows(impl, quant.Q4_K, w, n, &x, y) }); a != 0 {
 			t.Errorf("%v: %v allocations a call", impl, a)
 		}
+	}
+}
+
+// TestSetBlocksMatchesSet: a vector quantized in pieces, concurrently, is
+// Set's; bad ranges are refused.
+func TestSetBlocksMatchesSet(t *testing.T) {
+	t.Parallel()
+	v := randomVector(1000, 4, false)
+	var want, got X
+	if err := want.Set(v); err != nil {
+		t.Fatal(err)
+	}
+	got.Size(len(v))
+	done := make(chan error)
+	for b := 0; b < got.Blocks(); b++ {
+		go func() { done <- got.SetBlocks(v, b, b+1) }()
+	}
+	for range got.Blocks() {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatal("pieces differ from Set")
+	}
+	for _, r := range [][2]int{{-1, 1}, {0, got.Blocks() + 1}, {2, 1}} {
+		if err := got.SetBlocks(v, r[0], r[1]); err == nil {
+			t.Errorf("blocks %v accepted", r)
+		}
+	}
+	if err := got.SetBlocks(v[:999], 0, 1); err == nil {
+		t.Error("a vector of the wrong length accepted")
 	}
 }

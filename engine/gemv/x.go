@@ -37,16 +37,37 @@ func Padded(n int) int { return (n + Block - 1) / Block * Block }
 // gets scale 0. Non-finite input is refused: a NaN or an infinity would
 // make every integer of its block meaningless.
 func (x *X) Set(v []float32) error {
-	n := len(v)
+	x.Size(len(v))
+	return x.SetBlocks(v, 0, x.Blocks())
+}
+
+// Size makes x hold a vector of n elements (reusing its memory), for
+// SetBlocks to fill.
+func (x *X) Size(n int) {
 	p := Padded(n)
 	x.N = n
 	x.F = grow(x.F, p)
 	x.Q = grow(x.Q, p)
 	x.D = grow(x.D, p/Block)
 	x.S = grow(x.S, p/Sub)
-	copy(x.F, v)
-	clear(x.F[n:])
-	for b := 0; b < p/Block; b++ {
+}
+
+// Blocks is the number of 256-element blocks x holds.
+func (x *X) Blocks() int { return len(x.D) }
+
+// SetBlocks quantizes blocks [b0, b1) of v (len(v) = x.N, after Size) into
+// x, as Set does. Calls for disjoint ranges may run concurrently: a long
+// vector is quantized by several cores.
+func (x *X) SetBlocks(v []float32, b0, b1 int) error {
+	if len(v) != x.N || b0 < 0 || b1 > x.Blocks() || b0 > b1 {
+		return fmt.Errorf("quantize vector: blocks [%d, %d) of %d elements into a vector sized for %d", b0, b1, len(v), x.N)
+	}
+	lo, hi := b0*Block, min(b1*Block, x.N)
+	if lo < hi {
+		copy(x.F[lo:hi], v[lo:hi])
+	}
+	clear(x.F[max(lo, hi):b1*Block])
+	for b := b0; b < b1; b++ {
 		f := x.F[b*Block : (b+1)*Block]
 		var bits uint32 // the largest magnitude's bits: they order as the floats do
 		for _, e := range f {

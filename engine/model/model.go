@@ -869,10 +869,24 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 		}
 		errMu.Unlock()
 	}
-	m.pool.run(ni*T, func(_, i int) {
-		k, t := i/T, i%T
-		if err := sc.xq[k][t].Set(inputs[k][t]); err != nil {
-			fail(err)
+	// Each vector is quantized in pieces of setBlocks blocks across the
+	// pool: one core would take a tenth of a decode step's GEMV time on
+	// the FFN's wide input.
+	const setBlocks = 8
+	per := 0
+	for k := 0; k < ni; k++ {
+		for t := 0; t < T; t++ {
+			sc.xq[k][t].Size(len(inputs[k][t]))
+		}
+		per = max(per, (sc.xq[k][0].Blocks()+setBlocks-1)/setBlocks)
+	}
+	m.pool.run(ni*T*per, func(_, i int) {
+		k, t, p := i/(T*per), i/per%T, i%per
+		x := sc.xq[k][t]
+		if b0 := p * setBlocks; b0 < x.Blocks() {
+			if err := x.SetBlocks(inputs[k][t], b0, min(b0+setBlocks, x.Blocks())); err != nil {
+				fail(err)
+			}
 		}
 	})
 	if first != nil {
