@@ -811,7 +811,7 @@ func (m *Model) matmul(ops ...matOp) error {
 	return first
 }
 
-// splitRows shares out every op's rows as chunks: several per worker for
+// splitRows shares out every op's rows as chunks: many per worker for
 // balance, each large enough that scheduling overhead stays small.
 func (m *Model) splitRows(ops []matOp) {
 	sc := &m.sc
@@ -820,8 +820,11 @@ func (m *Model) splitRows(ops []matOp) {
 	for oi := range ops {
 		op := &ops[oi]
 		rows := op.w.Rows
+		// Sixteen chunks a worker keep the step's tail short (a core that
+		// finishes early takes another), while each chunk stays large
+		// enough that handing it out costs little.
 		minRows := max(1, (1<<15)/max(1, op.w.Cols*len(op.xs)))
-		cs := max(minRows, (rows+4*nw-1)/(4*nw))
+		cs := max(minRows, (rows+16*nw-1)/(16*nw))
 		for lo := 0; lo < rows; lo += cs {
 			sc.chunks = append(sc.chunks, chunk{oi, lo, min(lo+cs, rows)})
 		}

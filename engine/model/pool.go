@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // pool is a fixed set of goroutines that share out the independent pieces
@@ -56,10 +57,40 @@ func newPool(n int) *pool {
 }
 
 func (p *pool) worker() {
-	for t := range p.tickets {
+	for {
+		t := p.next()
 		t.j.loop(t.w)
 		t.j.wg.Done()
 	}
+}
+
+// spinFor is how long a worker that finished its share of a step looks
+// for the next step before parking. A pass's steps follow one another
+// within microseconds (a layer's products, its activation, the next
+// input's quantization); a parked goroutine takes longer than that to
+// wake, and on a memory-bound step every core that starts late leaves
+// bandwidth unused. Spinning yields the processor between looks, so other
+// goroutines still run.
+const spinFor = 200 * time.Microsecond
+
+// next returns the next ticket, spinning for up to spinFor before
+// blocking.
+func (p *pool) next() ticket {
+	select {
+	case t := <-p.tickets:
+		return t
+	default:
+	}
+	start := time.Now()
+	for time.Since(start) < spinFor {
+		select {
+		case t := <-p.tickets:
+			return t
+		default:
+			runtime.Gosched()
+		}
+	}
+	return <-p.tickets
 }
 
 func (j *job) loop(w int) {

@@ -1,0 +1,95 @@
+package model
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/strata-llm/strata/engine/gemv"
+	"github.com/strata-llm/strata/engine/quant"
+)
+
+// BenchmarkFFN: one FFN of the 8b shape (Q4_K gate and up, Q6_K down, as
+// Q4_K_M stores them) on FFNDevice for 1 and 8 rows, in weight bytes per
+// second. Five copies of the layer are cycled so that the weights come
+// from memory, as a streamed layer's do.
+func BenchmarkFFN(b *testing.B) {
+	cfg := Config{Arch: ArchLlama, Vocab: 256, Dim: 4096, FFN: 14336, Layers: 1, Heads: 32, KVHeads: 8, HeadDim: 128, Context: 64, RopeTheta: 5e5, NormEps: 1e-5, AttnScale: 0.088, EmbedScale: 1}
+	mk := func(name string, typ quant.Type, rows, cols int, seed uint64) Tensor {
+		rb, _ := typ.RowBytes(int64(cols))
+		d := make([]byte, int(rb)*rows)
+		if err := quant.FillRandomRows(typ, d, cols, seed, 0.02); err != nil {
+			b.Fatal(err)
+		}
+		return Tensor{Name: name, Type: typ, Rows: rows, Cols: cols, Data: d}
+	}
+	ones := make([]float32, cfg.Dim)
+	for i := range ones {
+		ones[i] = 1
+	}
+	var layers []Layer
+	for i := range 5 {
+		layers = append(layers, Layer{
+			FFNNorm: F32Tensor("ffn_norm", 1, cfg.Dim, ones),
+			Gate:    mk("gate", quant.Q4_K, cfg.FFN, cfg.Dim, uint64(3*i)),
+			Up:      mk("up", quant.Q4_K, cfg.FFN, cfg.Dim, uint64(3*i+1)),
+			Down:    mk("down", quant.Q6_K, cfg.Dim, cfg.FFN, uint64(3*i+2)),
+		})
+	}
+	dev, err := NewFFNDevice(cfg, gemv.Detect())
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The same three products alone, each core a static share of the rows:
+	// what the FFN's own overheads (quantizing, the activation, the
+	// pool's scheduling) cost on top.
+	b.Run(fmt.Sprintf("%v/T1/static", gemv.Detect()), func(b *testing.B) {
+		nw := runtime.GOMAXPROCS(0)
+		xs := make([]gemv.X, 2)
+		if err := xs[0].Set(randomVector(cfg.Dim, 1)); err != nil {
+			b.Fatal(err)
+		}
+		if err := xs[1].Set(randomVector(cfg.FFN, 2)); err != nil {
+			b.Fatal(err)
+		}
+		y := make([]float32, cfg.FFN)
+		b.SetBytes(FFNBytes(&layers[0]))
+		i := 0
+		for b.Loop() {
+			l := &layers[i%len(layers)]
+			for _, op := range []struct {
+				t *Tensor
+				x *gemv.X
+			}{{&l.Gate, &xs[0]}, {&l.Up, &xs[0]}, {&l.Down, &xs[1]}} {
+				rb := op.t.rowBytes()
+				var wg sync.WaitGroup
+				for w := 0; w < nw; w++ {
+					r0, r1 := w*op.t.Rows/nw, (w+1)*op.t.Rows/nw
+					wg.Go(func() {
+						_ = gemv.Rows(gemv.Detect(), op.t.Type, op.t.Data[r0*rb:r1*rb], op.t.Cols, op.x, y[r0:r1])
+					})
+				}
+				wg.Wait()
+			}
+			i++
+		}
+	})
+	for _, T := range []int{1, 8} {
+		b.Run(fmt.Sprintf("%v/T%d", gemv.Detect(), T), func(b *testing.B) {
+			h := make([][]float32, T)
+			for t := range h {
+				h[t] = randomVector(cfg.Dim, uint64(t))
+			}
+			b.SetBytes(FFNBytes(&layers[0]))
+			i := 0
+			for b.Loop() {
+				if err := dev.Run(context.Background(), 0, &layers[i%len(layers)], h); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
