@@ -106,6 +106,12 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	if s.p.Temperature == 0 {
 		return Argmax(l)
 	}
+	return s.draw(s.candidates(l))
+}
+
+// candidates are the tokens the temperature draw chooses among (top-k,
+// top-p, min-p applied), from penalised logits l.
+func (s *Sampler) candidates(l []float32) []cand {
 	c := s.cands[:0]
 	for i, v := range l {
 		if math.IsNaN(float64(v)) {
@@ -125,7 +131,53 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	if s.p.MinP > 0 {
 		c = minP(c, s.p.MinP)
 	}
-	return s.draw(c)
+	return c
+}
+
+// SampleDraft is Sample for speculative decoding: it verifies draft, a
+// token another model (or a lookup) proposed deterministically, against
+// this sampler's distribution p over logits. At temperature 0 it returns
+// the arg max, accepted when that is draft. Above 0 it accepts draft with
+// probability p(draft) and otherwise draws from p with draft removed and
+// renormalised, so the token returned follows p exactly, whatever the
+// draft (speculative sampling's rule for a drafter that puts all its
+// mass on one token). It returns -1 only when logits is empty.
+func (s *Sampler) SampleDraft(logits []float32, history []int32, draft int32) (int32, bool) {
+	if len(logits) == 0 {
+		return -1, false
+	}
+	l := s.penalised(logits, history)
+	if s.p.Temperature == 0 {
+		id := Argmax(l)
+		return id, id == draft
+	}
+	c := s.candidates(l)
+	mx, _ := softmaxDenom(c)
+	if math.IsInf(float64(mx), -1) {
+		return c[0].id, c[0].id == draft
+	}
+	t := float64(s.p.Temperature)
+	var sum, pd float64
+	for _, x := range c {
+		e := math.Exp(float64(x.logit-mx) / t)
+		sum += e
+		if x.id == draft {
+			pd = e
+		}
+	}
+	if s.rng.Float64()*sum < pd {
+		return draft, true
+	}
+	rest := c[:0:0]
+	for _, x := range c {
+		if x.id != draft {
+			rest = append(rest, x)
+		}
+	}
+	if len(rest) == 0 { // p(draft) = 1: the draw above always accepts
+		return draft, true
+	}
+	return s.draw(rest), false
 }
 
 // penalised returns logits with the repetition penalty applied, copying

@@ -405,3 +405,89 @@ func BenchmarkSample(b *testing.B) {
 		})
 	}
 }
+
+// TestSampleDraftKeepsDistribution: whatever token is drafted, the tokens
+// SampleDraft returns follow the sampler's own distribution (a chi-square
+// test over 200000 seeded draws at the 0.1 % level, with top-k and top-p
+// cutting the candidates), and it accepts the draft as often as the
+// distribution gives it; a sampler that returned the draft whenever it was
+// a candidate, or drew the rejection from the full distribution, fails.
+func TestSampleDraftKeepsDistribution(t *testing.T) {
+	t.Parallel()
+	logits := []float32{1.5, 0.2, 2.0, -1, 0.7, 1.1, -3}
+	for _, tc := range []struct {
+		name  string
+		p     Params
+		draft int32
+	}{
+		{"likely draft", Params{Temperature: 0.8, TopP: 1, RepeatPenalty: 1, Seed: 1}, 2},
+		{"unlikely draft", Params{Temperature: 1.3, TopP: 1, RepeatPenalty: 1, Seed: 2}, 3},
+		{"draft outside top-k", Params{Temperature: 1, TopK: 4, TopP: 1, RepeatPenalty: 1, Seed: 3}, 6},
+		{"top-p", Params{Temperature: 0.9, TopP: 0.8, RepeatPenalty: 1, Seed: 4}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ref, err := New(tc.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The distribution: the frequencies of a long run of Sample
+			// would do, but the exact one is cheaper: weights of the
+			// candidates Sample draws among.
+			c := append([]cand(nil), ref.candidates(append([]float32(nil), logits...))...)
+			mx, _ := softmaxDenom(c)
+			want := make([]float64, len(logits))
+			var sum float64
+			for _, x := range c {
+				w := math.Exp(float64(x.logit-mx) / float64(tc.p.Temperature))
+				want[x.id] = w
+				sum += w
+			}
+			for i := range want {
+				want[i] /= sum
+			}
+			s, _ := New(tc.p)
+			const n = 200000
+			got := make([]float64, len(logits))
+			accepted := 0
+			for range n {
+				id, ok := s.SampleDraft(logits, nil, tc.draft)
+				got[id]++
+				if ok {
+					if id != tc.draft {
+						t.Fatalf("accepted %d, the draft was %d", id, tc.draft)
+					}
+					accepted++
+				}
+			}
+			var chi2 float64
+			df := -1
+			for i := range got {
+				if want[i] == 0 {
+					if got[i] != 0 {
+						t.Fatalf("token %d drawn %v times outside the candidates", i, got[i])
+					}
+					continue
+				}
+				e := want[i] * n
+				chi2 += (got[i] - e) * (got[i] - e) / e
+				df++
+			}
+			// 0.1 % critical values of chi-square for 1..6 degrees of freedom.
+			crit := []float64{0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46}[df]
+			if chi2 > crit {
+				t.Fatalf("chi-square %.2f > %.2f (%d df): drawn %v, expected proportions %v", chi2, crit, df, got, want)
+			}
+			if a := float64(accepted) / n; math.Abs(a-want[tc.draft]) > 0.01 {
+				t.Fatalf("accepted %.4f of drafts, p(draft) = %.4f", a, want[tc.draft])
+			}
+		})
+	}
+	g, _ := New(Greedy())
+	if id, ok := g.SampleDraft(logits, nil, 2); id != 2 || !ok {
+		t.Fatalf("greedy: %d, %v", id, ok)
+	}
+	if id, ok := g.SampleDraft(logits, nil, 0); id != 2 || ok {
+		t.Fatalf("greedy, wrong draft: %d, %v", id, ok)
+	}
+}
