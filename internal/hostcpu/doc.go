@@ -9,7 +9,8 @@
 // threads sharing a core read memory at the speed of one. Pin always
 // hands back a restore function that puts the thread's previous affinity
 // back before the thread returns to the Go runtime's pool, so no other
-// goroutine inherits a pinned thread.
+// goroutine inherits a pinned thread. Pause is the spin-wait hint for
+// threads that poll for each other's work.
 //
 // The affinity system calls are Linux's; elsewhere CPUs lists GOMAXPROCS
 // CPUs in order and Pin only locks the goroutine to its thread.
