@@ -251,7 +251,8 @@ func TestPoolAllocatesNothing(t *testing.T) {
 
 // BenchmarkPoolRows: a 14336 x 4096 Q4_K matrix (an 8B model's FFN up
 // projection) on 1, 2, 4, ... GOMAXPROCS pinned threads, as MB/s of
-// weight bytes. The matrix fits no L3, but one matrix read again and again
+// weight bytes, with workers that poll between products and with workers
+// that sleep. The matrix fits no L3, but one matrix read again and again
 // may partly stay cached: internal/bench/cpubench cycles through many.
 func BenchmarkPoolRows(b *testing.B) {
 	const rows, n = 14336, 4096
@@ -262,30 +263,37 @@ func BenchmarkPoolRows(b *testing.B) {
 		b.Fatal(err)
 	}
 	y := make([]float32, rows)
+	impl := Detect()
 	cpus, _, err := hostcpu.CPUs()
 	if err != nil {
 		b.Fatal(err)
 	}
 	cpus = cpus[:min(len(cpus), runtime.GOMAXPROCS(0))]
 	for threads := 1; ; threads = min(2*threads, len(cpus)) {
-		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
-			restore, err := hostcpu.Pin(cpus[0])
-			if err != nil {
-				b.Fatal(err)
+		for _, spin := range []time.Duration{0, -1} {
+			name := fmt.Sprintf("threads=%d/poll", threads)
+			if spin < 0 {
+				name = fmt.Sprintf("threads=%d/sleep", threads)
 			}
-			defer restore()
-			p, err := NewPool(PoolOptions{CPUs: cpus[:threads]})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer p.Close()
-			b.SetBytes(int64(len(w)))
-			for b.Loop() {
-				if err := p.Rows(Detect(), quant.Q4_K, w, n, &x, y); err != nil {
+			b.Run(name, func(b *testing.B) {
+				restore, err := hostcpu.Pin(cpus[0])
+				if err != nil {
 					b.Fatal(err)
 				}
-			}
-		})
+				defer restore()
+				p, err := NewPool(PoolOptions{CPUs: cpus[:threads], Spin: spin})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer p.Close()
+				b.SetBytes(int64(len(w)))
+				for b.Loop() {
+					if err := p.Rows(impl, quant.Q4_K, w, n, &x, y); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 		if threads == len(cpus) {
 			break
 		}
