@@ -54,7 +54,11 @@ type PoolOptions struct {
 // before it sleeps, because waking a sleeping thread takes the OS several
 // microseconds, a good part of a small matrix's time at memory speed. The
 // caller computing a share itself keeps a pool of GOMAXPROCS threads from
-// ever wanting more Ps than the runtime has while its workers poll.
+// ever wanting more Ps than the runtime has while its workers poll. While
+// products follow one another within Spin, though, such a pool holds
+// every P, and other goroutines run only when the runtime preempts a
+// worker; a process with other work to do leaves a P free (Threads below
+// GOMAXPROCS).
 //
 // A Pool allocates nothing per product (RowsBatch only when a product has
 // more vectors than any before it). Its methods are safe for concurrent
