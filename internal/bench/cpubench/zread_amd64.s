@@ -5,7 +5,7 @@
 #include "textflag.h"
 
 // func readAVX2(p *byte, n int) uint64
-// Requires: AVX, AVX2
+// Requires: AVX, AVX2, MMX+
 TEXT ·readAVX2(SB), NOSPLIT, $0-24
 	MOVQ  p+0(FP), AX
 	MOVQ  n+8(FP), CX
@@ -20,18 +20,22 @@ TEXT ·readAVX2(SB), NOSPLIT, $0-24
 	VPXOR Y7, Y7, Y7
 
 readAVX2_loop:
-	CMPQ  AX, CX
-	JAE   readAVX2_fold
-	VPXOR (AX), Y0, Y0
-	VPXOR 32(AX), Y1, Y1
-	VPXOR 64(AX), Y2, Y2
-	VPXOR 96(AX), Y3, Y3
-	VPXOR 128(AX), Y4, Y4
-	VPXOR 160(AX), Y5, Y5
-	VPXOR 192(AX), Y6, Y6
-	VPXOR 224(AX), Y7, Y7
-	ADDQ  $0x00000100, AX
-	JMP   readAVX2_loop
+	CMPQ       AX, CX
+	JAE        readAVX2_fold
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	VPXOR      (AX), Y0, Y0
+	VPXOR      32(AX), Y1, Y1
+	VPXOR      64(AX), Y2, Y2
+	VPXOR      96(AX), Y3, Y3
+	VPXOR      128(AX), Y4, Y4
+	VPXOR      160(AX), Y5, Y5
+	VPXOR      192(AX), Y6, Y6
+	VPXOR      224(AX), Y7, Y7
+	ADDQ       $0x00000100, AX
+	JMP        readAVX2_loop
 
 readAVX2_fold:
 	VPXOR        Y4, Y0, Y0
@@ -51,7 +55,7 @@ readAVX2_fold:
 	RET
 
 // func readAVX512(p *byte, n int) uint64
-// Requires: AVX, AVX2, AVX512F
+// Requires: AVX, AVX2, AVX512F, MMX+
 TEXT ·readAVX512(SB), NOSPLIT, $0-24
 	MOVQ   p+0(FP), AX
 	MOVQ   n+8(FP), CX
@@ -66,18 +70,26 @@ TEXT ·readAVX512(SB), NOSPLIT, $0-24
 	VPXORQ Z7, Z7, Z7
 
 readAVX512_loop:
-	CMPQ   AX, CX
-	JAE    readAVX512_fold
-	VPXORQ (AX), Z0, Z0
-	VPXORQ 64(AX), Z1, Z1
-	VPXORQ 128(AX), Z2, Z2
-	VPXORQ 192(AX), Z3, Z3
-	VPXORQ 256(AX), Z4, Z4
-	VPXORQ 320(AX), Z5, Z5
-	VPXORQ 384(AX), Z6, Z6
-	VPXORQ 448(AX), Z7, Z7
-	ADDQ   $0x00000200, AX
-	JMP    readAVX512_loop
+	CMPQ       AX, CX
+	JAE        readAVX512_fold
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	VPXORQ     (AX), Z0, Z0
+	VPXORQ     64(AX), Z1, Z1
+	VPXORQ     128(AX), Z2, Z2
+	VPXORQ     192(AX), Z3, Z3
+	VPXORQ     256(AX), Z4, Z4
+	VPXORQ     320(AX), Z5, Z5
+	VPXORQ     384(AX), Z6, Z6
+	VPXORQ     448(AX), Z7, Z7
+	ADDQ       $0x00000200, AX
+	JMP        readAVX512_loop
 
 readAVX512_fold:
 	VPXORQ        Z4, Z0, Z0
