@@ -25,7 +25,7 @@ func benchCPUCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "threads", Usage: "thread counts: a list (1,4,16) or a range of powers of two (1..16) (default 1, 2, 4, … and every CPU)"},
 			&cli.StringFlag{Name: "size", Usage: "the read probe's buffer, e.g. 8GiB (default 4GiB, or half of MemAvailable when that is less)"},
-			&cli.StringFlag{Name: "weights", Usage: "each weight type's matrices in all, e.g. 2GiB (default 1GiB)"},
+			&cli.StringFlag{Name: "weights", Usage: "each weight type's matrices in all, e.g. 2GiB (default 1GiB, or 4× the last-level cache when that is more)"},
 			&cli.StringFlag{Name: "only", Value: "all", Usage: "weight types, comma-separated: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, INT8_ROW, F16, BF16 (or all)"},
 			&cli.StringFlag{Name: "impl", Usage: "GEMV kernel family: go, avx2, avx512 (default the best this CPU runs)"},
 			&cli.DurationFlag{Name: "time", Value: cpubench.DefaultTime, Usage: "least time of each measurement (and at least three passes)"},

@@ -25,7 +25,9 @@ const (
 	// DefaultReadBytes caps the read probe's buffer (half of MemAvailable
 	// when that is less): far beyond any CPU's caches.
 	DefaultReadBytes = 4 << 30
-	// DefaultWeightBytes is each weight type's matrices in all.
+	// DefaultWeightBytes is each weight type's matrices in all, or four
+	// times the last-level cache when that is more (then matrices read in
+	// turn leave little of themselves behind in it).
 	DefaultWeightBytes = 1 << 30
 	// DefaultTime is how long each measurement runs at least (and at
 	// least three passes).
@@ -48,7 +50,8 @@ type Options struct {
 	// half of MemAvailable, whichever is smaller.
 	ReadBytes int64
 	// WeightBytes is each weight type's matrices in all; 0 means
-	// DefaultWeightBytes (less when MemAvailable is short).
+	// DefaultWeightBytes or four times the last-level cache, whichever is
+	// more (less when MemAvailable is short).
 	WeightBytes int64
 	// Types are the weight types to run; nil means Types. A type the
 	// kernel family lacks is reported as skipped.
@@ -191,8 +194,9 @@ func (r *run) setup() error {
 	if o.ReadBytes == 0 {
 		o.ReadBytes = min(DefaultReadBytes, mi.Available/2)
 	}
+	llc := lastLevelCache(cpus)
 	if o.WeightBytes == 0 {
-		o.WeightBytes = min(DefaultWeightBytes, mi.Available/4)
+		o.WeightBytes = min(max(DefaultWeightBytes, cacheMultiple*llc), mi.Available/4)
 	}
 	for _, s := range []struct {
 		name string
@@ -214,7 +218,7 @@ func (r *run) setup() error {
 		Started: r.start,
 		CPU: CPU{
 			Model: cpuModel(), CPUs: cpus, Cores: coresUsed, GOMAXPROCS: runtime.GOMAXPROCS(0),
-			CacheBytes: lastLevelCache(cpus), MemAvailable: mi.Available, Impl: r.impl.String(),
+			CacheBytes: llc, MemAvailable: mi.Available, Impl: r.impl.String(),
 		},
 	}
 	return nil
@@ -298,11 +302,16 @@ func (r *run) read(ctx context.Context) error {
 	return nil
 }
 
-// cacheNote notes a buffer that the last-level caches could largely hold.
+// cacheMultiple is how many times the last-level cache a buffer read
+// again and again must be for its reads to come from memory: a cache
+// keeps little of a cyclic stream that large.
+const cacheMultiple = 4
+
+// cacheNote notes a buffer that the last-level caches could partly hold.
 func (r *run) cacheNote(what string, n int64) {
-	if c := r.rep.CPU.CacheBytes; c > 0 && n < 8*c {
-		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("%s (%s) is less than 8× the last-level cache (%s): part of it may be read from the cache",
-			what, tier.FormatBytes(n), tier.FormatBytes(c)))
+	if c := r.rep.CPU.CacheBytes; c > 0 && n < cacheMultiple*c {
+		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("%s (%s) is less than %d× the last-level cache (%s): part of it may be read from the cache",
+			what, tier.FormatBytes(n), cacheMultiple, tier.FormatBytes(c)))
 	}
 }
 
