@@ -1,0 +1,12 @@
+module github.com/strata-llm/strata/internal/bench/cpubench/asm
+
+go 1.26.0
+
+require github.com/mmcloughlin/avo v0.6.0
+
+require (
+	golang.org/x/mod v0.42.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	// avo v0.6.0's own x/tools (v0.16.1) does not build with Go 1.26.
+	golang.org/x/tools v0.52.0 // indirect
+)

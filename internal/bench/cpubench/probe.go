@@ -1,0 +1,191 @@
+package cpubench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/strata-llm/strata/internal/hostcpu"
+)
+
+// sink keeps every read loop's result live.
+var sink atomic.Uint64
+
+// team is one goroutine pinned to each of its CPUs, running the same
+// function on its own index once per pass.
+type team struct {
+	start []chan struct{} // one token per pass; closed at the end
+	fin   chan error
+	ended sync.WaitGroup
+}
+
+// newTeam starts and pins one goroutine per CPU; each pass runs f(i) on
+// the goroutine of cpus[i]. It returns once all are pinned.
+func newTeam(cpus []int, f func(i int)) (*team, error) {
+	t := &team{fin: make(chan error, len(cpus))}
+	for i, c := range cpus {
+		start := make(chan struct{}, 1)
+		t.start = append(t.start, start)
+		t.ended.Go(func() {
+			restore, err := hostcpu.Pin(c)
+			t.fin <- err
+			if err != nil {
+				for range start { // let the team close
+				}
+				return
+			}
+			for range start {
+				f(i)
+				t.fin <- nil
+			}
+			if err := restore(); err != nil {
+				t.fin <- err
+			}
+		})
+	}
+	var errs []error
+	for range cpus {
+		errs = append(errs, <-t.fin)
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// pass runs f on every member at once and returns the time from the
+// first start to the last finish.
+func (t *team) pass() time.Duration {
+	t0 := time.Now()
+	for _, s := range t.start {
+		s <- struct{}{}
+	}
+	for range t.start {
+		<-t.fin
+	}
+	return time.Since(t0)
+}
+
+// close ends the members, unpinning their threads; it reports an unpin
+// that failed.
+func (t *team) close() error {
+	for _, s := range t.start {
+		close(s)
+	}
+	t.ended.Wait()
+	var errs []error
+	for {
+		select {
+		case err := <-t.fin:
+			errs = append(errs, err)
+		default:
+			return errors.Join(errs...)
+		}
+	}
+}
+
+// split cuts b into n nearly equal parts, each a multiple of readStep
+// bytes (the remainder is left out).
+func split(b []byte, n int) [][]byte {
+	chunks := len(b) / readStep
+	out := make([][]byte, n)
+	for i := range out {
+		lo, hi := chunks*i/n*readStep, chunks*(i+1)/n*readStep
+		out[i] = b[lo:hi:hi]
+	}
+	return out
+}
+
+// rate is a series of passes' bytes per second: the best, the median.
+type rate struct {
+	best, median float64
+	passes       int
+}
+
+// measure runs pass at least minPasses times and then until d has passed
+// (at most maxPasses), each moving bytes, and returns the rates.
+func measure(ctx context.Context, d time.Duration, bytes int64, pass func() time.Duration) (rate, error) {
+	const minPasses, maxPasses = 3, 1000
+	var rs []float64
+	t0 := time.Now()
+	for len(rs) < minPasses || (time.Since(t0) < d && len(rs) < maxPasses) {
+		if err := ctx.Err(); err != nil {
+			return rate{}, err
+		}
+		el := pass()
+		rs = append(rs, float64(bytes)/max(el.Seconds(), 1e-9))
+	}
+	slices.Sort(rs)
+	med := rs[len(rs)/2]
+	if len(rs)%2 == 0 {
+		med = (rs[len(rs)/2-1] + rs[len(rs)/2]) / 2
+	}
+	return rate{best: rs[len(rs)-1], median: med, passes: len(rs)}, nil
+}
+
+// touch writes every page of b (non-zero bytes, so no page stays the
+// shared zero page) with one pinned thread per CPU, each its own slice.
+func touch(b []byte, cpus []int) error {
+	parts := split(b, len(cpus))
+	tm, err := newTeam(cpus, func(i int) { fill(parts[i]) })
+	if err != nil {
+		return err
+	}
+	tm.pass()
+	fill(b[len(b)/readStep*readStep:])
+	return tm.close()
+}
+
+// fill writes a non-zero pattern over b: a first 4 KiB by hand, then
+// ever larger copies of what is written.
+func fill(b []byte) {
+	head := b[:min(len(b), 4096)]
+	for i := range head {
+		head[i] = byte(i*37) | 1
+	}
+	for k := len(head); k < len(b); k *= 2 {
+		copy(b[k:], b[:k])
+	}
+}
+
+// readRate is the rate at which the goroutines of cpus read buf, each its
+// own slice, all at once.
+func readRate(ctx context.Context, buf []byte, cpus []int, d time.Duration) (rate, error) {
+	parts := split(buf, len(cpus))
+	var bytes int64
+	for _, p := range parts {
+		bytes += int64(len(p))
+	}
+	tm, err := newTeam(cpus, func(i int) { sink.Add(read(parts[i])) })
+	if err != nil {
+		return rate{}, fmt.Errorf("read with %d threads: %w", len(cpus), err)
+	}
+	r, err := measure(ctx, d, bytes, tm.pass)
+	return r, errors.Join(err, tm.close())
+}
+
+// loopRate is the rate at which loop reads buf again and again on one
+// thread pinned to cpu: buf small enough to stay in a cache, it measures
+// the loop, not memory. The thread times itself, so waking it costs the
+// figure nothing.
+func loopRate(ctx context.Context, loop func([]byte) uint64, buf []byte, cpu int, d time.Duration) (rate, error) {
+	const reps = 256 // loops a pass, so a pass outlasts the clock's resolution
+	var el time.Duration
+	tm, err := newTeam([]int{cpu}, func(int) {
+		t0 := time.Now()
+		for range reps {
+			sink.Add(loop(buf))
+		}
+		el = time.Since(t0)
+	})
+	if err != nil {
+		return rate{}, err
+	}
+	r, err := measure(ctx, d, reps*int64(len(buf)), func() time.Duration { tm.pass(); return el })
+	return r, errors.Join(err, tm.close())
+}

@@ -1,0 +1,5 @@
+//go:build !amd64
+
+package cpubench
+
+var readLoop, readKernel = readGoPtr, "go"

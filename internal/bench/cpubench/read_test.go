@@ -1,0 +1,133 @@
+package cpubench
+
+import (
+	"context"
+	"encoding/binary"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/strata-llm/strata/internal/hostcpu"
+	"github.com/strata-llm/strata/internal/hostmem"
+)
+
+// xorRef is what every read loop returns: the XOR of b's 64-bit words
+// and of its last len(b)%8 bytes.
+func xorRef(b []byte) uint64 {
+	var s uint64
+	for i := 0; i+8 <= len(b); i += 8 {
+		s ^= binary.LittleEndian.Uint64(b[i:])
+	}
+	for _, c := range b[len(b)/8*8:] {
+		s ^= uint64(c)
+	}
+	return s
+}
+
+// TestReadLoops: every loop sees every byte, at every length and
+// alignment.
+func TestReadLoops(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 1<<16+64)
+	for i := range buf {
+		buf[i] = byte(r.Uint32())
+	}
+	loops := map[string]func([]byte) uint64{"read": read, "readGo": readGo}
+	for name, l := range asmLoops() {
+		loops[name] = l
+	}
+	for _, n := range []int{0, 1, 7, 8, 63, 256, 511, 512, 513, 1024, 4096 + 17, 1 << 16} {
+		for _, off := range []int{0, 1, 8, 32} {
+			b := buf[off : off+n]
+			want := xorRef(b)
+			for name, l := range loops {
+				if got := l(b); got != want {
+					t.Errorf("%s(%d bytes at +%d) = %#x, want %#x", name, n, off, got, want)
+				}
+			}
+		}
+	}
+	// A single flipped bit anywhere changes the result.
+	b := buf[:4096]
+	want := read(b)
+	for _, i := range []int{0, 31, 32, 511, 512, 4095} {
+		b[i] ^= 4
+		if read(b) == want {
+			t.Errorf("flipping a bit of byte %d leaves the result", i)
+		}
+		b[i] ^= 4
+	}
+}
+
+// TestLoopBeatsNaive: reading a buffer that stays in L2, the probe's loop
+// must be at least twice as fast as a plain Go loop (with wide loads it is
+// several times), or memory figures would measure the loop.
+func TestLoopBeatsNaive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("times loops")
+	}
+	buf := make([]byte, cacheBufBytes)
+	fill(buf)
+	ctx := context.Background()
+	cpus := firstCPU(t)
+	var best float64
+	for range 3 { // a noisy neighbour can slow one try
+		lr, err := loopRate(ctx, read, buf, cpus, 50*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nr, err := loopRate(ctx, naiveRead, buf, cpus, 50*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		best = max(best, lr.best/nr.best)
+		t.Logf("%s loop %.1f GB/s, plain Go loop %.1f GB/s: %.1f×", readKernel, lr.best/1e9, nr.best/1e9, lr.best/nr.best)
+	}
+	want := 2.0
+	if readKernel == "go" {
+		want = 1.2
+	}
+	if best < want {
+		t.Fatalf("the %s loop is only %.2f× a plain Go loop (want %.1f×)", readKernel, best, want)
+	}
+}
+
+// BenchmarkRead: one pinned thread reading a buffer in L2 and one far
+// larger than any cache, with each loop: the probe's assembly loops, its
+// portable Go loop and the plain Go loop it must beat.
+func BenchmarkRead(b *testing.B) {
+	loops := map[string]func([]byte) uint64{"go": readGo, "naive": naiveRead}
+	for name, l := range asmLoops() {
+		loops[name] = l
+	}
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"L2", cacheBufBytes}, {"DRAM", 1 << 30}} {
+		r, err := hostmem.Alloc(size.n, hostmem.AllocOptions{HugePages: true}) // as the probe's buffer
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer r.Free()
+		buf := r.Bytes()
+		fill(buf)
+		for _, name := range []string{"readAVX512", "readAVX2", "go", "naive"} {
+			l, ok := loops[name]
+			if !ok {
+				continue
+			}
+			b.Run(size.name+"/"+name, func(b *testing.B) {
+				restore, err := hostcpu.Pin(firstCPU(b))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer restore()
+				b.SetBytes(int64(len(buf)))
+				for b.Loop() {
+					sink.Add(l(buf))
+				}
+			})
+		}
+	}
+}
