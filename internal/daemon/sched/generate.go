@@ -26,6 +26,17 @@ type Result struct {
 	// PromptTime is the time of the passes that read the prompt,
 	// DecodeTime the time from the end of the last of them to the end.
 	PromptTime, DecodeTime time.Duration
+	// Passes is the forward passes run; Drafted and Accepted count the
+	// speculative guesses (GenerateOptions.Drafter) and those kept.
+	Passes, Drafted, Accepted int
+}
+
+// GenerateOptions are Generate's optional settings.
+type GenerateOptions struct {
+	// Drafter makes the decode steps speculative (Config.Drafter);
+	// MaxDraft caps the guesses a step (Config.MaxDraft).
+	Drafter  Drafter
+	MaxDraft int
 }
 
 // Generate runs r alone through a scheduler of its own over backend b, in
@@ -38,6 +49,11 @@ type Result struct {
 // say) cancels the request and is returned. Cancelling ctx cancels the
 // request. What was generated is returned even on error.
 func Generate(ctx context.Context, b engine.Backend, tok *tokenizer.Tokenizer, r Request, emit func(Event) error) (Result, error) {
+	return GenerateWith(ctx, b, tok, r, GenerateOptions{}, emit)
+}
+
+// GenerateWith is Generate with options.
+func GenerateWith(ctx context.Context, b engine.Backend, tok *tokenizer.Tokenizer, r Request, o GenerateOptions, emit func(Event) error) (Result, error) {
 	res := Result{PromptTokens: len(r.Prompt)}
 	if limit := b.MaxContext(); len(r.Prompt) > 0 && r.MaxTokens > 0 && len(r.Prompt)+r.MaxTokens > limit {
 		if len(r.Prompt) >= limit {
@@ -46,7 +62,7 @@ func Generate(ctx context.Context, b engine.Backend, tok *tokenizer.Tokenizer, r
 		r.MaxTokens = limit - len(r.Prompt)
 	}
 	var tm passTimer
-	s := New(b, tok, Config{MaxBatch: 1, MaxQueue: 1, Observer: &tm})
+	s := New(b, tok, Config{MaxBatch: 1, MaxQueue: 1, Observer: &tm, Drafter: o.Drafter, MaxDraft: o.MaxDraft})
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	ran := make(chan struct{})
 	go func() {
@@ -83,6 +99,8 @@ func Generate(ctx context.Context, b engine.Backend, tok *tokenizer.Tokenizer, r
 	}
 	res.CompletionTokens = len(res.Tokens)
 	res.PromptTime, res.DecodeTime = tm.times()
+	st := s.Stats()
+	res.Passes, res.Drafted, res.Accepted = int(st.Passes), int(st.Drafted), int(st.Accepted)
 	if emitErr != nil {
 		return res, emitErr
 	}

@@ -35,6 +35,13 @@ type Config struct {
 	PrefillChunk int
 	// Observer receives timing and counts; nil means none.
 	Observer Observer
+	// Drafter, when set, makes decode steps speculative (spec.go): it
+	// guesses tokens that one pass then verifies. Requests may opt out.
+	Drafter Drafter
+	// MaxDraft caps the guesses a step verifies (default 8); the number
+	// used is chosen from each sequence's acceptance and the measured
+	// costs, and is 0 where speculation does not pay.
+	MaxDraft int
 	// Forward runs one batched pass; nil means the Backend's Forward
 	// (which on a tiered engine streams every non-resident layer once for
 	// all the batch's sequences, under the pass's context). Tests wrap it
@@ -75,6 +82,9 @@ type Request struct {
 	// over the generated tokens; LogitBias is added to the logits.
 	Presence, Frequency float32
 	LogitBias           map[int32]float32
+	// NoSpeculation keeps this request's steps plain when the scheduler
+	// has a Drafter.
+	NoSpeculation bool
 }
 
 // Logprob is a sampled token's log probability under the model's
@@ -115,6 +125,9 @@ type Stats struct {
 	Finished, Cancelled     uint64
 	Failed                  uint64
 	KVPositions             int // positions held by active sequences' caches
+	// Speculation: tokens guessed, guesses accepted, and passes that
+	// verified guesses.
+	Drafted, Accepted, VerifyPasses uint64
 }
 
 // Scheduler runs requests against one model.
@@ -133,6 +146,8 @@ type Scheduler struct {
 	running atomic.Bool
 
 	passes, promptToks, generated, finished, cancelled, failed atomic.Uint64
+	drafted, accepted, verifyPasses                           atomic.Uint64
+	costs                                                     specCosts // touched by Run only
 }
 
 // New returns a Scheduler for the model on backend b with tokenizer tok;
@@ -154,7 +169,11 @@ func New(b engine.Backend, tok *tokenizer.Tokenizer, cfg Config) *Scheduler {
 	if cfg.Forward == nil {
 		cfg.Forward = b.Forward
 	}
-	return &Scheduler{b: b, tok: tok, cfg: cfg, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if cfg.MaxDraft <= 0 {
+		cfg.MaxDraft = 8
+	}
+	return &Scheduler{b: b, tok: tok, cfg: cfg, wake: make(chan struct{}, 1), done: make(chan struct{}),
+		costs: specCosts{pass: make([]float64, cfg.MaxDraft+1)}}
 }
 
 // Handle is a submitted request's output.
@@ -188,6 +207,10 @@ type seq struct {
 	// no penalties, bias or logprobs), so its steps ask the backend for
 	// Step.Token and the CUDA backend selects it on the device.
 	greedy bool
+	// spec is the sequence's speculation (nil: plain steps); toks the
+	// step's tokens when it verifies guesses.
+	spec *specState
+	toks []int32
 
 	produced    atomic.Int64 // tokens produced so far
 	atCancel    atomic.Int64 // produced when ctx was cancelled (-1 until then)
@@ -265,6 +288,7 @@ func (s *Scheduler) Stats() Stats {
 	st.Finished = s.finished.Load()
 	st.Cancelled = s.cancelled.Load()
 	st.Failed = s.failed.Load()
+	st.Drafted, st.Accepted, st.VerifyPasses = s.drafted.Load(), s.accepted.Load(), s.verifyPasses.Load()
 	return st
 }
 
@@ -342,6 +366,12 @@ func (s *Scheduler) Run(ctx context.Context) {
 					continue
 				}
 				q.s = sq
+				if s.cfg.Drafter != nil && !q.req.NoSpeculation {
+					// A drafter that cannot start leaves the request plain.
+					if d, err := s.cfg.Drafter.Open(len(q.req.Prompt) + q.req.MaxTokens + s.cfg.MaxDraft + 1); err == nil {
+						q.spec = &specState{draft: d, accept: 0.5}
+					}
+				}
 			}
 			ready = append(ready, q)
 		}
@@ -356,6 +386,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 
 		batch = batch[:0]
 		promptFed, decodeFed := 0, 0
+		longest := 1 // the longest decode step, for the pass-cost table
 		for _, q := range active {
 			var toks []int32
 			if q.fed < len(q.req.Prompt) {
@@ -368,7 +399,15 @@ func (s *Scheduler) Run(ctx context.Context) {
 			}
 			// Token -1: a backend (or a wrapper of one) that does not honour
 			// Greedy leaves it so, and its logits are sampled instead.
-			q.step.Seq, q.step.Tokens, q.step.Greedy, q.step.Token = q.s, toks, q.greedy, -1
+			q.step.Seq, q.step.Tokens, q.step.Greedy, q.step.Token, q.step.AllLogits = q.s, toks, q.greedy, -1, false
+			if q.fed >= len(q.req.Prompt) && q.spec != nil {
+				if g := s.guess(ctx, q); len(g) > 0 {
+					q.toks = append(append(q.toks[:0], q.last), g...)
+					q.step.Tokens, q.step.Greedy, q.step.AllLogits = q.toks, false, true
+					decodeFed += len(g)
+					longest = max(longest, len(q.toks))
+				}
+			}
 			batch = append(batch, q.step)
 		}
 		t0 := time.Now()
@@ -387,6 +426,12 @@ func (s *Scheduler) Run(ctx context.Context) {
 		}
 		s.passes.Add(1)
 		s.promptToks.Add(uint64(promptFed))
+		if promptFed == 0 {
+			s.costs.observePass(longest, d)
+		}
+		if longest > 1 {
+			s.verifyPasses.Add(1)
+		}
 		if o := s.cfg.Observer; o != nil {
 			o.Pass(len(batch), promptFed, decodeFed, d)
 		}
@@ -404,6 +449,13 @@ func (s *Scheduler) Run(ctx context.Context) {
 			}
 			if q.ctx.Err() != nil {
 				s.cancel(q)
+				continue
+			}
+			if q.spec != nil && len(q.spec.guess) > 0 {
+				if s.verify(q, batch[i].Logits) {
+					kept = append(kept, q)
+					kv += q.s.Pos()
+				}
 				continue
 			}
 			var logits []float32
@@ -467,6 +519,13 @@ func (s *Scheduler) advance(q *seq, logits []float32, token int32) bool {
 		s.fail(q, errors.New("sampler returned no token"))
 		return false
 	}
+	return s.emit(q, logits, id)
+}
+
+// emit hands q's next token id (drawn from logits, the row it came from,
+// for its logprob) to the request: text, stop strings, the end of
+// generation and the length limit. It reports whether q goes on.
+func (s *Scheduler) emit(q *seq, logits []float32, id int32) bool {
 	q.produced.Add(1)
 	s.generated.Add(1)
 	if !q.firstSent {
@@ -614,6 +673,10 @@ func (q *seq) release() {
 	if q.s != nil {
 		q.s.Close()
 		q.s = nil
+	}
+	if q.spec != nil {
+		q.spec.draft.Close()
+		q.spec = nil
 	}
 }
 

@@ -15,7 +15,10 @@ import (
 	"github.com/strata-llm/strata/internal/synth"
 )
 
-var tinyPath string
+// tinyPath is a tiny synthetic model; tinyPath2 another one (a different
+// seed: the same vocabulary, another network), a drafter that guesses
+// mostly wrong.
+var tinyPath, tinyPath2 string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "sched-test")
@@ -24,6 +27,10 @@ func TestMain(m *testing.M) {
 	}
 	tinyPath = filepath.Join(dir, "tiny.gguf")
 	if err := synth.Write(tinyPath, synth.Options{Arch: "llama", Shape: "tiny", Type: "q8_0", Seed: 1}); err != nil {
+		panic(err)
+	}
+	tinyPath2 = filepath.Join(dir, "tiny2.gguf")
+	if err := synth.Write(tinyPath2, synth.Options{Arch: "llama", Shape: "tiny", Type: "q8_0", Seed: 2}); err != nil {
 		panic(err)
 	}
 	code := m.Run()

@@ -1,0 +1,150 @@
+package sched
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/sample"
+)
+
+// TestLookupPropose: the longest repeated suffix proposes what followed
+// its latest earlier occurrence.
+func TestLookupPropose(t *testing.T) {
+	t.Parallel()
+	l := Lookup{MinN: 1, MaxN: 3}
+	for _, tc := range []struct {
+		h    []int32
+		k    int
+		want []int32
+	}{
+		{[]int32{1, 2, 3, 4, 9, 1, 2, 3}, 3, []int32{4, 9, 1}},
+		{[]int32{1, 2, 3, 4, 9, 1, 2, 3}, 1, []int32{4}},
+		{[]int32{5, 6, 7, 5, 6, 8, 5, 6}, 2, []int32{8, 5}}, // the latest occurrence
+		{[]int32{1, 2, 3}, 4, nil},
+		{[]int32{7, 1, 7}, 4, []int32{1, 7}},
+	} {
+		d, err := l.Open(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := d.Propose(context.Background(), tc.h, tc.k)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("Propose(%v, %d) = %v, %v; want %v", tc.h, tc.k, got, err, tc.want)
+		}
+	}
+	if _, err := (Lookup{MinN: 0, MaxN: 2}).Open(0); err == nil {
+		t.Error("n-gram size 0 accepted")
+	}
+}
+
+// TestSpeculationIsLossless: at temperature 0 every drafter gives exactly
+// plain decoding's tokens — the model drafting for itself (every guess
+// right), another model (a different network: most guesses wrong) and
+// prompt lookup — and the guesses are counted; above 0, speculative runs
+// produce valid text of the requested length.
+func TestSpeculationIsLossless(t *testing.T) {
+	t.Parallel()
+	e := openTiny(t)
+	self, err := engine.Open(context.Background(), tinyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer self.Close()
+	other, err := engine.Open(context.Background(), tinyPath2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	prompt := e.Tok.Encode("speculate, then verify, then speculate again", true, false)
+	req := Request{Prompt: prompt, MaxTokens: 40, Sample: sample.Greedy()}
+	plain, err := Generate(context.Background(), e.Backend(), e.Tok, req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		d       Drafter
+		allGood bool
+	}{
+		{"self", ModelDrafter{B: self.Backend()}, true},
+		{"other", ModelDrafter{B: other.Backend()}, false},
+		{"lookup", Lookup{MinN: 1, MaxN: 4}, false},
+	} {
+		res, err := GenerateWith(context.Background(), e.Backend(), e.Tok, req, GenerateOptions{Drafter: tc.d, MaxDraft: 6}, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !slices.Equal(res.Tokens, plain.Tokens) {
+			t.Fatalf("%s: tokens %v, plain %v", tc.name, res.Tokens, plain.Tokens)
+		}
+		t.Logf("%s: %d passes for %d tokens (plain %d), %d of %d guesses accepted", tc.name, res.Passes, len(res.Tokens), plain.Passes, res.Accepted, res.Drafted)
+		if tc.allGood && (res.Drafted == 0 || res.Accepted != res.Drafted || res.Passes >= plain.Passes) {
+			t.Errorf("%s: %d of %d guesses accepted in %d passes (plain %d)", tc.name, res.Accepted, res.Drafted, res.Passes, plain.Passes)
+		}
+		if tc.name == "other" && res.Drafted == 0 {
+			t.Errorf("%s: nothing drafted", tc.name)
+		}
+	}
+	hot := req
+	hot.Sample = sample.Params{Temperature: 0.9, TopP: 0.95, RepeatPenalty: 1.1, RepeatLastN: 64, Seed: 7}
+	res, err := GenerateWith(context.Background(), e.Backend(), e.Tok, hot, GenerateOptions{Drafter: ModelDrafter{B: self.Backend()}}, nil)
+	if err != nil || len(res.Tokens) == 0 || res.Drafted == 0 {
+		t.Fatalf("sampling with a drafter: %v, %d tokens, %d drafted", err, len(res.Tokens), res.Drafted)
+	}
+	off := req
+	off.NoSpeculation = true
+	if res, err := GenerateWith(context.Background(), e.Backend(), e.Tok, off, GenerateOptions{Drafter: Lookup{MinN: 1, MaxN: 3}}, nil); err != nil || res.Drafted != 0 {
+		t.Fatalf("NoSpeculation: %v, %d drafted", err, res.Drafted)
+	}
+}
+
+// TestSpeculationOnGocode: the real pair of ../shared/models — gocode-29m
+// verifying the 4-layer gocode-draft-20m's guesses, and prompt lookup —
+// reproduces plain greedy decoding on the golden prompts, with the
+// acceptance logged. It skips without the models (STRATA_GOCODE_GGUF).
+func TestSpeculationOnGocode(t *testing.T) {
+	t.Parallel()
+	target := os.Getenv("STRATA_GOCODE_GGUF")
+	if target == "" {
+		t.Skip("STRATA_GOCODE_GGUF is not set")
+	}
+	draft := strings.Replace(target, "gocode-29m-f16", "gocode-draft-20m-f16", 1)
+	if _, err := os.Stat(draft); err != nil {
+		t.Skipf("no draft model beside the target: %v", err)
+	}
+	tg, err := engine.Open(context.Background(), target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	dr, err := engine.Open(context.Background(), draft)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dr.Close()
+	src := "package main\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\nfunc main() {\n\tif len(os.Args) < 2 {\n"
+	req := Request{Prompt: tg.Tok.Encode(src, true, false), MaxTokens: 64, Sample: sample.Greedy()}
+	plain, err := Generate(context.Background(), tg.Backend(), tg.Tok, req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []Drafter{ModelDrafter{B: dr.Backend()}, Lookup{MinN: 1, MaxN: 4}} {
+		res, err := GenerateWith(context.Background(), tg.Backend(), tg.Tok, req, GenerateOptions{Drafter: d}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(res.Tokens, plain.Tokens) {
+			t.Fatalf("%s: tokens differ from plain decoding:\n%q\n%q", d.Name(), res.Text, plain.Text)
+		}
+		rate := 0.0
+		if res.Drafted > 0 {
+			rate = float64(res.Accepted) / float64(res.Drafted)
+		}
+		t.Log(fmt.Sprintf("%s: %d tokens in %d passes (plain %d); %d of %d guesses accepted (%.2f)", d.Name(), len(res.Tokens), res.Passes, plain.Passes, res.Accepted, res.Drafted, rate))
+	}
+}
