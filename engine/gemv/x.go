@@ -66,7 +66,7 @@ func (x *X) SetBlocks(v []float32, b0, b1 int) error {
 	if lo < hi {
 		copy(x.F[lo:hi], v[lo:hi])
 	}
-	clear(x.F[max(lo, hi):b1*Block])
+	clear(x.F[max(lo, hi) : b1*Block])
 	for b := b0; b < b1; b++ {
 		f := x.F[b*Block : (b+1)*Block]
 		var bits uint32 // the largest magnitude's bits: they order as the floats do

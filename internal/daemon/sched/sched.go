@@ -146,8 +146,8 @@ type Scheduler struct {
 	running atomic.Bool
 
 	passes, promptToks, generated, finished, cancelled, failed atomic.Uint64
-	drafted, accepted, verifyPasses                           atomic.Uint64
-	costs                                                     specCosts // touched by Run only
+	drafted, accepted, verifyPasses                            atomic.Uint64
+	costs                                                      specCosts // touched by Run only
 }
 
 // New returns a Scheduler for the model on backend b with tokenizer tok;
