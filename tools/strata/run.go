@@ -71,6 +71,9 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "ctx", Usage: "context the KV cache is planned for (default: the model's, at most 4096)"},
 			&cli.IntFlag{Name: "depth", Usage: "streaming pipeline depth (slots); 0 = let the planner choose"},
 			&cli.StringFlag{Name: "tiers", Usage: "force a placement instead of planning: all-A, all-B, all-C, mixed or one tier per layer (A,C,B,...); for tests and benchmarks"},
+			&cli.StringFlag{Name: "draft", Usage: "speculative decoding with this draft model (a GGUF of the same vocabulary, run on the CPU), whose guesses each pass verifies; the output is what plain decoding gives"},
+			&cli.BoolFlag{Name: "lookup", Usage: "speculative decoding by prompt lookup (guesses from earlier repeats of the text's last tokens), when no --draft is given"},
+			&cli.IntFlag{Name: "max-draft", Value: 8, Usage: "most guesses one pass verifies (the number used adapts to the acceptance and the measured costs)"},
 			&cli.BoolFlag{Name: "no-hybrid", Usage: "on a GPU, keep the CPU out of the passes: every tier-B layer crosses PCIe whole (default: the CPU computes the FFN of the tier-B layers the hybrid plan gives it)"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -153,8 +156,26 @@ func runCommand() *cli.Command {
 				fmt.Print(prompt)
 				ids = e.Tok.Encode(prompt, true, false)
 			}
+			gopts := sched.GenerateOptions{MaxDraft: int(cmd.Int("max-draft"))}
+			if gopts.MaxDraft < 1 {
+				return usagef("--max-draft must be positive")
+			}
+			switch {
+			case cmd.String("draft") != "":
+				d, err := engine.OpenWith(ctx, cmd.String("draft"), engine.Options{Backend: engine.BackendCPU, Context: o.Context, Logger: log})
+				if err != nil {
+					return fmt.Errorf("draft model: %w", err)
+				}
+				defer d.Close()
+				if d.Model.Config.Vocab != e.Model.Config.Vocab {
+					return fmt.Errorf("draft model %s has %d tokens, the model %d: speculation needs the same vocabulary", cmd.String("draft"), d.Model.Config.Vocab, e.Model.Config.Vocab)
+				}
+				gopts.Drafter = sched.ModelDrafter{B: d.Backend()}
+			case cmd.Bool("lookup"):
+				gopts.Drafter = sched.Lookup{MinN: 1, MaxN: 4}
+			}
 			// The daemon's scheduler, in this process: the one decode loop.
-			res, err := sched.Generate(ctx, e.Backend(), e.Tok, sched.Request{Prompt: ids, MaxTokens: maxTokens, Sample: params},
+			res, err := sched.GenerateWith(ctx, e.Backend(), e.Tok, sched.Request{Prompt: ids, MaxTokens: maxTokens, Sample: params}, gopts,
 				func(ev sched.Event) error {
 					_, err := os.Stdout.WriteString(ev.Text)
 					return err
@@ -168,6 +189,10 @@ func runCommand() *cli.Command {
 					res.PromptTokens, res.PromptTime.Round(1e6), rate(res.PromptTokens, res.PromptTime.Seconds()),
 					res.CompletionTokens, res.DecodeTime.Round(1e6), rate(res.CompletionTokens, res.DecodeTime.Seconds()), res.FinishReason)
 				fmt.Fprintf(os.Stderr, "backend: %s\n", e.BackendInfo())
+				if gopts.Drafter != nil {
+					fmt.Fprintf(os.Stderr, "speculation (%s): %d passes for %d tokens; %d of %d guesses accepted\n",
+						gopts.Drafter.Name(), res.Passes, res.CompletionTokens, res.Accepted, res.Drafted)
+				}
 				writeRunStats(os.Stderr, e)
 			}
 			return nil

@@ -165,9 +165,14 @@ type specState struct {
 // specCosts are the scheduler's measured costs: a pass's time by the
 // tokens its longest step fed (index n-1), and a drafted token's time.
 type specCosts struct {
-	pass  []float64 // seconds, moving averages; 0 = not seen
-	draft float64
+	pass   []float64 // seconds, moving averages; 0 = not seen
+	draft  float64
+	rounds int // speculative decisions taken
 }
+
+// plainEvery is how often (in decisions) a step goes plain to re-measure
+// the plain pass's cost.
+const plainEvery = 32
 
 // alphaWeight is the weight of the newest observation in the moving
 // averages.
@@ -206,7 +211,7 @@ func (c *specCosts) passCost(n int) float64 {
 func (c *specCosts) chooseK(a float64, maxK int) int {
 	base := c.passCost(1)
 	if base == 0 {
-		return min(2, maxK) // nothing measured yet: a cheap first try
+		return 0
 	}
 	best, bestRate := 0, 1/base
 	for k := 1; k <= maxK; k++ {
@@ -232,6 +237,12 @@ func (s *Scheduler) guess(ctx context.Context, q *seq) []int32 {
 	sp.guess = sp.guess[:0]
 	if sp.off > 0 {
 		sp.off--
+		return nil
+	}
+	// A plain step now and then keeps the cost it is weighed against
+	// measured (the first one measures it).
+	s.costs.rounds++
+	if s.costs.pass[0] == 0 || s.costs.rounds%plainEvery == 0 {
 		return nil
 	}
 	k := s.costs.chooseK(sp.accept, s.cfg.MaxDraft)
