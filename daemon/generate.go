@@ -66,7 +66,8 @@ func (s *Server) prepare(lm *loaded, p openai.Params, prompt []int32, promptPara
 		sp.Seed = randomSeed()
 	}
 	r := sched.Request{Prompt: prompt, MaxTokens: maxTok, Sample: sp, Stop: p.Stop,
-		Logprobs: p.Logprobs, TopLogprobs: p.TopLogprobs, Presence: float32(p.Presence), Frequency: float32(p.Frequency)}
+		Logprobs: p.Logprobs, TopLogprobs: p.TopLogprobs, Presence: float32(p.Presence), Frequency: float32(p.Frequency),
+		NoSpeculation: p.NoSpeculation}
 	for id, b := range p.LogitBias {
 		if int(id) >= c.Vocab {
 			return nil, openai.BadRequest("logit_bias", "logit_bias token %d is outside the vocabulary (0..%d)", id, c.Vocab-1)

@@ -23,6 +23,8 @@ type metrics struct {
 	tierBytes    *prometheus.CounterVec // tier
 	queueDepth   *prometheus.GaugeVec   // model
 	activeSeqs   *prometheus.GaugeVec   // model
+	drafted      *prometheus.GaugeVec   // model
+	accepted     *prometheus.GaugeVec   // model
 	modelsLoaded prometheus.Gauge
 }
 
@@ -65,12 +67,18 @@ func newMetrics() *metrics {
 		activeSeqs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "strata_active_sequences", Help: "Sequences in the running batch.",
 		}, []string{"model"}),
+		drafted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "strata_speculative_drafted_tokens", Help: "Tokens the drafter guessed since the model loaded (speculative decoding).",
+		}, []string{"model"}),
+		accepted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "strata_speculative_accepted_tokens", Help: "Guessed tokens the model accepted since it loaded; over drafted, the acceptance rate.",
+		}, []string{"model"}),
 		modelsLoaded: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "strata_models_loaded", Help: "Models loaded.",
 		}),
 	}
 	m.reg.MustRegister(m.requests, m.promptToks, m.complToks, m.finished, m.passes, m.tokPerSec, m.ttft,
-		m.cancelLag, m.tierBytes, m.queueDepth, m.activeSeqs, m.modelsLoaded)
+		m.cancelLag, m.tierBytes, m.queueDepth, m.activeSeqs, m.drafted, m.accepted, m.modelsLoaded)
 	for _, t := range []string{"A", "B", "C"} {
 		m.tierBytes.WithLabelValues(t)
 	}
@@ -81,7 +89,7 @@ func newMetrics() *metrics {
 func (m *metrics) forget(model string) {
 	l := prometheus.Labels{"model": model}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
-		m.promptToks, m.complToks, m.finished, m.passes, m.tokPerSec, m.ttft, m.queueDepth, m.activeSeqs,
+		m.promptToks, m.complToks, m.finished, m.passes, m.tokPerSec, m.ttft, m.queueDepth, m.activeSeqs, m.drafted, m.accepted,
 	} {
 		v.DeletePartialMatch(l)
 	}

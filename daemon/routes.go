@@ -219,7 +219,8 @@ func (s *Server) modelStatus(lm *loaded) api.ModelStatus {
 		Pipeline: pipelineStatus(ps),
 		Queue:    api.Queue{Waiting: st.Waiting, Active: st.Active, MaxBatch: st.MaxBatch, MaxQueue: st.MaxQueue},
 		Counters: api.Counters{Passes: st.Passes, PromptTokens: st.PromptTokens, CompletionTokens: st.Generated,
-			Finished: st.Finished, Cancelled: st.Cancelled, Failed: st.Failed},
+			Finished: st.Finished, Cancelled: st.Cancelled, Failed: st.Failed,
+			Drafted: st.Drafted, Accepted: st.Accepted, VerifyPasses: st.VerifyPasses},
 	}
 }
 
@@ -229,6 +230,8 @@ func (s *Server) refreshGauges() {
 			st := lm.sched.Stats()
 			s.metrics.queueDepth.WithLabelValues(n).Set(float64(st.Waiting))
 			s.metrics.activeSeqs.WithLabelValues(n).Set(float64(st.Active))
+			s.metrics.drafted.WithLabelValues(n).Set(float64(st.Drafted))
+			s.metrics.accepted.WithLabelValues(n).Set(float64(st.Accepted))
 		}
 	}
 }
@@ -247,7 +250,17 @@ func (s *Server) handleLoad(w http.ResponseWriter, r *http.Request) error {
 	case err != nil:
 		return openai.BadRequest("path", "%v", err)
 	}
-	s.log.Info("load requested", "peer", peerOf(r).String(), "path", path, "name", req.Name)
+	if req.Draft != "" {
+		d, err := authz.ResolveModelPath(s.cfg.ModelDirs, req.Draft)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return openai.Errorf(http.StatusNotFound, openai.TypeInvalidRequest, "draft", "model_file_not_found", "draft model: %v", err)
+		case err != nil:
+			return openai.Errorf(http.StatusForbidden, openai.TypePermission, "draft", "path_not_allowed", "draft model: %v", err)
+		}
+		req.Draft = d
+	}
+	s.log.Info("load requested", "peer", peerOf(r).String(), "path", path, "name", req.Name, "draft", req.Draft, "lookup", req.Lookup)
 	st, err := s.LoadFile(r.Context(), path, req)
 	if errors.Is(err, ErrModelExists) {
 		return openai.Errorf(http.StatusConflict, openai.TypeInvalidRequest, "name", "model_exists", "%v", err)

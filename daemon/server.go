@@ -122,6 +122,7 @@ type loaded struct {
 	loadedAt   time.Time
 	budgets    api.Budgets
 	fileBytes  int64
+	draft      *engine.Engine // the draft model (LoadRequest.Draft); nil without
 }
 
 // New builds a Server. It loads no model; call LoadFile or use the admin
@@ -246,18 +247,39 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 	case err != nil:
 		return api.ModelStatus{}, err
 	}
+	var drafter sched.Drafter
+	var draft *engine.Engine
+	switch {
+	case req.Draft != "":
+		draft, err = engine.OpenWith(ctx, req.Draft, engine.Options{Backend: engine.BackendCPU, Context: req.Context,
+			LinkCache: s.links, Logger: s.log.Named("draft")})
+		if err == nil && draft.Model.Config.Vocab != eng.Model.Config.Vocab {
+			draft.Close()
+			err = fmt.Errorf("%d tokens, the model %d: speculation needs the same vocabulary", draft.Model.Config.Vocab, eng.Model.Config.Vocab)
+		}
+		if err != nil {
+			eng.Close()
+			return api.ModelStatus{}, openai.BadRequest("draft", "draft model %s: %v", req.Draft, err)
+		}
+		drafter = sched.ModelDrafter{B: draft.Backend()}
+	case req.Lookup:
+		drafter = sched.Lookup{MinN: 1, MaxN: 4}
+	}
 	feed := &tierFeed{m: s.metrics, eng: eng}
 	sc := sched.New(eng.Backend(), eng.Tok, sched.Config{
 		MaxBatch: maxBatch, MaxQueue: maxQueue, PrefillChunk: s.cfg.Limits.PrefillChunk,
-		Observer: &observer{m: s.metrics, model: name, feed: feed},
+		Observer: &observer{m: s.metrics, model: name, feed: feed}, Drafter: drafter,
 	})
 	ctx, stop := context.WithCancel(context.Background())
-	lm := &loaded{name: name, path: path, eng: eng, feed: feed, sched: sc, stop: stop, loadedAt: time.Now(), budgets: req.Budgets, fileBytes: st.Size()}
+	lm := &loaded{name: name, path: path, eng: eng, feed: feed, sched: sc, stop: stop, loadedAt: time.Now(), budgets: req.Budgets, fileBytes: st.Size(), draft: draft}
 	s.mu.Lock()
 	if _, dup := s.models[name]; dup {
 		s.mu.Unlock()
 		stop()
 		eng.Close()
+		if draft != nil {
+			draft.Close()
+		}
 		return api.ModelStatus{}, fmt.Errorf("%q: %w", name, ErrModelExists)
 	}
 	s.models[name] = lm
@@ -308,6 +330,9 @@ func (s *Server) Unload(name string) (int, error) {
 	lm.stop()
 	lm.feed.flush() // bytes of a last, failed pass
 	err := lm.eng.Close()
+	if lm.draft != nil {
+		err = errors.Join(err, lm.draft.Close())
+	}
 	s.metrics.forget(name)
 	s.log.Info("model unloaded", "name", name, "cut_short", st.Waiting+st.Active)
 	return st.Waiting + st.Active, err

@@ -50,6 +50,13 @@ type LoadRequest struct {
 	// usable, else the CPU), "cpu" or "cuda" (fails when no GPU is
 	// usable). Empty means the daemon's default (stratad --backend).
 	Backend string `json:"backend,omitempty"`
+	// Draft names a draft model (a file under a model directory, with the
+	// model's vocabulary, run on the CPU) whose guesses each decode pass
+	// verifies: speculative decoding, output unchanged. Lookup drafts by
+	// prompt lookup instead when no Draft is given. Requests opt out with
+	// "speculative": false.
+	Draft  string `json:"draft,omitempty"`
+	Lookup bool   `json:"lookup,omitempty"`
 }
 
 // UnloadRequest asks the daemon to unload a model. Requests in flight on
@@ -188,6 +195,11 @@ type Counters struct {
 	Finished         uint64 `json:"finished"`
 	Cancelled        uint64 `json:"cancelled"`
 	Failed           uint64 `json:"failed"`
+	// Speculative decoding: guesses drafted and accepted, and the passes
+	// that verified guesses.
+	Drafted      uint64 `json:"drafted,omitempty"`
+	Accepted     uint64 `json:"accepted,omitempty"`
+	VerifyPasses uint64 `json:"verify_passes,omitempty"`
 }
 
 // ModelStatus describes one loaded model.

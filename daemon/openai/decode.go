@@ -37,6 +37,8 @@ type Params struct {
 	LogitBias    map[int32]float64
 	Stream       bool
 	IncludeUsage bool
+	// NoSpeculation is set by "speculative": false.
+	NoSpeculation bool
 }
 
 // Message is a validated chat message: role "system", "user" or
@@ -78,6 +80,7 @@ func DecodeChat(body []byte) (*Chat, error) {
 		return nil, err
 	}
 	c.Params = p
+	c.NoSpeculation = r.Speculative != nil && !*r.Speculative
 	if r.TopLogprobs != nil {
 		if !r.Logprobs {
 			return nil, BadRequest("top_logprobs", "top_logprobs requires logprobs to be true")
@@ -125,6 +128,7 @@ func DecodeCompletion(body []byte) (*Completion, error) {
 		return nil, err
 	}
 	c := &Completion{Params: p}
+	c.NoSpeculation = r.Speculative != nil && !*r.Speculative
 	if r.Prompt == nil {
 		return nil, BadRequest("prompt", "you must provide a prompt")
 	}

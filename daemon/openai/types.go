@@ -175,6 +175,10 @@ type ChatRequest struct {
 	ResponseFormat      *ResponseFormat    `json:"response_format"`
 	Tools               json.RawMessage    `json:"tools"`
 	User                string             `json:"user"`
+	// Speculative is strata's extension: false keeps this request's
+	// decoding plain where the model has a drafter (absent or true
+	// lets the scheduler speculate; the output is the same either way).
+	Speculative *bool `json:"speculative"`
 }
 
 // CompletionRequest is the body of POST /v1/completions.
@@ -197,6 +201,8 @@ type CompletionRequest struct {
 	FrequencyPenalty *float64           `json:"frequency_penalty"`
 	LogitBias        map[string]float64 `json:"logit_bias"`
 	User             string             `json:"user"`
+	// Speculative is strata's extension, as on ChatRequest.
+	Speculative *bool `json:"speculative"`
 }
 
 // Usage counts the tokens of one request.

@@ -1,0 +1,92 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/strata-llm/strata/daemon/api"
+	"github.com/strata-llm/strata/daemon/client"
+)
+
+// TestSpeculativeModel: a model loaded with a draft model (here the same
+// network, whose guesses are all right) answers a temperature-0 request
+// with the text the plain model gives, counts its guesses in the status
+// and /metrics, and a request with "speculative": false drafts nothing.
+// A draft outside the model directories or of another vocabulary is
+// refused.
+func TestSpeculativeModel(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("the admin API needs uid 0 or the admin group; run as root (CI does) to exercise it in-process")
+	}
+	h := start(t, opts{})
+	ctx := context.Background()
+	if _, err := h.c.Load(ctx, api.LoadRequest{Path: "tiny.gguf", Name: "spec", Draft: "tiny.gguf"}); err != nil {
+		t.Fatal(err)
+	}
+	body := func(model string, spec string) string {
+		return `{"model":"` + model + `","prompt":"guess and verify","max_tokens":24,"temperature":0` + spec + `}`
+	}
+	text := func(model, spec string) string {
+		t.Helper()
+		code, b := h.post(t, "/v1/completions", body(model, spec))
+		if code != 200 {
+			t.Fatalf("%s: %d %s", model, code, b)
+		}
+		var r struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(b, &r); err != nil || len(r.Choices) != 1 {
+			t.Fatalf("%s: %v %s", model, err, b)
+		}
+		return r.Choices[0].Text
+	}
+	counters := func() api.Counters {
+		t.Helper()
+		st, err := h.c.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range st.Models {
+			if m.Name == "spec" {
+				return m.Counters
+			}
+		}
+		t.Fatal("model spec not in the status")
+		return api.Counters{}
+	}
+	plain := text(tiny, "")
+	if got := text("spec", ""); got != plain {
+		t.Fatalf("speculative text %q, plain %q", got, plain)
+	}
+	c := counters()
+	if c.Drafted == 0 || c.Accepted != c.Drafted || c.VerifyPasses == 0 {
+		t.Fatalf("counters after a speculative request: %+v", c)
+	}
+	if got := text("spec", `,"speculative":false`); got != plain {
+		t.Fatalf("plain request on the speculative model: %q, want %q", got, plain)
+	}
+	if c2 := counters(); c2.Drafted != c.Drafted {
+		t.Fatalf("a request with speculative false drafted %d tokens", c2.Drafted-c.Drafted)
+	}
+	if code, b := h.get(t, "/metrics"); code != 200 || !strings.Contains(string(b), `strata_speculative_drafted_tokens{model="spec"}`) {
+		t.Fatalf("metrics %d lack the speculation series:\n%s", code, b)
+	}
+	for _, tc := range []struct {
+		req    api.LoadRequest
+		status int
+	}{
+		{api.LoadRequest{Path: "tiny.gguf", Name: "d1", Draft: "/etc/passwd"}, 403},
+		{api.LoadRequest{Path: "tiny.gguf", Name: "d2", Draft: "missing.gguf"}, 404},
+	} {
+		_, err := h.c.Load(ctx, tc.req)
+		ae, ok := err.(*client.APIError)
+		if !ok || ae.Status != tc.status {
+			t.Fatalf("%+v: %v, want %d", tc.req, err, tc.status)
+		}
+	}
+}
