@@ -209,6 +209,7 @@ func OpenWith(ctx context.Context, path string, o Options) (*Engine, error) {
 			closeAll()
 			return nil, err
 		}
+		info.Kernels = e.binfo.Kernels
 		e.plan, e.binfo = plan, info
 		return e, nil
 	}
@@ -231,6 +232,7 @@ func OpenWith(ctx context.Context, path string, o Options) (*Engine, error) {
 		pool.Close()
 		return nil, err
 	}
+	info.Kernels = e.binfo.Kernels
 	e.binfo = info
 	return e, nil
 }

@@ -29,6 +29,8 @@ func benchCPUCommand() *cli.Command {
 			&cli.StringFlag{Name: "only", Value: "all", Usage: "weight types, comma-separated: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, INT8_ROW, F16, BF16 (or all)"},
 			&cli.StringFlag{Name: "impl", Usage: "GEMV kernel family: go, avx2, avx512 (default the best this CPU runs)"},
 			&cli.DurationFlag{Name: "time", Value: cpubench.DefaultTime, Usage: "least time of each measurement (and at least three passes)"},
+			&cli.StringFlag{Name: "model", Usage: "also time this model's CPU-only decode (every layer resident, engine/gemv's kernels) against the memory read rate"},
+			&cli.IntFlag{Name: "tokens", Value: 32, Usage: "greedy tokens the --model decode generates"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
 		},
@@ -36,6 +38,9 @@ func benchCPUCommand() *cli.Command {
 			o, err := benchCPUOptions(cmd)
 			if err != nil {
 				return err
+			}
+			if cmd.String("model") != "" && cmd.Int("tokens") < 1 {
+				return usagef("bench cpu: --tokens must be positive")
 			}
 			if !cmd.Bool("quiet") {
 				start := time.Now()
@@ -51,6 +56,19 @@ func benchCPUCommand() *cli.Command {
 				return fmt.Errorf("bench cpu: %w", err)
 			}
 			r.Command = strings.Join(os.Args, " ")
+			if m := cmd.String("model"); m != "" && err == nil {
+				if o.Progress != nil {
+					o.Progress("CPU-only decode of " + m)
+				}
+				var read float64
+				if p := r.Read.Points; len(p) > 0 {
+					read = p[len(p)-1].Best
+				}
+				r.Decode, err = cpubench.MeasureDecode(ctx, m, int(cmd.Int("tokens")), read)
+				if errors.Is(err, cpubench.ErrBadOptions) {
+					return usagef("bench cpu: %v", err)
+				}
+			}
 			if cmd.Bool("json") {
 				err = errors.Join(err, printJSON(r))
 			} else {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/internal/bench/cpubench"
 	"github.com/strata-llm/strata/internal/hostcpu"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // TestBenchCPUFlags checks how `strata bench cpu`'s flags become the
@@ -132,6 +134,30 @@ func TestBenchCPUCLI(t *testing.T) {
 	}
 	if len(r.GEMV) == 0 || len(seen) != len(cpubench.Types) {
 		t.Errorf("measured or skipped %v, want every one of %v", seen, cpubench.Types)
+	}
+
+	// A model's CPU-only decode: its rate, bytes a token and their ratio
+	// to the read rate.
+	dir := t.TempDir()
+	tiny := filepath.Join(dir, "tiny.gguf")
+	if err := synth.Write(tiny, synth.Options{Arch: "llama", Shape: "tiny", Type: "q4_k_m", Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code = runStrata(t, bin, "", "bench", "cpu", "--size", "8m", "--weights", "2m", "--time", "1ms", "--threads", "1",
+		"--only", "q4_k", "--model", tiny, "--tokens", "8", "--json", "-q")
+	if code != 0 {
+		t.Fatalf("bench cpu --model: exit %d: %s", code, stderr)
+	}
+	r = cpubench.Report{}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if d := r.Decode; d == nil || d.Tokens != 8 || !positive(d.TokensPerSecond) || !positive(d.BytesPerSecond) || !positive(d.Ratio) ||
+		d.WeightBytes <= 0 || !strings.HasPrefix(d.Kernels, "gemv ") {
+		t.Errorf("decode %+v", r.Decode)
+	}
+	if _, stderr, code := runStrata(t, bin, "", "bench", "cpu", "--time", "1ms", "--model", tiny, "--tokens", "0"); code != exitUsage {
+		t.Errorf("--tokens 0: exit %d: %s", code, stderr)
 	}
 
 	// The reference takes every type; the table names each.

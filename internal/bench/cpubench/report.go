@@ -27,6 +27,8 @@ type Report struct {
 	// Command is the command line that produced the report, when the
 	// caller records it.
 	Command string `json:"command,omitempty"`
+	// Decode is a model's CPU-only decode, when one was asked for.
+	Decode *Decode `json:"decode,omitempty"`
 }
 
 // CPU describes the compute device.
@@ -141,6 +143,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+	}
+	if r.Decode != nil {
+		writeDecode(w, r.Decode)
 	}
 	for _, s := range r.Skipped {
 		fmt.Fprintf(w, "skipped %s: %s\n", s.Type, s.Reason)

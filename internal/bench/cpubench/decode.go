@@ -1,0 +1,89 @@
+package cpubench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/sample"
+	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/daemon/sched"
+)
+
+// Decode is a model's CPU-only decode: the engine's CPU backend (every
+// layer resident, engine/gemv's kernels) generating greedily after a short
+// prompt, as `strata run --backend cpu` does.
+type Decode struct {
+	Model  string `json:"model"`
+	Tokens int    `json:"tokens"`
+	// TokensPerSecond is the decode rate (prompt excluded); WeightBytes
+	// what each step reads (the file's tensors less the embedding rows it
+	// does not touch is close enough: every matrix is read once a step),
+	// and BytesPerSecond their product.
+	TokensPerSecond float64 `json:"tokens_per_second"`
+	WeightBytes     int64   `json:"weight_bytes"`
+	BytesPerSecond  float64 `json:"weight_bytes_per_s"`
+	// Ratio is BytesPerSecond over the memory read rate with every thread.
+	Ratio   float64 `json:"ratio"`
+	Kernels string  `json:"kernels"`
+}
+
+// MeasureDecode runs the model at path on the CPU backend for tokens
+// greedy tokens after an 8-token prompt; read is the memory read rate the
+// ratio is taken to (0 leaves it out).
+func MeasureDecode(ctx context.Context, path string, tokens int, read float64) (*Decode, error) {
+	if tokens < 1 {
+		return nil, fmt.Errorf("%w: decode of %d tokens", ErrBadOptions, tokens)
+	}
+	e, err := engine.OpenWith(ctx, path, engine.Options{Backend: engine.BackendCPU, Context: tokens + 16})
+	if err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	defer e.Close()
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	w := e.Model.Weights
+	bytes := st.Size() - int64(len(w.Embed.Data))
+	if &w.Output.Data[0] == &w.Embed.Data[0] { // tied: the table is the output matrix too
+		bytes += int64(len(w.Embed.Data))
+	}
+	prompt := e.Tok.Encode("The CPU reads every weight once a token", true, false)
+	if len(prompt) > 8 {
+		prompt = prompt[:8]
+	}
+	// A warm-up request maps the file's pages in; the measured one follows.
+	req := sched.Request{Prompt: prompt, MaxTokens: 4, Sample: sample.Greedy()}
+	if _, err := sched.Generate(ctx, e.Backend(), e.Tok, req, nil); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	req.MaxTokens = tokens
+	res, err := sched.Generate(ctx, e.Backend(), e.Tok, req, nil)
+	if err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	d := &Decode{Model: path, Tokens: res.CompletionTokens, WeightBytes: bytes, Kernels: e.BackendInfo().Kernels}
+	// The decode time runs from the end of the prompt: the first token's
+	// pass was the prompt's, so the rest are decode steps.
+	if res.DecodeTime > 0 && res.CompletionTokens > 1 {
+		d.TokensPerSecond = float64(res.CompletionTokens-1) / res.DecodeTime.Seconds()
+	}
+	d.BytesPerSecond = d.TokensPerSecond * float64(bytes)
+	if read > 0 {
+		d.Ratio = d.BytesPerSecond / read
+	}
+	return d, nil
+}
+
+// writeDecode prints the decode line of the text report.
+func writeDecode(w io.Writer, d *Decode) {
+	fmt.Fprintf(w, "\nCPU-only decode of %s (%s): %.2f tokens/s over %d tokens, %s a token read at %s GB/s",
+		d.Model, d.Kernels, d.TokensPerSecond, d.Tokens, tier.FormatBytes(d.WeightBytes), gb(d.BytesPerSecond))
+	if d.Ratio > 0 {
+		fmt.Fprintf(w, " (%.2f of memory read)", d.Ratio)
+	}
+	fmt.Fprintln(w)
+}
