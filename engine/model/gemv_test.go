@@ -182,3 +182,67 @@ func randomVector(n int, seed uint64) []float32 {
 	}
 	return v
 }
+
+// TestSkipAndCosines: a skipped layer leaves the hidden state as it was
+// (skipping every layer gives the logits of the embedding alone, whatever
+// the layers hold), skipping none restores the model, bad layers are
+// refused; LayerCosines gives one cosine in (-1, 1] per layer.
+func TestSkipAndCosines(t *testing.T) {
+	t.Parallel()
+	m, err := Open(synthModel(t, ArchLlama, "f32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	toks := randTokens(6, m.Config.Vocab, 2)
+	full := forward(t, m, m.NewSequence(0), toks, true)
+	all := make([]int, m.Config.Layers)
+	for l := range all {
+		all[l] = l
+	}
+	if err := m.SetSkip(all); err != nil {
+		t.Fatal(err)
+	}
+	none := forward(t, m, m.NewSequence(0), toks, true)
+	m2, err := Open(synthModel(t, ArchLlama, "f32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	for l := range m2.Weights.Layers { // other layers entirely: no effect when skipped
+		m2.Weights.Layers[l] = m2.Weights.Layers[(l+1)%len(m2.Weights.Layers)]
+	}
+	if err := m2.SetSkip(all); err != nil {
+		t.Fatal(err)
+	}
+	none2 := forward(t, m2, m2.NewSequence(0), toks, true)
+	for i := range none {
+		for j := range none[i] {
+			if none[i][j] != none2[i][j] {
+				t.Fatalf("token %d logit %d: %g and %g with every layer skipped", i, j, none[i][j], none2[i][j])
+			}
+		}
+	}
+	if quant.NMSE(none[0], full[0]) < 1e-3 {
+		t.Fatal("skipping every layer changed nothing")
+	}
+	if err := m.SetSkip(nil); err != nil {
+		t.Fatal(err)
+	}
+	again := forward(t, m, m.NewSequence(0), toks, true)
+	if quant.NMSE(again[5], full[5]) != 0 {
+		t.Fatal("SetSkip(nil) did not restore the model")
+	}
+	if err := m.SetSkip([]int{m.Config.Layers}); err == nil {
+		t.Fatal("skipping a layer past the last accepted")
+	}
+	cos, err := m.LayerCosines(context.Background(), toks)
+	if err != nil || len(cos) != m.Config.Layers {
+		t.Fatalf("%v, %v", cos, err)
+	}
+	for l, c := range cos {
+		if !(c > -1 && c <= 1+1e-9) {
+			t.Fatalf("layer %d cosine %g", l, c)
+		}
+	}
+}

@@ -40,6 +40,57 @@ type Model struct {
 	// instead of quant's float reference (UseGEMV).
 	fast bool
 	impl gemv.Impl
+	// skip marks the layers passes leave out (SetSkip); nil skips none.
+	skip []bool
+	// cosSum, when not nil, accumulates per layer the cosine of each
+	// token's hidden state before and after the layer (LayerCosines).
+	cosSum []float64
+}
+
+// SetSkip makes later passes leave the given layers out: the hidden state
+// passes them unchanged (layer skip, or a drafter made of the model's
+// first layers). Nil or empty restores every layer. The quality it costs
+// is the caller's to measure (strata bench quality).
+func (m *Model) SetSkip(layers []int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(layers) == 0 {
+		m.skip = nil
+		return nil
+	}
+	skip := make([]bool, m.Config.Layers)
+	for _, l := range layers {
+		if l < 0 || l >= m.Config.Layers {
+			return fmt.Errorf("skip layer %d: outside [0, %d)", l, m.Config.Layers)
+		}
+		skip[l] = true
+	}
+	m.skip = skip
+	return nil
+}
+
+// LayerCosines runs tokens through a fresh sequence and returns, per
+// layer, the mean over tokens of the cosine between the hidden state
+// entering the layer and leaving it: a layer that barely turns the state
+// (cosine near 1) is the one to skip first.
+func (m *Model) LayerCosines(ctx context.Context, tokens []int32) ([]float64, error) {
+	seq := m.NewSequence(len(tokens))
+	defer seq.Close()
+	m.mu.Lock()
+	m.cosSum = make([]float64, m.Config.Layers)
+	m.mu.Unlock()
+	err := m.Forward(ctx, []Step{{Seq: seq, Tokens: tokens}})
+	m.mu.Lock()
+	sum := m.cosSum
+	m.cosSum = nil
+	m.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("layer cosines: %w", err)
+	}
+	for l := range sum {
+		sum[l] /= float64(len(tokens))
+	}
+	return sum, nil
 }
 
 // UseGEMV makes later passes compute their matrix products with
@@ -314,6 +365,10 @@ type scratch struct {
 	scores                             [][]float32   // per worker
 	chunks                             []chunk
 	outX, outY                         [][]float32
+	// hPrev and prevBuf keep the hidden states entering a layer while
+	// LayerCosines measures.
+	hPrev   [][]float32
+	prevBuf []float32
 	// xq holds the quantized inputs of one matmul (engine/gemv): xq[k]
 	// the vectors of its k-th distinct input, xqBuf their storage.
 	xq    [][]*gemv.X
@@ -423,6 +478,23 @@ func (m *Model) Forward(ctx context.Context, batch []Step) error {
 		if err != nil {
 			return fmt.Errorf("forward: layer %d: %w", l, err)
 		}
+		if m.skip != nil && m.skip[l] {
+			// Taken from the source and given back unread, so a streamed
+			// source still sees every layer in order.
+			m.src.Release(l)
+			continue
+		}
+		if m.cosSum != nil {
+			m.sc.hPrev = append(m.sc.hPrev[:0], m.sc.h...)
+			for t, h := range m.sc.h {
+				if cap(m.sc.prevBuf) < len(m.sc.h)*len(h) {
+					m.sc.prevBuf = make([]float32, len(m.sc.h)*len(h))
+				}
+				p := m.sc.prevBuf[t*len(h) : (t+1)*len(h)]
+				copy(p, h)
+				m.sc.hPrev[t] = p
+			}
+		}
 		if !m.resident {
 			if err := c.checkLayer(l, lw); err != nil {
 				m.src.Release(l)
@@ -433,6 +505,11 @@ func (m *Model) Forward(ctx context.Context, batch []Step) error {
 		m.src.Release(l)
 		if err != nil {
 			return fmt.Errorf("forward: layer %d: %w", l, err)
+		}
+		if m.cosSum != nil {
+			for t, h := range m.sc.h {
+				m.cosSum[l] += cosine(m.sc.hPrev[t], h)
+			}
 		}
 	}
 	if err := ctx.Err(); err != nil {

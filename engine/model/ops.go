@@ -93,3 +93,19 @@ func axpy(y []float32, a float32, x []float32) {
 		y[i] += float32(a * x[i])
 	}
 }
+
+// cosine is the cosine of the angle between a and b (0 when either is
+// zero), in float64.
+func cosine(a, b []float32) float64 {
+	var ab, aa, bb float64
+	for i := range a {
+		x, y := float64(a[i]), float64(b[i])
+		ab += x * y
+		aa += x * x
+		bb += y * y
+	}
+	if aa == 0 || bb == 0 {
+		return 0
+	}
+	return ab / math.Sqrt(aa*bb)
+}
