@@ -208,7 +208,7 @@ func (s *Server) modelStatus(lm *loaded) api.ModelStatus {
 		movedB = st.Passes * uint64(bi.StreamedBytes)
 	}
 	return api.ModelStatus{
-		Name: lm.name, Path: lm.path, Arch: c.Arch, Layers: c.Layers, Context: lm.eng.MaxContext(), Vocab: c.Vocab,
+		Name: lm.name, Path: lm.path, Arch: c.Arch, Layers: c.Layers, Skipped: lm.eng.Skipped(), Context: lm.eng.MaxContext(), Vocab: c.Vocab,
 		Backend: bi.Name, BackendInfo: backendStatus(bi), LoadedAt: lm.loadedAt, Budgets: lm.budgets,
 		Plan: planStatus(plan, movedB, movedC), PlanNote: planNoteFor(plan),
 		Memory: api.Memory{

@@ -235,6 +235,7 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 		DeviceBudget: req.Budgets.VRAMBytes, HostBudget: req.Budgets.RAMBytes,
 		Context: req.Context, Batch: maxBatch, Depth: req.Depth, Tiers: req.Tiers,
 		Links: s.cfg.Links, LinkCache: s.links, Logger: s.log.Named("engine"), Backend: backend, WrapSource: s.cfg.wrapSource,
+		Skip: req.SkipLayers,
 	})
 	switch {
 	case errors.Is(err, engine.ErrCUDAUnavailable):

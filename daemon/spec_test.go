@@ -15,8 +15,9 @@ import (
 // network, whose guesses are all right) answers a temperature-0 request
 // with the text the plain model gives, counts its guesses in the status
 // and /metrics, and a request with "speculative": false drafts nothing.
-// A draft outside the model directories or of another vocabulary is
-// refused.
+// A draft outside the model directories is refused. A model loaded with
+// skip_layers says which it leaves out; a layer it does not have fails
+// the load.
 func TestSpeculativeModel(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("the admin API needs uid 0 or the admin group; run as root (CI does) to exercise it in-process")
@@ -76,10 +77,19 @@ func TestSpeculativeModel(t *testing.T) {
 	if code, b := h.get(t, "/metrics"); code != 200 || !strings.Contains(string(b), `strata_speculative_drafted_tokens{model="spec"}`) {
 		t.Fatalf("metrics %d lack the speculation series:\n%s", code, b)
 	}
+	// Layer skip, per model: the status names the layers left out.
+	st, err := h.c.Load(ctx, api.LoadRequest{Path: "tiny.gguf", Name: "skipping", SkipLayers: "1,"})
+	if err != nil || len(st.Skipped) != 1 || st.Skipped[0] != 1 {
+		t.Fatalf("load with skip_layers: %+v, %v", st.Skipped, err)
+	}
+	if code, b := h.post(t, "/v1/completions", body("skipping", "")); code != 200 {
+		t.Fatalf("skipping model: %d %s", code, b)
+	}
 	for _, tc := range []struct {
 		req    api.LoadRequest
 		status int
 	}{
+		{api.LoadRequest{Path: "tiny.gguf", Name: "s1", SkipLayers: "9,"}, 422},
 		{api.LoadRequest{Path: "tiny.gguf", Name: "d1", Draft: "/etc/passwd"}, 403},
 		{api.LoadRequest{Path: "tiny.gguf", Name: "d2", Draft: "missing.gguf"}, 404},
 	} {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/strata-llm/strata/engine/gemv"
 
@@ -35,6 +36,7 @@ type Engine struct {
 	binfo   BackendInfo // what backend, on what, and why
 	cuda    *gpu.Model
 	dev     *cudadrv.Device // owned: opened for this engine
+	skipped []int           // layers every pass leaves out (Options.Skip)
 }
 
 // Open maps a GGUF model or a prefab pool (told apart by the pool's magic)
@@ -121,3 +123,7 @@ func (e *Engine) Close() error {
 
 // Path is the file the engine was opened from.
 func (e *Engine) Path() string { return e.path }
+
+// Skipped are the layers every pass leaves out (Options.Skip), nil when
+// none.
+func (e *Engine) Skipped() []int { return slices.Clone(e.skipped) }

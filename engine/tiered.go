@@ -80,6 +80,9 @@ type Options struct {
 	// before sleeping (kernels/cudadrv Device.SetSpin): 0 takes
 	// gpu.DefaultHandoffSpin, a negative value never spins.
 	HandoffSpin time.Duration
+	// Skip leaves layers out of every pass (Engine.SkipLayers' spec: auto,
+	// a count or a list); empty keeps them all. CPU backend only.
+	Skip string
 	// NoHybrid keeps the CPU out of a GPU's passes: every tier-B layer is
 	// copied whole and computed on the GPU. By default the CPU computes the
 	// FFN of the tier-B layers the hybrid plan gives it for each batch size
@@ -116,6 +119,30 @@ const defaultContext = 4096
 // command; a model that does not fit even streamed is refused with an
 // error wrapping tier.ErrNoFit.
 func OpenWith(ctx context.Context, path string, o Options) (*Engine, error) {
+	e, err := openWith(ctx, path, o)
+	if err != nil || o.Skip == "" {
+		return e, err
+	}
+	if e.cuda != nil {
+		e.Close()
+		return nil, fmt.Errorf("model %s: layer skip runs on the CPU backend only (load with backend cpu)", path)
+	}
+	skip, _, err := e.SkipLayers(ctx, o.Skip)
+	if err == nil {
+		err = e.Model.SetSkip(skip)
+	}
+	if err != nil {
+		e.Close()
+		return nil, fmt.Errorf("model %s: %w", path, err)
+	}
+	e.skipped = skip
+	if log := o.Logger; log != nil {
+		log.Info("layer skip", "model", path, "spec", o.Skip, "skipped", fmt.Sprint(skip))
+	}
+	return e, nil
+}
+
+func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	if o.DeviceBudget < 0 || o.HostBudget < 0 || o.Context < 0 || o.Batch < 0 || o.Depth < 0 {
 		return nil, fmt.Errorf("opening model %s: budgets, context, batch and depth must not be negative", path)
 	}

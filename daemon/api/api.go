@@ -57,6 +57,10 @@ type LoadRequest struct {
 	// "speculative": false.
 	Draft  string `json:"draft,omitempty"`
 	Lookup bool   `json:"lookup,omitempty"`
+	// SkipLayers leaves layers out of every pass (CPU backend): "auto",
+	// a count of the layers that change the hidden state least, or a list
+	// "4,9". It costs quality; `strata bench quality` measures how much.
+	SkipLayers string `json:"skip_layers,omitempty"`
 }
 
 // UnloadRequest asks the daemon to unload a model. Requests in flight on
@@ -208,6 +212,8 @@ type ModelStatus struct {
 	Path    string `json:"path"`
 	Arch    string `json:"arch"`
 	Layers  int    `json:"layers"`
+	// Skipped are the layers every pass leaves out (layer skip).
+	Skipped []int `json:"skipped_layers,omitempty"`
 	Context int    `json:"context"`
 	Vocab   int    `json:"vocab"`
 	// Backend is where the model runs, "cpu" or "cuda"; BackendInfo says

@@ -74,6 +74,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "draft", Usage: "speculative decoding with this draft model (a GGUF of the same vocabulary, run on the CPU), whose guesses each pass verifies; the output is what plain decoding gives"},
 			&cli.BoolFlag{Name: "lookup", Usage: "speculative decoding by prompt lookup (guesses from earlier repeats of the text's last tokens), when no --draft is given"},
 			&cli.IntFlag{Name: "max-draft", Value: 8, Usage: "most guesses one pass verifies (the number used adapts to the acceptance and the measured costs)"},
+			&cli.StringFlag{Name: "skip-layers", Usage: "leave layers out of every pass (CPU backend; costs quality, see strata bench quality): auto, a count N, or a list 4,9 (off by default)"},
 			&cli.BoolFlag{Name: "no-hybrid", Usage: "on a GPU, keep the CPU out of the passes: every tier-B layer crosses PCIe whole (default: the CPU computes the FFN of the tier-B layers the hybrid plan gives it)"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -89,7 +90,7 @@ func runCommand() *cli.Command {
 				return usagef("--backend: %v", err)
 			}
 			o := engine.Options{Context: int(cmd.Int("ctx")), Depth: int(cmd.Int("depth")), Tiers: cmd.String("tiers"), Logger: log, Backend: backend,
-				NoHybrid: cmd.Bool("no-hybrid")}
+				NoHybrid: cmd.Bool("no-hybrid"), Skip: cmd.String("skip-layers")}
 			for _, f := range []struct {
 				name string
 				dst  *int64
@@ -189,6 +190,9 @@ func runCommand() *cli.Command {
 					res.PromptTokens, res.PromptTime.Round(1e6), rate(res.PromptTokens, res.PromptTime.Seconds()),
 					res.CompletionTokens, res.DecodeTime.Round(1e6), rate(res.CompletionTokens, res.DecodeTime.Seconds()), res.FinishReason)
 				fmt.Fprintf(os.Stderr, "backend: %s\n", e.BackendInfo())
+				if sk := e.Skipped(); len(sk) > 0 {
+					fmt.Fprintf(os.Stderr, "layer skip: %d of %d layers left out: %v\n", len(sk), e.Model.Config.Layers, sk)
+				}
 				if gopts.Drafter != nil {
 					fmt.Fprintf(os.Stderr, "speculation (%s): %d passes for %d tokens; %d of %d guesses accepted\n",
 						gopts.Drafter.Name(), res.Passes, res.CompletionTokens, res.Accepted, res.Drafted)

@@ -92,6 +92,7 @@ func command() *cli.Command {
 			&cli.StringFlag{Name: "tiers", Usage: "force the --model files' placement: all-A, all-B, all-C, mixed or A,C,B,... (tests and benchmarks)"},
 			&cli.StringFlag{Name: "draft", Usage: "speculative decoding for the --model files with this draft model (same vocabulary, run on the CPU); requests opt out with \"speculative\": false"},
 			&cli.BoolFlag{Name: "lookup", Usage: "speculative decoding by prompt lookup for the --model files, when no --draft is given"},
+			&cli.StringFlag{Name: "skip-layers", Usage: "leave layers out of every pass (CPU backend; costs quality, see strata bench quality): auto, a count N, or a list 4,9 (off by default)"},
 			&cli.StringSliceFlag{Name: "model-dir", Value: []string{"/var/lib/strata/models"}, Usage: "directory the admin API may load models from (repeatable)"},
 			&cli.StringFlag{Name: "admin-group", Value: "strata-admin", Usage: "group whose members may load and unload models (besides root)"},
 			&cli.StringFlag{Name: "listen", Usage: "also serve TCP on ADDR (e.g. 127.0.0.1:8080); needs --api-key"},
@@ -168,7 +169,7 @@ func run(ctx context.Context, cmd *cli.Command) error {
 		models = append(models, p)
 	}
 	load := api.LoadRequest{Context: int(cmd.Int("ctx")), Depth: int(cmd.Int("depth")), Tiers: cmd.String("tiers"),
-		Draft: cmd.String("draft"), Lookup: cmd.Bool("lookup")}
+		Draft: cmd.String("draft"), Lookup: cmd.Bool("lookup"), SkipLayers: cmd.String("skip-layers")}
 	if load.Context < 0 || load.Depth < 0 {
 		srv.Close()
 		return usageError{"--ctx and --depth must not be negative"}

@@ -1,0 +1,78 @@
+package engine
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// calibration is the text layer skip calibrates on when it chooses the
+// layers itself: prose, Go code and a technical paragraph, so that no one
+// kind of text decides which layers matter.
+//
+//go:embed calib/sample.txt
+var calibration string
+
+// autoCosine is the layer cosine above which "auto" skips a layer: the
+// hidden state leaves it nearly as it entered.
+const autoCosine = 0.98
+
+// SkipLayers chooses the layers to leave out of every pass from spec:
+// "auto" (the layers whose hidden state turns least: cosine of the state
+// entering and leaving at least autoCosine, on the built-in calibration
+// text), "N" (the N layers that turn it least) or a list "4,9" (a single
+// layer as "4,"). It returns the layers and their cosines (nil for a
+// list). Skipping costs quality: `strata bench quality` measures how much.
+func (e *Engine) SkipLayers(ctx context.Context, spec string) ([]int, []float64, error) {
+	spec = strings.TrimSpace(spec)
+	L := e.Model.Config.Layers
+	if strings.Contains(spec, ",") {
+		var out []int
+		for _, f := range strings.Split(spec, ",") {
+			if f = strings.TrimSpace(f); f == "" {
+				continue
+			}
+			l, err := strconv.Atoi(f)
+			if err != nil || l < 0 || l >= L {
+				return nil, nil, fmt.Errorf("skip layers %q: %q is not a layer of 0..%d", spec, f, L-1)
+			}
+			out = append(out, l)
+		}
+		slices.Sort(out)
+		out = slices.Compact(out)
+		if len(out) >= L {
+			return nil, nil, fmt.Errorf("skip layers %q: every layer", spec)
+		}
+		return out, nil, nil
+	}
+	n := -1
+	if spec != "auto" {
+		v, err := strconv.Atoi(spec)
+		if err != nil || v < 1 || v >= L {
+			return nil, nil, fmt.Errorf("skip layers %q: want auto, a count of 1..%d or a list of layers (4,9)", spec, L-1)
+		}
+		n = v
+	}
+	toks := e.Tok.Encode(calibration, true, false)
+	toks = toks[:min(len(toks), e.Model.Config.Context)]
+	cos, err := e.Model.LayerCosines(ctx, toks)
+	if err != nil {
+		return nil, nil, fmt.Errorf("skip layers: calibrating: %w", err)
+	}
+	order := make([]int, L)
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return cos[order[a]] > cos[order[b]] })
+	if n < 0 {
+		n = 0
+		for n < L-1 && cos[order[n]] >= autoCosine {
+			n++
+		}
+	}
+	return slices.Sorted(slices.Values(order[:n])), cos, nil
+}
