@@ -208,14 +208,14 @@ type Counters struct {
 
 // ModelStatus describes one loaded model.
 type ModelStatus struct {
-	Name    string `json:"name"`
-	Path    string `json:"path"`
-	Arch    string `json:"arch"`
-	Layers  int    `json:"layers"`
+	Name   string `json:"name"`
+	Path   string `json:"path"`
+	Arch   string `json:"arch"`
+	Layers int    `json:"layers"`
 	// Skipped are the layers every pass leaves out (layer skip).
 	Skipped []int `json:"skipped_layers,omitempty"`
-	Context int    `json:"context"`
-	Vocab   int    `json:"vocab"`
+	Context int   `json:"context"`
+	Vocab   int   `json:"vocab"`
 	// Backend is where the model runs, "cpu" or "cuda"; BackendInfo says
 	// on what device, or why the CPU runs it.
 	Backend     string        `json:"backend"`
