@@ -98,6 +98,7 @@ func PlanHybrid(layers []HybridLayer, depth int, r HybridRates, batch int) (Hybr
 			}
 		}
 	}
+	best.CPU, best.Pass = refineHybrid(layers, eligible, best.CPU, best.Pass, depth, r)
 	cpu := map[int]bool{}
 	for _, i := range best.CPU {
 		cpu[i] = true
@@ -111,6 +112,63 @@ func PlanHybrid(layers []HybridLayer, depth int, r HybridRates, batch int) (Hybr
 		}
 	}
 	return best, nil
+}
+
+// refineHybrid improves a placement by local search: it tries moving
+// each CPU layer to another eligible layer, adding one and dropping one,
+// and keeps any change the simulation says is faster, until none is (or a
+// bounded number of rounds): an even spread leaves the copy stream idle
+// where the pass starts and ends.
+func refineHybrid(layers []HybridLayer, eligible []int, cpuIdx []int, pass time.Duration, depth int, r HybridRates) ([]int, time.Duration) {
+	if len(eligible) == 0 || r.CPU <= 0 {
+		return cpuIdx, pass
+	}
+	pos := map[int]int{} // layer index -> position in layers
+	for i, l := range layers {
+		pos[l.Index] = i
+	}
+	on := make([]bool, len(layers))
+	for _, l := range cpuIdx {
+		on[pos[l]] = true
+	}
+	try := func() time.Duration { return simulateHybrid(layers, on, depth, r) }
+	for round := 0; round < 4*len(layers); round++ {
+		improved := false
+		for _, a := range eligible {
+			// Toggle a: add or drop one CPU layer.
+			on[a] = !on[a]
+			if t := try(); t < pass {
+				pass, improved = t, true
+				continue
+			}
+			on[a] = !on[a]
+			if !on[a] {
+				continue
+			}
+			// Move a's FFN to another eligible layer.
+			for _, b := range eligible {
+				if on[b] {
+					continue
+				}
+				on[a], on[b] = false, true
+				if t := try(); t < pass {
+					pass, improved = t, true
+					break
+				}
+				on[a], on[b] = true, false
+			}
+		}
+		if !improved {
+			break
+		}
+	}
+	out := cpuIdx[:0:0]
+	for i, c := range on {
+		if c {
+			out = append(out, layers[i].Index)
+		}
+	}
+	return out, pass
 }
 
 // simulateHybrid is the pass time of the streamed layers with onCPU's

@@ -105,3 +105,55 @@ func TestPlanHybridRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanHybridNearTheBound: on the 8b and 70b shapes' streamed layers at
+// the rates measured on the H200 host, the plan's simulated pass is within
+// 1.15 of the combined-link bound (every off-GPU byte over PCIe and the
+// CPU at once), and local search never loses to the even spread it starts
+// from.
+func TestPlanHybridNearTheBound(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name            string
+		n               int
+		full, attn, ffn int64
+		h2d, cpu        float64
+	}{
+		{"8b", 16, 131 << 20, 23 << 20, 108 << 20, 55.5e9, 47e9},
+		{"70b", 43, 466 << 20, 83 << 20, 383 << 20, 55.4e9, 49.6e9},
+	} {
+		ls := make([]HybridLayer, tc.n)
+		var full int64
+		for i := range ls {
+			ls[i] = HybridLayer{Index: i, Full: tc.full, Attn: tc.attn, FFN: tc.ffn}
+			full += tc.full
+		}
+		r := HybridRates{HostToDevice: tc.h2d, CPU: tc.cpu, Hop: 60 * time.Microsecond}
+		p, err := PlanHybrid(ls, 2, r, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bound := time.Duration(float64(full) / (tc.h2d + tc.cpu) * 1e9)
+		if ratio := float64(p.Pass) / float64(bound); ratio > 1.15 {
+			t.Errorf("%s: pass %v is %.3f of the bound %v", tc.name, p.Pass, ratio, bound)
+		}
+		on := make([]bool, len(ls))
+		eligible := make([]int, len(ls))
+		for i := range eligible {
+			eligible[i] = i
+		}
+		spread := 0
+		for x := 1; x <= len(ls); x++ {
+			clear(on)
+			for j := 0; j < x; j++ {
+				on[(2*j+1)*len(ls)/(2*x)] = true
+			}
+			if t := simulateHybrid(ls, on, 2, r); spread == 0 || t < time.Duration(spread) {
+				spread = int(t)
+			}
+		}
+		if p.Pass > time.Duration(spread) {
+			t.Errorf("%s: the refined plan %v loses to the best even spread %v", tc.name, p.Pass, time.Duration(spread))
+		}
+	}
+}
