@@ -148,3 +148,56 @@ func TestSpeculationOnGocode(t *testing.T) {
 		t.Log(fmt.Sprintf("%s: %d tokens in %d passes (plain %d); %d of %d guesses accepted (%.2f)", d.Name(), len(res.Tokens), res.Passes, plain.Passes, res.Accepted, res.Drafted, rate))
 	}
 }
+
+// TestSpeculationInABatch: several greedy requests share passes, each
+// verifying its own guesses (a drafter that is the model itself for some,
+// none for one that opted out): every request's tokens are what it gets
+// alone without speculation.
+func TestSpeculationInABatch(t *testing.T) {
+	t.Parallel()
+	e := openTiny(t)
+	self, err := engine.Open(context.Background(), tinyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer self.Close()
+	prompts := []string{"first of three", "the second request", "and a third, longer prompt to read"}
+	want := make([][]int32, len(prompts))
+	for i, p := range prompts {
+		res, err := Generate(context.Background(), e.Backend(), e.Tok, Request{Prompt: e.Tok.Encode(p, true, false), MaxTokens: 20 + 5*i, Sample: sample.Greedy()}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = res.Tokens
+	}
+	s := New(e.Backend(), e.Tok, Config{MaxBatch: 3, Drafter: ModelDrafter{B: self.Backend()}, MaxDraft: 4})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx)
+	defer s.Close(context.Canceled)
+	hs := make([]*Handle, len(prompts))
+	for i, p := range prompts {
+		h, err := s.Submit(context.Background(), Request{Prompt: e.Tok.Encode(p, true, false), MaxTokens: 20 + 5*i, Sample: sample.Greedy(), NoSpeculation: i == 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs[i] = h
+	}
+	for i, h := range hs {
+		var got []int32
+		for ev := range h.Events {
+			if ev.Err != nil {
+				t.Fatal(ev.Err)
+			}
+			if ev.Token >= 0 {
+				got = append(got, ev.Token)
+			}
+		}
+		if !slices.Equal(got, want[i]) {
+			t.Fatalf("request %d: %v, alone %v", i, got, want[i])
+		}
+	}
+	if st := s.Stats(); st.Drafted == 0 || st.Accepted != st.Drafted || st.VerifyPasses == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
