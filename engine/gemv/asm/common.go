@@ -40,3 +40,22 @@ func addBlock(p, total VecVirtual) {
 	VCVTSS2SD(p, p, p)
 	VADDSD(p, total, total)
 }
+
+// rowEnd ends a row and the kernel: the row's float64 total is stored at
+// y as float32 (times scale, when given, in float32), y moves on, and the
+// loop goes to the next row (label name_row); then the kernel's exit
+// (label name_done).
+func rowEnd(name string, total VecVirtual, scale Op, y, rows Register) {
+	VCVTSD2SS(total, total, total)
+	if scale != nil {
+		VMULSS(scale, total, total)
+	}
+	VMOVSS(total, Mem{Base: y})
+	ADDQ(U8(4), y)
+	DECQ(rows)
+	JMP(LabelRef(name + "_row"))
+
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
+}

@@ -122,13 +122,5 @@ func floatAVX2(name string, kind int) {
 	h := XMM()
 	VPERMILPD(U8(1), x, h)
 	VADDSD(h, x, x)
-	VCVTSD2SS(x, x, x)
-	VMOVSS(x, Mem{Base: y})
-	ADDQ(U8(4), y)
-	DECQ(rows)
-	JMP(LabelRef(name + "_row"))
-
-	Label(name + "_done")
-	VZEROUPPER()
-	RET()
+	rowEnd(name, x, nil, y, rows)
 }

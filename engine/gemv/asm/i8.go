@@ -60,14 +60,5 @@ func i8AVX2(name string) {
 	DECQ(nb)
 	JNE(LabelRef(name + "_block"))
 
-	VCVTSD2SS(total, total, total)
-	VMULSS(scale, total, total)
-	VMOVSS(total, Mem{Base: y})
-	ADDQ(U8(4), y)
-	DECQ(rows)
-	JMP(LabelRef(name + "_row"))
-
-	Label(name + "_done")
-	VZEROUPPER()
-	RET()
+	rowEnd(name, total, scale, y, rows)
 }

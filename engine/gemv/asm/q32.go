@@ -181,13 +181,5 @@ func q32AVX2(name string, four bool) {
 	addBlock(ta, total)
 
 	Label(name + "_store")
-	VCVTSD2SS(total, total, total)
-	VMOVSS(total, Mem{Base: y})
-	ADDQ(U8(4), y)
-	DECQ(rows)
-	JMP(LabelRef(name + "_row"))
-
-	Label(name + "_done")
-	VZEROUPPER()
-	RET()
+	rowEnd(name, total, nil, y, rows)
 }

@@ -158,13 +158,5 @@ func q4kAVX2(name string, five bool) {
 	DECQ(nb)
 	JNE(LabelRef(name + "_block"))
 
-	VCVTSD2SS(total, total, total)
-	VMOVSS(total, Mem{Base: y})
-	ADDQ(U8(4), y)
-	DECQ(rows)
-	JMP(LabelRef(name + "_row"))
-
-	Label(name + "_done")
-	VZEROUPPER()
-	RET()
+	rowEnd(name, total, nil, y, rows)
 }

@@ -144,15 +144,7 @@ func q4kAVX512(name string, five, vnni bool) {
 	}
 
 	Label(name + "_end")
-	VCVTSD2SS(total, total, total)
-	VMOVSS(total, Mem{Base: y})
-	ADDQ(U8(4), y)
-	DECQ(rows)
-	JMP(LabelRef(name + "_row"))
-
-	Label(name + "_done")
-	VZEROUPPER()
-	RET()
+	rowEnd(name, total, nil, y, rows)
 }
 
 // q4k512 holds what q4kAVX512's block emitter shares across blocks.

@@ -137,15 +137,7 @@ func q6kAVX512(name string, vnni bool) {
 	}
 
 	Label(name + "_end")
-	VCVTSD2SS(total, total, total)
-	VMOVSS(total, Mem{Base: y})
-	ADDQ(U8(4), y)
-	DECQ(rows)
-	JMP(LabelRef(name + "_row"))
-
-	Label(name + "_done")
-	VZEROUPPER()
-	RET()
+	rowEnd(name, total, nil, y, rows)
 }
 
 // q6k512 holds what q6kAVX512's block emitter shares across blocks.

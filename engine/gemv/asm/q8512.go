@@ -120,15 +120,7 @@ func q8AVX512(name string) {
 	VADDSD(a, total, total)
 
 	Label(name + "_end")
-	VCVTSD2SS(total, total, total)
-	VMOVSS(total, Mem{Base: y})
-	ADDQ(U8(4), y)
-	DECQ(rows)
-	JMP(LabelRef(name + "_row"))
-
-	Label(name + "_done")
-	VZEROUPPER()
-	RET()
+	rowEnd(name, total, nil, y, rows)
 }
 
 // reduce8 sums each of eight zmm of sixteen int32 lanes: the result is a
