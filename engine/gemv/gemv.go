@@ -79,30 +79,24 @@ func refKnown(t quant.Type) bool {
 // kernel does not take, run the reference, which returns the same bits for
 // the quantized formats). It allocates nothing.
 func Rows(impl Impl, t quant.Type, rows []byte, n int, x *X, y []float32) error {
-	if !refKnown(t) {
-		return fmt.Errorf("%w: %v", ErrUnsupported, t)
-	}
 	if x.N != n {
 		return fmt.Errorf("gemv: vector has %d elements, rows have %d", x.N, n)
 	}
-	rb, err := t.RowBytes(int64(n))
+	rb, err := checkRows(t, rows, n, len(y))
 	if err != nil {
-		return fmt.Errorf("gemv: %w", err)
-	}
-	if int64(len(rows)) != rb*int64(len(y)) {
-		return fmt.Errorf("gemv: %d bytes for %d rows of %d %v elements (want %d)", len(rows), len(y), n, t, rb*int64(len(y)))
+		return err
 	}
 	if len(y) == 0 {
 		return nil
 	}
 	if impl != Go && n > 0 && n%blockOf(t) == 0 { // the kernels take at least one block
 		if k := lookup(impl, t); k != nil {
-			k(unsafe.SliceData(rows), int(rb), len(y), n, unsafe.SliceData(x.Q), unsafe.SliceData(x.D), unsafe.SliceData(x.S), unsafe.SliceData(x.F), unsafe.SliceData(y))
+			k(unsafe.SliceData(rows), rb, len(y), n, unsafe.SliceData(x.Q), unsafe.SliceData(x.D), unsafe.SliceData(x.S), unsafe.SliceData(x.F), unsafe.SliceData(y))
 			return nil
 		}
 	}
 	for i := range y {
-		y[i] = refRow(t, rows[i*int(rb):(i+1)*int(rb)], n, x)
+		y[i] = refRow(t, rows[i*rb:(i+1)*rb], n, x)
 	}
 	return nil
 }
@@ -127,32 +121,42 @@ const tile = 16
 // of rows is read from memory once and dotted with every vector while it
 // sits in cache. ys[j] must each have one element per row.
 func RowsBatch(impl Impl, t quant.Type, rows []byte, n int, xs []*X, ys [][]float32) error {
-	if len(xs) != len(ys) {
-		return fmt.Errorf("gemv: %d vectors but %d outputs", len(xs), len(ys))
+	nr, err := checkBatch(xs, ys, n)
+	if err != nil || len(xs) == 0 {
+		return err
 	}
-	if len(xs) == 0 {
-		return nil
-	}
-	nr := len(ys[0])
-	for j := range ys {
-		if len(ys[j]) != nr {
-			return fmt.Errorf("gemv: output %d has %d rows, output 0 has %d", j, len(ys[j]), nr)
-		}
-	}
-	rb, err := t.RowBytes(int64(n))
+	rb, err := checkRows(t, rows, n, nr)
 	if err != nil {
-		return fmt.Errorf("gemv: %w", err)
-	}
-	if int64(len(rows)) != rb*int64(nr) {
-		return fmt.Errorf("gemv: %d bytes for %d rows of %d %v elements", len(rows), nr, n, t)
+		return err
 	}
 	for r0 := 0; r0 < nr; r0 += tile {
 		r1 := min(r0+tile, nr)
 		for j, x := range xs {
-			if err := Rows(impl, t, rows[int64(r0)*rb:int64(r1)*rb], n, x, ys[j][r0:r1]); err != nil {
+			if err := Rows(impl, t, rows[r0*rb:r1*rb], n, x, ys[j][r0:r1]); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// checkBatch checks that there is an output per vector, every output of
+// the same length (returned: the rows) and every vector of n elements.
+func checkBatch(xs []*X, ys [][]float32, n int) (int, error) {
+	if len(xs) != len(ys) {
+		return 0, fmt.Errorf("gemv: %d vectors but %d outputs", len(xs), len(ys))
+	}
+	if len(xs) == 0 {
+		return 0, nil
+	}
+	nr := len(ys[0])
+	for j := range ys {
+		if len(ys[j]) != nr {
+			return 0, fmt.Errorf("gemv: output %d has %d rows, output 0 has %d", j, len(ys[j]), nr)
+		}
+		if xs[j].N != n {
+			return 0, fmt.Errorf("gemv: vector %d has %d elements, rows have %d", j, xs[j].N, n)
+		}
+	}
+	return nr, nil
 }

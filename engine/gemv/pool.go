@@ -175,20 +175,9 @@ func (p *Pool) Rows(impl Impl, t quant.Type, rows []byte, n int, x *X, y []float
 // RowsBatch is package-level RowsBatch with the rows split across the
 // pool's threads: the same results, bit for bit.
 func (p *Pool) RowsBatch(impl Impl, t quant.Type, rows []byte, n int, xs []*X, ys [][]float32) error {
-	if len(xs) != len(ys) {
-		return fmt.Errorf("gemv: %d vectors but %d outputs", len(xs), len(ys))
-	}
-	if len(xs) == 0 {
-		return nil
-	}
-	nr := len(ys[0])
-	for j := range ys {
-		if len(ys[j]) != nr {
-			return fmt.Errorf("gemv: output %d has %d rows, output 0 has %d", j, len(ys[j]), nr)
-		}
-		if xs[j].N != n {
-			return fmt.Errorf("gemv: vector %d has %d elements, rows have %d", j, xs[j].N, n)
-		}
+	nr, err := checkBatch(xs, ys, n)
+	if err != nil || len(xs) == 0 {
+		return err
 	}
 	rb, err := checkRows(t, rows, n, nr)
 	if err != nil {
