@@ -865,6 +865,17 @@ func (m *Model) matmul(ops ...matOp) error {
 	if m.fast {
 		return m.matmulGEMV(ops)
 	}
+	return m.eachChunk(ops, func(oi int, rows []byte, ys [][]float32) error {
+		op := &ops[oi]
+		return quant.DotRowsBatch(op.w.Type, rows, op.w.Cols, op.xs, ys)
+	})
+}
+
+// eachChunk shares every op's rows out across the pool (splitRows) and
+// calls product for each chunk: its op's index, its rows' bytes and the
+// outputs' slices for them. It returns the first error, naming the tensor
+// and rows.
+func (m *Model) eachChunk(ops []matOp, product func(oi int, rows []byte, ys [][]float32) error) error {
 	sc := &m.sc
 	m.splitRows(ops)
 	var errMu sync.Mutex
@@ -877,7 +888,7 @@ func (m *Model) matmul(ops ...matOp) error {
 			ys[j] = op.ys[j][ch.lo:ch.hi]
 		}
 		rb := op.w.rowBytes()
-		if err := quant.DotRowsBatch(op.w.Type, op.w.Data[ch.lo*rb:ch.hi*rb], op.w.Cols, op.xs, ys); err != nil {
+		if err := product(ch.op, op.w.Data[ch.lo*rb:ch.hi*rb], ys); err != nil {
 			errMu.Lock()
 			if first == nil {
 				first = fmt.Errorf("tensor %s rows [%d, %d): %w", op.w.Name, ch.lo, ch.hi, err)
@@ -972,18 +983,8 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 	if first != nil {
 		return first
 	}
-	m.splitRows(ops)
-	m.pool.run(len(sc.chunks), func(w, i int) {
-		ch := sc.chunks[i]
-		op := &ops[ch.op]
-		ys := sc.ysub[w][:len(op.ys)]
-		for j := range ys {
-			ys[j] = op.ys[j][ch.lo:ch.hi]
-		}
-		rb := op.w.rowBytes()
-		if err := gemv.RowsBatch(m.impl, op.w.Type, op.w.Data[ch.lo*rb:ch.hi*rb], op.w.Cols, sc.xq[which[ch.op]], ys); err != nil {
-			fail(fmt.Errorf("tensor %s rows [%d, %d): %w", op.w.Name, ch.lo, ch.hi, err))
-		}
+	return m.eachChunk(ops, func(oi int, rows []byte, ys [][]float32) error {
+		op := &ops[oi]
+		return gemv.RowsBatch(m.impl, op.w.Type, rows, op.w.Cols, sc.xq[which[oi]], ys)
 	})
-	return first
 }
