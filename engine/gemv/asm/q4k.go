@@ -57,25 +57,7 @@ func q4kAVX2(name string, five bool) {
 
 	Label(name + "_block")
 	// Unpack the scales and mins (ref.go's kScales) with 32-bit words.
-	a, b, c, t1, t2 := GP32(), GP32(), GP32(), GP32(), GP32()
-	MOVL(Mem{Base: wp, Disp: 4}, a)
-	MOVL(Mem{Base: wp, Disp: 8}, b)
-	MOVL(Mem{Base: wp, Disp: 12}, c)
-	MOVL(a, t1)
-	SHRL(U8(2), t1)
-	ANDL(U32(0x30303030), t1)
-	ANDL(U32(0x3f3f3f3f), a) // sc 0-3
-	MOVL(c, t2)
-	ANDL(U32(0x0f0f0f0f), t2)
-	ORL(t1, t2) // sc 4-7
-	MOVL(b, t1)
-	SHRL(U8(2), t1)
-	ANDL(U32(0x30303030), t1)
-	ANDL(U32(0x3f3f3f3f), b) // m 0-3
-	SHRL(U8(4), c)
-	ANDL(U32(0x0f0f0f0f), c)
-	ORL(t1, c) // m 4-7
-	sc03, sc47, m03, m47 := a, t2, b, c
+	sc03, sc47, m03, m47 := kScalesGP(wp, 0)
 	scx, mx := XMM(), XMM()
 	VMOVD(sc03, scx)
 	VPINSRD(U8(1), sc47, scx, scx)
