@@ -48,6 +48,7 @@ func benchEngineCommand() *cli.Command {
 			&cli.BoolFlag{Name: "int8", Value: true, Usage: "also run the bf16 scenario's INT8-row variant"},
 			&cli.BoolFlag{Name: "float-gemv", Usage: "decode GEMVs of Q4_K/Q6_K matrices on the float path (dequantize and FMA) instead of the default integer one (x rounded to 16 bits, dp4a); the same as --variant float-gemv"},
 			&cli.StringFlag{Name: "variant", Usage: "kernel tuning variants for the whole run, comma-separated, applied in order to the device's tuning: " + variantsUsage()},
+			&cli.FloatFlag{Name: "acceptance", Usage: "a drafter's measured acceptance (strata bench quality's, on a real model pair): the 70b scenario projects the speculative tok/s it gives at each k; without it no projection (random weights have no acceptance of their own)"},
 			&cli.StringFlag{Name: "peers", Usage: "JSON file of other systems' reference figures to relate the run's to, with their source (docs/peers-h200.json); without it no peer ratios and no goals against peers"},
 			&cli.IntFlag{Name: "gpu", Usage: "CUDA device ordinal"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
@@ -128,6 +129,10 @@ func benchEngineOptions(cmd *cli.Command) (enginebench.Options, error) {
 	o.Model8BBF16, o.Pool8BInt8 = cmd.String("model-8b-bf16"), cmd.String("pool-8b-int8")
 	o.SynthDir = cmd.String("synth-dir")
 	o.NoInt8 = !cmd.Bool("int8")
+	o.Acceptance = cmd.Float("acceptance")
+	if o.Acceptance < 0 || o.Acceptance >= 1 {
+		return o, usagef("bench engine: --acceptance must be in [0, 1)")
+	}
 	o.FloatGEMV = cmd.Bool("float-gemv")
 	if v := cmd.String("variant"); v != "" {
 		for _, name := range strings.Split(v, ",") {

@@ -112,6 +112,10 @@ type Options struct {
 	Budget70B, BudgetBF16 int64
 	// NoInt8 skips the bf16 scenario's INT8-row variant.
 	NoInt8 bool
+	// Acceptance, when in (0, 1), is a drafter's acceptance measured on a
+	// real model pair: the 70b scenario projects the speculative decode
+	// rate its verify passes would give at it.
+	Acceptance float64
 	// FloatGEMV runs the decode GEMVs of Q4_K and Q6_K matrices on
 	// kernels' float path (dequantize and FMA, gemv.cu) instead of the
 	// default integer one (x rounded to 16 bits, dp4a): the tuning variant
@@ -696,6 +700,36 @@ func (rn *runner) streamed(ctx context.Context, res *ScenarioResult) error {
 	return rn.hybrid(ctx, res, cpu, gpu.Options{MaxSeqs: 8, MaxContext: 1024, StreamLayers: half, Slots: 2}, PeerHalfDecode, d8)
 }
 
+// verifyPasses times a speculative verify pass of k guesses (k+1 tokens
+// of one sequence in one pass) for k = 1, 2, 4, 8, 16 against the batch-1
+// decode pass b1 (goal 1.1 up to k = 8: the streamed bytes dominate), and,
+// given a measured acceptance a, projects the decode rate of each k:
+// (1 − a^(k+1)) / (1 − a) tokens per verify pass.
+func (rn *runner) verifyPasses(ctx context.Context, res *ScenarioResult, g *gpu.Model, b1 time.Duration) error {
+	a := rn.o.Acceptance
+	for _, k := range []int{1, 2, 4, 8, 16} {
+		rn.o.progress("  verify pass, %d guesses", k)
+		p, err := gputime.TimePrefill(ctx, g, k+1, 2)
+		if err != nil {
+			return err
+		}
+		r := ratioTo(ms(p.PerPass), ms(b1), fmt.Sprintf("batch-1 pass %.2f ms", ms(b1)))
+		m := Metric{Key: fmt.Sprintf("verify_k%d_ms", k), Label: fmt.Sprintf("verify pass, %d guesses", k), Value: ms(p.PerPass), Unit: "ms", Ratio: r}
+		if k <= 8 {
+			m.Goal = atMost(r, 1.1)
+		}
+		res.Metrics = append(res.Metrics, m)
+		if a > 0 {
+			tokens := (1 - math.Pow(a, float64(k+1))) / (1 - a)
+			tps := tokens / p.PerPass.Seconds()
+			res.Metrics = append(res.Metrics, Metric{Key: fmt.Sprintf("spec_k%d_tps", k),
+				Label: fmt.Sprintf("speculative decode at acceptance %.2f (projected), k=%d", a, k), Value: tps, Unit: "tok/s",
+				Ratio: ratioTo(tps, 1/b1.Seconds(), fmt.Sprintf("plain %.2f tok/s", 1/b1.Seconds()))})
+		}
+	}
+	return nil
+}
+
 // hybrid loads cpu again with opts plus the CPU beside the GPU
 // (gpu.Hybrid, planned against the measured pinned peak) and times batch
 // 1 against the peer's figure (goal 1.5x) and against the combined-link
@@ -790,6 +824,9 @@ func (rn *runner) big(ctx context.Context, res *ScenarioResult) error {
 		Metric{Key: "decode_b8_vs_b1", Label: "decode, batch 8 (aggregate) vs batch 1", Value: d8.TokensPerSecond, Unit: "tok/s", Ratio: vsB1, Goal: atLeast(vsB1, 6)},
 	)
 	res.Metrics = append(res.Metrics, rn.pcieMetrics("b8_", ", batch 8", g.StreamedBytes(), d8.PerPass, 0, 0)...)
+	if err := rn.verifyPasses(ctx, res, g.Model, d1.PerPass); err != nil {
+		return err
+	}
 	place()
 	g.Close()
 	return rn.hybrid(ctx, res, cpu, gpu.Options{MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: stream, Slots: depth}, Peer70BHalfDecode, d8)
