@@ -56,7 +56,8 @@ func (s *Server) prepare(lm *loaded, p openai.Params, prompt []int32, promptPara
 				c.Context, len(prompt)+maxTok, len(prompt), maxTok)
 		}
 	}
-	sp := sample.Params{Temperature: float32(p.Temperature), TopP: float32(p.TopP), RepeatPenalty: 1}
+	sp := sample.Params{Temperature: float32(p.Temperature), TopP: float32(p.TopP), TopK: p.TopK, MinP: float32(p.MinP),
+		RepeatPenalty: float32(p.RepeatPenalty), RepeatLastN: p.RepeatLastN}
 	if p.TopP == 0 {
 		sp.Temperature, sp.TopP = 0, 1 // an empty nucleus keeps only the top token
 	}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -98,5 +99,41 @@ func TestSpeculativeModel(t *testing.T) {
 		if !ok || ae.Status != tc.status {
 			t.Fatalf("%+v: %v, want %d", tc.req, err, tc.status)
 		}
+	}
+}
+
+// TestSamplingFieldsHonoured: top_k 1 leaves one candidate, so every seed
+// gives the same text at temperature 1; without it the seeds differ.
+func TestSamplingFieldsHonoured(t *testing.T) {
+	h := start(t, opts{})
+	text := func(extra string, seed int) string {
+		t.Helper()
+		code, b := h.post(t, "/v1/completions", fmt.Sprintf(`{"model":"tiny","prompt":"sample me","max_tokens":16,"temperature":1,"seed":%d%s}`, seed, extra))
+		if code != 200 {
+			t.Fatalf("%d %s", code, b)
+		}
+		var r struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(b, &r); err != nil || len(r.Choices) != 1 {
+			t.Fatalf("%v %s", err, b)
+		}
+		return r.Choices[0].Text
+	}
+	seen, free := map[string]bool{}, map[string]bool{}
+	for seed := 1; seed <= 3; seed++ {
+		seen[text(`,"top_k":1`, seed)] = true
+		free[text("", seed)] = true
+	}
+	if len(seen) != 1 {
+		t.Errorf("top_k 1 gave %d texts for 3 seeds", len(seen))
+	}
+	if len(free) == 1 {
+		t.Errorf("without top_k, 3 seeds gave one text: the check cannot tell")
+	}
+	if code, b := h.post(t, "/v1/completions", `{"model":"tiny","prompt":"x","mirostat":2}`); code != 400 || !strings.Contains(string(b), "mirostat") {
+		t.Errorf("unknown field: %d %s", code, b)
 	}
 }

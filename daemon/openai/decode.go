@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
+	"sort"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -39,6 +42,43 @@ type Params struct {
 	IncludeUsage bool
 	// NoSpeculation is set by "speculative": false.
 	NoSpeculation bool
+	// TopK (0: off), MinP (0: off), RepeatPenalty (1: off) and
+	// RepeatLastN (-1: the whole history) are llama-server's sampling
+	// fields.
+	TopK          int
+	MinP          float64
+	RepeatPenalty float64
+	RepeatLastN   int
+}
+
+// sampling validates llama-server's sampling fields into p.
+func (p *Params) sampling(topK *int64, minP, repeat *float64, lastN *int64) error {
+	p.RepeatPenalty, p.RepeatLastN = 1, 64
+	if topK != nil {
+		if *topK < 0 || *topK > math.MaxInt32 {
+			return BadRequest("top_k", "top_k must be 0 (off) or a positive count, got %d", *topK)
+		}
+		p.TopK = int(*topK)
+	}
+	if minP != nil {
+		if !(*minP >= 0 && *minP <= 1) {
+			return BadRequest("min_p", "min_p must be between 0 and 1, got %g", *minP)
+		}
+		p.MinP = *minP
+	}
+	if repeat != nil {
+		if !(*repeat > 0 && *repeat <= 10) {
+			return BadRequest("repeat_penalty", "repeat_penalty must be in (0, 10], got %g", *repeat)
+		}
+		p.RepeatPenalty = *repeat
+	}
+	if lastN != nil {
+		if *lastN < -1 || *lastN > math.MaxInt32 {
+			return BadRequest("repeat_last_n", "repeat_last_n must be -1 (the whole history), 0 (off) or a count, got %d", *lastN)
+		}
+		p.RepeatLastN = int(*lastN)
+	}
+	return nil
 }
 
 // Message is a validated chat message: role "system", "user" or
@@ -80,6 +120,12 @@ func DecodeChat(body []byte) (*Chat, error) {
 		return nil, err
 	}
 	c.Params = p
+	if err := c.sampling(r.TopK, r.MinP, r.RepeatPenalty, r.RepeatLastN); err != nil {
+		return nil, err
+	}
+	if err := knownFields(body, chatFields); err != nil {
+		return nil, err
+	}
 	c.NoSpeculation = r.Speculative != nil && !*r.Speculative
 	if r.TopLogprobs != nil {
 		if !r.Logprobs {
@@ -128,6 +174,12 @@ func DecodeCompletion(body []byte) (*Completion, error) {
 		return nil, err
 	}
 	c := &Completion{Params: p}
+	if err := c.sampling(r.TopK, r.MinP, r.RepeatPenalty, r.RepeatLastN); err != nil {
+		return nil, err
+	}
+	if err := knownFields(body, completionFields); err != nil {
+		return nil, err
+	}
 	c.NoSpeculation = r.Speculative != nil && !*r.Speculative
 	if r.Prompt == nil {
 		return nil, BadRequest("prompt", "you must provide a prompt")
@@ -259,4 +311,49 @@ func common(model string, maxTok *int64, maxParam string, temp, topP *float64, s
 		p.LogitBias[int32(id)] = v
 	}
 	return p, nil
+}
+
+// Harmless are fields clients send that change nothing strata computes
+// (OpenAI's bookkeeping and routing hints): accepted and ignored. Any other
+// field a request type does not have is refused by name, so that nothing a
+// client asks for is silently dropped.
+var Harmless = []string{"user", "metadata", "store", "service_tier"}
+
+var (
+	chatFields       = fieldsOf(reflect.TypeFor[ChatRequest]())
+	completionFields = fieldsOf(reflect.TypeFor[CompletionRequest]())
+)
+
+// fieldsOf lists the JSON names of t's fields, and Harmless.
+func fieldsOf(t reflect.Type) map[string]bool {
+	m := map[string]bool{}
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			m[name] = true
+		}
+	}
+	for _, h := range Harmless {
+		m[h] = true
+	}
+	return m
+}
+
+// knownFields refuses the first top-level field of body (a JSON object,
+// already decoded once) that known lacks.
+func knownFields(body []byte, known map[string]bool) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return BadRequest("", "invalid request: %v", err)
+	}
+	var unknown []string
+	for k := range fields {
+		if !known[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	return BadRequest(unknown[0], "unrecognized request argument supplied: %s (this server does not implement it)", strings.Join(unknown, ", "))
 }

@@ -23,7 +23,8 @@ func TestDecodeChatFull(t *testing.T) {
 	want := &Chat{
 		Params: Params{Model: "tiny", MaxTokens: 8, Temperature: 0.5, TopP: 0.9, Seed: uint64(1<<64 - 3), SeedSet: true,
 			Stop: []string{"\n", "END"}, Logprobs: true, TopLogprobs: 2, Presence: 0.5, Frequency: -0.5,
-			LogitBias: map[int32]float64{7: -100}, Stream: true, IncludeUsage: true},
+			LogitBias: map[int32]float64{7: -100}, Stream: true, IncludeUsage: true,
+			TopK: 40, MinP: 0.05, RepeatPenalty: 1.1, RepeatLastN: 32},
 		Messages: []Message{{"system", "be brief"}, {"system", "ab"}, {"user", "hi"}, {"assistant", ""}},
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -169,5 +170,39 @@ func TestErrorBodyNulls(t *testing.T) {
 	}
 	if AsError(errors.New("boom")).Status != 500 {
 		t.Fatal("plain errors are 500s")
+	}
+}
+
+// TestNothingIgnored: a field no request type has is refused by name,
+// while the harmless ones clients send are accepted; llama-server's
+// sampling fields are validated.
+func TestNothingIgnored(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		body  string
+		param string // "" = accepted
+	}{
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"user":"u","store":false,"service_tier":"auto","metadata":{}}`, ""},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"mirostat":2}`, "mirostat"},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"zeta":1,"beta":2}`, "beta"},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"top_k":-1}`, "top_k"},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"min_p":1.5}`, "min_p"},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"repeat_penalty":0}`, "repeat_penalty"},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"repeat_last_n":-2}`, "repeat_last_n"},
+	} {
+		_, err := DecodeChat([]byte(tc.body))
+		if tc.param == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.body, err)
+			}
+			continue
+		}
+		var oe *Error
+		if !errors.As(err, &oe) || oe.Param != tc.param {
+			t.Errorf("%s: %v, want a 400 naming %q", tc.body, err, tc.param)
+		}
+	}
+	if _, err := DecodeCompletion([]byte(`{"model":"m","prompt":"x","best_of":1,"echo":false,"grammar":"root ::= x"}`)); err == nil {
+		t.Error("a completion with grammar accepted")
 	}
 }

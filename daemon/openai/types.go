@@ -175,6 +175,12 @@ type ChatRequest struct {
 	ResponseFormat      *ResponseFormat    `json:"response_format"`
 	Tools               json.RawMessage    `json:"tools"`
 	User                string             `json:"user"`
+	// TopK, MinP, RepeatPenalty and RepeatLastN are llama-server's
+	// sampling fields, which strata's sampler implements.
+	TopK          *int64   `json:"top_k"`
+	MinP          *float64 `json:"min_p"`
+	RepeatPenalty *float64 `json:"repeat_penalty"`
+	RepeatLastN   *int64   `json:"repeat_last_n"`
 	// Speculative is strata's extension: false keeps this request's
 	// decoding plain where the model has a drafter (absent or true
 	// lets the scheduler speculate; the output is the same either way).
@@ -201,6 +207,11 @@ type CompletionRequest struct {
 	FrequencyPenalty *float64           `json:"frequency_penalty"`
 	LogitBias        map[string]float64 `json:"logit_bias"`
 	User             string             `json:"user"`
+	// TopK … RepeatLastN as on ChatRequest.
+	TopK          *int64   `json:"top_k"`
+	MinP          *float64 `json:"min_p"`
+	RepeatPenalty *float64 `json:"repeat_penalty"`
+	RepeatLastN   *int64   `json:"repeat_last_n"`
 	// Speculative is strata's extension, as on ChatRequest.
 	Speculative *bool `json:"speculative"`
 }
