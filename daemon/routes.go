@@ -46,7 +46,21 @@ func (s *Server) routes() http.Handler {
 	handle("/v1/models/{id...}", http.MethodGet, authz.ReadState, s.handleModel)
 	handle("/v1/chat/completions", http.MethodPost, authz.Infer, s.handleChat)
 	handle("/v1/completions", http.MethodPost, authz.Infer, s.handleCompletion)
-	handle(api.PathHealth, http.MethodGet, authz.ReadState, s.handleHealth)
+	handle(PathTokenize, http.MethodPost, authz.Infer, s.handleTokenize)
+	handle(PathDetokenize, http.MethodPost, authz.Infer, s.handleDetokenize)
+	// Health needs no authorisation on any listener (requireKey lets it
+	// through on TCP too).
+	mux.HandleFunc(api.PathHealth, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", http.MethodGet)
+			openai.WriteError(w, openai.Errorf(http.StatusMethodNotAllowed, openai.TypeInvalidRequest, "", "method_not_allowed",
+				"%s is not allowed on %s; use GET", r.Method, r.URL.Path))
+			return
+		}
+		if err := s.handleHealth(w, r); err != nil {
+			openai.WriteError(w, err)
+		}
+	})
 	handle(api.PathStatus, http.MethodGet, authz.ReadState, s.handleStatus)
 	handle(api.PathLoad, http.MethodPost, authz.Load, s.handleLoad)
 	handle(api.PathUnload, http.MethodPost, authz.Unload, s.handleUnload)
@@ -98,7 +112,8 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // clients create unbounded label values.
 func endpointOf(r *http.Request) string {
 	switch p := r.URL.Path; p {
-	case "/v1/models", "/v1/chat/completions", "/v1/completions", api.PathHealth, api.PathStatus, api.PathLoad, api.PathUnload, api.PathMetric:
+	case "/v1/models", "/v1/chat/completions", "/v1/completions", api.PathHealth, api.PathStatus, api.PathLoad, api.PathUnload, api.PathMetric,
+		PathTokenize, PathDetokenize:
 		return p
 	default:
 		if len(p) > len("/v1/models/") && p[:len("/v1/models/")] == "/v1/models/" {
@@ -163,8 +178,21 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, modelObject(lm))
 }
 
+// handleHealth answers 200 when a model is ready to serve, 503 while the
+// first is loading or when none is loaded.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
-	return writeJSON(w, api.Health{Status: "ok", Models: len(s.modelNames())})
+	h := api.Health{Status: "ok", Models: len(s.modelNames()), Loading: int(s.loading.Load())}
+	if h.Models == 0 {
+		h.Status = "no model loaded"
+		if h.Loading > 0 {
+			h.Status = "loading"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return json.NewEncoder(w).Encode(h)
+	}
+	return writeJSON(w, h)
 }
 
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {

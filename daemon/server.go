@@ -106,6 +106,8 @@ type Server struct {
 	// blockIO is the block-layer tracer's state once StartBlockTrace ran
 	// (blockio.go); nil before, and after stopBlockTrace.
 	blockIO atomic.Pointer[blockIO]
+	// loading counts the loads in progress (for /health).
+	loading atomic.Int32
 
 	mu     sync.RWMutex
 	models map[string]*loaded
@@ -231,6 +233,8 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 		maxQueue = req.MaxQueue
 	}
 	t0 := time.Now()
+	s.loading.Add(1)
+	defer s.loading.Add(-1)
 	eng, err := engine.OpenWith(ctx, path, engine.Options{
 		DeviceBudget: req.Budgets.VRAMBytes, HostBudget: req.Budgets.RAMBytes,
 		Context: req.Context, Batch: maxBatch, Depth: req.Depth, Tiers: req.Tiers,
@@ -470,6 +474,12 @@ func (s *Server) Serve(ctx context.Context, unixLs, tcpLs []net.Listener) error 
 func (s *Server) requireKey(next http.Handler) http.Handler {
 	want := []byte("Bearer " + s.cfg.APIKey)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == api.PathHealth {
+			// Health is public, as load balancers and orchestrators expect:
+			// it says whether a model is ready and nothing else.
+			next.ServeHTTP(w, r)
+			return
+		}
 		got := []byte(r.Header.Get("Authorization"))
 		if s.cfg.APIKey == "" || subtle.ConstantTimeCompare(got, want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="stratad"`)

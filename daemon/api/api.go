@@ -295,6 +295,10 @@ type Limits struct {
 
 // Health is the response of GET /health.
 type Health struct {
-	Status string `json:"status"` // "ok"
+	// Status is "ok" (HTTP 200) when a model is ready, "loading" or "no
+	// model loaded" (HTTP 503) otherwise.
+	Status string `json:"status"`
 	Models int    `json:"models"`
+	// Loading is the loads in progress.
+	Loading int `json:"loading,omitempty"`
 }
