@@ -77,6 +77,13 @@ func newMetrics() *metrics {
 			Name: "strata_models_loaded", Help: "Models loaded.",
 		}),
 	}
+	b := BuildInfo()
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "strata_build_info", Help: "The running stratad's build: always 1, its labels say which.",
+		ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision, "go_version": b.GoVersion},
+	})
+	build.Set(1)
+	m.reg.MustRegister(build)
 	m.reg.MustRegister(m.requests, m.promptToks, m.complToks, m.finished, m.passes, m.tokPerSec, m.ttft,
 		m.cancelLag, m.tierBytes, m.queueDepth, m.activeSeqs, m.drafted, m.accepted, m.modelsLoaded)
 	for _, t := range []string{"A", "B", "C"} {

@@ -137,3 +137,16 @@ func TestSamplingFieldsHonoured(t *testing.T) {
 		t.Errorf("unknown field: %d %s", code, b)
 	}
 }
+
+// TestBuildInfo: the build's one-line form names the version and Go, and
+// /metrics carries strata_build_info.
+func TestBuildInfo(t *testing.T) {
+	b := BuildInfo()
+	if s := b.String(); !strings.HasPrefix(s, Version+" (") || !strings.Contains(s, b.GoVersion) {
+		t.Fatalf("build %q", s)
+	}
+	h := start(t, opts{})
+	if code, m := h.get(t, "/metrics"); code != 200 || !strings.Contains(string(m), `strata_build_info{go_version="`+b.GoVersion+`"`) {
+		t.Fatalf("metrics %d lack strata_build_info:\n%.2000s", code, m)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/strata-llm/strata/daemon"
 	"github.com/urfave/cli/v3"
 )
 
@@ -63,6 +64,7 @@ func rootCommand() *cli.Command {
 	root := &cli.Command{
 		Name:     "strata",
 		Usage:    "run language models larger than GPU memory",
+		Version:  daemon.BuildInfo().String(),
 		Commands: commands(),
 	}
 	markUsageErrors(root)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-llm/strata/daemon"
 	"github.com/strata-llm/strata/internal/synth"
 )
 
@@ -63,6 +64,13 @@ func TestBinaries(t *testing.T) {
 
 	stratad := filepath.Join(dir, "stratad")
 	strata := filepath.Join(dir, "strata")
+	// Both binaries say which build they are.
+	for _, bin := range []string{stratad, strata} {
+		out, err := exec.Command(bin, "--version").CombinedOutput()
+		if err != nil || !strings.HasPrefix(string(out), filepath.Base(bin)+" version "+daemon.Version+" (") {
+			t.Fatalf("%s --version: %v %q", filepath.Base(bin), err, out)
+		}
+	}
 	// Without a key, TCP is refused at the command line.
 	if code := exitCode(exec.Command(stratad, "--socket", sock, "--model", model, "--listen", addr).Run()); code != 2 {
 		t.Fatalf("--listen without --api-key exited %d, want 2", code)

@@ -72,8 +72,9 @@ func main() {
 func command() *cli.Command {
 	d := daemon.DefaultLimits()
 	return &cli.Command{
-		Name:  "stratad",
-		Usage: "serve language models over a Unix socket (and optionally TCP)",
+		Name:    "stratad",
+		Usage:   "serve language models over a Unix socket (and optionally TCP)",
+		Version: daemon.BuildInfo().String(),
 		OnUsageError: func(ctx context.Context, cmd *cli.Command, err error, isSubcommand bool) error {
 			return usageError{err.Error()}
 		},
