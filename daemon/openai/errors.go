@@ -83,6 +83,13 @@ func AsError(err error) *Error {
 func WriteError(w http.ResponseWriter, err error) {
 	e := AsError(err)
 	w.Header().Set("Content-Type", "application/json")
+	if e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable {
+		// A busy server says when to try again (clients' retry logic
+		// honours it): a second, the scale of a queue slot freeing.
+		if w.Header().Get("Retry-After") == "" {
+			w.Header().Set("Retry-After", "1")
+		}
+	}
 	w.WriteHeader(e.Status)
 	_ = json.NewEncoder(w).Encode(e.Body())
 }
