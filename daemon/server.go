@@ -63,6 +63,10 @@ type Config struct {
 	AdminGroup string
 	// APIKey is required as "Authorization: Bearer KEY" on TCP listeners.
 	APIKey string
+	// CORSOrigins are the web origins whose browser pages may call the
+	// API ("*" for any); none means no cross-origin access. A page still
+	// needs the API key on TCP.
+	CORSOrigins []string
 	// Limits bound requests; zero fields take DefaultLimits' values.
 	Limits Limits
 	// ShutdownTimeout is how long in-flight requests may run after a
@@ -421,7 +425,7 @@ func (s *Server) Serve(ctx context.Context, unixLs, tcpLs []net.Listener) error 
 		go func() { errc <- srv.Serve(l) }()
 	}
 	for _, l := range tcpLs {
-		srv := mk(s.requireKey(s.handler), func(ctx context.Context, c net.Conn) context.Context {
+		srv := mk(s.cors(s.requireKey(s.handler)), func(ctx context.Context, c net.Conn) context.Context {
 			return WithPeer(ctx, authz.Peer{}) // becomes APIKey once the key checks out
 		})
 		s.log.Info("listening", "network", "tcp", "addr", l.Addr().String())
@@ -468,6 +472,44 @@ func (s *Server) Serve(ctx context.Context, unixLs, tcpLs []net.Listener) error 
 		serveErr = nil
 	}
 	return serveErr
+}
+
+// cors answers browsers' cross-origin checks for the configured origins:
+// a preflight (OPTIONS with Access-Control-Request-Method) is answered
+// here, before the API key is asked for (browsers send none with it), and
+// other requests from an allowed origin get the headers that let the page
+// read the answer. Requests from other origins pass through unchanged:
+// the browser itself withholds the answer.
+func (s *Server) cors(next http.Handler) http.Handler {
+	if len(s.cfg.CORSOrigins) == 0 {
+		return next
+	}
+	allowed := func(origin string) bool {
+		for _, o := range s.cfg.CORSOrigins {
+			if o == "*" || strings.EqualFold(o, origin) {
+				return true
+			}
+		}
+		return false
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origin := r.Header.Get("Origin")
+		if origin == "" || !allowed(origin) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		h := w.Header()
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Add("Vary", "Origin")
+		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
+			h.Set("Access-Control-Max-Age", "600")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // requireKey admits TCP requests that carry the configured API key.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/daemon/api"
@@ -88,5 +89,55 @@ func TestHealth(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodGet, h.tcp+"/v1/models", nil)
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 401 {
 		t.Fatalf("the rest still needs the key: %v", err)
+	}
+}
+
+// TestCORS: with an allowed origin, a browser's preflight is answered
+// without the key and a keyed request carries the origin back; another
+// origin gets no CORS headers; without --cors-origin there are none.
+func TestCORS(t *testing.T) {
+	t.Parallel()
+	h := start(t, opts{tcp: true, cfg: Config{CORSOrigins: []string{"https://app.example"}}})
+	do := func(method, origin string, key bool) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(method, h.tcp+"/v1/models", nil)
+		req.Header.Set("Origin", origin)
+		if method == http.MethodOptions {
+			req.Header.Set("Access-Control-Request-Method", "POST")
+		}
+		if key {
+			req.Header.Set("Authorization", "Bearer test-key")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	if r := do(http.MethodOptions, "https://app.example", false); r.StatusCode != 204 || r.Header.Get("Access-Control-Allow-Origin") != "https://app.example" ||
+		!strings.Contains(r.Header.Get("Access-Control-Allow-Headers"), "Authorization") {
+		t.Fatalf("preflight: %d %v", r.StatusCode, r.Header)
+	}
+	if r := do(http.MethodGet, "https://app.example", true); r.StatusCode != 200 || r.Header.Get("Access-Control-Allow-Origin") != "https://app.example" {
+		t.Fatalf("keyed request: %d %v", r.StatusCode, r.Header)
+	}
+	if r := do(http.MethodGet, "https://evil.example", true); r.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Fatalf("another origin got %v", r.Header)
+	}
+	if r := do(http.MethodGet, "https://app.example", false); r.StatusCode != 401 {
+		t.Fatalf("no key: %d", r.StatusCode)
+	}
+	plain := start(t, opts{tcp: true})
+	req, _ := http.NewRequest(http.MethodOptions, plain.tcp+"/v1/models", nil)
+	req.Header.Set("Origin", "https://app.example")
+	req.Header.Set("Access-Control-Request-Method", "POST")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Fatalf("CORS without --cors-origin: %v", resp.Header)
 	}
 }

@@ -91,6 +91,7 @@ func command() *cli.Command {
 			&cli.IntFlag{Name: "ctx", Usage: "per-sequence context the --model files' KV cache is planned for (default: the model's, at most 4096)"},
 			&cli.IntFlag{Name: "depth", Usage: "streaming pipeline depth for the --model files (0 = the planner chooses)"},
 			&cli.StringFlag{Name: "tiers", Usage: "force the --model files' placement: all-A, all-B, all-C, mixed or A,C,B,... (tests and benchmarks)"},
+			&cli.StringSliceFlag{Name: "cors-origin", Usage: "a web origin whose pages may call the TCP API (repeatable; * for any); off by default"},
 			&cli.StringFlag{Name: "draft", Usage: "speculative decoding for the --model files with this draft model (same vocabulary, run on the CPU); requests opt out with \"speculative\": false"},
 			&cli.BoolFlag{Name: "lookup", Usage: "speculative decoding by prompt lookup for the --model files, when no --draft is given"},
 			&cli.StringFlag{Name: "skip-layers", Usage: "leave layers out of every pass (CPU backend; costs quality, see strata bench quality): auto, a count N, or a list 4,9 (off by default)"},
@@ -137,9 +138,10 @@ func run(ctx context.Context, cmd *cli.Command) error {
 		return usageError{"--listen needs --api-key (or --api-key-file, or STRATAD_API_KEY): TCP is never served without a key"}
 	}
 	srv, err := daemon.New(daemon.Config{
-		ModelDirs:  cmd.StringSlice("model-dir"),
-		AdminGroup: cmd.String("admin-group"),
-		APIKey:     key,
+		ModelDirs:   cmd.StringSlice("model-dir"),
+		AdminGroup:  cmd.String("admin-group"),
+		APIKey:      key,
+		CORSOrigins: cmd.StringSlice("cors-origin"),
 		Limits: daemon.Limits{
 			MaxBodyBytes: cmd.Int64("max-body-bytes"), MaxPromptTokens: int(cmd.Int("max-prompt-tokens")),
 			MaxTokens: int(cmd.Int("max-tokens")), MaxQueue: int(cmd.Int("max-queue")), MaxBatch: int(cmd.Int("max-batch")),
