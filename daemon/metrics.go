@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/strata-llm/strata/internal/buildinfo"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -77,7 +79,7 @@ func newMetrics() *metrics {
 			Name: "strata_models_loaded", Help: "Models loaded.",
 		}),
 	}
-	b := BuildInfo()
+	b := buildinfo.Read()
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "strata_build_info", Help: "The running stratad's build: always 1, its labels say which.",
 		ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision, "go_version": b.GoVersion},

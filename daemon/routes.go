@@ -16,6 +16,7 @@ import (
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/daemon/openai"
 	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/internal/buildinfo"
 	"github.com/strata-llm/strata/internal/daemon/authz"
 )
 
@@ -200,7 +201,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	admin, _ := s.policy.IsAdmin(pr)
 	l := s.cfg.Limits
 	st := api.Status{
-		Version: Version, PID: os.Getpid(), StartedAt: s.started, Uptime: time.Since(s.started).Seconds(),
+		Version: buildinfo.Version, PID: os.Getpid(), StartedAt: s.started, Uptime: time.Since(s.started).Seconds(),
 		Models: []api.ModelStatus{}, Peer: pr.String(), Admin: admin,
 		Limits: api.Limits{MaxBodyBytes: l.MaxBodyBytes, MaxPromptTokens: l.MaxPromptTokens, MaxTokens: l.MaxTokens, MaxQueue: l.MaxQueue, MaxBatch: l.MaxBatch},
 	}

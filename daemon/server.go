@@ -29,9 +29,6 @@ import (
 	"github.com/strata-llm/strata/nvmehost"
 )
 
-// Version is reported by status; set at link time for releases.
-var Version = "dev"
-
 // Limits bound what one request may ask of the daemon.
 type Limits struct {
 	// MaxBodyBytes caps a request body (413 beyond it).

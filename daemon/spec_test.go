@@ -10,6 +10,7 @@ import (
 
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/daemon/client"
+	"github.com/strata-llm/strata/internal/buildinfo"
 )
 
 // TestSpeculativeModel: a model loaded with a draft model (here the same
@@ -141,8 +142,8 @@ func TestSamplingFieldsHonoured(t *testing.T) {
 // TestBuildInfo: the build's one-line form names the version and Go, and
 // /metrics carries strata_build_info.
 func TestBuildInfo(t *testing.T) {
-	b := BuildInfo()
-	if s := b.String(); !strings.HasPrefix(s, Version+" (") || !strings.Contains(s, b.GoVersion) {
+	b := buildinfo.Read()
+	if s := b.String(); !strings.HasPrefix(s, buildinfo.Version+" (") || !strings.Contains(s, b.GoVersion) {
 		t.Fatalf("build %q", s)
 	}
 	h := start(t, opts{})

@@ -150,7 +150,7 @@ func TestBenchCLI(t *testing.T) {
 		{"png plot", []string{"bench", "storage", data, "--plot", "x.png"}, 2, "SVG"},
 		{"bad nvme target", []string{"bench", "storage", "nvme:0000:01:00.0"}, 2, "nvme:BDF/NSID"},
 		{"block larger than the file", []string{"bench", "storage", data, "--bs", "16m", "--qd", "1"}, 2, "larger than"},
-		{"missing file", []string{"bench", "storage", filepath.Join(dir, "nope"), "--bs", "4k", "--qd", "1"}, 1, "no such file"},
+		{"missing file", []string{"bench", "storage", filepath.Join(dir, "nope"), "--bs", "4k", "--qd", "1"}, exitNotFound, "no such file"},
 		{"unreachable daemon", []string{"bench", "storage", "nvme:0000:01:00.0/1", "--socket", filepath.Join(dir, "none.sock")}, 3, "cannot reach stratad"},
 		{"controller not held", []string{"bench", "storage", "nvme:0000:01:00.0/1", "--socket", sock, "--bs", "4k", "--qd", "1"}, 1, "device_not_bound"},
 		{"file outside the model directories", []string{"bench", "storage", "--daemon", "--socket", sock, "/etc/passwd"}, 4, "path_not_allowed"},

@@ -118,7 +118,7 @@ func TestCLI(t *testing.T) {
 			code int
 			msg  string
 		}{
-			{[]string{"run", "--model", filepath.Join(dir, "missing.gguf")}, 1, "missing.gguf"},
+			{[]string{"run", "--model", filepath.Join(dir, "missing.gguf")}, exitNotFound, "missing.gguf"},
 			{[]string{"run", "--model", model, "-n", "0"}, 2, "max-tokens"},
 			{[]string{"model", "synth", "--shape", "huge", "-o", filepath.Join(dir, "x.gguf")}, 2, "huge"},
 			{[]string{"model", "inspect"}, 2, "exactly one FILE"},
@@ -160,5 +160,39 @@ func TestDescribeBackend(t *testing.T) {
 				t.Errorf("describeBackend = %q names kernels it was not given", got)
 			}
 		})
+	}
+}
+
+// TestExitCodes: every failure class a script can meet without a daemon
+// exits with the code README's table gives it (the daemon's classes, 4
+// and 6, are the daemon client's tests').
+func TestExitCodes(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildStrata(t)
+	missing := filepath.Join(t.TempDir(), "missing.gguf")
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"--version"}, 0},
+		{[]string{"bogus"}, exitUsage},
+		{[]string{"model", "bogus"}, exitUsage},
+		{[]string{"bench", "bogus"}, exitUsage},
+		{[]string{"run", "--no-such-flag"}, exitUsage},
+		{[]string{"run", "--model", missing, "-n", "0"}, exitUsage},
+		{[]string{"run", "--model", missing}, exitNotFound},
+		{[]string{"plan", missing, "--no-measure"}, exitNotFound},
+		{[]string{"model", "inspect", missing}, exitNotFound},
+		{[]string{"models", "--socket", sock}, exitUnreachable},
+		{[]string{"status", "--socket", sock}, exitUnreachable},
+	} {
+		_, stderr, code := runStrata(t, bin, "", tc.args...)
+		if code != tc.want {
+			t.Errorf("strata %v: exit %d, want %d (%s)", tc.args, code, tc.want, strings.TrimSpace(stderr))
+		}
 	}
 }

@@ -7,12 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/strata-llm/strata/internal/buildinfo"
+
 	"github.com/hashicorp/go-hclog"
-	"github.com/strata-llm/strata/daemon"
 	"github.com/urfave/cli/v3"
 )
 
@@ -39,8 +41,11 @@ func main() {
 	}
 	var ue usageError
 	code := exitError
-	if errors.As(err, &ue) {
+	switch {
+	case errors.As(err, &ue):
 		code = exitUsage
+	case errors.Is(err, fs.ErrNotExist):
+		code = exitNotFound // a model (or other) file that is not there
 	}
 	fmt.Fprintf(os.Stderr, "strata: %v\n", err)
 	os.Exit(code)
@@ -64,19 +69,29 @@ func rootCommand() *cli.Command {
 	root := &cli.Command{
 		Name:     "strata",
 		Usage:    "run language models larger than GPU memory",
-		Version:  daemon.BuildInfo().String(),
+		Version:  buildinfo.Read().String(),
 		Commands: commands(),
 	}
 	markUsageErrors(root)
 	return root
 }
 
-// markUsageErrors makes flag-parsing errors of every command exit with
-// exitUsage rather than the generic failure code.
+// markUsageErrors makes flag-parsing errors of every command, and an
+// unknown subcommand of a group, exit with exitUsage rather than the
+// generic failure code (urfave/cli's own answer to an unknown command
+// exits 3, which scripts read as "stratad unreachable").
 func markUsageErrors(c *cli.Command) {
 	if c.OnUsageError == nil {
 		c.OnUsageError = func(ctx context.Context, cmd *cli.Command, err error, isSubcommand bool) error {
 			return usageError{err.Error()}
+		}
+	}
+	if len(c.Commands) > 0 && c.Action == nil {
+		c.Action = func(ctx context.Context, cmd *cli.Command) error {
+			if cmd.Args().Len() > 0 {
+				return usagef("unknown command %q (%s --help lists them)", cmd.Args().First(), cmd.FullName())
+			}
+			return cli.ShowSubcommandHelp(cmd)
 		}
 	}
 	for _, sub := range c.Commands {

@@ -116,6 +116,13 @@ func runCommand() *cli.Command {
 					return usagef("--tiers: %v", err)
 				}
 			}
+			maxTokens := int(cmd.Int("max-tokens"))
+			if maxTokens <= 0 {
+				return usagef("--max-tokens must be positive")
+			}
+			if cmd.Int("max-draft") < 1 {
+				return usagef("--max-draft must be positive")
+			}
 			// Links are measured on demand, once, if the model must stream.
 			o.LinkCache = engine.NewLinkCache()
 			e, err := engine.OpenWith(ctx, path, o)
@@ -134,10 +141,6 @@ func runCommand() *cli.Command {
 				RepeatPenalty: float32(cmd.Float("repeat-penalty")),
 				RepeatLastN:   int(cmd.Int("repeat-last-n")),
 				Seed:          cmd.Uint64("seed"),
-			}
-			maxTokens := int(cmd.Int("max-tokens"))
-			if maxTokens <= 0 {
-				return usagef("--max-tokens must be positive")
 			}
 			prompt := cmd.String("prompt")
 			var ids []int32
@@ -158,9 +161,6 @@ func runCommand() *cli.Command {
 				ids = e.Tok.Encode(prompt, true, false)
 			}
 			gopts := sched.GenerateOptions{MaxDraft: int(cmd.Int("max-draft"))}
-			if gopts.MaxDraft < 1 {
-				return usagef("--max-draft must be positive")
-			}
 			switch {
 			case cmd.String("draft") != "":
 				d, err := engine.OpenWith(ctx, cmd.String("draft"), engine.Options{Backend: engine.BackendCPU, Context: o.Context, Logger: log})

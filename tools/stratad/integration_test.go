@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-llm/strata/daemon"
+	"github.com/strata-llm/strata/internal/buildinfo"
 	"github.com/strata-llm/strata/internal/synth"
 )
 
@@ -67,7 +67,7 @@ func TestBinaries(t *testing.T) {
 	// Both binaries say which build they are.
 	for _, bin := range []string{stratad, strata} {
 		out, err := exec.Command(bin, "--version").CombinedOutput()
-		if err != nil || !strings.HasPrefix(string(out), filepath.Base(bin)+" version "+daemon.Version+" (") {
+		if err != nil || !strings.HasPrefix(string(out), filepath.Base(bin)+" version "+buildinfo.Version+" (") {
 			t.Fatalf("%s --version: %v %q", filepath.Base(bin), err, out)
 		}
 	}

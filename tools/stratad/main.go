@@ -39,6 +39,7 @@ import (
 	"github.com/strata-llm/strata/daemon"
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/buildinfo"
 	"github.com/strata-llm/strata/internal/daemon/listen"
 	"github.com/strata-llm/strata/internal/synth"
 )
@@ -74,7 +75,7 @@ func command() *cli.Command {
 	return &cli.Command{
 		Name:    "stratad",
 		Usage:   "serve language models over a Unix socket (and optionally TCP)",
-		Version: daemon.BuildInfo().String(),
+		Version: buildinfo.Read().String(),
 		OnUsageError: func(ctx context.Context, cmd *cli.Command, err error, isSubcommand bool) error {
 			return usageError{err.Error()}
 		},
@@ -245,7 +246,7 @@ func run(ctx context.Context, cmd *cli.Command) error {
 	defer cancel()
 	go watchdog(ctx, log)
 	notify(log, sddaemon.SdNotifyReady)
-	log.Info("stratad ready", "pid", os.Getpid(), "version", daemon.Version)
+	log.Info("stratad ready", "pid", os.Getpid(), "version", buildinfo.Version)
 	err = srv.Serve(ctx, unixLs, tcpLs)
 	notify(log, sddaemon.SdNotifyStopping)
 	log.Info("stratad stopped")

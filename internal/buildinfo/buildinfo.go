@@ -1,10 +1,19 @@
-package daemon
+// Package buildinfo says which build of strata is running: the version set
+// at link time for releases, and the source revision the Go toolchain
+// stamped. It imports nothing of strata's, so the client links it without
+// the daemon.
+package buildinfo
 
 import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
 )
+
+// Version is the release version, set at link time
+// (-ldflags "-X github.com/strata-llm/strata/internal/buildinfo.Version=v1.2.3");
+// "dev" otherwise.
+var Version = "dev"
 
 // Build describes the running binary: Version (set at link time for
 // releases, "dev" otherwise), the source revision and its time from the
@@ -18,8 +27,8 @@ type Build struct {
 	GoVersion string `json:"go_version"`
 }
 
-// BuildInfo reads the binary's build.
-func BuildInfo() Build {
+// Read reads the binary's build.
+func Read() Build {
 	b := Build{Version: Version, GoVersion: runtime.Version()}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
