@@ -297,8 +297,10 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 		"bytes", st.Size(), "took", time.Since(t0).Round(time.Millisecond).String(), "backend", eng.BackendInfo().String()}
 	if p := eng.Plan(); p != nil {
 		args = append(args, "tier_a", p.Tiers[tier.TierA].Layers, "tier_b", p.Tiers[tier.TierB].Layers,
-			"tier_c", p.Tiers[tier.TierC].Layers, "depth", p.Depth, "bound", p.Bound.String(),
-			"expected_tokens_per_second", fmt.Sprintf("%.3g", p.TokensPerSecond))
+			"tier_c", p.Tiers[tier.TierC].Layers, "depth", p.Depth)
+		if p.Depth > 0 { // a resident plan's rate comes from no measured link
+			args = append(args, "bound", p.Bound.String(), "expected_tokens_per_second", fmt.Sprintf("%.3g", p.TokensPerSecond))
+		}
 	}
 	s.log.Info("model loaded", args...)
 	return s.modelStatus(lm), nil

@@ -20,11 +20,17 @@ func writeRunStats(w io.Writer, e *engine.Engine) {
 	if p == nil {
 		return
 	}
-	fmt.Fprintf(w, "plan: tier A %d layers (%s), B %d (%s), C %d (%s); depth %d; expected %v per pass (%.2f tokens/s), bound by %s\n",
+	fmt.Fprintf(w, "plan: tier A %d layers (%s), B %d (%s), C %d (%s); ",
 		p.Tiers[tier.TierA].Layers, tier.FormatBytes(p.Tiers[tier.TierA].Bytes),
 		p.Tiers[tier.TierB].Layers, tier.FormatBytes(p.Tiers[tier.TierB].Bytes),
-		p.Tiers[tier.TierC].Layers, tier.FormatBytes(p.Tiers[tier.TierC].Bytes),
-		p.Depth, dur(p.PassTime), p.TokensPerSecond, p.Bound)
+		p.Tiers[tier.TierC].Layers, tier.FormatBytes(p.Tiers[tier.TierC].Bytes))
+	if p.Depth == 0 {
+		// Nothing streams: no link bounds the pass, and the planner's
+		// figure (from unmeasured defaults) would say nothing real.
+		fmt.Fprintln(w, "every layer resident")
+	} else {
+		fmt.Fprintf(w, "depth %d; expected %v per pass (%.2f tokens/s), bound by %s\n", p.Depth, dur(p.PassTime), p.TokensPerSecond, p.Bound)
+	}
 	if len(p.Links.Notes) > 0 {
 		fmt.Fprintf(w, "links: %s\n", strings.Join(p.Links.Notes, "; "))
 	}
