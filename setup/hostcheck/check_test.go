@@ -64,6 +64,16 @@ func TestCheckFakeHosts(t *testing.T) {
 			route: "file", lostIn: "host-pinned: needs VFIO",
 		},
 		{
+			// Nothing for VFIO to drive: its absence warns, and the host
+			// that runs models on the CPU fails no check.
+			host: "cpu-only",
+			want: map[string]Status{
+				"iommu": Warn, "vfio-dev": Warn, "acs": Warn, "nvidia-driver": Warn,
+			},
+			says:  map[string]string{"iommu": "no NVMe controller here"},
+			route: "file",
+		},
+		{
 			host: "off-vfio-loaded",
 			want: map[string]Status{
 				"iommu": Fail, "vfio-dev": Fail, "vfio-modules": Pass,
@@ -114,6 +124,13 @@ func TestCheckFakeHosts(t *testing.T) {
 			t.Parallel()
 			root := fakehost.Build(t, tc.host)
 			rep := Check(Options{Root: root})
+			if tc.host == "cpu-only" {
+				for _, r := range rep.Results {
+					if r.Status == Fail {
+						t.Errorf("a CPU-only host fails %s: %s", r.ID, r.Summary)
+					}
+				}
+			}
 			byID := map[string]Result{}
 			for _, r := range rep.Results {
 				if _, dup := byID[r.ID]; dup {

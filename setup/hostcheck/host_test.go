@@ -42,7 +42,7 @@ func TestCheckThisHost(t *testing.T) {
 	}
 	groups, _ := os.ReadDir("/sys/kernel/iommu_groups")
 	iommu, _ := rep.Find("iommu")
-	if (len(groups) == 0) != (iommu.Status == Fail) {
+	if (len(groups) == 0) != (iommu.Status != Pass) {
 		t.Errorf("%d IOMMU groups, but the iommu check says %s: %s", len(groups), iommu.Status, iommu.Summary)
 	}
 	_, e1 := os.Stat(pci.VFIOContainerPath)
