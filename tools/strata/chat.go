@@ -139,8 +139,55 @@ type chatSession struct {
 
 // turn sends one user message with the history so far, streams the reply
 // to stdout (or prints the JSON response) and keeps it in the history.
+//
+// When the history has outgrown the model's context, the oldest exchange
+// (after any system message) is dropped and the turn tried again, until it
+// fits or only the new message is left: a long conversation goes on,
+// forgetting its beginning, as chat front ends do.
 func (s *chatSession) turn(ctx context.Context, msg string) error {
-	msgs := append(s.history, openai.ChatMessage{Role: "user", Content: openai.Content(msg)})
+	for {
+		err := s.try(ctx, msg)
+		if !contextExceeded(err) {
+			return err
+		}
+		if !s.forgetOldest() {
+			return clientErr(err)
+		}
+		fmt.Fprintln(os.Stderr, "(the conversation outgrew the model's context: its oldest exchange is forgotten)")
+	}
+}
+
+// contextExceeded reports whether err is the daemon's answer that the
+// request does not fit the model's context.
+func contextExceeded(err error) bool {
+	var ae *client.APIError
+	return errors.As(err, &ae) && ae.Code != nil && *ae.Code == "context_length_exceeded"
+}
+
+// forgetOldest drops the oldest non-system message and the replies that
+// followed it up to the next user message; false when there is none.
+func (s *chatSession) forgetOldest() bool {
+	first := -1
+	for i, m := range s.history {
+		if m.Role != "system" {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return false
+	}
+	end := first + 1
+	for end < len(s.history) && s.history[end].Role != "user" {
+		end++
+	}
+	s.history = append(s.history[:first:first], s.history[end:]...)
+	return true
+}
+
+// try is one attempt at a turn with the history as it stands.
+func (s *chatSession) try(ctx context.Context, msg string) error {
+	msgs := append(s.history[:len(s.history):len(s.history)], openai.ChatMessage{Role: "user", Content: openai.Content(msg)})
 	req := openai.ChatRequest{Model: s.model, Messages: msgs, MaxTokens: s.o.maxTok, Temperature: s.o.temp, TopP: s.o.topP,
 		Seed: s.o.seed, Stop: s.o.stop, Stream: !s.json}
 	if !s.json {
@@ -160,6 +207,9 @@ func (s *chatSession) turn(ctx context.Context, msg string) error {
 		fmt.Println()
 	}
 	if err != nil {
+		if contextExceeded(err) {
+			return err // turn decides: forget the oldest exchange or give up
+		}
 		return clientErr(err)
 	}
 	if s.json {
