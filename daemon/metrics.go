@@ -8,6 +8,7 @@ import (
 	"github.com/strata-llm/strata/internal/buildinfo"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // metrics holds stratad's Prometheus collectors in a registry of its own
@@ -28,6 +29,10 @@ type metrics struct {
 	drafted      *prometheus.GaugeVec   // model
 	accepted     *prometheus.GaugeVec   // model
 	modelsLoaded prometheus.Gauge
+	duration     *prometheus.HistogramVec // endpoint
+	interToken   *prometheus.HistogramVec // model
+	complHist    *prometheus.HistogramVec // model
+	kvBytes      *prometheus.GaugeVec     // model
 }
 
 func newMetrics() *metrics {
@@ -79,6 +84,23 @@ func newMetrics() *metrics {
 			Name: "strata_models_loaded", Help: "Models loaded.",
 		}),
 	}
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "strata_request_duration_seconds", Help: "HTTP request duration, by endpoint (a stream's until its last event).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 3, 14),
+	}, []string{"endpoint"})
+	m.interToken = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "strata_inter_token_seconds", Help: "Time between a decoding sequence's tokens: each decode pass's duration.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+	}, []string{"model"})
+	m.complHist = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "strata_completion_tokens", Help: "Completion tokens per finished request.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+	}, []string{"model"})
+	m.kvBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "strata_kv_cache_bytes", Help: "KV-cache bytes the running sequences hold (their positions times a position's keys and values over every layer).",
+	}, []string{"model"})
+	m.reg.MustRegister(m.duration, m.interToken, m.complHist, m.kvBytes,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	b := buildinfo.Read()
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "strata_build_info", Help: "The running stratad's build: always 1, its labels say which.",
@@ -99,6 +121,7 @@ func (m *metrics) forget(model string) {
 	l := prometheus.Labels{"model": model}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		m.promptToks, m.complToks, m.finished, m.passes, m.tokPerSec, m.ttft, m.queueDepth, m.activeSeqs, m.drafted, m.accepted,
+		m.interToken, m.complHist, m.kvBytes,
 	} {
 		v.DeletePartialMatch(l)
 	}
@@ -122,6 +145,7 @@ func (o *observer) Pass(seqs, promptTokens, decodeTokens int, d time.Duration) {
 	if decodeTokens == 0 || d <= 0 {
 		return
 	}
+	o.m.interToken.WithLabelValues(o.model).Observe(d.Seconds())
 	rate := float64(decodeTokens) / d.Seconds()
 	o.mu.Lock()
 	if o.tps == 0 || math.IsNaN(o.tps) {
@@ -141,6 +165,7 @@ func (o *observer) FirstToken(d time.Duration) {
 func (o *observer) Finished(reason string, promptTokens, completionTokens int) {
 	o.m.finished.WithLabelValues(o.model, reason).Inc()
 	o.m.complToks.WithLabelValues(o.model).Add(float64(completionTokens))
+	o.m.complHist.WithLabelValues(o.model).Observe(float64(completionTokens))
 }
 
 func (o *observer) CancelLag(tokens int) { o.m.cancelLag.Observe(float64(tokens)) }

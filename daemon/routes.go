@@ -133,6 +133,7 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 			sw.code = http.StatusOK
 		}
 		s.metrics.requests.WithLabelValues(endpointOf(r), strconv.Itoa(sw.code)).Inc()
+		s.metrics.duration.WithLabelValues(endpointOf(r)).Observe(time.Since(t0).Seconds())
 		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "peer", peerOf(r).String(),
 			"status", sw.code, "took", time.Since(t0).Round(time.Microsecond).String())
 	})
@@ -259,6 +260,8 @@ func (s *Server) refreshGauges() {
 			st := lm.sched.Stats()
 			s.metrics.queueDepth.WithLabelValues(n).Set(float64(st.Waiting))
 			s.metrics.activeSeqs.WithLabelValues(n).Set(float64(st.Active))
+			c := lm.eng.Model.Config
+			s.metrics.kvBytes.WithLabelValues(n).Set(float64(st.KVPositions) * float64(2*c.Layers*c.KVDim()*4))
 			s.metrics.drafted.WithLabelValues(n).Set(float64(st.Drafted))
 			s.metrics.accepted.WithLabelValues(n).Set(float64(st.Accepted))
 		}

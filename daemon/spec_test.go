@@ -151,3 +151,28 @@ func TestBuildInfo(t *testing.T) {
 		t.Fatalf("metrics %d lack strata_build_info:\n%.2000s", code, m)
 	}
 }
+
+// TestMetricsSeries: after a request, /metrics has the request-duration,
+// inter-token, completion-token and KV-cache series and the Go and process
+// collectors.
+func TestMetricsSeries(t *testing.T) {
+	h := start(t, opts{})
+	if code, b := h.post(t, "/v1/completions", `{"model":"tiny","prompt":"count the metrics","max_tokens":8,"temperature":0}`); code != 200 {
+		t.Fatalf("%d %s", code, b)
+	}
+	code, m := h.get(t, "/metrics")
+	if code != 200 {
+		t.Fatal(code)
+	}
+	for _, want := range []string{
+		`strata_request_duration_seconds_bucket{endpoint="/v1/completions"`,
+		`strata_inter_token_seconds_count{model="tiny"}`,
+		`strata_completion_tokens_sum{model="tiny"} 8`,
+		`strata_kv_cache_bytes{model="tiny"}`,
+		"go_goroutines", "process_resident_memory_bytes",
+	} {
+		if !strings.Contains(string(m), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
