@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"os/signal"
 	"syscall"
 
@@ -86,6 +87,9 @@ func markUsageErrors(c *cli.Command) {
 			return usageError{err.Error()}
 		}
 	}
+	for _, f := range c.Flags {
+		hideDoubledDefault(f)
+	}
 	if len(c.Commands) > 0 && c.Action == nil {
 		c.Action = func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.Args().Len() > 0 {
@@ -121,4 +125,24 @@ func build(factories []func() *cli.Command) []*cli.Command {
 		cs = append(cs, f())
 	}
 	return cs
+}
+
+// hideDoubledDefault keeps urfave/cli from appending "(default: …)" to a
+// flag whose usage already says its default in words.
+func hideDoubledDefault(f cli.Flag) {
+	says := func(usage string) bool { return strings.Contains(usage, "(default") }
+	switch f := f.(type) {
+	case *cli.StringFlag:
+		f.HideDefault = f.HideDefault || says(f.Usage)
+	case *cli.IntFlag:
+		f.HideDefault = f.HideDefault || says(f.Usage)
+	case *cli.BoolFlag:
+		f.HideDefault = f.HideDefault || says(f.Usage)
+	case *cli.FloatFlag:
+		f.HideDefault = f.HideDefault || says(f.Usage)
+	case *cli.Uint64Flag:
+		f.HideDefault = f.HideDefault || says(f.Usage)
+	case *cli.DurationFlag:
+		f.HideDefault = f.HideDefault || says(f.Usage)
+	}
 }

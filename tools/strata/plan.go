@@ -52,7 +52,7 @@ func planCommand() *cli.Command {
 			&cli.IntFlag{Name: "ctx", Value: 4096, Usage: "context length per sequence (capped at the model's)"},
 			&cli.IntFlag{Name: "batch", Value: 1, Usage: "sequences advanced per pass"},
 			&cli.IntFlag{Name: "depth", Usage: "pipeline depth (slots); 0 = choose"},
-			&cli.StringFlag{Name: "type", Value: prefab.TypeKeep, Usage: "for a GGUF: plan the pool `strata model prefab --type` would write (keep|q8_0|q4_k|int8)"},
+			&cli.StringFlag{Name: "type", Value: prefab.TypeKeep, Usage: "for a GGUF: plan the pool strata model prefab --type would write (keep|q8_0|q4_k|int8)"},
 			&cli.StringFlag{Name: "storage-bw", Usage: "storage read bandwidth, e.g. 3.5GB/s (default: measured)"},
 			&cli.StringFlag{Name: "h2d-bw", Usage: "host-to-device bandwidth, e.g. 25GB/s (default: measured)"},
 			&cli.StringFlag{Name: "compute-bw", Usage: "weight bytes/s the device consumes, e.g. 2TB/s (default: measured)"},
