@@ -109,6 +109,9 @@ type Server struct {
 	blockIO atomic.Pointer[blockIO]
 	// loading counts the loads in progress (for /health).
 	loading atomic.Int32
+	// inflight counts the HTTP handlers running, so a shutdown whose grace
+	// ran out waits for them to write their error before closing.
+	inflight sync.WaitGroup
 
 	mu     sync.RWMutex
 	models map[string]*loaded
@@ -440,30 +443,33 @@ func (s *Server) Serve(ctx context.Context, unixLs, tcpLs []net.Listener) error 
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
+	var late atomic.Bool // some server still had requests when the grace ran out
 	for _, srv := range servers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			if err := srv.Shutdown(sctx); err != nil {
-				s.log.Warn("in-flight requests did not finish in time; cancelling them", "error", err)
+				late.Store(true)
+				s.log.Warn("in-flight requests did not finish in time; ending them with an error", "error", err)
 			}
 		}()
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-sctx.Done():
-		// Ending the schedulers sends every in-flight request its error;
-		// handlers then return and Shutdown completes.
+	wg.Wait() // every server idle, or the grace over (Shutdown then returns, leaving connections open)
+	if late.Load() {
+		// Ending the schedulers sends every in-flight request its error
+		// event; the handlers write it, return, and only then are the
+		// connections closed, so a streaming client reads why its stream
+		// ended instead of a torn connection.
 		s.Close()
+		idle := make(chan struct{})
+		go func() { s.inflight.Wait(); close(idle) }()
 		select {
-		case <-done:
+		case <-idle:
 		case <-time.After(5 * time.Second):
-			for _, srv := range servers {
-				srv.Close()
-			}
-			<-done
+			s.log.Warn("handlers still running 5s after their requests were ended; closing their connections")
+		}
+		for _, srv := range servers {
+			srv.Close()
 		}
 	}
 	s.Close()
