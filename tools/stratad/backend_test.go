@@ -49,16 +49,8 @@ func TestBackendFlag(t *testing.T) {
 	if out, code := run(stratad, "--socket", sock, "--model", model, "--backend", "gpu"); code != 2 || !strings.Contains(out, `unknown backend "gpu"`) {
 		t.Fatalf("--backend gpu: exit %d: %s", code, out)
 	}
-	d := exec.Command(stratad, "--socket", sock, "--model", model, "--model-dir", models, "--socket-group", "", "--log-format", "json")
-	var logs lockedBuffer
-	d.Stderr = &logs
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- d.Wait() }()
-	defer d.Process.Kill()
-	waitSocket(t, sock, exited, &logs)
+	dp := startStratad(t, stratad, sock, "--socket", sock, "--model", model, "--model-dir", models, "--socket-group", "", "--log-format", "json")
+	d, exited, logs := dp.cmd, dp.exited, dp.logs
 
 	out, code := run(strata, "status", "--socket", sock)
 	if code != 0 {

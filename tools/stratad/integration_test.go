@@ -76,18 +76,8 @@ func TestBinaries(t *testing.T) {
 		t.Fatalf("--listen without --api-key exited %d, want 2", code)
 	}
 
-	d := exec.Command(stratad, "--socket", sock, "--model", model, "--listen", addr, "--api-key", "sekret", "--socket-group", "")
-	var logs lockedBuffer
-	d.Stderr = &logs
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- d.Wait() }()
-	defer func() {
-		d.Process.Kill()
-	}()
-	waitSocket(t, sock, exited, &logs)
+	dp := startStratad(t, stratad, sock, "--socket", sock, "--model", model, "--listen", addr, "--api-key", "sekret", "--socket-group", "")
+	d, exited, logs := dp.cmd, dp.exited, dp.logs
 
 	st, err := os.Stat(sock)
 	if err != nil || st.Mode().Perm() != 0o660 {
@@ -196,6 +186,29 @@ func exitCode(err error) int {
 		return ee.ExitCode()
 	}
 	return -1
+}
+
+// daemonProc is a stratad a test started: its process, its stderr and
+// the result of its exit.
+type daemonProc struct {
+	cmd    *exec.Cmd
+	logs   *lockedBuffer
+	exited chan error
+}
+
+// startStratad starts bin with args (bin's socket at sock), kills it when
+// the test ends, and returns once sock accepts connections.
+func startStratad(t *testing.T, bin, sock string, args ...string) *daemonProc {
+	t.Helper()
+	p := &daemonProc{cmd: exec.Command(bin, args...), logs: &lockedBuffer{}, exited: make(chan error, 1)}
+	p.cmd.Stderr = p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() { p.cmd.Process.Kill() })
+	waitSocket(t, sock, p.exited, p.logs)
+	return p
 }
 
 func waitSocket(t *testing.T, sock string, exited chan error, logs *lockedBuffer) {

@@ -57,16 +57,8 @@ func TestOfficialOpenAIClient(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	sock := filepath.Join(dir, "strata.sock")
-	d := exec.Command(bin, "--socket", sock, "--model", model, "--listen", addr, "--api-key", "k3y", "--socket-group", "")
-	var logs lockedBuffer
-	d.Stderr = &logs
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- d.Wait() }()
-	defer d.Process.Kill()
-	waitSocket(t, sock, exited, &logs)
+	dp := startStratad(t, bin, sock, "--socket", sock, "--model", model, "--listen", addr, "--api-key", "k3y", "--socket-group", "")
+	logs := dp.logs
 
 	script, err := filepath.Abs(filepath.Join("testdata", "openai_client.mjs"))
 	if err != nil {

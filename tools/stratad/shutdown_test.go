@@ -37,17 +37,9 @@ func TestShutdownGraceEndsStreams(t *testing.T) {
 		t.Fatalf("building stratad: %v\n%s", err, out)
 	}
 	sock := filepath.Join(dir, "s.sock")
-	d := exec.Command(stratad, "--socket", sock, "--model", model, "--model-dir", filepath.Dir(model), "--socket-group", "",
+	dp := startStratad(t, stratad, sock, "--socket", sock, "--model", model, "--model-dir", filepath.Dir(model), "--socket-group", "",
 		"--shutdown-timeout", "300ms", "--backend", "cpu")
-	var logs lockedBuffer
-	d.Stderr = &logs
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- d.Wait() }()
-	defer d.Process.Kill()
-	waitSocket(t, sock, exited, &logs)
+	d, exited, logs := dp.cmd, dp.exited, dp.logs
 
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
