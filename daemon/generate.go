@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/strata-llm/strata/daemon/openai"
@@ -99,22 +100,76 @@ func (s *Server) submit(ctx context.Context, j *job) (*sched.Handle, error) {
 	return h, nil
 }
 
+// gen is a request's n generations, their events merged in the order they
+// come, each with its choice's index.
+type gen struct {
+	n      int
+	events chan choiceEvent
+}
+
+type choiceEvent struct {
+	i int
+	sched.Event
+}
+
 // start checks a generation against the model and the limits and queues
-// it, under a context derived from r's. cancel ends the generation early
-// (a streamer calls it when the client goes away); the caller must call it
-// once the generation is over. On error nothing is queued.
-func (s *Server) start(r *http.Request, lm *loaded, p openai.Params, prompt []int32, promptParam string) (h *sched.Handle, cancel context.CancelFunc, err error) {
-	j, err := s.prepare(lm, p, prompt, promptParam)
-	if err != nil {
-		return nil, nil, err
-	}
+// p.N of them (the n choices: the same prompt, seeds seed, seed+1, …
+// when a seed is given; side by side they share every pass), under a
+// context derived from r's. cancel ends them early (a streamer calls it
+// when the client goes away); the caller must call it once the request is
+// over. On error nothing is queued.
+func (s *Server) start(r *http.Request, lm *loaded, p openai.Params, prompt []int32, promptParam string) (g *gen, cancel context.CancelFunc, err error) {
+	n := max(p.N, 1)
 	ctx, cancel := context.WithCancel(r.Context())
-	h, err = s.submit(ctx, j)
-	if err != nil {
-		cancel()
-		return nil, nil, err
+	hs := make([]*sched.Handle, 0, n)
+	for i := range n {
+		j, err := s.prepare(lm, p, prompt, promptParam)
+		if err == nil {
+			if p.SeedSet {
+				j.req.Sample.Seed = p.Seed + uint64(i)
+			}
+			var h *sched.Handle
+			if h, err = s.submit(ctx, j); err == nil {
+				hs = append(hs, h)
+			}
+		}
+		if err != nil {
+			cancel() // the choices queued already end with it
+			return nil, nil, err
+		}
 	}
-	return h, cancel, nil
+	g = &gen{n: n, events: make(chan choiceEvent)}
+	var wg sync.WaitGroup
+	for i, h := range hs {
+		wg.Go(func() {
+			for ev := range h.Events {
+				select {
+				case g.events <- choiceEvent{i, ev}:
+				case <-ctx.Done():
+					// The handler returned: drain so the scheduler's
+					// buffered channel is released with the request.
+				}
+			}
+		})
+	}
+	go func() { wg.Wait(); close(g.events) }()
+	return g, cancel, nil
+}
+
+// total is the usage of a request's n choices once all have finished: the
+// prompt once, every choice's completion.
+type total struct {
+	prompt, completion, finished int
+}
+
+func (t *total) add(ev sched.Event) {
+	t.prompt = ev.PromptTokens
+	t.completion += ev.CompletionTokens
+	t.finished++
+}
+
+func (t *total) usage() *openai.Usage {
+	return &openai.Usage{PromptTokens: t.prompt, CompletionTokens: t.completion, TotalTokens: t.prompt + t.completion}
 }
 
 // resultError is what a non-streamed request returns when generation
@@ -124,12 +179,6 @@ func resultError(r *http.Request, err error) error {
 		return nil
 	}
 	return streamError(err)
-}
-
-// usage is the token count a final event reports (a pointer, since a chat
-// completion's usage is optional).
-func usage(ev sched.Event) *openai.Usage {
-	return &openai.Usage{PromptTokens: ev.PromptTokens, CompletionTokens: ev.CompletionTokens, TotalTokens: ev.PromptTokens + ev.CompletionTokens}
 }
 
 // streamError is what a stream ends with when generation fails after the
@@ -164,32 +213,35 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) error {
 		return openai.BadRequest("messages", "the model's chat template rejected the messages: %v", err)
 	}
 	prompt := lm.eng.Tok.Encode(text, false, true)
-	h, cancel, err := s.start(r, lm, c.Params, prompt, "messages")
+	g, cancel, err := s.start(r, lm, c.Params, prompt, "messages")
 	if err != nil {
 		return err
 	}
 	defer cancel()
 	id, created := newID("chatcmpl-"), time.Now().Unix()
+	var tot total
 	if !c.Stream {
-		var out strings.Builder
-		var lps []openai.TokenLogprob
-		for ev := range h.Events {
+		outs := make([]strings.Builder, g.n)
+		lps := make([][]openai.TokenLogprob, g.n)
+		choices := make([]openai.ChatChoice, g.n)
+		for ev := range g.events {
 			if ev.Err != nil {
 				return resultError(r, ev.Err)
 			}
-			out.WriteString(ev.Text)
+			outs[ev.i].WriteString(ev.Text)
 			if ev.Logprob != nil {
-				lps = append(lps, s.tokenLogprob(lm, ev.Logprob))
+				lps[ev.i] = append(lps[ev.i], s.tokenLogprob(lm, ev.Logprob))
 			}
-			if ev.Finish != "" {
-				resp := openai.ChatCompletion{ID: id, Object: openai.ObjectChatCompletion, Created: created, Model: lm.name,
-					Choices: []openai.ChatChoice{{Index: 0, Message: openai.AssistantMessage{Role: "assistant", Content: out.String()}, FinishReason: ev.Finish}},
-					Usage:   usage(ev),
-				}
-				if c.Logprobs {
-					resp.Choices[0].Logprobs = &openai.ChatLogprobs{Content: orEmpty(lps)}
-				}
-				return writeJSON(w, resp)
+			if ev.Finish == "" {
+				continue
+			}
+			choices[ev.i] = openai.ChatChoice{Index: ev.i, Message: openai.AssistantMessage{Role: "assistant", Content: outs[ev.i].String()}, FinishReason: ev.Finish}
+			if c.Logprobs {
+				choices[ev.i].Logprobs = &openai.ChatLogprobs{Content: orEmpty(lps[ev.i])}
+			}
+			if tot.add(ev.Event); tot.finished == g.n {
+				return writeJSON(w, openai.ChatCompletion{ID: id, Object: openai.ObjectChatCompletion, Created: created, Model: lm.name,
+					Choices: choices, Usage: tot.usage()})
 			}
 		}
 		return openai.AsError(errors.New("generation ended without a result"))
@@ -200,8 +252,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) error {
 		return openai.ChatChunk{ID: id, Object: openai.ObjectChatChunk, Created: created, Model: lm.name, Choices: choices, Usage: st.nullUsage()}
 	}
 	empty := ""
-	st.send(chunk([]openai.ChunkChoice{{Delta: openai.Delta{Role: "assistant", Content: &empty}}}))
-	for ev := range h.Events {
+	for i := range g.n {
+		st.send(chunk([]openai.ChunkChoice{{Index: i, Delta: openai.Delta{Role: "assistant", Content: &empty}}}))
+	}
+	for ev := range g.events {
 		if ev.Err != nil {
 			if r.Context().Err() == nil {
 				st.fail(streamError(ev.Err))
@@ -210,17 +264,20 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) error {
 		}
 		if ev.Text != "" || ev.Logprob != nil {
 			text := ev.Text
-			ch := openai.ChunkChoice{Delta: openai.Delta{Content: &text}}
+			ch := openai.ChunkChoice{Index: ev.i, Delta: openai.Delta{Content: &text}}
 			if ev.Logprob != nil {
 				ch.Logprobs = &openai.ChatLogprobs{Content: []openai.TokenLogprob{s.tokenLogprob(lm, ev.Logprob)}}
 			}
 			st.send(chunk([]openai.ChunkChoice{ch}))
 		}
-		if ev.Finish != "" {
-			fr := ev.Finish
-			st.send(chunk([]openai.ChunkChoice{{Delta: openai.Delta{}, FinishReason: &fr}}))
+		if ev.Finish == "" {
+			continue
+		}
+		fr := ev.Finish
+		st.send(chunk([]openai.ChunkChoice{{Index: ev.i, Delta: openai.Delta{}, FinishReason: &fr}}))
+		if tot.add(ev.Event); tot.finished == g.n {
 			if c.IncludeUsage {
-				u, _ := json.Marshal(usage(ev))
+				u, _ := json.Marshal(tot.usage())
 				st.send(openai.ChatChunk{ID: id, Object: openai.ObjectChatChunk, Created: created, Model: lm.name, Choices: []openai.ChunkChoice{}, Usage: u})
 			}
 			st.done()
@@ -247,38 +304,46 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) error 
 	if prompt == nil {
 		prompt = lm.eng.Tok.Encode(c.Prompt.Text, true, false)
 	}
-	h, cancel, err := s.start(r, lm, c.Params, prompt, "prompt")
+	g, cancel, err := s.start(r, lm, c.Params, prompt, "prompt")
 	if err != nil {
 		return err
 	}
 	defer cancel()
 	id, created := newID("cmpl-"), time.Now().Unix()
+	var tot total
 	if !c.Stream {
-		var out strings.Builder
-		var lp *openai.CompletionLogprobs
-		if c.Logprobs {
-			lp = &openai.CompletionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+		outs := make([]strings.Builder, g.n)
+		lps := make([]*openai.CompletionLogprobs, g.n)
+		choices := make([]openai.TextChoice, g.n)
+		for i := range lps {
+			if c.Logprobs {
+				lps[i] = &openai.CompletionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+			}
 		}
-		for ev := range h.Events {
+		for ev := range g.events {
 			if ev.Err != nil {
 				return resultError(r, ev.Err)
 			}
-			if ev.Logprob != nil && lp != nil {
-				s.appendLegacy(lm, lp, ev.Logprob, out.Len())
+			if ev.Logprob != nil && lps[ev.i] != nil {
+				s.appendLegacy(lm, lps[ev.i], ev.Logprob, outs[ev.i].Len())
 			}
-			out.WriteString(ev.Text)
-			if ev.Finish != "" {
-				fr := ev.Finish
-				u, _ := json.Marshal(usage(ev))
+			outs[ev.i].WriteString(ev.Text)
+			if ev.Finish == "" {
+				continue
+			}
+			fr := ev.Finish
+			choices[ev.i] = openai.TextChoice{Text: outs[ev.i].String(), Index: ev.i, Logprobs: lps[ev.i], FinishReason: &fr}
+			if tot.add(ev.Event); tot.finished == g.n {
+				u, _ := json.Marshal(tot.usage())
 				return writeJSON(w, openai.TextCompletion{ID: id, Object: openai.ObjectTextCompletion, Created: created, Model: lm.name,
-					Choices: []openai.TextChoice{{Text: out.String(), Index: 0, Logprobs: lp, FinishReason: &fr}}, Usage: u})
+					Choices: choices, Usage: u})
 			}
 		}
 		return openai.AsError(errors.New("generation ended without a result"))
 	}
 	st := newStreamer(w, cancel, c.IncludeUsage)
-	offset := 0
-	for ev := range h.Events {
+	offsets := make([]int, g.n)
+	for ev := range g.events {
 		if ev.Err != nil {
 			if r.Context().Err() == nil {
 				st.fail(streamError(ev.Err))
@@ -286,12 +351,12 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) error 
 			return nil
 		}
 		if ev.Text != "" || ev.Logprob != nil || ev.Finish != "" {
-			ch := openai.TextChoice{Text: ev.Text}
+			ch := openai.TextChoice{Text: ev.Text, Index: ev.i}
 			if ev.Logprob != nil {
 				ch.Logprobs = &openai.CompletionLogprobs{}
-				s.appendLegacy(lm, ch.Logprobs, ev.Logprob, offset)
+				s.appendLegacy(lm, ch.Logprobs, ev.Logprob, offsets[ev.i])
 			}
-			offset += len(ev.Text)
+			offsets[ev.i] += len(ev.Text)
 			if ev.Finish != "" {
 				fr := ev.Finish
 				ch.FinishReason = &fr
@@ -299,9 +364,12 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) error 
 			st.send(openai.TextCompletion{ID: id, Object: openai.ObjectTextCompletion, Created: created, Model: lm.name,
 				Choices: []openai.TextChoice{ch}, Usage: st.nullUsage()})
 		}
-		if ev.Finish != "" {
+		if ev.Finish == "" {
+			continue
+		}
+		if tot.add(ev.Event); tot.finished == g.n {
 			if c.IncludeUsage {
-				u, _ := json.Marshal(usage(ev))
+				u, _ := json.Marshal(tot.usage())
 				st.send(openai.TextCompletion{ID: id, Object: openai.ObjectTextCompletion, Created: created, Model: lm.name, Choices: []openai.TextChoice{}, Usage: u})
 			}
 			st.done()

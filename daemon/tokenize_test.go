@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/daemon/api"
+	"github.com/strata-llm/strata/daemon/openai"
 )
 
 // TestTokenizeDetokenize: llama-server's /tokenize and /detokenize over
@@ -139,5 +141,104 @@ func TestCORS(t *testing.T) {
 	resp.Body.Close()
 	if resp.Header.Get("Access-Control-Allow-Origin") != "" {
 		t.Fatalf("CORS without --cors-origin: %v", resp.Header)
+	}
+}
+
+// TestNChoices: n choices from one request, chat and legacy, whole and
+// streamed: at temperature 0 every choice is the one-choice answer, with a
+// seed they are the seeds seed, seed+1, …'s own answers; indices 0..n-1,
+// usage counts the prompt once and every completion.
+func TestNChoices(t *testing.T) {
+	t.Parallel()
+	h := start(t, opts{})
+	type choice struct {
+		Index   int    `json:"index"`
+		Text    string `json:"text"`
+		Message struct {
+			Content string `json:"content"`
+		} `json:"message"`
+	}
+	type resp struct {
+		Choices []choice `json:"choices"`
+		Usage   struct {
+			Prompt     int `json:"prompt_tokens"`
+			Completion int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	get := func(path, body string) resp {
+		t.Helper()
+		code, b := h.post(t, path, body)
+		var r resp
+		if code != 200 || json.Unmarshal(b, &r) != nil {
+			t.Fatalf("%s %s: %d %s", path, body, code, b)
+		}
+		return r
+	}
+	text := func(c choice) string { return c.Text + c.Message.Content }
+	for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
+		req := func(extra string) string {
+			if path == "/v1/completions" {
+				return `{"model":"tiny","prompt":"n of them","max_tokens":12` + extra + `}`
+			}
+			return `{"model":"tiny","messages":[{"role":"user","content":"n of them"}],"max_tokens":12` + extra + `}`
+		}
+		one := get(path, req(`,"temperature":0`))
+		three := get(path, req(`,"temperature":0,"n":3`))
+		if len(three.Choices) != 3 || three.Usage.Prompt != one.Usage.Prompt || three.Usage.Completion != 3*one.Usage.Completion {
+			t.Fatalf("%s n=3: %+v (one: %+v)", path, three, one)
+		}
+		for i, c := range three.Choices {
+			if c.Index != i || text(c) != text(one.Choices[0]) {
+				t.Fatalf("%s choice %d: %+v, want index %d and %q", path, i, c, i, text(one.Choices[0]))
+			}
+		}
+		seeded := get(path, req(`,"temperature":1,"seed":40,"n":2`))
+		for i, c := range seeded.Choices {
+			alone := get(path, req(fmt.Sprintf(`,"temperature":1,"seed":%d`, 40+i)))
+			if text(c) != text(alone.Choices[0]) {
+				t.Fatalf("%s seeded choice %d: %q, seed %d alone %q", path, i, text(c), 40+i, text(alone.Choices[0]))
+			}
+		}
+	}
+	// Streamed: every choice's text arrives, each finishes, then usage.
+	resp2, err := h.hc.Post("http://stratad/v1/chat/completions", "application/json", strings.NewReader(
+		`{"model":"tiny","messages":[{"role":"user","content":"n of them"}],"max_tokens":12,"temperature":0,"n":2,"stream":true,"stream_options":{"include_usage":true}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp2.Body.Close()
+	er := openai.NewEventReader(resp2.Body)
+	texts, finished := make([]string, 2), 0
+	var usage *openai.Usage
+	for {
+		d, err := er.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(d) == "[DONE]" {
+			continue
+		}
+		var ch openai.ChatChunk
+		if err := json.Unmarshal(d, &ch); err != nil {
+			t.Fatalf("%v: %s", err, d)
+		}
+		for _, c := range ch.Choices {
+			if c.Delta.Content != nil {
+				texts[c.Index] += *c.Delta.Content
+			}
+			if c.FinishReason != nil {
+				finished++
+			}
+		}
+		if len(ch.Usage) > 0 && string(ch.Usage) != "null" {
+			usage = new(openai.Usage)
+			json.Unmarshal(ch.Usage, usage)
+		}
+	}
+	if finished != 2 || texts[0] == "" || texts[0] != texts[1] || usage == nil || usage.CompletionTokens == 0 {
+		t.Fatalf("stream: finished %d, texts %q, usage %+v", finished, texts, usage)
 	}
 }

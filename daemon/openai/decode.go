@@ -16,6 +16,7 @@ import (
 // daemon's configuration (those are checked by the server).
 const (
 	MaxStop            = 4   // stop sequences per request (OpenAI's limit)
+	MaxN               = 8   // choices per request (n)
 	MaxTopLogprobs     = 20  // chat top_logprobs (OpenAI's limit)
 	MaxLegacyLogprobs  = 5   // completions logprobs (OpenAI's limit)
 	MaxLogitBiasTokens = 300 // entries of logit_bias (OpenAI's limit)
@@ -42,6 +43,9 @@ type Params struct {
 	IncludeUsage bool
 	// NoSpeculation is set by "speculative": false.
 	NoSpeculation bool
+	// N is the choices asked for (n, 1..MaxN): as many sequences run side
+	// by side from the same prompt, in the same passes.
+	N int
 	// TopK (0: off), MinP (0: off), RepeatPenalty (1: off) and
 	// RepeatLastN (-1: the whole history) are llama-server's sampling
 	// fields.
@@ -261,8 +265,12 @@ func common(model string, maxTok *int64, maxParam string, temp, topP *float64, s
 		}
 		p.TopP = *topP
 	}
-	if n != nil && *n != 1 {
-		return p, BadRequest("n", "n must be 1 (got %d): this server returns one choice per request", *n)
+	p.N = 1
+	if n != nil {
+		if *n < 1 || *n > MaxN {
+			return p, BadRequest("n", "n must be between 1 and %d, got %d", MaxN, *n)
+		}
+		p.N = int(*n)
 	}
 	if len(stop) > MaxStop {
 		return p, BadRequest("stop", "at most %d stop sequences are allowed, got %d", MaxStop, len(stop))

@@ -24,7 +24,7 @@ func TestDecodeChatFull(t *testing.T) {
 		Params: Params{Model: "tiny", MaxTokens: 8, Temperature: 0.5, TopP: 0.9, Seed: uint64(1<<64 - 3), SeedSet: true,
 			Stop: []string{"\n", "END"}, Logprobs: true, TopLogprobs: 2, Presence: 0.5, Frequency: -0.5,
 			LogitBias: map[int32]float64{7: -100}, Stream: true, IncludeUsage: true,
-			TopK: 40, MinP: 0.05, RepeatPenalty: 1.1, RepeatLastN: 32},
+			TopK: 40, MinP: 0.05, RepeatPenalty: 1.1, RepeatLastN: 32, N: 1},
 		Messages: []Message{{"system", "be brief"}, {"system", "ab"}, {"user", "hi"}, {"assistant", ""}},
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -83,7 +83,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"temp", `{"model":"m",` + msgs + `,"temperature":2.5}`, "temperature", "between 0 and 2", false},
 		{"neg temp", `{"model":"m",` + msgs + `,"temperature":-1}`, "temperature", "between 0 and 2", false},
 		{"top_p", `{"model":"m",` + msgs + `,"top_p":1.5}`, "top_p", "between 0 and 1", false},
-		{"n", `{"model":"m",` + msgs + `,"n":2}`, "n", "n must be 1", false},
+		{"n", `{"model":"m",` + msgs + `,"n":9}`, "n", "n must be between 1 and 8", false},
+		{"n zero", `{"model":"m",` + msgs + `,"n":0}`, "n", "n must be between 1 and 8", false},
 		{"stop count", `{"model":"m",` + msgs + `,"stop":["a","b","c","d","e"]}`, "stop", "at most 4", false},
 		{"stop type", `{"model":"m",` + msgs + `,"stop":5}`, "", "string", false},
 		{"stream_options alone", `{"model":"m",` + msgs + `,"stream_options":{"include_usage":true}}`, "stream_options", "only allowed", false},
