@@ -1,9 +1,12 @@
 package daemon
 
 import (
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -240,5 +243,91 @@ func TestNChoices(t *testing.T) {
 	}
 	if finished != 2 || texts[0] == "" || texts[0] != texts[1] || usage == nil || usage.CompletionTokens == 0 {
 		t.Fatalf("stream: finished %d, texts %q, usage %+v", finished, texts, usage)
+	}
+}
+
+// TestEmbeddings: /v1/embeddings takes every input form, gives unit
+// vectors of the model's width (base64 the same floats), the ids form the
+// same vector as their text, and refuses bad requests by parameter.
+func TestEmbeddings(t *testing.T) {
+	t.Parallel()
+	h := start(t, opts{})
+	lm, err := h.srv.lookup(tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dim := lm.eng.Model.Config.Dim
+	post := func(body string) EmbeddingResponse {
+		t.Helper()
+		code, b := h.post(t, PathEmbeddings, body)
+		var r EmbeddingResponse
+		if code != 200 || json.Unmarshal(b, &r) != nil {
+			t.Fatalf("%s: %d %s", body, code, b)
+		}
+		return r
+	}
+	vec := func(e Embedding) []float64 {
+		t.Helper()
+		switch v := e.Embedding.(type) {
+		case []any:
+			out := make([]float64, len(v))
+			for i, x := range v {
+				out[i] = x.(float64)
+			}
+			return out
+		case string:
+			b, err := base64.StdEncoding.DecodeString(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := make([]float64, len(b)/4)
+			for i := range out {
+				out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
+			}
+			return out
+		}
+		t.Fatalf("embedding of type %T", e.Embedding)
+		return nil
+	}
+	one := post(`{"model":"tiny","input":"embed this sentence"}`)
+	v := vec(one.Data[0])
+	var n float64
+	for _, x := range v {
+		n += x * x
+	}
+	if len(v) != dim || math.Abs(n-1) > 1e-4 || one.Usage.PromptTokens == 0 || one.Object != "list" {
+		t.Fatalf("one input: %d dims (want %d), |v|² %g, %+v", len(v), dim, n, one.Usage)
+	}
+	ids, _ := json.Marshal(lm.eng.Tok.Encode("embed this sentence", false, false))
+	many := post(`{"model":"tiny","input":["embed this sentence","something else"],"encoding_format":"base64"}`)
+	fromIDs := post(`{"model":"tiny","input":` + string(ids) + `}`)
+	if len(many.Data) != 2 || many.Data[1].Index != 1 {
+		t.Fatalf("two inputs: %+v", many)
+	}
+	for i, x := range vec(many.Data[0]) {
+		if math.Abs(x-v[i]) > 1e-6 || math.Abs(vec(fromIDs.Data[0])[i]-v[i]) > 1e-6 {
+			t.Fatalf("element %d: base64 %g, ids %g, text %g", i, x, vec(fromIDs.Data[0])[i], v[i])
+		}
+	}
+	if slices.Equal(vec(many.Data[1]), v) {
+		t.Fatal("two different texts embed the same")
+	}
+	for _, tc := range []struct {
+		body  string
+		code  int
+		param string
+	}{
+		{`{"model":"tiny"}`, 400, "input"},
+		{`{"model":"tiny","input":[]}`, 400, "input"},
+		{`{"model":"tiny","input":{"x":1}}`, 400, "input"},
+		{`{"model":"tiny","input":"x","dimensions":3}`, 400, "dimensions"},
+		{`{"model":"tiny","input":"x","encoding_format":"int8"}`, 400, "encoding_format"},
+		{`{"model":"tiny","input":[99999999]}`, 400, "input"},
+		{`{"model":"nope","input":"x"}`, 404, "model"},
+	} {
+		code, b := h.post(t, PathEmbeddings, tc.body)
+		if code != tc.code || !strings.Contains(string(b), `"param":"`+tc.param+`"`) {
+			t.Errorf("%s: %d %s, want %d naming %s", tc.body, code, b, tc.code, tc.param)
+		}
 	}
 }

@@ -127,3 +127,19 @@ func (e *Engine) Path() string { return e.path }
 // Skipped are the layers every pass leaves out (Options.Skip), nil when
 // none.
 func (e *Engine) Skipped() []int { return slices.Clone(e.skipped) }
+
+// ErrNoHostWeights is returned by Embed for a model whose layers are not
+// all in host memory (streamed from a pool): embeddings are computed on
+// the CPU from the resident weights.
+var ErrNoHostWeights = errors.New("the model's layers are not all in host memory")
+
+// Embed is the embedding of tokens (model.Model.Embed: the mean final
+// hidden state, unit length), computed on the CPU from the weights in
+// host memory, beside whatever passes the backend runs. A model streamed
+// from a pool has no such weights (ErrNoHostWeights).
+func (e *Engine) Embed(ctx context.Context, tokens []int32) ([]float32, error) {
+	if e.pipe != nil || e.file == nil && e.cuda != nil {
+		return nil, fmt.Errorf("embed: %w", ErrNoHostWeights)
+	}
+	return e.Model.Embed(ctx, tokens)
+}

@@ -2,6 +2,7 @@ package model
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -244,5 +245,58 @@ func TestSkipAndCosines(t *testing.T) {
 		if !(c > -1 && c <= 1+1e-9) {
 			t.Fatalf("layer %d cosine %g", l, c)
 		}
+	}
+}
+
+// TestEmbed: the embedding has unit length, leaves the model's sequences
+// alone, and is the output head's input: the output matrix times it points
+// where the mean of the tokens' logit rows points (the head is linear).
+func TestEmbed(t *testing.T) {
+	t.Parallel()
+	m, err := Open(synthModel(t, ArchLlama, "f32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	toks := randTokens(7, m.Config.Vocab, 4)
+	e, err := m.Embed(context.Background(), toks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, v := range e {
+		n += float64(v) * float64(v)
+	}
+	if math.Abs(n-1) > 1e-5 {
+		t.Fatalf("|embedding|² = %g", n)
+	}
+	rows := forward(t, m, m.NewSequence(0), toks, true)
+	mean := make([]float64, m.Config.Vocab)
+	for _, r := range rows {
+		for i, v := range r {
+			mean[i] += float64(v) / float64(len(rows))
+		}
+	}
+	w := make([]float32, m.Config.Vocab*m.Config.Dim)
+	if err := quant.DequantizeRows(m.Weights.Output.Type, m.Weights.Output.Data, m.Config.Dim, w); err != nil {
+		t.Fatal(err)
+	}
+	proj := make([]float64, m.Config.Vocab)
+	for v := range proj {
+		for i, x := range e {
+			proj[v] += float64(w[v*m.Config.Dim+i]) * float64(x)
+		}
+	}
+	var dot, a, b float64
+	for i := range proj {
+		dot += proj[i] * mean[i]
+		a += proj[i] * proj[i]
+		b += mean[i] * mean[i]
+	}
+	if c := dot / math.Sqrt(a*b); c < 1-1e-5 {
+		t.Fatalf("cosine of W·embedding and the mean logits: %g", c)
+	}
+	if _, err := m.Embed(context.Background(), nil); err == nil {
+		t.Fatal("an empty input embedded")
 	}
 }

@@ -77,20 +77,58 @@ func (m *Model) LayerCosines(ctx context.Context, tokens []int32) ([]float64, er
 	seq := m.NewSequence(len(tokens))
 	defer seq.Close()
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.cosSum = make([]float64, m.Config.Layers)
-	m.mu.Unlock()
-	err := m.Forward(ctx, []Step{{Seq: seq, Tokens: tokens}})
-	m.mu.Lock()
-	sum := m.cosSum
-	m.cosSum = nil
-	m.mu.Unlock()
-	if err != nil {
+	defer func() { m.cosSum = nil }()
+	if err := m.forward(ctx, []Step{{Seq: seq, Tokens: tokens}}, func([][]float32) {}); err != nil {
 		return nil, fmt.Errorf("layer cosines: %w", err)
 	}
+	sum := m.cosSum
 	for l := range sum {
 		sum[l] /= float64(len(tokens))
 	}
 	return sum, nil
+}
+
+// Embed is tokens' embedding: the mean over them of the final hidden
+// state after the output norm (what the output head reads), scaled to
+// unit length. It runs a pass of its own (no cache kept) and is safe
+// beside Forward (the passes are serialised).
+func (m *Model) Embed(ctx context.Context, tokens []int32) ([]float32, error) {
+	if len(tokens) == 0 {
+		return nil, errors.New("embed: no tokens")
+	}
+	seq := m.NewSequence(len(tokens))
+	defer seq.Close()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := &m.Config
+	sum := make([]float64, c.Dim)
+	row := make([]float32, c.Dim)
+	err := m.forward(ctx, []Step{{Seq: seq, Tokens: tokens}}, func(h [][]float32) {
+		decodeF32(m.sc.normW, m.Weights.OutputNorm.Data)
+		for _, x := range h {
+			rmsNorm(row, x, m.sc.normW, c.NormEps)
+			for i, v := range row {
+				sum[i] += float64(v)
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embed: %w", err)
+	}
+	var norm float64
+	for _, v := range sum {
+		norm += v * v
+	}
+	out := make([]float32, c.Dim)
+	if norm > 0 {
+		inv := 1 / math.Sqrt(norm)
+		for i, v := range sum {
+			out[i] = float32(v * inv)
+		}
+	}
+	return out, nil
 }
 
 // UseGEMV makes later passes compute their matrix products with
@@ -429,6 +467,13 @@ func (m *Model) prepare(T, maxPos int) {
 func (m *Model) Forward(ctx context.Context, batch []Step) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.forward(ctx, batch, nil)
+}
+
+// forward is Forward with m.mu held. A non-nil hidden receives the final
+// hidden states (one row a token, before the output norm) instead of the
+// output head running.
+func (m *Model) forward(ctx context.Context, batch []Step, hidden func(h [][]float32)) error {
 	c := &m.Config
 	if len(batch) == 0 {
 		return errors.New("forward: empty batch")
@@ -515,7 +560,9 @@ func (m *Model) Forward(ctx context.Context, batch []Step) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("forward: cancelled before output: %w", err)
 	}
-	if err := m.output(batch); err != nil {
+	if hidden != nil {
+		hidden(sc.h)
+	} else if err := m.output(batch); err != nil {
 		return fmt.Errorf("forward: output: %w", err)
 	}
 	for i := range batch {
