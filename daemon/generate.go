@@ -477,6 +477,23 @@ func (st *streamer) send(v any) {
 	}
 }
 
+// sendNamed writes one event with its type on an "event:" line (the
+// Responses API's form) and flushes it, as send does.
+func (st *streamer) sendNamed(name string, v any) {
+	if st.broken {
+		return
+	}
+	if err := openai.WriteNamedEvent(st.w, name, v); err != nil {
+		st.broken = true
+		st.cancel()
+		return
+	}
+	if err := st.rc.Flush(); err != nil {
+		st.broken = true
+		st.cancel()
+	}
+}
+
 func (st *streamer) done() {
 	if st.broken {
 		return

@@ -48,6 +48,7 @@ func (s *Server) routes() http.Handler {
 	handle("/v1/chat/completions", http.MethodPost, authz.Infer, s.handleChat)
 	handle("/v1/completions", http.MethodPost, authz.Infer, s.handleCompletion)
 	handle(PathEmbeddings, http.MethodPost, authz.Infer, s.handleEmbeddings)
+	handle(PathResponses, http.MethodPost, authz.Infer, s.handleResponses)
 	handle(PathTokenize, http.MethodPost, authz.Infer, s.handleTokenize)
 	handle(PathDetokenize, http.MethodPost, authz.Infer, s.handleDetokenize)
 	// Health needs no authorisation on any listener (requireKey lets it
@@ -115,7 +116,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func endpointOf(r *http.Request) string {
 	switch p := r.URL.Path; p {
 	case "/v1/models", "/v1/chat/completions", "/v1/completions", api.PathHealth, api.PathStatus, api.PathLoad, api.PathUnload, api.PathMetric,
-		PathTokenize, PathDetokenize, PathEmbeddings:
+		PathTokenize, PathDetokenize, PathEmbeddings, PathResponses:
 		return p
 	default:
 		if len(p) > len("/v1/models/") && p[:len("/v1/models/")] == "/v1/models/" {

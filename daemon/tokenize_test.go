@@ -331,3 +331,29 @@ func TestEmbeddings(t *testing.T) {
 		}
 	}
 }
+
+// TestResponsesRefusals: what /v1/responses does not serve is refused by
+// parameter; a message array with text parts is served.
+func TestResponsesRefusals(t *testing.T) {
+	t.Parallel()
+	h := start(t, opts{})
+	if code, b := h.post(t, PathResponses, `{"model":"tiny","input":[{"role":"developer","content":"be brief"},{"role":"user","content":[{"type":"input_text","text":"hi"}]}],"max_output_tokens":4}`); code != 200 ||
+		!strings.Contains(string(b), `"object":"response"`) || !strings.Contains(string(b), `"output_text"`) {
+		t.Fatalf("messages with parts: %d %s", code, b)
+	}
+	for _, tc := range []struct{ body, param string }{
+		{`{"model":"tiny"}`, "input"},
+		{`{"model":"tiny","input":"x","tools":[{"type":"function","name":"f"}]}`, "tools"},
+		{`{"model":"tiny","input":"x","previous_response_id":"resp_1"}`, "previous_response_id"},
+		{`{"model":"tiny","input":"x","text":{"format":{"type":"json_object"}}}`, "text.format"},
+		{`{"model":"tiny","input":[{"role":"tool","content":"x"}]}`, "input[0].role"},
+		{`{"model":"tiny","input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]}`, "input[0].content"},
+		{`{"model":"tiny","input":"x","max_output_tokens":0}`, "max_output_tokens"},
+		{`{"model":"tiny","input":"x","reasoning":{"effort":"low"}}`, ""},
+	} {
+		code, b := h.post(t, PathResponses, tc.body)
+		if code != 400 || !strings.Contains(string(b), tc.param) {
+			t.Errorf("%s: %d %s, want 400 naming %q", tc.body, code, b, tc.param)
+		}
+	}
+}

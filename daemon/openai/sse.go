@@ -84,3 +84,20 @@ func (r *EventReader) Next() ([]byte, error) {
 	}
 	return data, nil
 }
+
+// WriteNamedEvent writes v as one event of type name ("event: NAME" then
+// its data), the form of the Responses API's streams.
+func WriteNamedEvent(w io.Writer, name string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding event: %w", err)
+	}
+	buf := make([]byte, 0, len(b)+len(name)+16)
+	buf = append(buf, "event: "...)
+	buf = append(buf, name...)
+	buf = append(buf, "\ndata: "...)
+	buf = append(buf, b...)
+	buf = append(buf, "\n\n"...)
+	_, err = w.Write(buf)
+	return err
+}

@@ -85,6 +85,15 @@ func TestOfficialOpenAIClient(t *testing.T) {
 			Usage  *struct{ Completion_tokens int }
 		} `json:"stream"`
 		Completion struct{ Object, Text string } `json:"completion"`
+		Embeddings struct {
+			Count, Dims int
+			Norm        float64
+		} `json:"embeddings"`
+		Response struct {
+			Object, Status, Text string
+			Usage                struct{ Input_tokens, Output_tokens int }
+		} `json:"response"`
+		ResponseStream struct{ Text, Status string } `json:"responseStream"`
 		Error      struct {
 			Status int
 			Type   string
@@ -109,6 +118,16 @@ func TestOfficialOpenAIClient(t *testing.T) {
 	}
 	if got.Completion.Object != "text_completion" {
 		t.Errorf("completion %+v", got.Completion)
+	}
+	if got.Embeddings.Count != 2 || got.Embeddings.Dims == 0 || got.Embeddings.Norm < 0.999 || got.Embeddings.Norm > 1.001 {
+		t.Errorf("embeddings (the client asks for base64 and decodes it) %+v", got.Embeddings)
+	}
+	if got.Response.Object != "response" || got.Response.Text == "" || got.Response.Usage.Output_tokens == 0 ||
+		(got.Response.Status != "completed" && got.Response.Status != "incomplete") {
+		t.Errorf("responses.create %+v", got.Response)
+	}
+	if got.ResponseStream.Text != got.Response.Text || got.ResponseStream.Status != got.Response.Status {
+		t.Errorf("streamed response %+v does not match the whole one %+v", got.ResponseStream, got.Response)
 	}
 	if got.Error.Status != 404 || got.Error.Code != "model_not_found" {
 		t.Errorf("unknown model error as the client sees it: %+v", got.Error)

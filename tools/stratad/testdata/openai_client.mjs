@@ -35,6 +35,20 @@ out.stream = { chunks, text: streamed, usage };
 const comp = await client.completions.create({ model, prompt: "Once upon", max_tokens: 4, temperature: 0 });
 out.completion = { object: comp.object, text: comp.choices[0].text, usage: comp.usage };
 
+const emb = await client.embeddings.create({ model, input: ["first text", "second text"] });
+out.embeddings = { count: emb.data.length, dims: emb.data[0].embedding.length,
+  norm: Math.hypot(...emb.data[0].embedding), usage: emb.usage };
+
+const resp = await client.responses.create({ model, instructions: "Be brief.", input: "Hello", max_output_tokens: 8, temperature: 0 });
+out.response = { object: resp.object, status: resp.status, text: resp.output_text, usage: resp.usage };
+let rtext = "", rdone = null;
+const rstream = await client.responses.create({ model, instructions: "Be brief.", input: "Hello", max_output_tokens: 8, temperature: 0, stream: true });
+for await (const ev of rstream) {
+  if (ev.type === "response.output_text.delta") rtext += ev.delta;
+  if (ev.type === "response.completed" || ev.type === "response.incomplete") rdone = ev.response.status;
+}
+out.responseStream = { text: rtext, status: rdone };
+
 try {
   await client.chat.completions.create({ model: "no-such-model", messages: [{ role: "user", content: "x" }] });
   out.error = "no error";
