@@ -94,7 +94,7 @@ func TestOfficialOpenAIClient(t *testing.T) {
 			Usage                struct{ Input_tokens, Output_tokens int }
 		} `json:"response"`
 		ResponseStream struct{ Text, Status string } `json:"responseStream"`
-		Error      struct {
+		Error          struct {
 			Status int
 			Type   string
 			Code   string
