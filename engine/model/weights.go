@@ -113,31 +113,20 @@ func (c *Config) checkLayer(i int, l *Layer) error {
 	if l == nil {
 		return fmt.Errorf("layer %d: nil", i)
 	}
-	d, q, kv, f := c.Dim, c.QDim(), c.KVDim(), c.FFN
-	gemma := c.Arch == ArchGemma2
-	p := fmt.Sprintf("blk.%d.", i)
-	checks := []tensorCheck{
+	d, q, kv := c.Dim, c.QDim(), c.KVDim()
+	checks := append([]tensorCheck{
 		{&l.AttnNorm, "attn_norm.weight", 1, d, true},
 		{&l.Q, "attn_q.weight", q, d, false},
 		{&l.K, "attn_k.weight", kv, d, false},
 		{&l.V, "attn_v.weight", kv, d, false},
 		{&l.O, "attn_output.weight", d, q, false},
-		{&l.FFNNorm, "ffn_norm.weight", 1, d, true},
-		{&l.Gate, "ffn_gate.weight", f, d, false},
-		{&l.Up, "ffn_up.weight", f, d, false},
-		{&l.Down, "ffn_down.weight", d, f, false},
-	}
-	if gemma {
+	}, c.ffnChecks(l)...)
+	if c.Arch == ArchGemma2 {
 		checks = append(checks,
 			tensorCheck{&l.PostAttnNorm, "post_attention_norm.weight", 1, d, true},
-			tensorCheck{&l.PostFFNNorm, "post_ffw_norm.weight", 1, d, true})
+			c.postFFNCheck(l))
 	}
-	for _, ch := range checks {
-		if err := ch.t.check(p+ch.name, ch.rows, ch.cols, ch.norm); err != nil {
-			return err
-		}
-	}
-	return nil
+	return runChecks(i, checks)
 }
 
 // checkFFN validates layer i's feed-forward tensors against c.
@@ -145,17 +134,33 @@ func (c *Config) checkFFN(i int, l *Layer) error {
 	if l == nil {
 		return fmt.Errorf("layer %d: nil", i)
 	}
+	checks := c.ffnChecks(l)
+	if c.Arch == ArchGemma2 {
+		checks = append(checks, c.postFFNCheck(l))
+	}
+	return runChecks(i, checks)
+}
+
+// ffnChecks are a layer's feed-forward tensors (the post-FFN norm aside,
+// which only gemma2 has).
+func (c *Config) ffnChecks(l *Layer) []tensorCheck {
 	d, f := c.Dim, c.FFN
-	p := fmt.Sprintf("blk.%d.", i)
-	checks := []tensorCheck{
+	return []tensorCheck{
 		{&l.FFNNorm, "ffn_norm.weight", 1, d, true},
 		{&l.Gate, "ffn_gate.weight", f, d, false},
 		{&l.Up, "ffn_up.weight", f, d, false},
 		{&l.Down, "ffn_down.weight", d, f, false},
 	}
-	if c.Arch == ArchGemma2 {
-		checks = append(checks, tensorCheck{&l.PostFFNNorm, "post_ffw_norm.weight", 1, d, true})
-	}
+}
+
+func (c *Config) postFFNCheck(l *Layer) tensorCheck {
+	return tensorCheck{&l.PostFFNNorm, "post_ffw_norm.weight", 1, c.Dim, true}
+}
+
+// runChecks checks layer i's tensors in order; the first mismatch is the
+// error.
+func runChecks(i int, checks []tensorCheck) error {
+	p := fmt.Sprintf("blk.%d.", i)
 	for _, ch := range checks {
 		if err := ch.t.check(p+ch.name, ch.rows, ch.cols, ch.norm); err != nil {
 			return err
