@@ -5,9 +5,10 @@ import (
 	_ "embed"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/strata-llm/strata/engine/model"
 )
 
 // calibration is the text layer skip calibrates on when it chooses the
@@ -63,11 +64,7 @@ func (e *Engine) SkipLayers(ctx context.Context, spec string) ([]int, []float64,
 	if err != nil {
 		return nil, nil, fmt.Errorf("skip layers: calibrating: %w", err)
 	}
-	order := make([]int, L)
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool { return cos[order[a]] > cos[order[b]] })
+	order := model.BySimilarity(cos)
 	if n < 0 {
 		n = 0
 		for n < L-1 && cos[order[n]] >= autoCosine {

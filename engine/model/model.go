@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sort"
 	"sync"
 	"time"
 
@@ -88,6 +89,18 @@ func (m *Model) LayerCosines(ctx context.Context, tokens []int32) ([]float64, er
 		sum[l] /= float64(len(tokens))
 	}
 	return sum, nil
+}
+
+// BySimilarity orders layers by their cosines (LayerCosines), the one
+// that turns the hidden state least first: the order in which layer skip
+// leaves them out. Ties keep layer order.
+func BySimilarity(cos []float64) []int {
+	order := make([]int, len(cos))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return cos[order[a]] > cos[order[b]] })
+	return order
 }
 
 // Embed is tokens' embedding: the mean over them of the final hidden

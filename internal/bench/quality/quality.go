@@ -197,11 +197,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	order := make([]int, len(r.Cosines))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool { return r.Cosines[order[a]] > r.Cosines[order[b]] })
+	order := model.BySimilarity(r.Cosines)
 	for _, n := range o.Skip {
 		if n <= 0 || n >= ref.Config.Layers {
 			return nil, fmt.Errorf("%w: skipping %d of %d layers", ErrBadOptions, n, ref.Config.Layers)
