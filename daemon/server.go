@@ -260,15 +260,10 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 	var draft *engine.Engine
 	switch {
 	case req.Draft != "":
-		draft, err = engine.OpenWith(ctx, req.Draft, engine.Options{Backend: engine.BackendCPU, Context: req.Context,
-			LinkCache: s.links, Logger: s.log.Named("draft")})
-		if err == nil && draft.Model.Config.Vocab != eng.Model.Config.Vocab {
-			draft.Close()
-			err = fmt.Errorf("%d tokens, the model %d: speculation needs the same vocabulary", draft.Model.Config.Vocab, eng.Model.Config.Vocab)
-		}
+		draft, err = engine.OpenDraft(ctx, req.Draft, eng, engine.Options{Context: req.Context, LinkCache: s.links, Logger: s.log.Named("draft")})
 		if err != nil {
 			eng.Close()
-			return api.ModelStatus{}, openai.BadRequest("draft", "draft model %s: %v", req.Draft, err)
+			return api.ModelStatus{}, openai.BadRequest("draft", "%v", err)
 		}
 		drafter = sched.ModelDrafter{B: draft.Backend()}
 	case req.Lookup:

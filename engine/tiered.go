@@ -479,3 +479,21 @@ func (e *Engine) LastPassStats() *stream.Stats {
 	st := e.pipe.LastPass()
 	return &st
 }
+
+// OpenDraft opens the model at path on the CPU as target's draft model
+// (speculative decoding: its guesses are checked against target's
+// tokens), refusing one whose vocabulary differs. o's Backend is
+// overridden.
+func OpenDraft(ctx context.Context, path string, target *Engine, o Options) (*Engine, error) {
+	o.Backend = BackendCPU
+	d, err := OpenWith(ctx, path, o)
+	if err != nil {
+		return nil, fmt.Errorf("draft model %s: %w", path, err)
+	}
+	if d.Model.Config.Vocab != target.Model.Config.Vocab {
+		d.Close()
+		return nil, fmt.Errorf("draft model %s has %d tokens, the model %d: speculation needs the same vocabulary",
+			path, d.Model.Config.Vocab, target.Model.Config.Vocab)
+	}
+	return d, nil
+}

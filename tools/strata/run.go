@@ -163,14 +163,11 @@ func runCommand() *cli.Command {
 			gopts := sched.GenerateOptions{MaxDraft: int(cmd.Int("max-draft"))}
 			switch {
 			case cmd.String("draft") != "":
-				d, err := engine.OpenWith(ctx, cmd.String("draft"), engine.Options{Backend: engine.BackendCPU, Context: o.Context, Logger: log})
+				d, err := engine.OpenDraft(ctx, cmd.String("draft"), e, engine.Options{Context: o.Context, Logger: log})
 				if err != nil {
-					return fmt.Errorf("draft model: %w", err)
+					return err
 				}
 				defer d.Close()
-				if d.Model.Config.Vocab != e.Model.Config.Vocab {
-					return fmt.Errorf("draft model %s has %d tokens, the model %d: speculation needs the same vocabulary", cmd.String("draft"), d.Model.Config.Vocab, e.Model.Config.Vocab)
-				}
 				gopts.Drafter = sched.ModelDrafter{B: d.Backend()}
 			case cmd.Bool("lookup"):
 				gopts.Drafter = sched.Lookup{MinN: 1, MaxN: 4}
