@@ -100,6 +100,22 @@ func (s *Server) submit(ctx context.Context, j *job) (*sched.Handle, error) {
 	return h, nil
 }
 
+// chatPrompt renders msgs through the model's chat template, with the
+// assistant's turn opened, and encodes the result (its special tokens
+// parsed, none added: the template carries them). param names the request
+// field a template refusal is reported against.
+func chatPrompt(lm *loaded, msgs []openai.Message, param string) ([]int32, error) {
+	tm := make([]tokenizer.Message, len(msgs))
+	for i, m := range msgs {
+		tm[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
+	}
+	text, err := lm.eng.Tok.ApplyChatTemplate(tm, true)
+	if err != nil {
+		return nil, openai.BadRequest(param, "the model's chat template rejected the messages: %v", err)
+	}
+	return lm.eng.Tok.Encode(text, false, true), nil
+}
+
 // gen is a request's n generations, their events merged in the order they
 // come, each with its choice's index.
 type gen struct {
@@ -204,15 +220,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	msgs := make([]tokenizer.Message, len(c.Messages))
-	for i, m := range c.Messages {
-		msgs[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
-	}
-	text, err := lm.eng.Tok.ApplyChatTemplate(msgs, true)
+	prompt, err := chatPrompt(lm, c.Messages, "messages")
 	if err != nil {
-		return openai.BadRequest("messages", "the model's chat template rejected the messages: %v", err)
+		return err
 	}
-	prompt := lm.eng.Tok.Encode(text, false, true)
 	g, cancel, err := s.start(r, lm, c.Params, prompt, "messages")
 	if err != nil {
 		return err

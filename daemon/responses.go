@@ -8,94 +8,10 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/daemon/openai"
-	"github.com/strata-llm/strata/engine/tokenizer"
 )
 
 // PathResponses is OpenAI's Responses API endpoint.
 const PathResponses = "/v1/responses"
-
-// ResponsesRequest is the subset of POST /v1/responses strata serves:
-// text in (a string, or messages whose content is a string or text parts),
-// text out, whole or streamed. Tools, non-text formats and stored state
-// (previous_response_id) are refused by name.
-type ResponsesRequest struct {
-	Model           string          `json:"model"`
-	Input           json.RawMessage `json:"input"`
-	Instructions    string          `json:"instructions,omitempty"`
-	MaxOutputTokens *int64          `json:"max_output_tokens,omitempty"`
-	Temperature     *float64        `json:"temperature,omitempty"`
-	TopP            *float64        `json:"top_p,omitempty"`
-	Stream          bool            `json:"stream,omitempty"`
-	Text            *struct {
-		Format *struct {
-			Type string `json:"type"`
-		} `json:"format,omitempty"`
-	} `json:"text,omitempty"`
-	Tools              json.RawMessage `json:"tools,omitempty"`
-	ToolChoice         json.RawMessage `json:"tool_choice,omitempty"`
-	ParallelToolCalls  *bool           `json:"parallel_tool_calls,omitempty"`
-	PreviousResponseID string          `json:"previous_response_id,omitempty"`
-	Store              *bool           `json:"store,omitempty"`
-	Metadata           json.RawMessage `json:"metadata,omitempty"`
-	User               string          `json:"user,omitempty"`
-	Truncation         string          `json:"truncation,omitempty"`
-}
-
-// responseInput is one message of input's array form.
-type responseInput struct {
-	Type    string          `json:"type,omitempty"`
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
-// responseMessages turns instructions and input into chat messages.
-func responseMessages(req *ResponsesRequest) ([]tokenizer.Message, error) {
-	var msgs []tokenizer.Message
-	if req.Instructions != "" {
-		msgs = append(msgs, tokenizer.Message{Role: "system", Content: req.Instructions})
-	}
-	var text string
-	if json.Unmarshal(req.Input, &text) == nil {
-		return append(msgs, tokenizer.Message{Role: "user", Content: text}), nil
-	}
-	var items []responseInput
-	if err := json.Unmarshal(req.Input, &items); err != nil || len(items) == 0 {
-		return nil, openai.BadRequest("input", "input must be a string or a non-empty array of messages")
-	}
-	for i, it := range items {
-		if it.Type != "" && it.Type != "message" {
-			return nil, openai.BadRequest(fmt.Sprintf("input[%d].type", i), "input items of type %q are not supported; only messages", it.Type)
-		}
-		role := it.Role
-		switch role {
-		case "user", "assistant", "system":
-		case "developer":
-			role = "system"
-		default:
-			return nil, openai.BadRequest(fmt.Sprintf("input[%d].role", i), "role %q is not supported; use system, developer, user or assistant", it.Role)
-		}
-		var content string
-		if json.Unmarshal(it.Content, &content) != nil {
-			var parts []struct {
-				Type string `json:"type"`
-				Text string `json:"text"`
-			}
-			if err := json.Unmarshal(it.Content, &parts); err != nil {
-				return nil, openai.BadRequest(fmt.Sprintf("input[%d].content", i), "content must be a string or an array of text parts")
-			}
-			var b strings.Builder
-			for j, p := range parts {
-				if p.Type != "input_text" && p.Type != "output_text" && p.Type != "text" {
-					return nil, openai.BadRequest(fmt.Sprintf("input[%d].content[%d].type", i, j), "content parts of type %q are not supported; only text", p.Type)
-				}
-				b.WriteString(p.Text)
-			}
-			content = b.String()
-		}
-		msgs = append(msgs, tokenizer.Message{Role: role, Content: content})
-	}
-	return msgs, nil
-}
 
 // Response is the Responses API's response object, as strata fills it.
 type Response struct {
@@ -152,56 +68,24 @@ type responseText struct {
 }
 
 func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) error {
-	var req ResponsesRequest
-	if err := s.readStrict(w, r, &req); err != nil {
+	body, err := s.readBody(w, r)
+	if err != nil {
 		return err
 	}
-	switch {
-	case req.Model == "":
-		return openai.BadRequest("model", "you must provide a model parameter")
-	case len(req.Input) == 0 || string(req.Input) == "null":
-		return openai.BadRequest("input", "you must provide an input")
-	case len(req.Tools) > 0 && string(req.Tools) != "null" && string(req.Tools) != "[]":
-		return openai.BadRequest("tools", "tools are not supported by this server")
-	case req.PreviousResponseID != "":
-		return openai.BadRequest("previous_response_id", "this server keeps no responses: send the whole conversation as input")
-	case req.Text != nil && req.Text.Format != nil && req.Text.Format.Type != "text":
-		return openai.BadRequest("text.format", "text.format %q is not supported; only \"text\"", req.Text.Format.Type)
-	case req.Truncation != "" && req.Truncation != "disabled":
-		return openai.BadRequest("truncation", "truncation %q is not supported; only \"disabled\"", req.Truncation)
+	req, err := openai.DecodeResponses(body)
+	if err != nil {
+		return err
 	}
 	lm, err := s.lookup(req.Model)
 	if err != nil {
 		return err
 	}
-	msgs, err := responseMessages(&req)
+	p := req.Params
+	prompt, err := chatPrompt(lm, req.Messages, "input")
 	if err != nil {
 		return err
 	}
-	p := openai.Params{Model: req.Model, Temperature: 1, TopP: 1, N: 1, RepeatPenalty: 1, RepeatLastN: 64}
-	if req.MaxOutputTokens != nil {
-		if *req.MaxOutputTokens < 1 || *req.MaxOutputTokens > 1<<30 {
-			return openai.BadRequest("max_output_tokens", "max_output_tokens must be at least 1, got %d", *req.MaxOutputTokens)
-		}
-		p.MaxTokens = int(*req.MaxOutputTokens)
-	}
-	if t := req.Temperature; t != nil {
-		if *t < 0 || *t > 2 {
-			return openai.BadRequest("temperature", "temperature must be between 0 and 2, got %g", *t)
-		}
-		p.Temperature = *t
-	}
-	if tp := req.TopP; tp != nil {
-		if *tp < 0 || *tp > 1 {
-			return openai.BadRequest("top_p", "top_p must be between 0 and 1, got %g", *tp)
-		}
-		p.TopP = *tp
-	}
-	text, err := lm.eng.Tok.ApplyChatTemplate(msgs, true)
-	if err != nil {
-		return openai.BadRequest("input", "the model's chat template rejected the messages: %v", err)
-	}
-	g, cancel, err := s.start(r, lm, p, lm.eng.Tok.Encode(text, false, true), "input")
+	g, cancel, err := s.start(r, lm, p, prompt, "input")
 	if err != nil {
 		return err
 	}
@@ -229,7 +113,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) error {
 		resp.Usage = &responseUsage{InputTokens: prompt, OutputTokens: completion, TotalTokens: prompt + completion,
 			InputTokensDetails: map[string]int{"cached_tokens": 0}, OutputTokensDetails: map[string]int{"reasoning_tokens": 0}}
 	}
-	if !req.Stream {
+	if !p.Stream {
 		var out strings.Builder
 		for ev := range g.events {
 			if ev.Err != nil {
