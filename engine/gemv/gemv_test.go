@@ -249,6 +249,21 @@ func TestSetVector(t *testing.T) {
 	}
 }
 
+// badShapes are products every entry point must refuse, with a vector of
+// 256 elements and two outputs: too few row bytes, a vector of the wrong
+// length, a partial block, a type with no kernel.
+var badShapes = []struct {
+	name string
+	typ  quant.Type
+	rows []byte
+	n    int
+}{
+	{"short rows", quant.Q4_K, make([]byte, 144), 256},
+	{"vector length", quant.Q4_K, make([]byte, 288), 512},
+	{"partial block", quant.Q4_K, make([]byte, 288), 250},
+	{"unknown type", quant.Q6KA, make([]byte, 420), 256},
+}
+
 func TestRowsRejectsBadShapes(t *testing.T) {
 	t.Parallel()
 	var x X
@@ -256,17 +271,7 @@ func TestRowsRejectsBadShapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	y := make([]float32, 2)
-	for _, tc := range []struct {
-		name string
-		typ  quant.Type
-		rows []byte
-		n    int
-	}{
-		{"short rows", quant.Q4_K, make([]byte, 144), 256},
-		{"vector length", quant.Q4_K, make([]byte, 288), 512},
-		{"partial block", quant.Q4_K, make([]byte, 288), 250},
-		{"unknown type", quant.Q6KA, make([]byte, 420), 256},
-	} {
+	for _, tc := range badShapes {
 		for _, impl := range Impls() {
 			if err := Rows(impl, tc.typ, tc.rows, tc.n, &x, y); err == nil {
 				t.Errorf("%s (%v): no error", tc.name, impl)

@@ -140,17 +140,7 @@ func TestPoolErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	y := make([]float32, 2)
-	for _, tc := range []struct {
-		name string
-		typ  quant.Type
-		rows []byte
-		n    int
-	}{
-		{"short rows", quant.Q4_K, make([]byte, 144), 256},
-		{"vector length", quant.Q4_K, make([]byte, 288), 512},
-		{"partial block", quant.Q4_K, make([]byte, 288), 250},
-		{"unknown type", quant.Q6KA, make([]byte, 420), 256},
-	} {
+	for _, tc := range badShapes {
 		if err := p.Rows(Detect(), tc.typ, tc.rows, tc.n, &x, y); err == nil {
 			t.Errorf("Rows, %s: no error", tc.name)
 		}
