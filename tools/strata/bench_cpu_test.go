@@ -1,17 +1,13 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"math"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/urfave/cli/v3"
 
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/internal/bench/cpubench"
@@ -23,25 +19,7 @@ import (
 // run's options, and that bad ones are usage errors.
 func TestBenchCPUFlags(t *testing.T) {
 	t.Parallel()
-	parse := func(args ...string) (cpubench.Options, error) {
-		cmd := benchCPUCommand()
-		var o cpubench.Options
-		var perr error
-		cmd.Action = func(ctx context.Context, c *cli.Command) error {
-			o, perr = benchCPUOptions(c)
-			return nil
-		}
-		if err := cmd.Run(context.Background(), append([]string{"cpu"}, args...)); err != nil {
-			return o, err
-		}
-		return o, perr
-	}
-	for _, c := range []struct {
-		name  string
-		args  []string
-		check func(o cpubench.Options) bool
-		usage string
-	}{
+	checkFlags(t, benchCPUCommand, benchCPUOptions, []flagCase[cpubench.Options]{
 		{name: "defaults", check: func(o cpubench.Options) bool {
 			return o.Threads == nil && o.ReadBytes == 0 && o.WeightBytes == 0 && slices.Equal(o.Types, cpubench.Types) &&
 				o.Impl == "" && o.Time == cpubench.DefaultTime
@@ -58,21 +36,7 @@ func TestBenchCPUFlags(t *testing.T) {
 		{name: "unknown type", args: []string{"--only", "q4_k,q3_k"}, usage: `weight type "q3_k"`},
 		{name: "zero time", args: []string{"--time", "0s"}, usage: "--time"},
 		{name: "argument", args: []string{"model.gguf"}, usage: "takes no arguments"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			o, err := parse(c.args...)
-			if c.usage != "" {
-				var ue usageError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.usage) {
-					t.Fatalf("got %v, want a usage error about %q", err, c.usage)
-				}
-				return
-			}
-			if err != nil || !c.check(o) {
-				t.Fatalf("options %+v, %v", o, err)
-			}
-		})
-	}
+	})
 }
 
 // TestBenchCPUCLI runs `strata bench cpu` with tiny sizes: the JSON has a

@@ -1,16 +1,12 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/urfave/cli/v3"
 
 	"github.com/strata-llm/strata/internal/bench/enginebench"
 )
@@ -19,19 +15,6 @@ import (
 // run's options, and that bad ones are usage errors.
 // Sequential: it runs the command tree in-process, whose flags (backendFlag, jsonFlag) are package variables.
 func TestBenchEngineFlags(t *testing.T) {
-	parse := func(args ...string) (enginebench.Options, error) {
-		cmd := benchEngineCommand()
-		var o enginebench.Options
-		var perr error
-		cmd.Action = func(ctx context.Context, c *cli.Command) error {
-			o, perr = benchEngineOptions(c)
-			return nil
-		}
-		if err := cmd.Run(context.Background(), append([]string{"engine"}, args...)); err != nil {
-			return o, err
-		}
-		return o, perr
-	}
 	dir := t.TempDir()
 	peers := filepath.Join(dir, "peers.json")
 	if err := os.WriteFile(peers, []byte(`{"source": "test", "figures": {"half_decode": {"system": "llama.cpp", "setup": "8b", "value": 26.3, "unit": "tok/s"}}}`), 0o644); err != nil {
@@ -41,12 +24,7 @@ func TestBenchEngineFlags(t *testing.T) {
 	if err := os.WriteFile(badPeers, []byte(`{"source": "test", "figures": {"half_decode": {"system": "llama.cpp", "value": 26.3}}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct {
-		name  string
-		args  []string
-		check func(o enginebench.Options) bool
-		usage string
-	}{
+	checkFlags(t, benchEngineCommand, benchEngineOptions, []flagCase[enginebench.Options]{
 		{name: "defaults", check: func(o enginebench.Options) bool {
 			return slices.Equal(o.Scenarios, enginebench.AllScenarios) && o.Budget70B == 24<<30 && o.BudgetBF16 == 6<<30 &&
 				!o.NoInt8 && o.GPU == 0 && o.SynthDir == defaultSynthDir() && o.Model8B == "" && o.Pool8BInt8 == "" &&
@@ -78,21 +56,7 @@ func TestBenchEngineFlags(t *testing.T) {
 		{name: "negative gpu", args: []string{"--gpu", "-1"}, usage: "--gpu"},
 		{name: "empty synth dir", args: []string{"--synth-dir", ""}, usage: "--synth-dir"},
 		{name: "argument", args: []string{"model.gguf"}, usage: "takes no arguments"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			o, err := parse(c.args...)
-			if c.usage != "" {
-				var ue usageError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.usage) {
-					t.Fatalf("got %v, want a usage error about %q", err, c.usage)
-				}
-				return
-			}
-			if err != nil || !c.check(o) {
-				t.Fatalf("options %+v, %v", o, err)
-			}
-		})
-	}
+	})
 }
 
 // TestBenchEngineNoGPU runs the binary where there is no GPU: it must say
