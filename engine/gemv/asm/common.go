@@ -41,6 +41,14 @@ func addBlock(p, total VecVirtual) {
 	VADDSD(p, total, total)
 }
 
+// rowStart opens the row loop (label name_row) and leaves it for the
+// kernel's exit (rowEnd's name_done) when no rows are left.
+func rowStart(name string, rows Register) {
+	Label(name + "_row")
+	CMPQ(rows, Imm(0))
+	JE(LabelRef(name + "_done"))
+}
+
 // rowEnd ends a row and the kernel: the row's float64 total is stored at
 // y as float32 (times scale, when given, in float32), y moves on, and the
 // loop goes to the next row (label name_row); then the kernel's exit

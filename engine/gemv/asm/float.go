@@ -66,9 +66,7 @@ func floatAVX2(name string, kind int) {
 		VADDPD(hi, t1, t1)
 	}
 
-	Label(name + "_row")
-	CMPQ(rows, Imm(0))
-	JE(LabelRef(name + "_done"))
+	rowStart(name, rows)
 	fp := Load(Param("f"), GP64())
 	t0, t1 := YMM(), YMM()
 	VXORPD(t0, t0, t0)

@@ -22,9 +22,7 @@ func i8AVX2(name string) {
 	y := Load(Param("y"), GP64())
 	SHRQ(U8(8), n) // blocks a row
 
-	Label(name + "_row")
-	CMPQ(rows, Imm(0))
-	JE(LabelRef(name + "_done"))
+	rowStart(name, rows)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
 	scale := XMM()

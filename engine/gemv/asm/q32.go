@@ -65,9 +65,7 @@ func q32AVX2(name string, four bool) {
 		return s
 	}
 
-	Label(name + "_row")
-	CMPQ(rows, Imm(0))
-	JE(LabelRef(name + "_done"))
+	rowStart(name, rows)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
 	var sp Register

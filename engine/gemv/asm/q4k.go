@@ -44,9 +44,7 @@ func q4kAVX2(name string, five bool) {
 		VPBROADCASTD(one.AsX(), one)
 	}
 
-	Label(name + "_row")
-	CMPQ(rows, Imm(0))
-	JE(LabelRef(name + "_done"))
+	rowStart(name, rows)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
 	sp := Load(Param("s"), GP64())

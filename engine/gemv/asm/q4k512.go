@@ -48,9 +48,7 @@ func q4kAVX512(name string, five, vnni bool) {
 		k.bit8 = wordConst(0x0100)
 	}
 
-	Label(name + "_row")
-	CMPQ(rows, Imm(0))
-	JE(LabelRef(name + "_done"))
+	rowStart(name, rows)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
 	sp := Load(Param("s"), GP64())

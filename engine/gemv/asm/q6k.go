@@ -45,9 +45,7 @@ func q6kAVX2(name string) {
 	VPINSRQ(U8(1), t64, lut[1].AsX(), lut[1].AsX())
 	VINSERTI128(U8(1), lut[1].AsX(), lut[1], lut[1])
 
-	Label(name + "_row")
-	CMPQ(rows, Imm(0))
-	JE(LabelRef(name + "_done"))
+	rowStart(name, rows)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
 	nb := GP64()

@@ -74,9 +74,7 @@ func q6kAVX512(name string, vnni bool) {
 	k.nibB = YMM()
 	VPBROADCASTD(tmp, k.nibB)
 
-	Label(name + "_row")
-	CMPQ(rows, Imm(0))
-	JE(LabelRef(name + "_done"))
+	rowStart(name, rows)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
 	nb := Load(Param("n"), GP64())

@@ -51,9 +51,7 @@ func q8AVX512(name string) {
 	VMOVDQU32(permT, perm)
 	kAll := K()
 
-	Label(name + "_row")
-	CMPQ(rows, Imm(0))
-	JE(LabelRef(name + "_done"))
+	rowStart(name, rows)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
 	nb := Load(Param("n"), GP64())
