@@ -416,7 +416,7 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 	}
 	streaming := m.tb != nil
 	if m.hy != nil {
-		if err := m.hy.apply(m.tb.pipe, T); err != nil {
+		if err := m.hy.apply(m.tb, T); err != nil {
 			return err
 		}
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/strata-llm/strata/engine/gemv"
 	"github.com/strata-llm/strata/engine/model"
-	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
@@ -57,16 +56,16 @@ type HybridStats struct {
 
 // hybrid is the model's CPU share (nil without Options.Hybrid).
 type hybrid struct {
-	dev        *model.FFNDevice
-	host       map[int]*model.Layer // eligible layers' FFN tensors in tier B's pinned memory
-	attn, full map[int]int64        // eligible layers' bytes with the FFN on the CPU, and without
-	plans      []tier.HybridPlan    // by batch size - 1
-	rates      []float64            // measured CPU FFN rate by batch size - 1 (nil with given plans)
-	applied    int                  // plan whose lengths the pipeline has; -1: every layer whole
-	on         []bool               // per layer: FFN on the CPU this pass
-	buf        *cudadrv.HostMem     // hidden state, capT rows of Dim float32
-	rows       [][]float32          // buf's rows
-	stats      HybridStats
+	dev     *model.FFNDevice
+	host    map[int]*model.Layer // eligible layers' FFN tensors in tier B's pinned memory
+	attn    map[int]int64        // eligible layers' bytes with the FFN on the CPU (whole: tierB.size)
+	plans   []tier.HybridPlan    // by batch size - 1
+	rates   []float64            // measured CPU FFN rate by batch size - 1 (nil with given plans)
+	applied int                  // plan whose lengths the pipeline has; -1: every layer whole
+	on      []bool               // per layer: FFN on the CPU this pass
+	buf     *cudadrv.HostMem     // hidden state, capT rows of Dim float32
+	rows    [][]float32          // buf's rows
+	stats   HybridStats
 }
 
 // setupHybrid builds the CPU share after tier B is loaded: the FFN views
@@ -87,7 +86,7 @@ func (m *Model) setupHybrid(ctx context.Context, c *cudadrv.Ctx, w *model.Weight
 	if err != nil {
 		return fmt.Errorf("hybrid: %w", err)
 	}
-	h := &hybrid{dev: dev, host: map[int]*model.Layer{}, attn: map[int]int64{}, full: map[int]int64{}, applied: -1, on: make([]bool, cfg.Layers)}
+	h := &hybrid{dev: dev, host: map[int]*model.Layer{}, attn: map[int]int64{}, applied: -1, on: make([]bool, cfg.Layers)}
 	for i, s := range streamed {
 		if !s || m.tb.tierC[i] || m.pk.layer(i) != nil {
 			continue
@@ -113,7 +112,7 @@ func (m *Model) setupHybrid(ctx context.Context, c *cudadrv.Ctx, w *model.Weight
 			}
 			off += alignUp(int64(len(t.Data)))
 		}
-		h.host[i], h.full[i] = &hl, off-base[i]
+		h.host[i] = &hl
 	}
 	maxT := len(m.slots)
 	if o.Plans != nil {
@@ -151,41 +150,31 @@ func (m *Model) setupHybrid(ctx context.Context, c *cudadrv.Ctx, w *model.Weight
 func (h *hybrid) plan(ctx context.Context, m *Model, o *Hybrid, maxT int, streamed []bool) error {
 	cfg := &m.Config
 	var layers []tier.HybridLayer // every streamed layer (tiers B and C), in order
+	probe := -1                   // the first the CPU can take, to measure it on
 	for i := range cfg.Layers {
 		if !streamed[i] && !m.tb.tierC[i] {
 			continue
 		}
 		hl := tier.HybridLayer{Index: i, Full: m.tb.size[i], Attn: m.tb.size[i]}
 		if _, ok := h.host[i]; ok {
-			hl.Attn, hl.FFN = h.attn[i], h.full[i]-h.attn[i]
+			hl.Attn, hl.FFN = h.attn[i], m.tb.size[i]-h.attn[i]
+			if probe < 0 {
+				probe = i
+			}
 		}
 		layers = append(layers, hl)
 	}
-	probe := -1
-	for _, hl := range layers {
-		if hl.FFN > 0 {
-			probe = hl.Index
-			break
-		}
-	}
 	if probe < 0 {
 		return nil
-	}
-	measure := func(T int) (float64, error) {
-		rate, err := h.dev.Rate(ctx, probe, h.host[probe], T)
-		if err != nil {
-			return 0, fmt.Errorf("hybrid: measuring the CPU: %w", err)
-		}
-		return rate, nil
 	}
 	points := map[int]float64{}
 	for _, T := range []int{1, 2, 4, 8} {
 		if T > maxT && T > 1 {
 			break
 		}
-		rate, err := measure(min(T, maxT))
+		rate, err := h.dev.Rate(ctx, probe, h.host[probe], min(T, maxT))
 		if err != nil {
-			return err
+			return fmt.Errorf("hybrid: measuring the CPU: %w", err)
 		}
 		points[T] = rate
 	}
@@ -237,7 +226,7 @@ func interpolateRate(points map[int]float64, T int) float64 {
 
 // apply sets the pipeline's copy lengths and the per-layer flags for a
 // pass of T tokens, between passes.
-func (h *hybrid) apply(p *stream.Pipeline, T int) error {
+func (h *hybrid) apply(tb *tierB, T int) error {
 	want := -1
 	if T <= len(h.plans) && len(h.plans[T-1].CPU) > 0 {
 		want = T - 1
@@ -252,11 +241,11 @@ func (h *hybrid) apply(p *stream.Pipeline, T int) error {
 		}
 	}
 	for l := range h.host {
-		n := h.full[l]
+		n := tb.size[l]
 		if h.on[l] {
 			n = h.attn[l]
 		}
-		if err := p.SetLength(l, n); err != nil {
+		if err := tb.pipe.SetLength(l, n); err != nil {
 			h.applied = -2 // unknown: set every length again next pass
 			return fmt.Errorf("hybrid: %w", err)
 		}
@@ -291,7 +280,7 @@ func (m *Model) cpuFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		return err
 	}
 	h.stats.Layers++
-	h.stats.Bytes += h.full[l] - h.attn[l]
+	h.stats.Bytes += m.tb.size[l] - h.attn[l]
 	h.stats.Busy += t2.Sub(t1)
 	h.stats.Hop += t1.Sub(t0) + time.Since(t2)
 	return nil
