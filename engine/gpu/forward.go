@@ -604,6 +604,9 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 	}
 	if cpuPass {
 		m.hy.stats.Passes++
+		if T <= len(m.hy.seen) {
+			m.hy.seen[T-1].passes++
+		}
 	}
 	if ctx != nil {
 		if err := ctx.Err(); err != nil {

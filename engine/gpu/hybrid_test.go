@@ -2,8 +2,13 @@ package gpu
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // TestHybridFidelity: with the FFN of some tier-B layers on the CPU (given
@@ -81,5 +86,61 @@ func TestHybridRejects(t *testing.T) {
 		if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want it to say %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestHybridReplan: a batch size's plan is made again from the CPU's rate
+// in passes once replanPasses passes ran and that rate drifted more than
+// replanDrift from the planned one; a rate within the drift keeps the
+// plan; and re-planning stops after maxReplans. Needs no GPU.
+func TestHybridReplan(t *testing.T) {
+	t.Parallel()
+	var layers []tier.HybridLayer
+	for i := range 16 {
+		layers = append(layers, tier.HybridLayer{Index: 16 + i, Full: 120 << 20, Attn: 20 << 20, FFN: 100 << 20})
+	}
+	pl := &hybridPlanner{layers: layers, depth: 2, h2d: 55e9, hop: defaultHop}
+	fast, err := pl.plan(90e9, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &hybrid{planner: pl, plans: []tier.HybridPlan{fast}, rates: []float64{90e9}, seen: make([]hybridSeen, 1), applied: 0}
+	// passes run: the CPU's FFNs at the given rate
+	run := func(rate float64, passes int) {
+		s := &h.seen[0]
+		b := int64(passes) * 8 * (100 << 20)
+		s.passes += passes
+		s.bytes += b
+		s.busy += time.Duration(float64(b) / rate * float64(time.Second))
+	}
+	run(60e9, replanPasses-1)
+	if err := h.replan(1); err != nil || h.rates[0] != 90e9 {
+		t.Fatalf("re-planned after %d passes: rate %g, %v", replanPasses-1, h.rates[0], err)
+	}
+	run(60e9, 1)
+	if err := h.replan(1); err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(h.rates[0]/60e9-1) > 1e-6 || h.applied != -2 {
+		t.Fatalf("after drift: rate %g (want 60e9), applied %d (want -2)", h.rates[0], h.applied)
+	}
+	if n, m := len(h.plans[0].CPU), len(fast.CPU); n >= m {
+		t.Fatalf("slower CPU: %d CPU layers, at 90 GB/s %d (want fewer)", n, m)
+	}
+	// Within the drift: the plan stays.
+	before, rate := h.plans[0], h.rates[0]
+	run(60e9*(1+replanDrift/2), replanPasses)
+	if err := h.replan(1); err != nil || h.rates[0] != rate || !slices.Equal(h.plans[0].CPU, before.CPU) {
+		t.Fatalf("re-planned within the drift: rate %g, %v", h.rates[0], err)
+	}
+	// At most maxReplans times.
+	for i := range 2 * maxReplans {
+		run(float64(30+10*(i%2))*1e9, replanPasses)
+		if err := h.replan(1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h.seen[0].replans != maxReplans {
+		t.Fatalf("%d re-plans, want %d", h.seen[0].replans, maxReplans)
 	}
 }
