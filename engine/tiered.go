@@ -480,20 +480,50 @@ func (e *Engine) LastPassStats() *stream.Stats {
 	return &st
 }
 
-// OpenDraft opens the model at path on the CPU as target's draft model
-// (speculative decoding: its guesses are checked against target's
-// tokens), refusing one whose vocabulary differs. o's Backend is
-// overridden.
+// OpenDraft opens the model at path as target's draft model (speculative
+// decoding: its guesses are checked against target's tokens), refusing
+// one whose vocabulary differs. The draft runs where target runs: on the
+// GPU a drafted token costs a fraction of what it costs on the CPU, and
+// the CPU may be busy with target's own hybrid share. Where it cannot
+// load there (device memory taken by target), it runs on the CPU. o's
+// Backend is overridden.
 func OpenDraft(ctx context.Context, path string, target *Engine, o Options) (*Engine, error) {
 	o.Backend = BackendCPU
+	if target.binfo.Name == BackendCUDA {
+		o.Backend = BackendCUDA
+		o.NoHybrid = true // the draft is small: resident, never streamed
+		d, err := OpenWith(ctx, path, o)
+		if err == nil && d.binfo.Name == BackendCUDA {
+			if err := checkDraftVocab(path, d, target); err != nil {
+				d.Close()
+				return nil, err
+			}
+			return d, nil
+		}
+		if err == nil {
+			d.Close()
+		}
+		if o.Logger != nil {
+			o.Logger.Info("the draft model runs on the CPU: it did not load on the GPU", "path", path, "error", err)
+		}
+		o.Backend = BackendCPU
+	}
 	d, err := OpenWith(ctx, path, o)
 	if err != nil {
 		return nil, fmt.Errorf("draft model %s: %w", path, err)
 	}
-	if d.Model.Config.Vocab != target.Model.Config.Vocab {
+	if err := checkDraftVocab(path, d, target); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("draft model %s has %d tokens, the model %d: speculation needs the same vocabulary",
-			path, d.Model.Config.Vocab, target.Model.Config.Vocab)
+		return nil, err
 	}
 	return d, nil
+}
+
+// checkDraftVocab refuses a draft whose vocabulary differs from target's.
+func checkDraftVocab(path string, d, target *Engine) error {
+	if d.Model.Config.Vocab != target.Model.Config.Vocab {
+		return fmt.Errorf("draft model %s has %d tokens, the model %d: speculation needs the same vocabulary",
+			path, d.Model.Config.Vocab, target.Model.Config.Vocab)
+	}
+	return nil
 }
