@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -515,6 +516,34 @@ func OpenDraft(ctx context.Context, path string, target *Engine, o Options) (*En
 	if err := checkDraftVocab(path, d, target); err != nil {
 		d.Close()
 		return nil, err
+	}
+	return d, nil
+}
+
+// OpenSelfDraft opens the model at path again as target's own drafter:
+// its first layers passes, then straight to the output head (an early
+// exit), on the CPU, with a cache of its own. layers is how many it keeps
+// (0: a quarter of the model's). Guessing costs that fraction of a plain
+// pass and no second model; how often the guesses hold is what `strata
+// bench quality` reports as the self-drafter's acceptance. The file is
+// mapped again, so its pages are shared with target's, not copied.
+func OpenSelfDraft(ctx context.Context, path string, target *Engine, layers int, o Options) (*Engine, error) {
+	L := target.Model.Config.Layers
+	if layers == 0 {
+		layers = max(1, L/4)
+	}
+	if layers < 1 || layers >= L {
+		return nil, fmt.Errorf("self-draft: %d layers of a %d-layer model (want 1..%d)", layers, L, L-1)
+	}
+	skip := make([]string, 0, L-layers)
+	for l := layers; l < L; l++ {
+		skip = append(skip, strconv.Itoa(l))
+	}
+	o.Backend = BackendCPU
+	o.Skip = strings.Join(skip, ",") + ","
+	d, err := OpenWith(ctx, path, o)
+	if err != nil {
+		return nil, fmt.Errorf("self-draft of %s: %w", path, err)
 	}
 	return d, nil
 }
