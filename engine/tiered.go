@@ -132,6 +132,11 @@ func OpenWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	if err == nil {
 		err = e.Model.SetSkip(skip)
 	}
+	if err == nil && e.pipe != nil {
+		// The pipeline leaves them out too: a skipped streamed layer is
+		// not read or copied at all.
+		err = e.pipe.SetSkip(skip)
+	}
 	if err != nil {
 		e.Close()
 		return nil, fmt.Errorf("model %s: %w", path, err)
