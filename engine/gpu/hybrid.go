@@ -64,6 +64,7 @@ type hybrid struct {
 	rates   []float64            // CPU FFN rate each plan was made for, by batch size - 1 (nil with given plans)
 	planner *hybridPlanner       // what re-planning needs (nil with given plans)
 	seen    []hybridSeen         // the CPU's FFNs in passes since the last plan, by batch size - 1
+	lastT   int                  // the previous pass's tokens when the CPU took part in it, else 0
 	applied int                  // plan whose lengths the pipeline has; -1: every layer whole
 	on      []bool               // per layer: FFN on the CPU this pass
 	buf     *cudadrv.HostMem     // hidden state, capT rows of Dim float32
@@ -87,15 +88,19 @@ type hybridSeen struct {
 	bytes   int64
 	busy    time.Duration
 	replans int
+	// The copy stage's bytes and busy time in those passes: PCIe's rate
+	// while the CPU reads the same DRAM.
+	copyBytes int64
+	copyBusy  time.Duration
 }
 
 // Re-planning: once a batch size's plan has run replanPasses passes, the
-// CPU's rate in them (weight bytes over time in FFNs) replaces the rate
-// the plan was made for if the two differ by more than replanDrift. In a
-// pass the CPU shares DRAM with the copy engine, which reads the
-// streamed layers from the same memory, so it runs slower than when
-// measured alone at load; the plan made for the rate seen is the one
-// that balances the two links. Each batch size is re-planned at most
+// CPU's rate in them (weight bytes over time in FFNs) and the copy
+// stage's replace the rates the plan was made for if either differs by
+// more than replanDrift. In a pass the CPU shares DRAM with the copy
+// engine, which reads the streamed layers from the same memory, so both
+// run slower than when measured alone; the plan made for the rates seen
+// is the one that balances the two links. Each batch size is re-planned at most
 // maxReplans times, so a rate that moves with the plan cannot make it
 // oscillate.
 const (
@@ -251,13 +256,18 @@ func (h *hybrid) replan(T int) error {
 	}
 	seen := float64(s.bytes) / s.busy.Seconds()
 	planned := h.rates[T-1]
-	s.passes, s.bytes, s.busy = 0, 0, 0
-	if math.Abs(seen/planned-1) <= replanDrift {
+	h2d := h.planner.h2d
+	if s.copyBusy > 0 && s.copyBytes > 0 {
+		h2d = float64(s.copyBytes) / s.copyBusy.Seconds()
+	}
+	s.passes, s.bytes, s.busy, s.copyBytes, s.copyBusy = 0, 0, 0, 0, 0
+	if math.Abs(seen/planned-1) <= replanDrift && math.Abs(h2d/h.planner.h2d-1) <= replanDrift {
 		return nil
 	}
+	h.planner.h2d = h2d
 	p, err := h.planner.plan(seen, T)
 	if err != nil {
-		return fmt.Errorf("hybrid: re-planning %d tokens at %.3g B/s: %w", T, seen, err)
+		return fmt.Errorf("hybrid: re-planning %d tokens at CPU %.3g, H2D %.3g B/s: %w", T, seen, h2d, err)
 	}
 	s.replans++
 	h.rates[T-1], h.plans[T-1] = seen, p
@@ -295,12 +305,22 @@ func interpolateRate(points map[int]float64, T int) float64 {
 // apply sets the pipeline's copy lengths and the per-layer flags for a
 // pass of T tokens, between passes.
 func (h *hybrid) apply(tb *tierB, T int) error {
+	if h.lastT > 0 && h.lastT <= len(h.seen) {
+		st := tb.pipe.LastPass()
+		s := &h.seen[h.lastT-1]
+		s.copyBytes += st.Copy.Bytes
+		s.copyBusy += st.Copy.Busy
+	}
 	if err := h.replan(T); err != nil {
 		return err
 	}
 	want := -1
 	if T <= len(h.plans) && len(h.plans[T-1].CPU) > 0 {
 		want = T - 1
+	}
+	h.lastT = 0
+	if want >= 0 {
+		h.lastT = T
 	}
 	if want == h.applied {
 		return nil

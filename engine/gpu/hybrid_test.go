@@ -133,6 +133,12 @@ func TestHybridReplan(t *testing.T) {
 	if err := h.replan(1); err != nil || h.rates[0] != rate || !slices.Equal(h.plans[0].CPU, before.CPU) {
 		t.Fatalf("re-planned within the drift: rate %g, %v", h.rates[0], err)
 	}
+	// The copy stage's rate drifting alone re-plans too, at the rate seen.
+	run(rate, replanPasses)
+	h.seen[0].copyBytes, h.seen[0].copyBusy = 40e9, time.Second
+	if err := h.replan(1); err != nil || math.Abs(pl.h2d/40e9-1) > 1e-9 || h.seen[0].replans != 2 {
+		t.Fatalf("after the copy's drift: h2d %g (want 40e9), %d re-plans, %v", pl.h2d, h.seen[0].replans, err)
+	}
 	// At most maxReplans times.
 	for i := range 2 * maxReplans {
 		run(float64(30+10*(i%2))*1e9, replanPasses)
