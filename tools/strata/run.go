@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v3"
 
@@ -199,8 +200,8 @@ func runCommand() *cli.Command {
 					fmt.Fprintf(os.Stderr, "layer skip: %d of %d layers left out: %v\n", len(sk), e.Model.Config.Layers, sk)
 				}
 				if gopts.Drafter != nil {
-					fmt.Fprintf(os.Stderr, "speculation (%s): %d passes for %d tokens; %d of %d guesses accepted\n",
-						gopts.Drafter.Name(), res.Passes, res.CompletionTokens, res.Accepted, res.Drafted)
+					fmt.Fprintf(os.Stderr, "speculation (%s): %d passes for %d tokens; %d of %d guesses accepted; %s\n",
+						gopts.Drafter.Name(), res.Passes, res.CompletionTokens, res.Accepted, res.Drafted, specCosts(res.PassCost, res.DraftCost))
 				}
 				writeRunStats(os.Stderr, e)
 			}
@@ -214,4 +215,16 @@ func rate(n int, s float64) float64 {
 		return 0
 	}
 	return float64(n) / s
+}
+
+// specCosts formats the scheduler's measured costs: a pass by the tokens
+// it fed, a drafted token.
+func specCosts(pass []time.Duration, draft time.Duration) string {
+	var parts []string
+	for i, d := range pass {
+		if d > 0 {
+			parts = append(parts, fmt.Sprintf("%d: %v", i+1, d.Round(time.Microsecond)))
+		}
+	}
+	return fmt.Sprintf("pass time by tokens {%s}, a drafted token %v", strings.Join(parts, ", "), draft.Round(time.Microsecond))
 }
