@@ -74,7 +74,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "tiers", Usage: "force a placement instead of planning: all-A, all-B, all-C, mixed or one tier per layer (A,C,B,...); for tests and benchmarks"},
 			&cli.StringFlag{Name: "draft", Usage: "speculative decoding with this draft model (a GGUF of the same vocabulary; it runs where the model runs, on the CPU when the GPU has no room for it), whose guesses each pass verifies; the output is what plain decoding gives"},
 			&cli.BoolFlag{Name: "lookup", Usage: "speculative decoding by prompt lookup (guesses from earlier repeats of the text's last tokens), when no --draft is given"},
-			&cli.IntFlag{Name: "self-draft", Usage: "speculative decoding with the model's own first N layers and its output head as the drafter (on the CPU; N 1..layers-1), when neither --draft nor --lookup is given (off by default)"},
+			&cli.IntFlag{Name: "self-draft", Usage: "speculative decoding with the model's own first N layers and its output head as the drafter (on the GPU when those layers are resident there, else on the CPU; N 1..layers-1), when neither --draft nor --lookup is given (off by default)"},
 			&cli.IntFlag{Name: "max-draft", Value: 8, Usage: "most guesses one pass verifies (the number used adapts to the acceptance and the measured costs)"},
 			&cli.StringFlag{Name: "skip-layers", Usage: "leave layers out of every pass (CPU backend; costs quality, see strata bench quality): auto, a count N, or a list 4,9 (off by default)"},
 			&cli.BoolFlag{Name: "no-hybrid", Usage: "on a GPU, keep the CPU out of the passes: every tier-B layer crosses PCIe whole (default: the CPU computes the FFN of the tier-B layers the hybrid plan gives it)"},
@@ -93,6 +93,11 @@ func runCommand() *cli.Command {
 			}
 			o := engine.Options{Context: int(cmd.Int("ctx")), Depth: int(cmd.Int("depth")), Tiers: cmd.String("tiers"), Logger: log, Backend: backend,
 				NoHybrid: cmd.Bool("no-hybrid"), Skip: cmd.String("skip-layers")}
+			if cmd.Int("self-draft") != 0 {
+				// On a GPU the self-drafter's cache is a sequence of the
+				// model's own: room for it beside the request's.
+				o.Batch = 2
+			}
 			for _, f := range []struct {
 				name string
 				dst  *int64
