@@ -133,6 +133,13 @@ func runCommand() *cli.Command {
 			// Links are measured on demand, once, if the model must stream.
 			o.LinkCache = engine.NewLinkCache()
 			e, err := engine.OpenWith(ctx, path, o)
+			if errors.Is(err, tier.ErrNoFit) && o.Batch == 2 {
+				// No room for the self-drafter's sequence: the model as it
+				// would run alone, the drafter then on the CPU.
+				log.Info("no device memory for the self-drafter's cache beside the model's; it runs on the CPU")
+				o.Batch = 1
+				e, err = engine.OpenWith(ctx, path, o)
+			}
 			if errors.Is(err, engine.ErrCUDAUnavailable) {
 				return codedError{err, exitBusy}
 			}
