@@ -298,3 +298,20 @@ func TestSchema(t *testing.T) {
 		t.Errorf("Instructions = %q", s)
 	}
 }
+
+func TestFormat(t *testing.T) {
+	t.Parallel()
+	one := []Call{{Name: "f", Arguments: `{"a": 1}`}}
+	two := []Call{{Name: "f", Arguments: `{"a": 1}`}, {Name: "g", Arguments: `not json`}}
+	if got := Format(one); got != `{"name":"f","arguments":{"a":1}}` {
+		t.Errorf("Format(one) = %s", got)
+	}
+	got := Format(two)
+	if got != `[{"name":"f","arguments":{"a":1}},{"name":"g","arguments":{}}]` {
+		t.Errorf("Format(two) = %s", got)
+	}
+	// What Format writes, Parse reads back.
+	if _, calls := Parse(Generic, got, nil); len(calls) != 2 || calls[1].Name != "g" {
+		t.Errorf("Parse(Format(two)) = %+v", calls)
+	}
+}

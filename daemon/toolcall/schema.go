@@ -70,12 +70,11 @@ func Schema(tools []Tool, only string, parallel bool) ([]byte, error) {
 // server adds so that the tools do not silently vanish from the prompt.
 func Instructions(tools []Tool, parallel bool) string {
 	var b strings.Builder
-	b.WriteString("You can call the following functions. To call one, answer with nothing but a JSON object " +
-		`{"name": <function name>, "arguments": <arguments object>}`)
+	b.WriteString(`To call a function, answer only {"name": "<function>", "arguments": {<arguments>}}`)
 	if parallel {
-		b.WriteString(" (or a JSON array of such objects to call several)")
+		b.WriteString(" (several: a JSON array of them)")
 	}
-	b.WriteString(". Otherwise answer normally.\n\nFunctions:\n")
+	b.WriteString(". Functions:\n")
 	for _, t := range tools {
 		d := map[string]any{"name": t.Name}
 		if t.Description != "" {
@@ -89,4 +88,30 @@ func Instructions(tools []Tool, parallel bool) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// Format writes calls in the Generic syntax (one object, or an array of
+// them): how a conversation shows a model without tool syntax of its own
+// the calls it made earlier. Arguments that are not JSON are written as
+// an empty object.
+func Format(calls []Call) string {
+	type generic struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	list := make([]generic, len(calls))
+	for i, c := range calls {
+		args := json.RawMessage(c.Arguments)
+		if !json.Valid(args) {
+			args = json.RawMessage("{}")
+		}
+		list[i] = generic{c.Name, args}
+	}
+	var b []byte
+	if len(list) == 1 {
+		b, _ = json.Marshal(list[0]) // valid raw JSON always marshals
+	} else {
+		b, _ = json.Marshal(list)
+	}
+	return string(b)
 }

@@ -1,0 +1,252 @@
+package daemon
+
+import (
+	"encoding/json"
+	"io"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/strata-llm/strata/daemon/openai"
+	"github.com/strata-llm/strata/daemon/toolcall"
+	"github.com/strata-llm/strata/internal/daemon/sched"
+)
+
+// weatherTool is small: the tiny model's context is 256 tokens.
+const weatherTool = `{"type":"function","function":{"name":"wx","parameters":{"type":"object","properties":{"c":{"type":"string"}}}}}`
+
+// chatResponse is the part of a chat completion the tool tests read.
+type chatResponse struct {
+	Choices []struct {
+		Message struct {
+			Role      string            `json:"role"`
+			Content   *string           `json:"content"`
+			ToolCalls []openai.ToolCall `json:"tool_calls"`
+		} `json:"message"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+}
+
+// TestChatToolsServed: against the tiny model (whose template shows no
+// tools), requests with tools and a tools round trip are served and well
+// formed; a required call is refused while the server cannot constrain
+// the answer, and handed to the constraint hook, with the schema of the
+// call, when it can.
+func TestChatToolsServed(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var schemas []string
+	h := start(t, opts{})
+	hc := start(t, opts{setup: func(s *Server) {
+		s.constrainSchema = func(j *job, schema []byte) error {
+			mu.Lock()
+			defer mu.Unlock()
+			schemas = append(schemas, string(schema))
+			return nil
+		}
+	}})
+	const q = `{"role":"user","content":"Paris?"}`
+	roundTrip := q + `,{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"wx","arguments":"{\"c\":\"P\"}"}}]},` +
+		`{"role":"tool","tool_call_id":"call_1","content":"21"}`
+	body := func(msgs, extra string) string {
+		return `{"model":"tiny","max_tokens":8,"temperature":0,"tools":[` + weatherTool + `],"messages":[` + msgs + `]` + extra + `}`
+	}
+	for _, tc := range []struct {
+		name, body string
+	}{
+		{"auto", body(q, "")},
+		{"round trip", body(roundTrip, "")},
+		{"none", body(roundTrip, `,"tool_choice":"none"`)},
+		{"history without tools", `{"model":"tiny","max_tokens":4,"messages":[` + roundTrip + `]}`},
+		{"n", body(q, `,"n":2,"parallel_tool_calls":false`)},
+	} {
+		code, b := h.post(t, "/v1/chat/completions", tc.body)
+		if code != 200 {
+			t.Fatalf("%s: %d %s", tc.name, code, b)
+		}
+		var r chatResponse
+		if err := json.Unmarshal(b, &r); err != nil || len(r.Choices) == 0 {
+			t.Fatalf("%s: %v %s", tc.name, err, b)
+		}
+		for _, c := range r.Choices {
+			switch {
+			case c.Message.Role != "assistant":
+				t.Errorf("%s: role %q", tc.name, c.Message.Role)
+			case c.FinishReason == "tool_calls" && len(c.Message.ToolCalls) == 0:
+				t.Errorf("%s: finish_reason tool_calls without calls: %s", tc.name, b)
+			case len(c.Message.ToolCalls) == 0 && c.Message.Content == nil:
+				t.Errorf("%s: neither content nor calls: %s", tc.name, b)
+			}
+		}
+	}
+	h.stream(t, "/v1/chat/completions", body(roundTrip, `,"stream":true`), false)
+
+	code, b := h.post(t, "/v1/chat/completions", body(q, `,"tool_choice":"required"`))
+	if code != 400 || !strings.Contains(string(b), `"param":"tool_choice"`) {
+		t.Errorf("required without constrained decoding: %d %s", code, b)
+	}
+	checkError(t, b, openai.TypeInvalidRequest, "")
+
+	tools := []toolcall.Tool{{Name: "wx", Parameters: json.RawMessage(`{"type":"object","properties":{"c":{"type":"string"}}}`)}}
+	for _, tc := range []struct {
+		choice   string
+		only     string
+		parallel bool
+	}{{`"required"`, "", true}, {`{"type":"function","function":{"name":"wx"}}`, "wx", false}} {
+		mu.Lock()
+		schemas = nil
+		mu.Unlock()
+		if code, b := hc.post(t, "/v1/chat/completions", body(q, `,"n":2,"tool_choice":`+tc.choice)); code != 200 {
+			t.Fatalf("%s: %d %s", tc.choice, code, b)
+		}
+		want, err := toolcall.Schema(tools, tc.only, tc.parallel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		if len(schemas) != 2 || schemas[0] != string(want) || schemas[1] != string(want) {
+			t.Errorf("%s: constrained with %q, want %s for each choice", tc.choice, schemas, want)
+		}
+		mu.Unlock()
+	}
+}
+
+// scripted is a generation whose events are given: one choice's tokens
+// (id and released text), then its finish.
+func scripted(tokens []sched.Event, finish string) *gen {
+	g := &gen{n: 1, events: make(chan choiceEvent, len(tokens)+1)}
+	for _, ev := range tokens {
+		g.events <- choiceEvent{0, ev}
+	}
+	g.events <- choiceEvent{0, sched.Event{Token: -1, Finish: finish, PromptTokens: 3, CompletionTokens: len(tokens)}}
+	close(g.events)
+	return g
+}
+
+// TestChatWithToolsAnswers reads scripted answers in each family's syntax
+// into tool calls, whole and streamed: a marker the detokenizer hides
+// (Mistral's [TOOL_CALLS], token 9 here) is restored from its id.
+func TestChatWithToolsAnswers(t *testing.T) {
+	t.Parallel()
+	set := &openai.ToolSet{Tools: []toolcall.Tool{{Name: "get_weather"}}, Choice: openai.ToolChoiceAuto, Parallel: true}
+	tok := func(id int32, text string) sched.Event { return sched.Event{Token: id, Text: text} }
+	tests := []struct {
+		name     string
+		plan     toolPlan
+		tokens   []sched.Event
+		content  string
+		calls    []openai.FunctionCall
+		finish   string
+		parallel bool
+	}{
+		{"hermes", toolPlan{family: toolcall.Hermes}, []sched.Event{tok(1, "Checking.\n<tool_"), tok(2, "call>\n{\"name\": \"get_weather\", "),
+			tok(3, "\"arguments\": {\"city\": "), tok(4, "\"Paris\"}}\n</tool_call>")},
+			"Checking.\n", []openai.FunctionCall{{Name: "get_weather", Arguments: `{"city": "Paris"}`}}, "tool_calls", true},
+		{"mistral hidden marker", toolPlan{family: toolcall.Mistral, markers: map[int32]string{9: "[TOOL_CALLS]"}},
+			[]sched.Event{tok(9, ""), tok(2, `[{"name": "get_weather", "arguments": {}}, `), tok(3, `{"name": "get_weather", "arguments": {"city": "Rome"}}]`)},
+			"", []openai.FunctionCall{{Name: "get_weather", Arguments: `{}`}, {Name: "get_weather", Arguments: `{"city": "Rome"}`}}, "tool_calls", true},
+		{"one call at a time", toolPlan{family: toolcall.Generic},
+			[]sched.Event{tok(2, `[{"name": "get_weather", "arguments": {}}, `), tok(3, `{"name": "get_weather", "arguments": {"city": "Rome"}}]`)},
+			"", []openai.FunctionCall{{Name: "get_weather", Arguments: `{}`}}, "tool_calls", false},
+		{"plain answer", toolPlan{family: toolcall.Llama3}, []sched.Event{tok(1, "It is "), tok(2, "sunny.")}, "It is sunny.", nil, "stop", true},
+		{"malformed call", toolPlan{family: toolcall.Hermes}, []sched.Event{tok(1, "<tool_call>{\"oops\": 1}</tool_call>")},
+			"<tool_call>{\"oops\": 1}</tool_call>", nil, "stop", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := &Server{}
+			lm := &loaded{name: "m"}
+			c := &openai.Chat{}
+			plan := tc.plan
+			plan.set = &openai.ToolSet{Tools: set.Tools, Choice: set.Choice, Parallel: tc.parallel}
+
+			// Whole.
+			w := httptest.NewRecorder()
+			r := httptest.NewRequest("POST", "/v1/chat/completions", nil)
+			if err := s.chatWithTools(w, r, c, lm, &plan, scripted(tc.tokens, "stop"), func() {}); err != nil {
+				t.Fatal(err)
+			}
+			var resp chatResponse
+			if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
+				t.Fatal(err)
+			}
+			m := resp.Choices[0].Message
+			var got []openai.FunctionCall
+			for _, call := range m.ToolCalls {
+				if call.Type != "function" || !strings.HasPrefix(call.ID, "call_") {
+					t.Errorf("call %+v: want type function and a call_ id", call)
+				}
+				got = append(got, call.Function)
+			}
+			if !reflect.DeepEqual(got, tc.calls) || resp.Choices[0].FinishReason != tc.finish {
+				t.Errorf("calls %+v finish %q, want %+v %q", got, resp.Choices[0].FinishReason, tc.calls, tc.finish)
+			}
+			switch {
+			case tc.content == "" && m.Content != nil:
+				t.Errorf("content %q, want null", *m.Content)
+			case tc.content != "" && (m.Content == nil || *m.Content != tc.content):
+				t.Errorf("content %v, want %q", m.Content, tc.content)
+			}
+
+			// Streamed.
+			c.Stream = true
+			w = httptest.NewRecorder()
+			if err := s.chatWithTools(w, r, c, lm, &plan, scripted(tc.tokens, "stop"), func() {}); err != nil {
+				t.Fatal(err)
+			}
+			content, calls, finish := readToolStream(t, w.Body)
+			if content != tc.content || !reflect.DeepEqual(calls, tc.calls) || finish != tc.finish {
+				t.Errorf("streamed content %q calls %+v finish %q, want %q %+v %q", content, calls, finish, tc.content, tc.calls, tc.finish)
+			}
+		})
+	}
+}
+
+// readToolStream reassembles a streamed chat answer: its content, its
+// calls (each announced once with id and name, then argument fragments),
+// its finish_reason.
+func readToolStream(t *testing.T, body io.Reader) (string, []openai.FunctionCall, string) {
+	t.Helper()
+	er := openai.NewEventReader(body)
+	var content strings.Builder
+	var calls []openai.FunctionCall
+	finish := ""
+	for {
+		data, err := er.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(data) == openai.Done {
+			continue
+		}
+		var ch openai.ChatChunk
+		if err := json.Unmarshal(data, &ch); err != nil {
+			t.Fatalf("%v: %s", err, data)
+		}
+		for _, c := range ch.Choices {
+			if c.Delta.Content != nil {
+				content.WriteString(*c.Delta.Content)
+			}
+			for _, d := range c.Delta.ToolCalls {
+				switch {
+				case d.Index == len(calls) && d.ID != "" && d.Type == "function" && d.Function.Name != "":
+					calls = append(calls, openai.FunctionCall{Name: d.Function.Name})
+				case d.Index == len(calls)-1 && d.ID == "" && d.Function.Name == "":
+					calls[d.Index].Arguments += d.Function.Arguments
+				default:
+					t.Fatalf("out of order tool call delta %+v after %d calls", d, len(calls))
+				}
+			}
+			if c.FinishReason != nil {
+				finish = *c.FinishReason
+			}
+		}
+	}
+	return content.String(), calls, finish
+}
