@@ -302,3 +302,41 @@ func chatMessage(i int, m ChatMessage) (Message, error) {
 	}
 	return msg, nil
 }
+
+// functionItem adds a Responses function_call item (to the assistant turn
+// before it, or a new one) or function_call_output item (a tool turn) to
+// msgs.
+func functionItem(msgs []Message, i int, it responseInput) ([]Message, error) {
+	param := fmt.Sprintf("input[%d]", i)
+	if it.CallID == "" {
+		return nil, BadRequest(param+".call_id", "%s (%s) has no call_id", param, it.Type)
+	}
+	if it.Type == "function_call" {
+		if it.Name == "" {
+			return nil, BadRequest(param+".name", "%s (function_call) names no function", param)
+		}
+		call := MessageToolCall{ID: it.CallID, Name: it.Name, Arguments: it.Arguments}
+		if n := len(msgs); n > 0 && msgs[n-1].Role == "assistant" {
+			msgs[n-1].ToolCalls = append(msgs[n-1].ToolCalls, call)
+			return msgs, nil
+		}
+		return append(msgs, Message{Role: "assistant", ToolCalls: []MessageToolCall{call}}), nil
+	}
+	var out string
+	if json.Unmarshal(it.Output, &out) != nil {
+		var parts []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(it.Output, &parts); err != nil {
+			return nil, BadRequest(param+".output", "%s.output must be a string or an array of text parts", param)
+		}
+		for j, p := range parts {
+			if p.Type != "input_text" && p.Type != "output_text" && p.Type != "text" {
+				return nil, BadRequest(fmt.Sprintf("%s.output[%d].type", param, j), "output parts of type %q are not supported; only text", p.Type)
+			}
+			out += p.Text
+		}
+	}
+	return append(msgs, Message{Role: "tool", Content: out, ToolCallID: it.CallID}), nil
+}

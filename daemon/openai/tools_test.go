@@ -109,3 +109,44 @@ func TestAssistantMessageJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeResponsesTools(t *testing.T) {
+	t.Parallel()
+	body := `{"model":"m","tools":[{"type":"function","name":"wx","description":"d","parameters":{"type":"object"},"strict":true}],
+		"tool_choice":{"type":"function","name":"wx"},"parallel_tool_calls":false,
+		"input":[{"role":"user","content":"Paris?"},{"type":"message","role":"assistant","content":"Checking."},
+		{"type":"function_call","call_id":"c1","name":"wx","arguments":"{}"},{"type":"function_call","call_id":"c2","name":"wx","arguments":"{\"a\":1}"},
+		{"type":"function_call_output","call_id":"c1","output":"sunny"},{"type":"function_call_output","call_id":"c2","output":[{"type":"input_text","text":"rain"}]}]}`
+	r, err := DecodeResponses([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Tools.Choice != ToolChoiceFunction || r.Tools.Function != "wx" || r.Tools.Parallel {
+		t.Errorf("ToolSet %+v", r.Tools)
+	}
+	if want := `[{"type": "function", "function": {"name": "wx", "description": "d", "parameters": {"type":"object"}}}]`; string(r.Tools.JSON) != want {
+		t.Errorf("JSON %s\nwant %s", r.Tools.JSON, want)
+	}
+	want := []Message{
+		{Role: "user", Content: "Paris?"},
+		{Role: "assistant", Content: "Checking.", ToolCalls: []MessageToolCall{{ID: "c1", Name: "wx", Arguments: "{}"}, {ID: "c2", Name: "wx", Arguments: `{"a":1}`}}},
+		{Role: "tool", Content: "sunny", ToolCallID: "c1"},
+		{Role: "tool", Content: "rain", ToolCallID: "c2"},
+	}
+	if !reflect.DeepEqual(r.Messages, want) {
+		t.Errorf("Messages %+v\nwant %+v", r.Messages, want)
+	}
+	for _, tc := range []struct{ body, param string }{
+		{`{"model":"m","input":"x","tools":[{"type":"function"}]}`, "tools[0].name"},
+		{`{"model":"m","input":"x","tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"g"}}`, "tool_choice.name"},
+		{`{"model":"m","input":[{"type":"function_call","call_id":"c"}]}`, "input[0].name"},
+		{`{"model":"m","input":[{"type":"function_call_output","call_id":"c","output":5}]}`, "input[0].output"},
+		{`{"model":"m","input":[{"type":"item_reference","id":"x"}]}`, "input[0].type"},
+	} {
+		_, err := DecodeResponses([]byte(tc.body))
+		var e *Error
+		if !errors.As(err, &e) || e.Param != tc.param {
+			t.Errorf("%s: %v, want an error naming %s", tc.body, err, tc.param)
+		}
+	}
+}
