@@ -103,15 +103,6 @@ func (s *Server) submit(ctx context.Context, j *job) (*sched.Handle, error) {
 	return h, nil
 }
 
-// chatPrompt renders msgs through the model's chat template, with the
-// assistant's turn opened, and encodes the result (its special tokens
-// parsed, none added: the template carries them). param names the request
-// field a template refusal is reported against.
-func chatPrompt(lm *loaded, msgs []openai.Message, param string) ([]int32, error) {
-	prompt, _, err := toolPrompt(lm, msgs, nil, param)
-	return prompt, err
-}
-
 // gen is a request's n generations, their events merged in the order they
 // come, each with its choice's index.
 type gen struct {

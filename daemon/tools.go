@@ -70,12 +70,22 @@ func (p *toolPlan) calls(calls []toolcall.Call) []toolcall.Call {
 
 // toolPrompt renders msgs (with their tool calls and tool results) and,
 // when set offers tools, the tools through the model's chat template, and
-// encodes the result. A template that does not show tools gets them
+// encodes the result. Tool turns get the name of the function they answer
+// (templates that show it need it; OpenAI's messages carry only the id),
+// and call ids are fitted to what the template accepts. A template that does not show tools gets them
 // described in a system message instead (toolcall.Instructions) and the
 // earlier calls written into the assistant turns, in the Generic syntax
 // the answer is then read in. plan is nil when no tools are offered.
 func toolPrompt(lm *loaded, msgs []openai.Message, set *openai.ToolSet, param string) ([]int32, *toolPlan, error) {
-	tok := lm.eng.Tok
+	text, plan, err := renderTools(lm.eng.Tok, msgs, set, param)
+	if err != nil {
+		return nil, nil, err
+	}
+	return lm.eng.Tok.Encode(text, false, true), plan, nil
+}
+
+// renderTools is toolPrompt's text, before encoding.
+func renderTools(tok *tokenizer.Tokenizer, msgs []openai.Message, set *openai.ToolSet, param string) (string, *toolPlan, error) {
 	tmpl := tok.Vocab().ChatTemplate
 	family := toolcall.Detect(tmpl)
 	knows := strings.TrimSpace(tmpl) != "" && toolcall.TemplateKnowsTools(tmpl)
@@ -98,7 +108,7 @@ func toolPrompt(lm *loaded, msgs []openai.Message, set *openai.ToolSet, param st
 		if set.Choice == openai.ToolChoiceRequired || set.Choice == openai.ToolChoiceFunction {
 			schema, err := toolcall.Schema(set.Tools, set.Function, set.Parallel && set.Choice == openai.ToolChoiceRequired)
 			if err != nil {
-				return nil, nil, openai.BadRequest("tool_choice", "%v", err)
+				return "", nil, openai.BadRequest("tool_choice", "%v", err)
 			}
 			plan.schema, plan.family = schema, toolcall.Generic
 		}
@@ -109,11 +119,16 @@ func toolPrompt(lm *loaded, msgs []openai.Message, set *openai.ToolSet, param st
 			}
 		}
 	}
+	names := map[string]string{} // the function each call id called, for the tool turns that answer it
 	for _, m := range msgs {
-		t := tokenizer.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
+		t := tokenizer.Message{Role: m.Role, Content: m.Content, ToolCallID: toolcall.FitID(family, m.ToolCallID), Name: m.Name}
+		if m.Role == "tool" && t.Name == "" {
+			t.Name = names[m.ToolCallID]
+		}
 		var calls []toolcall.Call
 		for _, c := range m.ToolCalls {
-			t.ToolCalls = append(t.ToolCalls, tokenizer.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
+			names[c.ID] = c.Name
+			t.ToolCalls = append(t.ToolCalls, tokenizer.ToolCall{ID: toolcall.FitID(family, c.ID), Name: c.Name, Arguments: c.Arguments})
 			calls = append(calls, toolcall.Call{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
 		}
 		if len(calls) > 0 && !knows {
@@ -127,9 +142,9 @@ func toolPrompt(lm *loaded, msgs []openai.Message, set *openai.ToolSet, param st
 	}
 	text, err := tok.RenderChat(tm, opt)
 	if err != nil {
-		return nil, nil, openai.BadRequest(param, "the model's chat template rejected the messages: %v", err)
+		return "", nil, openai.BadRequest(param, "the model's chat template rejected the messages: %v", err)
 	}
-	return tok.Encode(text, false, true), plan, nil
+	return text, plan, nil
 }
 
 // openaiCalls converts parsed calls to the response form.

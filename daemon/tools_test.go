@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/strata-llm/strata/daemon/openai"
 	"github.com/strata-llm/strata/daemon/toolcall"
+	"github.com/strata-llm/strata/engine/tokenizer"
 	"github.com/strata-llm/strata/internal/daemon/sched"
 )
 
@@ -249,4 +252,97 @@ func readToolStream(t *testing.T, body io.Reader) (string, []openai.FunctionCall
 		}
 	}
 	return content.String(), calls, finish
+}
+
+// templateTokenizer is a tokenizer with the given chat template whose
+// vocabulary holds the families' markers as control tokens.
+func templateTokenizer(t *testing.T, tmpl string) *tokenizer.Tokenizer {
+	t.Helper()
+	toks := []string{"<unk>", "<s>", "</s>", "[TOOL_CALLS]", "<|python_tag|>", "<tool_call>"}
+	types := []int32{tokenizer.TypeUnknown, tokenizer.TypeControl, tokenizer.TypeControl, tokenizer.TypeControl, tokenizer.TypeControl, tokenizer.TypeUserDefined}
+	v := &tokenizer.Vocab{Model: tokenizer.ModelLlama, Tokens: toks, Types: types, Scores: make([]float32, len(toks)),
+		BOS: 1, EOS: 2, EOT: -1, PAD: -1, UNK: 0, AddBOS: true, ChatTemplate: tmpl}
+	tok, err := tokenizer.New(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func readTemplate(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "engine", "tokenizer", "testdata", "templates", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestRenderTools: how a conversation with tools is prompted for the
+// model's template, and what the answer is then read with.
+func TestRenderTools(t *testing.T) {
+	t.Parallel()
+	set := &openai.ToolSet{Tools: []toolcall.Tool{{Name: "wx", Parameters: json.RawMessage(`{"type":"object"}`)}},
+		JSON: json.RawMessage(`[{"type": "function", "function": {"name": "wx", "parameters": {"type": "object"}}}]`), Choice: openai.ToolChoiceAuto, Parallel: true}
+	history := []openai.Message{
+		{Role: "system", Content: "Be brief."},
+		{Role: "user", Content: "Paris?"},
+		{Role: "assistant", ToolCalls: []openai.MessageToolCall{{ID: "call_123", Name: "wx", Arguments: `{"c": "P"}`}}},
+		{Role: "tool", ToolCallID: "call_123", Content: "21"},
+	}
+
+	// Mistral: OpenAI-shaped ids are fitted to the nine characters its
+	// template demands, the same in the call and in its result; the
+	// answer is read as Mistral's, its hidden [TOOL_CALLS] token restored.
+	text, plan, err := renderTools(templateTokenizer(t, readTemplate(t, "mistral-nemo-instruct.jinja")), history, set, "messages")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := toolcall.FitID(toolcall.Mistral, "call_123")
+	if !strings.Contains(text, `"id": "`+id+`"}]`) || !strings.Contains(text, `"call_id": "`+id+`"}`) || !strings.Contains(text, "[AVAILABLE_TOOLS]") {
+		t.Errorf("Mistral prompt %q lacks the tools or the fitted id %s", text, id)
+	}
+	if plan.family != toolcall.Mistral || plan.markers[3] != "[TOOL_CALLS]" || plan.schema != nil || len(plan.newID()) != 9 {
+		t.Errorf("Mistral plan %+v", plan)
+	}
+
+	// A template that names the tool in the result turn gets the name
+	// of the function the call id called.
+	named := "{% for m in messages %}{{ m.role }}:{{ m.name }}:{{ m.content }}|{% endfor %}{% for t in tools %}{{ t.function.name }}{% endfor %}"
+	if text, _, err := renderTools(templateTokenizer(t, named), history, set, "messages"); err != nil || !strings.HasSuffix(text, "tool:wx:21|wx") {
+		t.Errorf("tool turn rendered %q, %v; want its function's name", text, err)
+	}
+
+	// A template without tools: they are described in the system
+	// message, the earlier call written into the assistant turn, and the
+	// answer read as Generic JSON.
+	plain := "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+	text, plan, err = renderTools(templateTokenizer(t, plain), history, set, "messages")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "<system>" + toolcall.Instructions(set.Tools, true) + "\nBe brief.<user>Paris?<assistant>" + `{"name":"wx","arguments":{"c":"P"}}` + "<tool>21"; text != want {
+		t.Errorf("prompt %q\nwant   %q", text, want)
+	}
+	if plan.family != toolcall.Generic || len(plan.markers) != 0 {
+		t.Errorf("plan %+v", plan)
+	}
+
+	// A required call is read as Generic JSON (the schema's syntax) and
+	// constrained to the schema of a call.
+	req := *set
+	req.Choice = openai.ToolChoiceRequired
+	_, plan, err = renderTools(templateTokenizer(t, readTemplate(t, "qwen2.5-instruct.jinja")), history, &req, "messages")
+	want, _ := toolcall.Schema(set.Tools, "", true)
+	if err != nil || plan.family != toolcall.Generic || string(plan.schema) != string(want) {
+		t.Errorf("required: plan %+v, %v; want Generic with schema %s", plan, err, want)
+	}
+
+	// tool_choice none: no tools in the prompt, nothing read for calls.
+	none := *set
+	none.Choice = openai.ToolChoiceNone
+	text, plan, err = renderTools(templateTokenizer(t, readTemplate(t, "qwen2.5-instruct.jinja")), history, &none, "messages")
+	if err != nil || plan != nil || strings.Contains(text, "<tools>") || !strings.Contains(text, "<tool_response>\n21\n</tool_response>") {
+		t.Errorf("none: %q, %+v, %v", text, plan, err)
+	}
 }

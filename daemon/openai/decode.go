@@ -159,8 +159,9 @@ func DecodeChat(body []byte) (*Chat, error) {
 	if len(r.Messages) == 0 {
 		return nil, BadRequest("messages", "messages must be a non-empty array")
 	}
+	calls := map[string]bool{}
 	for i, m := range r.Messages {
-		msg, err := chatMessage(i, m)
+		msg, err := chatMessage(i, m, calls)
 		if err != nil {
 			return nil, err
 		}

@@ -269,8 +269,9 @@ func (m AssistantMessage) MarshalJSON() ([]byte, error) {
 	}{plain: plain(m)})
 }
 
-// chatMessage validates messages[i].
-func chatMessage(i int, m ChatMessage) (Message, error) {
+// chatMessage validates messages[i]. calls holds the ids of the calls of
+// the messages before it: a tool message must answer one of them.
+func chatMessage(i int, m ChatMessage, calls map[string]bool) (Message, error) {
 	param := fmt.Sprintf("messages[%d]", i)
 	msg := Message{Role: m.Role, Content: string(m.Content), Name: m.Name}
 	switch m.Role {
@@ -280,6 +281,9 @@ func chatMessage(i int, m ChatMessage) (Message, error) {
 	case "tool":
 		if m.ToolCallID == "" {
 			return msg, BadRequest(param+".tool_call_id", "%s has role \"tool\" but no tool_call_id", param)
+		}
+		if !calls[m.ToolCallID] {
+			return msg, BadRequest(param+".tool_call_id", "%s answers tool call %q, which no earlier assistant message made", param, m.ToolCallID)
 		}
 		msg.ToolCallID = m.ToolCallID
 	case "":
@@ -291,11 +295,14 @@ func chatMessage(i int, m ChatMessage) (Message, error) {
 		if m.Role != "assistant" {
 			return msg, BadRequest(param+".tool_calls", "only assistant messages have tool_calls")
 		}
-		calls, err := decodeToolCalls(m.ToolCalls, param+".tool_calls")
+		tc, err := decodeToolCalls(m.ToolCalls, param+".tool_calls")
 		if err != nil {
 			return msg, err
 		}
-		msg.ToolCalls = calls
+		msg.ToolCalls = tc
+		for _, c := range tc {
+			calls[c.ID] = true
+		}
 	}
 	if m.ToolCallID != "" && m.Role != "tool" {
 		return msg, BadRequest(param+".tool_call_id", "only tool messages have a tool_call_id")
@@ -322,6 +329,9 @@ func functionItem(msgs []Message, i int, it responseInput) ([]Message, error) {
 		}
 		return append(msgs, Message{Role: "assistant", ToolCalls: []MessageToolCall{call}}), nil
 	}
+	if !answers(msgs, it.CallID) {
+		return nil, BadRequest(param+".call_id", "%s answers call %q, which no earlier function_call made", param, it.CallID)
+	}
 	var out string
 	if json.Unmarshal(it.Output, &out) != nil {
 		var parts []struct {
@@ -339,4 +349,16 @@ func functionItem(msgs []Message, i int, it responseInput) ([]Message, error) {
 		}
 	}
 	return append(msgs, Message{Role: "tool", Content: out, ToolCallID: it.CallID}), nil
+}
+
+// answers reports whether one of msgs made the call id.
+func answers(msgs []Message, id string) bool {
+	for _, m := range msgs {
+		for _, c := range m.ToolCalls {
+			if c.ID == id {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -75,6 +75,7 @@ func TestDecodeToolErrors(t *testing.T) {
 		{"call without id", `{"model":"m","messages":[{"role":"assistant","tool_calls":[{"type":"function","function":{"name":"f","arguments":"{}"}}]}]}`, "messages[0].tool_calls[0].id", "no id"},
 		{"call without name", `{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"arguments":"{}"}}]}]}`, "messages[0].tool_calls[0].function.name", "names no function"},
 		{"call type", `{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"a","type":"custom","function":{"name":"f"}}]}]}`, "messages[0].tool_calls[0].type", "only \"function\""},
+		{"unanswered id", `{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"b","content":"x"}]}`, "messages[1].tool_call_id", "no earlier assistant message"},
 		{"id on user", `{"model":"m","messages":[{"role":"user","content":"x","tool_call_id":"a"}]}`, "messages[0].tool_call_id", "only tool messages"},
 	}
 	for _, tc := range tests {
@@ -140,7 +141,8 @@ func TestDecodeResponsesTools(t *testing.T) {
 		{`{"model":"m","input":"x","tools":[{"type":"function"}]}`, "tools[0].name"},
 		{`{"model":"m","input":"x","tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"g"}}`, "tool_choice.name"},
 		{`{"model":"m","input":[{"type":"function_call","call_id":"c"}]}`, "input[0].name"},
-		{`{"model":"m","input":[{"type":"function_call_output","call_id":"c","output":5}]}`, "input[0].output"},
+		{`{"model":"m","input":[{"type":"function_call","call_id":"c","name":"f"},{"type":"function_call_output","call_id":"c","output":5}]}`, "input[1].output"},
+		{`{"model":"m","input":[{"type":"function_call_output","call_id":"c","output":"x"}]}`, "input[0].call_id"},
 		{`{"model":"m","input":[{"type":"item_reference","id":"x"}]}`, "input[0].type"},
 	} {
 		_, err := DecodeResponses([]byte(tc.body))

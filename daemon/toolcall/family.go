@@ -3,6 +3,7 @@ package toolcall
 import (
 	"crypto/rand"
 	"fmt"
+	"hash/fnv"
 	"strings"
 )
 
@@ -118,4 +119,24 @@ func NewID(f Family) string {
 		b[i] = idChars[int(b[i])%len(idChars)]
 	}
 	return prefix + string(b)
+}
+
+// FitID returns a call id as f's template accepts it: id itself when it
+// fits, else an id derived from it, the same for the same id, so that a
+// call and the tool turn answering it still match. Only Mistral's
+// template is particular (nine alphanumerics); a conversation begun with
+// another server or model has ids of other shapes.
+func FitID(f Family, id string) string {
+	if f != Mistral || len(id) == 9 && strings.Trim(id, idChars) == "" {
+		return id
+	}
+	h := fnv.New64a()
+	h.Write([]byte(id)) // a hash.Hash never returns an error
+	v := h.Sum64()
+	b := make([]byte, 9)
+	for i := range b {
+		b[i] = idChars[v%uint64(len(idChars))]
+		v /= uint64(len(idChars))
+	}
+	return string(b)
 }

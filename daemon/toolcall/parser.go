@@ -41,6 +41,7 @@ type Parser struct {
 	buf     string // text not yet streamed (text mode) or the current region
 	region  bool
 	started bool // non-space content has been streamed: a Llama 3 or Generic call may no longer begin
+	whole   bool // a Generic region in a form read only once complete
 	sent    []sent
 	calls   []Call // every call announced, arguments as streamed
 	base    int    // index of the current region's first call
@@ -138,7 +139,7 @@ func (p *Parser) step(final bool) []Delta {
 			p.buf = p.buf[hold:]
 			return out
 		}
-		if p.f == Generic {
+		if p.whole {
 			if !final {
 				return out
 			}
@@ -147,10 +148,14 @@ func (p *Parser) step(final bool) []Delta {
 			} else {
 				out = p.content(out, p.buf)
 			}
-			p.buf, p.region = "", false
+			p.buf, p.region, p.whole = "", false, false
 			return out
 		}
 		rg := readRegion(p.f, p.buf)
+		if p.f == Generic && rg.st == stBad && !p.announced() {
+			p.whole = true // an envelope or a fence: read once it is all there
+			continue
+		}
 		out = p.emit(out, rg)
 		switch {
 		case rg.st == stEnd:

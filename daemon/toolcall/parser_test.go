@@ -75,7 +75,7 @@ var parseCases = []parseCase{
 		[]Call{{Name: "f", Arguments: `{"x": 1}`}}},
 	{"generic text", Generic, "Hello {\"name\": \"f\", \"arguments\": {}}", "Hello {\"name\": \"f\", \"arguments\": {}}", nil},
 	{"generic other json", Generic, "{\"response\": \"hi\"}", "{\"response\": \"hi\"}", nil},
-	{"generic broken json", Generic, "{\"name\": \"f\", \"arguments\": {", "{\"name\": \"f\", \"arguments\": {", nil},
+	{"generic truncated", Generic, "{\"name\": \"f\", \"arguments\": {", "{\"name\": \"f\", \"arguments\": {", nil},
 }
 
 func withIDs(calls []Call) []Call {
@@ -313,5 +313,40 @@ func TestFormat(t *testing.T) {
 	// What Format writes, Parse reads back.
 	if _, calls := Parse(Generic, got, nil); len(calls) != 2 || calls[1].Name != "g" {
 		t.Errorf("Parse(Format(two)) = %+v", calls)
+	}
+}
+
+// TestParserGenericStreams: a Generic call (what a required call is
+// constrained to) streams its arguments as they come; an envelope waits
+// for the end.
+func TestParserGenericStreams(t *testing.T) {
+	t.Parallel()
+	p := NewParser(Generic, seqIDs())
+	if d := p.Feed(`[{"name": "f", "arguments": {"a"`); len(d) != 2 || d[0].Name != "f" || d[1].Arguments != `{"a"` {
+		t.Fatalf("Feed = %+v, want the call and the start of its arguments", d)
+	}
+	if d := p.Feed(`: 1}}]`); len(d) != 1 || d[0].Arguments != `: 1}` {
+		t.Fatalf("Feed = %+v", d)
+	}
+	e := NewParser(Generic, seqIDs())
+	if d := e.Feed(`{"tool_calls": [{"name": "f", "arguments": {}}]}`); len(d) != 0 {
+		t.Fatalf("an envelope streamed before the end: %+v", d)
+	}
+	if d := e.Close(); len(d) != 2 || d[0].Name != "f" || d[1].Arguments != "{}" {
+		t.Fatalf("Close = %+v", d)
+	}
+}
+
+func TestFitID(t *testing.T) {
+	t.Parallel()
+	if got := FitID(Hermes, "call_x"); got != "call_x" {
+		t.Errorf("FitID(Hermes) = %q", got)
+	}
+	if got := FitID(Mistral, "a1B2c3D4e"); got != "a1B2c3D4e" {
+		t.Errorf("a fitting id was changed to %q", got)
+	}
+	a, b := FitID(Mistral, "call_123"), FitID(Mistral, "call_124")
+	if len(a) != 9 || strings.Trim(a, idChars) != "" || a != FitID(Mistral, "call_123") || a == b {
+		t.Errorf("FitID(Mistral) = %q, %q: want stable, distinct, nine alphanumerics", a, b)
 	}
 }

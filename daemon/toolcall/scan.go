@@ -345,6 +345,43 @@ func readRegion(f Family, s string) region {
 				break
 			}
 		}
+	case Generic:
+		c.ws()
+		if c.eof() {
+			return fail(rMore)
+		}
+		if c.s[c.i] != '[' {
+			if r := call(); r != rOK {
+				return fail(r)
+			}
+		} else {
+			c.i++
+			for {
+				c.ws()
+				if r := call(); r != rOK {
+					return fail(r)
+				}
+				c.ws()
+				if c.eof() {
+					return fail(rMore)
+				}
+				if c.s[c.i] == ',' {
+					c.i++
+					continue
+				}
+				if c.s[c.i] != ']' {
+					return fail(rBad)
+				}
+				c.i++
+				break
+			}
+		}
+		c.ws()
+		if c.eof() {
+			return fail(rMore)
+		}
+		rg.st, rg.end = stEnd, c.i
+		return rg
 	case Llama3:
 		if r := c.lit(pythonTag); r == rMore {
 			return fail(r)
