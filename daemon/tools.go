@@ -72,7 +72,9 @@ func (p *toolPlan) calls(calls []toolcall.Call) []toolcall.Call {
 // when set offers tools, the tools through the model's chat template, and
 // encodes the result. Tool turns get the name of the function they answer
 // (templates that show it need it; OpenAI's messages carry only the id),
-// and call ids are fitted to what the template accepts. A template that does not show tools gets them
+// and call ids are fitted to what the template accepts. A template that
+// does not show tools gets the calls written into the assistant turns and
+// the results as user turns ("Result of NAME: CONTENT"). A template that does not show tools gets them
 // described in a system message instead (toolcall.Instructions) and the
 // earlier calls written into the assistant turns, in the Generic syntax
 // the answer is then read in. plan is nil when no tools are offered.
@@ -137,6 +139,17 @@ func renderTools(tok *tokenizer.Tokenizer, msgs []openai.Message, set *openai.To
 			}
 			t.Content += toolcall.Format(calls)
 			t.ToolCalls = nil
+		}
+		if t.Role == "tool" && !knows {
+			// Templates without tools often allow only user and assistant
+			// turns, alternating: the result is the user's next turn (the
+			// results of several calls one turn).
+			res := "Result of " + t.Name + ": " + t.Content
+			if n := len(tm); n > 0 && tm[n-1].Role == "user" && tm[n-1].ToolCallID != "" {
+				tm[n-1].Content += "\n" + res
+				continue
+			}
+			t = tokenizer.Message{Role: "user", Content: res, ToolCallID: t.ToolCallID}
 		}
 		tm = append(tm, t)
 	}

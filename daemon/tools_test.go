@@ -314,14 +314,17 @@ func TestRenderTools(t *testing.T) {
 	}
 
 	// A template without tools: they are described in the system
-	// message, the earlier call written into the assistant turn, and the
-	// answer read as Generic JSON.
+	// message, the earlier call written into the assistant turn, the
+	// results (two here) into one user turn, and the answer read as
+	// Generic JSON.
 	plain := "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
-	text, plan, err = renderTools(templateTokenizer(t, plain), history, set, "messages")
+	two := append(history, openai.Message{Role: "tool", ToolCallID: "call_123", Content: "again"})
+	text, plan, err = renderTools(templateTokenizer(t, plain), two, set, "messages")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "<system>" + toolcall.Instructions(set.Tools, true) + "\nBe brief.<user>Paris?<assistant>" + `{"name":"wx","arguments":{"c":"P"}}` + "<tool>21"; text != want {
+	if want := "<system>" + toolcall.Instructions(set.Tools, true) + "\nBe brief.<user>Paris?<assistant>" + `{"name":"wx","arguments":{"c":"P"}}` +
+		"<user>Result of wx: 21\nResult of wx: again"; text != want {
 		t.Errorf("prompt %q\nwant   %q", text, want)
 	}
 	if plan.family != toolcall.Generic || len(plan.markers) != 0 {
