@@ -266,9 +266,9 @@ func TestSchema(t *testing.T) {
 		want     string
 		wantErr  string
 	}{
-		{"named", "g", true, `{"additionalProperties":false,"properties":{"arguments":{"type":"object"},"name":{"const":"g"}},"required":["name","arguments"],"type":"object"}`, ""},
-		{"any one", "", false, `{"anyOf":[{"additionalProperties":false,"properties":{"arguments":{"type":"object","properties":{"a":{"type":"integer"}}},"name":{"const":"f"}},"required":["name","arguments"],"type":"object"},` +
-			`{"additionalProperties":false,"properties":{"arguments":{"type":"object"},"name":{"const":"g"}},"required":["name","arguments"],"type":"object"}]}`, ""},
+		{"named", "g", true, `{"type":"object","properties":{"name":{"const":"g"},"arguments":{"type":"object"}},"required":["name","arguments"],"additionalProperties":false}`, ""},
+		{"any one", "", false, `{"anyOf":[{"type":"object","properties":{"name":{"const":"f"},"arguments":{"type":"object","properties":{"a":{"type":"integer"}}}},"required":["name","arguments"],"additionalProperties":false},` +
+			`{"type":"object","properties":{"name":{"const":"g"},"arguments":{"type":"object"}},"required":["name","arguments"],"additionalProperties":false}]}`, ""},
 		{"unknown", "h", false, "", `no tool is named "h"`},
 	}
 	for _, tc := range tests {
@@ -287,7 +287,7 @@ func TestSchema(t *testing.T) {
 		})
 	}
 	par, err := Schema(tools[:1], "", true)
-	if err != nil || !strings.HasPrefix(string(par), `{"items":`) || !strings.Contains(string(par), `"type":"array"`) {
+	if err != nil || !strings.HasPrefix(string(par), `{"type":"array","items":{"type":"object"`) || !strings.HasSuffix(string(par), `,"minItems":1}`) {
 		t.Errorf("parallel schema = %s, %v; want an array of calls", par, err)
 	}
 	// What the schema describes is what Parse reads as a Generic call.

@@ -15,21 +15,26 @@ type Tool struct {
 	Parameters json.RawMessage
 }
 
-// callSchema is the schema of one Generic call of t.
-func callSchema(t Tool) map[string]any {
+// callSchema is the schema of one Generic call of t. Its keys are in a
+// fixed order, "name" before "arguments": a constrained decoder emits an
+// object's properties in the order the schema lists them, and the name
+// first lets the model choose the function before its arguments (and a
+// stream announce the call early).
+func callSchema(t Tool) any {
 	params := json.RawMessage(`{"type":"object"}`)
 	if len(t.Parameters) > 0 && string(t.Parameters) != "null" {
 		params = t.Parameters
 	}
-	return map[string]any{
-		"type": "object",
-		"properties": map[string]any{
-			"name":      map[string]any{"const": t.Name},
-			"arguments": params,
-		},
-		"required":             []string{"name", "arguments"},
-		"additionalProperties": false,
+	type properties struct {
+		Name      map[string]string `json:"name"`
+		Arguments json.RawMessage   `json:"arguments"`
 	}
+	return struct {
+		Type                 string     `json:"type"`
+		Properties           properties `json:"properties"`
+		Required             []string   `json:"required"`
+		AdditionalProperties bool       `json:"additionalProperties"`
+	}{"object", properties{map[string]string{"const": t.Name}, params}, []string{"name", "arguments"}, false}
 }
 
 // Schema is the JSON schema an answer must follow when the client
@@ -56,7 +61,11 @@ func Schema(tools []Tool, only string, parallel bool) ([]byte, error) {
 		one = map[string]any{"anyOf": alts}
 	}
 	if parallel && only == "" {
-		one = map[string]any{"type": "array", "items": one, "minItems": 1}
+		one = struct {
+			Type     string `json:"type"`
+			Items    any    `json:"items"`
+			MinItems int    `json:"minItems"`
+		}{"array", one, 1}
 	}
 	b, err := json.Marshal(one)
 	if err != nil {
