@@ -65,8 +65,12 @@ const t3 = await client.chat.completions.stream({ model, max_tokens: 4, temperat
 const shape = (c) => ({ object: c.object, finish: c.choices[0].finish_reason, content: c.choices[0].message.content,
   calls: (c.choices[0].message.tool_calls ?? []).map((t) => ({ id: t.id, type: t.type, name: t.function.name, args: t.function.arguments })) });
 out.tools = { first: shape(t1), second: shape(t2), streamed: shape(t3) };
+// A named function must be called: constrained to the call's schema,
+// even the tiny model's random weights make one (a function without
+// parameters keeps the answer within the tiny context).
+const ntools = [{ type: "function", function: { name: "wx", parameters: { type: "object", properties: {}, additionalProperties: false } } }];
 try {
-  const named = await client.chat.completions.create({ model, max_tokens: 16, temperature: 0, tools, messages: tmsgs.slice(0, 1),
+  const named = await client.chat.completions.create({ model, max_tokens: 40, temperature: 0, tools: ntools, messages: tmsgs.slice(0, 1),
     tool_choice: { type: "function", function: { name: "wx" } } });
   out.tools.named = shape(named);
 } catch (e) {
