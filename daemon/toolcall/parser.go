@@ -40,10 +40,12 @@ type Parser struct {
 	newID   func() string
 	buf     string // text not yet streamed (text mode) or the current region
 	region  bool
-	started bool // non-space content has been streamed: a Llama 3 or Generic call may no longer begin
-	whole   bool // a Generic region in a form read only once complete
+	started bool   // non-space content has been streamed: a Llama 3 or Generic call may no longer begin
+	whole   bool   // a Generic region in a form read only once complete
+	lead    string // space before a possible call at the start, given back if it is none
 	sent    []sent
 	calls   []Call // every call announced, arguments as streamed
+	done    []bool // which of calls were read to their end
 	base    int    // index of the current region's first call
 }
 
@@ -107,6 +109,7 @@ func (p *Parser) opener(s string) (at, hold, skip int) {
 }
 
 func (p *Parser) content(out []Delta, s string) []Delta {
+	s, p.lead = p.lead+s, ""
 	if s == "" {
 		return out
 	}
@@ -128,6 +131,8 @@ func (p *Parser) step(final bool) []Delta {
 			if at >= 0 {
 				if pre := p.buf[:at]; p.started || strings.TrimSpace(pre) != "" {
 					out = p.content(out, pre)
+				} else {
+					p.lead += pre // space before a call is dropped, before text kept
 				}
 				p.buf, p.region, p.sent, p.base = p.buf[at:], true, nil, len(p.calls)
 				continue
@@ -135,8 +140,13 @@ func (p *Parser) step(final bool) []Delta {
 			if final {
 				hold = len(p.buf)
 			}
-			out = p.content(out, p.buf[:hold])
+			rel := p.buf[:hold]
 			p.buf = p.buf[hold:]
+			if !p.started && !final && strings.TrimSpace(rel) == "" {
+				p.lead += rel // the answer may yet open with a call
+			} else if rel != "" || final {
+				out = p.content(out, rel)
+			}
 			return out
 		}
 		if p.whole {
@@ -211,7 +221,7 @@ func (p *Parser) emit(out []Delta, rg region) []Delta {
 		s := &p.sent[i]
 		idx := p.base + i
 		if !s.header {
-			s.header = true
+			s.header, p.lead = true, ""
 			p.calls = append(p.calls, Call{ID: p.newID(), Name: c.name})
 			out = append(out, Delta{Call: true, Index: idx, ID: p.calls[idx].ID, Name: c.name})
 		}
@@ -224,13 +234,17 @@ func (p *Parser) emit(out []Delta, rg region) []Delta {
 		if !c.done {
 			break
 		}
+		for len(p.done) <= idx {
+			p.done = append(p.done, false)
+		}
+		p.done[idx] = true
 	}
 	return out
 }
 
 // Parse splits a whole answer into its content and tool calls. The calls
-// are kept only when every one is complete and its arguments are a JSON
-// object; otherwise the whole text is content and calls is nil.
+// are kept only when every one was read to its end and its arguments are
+// a JSON object; otherwise the whole text is content and calls is nil.
 func Parse(f Family, text string, newID func() string) (content string, calls []Call) {
 	p := NewParser(f, newID)
 	var b strings.Builder
@@ -238,9 +252,12 @@ func Parse(f Family, text string, newID func() string) (content string, calls []
 		b.WriteString(d.Content)
 	}
 	calls = p.Calls()
-	for _, c := range calls {
+	if len(calls) == 0 {
+		return text, nil
+	}
+	for i, c := range calls {
 		var obj map[string]json.RawMessage
-		if json.Unmarshal([]byte(c.Arguments), &obj) != nil {
+		if i >= len(p.done) || !p.done[i] || json.Unmarshal([]byte(c.Arguments), &obj) != nil {
 			return text, nil
 		}
 	}

@@ -216,8 +216,8 @@ func TestParserHoldsBack(t *testing.T) {
 	if d := l.Feed("{\"answ"); len(d) != 0 {
 		t.Fatalf("a possible call streamed as content: %+v", d)
 	}
-	if d := l.Feed("er\": 1}"); len(d) != 1 || d[0].Content != "{\"answer\": 1}" {
-		t.Fatalf("Feed = %+v, want the object back as content once its key rules out a call", d)
+	if d := l.Feed("er\": 1}"); len(d) != 1 || d[0].Content != "  {\"answer\": 1}" {
+		t.Fatalf("Feed = %+v, want the object (and the space before it) back as content once its key rules out a call", d)
 	}
 }
 

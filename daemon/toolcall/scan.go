@@ -192,11 +192,17 @@ func callObject(c *cursor, pc *pcall, top bool) res {
 		if c.eof() {
 			return rMore
 		}
+		if key == "name" && pc.nameDone || (key == "arguments" || key == "parameters") && pc.argsOpen {
+			return rBad // a second name or arguments: which is meant?
+		}
 		switch key {
 		case "name":
 			v, r := c.str()
 			if r != rOK {
 				return r
+			}
+			if v == "" {
+				return rBad
 			}
 			pc.name, pc.nameDone = v, true
 		case "arguments", "parameters":
