@@ -72,12 +72,13 @@ func (p *toolPlan) calls(calls []toolcall.Call) []toolcall.Call {
 // when set offers tools, the tools through the model's chat template, and
 // encodes the result. Tool turns get the name of the function they answer
 // (templates that show it need it; OpenAI's messages carry only the id),
-// and call ids are fitted to what the template accepts. A template that
-// does not show tools gets the calls written into the assistant turns and
-// the results as user turns ("Result of NAME: CONTENT"). A template that does not show tools gets them
-// described in a system message instead (toolcall.Instructions) and the
-// earlier calls written into the assistant turns, in the Generic syntax
-// the answer is then read in. plan is nil when no tools are offered.
+// and call ids are fitted to what the template accepts.
+//
+// A template that does not show tools gets them described in a system
+// message instead (toolcall.Instructions), the earlier calls written into
+// the assistant turns in the Generic syntax the answer is then read in,
+// and the results as user turns ("Result of NAME: CONTENT"). plan is nil
+// when no tools are offered.
 func toolPrompt(lm *loaded, msgs []openai.Message, set *openai.ToolSet, param string) ([]int32, *toolPlan, error) {
 	text, plan, err := renderTools(lm.eng.Tok, msgs, set, param)
 	if err != nil {
@@ -122,6 +123,7 @@ func renderTools(tok *tokenizer.Tokenizer, msgs []openai.Message, set *openai.To
 		}
 	}
 	names := map[string]string{} // the function each call id called, for the tool turns that answer it
+	results := false             // the last turn is tool results written as a user turn
 	for _, m := range msgs {
 		t := tokenizer.Message{Role: m.Role, Content: m.Content, ToolCallID: toolcall.FitID(family, m.ToolCallID), Name: m.Name}
 		if m.Role == "tool" && t.Name == "" {
@@ -145,11 +147,13 @@ func renderTools(tok *tokenizer.Tokenizer, msgs []openai.Message, set *openai.To
 			// turns, alternating: the result is the user's next turn (the
 			// results of several calls one turn).
 			res := "Result of " + t.Name + ": " + t.Content
-			if n := len(tm); n > 0 && tm[n-1].Role == "user" && tm[n-1].ToolCallID != "" {
-				tm[n-1].Content += "\n" + res
+			if results {
+				tm[len(tm)-1].Content += "\n" + res
 				continue
 			}
-			t = tokenizer.Message{Role: "user", Content: res, ToolCallID: t.ToolCallID}
+			t, results = tokenizer.Message{Role: "user", Content: res}, true
+		} else {
+			results = false
 		}
 		tm = append(tm, t)
 	}
