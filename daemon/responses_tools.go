@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/strata-llm/strata/daemon/openai"
-	"github.com/strata-llm/strata/daemon/toolcall"
 )
 
 // MarshalJSON writes a message item, or a function_call item in its own
@@ -77,7 +76,7 @@ func (s *Server) responsesWithTools(w http.ResponseWriter, r *http.Request, resp
 			if ev.Finish == "" {
 				continue
 			}
-			content, calls := toolcall.Parse(plan.family, out.String(), plan.newID)
+			content, calls := plan.parser().Parse(out.String())
 			calls = plan.calls(calls)
 			if content != "" || len(calls) == 0 {
 				resp.Output = append(resp.Output, messageItem(content))
@@ -101,7 +100,7 @@ func (s *Server) responsesWithTools(w http.ResponseWriter, r *http.Request, resp
 	}
 	emit("response.created", map[string]any{"response": *resp})
 	emit("response.in_progress", map[string]any{"response": *resp})
-	parser := toolcall.NewParser(plan.family, plan.newID)
+	parser := plan.parser()
 	open := -1 // index in resp.Output of the item being streamed, or -1
 	var text strings.Builder
 	closeItem := func() {

@@ -51,6 +51,11 @@ type toolPlan struct {
 
 func (p *toolPlan) newID() string { return toolcall.NewID(p.idFamily) }
 
+// parser reads one answer.
+func (p *toolPlan) parser() *toolcall.Parser {
+	return toolcall.NewParser(p.family, p.newID).Types(p.set.Tools)
+}
+
 // text is what an event adds to the answer as the parser must see it.
 func (p *toolPlan) text(ev sched.Event) string {
 	if m, ok := p.markers[ev.Token]; ok {
@@ -195,7 +200,7 @@ func (s *Server) chatWithTools(w http.ResponseWriter, r *http.Request, c *openai
 			if ev.Finish == "" {
 				continue
 			}
-			content, calls := toolcall.Parse(plan.family, outs[ev.i].String(), plan.newID)
+			content, calls := plan.parser().Parse(outs[ev.i].String())
 			msg := openai.AssistantMessage{Role: "assistant", Content: content}
 			fr := ev.Finish
 			if calls = plan.calls(calls); len(calls) > 0 {
@@ -220,7 +225,7 @@ func (s *Server) chatWithTools(w http.ResponseWriter, r *http.Request, c *openai
 	parsers := make([]*toolcall.Parser, g.n)
 	empty := ""
 	for i := range g.n {
-		parsers[i] = toolcall.NewParser(plan.family, plan.newID)
+		parsers[i] = plan.parser()
 		st.send(chunk([]openai.ChunkChoice{{Index: i, Delta: openai.Delta{Role: "assistant", Content: &empty}}}))
 	}
 	for ev := range g.events {

@@ -33,8 +33,8 @@ type sent struct {
 // A region that stops being a call before anything of it was streamed
 // goes out as content. One that breaks after its first call was announced
 // cannot be taken back: the calls streamed stand (the broken one with the
-// arguments it had) and the rest is content. Parse, which sees the whole
-// answer, is stricter.
+// arguments it had) and the text from where it broke is read on. Parse,
+// which sees the whole answer, is stricter.
 type Parser struct {
 	f       Family
 	newID   func() string
@@ -47,6 +47,31 @@ type Parser struct {
 	calls   []Call // every call announced, arguments as streamed
 	done    []bool // which of calls were read to their end
 	base    int    // index of the current region's first call
+	types   func(fn, param string) string
+}
+
+// Types tells the parser the functions' parameter types, from the tools'
+// schemas: what a syntax that writes values untyped needs to tell the
+// string "42" from the number. It returns p.
+func (p *Parser) Types(tools []Tool) *Parser {
+	m := map[[2]string]string{}
+	for _, t := range tools {
+		var schema struct {
+			Properties map[string]struct {
+				Type any `json:"type"`
+			} `json:"properties"`
+		}
+		if json.Unmarshal(t.Parameters, &schema) != nil {
+			continue
+		}
+		for name, prop := range schema.Properties {
+			if typ, ok := prop.Type.(string); ok {
+				m[[2]string{t.Name, name}] = typ
+			}
+		}
+	}
+	p.types = func(fn, param string) string { return m[[2]string{fn, param}] }
+	return p
 }
 
 // NewParser returns a parser for f's syntax; newID names each call (nil:
@@ -161,7 +186,7 @@ func (p *Parser) step(final bool) []Delta {
 			p.buf, p.region, p.whole = "", false, false
 			return out
 		}
-		rg := readRegion(p.f, p.buf)
+		rg := readRegion(p.f, p.buf, p.types)
 		if p.f == Generic && rg.st == stBad && !p.announced() {
 			p.whole = true // an envelope or a fence: read once it is all there
 			continue
@@ -192,16 +217,15 @@ func (p *Parser) step(final bool) []Delta {
 			p.buf = p.buf[skip:]
 			continue
 		}
+		// Calls were announced: they stand. What follows the last whole
+		// one, or (if the broken call was announced too) the text from
+		// where it broke, is read again as text.
 		last := rg.calls[len(rg.calls)-1]
 		from := last.start
 		if len(p.sent) >= len(rg.calls) && p.sent[len(rg.calls)-1].header {
-			from = len(p.buf) // the broken call was announced: nothing of it is content
-			if last.done {
-				from = last.end
-			}
+			from = rg.end
 		}
-		out = p.content(out, p.buf[from:])
-		p.buf = ""
+		p.buf = p.buf[from:]
 	}
 }
 
@@ -246,7 +270,12 @@ func (p *Parser) emit(out []Delta, rg region) []Delta {
 // are kept only when every one was read to its end and its arguments are
 // a JSON object; otherwise the whole text is content and calls is nil.
 func Parse(f Family, text string, newID func() string) (content string, calls []Call) {
-	p := NewParser(f, newID)
+	return NewParser(f, newID).Parse(text)
+}
+
+// Parse reads a whole answer with a fresh parser, as the function Parse
+// does (with the parameter types p was given).
+func (p *Parser) Parse(text string) (content string, calls []Call) {
 	var b strings.Builder
 	for _, d := range append(p.Feed(text), p.Close()...) {
 		b.WriteString(d.Content)

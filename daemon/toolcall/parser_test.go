@@ -37,6 +37,13 @@ var parseCases = []parseCase{
 		[]Call{{Name: "f", Arguments: `{"a": true}`}}},
 	{"hermes text after the calls", Hermes, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>\nDone.", "Done.",
 		[]Call{{Name: "f", Arguments: `{}`}}},
+	{"hermes xml (qwen 3.5)", Hermes, "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n" +
+		"<parameter=note>\nline 1\nline 2\n</parameter>\n</function>\n</tool_call>", "",
+		[]Call{{Name: "get_weather", Arguments: `{"city": "Paris", "days": 3, "note": "line 1\nline 2"}`}}},
+	{"hermes xml without parameters", Hermes, "Now.\n<tool_call>\n<function=now>\n</function>\n</tool_call>", "Now.\n",
+		[]Call{{Name: "now", Arguments: `{}`}}},
+	{"hermes xml malformed", Hermes, "<tool_call>\n<function=f>\n<param>x</param>\n</function>\n</tool_call>",
+		"<tool_call>\n<function=f>\n<param>x</param>\n</function>\n</tool_call>", nil},
 	{"hermes plain text", Hermes, "The weather is <b>fine</b>.", "The weather is <b>fine</b>.", nil},
 	{"hermes malformed json", Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": }}\n</tool_call>",
 		"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": }}\n</tool_call>", nil},
@@ -348,5 +355,21 @@ func TestFitID(t *testing.T) {
 	a, b := FitID(Mistral, "call_123"), FitID(Mistral, "call_124")
 	if len(a) != 9 || strings.Trim(a, idChars) != "" || a != FitID(Mistral, "call_123") || a == b {
 		t.Errorf("FitID(Mistral) = %q, %q: want stable, distinct, nine alphanumerics", a, b)
+	}
+}
+
+// TestParserTypes: an untyped XML value is read by its parameter's schema
+// type.
+func TestParserTypes(t *testing.T) {
+	t.Parallel()
+	tools := []Tool{{Name: "f", Parameters: json.RawMessage(`{"type":"object","properties":{"zip":{"type":"string"},"n":{"type":"integer"}}}`)}}
+	text := "<tool_call>\n<function=f>\n<parameter=zip>\n75001\n</parameter>\n<parameter=n>\n7\n</parameter>\n<parameter=x>\ntrue\n</parameter>\n</function>\n</tool_call>"
+	_, calls := NewParser(Hermes, seqIDs()).Types(tools).Parse(text)
+	if want := `{"zip": "75001", "n": 7, "x": true}`; len(calls) != 1 || calls[0].Arguments != want {
+		t.Errorf("calls %+v, want arguments %s", calls, want)
+	}
+	_, calls = Parse(Hermes, text, seqIDs())
+	if want := `{"zip": 75001, "n": 7, "x": true}`; len(calls) != 1 || calls[0].Arguments != want {
+		t.Errorf("without types: calls %+v, want arguments %s", calls, want)
 	}
 }

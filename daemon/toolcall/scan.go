@@ -155,7 +155,7 @@ const (
 type region struct {
 	calls []pcall
 	st    status
-	end   int // stEnd: where the calls' text ends
+	end   int // stEnd: where the calls' text ends; stBad: where reading failed
 }
 
 // callKeys are the keys a call object may have; any other key as the
@@ -266,15 +266,17 @@ func callObject(c *cursor, pc *pcall, top bool) res {
 }
 
 // readRegion reads the calls at the start of s (a region the Parser found
-// to begin with f's opener) as far as s goes.
-func readRegion(f Family, s string) region {
+// to begin with f's opener) as far as s goes. types gives the JSON type a
+// function's parameter has in its schema ("" when unknown), for syntaxes
+// that write values untyped.
+func readRegion(f Family, s string, types func(fn, param string) string) region {
 	var rg region
 	c := &cursor{s: s}
 	fail := func(r res) region {
 		if r == rMore {
 			rg.st = stMore
 		} else {
-			rg.st = stBad
+			rg.st, rg.end = stBad, c.i
 		}
 		return rg
 	}
@@ -298,7 +300,14 @@ func readRegion(f Family, s string) region {
 				return fail(r)
 			}
 			c.ws()
-			if r := call(); r != rOK {
+			var r res
+			if strings.HasPrefix(c.s[c.i:], xmlFunction) || strings.HasPrefix(xmlFunction, c.s[c.i:]) {
+				rg.calls = append(rg.calls, pcall{start: c.i})
+				r = xmlCall(c, &rg.calls[len(rg.calls)-1], types)
+			} else {
+				r = call()
+			}
+			if r != rOK {
 				return fail(r)
 			}
 			c.ws()
@@ -415,6 +424,81 @@ func readRegion(f Family, s string) region {
 		}
 	}
 	return fail(rBad)
+}
+
+// The XML form of a Hermes call (Qwen 3.5 and Qwen3-Coder):
+// <function=NAME> then <parameter=P>VALUE</parameter> per argument, then
+// </function>, each on its own line.
+const (
+	xmlFunction     = "<function="
+	xmlFunctionEnd  = "</function>"
+	xmlParameter    = "<parameter="
+	xmlParameterEnd = "</parameter>"
+)
+
+// xmlCall reads the XML form into pc. The values are written untyped: a
+// parameter whose schema type is "string" is a string, any other value
+// that is JSON is taken as such (a number, an object, …), the rest are
+// strings. The arguments grow one parameter at a time, so that a stream
+// can send each as it completes.
+func xmlCall(c *cursor, pc *pcall, types func(fn, param string) string) res {
+	if r := c.lit(xmlFunction); r != rOK {
+		return r
+	}
+	end := strings.IndexByte(c.s[c.i:], '>')
+	if end < 0 {
+		return rMore
+	}
+	name := c.s[c.i : c.i+end]
+	if name == "" || strings.ContainsAny(name, "<\n") {
+		return rBad
+	}
+	pc.name, pc.nameDone, pc.args = name, true, "{" // announced once a parameter, or the call, is complete
+	c.i += end + 1
+	first := true
+	for {
+		c.ws()
+		if r := c.lit(xmlFunctionEnd); r == rOK {
+			pc.args += "}"
+			pc.argsOpen, pc.argsDone, pc.done, pc.end = true, true, true, c.i
+			return rOK
+		} else if r == rMore {
+			return rMore
+		}
+		if r := c.lit(xmlParameter); r != rOK {
+			return r
+		}
+		k := strings.IndexByte(c.s[c.i:], '>')
+		if k < 0 {
+			return rMore
+		}
+		param := c.s[c.i : c.i+k]
+		if param == "" || strings.ContainsAny(param, "<\n") {
+			return rBad
+		}
+		c.i += k + 1
+		v := strings.Index(c.s[c.i:], xmlParameterEnd)
+		if v < 0 {
+			return rMore
+		}
+		raw := strings.TrimSuffix(strings.TrimPrefix(c.s[c.i:c.i+v], "\n"), "\n")
+		c.i += v + len(xmlParameterEnd)
+		value := []byte(strings.TrimSpace(raw))
+		typ := ""
+		if types != nil {
+			typ = types(name, param)
+		}
+		if typ == "string" || !json.Valid(value) {
+			value, _ = json.Marshal(raw) // a string always marshals
+		}
+		key, _ := json.Marshal(param)
+		if !first {
+			pc.args += ", "
+		}
+		first = false
+		pc.args += string(key) + ": " + string(value)
+		pc.argsOpen = true
+	}
 }
 
 // mistralNamed reads the newer form name[ARGS]{…} (optionally
