@@ -104,6 +104,10 @@ func renderTools(tok *tokenizer.Tokenizer, msgs []openai.Message, set *openai.To
 		plan = &toolPlan{set: set, family: family, idFamily: family}
 		if knows {
 			opt.Tools = set.JSON
+			opt.ToolChoice, _ = json.Marshal(set.Choice) // a string always marshals
+			if set.Choice == openai.ToolChoiceFunction {
+				opt.ToolChoice, _ = json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": set.Function}})
+			}
 		} else {
 			plan.family, plan.idFamily = toolcall.Generic, toolcall.Generic
 			instr := toolcall.Instructions(set.Tools, set.Parallel)

@@ -308,9 +308,9 @@ func TestRenderTools(t *testing.T) {
 
 	// A template that names the tool in the result turn gets the name
 	// of the function the call id called.
-	named := "{% for m in messages %}{{ m.role }}:{{ m.name }}:{{ m.content }}|{% endfor %}{% for t in tools %}{{ t.function.name }}{% endfor %}"
-	if text, _, err := renderTools(templateTokenizer(t, named), history, set, "messages"); err != nil || !strings.HasSuffix(text, "tool:wx:21|wx") {
-		t.Errorf("tool turn rendered %q, %v; want its function's name", text, err)
+	named := "{% for m in messages %}{{ m.role }}:{{ m.name }}:{{ m.content }}|{% endfor %}{% for t in tools %}{{ t.function.name }}{% endfor %}:{{ tool_choice }}"
+	if text, _, err := renderTools(templateTokenizer(t, named), history, set, "messages"); err != nil || !strings.HasSuffix(text, "tool:wx:21|wx:auto") {
+		t.Errorf("tool turn rendered %q, %v; want its function's name, and the tool choice", text, err)
 	}
 
 	// A template without tools: they are described in the system

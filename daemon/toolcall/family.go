@@ -21,7 +21,9 @@ const (
 	// or after <|python_tag|>; several separated by ";" or whitespace.
 	Llama3
 	// Hermes: one or more <tool_call>{"name": …, "arguments": {…}}</tool_call>,
-	// after optional text (Qwen 2.5 and the Hermes fine-tunes).
+	// after optional text (Qwen 2.5 and the Hermes fine-tunes), or the
+	// XML form in the same tags (Qwen 3.5, Qwen3-Coder):
+	// <function=NAME><parameter=P>VALUE</parameter>…</function>.
 	Hermes
 	// Mistral: [TOOL_CALLS][{"name": …, "arguments": {…}}, …], or the
 	// newer [TOOL_CALLS]name[ARGS]{…} form.
