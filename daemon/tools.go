@@ -26,6 +26,9 @@ func (s *Server) applyToolSchema(j *job) error {
 		return openai.BadRequest("tool_choice", "tool_choice \"required\" or a named function needs constrained decoding, which this build of the server lacks; use \"auto\"")
 	}
 	if err := s.constrainSchema(j, j.params.ToolSchema); err != nil {
+		if e := (*openai.Error)(nil); errors.As(err, &e) {
+			return e
+		}
 		return openai.BadRequest("tools", "the tools' parameters cannot constrain the answer: %v", err)
 	}
 	return nil
