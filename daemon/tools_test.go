@@ -349,3 +349,65 @@ func TestRenderTools(t *testing.T) {
 		t.Errorf("none: %q, %+v, %v", text, plan, err)
 	}
 }
+
+// TestLlamaToolsRealVocabulary: with Llama 3's real vocabulary and the
+// Llama 3.1 template, a call after <|python_tag|> (a control token the
+// detokenizer hides) is read from the generated ids.
+func TestLlamaToolsRealVocabulary(t *testing.T) {
+	t.Parallel()
+	base, err := tokenizer.FromGGUFFile(filepath.Join("..", "engine", "tokenizer", "testdata", "ggml-vocab-llama-bpe.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := base.Vocab()
+	v.ChatTemplate = readTemplate(t, "llama3.1-instruct.jinja")
+	// The test vocabulary is Llama 3.0's, where Llama 3.1's <|python_tag|>
+	// (128010) was still a reserved control token: give it its 3.1 name.
+	v.Tokens = append([]string(nil), v.Tokens...)
+	if v.Tokens[128010] != "<|reserved_special_token_5|>" || v.Types[128010] != tokenizer.TypeControl {
+		t.Fatalf("token 128010 is %q", v.Tokens[128010])
+	}
+	v.Tokens[128010] = "<|python_tag|>"
+	tok, err := tokenizer.New(&v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := &openai.ToolSet{Tools: []toolcall.Tool{{Name: "wx"}}, JSON: json.RawMessage(`[{"type": "function", "function": {"name": "wx"}}]`),
+		Choice: openai.ToolChoiceAuto, Parallel: true}
+	text, plan, err := renderTools(tok, []openai.Message{{Role: "user", Content: "Paris?"}}, set, "messages")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := tok.Encode("<|python_tag|>", false, true)
+	if len(tag) != 1 || plan.family != toolcall.Llama3 || plan.markers[tag[0]] != "<|python_tag|>" || !strings.Contains(text, `"name": "wx"`) {
+		t.Fatalf("plan %+v (python_tag %v), prompt %q", plan, tag, text)
+	}
+	// What the model generates, as the scheduler reports it: the hidden
+	// tag's event has no text.
+	var events []sched.Event
+	dec := tok.NewDecoder()
+	// Text comes first, so only the restored tag can open the call (a
+	// Llama 3 call without it must begin the answer).
+	ids := tok.Encode("Let me check.", false, false)
+	first := len(ids)
+	ids = append(append(ids, tag...), tok.Encode(`{"name": "wx", "parameters": {"city": "Paris"}}`, false, false)...)
+	for _, id := range ids {
+		events = append(events, sched.Event{Token: id, Text: dec.Add(id)})
+	}
+	if events[first].Text != "" {
+		t.Fatalf("the tag decodes to %q; the test wants it hidden", events[first].Text)
+	}
+	w := httptest.NewRecorder()
+	if err := (&Server{}).chatWithTools(w, httptest.NewRequest("POST", "/v1/chat/completions", nil), &openai.Chat{}, &loaded{name: "m"},
+		plan, scripted(events, "stop"), func() {}); err != nil {
+		t.Fatal(err)
+	}
+	var resp chatResponse
+	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
+		t.Fatal(err)
+	}
+	if c := resp.Choices[0]; c.FinishReason != "tool_calls" || len(c.Message.ToolCalls) != 1 || c.Message.ToolCalls[0].Function.Arguments != `{"city": "Paris"}` ||
+		c.Message.Content == nil || *c.Message.Content != "Let me check." {
+		t.Errorf("answer %s", w.Body.Bytes())
+	}
+}
