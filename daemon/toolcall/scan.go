@@ -284,6 +284,29 @@ func readRegion(f Family, s string, types func(fn, param string) string) region 
 		rg.calls = append(rg.calls, pcall{start: c.i})
 		return callObject(c, &rg.calls[len(rg.calls)-1], true)
 	}
+	// array reads "[call, call, …]", c at its '['.
+	array := func() res {
+		c.i++
+		for {
+			c.ws()
+			if r := call(); r != rOK {
+				return r
+			}
+			c.ws()
+			if c.eof() {
+				return rMore
+			}
+			switch c.s[c.i] {
+			case ',':
+				c.i++
+			case ']':
+				c.i++
+				return rOK
+			default:
+				return rBad
+			}
+		}
+	}
 	switch f {
 	case Hermes:
 		for {
@@ -339,25 +362,8 @@ func readRegion(f Family, s string, types func(fn, param string) string) region 
 				}
 				continue
 			}
-			c.i++
-			for {
-				c.ws()
-				if r := call(); r != rOK {
-					return fail(r)
-				}
-				c.ws()
-				if c.eof() {
-					return fail(rMore)
-				}
-				if c.s[c.i] == ',' {
-					c.i++
-					continue
-				}
-				if c.s[c.i] != ']' {
-					return fail(rBad)
-				}
-				c.i++
-				break
+			if r := array(); r != rOK {
+				return fail(r)
 			}
 		}
 	case Generic:
@@ -370,25 +376,8 @@ func readRegion(f Family, s string, types func(fn, param string) string) region 
 				return fail(r)
 			}
 		} else {
-			c.i++
-			for {
-				c.ws()
-				if r := call(); r != rOK {
-					return fail(r)
-				}
-				c.ws()
-				if c.eof() {
-					return fail(rMore)
-				}
-				if c.s[c.i] == ',' {
-					c.i++
-					continue
-				}
-				if c.s[c.i] != ']' {
-					return fail(rBad)
-				}
-				c.i++
-				break
+			if r := array(); r != rOK {
+				return fail(r)
 			}
 		}
 		c.ws()
