@@ -307,19 +307,29 @@ func readRegion(f Family, s string, types func(fn, param string) string) region 
 			}
 		}
 	}
+	// opener reads the marker that opens another call; done reports the
+	// end of the calls (no marker after at least one call).
+	opener := func(marker string) (done bool, r res) {
+		c.ws()
+		at := c.i
+		if c.eof() {
+			return false, rMore
+		}
+		if r := c.lit(marker); r != rOK {
+			if r == rBad && len(rg.calls) > 0 {
+				rg.st, rg.end = stEnd, at
+				return true, rOK
+			}
+			return false, r
+		}
+		return false, rOK
+	}
 	switch f {
 	case Hermes:
 		for {
-			c.ws()
-			at := c.i
-			if c.eof() {
-				return fail(rMore)
-			}
-			if r := c.lit(hermesOpen); r != rOK {
-				if r == rBad && len(rg.calls) > 0 {
-					rg.st, rg.end = stEnd, at
-					return rg
-				}
+			if done, r := opener(hermesOpen); done {
+				return rg
+			} else if r != rOK {
 				return fail(r)
 			}
 			c.ws()
@@ -340,16 +350,9 @@ func readRegion(f Family, s string, types func(fn, param string) string) region 
 		}
 	case Mistral:
 		for {
-			c.ws()
-			at := c.i
-			if c.eof() {
-				return fail(rMore)
-			}
-			if r := c.lit(mistralCalls); r != rOK {
-				if r == rBad && len(rg.calls) > 0 {
-					rg.st, rg.end = stEnd, at
-					return rg
-				}
+			if done, r := opener(mistralCalls); done {
+				return rg
+			} else if r != rOK {
 				return fail(r)
 			}
 			c.ws()
