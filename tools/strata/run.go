@@ -164,12 +164,12 @@ func runCommand() *cli.Command {
 					msgs = append(msgs, tokenizer.Message{Role: "system", Content: s})
 				}
 				msgs = append(msgs, tokenizer.Message{Role: "user", Content: prompt})
-				p, err := e.Tok.ApplyChatTemplate(msgs, true)
-				if err != nil {
+				// The template carries BOS and the control tokens; the
+				// messages are text.
+				var err error
+				if ids, err = e.Tok.EncodeChat(msgs, tokenizer.ChatOptions{AddGenerationPrompt: true}); err != nil {
 					return fmt.Errorf("chat template: %w", err)
 				}
-				// The template carries BOS: parse its special tokens, add none.
-				ids = e.Tok.Encode(p, false, true)
 			} else {
 				fmt.Print(prompt)
 				ids = e.Tok.Encode(prompt, true, false)
