@@ -21,9 +21,10 @@ import (
 
 // Limits of the generic JSON rules: numbers as a float64 or an int64 can
 // hold them, and whitespace short enough that a model cannot spend its
-// whole budget on it, long enough for indented output.
+// whole budget on it (one space, or a newline and an indent), long
+// enough for indented output.
 const jsonPrimitives = `
-%[1]s-ws ::= ( [ \n] [ \t]{0,16} )?
+%[1]s-ws ::= ( " " | "\n" [ \t]{0,20} )?
 %[1]s-char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
 %[1]s-string ::= "\"" %[1]s-char* "\""
 %[1]s-integer ::= "-"? ( "0" | [1-9] [0-9]{0,15} )

@@ -360,9 +360,13 @@ func (k Mask) Count() int {
 }
 
 // Apply sets every logit of a token k does not allow to -Inf, so any
-// sampler picks only allowed tokens. logits must be one per token.
+// sampler picks only allowed tokens. Logits past the vocabulary (a
+// model's padded output rows) are never allowed.
 func (k Mask) Apply(logits []float32) {
 	inf := float32(math.Inf(-1))
+	for i := len(k) * 64; i < len(logits); i++ {
+		logits[i] = inf
+	}
 	for w, word := range k {
 		base := w << 6
 		switch {
