@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/strata-llm/strata/engine/grammar"
 )
 
 // Limits of the request decoder that do not depend on the model or the
@@ -46,6 +48,9 @@ type Params struct {
 	// N is the choices asked for (n, 1..MaxN): as many sequences run side
 	// by side from the same prompt, in the same passes.
 	N int
+	// Grammar, when set, constrains the output (response_format
+	// json_object or json_schema, text.format, or a GBNF grammar).
+	Grammar *grammar.Grammar
 	// TopK (0: off), MinP (0: off), RepeatPenalty (1: off) and
 	// RepeatLastN (-1: the whole history) are llama-server's sampling
 	// fields.
@@ -141,8 +146,8 @@ func DecodeChat(body []byte) (*Chat, error) {
 		c.TopLogprobs = int(*r.TopLogprobs)
 	}
 	c.Logprobs = r.Logprobs
-	if r.ResponseFormat != nil && r.ResponseFormat.Type != "text" && r.ResponseFormat.Type != "" {
-		return nil, BadRequest("response_format", "response_format %q is not supported; only \"text\"", r.ResponseFormat.Type)
+	if c.Grammar, err = formatGrammar(r.ResponseFormat, r.Grammar); err != nil {
+		return nil, err
 	}
 	if len(r.Tools) > 0 && string(r.Tools) != "null" && string(r.Tools) != "[]" {
 		return nil, BadRequest("tools", "tools are not supported by this server")
@@ -200,6 +205,9 @@ func DecodeCompletion(body []byte) (*Completion, error) {
 	}
 	if r.Suffix != nil && *r.Suffix != "" {
 		return nil, BadRequest("suffix", "suffix is not supported")
+	}
+	if c.Grammar, err = formatGrammar(r.ResponseFormat, r.Grammar); err != nil {
+		return nil, err
 	}
 	if r.Logprobs != nil {
 		if *r.Logprobs < 0 || *r.Logprobs > MaxLegacyLogprobs {

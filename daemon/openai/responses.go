@@ -9,8 +9,9 @@ import (
 
 // ResponsesRequest is the subset of POST /v1/responses strata serves: text
 // in (a string, or messages whose content is a string or text parts), text
-// out, whole or streamed. Tools, non-text formats and stored state
-// (previous_response_id) are refused by name.
+// out (free, or constrained by text.format json_object or json_schema),
+// whole or streamed. Tools and stored state (previous_response_id) are
+// refused by name.
 type ResponsesRequest struct {
 	Model           string          `json:"model"`
 	Input           json.RawMessage `json:"input"`
@@ -20,9 +21,7 @@ type ResponsesRequest struct {
 	TopP            *float64        `json:"top_p,omitempty"`
 	Stream          bool            `json:"stream,omitempty"`
 	Text            *struct {
-		Format *struct {
-			Type string `json:"type"`
-		} `json:"format,omitempty"`
+		Format *ResponsesFormat `json:"format,omitempty"`
 	} `json:"text,omitempty"`
 	Tools              json.RawMessage `json:"tools,omitempty"`
 	ToolChoice         json.RawMessage `json:"tool_choice,omitempty"`
@@ -42,6 +41,9 @@ type Responses struct {
 	Instructions    string
 	MaxOutputTokens *int64
 	Metadata        json.RawMessage
+	// Format is text.format as sent (nil: plain text), for the response
+	// to echo.
+	Format *ResponsesFormat
 }
 
 var responsesFields = fieldsOf(reflect.TypeFor[ResponsesRequest]())
@@ -63,8 +65,6 @@ func DecodeResponses(body []byte) (*Responses, error) {
 		return nil, BadRequest("tools", "tools are not supported by this server")
 	case r.PreviousResponseID != "":
 		return nil, BadRequest("previous_response_id", "this server keeps no responses: send the whole conversation as input")
-	case r.Text != nil && r.Text.Format != nil && r.Text.Format.Type != "text":
-		return nil, BadRequest("text.format", "text.format %q is not supported; only \"text\"", r.Text.Format.Type)
 	case r.Truncation != "" && r.Truncation != "disabled":
 		return nil, BadRequest("truncation", "truncation %q is not supported; only \"disabled\"", r.Truncation)
 	}
@@ -75,11 +75,20 @@ func DecodeResponses(body []byte) (*Responses, error) {
 	if err := p.sampling(nil, nil, nil, nil); err != nil {
 		return nil, err
 	}
+	if r.Text != nil && r.Text.Format != nil {
+		if p.Grammar, err = constraint(r.Text.Format.Type, &r.Text.Format.JSONSchemaFormat, "text.format", nil); err != nil {
+			return nil, err
+		}
+	}
 	msgs, err := responseMessages(&r)
 	if err != nil {
 		return nil, err
 	}
-	return &Responses{Params: p, Messages: msgs, Instructions: r.Instructions, MaxOutputTokens: r.MaxOutputTokens, Metadata: r.Metadata}, nil
+	out := &Responses{Params: p, Messages: msgs, Instructions: r.Instructions, MaxOutputTokens: r.MaxOutputTokens, Metadata: r.Metadata}
+	if r.Text != nil {
+		out.Format = r.Text.Format
+	}
+	return out, nil
 }
 
 // responseInput is one message of input's array form.

@@ -141,9 +141,11 @@ type StreamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
 }
 
-// ResponseFormat is accepted only as {"type":"text"}.
+// ResponseFormat is response_format: "text", "json_object" (any JSON
+// object) or "json_schema" (JSON valid under JSONSchema.Schema).
 type ResponseFormat struct {
-	Type string `json:"type"`
+	Type       string            `json:"type"`
+	JSONSchema *JSONSchemaFormat `json:"json_schema,omitempty"`
 }
 
 // ChatMessage is one message of a chat request.
@@ -185,6 +187,8 @@ type ChatRequest struct {
 	// decoding plain where the model has a drafter (absent or true
 	// lets the scheduler speculate; the output is the same either way).
 	Speculative *bool `json:"speculative"`
+	// Grammar is llama-server's GBNF constraint on the output.
+	Grammar *string `json:"grammar"`
 }
 
 // CompletionRequest is the body of POST /v1/completions.
@@ -214,6 +218,9 @@ type CompletionRequest struct {
 	RepeatLastN   *int64   `json:"repeat_last_n"`
 	// Speculative is strata's extension, as on ChatRequest.
 	Speculative *bool `json:"speculative"`
+	// ResponseFormat and Grammar constrain the output as on ChatRequest.
+	ResponseFormat *ResponseFormat `json:"response_format"`
+	Grammar        *string         `json:"grammar"`
 }
 
 // Usage counts the tokens of one request.
