@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/strata-llm/strata/internal/synth"
@@ -94,7 +95,21 @@ func TestOfficialOpenAIClient(t *testing.T) {
 			Usage                struct{ Input_tokens, Output_tokens int }
 		} `json:"response"`
 		ResponseStream struct{ Text, Status string } `json:"responseStream"`
-		Error          struct {
+		Structured     struct {
+			Finish string
+			Keys   []string
+			OK     bool
+		} `json:"structured"`
+		ResponseStructured struct {
+			Status, Format string
+			Keys           []string
+			OK             bool
+		} `json:"responseStructured"`
+		BadSchema struct {
+			Status int
+			Param  string
+		} `json:"badSchema"`
+		Error struct {
 			Status int
 			Type   string
 			Code   string
@@ -128,6 +143,19 @@ func TestOfficialOpenAIClient(t *testing.T) {
 	}
 	if got.ResponseStream.Text != got.Response.Text || got.ResponseStream.Status != got.Response.Status {
 		t.Errorf("streamed response %+v does not match the whole one %+v", got.ResponseStream, got.Response)
+	}
+	// The tiny model's weights are random: only the constraint makes its
+	// output an object with these keys, in this order, of these types.
+	wantKeys := []string{"ok", "pick", "count"}
+	if got.Structured.Finish != "stop" || !got.Structured.OK || !slices.Equal(got.Structured.Keys, wantKeys) {
+		t.Errorf("structured output (response_format json_schema) %+v", got.Structured)
+	}
+	if got.ResponseStructured.Status != "completed" || got.ResponseStructured.Format != "json_schema" ||
+		!got.ResponseStructured.OK || !slices.Equal(got.ResponseStructured.Keys, wantKeys) {
+		t.Errorf("structured output (responses text.format) %+v", got.ResponseStructured)
+	}
+	if got.BadSchema.Status != 400 || got.BadSchema.Param != "response_format.json_schema.schema" {
+		t.Errorf("an unsupported schema as the client sees it: %+v", got.BadSchema)
 	}
 	if got.Error.Status != 404 || got.Error.Code != "model_not_found" {
 		t.Errorf("unknown model error as the client sees it: %+v", got.Error)
