@@ -7,11 +7,13 @@ import (
 	"github.com/strata-llm/strata/engine/grammar"
 )
 
-// Matchers kept per model, and how many states one may gather before a
-// fresh one replaces it for new requests (requests in flight keep theirs).
+// Matchers kept per model and the memory they may hold together; the
+// least recently used go first, and one that has grown past the budget
+// on its own is replaced by a fresh one for new requests (requests in
+// flight keep theirs).
 const (
-	maxMatchers      = 32
-	maxMatcherStates = 1 << 18
+	maxMatchers     = 32
+	maxMatcherBytes = 512 << 20
 )
 
 // grammars holds a model's grammar vocabulary, built on the first
@@ -47,7 +49,7 @@ func (lm *loaded) matcher(g *grammar.Grammar) (*grammar.Matcher, error) {
 			break
 		}
 	}
-	if m, ok := gs.matchers[key]; ok && m.States() < maxMatcherStates {
+	if m, ok := gs.matchers[key]; ok && m.Bytes() < maxMatcherBytes {
 		return m, nil
 	}
 	m, err := grammar.NewMatcher(g, gs.vocab)
@@ -58,9 +60,18 @@ func (lm *loaded) matcher(g *grammar.Grammar) (*grammar.Matcher, error) {
 		gs.order = append(gs.order, key)
 	}
 	gs.matchers[key] = m
-	for len(gs.order) > maxMatchers {
+	for len(gs.order) > 1 && (len(gs.order) > maxMatchers || gs.bytes() > maxMatcherBytes) {
 		delete(gs.matchers, gs.order[0])
 		gs.order = gs.order[1:]
 	}
 	return m, nil
+}
+
+// bytes is the memory the cached Matchers hold. Callers hold gs.mu.
+func (gs *grammars) bytes() int {
+	n := 0
+	for _, m := range gs.matchers {
+		n += m.Bytes()
+	}
+	return n
 }

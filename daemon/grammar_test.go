@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -236,5 +237,47 @@ func TestStructuredOutputStories(t *testing.T) {
 	code, b = h.post(t, "/v1/chat/completions", `{"model":"tiny",`+msgs+`,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","pattern":"a"}}}}`)
 	if code != 400 || !strings.Contains(string(b), `"param":"response_format.json_schema.schema"`) {
 		t.Fatalf("bad schema: %d %s", code, b)
+	}
+}
+
+// TestMatcherCache: one Matcher per grammar text and model, shared by
+// requests; the least recently used go beyond the limit.
+func TestMatcherCache(t *testing.T) {
+	t.Parallel()
+	h := start(t, opts{})
+	lm, err := h.srv.lookup(tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parse := func(i int) *grammar.Grammar {
+		g, err := grammar.Parse(fmt.Sprintf("root ::= \"%d\"", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	first, err := lm.matcher(parse(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := lm.matcher(parse(0)); again != first {
+		t.Fatal("the same grammar got a second Matcher")
+	}
+	for i := 1; i <= maxMatchers; i++ {
+		if _, err := lm.matcher(parse(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lm.grammars.mu.Lock()
+	n := len(lm.grammars.matchers)
+	lm.grammars.mu.Unlock()
+	if n != maxMatchers {
+		t.Fatalf("%d matchers cached, want %d", n, maxMatchers)
+	}
+	if again, _ := lm.matcher(parse(0)); again == first {
+		t.Fatal("the least recently used Matcher was kept beyond the limit")
+	}
+	if again, _ := lm.matcher(parse(maxMatchers)); again == nil {
+		t.Fatal("no matcher")
 	}
 }

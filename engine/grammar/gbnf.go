@@ -41,11 +41,16 @@ const (
 // grammar elements, so an absurd count is refused rather than allocated.
 const maxRepeat = 10000
 
+// maxNesting bounds how deeply groups nest, so that hostile text cannot
+// drive the recursive parser arbitrarily deep.
+const maxNesting = 256
+
 // parser reads GBNF text.
 type parser struct {
-	src  string
-	pos  int
-	line int
+	src   string
+	pos   int
+	line  int
+	depth int
 }
 
 // SyntaxError is a GBNF text that does not parse, with its line.
@@ -251,6 +256,10 @@ func (p *parser) item(nested bool) (*expr, error) {
 		p.pos++
 		return &expr{kind: exClass, set: []rng{{0, maxRune}}}, nil
 	case c == '(':
+		if p.depth++; p.depth > maxNesting {
+			return nil, p.errorf("groups nest more than %d deep", maxNesting)
+		}
+		defer func() { p.depth-- }()
 		p.pos++
 		p.space(true)
 		e, err := p.alternatives(true)

@@ -214,3 +214,12 @@ func TestUTF8Partial(t *testing.T) {
 		t.Errorf("[^a] on ✓ / a")
 	}
 }
+
+// TestAmbiguityBounded: nested repetitions of optional parts make the
+// parses explode; the matcher refuses them instead of running away.
+func TestAmbiguityBounded(t *testing.T) {
+	t.Parallel()
+	if _, err := Parse(`root ::= ((("a"?){0,40}){0,40}){0,40}`); !errors.Is(err, ErrAmbiguous) {
+		t.Fatalf("Parse: %v, want ErrAmbiguous", err)
+	}
+}

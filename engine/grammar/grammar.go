@@ -169,6 +169,11 @@ func lower(names []string, bodies map[string]*expr, lines map[string]int) (*Gram
 	if err := g.checkLeftRecursion(); err != nil {
 		return nil, err
 	}
+	// The start state needs no vocabulary: building it here refuses a
+	// grammar too ambiguous to start with its parse error, not later.
+	if _, err := NewMatcher(g, &Vocab{}); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 

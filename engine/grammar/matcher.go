@@ -16,12 +16,14 @@ import (
 // computed again when needed) beyond maxMaskBytes.
 const (
 	maxStacks    = 4096
-	maxStates    = 1 << 20
-	maxMaskBytes = 256 << 20
+	maxExpand    = 1 << 16
+	maxStates    = 1 << 17
+	maxMaskBytes = 128 << 20
 )
 
 // ErrAmbiguous is returned when a grammar keeps more than maxStacks
-// parses alive at once.
+// parses alive at once, or one character's step has to expand more than
+// maxExpand stack frames (nested repetitions of optional parts).
 var ErrAmbiguous = errors.New("grammar is too ambiguous: too many parses alive at once")
 
 // ErrTooManyStates is returned when a Matcher has met maxStates states.
@@ -71,9 +73,11 @@ type Matcher struct {
 	stateIDs  map[string]uint32
 	trans     []uint32 // states*256: next state + 1, 0 unknown
 	maskBytes int
-	start     State
-	seen      map[uint32]bool
-	key       []byte
+	// stateBytes is what the states and their interning keys hold.
+	stateBytes int
+	start      State
+	seen       map[uint32]bool
+	key        []byte
 }
 
 // NewMatcher prepares g to run over v.
@@ -111,6 +115,15 @@ func (m *Matcher) States() int {
 	return len(m.states)
 }
 
+// Bytes is roughly the memory m holds: transition table, cached masks,
+// states and stack frames (the shared Vocab not counted), so that a
+// cache of Matchers can keep to a budget.
+func (m *Matcher) Bytes() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.trans)*4 + m.maskBytes + len(m.nodes)*24 + m.stateBytes
+}
+
 func (m *Matcher) intern(stacks []uint32, p partial) (State, error) {
 	if len(stacks) == 0 {
 		return Dead, nil
@@ -133,6 +146,7 @@ func (m *Matcher) intern(stacks []uint32, p partial) (State, error) {
 	id := uint32(len(m.states))
 	m.stateIDs[string(k)] = id
 	m.states = append(m.states, stateInfo{stacks: slices.Clone(stacks), part: p, accept: stacks[0] == 0 && p.rem == 0})
+	m.stateBytes += 96 + len(stacks)*4 + len(k)
 	m.trans = append(m.trans, make([]uint32, 256)...)
 	return State(id), nil
 }
@@ -166,6 +180,9 @@ func (m *Matcher) expand(node uint32, out []uint32) ([]uint32, error) {
 		return out, nil
 	}
 	m.seen[node] = true
+	if len(m.seen) > maxExpand {
+		return out, ErrAmbiguous
+	}
 	if node == 0 {
 		return append(out, 0), nil
 	}
