@@ -67,7 +67,7 @@ func startModel(t *testing.T, path, name string) *harness {
 // properties in order, an enum, a bounded array, a nested object.
 const personSchema = `{"type":"object","properties":{
  "name":{"type":"string","maxLength":24},
- "age":{"type":"integer"},
+ "age":{"type":"integer","minimum":1,"maximum":120},
  "mood":{"enum":["happy","sad"]},
  "friends":{"type":"array","items":{"type":"string","maxLength":12},"maxItems":3},
  "pet":{"anyOf":[{"type":"null"},{"type":"object","properties":{"kind":{"type":"string","maxLength":10}},"required":["kind"],"additionalProperties":false}]}},

@@ -56,7 +56,7 @@ func TestConstraintFields(t *testing.T) {
 		{"undefined rule", "completion", `{"model":"m","prompt":"x","grammar":"root ::= x"}`, "grammar", `"x" is used in "root" but never defined`, "", ""},
 		{"both", "chat", `{` + msgs + `,"grammar":"root ::= \"a\"","response_format":{"type":"json_object"}}`, "grammar", "both constrain", "", ""},
 		{"grammar type", "chat", `{` + msgs + `,"grammar":5}`, "grammar", "invalid type", "", ""},
-		{"responses bad schema", "responses", `{"model":"m","input":"hi","text":{"format":{"type":"json_schema","name":"r","schema":{"type":"object","properties":{"n":{"type":"number","minimum":1}}}}}}`, "text.format.schema", `#/properties/n: keyword "minimum"`, "", ""},
+		{"responses bad schema", "responses", `{"model":"m","input":"hi","text":{"format":{"type":"json_schema","name":"r","schema":{"type":"object","properties":{"n":{"type":"number","multipleOf":1}}}}}}`, "text.format.schema", `#/properties/n: keyword "multipleOf"`, "", ""},
 		{"responses no schema", "responses", `{"model":"m","input":"hi","text":{"format":{"type":"json_schema","name":"r"}}}`, "text.format.schema", "needs a schema", "", ""},
 		{"responses unknown format", "responses", `{"model":"m","input":"hi","text":{"format":{"type":"csv"}}}`, "text.format.type", "not supported", "", ""},
 	}

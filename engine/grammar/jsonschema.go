@@ -76,10 +76,11 @@ func (e *SchemaError) Error() string { return fmt.Sprintf("json schema at %s: %s
 // or a list of them), properties with required and additionalProperties,
 // items with minItems and maxItems, minLength and maxLength, enum, const,
 // anyOf, oneOf (as anyOf: exact when the branches are disjoint), allOf of
-// one schema, $ref to any local pointer ($defs, definitions, "#"), the
+// one schema, minimum, maximum, exclusiveMinimum and exclusiveMaximum (for
+// a number: the values in range written without an exponent), $ref to any local pointer ($defs, definitions, "#"), the
 // boolean schemas, and the annotations (title, description, default,
 // examples, format, …), which constrain nothing. Anything else (pattern,
-// numeric bounds, prefixItems, patternProperties, …) is an error.
+// multipleOf, prefixItems, patternProperties, …) is an error.
 func SchemaGBNF(schema []byte, name string) (string, error) {
 	if name == "" || strings.IndexFunc(name, func(r rune) bool { return r > 127 || !isNameByte(byte(r)) }) >= 0 {
 		return "", fmt.Errorf("json schema: rule name %q must be letters, digits, - and _", name)
@@ -249,6 +250,7 @@ var typeKeywords = map[string]string{
 	"properties": "object", "required": "object", "additionalProperties": "object",
 	"items": "array", "minItems": "array", "maxItems": "array",
 	"minLength": "string", "maxLength": "string",
+	"minimum": "number", "maximum": "number", "exclusiveMinimum": "number", "exclusiveMaximum": "number",
 }
 
 type conv struct {
@@ -491,7 +493,23 @@ func (c *conv) typed(o *object, t, path string) (string, error) {
 		return c.rule(fmt.Sprintf(`"[" %s %s "]"`, ws, body)), nil
 	case "object":
 		return c.object(o, path)
-	case "value", "number", "integer", "boolean", "null":
+	case "number", "integer":
+		lo, hi, flo, fhi, bounded, err := numBounds(o, path)
+		if err != nil {
+			return "", err
+		}
+		if !bounded {
+			return c.prim(t), nil
+		}
+		e := intRange(lo, hi)
+		if t == "number" {
+			e = numRange(lo, hi, flo, fhi)
+		}
+		if e == "" {
+			return "", &SchemaError{path, fmt.Sprintf("no %s lies within the bounds", t)}
+		}
+		return c.rule(e), nil
+	case "value", "boolean", "null":
 		return c.prim(t), nil
 	}
 	return "", &SchemaError{path + "/type", fmt.Sprintf("unknown type %q", t)}

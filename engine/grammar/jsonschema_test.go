@@ -122,8 +122,15 @@ func (g *schemaGen) scalar(kind int) *object {
 		}
 		return s
 	case 1:
+		if g.r.IntN(2) == 0 {
+			lo := g.r.IntN(200) - 100
+			return obj("type", "integer", "minimum", num(lo), "exclusiveMaximum", num(lo+1+g.r.IntN(300)))
+		}
 		return obj("type", "integer")
 	case 2:
+		if g.r.IntN(2) == 0 {
+			return obj("type", "number", "exclusiveMinimum", json.Number("-2.5"), "maximum", num(g.r.IntN(50)))
+		}
 		return obj("type", "number", "description", "a number")
 	case 3:
 		return obj("type", "boolean")
@@ -338,6 +345,11 @@ func TestSchemaTexts(t *testing.T) {
 		{"closed empty object", `{"type":"object","additionalProperties":false}`, []string{`{}`}, []string{`{"a":1}`}},
 		{"any", `{}`, []string{`1`, `"s"`, `[{}]`, `null`}, []string{``, `nul`}},
 		{"true schema", `true`, []string{`false`}, []string{`x`}},
+		{"integer bounds", `{"type":"integer","minimum":-3,"exclusiveMaximum":12}`, []string{`-3`, `0`, `11`, `5`}, []string{`-4`, `12`, `100`, `1.5`, `-0`}},
+		{"integer fractional bounds", `{"type":"integer","minimum":1.5,"maximum":3.5}`, []string{`2`, `3`}, []string{`1`, `4`}},
+		{"number bounds", `{"type":"number","minimum":0,"maximum":1}`, []string{`0`, `1`, `0.25`, `0.0`}, []string{`-0.5`, `1.5`, `2`, `-1`}},
+		{"number exclusive", `{"type":"number","exclusiveMinimum":-2,"exclusiveMaximum":2}`, []string{`-1`, `-1.999`, `0`, `1.5`}, []string{`-2`, `2`, `-2.5`, `2.0`}},
+		{"number fractional bounds", `{"type":"number","minimum":-1.5,"maximum":2.5}`, []string{`-1`, `2`, `1.75`, `-0.5`}, []string{`-2`, `3`, `2.75`}},
 		{"annotations", `{"type":"string","title":"t","description":"d","format":"date","default":"x","examples":["y"]}`, []string{`"x"`}, nil},
 	}
 	for _, c := range cases {
@@ -378,7 +390,9 @@ func TestSchemaErrors(t *testing.T) {
 		{"false", `false`, "allows no value"},
 		{"not a schema", `[1]`, "must be an object or a boolean"},
 		{"pattern", `{"type":"string","pattern":"^a"}`, `keyword "pattern" is not supported`},
-		{"minimum", `{"type":"object","properties":{"n":{"type":"integer","minimum":0}}}`, `#/properties/n: keyword "minimum"`},
+		{"multipleOf", `{"type":"object","properties":{"n":{"type":"integer","multipleOf":2}}}`, `#/properties/n: keyword "multipleOf"`},
+		{"empty range", `{"type":"integer","minimum":3,"maximum":2.5}`, "no integer lies within the bounds"},
+		{"bad bound", `{"type":"number","minimum":"1"}`, "minimum must be a number"},
 		{"prefixItems", `{"prefixItems":[{}]}`, `"prefixItems" is not supported`},
 		{"unknown type", `{"type":"date"}`, `unknown type "date"`},
 		{"bad type", `{"type":3}`, "type must be a string"},
