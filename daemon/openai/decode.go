@@ -146,7 +146,7 @@ func DecodeChat(body []byte) (*Chat, error) {
 		c.TopLogprobs = int(*r.TopLogprobs)
 	}
 	c.Logprobs = r.Logprobs
-	if c.Grammar, err = formatGrammar(r.ResponseFormat, r.Grammar); err != nil {
+	if c.Grammar, err = formatGrammar(r.ResponseFormat, r.Grammar, r.JSONSchema); err != nil {
 		return nil, err
 	}
 	if len(r.Tools) > 0 && string(r.Tools) != "null" && string(r.Tools) != "[]" {
@@ -206,7 +206,7 @@ func DecodeCompletion(body []byte) (*Completion, error) {
 	if r.Suffix != nil && *r.Suffix != "" {
 		return nil, BadRequest("suffix", "suffix is not supported")
 	}
-	if c.Grammar, err = formatGrammar(r.ResponseFormat, r.Grammar); err != nil {
+	if c.Grammar, err = formatGrammar(r.ResponseFormat, r.Grammar, r.JSONSchema); err != nil {
 		return nil, err
 	}
 	if r.Logprobs != nil {

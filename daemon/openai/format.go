@@ -79,8 +79,26 @@ func constraint(rfType string, js *JSONSchemaFormat, rfParam string, gbnf *strin
 	return g, nil
 }
 
-// formatGrammar is constraint for chat and legacy completions.
-func formatGrammar(rf *ResponseFormat, gbnf *string) (*grammar.Grammar, error) {
+// formatGrammar is constraint for chat and legacy completions, with
+// llama-server's json_schema field (a bare schema) as a third way.
+func formatGrammar(rf *ResponseFormat, gbnf *string, schema json.RawMessage) (*grammar.Grammar, error) {
+	if s := bytes.TrimSpace(schema); len(s) > 0 && string(s) != "null" {
+		switch {
+		case gbnf != nil && *gbnf != "":
+			return nil, BadRequest("json_schema", "json_schema and grammar both constrain the output; send one of them")
+		case rf != nil && rf.Type != "" && rf.Type != "text":
+			return nil, BadRequest("json_schema", "json_schema and response_format %q both constrain the output; send one of them", rf.Type)
+		}
+		g, err := grammar.FromJSONSchema(s)
+		if err != nil {
+			var se *grammar.SchemaError
+			if errors.As(err, &se) {
+				return nil, BadRequest("json_schema", "unsupported or invalid schema at %s: %s", se.Path, se.Msg)
+			}
+			return nil, BadRequest("json_schema", "invalid schema: %v", err)
+		}
+		return g, nil
+	}
 	if rf == nil {
 		return constraint("", nil, "response_format", gbnf)
 	}

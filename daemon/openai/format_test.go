@@ -47,6 +47,11 @@ func TestConstraintFields(t *testing.T) {
 		{"responses json_object", "responses", `{"model":"m","input":"hi","text":{"format":{"type":"json_object"}}}`, "", "", `{}`, `"s"`},
 		{"responses text", "responses", `{"model":"m","input":"hi","text":{"format":{"type":"text"}}}`, "", "", "", ""},
 
+		{"llama-server json_schema", "chat", `{` + msgs + `,"json_schema":` + schema + `}`, "", "", `{"a":2}`, `{"a":true}`},
+		{"completion json_schema field", "completion", `{"model":"m","prompt":"x","json_schema":{"type":"array","items":{"type":"boolean"},"maxItems":1}}`, "", "", `[true]`, `[true,false]`},
+		{"json_schema and grammar", "completion", `{"model":"m","prompt":"x","json_schema":{},"grammar":"root ::= \"a\""}`, "json_schema", "both constrain", "", ""},
+		{"json_schema and response_format", "chat", `{` + msgs + `,"json_schema":{},"response_format":{"type":"json_object"}}`, "json_schema", "both constrain", "", ""},
+		{"bad json_schema", "chat", `{` + msgs + `,"json_schema":{"type":"string","pattern":"x"}}`, "json_schema", `keyword "pattern"`, "", ""},
 		{"unknown type", "chat", `{` + msgs + `,"response_format":{"type":"yaml"}}`, "response_format.type", "not supported", "", ""},
 		{"no json_schema", "chat", `{` + msgs + `,"response_format":{"type":"json_schema"}}`, "response_format.json_schema", "needs a json_schema", "", ""},
 		{"no schema", "chat", `{` + msgs + `,"response_format":{"type":"json_schema","json_schema":{"name":"r"}}}`, "response_format.json_schema.schema", "needs a schema", "", ""},

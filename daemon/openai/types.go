@@ -187,8 +187,10 @@ type ChatRequest struct {
 	// decoding plain where the model has a drafter (absent or true
 	// lets the scheduler speculate; the output is the same either way).
 	Speculative *bool `json:"speculative"`
-	// Grammar is llama-server's GBNF constraint on the output.
-	Grammar *string `json:"grammar"`
+	// Grammar is llama-server's GBNF constraint on the output; JSONSchema
+	// its schema constraint (a schema, not response_format's wrapper).
+	Grammar    *string         `json:"grammar"`
+	JSONSchema json.RawMessage `json:"json_schema"`
 }
 
 // CompletionRequest is the body of POST /v1/completions.
@@ -218,9 +220,11 @@ type CompletionRequest struct {
 	RepeatLastN   *int64   `json:"repeat_last_n"`
 	// Speculative is strata's extension, as on ChatRequest.
 	Speculative *bool `json:"speculative"`
-	// ResponseFormat and Grammar constrain the output as on ChatRequest.
+	// ResponseFormat, Grammar and JSONSchema constrain the output as on
+	// ChatRequest.
 	ResponseFormat *ResponseFormat `json:"response_format"`
 	Grammar        *string         `json:"grammar"`
+	JSONSchema     json.RawMessage `json:"json_schema"`
 }
 
 // Usage counts the tokens of one request.
