@@ -70,10 +70,10 @@ func (s *Server) prepare(lm *loaded, p openai.Params, prompt []int32, promptPara
 	r := sched.Request{Prompt: prompt, MaxTokens: maxTok, Sample: sp, Stop: p.Stop,
 		Logprobs: p.Logprobs, TopLogprobs: p.TopLogprobs, Presence: float32(p.Presence), Frequency: float32(p.Frequency),
 		NoSpeculation: p.NoSpeculation}
-	if p.Grammar != nil {
-		m, err := lm.matcher(p.Grammar)
+	if p.Constraint != nil {
+		m, err := lm.constraintMatcher(p.Constraint)
 		if err != nil {
-			return nil, openai.BadRequest("", "constrained output: %v", err)
+			return nil, err
 		}
 		r.Grammar = m
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/daemon/client"
+	"github.com/strata-llm/strata/daemon/openai"
 	"github.com/strata-llm/strata/engine/grammar"
 )
 
@@ -279,5 +280,60 @@ func TestMatcherCache(t *testing.T) {
 	}
 	if again, _ := lm.matcher(parse(maxMatchers)); again == nil {
 		t.Fatal("no matcher")
+	}
+}
+
+// TestConstraintTranslation: each way of asking for constrained output
+// becomes a Matcher that accepts what it promises and nothing else; a
+// grammar or schema that does not translate is a 400 naming its field,
+// on the wire as well.
+func TestConstraintTranslation(t *testing.T) {
+	t.Parallel()
+	h := start(t, opts{})
+	lm, err := h.srv.lookup(tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const schema = `{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}`
+	for _, c := range []struct {
+		name             string
+		con              openai.Constraint
+		accepts, rejects string
+	}{
+		{"grammar", openai.Constraint{Kind: openai.ConstraintGrammar, Text: `root ::= "yes" | "no"`, Param: "grammar"}, "yes", "maybe"},
+		{"json_object", openai.Constraint{Kind: openai.ConstraintJSONObject, Param: "response_format"}, `{"x":[1,{}]}`, `[1]`},
+		{"json_schema", openai.Constraint{Kind: openai.ConstraintJSONSchema, Schema: json.RawMessage(schema), Param: "json_schema"}, `{"a":1}`, `{"a":"1"}`},
+	} {
+		m, err := lm.constraintMatcher(&c.con)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if again, _ := lm.constraintMatcher(&c.con); again != m {
+			t.Errorf("%s: a second Matcher for the same constraint", c.name)
+		}
+		for text, want := range map[string]bool{c.accepts: true, c.rejects: false} {
+			s, err := m.AdvanceBytes(m.Start(), []byte(text))
+			if got := err == nil && s != grammar.Dead && m.Accepting(s); got != want {
+				t.Errorf("%s: %q accepted = %v, want %v", c.name, text, got, want)
+			}
+		}
+	}
+	msgs := `"model":"tiny","messages":[{"role":"user","content":"hi"}]`
+	for _, c := range []struct{ body, param, msg string }{
+		{`{` + msgs + `,"response_format":{"type":"json_schema","json_schema":{"name":"r","schema":{"type":"string","pattern":"a+"}}}}`, "response_format.json_schema.schema", `keyword \"pattern\" is not supported`},
+		{`{` + msgs + `,"response_format":{"type":"json_schema","json_schema":{"name":"r","schema":{"type":"object","required":["z"]}}}}`, "response_format.json_schema.schema", `required property \"z\"`},
+		{`{` + msgs + `,"grammar":"root ::= (\"a\""}`, "grammar", "invalid grammar"},
+		{`{` + msgs + `,"grammar":"root ::= x"}`, "grammar", `\"x\" is used in \"root\" but never defined`},
+		{`{` + msgs + `,"grammar":"root ::= ((((\"a\"?){0,40}){0,40}){0,40})"}`, "grammar", "too ambiguous"},
+		{`{` + msgs + `,"json_schema":{"type":"number","multipleOf":2}}`, "json_schema", `keyword \"multipleOf\"`},
+	} {
+		code, b := h.post(t, "/v1/chat/completions", c.body)
+		if code != 400 || !strings.Contains(string(b), `"param":"`+c.param+`"`) || !strings.Contains(string(b), c.msg) {
+			t.Errorf("%s: %d %s; want a 400 naming %s with %s", c.body, code, b, c.param, c.msg)
+		}
+	}
+	code, b := h.post(t, PathResponses, `{"model":"tiny","input":"hi","text":{"format":{"type":"json_schema","name":"r","schema":{"type":"string","pattern":"x"}}}}`)
+	if code != 400 || !strings.Contains(string(b), `"param":"text.format.schema"`) {
+		t.Errorf("responses: %d %s", code, b)
 	}
 }

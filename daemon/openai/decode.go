@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/strata-llm/strata/engine/grammar"
 )
 
 // Limits of the request decoder that do not depend on the model or the
@@ -48,9 +46,10 @@ type Params struct {
 	// N is the choices asked for (n, 1..MaxN): as many sequences run side
 	// by side from the same prompt, in the same passes.
 	N int
-	// Grammar, when set, constrains the output (response_format
-	// json_object or json_schema, text.format, or a GBNF grammar).
-	Grammar *grammar.Grammar
+	// Constraint, when set, is what the output must follow
+	// (response_format json_object or json_schema, text.format,
+	// llama-server's grammar or json_schema), for the server to translate.
+	Constraint *Constraint
 	// TopK (0: off), MinP (0: off), RepeatPenalty (1: off) and
 	// RepeatLastN (-1: the whole history) are llama-server's sampling
 	// fields.
@@ -146,7 +145,7 @@ func DecodeChat(body []byte) (*Chat, error) {
 		c.TopLogprobs = int(*r.TopLogprobs)
 	}
 	c.Logprobs = r.Logprobs
-	if c.Grammar, err = formatGrammar(r.ResponseFormat, r.Grammar, r.JSONSchema); err != nil {
+	if c.Constraint, err = formatConstraint(r.ResponseFormat, r.Grammar, r.JSONSchema); err != nil {
 		return nil, err
 	}
 	if len(r.Tools) > 0 && string(r.Tools) != "null" && string(r.Tools) != "[]" {
@@ -206,7 +205,7 @@ func DecodeCompletion(body []byte) (*Completion, error) {
 	if r.Suffix != nil && *r.Suffix != "" {
 		return nil, BadRequest("suffix", "suffix is not supported")
 	}
-	if c.Grammar, err = formatGrammar(r.ResponseFormat, r.Grammar, r.JSONSchema); err != nil {
+	if c.Constraint, err = formatConstraint(r.ResponseFormat, r.Grammar, r.JSONSchema); err != nil {
 		return nil, err
 	}
 	if r.Logprobs != nil {

@@ -3,10 +3,6 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
-
-	"github.com/strata-llm/strata/engine/grammar"
 )
 
 // JSONSchemaFormat is response_format's json_schema member.
@@ -27,80 +23,70 @@ type ResponsesFormat struct {
 	JSONSchemaFormat
 }
 
-// constraint turns response_format (rf, reported as rfParam) and
-// llama-server's grammar field into the grammar the output must follow:
-// nil for free text. A schema or grammar that does not translate is a 400
-// naming the field.
-func constraint(rfType string, js *JSONSchemaFormat, rfParam string, gbnf *string) (*grammar.Grammar, error) {
-	hasGrammar := gbnf != nil && *gbnf != ""
+// Constraint kinds.
+const (
+	ConstraintGrammar    = "grammar"     // Text is GBNF
+	ConstraintJSONObject = "json_object" // any JSON object
+	ConstraintJSONSchema = "json_schema" // Schema is a JSON Schema
+)
+
+// Constraint is what a request asks its output to follow, as sent: the
+// server translates it into a grammar (engine/grammar, which this wire
+// package does not link) and reports a translation failure against
+// Param.
+type Constraint struct {
+	Kind   string
+	Text   string          // ConstraintGrammar
+	Schema json.RawMessage // ConstraintJSONSchema
+	// Param is the request field it came from, e.g.
+	// "response_format.json_schema.schema", "text.format.schema",
+	// "grammar", "json_schema".
+	Param string
+}
+
+// constraint checks the shape of response_format or text.format (rfType,
+// js, reported as rfParam) and llama-server's grammar and json_schema
+// fields, and returns what the output must follow: nil for free text.
+func constraint(rfType string, js *JSONSchemaFormat, rfParam string, gbnf *string, bareSchema json.RawMessage) (*Constraint, error) {
+	var found []*Constraint
+	if gbnf != nil && *gbnf != "" {
+		found = append(found, &Constraint{Kind: ConstraintGrammar, Text: *gbnf, Param: "grammar"})
+	}
+	if s := bytes.TrimSpace(bareSchema); len(s) > 0 && string(s) != "null" {
+		found = append(found, &Constraint{Kind: ConstraintJSONSchema, Schema: s, Param: "json_schema"})
+	}
 	switch rfType {
 	case "", "text":
-		if !hasGrammar {
-			return nil, nil
+	case ConstraintJSONObject:
+		found = append(found, &Constraint{Kind: ConstraintJSONObject, Param: rfParam})
+	case ConstraintJSONSchema:
+		param := rfParam + ".json_schema.schema"
+		if rfParam == "text.format" {
+			param = "text.format.schema"
+		} else if js == nil {
+			return nil, BadRequest(rfParam+".json_schema", "%s type \"json_schema\" needs a json_schema object with a schema", rfParam)
 		}
-		g, err := grammar.Parse(*gbnf)
-		if err != nil {
-			return nil, BadRequest("grammar", "invalid grammar: %v", err)
+		schema := bytes.TrimSpace(js.Schema)
+		if len(schema) == 0 || string(schema) == "null" {
+			return nil, BadRequest(param, "a json_schema format needs a schema")
 		}
-		return g, nil
-	case "json_object", "json_schema":
+		found = append(found, &Constraint{Kind: ConstraintJSONSchema, Schema: schema, Param: param})
 	default:
 		return nil, BadRequest(rfParam+".type", "%s type %q is not supported; use \"text\", \"json_object\" or \"json_schema\"", rfParam, rfType)
 	}
-	if hasGrammar {
-		return nil, BadRequest("grammar", "grammar and %s %q both constrain the output; send one of them", rfParam, rfType)
+	switch len(found) {
+	case 0:
+		return nil, nil
+	case 1:
+		return found[0], nil
 	}
-	if rfType == "json_object" {
-		g, err := grammar.JSONObject()
-		if err != nil {
-			return nil, AsError(fmt.Errorf("the built-in JSON grammar: %w", err))
-		}
-		return g, nil
-	}
-	schemaParam := rfParam + ".json_schema.schema"
-	if js == nil {
-		return nil, BadRequest(rfParam+".json_schema", "%s type \"json_schema\" needs a json_schema object with a schema", rfParam)
-	}
-	if rfParam == "text.format" {
-		schemaParam = "text.format.schema"
-	}
-	schema := bytes.TrimSpace(js.Schema)
-	if len(schema) == 0 || string(schema) == "null" {
-		return nil, BadRequest(schemaParam, "a json_schema format needs a schema")
-	}
-	g, err := grammar.FromJSONSchema(schema)
-	if err != nil {
-		var se *grammar.SchemaError
-		if errors.As(err, &se) {
-			return nil, BadRequest(schemaParam, "unsupported or invalid schema at %s: %s", se.Path, se.Msg)
-		}
-		return nil, BadRequest(schemaParam, "invalid schema: %v", err)
-	}
-	return g, nil
+	return nil, BadRequest(found[0].Param, "%s and %s both constrain the output; send one of them", found[0].Param, found[1].Param)
 }
 
-// formatGrammar is constraint for chat and legacy completions, with
-// llama-server's json_schema field (a bare schema) as a third way.
-func formatGrammar(rf *ResponseFormat, gbnf *string, schema json.RawMessage) (*grammar.Grammar, error) {
-	if s := bytes.TrimSpace(schema); len(s) > 0 && string(s) != "null" {
-		switch {
-		case gbnf != nil && *gbnf != "":
-			return nil, BadRequest("json_schema", "json_schema and grammar both constrain the output; send one of them")
-		case rf != nil && rf.Type != "" && rf.Type != "text":
-			return nil, BadRequest("json_schema", "json_schema and response_format %q both constrain the output; send one of them", rf.Type)
-		}
-		g, err := grammar.FromJSONSchema(s)
-		if err != nil {
-			var se *grammar.SchemaError
-			if errors.As(err, &se) {
-				return nil, BadRequest("json_schema", "unsupported or invalid schema at %s: %s", se.Path, se.Msg)
-			}
-			return nil, BadRequest("json_schema", "invalid schema: %v", err)
-		}
-		return g, nil
-	}
+// formatConstraint is constraint for chat and legacy completions.
+func formatConstraint(rf *ResponseFormat, gbnf *string, schema json.RawMessage) (*Constraint, error) {
 	if rf == nil {
-		return constraint("", nil, "response_format", gbnf)
+		return constraint("", nil, "response_format", gbnf, schema)
 	}
-	return constraint(rf.Type, rf.JSONSchema, "response_format", gbnf)
+	return constraint(rf.Type, rf.JSONSchema, "response_format", gbnf, schema)
 }

@@ -4,90 +4,72 @@ import (
 	"errors"
 	"strings"
 	"testing"
-
-	"github.com/strata-llm/strata/engine/grammar"
 )
 
-// TestConstraintFields decodes response_format, grammar and text.format
-// on every endpoint: accepted forms set a grammar that matches what they
-// promise; bad ones are 400s naming the field.
+// TestConstraintFields decodes response_format, text.format and
+// llama-server's grammar and json_schema on every endpoint: accepted
+// forms yield the constraint as sent, with the field it came in; badly
+// shaped ones are 400s naming the field. (Translating the grammar or
+// schema is the server's: daemon.TestConstraintTranslation.)
 func TestConstraintFields(t *testing.T) {
 	t.Parallel()
 	const msgs = `"model":"m","messages":[{"role":"user","content":"hi"}]`
-	const schema = `{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}`
-	v := func() *grammar.Vocab {
-		pieces := make([][]byte, 256)
-		for i := range pieces {
-			pieces[i] = []byte{byte(i)}
-		}
-		v, err := grammar.NewVocab(pieces, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}()
+	const schema = `{"type":"object","properties":{"a":{"type":"integer"}}}`
 	cases := []struct {
 		name     string
 		endpoint string // chat, completion, responses
 		body     string
-		param    string // "" = accepted
+		param    string // the constraint's Param, or the error's
+		kind     string // "" = no constraint; "error" = a 400
 		msg      string
-		accepts  string // accepted: a text the grammar must accept ("" = no grammar)
-		rejects  string
 	}{
-		{"text", "chat", `{` + msgs + `,"response_format":{"type":"text"}}`, "", "", "", ""},
-		{"json_object", "chat", `{` + msgs + `,"response_format":{"type":"json_object"}}`, "", "", `{"x":[1,{}]}`, `[1]`},
-		{"json_schema", "chat", `{` + msgs + `,"response_format":{"type":"json_schema","json_schema":{"name":"r","schema":` + schema + `,"strict":true}}}`, "", "", `{"a":1}`, `{"a":"1"}`},
-		{"json_schema not strict", "chat", `{` + msgs + `,"response_format":{"type":"json_schema","json_schema":{"name":"r","schema":` + schema + `,"strict":false}}}`, "", "", `{"a":1}`, `{}`},
-		{"grammar", "chat", `{` + msgs + `,"grammar":"root ::= \"yes\" | \"no\""}`, "", "", "yes", "maybe"},
-		{"empty grammar", "chat", `{` + msgs + `,"grammar":""}`, "", "", "", ""},
-		{"completion json_schema", "completion", `{"model":"m","prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"r","schema":` + schema + `}}}`, "", "", `{"a":-3}`, `{"a":1,"b":2}`},
-		{"completion grammar", "completion", `{"model":"m","prompt":"x","grammar":"root ::= [0-9]+"}`, "", "", "42", "4a"},
-		{"responses json_schema", "responses", `{"model":"m","input":"hi","text":{"format":{"type":"json_schema","name":"r","schema":` + schema + `,"strict":true}}}`, "", "", `{"a":0}`, `{"a":01}`},
-		{"responses json_object", "responses", `{"model":"m","input":"hi","text":{"format":{"type":"json_object"}}}`, "", "", `{}`, `"s"`},
-		{"responses text", "responses", `{"model":"m","input":"hi","text":{"format":{"type":"text"}}}`, "", "", "", ""},
+		{"text", "chat", `{` + msgs + `,"response_format":{"type":"text"}}`, "", "", ""},
+		{"json_object", "chat", `{` + msgs + `,"response_format":{"type":"json_object"}}`, "response_format", ConstraintJSONObject, ""},
+		{"json_schema", "chat", `{` + msgs + `,"response_format":{"type":"json_schema","json_schema":{"name":"r","schema":` + schema + `,"strict":true}}}`, "response_format.json_schema.schema", ConstraintJSONSchema, schema},
+		{"grammar", "chat", `{` + msgs + `,"grammar":"root ::= \"yes\""}`, "grammar", ConstraintGrammar, `root ::= "yes"`},
+		{"empty grammar", "chat", `{` + msgs + `,"grammar":""}`, "", "", ""},
+		{"bare json_schema", "chat", `{` + msgs + `,"json_schema":` + schema + `}`, "json_schema", ConstraintJSONSchema, schema},
+		{"completion json_schema", "completion", `{"model":"m","prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"r","schema":` + schema + `}}}`, "response_format.json_schema.schema", ConstraintJSONSchema, schema},
+		{"completion grammar", "completion", `{"model":"m","prompt":"x","grammar":"root ::= [0-9]+"}`, "grammar", ConstraintGrammar, "root ::= [0-9]+"},
+		{"completion bare json_schema", "completion", `{"model":"m","prompt":"x","json_schema":{}}`, "json_schema", ConstraintJSONSchema, "{}"},
+		{"responses json_schema", "responses", `{"model":"m","input":"hi","text":{"format":{"type":"json_schema","name":"r","schema":` + schema + `,"strict":true}}}`, "text.format.schema", ConstraintJSONSchema, schema},
+		{"responses json_object", "responses", `{"model":"m","input":"hi","text":{"format":{"type":"json_object"}}}`, "text.format", ConstraintJSONObject, ""},
+		{"responses text", "responses", `{"model":"m","input":"hi","text":{"format":{"type":"text"}}}`, "", "", ""},
 
-		{"llama-server json_schema", "chat", `{` + msgs + `,"json_schema":` + schema + `}`, "", "", `{"a":2}`, `{"a":true}`},
-		{"completion json_schema field", "completion", `{"model":"m","prompt":"x","json_schema":{"type":"array","items":{"type":"boolean"},"maxItems":1}}`, "", "", `[true]`, `[true,false]`},
-		{"json_schema and grammar", "completion", `{"model":"m","prompt":"x","json_schema":{},"grammar":"root ::= \"a\""}`, "json_schema", "both constrain", "", ""},
-		{"json_schema and response_format", "chat", `{` + msgs + `,"json_schema":{},"response_format":{"type":"json_object"}}`, "json_schema", "both constrain", "", ""},
-		{"bad json_schema", "chat", `{` + msgs + `,"json_schema":{"type":"string","pattern":"x"}}`, "json_schema", `keyword "pattern"`, "", ""},
-		{"unknown type", "chat", `{` + msgs + `,"response_format":{"type":"yaml"}}`, "response_format.type", "not supported", "", ""},
-		{"no json_schema", "chat", `{` + msgs + `,"response_format":{"type":"json_schema"}}`, "response_format.json_schema", "needs a json_schema", "", ""},
-		{"no schema", "chat", `{` + msgs + `,"response_format":{"type":"json_schema","json_schema":{"name":"r"}}}`, "response_format.json_schema.schema", "needs a schema", "", ""},
-		{"unsupported keyword", "chat", `{` + msgs + `,"response_format":{"type":"json_schema","json_schema":{"name":"r","schema":{"type":"string","pattern":"a+"}}}}`, "response_format.json_schema.schema", `keyword "pattern" is not supported`, "", ""},
-		{"bad required", "completion", `{"model":"m","prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"r","schema":{"type":"object","required":["z"]}}}}`, "response_format.json_schema.schema", `required property "z"`, "", ""},
-		{"bad grammar", "chat", `{` + msgs + `,"grammar":"root ::= (\"a\""}`, "grammar", "invalid grammar", "", ""},
-		{"undefined rule", "completion", `{"model":"m","prompt":"x","grammar":"root ::= x"}`, "grammar", `"x" is used in "root" but never defined`, "", ""},
-		{"both", "chat", `{` + msgs + `,"grammar":"root ::= \"a\"","response_format":{"type":"json_object"}}`, "grammar", "both constrain", "", ""},
-		{"grammar type", "chat", `{` + msgs + `,"grammar":5}`, "grammar", "invalid type", "", ""},
-		{"responses bad schema", "responses", `{"model":"m","input":"hi","text":{"format":{"type":"json_schema","name":"r","schema":{"type":"object","properties":{"n":{"type":"number","multipleOf":1}}}}}}`, "text.format.schema", `#/properties/n: keyword "multipleOf"`, "", ""},
-		{"responses no schema", "responses", `{"model":"m","input":"hi","text":{"format":{"type":"json_schema","name":"r"}}}`, "text.format.schema", "needs a schema", "", ""},
-		{"responses unknown format", "responses", `{"model":"m","input":"hi","text":{"format":{"type":"csv"}}}`, "text.format.type", "not supported", "", ""},
+		{"unknown type", "chat", `{` + msgs + `,"response_format":{"type":"yaml"}}`, "response_format.type", "error", "not supported"},
+		{"no json_schema", "chat", `{` + msgs + `,"response_format":{"type":"json_schema"}}`, "response_format.json_schema", "error", "needs a json_schema"},
+		{"no schema", "chat", `{` + msgs + `,"response_format":{"type":"json_schema","json_schema":{"name":"r"}}}`, "response_format.json_schema.schema", "error", "needs a schema"},
+		{"null schema", "completion", `{"model":"m","prompt":"x","response_format":{"type":"json_schema","json_schema":{"schema":null}}}`, "response_format.json_schema.schema", "error", "needs a schema"},
+		{"grammar and format", "chat", `{` + msgs + `,"grammar":"root ::= \"a\"","response_format":{"type":"json_object"}}`, "grammar", "error", "grammar and response_format both constrain"},
+		{"json_schema and grammar", "completion", `{"model":"m","prompt":"x","json_schema":{},"grammar":"root ::= \"a\""}`, "grammar", "error", "both constrain"},
+		{"json_schema and format", "chat", `{` + msgs + `,"json_schema":{},"response_format":{"type":"json_object"}}`, "json_schema", "error", "json_schema and response_format both constrain"},
+		{"grammar type", "chat", `{` + msgs + `,"grammar":5}`, "grammar", "error", "invalid type"},
+		{"responses no schema", "responses", `{"model":"m","input":"hi","text":{"format":{"type":"json_schema","name":"r"}}}`, "text.format.schema", "error", "needs a schema"},
+		{"responses unknown format", "responses", `{"model":"m","input":"hi","text":{"format":{"type":"csv"}}}`, "text.format.type", "error", "not supported"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			var g *grammar.Grammar
+			var got *Constraint
 			var err error
 			switch c.endpoint {
 			case "chat":
 				var r *Chat
 				if r, err = DecodeChat([]byte(c.body)); err == nil {
-					g = r.Grammar
+					got = r.Constraint
 				}
 			case "completion":
 				var r *Completion
 				if r, err = DecodeCompletion([]byte(c.body)); err == nil {
-					g = r.Grammar
+					got = r.Constraint
 				}
 			default:
 				var r *Responses
 				if r, err = DecodeResponses([]byte(c.body)); err == nil {
-					g = r.Grammar
+					got = r.Constraint
 				}
 			}
-			if c.param != "" {
+			if c.kind == "error" {
 				var e *Error
 				if !errors.As(err, &e) || e.Status != 400 || e.Param != c.param || !strings.Contains(e.Message, c.msg) {
 					t.Fatalf("got %v; want a 400 naming %q with %q", err, c.param, c.msg)
@@ -97,21 +79,14 @@ func TestConstraintFields(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if (g != nil) != (c.accepts != "") {
-				t.Fatalf("grammar %v, want one: %v", g, c.accepts != "")
-			}
-			if g == nil {
+			if c.kind == "" {
+				if got != nil {
+					t.Fatalf("constraint %+v for free text", got)
+				}
 				return
 			}
-			m, err := grammar.NewMatcher(g, v)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for text, want := range map[string]bool{c.accepts: true, c.rejects: false} {
-				s, err := m.AdvanceBytes(m.Start(), []byte(text))
-				if got := err == nil && s != grammar.Dead && m.Accepting(s); got != want {
-					t.Errorf("%q accepted = %v, want %v", text, got, want)
-				}
+			if got == nil || got.Kind != c.kind || got.Param != c.param || got.Text+string(got.Schema) != c.msg {
+				t.Fatalf("constraint %+v; want kind %q, param %q, content %q", got, c.kind, c.param, c.msg)
 			}
 		})
 	}

@@ -76,7 +76,7 @@ func DecodeResponses(body []byte) (*Responses, error) {
 		return nil, err
 	}
 	if r.Text != nil && r.Text.Format != nil {
-		if p.Grammar, err = constraint(r.Text.Format.Type, &r.Text.Format.JSONSchemaFormat, "text.format", nil); err != nil {
+		if p.Constraint, err = constraint(r.Text.Format.Type, &r.Text.Format.JSONSchemaFormat, "text.format", nil, nil); err != nil {
 			return nil, err
 		}
 	}

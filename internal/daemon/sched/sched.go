@@ -92,7 +92,8 @@ type Request struct {
 	// ("stop") as soon as nothing but its end may follow. Speculative
 	// steps stay on: each guess is verified under the mask of the state
 	// its predecessors lead to, so a guess the grammar forbids is simply
-	// rejected. The Matcher must be built over this model's tokenizer.
+	// rejected. Logprobs stay the model's own distribution, as without a
+	// grammar. The Matcher must be built over this model's tokenizer.
 	Grammar *grammar.Matcher
 }
 
