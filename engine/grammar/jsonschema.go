@@ -212,6 +212,10 @@ func compactJSON(b *strings.Builder, v any) {
 	}
 }
 
+// Literal is s as a GBNF string literal, for composing grammars around
+// SchemaGBNF's rules (a tool call's fixed text around its arguments).
+func Literal(s string) string { return literal(s) }
+
 // literal is s as a GBNF string literal.
 func literal(s string) string {
 	var b strings.Builder

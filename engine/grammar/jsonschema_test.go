@@ -435,7 +435,7 @@ func TestSchemaGBNFEmbeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := Parse("root ::= \"<call>\" args \"</call>\"\n" + rules)
+	g, err := Parse("root ::= " + Literal("<call>") + " args " + Literal("</call>\n\t\"\\") + "\n" + rules)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +443,7 @@ func TestSchemaGBNFEmbeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !matchText(t, m, `<call>{"q":"x"}</call>`) || matchText(t, m, `<call>{}</call>`) {
+	if !matchText(t, m, "<call>{\"q\":\"x\"}</call>\n\t\"\\") || matchText(t, m, "<call>{}</call>\n\t\"\\") {
 		t.Fatal("embedded schema grammar matches wrongly")
 	}
 }
