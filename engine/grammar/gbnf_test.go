@@ -185,6 +185,8 @@ func TestUTF8Partial(t *testing.T) {
 		{[]byte{0xED, 0xA0, 0x80}, true},     // a surrogate
 		{[]byte{0xF4, 0x90, 0x80}, true},     // beyond U+10FFFF
 		{[]byte{0xF0, 0x80, 0x80}, true},     // overlong four bytes
+		{[]byte{0xE0, 0x88}, true},           // can only end overlong
+		{[]byte{0xF4, 0x90}, true},           // can only end beyond U+10FFFF
 		{[]byte("é!"), false},                //
 		{[]byte("e!"), true},                 //
 		{[]byte{0xC3, 0xBF, '!', '!'}, true}, // nothing after the end
@@ -209,6 +211,11 @@ func TestUTF8Partial(t *testing.T) {
 	}
 	if s, _ := m.AdvanceBytes(m.Start(), []byte{0xED, 0xA0}); s != Dead {
 		t.Errorf("ED A0 (only surrogates follow) is alive under [^a]")
+	}
+	for _, in := range [][]byte{{0xE0, 0x88}, {0xE0, 0x9F}, {0xF0, 0x8F}, {0xF4, 0x90}, {0xC1}} {
+		if s, _ := m.AdvanceBytes(m.Start(), in); s != Dead {
+			t.Errorf("% x (only overlong or out-of-range endings) is alive under [^a]", in)
+		}
 	}
 	if !matchText(t, m, "✓") || matchText(t, m, "a") {
 		t.Errorf("[^a] on ✓ / a")

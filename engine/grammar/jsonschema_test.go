@@ -42,7 +42,7 @@ func testVocab(t testing.TB, name string) *Vocab {
 }
 
 // generate runs constrained generation with random logits (a fake
-// model: fresh standard-normal scores over the vocabulary every step)
+// model: fresh uniform scores over the vocabulary every step)
 // and returns the text and whether the grammar completed within limit
 // tokens.
 func generate(t testing.TB, m *Matcher, rng *rand.Rand, p sample.Params, limit int) (string, bool) {
@@ -69,7 +69,7 @@ func generate(t testing.TB, m *Matcher, rng *rand.Rand, p sample.Params, limit i
 			t.Fatalf("no token allowed after %q", out)
 		}
 		for i := range logits {
-			logits[i] = float32(rng.NormFloat64() * 3)
+			logits[i] = rng.Float32() * 8
 		}
 		mask.Apply(logits)
 		id := smp.Sample(logits, nil)
@@ -243,7 +243,7 @@ func TestSchemaProperty(t *testing.T) {
 			t.Fatal(err)
 		}
 		sch := compileSchema(t, schema)
-		p := sample.Params{Temperature: 1, TopP: 1, RepeatPenalty: 1, Seed: uint64(i)}
+		p := sample.Params{Temperature: 1, TopP: 1, TopK: 64, RepeatPenalty: 1, Seed: uint64(i)}
 		if i%4 == 0 {
 			p = sample.Greedy()
 		}
@@ -282,7 +282,7 @@ func TestJSONObject(t *testing.T) {
 	complete := 0
 	const runs = 12
 	for i := range runs {
-		out, ok := generate(t, m, r, sample.Params{Temperature: 1, TopP: 1, RepeatPenalty: 1, Seed: uint64(i)}, 600)
+		out, ok := generate(t, m, r, sample.Params{Temperature: 1, TopP: 1, TopK: 64, RepeatPenalty: 1, Seed: uint64(i)}, 600)
 		if !ok {
 			continue
 		}

@@ -288,7 +288,7 @@ func (m *Matcher) compute(s State, b byte) (State, error) {
 	shift := 6 * uint32(p.rem)
 	lo := max(p.val<<shift, minRune[p.n])
 	hi := min(p.val<<shift|(1<<shift-1), maxRune)
-	if !m.couldRead(stacks, lo, hi) {
+	if lo > hi || !m.couldRead(stacks, lo, hi) { // only overlong forms or beyond U+10FFFF left
 		return Dead, nil
 	}
 	return m.intern(slices.Clone(stacks), p)
