@@ -224,12 +224,23 @@ func compileSchema(t testing.TB, schema []byte) *jsonschema.Schema {
 // every output with an independent JSON Schema validator.
 func TestSchemaProperty(t *testing.T) {
 	t.Parallel()
-	schemas := 200
-	if testing.Short() {
-		schemas = 40
+	for _, c := range []struct {
+		vocab   string
+		schemas int
+	}{{"llama-spm", 200}, {"llama-bpe", 60}} {
+		t.Run(c.vocab, func(t *testing.T) {
+			t.Parallel()
+			schemas := c.schemas
+			if testing.Short() {
+				schemas /= 5
+			}
+			schemaProperty(t, testVocab(t, c.vocab), schemas, uint64(len(c.vocab)))
+		})
 	}
-	v := testVocab(t, "llama-spm")
-	r := rand.New(rand.NewPCG(1, 2))
+}
+
+func schemaProperty(t *testing.T, v *Vocab, schemas int, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 2))
 	gen := &schemaGen{r: r}
 	complete := 0
 	for i := range schemas {
