@@ -77,9 +77,12 @@ func (e *SchemaError) Error() string { return fmt.Sprintf("json schema at %s: %s
 // items with minItems and maxItems, minLength and maxLength, enum, const,
 // anyOf, oneOf (as anyOf: exact when the branches are disjoint), allOf of
 // one schema, minimum, maximum, exclusiveMinimum and exclusiveMaximum (for
-// a number: the values in range written without an exponent), $ref to any local pointer ($defs, definitions, "#"), the
-// boolean schemas, and the annotations (title, description, default,
-// examples, format, …), which constrain nothing. Anything else (pattern,
+// a number: the values in range written without an exponent), the
+// string formats date, time, date-time, uuid, ipv4, email, hostname and
+// uri (each a subset of the format, so a validator asserting formats
+// accepts the output), $ref to any local pointer ($defs, definitions,
+// "#"), the boolean schemas, and the annotations (title, description,
+// default, examples, other formats, …), which constrain nothing. Anything else (pattern,
 // multipleOf, prefixItems, patternProperties, …) is an error.
 func SchemaGBNF(schema []byte, name string) (string, error) {
 	if name == "" || strings.IndexFunc(name, func(r rune) bool { return r > 127 || !isNameByte(byte(r)) }) >= 0 {
@@ -242,7 +245,8 @@ func literal(s string) string {
 }
 
 // annotations are keywords that constrain nothing (format is an
-// annotation unless a validator opts in to asserting it).
+// annotation unless a validator opts in to asserting it; the formats of
+// stringFormats are followed all the same).
 var annotations = map[string]bool{
 	"title": true, "description": true, "default": true, "examples": true, "format": true,
 	"$schema": true, "$id": true, "$comment": true, "$defs": true, "definitions": true,
@@ -466,6 +470,14 @@ func (c *conv) typed(o *object, t, path string) (string, error) {
 		if err != nil {
 			return "", err
 		}
+		if f, ok := o.get("format"); ok {
+			if body, known := stringFormats[fmt.Sprint(f)]; known {
+				if lo > 0 || hi >= 0 {
+					return "", &SchemaError{path, fmt.Sprintf("format %q beside minLength or maxLength is not supported", f)}
+				}
+				return c.rule(`"\"" ` + body + ` "\""`), nil
+			}
+		}
 		if lo == 0 && hi < 0 {
 			return c.prim("string"), nil
 		}
@@ -668,3 +680,28 @@ func (c *conv) ref(v any, path string) (string, error) {
 	}
 	return name, nil
 }
+
+// stringFormats are the string formats the output follows (the text
+// between the quotes), each a subset of what the format allows, so that
+// a validator asserting formats accepts every output: dates stop at the
+// 28th in February, times at second 59.
+var stringFormats = func() map[string]string {
+	const (
+		date  = `[0-9]{4} "-" ( ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | "1" [0-9] | "2" [0-8] ) | ( "0" [13-9] | "1" [0-2] ) "-" ( "29" | "30" ) | ( "0" [13578] | "1" [02] ) "-31" )`
+		clock = `( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,9} )?`
+		zone  = `( [Zz] | [-+] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )`
+		hex   = `[0-9a-fA-F]`
+		octet = `( "25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9] )`
+		label = `[a-zA-Z0-9] ( [a-zA-Z0-9-]{0,20} [a-zA-Z0-9] )?`
+	)
+	return map[string]string{
+		"date":      date,
+		"time":      clock + " " + zone,
+		"date-time": date + ` [Tt] ` + clock + " " + zone,
+		"uuid":      fmt.Sprintf(`%[1]s{8} "-" %[1]s{4} "-" %[1]s{4} "-" %[1]s{4} "-" %[1]s{12}`, hex),
+		"hostname":  label + ` ( "." ` + label + ` ){0,3}`,
+		"uri":       `[a-z] [a-z0-9+.-]{0,10} "://" ` + label + ` ( "." ` + label + ` ){0,3} ( "/" [a-zA-Z0-9._~!$&'()*+,;=:@-]{0,30} ){0,8}`,
+		"ipv4":      octet + ` "." ` + octet + ` "." ` + octet + ` "." ` + octet,
+		"email":     `[a-zA-Z0-9_+-]{1,16} ( "." [a-zA-Z0-9_+-]{1,16} ){0,3} "@" ` + label + ` ( "." ` + label + ` ){0,2} "." [a-zA-Z]{2,10}`,
+	}
+}()

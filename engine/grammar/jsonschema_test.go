@@ -116,6 +116,9 @@ func (g *schemaGen) scalar(kind int) *object {
 	switch kind {
 	case 0:
 		s := obj("type", "string")
+		if g.r.IntN(3) == 0 {
+			return obj("type", "string", "format", []string{"date", "time", "date-time", "uuid", "ipv4", "email", "uri", "hostname"}[g.r.IntN(8)])
+		}
 		if g.r.IntN(2) == 0 {
 			lo := g.r.IntN(4)
 			s = obj("type", "string", "minLength", num(lo), "maxLength", num(lo+g.r.IntN(8)))
@@ -209,6 +212,7 @@ func compileSchema(t testing.TB, schema []byte) *jsonschema.Schema {
 		t.Fatal(err)
 	}
 	c := jsonschema.NewCompiler()
+	c.AssertFormat() // the formats the translation follows must hold
 	if err := c.AddResource("mem://schema.json", doc); err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +365,15 @@ func TestSchemaTexts(t *testing.T) {
 		{"number bounds", `{"type":"number","minimum":0,"maximum":1}`, []string{`0`, `1`, `0.25`, `0.0`}, []string{`-0.5`, `1.5`, `2`, `-1`}},
 		{"number exclusive", `{"type":"number","exclusiveMinimum":-2,"exclusiveMaximum":2}`, []string{`-1`, `-1.999`, `0`, `1.5`}, []string{`-2`, `2`, `-2.5`, `2.0`}},
 		{"number fractional bounds", `{"type":"number","minimum":-1.5,"maximum":2.5}`, []string{`-1`, `2`, `1.75`, `-0.5`}, []string{`-2`, `3`, `2.75`}},
-		{"annotations", `{"type":"string","title":"t","description":"d","format":"date","default":"x","examples":["y"]}`, []string{`"x"`}, nil},
+		{"date", `{"type":"string","format":"date"}`, []string{`"2024-02-28"`, `"1999-12-31"`, `"2023-04-30"`}, []string{`"2024-02-30"`, `"2023-04-31"`, `"2023-13-01"`, `"2023-00-10"`, `"2023-1-1"`}},
+		{"date-time", `{"type":"string","format":"date-time"}`, []string{`"2024-01-05T10:20:30Z"`, `"2024-01-05t23:59:59.123+05:30"`}, []string{`"2024-01-05 10:20:30Z"`, `"2024-01-05T24:00:00Z"`, `"2024-01-05T10:20:30"`}},
+		{"uuid", `{"type":"string","format":"uuid"}`, []string{`"123e4567-e89b-12d3-a456-426614174000"`}, []string{`"123e4567e89b12d3a456426614174000"`}},
+		{"ipv4", `{"type":"string","format":"ipv4"}`, []string{`"192.168.0.1"`, `"255.255.255.255"`}, []string{`"256.1.1.1"`, `"01.1.1.1"`, `"1.1.1"`}},
+		{"email", `{"type":"string","format":"email"}`, []string{`"a.b+c@example.co.uk"`}, []string{`"a..b@x.com"`, `"a@x"`, `"@x.com"`, `"a.@x.com"`}},
+		{"uri", `{"type":"string","format":"uri"}`, []string{`"https://example.com/a/b"`, `"s3://bucket"`, `"https://x.org/p;q=1/"`}, []string{`"example.com"`, `"http://"`}},
+		{"hostname", `{"type":"string","format":"hostname"}`, []string{`"a-b.example"`, `"localhost"`}, []string{`"-a.com"`, `"a_b"`}},
+		{"unfollowed format", `{"type":"string","format":"x-custom"}`, []string{`"anything"`}, nil},
+		{"annotations", `{"type":"string","title":"t","description":"d","format":"hostname-ish","default":"x","examples":["y"]}`, []string{`"x"`}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -404,6 +416,7 @@ func TestSchemaErrors(t *testing.T) {
 		{"multipleOf", `{"type":"object","properties":{"n":{"type":"integer","multipleOf":2}}}`, `#/properties/n: keyword "multipleOf"`},
 		{"empty range", `{"type":"integer","minimum":3,"maximum":2.5}`, "no integer lies within the bounds"},
 		{"bad bound", `{"type":"number","minimum":"1"}`, "minimum must be a number"},
+		{"format and length", `{"type":"string","format":"date","maxLength":4}`, "beside minLength or maxLength"},
 		{"prefixItems", `{"prefixItems":[{}]}`, `"prefixItems" is not supported`},
 		{"unknown type", `{"type":"date"}`, `unknown type "date"`},
 		{"bad type", `{"type":3}`, "type must be a string"},
