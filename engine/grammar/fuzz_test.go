@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -55,6 +56,23 @@ func FuzzFromJSONSchema(f *testing.F) {
 		}
 		if _, err := NewMatcher(g, v); err != nil {
 			t.Fatalf("schema %q translated into a grammar that cannot start: %v", schema, err)
+		}
+	})
+}
+
+// FuzzPattern: a pattern either translates into GBNF that parses, or is
+// refused with an error.
+func FuzzPattern(f *testing.F) {
+	for _, s := range []string{`^[a-z]+(\d{2,3})?$`, `(a|b)*?[^\s\]]\.`, `\u00e9\x41[\w-]{0,3}`, `[\b\0-\x1f"\\]`, `.{0,4}$`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, pattern string) {
+		e, err := patternGBNF(pattern)
+		if err != nil {
+			return
+		}
+		if _, err := Parse("root ::= " + e); err != nil && !errors.Is(err, ErrAmbiguous) && !strings.Contains(err.Error(), "too large") && !strings.Contains(err.Error(), "left-recursive") {
+			t.Fatalf("pattern %q translated into GBNF that does not parse: %v\n%s", pattern, err, e)
 		}
 	})
 }

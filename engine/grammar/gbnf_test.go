@@ -230,3 +230,27 @@ func TestAmbiguityBounded(t *testing.T) {
 		t.Fatalf("Parse: %v, want ErrAmbiguous", err)
 	}
 }
+
+// TestPatternEscapes covers what the validator's regular expressions lack
+// (\u escapes) by matching the translation directly.
+func TestPatternEscapes(t *testing.T) {
+	t.Parallel()
+	e, err := patternGBNF(`^\u00e9\x41[\u0041-\u0043]$`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Parse("root ::= " + e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMatcher(g, byteVocab(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !matchText(t, m, "éAB") || matchText(t, m, "éAD") {
+		t.Fatal(`\u and \x escapes translated wrongly`)
+	}
+	if _, err := patternGBNF(`\uD800`); err == nil {
+		t.Fatal("a surrogate escape was accepted")
+	}
+}

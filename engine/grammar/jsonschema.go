@@ -80,10 +80,12 @@ func (e *SchemaError) Error() string { return fmt.Sprintf("json schema at %s: %s
 // a number: the values in range written without an exponent), the
 // string formats date, time, date-time, uuid, ipv4, email, hostname and
 // uri (each a subset of the format, so a validator asserting formats
-// accepts the output), $ref to any local pointer ($defs, definitions,
-// "#"), the boolean schemas, and the annotations (title, description,
-// default, examples, other formats, …), which constrain nothing. Anything else (pattern,
-// multipleOf, prefixItems, patternProperties, …) is an error.
+// accepts the output), pattern (the whole string one match of the regular
+// expression; pattern.go says which syntax), $ref to any local pointer
+// ($defs, definitions, "#"), the boolean schemas, and the annotations
+// (title, description, default, examples, other formats, …), which
+// constrain nothing. Anything else (multipleOf, prefixItems,
+// patternProperties, …) is an error.
 func SchemaGBNF(schema []byte, name string) (string, error) {
 	if name == "" || strings.IndexFunc(name, func(r rune) bool { return r > 127 || !isNameByte(byte(r)) }) >= 0 {
 		return "", fmt.Errorf("json schema: rule name %q must be letters, digits, - and _", name)
@@ -257,7 +259,7 @@ var annotations = map[string]bool{
 var typeKeywords = map[string]string{
 	"properties": "object", "required": "object", "additionalProperties": "object",
 	"items": "array", "minItems": "array", "maxItems": "array",
-	"minLength": "string", "maxLength": "string",
+	"minLength": "string", "maxLength": "string", "pattern": "string",
 	"minimum": "number", "maximum": "number", "exclusiveMinimum": "number", "exclusiveMaximum": "number",
 }
 
@@ -469,6 +471,20 @@ func (c *conv) typed(o *object, t, path string) (string, error) {
 		lo, hi, err := bounds(o, "minLength", "maxLength", path)
 		if err != nil {
 			return "", err
+		}
+		if v, ok := o.get("pattern"); ok {
+			pat, isStr := v.(string)
+			if !isStr {
+				return "", &SchemaError{path + "/pattern", "pattern must be a string"}
+			}
+			if _, hasFormat := o.get("format"); lo > 0 || hi >= 0 || hasFormat {
+				return "", &SchemaError{path, "pattern beside minLength, maxLength or format is not supported"}
+			}
+			e, err := patternGBNF(pat)
+			if err != nil {
+				return "", &SchemaError{path + "/pattern", err.Error()}
+			}
+			return c.rule(`"\"" ` + e + ` "\""`), nil
 		}
 		if f, ok := o.get("format"); ok {
 			if body, known := stringFormats[fmt.Sprint(f)]; known {

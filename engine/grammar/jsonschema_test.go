@@ -116,6 +116,9 @@ func (g *schemaGen) scalar(kind int) *object {
 	switch kind {
 	case 0:
 		s := obj("type", "string")
+		if g.r.IntN(6) == 0 {
+			return obj("type", "string", "pattern", []string{`^[a-f0-9]{2,6}$`, `^(yes|no|maybe)!?$`, `\d{2}:\d{2}`, `^[^\s"\\]{0,8}$`, `^.{0,4}$`}[g.r.IntN(5)])
+		}
 		if g.r.IntN(3) == 0 {
 			return obj("type", "string", "format", []string{"date", "time", "date-time", "uuid", "ipv4", "email", "uri", "hostname"}[g.r.IntN(8)])
 		}
@@ -412,7 +415,13 @@ func TestSchemaErrors(t *testing.T) {
 		{"trailing", `{} {}`, "trailing data"},
 		{"false", `false`, "allows no value"},
 		{"not a schema", `[1]`, "must be an object or a boolean"},
-		{"pattern", `{"type":"string","pattern":"^a"}`, `keyword "pattern" is not supported`},
+		{"lookahead", `{"type":"string","pattern":"^(?=a)"}`, "#/pattern: lookaround"},
+		{"backreference", `{"type":"string","pattern":"(a)\\1"}`, `escape \1 is not supported`},
+		{"word boundary", `{"type":"string","pattern":"\\bx"}`, `\b (word boundary)`},
+		{"inner anchor", `{"type":"string","pattern":"a^b"}`, "anchor"},
+		{"dangling quantifier", `{"type":"string","pattern":"*a"}`, "follows nothing"},
+		{"unclosed group", `{"type":"string","pattern":"(ab"}`, "missing )"},
+		{"pattern and length", `{"type":"string","pattern":"a+","maxLength":3}`, "pattern beside"},
 		{"multipleOf", `{"type":"object","properties":{"n":{"type":"integer","multipleOf":2}}}`, `#/properties/n: keyword "multipleOf"`},
 		{"empty range", `{"type":"integer","minimum":3,"maximum":2.5}`, "no integer lies within the bounds"},
 		{"bad bound", `{"type":"number","minimum":"1"}`, "minimum must be a number"},
