@@ -439,21 +439,32 @@ func (m *Matcher) allowed(s State) (Mask, error) {
 	if s != Dead {
 		at := make([]State, v.maxDepth+1)
 		at[0] = s
-		for i := 0; i < len(v.nodeByte); {
-			d := v.nodeDepth[i]
-			ns, err := m.step(at[d-1], v.nodeByte[i])
-			if err != nil {
-				return nil, err
+		// The transition lookup is written out here (step on a miss
+		// only): this loop visits most of the trie's nodes.
+		trans := m.trans
+		nodeByte, nodeDepth, nodeSkip, tokStart, toks := v.nodeByte, v.nodeDepth, v.nodeSkip, v.tokStart, v.toks
+		for i := 0; i < len(nodeByte); {
+			d := int(nodeDepth[i])
+			cur := at[d-1]
+			var ns State
+			if t := trans[int(cur)<<8|int(nodeByte[i])]; t != 0 {
+				ns = State(t - 1)
+			} else {
+				var err error
+				if ns, err = m.step(cur, nodeByte[i]); err != nil {
+					return nil, err
+				}
+				trans = m.trans // step may have grown it
 			}
 			if ns == Dead {
-				i = int(v.nodeSkip[i])
+				i = int(nodeSkip[i])
 				continue
 			}
 			at[d] = ns
-			for _, id := range v.toks[v.tokStart[i]:v.tokStart[i+1]] {
+			for _, id := range toks[tokStart[i]:tokStart[i+1]] {
 				k[id>>6] |= 1 << (uint(id) & 63)
-				nText++
 			}
+			nText += int(tokStart[i+1] - tokStart[i])
 			i++
 		}
 		if m.states[s].accept {
