@@ -136,3 +136,16 @@ func (gs *grammars) bytes() int {
 	}
 	return n
 }
+
+// constrainJobSchema constrains j's output to JSON valid under schema,
+// for requests that must answer with a tool call; it has the shape of the
+// server's constrainSchema hook. A schema that does not translate is a
+// 400 naming "tools".
+func (s *Server) constrainJobSchema(j *job, schema []byte) error {
+	m, err := j.lm.constraintMatcher(&openai.Constraint{Kind: openai.ConstraintJSONSchema, Schema: schema, Param: "tools"})
+	if err != nil {
+		return err
+	}
+	j.req.Grammar = m
+	return nil
+}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -235,7 +236,7 @@ func TestStructuredOutputStories(t *testing.T) {
 	mustValidate(t, v, rs.Output[0].Content[0].Text)
 
 	// A schema the translation refuses is a 400 naming the field.
-	code, b = h.post(t, "/v1/chat/completions", `{"model":"tiny",`+msgs+`,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","pattern":"a"}}}}`)
+	code, b = h.post(t, "/v1/chat/completions", `{"model":"tiny",`+msgs+`,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"integer","multipleOf":2}}}}`)
 	if code != 400 || !strings.Contains(string(b), `"param":"response_format.json_schema.schema"`) {
 		t.Fatalf("bad schema: %d %s", code, b)
 	}
@@ -320,7 +321,7 @@ func TestConstraintTranslation(t *testing.T) {
 	}
 	msgs := `"model":"tiny","messages":[{"role":"user","content":"hi"}]`
 	for _, c := range []struct{ body, param, msg string }{
-		{`{` + msgs + `,"response_format":{"type":"json_schema","json_schema":{"name":"r","schema":{"type":"string","pattern":"a+"}}}}`, "response_format.json_schema.schema", `keyword \"pattern\" is not supported`},
+		{`{` + msgs + `,"response_format":{"type":"json_schema","json_schema":{"name":"r","schema":{"type":"string","pattern":"(?=a)"}}}}`, "response_format.json_schema.schema", `lookaround`},
 		{`{` + msgs + `,"response_format":{"type":"json_schema","json_schema":{"name":"r","schema":{"type":"object","required":["z"]}}}}`, "response_format.json_schema.schema", `required property \"z\"`},
 		{`{` + msgs + `,"grammar":"root ::= (\"a\""}`, "grammar", "invalid grammar"},
 		{`{` + msgs + `,"grammar":"root ::= x"}`, "grammar", `\"x\" is used in \"root\" but never defined`},
@@ -332,8 +333,36 @@ func TestConstraintTranslation(t *testing.T) {
 			t.Errorf("%s: %d %s; want a 400 naming %s with %s", c.body, code, b, c.param, c.msg)
 		}
 	}
-	code, b := h.post(t, PathResponses, `{"model":"tiny","input":"hi","text":{"format":{"type":"json_schema","name":"r","schema":{"type":"string","pattern":"x"}}}}`)
+	code, b := h.post(t, PathResponses, `{"model":"tiny","input":"hi","text":{"format":{"type":"json_schema","name":"r","schema":{"type":"string","pattern":"\\bx"}}}}`)
 	if code != 400 || !strings.Contains(string(b), `"param":"text.format.schema"`) {
 		t.Errorf("responses: %d %s", code, b)
+	}
+}
+
+// TestConstrainJobSchema: the hook a required tool call goes through
+// constrains the job's request, and names "tools" when the schema does
+// not translate.
+func TestConstrainJobSchema(t *testing.T) {
+	t.Parallel()
+	h := start(t, opts{})
+	lm, err := h.srv.lookup(tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &job{lm: lm}
+	if err := h.srv.constrainJobSchema(j, []byte(`{"type":"object","properties":{"name":{"const":"f"},"arguments":{"type":"object"}},"required":["name","arguments"]}`)); err != nil {
+		t.Fatal(err)
+	}
+	m := j.req.Grammar
+	if m == nil {
+		t.Fatal("no grammar on the job")
+	}
+	s, err := m.AdvanceBytes(m.Start(), []byte(`{"name":"f","arguments":{"x":1}}`))
+	if err != nil || !m.Accepting(s) {
+		t.Fatalf("a call under the schema is refused: %v", err)
+	}
+	var oe *openai.Error
+	if err := h.srv.constrainJobSchema(&job{lm: lm}, []byte(`{"type":"string","pattern":"(?=x)"}`)); !errors.As(err, &oe) || oe.Param != "tools" {
+		t.Fatalf("bad schema: %v", err)
 	}
 }

@@ -346,7 +346,7 @@ func TestResponsesRefusals(t *testing.T) {
 		{`{"model":"tiny","input":"x","tools":[{"type":"function","name":"f"}]}`, "tools"},
 		{`{"model":"tiny","input":"x","previous_response_id":"resp_1"}`, "previous_response_id"},
 		{`{"model":"tiny","input":"x","text":{"format":{"type":"csv"}}}`, "text.format.type"},
-		{`{"model":"tiny","input":"x","text":{"format":{"type":"json_schema","name":"r","schema":{"type":"string","pattern":"x"}}}}`, "text.format.schema"},
+		{`{"model":"tiny","input":"x","text":{"format":{"type":"json_schema","name":"r","schema":{"type":"string","pattern":"(?!x)"}}}}`, "text.format.schema"},
 		{`{"model":"tiny","input":[{"role":"tool","content":"x"}]}`, "input[0].role"},
 		{`{"model":"tiny","input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]}`, "input[0].content"},
 		{`{"model":"tiny","input":"x","max_output_tokens":0}`, "max_output_tokens"},

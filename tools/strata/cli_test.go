@@ -143,7 +143,7 @@ func TestCLI(t *testing.T) {
 			{[]string{"model", "synth", "--shape", "huge", "-o", filepath.Join(dir, "x.gguf")}, 2, "huge"},
 			{[]string{"model", "inspect"}, 2, "exactly one FILE"},
 			{[]string{"run", "--no-such-flag"}, 2, "no-such-flag"},
-			{[]string{"run", "--model", model, "--json-schema", `{"type":"string","pattern":"a"}`}, 2, `"pattern" is not supported`},
+			{[]string{"run", "--model", model, "--json-schema", `{"type":"integer","multipleOf":2}`}, 2, `"multipleOf" is not supported`},
 			{[]string{"run", "--model", model, "--grammar-file", filepath.Join(dir, "missing.gbnf")}, exitNotFound, "missing.gbnf"},
 			{[]string{"run", "--model", model, "--json-schema", "{}", "--grammar-file", "x"}, 2, "give one"},
 		} {

@@ -72,7 +72,7 @@ const rso = await client.responses.create({
 out.responseStructured = { status: rso.status, format: rso.text.format.type, ...checkPerson(rso.output_text) };
 try {
   await client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }],
-    response_format: { type: "json_schema", json_schema: { name: "bad", schema: { type: "string", pattern: "^a" } } } });
+    response_format: { type: "json_schema", json_schema: { name: "bad", schema: { type: "integer", multipleOf: 3 } } } });
   out.badSchema = "no error";
 } catch (e) {
   out.badSchema = { status: e.status, param: e.param ?? e.error?.param };
