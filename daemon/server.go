@@ -134,6 +134,7 @@ type loaded struct {
 	budgets    api.Budgets
 	fileBytes  int64
 	draft      *engine.Engine // the draft model (LoadRequest.Draft); nil without
+	grammars   grammars       // constrained output's vocabulary and matchers
 }
 
 // New builds a Server. It loads no model; call LoadFile or use the admin

@@ -75,6 +75,8 @@ func runCommand() *cli.Command {
 			&cli.BoolFlag{Name: "lookup", Usage: "speculative decoding by prompt lookup (guesses from earlier repeats of the text's last tokens), when no --draft is given"},
 			&cli.IntFlag{Name: "max-draft", Value: 8, Usage: "most guesses one pass verifies (the number used adapts to the acceptance and the measured costs)"},
 			&cli.StringFlag{Name: "skip-layers", Usage: "leave layers out of every pass (CPU backend; costs quality, see strata bench quality): auto, a count N, or a list 4,9 (off by default)"},
+			&cli.StringFlag{Name: "grammar-file", Usage: "constrain the output to this GBNF grammar (llama.cpp's notation)"},
+			&cli.StringFlag{Name: "json-schema", Usage: "constrain the output to JSON valid under this JSON Schema (inline, or @FILE)"},
 			&cli.BoolFlag{Name: "no-hybrid", Usage: "on a GPU, keep the CPU out of the passes: every tier-B layer crosses PCIe whole (default: the CPU computes the FFN of the tier-B layers the hybrid plan gives it)"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -122,6 +124,10 @@ func runCommand() *cli.Command {
 			}
 			if cmd.Int("max-draft") < 1 {
 				return usagef("--max-draft must be positive")
+			}
+			g, err := runGrammar(cmd.String("grammar-file"), cmd.String("json-schema"))
+			if err != nil {
+				return err
 			}
 			// Links are measured on demand, once, if the model must stream.
 			o.LinkCache = engine.NewLinkCache()
@@ -172,8 +178,12 @@ func runCommand() *cli.Command {
 			case cmd.Bool("lookup"):
 				gopts.Drafter = sched.Lookup{MinN: 1, MaxN: 4}
 			}
+			m, err := runMatcher(g, e.Tok)
+			if err != nil {
+				return err
+			}
 			// The daemon's scheduler, in this process: the one decode loop.
-			res, err := sched.GenerateWith(ctx, e.Backend(), e.Tok, sched.Request{Prompt: ids, MaxTokens: maxTokens, Sample: params}, gopts,
+			res, err := sched.GenerateWith(ctx, e.Backend(), e.Tok, sched.Request{Prompt: ids, MaxTokens: maxTokens, Sample: params, Grammar: m}, gopts,
 				func(ev sched.Event) error {
 					_, err := os.Stdout.WriteString(ev.Text)
 					return err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -103,6 +104,20 @@ func TestOfficialOpenAIClient(t *testing.T) {
 			Types  []string
 			Tools  int
 		} `json:"responseTools"`
+		Structured struct {
+			Finish string
+			Keys   []string
+			OK     bool
+		} `json:"structured"`
+		ResponseStructured struct {
+			Status, Format string
+			Keys           []string
+			OK             bool
+		} `json:"responseStructured"`
+		BadSchema struct {
+			Status int
+			Param  string
+		} `json:"badSchema"`
 		Error struct {
 			Status int
 			Type   string
@@ -155,6 +170,19 @@ func TestOfficialOpenAIClient(t *testing.T) {
 	}
 	if rt := got.ResponseTools; rt.Tools != 1 || len(rt.Types) == 0 || (rt.Status != "completed" && rt.Status != "incomplete") {
 		t.Errorf("responses.create with function tools %+v", rt)
+	}
+	// The tiny model's weights are random: only the constraint makes its
+	// output an object with these keys, in this order, of these types.
+	wantKeys := []string{"ok", "pick", "count"}
+	if got.Structured.Finish != "stop" || !got.Structured.OK || !slices.Equal(got.Structured.Keys, wantKeys) {
+		t.Errorf("structured output (response_format json_schema) %+v", got.Structured)
+	}
+	if got.ResponseStructured.Status != "completed" || got.ResponseStructured.Format != "json_schema" ||
+		!got.ResponseStructured.OK || !slices.Equal(got.ResponseStructured.Keys, wantKeys) {
+		t.Errorf("structured output (responses text.format) %+v", got.ResponseStructured)
+	}
+	if got.BadSchema.Status != 400 || got.BadSchema.Param != "response_format.json_schema.schema" {
+		t.Errorf("an unsupported schema as the client sees it: %+v", got.BadSchema)
 	}
 	if got.Error.Status != 404 || got.Error.Code != "model_not_found" {
 		t.Errorf("unknown model error as the client sees it: %+v", got.Error)
