@@ -179,6 +179,12 @@ func New(cfg Config) (*Server, error) {
 		links:   engine.NewLinkCache(),
 		devices: newDeviceRegistry(cfg.Log.Named("devices"), nvmehost.Host{})}
 	s.metrics.reg.MustRegister(pipelineCollector{s})
+	s.constrainSchema = func(j *job, schema []byte) error {
+		if j.req.Grammar != nil {
+			return openai.BadRequest("tool_choice", "a required tool call cannot be combined with response_format, json_schema or grammar")
+		}
+		return s.constrainJobSchema(j, schema)
+	}
 	s.handler = s.routes()
 	return s, nil
 }

@@ -159,12 +159,10 @@ func TestOfficialOpenAIClient(t *testing.T) {
 	if w, st := got.Tools.Second, got.Tools.Streamed; w.Finish != st.Finish || w.text() != st.text() || w.callsText() != st.callsText() {
 		t.Errorf("streamed tools answer %+v differs from the whole one %+v", got.Tools.Streamed, got.Tools.Second)
 	}
-	// A named function must be called. A server without constrained
-	// decoding refuses the request instead, naming tool_choice.
+	// A named function must be called: constrained decoding makes even
+	// the tiny model's random weights call it.
 	if n := got.Tools.Named; n.Status != 0 {
-		if n.Status != 400 || n.Param != "tool_choice" {
-			t.Errorf("named tool_choice refused with %d naming %q, want 400 naming tool_choice", n.Status, n.Param)
-		}
+		t.Errorf("named tool_choice refused with %d naming %q", n.Status, n.Param)
 	} else if n.check(t, "named tool_choice"); n.Finish != "tool_calls" || len(n.Calls) != 1 || n.Calls[0].Name != "wx" {
 		t.Errorf("named tool_choice answered %+v, want one call of wx", n)
 	}
