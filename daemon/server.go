@@ -269,6 +269,13 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 		drafter = sched.ModelDrafter{B: draft.Backend()}
 	case req.Lookup:
 		drafter = sched.Lookup{MinN: 1, MaxN: 4}
+	case req.SelfDraft != 0:
+		draft, err = engine.OpenSelfDraft(ctx, path, eng, req.SelfDraft, engine.Options{Context: req.Context, LinkCache: s.links, Logger: s.log.Named("self-draft")})
+		if err != nil {
+			eng.Close()
+			return api.ModelStatus{}, openai.BadRequest("self_draft", "%v", err)
+		}
+		drafter = sched.ModelDrafter{B: draft.Backend(), Label: "self"}
 	}
 	feed := &tierFeed{m: s.metrics, eng: eng}
 	sc := sched.New(eng.Backend(), eng.Tok, sched.Config{

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // calibration is the text layer skip calibrates on when it chooses the
@@ -22,10 +23,32 @@ var calibration string
 // hidden state leaves it nearly as it entered.
 const autoCosine = 0.98
 
+// streamedBonus is how much more similar a streamed layer counts as when
+// layers are ranked for skipping: leaving it out also saves its bytes on
+// the link every pass, so of two layers that turn the hidden state about
+// as little, the streamed one goes first.
+const streamedBonus = 0.005
+
+// skipScores are the layers' cosines with each streamed layer's raised by
+// streamedBonus: the ranking layer skip goes by.
+func (e *Engine) skipScores(cos []float64) []float64 {
+	score := slices.Clone(cos)
+	if e.plan == nil {
+		return score
+	}
+	for _, l := range e.plan.Layers {
+		if l.Tier != tier.TierA && l.Index < len(score) {
+			score[l.Index] += streamedBonus
+		}
+	}
+	return score
+}
+
 // SkipLayers chooses the layers to leave out of every pass from spec:
 // "auto" (the layers whose hidden state turns least: cosine of the state
 // entering and leaving at least autoCosine, on the built-in calibration
-// text), "N" (the N layers that turn it least) or a list "4,9" (a single
+// text), "N" (the N layers that turn it least; a streamed layer counts as
+// streamedBonus more similar, see skipScores) or a list "4,9" (a single
 // layer as "4,"). It returns the layers and their cosines (nil for a
 // list). Skipping costs quality: `strata bench quality` measures how much.
 func (e *Engine) SkipLayers(ctx context.Context, spec string) ([]int, []float64, error) {
@@ -64,10 +87,11 @@ func (e *Engine) SkipLayers(ctx context.Context, spec string) ([]int, []float64,
 	if err != nil {
 		return nil, nil, fmt.Errorf("skip layers: calibrating: %w", err)
 	}
-	order := model.BySimilarity(cos)
+	score := e.skipScores(cos)
+	order := model.BySimilarity(score)
 	if n < 0 {
 		n = 0
-		for n < L-1 && cos[order[n]] >= autoCosine {
+		for n < L-1 && score[order[n]] >= autoCosine {
 			n++
 		}
 	}

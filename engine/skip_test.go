@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/prefab"
+	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/internal/synth"
 )
 
@@ -65,5 +67,77 @@ func TestSkipLayers(t *testing.T) {
 	}
 	if _, err := engine.OpenWith(ctx, path, engine.Options{Backend: engine.BackendCPU, Skip: "7,"}); err == nil {
 		t.Fatal("a layer past the model's accepted")
+	}
+}
+
+// TestSkipStreamed: on a pool whose layers stream on the CPU, the skipped
+// layers are neither read nor copied, the tokens are those of the
+// resident engine with the same layers skipped, and a count prefers a
+// streamed layer over a resident one that turns the hidden state only a
+// little less (skipScores).
+func TestSkipStreamed(t *testing.T) {
+	pool, _ := stackedPool(t, "llama", "q8_0", 1, 2, 3)
+	ctx := context.Background()
+	res, err := engine.OpenWith(ctx, pool, engine.Options{Backend: engine.BackendCPU, Context: 256, Skip: "1,4,"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantIDs, wantText, err := greedy(t, res, 10)
+	res.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.OpenWith(ctx, pool, engine.Options{Backend: engine.BackendCPU, Context: 256, Tiers: "mixed", Depth: 2, Links: defaultLinks(), Skip: "1,4,"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ids, text, err := greedy(t, e, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameIDs(ids, wantIDs) || text != wantText {
+		t.Fatalf("streamed with layers 1 and 4 skipped: %v %q, resident %v %q", ids, text, wantIDs, wantText)
+	}
+	p := e.Plan()
+	var moved, read int64
+	pf, err := prefab.OpenPool(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Close()
+	for i, l := range p.Layers {
+		if l.Tier == tier.TierA || i == 1 || i == 4 {
+			continue
+		}
+		moved += pf.Extent(i).Length
+		if l.Tier == tier.TierC {
+			read += pf.Extent(i).Length
+		}
+	}
+	if st := e.PipelineStats(); st.Passes < 2 || st.Copy.Bytes != st.Passes*moved || st.Read.Bytes != st.Passes*read {
+		t.Fatalf("%d passes: copied %d read %d, want %d and %d a pass (layers 1 and 4 left out)", st.Passes, st.Copy.Bytes, st.Read.Bytes, moved, read)
+	}
+
+	streamed := map[int]bool{}
+	for _, l := range p.Layers {
+		streamed[l.Index] = l.Tier != tier.TierA
+	}
+	got, cos, err := e.SkipLayers(ctx, "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	score := func(l int) float64 {
+		if streamed[l] {
+			return cos[l] + 0.005
+		}
+		return cos[l]
+	}
+	for l := range cos {
+		for _, s := range got {
+			if !slices.Contains(got, l) && score(l) > score(s) {
+				t.Fatalf("layer %d (cosine %.4f, streamed %v) kept while %d (%.4f, streamed %v) is skipped", l, cos[l], streamed[l], s, cos[s], streamed[s])
+			}
+		}
 	}
 }

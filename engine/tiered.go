@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -130,6 +131,11 @@ func OpenWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	skip, _, err := e.SkipLayers(ctx, o.Skip)
 	if err == nil {
 		err = e.Model.SetSkip(skip)
+	}
+	if err == nil && e.pipe != nil {
+		// The pipeline leaves them out too: a skipped streamed layer is
+		// not read or copied at all.
+		err = e.pipe.SetSkip(skip)
 	}
 	if err != nil {
 		e.Close()
@@ -480,20 +486,84 @@ func (e *Engine) LastPassStats() *stream.Stats {
 	return &st
 }
 
-// OpenDraft opens the model at path on the CPU as target's draft model
-// (speculative decoding: its guesses are checked against target's
-// tokens), refusing one whose vocabulary differs. o's Backend is
-// overridden.
+// OpenDraft opens the model at path as target's draft model (speculative
+// decoding: its guesses are checked against target's tokens), refusing
+// one whose vocabulary differs. The draft runs where target runs: on the
+// GPU a drafted token costs a fraction of what it costs on the CPU, and
+// the CPU may be busy with target's own hybrid share. Where it cannot
+// load there (device memory taken by target), it runs on the CPU. o's
+// Backend is overridden.
 func OpenDraft(ctx context.Context, path string, target *Engine, o Options) (*Engine, error) {
 	o.Backend = BackendCPU
+	if target.binfo.Name == BackendCUDA {
+		o.Backend = BackendCUDA
+		o.NoHybrid = true // the draft is small: resident, never streamed
+		d, err := OpenWith(ctx, path, o)
+		if err == nil && d.binfo.Name == BackendCUDA {
+			if err := checkDraftVocab(path, d, target); err != nil {
+				d.Close()
+				return nil, err
+			}
+			return d, nil
+		}
+		if err == nil {
+			d.Close()
+		}
+		if o.Logger != nil {
+			o.Logger.Info("the draft model runs on the CPU: it did not load on the GPU", "path", path, "error", err)
+		}
+		o.Backend = BackendCPU
+	}
 	d, err := OpenWith(ctx, path, o)
 	if err != nil {
 		return nil, fmt.Errorf("draft model %s: %w", path, err)
 	}
-	if d.Model.Config.Vocab != target.Model.Config.Vocab {
+	if err := checkDraftVocab(path, d, target); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("draft model %s has %d tokens, the model %d: speculation needs the same vocabulary",
-			path, d.Model.Config.Vocab, target.Model.Config.Vocab)
+		return nil, err
 	}
 	return d, nil
+}
+
+// OpenSelfDraft makes target's own drafter: its first layers, then
+// straight to the output head (an early exit), with a cache of its own.
+// layers is how many it keeps (0: a quarter of the model's). Guessing
+// costs that fraction of a plain pass and no second model; how often the
+// guesses hold is what `strata bench quality` reports as the
+// self-drafter's acceptance. On a GPU whose first layers are resident the
+// drafter is target's own model there (its passes stop after layers; its
+// sequences take target's slots); otherwise path is opened again on the
+// CPU with the later layers skipped (the file is mapped again, so its
+// pages are shared with target's, not copied).
+func OpenSelfDraft(ctx context.Context, path string, target *Engine, layers int, o Options) (*Engine, error) {
+	L := target.Model.Config.Layers
+	if layers == 0 {
+		layers = max(1, L/4)
+	}
+	if layers < 1 || layers >= L {
+		return nil, fmt.Errorf("self-draft: %d layers of a %d-layer model (want 1..%d)", layers, L, L-1)
+	}
+	if d, ok := selfDraftCUDA(target, layers); ok {
+		return d, nil
+	}
+	skip := make([]string, 0, L-layers)
+	for l := layers; l < L; l++ {
+		skip = append(skip, strconv.Itoa(l))
+	}
+	o.Backend = BackendCPU
+	o.Skip = strings.Join(skip, ",") + ","
+	d, err := OpenWith(ctx, path, o)
+	if err != nil {
+		return nil, fmt.Errorf("self-draft of %s: %w", path, err)
+	}
+	return d, nil
+}
+
+// checkDraftVocab refuses a draft whose vocabulary differs from target's.
+func checkDraftVocab(path string, d, target *Engine) error {
+	if d.Model.Config.Vocab != target.Model.Config.Vocab {
+		return fmt.Errorf("draft model %s has %d tokens, the model %d: speculation needs the same vocabulary",
+			path, d.Model.Config.Vocab, target.Model.Config.Vocab)
+	}
+	return nil
 }

@@ -1314,7 +1314,7 @@ bf16AVX2_done:
 	RET
 
 // func q4kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C, MMX+
 TEXT ·q4kAVX512(SB), NOSPLIT, $64-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
@@ -1337,6 +1337,11 @@ q4kAVX512_row:
 q4kAVX512_pair:
 	CMPQ          R8, $0x02
 	JB            q4kAVX512_single
+	PREFETCHT0    4096(AX)
+	PREFETCHT0    4160(AX)
+	PREFETCHT0    4224(AX)
+	PREFETCHT0    4288(AX)
+	PREFETCHT0    4352(AX)
 	MOVL          4(AX), R9
 	MOVL          8(AX), R10
 	MOVL          12(AX), R11
@@ -1631,7 +1636,7 @@ q4kAVX512_done:
 	RET
 
 // func q5kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C, MMX+
 TEXT ·q5kAVX512(SB), NOSPLIT, $64-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
@@ -1658,6 +1663,12 @@ q5kAVX512_row:
 q5kAVX512_pair:
 	CMPQ          R8, $0x02
 	JB            q5kAVX512_single
+	PREFETCHT0    4096(AX)
+	PREFETCHT0    4160(AX)
+	PREFETCHT0    4224(AX)
+	PREFETCHT0    4288(AX)
+	PREFETCHT0    4352(AX)
+	PREFETCHT0    4416(AX)
 	MOVL          4(AX), R9
 	MOVL          8(AX), R10
 	MOVL          12(AX), R11
@@ -2000,7 +2011,7 @@ q5kAVX512_done:
 	RET
 
 // func q6kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C, MMX+
 TEXT ·q6kAVX512(SB), NOSPLIT, $64-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
@@ -2024,6 +2035,13 @@ q6kAVX512_row:
 q6kAVX512_pair:
 	CMPQ            DI, $0x02
 	JB              q6kAVX512_single
+	PREFETCHT0      4096(AX)
+	PREFETCHT0      4160(AX)
+	PREFETCHT0      4224(AX)
+	PREFETCHT0      4288(AX)
+	PREFETCHT0      4352(AX)
+	PREFETCHT0      4416(AX)
+	PREFETCHT0      4480(AX)
 	VPMOVSXBW       192(AX), Y5
 	VMOVDQU32       Y5, (SP)
 	VPMOVZXBW       (AX), Z5
@@ -2634,7 +2652,7 @@ DATA q6kHigh512<>+63(SB)/1, $0x10
 GLOBL q6kHigh512<>(SB), RODATA|NOPTR, $64
 
 // func q4kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
 TEXT ·q4kVNNI(SB), NOSPLIT, $64-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
@@ -2657,6 +2675,11 @@ q4kVNNI_row:
 q4kVNNI_pair:
 	CMPQ          R8, $0x02
 	JB            q4kVNNI_single
+	PREFETCHT0    4096(AX)
+	PREFETCHT0    4160(AX)
+	PREFETCHT0    4224(AX)
+	PREFETCHT0    4288(AX)
+	PREFETCHT0    4352(AX)
 	MOVL          4(AX), R9
 	MOVL          8(AX), R10
 	MOVL          12(AX), R11
@@ -2939,7 +2962,7 @@ q4kVNNI_done:
 	RET
 
 // func q5kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
 TEXT ·q5kVNNI(SB), NOSPLIT, $64-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
@@ -2966,6 +2989,12 @@ q5kVNNI_row:
 q5kVNNI_pair:
 	CMPQ          R8, $0x02
 	JB            q5kVNNI_single
+	PREFETCHT0    4096(AX)
+	PREFETCHT0    4160(AX)
+	PREFETCHT0    4224(AX)
+	PREFETCHT0    4288(AX)
+	PREFETCHT0    4352(AX)
+	PREFETCHT0    4416(AX)
 	MOVL          4(AX), R9
 	MOVL          8(AX), R10
 	MOVL          12(AX), R11
@@ -3296,7 +3325,7 @@ q5kVNNI_done:
 	RET
 
 // func q6kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
 TEXT ·q6kVNNI(SB), NOSPLIT, $64-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
@@ -3320,6 +3349,13 @@ q6kVNNI_row:
 q6kVNNI_pair:
 	CMPQ            DI, $0x02
 	JB              q6kVNNI_single
+	PREFETCHT0      4096(AX)
+	PREFETCHT0      4160(AX)
+	PREFETCHT0      4224(AX)
+	PREFETCHT0      4288(AX)
+	PREFETCHT0      4352(AX)
+	PREFETCHT0      4416(AX)
+	PREFETCHT0      4480(AX)
 	VPMOVSXBW       192(AX), Y5
 	VMOVDQU32       Y5, (SP)
 	VPXORD          Z6, Z6, Z6
@@ -3594,7 +3630,7 @@ q6kVNNI_done:
 	RET
 
 // func q8AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C, MMX+
 TEXT ·q8AVX512(SB), NOSPLIT, $0-72
 	MOVQ      w+0(FP), AX
 	MOVQ      rows+16(FP), CX
@@ -3614,6 +3650,11 @@ q8AVX512_row:
 q8AVX512_group:
 	CMPQ          DI, $0x08
 	JB            q8AVX512_tail
+	PREFETCHT0    4096(AX)
+	PREFETCHT0    4160(AX)
+	PREFETCHT0    4224(AX)
+	PREFETCHT0    4288(AX)
+	PREFETCHT0    4352(AX)
 	VPMOVSXBW     2(AX), Z3
 	VPMADDWD      (BX), Z3, Z3
 	VPMOVSXBW     36(AX), Z6

@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -60,13 +61,53 @@ type hybrid struct {
 	host    map[int]*model.Layer // eligible layers' FFN tensors in tier B's pinned memory
 	attn    map[int]int64        // eligible layers' bytes with the FFN on the CPU (whole: tierB.size)
 	plans   []tier.HybridPlan    // by batch size - 1
-	rates   []float64            // measured CPU FFN rate by batch size - 1 (nil with given plans)
+	rates   []float64            // CPU FFN rate each plan was made for, by batch size - 1 (nil with given plans)
+	planner *hybridPlanner       // what re-planning needs (nil with given plans)
+	seen    []hybridSeen         // the CPU's FFNs in passes since the last plan, by batch size - 1
+	lastT   int                  // the previous pass's tokens when the CPU took part in it, else 0
 	applied int                  // plan whose lengths the pipeline has; -1: every layer whole
 	on      []bool               // per layer: FFN on the CPU this pass
 	buf     *cudadrv.HostMem     // hidden state, capT rows of Dim float32
 	rows    [][]float32          // buf's rows
 	stats   HybridStats
 }
+
+// hybridPlanner holds what PlanHybrid is given, so that a batch size's
+// plan can be made again from the rate the CPU shows in passes.
+type hybridPlanner struct {
+	layers []tier.HybridLayer
+	depth  int
+	h2d    float64
+	hop    time.Duration
+}
+
+// hybridSeen is the CPU's FFN work at one batch size in passes since that
+// size's plan was made.
+type hybridSeen struct {
+	passes  int
+	bytes   int64
+	busy    time.Duration
+	replans int
+	// The copy stage's bytes and busy time in those passes: PCIe's rate
+	// while the CPU reads the same DRAM.
+	copyBytes int64
+	copyBusy  time.Duration
+}
+
+// Re-planning: once a batch size's plan has run replanPasses passes, the
+// CPU's rate in them (weight bytes over time in FFNs) and the copy
+// stage's replace the rates the plan was made for if either differs by
+// more than replanDrift. In a pass the CPU shares DRAM with the copy
+// engine, which reads the streamed layers from the same memory, so both
+// run slower than when measured alone; the plan made for the rates seen
+// is the one that balances the two links. Each batch size is re-planned at most
+// maxReplans times, so a rate that moves with the plan cannot make it
+// oscillate.
+const (
+	replanPasses = 3
+	replanDrift  = 0.08
+	maxReplans   = 3
+)
 
 // setupHybrid builds the CPU share after tier B is loaded: the FFN views
 // of every tier-B layer the CPU can read (not packed), the pinned buffer
@@ -150,7 +191,7 @@ func (m *Model) setupHybrid(ctx context.Context, c *cudadrv.Ctx, w *model.Weight
 func (h *hybrid) plan(ctx context.Context, m *Model, o *Hybrid, maxT int, streamed []bool) error {
 	cfg := &m.Config
 	var layers []tier.HybridLayer // every streamed layer (tiers B and C), in order
-	probe := -1                   // the first the CPU can take, to measure it on
+	var probe []model.FFNLayer    // the ones the CPU can take, to measure it on
 	for i := range cfg.Layers {
 		if !streamed[i] && !m.tb.tierC[i] {
 			continue
@@ -158,13 +199,11 @@ func (h *hybrid) plan(ctx context.Context, m *Model, o *Hybrid, maxT int, stream
 		hl := tier.HybridLayer{Index: i, Full: m.tb.size[i], Attn: m.tb.size[i]}
 		if _, ok := h.host[i]; ok {
 			hl.Attn, hl.FFN = h.attn[i], m.tb.size[i]-h.attn[i]
-			if probe < 0 {
-				probe = i
-			}
+			probe = append(probe, model.FFNLayer{Index: i, W: h.host[i]})
 		}
 		layers = append(layers, hl)
 	}
-	if probe < 0 {
+	if len(probe) == 0 {
 		return nil
 	}
 	points := map[int]float64{}
@@ -172,7 +211,7 @@ func (h *hybrid) plan(ctx context.Context, m *Model, o *Hybrid, maxT int, stream
 		if T > maxT && T > 1 {
 			break
 		}
-		rate, err := h.dev.Rate(ctx, probe, h.host[probe], min(T, maxT))
+		rate, err := h.dev.Rate(ctx, probe, min(T, maxT))
 		if err != nil {
 			return fmt.Errorf("hybrid: measuring the CPU: %w", err)
 		}
@@ -186,15 +225,54 @@ func (h *hybrid) plan(ctx context.Context, m *Model, o *Hybrid, maxT int, stream
 	if hop <= 0 {
 		hop = defaultHop
 	}
-	depth := m.tb.pipe.Depth()
+	h.planner = &hybridPlanner{layers: layers, depth: m.tb.pipe.Depth(), h2d: h2d, hop: hop}
+	h.seen = make([]hybridSeen, maxT)
 	for T := 1; T <= maxT; T++ {
 		rate := interpolateRate(points, T)
-		h.rates = append(h.rates, rate)
-		p, err := tier.PlanHybrid(layers, depth, tier.HybridRates{HostToDevice: h2d, CPU: rate, Hop: hop}, T)
+		p, err := h.planner.plan(rate, T)
 		if err != nil {
 			return err
 		}
+		h.rates = append(h.rates, rate)
 		h.plans = append(h.plans, p)
+	}
+	return nil
+}
+
+func (p *hybridPlanner) plan(rate float64, T int) (tier.HybridPlan, error) {
+	return tier.PlanHybrid(p.layers, p.depth, tier.HybridRates{HostToDevice: p.h2d, CPU: rate, Hop: p.hop}, T)
+}
+
+// replan makes batch size T's plan again from the CPU's rate in the
+// passes since it was made, when enough passes ran and that rate drifted
+// from the planned one (see replanPasses).
+func (h *hybrid) replan(T int) error {
+	if h.planner == nil || T > len(h.seen) {
+		return nil
+	}
+	s := &h.seen[T-1]
+	if s.passes < replanPasses || s.busy <= 0 || s.replans >= maxReplans {
+		return nil
+	}
+	seen := float64(s.bytes) / s.busy.Seconds()
+	planned := h.rates[T-1]
+	h2d := h.planner.h2d
+	if s.copyBusy > 0 && s.copyBytes > 0 {
+		h2d = float64(s.copyBytes) / s.copyBusy.Seconds()
+	}
+	s.passes, s.bytes, s.busy, s.copyBytes, s.copyBusy = 0, 0, 0, 0, 0
+	if math.Abs(seen/planned-1) <= replanDrift && math.Abs(h2d/h.planner.h2d-1) <= replanDrift {
+		return nil
+	}
+	h.planner.h2d = h2d
+	p, err := h.planner.plan(seen, T)
+	if err != nil {
+		return fmt.Errorf("hybrid: re-planning %d tokens at CPU %.3g, H2D %.3g B/s: %w", T, seen, h2d, err)
+	}
+	s.replans++
+	h.rates[T-1], h.plans[T-1] = seen, p
+	if h.applied == T-1 {
+		h.applied = -2 // set the lengths again
 	}
 	return nil
 }
@@ -227,9 +305,22 @@ func interpolateRate(points map[int]float64, T int) float64 {
 // apply sets the pipeline's copy lengths and the per-layer flags for a
 // pass of T tokens, between passes.
 func (h *hybrid) apply(tb *tierB, T int) error {
+	if h.lastT > 0 && h.lastT <= len(h.seen) {
+		st := tb.pipe.LastPass()
+		s := &h.seen[h.lastT-1]
+		s.copyBytes += st.Copy.Bytes
+		s.copyBusy += st.Copy.Busy
+	}
+	if err := h.replan(T); err != nil {
+		return err
+	}
 	want := -1
 	if T <= len(h.plans) && len(h.plans[T-1].CPU) > 0 {
 		want = T - 1
+	}
+	h.lastT = 0
+	if want >= 0 {
+		h.lastT = T
 	}
 	if want == h.applied {
 		return nil
@@ -282,6 +373,10 @@ func (m *Model) cpuFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	h.stats.Layers++
 	h.stats.Bytes += m.tb.size[l] - h.attn[l]
 	h.stats.Busy += t2.Sub(t1)
+	if T <= len(h.seen) {
+		h.seen[T-1].bytes += m.tb.size[l] - h.attn[l]
+		h.seen[T-1].busy += t2.Sub(t1)
+	}
 	h.stats.Hop += t1.Sub(t0) + time.Since(t2)
 	return nil
 }

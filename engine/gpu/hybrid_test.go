@@ -1,9 +1,18 @@
 package gpu
 
 import (
+	"context"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/engine/sample"
+	"github.com/strata-llm/strata/engine/tier"
 )
 
 // TestHybridFidelity: with the FFN of some tier-B layers on the CPU (given
@@ -82,4 +91,136 @@ func TestHybridRejects(t *testing.T) {
 			t.Errorf("%s: %v, want it to say %q", tc.name, err, tc.want)
 		}
 	}
+}
+
+// TestHybridReplan: a batch size's plan is made again from the CPU's rate
+// in passes once replanPasses passes ran and that rate drifted more than
+// replanDrift from the planned one; a rate within the drift keeps the
+// plan; and re-planning stops after maxReplans. Needs no GPU.
+func TestHybridReplan(t *testing.T) {
+	t.Parallel()
+	var layers []tier.HybridLayer
+	for i := range 16 {
+		layers = append(layers, tier.HybridLayer{Index: 16 + i, Full: 120 << 20, Attn: 20 << 20, FFN: 100 << 20})
+	}
+	pl := &hybridPlanner{layers: layers, depth: 2, h2d: 55e9, hop: defaultHop}
+	fast, err := pl.plan(90e9, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &hybrid{planner: pl, plans: []tier.HybridPlan{fast}, rates: []float64{90e9}, seen: make([]hybridSeen, 1), applied: 0}
+	// passes run: the CPU's FFNs at the given rate
+	run := func(rate float64, passes int) {
+		s := &h.seen[0]
+		b := int64(passes) * 8 * (100 << 20)
+		s.passes += passes
+		s.bytes += b
+		s.busy += time.Duration(float64(b) / rate * float64(time.Second))
+	}
+	run(60e9, replanPasses-1)
+	if err := h.replan(1); err != nil || h.rates[0] != 90e9 {
+		t.Fatalf("re-planned after %d passes: rate %g, %v", replanPasses-1, h.rates[0], err)
+	}
+	run(60e9, 1)
+	if err := h.replan(1); err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(h.rates[0]/60e9-1) > 1e-6 || h.applied != -2 {
+		t.Fatalf("after drift: rate %g (want 60e9), applied %d (want -2)", h.rates[0], h.applied)
+	}
+	if n, m := len(h.plans[0].CPU), len(fast.CPU); n >= m {
+		t.Fatalf("slower CPU: %d CPU layers, at 90 GB/s %d (want fewer)", n, m)
+	}
+	// Within the drift: the plan stays.
+	before, rate := h.plans[0], h.rates[0]
+	run(60e9*(1+replanDrift/2), replanPasses)
+	if err := h.replan(1); err != nil || h.rates[0] != rate || !slices.Equal(h.plans[0].CPU, before.CPU) {
+		t.Fatalf("re-planned within the drift: rate %g, %v", h.rates[0], err)
+	}
+	// The copy stage's rate drifting alone re-plans too, at the rate seen.
+	run(rate, replanPasses)
+	h.seen[0].copyBytes, h.seen[0].copyBusy = 40e9, time.Second
+	if err := h.replan(1); err != nil || math.Abs(pl.h2d/40e9-1) > 1e-9 || h.seen[0].replans != 2 {
+		t.Fatalf("after the copy's drift: h2d %g (want 40e9), %d re-plans, %v", pl.h2d, h.seen[0].replans, err)
+	}
+	// At most maxReplans times.
+	for i := range 2 * maxReplans {
+		run(float64(30+10*(i%2))*1e9, replanPasses)
+		if err := h.replan(1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h.seen[0].replans != maxReplans {
+		t.Fatalf("%d re-plans, want %d", h.seen[0].replans, maxReplans)
+	}
+}
+
+// TestForwardExit: a pass that stops after the first layer and goes to the
+// output head (the model drafting for itself) gives engine/model's logits
+// with the later layers skipped, step after step, resident and with the
+// later layer streamed; it is refused where the layers it needs stream;
+// full passes afterwards still match the reference.
+func TestForwardExit(t *testing.T) {
+	gpu(t)
+	for _, streamed := range [][]int{nil, {1}} {
+		t.Run(fmt.Sprintf("streamed%v", streamed), func(t *testing.T) {
+			cpu := tinyModel(t, "llama", "q4_k_m")
+			g := loadGPU(t, cpu, Options{MaxSeqs: 2, StreamLayers: streamed, Slots: 1})
+			if r, want := g.ResidentPrefix(), 1+btoi(streamed == nil); r != want {
+				t.Fatalf("resident prefix %d, want %d", r, want)
+			}
+			if err := cpu.SetSkip([]int{1}); err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			prompt := promptTokens(cpu.Config.Vocab, 12, 3)
+			cs := cpu.NewSequence(64)
+			gs, err := g.NewSequence(64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cb := []model.Step{{Seq: cs, Tokens: prompt}}
+			gb := []model.Step{{Seq: gs, Tokens: prompt}}
+			for i := range 16 {
+				if err := cpu.Forward(ctx, cb); err != nil {
+					t.Fatal(err)
+				}
+				if err := g.ForwardExit(ctx, gb, 1); err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				cl, gl := cb[0].Logits[len(cb[0].Logits)-1], gb[0].Logits[len(gb[0].Logits)-1]
+				if e := quant.NMSE(gl, cl); e > maxNMSE || sample.Argmax(gl) != sample.Argmax(cl) {
+					t.Fatalf("step %d: NMSE %.3g, greedy %d vs %d on the CPU", i, e, sample.Argmax(gl), sample.Argmax(cl))
+				}
+				next := sample.Argmax(cl)
+				cb[0] = model.Step{Seq: cs, Tokens: []int32{next}}
+				gb[0] = model.Step{Seq: gs, Tokens: []int32{next}, Logits: gb[0].Logits}
+			}
+			gs.Close()
+			if err := g.ForwardExit(ctx, gb, 2); err == nil {
+				t.Error("an exit after every layer was accepted")
+			}
+			if err := cpu.SetSkip(nil); err != nil {
+				t.Fatal(err)
+			}
+			greedyCompare(t, cpu, []*Model{g}, prompt, 8)
+		})
+	}
+	cpu := tinyModel(t, "llama", "q4_k_m")
+	g := loadGPU(t, cpu, Options{StreamLayers: []int{0, 1}, Slots: 1})
+	gs, err := g.NewSequence(32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gs.Close()
+	if err := g.ForwardExit(context.Background(), []model.Step{{Seq: gs, Tokens: []int32{1, 2}}}, 1); err == nil {
+		t.Error("an early exit through a streamed layer was accepted")
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -684,15 +684,37 @@ func (d *FFNDevice) Run(ctx context.Context, l int, w *Layer, h [][]float32) err
 	return d.m.FFN(ctx, l, w, h)
 }
 
-// Rate measures the device on layer l's FFN (weights w) for passes of T
-// rows: the FFN's weight bytes over the fastest of three timed runs after
-// a warm-up, in bytes per second. It is the CPU's link speed the hybrid
-// planner (engine/tier's PlanHybrid) balances against PCIe.
-func (d *FFNDevice) Rate(ctx context.Context, l int, w *Layer, T int) (float64, error) {
+// FFNLayer names one layer's FFN weights for Rate.
+type FFNLayer struct {
+	Index int
+	W     *Layer
+}
+
+// rateBytes is how many weight bytes Rate reads per measurement when the
+// layers hold that many: enough that the clock's resolution and one
+// worker's late start do not show.
+const rateBytes = 2 << 30
+
+// Rate measures the device's FFN rate for passes of T rows over ls, in
+// weight bytes per second: one warm-up FFN, then the layers in order,
+// each once, until rateBytes are read or every layer was; only when all
+// of them together are smaller does it go round again. Each layer is
+// read once because a streamed pass reads each once: repeating one layer
+// would time the last-level cache for any FFN it partly holds. It is the
+// CPU's link speed the hybrid planner (engine/tier's PlanHybrid) balances
+// against PCIe.
+func (d *FFNDevice) Rate(ctx context.Context, ls []FFNLayer, T int) (float64, error) {
 	if T < 1 {
 		return 0, fmt.Errorf("ffn rate: %d rows", T)
 	}
-	r := rand.New(rand.NewPCG(uint64(l), uint64(T)))
+	var all int64
+	for _, l := range ls {
+		all += FFNBytes(l.W)
+	}
+	if all == 0 {
+		return 0, fmt.Errorf("ffn rate: no FFN weights in %d layers", len(ls))
+	}
+	r := rand.New(rand.NewPCG(uint64(ls[0].Index), uint64(T)))
 	h := make([][]float32, T)
 	for t := range h {
 		h[t] = make([]float32, d.m.Config.Dim)
@@ -700,17 +722,20 @@ func (d *FFNDevice) Rate(ctx context.Context, l int, w *Layer, T int) (float64, 
 			h[t][i] = float32(r.NormFloat64())
 		}
 	}
-	var best time.Duration
-	for rep := range 4 {
-		t0 := time.Now()
-		if err := d.Run(ctx, l, w, h); err != nil {
-			return 0, fmt.Errorf("ffn rate of layer %d: %w", l, err)
-		}
-		if el := time.Since(t0); rep > 0 && (best == 0 || el < best) {
-			best = el
-		}
+	last := ls[len(ls)-1]
+	if err := d.Run(ctx, last.Index, last.W, h); err != nil {
+		return 0, fmt.Errorf("ffn rate of layer %d: %w", last.Index, err)
 	}
-	return float64(FFNBytes(w)) / best.Seconds(), nil
+	var bytes int64
+	t0 := time.Now()
+	for i := 0; bytes < rateBytes && (i < len(ls) || bytes < rateBytes/8); i++ {
+		l := ls[i%len(ls)]
+		if err := d.Run(ctx, l.Index, l.W, h); err != nil {
+			return 0, fmt.Errorf("ffn rate of layer %d: %w", l.Index, err)
+		}
+		bytes += FFNBytes(l.W)
+	}
+	return float64(bytes) / max(time.Since(t0).Seconds(), 1e-9), nil
 }
 
 // FFNBytes is the size of a layer's feed-forward weights (its norms

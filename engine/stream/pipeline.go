@@ -91,8 +91,9 @@ type Pipeline struct {
 	onCompute bool  // dev.IssueOnCompute()
 	slotsOnly bool
 	verify    VerifyMode
-	streamed  []int // layers on tiers B and C, in order
-	idx       []int // per layer: index in streamed, -1 on tier A
+	streamed  []int  // layers on tiers B and C that passes move, in order
+	idx       []int  // per layer: index in streamed, -1 on tier A or skipped
+	skip      []bool // per layer: left out of passes (SetSkip); nil for none
 
 	resident      []*model.Layer // tier-A layers, by layer index
 	residentSlots []Slot
@@ -382,6 +383,46 @@ func (p *Pipeline) SetLength(i int, n int64) error {
 	return nil
 }
 
+// SetSkip leaves layers out of later passes (layer skip): a skipped
+// layer on tier B or C is neither read nor copied, which saves its bytes
+// on the links every pass, and Layer and Acquire return nil for it at
+// once; compute still asks for every layer in order and passes a skipped
+// one by (engine/model's layer skip takes it and gives it back unread).
+// nil restores every layer. It is refused during a pass.
+func (p *Pipeline) SetSkip(layers []int) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.closed:
+		return fmt.Errorf("stream: skip layers: %w", tier.ErrClosed)
+	case p.pass != nil:
+		return fmt.Errorf("stream: skip layers: a pass is open")
+	}
+	var skip []bool
+	for _, l := range layers {
+		if l < 0 || l >= len(p.tiers) {
+			return fmt.Errorf("stream: skip layer %d: outside [0, %d)", l, len(p.tiers))
+		}
+		if skip == nil {
+			skip = make([]bool, len(p.tiers))
+		}
+		skip[l] = true
+	}
+	p.skip = skip
+	p.streamed = p.streamed[:0]
+	for i, t := range p.tiers {
+		p.idx[i] = -1
+		if t != tier.TierA && !p.skipped(i) {
+			p.idx[i] = len(p.streamed)
+			p.streamed = append(p.streamed, i)
+		}
+	}
+	return nil
+}
+
+// skipped reports whether passes leave layer i out.
+func (p *Pipeline) skipped(i int) bool { return p.skip != nil && p.skip[i] }
+
 // Tiers returns the plan the pipeline runs (a copy).
 func (p *Pipeline) Tiers() []tier.Tier { return append([]tier.Tier(nil), p.tiers...) }
 
@@ -567,6 +608,8 @@ func (p *Pipeline) Layer(i int) (*model.Layer, error) {
 	switch {
 	case err != nil:
 		return nil, err
+	case p.skipped(i):
+		return nil, nil
 	case p.tiers[i] == tier.TierA:
 		return p.resident[i], nil
 	case r.layer != nil:
@@ -592,7 +635,7 @@ func (p *Pipeline) Layer(i int) (*model.Layer, error) {
 // (Device.Await).
 func (p *Pipeline) Acquire(i int) (Slot, error) {
 	r, err := p.take(i)
-	if err != nil || p.tiers[i] == tier.TierA {
+	if err != nil || p.tiers[i] == tier.TierA || p.skipped(i) {
 		return nil, err
 	}
 	return p.slots[r.slot], nil
@@ -643,7 +686,7 @@ func (p *Pipeline) take(i int) (result, error) {
 	if i != next {
 		return result{}, fmt.Errorf("stream: layer %d requested, expected layer %d", i, next)
 	}
-	if p.tiers[i] == tier.TierA {
+	if p.tiers[i] == tier.TierA || p.skipped(i) {
 		return result{}, nil
 	}
 	if p.onCompute {
@@ -722,8 +765,10 @@ func (p *Pipeline) Done(i int) error {
 	}
 	held := ps.held
 	ps.held = -1
-	ps.computeLayers++
-	ps.computeBytes += p.ext[i].Length
+	if !p.skipped(i) {
+		ps.computeLayers++
+		ps.computeBytes += p.ext[i].Length
+	}
 	ps.next = i + 1
 	var err error
 	if held >= 0 {

@@ -557,3 +557,66 @@ func TestSetLength(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSetSkip: with layers skipped in the model and the pipeline, a pass
+// reads and copies none of their bytes and gives the resident model's
+// logits with the same layers skipped, bit for bit; restoring every
+// layer restores the traffic; bad layers are refused.
+func TestSetSkip(t *testing.T) {
+	mc := modelCases[0]
+	tm := getModel(t, mc.arch, mc.typ, mc.seeds)
+	n := tm.m.Config.Layers
+	tiers, err := tier.MixTiers("A,C,C,B,C"+strings.Repeat(",C", n-5), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skip := []int{0, 2, 3}
+	if err := tm.m.SetSkip(skip); err != nil {
+		t.Fatal(err)
+	}
+	defer tm.m.SetSkip(nil)
+	want := residentLogits(t, tm, 3)
+	p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 2, Source: openFile(t, tm.path)})
+	if err := p.SetSkip(skip); err != nil {
+		t.Fatal(err)
+	}
+	moved, read := streamedBytes(tm.store, tiers)
+	for _, l := range skip[1:] {
+		moved -= tm.store.Extent(l).Length
+		if tiers[l] == tier.TierC {
+			read -= tm.store.Extent(l).Length
+		}
+	}
+	got := schedule(t, tm.m, 3, func(b []model.Step) error {
+		if err := p.Forward(context.Background(), tm.m, b); err != nil {
+			return err
+		}
+		if st := p.LastPass(); st.Copy.Bytes != moved || st.Read.Bytes != read || st.Compute.Layers != int64(n-len(skip)) {
+			t.Errorf("skipping %v: copied %d read %d computed %d layers; want %d, %d, %d", skip, st.Copy.Bytes, st.Read.Bytes, st.Compute.Layers, moved, read, n-len(skip))
+		}
+		return nil
+	})
+	sameBits(t, got, want)
+
+	if err := p.SetSkip(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := tm.m.SetSkip(nil); err != nil {
+		t.Fatal(err)
+	}
+	full, fullRead := streamedBytes(tm.store, tiers)
+	sameBits(t, schedule(t, tm.m, 3, func(b []model.Step) error {
+		if err := p.Forward(context.Background(), tm.m, b); err != nil {
+			return err
+		}
+		if st := p.LastPass(); st.Copy.Bytes != full || st.Read.Bytes != fullRead {
+			t.Errorf("restored: copied %d read %d; want %d, %d", st.Copy.Bytes, st.Read.Bytes, full, fullRead)
+		}
+		return nil
+	}), residentLogits(t, tm, 3))
+	for _, bad := range [][]int{{-1}, {n}} {
+		if err := p.SetSkip(bad); err == nil {
+			t.Errorf("SetSkip(%v): no error", bad)
+		}
+	}
+}

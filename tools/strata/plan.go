@@ -225,31 +225,37 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 }
 
 // planHybrid adds the CPU's share of p's tier B (engine/gpu's hybrid
-// placement) to info: the CPU's FFN rate is measured on one of the
-// model's layers as stored (as the engine measures it at load), each
-// tier-B layer is split into attention and FFN in that layer's
+// placement) to info: the CPU's FFN rate is measured over the model's
+// tier-B layers as stored (as the engine measures it at load), each
+// tier-B layer is split into attention and FFN in the first one's
 // proportions, and PlanHybrid places the FFNs for batch 1 and info.Batch.
 func planHybrid(ctx context.Context, path string, isPool bool, cfg model.Config, p *tier.Plan, info *planInfo) error {
-	var probe *model.Layer
-	li := -1
+	var tierB []int
 	for _, l := range p.Layers {
 		if l.Tier == tier.TierB {
-			li = l.Index
-			break
+			tierB = append(tierB, l.Index)
 		}
 	}
+	if len(tierB) == 0 {
+		return nil
+	}
+	var probe []model.FFNLayer
 	if isPool {
 		pool, err := prefab.OpenPool(path)
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
-		b, err := pool.Mapped(li)
-		if err == nil {
-			probe, err = pool.Decode(li, b)
-		}
-		if err != nil {
-			return fmt.Errorf("plan: hybrid: layer %d: %w", li, err)
+		for _, li := range tierB {
+			b, err := pool.Mapped(li)
+			var w *model.Layer
+			if err == nil {
+				w, err = pool.Decode(li, b)
+			}
+			if err != nil {
+				return fmt.Errorf("plan: hybrid: layer %d: %w", li, err)
+			}
+			probe = append(probe, model.FFNLayer{Index: li, W: w})
 		}
 	} else {
 		m, err := model.Open(path)
@@ -257,13 +263,16 @@ func planHybrid(ctx context.Context, path string, isPool bool, cfg model.Config,
 			return fmt.Errorf("plan: hybrid: %w", err)
 		}
 		defer m.Close()
-		probe = &m.Weights.Layers[li]
+		for _, li := range tierB {
+			probe = append(probe, model.FFNLayer{Index: li, W: &m.Weights.Layers[li]})
+		}
 	}
 	dev, err := model.NewFFNDevice(cfg, gemv.Detect())
 	if err != nil {
 		return err
 	}
-	frac := float64(model.FFNBytes(probe)) / float64(model.FFNBytes(probe)+model.AttnBytes(probe))
+	first := probe[0].W
+	frac := float64(model.FFNBytes(first)) / float64(model.FFNBytes(first)+model.AttnBytes(first))
 	var layers []tier.HybridLayer
 	for _, l := range p.Layers {
 		if l.Tier == tier.TierA {
@@ -281,7 +290,7 @@ func planHybrid(ctx context.Context, path string, isPool bool, cfg model.Config,
 		if T == 1 && len(info.Hybrid) > 0 {
 			continue
 		}
-		rate, err := dev.Rate(ctx, li, probe, T)
+		rate, err := dev.Rate(ctx, probe, T)
 		if err != nil {
 			return fmt.Errorf("plan: hybrid: %w", err)
 		}

@@ -93,8 +93,9 @@ func command() *cli.Command {
 			&cli.IntFlag{Name: "depth", Usage: "streaming pipeline depth for the --model files (0 = the planner chooses)"},
 			&cli.StringFlag{Name: "tiers", Usage: "force the --model files' placement: all-A, all-B, all-C, mixed or A,C,B,... (tests and benchmarks)"},
 			&cli.StringSliceFlag{Name: "cors-origin", Usage: "a web origin whose pages may call the TCP API (repeatable; * for any); off by default"},
-			&cli.StringFlag{Name: "draft", Usage: "speculative decoding for the --model files with this draft model (same vocabulary, run on the CPU); requests opt out with \"speculative\": false"},
+			&cli.StringFlag{Name: "draft", Usage: "speculative decoding for the --model files with this draft model (same vocabulary; it runs where the model runs, on the CPU when the GPU has no room for it); requests opt out with \"speculative\": false"},
 			&cli.BoolFlag{Name: "lookup", Usage: "speculative decoding by prompt lookup for the --model files, when no --draft is given"},
+			&cli.IntFlag{Name: "self-draft", Usage: "speculative decoding for the --model files with each model's own first N layers and output head as the drafter (on the GPU when those layers are resident there, taking one of its sequences; else on the CPU), when neither --draft nor --lookup is given (off by default)"},
 			&cli.StringFlag{Name: "skip-layers", Usage: "leave layers out of every pass (CPU backend; costs quality, see strata bench quality): auto, a count N, or a list 4,9 (off by default)"},
 			&cli.StringSliceFlag{Name: "model-dir", Value: []string{"/var/lib/strata/models"}, Usage: "directory the admin API may load models from (repeatable)"},
 			&cli.StringFlag{Name: "admin-group", Value: "strata-admin", Usage: "group whose members may load and unload models (besides root)"},
@@ -173,7 +174,7 @@ func run(ctx context.Context, cmd *cli.Command) error {
 		models = append(models, p)
 	}
 	load := api.LoadRequest{Context: int(cmd.Int("ctx")), Depth: int(cmd.Int("depth")), Tiers: cmd.String("tiers"),
-		Draft: cmd.String("draft"), Lookup: cmd.Bool("lookup"), SkipLayers: cmd.String("skip-layers")}
+		Draft: cmd.String("draft"), Lookup: cmd.Bool("lookup"), SelfDraft: int(cmd.Int("self-draft")), SkipLayers: cmd.String("skip-layers")}
 	if load.Context < 0 || load.Depth < 0 {
 		srv.Close()
 		return usageError{"--ctx and --depth must not be negative"}

@@ -67,3 +67,20 @@ func rowEnd(name string, total VecVirtual, scale Op, y, rows Register) {
 	VZEROUPPER()
 	RET()
 }
+
+// prefetchAhead is how far ahead of the block in hand a kernel asks for
+// the weights (0: not at all). A row streams in order, and a core's own
+// prefetchers may keep too few lines in flight to reach its share of the
+// memory's rate once every core reads; main's -prefetch flag sets it.
+var prefetchAhead = 4096
+
+// prefetch asks for the cache lines of the n bytes prefetchAhead past
+// base (a prefetch past the buffer's end is harmless: it never faults).
+func prefetch(base Register, n int) {
+	if prefetchAhead == 0 {
+		return
+	}
+	for off := 0; off < n; off += 64 {
+		PREFETCHT0(Mem{Base: base, Disp: prefetchAhead + off})
+	}
+}

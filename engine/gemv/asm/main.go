@@ -5,12 +5,17 @@
 package main
 
 import (
+	"flag"
+
 	. "github.com/mmcloughlin/avo/build"
 )
 
 const signature = "func(w *byte, stride, rows, n int, q *int16, d *float32, s *int32, f *float32, y *float32)"
 
 func main() {
+	flag.IntVar(&prefetchAhead, "prefetch", prefetchAhead, "bytes ahead of the block in hand the AVX-512 kernels prefetch weights (0: none)")
+	flag.Parse() // with avo's own flags (-out, -stubs, -pkg), on the same set
+
 	ConstraintExpr("amd64")
 	q4kAVX2("q4kAVX2", false)
 	q4kAVX2("q5kAVX2", true)

@@ -61,6 +61,7 @@ func q4kAVX512(name string, five, vnni bool) {
 	CMPQ(nb, Imm(2))
 	JB(LabelRef(name + "_single"))
 	{
+		prefetch(wp, 2*k.bb)
 		// Scales and mins of both blocks: eight bytes each.
 		mx, t := XMM(), XMM()
 		sc, m := k.scales(wp, 0)

@@ -86,6 +86,7 @@ func q6kAVX512(name string, vnni bool) {
 	CMPQ(nb, Imm(2))
 	JB(LabelRef(name + "_single"))
 	{
+		prefetch(wp, 2*210)
 		a0 := k.block(wp, 0, qp, 0, 0)
 		a1 := k.block(wp, 210, qp, 512, 32)
 		t := reducePairT(a0, a1)

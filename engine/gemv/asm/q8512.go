@@ -63,6 +63,7 @@ func q8AVX512(name string) {
 	CMPQ(nb, Imm(8))
 	JB(LabelRef(name + "_tail"))
 	{
+		prefetch(wp, 8*34)
 		var acc [8]VecVirtual
 		for k := range acc {
 			w := ZMM()

@@ -5,6 +5,7 @@
 package quality
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,6 +53,10 @@ type Options struct {
 	// SelfLayers is the self-drafter's depth: the model's first
 	// SelfLayers layers, then the output head (0: a quarter of them).
 	SelfLayers int
+	// SpeedTokens is how many greedy tokens each layer-skip count's decode
+	// speed is timed over (the engine's CPU backend, every layer
+	// resident); 0 means 64, negative leaves speed out.
+	SpeedTokens int
 	// WorkDir receives the pool files; "" means a temporary directory.
 	WorkDir  string
 	Progress func(string)
@@ -64,9 +69,12 @@ type Report struct {
 	Seconds float64   `json:"seconds"`
 	Text    Text      `json:"text"`
 	// Perplexity is the reference's on the text.
-	Perplexity float64   `json:"perplexity"`
-	Variants   []Variant `json:"variants"`
-	Drafters   []Drafter `json:"drafters"`
+	Perplexity float64 `json:"perplexity"`
+	// TokensPerSecond is the CPU backend's decode rate with every layer
+	// (the base of the layer-skip variants' speed; 0 when not timed).
+	TokensPerSecond float64   `json:"tokens_per_second,omitempty"`
+	Variants        []Variant `json:"variants"`
+	Drafters        []Drafter `json:"drafters"`
 	// Cosines are each layer's mean cosine between the hidden state
 	// entering and leaving it, on the calibration text.
 	Cosines []float64 `json:"layer_cosines"`
@@ -95,6 +103,9 @@ type Variant struct {
 	Perplexity float64 `json:"perplexity"`
 	// Skipped lists the layers left out (layer skip).
 	Skipped []int `json:"skipped,omitempty"`
+	// TokensPerSecond is the CPU backend's decode rate with those layers
+	// left out (layer skip; 0 when not timed).
+	TokensPerSecond float64 `json:"tokens_per_second,omitempty"`
 }
 
 // Drafter is one drafter's acceptance on the text, teacher-forced: at
@@ -318,6 +329,27 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.Variants = append(r.Variants, Variant{Name: v.name, KL: v.acc.kl / n, Top1: v.acc.top1 / n,
 			Perplexity: math.Exp(v.acc.nll / n), Skipped: v.skipped})
 	}
+	if o.SpeedTokens >= 0 && len(o.Skip) > 0 {
+		progress("decode speed with layers skipped")
+		sets := [][]int{nil}
+		for _, v := range vs {
+			if v.skipped != nil {
+				sets = append(sets, v.skipped)
+			}
+		}
+		tps, err := skipSpeeds(ctx, o.Model, sets, cmp.Or(o.SpeedTokens, 64))
+		if err != nil {
+			return nil, err
+		}
+		r.TokensPerSecond = tps[0]
+		k := 1
+		for i := range r.Variants {
+			if r.Variants[i].Skipped != nil {
+				r.Variants[i].TokensPerSecond = tps[k]
+				k++
+			}
+		}
+	}
 	for _, d := range ds {
 		dr := Drafter{Name: d.name, Coverage: d.seen / n}
 		if d.seen > 0 {
@@ -332,6 +364,48 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	r.Seconds = time.Since(start).Seconds()
 	return r, nil
+}
+
+// skipSpeeds times the CPU backend's greedy decode of tokens tokens with
+// each set of layers left out (nil: none), on one engine: every
+// end-of-generation token is barred so each run decodes all of them,
+// runs go round the sets three times (after a warm-up request that maps
+// the file's pages in) and each set keeps its fastest, so a busy moment
+// of the machine does not land on one set alone.
+func skipSpeeds(ctx context.Context, path string, sets [][]int, tokens int) ([]float64, error) {
+	e, err := engine.OpenWith(ctx, path, engine.Options{Backend: engine.BackendCPU, Context: tokens + 16})
+	if err != nil {
+		return nil, fmt.Errorf("decode speed: %w", err)
+	}
+	defer e.Close()
+	bias := map[int32]float32{}
+	for id := range int32(e.Model.Config.Vocab) {
+		if e.Tok.IsEOG(id) {
+			bias[id] = -1e9
+		}
+	}
+	prompt := e.Tok.Encode("func main() {", true, false)
+	req := sched.Request{Prompt: prompt, MaxTokens: 4, Sample: sample.Greedy(), LogitBias: bias}
+	if _, err := sched.Generate(ctx, e.Backend(), e.Tok, req, nil); err != nil {
+		return nil, fmt.Errorf("decode speed: %w", err)
+	}
+	req.MaxTokens = tokens
+	out := make([]float64, len(sets))
+	for range 3 {
+		for i, set := range sets {
+			if err := e.Model.SetSkip(set); err != nil {
+				return nil, fmt.Errorf("decode speed: %w", err)
+			}
+			res, err := sched.Generate(ctx, e.Backend(), e.Tok, req, nil)
+			if err != nil {
+				return nil, fmt.Errorf("decode speed, %d layers skipped: %w", len(set), err)
+			}
+			if res.DecodeTime > 0 && res.CompletionTokens > 1 {
+				out[i] = max(out[i], float64(res.CompletionTokens-1)/res.DecodeTime.Seconds())
+			}
+		}
+	}
+	return out, nil
 }
 
 // stats accumulate a variant's divergence from the reference.

@@ -61,6 +61,11 @@ func TestRun(t *testing.T) {
 	if s := r.Variants[2]; len(s.Skipped) != 1 || s.Skipped[0] != most || !(s.KL > 0) {
 		t.Errorf("skip: %+v with cosines %v", s, r.Cosines)
 	}
+	// Decode speed is timed for the base and every skip count, not for
+	// the pool types.
+	if !(r.TokensPerSecond > 0) || !(r.Variants[2].TokensPerSecond > 0) || r.Variants[0].TokensPerSecond != 0 {
+		t.Errorf("decode speeds: base %g, variants %+v", r.TokensPerSecond, r.Variants)
+	}
 	if d := r.Drafters[0]; d.Greedy != 1 || d.Coverage != 1 || math.Abs(d.PerPass-5) > 1e-9 {
 		t.Errorf("the model drafting for itself: %+v", d)
 	}

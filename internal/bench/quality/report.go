@@ -11,15 +11,22 @@ func (r *Report) WriteText(w io.Writer) error {
 	t := r.Text
 	fmt.Fprintf(w, "%s on %d tokens of held-out text: the last %d files matching of %s (%s … %s), %d windows\n",
 		r.Model, t.Tokens, t.Files, t.Dir, t.First, t.Last, t.Windows)
-	fmt.Fprintf(w, "reference perplexity %.3f; calibration: %s\n\n", r.Perplexity, t.Calibration)
+	fmt.Fprintf(w, "reference perplexity %.3f; calibration: %s\n", r.Perplexity, t.Calibration)
+	if r.TokensPerSecond > 0 {
+		fmt.Fprintf(w, "CPU decode with every layer: %.1f tok/s (the base of the layer-skip rows' speed)\n", r.TokensPerSecond)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "variant\tKL (nats)\ttop-1 agree\tperplexity\tΔ perplexity\tlayers skipped\t")
+	fmt.Fprintln(tw, "variant\tKL (nats)\ttop-1 agree\tperplexity\tΔ perplexity\tlayers skipped\tCPU decode\t")
 	for _, v := range r.Variants {
-		skipped := "-"
+		skipped, speed := "-", "-"
 		if len(v.Skipped) > 0 {
 			skipped = fmt.Sprint(v.Skipped)
 		}
-		fmt.Fprintf(tw, "%s\t%.5f\t%.4f\t%.3f\t%+.2f%%\t%s\t\n", v.Name, v.KL, v.Top1, v.Perplexity, 100*(v.Perplexity/r.Perplexity-1), skipped)
+		if v.TokensPerSecond > 0 && r.TokensPerSecond > 0 {
+			speed = fmt.Sprintf("%.1f tok/s (%+.1f%%)", v.TokensPerSecond, 100*(v.TokensPerSecond/r.TokensPerSecond-1))
+		}
+		fmt.Fprintf(tw, "%s\t%.5f\t%.4f\t%.3f\t%+.2f%%\t%s\t%s\t\n", v.Name, v.KL, v.Top1, v.Perplexity, 100*(v.Perplexity/r.Perplexity-1), skipped, speed)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -85,12 +85,23 @@ func equal(a, b []int32) bool {
 }
 
 // ModelDrafter drafts with a smaller model of the same vocabulary on its
-// own backend (on the CPU, or resident on a GPU): greedy tokens, one pass
-// each, from a cache kept in step with the accepted history.
-type ModelDrafter struct{ B engine.Backend }
+// own backend (on the CPU, or resident on a GPU), or with the model's own
+// first layers (engine.OpenSelfDraft): greedy tokens, one pass each, from
+// a cache kept in step with the accepted history.
+type ModelDrafter struct {
+	B engine.Backend
+	// Label names the drafter in stats ("model" when empty; "self" for
+	// the model's own early exit).
+	Label string
+}
 
 // Name implements Drafter.
-func (ModelDrafter) Name() string { return "model" }
+func (d ModelDrafter) Name() string {
+	if d.Label != "" {
+		return d.Label
+	}
+	return "model"
+}
 
 // Open implements Drafter.
 func (d ModelDrafter) Open(maxLen int) (Draft, error) {

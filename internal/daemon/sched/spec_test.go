@@ -60,6 +60,20 @@ func TestSpeculationIsLossless(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
+	early, err := engine.OpenSelfDraft(context.Background(), tinyPath, e, 1, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer early.Close()
+	if got, want := early.Skipped(), e.Model.Config.Layers-1; len(got) != want || got[0] != 1 {
+		t.Fatalf("self-draft of 1 layer skips %v, want layers 1..%d", got, want)
+	}
+	for _, bad := range []int{-1, e.Model.Config.Layers, e.Model.Config.Layers + 3} {
+		if d, err := engine.OpenSelfDraft(context.Background(), tinyPath, e, bad, engine.Options{}); err == nil {
+			d.Close()
+			t.Errorf("self-draft of %d layers: no error", bad)
+		}
+	}
 	prompt := e.Tok.Encode("speculate, then verify, then speculate again", true, false)
 	req := Request{Prompt: prompt, MaxTokens: 40, Sample: sample.Greedy()}
 	plain, err := Generate(context.Background(), e.Backend(), e.Tok, req, nil)
@@ -74,6 +88,7 @@ func TestSpeculationIsLossless(t *testing.T) {
 		{"self", ModelDrafter{B: self.Backend()}, true},
 		{"other", ModelDrafter{B: other.Backend()}, false},
 		{"lookup", Lookup{MinN: 1, MaxN: 4}, false},
+		{"early exit", ModelDrafter{B: early.Backend(), Label: "self"}, false},
 	} {
 		res, err := GenerateWith(context.Background(), e.Backend(), e.Tok, req, GenerateOptions{Drafter: tc.d, MaxDraft: 6}, nil)
 		if err != nil {
@@ -133,7 +148,12 @@ func TestSpeculationOnGocode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []Drafter{ModelDrafter{B: dr.Backend()}, Lookup{MinN: 1, MaxN: 4}} {
+	early, err := engine.OpenSelfDraft(context.Background(), target, tg, 4, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer early.Close()
+	for _, d := range []Drafter{ModelDrafter{B: dr.Backend()}, Lookup{MinN: 1, MaxN: 4}, ModelDrafter{B: early.Backend(), Label: "self"}} {
 		res, err := GenerateWith(context.Background(), tg.Backend(), tg.Tok, req, GenerateOptions{Drafter: d}, nil)
 		if err != nil {
 			t.Fatal(err)
