@@ -534,3 +534,42 @@ func TestMaskMatchesBruteForce(t *testing.T) {
 		t.Fatalf("end of generation at the end: %v, %v", s, err)
 	}
 }
+
+// TestEmbeddedRefs: a schema embedded in another (tools' parameters in a
+// call's schema) keeps its own #/$defs references, each resolved in its
+// own scope even where two embedded schemas use the same name.
+func TestEmbeddedRefs(t *testing.T) {
+	t.Parallel()
+	call := func(name, x string) string {
+		return `{"type":"object","properties":{"name":{"const":"` + name + `"},"arguments":{"type":"object","properties":{"p":{"$ref":"#/$defs/X"}},"required":["p"],"$defs":{"X":` + x + `}}},"required":["name","arguments"]}`
+	}
+	g, err := FromJSONSchema([]byte(`{"anyOf":[` + call("a", `{"type":"integer"}`) + `,` + call("b", `{"type":"boolean"}`) + `]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMatcher(g, byteVocab(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for text, want := range map[string]bool{
+		`{"name":"a","arguments":{"p":1}}`:    true,
+		`{"name":"b","arguments":{"p":true}}`: true,
+		`{"name":"a","arguments":{"p":true}}`: false,
+		`{"name":"b","arguments":{"p":1}}`:    false,
+	} {
+		if got := matchText(t, m, text); got != want {
+			t.Errorf("%s accepted = %v, want %v", text, got, want)
+		}
+	}
+	// The document's root still comes first.
+	g, err = FromJSONSchema([]byte(`{"$defs":{"X":{"type":"null"}},"type":"object","properties":{"p":{"type":"object","properties":{"q":{"$ref":"#/$defs/X"}},"required":["q"],"$defs":{"X":{"type":"integer"}}}},"required":["p"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err = NewMatcher(g, byteVocab(t)); err != nil {
+		t.Fatal(err)
+	}
+	if !matchText(t, m, `{"p":{"q":null}}`) || matchText(t, m, `{"p":{"q":1}}`) {
+		t.Error("a pointer that resolves from the root was resolved from an inner scope")
+	}
+}
