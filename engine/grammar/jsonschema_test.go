@@ -238,7 +238,7 @@ func TestSchemaProperty(t *testing.T) {
 		t.Run(c.vocab, func(t *testing.T) {
 			t.Parallel()
 			schemas := c.schemas
-			if testing.Short() {
+			if testing.Short() || raceEnabled {
 				schemas /= 5
 			}
 			schemaProperty(t, testVocab(t, c.vocab), schemas, uint64(len(c.vocab)))
