@@ -63,6 +63,8 @@ func TestParseAndMatch(t *testing.T) {
 		{"continued alternation", "root ::= \"a\"\n  | \"b\"\nother ::= \"c\"", []string{"a", "b"}, []string{"c"}, nil, nil},
 		{"body on the next line", "root ::=\n  \"a\" x\nx ::= \"b\"", []string{"ab"}, []string{"a"}, nil, nil},
 		{"ambiguous", `root ::= ("a" | "ab") "b"?`, []string{"a", "ab", "abb"}, []string{"abbb"}, nil, nil},
+		{"repeated nullable", "root ::= x* \"!\"\nx ::= \"a\"?", []string{"!", "aaa!"}, []string{"a", "!!"}, nil, nil},
+		{"nested stars", `root ::= ("a"* | "b")* "."`, []string{".", "aab.", "bbaa."}, []string{"c."}, nil, nil},
 		{"nullable prefix", "root ::= x \"!\"\nx ::= \"a\"? \"b\"?", []string{"!", "a!", "ab!", "b!"}, []string{"a", "ba!"}, nil, nil},
 	}
 	for _, c := range cases {
@@ -127,8 +129,9 @@ func TestParseErrors(t *testing.T) {
 		{"bad count", `root ::= "a"{x}`, "not a non-negative integer"},
 		{"unterminated count", `root ::= "a"{2`, "unterminated"},
 		{"left recursion", "root ::= root \"a\" | \"b\"", "left-recursive: root -> root"},
-		{"indirect left recursion", "root ::= x\nx ::= y? root\ny ::= \"a\"", "left-recursive: root -> x -> root"},
-		{"nullable repetition", "root ::= x* \"!\"\nx ::= \"a\"?", `a repetition in rule "root" repeats something that can match the empty string`},
+		{"indirect left recursion", "root ::= x | \"c\"\nx ::= y? root \"b\"\ny ::= \"a\"", "left-recursive: x -> root -> x"},
+		{"never completes", "root ::= \"a\" | \"b\" x\nx ::= \"c\" x", `rule "x" can never complete`},
+		{"matches nothing", "root ::= root", `rule "root" can never complete`},
 		{"token reference", `root ::= <[1000]>`, "token references"},
 		{"garbage after rule", `root ::= "a" = "b"`, `unexpected "= \"b\""`},
 		{"rule start without a name", `::= "a"`, "expected a rule name"},

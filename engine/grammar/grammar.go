@@ -169,6 +169,9 @@ func lower(names []string, bodies map[string]*expr, lines map[string]int) (*Gram
 	if err := g.checkLeftRecursion(); err != nil {
 		return nil, err
 	}
+	if err := g.checkProductive(); err != nil {
+		return nil, err
+	}
 	// The start state needs no vocabulary: building it here refuses a
 	// grammar too ambiguous to start with its parse error, not later.
 	if _, err := NewMatcher(g, &Vocab{}); err != nil {
@@ -258,8 +261,19 @@ func (l *lowerer) item(e *expr, owner string) ([]elem, error) {
 	return out, nil
 }
 
+// leftEdge is a rule a rule may start with; grows marks a reference that
+// something follows in its alternative (expanding it adds a frame).
+type leftEdge struct {
+	to    int32
+	grows bool
+}
+
 // checkLeftRecursion refuses a rule that can reach itself without
-// reading a character: expanding it would never end.
+// reading a character through a reference that something follows:
+// expanding it would stack frames without end. A reference in tail
+// position adds no frame, so a cycle of only those (a repetition of
+// something that can be empty, `(x?)*`) is allowed: the matcher's
+// expansion meets the same stack again and stops there.
 func (g *Grammar) checkLeftRecursion() error {
 	nullable := make([]bool, len(g.alts))
 	for changed := true; changed; {
@@ -276,57 +290,169 @@ func (g *Grammar) checkLeftRecursion() error {
 			}
 		}
 	}
-	// left[r]: rules r may start with.
-	left := make([][]int32, len(g.alts))
+	// left[r]: the rules r may start with.
+	left := make([][]leftEdge, len(g.alts))
 	for r, alts := range g.alts {
 		for _, a := range alts {
 			for p := a; g.elems[p].kind == elRef; p++ {
-				left[r] = append(left[r], g.elems[p].ref)
+				left[r] = append(left[r], leftEdge{g.elems[p].ref, g.elems[p+1].kind != elEnd})
 				if !nullable[g.elems[p].ref] {
 					break
 				}
 			}
 		}
 	}
-	const (
-		white = iota
-		grey
-		black
-	)
-	color := make([]uint8, len(g.alts))
+	// Strongly connected components (Tarjan's algorithm, iterative so
+	// that long chains of helper rules cannot exhaust the stack).
+	n := len(g.alts)
+	index, low, comp := make([]int32, n), make([]int32, n), make([]int32, n)
+	onStack := make([]bool, n)
+	for i := range index {
+		index[i], comp[i] = -1, -1
+	}
+	var stack []int32
+	next, ncomp := int32(0), int32(0)
+	type frame struct {
+		r    int32
+		edge int
+	}
+	for root := range int32(n) {
+		if index[root] >= 0 {
+			continue
+		}
+		work := []frame{{root, 0}}
+		index[root], low[root] = next, next
+		next++
+		stack = append(stack, root)
+		onStack[root] = true
+		for len(work) > 0 {
+			f := &work[len(work)-1]
+			if f.edge < len(left[f.r]) {
+				s := left[f.r][f.edge].to
+				f.edge++
+				switch {
+				case index[s] < 0:
+					index[s], low[s] = next, next
+					next++
+					stack = append(stack, s)
+					onStack[s] = true
+					work = append(work, frame{s, 0})
+				case onStack[s]:
+					low[f.r] = min(low[f.r], index[s])
+				}
+				continue
+			}
+			r := f.r
+			work = work[:len(work)-1]
+			if len(work) > 0 {
+				p := work[len(work)-1].r
+				low[p] = min(low[p], low[r])
+			}
+			if low[r] == index[r] {
+				for {
+					x := stack[len(stack)-1]
+					stack = stack[:len(stack)-1]
+					onStack[x] = false
+					comp[x] = ncomp
+					if x == r {
+						break
+					}
+				}
+				ncomp++
+			}
+		}
+	}
+	for r := range left {
+		for _, e := range left[r] {
+			if e.grows && comp[e.to] == comp[r] {
+				return fmt.Errorf("grammar is left-recursive: %s", g.cycle(int32(r), e.to, left, comp))
+			}
+		}
+	}
+	return nil
+}
+
+// cycle names the rules of a left-recursive cycle from u through its
+// edge to v and back to u (within their component), for the error.
+func (g *Grammar) cycle(u, v int32, left [][]leftEdge, comp []int32) string {
+	prev := map[int32]int32{v: -1}
+	queue := []int32{v}
+	for len(queue) > 0 && !hasKey(prev, u) {
+		x := queue[0]
+		queue = queue[1:]
+		for _, e := range left[x] {
+			if comp[e.to] == comp[u] && !hasKey(prev, e.to) {
+				prev[e.to] = x
+				queue = append(queue, e.to)
+			}
+		}
+	}
 	var path []int32
-	var visit func(r int32) error
-	visit = func(r int32) error {
-		color[r] = grey
-		path = append(path, r)
-		for _, s := range left[r] {
-			switch color[s] {
-			case grey:
-				i := slices.Index(path, s)
-				var cyc []string
-				helpers := true
-				for _, x := range path[i:] {
-					cyc = append(cyc, g.names[g.owner[x]])
-					helpers = helpers && g.owner[x] != x
+	for x := u; x >= 0; x = prev[x] {
+		path = append(path, x)
+		if x == v {
+			break
+		}
+	}
+	slices.Reverse(path)
+	names := []string{g.names[g.owner[u]]}
+	for _, x := range path {
+		if name := g.names[g.owner[x]]; name != names[len(names)-1] {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 1 {
+		names = append(names, names[0])
+	}
+	return strings.Join(names, " -> ")
+}
+
+func hasKey(m map[int32]int32, k int32) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// checkProductive refuses a grammar in which a rule reachable from root
+// can never complete (every alternative needs the rule itself, say): the
+// output would go on without end, or the grammar would match nothing.
+func (g *Grammar) checkProductive() error {
+	productive := make([]bool, len(g.alts))
+	for changed := true; changed; {
+		changed = false
+		for r, alts := range g.alts {
+			if productive[r] {
+				continue
+			}
+			for _, a := range alts {
+				ok := true
+				for p := a; g.elems[p].kind != elEnd; p++ {
+					if e := g.elems[p]; e.kind == elRef && !productive[e.ref] {
+						ok = false
+						break
+					}
 				}
-				if helpers {
-					return fmt.Errorf("grammar is left-recursive: a repetition in rule %q repeats something that can match the empty string", g.names[g.owner[s]])
-				}
-				return fmt.Errorf("grammar is left-recursive: %s -> %s", strings.Join(cyc, " -> "), g.names[s])
-			case white:
-				if err := visit(s); err != nil {
-					return err
+				if ok {
+					productive[r], changed = true, true
+					break
 				}
 			}
 		}
-		path = path[:len(path)-1]
-		color[r] = black
-		return nil
 	}
-	for r := range g.alts {
-		if color[r] == white {
-			if err := visit(int32(r)); err != nil {
-				return err
+	seen := make([]bool, len(g.alts))
+	queue := []int32{g.root}
+	seen[g.root] = true
+	for len(queue) > 0 {
+		r := queue[0]
+		queue = queue[1:]
+		if !productive[r] {
+			return fmt.Errorf("grammar: rule %q can never complete (each of its alternatives needs itself)", g.names[g.owner[r]])
+		}
+		for _, a := range g.alts[r] {
+			for p := a; g.elems[p].kind != elEnd; p++ {
+				if e := g.elems[p]; e.kind == elRef && !seen[e.ref] {
+					seen[e.ref] = true
+					queue = append(queue, e.ref)
+				}
 			}
 		}
 	}

@@ -82,7 +82,9 @@ func (e *SchemaError) Error() string { return fmt.Sprintf("json schema at %s: %s
 // uri (each a subset of the format, so a validator asserting formats
 // accepts the output), pattern (the whole string one match of the regular
 // expression; pattern.go says which syntax), $ref to any local pointer
-// ($defs, definitions, "#"), the boolean schemas, and the annotations
+// ($defs, definitions, "#"; one that resolves nowhere from the root is
+// tried from each enclosing schema, so an embedded schema keeps its own
+// $defs), the boolean schemas, and the annotations
 // (title, description, default, examples, other formats, …), which
 // constrain nothing. Anything else (multipleOf, prefixItems,
 // patternProperties, …) is an error.
@@ -94,7 +96,7 @@ func SchemaGBNF(schema []byte, name string) (string, error) {
 	if err != nil {
 		return "", &SchemaError{Path: "#", Msg: fmt.Sprintf("not valid JSON: %v", err)}
 	}
-	c := &conv{prefix: name, root: doc, refs: map[string]string{}}
+	c := &conv{prefix: name, root: doc, refs: map[any]string{}}
 	body, err := c.visit(doc, "#")
 	if err != nil {
 		return "", err
@@ -267,7 +269,11 @@ type conv struct {
 	prefix string
 	root   any
 	rules  []struct{ name, body string }
-	refs   map[string]string // pointer -> rule name
+	refs   map[any]string // the schema referred to (or its pointer) -> rule name
+	// scopes are the schema objects enclosing the one being translated,
+	// outermost first: where a pointer that resolves nowhere from the
+	// root is tried next.
+	scopes []*object
 }
 
 func (c *conv) prim(p string) string { return c.prefix + "-" + p }
@@ -294,6 +300,8 @@ func (c *conv) visit(s any, path string) (string, error) {
 }
 
 func (c *conv) visitObject(o *object, path string) (string, error) {
+	c.scopes = append(c.scopes, o)
+	defer func() { c.scopes = c.scopes[:len(c.scopes)-1] }()
 	combinators := 0
 	for _, k := range o.keys {
 		switch {
@@ -646,9 +654,6 @@ func (c *conv) ref(v any, path string) (string, error) {
 	if !ok {
 		return "", &SchemaError{path + "/$ref", "$ref must be a string"}
 	}
-	if name, done := c.refs[s]; done {
-		return name, nil
-	}
 	frag, isLocal := strings.CutPrefix(s, "#")
 	if !isLocal {
 		return "", &SchemaError{path + "/$ref", fmt.Sprintf("$ref %q is not a local reference (#/…); remote schemas are not fetched", s)}
@@ -657,34 +662,31 @@ func (c *conv) ref(v any, path string) (string, error) {
 	if err != nil {
 		return "", &SchemaError{path + "/$ref", fmt.Sprintf("$ref %q is not a valid pointer", s)}
 	}
-	target := c.root
-	if frag != "" {
-		if !strings.HasPrefix(frag, "/") {
-			return "", &SchemaError{path + "/$ref", fmt.Sprintf("$ref %q: anchors are not supported, only JSON pointers", s)}
-		}
-		for _, part := range strings.Split(frag[1:], "/") {
-			part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
-			switch x := target.(type) {
-			case *object:
-				target, ok = x.vals[part]
-			case []any:
-				i, err := strconv.Atoi(part)
-				ok = err == nil && i >= 0 && i < len(x)
-				if ok {
-					target = x[i]
-				}
-			default:
-				ok = false
-			}
-			if !ok {
-				return "", &SchemaError{path + "/$ref", fmt.Sprintf("$ref %q points at nothing", s)}
-			}
-		}
+	if frag != "" && !strings.HasPrefix(frag, "/") {
+		return "", &SchemaError{path + "/$ref", fmt.Sprintf("$ref %q: anchors are not supported, only JSON pointers", s)}
+	}
+	// From the document's root, as the standard says; failing that, from
+	// each enclosing schema, innermost first, so that a schema embedded
+	// in another (a tool's parameters inside a call's schema) keeps its
+	// own #/$defs references.
+	target, found := resolvePointer(c.root, frag)
+	for i := len(c.scopes) - 1; !found && i >= 0; i-- {
+		target, found = resolvePointer(c.scopes[i], frag)
+	}
+	if !found {
+		return "", &SchemaError{path + "/$ref", fmt.Sprintf("$ref %q points at nothing", s)}
+	}
+	key := any(s)
+	if o, isObj := target.(*object); isObj {
+		key = o // the same pointer may name different schemas in different scopes
+	}
+	if name, done := c.refs[key]; done {
+		return name, nil
 	}
 	// Reserve the rule before visiting, so a reference back to it (a
 	// recursive schema) finds it.
 	name := c.rule("")
-	c.refs[s] = name
+	c.refs[key] = name
 	body, err := c.visit(target, s)
 	if err != nil {
 		return "", err
@@ -695,6 +697,31 @@ func (c *conv) ref(v any, path string) (string, error) {
 		}
 	}
 	return name, nil
+}
+
+// resolvePointer follows a JSON pointer ("" or "/a/b") from doc.
+func resolvePointer(doc any, frag string) (any, bool) {
+	if frag == "" {
+		return doc, true
+	}
+	target := doc
+	for _, part := range strings.Split(frag[1:], "/") {
+		part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
+		ok := false
+		switch x := target.(type) {
+		case *object:
+			target, ok = x.vals[part]
+		case []any:
+			i, err := strconv.Atoi(part)
+			if ok = err == nil && i >= 0 && i < len(x); ok {
+				target = x[i]
+			}
+		}
+		if !ok {
+			return nil, false
+		}
+	}
+	return target, true
 }
 
 // stringFormats are the string formats the output follows (the text

@@ -238,7 +238,7 @@ func TestSchemaProperty(t *testing.T) {
 		t.Run(c.vocab, func(t *testing.T) {
 			t.Parallel()
 			schemas := c.schemas
-			if testing.Short() {
+			if testing.Short() || raceEnabled {
 				schemas /= 5
 			}
 			schemaProperty(t, testVocab(t, c.vocab), schemas, uint64(len(c.vocab)))
@@ -438,7 +438,8 @@ func TestSchemaErrors(t *testing.T) {
 		{"remote ref", `{"$ref":"https://example.com/s.json"}`, "not a local reference"},
 		{"dangling ref", `{"$ref":"#/$defs/nope"}`, "points at nothing"},
 		{"anchor ref", `{"$ref":"#foo"}`, "anchors are not supported"},
-		{"self ref", `{"$ref":"#"}`, "left-recursive"},
+		{"self ref", `{"$ref":"#"}`, "can never complete"},
+		{"endless list", `{"type":"object","properties":{"next":{"$ref":"#"}},"required":["next"]}`, "can never complete"},
 		{"allOf of two", `{"allOf":[{},{}]}`, "allOf with more than one"},
 		{"anyOf beside type", `{"type":"string","anyOf":[{}]}`, `anyOf beside "type"`},
 		{"two combinators", `{"enum":[1],"const":1}`, "combining"},
@@ -531,5 +532,44 @@ func TestMaskMatchesBruteForce(t *testing.T) {
 	}
 	if s, err := m.Accept(end, v.eog[0]); err != nil || s != end {
 		t.Fatalf("end of generation at the end: %v, %v", s, err)
+	}
+}
+
+// TestEmbeddedRefs: a schema embedded in another (tools' parameters in a
+// call's schema) keeps its own #/$defs references, each resolved in its
+// own scope even where two embedded schemas use the same name.
+func TestEmbeddedRefs(t *testing.T) {
+	t.Parallel()
+	call := func(name, x string) string {
+		return `{"type":"object","properties":{"name":{"const":"` + name + `"},"arguments":{"type":"object","properties":{"p":{"$ref":"#/$defs/X"}},"required":["p"],"$defs":{"X":` + x + `}}},"required":["name","arguments"]}`
+	}
+	g, err := FromJSONSchema([]byte(`{"anyOf":[` + call("a", `{"type":"integer"}`) + `,` + call("b", `{"type":"boolean"}`) + `]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMatcher(g, byteVocab(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for text, want := range map[string]bool{
+		`{"name":"a","arguments":{"p":1}}`:    true,
+		`{"name":"b","arguments":{"p":true}}`: true,
+		`{"name":"a","arguments":{"p":true}}`: false,
+		`{"name":"b","arguments":{"p":1}}`:    false,
+	} {
+		if got := matchText(t, m, text); got != want {
+			t.Errorf("%s accepted = %v, want %v", text, got, want)
+		}
+	}
+	// The document's root still comes first.
+	g, err = FromJSONSchema([]byte(`{"$defs":{"X":{"type":"null"}},"type":"object","properties":{"p":{"type":"object","properties":{"q":{"$ref":"#/$defs/X"}},"required":["q"],"$defs":{"X":{"type":"integer"}}}},"required":["p"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err = NewMatcher(g, byteVocab(t)); err != nil {
+		t.Fatal(err)
+	}
+	if !matchText(t, m, `{"p":{"q":null}}`) || matchText(t, m, `{"p":{"q":1}}`) {
+		t.Error("a pointer that resolves from the root was resolved from an inner scope")
 	}
 }
