@@ -86,6 +86,11 @@ func TestVocabDefaults(t *testing.T) {
 		// llama.cpp's gpt2 default BOS/EOS (11) does not exist in 5 tokens.
 		{"gpt2 default ids out of vocab", bpeMeta().with(keyBOS, nil, keyEOS, nil, keyAddBOS, false),
 			Vocab{Model: "gpt2", Pre: "llama-bpe", BOS: -1, EOS: -1, EOT: 4, PAD: -1, UNK: -1}},
+		{"tekken adds bos", bpeMeta().with(keyPre, "tekken"), Vocab{Model: "gpt2", Pre: "tekken", BOS: 3, EOS: 4, EOT: 4, PAD: -1, UNK: -1, AddBOS: true}},
+		{"qwen2 no bos", bpeMeta().with(keyPre, "qwen2"), Vocab{Model: "gpt2", Pre: "qwen2", BOS: 3, EOS: 4, EOT: 4, PAD: -1, UNK: -1}},
+		{"glm4 has no default bos", bpeMeta().with(keyPre, "glm4", keyBOS, nil), Vocab{Model: "gpt2", Pre: "glm4", BOS: -1, EOS: 4, EOT: 4, PAD: -1, UNK: -1}},
+		{"no pre is default", bpeMeta().with(keyPre, nil), Vocab{Model: "gpt2", Pre: "default", BOS: 3, EOS: 4, EOT: 4, PAD: -1, UNK: -1,
+			Warnings: []string{`no tokenizer.ggml.pre: using llama.cpp's "default" pre-tokenizer, which may cut text differently from the model's own`}}},
 		{"template", spmMeta().with(keyChatTemplate, "{{ x }}"),
 			Vocab{Model: "llama", BOS: 1, EOS: 2, EOT: -1, PAD: -1, UNK: 0, AddBOS: true, AddSpacePrefix: true, ChatTemplate: "{{ x }}"}},
 	}
@@ -100,6 +105,45 @@ func TestVocabDefaults(t *testing.T) {
 			got.Tokens, got.Scores, got.Types, got.Merges = nil, nil, nil, nil
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tc.want)
+			}
+			if _, err := New(v); err != nil {
+				t.Errorf("New: %v", err)
+			}
+		})
+	}
+}
+
+// TestVocabBadSpecialIDs: a special-token id outside the vocabulary (as
+// UINT32_MAX, "none", in many converted files) is ignored with a warning
+// naming the key, keeping llama.cpp's default, instead of refusing the file.
+func TestVocabBadSpecialIDs(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		md      fakeMeta
+		key     string
+		get     func(*Vocab) int32
+		wantID  int32
+		wantMsg string
+	}{
+		{"pad uint32 max", spmMeta().with(keyPAD, uint32(0xFFFFFFFF)), keyPAD, func(v *Vocab) int32 { return v.PAD }, -1, "token id 4294967295 out of range [0, 5)"},
+		{"bos just past the end", spmMeta().with(keyBOS, uint32(5)), keyBOS, func(v *Vocab) int32 { return v.BOS }, 1, "token id 5 out of range"},
+		{"eos negative", spmMeta().with(keyEOS, int32(-3)), keyEOS, func(v *Vocab) int32 { return v.EOS }, 2, "token id -3 out of range"},
+		{"unk huge", spmMeta().with(keyUNK, uint64(1)<<40), keyUNK, func(v *Vocab) int32 { return v.UNK }, 0, "out of range"},
+		{"eot uint32 max", bpeMeta().with(keyEOT, uint32(0xFFFFFFFF)), keyEOT, func(v *Vocab) int32 { return v.EOT }, 4, "out of range"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			v, err := vocabFromMetadata(tc.md)
+			if err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if got := tc.get(v); got != tc.wantID {
+				t.Errorf("id = %d, want the default %d", got, tc.wantID)
+			}
+			if len(v.Warnings) != 1 || !strings.Contains(v.Warnings[0], tc.key) || !strings.Contains(v.Warnings[0], tc.wantMsg) {
+				t.Errorf("warnings %q, want one naming %s and %q", v.Warnings, tc.key, tc.wantMsg)
 			}
 			if _, err := New(v); err != nil {
 				t.Errorf("New: %v", err)
@@ -125,9 +169,6 @@ func TestVocabErrors(t *testing.T) {
 		{"types wrong type", spmMeta().with(keyTokenType, []float32{1}), "not an int32 array"},
 		{"scores length", spmMeta().with(keyScores, []float32{0}), "scores has 1 entries, want 5"},
 		{"unknown token type", spmMeta().with(keyTokenType, []int32{2, 3, 3, 1, 9}), "unknown type 9"},
-		{"bos out of range", spmMeta().with(keyBOS, uint32(5)), "bos_token_id: token id 5 out of range [0, 5)"},
-		{"eos negative", spmMeta().with(keyEOS, int32(-3)), "out of range"},
-		{"huge id", spmMeta().with(keyUNK, uint64(1)<<40), "out of range"},
 		{"id not integer", spmMeta().with(keyBOS, "1"), "not an integer"},
 		{"add_bos not bool", spmMeta().with(keyAddBOS, uint8(1)), "add_bos_token is not a bool"},
 		{"template not string", spmMeta().with(keyChatTemplate, true), "chat_template is not a string"},
