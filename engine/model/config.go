@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 
 	"github.com/strata-llm/strata/engine/gguf"
 )
@@ -13,6 +15,18 @@ const (
 	ArchLlama  = "llama"
 	ArchGemma2 = "gemma2"
 )
+
+// archs lists the implemented architectures, for the error that refuses
+// any other: it names what the file says and what strata can run instead.
+var archs = []string{ArchLlama, ArchGemma2}
+
+// Archs returns the architectures the engine implements.
+func Archs() []string { return slices.Clone(archs) }
+
+// errArch is the error for an architecture the engine does not implement.
+func errArch(arch string) error {
+	return fmt.Errorf("unsupported architecture %q: strata runs %s", arch, strings.Join(archs, ", "))
+}
 
 // Sanity limits on hyperparameters. They sit far above any real model and
 // exist so a hostile or corrupt header cannot make the engine allocate
@@ -90,10 +104,8 @@ func (c *Config) Sliding(i int) bool {
 // Validate checks that the hyperparameters are usable and mutually
 // consistent.
 func (c *Config) Validate() error {
-	switch c.Arch {
-	case ArchLlama, ArchGemma2:
-	default:
-		return fmt.Errorf("unsupported architecture %q (want %q or %q)", c.Arch, ArchLlama, ArchGemma2)
+	if !slices.Contains(archs, c.Arch) {
+		return errArch(c.Arch)
 	}
 	for _, r := range []struct {
 		name     string
@@ -171,8 +183,8 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 		return Config{}, errors.New("config from gguf: missing general.architecture")
 	}
 	c := Config{Arch: arch, EmbedScale: 1}
-	if arch != ArchLlama && arch != ArchGemma2 {
-		return Config{}, fmt.Errorf("config from gguf: unsupported architecture %q (want %q or %q)", arch, ArchLlama, ArchGemma2)
+	if !slices.Contains(archs, arch) {
+		return Config{}, fmt.Errorf("config from gguf: %w", errArch(arch))
 	}
 	var err error
 	reqInt := func(key string, dst *int) {
