@@ -169,6 +169,8 @@ type TensorInfo struct {
 	Offset uint64
 	// Size is the tensor's byte size, from Type and Dims.
 	Size int64
+
+	part int // which file of a split model holds the data (0: the first)
 }
 
 // Shape returns the dimensions in PyTorch order (slowest varying first),
@@ -214,6 +216,15 @@ type File struct {
 	r        io.ReaderAt
 	kvIndex  []int32 // indexes into KV sorted by key
 	tenIndex []int32 // indexes into Tensors sorted by name
+	// parts are the data sections of a split model's further files
+	// (parts[0] is unused: the first file is r and DataOffset).
+	parts []filePart
+}
+
+// filePart is where one further file of a split model keeps its tensors.
+type filePart struct {
+	r          io.ReaderAt
+	dataOffset int64
 }
 
 // Lookup returns the value stored under key.
@@ -400,6 +411,10 @@ func (f *File) TensorReader(name string) (*io.SectionReader, error) {
 	ti, ok := f.Tensor(name)
 	if !ok {
 		return nil, fmt.Errorf("gguf: no tensor %q", name)
+	}
+	if ti.part > 0 {
+		p := f.parts[ti.part]
+		return io.NewSectionReader(p.r, p.dataOffset+int64(ti.Offset), ti.Size), nil
 	}
 	return io.NewSectionReader(f.r, f.DataOffset+int64(ti.Offset), ti.Size), nil
 }
