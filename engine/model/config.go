@@ -89,6 +89,41 @@ type Config struct {
 	TiedOutput bool
 }
 
+// ropeLinearScale reads RoPE scaling as llama.cpp does: the factor from
+// rope.scaling.factor (or the older rope.scale_linear; absent or 0 means 1),
+// applied as linear position interpolation when rope.scaling.type is
+// linear, none or absent. YaRN and LongRoPE change the frequencies in ways
+// this engine does not implement, so a file that asks for them with a
+// factor other than 1 is refused rather than run with the wrong positions.
+func ropeLinearScale(f *gguf.File, arch string) (float64, error) {
+	scale := 0.0
+	key := arch + ".rope.scaling.factor"
+	if v, ok := f.Float(key); ok {
+		scale = v
+	} else if v, ok := f.Float(arch + ".rope.scale_linear"); ok {
+		scale, key = v, arch+".rope.scale_linear"
+	}
+	if scale == 0 || scale == 1 {
+		return 1, nil
+	}
+	if !(scale > 0) || math.IsInf(scale, 0) {
+		return 0, fmt.Errorf("%s %v must be positive and finite", key, scale)
+	}
+	typ := "linear"
+	if v, ok := f.Lookup(arch + ".rope.scaling.type"); ok {
+		s, isStr := v.(string)
+		if !isStr {
+			return 0, fmt.Errorf("%s.rope.scaling.type is %T, want a string", arch, v)
+		}
+		typ = s
+	}
+	switch typ {
+	case "linear", "none":
+		return scale, nil
+	}
+	return 0, fmt.Errorf("RoPE scaling %q (factor %v, %s.rope.scaling.type) is not supported: strata implements linear scaling only", typ, scale, arch)
+}
+
 // QDim is the width of the concatenated query heads.
 func (c *Config) QDim() int { return c.Heads * c.HeadDim }
 
@@ -171,8 +206,8 @@ func (c *Config) Validate() error {
 
 // ConfigFromGGUF reads the hyperparameters from a GGUF file's metadata using
 // llama.cpp's keys, applying llama.cpp's defaults where a key is optional.
-// RopeFreqs is left nil: it lives in the rope_freqs.weight tensor, which
-// LoadGGUF reads. The token embedding's shape is checked against the
+// RopeFreqs holds only linear RoPE scaling (rope.scaling.factor) here: the
+// rope_freqs.weight tensor, which LoadGGUF reads, multiplies into it. The token embedding's shape is checked against the
 // metadata; LoadGGUF checks every other tensor.
 func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	if f == nil {
@@ -243,6 +278,10 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	if v, ok := f.Float(arch + ".rope.freq_base"); ok {
 		c.RopeTheta = v
 	}
+	ropeScale, err := ropeLinearScale(f, arch)
+	if err != nil {
+		return Config{}, fmt.Errorf("config from gguf: %w", err)
+	}
 
 	// Head dim: explicit key_length, else n_embd/n_head.
 	if !optInt("attention.key_length", &c.HeadDim) {
@@ -291,6 +330,14 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	}
 	_, hasOutput := f.Tensor("output.weight")
 	c.TiedOutput = !hasOutput
+	if ropeScale != 1 {
+		// Linear position interpolation divides every frequency by the
+		// factor: the same as a divisor table of that value.
+		c.RopeFreqs = make([]float32, c.HeadDim/2)
+		for i := range c.RopeFreqs {
+			c.RopeFreqs[i] = float32(ropeScale)
+		}
+	}
 
 	c.AttnScale = float32(1 / math.Sqrt(float64(c.HeadDim)))
 	if arch == ArchGemma2 {
