@@ -216,15 +216,10 @@ type File struct {
 	r        io.ReaderAt
 	kvIndex  []int32 // indexes into KV sorted by key
 	tenIndex []int32 // indexes into Tensors sorted by name
-	// parts are the data sections of a split model's further files
-	// (parts[0] is unused: the first file is r and DataOffset).
-	parts []filePart
-}
-
-// filePart is where one further file of a split model keeps its tensors.
-type filePart struct {
-	r          io.ReaderAt
-	dataOffset int64
+	// parts are the headers of a split model's further files, whose
+	// readers and data offsets hold their tensors (parts[0] is nil: the
+	// first file is this one).
+	parts []*File
 }
 
 // Lookup returns the value stored under key.
@@ -414,7 +409,7 @@ func (f *File) TensorReader(name string) (*io.SectionReader, error) {
 	}
 	if ti.part > 0 {
 		p := f.parts[ti.part]
-		return io.NewSectionReader(p.r, p.dataOffset+int64(ti.Offset), ti.Size), nil
+		return io.NewSectionReader(p.r, p.DataOffset+int64(ti.Offset), ti.Size), nil
 	}
 	return io.NewSectionReader(f.r, f.DataOffset+int64(ti.Offset), ti.Size), nil
 }

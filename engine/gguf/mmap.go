@@ -21,14 +21,8 @@ type Mapped struct {
 	m    *hostmem.Mapping
 	data []byte
 	// parts are the second and later files of a split model (parts[0] is
-	// unused: the first file is m and data).
-	parts []mappedPart
-}
-
-// mappedPart is one further file of a split model.
-type mappedPart struct {
-	m    *hostmem.Mapping
-	data []byte
+	// nil: the first file is this one).
+	parts []*Mapped
 }
 
 // Map opens path, maps it read-only and parses its header. A split model
@@ -88,7 +82,7 @@ func (m *Mapped) Data(ti *TensorInfo) []byte {
 		if m.data == nil || ti.part >= len(m.parts) {
 			return nil
 		}
-		data, dataOffset = m.parts[ti.part].data, m.File.parts[ti.part].dataOffset
+		data, dataOffset = m.parts[ti.part].data, m.parts[ti.part].DataOffset
 	}
 	if data == nil || ti.Size < 0 || ti.Offset > uint64(len(data)) {
 		return nil
@@ -120,14 +114,12 @@ func (m *Mapped) Close() error {
 	if err := m.m.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("gguf: %w", err))
 	}
-	for i := 1; i < len(m.parts); i++ {
-		if m.parts[i].m == nil { // a part Map failed before mapping
+	for i, p := range m.parts {
+		if p == nil { // the first part, or one not mapped
 			continue
 		}
-		m.File.parts[i].r = closedReader{}
-		m.parts[i].data = nil
-		if err := m.parts[i].m.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("gguf: split part %d: %w", i+1, err))
+		if err := p.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("split part %d: %w", i+1, err))
 		}
 	}
 	return errors.Join(errs...)

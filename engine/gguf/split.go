@@ -91,8 +91,8 @@ func mapSplit(path string, first *Mapped) (*Mapped, error) {
 
 	f := *first.File // the merged header: the first part's metadata, every part's tensors
 	f.Tensors = append([]TensorInfo(nil), first.Tensors...)
-	f.parts = make([]filePart, n)
-	m := &Mapped{File: &f, m: first.m, data: first.data, parts: make([]mappedPart, n)}
+	f.parts = make([]*File, n)
+	m := &Mapped{File: &f, m: first.m, data: first.data, parts: make([]*Mapped, n)}
 	fail := func(err error) (*Mapped, error) {
 		m.Close()
 		return nil, err
@@ -103,8 +103,7 @@ func mapSplit(path string, first *Mapped) (*Mapped, error) {
 		if err != nil {
 			return fail(fmt.Errorf("gguf: part %d of %d of split model %s: %w", i+1, n, path, err))
 		}
-		m.parts[i] = mappedPart{m: pm.m, data: pm.data}
-		f.parts[i] = filePart{r: pm.r, dataOffset: pm.DataOffset}
+		m.parts[i], f.parts[i] = pm, pm.File
 		pno, pn, err := splitKeys(pm.File)
 		if err != nil {
 			return fail(fmt.Errorf("gguf: %s: %w", p, err))
