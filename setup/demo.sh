@@ -40,10 +40,11 @@ done
 echo "== stratad is serving on $sock; models:"
 bin/strata models --socket "$sock"
 echo "== strata complete: Once upon a time"
+printf 'Once upon a time'
 bin/strata complete --socket "$sock" --max-tokens 48 --temperature 0 "Once upon a time"
 msg=${1:-"Tell me a story."}
 echo "== strata chat: $msg"
-echo "$msg" | bin/strata chat --socket "$sock" --max-tokens 32 --seed 1
+echo "$msg" | bin/strata chat --socket "$sock" --max-tokens 32 --temperature 0
 echo "== strata status"
 bin/strata status --socket "$sock"
 
