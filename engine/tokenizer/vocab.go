@@ -187,6 +187,21 @@ func vocabFromMetadata(md metadata) (*Vocab, error) {
 			return nil, fmt.Errorf("%s has %d entries, want %d (one per token)", keyTokenType, len(types), n)
 		}
 		v.Types = append([]int32(nil), types...)
+		bad, first := 0, -1
+		for i, t := range v.Types {
+			if t < TypeUndefined || t > TypeByte {
+				if bad == 0 {
+					first = i
+				}
+				bad++
+				v.Types[i] = TypeUndefined
+			}
+		}
+		if bad > 0 {
+			// llama.cpp reads a type it does not know as undefined.
+			v.Warnings = append(v.Warnings, fmt.Sprintf("%s: %d tokens have an unknown type (the first, token %d, has %d); treating them as undefined",
+				keyTokenType, bad, first, types[first]))
+		}
 	} else if _, present := md.Lookup(keyTokenType); present {
 		return nil, fmt.Errorf("%s is not an int32 array", keyTokenType)
 	}

@@ -152,6 +152,26 @@ func TestVocabBadSpecialIDs(t *testing.T) {
 	}
 }
 
+// TestVocabUnknownTokenType: a token type llama.cpp does not know is read
+// as undefined, with a warning, as llama.cpp does; New still refuses one in
+// a hand-built Vocab (TestNewErrors).
+func TestVocabUnknownTokenType(t *testing.T) {
+	t.Parallel()
+	v, err := vocabFromMetadata(spmMeta().with(keyTokenType, []int32{2, 3, 3, 9, -1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Types[3] != TypeUndefined || v.Types[4] != TypeUndefined || v.Types[0] != TypeUnknown {
+		t.Errorf("types %v", v.Types)
+	}
+	if len(v.Warnings) != 1 || !strings.Contains(v.Warnings[0], "2 tokens have an unknown type (the first, token 3, has 9)") {
+		t.Errorf("warnings %q", v.Warnings)
+	}
+	if _, err := New(v); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestVocabErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -168,7 +188,6 @@ func TestVocabErrors(t *testing.T) {
 		{"types length", spmMeta().with(keyTokenType, []int32{1, 1}), "token_type has 2 entries, want 5"},
 		{"types wrong type", spmMeta().with(keyTokenType, []float32{1}), "not an int32 array"},
 		{"scores length", spmMeta().with(keyScores, []float32{0}), "scores has 1 entries, want 5"},
-		{"unknown token type", spmMeta().with(keyTokenType, []int32{2, 3, 3, 1, 9}), "unknown type 9"},
 		{"id not integer", spmMeta().with(keyBOS, "1"), "not an integer"},
 		{"add_bos not bool", spmMeta().with(keyAddBOS, uint8(1)), "add_bos_token is not a bool"},
 		{"template not string", spmMeta().with(keyChatTemplate, true), "chat_template is not a string"},
@@ -205,6 +224,7 @@ func TestNewErrors(t *testing.T) {
 		{"no tokens", func(v *Vocab) *Vocab { v.Tokens = nil; return v }, "no tokens"},
 		{"scores", func(v *Vocab) *Vocab { v.Scores = []float32{1}; return v }, "1 scores for 3 tokens"},
 		{"types", func(v *Vocab) *Vocab { v.Types = []int32{1, 1, 1, 1}; return v }, "4 token types for 3 tokens"},
+		{"type value", func(v *Vocab) *Vocab { v.Types = []int32{1, 1, 7}; return v }, "unknown type 7"},
 		{"unk range", func(v *Vocab) *Vocab { v.UNK = 3; return v }, "UNK token id 3 out of range"},
 		{"pad range", func(v *Vocab) *Vocab { v.PAD = -2; return v }, "PAD token id -2 out of range"},
 		{"add eos", func(v *Vocab) *Vocab { v.EOS = -1; v.AddEOS = true; return v }, "no EOS token"},
