@@ -198,3 +198,14 @@ func writeGGUF(path string, w *Writer, data func(int, TensorInfo, io.Writer) err
 	}
 	return f.Close()
 }
+
+// SplitPrefix returns PREFIX for a split part's file name
+// (PREFIX-00001-of-00003.gguf), so a split model can be named as the
+// single file would be; ok is false for other names.
+func SplitPrefix(name string) (prefix string, ok bool) {
+	sub := splitName.FindStringSubmatch(name)
+	if sub == nil {
+		return "", false
+	}
+	return sub[1], true
+}

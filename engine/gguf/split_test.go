@@ -174,3 +174,21 @@ func TestSplitErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestSplitPrefix(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in, want string
+		ok       bool
+	}{
+		{"Qwen2.5-7B-Q4_K_M-00001-of-00002.gguf", "Qwen2.5-7B-Q4_K_M", true},
+		{"m-00002-of-00003.gguf", "m", true},
+		{"model.gguf", "", false},
+		{"m-1-of-3.gguf", "", false},
+		{"-00001-of-00002.gguf", "", false},
+	} {
+		if got, ok := SplitPrefix(tc.in); got != tc.want || ok != tc.ok {
+			t.Errorf("SplitPrefix(%q) = %q, %v; want %q, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}
