@@ -11,7 +11,6 @@ import (
 
 	"github.com/strata-llm/strata/daemon/openai"
 	"github.com/strata-llm/strata/engine/sample"
-	"github.com/strata-llm/strata/engine/tokenizer"
 	"github.com/strata-llm/strata/internal/daemon/sched"
 )
 
@@ -79,7 +78,11 @@ func (s *Server) prepare(lm *loaded, p openai.Params, prompt []int32, promptPara
 		}
 		r.LogitBias[id] = float32(b)
 	}
-	return &job{lm: lm, req: r, params: p}, nil
+	j := &job{lm: lm, req: r, params: p}
+	if err := s.applyToolSchema(j); err != nil {
+		return nil, err
+	}
+	return j, nil
 }
 
 // submit queues a job, mapping scheduler refusals to API errors.
@@ -98,22 +101,6 @@ func (s *Server) submit(ctx context.Context, j *job) (*sched.Handle, error) {
 		return nil, openai.BadRequest("", "%v", err)
 	}
 	return h, nil
-}
-
-// chatPrompt renders msgs through the model's chat template, with the
-// assistant's turn opened, and encodes the result (its special tokens
-// parsed, none added: the template carries them). param names the request
-// field a template refusal is reported against.
-func chatPrompt(lm *loaded, msgs []openai.Message, param string) ([]int32, error) {
-	tm := make([]tokenizer.Message, len(msgs))
-	for i, m := range msgs {
-		tm[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
-	}
-	text, err := lm.eng.Tok.ApplyChatTemplate(tm, true)
-	if err != nil {
-		return nil, openai.BadRequest(param, "the model's chat template rejected the messages: %v", err)
-	}
-	return lm.eng.Tok.Encode(text, false, true), nil
 }
 
 // gen is a request's n generations, their events merged in the order they
@@ -220,15 +207,21 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	prompt, err := chatPrompt(lm, c.Messages, "messages")
+	prompt, plan, err := toolPrompt(lm, c.Messages, c.Tools, "messages")
 	if err != nil {
 		return err
+	}
+	if plan != nil {
+		c.ToolSchema = plan.schema
 	}
 	g, cancel, err := s.start(r, lm, c.Params, prompt, "messages")
 	if err != nil {
 		return err
 	}
 	defer cancel()
+	if plan != nil {
+		return s.chatWithTools(w, r, c, lm, plan, g, cancel)
+	}
 	id, created := newID("chatcmpl-"), time.Now().Unix()
 	var tot total
 	if !c.Stream {

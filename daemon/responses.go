@@ -29,7 +29,7 @@ type Response struct {
 	Temperature       float64           `json:"temperature"`
 	TopP              float64           `json:"top_p"`
 	ParallelToolCalls bool              `json:"parallel_tool_calls"`
-	ToolChoice        string            `json:"tool_choice"`
+	ToolChoice        any               `json:"tool_choice"`
 	Tools             []any             `json:"tools"`
 	Text              responseText      `json:"text"`
 	Metadata          json.RawMessage   `json:"metadata"`
@@ -45,6 +45,8 @@ type responseItem struct {
 	Status  string         `json:"status"`
 	Role    string         `json:"role"`
 	Content []responsePart `json:"content"`
+	// A function_call item's call (see MarshalJSON).
+	CallID, Name, Arguments string
 }
 
 type responsePart struct {
@@ -81,9 +83,12 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p := req.Params
-	prompt, err := chatPrompt(lm, req.Messages, "input")
+	prompt, plan, err := toolPrompt(lm, req.Messages, req.Tools, "input")
 	if err != nil {
 		return err
+	}
+	if plan != nil {
+		p.ToolSchema = plan.schema
 	}
 	g, cancel, err := s.start(r, lm, p, prompt, "input")
 	if err != nil {
@@ -101,6 +106,12 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) error {
 		resp.Metadata = req.Metadata
 	}
 	resp.Text.Format.Type = "text"
+	if req.Tools != nil {
+		resp.Tools, resp.ToolChoice, resp.ParallelToolCalls = echoTools(req)
+	}
+	if plan != nil {
+		return s.responsesWithTools(w, r, &resp, plan, g, cancel, p.Stream)
+	}
 	item := responseItem{Type: "message", ID: newID("msg_"), Status: "in_progress", Role: "assistant", Content: []responsePart{}}
 	finish := func(reason string, prompt, completion int, out string) {
 		item.Status = "completed"

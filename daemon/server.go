@@ -114,6 +114,11 @@ type Server struct {
 	// ran out waits for them to write their error before closing.
 	inflight sync.WaitGroup
 
+	// constrainSchema constrains a job's output to a JSON schema, for
+	// requests that require a tool call (tools.go); nil while the build
+	// has no constrained decoding.
+	constrainSchema func(j *job, schema []byte) error
+
 	mu     sync.RWMutex
 	models map[string]*loaded
 	order  []string // load order, for listings

@@ -343,7 +343,8 @@ func TestResponsesRefusals(t *testing.T) {
 	}
 	for _, tc := range []struct{ body, param string }{
 		{`{"model":"tiny"}`, "input"},
-		{`{"model":"tiny","input":"x","tools":[{"type":"function","name":"f"}]}`, "tools"},
+		{`{"model":"tiny","input":"x","tools":[{"type":"web_search"}]}`, "tools[0].type"},
+		{`{"model":"tiny","input":[{"type":"function_call_output","output":"x"}]}`, "input[0].call_id"},
 		{`{"model":"tiny","input":"x","previous_response_id":"resp_1"}`, "previous_response_id"},
 		{`{"model":"tiny","input":"x","text":{"format":{"type":"json_object"}}}`, "text.format"},
 		{`{"model":"tiny","input":[{"role":"tool","content":"x"}]}`, "input[0].role"},

@@ -151,6 +151,10 @@ type ChatMessage struct {
 	Role    string  `json:"role"`
 	Content Content `json:"content"`
 	Name    string  `json:"name,omitempty"`
+	// ToolCalls are an assistant message's calls; ToolCallID says which
+	// call a "tool" message answers.
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
 }
 
 // ChatRequest is the body of POST /v1/chat/completions. Pointer fields are
@@ -174,6 +178,8 @@ type ChatRequest struct {
 	LogitBias           map[string]float64 `json:"logit_bias"`
 	ResponseFormat      *ResponseFormat    `json:"response_format"`
 	Tools               json.RawMessage    `json:"tools"`
+	ToolChoice          json.RawMessage    `json:"tool_choice"`
+	ParallelToolCalls   *bool              `json:"parallel_tool_calls"`
 	User                string             `json:"user"`
 	// TopK, MinP, RepeatPenalty and RepeatLastN are llama-server's
 	// sampling fields, which strata's sampler implements.
@@ -247,9 +253,10 @@ type ChatLogprobs struct {
 
 // AssistantMessage is the message of a non-streamed chat choice.
 type AssistantMessage struct {
-	Role    string  `json:"role"`
-	Content string  `json:"content"`
-	Refusal *string `json:"refusal"`
+	Role      string     `json:"role"`
+	Content   string     `json:"content"` // null when only ToolCalls (see MarshalJSON)
+	Refusal   *string    `json:"refusal"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // ChatChoice is one choice of a chat completion.
@@ -274,8 +281,9 @@ type ChatCompletion struct {
 // Delta is the incremental message of a streamed chat chunk. The first
 // chunk carries the role; the last one is empty.
 type Delta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string          `json:"role,omitempty"`
+	Content   *string         `json:"content,omitempty"`
+	ToolCalls []ToolCallDelta `json:"tool_calls,omitempty"`
 }
 
 // ChunkChoice is one choice of a streamed chat chunk.

@@ -188,6 +188,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"bench", "bogus"}, exitUsage},
 		{[]string{"run", "--no-such-flag"}, exitUsage},
 		{[]string{"run", "--model", missing, "-n", "0"}, exitUsage},
+		{[]string{"run", missing}, exitUsage}, // a model named without --model is not quietly ignored
+		{[]string{"status", "extra", "--socket", sock}, exitUsage},
 		{[]string{"run", "--model", missing}, exitNotFound},
 		{[]string{"plan", missing, "--no-measure"}, exitNotFound},
 		{[]string{"model", "inspect", missing}, exitNotFound},

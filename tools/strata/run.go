@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v3"
 
@@ -49,7 +50,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "tiers", Usage: "force a placement instead of planning: all-A, all-B, all-C, mixed or one tier per layer (A,C,B,...); for tests and benchmarks"},
 			&cli.StringFlag{Name: "draft", Usage: "speculative decoding with this draft model (a GGUF of the same vocabulary; it runs where the model runs, on the CPU when the GPU has no room for it), whose guesses each pass verifies; the output is what plain decoding gives"},
 			&cli.BoolFlag{Name: "lookup", Usage: "speculative decoding by prompt lookup (guesses from earlier repeats of the text's last tokens), when no --draft is given"},
-			&cli.IntFlag{Name: "self-draft", Usage: "speculative decoding with the model's own first N layers and its output head as the drafter (on the CPU; N 1..layers-1), when neither --draft nor --lookup is given (off by default)"},
+			&cli.IntFlag{Name: "self-draft", Usage: "speculative decoding with the model's own first N layers and its output head as the drafter (on the GPU when those layers are resident there, else on the CPU; N 1..layers-1), when neither --draft nor --lookup is given (off by default)"},
 			&cli.IntFlag{Name: "max-draft", Value: 8, Usage: "most guesses one pass verifies (the number used adapts to the acceptance and the measured costs)"},
 			&cli.StringFlag{Name: "skip-layers", Usage: "leave layers out of every pass (CPU backend; costs quality, see strata bench quality): auto, a count N, or a list 4,9 (off by default)"},
 			&cli.BoolFlag{Name: "no-hybrid", Usage: "on a GPU, keep the CPU out of the passes: every tier-B layer crosses PCIe whole (default: the CPU computes the FFN of the tier-B layers the hybrid plan gives it)"},
@@ -72,6 +73,11 @@ func runCommand() *cli.Command {
 			}
 			o := engine.Options{Context: int(cmd.Int("ctx")), Depth: int(cmd.Int("depth")), Tiers: cmd.String("tiers"), Logger: log, Backend: backend,
 				NoHybrid: cmd.Bool("no-hybrid"), Skip: cmd.String("skip-layers")}
+			if cmd.Int("self-draft") != 0 {
+				// On a GPU the self-drafter's cache is a sequence of the
+				// model's own: room for it beside the request's.
+				o.Batch = 2
+			}
 			for _, f := range []struct {
 				name string
 				dst  *int64
@@ -107,6 +113,13 @@ func runCommand() *cli.Command {
 			// Links are measured on demand, once, if the model must stream.
 			o.LinkCache = engine.NewLinkCache()
 			e, err := engine.OpenWith(ctx, path, o)
+			if errors.Is(err, tier.ErrNoFit) && o.Batch == 2 {
+				// No room for the self-drafter's sequence: the model as it
+				// would run alone, the drafter then on the CPU.
+				log.Info("no device memory for the self-drafter's cache beside the model's; it runs on the CPU")
+				o.Batch = 1
+				e, err = engine.OpenWith(ctx, path, o)
+			}
 			if errors.Is(err, engine.ErrCUDAUnavailable) {
 				return codedError{err, exitBusy}
 			}
@@ -182,8 +195,8 @@ func runCommand() *cli.Command {
 					fmt.Fprintf(os.Stderr, "layer skip: %d of %d layers left out: %v\n", len(sk), e.Model.Config.Layers, sk)
 				}
 				if gopts.Drafter != nil {
-					fmt.Fprintf(os.Stderr, "speculation (%s): %d passes for %d tokens; %d of %d guesses accepted\n",
-						gopts.Drafter.Name(), res.Passes, res.CompletionTokens, res.Accepted, res.Drafted)
+					fmt.Fprintf(os.Stderr, "speculation (%s): %d passes for %d tokens; %d of %d guesses accepted; %s\n",
+						gopts.Drafter.Name(), res.Passes, res.CompletionTokens, res.Accepted, res.Drafted, specCosts(res.PassCost, res.DraftCost))
 				}
 				writeRunStats(os.Stderr, e)
 			}
@@ -197,4 +210,16 @@ func rate(n int, s float64) float64 {
 		return 0
 	}
 	return float64(n) / s
+}
+
+// specCosts formats the scheduler's measured costs: a pass by the tokens
+// it fed, a drafted token.
+func specCosts(pass []time.Duration, draft time.Duration) string {
+	var parts []string
+	for i, d := range pass {
+		if d > 0 {
+			parts = append(parts, fmt.Sprintf("%d: %v", i+1, d.Round(time.Microsecond)))
+		}
+	}
+	return fmt.Sprintf("pass time by tokens {%s}, a drafted token %v", strings.Join(parts, ", "), draft.Round(time.Microsecond))
 }

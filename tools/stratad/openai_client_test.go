@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/internal/synth"
@@ -94,7 +95,15 @@ func TestOfficialOpenAIClient(t *testing.T) {
 			Usage                struct{ Input_tokens, Output_tokens int }
 		} `json:"response"`
 		ResponseStream struct{ Text, Status string } `json:"responseStream"`
-		Error          struct {
+		Tools          struct {
+			First, Second, Streamed, Named toolAnswer
+		} `json:"tools"`
+		ResponseTools struct {
+			Status string
+			Types  []string
+			Tools  int
+		} `json:"responseTools"`
+		Error struct {
 			Status int
 			Type   string
 			Code   string
@@ -129,7 +138,79 @@ func TestOfficialOpenAIClient(t *testing.T) {
 	if got.ResponseStream.Text != got.Response.Text || got.ResponseStream.Status != got.Response.Status {
 		t.Errorf("streamed response %+v does not match the whole one %+v", got.ResponseStream, got.Response)
 	}
+	for name, a := range map[string]toolAnswer{"first": got.Tools.First, "after the tool result": got.Tools.Second, "streamed": got.Tools.Streamed} {
+		a.check(t, name)
+	}
+	if w, st := got.Tools.Second, got.Tools.Streamed; w.Finish != st.Finish || w.text() != st.text() || w.callsText() != st.callsText() {
+		t.Errorf("streamed tools answer %+v differs from the whole one %+v", got.Tools.Streamed, got.Tools.Second)
+	}
+	// A named function must be called. A server without constrained
+	// decoding refuses the request instead, naming tool_choice.
+	if n := got.Tools.Named; n.Status != 0 {
+		if n.Status != 400 || n.Param != "tool_choice" {
+			t.Errorf("named tool_choice refused with %d naming %q, want 400 naming tool_choice", n.Status, n.Param)
+		}
+	} else if n.check(t, "named tool_choice"); n.Finish != "tool_calls" || len(n.Calls) != 1 || n.Calls[0].Name != "wx" {
+		t.Errorf("named tool_choice answered %+v, want one call of wx", n)
+	}
+	if rt := got.ResponseTools; rt.Tools != 1 || len(rt.Types) == 0 || (rt.Status != "completed" && rt.Status != "incomplete") {
+		t.Errorf("responses.create with function tools %+v", rt)
+	}
 	if got.Error.Status != 404 || got.Error.Code != "model_not_found" {
 		t.Errorf("unknown model error as the client sees it: %+v", got.Error)
+	}
+}
+
+// toolAnswer is a chat answer to a request with tools, as the client read
+// it (or, for a refused request, its status and the parameter named).
+type toolAnswer struct {
+	Object, Finish string
+	Content        *string
+	Calls          []struct{ ID, Type, Name, Args string }
+	Status         int
+	Param          string
+}
+
+func (a toolAnswer) text() string {
+	if a.Content == nil {
+		return ""
+	}
+	return *a.Content
+}
+
+// callsText is the calls without their ids (fresh for every request).
+func (a toolAnswer) callsText() string {
+	var b strings.Builder
+	for _, c := range a.Calls {
+		b.WriteString(c.Name + "(" + c.Args + ")")
+	}
+	return b.String()
+}
+
+// check asserts a well-formed answer: a chat completion that either calls
+// tools (finish_reason tool_calls, each call with an id, type function, a
+// name and JSON arguments) or says something (content, finish stop or
+// length).
+func (a toolAnswer) check(t *testing.T, name string) {
+	t.Helper()
+	if a.Object != "chat.completion" {
+		t.Errorf("%s: object %q", name, a.Object)
+	}
+	switch a.Finish {
+	case "tool_calls":
+		if len(a.Calls) == 0 {
+			t.Errorf("%s: finish_reason tool_calls without calls", name)
+		}
+		for _, c := range a.Calls {
+			if c.ID == "" || c.Type != "function" || c.Name != "wx" || !json.Valid([]byte(c.Args)) {
+				t.Errorf("%s: malformed call %+v", name, c)
+			}
+		}
+	case "stop", "length":
+		if len(a.Calls) != 0 || a.Content == nil {
+			t.Errorf("%s: finish_reason %s with calls %+v, content %v", name, a.Finish, a.Calls, a.Content)
+		}
+	default:
+		t.Errorf("%s: finish_reason %q", name, a.Finish)
 	}
 }

@@ -128,6 +128,11 @@ type Stats struct {
 	// Speculation: tokens guessed, guesses accepted, and passes that
 	// verified guesses.
 	Drafted, Accepted, VerifyPasses uint64
+	// PassCost is the measured time of a decode pass by the tokens its
+	// longest sequence fed (index n-1; 0 where not seen) and DraftCost a
+	// drafted token's: what the choice of how many guesses weighs.
+	PassCost  []time.Duration
+	DraftCost time.Duration
 }
 
 // Scheduler runs requests against one model.
@@ -148,6 +153,7 @@ type Scheduler struct {
 	passes, promptToks, generated, finished, cancelled, failed atomic.Uint64
 	drafted, accepted, verifyPasses                            atomic.Uint64
 	costs                                                      specCosts // touched by Run only
+	costsSeen                                                  specCosts // a copy of costs for Stats, under mu
 }
 
 // New returns a Scheduler for the model on backend b with tokenizer tok;
@@ -280,6 +286,10 @@ func (s *Scheduler) poke() {
 func (s *Scheduler) Stats() Stats {
 	s.mu.Lock()
 	st := Stats{Waiting: len(s.queue), Active: s.active, KVPositions: s.kvPos}
+	for _, c := range s.costsSeen.pass {
+		st.PassCost = append(st.PassCost, time.Duration(c*float64(time.Second)))
+	}
+	st.DraftCost = time.Duration(s.costsSeen.draft * float64(time.Second))
 	s.mu.Unlock()
 	st.MaxBatch, st.MaxQueue = s.cfg.MaxBatch, s.cfg.MaxQueue
 	st.Passes = s.passes.Load()
@@ -428,6 +438,10 @@ func (s *Scheduler) Run(ctx context.Context) {
 		s.promptToks.Add(uint64(promptFed))
 		if promptFed == 0 {
 			s.costs.observePass(longest, d)
+			s.mu.Lock()
+			s.costsSeen.pass = append(s.costsSeen.pass[:0], s.costs.pass...)
+			s.costsSeen.draft = s.costs.draft
+			s.mu.Unlock()
 		}
 		if longest > 1 {
 			s.verifyPasses.Add(1)
