@@ -95,7 +95,7 @@ type poolJob struct {
 	y      []float32
 	xs     []*X // RowsBatch's, nil for Rows
 	ys     [][]float32
-	bounds []int // chunk c's rows are [bounds[c], bounds[c+1])
+	bounds []int         // chunk c's rows are [bounds[c], bounds[c+1])
 	next   *atomic.Int64 // the next chunk to take
 }
 
