@@ -31,10 +31,16 @@ function refusal(e) {
 // textShape is a generateText or streamText result as asserted.
 const textShape = async (r) => ({ text: await r.text, finish: await r.finishReason, usage: await r.usage });
 
-// The Responses API has no seed (the SDK warns and drops it).
-for (const [name, m, seed] of [["compat", compat.chatModel(model), 1], ["responses", openai(model), undefined]]) {
+// The Responses API has no seed (the SDK warns and drops it); the OpenAI
+// provider forwards an app's end-user id and prompt cache key, which
+// change nothing stratad computes.
+const settings = {
+  compat: { seed: 1 },
+  responses: { providerOptions: { openai: { safetyIdentifier: "user-1", promptCacheKey: "greeting" } } },
+};
+for (const [name, m] of [["compat", compat.chatModel(model)], ["responses", openai(model)]]) {
   const r = out[name] = {};
-  const prompt = { system: "Be brief.", prompt: "Hello", maxOutputTokens: 8, temperature: 0, seed, maxRetries: 0 };
+  const prompt = { system: "Be brief.", prompt: "Hello", maxOutputTokens: 8, temperature: 0, maxRetries: 0, ...settings[name] };
   r.generate = await textShape(await generateText({ model: m, ...prompt }));
   const s = streamText({ model: m, ...prompt, onError: ({ error }) => { throw error; } });
   let parts = 0;

@@ -10,7 +10,9 @@ const { z } = require("zod");
 
 const configuration = { baseURL: process.env.STRATA_URL };
 const apiKey = process.env.STRATA_KEY, model = process.env.STRATA_MODEL;
-const chat = (opts) => new ChatOpenAI({ model, apiKey, configuration, maxRetries: 0, temperature: 0, ...opts });
+// promptCacheKey: apps tuned for OpenAI set it; it changes nothing
+// stratad computes.
+const chat = (opts) => new ChatOpenAI({ model, apiKey, configuration, maxRetries: 0, temperature: 0, promptCacheKey: "strata-test", ...opts });
 const out = {};
 
 // refusal is a request the server refused, as the OpenAI library under
@@ -69,6 +71,20 @@ for (const [method, schema, maxTokens] of [["jsonSchema", z.object({ ok: z.boole
   } catch (e) {
     out.structured[method] = refusal(e);
   }
+}
+
+// The same through the Responses API: text, a tool result, structured
+// output (text.format).
+const rm = chat({ maxTokens: 8, useResponsesApi: true });
+const rinv = await rm.invoke(hello);
+const rtool = await chat({ maxTokens: 4, useResponsesApi: true }).bindTools([wx]).invoke([new HumanMessage("Paris?"),
+  new AIMessage({ content: "", tool_calls: [call] }), new ToolMessage({ tool_call_id: call.id, content: "21" })]);
+out.responses = { text: rinv.text, usage: rinv.usage_metadata, toolResult: { text: rtool.text, calls: rtool.tool_calls?.length ?? 0, usage: rtool.usage_metadata } };
+try {
+  out.responses.structured = { value: (await chat({ maxTokens: 40, useResponsesApi: true }).withStructuredOutput(z.object({ ok: z.boolean() }), { name: "answer" })
+    .invoke([new HumanMessage("Is it ok?")])) ?? null };
+} catch (e) {
+  out.responses.structured = refusal(e);
 }
 
 const emb = new OpenAIEmbeddings({ model, apiKey, configuration, maxRetries: 0 });
