@@ -69,6 +69,13 @@ func (s *Server) prepare(lm *loaded, p openai.Params, prompt []int32, promptPara
 	r := sched.Request{Prompt: prompt, MaxTokens: maxTok, Sample: sp, Stop: p.Stop,
 		Logprobs: p.Logprobs, TopLogprobs: p.TopLogprobs, Presence: float32(p.Presence), Frequency: float32(p.Frequency),
 		NoSpeculation: p.NoSpeculation}
+	if p.Constraint != nil {
+		m, err := lm.constraintMatcher(p.Constraint)
+		if err != nil {
+			return nil, err
+		}
+		r.Grammar = m
+	}
 	for id, b := range p.LogitBias {
 		if int(id) >= c.Vocab {
 			return nil, openai.BadRequest("logit_bias", "logit_bias token %d is outside the vocabulary (0..%d)", id, c.Vocab-1)

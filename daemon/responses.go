@@ -64,9 +64,7 @@ type responseUsage struct {
 }
 
 type responseText struct {
-	Format struct {
-		Type string `json:"type"`
-	} `json:"format"`
+	Format any `json:"format"`
 }
 
 func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) error {
@@ -105,7 +103,10 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Metadata) > 0 && string(req.Metadata) != "null" {
 		resp.Metadata = req.Metadata
 	}
-	resp.Text.Format.Type = "text"
+	resp.Text.Format = map[string]string{"type": "text"}
+	if req.Format != nil {
+		resp.Text.Format = req.Format
+	}
 	if req.Tools != nil {
 		resp.Tools, resp.ToolChoice, resp.ParallelToolCalls = echoTools(req)
 	}

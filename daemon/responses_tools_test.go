@@ -39,11 +39,12 @@ type responseBody struct {
 func TestResponsesToolsServed(t *testing.T) {
 	t.Parallel()
 	h := start(t, opts{})
+	bare := start(t, opts{setup: func(s *Server) { s.constrainSchema = nil }})
 	const tool = `{"type":"function","name":"wx","parameters":{"type":"object","properties":{"c":{"type":"string"}}}}`
 	input := `[{"role":"user","content":"Paris?"},{"type":"function_call","call_id":"call_1","name":"wx","arguments":"{\"c\":\"P\"}"},` +
 		`{"type":"function_call_output","call_id":"call_1","output":"21"}]`
 	body := `{"model":"tiny","max_output_tokens":6,"temperature":0,"tools":[` + tool + `],"tool_choice":{"type":"function","name":"wx"},"input":` + input
-	code, b := h.post(t, PathResponses, body+`}`)
+	code, b := bare.post(t, PathResponses, body+`}`)
 	if code != 400 || !strings.Contains(string(b), `"param":"tool_choice"`) {
 		t.Errorf("named function without constrained decoding: %d %s", code, b)
 	}

@@ -134,6 +134,7 @@ type loaded struct {
 	budgets    api.Budgets
 	fileBytes  int64
 	draft      *engine.Engine // the draft model (LoadRequest.Draft); nil without
+	grammars   grammars       // constrained output's vocabulary and matchers
 }
 
 // New builds a Server. It loads no model; call LoadFile or use the admin
@@ -178,6 +179,12 @@ func New(cfg Config) (*Server, error) {
 		links:   engine.NewLinkCache(),
 		devices: newDeviceRegistry(cfg.Log.Named("devices"), nvmehost.Host{})}
 	s.metrics.reg.MustRegister(pipelineCollector{s})
+	s.constrainSchema = func(j *job, schema []byte) error {
+		if j.req.Grammar != nil {
+			return openai.BadRequest("tool_choice", "a required tool call cannot be combined with response_format, json_schema or grammar")
+		}
+		return s.constrainJobSchema(j, schema)
+	}
 	s.handler = s.routes()
 	return s, nil
 }

@@ -87,16 +87,38 @@ func (p *toolPlan) calls(calls []toolcall.Call) []toolcall.Call {
 // the assistant turns in the Generic syntax the answer is then read in,
 // and the results as user turns ("Result of NAME: CONTENT"). plan is nil
 // when no tools are offered.
+//
+// The messages' contents are encoded as text (tokenizer.EncodeChat): a
+// client cannot write a control token into the prompt, only the template
+// does.
 func toolPrompt(lm *loaded, msgs []openai.Message, set *openai.ToolSet, param string) ([]int32, *toolPlan, error) {
-	text, plan, err := renderTools(lm.eng.Tok, msgs, set, param)
+	tm, opt, plan, err := chatMessages(lm.eng.Tok, msgs, set, param)
 	if err != nil {
 		return nil, nil, err
 	}
-	return lm.eng.Tok.Encode(text, false, true), plan, nil
+	ids, err := lm.eng.Tok.EncodeChat(tm, opt)
+	if err != nil {
+		return nil, nil, openai.BadRequest(param, "the model's chat template rejected the messages: %v", err)
+	}
+	return ids, plan, nil
 }
 
-// renderTools is toolPrompt's text, before encoding.
+// renderTools is toolPrompt's prompt as text.
 func renderTools(tok *tokenizer.Tokenizer, msgs []openai.Message, set *openai.ToolSet, param string) (string, *toolPlan, error) {
+	tm, opt, plan, err := chatMessages(tok, msgs, set, param)
+	if err != nil {
+		return "", nil, err
+	}
+	text, err := tok.RenderChat(tm, opt)
+	if err != nil {
+		return "", nil, openai.BadRequest(param, "the model's chat template rejected the messages: %v", err)
+	}
+	return text, plan, nil
+}
+
+// chatMessages turns the request's messages and tools into what the chat
+// template renders (see toolPrompt).
+func chatMessages(tok *tokenizer.Tokenizer, msgs []openai.Message, set *openai.ToolSet, param string) ([]tokenizer.Message, tokenizer.ChatOptions, *toolPlan, error) {
 	tmpl := tok.Vocab().ChatTemplate
 	family := toolcall.Detect(tmpl)
 	knows := strings.TrimSpace(tmpl) != "" && toolcall.TemplateKnowsTools(tmpl)
@@ -123,7 +145,7 @@ func renderTools(tok *tokenizer.Tokenizer, msgs []openai.Message, set *openai.To
 		if set.Choice == openai.ToolChoiceRequired || set.Choice == openai.ToolChoiceFunction {
 			schema, err := toolcall.Schema(set.Tools, set.Function, set.Parallel && set.Choice == openai.ToolChoiceRequired)
 			if err != nil {
-				return "", nil, openai.BadRequest("tool_choice", "%v", err)
+				return nil, tokenizer.ChatOptions{}, nil, openai.BadRequest("tool_choice", "%v", err)
 			}
 			plan.schema, plan.family = schema, toolcall.Generic
 		}
@@ -169,11 +191,7 @@ func renderTools(tok *tokenizer.Tokenizer, msgs []openai.Message, set *openai.To
 		}
 		tm = append(tm, t)
 	}
-	text, err := tok.RenderChat(tm, opt)
-	if err != nil {
-		return "", nil, openai.BadRequest(param, "the model's chat template rejected the messages: %v", err)
-	}
-	return text, plan, nil
+	return tm, opt, plan, nil
 }
 
 // openaiCalls converts parsed calls to the response form.

@@ -42,6 +42,7 @@ func TestChatToolsServed(t *testing.T) {
 	var mu sync.Mutex
 	var schemas []string
 	h := start(t, opts{})
+	bare := start(t, opts{setup: func(s *Server) { s.constrainSchema = nil }})
 	hc := start(t, opts{setup: func(s *Server) {
 		s.constrainSchema = func(j *job, schema []byte) error {
 			mu.Lock()
@@ -86,11 +87,31 @@ func TestChatToolsServed(t *testing.T) {
 	}
 	h.stream(t, "/v1/chat/completions", body(roundTrip, `,"stream":true`), false)
 
-	code, b := h.post(t, "/v1/chat/completions", body(q, `,"tool_choice":"required"`))
+	code, b := bare.post(t, "/v1/chat/completions", body(q, `,"tool_choice":"required"`))
 	if code != 400 || !strings.Contains(string(b), `"param":"tool_choice"`) {
 		t.Errorf("required without constrained decoding: %d %s", code, b)
 	}
 	checkError(t, b, openai.TypeInvalidRequest, "")
+
+	// Constrained, even the tiny model's random weights call the named
+	// function (one without parameters, to fit the tiny context).
+	const now = `{"type":"function","function":{"name":"now","parameters":{"type":"object","properties":{},"additionalProperties":false}}}`
+	code, b = h.post(t, "/v1/chat/completions", `{"model":"tiny","max_tokens":40,"temperature":0,"tools":[`+now+`],"messages":[`+q+`],`+
+		`"tool_choice":{"type":"function","function":{"name":"now"}}}`)
+	var called chatResponse
+	if code != 200 || json.Unmarshal(b, &called) != nil || called.Choices[0].FinishReason != "tool_calls" ||
+		len(called.Choices[0].Message.ToolCalls) != 1 || called.Choices[0].Message.ToolCalls[0].Function.Name != "now" {
+		t.Errorf("named function, constrained: %d %s", code, b)
+	}
+	code, b = h.post(t, "/v1/chat/completions", body(q, `,"tool_choice":"required","response_format":{"type":"json_object"}`))
+	if code != 400 || !strings.Contains(string(b), `"param":"tool_choice"`) {
+		t.Errorf("a required call beside response_format: %d %s", code, b)
+	}
+	bad := `{"type":"function","function":{"name":"m","parameters":{"type":"object","properties":{"n":{"type":"integer","multipleOf":3}}}}}`
+	code, b = h.post(t, "/v1/chat/completions", `{"model":"tiny","max_tokens":4,"tools":[`+bad+`],"messages":[`+q+`],"tool_choice":"required"}`)
+	if code != 400 || !strings.Contains(string(b), `"param":"tools"`) || !strings.Contains(string(b), "multipleOf") {
+		t.Errorf("a schema the grammar cannot follow: %d %s", code, b)
+	}
 
 	tools := []toolcall.Tool{{Name: "wx", Parameters: json.RawMessage(`{"type":"object","properties":{"c":{"type":"string"}}}`)}}
 	for _, tc := range []struct {

@@ -45,6 +45,10 @@ type Params struct {
 	// N is the choices asked for (n, 1..MaxN): as many sequences run side
 	// by side from the same prompt, in the same passes.
 	N int
+	// Constraint, when set, is what the output must follow
+	// (response_format json_object or json_schema, text.format,
+	// llama-server's grammar or json_schema), for the server to translate.
+	Constraint *Constraint
 	// TopK (0: off), MinP (0: off), RepeatPenalty (1: off) and
 	// RepeatLastN (-1: the whole history) are llama-server's sampling
 	// fields.
@@ -150,8 +154,8 @@ func DecodeChat(body []byte) (*Chat, error) {
 		c.TopLogprobs = int(*r.TopLogprobs)
 	}
 	c.Logprobs = r.Logprobs
-	if r.ResponseFormat != nil && r.ResponseFormat.Type != "text" && r.ResponseFormat.Type != "" {
-		return nil, BadRequest("response_format", "response_format %q is not supported; only \"text\"", r.ResponseFormat.Type)
+	if c.Constraint, err = formatConstraint(r.ResponseFormat, r.Grammar, r.JSONSchema); err != nil {
+		return nil, err
 	}
 	if c.Tools, err = decodeTools(r.Tools, r.ToolChoice, r.ParallelToolCalls, true); err != nil {
 		return nil, err
@@ -204,6 +208,9 @@ func DecodeCompletion(body []byte) (*Completion, error) {
 	}
 	if r.Suffix != nil && *r.Suffix != "" {
 		return nil, BadRequest("suffix", "suffix is not supported")
+	}
+	if c.Constraint, err = formatConstraint(r.ResponseFormat, r.Grammar, r.JSONSchema); err != nil {
+		return nil, err
 	}
 	if r.Logprobs != nil {
 		if *r.Logprobs < 0 || *r.Logprobs > MaxLegacyLogprobs {

@@ -94,7 +94,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"penalty", `{"model":"m",` + msgs + `,"presence_penalty":3}`, "presence_penalty", "between -2 and 2", false},
 		{"bias key", `{"model":"m",` + msgs + `,"logit_bias":{"x":1}}`, "logit_bias", "not a token id", false},
 		{"bias value", `{"model":"m",` + msgs + `,"logit_bias":{"1":101}}`, "logit_bias", "between -100 and 100", false},
-		{"json mode", `{"model":"m",` + msgs + `,"response_format":{"type":"json_object"}}`, "response_format", "not supported", false},
+		{"format type", `{"model":"m",` + msgs + `,"response_format":{"type":"xml"}}`, "response_format.type", "not supported", false},
 		{"tools", `{"model":"m",` + msgs + `,"tools":[{"type":"function"}]}`, "tools[0].function", "missing", false},
 		{"no prompt", `{"model":"m"}`, "prompt", "prompt", true},
 		{"empty tokens", `{"model":"m","prompt":[]}`, "", "empty", true},
@@ -204,7 +204,7 @@ func TestNothingIgnored(t *testing.T) {
 			t.Errorf("%s: %v, want a 400 naming %q", tc.body, err, tc.param)
 		}
 	}
-	if _, err := DecodeCompletion([]byte(`{"model":"m","prompt":"x","best_of":1,"echo":false,"grammar":"root ::= x"}`)); err == nil {
-		t.Error("a completion with grammar accepted")
+	if c, err := DecodeCompletion([]byte(`{"model":"m","prompt":"x","best_of":1,"echo":false,"grammar":"root ::= x"}`)); err != nil || c.Constraint == nil {
+		t.Errorf("a completion's grammar was not taken: %v", err)
 	}
 }

@@ -9,9 +9,10 @@ import (
 
 // ResponsesRequest is the subset of POST /v1/responses strata serves: text
 // in (a string, or messages whose content is a string or text parts, and
-// function calls with their outputs), text and function calls out, whole
-// or streamed. Tools other than functions, non-text formats and stored
-// state (previous_response_id) are refused by name.
+// function calls with their outputs), text and function calls out (text
+// free, or constrained by text.format json_object or json_schema), whole
+// or streamed. Tools other than functions and stored state
+// (previous_response_id) are refused by name.
 type ResponsesRequest struct {
 	Model           string          `json:"model"`
 	Input           json.RawMessage `json:"input"`
@@ -21,9 +22,7 @@ type ResponsesRequest struct {
 	TopP            *float64        `json:"top_p,omitempty"`
 	Stream          bool            `json:"stream,omitempty"`
 	Text            *struct {
-		Format *struct {
-			Type string `json:"type"`
-		} `json:"format,omitempty"`
+		Format *ResponsesFormat `json:"format,omitempty"`
 	} `json:"text,omitempty"`
 	Tools              json.RawMessage `json:"tools,omitempty"`
 	ToolChoice         json.RawMessage `json:"tool_choice,omitempty"`
@@ -48,6 +47,9 @@ type Responses struct {
 	Tools         *ToolSet
 	ToolsRaw      json.RawMessage
 	ToolChoiceRaw json.RawMessage
+	// Format is text.format as sent (nil: plain text), for the response
+	// to echo.
+	Format *ResponsesFormat
 }
 
 var responsesFields = fieldsOf(reflect.TypeFor[ResponsesRequest]())
@@ -67,8 +69,6 @@ func DecodeResponses(body []byte) (*Responses, error) {
 		return nil, BadRequest("input", "you must provide an input")
 	case r.PreviousResponseID != "":
 		return nil, BadRequest("previous_response_id", "this server keeps no responses: send the whole conversation as input")
-	case r.Text != nil && r.Text.Format != nil && r.Text.Format.Type != "text":
-		return nil, BadRequest("text.format", "text.format %q is not supported; only \"text\"", r.Text.Format.Type)
 	case r.Truncation != "" && r.Truncation != "disabled":
 		return nil, BadRequest("truncation", "truncation %q is not supported; only \"disabled\"", r.Truncation)
 	}
@@ -79,6 +79,11 @@ func DecodeResponses(body []byte) (*Responses, error) {
 	if err := p.sampling(nil, nil, nil, nil); err != nil {
 		return nil, err
 	}
+	if r.Text != nil && r.Text.Format != nil {
+		if p.Constraint, err = constraint(r.Text.Format.Type, &r.Text.Format.JSONSchemaFormat, "text.format", nil, nil); err != nil {
+			return nil, err
+		}
+	}
 	tools, err := decodeTools(r.Tools, r.ToolChoice, r.ParallelToolCalls, false)
 	if err != nil {
 		return nil, err
@@ -87,8 +92,12 @@ func DecodeResponses(body []byte) (*Responses, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Responses{Params: p, Messages: msgs, Instructions: r.Instructions, MaxOutputTokens: r.MaxOutputTokens, Metadata: r.Metadata,
-		Tools: tools, ToolsRaw: r.Tools, ToolChoiceRaw: r.ToolChoice}, nil
+	out := &Responses{Params: p, Messages: msgs, Instructions: r.Instructions, MaxOutputTokens: r.MaxOutputTokens, Metadata: r.Metadata,
+		Tools: tools, ToolsRaw: r.Tools, ToolChoiceRaw: r.ToolChoice}
+	if r.Text != nil {
+		out.Format = r.Text.Format
+	}
+	return out, nil
 }
 
 // responseInput is one message of input's array form.

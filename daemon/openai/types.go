@@ -145,9 +145,11 @@ type StreamOptions struct {
 	IncludeObfuscation *bool `json:"include_obfuscation"`
 }
 
-// ResponseFormat is accepted only as {"type":"text"}.
+// ResponseFormat is response_format: "text", "json_object" (any JSON
+// object) or "json_schema" (JSON valid under JSONSchema.Schema).
 type ResponseFormat struct {
-	Type string `json:"type"`
+	Type       string            `json:"type"`
+	JSONSchema *JSONSchemaFormat `json:"json_schema,omitempty"`
 }
 
 // ChatMessage is one message of a chat request.
@@ -195,6 +197,10 @@ type ChatRequest struct {
 	// decoding plain where the model has a drafter (absent or true
 	// lets the scheduler speculate; the output is the same either way).
 	Speculative *bool `json:"speculative"`
+	// Grammar is llama-server's GBNF constraint on the output; JSONSchema
+	// its schema constraint (a schema, not response_format's wrapper).
+	Grammar    *string         `json:"grammar"`
+	JSONSchema json.RawMessage `json:"json_schema"`
 }
 
 // CompletionRequest is the body of POST /v1/completions.
@@ -224,6 +230,11 @@ type CompletionRequest struct {
 	RepeatLastN   *int64   `json:"repeat_last_n"`
 	// Speculative is strata's extension, as on ChatRequest.
 	Speculative *bool `json:"speculative"`
+	// ResponseFormat, Grammar and JSONSchema constrain the output as on
+	// ChatRequest.
+	ResponseFormat *ResponseFormat `json:"response_format"`
+	Grammar        *string         `json:"grammar"`
+	JSONSchema     json.RawMessage `json:"json_schema"`
 }
 
 // Usage counts the tokens of one request.

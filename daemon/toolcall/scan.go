@@ -284,19 +284,52 @@ func readRegion(f Family, s string, types func(fn, param string) string) region 
 		rg.calls = append(rg.calls, pcall{start: c.i})
 		return callObject(c, &rg.calls[len(rg.calls)-1], true)
 	}
+	// array reads "[call, call, …]", c at its '['.
+	array := func() res {
+		c.i++
+		for {
+			c.ws()
+			if r := call(); r != rOK {
+				return r
+			}
+			c.ws()
+			if c.eof() {
+				return rMore
+			}
+			switch c.s[c.i] {
+			case ',':
+				c.i++
+			case ']':
+				c.i++
+				return rOK
+			default:
+				return rBad
+			}
+		}
+	}
+	// opener reads the marker that opens another call; done reports the
+	// end of the calls (no marker after at least one call).
+	opener := func(marker string) (done bool, r res) {
+		c.ws()
+		at := c.i
+		if c.eof() {
+			return false, rMore
+		}
+		if r := c.lit(marker); r != rOK {
+			if r == rBad && len(rg.calls) > 0 {
+				rg.st, rg.end = stEnd, at
+				return true, rOK
+			}
+			return false, r
+		}
+		return false, rOK
+	}
 	switch f {
 	case Hermes:
 		for {
-			c.ws()
-			at := c.i
-			if c.eof() {
-				return fail(rMore)
-			}
-			if r := c.lit(hermesOpen); r != rOK {
-				if r == rBad && len(rg.calls) > 0 {
-					rg.st, rg.end = stEnd, at
-					return rg
-				}
+			if done, r := opener(hermesOpen); done {
+				return rg
+			} else if r != rOK {
 				return fail(r)
 			}
 			c.ws()
@@ -317,16 +350,9 @@ func readRegion(f Family, s string, types func(fn, param string) string) region 
 		}
 	case Mistral:
 		for {
-			c.ws()
-			at := c.i
-			if c.eof() {
-				return fail(rMore)
-			}
-			if r := c.lit(mistralCalls); r != rOK {
-				if r == rBad && len(rg.calls) > 0 {
-					rg.st, rg.end = stEnd, at
-					return rg
-				}
+			if done, r := opener(mistralCalls); done {
+				return rg
+			} else if r != rOK {
 				return fail(r)
 			}
 			c.ws()
@@ -339,25 +365,8 @@ func readRegion(f Family, s string, types func(fn, param string) string) region 
 				}
 				continue
 			}
-			c.i++
-			for {
-				c.ws()
-				if r := call(); r != rOK {
-					return fail(r)
-				}
-				c.ws()
-				if c.eof() {
-					return fail(rMore)
-				}
-				if c.s[c.i] == ',' {
-					c.i++
-					continue
-				}
-				if c.s[c.i] != ']' {
-					return fail(rBad)
-				}
-				c.i++
-				break
+			if r := array(); r != rOK {
+				return fail(r)
 			}
 		}
 	case Generic:
@@ -370,25 +379,8 @@ func readRegion(f Family, s string, types func(fn, param string) string) region 
 				return fail(r)
 			}
 		} else {
-			c.i++
-			for {
-				c.ws()
-				if r := call(); r != rOK {
-					return fail(r)
-				}
-				c.ws()
-				if c.eof() {
-					return fail(rMore)
-				}
-				if c.s[c.i] == ',' {
-					c.i++
-					continue
-				}
-				if c.s[c.i] != ']' {
-					return fail(rBad)
-				}
-				c.i++
-				break
+			if r := array(); r != rOK {
+				return fail(r)
 			}
 		}
 		c.ws()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 
@@ -462,4 +463,98 @@ func decodeValue(dec *json.Decoder) (jinja.Value, error) {
 		return jinja.None(), nil
 	}
 	return jinja.Undefined(), fmt.Errorf("invalid JSON token %v", tok)
+}
+
+// EncodeChat renders msgs as RenderChat does and encodes the prompt so
+// that control tokens come only from the template: each message's content
+// is text, never read for special tokens, so a user who writes the text of
+// an end-of-turn token gets those characters, not the end of the turn (and
+// cannot forge a turn of another role). Around the contents the prompt
+// encodes as Encode(prompt, false, true) would.
+//
+// The contents' places are found by rendering with a unique mark in
+// place of each; a template that transforms a content (trims it, splits
+// it) leaves its mark other than once, and then the prompt is rendered
+// from contents with the text of every control token taken out.
+func (t *Tokenizer) EncodeChat(msgs []Message, opt ChatOptions) ([]int32, error) {
+	marked := slices.Clone(msgs)
+	marks := make([]string, len(msgs))
+	cores := make([]string, len(msgs))
+	for i := range marked {
+		c := marked[i].Content
+		if cores[i] = strings.TrimSpace(c); cores[i] == "" {
+			continue
+		}
+		// The content's own leading and trailing white space stays around
+		// the mark, for the template to keep or trim as it would the
+		// content's.
+		lead := c[:strings.Index(c, cores[i])]
+		marks[i] = fmt.Sprintf("\uE000%d\uE001", i)
+		marked[i].Content = lead + marks[i] + c[len(lead)+len(cores[i]):]
+	}
+	if text, err := t.RenderChat(marked, opt); err == nil {
+		if text, literal, ok := fillMarks(text, marks, cores); ok {
+			return t.encode(text, false, true, literal), nil
+		}
+	}
+	clean := slices.Clone(msgs)
+	for i := range clean {
+		clean[i].Content = t.stripSpecials(clean[i].Content)
+	}
+	text, err := t.RenderChat(clean, opt)
+	if err != nil {
+		return nil, err
+	}
+	return t.Encode(text, false, true), nil
+}
+
+// fillMarks puts each content (without its surrounding white space, which
+// the template kept or trimmed around the mark) where its mark stands in
+// text and returns the contents' spans; ok is false unless every mark
+// stands exactly once.
+func fillMarks(text string, marks, cores []string) (string, []span, bool) {
+	type at struct{ pos, msg int }
+	var found []at
+	for i, m := range marks {
+		if m == "" {
+			continue
+		}
+		if strings.Count(text, m) != 1 {
+			return "", nil, false
+		}
+		found = append(found, at{strings.Index(text, m), i})
+	}
+	slices.SortFunc(found, func(a, b at) int { return a.pos - b.pos })
+	var b strings.Builder
+	var spans []span
+	prev := 0
+	for _, f := range found {
+		b.WriteString(text[prev:f.pos])
+		start := b.Len()
+		b.WriteString(cores[f.msg])
+		spans = append(spans, span{start, b.Len()})
+		prev = f.pos + len(marks[f.msg])
+	}
+	b.WriteString(text[prev:])
+	return b.String(), spans, true
+}
+
+// stripSpecials removes the text of every control token from s.
+func (t *Tokenizer) stripSpecials(s string) string {
+	for {
+		frags := t.partition(s, true, nil)
+		var b strings.Builder
+		cut := false
+		for _, f := range frags {
+			if f.id >= 0 && t.TokenType(f.id) == TypeControl {
+				cut = true
+				continue
+			}
+			b.WriteString(s[f.start:f.end])
+		}
+		if !cut {
+			return s
+		}
+		s = b.String() // removing one may join the halves of another
+	}
 }

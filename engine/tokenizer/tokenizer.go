@@ -260,11 +260,21 @@ type fragment struct {
 // AddSpacePrefix, a space is prepended to every text fragment that starts the
 // input or follows a special token (llama.cpp's behaviour).
 func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int32 {
+	return t.encode(text, addSpecial, parseSpecial, nil)
+}
+
+// span is a byte range [start, end) of a text.
+type span struct{ start, end int }
+
+// encode is Encode where no special token is recognised inside the
+// literal spans (sorted, not overlapping): their bytes are text, and the
+// text around them is encoded exactly as it would be without them.
+func (t *Tokenizer) encode(text string, addSpecial, parseSpecial bool, literal []span) []int32 {
 	out := make([]int32, 0, len(text)/3+2)
 	if addSpecial && t.vocab.AddBOS {
 		out = append(out, t.vocab.BOS)
 	}
-	frags := t.partition(text, parseSpecial)
+	frags := t.partition(text, parseSpecial, literal)
 	if t.spm {
 		st := t.spmPool.Get().(*spmState)
 		prevSpecial := true
@@ -296,11 +306,21 @@ func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int32 {
 	return out
 }
 
+// overlaps reports whether [a, b) meets one of the spans.
+func overlaps(spans []span, a, b int) bool {
+	for _, s := range spans {
+		if a < s.end && s.start < b {
+			return true
+		}
+	}
+	return false
+}
+
 // partition splits text into raw-text fragments and special tokens with the
 // semantics of llama.cpp's tokenizer_st_partition. A trie pass first finds
 // which special tokens occur at all, so long texts cost one scan instead of
 // one scan per special token.
-func (t *Tokenizer) partition(text string, parseSpecial bool) []fragment {
+func (t *Tokenizer) partition(text string, parseSpecial bool, literal []span) []fragment {
 	if text == "" {
 		return nil
 	}
@@ -325,18 +345,23 @@ func (t *Tokenizer) partition(text string, parseSpecial bool) []fragment {
 				next = append(next, f)
 				continue
 			}
-			start := f.start
-			for start < f.end {
-				i := strings.Index(text[start:f.end], tok)
+			start, from := f.start, f.start
+			for from < f.end {
+				i := strings.Index(text[from:f.end], tok)
 				if i < 0 {
 					break
 				}
-				m := start + i
+				m := from + i
+				if overlaps(literal, m, m+len(tok)) {
+					from = m + 1 // text, not the token: look further
+					continue
+				}
 				if m > start {
 					next = append(next, fragment{start: start, end: m, id: -1})
 				}
 				next = append(next, fragment{start: m, end: m + len(tok), id: id})
 				start = m + len(tok)
+				from = start
 			}
 			if start < f.end {
 				next = append(next, fragment{start: start, end: f.end, id: -1})

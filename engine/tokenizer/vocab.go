@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/strata-llm/strata/engine/gguf"
@@ -239,6 +240,13 @@ func vocabFromMetadata(md metadata) (*Vocab, error) {
 		if !present {
 			continue
 		}
+		if noToken(raw) {
+			// Converters write -1 (as a uint32, all ones) for "this
+			// model has no such token" (llama2.c's stories models do so
+			// for padding).
+			*e.dst = -1
+			continue
+		}
 		id, err := tokenID(raw, n)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", e.key, err)
@@ -275,6 +283,22 @@ func vocabFromMetadata(md metadata) (*Vocab, error) {
 		return nil, err
 	}
 	return v, nil
+}
+
+// noToken reports whether a special-token id is the all-ones "none"
+// value: -1, or its bit pattern stored unsigned.
+func noToken(raw any) bool {
+	switch x := raw.(type) {
+	case uint32:
+		return x == math.MaxUint32
+	case uint64:
+		return x == math.MaxUint64
+	case int32:
+		return x == -1
+	case int64:
+		return x == -1
+	}
+	return false
 }
 
 // tokenID converts a GGUF integer value to a token id in [0, n).

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -86,6 +87,8 @@ func TestVocabDefaults(t *testing.T) {
 		// llama.cpp's gpt2 default BOS/EOS (11) does not exist in 5 tokens.
 		{"gpt2 default ids out of vocab", bpeMeta().with(keyBOS, nil, keyEOS, nil, keyAddBOS, false),
 			Vocab{Model: "gpt2", Pre: "llama-bpe", BOS: -1, EOS: -1, EOT: 4, PAD: -1, UNK: -1}},
+		{"no padding token", spmMeta().with(keyPAD, uint32(math.MaxUint32), keyUNK, int32(-1)),
+			Vocab{Model: "llama", BOS: 1, EOS: 2, EOT: -1, PAD: -1, UNK: -1, AddBOS: true, AddSpacePrefix: true}},
 		{"template", spmMeta().with(keyChatTemplate, "{{ x }}"),
 			Vocab{Model: "llama", BOS: 1, EOS: 2, EOT: -1, PAD: -1, UNK: 0, AddBOS: true, AddSpacePrefix: true, ChatTemplate: "{{ x }}"}},
 	}

@@ -3,13 +3,7 @@
 # too small for both): gocode-29m resident on the GPU
 # with the self-drafter on the GPU (4 and 8 layers), outputs compared with
 # plain decoding. Needs bin/models/gocode.part0[01].
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-L=${OUT:-h200-logs}
-mkdir -p "$L"
-S=/dev/shm
-[ -d bin/gpu-tests ] || tar xJf bin/gpu-tests.txz -C bin || exit 2
-B=$PWD/bin/gpu-tests
+. "$(dirname "$0")/lib.sh"
 G=$S/gocode-29m-f16.gguf M=bin/models
 [ -f "$G" ] || cat $M/gocode.part00 $M/gocode.part01 | python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), open(sys.argv[1], 'wb'))" "$G"
 P='func TestTrim(t *testing.T) {

@@ -5,12 +5,7 @@
 # self-drafter (4 layers), two prompts, 128 greedy tokens each; the outputs must be identical
 # to plain decoding's. Needs bin/models/{gocode,draft}.part0[01] (xz of
 # ../shared/models' two gocode files, split to fit the device tool's carry).
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-L=${OUT:-h200-logs}
-mkdir -p "$L"
-S=/dev/shm
-B=$PWD/bin/gpu-tests
+. "$(dirname "$0")/lib.sh"
 G=$S/gocode-29m-f16.gguf D=$S/gocode-draft-20m-f16.gguf
 M=bin/models
 unxz() { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), open(sys.argv[1], 'wb'))" "$1"; }

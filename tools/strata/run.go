@@ -77,6 +77,8 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "self-draft", Usage: "speculative decoding with the model's own first N layers and its output head as the drafter (on the GPU when those layers are resident there, else on the CPU; N 1..layers-1), when neither --draft nor --lookup is given (off by default)"},
 			&cli.IntFlag{Name: "max-draft", Value: 8, Usage: "most guesses one pass verifies (the number used adapts to the acceptance and the measured costs)"},
 			&cli.StringFlag{Name: "skip-layers", Usage: "leave layers out of every pass (CPU backend; costs quality, see strata bench quality): auto, a count N, or a list 4,9 (off by default)"},
+			&cli.StringFlag{Name: "grammar-file", Usage: "constrain the output to this GBNF grammar (llama.cpp's notation)"},
+			&cli.StringFlag{Name: "json-schema", Usage: "constrain the output to JSON valid under this JSON Schema (inline, or @FILE)"},
 			&cli.BoolFlag{Name: "no-hybrid", Usage: "on a GPU, keep the CPU out of the passes: every tier-B layer crosses PCIe whole (default: the CPU computes the FFN of the tier-B layers the hybrid plan gives it)"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -130,6 +132,10 @@ func runCommand() *cli.Command {
 			if cmd.Int("max-draft") < 1 {
 				return usagef("--max-draft must be positive")
 			}
+			g, err := runGrammar(cmd.String("grammar-file"), cmd.String("json-schema"))
+			if err != nil {
+				return err
+			}
 			// Links are measured on demand, once, if the model must stream.
 			o.LinkCache = engine.NewLinkCache()
 			e, err := engine.OpenWith(ctx, path, o)
@@ -164,12 +170,12 @@ func runCommand() *cli.Command {
 					msgs = append(msgs, tokenizer.Message{Role: "system", Content: s})
 				}
 				msgs = append(msgs, tokenizer.Message{Role: "user", Content: prompt})
-				p, err := e.Tok.ApplyChatTemplate(msgs, true)
-				if err != nil {
+				// The template carries BOS and the control tokens; the
+				// messages are text.
+				var err error
+				if ids, err = e.Tok.EncodeChat(msgs, tokenizer.ChatOptions{AddGenerationPrompt: true}); err != nil {
 					return fmt.Errorf("chat template: %w", err)
 				}
-				// The template carries BOS: parse its special tokens, add none.
-				ids = e.Tok.Encode(p, false, true)
 			} else {
 				fmt.Print(prompt)
 				ids = e.Tok.Encode(prompt, true, false)
@@ -193,8 +199,12 @@ func runCommand() *cli.Command {
 				defer d.Close()
 				gopts.Drafter = sched.ModelDrafter{B: d.Backend(), Label: "self"}
 			}
+			m, err := runMatcher(g, e.Tok)
+			if err != nil {
+				return err
+			}
 			// The daemon's scheduler, in this process: the one decode loop.
-			res, err := sched.GenerateWith(ctx, e.Backend(), e.Tok, sched.Request{Prompt: ids, MaxTokens: maxTokens, Sample: params}, gopts,
+			res, err := sched.GenerateWith(ctx, e.Backend(), e.Tok, sched.Request{Prompt: ids, MaxTokens: maxTokens, Sample: params, Grammar: m}, gopts,
 				func(ev sched.Event) error {
 					_, err := os.Stdout.WriteString(ev.Text)
 					return err

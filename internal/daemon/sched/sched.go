@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/grammar"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/tokenizer"
@@ -85,6 +86,15 @@ type Request struct {
 	// NoSpeculation keeps this request's steps plain when the scheduler
 	// has a Drafter.
 	NoSpeculation bool
+	// Grammar, when set, constrains the output: before every draw the
+	// tokens the grammar does not allow next get -Inf, end of generation
+	// is allowed only where the grammar is complete, and generation stops
+	// ("stop") as soon as nothing but its end may follow. Speculative
+	// steps stay on: each guess is verified under the mask of the state
+	// its predecessors lead to, so a guess the grammar forbids is simply
+	// rejected. Logprobs stay the model's own distribution, as without a
+	// grammar. The Matcher must be built over this model's tokenizer.
+	Grammar *grammar.Matcher
 }
 
 // Logprob is a sampled token's log probability under the model's
@@ -217,6 +227,8 @@ type seq struct {
 	// step's tokens when it verifies guesses.
 	spec *specState
 	toks []int32
+	// gstate is where the output stands in req.Grammar.
+	gstate grammar.State
 
 	produced    atomic.Int64 // tokens produced so far
 	atCancel    atomic.Int64 // produced when ctx was cancelled (-1 until then)
@@ -249,13 +261,19 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Handle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sampling parameters: %w", err)
 	}
+	if r.Grammar != nil && r.Grammar.Vocab().Size() > vocab {
+		return nil, fmt.Errorf("the grammar's vocabulary has %d tokens, the model %d", r.Grammar.Vocab().Size(), vocab)
+	}
 	q := &seq{
 		ctx: ctx, req: r, submitted: time.Now(), smp: smp,
 		events:  make(chan Event, r.MaxTokens+2),
 		history: append(make([]int32, 0, len(r.Prompt)+r.MaxTokens), r.Prompt...),
 		dec:     s.tok.NewDecoder(),
 		greedy: GreedyOnly(r.Sample) && !r.Logprobs && len(r.LogitBias) == 0 &&
-			r.Presence == 0 && r.Frequency == 0,
+			r.Presence == 0 && r.Frequency == 0 && r.Grammar == nil,
+	}
+	if r.Grammar != nil {
+		q.gstate = r.Grammar.Start()
 	}
 	q.atCancel.Store(-1)
 	s.mu.Lock()
@@ -527,7 +545,12 @@ func (s *Scheduler) advance(q *seq, logits []float32, token int32) bool {
 		s.fail(q, errors.New("forward pass returned no logits"))
 		return false
 	default:
-		id = q.smp.Sample(s.adjust(q, logits), q.history)
+		l, err := s.constrain(q, s.adjust(q, logits))
+		if err != nil {
+			s.fail(q, err)
+			return false
+		}
+		id = q.smp.Sample(l, q.history)
 	}
 	if id < 0 {
 		s.fail(q, errors.New("sampler returned no token"))
@@ -553,6 +576,18 @@ func (s *Scheduler) emit(q *seq, logits []float32, id int32) bool {
 		lp = logprobOf(logits, id, q.req.TopLogprobs)
 	}
 	q.history = append(q.history, id)
+	done := false
+	if g := q.req.Grammar; g != nil && !s.tok.IsEOG(id) {
+		var err error
+		if q.gstate, err = g.Accept(q.gstate, id); err != nil {
+			s.fail(q, fmt.Errorf("constrained output: %w", err))
+			return false
+		}
+		if done, err = g.Done(q.gstate); err != nil {
+			s.fail(q, fmt.Errorf("constrained output: %w", err))
+			return false
+		}
+	}
 	if s.tok.IsEOG(id) {
 		// Text held back for a possible stop string is real output. The
 		// end-of-generation token itself is not part of the completion
@@ -575,6 +610,14 @@ func (s *Scheduler) emit(q *seq, logits []float32, id int32) bool {
 	q.text += q.dec.Add(id)
 	if i, ok := firstStop(q.text, q.req.Stop); ok {
 		q.events <- Event{Token: id, Text: q.text[:i], Logprob: lp}
+		q.text = ""
+		s.finish(q, "stop")
+		return false
+	}
+	if done {
+		// The grammar is complete and allows nothing more: the end of
+		// generation is the only token left, so stop without a pass.
+		q.events <- Event{Token: id, Text: q.text + q.dec.Flush(), Logprob: lp}
 		q.text = ""
 		s.finish(q, "stop")
 		return false
@@ -610,6 +653,27 @@ func (s *Scheduler) adjust(q *seq, logits []float32) []float32 {
 		q.scratch[id] -= float32(c)*q.req.Frequency + q.req.Presence
 	}
 	return q.scratch
+}
+
+// constrain applies q's grammar mask to l (a copy: the logprobs are the
+// model's own). Without a grammar it returns l.
+func (s *Scheduler) constrain(q *seq, l []float32) ([]float32, error) {
+	g := q.req.Grammar
+	if g == nil {
+		return l, nil
+	}
+	mask, err := g.Allowed(q.gstate)
+	if err != nil {
+		return nil, fmt.Errorf("constrained output: %w", err)
+	}
+	if mask.Count() == 0 {
+		return nil, errors.New("constrained output: the grammar allows no token of this vocabulary here")
+	}
+	if len(q.scratch) == 0 || &q.scratch[0] != &l[0] {
+		q.scratch = append(q.scratch[:0], l...)
+	}
+	mask.Apply(q.scratch)
+	return q.scratch, nil
 }
 
 func logprobOf(logits []float32, id int32, top int) *Logprob {

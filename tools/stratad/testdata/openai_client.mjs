@@ -83,6 +83,35 @@ const rt = await client.responses.create({ model, max_output_tokens: 8, temperat
   { type: "function_call_output", call_id: call.id, output: "21" }] });
 out.responseTools = { status: rt.status, types: rt.output.map((o) => o.type), tools: rt.tools.length };
 
+// Structured output: the SDK's json_schema response_format (what
+// zodResponseFormat builds) and the Responses API's text.format.
+const schema = {
+  type: "object", additionalProperties: false, required: ["ok", "pick", "count"],
+  properties: { ok: { type: "boolean" }, pick: { enum: ["x", "yz"] }, count: { type: "integer" } },
+};
+const checkPerson = (text) => {
+  const v = JSON.parse(text);
+  return { keys: Object.keys(v), ok: typeof v.ok === "boolean" && ["x", "yz"].includes(v.pick) && Number.isInteger(v.count) };
+};
+const so = await client.chat.completions.create({
+  model, max_tokens: 200, seed: 3, temperature: 0.8,
+  messages: [{ role: "user", content: "Answer in JSON" }],
+  response_format: { type: "json_schema", json_schema: { name: "answer", strict: true, schema } },
+});
+out.structured = { finish: so.choices[0].finish_reason, ...checkPerson(so.choices[0].message.content) };
+const rso = await client.responses.create({
+  model, input: "Answer in JSON", max_output_tokens: 200, temperature: 0,
+  text: { format: { type: "json_schema", name: "answer", strict: true, schema } },
+});
+out.responseStructured = { status: rso.status, format: rso.text.format.type, ...checkPerson(rso.output_text) };
+try {
+  await client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }],
+    response_format: { type: "json_schema", json_schema: { name: "bad", schema: { type: "integer", multipleOf: 3 } } } });
+  out.badSchema = "no error";
+} catch (e) {
+  out.badSchema = { status: e.status, param: e.param ?? e.error?.param };
+}
+
 try {
   await client.chat.completions.create({ model: "no-such-model", messages: [{ role: "user", content: "x" }] });
   out.error = "no error";
