@@ -91,7 +91,8 @@ func TestClientLibraries(t *testing.T) {
 
 	// Constrained decoding either works or is refused, naming the field,
 	// and the same way for every library: a server that constrains one
-	// request's output constrains them all.
+	// request's output constrains them all. (The judge accepts both so
+	// that a refusal fails with the reason; this build must constrain.)
 	var schemaOutcomes, namedOutcomes outcomes
 	expect := func(problem string) {
 		t.Helper()
@@ -144,6 +145,16 @@ func TestClientLibraries(t *testing.T) {
 			}
 		}
 		Structured struct{ JSONSchema, FunctionCalling objectAnswer } `json:"structured"`
+		Responses  struct {
+			Text       string
+			Usage      lcUsage
+			ToolResult struct {
+				Text  *string
+				Calls int
+				Usage lcUsage
+			}
+			Structured objectAnswer
+		}
 		Embeddings struct {
 			Count, Dims, QueryDims int
 			Norm                   float64
@@ -168,11 +179,26 @@ func TestClientLibraries(t *testing.T) {
 	}))
 	expect(schemaOutcomes.add("LangChain withStructuredOutput jsonSchema", lc.Structured.JSONSchema.Refusal, "response_format", lc.Structured.JSONSchema.okObject))
 	expect(namedOutcomes.add("LangChain withStructuredOutput functionCalling", lc.Structured.FunctionCalling.Refusal, "tool_choice", lc.Structured.FunctionCalling.okObject))
+	// The Responses API renders the same conversation: the same greedy text.
+	if r := lc.Responses; r.Text != lc.Invoke.Text || r.Usage != lc.Invoke.Usage {
+		t.Errorf("LangChain useResponsesApi invoke %+v differs from the chat completion %+v", r, lc.Invoke)
+	}
+	if tr := lc.Responses.ToolResult; tr.Text == nil || !tr.Usage.consistent() {
+		t.Errorf("LangChain useResponsesApi after a tool result: %+v", tr)
+	}
+	expect(schemaOutcomes.add("LangChain useResponsesApi withStructuredOutput", lc.Responses.Structured.Refusal, "text.format", lc.Responses.Structured.okObject))
 	if e := lc.Embeddings; e.Count != 2 || e.Dims == 0 || !unit(e.Norm) || e.QueryDims != e.Dims || !e.Same {
 		t.Errorf("LangChain OpenAIEmbeddings: %+v, want two unit vectors of one size, embedQuery's the same as the first document's", e)
 	}
 	expect(schemaOutcomes.agree("structured output (response_format)"))
 	expect(namedOutcomes.agree("a named tool (tool_choice)"))
+	// This build constrains decoding (engine/grammar): a refusal, however
+	// well formed, is a regression.
+	for what, o := range map[string]outcomes{"structured output": schemaOutcomes, "a named tool": namedOutcomes} {
+		if len(o.refused) > 0 {
+			t.Errorf("%s refused for %s, although stratad constrains decoding", what, strings.Join(o.refused, ", "))
+		}
+	}
 }
 
 // Refusal is a request the server refused, as a client library reported
