@@ -119,6 +119,16 @@ func TestClientLibraries(t *testing.T) {
 	} {
 		r.run.check(t, name)
 		expect(namedOutcomes.add(name+" toolChoice", r.run.Named.Refusal, "tool_choice", r.run.Named.calledOnce))
+		sn := r.run.StreamNamed
+		expect(namedOutcomes.add(name+" streamText toolChoice", sn.Refusal, "tool_choice", func() string {
+			if msg := sn.calledOnce(); msg != "" {
+				return msg
+			}
+			if sn.Deltas == 0 {
+				return "the call came without input deltas"
+			}
+			return ""
+		}))
 		for what, o := range map[string]objectAnswer{"Output.object": r.run.Object, "generateObject": r.run.GenerateObject} {
 			expect(schemaOutcomes.add(name+" "+what, o.Refusal, r.formatArg, o.okObject))
 		}
@@ -143,6 +153,7 @@ func TestClientLibraries(t *testing.T) {
 				Refusal
 				lcToolAnswer
 			}
+			StreamNamed lcStreamed
 		}
 		Structured struct{ JSONSchema, FunctionCalling objectAnswer } `json:"structured"`
 		Responses  struct {
@@ -153,7 +164,8 @@ func TestClientLibraries(t *testing.T) {
 				Calls int
 				Usage lcUsage
 			}
-			Structured objectAnswer
+			Structured  objectAnswer
+			StreamNamed lcStreamed
 		}
 		Embeddings struct {
 			Count, Dims, QueryDims int
@@ -177,6 +189,10 @@ func TestClientLibraries(t *testing.T) {
 		}
 		return ""
 	}))
+	// Streamed, the chunks add up to the call; the Responses API has no
+	// finish reason for LangChain to report.
+	expect(namedOutcomes.add("LangChain stream tool_choice", lc.Tools.StreamNamed.Refusal, "tool_choice", lc.Tools.StreamNamed.calledOnce("tool_calls")))
+	expect(namedOutcomes.add("LangChain useResponsesApi stream tool_choice", lc.Responses.StreamNamed.Refusal, "tool_choice", lc.Responses.StreamNamed.calledOnce("")))
 	expect(schemaOutcomes.add("LangChain withStructuredOutput jsonSchema", lc.Structured.JSONSchema.Refusal, "response_format", lc.Structured.JSONSchema.okObject))
 	expect(namedOutcomes.add("LangChain withStructuredOutput functionCalling", lc.Structured.FunctionCalling.Refusal, "tool_choice", lc.Structured.FunctionCalling.okObject))
 	// The Responses API renders the same conversation: the same greedy text.
@@ -277,7 +293,11 @@ type aiSDKRun struct {
 		Calls         int
 		Input, Output int
 	}
-	Named                  aiNamed
+	Named       aiNamed
+	StreamNamed struct {
+		aiNamed
+		Deltas int
+	}
 	Object, GenerateObject objectAnswer
 }
 
@@ -440,5 +460,26 @@ func TestOKObject(t *testing.T) {
 		if got := (objectAnswer{Value: json.RawMessage(c.value)}).okObject() == ""; got != c.ok {
 			t.Errorf("%q: accepted %v, want %v", c.value, got, c.ok)
 		}
+	}
+}
+
+// lcStreamed is a LangChain stream of a named tool's call, its chunks
+// concatenated (or the refusal).
+type lcStreamed struct {
+	Refusal
+	Finish string
+	Calls  []struct {
+		ID, Name string
+		Args     json.RawMessage
+	}
+}
+
+// calledOnce returns a check of one call of wx with {} and finish.
+func (a lcStreamed) calledOnce(finish string) func() string {
+	return func() string {
+		if a.Finish != finish || len(a.Calls) != 1 || a.Calls[0].ID == "" || a.Calls[0].Name != "wx" || string(a.Calls[0].Args) != "{}" {
+			return fmt.Sprintf("streamed %+v, want one call of wx with {} and finish %q", a, finish)
+		}
+		return ""
 	}
 }

@@ -81,6 +81,22 @@ for (const [name, m] of [["compat", compat.chatModel(model)], ["responses", open
     r.named = refusal(e);
   }
 
+  // The same named tool streamed: the call arrives as input deltas.
+  try {
+    executed = 0;
+    const s = streamText({ model: m, prompt: "Paris?", maxOutputTokens: 40, temperature: 0, maxRetries: 0,
+      tools: ntools, toolChoice: { type: "tool", toolName: "wx" }, onError: () => {} });
+    let deltas = 0;
+    for await (const p of s.fullStream) {
+      if (p.type === "error") throw p.error;
+      if (p.type === "tool-input-delta") deltas++;
+    }
+    r.streamNamed = { finish: await s.finishReason, calls: (await s.toolCalls).map((c) => ({ id: c.toolCallId, name: c.toolName, input: c.input })),
+      results: (await s.toolResults).length, executed, deltas };
+  } catch (e) {
+    r.streamNamed = refusal(e);
+  }
+
   // Structured output: a parsed object that fits the schema when the
   // server constrains decoding, else a refusal naming response_format.
   const schema = z.object({ ok: z.boolean() });

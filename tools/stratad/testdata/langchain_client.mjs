@@ -57,6 +57,22 @@ try {
   out.tools.named = refusal(e);
 }
 
+// The named tool streamed, through chat completions and the Responses
+// API: the chunks add up to the call.
+const streamNamed = async (useResponsesApi) => {
+  try {
+    let all;
+    for await (const c of await chat({ maxTokens: 40, useResponsesApi }).bindTools([none], { tool_choice: "wx" }).stream([new HumanMessage("Paris?")])) {
+      all = all ? all.concat(c) : c;
+    }
+    return { finish: all.response_metadata.finish_reason ?? null, content: all.content,
+      calls: all.tool_calls.map((c) => ({ id: c.id, name: c.name, args: c.args })) };
+  } catch (e) {
+    return refusal(e);
+  }
+};
+out.tools.streamNamed = await streamNamed(false);
+
 // Structured output, through response_format json_schema (LangChain's
 // default for a model name it does not know; a zod schema) and through a
 // named tool (a plain JSON Schema: zod's "$schema" URL alone would
@@ -80,6 +96,7 @@ const rinv = await rm.invoke(hello);
 const rtool = await chat({ maxTokens: 4, useResponsesApi: true }).bindTools([wx]).invoke([new HumanMessage("Paris?"),
   new AIMessage({ content: "", tool_calls: [call] }), new ToolMessage({ tool_call_id: call.id, content: "21" })]);
 out.responses = { text: rinv.text, usage: rinv.usage_metadata, toolResult: { text: rtool.text, calls: rtool.tool_calls?.length ?? 0, usage: rtool.usage_metadata } };
+out.responses.streamNamed = await streamNamed(true);
 try {
   out.responses.structured = { value: (await chat({ maxTokens: 40, useResponsesApi: true }).withStructuredOutput(z.object({ ok: z.boolean() }), { name: "answer" })
     .invoke([new HumanMessage("Is it ok?")])) ?? null };
