@@ -226,76 +226,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer cancel()
-	if plan != nil {
-		return s.chatWithTools(w, r, c, lm, plan, g, cancel)
-	}
-	id, created := newID("chatcmpl-"), time.Now().Unix()
-	var tot total
-	if !c.Stream {
-		outs := make([]strings.Builder, g.n)
-		lps := make([][]openai.TokenLogprob, g.n)
-		choices := make([]openai.ChatChoice, g.n)
-		for ev := range g.events {
-			if ev.Err != nil {
-				return resultError(r, ev.Err)
-			}
-			outs[ev.i].WriteString(ev.Text)
-			if ev.Logprob != nil {
-				lps[ev.i] = append(lps[ev.i], s.tokenLogprob(lm, ev.Logprob))
-			}
-			if ev.Finish == "" {
-				continue
-			}
-			choices[ev.i] = openai.ChatChoice{Index: ev.i, Message: openai.AssistantMessage{Role: "assistant", Content: outs[ev.i].String()}, FinishReason: ev.Finish}
-			if c.Logprobs {
-				choices[ev.i].Logprobs = &openai.ChatLogprobs{Content: orEmpty(lps[ev.i])}
-			}
-			if tot.add(ev.Event); tot.finished == g.n {
-				return writeJSON(w, openai.ChatCompletion{ID: id, Object: openai.ObjectChatCompletion, Created: created, Model: lm.name,
-					Choices: choices, Usage: tot.usage()})
-			}
-		}
-		return openai.AsError(errors.New("generation ended without a result"))
-	}
-
-	st := newStreamer(w, cancel, c.IncludeUsage)
-	chunk := func(choices []openai.ChunkChoice) openai.ChatChunk {
-		return openai.ChatChunk{ID: id, Object: openai.ObjectChatChunk, Created: created, Model: lm.name, Choices: choices, Usage: st.nullUsage()}
-	}
-	empty := ""
-	for i := range g.n {
-		st.send(chunk([]openai.ChunkChoice{{Index: i, Delta: openai.Delta{Role: "assistant", Content: &empty}}}))
-	}
-	for ev := range g.events {
-		if ev.Err != nil {
-			if r.Context().Err() == nil {
-				st.fail(streamError(ev.Err))
-			}
-			return nil
-		}
-		if ev.Text != "" || ev.Logprob != nil {
-			text := ev.Text
-			ch := openai.ChunkChoice{Index: ev.i, Delta: openai.Delta{Content: &text}}
-			if ev.Logprob != nil {
-				ch.Logprobs = &openai.ChatLogprobs{Content: []openai.TokenLogprob{s.tokenLogprob(lm, ev.Logprob)}}
-			}
-			st.send(chunk([]openai.ChunkChoice{ch}))
-		}
-		if ev.Finish == "" {
-			continue
-		}
-		fr := ev.Finish
-		st.send(chunk([]openai.ChunkChoice{{Index: ev.i, Delta: openai.Delta{}, FinishReason: &fr}}))
-		if tot.add(ev.Event); tot.finished == g.n {
-			if c.IncludeUsage {
-				u, _ := json.Marshal(tot.usage())
-				st.send(openai.ChatChunk{ID: id, Object: openai.ObjectChatChunk, Created: created, Model: lm.name, Choices: []openai.ChunkChoice{}, Usage: u})
-			}
-			st.done()
-			return nil
-		}
-	}
-	return nil
+	return s.chatAnswer(w, r, c, lm, plan, g, cancel)
 }
 
 func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) error {

@@ -22,6 +22,7 @@ import (
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/daemon/openai"
 	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/internal/daemon/authz"
 	"github.com/strata-llm/strata/internal/daemon/peer"
@@ -227,6 +228,9 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 	name := req.Name
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+		if p, ok := gguf.SplitPrefix(filepath.Base(path)); ok {
+			name = p // a split model is named as its single file would be
+		}
 	}
 	if !validName(name) {
 		return api.ModelStatus{}, openai.BadRequest("name", "model name %q must be 1-128 characters of letters, digits and -_.:", name)

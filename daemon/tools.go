@@ -54,13 +54,19 @@ type toolPlan struct {
 
 func (p *toolPlan) newID() string { return toolcall.NewID(p.idFamily) }
 
-// parser reads one answer.
+// parser reads one answer (nil without tools: the answer is all content).
 func (p *toolPlan) parser() *toolcall.Parser {
+	if p == nil {
+		return nil
+	}
 	return toolcall.NewParser(p.family, p.newID).Types(p.set.Tools)
 }
 
 // text is what an event adds to the answer as the parser must see it.
 func (p *toolPlan) text(ev sched.Event) string {
+	if p == nil {
+		return ev.Text
+	}
 	if m, ok := p.markers[ev.Token]; ok {
 		return ev.Text + m
 	}
@@ -203,11 +209,11 @@ func openaiCalls(calls []toolcall.Call) []openai.ToolCall {
 	return out
 }
 
-// chatWithTools answers a chat request that offers tools: as handleChat
-// does, but with each choice's answer read for tool calls, which become
-// the message's tool_calls (finish_reason "tool_calls") or, streamed,
-// tool_calls deltas.
-func (s *Server) chatWithTools(w http.ResponseWriter, r *http.Request, c *openai.Chat, lm *loaded, plan *toolPlan, g *gen, cancel func()) error {
+// chatAnswer answers a chat request, whole or streamed. When it offers
+// tools (plan set) each choice's answer is read for tool calls, which
+// become the message's tool_calls (finish_reason "tool_calls") or,
+// streamed, tool_calls deltas.
+func (s *Server) chatAnswer(w http.ResponseWriter, r *http.Request, c *openai.Chat, lm *loaded, plan *toolPlan, g *gen, cancel func()) error {
 	id, created := newID("chatcmpl-"), time.Now().Unix()
 	var tot total
 	if !c.Stream {
@@ -225,11 +231,14 @@ func (s *Server) chatWithTools(w http.ResponseWriter, r *http.Request, c *openai
 			if ev.Finish == "" {
 				continue
 			}
-			content, calls := plan.parser().Parse(outs[ev.i].String())
-			msg := openai.AssistantMessage{Role: "assistant", Content: content}
+			msg := openai.AssistantMessage{Role: "assistant", Content: outs[ev.i].String()}
 			fr := ev.Finish
-			if calls = plan.calls(calls); len(calls) > 0 {
-				msg.ToolCalls, fr = openaiCalls(calls), "tool_calls"
+			if p := plan.parser(); p != nil {
+				var calls []toolcall.Call
+				msg.Content, calls = p.Parse(msg.Content)
+				if calls = plan.calls(calls); len(calls) > 0 {
+					msg.ToolCalls, fr = openaiCalls(calls), "tool_calls"
+				}
 			}
 			choices[ev.i] = openai.ChatChoice{Index: ev.i, Message: msg, FinishReason: fr}
 			if c.Logprobs {
@@ -261,9 +270,15 @@ func (s *Server) chatWithTools(w http.ResponseWriter, r *http.Request, c *openai
 			return nil
 		}
 		p := parsers[ev.i]
-		ds := p.Feed(plan.text(ev.Event))
-		if ev.Finish != "" {
-			ds = append(ds, p.Close()...)
+		var ds []toolcall.Delta
+		switch {
+		case p != nil:
+			ds = p.Feed(plan.text(ev.Event))
+			if ev.Finish != "" {
+				ds = append(ds, p.Close()...)
+			}
+		case ev.Text != "":
+			ds = []toolcall.Delta{{Content: ev.Text}}
 		}
 		var lp *openai.ChatLogprobs
 		if ev.Logprob != nil {
@@ -292,7 +307,7 @@ func (s *Server) chatWithTools(w http.ResponseWriter, r *http.Request, c *openai
 			continue
 		}
 		fr := ev.Finish
-		if len(p.Calls()) > 0 && fr != "length" {
+		if p != nil && len(p.Calls()) > 0 && fr != "length" {
 			fr = "tool_calls"
 		}
 		st.send(chunk([]openai.ChunkChoice{{Index: ev.i, Delta: openai.Delta{}, FinishReason: &fr}}))

@@ -190,7 +190,7 @@ func TestChatWithToolsAnswers(t *testing.T) {
 			// Whole.
 			w := httptest.NewRecorder()
 			r := httptest.NewRequest("POST", "/v1/chat/completions", nil)
-			if err := s.chatWithTools(w, r, c, lm, &plan, scripted(tc.tokens, "stop"), func() {}); err != nil {
+			if err := s.chatAnswer(w, r, c, lm, &plan, scripted(tc.tokens, "stop"), func() {}); err != nil {
 				t.Fatal(err)
 			}
 			var resp chatResponse
@@ -218,7 +218,7 @@ func TestChatWithToolsAnswers(t *testing.T) {
 			// Streamed.
 			c.Stream = true
 			w = httptest.NewRecorder()
-			if err := s.chatWithTools(w, r, c, lm, &plan, scripted(tc.tokens, "stop"), func() {}); err != nil {
+			if err := s.chatAnswer(w, r, c, lm, &plan, scripted(tc.tokens, "stop"), func() {}); err != nil {
 				t.Fatal(err)
 			}
 			content, calls, finish := readToolStream(t, w.Body)
@@ -419,7 +419,7 @@ func TestLlamaToolsRealVocabulary(t *testing.T) {
 		t.Fatalf("the tag decodes to %q; the test wants it hidden", events[first].Text)
 	}
 	w := httptest.NewRecorder()
-	if err := (&Server{}).chatWithTools(w, httptest.NewRequest("POST", "/v1/chat/completions", nil), &openai.Chat{}, &loaded{name: "m"},
+	if err := (&Server{}).chatAnswer(w, httptest.NewRequest("POST", "/v1/chat/completions", nil), &openai.Chat{}, &loaded{name: "m"},
 		plan, scripted(events, "stop"), func() {}); err != nil {
 		t.Fatal(err)
 	}

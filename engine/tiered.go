@@ -121,6 +121,13 @@ const defaultContext = 4096
 // error wrapping tier.ErrNoFit.
 func OpenWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	e, err := openWith(ctx, path, o)
+	if err == nil && o.Logger != nil {
+		// Quirks of real files that were ignored or assumed: the model
+		// runs, and the log says what was made of the file.
+		for _, w := range e.Tok.Vocab().Warnings {
+			o.Logger.Warn("model file", "model", path, "warning", w)
+		}
+	}
 	if err != nil || o.Skip == "" {
 		return e, err
 	}

@@ -14,8 +14,9 @@ import (
 type Tokenizer struct {
 	vocab Vocab // private copy; slices are not modified
 
-	spm          bool // SentencePiece (ModelLlama) rather than byte-level BPE
-	ignoreMerges bool // Llama 3: a pre-token that is a whole token is emitted as is
+	spm          bool          // SentencePiece (ModelLlama) rather than byte-level BPE
+	pre          *preTokenizer // BPE: how raw text is cut before merging
+	ignoreMerges bool          // Llama 3, Tekken: a pre-token that is a whole token is emitted as is
 
 	types  []int32 // effective token types (control-looking tokens forced to control)
 	scores []float32
@@ -54,11 +55,10 @@ var eogTexts = []string{"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", 
 // (model, array lengths, token types, special ids, merge syntax) and its
 // slices must not be modified afterwards.
 //
-// For ModelGPT2 the Llama 3 pre-tokenizer is used whatever v.Pre says: it is
-// the only one strata needs, and llama.cpp's "default" pre-tokenizer is a
-// degraded fallback it warns about. Only the Llama 3 family ("llama3",
-// "llama-v3", "llama-bpe", "falcon3") enables llama.cpp's ignore_merges rule,
-// so ids for other pre names may differ from llama.cpp on some inputs.
+// For ModelGPT2, v.Pre selects the pre-tokenizer (PreTokenizers lists the
+// names; "" means llama.cpp's "default"); an unknown name is an error, as
+// cutting text differently from the model's own tokenizer gives it ids it
+// was never trained on.
 //
 // As in llama.cpp, tokens whose text is an end-of-turn marker
 // ("<|eot_id|>", "<end_of_turn>", ...) are treated as control tokens even if
@@ -68,10 +68,29 @@ func New(v *Vocab) (*Tokenizer, error) {
 		return nil, fmt.Errorf("tokenizer: invalid vocab: %w", err)
 	}
 	n := len(v.Tokens)
+	var (
+		pre          *preTokenizer
+		ignoreMerges bool
+	)
+	if v.Model == ModelGPT2 {
+		name := v.Pre
+		if name == "" {
+			name = "default"
+		}
+		spec, err := lookupPre(name)
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+		if pre, err = compiledPre(spec); err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+		ignoreMerges = spec.ignoreMerges
+	}
 	t := &Tokenizer{
 		vocab:        *v,
 		spm:          v.Model == ModelLlama,
-		ignoreMerges: v.Model == ModelGPT2 && llama3Pre(v.Pre),
+		pre:          pre,
+		ignoreMerges: ignoreMerges,
 		scores:       v.Scores,
 		unk:          v.UNK,
 		toID:         make(map[string]int32, n),

@@ -92,10 +92,14 @@ func TestCLI(t *testing.T) {
 			t.Fatalf("exit %d, stdout %q: %s", code, out, stderr)
 		}
 	})
-	t.Run("run with the default model", func(t *testing.T) {
-		out, stderr, code := runStrata(t, bin, "", "run", "-n", "4")
-		if code != 0 || out == "" {
+	t.Run("run with the default model speaks English", func(t *testing.T) {
+		out, stderr, code := runStrata(t, bin, "", "run", "-n", "12")
+		if code != 0 {
 			t.Fatalf("exit %d, stdout %q: %s", code, out, stderr)
+		}
+		// stories260K's greedy continuation of the default prompt.
+		if want := "Once upon a time, there was a little girl named Lily."; !strings.HasPrefix(out, want) {
+			t.Errorf("stdout %q, want it to start %q", out, want)
 		}
 	})
 	t.Run("tokenize matches llama.cpp's vectors", func(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -19,32 +18,9 @@ import (
 	"github.com/strata-llm/strata/internal/synth"
 )
 
-// defaultModel is what `strata run` uses without --model: a tiny synthetic
-// Llama written on first use into the user's cache. Its weights are random,
-// so its text is noise; it exists so the whole path (tokenizer, forward pass,
-// sampling, streaming output) runs on a fresh machine with nothing to download.
-var defaultModel = synth.Options{Arch: "llama", Shape: "tiny", Type: "q8_0", Seed: 1}
-
-func defaultModelPath() (string, error) {
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		dir = os.TempDir()
-	}
-	dir = filepath.Join(dir, "strata")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("creating cache dir: %w", err)
-	}
-	o := defaultModel
-	p := filepath.Join(dir, fmt.Sprintf("synth-%s-%s-%s-seed%d.gguf", o.Arch, o.Shape, o.Type, o.Seed))
-	if _, err := os.Stat(p); err == nil {
-		return p, nil
-	}
-	log.Info("synthesizing the default model", "path", p)
-	if err := synth.Write(p, o); err != nil {
-		return "", fmt.Errorf("synthesizing default model: %w", err)
-	}
-	return p, nil
-}
+// defaultPrompt starts the default model (a story model) where its
+// stories start.
+const defaultPrompt = "Once upon a time"
 
 func init() { registerCommand(runCommand) }
 
@@ -53,8 +29,8 @@ func runCommand() *cli.Command {
 		Name:  "run",
 		Usage: "generate text offline (no daemon) and print tokens as they come",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "GGUF model or prefab pool (default: a tiny synthetic model written to the cache); only a pool can stream layers that do not fit"},
-			&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Value: "The fastest way to move a layer is", Usage: "prompt text"},
+			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "GGUF model or prefab pool (default: the embedded stories260K, a tiny trained story model, written to the cache); only a pool can stream layers that do not fit"},
+			&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "prompt text (default: \"" + defaultPrompt + "\")"},
 			&cli.BoolFlag{Name: "chat", Usage: "wrap the prompt as a user message in the model's chat template"},
 			&cli.StringFlag{Name: "system", Usage: "system message (with --chat)"},
 			&cli.IntFlag{Name: "max-tokens", Aliases: []string{"n"}, Value: 64, Usage: "tokens to generate"},
@@ -84,10 +60,14 @@ func runCommand() *cli.Command {
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			path := cmd.String("model")
 			if path == "" {
-				var err error
-				if path, err = defaultModelPath(); err != nil {
+				p, created, err := synth.DefaultPath()
+				if err != nil {
 					return err
 				}
+				if created {
+					log.Info("wrote the default model", "path", p)
+				}
+				path = p
 			}
 			backend, err := engine.ParseBackend(cmd.String("backend"))
 			if err != nil {
@@ -163,6 +143,9 @@ func runCommand() *cli.Command {
 				Seed:          cmd.Uint64("seed"),
 			}
 			prompt := cmd.String("prompt")
+			if !cmd.IsSet("prompt") {
+				prompt = defaultPrompt
+			}
 			var ids []int32
 			if cmd.Bool("chat") {
 				var msgs []tokenizer.Message

@@ -703,18 +703,20 @@ func (s *Scheduler) finish(q *seq, reason string) {
 func (s *Scheduler) cancel(q *seq) {
 	q.stopCancelF()
 	q.release()
-	s.leave(q)
-	s.cancelled.Add(1)
 	lag := 0
 	if at := q.atCancel.Load(); at >= 0 {
 		lag = int(q.produced.Load() - at)
 	}
-	q.events <- Event{Token: -1, Err: context.Cause(q.ctx), PromptTokens: len(q.req.Prompt), CompletionTokens: q.out}
-	close(q.events)
+	// The observer hears of it before Stats show it, so that whoever sees
+	// the cancellation counted finds its metrics recorded too.
 	if o := s.cfg.Observer; o != nil {
 		o.CancelLag(lag)
 		o.Finished("cancelled", len(q.req.Prompt), q.out)
 	}
+	s.leave(q)
+	s.cancelled.Add(1)
+	q.events <- Event{Token: -1, Err: context.Cause(q.ctx), PromptTokens: len(q.req.Prompt), CompletionTokens: q.out}
+	close(q.events)
 }
 
 func (s *Scheduler) fail(q *seq, err error) {
