@@ -298,6 +298,9 @@ func common(model string, maxTok *int64, maxParam string, temp, topP *float64, s
 		if !stream {
 			return p, BadRequest("stream_options", "stream_options is only allowed when stream is true")
 		}
+		if so.IncludeObfuscation != nil && *so.IncludeObfuscation {
+			return p, BadRequest("stream_options.include_obfuscation", "stream_options.include_obfuscation is not supported: this server pads no events; send false or leave it out")
+		}
 		p.IncludeUsage = so.IncludeUsage
 	}
 	for _, pen := range []struct {
@@ -335,8 +338,22 @@ func common(model string, maxTok *int64, maxParam string, temp, topP *float64, s
 // Harmless are fields clients send that change nothing strata computes
 // (OpenAI's bookkeeping and routing hints): accepted and ignored. Any other
 // field a request type does not have is refused by name, so that nothing a
-// client asks for is silently dropped.
-var Harmless = []string{"user", "metadata", "store", "service_tier"}
+// client asks for is silently dropped. safety_identifier is the end-user
+// id that succeeds user (the AI SDK and the OpenAI library forward it from
+// their settings); prompt_cache_key routes requests to OpenAI's prompt
+// cache, where strata's prefix cache needs no hint.
+var Harmless = []string{"user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key"}
+
+// nestedFields are the options objects whose keys are checked like the top
+// level's, with the keys strata reads: decoding into a struct drops an
+// unknown key without a word, and text.verbosity or a new stream option
+// would otherwise be accepted and ignored. (Messages and tools are not
+// here: clients echo response fields such as refusal and annotations back
+// in them.)
+var nestedFields = map[string]map[string]bool{
+	"stream_options": {"include_usage": true, "include_obfuscation": true},
+	"text":           {"format": true},
+}
 
 var (
 	chatFields       = fieldsOf(reflect.TypeFor[ChatRequest]())
@@ -365,9 +382,25 @@ func knownFields(body []byte, known map[string]bool) error {
 		return BadRequest("", "invalid request: %v", err)
 	}
 	var unknown []string
-	for k := range fields {
+	for k, v := range fields {
 		if !known[k] {
 			unknown = append(unknown, k)
+			continue
+		}
+		sub, ok := nestedFields[k]
+		if !ok {
+			continue
+		}
+		// The typed decoding has already refused a value that is not an
+		// object; null has no keys.
+		var keys map[string]json.RawMessage
+		if err := json.Unmarshal(v, &keys); err != nil {
+			return BadRequest(k, "invalid type for '%s': expected an object", k)
+		}
+		for sk := range keys {
+			if !sub[sk] {
+				unknown = append(unknown, k+"."+sk)
+			}
 		}
 	}
 	if len(unknown) == 0 {

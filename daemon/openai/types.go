@@ -139,6 +139,10 @@ type StreamOptions struct {
 	// IncludeUsage adds a last chunk with empty choices and the usage,
 	// and "usage": null on every other chunk.
 	IncludeUsage bool `json:"include_usage"`
+	// IncludeObfuscation false is what strata always does: OpenAI pads
+	// streamed events with random text against size analysis, which
+	// clients turn off to save bandwidth. true is refused.
+	IncludeObfuscation *bool `json:"include_obfuscation"`
 }
 
 // ResponseFormat is response_format: "text", "json_object" (any JSON
