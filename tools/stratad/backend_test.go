@@ -56,6 +56,12 @@ func TestBackendFlag(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("status: exit %d: %s", code, out)
 	}
+	// A second daemon on the live socket fails on the socket at once,
+	// before it would load its model (which does not exist).
+	if out, code := run(stratad, "--socket", sock, "--model", filepath.Join(dir, "missing.gguf"), "--socket-group", ""); code == 0 ||
+		!strings.Contains(out, "in use") || strings.Contains(out, "missing.gguf") {
+		t.Fatalf("a second stratad on the live socket: exit %d: %s", code, out)
+	}
 	gpu := strings.Contains(out, "  backend: cuda on ")
 	if !gpu && !strings.Contains(out, "  backend: cpu (CUDA unavailable: ") && !strings.Contains(out, "  backend: cpu (CUDA backend failed: ") {
 		t.Fatalf("status does not say which backend runs the model, or why not the GPU:\n%s", out)

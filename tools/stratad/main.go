@@ -195,19 +195,6 @@ func run(ctx context.Context, cmd *cli.Command) error {
 			*f.dst = n
 		}
 	}
-	for _, m := range models {
-		name, path := "", m
-		if n, p, ok := strings.Cut(m, "="); ok && n != "" && !strings.ContainsRune(n, '/') {
-			name, path = n, p
-		}
-		req := load
-		req.Name = name
-		if _, err := srv.LoadFile(ctx, path, req); err != nil {
-			srv.Close()
-			return fmt.Errorf("loading %s: %w", path, err)
-		}
-	}
-
 	unixLs, tcpLs, err := listen.Systemd()
 	if err != nil {
 		srv.Close()
@@ -243,6 +230,27 @@ func run(ctx context.Context, cmd *cli.Command) error {
 		return usageError{"systemd passed a TCP socket but no API key is configured"}
 	}
 
+	// The sockets are taken before any model loads, so a live socket or a
+	// port in use fails at once rather than after a long load; clients
+	// that connect meanwhile wait in the listen queue until it is done.
+	closeListeners := func() {
+		for _, l := range append(append([]net.Listener(nil), unixLs...), tcpLs...) {
+			l.Close()
+		}
+	}
+	for _, m := range models {
+		name, path := "", m
+		if n, p, ok := strings.Cut(m, "="); ok && n != "" && !strings.ContainsRune(n, '/') {
+			name, path = n, p
+		}
+		req := load
+		req.Name = name
+		if _, err := srv.LoadFile(ctx, path, req); err != nil {
+			closeListeners()
+			srv.Close()
+			return fmt.Errorf("loading %s: %w", path, err)
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go watchdog(ctx, log)
