@@ -132,9 +132,14 @@ func (s *Server) start(r *http.Request, lm *loaded, p openai.Params, prompt []in
 	n := max(p.N, 1)
 	ctx, cancel := context.WithCancel(r.Context())
 	hs := make([]*sched.Handle, 0, n)
+	var shared *sched.SharedPrompt // the n choices compute their prompt once
+	if n > 1 {
+		shared = sched.NewSharedPrompt()
+	}
 	for i := range n {
 		j, err := s.prepare(lm, p, prompt, promptParam)
 		if err == nil {
+			j.req.Shared = shared
 			if p.SeedSet {
 				j.req.Sample.Seed = p.Seed + uint64(i)
 			}

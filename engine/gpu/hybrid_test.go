@@ -224,3 +224,56 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// TestSequenceCopyFrom: a sequence that copies another's cache for all
+// but the prompt's last token and feeds that token gives the logits the
+// other got for it (within the NMSE the prompt's GEMM and a step's GEMV
+// differ by), and decodes on with the same tokens; a copy past the
+// source's end, or from a closed sequence, is refused.
+func TestSequenceCopyFrom(t *testing.T) {
+	gpu(t)
+	cpu := tinyModel(t, "llama", "q4_k_m")
+	g := loadGPU(t, cpu, Options{MaxSeqs: 2})
+	ctx := context.Background()
+	prompt := promptTokens(cpu.Config.Vocab, 12, 5)
+	a, err := g.NewSequence(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := g.NewSequence(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sa := []model.Step{{Seq: a, Tokens: prompt}}
+	if err := g.Forward(ctx, sa); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CopyFrom(a, len(prompt)+1); err == nil {
+		t.Fatal("a copy past the source's end was accepted")
+	}
+	if err := b.CopyFrom(a, len(prompt)-1); err != nil || b.Pos() != len(prompt)-1 {
+		t.Fatalf("copy: %v, position %d", err, b.Pos())
+	}
+	sb := []model.Step{{Seq: b, Tokens: prompt[len(prompt)-1:]}}
+	for i := range 8 {
+		if err := g.Forward(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		la, lb := sa[0].Logits[len(sa[0].Logits)-1], sb[0].Logits[len(sb[0].Logits)-1]
+		if e := quant.NMSE(lb, la); e > maxNMSE || sample.Argmax(la) != sample.Argmax(lb) {
+			t.Fatalf("step %d: NMSE %.3g, greedy %d vs %d", i, e, sample.Argmax(lb), sample.Argmax(la))
+		}
+		next := sample.Argmax(la)
+		sa[0] = model.Step{Seq: a, Tokens: []int32{next}, Logits: sa[0].Logits}
+		if err := g.Forward(ctx, sa); err != nil {
+			t.Fatal(err)
+		}
+		sb[0] = model.Step{Seq: b, Tokens: []int32{next}, Logits: sb[0].Logits}
+	}
+	a.Close()
+	if err := b.CopyFrom(a, 1); err == nil {
+		t.Error("a copy from a closed sequence was accepted")
+	}
+}

@@ -537,6 +537,45 @@ func (s *Sequence) Pos() int { return s.pos }
 // MaxContext is the capacity of the sequence's KV cache in positions.
 func (s *Sequence) MaxContext() int { return s.max }
 
+// CopyFrom implements model.Seq: the source's first n positions are
+// copied slot to slot on the device, layer by layer.
+func (s *Sequence) CopyFrom(src model.Seq, n int) error {
+	o, ok := src.(*Sequence)
+	switch {
+	case !ok || o.m != s.m:
+		return errors.New("copy sequence: the source belongs to another model")
+	case !s.open || !o.open:
+		return model.ErrSequenceClosed
+	case n < 0 || n > o.pos || n > s.max:
+		return fmt.Errorf("copy sequence: %d positions of %d (capacity %d)", n, o.pos, s.max)
+	}
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errors.New("copy sequence: model closed")
+	}
+	if n > 0 && s.slot != o.slot {
+		row := int64(m.Config.KVDim()) * 4
+		slot := int64(m.maxCtx) * row
+		err := m.dev.Do(func(c *cudadrv.Ctx) error {
+			for l := range m.kvK {
+				for _, kv := range []cudadrv.DevPtr{m.kvK[l], m.kvV[l]} {
+					if err := c.CopyDtoD(kv.Add(int64(s.slot)*slot), kv.Add(int64(o.slot)*slot), int64(n)*row, m.stream); err != nil {
+						return err
+					}
+				}
+			}
+			return c.StreamSync(m.stream)
+		})
+		if err != nil {
+			return fmt.Errorf("copy sequence: %w", err)
+		}
+	}
+	s.pos = n
+	return nil
+}
+
 // Reset empties the sequence, keeping its cache slot.
 func (s *Sequence) Reset() { s.pos = 0 }
 

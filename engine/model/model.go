@@ -271,6 +271,28 @@ func (s *Sequence) Truncate(n int) error {
 	return nil
 }
 
+// CopyFrom implements Seq.
+func (s *Sequence) CopyFrom(src Seq, n int) error {
+	o, ok := src.(*Sequence)
+	switch {
+	case !ok || o.m != s.m:
+		return errors.New("copy sequence: the source belongs to another model")
+	case s.closed || o.closed:
+		return ErrSequenceClosed
+	case n < 0 || n > o.pos || n > s.max:
+		return fmt.Errorf("copy sequence: %d positions of %d (capacity %d)", n, o.pos, s.max)
+	}
+	s.pos = 0
+	s.reserve(n)
+	kvd := s.m.Config.KVDim()
+	for l := range s.k {
+		copy(s.k[l][:n*kvd], o.k[l][:n*kvd])
+		copy(s.v[l][:n*kvd], o.v[l][:n*kvd])
+	}
+	s.pos = n
+	return nil
+}
+
 // reserve makes room for n positions (n <= s.max), preserving the cache.
 func (s *Sequence) reserve(n int) {
 	if n <= s.alloc {
@@ -302,6 +324,10 @@ type Seq interface {
 	Reset()
 	// Truncate drops every token from position n on.
 	Truncate(n int) error
+	// CopyFrom makes the sequence hold the first n tokens of src, a
+	// sequence of the same model, their cache entries copied: what it
+	// held is dropped. A prompt computed once serves several sequences so.
+	CopyFrom(src Seq, n int) error
 	// Close gives the cache back (on a GPU, its slot); a closed sequence
 	// cannot be used in Forward. Closing twice is harmless.
 	Close()

@@ -95,7 +95,20 @@ type Request struct {
 	// rejected. Logprobs stay the model's own distribution, as without a
 	// grammar. The Matcher must be built over this model's tokenizer.
 	Grammar *grammar.Matcher
+	// Shared, when set, names the requests with the same prompt (a
+	// request's n choices): the first to join the batch computes the
+	// prompt, and the others copy its cache for all but the prompt's last
+	// token (Sequence.CopyFrom) and feed only that one. A request that
+	// finds the prompt's computer gone computes the prompt itself.
+	Shared *SharedPrompt
 }
+
+// SharedPrompt groups requests whose prompt is computed once (Request.Shared).
+// It is used only by the scheduler's pass loop.
+type SharedPrompt struct{ leader *seq }
+
+// NewSharedPrompt returns a group for the requests of one prompt.
+func NewSharedPrompt() *SharedPrompt { return &SharedPrompt{} }
 
 // Logprob is a sampled token's log probability under the model's
 // distribution (before penalties and bias) and its top alternatives.
@@ -227,6 +240,8 @@ type seq struct {
 	// step's tokens when it verifies guesses.
 	spec *specState
 	toks []int32
+	// ended: the request has ended (its sequence released).
+	ended bool
 	// gstate is where the output stands in req.Grammar.
 	gstate grammar.State
 
@@ -386,7 +401,12 @@ func (s *Scheduler) Run(ctx context.Context) {
 		// Sequences get their cache when they join the batch (a GPU has
 		// a fixed number of slots, given back when a request ends).
 		ready := active[:0]
+		var held []*seq // waiting for their shared prompt to be computed
 		for _, q := range active {
+			if q.s == nil && q.req.Shared != nil && s.joinShared(q) {
+				held = append(held, q)
+				continue
+			}
 			if q.s == nil {
 				sq, err := s.b.NewSequence(len(q.req.Prompt) + q.req.MaxTokens)
 				if err != nil {
@@ -408,7 +428,8 @@ func (s *Scheduler) Run(ctx context.Context) {
 		}
 		active = ready
 		if len(active) == 0 {
-			s.setActive(0, 0)
+			s.setActive(len(held), 0)
+			active = append(active, held...)
 			continue
 		}
 
@@ -502,9 +523,42 @@ func (s *Scheduler) Run(ctx context.Context) {
 		for i := len(kept); i < len(active); i++ {
 			active[i] = nil
 		}
-		active = kept
+		active = append(kept, held...)
 		s.setActive(len(active), kv)
 	}
+}
+
+// joinShared starts q, which shares its prompt, when the sequence that
+// computes the prompt has its cache: q's sequence then copies all but the
+// prompt's last token from it. It reports true while q must wait for that
+// (the computing sequence is still feeding the prompt); with no computer
+// yet, q becomes it, and where the copy cannot be made q computes the
+// prompt itself (both false, q.s still nil).
+func (s *Scheduler) joinShared(q *seq) (wait bool) {
+	sh := q.req.Shared
+	lead := sh.leader
+	n := len(q.req.Prompt) - 1
+	switch {
+	case lead == nil || lead.ended:
+		// No computer, or it has ended: q computes the prompt for the rest.
+		sh.leader = q
+		return false
+	case lead.s == nil || lead.fed < n:
+		return true
+	case n <= 0:
+		return false
+	}
+	sq, err := s.b.NewSequence(len(q.req.Prompt) + q.req.MaxTokens)
+	if err != nil {
+		return false // the caller's own attempt reports it
+	}
+	if err := sq.CopyFrom(lead.s, n); err != nil {
+		sq.Close()
+		sh.leader = q
+		return false
+	}
+	q.s, q.fed = sq, n
+	return false
 }
 
 func (s *Scheduler) setActive(n, kv int) {
@@ -750,6 +804,7 @@ func (s *Scheduler) leave(q *seq) {
 // release gives the sequence's KV cache back to the backend (a GPU slot
 // for the next request); the sequence has left the batch.
 func (q *seq) release() {
+	q.ended = true
 	if q.s != nil {
 		q.s.Close()
 		q.s = nil
