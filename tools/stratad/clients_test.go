@@ -60,8 +60,9 @@ func TestClientLibraries(t *testing.T) {
 	if out, err := exec.Command(goTool(t), "build", "-o", bin, "github.com/strata-llm/strata/tools/stratad").CombinedOutput(); err != nil {
 		t.Fatalf("building stratad: %v\n%s", err, out)
 	}
-	model := filepath.Join(dir, "tiny.gguf")
-	if err := synth.Write(model, synth.Options{Arch: "llama", Shape: "tiny", Type: "q8_0", Seed: 1}); err != nil {
+	// A real trained model: stories260K, the embedded default.
+	model := filepath.Join(dir, "stories.gguf")
+	if err := os.WriteFile(model, synth.DefaultGGUF(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -72,7 +73,7 @@ func TestClientLibraries(t *testing.T) {
 	l.Close()
 	sock := filepath.Join(dir, "strata.sock")
 	dp := startStratad(t, bin, sock, "--socket", sock, "--model", model, "--listen", addr, "--api-key", "k3y", "--socket-group", "")
-	env := append(os.Environ(), "STRATA_URL=http://"+addr+"/v1", "STRATA_KEY=k3y", "STRATA_MODEL=tiny",
+	env := append(os.Environ(), "STRATA_URL=http://"+addr+"/v1", "STRATA_KEY=k3y", "STRATA_MODEL=stories",
 		"CLIENT_MODULE_DIR="+filepath.Join(mods, "node_modules"))
 	run := func(script string, v any) {
 		t.Helper()

@@ -48,8 +48,9 @@ func TestOfficialOpenAIClient(t *testing.T) {
 	if out, err := exec.Command(goTool(t), "build", "-o", bin, "github.com/strata-llm/strata/tools/stratad").CombinedOutput(); err != nil {
 		t.Fatalf("building stratad: %v\n%s", err, out)
 	}
-	model := filepath.Join(dir, "tiny.gguf")
-	if err := synth.Write(model, synth.Options{Arch: "llama", Shape: "tiny", Type: "q8_0", Seed: 1}); err != nil {
+	// A real trained model: stories260K, the embedded default.
+	model := filepath.Join(dir, "stories.gguf")
+	if err := os.WriteFile(model, synth.DefaultGGUF(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -128,7 +129,7 @@ func TestOfficialOpenAIClient(t *testing.T) {
 		t.Fatalf("client output %q: %v", stdout.String(), err)
 	}
 	t.Logf("official client saw: %s", stdout.String())
-	if len(got.Models) != 1 || got.Models[0] != "tiny" {
+	if len(got.Models) != 1 || got.Models[0] != "stories" {
 		t.Errorf("models %v", got.Models)
 	}
 	if got.Chat.Object != "chat.completion" || got.Chat.Usage.Completion_tokens == 0 || got.Chat.Usage.Total_tokens != got.Chat.Usage.Prompt_tokens+got.Chat.Usage.Completion_tokens {

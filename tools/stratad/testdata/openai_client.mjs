@@ -49,7 +49,7 @@ for await (const ev of rstream) {
 }
 out.responseStream = { text: rtext, status: rdone };
 
-// Tools round trip (answers kept short: the tiny model's context is 256
+// Tools round trip (answers kept short: the model's context is small
 // tokens). The tiny model has no tool syntax of its own (stratad
 // describes the tools to it), so whether it calls is up to chance: the
 // protocol is what is asserted. The conversation goes on with the call it
