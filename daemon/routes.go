@@ -39,6 +39,12 @@ func (s *Server) routes() http.Handler {
 				return
 			}
 			if err := h(w, r); err != nil {
+				if e := openai.AsError(err); e.Status >= http.StatusInternalServerError {
+					// The server's own failures (a model file changed or
+					// unreadable under it, a device fault) reach the
+					// admin's log, not only the client.
+					s.log.Error("request failed", "path", r.URL.Path, "peer", peerOf(r).String(), "status", e.Status, "error", err)
+				}
 				openai.WriteError(w, err)
 			}
 		})
