@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -105,19 +106,20 @@ func benchError(err error) *openai.Error {
 	return openai.AsError(deviceError(err))
 }
 
-// resolveBenchFile resolves a client's file inside the model directories:
-// the daemon runs as root, so clients name files only where models live.
-func (s *Server) resolveBenchFile(p string) (string, error) {
-	path, err := authz.ResolveModelPath(s.cfg.ModelDirs, p)
+// openBenchFile opens a client's file inside the model directories (the
+// daemon runs as root, so clients name files only where models live) once:
+// the bench reads it through the descriptor (authz.FDPath), never by name.
+func (s *Server) openBenchFile(p string) (*os.File, error) {
+	f, err := authz.OpenModel(s.cfg.ModelDirs, p)
 	switch {
 	case errors.Is(err, authz.ErrOutsideModelDirs):
-		return "", openai.Errorf(http.StatusForbidden, openai.TypePermission, "path", "path_not_allowed", "%v (model directories: %v)", err, s.cfg.ModelDirs)
+		return nil, openai.Errorf(http.StatusForbidden, openai.TypePermission, "path", "path_not_allowed", "%v (model directories: %v)", err, s.cfg.ModelDirs)
 	case errors.Is(err, fs.ErrNotExist):
-		return "", openai.Errorf(http.StatusNotFound, openai.TypeNotFound, "path", "file_not_found", "%v", err)
+		return nil, openai.Errorf(http.StatusNotFound, openai.TypeNotFound, "path", "file_not_found", "%v", err)
 	case err != nil:
-		return "", openai.BadRequest("path", "%v", err)
+		return nil, openai.BadRequest("path", "%v", err)
 	}
-	return path, nil
+	return f, nil
 }
 
 // benchSource is what a storage or e2e request reads: a held controller's
@@ -125,7 +127,8 @@ func (s *Server) resolveBenchFile(p string) (string, error) {
 type benchSource struct {
 	hc    *heldCtrl
 	nsid  uint32
-	path  string
+	path  string // the open file's /proc/self/fd path
+	name  string // the file's path in its model directory, for logs
 	ctx   context.Context
 	close func()
 }
@@ -138,11 +141,12 @@ func (s *Server) openBenchSource(ctx context.Context, bdfIn string, nsidIn int, 
 	case bdfIn != "" && pathIn != "":
 		return nil, openai.BadRequest("path", "name a controller (bdf, nsid) or a file (path), not both")
 	case pathIn != "":
-		p, err := s.resolveBenchFile(pathIn)
+		f, err := s.openBenchFile(pathIn)
 		if err != nil {
 			return nil, err
 		}
-		src.path = p
+		src.path, src.name = authz.FDPath(f), f.Name()
+		src.close = func() { f.Close() }
 	case bdfIn != "":
 		bdf, nsid, err := parseNamespace(bdfIn, nsidIn)
 		if err != nil {
@@ -253,6 +257,9 @@ func (s *Server) handleBenchStorage(w http.ResponseWriter, r *http.Request) erro
 	res, err := bench.Storage(src.ctx, t, o)
 	if res != nil {
 		res.Via = "stratad"
+		if src.hc == nil {
+			res.Target.Name = src.name // not the descriptor's /proc path
+		}
 		if src.hc != nil {
 			var counted uint64
 			for _, p := range res.Points {
@@ -353,7 +360,7 @@ func (s *Server) handleBenchE2E(w http.ResponseWriter, r *http.Request) error {
 		}
 		o.NVMe = nt
 	}
-	s.log.Info("e2e bench", "peer", peerOf(r).String(), "bdf", req.BDF, "path", src.path)
+	s.log.Info("e2e bench", "peer", peerOf(r).String(), "bdf", req.BDF, "path", src.name)
 	res, err := hw.E2E(src.ctx, o)
 	release()
 	return (&benchStream{w: w}).finish(api.BenchEvent{E2E: res}, err)

@@ -197,7 +197,31 @@ var ErrUnloaded = errors.New("model unloaded")
 // does not fit is refused with the prefab command to run. Cancelling ctx
 // (the admin client went away, the daemon is stopping) stops the load
 // between reads with an error wrapping ctx's.
+//
+// The file (and the draft's) is opened once, here, and the load reads it
+// only through that descriptor (authz.FDPath), as loads of clients' paths
+// do after authz.OpenModel.
 func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest) (api.ModelStatus, error) {
+	f, err := authz.OpenRegular(path)
+	if err != nil {
+		return api.ModelStatus{}, fmt.Errorf("model %s: %w", path, err)
+	}
+	defer f.Close()
+	var df *os.File
+	if req.Draft != "" {
+		if df, err = authz.OpenRegular(req.Draft); err != nil {
+			return api.ModelStatus{}, openai.BadRequest("draft", "draft model: %v", err)
+		}
+		defer df.Close()
+	}
+	return s.load(ctx, f, df, req)
+}
+
+// load loads the model open as f (its Name is the path shown in status and
+// logs) with the draft model df (nil: none; req.Draft is ignored). Every
+// read of the files goes through the descriptors, never their names.
+func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest) (api.ModelStatus, error) {
+	path, open := f.Name(), authz.FDPath(f)
 	if req.Budgets.RAMBytes < 0 || req.Budgets.VRAMBytes < 0 {
 		return api.ModelStatus{}, openai.BadRequest("budgets", "budgets must not be negative")
 	}
@@ -219,7 +243,7 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 	if !validName(name) {
 		return api.ModelStatus{}, openai.BadRequest("name", "model name %q must be 1-128 characters of letters, digits and -_.:", name)
 	}
-	st, err := os.Stat(path)
+	st, err := f.Stat()
 	if err != nil {
 		return api.ModelStatus{}, fmt.Errorf("model %s: %w", path, err)
 	}
@@ -239,7 +263,7 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 	t0 := time.Now()
 	s.loading.Add(1)
 	defer s.loading.Add(-1)
-	eng, err := engine.OpenWith(ctx, path, engine.Options{
+	eng, err := engine.OpenWith(ctx, open, engine.Options{
 		DeviceBudget: req.Budgets.VRAMBytes, HostBudget: req.Budgets.RAMBytes,
 		Context: req.Context, Batch: maxBatch, Depth: req.Depth, Tiers: req.Tiers,
 		Links: s.cfg.Links, LinkCache: s.links, Logger: s.log.Named("engine"), Backend: backend, WrapSource: s.cfg.wrapSource,
@@ -259,8 +283,8 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 	var drafter sched.Drafter
 	var draft *engine.Engine
 	switch {
-	case req.Draft != "":
-		draft, err = engine.OpenDraft(ctx, req.Draft, eng, engine.Options{Context: req.Context, LinkCache: s.links, Logger: s.log.Named("draft")})
+	case df != nil:
+		draft, err = engine.OpenDraft(ctx, authz.FDPath(df), eng, engine.Options{Context: req.Context, LinkCache: s.links, Logger: s.log.Named("draft")})
 		if err != nil {
 			eng.Close()
 			return api.ModelStatus{}, openai.BadRequest("draft", "%v", err)
@@ -269,7 +293,7 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 	case req.Lookup:
 		drafter = sched.Lookup{MinN: 1, MaxN: 4}
 	case req.SelfDraft != 0:
-		draft, err = engine.OpenSelfDraft(ctx, path, eng, req.SelfDraft, engine.Options{Context: req.Context, LinkCache: s.links, Logger: s.log.Named("self-draft")})
+		draft, err = engine.OpenSelfDraft(ctx, open, eng, req.SelfDraft, engine.Options{Context: req.Context, LinkCache: s.links, Logger: s.log.Named("self-draft")})
 		if err != nil {
 			eng.Close()
 			return api.ModelStatus{}, openai.BadRequest("self_draft", "%v", err)
