@@ -1,9 +1,12 @@
 package synth
 
 import (
+	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
+
+	"github.com/strata-llm/strata/internal/safefs"
 )
 
 // Default is strata's default model: a tiny synthetic Llama. Its weights
@@ -14,22 +17,23 @@ import (
 var Default = Options{Arch: "llama", Shape: "tiny", Type: "q8_0", Seed: 1}
 
 // DefaultPath returns the cached file of the Default model, writing it on
-// first use into the user's cache directory (os.UserCacheDir()/strata, or
-// the temporary directory when there is none). created reports whether it
-// was written by this call.
+// first use into strata's private cache directory (safefs.CacheDir: the
+// user's own, never one shared with other users, checked for owner, mode
+// and symlinks). A cached file is used only if it is a regular file of
+// ours that no one else may write; anything else there is an error, not
+// something to load. created reports whether it was written by this call.
 func DefaultPath() (path string, created bool, err error) {
-	dir, err := os.UserCacheDir()
+	dir, err := safefs.CacheDir("")
 	if err != nil {
-		dir = os.TempDir()
-	}
-	dir = filepath.Join(dir, "strata")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", false, fmt.Errorf("creating cache dir: %w", err)
+		return "", false, err
 	}
 	o := Default
 	p := filepath.Join(dir, fmt.Sprintf("synth-%s-%s-%s-seed%d.gguf", o.Arch, o.Shape, o.Type, o.Seed))
-	if _, err := os.Stat(p); err == nil {
+	switch err := safefs.CheckOwned(p); {
+	case err == nil:
 		return p, false, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", false, fmt.Errorf("default model: %w", err)
 	}
 	if err := Write(p, o); err != nil {
 		return "", false, fmt.Errorf("synthesizing default model: %w", err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v3"
@@ -18,29 +17,18 @@ import (
 	"github.com/strata-llm/strata/internal/synth"
 )
 
-// defaultModel is what `strata run` uses without --model: a tiny synthetic
-// Llama written on first use into the user's cache. Its weights are random,
-// so its text is noise; it exists so the whole path (tokenizer, forward pass,
-// sampling, streaming output) runs on a fresh machine with nothing to download.
-var defaultModel = synth.Options{Arch: "llama", Shape: "tiny", Type: "q8_0", Seed: 1}
-
+// defaultModelPath is what `strata run` uses without --model: the tiny
+// synthetic Llama (synth.Default) written on first use into strata's private
+// cache. Its weights are random, so its text is noise; it exists so the whole
+// path (tokenizer, forward pass, sampling, streaming output) runs on a fresh
+// machine with nothing to download.
 func defaultModelPath() (string, error) {
-	dir, err := os.UserCacheDir()
+	p, created, err := synth.DefaultPath()
 	if err != nil {
-		dir = os.TempDir()
+		return "", err
 	}
-	dir = filepath.Join(dir, "strata")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("creating cache dir: %w", err)
-	}
-	o := defaultModel
-	p := filepath.Join(dir, fmt.Sprintf("synth-%s-%s-%s-seed%d.gguf", o.Arch, o.Shape, o.Type, o.Seed))
-	if _, err := os.Stat(p); err == nil {
-		return p, nil
-	}
-	log.Info("synthesizing the default model", "path", p)
-	if err := synth.Write(p, o); err != nil {
-		return "", fmt.Errorf("synthesizing default model: %w", err)
+	if created {
+		log.Info("synthesized the default model", "path", p)
 	}
 	return p, nil
 }

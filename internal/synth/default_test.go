@@ -1,0 +1,89 @@
+package synth
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/strata-llm/strata/internal/safefs"
+)
+
+// TestDefaultPathCache: the default model's cache is a directory of ours
+// that no one else can write, and what is found there is loaded only if it
+// is a regular file of ours. A root daemon without HOME used a fixed
+// directory in /tmp that anyone could create first, and wrote its
+// temporary file there with O_TRUNC through any symlink planted under its
+// name.
+func TestDefaultPathCache(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the planted files must belong to another user: needs root to chown")
+	}
+	const nobody = 65534
+	base := t.TempDir()
+	victim := filepath.Join(base, "victim")
+	if err := os.WriteFile(victim, []byte("root only"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	name := func() string {
+		o := Default
+		return "synth-" + o.Arch + "-" + o.Shape + "-" + o.Type + "-seed1.gguf"
+	}()
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, dir string)
+		fails bool
+	}{
+		{"fresh", func(t *testing.T, dir string) {}, false},
+		{"someone else's directory", func(t *testing.T, dir string) {
+			must(t, os.Mkdir(dir, 0o777))
+			must(t, os.Chown(dir, nobody, nobody))
+		}, true},
+		{"a symlink under the old temporary name", func(t *testing.T, dir string) {
+			must(t, os.Mkdir(dir, 0o700))
+			must(t, os.Symlink(victim, filepath.Join(dir, name+".tmp")))
+		}, false},
+		{"someone else's model", func(t *testing.T, dir string) {
+			must(t, os.Mkdir(dir, 0o700))
+			must(t, os.WriteFile(filepath.Join(dir, name), []byte("GGUF planted"), 0o644))
+			must(t, os.Chown(filepath.Join(dir, name), nobody, nobody))
+		}, true},
+		{"a symlink as the model", func(t *testing.T, dir string) {
+			must(t, os.Mkdir(dir, 0o700))
+			must(t, os.Symlink(victim, filepath.Join(dir, name)))
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "strata")
+			tc.setup(t, dir)
+			t.Setenv("CACHE_DIRECTORY", dir)
+			p, _, err := DefaultPath()
+			if b, _ := os.ReadFile(victim); string(b) != "root only" {
+				t.Fatalf("the victim file was overwritten: %q", b)
+			}
+			if tc.fails {
+				if !errors.Is(err, safefs.ErrUnsafe) {
+					t.Fatalf("DefaultPath: %s, %v; want an error wrapping safefs.ErrUnsafe", p, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := safefs.CheckOwned(p); err != nil {
+				t.Fatal(err)
+			}
+			// Cached: the second call finds it.
+			if p2, created, err := DefaultPath(); err != nil || created || p2 != p {
+				t.Fatalf("second call: %s %v %v", p2, created, err)
+			}
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
