@@ -296,6 +296,9 @@ func (r *deviceRegistry) unbind(ctx context.Context, bdf, driver string) (wasHel
 		driver = "nvme"
 	}
 	if err := r.release(bdf, driver); err != nil {
+		if errors.Is(err, nvmehost.ErrInUse) {
+			return hc != nil, err // the same report as a refused bind
+		}
 		return hc != nil, fmt.Errorf("giving %s to %s: %w", bdf, driver, err)
 	}
 	r.log.Info("controller unbound", "bdf", bdf, "driver", driver)
