@@ -6,7 +6,12 @@ package daemon
 // PCIe sweep on its GPU, and the end-to-end routes, for any peer that may
 // run inference. Benches only read: they share a held controller with
 // streaming like a volume read does (unbind waits for them), one bench
-// runs at a time, and requests are bounded in points and time.
+// runs at a time, and requests are bounded in points and time. A storage
+// sweep runs as root with buffers of up to a GiB for up to ten minutes, so
+// peers outside the admin group get a smaller bound (benchUserLimits: the
+// default sweep fits), and every sweep's buffers must fit the host memory
+// budget models are planned within (tier.DefaultHostBudget), so a bench
+// cannot push the host or the loaded models into swap or the OOM killer.
 
 import (
 	"context"
@@ -23,6 +28,7 @@ import (
 	"github.com/strata-llm/strata/bench"
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/daemon/openai"
+	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/internal/bench/hw"
 	"github.com/strata-llm/strata/internal/bench/nvmebench"
 	"github.com/strata-llm/strata/internal/daemon/authz"
@@ -173,8 +179,53 @@ func (s *Server) openBenchSource(ctx context.Context, bdfIn string, nsidIn int, 
 	return src, nil
 }
 
-// storageOptions checks a request against the daemon's bounds.
-func storageOptions(req api.BenchStorageRequest) (bench.StorageOptions, error) {
+// benchLimits bound a storage sweep: its estimated time and the buffers
+// it holds (the largest block size times the deepest queue).
+type benchLimits struct {
+	seconds     float64
+	bufferBytes int64
+	// admin says whose limits these are, for the refusal's message.
+	admin bool
+}
+
+var (
+	benchAdminLimits = benchLimits{seconds: api.BenchMaxSeconds, bufferBytes: 1 << 30, admin: true}
+	// benchUserLimits hold the default sweep (66 points of 0.5 s, 4 MiB
+	// blocks at depth 32) and not much more.
+	benchUserLimits = benchLimits{seconds: 60, bufferBytes: 128 << 20}
+)
+
+// storageLimits are the bounds for the request's peer: the admin's for
+// uid 0 and the admin group, the smaller ones for everyone else.
+func (s *Server) storageLimits(r *http.Request) benchLimits {
+	if ok, err := s.policy.IsAdmin(peerOf(r)); err == nil && ok {
+		return benchAdminLimits
+	}
+	return benchUserLimits
+}
+
+// checkBenchMemory refuses a bench whose buffers do not fit the host
+// memory budget (what a model loaded now would get by default).
+func (s *Server) checkBenchMemory(param string, bufferBytes int64) error {
+	read := s.benchMem
+	if read == nil {
+		read = tier.ReadMemInfo
+	}
+	mi, err := read()
+	if err != nil {
+		return fmt.Errorf("bench: reading the host's memory: %w", err)
+	}
+	if budget := tier.DefaultHostBudget(mi); bufferBytes > budget {
+		return openai.Errorf(http.StatusServiceUnavailable, openai.TypeUnavailable, param, "bench_memory",
+			"the bench's buffers (%s) exceed the host memory budget (%s: available memory less the reserve); narrow the sweep",
+			tier.FormatBytes(bufferBytes), tier.FormatBytes(budget))
+	}
+	return nil
+}
+
+// storageOptions checks a request against the daemon's bounds and lim,
+// the peer's.
+func storageOptions(req api.BenchStorageRequest, lim benchLimits) (bench.StorageOptions, error) {
 	o := bench.StorageOptions{BlockSizes: req.BlockSizes, QueueDepths: req.QueueDepths, Pattern: req.Pattern,
 		Region: req.RegionBytes, Seed: req.Seed}
 	if len(o.BlockSizes) == 0 {
@@ -208,8 +259,22 @@ func storageOptions(req api.BenchStorageRequest) (bench.StorageOptions, error) {
 			return o, openai.BadRequest("queue_depths", "queue depth %d (1 … %d)", qd, bench.MaxQueueDepth)
 		}
 	}
-	if int64(slices.Max(o.BlockSizes))*int64(slices.Max(o.QueueDepths)) > 1<<30 {
+	buffers := int64(slices.Max(o.BlockSizes)) * int64(slices.Max(o.QueueDepths))
+	if buffers > benchAdminLimits.bufferBytes {
 		return o, openai.BadRequest("queue_depths", "largest block size × deepest queue exceeds the 1 GiB of buffers a bench may use")
+	}
+	if !lim.admin {
+		// Within what an admin may run, beyond what anyone may: 403, with
+		// the bound to narrow to.
+		switch {
+		case float64(points)*secs*1.1 > lim.seconds:
+			return o, openai.Errorf(http.StatusForbidden, openai.TypePermission, "point_seconds", "bench_limit",
+				"%d points of %gs would run longer than %gs, the bound for peers outside the admin group: narrow the sweep", points, secs, lim.seconds)
+		case buffers > lim.bufferBytes:
+			return o, openai.Errorf(http.StatusForbidden, openai.TypePermission, "queue_depths", "bench_limit",
+				"largest block size × deepest queue (%s) exceeds the %s of buffers allowed to peers outside the admin group: narrow the sweep",
+				tier.FormatBytes(buffers), tier.FormatBytes(lim.bufferBytes))
+		}
 	}
 	o.Duration = time.Duration(secs * float64(time.Second))
 	return o, nil
@@ -220,8 +285,11 @@ func (s *Server) handleBenchStorage(w http.ResponseWriter, r *http.Request) erro
 	if err := s.readStrict(w, r, &req); err != nil {
 		return err
 	}
-	o, err := storageOptions(req)
+	o, err := storageOptions(req, s.storageLimits(r))
 	if err != nil {
+		return err
+	}
+	if err := s.checkBenchMemory("queue_depths", int64(slices.Max(o.BlockSizes))*int64(slices.Max(o.QueueDepths))); err != nil {
 		return err
 	}
 	release, err := s.benchStart()
@@ -301,6 +369,10 @@ func (s *Server) handleBenchPCIe(w http.ResponseWriter, r *http.Request) error {
 	}
 	if maxSize == 0 {
 		maxSize = slices.Max(bench.DefaultPCIeSizes)
+	}
+	// The copier's pinned host buffer is the largest size.
+	if err := s.checkBenchMemory("sizes", maxSize); err != nil {
+		return err
 	}
 	release, err := s.benchStart()
 	if err != nil {

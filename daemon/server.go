@@ -101,6 +101,9 @@ type Server struct {
 	// bench admits one benchmark at a time (bench.go: a second gets 429
 	// bench_busy rather than skewing both measurements).
 	bench sync.Mutex
+	// benchMem reads the host's memory for the benches' budget check
+	// (nil: tier.ReadMemInfo; tests pin it).
+	benchMem func() (tier.MemInfo, error)
 	// links are the link speeds measured for the daemon's loads: made at
 	// start, each link measured when a load first needs it and kept.
 	links *engine.LinkCache
