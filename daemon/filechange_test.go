@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -172,4 +173,72 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestLoadsDuringTruncation loads a model over and over while another
+// goroutine truncates and rewrites its file, then sends each loaded model
+// a request. Loads that meet a truncation fail with an error; the ones
+// that succeed answer from their copy. Before, most loads succeeded over a
+// file cut short and the first request killed the daemon with SIGBUS.
+func TestLoadsDuringTruncation(t *testing.T) {
+	t.Parallel()
+	h := start(t, opts{cfg: Config{Links: pinnedLinks()}})
+	dir := t.TempDir()
+	full := filepath.Join(dir, "full.gguf")
+	if err := synth.Write(full, synth.Options{Arch: "llama", Shape: "tiny", Type: "q8_0", Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "m.gguf")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const prompt, n = "The fastest way", 4
+	want, _ := h.completion(t, tiny, prompt, n)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			// Truncate, then rewrite in place (same inode): a load sees
+			// the whole file, a short one, or one being refilled.
+			_ = os.Truncate(path, int64(len(b)/(2+i%3)))
+			time.Sleep(time.Millisecond)
+			if f, err := os.OpenFile(path, os.O_WRONLY, 0); err == nil {
+				_, _ = f.WriteAt(b, 0)
+				f.Close()
+			}
+			time.Sleep(3 * time.Millisecond)
+		}
+	}()
+	loaded, failed := 0, 0
+	for i := range 60 {
+		name := fmt.Sprintf("trunc-%d", i)
+		if _, err := h.srv.LoadFile(context.Background(), path, api.LoadRequest{Name: name, MaxBatch: 1, Context: 128}); err != nil {
+			failed++
+			continue
+		}
+		loaded++
+		code, body := h.post(t, "/v1/completions", fmt.Sprintf(`{"model":%q,"prompt":%q,"max_tokens":%d,"temperature":0}`, name, prompt, n))
+		if code != 200 {
+			t.Errorf("a loaded model failed a request: %d %s", code, body)
+		}
+		if _, err := h.srv.Unload(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	<-done
+	t.Logf("60 loads during truncations: %d loaded and answered, %d refused", loaded, failed)
+	if got, _ := h.completion(t, tiny, prompt, n); got != want {
+		t.Fatalf("the other model afterwards: %q, want %q", got, want)
+	}
 }

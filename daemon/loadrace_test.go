@@ -128,3 +128,22 @@ func TestLoadPathRace(t *testing.T) {
 		t.Fatal("no load succeeded: the race tested nothing")
 	}
 }
+
+// TestLoadErrorNamesTheFile: a load fails with the file's path in the
+// model directory, not the /proc/self/fd path it was read through.
+func TestLoadErrorNamesTheFile(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("the admin API needs uid 0 or the admin group; run as root (CI does) to exercise it in-process")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "junk.gguf"), []byte("not a model at all, but long enough to be read"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, opts{cfg: Config{ModelDirs: []string{dir}, Links: pinnedLinks()}})
+	_, err := h.c.Load(context.Background(), api.LoadRequest{Path: "junk.gguf", Name: "junk"})
+	ae, ok := err.(*client.APIError)
+	if !ok || ae.Status != 422 || !strings.Contains(ae.Message, filepath.Join(dir, "junk.gguf")) || strings.Contains(ae.Message, "/proc/self/fd") {
+		t.Fatalf("load of a non-model: %v; want a 422 naming %s", err, filepath.Join(dir, "junk.gguf"))
+	}
+}

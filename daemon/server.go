@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -272,6 +273,7 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest) 
 		Links: s.cfg.Links, LinkCache: s.links, Logger: s.log.Named("engine"), Backend: backend, WrapSource: s.cfg.wrapSource,
 		Skip: req.SkipLayers,
 	})
+	err = fdNamed(err, open, path)
 	switch {
 	case errors.Is(err, engine.ErrCUDAUnavailable):
 		return api.ModelStatus{}, openai.Errorf(http.StatusServiceUnavailable, openai.TypeUnavailable, "backend", "backend_unavailable",
@@ -289,6 +291,7 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest) 
 	case df != nil:
 		draft, err = engine.OpenDraft(ctx, authz.FDPath(df), eng, engine.Options{Context: req.Context, LinkCache: s.links, Logger: s.log.Named("draft")})
 		if err != nil {
+			err = fdNamed(err, authz.FDPath(df), df.Name())
 			eng.Close()
 			return api.ModelStatus{}, openai.BadRequest("draft", "%v", err)
 		}
@@ -298,6 +301,7 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest) 
 	case req.SelfDraft != 0:
 		draft, err = engine.OpenSelfDraft(ctx, open, eng, req.SelfDraft, engine.Options{Context: req.Context, LinkCache: s.links, Logger: s.log.Named("self-draft")})
 		if err != nil {
+			err = fdNamed(err, open, path)
 			eng.Close()
 			return api.ModelStatus{}, openai.BadRequest("self_draft", "%v", err)
 		}
@@ -337,6 +341,25 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest) 
 	s.log.Info("model loaded", args...)
 	return s.modelStatus(lm), nil
 }
+
+// fdNamed shows err (from a load through the descriptor path fdPath) with
+// the file's name in place of the descriptor's /proc path, which means
+// nothing to the admin who reads it; errors.Is and As see err unchanged.
+func fdNamed(err error, fdPath, name string) error {
+	if err == nil {
+		return nil
+	}
+	return &renamedError{err: err, re: regexp.MustCompile(regexp.QuoteMeta(fdPath) + `\b`), name: name}
+}
+
+type renamedError struct {
+	err  error
+	re   *regexp.Regexp
+	name string
+}
+
+func (e *renamedError) Error() string { return e.re.ReplaceAllLiteralString(e.err.Error(), e.name) }
+func (e *renamedError) Unwrap() error { return e.err }
 
 func validName(n string) bool {
 	if n == "" || len(n) > 128 {
