@@ -50,57 +50,69 @@ func TestOpenModel(t *testing.T) {
 		name, path string
 		want       string // the file opened, relative to root; "" when an error is wanted
 		err        error
+		walkErr    error // what the O_NOFOLLOW fallback gives instead, if it differs
 	}{
-		{"relative", "a.gguf", "models/a.gguf", nil},
-		{"absolute", filepath.Join(models, "a.gguf"), "models/a.gguf", nil},
-		{"subdir", "sub/b.gguf", "models/sub/b.gguf", nil},
-		{"inner relative symlink", "alias.gguf", "models/a.gguf", nil},
-		{"inner symlink up", "sub/up.gguf", "models/a.gguf", nil},
-		{"inner absolute symlink", "absalias.gguf", "", ErrOutsideModelDirs},
-		{"magic link", "magic.gguf", "", ErrOutsideModelDirs},
-		{"dotdot", "../other/secret", "", ErrOutsideModelDirs},
-		{"dotdot inside", "sub/../a.gguf", "", ErrOutsideModelDirs},
-		{"absolute outside", filepath.Join(other, "secret"), "", ErrOutsideModelDirs},
-		{"symlink escape", "escape.gguf", "", ErrOutsideModelDirs},
-		{"dir symlink escape", "escdir/secret", "", ErrOutsideModelDirs},
-		{"missing", "nope.gguf", "", fs.ErrNotExist},
-		{"directory", "sub", "", ErrNotRegular},
-		{"the directory itself", models, "", ErrNotRegular},
-		{"fifo", "fifo.gguf", "", ErrNotRegular},
-		{"empty", "", "", nil},
-		{"etc passwd", "/etc/passwd", "", ErrOutsideModelDirs},
+		{"relative", "a.gguf", "models/a.gguf", nil, nil},
+		{"absolute", filepath.Join(models, "a.gguf"), "models/a.gguf", nil, nil},
+		{"subdir", "sub/b.gguf", "models/sub/b.gguf", nil, nil},
+		{"inner relative symlink", "alias.gguf", "models/a.gguf", nil, ErrOutsideModelDirs},
+		{"inner symlink up", "sub/up.gguf", "models/a.gguf", nil, ErrOutsideModelDirs},
+		{"inner absolute symlink", "absalias.gguf", "", ErrOutsideModelDirs, nil},
+		{"magic link", "magic.gguf", "", ErrOutsideModelDirs, nil},
+		{"dotdot", "../other/secret", "", ErrOutsideModelDirs, nil},
+		{"dotdot inside", "sub/../a.gguf", "", ErrOutsideModelDirs, nil},
+		{"absolute outside", filepath.Join(other, "secret"), "", ErrOutsideModelDirs, nil},
+		{"symlink escape", "escape.gguf", "", ErrOutsideModelDirs, nil},
+		{"dir symlink escape", "escdir/secret", "", ErrOutsideModelDirs, nil},
+		{"missing", "nope.gguf", "", fs.ErrNotExist, nil},
+		{"directory", "sub", "", ErrNotRegular, nil},
+		{"the directory itself", models, "", ErrNotRegular, nil},
+		{"fifo", "fifo.gguf", "", ErrNotRegular, nil},
+		{"empty", "", "", nil, nil},
+		{"etc passwd", "/etc/passwd", "", ErrOutsideModelDirs, nil},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			f, err := OpenModel(dirs, tc.path)
-			if tc.want != "" {
-				if err != nil {
-					t.Fatal(err)
+	for _, walk := range []bool{false, true} {
+		for _, tc := range tests {
+			name := tc.name
+			if walk {
+				// The fallback where openat2 is missing refuses every
+				// symlink.
+				name += " (walk)"
+				if tc.walkErr != nil {
+					tc.want, tc.err = "", tc.walkErr
 				}
-				defer f.Close()
-				b, err := io.ReadAll(f)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if want := filepath.Join(root, tc.want); string(b) != want {
-					t.Fatalf("opened %s, want %s", b, want)
-				}
-				// The descriptor's path reopens the same file.
-				b, err = os.ReadFile(FDPath(f))
-				if err != nil || string(b) != filepath.Join(root, tc.want) {
-					t.Fatalf("through %s: %q, %v", FDPath(f), b, err)
-				}
-				return
 			}
-			if err == nil {
-				f.Close()
-				t.Fatalf("opened %s, want an error", f.Name())
-			}
-			if tc.err != nil && !errors.Is(err, tc.err) {
-				t.Fatalf("err %v, want %v", err, tc.err)
-			}
-		})
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				f, err := openModel(dirs, tc.path, walk)
+				if tc.want != "" {
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer f.Close()
+					b, err := io.ReadAll(f)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if want := filepath.Join(root, tc.want); string(b) != want {
+						t.Fatalf("opened %s, want %s", b, want)
+					}
+					// The descriptor's path reopens the same file.
+					b, err = os.ReadFile(FDPath(f))
+					if err != nil || string(b) != filepath.Join(root, tc.want) {
+						t.Fatalf("through %s: %q, %v", FDPath(f), b, err)
+					}
+					return
+				}
+				if err == nil {
+					f.Close()
+					t.Fatalf("opened %s, want an error", f.Name())
+				}
+				if tc.err != nil && !errors.Is(err, tc.err) {
+					t.Fatalf("err %v, want %v", err, tc.err)
+				}
+			})
+		}
 	}
 	if _, err := OpenModel(nil, "a.gguf"); !errors.Is(err, ErrOutsideModelDirs) {
 		t.Fatalf("no dirs: %v", err)
@@ -171,6 +183,16 @@ func TestWalkNoFollow(t *testing.T) {
 // the outside file, and a daemon load, whose window is longer, 975 of 5000.
 func TestOpenModelRace(t *testing.T) {
 	t.Parallel()
+	for _, walk := range []bool{false, true} {
+		t.Run(map[bool]string{false: "openat2", true: "walk"}[walk], func(t *testing.T) {
+			t.Parallel()
+			openModelRace(t, walk)
+		})
+	}
+}
+
+// openModelRace is TestOpenModelRace with openat2 or the fallback walk.
+func openModelRace(t *testing.T, walk bool) {
 	root := t.TempDir()
 	models := filepath.Join(root, "models")
 	secret := filepath.Join(root, "secret")
@@ -228,7 +250,7 @@ func TestOpenModelRace(t *testing.T) {
 		if i%2 == 1 {
 			p = "f.gguf"
 		}
-		f, err := OpenModel([]string{models}, p)
+		f, err := openModel([]string{models}, p, walk)
 		if err != nil {
 			refused++
 			continue

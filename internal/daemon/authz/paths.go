@@ -38,6 +38,12 @@ var ErrNotRegular = errors.New("not a regular file")
 // so a FIFO or a device is never opened and a load never blocks. The
 // returned file's Name is the path within its directory, for messages.
 func OpenModel(dirs []string, p string) (*os.File, error) {
+	return openModel(dirs, p, false)
+}
+
+// openModel is OpenModel; walk forces the O_NOFOLLOW walk (tests of the
+// fallback on kernels that have openat2).
+func openModel(dirs []string, p string, walk bool) (*os.File, error) {
 	if p == "" {
 		return nil, errors.New("empty model path")
 	}
@@ -78,7 +84,7 @@ func OpenModel(dirs []string, p string) (*os.File, error) {
 		if err != nil {
 			continue // a missing directory holds no models
 		}
-		f, err := openBeneath(dfd, ad, rel)
+		f, err := openBeneath(dfd, ad, rel, walk)
 		unix.Close(dfd)
 		switch {
 		case errors.Is(err, fs.ErrNotExist) && !filepath.IsAbs(p):
@@ -112,13 +118,16 @@ func OpenRegular(path string) (*os.File, error) {
 
 // openBeneath opens rel beneath the directory dfd (named dir, for
 // messages) as OpenModel describes.
-func openBeneath(dfd int, dir, rel string) (*os.File, error) {
+func openBeneath(dfd int, dir, rel string, walk bool) (*os.File, error) {
 	name := filepath.Join(dir, rel)
 	how := unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
 	}
-	fd, err := openat2(dfd, rel, &how)
+	fd, err := -1, error(unix.ENOSYS)
+	if !walk {
+		fd, err = openat2(dfd, rel, &how)
+	}
 	switch {
 	case errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) && !openat2Works():
 		fd, err = walkNoFollow(dfd, rel)
