@@ -8,7 +8,9 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -103,6 +105,48 @@ func (s *Snapshot) Fill(off, n int64) error {
 	if off < 0 || n < 0 || off > int64(len(b)) || n > int64(len(b))-off {
 		return fmt.Errorf("snapshot %s: fill [%d, +%d) outside its %d bytes", f.Name(), off, n, len(b))
 	}
+	// Large ranges are read in chunks by several goroutines: the copy
+	// (and the kernel allocating the pages it lands in) is CPU-bound, so
+	// it scales with cores where one read would use one.
+	workers := int64(min(runtime.GOMAXPROCS(0), 8))
+	if n < 2*fillChunk || workers < 2 {
+		return fillRange(f, b, off, n)
+	}
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	next.Store(off)
+	for range workers {
+		wg.Go(func() {
+			for {
+				lo := next.Add(fillChunk) - fillChunk
+				if lo >= off+n {
+					return
+				}
+				if err := fillRange(f, b, lo, min(fillChunk, off+n-lo)); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// fillChunk is what one goroutine of a parallel Fill reads at a time.
+const fillChunk = 16 << 20
+
+// fillRange reads bytes [off, off+n) of f into the same range of b.
+func fillRange(f *os.File, b []byte, off, n int64) error {
 	got, err := f.ReadAt(b[off:off+n], off)
 	if errors.Is(err, io.EOF) {
 		st, serr := f.Stat()
