@@ -145,6 +145,18 @@ func TestServedFileChanges(t *testing.T) {
 						t.Fatalf("after the change: %d %s, want 200 or a 5xx error", code, b)
 					}
 				}
+				if !m.resident && c.name != "replace by rename" {
+					// Streamed: the failure ends the stream with an error
+					// event, and is logged too.
+					before := strings.Count(logs.String(), "request failed")
+					code, b := h.post(t, "/v1/chat/completions", fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":%d,"temperature":0,"stream":true}`, name, prompt, n))
+					if code != 200 || !strings.Contains(string(b), `"error"`) {
+						t.Fatalf("a stream after the change: %d %s; want an error event", code, b)
+					}
+					if strings.Count(logs.String(), "request failed") <= before {
+						t.Fatalf("the stream's failure was not logged: %s", logs.String())
+					}
+				}
 				if got, _ := h.completion(t, tiny, prompt, n); got != want {
 					t.Fatalf("the other model after the change: %q, want %q", got, want)
 				}

@@ -39,12 +39,7 @@ func (s *Server) routes() http.Handler {
 				return
 			}
 			if err := h(w, r); err != nil {
-				if e := openai.AsError(err); e.Status >= http.StatusInternalServerError {
-					// The server's own failures (a model file changed or
-					// unreadable under it, a device fault) reach the
-					// admin's log, not only the client.
-					s.log.Error("request failed", "path", r.URL.Path, "peer", peerOf(r).String(), "status", e.Status, "error", err)
-				}
+				s.logFailed(r, openai.AsError(err))
 				openai.WriteError(w, err)
 			}
 		})
@@ -308,6 +303,17 @@ func (s *Server) handleLoad(w http.ResponseWriter, r *http.Request) error {
 		return openai.Errorf(http.StatusUnprocessableEntity, openai.TypeInvalidRequest, "path", "model_load_failed", "%v", err)
 	}
 	return writeJSON(w, st)
+}
+
+// logFailed logs e, an error a request ends with (as a response or as a
+// stream's last event), when it is the server's own failure (5xx: a model
+// file changed or unreadable under it, a device fault), so that it reaches
+// the admin's log and not only the client. It returns e.
+func (s *Server) logFailed(r *http.Request, e *openai.Error) *openai.Error {
+	if e.Status >= http.StatusInternalServerError {
+		s.log.Error("request failed", "path", r.URL.Path, "peer", peerOf(r).String(), "status", e.Status, "error", e.Message)
+	}
+	return e
 }
 
 // modelPathError maps authz.OpenModel's failures on a client's model path
