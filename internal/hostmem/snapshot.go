@@ -78,7 +78,10 @@ func newSnapshot(f *os.File, n int64, populate bool) (*Snapshot, error) {
 	return s, nil
 }
 
-// SnapshotFile copies the whole of f (n bytes) into anonymous memory.
+// SnapshotFile copies the whole of f (n bytes) into anonymous memory. The
+// copy keeps no descriptor (there is nothing left to fill), so a file
+// deleted after the load does not hold its disk space for as long as the
+// copy lives.
 func SnapshotFile(f *os.File, n int64) (*Snapshot, error) {
 	s, err := newSnapshot(f, n, true)
 	if err != nil {
@@ -87,6 +90,14 @@ func SnapshotFile(f *os.File, n int64) (*Snapshot, error) {
 	if err := s.Fill(0, n); err != nil {
 		_ = s.Close()
 		return nil, err
+	}
+	s.mu.Lock()
+	df := s.f
+	s.f = nil
+	s.mu.Unlock()
+	if err := df.Close(); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("snapshot %s: %w", f.Name(), err)
 	}
 	return s, nil
 }

@@ -68,6 +68,39 @@ func TestSnapshotSurvivesTruncation(t *testing.T) {
 	}
 }
 
+// TestSnapshotFileKeepsNoDescriptor: a whole-file copy holds the bytes and
+// no descriptor of the file.
+func TestSnapshotFileKeepsNoDescriptor(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "f")
+	want := []byte("weights, all of them")
+	if err := os.WriteFile(path, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := SnapshotFile(f, int64(len(want)))
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if string(s.Bytes()) != string(want) {
+		t.Fatalf("copy %q", s.Bytes())
+	}
+	if err := s.Fill(0, 1); err == nil {
+		t.Fatal("a whole-file snapshot still fills: it kept a descriptor")
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	if string(s.Bytes()) != string(want) {
+		t.Fatalf("copy after truncation %q", s.Bytes())
+	}
+}
+
 // BenchmarkLoad compares serving a file's bytes from a shared mapping with
 // copying them into a Snapshot: the load (map, or copy) and the first full
 // read of the bytes (a mapping's page faults), over a file in the page
