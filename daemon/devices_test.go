@@ -605,9 +605,8 @@ func TestDevicesConcurrent(t *testing.T) {
 // TestDevicesUnbindRefused: unbind checks what bind checks. A controller
 // whose namespaces the host has mounted, swaps on or stacks devices on is
 // refused with the same report as a bind (409 device_in_use, the users),
-// whatever driver it is asked to go to, and stays with its kernel driver.
-// Unbinding it used to detach it (the disk holding / and swap on the fake
-// sysfs) for any admin.
+// whatever driver it is asked to go to, and stays with its kernel driver:
+// an unbind detaches the controller, the disk holding / and swap with it.
 func TestDevicesUnbindRefused(t *testing.T) {
 	t.Parallel()
 	d := newDevServer(t)

@@ -190,8 +190,8 @@ func (s *syncBuffer) String() string {
 // TestLoadsDuringTruncation loads a model over and over while another
 // goroutine truncates and rewrites its file, then sends each loaded model
 // a request. Loads that meet a truncation fail with an error; the ones
-// that succeed answer from their copy. Before, most loads succeeded over a
-// file cut short and the first request killed the daemon with SIGBUS.
+// that succeed answer from their copy. Over a shared mapping, most loads
+// succeed over a file cut short and the first request dies with SIGBUS.
 func TestLoadsDuringTruncation(t *testing.T) {
 	t.Parallel()
 	h := start(t, opts{cfg: Config{Links: pinnedLinks()}})

@@ -11,10 +11,9 @@ import (
 
 // TestDefaultPathCache: the default model's cache is a directory of ours
 // that no one else can write, and what is found there is loaded only if it
-// is a regular file of ours. A root daemon without HOME used a fixed
-// directory in /tmp that anyone could create first, and wrote its
-// temporary file there with O_TRUNC through any symlink planted under its
-// name.
+// is a regular file of ours: a directory anyone could create first, or a
+// temporary file opened with O_TRUNC through a symlink planted under its
+// name, would let a local user choose what root serves or overwrites.
 func TestDefaultPathCache(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the planted files must belong to another user: needs root to chown")

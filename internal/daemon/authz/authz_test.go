@@ -178,9 +178,9 @@ func TestWalkNoFollow(t *testing.T) {
 // TestOpenModelRace swaps a directory inside the model directory for a
 // symlink to a root-only one (and a file for a FIFO) while models are
 // opened, as an admin-group member can: not one open may read the
-// outside file or block. Checking a name and then opening it again (the
-// resolver before OpenModel) let 1 or 2 of 5000 opens in this loop read
-// the outside file, and a daemon load, whose window is longer, 975 of 5000.
+// outside file or block. Checking a name and then opening it again lets a
+// few of 5000 opens in this loop read the outside file, and many more of a
+// daemon's loads, whose window between the two is longer.
 func TestOpenModelRace(t *testing.T) {
 	t.Parallel()
 	for _, walk := range []bool{false, true} {
