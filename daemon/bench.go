@@ -14,6 +14,7 @@ package daemon
 // cannot push the host or the loaded models into swap or the OOM killer.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -194,6 +195,10 @@ var (
 	// blocks at depth 32) and not much more.
 	benchUserLimits = benchLimits{seconds: 60, bufferBytes: 128 << 20}
 )
+
+// benchUserE2EBytes is how much an end-to-end bench of a peer outside the
+// admin group may read (the default is 1 GiB).
+const benchUserE2EBytes = 4 << 30
 
 // storageLimits are the bounds for the request's peer: the admin's for
 // uid 0 and the admin group, the smaller ones for everyone else.
@@ -410,6 +415,18 @@ func (s *Server) handleBenchE2E(w http.ResponseWriter, r *http.Request) error {
 	if req.Bytes < 0 || req.Bytes > api.BenchMaxE2EBytes || req.Chunk < 0 || req.Chunk > bench.MaxBlockSize ||
 		req.Slots < 0 || req.Slots > 16 || req.GPU < 0 {
 		return openai.BadRequest("bytes", "bytes up to %d, chunk up to %d, slots up to 16, gpu ≥ 0", int64(api.BenchMaxE2EBytes), bench.MaxBlockSize)
+	}
+	// The staging slots are the host buffers (RouteOptions' defaults: 4 MiB
+	// chunks, 2 slots); a peer outside the admin group reads at most
+	// benchUserE2EBytes with the user's buffer bound.
+	buffers := int64(cmp.Or(req.Chunk, 4<<20)) * int64(cmp.Or(req.Slots, 2))
+	if lim := s.storageLimits(r); !lim.admin && (buffers > lim.bufferBytes || req.Bytes > benchUserE2EBytes) {
+		return openai.Errorf(http.StatusForbidden, openai.TypePermission, "bytes", "bench_limit",
+			"peers outside the admin group may read at most %s with %s of buffers (chunk × slots): narrow the route",
+			tier.FormatBytes(benchUserE2EBytes), tier.FormatBytes(lim.bufferBytes))
+	}
+	if err := s.checkBenchMemory("chunk", buffers); err != nil {
+		return err
 	}
 	release, err := s.benchStart()
 	if err != nil {

@@ -266,4 +266,27 @@ func TestBenchNoGPU(t *testing.T) {
 			t.Fatalf("measured without a GPU: %+v", r)
 		}
 	}
+
+	// A user's route is bounded (4 GiB, 128 MiB of staging), an admin's is
+	// not, and every route's staging fits the host memory budget.
+	for _, tc := range []struct {
+		pr      authz.Peer
+		req     api.BenchE2ERequest
+		code    int
+		errCode string
+	}{
+		{userPeer, api.BenchE2ERequest{BDF: "0000:00:06.0", NSID: 1, Bytes: 8 << 30}, 403, "bench_limit"},
+		{userPeer, api.BenchE2ERequest{BDF: "0000:00:06.0", NSID: 1, Chunk: 64 << 20, Slots: 4}, 403, "bench_limit"},
+		{rootPeer, api.BenchE2ERequest{BDF: "0000:00:06.0", NSID: 1, Chunk: 64 << 20, Slots: 4}, 200, ""},
+	} {
+		code, body := d.do(t, tc.pr, "POST", api.PathBenchE2E, tc.req)
+		want(t, code, body, tc.code, tc.errCode, nil)
+	}
+	d.srv.benchMem = func() (tier.MemInfo, error) {
+		return tier.MemInfo{Total: 4 << 30, Available: 1<<30 + 100<<20}, nil
+	}
+	code, body = d.do(t, rootPeer, "POST", api.PathBenchE2E, api.BenchE2ERequest{BDF: "0000:00:06.0", NSID: 1, Chunk: 64 << 20, Slots: 4})
+	want(t, code, body, 503, "bench_memory", nil)
+	code, body = d.do(t, rootPeer, "POST", api.PathBenchPCIe, api.BenchPCIeRequest{Sizes: []int64{1 << 30}})
+	want(t, code, body, 503, "bench_memory", nil)
 }
