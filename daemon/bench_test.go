@@ -218,8 +218,11 @@ func TestBenchStorageClient(t *testing.T) {
 	if err != nil || len(seen) != 2 || len(res.Points) != 2 {
 		t.Fatalf("progress %+v, result %+v, err %v", seen, res, err)
 	}
-	// After the first point, every read of namespace 2 fails.
+	// After the first point, every read of namespace 2 fails. The points
+	// last long enough that the injection, made as the first point's
+	// progress arrives, lands during the second even on a loaded machine.
 	seen = nil
+	req.PointSeconds = 1
 	_, err = c.BenchStorage(context.Background(), req, func(p bench.Progress) {
 		seen = append(seen, p)
 		sc.InjectError(2, nvme.OpRead, 0, 4096, nvme.StatusUnrecoveredRead)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/strata-llm/strata/daemon/openai"
 	"github.com/strata-llm/strata/engine/sample"
-	"github.com/strata-llm/strata/engine/tokenizer"
 	"github.com/strata-llm/strata/internal/daemon/sched"
 )
 
@@ -70,6 +69,13 @@ func (s *Server) prepare(lm *loaded, p openai.Params, prompt []int32, promptPara
 	r := sched.Request{Prompt: prompt, MaxTokens: maxTok, Sample: sp, Stop: p.Stop,
 		Logprobs: p.Logprobs, TopLogprobs: p.TopLogprobs, Presence: float32(p.Presence), Frequency: float32(p.Frequency),
 		NoSpeculation: p.NoSpeculation}
+	if p.Constraint != nil {
+		m, err := lm.constraintMatcher(p.Constraint)
+		if err != nil {
+			return nil, err
+		}
+		r.Grammar = m
+	}
 	for id, b := range p.LogitBias {
 		if int(id) >= c.Vocab {
 			return nil, openai.BadRequest("logit_bias", "logit_bias token %d is outside the vocabulary (0..%d)", id, c.Vocab-1)
@@ -79,7 +85,11 @@ func (s *Server) prepare(lm *loaded, p openai.Params, prompt []int32, promptPara
 		}
 		r.LogitBias[id] = float32(b)
 	}
-	return &job{lm: lm, req: r, params: p}, nil
+	j := &job{lm: lm, req: r, params: p}
+	if err := s.applyToolSchema(j); err != nil {
+		return nil, err
+	}
+	return j, nil
 }
 
 // submit queues a job, mapping scheduler refusals to API errors.
@@ -98,22 +108,6 @@ func (s *Server) submit(ctx context.Context, j *job) (*sched.Handle, error) {
 		return nil, openai.BadRequest("", "%v", err)
 	}
 	return h, nil
-}
-
-// chatPrompt renders msgs through the model's chat template, with the
-// assistant's turn opened, and encodes the result (its special tokens
-// parsed, none added: the template carries them). param names the request
-// field a template refusal is reported against.
-func chatPrompt(lm *loaded, msgs []openai.Message, param string) ([]int32, error) {
-	tm := make([]tokenizer.Message, len(msgs))
-	for i, m := range msgs {
-		tm[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
-	}
-	text, err := lm.eng.Tok.ApplyChatTemplate(tm, true)
-	if err != nil {
-		return nil, openai.BadRequest(param, "the model's chat template rejected the messages: %v", err)
-	}
-	return lm.eng.Tok.Encode(text, false, true), nil
 }
 
 // gen is a request's n generations, their events merged in the order they
@@ -220,82 +214,19 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	prompt, err := chatPrompt(lm, c.Messages, "messages")
+	prompt, plan, err := toolPrompt(lm, c.Messages, c.Tools, "messages")
 	if err != nil {
 		return err
+	}
+	if plan != nil {
+		c.ToolSchema = plan.schema
 	}
 	g, cancel, err := s.start(r, lm, c.Params, prompt, "messages")
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	id, created := newID("chatcmpl-"), time.Now().Unix()
-	var tot total
-	if !c.Stream {
-		outs := make([]strings.Builder, g.n)
-		lps := make([][]openai.TokenLogprob, g.n)
-		choices := make([]openai.ChatChoice, g.n)
-		for ev := range g.events {
-			if ev.Err != nil {
-				return resultError(r, ev.Err)
-			}
-			outs[ev.i].WriteString(ev.Text)
-			if ev.Logprob != nil {
-				lps[ev.i] = append(lps[ev.i], s.tokenLogprob(lm, ev.Logprob))
-			}
-			if ev.Finish == "" {
-				continue
-			}
-			choices[ev.i] = openai.ChatChoice{Index: ev.i, Message: openai.AssistantMessage{Role: "assistant", Content: outs[ev.i].String()}, FinishReason: ev.Finish}
-			if c.Logprobs {
-				choices[ev.i].Logprobs = &openai.ChatLogprobs{Content: orEmpty(lps[ev.i])}
-			}
-			if tot.add(ev.Event); tot.finished == g.n {
-				return writeJSON(w, openai.ChatCompletion{ID: id, Object: openai.ObjectChatCompletion, Created: created, Model: lm.name,
-					Choices: choices, Usage: tot.usage()})
-			}
-		}
-		return openai.AsError(errors.New("generation ended without a result"))
-	}
-
-	st := newStreamer(w, cancel, c.IncludeUsage)
-	chunk := func(choices []openai.ChunkChoice) openai.ChatChunk {
-		return openai.ChatChunk{ID: id, Object: openai.ObjectChatChunk, Created: created, Model: lm.name, Choices: choices, Usage: st.nullUsage()}
-	}
-	empty := ""
-	for i := range g.n {
-		st.send(chunk([]openai.ChunkChoice{{Index: i, Delta: openai.Delta{Role: "assistant", Content: &empty}}}))
-	}
-	for ev := range g.events {
-		if ev.Err != nil {
-			if r.Context().Err() == nil {
-				st.fail(s.logFailed(r, streamError(ev.Err)))
-			}
-			return nil
-		}
-		if ev.Text != "" || ev.Logprob != nil {
-			text := ev.Text
-			ch := openai.ChunkChoice{Index: ev.i, Delta: openai.Delta{Content: &text}}
-			if ev.Logprob != nil {
-				ch.Logprobs = &openai.ChatLogprobs{Content: []openai.TokenLogprob{s.tokenLogprob(lm, ev.Logprob)}}
-			}
-			st.send(chunk([]openai.ChunkChoice{ch}))
-		}
-		if ev.Finish == "" {
-			continue
-		}
-		fr := ev.Finish
-		st.send(chunk([]openai.ChunkChoice{{Index: ev.i, Delta: openai.Delta{}, FinishReason: &fr}}))
-		if tot.add(ev.Event); tot.finished == g.n {
-			if c.IncludeUsage {
-				u, _ := json.Marshal(tot.usage())
-				st.send(openai.ChatChunk{ID: id, Object: openai.ObjectChatChunk, Created: created, Model: lm.name, Choices: []openai.ChunkChoice{}, Usage: u})
-			}
-			st.done()
-			return nil
-		}
-	}
-	return nil
+	return s.chatAnswer(w, r, c, lm, plan, g, cancel)
 }
 
 func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) error {

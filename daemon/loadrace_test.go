@@ -12,6 +12,7 @@ import (
 
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/daemon/client"
+	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/internal/synth"
 )
 
@@ -145,5 +146,48 @@ func TestLoadErrorNamesTheFile(t *testing.T) {
 	ae, ok := err.(*client.APIError)
 	if !ok || ae.Status != 422 || !strings.Contains(ae.Message, filepath.Join(dir, "junk.gguf")) || strings.Contains(ae.Message, "/proc/self/fd") {
 		t.Fatalf("load of a non-model: %v; want a 422 naming %s", err, filepath.Join(dir, "junk.gguf"))
+	}
+}
+
+// TestLoadSplitModelParts: every part of a split model is opened once
+// beneath the model directory, as the first is: the parts load through the
+// admin API, and a later part that is a symlink out of the directory is
+// refused like a first part would be.
+func TestLoadSplitModelParts(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("the admin API needs uid 0 or the admin group; run as root (CI does) to exercise it in-process")
+	}
+	t.Parallel()
+	dir, outside := t.TempDir(), t.TempDir()
+	whole := filepath.Join(outside, "whole.gguf")
+	if err := synth.WriteDefault(whole); err != nil {
+		t.Fatal(err)
+	}
+	m, err := gguf.Map(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := gguf.WriteSplit(m, filepath.Join(dir, "stories"), 2)
+	m.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, opts{cfg: Config{ModelDirs: []string{dir}, Links: pinnedLinks()}})
+	st, err := h.c.Load(context.Background(), api.LoadRequest{Path: filepath.Base(parts[0]), Name: "split", Backend: "cpu"})
+	if err != nil || st.Layers != 5 || st.Path != parts[0] {
+		t.Fatalf("split load: %+v, %v", st, err)
+	}
+	// Part 2 moved out of the directory and linked back in.
+	moved := filepath.Join(outside, filepath.Base(parts[1]))
+	if err := os.Rename(parts[1], moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(moved, parts[1]); err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.c.Load(context.Background(), api.LoadRequest{Path: filepath.Base(parts[0]), Name: "split2", Backend: "cpu"})
+	ae, ok := err.(*client.APIError)
+	if !ok || ae.Status != 403 || !strings.Contains(ae.Message, "part 2 of 2") || strings.Contains(ae.Message, "strata-load-") {
+		t.Fatalf("a part linked from outside: %v; want 403 naming part 2", err)
 	}
 }

@@ -29,7 +29,7 @@ type Response struct {
 	Temperature       float64           `json:"temperature"`
 	TopP              float64           `json:"top_p"`
 	ParallelToolCalls bool              `json:"parallel_tool_calls"`
-	ToolChoice        string            `json:"tool_choice"`
+	ToolChoice        any               `json:"tool_choice"`
 	Tools             []any             `json:"tools"`
 	Text              responseText      `json:"text"`
 	Metadata          json.RawMessage   `json:"metadata"`
@@ -45,6 +45,8 @@ type responseItem struct {
 	Status  string         `json:"status"`
 	Role    string         `json:"role"`
 	Content []responsePart `json:"content"`
+	// A function_call item's call (see MarshalJSON).
+	CallID, Name, Arguments string
 }
 
 type responsePart struct {
@@ -62,9 +64,7 @@ type responseUsage struct {
 }
 
 type responseText struct {
-	Format struct {
-		Type string `json:"type"`
-	} `json:"format"`
+	Format any `json:"format"`
 }
 
 func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) error {
@@ -81,9 +81,12 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p := req.Params
-	prompt, err := chatPrompt(lm, req.Messages, "input")
+	prompt, plan, err := toolPrompt(lm, req.Messages, req.Tools, "input")
 	if err != nil {
 		return err
+	}
+	if plan != nil {
+		p.ToolSchema = plan.schema
 	}
 	g, cancel, err := s.start(r, lm, p, prompt, "input")
 	if err != nil {
@@ -100,7 +103,16 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Metadata) > 0 && string(req.Metadata) != "null" {
 		resp.Metadata = req.Metadata
 	}
-	resp.Text.Format.Type = "text"
+	resp.Text.Format = map[string]string{"type": "text"}
+	if req.Format != nil {
+		resp.Text.Format = req.Format
+	}
+	if req.Tools != nil {
+		resp.Tools, resp.ToolChoice, resp.ParallelToolCalls = echoTools(req)
+	}
+	if plan != nil {
+		return s.responsesWithTools(w, r, &resp, plan, g, cancel, p.Stream)
+	}
 	item := responseItem{Type: "message", ID: newID("msg_"), Status: "in_progress", Role: "assistant", Content: []responsePart{}}
 	finish := func(reason string, prompt, completion int, out string) {
 		item.Status = "completed"

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -291,7 +292,10 @@ func (s *Server) handleLoad(w http.ResponseWriter, r *http.Request) error {
 		defer df.Close()
 	}
 	s.log.Info("load requested", "peer", peerOf(r).String(), "path", f.Name(), "name", req.Name, "draft", req.Draft, "lookup", req.Lookup)
-	st, err := s.load(r.Context(), f, df, req)
+	partDir := filepath.Dir(req.Path)
+	st, err := s.load(r.Context(), f, df, req, func(name string) (*os.File, error) {
+		return authz.OpenModel(s.cfg.ModelDirs, filepath.Join(partDir, name))
+	})
 	if errors.Is(err, ErrModelExists) {
 		return openai.Errorf(http.StatusConflict, openai.TypeInvalidRequest, "name", "model_exists", "%v", err)
 	}

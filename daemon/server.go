@@ -23,6 +23,7 @@ import (
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/daemon/openai"
 	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/internal/daemon/authz"
 	"github.com/strata-llm/strata/internal/daemon/peer"
@@ -117,6 +118,11 @@ type Server struct {
 	// ran out waits for them to write their error before closing.
 	inflight sync.WaitGroup
 
+	// constrainSchema constrains a job's output to a JSON schema, for
+	// requests that require a tool call (tools.go); nil while the build
+	// has no constrained decoding.
+	constrainSchema func(j *job, schema []byte) error
+
 	mu     sync.RWMutex
 	models map[string]*loaded
 	order  []string // load order, for listings
@@ -133,6 +139,7 @@ type loaded struct {
 	budgets    api.Budgets
 	fileBytes  int64
 	draft      *engine.Engine // the draft model (LoadRequest.Draft); nil without
+	grammars   grammars       // constrained output's vocabulary and matchers
 }
 
 // New builds a Server. It loads no model; call LoadFile or use the admin
@@ -177,6 +184,12 @@ func New(cfg Config) (*Server, error) {
 		links:   engine.NewLinkCache(),
 		devices: newDeviceRegistry(cfg.Log.Named("devices"), nvmehost.Host{})}
 	s.metrics.reg.MustRegister(pipelineCollector{s})
+	s.constrainSchema = func(j *job, schema []byte) error {
+		if j.req.Grammar != nil {
+			return openai.BadRequest("tool_choice", "a required tool call cannot be combined with response_format, json_schema or grammar")
+		}
+		return s.constrainJobSchema(j, schema)
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -218,14 +231,23 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 		}
 		defer df.Close()
 	}
-	return s.load(ctx, f, df, req)
+	dir := filepath.Dir(path)
+	return s.load(ctx, f, df, req, func(name string) (*os.File, error) { return authz.OpenRegular(filepath.Join(dir, name)) })
 }
 
 // load loads the model open as f (its Name is the path shown in status and
 // logs) with the draft model df (nil: none; req.Draft is ignored). Every
-// read of the files goes through the descriptors, never their names.
-func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest) (api.ModelStatus, error) {
-	path, open := f.Name(), authz.FDPath(f)
+// read of the files goes through the descriptors, never their names;
+// openPart opens another part of a split model, named by its base name in
+// f's directory.
+func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest, openPart func(name string) (*os.File, error)) (api.ModelStatus, error) {
+	path := f.Name()
+	view, err := engineView(f, openPart)
+	if err != nil {
+		return api.ModelStatus{}, modelPathError("path", "", err, s.cfg.ModelDirs)
+	}
+	defer view.close()
+	open := view.path
 	if req.Budgets.RAMBytes < 0 || req.Budgets.VRAMBytes < 0 {
 		return api.ModelStatus{}, openai.BadRequest("budgets", "budgets must not be negative")
 	}
@@ -243,6 +265,9 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest) 
 	name := req.Name
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+		if p, ok := gguf.SplitPrefix(filepath.Base(path)); ok {
+			name = p // a split model is named as its single file would be
+		}
 	}
 	if !validName(name) {
 		return api.ModelStatus{}, openai.BadRequest("name", "model name %q must be 1-128 characters of letters, digits and -_.:", name)
@@ -273,7 +298,7 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest) 
 		Links: s.cfg.Links, LinkCache: s.links, Logger: s.log.Named("engine"), Backend: backend, WrapSource: s.cfg.wrapSource,
 		Skip: req.SkipLayers,
 	})
-	err = fdNamed(err, open, path)
+	err = fdNamed(err, view.from, view.to)
 	switch {
 	case errors.Is(err, engine.ErrCUDAUnavailable):
 		return api.ModelStatus{}, openai.Errorf(http.StatusServiceUnavailable, openai.TypeUnavailable, "backend", "backend_unavailable",
@@ -301,7 +326,7 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest) 
 	case req.SelfDraft != 0:
 		draft, err = engine.OpenSelfDraft(ctx, open, eng, req.SelfDraft, engine.Options{Context: req.Context, LinkCache: s.links, Logger: s.log.Named("self-draft")})
 		if err != nil {
-			err = fdNamed(err, open, path)
+			err = fdNamed(err, view.from, view.to)
 			eng.Close()
 			return api.ModelStatus{}, openai.BadRequest("self_draft", "%v", err)
 		}
@@ -340,6 +365,60 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest) 
 	}
 	s.log.Info("model loaded", args...)
 	return s.modelStatus(lm), nil
+}
+
+// loadView is what the engine opens for a model file: its descriptor's
+// /proc/self/fd path, or for the first part of a split GGUF a private
+// directory holding the parts' names, each a symlink to an open descriptor
+// of that part, so that the engine finds the other parts by name while
+// every open still lands on a file opened once (beneath the model
+// directory, for a client's path). Errors name from; to is what to show
+// instead.
+type loadView struct {
+	path     string
+	from, to string
+	close    func()
+}
+
+// engineView builds f's loadView, opening the other parts of a split model
+// with openPart.
+func engineView(f *os.File, openPart func(name string) (*os.File, error)) (loadView, error) {
+	v := loadView{path: authz.FDPath(f), from: authz.FDPath(f), to: f.Name(), close: func() {}}
+	base := filepath.Base(f.Name())
+	prefix, no, n, ok := gguf.SplitParts(base)
+	if !ok || no != 1 || n <= 1 {
+		return v, nil // the engine says what is wrong with a later part
+	}
+	dir, err := os.MkdirTemp("", "strata-load-")
+	if err != nil {
+		return v, fmt.Errorf("split model %s: %w", f.Name(), err)
+	}
+	var parts []*os.File
+	v.close = func() {
+		for _, p := range parts {
+			p.Close()
+		}
+		os.RemoveAll(dir)
+	}
+	if err := os.Symlink(authz.FDPath(f), filepath.Join(dir, base)); err != nil {
+		v.close()
+		return v, fmt.Errorf("split model %s: %w", f.Name(), err)
+	}
+	for i := 1; i < n; i++ {
+		name := gguf.SplitPath(prefix, i, n)
+		p, err := openPart(name)
+		if err != nil {
+			v.close()
+			return v, fmt.Errorf("split model %s, part %d of %d: %w", f.Name(), i+1, n, err)
+		}
+		parts = append(parts, p)
+		if err := os.Symlink(authz.FDPath(p), filepath.Join(dir, name)); err != nil {
+			v.close()
+			return v, fmt.Errorf("split model %s: %w", f.Name(), err)
+		}
+	}
+	v.path, v.from, v.to = filepath.Join(dir, base), dir, filepath.Dir(f.Name())
+	return v, nil
 }
 
 // fdNamed shows err (from a load through the descriptor path fdPath) with

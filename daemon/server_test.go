@@ -73,6 +73,8 @@ type opts struct {
 	tcp      bool
 	sockMode os.FileMode
 	dir      string
+	// setup, when set, adjusts the server before it serves.
+	setup func(*Server)
 }
 
 func start(t *testing.T, o opts) *harness {
@@ -121,6 +123,9 @@ func start(t *testing.T, o opts) *harness {
 	h.hc = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
+	if o.setup != nil {
+		o.setup(srv)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() { h.done <- srv.Serve(ctx, []net.Listener{ul}, tcpLs) }()

@@ -343,9 +343,11 @@ func TestResponsesRefusals(t *testing.T) {
 	}
 	for _, tc := range []struct{ body, param string }{
 		{`{"model":"tiny"}`, "input"},
-		{`{"model":"tiny","input":"x","tools":[{"type":"function","name":"f"}]}`, "tools"},
+		{`{"model":"tiny","input":"x","tools":[{"type":"web_search"}]}`, "tools[0].type"},
+		{`{"model":"tiny","input":[{"type":"function_call_output","output":"x"}]}`, "input[0].call_id"},
 		{`{"model":"tiny","input":"x","previous_response_id":"resp_1"}`, "previous_response_id"},
-		{`{"model":"tiny","input":"x","text":{"format":{"type":"json_object"}}}`, "text.format"},
+		{`{"model":"tiny","input":"x","text":{"format":{"type":"csv"}}}`, "text.format.type"},
+		{`{"model":"tiny","input":"x","text":{"format":{"type":"json_schema","name":"r","schema":{"type":"string","pattern":"(?!x)"}}}}`, "text.format.schema"},
 		{`{"model":"tiny","input":[{"role":"tool","content":"x"}]}`, "input[0].role"},
 		{`{"model":"tiny","input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]}`, "input[0].content"},
 		{`{"model":"tiny","input":"x","max_output_tokens":0}`, "max_output_tokens"},

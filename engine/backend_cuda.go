@@ -340,3 +340,32 @@ func (e *Engine) Hybrid() (HybridInfo, bool) {
 	}
 	return HybridInfo{Plans: plans, Rates: rates, Stats: e.cuda.HybridStats()}, true
 }
+
+// exitBackend is a GPU model drafting for itself: its passes run the
+// first exit layers (resident) and the output head (gpu.Model.ForwardExit),
+// on sequences of the model's own (each takes one of its MaxSeqs).
+type exitBackend struct {
+	cudaBackend
+	exit int
+}
+
+func (b *exitBackend) Forward(ctx context.Context, batch []model.Step) error {
+	return b.m.ForwardExit(ctx, batch, b.exit)
+}
+
+// selfDraftCUDA is OpenSelfDraft on a GPU target whose first layers are
+// resident: an engine that shares target's model and owns nothing (its
+// Close releases nothing of target's).
+func selfDraftCUDA(target *Engine, layers int) (*Engine, bool) {
+	if target.cuda == nil || target.cuda.ResidentPrefix() < layers {
+		return nil, false
+	}
+	cb, ok := target.backend.(*cudaBackend)
+	if !ok {
+		return nil, false
+	}
+	info := target.binfo
+	info.Kernels = fmt.Sprintf("%s; early exit after %d of %d layers", info.Kernels, layers, target.Model.Config.Layers)
+	return &Engine{path: target.path, Model: target.Model, Tok: target.Tok, plan: target.plan,
+		backend: &exitBackend{cudaBackend: *cb, exit: layers}, binfo: info}, true
+}

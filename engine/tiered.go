@@ -121,6 +121,13 @@ const defaultContext = 4096
 // error wrapping tier.ErrNoFit.
 func OpenWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	e, err := openWith(ctx, path, o)
+	if err == nil && o.Logger != nil {
+		// Quirks of real files that were ignored or assumed: the model
+		// runs, and the log says what was made of the file.
+		for _, w := range e.Tok.Vocab().Warnings {
+			o.Logger.Warn("model file", "model", path, "warning", w)
+		}
+	}
 	if err != nil || o.Skip == "" {
 		return e, err
 	}
@@ -525,13 +532,16 @@ func OpenDraft(ctx context.Context, path string, target *Engine, o Options) (*En
 	return d, nil
 }
 
-// OpenSelfDraft opens the model at path again as target's own drafter:
-// its first layers passes, then straight to the output head (an early
-// exit), on the CPU, with a cache of its own. layers is how many it keeps
-// (0: a quarter of the model's). Guessing costs that fraction of a plain
-// pass and no second model; how often the guesses hold is what `strata
-// bench quality` reports as the self-drafter's acceptance. The file is
-// mapped again, so its pages are shared with target's, not copied.
+// OpenSelfDraft makes target's own drafter: its first layers, then
+// straight to the output head (an early exit), with a cache of its own.
+// layers is how many it keeps (0: a quarter of the model's). Guessing
+// costs that fraction of a plain pass and no second model; how often the
+// guesses hold is what `strata bench quality` reports as the
+// self-drafter's acceptance. On a GPU whose first layers are resident the
+// drafter is target's own model there (its passes stop after layers; its
+// sequences take target's slots); otherwise path is opened again on the
+// CPU with the later layers skipped (the file is mapped again, so its
+// pages are shared with target's, not copied).
 func OpenSelfDraft(ctx context.Context, path string, target *Engine, layers int, o Options) (*Engine, error) {
 	L := target.Model.Config.Layers
 	if layers == 0 {
@@ -539,6 +549,9 @@ func OpenSelfDraft(ctx context.Context, path string, target *Engine, layers int,
 	}
 	if layers < 1 || layers >= L {
 		return nil, fmt.Errorf("self-draft: %d layers of a %d-layer model (want 1..%d)", layers, L, L-1)
+	}
+	if d, ok := selfDraftCUDA(target, layers); ok {
+		return d, nil
 	}
 	skip := make([]string, 0, L-layers)
 	for l := layers; l < L; l++ {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's first command: build strata, start stratad on the default
-# model (a tiny synthetic Llama written to ~/.cache/strata on first use; its
-# text is noise), send one chat message through the Unix socket with
-# `strata chat`, and stop the daemon. Pass a message as $1 to change it.
+# model (stories260K, a tiny trained story model embedded in the binaries and
+# written to ~/.cache/strata), have it continue "Once upon a time" with
+# `strata complete` and answer one chat message with `strata chat` through
+# the Unix socket, and stop the daemon. Pass a message as $1 to change it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=$(setup/deps.sh)
@@ -38,9 +39,12 @@ done
 
 echo "== stratad is serving on $sock; models:"
 bin/strata models --socket "$sock"
-msg=${1:-"Hello! Who are you?"}
+echo "== strata complete: Once upon a time"
+printf 'Once upon a time'
+bin/strata complete --socket "$sock" --max-tokens 48 --temperature 0 "Once upon a time"
+msg=${1:-"Tell me a story."}
 echo "== strata chat: $msg"
-echo "$msg" | bin/strata chat --socket "$sock" --max-tokens 32 --seed 1
+echo "$msg" | bin/strata chat --socket "$sock" --max-tokens 32 --temperature 0
 echo "== strata status"
 bin/strata status --socket "$sock"
 

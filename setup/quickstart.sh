@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a fresh Debian 12 machine: install what is needed, build
-# strata, and run it on an embedded default (a tiny synthetic Llama written on
-# first use, so nothing is downloaded). Extra arguments go to `strata run`.
+# strata, and run it on the embedded default model (stories260K, a tiny trained
+# story model, so nothing is downloaded). Extra arguments go to `strata run`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=$(setup/deps.sh)

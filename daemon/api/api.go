@@ -58,7 +58,8 @@ type LoadRequest struct {
 	Draft  string `json:"draft,omitempty"`
 	Lookup bool   `json:"lookup,omitempty"`
 	// SelfDraft, when neither Draft nor Lookup is set, drafts with the
-	// model's own first SelfDraft layers and its output head (on the CPU).
+	// model's own first SelfDraft layers and its output head (on the GPU
+	// when those are resident there, else on the CPU).
 	SelfDraft int `json:"self_draft,omitempty"`
 	// SkipLayers leaves layers out of every pass (CPU backend): "auto",
 	// a count of the layers that change the hidden state least, or a list

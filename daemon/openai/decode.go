@@ -3,7 +3,6 @@ package openai
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 	"reflect"
 	"sort"
@@ -46,6 +45,10 @@ type Params struct {
 	// N is the choices asked for (n, 1..MaxN): as many sequences run side
 	// by side from the same prompt, in the same passes.
 	N int
+	// Constraint, when set, is what the output must follow
+	// (response_format json_object or json_schema, text.format,
+	// llama-server's grammar or json_schema), for the server to translate.
+	Constraint *Constraint
 	// TopK (0: off), MinP (0: off), RepeatPenalty (1: off) and
 	// RepeatLastN (-1: the whole history) are llama-server's sampling
 	// fields.
@@ -53,6 +56,9 @@ type Params struct {
 	MinP          float64
 	RepeatPenalty float64
 	RepeatLastN   int
+	// ToolSchema is set by the server, not the client: the JSON schema the
+	// answer is constrained to when the request requires a tool call.
+	ToolSchema []byte
 }
 
 // sampling validates llama-server's sampling fields into p.
@@ -85,17 +91,24 @@ func (p *Params) sampling(topK *int64, minP, repeat *float64, lastN *int64) erro
 	return nil
 }
 
-// Message is a validated chat message: role "system", "user" or
-// "assistant" ("developer" is mapped to "system").
+// Message is a validated chat message: role "system", "user",
+// "assistant" or "tool" ("developer" is mapped to "system").
 type Message struct {
 	Role    string
 	Content string
+	// ToolCalls are an assistant message's calls; ToolCallID (and Name)
+	// say which call a tool message answers.
+	ToolCalls  []MessageToolCall
+	ToolCallID string
+	Name       string
 }
 
 // Chat is a decoded, validated chat completion request.
 type Chat struct {
 	Params
 	Messages []Message
+	// Tools is nil when the request offers none.
+	Tools *ToolSet
 }
 
 // Completion is a decoded, validated legacy completion request.
@@ -141,27 +154,22 @@ func DecodeChat(body []byte) (*Chat, error) {
 		c.TopLogprobs = int(*r.TopLogprobs)
 	}
 	c.Logprobs = r.Logprobs
-	if r.ResponseFormat != nil && r.ResponseFormat.Type != "text" && r.ResponseFormat.Type != "" {
-		return nil, BadRequest("response_format", "response_format %q is not supported; only \"text\"", r.ResponseFormat.Type)
+	if c.Constraint, err = formatConstraint(r.ResponseFormat, r.Grammar, r.JSONSchema); err != nil {
+		return nil, err
 	}
-	if len(r.Tools) > 0 && string(r.Tools) != "null" && string(r.Tools) != "[]" {
-		return nil, BadRequest("tools", "tools are not supported by this server")
+	if c.Tools, err = decodeTools(r.Tools, r.ToolChoice, r.ParallelToolCalls, true); err != nil {
+		return nil, err
 	}
 	if len(r.Messages) == 0 {
 		return nil, BadRequest("messages", "messages must be a non-empty array")
 	}
+	calls := map[string]bool{}
 	for i, m := range r.Messages {
-		role := m.Role
-		switch role {
-		case "system", "user", "assistant":
-		case "developer":
-			role = "system"
-		case "":
-			return nil, BadRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d] has no role", i)
-		default:
-			return nil, BadRequest(fmt.Sprintf("messages[%d].role", i), "role %q is not supported; use system, developer, user or assistant", m.Role)
+		msg, err := chatMessage(i, m, calls)
+		if err != nil {
+			return nil, err
 		}
-		c.Messages = append(c.Messages, Message{Role: role, Content: string(m.Content)})
+		c.Messages = append(c.Messages, msg)
 	}
 	return c, nil
 }
@@ -200,6 +208,9 @@ func DecodeCompletion(body []byte) (*Completion, error) {
 	}
 	if r.Suffix != nil && *r.Suffix != "" {
 		return nil, BadRequest("suffix", "suffix is not supported")
+	}
+	if c.Constraint, err = formatConstraint(r.ResponseFormat, r.Grammar, r.JSONSchema); err != nil {
+		return nil, err
 	}
 	if r.Logprobs != nil {
 		if *r.Logprobs < 0 || *r.Logprobs > MaxLegacyLogprobs {

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"os"
@@ -21,6 +22,11 @@ func seedCorpus(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
 	f.Add([]byte(`{"model":"m","prompt":[[1,2,3]],"logprobs":3}`))
 	f.Add([]byte("\xff\xfe"))
+	f.Add([]byte(`{"model":"m","tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":"required",` +
+		`"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]},` +
+		`{"role":"tool","tool_call_id":"a","content":"y"}]}`))
+	f.Add([]byte(`{"model":"m","tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"f"},` +
+		`"input":[{"type":"function_call","call_id":"a","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"a","output":"y"}]}`))
 }
 
 // checkDecoded asserts the invariants every accepted request satisfies and
@@ -60,12 +66,26 @@ func FuzzDecodeRequest(f *testing.F) {
 				t.Fatal("accepted a chat without messages")
 			}
 			for _, m := range c.Messages {
-				if m.Role != "system" && m.Role != "user" && m.Role != "assistant" {
+				if m.Role != "system" && m.Role != "user" && m.Role != "assistant" && m.Role != "tool" {
 					t.Fatalf("accepted role %q", m.Role)
+				}
+				if (m.Role == "tool") != (m.ToolCallID != "") || len(m.ToolCalls) > 0 && m.Role != "assistant" {
+					t.Fatalf("accepted a tool turn or call out of place: %+v", m)
 				}
 				if !utf8.ValidString(m.Content) {
 					t.Fatal("accepted invalid UTF-8 content")
 				}
+			}
+		} else {
+			checkDecoded(t, nil, err)
+		}
+		if c != nil && c.Tools != nil {
+			checkTools(t, c.Tools)
+		}
+		if r, err := DecodeResponses(body); err == nil {
+			checkDecoded(t, &r.Params, nil)
+			if r.Tools != nil {
+				checkTools(t, r.Tools)
 			}
 		} else {
 			checkDecoded(t, nil, err)
@@ -80,4 +100,29 @@ func FuzzDecodeRequest(f *testing.F) {
 			checkDecoded(t, nil, err)
 		}
 	})
+}
+
+// checkTools asserts an accepted tool set is usable: named functions, a
+// known choice naming one of them when it names one, templates' JSON valid.
+func checkTools(t *testing.T, ts *ToolSet) {
+	t.Helper()
+	names := map[string]bool{}
+	for _, tool := range ts.Tools {
+		if !functionName.MatchString(tool.Name) || names[tool.Name] {
+			t.Fatalf("accepted tool name %q", tool.Name)
+		}
+		names[tool.Name] = true
+	}
+	switch ts.Choice {
+	case ToolChoiceAuto, ToolChoiceNone, ToolChoiceRequired:
+	case ToolChoiceFunction:
+		if !names[ts.Function] {
+			t.Fatalf("tool_choice names %q, not a tool", ts.Function)
+		}
+	default:
+		t.Fatalf("tool choice %q", ts.Choice)
+	}
+	if !json.Valid(ts.JSON) {
+		t.Fatalf("tools JSON for templates is invalid: %s", ts.JSON)
+	}
 }

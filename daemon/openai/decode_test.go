@@ -25,7 +25,7 @@ func TestDecodeChatFull(t *testing.T) {
 			Stop: []string{"\n", "END"}, Logprobs: true, TopLogprobs: 2, Presence: 0.5, Frequency: -0.5,
 			LogitBias: map[int32]float64{7: -100}, Stream: true, IncludeUsage: true,
 			TopK: 40, MinP: 0.05, RepeatPenalty: 1.1, RepeatLastN: 32, N: 1},
-		Messages: []Message{{"system", "be brief"}, {"system", "ab"}, {"user", "hi"}, {"assistant", ""}},
+		Messages: []Message{{Role: "system", Content: "be brief"}, {Role: "system", Content: "ab"}, {Role: "user", Content: "hi"}, {Role: "assistant"}},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got %+v\nwant %+v", c, want)
@@ -72,7 +72,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"invalid utf8", "{\"model\":\"m\xff\"," + msgs + "}", "", "UTF-8", false},
 		{"no model", `{` + msgs + `}`, "model", "model", false},
 		{"no messages", `{"model":"m"}`, "messages", "non-empty", false},
-		{"bad role", `{"model":"m","messages":[{"role":"tool","content":"x"}]}`, "messages[0].role", "not supported", false},
+		{"bad role", `{"model":"m","messages":[{"role":"function","content":"x"}]}`, "messages[0].role", "not supported", false},
+		{"tool without id", `{"model":"m","messages":[{"role":"tool","content":"x"}]}`, "messages[0].tool_call_id", "no tool_call_id", false},
 		{"image part", `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, "", "only \"text\"", false},
 		{"content number", `{"model":"m","messages":[{"role":"user","content":5}]}`, "", "content", false},
 		{"negative max", `{"model":"m",` + msgs + `,"max_tokens":-1}`, "max_tokens", "at least 1", false},
@@ -93,8 +94,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"penalty", `{"model":"m",` + msgs + `,"presence_penalty":3}`, "presence_penalty", "between -2 and 2", false},
 		{"bias key", `{"model":"m",` + msgs + `,"logit_bias":{"x":1}}`, "logit_bias", "not a token id", false},
 		{"bias value", `{"model":"m",` + msgs + `,"logit_bias":{"1":101}}`, "logit_bias", "between -100 and 100", false},
-		{"json mode", `{"model":"m",` + msgs + `,"response_format":{"type":"json_object"}}`, "response_format", "not supported", false},
-		{"tools", `{"model":"m",` + msgs + `,"tools":[{"type":"function"}]}`, "tools", "not supported", false},
+		{"format type", `{"model":"m",` + msgs + `,"response_format":{"type":"xml"}}`, "response_format.type", "not supported", false},
+		{"tools", `{"model":"m",` + msgs + `,"tools":[{"type":"function"}]}`, "tools[0].function", "missing", false},
 		{"no prompt", `{"model":"m"}`, "prompt", "prompt", true},
 		{"empty tokens", `{"model":"m","prompt":[]}`, "", "empty", true},
 		{"two prompts", `{"model":"m","prompt":["a","b"]}`, "", "only one prompt", true},
@@ -203,7 +204,7 @@ func TestNothingIgnored(t *testing.T) {
 			t.Errorf("%s: %v, want a 400 naming %q", tc.body, err, tc.param)
 		}
 	}
-	if _, err := DecodeCompletion([]byte(`{"model":"m","prompt":"x","best_of":1,"echo":false,"grammar":"root ::= x"}`)); err == nil {
-		t.Error("a completion with grammar accepted")
+	if c, err := DecodeCompletion([]byte(`{"model":"m","prompt":"x","best_of":1,"echo":false,"grammar":"root ::= x"}`)); err != nil || c.Constraint == nil {
+		t.Errorf("a completion's grammar was not taken: %v", err)
 	}
 }

@@ -8,8 +8,10 @@ import (
 )
 
 // ResponsesRequest is the subset of POST /v1/responses strata serves: text
-// in (a string, or messages whose content is a string or text parts), text
-// out, whole or streamed. Tools, non-text formats and stored state
+// in (a string, or messages whose content is a string or text parts, and
+// function calls with their outputs), text and function calls out (text
+// free, or constrained by text.format json_object or json_schema), whole
+// or streamed. Tools other than functions and stored state
 // (previous_response_id) are refused by name.
 type ResponsesRequest struct {
 	Model           string          `json:"model"`
@@ -20,9 +22,7 @@ type ResponsesRequest struct {
 	TopP            *float64        `json:"top_p,omitempty"`
 	Stream          bool            `json:"stream,omitempty"`
 	Text            *struct {
-		Format *struct {
-			Type string `json:"type"`
-		} `json:"format,omitempty"`
+		Format *ResponsesFormat `json:"format,omitempty"`
 	} `json:"text,omitempty"`
 	Tools              json.RawMessage `json:"tools,omitempty"`
 	ToolChoice         json.RawMessage `json:"tool_choice,omitempty"`
@@ -42,6 +42,14 @@ type Responses struct {
 	Instructions    string
 	MaxOutputTokens *int64
 	Metadata        json.RawMessage
+	// Tools is nil when the request offers none; ToolsRaw and
+	// ToolChoiceRaw are the request's, echoed in the response.
+	Tools         *ToolSet
+	ToolsRaw      json.RawMessage
+	ToolChoiceRaw json.RawMessage
+	// Format is text.format as sent (nil: plain text), for the response
+	// to echo.
+	Format *ResponsesFormat
 }
 
 var responsesFields = fieldsOf(reflect.TypeFor[ResponsesRequest]())
@@ -59,12 +67,8 @@ func DecodeResponses(body []byte) (*Responses, error) {
 	switch {
 	case len(r.Input) == 0 || string(r.Input) == "null":
 		return nil, BadRequest("input", "you must provide an input")
-	case len(r.Tools) > 0 && string(r.Tools) != "null" && string(r.Tools) != "[]":
-		return nil, BadRequest("tools", "tools are not supported by this server")
 	case r.PreviousResponseID != "":
 		return nil, BadRequest("previous_response_id", "this server keeps no responses: send the whole conversation as input")
-	case r.Text != nil && r.Text.Format != nil && r.Text.Format.Type != "text":
-		return nil, BadRequest("text.format", "text.format %q is not supported; only \"text\"", r.Text.Format.Type)
 	case r.Truncation != "" && r.Truncation != "disabled":
 		return nil, BadRequest("truncation", "truncation %q is not supported; only \"disabled\"", r.Truncation)
 	}
@@ -75,11 +79,25 @@ func DecodeResponses(body []byte) (*Responses, error) {
 	if err := p.sampling(nil, nil, nil, nil); err != nil {
 		return nil, err
 	}
+	if r.Text != nil && r.Text.Format != nil {
+		if p.Constraint, err = constraint(r.Text.Format.Type, &r.Text.Format.JSONSchemaFormat, "text.format", nil, nil); err != nil {
+			return nil, err
+		}
+	}
+	tools, err := decodeTools(r.Tools, r.ToolChoice, r.ParallelToolCalls, false)
+	if err != nil {
+		return nil, err
+	}
 	msgs, err := responseMessages(&r)
 	if err != nil {
 		return nil, err
 	}
-	return &Responses{Params: p, Messages: msgs, Instructions: r.Instructions, MaxOutputTokens: r.MaxOutputTokens, Metadata: r.Metadata}, nil
+	out := &Responses{Params: p, Messages: msgs, Instructions: r.Instructions, MaxOutputTokens: r.MaxOutputTokens, Metadata: r.Metadata,
+		Tools: tools, ToolsRaw: r.Tools, ToolChoiceRaw: r.ToolChoice}
+	if r.Text != nil {
+		out.Format = r.Text.Format
+	}
+	return out, nil
 }
 
 // responseInput is one message of input's array form.
@@ -87,6 +105,12 @@ type responseInput struct {
 	Type    string          `json:"type,omitempty"`
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+	// A function_call item's call, and a function_call_output item's
+	// answer to the call CallID names.
+	CallID    string          `json:"call_id"`
+	Name      string          `json:"name"`
+	Arguments string          `json:"arguments"`
+	Output    json.RawMessage `json:"output"`
 }
 
 // responseMessages turns instructions and input into chat messages.
@@ -104,8 +128,16 @@ func responseMessages(req *ResponsesRequest) ([]Message, error) {
 		return nil, BadRequest("input", "input must be a string or a non-empty array of messages")
 	}
 	for i, it := range items {
-		if it.Type != "" && it.Type != "message" {
-			return nil, BadRequest(fmt.Sprintf("input[%d].type", i), "input items of type %q are not supported; only messages", it.Type)
+		switch it.Type {
+		case "", "message":
+		case "function_call", "function_call_output":
+			var err error
+			if msgs, err = functionItem(msgs, i, it); err != nil {
+				return nil, err
+			}
+			continue
+		default:
+			return nil, BadRequest(fmt.Sprintf("input[%d].type", i), "input items of type %q are not supported; only messages, function_call and function_call_output", it.Type)
 		}
 		role := it.Role
 		switch role {

@@ -141,9 +141,11 @@ type StreamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
 }
 
-// ResponseFormat is accepted only as {"type":"text"}.
+// ResponseFormat is response_format: "text", "json_object" (any JSON
+// object) or "json_schema" (JSON valid under JSONSchema.Schema).
 type ResponseFormat struct {
-	Type string `json:"type"`
+	Type       string            `json:"type"`
+	JSONSchema *JSONSchemaFormat `json:"json_schema,omitempty"`
 }
 
 // ChatMessage is one message of a chat request.
@@ -151,6 +153,10 @@ type ChatMessage struct {
 	Role    string  `json:"role"`
 	Content Content `json:"content"`
 	Name    string  `json:"name,omitempty"`
+	// ToolCalls are an assistant message's calls; ToolCallID says which
+	// call a "tool" message answers.
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
 }
 
 // ChatRequest is the body of POST /v1/chat/completions. Pointer fields are
@@ -174,6 +180,8 @@ type ChatRequest struct {
 	LogitBias           map[string]float64 `json:"logit_bias"`
 	ResponseFormat      *ResponseFormat    `json:"response_format"`
 	Tools               json.RawMessage    `json:"tools"`
+	ToolChoice          json.RawMessage    `json:"tool_choice"`
+	ParallelToolCalls   *bool              `json:"parallel_tool_calls"`
 	User                string             `json:"user"`
 	// TopK, MinP, RepeatPenalty and RepeatLastN are llama-server's
 	// sampling fields, which strata's sampler implements.
@@ -185,6 +193,10 @@ type ChatRequest struct {
 	// decoding plain where the model has a drafter (absent or true
 	// lets the scheduler speculate; the output is the same either way).
 	Speculative *bool `json:"speculative"`
+	// Grammar is llama-server's GBNF constraint on the output; JSONSchema
+	// its schema constraint (a schema, not response_format's wrapper).
+	Grammar    *string         `json:"grammar"`
+	JSONSchema json.RawMessage `json:"json_schema"`
 }
 
 // CompletionRequest is the body of POST /v1/completions.
@@ -214,6 +226,11 @@ type CompletionRequest struct {
 	RepeatLastN   *int64   `json:"repeat_last_n"`
 	// Speculative is strata's extension, as on ChatRequest.
 	Speculative *bool `json:"speculative"`
+	// ResponseFormat, Grammar and JSONSchema constrain the output as on
+	// ChatRequest.
+	ResponseFormat *ResponseFormat `json:"response_format"`
+	Grammar        *string         `json:"grammar"`
+	JSONSchema     json.RawMessage `json:"json_schema"`
 }
 
 // Usage counts the tokens of one request.
@@ -247,9 +264,10 @@ type ChatLogprobs struct {
 
 // AssistantMessage is the message of a non-streamed chat choice.
 type AssistantMessage struct {
-	Role    string  `json:"role"`
-	Content string  `json:"content"`
-	Refusal *string `json:"refusal"`
+	Role      string     `json:"role"`
+	Content   string     `json:"content"` // null when only ToolCalls (see MarshalJSON)
+	Refusal   *string    `json:"refusal"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // ChatChoice is one choice of a chat completion.
@@ -274,8 +292,9 @@ type ChatCompletion struct {
 // Delta is the incremental message of a streamed chat chunk. The first
 // chunk carries the role; the last one is empty.
 type Delta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string          `json:"role,omitempty"`
+	Content   *string         `json:"content,omitempty"`
+	ToolCalls []ToolCallDelta `json:"tool_calls,omitempty"`
 }
 
 // ChunkChoice is one choice of a streamed chat chunk.

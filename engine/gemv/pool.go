@@ -44,11 +44,14 @@ type PoolOptions struct {
 }
 
 // Pool computes products on several threads. Rows and RowsBatch split the
-// rows into one contiguous share per thread, in whole groups of 16 rows
-// (so no two threads write one cache line of y); the calling goroutine
-// computes the first share itself and the pool's workers the others. A
-// static split suits a GEMV: every row of a format costs the same, so
-// equal shares finish together.
+// rows into chunksPerThread contiguous chunks per thread, in whole groups
+// of 16 rows (so no two threads write one cache line of y), which the
+// calling goroutine and the pool's workers take in turn until none is
+// left. Every row of a format costs the same, but not every core runs at
+// the same speed all the time (another process's thread, a virtual CPU
+// the host is running elsewhere): with one share per thread a product
+// waits for the slowest core, with several the others take over its
+// remaining chunks.
 //
 // Between products a worker polls for the next one (PoolOptions.Spin)
 // before it sleeps, because waking a sleeping thread takes the OS several
@@ -92,7 +95,8 @@ type poolJob struct {
 	y      []float32
 	xs     []*X // RowsBatch's, nil for Rows
 	ys     [][]float32
-	bounds []int // thread i's rows are [bounds[i], bounds[i+1])
+	bounds []int // chunk c's rows are [bounds[c], bounds[c+1])
+	next   *atomic.Int64 // the next chunk to take
 }
 
 type poolWorker struct {
@@ -129,7 +133,8 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	if threads > runtime.GOMAXPROCS(0) {
 		p.spin = -1
 	}
-	p.job.bounds = make([]int, threads+1)
+	p.job.bounds = make([]int, chunksPerThread*threads+1)
+	p.job.next = new(atomic.Int64)
 	started := make(chan error, threads)
 	for i := 1; i < threads; i++ {
 		w := &poolWorker{index: i, wake: make(chan struct{}, 1)}
@@ -168,7 +173,7 @@ func (p *Pool) Rows(impl Impl, t quant.Type, rows []byte, n int, x *X, y []float
 	if p.closed {
 		return ErrPoolClosed
 	}
-	p.job = poolJob{impl: impl, t: t, rows: rows, rb: rb, n: n, x: x, y: y, bounds: p.job.bounds}
+	p.job = poolJob{impl: impl, t: t, rows: rows, rb: rb, n: n, x: x, y: y, bounds: p.job.bounds, next: p.job.next}
 	return p.run(len(y))
 }
 
@@ -194,7 +199,7 @@ func (p *Pool) RowsBatch(impl Impl, t quant.Type, rows []byte, n int, xs []*X, y
 			w.scratch = make([][]float32, len(ys))
 		}
 	}
-	p.job = poolJob{impl: impl, t: t, rows: rows, rb: rb, n: n, xs: xs, ys: ys, bounds: p.job.bounds}
+	p.job = poolJob{impl: impl, t: t, rows: rows, rb: rb, n: n, xs: xs, ys: ys, bounds: p.job.bounds, next: p.job.next}
 	return p.run(nr)
 }
 
@@ -213,30 +218,52 @@ func checkRows(t quant.Type, rows []byte, n, nr int) (int, error) {
 	return int(rb), nil
 }
 
-// run splits nr rows, starts the workers on theirs, computes the first
-// share and waits for the rest. p.mu is held.
+// chunksPerThread is how many chunks a product's rows are cut into per
+// thread: enough that a slow core's remainder spreads over the others,
+// few enough that a chunk of a small matrix still streams whole cache
+// lines for a while (16-row groups at the least).
+const chunksPerThread = 8
+
+// run cuts nr rows into chunks, starts the workers, takes chunks itself
+// and waits for the rest. p.mu is held.
 func (p *Pool) run(nr int) error {
 	groups := (nr + shareRows - 1) / shareRows
-	for i := range p.job.bounds {
-		p.job.bounds[i] = min(nr, groups*i/p.threads*shareRows)
+	chunks := len(p.job.bounds) - 1
+	for c := range p.job.bounds {
+		p.job.bounds[c] = min(nr, groups*c/chunks*shareRows)
 	}
-	if len(p.workers) > 0 && p.job.bounds[1] < nr {
+	p.job.next.Store(0)
+	if len(p.workers) > 0 && groups > 1 {
 		p.pending.Store(int32(len(p.workers)))
 		p.start()
-		err := p.job.share(0, p.scratch)
+		err := p.job.share(p.scratch)
 		p.wait()
 		for _, w := range p.workers {
 			err = errors.Join(err, w.err)
 		}
 		return err
 	}
-	return p.job.share(0, p.scratch) // one share holds every row
+	return p.job.share(p.scratch)
 }
 
-// share computes thread i's rows, cutting RowsBatch's outputs into
-// scratch.
-func (j *poolJob) share(i int, scratch [][]float32) error {
-	lo, hi := j.bounds[i], j.bounds[i+1]
+// share takes chunks until none is left and computes them, cutting
+// RowsBatch's outputs into scratch; it returns the first error.
+func (j *poolJob) share(scratch [][]float32) error {
+	var first error
+	for {
+		c := int(j.next.Add(1) - 1)
+		if c >= len(j.bounds)-1 {
+			return first
+		}
+		if err := j.chunk(c, scratch); err != nil && first == nil {
+			first = err
+		}
+	}
+}
+
+// chunk computes chunk c's rows.
+func (j *poolJob) chunk(c int, scratch [][]float32) error {
+	lo, hi := j.bounds[c], j.bounds[c+1]
 	if lo == hi {
 		return nil
 	}
@@ -321,7 +348,7 @@ func (p *Pool) work(w *poolWorker, started chan<- error) {
 		if p.stop.Load() {
 			return
 		}
-		w.err = p.job.share(w.index, w.scratch)
+		w.err = p.job.share(w.scratch)
 		if p.pending.Add(-1) == 0 && p.waiting.Load() && p.waiting.CompareAndSwap(true, false) {
 			p.done <- struct{}{}
 		}

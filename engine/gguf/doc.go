@@ -10,4 +10,8 @@
 // and not overlap, and no input makes it panic or allocate more than a small
 // multiple of the file's size. The writer streams large models straight to
 // disk through a big buffer so that writing runs at disk speed.
+//
+// Models too large for one download come split by llama.cpp's gguf-split
+// (PREFIX-00001-of-00003.gguf, ...): Map opens the first part and maps the
+// others beside it, so callers see one model (split.go).
 package gguf

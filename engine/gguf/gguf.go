@@ -169,6 +169,8 @@ type TensorInfo struct {
 	Offset uint64
 	// Size is the tensor's byte size, from Type and Dims.
 	Size int64
+
+	part int // which file of a split model holds the data (0: the first)
 }
 
 // Shape returns the dimensions in PyTorch order (slowest varying first),
@@ -214,6 +216,10 @@ type File struct {
 	r        io.ReaderAt
 	kvIndex  []int32 // indexes into KV sorted by key
 	tenIndex []int32 // indexes into Tensors sorted by name
+	// parts are the headers of a split model's further files, whose
+	// readers and data offsets hold their tensors (parts[0] is nil: the
+	// first file is this one).
+	parts []*File
 }
 
 // Lookup returns the value stored under key.
@@ -400,6 +406,10 @@ func (f *File) TensorReader(name string) (*io.SectionReader, error) {
 	ti, ok := f.Tensor(name)
 	if !ok {
 		return nil, fmt.Errorf("gguf: no tensor %q", name)
+	}
+	if ti.part > 0 {
+		p := f.parts[ti.part]
+		return io.NewSectionReader(p.r, p.DataOffset+int64(ti.Offset), ti.Size), nil
 	}
 	return io.NewSectionReader(f.r, f.DataOffset+int64(ti.Offset), ti.Size), nil
 }

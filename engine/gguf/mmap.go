@@ -25,10 +25,26 @@ type Mapped struct {
 	*File
 	m    *hostmem.Snapshot
 	data []byte
+	// parts are the second and later files of a split model (parts[0] is
+	// nil: the first file is this one).
+	parts []*Mapped
 }
 
-// Map opens path, copies it into memory and parses its header.
+// Map opens path, copies it into memory and parses its header. A split
+// model (llama.cpp's gguf-split: PREFIX-00001-of-00003.gguf and its
+// siblings, each holding some of the tensors) is opened from its first
+// part: every part is copied and the result lists all tensors, with the
+// first part's metadata (see mapSplit).
 func Map(path string) (*Mapped, error) {
+	m, err := mapOne(path)
+	if err != nil {
+		return nil, err
+	}
+	return mapSplit(path, m)
+}
+
+// mapOne maps a single GGUF file.
+func mapOne(path string) (*Mapped, error) {
 	fd, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
@@ -66,15 +82,22 @@ func Map(path string) (*Mapped, error) {
 // slice is valid until Close. It returns nil after Close or when ti does not
 // lie inside the file.
 func (m *Mapped) Data(ti *TensorInfo) []byte {
-	if m.data == nil || ti.Size < 0 || ti.Offset > uint64(len(m.data)) {
+	data, dataOffset := m.data, m.DataOffset
+	if ti.part > 0 {
+		if m.data == nil || ti.part >= len(m.parts) {
+			return nil
+		}
+		data, dataOffset = m.parts[ti.part].data, m.parts[ti.part].DataOffset
+	}
+	if data == nil || ti.Size < 0 || ti.Offset > uint64(len(data)) {
 		return nil
 	}
-	start := uint64(m.DataOffset) + ti.Offset
+	start := uint64(dataOffset) + ti.Offset
 	end := start + uint64(ti.Size)
-	if start < ti.Offset || end < start || end > uint64(len(m.data)) {
+	if start < ti.Offset || end < start || end > uint64(len(data)) {
 		return nil
 	}
-	return m.data[start:end:end]
+	return data[start:end:end]
 }
 
 // errClosed is returned by a Mapped file's readers after Close.
@@ -92,10 +115,19 @@ func (m *Mapped) Close() error {
 	}
 	m.data = nil
 	m.r = closedReader{}
+	var errs []error
 	if err := m.m.Close(); err != nil {
-		return fmt.Errorf("gguf: %w", err)
+		errs = append(errs, fmt.Errorf("gguf: %w", err))
 	}
-	return nil
+	for i, p := range m.parts {
+		if p == nil { // the first part, or one not mapped
+			continue
+		}
+		if err := p.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("split part %d: %w", i+1, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 var _ io.ReaderAt = closedReader{}

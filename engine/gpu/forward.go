@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/kernels"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
@@ -117,6 +118,9 @@ type pass struct {
 	// graphSpan, when > 0, is the fixed key span decode attention is
 	// launched for (graph capture); 0 sizes it to the batch.
 	graphSpan int
+	// exit, when > 0, ends the layers there: the pass runs layers
+	// [0, exit), all resident, then the output head (ForwardExit).
+	exit int
 }
 
 // own accepts, for model.CheckBatch, the open sequences this model made.
@@ -188,6 +192,39 @@ func planPass(batch []model.Step) pass {
 // captured CUDA graph (unless Options.NoGraphs), and is then not
 // cancellable once started (it takes milliseconds).
 func (m *Model) Forward(ctx context.Context, batch []model.Step) error {
+	return m.forward(ctx, batch, 0)
+}
+
+// ForwardExit is Forward through the first exit layers only, then
+// straight to the output norm and head: the model drafting for itself
+// (an early exit). Those layers must be resident (ResidentPrefix); the
+// KV-cache entries it writes for them are the ones a full pass writes
+// for the same tokens, and the layers past exit get none.
+func (m *Model) ForwardExit(ctx context.Context, batch []model.Step, exit int) error {
+	if exit < 1 || exit >= len(m.layers) {
+		return fmt.Errorf("forward: early exit after %d of %d layers", exit, len(m.layers))
+	}
+	if r := m.ResidentPrefix(); exit > r {
+		return fmt.Errorf("forward: early exit after %d layers: only the first %d are resident", exit, r)
+	}
+	return m.forward(ctx, batch, exit)
+}
+
+// ResidentPrefix is how many of the first layers are resident in device
+// memory (all of them without streaming): what an early exit may use.
+func (m *Model) ResidentPrefix() int {
+	if m.tb == nil || m.tb.pipe == nil {
+		return len(m.layers)
+	}
+	for l, t := range m.tb.pipe.Tiers() {
+		if t != tier.TierA {
+			return l
+		}
+	}
+	return len(m.layers)
+}
+
+func (m *Model) forward(ctx context.Context, batch []model.Step, exit int) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -202,7 +239,8 @@ func (m *Model) Forward(ctx context.Context, batch []model.Step) error {
 	tr := m.fw.trace
 	mark(tr, TraceEnter)
 	p := planPass(batch)
-	useGraph := !m.opts.NoGraphs && m.tb == nil && p.decode && p.T <= kernels.MaxGEMVBatch
+	p.exit = exit
+	useGraph := !m.opts.NoGraphs && m.tb == nil && p.decode && p.T <= kernels.MaxGEMVBatch && exit == 0
 	err := m.dev.Do(func(c *cudadrv.Ctx) error {
 		mark(tr, TraceDevice)
 		if _, err := m.ensure(c, p.T, p.R); err != nil {
@@ -414,8 +452,8 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 	if err := k.Embed(c, s, m.embed, ids, T, a.h, cfg.EmbedScale); err != nil {
 		return err
 	}
-	streaming := m.tb != nil
-	if m.hy != nil {
+	streaming := m.tb != nil && p.exit == 0
+	if m.hy != nil && p.exit == 0 {
 		if err := m.hy.apply(m.tb, T); err != nil {
 			return err
 		}
@@ -427,7 +465,11 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 	}
 	cpuPass := false
 	normed := false // a.xn already holds this layer's attention norm
-	for l := range m.layers {
+	last := len(m.layers)
+	if p.exit > 0 {
+		last = p.exit
+	}
+	for l := range last {
 		if ctx != nil {
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("cancelled before layer %d: %w", l, err)
@@ -575,7 +617,7 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 		// With every layer resident, the next layer's attention norm
 		// weights are in place: fuse the residual update with that norm.
 		// A down product in fixed point (acc != 0) is added from there.
-		if !gemma && m.pass.fuseElementwise && !streaming && l+1 < len(m.layers) {
+		if !gemma && m.pass.fuseElementwise && m.tb == nil && l+1 < last {
 			if acc != 0 {
 				err = k.AddFixedRMSNormQ(c, s, a.h, acc, m.layers[l+1].attnNorm, a.xn, T, cfg.Dim, eps)
 				fx.dirty[l&1] = true

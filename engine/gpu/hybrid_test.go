@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -8,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/tier"
 )
 
@@ -149,4 +153,74 @@ func TestHybridReplan(t *testing.T) {
 	if h.seen[0].replans != maxReplans {
 		t.Fatalf("%d re-plans, want %d", h.seen[0].replans, maxReplans)
 	}
+}
+
+// TestForwardExit: a pass that stops after the first layer and goes to the
+// output head (the model drafting for itself) gives engine/model's logits
+// with the later layers skipped, step after step, resident and with the
+// later layer streamed; it is refused where the layers it needs stream;
+// full passes afterwards still match the reference.
+func TestForwardExit(t *testing.T) {
+	gpu(t)
+	for _, streamed := range [][]int{nil, {1}} {
+		t.Run(fmt.Sprintf("streamed%v", streamed), func(t *testing.T) {
+			cpu := tinyModel(t, "llama", "q4_k_m")
+			g := loadGPU(t, cpu, Options{MaxSeqs: 2, StreamLayers: streamed, Slots: 1})
+			if r, want := g.ResidentPrefix(), 1+btoi(streamed == nil); r != want {
+				t.Fatalf("resident prefix %d, want %d", r, want)
+			}
+			if err := cpu.SetSkip([]int{1}); err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			prompt := promptTokens(cpu.Config.Vocab, 12, 3)
+			cs := cpu.NewSequence(64)
+			gs, err := g.NewSequence(64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cb := []model.Step{{Seq: cs, Tokens: prompt}}
+			gb := []model.Step{{Seq: gs, Tokens: prompt}}
+			for i := range 16 {
+				if err := cpu.Forward(ctx, cb); err != nil {
+					t.Fatal(err)
+				}
+				if err := g.ForwardExit(ctx, gb, 1); err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				cl, gl := cb[0].Logits[len(cb[0].Logits)-1], gb[0].Logits[len(gb[0].Logits)-1]
+				if e := quant.NMSE(gl, cl); e > maxNMSE || sample.Argmax(gl) != sample.Argmax(cl) {
+					t.Fatalf("step %d: NMSE %.3g, greedy %d vs %d on the CPU", i, e, sample.Argmax(gl), sample.Argmax(cl))
+				}
+				next := sample.Argmax(cl)
+				cb[0] = model.Step{Seq: cs, Tokens: []int32{next}}
+				gb[0] = model.Step{Seq: gs, Tokens: []int32{next}, Logits: gb[0].Logits}
+			}
+			gs.Close()
+			if err := g.ForwardExit(ctx, gb, 2); err == nil {
+				t.Error("an exit after every layer was accepted")
+			}
+			if err := cpu.SetSkip(nil); err != nil {
+				t.Fatal(err)
+			}
+			greedyCompare(t, cpu, []*Model{g}, prompt, 8)
+		})
+	}
+	cpu := tinyModel(t, "llama", "q4_k_m")
+	g := loadGPU(t, cpu, Options{StreamLayers: []int{0, 1}, Slots: 1})
+	gs, err := g.NewSequence(32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gs.Close()
+	if err := g.ForwardExit(context.Background(), []model.Step{{Seq: gs, Tokens: []int32{1, 2}}}, 1); err == nil {
+		t.Error("an early exit through a streamed layer was accepted")
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 
 	"github.com/strata-llm/strata/engine/gguf"
 )
@@ -13,6 +15,18 @@ const (
 	ArchLlama  = "llama"
 	ArchGemma2 = "gemma2"
 )
+
+// archs lists the implemented architectures, for the error that refuses
+// any other: it names what the file says and what strata can run instead.
+var archs = []string{ArchLlama, ArchGemma2}
+
+// Archs returns the architectures the engine implements.
+func Archs() []string { return slices.Clone(archs) }
+
+// errArch is the error for an architecture the engine does not implement.
+func errArch(arch string) error {
+	return fmt.Errorf("unsupported architecture %q: strata runs %s", arch, strings.Join(archs, ", "))
+}
 
 // Sanity limits on hyperparameters. They sit far above any real model and
 // exist so a hostile or corrupt header cannot make the engine allocate
@@ -75,6 +89,41 @@ type Config struct {
 	TiedOutput bool
 }
 
+// ropeLinearScale reads RoPE scaling as llama.cpp does: the factor from
+// rope.scaling.factor (or the older rope.scale_linear; absent or 0 means 1),
+// applied as linear position interpolation when rope.scaling.type is
+// linear, none or absent. YaRN and LongRoPE change the frequencies in ways
+// this engine does not implement, so a file that asks for them with a
+// factor other than 1 is refused rather than run with the wrong positions.
+func ropeLinearScale(f *gguf.File, arch string) (float64, error) {
+	scale := 0.0
+	key := arch + ".rope.scaling.factor"
+	if v, ok := f.Float(key); ok {
+		scale = v
+	} else if v, ok := f.Float(arch + ".rope.scale_linear"); ok {
+		scale, key = v, arch+".rope.scale_linear"
+	}
+	if scale == 0 || scale == 1 {
+		return 1, nil
+	}
+	if !(scale > 0) || math.IsInf(scale, 0) {
+		return 0, fmt.Errorf("%s %v must be positive and finite", key, scale)
+	}
+	typ := "linear"
+	if v, ok := f.Lookup(arch + ".rope.scaling.type"); ok {
+		s, isStr := v.(string)
+		if !isStr {
+			return 0, fmt.Errorf("%s.rope.scaling.type is %T, want a string", arch, v)
+		}
+		typ = s
+	}
+	switch typ {
+	case "linear", "none":
+		return scale, nil
+	}
+	return 0, fmt.Errorf("RoPE scaling %q (factor %v, %s.rope.scaling.type) is not supported: strata implements linear scaling only", typ, scale, arch)
+}
+
 // QDim is the width of the concatenated query heads.
 func (c *Config) QDim() int { return c.Heads * c.HeadDim }
 
@@ -90,10 +139,8 @@ func (c *Config) Sliding(i int) bool {
 // Validate checks that the hyperparameters are usable and mutually
 // consistent.
 func (c *Config) Validate() error {
-	switch c.Arch {
-	case ArchLlama, ArchGemma2:
-	default:
-		return fmt.Errorf("unsupported architecture %q (want %q or %q)", c.Arch, ArchLlama, ArchGemma2)
+	if !slices.Contains(archs, c.Arch) {
+		return errArch(c.Arch)
 	}
 	for _, r := range []struct {
 		name     string
@@ -159,8 +206,8 @@ func (c *Config) Validate() error {
 
 // ConfigFromGGUF reads the hyperparameters from a GGUF file's metadata using
 // llama.cpp's keys, applying llama.cpp's defaults where a key is optional.
-// RopeFreqs is left nil: it lives in the rope_freqs.weight tensor, which
-// LoadGGUF reads. The token embedding's shape is checked against the
+// RopeFreqs holds only linear RoPE scaling (rope.scaling.factor) here: the
+// rope_freqs.weight tensor, which LoadGGUF reads, multiplies into it. The token embedding's shape is checked against the
 // metadata; LoadGGUF checks every other tensor.
 func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	if f == nil {
@@ -171,8 +218,8 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 		return Config{}, errors.New("config from gguf: missing general.architecture")
 	}
 	c := Config{Arch: arch, EmbedScale: 1}
-	if arch != ArchLlama && arch != ArchGemma2 {
-		return Config{}, fmt.Errorf("config from gguf: unsupported architecture %q (want %q or %q)", arch, ArchLlama, ArchGemma2)
+	if !slices.Contains(archs, arch) {
+		return Config{}, fmt.Errorf("config from gguf: %w", errArch(arch))
 	}
 	var err error
 	reqInt := func(key string, dst *int) {
@@ -231,6 +278,10 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	if v, ok := f.Float(arch + ".rope.freq_base"); ok {
 		c.RopeTheta = v
 	}
+	ropeScale, err := ropeLinearScale(f, arch)
+	if err != nil {
+		return Config{}, fmt.Errorf("config from gguf: %w", err)
+	}
 
 	// Head dim: explicit key_length, else n_embd/n_head.
 	if !optInt("attention.key_length", &c.HeadDim) {
@@ -279,6 +330,14 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	}
 	_, hasOutput := f.Tensor("output.weight")
 	c.TiedOutput = !hasOutput
+	if ropeScale != 1 {
+		// Linear position interpolation divides every frequency by the
+		// factor: the same as a divisor table of that value.
+		c.RopeFreqs = make([]float32, c.HeadDim/2)
+		for i := range c.RopeFreqs {
+			c.RopeFreqs[i] = float32(ropeScale)
+		}
+	}
 
 	c.AttnScale = float32(1 / math.Sqrt(float64(c.HeadDim)))
 	if arch == ArchGemma2 {

@@ -54,8 +54,14 @@ func LoadGGUF(m *gguf.Mapped) (*Model, error) {
 			if err != nil {
 				return nil, err
 			}
-			cfg.RopeFreqs = make([]float32, cfg.HeadDim/2)
-			decodeF32(cfg.RopeFreqs, rf.Data)
+			freqs := make([]float32, cfg.HeadDim/2)
+			decodeF32(freqs, rf.Data)
+			for i := range freqs {
+				if cfg.RopeFreqs != nil { // linear scaling on top
+					freqs[i] *= cfg.RopeFreqs[i]
+				}
+			}
+			cfg.RopeFreqs = freqs
 		}
 	}
 	d, q, kv, f := cfg.Dim, cfg.QDim(), cfg.KVDim(), cfg.FFN

@@ -44,6 +44,22 @@ func TestLoadGGUFRoundTrip(t *testing.T) {
 			}
 		})
 	}
+	t.Run("llama3 freqs times linear scaling", func(t *testing.T) {
+		t.Parallel()
+		spec := llamaSpec()
+		p := planFor(spec, randomWeights(spec, 1))
+		p.setKV("llama.rope.scaling.factor", float32(2))
+		m, err := LoadGGUF(mapFile(t, p.write(t, t.TempDir())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := llama3Factors(spec.headDim, spec.theta, *spec.llama3)
+		for i := range want {
+			if got := m.Config.RopeFreqs[i]; got != 2*want[i] {
+				t.Fatalf("RopeFreqs[%d] = %v, want 2 x %v", i, got, want[i])
+			}
+		}
+	})
 	t.Run("open and close", func(t *testing.T) {
 		t.Parallel()
 		spec := llamaSpec()
@@ -88,7 +104,7 @@ func TestLoadGGUFErrors(t *testing.T) {
 		{"missing eps", gemmaSpec(), func(p *ggufPlan) { p.dropKV("gemma2.attention.layer_norm_rms_epsilon") }, "layer_norm_rms_epsilon"},
 		{"kv heads", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.attention.head_count_kv", uint32(3)) }, "not divisible"},
 		{"vocab size", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.vocab_size", uint32(100)) }, "vocab_size 100 differs"},
-		{"architecture", llamaSpec(), func(p *ggufPlan) { p.setKV("general.architecture", "mamba") }, `unsupported architecture "mamba"`},
+		{"architecture", llamaSpec(), func(p *ggufPlan) { p.setKV("general.architecture", "mamba") }, `unsupported architecture "mamba": strata runs llama, gemma2`},
 		{"partial rotary", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.rope.dimension_count", uint32(8)) }, "partial rotary"},
 		{"rope freqs length", llamaSpec(), func(p *ggufPlan) { p.tensor("rope_freqs.weight").dims = []uint64{4} }, "rope_freqs.weight"},
 		{"string for int", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.context_length", "many") }, "llama.context_length"},
@@ -182,4 +198,57 @@ func TestConfigDefaults(t *testing.T) {
 			t.Fatal("no output.weight but TiedOutput false")
 		}
 	})
+	t.Run("llama linear rope scaling", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			name string
+			kvs  []any
+			want float32 // every divisor; 0: none (nil)
+		}{
+			{"absent", nil, 0},
+			{"factor", []any{"llama.rope.scaling.factor", float32(4)}, 4},
+			{"linear", []any{"llama.rope.scaling.type", "linear", "llama.rope.scaling.factor", float32(2)}, 2},
+			{"none with a factor", []any{"llama.rope.scaling.type", "none", "llama.rope.scaling.factor", float32(2)}, 2},
+			{"old key", []any{"llama.rope.scale_linear", float32(8)}, 8},
+			{"factor 0 is none", []any{"llama.rope.scaling.factor", float32(0)}, 0},
+			{"yarn factor 1", []any{"llama.rope.scaling.type", "yarn", "llama.rope.scaling.factor", float32(1)}, 0},
+		} {
+			c := headerOnly(llamaSpec(), func(p *ggufPlan) {
+				for i := 0; i < len(tc.kvs); i += 2 {
+					p.setKV(tc.kvs[i].(string), tc.kvs[i+1])
+				}
+			})
+			switch {
+			case tc.want == 0 && c.RopeFreqs != nil:
+				t.Errorf("%s: RopeFreqs %v, want none", tc.name, c.RopeFreqs)
+			case tc.want != 0 && (len(c.RopeFreqs) != c.HeadDim/2 || c.RopeFreqs[0] != tc.want || c.RopeFreqs[len(c.RopeFreqs)-1] != tc.want):
+				t.Errorf("%s: RopeFreqs %v, want %d x %v", tc.name, c.RopeFreqs, c.HeadDim/2, tc.want)
+			}
+		}
+	})
+}
+
+// TestRopeScalingRefused: RoPE scaling this engine does not implement, or
+// a nonsensical factor, is a clear error instead of wrong positions.
+func TestRopeScalingRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		kvs  []any
+		want string
+	}{
+		{[]any{"llama.rope.scaling.type", "yarn", "llama.rope.scaling.factor", float32(4)}, `RoPE scaling "yarn" (factor 4`},
+		{[]any{"llama.rope.scaling.type", "longrope", "llama.rope.scaling.factor", float32(2)}, `"longrope"`},
+		{[]any{"llama.rope.scaling.factor", float32(-2)}, "must be positive"},
+		{[]any{"llama.rope.scaling.type", uint32(1), "llama.rope.scaling.factor", float32(2)}, "want a string"},
+	} {
+		p := planFor(llamaSpec(), randomWeights(llamaSpec(), 1))
+		p.tensors = p.tensors[:1]
+		for i := 0; i < len(tc.kvs); i += 2 {
+			p.setKV(tc.kvs[i].(string), tc.kvs[i+1])
+		}
+		_, err := ConfigFromGGUF(mapFile(t, p.write(t, t.TempDir())).File)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one containing %q", tc.kvs, err, tc.want)
+		}
+	}
 }

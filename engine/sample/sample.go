@@ -96,8 +96,11 @@ func (s *Sampler) Params() Params { return s.p }
 
 // Sample picks the next token from logits given the tokens generated or
 // read so far (history, oldest first; used by the repetition penalty). It
-// does not modify logits. NaN logits count as -Inf. It returns -1 only
-// when logits is empty.
+// does not modify logits. NaN logits count as -Inf. A token whose logit
+// is -Inf is never chosen while any other is finite, whatever the
+// parameters: that is how a grammar's mask (engine/grammar) forbids
+// tokens, before any of the filters here. It returns -1 only when logits
+// is empty.
 func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	if len(logits) == 0 {
 		return -1

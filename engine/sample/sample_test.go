@@ -491,3 +491,43 @@ func TestSampleDraftKeepsDistribution(t *testing.T) {
 		t.Fatalf("greedy, wrong draft: %d, %v", id, ok)
 	}
 }
+
+// TestMaskedNeverChosen: a logit of -Inf is how a grammar forbids a
+// token, so no setting may ever pick one while an allowed token remains,
+// including when the forbidden tokens hold the largest raw logits, when
+// the repetition penalty touches them, and when a drafter proposes one.
+func TestMaskedNeverChosen(t *testing.T) {
+	t.Parallel()
+	inf := float32(math.Inf(-1))
+	for _, p := range []Params{
+		Greedy(),
+		DefaultParams(1),
+		{Temperature: 1, TopP: 1, RepeatPenalty: 1, Seed: 2},
+		{Temperature: 2, TopP: 0.5, TopK: 3, MinP: 0.2, RepeatPenalty: 1.3, RepeatLastN: -1, Seed: 3},
+		{Temperature: 0.01, TopP: 1, MinP: 0.9, RepeatPenalty: 0.5, RepeatLastN: 8, Seed: 4},
+	} {
+		s := mustNew(t, p)
+		for trial := range 200 {
+			l := randLogits(1000, uint64(trial))
+			allowed := map[int32]bool{}
+			for i := range l {
+				// Keep a few tokens, and forbid the best ones.
+				if i%97 == trial%97 && l[i] < 2 {
+					allowed[int32(i)] = true
+				} else {
+					l[i] = inf
+				}
+			}
+			if len(allowed) == 0 {
+				continue
+			}
+			history := []int32{0, 1, 2, int32(trial % 1000)}
+			if id := s.Sample(l, history); !allowed[id] {
+				t.Fatalf("%+v: Sample chose forbidden token %d", p, id)
+			}
+			if id, ok := s.SampleDraft(l, history, int32((trial+1)%97)); !allowed[id] || (ok && !allowed[int32((trial+1)%97)]) {
+				t.Fatalf("%+v: SampleDraft returned forbidden token %d (accepted %v)", p, id, ok)
+			}
+		}
+	}
+}

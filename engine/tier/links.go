@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/strata-llm/strata/engine/gemv"
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/internal/hostmem"
 )
@@ -285,8 +286,9 @@ func MeasureCopy(ctx context.Context, d time.Duration) float64 {
 }
 
 // MeasureCompute returns the rate (weight bytes/s) at which the CPU
-// kernels dot a matrix of typ (about 64 MiB, larger than caches) with a
-// vector, rows split over GOMAXPROCS goroutines, over about d.
+// backend's kernels (engine/gemv, the best family this CPU runs) dot a
+// matrix of typ (about 64 MiB, larger than caches) with a vector, rows
+// split over GOMAXPROCS goroutines, over about d.
 func MeasureCompute(ctx context.Context, typ quant.Type, d time.Duration) (float64, error) {
 	const cols = 4096
 	rb, err := typ.RowBytes(cols)
@@ -298,10 +300,15 @@ func MeasureCompute(ctx context.Context, typ quant.Type, d time.Duration) (float
 	if err := quant.FillRandomRows(typ, w, cols, 1, 0.02); err != nil {
 		return 0, fmt.Errorf("measuring compute: %w", err)
 	}
-	x := make([]float32, cols)
-	for i := range x {
-		x[i] = float32(i%7) - 3
+	xf := make([]float32, cols)
+	for i := range xf {
+		xf[i] = float32(i%7) - 3
 	}
+	var x gemv.X
+	if err := x.Set(xf); err != nil {
+		return 0, fmt.Errorf("measuring compute: %w", err)
+	}
+	impl := gemv.Detect()
 	workers := runtime.GOMAXPROCS(0)
 	per := (rows + workers - 1) / workers
 	ys := make([][]float32, workers)
@@ -320,7 +327,7 @@ func MeasureCompute(ctx context.Context, typ quant.Type, d time.Duration) (float
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[i] = quant.DotRows(typ, w[int64(r0)*rb:int64(r1)*rb], cols, x, ys[i][:r1-r0])
+				errs[i] = gemv.Rows(impl, typ, w[int64(r0)*rb:int64(r1)*rb], cols, &x, ys[i][:r1-r0])
 			}()
 		}
 		wg.Wait()

@@ -71,13 +71,12 @@ func runeClass(r rune) uint8 {
 }
 
 // splitLlama3 splits text into pre-tokens following the Llama 3 regex
-//
-//	(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-//
-// with the alternatives tried in order at each position, exactly like
-// llama.cpp's unicode_regex_split_custom_llama3. rs holds the code points of
-// the text and cls their classes; emit receives [start, end) rune ranges.
-func splitLlama3(rs []rune, cls []uint8, emit func(start, end int)) {
+// (llama3Pattern) with \p{N}{1,maxDigits} for its number alternative
+// (Qwen2's regex is the same with single digits), the alternatives tried in
+// order at each position, exactly like llama.cpp's
+// unicode_regex_split_custom_llama3. rs holds the code points of the text
+// and cls their classes; emit receives [start, end) rune ranges.
+func splitLlama3(rs []rune, cls []uint8, maxDigits int, emit func(start, end int)) {
 	n := len(rs)
 	prev := 0
 	add := func(end int) {
@@ -120,12 +119,12 @@ func splitLlama3(rs []rune, cls []uint8, emit func(start, end int)) {
 			}
 		}
 
-		// \p{N}{1,3}
+		// \p{N}{1,maxDigits}
 		if k == clsNumber {
 			ini := pos
 			for pos < n && cls[pos] == clsNumber {
 				pos++
-				if pos-ini >= 3 {
+				if pos-ini >= maxDigits {
 					add(pos)
 					ini = pos
 				}
@@ -205,33 +204,50 @@ func (a bpeBigram) less(b bpeBigram) bool {
 
 // bpeState holds the reusable buffers of one Encode call.
 type bpeState struct {
-	runes []rune
-	cls   []uint8
-	word  []byte // byte-level encoded current word
-	key   []byte // "left right" lookup buffer
-	syms  []bpeSymbol
-	heap  []bpeBigram
+	runes  []rune
+	cls    []uint8
+	word   []byte   // byte-level encoded current word
+	key    []byte   // "left right" lookup buffer
+	ranges [][2]int // pre-token byte ranges (regex stages)
+	spare  [][2]int
+	syms   []bpeSymbol
+	heap   []bpeBigram
 }
 
 // encodeBPE appends the ids of a raw-text fragment to out.
 func (t *Tokenizer) encodeBPE(st *bpeState, text string, out []int32) []int32 {
-	st.runes = decodeRunes(text, st.runes)
-	st.cls = st.cls[:0]
-	for _, r := range st.runes {
-		st.cls = append(st.cls, runeClass(r))
-	}
-	splitLlama3(st.runes, st.cls, func(start, end int) {
-		st.word = st.word[:0]
-		for _, r := range st.runes[start:end] {
-			var buf [utf8.UTFMax]byte
-			nb := utf8.EncodeRune(buf[:], r)
-			for _, b := range buf[:nb] {
-				st.word = append(st.word, byteToStr[b]...)
-			}
+	if t.pre.llama3Digits > 0 {
+		st.runes = decodeRunes(text, st.runes)
+		st.cls = st.cls[:0]
+		for _, r := range st.runes {
+			st.cls = append(st.cls, runeClass(r))
 		}
+		splitLlama3(st.runes, st.cls, t.pre.llama3Digits, func(start, end int) {
+			st.setWord(st.runes[start:end])
+			out = t.bpeWord(st, out)
+		})
+		return out
+	}
+	st.ranges, st.spare = t.pre.splitStages(text, st.ranges, st.spare)
+	for _, r := range st.ranges {
+		st.runes = decodeRunes(text[r[0]:r[1]], st.runes)
+		st.setWord(st.runes)
 		out = t.bpeWord(st, out)
-	})
+	}
 	return out
+}
+
+// setWord byte-level encodes the UTF-8 of rs (invalid input already became
+// U+FFFD) into st.word.
+func (st *bpeState) setWord(rs []rune) {
+	st.word = st.word[:0]
+	for _, r := range rs {
+		var buf [utf8.UTFMax]byte
+		nb := utf8.EncodeRune(buf[:], r)
+		for _, b := range buf[:nb] {
+			st.word = append(st.word, byteToStr[b]...)
+		}
+	}
 }
 
 // bpeWord merges the byte-level encoded word in st.word and appends its ids.

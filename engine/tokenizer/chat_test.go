@@ -65,6 +65,8 @@ func gemmaVocab(t *testing.T) (*Tokenizer, func(string) int32) {
 	return tok, id
 }
 
+// TestChatLlama3 checks the built-in Llama 3 format against the real
+// template of the test vocabulary.
 func TestChatLlama3(t *testing.T) {
 	t.Parallel()
 	tok := load(t, bpeVocabFile)
@@ -93,19 +95,16 @@ func TestChatLlama3(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := tok.ApplyChatTemplate(msgs, tc.gen)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != tc.want {
+			if got := tok.chatLlama3(msgs, tc.gen); got != tc.want {
 				t.Errorf("got  %q\nwant %q", got, tc.want)
 			}
 		})
 	}
 
 	// The vocabulary's own Jinja template (which always appends the assistant
-	// header) must render the same text as the built-in format.
-	viaJinja, err := tok.chatJinja(msgs, true)
+	// header), which ApplyChatTemplate renders, must give the same text as
+	// the built-in format, its fallback.
+	viaJinja, err := tok.ApplyChatTemplate(msgs, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,6 +128,8 @@ func TestChatLlama3(t *testing.T) {
 	}
 }
 
+// TestChatGemma checks the built-in Gemma format, the fallback for a
+// Gemma template the engine cannot render.
 func TestChatGemma(t *testing.T) {
 	t.Parallel()
 	tok, id := gemmaVocab(t)
@@ -155,20 +156,13 @@ func TestChatGemma(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := tok.ApplyChatTemplate(tc.msgs, tc.gen)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != tc.want {
+			if got := tok.chatGemma(tc.msgs, tc.gen); got != tc.want {
 				t.Errorf("got  %q\nwant %q", got, tc.want)
 			}
 		})
 	}
 
-	prompt, err := tok.ApplyChatTemplate([]Message{{Role: "user", Content: "Hi"}}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	prompt := tok.chatGemma([]Message{{Role: "user", Content: "Hi"}}, true)
 	nl := id("<0x0A>")
 	want := []int32{id("<bos>"), id("<start_of_turn>"), id("user"), nl, id("Hi"), id("<end_of_turn>"), nl,
 		id("<start_of_turn>"), id("model"), nl}

@@ -151,7 +151,7 @@ func TestSplitLlama3(t *testing.T) {
 				cls[i] = runeClass(r)
 			}
 			var got []string
-			splitLlama3(rs, cls, func(s, e int) { got = append(got, string(rs[s:e])) })
+			splitLlama3(rs, cls, 3, func(s, e int) { got = append(got, string(rs[s:e])) })
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("split(%q) = %q, want %q", tc.in, got, tc.want)
 			}

@@ -6,11 +6,14 @@
 // Two tokenizer families are implemented, selected by the GGUF key
 // tokenizer.ggml.model:
 //
-//   - "gpt2": byte-level BPE (Llama 3). Text is split by the Llama 3
-//     pre-tokenizer (a hand-written scanner equivalent to the regex
-//     (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-//     because Go's regexp has no look-ahead), each piece is mapped byte by
+//   - "gpt2": byte-level BPE (Llama 3, Qwen2/2.5/3, Mistral's Tekken, GPT-2
+//     and its relatives, DeepSeek, Falcon, StarCoder, ...). Text is cut into
+//     pieces by the pre-tokenizer tokenizer.ggml.pre names (pretok.go: the
+//     regexes of the models' tokenizer.json files, run as Go regexps with
+//     their one look-ahead rewritten, and a hand-written scanner for the
+//     Llama 3 / Qwen2 regex, the common case); each piece is mapped byte by
 //     byte through GPT-2's bytes_to_unicode table and merged by merge rank.
+//     An unknown pre-tokenizer name is an error, not a silent fallback.
 //   - "llama": SentencePiece BPE (Llama 1/2, Gemma). Spaces become U+2581,
 //     an optional space prefix is added, adjacent symbols are merged by the
 //     highest vocabulary score and characters without a token fall back to

@@ -14,8 +14,9 @@ import (
 type Tokenizer struct {
 	vocab Vocab // private copy; slices are not modified
 
-	spm          bool // SentencePiece (ModelLlama) rather than byte-level BPE
-	ignoreMerges bool // Llama 3: a pre-token that is a whole token is emitted as is
+	spm          bool          // SentencePiece (ModelLlama) rather than byte-level BPE
+	pre          *preTokenizer // BPE: how raw text is cut before merging
+	ignoreMerges bool          // Llama 3, Tekken: a pre-token that is a whole token is emitted as is
 
 	types  []int32 // effective token types (control-looking tokens forced to control)
 	scores []float32
@@ -54,11 +55,10 @@ var eogTexts = []string{"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", 
 // (model, array lengths, token types, special ids, merge syntax) and its
 // slices must not be modified afterwards.
 //
-// For ModelGPT2 the Llama 3 pre-tokenizer is used whatever v.Pre says: it is
-// the only one strata needs, and llama.cpp's "default" pre-tokenizer is a
-// degraded fallback it warns about. Only the Llama 3 family ("llama3",
-// "llama-v3", "llama-bpe", "falcon3") enables llama.cpp's ignore_merges rule,
-// so ids for other pre names may differ from llama.cpp on some inputs.
+// For ModelGPT2, v.Pre selects the pre-tokenizer (PreTokenizers lists the
+// names; "" means llama.cpp's "default"); an unknown name is an error, as
+// cutting text differently from the model's own tokenizer gives it ids it
+// was never trained on.
 //
 // As in llama.cpp, tokens whose text is an end-of-turn marker
 // ("<|eot_id|>", "<end_of_turn>", ...) are treated as control tokens even if
@@ -68,10 +68,29 @@ func New(v *Vocab) (*Tokenizer, error) {
 		return nil, fmt.Errorf("tokenizer: invalid vocab: %w", err)
 	}
 	n := len(v.Tokens)
+	var (
+		pre          *preTokenizer
+		ignoreMerges bool
+	)
+	if v.Model == ModelGPT2 {
+		name := v.Pre
+		if name == "" {
+			name = "default"
+		}
+		spec, err := lookupPre(name)
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+		if pre, err = compiledPre(spec); err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+		ignoreMerges = spec.ignoreMerges
+	}
 	t := &Tokenizer{
 		vocab:        *v,
 		spm:          v.Model == ModelLlama,
-		ignoreMerges: v.Model == ModelGPT2 && llama3Pre(v.Pre),
+		pre:          pre,
+		ignoreMerges: ignoreMerges,
 		scores:       v.Scores,
 		unk:          v.UNK,
 		toID:         make(map[string]int32, n),
@@ -260,11 +279,21 @@ type fragment struct {
 // AddSpacePrefix, a space is prepended to every text fragment that starts the
 // input or follows a special token (llama.cpp's behaviour).
 func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int32 {
+	return t.encode(text, addSpecial, parseSpecial, nil)
+}
+
+// span is a byte range [start, end) of a text.
+type span struct{ start, end int }
+
+// encode is Encode where no special token is recognised inside the
+// literal spans (sorted, not overlapping): their bytes are text, and the
+// text around them is encoded exactly as it would be without them.
+func (t *Tokenizer) encode(text string, addSpecial, parseSpecial bool, literal []span) []int32 {
 	out := make([]int32, 0, len(text)/3+2)
 	if addSpecial && t.vocab.AddBOS {
 		out = append(out, t.vocab.BOS)
 	}
-	frags := t.partition(text, parseSpecial)
+	frags := t.partition(text, parseSpecial, literal)
 	if t.spm {
 		st := t.spmPool.Get().(*spmState)
 		prevSpecial := true
@@ -296,11 +325,21 @@ func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int32 {
 	return out
 }
 
+// overlaps reports whether [a, b) meets one of the spans.
+func overlaps(spans []span, a, b int) bool {
+	for _, s := range spans {
+		if a < s.end && s.start < b {
+			return true
+		}
+	}
+	return false
+}
+
 // partition splits text into raw-text fragments and special tokens with the
 // semantics of llama.cpp's tokenizer_st_partition. A trie pass first finds
 // which special tokens occur at all, so long texts cost one scan instead of
 // one scan per special token.
-func (t *Tokenizer) partition(text string, parseSpecial bool) []fragment {
+func (t *Tokenizer) partition(text string, parseSpecial bool, literal []span) []fragment {
 	if text == "" {
 		return nil
 	}
@@ -325,18 +364,23 @@ func (t *Tokenizer) partition(text string, parseSpecial bool) []fragment {
 				next = append(next, f)
 				continue
 			}
-			start := f.start
-			for start < f.end {
-				i := strings.Index(text[start:f.end], tok)
+			start, from := f.start, f.start
+			for from < f.end {
+				i := strings.Index(text[from:f.end], tok)
 				if i < 0 {
 					break
 				}
-				m := start + i
+				m := from + i
+				if overlaps(literal, m, m+len(tok)) {
+					from = m + 1 // text, not the token: look further
+					continue
+				}
 				if m > start {
 					next = append(next, fragment{start: start, end: m, id: -1})
 				}
 				next = append(next, fragment{start: m, end: m + len(tok), id: id})
 				start = m + len(tok)
+				from = start
 			}
 			if start < f.end {
 				next = append(next, fragment{start: start, end: f.end, id: -1})

@@ -72,6 +72,10 @@ type Vocab struct {
 	AddSpacePrefix bool
 	// ChatTemplate is the Jinja chat template (tokenizer.chat_template), if any.
 	ChatTemplate string
+	// Warnings lists what VocabFromGGUF ignored or assumed in the file (a
+	// special-token id out of range, no pre-tokenizer name), for the
+	// loader to log: real files carry such quirks and still run.
+	Warnings []string
 }
 
 // metadata is the subset of *gguf.File that VocabFromGGUF needs; it lets the
@@ -90,17 +94,21 @@ type metadata interface {
 //
 //   - "llama" (SentencePiece): BOS 1, EOS 2, UNK 0, AddBOS true, AddEOS false,
 //     AddSpacePrefix true.
-//   - "gpt2" (BPE): BOS and EOS 11 (llama.cpp's historical default), no UNK,
-//     AddSpacePrefix false, AddBOS true only for the Llama 3 pre-tokenizers
-//     ("llama3", "llama-v3", "llama-bpe", "falcon3").
+//   - "gpt2" (BPE): BOS and EOS 11 (llama.cpp's historical default; no BOS
+//     for GLM-4), no UNK, AddSpacePrefix false, AddBOS true only for the
+//     pre-tokenizers that llama.cpp says add it (Llama 3's family, Tekken,
+//     Chameleon). A missing tokenizer.ggml.pre means "default" (with a
+//     warning); an unknown one is an error naming it.
 //   - EOT, when tokenizer.ggml.eot_token_id is absent, is the first token
 //     found among "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
 //     "<|endoftext|>", "<EOT>" (so Llama 3 gets <|eot_id|> and Gemma
 //     <end_of_turn>).
 //
-// Defaults that fall outside the vocabulary become -1. Missing tokens or
-// merges, arrays whose lengths disagree with the token list, keys of the wrong
-// type and special ids out of range are errors. All strings are copied, so
+// Defaults that fall outside the vocabulary become -1. A special-token id
+// outside the vocabulary (UINT32_MAX is a common way to write "none") is
+// ignored with a warning in Vocab.Warnings and the default kept, as
+// llama.cpp does. Missing tokens or merges, arrays whose lengths disagree
+// with the token list and keys of the wrong type are errors. All strings are copied, so
 // the result stays valid after the file is closed or unmapped.
 func VocabFromGGUF(f *gguf.File) (*Vocab, error) {
 	if f == nil {
@@ -132,17 +140,6 @@ func FromGGUFFile(path string) (*Tokenizer, error) {
 		return nil, fmt.Errorf("load tokenizer from %s: %w", path, err)
 	}
 	return t, nil
-}
-
-// llama3Pre reports whether pre names one of the pre-tokenizers llama.cpp
-// treats as LLAMA_VOCAB_PRE_TYPE_LLAMA3 (add BOS, ignore merges for words
-// that are whole tokens).
-func llama3Pre(pre string) bool {
-	switch pre {
-	case "llama3", "llama-v3", "llama-bpe", "falcon3":
-		return true
-	}
-	return false
 }
 
 // eotCandidates are the token texts llama.cpp recognizes as end-of-turn when
@@ -190,6 +187,21 @@ func vocabFromMetadata(md metadata) (*Vocab, error) {
 			return nil, fmt.Errorf("%s has %d entries, want %d (one per token)", keyTokenType, len(types), n)
 		}
 		v.Types = append([]int32(nil), types...)
+		bad, first := 0, -1
+		for i, t := range v.Types {
+			if t < TypeUndefined || t > TypeByte {
+				if bad == 0 {
+					first = i
+				}
+				bad++
+				v.Types[i] = TypeUndefined
+			}
+		}
+		if bad > 0 {
+			// llama.cpp reads a type it does not know as undefined.
+			v.Warnings = append(v.Warnings, fmt.Sprintf("%s: %d tokens have an unknown type (the first, token %d, has %d); treating them as undefined",
+				keyTokenType, bad, first, types[first]))
+		}
 	} else if _, present := md.Lookup(keyTokenType); present {
 		return nil, fmt.Errorf("%s is not an int32 array", keyTokenType)
 	}
@@ -216,8 +228,19 @@ func vocabFromMetadata(md metadata) (*Vocab, error) {
 			return nil, fmt.Errorf("missing %s (required by the %q tokenizer)", keyMerges, ModelGPT2)
 		}
 		v.Merges = cloneStrings(merges)
+		if _, present := md.Lookup(keyPre); !present {
+			v.Pre = "default"
+			v.Warnings = append(v.Warnings, fmt.Sprintf("no %s: using llama.cpp's \"default\" pre-tokenizer, which may cut text differently from the model's own", keyPre))
+		}
+		spec, err := lookupPre(v.Pre)
+		if err != nil {
+			return nil, err
+		}
 		v.BOS, v.EOS = 11, 11
-		v.AddBOS = llama3Pre(v.Pre)
+		if spec.noBOS {
+			v.BOS = -1
+		}
+		v.AddBOS = spec.addBOS
 	default:
 		return nil, fmt.Errorf("unsupported tokenizer model %q (want %q or %q)", v.Model, ModelGPT2, ModelLlama)
 	}
@@ -240,6 +263,10 @@ func vocabFromMetadata(md metadata) (*Vocab, error) {
 			continue
 		}
 		id, err := tokenID(raw, n)
+		if errors.Is(err, errTokenRange) {
+			v.Warnings = append(v.Warnings, fmt.Sprintf("%s: %v; keeping the default %d", e.key, err, *e.dst))
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", e.key, err)
 		}
@@ -277,6 +304,9 @@ func vocabFromMetadata(md metadata) (*Vocab, error) {
 	return v, nil
 }
 
+// errTokenRange marks an integer that is no token id of the vocabulary.
+var errTokenRange = errors.New("out of range")
+
 // tokenID converts a GGUF integer value to a token id in [0, n).
 func tokenID(raw any, n int) (int32, error) {
 	var id int64
@@ -289,7 +319,7 @@ func tokenID(raw any, n int) (int32, error) {
 		id = int64(x)
 	case uint64:
 		if x > uint64(n) {
-			return 0, fmt.Errorf("token id %d out of range [0, %d)", x, n)
+			return 0, fmt.Errorf("token id %d %w [0, %d)", x, errTokenRange, n)
 		}
 		id = int64(x)
 	case int8:
@@ -304,7 +334,7 @@ func tokenID(raw any, n int) (int32, error) {
 		return 0, fmt.Errorf("value of type %T is not an integer", raw)
 	}
 	if id < 0 || id >= int64(n) {
-		return 0, fmt.Errorf("token id %d out of range [0, %d)", id, n)
+		return 0, fmt.Errorf("token id %d %w [0, %d)", id, errTokenRange, n)
 	}
 	return int32(id), nil
 }

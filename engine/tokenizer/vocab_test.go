@@ -86,6 +86,11 @@ func TestVocabDefaults(t *testing.T) {
 		// llama.cpp's gpt2 default BOS/EOS (11) does not exist in 5 tokens.
 		{"gpt2 default ids out of vocab", bpeMeta().with(keyBOS, nil, keyEOS, nil, keyAddBOS, false),
 			Vocab{Model: "gpt2", Pre: "llama-bpe", BOS: -1, EOS: -1, EOT: 4, PAD: -1, UNK: -1}},
+		{"tekken adds bos", bpeMeta().with(keyPre, "tekken"), Vocab{Model: "gpt2", Pre: "tekken", BOS: 3, EOS: 4, EOT: 4, PAD: -1, UNK: -1, AddBOS: true}},
+		{"qwen2 no bos", bpeMeta().with(keyPre, "qwen2"), Vocab{Model: "gpt2", Pre: "qwen2", BOS: 3, EOS: 4, EOT: 4, PAD: -1, UNK: -1}},
+		{"glm4 has no default bos", bpeMeta().with(keyPre, "glm4", keyBOS, nil), Vocab{Model: "gpt2", Pre: "glm4", BOS: -1, EOS: 4, EOT: 4, PAD: -1, UNK: -1}},
+		{"no pre is default", bpeMeta().with(keyPre, nil), Vocab{Model: "gpt2", Pre: "default", BOS: 3, EOS: 4, EOT: 4, PAD: -1, UNK: -1,
+			Warnings: []string{`no tokenizer.ggml.pre: using llama.cpp's "default" pre-tokenizer, which may cut text differently from the model's own`}}},
 		{"template", spmMeta().with(keyChatTemplate, "{{ x }}"),
 			Vocab{Model: "llama", BOS: 1, EOS: 2, EOT: -1, PAD: -1, UNK: 0, AddBOS: true, AddSpacePrefix: true, ChatTemplate: "{{ x }}"}},
 	}
@@ -108,6 +113,65 @@ func TestVocabDefaults(t *testing.T) {
 	}
 }
 
+// TestVocabBadSpecialIDs: a special-token id outside the vocabulary (as
+// UINT32_MAX, "none", in many converted files) is ignored with a warning
+// naming the key, keeping llama.cpp's default, instead of refusing the file.
+func TestVocabBadSpecialIDs(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		md      fakeMeta
+		key     string
+		get     func(*Vocab) int32
+		wantID  int32
+		wantMsg string
+	}{
+		{"pad uint32 max", spmMeta().with(keyPAD, uint32(0xFFFFFFFF)), keyPAD, func(v *Vocab) int32 { return v.PAD }, -1, "token id 4294967295 out of range [0, 5)"},
+		{"bos just past the end", spmMeta().with(keyBOS, uint32(5)), keyBOS, func(v *Vocab) int32 { return v.BOS }, 1, "token id 5 out of range"},
+		{"eos negative", spmMeta().with(keyEOS, int32(-3)), keyEOS, func(v *Vocab) int32 { return v.EOS }, 2, "token id -3 out of range"},
+		{"unk huge", spmMeta().with(keyUNK, uint64(1)<<40), keyUNK, func(v *Vocab) int32 { return v.UNK }, 0, "out of range"},
+		{"eot uint32 max", bpeMeta().with(keyEOT, uint32(0xFFFFFFFF)), keyEOT, func(v *Vocab) int32 { return v.EOT }, 4, "out of range"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			v, err := vocabFromMetadata(tc.md)
+			if err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if got := tc.get(v); got != tc.wantID {
+				t.Errorf("id = %d, want the default %d", got, tc.wantID)
+			}
+			if len(v.Warnings) != 1 || !strings.Contains(v.Warnings[0], tc.key) || !strings.Contains(v.Warnings[0], tc.wantMsg) {
+				t.Errorf("warnings %q, want one naming %s and %q", v.Warnings, tc.key, tc.wantMsg)
+			}
+			if _, err := New(v); err != nil {
+				t.Errorf("New: %v", err)
+			}
+		})
+	}
+}
+
+// TestVocabUnknownTokenType: a token type llama.cpp does not know is read
+// as undefined, with a warning, as llama.cpp does; New still refuses one in
+// a hand-built Vocab (TestNewErrors).
+func TestVocabUnknownTokenType(t *testing.T) {
+	t.Parallel()
+	v, err := vocabFromMetadata(spmMeta().with(keyTokenType, []int32{2, 3, 3, 9, -1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Types[3] != TypeUndefined || v.Types[4] != TypeUndefined || v.Types[0] != TypeUnknown {
+		t.Errorf("types %v", v.Types)
+	}
+	if len(v.Warnings) != 1 || !strings.Contains(v.Warnings[0], "2 tokens have an unknown type (the first, token 3, has 9)") {
+		t.Errorf("warnings %q", v.Warnings)
+	}
+	if _, err := New(v); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestVocabErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -124,10 +188,6 @@ func TestVocabErrors(t *testing.T) {
 		{"types length", spmMeta().with(keyTokenType, []int32{1, 1}), "token_type has 2 entries, want 5"},
 		{"types wrong type", spmMeta().with(keyTokenType, []float32{1}), "not an int32 array"},
 		{"scores length", spmMeta().with(keyScores, []float32{0}), "scores has 1 entries, want 5"},
-		{"unknown token type", spmMeta().with(keyTokenType, []int32{2, 3, 3, 1, 9}), "unknown type 9"},
-		{"bos out of range", spmMeta().with(keyBOS, uint32(5)), "bos_token_id: token id 5 out of range [0, 5)"},
-		{"eos negative", spmMeta().with(keyEOS, int32(-3)), "out of range"},
-		{"huge id", spmMeta().with(keyUNK, uint64(1)<<40), "out of range"},
 		{"id not integer", spmMeta().with(keyBOS, "1"), "not an integer"},
 		{"add_bos not bool", spmMeta().with(keyAddBOS, uint8(1)), "add_bos_token is not a bool"},
 		{"template not string", spmMeta().with(keyChatTemplate, true), "chat_template is not a string"},
@@ -164,6 +224,7 @@ func TestNewErrors(t *testing.T) {
 		{"no tokens", func(v *Vocab) *Vocab { v.Tokens = nil; return v }, "no tokens"},
 		{"scores", func(v *Vocab) *Vocab { v.Scores = []float32{1}; return v }, "1 scores for 3 tokens"},
 		{"types", func(v *Vocab) *Vocab { v.Types = []int32{1, 1, 1, 1}; return v }, "4 token types for 3 tokens"},
+		{"type value", func(v *Vocab) *Vocab { v.Types = []int32{1, 1, 7}; return v }, "unknown type 7"},
 		{"unk range", func(v *Vocab) *Vocab { v.UNK = 3; return v }, "UNK token id 3 out of range"},
 		{"pad range", func(v *Vocab) *Vocab { v.PAD = -2; return v }, "PAD token id -2 out of range"},
 		{"add eos", func(v *Vocab) *Vocab { v.EOS = -1; v.AddEOS = true; return v }, "no EOS token"},

@@ -3,14 +3,7 @@
 # kernels' software prefetch distance (bin/ab.txz: strata built with
 # -prefetch 0, 1024, 4096; bin/gpu-tests' strata is the default 2048) on
 # the 16-core host, and the FFN benchmark. Logs to $OUT.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-L=${OUT:-h200-logs}
-mkdir -p "$L"
-S=/dev/shm
-tar xJf bin/gpu-tests.txz -C bin || exit 2
-tar xJf bin/ab.txz -C bin || exit 2
-B=$PWD/bin/gpu-tests
+. "$(dirname "$0")/lib.sh"
 G=$S/gocode-29m-f16.gguf
 if [ -f bin/models/gocode-29m-f16.gguf.xz ]; then
 	[ -f "$G" ] || python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' bin/models/gocode-29m-f16.gguf.xz "$G"

@@ -3,13 +3,7 @@
 # H200 machine in a checkout carrying bin/gpu-tests.txz (setup/gpu-tests.sh
 # build) and bin/models/ (gocode-29m xz-packed, its golden file). Logs go to
 # $OUT (or ./h200-logs). Run as: LD_LIBRARY_PATH=/usr/local/nvidia/lib64 lab/hybrid/run-h200.sh
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-L=${OUT:-h200-logs}
-mkdir -p "$L"
-S=/dev/shm
-tar xJf bin/gpu-tests.txz -C bin || exit 2
-B=$PWD/bin/gpu-tests
+. "$(dirname "$0")/lib.sh"
 G=$S/gocode-29m-f16.gguf
 [ -f "$G" ] || python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' bin/models/gocode-29m-f16.gguf.xz "$G"
 cp bin/models/gocode-29m-f16.golden.json "$S/"

@@ -1,14 +1,7 @@
 #!/usr/bin/env bash
 # Device call: prefetch A/B round 2 (2048, 4096 = gpu-tests' strata, 8192,
 # interleaved twice), then strata bench engine --only streamed,70b.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-L=${OUT:-h200-logs}
-mkdir -p "$L"
-S=/dev/shm
-tar xJf bin/gpu-tests.txz -C bin || exit 2
-tar xJf bin/ab.txz -C bin || exit 2
-B=$PWD/bin/gpu-tests
+. "$(dirname "$0")/lib.sh"
 M8=$S/llama-8b-q4_k_m-seed1.gguf
 [ -f "$M8" ] || "$B/strata" model synth --arch llama --shape 8b --type q4_k_m --seed 1 -o "$M8" >"$L/synth.log" 2>&1
 for r in 1 2; do

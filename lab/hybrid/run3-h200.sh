@@ -1,13 +1,7 @@
 #!/usr/bin/env bash
 # Device call: bench engine --only streamed,70b (hybrid with re-planning,
 # verify passes) and the full bench cpu (every kind, 1..16 threads).
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-L=${OUT:-h200-logs}
-mkdir -p "$L"
-S=/dev/shm
-tar xJf bin/gpu-tests.txz -C bin || exit 2
-B=$PWD/bin/gpu-tests
+. "$(dirname "$0")/lib.sh"
 M8=$S/llama-8b-q4_k_m-seed1.gguf
 [ -f "$M8" ] || "$B/strata" model synth --arch llama --shape 8b --type q4_k_m --seed 1 -o "$M8" >"$L/synth.log" 2>&1
 timeout 400 "$B/strata" bench engine --synth-dir $S --only streamed,70b --peers docs/peers-h200.json --acceptance 0.72 \

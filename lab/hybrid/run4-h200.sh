@@ -2,14 +2,7 @@
 # Device call: tier B in huge pages (bin/gpu-tests' strata) against
 # cuMemHostAlloc's pages (bin/ab/strata-4k), bench engine --only
 # streamed,70b each, interleaved by scenario.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-L=${OUT:-h200-logs}
-mkdir -p "$L"
-S=/dev/shm
-tar xJf bin/gpu-tests.txz -C bin || exit 2
-tar xJf bin/ab.txz -C bin || exit 2
-B=$PWD/bin/gpu-tests
+. "$(dirname "$0")/lib.sh"
 for sc in streamed 70b; do
 	for v in thp:$B/strata 4k:bin/ab/strata-4k; do
 		n=${v%%:*} s=${v#*:}

@@ -1,16 +1,11 @@
 #!/usr/bin/env bash
 # Device call: speculative decoding on the GPU, gocode-29m with a VRAM
 # budget that streams 15 of its 16 layers (strata plan --vram 113MiB):
-# plain, prompt lookup and the draft model (where the target runs), two
-# prompts, 128 greedy tokens each, twice; the outputs must be identical
+# plain, prompt lookup, the draft model (where the target runs) and the
+# self-drafter (4 layers), two prompts, 128 greedy tokens each; the outputs must be identical
 # to plain decoding's. Needs bin/models/{gocode,draft}.part0[01] (xz of
 # ../shared/models' two gocode files, split to fit the device tool's carry).
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-L=${OUT:-h200-logs}
-mkdir -p "$L"
-S=/dev/shm
-B=$PWD/bin/gpu-tests
+. "$(dirname "$0")/lib.sh"
 G=$S/gocode-29m-f16.gguf D=$S/gocode-draft-20m-f16.gguf
 M=bin/models
 unxz() { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), open(sys.argv[1], 'wb'))" "$1"; }
@@ -34,9 +29,9 @@ log=$L/spec.log
 for p in 1 2; do
 	[ $p = 1 ] && P=$P1 || P=$P2
 	for h in "" --no-hybrid; do
-		for m in plain lookup draft; do
-			a=""; [ $m = lookup ] && a=--lookup; [ $m = draft ] && a="--draft $D"
-			for r in 1 2; do
+		for m in plain lookup draft self; do
+			a=""; [ $m = lookup ] && a=--lookup; [ $m = draft ] && a="--draft $D"; [ $m = self ] && a="--self-draft 4"
+			for r in 1; do
 				"$B/strata" run -m "$G" --backend cuda --vram 113MiB --ctx 512 -n 128 -p "$P" --stats $h $a >"$S/out-$p-$m$h-$r.txt" 2>"$S/stats.txt"
 				echo "== prompt $p $m$h run $r rc=$? $(grep -E 'completion|specul|backend' "$S/stats.txt" | tr '\n' '|' | cut -c1-330)" | tee -a $log
 			done

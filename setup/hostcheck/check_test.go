@@ -186,3 +186,35 @@ func TestCheckFakeHosts(t *testing.T) {
 		})
 	}
 }
+
+// TestVerdictByPurpose: a host is judged against what it is for: the
+// CPU-only host serves the CPU backend but not a GPU or the NVMe driver;
+// the GPU host serves a GPU; a host whose IOMMU is off fails the NVMe
+// purpose only.
+func TestVerdictByPurpose(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		host string
+		met  map[Purpose]bool
+	}{
+		{"cpu-only", map[Purpose]bool{PurposeCPU: true, PurposeGPU: false, PurposeNVMe: false}},
+		{"gpu-stack", map[Purpose]bool{PurposeCPU: true, PurposeGPU: true}},
+		{"off-vfio-loaded", map[Purpose]bool{PurposeCPU: true, PurposeNVMe: false}},
+	} {
+		rep := Check(Options{Root: fakehost.Build(t, tc.host)})
+		for p, want := range tc.met {
+			v, failing := rep.Verdict(p)
+			if got := v != Fail; got != want || got != (len(failing) == 0) {
+				t.Errorf("%s for %s: verdict %s (failing %v), want met %v", tc.host, p, v, failing, want)
+			}
+		}
+	}
+	for _, s := range []string{"", "CPU", "gpu", " nvme "} {
+		if _, err := ParsePurpose(s); err != nil {
+			t.Errorf("ParsePurpose(%q): %v", s, err)
+		}
+	}
+	if _, err := ParsePurpose("tpu"); err == nil {
+		t.Error("ParsePurpose(tpu): no error")
+	}
+}

@@ -3,6 +3,7 @@ package hostcheck
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -116,4 +117,66 @@ func (r Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "%d pass, %d warn, %d fail\n", counts[Pass], counts[Warn], counts[Fail])
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// A Purpose is what the host is for: which checks its verdict weighs.
+type Purpose string
+
+// The purposes Verdict knows; PurposeAll weighs every check.
+const (
+	PurposeAll  Purpose = ""
+	PurposeCPU  Purpose = "cpu"  // models on the CPU backend, tier C from files
+	PurposeGPU  Purpose = "gpu"  // a GPU beside, tiers B and C over PCIe from host memory and files
+	PurposeNVMe Purpose = "nvme" // the userspace NVMe driver, peer-to-peer into the GPU
+)
+
+// needs are the checks (IDs, or ID prefixes before a space) each purpose
+// depends on; PurposeNVMe and PurposeAll depend on all of them.
+var needs = map[Purpose][]string{
+	PurposeCPU: {"memlock", "hugepages"},
+	PurposeGPU: {"memlock", "hugepages", "nvidia-driver"},
+}
+
+// musts are the checks a purpose cannot do without: a warning on one of
+// them (no GPU driver loaded, VFIO not usable because there is no NVMe
+// controller to drive) fails the purpose.
+var musts = map[Purpose][]string{
+	PurposeGPU:  {"nvidia-driver"},
+	PurposeNVMe: {"iommu", "vfio-modules", "vfio-dev"},
+}
+
+// ParsePurpose reads a --for value.
+func ParsePurpose(s string) (Purpose, error) {
+	switch p := Purpose(strings.ToLower(strings.TrimSpace(s))); p {
+	case PurposeAll, PurposeCPU, PurposeGPU, PurposeNVMe:
+		return p, nil
+	}
+	return "", fmt.Errorf("unknown purpose %q (cpu, gpu or nvme)", s)
+}
+
+// Verdict is the worst status among the checks p depends on, and those of
+// them that fail.
+func (r Report) Verdict(p Purpose) (Status, []string) {
+	ids, some := needs[p]
+	is := func(x Result) func(string) bool {
+		return func(id string) bool { return x.ID == id || strings.HasPrefix(x.ID, id+" ") }
+	}
+	w := Pass
+	var failing []string
+	for _, x := range r.Results {
+		if some && !slices.ContainsFunc(ids, is(x)) && !slices.ContainsFunc(musts[p], is(x)) {
+			continue
+		}
+		st := x.Status
+		if st == Warn && slices.ContainsFunc(musts[p], is(x)) {
+			st = Fail
+		}
+		if st.rank() > w.rank() {
+			w = st
+		}
+		if st == Fail {
+			failing = append(failing, x.ID)
+		}
+	}
+	return w, failing
 }

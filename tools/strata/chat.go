@@ -96,7 +96,7 @@ func chatCommand() *cli.Command {
 			}
 			interactive := term.IsTerminal(int(os.Stdin.Fd()))
 			if interactive {
-				fmt.Fprintf(os.Stderr, "chatting with %s on %s — empty line or Ctrl-D to end, /reset to forget the history\n", model, c.Target())
+				fmt.Fprintf(os.Stderr, "chatting with %s on %s — empty line or Ctrl-D to end, /help for the commands\n", model, c.Target())
 			}
 			in := bufio.NewReader(os.Stdin)
 			for {
@@ -111,9 +111,12 @@ func chatCommand() *cli.Command {
 					}
 					return err
 				}
-				if line == "/reset" {
+				switch {
+				case line == "/reset":
 					ch.history = history
-				} else if line != "" {
+				case line == "/help":
+					fmt.Fprintln(os.Stderr, chatHelp)
+				case line != "":
 					if terr := ch.turn(ctx, line); terr != nil {
 						return terr
 					}
@@ -128,6 +131,13 @@ func chatCommand() *cli.Command {
 		},
 	}
 }
+
+// chatHelp lists the interactive chat's commands.
+const chatHelp = `commands:
+  /help   this list
+  /reset  forget the conversation so far (the system message stays)
+  an empty line or Ctrl-D ends the chat; when the history outgrows the
+  model's context, the oldest exchanges are dropped (and it says so)`
 
 type chatSession struct {
 	c       *client.Client

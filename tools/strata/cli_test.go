@@ -72,10 +72,34 @@ func TestCLI(t *testing.T) {
 			t.Errorf("stats missing from stderr: %q", stderr)
 		}
 	})
-	t.Run("run with the default model", func(t *testing.T) {
-		out, stderr, code := runStrata(t, bin, "", "run", "-n", "4")
-		if code != 0 || out == "" {
+	t.Run("run under a JSON Schema", func(t *testing.T) {
+		// The model's weights are random: only the constraint makes JSON.
+		schema := `{"type":"object","properties":{"ok":{"type":"boolean"},"n":{"type":"integer","minimum":1,"maximum":9}},"required":["ok","n"]}`
+		out, stderr, code := runStrata(t, bin, "", "run", "--model", model, "--prompt", "", "-n", "200", "-t", "0.9", "--seed", "2", "--json-schema", schema, "--stats")
+		var v struct {
+			OK *bool
+			N  int
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.OK == nil || v.N < 1 || v.N > 9 || !strings.Contains(stderr, "finish: stop") {
 			t.Fatalf("exit %d, stdout %q: %s", code, out, stderr)
+		}
+		gf := filepath.Join(dir, "yes.gbnf")
+		if err := os.WriteFile(gf, []byte(`root ::= "yes" | "no"`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, stderr, code = runStrata(t, bin, "", "run", "--model", model, "--prompt", "", "-n", "20", "-t", "1", "--grammar-file", gf)
+		if out = strings.TrimSpace(out); code != 0 || (out != "yes" && out != "no") {
+			t.Fatalf("exit %d, stdout %q: %s", code, out, stderr)
+		}
+	})
+	t.Run("run with the default model speaks English", func(t *testing.T) {
+		out, stderr, code := runStrata(t, bin, "", "run", "-n", "12")
+		if code != 0 {
+			t.Fatalf("exit %d, stdout %q: %s", code, out, stderr)
+		}
+		// stories260K's greedy continuation of the default prompt.
+		if want := "Once upon a time, there was a little girl named Lily."; !strings.HasPrefix(out, want) {
+			t.Errorf("stdout %q, want it to start %q", out, want)
 		}
 	})
 	t.Run("tokenize matches llama.cpp's vectors", func(t *testing.T) {
@@ -123,6 +147,9 @@ func TestCLI(t *testing.T) {
 			{[]string{"model", "synth", "--shape", "huge", "-o", filepath.Join(dir, "x.gguf")}, 2, "huge"},
 			{[]string{"model", "inspect"}, 2, "exactly one FILE"},
 			{[]string{"run", "--no-such-flag"}, 2, "no-such-flag"},
+			{[]string{"run", "--model", model, "--json-schema", `{"type":"integer","multipleOf":2}`}, 2, `"multipleOf" is not supported`},
+			{[]string{"run", "--model", model, "--grammar-file", filepath.Join(dir, "missing.gbnf")}, exitNotFound, "missing.gbnf"},
+			{[]string{"run", "--model", model, "--json-schema", "{}", "--grammar-file", "x"}, 2, "give one"},
 		} {
 			_, stderr, code := runStrata(t, bin, "", c.args...)
 			if code != c.code || !strings.Contains(stderr, c.msg) {
@@ -184,6 +211,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"bench", "bogus"}, exitUsage},
 		{[]string{"run", "--no-such-flag"}, exitUsage},
 		{[]string{"run", "--model", missing, "-n", "0"}, exitUsage},
+		{[]string{"run", missing}, exitUsage}, // a model named without --model is not quietly ignored
+		{[]string{"status", "extra", "--socket", sock}, exitUsage},
 		{[]string{"run", "--model", missing}, exitNotFound},
 		{[]string{"plan", missing, "--no-measure"}, exitNotFound},
 		{[]string{"model", "inspect", missing}, exitNotFound},

@@ -98,6 +98,16 @@ func markUsageErrors(c *cli.Command) {
 			return cli.ShowSubcommandHelp(cmd)
 		}
 	}
+	if act := c.Action; act != nil && len(c.Commands) == 0 && strings.TrimSpace(c.ArgsUsage) == "" {
+		// A command that takes no arguments refuses them: `strata run
+		// model.gguf` must not quietly run the default model.
+		c.Action = func(ctx context.Context, cmd *cli.Command) error {
+			if cmd.Args().Len() > 0 {
+				return usagef("%s takes no arguments, got %q (%s --help lists its flags)", cmd.FullName(), cmd.Args().First(), cmd.FullName())
+			}
+			return act(ctx, cmd)
+		}
+	}
 	for _, sub := range c.Commands {
 		markUsageErrors(sub)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -362,6 +363,12 @@ func writePlan(w io.Writer, path string, info planInfo, p *tier.Plan) error {
 		fmt.Fprintf(w, "host:   %s of %s (tier B %s, staging %d x %s)\n", tier.FormatBytes(p.Host.Total),
 			tier.FormatBytes(p.Host.Budget), tier.FormatBytes(p.Host.Layers), p.Depth, tier.FormatBytes(p.StagingBytes))
 	}
+	if !linksMeasured(p.Links) {
+		// Default link speeds say nothing of this host: a figure from
+		// them would be read as a promise.
+		fmt.Fprintf(w, "pipeline depth %d; expected speed unknown (no link measured: run without --no-measure)\n", p.Depth)
+		return nil
+	}
 	fmt.Fprintf(w, "pipeline depth %d; expected %v per pass (%.2f tokens/s at batch %d), bound by %s",
 		p.Depth, dur(p.PassTime), p.TokensPerSecond, p.Batch, p.Bound)
 	if p.Stall > 0 {
@@ -382,4 +389,16 @@ func dur(d time.Duration) string {
 		return d.Round(10 * time.Microsecond).String()
 	}
 	return d.Round(100 * time.Nanosecond).String()
+}
+
+// linksMeasured reports whether any of l's speeds was measured on this
+// host (its notes name each source; tier.DefaultLinks has only
+// "defaults (not measured)", and every unmeasured link says "default").
+func linksMeasured(l tier.Links) bool {
+	for _, n := range l.Notes {
+		if !strings.Contains(n, "default") {
+			return true
+		}
+	}
+	return false
 }

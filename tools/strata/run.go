@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v3"
 
@@ -17,21 +18,9 @@ import (
 	"github.com/strata-llm/strata/internal/synth"
 )
 
-// defaultModelPath is what `strata run` uses without --model: the tiny
-// synthetic Llama (synth.Default) written on first use into strata's private
-// cache. Its weights are random, so its text is noise; it exists so the whole
-// path (tokenizer, forward pass, sampling, streaming output) runs on a fresh
-// machine with nothing to download.
-func defaultModelPath() (string, error) {
-	p, created, err := synth.DefaultPath()
-	if err != nil {
-		return "", err
-	}
-	if created {
-		log.Info("synthesized the default model", "path", p)
-	}
-	return p, nil
-}
+// defaultPrompt starts the default model (a story model) where its
+// stories start.
+const defaultPrompt = "Once upon a time"
 
 func init() { registerCommand(runCommand) }
 
@@ -40,8 +29,8 @@ func runCommand() *cli.Command {
 		Name:  "run",
 		Usage: "generate text offline (no daemon) and print tokens as they come",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "GGUF model or prefab pool (default: a tiny synthetic model written to the cache); only a pool can stream layers that do not fit"},
-			&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Value: "The fastest way to move a layer is", Usage: "prompt text"},
+			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "GGUF model or prefab pool (default: the embedded stories260K, a tiny trained story model, written to the cache); only a pool can stream layers that do not fit"},
+			&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "prompt text (default: \"" + defaultPrompt + "\")"},
 			&cli.BoolFlag{Name: "chat", Usage: "wrap the prompt as a user message in the model's chat template"},
 			&cli.StringFlag{Name: "system", Usage: "system message (with --chat)"},
 			&cli.IntFlag{Name: "max-tokens", Aliases: []string{"n"}, Value: 64, Usage: "tokens to generate"},
@@ -61,18 +50,24 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "tiers", Usage: "force a placement instead of planning: all-A, all-B, all-C, mixed or one tier per layer (A,C,B,...); for tests and benchmarks"},
 			&cli.StringFlag{Name: "draft", Usage: "speculative decoding with this draft model (a GGUF of the same vocabulary; it runs where the model runs, on the CPU when the GPU has no room for it), whose guesses each pass verifies; the output is what plain decoding gives"},
 			&cli.BoolFlag{Name: "lookup", Usage: "speculative decoding by prompt lookup (guesses from earlier repeats of the text's last tokens), when no --draft is given"},
-			&cli.IntFlag{Name: "self-draft", Usage: "speculative decoding with the model's own first N layers and its output head as the drafter (on the CPU; N 1..layers-1), when neither --draft nor --lookup is given (off by default)"},
+			&cli.IntFlag{Name: "self-draft", Usage: "speculative decoding with the model's own first N layers and its output head as the drafter (on the GPU when those layers are resident there, else on the CPU; N 1..layers-1), when neither --draft nor --lookup is given (off by default)"},
 			&cli.IntFlag{Name: "max-draft", Value: 8, Usage: "most guesses one pass verifies (the number used adapts to the acceptance and the measured costs)"},
 			&cli.StringFlag{Name: "skip-layers", Usage: "leave layers out of every pass (CPU backend; costs quality, see strata bench quality): auto, a count N, or a list 4,9 (off by default)"},
+			&cli.StringFlag{Name: "grammar-file", Usage: "constrain the output to this GBNF grammar (llama.cpp's notation)"},
+			&cli.StringFlag{Name: "json-schema", Usage: "constrain the output to JSON valid under this JSON Schema (inline, or @FILE)"},
 			&cli.BoolFlag{Name: "no-hybrid", Usage: "on a GPU, keep the CPU out of the passes: every tier-B layer crosses PCIe whole (default: the CPU computes the FFN of the tier-B layers the hybrid plan gives it)"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			path := cmd.String("model")
 			if path == "" {
-				var err error
-				if path, err = defaultModelPath(); err != nil {
+				p, created, err := synth.DefaultPath()
+				if err != nil {
 					return err
 				}
+				if created {
+					log.Info("wrote the default model", "path", p)
+				}
+				path = p
 			}
 			backend, err := engine.ParseBackend(cmd.String("backend"))
 			if err != nil {
@@ -80,6 +75,11 @@ func runCommand() *cli.Command {
 			}
 			o := engine.Options{Context: int(cmd.Int("ctx")), Depth: int(cmd.Int("depth")), Tiers: cmd.String("tiers"), Logger: log, Backend: backend,
 				NoHybrid: cmd.Bool("no-hybrid"), Skip: cmd.String("skip-layers")}
+			if cmd.Int("self-draft") != 0 {
+				// On a GPU the self-drafter's cache is a sequence of the
+				// model's own: room for it beside the request's.
+				o.Batch = 2
+			}
 			for _, f := range []struct {
 				name string
 				dst  *int64
@@ -112,9 +112,20 @@ func runCommand() *cli.Command {
 			if cmd.Int("max-draft") < 1 {
 				return usagef("--max-draft must be positive")
 			}
+			g, err := runGrammar(cmd.String("grammar-file"), cmd.String("json-schema"))
+			if err != nil {
+				return err
+			}
 			// Links are measured on demand, once, if the model must stream.
 			o.LinkCache = engine.NewLinkCache()
 			e, err := engine.OpenWith(ctx, path, o)
+			if errors.Is(err, tier.ErrNoFit) && o.Batch == 2 {
+				// No room for the self-drafter's sequence: the model as it
+				// would run alone, the drafter then on the CPU.
+				log.Info("no device memory for the self-drafter's cache beside the model's; it runs on the CPU")
+				o.Batch = 1
+				e, err = engine.OpenWith(ctx, path, o)
+			}
 			if errors.Is(err, engine.ErrCUDAUnavailable) {
 				return codedError{err, exitBusy}
 			}
@@ -132,6 +143,9 @@ func runCommand() *cli.Command {
 				Seed:          cmd.Uint64("seed"),
 			}
 			prompt := cmd.String("prompt")
+			if !cmd.IsSet("prompt") {
+				prompt = defaultPrompt
+			}
 			var ids []int32
 			if cmd.Bool("chat") {
 				var msgs []tokenizer.Message
@@ -139,12 +153,12 @@ func runCommand() *cli.Command {
 					msgs = append(msgs, tokenizer.Message{Role: "system", Content: s})
 				}
 				msgs = append(msgs, tokenizer.Message{Role: "user", Content: prompt})
-				p, err := e.Tok.ApplyChatTemplate(msgs, true)
-				if err != nil {
+				// The template carries BOS and the control tokens; the
+				// messages are text.
+				var err error
+				if ids, err = e.Tok.EncodeChat(msgs, tokenizer.ChatOptions{AddGenerationPrompt: true}); err != nil {
 					return fmt.Errorf("chat template: %w", err)
 				}
-				// The template carries BOS: parse its special tokens, add none.
-				ids = e.Tok.Encode(p, false, true)
 			} else {
 				fmt.Print(prompt)
 				ids = e.Tok.Encode(prompt, true, false)
@@ -168,8 +182,12 @@ func runCommand() *cli.Command {
 				defer d.Close()
 				gopts.Drafter = sched.ModelDrafter{B: d.Backend(), Label: "self"}
 			}
+			m, err := runMatcher(g, e.Tok)
+			if err != nil {
+				return err
+			}
 			// The daemon's scheduler, in this process: the one decode loop.
-			res, err := sched.GenerateWith(ctx, e.Backend(), e.Tok, sched.Request{Prompt: ids, MaxTokens: maxTokens, Sample: params}, gopts,
+			res, err := sched.GenerateWith(ctx, e.Backend(), e.Tok, sched.Request{Prompt: ids, MaxTokens: maxTokens, Sample: params, Grammar: m}, gopts,
 				func(ev sched.Event) error {
 					_, err := os.Stdout.WriteString(ev.Text)
 					return err
@@ -187,8 +205,8 @@ func runCommand() *cli.Command {
 					fmt.Fprintf(os.Stderr, "layer skip: %d of %d layers left out: %v\n", len(sk), e.Model.Config.Layers, sk)
 				}
 				if gopts.Drafter != nil {
-					fmt.Fprintf(os.Stderr, "speculation (%s): %d passes for %d tokens; %d of %d guesses accepted\n",
-						gopts.Drafter.Name(), res.Passes, res.CompletionTokens, res.Accepted, res.Drafted)
+					fmt.Fprintf(os.Stderr, "speculation (%s): %d passes for %d tokens; %d of %d guesses accepted; %s\n",
+						gopts.Drafter.Name(), res.Passes, res.CompletionTokens, res.Accepted, res.Drafted, specCosts(res.PassCost, res.DraftCost))
 				}
 				writeRunStats(os.Stderr, e)
 			}
@@ -202,4 +220,16 @@ func rate(n int, s float64) float64 {
 		return 0
 	}
 	return float64(n) / s
+}
+
+// specCosts formats the scheduler's measured costs: a pass by the tokens
+// it fed, a drafted token.
+func specCosts(pass []time.Duration, draft time.Duration) string {
+	var parts []string
+	for i, d := range pass {
+		if d > 0 {
+			parts = append(parts, fmt.Sprintf("%d: %v", i+1, d.Round(time.Microsecond)))
+		}
+	}
+	return fmt.Sprintf("pass time by tokens {%s}, a drafted token %v", strings.Join(parts, ", "), draft.Round(time.Microsecond))
 }

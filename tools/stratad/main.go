@@ -84,7 +84,7 @@ func command() *cli.Command {
 			&cli.StringFlag{Name: "socket-mode", Value: "0660", Usage: "permission bits of the socket (octal)"},
 			&cli.StringFlag{Name: "socket-group", Value: "strata", Usage: "group owning the socket (name or gid); kept as the daemon's own group when it does not exist"},
 			&cli.StringSliceFlag{Name: "model", Aliases: []string{"m"}, Usage: "model FILE to load at start (repeatable); name = file name without extension, or NAME=FILE"},
-			&cli.BoolFlag{Name: "default-model", Usage: "also load the default tiny synthetic model (written to the cache on first use, as strata run does)"},
+			&cli.BoolFlag{Name: "default-model", Usage: "also load the default model, the embedded stories260K (a tiny trained story model, written to the cache, as strata run does)"},
 			&cli.BoolFlag{Name: "block-trace", Value: true, Usage: "trace block I/O with eBPF for status and /metrics (needs BTF and CAP_BPF; without them the daemon says so and runs on)"},
 			&cli.StringFlag{Name: "backend", Value: "auto", Sources: cli.EnvVars("STRATAD_BACKEND"), Usage: "where models run unless a load names one: auto (the GPU when CUDA is usable, else the CPU), cpu, or cuda (fail without a GPU)"},
 			&cli.StringFlag{Name: "vram", Usage: "device memory budget for the --model files, e.g. 24GiB (default: the GPU's free memory less a reserve; on the CPU backend none: device memory is host memory)"},
@@ -95,7 +95,7 @@ func command() *cli.Command {
 			&cli.StringSliceFlag{Name: "cors-origin", Usage: "a web origin whose pages may call the TCP API (repeatable; * for any); off by default"},
 			&cli.StringFlag{Name: "draft", Usage: "speculative decoding for the --model files with this draft model (same vocabulary; it runs where the model runs, on the CPU when the GPU has no room for it); requests opt out with \"speculative\": false"},
 			&cli.BoolFlag{Name: "lookup", Usage: "speculative decoding by prompt lookup for the --model files, when no --draft is given"},
-			&cli.IntFlag{Name: "self-draft", Usage: "speculative decoding for the --model files with each model's own first N layers and output head as the drafter (on the CPU), when neither --draft nor --lookup is given (off by default)"},
+			&cli.IntFlag{Name: "self-draft", Usage: "speculative decoding for the --model files with each model's own first N layers and output head as the drafter (on the GPU when those layers are resident there, taking one of its sequences; else on the CPU), when neither --draft nor --lookup is given (off by default)"},
 			&cli.StringFlag{Name: "skip-layers", Usage: "leave layers out of every pass (CPU backend; costs quality, see strata bench quality): auto, a count N, or a list 4,9 (off by default)"},
 			&cli.StringSliceFlag{Name: "model-dir", Value: []string{"/var/lib/strata/models"}, Usage: "directory the admin API may load models from (repeatable)"},
 			&cli.StringFlag{Name: "admin-group", Value: "strata-admin", Usage: "group whose members may load and unload models (besides root)"},
@@ -169,7 +169,7 @@ func run(ctx context.Context, cmd *cli.Command) error {
 			return err
 		}
 		if created {
-			log.Info("synthesized the default model", "path", p)
+			log.Info("wrote the default model", "path", p)
 		}
 		models = append(models, p)
 	}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/internal/synth"
@@ -94,7 +96,29 @@ func TestOfficialOpenAIClient(t *testing.T) {
 			Usage                struct{ Input_tokens, Output_tokens int }
 		} `json:"response"`
 		ResponseStream struct{ Text, Status string } `json:"responseStream"`
-		Error          struct {
+		Tools          struct {
+			First, Second, Streamed, Named toolAnswer
+		} `json:"tools"`
+		ResponseTools struct {
+			Status string
+			Types  []string
+			Tools  int
+		} `json:"responseTools"`
+		Structured struct {
+			Finish string
+			Keys   []string
+			OK     bool
+		} `json:"structured"`
+		ResponseStructured struct {
+			Status, Format string
+			Keys           []string
+			OK             bool
+		} `json:"responseStructured"`
+		BadSchema struct {
+			Status int
+			Param  string
+		} `json:"badSchema"`
+		Error struct {
 			Status int
 			Type   string
 			Code   string
@@ -129,7 +153,90 @@ func TestOfficialOpenAIClient(t *testing.T) {
 	if got.ResponseStream.Text != got.Response.Text || got.ResponseStream.Status != got.Response.Status {
 		t.Errorf("streamed response %+v does not match the whole one %+v", got.ResponseStream, got.Response)
 	}
+	for name, a := range map[string]toolAnswer{"first": got.Tools.First, "after the tool result": got.Tools.Second, "streamed": got.Tools.Streamed} {
+		a.check(t, name)
+	}
+	if w, st := got.Tools.Second, got.Tools.Streamed; w.Finish != st.Finish || w.text() != st.text() || w.callsText() != st.callsText() {
+		t.Errorf("streamed tools answer %+v differs from the whole one %+v", got.Tools.Streamed, got.Tools.Second)
+	}
+	// A named function must be called: constrained decoding makes even
+	// the tiny model's random weights call it.
+	if n := got.Tools.Named; n.Status != 0 {
+		t.Errorf("named tool_choice refused with %d naming %q", n.Status, n.Param)
+	} else if n.check(t, "named tool_choice"); n.Finish != "tool_calls" || len(n.Calls) != 1 || n.Calls[0].Name != "wx" {
+		t.Errorf("named tool_choice answered %+v, want one call of wx", n)
+	}
+	if rt := got.ResponseTools; rt.Tools != 1 || len(rt.Types) == 0 || (rt.Status != "completed" && rt.Status != "incomplete") {
+		t.Errorf("responses.create with function tools %+v", rt)
+	}
+	// The tiny model's weights are random: only the constraint makes its
+	// output an object with these keys, in this order, of these types.
+	wantKeys := []string{"ok", "pick", "count"}
+	if got.Structured.Finish != "stop" || !got.Structured.OK || !slices.Equal(got.Structured.Keys, wantKeys) {
+		t.Errorf("structured output (response_format json_schema) %+v", got.Structured)
+	}
+	if got.ResponseStructured.Status != "completed" || got.ResponseStructured.Format != "json_schema" ||
+		!got.ResponseStructured.OK || !slices.Equal(got.ResponseStructured.Keys, wantKeys) {
+		t.Errorf("structured output (responses text.format) %+v", got.ResponseStructured)
+	}
+	if got.BadSchema.Status != 400 || got.BadSchema.Param != "response_format.json_schema.schema" {
+		t.Errorf("an unsupported schema as the client sees it: %+v", got.BadSchema)
+	}
 	if got.Error.Status != 404 || got.Error.Code != "model_not_found" {
 		t.Errorf("unknown model error as the client sees it: %+v", got.Error)
+	}
+}
+
+// toolAnswer is a chat answer to a request with tools, as the client read
+// it (or, for a refused request, its status and the parameter named).
+type toolAnswer struct {
+	Object, Finish string
+	Content        *string
+	Calls          []struct{ ID, Type, Name, Args string }
+	Status         int
+	Param          string
+}
+
+func (a toolAnswer) text() string {
+	if a.Content == nil {
+		return ""
+	}
+	return *a.Content
+}
+
+// callsText is the calls without their ids (fresh for every request).
+func (a toolAnswer) callsText() string {
+	var b strings.Builder
+	for _, c := range a.Calls {
+		b.WriteString(c.Name + "(" + c.Args + ")")
+	}
+	return b.String()
+}
+
+// check asserts a well-formed answer: a chat completion that either calls
+// tools (finish_reason tool_calls, each call with an id, type function, a
+// name and JSON arguments) or says something (content, finish stop or
+// length).
+func (a toolAnswer) check(t *testing.T, name string) {
+	t.Helper()
+	if a.Object != "chat.completion" {
+		t.Errorf("%s: object %q", name, a.Object)
+	}
+	switch a.Finish {
+	case "tool_calls":
+		if len(a.Calls) == 0 {
+			t.Errorf("%s: finish_reason tool_calls without calls", name)
+		}
+		for _, c := range a.Calls {
+			if c.ID == "" || c.Type != "function" || c.Name != "wx" || !json.Valid([]byte(c.Args)) {
+				t.Errorf("%s: malformed call %+v", name, c)
+			}
+		}
+	case "stop", "length":
+		if len(a.Calls) != 0 || a.Content == nil {
+			t.Errorf("%s: finish_reason %s with calls %+v, content %v", name, a.Finish, a.Calls, a.Content)
+		}
+	default:
+		t.Errorf("%s: finish_reason %q", name, a.Finish)
 	}
 }

@@ -14,7 +14,7 @@
 // report also gives the probe's rate from L2 next to a plain Go loop's,
 // and its tests hold it to beating that loop clearly.
 //
-// The GEMVs run through a gemv.Pool: a static split of rows across
+// The GEMVs run through a gemv.Pool: chunks of rows taken in turn by
 // pinned threads, the vector quantized once per product. Each kind cycles
 // through several matrices of an 8B model's widest shape, so no matrix is
 // still cached when it comes round again.

@@ -26,6 +26,9 @@ type Result struct {
 	// PromptTime is the time of the passes that read the prompt,
 	// DecodeTime the time from the end of the last of them to the end.
 	PromptTime, DecodeTime time.Duration
+	// PassCost and DraftCost are the scheduler's measured costs (Stats).
+	PassCost  []time.Duration
+	DraftCost time.Duration
 	// Passes is the forward passes run; Drafted and Accepted count the
 	// speculative guesses (GenerateOptions.Drafter) and those kept.
 	Passes, Drafted, Accepted int
@@ -101,6 +104,7 @@ func GenerateWith(ctx context.Context, b engine.Backend, tok *tokenizer.Tokenize
 	res.PromptTime, res.DecodeTime = tm.times()
 	st := s.Stats()
 	res.Passes, res.Drafted, res.Accepted = int(st.Passes), int(st.Drafted), int(st.Accepted)
+	res.PassCost, res.DraftCost = st.PassCost, st.DraftCost
 	if emitErr != nil {
 		return res, emitErr
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/grammar"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/tokenizer"
@@ -85,6 +86,15 @@ type Request struct {
 	// NoSpeculation keeps this request's steps plain when the scheduler
 	// has a Drafter.
 	NoSpeculation bool
+	// Grammar, when set, constrains the output: before every draw the
+	// tokens the grammar does not allow next get -Inf, end of generation
+	// is allowed only where the grammar is complete, and generation stops
+	// ("stop") as soon as nothing but its end may follow. Speculative
+	// steps stay on: each guess is verified under the mask of the state
+	// its predecessors lead to, so a guess the grammar forbids is simply
+	// rejected. Logprobs stay the model's own distribution, as without a
+	// grammar. The Matcher must be built over this model's tokenizer.
+	Grammar *grammar.Matcher
 }
 
 // Logprob is a sampled token's log probability under the model's
@@ -128,6 +138,11 @@ type Stats struct {
 	// Speculation: tokens guessed, guesses accepted, and passes that
 	// verified guesses.
 	Drafted, Accepted, VerifyPasses uint64
+	// PassCost is the measured time of a decode pass by the tokens its
+	// longest sequence fed (index n-1; 0 where not seen) and DraftCost a
+	// drafted token's: what the choice of how many guesses weighs.
+	PassCost  []time.Duration
+	DraftCost time.Duration
 }
 
 // Scheduler runs requests against one model.
@@ -148,6 +163,7 @@ type Scheduler struct {
 	passes, promptToks, generated, finished, cancelled, failed atomic.Uint64
 	drafted, accepted, verifyPasses                            atomic.Uint64
 	costs                                                      specCosts // touched by Run only
+	costsSeen                                                  specCosts // a copy of costs for Stats, under mu
 }
 
 // New returns a Scheduler for the model on backend b with tokenizer tok;
@@ -211,6 +227,8 @@ type seq struct {
 	// step's tokens when it verifies guesses.
 	spec *specState
 	toks []int32
+	// gstate is where the output stands in req.Grammar.
+	gstate grammar.State
 
 	produced    atomic.Int64 // tokens produced so far
 	atCancel    atomic.Int64 // produced when ctx was cancelled (-1 until then)
@@ -243,13 +261,19 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Handle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sampling parameters: %w", err)
 	}
+	if r.Grammar != nil && r.Grammar.Vocab().Size() > vocab {
+		return nil, fmt.Errorf("the grammar's vocabulary has %d tokens, the model %d", r.Grammar.Vocab().Size(), vocab)
+	}
 	q := &seq{
 		ctx: ctx, req: r, submitted: time.Now(), smp: smp,
 		events:  make(chan Event, r.MaxTokens+2),
 		history: append(make([]int32, 0, len(r.Prompt)+r.MaxTokens), r.Prompt...),
 		dec:     s.tok.NewDecoder(),
 		greedy: GreedyOnly(r.Sample) && !r.Logprobs && len(r.LogitBias) == 0 &&
-			r.Presence == 0 && r.Frequency == 0,
+			r.Presence == 0 && r.Frequency == 0 && r.Grammar == nil,
+	}
+	if r.Grammar != nil {
+		q.gstate = r.Grammar.Start()
 	}
 	q.atCancel.Store(-1)
 	s.mu.Lock()
@@ -280,6 +304,10 @@ func (s *Scheduler) poke() {
 func (s *Scheduler) Stats() Stats {
 	s.mu.Lock()
 	st := Stats{Waiting: len(s.queue), Active: s.active, KVPositions: s.kvPos}
+	for _, c := range s.costsSeen.pass {
+		st.PassCost = append(st.PassCost, time.Duration(c*float64(time.Second)))
+	}
+	st.DraftCost = time.Duration(s.costsSeen.draft * float64(time.Second))
 	s.mu.Unlock()
 	st.MaxBatch, st.MaxQueue = s.cfg.MaxBatch, s.cfg.MaxQueue
 	st.Passes = s.passes.Load()
@@ -428,6 +456,10 @@ func (s *Scheduler) Run(ctx context.Context) {
 		s.promptToks.Add(uint64(promptFed))
 		if promptFed == 0 {
 			s.costs.observePass(longest, d)
+			s.mu.Lock()
+			s.costsSeen.pass = append(s.costsSeen.pass[:0], s.costs.pass...)
+			s.costsSeen.draft = s.costs.draft
+			s.mu.Unlock()
 		}
 		if longest > 1 {
 			s.verifyPasses.Add(1)
@@ -513,7 +545,12 @@ func (s *Scheduler) advance(q *seq, logits []float32, token int32) bool {
 		s.fail(q, errors.New("forward pass returned no logits"))
 		return false
 	default:
-		id = q.smp.Sample(s.adjust(q, logits), q.history)
+		l, err := s.constrain(q, s.adjust(q, logits))
+		if err != nil {
+			s.fail(q, err)
+			return false
+		}
+		id = q.smp.Sample(l, q.history)
 	}
 	if id < 0 {
 		s.fail(q, errors.New("sampler returned no token"))
@@ -539,6 +576,18 @@ func (s *Scheduler) emit(q *seq, logits []float32, id int32) bool {
 		lp = logprobOf(logits, id, q.req.TopLogprobs)
 	}
 	q.history = append(q.history, id)
+	done := false
+	if g := q.req.Grammar; g != nil && !s.tok.IsEOG(id) {
+		var err error
+		if q.gstate, err = g.Accept(q.gstate, id); err != nil {
+			s.fail(q, fmt.Errorf("constrained output: %w", err))
+			return false
+		}
+		if done, err = g.Done(q.gstate); err != nil {
+			s.fail(q, fmt.Errorf("constrained output: %w", err))
+			return false
+		}
+	}
 	if s.tok.IsEOG(id) {
 		// Text held back for a possible stop string is real output. The
 		// end-of-generation token itself is not part of the completion
@@ -561,6 +610,14 @@ func (s *Scheduler) emit(q *seq, logits []float32, id int32) bool {
 	q.text += q.dec.Add(id)
 	if i, ok := firstStop(q.text, q.req.Stop); ok {
 		q.events <- Event{Token: id, Text: q.text[:i], Logprob: lp}
+		q.text = ""
+		s.finish(q, "stop")
+		return false
+	}
+	if done {
+		// The grammar is complete and allows nothing more: the end of
+		// generation is the only token left, so stop without a pass.
+		q.events <- Event{Token: id, Text: q.text + q.dec.Flush(), Logprob: lp}
 		q.text = ""
 		s.finish(q, "stop")
 		return false
@@ -598,6 +655,27 @@ func (s *Scheduler) adjust(q *seq, logits []float32) []float32 {
 	return q.scratch
 }
 
+// constrain applies q's grammar mask to l (a copy: the logprobs are the
+// model's own). Without a grammar it returns l.
+func (s *Scheduler) constrain(q *seq, l []float32) ([]float32, error) {
+	g := q.req.Grammar
+	if g == nil {
+		return l, nil
+	}
+	mask, err := g.Allowed(q.gstate)
+	if err != nil {
+		return nil, fmt.Errorf("constrained output: %w", err)
+	}
+	if mask.Count() == 0 {
+		return nil, errors.New("constrained output: the grammar allows no token of this vocabulary here")
+	}
+	if len(q.scratch) == 0 || &q.scratch[0] != &l[0] {
+		q.scratch = append(q.scratch[:0], l...)
+	}
+	mask.Apply(q.scratch)
+	return q.scratch, nil
+}
+
 func logprobOf(logits []float32, id int32, top int) *Logprob {
 	all := sample.Logprobs(logits)
 	lp := &Logprob{Token: id, Logprob: all[id]}
@@ -625,18 +703,20 @@ func (s *Scheduler) finish(q *seq, reason string) {
 func (s *Scheduler) cancel(q *seq) {
 	q.stopCancelF()
 	q.release()
-	s.leave(q)
-	s.cancelled.Add(1)
 	lag := 0
 	if at := q.atCancel.Load(); at >= 0 {
 		lag = int(q.produced.Load() - at)
 	}
-	q.events <- Event{Token: -1, Err: context.Cause(q.ctx), PromptTokens: len(q.req.Prompt), CompletionTokens: q.out}
-	close(q.events)
+	// The observer hears of it before Stats show it, so that whoever sees
+	// the cancellation counted finds its metrics recorded too.
 	if o := s.cfg.Observer; o != nil {
 		o.CancelLag(lag)
 		o.Finished("cancelled", len(q.req.Prompt), q.out)
 	}
+	s.leave(q)
+	s.cancelled.Add(1)
+	q.events <- Event{Token: -1, Err: context.Cause(q.ctx), PromptTokens: len(q.req.Prompt), CompletionTokens: q.out}
+	close(q.events)
 }
 
 func (s *Scheduler) fail(q *seq, err error) {

@@ -298,10 +298,15 @@ func (s *Scheduler) verify(q *seq, rows [][]float32) bool {
 	for j, row := range rows {
 		var id int32
 		ok := false
+		l, err := s.constrain(q, s.adjust(q, row))
+		if err != nil {
+			s.fail(q, err)
+			return false
+		}
 		if j < len(g) {
-			id, ok = q.smp.SampleDraft(s.adjust(q, row), q.history, g[j])
+			id, ok = q.smp.SampleDraft(l, q.history, g[j])
 		} else {
-			id = q.smp.Sample(s.adjust(q, row), q.history)
+			id = q.smp.Sample(l, q.history)
 		}
 		if id < 0 {
 			s.fail(q, fmt.Errorf("sampler returned no token"))
