@@ -6,15 +6,22 @@ package daemon
 // PCIe sweep on its GPU, and the end-to-end routes, for any peer that may
 // run inference. Benches only read: they share a held controller with
 // streaming like a volume read does (unbind waits for them), one bench
-// runs at a time, and requests are bounded in points and time.
+// runs at a time, and requests are bounded in points and time. A storage
+// sweep runs as root with buffers of up to a GiB for up to ten minutes, so
+// peers outside the admin group get a smaller bound (benchUserLimits: the
+// default sweep fits), and every sweep's buffers must fit the host memory
+// budget models are planned within (tier.DefaultHostBudget), so a bench
+// cannot push the host or the loaded models into swap or the OOM killer.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -22,6 +29,7 @@ import (
 	"github.com/strata-llm/strata/bench"
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/daemon/openai"
+	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/internal/bench/hw"
 	"github.com/strata-llm/strata/internal/bench/nvmebench"
 	"github.com/strata-llm/strata/internal/daemon/authz"
@@ -105,19 +113,20 @@ func benchError(err error) *openai.Error {
 	return openai.AsError(deviceError(err))
 }
 
-// resolveBenchFile resolves a client's file inside the model directories:
-// the daemon runs as root, so clients name files only where models live.
-func (s *Server) resolveBenchFile(p string) (string, error) {
-	path, err := authz.ResolveModelPath(s.cfg.ModelDirs, p)
+// openBenchFile opens a client's file inside the model directories (the
+// daemon runs as root, so clients name files only where models live) once:
+// the bench reads it through the descriptor (authz.FDPath), never by name.
+func (s *Server) openBenchFile(p string) (*os.File, error) {
+	f, err := authz.OpenModel(s.cfg.ModelDirs, p)
 	switch {
 	case errors.Is(err, authz.ErrOutsideModelDirs):
-		return "", openai.Errorf(http.StatusForbidden, openai.TypePermission, "path", "path_not_allowed", "%v (model directories: %v)", err, s.cfg.ModelDirs)
+		return nil, openai.Errorf(http.StatusForbidden, openai.TypePermission, "path", "path_not_allowed", "%v (model directories: %v)", err, s.cfg.ModelDirs)
 	case errors.Is(err, fs.ErrNotExist):
-		return "", openai.Errorf(http.StatusNotFound, openai.TypeNotFound, "path", "file_not_found", "%v", err)
+		return nil, openai.Errorf(http.StatusNotFound, openai.TypeNotFound, "path", "file_not_found", "%v", err)
 	case err != nil:
-		return "", openai.BadRequest("path", "%v", err)
+		return nil, openai.BadRequest("path", "%v", err)
 	}
-	return path, nil
+	return f, nil
 }
 
 // benchSource is what a storage or e2e request reads: a held controller's
@@ -125,7 +134,8 @@ func (s *Server) resolveBenchFile(p string) (string, error) {
 type benchSource struct {
 	hc    *heldCtrl
 	nsid  uint32
-	path  string
+	path  string // the open file's /proc/self/fd path
+	name  string // the file's path in its model directory, for logs
 	ctx   context.Context
 	close func()
 }
@@ -138,11 +148,12 @@ func (s *Server) openBenchSource(ctx context.Context, bdfIn string, nsidIn int, 
 	case bdfIn != "" && pathIn != "":
 		return nil, openai.BadRequest("path", "name a controller (bdf, nsid) or a file (path), not both")
 	case pathIn != "":
-		p, err := s.resolveBenchFile(pathIn)
+		f, err := s.openBenchFile(pathIn)
 		if err != nil {
 			return nil, err
 		}
-		src.path = p
+		src.path, src.name = authz.FDPath(f), f.Name()
+		src.close = func() { f.Close() }
 	case bdfIn != "":
 		bdf, nsid, err := parseNamespace(bdfIn, nsidIn)
 		if err != nil {
@@ -169,8 +180,57 @@ func (s *Server) openBenchSource(ctx context.Context, bdfIn string, nsidIn int, 
 	return src, nil
 }
 
-// storageOptions checks a request against the daemon's bounds.
-func storageOptions(req api.BenchStorageRequest) (bench.StorageOptions, error) {
+// benchLimits bound a storage sweep: its estimated time and the buffers
+// it holds (the largest block size times the deepest queue).
+type benchLimits struct {
+	seconds     float64
+	bufferBytes int64
+	// admin says whose limits these are, for the refusal's message.
+	admin bool
+}
+
+var (
+	benchAdminLimits = benchLimits{seconds: api.BenchMaxSeconds, bufferBytes: 1 << 30, admin: true}
+	// benchUserLimits hold the default sweep (66 points of 0.5 s, 4 MiB
+	// blocks at depth 32) and not much more.
+	benchUserLimits = benchLimits{seconds: 60, bufferBytes: 128 << 20}
+)
+
+// benchUserE2EBytes is how much an end-to-end bench of a peer outside the
+// admin group may read (the default is 1 GiB).
+const benchUserE2EBytes = 4 << 30
+
+// storageLimits are the bounds for the request's peer: the admin's for
+// uid 0 and the admin group, the smaller ones for everyone else.
+func (s *Server) storageLimits(r *http.Request) benchLimits {
+	if ok, err := s.policy.IsAdmin(peerOf(r)); err == nil && ok {
+		return benchAdminLimits
+	}
+	return benchUserLimits
+}
+
+// checkBenchMemory refuses a bench whose buffers do not fit the host
+// memory budget (what a model loaded now would get by default).
+func (s *Server) checkBenchMemory(param string, bufferBytes int64) error {
+	read := s.benchMem
+	if read == nil {
+		read = tier.ReadMemInfo
+	}
+	mi, err := read()
+	if err != nil {
+		return fmt.Errorf("bench: reading the host's memory: %w", err)
+	}
+	if budget := tier.DefaultHostBudget(mi); bufferBytes > budget {
+		return openai.Errorf(http.StatusServiceUnavailable, openai.TypeUnavailable, param, "bench_memory",
+			"the bench's buffers (%s) exceed the host memory budget (%s: available memory less the reserve); narrow the sweep",
+			tier.FormatBytes(bufferBytes), tier.FormatBytes(budget))
+	}
+	return nil
+}
+
+// storageOptions checks a request against the daemon's bounds and lim,
+// the peer's.
+func storageOptions(req api.BenchStorageRequest, lim benchLimits) (bench.StorageOptions, error) {
 	o := bench.StorageOptions{BlockSizes: req.BlockSizes, QueueDepths: req.QueueDepths, Pattern: req.Pattern,
 		Region: req.RegionBytes, Seed: req.Seed}
 	if len(o.BlockSizes) == 0 {
@@ -204,8 +264,22 @@ func storageOptions(req api.BenchStorageRequest) (bench.StorageOptions, error) {
 			return o, openai.BadRequest("queue_depths", "queue depth %d (1 … %d)", qd, bench.MaxQueueDepth)
 		}
 	}
-	if int64(slices.Max(o.BlockSizes))*int64(slices.Max(o.QueueDepths)) > 1<<30 {
+	buffers := int64(slices.Max(o.BlockSizes)) * int64(slices.Max(o.QueueDepths))
+	if buffers > benchAdminLimits.bufferBytes {
 		return o, openai.BadRequest("queue_depths", "largest block size × deepest queue exceeds the 1 GiB of buffers a bench may use")
+	}
+	if !lim.admin {
+		// Within what an admin may run, beyond what anyone may: 403, with
+		// the bound to narrow to.
+		switch {
+		case float64(points)*secs*1.1 > lim.seconds:
+			return o, openai.Errorf(http.StatusForbidden, openai.TypePermission, "point_seconds", "bench_limit",
+				"%d points of %gs would run longer than %gs, the bound for peers outside the admin group: narrow the sweep", points, secs, lim.seconds)
+		case buffers > lim.bufferBytes:
+			return o, openai.Errorf(http.StatusForbidden, openai.TypePermission, "queue_depths", "bench_limit",
+				"largest block size × deepest queue (%s) exceeds the %s of buffers allowed to peers outside the admin group: narrow the sweep",
+				tier.FormatBytes(buffers), tier.FormatBytes(lim.bufferBytes))
+		}
 	}
 	o.Duration = time.Duration(secs * float64(time.Second))
 	return o, nil
@@ -216,8 +290,11 @@ func (s *Server) handleBenchStorage(w http.ResponseWriter, r *http.Request) erro
 	if err := s.readStrict(w, r, &req); err != nil {
 		return err
 	}
-	o, err := storageOptions(req)
+	o, err := storageOptions(req, s.storageLimits(r))
 	if err != nil {
+		return err
+	}
+	if err := s.checkBenchMemory("queue_depths", int64(slices.Max(o.BlockSizes))*int64(slices.Max(o.QueueDepths))); err != nil {
 		return err
 	}
 	release, err := s.benchStart()
@@ -253,6 +330,9 @@ func (s *Server) handleBenchStorage(w http.ResponseWriter, r *http.Request) erro
 	res, err := bench.Storage(src.ctx, t, o)
 	if res != nil {
 		res.Via = "stratad"
+		if src.hc == nil {
+			res.Target.Name = src.name // not the descriptor's /proc path
+		}
 		if src.hc != nil {
 			var counted uint64
 			for _, p := range res.Points {
@@ -295,6 +375,10 @@ func (s *Server) handleBenchPCIe(w http.ResponseWriter, r *http.Request) error {
 	if maxSize == 0 {
 		maxSize = slices.Max(bench.DefaultPCIeSizes)
 	}
+	// The copier's pinned host buffer is the largest size.
+	if err := s.checkBenchMemory("sizes", maxSize); err != nil {
+		return err
+	}
 	release, err := s.benchStart()
 	if err != nil {
 		return err
@@ -332,6 +416,18 @@ func (s *Server) handleBenchE2E(w http.ResponseWriter, r *http.Request) error {
 		req.Slots < 0 || req.Slots > 16 || req.GPU < 0 {
 		return openai.BadRequest("bytes", "bytes up to %d, chunk up to %d, slots up to 16, gpu ≥ 0", int64(api.BenchMaxE2EBytes), bench.MaxBlockSize)
 	}
+	// The staging slots are the host buffers (RouteOptions' defaults: 4 MiB
+	// chunks, 2 slots); a peer outside the admin group reads at most
+	// benchUserE2EBytes with the user's buffer bound.
+	buffers := int64(cmp.Or(req.Chunk, 4<<20)) * int64(cmp.Or(req.Slots, 2))
+	if lim := s.storageLimits(r); !lim.admin && (buffers > lim.bufferBytes || req.Bytes > benchUserE2EBytes) {
+		return openai.Errorf(http.StatusForbidden, openai.TypePermission, "bytes", "bench_limit",
+			"peers outside the admin group may read at most %s with %s of buffers (chunk × slots): narrow the route",
+			tier.FormatBytes(benchUserE2EBytes), tier.FormatBytes(lim.bufferBytes))
+	}
+	if err := s.checkBenchMemory("chunk", buffers); err != nil {
+		return err
+	}
 	release, err := s.benchStart()
 	if err != nil {
 		return err
@@ -353,7 +449,7 @@ func (s *Server) handleBenchE2E(w http.ResponseWriter, r *http.Request) error {
 		}
 		o.NVMe = nt
 	}
-	s.log.Info("e2e bench", "peer", peerOf(r).String(), "bdf", req.BDF, "path", src.path)
+	s.log.Info("e2e bench", "peer", peerOf(r).String(), "bdf", req.BDF, "path", src.name)
 	res, err := hw.E2E(src.ctx, o)
 	release()
 	return (&benchStream{w: w}).finish(api.BenchEvent{E2E: res}, err)

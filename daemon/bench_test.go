@@ -16,6 +16,8 @@ import (
 	"github.com/strata-llm/strata/bench"
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/daemon/client"
+	"github.com/strata-llm/strata/daemon/openai"
+	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/internal/daemon/authz"
 	"github.com/strata-llm/strata/internal/nvmetest"
 	"github.com/strata-llm/strata/kernels/cudadrv"
@@ -114,6 +116,10 @@ func TestBenchStorageRefused(t *testing.T) {
 		{"outside the model directories", userPeer, api.BenchStorageRequest{Path: "/etc/passwd"}, 403, "path_not_allowed", "model directories"},
 		{"missing file", userPeer, api.BenchStorageRequest{Path: "nope"}, 404, "file_not_found", "nope"},
 		{"unknown field", userPeer, `{"bdf":"0000:00:06.0","nsid":1,"blocks":[4096]}`, 400, "", "unknown field"},
+		// A peer outside the admin group gets a smaller bound than the
+		// admin's 1 GiB and 600 s: a storage sweep runs as root.
+		{"user: too long for a user", userPeer, api.BenchStorageRequest{BDF: "0000:00:06.0", NSID: 1, PointSeconds: 1}, 403, "bench_limit", "admin group"},
+		{"user: too many buffers for a user", userPeer, api.BenchStorageRequest{BDF: "0000:00:06.0", NSID: 1, BlockSizes: []int{8 << 20}, QueueDepths: []int{32}}, 403, "bench_limit", "128 MiB"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -144,6 +150,53 @@ func TestBenchStorageRefused(t *testing.T) {
 	res := evs[len(evs)-1].Storage
 	if res == nil || res.Target.Kind != "file" || res.Target.Name != filepath.Join(dir, "data") || len(res.Points) != 1 || res.Points[0].IOs == 0 {
 		t.Fatalf("file bench %s", body)
+	}
+}
+
+// TestBenchStorageLimits: the admin's bounds and a user's, and the host
+// memory budget every sweep's buffers must fit (the budget models get by
+// default: MemAvailable less the reserve).
+func TestBenchStorageLimits(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		req  api.BenchStorageRequest
+		lim  benchLimits
+		code int // 0: accepted
+	}{
+		{"default sweep, user", api.BenchStorageRequest{}, benchUserLimits, 0},
+		{"default sweep, admin", api.BenchStorageRequest{}, benchAdminLimits, 0},
+		{"long sweep, user", api.BenchStorageRequest{PointSeconds: 5}, benchUserLimits, 403},
+		{"long sweep, admin", api.BenchStorageRequest{PointSeconds: 5}, benchAdminLimits, 0},
+		{"512 MiB of buffers, user", api.BenchStorageRequest{BlockSizes: []int{16 << 20}, QueueDepths: []int{32}}, benchUserLimits, 403},
+		{"512 MiB of buffers, admin", api.BenchStorageRequest{BlockSizes: []int{16 << 20}, QueueDepths: []int{32}}, benchAdminLimits, 0},
+		{"2 GiB of buffers, admin", api.BenchStorageRequest{BlockSizes: []int{64 << 20}, QueueDepths: []int{32}}, benchAdminLimits, 400},
+	} {
+		_, err := storageOptions(tc.req, tc.lim)
+		code := 0
+		if err != nil {
+			code = openai.AsError(err).Status
+		}
+		if code != tc.code {
+			t.Errorf("%s: %v, want status %d", tc.name, err, tc.code)
+		}
+	}
+
+	d, _ := benchServer(t, t.TempDir())
+	d.srv.benchMem = func() (tier.MemInfo, error) {
+		// 100 MiB of budget: 1.1 GiB available less the 1 GiB reserve.
+		return tier.MemInfo{Total: 4 << 30, Available: 1<<30 + 100<<20}, nil
+	}
+	for _, pr := range []authz.Peer{userPeer, rootPeer} {
+		code, body := d.do(t, pr, "POST", api.PathBenchStorage, api.BenchStorageRequest{BDF: "0000:00:06.0", NSID: 2, BlockSizes: []int{4 << 20}, QueueDepths: []int{32}, PointSeconds: 0.02})
+		want(t, code, body, 503, "bench_memory", nil)
+		if !strings.Contains(string(body), "host memory budget") {
+			t.Fatalf("%s: %s", pr, body)
+		}
+		code, body = d.do(t, pr, "POST", api.PathBenchStorage, api.BenchStorageRequest{BDF: "0000:00:06.0", NSID: 2, BlockSizes: []int{4096}, QueueDepths: []int{2}, PointSeconds: 0.02})
+		if code != 200 {
+			t.Fatalf("%s: a small sweep within the budget: %d %s", pr, code, body)
+		}
 	}
 }
 
@@ -216,4 +269,27 @@ func TestBenchNoGPU(t *testing.T) {
 			t.Fatalf("measured without a GPU: %+v", r)
 		}
 	}
+
+	// A user's route is bounded (4 GiB, 128 MiB of staging), an admin's is
+	// not, and every route's staging fits the host memory budget.
+	for _, tc := range []struct {
+		pr      authz.Peer
+		req     api.BenchE2ERequest
+		code    int
+		errCode string
+	}{
+		{userPeer, api.BenchE2ERequest{BDF: "0000:00:06.0", NSID: 1, Bytes: 8 << 30}, 403, "bench_limit"},
+		{userPeer, api.BenchE2ERequest{BDF: "0000:00:06.0", NSID: 1, Chunk: 64 << 20, Slots: 4}, 403, "bench_limit"},
+		{rootPeer, api.BenchE2ERequest{BDF: "0000:00:06.0", NSID: 1, Chunk: 64 << 20, Slots: 4}, 200, ""},
+	} {
+		code, body := d.do(t, tc.pr, "POST", api.PathBenchE2E, tc.req)
+		want(t, code, body, tc.code, tc.errCode, nil)
+	}
+	d.srv.benchMem = func() (tier.MemInfo, error) {
+		return tier.MemInfo{Total: 4 << 30, Available: 1<<30 + 100<<20}, nil
+	}
+	code, body = d.do(t, rootPeer, "POST", api.PathBenchE2E, api.BenchE2ERequest{BDF: "0000:00:06.0", NSID: 1, Chunk: 64 << 20, Slots: 4})
+	want(t, code, body, 503, "bench_memory", nil)
+	code, body = d.do(t, rootPeer, "POST", api.PathBenchPCIe, api.BenchPCIeRequest{Sizes: []int64{1 << 30}})
+	want(t, code, body, 503, "bench_memory", nil)
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -295,6 +296,9 @@ func (r *deviceRegistry) unbind(ctx context.Context, bdf, driver string) (wasHel
 		driver = "nvme"
 	}
 	if err := r.release(bdf, driver); err != nil {
+		if errors.Is(err, nvmehost.ErrInUse) {
+			return hc != nil, err // the same report as a refused bind
+		}
 		return hc != nil, fmt.Errorf("giving %s to %s: %w", bdf, driver, err)
 	}
 	r.log.Info("controller unbound", "bdf", bdf, "driver", driver)
@@ -849,10 +853,12 @@ func (s *Server) handlePoolWrite(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	path, err := s.resolvePool(req.Path)
+	f, err := s.openPool(req.Path)
 	if err != nil {
 		return err
 	}
+	defer f.Close()
+	path := f.Name()
 	name := req.Name
 	if name == "" {
 		name = filepath.Base(path)
@@ -867,7 +873,7 @@ func (s *Server) handlePoolWrite(w http.ResponseWriter, r *http.Request) error {
 	defer release()
 	s.log.Info("pool write requested", "peer", peerOf(r).String(), "bdf", bdf, "nsid", nsid, "path", path, "name", name)
 	t0 := time.Now()
-	e, err := devices.WritePool(ctx, v, name, path)
+	e, err := devices.WritePool(ctx, v, name, authz.FDPath(f))
 	if err != nil {
 		s.log.Warn("pool write failed", "bdf", bdf, "nsid", nsid, "name", name, "error", err)
 		if s.devices.ctx.Err() != nil {
@@ -885,24 +891,26 @@ func (s *Server) handlePoolWrite(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, resp)
 }
 
-// resolvePool resolves a client's pool path inside the model directories
-// (the daemon runs as root: clients name files only where models live) and
-// checks that it is a prefab pool whose header and manifest are intact.
-func (s *Server) resolvePool(p string) (string, error) {
-	path, err := authz.ResolveModelPath(s.cfg.ModelDirs, p)
+// openPool opens a client's pool path inside the model directories once
+// (the daemon runs as root: clients name files only where models live; the
+// write reads the pool through the descriptor, never by name) and checks
+// that it is a prefab pool whose header and manifest are intact.
+func (s *Server) openPool(p string) (*os.File, error) {
+	f, err := authz.OpenModel(s.cfg.ModelDirs, p)
 	switch {
 	case errors.Is(err, authz.ErrOutsideModelDirs):
-		return "", openai.Errorf(http.StatusForbidden, openai.TypePermission, "path", "path_not_allowed", "%v (model directories: %v)", err, s.cfg.ModelDirs)
+		return nil, openai.Errorf(http.StatusForbidden, openai.TypePermission, "path", "path_not_allowed", "%v (model directories: %v)", err, s.cfg.ModelDirs)
 	case errors.Is(err, fs.ErrNotExist):
-		return "", openai.Errorf(http.StatusNotFound, openai.TypeNotFound, "path", "pool_file_not_found", "%v", err)
+		return nil, openai.Errorf(http.StatusNotFound, openai.TypeNotFound, "path", "pool_file_not_found", "%v", err)
 	case err != nil:
-		return "", openai.BadRequest("path", "%v", err)
+		return nil, openai.BadRequest("path", "%v", err)
 	}
-	pool, err := prefab.OpenPool(path)
+	pool, err := prefab.OpenPool(authz.FDPath(f))
 	if err != nil {
-		return "", openai.Errorf(http.StatusUnprocessableEntity, openai.TypeInvalidRequest, "path", "not_a_pool",
-			"%s is not a valid prefab pool (make one with strata model prefab): %v", path, err)
+		f.Close()
+		return nil, openai.Errorf(http.StatusUnprocessableEntity, openai.TypeInvalidRequest, "path", "not_a_pool",
+			"%s is not a valid prefab pool (make one with strata model prefab): %v", f.Name(), err)
 	}
 	pool.Close()
-	return path, nil
+	return f, nil
 }

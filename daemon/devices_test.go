@@ -601,3 +601,40 @@ func TestDevicesConcurrent(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// TestDevicesUnbindRefused: unbind checks what bind checks. A controller
+// whose namespaces the host has mounted, swaps on or stacks devices on is
+// refused with the same report as a bind (409 device_in_use, the users),
+// whatever driver it is asked to go to, and stays with its kernel driver:
+// an unbind detaches the controller, the disk holding / and swap with it.
+func TestDevicesUnbindRefused(t *testing.T) {
+	t.Parallel()
+	d := newDevServer(t)
+	for _, tc := range []struct {
+		name string
+		req  api.UnbindRequest
+		text string
+	}{
+		{"mounted and swap", api.UnbindRequest{BDF: "0000:00:04.0"}, "mounted: /dev/nvme0n1p1 on /boot; swap: /dev/nvme0n1p2"},
+		{"mounted, to another driver", api.UnbindRequest{BDF: "0000:00:04.0", Driver: "uio_pci_generic"}, "mounted: /dev/nvme0n1p1 on /boot"},
+		{"LVM on top", api.UnbindRequest{BDF: "00:05.0"}, "nvme1n1 is held by dm-0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := d.do(t, rootPeer, "POST", api.PathDeviceBind, api.BindRequest{BDF: tc.req.BDF})
+			want(t, code, body, 409, "device_in_use", nil)
+			bindBody := string(body)
+			code, body = d.do(t, rootPeer, "POST", api.PathDeviceUnbind, tc.req)
+			want(t, code, body, 409, "device_in_use", nil)
+			if !strings.Contains(string(body), tc.text) {
+				t.Fatalf("unbind error does not mention %q: %s", tc.text, body)
+			}
+			if tc.req.Driver == "" && string(body) != bindBody {
+				t.Fatalf("unbind's report differs from bind's:\n%s\n%s", body, bindBody)
+			}
+			drv, err := d.srv.devices.host.Sysfs.Driver(tc.req.BDF)
+			if err != nil || drv != "nvme" {
+				t.Fatalf("driver after a refused unbind: %q, %v; want nvme", drv, err)
+			}
+		})
+	}
+}

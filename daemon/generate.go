@@ -293,7 +293,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) error 
 	for ev := range g.events {
 		if ev.Err != nil {
 			if r.Context().Err() == nil {
-				st.fail(streamError(ev.Err))
+				st.fail(s.logFailed(r, streamError(ev.Err)))
 			}
 			return nil
 		}

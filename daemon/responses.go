@@ -156,7 +156,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) error {
 	for ev := range g.events {
 		if ev.Err != nil {
 			if r.Context().Err() == nil {
-				e := streamError(ev.Err)
+				e := s.logFailed(r, streamError(ev.Err))
 				emit("error", map[string]any{"code": e.Code, "message": e.Message, "param": nil})
 			}
 			return nil

@@ -123,7 +123,7 @@ func (s *Server) responsesWithTools(w http.ResponseWriter, r *http.Request, resp
 	for ev := range g.events {
 		if ev.Err != nil {
 			if r.Context().Err() == nil {
-				e := streamError(ev.Err)
+				e := s.logFailed(r, streamError(ev.Err))
 				emit("error", map[string]any{"code": e.Code, "message": e.Message, "param": nil})
 			}
 			return nil

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -39,6 +40,7 @@ func (s *Server) routes() http.Handler {
 				return
 			}
 			if err := h(w, r); err != nil {
+				s.logFailed(r, openai.AsError(err))
 				openai.WriteError(w, err)
 			}
 		})
@@ -277,27 +279,23 @@ func (s *Server) handleLoad(w http.ResponseWriter, r *http.Request) error {
 	if err := s.readStrict(w, r, &req); err != nil {
 		return err
 	}
-	path, err := authz.ResolveModelPath(s.cfg.ModelDirs, req.Path)
-	switch {
-	case errors.Is(err, authz.ErrOutsideModelDirs):
-		return openai.Errorf(http.StatusForbidden, openai.TypePermission, "path", "path_not_allowed", "%v (model directories: %v)", err, s.cfg.ModelDirs)
-	case errors.Is(err, fs.ErrNotExist):
-		return openai.Errorf(http.StatusNotFound, openai.TypeInvalidRequest, "path", "model_file_not_found", "%v", err)
-	case err != nil:
-		return openai.BadRequest("path", "%v", err)
+	f, err := authz.OpenModel(s.cfg.ModelDirs, req.Path)
+	if err != nil {
+		return modelPathError("path", "", err, s.cfg.ModelDirs)
 	}
+	defer f.Close()
+	var df *os.File
 	if req.Draft != "" {
-		d, err := authz.ResolveModelPath(s.cfg.ModelDirs, req.Draft)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			return openai.Errorf(http.StatusNotFound, openai.TypeInvalidRequest, "draft", "model_file_not_found", "draft model: %v", err)
-		case err != nil:
-			return openai.Errorf(http.StatusForbidden, openai.TypePermission, "draft", "path_not_allowed", "draft model: %v", err)
+		if df, err = authz.OpenModel(s.cfg.ModelDirs, req.Draft); err != nil {
+			return modelPathError("draft", "draft model: ", err, s.cfg.ModelDirs)
 		}
-		req.Draft = d
+		defer df.Close()
 	}
-	s.log.Info("load requested", "peer", peerOf(r).String(), "path", path, "name", req.Name, "draft", req.Draft, "lookup", req.Lookup)
-	st, err := s.LoadFile(r.Context(), path, req)
+	s.log.Info("load requested", "peer", peerOf(r).String(), "path", f.Name(), "name", req.Name, "draft", req.Draft, "lookup", req.Lookup)
+	partDir := filepath.Dir(req.Path)
+	st, err := s.load(r.Context(), f, df, req, func(name string) (*os.File, error) {
+		return authz.OpenModel(s.cfg.ModelDirs, filepath.Join(partDir, name))
+	})
 	if errors.Is(err, ErrModelExists) {
 		return openai.Errorf(http.StatusConflict, openai.TypeInvalidRequest, "name", "model_exists", "%v", err)
 	}
@@ -309,6 +307,29 @@ func (s *Server) handleLoad(w http.ResponseWriter, r *http.Request) error {
 		return openai.Errorf(http.StatusUnprocessableEntity, openai.TypeInvalidRequest, "path", "model_load_failed", "%v", err)
 	}
 	return writeJSON(w, st)
+}
+
+// logFailed logs e, an error a request ends with (as a response or as a
+// stream's last event), when it is the server's own failure (5xx: a model
+// file changed or unreadable under it, a device fault), so that it reaches
+// the admin's log and not only the client. It returns e.
+func (s *Server) logFailed(r *http.Request, e *openai.Error) *openai.Error {
+	if e.Status >= http.StatusInternalServerError {
+		s.log.Error("request failed", "path", r.URL.Path, "peer", peerOf(r).String(), "status", e.Status, "error", e.Message)
+	}
+	return e
+}
+
+// modelPathError maps authz.OpenModel's failures on a client's model path
+// (request field param) to API errors.
+func modelPathError(param, prefix string, err error, dirs []string) error {
+	switch {
+	case errors.Is(err, authz.ErrOutsideModelDirs):
+		return openai.Errorf(http.StatusForbidden, openai.TypePermission, param, "path_not_allowed", "%s%v (model directories: %v)", prefix, err, dirs)
+	case errors.Is(err, fs.ErrNotExist):
+		return openai.Errorf(http.StatusNotFound, openai.TypeInvalidRequest, param, "model_file_not_found", "%s%v", prefix, err)
+	}
+	return openai.BadRequest(param, "%s%v", prefix, err)
 }
 
 func (s *Server) handleUnload(w http.ResponseWriter, r *http.Request) error {

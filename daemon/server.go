@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -102,6 +103,9 @@ type Server struct {
 	// bench admits one benchmark at a time (bench.go: a second gets 429
 	// bench_busy rather than skewing both measurements).
 	bench sync.Mutex
+	// benchMem reads the host's memory for the benches' budget check
+	// (nil: tier.ReadMemInfo; tests pin it).
+	benchMem func() (tier.MemInfo, error)
 	// links are the link speeds measured for the daemon's loads: made at
 	// start, each link measured when a load first needs it and kept.
 	links *engine.LinkCache
@@ -210,7 +214,40 @@ var ErrUnloaded = errors.New("model unloaded")
 // does not fit is refused with the prefab command to run. Cancelling ctx
 // (the admin client went away, the daemon is stopping) stops the load
 // between reads with an error wrapping ctx's.
+//
+// The file (and the draft's) is opened once, here, and the load reads it
+// only through that descriptor (authz.FDPath), as loads of clients' paths
+// do after authz.OpenModel.
 func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest) (api.ModelStatus, error) {
+	f, err := authz.OpenRegular(path)
+	if err != nil {
+		return api.ModelStatus{}, fmt.Errorf("model %s: %w", path, err)
+	}
+	defer f.Close()
+	var df *os.File
+	if req.Draft != "" {
+		if df, err = authz.OpenRegular(req.Draft); err != nil {
+			return api.ModelStatus{}, openai.BadRequest("draft", "draft model: %v", err)
+		}
+		defer df.Close()
+	}
+	dir := filepath.Dir(path)
+	return s.load(ctx, f, df, req, func(name string) (*os.File, error) { return authz.OpenRegular(filepath.Join(dir, name)) })
+}
+
+// load loads the model open as f (its Name is the path shown in status and
+// logs) with the draft model df (nil: none; req.Draft is ignored). Every
+// read of the files goes through the descriptors, never their names;
+// openPart opens another part of a split model, named by its base name in
+// f's directory.
+func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest, openPart func(name string) (*os.File, error)) (api.ModelStatus, error) {
+	path := f.Name()
+	view, err := engineView(f, openPart)
+	if err != nil {
+		return api.ModelStatus{}, modelPathError("path", "", err, s.cfg.ModelDirs)
+	}
+	defer view.close()
+	open := view.path
 	if req.Budgets.RAMBytes < 0 || req.Budgets.VRAMBytes < 0 {
 		return api.ModelStatus{}, openai.BadRequest("budgets", "budgets must not be negative")
 	}
@@ -235,7 +272,7 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 	if !validName(name) {
 		return api.ModelStatus{}, openai.BadRequest("name", "model name %q must be 1-128 characters of letters, digits and -_.:", name)
 	}
-	st, err := os.Stat(path)
+	st, err := f.Stat()
 	if err != nil {
 		return api.ModelStatus{}, fmt.Errorf("model %s: %w", path, err)
 	}
@@ -255,12 +292,13 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 	t0 := time.Now()
 	s.loading.Add(1)
 	defer s.loading.Add(-1)
-	eng, err := engine.OpenWith(ctx, path, engine.Options{
+	eng, err := engine.OpenWith(ctx, open, engine.Options{
 		DeviceBudget: req.Budgets.VRAMBytes, HostBudget: req.Budgets.RAMBytes,
 		Context: req.Context, Batch: maxBatch, Depth: req.Depth, Tiers: req.Tiers,
 		Links: s.cfg.Links, LinkCache: s.links, Logger: s.log.Named("engine"), Backend: backend, WrapSource: s.cfg.wrapSource,
 		Skip: req.SkipLayers,
 	})
+	err = fdNamed(err, view.from, view.to)
 	switch {
 	case errors.Is(err, engine.ErrCUDAUnavailable):
 		return api.ModelStatus{}, openai.Errorf(http.StatusServiceUnavailable, openai.TypeUnavailable, "backend", "backend_unavailable",
@@ -275,9 +313,10 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 	var drafter sched.Drafter
 	var draft *engine.Engine
 	switch {
-	case req.Draft != "":
-		draft, err = engine.OpenDraft(ctx, req.Draft, eng, engine.Options{Context: req.Context, LinkCache: s.links, Logger: s.log.Named("draft")})
+	case df != nil:
+		draft, err = engine.OpenDraft(ctx, authz.FDPath(df), eng, engine.Options{Context: req.Context, LinkCache: s.links, Logger: s.log.Named("draft")})
 		if err != nil {
+			err = fdNamed(err, authz.FDPath(df), df.Name())
 			eng.Close()
 			return api.ModelStatus{}, openai.BadRequest("draft", "%v", err)
 		}
@@ -285,8 +324,9 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 	case req.Lookup:
 		drafter = sched.Lookup{MinN: 1, MaxN: 4}
 	case req.SelfDraft != 0:
-		draft, err = engine.OpenSelfDraft(ctx, path, eng, req.SelfDraft, engine.Options{Context: req.Context, LinkCache: s.links, Logger: s.log.Named("self-draft")})
+		draft, err = engine.OpenSelfDraft(ctx, open, eng, req.SelfDraft, engine.Options{Context: req.Context, LinkCache: s.links, Logger: s.log.Named("self-draft")})
 		if err != nil {
+			err = fdNamed(err, view.from, view.to)
 			eng.Close()
 			return api.ModelStatus{}, openai.BadRequest("self_draft", "%v", err)
 		}
@@ -326,6 +366,79 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 	s.log.Info("model loaded", args...)
 	return s.modelStatus(lm), nil
 }
+
+// loadView is what the engine opens for a model file: its descriptor's
+// /proc/self/fd path, or for the first part of a split GGUF a private
+// directory holding the parts' names, each a symlink to an open descriptor
+// of that part, so that the engine finds the other parts by name while
+// every open still lands on a file opened once (beneath the model
+// directory, for a client's path). Errors name from; to is what to show
+// instead.
+type loadView struct {
+	path     string
+	from, to string
+	close    func()
+}
+
+// engineView builds f's loadView, opening the other parts of a split model
+// with openPart.
+func engineView(f *os.File, openPart func(name string) (*os.File, error)) (loadView, error) {
+	v := loadView{path: authz.FDPath(f), from: authz.FDPath(f), to: f.Name(), close: func() {}}
+	base := filepath.Base(f.Name())
+	prefix, no, n, ok := gguf.SplitParts(base)
+	if !ok || no != 1 || n <= 1 {
+		return v, nil // the engine says what is wrong with a later part
+	}
+	dir, err := os.MkdirTemp("", "strata-load-")
+	if err != nil {
+		return v, fmt.Errorf("split model %s: %w", f.Name(), err)
+	}
+	var parts []*os.File
+	v.close = func() {
+		for _, p := range parts {
+			p.Close()
+		}
+		os.RemoveAll(dir)
+	}
+	if err := os.Symlink(authz.FDPath(f), filepath.Join(dir, base)); err != nil {
+		v.close()
+		return v, fmt.Errorf("split model %s: %w", f.Name(), err)
+	}
+	for i := 1; i < n; i++ {
+		name := gguf.SplitPath(prefix, i, n)
+		p, err := openPart(name)
+		if err != nil {
+			v.close()
+			return v, fmt.Errorf("split model %s, part %d of %d: %w", f.Name(), i+1, n, err)
+		}
+		parts = append(parts, p)
+		if err := os.Symlink(authz.FDPath(p), filepath.Join(dir, name)); err != nil {
+			v.close()
+			return v, fmt.Errorf("split model %s: %w", f.Name(), err)
+		}
+	}
+	v.path, v.from, v.to = filepath.Join(dir, base), dir, filepath.Dir(f.Name())
+	return v, nil
+}
+
+// fdNamed shows err (from a load through the descriptor path fdPath) with
+// the file's name in place of the descriptor's /proc path, which means
+// nothing to the admin who reads it; errors.Is and As see err unchanged.
+func fdNamed(err error, fdPath, name string) error {
+	if err == nil {
+		return nil
+	}
+	return &renamedError{err: err, re: regexp.MustCompile(regexp.QuoteMeta(fdPath) + `\b`), name: name}
+}
+
+type renamedError struct {
+	err  error
+	re   *regexp.Regexp
+	name string
+}
+
+func (e *renamedError) Error() string { return e.re.ReplaceAllLiteralString(e.err.Error(), e.name) }
+func (e *renamedError) Unwrap() error { return e.err }
 
 func validName(n string) bool {
 	if n == "" || len(n) > 128 {

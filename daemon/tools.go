@@ -265,7 +265,7 @@ func (s *Server) chatAnswer(w http.ResponseWriter, r *http.Request, c *openai.Ch
 	for ev := range g.events {
 		if ev.Err != nil {
 			if r.Context().Err() == nil {
-				st.fail(streamError(ev.Err))
+				st.fail(s.logFailed(r, streamError(ev.Err)))
 			}
 			return nil
 		}

@@ -117,8 +117,8 @@ func (h Host) Claim(bdf string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if users := c.Users(); len(users) > 0 {
-		return c.Driver, fmt.Errorf("devices: %s: %w: %s", c.BDF, ErrInUse, strings.Join(users, "; "))
+	if err := c.inUse(); err != nil {
+		return c.Driver, err
 	}
 	if c.IOMMUGroup < 0 {
 		return c.Driver, fmt.Errorf("devices: %s has no IOMMU group: %w", c.BDF, pci.ErrNoIOMMU)
@@ -130,13 +130,32 @@ func (h Host) Claim(bdf string) (string, error) {
 }
 
 // Release gives the controller back to driver ("" means the kernel's
-// nvme driver).
+// nvme driver). Rebinding detaches the controller from the driver it has,
+// so it refuses, as Claim does and with the same report, a controller
+// whose namespaces the host uses: unbinding the disk that holds / or swap
+// is no safer than binding it.
 func (h Host) Release(bdf, driver string) error {
 	if driver == "" {
 		driver = "nvme"
 	}
-	_, err := h.Sysfs.Bind(bdf, driver)
+	c, err := h.Controller(bdf)
+	if err != nil {
+		return err
+	}
+	if err := c.inUse(); err != nil {
+		return err
+	}
+	_, err = h.Sysfs.Bind(c.BDF, driver)
 	return err
+}
+
+// inUse is the error (wrapping ErrInUse, listing the users) for a
+// controller the host uses; nil when it uses none of it.
+func (c Controller) inUse() error {
+	if users := c.Users(); len(users) > 0 {
+		return fmt.Errorf("devices: %s: %w: %s", c.BDF, ErrInUse, strings.Join(users, "; "))
+	}
+	return nil
 }
 
 // disks finds the block devices whose controller is the PCI function bdf,

@@ -67,5 +67,16 @@ func TestListAndClaim(t *testing.T) {
 		if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) || err != nil && !strings.Contains(err.Error(), tc.text) {
 			t.Errorf("Claim(%s) = %v, want %v containing %q", tc.bdf, err, tc.want, tc.text)
 		}
+		// Release (an unbind) refuses what Claim refuses for the host's use,
+		// with the same report, and leaves the driver alone.
+		if errors.Is(tc.want, nvmehost.ErrInUse) {
+			rerr := h.Release(tc.bdf, "")
+			if !errors.Is(rerr, nvmehost.ErrInUse) || err == nil || rerr.Error() != err.Error() {
+				t.Errorf("Release(%s) = %v, want Claim's %v", tc.bdf, rerr, err)
+			}
+			if drv, _ := h.Sysfs.Driver(tc.bdf); drv != "nvme" {
+				t.Errorf("%s: driver %q after a refused release", tc.bdf, drv)
+			}
+		}
 	}
 }

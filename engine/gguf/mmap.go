@@ -1,4 +1,4 @@
-//go:build unix
+//go:build linux
 
 package gguf
 
@@ -13,23 +13,28 @@ import (
 	"github.com/strata-llm/strata/internal/hostmem"
 )
 
-// Mapped is a GGUF file mapped read-only into memory, so that tensor bytes
-// can be used in place without copying. It is not safe to use Data or the
-// File's readers concurrently with Close.
+// Mapped is a GGUF file copied whole into anonymous memory (a
+// hostmem.Snapshot), so that tensor bytes can be used in place. It is a
+// copy, not a shared mapping of the file, because weights used in place
+// from the file's pages crash the process with SIGBUS once someone
+// truncates the file, and change under it when the file is rewritten: the
+// copy costs the load one read of the file (which a mapping pays on first
+// use anyway) and keeps serving what was loaded. It is not safe to use Data
+// or the File's readers concurrently with Close.
 type Mapped struct {
 	*File
-	m    *hostmem.Mapping
+	m    *hostmem.Snapshot
 	data []byte
 	// parts are the second and later files of a split model (parts[0] is
 	// nil: the first file is this one).
 	parts []*Mapped
 }
 
-// Map opens path, maps it read-only and parses its header. A split model
-// (llama.cpp's gguf-split: PREFIX-00001-of-00003.gguf and its siblings, each
-// holding some of the tensors) is opened from its first part: every part is
-// mapped and the result lists all tensors, with the first part's metadata
-// (see mapSplit).
+// Map opens path, copies it into memory and parses its header. A split
+// model (llama.cpp's gguf-split: PREFIX-00001-of-00003.gguf and its
+// siblings, each holding some of the tensors) is opened from its first
+// part: every part is copied and the result lists all tensors, with the
+// first part's metadata (see mapSplit).
 func Map(path string) (*Mapped, error) {
 	m, err := mapOne(path)
 	if err != nil {
@@ -61,7 +66,7 @@ func mapOne(path string) (*Mapped, error) {
 	if size > math.MaxInt {
 		return nil, fmt.Errorf("gguf: %s: %d bytes is too large to map", path, size)
 	}
-	m, err := hostmem.Map(fd, 0, size)
+	m, err := hostmem.SnapshotFile(fd, size)
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
 	}

@@ -199,6 +199,19 @@ func writeGGUF(path string, w *Writer, data func(int, TensorInfo, io.Writer) err
 	return f.Close()
 }
 
+// SplitParts parses a split part's file name (PREFIX-00002-of-00003.gguf):
+// PREFIX, the part's number (1-based) and the part count; ok is false for
+// other names.
+func SplitParts(name string) (prefix string, no, count int, ok bool) {
+	sub := splitName.FindStringSubmatch(name)
+	if sub == nil {
+		return "", 0, 0, false
+	}
+	no, _ = strconv.Atoi(sub[2])
+	count, _ = strconv.Atoi(sub[3])
+	return sub[1], no, count, true
+}
+
 // SplitPrefix returns PREFIX for a split part's file name
 // (PREFIX-00001-of-00003.gguf), so a split model can be named as the
 // single file would be; ok is false for other names.

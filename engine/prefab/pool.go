@@ -1,6 +1,7 @@
 package prefab
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"math"
@@ -16,15 +17,20 @@ import (
 	"github.com/strata-llm/strata/internal/hostmem"
 )
 
-// Pool is an opened prefab pool: the file mapped read-only, its manifest
-// parsed and validated. It is the zero-copy tier-B source (Mapped) and the
-// extent table tier-C readers use (Extent, Verify, Decode). Every extent's
-// checksum is verified the first time the pool hands out its mapped bytes;
-// bytes read from storage are checked by Verify. A Pool is safe for
-// concurrent use; Close must not race with other calls.
+// Pool is an opened prefab pool: its manifest parsed and validated, and a
+// reservation the size of the file (a hostmem.Snapshot) that each extent is
+// copied into the first time it is used in memory. It is the tier-B source
+// (Mapped) and the extent table tier-C readers use (Extent, Verify,
+// Decode). Extents are copied rather than used from a shared mapping of the
+// file because a mapping's pages past the end of a truncated file crash the
+// process with SIGBUS and change when the file is rewritten; the copy is
+// checked against the manifest after it is made, so what is served is what
+// was verified. Extents that are only streamed (tier C) are never copied
+// and take no memory. Bytes read from storage are checked by Verify. A Pool
+// is safe for concurrent use; Close must not race with other calls.
 type Pool struct {
 	path   string
-	m      *hostmem.Mapping // nil for a pool over plain memory
+	m      *hostmem.Snapshot // nil for a pool over plain memory
 	data   []byte
 	l      *layout
 	checks []extentCheck // one per layer, then the globals
@@ -37,11 +43,11 @@ type extentCheck struct {
 	err  error
 }
 
-// OpenPool maps the pool at path read-only and validates its header,
+// OpenPool opens the pool at path, reads and validates its header,
 // manifest and extent table, and that the file is long enough for every
 // extent. Anything wrong is an error wrapping ErrCorrupt that says what
-// (and, for truncation, which extent). Extent checksums are verified
-// lazily, on first use.
+// (and, for truncation, which extent). Extents are read and their checksums
+// verified lazily, on first use.
 func OpenPool(path string) (*Pool, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -66,9 +72,21 @@ func OpenPool(path string) (*Pool, error) {
 	if size > math.MaxInt {
 		return nil, fmt.Errorf("open pool %s: %d bytes is too large to map", path, size)
 	}
-	m, err := hostmem.Map(f, 0, size)
+	m, err := hostmem.NewSnapshot(f, size)
 	if err != nil {
 		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	// The header, then the manifest it points to (bounded; parseLayout
+	// checks the header's checksum and the bounds in full).
+	if err := m.Fill(0, HeaderSize); err != nil {
+		_ = m.Close()
+		return nil, fmt.Errorf("open pool %s: %w", path, err)
+	}
+	if mlen := binary.LittleEndian.Uint64(m.Bytes()[24:]); mlen > 0 && mlen <= maxManifest {
+		if err := m.Fill(HeaderSize, min(int64(mlen), size-HeaderSize)); err != nil {
+			_ = m.Close()
+			return nil, fmt.Errorf("open pool %s: %w", path, err)
+		}
 	}
 	l, err := parseLayout(m.Bytes())
 	if err != nil {
@@ -148,8 +166,8 @@ func (p *Pool) extent(i int) (*extentInfo, error) {
 	return nil, fmt.Errorf("pool %s: layer %d out of range [0, %d)", p.path, i, len(p.l.layers))
 }
 
-// view returns the mapped bytes of extent i (layers, then globals),
-// verifying the checksum on first use.
+// view returns the in-memory bytes of extent i (layers, then globals),
+// copying them from the file and verifying the checksum on first use.
 func (p *Pool) view(i int) ([]byte, error) {
 	e, err := p.extent(i)
 	if err != nil {
@@ -160,7 +178,15 @@ func (p *Pool) view(i int) ([]byte, error) {
 	}
 	b := p.data[e.ext.Offset : e.ext.Offset+e.ext.Length : e.ext.Offset+e.ext.Length]
 	c := &p.checks[i]
-	c.once.Do(func() { c.err = p.check(e, b) })
+	c.once.Do(func() {
+		if p.m != nil {
+			if c.err = p.m.Fill(e.ext.Offset, e.ext.Length); c.err != nil {
+				c.err = fmt.Errorf("pool %s: extent %s: %w", p.path, e.name, c.err)
+				return
+			}
+		}
+		c.err = p.check(e, b)
+	})
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -179,8 +205,9 @@ func (p *Pool) check(e *extentInfo, b []byte) error {
 	return nil
 }
 
-// Mapped returns layer i's extent as a zero-copy view of the mapping: the
-// tier-B source. The first call for an extent verifies its checksum (and
+// Mapped returns layer i's extent as a view of the pool's memory: the
+// tier-B source. The first call for an extent copies it from the file and
+// verifies its checksum (and
 // every later call returns the same verdict); a mismatch is an error naming
 // the extent and wrapping ErrCorrupt. The slice is valid until Close.
 func (p *Pool) Mapped(i int) ([]byte, error) {
@@ -286,7 +313,7 @@ func (p *Pool) Model() (*model.Model, error) {
 	return m, nil
 }
 
-// Close unmaps the pool. Slices and models obtained from it must not be
+// Close releases the pool's memory and descriptor. Slices and models obtained from it must not be
 // used afterwards. Closing twice is a no-op.
 func (p *Pool) Close() error {
 	if p.data == nil {

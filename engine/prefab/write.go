@@ -18,6 +18,7 @@ import (
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/tokenizer"
 	"github.com/strata-llm/strata/internal/hostmem"
+	"github.com/strata-llm/strata/internal/safefs"
 )
 
 // Prefab types accepted by Options.Type.
@@ -94,7 +95,8 @@ type plannedExtent struct {
 
 // WritePool writes the GGUF model src as a prefab pool at path: the
 // globals extent, then one extent per layer with its tensors in kernel
-// order, each converted to opts.Type. It writes path+".tmp" and renames it
+// order, each converted to opts.Type. It writes a new temporary file beside
+// path (safefs.CreateTemp: never a planted symlink's target) and renames it
 // over path only when everything (including fsync) succeeded, so an
 // interrupted prefab never leaves a half-written pool under the real name.
 // Conversion of each tensor is spread over GOMAXPROCS goroutines and
@@ -146,11 +148,11 @@ func WriteModelPool(mod *model.Model, vocab *tokenizer.Vocab, path string, opts 
 	last := exts[len(exts)-1].desc
 	total := last.Offset + last.Length
 
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := safefs.CreateTemp(path, 0o644)
 	if err != nil {
 		return fmt.Errorf("prefab: %w", err)
 	}
+	tmp := f.Name()
 	defer func() {
 		if err != nil {
 			f.Close()

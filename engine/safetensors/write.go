@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/strata-llm/strata/internal/safefs"
 )
 
 // sortedChecked returns tensors sorted by name after checking that names are
@@ -116,11 +118,11 @@ func WriteFile(path string, tensors []Tensor, meta map[string]string) error {
 // atomicWrite creates path+".tmp", lets fill write it through a buffer,
 // syncs and renames it to path; on any error the temporary file is removed.
 func atomicWrite(path string, fill func(w io.Writer) error) (err error) {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := safefs.CreateTemp(path, 0o644)
 	if err != nil {
 		return fmt.Errorf("safetensors: %w", err)
 	}
+	tmp := f.Name()
 	defer func() {
 		if err != nil {
 			f.Close()

@@ -3,9 +3,13 @@ package synth
 import (
 	"bytes"
 	_ "embed" // the default model's bytes
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/strata-llm/strata/internal/safefs"
 )
 
 // defaultGGUF is strata's default model: Andrej Karpathy's stories260K from
@@ -27,24 +31,30 @@ const DefaultName = "stories260K.gguf"
 // DefaultGGUF returns a copy of the default model's GGUF bytes.
 func DefaultGGUF() []byte { return bytes.Clone(defaultGGUF) }
 
-// DefaultPath returns the default model's file in the user's cache directory
-// (os.UserCacheDir()/strata, or the temporary directory when there is none),
-// writing it there when it is missing or differs from the embedded bytes.
-// created reports whether this call wrote it. `strata run` and
-// `stratad --default-model` use it: the engine opens models by path (mapped,
-// streamed from the pool, or loaded on the GPU), so the bytes go to a file.
+// DefaultPath returns the default model's file in strata's private cache
+// directory (safefs.CacheDir: the user's own, never one shared with other
+// users, checked for owner, mode and symlinks), writing it there when it is
+// missing or differs from the embedded bytes. A file found there is read
+// only if it is a regular file of ours that no one else may write; anything
+// else is an error, not something to load or replace. created reports
+// whether this call wrote it. `strata run` and `stratad --default-model`
+// use it: the engine opens models by path (mapped, streamed from the pool,
+// or loaded on the GPU), so the bytes go to a file.
 func DefaultPath() (path string, created bool, err error) {
-	dir, err := os.UserCacheDir()
+	dir, err := safefs.CacheDir("")
 	if err != nil {
-		dir = os.TempDir()
-	}
-	dir = filepath.Join(dir, "strata")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", false, fmt.Errorf("creating cache dir: %w", err)
+		return "", false, err
 	}
 	p := filepath.Join(dir, DefaultName)
-	if have, err := os.ReadFile(p); err == nil && bytes.Equal(have, defaultGGUF) {
-		return p, false, nil
+	switch err := safefs.CheckOwned(p); {
+	case err == nil:
+		if have, err := os.ReadFile(p); err == nil && bytes.Equal(have, defaultGGUF) {
+			return p, false, nil
+		}
+		// Ours, but not the default's bytes (an older or cut-short copy):
+		// written afresh below.
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", false, fmt.Errorf("default model: %w", err)
 	}
 	if err := WriteDefault(p); err != nil {
 		return "", false, err

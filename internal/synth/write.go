@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/internal/safefs"
 )
 
 // Options selects the model Write produces.
@@ -140,11 +141,11 @@ func Write(path string, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := safefs.CreateTemp(path, 0o644)
 	if err != nil {
 		return fmt.Errorf("synth: %w", err)
 	}
+	tmp := f.Name()
 	defer func() {
 		if err != nil {
 			f.Close()

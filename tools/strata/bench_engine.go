@@ -6,27 +6,24 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v3"
 
 	"github.com/strata-llm/strata/internal/bench/enginebench"
+	"github.com/strata-llm/strata/internal/safefs"
 	"github.com/strata-llm/strata/kernels"
 )
 
 func init() { registerBenchCommand(benchEngineCommand) }
 
 // defaultSynthDir is where `strata bench engine` writes the synthetic
-// models it needs: the user's cache, not /dev/shm, since the 70b alone
-// takes 40 GiB (on the H200 host, pass --synth-dir /dev/shm).
-func defaultSynthDir() string {
-	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "strata", "synth")
-	}
-	return filepath.Join(os.TempDir(), "strata-synth")
-}
+// models it needs: strata's private cache (safefs.CacheDirPath, never a
+// directory shared with other users, whose planted files it would load;
+// made private before use), not /dev/shm, since the 70b alone takes 40 GiB
+// (on the H200 host, pass --synth-dir /dev/shm).
+func defaultSynthDir() string { return safefs.CacheDirPath("synth") }
 
 func benchEngineCommand() *cli.Command {
 	return &cli.Command{
@@ -128,6 +125,11 @@ func benchEngineOptions(cmd *cli.Command) (enginebench.Options, error) {
 	o.Model8B, o.Model70B = cmd.String("model-8b"), cmd.String("model-70b")
 	o.Model8BBF16, o.Pool8BInt8 = cmd.String("model-8b-bf16"), cmd.String("pool-8b-int8")
 	o.SynthDir = cmd.String("synth-dir")
+	if o.SynthDir == defaultSynthDir() {
+		if err := safefs.PrivateDir(o.SynthDir); err != nil {
+			return o, fmt.Errorf("bench engine: %w", err)
+		}
+	}
 	o.NoInt8 = !cmd.Bool("int8")
 	o.Acceptance = cmd.Float("acceptance")
 	if o.Acceptance < 0 || o.Acceptance >= 1 {
@@ -161,12 +163,7 @@ func writeJSONFile(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("--json-file: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	if err := safefs.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("--json-file: %w", err)
 	}
 	return nil

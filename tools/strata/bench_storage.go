@@ -21,6 +21,7 @@ import (
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/internal/bench/hw"
 	"github.com/strata-llm/strata/internal/bench/plot"
+	"github.com/strata-llm/strata/internal/safefs"
 )
 
 func init() { registerBenchCommand(benchStorageCommand) }
@@ -268,20 +269,16 @@ func checkPlotPath(p string) error {
 
 // writePlot writes a chart to path, atomically.
 func writePlot(path string, c plot.Chart) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
+	f, err := safefs.CreateTemp(path, 0o644)
 	if err != nil {
 		return fmt.Errorf("plot: %w", err)
 	}
-	err = c.WriteSVG(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	if err := c.WriteSVG(f); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return fmt.Errorf("plot %s: %w", path, err)
 	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := safefs.Commit(f, path); err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
 	return nil

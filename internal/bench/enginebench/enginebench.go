@@ -18,6 +18,7 @@ import (
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/internal/bench/gputime"
+	"github.com/strata-llm/strata/internal/safefs"
 	"github.com/strata-llm/strata/internal/synth"
 	"github.com/strata-llm/strata/kernels"
 	"github.com/strata-llm/strata/kernels/cudadrv"
@@ -102,8 +103,8 @@ type Options struct {
 	// models (seed 1) in SynthDir, written there when missing; a path given
 	// must exist.
 	Model8B, Model70B, Model8BBF16, Pool8BInt8 string
-	// SynthDir is where missing synthetic models are written (default the
-	// system temporary directory). The 70b takes 40 GiB and the bf16 8b 15
+	// SynthDir is where missing synthetic models are written (default
+	// strata's private cache directory, safefs.CacheDir). The 70b takes 40 GiB and the bf16 8b 15
 	// GiB plus an 8 GiB pool: a RAM-backed file system such as /dev/shm
 	// where the host has the memory.
 	SynthDir string
@@ -145,7 +146,13 @@ func (o *Options) fill() error {
 		return fmt.Errorf("GPU ordinal %d", o.GPU)
 	}
 	if o.SynthDir == "" {
-		o.SynthDir = os.TempDir()
+		// Never the shared temporary directory: the models written there
+		// under fixed names would be loaded again, whoever put them there.
+		d, err := safefs.CacheDir("synth")
+		if err != nil {
+			return err
+		}
+		o.SynthDir = d
 	}
 	if o.Budget70B == 0 {
 		o.Budget70B = DefaultBudget70B

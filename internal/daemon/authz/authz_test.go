@@ -2,16 +2,19 @@ package authz
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/strata-llm/strata/internal/daemon/peer"
 )
 
-func TestResolveModelPath(t *testing.T) {
+func TestOpenModel(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	models := filepath.Join(root, "models")
@@ -22,7 +25,7 @@ func TestResolveModelPath(t *testing.T) {
 		}
 	}
 	write := func(p string) {
-		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+		if err := os.WriteFile(p, []byte(p), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -36,50 +39,238 @@ func TestResolveModelPath(t *testing.T) {
 	}
 	must(os.Symlink(filepath.Join(other, "secret"), filepath.Join(models, "escape.gguf")))
 	must(os.Symlink(other, filepath.Join(models, "escdir")))
-	must(os.Symlink(filepath.Join(models, "a.gguf"), filepath.Join(models, "alias.gguf")))
+	must(os.Symlink("a.gguf", filepath.Join(models, "alias.gguf")))
+	must(os.Symlink("../a.gguf", filepath.Join(models, "sub", "up.gguf")))
+	must(os.Symlink(filepath.Join(models, "a.gguf"), filepath.Join(models, "absalias.gguf")))
+	must(os.Symlink("/proc/self/root/etc/passwd", filepath.Join(models, "magic.gguf")))
+	must(unix.Mkfifo(filepath.Join(models, "fifo.gguf"), 0o644))
 
 	dirs := []string{models}
 	tests := []struct {
 		name, path string
-		want       string // resolved path relative to root; "" when an error is wanted
+		want       string // the file opened, relative to root; "" when an error is wanted
 		err        error
+		walkErr    error // what the O_NOFOLLOW fallback gives instead, if it differs
 	}{
-		{"relative", "a.gguf", "models/a.gguf", nil},
-		{"absolute", filepath.Join(models, "a.gguf"), "models/a.gguf", nil},
-		{"subdir", "sub/b.gguf", "models/sub/b.gguf", nil},
-		{"inner symlink", "alias.gguf", "models/a.gguf", nil},
-		{"dotdot", "../other/secret", "", ErrOutsideModelDirs},
-		{"dotdot inside", "sub/../a.gguf", "", ErrOutsideModelDirs},
-		{"absolute outside", filepath.Join(other, "secret"), "", ErrOutsideModelDirs},
-		{"symlink escape", "escape.gguf", "", ErrOutsideModelDirs},
-		{"dir symlink escape", "escdir/secret", "", ErrOutsideModelDirs},
-		{"missing", "nope.gguf", "", fs.ErrNotExist},
-		{"directory", "sub", "", nil},
-		{"empty", "", "", nil},
-		{"etc passwd", "/etc/passwd", "", ErrOutsideModelDirs},
+		{"relative", "a.gguf", "models/a.gguf", nil, nil},
+		{"absolute", filepath.Join(models, "a.gguf"), "models/a.gguf", nil, nil},
+		{"subdir", "sub/b.gguf", "models/sub/b.gguf", nil, nil},
+		{"inner relative symlink", "alias.gguf", "models/a.gguf", nil, ErrOutsideModelDirs},
+		{"inner symlink up", "sub/up.gguf", "models/a.gguf", nil, ErrOutsideModelDirs},
+		{"inner absolute symlink", "absalias.gguf", "", ErrOutsideModelDirs, nil},
+		{"magic link", "magic.gguf", "", ErrOutsideModelDirs, nil},
+		{"dotdot", "../other/secret", "", ErrOutsideModelDirs, nil},
+		{"dotdot inside", "sub/../a.gguf", "", ErrOutsideModelDirs, nil},
+		{"absolute outside", filepath.Join(other, "secret"), "", ErrOutsideModelDirs, nil},
+		{"symlink escape", "escape.gguf", "", ErrOutsideModelDirs, nil},
+		{"dir symlink escape", "escdir/secret", "", ErrOutsideModelDirs, nil},
+		{"missing", "nope.gguf", "", fs.ErrNotExist, nil},
+		{"directory", "sub", "", ErrNotRegular, nil},
+		{"the directory itself", models, "", ErrNotRegular, nil},
+		{"fifo", "fifo.gguf", "", ErrNotRegular, nil},
+		{"empty", "", "", nil, nil},
+		{"etc passwd", "/etc/passwd", "", ErrOutsideModelDirs, nil},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := ResolveModelPath(dirs, tc.path)
-			if tc.want != "" {
-				if err != nil {
-					t.Fatal(err)
+	for _, walk := range []bool{false, true} {
+		for _, tc := range tests {
+			name := tc.name
+			if walk {
+				// The fallback where openat2 is missing refuses every
+				// symlink.
+				name += " (walk)"
+				if tc.walkErr != nil {
+					tc.want, tc.err = "", tc.walkErr
 				}
-				if want := filepath.Join(root, tc.want); got != want {
-					t.Fatalf("got %s want %s", got, want)
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				f, err := openModel(dirs, tc.path, walk)
+				if tc.want != "" {
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer f.Close()
+					b, err := io.ReadAll(f)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if want := filepath.Join(root, tc.want); string(b) != want {
+						t.Fatalf("opened %s, want %s", b, want)
+					}
+					// The descriptor's path reopens the same file.
+					b, err = os.ReadFile(FDPath(f))
+					if err != nil || string(b) != filepath.Join(root, tc.want) {
+						t.Fatalf("through %s: %q, %v", FDPath(f), b, err)
+					}
+					return
 				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("resolved to %s, want an error", got)
-			}
-			if tc.err != nil && !errors.Is(err, tc.err) {
-				t.Fatalf("err %v, want %v", err, tc.err)
-			}
+				if err == nil {
+					f.Close()
+					t.Fatalf("opened %s, want an error", f.Name())
+				}
+				if tc.err != nil && !errors.Is(err, tc.err) {
+					t.Fatalf("err %v, want %v", err, tc.err)
+				}
+			})
+		}
+	}
+	if _, err := OpenModel(nil, "a.gguf"); !errors.Is(err, ErrOutsideModelDirs) {
+		t.Fatalf("no dirs: %v", err)
+	}
+	// The operator's own paths: any file, but only a regular one, and a
+	// FIFO is refused without blocking.
+	for _, tc := range []struct {
+		path string
+		err  error
+	}{
+		{filepath.Join(other, "secret"), nil},
+		{filepath.Join(models, "fifo.gguf"), ErrNotRegular},
+		{models, ErrNotRegular},
+		{filepath.Join(models, "nope"), fs.ErrNotExist},
+	} {
+		f, err := OpenRegular(tc.path)
+		if err == nil {
+			f.Close()
+		}
+		if !errors.Is(err, tc.err) && !(tc.err == nil && err == nil) {
+			t.Errorf("OpenRegular(%s): %v, want %v", tc.path, err, tc.err)
+		}
+	}
+}
+
+// TestWalkNoFollow checks the fallback for kernels without openat2: it
+// opens plain paths and refuses every symlink on the way.
+func TestWalkNoFollow(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(root, "d", "e"), 0o755))
+	must(os.WriteFile(filepath.Join(root, "d", "e", "f"), []byte("x"), 0o644))
+	must(os.Symlink("d", filepath.Join(root, "ld")))
+	must(os.Symlink("f", filepath.Join(root, "d", "e", "lf")))
+	dfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	must(err)
+	defer unix.Close(dfd)
+	for _, tc := range []struct {
+		rel string
+		err error
+	}{
+		{"d/e/f", nil},
+		{"./d/e/f", nil},
+		{"ld/e/f", unix.ELOOP},
+		{"d/e/lf", unix.ELOOP},
+		{"d/e/nope", unix.ENOENT},
+	} {
+		fd, err := walkNoFollow(dfd, tc.rel)
+		if err == nil {
+			unix.Close(fd)
+		}
+		if !errors.Is(err, tc.err) && !(tc.err == nil && err == nil) {
+			t.Errorf("%s: %v, want %v", tc.rel, err, tc.err)
+		}
+	}
+}
+
+// TestOpenModelRace swaps a directory inside the model directory for a
+// symlink to a root-only one (and a file for a FIFO) while models are
+// opened, as an admin-group member can: not one open may read the
+// outside file or block. Checking a name and then opening it again lets a
+// few of 5000 opens in this loop read the outside file, and many more of a
+// daemon's loads, whose window between the two is longer.
+func TestOpenModelRace(t *testing.T) {
+	t.Parallel()
+	for _, walk := range []bool{false, true} {
+		t.Run(map[bool]string{false: "openat2", true: "walk"}[walk], func(t *testing.T) {
+			t.Parallel()
+			openModelRace(t, walk)
 		})
 	}
-	if _, err := ResolveModelPath(nil, "a.gguf"); !errors.Is(err, ErrOutsideModelDirs) {
-		t.Fatalf("no dirs: %v", err)
+}
+
+// openModelRace is TestOpenModelRace with openat2 or the fallback walk.
+func openModelRace(t *testing.T, walk bool) {
+	root := t.TempDir()
+	models := filepath.Join(root, "models")
+	secret := filepath.Join(root, "secret")
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{filepath.Join(models, "sub"), secret} {
+		must(os.MkdirAll(d, 0o755))
+	}
+	must(os.WriteFile(filepath.Join(models, "sub", "m.gguf"), []byte("inside"), 0o644))
+	must(os.WriteFile(filepath.Join(secret, "m.gguf"), []byte("SECRET"), 0o600))
+	must(os.WriteFile(filepath.Join(models, "f.gguf"), []byte("inside"), 0o644))
+
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		sub, real, link := filepath.Join(models, "sub"), filepath.Join(models, "sub.real"), filepath.Join(models, "sub.link")
+		f, fr, ff := filepath.Join(models, "f.gguf"), filepath.Join(models, "f.real"), filepath.Join(models, "f.fifo")
+		if err := os.Symlink(secret, link); err != nil {
+			done <- err
+			return
+		}
+		if err := unix.Mkfifo(ff, 0o644); err != nil {
+			done <- err
+			return
+		}
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			// sub: directory -> symlink to secret -> directory, each by
+			// an atomic rename; f.gguf: file -> FIFO -> file.
+			_ = os.Rename(sub, real)
+			_ = os.Rename(link, sub)
+			_ = os.Rename(f, fr)
+			_ = os.Rename(ff, f)
+			_ = os.Rename(sub, link)
+			_ = os.Rename(real, sub)
+			_ = os.Rename(f, ff)
+			_ = os.Rename(fr, f)
+		}
+	}()
+	n := 5000
+	if testing.Short() {
+		n = 1000
+	}
+	var escapes, opened, refused int
+	for i := range n {
+		p := "sub/m.gguf"
+		if i%2 == 1 {
+			p = "f.gguf"
+		}
+		f, err := openModel([]string{models}, p, walk)
+		if err != nil {
+			refused++
+			continue
+		}
+		b := make([]byte, 16)
+		k, _ := f.ReadAt(b, 0)
+		f.Close()
+		opened++
+		if string(b[:k]) != "inside" {
+			escapes++
+		}
+	}
+	close(stop)
+	must(<-done)
+	t.Logf("%d opens: %d read the model, %d refused (a symlink or a FIFO was in place), %d escapes", n, opened, refused, escapes)
+	if escapes != 0 {
+		t.Fatalf("%d of %d opens read a file outside the model directory", escapes, n)
+	}
+	if opened == 0 {
+		t.Fatal("no open succeeded: the race test tested nothing")
 	}
 }
 
