@@ -65,6 +65,7 @@ func BenchmarkTierC8B(b *testing.B) {
 		cBytes += pool.Extent(l).Length
 	}
 	b.Logf("%s: layers %d..%d on tier C, %.2f GiB per pass", dev.Name(), L/2, L-1, gib(cBytes))
+	sm = streamingModel(b, pool, onC)
 
 	// Fidelity first: the tier-C model's logits against the resident one.
 	{

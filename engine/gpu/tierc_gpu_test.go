@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,15 +16,32 @@ import (
 	"github.com/strata-llm/strata/engine/tier"
 )
 
-// loadTierC loads the pool's model onto the test device with the given
-// layers on tier B and tier C (read from src), over the pool's streaming
-// model (tier-C extents untouched).
-func loadTierC(t testing.TB, pool *prefab.Pool, src tier.Source, onB, onC []int, k int) *Model {
+// streamingModel is the pool's streaming model with every layer not on
+// tier C (onC) copied in and verified (prefab.Pool.Mapped), as the engine
+// does before a load: the streaming model's layers are views over the
+// pool's memory, filled only as extents are first used.
+func streamingModel(t testing.TB, pool *prefab.Pool, onC []int) *model.Model {
 	t.Helper()
 	sm, err := pool.StreamingModel()
 	if err != nil {
 		t.Fatal(err)
 	}
+	for i := range pool.NumLayers() {
+		if !slices.Contains(onC, i) {
+			if _, err := pool.Mapped(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return sm
+}
+
+// loadTierC loads the pool's model onto the test device with the given
+// layers on tier B and tier C (read from src), over the pool's streaming
+// model (tier-C extents untouched).
+func loadTierC(t testing.TB, pool *prefab.Pool, src tier.Source, onB, onC []int, k int) *Model {
+	t.Helper()
+	sm := streamingModel(t, pool, onC)
 	return loadGPU(t, sm, Options{MaxSeqs: 2, StreamLayers: onB, Slots: k,
 		TierC: &TierC{Layers: onC, Store: pool, Source: src}})
 }
