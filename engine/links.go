@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/strata-llm/strata/engine/gemv"
 	"github.com/strata-llm/strata/engine/gpu"
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/tier"
@@ -64,8 +65,22 @@ const (
 // needs it.
 func NewLinkCache() *LinkCache {
 	return newLinkCache(linkProbes{
-		storage: tier.MeasureStorage, memmove: tier.MeasureCopy, compute: tier.MeasureCompute, h2d: gpu.HostToDevicePeak,
+		storage: tier.MeasureStorage, memmove: tier.MeasureCopy, h2d: gpu.HostToDevicePeak,
+		compute: func(ctx context.Context, typ quant.Type, d time.Duration) (float64, error) {
+			return tier.MeasureCompute(ctx, typ, d, CPUKernel)
+		},
 	})
+}
+
+// CPUKernel is the CPU backend's dot-product kernel in the form the link
+// measurements take (tier.ComputeKernel): engine/gemv's best family for
+// this CPU, so the planner's compute link is what the backend runs.
+func CPUKernel(t quant.Type, rows []byte, n int, x, y []float32) error {
+	var q gemv.X
+	if err := q.Set(x); err != nil {
+		return err
+	}
+	return gemv.Rows(gemv.Detect(), t, rows, n, &q, y)
 }
 
 func newLinkCache(p linkProbes) *LinkCache {

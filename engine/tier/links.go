@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/strata-llm/strata/engine/gemv"
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/internal/hostmem"
 )
@@ -77,7 +76,14 @@ type MeasureOptions struct {
 	// Duration bounds the copy and compute measurements each; 0 means
 	// 200 ms.
 	Duration time.Duration
+	// Kernel is the dot-product kernel compute is measured on: the one
+	// the CPU backend runs (the engine passes engine/gemv's); nil means
+	// the reference quant.DotRows.
+	Kernel ComputeKernel
 }
+
+// ComputeKernel computes y[r] = row r of rows (n elements of t each) · x.
+type ComputeKernel func(t quant.Type, rows []byte, n int, x, y []float32) error
 
 // MeasureLinks measures the links of the CPU backend quickly (well under
 // two seconds): storage by reading the start of opts.Path with O_DIRECT
@@ -105,7 +111,7 @@ func MeasureLinks(ctx context.Context, opts MeasureOptions) (Links, error) {
 	if typ == 0 {
 		typ = DefaultComputeType
 	}
-	c, err := MeasureCompute(ctx, typ, d)
+	c, err := MeasureCompute(ctx, typ, d, opts.Kernel)
 	if err != nil {
 		return l, err
 	}
@@ -285,11 +291,14 @@ func MeasureCopy(ctx context.Context, d time.Duration) float64 {
 	return float64(n) / max(time.Since(t0).Seconds(), 1e-9)
 }
 
-// MeasureCompute returns the rate (weight bytes/s) at which the CPU
-// backend's kernels (engine/gemv, the best family this CPU runs) dot a
-// matrix of typ (about 64 MiB, larger than caches) with a vector, rows
-// split over GOMAXPROCS goroutines, over about d.
-func MeasureCompute(ctx context.Context, typ quant.Type, d time.Duration) (float64, error) {
+// MeasureCompute returns the rate (weight bytes/s) at which kernel (nil:
+// the reference quant.DotRows) dots a matrix of typ (about 64 MiB, larger
+// than caches) with a vector, rows split over GOMAXPROCS goroutines, over
+// about d.
+func MeasureCompute(ctx context.Context, typ quant.Type, d time.Duration, kernel ComputeKernel) (float64, error) {
+	if kernel == nil {
+		kernel = quant.DotRows
+	}
 	const cols = 4096
 	rb, err := typ.RowBytes(cols)
 	if err != nil {
@@ -300,15 +309,10 @@ func MeasureCompute(ctx context.Context, typ quant.Type, d time.Duration) (float
 	if err := quant.FillRandomRows(typ, w, cols, 1, 0.02); err != nil {
 		return 0, fmt.Errorf("measuring compute: %w", err)
 	}
-	xf := make([]float32, cols)
-	for i := range xf {
-		xf[i] = float32(i%7) - 3
+	x := make([]float32, cols)
+	for i := range x {
+		x[i] = float32(i%7) - 3
 	}
-	var x gemv.X
-	if err := x.Set(xf); err != nil {
-		return 0, fmt.Errorf("measuring compute: %w", err)
-	}
-	impl := gemv.Detect()
 	workers := runtime.GOMAXPROCS(0)
 	per := (rows + workers - 1) / workers
 	ys := make([][]float32, workers)
@@ -327,7 +331,7 @@ func MeasureCompute(ctx context.Context, typ quant.Type, d time.Duration) (float
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[i] = gemv.Rows(impl, typ, w[int64(r0)*rb:int64(r1)*rb], cols, &x, ys[i][:r1-r0])
+				errs[i] = kernel(typ, w[int64(r0)*rb:int64(r1)*rb], cols, x, ys[i][:r1-r0])
 			}()
 		}
 		wg.Wait()

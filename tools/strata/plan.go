@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/gemv"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/model"
@@ -192,7 +193,7 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 	links := tier.DefaultLinks()
 	need := !o.NoMeasure && (o.StorageBW == 0 || o.H2DBW == 0 || o.ComputeBW == 0)
 	if need {
-		mo := tier.MeasureOptions{ComputeType: sizes.Type, Duration: o.MeasureDuration}
+		mo := tier.MeasureOptions{ComputeType: sizes.Type, Duration: o.MeasureDuration, Kernel: engine.CPUKernel}
 		if o.StorageBW == 0 {
 			mo.Path = path
 		}
