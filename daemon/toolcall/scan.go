@@ -215,19 +215,9 @@ func callObject(c *cursor, pc *pcall, top bool) res {
 				pc.args, pc.argsStr, pc.argsOpen, pc.argsDone = v, true, true, true
 				break
 			}
-			if c.s[start] != '{' {
-				return rBad
-			}
-			pc.argsOpen = true
-			end, r := scanValue(c.s, start)
-			if r == rMore {
-				pc.args = c.s[start:]
-			}
-			if r != rOK {
+			if r := argsObject(c, pc); r != rOK {
 				return r
 			}
-			pc.args, pc.argsDone = c.s[start:end], true
-			c.i = end
 		case "function":
 			if r := callObject(c, pc, false); r != rOK {
 				return r
@@ -529,20 +519,10 @@ func mistralNamed(c *cursor, rg *region) res {
 	if c.eof() {
 		return rMore
 	}
-	start := c.i
-	if c.s[start] != '{' {
-		return rBad
-	}
-	pc.argsOpen = true
-	end, r := scanValue(c.s, start)
-	if r == rMore {
-		pc.args = c.s[start:]
-	}
-	if r != rOK {
+	if r := argsObject(c, pc); r != rOK {
 		return r
 	}
-	pc.args, pc.argsDone, pc.done, pc.end = c.s[start:end], true, true, end
-	c.i = end
+	pc.done, pc.end = true, c.i
 	return rOK
 }
 
@@ -597,4 +577,25 @@ func genericCalls(text string) (calls []pcall, ok bool) {
 		return calls, one(raw)
 	}
 	return calls, one(json.RawMessage(t))
+}
+
+// argsObject reads a call's arguments object at c (an object as it stands,
+// or its start so far: pc.args holds what has come, pc.argsOpen is set
+// once the brace is seen) and moves c past it.
+func argsObject(c *cursor, pc *pcall) res {
+	start := c.i
+	if c.s[start] != '{' {
+		return rBad
+	}
+	pc.argsOpen = true
+	end, r := scanValue(c.s, start)
+	if r == rMore {
+		pc.args = c.s[start:]
+	}
+	if r != rOK {
+		return r
+	}
+	pc.args, pc.argsDone = c.s[start:end], true
+	c.i = end
+	return rOK
 }

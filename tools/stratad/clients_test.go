@@ -56,23 +56,7 @@ func TestClientLibraries(t *testing.T) {
 		t.Skipf("npm could not install the client libraries (registry unreachable?): %v\n%s", err, out)
 	}
 
-	bin := filepath.Join(dir, "stratad")
-	if out, err := exec.Command(goTool(t), "build", "-o", bin, "github.com/strata-llm/strata/tools/stratad").CombinedOutput(); err != nil {
-		t.Fatalf("building stratad: %v\n%s", err, out)
-	}
-	// A real trained model: stories260K, the embedded default.
-	model := filepath.Join(dir, "stories.gguf")
-	if err := os.WriteFile(model, synth.DefaultGGUF(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	sock := filepath.Join(dir, "strata.sock")
-	dp := startStratad(t, bin, sock, "--socket", sock, "--model", model, "--listen", addr, "--api-key", "k3y", "--socket-group", "")
+	addr, dp := serveStories(t, dir)
 	env := append(os.Environ(), "STRATA_URL=http://"+addr+"/v1", "STRATA_KEY=k3y", "STRATA_MODEL=stories",
 		"CLIENT_MODULE_DIR="+filepath.Join(mods, "node_modules"))
 	run := func(script string, v any) {
@@ -483,4 +467,28 @@ func (a lcStreamed) calledOnce(finish string) func() string {
 		}
 		return ""
 	}
+}
+
+// serveStories builds stratad into dir and starts it serving stories260K
+// (a real trained model, the embedded default) on a socket there and on
+// a loopback TCP port with the key "k3y", for the client-library tests;
+// it returns the TCP address and the daemon.
+func serveStories(t *testing.T, dir string) (string, *daemonProc) {
+	t.Helper()
+	bin := filepath.Join(dir, "stratad")
+	if out, err := exec.Command(goTool(t), "build", "-o", bin, "github.com/strata-llm/strata/tools/stratad").CombinedOutput(); err != nil {
+		t.Fatalf("building stratad: %v\n%s", err, out)
+	}
+	model := filepath.Join(dir, "stories.gguf")
+	if err := os.WriteFile(model, synth.DefaultGGUF(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	sock := filepath.Join(dir, "strata.sock")
+	return addr, startStratad(t, bin, sock, "--socket", sock, "--model", model, "--listen", addr, "--api-key", "k3y", "--socket-group", "")
 }

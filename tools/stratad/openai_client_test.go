@@ -3,15 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/strata-llm/strata/internal/synth"
 )
 
 // openaiNodeVersion is the official OpenAI Node library the test installs:
@@ -44,23 +41,7 @@ func TestOfficialOpenAIClient(t *testing.T) {
 		t.Skipf("npm could not install openai@%s (registry unreachable?): %v\n%s", openaiNodeVersion, err, out)
 	}
 
-	bin := filepath.Join(dir, "stratad")
-	if out, err := exec.Command(goTool(t), "build", "-o", bin, "github.com/strata-llm/strata/tools/stratad").CombinedOutput(); err != nil {
-		t.Fatalf("building stratad: %v\n%s", err, out)
-	}
-	// A real trained model: stories260K, the embedded default.
-	model := filepath.Join(dir, "stories.gguf")
-	if err := os.WriteFile(model, synth.DefaultGGUF(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	sock := filepath.Join(dir, "strata.sock")
-	dp := startStratad(t, bin, sock, "--socket", sock, "--model", model, "--listen", addr, "--api-key", "k3y", "--socket-group", "")
+	addr, dp := serveStories(t, dir)
 	logs := dp.logs
 
 	script, err := filepath.Abs(filepath.Join("testdata", "openai_client.mjs"))

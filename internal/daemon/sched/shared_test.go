@@ -47,16 +47,7 @@ func TestSharedPrompt(t *testing.T) {
 			hs[i] = h
 		}
 		for i, h := range hs {
-			var got []int32
-			for ev := range h.Events {
-				if ev.Err != nil {
-					t.Fatal(ev.Err)
-				}
-				if ev.Token >= 0 {
-					got = append(got, ev.Token)
-				}
-			}
-			if !slices.Equal(got, want[i]) {
+			if got := tokensOf(t, h); !slices.Equal(got, want[i]) {
 				t.Fatalf("batch %d, request %d: %v, alone %v", tc.batch, i, got, want[i])
 			}
 		}
@@ -66,4 +57,19 @@ func TestSharedPrompt(t *testing.T) {
 		s.Close(context.Canceled)
 		cancel()
 	}
+}
+
+// tokensOf collects a request's tokens, failing the test on an error event.
+func tokensOf(t *testing.T, h *Handle) []int32 {
+	t.Helper()
+	var got []int32
+	for ev := range h.Events {
+		if ev.Err != nil {
+			t.Fatal(ev.Err)
+		}
+		if ev.Token >= 0 {
+			got = append(got, ev.Token)
+		}
+	}
+	return got
 }

@@ -204,16 +204,7 @@ func TestSpeculationInABatch(t *testing.T) {
 		hs[i] = h
 	}
 	for i, h := range hs {
-		var got []int32
-		for ev := range h.Events {
-			if ev.Err != nil {
-				t.Fatal(ev.Err)
-			}
-			if ev.Token >= 0 {
-				got = append(got, ev.Token)
-			}
-		}
-		if !slices.Equal(got, want[i]) {
+		if got := tokensOf(t, h); !slices.Equal(got, want[i]) {
 			t.Fatalf("request %d: %v, alone %v", i, got, want[i])
 		}
 	}
