@@ -418,6 +418,21 @@ const (
 	xmlParameterEnd = "</parameter>"
 )
 
+// xmlName reads the name an XML tag's "=" introduces, up to its ">",
+// and moves c past it.
+func xmlName(c *cursor) (string, res) {
+	end := strings.IndexByte(c.s[c.i:], '>')
+	if end < 0 {
+		return "", rMore
+	}
+	name := c.s[c.i : c.i+end]
+	if name == "" || strings.ContainsAny(name, "<\n") {
+		return "", rBad
+	}
+	c.i += end + 1
+	return name, rOK
+}
+
 // xmlCall reads the XML form into pc. The values are written untyped: a
 // parameter whose schema type is "string" is a string, any other value
 // that is JSON is taken as such (a number, an object, …), the rest are
@@ -427,16 +442,11 @@ func xmlCall(c *cursor, pc *pcall, types func(fn, param string) string) res {
 	if r := c.lit(xmlFunction); r != rOK {
 		return r
 	}
-	end := strings.IndexByte(c.s[c.i:], '>')
-	if end < 0 {
-		return rMore
-	}
-	name := c.s[c.i : c.i+end]
-	if name == "" || strings.ContainsAny(name, "<\n") {
-		return rBad
+	name, r := xmlName(c)
+	if r != rOK {
+		return r
 	}
 	pc.name, pc.nameDone, pc.args = name, true, "{" // announced once a parameter, or the call, is complete
-	c.i += end + 1
 	first := true
 	for {
 		c.ws()
@@ -450,15 +460,10 @@ func xmlCall(c *cursor, pc *pcall, types func(fn, param string) string) res {
 		if r := c.lit(xmlParameter); r != rOK {
 			return r
 		}
-		k := strings.IndexByte(c.s[c.i:], '>')
-		if k < 0 {
-			return rMore
+		param, r := xmlName(c)
+		if r != rOK {
+			return r
 		}
-		param := c.s[c.i : c.i+k]
-		if param == "" || strings.ContainsAny(param, "<\n") {
-			return rBad
-		}
-		c.i += k + 1
 		v := strings.Index(c.s[c.i:], xmlParameterEnd)
 		if v < 0 {
 			return rMore

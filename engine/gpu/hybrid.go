@@ -33,13 +33,9 @@ type Hybrid struct {
 	HostToDevice float64
 	// Hop is the cost of one layer's trip to the CPU (the wait for the
 	// GPU and the hidden state's copies both ways) the planner charges;
-	// 0 means defaultHop.
+	// 0 means tier.DefaultHop.
 	Hop time.Duration
 }
-
-// defaultHop is a layer's trip to the CPU when nothing else is known: a
-// stream synchronisation and two copies of a few kilobytes.
-const defaultHop = 60 * time.Microsecond
 
 // HybridStats counts the CPU's share of the passes.
 type HybridStats struct {
@@ -223,7 +219,7 @@ func (h *hybrid) plan(ctx context.Context, m *Model, o *Hybrid, maxT int, stream
 	}
 	hop := o.Hop
 	if hop <= 0 {
-		hop = defaultHop
+		hop = tier.DefaultHop
 	}
 	h.planner = &hybridPlanner{layers: layers, depth: m.tb.pipe.Depth(), h2d: h2d, hop: hop}
 	h.seen = make([]hybridSeen, maxT)

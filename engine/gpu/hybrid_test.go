@@ -103,7 +103,7 @@ func TestHybridReplan(t *testing.T) {
 	for i := range 16 {
 		layers = append(layers, tier.HybridLayer{Index: 16 + i, Full: 120 << 20, Attn: 20 << 20, FFN: 100 << 20})
 	}
-	pl := &hybridPlanner{layers: layers, depth: 2, h2d: 55e9, hop: defaultHop}
+	pl := &hybridPlanner{layers: layers, depth: 2, h2d: 55e9, hop: tier.DefaultHop}
 	fast, err := pl.plan(90e9, 1)
 	if err != nil {
 		t.Fatal(err)

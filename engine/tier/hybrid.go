@@ -27,6 +27,10 @@ type HybridLayer struct {
 	FFN  int64 `json:"ffn"`
 }
 
+// DefaultHop is a layer's trip to the CPU when nothing else is known: a
+// stream synchronisation and two copies of a few kilobytes.
+const DefaultHop = 60 * time.Microsecond
+
 // HybridRates are the speeds the hybrid planner balances.
 type HybridRates struct {
 	// HostToDevice is the pinned copy rate into a device slot (bytes/s).

@@ -296,7 +296,7 @@ func planHybrid(ctx context.Context, path string, isPool bool, cfg model.Config,
 		if err != nil {
 			return fmt.Errorf("plan: hybrid: %w", err)
 		}
-		hp, err := tier.PlanHybrid(layers, max(p.Depth, 1), tier.HybridRates{HostToDevice: p.Links.HostToDevice, CPU: rate, Hop: 60 * time.Microsecond}, T)
+		hp, err := tier.PlanHybrid(layers, max(p.Depth, 1), tier.HybridRates{HostToDevice: p.Links.HostToDevice, CPU: rate, Hop: tier.DefaultHop}, T)
 		if err != nil {
 			return fmt.Errorf("plan: hybrid: %w", err)
 		}

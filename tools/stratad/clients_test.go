@@ -28,14 +28,7 @@ func TestClientLibraries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("installs npm packages and builds stratad")
 	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed: cannot run the client libraries")
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		t.Skip("npm is not installed: cannot install the client libraries")
-	}
+	node, npm := nodeTools(t, "the client libraries")
 	dir := t.TempDir()
 	mods := filepath.Join(dir, "npm")
 	if err := os.MkdirAll(mods, 0o755); err != nil {
@@ -491,4 +484,19 @@ func serveStories(t *testing.T, dir string) (string, *daemonProc) {
 	l.Close()
 	sock := filepath.Join(dir, "strata.sock")
 	return addr, startStratad(t, bin, sock, "--socket", sock, "--model", model, "--listen", addr, "--api-key", "k3y", "--socket-group", "")
+}
+
+// nodeTools finds node and npm, skipping the test (naming what it would
+// run) where either is missing.
+func nodeTools(t *testing.T, what string) (node, npm string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed: cannot run " + what)
+	}
+	npm, err = exec.LookPath("npm")
+	if err != nil {
+		t.Skip("npm is not installed: cannot install " + what)
+	}
+	return node, npm
 }

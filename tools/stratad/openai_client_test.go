@@ -26,14 +26,7 @@ func TestOfficialOpenAIClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("installs an npm package and builds stratad")
 	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed: cannot run the official OpenAI client")
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		t.Skip("npm is not installed: cannot install the official OpenAI client")
-	}
+	node, npm := nodeTools(t, "the official OpenAI client")
 	dir := t.TempDir()
 	mods := filepath.Join(dir, "npm")
 	install := exec.Command(npm, "install", "--no-audit", "--no-fund", "--prefix", mods, "openai@"+openaiNodeVersion)

@@ -59,11 +59,7 @@ func checkOutput(t *testing.T, m *grammar.Matcher, res Result) {
 func TestGrammarConstrains(t *testing.T) {
 	t.Parallel()
 	e := openTiny(t)
-	self, err := engine.Open(context.Background(), tinyPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer self.Close()
+	self := openEngine(t, tinyPath)
 	m := tinyMatcher(t, e, boundedSchema)
 	prompt := e.Tok.Encode("answer in JSON", true, false)
 	for _, p := range []sample.Params{

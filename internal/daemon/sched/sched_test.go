@@ -38,9 +38,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func openTiny(t *testing.T) *engine.Engine {
+func openTiny(t *testing.T) *engine.Engine { return openEngine(t, tinyPath) }
+
+// openEngine opens the model at path on the CPU for the rest of the test.
+func openEngine(t *testing.T, path string) *engine.Engine {
 	t.Helper()
-	e, err := engine.Open(context.Background(), tinyPath)
+	e, err := engine.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}

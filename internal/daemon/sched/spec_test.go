@@ -50,16 +50,8 @@ func TestLookupPropose(t *testing.T) {
 func TestSpeculationIsLossless(t *testing.T) {
 	t.Parallel()
 	e := openTiny(t)
-	self, err := engine.Open(context.Background(), tinyPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer self.Close()
-	other, err := engine.Open(context.Background(), tinyPath2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	self := openEngine(t, tinyPath)
+	other := openEngine(t, tinyPath2)
 	early, err := engine.OpenSelfDraft(context.Background(), tinyPath, e, 1, engine.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -132,16 +124,8 @@ func TestSpeculationOnGocode(t *testing.T) {
 	if _, err := os.Stat(draft); err != nil {
 		t.Skipf("no draft model beside the target: %v", err)
 	}
-	tg, err := engine.Open(context.Background(), target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tg.Close()
-	dr, err := engine.Open(context.Background(), draft)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dr.Close()
+	tg := openEngine(t, target)
+	dr := openEngine(t, draft)
 	src := "package main\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\nfunc main() {\n\tif len(os.Args) < 2 {\n"
 	req := Request{Prompt: tg.Tok.Encode(src, true, false), MaxTokens: 64, Sample: sample.Greedy()}
 	plain, err := Generate(context.Background(), tg.Backend(), tg.Tok, req, nil)
@@ -176,11 +160,7 @@ func TestSpeculationOnGocode(t *testing.T) {
 func TestSpeculationInABatch(t *testing.T) {
 	t.Parallel()
 	e := openTiny(t)
-	self, err := engine.Open(context.Background(), tinyPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer self.Close()
+	self := openEngine(t, tinyPath)
 	prompts := []string{"first of three", "the second request", "and a third, longer prompt to read"}
 	want := make([][]int32, len(prompts))
 	for i, p := range prompts {
