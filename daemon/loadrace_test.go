@@ -8,11 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/strata-llm/strata/daemon/api"
 	"github.com/strata-llm/strata/daemon/client"
-	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/internal/pathrace"
 	"github.com/strata-llm/strata/internal/synth"
 )
 
@@ -53,38 +51,7 @@ func TestLoadPathRace(t *testing.T) {
 	}
 	h := start(t, opts{cfg: Config{ModelDirs: []string{models}, Links: pinnedLinks()}})
 
-	stop := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		sub, real, link := filepath.Join(models, "sub"), filepath.Join(models, "sub.real"), filepath.Join(models, "sub.link")
-		f, fr, ff := filepath.Join(models, "f.gguf"), filepath.Join(models, "f.real"), filepath.Join(models, "f.fifo")
-		if err := os.Symlink(secret, link); err != nil {
-			done <- err
-			return
-		}
-		if err := unix.Mkfifo(ff, 0o644); err != nil {
-			done <- err
-			return
-		}
-		for {
-			select {
-			case <-stop:
-				done <- nil
-				return
-			default:
-			}
-			_ = os.Rename(sub, real)
-			_ = os.Rename(link, sub)
-			_ = os.Rename(f, fr)
-			_ = os.Rename(ff, f)
-			time.Sleep(50 * time.Microsecond)
-			_ = os.Rename(sub, link)
-			_ = os.Rename(real, sub)
-			_ = os.Rename(f, ff)
-			_ = os.Rename(fr, f)
-			time.Sleep(50 * time.Microsecond)
-		}
-	}()
+	stop := pathrace.Swap(models, secret, 50*time.Microsecond)
 	n := 5000
 	if testing.Short() {
 		n = 500
@@ -101,8 +68,7 @@ func TestLoadPathRace(t *testing.T) {
 		if err != nil {
 			ae, ok := err.(*client.APIError)
 			if !ok {
-				close(stop)
-				<-done
+				_ = stop()
 				t.Fatalf("load %d: %v (a hang or a dropped connection)", i, err)
 			}
 			if strings.Contains(ae.Message, "SECR") || ae.Status == 422 {
@@ -117,8 +83,7 @@ func TestLoadPathRace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	close(stop)
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d loads: %d loaded, %d refused, %d escapes", n, loaded, refused, escapes)
@@ -159,19 +124,7 @@ func TestLoadSplitModelParts(t *testing.T) {
 	}
 	t.Parallel()
 	dir, outside := t.TempDir(), t.TempDir()
-	whole := filepath.Join(outside, "whole.gguf")
-	if err := synth.WriteDefault(whole); err != nil {
-		t.Fatal(err)
-	}
-	m, err := gguf.Map(whole)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parts, err := gguf.WriteSplit(m, filepath.Join(dir, "stories"), 2)
-	m.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	parts := splitStories(t, outside, dir)
 	h := start(t, opts{cfg: Config{ModelDirs: []string{dir}, Links: pinnedLinks()}})
 	st, err := h.c.Load(context.Background(), api.LoadRequest{Path: filepath.Base(parts[0]), Name: "split", Backend: "cpu"})
 	if err != nil || st.Layers != 5 || st.Path != parts[0] {

@@ -18,19 +18,7 @@ import (
 func TestLoadSplitModel(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	whole := filepath.Join(dir, "whole.gguf")
-	if err := synth.WriteDefault(whole); err != nil {
-		t.Fatal(err)
-	}
-	m, err := gguf.Map(whole)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parts, err := gguf.WriteSplit(m, filepath.Join(dir, "stories"), 2)
-	m.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	parts := splitStories(t, dir, dir)
 	srv, err := New(Config{ModelDirs: []string{dir}, Log: hclog.NewNullLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -43,4 +31,24 @@ func TestLoadSplitModel(t *testing.T) {
 	if st.Name != "stories" || st.Layers != 5 {
 		t.Errorf("loaded as %q with %d layers, want \"stories\" with 5", st.Name, st.Layers)
 	}
+}
+
+// splitStories writes stories260K whole into scratch and split in two
+// parts into dir (dir/stories-0000N-of-00002.gguf), and returns the parts.
+func splitStories(t *testing.T, scratch, dir string) []string {
+	t.Helper()
+	whole := filepath.Join(scratch, "whole.gguf")
+	if err := synth.WriteDefault(whole); err != nil {
+		t.Fatal(err)
+	}
+	m, err := gguf.Map(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := gguf.WriteSplit(m, filepath.Join(dir, "stories"), 2)
+	m.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parts
 }

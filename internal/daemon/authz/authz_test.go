@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/strata-llm/strata/internal/daemon/peer"
+	"github.com/strata-llm/strata/internal/pathrace"
 )
 
 func TestOpenModel(t *testing.T) {
@@ -208,38 +209,7 @@ func openModelRace(t *testing.T, walk bool) {
 	must(os.WriteFile(filepath.Join(secret, "m.gguf"), []byte("SECRET"), 0o600))
 	must(os.WriteFile(filepath.Join(models, "f.gguf"), []byte("inside"), 0o644))
 
-	stop := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		sub, real, link := filepath.Join(models, "sub"), filepath.Join(models, "sub.real"), filepath.Join(models, "sub.link")
-		f, fr, ff := filepath.Join(models, "f.gguf"), filepath.Join(models, "f.real"), filepath.Join(models, "f.fifo")
-		if err := os.Symlink(secret, link); err != nil {
-			done <- err
-			return
-		}
-		if err := unix.Mkfifo(ff, 0o644); err != nil {
-			done <- err
-			return
-		}
-		for {
-			select {
-			case <-stop:
-				done <- nil
-				return
-			default:
-			}
-			// sub: directory -> symlink to secret -> directory, each by
-			// an atomic rename; f.gguf: file -> FIFO -> file.
-			_ = os.Rename(sub, real)
-			_ = os.Rename(link, sub)
-			_ = os.Rename(f, fr)
-			_ = os.Rename(ff, f)
-			_ = os.Rename(sub, link)
-			_ = os.Rename(real, sub)
-			_ = os.Rename(f, ff)
-			_ = os.Rename(fr, f)
-		}
-	}()
+	stop := pathrace.Swap(models, secret, 0)
 	n := 5000
 	if testing.Short() {
 		n = 1000
@@ -263,8 +233,7 @@ func openModelRace(t *testing.T, walk bool) {
 			escapes++
 		}
 	}
-	close(stop)
-	must(<-done)
+	must(stop())
 	t.Logf("%d opens: %d read the model, %d refused (a symlink or a FIFO was in place), %d escapes", n, opened, refused, escapes)
 	if escapes != 0 {
 		t.Fatalf("%d of %d opens read a file outside the model directory", escapes, n)
