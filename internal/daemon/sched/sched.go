@@ -148,8 +148,8 @@ type Stats struct {
 	Finished, Cancelled     uint64
 	Failed                  uint64
 	KVPositions             int // positions held by active sequences' caches
-	// Speculation: tokens guessed, guesses accepted, and passes that
-	// verified guesses.
+	// Speculation: guesses judged (not those after the token a request
+	// ended on), guesses accepted, and passes that verified guesses.
 	Drafted, Accepted, VerifyPasses uint64
 	// PassCost is the measured time of a decode pass by the tokens its
 	// longest sequence fed (index n-1; 0 where not seen) and DraftCost a

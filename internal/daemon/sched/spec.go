@@ -313,7 +313,13 @@ func (s *Scheduler) verify(q *seq, rows [][]float32) bool {
 			return false
 		}
 		if !s.emit(q, row, id) {
-			s.countSpec(sp, len(g), accepted)
+			// The request ended on this token: the guesses after it
+			// were never judged, and an accepted one still counts.
+			judged := min(j+1, len(g))
+			if ok {
+				accepted++
+			}
+			s.countSpec(sp, judged, accepted)
 			return false
 		}
 		if !ok {
