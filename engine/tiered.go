@@ -155,6 +155,9 @@ func OpenWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	return e, nil
 }
 
+// errMoEOnGPU refuses mixture-of-experts models on the CUDA backend.
+var errMoEOnGPU = errors.New("mixture-of-experts layers run on the CPU backend only")
+
 func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	if o.DeviceBudget < 0 || o.HostBudget < 0 || o.Context < 0 || o.Batch < 0 || o.Depth < 0 {
 		return nil, fmt.Errorf("opening model %s: budgets, context, batch and depth must not be negative", path)
@@ -206,6 +209,17 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 		}
 	}
 	info := BackendInfo{Name: BackendCPU, Requested: backend}
+	if cfg.MoE() && backend != BackendCPU {
+		// The CUDA backend has no expert kernels yet: auto runs the model
+		// on the CPU and says why; cuda is refused.
+		if backend == BackendCUDA {
+			closeAll()
+			return nil, fmt.Errorf("model %s: backend cuda: %w", path, errMoEOnGPU)
+		}
+		info.Reason = errMoEOnGPU.Error()
+		log.Info("running on the CPU backend", "model", path, "reason", info.Reason)
+		backend = BackendCPU
+	}
 	if backend != BackendCPU {
 		e, err := openCUDA(ctx, cudaSource{path: path, pool: pool, gf: gf, sizes: sizes, cfg: cfg}, o, log)
 		if err == nil {

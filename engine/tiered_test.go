@@ -145,7 +145,7 @@ func TestStreamedSameTokens(t *testing.T) {
 	for _, mc := range []struct {
 		arch, typ string
 		seeds     []uint64
-	}{{"llama", "q8_0", []uint64{1, 2, 3}}, {"gemma2", "f32", []uint64{4, 5}}} {
+	}{{"llama", "q8_0", []uint64{1, 2, 3}}, {"gemma2", "f32", []uint64{4, 5}}, {"mixtral", "q8_0", []uint64{6, 7, 8, 9}}} {
 		pool, _ := stackedPool(t, mc.arch, mc.typ, mc.seeds...)
 		wantIDs, wantText := residentTokens(t, pool, n)
 		t.Logf("%s: resident generates %d tokens %q", mc.arch, len(wantIDs), wantText)
@@ -382,5 +382,35 @@ func TestOpenWithRefuses(t *testing.T) {
 			}
 			t.Logf("%v", err)
 		})
+	}
+}
+
+// TestMoEBackends: a mixture-of-experts model is refused by the CUDA
+// backend with a reason naming the experts, and the auto backend runs it
+// on the CPU saying why.
+func TestMoEBackends(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "mixtral.gguf")
+	if err := synth.Write(path, synth.Options{Arch: "mixtral", Shape: "tiny", Type: "q8_0", Seed: 2}); err != nil {
+		t.Fatal(err)
+	}
+	o := engine.Options{Backend: engine.BackendCUDA, HostBudget: 1 << 30, Context: 64, Links: defaultLinks()}
+	if e, err := engine.OpenWith(context.Background(), path, o); err == nil || !strings.Contains(err.Error(), "mixture-of-experts") {
+		if e != nil {
+			e.Close()
+		}
+		t.Fatalf("cuda backend: %v, want a mixture-of-experts refusal", err)
+	}
+	o.Backend = engine.BackendAuto
+	e, err := engine.OpenWith(context.Background(), path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if b := e.BackendInfo(); b.Name != engine.BackendCPU || !strings.Contains(b.Reason, "mixture-of-experts") {
+		t.Fatalf("auto backend: %+v", b)
+	}
+	if _, _, err := greedy(t, e, 4); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -228,6 +228,9 @@ func (m *Model) load(ctx context.Context, c *cudadrv.Ctx, w *model.Weights) erro
 		}
 		m.k, m.ownK = k, true
 	}
+	if cfg.MoE() {
+		return fmt.Errorf("%d experts per layer: the CUDA backend has no mixture-of-experts kernels", cfg.Experts)
+	}
 	for _, t := range []struct {
 		name string
 		dim  int

@@ -39,6 +39,7 @@ const (
 	maxHeads   = 1 << 10
 	maxHeadDim = 1 << 11
 	maxContext = 1 << 24
+	maxExperts = 1 << 12
 )
 
 // Config holds the hyperparameters the forward pass needs. It is derived
@@ -87,7 +88,17 @@ type Config struct {
 	EmbedScale float32
 	// TiedOutput reports that the output projection is the token embedding.
 	TiedOutput bool
+	// Experts is the number of experts in each mixture-of-experts layer
+	// (0: every layer is dense). ExpertsUsed is how many of them the
+	// router picks per token (top-k) and ExpertFFN one expert's hidden
+	// width. The picked experts' softmax weights are renormalised to sum
+	// to 1, as Mixtral and Qwen3-MoE do.
+	Experts, ExpertsUsed, ExpertFFN int
 }
+
+// MoE reports whether the model's feed-forward blocks are mixtures of
+// experts.
+func (c *Config) MoE() bool { return c.Experts > 0 }
 
 // ropeLinearScale reads RoPE scaling as llama.cpp does: the factor from
 // rope.scaling.factor (or the older rope.scale_linear; absent or 0 means 1),
@@ -200,6 +211,27 @@ func (c *Config) Validate() error {
 	}
 	if c.SlidingWindow < 0 {
 		return fmt.Errorf("sliding window %d is negative", c.SlidingWindow)
+	}
+	return c.validateExperts()
+}
+
+// validateExperts checks the mixture-of-experts hyperparameters: none for
+// a dense model, and for a MoE one a top-k within the expert count.
+func (c *Config) validateExperts() error {
+	if c.Experts == 0 {
+		if c.ExpertsUsed != 0 || c.ExpertFFN != 0 {
+			return fmt.Errorf("experts used %d and expert FFN %d set without experts", c.ExpertsUsed, c.ExpertFFN)
+		}
+		return nil
+	}
+	if c.Experts < 0 || c.Experts > maxExperts {
+		return fmt.Errorf("expert count %d out of range [0, %d]", c.Experts, maxExperts)
+	}
+	if c.ExpertsUsed < 1 || c.ExpertsUsed > c.Experts {
+		return fmt.Errorf("experts used per token %d out of range [1, %d]", c.ExpertsUsed, c.Experts)
+	}
+	if c.ExpertFFN < 1 || c.ExpertFFN > maxFFN {
+		return fmt.Errorf("expert FFN %d out of range [1, %d]", c.ExpertFFN, maxFFN)
 	}
 	return nil
 }
@@ -337,6 +369,10 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 		for i := range c.RopeFreqs {
 			c.RopeFreqs[i] = float32(ropeScale)
 		}
+	}
+
+	if err := expertsFromGGUF(f, arch, &c); err != nil {
+		return Config{}, fmt.Errorf("config from gguf: %w", err)
 	}
 
 	c.AttnScale = float32(1 / math.Sqrt(float64(c.HeadDim)))

@@ -16,7 +16,7 @@ func specs() []struct {
 	return []struct {
 		name string
 		spec testSpec
-	}{{"llama", llamaSpec()}, {"gemma2", gemmaSpec()}}
+	}{{"llama", llamaSpec()}, {"gemma2", gemmaSpec()}, {"mixtral", mixtralSpec()}}
 }
 
 // TestForwardMatchesReference runs prompts token by token and as one
@@ -69,6 +69,8 @@ func TestReferenceIsSensitive(t *testing.T) {
 		{"gemma2 without attention softcap", gemmaSpec(), func(c *Config) { c.AttnSoftcap = 0 }},
 		{"gemma2 without window", gemmaSpec(), func(c *Config) { c.SlidingWindow = 0 }},
 		{"gemma2 as llama rope", gemmaSpec(), func(c *Config) { c.Arch = ArchLlama; c.TiedOutput = false }},
+		{"mixtral top-1", mixtralSpec(), func(c *Config) { c.ExpertsUsed = 1 }},
+		{"mixtral every expert", mixtralSpec(), func(c *Config) { c.ExpertsUsed = c.Experts }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -32,6 +32,7 @@ type testSpec struct {
 	attnCap, finalCap                                         float32
 	window                                                    int
 	eps                                                       float32
+	experts, used                                             int // mixture of experts (Mixtral)
 }
 
 // llamaSpec is a tiny llama with GQA and llama3 scaling chosen so all three
@@ -40,6 +41,15 @@ func llamaSpec() testSpec {
 	return testSpec{
 		arch: ArchLlama, vocab: 97, dim: 64, ffn: 96, layers: 2, heads: 4, kvHeads: 2, headDim: 16,
 		context: 64, theta: 500000, llama3: &llama3Scaling{8, 1, 4, 64}, eps: 1e-5,
+	}
+}
+
+// mixtralSpec is a tiny Mixtral: llama attention, and FFNs that are
+// mixtures of six experts of which each token takes two.
+func mixtralSpec() testSpec {
+	return testSpec{
+		arch: ArchLlama, vocab: 97, dim: 64, ffn: 48, layers: 3, heads: 4, kvHeads: 2, headDim: 16,
+		context: 64, theta: 1e6, eps: 1e-5, experts: 6, used: 2,
 	}
 }
 
@@ -62,6 +72,9 @@ func (s testSpec) config() Config {
 	}
 	if s.llama3 != nil {
 		c.RopeFreqs = llama3Factors(s.headDim, s.theta, *s.llama3)
+	}
+	if s.experts > 0 {
+		c.Experts, c.ExpertsUsed, c.ExpertFFN = s.experts, s.used, s.ffn
 	}
 	if s.arch == ArchGemma2 {
 		c.AttnScale = float32(1 / math.Sqrt(s.qpas))
@@ -139,6 +152,17 @@ func randomWeights(s testSpec, seed uint64) *Weights {
 			l.PostAttnNorm = norm(p + "post_attention_norm.weight")
 			l.PostFFNNorm = norm(p + "post_ffw_norm.weight")
 		}
+		if s.experts > 0 {
+			l.Gate, l.Up, l.Down = Tensor{}, Tensor{}, Tensor{}
+			l.Router = mat(p+"ffn_gate_inp.weight", s.experts, s.dim)
+			for e := range s.experts {
+				l.Experts = append(l.Experts, Expert{
+					Gate: mat(expertName(p+"ffn_gate_exps.weight", e), s.ffn, s.dim),
+					Up:   mat(expertName(p+"ffn_up_exps.weight", e), s.ffn, s.dim),
+					Down: mat(expertName(p+"ffn_down_exps.weight", e), s.dim, s.ffn),
+				})
+			}
+		}
 		w.Layers = append(w.Layers, l)
 	}
 	return w
@@ -208,6 +232,11 @@ func planFor(s testSpec, w *Weights) *ggufPlan {
 		{Key: a + ".attention.layer_norm_rms_epsilon", Value: s.eps},
 		{Key: a + ".rope.freq_base", Value: float32(s.theta)},
 	}}
+	if s.experts > 0 {
+		p.kv = append(p.kv,
+			gguf.KV{Key: a + ".expert_count", Value: uint32(s.experts)},
+			gguf.KV{Key: a + ".expert_used_count", Value: uint32(s.used)})
+	}
 	if a == ArchLlama {
 		p.kv = append(p.kv,
 			gguf.KV{Key: a + ".vocab_size", Value: uint32(s.vocab)},
@@ -242,6 +271,27 @@ func planFor(s testSpec, w *Weights) *ggufPlan {
 		for _, t := range []*Tensor{&l.AttnNorm, &l.Q, &l.K, &l.V, &l.O, &l.PostAttnNorm, &l.FFNNorm, &l.Gate, &l.Up, &l.Down, &l.PostFFNNorm} {
 			if t.Data != nil {
 				add(*t, t.Rows == 1)
+			}
+		}
+		if len(l.Experts) > 0 {
+			add(l.Router, false)
+			// llama.cpp's merged expert tensors: dims [cols, rows, experts].
+			pfx := fmt.Sprintf("blk.%d.", i)
+			for _, part := range []struct {
+				name string
+				t    func(x *Expert) *Tensor
+			}{
+				{"ffn_gate_exps.weight", func(x *Expert) *Tensor { return &x.Gate }},
+				{"ffn_up_exps.weight", func(x *Expert) *Tensor { return &x.Up }},
+				{"ffn_down_exps.weight", func(x *Expert) *Tensor { return &x.Down }},
+			} {
+				var data []byte
+				for e := range l.Experts {
+					data = append(data, part.t(&l.Experts[e]).Data...)
+				}
+				t0 := part.t(&l.Experts[0])
+				p.tensors = append(p.tensors, planTensor{pfx + part.name, t0.Type,
+					[]uint64{uint64(t0.Cols), uint64(t0.Rows), uint64(len(l.Experts))}, data})
 			}
 		}
 	}

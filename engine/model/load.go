@@ -78,6 +78,12 @@ func LoadGGUF(m *gguf.Mapped) (*Model, error) {
 			{&l.Up, "ffn_up", f, d, false},
 			{&l.Down, "ffn_down", d, f, false},
 		}
+		if cfg.MoE() {
+			specs = specs[:6] // the FFN norm; the experts replace gate, up and down
+			if err := loadExperts(m, &cfg, i, l); err != nil {
+				return nil, fmt.Errorf("load gguf: %w", err)
+			}
+		}
 		if cfg.Arch == ArchGemma2 {
 			specs = append(specs,
 				tensorCheck{&l.PostAttnNorm, "post_attention_norm", 1, d, true},

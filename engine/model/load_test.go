@@ -109,6 +109,19 @@ func TestLoadGGUFErrors(t *testing.T) {
 		{"rope freqs length", llamaSpec(), func(p *ggufPlan) { p.tensor("rope_freqs.weight").dims = []uint64{4} }, "rope_freqs.weight"},
 		{"string for int", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.context_length", "many") }, "llama.context_length"},
 		{"zero layers", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.block_count", uint32(0)) }, "layers 0 out of range"},
+		{"experts without top-k", mixtralSpec(), func(p *ggufPlan) { p.dropKV("llama.expert_used_count") }, "llama.expert_used_count is missing"},
+		{"top-k above experts", mixtralSpec(), func(p *ggufPlan) { p.setKV("llama.expert_used_count", uint32(7)) }, "expert_used_count 7 out of range [1, 6]"},
+		{"shared experts", mixtralSpec(), func(p *ggufPlan) { p.setKV("llama.expert_shared_count", uint32(1)) }, "shared experts are not supported"},
+		{"sigmoid gating", mixtralSpec(), func(p *ggufPlan) { p.setKV("llama.expert_gating_func", uint32(2)) }, "only softmax gating"},
+		{"unnormalised weights", mixtralSpec(), func(p *ggufPlan) { p.setKV("llama.expert_weights_norm", false) }, "only renormalised expert weights"},
+		{"missing router", mixtralSpec(), func(p *ggufPlan) { p.dropTensor("blk.2.ffn_gate_inp.weight") }, "missing tensor blk.2.ffn_gate_inp.weight"},
+		{"missing experts", mixtralSpec(), func(p *ggufPlan) { p.dropTensor("blk.1.ffn_down_exps.weight") }, "missing tensor blk.1.ffn_down_exps.weight"},
+		{"expert count of a tensor", mixtralSpec(), func(p *ggufPlan) { p.tensor("blk.0.ffn_up_exps.weight").dims[2] = 5 }, "blk.0.ffn_up_exps.weight has dims [64 48 5], want [64 48 6]"},
+		{"router rows", mixtralSpec(), func(p *ggufPlan) { p.tensor("blk.0.ffn_gate_inp.weight").dims[1] = 5 }, "blk.0.ffn_gate_inp.weight has dims [64 5]"},
+		{"experts in a dense file", llamaSpec(), func(p *ggufPlan) {
+			p.setKV("llama.expert_count", uint32(4))
+			p.setKV("llama.expert_used_count", uint32(2))
+		}, "missing tensor blk.0.ffn_gate_inp.weight"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -46,6 +46,9 @@ type Model struct {
 	// cosSum, when not nil, accumulates per layer the cosine of each
 	// token's hidden state before and after the layer (LayerCosines).
 	cosSum []float64
+	// routeCounts counts, per MoE layer and expert, the tokens routed to
+	// it (ExpertCounts); nil for a dense model.
+	routeCounts [][]uint64
 }
 
 // SetSkip makes later passes leave the given layers out: the hidden state
@@ -174,7 +177,7 @@ func New(cfg Config, w *Weights) (*Model, error) {
 	if err := cfg.check(w); err != nil {
 		return nil, fmt.Errorf("new model: %w", err)
 	}
-	m := &Model{Config: cfg, Weights: w, pool: defaultPool(), keepScratch: defaultKeptScratch}
+	m := &Model{Config: cfg, Weights: w, pool: defaultPool(), keepScratch: defaultKeptScratch, routeCounts: newRouteCounts(&cfg)}
 	m.src, m.resident = residentSource{w}, true
 	half := cfg.HeadDim / 2
 	m.ropeFreq = make([]float64, half)
@@ -450,6 +453,26 @@ type scratch struct {
 	// the vectors of its k-th distinct input, xqBuf their storage.
 	xq    [][]*gemv.X
 	xqBuf []*gemv.X
+	moe   moeScratch
+	// inputs, which and xqAt index matmulGEMV's distinct inputs: which[o]
+	// is op o's input, xqAt[i] the (input, row) of quantized vector i.
+	inputs [][][]float32
+	which  []int
+	xqAt   [][2]int
+}
+
+// sameRows reports whether a and b are the same rows (the same vectors in
+// the same order), so one quantization serves both.
+func sameRows(a, b [][]float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if len(a[i]) != len(b[i]) || (len(a[i]) > 0 && &a[i][0] != &b[i][0]) {
+			return false
+		}
+	}
+	return true
 }
 
 // prepare sizes the scratch for T tokens with at most maxPos+1 cached
@@ -686,7 +709,7 @@ func (m *Model) layer(l int, w *Layer) error {
 		axpy(sc.h[t], 1, sc.tmp[t])
 	}
 
-	return m.ffn(w)
+	return m.ffn(l, w)
 }
 
 // FFNDevice is the CPU as a second compute device beside a GPU: it runs
@@ -702,7 +725,7 @@ func NewFFNDevice(cfg Config, impl gemv.Impl) (*FFNDevice, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("ffn device: %w", err)
 	}
-	return &FFNDevice{&Model{Config: cfg, pool: defaultPool(), keepScratch: defaultKeptScratch, fast: true, impl: impl}}, nil
+	return &FFNDevice{&Model{Config: cfg, pool: defaultPool(), keepScratch: defaultKeptScratch, fast: true, impl: impl, routeCounts: newRouteCounts(&cfg)}}, nil
 }
 
 // Run is Model.FFN on the device.
@@ -815,7 +838,7 @@ func (m *Model) FFN(ctx context.Context, l int, w *Layer, h [][]float32) error {
 	for t, r := range h {
 		copy(sc.h[t], r)
 	}
-	if err := m.ffn(w); err != nil {
+	if err := m.ffn(l, w); err != nil {
 		return fmt.Errorf("ffn of layer %d: %w", l, err)
 	}
 	for t, r := range h {
@@ -826,11 +849,14 @@ func (m *Model) FFN(ctx context.Context, l int, w *Layer, h [][]float32) error {
 
 // ffn runs layer w's feed-forward block over the batch in the scratch:
 // h += FFN(norm(h)).
-func (m *Model) ffn(w *Layer) error {
+func (m *Model) ffn(l int, w *Layer) error {
 	c := &m.Config
 	sc := &m.sc
 	gemma := c.Arch == ArchGemma2
 	m.norm(sc.xn, sc.h, &w.FFNNorm)
+	if c.MoE() {
+		return m.moe(l, w)
+	}
 	if err := m.matmul(matOp{&w.Gate, sc.xn, sc.gate}, matOp{&w.Up, sc.xn, sc.up}); err != nil {
 		return err
 	}
@@ -1036,31 +1062,40 @@ func (m *Model) splitRows(ops []matOp) {
 // whole batch.
 func (m *Model) matmulGEMV(ops []matOp) error {
 	sc := &m.sc
-	// Ops that share an input (q, k and v; gate and up) share its
-	// quantization.
-	var inputs [4][][]float32
-	var which [4]int // a pass has at most three ops
-	ni := 0
+	// Ops that share an input (q, k and v; gate and up; an expert's gate
+	// and up) share its quantization.
+	sc.inputs, sc.which = sc.inputs[:0], sc.which[:0]
 	for oi := range ops {
 		k := 0
-		for ; k < ni; k++ {
-			if &inputs[k][0] == &ops[oi].xs[0] {
+		for ; k < len(sc.inputs); k++ {
+			if sameRows(sc.inputs[k], ops[oi].xs) {
 				break
 			}
 		}
-		if k == ni {
-			inputs[ni] = ops[oi].xs
-			ni++
+		if k == len(sc.inputs) {
+			sc.inputs = append(sc.inputs, ops[oi].xs)
 		}
-		which[oi] = k
+		sc.which = append(sc.which, k)
 	}
-	T := len(ops[0].xs)
-	for len(sc.xqBuf) < ni*T {
+	inputs, which, ni := sc.inputs, sc.which, len(sc.inputs)
+	// Inputs may differ in length (a MoE block's experts each take the
+	// tokens routed to them): each gets its own run of quantized vectors.
+	n := 0
+	for _, in := range inputs {
+		n += len(in)
+	}
+	for len(sc.xqBuf) < n {
 		sc.xqBuf = append(sc.xqBuf, new(gemv.X))
 	}
 	sc.xq = sc.xq[:0]
+	sc.xqAt = sc.xqAt[:0]
+	n = 0
 	for k := 0; k < ni; k++ {
-		sc.xq = append(sc.xq, sc.xqBuf[k*T:(k+1)*T])
+		sc.xq = append(sc.xq, sc.xqBuf[n:n+len(inputs[k])])
+		for t := range inputs[k] {
+			sc.xqAt = append(sc.xqAt, [2]int{k, t})
+		}
+		n += len(inputs[k])
 	}
 	var errMu sync.Mutex
 	var first error
@@ -1077,13 +1112,14 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 	const setBlocks = 8
 	per := 0
 	for k := 0; k < ni; k++ {
-		for t := 0; t < T; t++ {
+		for t := range inputs[k] {
 			sc.xq[k][t].Size(len(inputs[k][t]))
+			per = max(per, (sc.xq[k][t].Blocks()+setBlocks-1)/setBlocks)
 		}
-		per = max(per, (sc.xq[k][0].Blocks()+setBlocks-1)/setBlocks)
 	}
-	m.pool.run(ni*T*per, func(_, i int) {
-		k, t, p := i/(T*per), i/per%T, i%per
+	m.pool.run(n*per, func(_, i int) {
+		at, p := sc.xqAt[i/per], i%per
+		k, t := at[0], at[1]
 		x := sc.xq[k][t]
 		if b0 := p * setBlocks; b0 < x.Blocks() {
 			if err := x.SetBlocks(inputs[k][t], b0, min(b0+setBlocks, x.Blocks())); err != nil {

@@ -3,6 +3,7 @@ package model
 import (
 	"encoding/binary"
 	"math"
+	"sort"
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
@@ -24,6 +25,7 @@ type refParams struct {
 	attnCap, finalCap                                float64
 	window                                           int
 	eps                                              float64
+	experts, used                                    int
 }
 
 func refParamsOf(s testSpec) refParams {
@@ -31,12 +33,16 @@ func refParamsOf(s testSpec) refParams {
 		arch: s.arch, vocab: s.vocab, dim: s.dim, ffn: s.ffn, layers: s.layers, heads: s.heads,
 		kvHeads: s.kvHeads, headDim: s.headDim, theta: s.theta, llama3: s.llama3, qpas: s.qpas,
 		attnCap: float64(s.attnCap), finalCap: float64(s.finalCap), window: s.window, eps: float64(s.eps),
+		experts: s.experts, used: s.used,
 	}
 }
 
 type refLayer struct {
 	attnNorm, postAttn, ffnNorm, postFFN []float64
 	q, k, v, o, gate, up, down           [][]float64
+	// router and experts (gate, up, down each) for a MoE layer.
+	router  [][]float64
+	experts [][3][][]float64
 }
 
 type refModel struct {
@@ -100,7 +106,14 @@ func newRef(t testing.TB, p refParams, w *Weights) *refModel {
 		rl := refLayer{
 			attnNorm: refVector(t, l.AttnNorm), ffnNorm: refVector(t, l.FFNNorm),
 			q: refMatrix(t, l.Q), k: refMatrix(t, l.K), v: refMatrix(t, l.V), o: refMatrix(t, l.O),
-			gate: refMatrix(t, l.Gate), up: refMatrix(t, l.Up), down: refMatrix(t, l.Down),
+		}
+		if len(l.Experts) == 0 {
+			rl.gate, rl.up, rl.down = refMatrix(t, l.Gate), refMatrix(t, l.Up), refMatrix(t, l.Down)
+		} else {
+			rl.router = refMatrix(t, l.Router)
+			for _, x := range l.Experts {
+				rl.experts = append(rl.experts, [3][][]float64{refMatrix(t, x.Gate), refMatrix(t, x.Up), refMatrix(t, x.Down)})
+			}
 		}
 		if p.arch == ArchLlama {
 			rl.q = unpermute(rl.q, p.heads, p.headDim)
@@ -261,6 +274,10 @@ func (r *refModel) ffn(li int, h []float64) {
 	gemma := p.arch == ArchGemma2
 	l := &r.layers[li]
 	x := refRMSNorm(h, l.ffnNorm, p.eps)
+	if l.router != nil {
+		r.moe(l, x, h)
+		return
+	}
 	g, u := refMatVec(l.gate, x), refMatVec(l.up, x)
 	for i := range g {
 		if gemma {
@@ -289,4 +306,47 @@ func relErr(got []float32, want []float64) float64 {
 		return d
 	}
 	return d / m
+}
+
+// moe adds a Mixtral sparse MoE block to h, as HF's MixtralSparseMoeBlock
+// computes it: softmax over the router logits, the top `used` experts,
+// their weights divided by their sum, and each picked expert's
+// w2(silu(w1 x) * w3 x) scaled by its weight.
+func (r *refModel) moe(l *refLayer, x, h []float64) {
+	logits := refMatVec(l.router, x)
+	mx := math.Inf(-1)
+	for _, v := range logits {
+		mx = math.Max(mx, v)
+	}
+	probs := make([]float64, len(logits))
+	var sum float64
+	for i, v := range logits {
+		probs[i] = math.Exp(v - mx)
+		sum += probs[i]
+	}
+	for i := range probs {
+		probs[i] /= sum
+	}
+	order := make([]int, len(probs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return probs[order[a]] > probs[order[b]] })
+	top := order[:r.p.used]
+	var norm float64
+	for _, e := range top {
+		norm += probs[e]
+	}
+	for _, e := range top {
+		x3 := l.experts[e]
+		g, u := refMatVec(x3[0], x), refMatVec(x3[1], x)
+		for i := range g {
+			g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+		}
+		f := refMatVec(x3[2], g)
+		w := probs[e] / norm
+		for i := range h {
+			h[i] += w * f[i]
+		}
+	}
 }

@@ -62,9 +62,25 @@ func (t *Tensor) check(name string, rows, cols int, floatOnly bool) error {
 // orientation: Q has QDim rows of Dim columns, O has Dim rows of QDim
 // columns, Gate/Up have FFN rows of Dim columns, Down has Dim rows of FFN
 // columns. Norms are F32 vectors. PostAttnNorm and PostFFNNorm are gemma2
-// only (empty for llama).
+// only (empty for llama). A mixture-of-experts layer has Router and
+// Experts instead of Gate, Up and Down.
 type Layer struct {
 	AttnNorm, Q, K, V, O, PostAttnNorm, FFNNorm, Gate, Up, Down, PostFFNNorm Tensor
+	// Router (ffn_gate_inp) has one row of Dim columns per expert: a
+	// token's expert scores are its products with the normalised hidden
+	// state.
+	Router Tensor
+	// Experts are the layer's experts, each a gated FFN of its own. Each
+	// is a separate set of tensors so that an expert, not the layer, can
+	// be the unit a tier holds; a GGUF's merged ffn_*_exps tensors are
+	// cut into views of them.
+	Experts []Expert
+}
+
+// Expert is one expert's feed-forward weights: Gate and Up have ExpertFFN
+// rows of Dim columns, Down has Dim rows of ExpertFFN columns.
+type Expert struct {
+	Gate, Up, Down Tensor
 }
 
 // Weights holds every tensor of a model. For tied models Output is the same
@@ -126,6 +142,9 @@ func (c *Config) checkLayer(i int, l *Layer) error {
 			tensorCheck{&l.PostAttnNorm, "post_attention_norm.weight", 1, d, true},
 			c.postFFNCheck(l))
 	}
+	if err := c.checkExpertCount(i, l); err != nil {
+		return err
+	}
 	return runChecks(i, checks)
 }
 
@@ -138,6 +157,9 @@ func (c *Config) checkFFN(i int, l *Layer) error {
 	if c.Arch == ArchGemma2 {
 		checks = append(checks, c.postFFNCheck(l))
 	}
+	if err := c.checkExpertCount(i, l); err != nil {
+		return err
+	}
 	return runChecks(i, checks)
 }
 
@@ -145,6 +167,9 @@ func (c *Config) checkFFN(i int, l *Layer) error {
 // which only gemma2 has).
 func (c *Config) ffnChecks(l *Layer) []tensorCheck {
 	d, f := c.Dim, c.FFN
+	if c.MoE() {
+		return c.expertChecks(l)
+	}
 	return []tensorCheck{
 		{&l.FFNNorm, "ffn_norm.weight", 1, d, true},
 		{&l.Gate, "ffn_gate.weight", f, d, false},

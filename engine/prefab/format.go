@@ -98,6 +98,9 @@ type manifestConfig struct {
 	SlidingWindow int       `json:"sliding_window"`
 	EmbedScale    float32   `json:"embed_scale"`
 	TiedOutput    bool      `json:"tied_output"`
+	Experts       int       `json:"experts,omitempty"`
+	ExpertsUsed   int       `json:"experts_used,omitempty"`
+	ExpertFFN     int       `json:"expert_ffn,omitempty"`
 }
 
 func configToManifest(c model.Config) manifestConfig {
@@ -107,6 +110,7 @@ func configToManifest(c model.Config) manifestConfig {
 		RopeFreqs: c.RopeFreqs, NormEps: c.NormEps, AttnScale: c.AttnScale,
 		AttnSoftcap: c.AttnSoftcap, FinalSoftcap: c.FinalSoftcap,
 		SlidingWindow: c.SlidingWindow, EmbedScale: c.EmbedScale, TiedOutput: c.TiedOutput,
+		Experts: c.Experts, ExpertsUsed: c.ExpertsUsed, ExpertFFN: c.ExpertFFN,
 	}
 }
 
@@ -117,6 +121,7 @@ func (m manifestConfig) config(arch string) model.Config {
 		RopeFreqs: m.RopeFreqs, NormEps: m.NormEps, AttnScale: m.AttnScale,
 		AttnSoftcap: m.AttnSoftcap, FinalSoftcap: m.FinalSoftcap,
 		SlidingWindow: m.SlidingWindow, EmbedScale: m.EmbedScale, TiedOutput: m.TiedOutput,
+		Experts: m.Experts, ExpertsUsed: m.ExpertsUsed, ExpertFFN: m.ExpertFFN,
 	}
 }
 
@@ -269,55 +274,56 @@ func hexSum(s uint64) string { return fmt.Sprintf("%016x", s) }
 
 // role names one tensor slot of a layer in kernel order.
 type role struct {
-	suffix string // GGUF name after "blk.N."
-	norm   bool
-	field  func(l *model.Layer) *model.Tensor
+	suffix     string // name after "blk.N."
+	norm       bool
+	rows, cols int // the shape the config gives it
+	field      func(l *model.Layer) *model.Tensor
+	// merged is, for an expert's tensor, the GGUF tensor (suffix) that
+	// holds it as one slab of all the experts'.
+	merged string
 }
 
-// layerOrder returns the tensors of one layer of arch in the order the
-// forward pass consumes them (model.layer): attention norm, Q, K, V, O,
-// gemma2's post-attention norm, FFN norm, gate, up, down, gemma2's
-// post-FFN norm.
-func layerOrder(arch string) []role {
-	g := arch == model.ArchGemma2
+// layerOrder returns the tensors of one layer of cfg's model in the order
+// the forward pass consumes them (model.layer): attention norm, Q, K, V,
+// O, gemma2's post-attention norm, FFN norm, then gate, up and down, or a
+// MoE layer's router and each expert's gate, up and down (expert-major, so
+// an expert's bytes are contiguous and can be read as one piece; named as
+// llama.cpp's older per-expert tensors were: ffn_gate.E.weight), then
+// gemma2's post-FFN norm.
+func layerOrder(cfg *model.Config) []role {
+	g := cfg.Arch == model.ArchGemma2
+	d, q, kv, f := cfg.Dim, cfg.QDim(), cfg.KVDim(), cfg.FFN
 	rs := []role{
-		{"attn_norm.weight", true, func(l *model.Layer) *model.Tensor { return &l.AttnNorm }},
-		{"attn_q.weight", false, func(l *model.Layer) *model.Tensor { return &l.Q }},
-		{"attn_k.weight", false, func(l *model.Layer) *model.Tensor { return &l.K }},
-		{"attn_v.weight", false, func(l *model.Layer) *model.Tensor { return &l.V }},
-		{"attn_output.weight", false, func(l *model.Layer) *model.Tensor { return &l.O }},
+		{"attn_norm.weight", true, 1, d, func(l *model.Layer) *model.Tensor { return &l.AttnNorm }, ""},
+		{"attn_q.weight", false, q, d, func(l *model.Layer) *model.Tensor { return &l.Q }, ""},
+		{"attn_k.weight", false, kv, d, func(l *model.Layer) *model.Tensor { return &l.K }, ""},
+		{"attn_v.weight", false, kv, d, func(l *model.Layer) *model.Tensor { return &l.V }, ""},
+		{"attn_output.weight", false, d, q, func(l *model.Layer) *model.Tensor { return &l.O }, ""},
 	}
 	if g {
-		rs = append(rs, role{"post_attention_norm.weight", true, func(l *model.Layer) *model.Tensor { return &l.PostAttnNorm }})
+		rs = append(rs, role{"post_attention_norm.weight", true, 1, d, func(l *model.Layer) *model.Tensor { return &l.PostAttnNorm }, ""})
 	}
-	rs = append(rs,
-		role{"ffn_norm.weight", true, func(l *model.Layer) *model.Tensor { return &l.FFNNorm }},
-		role{"ffn_gate.weight", false, func(l *model.Layer) *model.Tensor { return &l.Gate }},
-		role{"ffn_up.weight", false, func(l *model.Layer) *model.Tensor { return &l.Up }},
-		role{"ffn_down.weight", false, func(l *model.Layer) *model.Tensor { return &l.Down }},
-	)
+	rs = append(rs, role{"ffn_norm.weight", true, 1, d, func(l *model.Layer) *model.Tensor { return &l.FFNNorm }, ""})
+	if cfg.MoE() {
+		ef := cfg.ExpertFFN
+		rs = append(rs, role{"ffn_gate_inp.weight", false, cfg.Experts, d, func(l *model.Layer) *model.Tensor { return &l.Router }, ""})
+		for e := range cfg.Experts {
+			n := strconv.Itoa(e)
+			rs = append(rs,
+				role{"ffn_gate." + n + ".weight", false, ef, d, func(l *model.Layer) *model.Tensor { return &l.Experts[e].Gate }, "ffn_gate_exps.weight"},
+				role{"ffn_up." + n + ".weight", false, ef, d, func(l *model.Layer) *model.Tensor { return &l.Experts[e].Up }, "ffn_up_exps.weight"},
+				role{"ffn_down." + n + ".weight", false, d, ef, func(l *model.Layer) *model.Tensor { return &l.Experts[e].Down }, "ffn_down_exps.weight"})
+		}
+	} else {
+		rs = append(rs,
+			role{"ffn_gate.weight", false, f, d, func(l *model.Layer) *model.Tensor { return &l.Gate }, ""},
+			role{"ffn_up.weight", false, f, d, func(l *model.Layer) *model.Tensor { return &l.Up }, ""},
+			role{"ffn_down.weight", false, d, f, func(l *model.Layer) *model.Tensor { return &l.Down }, ""})
+	}
 	if g {
-		rs = append(rs, role{"post_ffw_norm.weight", true, func(l *model.Layer) *model.Tensor { return &l.PostFFNNorm }})
+		rs = append(rs, role{"post_ffw_norm.weight", true, 1, d, func(l *model.Layer) *model.Tensor { return &l.PostFFNNorm }, ""})
 	}
 	return rs
-}
-
-// shapeOf returns the (rows, cols) a layer tensor must have under cfg.
-func shapeOf(cfg *model.Config, suffix string) (rows, cols int) {
-	d, q, kv, f := cfg.Dim, cfg.QDim(), cfg.KVDim(), cfg.FFN
-	switch suffix {
-	case "attn_q.weight":
-		return q, d
-	case "attn_k.weight", "attn_v.weight":
-		return kv, d
-	case "attn_output.weight":
-		return d, q
-	case "ffn_gate.weight", "ffn_up.weight":
-		return f, d
-	case "ffn_down.weight":
-		return d, f
-	}
-	return 1, d // norms
 }
 
 // globalNames lists the globals extent's tensors in order.
@@ -480,13 +486,12 @@ func parseManifest(b []byte, manEnd int64) (*layout, error) {
 		return nil, err
 	}
 	prevEnd = l.globals.ext.Offset + l.globals.ext.Length
-	order := layerOrder(cfg.Arch)
+	order := layerOrder(&cfg)
 	l.layers = make([]extentInfo, len(m.Layers))
 	for i := range m.Layers {
 		specs := make([]tensorSpec, len(order))
 		for j, r := range order {
-			rows, cols := shapeOf(&cfg, r.suffix)
-			specs[j] = tensorSpec{name: "blk." + strconv.Itoa(i) + "." + r.suffix, rows: rows, cols: cols, norm: r.norm}
+			specs[j] = tensorSpec{name: "blk." + strconv.Itoa(i) + "." + r.suffix, rows: r.rows, cols: r.cols, norm: r.norm}
 		}
 		if l.layers[i], err = checkExtent("layer "+strconv.Itoa(i), &m.Layers[i], specs, prevEnd); err != nil {
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/zeebo/xxh3"
@@ -35,6 +36,7 @@ type Pool struct {
 	l      *layout
 	checks []extentCheck // one per layer, then the globals
 	tmpl   []model.Layer // per layer: tensors with Data unset
+	order  []role        // a layer's tensors, in extent order
 }
 
 // extentCheck remembers the outcome of verifying one extent of the mapping.
@@ -101,11 +103,14 @@ func OpenPool(path string) (*Pool, error) {
 // newPool builds a Pool over data (the mapping's bytes; the fuzz tests pass
 // plain memory and no mapping).
 func newPool(path string, data []byte, l *layout) *Pool {
-	p := &Pool{path: path, data: data, l: l}
+	p := &Pool{path: path, data: data, l: l, order: layerOrder(&l.cfg)}
 	p.checks = make([]extentCheck, len(l.layers)+1)
-	order := layerOrder(l.cfg.Arch)
+	order := layerOrder(&l.cfg)
 	p.tmpl = make([]model.Layer, len(l.layers))
 	for i := range l.layers {
+		if l.cfg.MoE() {
+			p.tmpl[i].Experts = make([]model.Expert, l.cfg.Experts)
+		}
 		for j, r := range order {
 			ti := &l.layers[i].tensors[j]
 			*r.field(&p.tmpl[i]) = model.Tensor{Name: ti.name, Type: ti.typ, Rows: ti.rows, Cols: ti.cols}
@@ -246,7 +251,10 @@ func (p *Pool) Decode(i int, b []byte) (*model.Layer, error) {
 		return nil, fmt.Errorf("pool %s: extent %s: decoding %d bytes, its tensors need %d", p.path, e.name, len(b), e.used)
 	}
 	l := p.tmpl[i]
-	for j, r := range layerOrder(p.l.cfg.Arch) {
+	// The experts are the template's until copied: each decoded layer
+	// holds its own views.
+	l.Experts = slices.Clone(l.Experts)
+	for j, r := range p.order {
 		ti := &e.tensors[j]
 		r.field(&l).Data = b[ti.off : ti.off+ti.size : ti.off+ti.size]
 	}

@@ -53,6 +53,9 @@ func TestPoolRoundTrip(t *testing.T) {
 		{"gemma2", "f32", TypeQ8_0},
 		{"gemma2", "f32", TypeINT8},
 		{"gemma2", "f32", TypeQ4_K},
+		{"mixtral", "f32", TypeKeep},
+		{"mixtral", "q4_k_m", TypeKeep},
+		{"mixtral", "f32", TypeQ8_0},
 	}
 	for _, c := range cases {
 		t.Run(c.arch+"/"+c.src+"/"+c.typ, func(t *testing.T) {
@@ -116,7 +119,7 @@ func checkConversion(t *testing.T, ref, pm *model.Model, typ string) {
 	t.Helper()
 	pairs := [][2]model.Tensor{{ref.Weights.Embed, pm.Weights.Embed}, {ref.Weights.Output, pm.Weights.Output}}
 	for i := range ref.Weights.Layers {
-		for _, r := range layerOrder(ref.Config.Arch) {
+		for _, r := range layerOrder(&ref.Config) {
 			pairs = append(pairs, [2]model.Tensor{*r.field(&ref.Weights.Layers[i]), *r.field(&pm.Weights.Layers[i])})
 		}
 	}
@@ -176,6 +179,15 @@ func checkLayout(t *testing.T, path, arch string) {
 	kernel := []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"}
 	if arch == "gemma2" {
 		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "post_attention_norm", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm"}
+	}
+	if arch == "mixtral" {
+		// The router, then each expert's three matrices, expert-major.
+		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate_inp"}
+		for e := range 8 {
+			for _, n := range []string{"ffn_gate.", "ffn_up.", "ffn_down."} {
+				kernel = append(kernel, n+itoa(e))
+			}
+		}
 	}
 	prev := int64(64 + mlen)
 	exts := append([]extentDesc{man.Globals}, man.Layers...)

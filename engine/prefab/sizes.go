@@ -21,12 +21,22 @@ func SizesFromGGUF(f *gguf.File, typ string) (tier.Sizes, model.Config, error) {
 		return tier.Sizes{}, cfg, err
 	}
 	byType := map[quant.Type]int64{}
+	// A name is a GGUF tensor, or "merged/n": one expert's slab of the
+	// merged tensor merged, n experts in all.
 	extent := func(names []string) (int64, int64, error) {
 		var pos, out int64
 		for _, n := range names {
-			ti, ok := f.Tensor(n)
+			name, experts, _ := strings.Cut(n, "/")
+			ti, ok := f.Tensor(name)
 			if !ok {
-				return 0, 0, fmt.Errorf("missing tensor %s", n)
+				return 0, 0, fmt.Errorf("missing tensor %s", name)
+			}
+			dims := ti.Dims
+			if experts != "" {
+				if len(dims) != 3 || strconv.FormatUint(dims[2], 10) != experts {
+					return 0, 0, fmt.Errorf("tensor %s has dims %v, want %s experts", name, dims, experts)
+				}
+				dims = dims[:2]
 			}
 			t := ti.Type
 			if !strings.HasSuffix(n, "norm.weight") {
@@ -34,8 +44,8 @@ func SizesFromGGUF(f *gguf.File, typ string) (tier.Sizes, model.Config, error) {
 					return 0, 0, err
 				}
 			}
-			byType[t] += sz0(t, ti.Dims)
-			sz, err := t.TensorBytes(ti.Dims)
+			byType[t] += sz0(t, dims)
+			sz, err := t.TensorBytes(dims)
 			if err != nil {
 				return 0, 0, fmt.Errorf("tensor %s: %w", n, err)
 			}
@@ -52,12 +62,15 @@ func SizesFromGGUF(f *gguf.File, typ string) (tier.Sizes, model.Config, error) {
 		return s, cfg, err2
 	}
 	clear(byType) // the dominant type is a layer's, not the embedding's
-	order := layerOrder(cfg.Arch)
+	order := layerOrder(&cfg)
 	s.Layers = make([]int64, cfg.Layers)
 	for i := range s.Layers {
 		names := make([]string, len(order))
 		for j, r := range order {
 			names[j] = "blk." + strconv.Itoa(i) + "." + r.suffix
+			if r.merged != "" {
+				names[j] = "blk." + strconv.Itoa(i) + "." + r.merged + "/" + strconv.Itoa(cfg.Experts)
+			}
 		}
 		if s.Layers[i], _, err2 = extent(names); err2 != nil {
 			return s, cfg, err2

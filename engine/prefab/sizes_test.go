@@ -6,8 +6,9 @@ import "testing"
 // the ones the pool written from it has.
 func TestSizesFromGGUFMatchPool(t *testing.T) {
 	t.Parallel()
-	for _, typ := range []string{TypeKeep, TypeQ4_K} {
-		path, src := prefab(t, t.TempDir(), "llama", "q4_k_m", typ)
+	for _, c := range []struct{ arch, typ string }{{"llama", TypeKeep}, {"llama", TypeQ4_K}, {"mixtral", TypeKeep}, {"mixtral", TypeQ8_0}} {
+		typ := c.typ
+		path, src := prefab(t, t.TempDir(), c.arch, "q4_k_m", typ)
 		p, err := OpenPool(path)
 		if err != nil {
 			t.Fatal(err)

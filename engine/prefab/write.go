@@ -246,7 +246,7 @@ func planPool(mod *model.Model, vocab *tokenizer.Vocab, opts Options) (*manifest
 		return nil, nil, err
 	}
 	exts = append(exts, pe)
-	order := layerOrder(cfg.Arch)
+	order := layerOrder(&cfg)
 	for i := range w.Layers {
 		ts := make([]model.Tensor, len(order))
 		norms := make([]bool, len(order))

@@ -32,6 +32,23 @@ func UnpermuteRows(gg []float32, rowLen, headDim int) ([]float32, error) {
 	return out, nil
 }
 
+// hfTensors returns tensor i as its Hugging Face F32 counterparts: one
+// tensor, or for merged expert weights one per expert.
+func (p *plan) hfTensors(i int) ([]safetensors.Tensor, error) {
+	t, err := p.hfTensor(i)
+	if err != nil || !p.specs[i].hfExperts {
+		return []safetensors.Tensor{t}, err
+	}
+	n := int(t.Shape[0])
+	slab := len(t.Data) / n
+	out := make([]safetensors.Tensor, n)
+	for e := range out {
+		out[e] = safetensors.Tensor{Name: fmt.Sprintf(t.Name, e), DType: t.DType, Shape: t.Shape[1:],
+			Data: t.Data[e*slab : (e+1)*slab]}
+	}
+	return out, nil
+}
+
 // hfTensor returns tensor i as its Hugging Face F32 counterpart.
 func (p *plan) hfTensor(i int) (safetensors.Tensor, error) {
 	spec := &p.specs[i]
@@ -84,11 +101,11 @@ func (p *plan) writeHF(dir string) error {
 		if p.specs[i].HFName == "" {
 			continue
 		}
-		t, err := p.hfTensor(i)
+		t, err := p.hfTensors(i)
 		if err != nil {
 			return err
 		}
-		ts = append(ts, t)
+		ts = append(ts, t...)
 	}
 	shard := p.opts.HFMaxShardBytes
 	if shard == 0 {

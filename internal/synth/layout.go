@@ -47,6 +47,10 @@ type TensorSpec struct {
 	// permuteHeadDim is the head size when the rows are permuted between
 	// HF and GGUF (llama attn_q/attn_k), else 0.
 	permuteHeadDim int
+	// hfExperts says the tensor merges one matrix per expert (dims[2]
+	// experts): HFName holds a %d for the expert, and each expert's slab
+	// is its own HF tensor.
+	hfExperts bool
 }
 
 // Elems returns the number of elements.
@@ -97,6 +101,10 @@ func TensorType(s Shape, typ, name string) (quant.Type, error) {
 	if strings.HasSuffix(name, "_norm.weight") || name == "rope_freqs.weight" {
 		return quant.F32, nil
 	}
+	if strings.HasSuffix(name, ".ffn_gate_inp.weight") && (typ == "q8_0" || typ == "q4_k_m") {
+		// llama.cpp's quantizer leaves the expert router as it is.
+		return quant.F32, nil
+	}
 	switch typ {
 	case "f32":
 		return quant.F32, nil
@@ -120,7 +128,7 @@ func TensorType(s Shape, typ, name string) (quant.Type, error) {
 		if s.Arch == "llama" && s.Layers == 80 {
 			return quant.Q5_K, nil
 		}
-	case layer >= 0 && strings.HasSuffix(name, ".ffn_down.weight"):
+	case layer >= 0 && (strings.HasSuffix(name, ".ffn_down.weight") || strings.HasSuffix(name, ".ffn_down_exps.weight")):
 		if useMoreBits(layer, s.Layers) {
 			return quant.Q6_K, nil
 		}
@@ -189,7 +197,9 @@ func Layout(s Shape, typ string) ([]TensorSpec, error) {
 		out = append(out, TensorSpec{Name: name, HFName: hf, Dims: dims, kind: kind, std: std})
 	}
 	if llama {
-		add("rope_freqs.weight", "", kindRopeFreqs, 0, uint64(s.HeadDim/2))
+		if s.Rope != nil {
+			add("rope_freqs.weight", "", kindRopeFreqs, 0, uint64(s.HeadDim/2))
+		}
 		add("token_embd.weight", "model.embed_tokens.weight", kindMatrix, 1, d, uint64(s.Vocab))
 	} else {
 		add("token_embd.weight", "model.embed_tokens.weight", kindMatrix, float32(logitStd)*inv(d), d, uint64(s.Vocab))
@@ -213,9 +223,25 @@ func Layout(s Shape, typ string) ([]TensorSpec, error) {
 			out[len(out)-1].normOffset = gemmaPostNormGain - 1
 			add(b+"ffn_norm.weight", h+"pre_feedforward_layernorm.weight", kindNorm, 0, d)
 		}
-		add(b+"ffn_gate.weight", h+"mlp.gate_proj.weight", kindMatrix, inv(d), d, ff)
-		add(b+"ffn_up.weight", h+"mlp.up_proj.weight", kindMatrix, inv(d), d, ff)
-		add(b+"ffn_down.weight", h+"mlp.down_proj.weight", kindMatrix, inv(ff), ff, d)
+		if s.Experts > 0 {
+			// Mixtral's router and experts: llama.cpp merges each
+			// matrix over the experts (dims [cols, rows, experts]);
+			// transformers keeps one module per expert (w1 gate, w3 up,
+			// w2 down).
+			e := uint64(s.Experts)
+			m := h + "block_sparse_moe."
+			add(b+"ffn_gate_inp.weight", m+"gate.weight", kindMatrix, inv(d), d, e)
+			add(b+"ffn_gate_exps.weight", m+"experts.%d.w1.weight", kindMatrix, inv(d), d, ff, e)
+			out[len(out)-1].hfExperts = true
+			add(b+"ffn_up_exps.weight", m+"experts.%d.w3.weight", kindMatrix, inv(d), d, ff, e)
+			out[len(out)-1].hfExperts = true
+			add(b+"ffn_down_exps.weight", m+"experts.%d.w2.weight", kindMatrix, inv(ff), ff, d, e)
+			out[len(out)-1].hfExperts = true
+		} else {
+			add(b+"ffn_gate.weight", h+"mlp.gate_proj.weight", kindMatrix, inv(d), d, ff)
+			add(b+"ffn_up.weight", h+"mlp.up_proj.weight", kindMatrix, inv(d), d, ff)
+			add(b+"ffn_down.weight", h+"mlp.down_proj.weight", kindMatrix, inv(ff), ff, d)
+		}
 		if !llama {
 			add(b+"post_ffw_norm.weight", h+"post_feedforward_layernorm.weight", kindNorm, 0, d)
 			out[len(out)-1].normOffset = gemmaPostNormGain - 1

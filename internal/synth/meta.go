@@ -48,6 +48,12 @@ func metadata(s Shape, typ string, v *Vocab) []kv {
 			kv{"llama.vocab_size", u(s.Vocab)},
 			kv{"llama.rope.dimension_count", u(s.HeadDim)},
 		)
+		if s.Experts > 0 {
+			kvs = append(kvs,
+				kv{"llama.expert_count", u(s.Experts)},
+				kv{"llama.expert_used_count", u(s.ExpertsUsed)},
+			)
+		}
 	} else {
 		kvs = append(kvs,
 			kv{"gemma2.attention.key_length", u(s.HeadDim)},
@@ -133,6 +139,18 @@ func HFConfig(s Shape, v *Vocab) map[string]any {
 		c["mlp_bias"] = false
 		c["tie_word_embeddings"] = false
 		c["pretraining_tp"] = 1
+		if s.Experts > 0 {
+			c["architectures"] = []string{"MixtralForCausalLM"}
+			c["model_type"] = "mixtral"
+			c["num_local_experts"] = s.Experts
+			c["num_experts_per_tok"] = s.ExpertsUsed
+			c["router_aux_loss_coef"] = pyFloat(0.02)
+			c["output_router_logits"] = false
+			c["sliding_window"] = nil
+			delete(c, "mlp_bias")
+			delete(c, "pretraining_tp")
+			delete(c, "attention_bias")
+		}
 		if r := s.Rope; r != nil {
 			c["rope_scaling"] = map[string]any{
 				"rope_type":                        "llama3",

@@ -45,6 +45,10 @@ type Shape struct {
 	AttnSoftcap        float64
 	FinalSoftcap       float64
 	SlidingWindow      int
+
+	// Mixture of experts (Mixtral: llama with expert FFNs): Experts per
+	// layer, ExpertsUsed per token; each expert's hidden width is FFN.
+	Experts, ExpertsUsed int
 }
 
 var llama3Rope = RopeScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OrigContext: 8192}
@@ -71,6 +75,19 @@ var Shapes = map[string]map[string]Shape{
 			Arch: "llama", Name: "70b", Real: "Llama-3.1-70B",
 			Vocab: 128256, Dim: 8192, FFN: 28672, Layers: 80, Heads: 64, KVHeads: 8, HeadDim: 128,
 			RopeTheta: 500000, Rope: &llama3Rope, Context: 131072, RMSEps: 1e-5,
+		},
+	},
+	// Mixtral is llama.cpp's "llama" architecture with expert FFNs.
+	"mixtral": {
+		"tiny": {
+			Arch: "llama", Name: "tiny",
+			Vocab: 512, Dim: 256, FFN: 256, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 64,
+			RopeTheta: 1e6, Context: 256, RMSEps: 1e-5, Experts: 8, ExpertsUsed: 2,
+		},
+		"8x7b": {
+			Arch: "llama", Name: "8x7b", Real: "Mixtral-8x7B-v0.1",
+			Vocab: 32000, Dim: 4096, FFN: 14336, Layers: 32, Heads: 32, KVHeads: 8, HeadDim: 128,
+			RopeTheta: 1e6, Context: 32768, RMSEps: 1e-5, Experts: 8, ExpertsUsed: 2,
 		},
 	},
 	"gemma2": {

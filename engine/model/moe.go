@@ -1,0 +1,337 @@
+package model
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/strata-llm/strata/engine/gguf"
+)
+
+// Mixture-of-experts feed-forward blocks (Mixtral; Qwen3-MoE): a router
+// scores every expert for each token, the top ExpertsUsed are run and their
+// outputs summed with the softmax weights renormalised over the picked
+// experts. Tokens are grouped by expert, so an expert several tokens of a
+// batch picked is read from memory once for all of them.
+
+// expertsFromGGUF reads the expert hyperparameters (llama.cpp's keys) into
+// c. A file without an expert count, or with a count of 0, is dense.
+// Routing variants strata does not implement (shared experts, sigmoid
+// gating, scaled or unnormalised expert weights) are refused by name
+// rather than run wrong.
+func expertsFromGGUF(f *gguf.File, arch string, c *Config) error {
+	n, ok := f.Uint(arch + ".expert_count")
+	if !ok || n == 0 {
+		return nil
+	}
+	if n > maxExperts {
+		return fmt.Errorf("%s.expert_count %d out of range [1, %d]", arch, n, maxExperts)
+	}
+	used, ok := f.Uint(arch + ".expert_used_count")
+	if !ok {
+		return fmt.Errorf("%s.expert_count is %d but %s.expert_used_count is missing", arch, n, arch)
+	}
+	if used == 0 || used > n {
+		return fmt.Errorf("%s.expert_used_count %d out of range [1, %d]", arch, used, n)
+	}
+	c.Experts, c.ExpertsUsed, c.ExpertFFN = int(n), int(used), c.FFN
+	if v, ok := f.Uint(arch + ".expert_feed_forward_length"); ok {
+		if v == 0 || v > maxFFN {
+			return fmt.Errorf("%s.expert_feed_forward_length %d out of range [1, %d]", arch, v, maxFFN)
+		}
+		c.ExpertFFN = int(v)
+	}
+	if v, ok := f.Uint(arch + ".expert_shared_count"); ok && v > 0 {
+		return fmt.Errorf("%s.expert_shared_count %d: shared experts are not supported", arch, v)
+	}
+	if v, ok := f.Uint(arch + ".expert_gating_func"); ok && v != 1 {
+		// llama.cpp's numbering: 1 softmax, 2 sigmoid.
+		return fmt.Errorf("%s.expert_gating_func %d: only softmax gating (1) is supported", arch, v)
+	}
+	if v, ok := f.Float(arch + ".expert_weights_scale"); ok && v != 1 && v != 0 {
+		return fmt.Errorf("%s.expert_weights_scale %v: scaled expert weights are not supported", arch, v)
+	}
+	if v, ok := f.Lookup(arch + ".expert_weights_norm"); ok {
+		if b, isBool := v.(bool); !isBool || !b {
+			return fmt.Errorf("%s.expert_weights_norm %v: only renormalised expert weights are supported", arch, v)
+		}
+	}
+	return nil
+}
+
+// expertName names expert e's slice of a merged expert tensor in errors.
+func expertName(tensor string, e int) string { return fmt.Sprintf("%s[%d]", tensor, e) }
+
+// expertChecks are a MoE layer's feed-forward tensors: the FFN norm, the
+// router and every expert's three matrices (checkExpertCount checks that
+// the layer has the config's number of experts).
+func (c *Config) expertChecks(l *Layer) []tensorCheck {
+	d, f := c.Dim, c.ExpertFFN
+	checks := []tensorCheck{
+		{&l.FFNNorm, "ffn_norm.weight", 1, d, true},
+		{&l.Router, "ffn_gate_inp.weight", c.Experts, d, false},
+	}
+	for e := range l.Experts {
+		x := &l.Experts[e]
+		checks = append(checks,
+			tensorCheck{&x.Gate, expertName("ffn_gate_exps.weight", e), f, d, false},
+			tensorCheck{&x.Up, expertName("ffn_up_exps.weight", e), f, d, false},
+			tensorCheck{&x.Down, expertName("ffn_down_exps.weight", e), d, f, false})
+	}
+	return checks
+}
+
+// checkExpertCount checks that layer i has experts exactly when c says so,
+// and as many.
+func (c *Config) checkExpertCount(i int, l *Layer) error {
+	if len(l.Experts) != c.Experts {
+		return fmt.Errorf("layer %d: %d experts, want %d", i, len(l.Experts), c.Experts)
+	}
+	return nil
+}
+
+// loadExperts sets layer i's router and experts from m's merged expert
+// tensors: ffn_gate_exps and ffn_up_exps hold Experts slabs of ExpertFFN
+// rows of Dim, ffn_down_exps Experts slabs of Dim rows of ExpertFFN (GGUF
+// dims [cols, rows, experts]). Each expert's tensors are views of its slab.
+func loadExperts(m *gguf.Mapped, cfg *Config, i int, l *Layer) error {
+	d, f, n := cfg.Dim, cfg.ExpertFFN, cfg.Experts
+	p := fmt.Sprintf("blk.%d.", i)
+	ri, ok := m.Tensor(p + "ffn_gate_inp.weight")
+	if !ok {
+		return fmt.Errorf("missing tensor %sffn_gate_inp.weight", p)
+	}
+	if !dimsMatch(ri.Dims, []uint64{uint64(d), uint64(n)}) {
+		return fmt.Errorf("tensor %sffn_gate_inp.weight has dims %v, want %v", p, ri.Dims, []uint64{uint64(d), uint64(n)})
+	}
+	l.Router = Tensor{Name: p + "ffn_gate_inp.weight", Type: ri.Type, Rows: n, Cols: d, Data: m.Data(ri)}
+	if err := l.Router.check(l.Router.Name, n, d, false); err != nil {
+		return err
+	}
+	l.Experts = make([]Expert, n)
+	for _, s := range []struct {
+		name       string
+		rows, cols int
+		t          func(x *Expert) *Tensor
+	}{
+		{"ffn_gate_exps.weight", f, d, func(x *Expert) *Tensor { return &x.Gate }},
+		{"ffn_up_exps.weight", f, d, func(x *Expert) *Tensor { return &x.Up }},
+		{"ffn_down_exps.weight", d, f, func(x *Expert) *Tensor { return &x.Down }},
+	} {
+		name := p + s.name
+		ti, ok := m.Tensor(name)
+		if !ok {
+			return fmt.Errorf("missing tensor %s", name)
+		}
+		want := []uint64{uint64(s.cols), uint64(s.rows), uint64(n)}
+		if len(ti.Dims) != 3 || !slices.Equal(ti.Dims, want) {
+			return fmt.Errorf("tensor %s has dims %v, want %v", name, ti.Dims, want)
+		}
+		if !ti.Type.Known() {
+			return fmt.Errorf("tensor %s: unsupported type %v", name, ti.Type)
+		}
+		rb, err := ti.Type.RowBytes(int64(s.cols))
+		if err != nil {
+			return fmt.Errorf("tensor %s: %w", name, err)
+		}
+		data := m.Data(ti)
+		slab := int(rb) * s.rows
+		if len(data) != slab*n {
+			return fmt.Errorf("tensor %s: %d bytes of data, want %d", name, len(data), slab*n)
+		}
+		for e := range l.Experts {
+			*s.t(&l.Experts[e]) = Tensor{Name: expertName(name, e), Type: ti.Type, Rows: s.rows, Cols: s.cols,
+				Data: data[e*slab : (e+1)*slab : (e+1)*slab]}
+		}
+	}
+	return nil
+}
+
+// route is one token's choice of one expert.
+type route struct {
+	t, slot int     // the token and which of its picks this is
+	e       int     // the expert
+	w       float32 // its renormalised weight
+}
+
+// moeScratch holds a MoE block's activations: router scores per token,
+// and per (token, pick) pair the expert's hidden and output rows.
+type moeScratch struct {
+	scores         [][]float32
+	routes         []route
+	gate, up, out  [][]float32
+	buf            []float32
+	xs, gs, us, os [][]float32 // views grouped by expert
+	ops            []matOp
+}
+
+// size makes room for T tokens.
+func (s *moeScratch) size(c *Config, T int) {
+	k := c.ExpertsUsed
+	widths := []int{c.Experts * T, c.ExpertFFN * T * k, c.ExpertFFN * T * k, c.Dim * T * k}
+	total := 0
+	for _, w := range widths {
+		total += w
+	}
+	if cap(s.buf) < total {
+		s.buf = make([]float32, total)
+	}
+	buf := s.buf[:total]
+	rows := func(dst [][]float32, n, w int) [][]float32 {
+		dst = dst[:0]
+		for range n {
+			dst = append(dst, buf[:w:w])
+			buf = buf[w:]
+		}
+		return dst
+	}
+	s.scores = rows(s.scores, T, c.Experts)
+	s.gate = rows(s.gate, T*k, c.ExpertFFN)
+	s.up = rows(s.up, T*k, c.ExpertFFN)
+	s.out = rows(s.out, T*k, c.Dim)
+}
+
+// pick fills routes with each token's top-k experts by router score and
+// their weights: the softmax over all experts, renormalised over the picked
+// ones (equal to a softmax over the picked scores). Ties go to the lower
+// expert index.
+func pick(routes []route, scores [][]float32, k int) []route {
+	routes = routes[:0]
+	for t, sc := range scores {
+		first := len(routes)
+		for e, v := range sc {
+			// Insertion into the token's sorted top-k.
+			n := len(routes) - first
+			if n == k && !(v > sc[routes[len(routes)-1].e]) {
+				continue
+			}
+			if n < k {
+				routes = append(routes, route{})
+			}
+			j := len(routes) - 1
+			for ; j > first && v > sc[routes[j-1].e]; j-- {
+				routes[j] = routes[j-1]
+			}
+			routes[j] = route{t: t, e: e}
+		}
+		top := routes[first:]
+		mx := sc[top[0].e]
+		var sum float64
+		for i := range top {
+			sum += math.Exp(float64(sc[top[i].e] - mx))
+		}
+		for i := range top {
+			top[i].slot = i
+			top[i].w = float32(math.Exp(float64(sc[top[i].e]-mx)) / sum)
+		}
+	}
+	return routes
+}
+
+// moe runs a MoE feed-forward block over the batch in the scratch, whose
+// sc.xn holds the normalised hidden states: sc.h += Σ w·expert(xn).
+func (m *Model) moe(l int, w *Layer) error {
+	c := &m.Config
+	sc := &m.sc
+	ms := &sc.moe
+	T := len(sc.h)
+	ms.size(c, T)
+	if err := m.matmul(matOp{&w.Router, sc.xn, ms.scores}); err != nil {
+		return err
+	}
+	ms.routes = pick(ms.routes, ms.scores, c.ExpertsUsed)
+	if m.routeCounts != nil {
+		for _, r := range ms.routes {
+			m.routeCounts[l][r.e]++
+		}
+	}
+	// Group the pairs by expert (stable: tokens keep their order), so each
+	// picked expert is one product over all of its tokens.
+	byExpert := slices.Clone(ms.routes)
+	slices.SortStableFunc(byExpert, func(a, b route) int { return cmp.Compare(a.e, b.e) })
+	ms.xs, ms.gs, ms.us, ms.os = ms.xs[:0], ms.gs[:0], ms.us[:0], ms.os[:0]
+	for _, r := range byExpert {
+		pair := r.t*c.ExpertsUsed + r.slot
+		ms.xs = append(ms.xs, sc.xn[r.t])
+		ms.gs = append(ms.gs, ms.gate[pair])
+		ms.us = append(ms.us, ms.up[pair])
+		ms.os = append(ms.os, ms.out[pair])
+	}
+	// One matmul for every picked expert's gate and up, one for the downs.
+	ms.ops = ms.ops[:0]
+	for lo := 0; lo < len(byExpert); {
+		e := byExpert[lo].e
+		hi := lo + 1
+		for hi < len(byExpert) && byExpert[hi].e == e {
+			hi++
+		}
+		x := &w.Experts[e]
+		ms.ops = append(ms.ops, matOp{&x.Gate, ms.xs[lo:hi], ms.gs[lo:hi]}, matOp{&x.Up, ms.xs[lo:hi], ms.us[lo:hi]})
+		lo = hi
+	}
+	if err := m.matmul(ms.ops...); err != nil {
+		return err
+	}
+	m.pool.run(len(byExpert), func(_, i int) {
+		g, u := ms.gs[i], ms.us[i]
+		for j := range g {
+			g[j] = silu(g[j]) * u[j]
+		}
+	})
+	ms.ops = ms.ops[:0]
+	for lo := 0; lo < len(byExpert); {
+		e := byExpert[lo].e
+		hi := lo + 1
+		for hi < len(byExpert) && byExpert[hi].e == e {
+			hi++
+		}
+		ms.ops = append(ms.ops, matOp{&w.Experts[e].Down, ms.gs[lo:hi], ms.os[lo:hi]})
+		lo = hi
+	}
+	if err := m.matmul(ms.ops...); err != nil {
+		return err
+	}
+	// Sum each token's picks in pick order, so a token's result does not
+	// depend on the batch it ran in, then add the sum to the residual.
+	for t := range sc.tmp {
+		clear(sc.tmp[t])
+	}
+	for _, r := range ms.routes {
+		axpy(sc.tmp[r.t], r.w, ms.out[r.t*c.ExpertsUsed+r.slot])
+	}
+	for t := range sc.h {
+		axpy(sc.h[t], 1, sc.tmp[t])
+	}
+	return nil
+}
+
+// newRouteCounts returns zeroed routing counters for a MoE config, nil
+// for a dense one.
+func newRouteCounts(c *Config) [][]uint64 {
+	if !c.MoE() {
+		return nil
+	}
+	counts := make([][]uint64, c.Layers)
+	flat := make([]uint64, c.Layers*c.Experts)
+	for l := range counts {
+		counts[l] = flat[l*c.Experts : (l+1)*c.Experts : (l+1)*c.Experts]
+	}
+	return counts
+}
+
+// ExpertCounts returns, per layer and expert, how many tokens the router
+// sent to the expert since the model was made: the expected use from
+// which expert placement is chosen. Nil for a dense model.
+func (m *Model) ExpertCounts() [][]uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.routeCounts == nil {
+		return nil
+	}
+	out := newRouteCounts(&m.Config)
+	for l := range out {
+		copy(out[l], m.routeCounts[l])
+	}
+	return out
+}

@@ -1,0 +1,116 @@
+package model
+
+import (
+	"context"
+	"math"
+	"slices"
+	"testing"
+)
+
+// TestPick: each token's top-k experts by score, highest first, ties to
+// the lower index, with weights that are the softmax over the picked
+// scores.
+func TestPick(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		scores  []float32
+		k       int
+		experts []int
+	}{
+		{"top-2 of 4", []float32{0.1, 2, -1, 1.5}, 2, []int{1, 3}},
+		{"ties go low", []float32{1, 3, 3, 3}, 2, []int{1, 2}},
+		{"all", []float32{-2, 0, -1}, 3, []int{1, 2, 0}},
+		{"top-1", []float32{5, 4, 6, 6}, 1, []int{2}},
+		{"last is best", []float32{0, 0, 0, 9}, 2, []int{3, 0}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rs := pick(nil, [][]float32{tc.scores, tc.scores}, tc.k)
+			if len(rs) != 2*tc.k {
+				t.Fatalf("%d routes, want %d", len(rs), 2*tc.k)
+			}
+			var z float64
+			for _, e := range tc.experts {
+				z += math.Exp(float64(tc.scores[e]))
+			}
+			for i, r := range rs {
+				tok, slot := i/tc.k, i%tc.k
+				if r.t != tok || r.slot != slot || r.e != tc.experts[slot] {
+					t.Fatalf("route %d = %+v, want token %d slot %d expert %d", i, r, tok, slot, tc.experts[slot])
+				}
+				want := math.Exp(float64(tc.scores[r.e])) / z
+				if math.Abs(float64(r.w)-want) > 1e-6 {
+					t.Fatalf("route %d weight %v, want %v", i, r.w, want)
+				}
+			}
+		})
+	}
+}
+
+// TestExpertCounts: the router's choices are counted per layer and expert,
+// ExpertsUsed per token in every layer, and a dense model has none.
+func TestExpertCounts(t *testing.T) {
+	t.Parallel()
+	spec := mixtralSpec()
+	m := newTestModel(t, spec, 4)
+	if c := m.ExpertCounts(); len(c) != spec.layers || slices.ContainsFunc(c, func(l []uint64) bool { return slices.Max(l) != 0 }) {
+		t.Fatalf("fresh counts %v", c)
+	}
+	toks := randTokens(9, spec.vocab, 3)
+	forward(t, m, m.NewSequence(0), toks, false)
+	forward(t, m, m.NewSequence(0), toks[:4], false)
+	counts := m.ExpertCounts()
+	for l, c := range counts {
+		var sum uint64
+		for _, n := range c {
+			sum += n
+		}
+		if want := uint64(13 * spec.used); sum != want {
+			t.Fatalf("layer %d: %d routes counted, want %d (%v)", l, sum, want, c)
+		}
+		if slices.Max(c) == sum {
+			t.Fatalf("layer %d: every route went to one expert (%v): the router is not in use", l, c)
+		}
+	}
+	counts[0][0] += 100
+	if m.ExpertCounts()[0][0] == counts[0][0] {
+		t.Fatal("ExpertCounts returned the model's own counters")
+	}
+	if c := newTestModel(t, llamaSpec(), 1).ExpertCounts(); c != nil {
+		t.Fatalf("dense model counts %v", c)
+	}
+}
+
+// TestMoEFFN: Model.FFN of a MoE layer on a batch of rows is the float64
+// reference's block for each row.
+func TestMoEFFN(t *testing.T) {
+	t.Parallel()
+	spec := mixtralSpec()
+	m := newTestModel(t, spec, 6)
+	ref := newRef(t, refParamsOf(spec), m.Weights)
+	rows := make([][]float32, 5)
+	want := make([][]float64, len(rows))
+	for i := range rows {
+		rows[i] = randomVector(spec.dim, uint64(i+1))
+		want[i] = make([]float64, spec.dim)
+		for j, v := range rows[i] {
+			want[i][j] = float64(v)
+		}
+		ref.ffn(1, want[i])
+	}
+	if err := m.FFN(context.Background(), 1, &m.Weights.Layers[1], rows); err != nil {
+		t.Fatal(err)
+	}
+	for i := range rows {
+		if e := relErr(rows[i], want[i]); e > 1e-5 {
+			t.Fatalf("row %d: relative error %.3g", i, e)
+		}
+	}
+	bad := m.Weights.Layers[1]
+	bad.Experts = bad.Experts[:3]
+	if err := m.FFN(context.Background(), 1, &bad, rows); err == nil {
+		t.Fatal("FFN of a layer missing experts succeeded")
+	}
+}
