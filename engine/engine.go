@@ -31,6 +31,10 @@ type Engine struct {
 	plan *tier.Plan       // set by OpenWith
 	pipe *stream.Pipeline // set when some layers stream on the CPU
 	src  tier.Source      // the pipeline's tier-C source, if any
+	// experts serves a MoE pool's experts when some stay on storage
+	// (expertPlan says which).
+	experts    *expertStore
+	expertPlan *tier.ExpertPlan
 
 	backend Backend     // the backend passes run on (cpuBackend unless the GPU took the model)
 	binfo   BackendInfo // what backend, on what, and why
@@ -108,6 +112,11 @@ func (e *Engine) Close() error {
 		e.Model.SetLayerSource(nil)
 		errs = append(errs, e.pipe.Close())
 		e.pipe = nil
+	}
+	if e.experts != nil {
+		e.Model.SetExpertSource(nil)
+		errs = append(errs, e.experts.close())
+		e.experts = nil
 	}
 	if e.src != nil {
 		errs = append(errs, e.src.Close())

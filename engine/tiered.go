@@ -248,11 +248,25 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 		closeAll()
 		return nil, fmt.Errorf("model %s: %w", path, err)
 	}
+	var xplan *tier.ExpertPlan
+	if cfg.MoE() {
+		// The experts take what the layers left of the budget: the most
+		// used per byte resident, the rest read when routed to.
+		left := plan.Device.Budget - plan.Device.Total - plan.Host.Total
+		xp, err := tier.PlanExperts(sizes.Experts, nil, left)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("model %s: experts: %w", path, err)
+		}
+		xplan = &xp
+		log.Debug("expert plan", "model", path, "resident", xp.ResidentCount(), "resident_bytes", tier.FormatBytes(xp.ResidentBytes),
+			"storage_bytes", tier.FormatBytes(xp.StorageBytes), "read_buffers", xp.Buffers)
+	}
 	streamed := plan.Tiers[tier.TierB].Layers + plan.Tiers[tier.TierC].Layers
 	log.Debug("tier plan", "model", path, "tier_a", plan.Tiers[tier.TierA].Layers, "tier_b", plan.Tiers[tier.TierB].Layers,
 		"tier_c", plan.Tiers[tier.TierC].Layers, "depth", plan.Depth, "bound", plan.Bound.String(),
 		"expected_pass", plan.PassTime.String())
-	if streamed == 0 {
+	if streamed == 0 && (xplan == nil || xplan.AllResident()) {
 		var e *Engine
 		if pool != nil {
 			e, err = fromPool(ctx, path, pool)
@@ -264,8 +278,14 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 			return nil, err
 		}
 		info.Kernels = e.binfo.Kernels
-		e.plan, e.binfo = plan, info
+		e.plan, e.binfo, e.expertPlan = plan, info, xplan
 		return e, nil
+	}
+	if !isPool && streamed == 0 {
+		closeAll()
+		return nil, fmt.Errorf("model %s: the plan keeps %s of experts on storage (%s left for them): %w; convert it once with `strata model prefab %s -o %s` and open the pool",
+			path, tier.FormatBytes(xplan.StorageBytes), tier.FormatBytes(plan.Device.Budget-plan.Device.Total-plan.Host.Total), ErrNeedsPool,
+			path, strings.TrimSuffix(path, ".gguf")+".pool")
 	}
 	if !isPool {
 		closeAll()
@@ -281,7 +301,7 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 		return nil, fmt.Errorf("model %s: the plan streams %d of %d layers (%s, of which the KV cache for %d sequences takes %s): %w; %s, or plan for a shorter context or a smaller batch",
 			path, streamed, len(plan.Layers), budgets, plan.Batch, tier.FormatBytes(plan.Device.KV), ErrNeedsPool, fix)
 	}
-	e, err := streamPool(ctx, path, pool, plan, o, log)
+	e, err := streamPool(ctx, path, pool, plan, xplan, o, log)
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -418,9 +438,9 @@ func withStaging(req tier.Request, plan func(tier.Request) (*tier.Plan, error), 
 }
 
 // streamPool builds the engine of a pool whose plan streams some layers.
-func streamPool(ctx context.Context, path string, pool *prefab.Pool, plan *tier.Plan, o Options, log hclog.Logger) (*Engine, error) {
+func streamPool(ctx context.Context, path string, pool *prefab.Pool, plan *tier.Plan, xplan *tier.ExpertPlan, o Options, log hclog.Logger) (*Engine, error) {
 	tiers := make([]tier.Tier, len(plan.Layers))
-	needSource := false
+	needSource := xplan != nil && !xplan.AllResident()
 	for i, l := range plan.Layers {
 		tiers[i] = l.Tier
 		needSource = needSource || l.Tier == tier.TierC
@@ -457,7 +477,35 @@ func streamPool(ctx context.Context, path string, pool *prefab.Pool, plan *tier.
 	}
 	e.Model.SetLayerSource(pipe)
 	e.plan, e.pipe, e.src = plan, pipe, src
+	if xplan != nil {
+		// The pool's layers hold no experts: the store serves them.
+		xs, err := newExpertStore(ctx, pool, src, *xplan, o.Verify)
+		if err != nil {
+			e.Model.SetLayerSource(nil)
+			pipe.Close()
+			if src != nil {
+				src.Close()
+			}
+			return nil, fmt.Errorf("model %s: %w", path, err)
+		}
+		e.Model.SetExpertSource(xs)
+		e.experts, e.expertPlan = xs, xplan
+	}
 	return e, nil
+}
+
+// ExpertPlan is where a mixture-of-experts model's experts live (nil for a
+// dense model, and for one not planned: Open, OpenPool). Treat it as
+// read-only.
+func (e *Engine) ExpertPlan() *tier.ExpertPlan { return e.expertPlan }
+
+// ExpertStats counts how expert uses were served so far; ok is false when
+// no experts are read from storage (none, or all resident).
+func (e *Engine) ExpertStats() (s ExpertStats, ok bool) {
+	if e.experts == nil {
+		return ExpertStats{}, false
+	}
+	return e.experts.Stats(), true
 }
 
 // Plan is the tier plan the engine runs: every layer's tier, the pipeline

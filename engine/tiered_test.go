@@ -183,6 +183,11 @@ func TestStreamedSameTokens(t *testing.T) {
 			{"planned-device", engine.Options{DeviceBudget: mixedDev, HostBudget: 4*layer + layer/2}, -1, -1, -1},
 		}
 		for _, tc := range cases {
+			if mc.arch == "mixtral" && strings.HasPrefix(tc.name, "planned") {
+				// These budgets count layers only: experts are planned on
+				// their own (TestExpertsOnStorage).
+				continue
+			}
 			t.Run(mc.arch+"/"+tc.name, func(t *testing.T) {
 				o := tc.opts
 				o.Context, o.Links = 256, defaultLinks()

@@ -49,6 +49,9 @@ type Model struct {
 	// routeCounts counts, per MoE layer and expert, the tokens routed to
 	// it (ExpertCounts); nil for a dense model.
 	routeCounts [][]uint64
+	// experts serves MoE layers whose Layer holds no experts
+	// (SetExpertSource).
+	experts ExpertSource
 }
 
 // SetSkip makes later passes leave the given layers out: the hidden state
@@ -608,7 +611,7 @@ func (m *Model) forward(ctx context.Context, batch []Step, hidden func(h [][]flo
 				return fmt.Errorf("forward: layer source: %w", err)
 			}
 		}
-		err = m.layer(l, lw)
+		err = m.layer(ctx, l, lw)
 		m.src.Release(l)
 		if err != nil {
 			return fmt.Errorf("forward: layer %d: %w", l, err)
@@ -669,7 +672,7 @@ func (m *Model) norm(ys, xs [][]float32, w *Tensor) {
 }
 
 // layer runs transformer block l over the batch held in the scratch.
-func (m *Model) layer(l int, w *Layer) error {
+func (m *Model) layer(ctx context.Context, l int, w *Layer) error {
 	c := &m.Config
 	sc := &m.sc
 	gemma := c.Arch == ArchGemma2
@@ -709,7 +712,7 @@ func (m *Model) layer(l int, w *Layer) error {
 		axpy(sc.h[t], 1, sc.tmp[t])
 	}
 
-	return m.ffn(l, w)
+	return m.ffn(ctx, l, w)
 }
 
 // FFNDevice is the CPU as a second compute device beside a GPU: it runs
@@ -838,7 +841,7 @@ func (m *Model) FFN(ctx context.Context, l int, w *Layer, h [][]float32) error {
 	for t, r := range h {
 		copy(sc.h[t], r)
 	}
-	if err := m.ffn(l, w); err != nil {
+	if err := m.ffn(ctx, l, w); err != nil {
 		return fmt.Errorf("ffn of layer %d: %w", l, err)
 	}
 	for t, r := range h {
@@ -849,13 +852,13 @@ func (m *Model) FFN(ctx context.Context, l int, w *Layer, h [][]float32) error {
 
 // ffn runs layer w's feed-forward block over the batch in the scratch:
 // h += FFN(norm(h)).
-func (m *Model) ffn(l int, w *Layer) error {
+func (m *Model) ffn(ctx context.Context, l int, w *Layer) error {
 	c := &m.Config
 	sc := &m.sc
 	gemma := c.Arch == ArchGemma2
 	m.norm(sc.xn, sc.h, &w.FFNNorm)
 	if c.MoE() {
-		return m.moe(l, w)
+		return m.moe(ctx, l, w)
 	}
 	if err := m.matmul(matOp{&w.Gate, sc.xn, sc.gate}, matOp{&w.Up, sc.xn, sc.up}); err != nil {
 		return err

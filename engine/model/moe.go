@@ -2,6 +2,7 @@ package model
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -83,10 +84,65 @@ func (c *Config) expertChecks(l *Layer) []tensorCheck {
 }
 
 // checkExpertCount checks that layer i has experts exactly when c says so,
-// and as many.
+// and as many; a MoE layer may also have none, its experts then coming
+// from the model's ExpertSource.
 func (c *Config) checkExpertCount(i int, l *Layer) error {
-	if len(l.Experts) != c.Experts {
+	if len(l.Experts) != c.Experts && (len(l.Experts) != 0 || !c.MoE()) {
 		return fmt.Errorf("layer %d: %d experts, want %d", i, len(l.Experts), c.Experts)
+	}
+	return nil
+}
+
+// ExpertSource serves a MoE layer's experts when its Layer does not hold
+// them: the experts a pass routed tokens to, resident or read from storage
+// on demand. Forward calls it once per MoE layer per pass, with the
+// distinct experts picked, in increasing order.
+type ExpertSource interface {
+	// Experts sets dst[j] to layer's expert experts[j]; the weights stay
+	// valid until the next call.
+	Experts(ctx context.Context, layer int, experts []int, dst []*Expert) error
+}
+
+// SetExpertSource makes MoE layers without experts of their own take them
+// from src (nil: none). Experts from a source are checked against the
+// config on every use.
+func (m *Model) SetExpertSource(src ExpertSource) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.experts = src
+}
+
+// pickedExperts returns layer l's experts listed in es (increasing) as
+// pointers into dst's storage: the layer's own, or the expert source's.
+func (m *Model) pickedExperts(ctx context.Context, l int, w *Layer, es []int, dst []*Expert) error {
+	c := &m.Config
+	if len(w.Experts) == c.Experts {
+		for j, e := range es {
+			dst[j] = &w.Experts[e]
+		}
+		return nil
+	}
+	if m.experts == nil {
+		return fmt.Errorf("layer %d holds no experts and the model has no expert source", l)
+	}
+	if err := m.experts.Experts(ctx, l, es, dst); err != nil {
+		return fmt.Errorf("experts: %w", err)
+	}
+	for j, e := range es {
+		x := dst[j]
+		if x == nil {
+			return fmt.Errorf("layer %d: the expert source returned no expert %d", l, e)
+		}
+		d, f := c.Dim, c.ExpertFFN
+		for _, ch := range []tensorCheck{
+			{&x.Gate, expertName("ffn_gate_exps.weight", e), f, d, false},
+			{&x.Up, expertName("ffn_up_exps.weight", e), f, d, false},
+			{&x.Down, expertName("ffn_down_exps.weight", e), d, f, false},
+		} {
+			if err := ch.t.check(fmt.Sprintf("blk.%d.%s", l, ch.name), ch.rows, ch.cols, ch.norm); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -164,6 +220,8 @@ type moeScratch struct {
 	buf            []float32
 	xs, gs, us, os [][]float32 // views grouped by expert
 	ops            []matOp
+	picked         []int     // the distinct experts picked, increasing
+	weights        []*Expert // their weights
 }
 
 // size makes room for T tokens.
@@ -231,7 +289,7 @@ func pick(routes []route, scores [][]float32, k int) []route {
 
 // moe runs a MoE feed-forward block over the batch in the scratch, whose
 // sc.xn holds the normalised hidden states: sc.h += Σ w·expert(xn).
-func (m *Model) moe(l int, w *Layer) error {
+func (m *Model) moe(ctx context.Context, l int, w *Layer) error {
 	c := &m.Config
 	sc := &m.sc
 	ms := &sc.moe
@@ -258,15 +316,25 @@ func (m *Model) moe(l int, w *Layer) error {
 		ms.us = append(ms.us, ms.up[pair])
 		ms.os = append(ms.os, ms.out[pair])
 	}
+	ms.picked = ms.picked[:0]
+	for i, r := range byExpert {
+		if i == 0 || byExpert[i-1].e != r.e {
+			ms.picked = append(ms.picked, r.e)
+		}
+	}
+	ms.weights = append(ms.weights[:0], make([]*Expert, len(ms.picked))...)
+	if err := m.pickedExperts(ctx, l, w, ms.picked, ms.weights); err != nil {
+		return err
+	}
 	// One matmul for every picked expert's gate and up, one for the downs.
 	ms.ops = ms.ops[:0]
-	for lo := 0; lo < len(byExpert); {
+	for lo, j := 0, 0; lo < len(byExpert); j++ {
 		e := byExpert[lo].e
 		hi := lo + 1
 		for hi < len(byExpert) && byExpert[hi].e == e {
 			hi++
 		}
-		x := &w.Experts[e]
+		x := ms.weights[j]
 		ms.ops = append(ms.ops, matOp{&x.Gate, ms.xs[lo:hi], ms.gs[lo:hi]}, matOp{&x.Up, ms.xs[lo:hi], ms.us[lo:hi]})
 		lo = hi
 	}
@@ -280,13 +348,13 @@ func (m *Model) moe(l int, w *Layer) error {
 		}
 	})
 	ms.ops = ms.ops[:0]
-	for lo := 0; lo < len(byExpert); {
+	for lo, j := 0, 0; lo < len(byExpert); j++ {
 		e := byExpert[lo].e
 		hi := lo + 1
 		for hi < len(byExpert) && byExpert[hi].e == e {
 			hi++
 		}
-		ms.ops = append(ms.ops, matOp{&w.Experts[e].Down, ms.gs[lo:hi], ms.os[lo:hi]})
+		ms.ops = append(ms.ops, matOp{&ms.weights[j].Down, ms.gs[lo:hi], ms.os[lo:hi]})
 		lo = hi
 	}
 	if err := m.matmul(ms.ops...); err != nil {

@@ -259,6 +259,10 @@ type extentDesc struct {
 	// (fixed width, so the manifest's size does not depend on the values).
 	XXH3    string       `json:"xxh3"`
 	Tensors []tensorDesc `json:"tensors"`
+	// Experts are a MoE layer's experts, each its own extent (right
+	// after the layer's, in expert order) holding its gate, up and down,
+	// so an expert can be placed, read and verified on its own.
+	Experts []extentDesc `json:"experts,omitempty"`
 }
 
 // tensorDesc describes one tensor inside an extent.
@@ -283,13 +287,11 @@ type role struct {
 	merged string
 }
 
-// layerOrder returns the tensors of one layer of cfg's model in the order
-// the forward pass consumes them (model.layer): attention norm, Q, K, V,
-// O, gemma2's post-attention norm, FFN norm, then gate, up and down, or a
-// MoE layer's router and each expert's gate, up and down (expert-major, so
-// an expert's bytes are contiguous and can be read as one piece; named as
-// llama.cpp's older per-expert tensors were: ffn_gate.E.weight), then
-// gemma2's post-FFN norm.
+// layerOrder returns the tensors of one layer extent of cfg's model in the
+// order the forward pass consumes them (model.layer): attention norm, Q,
+// K, V, O, gemma2's post-attention norm, FFN norm, then gate, up and down
+// (a MoE layer: the router; its experts are extents of their own, see
+// expertOrder), then gemma2's post-FFN norm.
 func layerOrder(cfg *model.Config) []role {
 	g := cfg.Arch == model.ArchGemma2
 	d, q, kv, f := cfg.Dim, cfg.QDim(), cfg.KVDim(), cfg.FFN
@@ -305,15 +307,7 @@ func layerOrder(cfg *model.Config) []role {
 	}
 	rs = append(rs, role{"ffn_norm.weight", true, 1, d, func(l *model.Layer) *model.Tensor { return &l.FFNNorm }, ""})
 	if cfg.MoE() {
-		ef := cfg.ExpertFFN
 		rs = append(rs, role{"ffn_gate_inp.weight", false, cfg.Experts, d, func(l *model.Layer) *model.Tensor { return &l.Router }, ""})
-		for e := range cfg.Experts {
-			n := strconv.Itoa(e)
-			rs = append(rs,
-				role{"ffn_gate." + n + ".weight", false, ef, d, func(l *model.Layer) *model.Tensor { return &l.Experts[e].Gate }, "ffn_gate_exps.weight"},
-				role{"ffn_up." + n + ".weight", false, ef, d, func(l *model.Layer) *model.Tensor { return &l.Experts[e].Up }, "ffn_up_exps.weight"},
-				role{"ffn_down." + n + ".weight", false, d, ef, func(l *model.Layer) *model.Tensor { return &l.Experts[e].Down }, "ffn_down_exps.weight"})
-		}
 	} else {
 		rs = append(rs,
 			role{"ffn_gate.weight", false, f, d, func(l *model.Layer) *model.Tensor { return &l.Gate }, ""},
@@ -324,6 +318,18 @@ func layerOrder(cfg *model.Config) []role {
 		rs = append(rs, role{"post_ffw_norm.weight", true, 1, d, func(l *model.Layer) *model.Tensor { return &l.PostFFNNorm }, ""})
 	}
 	return rs
+}
+
+// expertOrder returns the tensors of expert e's extent in a MoE layer: its
+// gate, up and down, named as llama.cpp's older per-expert tensors were
+// (ffn_gate.E.weight); merged names the GGUF tensor holding all experts'.
+func expertOrder(cfg *model.Config, e int) []role {
+	d, ef, n := cfg.Dim, cfg.ExpertFFN, strconv.Itoa(e)
+	return []role{
+		{"ffn_gate." + n + ".weight", false, ef, d, func(l *model.Layer) *model.Tensor { return &l.Experts[e].Gate }, "ffn_gate_exps.weight"},
+		{"ffn_up." + n + ".weight", false, ef, d, func(l *model.Layer) *model.Tensor { return &l.Experts[e].Up }, "ffn_up_exps.weight"},
+		{"ffn_down." + n + ".weight", false, d, ef, func(l *model.Layer) *model.Tensor { return &l.Experts[e].Down }, "ffn_down_exps.weight"},
+	}
 }
 
 // globalNames lists the globals extent's tensors in order.
@@ -359,14 +365,19 @@ type layout struct {
 	vocab   *tokenizer.Vocab
 	globals extentInfo
 	layers  []extentInfo
-	end     int64 // end of the last extent: the minimum file size
+	experts [][]extentInfo // per MoE layer, its experts' extents
+	end     int64          // end of the last extent: the minimum file size
 }
 
-// extents lists the globals extent then every layer extent, in file order.
+// extents lists the globals extent then every layer extent (each followed
+// by its experts'), in file order.
 func (l *layout) extents() []*extentInfo {
 	es := []*extentInfo{&l.globals}
 	for i := range l.layers {
 		es = append(es, &l.layers[i])
+		for e := range l.experts[i] {
+			es = append(es, &l.experts[i][e])
+		}
 	}
 	return es
 }
@@ -486,17 +497,38 @@ func parseManifest(b []byte, manEnd int64) (*layout, error) {
 		return nil, err
 	}
 	prevEnd = l.globals.ext.Offset + l.globals.ext.Length
-	order := layerOrder(&cfg)
-	l.layers = make([]extentInfo, len(m.Layers))
-	for i := range m.Layers {
+	specsOf := func(i int, order []role) []tensorSpec {
 		specs := make([]tensorSpec, len(order))
 		for j, r := range order {
 			specs[j] = tensorSpec{name: "blk." + strconv.Itoa(i) + "." + r.suffix, rows: r.rows, cols: r.cols, norm: r.norm}
 		}
-		if l.layers[i], err = checkExtent("layer "+strconv.Itoa(i), &m.Layers[i], specs, prevEnd); err != nil {
+		return specs
+	}
+	order := layerOrder(&cfg)
+	l.layers = make([]extentInfo, len(m.Layers))
+	l.experts = make([][]extentInfo, len(m.Layers))
+	for i := range m.Layers {
+		name := "layer " + strconv.Itoa(i)
+		if l.layers[i], err = checkExtent(name, &m.Layers[i], specsOf(i, order), prevEnd); err != nil {
 			return nil, err
 		}
 		prevEnd = l.layers[i].ext.Offset + l.layers[i].ext.Length
+		if len(m.Layers[i].Experts) != cfg.Experts {
+			return nil, fmt.Errorf("extent %s: %d expert extents, config has %d experts", name, len(m.Layers[i].Experts), cfg.Experts)
+		}
+		if cfg.MoE() {
+			l.experts[i] = make([]extentInfo, cfg.Experts)
+		}
+		for e := range m.Layers[i].Experts {
+			x := &m.Layers[i].Experts[e]
+			if len(x.Experts) != 0 {
+				return nil, fmt.Errorf("extent %s expert %d: has experts of its own", name, e)
+			}
+			if l.experts[i][e], err = checkExtent(name+" expert "+strconv.Itoa(e), x, specsOf(i, expertOrder(&cfg, e)), prevEnd); err != nil {
+				return nil, err
+			}
+			prevEnd = l.experts[i][e].ext.Offset + l.experts[i][e].ext.Length
+		}
 	}
 	l.end = prevEnd
 	return l, nil

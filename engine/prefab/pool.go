@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"slices"
 	"sync"
 
 	"github.com/zeebo/xxh3"
@@ -104,13 +103,10 @@ func OpenPool(path string) (*Pool, error) {
 // plain memory and no mapping).
 func newPool(path string, data []byte, l *layout) *Pool {
 	p := &Pool{path: path, data: data, l: l, order: layerOrder(&l.cfg)}
-	p.checks = make([]extentCheck, len(l.layers)+1)
+	p.checks = make([]extentCheck, len(l.layers)+1+len(l.layers)*l.cfg.Experts)
 	order := layerOrder(&l.cfg)
 	p.tmpl = make([]model.Layer, len(l.layers))
 	for i := range l.layers {
-		if l.cfg.MoE() {
-			p.tmpl[i].Experts = make([]model.Expert, l.cfg.Experts)
-		}
 		for j, r := range order {
 			ti := &l.layers[i].tensors[j]
 			*r.field(&p.tmpl[i]) = model.Tensor{Name: ti.name, Type: ti.typ, Rows: ti.rows, Cols: ti.cols}
@@ -178,11 +174,17 @@ func (p *Pool) view(i int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return p.fill(e, i)
+}
+
+// fill returns extent e's bytes in the pool's memory, copying them from the
+// file and verifying them the first time (check k remembers the verdict).
+func (p *Pool) fill(e *extentInfo, k int) ([]byte, error) {
 	if p.data == nil {
 		return nil, fmt.Errorf("pool %s: closed", p.path)
 	}
 	b := p.data[e.ext.Offset : e.ext.Offset+e.ext.Length : e.ext.Offset+e.ext.Length]
-	c := &p.checks[i]
+	c := &p.checks[k]
 	c.once.Do(func() {
 		if p.m != nil {
 			if c.err = p.m.Fill(e.ext.Offset, e.ext.Length); c.err != nil {
@@ -251,14 +253,89 @@ func (p *Pool) Decode(i int, b []byte) (*model.Layer, error) {
 		return nil, fmt.Errorf("pool %s: extent %s: decoding %d bytes, its tensors need %d", p.path, e.name, len(b), e.used)
 	}
 	l := p.tmpl[i]
-	// The experts are the template's until copied: each decoded layer
-	// holds its own views.
-	l.Experts = slices.Clone(l.Experts)
 	for j, r := range p.order {
 		ti := &e.tensors[j]
 		r.field(&l).Data = b[ti.off : ti.off+ti.size : ti.off+ti.size]
 	}
 	return &l, nil
+}
+
+// NumExperts is the experts per layer (0 for a dense model).
+func (p *Pool) NumExperts() int { return p.l.cfg.Experts }
+
+// expert returns layer i's expert e's info and its index among the
+// extents' checks.
+func (p *Pool) expert(i, e int) (*extentInfo, int, error) {
+	if i < 0 || i >= len(p.l.layers) || e < 0 || e >= p.l.cfg.Experts {
+		return nil, 0, fmt.Errorf("pool %s: layer %d expert %d out of range [0, %d) x [0, %d)", p.path, i, e, len(p.l.layers), p.l.cfg.Experts)
+	}
+	return &p.l.experts[i][e], len(p.l.layers) + 1 + i*p.l.cfg.Experts + e, nil
+}
+
+// ExpertExtent is layer i's expert e's extent (a MoE pool's).
+func (p *Pool) ExpertExtent(i, e int) (tier.Extent, error) {
+	x, _, err := p.expert(i, e)
+	if err != nil {
+		return tier.Extent{}, err
+	}
+	return x.ext, nil
+}
+
+// MappedExpert is Mapped for layer i's expert e: a view of the pool's
+// memory, copied from the file and verified on first use.
+func (p *Pool) MappedExpert(i, e int) ([]byte, error) {
+	x, k, err := p.expert(i, e)
+	if err != nil {
+		return nil, err
+	}
+	return p.fill(x, k)
+}
+
+// VerifyExpert is Verify for layer i's expert e read from storage.
+func (p *Pool) VerifyExpert(i, e int, b []byte) error {
+	x, _, err := p.expert(i, e)
+	if err != nil {
+		return err
+	}
+	return p.check(x, b)
+}
+
+// DecodeExpert builds layer i's expert e's tensors as views over b, which
+// holds its extent (from MappedExpert, or read and checked with
+// VerifyExpert).
+func (p *Pool) DecodeExpert(i, e int, b []byte) (model.Expert, error) {
+	x, _, err := p.expert(i, e)
+	if err != nil {
+		return model.Expert{}, err
+	}
+	if int64(len(b)) < x.used {
+		return model.Expert{}, fmt.Errorf("pool %s: extent %s: decoding %d bytes, its tensors need %d", p.path, x.name, len(b), x.used)
+	}
+	t := make([]model.Tensor, len(x.tensors))
+	for j := range x.tensors {
+		ti := &x.tensors[j]
+		t[j] = model.Tensor{Name: ti.name, Type: ti.typ, Rows: ti.rows, Cols: ti.cols, Data: b[ti.off : ti.off+ti.size : ti.off+ti.size]}
+	}
+	return model.Expert{Gate: t[0], Up: t[1], Down: t[2]}, nil
+}
+
+// experts returns layer i's experts as views of the pool's memory,
+// verifying each on first use.
+func (p *Pool) experts(i int) ([]model.Expert, error) {
+	if p.l.cfg.Experts == 0 {
+		return nil, nil
+	}
+	out := make([]model.Expert, p.l.cfg.Experts)
+	for e := range out {
+		b, err := p.MappedExpert(i, e)
+		if err == nil {
+			out[e], err = p.DecodeExpert(i, e, b)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // Globals are the non-layer tensors: always resident (see Plan).
@@ -312,6 +389,9 @@ func (p *Pool) Model() (*model.Model, error) {
 		if err != nil {
 			return nil, err
 		}
+		if l.Experts, err = p.experts(i); err != nil {
+			return nil, err
+		}
 		w.Layers[i] = *l
 	}
 	m, err := model.New(p.l.cfg, w)
@@ -358,6 +438,14 @@ func IsPool(path string) (bool, error) {
 // Sizes returns the pool's sizes for the planner.
 func (p *Pool) Sizes() tier.Sizes {
 	s := tier.Sizes{Layers: p.LayerBytes(), Globals: p.GlobalBytes()}
+	if p.l.cfg.MoE() {
+		s.Experts = make([][]int64, len(p.l.layers))
+		for i := range s.Experts {
+			for _, x := range p.l.experts[i] {
+				s.Experts[i] = append(s.Experts[i], x.ext.Length)
+			}
+		}
+	}
 	by := map[quant.Type]int64{}
 	for _, t := range p.l.layers[0].tensors {
 		by[t.typ] += t.size

@@ -181,17 +181,36 @@ func checkLayout(t *testing.T, path, arch string) {
 		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "post_attention_norm", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm"}
 	}
 	if arch == "mixtral" {
-		// The router, then each expert's three matrices, expert-major.
+		// The layer's extent ends with the router; each expert's gate,
+		// up and down are an extent of their own, right after it.
 		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate_inp"}
-		for e := range 8 {
-			for _, n := range []string{"ffn_gate.", "ffn_up.", "ffn_down."} {
-				kernel = append(kernel, n+itoa(e))
+	}
+	// Every extent in file order with the names its tensors must have.
+	type want struct {
+		e     extentDesc
+		names []string
+	}
+	exts := []want{{man.Globals, nil}}
+	for li, l := range man.Layers {
+		var names []string
+		for _, k := range kernel {
+			names = append(names, "blk."+itoa(li)+"."+k+".weight")
+		}
+		exts = append(exts, want{l, names})
+		if n := len(l.Experts); (arch == "mixtral") != (n == 8) || (arch != "mixtral" && n != 0) {
+			t.Fatalf("layer %d has %d expert extents", li, n)
+		}
+		for e, x := range l.Experts {
+			var names []string
+			for _, k := range []string{"ffn_gate.", "ffn_up.", "ffn_down."} {
+				names = append(names, "blk."+itoa(li)+"."+k+itoa(e)+".weight")
 			}
+			exts = append(exts, want{x, names})
 		}
 	}
 	prev := int64(64 + mlen)
-	exts := append([]extentDesc{man.Globals}, man.Layers...)
-	for i, e := range exts {
+	for i, w := range exts {
+		e := w.e
 		if e.Offset%4096 != 0 || e.Length%4096 != 0 || e.Offset < prev {
 			t.Errorf("extent %d at %d+%d: not 4 KiB aligned or out of order (previous end %d)", i, e.Offset, e.Length, prev)
 		}
@@ -200,18 +219,20 @@ func checkLayout(t *testing.T, path, arch string) {
 		if hexSum(xxh3.Hash(b)) != e.XXH3 {
 			t.Errorf("extent %d: checksum mismatch", i)
 		}
+		if w.names != nil && len(e.Tensors) != len(w.names) {
+			t.Errorf("extent %d: %d tensors, want %d", i, len(e.Tensors), len(w.names))
+			continue
+		}
 		var end int64
 		for j, td := range e.Tensors {
 			if td.Offset%64 != 0 || td.Offset < end {
 				t.Errorf("extent %d tensor %s at %d: not 64-byte aligned or overlapping", i, td.Name, td.Offset)
 			}
-			if i > 0 {
-				if want := "blk." + itoa(i-1) + "." + kernel[j] + ".weight"; td.Name != want {
-					t.Errorf("extent %d tensor %d is %s, want %s (kernel order)", i, j, td.Name, want)
-				}
-				if strings.HasSuffix(td.Name, "norm.weight") && td.Type != "F32" {
-					t.Errorf("%s stored as %s, norms must stay F32", td.Name, td.Type)
-				}
+			if w.names != nil && td.Name != w.names[j] {
+				t.Errorf("extent %d tensor %d is %s, want %s (kernel order)", i, j, td.Name, w.names[j])
+			}
+			if strings.HasSuffix(td.Name, "norm.weight") && td.Type != "F32" {
+				t.Errorf("%s stored as %s, norms must stay F32", td.Name, td.Type)
 			}
 			end = td.Offset + td.Bytes
 		}

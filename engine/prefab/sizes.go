@@ -62,18 +62,31 @@ func SizesFromGGUF(f *gguf.File, typ string) (tier.Sizes, model.Config, error) {
 		return s, cfg, err2
 	}
 	clear(byType) // the dominant type is a layer's, not the embedding's
-	order := layerOrder(&cfg)
-	s.Layers = make([]int64, cfg.Layers)
-	for i := range s.Layers {
-		names := make([]string, len(order))
+	names := func(i int, order []role) []string {
+		ns := make([]string, len(order))
 		for j, r := range order {
-			names[j] = "blk." + strconv.Itoa(i) + "." + r.suffix
+			ns[j] = "blk." + strconv.Itoa(i) + "." + r.suffix
 			if r.merged != "" {
-				names[j] = "blk." + strconv.Itoa(i) + "." + r.merged + "/" + strconv.Itoa(cfg.Experts)
+				ns[j] = "blk." + strconv.Itoa(i) + "." + r.merged + "/" + strconv.Itoa(cfg.Experts)
 			}
 		}
-		if s.Layers[i], _, err2 = extent(names); err2 != nil {
+		return ns
+	}
+	order := layerOrder(&cfg)
+	s.Layers = make([]int64, cfg.Layers)
+	if cfg.MoE() {
+		s.Experts = make([][]int64, cfg.Layers)
+	}
+	for i := range s.Layers {
+		if s.Layers[i], _, err2 = extent(names(i, order)); err2 != nil {
 			return s, cfg, err2
+		}
+		for e := range cfg.Experts {
+			n, _, err := extent(names(i, expertOrder(&cfg, e)))
+			if err != nil {
+				return s, cfg, err
+			}
+			s.Experts[i] = append(s.Experts[i], n)
 		}
 		if i == 0 {
 			s.Type = heaviest(byType)

@@ -1,6 +1,9 @@
 package prefab
 
-import "testing"
+import (
+	"reflect"
+	"testing"
+)
 
 // TestSizesFromGGUFMatchPool checks that the sizes planned from a GGUF are
 // the ones the pool written from it has.
@@ -25,6 +28,9 @@ func TestSizesFromGGUFMatchPool(t *testing.T) {
 			if got.Layers[i] != want.Layers[i] {
 				t.Errorf("%s: layer %d: GGUF estimate %d, pool %d", typ, i, got.Layers[i], want.Layers[i])
 			}
+		}
+		if !reflect.DeepEqual(got.Experts, want.Experts) || (c.arch == "mixtral") != (len(want.Experts) == cfg.Layers) {
+			t.Errorf("%s %s: GGUF expert estimates %v, pool %v", c.arch, typ, got.Experts, want.Experts)
 		}
 		p.Close()
 	}

@@ -246,8 +246,7 @@ func planPool(mod *model.Model, vocab *tokenizer.Vocab, opts Options) (*manifest
 		return nil, nil, err
 	}
 	exts = append(exts, pe)
-	order := layerOrder(&cfg)
-	for i := range w.Layers {
+	extent := func(d *extentDesc, i int, order []role) error {
 		ts := make([]model.Tensor, len(order))
 		norms := make([]bool, len(order))
 		for j, r := range order {
@@ -255,11 +254,26 @@ func planPool(mod *model.Model, vocab *tokenizer.Vocab, opts Options) (*manifest
 			ts[j].Name = "blk." + strconv.Itoa(i) + "." + r.suffix
 			norms[j] = r.norm
 		}
-		pe, err := build(&man.Layers[i], ts, norms)
+		pe, err := build(d, ts, norms)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		exts = append(exts, pe)
+		return nil
+	}
+	order := layerOrder(&cfg)
+	for i := range w.Layers {
+		if err := extent(&man.Layers[i], i, order); err != nil {
+			return nil, nil, err
+		}
+		if cfg.MoE() {
+			man.Layers[i].Experts = make([]extentDesc, cfg.Experts)
+		}
+		for e := range man.Layers[i].Experts {
+			if err := extent(&man.Layers[i].Experts[e], i, expertOrder(&cfg, e)); err != nil {
+				return nil, nil, err
+			}
+		}
 	}
 	return man, exts, nil
 }

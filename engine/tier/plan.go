@@ -216,6 +216,11 @@ type Sizes struct {
 	// per pass. Resident and tier-C layers keep their Layers size. Nil
 	// means Layers.
 	Streamed []int64 `json:"streamed,omitempty"`
+	// Experts, for a mixture-of-experts model, is each layer's experts'
+	// extents. Layers then holds only a layer's own tensors (attention,
+	// norms, router): experts are placed one by one (PlanExperts), not
+	// with their layer.
+	Experts [][]int64 `json:"experts,omitempty"`
 }
 
 // streamedSize is layer i's size on tier B (Streamed, else Layers).

@@ -1,0 +1,84 @@
+package tier
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestPlanExperts(t *testing.T) {
+	t.Parallel()
+	even := [][]int64{{100, 100, 100, 100}, {100, 100, 100, 100}}
+	tests := []struct {
+		name     string
+		sizes    [][]int64
+		counts   [][]uint64
+		budget   int64
+		resident [][]bool
+		buffers  int
+		hit      float64
+		err      string
+	}{
+		{"all fit", even, nil, 800, [][]bool{{true, true, true, true}, {true, true, true, true}}, 0, 1, ""},
+		{
+			// 750: buffers for 4 leave 350, so the three hottest; with at
+			// most 3 storage experts a layer one buffer goes, taking the
+			// fourth hottest; then 2 a layer, and one more (by index).
+			"hot ones first", even, [][]uint64{{0, 9, 0, 1}, {5, 0, 7, 0}}, 750,
+			[][]bool{{true, true, false, true}, {true, false, true, false}}, 2, 22.0 / 22, "",
+		},
+		{
+			"unmeasured: by index", even, nil, 650,
+			[][]bool{{true, true, false, false}, {false, false, false, false}}, 4, 2.0 / 8, "",
+		},
+		{
+			// A small expert used as often wins per byte.
+			"per byte", [][]int64{{300, 100}, {100, 100}, {100, 100}, {100, 100}}, [][]uint64{{3, 3}, {0, 0}, {0, 0}, {0, 0}}, 900,
+			[][]bool{{false, true}, {true, true}, {false, false}, {false, false}}, 2, 3.0 / 6, "",
+		},
+		{"buffers do not fit", even, nil, 399, nil, 0, 0, "read buffers"},
+		{"counts shape", even, [][]uint64{{1, 2, 3, 4}}, 500, nil, 0, 0, "counts for 1 layers"},
+		{"bad size", [][]int64{{100, 0}}, nil, 500, nil, 0, 0, "size 0"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := PlanExperts(tc.sizes, tc.counts, tc.budget)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want one containing %q", err, tc.err)
+				}
+				if tc.err == "read buffers" && !errors.Is(err, ErrNoFit) {
+					t.Fatalf("err %v does not wrap ErrNoFit", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for l := range tc.resident {
+				for e, want := range tc.resident[l] {
+					if p.Resident[l][e] != want {
+						t.Fatalf("resident %v, want %v", p.Resident, tc.resident)
+					}
+				}
+			}
+			if p.Buffers != tc.buffers || p.Hit != tc.hit {
+				t.Fatalf("buffers %d hit %v, want %d and %v", p.Buffers, p.Hit, tc.buffers, tc.hit)
+			}
+			used := p.ResidentBytes + int64(p.Buffers)*p.BufferBytes
+			if used > tc.budget {
+				t.Fatalf("resident %d + buffers %d x %d exceed the budget %d", p.ResidentBytes, p.Buffers, p.BufferBytes, tc.budget)
+			}
+			var all int64
+			for _, s := range tc.sizes {
+				for _, n := range s {
+					all += n
+				}
+			}
+			if p.ResidentBytes+p.StorageBytes != all || p.AllResident() != (p.StorageBytes == 0) {
+				t.Fatalf("resident %d + storage %d != %d", p.ResidentBytes, p.StorageBytes, all)
+			}
+		})
+	}
+}
