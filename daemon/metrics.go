@@ -33,6 +33,10 @@ type metrics struct {
 	interToken   *prometheus.HistogramVec // model
 	complHist    *prometheus.HistogramVec // model
 	kvBytes      *prometheus.GaugeVec     // model
+	// Mixture-of-experts models: experts held in memory, and expert uses
+	// by how they were served.
+	expertsResident *prometheus.GaugeVec // model
+	expertUses      *prometheus.GaugeVec // model, served
 }
 
 func newMetrics() *metrics {
@@ -99,7 +103,13 @@ func newMetrics() *metrics {
 	m.kvBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "strata_kv_cache_bytes", Help: "KV-cache bytes the running sequences hold (their positions times a position's keys and values over every layer).",
 	}, []string{"model"})
-	m.reg.MustRegister(m.duration, m.interToken, m.complHist, m.kvBytes,
+	m.expertsResident = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "strata_experts_resident", Help: "Experts of a mixture-of-experts model held in memory now (the others are read from storage when routed to).",
+	}, []string{"model"})
+	m.expertUses = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "strata_expert_uses", Help: "Expert uses since the model loaded, by how they were served: resident, buffered (a read buffer still held it) or read (from storage).",
+	}, []string{"model", "served"})
+	m.reg.MustRegister(m.duration, m.interToken, m.complHist, m.kvBytes, m.expertsResident, m.expertUses,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	b := buildinfo.Read()
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -121,7 +131,7 @@ func (m *metrics) forget(model string) {
 	l := prometheus.Labels{"model": model}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		m.promptToks, m.complToks, m.finished, m.passes, m.tokPerSec, m.ttft, m.queueDepth, m.activeSeqs, m.drafted, m.accepted,
-		m.interToken, m.complHist, m.kvBytes,
+		m.interToken, m.complHist, m.kvBytes, m.expertsResident, m.expertUses,
 	} {
 		v.DeletePartialMatch(l)
 	}

@@ -253,10 +253,26 @@ func (s *Server) modelStatus(lm *loaded) api.ModelStatus {
 			Location:    loc,
 		},
 		Pipeline: pipelineStatus(ps),
+		Experts:  expertStatus(lm.eng),
 		Queue:    api.Queue{Waiting: st.Waiting, Active: st.Active, MaxBatch: st.MaxBatch, MaxQueue: st.MaxQueue},
 		Counters: api.Counters{Passes: st.Passes, PromptTokens: st.PromptTokens, CompletionTokens: st.Generated,
 			Finished: st.Finished, Cancelled: st.Cancelled, Failed: st.Failed,
 			Drafted: st.Drafted, Accepted: st.Accepted, VerifyPasses: st.VerifyPasses},
+	}
+}
+
+// expertStatus reports a mixture-of-experts engine's experts (nil for a
+// dense model).
+func expertStatus(e *engine.Engine) *api.ExpertStatus {
+	x, ok := e.Experts()
+	if !ok {
+		return nil
+	}
+	st := x.Stats
+	return &api.ExpertStatus{
+		Experts: x.Experts, Resident: x.Resident, ResidentBytes: x.ResidentBytes, StorageBytes: x.StorageBytes, ReadBuffers: x.Buffers,
+		UsesResident: st.Resident, UsesBuffered: st.Buffered, UsesRead: st.Read, HitRate: st.Hit(), ReadBytes: st.ReadBytes,
+		ReadsFailed: st.Failed, Promoted: st.Promoted, Demoted: st.Demoted,
 	}
 }
 
@@ -270,6 +286,12 @@ func (s *Server) refreshGauges() {
 			s.metrics.kvBytes.WithLabelValues(n).Set(float64(st.KVPositions) * float64(2*c.Layers*c.KVDim()*4))
 			s.metrics.drafted.WithLabelValues(n).Set(float64(st.Drafted))
 			s.metrics.accepted.WithLabelValues(n).Set(float64(st.Accepted))
+			if x, ok := lm.eng.Experts(); ok {
+				s.metrics.expertsResident.WithLabelValues(n).Set(float64(x.Resident))
+				for served, v := range map[string]uint64{"resident": x.Stats.Resident, "buffered": x.Stats.Buffered, "read": x.Stats.Read} {
+					s.metrics.expertUses.WithLabelValues(n, served).Set(float64(v))
+				}
+			}
 		}
 	}
 }

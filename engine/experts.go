@@ -1,11 +1,16 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/prefab"
@@ -15,77 +20,124 @@ import (
 
 // ExpertStats counts how a mixture-of-experts model's expert uses were
 // served: from resident experts, from a read buffer that still held the
-// expert, or by a read from storage.
+// expert, or by a read from storage; and how residency changed.
 type ExpertStats struct {
 	Resident, Buffered, Read uint64
-	// ReadBytes and ReadTime are the storage reads' bytes and wall time
+	// ReadBytes and ReadTime are the on-demand reads' bytes and wall time
 	// (reads of one layer run concurrently).
 	ReadBytes int64
 	ReadTime  time.Duration
 	// Failed counts reads that failed or did not match the checksum.
 	Failed uint64
+	// Promoted and Demoted count experts that became resident, or
+	// stopped being, while serving.
+	Promoted, Demoted uint64
 }
 
 // Uses is every expert use counted.
 func (s ExpertStats) Uses() uint64 { return s.Resident + s.Buffered + s.Read }
 
-// expertStore is a MoE pool's experts as the CPU model's
-// model.ExpertSource: resident experts (tier.PlanExperts' choice) are
-// views of the pool's memory, verified at load; the others stay in the
-// pool file and are read, when a pass routes a token to them, into read
-// buffers that keep the latest ones (least recently used goes first).
-type expertStore struct {
-	pool     *prefab.Pool
-	src      tier.Source
-	plan     tier.ExpertPlan
-	verify   stream.VerifyMode
-	resident [][]*model.Expert // nil where the expert is on storage
-	verified [][]bool          // storage experts checked once (VerifyFirst)
+// Hit is the share of uses that read nothing.
+func (s ExpertStats) Hit() float64 {
+	if s.Uses() == 0 {
+		return 0
+	}
+	return float64(s.Resident+s.Buffered) / float64(s.Uses())
+}
 
-	mu    sync.Mutex
-	bufs  []expertBuf
-	clock uint64
-	stats ExpertStats
+// Re-placement while serving: every replanEvery passes the store ranks the
+// experts by their recent use (each pass's distinct experts, counts halved
+// every decayEvery passes so that the ranking follows a shifting workload)
+// and swaps at most maxSwaps experts in one round: a storage expert used
+// more than swapMargin times as often as the resident expert it replaces.
+const (
+	replanEvery = 32
+	decayEvery  = 256
+	maxSwaps    = 4
+	swapMargin  = 1.5
+)
+
+// expertStore is a MoE pool's experts as the CPU model's
+// model.ExpertSource. Resident experts (tier.PlanExperts' choice, then
+// whatever re-placement makes of it) live in buffers of their own; the
+// others stay in the pool file and are read, when a pass routes a token
+// to them, into read buffers that keep the latest ones (least recently
+// used goes first). Re-placement reads promoted experts in the background
+// and swaps them in at the start of a later call, when no pass holds the
+// demoted ones; the resident bytes may exceed the plan's by the promoted
+// experts of one round until the swap.
+type expertStore struct {
+	pool   *prefab.Pool
+	src    tier.Source
+	verify stream.VerifyMode
+	log    hclog.Logger
+	budget int64 // bytes resident experts may take
+
+	mu       sync.Mutex
+	res      [][]*heldExpert // nil where on storage
+	resBytes int64
+	verified [][]atomic.Bool // checked once (VerifyFirst); read concurrently
+	uses     [][]float64
+	bufs     []expertBuf
+	clock    uint64
+	passes   uint64
+	ready    []swap // promotions read, waiting for their swap
+	busy     bool   // a round of promotions is being read
+	stats    ExpertStats
+	closed   bool
+	bg       sync.WaitGroup
+}
+
+// heldExpert is an expert in a buffer of the store's: resident, or in a
+// read buffer.
+type heldExpert struct {
+	b    *tier.Buffer
+	x    model.Expert
+	size int64
 }
 
 // expertBuf is one read buffer and the expert it holds (layer -1: none).
 type expertBuf struct {
-	b             *tier.Buffer
+	held          heldExpert
 	layer, expert int
-	x             model.Expert
-	data          []byte // the expert's extent in b
 	used          uint64 // the clock of its last use
 }
 
-// newExpertStore loads plan's resident experts from pool (verifying each)
-// and allocates the read buffers from src, which serves the rest.
-func newExpertStore(ctx context.Context, pool *prefab.Pool, src tier.Source, plan tier.ExpertPlan, verify stream.VerifyMode) (*expertStore, error) {
-	s := &expertStore{pool: pool, src: src, plan: plan, verify: verify}
-	s.resident = make([][]*model.Expert, len(plan.Resident))
-	s.verified = make([][]bool, len(plan.Resident))
+// swap makes layer's expert in resident (its bytes read into held) in
+// place of outLayer's expert out (-1: none; the bytes were free).
+type swap struct {
+	layer, in     int
+	outLayer, out int
+	held          heldExpert
+}
+
+// newExpertStore reads plan's resident experts from src (verifying each)
+// and allocates its read buffers.
+func newExpertStore(ctx context.Context, pool *prefab.Pool, src tier.Source, plan tier.ExpertPlan, verify stream.VerifyMode, log hclog.Logger) (*expertStore, error) {
+	s := &expertStore{pool: pool, src: src, verify: verify, log: log, budget: plan.ResidentBytes}
+	s.res = make([][]*heldExpert, len(plan.Resident))
+	s.verified = make([][]atomic.Bool, len(plan.Resident))
+	s.uses = make([][]float64, len(plan.Resident))
 	for l, rs := range plan.Resident {
-		s.resident[l] = make([]*model.Expert, len(rs))
-		s.verified[l] = make([]bool, len(rs))
+		s.res[l] = make([]*heldExpert, len(rs))
+		s.verified[l] = make([]atomic.Bool, len(rs))
+		s.uses[l] = make([]float64, len(rs))
 		for e, r := range rs {
 			if !r {
 				continue
 			}
 			if err := ctx.Err(); err != nil {
+				s.close()
 				return nil, fmt.Errorf("loading experts at layer %d: %w", l, err)
 			}
-			b, err := pool.MappedExpert(l, e)
+			h, err := s.load(ctx, l, e)
 			if err != nil {
+				s.close()
 				return nil, err
 			}
-			x, err := pool.DecodeExpert(l, e, b)
-			if err != nil {
-				return nil, err
-			}
-			s.resident[l][e] = &x
+			s.res[l][e] = &h
+			s.resBytes += h.size
 		}
-	}
-	if plan.Buffers > 0 && src == nil {
-		return nil, errors.New("experts on storage but no source to read them from")
 	}
 	for range plan.Buffers {
 		b, err := src.Alloc(int(plan.BufferBytes))
@@ -93,32 +145,83 @@ func newExpertStore(ctx context.Context, pool *prefab.Pool, src tier.Source, pla
 			s.close()
 			return nil, fmt.Errorf("expert read buffer: %w", err)
 		}
-		s.bufs = append(s.bufs, expertBuf{b: b, layer: -1})
+		s.bufs = append(s.bufs, expertBuf{held: heldExpert{b: b}, layer: -1})
 	}
 	return s, nil
+}
+
+// load reads layer l's expert e into a new buffer of its own.
+func (s *expertStore) load(ctx context.Context, l, e int) (heldExpert, error) {
+	ext, err := s.pool.ExpertExtent(l, e)
+	if err != nil {
+		return heldExpert{}, err
+	}
+	b, err := s.src.Alloc(int(ext.Length))
+	if err != nil {
+		return heldExpert{}, fmt.Errorf("layer %d expert %d: %w", l, e, err)
+	}
+	h := heldExpert{b: b}
+	if err := s.readInto(ctx, l, e, &h, true); err != nil {
+		b.Free()
+		return heldExpert{}, err
+	}
+	return h, nil
+}
+
+// readInto reads layer l's expert e into h's buffer, verifies it (always
+// when check is set or the mode says so, else the first time) and decodes
+// it. It touches no state behind s.mu, so reads run concurrently.
+func (s *expertStore) readInto(ctx context.Context, l, e int, h *heldExpert, check bool) error {
+	ext, err := s.pool.ExpertExtent(l, e)
+	if err != nil {
+		return err
+	}
+	data := h.b.Bytes()[:ext.Length]
+	if err := s.src.ReadAt(ctx, data, ext.Offset); err != nil {
+		return fmt.Errorf("reading layer %d expert %d (bytes [%d, %d)): %w", l, e, ext.Offset, ext.Offset+ext.Length, err)
+	}
+	if check || s.verify == stream.VerifyAlways || !s.verified[l][e].Load() {
+		if err := s.pool.VerifyExpert(l, e, data); err != nil {
+			return err
+		}
+		s.verified[l][e].Store(true)
+	}
+	x, err := s.pool.DecodeExpert(l, e, data)
+	if err != nil {
+		return err
+	}
+	h.x, h.size = x, ext.Length
+	return nil
 }
 
 // Experts implements model.ExpertSource.
 func (s *expertStore) Experts(ctx context.Context, l int, es []int, dst []*model.Expert) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l < 0 || l >= len(s.resident) {
-		return fmt.Errorf("layer %d out of range [0, %d)", l, len(s.resident))
+	if l < 0 || l >= len(s.res) {
+		return fmt.Errorf("layer %d out of range [0, %d)", l, len(s.res))
+	}
+	// The previous call's experts are no longer in use: swap in what a
+	// round of re-placement has read.
+	s.applySwaps()
+	if l == 0 {
+		s.pass()
 	}
 	s.clock++
 	var miss []int // indexes into es
 	for j, e := range es {
-		if e < 0 || e >= len(s.resident[l]) {
-			return fmt.Errorf("expert %d out of range [0, %d)", e, len(s.resident[l]))
+		if e < 0 || e >= len(s.res[l]) {
+			return fmt.Errorf("expert %d out of range [0, %d)", e, len(s.res[l]))
 		}
-		if x := s.resident[l][e]; x != nil {
-			dst[j] = x
+		s.uses[l][e]++
+		if h := s.res[l][e]; h != nil {
+			dst[j] = &h.x
 			s.stats.Resident++
 			continue
 		}
 		if k := s.holding(l, e); k >= 0 {
 			s.bufs[k].used = s.clock
-			dst[j] = &s.bufs[k].x
+			dst[j] = &s.bufs[k].held.x
 			s.stats.Buffered++
 			continue
 		}
@@ -140,7 +243,7 @@ func (s *expertStore) Experts(ctx context.Context, l int, es []int, dst []*model
 		if k < 0 {
 			return fmt.Errorf("layer %d: %d experts to read and no free read buffer (%d in all)", l, len(miss), len(s.bufs))
 		}
-		s.bufs[k].used = s.clock
+		s.bufs[k].used, s.bufs[k].layer = s.clock, -1
 		victims = append(victims, k)
 	}
 	t0 := time.Now()
@@ -150,7 +253,7 @@ func (s *expertStore) Experts(ctx context.Context, l int, es []int, dst []*model
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.read(ctx, l, es[j], &s.bufs[victims[i]])
+			errs[i] = s.readInto(ctx, l, es[j], &s.bufs[victims[i]].held, false)
 		}()
 	}
 	wg.Wait()
@@ -159,19 +262,20 @@ func (s *expertStore) Experts(ctx context.Context, l int, es []int, dst []*model
 	for i, j := range miss {
 		b := &s.bufs[victims[i]]
 		if errs[i] != nil {
-			b.layer, b.used = -1, 0
+			b.used = 0
 			s.stats.Failed++
 			failed = append(failed, errs[i])
 			continue
 		}
-		dst[j] = &b.x
+		b.layer, b.expert = l, es[j]
+		dst[j] = &b.held.x
 		s.stats.Read++
-		s.stats.ReadBytes += int64(len(b.data))
+		s.stats.ReadBytes += b.held.size
 	}
 	return errors.Join(failed...)
 }
 
-// holding returns the buffer holding layer l's expert e, or -1.
+// holding returns the read buffer holding layer l's expert e, or -1.
 func (s *expertStore) holding(l, e int) int {
 	for i := range s.bufs {
 		if s.bufs[i].layer == l && s.bufs[i].expert == e {
@@ -181,31 +285,134 @@ func (s *expertStore) holding(l, e int) int {
 	return -1
 }
 
-// read reads layer l's expert e into b, verifies it (always, or the first
-// time under VerifyFirst) and decodes it. It runs with s.mu held by the
-// caller, concurrently with reads into other buffers.
-func (s *expertStore) read(ctx context.Context, l, e int, b *expertBuf) error {
-	b.layer = -1
-	ext, err := s.pool.ExpertExtent(l, e)
-	if err != nil {
-		return err
-	}
-	data := b.b.Bytes()[:ext.Length]
-	if err := s.src.ReadAt(ctx, data, ext.Offset); err != nil {
-		return fmt.Errorf("reading layer %d expert %d (bytes [%d, %d)): %w", l, e, ext.Offset, ext.Offset+ext.Length, err)
-	}
-	if s.verify == stream.VerifyAlways || !s.verified[l][e] {
-		if err := s.pool.VerifyExpert(l, e, data); err != nil {
-			return err
+// pass counts a pass (a call for layer 0): it decays the use counts and,
+// every replanEvery passes, starts a round of re-placement.
+func (s *expertStore) pass() {
+	s.passes++
+	if s.passes%decayEvery == 0 {
+		for _, u := range s.uses {
+			for e := range u {
+				u[e] /= 2
+			}
 		}
-		s.verified[l][e] = true
 	}
-	x, err := s.pool.DecodeExpert(l, e, data)
-	if err != nil {
-		return err
+	if s.passes%replanEvery != 0 || s.busy || len(s.ready) > 0 || s.closed {
+		return
 	}
-	b.x, b.layer, b.expert, b.data = x, l, e, data
-	return nil
+	plan := s.swaps()
+	if len(plan) == 0 {
+		return
+	}
+	s.busy = true
+	s.bg.Add(1)
+	go s.promote(plan)
+}
+
+// swaps chooses this round's swaps: the storage experts used most
+// (ties: lower layer, lower expert) each against the least used resident
+// expert large enough to make room, while the first is used swapMargin
+// times as often; a promotion that fits the budget without a demotion
+// takes none.
+func (s *expertStore) swaps() []swap {
+	type ranked struct {
+		l, e int
+		u    float64
+	}
+	var in, out []ranked
+	for l := range s.res {
+		for e, h := range s.res[l] {
+			if h != nil {
+				out = append(out, ranked{l, e, s.uses[l][e]})
+			} else if s.uses[l][e] > 0 {
+				in = append(in, ranked{l, e, s.uses[l][e]})
+			}
+		}
+	}
+	slices.SortStableFunc(in, func(a, b ranked) int { return cmp.Compare(b.u, a.u) })
+	slices.SortStableFunc(out, func(a, b ranked) int { return cmp.Compare(a.u, b.u) })
+	var plan []swap
+	free := s.budget - s.resBytes
+	for _, c := range in {
+		if len(plan) == maxSwaps {
+			break
+		}
+		ext, err := s.pool.ExpertExtent(c.l, c.e)
+		if err != nil {
+			continue
+		}
+		if ext.Length <= free {
+			free -= ext.Length
+			plan = append(plan, swap{layer: c.l, in: c.e, out: -1})
+			continue
+		}
+		// The least used resident expert whose bytes make room.
+		k := slices.IndexFunc(out, func(o ranked) bool {
+			x, err := s.pool.ExpertExtent(o.l, o.e)
+			return err == nil && x.Length+free >= ext.Length
+		})
+		if k < 0 || c.u < swapMargin*out[k].u {
+			break
+		}
+		x, _ := s.pool.ExpertExtent(out[k].l, out[k].e)
+		free += x.Length - ext.Length
+		plan = append(plan, swap{layer: c.l, in: c.e, outLayer: out[k].l, out: out[k].e})
+		out = slices.Delete(out, k, k+1)
+	}
+	return plan
+}
+
+// promote reads the promoted experts of plan into buffers of their own,
+// off the lock, and queues them for applySwaps.
+func (s *expertStore) promote(plan []swap) {
+	defer s.bg.Done()
+	var done []swap
+	for _, sw := range plan {
+		h, err := s.load(context.Background(), sw.layer, sw.in)
+		if err != nil {
+			s.log.Warn("promoting an expert", "layer", sw.layer, "expert", sw.in, "error", err)
+			continue
+		}
+		sw.held = h
+		done = append(done, sw)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.busy = false
+	if s.closed {
+		for _, sw := range done {
+			sw.held.b.Free()
+		}
+		return
+	}
+	s.ready = append(s.ready, done...)
+}
+
+// applySwaps installs promotions that were read, freeing the experts they
+// replace; it runs with s.mu held between calls, when no pass uses them.
+func (s *expertStore) applySwaps() {
+	for _, sw := range s.ready {
+		if s.res[sw.layer][sw.in] != nil {
+			sw.held.b.Free() // promoted meanwhile another way
+			continue
+		}
+		if sw.out >= 0 {
+			if h := s.res[sw.outLayer][sw.out]; h != nil {
+				s.resBytes -= h.size
+				h.b.Free()
+				s.res[sw.outLayer][sw.out] = nil
+				s.stats.Demoted++
+			}
+		}
+		h := sw.held
+		s.res[sw.layer][sw.in] = &h
+		s.resBytes += h.size
+		s.stats.Promoted++
+		// A read buffer may still hold a copy; it is no longer needed.
+		if k := s.holding(sw.layer, sw.in); k >= 0 {
+			s.bufs[k].layer, s.bufs[k].used = -1, 0
+		}
+	}
+	s.ready = s.ready[:0]
 }
 
 // Stats returns the counts so far.
@@ -215,14 +422,45 @@ func (s *expertStore) Stats() ExpertStats {
 	return s.stats
 }
 
-// close frees the read buffers.
+// Residency returns, per layer and expert, whether the expert is resident
+// now, and the resident bytes.
+func (s *expertStore) Residency() ([][]bool, int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([][]bool, len(s.res))
+	for l := range s.res {
+		out[l] = make([]bool, len(s.res[l]))
+		for e, h := range s.res[l] {
+			out[l][e] = h != nil
+		}
+	}
+	return out, s.resBytes
+}
+
+// close waits for a round of promotions and frees every buffer.
 func (s *expertStore) close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.bg.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
 	for i := range s.bufs {
-		errs = append(errs, s.bufs[i].b.Free())
+		errs = append(errs, s.bufs[i].held.b.Free())
 	}
 	s.bufs = nil
+	for _, l := range s.res {
+		for e, h := range l {
+			if h != nil {
+				errs = append(errs, h.b.Free())
+				l[e] = nil
+			}
+		}
+	}
+	for _, sw := range s.ready {
+		errs = append(errs, sw.held.b.Free())
+	}
+	s.ready = nil
 	return errors.Join(errs...)
 }

@@ -440,7 +440,7 @@ func withStaging(req tier.Request, plan func(tier.Request) (*tier.Plan, error), 
 // streamPool builds the engine of a pool whose plan streams some layers.
 func streamPool(ctx context.Context, path string, pool *prefab.Pool, plan *tier.Plan, xplan *tier.ExpertPlan, o Options, log hclog.Logger) (*Engine, error) {
 	tiers := make([]tier.Tier, len(plan.Layers))
-	needSource := xplan != nil && !xplan.AllResident()
+	needSource := xplan != nil // experts are read from the file
 	for i, l := range plan.Layers {
 		tiers[i] = l.Tier
 		needSource = needSource || l.Tier == tier.TierC
@@ -479,7 +479,7 @@ func streamPool(ctx context.Context, path string, pool *prefab.Pool, plan *tier.
 	e.plan, e.pipe, e.src = plan, pipe, src
 	if xplan != nil {
 		// The pool's layers hold no experts: the store serves them.
-		xs, err := newExpertStore(ctx, pool, src, *xplan, o.Verify)
+		xs, err := newExpertStore(ctx, pool, src, *xplan, o.Verify, log)
 		if err != nil {
 			e.Model.SetLayerSource(nil)
 			pipe.Close()
@@ -500,12 +500,61 @@ func streamPool(ctx context.Context, path string, pool *prefab.Pool, plan *tier.
 func (e *Engine) ExpertPlan() *tier.ExpertPlan { return e.expertPlan }
 
 // ExpertStats counts how expert uses were served so far; ok is false when
-// no experts are read from storage (none, or all resident).
+// no store serves the experts (a dense model, or every expert in place).
 func (e *Engine) ExpertStats() (s ExpertStats, ok bool) {
 	if e.experts == nil {
 		return ExpertStats{}, false
 	}
 	return e.experts.Stats(), true
+}
+
+// ExpertInfo is where a mixture-of-experts model's experts are now and how
+// their uses were served.
+type ExpertInfo struct {
+	// Experts is every expert of every layer; Resident how many of them
+	// are held in memory now, taking ResidentBytes, and StorageBytes what
+	// the others hold in the pool file.
+	Experts, Resident           int
+	ResidentBytes, StorageBytes int64
+	// Buffers read buffers of BufferBytes hold experts read on demand.
+	Buffers     int
+	BufferBytes int64
+	// Stats counts the uses (zero when every expert is in place: nothing
+	// is counted then).
+	Stats ExpertStats
+}
+
+// Experts reports a mixture-of-experts model's expert placement; ok is
+// false for a dense model or one opened without a plan.
+func (e *Engine) Experts() (ExpertInfo, bool) {
+	xp := e.expertPlan
+	if xp == nil {
+		return ExpertInfo{}, false
+	}
+	in := ExpertInfo{ResidentBytes: xp.ResidentBytes, StorageBytes: xp.StorageBytes, Buffers: xp.Buffers, BufferBytes: xp.BufferBytes}
+	res := xp.Resident
+	if e.experts != nil {
+		res, in.ResidentBytes = e.experts.Residency()
+		in.Stats = e.experts.Stats()
+	}
+	if e.pool != nil {
+		var all int64
+		for _, l := range e.pool.Sizes().Experts {
+			for _, n := range l {
+				all += n
+			}
+		}
+		in.StorageBytes = all - in.ResidentBytes
+	}
+	for _, l := range res {
+		in.Experts += len(l)
+		for _, r := range l {
+			if r {
+				in.Resident++
+			}
+		}
+	}
+	return in, true
 }
 
 // Plan is the tier plan the engine runs: every layer's tier, the pipeline

@@ -235,8 +235,32 @@ type ModelStatus struct {
 	// Pipeline holds the streaming pipeline's counters; nil when every
 	// layer is resident (nothing streams).
 	Pipeline *PipelineStatus `json:"pipeline"`
-	Queue    Queue           `json:"queue"`
-	Counters Counters        `json:"counters"`
+	// Experts is a mixture-of-experts model's expert placement and how
+	// expert uses were served (absent for a dense model).
+	Experts  *ExpertStatus `json:"experts,omitempty"`
+	Queue    Queue         `json:"queue"`
+	Counters Counters      `json:"counters"`
+}
+
+// ExpertStatus is where a mixture-of-experts model's experts are and how
+// its expert uses were served since it loaded.
+type ExpertStatus struct {
+	Experts       int   `json:"experts"`
+	Resident      int   `json:"resident"`
+	ResidentBytes int64 `json:"resident_bytes"`
+	StorageBytes  int64 `json:"storage_bytes"`
+	ReadBuffers   int   `json:"read_buffers"`
+	// Uses served by resident experts, by a read buffer that still held
+	// the expert, and by a read from storage; HitRate is the share that
+	// read nothing.
+	UsesResident uint64  `json:"uses_resident"`
+	UsesBuffered uint64  `json:"uses_buffered"`
+	UsesRead     uint64  `json:"uses_read"`
+	HitRate      float64 `json:"hit_rate"`
+	ReadBytes    int64   `json:"read_bytes"`
+	ReadsFailed  uint64  `json:"reads_failed"`
+	Promoted     uint64  `json:"promoted"`
+	Demoted      uint64  `json:"demoted"`
 }
 
 // BackendStatus describes the backend a model runs on: the GPU with its

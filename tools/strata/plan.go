@@ -114,6 +114,7 @@ func planCommand() *cli.Command {
 				return err
 			}
 			writeHybridPlans(w, info)
+			writeExpertPlan(w, info)
 			return nil
 		},
 	}
@@ -132,6 +133,11 @@ type planInfo struct {
 	// measured on one of the model's layers); CPURates the rates.
 	Hybrid   []tier.HybridPlan `json:"hybrid,omitempty"`
 	CPURates []float64         `json:"cpu_ffn_bps,omitempty"`
+	// Experts places a mixture-of-experts model's experts in what the
+	// layers leave of the budget (engine/tier's PlanExperts, routing not
+	// yet measured); MoENote says why there is no such plan.
+	Experts *tier.ExpertPlan `json:"experts,omitempty"`
+	MoENote string           `json:"moe_note,omitempty"`
 }
 
 // planModel gathers sizes from MODEL (pool or GGUF), budgets from the
@@ -218,7 +224,18 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 	if err != nil {
 		return nil, info, err
 	}
-	if o.VRAM > 0 && !o.NoHybrid && p.Tiers[tier.TierB].Layers > 0 {
+	if cfg.MoE() {
+		if o.VRAM > 0 {
+			info.MoENote = "mixture-of-experts layers run on the CPU backend only: the engine will not use this device plan"
+		} else {
+			xp, err := tier.PlanExperts(sizes.Experts, nil, p.Device.Budget-p.Device.Total-p.Host.Total)
+			if err != nil {
+				return nil, info, fmt.Errorf("plan: experts: %w", err)
+			}
+			info.Experts = &xp
+		}
+	}
+	if o.VRAM > 0 && !o.NoHybrid && p.Tiers[tier.TierB].Layers > 0 && !cfg.MoE() {
 		if err := planHybrid(ctx, path, isPool, cfg, p, &info); err != nil {
 			return nil, info, err
 		}
@@ -304,6 +321,31 @@ func planHybrid(ctx context.Context, path string, isPool bool, cfg model.Config,
 		info.CPURates = append(info.CPURates, rate)
 	}
 	return nil
+}
+
+// writeExpertPlan prints where a mixture-of-experts model's experts go.
+func writeExpertPlan(w io.Writer, info planInfo) {
+	if info.MoENote != "" {
+		fmt.Fprintln(w, info.MoENote)
+	}
+	xp := info.Experts
+	if xp == nil {
+		return
+	}
+	all := 0
+	for _, l := range xp.Resident {
+		all += len(l)
+	}
+	if xp.AllResident() {
+		fmt.Fprintf(w, "experts: all %d resident (%s)\n", all, tier.FormatBytes(xp.ResidentBytes))
+		return
+	}
+	fmt.Fprintf(w, "experts: %d of %d resident (%s); %s stay on storage and are read when a token is routed to them, into %d buffers of %s\n",
+		xp.ResidentCount(), all, tier.FormatBytes(xp.ResidentBytes), tier.FormatBytes(xp.StorageBytes), xp.Buffers, tier.FormatBytes(xp.BufferBytes))
+	fmt.Fprintln(w, "  routing is not measured before serving: residency starts by expert order and follows use while serving")
+	if !info.Pool {
+		fmt.Fprintln(w, "  a GGUF cannot read single experts: convert it with `strata model prefab` and serve the pool")
+	}
 }
 
 // writeHybridPlans prints the CPU's share of tier B per batch size.

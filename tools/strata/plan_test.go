@@ -127,3 +127,40 @@ func TestPlanCLIUsage(t *testing.T) {
 		t.Errorf("plan of a missing file succeeded")
 	}
 }
+
+// TestPlanExpertsCLI: `strata plan` of a mixture-of-experts pool places its
+// experts in what the layers leave of the budget, and says that the CUDA
+// backend would not take it.
+// Sequential: it runs the command tree in-process.
+func TestPlanExpertsCLI(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "moe.gguf")
+	if err := synth.Write(src, synth.Options{Arch: "mixtral", Shape: "tiny", Type: "q8_0", Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	pool := filepath.Join(dir, "moe.pool")
+	if _, _, err := runCLI(t, "model", "prefab", src, "-o", pool, "-q"); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"all resident", []string{"plan", pool, "--ram", "1GiB", "--no-measure"}, []string{"experts: all 16 resident"}},
+		{"some on storage", []string{"plan", pool, "--ram", "4MiB", "--no-measure", "--ctx", "64"}, []string{"of 16 resident", "read when a token is routed to them", "8 buffers"}},
+		{"gguf", []string{"plan", src, "--ram", "4MiB", "--no-measure", "--ctx", "64"}, []string{"convert it with `strata model prefab`"}},
+		{"device", []string{"plan", pool, "--vram", "1GiB", "--ram", "1GiB", "--no-measure"}, []string{"CPU backend only"}},
+	}
+	for _, tc := range cases {
+		out, _, err := runCLI(t, tc.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: output lacks %q:\n%s", tc.name, w, out)
+			}
+		}
+	}
+}

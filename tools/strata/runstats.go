@@ -41,6 +41,9 @@ func writeRunStats(w io.Writer, e *engine.Engine) {
 		fmt.Fprintf(w, "memory: device %s of %s, host %s of %s\n", tier.FormatBytes(p.Device.Total), tier.FormatBytes(p.Device.Budget),
 			tier.FormatBytes(p.Host.Total), tier.FormatBytes(p.Host.Budget))
 	}
+	if x, ok := e.Experts(); ok {
+		writeExperts(w, x)
+	}
 	st := e.PipelineStats()
 	if bi := e.BackendInfo(); st == nil && bi.StreamedBytes > 0 {
 		fmt.Fprintf(w, "streaming: %s per pass from pinned host memory over PCIe into %d device slots (GPU tier B)\n",
@@ -54,6 +57,25 @@ func writeRunStats(w io.Writer, e *engine.Engine) {
 	writePipelineStats(w, st)
 	if h, ok := e.Hybrid(); ok {
 		writeHybrid(w, h)
+	}
+}
+
+// writeExperts prints a mixture-of-experts model's expert residency and
+// how its expert uses were served.
+func writeExperts(w io.Writer, x engine.ExpertInfo) {
+	fmt.Fprintf(w, "experts: %d of %d resident (%s), %s on storage", x.Resident, x.Experts,
+		tier.FormatBytes(x.ResidentBytes), tier.FormatBytes(x.StorageBytes))
+	if x.Buffers > 0 {
+		fmt.Fprintf(w, ", %d read buffers of %s", x.Buffers, tier.FormatBytes(x.BufferBytes))
+	}
+	fmt.Fprintln(w)
+	if s := x.Stats; s.Uses() > 0 {
+		fmt.Fprintf(w, "expert uses: %d resident, %d still in a read buffer, %d read (%s in %v); hit rate %.2f; %d promoted, %d demoted",
+			s.Resident, s.Buffered, s.Read, tier.FormatBytes(s.ReadBytes), dur(s.ReadTime), s.Hit(), s.Promoted, s.Demoted)
+		if s.Failed > 0 {
+			fmt.Fprintf(w, "; %d reads failed", s.Failed)
+		}
+		fmt.Fprintln(w)
 	}
 }
 

@@ -1,0 +1,127 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/prefab"
+	"github.com/strata-llm/strata/engine/stream"
+	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/synth"
+)
+
+// TestExpertStoreFollowsUse: experts a workload keeps routing to become
+// resident while it runs (the unused ones they replace leave), within the
+// resident budget, and every expert served, resident, buffered or read,
+// holds exactly the pool's bytes.
+func TestExpertStoreFollowsUse(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	gg := filepath.Join(dir, "m.gguf")
+	if err := synth.Write(gg, synth.Options{Arch: "mixtral", Shape: "tiny", Type: "q8_0", Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := gguf.Map(gg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "m.pool")
+	err = prefab.WritePool(src, path, prefab.Options{})
+	src.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := prefab.OpenPool(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	sizes := pool.Sizes()
+	x := sizes.Experts[0][0]
+	// Buffers for all 8 experts of a layer and 4 resident ones.
+	plan, err := tier.PlanExperts(sizes.Experts, nil, 12*x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.ResidentCount() != 4 || plan.Buffers != 8 || !plan.Resident[0][0] || plan.Resident[0][6] {
+		t.Fatalf("plan %+v, want experts 0-3 of layer 0 resident and 8 buffers", plan)
+	}
+	fs, err := stream.OpenFile(path, stream.FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	s, err := newExpertStore(context.Background(), pool, fs, plan, stream.VerifyFirst, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+
+	// The pool's own bytes of each expert, to compare what is served with.
+	want := func(l, e int) []byte {
+		b, err := pool.MappedExpert(l, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	serve := func(l int, es []int) {
+		t.Helper()
+		dst := make([]*model.Expert, len(es))
+		if err := s.Experts(context.Background(), l, es, dst); err != nil {
+			t.Fatal(err)
+		}
+		for j, e := range es {
+			w := want(l, e)
+			got := dst[j]
+			for _, tt := range []model.Tensor{got.Gate, got.Up, got.Down} {
+				if !bytes.Contains(w, tt.Data) || len(tt.Data) == 0 {
+					t.Fatalf("layer %d expert %d: tensor %s is not the pool's bytes", l, e, tt.Name)
+				}
+			}
+		}
+	}
+	// A workload that uses experts 6 and 7 of layer 0 and 5 of layer 1
+	// every pass, and now and then one more, reading each time.
+	hot := [][]int{{6, 7}, {5}}
+	for pass := 0; ; pass++ {
+		serve(0, append(slices.Clone(hot[0]), pass%3))
+		serve(1, hot[1])
+		res, _ := s.Residency()
+		if res[0][6] && res[0][7] && res[1][5] {
+			break
+		}
+		if pass > 5000 {
+			t.Fatalf("after %d passes the hot experts are not resident: %v (stats %+v)", pass, res, s.Stats())
+		}
+		if pass%replanEvery == replanEvery-1 {
+			time.Sleep(time.Millisecond) // let a round's reads finish
+		}
+	}
+	st := s.Stats()
+	res, bytesRes := s.Residency()
+	if st.Promoted < 3 || st.Demoted < 3 || bytesRes > 4*x || st.Failed != 0 {
+		t.Fatalf("stats %+v, %d resident bytes (budget %d)", st, bytesRes, 4*x)
+	}
+	if res[0][3] || res[0][2] && res[0][1] && res[0][0] {
+		t.Fatalf("residency %v: the unused experts stayed", res)
+	}
+	// Now served in place: no more reads for the hot ones.
+	before := s.Stats().Read
+	for range 10 {
+		serve(0, hot[0])
+		serve(1, hot[1])
+	}
+	if got := s.Stats().Read; got != before {
+		t.Fatalf("%d reads for resident experts", got-before)
+	}
+	t.Logf("stats %+v", s.Stats())
+}
