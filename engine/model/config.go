@@ -14,11 +14,13 @@ import (
 const (
 	ArchLlama  = "llama"
 	ArchGemma2 = "gemma2"
+	ArchQwen2  = "qwen2"
+	ArchQwen3  = "qwen3"
 )
 
 // archs lists the implemented architectures, for the error that refuses
 // any other: it names what the file says and what strata can run instead.
-var archs = []string{ArchLlama, ArchGemma2}
+var archs = []string{ArchLlama, ArchGemma2, ArchQwen2, ArchQwen3}
 
 // Archs returns the architectures the engine implements.
 func Archs() []string { return slices.Clone(archs) }
@@ -45,7 +47,7 @@ const (
 // from GGUF metadata by ConfigFromGGUF, or filled in directly by tests and
 // tools that build models in memory.
 type Config struct {
-	// Arch is ArchLlama or ArchGemma2.
+	// Arch is one of Archs (the GGUF general.architecture).
 	Arch string
 	// Vocab is the number of token ids (rows of the embedding and output).
 	Vocab int
@@ -70,6 +72,10 @@ type Config struct {
 	// HeadDim/2 entries): freq_i = theta^(-2i/HeadDim) / RopeFreqs[i].
 	// Nil means no scaling.
 	RopeFreqs []float32
+	// RopeThetaLocal, when not 0, is the RoPE base of the sliding-window
+	// layers, which then take no RopeFreqs scaling (Gemma 3's local
+	// layers); 0 means they rotate as the global ones.
+	RopeThetaLocal float64
 	// NormEps is the RMSNorm epsilon.
 	NormEps float32
 	// AttnScale multiplies attention scores (1/sqrt(HeadDim) for llama,
@@ -131,10 +137,36 @@ func (c *Config) QDim() int { return c.Heads * c.HeadDim }
 func (c *Config) KVDim() int { return c.KVHeads * c.HeadDim }
 
 // Sliding reports whether layer i uses the sliding-window mask. Gemma2
-// alternates sliding (even index) and global (odd index) layers.
+// alternates sliding (even index) and global (odd index) layers; every
+// other architecture with a window (Mistral's, in a llama file) applies it
+// at every layer.
 func (c *Config) Sliding(i int) bool {
-	return c.Arch == ArchGemma2 && c.SlidingWindow > 0 && i%2 == 0
+	if c.SlidingWindow <= 0 {
+		return false
+	}
+	if c.Arch == ArchGemma2 {
+		return i%2 == 0
+	}
+	return true
 }
+
+// NeoX reports whether RoPE rotates the pairs (x[i], x[i+HeadDim/2]), as
+// Hugging Face's rotate_half does and llama.cpp's converter leaves the
+// rows for every architecture but llama; llama's q/k rows are permuted by
+// the converter so that its pairs are adjacent.
+func (c *Config) NeoX() bool { return c.Arch != ArchLlama }
+
+// QKVBias reports whether the q, k and v projections add a bias (Qwen2).
+func (c *Config) QKVBias() bool { return c.Arch == ArchQwen2 }
+
+// QKNorm reports whether each query and key head is RMS-normalised, with
+// a weight of HeadDim values, before RoPE (Qwen3).
+func (c *Config) QKNorm() bool { return c.Arch == ArchQwen3 }
+
+// PostNorms reports whether the attention and FFN outputs are normalised
+// again before they join the residual stream, and the FFN uses GELU rather
+// than SiLU (Gemma).
+func (c *Config) PostNorms() bool { return c.Arch == ArchGemma2 }
 
 // Validate checks that the hyperparameters are usable and mutually
 // consistent.
@@ -170,6 +202,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0) {
 		return fmt.Errorf("rope theta %v must be positive and finite", c.RopeTheta)
+	}
+	if c.RopeThetaLocal < 0 || math.IsNaN(c.RopeThetaLocal) || math.IsInf(c.RopeThetaLocal, 0) {
+		return fmt.Errorf("local rope theta %v must be 0 (none) or positive and finite", c.RopeThetaLocal)
 	}
 	if c.RopeFreqs != nil {
 		if len(c.RopeFreqs) != c.HeadDim/2 {

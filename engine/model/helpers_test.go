@@ -32,6 +32,25 @@ type testSpec struct {
 	attnCap, finalCap                                         float32
 	window                                                    int
 	eps                                                       float32
+	// tied shares the embedding as the output projection (gemma2 always).
+	tied bool
+}
+
+// qwen2Spec is a tiny tied Qwen2: q/k/v biases, NeoX RoPE.
+func qwen2Spec() testSpec {
+	return testSpec{
+		arch: ArchQwen2, vocab: 97, dim: 64, ffn: 96, layers: 2, heads: 4, kvHeads: 2, headDim: 16,
+		context: 64, theta: 1000000, eps: 1e-6, tied: true,
+	}
+}
+
+// qwen3Spec is a tiny Qwen3 whose head_dim (24) is not dim/heads (16), with
+// per-head q/k RMSNorm.
+func qwen3Spec() testSpec {
+	return testSpec{
+		arch: ArchQwen3, vocab: 97, dim: 64, ffn: 96, layers: 2, heads: 4, kvHeads: 2, headDim: 24,
+		context: 64, theta: 1000000, eps: 1e-6,
+	}
 }
 
 // llamaSpec is a tiny llama with GQA and llama3 scaling chosen so all three
@@ -63,6 +82,7 @@ func (s testSpec) config() Config {
 	if s.llama3 != nil {
 		c.RopeFreqs = llama3Factors(s.headDim, s.theta, *s.llama3)
 	}
+	c.TiedOutput = s.tied
 	if s.arch == ArchGemma2 {
 		c.AttnScale = float32(1 / math.Sqrt(s.qpas))
 		c.AttnSoftcap, c.FinalSoftcap, c.SlidingWindow = s.attnCap, s.finalCap, s.window
@@ -104,12 +124,20 @@ func randomWeights(s testSpec, seed uint64) *Weights {
 		}
 		return F32Tensor(name, rows, cols, v)
 	}
-	norm := func(name string) Tensor {
-		v := make([]float32, s.dim)
+	normN := func(name string, n int) Tensor {
+		v := make([]float32, n)
 		for i := range v {
 			v[i] = float32(1 + 0.3*(2*r.Float64()-1))
 		}
-		return F32Tensor(name, 1, s.dim, v)
+		return F32Tensor(name, 1, n, v)
+	}
+	norm := func(name string) Tensor { return normN(name, s.dim) }
+	bias := func(name string, n int) Tensor {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(2*r.Float64() - 1)
+		}
+		return F32Tensor(name, 1, n, v)
 	}
 	q, kv := s.heads*s.headDim, s.kvHeads*s.headDim
 	emb := mat("token_embd.weight", s.vocab, s.dim)
@@ -117,7 +145,7 @@ func randomWeights(s testSpec, seed uint64) *Weights {
 		binaryPutF32(emb.Data, i, float32(2*r.Float64()-1))
 	}
 	w := &Weights{Embed: emb, OutputNorm: norm("output_norm.weight")}
-	if s.arch == ArchGemma2 {
+	if s.arch == ArchGemma2 || s.tied {
 		w.Output = w.Embed
 	} else {
 		w.Output = mat("output.weight", s.vocab, s.dim)
@@ -138,6 +166,12 @@ func randomWeights(s testSpec, seed uint64) *Weights {
 		if s.arch == ArchGemma2 {
 			l.PostAttnNorm = norm(p + "post_attention_norm.weight")
 			l.PostFFNNorm = norm(p + "post_ffw_norm.weight")
+		}
+		if s.arch == ArchQwen2 {
+			l.QBias, l.KBias, l.VBias = bias(p+"attn_q.bias", q), bias(p+"attn_k.bias", kv), bias(p+"attn_v.bias", kv)
+		}
+		if s.arch == ArchQwen3 {
+			l.QNorm, l.KNorm = normN(p+"attn_q_norm.weight", s.headDim), normN(p+"attn_k_norm.weight", s.headDim)
 		}
 		w.Layers = append(w.Layers, l)
 	}
@@ -215,7 +249,10 @@ func planFor(s testSpec, w *Weights) *ggufPlan {
 	} else {
 		p.kv = append(p.kv,
 			gguf.KV{Key: a + ".attention.key_length", Value: uint32(s.headDim)},
-			gguf.KV{Key: a + ".attention.value_length", Value: uint32(s.headDim)},
+			gguf.KV{Key: a + ".attention.value_length", Value: uint32(s.headDim)})
+	}
+	if a == ArchGemma2 {
+		p.kv = append(p.kv,
 			gguf.KV{Key: "gemma2.attn_logit_softcapping", Value: s.attnCap},
 			gguf.KV{Key: "gemma2.final_logit_softcapping", Value: s.finalCap},
 			gguf.KV{Key: "gemma2.attention.sliding_window", Value: uint32(s.window)},
@@ -230,8 +267,10 @@ func planFor(s testSpec, w *Weights) *ggufPlan {
 	}
 	add(w.Embed, false)
 	add(w.OutputNorm, true)
-	if a == ArchLlama {
+	if a != ArchGemma2 && !s.tied {
 		add(w.Output, false)
+	}
+	if a == ArchLlama {
 		if s.llama3 != nil {
 			rf := llama3Factors(s.headDim, s.theta, *s.llama3)
 			add(F32Tensor("rope_freqs.weight", 1, len(rf), rf), true)
@@ -239,7 +278,7 @@ func planFor(s testSpec, w *Weights) *ggufPlan {
 	}
 	for i := range w.Layers {
 		l := &w.Layers[i]
-		for _, t := range []*Tensor{&l.AttnNorm, &l.Q, &l.K, &l.V, &l.O, &l.PostAttnNorm, &l.FFNNorm, &l.Gate, &l.Up, &l.Down, &l.PostFFNNorm} {
+		for _, t := range []*Tensor{&l.AttnNorm, &l.Q, &l.K, &l.V, &l.QBias, &l.KBias, &l.VBias, &l.QNorm, &l.KNorm, &l.O, &l.PostAttnNorm, &l.FFNNorm, &l.Gate, &l.Up, &l.Down, &l.PostFFNNorm} {
 			if t.Data != nil {
 				add(*t, t.Rows == 1)
 			}

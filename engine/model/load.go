@@ -64,27 +64,11 @@ func LoadGGUF(m *gguf.Mapped) (*Model, error) {
 			cfg.RopeFreqs = freqs
 		}
 	}
-	d, q, kv, f := cfg.Dim, cfg.QDim(), cfg.KVDim(), cfg.FFN
+	roles := cfg.LayerRoles()
 	for i := range w.Layers {
 		l := &w.Layers[i]
-		specs := []tensorCheck{
-			{&l.AttnNorm, "attn_norm", 1, d, true},
-			{&l.Q, "attn_q", q, d, false},
-			{&l.K, "attn_k", kv, d, false},
-			{&l.V, "attn_v", kv, d, false},
-			{&l.O, "attn_output", d, q, false},
-			{&l.FFNNorm, "ffn_norm", 1, d, true},
-			{&l.Gate, "ffn_gate", f, d, false},
-			{&l.Up, "ffn_up", f, d, false},
-			{&l.Down, "ffn_down", d, f, false},
-		}
-		if cfg.Arch == ArchGemma2 {
-			specs = append(specs,
-				tensorCheck{&l.PostAttnNorm, "post_attention_norm", 1, d, true},
-				tensorCheck{&l.PostFFNNorm, "post_ffw_norm", 1, d, true})
-		}
-		for _, s := range specs {
-			if *s.t, err = get(fmt.Sprintf("blk.%d.%s.weight", i, s.name), s.rows, s.cols, s.norm); err != nil {
+		for _, r := range roles {
+			if *r.Field(l), err = get(fmt.Sprintf("blk.%d.%s", i, r.Suffix), r.Rows, r.Cols, r.Vector); err != nil {
 				return nil, err
 			}
 		}

@@ -36,6 +36,7 @@ func refParamsOf(s testSpec) refParams {
 
 type refLayer struct {
 	attnNorm, postAttn, ffnNorm, postFFN []float64
+	qb, kb, vb, qNorm, kNorm             []float64
 	q, k, v, o, gate, up, down           [][]float64
 }
 
@@ -90,7 +91,7 @@ func unpermute(m [][]float64, heads, hd int) [][]float64 {
 func newRef(t testing.TB, p refParams, w *Weights) *refModel {
 	t.Helper()
 	r := &refModel{p: p, embed: refMatrix(t, w.Embed), outNorm: refVector(t, w.OutputNorm)}
-	if p.arch == ArchGemma2 {
+	if w.Output.Data == nil || &w.Output.Data[0] == &w.Embed.Data[0] {
 		r.out = r.embed // tied
 	} else {
 		r.out = refMatrix(t, w.Output)
@@ -102,12 +103,17 @@ func newRef(t testing.TB, p refParams, w *Weights) *refModel {
 			q: refMatrix(t, l.Q), k: refMatrix(t, l.K), v: refMatrix(t, l.V), o: refMatrix(t, l.O),
 			gate: refMatrix(t, l.Gate), up: refMatrix(t, l.Up), down: refMatrix(t, l.Down),
 		}
-		if p.arch == ArchLlama {
+		switch p.arch {
+		case ArchLlama:
 			rl.q = unpermute(rl.q, p.heads, p.headDim)
 			rl.k = unpermute(rl.k, p.kvHeads, p.headDim)
-		} else {
+		case ArchGemma2:
 			rl.postAttn = refVector(t, l.PostAttnNorm)
 			rl.postFFN = refVector(t, l.PostFFNNorm)
+		case ArchQwen2:
+			rl.qb, rl.kb, rl.vb = refVector(t, l.QBias), refVector(t, l.KBias), refVector(t, l.VBias)
+		case ArchQwen3:
+			rl.qNorm, rl.kNorm = refVector(t, l.QNorm), refVector(t, l.KNorm)
 		}
 		r.layers = append(r.layers, rl)
 	}
@@ -196,10 +202,25 @@ func (r *refModel) step(tok int32) []float64 {
 		l := &r.layers[li]
 		x := refRMSNorm(h, l.attnNorm, p.eps)
 		q, k, v := refMatVec(l.q, x), refMatVec(l.k, x), refMatVec(l.v, x)
+		if l.qb != nil { // nn.Linear(bias=True)
+			for i := range q {
+				q[i] += l.qb[i]
+			}
+			for i := range k {
+				k[i] += l.kb[i]
+				v[i] += l.vb[i]
+			}
+		}
 		for hh := 0; hh < p.heads; hh++ {
+			if l.qNorm != nil { // q_norm over each head, before RoPE
+				copy(q[hh*hd:(hh+1)*hd], refRMSNorm(q[hh*hd:(hh+1)*hd], l.qNorm, p.eps))
+			}
 			r.refRope(q[hh*hd:(hh+1)*hd], pos)
 		}
 		for hh := 0; hh < p.kvHeads; hh++ {
+			if l.kNorm != nil {
+				copy(k[hh*hd:(hh+1)*hd], refRMSNorm(k[hh*hd:(hh+1)*hd], l.kNorm, p.eps))
+			}
 			r.refRope(k[hh*hd:(hh+1)*hd], pos)
 		}
 		r.kc[li] = append(r.kc[li], k)

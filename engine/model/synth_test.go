@@ -26,6 +26,14 @@ var catalogue = map[string]testSpec{
 		arch: ArchGemma2, vocab: 512, dim: 256, ffn: 512, layers: 4, heads: 4, kvHeads: 2, headDim: 64,
 		context: 256, theta: 10000, qpas: 64, attnCap: 50, finalCap: 30, window: 8, eps: 1e-6,
 	},
+	ArchQwen2: {
+		arch: ArchQwen2, vocab: 512, dim: 256, ffn: 512, layers: 2, heads: 4, kvHeads: 2, headDim: 64,
+		context: 256, theta: 1000000, eps: 1e-6, tied: true,
+	},
+	ArchQwen3: {
+		arch: ArchQwen3, vocab: 512, dim: 256, ffn: 512, layers: 2, heads: 4, kvHeads: 2, headDim: 128,
+		context: 256, theta: 1000000, eps: 1e-6,
+	},
 }
 
 var synthTypes = []string{"f32", "f16", "q8_0", "q4_k_m"}
@@ -71,7 +79,7 @@ func synthModel(tb testing.TB, arch, typ string) string {
 // window, token by token and as a prefill.
 func TestSynthMatchesReference(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{ArchLlama, ArchGemma2} {
+	for _, arch := range []string{ArchLlama, ArchGemma2, ArchQwen2, ArchQwen3} {
 		for _, typ := range synthTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
 				t.Parallel()
@@ -82,7 +90,7 @@ func TestSynthMatchesReference(t *testing.T) {
 				}
 				defer m.Close()
 				want := spec.config()
-				want.TiedOutput = arch == ArchGemma2
+				want.TiedOutput = arch == ArchGemma2 || spec.tied
 				if !configsEqual(m.Config, want) {
 					t.Fatalf("config from synth file\n got %+v\nwant %+v", m.Config, want)
 				}
@@ -150,6 +158,9 @@ func TestSynthLoadErrors(t *testing.T) {
 		{"missing post norm", ArchGemma2, func(p *ggufPlan) { p.dropTensor("blk.2.post_attention_norm.weight") }, "missing tensor blk.2.post_attention_norm.weight"},
 		{"wrong ffn dims", ArchLlama, func(p *ggufPlan) { p.tensor("blk.0.ffn_up.weight").dims[1] = 256 }, "blk.0.ffn_up.weight has dims [256 256], want [256 512]"},
 		{"wrong output dims", ArchLlama, func(p *ggufPlan) { p.tensor("output.weight").dims[1] = 256 }, "output.weight"},
+		{"missing bias", ArchQwen2, func(p *ggufPlan) { p.dropTensor("blk.1.attn_k.bias") }, "missing tensor blk.1.attn_k.bias"},
+		{"wrong bias dims", ArchQwen2, func(p *ggufPlan) { p.tensor("blk.0.attn_q.bias").dims[0] = 128 }, "blk.0.attn_q.bias has dims [128], want [256]"},
+		{"missing k norm", ArchQwen3, func(p *ggufPlan) { p.dropTensor("blk.0.attn_k_norm.weight") }, "missing tensor blk.0.attn_k_norm.weight"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -61,10 +61,13 @@ func (t *Tensor) check(name string, rows, cols int, floatOnly bool) error {
 // Layer holds one transformer block's weights. Matrices follow GGUF
 // orientation: Q has QDim rows of Dim columns, O has Dim rows of QDim
 // columns, Gate/Up have FFN rows of Dim columns, Down has Dim rows of FFN
-// columns. Norms are F32 vectors. PostAttnNorm and PostFFNNorm are gemma2
-// only (empty for llama).
+// columns. Norms and biases are F32 vectors. Which tensors an architecture
+// has is Config.LayerRoles' answer; the others stay empty: PostAttnNorm and
+// PostFFNNorm are Gemma's, QBias/KBias/VBias Qwen2's, QNorm/KNorm (HeadDim
+// values, shared by every head) Qwen3's.
 type Layer struct {
 	AttnNorm, Q, K, V, O, PostAttnNorm, FFNNorm, Gate, Up, Down, PostFFNNorm Tensor
+	QBias, KBias, VBias, QNorm, KNorm                                        Tensor
 }
 
 // Weights holds every tensor of a model. For tied models Output is the same
@@ -108,25 +111,82 @@ type tensorCheck struct {
 	norm       bool
 }
 
+// LayerRole is one tensor of a layer: its GGUF name after "blk.N.", its
+// shape, whether it is an F32 vector (a norm or a bias) and where it lives
+// in a Layer.
+type LayerRole struct {
+	Suffix     string
+	Rows, Cols int
+	Vector     bool
+	Field      func(*Layer) *Tensor
+	// FFN marks the feed-forward block's tensors (the FFN norm, gate, up,
+	// down and Gemma's post-FFN norm).
+	FFN bool
+}
+
+// LayerRoles lists the tensors of one layer of c's architecture in the
+// order the forward pass reads them. It is the one list of what a layer
+// holds: the loader, the checks and the packers of other backends and
+// storage formats all follow it.
+func (c *Config) LayerRoles() []LayerRole {
+	d, q, kv, f, hd := c.Dim, c.QDim(), c.KVDim(), c.FFN, c.HeadDim
+	mat := func(s string, rows, cols int, fn func(*Layer) *Tensor) LayerRole {
+		return LayerRole{Suffix: s, Rows: rows, Cols: cols, Field: fn}
+	}
+	vec := func(s string, n int, fn func(*Layer) *Tensor) LayerRole {
+		return LayerRole{Suffix: s, Rows: 1, Cols: n, Vector: true, Field: fn}
+	}
+	rs := []LayerRole{
+		vec("attn_norm.weight", d, func(l *Layer) *Tensor { return &l.AttnNorm }),
+		mat("attn_q.weight", q, d, func(l *Layer) *Tensor { return &l.Q }),
+		mat("attn_k.weight", kv, d, func(l *Layer) *Tensor { return &l.K }),
+		mat("attn_v.weight", kv, d, func(l *Layer) *Tensor { return &l.V }),
+	}
+	if c.QKVBias() {
+		rs = append(rs,
+			vec("attn_q.bias", q, func(l *Layer) *Tensor { return &l.QBias }),
+			vec("attn_k.bias", kv, func(l *Layer) *Tensor { return &l.KBias }),
+			vec("attn_v.bias", kv, func(l *Layer) *Tensor { return &l.VBias }))
+	}
+	if c.QKNorm() {
+		rs = append(rs,
+			vec("attn_q_norm.weight", hd, func(l *Layer) *Tensor { return &l.QNorm }),
+			vec("attn_k_norm.weight", hd, func(l *Layer) *Tensor { return &l.KNorm }))
+	}
+	rs = append(rs, mat("attn_output.weight", d, q, func(l *Layer) *Tensor { return &l.O }))
+	if c.PostNorms() {
+		rs = append(rs, vec("post_attention_norm.weight", d, func(l *Layer) *Tensor { return &l.PostAttnNorm }))
+	}
+	ffn := []LayerRole{
+		vec("ffn_norm.weight", d, func(l *Layer) *Tensor { return &l.FFNNorm }),
+		mat("ffn_gate.weight", f, d, func(l *Layer) *Tensor { return &l.Gate }),
+		mat("ffn_up.weight", f, d, func(l *Layer) *Tensor { return &l.Up }),
+		mat("ffn_down.weight", d, f, func(l *Layer) *Tensor { return &l.Down }),
+	}
+	if c.PostNorms() {
+		ffn = append(ffn, vec("post_ffw_norm.weight", d, func(l *Layer) *Tensor { return &l.PostFFNNorm }))
+	}
+	for i := range ffn {
+		ffn[i].FFN = true
+	}
+	return append(rs, ffn...)
+}
+
+// roleChecks turns roles into checks of layer l's tensors.
+func roleChecks(l *Layer, roles []LayerRole) []tensorCheck {
+	out := make([]tensorCheck, 0, len(roles))
+	for _, r := range roles {
+		out = append(out, tensorCheck{r.Field(l), r.Suffix, r.Rows, r.Cols, r.Vector})
+	}
+	return out
+}
+
 // checkLayer validates layer i's tensors against c.
 func (c *Config) checkLayer(i int, l *Layer) error {
 	if l == nil {
 		return fmt.Errorf("layer %d: nil", i)
 	}
-	d, q, kv := c.Dim, c.QDim(), c.KVDim()
-	checks := append([]tensorCheck{
-		{&l.AttnNorm, "attn_norm.weight", 1, d, true},
-		{&l.Q, "attn_q.weight", q, d, false},
-		{&l.K, "attn_k.weight", kv, d, false},
-		{&l.V, "attn_v.weight", kv, d, false},
-		{&l.O, "attn_output.weight", d, q, false},
-	}, c.ffnChecks(l)...)
-	if c.Arch == ArchGemma2 {
-		checks = append(checks,
-			tensorCheck{&l.PostAttnNorm, "post_attention_norm.weight", 1, d, true},
-			c.postFFNCheck(l))
-	}
-	return runChecks(i, checks)
+	return runChecks(i, roleChecks(l, c.LayerRoles()))
 }
 
 // checkFFN validates layer i's feed-forward tensors against c.
@@ -134,27 +194,13 @@ func (c *Config) checkFFN(i int, l *Layer) error {
 	if l == nil {
 		return fmt.Errorf("layer %d: nil", i)
 	}
-	checks := c.ffnChecks(l)
-	if c.Arch == ArchGemma2 {
-		checks = append(checks, c.postFFNCheck(l))
+	var ffn []LayerRole
+	for _, r := range c.LayerRoles() {
+		if r.FFN {
+			ffn = append(ffn, r)
+		}
 	}
-	return runChecks(i, checks)
-}
-
-// ffnChecks are a layer's feed-forward tensors (the post-FFN norm aside,
-// which only gemma2 has).
-func (c *Config) ffnChecks(l *Layer) []tensorCheck {
-	d, f := c.Dim, c.FFN
-	return []tensorCheck{
-		{&l.FFNNorm, "ffn_norm.weight", 1, d, true},
-		{&l.Gate, "ffn_gate.weight", f, d, false},
-		{&l.Up, "ffn_up.weight", f, d, false},
-		{&l.Down, "ffn_down.weight", d, f, false},
-	}
-}
-
-func (c *Config) postFFNCheck(l *Layer) tensorCheck {
-	return tensorCheck{&l.PostFFNNorm, "post_ffw_norm.weight", 1, c.Dim, true}
+	return runChecks(i, roleChecks(l, ffn))
 }
 
 // runChecks checks layer i's tensors in order; the first mismatch is the

@@ -275,49 +275,25 @@ type role struct {
 }
 
 // layerOrder returns the tensors of one layer of arch in the order the
-// forward pass consumes them (model.layer): attention norm, Q, K, V, O,
-// gemma2's post-attention norm, FFN norm, gate, up, down, gemma2's
-// post-FFN norm.
+// forward pass consumes them: model.Config.LayerRoles, the engine's one
+// list of what a layer holds.
 func layerOrder(arch string) []role {
-	g := arch == model.ArchGemma2
-	rs := []role{
-		{"attn_norm.weight", true, func(l *model.Layer) *model.Tensor { return &l.AttnNorm }},
-		{"attn_q.weight", false, func(l *model.Layer) *model.Tensor { return &l.Q }},
-		{"attn_k.weight", false, func(l *model.Layer) *model.Tensor { return &l.K }},
-		{"attn_v.weight", false, func(l *model.Layer) *model.Tensor { return &l.V }},
-		{"attn_output.weight", false, func(l *model.Layer) *model.Tensor { return &l.O }},
-	}
-	if g {
-		rs = append(rs, role{"post_attention_norm.weight", true, func(l *model.Layer) *model.Tensor { return &l.PostAttnNorm }})
-	}
-	rs = append(rs,
-		role{"ffn_norm.weight", true, func(l *model.Layer) *model.Tensor { return &l.FFNNorm }},
-		role{"ffn_gate.weight", false, func(l *model.Layer) *model.Tensor { return &l.Gate }},
-		role{"ffn_up.weight", false, func(l *model.Layer) *model.Tensor { return &l.Up }},
-		role{"ffn_down.weight", false, func(l *model.Layer) *model.Tensor { return &l.Down }},
-	)
-	if g {
-		rs = append(rs, role{"post_ffw_norm.weight", true, func(l *model.Layer) *model.Tensor { return &l.PostFFNNorm }})
+	c := model.Config{Arch: arch}
+	var rs []role
+	for _, r := range c.LayerRoles() {
+		rs = append(rs, role{r.Suffix, r.Vector, r.Field})
 	}
 	return rs
 }
 
 // shapeOf returns the (rows, cols) a layer tensor must have under cfg.
 func shapeOf(cfg *model.Config, suffix string) (rows, cols int) {
-	d, q, kv, f := cfg.Dim, cfg.QDim(), cfg.KVDim(), cfg.FFN
-	switch suffix {
-	case "attn_q.weight":
-		return q, d
-	case "attn_k.weight", "attn_v.weight":
-		return kv, d
-	case "attn_output.weight":
-		return d, q
-	case "ffn_gate.weight", "ffn_up.weight":
-		return f, d
-	case "ffn_down.weight":
-		return d, f
+	for _, r := range cfg.LayerRoles() {
+		if r.Suffix == suffix {
+			return r.Rows, r.Cols
+		}
 	}
-	return 1, d // norms
+	return 1, cfg.Dim
 }
 
 // globalNames lists the globals extent's tensors in order.

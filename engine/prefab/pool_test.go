@@ -53,6 +53,10 @@ func TestPoolRoundTrip(t *testing.T) {
 		{"gemma2", "f32", TypeQ8_0},
 		{"gemma2", "f32", TypeINT8},
 		{"gemma2", "f32", TypeQ4_K},
+		{"qwen2", "f32", TypeKeep},
+		{"qwen2", "q4_k_m", TypeQ8_0},
+		{"qwen3", "f32", TypeKeep},
+		{"qwen3", "f32", TypeQ4_K},
 	}
 	for _, c := range cases {
 		t.Run(c.arch+"/"+c.src+"/"+c.typ, func(t *testing.T) {
@@ -174,8 +178,13 @@ func checkLayout(t *testing.T, path, arch string) {
 		t.Fatal(err)
 	}
 	kernel := []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"}
-	if arch == "gemma2" {
+	switch arch {
+	case "gemma2":
 		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "post_attention_norm", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm"}
+	case "qwen2":
+		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"}
+	case "qwen3":
+		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_q_norm", "attn_k_norm", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"}
 	}
 	prev := int64(64 + mlen)
 	exts := append([]extentDesc{man.Globals}, man.Layers...)
@@ -194,10 +203,14 @@ func checkLayout(t *testing.T, path, arch string) {
 				t.Errorf("extent %d tensor %s at %d: not 64-byte aligned or overlapping", i, td.Name, td.Offset)
 			}
 			if i > 0 {
-				if want := "blk." + itoa(i-1) + "." + kernel[j] + ".weight"; td.Name != want {
+				name := kernel[j]
+				if !strings.Contains(name, ".") {
+					name += ".weight"
+				}
+				if want := "blk." + itoa(i-1) + "." + name; td.Name != want {
 					t.Errorf("extent %d tensor %d is %s, want %s (kernel order)", i, j, td.Name, want)
 				}
-				if strings.HasSuffix(td.Name, "norm.weight") && td.Type != "F32" {
+				if (strings.HasSuffix(td.Name, "norm.weight") || strings.HasSuffix(td.Name, ".bias")) && td.Type != "F32" {
 					t.Errorf("%s stored as %s, norms must stay F32", td.Name, td.Type)
 				}
 			}

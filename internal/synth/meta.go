@@ -43,12 +43,21 @@ func metadata(s Shape, typ string, v *Vocab) []kv {
 		kv{a + ".attention.layer_norm_rms_epsilon", float32(s.RMSEps)},
 		kv{a + ".rope.freq_base", float32(s.RopeTheta)},
 	)
-	if a == "llama" {
+	switch a {
+	case "llama":
 		kvs = append(kvs,
 			kv{"llama.vocab_size", u(s.Vocab)},
 			kv{"llama.rope.dimension_count", u(s.HeadDim)},
 		)
-	} else {
+	case "qwen2":
+		// The converter writes no head size for Qwen2 (its config has no
+		// head_dim): readers take dim/heads.
+	case "qwen3":
+		kvs = append(kvs,
+			kv{"qwen3.attention.key_length", u(s.HeadDim)},
+			kv{"qwen3.attention.value_length", u(s.HeadDim)},
+		)
+	default:
 		kvs = append(kvs,
 			kv{"gemma2.attention.key_length", u(s.HeadDim)},
 			kv{"gemma2.attention.value_length", u(s.HeadDim)},
@@ -83,7 +92,7 @@ func metadata(s Shape, typ string, v *Vocab) []kv {
 		kvs = append(kvs, kv{"tokenizer.ggml.padding_token_id", u(v.PAD)})
 	}
 	kvs = append(kvs,
-		kv{"tokenizer.ggml.add_bos_token", true},
+		kv{"tokenizer.ggml.add_bos_token", !v.NoBOS},
 		kv{"tokenizer.ggml.add_eos_token", false},
 	)
 	if v.Model == "llama" {
@@ -142,6 +151,21 @@ func HFConfig(s Shape, v *Vocab) map[string]any {
 				"original_max_position_embeddings": r.OrigContext,
 			}
 		}
+	case "qwen2", "qwen3":
+		if s.Arch == "qwen2" {
+			// Qwen2's q/k/v biases are not a config option.
+			delete(c, "attention_bias")
+			c["architectures"] = []string{"Qwen2ForCausalLM"}
+		} else {
+			c["architectures"] = []string{"Qwen3ForCausalLM"}
+		}
+		c["model_type"] = s.Arch
+		c["hidden_act"] = "silu"
+		c["tie_word_embeddings"] = s.Tied
+		c["use_sliding_window"] = false
+		c["sliding_window"] = nil
+		c["max_window_layers"] = s.Layers
+		c["rope_scaling"] = nil
 	case "gemma2":
 		c["architectures"] = []string{"Gemma2ForCausalLM"}
 		c["model_type"] = "gemma2"

@@ -17,7 +17,8 @@ type RopeScaling struct {
 // Shape is one entry of strata's synthetic model catalogue: every
 // hyperparameter a loader or the engine reads.
 type Shape struct {
-	// Arch is the GGUF architecture: "llama" or "gemma2".
+	// Arch is the GGUF architecture (general.architecture): "llama",
+	// "gemma2", "qwen2" or "qwen3".
 	Arch string
 	// Name is the catalogue name: "tiny", "8b" or "70b".
 	Name string
@@ -46,6 +47,9 @@ type Shape struct {
 	FinalSoftcap       float64
 	SlidingWindow      int
 }
+
+// qwenEps is Qwen 2.5's and Qwen 3's rms_norm_eps.
+const qwenEps = 1e-6
 
 var llama3Rope = RopeScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OrigContext: 8192}
 
@@ -95,6 +99,37 @@ var Shapes = map[string]map[string]Shape{
 			QueryPreAttnScalar: 144, AttnSoftcap: 50, FinalSoftcap: 30, SlidingWindow: 4096,
 		},
 	},
+}
+
+func init() {
+	Shapes["qwen2"] = map[string]Shape{
+		// Tied, as the small Qwen 2.5 checkpoints are (0.5B to 3B).
+		"tiny": {
+			Arch: "qwen2", Name: "tiny",
+			Vocab: 512, Dim: 256, FFN: 512, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 64,
+			RopeTheta: 1000000, Context: 256, RMSEps: qwenEps, Tied: true,
+		},
+		"8b": {
+			Arch: "qwen2", Name: "8b", Real: "Qwen2.5-7B",
+			Vocab: 152064, Dim: 3584, FFN: 18944, Layers: 28, Heads: 28, KVHeads: 4, HeadDim: 128,
+			RopeTheta: 1000000, Context: 32768, RMSEps: qwenEps,
+		},
+	}
+	Shapes["qwen3"] = map[string]Shape{
+		// head_dim 128 is not dim/heads (64), as in Qwen3-0.6B and -4B,
+		// so the q/k width differs from the residual width; untied, as
+		// Qwen3-8B is.
+		"tiny": {
+			Arch: "qwen3", Name: "tiny",
+			Vocab: 512, Dim: 256, FFN: 512, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 128,
+			RopeTheta: 1000000, Context: 256, RMSEps: qwenEps,
+		},
+		"8b": {
+			Arch: "qwen3", Name: "8b", Real: "Qwen3-8B",
+			Vocab: 151936, Dim: 4096, FFN: 12288, Layers: 36, Heads: 32, KVHeads: 8, HeadDim: 128,
+			RopeTheta: 1000000, Context: 40960, RMSEps: qwenEps,
+		},
+	}
 }
 
 // LookupShape returns the catalogue entry for arch and shape.

@@ -52,6 +52,38 @@ func wantTinyLayout(arch string) []wantTensor {
 		add("output.weight", 256, 512)
 		return out
 	}
+	if arch == "qwen2" || arch == "qwen3" {
+		q, kv := uint64(256), uint64(128) // qwen2: head_dim 64
+		if arch == "qwen3" {
+			q, kv = 512, 256 // head_dim 128
+		}
+		add("token_embd.weight", 256, 512)
+		for i := 0; i < 2; i++ {
+			b := fmt.Sprintf("blk.%d.", i)
+			add(b+"attn_norm.weight", 256)
+			add(b+"attn_q.weight", 256, q)
+			add(b+"attn_k.weight", 256, kv)
+			add(b+"attn_v.weight", 256, kv)
+			if arch == "qwen2" {
+				add(b+"attn_q.bias", q)
+				add(b+"attn_k.bias", kv)
+				add(b+"attn_v.bias", kv)
+			} else {
+				add(b+"attn_q_norm.weight", 128)
+				add(b+"attn_k_norm.weight", 128)
+			}
+			add(b+"attn_output.weight", q, 256)
+			add(b+"ffn_norm.weight", 256)
+			add(b+"ffn_gate.weight", 256, 512)
+			add(b+"ffn_up.weight", 256, 512)
+			add(b+"ffn_down.weight", 512, 256)
+		}
+		add("output_norm.weight", 256)
+		if arch == "qwen3" {
+			add("output.weight", 256, 512)
+		}
+		return out
+	}
 	add("token_embd.weight", 256, 512)
 	for i := 0; i < 4; i++ {
 		b := fmt.Sprintf("blk.%d.", i)
@@ -73,7 +105,7 @@ func wantTinyLayout(arch string) []wantTensor {
 
 // wantType is the expected storage type of a tiny-shape tensor.
 func wantType(arch, typ, name string) quant.Type {
-	if strings.HasSuffix(name, "norm.weight") || name == "rope_freqs.weight" {
+	if strings.HasSuffix(name, "norm.weight") || strings.HasSuffix(name, ".bias") || name == "rope_freqs.weight" {
 		return quant.F32
 	}
 	switch typ {
@@ -92,6 +124,9 @@ func wantType(arch, typ, name string) quant.Type {
 		// 4 layers: layers 2 ((2-0)%3 == 2) and 3 (>= 7*4/8); tied
 		// token_embd is the output.
 		"gemma2": {"token_embd.weight", "blk.2.attn_v.weight", "blk.2.ffn_down.weight", "blk.3.attn_v.weight", "blk.3.ffn_down.weight"},
+		// qwen2 is tied, qwen3 is not.
+		"qwen2": {"token_embd.weight", "blk.1.attn_v.weight", "blk.1.ffn_down.weight"},
+		"qwen3": {"output.weight", "blk.1.attn_v.weight", "blk.1.ffn_down.weight"},
 	}
 	if slices.Contains(q6[arch], name) {
 		return quant.Q6_K
@@ -116,7 +151,7 @@ func writeTiny(t *testing.T, arch, typ string, seed uint64, hf bool) (string, st
 
 func TestTinyGGUFLayout(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2"} {
+	for _, arch := range []string{"llama", "gemma2", "qwen2", "qwen3"} {
 		for _, typ := range allTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
 				t.Parallel()
@@ -147,6 +182,10 @@ func TestTinyGGUFLayout(t *testing.T) {
 
 func checkMetadata(t *testing.T, f *gguf.File, arch, typ string) {
 	t.Helper()
+	if arch == "qwen2" || arch == "qwen3" {
+		checkQwenMetadata(t, f, arch, typ)
+		return
+	}
 	wantU := map[string]uint64{
 		"general.file_type":                      map[string]uint64{"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7, "q4_k_m": 15}[typ],
 		"general.alignment":                      32,
@@ -230,6 +269,63 @@ func checkMetadata(t *testing.T, f *gguf.File, arch, typ string) {
 	}
 	if tmpl, _ := f.String("tokenizer.chat_template"); tmpl == "" {
 		t.Error("no chat template")
+	}
+}
+
+// checkQwenMetadata checks the keys llama.cpp's converter writes for
+// Qwen2 and Qwen3 (the latter with its head size) and Qwen's tokenizer.
+func checkQwenMetadata(t *testing.T, f *gguf.File, arch, typ string) {
+	t.Helper()
+	wantU := map[string]uint64{
+		"general.file_type":               map[string]uint64{"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7, "q4_k_m": 15}[typ],
+		arch + ".context_length":          256,
+		arch + ".embedding_length":        256,
+		arch + ".feed_forward_length":     512,
+		arch + ".block_count":             2,
+		arch + ".attention.head_count":    4,
+		arch + ".attention.head_count_kv": 2,
+		"tokenizer.ggml.bos_token_id":     496,
+		"tokenizer.ggml.eos_token_id":     498,
+		"qwen3.attention.key_length":      128,
+		"qwen3.attention.value_length":    128,
+	}
+	for k, want := range wantU {
+		if strings.HasPrefix(k, "qwen3.") && arch != "qwen3" {
+			continue
+		}
+		if got, ok := f.Uint(k); !ok || got != want {
+			t.Errorf("%s = %d (present %v), want %d", k, got, ok, want)
+		}
+	}
+	for _, k := range []string{"qwen2.attention.key_length", "tokenizer.ggml.padding_token_id", arch + ".vocab_size"} {
+		if _, ok := f.Lookup(k); ok {
+			t.Errorf("%s present in a %s file", k, arch)
+		}
+	}
+	if got, ok := f.Float(arch + ".rope.freq_base"); !ok || got != 1e6 {
+		t.Errorf("rope.freq_base = %v (present %v)", got, ok)
+	}
+	if got, ok := f.Float(arch + ".attention.layer_norm_rms_epsilon"); !ok || math.Abs(got-1e-6) > 1e-12 {
+		t.Errorf("rms epsilon = %v (present %v)", got, ok)
+	}
+	if got, _ := f.String("general.architecture"); got != arch {
+		t.Errorf("general.architecture = %q", got)
+	}
+	toks, _ := f.Strings("tokenizer.ggml.tokens")
+	if len(toks) != 512 || toks[496] != "<|endoftext|>" || toks[497] != "<|im_start|>" || toks[498] != "<|im_end|>" {
+		t.Errorf("%d tokens; specials %q", len(toks), toks[496:499])
+	}
+	if m, _ := f.String("tokenizer.ggml.model"); m != "gpt2" {
+		t.Errorf("tokenizer.ggml.model = %q", m)
+	}
+	if pre, _ := f.String("tokenizer.ggml.pre"); pre != "qwen2" {
+		t.Errorf("tokenizer.ggml.pre = %q", pre)
+	}
+	if b, ok := f.Bool("tokenizer.ggml.add_bos_token"); !ok || b {
+		t.Errorf("add_bos_token = %v, %v; Qwen adds none", b, ok)
+	}
+	if tmpl, _ := f.String("tokenizer.chat_template"); !strings.Contains(tmpl, "<|im_start|>") {
+		t.Errorf("chat template %q is not ChatML", tmpl)
 	}
 }
 
@@ -545,7 +641,7 @@ func TestWriteLeavesNoPartialFile(t *testing.T) {
 
 func TestHFRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2"} {
+	for _, arch := range []string{"llama", "gemma2", "qwen2", "qwen3"} {
 		for _, typ := range allTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
 				t.Parallel()
@@ -571,9 +667,15 @@ func TestHFRoundTrip(t *testing.T) {
 					"ffn_up.weight":      "mlp.up_proj.weight",
 					"ffn_down.weight":    "mlp.down_proj.weight",
 				}
-				if arch == "llama" {
+				switch arch {
+				case "llama", "qwen2", "qwen3":
 					names["ffn_norm.weight"] = "post_attention_layernorm.weight"
-				} else {
+					names["attn_q.bias"] = "self_attn.q_proj.bias"
+					names["attn_k.bias"] = "self_attn.k_proj.bias"
+					names["attn_v.bias"] = "self_attn.v_proj.bias"
+					names["attn_q_norm.weight"] = "self_attn.q_norm.weight"
+					names["attn_k_norm.weight"] = "self_attn.k_norm.weight"
+				default:
 					names["post_attention_norm.weight"] = "post_attention_layernorm.weight"
 					names["ffn_norm.weight"] = "pre_feedforward_layernorm.weight"
 					names["post_ffw_norm.weight"] = "post_feedforward_layernorm.weight"
@@ -666,7 +768,28 @@ func checkHFConfig(t *testing.T, c map[string]any, arch string) {
 		"num_key_value_heads": 2.0, "head_dim": 64.0, "vocab_size": 512.0, "torch_dtype": "float32",
 		"max_position_embeddings": 256.0, "attention_bias": false,
 	}
-	if arch == "llama" {
+	switch arch {
+	case "qwen2", "qwen3":
+		want["model_type"] = arch
+		want["num_hidden_layers"] = 2.0
+		want["tie_word_embeddings"] = arch == "qwen2"
+		want["rope_theta"] = 1e6
+		want["hidden_act"] = "silu"
+		want["rms_norm_eps"] = 1e-6
+		want["use_sliding_window"] = false
+		want["bos_token_id"] = 496.0
+		want["eos_token_id"] = 498.0
+		if arch == "qwen2" {
+			delete(want, "attention_bias") // always true in Qwen2
+			want["architectures"] = "Qwen2ForCausalLM"
+		} else {
+			want["head_dim"] = 128.0
+			want["architectures"] = "Qwen3ForCausalLM"
+		}
+		if a, _ := c["architectures"].([]any); len(a) == 1 {
+			c["architectures"] = a[0]
+		}
+	case "llama":
 		want["model_type"] = "llama"
 		want["num_hidden_layers"] = 2.0
 		want["tie_word_embeddings"] = false
@@ -678,7 +801,7 @@ func checkHFConfig(t *testing.T, c map[string]any, arch string) {
 		if rs["rope_type"] != "llama3" || rs["factor"] != 8.0 || rs["original_max_position_embeddings"] != 32.0 {
 			t.Errorf("rope_scaling = %v", c["rope_scaling"])
 		}
-	} else {
+	default:
 		want["model_type"] = "gemma2"
 		want["num_hidden_layers"] = 4.0
 		want["tie_word_embeddings"] = true

@@ -43,6 +43,9 @@ type Vocab struct {
 	EOS    int
 	// PAD and UNK are -1 when the vocabulary has none.
 	PAD, UNK int
+	// NoBOS makes tokenizer.ggml.add_bos_token false (Qwen prepends
+	// nothing).
+	NoBOS bool
 	// AddSpacePrefix is tokenizer.ggml.add_space_prefix (SPM only).
 	AddSpacePrefix bool
 	ChatTemplate   string
@@ -261,6 +264,56 @@ const gemmaChatTemplate = `{{- bos_token }}
 {{- '<start_of_turn>model\n' }}
 {%- endif %}`
 
+// qwenSpecials are Qwen 2.5's first special tokens, in id order after the
+// byte-level BPE pieces.
+var qwenSpecials = []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+	"<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
+	"<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
+	"<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"}
+
+// qwenSpecial returns the name of the special token at offset k of the
+// special range.
+func qwenSpecial(k int) string {
+	if k < len(qwenSpecials) {
+		return qwenSpecials[k]
+	}
+	return fmt.Sprintf("<|extra_%d|>", k-len(qwenSpecials))
+}
+
+// qwenChatTemplate is ChatML, Qwen's prompt format: each message is
+// <|im_start|>role\ncontent<|im_end|>\n.
+const qwenChatTemplate = `{%- for message in messages %}
+{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+{{- '<|im_start|>assistant\n' }}
+{%- endif %}`
+
+// QwenVocab is BPEVocab with Qwen's pre-tokenizer ("qwen2"), special
+// tokens and chat template: <|endoftext|> is BOS (never added, as in
+// Qwen's GGUFs) and <|im_end|> EOS.
+func QwenVocab(n int) (*Vocab, error) {
+	v, err := BPEVocab(n)
+	if err != nil {
+		return nil, err
+	}
+	base := v.BOS
+	seen := make(map[string]struct{}, n)
+	for _, t := range v.Tokens[:base] {
+		seen[t] = struct{}{}
+	}
+	for k := base; k < n; k++ {
+		v.Tokens[k] = qwenSpecial(k - base)
+		if _, dup := seen[v.Tokens[k]]; dup {
+			return nil, fmt.Errorf("synth: internal error: Qwen special token %q is also a piece", v.Tokens[k])
+		}
+		seen[v.Tokens[k]] = struct{}{}
+	}
+	v.Pre, v.ChatTemplate, v.NoBOS = "qwen2", qwenChatTemplate, true
+	v.BOS, v.EOS = base, base+2
+	return v, nil
+}
+
 // BPEVocab builds the byte-level BPE vocabulary of a llama shape with n
 // tokens: the 256 byte tokens (GPT-2 unicode form, in bytes_to_unicode
 // order), merges learned from the embedded corpus, then — when the corpus
@@ -435,6 +488,8 @@ func VocabFor(s Shape) (*Vocab, error) {
 		return BPEVocab(s.Vocab)
 	case "gemma2":
 		return SPMVocab(s.Vocab)
+	case "qwen2", "qwen3":
+		return QwenVocab(s.Vocab)
 	}
 	return nil, fmt.Errorf("synth: no tokenizer for architecture %q", s.Arch)
 }
