@@ -85,8 +85,8 @@ type Config struct {
 	AttnSoftcap float32
 	// FinalSoftcap caps output logits the same way; 0 = off.
 	FinalSoftcap float32
-	// SlidingWindow is the window of gemma2's sliding layers (even layer
-	// indices): keys with qpos-kpos >= SlidingWindow are masked. 0 = none.
+	// SlidingWindow is the window of the sliding layers (Config.Sliding):
+	// keys with qpos-kpos >= SlidingWindow are masked. 0 = none.
 	SlidingWindow int
 	// EmbedScale multiplies the token embedding (gemma2: float32(sqrt(Dim));
 	// otherwise 1).
@@ -375,6 +375,17 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	}
 
 	c.AttnScale = float32(1 / math.Sqrt(float64(c.HeadDim)))
+	if arch == ArchLlama {
+		// Mistral's window, when a file carries it, masks every layer as
+		// transformers' MistralForCausalLM does. llama.cpp's converter
+		// does not write the key for Mistral (its llama graph attends to
+		// the whole context), so files without it run unwindowed, as
+		// there.
+		optInt("attention.sliding_window", &c.SlidingWindow)
+		if err != nil {
+			return Config{}, err
+		}
+	}
 	if arch == ArchGemma2 {
 		c.EmbedScale = float32(math.Sqrt(float64(c.Dim)))
 		// llama.cpp's defaults for gemma2 when the keys are absent.

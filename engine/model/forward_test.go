@@ -16,7 +16,7 @@ func specs() []struct {
 	return []struct {
 		name string
 		spec testSpec
-	}{{"llama", llamaSpec()}, {"gemma2", gemmaSpec()}, {"qwen2", qwen2Spec()}, {"qwen3", qwen3Spec()}}
+	}{{"llama", llamaSpec()}, {"gemma2", gemmaSpec()}, {"mistral", mistralSpec()}, {"qwen2", qwen2Spec()}, {"qwen3", qwen3Spec()}}
 }
 
 // TestForwardMatchesReference runs prompts token by token and as one
@@ -70,6 +70,7 @@ func TestReferenceIsSensitive(t *testing.T) {
 		{"gemma2 without window", gemmaSpec(), func(c *Config) { c.SlidingWindow = 0 }},
 		{"gemma2 as llama rope", gemmaSpec(), func(c *Config) { c.Arch = ArchLlama; c.TiedOutput = false }},
 		{"qwen2 as llama rope", qwen2Spec(), func(c *Config) { c.Arch = ArchLlama }},
+		{"mistral without window", mistralSpec(), func(c *Config) { c.SlidingWindow = 0 }},
 		{"qwen2 without biases", qwen2Spec(), nil},
 		{"qwen3 without q/k norms", qwen3Spec(), nil},
 	}

@@ -36,6 +36,15 @@ type testSpec struct {
 	tied bool
 }
 
+// mistralSpec is a tiny Mistral (a llama file): head_dim 24 is not
+// dim/heads (16), as in Nemo, and every layer has a sliding window.
+func mistralSpec() testSpec {
+	return testSpec{
+		arch: ArchLlama, vocab: 97, dim: 64, ffn: 96, layers: 2, heads: 4, kvHeads: 2, headDim: 24,
+		context: 64, theta: 1000000, window: 5, eps: 1e-5,
+	}
+}
+
 // qwen2Spec is a tiny tied Qwen2: q/k/v biases, NeoX RoPE.
 func qwen2Spec() testSpec {
 	return testSpec{
@@ -83,6 +92,7 @@ func (s testSpec) config() Config {
 		c.RopeFreqs = llama3Factors(s.headDim, s.theta, *s.llama3)
 	}
 	c.TiedOutput = s.tied
+	c.SlidingWindow = s.window
 	if s.arch == ArchGemma2 {
 		c.AttnScale = float32(1 / math.Sqrt(s.qpas))
 		c.AttnSoftcap, c.FinalSoftcap, c.SlidingWindow = s.attnCap, s.finalCap, s.window
@@ -246,6 +256,12 @@ func planFor(s testSpec, w *Weights) *ggufPlan {
 		p.kv = append(p.kv,
 			gguf.KV{Key: a + ".vocab_size", Value: uint32(s.vocab)},
 			gguf.KV{Key: a + ".rope.dimension_count", Value: uint32(s.headDim)})
+		if s.headDim*s.heads != s.dim {
+			p.kv = append(p.kv, gguf.KV{Key: a + ".attention.key_length", Value: uint32(s.headDim)})
+		}
+		if s.window > 0 {
+			p.kv = append(p.kv, gguf.KV{Key: a + ".attention.sliding_window", Value: uint32(s.window)})
+		}
 	} else {
 		p.kv = append(p.kv,
 			gguf.KV{Key: a + ".attention.key_length", Value: uint32(s.headDim)},

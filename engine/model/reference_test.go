@@ -225,7 +225,9 @@ func (r *refModel) step(tok int32) []float64 {
 		}
 		r.kc[li] = append(r.kc[li], k)
 		r.vc[li] = append(r.vc[li], v)
-		sliding := gemma && (li+1)%2 == 1 // HF layer_types
+		// HF layer_types: gemma2 alternates, Mistral's window is at
+		// every layer.
+		sliding := p.window > 0 && (!gemma || (li+1)%2 == 1)
 		att := make([]float64, p.heads*hd)
 		for hh := 0; hh < p.heads; hh++ {
 			kvh := hh / group

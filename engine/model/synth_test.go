@@ -26,6 +26,10 @@ var catalogue = map[string]testSpec{
 		arch: ArchGemma2, vocab: 512, dim: 256, ffn: 512, layers: 4, heads: 4, kvHeads: 2, headDim: 64,
 		context: 256, theta: 10000, qpas: 64, attnCap: 50, finalCap: 30, window: 8, eps: 1e-6,
 	},
+	"mistral": {
+		arch: ArchLlama, vocab: 512, dim: 256, ffn: 512, layers: 2, heads: 4, kvHeads: 2, headDim: 128,
+		context: 256, theta: 1000000, window: 8, eps: 1e-5,
+	},
 	ArchQwen2: {
 		arch: ArchQwen2, vocab: 512, dim: 256, ffn: 512, layers: 2, heads: 4, kvHeads: 2, headDim: 64,
 		context: 256, theta: 1000000, eps: 1e-6, tied: true,
@@ -79,7 +83,7 @@ func synthModel(tb testing.TB, arch, typ string) string {
 // window, token by token and as a prefill.
 func TestSynthMatchesReference(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{ArchLlama, ArchGemma2, ArchQwen2, ArchQwen3} {
+	for _, arch := range []string{ArchLlama, ArchGemma2, "mistral", ArchQwen2, ArchQwen3} {
 		for _, typ := range synthTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
 				t.Parallel()

@@ -53,6 +53,7 @@ func TestPoolRoundTrip(t *testing.T) {
 		{"gemma2", "f32", TypeQ8_0},
 		{"gemma2", "f32", TypeINT8},
 		{"gemma2", "f32", TypeQ4_K},
+		{"mistral", "f32", TypeQ8_0},
 		{"qwen2", "f32", TypeKeep},
 		{"qwen2", "q4_k_m", TypeQ8_0},
 		{"qwen3", "f32", TypeKeep},

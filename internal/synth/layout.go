@@ -175,7 +175,7 @@ const (
 )
 
 // Layout returns the GGUF tensors of a model of shape s stored as typ, in
-// file order: rope_freqs (llama), token_embd, each layer's tensors in
+// file order: rope_freqs (llama3 scaling), token_embd, each layer's tensors in
 // compute order (so a streaming reader finds a layer in one extent), then
 // output_norm and output (llama).
 func Layout(s Shape, typ string) ([]TensorSpec, error) {
@@ -199,7 +199,7 @@ func Layout(s Shape, typ string) ([]TensorSpec, error) {
 	add := func(name, hf string, kind tensorKind, std float32, dims ...uint64) {
 		out = append(out, TensorSpec{Name: name, HFName: hf, Dims: dims, kind: kind, std: std})
 	}
-	if llama {
+	if s.Rope != nil {
 		add("rope_freqs.weight", "", kindRopeFreqs, 0, uint64(s.HeadDim/2))
 	}
 	if s.Tied {

@@ -26,7 +26,7 @@ func metadata(s Shape, typ string, v *Vocab) []kv {
 	u := func(n int) uint32 { return uint32(n) }
 	kvs := []kv{
 		{"general.architecture", a},
-		{"general.name", fmt.Sprintf("strata synth %s %s", a, s.Name)},
+		{"general.name", fmt.Sprintf("strata synth %s %s", s.family(), s.Name)},
 		{"general.file_type", FileTypes[typ]},
 		{"general.alignment", uint32(Alignment)},
 	}
@@ -49,6 +49,17 @@ func metadata(s Shape, typ string, v *Vocab) []kv {
 			kv{"llama.vocab_size", u(s.Vocab)},
 			kv{"llama.rope.dimension_count", u(s.HeadDim)},
 		)
+		if s.family() == "mistral" {
+			// The converter writes the head size from config.json's
+			// head_dim, which Mistral's configs carry.
+			kvs = append(kvs,
+				kv{"llama.attention.key_length", u(s.HeadDim)},
+				kv{"llama.attention.value_length", u(s.HeadDim)},
+			)
+			if s.SlidingWindow > 0 {
+				kvs = append(kvs, kv{"llama.attention.sliding_window", u(s.SlidingWindow)})
+			}
+		}
 	case "qwen2":
 		// The converter writes no head size for Qwen2 (its config has no
 		// head_dim): readers take dim/heads.
@@ -134,7 +145,17 @@ func HFConfig(s Shape, v *Vocab) map[string]any {
 		"bos_token_id":            v.BOS,
 		"eos_token_id":            v.EOS,
 	}
-	switch s.Arch {
+	switch s.family() {
+	case "mistral":
+		c["architectures"] = []string{"MistralForCausalLM"}
+		c["model_type"] = "mistral"
+		c["hidden_act"] = "silu"
+		c["tie_word_embeddings"] = false
+		delete(c, "attention_bias")
+		c["sliding_window"] = nil
+		if s.SlidingWindow > 0 {
+			c["sliding_window"] = s.SlidingWindow
+		}
 	case "llama":
 		c["architectures"] = []string{"LlamaForCausalLM"}
 		c["model_type"] = "llama"

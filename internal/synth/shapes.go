@@ -20,6 +20,10 @@ type Shape struct {
 	// Arch is the GGUF architecture (general.architecture): "llama",
 	// "gemma2", "qwen2" or "qwen3".
 	Arch string
+	// Family is the catalogue key when it differs from Arch: "mistral",
+	// whose GGUF files are llama's (llama.cpp converts MistralForCausalLM
+	// as llama) while its Hugging Face twin is MistralForCausalLM.
+	Family string
 	// Name is the catalogue name: "tiny", "8b" or "70b".
 	Name string
 	// Real names the public model whose shape this copies, if any.
@@ -45,7 +49,9 @@ type Shape struct {
 	QueryPreAttnScalar float64
 	AttnSoftcap        float64
 	FinalSoftcap       float64
-	SlidingWindow      int
+	// SlidingWindow is Gemma 2's window of its sliding layers, or
+	// Mistral's of every layer; 0 = none.
+	SlidingWindow int
 }
 
 // qwenEps is Qwen 2.5's and Qwen 3's rms_norm_eps.
@@ -130,6 +136,36 @@ func init() {
 			RopeTheta: 1000000, Context: 40960, RMSEps: qwenEps,
 		},
 	}
+}
+
+func init() {
+	Shapes["mistral"] = map[string]Shape{
+		// Nemo's layout: head_dim 128 is not dim/heads (64). The window
+		// (8, shorter than test sequences) is Mistral 7B v0.1's kind.
+		"tiny": {
+			Arch: "llama", Family: "mistral", Name: "tiny",
+			Vocab: 512, Dim: 256, FFN: 512, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 128,
+			RopeTheta: 1000000, Context: 256, RMSEps: 1e-5, SlidingWindow: 8,
+		},
+		"8b": {
+			Arch: "llama", Family: "mistral", Name: "8b", Real: "Mistral-7B-v0.3",
+			Vocab: 32768, Dim: 4096, FFN: 14336, Layers: 32, Heads: 32, KVHeads: 8, HeadDim: 128,
+			RopeTheta: 1000000, Context: 32768, RMSEps: 1e-5,
+		},
+		"12b": {
+			Arch: "llama", Family: "mistral", Name: "12b", Real: "Mistral-Nemo-Base-2407",
+			Vocab: 131072, Dim: 5120, FFN: 14336, Layers: 40, Heads: 32, KVHeads: 8, HeadDim: 128,
+			RopeTheta: 1000000, Context: 131072, RMSEps: 1e-5,
+		},
+	}
+}
+
+// family is the catalogue key of s.
+func (s Shape) family() string {
+	if s.Family != "" {
+		return s.Family
+	}
+	return s.Arch
 }
 
 // LookupShape returns the catalogue entry for arch and shape.

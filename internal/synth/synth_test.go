@@ -52,6 +52,24 @@ func wantTinyLayout(arch string) []wantTensor {
 		add("output.weight", 256, 512)
 		return out
 	}
+	if arch == "mistral" {
+		add("token_embd.weight", 256, 512)
+		for i := 0; i < 2; i++ {
+			b := fmt.Sprintf("blk.%d.", i)
+			add(b+"attn_norm.weight", 256)
+			add(b+"attn_q.weight", 256, 512)
+			add(b+"attn_k.weight", 256, 256)
+			add(b+"attn_v.weight", 256, 256)
+			add(b+"attn_output.weight", 512, 256)
+			add(b+"ffn_norm.weight", 256)
+			add(b+"ffn_gate.weight", 256, 512)
+			add(b+"ffn_up.weight", 256, 512)
+			add(b+"ffn_down.weight", 512, 256)
+		}
+		add("output_norm.weight", 256)
+		add("output.weight", 256, 512)
+		return out
+	}
 	if arch == "qwen2" || arch == "qwen3" {
 		q, kv := uint64(256), uint64(128) // qwen2: head_dim 64
 		if arch == "qwen3" {
@@ -125,8 +143,9 @@ func wantType(arch, typ, name string) quant.Type {
 		// token_embd is the output.
 		"gemma2": {"token_embd.weight", "blk.2.attn_v.weight", "blk.2.ffn_down.weight", "blk.3.attn_v.weight", "blk.3.ffn_down.weight"},
 		// qwen2 is tied, qwen3 is not.
-		"qwen2": {"token_embd.weight", "blk.1.attn_v.weight", "blk.1.ffn_down.weight"},
-		"qwen3": {"output.weight", "blk.1.attn_v.weight", "blk.1.ffn_down.weight"},
+		"qwen2":   {"token_embd.weight", "blk.1.attn_v.weight", "blk.1.ffn_down.weight"},
+		"qwen3":   {"output.weight", "blk.1.attn_v.weight", "blk.1.ffn_down.weight"},
+		"mistral": {"output.weight", "blk.1.attn_v.weight", "blk.1.ffn_down.weight"},
 	}
 	if slices.Contains(q6[arch], name) {
 		return quant.Q6_K
@@ -151,7 +170,7 @@ func writeTiny(t *testing.T, arch, typ string, seed uint64, hf bool) (string, st
 
 func TestTinyGGUFLayout(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2", "qwen2", "qwen3"} {
+	for _, arch := range []string{"llama", "gemma2", "mistral", "qwen2", "qwen3"} {
 		for _, typ := range allTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
 				t.Parallel()
@@ -182,8 +201,12 @@ func TestTinyGGUFLayout(t *testing.T) {
 
 func checkMetadata(t *testing.T, f *gguf.File, arch, typ string) {
 	t.Helper()
-	if arch == "qwen2" || arch == "qwen3" {
+	switch arch {
+	case "qwen2", "qwen3":
 		checkQwenMetadata(t, f, arch, typ)
+		return
+	case "mistral":
+		checkMistralMetadata(t, f)
 		return
 	}
 	wantU := map[string]uint64{
@@ -269,6 +292,34 @@ func checkMetadata(t *testing.T, f *gguf.File, arch, typ string) {
 	}
 	if tmpl, _ := f.String("tokenizer.chat_template"); tmpl == "" {
 		t.Error("no chat template")
+	}
+}
+
+// checkMistralMetadata checks a Mistral file: llama's keys (llama.cpp
+// converts Mistral as llama), Nemo's head size and the window.
+func checkMistralMetadata(t *testing.T, f *gguf.File) {
+	t.Helper()
+	if got, _ := f.String("general.architecture"); got != "llama" {
+		t.Errorf("general.architecture = %q, want llama", got)
+	}
+	for k, want := range map[string]uint64{
+		"llama.attention.key_length": 128, "llama.attention.value_length": 128, "llama.rope.dimension_count": 128,
+		"llama.attention.sliding_window": 8, "llama.embedding_length": 256, "llama.attention.head_count": 4,
+		"tokenizer.ggml.bos_token_id": 497, "tokenizer.ggml.eos_token_id": 498,
+	} {
+		if got, ok := f.Uint(k); !ok || got != want {
+			t.Errorf("%s = %d (present %v), want %d", k, got, ok, want)
+		}
+	}
+	if pre, _ := f.String("tokenizer.ggml.pre"); pre != "tekken" {
+		t.Errorf("tokenizer.ggml.pre = %q", pre)
+	}
+	toks, _ := f.Strings("tokenizer.ggml.tokens")
+	if len(toks) != 512 || toks[497] != "<s>" || toks[498] != "</s>" || toks[499] != "[INST]" {
+		t.Errorf("%d tokens; specials %q", len(toks), toks[496:500])
+	}
+	if _, ok := f.Tensor("rope_freqs.weight"); ok {
+		t.Error("rope_freqs.weight in a Mistral file")
 	}
 }
 
@@ -413,6 +464,10 @@ func TestLayoutSizes(t *testing.T) {
 		{"llama", "70b", 70_553_706_496},
 		{"gemma2", "8b", 9_241_705_984},
 		{"gemma2", "70b", 27_227_128_320},
+		{"qwen2", "8b", 7_615_616_512},
+		{"qwen3", "8b", 8_190_735_360},
+		{"mistral", "8b", 7_248_023_552},
+		{"mistral", "12b", 12_247_782_400},
 	}
 	for _, c := range cases {
 		t.Run(c.arch+"-"+c.shape, func(t *testing.T) {
@@ -425,7 +480,7 @@ func TestLayoutSizes(t *testing.T) {
 				t.Fatal(err)
 			}
 			n := paramCount(specs)
-			if c.arch == "llama" {
+			if s.Rope != nil {
 				n -= int64(s.HeadDim / 2)
 			}
 			if n != c.params {
@@ -440,7 +495,7 @@ func TestLayoutSizes(t *testing.T) {
 	if _, err := LookupShape("llama", "13b"); err == nil {
 		t.Error("unknown shape accepted")
 	}
-	if _, err := LookupShape("mistral", "tiny"); err == nil {
+	if _, err := LookupShape("falcon", "tiny"); err == nil {
 		t.Error("unknown arch accepted")
 	}
 	if _, err := Size(Options{Arch: "llama", Shape: "tiny", Type: "q3_k"}); err == nil {
@@ -641,7 +696,7 @@ func TestWriteLeavesNoPartialFile(t *testing.T) {
 
 func TestHFRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2", "qwen2", "qwen3"} {
+	for _, arch := range []string{"llama", "gemma2", "mistral", "qwen2", "qwen3"} {
 		for _, typ := range allTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
 				t.Parallel()
@@ -668,7 +723,7 @@ func TestHFRoundTrip(t *testing.T) {
 					"ffn_down.weight":    "mlp.down_proj.weight",
 				}
 				switch arch {
-				case "llama", "qwen2", "qwen3":
+				case "llama", "mistral", "qwen2", "qwen3":
 					names["ffn_norm.weight"] = "post_attention_layernorm.weight"
 					names["attn_q.bias"] = "self_attn.q_proj.bias"
 					names["attn_k.bias"] = "self_attn.k_proj.bias"
@@ -746,8 +801,11 @@ func hfFromGGUF(t *testing.T, arch string, ti gguf.TensorInfo, gv, hv []float32)
 		}
 		return hv
 	}
-	if arch == "llama" && (strings.HasSuffix(ti.Name, "attn_q.weight") || strings.HasSuffix(ti.Name, "attn_k.weight")) {
-		const hd = 64
+	if (arch == "llama" || arch == "mistral") && (strings.HasSuffix(ti.Name, "attn_q.weight") || strings.HasSuffix(ti.Name, "attn_k.weight")) {
+		hd := 64
+		if arch == "mistral" {
+			hd = 128
+		}
 		row := int(ti.Dims[0])
 		out := make([]float32, len(gv))
 		for r := 0; r < int(ti.Dims[1]); r++ {
@@ -769,6 +827,20 @@ func checkHFConfig(t *testing.T, c map[string]any, arch string) {
 		"max_position_embeddings": 256.0, "attention_bias": false,
 	}
 	switch arch {
+	case "mistral":
+		delete(want, "attention_bias")
+		want["model_type"] = "mistral"
+		want["architectures"] = "MistralForCausalLM"
+		want["num_hidden_layers"] = 2.0
+		want["head_dim"] = 128.0
+		want["sliding_window"] = 8.0
+		want["tie_word_embeddings"] = false
+		want["rope_theta"] = 1e6
+		want["bos_token_id"] = 497.0
+		want["eos_token_id"] = 498.0
+		if a, _ := c["architectures"].([]any); len(a) == 1 {
+			c["architectures"] = a[0]
+		}
 	case "qwen2", "qwen3":
 		want["model_type"] = arch
 		want["num_hidden_layers"] = 2.0

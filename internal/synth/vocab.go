@@ -314,6 +314,49 @@ func QwenVocab(n int) (*Vocab, error) {
 	return v, nil
 }
 
+// mistralSpecials are Tekken's first control tokens (Mistral Nemo).
+var mistralSpecials = []string{"<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+	"[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]", "[IMG_END]", "[PREFIX]", "[MIDDLE]", "[SUFFIX]"}
+
+// mistralChatTemplate follows Mistral's instruct format:
+// <s>[INST]user[/INST]assistant</s>.
+const mistralChatTemplate = `{{- bos_token }}
+{%- for message in messages %}
+{%- if message['role'] == 'user' %}
+{{- '[INST]' + message['content'] + '[/INST]' }}
+{%- elif message['role'] == 'assistant' %}
+{{- message['content'] + eos_token }}
+{%- endif %}
+{%- endfor %}`
+
+// MistralVocab is BPEVocab with Tekken's pre-tokenizer and control tokens
+// (<s> is BOS, </s> EOS) and Mistral's chat template.
+func MistralVocab(n int) (*Vocab, error) {
+	v, err := BPEVocab(n)
+	if err != nil {
+		return nil, err
+	}
+	base := v.BOS
+	seen := make(map[string]struct{}, n)
+	for _, t := range v.Tokens[:base] {
+		seen[t] = struct{}{}
+	}
+	for k := base; k < n; k++ {
+		name := fmt.Sprintf("<SPECIAL_%d>", k-base)
+		if k-base < len(mistralSpecials) {
+			name = mistralSpecials[k-base]
+		}
+		if _, dup := seen[name]; dup {
+			return nil, fmt.Errorf("synth: internal error: Mistral control token %q is also a piece", name)
+		}
+		seen[name] = struct{}{}
+		v.Tokens[k] = name
+	}
+	v.Pre, v.ChatTemplate = "tekken", mistralChatTemplate
+	v.BOS, v.EOS = base+1, base+2
+	return v, nil
+}
+
 // BPEVocab builds the byte-level BPE vocabulary of a llama shape with n
 // tokens: the 256 byte tokens (GPT-2 unicode form, in bytes_to_unicode
 // order), merges learned from the embedded corpus, then — when the corpus
@@ -483,7 +526,9 @@ func SPMVocab(n int) (*Vocab, error) {
 
 // VocabFor returns the tokenizer of shape s.
 func VocabFor(s Shape) (*Vocab, error) {
-	switch s.Arch {
+	switch s.family() {
+	case "mistral":
+		return MistralVocab(s.Vocab)
 	case "llama":
 		return BPEVocab(s.Vocab)
 	case "gemma2":
