@@ -61,7 +61,7 @@ func f32Twin(t *testing.T, m *model.Model) *model.Model {
 // the fp32 result (NMSE <= 1e-9 per step) and the same 32 greedy tokens.
 func TestQuantizedAgainstDequantizedF32(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2", "mistral", "qwen2", "qwen3"} {
+	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "qwen2", "qwen3"} {
 		for _, typ := range []string{"f16", "q8_0", "q4_k_m"} {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
 				t.Parallel()

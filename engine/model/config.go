@@ -14,13 +14,14 @@ import (
 const (
 	ArchLlama  = "llama"
 	ArchGemma2 = "gemma2"
+	ArchGemma3 = "gemma3"
 	ArchQwen2  = "qwen2"
 	ArchQwen3  = "qwen3"
 )
 
 // archs lists the implemented architectures, for the error that refuses
 // any other: it names what the file says and what strata can run instead.
-var archs = []string{ArchLlama, ArchGemma2, ArchQwen2, ArchQwen3}
+var archs = []string{ArchLlama, ArchGemma2, ArchGemma3, ArchQwen2, ArchQwen3}
 
 // Archs returns the architectures the engine implements.
 func Archs() []string { return slices.Clone(archs) }
@@ -136,16 +137,24 @@ func (c *Config) QDim() int { return c.Heads * c.HeadDim }
 // KVDim is the width of the concatenated key (or value) heads.
 func (c *Config) KVDim() int { return c.KVHeads * c.HeadDim }
 
+// gemma3Pattern is Gemma 3's layer cycle: five sliding-window layers, then
+// a global one (llama.cpp's swa pattern 6; transformers' layer_types).
+const gemma3Pattern = 6
+
 // Sliding reports whether layer i uses the sliding-window mask. Gemma2
-// alternates sliding (even index) and global (odd index) layers; every
-// other architecture with a window (Mistral's, in a llama file) applies it
-// at every layer.
+// alternates sliding (even index) and global (odd index) layers, Gemma 3
+// has one global layer in six (the last of each six); every other
+// architecture with a window (Mistral's, in a llama file) applies it at
+// every layer.
 func (c *Config) Sliding(i int) bool {
 	if c.SlidingWindow <= 0 {
 		return false
 	}
-	if c.Arch == ArchGemma2 {
+	switch c.Arch {
+	case ArchGemma2:
 		return i%2 == 0
+	case ArchGemma3:
+		return i%gemma3Pattern < gemma3Pattern-1
 	}
 	return true
 }
@@ -160,13 +169,13 @@ func (c *Config) NeoX() bool { return c.Arch != ArchLlama }
 func (c *Config) QKVBias() bool { return c.Arch == ArchQwen2 }
 
 // QKNorm reports whether each query and key head is RMS-normalised, with
-// a weight of HeadDim values, before RoPE (Qwen3).
-func (c *Config) QKNorm() bool { return c.Arch == ArchQwen3 }
+// a weight of HeadDim values, before RoPE (Qwen3, Gemma 3).
+func (c *Config) QKNorm() bool { return c.Arch == ArchQwen3 || c.Arch == ArchGemma3 }
 
 // PostNorms reports whether the attention and FFN outputs are normalised
 // again before they join the residual stream, and the FFN uses GELU rather
 // than SiLU (Gemma).
-func (c *Config) PostNorms() bool { return c.Arch == ArchGemma2 }
+func (c *Config) PostNorms() bool { return c.Arch == ArchGemma2 || c.Arch == ArchGemma3 }
 
 // Validate checks that the hyperparameters are usable and mutually
 // consistent.
@@ -386,6 +395,11 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 			return Config{}, err
 		}
 	}
+	if arch == ArchGemma3 {
+		if err := gemma3Config(f, &c); err != nil {
+			return Config{}, fmt.Errorf("config from gguf: %w", err)
+		}
+	}
 	if arch == ArchGemma2 {
 		c.EmbedScale = float32(math.Sqrt(float64(c.Dim)))
 		// llama.cpp's defaults for gemma2 when the keys are absent.
@@ -416,4 +430,36 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 		return Config{}, fmt.Errorf("config from gguf: %w", err)
 	}
 	return c, nil
+}
+
+// gemma3Config sets what Gemma 3 adds to the common keys, as llama.cpp
+// reads them: embeddings scaled by sqrt(dim); a window (required) on five
+// layers in six, which rotate with base 10000 and no scaling while
+// rope.freq_base and rope.scaling apply to the global layers; queries
+// scaled by head_dim^-0.5 (query_pre_attn_scalar when a file carries it,
+// (dim/heads)^-0.5 for the 62-layer 27B, whose scalar that is); a final
+// soft-cap only when the file names one.
+func gemma3Config(f *gguf.File, c *Config) error {
+	c.EmbedScale = float32(math.Sqrt(float64(c.Dim)))
+	c.RopeThetaLocal = 10000
+	v, ok := f.Uint("gemma3.attention.sliding_window")
+	if !ok {
+		return errors.New("missing or non-integer gemma3.attention.sliding_window")
+	}
+	if v == 0 || v > maxContext {
+		return fmt.Errorf("gemma3.attention.sliding_window %d out of range [1, %d]", v, maxContext)
+	}
+	c.SlidingWindow = int(v)
+	if s, ok := f.Float("gemma3.attention.query_pre_attn_scalar"); ok {
+		if !(s > 0) || math.IsInf(s, 0) {
+			return fmt.Errorf("gemma3.attention.query_pre_attn_scalar %v must be positive", s)
+		}
+		c.AttnScale = float32(1 / math.Sqrt(s))
+	} else if c.Layers == 62 {
+		c.AttnScale = float32(1 / math.Sqrt(float64(c.Dim/c.Heads)))
+	}
+	if s, ok := f.Float("gemma3.final_logit_softcapping"); ok {
+		c.FinalSoftcap = float32(s)
+	}
+	return nil
 }

@@ -16,7 +16,7 @@ func specs() []struct {
 	return []struct {
 		name string
 		spec testSpec
-	}{{"llama", llamaSpec()}, {"gemma2", gemmaSpec()}, {"mistral", mistralSpec()}, {"qwen2", qwen2Spec()}, {"qwen3", qwen3Spec()}}
+	}{{"llama", llamaSpec()}, {"gemma2", gemmaSpec()}, {"gemma3", gemma3Spec()}, {"mistral", mistralSpec()}, {"qwen2", qwen2Spec()}, {"qwen3", qwen3Spec()}}
 }
 
 // TestForwardMatchesReference runs prompts token by token and as one
@@ -71,6 +71,11 @@ func TestReferenceIsSensitive(t *testing.T) {
 		{"gemma2 as llama rope", gemmaSpec(), func(c *Config) { c.Arch = ArchLlama; c.TiedOutput = false }},
 		{"qwen2 as llama rope", qwen2Spec(), func(c *Config) { c.Arch = ArchLlama }},
 		{"mistral without window", mistralSpec(), func(c *Config) { c.SlidingWindow = 0 }},
+		{"gemma3 with one rope base", gemma3Spec(), func(c *Config) { c.RopeThetaLocal = 0 }},
+		{"gemma3 local base 80000", gemma3Spec(), func(c *Config) { c.RopeThetaLocal = 80000 }},
+		{"gemma3 without q/k norms", gemma3Spec(), nil},
+		{"gemma3 without window", gemma3Spec(), func(c *Config) { c.SlidingWindow = 0 }},
+		{"gemma3 without linear scaling", gemma3Spec(), func(c *Config) { c.RopeFreqs = nil }},
 		{"qwen2 without biases", qwen2Spec(), nil},
 		{"qwen3 without q/k norms", qwen3Spec(), nil},
 	}
@@ -91,7 +96,7 @@ func TestReferenceIsSensitive(t *testing.T) {
 					for _, b := range []*Tensor{&l.QBias, &l.KBias, &l.VBias} {
 						*b = F32Tensor(b.Name, 1, b.Cols, make([]float32, b.Cols))
 					}
-				case tc.mod == nil && cfg.Arch == ArchQwen3:
+				case tc.mod == nil && (cfg.Arch == ArchQwen3 || cfg.Arch == ArchGemma3):
 					for _, n := range []*Tensor{&l.QNorm, &l.KNorm} {
 						ones := make([]float32, n.Cols)
 						for j := range ones {

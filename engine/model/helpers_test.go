@@ -34,6 +34,18 @@ type testSpec struct {
 	eps                                                       float32
 	// tied shares the embedding as the output projection (gemma2 always).
 	tied bool
+	// linear is the linear RoPE factor of Gemma 3's global layers.
+	linear float64
+}
+
+// gemma3Spec is a tiny Gemma 3: five sliding layers and a global one,
+// whose RoPE bases differ and whose global rotation is linearly scaled,
+// q/k norms, head_dim 24 (not dim/heads) and query_pre_attn_scalar 20.
+func gemma3Spec() testSpec {
+	return testSpec{
+		arch: ArchGemma3, vocab: 97, dim: 64, ffn: 96, layers: 6, heads: 4, kvHeads: 2, headDim: 24,
+		context: 64, theta: 1000000, qpas: 20, window: 5, eps: 1e-6, tied: true, linear: 8,
+	}
 }
 
 // mistralSpec is a tiny Mistral (a llama file): head_dim 24 is not
@@ -93,6 +105,17 @@ func (s testSpec) config() Config {
 	}
 	c.TiedOutput = s.tied
 	c.SlidingWindow = s.window
+	if s.arch == ArchGemma3 {
+		c.AttnScale = float32(1 / math.Sqrt(s.qpas))
+		c.EmbedScale = float32(math.Sqrt(float64(s.dim)))
+		c.RopeThetaLocal = 10000
+		if s.linear > 0 {
+			c.RopeFreqs = make([]float32, s.headDim/2)
+			for i := range c.RopeFreqs {
+				c.RopeFreqs[i] = float32(s.linear)
+			}
+		}
+	}
 	if s.arch == ArchGemma2 {
 		c.AttnScale = float32(1 / math.Sqrt(s.qpas))
 		c.AttnSoftcap, c.FinalSoftcap, c.SlidingWindow = s.attnCap, s.finalCap, s.window
@@ -180,7 +203,11 @@ func randomWeights(s testSpec, seed uint64) *Weights {
 		if s.arch == ArchQwen2 {
 			l.QBias, l.KBias, l.VBias = bias(p+"attn_q.bias", q), bias(p+"attn_k.bias", kv), bias(p+"attn_v.bias", kv)
 		}
-		if s.arch == ArchQwen3 {
+		if s.arch == ArchGemma3 {
+			l.PostAttnNorm = norm(p + "post_attention_norm.weight")
+			l.PostFFNNorm = norm(p + "post_ffw_norm.weight")
+		}
+		if s.arch == ArchQwen3 || s.arch == ArchGemma3 {
 			l.QNorm, l.KNorm = normN(p+"attn_q_norm.weight", s.headDim), normN(p+"attn_k_norm.weight", s.headDim)
 		}
 		w.Layers = append(w.Layers, l)
@@ -266,6 +293,16 @@ func planFor(s testSpec, w *Weights) *ggufPlan {
 		p.kv = append(p.kv,
 			gguf.KV{Key: a + ".attention.key_length", Value: uint32(s.headDim)},
 			gguf.KV{Key: a + ".attention.value_length", Value: uint32(s.headDim)})
+	}
+	if a == ArchGemma3 {
+		p.kv = append(p.kv,
+			gguf.KV{Key: "gemma3.attention.sliding_window", Value: uint32(s.window)},
+			gguf.KV{Key: "gemma3.attention.query_pre_attn_scalar", Value: uint32(s.qpas)})
+		if s.linear > 0 {
+			p.kv = append(p.kv,
+				gguf.KV{Key: "gemma3.rope.scaling.type", Value: "linear"},
+				gguf.KV{Key: "gemma3.rope.scaling.factor", Value: float32(s.linear)})
+		}
 	}
 	if a == ArchGemma2 {
 		p.kv = append(p.kv,

@@ -24,6 +24,9 @@ type refParams struct {
 	attnCap, finalCap                                float64
 	window                                           int
 	eps                                              float64
+	// linear is Gemma 3's linear RoPE factor of its global layers (0 =
+	// none); its local layers rotate with base 10000 unscaled.
+	linear float64
 }
 
 func refParamsOf(s testSpec) refParams {
@@ -31,6 +34,7 @@ func refParamsOf(s testSpec) refParams {
 		arch: s.arch, vocab: s.vocab, dim: s.dim, ffn: s.ffn, layers: s.layers, heads: s.heads,
 		kvHeads: s.kvHeads, headDim: s.headDim, theta: s.theta, llama3: s.llama3, qpas: s.qpas,
 		attnCap: float64(s.attnCap), finalCap: float64(s.finalCap), window: s.window, eps: float64(s.eps),
+		linear: s.linear,
 	}
 }
 
@@ -47,6 +51,8 @@ type refModel struct {
 	outNorm  []float64
 	layers   []refLayer
 	invFreq  []float64
+	// invLocal is Gemma 3's local layers' inv_freq (rope_local_base_freq).
+	invLocal []float64
 	kc, vc   [][][]float64 // [layer][pos][kvHeads*headDim], HF layout
 	position int
 }
@@ -110,6 +116,10 @@ func newRef(t testing.TB, p refParams, w *Weights) *refModel {
 		case ArchGemma2:
 			rl.postAttn = refVector(t, l.PostAttnNorm)
 			rl.postFFN = refVector(t, l.PostFFNNorm)
+		case ArchGemma3:
+			rl.postAttn = refVector(t, l.PostAttnNorm)
+			rl.postFFN = refVector(t, l.PostFFNNorm)
+			rl.qNorm, rl.kNorm = refVector(t, l.QNorm), refVector(t, l.KNorm)
 		case ArchQwen2:
 			rl.qb, rl.kb, rl.vb = refVector(t, l.QBias), refVector(t, l.KBias), refVector(t, l.VBias)
 		case ArchQwen3:
@@ -135,7 +145,16 @@ func newRef(t testing.TB, p refParams, w *Weights) *refModel {
 			}
 			inv = scaled
 		}
+		if p.linear > 0 { // rope_type linear: inv_freq / factor
+			inv /= p.linear
+		}
 		r.invFreq[i] = inv
+	}
+	if p.arch == ArchGemma3 {
+		r.invLocal = make([]float64, hd/2)
+		for i := range r.invLocal {
+			r.invLocal[i] = 1 / math.Pow(10000, float64(2*i)/float64(hd))
+		}
 	}
 	r.kc = make([][][]float64, p.layers)
 	r.vc = make([][][]float64, p.layers)
@@ -168,11 +187,11 @@ func refMatVec(m [][]float64, x []float64) []float64 {
 }
 
 // refRope applies HF apply_rotary_pos_emb (rotate_half) to one head.
-func (r *refModel) refRope(x []float64, pos int) {
+func refRope(x []float64, pos int, inv []float64) {
 	half := len(x) / 2
 	out := make([]float64, len(x))
 	for i := 0; i < half; i++ {
-		c, s := math.Cos(float64(pos)*r.invFreq[i]), math.Sin(float64(pos)*r.invFreq[i])
+		c, s := math.Cos(float64(pos)*inv[i]), math.Sin(float64(pos)*inv[i])
 		out[i] = x[i]*c - x[i+half]*s
 		out[i+half] = x[i+half]*c + x[i]*s
 	}
@@ -182,7 +201,7 @@ func (r *refModel) refRope(x []float64, pos int) {
 // step feeds one token and returns the logits.
 func (r *refModel) step(tok int32) []float64 {
 	p := r.p
-	gemma := p.arch == ArchGemma2
+	gemma := p.arch == ArchGemma2 || p.arch == ArchGemma3
 	pos := r.position
 	r.position++
 	h := append([]float64(nil), r.embed[tok]...)
@@ -200,6 +219,19 @@ func (r *refModel) step(tok int32) []float64 {
 	}
 	for li := range r.layers {
 		l := &r.layers[li]
+		// HF layer_types: gemma2 alternates, Gemma 3 has a global layer
+		// in six, Mistral's window is at every layer.
+		sliding := p.window > 0
+		switch p.arch {
+		case ArchGemma2:
+			sliding = sliding && (li+1)%2 == 1
+		case ArchGemma3:
+			sliding = sliding && (li+1)%6 != 0
+		}
+		inv := r.invFreq
+		if sliding && r.invLocal != nil {
+			inv = r.invLocal
+		}
 		x := refRMSNorm(h, l.attnNorm, p.eps)
 		q, k, v := refMatVec(l.q, x), refMatVec(l.k, x), refMatVec(l.v, x)
 		if l.qb != nil { // nn.Linear(bias=True)
@@ -215,19 +247,16 @@ func (r *refModel) step(tok int32) []float64 {
 			if l.qNorm != nil { // q_norm over each head, before RoPE
 				copy(q[hh*hd:(hh+1)*hd], refRMSNorm(q[hh*hd:(hh+1)*hd], l.qNorm, p.eps))
 			}
-			r.refRope(q[hh*hd:(hh+1)*hd], pos)
+			refRope(q[hh*hd:(hh+1)*hd], pos, inv)
 		}
 		for hh := 0; hh < p.kvHeads; hh++ {
 			if l.kNorm != nil {
 				copy(k[hh*hd:(hh+1)*hd], refRMSNorm(k[hh*hd:(hh+1)*hd], l.kNorm, p.eps))
 			}
-			r.refRope(k[hh*hd:(hh+1)*hd], pos)
+			refRope(k[hh*hd:(hh+1)*hd], pos, inv)
 		}
 		r.kc[li] = append(r.kc[li], k)
 		r.vc[li] = append(r.vc[li], v)
-		// HF layer_types: gemma2 alternates, Mistral's window is at
-		// every layer.
-		sliding := p.window > 0 && (!gemma || (li+1)%2 == 1)
 		att := make([]float64, p.heads*hd)
 		for hh := 0; hh < p.heads; hh++ {
 			kvh := hh / group
@@ -239,7 +268,7 @@ func (r *refModel) step(tok int32) []float64 {
 					s += q[hh*hd+d] * r.kc[li][j][kvh*hd+d]
 				}
 				s *= scale
-				if gemma && p.attnCap > 0 {
+				if p.attnCap > 0 {
 					s = math.Tanh(s/p.attnCap) * p.attnCap
 				}
 				if sliding && pos-j >= p.window {
@@ -270,7 +299,7 @@ func (r *refModel) step(tok int32) []float64 {
 	}
 	x := refRMSNorm(h, r.outNorm, p.eps)
 	logits := refMatVec(r.out, x)
-	if gemma && p.finalCap > 0 {
+	if p.finalCap > 0 {
 		for i := range logits {
 			logits[i] = math.Tanh(logits[i]/p.finalCap) * p.finalCap
 		}
@@ -281,7 +310,7 @@ func (r *refModel) step(tok int32) []float64 {
 // ffn adds layer li's feed-forward block to h.
 func (r *refModel) ffn(li int, h []float64) {
 	p := r.p
-	gemma := p.arch == ArchGemma2
+	gemma := p.arch == ArchGemma2 || p.arch == ArchGemma3
 	l := &r.layers[li]
 	x := refRMSNorm(h, l.ffnNorm, p.eps)
 	g, u := refMatVec(l.gate, x), refMatVec(l.up, x)

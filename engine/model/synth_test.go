@@ -26,6 +26,10 @@ var catalogue = map[string]testSpec{
 		arch: ArchGemma2, vocab: 512, dim: 256, ffn: 512, layers: 4, heads: 4, kvHeads: 2, headDim: 64,
 		context: 256, theta: 10000, qpas: 64, attnCap: 50, finalCap: 30, window: 8, eps: 1e-6,
 	},
+	ArchGemma3: {
+		arch: ArchGemma3, vocab: 512, dim: 256, ffn: 512, layers: 6, heads: 4, kvHeads: 2, headDim: 128,
+		context: 256, theta: 1000000, qpas: 128, window: 8, eps: 1e-6, tied: true, linear: 8,
+	},
 	"mistral": {
 		arch: ArchLlama, vocab: 512, dim: 256, ffn: 512, layers: 2, heads: 4, kvHeads: 2, headDim: 128,
 		context: 256, theta: 1000000, window: 8, eps: 1e-5,
@@ -83,7 +87,7 @@ func synthModel(tb testing.TB, arch, typ string) string {
 // window, token by token and as a prefill.
 func TestSynthMatchesReference(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{ArchLlama, ArchGemma2, "mistral", ArchQwen2, ArchQwen3} {
+	for _, arch := range []string{ArchLlama, ArchGemma2, ArchGemma3, "mistral", ArchQwen2, ArchQwen3} {
 		for _, typ := range synthTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
 				t.Parallel()
@@ -164,6 +168,7 @@ func TestSynthLoadErrors(t *testing.T) {
 		{"wrong output dims", ArchLlama, func(p *ggufPlan) { p.tensor("output.weight").dims[1] = 256 }, "output.weight"},
 		{"missing bias", ArchQwen2, func(p *ggufPlan) { p.dropTensor("blk.1.attn_k.bias") }, "missing tensor blk.1.attn_k.bias"},
 		{"wrong bias dims", ArchQwen2, func(p *ggufPlan) { p.tensor("blk.0.attn_q.bias").dims[0] = 128 }, "blk.0.attn_q.bias has dims [128], want [256]"},
+		{"gemma3 without window", ArchGemma3, func(p *ggufPlan) { p.dropKV("gemma3.attention.sliding_window") }, "missing or non-integer gemma3.attention.sliding_window"},
 		{"missing k norm", ArchQwen3, func(p *ggufPlan) { p.dropTensor("blk.0.attn_k_norm.weight") }, "missing tensor blk.0.attn_k_norm.weight"},
 	}
 	for _, tc := range tests {

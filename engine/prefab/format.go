@@ -81,30 +81,33 @@ type manifest struct {
 // manifestConfig mirrors model.Config with stable JSON names, so renaming a
 // Go field cannot silently change the format.
 type manifestConfig struct {
-	Vocab         int       `json:"vocab"`
-	Dim           int       `json:"dim"`
-	FFN           int       `json:"ffn"`
-	Layers        int       `json:"layers"`
-	Heads         int       `json:"heads"`
-	KVHeads       int       `json:"kv_heads"`
-	HeadDim       int       `json:"head_dim"`
-	Context       int       `json:"context"`
-	RopeTheta     float64   `json:"rope_theta"`
-	RopeFreqs     []float32 `json:"rope_freqs,omitempty"`
-	NormEps       float32   `json:"norm_eps"`
-	AttnScale     float32   `json:"attn_scale"`
-	AttnSoftcap   float32   `json:"attn_softcap"`
-	FinalSoftcap  float32   `json:"final_softcap"`
-	SlidingWindow int       `json:"sliding_window"`
-	EmbedScale    float32   `json:"embed_scale"`
-	TiedOutput    bool      `json:"tied_output"`
+	Vocab     int       `json:"vocab"`
+	Dim       int       `json:"dim"`
+	FFN       int       `json:"ffn"`
+	Layers    int       `json:"layers"`
+	Heads     int       `json:"heads"`
+	KVHeads   int       `json:"kv_heads"`
+	HeadDim   int       `json:"head_dim"`
+	Context   int       `json:"context"`
+	RopeTheta float64   `json:"rope_theta"`
+	RopeFreqs []float32 `json:"rope_freqs,omitempty"`
+	// RopeThetaLocal is Gemma 3's local layers' base; absent (0) in
+	// pools of other architectures, older ones included.
+	RopeThetaLocal float64 `json:"rope_theta_local,omitempty"`
+	NormEps        float32 `json:"norm_eps"`
+	AttnScale      float32 `json:"attn_scale"`
+	AttnSoftcap    float32 `json:"attn_softcap"`
+	FinalSoftcap   float32 `json:"final_softcap"`
+	SlidingWindow  int     `json:"sliding_window"`
+	EmbedScale     float32 `json:"embed_scale"`
+	TiedOutput     bool    `json:"tied_output"`
 }
 
 func configToManifest(c model.Config) manifestConfig {
 	return manifestConfig{
 		Vocab: c.Vocab, Dim: c.Dim, FFN: c.FFN, Layers: c.Layers, Heads: c.Heads,
 		KVHeads: c.KVHeads, HeadDim: c.HeadDim, Context: c.Context, RopeTheta: c.RopeTheta,
-		RopeFreqs: c.RopeFreqs, NormEps: c.NormEps, AttnScale: c.AttnScale,
+		RopeFreqs: c.RopeFreqs, RopeThetaLocal: c.RopeThetaLocal, NormEps: c.NormEps, AttnScale: c.AttnScale,
 		AttnSoftcap: c.AttnSoftcap, FinalSoftcap: c.FinalSoftcap,
 		SlidingWindow: c.SlidingWindow, EmbedScale: c.EmbedScale, TiedOutput: c.TiedOutput,
 	}
@@ -114,7 +117,7 @@ func (m manifestConfig) config(arch string) model.Config {
 	return model.Config{
 		Arch: arch, Vocab: m.Vocab, Dim: m.Dim, FFN: m.FFN, Layers: m.Layers, Heads: m.Heads,
 		KVHeads: m.KVHeads, HeadDim: m.HeadDim, Context: m.Context, RopeTheta: m.RopeTheta,
-		RopeFreqs: m.RopeFreqs, NormEps: m.NormEps, AttnScale: m.AttnScale,
+		RopeFreqs: m.RopeFreqs, RopeThetaLocal: m.RopeThetaLocal, NormEps: m.NormEps, AttnScale: m.AttnScale,
 		AttnSoftcap: m.AttnSoftcap, FinalSoftcap: m.FinalSoftcap,
 		SlidingWindow: m.SlidingWindow, EmbedScale: m.EmbedScale, TiedOutput: m.TiedOutput,
 	}

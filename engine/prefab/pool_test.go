@@ -53,6 +53,7 @@ func TestPoolRoundTrip(t *testing.T) {
 		{"gemma2", "f32", TypeQ8_0},
 		{"gemma2", "f32", TypeINT8},
 		{"gemma2", "f32", TypeQ4_K},
+		{"gemma3", "f32", TypeQ4_K},
 		{"mistral", "f32", TypeQ8_0},
 		{"qwen2", "f32", TypeKeep},
 		{"qwen2", "q4_k_m", TypeQ8_0},
@@ -186,6 +187,8 @@ func checkLayout(t *testing.T, path, arch string) {
 		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"}
 	case "qwen3":
 		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_q_norm", "attn_k_norm", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"}
+	case "gemma3":
+		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_q_norm", "attn_k_norm", "attn_output", "post_attention_norm", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm"}
 	}
 	prev := int64(64 + mlen)
 	exts := append([]extentDesc{man.Globals}, man.Layers...)

@@ -43,9 +43,9 @@ func (p *plan) hfTensor(i int) (safetensors.Tensor, error) {
 			return safetensors.Tensor{}, err
 		}
 		// GGUF holds float32(1 + w). Llama's and Qwen's HF norm is that
-		// same value; gemma2's HF norm is w, to which transformers adds 1
+		// same value; Gemma's HF norm is w, to which transformers adds 1
 		// in float32.
-		if p.shape.Arch != "gemma2" {
+		if !p.shape.gemma() {
 			for j := range w {
 				w[j] = 1 + w[j]
 			}

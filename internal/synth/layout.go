@@ -182,14 +182,14 @@ func Layout(s Shape, typ string) ([]TensorSpec, error) {
 	if _, ok := FileTypes[typ]; !ok {
 		return nil, fmt.Errorf("synth: unknown type %q (want one of %v)", typ, sortedKeys(FileTypes))
 	}
-	if !slices.Contains([]string{"llama", "gemma2", "qwen2", "qwen3"}, s.Arch) {
+	if !slices.Contains([]string{"llama", "gemma2", "gemma3", "qwen2", "qwen3"}, s.Arch) {
 		return nil, fmt.Errorf("synth: unknown architecture %q", s.Arch)
 	}
 	d, ff := uint64(s.Dim), uint64(s.FFN)
 	qd, kvd := uint64(s.Heads*s.HeadDim), uint64(s.KVHeads*s.HeadDim)
 	inv := func(n uint64) float32 { return float32(1 / math.Sqrt(float64(n))) }
 	llama := s.Arch == "llama"
-	gemma := s.Arch == "gemma2"
+	gemma := s.gemma()
 	upd := float32(1)
 	if s.Tied && !gemma {
 		upd = tiedUpdateGain
@@ -228,7 +228,7 @@ func Layout(s Shape, typ string) ([]TensorSpec, error) {
 			add(b+"attn_k.bias", h+"self_attn.k_proj.bias", kindMatrix, qwenBiasStd, kvd)
 			add(b+"attn_v.bias", h+"self_attn.v_proj.bias", kindMatrix, qwenBiasStd, kvd)
 		}
-		if s.Arch == "qwen3" {
+		if s.Arch == "qwen3" || s.Arch == "gemma3" {
 			add(b+"attn_q_norm.weight", h+"self_attn.q_norm.weight", kindNorm, 0, uint64(s.HeadDim))
 			add(b+"attn_k_norm.weight", h+"self_attn.k_norm.weight", kindNorm, 0, uint64(s.HeadDim))
 		}

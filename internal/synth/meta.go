@@ -68,6 +68,21 @@ func metadata(s Shape, typ string, v *Vocab) []kv {
 			kv{"qwen3.attention.key_length", u(s.HeadDim)},
 			kv{"qwen3.attention.value_length", u(s.HeadDim)},
 		)
+	case "gemma3":
+		// As the converter writes them: no soft-caps (Gemma 3 has none)
+		// and no query_pre_attn_scalar (readers use head_dim); the
+		// linear scaling of the global layers' RoPE.
+		kvs = append(kvs,
+			kv{"gemma3.attention.key_length", u(s.HeadDim)},
+			kv{"gemma3.attention.value_length", u(s.HeadDim)},
+			kv{"gemma3.attention.sliding_window", u(s.SlidingWindow)},
+		)
+		if s.RopeLinear > 0 {
+			kvs = append(kvs,
+				kv{"gemma3.rope.scaling.type", "linear"},
+				kv{"gemma3.rope.scaling.factor", float32(s.RopeLinear)},
+			)
+		}
 	default:
 		kvs = append(kvs,
 			kv{"gemma2.attention.key_length", u(s.HeadDim)},
@@ -187,6 +202,42 @@ func HFConfig(s Shape, v *Vocab) map[string]any {
 		c["sliding_window"] = nil
 		c["max_window_layers"] = s.Layers
 		c["rope_scaling"] = nil
+	case "gemma3":
+		// The text-only Gemma3ForCausalLM, as gemma-3-1b ships.
+		c["architectures"] = []string{"Gemma3ForCausalLM"}
+		c["model_type"] = "gemma3_text"
+		c["hidden_activation"] = "gelu_pytorch_tanh"
+		c["tie_word_embeddings"] = true
+		c["query_pre_attn_scalar"] = int(s.QueryPreAttnScalar)
+		c["attn_logit_softcapping"] = nil
+		c["final_logit_softcapping"] = nil
+		c["sliding_window"] = s.SlidingWindow
+		c["sliding_window_pattern"] = 6
+		types := make([]string, s.Layers)
+		for i := range types {
+			types[i] = "sliding_attention"
+			if (i+1)%6 == 0 {
+				types[i] = "full_attention"
+			}
+		}
+		c["layer_types"] = types
+		c["rope_local_base_freq"] = pyFloat(s.RopeLocalTheta)
+		c["rope_scaling"] = nil
+		global := map[string]any{"rope_type": "default", "rope_theta": pyFloat(s.RopeTheta)}
+		if s.RopeLinear > 0 {
+			c["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": pyFloat(s.RopeLinear)}
+			global = map[string]any{"rope_type": "linear", "factor": pyFloat(s.RopeLinear), "rope_theta": pyFloat(s.RopeTheta)}
+		}
+		// The same RoPE in transformers 5's form, per layer type; the
+		// keys above are the form of 4.x, which 5 also reads.
+		c["rope_parameters"] = map[string]any{
+			"full_attention":    global,
+			"sliding_attention": map[string]any{"rope_type": "default", "rope_theta": pyFloat(s.RopeLocalTheta)},
+		}
+		c["cache_implementation"] = "hybrid"
+		if v.PAD >= 0 {
+			c["pad_token_id"] = v.PAD
+		}
 	case "gemma2":
 		c["architectures"] = []string{"Gemma2ForCausalLM"}
 		c["model_type"] = "gemma2"

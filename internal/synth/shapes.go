@@ -49,9 +49,15 @@ type Shape struct {
 	QueryPreAttnScalar float64
 	AttnSoftcap        float64
 	FinalSoftcap       float64
-	// SlidingWindow is Gemma 2's window of its sliding layers, or
+	// SlidingWindow is Gemma's window of its sliding layers, or
 	// Mistral's of every layer; 0 = none.
 	SlidingWindow int
+
+	// Gemma 3 only: the RoPE base of the sliding layers
+	// (rope_local_base_freq), and the linear RoPE factor of the global
+	// ones (0 = none).
+	RopeLocalTheta float64
+	RopeLinear     float64
 }
 
 // qwenEps is Qwen 2.5's and Qwen 3's rms_norm_eps.
@@ -159,6 +165,38 @@ func init() {
 		},
 	}
 }
+
+func init() {
+	Shapes["gemma3"] = map[string]Shape{
+		// Six layers: five sliding (window 8, shorter than test
+		// sequences) and a global one, with Gemma 3's two RoPE bases and
+		// the 4B-and-up linear scaling of the global one; head_dim 128 is
+		// not dim/heads (64), as in every Gemma 3.
+		"tiny": {
+			Arch: "gemma3", Name: "tiny",
+			Vocab: 512, Dim: 256, FFN: 512, Layers: 6, Heads: 4, KVHeads: 2, HeadDim: 128,
+			RopeTheta: 1000000, RopeLocalTheta: 10000, RopeLinear: 8, Context: 256, RMSEps: 1e-6, Tied: true,
+			QueryPreAttnScalar: 128, SlidingWindow: 8,
+		},
+		"4b": {
+			Arch: "gemma3", Name: "4b", Real: "gemma-3-4b (text)",
+			Vocab: 262208, Dim: 2560, FFN: 10240, Layers: 34, Heads: 8, KVHeads: 4, HeadDim: 256,
+			RopeTheta: 1000000, RopeLocalTheta: 10000, RopeLinear: 8, Context: 131072, RMSEps: 1e-6, Tied: true,
+			QueryPreAttnScalar: 256, SlidingWindow: 1024,
+		},
+		"12b": {
+			Arch: "gemma3", Name: "12b", Real: "gemma-3-12b (text)",
+			Vocab: 262208, Dim: 3840, FFN: 15360, Layers: 48, Heads: 16, KVHeads: 8, HeadDim: 256,
+			RopeTheta: 1000000, RopeLocalTheta: 10000, RopeLinear: 8, Context: 131072, RMSEps: 1e-6, Tied: true,
+			QueryPreAttnScalar: 256, SlidingWindow: 1024,
+		},
+	}
+}
+
+// gemma reports whether s is a Gemma (gemma2 or gemma3): tied, with
+// post-attention and post-FFN norms and norms stored in Hugging Face as
+// w for a scale of 1 + w.
+func (s Shape) gemma() bool { return s.Arch == "gemma2" || s.Arch == "gemma3" }
 
 // family is the catalogue key of s.
 func (s Shape) family() string {

@@ -52,6 +52,27 @@ func wantTinyLayout(arch string) []wantTensor {
 		add("output.weight", 256, 512)
 		return out
 	}
+	if arch == "gemma3" {
+		add("token_embd.weight", 256, 512)
+		for i := 0; i < 6; i++ {
+			b := fmt.Sprintf("blk.%d.", i)
+			add(b+"attn_norm.weight", 256)
+			add(b+"attn_q.weight", 256, 512)
+			add(b+"attn_k.weight", 256, 256)
+			add(b+"attn_v.weight", 256, 256)
+			add(b+"attn_q_norm.weight", 128)
+			add(b+"attn_k_norm.weight", 128)
+			add(b+"attn_output.weight", 512, 256)
+			add(b+"post_attention_norm.weight", 256)
+			add(b+"ffn_norm.weight", 256)
+			add(b+"ffn_gate.weight", 256, 512)
+			add(b+"ffn_up.weight", 256, 512)
+			add(b+"ffn_down.weight", 512, 256)
+			add(b+"post_ffw_norm.weight", 256)
+		}
+		add("output_norm.weight", 256)
+		return out
+	}
 	if arch == "mistral" {
 		add("token_embd.weight", 256, 512)
 		for i := 0; i < 2; i++ {
@@ -146,6 +167,9 @@ func wantType(arch, typ, name string) quant.Type {
 		"qwen2":   {"token_embd.weight", "blk.1.attn_v.weight", "blk.1.ffn_down.weight"},
 		"qwen3":   {"output.weight", "blk.1.attn_v.weight", "blk.1.ffn_down.weight"},
 		"mistral": {"output.weight", "blk.1.attn_v.weight", "blk.1.ffn_down.weight"},
+		// 6 layers: n/8 = 0, so layers 2 and 5 ((i-0)%3 == 2; 5 is also
+		// >= 7*6/8); tied token_embd is the output.
+		"gemma3": {"token_embd.weight", "blk.2.attn_v.weight", "blk.2.ffn_down.weight", "blk.5.attn_v.weight", "blk.5.ffn_down.weight"},
 	}
 	if slices.Contains(q6[arch], name) {
 		return quant.Q6_K
@@ -170,7 +194,7 @@ func writeTiny(t *testing.T, arch, typ string, seed uint64, hf bool) (string, st
 
 func TestTinyGGUFLayout(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2", "mistral", "qwen2", "qwen3"} {
+	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "qwen2", "qwen3"} {
 		for _, typ := range allTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
 				t.Parallel()
@@ -207,6 +231,9 @@ func checkMetadata(t *testing.T, f *gguf.File, arch, typ string) {
 		return
 	case "mistral":
 		checkMistralMetadata(t, f)
+		return
+	case "gemma3":
+		checkGemma3Metadata(t, f)
 		return
 	}
 	wantU := map[string]uint64{
@@ -292,6 +319,38 @@ func checkMetadata(t *testing.T, f *gguf.File, arch, typ string) {
 	}
 	if tmpl, _ := f.String("tokenizer.chat_template"); tmpl == "" {
 		t.Error("no chat template")
+	}
+}
+
+// checkGemma3Metadata checks a Gemma 3 file's keys as llama.cpp's
+// converter writes them: no soft-caps, no query_pre_attn_scalar, the
+// global layers' linear RoPE scaling.
+func checkGemma3Metadata(t *testing.T, f *gguf.File) {
+	t.Helper()
+	for k, want := range map[string]uint64{
+		"gemma3.attention.key_length": 128, "gemma3.attention.value_length": 128, "gemma3.attention.sliding_window": 8,
+		"gemma3.block_count": 6, "gemma3.attention.head_count": 4, "gemma3.attention.head_count_kv": 2,
+		"tokenizer.ggml.bos_token_id": 2, "tokenizer.ggml.eos_token_id": 1,
+	} {
+		if got, ok := f.Uint(k); !ok || got != want {
+			t.Errorf("%s = %d (present %v), want %d", k, got, ok, want)
+		}
+	}
+	for k, want := range map[string]float64{"gemma3.rope.freq_base": 1e6, "gemma3.rope.scaling.factor": 8} {
+		if got, ok := f.Float(k); !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", k, got, ok, want)
+		}
+	}
+	if typ, _ := f.String("gemma3.rope.scaling.type"); typ != "linear" {
+		t.Errorf("gemma3.rope.scaling.type = %q", typ)
+	}
+	for _, k := range []string{"gemma3.attn_logit_softcapping", "gemma3.final_logit_softcapping", "gemma3.attention.query_pre_attn_scalar"} {
+		if _, ok := f.Lookup(k); ok {
+			t.Errorf("%s present in a gemma3 file", k)
+		}
+	}
+	if m, _ := f.String("tokenizer.ggml.model"); m != "llama" {
+		t.Errorf("tokenizer.ggml.model = %q", m)
 	}
 }
 
@@ -696,7 +755,7 @@ func TestWriteLeavesNoPartialFile(t *testing.T) {
 
 func TestHFRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2", "mistral", "qwen2", "qwen3"} {
+	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "qwen2", "qwen3"} {
 		for _, typ := range allTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
 				t.Parallel()
@@ -731,6 +790,8 @@ func TestHFRoundTrip(t *testing.T) {
 					names["attn_q_norm.weight"] = "self_attn.q_norm.weight"
 					names["attn_k_norm.weight"] = "self_attn.k_norm.weight"
 				default:
+					names["attn_q_norm.weight"] = "self_attn.q_norm.weight"
+					names["attn_k_norm.weight"] = "self_attn.k_norm.weight"
 					names["post_attention_norm.weight"] = "post_attention_layernorm.weight"
 					names["ffn_norm.weight"] = "pre_feedforward_layernorm.weight"
 					names["post_ffw_norm.weight"] = "post_feedforward_layernorm.weight"
@@ -793,7 +854,7 @@ func TestHFRoundTrip(t *testing.T) {
 // returned as HF.
 func hfFromGGUF(t *testing.T, arch string, ti gguf.TensorInfo, gv, hv []float32) []float32 {
 	t.Helper()
-	if arch == "gemma2" && strings.HasSuffix(ti.Name, "norm.weight") {
+	if (arch == "gemma2" || arch == "gemma3") && strings.HasSuffix(ti.Name, "norm.weight") {
 		for j := range gv {
 			if 1+hv[j] != gv[j] {
 				t.Fatalf("%s[%d]: float32(1 + %v) = %v, GGUF %v", ti.Name, j, hv[j], 1+hv[j], gv[j])
@@ -827,6 +888,39 @@ func checkHFConfig(t *testing.T, c map[string]any, arch string) {
 		"max_position_embeddings": 256.0, "attention_bias": false,
 	}
 	switch arch {
+	case "gemma3":
+		want["model_type"] = "gemma3_text"
+		want["architectures"] = "Gemma3ForCausalLM"
+		want["num_hidden_layers"] = 6.0
+		want["head_dim"] = 128.0
+		want["tie_word_embeddings"] = true
+		want["query_pre_attn_scalar"] = 128.0
+		want["sliding_window"] = 8.0
+		want["rope_theta"] = 1e6
+		want["rope_local_base_freq"] = 10000.0
+		want["attn_logit_softcapping"] = nil
+		want["final_logit_softcapping"] = nil
+		want["hidden_activation"] = "gelu_pytorch_tanh"
+		want["rms_norm_eps"] = 1e-6
+		want["bos_token_id"] = 2.0
+		want["eos_token_id"] = 1.0
+		if a, _ := c["architectures"].([]any); len(a) == 1 {
+			c["architectures"] = a[0]
+		}
+		lt, _ := c["layer_types"].([]any)
+		if len(lt) != 6 || lt[4] != "sliding_attention" || lt[5] != "full_attention" {
+			t.Errorf("layer_types = %v", c["layer_types"])
+		}
+		rs, _ := c["rope_scaling"].(map[string]any)
+		if rs["rope_type"] != "linear" || rs["factor"] != 8.0 {
+			t.Errorf("rope_scaling = %v", c["rope_scaling"])
+		}
+		rp, _ := c["rope_parameters"].(map[string]any)
+		full, _ := rp["full_attention"].(map[string]any)
+		local, _ := rp["sliding_attention"].(map[string]any)
+		if full["rope_type"] != "linear" || full["factor"] != 8.0 || full["rope_theta"] != 1e6 || local["rope_theta"] != 10000.0 || local["rope_type"] != "default" {
+			t.Errorf("rope_parameters = %v", c["rope_parameters"])
+		}
 	case "mistral":
 		delete(want, "attention_bias")
 		want["model_type"] = "mistral"

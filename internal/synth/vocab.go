@@ -531,7 +531,7 @@ func VocabFor(s Shape) (*Vocab, error) {
 		return MistralVocab(s.Vocab)
 	case "llama":
 		return BPEVocab(s.Vocab)
-	case "gemma2":
+	case "gemma2", "gemma3":
 		return SPMVocab(s.Vocab)
 	case "qwen2", "qwen3":
 		return QwenVocab(s.Vocab)
