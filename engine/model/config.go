@@ -15,13 +15,14 @@ const (
 	ArchLlama  = "llama"
 	ArchGemma2 = "gemma2"
 	ArchGemma3 = "gemma3"
+	ArchPhi3   = "phi3"
 	ArchQwen2  = "qwen2"
 	ArchQwen3  = "qwen3"
 )
 
 // archs lists the implemented architectures, for the error that refuses
 // any other: it names what the file says and what strata can run instead.
-var archs = []string{ArchLlama, ArchGemma2, ArchGemma3, ArchQwen2, ArchQwen3}
+var archs = []string{ArchLlama, ArchGemma2, ArchGemma3, ArchPhi3, ArchQwen2, ArchQwen3}
 
 // Archs returns the architectures the engine implements.
 func Archs() []string { return slices.Clone(archs) }
@@ -77,6 +78,10 @@ type Config struct {
 	// layers, which then take no RopeFreqs scaling (Gemma 3's local
 	// layers); 0 means they rotate as the global ones.
 	RopeThetaLocal float64
+	// RopeAttnFactor multiplies every RoPE cosine and sine (LongRoPE's
+	// attention factor, Phi-3's rope.scaling.attn_factor), so scores grow
+	// by its square; 0 means 1.
+	RopeAttnFactor float32
 	// NormEps is the RMSNorm epsilon.
 	NormEps float32
 	// AttnScale multiplies attention scores (1/sqrt(HeadDim) for llama,
@@ -172,6 +177,12 @@ func (c *Config) QKVBias() bool { return c.Arch == ArchQwen2 }
 // a weight of HeadDim values, before RoPE (Qwen3, Gemma 3).
 func (c *Config) QKNorm() bool { return c.Arch == ArchQwen3 || c.Arch == ArchGemma3 }
 
+// Fused reports whether a layer stores q, k and v as one matrix
+// (attn_qkv, QKV rows then KV then KV) and gate and up as one (ffn_up of
+// 2*FFN rows, gate first): Phi-3. The forward pass splits them into views
+// (SplitFused).
+func (c *Config) Fused() bool { return c.Arch == ArchPhi3 }
+
 // PostNorms reports whether the attention and FFN outputs are normalised
 // again before they join the residual stream, and the FFN uses GELU rather
 // than SiLU (Gemma).
@@ -211,6 +222,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0) {
 		return fmt.Errorf("rope theta %v must be positive and finite", c.RopeTheta)
+	}
+	if c.RopeAttnFactor < 0 || math.IsNaN(float64(c.RopeAttnFactor)) || math.IsInf(float64(c.RopeAttnFactor), 0) {
+		return fmt.Errorf("rope attention factor %v must be 0 (none) or positive and finite", c.RopeAttnFactor)
 	}
 	if c.RopeThetaLocal < 0 || math.IsNaN(c.RopeThetaLocal) || math.IsInf(c.RopeThetaLocal, 0) {
 		return fmt.Errorf("local rope theta %v must be 0 (none) or positive and finite", c.RopeThetaLocal)
@@ -393,6 +407,18 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 		optInt("attention.sliding_window", &c.SlidingWindow)
 		if err != nil {
 			return Config{}, err
+		}
+	}
+	if arch == ArchPhi3 {
+		// Phi-3's window, where the file names one, masks every layer as
+		// transformers' Phi3ForCausalLM does (llama.cpp turns it off);
+		// LongRoPE's attention factor scales the rotations.
+		optInt("attention.sliding_window", &c.SlidingWindow)
+		if err != nil {
+			return Config{}, err
+		}
+		if v, ok := f.Float("phi3.rope.scaling.attn_factor"); ok {
+			c.RopeAttnFactor = float32(v)
 		}
 	}
 	if arch == ArchGemma3 {

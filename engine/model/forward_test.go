@@ -16,7 +16,7 @@ func specs() []struct {
 	return []struct {
 		name string
 		spec testSpec
-	}{{"llama", llamaSpec()}, {"gemma2", gemmaSpec()}, {"gemma3", gemma3Spec()}, {"mistral", mistralSpec()}, {"qwen2", qwen2Spec()}, {"qwen3", qwen3Spec()}}
+	}{{"llama", llamaSpec()}, {"gemma2", gemmaSpec()}, {"gemma3", gemma3Spec()}, {"mistral", mistralSpec()}, {"phi3", phi3Spec()}, {"qwen2", qwen2Spec()}, {"qwen3", qwen3Spec()}}
 }
 
 // TestForwardMatchesReference runs prompts token by token and as one
@@ -76,6 +76,9 @@ func TestReferenceIsSensitive(t *testing.T) {
 		{"gemma3 without q/k norms", gemma3Spec(), nil},
 		{"gemma3 without window", gemma3Spec(), func(c *Config) { c.SlidingWindow = 0 }},
 		{"gemma3 without linear scaling", gemma3Spec(), func(c *Config) { c.RopeFreqs = nil }},
+		{"phi3 short factors", phi3Spec(), func(c *Config) { c.RopeFreqs = phi3Spec().shortFactors }},
+		{"phi3 without attention factor", phi3Spec(), func(c *Config) { c.RopeAttnFactor = 0 }},
+		{"phi3 without window", phi3Spec(), func(c *Config) { c.SlidingWindow = 0 }},
 		{"qwen2 without biases", qwen2Spec(), nil},
 		{"qwen3 without q/k norms", qwen3Spec(), nil},
 	}

@@ -36,6 +36,28 @@ type testSpec struct {
 	tied bool
 	// linear is the linear RoPE factor of Gemma 3's global layers.
 	linear float64
+	// longFactors and shortFactors are Phi-3's LongRoPE divisors, of
+	// which the long ones apply (context > origContext); attnFactor
+	// scales cos and sin.
+	longFactors, shortFactors []float32
+	origContext               int
+	attnFactor                float64
+}
+
+// phi3Spec is a tiny Phi-3: fused qkv and gate_up, GQA (as Phi-3 medium),
+// a window at every layer, LongRoPE's long factors (the context, 64, is
+// past the original 16) and attention factor.
+func phi3Spec() testSpec {
+	long, short := make([]float32, 8), make([]float32, 8)
+	for i := range long {
+		long[i] = 1 + float32(i*i)/4
+		short[i] = 1 + float32(i)/16
+	}
+	return testSpec{
+		arch: ArchPhi3, vocab: 97, dim: 64, ffn: 96, layers: 2, heads: 4, kvHeads: 2, headDim: 16,
+		context: 64, theta: 10000, window: 7, eps: 1e-5,
+		longFactors: long, shortFactors: short, origContext: 16, attnFactor: math.Sqrt(1 + math.Log(4)/math.Log(16)),
+	}
 }
 
 // gemma3Spec is a tiny Gemma 3: five sliding layers and a global one,
@@ -105,6 +127,10 @@ func (s testSpec) config() Config {
 	}
 	c.TiedOutput = s.tied
 	c.SlidingWindow = s.window
+	if s.arch == ArchPhi3 {
+		c.RopeFreqs = s.longFactors
+		c.RopeAttnFactor = float32(s.attnFactor)
+	}
 	if s.arch == ArchGemma3 {
 		c.AttnScale = float32(1 / math.Sqrt(s.qpas))
 		c.EmbedScale = float32(math.Sqrt(float64(s.dim)))
@@ -203,6 +229,11 @@ func randomWeights(s testSpec, seed uint64) *Weights {
 		if s.arch == ArchQwen2 {
 			l.QBias, l.KBias, l.VBias = bias(p+"attn_q.bias", q), bias(p+"attn_k.bias", kv), bias(p+"attn_v.bias", kv)
 		}
+		if s.arch == ArchPhi3 {
+			l.QKV = mat(p+"attn_qkv.weight", q+2*kv, s.dim)
+			l.GateUp = mat(p+"ffn_up.weight", 2*s.ffn, s.dim)
+			l.Q, l.K, l.V, l.Gate, l.Up = Tensor{}, Tensor{}, Tensor{}, Tensor{}, Tensor{}
+		}
 		if s.arch == ArchGemma3 {
 			l.PostAttnNorm = norm(p + "post_attention_norm.weight")
 			l.PostFFNNorm = norm(p + "post_ffw_norm.weight")
@@ -294,6 +325,12 @@ func planFor(s testSpec, w *Weights) *ggufPlan {
 			gguf.KV{Key: a + ".attention.key_length", Value: uint32(s.headDim)},
 			gguf.KV{Key: a + ".attention.value_length", Value: uint32(s.headDim)})
 	}
+	if a == ArchPhi3 {
+		p.kv = append(p.kv,
+			gguf.KV{Key: "phi3.attention.sliding_window", Value: uint32(s.window)},
+			gguf.KV{Key: "phi3.rope.scaling.original_context_length", Value: uint32(s.origContext)},
+			gguf.KV{Key: "phi3.rope.scaling.attn_factor", Value: float32(s.attnFactor)})
+	}
 	if a == ArchGemma3 {
 		p.kv = append(p.kv,
 			gguf.KV{Key: "gemma3.attention.sliding_window", Value: uint32(s.window)},
@@ -323,6 +360,10 @@ func planFor(s testSpec, w *Weights) *ggufPlan {
 	if a != ArchGemma2 && !s.tied {
 		add(w.Output, false)
 	}
+	if a == ArchPhi3 {
+		add(F32Tensor("rope_factors_long.weight", 1, len(s.longFactors), s.longFactors), true)
+		add(F32Tensor("rope_factors_short.weight", 1, len(s.shortFactors), s.shortFactors), true)
+	}
 	if a == ArchLlama {
 		if s.llama3 != nil {
 			rf := llama3Factors(s.headDim, s.theta, *s.llama3)
@@ -331,7 +372,7 @@ func planFor(s testSpec, w *Weights) *ggufPlan {
 	}
 	for i := range w.Layers {
 		l := &w.Layers[i]
-		for _, t := range []*Tensor{&l.AttnNorm, &l.Q, &l.K, &l.V, &l.QBias, &l.KBias, &l.VBias, &l.QNorm, &l.KNorm, &l.O, &l.PostAttnNorm, &l.FFNNorm, &l.Gate, &l.Up, &l.Down, &l.PostFFNNorm} {
+		for _, t := range []*Tensor{&l.AttnNorm, &l.Q, &l.K, &l.V, &l.QBias, &l.KBias, &l.VBias, &l.QNorm, &l.KNorm, &l.QKV, &l.O, &l.PostAttnNorm, &l.FFNNorm, &l.Gate, &l.Up, &l.GateUp, &l.Down, &l.PostFFNNorm} {
 			if t.Data != nil {
 				add(*t, t.Rows == 1)
 			}

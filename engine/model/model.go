@@ -455,7 +455,10 @@ type scratch struct {
 	cosL, sinL [][]float32
 	normW      []float32
 	// vec holds a layer's decoded bias or q/k norm weights.
-	vec        []float32
+	vec []float32
+	// split is the layer of a fused architecture with its views set
+	// (Config.SplitFused).
+	split      Layer
 	toks       []tokRef
 	ysub       [][][]float32 // per worker
 	scores     [][]float32   // per worker
@@ -574,6 +577,12 @@ func (m *Model) forward(ctx context.Context, batch []Step, hidden func(h [][]flo
 			sc.cos[t][i] = float32(math.Cos(a))
 			sc.sin[t][i] = float32(math.Sin(a))
 		}
+		if af := c.RopeAttnFactor; af != 0 && af != 1 {
+			for i := range m.ropeFreq {
+				sc.cos[t][i] *= af
+				sc.sin[t][i] *= af
+			}
+		}
 		for i, f := range m.ropeFreqLocal {
 			a := float64(tr.pos) * f
 			sc.cosL[t][i] = float32(math.Cos(a))
@@ -611,6 +620,10 @@ func (m *Model) forward(ctx context.Context, batch []Step, hidden func(h [][]flo
 				m.src.Release(l)
 				return fmt.Errorf("forward: layer source: %w", err)
 			}
+		}
+		if c.Fused() {
+			m.sc.split = c.SplitFused(lw)
+			lw = &m.sc.split
 		}
 		err = m.layer(l, lw)
 		m.src.Release(l)
@@ -820,7 +833,7 @@ func (d *FFNDevice) Rate(ctx context.Context, ls []FFNLayer, T int) (float64, er
 // included): what the CPU reads to compute it.
 func FFNBytes(w *Layer) int64 {
 	var n int64
-	for _, t := range []*Tensor{&w.FFNNorm, &w.Gate, &w.Up, &w.Down, &w.PostFFNNorm} {
+	for _, t := range []*Tensor{&w.FFNNorm, &w.Gate, &w.Up, &w.GateUp, &w.Down, &w.PostFFNNorm} {
 		n += int64(len(t.Data))
 	}
 	return n
@@ -830,7 +843,7 @@ func FFNBytes(w *Layer) int64 {
 // included).
 func AttnBytes(w *Layer) int64 {
 	var n int64
-	for _, t := range []*Tensor{&w.AttnNorm, &w.Q, &w.K, &w.V, &w.QBias, &w.KBias, &w.VBias, &w.QNorm, &w.KNorm, &w.O, &w.PostAttnNorm} {
+	for _, t := range []*Tensor{&w.AttnNorm, &w.Q, &w.K, &w.V, &w.QKV, &w.QBias, &w.KBias, &w.VBias, &w.QNorm, &w.KNorm, &w.O, &w.PostAttnNorm} {
 		n += int64(len(t.Data))
 	}
 	return n
@@ -866,6 +879,10 @@ func (m *Model) FFN(ctx context.Context, l int, w *Layer, h [][]float32) error {
 	sc := &m.sc
 	for t, r := range h {
 		copy(sc.h[t], r)
+	}
+	if c.Fused() {
+		sc.split = c.SplitFused(w)
+		w = &sc.split
 	}
 	if err := m.ffn(w); err != nil {
 		return fmt.Errorf("ffn of layer %d: %w", l, err)

@@ -27,6 +27,11 @@ type refParams struct {
 	// linear is Gemma 3's linear RoPE factor of its global layers (0 =
 	// none); its local layers rotate with base 10000 unscaled.
 	linear float64
+	// longFactor and attnFactor are Phi-3's LongRoPE parameters (nil and
+	// 0 for other architectures): inv_freq / long_factor, cos and sin
+	// times attention_factor.
+	longFactor []float32
+	attnFactor float64
 }
 
 func refParamsOf(s testSpec) refParams {
@@ -34,7 +39,7 @@ func refParamsOf(s testSpec) refParams {
 		arch: s.arch, vocab: s.vocab, dim: s.dim, ffn: s.ffn, layers: s.layers, heads: s.heads,
 		kvHeads: s.kvHeads, headDim: s.headDim, theta: s.theta, llama3: s.llama3, qpas: s.qpas,
 		attnCap: float64(s.attnCap), finalCap: float64(s.finalCap), window: s.window, eps: float64(s.eps),
-		linear: s.linear,
+		linear: s.linear, longFactor: s.longFactors, attnFactor: s.attnFactor,
 	}
 }
 
@@ -45,12 +50,12 @@ type refLayer struct {
 }
 
 type refModel struct {
-	p        refParams
-	embed    [][]float64
-	out      [][]float64
-	outNorm  []float64
-	layers   []refLayer
-	invFreq  []float64
+	p       refParams
+	embed   [][]float64
+	out     [][]float64
+	outNorm []float64
+	layers  []refLayer
+	invFreq []float64
 	// invLocal is Gemma 3's local layers' inv_freq (rope_local_base_freq).
 	invLocal []float64
 	kc, vc   [][][]float64 // [layer][pos][kvHeads*headDim], HF layout
@@ -104,10 +109,16 @@ func newRef(t testing.TB, p refParams, w *Weights) *refModel {
 	}
 	for i := range w.Layers {
 		l := &w.Layers[i]
-		rl := refLayer{
-			attnNorm: refVector(t, l.AttnNorm), ffnNorm: refVector(t, l.FFNNorm),
-			q: refMatrix(t, l.Q), k: refMatrix(t, l.K), v: refMatrix(t, l.V), o: refMatrix(t, l.O),
-			gate: refMatrix(t, l.Gate), up: refMatrix(t, l.Up), down: refMatrix(t, l.Down),
+		rl := refLayer{attnNorm: refVector(t, l.AttnNorm), ffnNorm: refVector(t, l.FFNNorm), o: refMatrix(t, l.O), down: refMatrix(t, l.Down)}
+		if p.arch == ArchPhi3 {
+			// qkv_proj: q rows, then k, then v; gate_up_proj: gate, then up.
+			qkv, gu := refMatrix(t, l.QKV), refMatrix(t, l.GateUp)
+			qd, kvd := p.heads*p.headDim, p.kvHeads*p.headDim
+			rl.q, rl.k, rl.v = qkv[:qd], qkv[qd:qd+kvd], qkv[qd+kvd:]
+			rl.gate, rl.up = gu[:p.ffn], gu[p.ffn:]
+		} else {
+			rl.q, rl.k, rl.v = refMatrix(t, l.Q), refMatrix(t, l.K), refMatrix(t, l.V)
+			rl.gate, rl.up = refMatrix(t, l.Gate), refMatrix(t, l.Up)
 		}
 		switch p.arch {
 		case ArchLlama:
@@ -148,6 +159,9 @@ func newRef(t testing.TB, p refParams, w *Weights) *refModel {
 		if p.linear > 0 { // rope_type linear: inv_freq / factor
 			inv /= p.linear
 		}
+		if p.longFactor != nil { // longrope: 1 / (ext_factor * base^(2i/d))
+			inv /= float64(p.longFactor[i])
+		}
 		r.invFreq[i] = inv
 	}
 	if p.arch == ArchGemma3 {
@@ -187,11 +201,11 @@ func refMatVec(m [][]float64, x []float64) []float64 {
 }
 
 // refRope applies HF apply_rotary_pos_emb (rotate_half) to one head.
-func refRope(x []float64, pos int, inv []float64) {
+func refRope(x []float64, pos int, inv []float64, scale float64) {
 	half := len(x) / 2
 	out := make([]float64, len(x))
 	for i := 0; i < half; i++ {
-		c, s := math.Cos(float64(pos)*inv[i]), math.Sin(float64(pos)*inv[i])
+		c, s := math.Cos(float64(pos)*inv[i])*scale, math.Sin(float64(pos)*inv[i])*scale
 		out[i] = x[i]*c - x[i+half]*s
 		out[i+half] = x[i+half]*c + x[i]*s
 	}
@@ -228,6 +242,10 @@ func (r *refModel) step(tok int32) []float64 {
 		case ArchGemma3:
 			sliding = sliding && (li+1)%6 != 0
 		}
+		mscale := 1.0
+		if p.attnFactor != 0 {
+			mscale = p.attnFactor
+		}
 		inv := r.invFreq
 		if sliding && r.invLocal != nil {
 			inv = r.invLocal
@@ -247,13 +265,13 @@ func (r *refModel) step(tok int32) []float64 {
 			if l.qNorm != nil { // q_norm over each head, before RoPE
 				copy(q[hh*hd:(hh+1)*hd], refRMSNorm(q[hh*hd:(hh+1)*hd], l.qNorm, p.eps))
 			}
-			refRope(q[hh*hd:(hh+1)*hd], pos, inv)
+			refRope(q[hh*hd:(hh+1)*hd], pos, inv, mscale)
 		}
 		for hh := 0; hh < p.kvHeads; hh++ {
 			if l.kNorm != nil {
 				copy(k[hh*hd:(hh+1)*hd], refRMSNorm(k[hh*hd:(hh+1)*hd], l.kNorm, p.eps))
 			}
-			refRope(k[hh*hd:(hh+1)*hd], pos, inv)
+			refRope(k[hh*hd:(hh+1)*hd], pos, inv, mscale)
 		}
 		r.kc[li] = append(r.kc[li], k)
 		r.vc[li] = append(r.vc[li], v)

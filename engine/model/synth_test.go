@@ -30,6 +30,18 @@ var catalogue = map[string]testSpec{
 		arch: ArchGemma3, vocab: 512, dim: 256, ffn: 512, layers: 6, heads: 4, kvHeads: 2, headDim: 128,
 		context: 256, theta: 1000000, qpas: 128, window: 8, eps: 1e-6, tied: true, linear: 8,
 	},
+	ArchPhi3: func() testSpec {
+		long, short := make([]float32, 32), make([]float32, 32)
+		for i := range long {
+			x := float64(i) / 31
+			long[i], short[i] = float32(1+7*x*x), float32(1+0.25*x)
+		}
+		return testSpec{
+			arch: ArchPhi3, vocab: 512, dim: 256, ffn: 512, layers: 2, heads: 4, kvHeads: 4, headDim: 64,
+			context: 256, theta: 10000, eps: 1e-5, longFactors: long, shortFactors: short, origContext: 32,
+			attnFactor: float64(float32(math.Sqrt(1 + math.Log(8)/math.Log(32)))),
+		}
+	}(),
 	"mistral": {
 		arch: ArchLlama, vocab: 512, dim: 256, ffn: 512, layers: 2, heads: 4, kvHeads: 2, headDim: 128,
 		context: 256, theta: 1000000, window: 8, eps: 1e-5,
@@ -87,7 +99,7 @@ func synthModel(tb testing.TB, arch, typ string) string {
 // window, token by token and as a prefill.
 func TestSynthMatchesReference(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{ArchLlama, ArchGemma2, ArchGemma3, "mistral", ArchQwen2, ArchQwen3} {
+	for _, arch := range []string{ArchLlama, ArchGemma2, ArchGemma3, "mistral", ArchPhi3, ArchQwen2, ArchQwen3} {
 		for _, typ := range synthTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
 				t.Parallel()

@@ -64,10 +64,42 @@ func (t *Tensor) check(name string, rows, cols int, floatOnly bool) error {
 // columns. Norms and biases are F32 vectors. Which tensors an architecture
 // has is Config.LayerRoles' answer; the others stay empty: PostAttnNorm and
 // PostFFNNorm are Gemma's, QBias/KBias/VBias Qwen2's, QNorm/KNorm (HeadDim
-// values, shared by every head) Qwen3's.
+// values, shared by every head) Qwen3's and Gemma 3's, QKV and GateUp
+// Phi-3's (whose Q, K, V, Gate and Up are views of them, made by
+// Config.SplitFused where a pass needs them).
 type Layer struct {
 	AttnNorm, Q, K, V, O, PostAttnNorm, FFNNorm, Gate, Up, Down, PostFFNNorm Tensor
 	QBias, KBias, VBias, QNorm, KNorm                                        Tensor
+	QKV, GateUp                                                              Tensor
+}
+
+// rows returns rows [lo, hi) of t as a tensor of its own: a view of the
+// same bytes (rows are whole encoded rows, so any row range is valid).
+func (t *Tensor) rows(name string, lo, hi int) Tensor {
+	rb := t.rowBytes()
+	return Tensor{Name: name, Type: t.Type, Rows: hi - lo, Cols: t.Cols, Data: t.Data[lo*rb : hi*rb : hi*rb]}
+}
+
+// SplitFused returns l with Q, K, V, Gate and Up set to views of its fused
+// QKV and GateUp (Config.Fused), which must have been checked against c;
+// other architectures' layers come back unchanged. l itself is not
+// modified, so resident weights keep one copy of each matrix.
+func (c *Config) SplitFused(l *Layer) Layer {
+	out := *l
+	if !c.Fused() {
+		return out
+	}
+	q, kv, f := c.QDim(), c.KVDim(), c.FFN
+	if l.QKV.Data != nil {
+		out.Q = l.QKV.rows(l.QKV.Name+"[q]", 0, q)
+		out.K = l.QKV.rows(l.QKV.Name+"[k]", q, q+kv)
+		out.V = l.QKV.rows(l.QKV.Name+"[v]", q+kv, q+2*kv)
+	}
+	if l.GateUp.Data != nil {
+		out.Gate = l.GateUp.rows(l.GateUp.Name+"[gate]", 0, f)
+		out.Up = l.GateUp.rows(l.GateUp.Name+"[up]", f, 2*f)
+	}
+	return out
 }
 
 // Weights holds every tensor of a model. For tied models Output is the same
@@ -136,11 +168,14 @@ func (c *Config) LayerRoles() []LayerRole {
 	vec := func(s string, n int, fn func(*Layer) *Tensor) LayerRole {
 		return LayerRole{Suffix: s, Rows: 1, Cols: n, Vector: true, Field: fn}
 	}
-	rs := []LayerRole{
-		vec("attn_norm.weight", d, func(l *Layer) *Tensor { return &l.AttnNorm }),
-		mat("attn_q.weight", q, d, func(l *Layer) *Tensor { return &l.Q }),
-		mat("attn_k.weight", kv, d, func(l *Layer) *Tensor { return &l.K }),
-		mat("attn_v.weight", kv, d, func(l *Layer) *Tensor { return &l.V }),
+	rs := []LayerRole{vec("attn_norm.weight", d, func(l *Layer) *Tensor { return &l.AttnNorm })}
+	if c.Fused() {
+		rs = append(rs, mat("attn_qkv.weight", q+2*kv, d, func(l *Layer) *Tensor { return &l.QKV }))
+	} else {
+		rs = append(rs,
+			mat("attn_q.weight", q, d, func(l *Layer) *Tensor { return &l.Q }),
+			mat("attn_k.weight", kv, d, func(l *Layer) *Tensor { return &l.K }),
+			mat("attn_v.weight", kv, d, func(l *Layer) *Tensor { return &l.V }))
 	}
 	if c.QKVBias() {
 		rs = append(rs,
@@ -157,12 +192,15 @@ func (c *Config) LayerRoles() []LayerRole {
 	if c.PostNorms() {
 		rs = append(rs, vec("post_attention_norm.weight", d, func(l *Layer) *Tensor { return &l.PostAttnNorm }))
 	}
-	ffn := []LayerRole{
-		vec("ffn_norm.weight", d, func(l *Layer) *Tensor { return &l.FFNNorm }),
-		mat("ffn_gate.weight", f, d, func(l *Layer) *Tensor { return &l.Gate }),
-		mat("ffn_up.weight", f, d, func(l *Layer) *Tensor { return &l.Up }),
-		mat("ffn_down.weight", d, f, func(l *Layer) *Tensor { return &l.Down }),
+	ffn := []LayerRole{vec("ffn_norm.weight", d, func(l *Layer) *Tensor { return &l.FFNNorm })}
+	if c.Fused() {
+		ffn = append(ffn, mat("ffn_up.weight", 2*f, d, func(l *Layer) *Tensor { return &l.GateUp }))
+	} else {
+		ffn = append(ffn,
+			mat("ffn_gate.weight", f, d, func(l *Layer) *Tensor { return &l.Gate }),
+			mat("ffn_up.weight", f, d, func(l *Layer) *Tensor { return &l.Up }))
 	}
+	ffn = append(ffn, mat("ffn_down.weight", d, f, func(l *Layer) *Tensor { return &l.Down }))
 	if c.PostNorms() {
 		ffn = append(ffn, vec("post_ffw_norm.weight", d, func(l *Layer) *Tensor { return &l.PostFFNNorm }))
 	}

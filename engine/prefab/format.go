@@ -94,6 +94,9 @@ type manifestConfig struct {
 	// RopeThetaLocal is Gemma 3's local layers' base; absent (0) in
 	// pools of other architectures, older ones included.
 	RopeThetaLocal float64 `json:"rope_theta_local,omitempty"`
+	// RopeAttnFactor is Phi-3's LongRoPE attention factor; absent (0)
+	// elsewhere.
+	RopeAttnFactor float32 `json:"rope_attn_factor,omitempty"`
 	NormEps        float32 `json:"norm_eps"`
 	AttnScale      float32 `json:"attn_scale"`
 	AttnSoftcap    float32 `json:"attn_softcap"`
@@ -107,7 +110,7 @@ func configToManifest(c model.Config) manifestConfig {
 	return manifestConfig{
 		Vocab: c.Vocab, Dim: c.Dim, FFN: c.FFN, Layers: c.Layers, Heads: c.Heads,
 		KVHeads: c.KVHeads, HeadDim: c.HeadDim, Context: c.Context, RopeTheta: c.RopeTheta,
-		RopeFreqs: c.RopeFreqs, RopeThetaLocal: c.RopeThetaLocal, NormEps: c.NormEps, AttnScale: c.AttnScale,
+		RopeFreqs: c.RopeFreqs, RopeThetaLocal: c.RopeThetaLocal, RopeAttnFactor: c.RopeAttnFactor, NormEps: c.NormEps, AttnScale: c.AttnScale,
 		AttnSoftcap: c.AttnSoftcap, FinalSoftcap: c.FinalSoftcap,
 		SlidingWindow: c.SlidingWindow, EmbedScale: c.EmbedScale, TiedOutput: c.TiedOutput,
 	}
@@ -117,7 +120,7 @@ func (m manifestConfig) config(arch string) model.Config {
 	return model.Config{
 		Arch: arch, Vocab: m.Vocab, Dim: m.Dim, FFN: m.FFN, Layers: m.Layers, Heads: m.Heads,
 		KVHeads: m.KVHeads, HeadDim: m.HeadDim, Context: m.Context, RopeTheta: m.RopeTheta,
-		RopeFreqs: m.RopeFreqs, RopeThetaLocal: m.RopeThetaLocal, NormEps: m.NormEps, AttnScale: m.AttnScale,
+		RopeFreqs: m.RopeFreqs, RopeThetaLocal: m.RopeThetaLocal, RopeAttnFactor: m.RopeAttnFactor, NormEps: m.NormEps, AttnScale: m.AttnScale,
 		AttnSoftcap: m.AttnSoftcap, FinalSoftcap: m.FinalSoftcap,
 		SlidingWindow: m.SlidingWindow, EmbedScale: m.EmbedScale, TiedOutput: m.TiedOutput,
 	}

@@ -55,6 +55,8 @@ func TestPoolRoundTrip(t *testing.T) {
 		{"gemma2", "f32", TypeQ4_K},
 		{"gemma3", "f32", TypeQ4_K},
 		{"mistral", "f32", TypeQ8_0},
+		{"phi3", "q4_k_m", TypeKeep},
+		{"phi3", "f32", TypeQ8_0},
 		{"qwen2", "f32", TypeKeep},
 		{"qwen2", "q4_k_m", TypeQ8_0},
 		{"qwen3", "f32", TypeKeep},
@@ -187,6 +189,8 @@ func checkLayout(t *testing.T, path, arch string) {
 		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"}
 	case "qwen3":
 		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_q_norm", "attn_k_norm", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"}
+	case "phi3":
+		kernel = []string{"attn_norm", "attn_qkv", "attn_output", "ffn_norm", "ffn_up", "ffn_down"}
 	case "gemma3":
 		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_q_norm", "attn_k_norm", "attn_output", "post_attention_norm", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm"}
 	}

@@ -21,15 +21,17 @@ func SizesFromGGUF(f *gguf.File, typ string) (tier.Sizes, model.Config, error) {
 		return tier.Sizes{}, cfg, err
 	}
 	byType := map[quant.Type]int64{}
-	extent := func(names []string) (int64, int64, error) {
+	// vector says which tensors stay as they are (norms, biases, as
+	// writeLayer keeps them); the rest take the pool's type.
+	extent := func(names []string, vector []bool) (int64, int64, error) {
 		var pos, out int64
-		for _, n := range names {
+		for j, n := range names {
 			ti, ok := f.Tensor(n)
 			if !ok {
 				return 0, 0, fmt.Errorf("missing tensor %s", n)
 			}
 			t := ti.Type
-			if !strings.HasSuffix(n, "norm.weight") {
+			if !vector[j] && !strings.HasSuffix(n, "norm.weight") {
 				if t, err = matrixType(typ, ti.Type, int(ti.Dims[0])); err != nil {
 					return 0, 0, err
 				}
@@ -48,7 +50,8 @@ func SizesFromGGUF(f *gguf.File, typ string) (tier.Sizes, model.Config, error) {
 	}
 	var s tier.Sizes
 	var err2 error
-	if s.Globals, s.Output, err2 = extent(globalNames(cfg.TiedOutput)); err2 != nil {
+	globals := globalNames(cfg.TiedOutput)
+	if s.Globals, s.Output, err2 = extent(globals, make([]bool, len(globals))); err2 != nil {
 		return s, cfg, err2
 	}
 	clear(byType) // the dominant type is a layer's, not the embedding's
@@ -56,10 +59,12 @@ func SizesFromGGUF(f *gguf.File, typ string) (tier.Sizes, model.Config, error) {
 	s.Layers = make([]int64, cfg.Layers)
 	for i := range s.Layers {
 		names := make([]string, len(order))
+		vector := make([]bool, len(order))
 		for j, r := range order {
 			names[j] = "blk." + strconv.Itoa(i) + "." + r.suffix
+			vector[j] = r.norm
 		}
-		if s.Layers[i], _, err2 = extent(names); err2 != nil {
+		if s.Layers[i], _, err2 = extent(names, vector); err2 != nil {
 			return s, cfg, err2
 		}
 		if i == 0 {

@@ -27,6 +27,8 @@ const (
 	kindMatrix    tensorKind = iota // random, std from fan-in
 	kindNorm                        // F32 1 + small noise
 	kindRopeFreqs                   // llama3 frequency factors, computed
+	kindRopeLong                    // Phi-3 LongRoPE long factors, computed
+	kindRopeShort                   // Phi-3 LongRoPE short factors, computed
 )
 
 // TensorSpec is one GGUF tensor of a synthetic model.
@@ -95,7 +97,7 @@ func TensorType(s Shape, typ, name string) (quant.Type, error) {
 	if _, ok := FileTypes[typ]; !ok {
 		return 0, fmt.Errorf("synth: unknown type %q (want one of %v)", typ, sortedKeys(FileTypes))
 	}
-	if strings.HasSuffix(name, "_norm.weight") || strings.HasSuffix(name, ".bias") || name == "rope_freqs.weight" {
+	if strings.HasSuffix(name, "_norm.weight") || strings.HasSuffix(name, ".bias") || strings.HasPrefix(name, "rope_") {
 		return quant.F32, nil
 	}
 	switch typ {
@@ -114,6 +116,9 @@ func TensorType(s Shape, typ, name string) (quant.Type, error) {
 	}
 	layer := layerOf(name)
 	switch {
+	case layer >= 0 && strings.HasSuffix(name, ".attn_qkv.weight"):
+		// llama.cpp's Q4_K_M keeps fused qkv at Q5_K.
+		return quant.Q5_K, nil
 	case layer >= 0 && strings.HasSuffix(name, ".attn_v.weight"):
 		if useMoreBits(layer, s.Layers) {
 			return quant.Q6_K, nil
@@ -182,7 +187,7 @@ func Layout(s Shape, typ string) ([]TensorSpec, error) {
 	if _, ok := FileTypes[typ]; !ok {
 		return nil, fmt.Errorf("synth: unknown type %q (want one of %v)", typ, sortedKeys(FileTypes))
 	}
-	if !slices.Contains([]string{"llama", "gemma2", "gemma3", "qwen2", "qwen3"}, s.Arch) {
+	if !slices.Contains([]string{"llama", "gemma2", "gemma3", "phi3", "qwen2", "qwen3"}, s.Arch) {
 		return nil, fmt.Errorf("synth: unknown architecture %q", s.Arch)
 	}
 	d, ff := uint64(s.Dim), uint64(s.FFN)
@@ -202,6 +207,13 @@ func Layout(s Shape, typ string) ([]TensorSpec, error) {
 	if s.Rope != nil {
 		add("rope_freqs.weight", "", kindRopeFreqs, 0, uint64(s.HeadDim/2))
 	}
+	phi := s.Arch == "phi3"
+	if phi {
+		// The converter yields them before the model's tensors; their
+		// values go to config.json's rope_scaling in the HF twin.
+		add("rope_factors_long.weight", "", kindRopeLong, 0, uint64(s.HeadDim/2))
+		add("rope_factors_short.weight", "", kindRopeShort, 0, uint64(s.HeadDim/2))
+	}
 	if s.Tied {
 		// The embedding is the output projection too: scaled for logits
 		// of std logitStd (gemma2 multiplies its input side by sqrt(dim)).
@@ -213,6 +225,14 @@ func Layout(s Shape, typ string) ([]TensorSpec, error) {
 		b := fmt.Sprintf("blk.%d.", i)
 		h := fmt.Sprintf("model.layers.%d.", i)
 		add(b+"attn_norm.weight", h+"input_layernorm.weight", kindNorm, 0, d)
+		if phi {
+			add(b+"attn_qkv.weight", h+"self_attn.qkv_proj.weight", kindMatrix, inv(d), d, qd+2*kvd)
+			add(b+"attn_output.weight", h+"self_attn.o_proj.weight", kindMatrix, inv(qd), qd, d)
+			add(b+"ffn_norm.weight", h+"post_attention_layernorm.weight", kindNorm, 0, d)
+			add(b+"ffn_up.weight", h+"mlp.gate_up_proj.weight", kindMatrix, inv(d), d, 2*ff)
+			add(b+"ffn_down.weight", h+"mlp.down_proj.weight", kindMatrix, inv(ff), ff, d)
+			continue
+		}
 		add(b+"attn_q.weight", h+"self_attn.q_proj.weight", kindMatrix, inv(d), d, qd)
 		add(b+"attn_k.weight", h+"self_attn.k_proj.weight", kindMatrix, inv(d), d, kvd)
 		if llama {

@@ -60,6 +60,13 @@ func metadata(s Shape, typ string, v *Vocab) []kv {
 				kvs = append(kvs, kv{"llama.attention.sliding_window", u(s.SlidingWindow)})
 			}
 		}
+	case "phi3":
+		kvs = append(kvs,
+			kv{"phi3.rope.scaling.original_context_length", u(s.OrigContext)},
+			kv{"phi3.rope.dimension_count", u(s.HeadDim)},
+			kv{"phi3.attention.sliding_window", u(s.SlidingWindow)},
+			kv{"phi3.rope.scaling.attn_factor", float32(PhiAttnFactor(s))},
+		)
 	case "qwen2":
 		// The converter writes no head size for Qwen2 (its config has no
 		// head_dim): readers take dim/heads.
@@ -202,6 +209,32 @@ func HFConfig(s Shape, v *Vocab) map[string]any {
 		c["sliding_window"] = nil
 		c["max_window_layers"] = s.Layers
 		c["rope_scaling"] = nil
+	case "phi3":
+		delete(c, "head_dim") // Phi3Config derives it from hidden_size
+		c["architectures"] = []string{"Phi3ForCausalLM"}
+		c["model_type"] = "phi3"
+		c["hidden_act"] = "silu"
+		c["tie_word_embeddings"] = false
+		c["original_max_position_embeddings"] = s.OrigContext
+		c["partial_rotary_factor"] = pyFloat(1)
+		c["resid_pdrop"] = pyFloat(0)
+		c["embd_pdrop"] = pyFloat(0)
+		c["sliding_window"] = nil
+		if s.SlidingWindow > 0 {
+			c["sliding_window"] = s.SlidingWindow
+		}
+		long, short := PhiRopeFactors(s)
+		lf, sf := make([]json.Number, len(long)), make([]json.Number, len(short))
+		for i := range long {
+			lf[i], sf[i] = pyFloat(float64(long[i])), pyFloat(float64(short[i]))
+		}
+		c["rope_scaling"] = map[string]any{"type": "longrope", "rope_type": "longrope", "long_factor": lf, "short_factor": sf}
+		// transformers 5's form of the same.
+		c["rope_parameters"] = map[string]any{"rope_type": "longrope", "rope_theta": pyFloat(s.RopeTheta),
+			"long_factor": lf, "short_factor": sf, "original_max_position_embeddings": s.OrigContext}
+		if v.PAD >= 0 {
+			c["pad_token_id"] = v.PAD
+		}
 	case "gemma3":
 		// The text-only Gemma3ForCausalLM, as gemma-3-1b ships.
 		c["architectures"] = []string{"Gemma3ForCausalLM"}

@@ -2,6 +2,7 @@ package synth
 
 import (
 	"fmt"
+	"math"
 	"sort"
 )
 
@@ -58,6 +59,10 @@ type Shape struct {
 	// ones (0 = none).
 	RopeLocalTheta float64
 	RopeLinear     float64
+
+	// Phi-3 only: original_max_position_embeddings; LongRoPE's long
+	// factors apply since Context exceeds it (PhiRopeFactors).
+	OrigContext int
 }
 
 // qwenEps is Qwen 2.5's and Qwen 3's rms_norm_eps.
@@ -191,6 +196,55 @@ func init() {
 			QueryPreAttnScalar: 256, SlidingWindow: 1024,
 		},
 	}
+}
+
+func init() {
+	Shapes["phi3"] = map[string]Shape{
+		// Phi-3-mini-128k's kind: LongRoPE with the long factors (the
+		// context, 256, is past the original 32, which the test prompt
+		// itself exceeds) and their attention factor; no window.
+		"tiny": {
+			Arch: "phi3", Name: "tiny",
+			Vocab: 512, Dim: 256, FFN: 512, Layers: 2, Heads: 4, KVHeads: 4, HeadDim: 64,
+			RopeTheta: 10000, Context: 256, OrigContext: 32, RMSEps: 1e-5,
+		},
+		"4b": {
+			Arch: "phi3", Name: "4b", Real: "Phi-3-mini-128k-instruct",
+			Vocab: 32064, Dim: 3072, FFN: 8192, Layers: 32, Heads: 32, KVHeads: 32, HeadDim: 96,
+			RopeTheta: 10000, Context: 131072, OrigContext: 4096, RMSEps: 1e-5,
+		},
+		"14b": {
+			Arch: "phi3", Name: "14b", Real: "Phi-3-medium-128k-instruct",
+			Vocab: 32064, Dim: 5120, FFN: 17920, Layers: 40, Heads: 40, KVHeads: 10, HeadDim: 128,
+			RopeTheta: 10000, Context: 131072, OrigContext: 4096, RMSEps: 1e-5,
+		},
+	}
+}
+
+// PhiRopeFactors returns a Phi-3 shape's LongRoPE divisors, head_dim/2 of
+// each: short ones near 1 and long ones growing to 8 towards the low
+// frequencies, as trained ones do (made up: synthetic weights have no
+// trained context to fit).
+func PhiRopeFactors(s Shape) (long, short []float32) {
+	n := s.HeadDim / 2
+	long, short = make([]float32, n), make([]float32, n)
+	for i := range long {
+		x := float64(i) / float64(max(n-1, 1))
+		long[i] = float32(1 + 7*x*x)
+		short[i] = float32(1 + 0.25*x)
+	}
+	return long, short
+}
+
+// PhiAttnFactor is the LongRoPE attention factor llama.cpp's converter
+// stores and transformers applies: sqrt(1 + ln(s)/ln(orig)) for s =
+// context/orig above 1, else 1.
+func PhiAttnFactor(s Shape) float64 {
+	scale := float64(s.Context) / float64(s.OrigContext)
+	if scale <= 1 {
+		return 1
+	}
+	return math.Sqrt(1 + math.Log(scale)/math.Log(float64(s.OrigContext)))
 }
 
 // gemma reports whether s is a Gemma (gemma2 or gemma3): tied, with

@@ -52,6 +52,23 @@ func wantTinyLayout(arch string) []wantTensor {
 		add("output.weight", 256, 512)
 		return out
 	}
+	if arch == "phi3" {
+		add("rope_factors_long.weight", 32)
+		add("rope_factors_short.weight", 32)
+		add("token_embd.weight", 256, 512)
+		for i := 0; i < 2; i++ {
+			b := fmt.Sprintf("blk.%d.", i)
+			add(b+"attn_norm.weight", 256)
+			add(b+"attn_qkv.weight", 256, 768)
+			add(b+"attn_output.weight", 256, 256)
+			add(b+"ffn_norm.weight", 256)
+			add(b+"ffn_up.weight", 256, 1024)
+			add(b+"ffn_down.weight", 512, 256)
+		}
+		add("output_norm.weight", 256)
+		add("output.weight", 256, 512)
+		return out
+	}
 	if arch == "gemma3" {
 		add("token_embd.weight", 256, 512)
 		for i := 0; i < 6; i++ {
@@ -144,8 +161,11 @@ func wantTinyLayout(arch string) []wantTensor {
 
 // wantType is the expected storage type of a tiny-shape tensor.
 func wantType(arch, typ, name string) quant.Type {
-	if strings.HasSuffix(name, "norm.weight") || strings.HasSuffix(name, ".bias") || name == "rope_freqs.weight" {
+	if strings.HasSuffix(name, "norm.weight") || strings.HasSuffix(name, ".bias") || strings.HasPrefix(name, "rope_") {
 		return quant.F32
+	}
+	if typ == "q4_k_m" && strings.HasSuffix(name, "attn_qkv.weight") {
+		return quant.Q5_K
 	}
 	switch typ {
 	case "f32":
@@ -169,6 +189,7 @@ func wantType(arch, typ, name string) quant.Type {
 		"mistral": {"output.weight", "blk.1.attn_v.weight", "blk.1.ffn_down.weight"},
 		// 6 layers: n/8 = 0, so layers 2 and 5 ((i-0)%3 == 2; 5 is also
 		// >= 7*6/8); tied token_embd is the output.
+		"phi3":   {"output.weight", "blk.1.ffn_down.weight"},
 		"gemma3": {"token_embd.weight", "blk.2.attn_v.weight", "blk.2.ffn_down.weight", "blk.5.attn_v.weight", "blk.5.ffn_down.weight"},
 	}
 	if slices.Contains(q6[arch], name) {
@@ -194,7 +215,7 @@ func writeTiny(t *testing.T, arch, typ string, seed uint64, hf bool) (string, st
 
 func TestTinyGGUFLayout(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "qwen2", "qwen3"} {
+	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "phi3", "qwen2", "qwen3"} {
 		for _, typ := range allTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
 				t.Parallel()
@@ -234,6 +255,9 @@ func checkMetadata(t *testing.T, f *gguf.File, arch, typ string) {
 		return
 	case "gemma3":
 		checkGemma3Metadata(t, f)
+		return
+	case "phi3":
+		checkPhi3Metadata(t, f)
 		return
 	}
 	wantU := map[string]uint64{
@@ -319,6 +343,28 @@ func checkMetadata(t *testing.T, f *gguf.File, arch, typ string) {
 	}
 	if tmpl, _ := f.String("tokenizer.chat_template"); tmpl == "" {
 		t.Error("no chat template")
+	}
+}
+
+// checkPhi3Metadata checks a Phi-3 file's keys as llama.cpp's converter
+// writes them, with LongRoPE's original context and attention factor.
+func checkPhi3Metadata(t *testing.T, f *gguf.File) {
+	t.Helper()
+	for k, want := range map[string]uint64{
+		"phi3.context_length": 256, "phi3.rope.scaling.original_context_length": 32, "phi3.rope.dimension_count": 64,
+		"phi3.attention.sliding_window": 0, "phi3.attention.head_count_kv": 4, "phi3.feed_forward_length": 512,
+		"tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 3,
+	} {
+		if got, ok := f.Uint(k); !ok || got != want {
+			t.Errorf("%s = %d (present %v), want %d", k, got, ok, want)
+		}
+	}
+	if got, ok := f.Float("phi3.rope.scaling.attn_factor"); !ok || math.Abs(got-math.Sqrt(1+math.Log(8)/math.Log(32))) > 1e-6 {
+		t.Errorf("phi3.rope.scaling.attn_factor = %v (present %v)", got, ok)
+	}
+	toks, _ := f.Strings("tokenizer.ggml.tokens")
+	if len(toks) != 512 || toks[1] != "<s>" || toks[3] != "<|endoftext|>" {
+		t.Errorf("%d tokens; specials %q", len(toks), toks[:7])
 	}
 }
 
@@ -527,6 +573,8 @@ func TestLayoutSizes(t *testing.T) {
 		{"qwen3", "8b", 8_190_735_360},
 		{"mistral", "8b", 7_248_023_552},
 		{"mistral", "12b", 12_247_782_400},
+		{"phi3", "4b", 3_821_079_552},
+		{"phi3", "14b", 13_960_238_080},
 	}
 	for _, c := range cases {
 		t.Run(c.arch+"-"+c.shape, func(t *testing.T) {
@@ -541,6 +589,9 @@ func TestLayoutSizes(t *testing.T) {
 			n := paramCount(specs)
 			if s.Rope != nil {
 				n -= int64(s.HeadDim / 2)
+			}
+			if s.Arch == "phi3" { // rope_factors_long and _short
+				n -= int64(s.HeadDim)
 			}
 			if n != c.params {
 				t.Errorf("%d parameters, want %d", n, c.params)
@@ -755,7 +806,7 @@ func TestWriteLeavesNoPartialFile(t *testing.T) {
 
 func TestHFRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "qwen2", "qwen3"} {
+	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "phi3", "qwen2", "qwen3"} {
 		for _, typ := range allTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
 				t.Parallel()
@@ -782,7 +833,11 @@ func TestHFRoundTrip(t *testing.T) {
 					"ffn_down.weight":    "mlp.down_proj.weight",
 				}
 				switch arch {
-				case "llama", "mistral", "qwen2", "qwen3":
+				case "llama", "mistral", "phi3", "qwen2", "qwen3":
+					names["attn_qkv.weight"] = "self_attn.qkv_proj.weight"
+					if arch == "phi3" {
+						names["ffn_up.weight"] = "mlp.gate_up_proj.weight"
+					}
 					names["ffn_norm.weight"] = "post_attention_layernorm.weight"
 					names["attn_q.bias"] = "self_attn.q_proj.bias"
 					names["attn_k.bias"] = "self_attn.k_proj.bias"
@@ -806,7 +861,7 @@ func TestHFRoundTrip(t *testing.T) {
 						hfName = "model.norm.weight"
 					case "output.weight":
 						hfName = "lm_head.weight"
-					case "rope_freqs.weight":
+					case "rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight":
 						continue
 					default:
 						layer := layerOf(ti.Name)
@@ -888,6 +943,27 @@ func checkHFConfig(t *testing.T, c map[string]any, arch string) {
 		"max_position_embeddings": 256.0, "attention_bias": false,
 	}
 	switch arch {
+	case "phi3":
+		delete(want, "head_dim")
+		want["model_type"] = "phi3"
+		want["architectures"] = "Phi3ForCausalLM"
+		want["num_hidden_layers"] = 2.0
+		want["num_key_value_heads"] = 4.0
+		want["tie_word_embeddings"] = false
+		want["original_max_position_embeddings"] = 32.0
+		want["rope_theta"] = 10000.0
+		want["sliding_window"] = nil
+		want["bos_token_id"] = 1.0
+		want["eos_token_id"] = 3.0
+		if a, _ := c["architectures"].([]any); len(a) == 1 {
+			c["architectures"] = a[0]
+		}
+		rs, _ := c["rope_scaling"].(map[string]any)
+		lf, _ := rs["long_factor"].([]any)
+		sf, _ := rs["short_factor"].([]any)
+		if rs["rope_type"] != "longrope" || len(lf) != 32 || len(sf) != 32 || lf[31] != 8.0 || sf[31] != 1.25 || lf[0] != 1.0 {
+			t.Errorf("rope_scaling = %v", c["rope_scaling"])
+		}
 	case "gemma3":
 		want["model_type"] = "gemma3_text"
 		want["architectures"] = "Gemma3ForCausalLM"

@@ -435,6 +435,37 @@ const spmSpace = "\u2581"
 // their rank; special and byte tokens score 0.
 func SPMVocab(n int) (*Vocab, error) {
 	v := &Vocab{Model: "llama", PAD: 0, EOS: 1, BOS: 2, UNK: 3, ChatTemplate: gemmaChatTemplate}
+	return spmVocab(n, v, []spmSpecial{{"<pad>", TokenControl}, {"<eos>", TokenControl}, {"<bos>", TokenControl}, {"<unk>", TokenUnknown},
+		{"<start_of_turn>", TokenControl}, {"<end_of_turn>", TokenControl}})
+}
+
+// spmSpecial is one of a SentencePiece vocabulary's leading special
+// tokens.
+type spmSpecial struct {
+	tok string
+	typ int32
+}
+
+// phiChatTemplate follows Phi-3's prompt format: <|role|>\ncontent<|end|>\n.
+const phiChatTemplate = `{%- for message in messages %}
+{{- '<|' + message['role'] + '|>\n' + message['content'] + '<|end|>\n' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+{{- '<|assistant|>\n' }}
+{%- endif %}`
+
+// PhiVocab is a SentencePiece vocabulary with Phi-3's special tokens
+// (<unk>, <s> as BOS, </s>, <|endoftext|> as EOS and padding, and the chat
+// roles), its space prefix and chat template.
+func PhiVocab(n int) (*Vocab, error) {
+	v := &Vocab{Model: "llama", UNK: 0, BOS: 1, EOS: 3, PAD: 3, AddSpacePrefix: true, ChatTemplate: phiChatTemplate}
+	return spmVocab(n, v, []spmSpecial{{"<unk>", TokenUnknown}, {"<s>", TokenControl}, {"</s>", TokenControl},
+		{"<|endoftext|>", TokenControl}, {"<|user|>", TokenControl}, {"<|assistant|>", TokenControl}, {"<|end|>", TokenControl}})
+}
+
+// spmVocab fills v with n SentencePiece pieces: the specials, the 256 byte
+// tokens, then pieces learned from the corpus and fillers (SPMVocab).
+func spmVocab(n int, v *Vocab, specials []spmSpecial) (*Vocab, error) {
 	v.Tokens = make([]string, 0, n)
 	v.Types = make([]int32, 0, n)
 	v.Scores = make([]float32, 0, n)
@@ -455,11 +486,7 @@ func SPMVocab(n int) (*Vocab, error) {
 		v.Scores = append(v.Scores, score)
 		return true
 	}
-	for _, s := range []struct {
-		tok string
-		typ int32
-	}{{"<pad>", TokenControl}, {"<eos>", TokenControl}, {"<bos>", TokenControl}, {"<unk>", TokenUnknown},
-		{"<start_of_turn>", TokenControl}, {"<end_of_turn>", TokenControl}} {
+	for _, s := range specials {
 		add(s.tok, s.typ)
 	}
 	for b := 0; b < 256; b++ {
@@ -508,7 +535,7 @@ func SPMVocab(n int) (*Vocab, error) {
 		}
 		add(m[0]+m[1], TokenNormal)
 	}
-	first := 6 + 256
+	first := len(specials) + 256
 	learned := len(v.Tokens)
 	rng := vocabRand(0x5eed5)
 	for fails := 0; len(v.Tokens) < n; {
@@ -533,6 +560,8 @@ func VocabFor(s Shape) (*Vocab, error) {
 		return BPEVocab(s.Vocab)
 	case "gemma2", "gemma3":
 		return SPMVocab(s.Vocab)
+	case "phi3":
+		return PhiVocab(s.Vocab)
 	case "qwen2", "qwen3":
 		return QwenVocab(s.Vocab)
 	}
