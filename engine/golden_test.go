@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -36,10 +37,19 @@ type golden struct {
 	logits    [][]float32
 }
 
+// goldenPending lists the architectures whose golden files are made on the
+// GPU machine after their support lands: until they are in testdata their
+// test skips, naming the missing file. Every other architecture's goldens
+// must be present.
+var goldenPending = map[string]bool{"gemma3": true, "mistral": true, "phi3": true, "qwen2": true, "qwen3": true}
+
 func loadGolden(t *testing.T, arch string) *golden {
 	t.Helper()
 	base := filepath.Join("testdata", "golden-"+arch+"-tiny")
 	raw, err := os.ReadFile(base + ".json")
+	if errors.Is(err, fs.ErrNotExist) && goldenPending[arch] {
+		t.Skipf("no golden file %s.json yet: generate it with tools/reference/gen.sh on the GPU machine", base)
+	}
 	if err != nil {
 		t.Fatalf("reading golden metadata (regenerate with tools/reference/gen.sh): %v", err)
 	}
@@ -110,10 +120,10 @@ func greedyLogits(t *testing.T, m *model.Model, prompt []int32, steps int) ([][]
 
 // TestGoldenHF checks the CPU engine against Hugging Face transformers on
 // the same random weights: fp32 NMSE <= 1e-6 at each of 32 greedy steps and
-// the same greedy tokens, for Llama and Gemma 2 tiny shapes.
+// the same greedy tokens, for every architecture's tiny shape.
 func TestGoldenHF(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2"} {
+	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "phi3", "qwen2", "qwen3"} {
 		t.Run(arch, func(t *testing.T) {
 			t.Parallel()
 			g := loadGolden(t, arch)

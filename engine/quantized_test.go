@@ -44,8 +44,10 @@ func f32Twin(t *testing.T, m *model.Model) *model.Model {
 	for _, l := range w.Layers {
 		tw.Layers = append(tw.Layers, model.Layer{
 			AttnNorm: l.AttnNorm, PostAttnNorm: l.PostAttnNorm, FFNNorm: l.FFNNorm, PostFFNNorm: l.PostFFNNorm,
+			QBias: l.QBias, KBias: l.KBias, VBias: l.VBias, QNorm: l.QNorm, KNorm: l.KNorm,
 			Q: dequantized(t, l.Q), K: dequantized(t, l.K), V: dequantized(t, l.V), O: dequantized(t, l.O),
 			Gate: dequantized(t, l.Gate), Up: dequantized(t, l.Up), Down: dequantized(t, l.Down),
+			QKV: dequantized(t, l.QKV), GateUp: dequantized(t, l.GateUp),
 		})
 	}
 	twin, err := model.New(m.Config, tw)
@@ -60,7 +62,7 @@ func f32Twin(t *testing.T, m *model.Model) *model.Model {
 // the fp32 result (NMSE <= 1e-9 per step) and the same 32 greedy tokens.
 func TestQuantizedAgainstDequantizedF32(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2"} {
+	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "phi3", "qwen2", "qwen3"} {
 		for _, typ := range []string{"f16", "q8_0", "q4_k_m"} {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
 				t.Parallel()
@@ -76,7 +78,7 @@ func TestQuantizedAgainstDequantizedF32(t *testing.T) {
 				e.Model.UseReference() // quant's kernels are under test, not engine/gemv's
 				quantized := false
 				for _, l := range e.Model.Weights.Layers {
-					if l.Q.Type != quant.F32 {
+					if l.Q.Type != quant.F32 || l.QKV.Data != nil && l.QKV.Type != quant.F32 {
 						quantized = true
 					}
 				}

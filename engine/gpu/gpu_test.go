@@ -72,12 +72,12 @@ func greedyCompare(t *testing.T, cpu *model.Model, gms []*Model, prompt []int32,
 }
 
 // TestTinyFidelity: logits NMSE <= 1e-4 at every step and the same 64
-// greedy tokens as engine/model, for both architectures in f32 and
-// Q4_K_M, with graphs (the default) and without. The 16-token prompt goes
-// through the GEMM path, the decode steps through GEMV.
+// greedy tokens as engine/model, for every architecture the GPU runs in
+// f32 and Q4_K_M, with graphs (the default) and without. The 16-token
+// prompt goes through the GEMM path, the decode steps through GEMV.
 func TestTinyFidelity(t *testing.T) {
 	gpu(t)
-	for _, arch := range []string{"llama", "gemma2"} {
+	for _, arch := range gpuFamilies {
 		for _, typ := range []string{"f32", "q4_k_m"} {
 			for _, graphs := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%s/%s/graphs=%v", arch, typ, graphs), func(t *testing.T) {
@@ -106,7 +106,7 @@ func TestTinyFidelity(t *testing.T) {
 // batch-independent.
 func TestBatched(t *testing.T) {
 	gpu(t)
-	for _, tc := range []struct{ arch, typ string }{{"llama", "q4_k_m"}, {"gemma2", "f32"}} {
+	for _, tc := range []struct{ arch, typ string }{{"llama", "q4_k_m"}, {"gemma2", "f32"}, {"mistral", "q4_k_m"}} {
 		t.Run(tc.arch+"/"+tc.typ, func(t *testing.T) {
 			cpu := tinyModel(t, tc.arch, tc.typ)
 			g := loadGPU(t, cpu, Options{MaxSeqs: 4})

@@ -60,6 +60,12 @@ func gpu(t testing.TB) (*cudadrv.Device, *kernels.Kernels) {
 	return gpuDev, gpuK
 }
 
+// gpuFamilies are the synth catalogue families the GPU tests compare with
+// the CPU: every architecture the CUDA backend runs (mistral is a llama
+// file with a head size that is not dim/heads and a sliding window at
+// every layer).
+var gpuFamilies = []string{"llama", "gemma2", "mistral"}
+
 // tinyModel writes a tiny synthetic model and opens it on the CPU.
 func tinyModel(t testing.TB, arch, typ string) *model.Model {
 	t.Helper()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/strata-llm/strata/engine/model"
@@ -152,6 +154,11 @@ func (m *Model) Stats() Stats {
 	return m.stats
 }
 
+// archs are the architectures the CUDA passes implement; a model of
+// another is refused at load (the engine's auto backend then runs it on
+// the CPU) rather than run with another architecture's arithmetic.
+var archs = []string{model.ArchLlama, model.ArchGemma2}
+
 // Load uploads cfg's weights w to dev and prepares the KV-cache slots. The
 // weights are validated against the configuration as engine/model.New
 // does (w is not modified except that an empty Output of a tied model is
@@ -172,6 +179,9 @@ func LoadContext(ctx context.Context, dev *cudadrv.Device, cfg model.Config, w *
 	// model it builds is a thin wrapper over w and is dropped.
 	if _, err := model.New(cfg, w); err != nil {
 		return nil, fmt.Errorf("cuda load: %w", err)
+	}
+	if !slices.Contains(archs, cfg.Arch) {
+		return nil, fmt.Errorf("cuda load: architecture %q runs on the CPU backend only (the GPU runs %s)", cfg.Arch, strings.Join(archs, ", "))
 	}
 	if opts.MaxSeqs <= 0 {
 		opts.MaxSeqs = kernels.MaxGEMVBatch

@@ -14,11 +14,15 @@ import (
 const (
 	ArchLlama  = "llama"
 	ArchGemma2 = "gemma2"
+	ArchGemma3 = "gemma3"
+	ArchPhi3   = "phi3"
+	ArchQwen2  = "qwen2"
+	ArchQwen3  = "qwen3"
 )
 
 // archs lists the implemented architectures, for the error that refuses
 // any other: it names what the file says and what strata can run instead.
-var archs = []string{ArchLlama, ArchGemma2}
+var archs = []string{ArchLlama, ArchGemma2, ArchGemma3, ArchPhi3, ArchQwen2, ArchQwen3}
 
 // Archs returns the architectures the engine implements.
 func Archs() []string { return slices.Clone(archs) }
@@ -46,7 +50,7 @@ const (
 // from GGUF metadata by ConfigFromGGUF, or filled in directly by tests and
 // tools that build models in memory.
 type Config struct {
-	// Arch is ArchLlama or ArchGemma2.
+	// Arch is one of Archs (the GGUF general.architecture).
 	Arch string
 	// Vocab is the number of token ids (rows of the embedding and output).
 	Vocab int
@@ -71,6 +75,14 @@ type Config struct {
 	// HeadDim/2 entries): freq_i = theta^(-2i/HeadDim) / RopeFreqs[i].
 	// Nil means no scaling.
 	RopeFreqs []float32
+	// RopeThetaLocal, when not 0, is the RoPE base of the sliding-window
+	// layers, which then take no RopeFreqs scaling (Gemma 3's local
+	// layers); 0 means they rotate as the global ones.
+	RopeThetaLocal float64
+	// RopeAttnFactor multiplies every RoPE cosine and sine (LongRoPE's
+	// attention factor, Phi-3's rope.scaling.attn_factor), so scores grow
+	// by its square; 0 means 1.
+	RopeAttnFactor float32
 	// NormEps is the RMSNorm epsilon.
 	NormEps float32
 	// AttnScale multiplies attention scores (1/sqrt(HeadDim) for llama,
@@ -80,8 +92,8 @@ type Config struct {
 	AttnSoftcap float32
 	// FinalSoftcap caps output logits the same way; 0 = off.
 	FinalSoftcap float32
-	// SlidingWindow is the window of gemma2's sliding layers (even layer
-	// indices): keys with qpos-kpos >= SlidingWindow are masked. 0 = none.
+	// SlidingWindow is the window of the sliding layers (Config.Sliding):
+	// keys with qpos-kpos >= SlidingWindow are masked. 0 = none.
 	SlidingWindow int
 	// EmbedScale multiplies the token embedding (gemma2: float32(sqrt(Dim));
 	// otherwise 1).
@@ -141,11 +153,51 @@ func (c *Config) QDim() int { return c.Heads * c.HeadDim }
 // KVDim is the width of the concatenated key (or value) heads.
 func (c *Config) KVDim() int { return c.KVHeads * c.HeadDim }
 
+// gemma3Pattern is Gemma 3's layer cycle: five sliding-window layers, then
+// a global one (llama.cpp's swa pattern 6; transformers' layer_types).
+const gemma3Pattern = 6
+
 // Sliding reports whether layer i uses the sliding-window mask. Gemma2
-// alternates sliding (even index) and global (odd index) layers.
+// alternates sliding (even index) and global (odd index) layers, Gemma 3
+// has one global layer in six (the last of each six); every other
+// architecture with a window (Mistral's, in a llama file) applies it at
+// every layer.
 func (c *Config) Sliding(i int) bool {
-	return c.Arch == ArchGemma2 && c.SlidingWindow > 0 && i%2 == 0
+	if c.SlidingWindow <= 0 {
+		return false
+	}
+	switch c.Arch {
+	case ArchGemma2:
+		return i%2 == 0
+	case ArchGemma3:
+		return i%gemma3Pattern < gemma3Pattern-1
+	}
+	return true
 }
+
+// NeoX reports whether RoPE rotates the pairs (x[i], x[i+HeadDim/2]), as
+// Hugging Face's rotate_half does and llama.cpp's converter leaves the
+// rows for every architecture but llama; llama's q/k rows are permuted by
+// the converter so that its pairs are adjacent.
+func (c *Config) NeoX() bool { return c.Arch != ArchLlama }
+
+// QKVBias reports whether the q, k and v projections add a bias (Qwen2).
+func (c *Config) QKVBias() bool { return c.Arch == ArchQwen2 }
+
+// QKNorm reports whether each query and key head is RMS-normalised, with
+// a weight of HeadDim values, before RoPE (Qwen3, Gemma 3).
+func (c *Config) QKNorm() bool { return c.Arch == ArchQwen3 || c.Arch == ArchGemma3 }
+
+// Fused reports whether a layer stores q, k and v as one matrix
+// (attn_qkv, QKV rows then KV then KV) and gate and up as one (ffn_up of
+// 2*FFN rows, gate first): Phi-3. The forward pass splits them into views
+// (SplitFused).
+func (c *Config) Fused() bool { return c.Arch == ArchPhi3 }
+
+// PostNorms reports whether the attention and FFN outputs are normalised
+// again before they join the residual stream, and the FFN uses GELU rather
+// than SiLU (Gemma).
+func (c *Config) PostNorms() bool { return c.Arch == ArchGemma2 || c.Arch == ArchGemma3 }
 
 // Validate checks that the hyperparameters are usable and mutually
 // consistent.
@@ -181,6 +233,12 @@ func (c *Config) Validate() error {
 	}
 	if !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0) {
 		return fmt.Errorf("rope theta %v must be positive and finite", c.RopeTheta)
+	}
+	if c.RopeAttnFactor < 0 || math.IsNaN(float64(c.RopeAttnFactor)) || math.IsInf(float64(c.RopeAttnFactor), 0) {
+		return fmt.Errorf("rope attention factor %v must be 0 (none) or positive and finite", c.RopeAttnFactor)
+	}
+	if c.RopeThetaLocal < 0 || math.IsNaN(c.RopeThetaLocal) || math.IsInf(c.RopeThetaLocal, 0) {
+		return fmt.Errorf("local rope theta %v must be 0 (none) or positive and finite", c.RopeThetaLocal)
 	}
 	if c.RopeFreqs != nil {
 		if len(c.RopeFreqs) != c.HeadDim/2 {
@@ -376,6 +434,34 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	}
 
 	c.AttnScale = float32(1 / math.Sqrt(float64(c.HeadDim)))
+	if arch == ArchLlama {
+		// Mistral's window, when a file carries it, masks every layer as
+		// transformers' MistralForCausalLM does. llama.cpp's converter
+		// does not write the key for Mistral (its llama graph attends to
+		// the whole context), so files without it run unwindowed, as
+		// there.
+		optInt("attention.sliding_window", &c.SlidingWindow)
+		if err != nil {
+			return Config{}, err
+		}
+	}
+	if arch == ArchPhi3 {
+		// Phi-3's window, where the file names one, masks every layer as
+		// transformers' Phi3ForCausalLM does (llama.cpp turns it off);
+		// LongRoPE's attention factor scales the rotations.
+		optInt("attention.sliding_window", &c.SlidingWindow)
+		if err != nil {
+			return Config{}, err
+		}
+		if v, ok := f.Float("phi3.rope.scaling.attn_factor"); ok {
+			c.RopeAttnFactor = float32(v)
+		}
+	}
+	if arch == ArchGemma3 {
+		if err := gemma3Config(f, &c); err != nil {
+			return Config{}, fmt.Errorf("config from gguf: %w", err)
+		}
+	}
 	if arch == ArchGemma2 {
 		c.EmbedScale = float32(math.Sqrt(float64(c.Dim)))
 		// llama.cpp's defaults for gemma2 when the keys are absent.
@@ -406,4 +492,36 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 		return Config{}, fmt.Errorf("config from gguf: %w", err)
 	}
 	return c, nil
+}
+
+// gemma3Config sets what Gemma 3 adds to the common keys, as llama.cpp
+// reads them: embeddings scaled by sqrt(dim); a window (required) on five
+// layers in six, which rotate with base 10000 and no scaling while
+// rope.freq_base and rope.scaling apply to the global layers; queries
+// scaled by head_dim^-0.5 (query_pre_attn_scalar when a file carries it,
+// (dim/heads)^-0.5 for the 62-layer 27B, whose scalar that is); a final
+// soft-cap only when the file names one.
+func gemma3Config(f *gguf.File, c *Config) error {
+	c.EmbedScale = float32(math.Sqrt(float64(c.Dim)))
+	c.RopeThetaLocal = 10000
+	v, ok := f.Uint("gemma3.attention.sliding_window")
+	if !ok {
+		return errors.New("missing or non-integer gemma3.attention.sliding_window")
+	}
+	if v == 0 || v > maxContext {
+		return fmt.Errorf("gemma3.attention.sliding_window %d out of range [1, %d]", v, maxContext)
+	}
+	c.SlidingWindow = int(v)
+	if s, ok := f.Float("gemma3.attention.query_pre_attn_scalar"); ok {
+		if !(s > 0) || math.IsInf(s, 0) {
+			return fmt.Errorf("gemma3.attention.query_pre_attn_scalar %v must be positive", s)
+		}
+		c.AttnScale = float32(1 / math.Sqrt(s))
+	} else if c.Layers == 62 {
+		c.AttnScale = float32(1 / math.Sqrt(float64(c.Dim/c.Heads)))
+	}
+	if s, ok := f.Float("gemma3.final_logit_softcapping"); ok {
+		c.FinalSoftcap = float32(s)
+	}
+	return nil
 }

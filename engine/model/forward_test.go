@@ -16,7 +16,7 @@ func specs() []struct {
 	return []struct {
 		name string
 		spec testSpec
-	}{{"llama", llamaSpec()}, {"gemma2", gemmaSpec()}, {"mixtral", mixtralSpec()}}
+	}{{"llama", llamaSpec()}, {"gemma2", gemmaSpec()}, {"gemma3", gemma3Spec()}, {"mistral", mistralSpec()}, {"phi3", phi3Spec()}, {"qwen2", qwen2Spec()}, {"qwen3", qwen3Spec()}, {"mixtral", mixtralSpec()}}
 }
 
 // TestForwardMatchesReference runs prompts token by token and as one
@@ -71,16 +71,45 @@ func TestReferenceIsSensitive(t *testing.T) {
 		{"gemma2 as llama rope", gemmaSpec(), func(c *Config) { c.Arch = ArchLlama; c.TiedOutput = false }},
 		{"mixtral top-1", mixtralSpec(), func(c *Config) { c.ExpertsUsed = 1 }},
 		{"mixtral every expert", mixtralSpec(), func(c *Config) { c.ExpertsUsed = c.Experts }},
+		{"qwen2 as llama rope", qwen2Spec(), func(c *Config) { c.Arch = ArchLlama }},
+		{"mistral without window", mistralSpec(), func(c *Config) { c.SlidingWindow = 0 }},
+		{"gemma3 with one rope base", gemma3Spec(), func(c *Config) { c.RopeThetaLocal = 0 }},
+		{"gemma3 local base 80000", gemma3Spec(), func(c *Config) { c.RopeThetaLocal = 80000 }},
+		{"gemma3 without q/k norms", gemma3Spec(), nil},
+		{"gemma3 without window", gemma3Spec(), func(c *Config) { c.SlidingWindow = 0 }},
+		{"gemma3 without linear scaling", gemma3Spec(), func(c *Config) { c.RopeFreqs = nil }},
+		{"phi3 short factors", phi3Spec(), func(c *Config) { c.RopeFreqs = phi3Spec().shortFactors }},
+		{"phi3 without attention factor", phi3Spec(), func(c *Config) { c.RopeAttnFactor = 0 }},
+		{"phi3 without window", phi3Spec(), func(c *Config) { c.SlidingWindow = 0 }},
+		{"qwen2 without biases", qwen2Spec(), nil},
+		{"qwen3 without q/k norms", qwen3Spec(), nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			w := randomWeights(tc.spec, 1)
 			cfg := tc.spec.config()
-			tc.mod(&cfg)
-			if cfg.Arch == ArchLlama {
-				for i := range w.Layers { // llama has no post norms
-					w.Layers[i].PostAttnNorm, w.Layers[i].PostFFNNorm = Tensor{}, Tensor{}
+			if tc.mod != nil {
+				tc.mod(&cfg)
+			}
+			for i := range w.Layers {
+				l := &w.Layers[i]
+				switch {
+				case cfg.Arch == ArchLlama: // llama has no post norms, biases, q/k norms
+					*l = Layer{AttnNorm: l.AttnNorm, Q: l.Q, K: l.K, V: l.V, O: l.O, FFNNorm: l.FFNNorm, Gate: l.Gate, Up: l.Up, Down: l.Down,
+						Router: l.Router, Experts: l.Experts}
+				case tc.mod == nil && cfg.Arch == ArchQwen2:
+					for _, b := range []*Tensor{&l.QBias, &l.KBias, &l.VBias} {
+						*b = F32Tensor(b.Name, 1, b.Cols, make([]float32, b.Cols))
+					}
+				case tc.mod == nil && (cfg.Arch == ArchQwen3 || cfg.Arch == ArchGemma3):
+					for _, n := range []*Tensor{&l.QNorm, &l.KNorm} {
+						ones := make([]float32, n.Cols)
+						for j := range ones {
+							ones[j] = 1
+						}
+						*n = F32Tensor(n.Name, 1, n.Cols, ones)
+					}
 				}
 			}
 			m, err := New(cfg, w)

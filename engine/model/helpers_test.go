@@ -33,6 +33,68 @@ type testSpec struct {
 	window                                                    int
 	eps                                                       float32
 	experts, used                                             int // mixture of experts (Mixtral)
+	// tied shares the embedding as the output projection (gemma2 always).
+	tied bool
+	// linear is the linear RoPE factor of Gemma 3's global layers.
+	linear float64
+	// longFactors and shortFactors are Phi-3's LongRoPE divisors, of
+	// which the long ones apply (context > origContext); attnFactor
+	// scales cos and sin.
+	longFactors, shortFactors []float32
+	origContext               int
+	attnFactor                float64
+}
+
+// phi3Spec is a tiny Phi-3: fused qkv and gate_up, GQA (as Phi-3 medium),
+// a window at every layer, LongRoPE's long factors (the context, 64, is
+// past the original 16) and attention factor.
+func phi3Spec() testSpec {
+	long, short := make([]float32, 8), make([]float32, 8)
+	for i := range long {
+		long[i] = 1 + float32(i*i)/4
+		short[i] = 1 + float32(i)/16
+	}
+	return testSpec{
+		arch: ArchPhi3, vocab: 97, dim: 64, ffn: 96, layers: 2, heads: 4, kvHeads: 2, headDim: 16,
+		context: 64, theta: 10000, window: 7, eps: 1e-5,
+		longFactors: long, shortFactors: short, origContext: 16, attnFactor: math.Sqrt(1 + math.Log(4)/math.Log(16)),
+	}
+}
+
+// gemma3Spec is a tiny Gemma 3: five sliding layers and a global one,
+// whose RoPE bases differ and whose global rotation is linearly scaled,
+// q/k norms, head_dim 24 (not dim/heads) and query_pre_attn_scalar 20.
+func gemma3Spec() testSpec {
+	return testSpec{
+		arch: ArchGemma3, vocab: 97, dim: 64, ffn: 96, layers: 6, heads: 4, kvHeads: 2, headDim: 24,
+		context: 64, theta: 1000000, qpas: 20, window: 5, eps: 1e-6, tied: true, linear: 8,
+	}
+}
+
+// mistralSpec is a tiny Mistral (a llama file): head_dim 24 is not
+// dim/heads (16), as in Nemo, and every layer has a sliding window.
+func mistralSpec() testSpec {
+	return testSpec{
+		arch: ArchLlama, vocab: 97, dim: 64, ffn: 96, layers: 2, heads: 4, kvHeads: 2, headDim: 24,
+		context: 64, theta: 1000000, window: 5, eps: 1e-5,
+	}
+}
+
+// qwen2Spec is a tiny tied Qwen2: q/k/v biases, NeoX RoPE.
+func qwen2Spec() testSpec {
+	return testSpec{
+		arch: ArchQwen2, vocab: 97, dim: 64, ffn: 96, layers: 2, heads: 4, kvHeads: 2, headDim: 16,
+		context: 64, theta: 1000000, eps: 1e-6, tied: true,
+	}
+}
+
+// qwen3Spec is a tiny Qwen3 whose head_dim (24) is not dim/heads (16), with
+// per-head q/k RMSNorm.
+func qwen3Spec() testSpec {
+	return testSpec{
+		arch: ArchQwen3, vocab: 97, dim: 64, ffn: 96, layers: 2, heads: 4, kvHeads: 2, headDim: 24,
+		context: 64, theta: 1000000, eps: 1e-6,
+	}
 }
 
 // llamaSpec is a tiny llama with GQA and llama3 scaling chosen so all three
@@ -76,6 +138,23 @@ func (s testSpec) config() Config {
 	if s.experts > 0 {
 		c.Experts, c.ExpertsUsed, c.ExpertFFN = s.experts, s.used, s.ffn
 	}
+	c.TiedOutput = s.tied
+	c.SlidingWindow = s.window
+	if s.arch == ArchPhi3 {
+		c.RopeFreqs = s.longFactors
+		c.RopeAttnFactor = float32(s.attnFactor)
+	}
+	if s.arch == ArchGemma3 {
+		c.AttnScale = float32(1 / math.Sqrt(s.qpas))
+		c.EmbedScale = float32(math.Sqrt(float64(s.dim)))
+		c.RopeThetaLocal = 10000
+		if s.linear > 0 {
+			c.RopeFreqs = make([]float32, s.headDim/2)
+			for i := range c.RopeFreqs {
+				c.RopeFreqs[i] = float32(s.linear)
+			}
+		}
+	}
 	if s.arch == ArchGemma2 {
 		c.AttnScale = float32(1 / math.Sqrt(s.qpas))
 		c.AttnSoftcap, c.FinalSoftcap, c.SlidingWindow = s.attnCap, s.finalCap, s.window
@@ -117,12 +196,20 @@ func randomWeights(s testSpec, seed uint64) *Weights {
 		}
 		return F32Tensor(name, rows, cols, v)
 	}
-	norm := func(name string) Tensor {
-		v := make([]float32, s.dim)
+	normN := func(name string, n int) Tensor {
+		v := make([]float32, n)
 		for i := range v {
 			v[i] = float32(1 + 0.3*(2*r.Float64()-1))
 		}
-		return F32Tensor(name, 1, s.dim, v)
+		return F32Tensor(name, 1, n, v)
+	}
+	norm := func(name string) Tensor { return normN(name, s.dim) }
+	bias := func(name string, n int) Tensor {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(2*r.Float64() - 1)
+		}
+		return F32Tensor(name, 1, n, v)
 	}
 	q, kv := s.heads*s.headDim, s.kvHeads*s.headDim
 	emb := mat("token_embd.weight", s.vocab, s.dim)
@@ -130,7 +217,7 @@ func randomWeights(s testSpec, seed uint64) *Weights {
 		binaryPutF32(emb.Data, i, float32(2*r.Float64()-1))
 	}
 	w := &Weights{Embed: emb, OutputNorm: norm("output_norm.weight")}
-	if s.arch == ArchGemma2 {
+	if s.arch == ArchGemma2 || s.tied {
 		w.Output = w.Embed
 	} else {
 		w.Output = mat("output.weight", s.vocab, s.dim)
@@ -162,6 +249,21 @@ func randomWeights(s testSpec, seed uint64) *Weights {
 					Down: mat(expertName(p+"ffn_down_exps.weight", e), s.dim, s.ffn),
 				})
 			}
+		}
+		if s.arch == ArchQwen2 {
+			l.QBias, l.KBias, l.VBias = bias(p+"attn_q.bias", q), bias(p+"attn_k.bias", kv), bias(p+"attn_v.bias", kv)
+		}
+		if s.arch == ArchPhi3 {
+			l.QKV = mat(p+"attn_qkv.weight", q+2*kv, s.dim)
+			l.GateUp = mat(p+"ffn_up.weight", 2*s.ffn, s.dim)
+			l.Q, l.K, l.V, l.Gate, l.Up = Tensor{}, Tensor{}, Tensor{}, Tensor{}, Tensor{}
+		}
+		if s.arch == ArchGemma3 {
+			l.PostAttnNorm = norm(p + "post_attention_norm.weight")
+			l.PostFFNNorm = norm(p + "post_ffw_norm.weight")
+		}
+		if s.arch == ArchQwen3 || s.arch == ArchGemma3 {
+			l.QNorm, l.KNorm = normN(p+"attn_q_norm.weight", s.headDim), normN(p+"attn_k_norm.weight", s.headDim)
 		}
 		w.Layers = append(w.Layers, l)
 	}
@@ -241,10 +343,35 @@ func planFor(s testSpec, w *Weights) *ggufPlan {
 		p.kv = append(p.kv,
 			gguf.KV{Key: a + ".vocab_size", Value: uint32(s.vocab)},
 			gguf.KV{Key: a + ".rope.dimension_count", Value: uint32(s.headDim)})
+		if s.headDim*s.heads != s.dim {
+			p.kv = append(p.kv, gguf.KV{Key: a + ".attention.key_length", Value: uint32(s.headDim)})
+		}
+		if s.window > 0 {
+			p.kv = append(p.kv, gguf.KV{Key: a + ".attention.sliding_window", Value: uint32(s.window)})
+		}
 	} else {
 		p.kv = append(p.kv,
 			gguf.KV{Key: a + ".attention.key_length", Value: uint32(s.headDim)},
-			gguf.KV{Key: a + ".attention.value_length", Value: uint32(s.headDim)},
+			gguf.KV{Key: a + ".attention.value_length", Value: uint32(s.headDim)})
+	}
+	if a == ArchPhi3 {
+		p.kv = append(p.kv,
+			gguf.KV{Key: "phi3.attention.sliding_window", Value: uint32(s.window)},
+			gguf.KV{Key: "phi3.rope.scaling.original_context_length", Value: uint32(s.origContext)},
+			gguf.KV{Key: "phi3.rope.scaling.attn_factor", Value: float32(s.attnFactor)})
+	}
+	if a == ArchGemma3 {
+		p.kv = append(p.kv,
+			gguf.KV{Key: "gemma3.attention.sliding_window", Value: uint32(s.window)},
+			gguf.KV{Key: "gemma3.attention.query_pre_attn_scalar", Value: uint32(s.qpas)})
+		if s.linear > 0 {
+			p.kv = append(p.kv,
+				gguf.KV{Key: "gemma3.rope.scaling.type", Value: "linear"},
+				gguf.KV{Key: "gemma3.rope.scaling.factor", Value: float32(s.linear)})
+		}
+	}
+	if a == ArchGemma2 {
+		p.kv = append(p.kv,
 			gguf.KV{Key: "gemma2.attn_logit_softcapping", Value: s.attnCap},
 			gguf.KV{Key: "gemma2.final_logit_softcapping", Value: s.finalCap},
 			gguf.KV{Key: "gemma2.attention.sliding_window", Value: uint32(s.window)},
@@ -259,8 +386,14 @@ func planFor(s testSpec, w *Weights) *ggufPlan {
 	}
 	add(w.Embed, false)
 	add(w.OutputNorm, true)
-	if a == ArchLlama {
+	if a != ArchGemma2 && !s.tied {
 		add(w.Output, false)
+	}
+	if a == ArchPhi3 {
+		add(F32Tensor("rope_factors_long.weight", 1, len(s.longFactors), s.longFactors), true)
+		add(F32Tensor("rope_factors_short.weight", 1, len(s.shortFactors), s.shortFactors), true)
+	}
+	if a == ArchLlama {
 		if s.llama3 != nil {
 			rf := llama3Factors(s.headDim, s.theta, *s.llama3)
 			add(F32Tensor("rope_freqs.weight", 1, len(rf), rf), true)
@@ -268,7 +401,7 @@ func planFor(s testSpec, w *Weights) *ggufPlan {
 	}
 	for i := range w.Layers {
 		l := &w.Layers[i]
-		for _, t := range []*Tensor{&l.AttnNorm, &l.Q, &l.K, &l.V, &l.O, &l.PostAttnNorm, &l.FFNNorm, &l.Gate, &l.Up, &l.Down, &l.PostFFNNorm} {
+		for _, t := range []*Tensor{&l.AttnNorm, &l.Q, &l.K, &l.V, &l.QBias, &l.KBias, &l.VBias, &l.QNorm, &l.KNorm, &l.QKV, &l.O, &l.PostAttnNorm, &l.FFNNorm, &l.Gate, &l.Up, &l.GateUp, &l.Down, &l.PostFFNNorm} {
 			if t.Data != nil {
 				add(*t, t.Rows == 1)
 			}

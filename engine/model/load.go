@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/strata-llm/strata/engine/gguf"
 )
@@ -64,34 +65,22 @@ func LoadGGUF(m *gguf.Mapped) (*Model, error) {
 			cfg.RopeFreqs = freqs
 		}
 	}
-	d, q, kv, f := cfg.Dim, cfg.QDim(), cfg.KVDim(), cfg.FFN
+	if cfg.Arch == ArchPhi3 {
+		if err := phi3RopeFactors(m, &cfg, get); err != nil {
+			return nil, err
+		}
+	}
+	roles := cfg.LayerRoles()
 	for i := range w.Layers {
 		l := &w.Layers[i]
-		specs := []tensorCheck{
-			{&l.AttnNorm, "attn_norm", 1, d, true},
-			{&l.Q, "attn_q", q, d, false},
-			{&l.K, "attn_k", kv, d, false},
-			{&l.V, "attn_v", kv, d, false},
-			{&l.O, "attn_output", d, q, false},
-			{&l.FFNNorm, "ffn_norm", 1, d, true},
-			{&l.Gate, "ffn_gate", f, d, false},
-			{&l.Up, "ffn_up", f, d, false},
-			{&l.Down, "ffn_down", d, f, false},
-		}
-		if cfg.MoE() {
-			specs = specs[:6] // the FFN norm; the experts replace gate, up and down
-			if err := loadExperts(m, &cfg, i, l); err != nil {
-				return nil, fmt.Errorf("load gguf: %w", err)
+		for _, r := range roles {
+			if *r.Field(l), err = get(fmt.Sprintf("blk.%d.%s", i, r.Suffix), r.Rows, r.Cols, r.Vector); err != nil {
+				return nil, err
 			}
 		}
-		if cfg.Arch == ArchGemma2 {
-			specs = append(specs,
-				tensorCheck{&l.PostAttnNorm, "post_attention_norm", 1, d, true},
-				tensorCheck{&l.PostFFNNorm, "post_ffw_norm", 1, d, true})
-		}
-		for _, s := range specs {
-			if *s.t, err = get(fmt.Sprintf("blk.%d.%s.weight", i, s.name), s.rows, s.cols, s.norm); err != nil {
-				return nil, err
+		if cfg.MoE() {
+			if err := loadExperts(m, &cfg, i, l); err != nil {
+				return nil, fmt.Errorf("load gguf: %w", err)
 			}
 		}
 	}
@@ -100,6 +89,50 @@ func LoadGGUF(m *gguf.Mapped) (*Model, error) {
 		return nil, fmt.Errorf("load gguf: %w", err)
 	}
 	return mod, nil
+}
+
+// phi3RopeFactors reads LongRoPE's per-pair frequency divisors into
+// cfg.RopeFreqs: rope_factors_long.weight when the trained context
+// exceeds phi3.rope.scaling.original_context_length, as llama.cpp picks
+// them for a context of the trained length and transformers for
+// positions past the original one; rope_factors_short.weight otherwise.
+// A file without them rotates unscaled (Phi-3 4k and Phi-4).
+func phi3RopeFactors(m *gguf.Mapped, cfg *Config, get func(name string, rows, cols int, vector bool) (Tensor, error)) error {
+	orig := uint64(cfg.Context)
+	if v, ok := m.Uint("phi3.rope.scaling.original_context_length"); ok {
+		if v == 0 {
+			return fmt.Errorf("load gguf: phi3.rope.scaling.original_context_length is 0")
+		}
+		orig = v
+	}
+	name := "rope_factors_short.weight"
+	if uint64(cfg.Context) > orig {
+		name = "rope_factors_long.weight"
+	}
+	if _, ok := m.Tensor(name); !ok {
+		_, long := m.Tensor("rope_factors_long.weight")
+		_, short := m.Tensor("rope_factors_short.weight")
+		if long || short {
+			return fmt.Errorf("load gguf: missing tensor %s (the file has only one of the LongRoPE factor tensors)", name)
+		}
+		return nil
+	}
+	t, err := get(name, 1, cfg.HeadDim/2, true)
+	if err != nil {
+		return err
+	}
+	f := make([]float32, cfg.HeadDim/2)
+	decodeF32(f, t.Data)
+	for i := range f {
+		if !(f[i] > 0) || math.IsInf(float64(f[i]), 0) {
+			return fmt.Errorf("load gguf: %s[%d] = %v must be positive and finite", name, i, f[i])
+		}
+		if cfg.RopeFreqs != nil { // linear scaling on top
+			f[i] *= cfg.RopeFreqs[i]
+		}
+	}
+	cfg.RopeFreqs = f
+	return nil
 }
 
 // Open maps a GGUF file and loads it. The returned Model owns the mapping:

@@ -31,8 +31,11 @@ type Model struct {
 	resident bool
 	pool     *pool
 	ropeFreq []float64 // per rotary pair, radians per position
-	closer   func() error
-	sc       scratch
+	// ropeFreqLocal is ropeFreq of the sliding-window layers when their
+	// RoPE base differs (Config.RopeThetaLocal); nil otherwise.
+	ropeFreqLocal []float64
+	closer        func() error
+	sc            scratch
 	// keepScratch is the largest activation buffer (in float32s) kept
 	// between passes: defaultKeptScratch, lowered by tests on their own
 	// model.
@@ -182,16 +185,27 @@ func New(cfg Config, w *Weights) (*Model, error) {
 	}
 	m := &Model{Config: cfg, Weights: w, pool: defaultPool(), keepScratch: defaultKeptScratch, routeCounts: newRouteCounts(&cfg)}
 	m.src, m.resident = residentSource{w}, true
-	half := cfg.HeadDim / 2
-	m.ropeFreq = make([]float64, half)
-	for i := range m.ropeFreq {
-		f := math.Pow(cfg.RopeTheta, -2*float64(i)/float64(cfg.HeadDim))
-		if cfg.RopeFreqs != nil {
-			f /= float64(cfg.RopeFreqs[i])
-		}
-		m.ropeFreq[i] = f
+	m.ropeFreq = RopeFrequencies(cfg.RopeTheta, cfg.HeadDim, cfg.RopeFreqs)
+	if cfg.RopeThetaLocal > 0 {
+		// The local layers' base comes without the global layers'
+		// scaling (llama.cpp's rope_freq_scale_train_swa is 1).
+		m.ropeFreqLocal = RopeFrequencies(cfg.RopeThetaLocal, cfg.HeadDim, nil)
 	}
 	return m, nil
+}
+
+// RopeFrequencies returns the angle per position, in radians, of each of
+// headDim/2 rotary pairs: theta^(-2i/headDim), divided by divisors[i] when
+// divisors is not nil (llama3 or linear scaling).
+func RopeFrequencies(theta float64, headDim int, divisors []float32) []float64 {
+	f := make([]float64, headDim/2)
+	for i := range f {
+		f[i] = math.Pow(theta, -2*float64(i)/float64(headDim))
+		if divisors != nil {
+			f[i] /= float64(divisors[i])
+		}
+	}
+	return f
 }
 
 // SetLayerSource makes later forward passes take layer weights from src
@@ -442,12 +456,20 @@ type scratch struct {
 	bufs                               []float32
 	h, xn, q, k, v, att, tmp, gate, up [][]float32
 	cos, sin                           [][]float32
-	normW                              []float32
-	toks                               []tokRef
-	ysub                               [][][]float32 // per worker
-	scores                             [][]float32   // per worker
-	chunks                             []chunk
-	outX, outY                         [][]float32
+	// cosL and sinL are the rotations of local (sliding-window) layers
+	// when they have a RoPE base of their own (Gemma 3).
+	cosL, sinL [][]float32
+	normW      []float32
+	// vec holds a layer's decoded bias or q/k norm weights.
+	vec []float32
+	// split is the layer of a fused architecture with its views set
+	// (Config.SplitFused).
+	split      Layer
+	toks       []tokRef
+	ysub       [][][]float32 // per worker
+	scores     [][]float32   // per worker
+	chunks     []chunk
+	outX, outY [][]float32
 	// hPrev and prevBuf keep the hidden states entering a layer while
 	// LayerCosines measures.
 	hPrev   [][]float32
@@ -484,7 +506,7 @@ func (m *Model) prepare(T, maxPos int) {
 	c := &m.Config
 	sc := &m.sc
 	half := c.HeadDim / 2
-	widths := []int{c.Dim, c.Dim, c.QDim(), c.KVDim(), c.KVDim(), c.QDim(), c.Dim, c.FFN, c.FFN, half, half}
+	widths := []int{c.Dim, c.Dim, c.QDim(), c.KVDim(), c.KVDim(), c.QDim(), c.Dim, c.FFN, c.FFN, half, half, half, half}
 	total := 0
 	for _, w := range widths {
 		total += w * T
@@ -493,7 +515,7 @@ func (m *Model) prepare(T, maxPos int) {
 		sc.bufs = make([]float32, total)
 	}
 	buf := sc.bufs[:total]
-	views := []*[][]float32{&sc.h, &sc.xn, &sc.q, &sc.k, &sc.v, &sc.att, &sc.tmp, &sc.gate, &sc.up, &sc.cos, &sc.sin}
+	views := []*[][]float32{&sc.h, &sc.xn, &sc.q, &sc.k, &sc.v, &sc.att, &sc.tmp, &sc.gate, &sc.up, &sc.cos, &sc.sin, &sc.cosL, &sc.sinL}
 	for i, w := range widths {
 		vs := (*views[i])[:0]
 		for t := 0; t < T; t++ {
@@ -504,6 +526,9 @@ func (m *Model) prepare(T, maxPos int) {
 	}
 	if len(sc.normW) != c.Dim {
 		sc.normW = make([]float32, c.Dim)
+	}
+	if n := max(c.QDim(), 2*c.HeadDim); len(sc.vec) != n {
+		sc.vec = make([]float32, n)
 	}
 	if len(sc.ysub) != m.pool.n {
 		sc.ysub = make([][][]float32, m.pool.n)
@@ -578,6 +603,17 @@ func (m *Model) forward(ctx context.Context, batch []Step, hidden func(h [][]flo
 			sc.cos[t][i] = float32(math.Cos(a))
 			sc.sin[t][i] = float32(math.Sin(a))
 		}
+		if af := c.RopeAttnFactor; af != 0 && af != 1 {
+			for i := range m.ropeFreq {
+				sc.cos[t][i] *= af
+				sc.sin[t][i] *= af
+			}
+		}
+		for i, f := range m.ropeFreqLocal {
+			a := float64(tr.pos) * f
+			sc.cosL[t][i] = float32(math.Cos(a))
+			sc.sinL[t][i] = float32(math.Sin(a))
+		}
 	}
 
 	for l := 0; l < c.Layers; l++ {
@@ -610,6 +646,10 @@ func (m *Model) forward(ctx context.Context, batch []Step, hidden func(h [][]flo
 				m.src.Release(l)
 				return fmt.Errorf("forward: layer source: %w", err)
 			}
+		}
+		if c.Fused() {
+			m.sc.split = c.SplitFused(lw)
+			lw = &m.sc.split
 		}
 		err = m.layer(ctx, l, lw)
 		m.src.Release(l)
@@ -675,7 +715,6 @@ func (m *Model) norm(ys, xs [][]float32, w *Tensor) {
 func (m *Model) layer(ctx context.Context, l int, w *Layer) error {
 	c := &m.Config
 	sc := &m.sc
-	gemma := c.Arch == ArchGemma2
 	hd := c.HeadDim
 	kvd := c.KVDim()
 
@@ -683,20 +722,46 @@ func (m *Model) layer(ctx context.Context, l int, w *Layer) error {
 	if err := m.matmul(matOp{&w.Q, sc.xn, sc.q}, matOp{&w.K, sc.xn, sc.k}, matOp{&w.V, sc.xn, sc.v}); err != nil {
 		return err
 	}
-	for t, tr := range sc.toks {
-		for h := 0; h < c.Heads; h++ {
-			if gemma {
-				ropeNeoX(sc.q[t][h*hd:(h+1)*hd], sc.cos[t], sc.sin[t])
-			} else {
-				ropeInterleaved(sc.q[t][h*hd:(h+1)*hd], sc.cos[t], sc.sin[t])
+	if c.QKVBias() {
+		for _, b := range []struct {
+			t  *Tensor
+			xs [][]float32
+		}{{&w.QBias, sc.q}, {&w.KBias, sc.k}, {&w.VBias, sc.v}} {
+			bias := sc.vec[:b.t.Cols]
+			decodeF32(bias, b.t.Data)
+			for _, x := range b.xs {
+				axpy(x, 1, bias)
 			}
 		}
-		for h := 0; h < c.KVHeads; h++ {
-			if gemma {
-				ropeNeoX(sc.k[t][h*hd:(h+1)*hd], sc.cos[t], sc.sin[t])
-			} else {
-				ropeInterleaved(sc.k[t][h*hd:(h+1)*hd], sc.cos[t], sc.sin[t])
+	}
+	var qn, kn []float32
+	if c.QKNorm() {
+		qn, kn = sc.vec[:hd], sc.vec[hd:2*hd]
+		decodeF32(qn, w.QNorm.Data)
+		decodeF32(kn, w.KNorm.Data)
+	}
+	cos, sin := sc.cos, sc.sin
+	if m.ropeFreqLocal != nil && c.Sliding(l) {
+		cos, sin = sc.cosL, sc.sinL
+	}
+	rope := ropeInterleaved
+	if c.NeoX() {
+		rope = ropeNeoX
+	}
+	for t, tr := range sc.toks {
+		for h := 0; h < c.Heads; h++ {
+			x := sc.q[t][h*hd : (h+1)*hd]
+			if qn != nil {
+				rmsNorm(x, x, qn, c.NormEps)
 			}
+			rope(x, cos[t], sin[t])
+		}
+		for h := 0; h < c.KVHeads; h++ {
+			x := sc.k[t][h*hd : (h+1)*hd]
+			if kn != nil {
+				rmsNorm(x, x, kn, c.NormEps)
+			}
+			rope(x, cos[t], sin[t])
 		}
 		copy(tr.seq.k[l][tr.pos*kvd:(tr.pos+1)*kvd], sc.k[t])
 		copy(tr.seq.v[l][tr.pos*kvd:(tr.pos+1)*kvd], sc.v[t])
@@ -705,7 +770,7 @@ func (m *Model) layer(ctx context.Context, l int, w *Layer) error {
 	if err := m.matmul(matOp{&w.O, sc.att, sc.tmp}); err != nil {
 		return err
 	}
-	if gemma {
+	if c.PostNorms() {
 		m.norm(sc.tmp, sc.tmp, &w.PostAttnNorm)
 	}
 	for t := range sc.h {
@@ -794,7 +859,7 @@ func (d *FFNDevice) Rate(ctx context.Context, ls []FFNLayer, T int) (float64, er
 // included): what the CPU reads to compute it.
 func FFNBytes(w *Layer) int64 {
 	var n int64
-	for _, t := range []*Tensor{&w.FFNNorm, &w.Gate, &w.Up, &w.Down, &w.PostFFNNorm} {
+	for _, t := range []*Tensor{&w.FFNNorm, &w.Gate, &w.Up, &w.GateUp, &w.Down, &w.PostFFNNorm} {
 		n += int64(len(t.Data))
 	}
 	return n
@@ -804,7 +869,7 @@ func FFNBytes(w *Layer) int64 {
 // included).
 func AttnBytes(w *Layer) int64 {
 	var n int64
-	for _, t := range []*Tensor{&w.AttnNorm, &w.Q, &w.K, &w.V, &w.O, &w.PostAttnNorm} {
+	for _, t := range []*Tensor{&w.AttnNorm, &w.Q, &w.K, &w.V, &w.QKV, &w.QBias, &w.KBias, &w.VBias, &w.QNorm, &w.KNorm, &w.O, &w.PostAttnNorm} {
 		n += int64(len(t.Data))
 	}
 	return n
@@ -841,6 +906,10 @@ func (m *Model) FFN(ctx context.Context, l int, w *Layer, h [][]float32) error {
 	for t, r := range h {
 		copy(sc.h[t], r)
 	}
+	if c.Fused() {
+		sc.split = c.SplitFused(w)
+		w = &sc.split
+	}
 	if err := m.ffn(ctx, l, w); err != nil {
 		return fmt.Errorf("ffn of layer %d: %w", l, err)
 	}
@@ -855,7 +924,7 @@ func (m *Model) FFN(ctx context.Context, l int, w *Layer, h [][]float32) error {
 func (m *Model) ffn(ctx context.Context, l int, w *Layer) error {
 	c := &m.Config
 	sc := &m.sc
-	gemma := c.Arch == ArchGemma2
+	gemma := c.PostNorms()
 	m.norm(sc.xn, sc.h, &w.FFNNorm)
 	if c.MoE() {
 		return m.moe(ctx, l, w)

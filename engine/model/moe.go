@@ -64,15 +64,12 @@ func expertsFromGGUF(f *gguf.File, arch string, c *Config) error {
 // expertName names expert e's slice of a merged expert tensor in errors.
 func expertName(tensor string, e int) string { return fmt.Sprintf("%s[%d]", tensor, e) }
 
-// expertChecks are a MoE layer's feed-forward tensors: the FFN norm, the
-// router and every expert's three matrices (checkExpertCount checks that
-// the layer has the config's number of experts).
-func (c *Config) expertChecks(l *Layer) []tensorCheck {
+// expertChecks are the checks of every expert a MoE layer holds (its
+// router and norm are LayerRoles; checkExpertCount checks that the layer
+// has the config's number of experts, or none).
+func expertChecks(c *Config, l *Layer) []tensorCheck {
 	d, f := c.Dim, c.ExpertFFN
-	checks := []tensorCheck{
-		{&l.FFNNorm, "ffn_norm.weight", 1, d, true},
-		{&l.Router, "ffn_gate_inp.weight", c.Experts, d, false},
-	}
+	var checks []tensorCheck
 	for e := range l.Experts {
 		x := &l.Experts[e]
 		checks = append(checks,
@@ -154,17 +151,6 @@ func (m *Model) pickedExperts(ctx context.Context, l int, w *Layer, es []int, ds
 func loadExperts(m *gguf.Mapped, cfg *Config, i int, l *Layer) error {
 	d, f, n := cfg.Dim, cfg.ExpertFFN, cfg.Experts
 	p := fmt.Sprintf("blk.%d.", i)
-	ri, ok := m.Tensor(p + "ffn_gate_inp.weight")
-	if !ok {
-		return fmt.Errorf("missing tensor %sffn_gate_inp.weight", p)
-	}
-	if !dimsMatch(ri.Dims, []uint64{uint64(d), uint64(n)}) {
-		return fmt.Errorf("tensor %sffn_gate_inp.weight has dims %v, want %v", p, ri.Dims, []uint64{uint64(d), uint64(n)})
-	}
-	l.Router = Tensor{Name: p + "ffn_gate_inp.weight", Type: ri.Type, Rows: n, Cols: d, Data: m.Data(ri)}
-	if err := l.Router.check(l.Router.Name, n, d, false); err != nil {
-		return err
-	}
 	l.Experts = make([]Expert, n)
 	for _, s := range []struct {
 		name       string

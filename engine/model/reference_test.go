@@ -26,6 +26,14 @@ type refParams struct {
 	window                                           int
 	eps                                              float64
 	experts, used                                    int
+	// linear is Gemma 3's linear RoPE factor of its global layers (0 =
+	// none); its local layers rotate with base 10000 unscaled.
+	linear float64
+	// longFactor and attnFactor are Phi-3's LongRoPE parameters (nil and
+	// 0 for other architectures): inv_freq / long_factor, cos and sin
+	// times attention_factor.
+	longFactor []float32
+	attnFactor float64
 }
 
 func refParamsOf(s testSpec) refParams {
@@ -34,11 +42,13 @@ func refParamsOf(s testSpec) refParams {
 		kvHeads: s.kvHeads, headDim: s.headDim, theta: s.theta, llama3: s.llama3, qpas: s.qpas,
 		attnCap: float64(s.attnCap), finalCap: float64(s.finalCap), window: s.window, eps: float64(s.eps),
 		experts: s.experts, used: s.used,
+		linear: s.linear, longFactor: s.longFactors, attnFactor: s.attnFactor,
 	}
 }
 
 type refLayer struct {
 	attnNorm, postAttn, ffnNorm, postFFN []float64
+	qb, kb, vb, qNorm, kNorm             []float64
 	q, k, v, o, gate, up, down           [][]float64
 	// router and experts (gate, up, down each) for a MoE layer.
 	router  [][]float64
@@ -46,12 +56,14 @@ type refLayer struct {
 }
 
 type refModel struct {
-	p        refParams
-	embed    [][]float64
-	out      [][]float64
-	outNorm  []float64
-	layers   []refLayer
-	invFreq  []float64
+	p       refParams
+	embed   [][]float64
+	out     [][]float64
+	outNorm []float64
+	layers  []refLayer
+	invFreq []float64
+	// invLocal is Gemma 3's local layers' inv_freq (rope_local_base_freq).
+	invLocal []float64
 	kc, vc   [][][]float64 // [layer][pos][kvHeads*headDim], HF layout
 	position int
 }
@@ -96,31 +108,45 @@ func unpermute(m [][]float64, heads, hd int) [][]float64 {
 func newRef(t testing.TB, p refParams, w *Weights) *refModel {
 	t.Helper()
 	r := &refModel{p: p, embed: refMatrix(t, w.Embed), outNorm: refVector(t, w.OutputNorm)}
-	if p.arch == ArchGemma2 {
+	if w.Output.Data == nil || &w.Output.Data[0] == &w.Embed.Data[0] {
 		r.out = r.embed // tied
 	} else {
 		r.out = refMatrix(t, w.Output)
 	}
 	for i := range w.Layers {
 		l := &w.Layers[i]
-		rl := refLayer{
-			attnNorm: refVector(t, l.AttnNorm), ffnNorm: refVector(t, l.FFNNorm),
-			q: refMatrix(t, l.Q), k: refMatrix(t, l.K), v: refMatrix(t, l.V), o: refMatrix(t, l.O),
-		}
-		if len(l.Experts) == 0 {
-			rl.gate, rl.up, rl.down = refMatrix(t, l.Gate), refMatrix(t, l.Up), refMatrix(t, l.Down)
+		rl := refLayer{attnNorm: refVector(t, l.AttnNorm), ffnNorm: refVector(t, l.FFNNorm), o: refMatrix(t, l.O), down: refMatrix(t, l.Down)}
+		if p.arch == ArchPhi3 {
+			// qkv_proj: q rows, then k, then v; gate_up_proj: gate, then up.
+			qkv, gu := refMatrix(t, l.QKV), refMatrix(t, l.GateUp)
+			qd, kvd := p.heads*p.headDim, p.kvHeads*p.headDim
+			rl.q, rl.k, rl.v = qkv[:qd], qkv[qd:qd+kvd], qkv[qd+kvd:]
+			rl.gate, rl.up = gu[:p.ffn], gu[p.ffn:]
 		} else {
+			rl.q, rl.k, rl.v = refMatrix(t, l.Q), refMatrix(t, l.K), refMatrix(t, l.V)
+			rl.gate, rl.up = refMatrix(t, l.Gate), refMatrix(t, l.Up)
+		}
+		if len(l.Experts) > 0 {
 			rl.router = refMatrix(t, l.Router)
 			for _, x := range l.Experts {
 				rl.experts = append(rl.experts, [3][][]float64{refMatrix(t, x.Gate), refMatrix(t, x.Up), refMatrix(t, x.Down)})
 			}
 		}
-		if p.arch == ArchLlama {
+		switch p.arch {
+		case ArchLlama:
 			rl.q = unpermute(rl.q, p.heads, p.headDim)
 			rl.k = unpermute(rl.k, p.kvHeads, p.headDim)
-		} else {
+		case ArchGemma2:
 			rl.postAttn = refVector(t, l.PostAttnNorm)
 			rl.postFFN = refVector(t, l.PostFFNNorm)
+		case ArchGemma3:
+			rl.postAttn = refVector(t, l.PostAttnNorm)
+			rl.postFFN = refVector(t, l.PostFFNNorm)
+			rl.qNorm, rl.kNorm = refVector(t, l.QNorm), refVector(t, l.KNorm)
+		case ArchQwen2:
+			rl.qb, rl.kb, rl.vb = refVector(t, l.QBias), refVector(t, l.KBias), refVector(t, l.VBias)
+		case ArchQwen3:
+			rl.qNorm, rl.kNorm = refVector(t, l.QNorm), refVector(t, l.KNorm)
 		}
 		r.layers = append(r.layers, rl)
 	}
@@ -142,7 +168,19 @@ func newRef(t testing.TB, p refParams, w *Weights) *refModel {
 			}
 			inv = scaled
 		}
+		if p.linear > 0 { // rope_type linear: inv_freq / factor
+			inv /= p.linear
+		}
+		if p.longFactor != nil { // longrope: 1 / (ext_factor * base^(2i/d))
+			inv /= float64(p.longFactor[i])
+		}
 		r.invFreq[i] = inv
+	}
+	if p.arch == ArchGemma3 {
+		r.invLocal = make([]float64, hd/2)
+		for i := range r.invLocal {
+			r.invLocal[i] = 1 / math.Pow(10000, float64(2*i)/float64(hd))
+		}
 	}
 	r.kc = make([][][]float64, p.layers)
 	r.vc = make([][][]float64, p.layers)
@@ -175,11 +213,11 @@ func refMatVec(m [][]float64, x []float64) []float64 {
 }
 
 // refRope applies HF apply_rotary_pos_emb (rotate_half) to one head.
-func (r *refModel) refRope(x []float64, pos int) {
+func refRope(x []float64, pos int, inv []float64, scale float64) {
 	half := len(x) / 2
 	out := make([]float64, len(x))
 	for i := 0; i < half; i++ {
-		c, s := math.Cos(float64(pos)*r.invFreq[i]), math.Sin(float64(pos)*r.invFreq[i])
+		c, s := math.Cos(float64(pos)*inv[i])*scale, math.Sin(float64(pos)*inv[i])*scale
 		out[i] = x[i]*c - x[i+half]*s
 		out[i+half] = x[i+half]*c + x[i]*s
 	}
@@ -189,7 +227,7 @@ func (r *refModel) refRope(x []float64, pos int) {
 // step feeds one token and returns the logits.
 func (r *refModel) step(tok int32) []float64 {
 	p := r.p
-	gemma := p.arch == ArchGemma2
+	gemma := p.arch == ArchGemma2 || p.arch == ArchGemma3
 	pos := r.position
 	r.position++
 	h := append([]float64(nil), r.embed[tok]...)
@@ -207,17 +245,48 @@ func (r *refModel) step(tok int32) []float64 {
 	}
 	for li := range r.layers {
 		l := &r.layers[li]
+		// HF layer_types: gemma2 alternates, Gemma 3 has a global layer
+		// in six, Mistral's window is at every layer.
+		sliding := p.window > 0
+		switch p.arch {
+		case ArchGemma2:
+			sliding = sliding && (li+1)%2 == 1
+		case ArchGemma3:
+			sliding = sliding && (li+1)%6 != 0
+		}
+		mscale := 1.0
+		if p.attnFactor != 0 {
+			mscale = p.attnFactor
+		}
+		inv := r.invFreq
+		if sliding && r.invLocal != nil {
+			inv = r.invLocal
+		}
 		x := refRMSNorm(h, l.attnNorm, p.eps)
 		q, k, v := refMatVec(l.q, x), refMatVec(l.k, x), refMatVec(l.v, x)
+		if l.qb != nil { // nn.Linear(bias=True)
+			for i := range q {
+				q[i] += l.qb[i]
+			}
+			for i := range k {
+				k[i] += l.kb[i]
+				v[i] += l.vb[i]
+			}
+		}
 		for hh := 0; hh < p.heads; hh++ {
-			r.refRope(q[hh*hd:(hh+1)*hd], pos)
+			if l.qNorm != nil { // q_norm over each head, before RoPE
+				copy(q[hh*hd:(hh+1)*hd], refRMSNorm(q[hh*hd:(hh+1)*hd], l.qNorm, p.eps))
+			}
+			refRope(q[hh*hd:(hh+1)*hd], pos, inv, mscale)
 		}
 		for hh := 0; hh < p.kvHeads; hh++ {
-			r.refRope(k[hh*hd:(hh+1)*hd], pos)
+			if l.kNorm != nil {
+				copy(k[hh*hd:(hh+1)*hd], refRMSNorm(k[hh*hd:(hh+1)*hd], l.kNorm, p.eps))
+			}
+			refRope(k[hh*hd:(hh+1)*hd], pos, inv, mscale)
 		}
 		r.kc[li] = append(r.kc[li], k)
 		r.vc[li] = append(r.vc[li], v)
-		sliding := gemma && (li+1)%2 == 1 // HF layer_types
 		att := make([]float64, p.heads*hd)
 		for hh := 0; hh < p.heads; hh++ {
 			kvh := hh / group
@@ -229,7 +298,7 @@ func (r *refModel) step(tok int32) []float64 {
 					s += q[hh*hd+d] * r.kc[li][j][kvh*hd+d]
 				}
 				s *= scale
-				if gemma && p.attnCap > 0 {
+				if p.attnCap > 0 {
 					s = math.Tanh(s/p.attnCap) * p.attnCap
 				}
 				if sliding && pos-j >= p.window {
@@ -260,7 +329,7 @@ func (r *refModel) step(tok int32) []float64 {
 	}
 	x := refRMSNorm(h, r.outNorm, p.eps)
 	logits := refMatVec(r.out, x)
-	if gemma && p.finalCap > 0 {
+	if p.finalCap > 0 {
 		for i := range logits {
 			logits[i] = math.Tanh(logits[i]/p.finalCap) * p.finalCap
 		}
@@ -271,7 +340,7 @@ func (r *refModel) step(tok int32) []float64 {
 // ffn adds layer li's feed-forward block to h.
 func (r *refModel) ffn(li int, h []float64) {
 	p := r.p
-	gemma := p.arch == ArchGemma2
+	gemma := p.arch == ArchGemma2 || p.arch == ArchGemma3
 	l := &r.layers[li]
 	x := refRMSNorm(h, l.ffnNorm, p.eps)
 	if l.router != nil {

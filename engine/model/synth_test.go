@@ -30,6 +30,34 @@ var catalogue = map[string]testSpec{
 		arch: ArchLlama, vocab: 512, dim: 256, ffn: 256, layers: 2, heads: 4, kvHeads: 2, headDim: 64,
 		context: 256, theta: 1e6, eps: 1e-5, experts: 8, used: 2,
 	},
+	ArchGemma3: {
+		arch: ArchGemma3, vocab: 512, dim: 256, ffn: 512, layers: 6, heads: 4, kvHeads: 2, headDim: 128,
+		context: 256, theta: 1000000, qpas: 128, window: 8, eps: 1e-6, tied: true, linear: 8,
+	},
+	ArchPhi3: func() testSpec {
+		long, short := make([]float32, 32), make([]float32, 32)
+		for i := range long {
+			x := float64(i) / 31
+			long[i], short[i] = float32(1+7*x*x), float32(1+0.25*x)
+		}
+		return testSpec{
+			arch: ArchPhi3, vocab: 512, dim: 256, ffn: 512, layers: 2, heads: 4, kvHeads: 4, headDim: 64,
+			context: 256, theta: 10000, eps: 1e-5, longFactors: long, shortFactors: short, origContext: 32,
+			attnFactor: float64(float32(math.Sqrt(1 + math.Log(8)/math.Log(32)))),
+		}
+	}(),
+	"mistral": {
+		arch: ArchLlama, vocab: 512, dim: 256, ffn: 512, layers: 2, heads: 4, kvHeads: 2, headDim: 128,
+		context: 256, theta: 1000000, window: 8, eps: 1e-5,
+	},
+	ArchQwen2: {
+		arch: ArchQwen2, vocab: 512, dim: 256, ffn: 512, layers: 2, heads: 4, kvHeads: 2, headDim: 64,
+		context: 256, theta: 1000000, eps: 1e-6, tied: true,
+	},
+	ArchQwen3: {
+		arch: ArchQwen3, vocab: 512, dim: 256, ffn: 512, layers: 2, heads: 4, kvHeads: 2, headDim: 128,
+		context: 256, theta: 1000000, eps: 1e-6,
+	},
 }
 
 var synthTypes = []string{"f32", "f16", "q8_0", "q4_k_m"}
@@ -75,7 +103,7 @@ func synthModel(tb testing.TB, arch, typ string) string {
 // window, token by token and as a prefill.
 func TestSynthMatchesReference(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{ArchLlama, ArchGemma2, "mixtral"} {
+	for _, arch := range []string{ArchLlama, ArchGemma2, ArchGemma3, "mistral", ArchPhi3, ArchQwen2, ArchQwen3, "mixtral"} {
 		for _, typ := range synthTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
 				t.Parallel()
@@ -86,7 +114,7 @@ func TestSynthMatchesReference(t *testing.T) {
 				}
 				defer m.Close()
 				want := spec.config()
-				want.TiedOutput = arch == ArchGemma2
+				want.TiedOutput = arch == ArchGemma2 || spec.tied
 				if !configsEqual(m.Config, want) {
 					t.Fatalf("config from synth file\n got %+v\nwant %+v", m.Config, want)
 				}
@@ -154,6 +182,10 @@ func TestSynthLoadErrors(t *testing.T) {
 		{"missing post norm", ArchGemma2, func(p *ggufPlan) { p.dropTensor("blk.2.post_attention_norm.weight") }, "missing tensor blk.2.post_attention_norm.weight"},
 		{"wrong ffn dims", ArchLlama, func(p *ggufPlan) { p.tensor("blk.0.ffn_up.weight").dims[1] = 256 }, "blk.0.ffn_up.weight has dims [256 256], want [256 512]"},
 		{"wrong output dims", ArchLlama, func(p *ggufPlan) { p.tensor("output.weight").dims[1] = 256 }, "output.weight"},
+		{"missing bias", ArchQwen2, func(p *ggufPlan) { p.dropTensor("blk.1.attn_k.bias") }, "missing tensor blk.1.attn_k.bias"},
+		{"wrong bias dims", ArchQwen2, func(p *ggufPlan) { p.tensor("blk.0.attn_q.bias").dims[0] = 128 }, "blk.0.attn_q.bias has dims [128], want [256]"},
+		{"gemma3 without window", ArchGemma3, func(p *ggufPlan) { p.dropKV("gemma3.attention.sliding_window") }, "missing or non-integer gemma3.attention.sliding_window"},
+		{"missing k norm", ArchQwen3, func(p *ggufPlan) { p.dropTensor("blk.0.attn_k_norm.weight") }, "missing tensor blk.0.attn_k_norm.weight"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

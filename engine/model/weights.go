@@ -61,11 +61,19 @@ func (t *Tensor) check(name string, rows, cols int, floatOnly bool) error {
 // Layer holds one transformer block's weights. Matrices follow GGUF
 // orientation: Q has QDim rows of Dim columns, O has Dim rows of QDim
 // columns, Gate/Up have FFN rows of Dim columns, Down has Dim rows of FFN
-// columns. Norms are F32 vectors. PostAttnNorm and PostFFNNorm are gemma2
-// only (empty for llama). A mixture-of-experts layer has Router and
-// Experts instead of Gate, Up and Down.
+// columns. Norms and biases are F32 vectors. Which tensors an architecture
+// has is Config.LayerRoles' answer; the others stay empty: PostAttnNorm and
+// PostFFNNorm are Gemma's, QBias/KBias/VBias Qwen2's, QNorm/KNorm (HeadDim
+// values, shared by every head) Qwen3's and Gemma 3's, QKV and GateUp
+// Phi-3's (whose Q, K, V, Gate and Up are views of them, made by
+// Config.SplitFused where a pass needs them).
+//
+// A mixture-of-experts layer has Router and Experts instead of Gate, Up and
+// Down.
 type Layer struct {
 	AttnNorm, Q, K, V, O, PostAttnNorm, FFNNorm, Gate, Up, Down, PostFFNNorm Tensor
+	QBias, KBias, VBias, QNorm, KNorm                                        Tensor
+	QKV, GateUp                                                              Tensor
 	// Router (ffn_gate_inp) has one row of Dim columns per expert: a
 	// token's expert scores are its products with the normalised hidden
 	// state.
@@ -73,7 +81,8 @@ type Layer struct {
 	// Experts are the layer's experts, each a gated FFN of its own. Each
 	// is a separate set of tensors so that an expert, not the layer, can
 	// be the unit a tier holds; a GGUF's merged ffn_*_exps tensors are
-	// cut into views of them.
+	// cut into views of them. A layer whose experts a model's
+	// ExpertSource serves has none.
 	Experts []Expert
 }
 
@@ -81,6 +90,35 @@ type Layer struct {
 // rows of Dim columns, Down has Dim rows of ExpertFFN columns.
 type Expert struct {
 	Gate, Up, Down Tensor
+}
+
+// rows returns rows [lo, hi) of t as a tensor of its own: a view of the
+// same bytes (rows are whole encoded rows, so any row range is valid).
+func (t *Tensor) rows(name string, lo, hi int) Tensor {
+	rb := t.rowBytes()
+	return Tensor{Name: name, Type: t.Type, Rows: hi - lo, Cols: t.Cols, Data: t.Data[lo*rb : hi*rb : hi*rb]}
+}
+
+// SplitFused returns l with Q, K, V, Gate and Up set to views of its fused
+// QKV and GateUp (Config.Fused), which must have been checked against c;
+// other architectures' layers come back unchanged. l itself is not
+// modified, so resident weights keep one copy of each matrix.
+func (c *Config) SplitFused(l *Layer) Layer {
+	out := *l
+	if !c.Fused() {
+		return out
+	}
+	q, kv, f := c.QDim(), c.KVDim(), c.FFN
+	if l.QKV.Data != nil {
+		out.Q = l.QKV.rows(l.QKV.Name+"[q]", 0, q)
+		out.K = l.QKV.rows(l.QKV.Name+"[k]", q, q+kv)
+		out.V = l.QKV.rows(l.QKV.Name+"[v]", q+kv, q+2*kv)
+	}
+	if l.GateUp.Data != nil {
+		out.Gate = l.GateUp.rows(l.GateUp.Name+"[gate]", 0, f)
+		out.Up = l.GateUp.rows(l.GateUp.Name+"[up]", f, 2*f)
+	}
+	return out
 }
 
 // Weights holds every tensor of a model. For tied models Output is the same
@@ -124,28 +162,97 @@ type tensorCheck struct {
 	norm       bool
 }
 
+// LayerRole is one tensor of a layer: its GGUF name after "blk.N.", its
+// shape, whether it is an F32 vector (a norm or a bias) and where it lives
+// in a Layer.
+type LayerRole struct {
+	Suffix     string
+	Rows, Cols int
+	Vector     bool
+	Field      func(*Layer) *Tensor
+	// FFN marks the feed-forward block's tensors (the FFN norm, gate, up,
+	// down and Gemma's post-FFN norm).
+	FFN bool
+}
+
+// LayerRoles lists the tensors of one layer of c's architecture in the
+// order the forward pass reads them. It is the one list of what a layer
+// holds: the loader, the checks and the packers of other backends and
+// storage formats all follow it.
+func (c *Config) LayerRoles() []LayerRole {
+	d, q, kv, f, hd := c.Dim, c.QDim(), c.KVDim(), c.FFN, c.HeadDim
+	mat := func(s string, rows, cols int, fn func(*Layer) *Tensor) LayerRole {
+		return LayerRole{Suffix: s, Rows: rows, Cols: cols, Field: fn}
+	}
+	vec := func(s string, n int, fn func(*Layer) *Tensor) LayerRole {
+		return LayerRole{Suffix: s, Rows: 1, Cols: n, Vector: true, Field: fn}
+	}
+	rs := []LayerRole{vec("attn_norm.weight", d, func(l *Layer) *Tensor { return &l.AttnNorm })}
+	if c.Fused() {
+		rs = append(rs, mat("attn_qkv.weight", q+2*kv, d, func(l *Layer) *Tensor { return &l.QKV }))
+	} else {
+		rs = append(rs,
+			mat("attn_q.weight", q, d, func(l *Layer) *Tensor { return &l.Q }),
+			mat("attn_k.weight", kv, d, func(l *Layer) *Tensor { return &l.K }),
+			mat("attn_v.weight", kv, d, func(l *Layer) *Tensor { return &l.V }))
+	}
+	if c.QKVBias() {
+		rs = append(rs,
+			vec("attn_q.bias", q, func(l *Layer) *Tensor { return &l.QBias }),
+			vec("attn_k.bias", kv, func(l *Layer) *Tensor { return &l.KBias }),
+			vec("attn_v.bias", kv, func(l *Layer) *Tensor { return &l.VBias }))
+	}
+	if c.QKNorm() {
+		rs = append(rs,
+			vec("attn_q_norm.weight", hd, func(l *Layer) *Tensor { return &l.QNorm }),
+			vec("attn_k_norm.weight", hd, func(l *Layer) *Tensor { return &l.KNorm }))
+	}
+	rs = append(rs, mat("attn_output.weight", d, q, func(l *Layer) *Tensor { return &l.O }))
+	if c.PostNorms() {
+		rs = append(rs, vec("post_attention_norm.weight", d, func(l *Layer) *Tensor { return &l.PostAttnNorm }))
+	}
+	ffn := []LayerRole{vec("ffn_norm.weight", d, func(l *Layer) *Tensor { return &l.FFNNorm })}
+	if c.MoE() {
+		// The experts are not roles: each is its own set of tensors
+		// (Layer.Experts, checked by expertChecks).
+		ffn = append(ffn, mat("ffn_gate_inp.weight", c.Experts, d, func(l *Layer) *Tensor { return &l.Router }))
+	} else if c.Fused() {
+		ffn = append(ffn, mat("ffn_up.weight", 2*f, d, func(l *Layer) *Tensor { return &l.GateUp }))
+	} else {
+		ffn = append(ffn,
+			mat("ffn_gate.weight", f, d, func(l *Layer) *Tensor { return &l.Gate }),
+			mat("ffn_up.weight", f, d, func(l *Layer) *Tensor { return &l.Up }))
+	}
+	if !c.MoE() {
+		ffn = append(ffn, mat("ffn_down.weight", d, f, func(l *Layer) *Tensor { return &l.Down }))
+	}
+	if c.PostNorms() {
+		ffn = append(ffn, vec("post_ffw_norm.weight", d, func(l *Layer) *Tensor { return &l.PostFFNNorm }))
+	}
+	for i := range ffn {
+		ffn[i].FFN = true
+	}
+	return append(rs, ffn...)
+}
+
+// roleChecks turns roles into checks of layer l's tensors.
+func roleChecks(l *Layer, roles []LayerRole) []tensorCheck {
+	out := make([]tensorCheck, 0, len(roles))
+	for _, r := range roles {
+		out = append(out, tensorCheck{r.Field(l), r.Suffix, r.Rows, r.Cols, r.Vector})
+	}
+	return out
+}
+
 // checkLayer validates layer i's tensors against c.
 func (c *Config) checkLayer(i int, l *Layer) error {
 	if l == nil {
 		return fmt.Errorf("layer %d: nil", i)
 	}
-	d, q, kv := c.Dim, c.QDim(), c.KVDim()
-	checks := append([]tensorCheck{
-		{&l.AttnNorm, "attn_norm.weight", 1, d, true},
-		{&l.Q, "attn_q.weight", q, d, false},
-		{&l.K, "attn_k.weight", kv, d, false},
-		{&l.V, "attn_v.weight", kv, d, false},
-		{&l.O, "attn_output.weight", d, q, false},
-	}, c.ffnChecks(l)...)
-	if c.Arch == ArchGemma2 {
-		checks = append(checks,
-			tensorCheck{&l.PostAttnNorm, "post_attention_norm.weight", 1, d, true},
-			c.postFFNCheck(l))
-	}
 	if err := c.checkExpertCount(i, l); err != nil {
 		return err
 	}
-	return runChecks(i, checks)
+	return runChecks(i, append(roleChecks(l, c.LayerRoles()), expertChecks(c, l)...))
 }
 
 // checkFFN validates layer i's feed-forward tensors against c.
@@ -153,33 +260,16 @@ func (c *Config) checkFFN(i int, l *Layer) error {
 	if l == nil {
 		return fmt.Errorf("layer %d: nil", i)
 	}
-	checks := c.ffnChecks(l)
-	if c.Arch == ArchGemma2 {
-		checks = append(checks, c.postFFNCheck(l))
+	var ffn []LayerRole
+	for _, r := range c.LayerRoles() {
+		if r.FFN {
+			ffn = append(ffn, r)
+		}
 	}
 	if err := c.checkExpertCount(i, l); err != nil {
 		return err
 	}
-	return runChecks(i, checks)
-}
-
-// ffnChecks are a layer's feed-forward tensors (the post-FFN norm aside,
-// which only gemma2 has).
-func (c *Config) ffnChecks(l *Layer) []tensorCheck {
-	d, f := c.Dim, c.FFN
-	if c.MoE() {
-		return c.expertChecks(l)
-	}
-	return []tensorCheck{
-		{&l.FFNNorm, "ffn_norm.weight", 1, d, true},
-		{&l.Gate, "ffn_gate.weight", f, d, false},
-		{&l.Up, "ffn_up.weight", f, d, false},
-		{&l.Down, "ffn_down.weight", d, f, false},
-	}
-}
-
-func (c *Config) postFFNCheck(l *Layer) tensorCheck {
-	return tensorCheck{&l.PostFFNNorm, "post_ffw_norm.weight", 1, c.Dim, true}
+	return runChecks(i, append(roleChecks(l, ffn), expertChecks(c, l)...))
 }
 
 // runChecks checks layer i's tensors in order; the first mismatch is the

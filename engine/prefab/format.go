@@ -81,33 +81,39 @@ type manifest struct {
 // manifestConfig mirrors model.Config with stable JSON names, so renaming a
 // Go field cannot silently change the format.
 type manifestConfig struct {
-	Vocab         int       `json:"vocab"`
-	Dim           int       `json:"dim"`
-	FFN           int       `json:"ffn"`
-	Layers        int       `json:"layers"`
-	Heads         int       `json:"heads"`
-	KVHeads       int       `json:"kv_heads"`
-	HeadDim       int       `json:"head_dim"`
-	Context       int       `json:"context"`
-	RopeTheta     float64   `json:"rope_theta"`
-	RopeFreqs     []float32 `json:"rope_freqs,omitempty"`
-	NormEps       float32   `json:"norm_eps"`
-	AttnScale     float32   `json:"attn_scale"`
-	AttnSoftcap   float32   `json:"attn_softcap"`
-	FinalSoftcap  float32   `json:"final_softcap"`
-	SlidingWindow int       `json:"sliding_window"`
-	EmbedScale    float32   `json:"embed_scale"`
-	TiedOutput    bool      `json:"tied_output"`
-	Experts       int       `json:"experts,omitempty"`
-	ExpertsUsed   int       `json:"experts_used,omitempty"`
-	ExpertFFN     int       `json:"expert_ffn,omitempty"`
+	Vocab     int       `json:"vocab"`
+	Dim       int       `json:"dim"`
+	FFN       int       `json:"ffn"`
+	Layers    int       `json:"layers"`
+	Heads     int       `json:"heads"`
+	KVHeads   int       `json:"kv_heads"`
+	HeadDim   int       `json:"head_dim"`
+	Context   int       `json:"context"`
+	RopeTheta float64   `json:"rope_theta"`
+	RopeFreqs []float32 `json:"rope_freqs,omitempty"`
+	// RopeThetaLocal is Gemma 3's local layers' base; absent (0) in
+	// pools of other architectures, older ones included.
+	RopeThetaLocal float64 `json:"rope_theta_local,omitempty"`
+	// RopeAttnFactor is Phi-3's LongRoPE attention factor; absent (0)
+	// elsewhere.
+	RopeAttnFactor float32 `json:"rope_attn_factor,omitempty"`
+	NormEps        float32 `json:"norm_eps"`
+	AttnScale      float32 `json:"attn_scale"`
+	AttnSoftcap    float32 `json:"attn_softcap"`
+	FinalSoftcap   float32 `json:"final_softcap"`
+	SlidingWindow  int     `json:"sliding_window"`
+	EmbedScale     float32 `json:"embed_scale"`
+	TiedOutput     bool    `json:"tied_output"`
+	Experts        int     `json:"experts,omitempty"`
+	ExpertsUsed    int     `json:"experts_used,omitempty"`
+	ExpertFFN      int     `json:"expert_ffn,omitempty"`
 }
 
 func configToManifest(c model.Config) manifestConfig {
 	return manifestConfig{
 		Vocab: c.Vocab, Dim: c.Dim, FFN: c.FFN, Layers: c.Layers, Heads: c.Heads,
 		KVHeads: c.KVHeads, HeadDim: c.HeadDim, Context: c.Context, RopeTheta: c.RopeTheta,
-		RopeFreqs: c.RopeFreqs, NormEps: c.NormEps, AttnScale: c.AttnScale,
+		RopeFreqs: c.RopeFreqs, RopeThetaLocal: c.RopeThetaLocal, RopeAttnFactor: c.RopeAttnFactor, NormEps: c.NormEps, AttnScale: c.AttnScale,
 		AttnSoftcap: c.AttnSoftcap, FinalSoftcap: c.FinalSoftcap,
 		SlidingWindow: c.SlidingWindow, EmbedScale: c.EmbedScale, TiedOutput: c.TiedOutput,
 		Experts: c.Experts, ExpertsUsed: c.ExpertsUsed, ExpertFFN: c.ExpertFFN,
@@ -118,7 +124,7 @@ func (m manifestConfig) config(arch string) model.Config {
 	return model.Config{
 		Arch: arch, Vocab: m.Vocab, Dim: m.Dim, FFN: m.FFN, Layers: m.Layers, Heads: m.Heads,
 		KVHeads: m.KVHeads, HeadDim: m.HeadDim, Context: m.Context, RopeTheta: m.RopeTheta,
-		RopeFreqs: m.RopeFreqs, NormEps: m.NormEps, AttnScale: m.AttnScale,
+		RopeFreqs: m.RopeFreqs, RopeThetaLocal: m.RopeThetaLocal, RopeAttnFactor: m.RopeAttnFactor, NormEps: m.NormEps, AttnScale: m.AttnScale,
 		AttnSoftcap: m.AttnSoftcap, FinalSoftcap: m.FinalSoftcap,
 		SlidingWindow: m.SlidingWindow, EmbedScale: m.EmbedScale, TiedOutput: m.TiedOutput,
 		Experts: m.Experts, ExpertsUsed: m.ExpertsUsed, ExpertFFN: m.ExpertFFN,
@@ -288,34 +294,13 @@ type role struct {
 }
 
 // layerOrder returns the tensors of one layer extent of cfg's model in the
-// order the forward pass consumes them (model.layer): attention norm, Q,
-// K, V, O, gemma2's post-attention norm, FFN norm, then gate, up and down
-// (a MoE layer: the router; its experts are extents of their own, see
-// expertOrder), then gemma2's post-FFN norm.
+// order the forward pass consumes them: model.Config.LayerRoles, the
+// engine's one list of what a layer holds (a MoE layer's ends with its
+// router; its experts are extents of their own, see expertOrder).
 func layerOrder(cfg *model.Config) []role {
-	g := cfg.Arch == model.ArchGemma2
-	d, q, kv, f := cfg.Dim, cfg.QDim(), cfg.KVDim(), cfg.FFN
-	rs := []role{
-		{"attn_norm.weight", true, 1, d, func(l *model.Layer) *model.Tensor { return &l.AttnNorm }, ""},
-		{"attn_q.weight", false, q, d, func(l *model.Layer) *model.Tensor { return &l.Q }, ""},
-		{"attn_k.weight", false, kv, d, func(l *model.Layer) *model.Tensor { return &l.K }, ""},
-		{"attn_v.weight", false, kv, d, func(l *model.Layer) *model.Tensor { return &l.V }, ""},
-		{"attn_output.weight", false, d, q, func(l *model.Layer) *model.Tensor { return &l.O }, ""},
-	}
-	if g {
-		rs = append(rs, role{"post_attention_norm.weight", true, 1, d, func(l *model.Layer) *model.Tensor { return &l.PostAttnNorm }, ""})
-	}
-	rs = append(rs, role{"ffn_norm.weight", true, 1, d, func(l *model.Layer) *model.Tensor { return &l.FFNNorm }, ""})
-	if cfg.MoE() {
-		rs = append(rs, role{"ffn_gate_inp.weight", false, cfg.Experts, d, func(l *model.Layer) *model.Tensor { return &l.Router }, ""})
-	} else {
-		rs = append(rs,
-			role{"ffn_gate.weight", false, f, d, func(l *model.Layer) *model.Tensor { return &l.Gate }, ""},
-			role{"ffn_up.weight", false, f, d, func(l *model.Layer) *model.Tensor { return &l.Up }, ""},
-			role{"ffn_down.weight", false, d, f, func(l *model.Layer) *model.Tensor { return &l.Down }, ""})
-	}
-	if g {
-		rs = append(rs, role{"post_ffw_norm.weight", true, 1, d, func(l *model.Layer) *model.Tensor { return &l.PostFFNNorm }, ""})
+	var rs []role
+	for _, r := range cfg.LayerRoles() {
+		rs = append(rs, role{r.Suffix, r.Vector, r.Rows, r.Cols, r.Field, ""})
 	}
 	return rs
 }

@@ -56,6 +56,14 @@ func TestPoolRoundTrip(t *testing.T) {
 		{"mixtral", "f32", TypeKeep},
 		{"mixtral", "q4_k_m", TypeKeep},
 		{"mixtral", "f32", TypeQ8_0},
+		{"gemma3", "f32", TypeQ4_K},
+		{"mistral", "f32", TypeQ8_0},
+		{"phi3", "q4_k_m", TypeKeep},
+		{"phi3", "f32", TypeQ8_0},
+		{"qwen2", "f32", TypeKeep},
+		{"qwen2", "q4_k_m", TypeQ8_0},
+		{"qwen3", "f32", TypeKeep},
+		{"qwen3", "f32", TypeQ4_K},
 	}
 	for _, c := range cases {
 		t.Run(c.arch+"/"+c.src+"/"+c.typ, func(t *testing.T) {
@@ -177,10 +185,18 @@ func checkLayout(t *testing.T, path, arch string) {
 		t.Fatal(err)
 	}
 	kernel := []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"}
-	if arch == "gemma2" {
+	switch arch {
+	case "gemma2":
 		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "post_attention_norm", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm"}
-	}
-	if arch == "mixtral" {
+	case "qwen2":
+		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"}
+	case "qwen3":
+		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_q_norm", "attn_k_norm", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"}
+	case "phi3":
+		kernel = []string{"attn_norm", "attn_qkv", "attn_output", "ffn_norm", "ffn_up", "ffn_down"}
+	case "gemma3":
+		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_q_norm", "attn_k_norm", "attn_output", "post_attention_norm", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm"}
+	case "mixtral":
 		// The layer's extent ends with the router; each expert's gate,
 		// up and down are an extent of their own, right after it.
 		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate_inp"}
@@ -194,7 +210,10 @@ func checkLayout(t *testing.T, path, arch string) {
 	for li, l := range man.Layers {
 		var names []string
 		for _, k := range kernel {
-			names = append(names, "blk."+itoa(li)+"."+k+".weight")
+			if !strings.Contains(k, ".") {
+				k += ".weight"
+			}
+			names = append(names, "blk."+itoa(li)+"."+k)
 		}
 		exts = append(exts, want{l, names})
 		if n := len(l.Experts); (arch == "mixtral") != (n == 8) || (arch != "mixtral" && n != 0) {
@@ -231,7 +250,7 @@ func checkLayout(t *testing.T, path, arch string) {
 			if w.names != nil && td.Name != w.names[j] {
 				t.Errorf("extent %d tensor %d is %s, want %s (kernel order)", i, j, td.Name, w.names[j])
 			}
-			if strings.HasSuffix(td.Name, "norm.weight") && td.Type != "F32" {
+			if (strings.HasSuffix(td.Name, "norm.weight") || strings.HasSuffix(td.Name, ".bias")) && td.Type != "F32" {
 				t.Errorf("%s stored as %s, norms must stay F32", td.Name, td.Type)
 			}
 			end = td.Offset + td.Bytes

@@ -22,10 +22,12 @@ func SizesFromGGUF(f *gguf.File, typ string) (tier.Sizes, model.Config, error) {
 	}
 	byType := map[quant.Type]int64{}
 	// A name is a GGUF tensor, or "merged/n": one expert's slab of the
-	// merged tensor merged, n experts in all.
-	extent := func(names []string) (int64, int64, error) {
+	// merged tensor merged, n experts in all. vector says which tensors
+	// stay as they are (norms, biases, as writeLayer keeps them); the rest
+	// take the pool's type.
+	extent := func(names []string, vector []bool) (int64, int64, error) {
 		var pos, out int64
-		for _, n := range names {
+		for j, n := range names {
 			name, experts, _ := strings.Cut(n, "/")
 			ti, ok := f.Tensor(name)
 			if !ok {
@@ -39,7 +41,7 @@ func SizesFromGGUF(f *gguf.File, typ string) (tier.Sizes, model.Config, error) {
 				dims = dims[:2]
 			}
 			t := ti.Type
-			if !strings.HasSuffix(n, "norm.weight") {
+			if !vector[j] && !strings.HasSuffix(n, "norm.weight") {
 				if t, err = matrixType(typ, ti.Type, int(ti.Dims[0])); err != nil {
 					return 0, 0, err
 				}
@@ -58,19 +60,21 @@ func SizesFromGGUF(f *gguf.File, typ string) (tier.Sizes, model.Config, error) {
 	}
 	var s tier.Sizes
 	var err2 error
-	if s.Globals, s.Output, err2 = extent(globalNames(cfg.TiedOutput)); err2 != nil {
+	globals := globalNames(cfg.TiedOutput)
+	if s.Globals, s.Output, err2 = extent(globals, make([]bool, len(globals))); err2 != nil {
 		return s, cfg, err2
 	}
 	clear(byType) // the dominant type is a layer's, not the embedding's
-	names := func(i int, order []role) []string {
-		ns := make([]string, len(order))
+	names := func(i int, order []role) ([]string, []bool) {
+		ns, vector := make([]string, len(order)), make([]bool, len(order))
 		for j, r := range order {
 			ns[j] = "blk." + strconv.Itoa(i) + "." + r.suffix
 			if r.merged != "" {
 				ns[j] = "blk." + strconv.Itoa(i) + "." + r.merged + "/" + strconv.Itoa(cfg.Experts)
 			}
+			vector[j] = r.norm
 		}
-		return ns
+		return ns, vector
 	}
 	order := layerOrder(&cfg)
 	s.Layers = make([]int64, cfg.Layers)

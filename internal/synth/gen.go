@@ -102,6 +102,16 @@ func genChunk(s *Shape, spec *TensorSpec, seed uint64, i, c int, dst []byte) err
 			w[j] = 1 + w[j]
 		}
 		putF32s(dst, w)
+	case kindRopeLong, kindRopeShort:
+		long, short := PhiRopeFactors(*s)
+		f := long
+		if spec.kind == kindRopeShort {
+			f = short
+		}
+		if len(dst) != 4*len(f) {
+			return fmt.Errorf("synth: %s: %d bytes for %d values", spec.Name, len(dst), len(f))
+		}
+		putF32s(dst, f)
 	case kindRopeFreqs:
 		f := RopeFreqs(*s)
 		if len(dst) != 4*len(f) {

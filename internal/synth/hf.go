@@ -59,9 +59,10 @@ func (p *plan) hfTensor(i int) (safetensors.Tensor, error) {
 		if err != nil {
 			return safetensors.Tensor{}, err
 		}
-		// GGUF holds float32(1 + w). Llama's HF norm is that same value;
-		// gemma2's HF norm is w, to which transformers adds 1 in float32.
-		if p.shape.Arch == "llama" {
+		// GGUF holds float32(1 + w). Llama's and Qwen's HF norm is that
+		// same value; Gemma's HF norm is w, to which transformers adds 1
+		// in float32.
+		if !p.shape.gemma() {
 			for j := range w {
 				w[j] = 1 + w[j]
 			}

@@ -3,6 +3,7 @@ package synth
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -26,6 +27,8 @@ const (
 	kindMatrix    tensorKind = iota // random, std from fan-in
 	kindNorm                        // F32 1 + small noise
 	kindRopeFreqs                   // llama3 frequency factors, computed
+	kindRopeLong                    // Phi-3 LongRoPE long factors, computed
+	kindRopeShort                   // Phi-3 LongRoPE short factors, computed
 )
 
 // TensorSpec is one GGUF tensor of a synthetic model.
@@ -98,7 +101,7 @@ func TensorType(s Shape, typ, name string) (quant.Type, error) {
 	if _, ok := FileTypes[typ]; !ok {
 		return 0, fmt.Errorf("synth: unknown type %q (want one of %v)", typ, sortedKeys(FileTypes))
 	}
-	if strings.HasSuffix(name, "_norm.weight") || name == "rope_freqs.weight" {
+	if strings.HasSuffix(name, "_norm.weight") || strings.HasSuffix(name, ".bias") || strings.HasPrefix(name, "rope_") {
 		return quant.F32, nil
 	}
 	if strings.HasSuffix(name, ".ffn_gate_inp.weight") && (typ == "q8_0" || typ == "q4_k_m") {
@@ -121,6 +124,9 @@ func TensorType(s Shape, typ, name string) (quant.Type, error) {
 	}
 	layer := layerOf(name)
 	switch {
+	case layer >= 0 && strings.HasSuffix(name, ".attn_qkv.weight"):
+		// llama.cpp's Q4_K_M keeps fused qkv at Q5_K.
+		return quant.Q5_K, nil
 	case layer >= 0 && strings.HasSuffix(name, ".attn_v.weight"):
 		if useMoreBits(layer, s.Layers) {
 			return quant.Q6_K, nil
@@ -170,44 +176,71 @@ func TensorType(s Shape, typ, name string) (quant.Type, error) {
 //     the typical maximum of the others, and predictions depend on context.
 //     Trained Gemma 2 checkpoints have large post-norm weights for the same
 //     reason.
+//   - Tied models without post-norms (the small Qwen2) meet the same echo;
+//     their attn_output and ffn_down std is multiplied by tiedUpdateGain
+//     (4) instead, which makes each block's update RMS a few units.
 const (
+	qwenBiasStd       = 0.1
 	logitStd          = 3.0
 	normNoiseStd      = 0.02
 	gemmaPostNormGain = 8.0
+	tiedUpdateGain    = 4.0
 )
 
 // Layout returns the GGUF tensors of a model of shape s stored as typ, in
-// file order: rope_freqs (llama), token_embd, each layer's tensors in
+// file order: rope_freqs (llama3 scaling), token_embd, each layer's tensors in
 // compute order (so a streaming reader finds a layer in one extent), then
 // output_norm and output (llama).
 func Layout(s Shape, typ string) ([]TensorSpec, error) {
 	if _, ok := FileTypes[typ]; !ok {
 		return nil, fmt.Errorf("synth: unknown type %q (want one of %v)", typ, sortedKeys(FileTypes))
 	}
-	if s.Arch != "llama" && s.Arch != "gemma2" {
+	if !slices.Contains([]string{"llama", "gemma2", "gemma3", "phi3", "qwen2", "qwen3"}, s.Arch) {
 		return nil, fmt.Errorf("synth: unknown architecture %q", s.Arch)
 	}
 	d, ff := uint64(s.Dim), uint64(s.FFN)
 	qd, kvd := uint64(s.Heads*s.HeadDim), uint64(s.KVHeads*s.HeadDim)
 	inv := func(n uint64) float32 { return float32(1 / math.Sqrt(float64(n))) }
 	llama := s.Arch == "llama"
+	gemma := s.gemma()
+	upd := float32(1)
+	if s.Tied && !gemma {
+		upd = tiedUpdateGain
+	}
 
 	var out []TensorSpec
 	add := func(name, hf string, kind tensorKind, std float32, dims ...uint64) {
 		out = append(out, TensorSpec{Name: name, HFName: hf, Dims: dims, kind: kind, std: std})
 	}
-	if llama {
-		if s.Rope != nil {
-			add("rope_freqs.weight", "", kindRopeFreqs, 0, uint64(s.HeadDim/2))
-		}
-		add("token_embd.weight", "model.embed_tokens.weight", kindMatrix, 1, d, uint64(s.Vocab))
-	} else {
+	if s.Rope != nil {
+		add("rope_freqs.weight", "", kindRopeFreqs, 0, uint64(s.HeadDim/2))
+	}
+	phi := s.Arch == "phi3"
+	if phi {
+		// The converter yields them before the model's tensors; their
+		// values go to config.json's rope_scaling in the HF twin.
+		add("rope_factors_long.weight", "", kindRopeLong, 0, uint64(s.HeadDim/2))
+		add("rope_factors_short.weight", "", kindRopeShort, 0, uint64(s.HeadDim/2))
+	}
+	if s.Tied {
+		// The embedding is the output projection too: scaled for logits
+		// of std logitStd (gemma2 multiplies its input side by sqrt(dim)).
 		add("token_embd.weight", "model.embed_tokens.weight", kindMatrix, float32(logitStd)*inv(d), d, uint64(s.Vocab))
+	} else {
+		add("token_embd.weight", "model.embed_tokens.weight", kindMatrix, 1, d, uint64(s.Vocab))
 	}
 	for i := 0; i < s.Layers; i++ {
 		b := fmt.Sprintf("blk.%d.", i)
 		h := fmt.Sprintf("model.layers.%d.", i)
 		add(b+"attn_norm.weight", h+"input_layernorm.weight", kindNorm, 0, d)
+		if phi {
+			add(b+"attn_qkv.weight", h+"self_attn.qkv_proj.weight", kindMatrix, inv(d), d, qd+2*kvd)
+			add(b+"attn_output.weight", h+"self_attn.o_proj.weight", kindMatrix, inv(qd), qd, d)
+			add(b+"ffn_norm.weight", h+"post_attention_layernorm.weight", kindNorm, 0, d)
+			add(b+"ffn_up.weight", h+"mlp.gate_up_proj.weight", kindMatrix, inv(d), d, 2*ff)
+			add(b+"ffn_down.weight", h+"mlp.down_proj.weight", kindMatrix, inv(ff), ff, d)
+			continue
+		}
 		add(b+"attn_q.weight", h+"self_attn.q_proj.weight", kindMatrix, inv(d), d, qd)
 		add(b+"attn_k.weight", h+"self_attn.k_proj.weight", kindMatrix, inv(d), d, kvd)
 		if llama {
@@ -215,8 +248,20 @@ func Layout(s Shape, typ string) ([]TensorSpec, error) {
 			out[len(out)-1].permuteHeadDim = s.HeadDim
 		}
 		add(b+"attn_v.weight", h+"self_attn.v_proj.weight", kindMatrix, inv(d), d, kvd)
-		add(b+"attn_output.weight", h+"self_attn.o_proj.weight", kindMatrix, inv(qd), qd, d)
-		if llama {
+		if s.Arch == "qwen2" {
+			// Qwen2's q/k/v biases, small beside the projections' unit
+			// outputs: a large v bias is the same vector at every
+			// position, which would make every step predict one token.
+			add(b+"attn_q.bias", h+"self_attn.q_proj.bias", kindMatrix, qwenBiasStd, qd)
+			add(b+"attn_k.bias", h+"self_attn.k_proj.bias", kindMatrix, qwenBiasStd, kvd)
+			add(b+"attn_v.bias", h+"self_attn.v_proj.bias", kindMatrix, qwenBiasStd, kvd)
+		}
+		if s.Arch == "qwen3" || s.Arch == "gemma3" {
+			add(b+"attn_q_norm.weight", h+"self_attn.q_norm.weight", kindNorm, 0, uint64(s.HeadDim))
+			add(b+"attn_k_norm.weight", h+"self_attn.k_norm.weight", kindNorm, 0, uint64(s.HeadDim))
+		}
+		add(b+"attn_output.weight", h+"self_attn.o_proj.weight", kindMatrix, upd*inv(qd), qd, d)
+		if !gemma {
 			add(b+"ffn_norm.weight", h+"post_attention_layernorm.weight", kindNorm, 0, d)
 		} else {
 			add(b+"post_attention_norm.weight", h+"post_attention_layernorm.weight", kindNorm, 0, d)
@@ -235,20 +280,20 @@ func Layout(s Shape, typ string) ([]TensorSpec, error) {
 			out[len(out)-1].hfExperts = true
 			add(b+"ffn_up_exps.weight", m+"experts.%d.w3.weight", kindMatrix, inv(d), d, ff, e)
 			out[len(out)-1].hfExperts = true
-			add(b+"ffn_down_exps.weight", m+"experts.%d.w2.weight", kindMatrix, inv(ff), ff, d, e)
+			add(b+"ffn_down_exps.weight", m+"experts.%d.w2.weight", kindMatrix, upd*inv(ff), ff, d, e)
 			out[len(out)-1].hfExperts = true
 		} else {
 			add(b+"ffn_gate.weight", h+"mlp.gate_proj.weight", kindMatrix, inv(d), d, ff)
 			add(b+"ffn_up.weight", h+"mlp.up_proj.weight", kindMatrix, inv(d), d, ff)
-			add(b+"ffn_down.weight", h+"mlp.down_proj.weight", kindMatrix, inv(ff), ff, d)
+			add(b+"ffn_down.weight", h+"mlp.down_proj.weight", kindMatrix, upd*inv(ff), ff, d)
 		}
-		if !llama {
+		if gemma {
 			add(b+"post_ffw_norm.weight", h+"post_feedforward_layernorm.weight", kindNorm, 0, d)
 			out[len(out)-1].normOffset = gemmaPostNormGain - 1
 		}
 	}
 	add("output_norm.weight", "model.norm.weight", kindNorm, 0, d)
-	if llama {
+	if !s.Tied {
 		add("output.weight", "lm_head.weight", kindMatrix, float32(logitStd)*inv(d), d, uint64(s.Vocab))
 	}
 	for i := range out {

@@ -26,7 +26,7 @@ func metadata(s Shape, typ string, v *Vocab) []kv {
 	u := func(n int) uint32 { return uint32(n) }
 	kvs := []kv{
 		{"general.architecture", a},
-		{"general.name", fmt.Sprintf("strata synth %s %s", a, s.Name)},
+		{"general.name", fmt.Sprintf("strata synth %s %s", s.family(), s.Name)},
 		{"general.file_type", FileTypes[typ]},
 		{"general.alignment", uint32(Alignment)},
 	}
@@ -43,7 +43,8 @@ func metadata(s Shape, typ string, v *Vocab) []kv {
 		kv{a + ".attention.layer_norm_rms_epsilon", float32(s.RMSEps)},
 		kv{a + ".rope.freq_base", float32(s.RopeTheta)},
 	)
-	if a == "llama" {
+	switch a {
+	case "llama":
 		kvs = append(kvs,
 			kv{"llama.vocab_size", u(s.Vocab)},
 			kv{"llama.rope.dimension_count", u(s.HeadDim)},
@@ -54,7 +55,48 @@ func metadata(s Shape, typ string, v *Vocab) []kv {
 				kv{"llama.expert_used_count", u(s.ExpertsUsed)},
 			)
 		}
-	} else {
+		if s.family() == "mistral" {
+			// The converter writes the head size from config.json's
+			// head_dim, which Mistral's configs carry.
+			kvs = append(kvs,
+				kv{"llama.attention.key_length", u(s.HeadDim)},
+				kv{"llama.attention.value_length", u(s.HeadDim)},
+			)
+			if s.SlidingWindow > 0 {
+				kvs = append(kvs, kv{"llama.attention.sliding_window", u(s.SlidingWindow)})
+			}
+		}
+	case "phi3":
+		kvs = append(kvs,
+			kv{"phi3.rope.scaling.original_context_length", u(s.OrigContext)},
+			kv{"phi3.rope.dimension_count", u(s.HeadDim)},
+			kv{"phi3.attention.sliding_window", u(s.SlidingWindow)},
+			kv{"phi3.rope.scaling.attn_factor", float32(PhiAttnFactor(s))},
+		)
+	case "qwen2":
+		// The converter writes no head size for Qwen2 (its config has no
+		// head_dim): readers take dim/heads.
+	case "qwen3":
+		kvs = append(kvs,
+			kv{"qwen3.attention.key_length", u(s.HeadDim)},
+			kv{"qwen3.attention.value_length", u(s.HeadDim)},
+		)
+	case "gemma3":
+		// As the converter writes them: no soft-caps (Gemma 3 has none)
+		// and no query_pre_attn_scalar (readers use head_dim); the
+		// linear scaling of the global layers' RoPE.
+		kvs = append(kvs,
+			kv{"gemma3.attention.key_length", u(s.HeadDim)},
+			kv{"gemma3.attention.value_length", u(s.HeadDim)},
+			kv{"gemma3.attention.sliding_window", u(s.SlidingWindow)},
+		)
+		if s.RopeLinear > 0 {
+			kvs = append(kvs,
+				kv{"gemma3.rope.scaling.type", "linear"},
+				kv{"gemma3.rope.scaling.factor", float32(s.RopeLinear)},
+			)
+		}
+	default:
 		kvs = append(kvs,
 			kv{"gemma2.attention.key_length", u(s.HeadDim)},
 			kv{"gemma2.attention.value_length", u(s.HeadDim)},
@@ -89,7 +131,7 @@ func metadata(s Shape, typ string, v *Vocab) []kv {
 		kvs = append(kvs, kv{"tokenizer.ggml.padding_token_id", u(v.PAD)})
 	}
 	kvs = append(kvs,
-		kv{"tokenizer.ggml.add_bos_token", true},
+		kv{"tokenizer.ggml.add_bos_token", !v.NoBOS},
 		kv{"tokenizer.ggml.add_eos_token", false},
 	)
 	if v.Model == "llama" {
@@ -131,7 +173,17 @@ func HFConfig(s Shape, v *Vocab) map[string]any {
 		"bos_token_id":            v.BOS,
 		"eos_token_id":            v.EOS,
 	}
-	switch s.Arch {
+	switch s.family() {
+	case "mistral":
+		c["architectures"] = []string{"MistralForCausalLM"}
+		c["model_type"] = "mistral"
+		c["hidden_act"] = "silu"
+		c["tie_word_embeddings"] = false
+		delete(c, "attention_bias")
+		c["sliding_window"] = nil
+		if s.SlidingWindow > 0 {
+			c["sliding_window"] = s.SlidingWindow
+		}
 	case "llama":
 		c["architectures"] = []string{"LlamaForCausalLM"}
 		c["model_type"] = "llama"
@@ -159,6 +211,83 @@ func HFConfig(s Shape, v *Vocab) map[string]any {
 				"high_freq_factor":                 pyFloat(r.HighFreqFactor),
 				"original_max_position_embeddings": r.OrigContext,
 			}
+		}
+	case "qwen2", "qwen3":
+		if s.Arch == "qwen2" {
+			// Qwen2's q/k/v biases are not a config option.
+			delete(c, "attention_bias")
+			c["architectures"] = []string{"Qwen2ForCausalLM"}
+		} else {
+			c["architectures"] = []string{"Qwen3ForCausalLM"}
+		}
+		c["model_type"] = s.Arch
+		c["hidden_act"] = "silu"
+		c["tie_word_embeddings"] = s.Tied
+		c["use_sliding_window"] = false
+		c["sliding_window"] = nil
+		c["max_window_layers"] = s.Layers
+		c["rope_scaling"] = nil
+	case "phi3":
+		delete(c, "head_dim") // Phi3Config derives it from hidden_size
+		c["architectures"] = []string{"Phi3ForCausalLM"}
+		c["model_type"] = "phi3"
+		c["hidden_act"] = "silu"
+		c["tie_word_embeddings"] = false
+		c["original_max_position_embeddings"] = s.OrigContext
+		c["partial_rotary_factor"] = pyFloat(1)
+		c["resid_pdrop"] = pyFloat(0)
+		c["embd_pdrop"] = pyFloat(0)
+		c["sliding_window"] = nil
+		if s.SlidingWindow > 0 {
+			c["sliding_window"] = s.SlidingWindow
+		}
+		long, short := PhiRopeFactors(s)
+		lf, sf := make([]json.Number, len(long)), make([]json.Number, len(short))
+		for i := range long {
+			lf[i], sf[i] = pyFloat(float64(long[i])), pyFloat(float64(short[i]))
+		}
+		c["rope_scaling"] = map[string]any{"type": "longrope", "rope_type": "longrope", "long_factor": lf, "short_factor": sf}
+		// transformers 5's form of the same.
+		c["rope_parameters"] = map[string]any{"rope_type": "longrope", "rope_theta": pyFloat(s.RopeTheta),
+			"long_factor": lf, "short_factor": sf, "original_max_position_embeddings": s.OrigContext}
+		if v.PAD >= 0 {
+			c["pad_token_id"] = v.PAD
+		}
+	case "gemma3":
+		// The text-only Gemma3ForCausalLM, as gemma-3-1b ships.
+		c["architectures"] = []string{"Gemma3ForCausalLM"}
+		c["model_type"] = "gemma3_text"
+		c["hidden_activation"] = "gelu_pytorch_tanh"
+		c["tie_word_embeddings"] = true
+		c["query_pre_attn_scalar"] = int(s.QueryPreAttnScalar)
+		c["attn_logit_softcapping"] = nil
+		c["final_logit_softcapping"] = nil
+		c["sliding_window"] = s.SlidingWindow
+		c["sliding_window_pattern"] = 6
+		types := make([]string, s.Layers)
+		for i := range types {
+			types[i] = "sliding_attention"
+			if (i+1)%6 == 0 {
+				types[i] = "full_attention"
+			}
+		}
+		c["layer_types"] = types
+		c["rope_local_base_freq"] = pyFloat(s.RopeLocalTheta)
+		c["rope_scaling"] = nil
+		global := map[string]any{"rope_type": "default", "rope_theta": pyFloat(s.RopeTheta)}
+		if s.RopeLinear > 0 {
+			c["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": pyFloat(s.RopeLinear)}
+			global = map[string]any{"rope_type": "linear", "factor": pyFloat(s.RopeLinear), "rope_theta": pyFloat(s.RopeTheta)}
+		}
+		// The same RoPE in transformers 5's form, per layer type; the
+		// keys above are the form of 4.x, which 5 also reads.
+		c["rope_parameters"] = map[string]any{
+			"full_attention":    global,
+			"sliding_attention": map[string]any{"rope_type": "default", "rope_theta": pyFloat(s.RopeLocalTheta)},
+		}
+		c["cache_implementation"] = "hybrid"
+		if v.PAD >= 0 {
+			c["pad_token_id"] = v.PAD
 		}
 	case "gemma2":
 		c["architectures"] = []string{"Gemma2ForCausalLM"}

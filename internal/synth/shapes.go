@@ -2,6 +2,7 @@ package synth
 
 import (
 	"fmt"
+	"math"
 	"sort"
 )
 
@@ -17,8 +18,13 @@ type RopeScaling struct {
 // Shape is one entry of strata's synthetic model catalogue: every
 // hyperparameter a loader or the engine reads.
 type Shape struct {
-	// Arch is the GGUF architecture: "llama" or "gemma2".
+	// Arch is the GGUF architecture (general.architecture): "llama",
+	// "gemma2", "qwen2" or "qwen3".
 	Arch string
+	// Family is the catalogue key when it differs from Arch: "mistral",
+	// whose GGUF files are llama's (llama.cpp converts MistralForCausalLM
+	// as llama) while its Hugging Face twin is MistralForCausalLM.
+	Family string
 	// Name is the catalogue name: "tiny", "8b" or "70b".
 	Name string
 	// Real names the public model whose shape this copies, if any.
@@ -44,12 +50,27 @@ type Shape struct {
 	QueryPreAttnScalar float64
 	AttnSoftcap        float64
 	FinalSoftcap       float64
-	SlidingWindow      int
+	// SlidingWindow is Gemma's window of its sliding layers, or
+	// Mistral's of every layer; 0 = none.
+	SlidingWindow int
+
+	// Gemma 3 only: the RoPE base of the sliding layers
+	// (rope_local_base_freq), and the linear RoPE factor of the global
+	// ones (0 = none).
+	RopeLocalTheta float64
+	RopeLinear     float64
+
+	// Phi-3 only: original_max_position_embeddings; LongRoPE's long
+	// factors apply since Context exceeds it (PhiRopeFactors).
+	OrigContext int
 
 	// Mixture of experts (Mixtral: llama with expert FFNs): Experts per
 	// layer, ExpertsUsed per token; each expert's hidden width is FFN.
 	Experts, ExpertsUsed int
 }
+
+// qwenEps is Qwen 2.5's and Qwen 3's rms_norm_eps.
+const qwenEps = 1e-6
 
 var llama3Rope = RopeScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OrigContext: 8192}
 
@@ -112,6 +133,148 @@ var Shapes = map[string]map[string]Shape{
 			QueryPreAttnScalar: 144, AttnSoftcap: 50, FinalSoftcap: 30, SlidingWindow: 4096,
 		},
 	},
+}
+
+func init() {
+	Shapes["qwen2"] = map[string]Shape{
+		// Tied, as the small Qwen 2.5 checkpoints are (0.5B to 3B).
+		"tiny": {
+			Arch: "qwen2", Name: "tiny",
+			Vocab: 512, Dim: 256, FFN: 512, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 64,
+			RopeTheta: 1000000, Context: 256, RMSEps: qwenEps, Tied: true,
+		},
+		"8b": {
+			Arch: "qwen2", Name: "8b", Real: "Qwen2.5-7B",
+			Vocab: 152064, Dim: 3584, FFN: 18944, Layers: 28, Heads: 28, KVHeads: 4, HeadDim: 128,
+			RopeTheta: 1000000, Context: 32768, RMSEps: qwenEps,
+		},
+	}
+	Shapes["qwen3"] = map[string]Shape{
+		// head_dim 128 is not dim/heads (64), as in Qwen3-0.6B and -4B,
+		// so the q/k width differs from the residual width; untied, as
+		// Qwen3-8B is.
+		"tiny": {
+			Arch: "qwen3", Name: "tiny",
+			Vocab: 512, Dim: 256, FFN: 512, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 128,
+			RopeTheta: 1000000, Context: 256, RMSEps: qwenEps,
+		},
+		"8b": {
+			Arch: "qwen3", Name: "8b", Real: "Qwen3-8B",
+			Vocab: 151936, Dim: 4096, FFN: 12288, Layers: 36, Heads: 32, KVHeads: 8, HeadDim: 128,
+			RopeTheta: 1000000, Context: 40960, RMSEps: qwenEps,
+		},
+	}
+}
+
+func init() {
+	Shapes["mistral"] = map[string]Shape{
+		// Nemo's layout: head_dim 128 is not dim/heads (64). The window
+		// (8, shorter than test sequences) is Mistral 7B v0.1's kind.
+		"tiny": {
+			Arch: "llama", Family: "mistral", Name: "tiny",
+			Vocab: 512, Dim: 256, FFN: 512, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 128,
+			RopeTheta: 1000000, Context: 256, RMSEps: 1e-5, SlidingWindow: 8,
+		},
+		"8b": {
+			Arch: "llama", Family: "mistral", Name: "8b", Real: "Mistral-7B-v0.3",
+			Vocab: 32768, Dim: 4096, FFN: 14336, Layers: 32, Heads: 32, KVHeads: 8, HeadDim: 128,
+			RopeTheta: 1000000, Context: 32768, RMSEps: 1e-5,
+		},
+		"12b": {
+			Arch: "llama", Family: "mistral", Name: "12b", Real: "Mistral-Nemo-Base-2407",
+			Vocab: 131072, Dim: 5120, FFN: 14336, Layers: 40, Heads: 32, KVHeads: 8, HeadDim: 128,
+			RopeTheta: 1000000, Context: 131072, RMSEps: 1e-5,
+		},
+	}
+}
+
+func init() {
+	Shapes["gemma3"] = map[string]Shape{
+		// Six layers: five sliding (window 8, shorter than test
+		// sequences) and a global one, with Gemma 3's two RoPE bases and
+		// the 4B-and-up linear scaling of the global one; head_dim 128 is
+		// not dim/heads (64), as in every Gemma 3.
+		"tiny": {
+			Arch: "gemma3", Name: "tiny",
+			Vocab: 512, Dim: 256, FFN: 512, Layers: 6, Heads: 4, KVHeads: 2, HeadDim: 128,
+			RopeTheta: 1000000, RopeLocalTheta: 10000, RopeLinear: 8, Context: 256, RMSEps: 1e-6, Tied: true,
+			QueryPreAttnScalar: 128, SlidingWindow: 8,
+		},
+		"4b": {
+			Arch: "gemma3", Name: "4b", Real: "gemma-3-4b (text)",
+			Vocab: 262208, Dim: 2560, FFN: 10240, Layers: 34, Heads: 8, KVHeads: 4, HeadDim: 256,
+			RopeTheta: 1000000, RopeLocalTheta: 10000, RopeLinear: 8, Context: 131072, RMSEps: 1e-6, Tied: true,
+			QueryPreAttnScalar: 256, SlidingWindow: 1024,
+		},
+		"12b": {
+			Arch: "gemma3", Name: "12b", Real: "gemma-3-12b (text)",
+			Vocab: 262208, Dim: 3840, FFN: 15360, Layers: 48, Heads: 16, KVHeads: 8, HeadDim: 256,
+			RopeTheta: 1000000, RopeLocalTheta: 10000, RopeLinear: 8, Context: 131072, RMSEps: 1e-6, Tied: true,
+			QueryPreAttnScalar: 256, SlidingWindow: 1024,
+		},
+	}
+}
+
+func init() {
+	Shapes["phi3"] = map[string]Shape{
+		// Phi-3-mini-128k's kind: LongRoPE with the long factors (the
+		// context, 256, is past the original 32, which the test prompt
+		// itself exceeds) and their attention factor; no window.
+		"tiny": {
+			Arch: "phi3", Name: "tiny",
+			Vocab: 512, Dim: 256, FFN: 512, Layers: 2, Heads: 4, KVHeads: 4, HeadDim: 64,
+			RopeTheta: 10000, Context: 256, OrigContext: 32, RMSEps: 1e-5,
+		},
+		"4b": {
+			Arch: "phi3", Name: "4b", Real: "Phi-3-mini-128k-instruct",
+			Vocab: 32064, Dim: 3072, FFN: 8192, Layers: 32, Heads: 32, KVHeads: 32, HeadDim: 96,
+			RopeTheta: 10000, Context: 131072, OrigContext: 4096, RMSEps: 1e-5,
+		},
+		"14b": {
+			Arch: "phi3", Name: "14b", Real: "Phi-3-medium-128k-instruct",
+			Vocab: 32064, Dim: 5120, FFN: 17920, Layers: 40, Heads: 40, KVHeads: 10, HeadDim: 128,
+			RopeTheta: 10000, Context: 131072, OrigContext: 4096, RMSEps: 1e-5,
+		},
+	}
+}
+
+// PhiRopeFactors returns a Phi-3 shape's LongRoPE divisors, head_dim/2 of
+// each: short ones near 1 and long ones growing to 8 towards the low
+// frequencies, as trained ones do (made up: synthetic weights have no
+// trained context to fit).
+func PhiRopeFactors(s Shape) (long, short []float32) {
+	n := s.HeadDim / 2
+	long, short = make([]float32, n), make([]float32, n)
+	for i := range long {
+		x := float64(i) / float64(max(n-1, 1))
+		long[i] = float32(1 + 7*x*x)
+		short[i] = float32(1 + 0.25*x)
+	}
+	return long, short
+}
+
+// PhiAttnFactor is the LongRoPE attention factor llama.cpp's converter
+// stores and transformers applies: sqrt(1 + ln(s)/ln(orig)) for s =
+// context/orig above 1, else 1.
+func PhiAttnFactor(s Shape) float64 {
+	scale := float64(s.Context) / float64(s.OrigContext)
+	if scale <= 1 {
+		return 1
+	}
+	return math.Sqrt(1 + math.Log(scale)/math.Log(float64(s.OrigContext)))
+}
+
+// gemma reports whether s is a Gemma (gemma2 or gemma3): tied, with
+// post-attention and post-FFN norms and norms stored in Hugging Face as
+// w for a scale of 1 + w.
+func (s Shape) gemma() bool { return s.Arch == "gemma2" || s.Arch == "gemma3" }
+
+// family is the catalogue key of s.
+func (s Shape) family() string {
+	if s.Family != "" {
+		return s.Family
+	}
+	return s.Arch
 }
 
 // LookupShape returns the catalogue entry for arch and shape.

@@ -52,6 +52,94 @@ func wantTinyLayout(arch string) []wantTensor {
 		add("output.weight", 256, 512)
 		return out
 	}
+	if arch == "phi3" {
+		add("rope_factors_long.weight", 32)
+		add("rope_factors_short.weight", 32)
+		add("token_embd.weight", 256, 512)
+		for i := 0; i < 2; i++ {
+			b := fmt.Sprintf("blk.%d.", i)
+			add(b+"attn_norm.weight", 256)
+			add(b+"attn_qkv.weight", 256, 768)
+			add(b+"attn_output.weight", 256, 256)
+			add(b+"ffn_norm.weight", 256)
+			add(b+"ffn_up.weight", 256, 1024)
+			add(b+"ffn_down.weight", 512, 256)
+		}
+		add("output_norm.weight", 256)
+		add("output.weight", 256, 512)
+		return out
+	}
+	if arch == "gemma3" {
+		add("token_embd.weight", 256, 512)
+		for i := 0; i < 6; i++ {
+			b := fmt.Sprintf("blk.%d.", i)
+			add(b+"attn_norm.weight", 256)
+			add(b+"attn_q.weight", 256, 512)
+			add(b+"attn_k.weight", 256, 256)
+			add(b+"attn_v.weight", 256, 256)
+			add(b+"attn_q_norm.weight", 128)
+			add(b+"attn_k_norm.weight", 128)
+			add(b+"attn_output.weight", 512, 256)
+			add(b+"post_attention_norm.weight", 256)
+			add(b+"ffn_norm.weight", 256)
+			add(b+"ffn_gate.weight", 256, 512)
+			add(b+"ffn_up.weight", 256, 512)
+			add(b+"ffn_down.weight", 512, 256)
+			add(b+"post_ffw_norm.weight", 256)
+		}
+		add("output_norm.weight", 256)
+		return out
+	}
+	if arch == "mistral" {
+		add("token_embd.weight", 256, 512)
+		for i := 0; i < 2; i++ {
+			b := fmt.Sprintf("blk.%d.", i)
+			add(b+"attn_norm.weight", 256)
+			add(b+"attn_q.weight", 256, 512)
+			add(b+"attn_k.weight", 256, 256)
+			add(b+"attn_v.weight", 256, 256)
+			add(b+"attn_output.weight", 512, 256)
+			add(b+"ffn_norm.weight", 256)
+			add(b+"ffn_gate.weight", 256, 512)
+			add(b+"ffn_up.weight", 256, 512)
+			add(b+"ffn_down.weight", 512, 256)
+		}
+		add("output_norm.weight", 256)
+		add("output.weight", 256, 512)
+		return out
+	}
+	if arch == "qwen2" || arch == "qwen3" {
+		q, kv := uint64(256), uint64(128) // qwen2: head_dim 64
+		if arch == "qwen3" {
+			q, kv = 512, 256 // head_dim 128
+		}
+		add("token_embd.weight", 256, 512)
+		for i := 0; i < 2; i++ {
+			b := fmt.Sprintf("blk.%d.", i)
+			add(b+"attn_norm.weight", 256)
+			add(b+"attn_q.weight", 256, q)
+			add(b+"attn_k.weight", 256, kv)
+			add(b+"attn_v.weight", 256, kv)
+			if arch == "qwen2" {
+				add(b+"attn_q.bias", q)
+				add(b+"attn_k.bias", kv)
+				add(b+"attn_v.bias", kv)
+			} else {
+				add(b+"attn_q_norm.weight", 128)
+				add(b+"attn_k_norm.weight", 128)
+			}
+			add(b+"attn_output.weight", q, 256)
+			add(b+"ffn_norm.weight", 256)
+			add(b+"ffn_gate.weight", 256, 512)
+			add(b+"ffn_up.weight", 256, 512)
+			add(b+"ffn_down.weight", 512, 256)
+		}
+		add("output_norm.weight", 256)
+		if arch == "qwen3" {
+			add("output.weight", 256, 512)
+		}
+		return out
+	}
 	add("token_embd.weight", 256, 512)
 	for i := 0; i < 4; i++ {
 		b := fmt.Sprintf("blk.%d.", i)
@@ -73,8 +161,11 @@ func wantTinyLayout(arch string) []wantTensor {
 
 // wantType is the expected storage type of a tiny-shape tensor.
 func wantType(arch, typ, name string) quant.Type {
-	if strings.HasSuffix(name, "norm.weight") || name == "rope_freqs.weight" {
+	if strings.HasSuffix(name, "norm.weight") || strings.HasSuffix(name, ".bias") || strings.HasPrefix(name, "rope_") {
 		return quant.F32
+	}
+	if typ == "q4_k_m" && strings.HasSuffix(name, "attn_qkv.weight") {
+		return quant.Q5_K
 	}
 	switch typ {
 	case "f32":
@@ -92,6 +183,14 @@ func wantType(arch, typ, name string) quant.Type {
 		// 4 layers: layers 2 ((2-0)%3 == 2) and 3 (>= 7*4/8); tied
 		// token_embd is the output.
 		"gemma2": {"token_embd.weight", "blk.2.attn_v.weight", "blk.2.ffn_down.weight", "blk.3.attn_v.weight", "blk.3.ffn_down.weight"},
+		// qwen2 is tied, qwen3 is not.
+		"qwen2":   {"token_embd.weight", "blk.1.attn_v.weight", "blk.1.ffn_down.weight"},
+		"qwen3":   {"output.weight", "blk.1.attn_v.weight", "blk.1.ffn_down.weight"},
+		"mistral": {"output.weight", "blk.1.attn_v.weight", "blk.1.ffn_down.weight"},
+		// 6 layers: n/8 = 0, so layers 2 and 5 ((i-0)%3 == 2; 5 is also
+		// >= 7*6/8); tied token_embd is the output.
+		"phi3":   {"output.weight", "blk.1.ffn_down.weight"},
+		"gemma3": {"token_embd.weight", "blk.2.attn_v.weight", "blk.2.ffn_down.weight", "blk.5.attn_v.weight", "blk.5.ffn_down.weight"},
 	}
 	if slices.Contains(q6[arch], name) {
 		return quant.Q6_K
@@ -116,7 +215,7 @@ func writeTiny(t *testing.T, arch, typ string, seed uint64, hf bool) (string, st
 
 func TestTinyGGUFLayout(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2"} {
+	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "phi3", "qwen2", "qwen3"} {
 		for _, typ := range allTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
 				t.Parallel()
@@ -147,6 +246,20 @@ func TestTinyGGUFLayout(t *testing.T) {
 
 func checkMetadata(t *testing.T, f *gguf.File, arch, typ string) {
 	t.Helper()
+	switch arch {
+	case "qwen2", "qwen3":
+		checkQwenMetadata(t, f, arch, typ)
+		return
+	case "mistral":
+		checkMistralMetadata(t, f)
+		return
+	case "gemma3":
+		checkGemma3Metadata(t, f)
+		return
+	case "phi3":
+		checkPhi3Metadata(t, f)
+		return
+	}
 	wantU := map[string]uint64{
 		"general.file_type":                      map[string]uint64{"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7, "q4_k_m": 15}[typ],
 		"general.alignment":                      32,
@@ -230,6 +343,145 @@ func checkMetadata(t *testing.T, f *gguf.File, arch, typ string) {
 	}
 	if tmpl, _ := f.String("tokenizer.chat_template"); tmpl == "" {
 		t.Error("no chat template")
+	}
+}
+
+// checkPhi3Metadata checks a Phi-3 file's keys as llama.cpp's converter
+// writes them, with LongRoPE's original context and attention factor.
+func checkPhi3Metadata(t *testing.T, f *gguf.File) {
+	t.Helper()
+	for k, want := range map[string]uint64{
+		"phi3.context_length": 256, "phi3.rope.scaling.original_context_length": 32, "phi3.rope.dimension_count": 64,
+		"phi3.attention.sliding_window": 0, "phi3.attention.head_count_kv": 4, "phi3.feed_forward_length": 512,
+		"tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 3,
+	} {
+		if got, ok := f.Uint(k); !ok || got != want {
+			t.Errorf("%s = %d (present %v), want %d", k, got, ok, want)
+		}
+	}
+	if got, ok := f.Float("phi3.rope.scaling.attn_factor"); !ok || math.Abs(got-math.Sqrt(1+math.Log(8)/math.Log(32))) > 1e-6 {
+		t.Errorf("phi3.rope.scaling.attn_factor = %v (present %v)", got, ok)
+	}
+	toks, _ := f.Strings("tokenizer.ggml.tokens")
+	if len(toks) != 512 || toks[1] != "<s>" || toks[3] != "<|endoftext|>" {
+		t.Errorf("%d tokens; specials %q", len(toks), toks[:7])
+	}
+}
+
+// checkGemma3Metadata checks a Gemma 3 file's keys as llama.cpp's
+// converter writes them: no soft-caps, no query_pre_attn_scalar, the
+// global layers' linear RoPE scaling.
+func checkGemma3Metadata(t *testing.T, f *gguf.File) {
+	t.Helper()
+	for k, want := range map[string]uint64{
+		"gemma3.attention.key_length": 128, "gemma3.attention.value_length": 128, "gemma3.attention.sliding_window": 8,
+		"gemma3.block_count": 6, "gemma3.attention.head_count": 4, "gemma3.attention.head_count_kv": 2,
+		"tokenizer.ggml.bos_token_id": 2, "tokenizer.ggml.eos_token_id": 1,
+	} {
+		if got, ok := f.Uint(k); !ok || got != want {
+			t.Errorf("%s = %d (present %v), want %d", k, got, ok, want)
+		}
+	}
+	for k, want := range map[string]float64{"gemma3.rope.freq_base": 1e6, "gemma3.rope.scaling.factor": 8} {
+		if got, ok := f.Float(k); !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", k, got, ok, want)
+		}
+	}
+	if typ, _ := f.String("gemma3.rope.scaling.type"); typ != "linear" {
+		t.Errorf("gemma3.rope.scaling.type = %q", typ)
+	}
+	for _, k := range []string{"gemma3.attn_logit_softcapping", "gemma3.final_logit_softcapping", "gemma3.attention.query_pre_attn_scalar"} {
+		if _, ok := f.Lookup(k); ok {
+			t.Errorf("%s present in a gemma3 file", k)
+		}
+	}
+	if m, _ := f.String("tokenizer.ggml.model"); m != "llama" {
+		t.Errorf("tokenizer.ggml.model = %q", m)
+	}
+}
+
+// checkMistralMetadata checks a Mistral file: llama's keys (llama.cpp
+// converts Mistral as llama), Nemo's head size and the window.
+func checkMistralMetadata(t *testing.T, f *gguf.File) {
+	t.Helper()
+	if got, _ := f.String("general.architecture"); got != "llama" {
+		t.Errorf("general.architecture = %q, want llama", got)
+	}
+	for k, want := range map[string]uint64{
+		"llama.attention.key_length": 128, "llama.attention.value_length": 128, "llama.rope.dimension_count": 128,
+		"llama.attention.sliding_window": 8, "llama.embedding_length": 256, "llama.attention.head_count": 4,
+		"tokenizer.ggml.bos_token_id": 497, "tokenizer.ggml.eos_token_id": 498,
+	} {
+		if got, ok := f.Uint(k); !ok || got != want {
+			t.Errorf("%s = %d (present %v), want %d", k, got, ok, want)
+		}
+	}
+	if pre, _ := f.String("tokenizer.ggml.pre"); pre != "tekken" {
+		t.Errorf("tokenizer.ggml.pre = %q", pre)
+	}
+	toks, _ := f.Strings("tokenizer.ggml.tokens")
+	if len(toks) != 512 || toks[497] != "<s>" || toks[498] != "</s>" || toks[499] != "[INST]" {
+		t.Errorf("%d tokens; specials %q", len(toks), toks[496:500])
+	}
+	if _, ok := f.Tensor("rope_freqs.weight"); ok {
+		t.Error("rope_freqs.weight in a Mistral file")
+	}
+}
+
+// checkQwenMetadata checks the keys llama.cpp's converter writes for
+// Qwen2 and Qwen3 (the latter with its head size) and Qwen's tokenizer.
+func checkQwenMetadata(t *testing.T, f *gguf.File, arch, typ string) {
+	t.Helper()
+	wantU := map[string]uint64{
+		"general.file_type":               map[string]uint64{"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7, "q4_k_m": 15}[typ],
+		arch + ".context_length":          256,
+		arch + ".embedding_length":        256,
+		arch + ".feed_forward_length":     512,
+		arch + ".block_count":             2,
+		arch + ".attention.head_count":    4,
+		arch + ".attention.head_count_kv": 2,
+		"tokenizer.ggml.bos_token_id":     496,
+		"tokenizer.ggml.eos_token_id":     498,
+		"qwen3.attention.key_length":      128,
+		"qwen3.attention.value_length":    128,
+	}
+	for k, want := range wantU {
+		if strings.HasPrefix(k, "qwen3.") && arch != "qwen3" {
+			continue
+		}
+		if got, ok := f.Uint(k); !ok || got != want {
+			t.Errorf("%s = %d (present %v), want %d", k, got, ok, want)
+		}
+	}
+	for _, k := range []string{"qwen2.attention.key_length", "tokenizer.ggml.padding_token_id", arch + ".vocab_size"} {
+		if _, ok := f.Lookup(k); ok {
+			t.Errorf("%s present in a %s file", k, arch)
+		}
+	}
+	if got, ok := f.Float(arch + ".rope.freq_base"); !ok || got != 1e6 {
+		t.Errorf("rope.freq_base = %v (present %v)", got, ok)
+	}
+	if got, ok := f.Float(arch + ".attention.layer_norm_rms_epsilon"); !ok || math.Abs(got-1e-6) > 1e-12 {
+		t.Errorf("rms epsilon = %v (present %v)", got, ok)
+	}
+	if got, _ := f.String("general.architecture"); got != arch {
+		t.Errorf("general.architecture = %q", got)
+	}
+	toks, _ := f.Strings("tokenizer.ggml.tokens")
+	if len(toks) != 512 || toks[496] != "<|endoftext|>" || toks[497] != "<|im_start|>" || toks[498] != "<|im_end|>" {
+		t.Errorf("%d tokens; specials %q", len(toks), toks[496:499])
+	}
+	if m, _ := f.String("tokenizer.ggml.model"); m != "gpt2" {
+		t.Errorf("tokenizer.ggml.model = %q", m)
+	}
+	if pre, _ := f.String("tokenizer.ggml.pre"); pre != "qwen2" {
+		t.Errorf("tokenizer.ggml.pre = %q", pre)
+	}
+	if b, ok := f.Bool("tokenizer.ggml.add_bos_token"); !ok || b {
+		t.Errorf("add_bos_token = %v, %v; Qwen adds none", b, ok)
+	}
+	if tmpl, _ := f.String("tokenizer.chat_template"); !strings.Contains(tmpl, "<|im_start|>") {
+		t.Errorf("chat template %q is not ChatML", tmpl)
 	}
 }
 
@@ -317,6 +569,12 @@ func TestLayoutSizes(t *testing.T) {
 		{"llama", "70b", 70_553_706_496},
 		{"gemma2", "8b", 9_241_705_984},
 		{"gemma2", "70b", 27_227_128_320},
+		{"qwen2", "8b", 7_615_616_512},
+		{"qwen3", "8b", 8_190_735_360},
+		{"mistral", "8b", 7_248_023_552},
+		{"mistral", "12b", 12_247_782_400},
+		{"phi3", "4b", 3_821_079_552},
+		{"phi3", "14b", 13_960_238_080},
 	}
 	for _, c := range cases {
 		t.Run(c.arch+"-"+c.shape, func(t *testing.T) {
@@ -329,8 +587,11 @@ func TestLayoutSizes(t *testing.T) {
 				t.Fatal(err)
 			}
 			n := paramCount(specs)
-			if c.arch == "llama" {
+			if s.Rope != nil {
 				n -= int64(s.HeadDim / 2)
+			}
+			if s.Arch == "phi3" { // rope_factors_long and _short
+				n -= int64(s.HeadDim)
 			}
 			if n != c.params {
 				t.Errorf("%d parameters, want %d", n, c.params)
@@ -344,7 +605,7 @@ func TestLayoutSizes(t *testing.T) {
 	if _, err := LookupShape("llama", "13b"); err == nil {
 		t.Error("unknown shape accepted")
 	}
-	if _, err := LookupShape("mistral", "tiny"); err == nil {
+	if _, err := LookupShape("falcon", "tiny"); err == nil {
 		t.Error("unknown arch accepted")
 	}
 	if _, err := Size(Options{Arch: "llama", Shape: "tiny", Type: "q3_k"}); err == nil {
@@ -545,7 +806,7 @@ func TestWriteLeavesNoPartialFile(t *testing.T) {
 
 func TestHFRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2"} {
+	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "phi3", "qwen2", "qwen3"} {
 		for _, typ := range allTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
 				t.Parallel()
@@ -571,9 +832,21 @@ func TestHFRoundTrip(t *testing.T) {
 					"ffn_up.weight":      "mlp.up_proj.weight",
 					"ffn_down.weight":    "mlp.down_proj.weight",
 				}
-				if arch == "llama" {
+				switch arch {
+				case "llama", "mistral", "phi3", "qwen2", "qwen3":
+					names["attn_qkv.weight"] = "self_attn.qkv_proj.weight"
+					if arch == "phi3" {
+						names["ffn_up.weight"] = "mlp.gate_up_proj.weight"
+					}
 					names["ffn_norm.weight"] = "post_attention_layernorm.weight"
-				} else {
+					names["attn_q.bias"] = "self_attn.q_proj.bias"
+					names["attn_k.bias"] = "self_attn.k_proj.bias"
+					names["attn_v.bias"] = "self_attn.v_proj.bias"
+					names["attn_q_norm.weight"] = "self_attn.q_norm.weight"
+					names["attn_k_norm.weight"] = "self_attn.k_norm.weight"
+				default:
+					names["attn_q_norm.weight"] = "self_attn.q_norm.weight"
+					names["attn_k_norm.weight"] = "self_attn.k_norm.weight"
 					names["post_attention_norm.weight"] = "post_attention_layernorm.weight"
 					names["ffn_norm.weight"] = "pre_feedforward_layernorm.weight"
 					names["post_ffw_norm.weight"] = "post_feedforward_layernorm.weight"
@@ -588,7 +861,7 @@ func TestHFRoundTrip(t *testing.T) {
 						hfName = "model.norm.weight"
 					case "output.weight":
 						hfName = "lm_head.weight"
-					case "rope_freqs.weight":
+					case "rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight":
 						continue
 					default:
 						layer := layerOf(ti.Name)
@@ -636,7 +909,7 @@ func TestHFRoundTrip(t *testing.T) {
 // returned as HF.
 func hfFromGGUF(t *testing.T, arch string, ti gguf.TensorInfo, gv, hv []float32) []float32 {
 	t.Helper()
-	if arch == "gemma2" && strings.HasSuffix(ti.Name, "norm.weight") {
+	if (arch == "gemma2" || arch == "gemma3") && strings.HasSuffix(ti.Name, "norm.weight") {
 		for j := range gv {
 			if 1+hv[j] != gv[j] {
 				t.Fatalf("%s[%d]: float32(1 + %v) = %v, GGUF %v", ti.Name, j, hv[j], 1+hv[j], gv[j])
@@ -644,8 +917,11 @@ func hfFromGGUF(t *testing.T, arch string, ti gguf.TensorInfo, gv, hv []float32)
 		}
 		return hv
 	}
-	if arch == "llama" && (strings.HasSuffix(ti.Name, "attn_q.weight") || strings.HasSuffix(ti.Name, "attn_k.weight")) {
-		const hd = 64
+	if (arch == "llama" || arch == "mistral") && (strings.HasSuffix(ti.Name, "attn_q.weight") || strings.HasSuffix(ti.Name, "attn_k.weight")) {
+		hd := 64
+		if arch == "mistral" {
+			hd = 128
+		}
 		row := int(ti.Dims[0])
 		out := make([]float32, len(gv))
 		for r := 0; r < int(ti.Dims[1]); r++ {
@@ -666,7 +942,96 @@ func checkHFConfig(t *testing.T, c map[string]any, arch string) {
 		"num_key_value_heads": 2.0, "head_dim": 64.0, "vocab_size": 512.0, "torch_dtype": "float32",
 		"max_position_embeddings": 256.0, "attention_bias": false,
 	}
-	if arch == "llama" {
+	switch arch {
+	case "phi3":
+		delete(want, "head_dim")
+		want["model_type"] = "phi3"
+		want["architectures"] = "Phi3ForCausalLM"
+		want["num_hidden_layers"] = 2.0
+		want["num_key_value_heads"] = 4.0
+		want["tie_word_embeddings"] = false
+		want["original_max_position_embeddings"] = 32.0
+		want["rope_theta"] = 10000.0
+		want["sliding_window"] = nil
+		want["bos_token_id"] = 1.0
+		want["eos_token_id"] = 3.0
+		if a, _ := c["architectures"].([]any); len(a) == 1 {
+			c["architectures"] = a[0]
+		}
+		rs, _ := c["rope_scaling"].(map[string]any)
+		lf, _ := rs["long_factor"].([]any)
+		sf, _ := rs["short_factor"].([]any)
+		if rs["rope_type"] != "longrope" || len(lf) != 32 || len(sf) != 32 || lf[31] != 8.0 || sf[31] != 1.25 || lf[0] != 1.0 {
+			t.Errorf("rope_scaling = %v", c["rope_scaling"])
+		}
+	case "gemma3":
+		want["model_type"] = "gemma3_text"
+		want["architectures"] = "Gemma3ForCausalLM"
+		want["num_hidden_layers"] = 6.0
+		want["head_dim"] = 128.0
+		want["tie_word_embeddings"] = true
+		want["query_pre_attn_scalar"] = 128.0
+		want["sliding_window"] = 8.0
+		want["rope_theta"] = 1e6
+		want["rope_local_base_freq"] = 10000.0
+		want["attn_logit_softcapping"] = nil
+		want["final_logit_softcapping"] = nil
+		want["hidden_activation"] = "gelu_pytorch_tanh"
+		want["rms_norm_eps"] = 1e-6
+		want["bos_token_id"] = 2.0
+		want["eos_token_id"] = 1.0
+		if a, _ := c["architectures"].([]any); len(a) == 1 {
+			c["architectures"] = a[0]
+		}
+		lt, _ := c["layer_types"].([]any)
+		if len(lt) != 6 || lt[4] != "sliding_attention" || lt[5] != "full_attention" {
+			t.Errorf("layer_types = %v", c["layer_types"])
+		}
+		rs, _ := c["rope_scaling"].(map[string]any)
+		if rs["rope_type"] != "linear" || rs["factor"] != 8.0 {
+			t.Errorf("rope_scaling = %v", c["rope_scaling"])
+		}
+		rp, _ := c["rope_parameters"].(map[string]any)
+		full, _ := rp["full_attention"].(map[string]any)
+		local, _ := rp["sliding_attention"].(map[string]any)
+		if full["rope_type"] != "linear" || full["factor"] != 8.0 || full["rope_theta"] != 1e6 || local["rope_theta"] != 10000.0 || local["rope_type"] != "default" {
+			t.Errorf("rope_parameters = %v", c["rope_parameters"])
+		}
+	case "mistral":
+		delete(want, "attention_bias")
+		want["model_type"] = "mistral"
+		want["architectures"] = "MistralForCausalLM"
+		want["num_hidden_layers"] = 2.0
+		want["head_dim"] = 128.0
+		want["sliding_window"] = 8.0
+		want["tie_word_embeddings"] = false
+		want["rope_theta"] = 1e6
+		want["bos_token_id"] = 497.0
+		want["eos_token_id"] = 498.0
+		if a, _ := c["architectures"].([]any); len(a) == 1 {
+			c["architectures"] = a[0]
+		}
+	case "qwen2", "qwen3":
+		want["model_type"] = arch
+		want["num_hidden_layers"] = 2.0
+		want["tie_word_embeddings"] = arch == "qwen2"
+		want["rope_theta"] = 1e6
+		want["hidden_act"] = "silu"
+		want["rms_norm_eps"] = 1e-6
+		want["use_sliding_window"] = false
+		want["bos_token_id"] = 496.0
+		want["eos_token_id"] = 498.0
+		if arch == "qwen2" {
+			delete(want, "attention_bias") // always true in Qwen2
+			want["architectures"] = "Qwen2ForCausalLM"
+		} else {
+			want["head_dim"] = 128.0
+			want["architectures"] = "Qwen3ForCausalLM"
+		}
+		if a, _ := c["architectures"].([]any); len(a) == 1 {
+			c["architectures"] = a[0]
+		}
+	case "llama":
 		want["model_type"] = "llama"
 		want["num_hidden_layers"] = 2.0
 		want["tie_word_embeddings"] = false
@@ -678,7 +1043,7 @@ func checkHFConfig(t *testing.T, c map[string]any, arch string) {
 		if rs["rope_type"] != "llama3" || rs["factor"] != 8.0 || rs["original_max_position_embeddings"] != 32.0 {
 			t.Errorf("rope_scaling = %v", c["rope_scaling"])
 		}
-	} else {
+	default:
 		want["model_type"] = "gemma2"
 		want["num_hidden_layers"] = 4.0
 		want["tie_word_embeddings"] = true

@@ -43,6 +43,9 @@ type Vocab struct {
 	EOS    int
 	// PAD and UNK are -1 when the vocabulary has none.
 	PAD, UNK int
+	// NoBOS makes tokenizer.ggml.add_bos_token false (Qwen prepends
+	// nothing).
+	NoBOS bool
 	// AddSpacePrefix is tokenizer.ggml.add_space_prefix (SPM only).
 	AddSpacePrefix bool
 	ChatTemplate   string
@@ -261,6 +264,99 @@ const gemmaChatTemplate = `{{- bos_token }}
 {{- '<start_of_turn>model\n' }}
 {%- endif %}`
 
+// qwenSpecials are Qwen 2.5's first special tokens, in id order after the
+// byte-level BPE pieces.
+var qwenSpecials = []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+	"<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
+	"<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
+	"<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"}
+
+// qwenSpecial returns the name of the special token at offset k of the
+// special range.
+func qwenSpecial(k int) string {
+	if k < len(qwenSpecials) {
+		return qwenSpecials[k]
+	}
+	return fmt.Sprintf("<|extra_%d|>", k-len(qwenSpecials))
+}
+
+// qwenChatTemplate is ChatML, Qwen's prompt format: each message is
+// <|im_start|>role\ncontent<|im_end|>\n.
+const qwenChatTemplate = `{%- for message in messages %}
+{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+{{- '<|im_start|>assistant\n' }}
+{%- endif %}`
+
+// QwenVocab is BPEVocab with Qwen's pre-tokenizer ("qwen2"), special
+// tokens and chat template: <|endoftext|> is BOS (never added, as in
+// Qwen's GGUFs) and <|im_end|> EOS.
+func QwenVocab(n int) (*Vocab, error) {
+	v, err := BPEVocab(n)
+	if err != nil {
+		return nil, err
+	}
+	base := v.BOS
+	seen := make(map[string]struct{}, n)
+	for _, t := range v.Tokens[:base] {
+		seen[t] = struct{}{}
+	}
+	for k := base; k < n; k++ {
+		v.Tokens[k] = qwenSpecial(k - base)
+		if _, dup := seen[v.Tokens[k]]; dup {
+			return nil, fmt.Errorf("synth: internal error: Qwen special token %q is also a piece", v.Tokens[k])
+		}
+		seen[v.Tokens[k]] = struct{}{}
+	}
+	v.Pre, v.ChatTemplate, v.NoBOS = "qwen2", qwenChatTemplate, true
+	v.BOS, v.EOS = base, base+2
+	return v, nil
+}
+
+// mistralSpecials are Tekken's first control tokens (Mistral Nemo).
+var mistralSpecials = []string{"<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+	"[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]", "[IMG_END]", "[PREFIX]", "[MIDDLE]", "[SUFFIX]"}
+
+// mistralChatTemplate follows Mistral's instruct format:
+// <s>[INST]user[/INST]assistant</s>.
+const mistralChatTemplate = `{{- bos_token }}
+{%- for message in messages %}
+{%- if message['role'] == 'user' %}
+{{- '[INST]' + message['content'] + '[/INST]' }}
+{%- elif message['role'] == 'assistant' %}
+{{- message['content'] + eos_token }}
+{%- endif %}
+{%- endfor %}`
+
+// MistralVocab is BPEVocab with Tekken's pre-tokenizer and control tokens
+// (<s> is BOS, </s> EOS) and Mistral's chat template.
+func MistralVocab(n int) (*Vocab, error) {
+	v, err := BPEVocab(n)
+	if err != nil {
+		return nil, err
+	}
+	base := v.BOS
+	seen := make(map[string]struct{}, n)
+	for _, t := range v.Tokens[:base] {
+		seen[t] = struct{}{}
+	}
+	for k := base; k < n; k++ {
+		name := fmt.Sprintf("<SPECIAL_%d>", k-base)
+		if k-base < len(mistralSpecials) {
+			name = mistralSpecials[k-base]
+		}
+		if _, dup := seen[name]; dup {
+			return nil, fmt.Errorf("synth: internal error: Mistral control token %q is also a piece", name)
+		}
+		seen[name] = struct{}{}
+		v.Tokens[k] = name
+	}
+	v.Pre, v.ChatTemplate = "tekken", mistralChatTemplate
+	v.BOS, v.EOS = base+1, base+2
+	return v, nil
+}
+
 // BPEVocab builds the byte-level BPE vocabulary of a llama shape with n
 // tokens: the 256 byte tokens (GPT-2 unicode form, in bytes_to_unicode
 // order), merges learned from the embedded corpus, then — when the corpus
@@ -339,6 +435,37 @@ const spmSpace = "\u2581"
 // their rank; special and byte tokens score 0.
 func SPMVocab(n int) (*Vocab, error) {
 	v := &Vocab{Model: "llama", PAD: 0, EOS: 1, BOS: 2, UNK: 3, ChatTemplate: gemmaChatTemplate}
+	return spmVocab(n, v, []spmSpecial{{"<pad>", TokenControl}, {"<eos>", TokenControl}, {"<bos>", TokenControl}, {"<unk>", TokenUnknown},
+		{"<start_of_turn>", TokenControl}, {"<end_of_turn>", TokenControl}})
+}
+
+// spmSpecial is one of a SentencePiece vocabulary's leading special
+// tokens.
+type spmSpecial struct {
+	tok string
+	typ int32
+}
+
+// phiChatTemplate follows Phi-3's prompt format: <|role|>\ncontent<|end|>\n.
+const phiChatTemplate = `{%- for message in messages %}
+{{- '<|' + message['role'] + '|>\n' + message['content'] + '<|end|>\n' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+{{- '<|assistant|>\n' }}
+{%- endif %}`
+
+// PhiVocab is a SentencePiece vocabulary with Phi-3's special tokens
+// (<unk>, <s> as BOS, </s>, <|endoftext|> as EOS and padding, and the chat
+// roles), its space prefix and chat template.
+func PhiVocab(n int) (*Vocab, error) {
+	v := &Vocab{Model: "llama", UNK: 0, BOS: 1, EOS: 3, PAD: 3, AddSpacePrefix: true, ChatTemplate: phiChatTemplate}
+	return spmVocab(n, v, []spmSpecial{{"<unk>", TokenUnknown}, {"<s>", TokenControl}, {"</s>", TokenControl},
+		{"<|endoftext|>", TokenControl}, {"<|user|>", TokenControl}, {"<|assistant|>", TokenControl}, {"<|end|>", TokenControl}})
+}
+
+// spmVocab fills v with n SentencePiece pieces: the specials, the 256 byte
+// tokens, then pieces learned from the corpus and fillers (SPMVocab).
+func spmVocab(n int, v *Vocab, specials []spmSpecial) (*Vocab, error) {
 	v.Tokens = make([]string, 0, n)
 	v.Types = make([]int32, 0, n)
 	v.Scores = make([]float32, 0, n)
@@ -359,11 +486,7 @@ func SPMVocab(n int) (*Vocab, error) {
 		v.Scores = append(v.Scores, score)
 		return true
 	}
-	for _, s := range []struct {
-		tok string
-		typ int32
-	}{{"<pad>", TokenControl}, {"<eos>", TokenControl}, {"<bos>", TokenControl}, {"<unk>", TokenUnknown},
-		{"<start_of_turn>", TokenControl}, {"<end_of_turn>", TokenControl}} {
+	for _, s := range specials {
 		add(s.tok, s.typ)
 	}
 	for b := 0; b < 256; b++ {
@@ -412,7 +535,7 @@ func SPMVocab(n int) (*Vocab, error) {
 		}
 		add(m[0]+m[1], TokenNormal)
 	}
-	first := 6 + 256
+	first := len(specials) + 256
 	learned := len(v.Tokens)
 	rng := vocabRand(0x5eed5)
 	for fails := 0; len(v.Tokens) < n; {
@@ -430,11 +553,17 @@ func SPMVocab(n int) (*Vocab, error) {
 
 // VocabFor returns the tokenizer of shape s.
 func VocabFor(s Shape) (*Vocab, error) {
-	switch s.Arch {
+	switch s.family() {
+	case "mistral":
+		return MistralVocab(s.Vocab)
 	case "llama":
 		return BPEVocab(s.Vocab)
-	case "gemma2":
+	case "gemma2", "gemma3":
 		return SPMVocab(s.Vocab)
+	case "phi3":
+		return PhiVocab(s.Vocab)
+	case "qwen2", "qwen3":
+		return QwenVocab(s.Vocab)
 	}
 	return nil, fmt.Errorf("synth: no tokenizer for architecture %q", s.Arch)
 }

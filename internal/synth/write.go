@@ -12,7 +12,7 @@ import (
 
 // Options selects the model Write produces.
 type Options struct {
-	// Arch is a catalogue architecture: "llama", "gemma2" or "mixtral".
+	// Arch is a catalogue architecture (a key of Shapes).
 	Arch string
 	// Shape is "tiny", "8b" or "70b" (see Shapes).
 	Shape string

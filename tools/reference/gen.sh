@@ -3,6 +3,7 @@
 # transformers, no network) from the repository root, with a strata binary
 # cross-built here: CGO_ENABLED=0 go build -o bin/strata ./tools/strata
 #   STRATA=bin/strata DEST=engine/testdata tools/reference/gen.sh
+# ARCHS (default: every architecture) picks which goldens to make.
 # For each tiny architecture it synthesizes the f32 model and its HF twin
 # (seed 1), tokenizes the fixed prompt with strata's tokenizer and asks
 # transformers for 32 greedy steps of logits.
@@ -13,7 +14,7 @@ PROMPT=${PROMPT:-"The quick brown fox jumps over the lazy dog. Storage feeds the
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$DEST"
-for arch in llama gemma2; do
+for arch in ${ARCHS:-llama gemma2 gemma3 mistral phi3 qwen2 qwen3}; do
   "$STRATA" model synth -q --arch "$arch" --shape tiny --type f32 --seed 1 \
     -o "$work/$arch.gguf" --hf "$work/$arch-hf"
   ids=$(printf '%s' "$PROMPT" | "$STRATA" model tokenize --model "$work/$arch.gguf" --bos | tr ' ' ',')

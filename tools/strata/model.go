@@ -41,7 +41,7 @@ func synthCommand() *cli.Command {
 		Usage:     "write a random-weight model with the exact layout of a real one",
 		ArgsUsage: " ",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "arch", Value: "llama", Usage: "llama | gemma2 | mixtral"},
+			&cli.StringFlag{Name: "arch", Value: "llama", Usage: "llama | gemma2 | gemma3 | mistral | phi3 | qwen2 | qwen3 | mixtral"},
 			&cli.StringFlag{Name: "shape", Value: "tiny", Usage: "tiny | 8b | 70b (mixtral: tiny | 8x7b)"},
 			&cli.StringFlag{Name: "type", Value: "q4_k_m", Usage: "f32 | f16 | bf16 | q8_0 | q4_k_m"},
 			&cli.Uint64Flag{Name: "seed", Value: 1},
