@@ -41,7 +41,7 @@ type golden struct {
 // GPU machine after their support lands: until they are in testdata their
 // test skips, naming the missing file. Every other architecture's goldens
 // must be present.
-var goldenPending = map[string]bool{"gemma3": true, "mistral": true, "phi3": true, "qwen2": true, "qwen3": true}
+var goldenPending = map[string]bool{"gemma3": true, "mistral": true, "phi3": true, "qwen2": true, "qwen3": true, "mixtral": true, "qwen3moe": true}
 
 func loadGolden(t *testing.T, arch string) *golden {
 	t.Helper()
@@ -123,7 +123,7 @@ func greedyLogits(t *testing.T, m *model.Model, prompt []int32, steps int) ([][]
 // the same greedy tokens, for every architecture's tiny shape.
 func TestGoldenHF(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "phi3", "qwen2", "qwen3"} {
+	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "phi3", "qwen2", "qwen3", "mixtral", "qwen3moe"} {
 		t.Run(arch, func(t *testing.T) {
 			t.Parallel()
 			g := loadGolden(t, arch)

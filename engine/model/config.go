@@ -18,11 +18,14 @@ const (
 	ArchPhi3   = "phi3"
 	ArchQwen2  = "qwen2"
 	ArchQwen3  = "qwen3"
+	// ArchQwen3MoE is Qwen3's attention with mixture-of-experts FFNs
+	// (Qwen3-30B-A3B, Qwen3-235B-A22B).
+	ArchQwen3MoE = "qwen3moe"
 )
 
 // archs lists the implemented architectures, for the error that refuses
 // any other: it names what the file says and what strata can run instead.
-var archs = []string{ArchLlama, ArchGemma2, ArchGemma3, ArchPhi3, ArchQwen2, ArchQwen3}
+var archs = []string{ArchLlama, ArchGemma2, ArchGemma3, ArchPhi3, ArchQwen2, ArchQwen3, ArchQwen3MoE}
 
 // Archs returns the architectures the engine implements.
 func Archs() []string { return slices.Clone(archs) }
@@ -186,7 +189,9 @@ func (c *Config) QKVBias() bool { return c.Arch == ArchQwen2 }
 
 // QKNorm reports whether each query and key head is RMS-normalised, with
 // a weight of HeadDim values, before RoPE (Qwen3, Gemma 3).
-func (c *Config) QKNorm() bool { return c.Arch == ArchQwen3 || c.Arch == ArchGemma3 }
+func (c *Config) QKNorm() bool {
+	return c.Arch == ArchQwen3 || c.Arch == ArchQwen3MoE || c.Arch == ArchGemma3
+}
 
 // Fused reports whether a layer stores q, k and v as one matrix
 // (attn_qkv, QKV rows then KV then KV) and gate and up as one (ffn_up of
@@ -276,6 +281,9 @@ func (c *Config) Validate() error {
 // validateExperts checks the mixture-of-experts hyperparameters: none for
 // a dense model, and for a MoE one a top-k within the expert count.
 func (c *Config) validateExperts() error {
+	if c.Experts == 0 && c.Arch == ArchQwen3MoE {
+		return fmt.Errorf("architecture %s without experts", c.Arch)
+	}
 	if c.Experts == 0 {
 		if c.ExpertsUsed != 0 || c.ExpertFFN != 0 {
 			return fmt.Errorf("experts used %d and expert FFN %d set without experts", c.ExpertsUsed, c.ExpertFFN)

@@ -16,7 +16,7 @@ func specs() []struct {
 	return []struct {
 		name string
 		spec testSpec
-	}{{"llama", llamaSpec()}, {"gemma2", gemmaSpec()}, {"gemma3", gemma3Spec()}, {"mistral", mistralSpec()}, {"phi3", phi3Spec()}, {"qwen2", qwen2Spec()}, {"qwen3", qwen3Spec()}, {"mixtral", mixtralSpec()}}
+	}{{"llama", llamaSpec()}, {"gemma2", gemmaSpec()}, {"gemma3", gemma3Spec()}, {"mistral", mistralSpec()}, {"phi3", phi3Spec()}, {"qwen2", qwen2Spec()}, {"qwen3", qwen3Spec()}, {"mixtral", mixtralSpec()}, {"qwen3moe", qwen3moeSpec()}}
 }
 
 // TestForwardMatchesReference runs prompts token by token and as one
@@ -71,6 +71,8 @@ func TestReferenceIsSensitive(t *testing.T) {
 		{"gemma2 as llama rope", gemmaSpec(), func(c *Config) { c.Arch = ArchLlama; c.TiedOutput = false }},
 		{"mixtral top-1", mixtralSpec(), func(c *Config) { c.ExpertsUsed = 1 }},
 		{"mixtral every expert", mixtralSpec(), func(c *Config) { c.ExpertsUsed = c.Experts }},
+		{"qwen3moe top-2", qwen3moeSpec(), func(c *Config) { c.ExpertsUsed = 2 }},
+		{"qwen3moe without q/k norms", qwen3moeSpec(), nil},
 		{"qwen2 as llama rope", qwen2Spec(), func(c *Config) { c.Arch = ArchLlama }},
 		{"mistral without window", mistralSpec(), func(c *Config) { c.SlidingWindow = 0 }},
 		{"gemma3 with one rope base", gemma3Spec(), func(c *Config) { c.RopeThetaLocal = 0 }},
@@ -102,7 +104,7 @@ func TestReferenceIsSensitive(t *testing.T) {
 					for _, b := range []*Tensor{&l.QBias, &l.KBias, &l.VBias} {
 						*b = F32Tensor(b.Name, 1, b.Cols, make([]float32, b.Cols))
 					}
-				case tc.mod == nil && (cfg.Arch == ArchQwen3 || cfg.Arch == ArchGemma3):
+				case tc.mod == nil && (cfg.Arch == ArchQwen3 || cfg.Arch == ArchQwen3MoE || cfg.Arch == ArchGemma3):
 					for _, n := range []*Tensor{&l.QNorm, &l.KNorm} {
 						ones := make([]float32, n.Cols)
 						for j := range ones {

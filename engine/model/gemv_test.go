@@ -16,7 +16,7 @@ import (
 // prefill, and the same greedy token at every step.
 func TestGEMVMatchesReference(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{ArchLlama, ArchGemma2, "mixtral"} {
+	for _, arch := range []string{ArchLlama, ArchGemma2, "mixtral", ArchQwen3MoE} {
 		for _, typ := range synthTypes {
 			for _, impl := range gemv.Impls() {
 				t.Run(arch+"/"+typ+"/"+impl.String(), func(t *testing.T) {

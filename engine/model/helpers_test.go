@@ -33,6 +33,9 @@ type testSpec struct {
 	window                                                    int
 	eps                                                       float32
 	experts, used                                             int // mixture of experts (Mixtral)
+	// denseFFN is a MoE file's dense feed_forward_length (Qwen3-MoE's,
+	// which no layer uses; 0: ffn); ffn is then each expert's width.
+	denseFFN int
 	// tied shares the embedding as the output projection (gemma2 always).
 	tied bool
 	// linear is the linear RoPE factor of Gemma 3's global layers.
@@ -106,6 +109,16 @@ func llamaSpec() testSpec {
 	}
 }
 
+// qwen3moeSpec is a tiny Qwen3-MoE: Qwen3's attention (head_dim 24, not
+// dim/heads; q/k norms) and eight experts of which each token takes
+// three.
+func qwen3moeSpec() testSpec {
+	return testSpec{
+		arch: ArchQwen3MoE, vocab: 97, dim: 64, ffn: 32, layers: 2, heads: 4, kvHeads: 2, headDim: 24,
+		context: 64, theta: 1000000, eps: 1e-6, experts: 8, used: 3,
+	}
+}
+
 // mixtralSpec is a tiny Mixtral: llama attention, and FFNs that are
 // mixtures of six experts of which each token takes two.
 func mixtralSpec() testSpec {
@@ -137,6 +150,9 @@ func (s testSpec) config() Config {
 	}
 	if s.experts > 0 {
 		c.Experts, c.ExpertsUsed, c.ExpertFFN = s.experts, s.used, s.ffn
+		if s.denseFFN > 0 {
+			c.FFN = s.denseFFN
+		}
 	}
 	c.TiedOutput = s.tied
 	c.SlidingWindow = s.window
@@ -262,7 +278,7 @@ func randomWeights(s testSpec, seed uint64) *Weights {
 			l.PostAttnNorm = norm(p + "post_attention_norm.weight")
 			l.PostFFNNorm = norm(p + "post_ffw_norm.weight")
 		}
-		if s.arch == ArchQwen3 || s.arch == ArchGemma3 {
+		if s.arch == ArchQwen3 || s.arch == ArchQwen3MoE || s.arch == ArchGemma3 {
 			l.QNorm, l.KNorm = normN(p+"attn_q_norm.weight", s.headDim), normN(p+"attn_k_norm.weight", s.headDim)
 		}
 		w.Layers = append(w.Layers, l)
@@ -338,6 +354,9 @@ func planFor(s testSpec, w *Weights) *ggufPlan {
 		p.kv = append(p.kv,
 			gguf.KV{Key: a + ".expert_count", Value: uint32(s.experts)},
 			gguf.KV{Key: a + ".expert_used_count", Value: uint32(s.used)})
+		if a == ArchQwen3MoE {
+			p.kv = append(p.kv, gguf.KV{Key: a + ".expert_feed_forward_length", Value: uint32(s.ffn)})
+		}
 	}
 	if a == ArchLlama {
 		p.kv = append(p.kv,

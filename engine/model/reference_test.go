@@ -145,7 +145,7 @@ func newRef(t testing.TB, p refParams, w *Weights) *refModel {
 			rl.qNorm, rl.kNorm = refVector(t, l.QNorm), refVector(t, l.KNorm)
 		case ArchQwen2:
 			rl.qb, rl.kb, rl.vb = refVector(t, l.QBias), refVector(t, l.KBias), refVector(t, l.VBias)
-		case ArchQwen3:
+		case ArchQwen3, ArchQwen3MoE:
 			rl.qNorm, rl.kNorm = refVector(t, l.QNorm), refVector(t, l.KNorm)
 		}
 		r.layers = append(r.layers, rl)

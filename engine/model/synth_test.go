@@ -26,6 +26,10 @@ var catalogue = map[string]testSpec{
 		arch: ArchGemma2, vocab: 512, dim: 256, ffn: 512, layers: 4, heads: 4, kvHeads: 2, headDim: 64,
 		context: 256, theta: 10000, qpas: 64, attnCap: 50, finalCap: 30, window: 8, eps: 1e-6,
 	},
+	ArchQwen3MoE: {
+		arch: ArchQwen3MoE, vocab: 512, dim: 256, ffn: 256, layers: 2, heads: 4, kvHeads: 2, headDim: 128,
+		context: 256, theta: 1000000, eps: 1e-6, experts: 8, used: 4, denseFFN: 512,
+	},
 	"mixtral": {
 		arch: ArchLlama, vocab: 512, dim: 256, ffn: 256, layers: 2, heads: 4, kvHeads: 2, headDim: 64,
 		context: 256, theta: 1e6, eps: 1e-5, experts: 8, used: 2,
@@ -103,7 +107,7 @@ func synthModel(tb testing.TB, arch, typ string) string {
 // window, token by token and as a prefill.
 func TestSynthMatchesReference(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{ArchLlama, ArchGemma2, ArchGemma3, "mistral", ArchPhi3, ArchQwen2, ArchQwen3, "mixtral"} {
+	for _, arch := range []string{ArchLlama, ArchGemma2, ArchGemma3, "mistral", ArchPhi3, ArchQwen2, ArchQwen3, "mixtral", ArchQwen3MoE} {
 		for _, typ := range synthTypes {
 			t.Run(arch+"/"+typ, func(t *testing.T) {
 				t.Parallel()

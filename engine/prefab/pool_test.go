@@ -56,6 +56,7 @@ func TestPoolRoundTrip(t *testing.T) {
 		{"mixtral", "f32", TypeKeep},
 		{"mixtral", "q4_k_m", TypeKeep},
 		{"mixtral", "f32", TypeQ8_0},
+		{"qwen3moe", "q4_k_m", TypeKeep},
 		{"gemma3", "f32", TypeQ4_K},
 		{"mistral", "f32", TypeQ8_0},
 		{"phi3", "q4_k_m", TypeKeep},
@@ -200,6 +201,8 @@ func checkLayout(t *testing.T, path, arch string) {
 		// The layer's extent ends with the router; each expert's gate,
 		// up and down are an extent of their own, right after it.
 		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate_inp"}
+	case "qwen3moe":
+		kernel = []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_q_norm", "attn_k_norm", "attn_output", "ffn_norm", "ffn_gate_inp"}
 	}
 	// Every extent in file order with the names its tensors must have.
 	type want struct {
@@ -216,7 +219,8 @@ func checkLayout(t *testing.T, path, arch string) {
 			names = append(names, "blk."+itoa(li)+"."+k)
 		}
 		exts = append(exts, want{l, names})
-		if n := len(l.Experts); (arch == "mixtral") != (n == 8) || (arch != "mixtral" && n != 0) {
+		moe := arch == "mixtral" || arch == "qwen3moe"
+		if n := len(l.Experts); moe != (n == 8) || (!moe && n != 0) {
 			t.Fatalf("layer %d has %d expert extents", li, n)
 		}
 		for e, x := range l.Experts {

@@ -195,7 +195,7 @@ func Layout(s Shape, typ string) ([]TensorSpec, error) {
 	if _, ok := FileTypes[typ]; !ok {
 		return nil, fmt.Errorf("synth: unknown type %q (want one of %v)", typ, sortedKeys(FileTypes))
 	}
-	if !slices.Contains([]string{"llama", "gemma2", "gemma3", "phi3", "qwen2", "qwen3"}, s.Arch) {
+	if !slices.Contains([]string{"llama", "gemma2", "gemma3", "phi3", "qwen2", "qwen3", "qwen3moe"}, s.Arch) {
 		return nil, fmt.Errorf("synth: unknown architecture %q", s.Arch)
 	}
 	d, ff := uint64(s.Dim), uint64(s.FFN)
@@ -256,7 +256,7 @@ func Layout(s Shape, typ string) ([]TensorSpec, error) {
 			add(b+"attn_k.bias", h+"self_attn.k_proj.bias", kindMatrix, qwenBiasStd, kvd)
 			add(b+"attn_v.bias", h+"self_attn.v_proj.bias", kindMatrix, qwenBiasStd, kvd)
 		}
-		if s.Arch == "qwen3" || s.Arch == "gemma3" {
+		if s.Arch == "qwen3" || s.Arch == "qwen3moe" || s.Arch == "gemma3" {
 			add(b+"attn_q_norm.weight", h+"self_attn.q_norm.weight", kindNorm, 0, uint64(s.HeadDim))
 			add(b+"attn_k_norm.weight", h+"self_attn.k_norm.weight", kindNorm, 0, uint64(s.HeadDim))
 		}
@@ -269,18 +269,24 @@ func Layout(s Shape, typ string) ([]TensorSpec, error) {
 			add(b+"ffn_norm.weight", h+"pre_feedforward_layernorm.weight", kindNorm, 0, d)
 		}
 		if s.Experts > 0 {
-			// Mixtral's router and experts: llama.cpp merges each
-			// matrix over the experts (dims [cols, rows, experts]);
-			// transformers keeps one module per expert (w1 gate, w3 up,
-			// w2 down).
-			e := uint64(s.Experts)
-			m := h + "block_sparse_moe."
+			// The router and experts: llama.cpp merges each matrix over
+			// the experts (dims [cols, rows, experts]); transformers
+			// keeps one module per expert (Mixtral's w1 gate, w3 up, w2
+			// down; Qwen3-MoE's gate_proj, up_proj, down_proj).
+			e, ef := uint64(s.Experts), ff
+			if s.ExpertFFN > 0 {
+				ef = uint64(s.ExpertFFN)
+			}
+			m, names := h+"block_sparse_moe.", [3]string{"w1", "w3", "w2"}
+			if s.Arch == "qwen3moe" {
+				m, names = h+"mlp.", [3]string{"gate_proj", "up_proj", "down_proj"}
+			}
 			add(b+"ffn_gate_inp.weight", m+"gate.weight", kindMatrix, inv(d), d, e)
-			add(b+"ffn_gate_exps.weight", m+"experts.%d.w1.weight", kindMatrix, inv(d), d, ff, e)
+			add(b+"ffn_gate_exps.weight", m+"experts.%d."+names[0]+".weight", kindMatrix, inv(d), d, ef, e)
 			out[len(out)-1].hfExperts = true
-			add(b+"ffn_up_exps.weight", m+"experts.%d.w3.weight", kindMatrix, inv(d), d, ff, e)
+			add(b+"ffn_up_exps.weight", m+"experts.%d."+names[1]+".weight", kindMatrix, inv(d), d, ef, e)
 			out[len(out)-1].hfExperts = true
-			add(b+"ffn_down_exps.weight", m+"experts.%d.w2.weight", kindMatrix, upd*inv(ff), ff, d, e)
+			add(b+"ffn_down_exps.weight", m+"experts.%d."+names[2]+".weight", kindMatrix, upd*inv(ef), ef, d, e)
 			out[len(out)-1].hfExperts = true
 		} else {
 			add(b+"ffn_gate.weight", h+"mlp.gate_proj.weight", kindMatrix, inv(d), d, ff)

@@ -49,12 +49,6 @@ func metadata(s Shape, typ string, v *Vocab) []kv {
 			kv{"llama.vocab_size", u(s.Vocab)},
 			kv{"llama.rope.dimension_count", u(s.HeadDim)},
 		)
-		if s.Experts > 0 {
-			kvs = append(kvs,
-				kv{"llama.expert_count", u(s.Experts)},
-				kv{"llama.expert_used_count", u(s.ExpertsUsed)},
-			)
-		}
 		if s.family() == "mistral" {
 			// The converter writes the head size from config.json's
 			// head_dim, which Mistral's configs carry.
@@ -76,10 +70,10 @@ func metadata(s Shape, typ string, v *Vocab) []kv {
 	case "qwen2":
 		// The converter writes no head size for Qwen2 (its config has no
 		// head_dim): readers take dim/heads.
-	case "qwen3":
+	case "qwen3", "qwen3moe":
 		kvs = append(kvs,
-			kv{"qwen3.attention.key_length", u(s.HeadDim)},
-			kv{"qwen3.attention.value_length", u(s.HeadDim)},
+			kv{a + ".attention.key_length", u(s.HeadDim)},
+			kv{a + ".attention.value_length", u(s.HeadDim)},
 		)
 	case "gemma3":
 		// As the converter writes them: no soft-caps (Gemma 3 has none)
@@ -105,6 +99,15 @@ func metadata(s Shape, typ string, v *Vocab) []kv {
 			kv{"gemma2.attention.sliding_window", u(s.SlidingWindow)},
 			kv{"gemma2.attention.query_pre_attn_scalar", u(int(s.QueryPreAttnScalar))},
 		)
+	}
+	if s.Experts > 0 {
+		kvs = append(kvs,
+			kv{a + ".expert_count", u(s.Experts)},
+			kv{a + ".expert_used_count", u(s.ExpertsUsed)},
+		)
+		if s.ExpertFFN > 0 {
+			kvs = append(kvs, kv{a + ".expert_feed_forward_length", u(s.ExpertFFN)})
+		}
 	}
 	kvs = append(kvs, kv{"tokenizer.ggml.model", v.Model})
 	if v.Pre != "" {
@@ -212,15 +215,28 @@ func HFConfig(s Shape, v *Vocab) map[string]any {
 				"original_max_position_embeddings": r.OrigContext,
 			}
 		}
-	case "qwen2", "qwen3":
-		if s.Arch == "qwen2" {
+	case "qwen2", "qwen3", "qwen3moe":
+		switch s.Arch {
+		case "qwen2":
 			// Qwen2's q/k/v biases are not a config option.
 			delete(c, "attention_bias")
 			c["architectures"] = []string{"Qwen2ForCausalLM"}
-		} else {
+		case "qwen3":
 			c["architectures"] = []string{"Qwen3ForCausalLM"}
 		}
 		c["model_type"] = s.Arch
+		if s.Arch == "qwen3moe" {
+			c["architectures"] = []string{"Qwen3MoeForCausalLM"}
+			c["model_type"] = "qwen3_moe"
+			c["num_experts"] = s.Experts
+			c["num_experts_per_tok"] = s.ExpertsUsed
+			c["moe_intermediate_size"] = s.ExpertFFN
+			c["norm_topk_prob"] = true
+			c["decoder_sparse_step"] = 1
+			c["mlp_only_layers"] = []int{}
+			c["router_aux_loss_coef"] = pyFloat(0.001)
+			c["output_router_logits"] = false
+		}
 		c["hidden_act"] = "silu"
 		c["tie_word_embeddings"] = s.Tied
 		c["use_sliding_window"] = false

@@ -64,9 +64,10 @@ type Shape struct {
 	// factors apply since Context exceeds it (PhiRopeFactors).
 	OrigContext int
 
-	// Mixture of experts (Mixtral: llama with expert FFNs): Experts per
-	// layer, ExpertsUsed per token; each expert's hidden width is FFN.
-	Experts, ExpertsUsed int
+	// Mixture of experts (Mixtral: llama with expert FFNs; Qwen3-MoE):
+	// Experts per layer, ExpertsUsed per token; each expert's hidden width
+	// is ExpertFFN (0: FFN, as Mixtral's).
+	Experts, ExpertsUsed, ExpertFFN int
 }
 
 // qwenEps is Qwen 2.5's and Qwen 3's rms_norm_eps.
@@ -167,6 +168,26 @@ func init() {
 }
 
 func init() {
+	// Qwen3's attention with 128 experts a layer, of which a token takes
+	// 8; FFN is the dense intermediate_size the files record though no
+	// layer uses it.
+	Shapes["qwen3moe"] = map[string]Shape{
+		"tiny": {
+			Arch: "qwen3moe", Name: "tiny",
+			Vocab: 512, Dim: 256, FFN: 512, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 128,
+			RopeTheta: 1000000, Context: 256, RMSEps: qwenEps, Experts: 8, ExpertsUsed: 4, ExpertFFN: 256,
+		},
+		"30b-a3b": {
+			Arch: "qwen3moe", Name: "30b-a3b", Real: "Qwen3-30B-A3B",
+			Vocab: 151936, Dim: 2048, FFN: 6144, Layers: 48, Heads: 32, KVHeads: 4, HeadDim: 128,
+			RopeTheta: 1000000, Context: 40960, RMSEps: qwenEps, Experts: 128, ExpertsUsed: 8, ExpertFFN: 768,
+		},
+		"235b-a22b": {
+			Arch: "qwen3moe", Name: "235b-a22b", Real: "Qwen3-235B-A22B",
+			Vocab: 151936, Dim: 4096, FFN: 12288, Layers: 94, Heads: 64, KVHeads: 4, HeadDim: 128,
+			RopeTheta: 1000000, Context: 40960, RMSEps: qwenEps, Experts: 128, ExpertsUsed: 8, ExpertFFN: 1536,
+		},
+	}
 	Shapes["mistral"] = map[string]Shape{
 		// Nemo's layout: head_dim 128 is not dim/heads (64). The window
 		// (8, shorter than test sequences) is Mistral 7B v0.1's kind.

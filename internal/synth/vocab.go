@@ -562,7 +562,7 @@ func VocabFor(s Shape) (*Vocab, error) {
 		return SPMVocab(s.Vocab)
 	case "phi3":
 		return PhiVocab(s.Vocab)
-	case "qwen2", "qwen3":
+	case "qwen2", "qwen3", "qwen3moe":
 		return QwenVocab(s.Vocab)
 	}
 	return nil, fmt.Errorf("synth: no tokenizer for architecture %q", s.Arch)

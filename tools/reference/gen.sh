@@ -14,7 +14,7 @@ PROMPT=${PROMPT:-"The quick brown fox jumps over the lazy dog. Storage feeds the
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$DEST"
-for arch in ${ARCHS:-llama gemma2 gemma3 mistral phi3 qwen2 qwen3}; do
+for arch in ${ARCHS:-llama gemma2 gemma3 mistral phi3 qwen2 qwen3 mixtral qwen3moe}; do
   "$STRATA" model synth -q --arch "$arch" --shape tiny --type f32 --seed 1 \
     -o "$work/$arch.gguf" --hf "$work/$arch-hf"
   ids=$(printf '%s' "$PROMPT" | "$STRATA" model tokenize --model "$work/$arch.gguf" --bos | tr ' ' ',')
