@@ -64,6 +64,25 @@ func TestExpertsOnStorage(t *testing.T) {
 	defer e.Close()
 	xp := e.ExpertPlan()
 	all := e.Model.Config.Layers * e.Model.Config.Experts
+	// Calibrated at load: the experts the calibration text was routed to
+	// most (per byte; all are one size) are the resident ones.
+	x, _ := e.Experts()
+	if x.Resident != xp.ResidentCount() || x.ResidentBytes != xp.ResidentBytes {
+		t.Fatalf("after calibration %d experts (%d bytes) resident, the plan had %d (%d)", x.Resident, x.ResidentBytes, xp.ResidentCount(), xp.ResidentBytes)
+	}
+	counts := e.Model.ExpertCounts()
+	for l := range counts {
+		for i := range counts[l] {
+			for j := range counts[l] {
+				if x.Residency[l][i] && !x.Residency[l][j] && counts[l][j] > counts[l][i] {
+					t.Fatalf("layer %d: expert %d (%d calibration uses) resident, expert %d (%d) not", l, i, counts[l][i], j, counts[l][j])
+				}
+			}
+		}
+	}
+	if x.Stats.Promoted == 0 {
+		t.Fatalf("calibration moved no expert: %+v", x.Stats)
+	}
 	if xp == nil || xp.ResidentCount() == 0 || xp.ResidentCount() == all || xp.Buffers == 0 {
 		t.Fatalf("budget %s: %d of %d experts resident, %d buffers; want some of each", tier.FormatBytes(budget), xp.ResidentCount(), all, xp.Buffers)
 	}

@@ -59,6 +59,10 @@ type Options struct {
 	// Verify chooses when tier-C reads are checksummed (default: the first
 	// read of each extent).
 	Verify stream.VerifyMode
+	// NoExpertCalibration skips measuring a mixture-of-experts model's
+	// routing on the built-in calibration text at load: the experts kept
+	// resident are then first by expert order until serving moves them.
+	NoExpertCalibration bool
 	// WrapSource, when set, wraps the tier-C source (fault injection in
 	// tests: stream.NewFaulty).
 	WrapSource func(tier.Source) tier.Source
@@ -490,8 +494,44 @@ func streamPool(ctx context.Context, path string, pool *prefab.Pool, plan *tier.
 		}
 		e.Model.SetExpertSource(xs)
 		e.experts, e.expertPlan = xs, xplan
+		if !xplan.AllResident() && !o.NoExpertCalibration {
+			if err := e.calibrateExperts(ctx); err != nil {
+				e.Close()
+				return nil, fmt.Errorf("model %s: calibrating expert placement: %w", path, err)
+			}
+			log.Debug("experts placed by their use on the calibration text", "model", path)
+		}
 	}
 	return e, nil
+}
+
+// calibrationTokens bounds the calibration text a MoE model's expert
+// placement is measured on.
+const calibrationTokens = 256
+
+// calibrateExperts runs the built-in calibration text through the model
+// (one sequence, passes of 64 tokens) and makes the experts its tokens
+// were routed to most, per byte, resident: expected use measured before
+// the first request rather than guessed from expert order.
+func (e *Engine) calibrateExperts(ctx context.Context) error {
+	before := e.Model.ExpertCounts()
+	toks := e.Tok.Encode(calibration, true, false)
+	toks = toks[:min(len(toks), calibrationTokens, e.Model.Config.Context)]
+	seq := e.Model.NewSequence(len(toks))
+	defer seq.Close()
+	for lo := 0; lo < len(toks); lo += 64 {
+		b := []model.Step{{Seq: seq, Tokens: toks[lo:min(lo+64, len(toks))]}}
+		if err := e.Model.Forward(ctx, b); err != nil {
+			return err
+		}
+	}
+	counts := e.Model.ExpertCounts()
+	for l := range counts {
+		for x := range counts[l] {
+			counts[l][x] -= before[l][x]
+		}
+	}
+	return e.experts.rebalance(ctx, counts)
 }
 
 // ExpertPlan is where a mixture-of-experts model's experts live (nil for a
@@ -516,6 +556,8 @@ type ExpertInfo struct {
 	// the others hold in the pool file.
 	Experts, Resident           int
 	ResidentBytes, StorageBytes int64
+	// Residency says, per layer and expert, which are resident.
+	Residency [][]bool
 	// Buffers read buffers of BufferBytes hold experts read on demand.
 	Buffers     int
 	BufferBytes int64
@@ -546,6 +588,7 @@ func (e *Engine) Experts() (ExpertInfo, bool) {
 		}
 		in.StorageBytes = all - in.ResidentBytes
 	}
+	in.Residency = res
 	for _, l := range res {
 		in.Experts += len(l)
 		for _, r := range l {

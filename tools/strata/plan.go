@@ -342,7 +342,7 @@ func writeExpertPlan(w io.Writer, info planInfo) {
 	}
 	fmt.Fprintf(w, "experts: %d of %d resident (%s); %s stay on storage and are read when a token is routed to them, into %d buffers of %s\n",
 		xp.ResidentCount(), all, tier.FormatBytes(xp.ResidentBytes), tier.FormatBytes(xp.StorageBytes), xp.Buffers, tier.FormatBytes(xp.BufferBytes))
-	fmt.Fprintln(w, "  routing is not measured before serving: residency starts by expert order and follows use while serving")
+	fmt.Fprintln(w, "  which experts are resident is decided at load by the routing of a calibration text, then follows use while serving")
 	if !info.Pool {
 		fmt.Fprintln(w, "  a GGUF cannot read single experts: convert it with `strata model prefab` and serve the pool")
 	}
