@@ -55,6 +55,9 @@ type Model struct {
 	// experts serves MoE layers whose Layer holds no experts
 	// (SetExpertSource).
 	experts ExpertSource
+	// skew is added to the router's scores, per layer and expert
+	// (SetRouterSkew); nil adds nothing.
+	skew [][]float32
 }
 
 // SetSkip makes later passes leave the given layers out: the hidden state

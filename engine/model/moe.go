@@ -3,8 +3,10 @@ package model
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 
 	"github.com/strata-llm/strata/engine/gguf"
@@ -284,6 +286,13 @@ func (m *Model) moe(ctx context.Context, l int, w *Layer) error {
 	if err := m.matmul(matOp{&w.Router, sc.xn, ms.scores}); err != nil {
 		return err
 	}
+	if m.skew != nil {
+		for _, row := range ms.scores {
+			for e, v := range m.skew[l] {
+				row[e] += v
+			}
+		}
+	}
 	ms.routes = pick(ms.routes, ms.scores, c.ExpertsUsed)
 	if m.routeCounts != nil {
 		for _, r := range ms.routes {
@@ -356,6 +365,37 @@ func (m *Model) moe(ctx context.Context, l int, w *Layer) error {
 	}
 	for t := range sc.h {
 		axpy(sc.h[t], 1, sc.tmp[t])
+	}
+	return nil
+}
+
+// SetRouterSkew makes later passes add s·ln(1/(r+1)) to each expert's
+// router score, r being the expert's rank in a fixed order of each layer's
+// experts (a permutation seeded by the layer): the routing then follows a
+// Zipf law of exponent s over the experts, on top of the model's own
+// preference. It is a benchmark's stand-in for the skew trained routers
+// have, where random weights route almost uniformly, and says nothing of
+// a real model. 0 turns it off; a dense model refuses it.
+func (m *Model) SetRouterSkew(s float64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.Config.MoE() {
+		return errors.New("router skew: not a mixture-of-experts model")
+	}
+	if s < 0 || math.IsNaN(s) || math.IsInf(s, 0) {
+		return fmt.Errorf("router skew %v: want a finite exponent >= 0", s)
+	}
+	if s == 0 {
+		m.skew = nil
+		return nil
+	}
+	m.skew = make([][]float32, m.Config.Layers)
+	for l := range m.skew {
+		r := rand.New(rand.NewPCG(uint64(l), 0x5ca1ab1e))
+		m.skew[l] = make([]float32, m.Config.Experts)
+		for rank, e := range r.Perm(m.Config.Experts) {
+			m.skew[l][e] = float32(-s * math.Log(float64(rank+1)))
+		}
 	}
 	return nil
 }

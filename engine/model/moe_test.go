@@ -114,3 +114,51 @@ func TestMoEFFN(t *testing.T) {
 		t.Fatal("FFN of a layer missing experts succeeded")
 	}
 }
+
+// TestRouterSkew: a Zipf skew concentrates the routing on each layer's
+// first-ranked experts, 0 restores the model's own routing, and bad
+// exponents and dense models are refused.
+func TestRouterSkew(t *testing.T) {
+	t.Parallel()
+	spec := qwen3moeSpec()
+	toks := randTokens(32, spec.vocab, 9)
+	top := func(m *Model) float64 {
+		before := m.ExpertCounts()
+		forward(t, m, m.NewSequence(0), toks, false)
+		after := m.ExpertCounts()
+		var most, all uint64
+		for l := range after {
+			var mx uint64
+			for e := range after[l] {
+				n := after[l][e] - before[l][e]
+				all += n
+				mx = max(mx, n)
+			}
+			most += mx
+		}
+		return float64(most) / float64(all)
+	}
+	m := newTestModel(t, spec, 2)
+	plain := top(m)
+	if err := m.SetRouterSkew(3); err != nil {
+		t.Fatal(err)
+	}
+	skewed := top(m)
+	if err := m.SetRouterSkew(0); err != nil {
+		t.Fatal(err)
+	}
+	again := top(m)
+	// Each token takes 3 of 8 experts: the most used one takes at most a
+	// third of a layer's routes.
+	if !(skewed > plain+0.05) || skewed > 1.0/3+1e-9 || again != plain {
+		t.Fatalf("share of the most used expert: plain %.3f, skewed %.3f, skew off %.3f", plain, skewed, again)
+	}
+	for _, s := range []float64{-1, math.NaN(), math.Inf(1)} {
+		if err := m.SetRouterSkew(s); err == nil {
+			t.Fatalf("skew %v accepted", s)
+		}
+	}
+	if err := newTestModel(t, llamaSpec(), 1).SetRouterSkew(1); err == nil {
+		t.Fatal("a dense model took a router skew")
+	}
+}

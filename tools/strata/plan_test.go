@@ -164,3 +164,24 @@ func TestPlanExpertsCLI(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchMoECLI: `strata bench moe` decodes a tiny synthetic Qwen3-MoE
+// and prints its table; bad flags are usage errors.
+// Sequential: it runs the command tree in-process.
+func TestBenchMoECLI(t *testing.T) {
+	dir := t.TempDir()
+	out, _, err := runCLI(t, "bench", "moe", "--dir", dir, "--type", "q8_0", "--tokens", "2", "--batch", "1", "--zipf", "0.5", "-q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "all resident       1   16/16") || !strings.Contains(out, "exponent 0.5") {
+		t.Fatalf("output:\n%s", out)
+	}
+	for _, args := range [][]string{{"--batch", "0"}, {"--budgets", "lots"}, {"--zipf", "-1"}} {
+		_, _, err := runCLI(t, append([]string{"bench", "moe", "--dir", dir, "-q"}, args...)...)
+		var ue usageError
+		if !errors.As(err, &ue) {
+			t.Fatalf("%v: %v, want a usage error", args, err)
+		}
+	}
+}

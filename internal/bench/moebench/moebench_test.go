@@ -1,0 +1,61 @@
+package moebench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/tier"
+)
+
+// TestRun measures a tiny synthetic Qwen3-MoE resident and with half of
+// its experts' bytes: the points say what was resident, what was read per
+// token against what the routed experts hold, and print as a table.
+func TestRun(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	links := tier.DefaultLinks()
+	o := Options{Dir: dir, Type: "q8_0", Batches: []int{1, 2}, Tokens: 4, Zipf: 1, Links: &links}
+	r, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Points) != 2 || r.Points[0].Resident != r.Points[0].Experts || r.Points[0].ReadPerToken != 0 {
+		t.Fatalf("resident points %+v", r.Points)
+	}
+	// Three quarters of the experts' bytes beside the layers (the read
+	// buffers take half): some read per token.
+	e, err := engine.OpenWith(context.Background(), r.Model, engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Context: 6, Batch: 2, Links: &links})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, _ := e.Experts()
+	layers := e.Plan().Device.Total + e.Plan().Host.Total
+	e.Close()
+	o.Budgets = []int64{layers + x.ResidentBytes*3/4}
+	r, err = Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range r.Points {
+		if p.Resident == 0 || p.Resident == p.Experts || p.ReadPerToken <= 0 || p.ReadPerToken > p.RoutedPerToken*4 ||
+			p.Hit <= 0 || p.Hit >= 1 || p.TokensPerSecond <= 0 || p.LimitPerToken <= 0 {
+			t.Fatalf("point %+v", p)
+		}
+	}
+	var b bytes.Buffer
+	if err := r.WriteText(&b); err != nil || !strings.Contains(b.String(), "Zipf law of exponent 1") || strings.Count(b.String(), "\n") != 7 {
+		t.Fatalf("text %v:\n%s", err, b.String())
+	}
+	t.Logf("\n%s", b.String())
+
+	for _, bad := range []Options{{Tokens: -1}, {Batches: []int{0}}, {Budgets: []int64{-1}}, {Zipf: -1}} {
+		bad.Dir, bad.Links = dir, &links
+		if _, err := Run(context.Background(), bad); !errors.Is(err, ErrBadOptions) {
+			t.Fatalf("options %+v: %v", bad, err)
+		}
+	}
+}
