@@ -33,9 +33,9 @@ type Options struct {
 	// into Dir first (experts are read one by one from a pool only).
 	// Empty means a synthetic model of Arch, Shape and Type (seed 1)
 	// written to Dir.
-	Model              string
-	Arch, Shape, Type  string
-	Dir                string
+	Model             string
+	Arch, Shape, Type string
+	Dir               string
 	// Budgets are the memory budgets to plan the model into; 0 stands
 	// for "everything resident".
 	Budgets []int64
