@@ -68,6 +68,22 @@ func TestSkipLayers(t *testing.T) {
 	if _, err := engine.OpenWith(ctx, path, engine.Options{Backend: engine.BackendCPU, Skip: "7,"}); err == nil {
 		t.Fatal("a layer past the model's accepted")
 	}
+	// The same as a list of layers.
+	l, err := engine.OpenWith(ctx, path, engine.Options{Backend: engine.BackendCPU, SkipLayers: []int{3, 1, 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if !slices.Equal(l.Skipped(), []int{1, 3}) {
+		t.Fatalf("skipped %v", l.Skipped())
+	}
+	for _, bad := range []engine.Options{{SkipLayers: []int{0, 1, 2, 3}}, {SkipLayers: []int{4}}, {Skip: "1,", SkipLayers: []int{2}}} {
+		bad.Backend = engine.BackendCPU
+		if e, err := engine.OpenWith(ctx, path, bad); err == nil {
+			e.Close()
+			t.Fatalf("skip %q %v accepted", bad.Skip, bad.SkipLayers)
+		}
+	}
 }
 
 // TestSkipStreamed: on a pool whose layers stream on the CPU, the skipped

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 
@@ -88,6 +88,9 @@ type Options struct {
 	// Skip leaves layers out of every pass (Engine.SkipLayers' spec: auto,
 	// a count or a list); empty keeps them all. CPU backend only.
 	Skip string
+	// SkipLayers names the layers to leave out directly (OpenSelfDraft's
+	// CPU drafter: every layer past its first ones), instead of Skip.
+	SkipLayers []int
 	// NoHybrid keeps the CPU out of a GPU's passes: every tier-B layer is
 	// copied whole and computed on the GPU. By default the CPU computes the
 	// FFN of the tier-B layers the hybrid plan gives it for each batch size
@@ -132,14 +135,22 @@ func OpenWith(ctx context.Context, path string, o Options) (*Engine, error) {
 			o.Logger.Warn("model file", "model", path, "warning", w)
 		}
 	}
-	if err != nil || o.Skip == "" {
+	if err != nil || (o.Skip == "" && len(o.SkipLayers) == 0) {
 		return e, err
 	}
 	if e.cuda != nil {
 		e.Close()
 		return nil, fmt.Errorf("model %s: layer skip runs on the CPU backend only (load with backend cpu)", path)
 	}
-	skip, _, err := e.SkipLayers(ctx, o.Skip)
+	skip := slices.Compact(slices.Sorted(slices.Values(o.SkipLayers)))
+	switch {
+	case o.Skip != "" && len(skip) > 0:
+		err = errors.New("layer skip given both as a spec and as a list")
+	case o.Skip != "":
+		skip, _, err = e.SkipLayers(ctx, o.Skip)
+	case len(skip) >= e.Model.Config.Layers:
+		err = fmt.Errorf("skip layers %v: every layer", skip)
+	}
 	if err == nil {
 		err = e.Model.SetSkip(skip)
 	}
@@ -707,12 +718,10 @@ func OpenSelfDraft(ctx context.Context, path string, target *Engine, layers int,
 	if d, ok := selfDraftCUDA(target, layers); ok {
 		return d, nil
 	}
-	skip := make([]string, 0, L-layers)
+	o.Backend, o.Skip, o.SkipLayers = BackendCPU, "", nil
 	for l := layers; l < L; l++ {
-		skip = append(skip, strconv.Itoa(l))
+		o.SkipLayers = append(o.SkipLayers, l)
 	}
-	o.Backend = BackendCPU
-	o.Skip = strings.Join(skip, ",") + ","
 	d, err := OpenWith(ctx, path, o)
 	if err != nil {
 		return nil, fmt.Errorf("self-draft of %s: %w", path, err)
