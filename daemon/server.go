@@ -310,6 +310,13 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest, 
 	case err != nil:
 		return api.ModelStatus{}, err
 	}
+	// A chat template that breaks its limits is refused now, with the
+	// limit named, rather than on a user's first chat request.
+	if err := eng.Tok.ProbeChatTemplate(); err != nil {
+		eng.Close()
+		s.log.Warn("model refused", "path", path, "error", err)
+		return api.ModelStatus{}, openai.Errorf(http.StatusUnprocessableEntity, openai.TypeInvalidRequest, "path", "chat_template_refused", "%v", err)
+	}
 	var drafter sched.Drafter
 	var draft *engine.Engine
 	switch {
