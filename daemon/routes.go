@@ -148,6 +148,11 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 // readBody reads a request body within the size limit.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxBodyBytes))
+	if err == nil {
+		// The body is in: lift bodyDeadline's read deadline before a long
+		// answer starts.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return nil, openai.Errorf(http.StatusRequestEntityTooLarge, openai.TypeInvalidRequest, "", "request_too_large",

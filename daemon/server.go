@@ -26,7 +26,6 @@ import (
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/internal/daemon/authz"
-	"github.com/strata-llm/strata/internal/daemon/peer"
 	"github.com/strata-llm/strata/internal/daemon/sched"
 	"github.com/strata-llm/strata/nvmehost"
 )
@@ -68,6 +67,9 @@ type Config struct {
 	CORSOrigins []string
 	// Limits bound requests; zero fields take DefaultLimits' values.
 	Limits Limits
+	// Conn bounds clients' connections; zero fields take
+	// DefaultConnLimits' values.
+	Conn ConnLimits
 	// ShutdownTimeout is how long in-flight requests may run after a
 	// shutdown starts before they are cancelled with an error.
 	ShutdownTimeout time.Duration
@@ -123,6 +125,9 @@ type Server struct {
 	// has no constrained decoding.
 	constrainSchema func(j *job, schema []byte) error
 
+	// conns counts connections and requests per peer (conns.go).
+	conns connTable
+
 	mu     sync.RWMutex
 	models map[string]*loaded
 	order  []string // load order, for listings
@@ -139,6 +144,7 @@ type loaded struct {
 	budgets    api.Budgets
 	fileBytes  int64
 	draft      *engine.Engine // the draft model (LoadRequest.Draft); nil without
+	capacity   int            // sequences the scheduler runs or queues (batch + queue)
 	grammars   grammars       // constrained output's vocabulary and matchers
 }
 
@@ -168,6 +174,10 @@ func New(cfg Config) (*Server, error) {
 	if l.MaxPromptTokens < 0 {
 		return nil, fmt.Errorf("max prompt tokens must not be negative, got %d", l.MaxPromptTokens)
 	}
+	if cfg.Conn.MaxRequestsPerPeer < 0 {
+		return nil, fmt.Errorf("max requests per peer must not be negative, got %d", cfg.Conn.MaxRequestsPerPeer)
+	}
+	cfg.Conn.fill()
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
@@ -345,7 +355,8 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest, 
 		Observer: &observer{m: s.metrics, model: name, feed: feed}, Drafter: drafter,
 	})
 	ctx, stop := context.WithCancel(context.Background())
-	lm := &loaded{name: name, path: path, eng: eng, feed: feed, sched: sc, stop: stop, loadedAt: time.Now(), budgets: req.Budgets, fileBytes: st.Size(), draft: draft}
+	lm := &loaded{name: name, path: path, eng: eng, feed: feed, sched: sc, stop: stop, loadedAt: time.Now(), budgets: req.Budgets, fileBytes: st.Size(), draft: draft,
+		capacity: maxBatch + maxQueue}
 	s.mu.Lock()
 	if _, dup := s.models[name]; dup {
 		s.mu.Unlock()
@@ -547,29 +558,30 @@ func (s *Server) Serve(ctx context.Context, unixLs, tcpLs []net.Listener) error 
 	var servers []*http.Server
 	errc := make(chan error, len(unixLs)+len(tcpLs))
 	errLog := s.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
-	mk := func(h http.Handler, cc func(context.Context, net.Conn) context.Context) *http.Server {
-		srv := &http.Server{Handler: h, ConnContext: cc, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+	cl := s.cfg.Conn
+	mk := func(h http.Handler) *http.Server {
+		srv := &http.Server{Handler: s.bodyDeadline(h), ErrorLog: errLog,
+			ReadHeaderTimeout: cl.ReadHeaderTimeout, IdleTimeout: cl.IdleTimeout,
+			// The peer was read when the connection was accepted; a TCP
+			// peer becomes APIKey once its key checks out.
+			ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+				if lc, ok := c.(*limitConn); ok {
+					return WithPeer(ctx, lc.peer)
+				}
+				return WithPeer(ctx, authz.Peer{})
+			}}
 		servers = append(servers, srv)
 		return srv
 	}
 	for _, l := range unixLs {
-		srv := mk(s.handler, func(ctx context.Context, c net.Conn) context.Context {
-			cred, err := peer.FromConn(c)
-			if err != nil {
-				s.log.Warn("no peer credentials; treating as anonymous", "error", err)
-				return WithPeer(ctx, authz.Peer{})
-			}
-			return WithPeer(ctx, authz.Peer{Unix: true, Cred: cred})
-		})
+		srv := mk(s.handler)
 		s.log.Info("listening", "network", "unix", "addr", l.Addr().String())
-		go func() { errc <- srv.Serve(l) }()
+		go func() { errc <- srv.Serve(&limitListener{Listener: l, s: s, unix: true}) }()
 	}
 	for _, l := range tcpLs {
-		srv := mk(s.cors(s.requireKey(s.handler)), func(ctx context.Context, c net.Conn) context.Context {
-			return WithPeer(ctx, authz.Peer{}) // becomes APIKey once the key checks out
-		})
+		srv := mk(s.cors(s.requireKey(s.handler)))
 		s.log.Info("listening", "network", "tcp", "addr", l.Addr().String())
-		go func() { errc <- srv.Serve(l) }()
+		go func() { errc <- srv.Serve(&limitListener{Listener: l, s: s}) }()
 	}
 	var serveErr error
 	select {
@@ -657,7 +669,7 @@ func (s *Server) cors(next http.Handler) http.Handler {
 
 // requireKey admits TCP requests that carry the configured API key.
 func (s *Server) requireKey(next http.Handler) http.Handler {
-	want := []byte("Bearer " + s.cfg.APIKey)
+	want := []byte(s.cfg.APIKey)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == api.PathHealth {
 			// Health is public, as load balancers and orchestrators expect:
@@ -665,18 +677,28 @@ func (s *Server) requireKey(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		got := []byte(r.Header.Get("Authorization"))
-		if s.cfg.APIKey == "" || subtle.ConstantTimeCompare(got, want) != 1 {
+		// The scheme is case-insensitive (RFC 9110 section 11.1): "bearer KEY"
+		// is as good as "Bearer KEY".
+		got := r.Header.Get("Authorization")
+		scheme, key, _ := strings.Cut(strings.TrimSpace(got), " ")
+		key = strings.TrimSpace(key)
+		if s.cfg.APIKey == "" || !strings.EqualFold(scheme, "bearer") || subtle.ConstantTimeCompare([]byte(key), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="stratad"`)
+			// The body, if any, is never read: the connection closes after
+			// the answer rather than waiting on the rest of it.
+			w.Header().Set("Connection", "close")
 			s.metrics.requests.WithLabelValues(endpointOf(r), "401").Inc()
 			msg := "Incorrect API key provided."
-			if len(got) == 0 {
+			if got == "" {
 				msg = "You didn't provide an API key. Pass it as an Authorization: Bearer header."
 			}
+			s.log.Warn("authentication failed", "peer", peerOf(r).String(), "path", r.URL.Path, "reason", msg)
 			openai.WriteError(w, openai.Errorf(http.StatusUnauthorized, openai.TypeInvalidRequest, "", "invalid_api_key", "%s", msg))
 			return
 		}
-		r = r.WithContext(WithPeer(r.Context(), authz.Peer{APIKey: true}))
+		pr := peerOf(r)
+		pr.APIKey = true
+		r = r.WithContext(WithPeer(r.Context(), pr))
 		next.ServeHTTP(w, r)
 	})
 }

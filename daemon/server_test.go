@@ -679,7 +679,7 @@ func TestDisconnectCancels(t *testing.T) {
 
 func TestQueueFull(t *testing.T) {
 	t.Parallel()
-	h := start(t, opts{cfg: Config{Limits: Limits{MaxBatch: 1, MaxQueue: 1}}})
+	h := start(t, opts{cfg: Config{Limits: Limits{MaxBatch: 1, MaxQueue: 1}, Conn: ConnLimits{MaxRequestsPerPeer: 1000}}})
 	const n = 24
 	codes := make([]int, n)
 	bodies := make([][]byte, n)
@@ -717,7 +717,7 @@ func TestTCPNeedsKey(t *testing.T) {
 	for _, tc := range []struct {
 		auth string
 		want int
-	}{{"", 401}, {"Bearer wrong", 401}, {"test-key", 401}, {"Bearer test-key", 200}} {
+	}{{"", 401}, {"Bearer wrong", 401}, {"test-key", 401}, {"Bearer test-key", 200}, {"bearer test-key", 200}, {"BEARER  test-key", 200}, {"Basic test-key", 401}} {
 		req, _ := http.NewRequest("GET", h.tcp+"/v1/models", nil)
 		if tc.auth != "" {
 			req.Header.Set("Authorization", tc.auth)

@@ -72,6 +72,7 @@ func main() {
 
 func command() *cli.Command {
 	d := daemon.DefaultLimits()
+	c := daemon.DefaultConnLimits()
 	return &cli.Command{
 		Name:    "stratad",
 		Usage:   "serve language models over a Unix socket (and optionally TCP)",
@@ -107,6 +108,13 @@ func command() *cli.Command {
 			&cli.IntFlag{Name: "max-tokens", Value: d.MaxTokens, Usage: "largest (and default) max_tokens"},
 			&cli.IntFlag{Name: "max-queue", Value: d.MaxQueue, Usage: "requests that may wait per model before 429"},
 			&cli.IntFlag{Name: "max-batch", Value: d.MaxBatch, Usage: "sequences per batched forward pass"},
+			&cli.DurationFlag{Name: "read-header-timeout", Value: c.ReadHeaderTimeout, Usage: "how long a request's line and headers may take"},
+			&cli.DurationFlag{Name: "read-timeout", Value: c.ReadTimeout, Usage: "how long a request's body may take after its headers"},
+			&cli.DurationFlag{Name: "write-timeout", Value: c.WriteTimeout, Usage: "how long one write to a client may block (a stream's client that reads nothing for this long loses it)"},
+			&cli.DurationFlag{Name: "idle-timeout", Value: c.IdleTimeout, Usage: "how long a kept-alive connection may wait for its next request"},
+			&cli.IntFlag{Name: "max-conns", Value: c.MaxConns, Usage: "open connections in total before 503 (root's Unix connections exempt; lowered to half the descriptor limit)"},
+			&cli.IntFlag{Name: "max-conns-per-peer", Value: c.MaxConnsPerPeer, Usage: "open connections of one peer (Unix: uid; TCP: address) before 429"},
+			&cli.IntFlag{Name: "max-requests-per-peer", Usage: "sequences one peer may have queued or running per model before 429 (0 = three quarters of max-batch + max-queue)"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 30 * time.Second, Usage: "grace period for in-flight requests on shutdown"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Sources: cli.EnvVars("STRATAD_LOG"), Usage: "trace, debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "auto (JSON unless stderr is a terminal), json or text"},
@@ -147,6 +155,12 @@ func run(ctx context.Context, cmd *cli.Command) error {
 		Limits: daemon.Limits{
 			MaxBodyBytes: cmd.Int64("max-body-bytes"), MaxPromptTokens: int(cmd.Int("max-prompt-tokens")),
 			MaxTokens: int(cmd.Int("max-tokens")), MaxQueue: int(cmd.Int("max-queue")), MaxBatch: int(cmd.Int("max-batch")),
+		},
+		Conn: daemon.ConnLimits{
+			ReadHeaderTimeout: cmd.Duration("read-header-timeout"), ReadTimeout: cmd.Duration("read-timeout"),
+			WriteTimeout: cmd.Duration("write-timeout"), IdleTimeout: cmd.Duration("idle-timeout"),
+			MaxConns: int(cmd.Int("max-conns")), MaxConnsPerPeer: int(cmd.Int("max-conns-per-peer")),
+			MaxRequestsPerPeer: int(cmd.Int("max-requests-per-peer")),
 		},
 		ShutdownTimeout: cmd.Duration("shutdown-timeout"),
 		Backend:         cmd.String("backend"),
