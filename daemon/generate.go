@@ -211,6 +211,10 @@ func resultError(r *http.Request, err error) error {
 // streamError is what a stream ends with when generation fails after the
 // response has started.
 func streamError(err error) *openai.Error {
+	if errors.Is(err, ErrShuttingDown) {
+		return openai.Errorf(http.StatusServiceUnavailable, openai.TypeUnavailable, "", "server_shutting_down",
+			"The server is shutting down: generation stopped before the end. Retry when it is back.")
+	}
 	if errors.Is(err, sched.ErrClosed) {
 		return openai.Errorf(http.StatusServiceUnavailable, openai.TypeUnavailable, "", "model_unavailable",
 			"generation stopped: %v", err)

@@ -217,6 +217,10 @@ var ErrModelExists = errors.New("a model with this name is already loaded")
 // ErrUnloaded ends requests still running on a model being unloaded.
 var ErrUnloaded = errors.New("model unloaded")
 
+// ErrShuttingDown ends the requests still running when a shutdown's grace
+// runs out.
+var ErrShuttingDown = errors.New("the server is shutting down")
+
 // LoadFile loads the model file at path without the model-directory check:
 // it is for the operator's own --model flag, not for clients. The tier
 // planner places the model's layers within req's budgets (engine.OpenWith):
@@ -473,7 +477,10 @@ func validName(n string) bool {
 // Unload removes a model: new requests for it get 404, requests in flight
 // or queued end with ErrUnloaded, and its memory is released once its
 // scheduler has stopped. It returns how many requests were cut short.
-func (s *Server) Unload(name string) (int, error) {
+func (s *Server) Unload(name string) (int, error) { return s.unload(name, ErrUnloaded) }
+
+// unload unloads a model, ending its requests with reason.
+func (s *Server) unload(name string, reason error) (int, error) {
 	s.mu.Lock()
 	lm, ok := s.models[name]
 	if ok {
@@ -486,7 +493,7 @@ func (s *Server) Unload(name string) (int, error) {
 		return 0, modelNotFound(name)
 	}
 	st := lm.sched.Stats()
-	lm.sched.Close(ErrUnloaded)
+	lm.sched.Close(reason)
 	lm.stop()
 	lm.feed.flush() // bytes of a last, failed pass
 	err := lm.eng.Close()
@@ -499,11 +506,14 @@ func (s *Server) Unload(name string) (int, error) {
 }
 
 // Close unloads every model.
-func (s *Server) Close() error {
+func (s *Server) Close() error { return s.closeWith(ErrUnloaded) }
+
+// closeWith unloads every model, ending their requests with reason.
+func (s *Server) closeWith(reason error) error {
 	s.stopBlockTrace()
 	var errs []error
 	for _, n := range s.modelNames() {
-		if _, err := s.Unload(n); err != nil {
+		if _, err := s.unload(n, reason); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -607,20 +617,32 @@ func (s *Server) Serve(ctx context.Context, unixLs, tcpLs []net.Listener) error 
 	wg.Wait() // every server idle, or the grace over (Shutdown then returns, leaving connections open)
 	if late.Load() {
 		// Ending the schedulers sends every in-flight request its error
-		// event; the handlers write it, return, and only then are the
-		// connections closed, so a streaming client reads why its stream
-		// ended instead of a torn connection.
-		s.Close()
+		// event, saying the server is shutting down; the handlers write
+		// it and return, and each server then shuts down again, which
+		// closes a connection only once its response is complete (the
+		// stream's last chunk written), so a streaming client reads why
+		// its stream ended instead of a torn connection. Only a client
+		// that reads nothing is cut without it.
+		s.closeWith(ErrShuttingDown)
+		fin, cancelFin := context.WithTimeout(context.Background(), 5*time.Second)
 		idle := make(chan struct{})
 		go func() { s.inflight.Wait(); close(idle) }()
 		select {
 		case <-idle:
-		case <-time.After(5 * time.Second):
+		case <-fin.Done():
 			s.log.Warn("handlers still running 5s after their requests were ended; closing their connections")
 		}
 		for _, srv := range servers {
-			srv.Close()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := srv.Shutdown(fin); err != nil {
+					srv.Close()
+				}
+			}()
 		}
+		wg.Wait()
+		cancelFin()
 	}
 	s.Close()
 	if errors.Is(serveErr, http.ErrServerClosed) {

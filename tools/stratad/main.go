@@ -56,8 +56,20 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The first SIGINT or SIGTERM starts a graceful shutdown (in-flight
+	// requests get --shutdown-timeout); a second one exits at once, for the
+	// operator who will not wait.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		cancel()
+		sig := <-sigs
+		fmt.Fprintf(os.Stderr, "stratad: second signal (%v): exiting now, without waiting for in-flight requests\n", sig)
+		os.Exit(exitError)
+	}()
 	err := command().Run(ctx, os.Args)
 	if err == nil {
 		os.Exit(exitOK)
