@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -219,8 +220,15 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, n := range s.modelNames() {
 		if lm, err := s.lookup(n); err == nil {
-			st.Models = append(st.Models, s.modelStatus(lm))
+			ms := s.modelStatus(lm)
+			if !admin {
+				ms.Path = "" // where the operator keeps models is not every user's business
+			}
+			st.Models = append(st.Models, ms)
 		}
+	}
+	if !admin {
+		st.PID = 0
 	}
 	st.Block = s.blockStatus()
 	return writeJSON(w, st)
@@ -321,8 +329,26 @@ func (s *Server) handleLoad(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) logFailed(r *http.Request, e *openai.Error) *openai.Error {
 	if e.Status >= http.StatusInternalServerError {
 		s.log.Error("request failed", "path", r.URL.Path, "peer", peerOf(r).String(), "status", e.Status, "error", e.Message)
+		// The log has the whole message; the client gets it without the
+		// server's file paths (each shown by its last element).
+		c := *e
+		c.Message = hidePaths(e.Message)
+		return &c
 	}
 	return e
+}
+
+// absPath matches an absolute file path in an error message.
+var absPath = regexp.MustCompile(`/(?:[^/\s:;,'"()\[\]{}]+/)+[^/\s:;,'"()\[\]{}]*`)
+
+// hidePaths replaces every absolute path in msg with its last element.
+func hidePaths(msg string) string {
+	return absPath.ReplaceAllStringFunc(msg, func(p string) string {
+		if base := filepath.Base(p); base != "/" && base != "." {
+			return base
+		}
+		return "…"
+	})
 }
 
 // modelPathError maps authz.OpenModel's failures on a client's model path

@@ -529,6 +529,7 @@ func TestBadRequestsKeepServing(t *testing.T) {
 		{"absurd max_tokens", "/v1/chat/completions", `{"model":"tiny",` + msgs + `,"max_tokens":1e300}`, 400, openai.TypeInvalidRequest, ""},
 		{"absurd temperature", "/v1/chat/completions", `{"model":"tiny",` + msgs + `,"temperature":1e9}`, 400, openai.TypeInvalidRequest, ""},
 		{"negative top_p", "/v1/completions", `{"model":"tiny","prompt":"x","top_p":-0.1}`, 400, openai.TypeInvalidRequest, ""},
+		{"top_p below float32", "/v1/completions", `{"model":"tiny","prompt":"x","top_p":1e-46,"temperature":1}`, 400, openai.TypeInvalidRequest, ""},
 		{"n=9", "/v1/chat/completions", `{"model":"tiny",` + msgs + `,"n":9}`, 400, openai.TypeInvalidRequest, ""},
 		{"token out of vocab", "/v1/completions", `{"model":"tiny","prompt":[1,99999]}`, 400, openai.TypeInvalidRequest, ""},
 		{"negative token", "/v1/completions", `{"model":"tiny","prompt":[-1]}`, 400, openai.TypeInvalidRequest, ""},
