@@ -111,6 +111,10 @@ func TestServerErrorsHidePaths(t *testing.T) {
 	if logs := lb.String(); !strings.Contains(logs, "[ERROR]") || !strings.Contains(logs, "/var/lib/strata/models/big.pool") {
 		t.Fatalf("500 not logged in full:\n%s", logs)
 	}
+	dev := s.logFailed(r, openai.AsError(errors.New("opening /dev/vfio/vfio: no such file")))
+	if !strings.Contains(dev.Message, "/dev/vfio/vfio") {
+		t.Fatalf("a device node was hidden: %q", dev.Message)
+	}
 	// 4xx messages are the client's own business and pass unchanged.
 	bad := openai.BadRequest("x", "file /a/b missing")
 	if s.logFailed(r, bad).Message != bad.Message {

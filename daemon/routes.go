@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -41,8 +42,7 @@ func (s *Server) routes() http.Handler {
 				return
 			}
 			if err := h(w, r); err != nil {
-				s.logFailed(r, openai.AsError(err))
-				openai.WriteError(w, err)
+				openai.WriteError(w, s.logFailed(r, openai.AsError(err)))
 			}
 		})
 	}
@@ -64,7 +64,7 @@ func (s *Server) routes() http.Handler {
 			return
 		}
 		if err := s.handleHealth(w, r); err != nil {
-			openai.WriteError(w, err)
+			openai.WriteError(w, s.logFailed(r, openai.AsError(err)))
 		}
 	})
 	handle(api.PathStatus, http.MethodGet, authz.ReadState, s.handleStatus)
@@ -341,9 +341,14 @@ func (s *Server) logFailed(r *http.Request, e *openai.Error) *openai.Error {
 // absPath matches an absolute file path in an error message.
 var absPath = regexp.MustCompile(`/(?:[^/\s:;,'"()\[\]{}]+/)+[^/\s:;,'"()\[\]{}]*`)
 
-// hidePaths replaces every absolute path in msg with its last element.
+// hidePaths replaces every absolute path in msg with its last element,
+// except device nodes and sysfs files: those are the host's public layout,
+// and naming them is what makes a device error actionable.
 func hidePaths(msg string) string {
 	return absPath.ReplaceAllStringFunc(msg, func(p string) string {
+		if strings.HasPrefix(p, "/dev/") || strings.HasPrefix(p, "/sys/") {
+			return p
+		}
 		if base := filepath.Base(p); base != "/" && base != "." {
 			return base
 		}

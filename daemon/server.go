@@ -24,6 +24,7 @@ import (
 	"github.com/strata-llm/strata/daemon/openai"
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/internal/daemon/authz"
 	"github.com/strata-llm/strata/internal/daemon/sched"
@@ -77,6 +78,9 @@ type Config struct {
 	// engine measure them (quickly) the first time a model must stream,
 	// once for the daemon's life (the Server's engine.LinkCache).
 	Links *tier.Links
+	// Verify is when streamed (tier-C) extents are checked against the
+	// pool's checksums (default: every read).
+	Verify stream.VerifyMode
 	// Backend is the backend of loads that name none: "auto" (or ""),
 	// "cpu" or "cuda" (see engine.Options.Backend).
 	Backend string
@@ -310,7 +314,7 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest, 
 		DeviceBudget: req.Budgets.VRAMBytes, HostBudget: req.Budgets.RAMBytes,
 		Context: req.Context, Batch: maxBatch, Depth: req.Depth, Tiers: req.Tiers,
 		Links: s.cfg.Links, LinkCache: s.links, Logger: s.log.Named("engine"), Backend: backend, WrapSource: s.cfg.wrapSource,
-		Skip: req.SkipLayers,
+		Skip: req.SkipLayers, Verify: s.cfg.Verify,
 	})
 	err = fdNamed(err, view.from, view.to)
 	switch {

@@ -38,6 +38,7 @@ import (
 
 	"github.com/strata-llm/strata/daemon"
 	"github.com/strata-llm/strata/daemon/api"
+	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/internal/buildinfo"
 	"github.com/strata-llm/strata/internal/daemon/listen"
@@ -109,6 +110,7 @@ func command() *cli.Command {
 			&cli.StringFlag{Name: "draft", Usage: "speculative decoding for the --model files with this draft model (same vocabulary; it runs where the model runs, on the CPU when the GPU has no room for it); requests opt out with \"speculative\": false"},
 			&cli.BoolFlag{Name: "lookup", Usage: "speculative decoding by prompt lookup for the --model files, when no --draft is given"},
 			&cli.IntFlag{Name: "self-draft", Usage: "speculative decoding for the --model files with each model's own first N layers and output head as the drafter (on the GPU when those layers are resident there, taking one of its sequences; else on the CPU), when neither --draft nor --lookup is given (off by default)"},
+			&cli.StringFlag{Name: "verify", Value: "always", Usage: "when streamed (tier-C) extents are checked against the pool's checksums: always (every read; the default), first (each extent's first read) or never"},
 			&cli.StringFlag{Name: "skip-layers", Usage: "leave layers out of every pass (CPU backend; costs quality, see strata bench quality): auto, a count N, or a list 4,9 (off by default)"},
 			&cli.StringSliceFlag{Name: "model-dir", Value: []string{"/var/lib/strata/models"}, Usage: "directory the admin API may load models from (repeatable)"},
 			&cli.StringFlag{Name: "admin-group", Value: "strata-admin", Usage: "group whose members may load and unload models (besides root)"},
@@ -159,7 +161,12 @@ func run(ctx context.Context, cmd *cli.Command) error {
 	if addr != "" && key == "" {
 		return usageError{"--listen needs --api-key (or --api-key-file, or STRATAD_API_KEY): TCP is never served without a key"}
 	}
+	verify, err := stream.ParseVerifyMode(cmd.String("verify"))
+	if err != nil {
+		return usageError{"--verify: " + err.Error()}
+	}
 	srv, err := daemon.New(daemon.Config{
+		Verify:      verify,
 		ModelDirs:   cmd.StringSlice("model-dir"),
 		AdminGroup:  cmd.String("admin-group"),
 		APIKey:      key,
