@@ -165,7 +165,11 @@ func serveWorker(lim ChatLimits, in io.Reader, out, errOut io.Writer) int {
 		if cerr != nil {
 			rep = renderReply{Err: cerr.Error(), Compile: true}
 		} else {
+			// The parent kills a render over its time; this bounds one
+			// whose parent is gone.
+			orphan := time.AfterFunc(2*lim.Time+time.Second, func() { os.Exit(4) })
 			rep = renderOne(tmpl, &req, lim)
+			orphan.Stop()
 		}
 		if err := enc.Encode(&rep); err != nil {
 			fmt.Fprintf(errOut, "chat template worker: write reply: %v\n", err)
@@ -396,7 +400,7 @@ func startWorker(lim ChatLimits) (*chatWorker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: start chat template worker: %w", err)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := startLocked(cmd); err != nil {
 		return nil, fmt.Errorf("tokenizer: start chat template worker: %w", err)
 	}
 	// A reply larger than the output limit (plus its JSON quoting) is a
@@ -404,6 +408,36 @@ func startWorker(lim ChatLimits) (*chatWorker, error) {
 	limited := io.LimitReader(out, int64(lim.Output)*6+4096)
 	w.in, w.dec = in, json.NewDecoder(bufio.NewReader(limited))
 	return w, nil
+}
+
+// The kernel sends a child its Pdeathsig when the thread that forked it
+// exits, not the process, and Go ends threads (one whose goroutine exits
+// locked to it, as GPU and driver code do): workers are therefore started
+// from one thread that never exits, so they die with the daemon and only
+// then.
+var spawner struct {
+	once sync.Once
+	reqs chan spawnReq
+}
+
+type spawnReq struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func startLocked(cmd *exec.Cmd) error {
+	spawner.once.Do(func() {
+		spawner.reqs = make(chan spawnReq)
+		go func() {
+			runtime.LockOSThread() // for good: this thread is never released
+			for r := range spawner.reqs {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	r := spawnReq{cmd: cmd, done: make(chan error, 1)}
+	spawner.reqs <- r
+	return <-r.done
 }
 
 // render sends one request and reads its reply; an error means the worker
