@@ -82,7 +82,16 @@ func (s *Server) routes() http.Handler {
 		openai.WriteError(w, openai.Errorf(http.StatusNotFound, openai.TypeInvalidRequest, "", "unknown_url",
 			"Unknown request URL: %s %s.", r.Method, r.URL.Path))
 	})
-	return s.logRequests(mux)
+	return s.logRequests(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.RequestURI == "*" {
+			// ServeMux answers "METHOD *" with a bare 400; clients get the
+			// API's error shape everywhere.
+			w.Header().Set("Connection", "close")
+			openai.WriteError(w, openai.BadRequest("", "the request target * is not a path"))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
 }
 
 // statusWriter records the status code for logs and metrics and keeps
