@@ -150,3 +150,21 @@ func TestFDExhaustionLogged(t *testing.T) {
 		t.Fatalf("want one error (rate-limited) for EMFILE:\n%s", logs)
 	}
 }
+
+// A handler that panics is logged as an error with its stack and answered
+// with a 500 in the API's shape, not dropped with an info line.
+func TestHandlerPanicLogged(t *testing.T) {
+	t.Parallel()
+	lb := &logBuf{}
+	s := &Server{log: bufLogger(lb), metrics: newMetrics()}
+	h := s.logRequests(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/models", nil))
+	if rec.Code != 500 {
+		t.Fatalf("status %d", rec.Code)
+	}
+	checkError(t, rec.Body.Bytes(), openai.TypeServer, "internal_error")
+	if logs := lb.String(); !strings.Contains(logs, "[ERROR] request handler panicked") || !strings.Contains(logs, "boom") {
+		t.Fatalf("panic not logged as an error:\n%s", logs)
+	}
+}

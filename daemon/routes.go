@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -144,6 +146,25 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		defer s.inflight.Done()
 		t0 := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			// net/http would recover a panic itself, but log it at info and
+			// answer nothing: a bug is an error, logged with its stack, and
+			// the client gets a 500 in the API's shape when nothing was
+			// written yet.
+			p := recover()
+			if p == nil {
+				return
+			}
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.Error("request handler panicked", "path", r.URL.Path, "peer", peerOf(r).String(), "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			s.metrics.requests.WithLabelValues(endpointOf(r), "500").Inc()
+			if sw.code == 0 {
+				openai.WriteError(sw, openai.Errorf(http.StatusInternalServerError, openai.TypeServer, "", "internal_error",
+					"The server failed while processing the request; the daemon's log has the details."))
+			}
+		}()
 		next.ServeHTTP(sw, r)
 		if sw.code == 0 {
 			sw.code = http.StatusOK
