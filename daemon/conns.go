@@ -292,6 +292,17 @@ func (c *limitConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// CloseWrite half-closes the connection, as http.Server does before
+// closing one whose request it did not read to the end (so the answer is
+// not lost to a reset); net.Conn does not carry the method, so the
+// wrapper must.
+func (c *limitConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
 	if c.s != nil {
