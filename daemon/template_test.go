@@ -61,3 +61,35 @@ func TestHostileTemplateRefusedAtLoad(t *testing.T) {
 		}
 	}
 }
+
+// A template that passes the load's probe but recurses on a longer
+// conversation than the probe's fails that request with a 400 naming the
+// limit; the daemon and the model keep serving everyone else. (Contents
+// reach the template as placeholders, see EncodeChat, so the shape of the
+// conversation is what a hostile template can key on.)
+func TestTemplateLimitAtRequest(t *testing.T) {
+	t.Parallel()
+	h := start(t, opts{})
+	path := filepath.Join(modelDir, "hostile-late.gguf")
+	withTemplate(t, path, "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{% for m in messages %}"+
+		"{{ m.role }}: {{ m.content }}\n{% endfor %}{% if messages|length > 7 %}{{ f(0) }}{% endif %}")
+	t.Cleanup(func() { os.Remove(path) })
+	if _, err := h.srv.LoadFile(context.Background(), path, api.LoadRequest{Name: "late"}); err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	ask := func(turns int) (int, string) {
+		msgs := strings.Repeat(`{"role":"user","content":"hi"},{"role":"assistant","content":"hello"},`, turns/2) + `{"role":"user","content":"x"}`
+		return h.postStr(t, `{"model":"late","messages":[`+msgs+`],"max_tokens":2}`)
+	}
+	if code, b := ask(8); code != 400 || !strings.Contains(b, "recursion limit") {
+		t.Fatalf("9 messages: %d %s", code, b)
+	}
+	if code, b := ask(2); code != 200 {
+		t.Fatalf("after the refusal: %d %s", code, b)
+	}
+}
+
+func (h *harness) postStr(t *testing.T, body string) (int, string) {
+	code, b := h.post(t, "/v1/chat/completions", body)
+	return code, string(b)
+}
