@@ -65,7 +65,8 @@ func FuzzConfigFromGGUF(f *testing.F) {
 		}
 		c, err := ConfigFromGGUF(file)
 		if err != nil {
-			if ctx == 256 && dim == 64 && layers == 2 {
+			if archIdx == 0 && ctx == 256 && dim == 64 && layers == 2 && ffn == 172 && heads == 4 && kvHeads == 2 && keyLen == 0 &&
+				eps == 1e-5 && theta == 10000 && vocab == 32 && window == 0 && vocabKey == 0 {
 				t.Fatalf("the llama seed was refused: %v", err) // the target must reach its checks
 			}
 			return
