@@ -130,7 +130,19 @@ type choiceEvent struct {
 // over. On error nothing is queued.
 func (s *Server) start(r *http.Request, lm *loaded, p openai.Params, prompt []int32, promptParam string) (g *gen, cancel context.CancelFunc, err error) {
 	n := max(p.N, 1)
-	ctx, cancel := context.WithCancel(r.Context())
+	limit := s.cfg.Conn.MaxRequestsPerPeer
+	if limit == 0 && lm.capacity > 0 {
+		limit = max(lm.capacity*3/4, 1)
+	}
+	pr := peerOf(r)
+	release, held, ok := s.conns.admitRequest(lm.name, peerID(pr), n, limit)
+	if !ok {
+		s.log.Warn("request refused: the peer holds its share of the model's queue", "peer", pr.String(), "model", lm.name, "held", held, "limit", limit)
+		return nil, nil, openai.Errorf(http.StatusTooManyRequests, openai.TypeRateLimit, "", "peer_queue_share",
+			"You have %d requests queued or running on `%s`, the most one client may hold (%d); retry when one finishes.", held, lm.name, limit)
+	}
+	ctx, cancelCtx := context.WithCancel(r.Context())
+	cancel = func() { cancelCtx(); release() }
 	hs := make([]*sched.Handle, 0, n)
 	var shared *sched.SharedPrompt // the n choices compute their prompt once
 	if n > 1 {
@@ -199,6 +211,10 @@ func resultError(r *http.Request, err error) error {
 // streamError is what a stream ends with when generation fails after the
 // response has started.
 func streamError(err error) *openai.Error {
+	if errors.Is(err, ErrShuttingDown) {
+		return openai.Errorf(http.StatusServiceUnavailable, openai.TypeUnavailable, "", "server_shutting_down",
+			"The server is shutting down: generation stopped before the end. Retry when it is back.")
+	}
 	if errors.Is(err, sched.ErrClosed) {
 		return openai.Errorf(http.StatusServiceUnavailable, openai.TypeUnavailable, "", "model_unavailable",
 			"generation stopped: %v", err)

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -40,8 +44,7 @@ func (s *Server) routes() http.Handler {
 				return
 			}
 			if err := h(w, r); err != nil {
-				s.logFailed(r, openai.AsError(err))
-				openai.WriteError(w, err)
+				openai.WriteError(w, s.logFailed(r, openai.AsError(err)))
 			}
 		})
 	}
@@ -63,7 +66,7 @@ func (s *Server) routes() http.Handler {
 			return
 		}
 		if err := s.handleHealth(w, r); err != nil {
-			openai.WriteError(w, err)
+			openai.WriteError(w, s.logFailed(r, openai.AsError(err)))
 		}
 	})
 	handle(api.PathStatus, http.MethodGet, authz.ReadState, s.handleStatus)
@@ -81,7 +84,16 @@ func (s *Server) routes() http.Handler {
 		openai.WriteError(w, openai.Errorf(http.StatusNotFound, openai.TypeInvalidRequest, "", "unknown_url",
 			"Unknown request URL: %s %s.", r.Method, r.URL.Path))
 	})
-	return s.logRequests(mux)
+	return s.logRequests(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.RequestURI == "*" {
+			// ServeMux answers "METHOD *" with a bare 400; clients get the
+			// API's error shape everywhere.
+			w.Header().Set("Connection", "close")
+			openai.WriteError(w, openai.BadRequest("", "the request target * is not a path"))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
 }
 
 // statusWriter records the status code for logs and metrics and keeps
@@ -134,6 +146,25 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		defer s.inflight.Done()
 		t0 := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			// net/http would recover a panic itself, but log it at info and
+			// answer nothing: a bug is an error, logged with its stack, and
+			// the client gets a 500 in the API's shape when nothing was
+			// written yet.
+			p := recover()
+			if p == nil {
+				return
+			}
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.Error("request handler panicked", "path", r.URL.Path, "peer", peerOf(r).String(), "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			s.metrics.requests.WithLabelValues(endpointOf(r), "500").Inc()
+			if sw.code == 0 {
+				openai.WriteError(sw, openai.Errorf(http.StatusInternalServerError, openai.TypeServer, "", "internal_error",
+					"The server failed while processing the request; the daemon's log has the details."))
+			}
+		}()
 		next.ServeHTTP(sw, r)
 		if sw.code == 0 {
 			sw.code = http.StatusOK
@@ -148,6 +179,11 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 // readBody reads a request body within the size limit.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxBodyBytes))
+	if err == nil {
+		// The body is in: lift bodyDeadline's read deadline before a long
+		// answer starts.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return nil, openai.Errorf(http.StatusRequestEntityTooLarge, openai.TypeInvalidRequest, "", "request_too_large",
@@ -214,8 +250,15 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, n := range s.modelNames() {
 		if lm, err := s.lookup(n); err == nil {
-			st.Models = append(st.Models, s.modelStatus(lm))
+			ms := s.modelStatus(lm)
+			if !admin {
+				ms.Path = "" // where the operator keeps models is not every user's business
+			}
+			st.Models = append(st.Models, ms)
 		}
+	}
+	if !admin {
+		st.PID = 0
 	}
 	st.Block = s.blockStatus()
 	return writeJSON(w, st)
@@ -338,8 +381,31 @@ func (s *Server) handleLoad(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) logFailed(r *http.Request, e *openai.Error) *openai.Error {
 	if e.Status >= http.StatusInternalServerError {
 		s.log.Error("request failed", "path", r.URL.Path, "peer", peerOf(r).String(), "status", e.Status, "error", e.Message)
+		// The log has the whole message; the client gets it without the
+		// server's file paths (each shown by its last element).
+		c := *e
+		c.Message = hidePaths(e.Message)
+		return &c
 	}
 	return e
+}
+
+// absPath matches an absolute file path in an error message.
+var absPath = regexp.MustCompile(`/(?:[^/\s:;,'"()\[\]{}]+/)+[^/\s:;,'"()\[\]{}]*`)
+
+// hidePaths replaces every absolute path in msg with its last element,
+// except device nodes and sysfs files: those are the host's public layout,
+// and naming them is what makes a device error actionable.
+func hidePaths(msg string) string {
+	return absPath.ReplaceAllStringFunc(msg, func(p string) string {
+		if strings.HasPrefix(p, "/dev/") || strings.HasPrefix(p, "/sys/") {
+			return p
+		}
+		if base := filepath.Base(p); base != "/" && base != "." {
+			return base
+		}
+		return "…"
+	})
 }
 
 // modelPathError maps authz.OpenModel's failures on a client's model path

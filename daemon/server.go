@@ -24,9 +24,9 @@ import (
 	"github.com/strata-llm/strata/daemon/openai"
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/internal/daemon/authz"
-	"github.com/strata-llm/strata/internal/daemon/peer"
 	"github.com/strata-llm/strata/internal/daemon/sched"
 	"github.com/strata-llm/strata/nvmehost"
 )
@@ -68,6 +68,9 @@ type Config struct {
 	CORSOrigins []string
 	// Limits bound requests; zero fields take DefaultLimits' values.
 	Limits Limits
+	// Conn bounds clients' connections; zero fields take
+	// DefaultConnLimits' values.
+	Conn ConnLimits
 	// ShutdownTimeout is how long in-flight requests may run after a
 	// shutdown starts before they are cancelled with an error.
 	ShutdownTimeout time.Duration
@@ -75,6 +78,9 @@ type Config struct {
 	// engine measure them (quickly) the first time a model must stream,
 	// once for the daemon's life (the Server's engine.LinkCache).
 	Links *tier.Links
+	// Verify is when streamed (tier-C) extents are checked against the
+	// pool's checksums (default: every read).
+	Verify stream.VerifyMode
 	// Backend is the backend of loads that name none: "auto" (or ""),
 	// "cpu" or "cuda" (see engine.Options.Backend).
 	Backend string
@@ -123,6 +129,9 @@ type Server struct {
 	// has no constrained decoding.
 	constrainSchema func(j *job, schema []byte) error
 
+	// conns counts connections and requests per peer (conns.go).
+	conns connTable
+
 	mu     sync.RWMutex
 	models map[string]*loaded
 	order  []string // load order, for listings
@@ -139,6 +148,7 @@ type loaded struct {
 	budgets    api.Budgets
 	fileBytes  int64
 	draft      *engine.Engine // the draft model (LoadRequest.Draft); nil without
+	capacity   int            // sequences the scheduler runs or queues (batch + queue)
 	grammars   grammars       // constrained output's vocabulary and matchers
 }
 
@@ -168,6 +178,10 @@ func New(cfg Config) (*Server, error) {
 	if l.MaxPromptTokens < 0 {
 		return nil, fmt.Errorf("max prompt tokens must not be negative, got %d", l.MaxPromptTokens)
 	}
+	if cfg.Conn.MaxRequestsPerPeer < 0 {
+		return nil, fmt.Errorf("max requests per peer must not be negative, got %d", cfg.Conn.MaxRequestsPerPeer)
+	}
+	cfg.Conn.fill()
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
@@ -206,6 +220,10 @@ var ErrModelExists = errors.New("a model with this name is already loaded")
 
 // ErrUnloaded ends requests still running on a model being unloaded.
 var ErrUnloaded = errors.New("model unloaded")
+
+// ErrShuttingDown ends the requests still running when a shutdown's grace
+// runs out.
+var ErrShuttingDown = errors.New("the server is shutting down")
 
 // LoadFile loads the model file at path without the model-directory check:
 // it is for the operator's own --model flag, not for clients. The tier
@@ -296,7 +314,7 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest, 
 		DeviceBudget: req.Budgets.VRAMBytes, HostBudget: req.Budgets.RAMBytes,
 		Context: req.Context, Batch: maxBatch, Depth: req.Depth, Tiers: req.Tiers,
 		Links: s.cfg.Links, LinkCache: s.links, Logger: s.log.Named("engine"), Backend: backend, WrapSource: s.cfg.wrapSource,
-		Skip: req.SkipLayers,
+		Skip: req.SkipLayers, Verify: s.cfg.Verify,
 	})
 	err = fdNamed(err, view.from, view.to)
 	switch {
@@ -309,6 +327,13 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest, 
 		return api.ModelStatus{}, openai.Errorf(http.StatusUnprocessableEntity, openai.TypeInvalidRequest, "path", "prefab_pool_required", "%v", err)
 	case err != nil:
 		return api.ModelStatus{}, err
+	}
+	// A chat template that breaks its limits is refused now, with the
+	// limit named, rather than on a user's first chat request.
+	if err := eng.Tok.ProbeChatTemplate(); err != nil {
+		eng.Close()
+		s.log.Warn("model refused", "path", path, "error", err)
+		return api.ModelStatus{}, openai.Errorf(http.StatusUnprocessableEntity, openai.TypeInvalidRequest, "path", "chat_template_refused", "%v", err)
 	}
 	var drafter sched.Drafter
 	var draft *engine.Engine
@@ -338,7 +363,8 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest, 
 		Observer: &observer{m: s.metrics, model: name, feed: feed}, Drafter: drafter,
 	})
 	ctx, stop := context.WithCancel(context.Background())
-	lm := &loaded{name: name, path: path, eng: eng, feed: feed, sched: sc, stop: stop, loadedAt: time.Now(), budgets: req.Budgets, fileBytes: st.Size(), draft: draft}
+	lm := &loaded{name: name, path: path, eng: eng, feed: feed, sched: sc, stop: stop, loadedAt: time.Now(), budgets: req.Budgets, fileBytes: st.Size(), draft: draft,
+		capacity: maxBatch + maxQueue}
 	s.mu.Lock()
 	if _, dup := s.models[name]; dup {
 		s.mu.Unlock()
@@ -455,7 +481,10 @@ func validName(n string) bool {
 // Unload removes a model: new requests for it get 404, requests in flight
 // or queued end with ErrUnloaded, and its memory is released once its
 // scheduler has stopped. It returns how many requests were cut short.
-func (s *Server) Unload(name string) (int, error) {
+func (s *Server) Unload(name string) (int, error) { return s.unload(name, ErrUnloaded) }
+
+// unload unloads a model, ending its requests with reason.
+func (s *Server) unload(name string, reason error) (int, error) {
 	s.mu.Lock()
 	lm, ok := s.models[name]
 	if ok {
@@ -468,7 +497,7 @@ func (s *Server) Unload(name string) (int, error) {
 		return 0, modelNotFound(name)
 	}
 	st := lm.sched.Stats()
-	lm.sched.Close(ErrUnloaded)
+	lm.sched.Close(reason)
 	lm.stop()
 	lm.feed.flush() // bytes of a last, failed pass
 	err := lm.eng.Close()
@@ -481,11 +510,14 @@ func (s *Server) Unload(name string) (int, error) {
 }
 
 // Close unloads every model.
-func (s *Server) Close() error {
+func (s *Server) Close() error { return s.closeWith(ErrUnloaded) }
+
+// closeWith unloads every model, ending their requests with reason.
+func (s *Server) closeWith(reason error) error {
 	s.stopBlockTrace()
 	var errs []error
 	for _, n := range s.modelNames() {
-		if _, err := s.Unload(n); err != nil {
+		if _, err := s.unload(n, reason); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -540,29 +572,30 @@ func (s *Server) Serve(ctx context.Context, unixLs, tcpLs []net.Listener) error 
 	var servers []*http.Server
 	errc := make(chan error, len(unixLs)+len(tcpLs))
 	errLog := s.log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
-	mk := func(h http.Handler, cc func(context.Context, net.Conn) context.Context) *http.Server {
-		srv := &http.Server{Handler: h, ConnContext: cc, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+	cl := s.cfg.Conn
+	mk := func(h http.Handler) *http.Server {
+		srv := &http.Server{Handler: s.bodyDeadline(h), ErrorLog: errLog,
+			ReadHeaderTimeout: cl.ReadHeaderTimeout, IdleTimeout: cl.IdleTimeout,
+			// The peer was read when the connection was accepted; a TCP
+			// peer becomes APIKey once its key checks out.
+			ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+				if lc, ok := c.(*limitConn); ok {
+					return WithPeer(ctx, lc.peer)
+				}
+				return WithPeer(ctx, authz.Peer{})
+			}}
 		servers = append(servers, srv)
 		return srv
 	}
 	for _, l := range unixLs {
-		srv := mk(s.handler, func(ctx context.Context, c net.Conn) context.Context {
-			cred, err := peer.FromConn(c)
-			if err != nil {
-				s.log.Warn("no peer credentials; treating as anonymous", "error", err)
-				return WithPeer(ctx, authz.Peer{})
-			}
-			return WithPeer(ctx, authz.Peer{Unix: true, Cred: cred})
-		})
+		srv := mk(s.handler)
 		s.log.Info("listening", "network", "unix", "addr", l.Addr().String())
-		go func() { errc <- srv.Serve(l) }()
+		go func() { errc <- srv.Serve(&limitListener{Listener: l, s: s, unix: true}) }()
 	}
 	for _, l := range tcpLs {
-		srv := mk(s.cors(s.requireKey(s.handler)), func(ctx context.Context, c net.Conn) context.Context {
-			return WithPeer(ctx, authz.Peer{}) // becomes APIKey once the key checks out
-		})
+		srv := mk(s.cors(s.requireKey(s.handler)))
 		s.log.Info("listening", "network", "tcp", "addr", l.Addr().String())
-		go func() { errc <- srv.Serve(l) }()
+		go func() { errc <- srv.Serve(&limitListener{Listener: l, s: s}) }()
 	}
 	var serveErr error
 	select {
@@ -588,20 +621,32 @@ func (s *Server) Serve(ctx context.Context, unixLs, tcpLs []net.Listener) error 
 	wg.Wait() // every server idle, or the grace over (Shutdown then returns, leaving connections open)
 	if late.Load() {
 		// Ending the schedulers sends every in-flight request its error
-		// event; the handlers write it, return, and only then are the
-		// connections closed, so a streaming client reads why its stream
-		// ended instead of a torn connection.
-		s.Close()
+		// event, saying the server is shutting down; the handlers write
+		// it and return, and each server then shuts down again, which
+		// closes a connection only once its response is complete (the
+		// stream's last chunk written), so a streaming client reads why
+		// its stream ended instead of a torn connection. Only a client
+		// that reads nothing is cut without it.
+		s.closeWith(ErrShuttingDown)
+		fin, cancelFin := context.WithTimeout(context.Background(), 5*time.Second)
 		idle := make(chan struct{})
 		go func() { s.inflight.Wait(); close(idle) }()
 		select {
 		case <-idle:
-		case <-time.After(5 * time.Second):
+		case <-fin.Done():
 			s.log.Warn("handlers still running 5s after their requests were ended; closing their connections")
 		}
 		for _, srv := range servers {
-			srv.Close()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := srv.Shutdown(fin); err != nil {
+					srv.Close()
+				}
+			}()
 		}
+		wg.Wait()
+		cancelFin()
 	}
 	s.Close()
 	if errors.Is(serveErr, http.ErrServerClosed) {
@@ -650,7 +695,7 @@ func (s *Server) cors(next http.Handler) http.Handler {
 
 // requireKey admits TCP requests that carry the configured API key.
 func (s *Server) requireKey(next http.Handler) http.Handler {
-	want := []byte("Bearer " + s.cfg.APIKey)
+	want := []byte(s.cfg.APIKey)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == api.PathHealth {
 			// Health is public, as load balancers and orchestrators expect:
@@ -658,18 +703,28 @@ func (s *Server) requireKey(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		got := []byte(r.Header.Get("Authorization"))
-		if s.cfg.APIKey == "" || subtle.ConstantTimeCompare(got, want) != 1 {
+		// The scheme is case-insensitive (RFC 9110 section 11.1): "bearer KEY"
+		// is as good as "Bearer KEY".
+		got := r.Header.Get("Authorization")
+		scheme, key, _ := strings.Cut(strings.TrimSpace(got), " ")
+		key = strings.TrimSpace(key)
+		if s.cfg.APIKey == "" || !strings.EqualFold(scheme, "bearer") || subtle.ConstantTimeCompare([]byte(key), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="stratad"`)
+			// The body, if any, is never read: the connection closes after
+			// the answer rather than waiting on the rest of it.
+			w.Header().Set("Connection", "close")
 			s.metrics.requests.WithLabelValues(endpointOf(r), "401").Inc()
 			msg := "Incorrect API key provided."
-			if len(got) == 0 {
+			if got == "" {
 				msg = "You didn't provide an API key. Pass it as an Authorization: Bearer header."
 			}
+			s.log.Warn("authentication failed", "peer", peerOf(r).String(), "path", r.URL.Path, "reason", msg)
 			openai.WriteError(w, openai.Errorf(http.StatusUnauthorized, openai.TypeInvalidRequest, "", "invalid_api_key", "%s", msg))
 			return
 		}
-		r = r.WithContext(WithPeer(r.Context(), authz.Peer{APIKey: true}))
+		pr := peerOf(r)
+		pr.APIKey = true
+		r = r.WithContext(WithPeer(r.Context(), pr))
 		next.ServeHTTP(w, r)
 	})
 }

@@ -529,6 +529,7 @@ func TestBadRequestsKeepServing(t *testing.T) {
 		{"absurd max_tokens", "/v1/chat/completions", `{"model":"tiny",` + msgs + `,"max_tokens":1e300}`, 400, openai.TypeInvalidRequest, ""},
 		{"absurd temperature", "/v1/chat/completions", `{"model":"tiny",` + msgs + `,"temperature":1e9}`, 400, openai.TypeInvalidRequest, ""},
 		{"negative top_p", "/v1/completions", `{"model":"tiny","prompt":"x","top_p":-0.1}`, 400, openai.TypeInvalidRequest, ""},
+		{"top_p below float32", "/v1/completions", `{"model":"tiny","prompt":"x","top_p":1e-46,"temperature":1}`, 400, openai.TypeInvalidRequest, ""},
 		{"n=9", "/v1/chat/completions", `{"model":"tiny",` + msgs + `,"n":9}`, 400, openai.TypeInvalidRequest, ""},
 		{"token out of vocab", "/v1/completions", `{"model":"tiny","prompt":[1,99999]}`, 400, openai.TypeInvalidRequest, ""},
 		{"negative token", "/v1/completions", `{"model":"tiny","prompt":[-1]}`, 400, openai.TypeInvalidRequest, ""},
@@ -679,7 +680,7 @@ func TestDisconnectCancels(t *testing.T) {
 
 func TestQueueFull(t *testing.T) {
 	t.Parallel()
-	h := start(t, opts{cfg: Config{Limits: Limits{MaxBatch: 1, MaxQueue: 1}}})
+	h := start(t, opts{cfg: Config{Limits: Limits{MaxBatch: 1, MaxQueue: 1}, Conn: ConnLimits{MaxRequestsPerPeer: 1000}}})
 	const n = 24
 	codes := make([]int, n)
 	bodies := make([][]byte, n)
@@ -717,7 +718,7 @@ func TestTCPNeedsKey(t *testing.T) {
 	for _, tc := range []struct {
 		auth string
 		want int
-	}{{"", 401}, {"Bearer wrong", 401}, {"test-key", 401}, {"Bearer test-key", 200}} {
+	}{{"", 401}, {"Bearer wrong", 401}, {"test-key", 401}, {"Bearer test-key", 200}, {"bearer test-key", 200}, {"BEARER  test-key", 200}, {"Basic test-key", 401}} {
 		req, _ := http.NewRequest("GET", h.tcp+"/v1/models", nil)
 		if tc.auth != "" {
 			req.Header.Set("Authorization", tc.auth)

@@ -194,7 +194,7 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 		if o.WrapSource != nil {
 			tsrc = o.WrapSource(tsrc)
 		}
-		copts.TierC = &gpu.TierC{Layers: onC, Store: src.pool, Source: tsrc, Verify: o.Verify}
+		copts.TierC = &gpu.TierC{Layers: onC, Store: src.pool, Source: tsrc, Verify: o.Verify, Logger: log}
 	}
 	cm, err := gpu.LoadContext(ctx, dev, e.Model.Config, e.Model.Weights, copts)
 	if err != nil {

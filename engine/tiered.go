@@ -56,8 +56,8 @@ type Options struct {
 	// time a load needs it and kept, so one cache per process measures
 	// once. Nil measures for this load only.
 	LinkCache *LinkCache
-	// Verify chooses when tier-C reads are checksummed (default: the first
-	// read of each extent).
+	// Verify chooses when tier-C reads are checksummed (default: every
+	// read, stream.VerifyAlways); failures are logged to Logger.
 	Verify stream.VerifyMode
 	// NoExpertCalibration skips measuring a mixture-of-experts model's
 	// routing on the built-in calibration text at load: the experts kept
@@ -482,7 +482,7 @@ func streamPool(ctx context.Context, path string, pool *prefab.Pool, plan *tier.
 		}
 	}
 	pipe, err := stream.New(stream.Options{
-		Store: pool, Tiers: tiers, Depth: max(plan.Depth, 1), Source: src, Device: stream.CPUDevice{}, Verify: o.Verify,
+		Store: pool, Tiers: tiers, Depth: max(plan.Depth, 1), Source: src, Device: stream.CPUDevice{}, Verify: o.Verify, Logger: log,
 	})
 	if err != nil {
 		if src != nil {

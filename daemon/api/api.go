@@ -212,8 +212,9 @@ type Counters struct {
 
 // ModelStatus describes one loaded model.
 type ModelStatus struct {
-	Name   string `json:"name"`
-	Path   string `json:"path"`
+	Name string `json:"name"`
+	// Path is the model file; shown to administrators only.
+	Path   string `json:"path,omitempty"`
 	Arch   string `json:"arch"`
 	Layers int    `json:"layers"`
 	// Skipped are the layers every pass leaves out (layer skip).
@@ -297,8 +298,9 @@ type BackendStatus struct {
 
 // Status is the response of GET /strata/v1/status.
 type Status struct {
-	Version   string        `json:"version"`
-	PID       int           `json:"pid"`
+	Version string `json:"version"`
+	// PID is the daemon's process id; shown to administrators only.
+	PID       int           `json:"pid,omitempty"`
 	StartedAt time.Time     `json:"started_at"`
 	Uptime    float64       `json:"uptime_seconds"`
 	Models    []ModelStatus `json:"models"`

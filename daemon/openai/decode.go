@@ -274,6 +274,11 @@ func common(model string, maxTok *int64, maxParam string, temp, topP *float64, s
 		if *topP < 0 || *topP > 1 {
 			return p, BadRequest("top_p", "top_p must be between 0 and 1, got %g", *topP)
 		}
+		if *topP > 0 && float32(*topP) == 0 {
+			// Sampling works in float32: this would become 0, which
+			// sampling refuses after the request was accepted.
+			return p, BadRequest("top_p", "top_p %g is too small to use (the smallest is %g); use 0 to keep only the top token", *topP, math.SmallestNonzeroFloat32)
+		}
 		p.TopP = *topP
 	}
 	p.N = 1

@@ -84,6 +84,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"temp", `{"model":"m",` + msgs + `,"temperature":2.5}`, "temperature", "between 0 and 2", false},
 		{"neg temp", `{"model":"m",` + msgs + `,"temperature":-1}`, "temperature", "between 0 and 2", false},
 		{"top_p", `{"model":"m",` + msgs + `,"top_p":1.5}`, "top_p", "between 0 and 1", false},
+		{"top_p below float32", `{"model":"m",` + msgs + `,"top_p":1e-46}`, "top_p", "too small", false},
 		{"n", `{"model":"m",` + msgs + `,"n":9}`, "n", "n must be between 1 and 8", false},
 		{"n zero", `{"model":"m",` + msgs + `,"n":0}`, "n", "n must be between 1 and 8", false},
 		{"stop count", `{"model":"m",` + msgs + `,"stop":["a","b","c","d","e"]}`, "stop", "at most 4", false},

@@ -62,7 +62,8 @@ func (r *EventReader) Next() ([]byte, error) {
 		return nil, ErrNoDone
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading event: %w", err)
+		// A partial line is a torn stream, never the clean io.EOF.
+		return nil, fmt.Errorf("reading event: %w", unexpectedEOF(err))
 	}
 	if r.done {
 		return nil, fmt.Errorf("data after [DONE]: %q", line)
@@ -74,7 +75,7 @@ func (r *EventReader) Next() ([]byte, error) {
 	data = bytes.TrimSuffix(data, []byte("\n"))
 	blank, err := r.br.ReadBytes('\n')
 	if err != nil {
-		return nil, fmt.Errorf("reading event terminator: %w", err)
+		return nil, fmt.Errorf("reading event terminator: %w", unexpectedEOF(err))
 	}
 	if string(blank) != "\n" {
 		return nil, fmt.Errorf("event not followed by a blank line: %q", blank)
@@ -83,6 +84,15 @@ func (r *EventReader) Next() ([]byte, error) {
 		r.done = true
 	}
 	return data, nil
+}
+
+// unexpectedEOF turns io.EOF met inside an event into io.ErrUnexpectedEOF,
+// so that errors.Is(err, io.EOF) means only a clean end after [DONE].
+func unexpectedEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 // WriteNamedEvent writes v as one event of type name ("event: NAME" then

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
@@ -96,6 +97,7 @@ func (lw layerW) rebased(base cudadrv.DevPtr) layerW {
 // LayerStore: tier B's bytes are its own, tier C's extents and checksums
 // the TierC store's.
 type tierB struct {
+	log       hclog.Logger     // tier C's checksum failures (TierC.Logger)
 	host      *cudadrv.HostMem // tier-B layers, packed, registered; nil without tier B
 	region    *hostmem.Region  // host's memory
 	hostBytes []byte           // host's bytes
@@ -179,7 +181,7 @@ func (m *Model) loadTierB(ctx context.Context, c *cudadrv.Ctx, w *model.Weights,
 	var src tier.Source
 	var verify stream.VerifyMode
 	if t := m.opts.TierC; t != nil && tc != nil {
-		tb.tc, src, verify = t.Store, t.Source, t.Verify
+		tb.tc, src, verify, tb.log = t.Store, t.Source, t.Verify, t.Logger
 	}
 	if err := tb.start(c, m.stream, tiers, src, verify, nslots); err != nil {
 		return err
@@ -212,7 +214,7 @@ func (tb *tierB) start(c devOps, compute cudadrv.Stream, tiers []tier.Tier, src 
 		return err
 	}
 	tb.pipe, err = stream.New(stream.Options{
-		Store: tb, Tiers: tiers, Depth: nslots, Source: src, Device: tb.dev, Verify: verify, SlotsOnly: true,
+		Store: tb, Tiers: tiers, Depth: nslots, Source: src, Device: tb.dev, Verify: verify, Logger: tb.log, SlotsOnly: true,
 	})
 	return err
 }

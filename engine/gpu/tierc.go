@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
@@ -46,8 +47,11 @@ type TierC struct {
 	// cuMemHostRegister accepts.
 	Source tier.Source
 	// Verify chooses when extents are checksummed against Store (the
-	// default: the first time each is read).
+	// default: every read, stream.VerifyAlways).
 	Verify stream.VerifyMode
+	// Logger receives every checksum failure with its layer and extent
+	// (nil: none).
+	Logger hclog.Logger
 }
 
 // SlotReader is the seam for reading tier-C layers straight into device

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/tier"
 )
@@ -17,19 +19,51 @@ import (
 type VerifyMode uint8
 
 const (
+	// VerifyAlways checks every read. It is the default: storage is not
+	// trusted to return what it returned before (a file rewritten under
+	// the daemon, a drive that corrupts data in flight or at rest between
+	// passes), and corrupt weights would otherwise be served with 200 OK.
+	// xxh3 hashes several times faster than an NVMe drive reads (go test
+	// -bench XXH3 ./engine/stream compares it with the link), and it runs
+	// in stage 1, off the compute path, so the cost is CPU time, not
+	// latency.
+	VerifyAlways VerifyMode = iota
 	// VerifyFirst checks each extent the first time this pipeline reads
-	// it from storage. A bad pool file (truncated, corrupted at rest or by
+	// it from storage: a bad pool file (truncated, corrupted at rest or by
 	// a faulty prefab) is caught on the first pass that touches it, and
-	// later passes spend no CPU on hashing. It is the default because a
-	// GPU-direct route (NVMe → device memory) cannot hash every pass
-	// without a device kernel, and bytes at rest rarely change.
-	VerifyFirst VerifyMode = iota
-	// VerifyAlways checks every read, for storage that is not trusted to
-	// return what it returned before. xxh3 hashes several times faster
-	// than an NVMe drive reads, and it runs in stage 1, off the compute
-	// path, so the cost is CPU time, not latency.
-	VerifyAlways
+	// later passes spend no CPU on hashing; a change after that first read
+	// is not caught.
+	VerifyFirst
+	// VerifyNever trusts the storage entirely (benchmarks of the raw read
+	// path). Resident and tier-B layers are still verified when loaded.
+	VerifyNever
 )
+
+// String returns the mode's flag spelling.
+func (m VerifyMode) String() string {
+	switch m {
+	case VerifyAlways:
+		return "always"
+	case VerifyFirst:
+		return "first"
+	case VerifyNever:
+		return "never"
+	}
+	return fmt.Sprintf("VerifyMode(%d)", uint8(m))
+}
+
+// ParseVerifyMode reads a --verify flag: always (or ""), first or never.
+func ParseVerifyMode(s string) (VerifyMode, error) {
+	switch s {
+	case "", "always":
+		return VerifyAlways, nil
+	case "first":
+		return VerifyFirst, nil
+	case "never":
+		return VerifyNever, nil
+	}
+	return VerifyAlways, fmt.Errorf("verify mode %q: want always, first or never", s)
+}
 
 // Options configure a Pipeline.
 type Options struct {
@@ -46,6 +80,9 @@ type Options struct {
 	Device Device
 	// Verify chooses when tier-C bytes are checksummed.
 	Verify VerifyMode
+	// Logger receives every checksum failure, at error level, with the
+	// layer and extent (nil: none).
+	Logger hclog.Logger
 	// SlotsOnly is for a caller that computes on the slots themselves
 	// (Acquire and Done) and keeps its tier-A layers on its own: the CUDA
 	// backend, whose resident layers live in its weight arena and whose
@@ -91,6 +128,7 @@ type Pipeline struct {
 	onCompute bool  // dev.IssueOnCompute()
 	slotsOnly bool
 	verify    VerifyMode
+	log       hclog.Logger
 	streamed  []int  // layers on tiers B and C that passes move, in order
 	idx       []int  // per layer: index in streamed, -1 on tier A or skipped
 	skip      []bool // per layer: left out of passes (SetSkip); nil for none
@@ -195,12 +233,15 @@ func New(opts Options) (*Pipeline, error) {
 	if opts.Depth < 1 {
 		return nil, fmt.Errorf("stream: depth %d: need at least 1", opts.Depth)
 	}
+	if opts.Verify > VerifyNever {
+		return nil, fmt.Errorf("stream: %v", opts.Verify)
+	}
 	if opts.Device == nil {
 		opts.Device = CPUDevice{}
 	}
 	p := &Pipeline{
 		store: opts.Store, tiers: append([]tier.Tier(nil), opts.Tiers...), ext: make([]tier.Extent, n), idx: make([]int, n),
-		depth: opts.Depth, src: opts.Source, dev: opts.Device, verify: opts.Verify, slotsOnly: opts.SlotsOnly,
+		depth: opts.Depth, src: opts.Source, dev: opts.Device, verify: opts.Verify, log: opts.Logger, slotsOnly: opts.SlotsOnly,
 		onCompute: opts.Device.IssueOnCompute(), resident: make([]*model.Layer, n), verified: make([]atomic.Bool, n),
 	}
 	p.clock, _ = opts.Device.(Clock)
@@ -813,11 +854,15 @@ func (p *Pipeline) stage1(ps *pass) {
 		err := p.src.ReadAt(ps.ctx, buf, e.Offset)
 		if err != nil {
 			err = fmt.Errorf("read: %w", err)
-		} else if p.verify == VerifyAlways || !p.verified[i].Load() {
+		} else if p.verify == VerifyAlways || p.verify == VerifyFirst && !p.verified[i].Load() {
 			tv := time.Now()
 			if err = p.store.Verify(i, buf); err == nil {
 				p.verified[i].Store(true)
 			} else {
+				if p.log != nil {
+					p.log.Error("streamed extent failed its checksum; the pass fails", "layer", i,
+						"offset", e.Offset, "length", e.Length, "verify", p.verify.String(), "error", err)
+				}
 				err = fmt.Errorf("verify: %w", err)
 			}
 			ps.verify += time.Since(tv)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
@@ -309,6 +310,64 @@ func TestCorruptExtent(t *testing.T) {
 		defer restore()
 		check(p.Forward(context.Background(), tm.m, mk()), 1)
 	})
+	// The default checks every read: an extent corrupted after the first
+	// pass read it is caught on the next, and the failure is logged with
+	// the layer and the extent.
+	t.Run("default", func(t *testing.T) {
+		var logs strings.Builder
+		log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Error})
+		p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 2, Source: src, Logger: log})
+		if err := p.Forward(context.Background(), tm.m, mk()); err != nil {
+			t.Fatal(err)
+		}
+		restore := corrupt(t, tm, 3)
+		defer restore()
+		check(p.Forward(context.Background(), tm.m, mk()), 3)
+		e := tm.store.Extent(3)
+		for _, s := range []string{"[ERROR]", "checksum", "layer=3", fmt.Sprintf("offset=%d", e.Offset), fmt.Sprintf("length=%d", e.Length)} {
+			if !strings.Contains(logs.String(), s) {
+				t.Errorf("log lacks %q:\n%s", s, logs.String())
+			}
+		}
+	})
+	// first trusts an extent once verified; never trusts every read.
+	t.Run("first", func(t *testing.T) {
+		p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 2, Source: src, Verify: stream.VerifyFirst})
+		if err := p.Forward(context.Background(), tm.m, mk()); err != nil {
+			t.Fatal(err)
+		}
+		restore := corrupt(t, tm, 2)
+		defer restore()
+		if err := p.Forward(context.Background(), tm.m, mk()); err != nil {
+			t.Fatalf("first: a verified extent was checked again: %v", err)
+		}
+	})
+	t.Run("never", func(t *testing.T) {
+		p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 2, Source: src, Verify: stream.VerifyNever})
+		restore := corrupt(t, tm, 2)
+		defer restore()
+		if err := p.Forward(context.Background(), tm.m, mk()); err != nil {
+			t.Fatalf("never: %v", err)
+		}
+	})
+}
+
+func TestParseVerifyMode(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want stream.VerifyMode
+		ok   bool
+	}{{"", stream.VerifyAlways, true}, {"always", stream.VerifyAlways, true}, {"first", stream.VerifyFirst, true},
+		{"never", stream.VerifyNever, true}, {"sometimes", 0, false}, {"Always", 0, false}} {
+		m, err := stream.ParseVerifyMode(tc.in)
+		if (err == nil) != tc.ok || tc.ok && (m != tc.want || m.String() != map[string]string{"": "always"}[tc.in]+tc.in) {
+			t.Errorf("%q: %v %v", tc.in, m, err)
+		}
+	}
+	if _, err := stream.New(stream.Options{Store: nil}); err == nil {
+		t.Error("no store accepted")
+	}
 }
 
 // TestNoGoroutineLeak: after Close of pipeline and source, every

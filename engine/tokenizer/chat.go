@@ -8,7 +8,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/ardanlabs/jinja"
 )
@@ -91,13 +90,6 @@ func DetectChatFormat(template string) ChatFormat {
 // ChatFormat returns the format ApplyChatTemplate uses for this vocabulary.
 func (t *Tokenizer) ChatFormat() ChatFormat { return DetectChatFormat(t.vocab.ChatTemplate) }
 
-// jinjaCache compiles the vocabulary's template once, on first use.
-type jinjaCache struct {
-	once sync.Once
-	tmpl *jinja.Template
-	err  error
-}
-
 // ApplyChatTemplate renders a conversation into the prompt text the model
 // was trained on, chosen from the vocabulary's tokenizer.chat_template:
 //
@@ -155,6 +147,10 @@ func (t *Tokenizer) RenderChat(msgs []Message, opt ChatOptions) (string, error) 
 	format := t.ChatFormat()
 	if format != ChatPlain {
 		out, err := t.chatJinja(msgs, opt)
+		var le *LimitError
+		if errors.As(err, &le) {
+			return "", err // a template over its limits is not rendered again
+		}
 		if err != nil && !errors.Is(err, errCompile) && hasSystem(msgs) {
 			if again, err2 := t.chatJinja(mergeSystem(msgs), opt); err2 == nil {
 				return again, nil
@@ -316,45 +312,27 @@ func (t *Tokenizer) chatPlain(msgs []Message, gen bool) string {
 }
 
 func (t *Tokenizer) chatJinja(msgs []Message, opt ChatOptions) (string, error) {
-	cache := &t.jinja
-	cache.once.Do(func() {
-		cache.tmpl, cache.err = jinja.Compile(t.vocab.ChatTemplate)
-	})
-	if cache.err != nil {
-		return "", fmt.Errorf("%w: %w", errCompile, cache.err)
-	}
-	if cache.tmpl == nil {
+	if t.vocab.ChatTemplate == "" {
 		return "", fmt.Errorf("%w: no template", errCompile)
 	}
-	list := make([]jinja.Value, len(msgs))
-	for i, m := range msgs {
-		v, err := messageValue(m)
-		if err != nil {
-			return "", fmt.Errorf("tokenizer: chat message %d: %w", i, err)
-		}
-		list[i] = v
-	}
-	data := map[string]jinja.Value{
-		"messages":              jinja.NewList(list),
-		"add_generation_prompt": jinja.NewBool(opt.AddGenerationPrompt),
-		"bos_token":             jinja.NewString(t.tokenText(t.vocab.BOS, "")),
-		"eos_token":             jinja.NewString(t.tokenText(t.vocab.EOS, "")),
-	}
 	for name, raw := range map[string]json.RawMessage{"tools": opt.Tools, "tool_choice": opt.ToolChoice} {
-		if len(raw) == 0 || string(raw) == "null" {
-			continue // undefined, as templates test for
+		if len(raw) > 0 && !json.Valid(raw) {
+			return "", fmt.Errorf("tokenizer: %s: invalid JSON", name)
 		}
-		v, err := jsonValue(raw)
-		if err != nil {
-			return "", fmt.Errorf("tokenizer: %s: %w", name, err)
-		}
-		data[name] = v
 	}
-	out, err := cache.tmpl.RenderValues(data)
-	if err != nil {
-		return "", fmt.Errorf("tokenizer: render chat template: %w", err)
+	lim := DefaultChatLimits
+	if t.chatLimits != nil {
+		lim = *t.chatLimits
 	}
-	return out, nil
+	return renderSandboxed(&renderRequest{
+		Template:   t.vocab.ChatTemplate,
+		Messages:   msgs,
+		Generation: opt.AddGenerationPrompt,
+		Tools:      opt.Tools,
+		ToolChoice: opt.ToolChoice,
+		BOS:        t.tokenText(t.vocab.BOS, ""),
+		EOS:        t.tokenText(t.vocab.EOS, ""),
+	}, lim)
 }
 
 // messageValue is a message as templates read it. Keys a turn does not
@@ -492,17 +470,21 @@ func (t *Tokenizer) EncodeChat(msgs []Message, opt ChatOptions) ([]int32, error)
 		marks[i] = fmt.Sprintf("\uE000%d\uE001", i)
 		marked[i].Content = lead + marks[i] + c[len(lead)+len(cores[i]):]
 	}
-	if text, err := t.RenderChat(marked, opt); err == nil {
+	text, err := t.RenderChat(marked, opt)
+	if err == nil {
 		if text, literal, ok := fillMarks(text, marks, cores); ok {
 			return t.encode(text, false, true, literal), nil
 		}
+	}
+	var le *LimitError
+	if errors.As(err, &le) {
+		return nil, err
 	}
 	clean := slices.Clone(msgs)
 	for i := range clean {
 		clean[i].Content = t.stripSpecials(clean[i].Content)
 	}
-	text, err := t.RenderChat(clean, opt)
-	if err != nil {
+	if text, err = t.RenderChat(clean, opt); err != nil {
 		return nil, err
 	}
 	return t.Encode(text, false, true), nil

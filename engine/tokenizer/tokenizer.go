@@ -44,7 +44,8 @@ type Tokenizer struct {
 	bpePool sync.Pool // *bpeState
 	spmPool sync.Pool // *spmState
 
-	jinja jinjaCache // compiled chat template, on first use
+	// chatLimits replaces DefaultChatLimits for this vocabulary (tests).
+	chatLimits *ChatLimits
 }
 
 // eogTexts are the token texts llama.cpp treats as end of generation in

@@ -73,7 +73,11 @@ func printStatus(st api.Status) {
 	if st.Admin {
 		admin = "yes"
 	}
-	fmt.Printf("stratad %s, pid %d, up %s; you are %s (admin: %s)\n", st.Version, st.PID,
+	pid := "" // shown to administrators only
+	if st.PID != 0 {
+		pid = fmt.Sprintf(", pid %d", st.PID)
+	}
+	fmt.Printf("stratad %s%s, up %s; you are %s (admin: %s)\n", st.Version, pid,
 		(time.Duration(st.Uptime) * time.Second).String(), st.Peer, admin)
 	printBlockIO(st.Block)
 	if len(st.Models) == 0 {
@@ -81,7 +85,10 @@ func printStatus(st api.Status) {
 		return
 	}
 	for _, m := range st.Models {
-		fmt.Printf("\nmodel %s (%s, %d layers, context %d, backend %s)\n  file %s\n", m.Name, m.Arch, m.Layers, m.Context, m.Backend, m.Path)
+		fmt.Printf("\nmodel %s (%s, %d layers, context %d, backend %s)\n", m.Name, m.Arch, m.Layers, m.Context, m.Backend)
+		if m.Path != "" {
+			fmt.Printf("  file %s\n", m.Path)
+		}
 		fmt.Printf("  backend: %s\n", describeBackend(m.BackendInfo))
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  TIER\tLAYERS\tBYTES\tMOVED\t")

@@ -55,7 +55,7 @@ func benchStreamCommand() *cli.Command {
 			&cli.BoolFlag{Name: "buffered", Usage: "file source without O_DIRECT"},
 			&cli.IntFlag{Name: "chunk", Value: 1 << 20, Usage: "file source read size in bytes"},
 			&cli.IntFlag{Name: "qd", Value: 8, Usage: "file source reads in flight"},
-			&cli.BoolFlag{Name: "verify-always", Usage: "checksum tier-C extents on every read, not only the first"},
+			&cli.StringFlag{Name: "verify", Value: "always", Usage: "checksum tier-C extents on every read (always), only the first (first) or never: the difference is the checksum's cost"},
 			&cli.BoolFlag{Name: "resident", Value: true, Usage: "also time the same passes on the resident model for comparison"},
 			&cli.StringFlag{Name: "tmpdir", Usage: "where a GGUF is prefabbed (default: the system temp dir)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
@@ -161,9 +161,9 @@ func benchStream(ctx context.Context, path string, cmd *cli.Command) (*streamBen
 	default:
 		return nil, usagef("bench stream: --source %q: want file or mmap", res.Source)
 	}
-	verify := stream.VerifyFirst
-	if cmd.Bool("verify-always") {
-		verify = stream.VerifyAlways
+	verify, err := stream.ParseVerifyMode(cmd.String("verify"))
+	if err != nil {
+		return nil, usagef("bench stream: --verify: %v", err)
 	}
 	p, err := stream.New(stream.Options{
 		Store: pool, Tiers: tiers, Depth: res.Depth, Source: src, Verify: verify,

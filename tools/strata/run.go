@@ -12,6 +12,7 @@ import (
 
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/sample"
+	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/engine/tokenizer"
 	"github.com/strata-llm/strata/internal/daemon/sched"
@@ -55,6 +56,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "skip-layers", Usage: "leave layers out of every pass (CPU backend; costs quality, see strata bench quality): auto, a count N, or a list 4,9 (off by default)"},
 			&cli.StringFlag{Name: "grammar-file", Usage: "constrain the output to this GBNF grammar (llama.cpp's notation)"},
 			&cli.StringFlag{Name: "json-schema", Usage: "constrain the output to JSON valid under this JSON Schema (inline, or @FILE)"},
+			&cli.StringFlag{Name: "verify", Value: "always", Usage: "when streamed (tier-C) extents are checked against the pool's checksums: always (every read; the default), first (each extent's first read) or never"},
 			&cli.BoolFlag{Name: "no-hybrid", Usage: "on a GPU, keep the CPU out of the passes: every tier-B layer crosses PCIe whole (default: the CPU computes the FFN of the tier-B layers the hybrid plan gives it)"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -73,8 +75,12 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return usagef("--backend: %v", err)
 			}
+			verify, err := stream.ParseVerifyMode(cmd.String("verify"))
+			if err != nil {
+				return usagef("--verify: %v", err)
+			}
 			o := engine.Options{Context: int(cmd.Int("ctx")), Depth: int(cmd.Int("depth")), Tiers: cmd.String("tiers"), Logger: log, Backend: backend,
-				NoHybrid: cmd.Bool("no-hybrid"), Skip: cmd.String("skip-layers")}
+				NoHybrid: cmd.Bool("no-hybrid"), Skip: cmd.String("skip-layers"), Verify: verify}
 			if cmd.Int("self-draft") != 0 {
 				// On a GPU the self-drafter's cache is a sequence of the
 				// model's own: room for it beside the request's.

@@ -38,6 +38,7 @@ import (
 
 	"github.com/strata-llm/strata/daemon"
 	"github.com/strata-llm/strata/daemon/api"
+	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/internal/buildinfo"
 	"github.com/strata-llm/strata/internal/daemon/listen"
@@ -56,8 +57,20 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The first SIGINT or SIGTERM starts a graceful shutdown (in-flight
+	// requests get --shutdown-timeout); a second one exits at once, for the
+	// operator who will not wait.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		cancel()
+		sig := <-sigs
+		fmt.Fprintf(os.Stderr, "stratad: second signal (%v): exiting now, without waiting for in-flight requests\n", sig)
+		os.Exit(exitError)
+	}()
 	err := command().Run(ctx, os.Args)
 	if err == nil {
 		os.Exit(exitOK)
@@ -72,6 +85,7 @@ func main() {
 
 func command() *cli.Command {
 	d := daemon.DefaultLimits()
+	c := daemon.DefaultConnLimits()
 	return &cli.Command{
 		Name:    "stratad",
 		Usage:   "serve language models over a Unix socket (and optionally TCP)",
@@ -96,6 +110,7 @@ func command() *cli.Command {
 			&cli.StringFlag{Name: "draft", Usage: "speculative decoding for the --model files with this draft model (same vocabulary; it runs where the model runs, on the CPU when the GPU has no room for it); requests opt out with \"speculative\": false"},
 			&cli.BoolFlag{Name: "lookup", Usage: "speculative decoding by prompt lookup for the --model files, when no --draft is given"},
 			&cli.IntFlag{Name: "self-draft", Usage: "speculative decoding for the --model files with each model's own first N layers and output head as the drafter (on the GPU when those layers are resident there, taking one of its sequences; else on the CPU), when neither --draft nor --lookup is given (off by default)"},
+			&cli.StringFlag{Name: "verify", Value: "always", Usage: "when streamed (tier-C) extents are checked against the pool's checksums: always (every read; the default), first (each extent's first read) or never"},
 			&cli.StringFlag{Name: "skip-layers", Usage: "leave layers out of every pass (CPU backend; costs quality, see strata bench quality): auto, a count N, or a list 4,9 (off by default)"},
 			&cli.StringSliceFlag{Name: "model-dir", Value: []string{"/var/lib/strata/models"}, Usage: "directory the admin API may load models from (repeatable)"},
 			&cli.StringFlag{Name: "admin-group", Value: "strata-admin", Usage: "group whose members may load and unload models (besides root)"},
@@ -107,6 +122,13 @@ func command() *cli.Command {
 			&cli.IntFlag{Name: "max-tokens", Value: d.MaxTokens, Usage: "largest (and default) max_tokens"},
 			&cli.IntFlag{Name: "max-queue", Value: d.MaxQueue, Usage: "requests that may wait per model before 429"},
 			&cli.IntFlag{Name: "max-batch", Value: d.MaxBatch, Usage: "sequences per batched forward pass"},
+			&cli.DurationFlag{Name: "read-header-timeout", Value: c.ReadHeaderTimeout, Usage: "how long a request's line and headers may take"},
+			&cli.DurationFlag{Name: "read-timeout", Value: c.ReadTimeout, Usage: "how long a request's body may take after its headers"},
+			&cli.DurationFlag{Name: "write-timeout", Value: c.WriteTimeout, Usage: "how long one write to a client may block (a stream's client that reads nothing for this long loses it)"},
+			&cli.DurationFlag{Name: "idle-timeout", Value: c.IdleTimeout, Usage: "how long a kept-alive connection may wait for its next request"},
+			&cli.IntFlag{Name: "max-conns", Value: c.MaxConns, Usage: "open connections in total before 503 (root's Unix connections exempt; lowered to half the descriptor limit)"},
+			&cli.IntFlag{Name: "max-conns-per-peer", Value: c.MaxConnsPerPeer, Usage: "open connections of one peer (Unix: uid; TCP: address) before 429"},
+			&cli.IntFlag{Name: "max-requests-per-peer", Usage: "sequences one peer may have queued or running per model before 429 (0 = three quarters of max-batch + max-queue)"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 30 * time.Second, Usage: "grace period for in-flight requests on shutdown"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Sources: cli.EnvVars("STRATAD_LOG"), Usage: "trace, debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "auto (JSON unless stderr is a terminal), json or text"},
@@ -139,7 +161,12 @@ func run(ctx context.Context, cmd *cli.Command) error {
 	if addr != "" && key == "" {
 		return usageError{"--listen needs --api-key (or --api-key-file, or STRATAD_API_KEY): TCP is never served without a key"}
 	}
+	verify, err := stream.ParseVerifyMode(cmd.String("verify"))
+	if err != nil {
+		return usageError{"--verify: " + err.Error()}
+	}
 	srv, err := daemon.New(daemon.Config{
+		Verify:      verify,
 		ModelDirs:   cmd.StringSlice("model-dir"),
 		AdminGroup:  cmd.String("admin-group"),
 		APIKey:      key,
@@ -147,6 +174,12 @@ func run(ctx context.Context, cmd *cli.Command) error {
 		Limits: daemon.Limits{
 			MaxBodyBytes: cmd.Int64("max-body-bytes"), MaxPromptTokens: int(cmd.Int("max-prompt-tokens")),
 			MaxTokens: int(cmd.Int("max-tokens")), MaxQueue: int(cmd.Int("max-queue")), MaxBatch: int(cmd.Int("max-batch")),
+		},
+		Conn: daemon.ConnLimits{
+			ReadHeaderTimeout: cmd.Duration("read-header-timeout"), ReadTimeout: cmd.Duration("read-timeout"),
+			WriteTimeout: cmd.Duration("write-timeout"), IdleTimeout: cmd.Duration("idle-timeout"),
+			MaxConns: int(cmd.Int("max-conns")), MaxConnsPerPeer: int(cmd.Int("max-conns-per-peer")),
+			MaxRequestsPerPeer: int(cmd.Int("max-requests-per-peer")),
 		},
 		ShutdownTimeout: cmd.Duration("shutdown-timeout"),
 		Backend:         cmd.String("backend"),

@@ -48,6 +48,8 @@ type Peer struct {
 	// APIKey is true when the request came over TCP with a valid API key.
 	// TCP peers have no kernel identity and are never administrators.
 	APIKey bool
+	// Addr is a TCP peer's address, for logs and per-peer limits.
+	Addr string
 }
 
 // String describes the peer for logs.
@@ -55,8 +57,13 @@ func (p Peer) String() string {
 	if p.Unix {
 		return fmt.Sprintf("unix(pid=%d uid=%d gid=%d)", p.Cred.PID, p.Cred.UID, p.Cred.GID)
 	}
-	if p.APIKey {
+	switch {
+	case p.APIKey && p.Addr != "":
+		return "tcp(" + p.Addr + " api-key)"
+	case p.APIKey:
 		return "tcp(api-key)"
+	case p.Addr != "":
+		return "tcp(" + p.Addr + " no key)"
 	}
 	return "unknown"
 }

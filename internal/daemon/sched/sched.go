@@ -294,7 +294,7 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Handle, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed != nil {
-		return nil, fmt.Errorf("%w: %v", ErrClosed, s.closed)
+		return nil, fmt.Errorf("%w: %w", ErrClosed, s.closed)
 	}
 	if len(s.queue) >= s.cfg.MaxQueue {
 		return nil, fmt.Errorf("%w (%d waiting)", ErrQueueFull, len(s.queue))
@@ -371,7 +371,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 			s.active = 0
 			s.kvPos = 0
 			s.mu.Unlock()
-			err := fmt.Errorf("%w: %v", ErrClosed, closed)
+			err := fmt.Errorf("%w: %w", ErrClosed, closed)
 			for _, q := range append(active, queued...) {
 				s.fail(q, err)
 			}

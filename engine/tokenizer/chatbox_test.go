@@ -1,0 +1,94 @@
+package tokenizer
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// hostileTok is a vocabulary whose chat template is tmpl, rendered within lim.
+func hostileTok(t *testing.T, tmpl string, lim ChatLimits) *Tokenizer {
+	t.Helper()
+	v := &Vocab{Model: ModelLlama, Tokens: []string{"<unk>", "<s>", "</s>"}, Types: []int32{2, 3, 3},
+		BOS: 1, EOS: 2, EOT: -1, PAD: -1, UNK: 0, AddBOS: true, ChatTemplate: tmpl}
+	tok, err := New(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok.chatLimits = &lim
+	return tok
+}
+
+// Templates that, rendered in the daemon's own process, killed it (a
+// blown stack, an exhausted heap) or held a core for good are refused
+// with the limit they broke, and the next render works.
+func TestChatTemplateLimits(t *testing.T) {
+	t.Parallel()
+	lim := ChatLimits{Time: time.Second, Memory: 64 << 20, Stack: 2 << 20, Output: 4096, Range: 10_000}
+	const hello = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+	for _, tc := range []struct {
+		name, tmpl, limit string
+	}{
+		{"recursive macro", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recursion"},
+		{"huge range", "{% for i in range(1000000000) %}x{% endfor %}", "loop"},
+		{"huge negative range", "{% for i in range(0, -1000000000000, -1) %}x{% endfor %}", "loop"},
+		{"string doubled 40 times", "{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}" +
+			"{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s | length }}", "memory"},
+		{"nested loops", "{% for i in range(10000) %}{% for j in range(10000) %}{% for k in range(10000) %}" +
+			"{% endfor %}{% endfor %}{% endfor %}", "time"},
+		{"big output", "{% for i in range(1000) %}0123456789{% endfor %}", "output"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tok := hostileTok(t, tc.tmpl, lim)
+			start := time.Now()
+			_, err := tok.RenderChat([]Message{{Role: "user", Content: "Hi"}}, ChatOptions{AddGenerationPrompt: true})
+			var le *LimitError
+			if !errors.As(err, &le) || le.Limit != tc.limit {
+				t.Fatalf("err = %v, want the %s limit", err, tc.limit)
+			}
+			if !strings.Contains(err.Error(), tc.limit+" limit") {
+				t.Errorf("message %q does not name the %s limit", err, tc.limit)
+			}
+			if took := time.Since(start); took > lim.Time+3*time.Second {
+				t.Errorf("refusal took %v", took)
+			}
+			if err := tok.ProbeChatTemplate(); err == nil || !strings.Contains(err.Error(), tc.limit+" limit") {
+				t.Errorf("probe: %v, want the %s limit named", err, tc.limit)
+			}
+			// The pool replaced the dead worker: a sane template renders.
+			good := hostileTok(t, hello, lim)
+			out, err := good.RenderChat([]Message{{Role: "user", Content: "Hi"}}, ChatOptions{})
+			if err != nil || out != "user: Hi\n" {
+				t.Errorf("after the refusal: %q, %v", out, err)
+			}
+		})
+	}
+}
+
+// Real templates pass the probe at the default limits, and a range within
+// the limit still renders (the bounded range is Python's).
+func TestChatTemplateProbeAccepts(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join("testdata", "templates", "*.jinja"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("templates: %v, %v", files, err)
+	}
+	for _, f := range files {
+		tmpl, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := hostileTok(t, string(tmpl), DefaultChatLimits).ProbeChatTemplate(); err != nil {
+			t.Errorf("%s: %v", filepath.Base(f), err)
+		}
+	}
+	tok := hostileTok(t, "{{ range(3) | join(',') }};{{ range(1, 7, 2) | join(',') }};{{ range(5, 0, -2) | join(',') }};{{ range(2, 2) | length }}", DefaultChatLimits)
+	out, err := tok.RenderChat([]Message{{Role: "user", Content: "x"}}, ChatOptions{})
+	if want := "0,1,2;1,3,5;5,3,1;0"; err != nil || out != want {
+		t.Errorf("ranges = %q, %v, want %q", out, err, want)
+	}
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs strata's fuzz targets, each for a chosen time, and prints a table of
+# executions per target. go test already runs every target's seed corpus
+# (testdata/fuzz included) on each test run; this is the long run.
+#
+#   setup/fuzz.sh [TIME] [REGEXP]    # TIME per target (default 60s, or a count like 1000000x);
+#                                    # REGEXP picks targets by name or package (default: all)
+#
+# A failing input is written under the package's testdata/fuzz/TARGET/ by
+# go test: commit it, fixed, as a regression seed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=$(setup/deps.sh)
+export GOFLAGS=${GOFLAGS:--buildvcs=false}
+time=${1:-60s}
+filter=${2:-.}
+status=0
+printf '%-44s %-26s %12s %s\n' package target execs result
+while IFS=: read -r file fn; do
+	name=${fn#func }
+	name=${name%%(*}
+	pkg=$(dirname "$file") # ./dir
+	if ! printf '%s %s\n' "$pkg" "$name" | grep -Eq -- "$filter"; then
+		continue
+	fi
+	log=$(mktemp)
+	if "$GO" test -run '^$' -fuzz "^${name}\$" -fuzztime "$time" "$pkg" >"$log" 2>&1; then
+		result=ok
+	else
+		result=FAIL
+		status=1
+	fi
+	execs=$(grep -Eo 'execs: [0-9]+' "$log" | tail -1 | cut -d' ' -f2 || true)
+	printf '%-44s %-26s %12s %s\n' "$pkg" "$name" "${execs:-?}" "$result"
+	if [ "$result" = FAIL ]; then
+		sed 's/^/    /' "$log" | grep -v 'fuzz: elapsed' | tail -20
+	fi
+	rm -f "$log"
+done < <(grep -rEo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*\(' . | grep -v '^./.git' | sort)
+exit $status
