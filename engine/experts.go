@@ -76,7 +76,7 @@ type expertStore struct {
 	mu       sync.Mutex
 	res      [][]*heldExpert // nil where on storage
 	resBytes int64
-	verified [][]atomic.Bool // checked once (VerifyFirst); read concurrently
+	verified [][]atomic.Bool // checked at least once; read concurrently
 	uses     [][]float64
 	bufs     []expertBuf
 	clock    uint64
@@ -168,9 +168,9 @@ func (s *expertStore) load(ctx context.Context, l, e int) (heldExpert, error) {
 	return h, nil
 }
 
-// readInto reads layer l's expert e into h's buffer, verifies it (always
-// when check is set or the mode says so, else the first time) and decodes
-// it. It touches no state behind s.mu, so reads run concurrently.
+// readInto reads layer l's expert e into h's buffer, verifies it (when
+// check is set, and as the mode says: every read, the first, or never) and
+// decodes it. It touches no state behind s.mu, so reads run concurrently.
 func (s *expertStore) readInto(ctx context.Context, l, e int, h *heldExpert, check bool) error {
 	ext, err := s.pool.ExpertExtent(l, e)
 	if err != nil {
@@ -180,8 +180,17 @@ func (s *expertStore) readInto(ctx context.Context, l, e int, h *heldExpert, che
 	if err := s.src.ReadAt(ctx, data, ext.Offset); err != nil {
 		return fmt.Errorf("reading layer %d expert %d (bytes [%d, %d)): %w", l, e, ext.Offset, ext.Offset+ext.Length, err)
 	}
-	if check || s.verify == stream.VerifyAlways || !s.verified[l][e].Load() {
+	need := check
+	switch s.verify {
+	case stream.VerifyAlways:
+		need = true
+	case stream.VerifyFirst:
+		need = need || !s.verified[l][e].Load()
+	}
+	if need {
 		if err := s.pool.VerifyExpert(l, e, data); err != nil {
+			s.log.Error("expert read from storage does not match its checksum", "layer", l, "expert", e,
+				"offset", ext.Offset, "length", ext.Length, "error", err)
 			return err
 		}
 		s.verified[l][e].Store(true)

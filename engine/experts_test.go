@@ -3,6 +3,8 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -117,6 +119,44 @@ func TestExpertsOnStorage(t *testing.T) {
 	}
 	if st, _ := e.ExpertStats(); st.Failed != 1 {
 		t.Fatalf("%d failed reads, want 1", st.Failed)
+	}
+
+	// Experts changed on storage under the engine: every read is checked
+	// (the default), so the request that reads one fails naming it, and
+	// once the file is whole again the next one is right.
+	orig, err := os.ReadFile(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := slices.Clone(orig)
+	x, _ = e.Experts()
+	p, err = prefab.OpenPool(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range x.Residency {
+		for i, r := range x.Residency[l] {
+			if !r {
+				ext, _ := p.ExpertExtent(l, i)
+				bad[ext.Offset+ext.Length/2] ^= 0xff
+			}
+		}
+	}
+	p.Close()
+	write := func(b []byte) {
+		t.Helper()
+		if err := os.WriteFile(pool, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(bad)
+	_, _, err = greedy(t, e, n)
+	write(orig)
+	if err == nil || !errors.Is(err, prefab.ErrCorrupt) || !strings.Contains(err.Error(), "expert") {
+		t.Fatalf("request over corrupted experts: %v", err)
+	}
+	if ids, _, err = greedy(t, e, n); err != nil || !sameIDs(ids, wantIDs) {
+		t.Fatalf("request after the file was restored: %v, %v; want %v", ids, err, wantIDs)
 	}
 
 	// The GGUF cannot read single experts: refused with the way out.
