@@ -59,6 +59,11 @@ type Options struct {
 	// Verify chooses when tier-C reads are checksummed (default: the first
 	// read of each extent).
 	Verify stream.VerifyMode
+	// Storage, when set, is where the pool named path lives: an extent of
+	// a strata volume read by the userspace NVMe driver, not a file. path
+	// is then only its name (nvme://BDF/NSID/NAME). The links are measured
+	// through the storage's own source.
+	Storage *Storage
 	// WrapSource, when set, wraps the tier-C source (fault injection in
 	// tests: stream.NewFaulty).
 	WrapSource func(tier.Source) tier.Source
@@ -173,9 +178,11 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening model %s: %w", path, err)
 	}
-	isPool, err := prefab.IsPool(path)
-	if err != nil {
-		return nil, fmt.Errorf("opening model %s: %w", path, err)
+	isPool := o.Storage != nil
+	if !isPool {
+		if isPool, err = prefab.IsPool(path); err != nil {
+			return nil, fmt.Errorf("opening model %s: %w", path, err)
+		}
 	}
 	var (
 		pool  *prefab.Pool
@@ -191,7 +198,12 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 			gf.Close()
 		}
 	}
-	if isPool {
+	if o.Storage != nil {
+		if pool, err = openStoragePool(path, o.Storage); err != nil {
+			return nil, err
+		}
+		sizes, cfg = pool.Sizes(), pool.Config()
+	} else if isPool {
 		if pool, err = prefab.OpenPool(path); err != nil {
 			return nil, fmt.Errorf("opening model %s: %w", path, err)
 		}
@@ -314,7 +326,7 @@ func (o *Options) plan(ctx context.Context, path string, isPool bool, sizes tier
 		if o.Links != nil || !isPool {
 			return nil
 		}
-		l, err := o.LinkCache.cpu(ctx, path, sizes.Type)
+		l, err := o.LinkCache.cpu(ctx, path, o.Storage, sizes.Type)
 		if ctx.Err() != nil {
 			return fmt.Errorf("measuring links: %w", ctx.Err())
 		}
@@ -423,14 +435,13 @@ func streamPool(ctx context.Context, path string, pool *prefab.Pool, plan *tier.
 	}
 	var src tier.Source
 	if needSource {
-		fs, err := stream.OpenFile(path, stream.FileOptions{Logger: log})
+		src, err = tierCSource(path, &o, func() (tier.Source, error) {
+			return stream.OpenFile(path, stream.FileOptions{Logger: log})
+		})
 		if err != nil {
-			return nil, fmt.Errorf("model %s: tier-C source: %w", path, err)
+			return nil, err
 		}
-		src = fs
-		if o.WrapSource != nil {
-			src = o.WrapSource(src)
-		}
+		e.route = routeFor(&o, BackendCPU)
 	}
 	pipe, err := stream.New(stream.Options{
 		Store: pool, Tiers: tiers, Depth: max(plan.Depth, 1), Source: src, Device: stream.CPUDevice{}, Verify: o.Verify,

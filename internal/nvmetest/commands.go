@@ -2,6 +2,7 @@ package nvmetest
 
 import (
 	"encoding/binary"
+	"fmt"
 
 	"github.com/strata-llm/strata/nvme"
 )
@@ -163,6 +164,7 @@ func (c *Controller) io(s *sq, cmd nvme.Command) (st nvme.Status, hang bool) {
 		name = "write"
 	}
 	c.counts[name]++
+	c.counts[fmt.Sprintf("%s q%d", name, s.id)]++ // per queue: tests check reads are spread
 	if cmd.NSID == 0 || int(cmd.NSID) > len(c.ns) {
 		return nvme.StatusInvalidNamespace, false
 	}

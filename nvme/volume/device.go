@@ -192,6 +192,40 @@ func (d *NVMe) Close() error {
 	}
 }
 
+// spread moves b (DMA-mapped) at lba as MDTS-sized commands dealt out
+// round-robin over every I/O queue pair, all submitted before any is
+// waited for: a layer extent of several megabytes then keeps each queue
+// (and the controller's parallelism behind them) busy, where one queue
+// would serialise on its own depth. It returns once every command it
+// submitted has completed, so b may be reused at once, with the first
+// error.
+func (d *NVMe) spread(ctx context.Context, write bool, lba uint64, b nvme.Buffer) error {
+	bs := d.ns.BlockSize
+	chunk := max(d.c.MaxTransfer()/bs*bs, bs)
+	var tickets []*nvme.Ticket
+	var err error
+	for off := 0; off < b.Len(); off += chunk {
+		n := min(chunk, b.Len()-off)
+		q := d.c.Queue()
+		var t *nvme.Ticket
+		if write {
+			t, err = q.Write(ctx, d.nsid, lba+uint64(off/bs), b.Slice(off, n))
+		} else {
+			t, err = q.Read(ctx, d.nsid, lba+uint64(off/bs), b.Slice(off, n))
+		}
+		if err != nil {
+			break
+		}
+		tickets = append(tickets, t)
+	}
+	for _, t := range tickets {
+		if terr := t.Wait(); terr != nil && err == nil {
+			err = terr
+		}
+	}
+	return err
+}
+
 // ReadBlocks reads whole blocks, without a copy into memory from Alloc.
 func (d *NVMe) ReadBlocks(ctx context.Context, lba uint64, p []byte) error {
 	return d.io(ctx, false, lba, p)
@@ -218,7 +252,7 @@ func (d *NVMe) io(ctx context.Context, write bool, lba uint64, p []byte) error {
 		return t.Wait()
 	}
 	if b, ok := d.lookup(p); ok {
-		return run(lba, b)
+		return d.spread(ctx, write, lba, b)
 	}
 	bb, err := d.getBounce()
 	if err != nil {

@@ -245,7 +245,15 @@ func run(ctx context.Context, cmd *cli.Command) error {
 		}
 		req := load
 		req.Name = name
-		if _, err := srv.LoadFile(ctx, path, req); err != nil {
+		var err error
+		if daemon.IsVolumeRef(path) {
+			// A pool on a strata volume: the daemon binds the controller
+			// if it does not hold it yet (the operator asked for it).
+			_, err = srv.LoadVolume(ctx, path, req, true)
+		} else {
+			_, err = srv.LoadFile(ctx, path, req)
+		}
+		if err != nil {
 			closeListeners()
 			srv.Close()
 			return fmt.Errorf("loading %s: %w", path, err)
