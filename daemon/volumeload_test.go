@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/strata-llm/strata/daemon/api"
+	"github.com/strata-llm/strata/internal/gocodetest"
 	"github.com/strata-llm/strata/internal/nvmetest"
 	"github.com/strata-llm/strata/nvme"
 	"github.com/strata-llm/strata/nvme/devices"
@@ -30,6 +32,14 @@ type volumeHarness struct {
 
 func startVolume(t *testing.T, pool, name string, blocks uint64) *volumeHarness {
 	t.Helper()
+	if blocks == 0 {
+		// Room for the pool, the volume's tables and some slack.
+		st, err := os.Stat(pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks = uint64(st.Size())/4096 + 1024
+	}
 	vh := &volumeHarness{}
 	vh.harness = start(t, opts{cfg: Config{Links: pinnedLinks()}, setup: func(s *Server) {
 		s.SetDeviceHost(fakeDeviceHost(t))
@@ -316,5 +326,55 @@ func TestParseVolumeRef(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%s: %v, want an error saying %q", tc.in, err, tc.err)
 		}
+	}
+}
+
+// TestVolumeGocode: the real gocode-29m, prefabbed and written onto a
+// volume of the software controller, served as nvme://… on the CPU with a
+// budget that leaves layers on tier C, gives its golden greedy tokens, as
+// the same pool served from its file does; then a completion through the
+// daemon gives the file model's text. It skips without the model.
+func TestVolumeGocode(t *testing.T) {
+	t.Parallel()
+	src := gocodetest.Path(t)
+	goldens := gocodetest.Goldens(t, src)
+	pool := gocodetest.Pool(t, src, t.TempDir())
+	vh := startVolume(t, pool, "gocode.pool", 0)
+	ctx := context.Background()
+	lr := api.LoadRequest{MaxBatch: 1, Context: 256, Budgets: api.Budgets{RAMBytes: 88 << 20}}
+	lr.Name = "file"
+	if _, err := vh.srv.LoadFile(ctx, pool, lr); err != nil {
+		t.Fatal(err)
+	}
+	lr.Name = "vol"
+	st, err := vh.srv.LoadVolume(ctx, vh.ref, lr, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Plan == nil || st.Plan.Tiers[2].Layers == 0 || st.TierCRoute == nil || st.TierCRoute.Route != "nvme-pinned" {
+		t.Fatalf("plan %+v route %+v: want layers on tier C read by the NVMe driver", st.Plan, st.TierCRoute)
+	}
+	t.Logf("plan: %d/%d/%d layers on A/B/C", st.Plan.Tiers[0].Layers, st.Plan.Tiers[1].Layers, st.Plan.Tiers[2].Layers)
+	reads := vh.sc.Count("read")
+	for _, name := range []string{"vol", "file"} {
+		lm, err := vh.srv.lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, g := range goldens {
+			got, err := gocodetest.Greedy(ctx, lm.eng.Model, g.Prompt, len(g.Greedy))
+			if err != nil {
+				t.Fatal(err)
+			}
+			gocodetest.Check(t, name, i, g, got)
+		}
+	}
+	if vh.sc.Count("read") == reads {
+		t.Fatal("the volume model read nothing from the controller")
+	}
+	const prompt = "func main() {"
+	want, _ := vh.completion(t, "file", prompt, 16)
+	if got, _ := vh.completion(t, "vol", prompt, 16); got != want {
+		t.Fatalf("completion from the volume %q, from the file %q", got, want)
 	}
 }
