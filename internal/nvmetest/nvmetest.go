@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/strata-llm/strata/internal/hostmem"
 	"github.com/strata-llm/strata/nvme"
 )
 
@@ -76,6 +77,7 @@ type injection struct {
 type region struct {
 	iova uint64
 	b    []byte
+	mem  *hostmem.Region
 }
 
 // Controller is the software controller. Create it with New and stop it
@@ -238,19 +240,23 @@ func (c *Controller) Faults() []uint64 {
 // ---- nvme.DMA ----
 
 // Alloc returns zeroed, page-aligned memory at a fresh page-aligned IOVA.
-// IOVAs are never reused, so a stale address always faults.
+// IOVAs are never reused, so a stale address always faults. The memory is
+// mapped outside the Go heap, as a VFIO DMA buffer is, so that callers may
+// register it with CUDA (the GPU's tier-C staging).
 func (c *Controller) Alloc(size int) (nvme.Buffer, error) {
 	if size <= 0 {
 		return nvme.Buffer{}, fmt.Errorf("nvmetest: alloc of %d bytes", size)
 	}
-	raw := make([]byte, size+page)
-	off := int((page - uintptr(unsafe.Pointer(&raw[0]))%page) % page)
-	b := raw[off : off+size : off+size]
+	mem, err := hostmem.Alloc(size, hostmem.AllocOptions{})
+	if err != nil {
+		return nvme.Buffer{}, fmt.Errorf("nvmetest: alloc of %d bytes: %w", size, err)
+	}
+	b := mem.Bytes()[:size:size]
 	c.dmaMu.Lock()
 	defer c.dmaMu.Unlock()
 	iova := c.next
 	c.next += uint64(size+page-1)&^(page-1) + page // a guard page between buffers
-	c.regions = append(c.regions, region{iova: iova, b: b})
+	c.regions = append(c.regions, region{iova: iova, b: b, mem: mem})
 	return nvme.Buffer{Bytes: b, IOVA: iova}, nil
 }
 
@@ -270,7 +276,10 @@ func (c *Controller) Free(b nvme.Buffer) error {
 	for i, r := range c.regions {
 		if r.iova == b.IOVA {
 			c.regions = append(c.regions[:i], c.regions[i+1:]...)
-			return nil
+			if r.mem == nil {
+				return nil // mapped with MapDMA: the caller's memory
+			}
+			return r.mem.Free()
 		}
 	}
 	return fmt.Errorf("nvmetest: free of unmapped IOVA %#x", b.IOVA)
