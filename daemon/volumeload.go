@@ -171,3 +171,15 @@ func (hc *heldCtrl) inUse() string {
 	}
 	return strings.Join(refs, ", ")
 }
+
+// Engine returns the engine serving the loaded model name, for in-process
+// tools and tests that hold a serving path to token ids (a model's golden
+// continuation) rather than to text. Passes it runs share the model with
+// the scheduler's: use it while no request is running.
+func (s *Server) Engine(name string) (*engine.Engine, error) {
+	lm, err := s.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return lm.eng, nil
+}

@@ -61,7 +61,14 @@ func Path(t testing.TB) string {
 // detector, the first prompt's first tokens only).
 func Goldens(t testing.TB, path string) []Golden {
 	t.Helper()
-	raw, err := os.ReadFile(strings.TrimSuffix(path, ".gguf") + ".golden.json")
+	return GoldensFile(t, strings.TrimSuffix(path, ".gguf")+".golden.json")
+}
+
+// GoldensFile reads a golden file (under the race detector, the first
+// prompt's first tokens only).
+func GoldensFile(t testing.TB, file string) []Golden {
+	t.Helper()
+	raw, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
