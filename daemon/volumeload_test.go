@@ -378,3 +378,27 @@ func TestVolumeGocode(t *testing.T) {
 		t.Fatalf("completion from the volume %q, from the file %q", got, want)
 	}
 }
+
+// TestVolumeColdStart: the client's cold-start measurement over a volume
+// model loaded through the API: it times load and first token, relates
+// them to the storage rate the daemon measured through the driver, and
+// leaves nothing loaded.
+func TestVolumeColdStart(t *testing.T) {
+	t.Parallel()
+	pool, _ := stackedPool(t, t.TempDir(), 1, 2, 3)
+	vh := startVolume(t, pool, "stack.pool", 4096)
+	vh.srv.cfg.Links = nil
+	r, err := vh.c.ColdStart(context.Background(), api.LoadRequest{Path: vh.ref, MaxBatch: 1, Context: 64,
+		Budgets: api.Budgets{RAMBytes: 4 << 20}}, "Hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(r.String())
+	if r.Route != "nvme-pinned" || r.PoolBytes == 0 || r.FirstTokenSeconds < r.LoadSeconds || r.LoadSeconds <= 0 ||
+		r.StorageBps <= 0 || !strings.Contains(r.StorageNote, "userspace NVMe driver") || r.Ratio <= 0 {
+		t.Fatalf("cold start %+v", r)
+	}
+	if _, err := vh.srv.lookup(r.Name); err == nil {
+		t.Fatalf("%s still loaded after the measurement", r.Name)
+	}
+}
