@@ -182,10 +182,12 @@ func TestVolumeModelRefused(t *testing.T) {
 
 // TestVolumeModelFaults: the software controller fails the volume model's
 // tier-C reads with a media error, a command that hangs (timed out and
-// aborted by the driver) or a controller fatal status mid-stream (the
-// driver resets it and resubmits what was in flight). A request that meets
-// an unrecovered fault fails with an error naming the layer, its extent
-// and the NVMe status; one the driver recovers succeeds; either way the
+// aborted by the driver, then tried again and timed out again), a
+// transient internal error (tried again) or a controller fatal status
+// mid-stream (the driver resets it and resubmits what was in flight). A
+// request that meets an unrecovered fault fails with an error naming the
+// layer, its extent and the NVMe status; one that is recovered succeeds;
+// either way the
 // daemon keeps serving, the next request gives the file model's text, and
 // no command is left in flight.
 func TestVolumeModelFaults(t *testing.T) {
@@ -230,6 +232,7 @@ func TestVolumeModelFaults(t *testing.T) {
 		{"media error", func() { vh.sc.InjectError(1, nvme.OpRead, lba, 1, nvme.StatusUnrecoveredRead) },
 			[]string{layer, "tier C", fmt.Sprint(ext), "unrecovered read error (sct 2 sc 0x81)"}},
 		{"timeout", func() { vh.sc.Hang(1, lba, 1) }, []string{layer, "tier C", fmt.Sprint(ext), "timed out", "abort"}},
+		{"transient error, retried", func() { vh.sc.InjectErrorTimes(1, nvme.OpRead, lba, 1, nvme.StatusInternal, 1) }, nil},
 		{"controller reset", func() {
 			vh.sc.SetDelay(20 * time.Millisecond)
 			time.AfterFunc(30*time.Millisecond, vh.sc.SetFatal)

@@ -187,8 +187,13 @@ func (c *Controller) io(s *sq, cmd nvme.Command) (st nvme.Status, hang bool) {
 			return 0, true
 		}
 	}
-	for _, in := range c.inject {
+	for i, in := range c.inject {
 		if in.op == cmd.Opcode && overlaps(in) {
+			if in.times > 0 {
+				if c.inject[i].times--; c.inject[i].times == 0 {
+					c.inject = append(c.inject[:i], c.inject[i+1:]...)
+				}
+			}
 			return in.status, false
 		}
 	}

@@ -72,6 +72,7 @@ type injection struct {
 	lba, count uint64
 	op         nvme.Opcode
 	status     nvme.Status
+	times      int // commands it fails before it is spent; 0: every one
 }
 
 type region struct {
@@ -189,6 +190,14 @@ func (c *Controller) InjectError(nsid uint32, op nvme.Opcode, lba, count uint64,
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.inject = append(c.inject, injection{nsid: nsid, lba: lba, count: count, op: op, status: st})
+}
+
+// InjectErrorTimes is InjectError for the next n matching commands only:
+// a transient fault that a retry gets past.
+func (c *Controller) InjectErrorTimes(nsid uint32, op nvme.Opcode, lba, count uint64, st nvme.Status, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.inject = append(c.inject, injection{nsid: nsid, lba: lba, count: count, op: op, status: st, times: max(n, 1)})
 }
 
 // Hang makes I/O commands that touch [lba, lba+count) of nsid never
