@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -156,9 +158,17 @@ func TestVolumeModelRefused(t *testing.T) {
 	t.Parallel()
 	pool, _ := stackedPool(t, t.TempDir(), 1)
 	vh := startVolume(t, pool, "stack.pool", 1024)
+	junk := filepath.Join(t.TempDir(), "junk")
+	if err := os.WriteFile(junk, bytes.Repeat([]byte("not a pool "), 1000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := devices.WritePool(context.Background(), vh.srv.devices.held[volBDF].cachedVolume(1), "junk", junk); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		ref, code, msg string
 	}{
+		{"nvme://" + volBDF + "/1/junk", "", "prefab pools only"},
 		{"nvme://" + volBDF + "/1/missing.pool", "model_file_not_found", "no extent"},
 		{"nvme://" + volBDF + "/7/stack.pool", "namespace_not_found", "namespace"},
 		{"nvme://0000:00:05.0/1/stack.pool", "device_not_bound", "bind it first"},
