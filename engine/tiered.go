@@ -113,11 +113,15 @@ const defaultContext = 4096
 // the budgets of o. On the GPU (engine/gpu) tier-A layers are resident in
 // device memory and tier-B layers are copied from pinned host memory every
 // pass, from a GGUF as well as a pool, and tier-C layers of a pool are
-// read (FileSource, O_DIRECT) into pinned staging and copied every pass; BackendInfo says which backend runs
+// read into pinned staging and copied every pass (FileSource with O_DIRECT;
+// for a pool on a strata volume, Options.Storage, the userspace NVMe
+// driver into its DMA staging, which is what CUDA pins; TierCRoute says
+// which); BackendInfo says which backend runs
 // the model and, when auto fell back to the CPU, why. On the CPU, when
 // every layer fits resident it behaves like Open. Otherwise (only for a pool) it builds
 // a streaming pipeline (engine/stream: a FileSource with O_DIRECT over the
-// pool for tier C, the pool's mapping for tier B, the CPU device) and
+// pool, or the storage's source, for tier C, the pool's mapping for tier B,
+// the CPU device) and
 // installs it as the model's layer source, so the scheduler, Forward and a bare
 // Model.Forward stream the layers that do not fit; Plan and PipelineStats
 // report what was decided and what moved. A GGUF that does not fit is
