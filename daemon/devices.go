@@ -157,6 +157,7 @@ type heldCtrl struct {
 
 	volMu sync.Mutex
 	vols  map[uint32]*heldVolume
+	users map[string]int // models loaded from the volumes, by nvme:// reference (volumeload.go)
 
 	rateMu   sync.Mutex
 	first    ctrSample
@@ -271,6 +272,10 @@ func (r *deviceRegistry) unbind(ctx context.Context, bdf, driver string) (wasHel
 	if hc != nil {
 		if !hc.io.TryLock() {
 			return false, fmt.Errorf("%s: %w: a volume format or pool write is running", bdf, errBusy)
+		}
+		if m := hc.inUse(); m != "" {
+			hc.io.Unlock()
+			return false, fmt.Errorf("%s: %w: models are loaded from it (%s); unload them first", bdf, errBusy, m)
 		}
 		hc.gone = true
 		r.mu.Lock()
@@ -828,6 +833,9 @@ func (s *Server) handleFormat(w http.ResponseWriter, r *http.Request) error {
 	defer hc.io.Unlock()
 	if hc.gone {
 		return deviceError(fmt.Errorf("%s: %w", bdf, errGone))
+	}
+	if m := hc.inUse(); m != "" {
+		return deviceError(fmt.Errorf("%s: %w: models are loaded from it (%s); unload them first", bdf, errBusy, m))
 	}
 	if _, err := hc.h.ctrl.Namespace(nsid); err != nil {
 		return namespaceNotFound(bdf, nsid, err)

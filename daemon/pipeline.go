@@ -175,6 +175,8 @@ var (
 		"Always 1: the backend a model runs on (cpu or cuda), the backend its load asked for, and the GPU's name (empty on the CPU).", []string{"model", "backend", "requested", "device"}, nil)
 	descDeviceBytes = prometheus.NewDesc("strata_model_device_bytes",
 		"Device memory a model holds on the GPU, by use: weights (tier A), kv (the KV cache) and streamed_per_pass (tier B copied every pass).", []string{"model", "use"}, nil)
+	descRoute = prometheus.NewDesc("strata_tier_c_route",
+		"1 for the route a model's tier-C layers are read by (file, nvme-pinned, nvme-bar), 0 for each route refused, with the reason.", []string{"model", "route", "reason"}, nil)
 	descComputeUtil = prometheus.NewDesc("strata_pipeline_compute_utilization",
 		"Share of pass time the compute stage was fed since load (1 = streaming never held compute up).", []string{"model"}, nil)
 )
@@ -182,7 +184,7 @@ var (
 // Describe implements prometheus.Collector.
 func (c pipelineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBackend, descDeviceBytes, descPlanLayers, descPlanTPS, descPlanDepth, descPasses, descFailed,
-		descStageBytes, descStageBusy, descStageStall, descStageGBps, descOverlap, descComputeUtil} {
+		descStageBytes, descStageBusy, descStageStall, descStageGBps, descOverlap, descComputeUtil, descRoute} {
 		ch <- d
 	}
 }
@@ -196,6 +198,12 @@ func (c pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		bi := lm.eng.BackendInfo()
 		ch <- prometheus.MustNewConstMetric(descBackend, prometheus.GaugeValue, 1, n, bi.Name, bi.Requested, bi.Device)
+		if r := lm.eng.TierCRoute(); r.Name != "" {
+			ch <- prometheus.MustNewConstMetric(descRoute, prometheus.GaugeValue, 1, n, r.Name, "")
+			for route, why := range r.Refused {
+				ch <- prometheus.MustNewConstMetric(descRoute, prometheus.GaugeValue, 0, n, route, why)
+			}
+		}
 		if bi.Name == engine.BackendCUDA {
 			for _, u := range []struct {
 				use string

@@ -295,9 +295,10 @@ func (s *Server) modelStatus(lm *loaded) api.ModelStatus {
 			KVBytes:     kv,
 			Location:    loc,
 		},
-		Pipeline: pipelineStatus(ps),
-		Experts:  expertStatus(lm.eng),
-		Queue:    api.Queue{Waiting: st.Waiting, Active: st.Active, MaxBatch: st.MaxBatch, MaxQueue: st.MaxQueue},
+		Pipeline:   pipelineStatus(ps),
+		Experts:    expertStatus(lm.eng),
+		TierCRoute: routeStatus(lm.eng.TierCRoute()),
+		Queue:      api.Queue{Waiting: st.Waiting, Active: st.Active, MaxBatch: st.MaxBatch, MaxQueue: st.MaxQueue},
 		Counters: api.Counters{Passes: st.Passes, PromptTokens: st.PromptTokens, CompletionTokens: st.Generated,
 			Finished: st.Finished, Cancelled: st.Cancelled, Failed: st.Failed,
 			Drafted: st.Drafted, Accepted: st.Accepted, VerifyPasses: st.VerifyPasses},
@@ -317,6 +318,14 @@ func expertStatus(e *engine.Engine) *api.ExpertStatus {
 		UsesResident: st.Resident, UsesBuffered: st.Buffered, UsesRead: st.Read, HitRate: st.Hit(), ReadBytes: st.ReadBytes,
 		ReadsFailed: st.Failed, Promoted: st.Promoted, Demoted: st.Demoted,
 	}
+}
+
+// routeStatus is r as the API shows it; nil when nothing is on tier C.
+func routeStatus(r engine.Route) *api.TierCRoute {
+	if r.Name == "" {
+		return nil
+	}
+	return &api.TierCRoute{Route: r.Name, Via: r.Via, Refused: r.Refused}
 }
 
 func (s *Server) refreshGauges() {
@@ -344,6 +353,9 @@ func (s *Server) handleLoad(w http.ResponseWriter, r *http.Request) error {
 	if err := s.readStrict(w, r, &req); err != nil {
 		return err
 	}
+	if IsVolumeRef(req.Path) {
+		return s.handleLoadVolume(w, r, req)
+	}
 	f, err := authz.OpenModel(s.cfg.ModelDirs, req.Path)
 	if err != nil {
 		return modelPathError("path", "", err, s.cfg.ModelDirs)
@@ -361,6 +373,28 @@ func (s *Server) handleLoad(w http.ResponseWriter, r *http.Request) error {
 	st, err := s.load(r.Context(), f, df, req, func(name string) (*os.File, error) {
 		return authz.OpenModel(s.cfg.ModelDirs, filepath.Join(partDir, name))
 	})
+	return s.loadResult(w, st, err)
+}
+
+// handleLoadVolume loads a pool on a strata volume (nvme://BDF/NSID/NAME)
+// from a controller the daemon holds; the draft, if any, is a file under
+// the model directories.
+func (s *Server) handleLoadVolume(w http.ResponseWriter, r *http.Request, req api.LoadRequest) error {
+	var df *os.File
+	if req.Draft != "" {
+		var err error
+		if df, err = authz.OpenModel(s.cfg.ModelDirs, req.Draft); err != nil {
+			return modelPathError("draft", "draft model: ", err, s.cfg.ModelDirs)
+		}
+		defer df.Close()
+	}
+	s.log.Info("load requested", "peer", peerOf(r).String(), "path", req.Path, "name", req.Name, "draft", req.Draft)
+	st, err := s.loadVolume(r.Context(), req.Path, df, req, false)
+	return s.loadResult(w, st, err)
+}
+
+// loadResult writes a load's status, or its error as the API reports it.
+func (s *Server) loadResult(w http.ResponseWriter, st api.ModelStatus, err error) error {
 	if errors.Is(err, ErrModelExists) {
 		return openai.Errorf(http.StatusConflict, openai.TypeInvalidRequest, "name", "model_exists", "%v", err)
 	}

@@ -149,6 +149,7 @@ type loaded struct {
 	fileBytes  int64
 	draft      *engine.Engine // the draft model (LoadRequest.Draft); nil without
 	capacity   int            // sequences the scheduler runs or queues (batch + queue)
+	release    func()         // runs after the engines close (a volume's use count); nil: nothing
 	grammars   grammars       // constrained output's vocabulary and matchers
 }
 
@@ -259,13 +260,45 @@ func (s *Server) LoadFile(ctx context.Context, path string, req api.LoadRequest)
 // openPart opens another part of a split model, named by its base name in
 // f's directory.
 func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest, openPart func(name string) (*os.File, error)) (api.ModelStatus, error) {
-	path := f.Name()
 	view, err := engineView(f, openPart)
 	if err != nil {
 		return api.ModelStatus{}, modelPathError("path", "", err, s.cfg.ModelDirs)
 	}
 	defer view.close()
-	open := view.path
+	st, err := f.Stat()
+	if err != nil {
+		return api.ModelStatus{}, fmt.Errorf("model %s: %w", f.Name(), err)
+	}
+	return s.loadModel(ctx, modelInput{path: f.Name(), open: view.path, size: st.Size(),
+		rename: func(err error) error { return fdNamed(err, view.from, view.to) }}, df, req)
+}
+
+// modelInput is what loadModel loads: a model file opened through its
+// descriptor, or a pool on a strata volume.
+type modelInput struct {
+	path    string            // shown in status and logs
+	open    string            // what the engine opens (a descriptor path, or path itself)
+	size    int64             // the model's bytes
+	storage *engine.Storage   // set for a pool on a volume (engine.Options.Storage)
+	rename  func(error) error // shows the engine's errors with path's name (nil: as they are)
+	release func()            // runs once the model's engines are closed (nil: nothing)
+}
+
+// loadModel loads in with the draft model df (nil: none; req.Draft is
+// ignored). in.release runs when the load fails, or later when the model
+// is unloaded.
+func (s *Server) loadModel(ctx context.Context, in modelInput, df *os.File, req api.LoadRequest) (_ api.ModelStatus, err error) {
+	if in.release != nil {
+		defer func() {
+			if err != nil {
+				in.release()
+			}
+		}()
+	}
+	if in.rename == nil {
+		in.rename = func(err error) error { return err }
+	}
+	path, open := in.path, in.open
 	if req.Budgets.RAMBytes < 0 || req.Budgets.VRAMBytes < 0 {
 		return api.ModelStatus{}, openai.BadRequest("budgets", "budgets must not be negative")
 	}
@@ -290,10 +323,6 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest, 
 	if !validName(name) {
 		return api.ModelStatus{}, openai.BadRequest("name", "model name %q must be 1-128 characters of letters, digits and -_.:", name)
 	}
-	st, err := f.Stat()
-	if err != nil {
-		return api.ModelStatus{}, fmt.Errorf("model %s: %w", path, err)
-	}
 	s.mu.RLock()
 	_, dup := s.models[name]
 	s.mu.RUnlock()
@@ -314,9 +343,9 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest, 
 		DeviceBudget: req.Budgets.VRAMBytes, HostBudget: req.Budgets.RAMBytes,
 		Context: req.Context, Batch: maxBatch, Depth: req.Depth, Tiers: req.Tiers,
 		Links: s.cfg.Links, LinkCache: s.links, Logger: s.log.Named("engine"), Backend: backend, WrapSource: s.cfg.wrapSource,
-		Skip: req.SkipLayers, Verify: s.cfg.Verify,
+		Skip: req.SkipLayers, Verify: s.cfg.Verify, Storage: in.storage,
 	})
-	err = fdNamed(err, view.from, view.to)
+	err = in.rename(err)
 	switch {
 	case errors.Is(err, engine.ErrCUDAUnavailable):
 		return api.ModelStatus{}, openai.Errorf(http.StatusServiceUnavailable, openai.TypeUnavailable, "backend", "backend_unavailable",
@@ -349,9 +378,9 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest, 
 	case req.Lookup:
 		drafter = sched.Lookup{MinN: 1, MaxN: 4}
 	case req.SelfDraft != 0:
-		draft, err = engine.OpenSelfDraft(ctx, open, eng, req.SelfDraft, engine.Options{Context: req.Context, LinkCache: s.links, Logger: s.log.Named("self-draft")})
+		draft, err = engine.OpenSelfDraft(ctx, open, eng, req.SelfDraft, engine.Options{Context: req.Context, LinkCache: s.links, Logger: s.log.Named("self-draft"), Storage: in.storage})
 		if err != nil {
-			err = fdNamed(err, view.from, view.to)
+			err = in.rename(err)
 			eng.Close()
 			return api.ModelStatus{}, openai.BadRequest("self_draft", "%v", err)
 		}
@@ -363,8 +392,8 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest, 
 		Observer: &observer{m: s.metrics, model: name, feed: feed}, Drafter: drafter,
 	})
 	ctx, stop := context.WithCancel(context.Background())
-	lm := &loaded{name: name, path: path, eng: eng, feed: feed, sched: sc, stop: stop, loadedAt: time.Now(), budgets: req.Budgets, fileBytes: st.Size(), draft: draft,
-		capacity: maxBatch + maxQueue}
+	lm := &loaded{name: name, path: path, eng: eng, feed: feed, sched: sc, stop: stop, loadedAt: time.Now(), budgets: req.Budgets, fileBytes: in.size, draft: draft,
+		capacity: maxBatch + maxQueue, release: in.release}
 	s.mu.Lock()
 	if _, dup := s.models[name]; dup {
 		s.mu.Unlock()
@@ -381,7 +410,7 @@ func (s *Server) load(ctx context.Context, f, df *os.File, req api.LoadRequest, 
 	s.mu.Unlock()
 	go sc.Run(ctx)
 	args := []any{"name", name, "path", path, "arch", eng.Model.Config.Arch, "layers", eng.Model.Config.Layers,
-		"bytes", st.Size(), "took", time.Since(t0).Round(time.Millisecond).String(), "backend", eng.BackendInfo().String()}
+		"bytes", in.size, "took", time.Since(t0).Round(time.Millisecond).String(), "backend", eng.BackendInfo().String()}
 	if p := eng.Plan(); p != nil {
 		args = append(args, "tier_a", p.Tiers[tier.TierA].Layers, "tier_b", p.Tiers[tier.TierB].Layers,
 			"tier_c", p.Tiers[tier.TierC].Layers, "depth", p.Depth)
@@ -503,6 +532,9 @@ func (s *Server) unload(name string, reason error) (int, error) {
 	err := lm.eng.Close()
 	if lm.draft != nil {
 		err = errors.Join(err, lm.draft.Close())
+	}
+	if lm.release != nil {
+		lm.release()
 	}
 	s.metrics.forget(name)
 	s.log.Info("model unloaded", "name", name, "cut_short", st.Waiting+st.Active)

@@ -124,7 +124,7 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 		// Layers stream: the links now decide placement and depth, so
 		// measure them and plan again (a resident plan is the best under
 		// any link speeds and pays for no measurement, as on the CPU).
-		l, merr := o.LinkCache.gpuLinks(ctx, dev, src, log)
+		l, merr := o.LinkCache.gpuLinks(ctx, dev, src, o.Storage, log)
 		if merr != nil {
 			return nil, merr
 		}
@@ -186,14 +186,13 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 	}
 	var tsrc tier.Source
 	if len(onC) > 0 {
-		fs, err := stream.OpenFile(src.path, stream.FileOptions{Logger: log})
+		tsrc, err = tierCSource(src.path, &o, func() (tier.Source, error) {
+			return stream.OpenFile(src.path, stream.FileOptions{Logger: log})
+		})
 		if err != nil {
-			return nil, fmt.Errorf("model %s: tier-C source: %w", src.path, err)
+			return nil, err
 		}
-		tsrc = fs
-		if o.WrapSource != nil {
-			tsrc = o.WrapSource(tsrc)
-		}
+		e.route = routeFor(&o, BackendCUDA)
 		copts.TierC = &gpu.TierC{Layers: onC, Store: src.pool, Source: tsrc, Verify: o.Verify, Logger: log}
 	}
 	cm, err := gpu.LoadContext(ctx, dev, e.Model.Config, e.Model.Weights, copts)
@@ -233,7 +232,7 @@ func (o *Options) contextAndBatch(cfg model.Config) (ctxLen, batch int) {
 // planner's expected pass time, the bound it names and `strata run
 // --stats` follow from the links. A failed measurement keeps its default,
 // logged; a cancelled one fails the load.
-func (c *LinkCache) gpuLinks(ctx context.Context, dev *cudadrv.Device, src cudaSource, log hclog.Logger) (tier.Links, error) {
+func (c *LinkCache) gpuLinks(ctx context.Context, dev *cudadrv.Device, src cudaSource, storage *Storage, log hclog.Logger) (tier.Links, error) {
 	l := tier.DefaultLinks()
 	l.Notes = []string{"compute: default"}
 	if bw, err := c.hostToDevice(ctx, dev); ctx.Err() != nil {
@@ -249,7 +248,7 @@ func (c *LinkCache) gpuLinks(ctx context.Context, dev *cudadrv.Device, src cudaS
 		l.Notes = append(l.Notes, "storage: default (a GGUF never streams tier C)")
 		return l, nil
 	}
-	s, err := c.storageOf(ctx, src.path)
+	s, err := c.poolStorage(ctx, src.path, storage)
 	switch {
 	case ctx.Err() != nil:
 		return l, fmt.Errorf("measuring links: %w", ctx.Err())

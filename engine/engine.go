@@ -28,9 +28,10 @@ type Engine struct {
 	Model *model.Model
 	Tok   *tokenizer.Tokenizer
 
-	plan *tier.Plan       // set by OpenWith
-	pipe *stream.Pipeline // set when some layers stream on the CPU
-	src  tier.Source      // the pipeline's tier-C source, if any
+	plan  *tier.Plan       // set by OpenWith
+	pipe  *stream.Pipeline // set when some layers stream on the CPU
+	src   tier.Source      // the pipeline's tier-C source, if any
+	route Route            // how tier-C layers are read (zero: none on tier C)
 	// experts serves a MoE pool's experts when some stay on storage
 	// (expertPlan says which).
 	experts    *expertStore

@@ -30,6 +30,7 @@ type LinkCache struct {
 
 	mu      sync.Mutex
 	storage map[uint64]storageLink
+	devices map[string]storageLink // storage that is not a file (Storage.Device)
 	memmove float64
 	compute map[quant.Type]float64
 	h2d     map[int]float64
@@ -47,6 +48,7 @@ type storageLink struct {
 // counting fakes.
 type linkProbes struct {
 	storage func(ctx context.Context, path string, limit int64) (tier.StorageResult, error)
+	source  func(ctx context.Context, src tier.Source, limit int64) (tier.StorageResult, error)
 	memmove func(ctx context.Context, d time.Duration) float64
 	compute func(ctx context.Context, typ quant.Type, d time.Duration) (float64, error)
 	h2d     func(dev *cudadrv.Device, n int64, iters int) (float64, error)
@@ -65,7 +67,7 @@ const (
 // needs it.
 func NewLinkCache() *LinkCache {
 	return newLinkCache(linkProbes{
-		storage: tier.MeasureStorage, memmove: tier.MeasureCopy, h2d: gpu.HostToDevicePeak,
+		storage: tier.MeasureStorage, source: tier.MeasureSource, memmove: tier.MeasureCopy, h2d: gpu.HostToDevicePeak,
 		compute: func(ctx context.Context, typ quant.Type, d time.Duration) (float64, error) {
 			return tier.MeasureCompute(ctx, typ, d, CPUKernel)
 		},
@@ -84,7 +86,10 @@ func CPUKernel(t quant.Type, rows []byte, n int, x, y []float32) error {
 }
 
 func newLinkCache(p linkProbes) *LinkCache {
-	return &LinkCache{probes: p, storage: map[uint64]storageLink{}, compute: map[quant.Type]float64{},
+	if p.source == nil {
+		p.source = tier.MeasureSource
+	}
+	return &LinkCache{probes: p, storage: map[uint64]storageLink{}, devices: map[string]storageLink{}, compute: map[quant.Type]float64{},
 		h2d: map[int]float64{}, counts: map[string]int{}}
 }
 
@@ -111,14 +116,24 @@ func (c *LinkCache) storageOf(ctx context.Context, path string) (storageLink, er
 	return s, nil
 }
 
-// cpu returns the CPU backend's links for a pool at path whose matrices
-// are mostly of type typ, as tier.MeasureLinks measures them: storage,
-// memmove as the host-to-device copy, and the dot-product rate on every
-// core. Each part is measured once.
-func (c *LinkCache) cpu(ctx context.Context, path string, typ quant.Type) (tier.Links, error) {
+// poolStorage returns the storage link of the pool at path: st's device
+// when the pool lives on one (measured through its driver), otherwise the
+// filesystem device of path (O_DIRECT).
+func (c *LinkCache) poolStorage(ctx context.Context, path string, st *Storage) (storageLink, error) {
+	if st != nil {
+		return c.storageLinkOf(ctx, path, st)
+	}
+	return c.storageOf(ctx, path)
+}
+
+// cpu returns the CPU backend's links for a pool at path (on st, when not
+// nil) whose matrices are mostly of type typ, as tier.MeasureLinks
+// measures them: storage, memmove as the host-to-device copy, and the
+// dot-product rate on every core. Each part is measured once.
+func (c *LinkCache) cpu(ctx context.Context, path string, st *Storage, typ quant.Type) (tier.Links, error) {
 	l := tier.DefaultLinks()
 	l.Notes = nil
-	s, err := c.storageOf(ctx, path)
+	s, err := c.poolStorage(ctx, path, st)
 	if err != nil {
 		return l, err
 	}

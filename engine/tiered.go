@@ -63,6 +63,11 @@ type Options struct {
 	// routing on the built-in calibration text at load: the experts kept
 	// resident are then first by expert order until serving moves them.
 	NoExpertCalibration bool
+	// Storage, when set, is where the pool named path lives: an extent of
+	// a strata volume read by the userspace NVMe driver, not a file. path
+	// is then only its name (nvme://BDF/NSID/NAME). The links are measured
+	// through the storage's own source.
+	Storage *Storage
 	// WrapSource, when set, wraps the tier-C source (fault injection in
 	// tests: stream.NewFaulty).
 	WrapSource func(tier.Source) tier.Source
@@ -115,11 +120,15 @@ const defaultContext = 4096
 // the budgets of o. On the GPU (engine/gpu) tier-A layers are resident in
 // device memory and tier-B layers are copied from pinned host memory every
 // pass, from a GGUF as well as a pool, and tier-C layers of a pool are
-// read (FileSource, O_DIRECT) into pinned staging and copied every pass; BackendInfo says which backend runs
+// read into pinned staging and copied every pass (FileSource with O_DIRECT;
+// for a pool on a strata volume, Options.Storage, the userspace NVMe
+// driver into its DMA staging, which is what CUDA pins; TierCRoute says
+// which); BackendInfo says which backend runs
 // the model and, when auto fell back to the CPU, why. On the CPU, when
 // every layer fits resident it behaves like Open. Otherwise (only for a pool) it builds
 // a streaming pipeline (engine/stream: a FileSource with O_DIRECT over the
-// pool for tier C, the pool's mapping for tier B, the CPU device) and
+// pool, or the storage's source, for tier C, the pool's mapping for tier B,
+// the CPU device) and
 // installs it as the model's layer source, so the scheduler, Forward and a bare
 // Model.Forward stream the layers that do not fit; Plan and PipelineStats
 // report what was decided and what moved. A GGUF that does not fit is
@@ -191,9 +200,11 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening model %s: %w", path, err)
 	}
-	isPool, err := prefab.IsPool(path)
-	if err != nil {
-		return nil, fmt.Errorf("opening model %s: %w", path, err)
+	isPool := o.Storage != nil
+	if !isPool {
+		if isPool, err = prefab.IsPool(path); err != nil {
+			return nil, fmt.Errorf("opening model %s: %w", path, err)
+		}
 	}
 	var (
 		pool  *prefab.Pool
@@ -209,7 +220,12 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 			gf.Close()
 		}
 	}
-	if isPool {
+	if o.Storage != nil {
+		if pool, err = openStoragePool(path, o.Storage); err != nil {
+			return nil, err
+		}
+		sizes, cfg = pool.Sizes(), pool.Config()
+	} else if isPool {
 		if pool, err = prefab.OpenPool(path); err != nil {
 			return nil, fmt.Errorf("opening model %s: %w", path, err)
 		}
@@ -363,7 +379,7 @@ func (o *Options) plan(ctx context.Context, path string, isPool bool, sizes tier
 		if o.Links != nil || !isPool {
 			return nil
 		}
-		l, err := o.LinkCache.cpu(ctx, path, sizes.Type)
+		l, err := o.LinkCache.cpu(ctx, path, o.Storage, sizes.Type)
 		if ctx.Err() != nil {
 			return fmt.Errorf("measuring links: %w", ctx.Err())
 		}
@@ -455,7 +471,7 @@ func withStaging(req tier.Request, plan func(tier.Request) (*tier.Plan, error), 
 // streamPool builds the engine of a pool whose plan streams some layers.
 func streamPool(ctx context.Context, path string, pool *prefab.Pool, plan *tier.Plan, xplan *tier.ExpertPlan, o Options, log hclog.Logger) (*Engine, error) {
 	tiers := make([]tier.Tier, len(plan.Layers))
-	needSource := xplan != nil // experts are read from the file
+	needSource := xplan != nil // experts are read from the pool's storage
 	for i, l := range plan.Layers {
 		tiers[i] = l.Tier
 		needSource = needSource || l.Tier == tier.TierC
@@ -472,14 +488,13 @@ func streamPool(ctx context.Context, path string, pool *prefab.Pool, plan *tier.
 	}
 	var src tier.Source
 	if needSource {
-		fs, err := stream.OpenFile(path, stream.FileOptions{Logger: log})
+		src, err = tierCSource(path, &o, func() (tier.Source, error) {
+			return stream.OpenFile(path, stream.FileOptions{Logger: log})
+		})
 		if err != nil {
-			return nil, fmt.Errorf("model %s: tier-C source: %w", path, err)
+			return nil, err
 		}
-		src = fs
-		if o.WrapSource != nil {
-			src = o.WrapSource(src)
-		}
+		e.route = routeFor(&o, BackendCPU)
 	}
 	pipe, err := stream.New(stream.Options{
 		Store: pool, Tiers: tiers, Depth: max(plan.Depth, 1), Source: src, Device: stream.CPUDevice{}, Verify: o.Verify, Logger: log,

@@ -367,7 +367,9 @@ func TestTypedErrors(t *testing.T) {
 
 func TestTimeoutAbort(t *testing.T) {
 	t.Parallel()
-	sw, c := open(t, nvmetest.Options{}, nvme.Config{Timeout: 40 * time.Millisecond, IOQueues: 2})
+	// The abort must complete within a second timeout before the driver
+	// escalates to a reset: generous enough for a loaded TCG guest.
+	sw, c := open(t, nvmetest.Options{}, nvme.Config{Timeout: 250 * time.Millisecond, IOQueues: 2})
 	sw.Hang(1, 1000, 1)
 	buf := alloc(t, sw, 8192)
 	q := c.Queues()[0]
@@ -411,7 +413,9 @@ func TestCancelAborts(t *testing.T) {
 // it; the hung command fails with ErrTimeout, the others are resubmitted.
 func TestTimeoutReset(t *testing.T) {
 	t.Parallel()
-	sw, c := open(t, nvmetest.Options{}, nvme.Config{Timeout: 40 * time.Millisecond, IOQueues: 2})
+	// The abort must complete within a second timeout before the driver
+	// escalates to a reset: generous enough for a loaded TCG guest.
+	sw, c := open(t, nvmetest.Options{}, nvme.Config{Timeout: 250 * time.Millisecond, IOQueues: 2})
 	fill(sw.Data(1), 11)
 	sw.Hang(1, 1000, 1)
 	sw.IgnoreAborts(true)

@@ -95,7 +95,10 @@ run() {
 		step kernels-cudadrv kernels/cudadrv "$B/kernels-cudadrv.test" -test.v
 		step engine-gpu engine/gpu env STRATA_8B_GGUF="$synth/llama-8b-q4_k_m-seed1.gguf" STRATA_8B_STEPS=64 STRATA_GOCODE_GGUF="$gocode" \
 			"$B/engine-gpu.test" -test.v -test.timeout 30m
-		step engine engine "$B/engine.test" -test.v -test.run 'CUDA|RealDriver|Greedy'
+		# STRATA_8B_GGUF: TestCUDATierCNVMe also streams the 8b shape's tier C
+		# through the userspace NVMe driver over the software controller.
+		step engine engine env STRATA_8B_GGUF="$synth/llama-8b-q4_k_m-seed1.gguf" \
+			"$B/engine.test" -test.v -test.run 'CUDA|RealDriver|Greedy' -test.timeout 30m
 		step bench-gputime internal/bench/gputime "$B/internal-bench-gputime.test" -test.v
 		step gemv engine/gemv "$B/engine-gemv.test" -test.v
 	fi

@@ -238,9 +238,12 @@ type ModelStatus struct {
 	Pipeline *PipelineStatus `json:"pipeline"`
 	// Experts is a mixture-of-experts model's expert placement and how
 	// expert uses were served (absent for a dense model).
-	Experts  *ExpertStatus `json:"experts,omitempty"`
-	Queue    Queue         `json:"queue"`
-	Counters Counters      `json:"counters"`
+	Experts *ExpertStatus `json:"experts,omitempty"`
+	// TierCRoute says how the tier-C layers are read and why the other
+	// routes were not taken; nil when no layer is on tier C.
+	TierCRoute *TierCRoute `json:"tier_c_route,omitempty"`
+	Queue      Queue       `json:"queue"`
+	Counters   Counters    `json:"counters"`
 }
 
 // ExpertStatus is where a mixture-of-experts model's experts are and how
@@ -262,6 +265,18 @@ type ExpertStatus struct {
 	ReadsFailed  uint64  `json:"reads_failed"`
 	Promoted     uint64  `json:"promoted"`
 	Demoted      uint64  `json:"demoted"`
+}
+
+// TierCRoute is how a model's tier-C bytes reach compute: "file" (O_DIRECT
+// reads of the pool file), "nvme-pinned" (the userspace NVMe driver into
+// DMA staging in host memory, registered with CUDA on a GPU) or
+// "nvme-bar" (the driver straight into a GPU slot through its BAR).
+type TierCRoute struct {
+	Route string `json:"route"`
+	// Via details the route: the driver's queues and depth, the file.
+	Via string `json:"via,omitempty"`
+	// Refused maps each route not taken to the reason.
+	Refused map[string]string `json:"refused,omitempty"`
 }
 
 // BackendStatus describes the backend a model runs on: the GPU with its

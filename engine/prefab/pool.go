@@ -77,6 +77,38 @@ func OpenPool(path string) (*Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open pool: %w", err)
 	}
+	return openSnapshot(path, m, size)
+}
+
+// OpenPoolReader opens a pool of size bytes that r reads, as OpenPool
+// opens a file: for a pool stored where there is no file to open (an
+// extent of a strata volume, read by the userspace NVMe driver). name is
+// what errors and Path call it. Extents are copied from r on first use
+// (Mapped, Globals); those only streamed through tier C are never read
+// through r. r must stay usable until the pool is closed.
+func OpenPoolReader(name string, r io.ReaderAt, size int64) (*Pool, error) {
+	if size < HeaderSize {
+		b := make([]byte, max(size, 0))
+		if _, err := r.ReadAt(b, 0); err != nil && err != io.EOF {
+			return nil, fmt.Errorf("open pool %s: %w", name, err)
+		}
+		_, err := parseLayout(b)
+		return nil, fmt.Errorf("open pool %s: %w", name, err)
+	}
+	if size > math.MaxInt {
+		return nil, fmt.Errorf("open pool %s: %d bytes is too large to map", name, size)
+	}
+	m, err := hostmem.NewSnapshotReader(name, r, size)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	return openSnapshot(name, m, size)
+}
+
+// openSnapshot reads and validates the header, manifest and extent table
+// of the pool whose snapshot m (of size bytes) was just reserved; m is
+// closed on failure.
+func openSnapshot(path string, m *hostmem.Snapshot, size int64) (*Pool, error) {
 	// The header, then the manifest it points to (bounded; parseLayout
 	// checks the header's checksum and the bounds in full).
 	if err := m.Fill(0, HeaderSize); err != nil {

@@ -143,6 +143,9 @@ type StorageResult struct {
 	Latency   time.Duration // median time of a 4 KiB read
 	Bytes     int64         // bytes read for the bandwidth
 	Direct    bool          // O_DIRECT was used
+	// Via says how the reads were made when not with O_DIRECT on a file
+	// (the userspace NVMe driver); it goes into the links' notes.
+	Via string
 }
 
 // storageChunk is the size of one read; storageQD reads are kept in flight.
@@ -168,7 +171,10 @@ func (l *Links) MeasureStorageOf(ctx context.Context, path string, limit int64) 
 func (l *Links) SetStorage(st StorageResult, path string) {
 	l.StorageToHost, l.StorageLatency = st.Bandwidth, st.Latency
 	how := "O_DIRECT"
-	if !st.Direct {
+	switch {
+	case st.Via != "":
+		how = st.Via
+	case !st.Direct:
 		how = "buffered reads (O_DIRECT refused; page cache may inflate it)"
 	}
 	l.Notes = append(l.Notes, fmt.Sprintf("storage: %s of %s, %s", FormatBytes(st.Bytes), path, how))
@@ -213,6 +219,47 @@ func MeasureStorage(ctx context.Context, path string, limit int64) (StorageResul
 		}
 		return err
 	}
+	return measureReads(ctx, res, size, bufs, readAt)
+}
+
+// MeasureSource measures a tier-C source as MeasureStorage measures a
+// file: a few 4 KiB reads for latency, then up to limit bytes (0: 256 MiB)
+// from its start, storageQD chunks in flight, into buffers from the
+// source's own Alloc (DMA-mapped for the NVMe driver). It is how the
+// planner learns the speed of a pool that is not a file: the reads go
+// through the same driver, queues and staging memory that tier C will use.
+// Direct is set: nothing passes through the page cache.
+func MeasureSource(ctx context.Context, src Source, limit int64) (StorageResult, error) {
+	if limit <= 0 {
+		limit = 256 << 20
+	}
+	res := StorageResult{Direct: true}
+	align := int64(max(src.Align(), 1))
+	unit := max(align, PageSize)
+	size := min(src.Size(), limit) / unit * unit
+	if size < unit {
+		return res, fmt.Errorf("measuring storage: the source has %d bytes, too few to measure", src.Size())
+	}
+	bufs := make([][]byte, storageQD)
+	for i := range bufs {
+		b, err := src.Alloc(storageChunk)
+		if err != nil {
+			return res, fmt.Errorf("measuring storage: staging buffer: %w", err)
+		}
+		defer b.Free()
+		bufs[i] = b.Bytes()
+	}
+	readAt := func(b []byte, off int64) error {
+		n := (int64(len(b)) + align - 1) / align * align
+		return src.ReadAt(ctx, b[:n], off)
+	}
+	return measureReads(ctx, res, size, bufs, readAt)
+}
+
+// measureReads times the latency and bandwidth reads of MeasureStorage and
+// MeasureSource: size bytes (a multiple of PageSize) read with readAt into
+// the storageQD buffers of storageChunk bytes.
+func measureReads(ctx context.Context, res StorageResult, size int64, bufs [][]byte, readAt func(b []byte, off int64) error) (StorageResult, error) {
 	// Latency: a few single-page reads spread over the file.
 	var lats []time.Duration
 	for i := range 5 {

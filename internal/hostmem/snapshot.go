@@ -31,9 +31,39 @@ var ErrFileChanged = errors.New("file changed since it was opened")
 // own descriptor of the file (a duplicate) for later fills.
 type Snapshot struct {
 	mu   sync.Mutex
-	f    *os.File
+	f    source
 	all  []byte
 	data []byte
+}
+
+// source is what a Snapshot fills from: a duplicated file descriptor, or
+// any other reader of the same bytes (a pool stored on a raw device).
+type source interface {
+	io.ReaderAt
+	Name() string
+	Close() error
+}
+
+// readerSource is a source over a caller's io.ReaderAt, which the snapshot
+// does not own: closing the snapshot leaves it open.
+type readerSource struct {
+	io.ReaderAt
+	name string
+}
+
+func (r readerSource) Name() string { return r.name }
+func (r readerSource) Close() error { return nil }
+
+// NewSnapshotReader reserves n bytes of anonymous memory for a copy of the
+// n bytes r holds, filled by Fill as from a file. It is for storage that is
+// not a file (a volume extent read by the userspace NVMe driver); name is
+// what errors call it. r must stay usable until the snapshot is closed.
+func NewSnapshotReader(name string, r io.ReaderAt, n int64) (*Snapshot, error) {
+	s := &Snapshot{f: readerSource{ReaderAt: r, name: name}}
+	if err := s.reserve(n, false); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // NewSnapshot reserves n bytes of anonymous memory for a copy of f (whose
@@ -44,19 +74,28 @@ func NewSnapshot(f *os.File, n int64) (*Snapshot, error) {
 }
 
 func newSnapshot(f *os.File, n int64, populate bool) (*Snapshot, error) {
-	switch {
-	case n < 0:
-		return nil, fmt.Errorf("snapshot %s: negative size %d", f.Name(), n)
-	case n > math.MaxInt-PageSize:
-		return nil, fmt.Errorf("snapshot %s: %d bytes do not fit the address space", f.Name(), n)
-	}
 	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: duplicating the descriptor: %w", f.Name(), err)
 	}
 	s := &Snapshot{f: os.NewFile(uintptr(fd), f.Name())}
-	if n == 0 {
-		return s, nil
+	if err := s.reserve(n, populate); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// reserve maps the snapshot's n bytes; on failure it closes s.f.
+func (s *Snapshot) reserve(n int64, populate bool) error {
+	switch {
+	case n < 0:
+		_ = s.f.Close()
+		return fmt.Errorf("snapshot %s: negative size %d", s.f.Name(), n)
+	case n > math.MaxInt-PageSize:
+		_ = s.f.Close()
+		return fmt.Errorf("snapshot %s: %d bytes do not fit the address space", s.f.Name(), n)
+	case n == 0:
+		return nil
 	}
 	// MAP_NORESERVE: a pool's reservation covers extents that are
 	// streamed and never filled, which must not be charged to commit. A
@@ -68,14 +107,14 @@ func newSnapshot(f *os.File, n int64, populate bool) (*Snapshot, error) {
 	if populate {
 		flags |= unix.MAP_POPULATE
 	}
-	s.all, err = unix.Mmap(-1, 0, AlignUp(int(n), PageSize), unix.PROT_READ|unix.PROT_WRITE,
+	all, err := unix.Mmap(-1, 0, AlignUp(int(n), PageSize), unix.PROT_READ|unix.PROT_WRITE,
 		flags)
 	if err != nil {
 		_ = s.f.Close()
-		return nil, fmt.Errorf("snapshot %s: reserving %d bytes: %w", f.Name(), n, err)
+		return fmt.Errorf("snapshot %s: reserving %d bytes: %w", s.f.Name(), n, err)
 	}
-	s.data = s.all[:n:n]
-	return s, nil
+	s.all, s.data = all, all[:n:n]
+	return nil
 }
 
 // SnapshotFile copies the whole of f (n bytes) into anonymous memory. The
@@ -115,6 +154,9 @@ func (s *Snapshot) Fill(off, n int64) error {
 	}
 	if off < 0 || n < 0 || off > int64(len(b)) || n > int64(len(b))-off {
 		return fmt.Errorf("snapshot %s: fill [%d, +%d) outside its %d bytes", f.Name(), off, n, len(b))
+	}
+	if n == 0 {
+		return nil // a reader other than a file may answer io.EOF at its end
 	}
 	// Large ranges are read in chunks by several goroutines: the copy
 	// (and the kernel allocating the pages it lands in) is CPU-bound, so
@@ -157,13 +199,14 @@ func (s *Snapshot) Fill(off, n int64) error {
 const fillChunk = 16 << 20
 
 // fillRange reads bytes [off, off+n) of f into the same range of b.
-func fillRange(f *os.File, b []byte, off, n int64) error {
+func fillRange(f source, b []byte, off, n int64) error {
 	got, err := f.ReadAt(b[off:off+n], off)
 	if errors.Is(err, io.EOF) {
-		st, serr := f.Stat()
 		size := "unknown"
-		if serr == nil {
-			size = fmt.Sprint(st.Size())
+		if of, ok := f.(*os.File); ok {
+			if st, serr := of.Stat(); serr == nil {
+				size = fmt.Sprint(st.Size())
+			}
 		}
 		return fmt.Errorf("snapshot %s: reading [%d, +%d): %w (%d of the bytes read; the file now has %s bytes, it had %d)",
 			f.Name(), off, n, ErrFileChanged, got, size, len(b))

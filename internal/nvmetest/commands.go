@@ -2,6 +2,7 @@ package nvmetest
 
 import (
 	"encoding/binary"
+	"fmt"
 
 	"github.com/strata-llm/strata/nvme"
 )
@@ -163,6 +164,7 @@ func (c *Controller) io(s *sq, cmd nvme.Command) (st nvme.Status, hang bool) {
 		name = "write"
 	}
 	c.counts[name]++
+	c.counts[fmt.Sprintf("%s q%d", name, s.id)]++ // per queue: tests check reads are spread
 	if cmd.NSID == 0 || int(cmd.NSID) > len(c.ns) {
 		return nvme.StatusInvalidNamespace, false
 	}
@@ -185,8 +187,13 @@ func (c *Controller) io(s *sq, cmd nvme.Command) (st nvme.Status, hang bool) {
 			return 0, true
 		}
 	}
-	for _, in := range c.inject {
+	for i, in := range c.inject {
 		if in.op == cmd.Opcode && overlaps(in) {
+			if in.times > 0 {
+				if c.inject[i].times--; c.inject[i].times == 0 {
+					c.inject = append(c.inject[:i], c.inject[i+1:]...)
+				}
+			}
 			return in.status, false
 		}
 	}

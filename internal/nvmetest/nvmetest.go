@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/strata-llm/strata/internal/hostmem"
 	"github.com/strata-llm/strata/nvme"
 )
 
@@ -71,11 +72,13 @@ type injection struct {
 	lba, count uint64
 	op         nvme.Opcode
 	status     nvme.Status
+	times      int // commands it fails before it is spent; 0: every one
 }
 
 type region struct {
 	iova uint64
 	b    []byte
+	mem  *hostmem.Region
 }
 
 // Controller is the software controller. Create it with New and stop it
@@ -189,6 +192,14 @@ func (c *Controller) InjectError(nsid uint32, op nvme.Opcode, lba, count uint64,
 	c.inject = append(c.inject, injection{nsid: nsid, lba: lba, count: count, op: op, status: st})
 }
 
+// InjectErrorTimes is InjectError for the next n matching commands only:
+// a transient fault that a retry gets past.
+func (c *Controller) InjectErrorTimes(nsid uint32, op nvme.Opcode, lba, count uint64, st nvme.Status, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.inject = append(c.inject, injection{nsid: nsid, lba: lba, count: count, op: op, status: st, times: max(n, 1)})
+}
+
 // Hang makes I/O commands that touch [lba, lba+count) of nsid never
 // complete, unless aborted or the controller is reset.
 func (c *Controller) Hang(nsid uint32, lba, count uint64) {
@@ -216,7 +227,8 @@ func (c *Controller) IgnoreAborts(v bool) { c.mu.Lock(); c.ignoreAb = v; c.mu.Un
 func (c *Controller) SetFatal() { c.mu.Lock(); c.fatal = true; c.csts |= 2; c.mu.Unlock() }
 
 // Count returns how many commands of a kind were executed: "read",
-// "write", "abort", "identify", "create sq", "enable", "disable", ...
+// "write", "abort", "identify", "create sq", "enable", "disable", ...;
+// per I/O queue, "read q1", "write q2".
 func (c *Controller) Count(kind string) int { c.mu.Lock(); defer c.mu.Unlock(); return c.counts[kind] }
 
 // OutOfOrder is the number of completions posted before that of a command
@@ -237,20 +249,33 @@ func (c *Controller) Faults() []uint64 {
 // ---- nvme.DMA ----
 
 // Alloc returns zeroed, page-aligned memory at a fresh page-aligned IOVA.
-// IOVAs are never reused, so a stale address always faults.
+// IOVAs are never reused, so a stale address always faults. The memory is
+// mapped outside the Go heap, as a VFIO DMA buffer is, so that callers may
+// register it with CUDA (the GPU's tier-C staging).
 func (c *Controller) Alloc(size int) (nvme.Buffer, error) {
 	if size <= 0 {
 		return nvme.Buffer{}, fmt.Errorf("nvmetest: alloc of %d bytes", size)
 	}
-	raw := make([]byte, size+page)
-	off := int((page - uintptr(unsafe.Pointer(&raw[0]))%page) % page)
-	b := raw[off : off+size : off+size]
+	mem, err := hostmem.Alloc(size, hostmem.AllocOptions{})
+	if err != nil {
+		return nvme.Buffer{}, fmt.Errorf("nvmetest: alloc of %d bytes: %w", size, err)
+	}
+	b := mem.Bytes()[:size:size]
 	c.dmaMu.Lock()
 	defer c.dmaMu.Unlock()
 	iova := c.next
 	c.next += uint64(size+page-1)&^(page-1) + page // a guard page between buffers
-	c.regions = append(c.regions, region{iova: iova, b: b})
+	c.regions = append(c.regions, region{iova: iova, b: b, mem: mem})
 	return nvme.Buffer{Bytes: b, IOVA: iova}, nil
+}
+
+// Mapped is the number of DMA allocations not yet freed: a test that
+// opens and closes the driver's users over the controller checks it to see
+// that nothing leaked.
+func (c *Controller) Mapped() int {
+	c.dmaMu.Lock()
+	defer c.dmaMu.Unlock()
+	return len(c.regions)
 }
 
 // Free unmaps a buffer.
@@ -260,7 +285,10 @@ func (c *Controller) Free(b nvme.Buffer) error {
 	for i, r := range c.regions {
 		if r.iova == b.IOVA {
 			c.regions = append(c.regions[:i], c.regions[i+1:]...)
-			return nil
+			if r.mem == nil {
+				return nil // mapped with MapDMA: the caller's memory
+			}
+			return r.mem.Free()
 		}
 	}
 	return fmt.Errorf("nvmetest: free of unmapped IOVA %#x", b.IOVA)

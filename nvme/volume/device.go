@@ -2,10 +2,12 @@ package volume
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/strata-llm/strata/internal/hostmem"
 	"github.com/strata-llm/strata/nvme"
@@ -83,9 +85,10 @@ type NVMe struct {
 	nsid uint32
 	ns   nvme.NamespaceInfo
 
-	mu     sync.Mutex
-	bufs   []nvme.Buffer // sorted by address of Bytes[0]
-	bounce chan nvme.Buffer
+	mu      sync.Mutex
+	bufs    []nvme.Buffer // sorted by address of Bytes[0]
+	bounce  chan nvme.Buffer
+	retries atomic.Int64
 }
 
 // bounceSize is the size of one bounce buffer; at most four exist.
@@ -192,6 +195,83 @@ func (d *NVMe) Close() error {
 	}
 }
 
+// spread moves b (DMA-mapped) at lba as MDTS-sized commands dealt out
+// round-robin over every I/O queue pair, all submitted before any is
+// waited for: a layer extent of several megabytes then keeps each queue
+// (and the controller's parallelism behind them) busy, where one queue
+// would serialise on its own depth. It returns once every command it
+// submitted has completed, so b may be reused at once, with the first
+// error.
+func (d *NVMe) spread(ctx context.Context, write bool, lba uint64, b nvme.Buffer) error {
+	bs := d.ns.BlockSize
+	chunk := max(d.c.MaxTransfer()/bs*bs, bs)
+	submit := func(off, n int) (*nvme.Ticket, error) {
+		q := d.c.Queue()
+		if write {
+			return q.Write(ctx, d.nsid, lba+uint64(off/bs), b.Slice(off, n))
+		}
+		return q.Read(ctx, d.nsid, lba+uint64(off/bs), b.Slice(off, n))
+	}
+	type part struct {
+		off, n int
+		t      *nvme.Ticket
+	}
+	var parts []part
+	var err error
+	for off := 0; off < b.Len(); off += chunk {
+		n := min(chunk, b.Len()-off)
+		t, serr := submit(off, n)
+		if serr != nil {
+			err = serr
+			break
+		}
+		parts = append(parts, part{off, n, t})
+	}
+	for _, p := range parts {
+		perr := p.t.Wait()
+		for try := 0; try < maxRetries && perr != nil && err == nil && retryable(perr) && ctx.Err() == nil; try++ {
+			d.retries.Add(1)
+			var t *nvme.Ticket
+			if t, perr = submit(p.off, p.n); perr == nil {
+				perr = t.Wait()
+			}
+		}
+		if perr != nil && err == nil {
+			err = perr
+		}
+	}
+	return err
+}
+
+// maxRetries is how often a command that failed with a transient status is
+// submitted again before its error is returned.
+const maxRetries = 2
+
+// retryable reports whether err is a command failure worth one more try:
+// a status without Do Not Retry that says the transfer, not the media,
+// went wrong (a data transfer or internal error, a command the controller
+// aborted or dropped with its queue), or a command that timed out. Media
+// errors are not retried: the drive has already retried internally, and
+// the request should fail naming the bad extent.
+func retryable(err error) bool {
+	if errors.Is(err, nvme.ErrTimeout) {
+		return true
+	}
+	var se *nvme.StatusError
+	if !errors.As(err, &se) || se.Status.DNR() || se.Status.SCT() != nvme.SCTGeneric {
+		return false
+	}
+	switch se.Status {
+	case nvme.StatusDataTransfer, nvme.StatusInternal, nvme.StatusAbortRequested, nvme.StatusSQDeleted:
+		return true
+	}
+	return false
+}
+
+// Retries is how many commands were submitted again after a transient
+// failure (see retryable).
+func (d *NVMe) Retries() int64 { return d.retries.Load() }
+
 // ReadBlocks reads whole blocks, without a copy into memory from Alloc.
 func (d *NVMe) ReadBlocks(ctx context.Context, lba uint64, p []byte) error {
 	return d.io(ctx, false, lba, p)
@@ -205,20 +285,25 @@ func (d *NVMe) WriteBlocks(ctx context.Context, lba uint64, p []byte) error {
 func (d *NVMe) io(ctx context.Context, write bool, lba uint64, p []byte) error {
 	q := d.c.Queue()
 	run := func(lba uint64, b nvme.Buffer) error {
-		var t *nvme.Ticket
-		var err error
-		if write {
-			t, err = q.Write(ctx, d.nsid, lba, b)
-		} else {
-			t, err = q.Read(ctx, d.nsid, lba, b)
+		for try := 0; ; try++ {
+			var t *nvme.Ticket
+			var err error
+			if write {
+				t, err = q.Write(ctx, d.nsid, lba, b)
+			} else {
+				t, err = q.Read(ctx, d.nsid, lba, b)
+			}
+			if err == nil {
+				err = t.Wait()
+			}
+			if err == nil || try == maxRetries || !retryable(err) || ctx.Err() != nil {
+				return err
+			}
+			d.retries.Add(1)
 		}
-		if err != nil {
-			return err
-		}
-		return t.Wait()
 	}
 	if b, ok := d.lookup(p); ok {
-		return run(lba, b)
+		return d.spread(ctx, write, lba, b)
 	}
 	bb, err := d.getBounce()
 	if err != nil {

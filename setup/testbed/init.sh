@@ -29,7 +29,7 @@ for m in $(cat /lib/modules/order); do
   insmod "/lib/modules/$m" || die "insmod $m"
   # vfio-pci must own the test devices before nvme.ko can claim them
   if [ "$m" = vfio-pci.ko ]; then
-    for bdf in $STRATA_TESTBED_NVME0 $STRATA_TESTBED_NVME1 $STRATA_TESTBED_IVSHMEM; do
+    for bdf in $STRATA_TESTBED_NVME0 $STRATA_TESTBED_NVME1 $STRATA_TESTBED_IVSHMEM ${STRATA_TESTBED_MODELS_NVME:-}; do
       echo vfio-pci > "/sys/bus/pci/devices/$bdf/driver_override" || die "override $bdf"
       echo "$bdf" > /sys/bus/pci/drivers_probe
       [ "$(basename "$(readlink "/sys/bus/pci/devices/$bdf/driver")")" = vfio-pci ] || die "bind $bdf to vfio-pci"
@@ -49,7 +49,7 @@ if [ $iommu = off ]; then
   [ $n = 2 ] || die "nvme did not bind $STRATA_TESTBED_NVME0 and $STRATA_TESTBED_NVME1"
 fi
 echo "TESTBED-BOOTED kernel=$(uname -r) iommu=$iommu uptime=$(cut -d' ' -f1 /proc/uptime)"
-for bdf in $STRATA_TESTBED_NVME0 $STRATA_TESTBED_NVME1 $STRATA_TESTBED_IVSHMEM; do
+for bdf in $STRATA_TESTBED_NVME0 $STRATA_TESTBED_NVME1 $STRATA_TESTBED_IVSHMEM ${STRATA_TESTBED_MODELS_NVME:-}; do
   [ -e "/sys/bus/pci/devices/$bdf" ] || continue
   group=$(readlink "/sys/bus/pci/devices/$bdf/iommu_group") || group=none
   drv=$(readlink "/sys/bus/pci/devices/$bdf/driver") || drv=none

@@ -103,6 +103,43 @@ done < "$here/tests.txt"
 off_tests=TestCheckGuestIOMMUOff
 awk -v run="-test.run=^${off_tests}\$" '$1=="setup_hostcheck"{print $1, $2, run}' "$root/tests/list" > "$root/tests/list-iommu-off"
 
+# --- 3b. a real model on a strata volume ----------------------------------------
+# gocode-29m (STRATA_GOCODE_GGUF, or shared/models beside the checkout or one
+# of its parents), prefabbed into a pool that goes into the guest as a file
+# and, written by the host onto a strata volume, as the namespace of a third
+# controller behind blkdebug: the first read one block into layer
+# $models_fault_layer's extent fails. Without the model the controller is
+# left out and the guest test skips.
+gocode=${STRATA_GOCODE_GGUF:-}
+if [ -z "$gocode" ]; then
+  d=$repo
+  while [ "$d" != / ]; do
+    if [ -f "$d/shared/models/gocode-29m-f16.gguf" ]; then gocode=$d/shared/models/gocode-29m-f16.gguf; break; fi
+    d=$(dirname "$d")
+  done
+fi
+models_fault_layer=15
+models_args=()
+if [ -n "$gocode" ] && [ -f "${gocode%.gguf}.golden.json" ]; then
+  mkdir -p "$root/models"
+  eval "$("$run/bedcheck" volume -gguf "$gocode" -pool "$root/models/gocode.pool" -img "$run/nvme2n1.img" \
+    -name gocode.pool -fault-layer $models_fault_layer)"
+  cp "${gocode%.gguf}.golden.json" "$root/models/gocode.golden.json"
+  cat > "$run/blkdebug-models.conf" <<CONF
+[inject-error]
+event = "read_aio"
+errno = "5"
+sector = "$models_fault_sector"
+once = "on"
+CONF
+  models_args=(-drive file=blkdebug:"$run/blkdebug-models.conf":"$run/nvme2n1.img",if=none,id=n2n1,format=raw
+    -device nvme,id=nvme2,serial=strata2,addr=07.0
+    -device nvme-ns,drive=n2n1,bus=nvme2,nsid=1,logical_block_size=4096,physical_block_size=4096)
+  log "model volume: $gocode as extent gocode.pool at byte $models_extent_offset of a ${models_img_bytes}-byte namespace; media error at sector $models_fault_sector (layer $models_fault_layer)"
+else
+  log "no gocode-29m model on the host: the model-volume test will skip"
+fi
+
 # --- 4. initramfs ------------------------------------------------------------
 # A CGO_ENABLED=0 binary that links purego (the CUDA binding, via engine/)
 # still names the dynamic loader so that dlopen can work; the guest gets the
@@ -136,7 +173,20 @@ STRATA_TESTBED_BAD_READ_SECTOR=$bad_read_sector
 STRATA_TESTBED_BAD_WRITE_SECTOR=$bad_write_sector
 STRATA_TESTBED_KERNEL=$kver
 ENV
+if [ ${#models_args[@]} -gt 0 ]; then
+  cat >> "$root/testbed.env" <<ENV
+STRATA_TESTBED_MODELS_NVME=0000:00:07.0
+STRATA_TESTBED_MODELS_EXTENT=gocode.pool
+STRATA_TESTBED_MODELS_POOL=/models/gocode.pool
+STRATA_TESTBED_MODELS_GOLDEN=/models/gocode.golden.json
+STRATA_TESTBED_MODELS_FAULT_LAYER=$models_fault_layer
+STRATA_TESTBED_MODELS_FAULT_SECTOR=$models_fault_sector
+ENV
+fi
 (cd "$root" && find . | cpio -o -H newc --quiet) > "$run/initrd.cpio"
+# The IOMMU-off boot runs no model: its initramfs leaves /models out (the
+# guest unpacks every byte of it under TCG).
+(cd "$root" && find . -path ./models -prune -o -print | cpio -o -H newc --quiet) > "$run/initrd-off.cpio"
 log "initramfs $(du -h "$run/initrd.cpio" | cut -f1)"
 
 # --- 5. backing files --------------------------------------------------------
@@ -198,6 +248,7 @@ timeout "$timeout_s" qemu-system-x86_64 -accel "$accel" -machine q35,kernel-irqc
   -device nvme-ns,drive=n1n1,bus=nvme1,nsid=1,logical_block_size=512,physical_block_size=512 \
   -object memory-backend-file,id=shm,share=on,mem-path="$run/ivshmem.bin",size=$shm_bytes \
   -device ivshmem-plain,memdev=shm,addr=06.0 \
+  "${models_args[@]}" \
   </dev/null 2>&1 | tee "$run/console.log"
 return "${PIPESTATUS[0]}"
 }
@@ -230,7 +281,7 @@ if [ -s "$root/tests/list-iommu-off" ]; then
   boot_off() {
   timeout "$off_timeout_s" qemu-system-x86_64 -accel "$accel" -machine q35 -cpu qemu64,vendor=GenuineIntel \
     -m 2G -smp 2 -display none -vga none -nic none -monitor none -serial stdio -no-reboot \
-    -kernel "$kdir/vmlinuz" -initrd "$run/initrd.cpio" \
+    -kernel "$kdir/vmlinuz" -initrd "$run/initrd-off.cpio" \
     -append "console=ttyS0 intel_iommu=off panic=-1 loglevel=3 rdinit=/init strata_testbed_iommu=off" \
     -drive file="$run/off-nvme0.img",if=none,id=n0n1,format=raw \
     -drive file="$run/off-nvme1.img",if=none,id=n1n1,format=raw \

@@ -32,6 +32,34 @@ type Guest struct {
 	BadReadSector, BadWriteSector int64
 	// Kernel is the guest kernel version.
 	Kernel string
+	// Models describes the controller that holds a real model on a strata
+	// volume; its NVMe is "" when the host had no model to put there.
+	Models Models
+}
+
+// Models is a third controller (on vfio-pci at boot) with one 4 KiB-block
+// namespace formatted by the host as a strata volume that holds the
+// prefabbed gocode-29m pool, behind QEMU blkdebug: the first read covering
+// FaultSector fails (once) with a media error. The same pool file and the
+// model's golden continuations are in the guest's file system.
+type Models struct {
+	NVMe string
+	// Extent is the pool's extent name on namespace 1.
+	Extent string
+	// Pool is the same pool as a file; Golden the model's golden file.
+	Pool, Golden string
+	// FaultLayer is the layer whose extent holds FaultSector (512-byte
+	// units, blkdebug's).
+	FaultLayer  int
+	FaultSector int64
+}
+
+// Controllers is how many NVMe controllers the guest has.
+func (g Guest) Controllers() int {
+	if g.Models.NVMe != "" {
+		return 3
+	}
+	return 2
 }
 
 // File tags: the host fills each image with Pattern(tag, offset).
@@ -87,6 +115,16 @@ func FromEnv() (Guest, error) {
 	}
 	if g.NVMe0 == "" || g.NVMe1 == "" || g.IVSHMEM == "" {
 		errs = append(errs, errors.New("device addresses missing"))
+	}
+	if m := os.Getenv("STRATA_TESTBED_MODELS_NVME"); m != "" {
+		g.Models = Models{NVMe: m, Extent: os.Getenv("STRATA_TESTBED_MODELS_EXTENT"),
+			Pool: os.Getenv("STRATA_TESTBED_MODELS_POOL"), Golden: os.Getenv("STRATA_TESTBED_MODELS_GOLDEN")}
+		l, err1 := strconv.Atoi(os.Getenv("STRATA_TESTBED_MODELS_FAULT_LAYER"))
+		sec, err2 := strconv.ParseInt(os.Getenv("STRATA_TESTBED_MODELS_FAULT_SECTOR"), 10, 64)
+		if err := errors.Join(err1, err2); err != nil {
+			errs = append(errs, fmt.Errorf("models controller: %w", err))
+		}
+		g.Models.FaultLayer, g.Models.FaultSector = l, sec
 	}
 	return g, errors.Join(errs...)
 }

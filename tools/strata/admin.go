@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -103,6 +106,7 @@ func printStatus(st api.Status) {
 		if m.PlanNote != "" {
 			fmt.Printf("  note: %s\n", m.PlanNote)
 		}
+		printRoute(os.Stdout, m.TierCRoute)
 		printPlanDetail(os.Stdout, m)
 		b := []string{}
 		if m.Budgets.VRAMBytes > 0 {
@@ -137,8 +141,8 @@ func human(n int64) string {
 func loadCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "load",
-		Usage:     "load a model into stratad (needs root or the admin group; PATH must lie in one of the daemon's model directories)",
-		ArgsUsage: "PATH",
+		Usage:     "load a model into stratad (needs root or the admin group; PATH must lie in one of the daemon's model directories, or name a pool on a strata volume of a bound controller: nvme://BDF/NSID/NAME)",
+		ArgsUsage: "PATH | nvme://BDF/NSID/NAME",
 		Flags: daemonFlags(jsonFlag,
 			&cli.StringFlag{Name: "name", Usage: "model id (default: file name without extension)"},
 			&cli.StringFlag{Name: "vram-budget", Usage: "device-memory budget, e.g. 20GiB (default: the GPU's free memory less a reserve; on the CPU backend none: device memory is host memory)"},
@@ -178,8 +182,25 @@ func loadCommand() *cli.Command {
 			if st.PlanNote != "" {
 				fmt.Printf("  %s\n", st.PlanNote)
 			}
+			printRoute(os.Stdout, st.TierCRoute)
 			return nil
 		},
+	}
+}
+
+// printRoute prints how a model's tier-C layers are read and why the other
+// routes were refused (nothing when no layer is on tier C).
+func printRoute(w io.Writer, r *api.TierCRoute) {
+	if r == nil {
+		return
+	}
+	fmt.Fprintf(w, "  tier C route: %s", r.Route)
+	if r.Via != "" {
+		fmt.Fprintf(w, " (%s)", r.Via)
+	}
+	fmt.Fprintln(w)
+	for _, k := range slices.Sorted(maps.Keys(r.Refused)) {
+		fmt.Fprintf(w, "    %s refused: %s\n", k, r.Refused[k])
 	}
 }
 

@@ -135,3 +135,25 @@ func TestDevicesCLI(t *testing.T) {
 		}
 	})
 }
+
+// TestPrintRoute: the tier-C route line and each refused route with its
+// reason, sorted; nothing for a model with no layer on tier C.
+func TestPrintRoute(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		r    *api.TierCRoute
+		want string
+	}{
+		{"none", nil, ""},
+		{"nvme", &api.TierCRoute{Route: "nvme-pinned", Via: "userspace NVMe driver", Refused: map[string]string{"nvme-bar": "no GPU", "file": "not a file"}},
+			"  tier C route: nvme-pinned (userspace NVMe driver)\n    file refused: not a file\n    nvme-bar refused: no GPU\n"},
+		{"file", &api.TierCRoute{Route: "file"}, "  tier C route: file\n"},
+	} {
+		var b strings.Builder
+		printRoute(&b, tc.r)
+		if b.String() != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, b.String(), tc.want)
+		}
+	}
+}

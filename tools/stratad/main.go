@@ -97,7 +97,7 @@ func command() *cli.Command {
 			&cli.StringFlag{Name: "socket", Value: "/run/strata/strata.sock", Sources: cli.EnvVars("STRATA_SOCKET"), Usage: "Unix socket to serve on (ignored under socket activation)"},
 			&cli.StringFlag{Name: "socket-mode", Value: "0660", Usage: "permission bits of the socket (octal)"},
 			&cli.StringFlag{Name: "socket-group", Value: "strata", Usage: "group owning the socket (name or gid); kept as the daemon's own group when it does not exist"},
-			&cli.StringSliceFlag{Name: "model", Aliases: []string{"m"}, Usage: "model FILE to load at start (repeatable); name = file name without extension, or NAME=FILE"},
+			&cli.StringSliceFlag{Name: "model", Aliases: []string{"m"}, Usage: "model FILE to load at start (repeatable), or a pool on a strata volume as nvme://BDF/NSID/NAME (the controller is bound if stratad does not hold it yet); name = file name without extension, or NAME=FILE"},
 			&cli.BoolFlag{Name: "default-model", Usage: "also load the default model, the embedded stories260K (a tiny trained story model, written to the cache, as strata run does)"},
 			&cli.BoolFlag{Name: "block-trace", Value: true, Usage: "trace block I/O with eBPF for status and /metrics (needs BTF and CAP_BPF; without them the daemon says so and runs on)"},
 			&cli.StringFlag{Name: "backend", Value: "auto", Sources: cli.EnvVars("STRATAD_BACKEND"), Usage: "where models run unless a load names one: auto (the GPU when CUDA is usable, else the CPU), cpu, or cuda (fail without a GPU)"},
@@ -278,7 +278,15 @@ func run(ctx context.Context, cmd *cli.Command) error {
 		}
 		req := load
 		req.Name = name
-		if _, err := srv.LoadFile(ctx, path, req); err != nil {
+		var err error
+		if daemon.IsVolumeRef(path) {
+			// A pool on a strata volume: the daemon binds the controller
+			// if it does not hold it yet (the operator asked for it).
+			_, err = srv.LoadVolume(ctx, path, req, true)
+		} else {
+			_, err = srv.LoadFile(ctx, path, req)
+		}
+		if err != nil {
 			closeListeners()
 			srv.Close()
 			return fmt.Errorf("loading %s: %w", path, err)

@@ -7,6 +7,10 @@
 //	                                  line must hold for the backing files in D, and
 //	                                  each Go test named by -passed must have printed
 //	                                  "--- PASS: T" (not skipped, not filtered away)
+//	bedcheck volume -gguf M -pool P -img I -name N [-fault-layer L]
+//	                                  prefab M into P, format I as a strata volume of
+//	                                  4 KiB blocks holding P as extent N; print shell
+//	                                  assignments (extent offset, blkdebug sector of L)
 //
 // It exits 1 when a check fails and 2 on bad usage.
 package main
@@ -35,6 +39,8 @@ func main() {
 	switch os.Args[1] {
 	case "fill":
 		err = fill(os.Args[2:])
+	case "volume":
+		err = volumeImage(os.Args[2:])
 	case "check":
 		var failed bool
 		failed, err = check(os.Args[2:], os.Stdout)
@@ -51,7 +57,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: bedcheck fill FILE TAG SIZE | bedcheck check -dir D -log L -tests LIST [-passed T1,T2]")
+	fmt.Fprintln(os.Stderr, "usage: bedcheck fill FILE TAG SIZE | bedcheck check -dir D -log L -tests LIST [-passed T1,T2] | bedcheck volume -gguf M -pool P -img I -name N [-fault-layer L]")
 	os.Exit(2)
 }
 
