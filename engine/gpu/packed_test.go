@@ -22,7 +22,7 @@ func TestPackedLayout(t *testing.T) {
 		t.Run(arch, func(t *testing.T) {
 			cpu := tinyModel(t, arch, "bf16")
 			w := cpu.Weights
-			gemma := cpu.Config.Arch == model.ArchGemma2
+			gemma := kindOf(&cpu.Config)
 			sizes, _, scratch, err := PackedLayerBytes(cpu.Config, w)
 			if err != nil {
 				t.Fatal(err)
