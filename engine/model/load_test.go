@@ -104,7 +104,7 @@ func TestLoadGGUFErrors(t *testing.T) {
 		{"missing eps", gemmaSpec(), func(p *ggufPlan) { p.dropKV("gemma2.attention.layer_norm_rms_epsilon") }, "layer_norm_rms_epsilon"},
 		{"kv heads", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.attention.head_count_kv", uint32(3)) }, "not divisible"},
 		{"vocab size", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.vocab_size", uint32(100)) }, "vocab_size 100 differs"},
-		{"architecture", llamaSpec(), func(p *ggufPlan) { p.setKV("general.architecture", "mamba") }, `unsupported architecture "mamba": strata runs llama, gemma2`},
+		{"architecture", llamaSpec(), func(p *ggufPlan) { p.setKV("general.architecture", "mamba") }, `unsupported architecture "mamba": strata runs llama, gemma2, gemma3, phi3, qwen2, qwen3`},
 		{"partial rotary", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.rope.dimension_count", uint32(8)) }, "partial rotary"},
 		{"rope freqs length", llamaSpec(), func(p *ggufPlan) { p.tensor("rope_freqs.weight").dims = []uint64{4} }, "rope_freqs.weight"},
 		{"string for int", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.context_length", "many") }, "llama.context_length"},
