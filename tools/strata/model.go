@@ -42,7 +42,7 @@ func synthCommand() *cli.Command {
 		ArgsUsage: " ",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "arch", Value: "llama", Usage: "llama | gemma2 | gemma3 | mistral | phi3 | qwen2 | qwen3"},
-			&cli.StringFlag{Name: "shape", Value: "tiny", Usage: "tiny | 8b | 70b"},
+			&cli.StringFlag{Name: "shape", Value: "tiny", Usage: "tiny, and per arch: llama 8b 70b, gemma2 8b 70b, gemma3 4b 12b, mistral 8b 12b, phi3 4b 14b, qwen2 8b, qwen3 8b"},
 			&cli.StringFlag{Name: "type", Value: "q4_k_m", Usage: "f32 | f16 | bf16 | q8_0 | q4_k_m"},
 			&cli.Uint64Flag{Name: "seed", Value: 1},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Required: true, Usage: "GGUF file to write"},
