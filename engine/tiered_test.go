@@ -145,7 +145,8 @@ func TestStreamedSameTokens(t *testing.T) {
 	for _, mc := range []struct {
 		arch, typ string
 		seeds     []uint64
-	}{{"llama", "q8_0", []uint64{1, 2, 3}}, {"gemma2", "f32", []uint64{4, 5}}, {"mixtral", "q8_0", []uint64{6, 7, 8, 9}}} {
+	}{{"llama", "q8_0", []uint64{1, 2, 3}}, {"gemma2", "f32", []uint64{4, 5}},
+		{"qwen2", "q8_0", []uint64{1, 2, 3}}, {"gemma3", "q8_0", []uint64{4}}, {"phi3", "q8_0", []uint64{5, 6, 7}}, {"mixtral", "q8_0", []uint64{6, 7, 8, 9}}} {
 		pool, _ := stackedPool(t, mc.arch, mc.typ, mc.seeds...)
 		wantIDs, wantText := residentTokens(t, pool, n)
 		t.Logf("%s: resident generates %d tokens %q", mc.arch, len(wantIDs), wantText)

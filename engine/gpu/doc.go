@@ -1,8 +1,12 @@
-// Package gpu is strata's GPU backend: it runs the whole llama / gemma2
-// forward pass on one CUDA device with the kernels of package kernels, with
-// exactly engine/model's semantics, so the CPU reference and the GPU are
-// interchangeable behind the engine and every GPU result can be checked
-// against the CPU.
+// Package gpu is strata's GPU backend: it runs the whole forward pass of
+// engine/model's architectures (llama and Mistral, Gemma 2 and 3, Qwen2
+// and 3, Phi-3) on one CUDA device with the kernels of package kernels,
+// with exactly engine/model's semantics, so the CPU reference and the GPU
+// are interchangeable behind the engine and every GPU result can be
+// checked against the CPU. What the architectures add to llama's pass is
+// composed from the same kernels: Qwen2's biases are row-wise adds, q/k
+// norms an RMSNorm over heads, Phi-3's fused matrices uploaded as their
+// row views, LongRoPE's attention factor folded into the attention scale.
 //
 // Load uploads a model's weights (tier A: every layer resident in device
 // memory, each tensor's GGUF bytes copied unchanged) and allocates a pool

@@ -23,18 +23,18 @@ var (
 // reserve are placed (the planner's job in the engine; a fixed rule here).
 func FitLayers(cpu *model.Model, budget int64, maxSeqs, maxCtx, slots int) []int {
 	w, cfg := cpu.Weights, cpu.Config
-	gemma := cfg.Arch == model.ArchGemma2
+	lk := kindOf(&cfg)
 	used := alignUp(int64(len(w.Embed.Data))) + alignUp(int64(len(w.Output.Data))) + alignUp(int64(len(w.OutputNorm.Data)))
 	used += 2 * int64(cfg.Layers) * int64(maxSeqs) * int64(maxCtx) * int64(cfg.KVDim()) * 4
 	used += 1 << 30
 	var biggest int64
 	for i := range w.Layers {
-		biggest = max(biggest, layerSize(&w.Layers[i], gemma))
+		biggest = max(biggest, layerSize(&w.Layers[i], lk))
 	}
 	used += int64(slots) * biggest
 	n := 0
-	for n < cfg.Layers && used+layerSize(&w.Layers[n], gemma) <= budget {
-		used += layerSize(&w.Layers[n], gemma)
+	for n < cfg.Layers && used+layerSize(&w.Layers[n], lk) <= budget {
+		used += layerSize(&w.Layers[n], lk)
 		n++
 	}
 	var s []int

@@ -446,8 +446,17 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 	f := int64(4)
 	dim, qd, kvd, ffn := int64(cfg.Dim), int64(cfg.QDim()), int64(cfg.KVDim()), int64(cfg.FFN)
 	ids, pos, slots := a.meta, a.meta.Add(int64(T)*4), a.meta.Add(2*int64(T)*4)
-	gemma := cfg.Arch == model.ArchGemma2
+	// gemma: post-norms and GeGLU (Gemma 2 and 3); neox: RoPE pairs
+	// (x[i], x[i+HeadDim/2]), every architecture but llama.
+	gemma, neox := cfg.PostNorms(), cfg.NeoX()
 	eps := cfg.NormEps
+	// LongRoPE's attention factor multiplies the cosines and sines of q
+	// and k alike: the scores grow by its square, which the attention
+	// scale carries (the cached keys stay unscaled).
+	scale := cfg.AttnScale
+	if af := cfg.RopeAttnFactor; af != 0 && af != 1 {
+		scale *= af * af
+	}
 
 	if err := k.Embed(c, s, m.embed, ids, T, a.h, cfg.EmbedScale); err != nil {
 		return err
@@ -503,20 +512,27 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 		if err := step("qkv", m.qkv(c, s, &lw, T)); err != nil {
 			return err
 		}
+		if err := step("q, k, v biases and norms", m.qkvExtras(c, s, &lw, T)); err != nil {
+			return err
+		}
 		kv := kernels.KVCache{K: m.kvK[l], V: m.kvV[l], MaxCtx: m.maxCtx, KVDim: cfg.KVDim()}
-		at := kernels.Attention{Heads: cfg.Heads, KVHeads: cfg.KVHeads, HeadDim: cfg.HeadDim, Scale: cfg.AttnScale, Softcap: cfg.AttnSoftcap}
+		at := kernels.Attention{Heads: cfg.Heads, KVHeads: cfg.KVHeads, HeadDim: cfg.HeadDim, Scale: scale, Softcap: cfg.AttnSoftcap}
+		freqs := m.freqs
 		if cfg.Sliding(l) {
 			at.Window = cfg.SlidingWindow
+			if m.freqsLocal != 0 {
+				freqs = m.freqsLocal
+			}
 		}
 		if m.pass.fuseElementwise {
-			if err := step("rope and kv store", k.RoPEStore(c, s, at, kv, a.q, a.k, a.v, T, int(qd), pos, slots, m.freqs, gemma)); err != nil {
+			if err := step("rope and kv store", k.RoPEStore(c, s, at, kv, a.q, a.k, a.v, T, int(qd), pos, slots, freqs, neox)); err != nil {
 				return err
 			}
 		} else {
-			if err := step("rope q", k.RoPE(c, s, a.q, T, cfg.Heads, cfg.HeadDim, int(qd), pos, m.freqs, gemma)); err != nil {
+			if err := step("rope q", k.RoPE(c, s, a.q, T, cfg.Heads, cfg.HeadDim, int(qd), pos, freqs, neox)); err != nil {
 				return err
 			}
-			if err := step("rope k", k.RoPE(c, s, a.k, T, cfg.KVHeads, cfg.HeadDim, int(kvd), pos, m.freqs, gemma)); err != nil {
+			if err := step("rope k", k.RoPE(c, s, a.k, T, cfg.KVHeads, cfg.HeadDim, int(kvd), pos, freqs, neox)); err != nil {
 				return err
 			}
 			if err := step("store kv", k.StoreKV(c, s, kv, a.k, a.v, T, slots, pos)); err != nil {
@@ -753,6 +769,39 @@ func (m *Model) qkv(c *cudadrv.Ctx, s cudadrv.Stream, lw *layerW, T int) error {
 	}{{"q", lw.q, a.q}, {"k", lw.k, a.k}, {"v", lw.v, a.v}} {
 		if err := k.MatMul(c, s, g.w, a.xn, g.y, T); err != nil {
 			return fmt.Errorf("%s: %w", g.name, err)
+		}
+	}
+	return nil
+}
+
+// qkvExtras applies, after the q, k and v products of T rows, what some
+// architectures add before RoPE: Qwen2's biases (one row-wise add per
+// token and matrix: the rows are contiguous in a.q, a.k and a.v) and
+// Qwen3's and Gemma 3's RMSNorm of each query and key head (the rows of
+// T*heads heads of HeadDim values each, normalised in place with the one
+// weight vector all heads share).
+func (m *Model) qkvExtras(c *cudadrv.Ctx, s cudadrv.Stream, lw *layerW, T int) error {
+	cfg := &m.Config
+	k, a := m.k, &m.act
+	if lw.qBias != 0 {
+		for _, b := range []struct {
+			name string
+			x, b cudadrv.DevPtr
+			n    int64
+		}{{"q", a.q, lw.qBias, int64(cfg.QDim())}, {"k", a.k, lw.kBias, int64(cfg.KVDim())}, {"v", a.v, lw.vBias, int64(cfg.KVDim())}} {
+			for t := range T {
+				if err := k.Add(c, s, b.x.Add(int64(t)*b.n*4), b.b, b.n); err != nil {
+					return fmt.Errorf("%s bias: %w", b.name, err)
+				}
+			}
+		}
+	}
+	if lw.qNorm != 0 {
+		if err := k.RMSNorm(c, s, a.q, lw.qNorm, a.q, T*cfg.Heads, cfg.HeadDim, cfg.NormEps); err != nil {
+			return fmt.Errorf("q norm: %w", err)
+		}
+		if err := k.RMSNorm(c, s, a.k, lw.kNorm, a.k, T*cfg.KVHeads, cfg.HeadDim, cfg.NormEps); err != nil {
+			return fmt.Errorf("k norm: %w", err)
 		}
 	}
 	return nil

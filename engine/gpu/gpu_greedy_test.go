@@ -75,13 +75,13 @@ func greedyPair(t *testing.T, g *Model, prompts [2][]int32, steps int) []int32 {
 
 // TestGreedyOnDevice: Step.Greedy's device-selected tokens equal the
 // logits path's greedy choice for 64 steps (two sequences per pass, after
-// a prompt pass that also selects on the device), for llama and gemma2
-// (whose final soft-cap runs before the selection), resident with the
+// a prompt pass that also selects on the device), for every architecture
+// (gemma2's final soft-cap runs before the selection), resident with the
 // decode graph (its copies inside the graph or around it) and without,
 // and with a layer streamed from tier B.
 func TestGreedyOnDevice(t *testing.T) {
 	gpu(t)
-	for _, arch := range []string{"llama", "gemma2"} {
+	for _, arch := range gpuFamilies {
 		for _, typ := range []string{"f32", "q4_k_m"} {
 			cpu := tinyModel(t, arch, typ)
 			for _, v := range []struct {

@@ -106,7 +106,8 @@ func TestTinyFidelity(t *testing.T) {
 // batch-independent.
 func TestBatched(t *testing.T) {
 	gpu(t)
-	for _, tc := range []struct{ arch, typ string }{{"llama", "q4_k_m"}, {"gemma2", "f32"}, {"mistral", "q4_k_m"}} {
+	for _, tc := range []struct{ arch, typ string }{{"llama", "q4_k_m"}, {"gemma2", "f32"}, {"mistral", "q4_k_m"},
+		{"qwen2", "q4_k_m"}, {"qwen3", "f32"}, {"gemma3", "q4_k_m"}, {"phi3", "q4_k_m"}} {
 		t.Run(tc.arch+"/"+tc.typ, func(t *testing.T) {
 			cpu := tinyModel(t, tc.arch, tc.typ)
 			g := loadGPU(t, cpu, Options{MaxSeqs: 4})
@@ -375,6 +376,10 @@ func TestStreamedFidelity(t *testing.T) {
 		{"llama", "f32", []int{1}, 2},
 		{"gemma2", "q4_k_m", []int{0, 2, 3}, 2},
 		{"gemma2", "f32", []int{0, 1, 2, 3}, 3},
+		{"qwen2", "q4_k_m", []int{1}, 1},
+		{"qwen3", "f32", []int{0, 1}, 2},
+		{"gemma3", "q4_k_m", []int{1, 4, 5}, 2},
+		{"phi3", "f32", []int{0}, 1},
 	} {
 		t.Run(fmt.Sprintf("%s/%s/%v/k=%d", tc.arch, tc.typ, tc.layers, tc.slots), func(t *testing.T) {
 			cpu := tinyModel(t, tc.arch, tc.typ)

@@ -64,7 +64,7 @@ func gpu(t testing.TB) (*cudadrv.Device, *kernels.Kernels) {
 // the CPU: every architecture the CUDA backend runs (mistral is a llama
 // file with a head size that is not dim/heads and a sliding window at
 // every layer).
-var gpuFamilies = []string{"llama", "gemma2", "mistral"}
+var gpuFamilies = []string{"llama", "gemma2", "gemma3", "mistral", "phi3", "qwen2", "qwen3"}
 
 // tinyModel writes a tiny synthetic model and opens it on the CPU.
 func tinyModel(t testing.TB, arch, typ string) *model.Model {

@@ -118,7 +118,7 @@ func (m *Model) setupHybrid(ctx context.Context, c *cudadrv.Ctx, w *model.Weight
 		return fmt.Errorf("hybrid: no tier-B layers for the CPU to share")
 	}
 	cfg := &m.Config
-	gemma := cfg.Arch == model.ArchGemma2
+	lk := kindOf(cfg)
 	dev, err := model.NewFFNDevice(*cfg, gemv.Detect())
 	if err != nil {
 		return fmt.Errorf("hybrid: %w", err)
@@ -131,7 +131,7 @@ func (m *Model) setupHybrid(ctx context.Context, c *cudadrv.Ctx, w *model.Weight
 		L := &w.Layers[i]
 		var hl model.Layer
 		off := base[i]
-		for _, t := range layerTensors(L, gemma) {
+		for _, t := range layerTensors(L, lk) {
 			view := *t
 			view.Data = m.tb.hostBytes[off : off+int64(len(t.Data))]
 			switch t {

@@ -71,6 +71,9 @@ const defaultMaxContext = 4096
 type layerW struct {
 	attnNorm, postAttnNorm, ffnNorm, postFFNNorm cudadrv.DevPtr
 	q, k, v, o, gate, up, down                   kernels.Matrix
+	// qBias, kBias, vBias (Qwen2) and qNorm, kNorm (Qwen3, Gemma 3) are 0
+	// where the model has none.
+	qBias, kBias, vBias, qNorm, kNorm cudadrv.DevPtr
 }
 
 // Model is a model loaded onto one GPU, ready to run forward passes.
@@ -96,6 +99,9 @@ type Model struct {
 	outNorm cudadrv.DevPtr
 	layers  []layerW
 	freqs   cudadrv.DevPtr // float64 RoPE frequencies
+	// freqsLocal are the sliding layers' frequencies when their base
+	// differs (Config.RopeThetaLocal, Gemma 3); 0 otherwise.
+	freqsLocal cudadrv.DevPtr
 
 	kvK, kvV []cudadrv.DevPtr // per layer: [slots][maxCtx][KVDim] float32
 	scratch  cudadrv.DevPtr   // split-K attention partials
@@ -157,7 +163,7 @@ func (m *Model) Stats() Stats {
 // archs are the architectures the CUDA passes implement; a model of
 // another is refused at load (the engine's auto backend then runs it on
 // the CPU) rather than run with another architecture's arithmetic.
-var archs = []string{model.ArchLlama, model.ArchGemma2}
+var archs = []string{model.ArchLlama, model.ArchGemma2, model.ArchGemma3, model.ArchPhi3, model.ArchQwen2, model.ArchQwen3}
 
 // Load uploads cfg's weights w to dev and prepares the KV-cache slots. The
 // weights are validated against the configuration as engine/model.New
@@ -182,6 +188,14 @@ func LoadContext(ctx context.Context, dev *cudadrv.Device, cfg model.Config, w *
 	}
 	if !slices.Contains(archs, cfg.Arch) {
 		return nil, fmt.Errorf("cuda load: architecture %q runs on the CPU backend only (the GPU runs %s)", cfg.Arch, strings.Join(archs, ", "))
+	}
+	if cfg.Fused() {
+		// The passes read Q, K, V, Gate and Up: views of the fused
+		// matrices, each uploaded as a tensor of its own.
+		if opts.TierC != nil || opts.Hybrid != nil {
+			return nil, fmt.Errorf("cuda load: %s's fused matrices are not split in tier-C extents or for the CPU's FFN share: load it resident or from tier B", cfg.Arch)
+		}
+		w = splitWeights(&cfg, w)
 	}
 	if opts.MaxSeqs <= 0 {
 		opts.MaxSeqs = kernels.MaxGEMVBatch
@@ -211,6 +225,18 @@ func LoadContext(ctx context.Context, dev *cudadrv.Device, cfg model.Config, w *
 		return nil, fmt.Errorf("cuda load on %s: %w", dev.Name(), err)
 	}
 	return m, nil
+}
+
+// splitWeights returns w with every layer's fused matrices replaced by
+// their views (model.Config.SplitFused); w itself is not changed.
+func splitWeights(cfg *model.Config, w *model.Weights) *model.Weights {
+	out := *w
+	out.Layers = make([]model.Layer, len(w.Layers))
+	for i := range w.Layers {
+		out.Layers[i] = cfg.SplitFused(&w.Layers[i])
+		out.Layers[i].QKV, out.Layers[i].GateUp = model.Tensor{}, model.Tensor{}
+	}
+	return &out
 }
 
 // plannedTensor is one tensor's place in the weight arena.
@@ -269,7 +295,7 @@ func (m *Model) load(ctx context.Context, c *cudadrv.Ctx, w *model.Weights) erro
 		outOff = place(&w.Output)
 	}
 	normOff := place(&w.OutputNorm)
-	gemma := cfg.Arch == model.ArchGemma2
+	lk := kindOf(cfg)
 	streamed, err := m.streamedSet(len(w.Layers))
 	if err != nil {
 		return err
@@ -288,7 +314,7 @@ func (m *Model) load(ctx context.Context, c *cudadrv.Ctx, w *model.Weights) erro
 			slotBytes = max(slotBytes, tc[i].ext.Length)
 			continue
 		}
-		size := layerSize(&w.Layers[i], gemma)
+		size := layerSize(&w.Layers[i], lk)
 		if pl := m.pk.layer(i); pl != nil {
 			size = pl.size
 		}
@@ -299,7 +325,7 @@ func (m *Model) load(ctx context.Context, c *cudadrv.Ctx, w *model.Weights) erro
 			continue
 		}
 		layerBase[i] = total
-		for _, t := range layerTensors(&w.Layers[i], gemma) {
+		for _, t := range layerTensors(&w.Layers[i], lk) {
 			place(t)
 		}
 	}
@@ -358,9 +384,9 @@ func (m *Model) load(ctx context.Context, c *cudadrv.Ctx, w *model.Weights) erro
 		if streamed[i] {
 			base = 0 // offsets relative to the slot the layer lands in
 		}
-		m.layers[i] = layerAt(&w.Layers[i], gemma, base)
+		m.layers[i] = layerAt(&w.Layers[i], lk, base)
 		if pl := m.pk.layer(i); pl != nil {
-			m.layers[i] = pl.layerAt(&w.Layers[i], gemma)
+			m.layers[i] = pl.layerAt(&w.Layers[i], lk)
 		}
 	}
 	if err := m.relayResidentQ6K(c, streamed, tc, tied); err != nil {
@@ -387,6 +413,18 @@ func (m *Model) load(ctx context.Context, c *cudadrv.Ctx, w *model.Weights) erro
 	}
 	if err := cudadrv.Upload(c, m.freqs, freqs, m.stream); err != nil {
 		return err
+	}
+	if cfg.RopeThetaLocal > 0 {
+		local, err := kernels.RopeFreqs(cfg.RopeThetaLocal, cfg.HeadDim, nil)
+		if err != nil {
+			return err
+		}
+		if m.freqsLocal, err = c.Alloc(int64(len(local)) * 8); err != nil {
+			return err
+		}
+		if err := cudadrv.Upload(c, m.freqsLocal, local, m.stream); err != nil {
+			return err
+		}
 	}
 	m.kvK = make([]cudadrv.DevPtr, cfg.Layers)
 	m.kvV = make([]cudadrv.DevPtr, cfg.Layers)
@@ -481,10 +519,10 @@ func (m *Model) release(c *cudadrv.Ctx) error {
 	keep(m.pk.release(c))
 	m.pk = nil
 	m.tb = nil
-	for _, p := range append(append([]cudadrv.DevPtr{m.arena, m.freqs, m.scratch}, m.kvK...), m.kvV...) {
+	for _, p := range append(append([]cudadrv.DevPtr{m.arena, m.freqs, m.freqsLocal, m.scratch}, m.kvK...), m.kvV...) {
 		keep(c.Free(p))
 	}
-	m.arena, m.freqs, m.scratch, m.kvK, m.kvV = 0, 0, 0, nil, nil
+	m.arena, m.freqs, m.freqsLocal, m.scratch, m.kvK, m.kvV = 0, 0, 0, 0, nil, nil
 	if m.stream != 0 {
 		if m.k != nil {
 			keep(m.k.ReleaseFastGEMV(c, m.stream))

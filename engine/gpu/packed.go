@@ -75,12 +75,12 @@ func packable(t *model.Tensor) (int64, bool, error) {
 
 // planLayer lays out layer L with its packable matrices packed; nil when
 // none packs.
-func planLayer(L *model.Layer, gemma bool) (*packedLayer, int64, error) {
+func planLayer(L *model.Layer, lk layerKind) (*packedLayer, int64, error) {
 	pl := &packedLayer{}
 	mats := layerMats(L)
 	packedAny := false
 	var off int64
-	for _, t := range layerTensors(L, gemma) {
+	for _, t := range layerTensors(L, lk) {
 		size := int64(len(t.Data))
 		for j, m := range mats {
 			if m != t {
@@ -121,14 +121,14 @@ func (m *Model) planPacking(w *model.Weights, streamed []bool, tc []*tierCLayer)
 	if !m.opts.PackBF16 {
 		return nil, nil
 	}
-	gemma := m.Config.Arch == model.ArchGemma2
+	lk := kindOf(&m.Config)
 	pk := &packing{layers: make([]*packedLayer, len(w.Layers))}
 	packedAny := false
 	for i, s := range streamed {
 		if !s || (tc != nil && tc[i] != nil) {
 			continue
 		}
-		pl, scratch, err := planLayer(&w.Layers[i], gemma)
+		pl, scratch, err := planLayer(&w.Layers[i], lk)
 		if err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
@@ -161,10 +161,10 @@ func (pk *packing) scratchBytes() int64 {
 
 // layerAt describes a packed streamed layer at slot offsets (base 0, as
 // layerAt for a streamed layer): packed matrices point at their blobs.
-func (pl *packedLayer) layerAt(L *model.Layer, gemma bool) layerW {
+func (pl *packedLayer) layerAt(L *model.Layer, lk layerKind) layerW {
 	mats := layerMats(L)
 	var off int64
-	return layerWith(L, gemma, func(t *model.Tensor) cudadrv.DevPtr {
+	return layerWith(L, lk, func(t *model.Tensor) cudadrv.DevPtr {
 		p := cudadrv.DevPtr(off)
 		size := int64(len(t.Data))
 		for j, m := range mats {
@@ -179,7 +179,7 @@ func (pl *packedLayer) layerAt(L *model.Layer, gemma bool) layerW {
 
 // write packs layer L into dst (its host bytes, at least pl.size long):
 // packed matrices encoded, every other tensor copied, padding zeroed.
-func (pl *packedLayer) write(dst []byte, L *model.Layer, gemma bool) error {
+func (pl *packedLayer) write(dst []byte, L *model.Layer, lk layerKind) error {
 	if int64(len(dst)) < pl.size {
 		return fmt.Errorf("packing: %d bytes for a layer of %d", len(dst), pl.size)
 	}
@@ -187,7 +187,7 @@ func (pl *packedLayer) write(dst []byte, L *model.Layer, gemma bool) error {
 	clear(dst)
 	mats := layerMats(L)
 	var off int64
-	for _, t := range layerTensors(L, gemma) {
+	for _, t := range layerTensors(L, lk) {
 		size := int64(len(t.Data))
 		packed := false
 		for j, m := range mats {
@@ -267,15 +267,15 @@ func (m *Model) unpack(c *cudadrv.Ctx, s cudadrv.Stream, l int, lw *layerW, phas
 // layer keeps its plain size. It reads every bf16 matrix once (about a
 // second per 10 GiB on 16 cores).
 func PackedLayerBytes(cfg model.Config, w *model.Weights) (packed, plain []int64, scratch int64, err error) {
-	gemma := cfg.Arch == model.ArchGemma2
+	lk := kindOf(&cfg)
 	packed = make([]int64, len(w.Layers))
 	plain = make([]int64, len(w.Layers))
 	for i := range w.Layers {
-		pl, s, err := planLayer(&w.Layers[i], gemma)
+		pl, s, err := planLayer(&w.Layers[i], lk)
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("layer %d: %w", i, err)
 		}
-		plain[i] = layerSize(&w.Layers[i], gemma)
+		plain[i] = layerSize(&w.Layers[i], lk)
 		packed[i] = plain[i]
 		if pl != nil {
 			packed[i] = pl.size

@@ -9,20 +9,22 @@ import (
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/sample"
+	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
 // TestPackedLayout checks, without a GPU, what PackBF16 puts in pinned host
 // memory for the tiny bf16 models: every matrix packed smaller, decoding
 // (engine/quant's validating decoder) to the original bytes at the offset
 // the layer's device description points at, the norms copied raw, and
-// PackedLayerBytes agreeing with the load-time plan.
+// PackedLayerBytes agreeing with the load-time plan; Qwen2's biases and
+// Qwen3's and Gemma 3's q/k norms are copied raw as the norms are.
 func TestPackedLayout(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2"} {
+	for _, arch := range []string{"llama", "gemma2", "gemma3", "qwen2", "qwen3"} {
 		t.Run(arch, func(t *testing.T) {
 			cpu := tinyModel(t, arch, "bf16")
 			w := cpu.Weights
-			gemma := cpu.Config.Arch == model.ArchGemma2
+			gemma := kindOf(&cpu.Config)
 			sizes, _, scratch, err := PackedLayerBytes(cpu.Config, w)
 			if err != nil {
 				t.Fatal(err)
@@ -79,6 +81,19 @@ func TestPackedLayout(t *testing.T) {
 			}
 			if n := len(L.FFNNorm.Data); string(host[lw.ffnNorm:int(lw.ffnNorm)+n]) != string(L.FFNNorm.Data) {
 				t.Error("ffn norm not copied raw")
+			}
+			for _, v := range []struct {
+				name string
+				t    *model.Tensor
+				at   cudadrv.DevPtr
+			}{{"q bias", &L.QBias, lw.qBias}, {"k bias", &L.KBias, lw.kBias}, {"v bias", &L.VBias, lw.vBias},
+				{"q norm", &L.QNorm, lw.qNorm}, {"k norm", &L.KNorm, lw.kNorm}} {
+				if (v.t.Data != nil) != (v.at != 0) {
+					t.Fatalf("%s: %d bytes in the layer, described at %d", v.name, len(v.t.Data), v.at)
+				}
+				if n := len(v.t.Data); n > 0 && string(host[v.at:int(v.at)+n]) != string(v.t.Data) {
+					t.Errorf("%s not copied raw", v.name)
+				}
 			}
 		})
 	}

@@ -20,24 +20,41 @@ import (
 // bytes at a time).
 func alignUp(n int64) int64 { return hostmem.AlignUp(n, 256) }
 
-// layerTensors lists a layer's tensors in packing order (llama has no
-// post-norms).
-func layerTensors(L *model.Layer, gemma bool) []*model.Tensor {
-	ts := []*model.Tensor{&L.AttnNorm, &L.Q, &L.K, &L.V, &L.O}
-	if gemma {
+// layerKind says which of the optional tensors a model's layers hold:
+// Gemma's post-norms, Qwen2's q/k/v biases, Qwen3's and Gemma 3's q/k
+// norms (model.Config's PostNorms, QKVBias and QKNorm).
+type layerKind struct{ post, bias, qkNorm bool }
+
+func kindOf(c *model.Config) layerKind {
+	return layerKind{post: c.PostNorms(), bias: c.QKVBias(), qkNorm: c.QKNorm()}
+}
+
+// layerTensors lists a layer's tensors in packing order: attention norm,
+// q, k, v, their biases and norms where the model has them, o, the
+// post-attention norm, the FFN's tensors and its post-norm.
+func layerTensors(L *model.Layer, lk layerKind) []*model.Tensor {
+	ts := []*model.Tensor{&L.AttnNorm, &L.Q, &L.K, &L.V}
+	if lk.bias {
+		ts = append(ts, &L.QBias, &L.KBias, &L.VBias)
+	}
+	if lk.qkNorm {
+		ts = append(ts, &L.QNorm, &L.KNorm)
+	}
+	ts = append(ts, &L.O)
+	if lk.post {
 		ts = append(ts, &L.PostAttnNorm)
 	}
 	ts = append(ts, &L.FFNNorm, &L.Gate, &L.Up, &L.Down)
-	if gemma {
+	if lk.post {
 		ts = append(ts, &L.PostFFNNorm)
 	}
 	return ts
 }
 
 // layerSize is the packed size of a layer.
-func layerSize(L *model.Layer, gemma bool) int64 {
+func layerSize(L *model.Layer, lk layerKind) int64 {
 	var n int64
-	for _, t := range layerTensors(L, gemma) {
+	for _, t := range layerTensors(L, lk) {
 		n += alignUp(int64(len(t.Data)))
 	}
 	return n
@@ -49,21 +66,27 @@ func matrix(t *model.Tensor, p cudadrv.DevPtr) kernels.Matrix {
 
 // layerWith describes layer L with each tensor at the address at gives
 // it; at is called in layerTensors order.
-func layerWith(L *model.Layer, gemma bool, at func(*model.Tensor) cudadrv.DevPtr) layerW {
+func layerWith(L *model.Layer, lk layerKind, at func(*model.Tensor) cudadrv.DevPtr) layerW {
 	var lw layerW
 	lw.attnNorm = at(&L.AttnNorm)
 	lw.q = matrix(&L.Q, at(&L.Q))
 	lw.k = matrix(&L.K, at(&L.K))
 	lw.v = matrix(&L.V, at(&L.V))
+	if lk.bias {
+		lw.qBias, lw.kBias, lw.vBias = at(&L.QBias), at(&L.KBias), at(&L.VBias)
+	}
+	if lk.qkNorm {
+		lw.qNorm, lw.kNorm = at(&L.QNorm), at(&L.KNorm)
+	}
 	lw.o = matrix(&L.O, at(&L.O))
-	if gemma {
+	if lk.post {
 		lw.postAttnNorm = at(&L.PostAttnNorm)
 	}
 	lw.ffnNorm = at(&L.FFNNorm)
 	lw.gate = matrix(&L.Gate, at(&L.Gate))
 	lw.up = matrix(&L.Up, at(&L.Up))
 	lw.down = matrix(&L.Down, at(&L.Down))
-	if gemma {
+	if lk.post {
 		lw.postFFNNorm = at(&L.PostFFNNorm)
 	}
 	return lw
@@ -71,9 +94,9 @@ func layerWith(L *model.Layer, gemma bool, at func(*model.Tensor) cudadrv.DevPtr
 
 // layerAt describes a layer packed at base (0 for a streamed layer, whose
 // pointers are then offsets to rebase onto its slot).
-func layerAt(L *model.Layer, gemma bool, base cudadrv.DevPtr) layerW {
+func layerAt(L *model.Layer, lk layerKind, base cudadrv.DevPtr) layerW {
 	off := int64(0)
-	return layerWith(L, gemma, func(t *model.Tensor) cudadrv.DevPtr {
+	return layerWith(L, lk, func(t *model.Tensor) cudadrv.DevPtr {
 		p := base.Add(off)
 		off += alignUp(int64(len(t.Data)))
 		return p
@@ -85,6 +108,13 @@ func (lw layerW) rebased(base cudadrv.DevPtr) layerW {
 	for _, p := range []*cudadrv.DevPtr{&lw.attnNorm, &lw.postAttnNorm, &lw.ffnNorm, &lw.postFFNNorm,
 		&lw.q.Ptr, &lw.k.Ptr, &lw.v.Ptr, &lw.o.Ptr, &lw.gate.Ptr, &lw.up.Ptr, &lw.down.Ptr} {
 		*p = base.Add(int64(*p))
+	}
+	// The optional tensors stay 0 where the model has none; where it has
+	// them their offsets are past the attention norm's, never 0.
+	for _, p := range []*cudadrv.DevPtr{&lw.qBias, &lw.kBias, &lw.vBias, &lw.qNorm, &lw.kNorm} {
+		if *p != 0 {
+			*p = base.Add(int64(*p))
+		}
 	}
 	return lw
 }
@@ -131,7 +161,7 @@ func (m *Model) streamedSet(layers int) ([]bool, error) {
 // buffers, copy stream and events). slotBytes is what load budgeted for a
 // slot; the pipeline sizes its slots from the same extents.
 func (m *Model) loadTierB(ctx context.Context, c *cudadrv.Ctx, w *model.Weights, streamed []bool, tc []*tierCLayer, base []int64, hostTotal, slotBytes int64, nslots int) error {
-	gemma := m.Config.Arch == model.ArchGemma2
+	lk := kindOf(&m.Config)
 	n := len(streamed)
 	tb := &tierB{off: base, size: make([]int64, n), tierC: make([]bool, n)}
 	m.tb = tb
@@ -161,21 +191,21 @@ func (m *Model) loadTierB(ctx context.Context, c *cudadrv.Ctx, w *model.Weights,
 		case s:
 			tiers[i] = tier.TierB
 			if pl := m.pk.layer(i); pl != nil { // packed bf16 (packed.go)
-				if err := pl.write(tb.hostBytes[base[i]:], &w.Layers[i], gemma); err != nil {
+				if err := pl.write(tb.hostBytes[base[i]:], &w.Layers[i], lk); err != nil {
 					return fmt.Errorf("tier B layer %d: %w", i, err)
 				}
 				tb.size[i] = pl.size
 				break
 			}
 			off := base[i]
-			for _, t := range layerTensors(&w.Layers[i], gemma) {
+			for _, t := range layerTensors(&w.Layers[i], lk) {
 				copy(tb.hostBytes[off:], t.Data)
 				off += alignUp(int64(len(t.Data)))
 			}
 			tb.size[i] = off - base[i]
 		default:
 			tiers[i] = tier.TierA
-			tb.size[i] = layerSize(&w.Layers[i], gemma)
+			tb.size[i] = layerSize(&w.Layers[i], lk)
 		}
 	}
 	var src tier.Source

@@ -135,12 +135,12 @@ func (m *Model) tierCSet(w *model.Weights, streamed []bool) ([]*tierCLayer, erro
 	}
 	probe := make([]byte, maxLen)
 	fillOffsets(probe)
-	gemma := m.Config.Arch == model.ArchGemma2
+	lk := kindOf(&m.Config)
 	for l, c := range out {
 		if c == nil {
 			continue
 		}
-		lw, err := probeLayout(tc.Store, l, probe[:c.ext.Length], &w.Layers[l], gemma)
+		lw, err := probeLayout(tc.Store, l, probe[:c.ext.Length], &w.Layers[l], lk)
 		if err != nil {
 			return nil, fmt.Errorf("tier-C layer %d: %w", l, err)
 		}
@@ -163,12 +163,12 @@ func fillOffsets(b []byte) {
 // reads each tensor's first word. The decoded tensors must match want's
 // type, shape and size (the weights Load was given), start 16-byte
 // aligned (the kernels' loads) and lie inside the extent.
-func probeLayout(store stream.LayerStore, l int, probe []byte, want *model.Layer, gemma bool) (layerW, error) {
+func probeLayout(store stream.LayerStore, l int, probe []byte, want *model.Layer, lk layerKind) (layerW, error) {
 	dl, err := store.Decode(l, probe)
 	if err != nil {
 		return layerW{}, fmt.Errorf("decoding its layout: %w", err)
 	}
-	got, exp := layerTensors(dl, gemma), layerTensors(want, gemma)
+	got, exp := layerTensors(dl, lk), layerTensors(want, lk)
 	offs := make(map[*model.Tensor]cudadrv.DevPtr, len(got))
 	for i, t := range got {
 		w := exp[i]
@@ -185,5 +185,5 @@ func probeLayout(store stream.LayerStore, l int, probe []byte, want *model.Layer
 		}
 		offs[w] = cudadrv.DevPtr(off)
 	}
-	return layerWith(want, gemma, func(t *model.Tensor) cudadrv.DevPtr { return offs[t] }), nil
+	return layerWith(want, lk, func(t *model.Tensor) cudadrv.DevPtr { return offs[t] }), nil
 }

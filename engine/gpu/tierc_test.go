@@ -65,14 +65,15 @@ func writePool(t testing.TB, src, dst string) {
 }
 
 // TestProbeLayout: the offsets the probe finds are where the pool's
-// extent holds each tensor's bytes, for both architectures; a store whose
-// tensors do not match the model's is refused.
+// extent holds each tensor's bytes, for every architecture whose layers
+// tier C takes (biases and q/k norms included); a store whose tensors do
+// not match the model's is refused.
 func TestProbeLayout(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2"} {
+	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "qwen2", "qwen3"} {
 		t.Run(arch, func(t *testing.T) {
 			cpu, pool, _ := tinyPool(t, arch, "q4_k_m")
-			gemma := arch == "gemma2"
+			gemma := kindOf(&cpu.Config) // which optional tensors
 			for l := range cpu.Config.Layers {
 				e := pool.Extent(l)
 				probe := make([]byte, e.Length)
@@ -87,13 +88,23 @@ func TestProbeLayout(t *testing.T) {
 					t.Fatal(err)
 				}
 				// The layerW fields in layerTensors order.
-				ptrs := []cudadrv.DevPtr{lw.attnNorm, lw.q.Ptr, lw.k.Ptr, lw.v.Ptr, lw.o.Ptr}
-				if gemma {
+				ptrs := []cudadrv.DevPtr{lw.attnNorm, lw.q.Ptr, lw.k.Ptr, lw.v.Ptr}
+				if gemma.bias {
+					ptrs = append(ptrs, lw.qBias, lw.kBias, lw.vBias)
+				}
+				if gemma.qkNorm {
+					ptrs = append(ptrs, lw.qNorm, lw.kNorm)
+				}
+				ptrs = append(ptrs, lw.o.Ptr)
+				if gemma.post {
 					ptrs = append(ptrs, lw.postAttnNorm)
 				}
 				ptrs = append(ptrs, lw.ffnNorm, lw.gate.Ptr, lw.up.Ptr, lw.down.Ptr)
-				if gemma {
+				if gemma.post {
 					ptrs = append(ptrs, lw.postFFNNorm)
+				}
+				if len(ptrs) != len(layerTensors(want, gemma)) {
+					t.Fatalf("layer %d: %d tensors placed, layerTensors lists %d", l, len(ptrs), len(layerTensors(want, gemma)))
 				}
 				for i, tn := range layerTensors(want, gemma) {
 					off := int64(ptrs[i])

@@ -104,7 +104,7 @@ func TestLoadGGUFErrors(t *testing.T) {
 		{"missing eps", gemmaSpec(), func(p *ggufPlan) { p.dropKV("gemma2.attention.layer_norm_rms_epsilon") }, "layer_norm_rms_epsilon"},
 		{"kv heads", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.attention.head_count_kv", uint32(3)) }, "not divisible"},
 		{"vocab size", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.vocab_size", uint32(100)) }, "vocab_size 100 differs"},
-		{"architecture", llamaSpec(), func(p *ggufPlan) { p.setKV("general.architecture", "mamba") }, `unsupported architecture "mamba": strata runs llama, gemma2`},
+		{"architecture", llamaSpec(), func(p *ggufPlan) { p.setKV("general.architecture", "mamba") }, `unsupported architecture "mamba": strata runs llama, gemma2, gemma3, phi3, qwen2, qwen3`},
 		{"partial rotary", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.rope.dimension_count", uint32(8)) }, "partial rotary"},
 		{"rope freqs length", llamaSpec(), func(p *ggufPlan) { p.tensor("rope_freqs.weight").dims = []uint64{4} }, "rope_freqs.weight"},
 		{"string for int", llamaSpec(), func(p *ggufPlan) { p.setKV("llama.context_length", "many") }, "llama.context_length"},
@@ -198,6 +198,56 @@ func TestConfigDefaults(t *testing.T) {
 			t.Fatalf("AttnScale %v, want %v", c.AttnScale, want)
 		}
 	})
+	g3 := gemma3Spec()
+	t.Run("gemma3 as llama.cpp reads it", func(t *testing.T) {
+		t.Parallel()
+		c := headerOnly(g3, func(p *ggufPlan) { p.dropKV("gemma3.attention.query_pre_attn_scalar") })
+		if want := float32(1 / math.Sqrt(float64(g3.headDim))); c.AttnScale != want {
+			t.Fatalf("AttnScale %v, want head_dim^-0.5 = %v", c.AttnScale, want)
+		}
+		if c.RopeThetaLocal != 10000 || c.SlidingWindow != g3.window || c.EmbedScale != 8 || c.AttnSoftcap != 0 || c.FinalSoftcap != 0 {
+			t.Fatalf("config %+v", c)
+		}
+		if len(c.RopeFreqs) != g3.headDim/2 || c.RopeFreqs[0] != 8 {
+			t.Fatalf("linear factor of the global layers: RopeFreqs %v", c.RopeFreqs)
+		}
+	})
+	t.Run("gemma3 27b scaling rule", func(t *testing.T) {
+		t.Parallel()
+		c := headerOnly(g3, func(p *ggufPlan) {
+			p.dropKV("gemma3.attention.query_pre_attn_scalar")
+			p.setKV("gemma3.block_count", uint32(62))
+		})
+		if want := float32(1 / math.Sqrt(16)); c.AttnScale != want {
+			t.Fatalf("AttnScale %v, want (n_embd/n_head)^-0.5 = %v", c.AttnScale, want)
+		}
+	})
+	t.Run("phi3 window and attention factor", func(t *testing.T) {
+		t.Parallel()
+		s := phi3Spec()
+		c := headerOnly(s, func(p *ggufPlan) {})
+		if c.SlidingWindow != s.window || c.RopeAttnFactor != float32(s.attnFactor) || !c.Fused() {
+			t.Fatalf("config %+v", c)
+		}
+		c = headerOnly(s, func(p *ggufPlan) {
+			p.dropKV("phi3.attention.sliding_window")
+			p.dropKV("phi3.rope.scaling.attn_factor")
+		})
+		if c.SlidingWindow != 0 || c.RopeAttnFactor != 0 {
+			t.Fatalf("without the keys: window %d, attention factor %v", c.SlidingWindow, c.RopeAttnFactor)
+		}
+	})
+	t.Run("mistral window only when the file says so", func(t *testing.T) {
+		t.Parallel()
+		c := headerOnly(mistralSpec(), func(p *ggufPlan) {})
+		if c.SlidingWindow != 5 || c.HeadDim != 24 {
+			t.Fatalf("window %d head dim %d", c.SlidingWindow, c.HeadDim)
+		}
+		c = headerOnly(mistralSpec(), func(p *ggufPlan) { p.dropKV("llama.attention.sliding_window") })
+		if c.SlidingWindow != 0 {
+			t.Fatalf("window %d without the key", c.SlidingWindow)
+		}
+	})
 	t.Run("llama head dim from heads", func(t *testing.T) {
 		t.Parallel()
 		c := headerOnly(llamaSpec(), func(p *ggufPlan) {
@@ -263,5 +313,49 @@ func TestRopeScalingRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one containing %q", tc.kvs, err, tc.want)
 		}
+	}
+}
+
+// TestPhi3RopeFactors: LongRoPE's long factors apply when the trained
+// context exceeds the original one, the short ones otherwise; a file with
+// only one of the two tensors is refused, one with neither rotates
+// unscaled, and a zero original context is refused.
+func TestPhi3RopeFactors(t *testing.T) {
+	t.Parallel()
+	s := phi3Spec()
+	load := func(mod func(p *ggufPlan)) (*Model, error) {
+		p := planFor(s, randomWeights(s, 1))
+		mod(p)
+		return LoadGGUF(mapFile(t, p.write(t, t.TempDir())))
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(p *ggufPlan)
+		want []float32
+		err  string
+	}{
+		{"long", func(p *ggufPlan) {}, s.longFactors, ""},
+		{"short", func(p *ggufPlan) { p.setKV("phi3.rope.scaling.original_context_length", uint32(s.context)) }, s.shortFactors, ""},
+		{"no original context: short", func(p *ggufPlan) { p.dropKV("phi3.rope.scaling.original_context_length") }, s.shortFactors, ""},
+		{"none", func(p *ggufPlan) { p.dropTensor("rope_factors_long.weight"); p.dropTensor("rope_factors_short.weight") }, nil, ""},
+		{"long missing", func(p *ggufPlan) { p.dropTensor("rope_factors_long.weight") }, nil, "missing tensor rope_factors_long.weight"},
+		{"zero original context", func(p *ggufPlan) { p.setKV("phi3.rope.scaling.original_context_length", uint32(0)) }, nil, "original_context_length is 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m, err := load(tc.mod)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(m.Config.RopeFreqs, tc.want) {
+				t.Fatalf("RopeFreqs %v, want %v", m.Config.RopeFreqs, tc.want)
+			}
+		})
 	}
 }

@@ -37,7 +37,8 @@ type Store struct {
 
 // fields lists a Layer's tensors in the order kernels consume them.
 func fields(l *model.Layer) []*model.Tensor {
-	return []*model.Tensor{&l.AttnNorm, &l.Q, &l.K, &l.V, &l.O, &l.PostAttnNorm, &l.FFNNorm, &l.Gate, &l.Up, &l.Down, &l.PostFFNNorm}
+	return []*model.Tensor{&l.AttnNorm, &l.Q, &l.K, &l.V, &l.O, &l.PostAttnNorm, &l.FFNNorm, &l.Gate, &l.Up, &l.Down, &l.PostFFNNorm,
+		&l.QBias, &l.KBias, &l.VBias, &l.QNorm, &l.KNorm, &l.QKV, &l.GateUp}
 }
 
 // Write serializes w's layers to path and opens the result. The file

@@ -1,7 +1,9 @@
 // Package synth writes random-weight models whose layout matches real
 // checkpoints exactly: the same GGUF metadata keys, tensor names, types and
-// dimensions that llama.cpp's converter and quantizer produce for Llama 3.1
-// and Gemma 2, with a tokenizer vocabulary of the right size and kind.
+// dimensions that llama.cpp's converter and quantizer produce for Llama 3.1,
+// Mistral, Gemma 2 and 3, Qwen2.5 and 3, Phi-3 and the mixture-of-experts
+// Mixtral and Qwen3-MoE, with a tokenizer
+// vocabulary of the right size and kind.
 //
 // strata needs such files because real weights are tens of gigabytes behind
 // licence gates: the streaming engine, the loaders and the benchmarks must be

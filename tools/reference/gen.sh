@@ -3,7 +3,10 @@
 # transformers, no network) from the repository root, with a strata binary
 # cross-built here: CGO_ENABLED=0 go build -o bin/strata ./tools/strata
 #   STRATA=bin/strata DEST=engine/testdata tools/reference/gen.sh
-# ARCHS (default: every architecture) picks which goldens to make.
+# ARCHS (default: every architecture) picks which goldens to make. A PROMPT
+# of your own must tokenize to more than 32 tokens for phi3: transformers
+# switches LongRoPE's factors at its original context (32 in the tiny
+# shape), strata uses the long ones from the first position.
 # For each tiny architecture it synthesizes the f32 model and its HF twin
 # (seed 1), tokenizes the fixed prompt with strata's tokenizer and asks
 # transformers for 32 greedy steps of logits.

@@ -34,7 +34,7 @@ func benchEngineCommand() *cli.Command {
 			"\"CUDA unavailable: …\" and exits 6",
 		ArgsUsage: " ",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "only", Value: "all", Usage: "scenarios to run, comma-separated: resident, streamed, 70b, bf16 (or all)"},
+			&cli.StringFlag{Name: "only", Value: "all", Usage: "scenarios to run, comma-separated: resident, streamed, 70b, bf16 (or all, which is those four), families (resident decode and prefill of Mistral 7B, Qwen2.5 7B, Qwen3 8B, Gemma 3 12B and Phi-3 mini shapes; named only)"},
 			&cli.StringFlag{Name: "model-8b", Usage: "llama 8b Q4_K_M GGUF for resident and streamed (default: the synthetic one in --synth-dir)"},
 			&cli.StringFlag{Name: "model-70b", Usage: "llama 70b Q4_K_M GGUF (default: the synthetic one in --synth-dir)"},
 			&cli.StringFlag{Name: "model-8b-bf16", Usage: "llama 8b bf16 GGUF (default: the synthetic one in --synth-dir)"},

@@ -41,8 +41,8 @@ func synthCommand() *cli.Command {
 		Usage:     "write a random-weight model with the exact layout of a real one",
 		ArgsUsage: " ",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "arch", Value: "llama", Usage: "llama | gemma2 | gemma3 | mistral | phi3 | qwen2 | qwen3 | mixtral"},
-			&cli.StringFlag{Name: "shape", Value: "tiny", Usage: "tiny | 8b | 70b (mixtral: tiny | 8x7b)"},
+			&cli.StringFlag{Name: "arch", Value: "llama", Usage: "llama | gemma2 | gemma3 | mistral | phi3 | qwen2 | qwen3 | mixtral | qwen3moe"},
+			&cli.StringFlag{Name: "shape", Value: "tiny", Usage: "tiny, and per arch: llama 8b 70b, gemma2 8b 70b, gemma3 4b 12b, mistral 8b 12b, phi3 4b 14b, qwen2 8b, qwen3 8b, mixtral 8x7b, qwen3moe 30b-a3b 235b-a22b"},
 			&cli.StringFlag{Name: "type", Value: "q4_k_m", Usage: "f32 | f16 | bf16 | q8_0 | q4_k_m"},
 			&cli.Uint64Flag{Name: "seed", Value: 1},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Required: true, Usage: "GGUF file to write"},

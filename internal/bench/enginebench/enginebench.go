@@ -43,10 +43,24 @@ const (
 	// BF16 is the 8b shape in bf16 planned into 6 GiB (the budget of the
 	// bf16 peer figure), and the same weights prefabbed to INT8-row.
 	BF16 Scenario = "bf16"
+	// Families is the resident decode (batch 1, greedy on the device)
+	// and 512-token prefill of the 7B-to-12B shapes of the other
+	// architectures (FamilyShapes), one result each. It synthesizes
+	// about 30 GiB of models, so "all" leaves it out: name it.
+	Families Scenario = "families"
 )
 
-// AllScenarios lists every scenario in run order.
+// AllScenarios lists every scenario "all" runs, in run order.
 var AllScenarios = []Scenario{Resident, Streamed, Big, BF16}
+
+// knownScenarios are the scenarios a list may name, in run order.
+var knownScenarios = append(append([]Scenario(nil), AllScenarios...), Families)
+
+// FamilyShapes are the synth catalogue entries the families scenario
+// measures, in Q4_K_M: each family's shape nearest 8B.
+var FamilyShapes = []struct{ Arch, Shape string }{
+	{"mistral", "8b"}, {"qwen2", "8b"}, {"qwen3", "8b"}, {"gemma3", "12b"}, {"phi3", "4b"},
+}
 
 // ParseScenarios reads a comma-separated list of scenario names ("all"
 // for every one) and returns them in run order, each once.
@@ -62,18 +76,18 @@ func ParseScenarios(s string) ([]Scenario, error) {
 		case f == "":
 		default:
 			ok := false
-			for _, sc := range AllScenarios {
+			for _, sc := range knownScenarios {
 				if Scenario(f) == sc {
 					want[sc], ok = true, true
 				}
 			}
 			if !ok {
-				return nil, fmt.Errorf("unknown scenario %q (want some of resident, streamed, 70b, bf16, or all)", f)
+				return nil, fmt.Errorf("unknown scenario %q (want some of resident, streamed, 70b, bf16, families, or all)", f)
 			}
 		}
 	}
 	var out []Scenario
-	for _, sc := range AllScenarios {
+	for _, sc := range knownScenarios {
 		if want[sc] {
 			out = append(out, sc)
 		}
@@ -278,6 +292,13 @@ func (rn *runner) run(ctx context.Context, sc Scenario) []ScenarioResult {
 				Title: fmt.Sprintf("the same bf16 8b prefabbed to INT8-row weights (strata model prefab --type int8: one scale per row, lossy), --vram %s, batch 1 — a variant, not bf16", budgetName(rn.o.BudgetBF16))}, rn.int8})
 		}
 	}
+	if sc == Families {
+		for _, f := range FamilyShapes {
+			parts = append(parts, part{ScenarioResult{Scenario: sc, Variant: f.Arch,
+				Title: fmt.Sprintf("%s %s Q4_K_M, batch 1, every layer resident on the GPU", f.Arch, f.Shape)},
+				func(ctx context.Context, res *ScenarioResult) error { return rn.family(ctx, res, f.Arch, f.Shape) }})
+		}
+	}
 	var out []ScenarioResult
 	for _, p := range parts {
 		if ctx.Err() != nil {
@@ -322,17 +343,22 @@ func budgetName(n int64) string {
 // synthModel returns path when given (it must exist), else the synthetic
 // llama model of shape and typ in SynthDir, written first when missing.
 func (rn *runner) synthModel(path, shape, typ string) (string, error) {
+	return rn.synthArch(path, "llama", shape, typ)
+}
+
+// synthArch is synthModel for any catalogue architecture.
+func (rn *runner) synthArch(path, arch, shape, typ string) (string, error) {
 	if path != "" {
 		if _, err := os.Stat(path); err != nil {
 			return "", fmt.Errorf("model: %w", err)
 		}
 		return path, nil
 	}
-	path = filepath.Join(rn.o.SynthDir, fmt.Sprintf("llama-%s-%s-seed1.gguf", shape, typ))
+	path = filepath.Join(rn.o.SynthDir, fmt.Sprintf("%s-%s-%s-seed1.gguf", arch, shape, typ))
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
-	opts := synth.Options{Arch: "llama", Shape: shape, Type: typ, Seed: 1}
+	opts := synth.Options{Arch: arch, Shape: shape, Type: typ, Seed: 1}
 	size, err := synth.Size(opts)
 	if err != nil {
 		return "", err
@@ -650,6 +676,45 @@ func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
 			"wall − device time also holds the logits' download and the host's share of Forward", gib(prof.WeightBytes), downX),
 		fmt.Sprintf("per step: %.3f ms wall with the graph and greedy on the device, %.3f ms with the graph and the logits row, %.3f ms without the graph; the graph saves %.0f µs",
 			ms(gg.PerPass), ms(gr.PerPass), ms(dr.PerPass), us(dr.PerPass-gr.PerPass)))
+	return nil
+}
+
+// family measures one architecture's shape resident: decode at batch 1
+// with the graph and greedy on the device, and a 512-token prefill.
+func (rn *runner) family(ctx context.Context, res *ScenarioResult, arch, shape string) error {
+	path, err := rn.synthArch("", arch, shape, "q4_k_m")
+	if err != nil {
+		return err
+	}
+	res.Model = path
+	gm, cpu, _, err := openGGUF(path)
+	if err != nil {
+		return err
+	}
+	defer gm.Close()
+	g, err := rn.load(cpu, gpu.Options{MaxSeqs: 1, MaxContext: 1024})
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	defer func() { res.Placement = rn.placement(g, nil, 0, 0, "every layer resident") }()
+	rn.dev.SetSpin(gpu.DefaultHandoffSpin)
+	defer rn.dev.SetSpin(0)
+	pf, err := gputime.TimePrefill(ctx, g.Model, 512, 4)
+	if err != nil {
+		return err
+	}
+	gg, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 1, Prompt: 16, Warmup: 8, Steps: 128, Greedy: true})
+	if err != nil {
+		return err
+	}
+	res.Metrics = append(res.Metrics,
+		Metric{Key: "decode_tps_graph_greedy", Label: "decode, CUDA graph, greedy on the device", Value: gg.TokensPerSecond, Unit: "tok/s"},
+		Metric{Key: "prefill_tps", Label: "prefill, 512-token prompt", Value: pf.TokensPerSecond, Unit: "tok/s"},
+	)
+	if !gg.Graph {
+		res.Notes = append(res.Notes, "the run did not replay a CUDA graph on every timed step")
+	}
 	return nil
 }
 

@@ -26,6 +26,8 @@ func TestParseScenarios(t *testing.T) {
 		{in: "bf16,resident", want: []Scenario{Resident, BF16}},
 		{in: " 70B , streamed,70b", want: []Scenario{Streamed, Big}},
 		{in: "resident,all", want: AllScenarios},
+		{in: "families,resident", want: []Scenario{Resident, Families}},
+		{in: "all,families", want: append(append([]Scenario(nil), AllScenarios...), Families)},
 		{in: "", err: "no scenario"},
 		{in: ",", err: "no scenario"},
 		{in: "resident,fast", err: `unknown scenario "fast"`},
