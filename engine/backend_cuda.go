@@ -176,10 +176,9 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 	// bytes on synthetic and heavy-tailed weights, bit-identical logits:
 	// engine/gpu's PackBF16); layers of other types are untouched.
 	copts := gpu.Options{MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: streamed, Slots: plan.Depth, PackBF16: true}
-	if len(streamed) > 0 && !o.NoHybrid && !src.cfg.Fused() {
+	if len(streamed) > 0 && !o.NoHybrid {
 		// The CPU computes the FFN of the tier-B layers its measured rate
-		// earns, per batch size, against the measured copy rate (not for
-		// Phi-3, whose fused gate_up the GPU uploads split).
+		// earns, per batch size, against the measured copy rate.
 		copts.Hybrid = &gpu.Hybrid{}
 		if o.Links != nil {
 			copts.Hybrid.HostToDevice = o.Links.HostToDevice

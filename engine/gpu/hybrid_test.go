@@ -32,6 +32,9 @@ func TestHybridFidelity(t *testing.T) {
 		{"llama", "f32", []int{0, 1}, []int{0, 1}, 2},
 		{"gemma2", "q4_k_m", []int{0, 1, 2, 3}, []int{1, 2}, 2},
 		{"gemma2", "f32", []int{1, 2, 3}, []int{3}, 3},
+		{"qwen2", "q4_k_m", []int{0, 1}, []int{1}, 1},
+		{"gemma3", "q4_k_m", []int{3, 4, 5}, []int{4, 5}, 2},
+		{"phi3", "q4_k_m", []int{0, 1}, []int{0, 1}, 2}, // gate and up split on the host
 	} {
 		t.Run(fmt.Sprintf("%s/%s/cpu%v", tc.arch, tc.typ, tc.cpu), func(t *testing.T) {
 			cpu := tinyModel(t, tc.arch, tc.typ)

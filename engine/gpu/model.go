@@ -192,8 +192,8 @@ func LoadContext(ctx context.Context, dev *cudadrv.Device, cfg model.Config, w *
 	if cfg.Fused() {
 		// The passes read Q, K, V, Gate and Up: views of the fused
 		// matrices, each uploaded as a tensor of its own.
-		if opts.TierC != nil || opts.Hybrid != nil {
-			return nil, fmt.Errorf("cuda load: %s's fused matrices are not split in tier-C extents or for the CPU's FFN share: load it resident or from tier B", cfg.Arch)
+		if opts.TierC != nil {
+			return nil, fmt.Errorf("cuda load: %s's fused matrices are not split in tier-C extents: load it resident or from tier B", cfg.Arch)
 		}
 		w = splitWeights(&cfg, w)
 	}

@@ -165,6 +165,25 @@ func TestFFN(t *testing.T) {
 						t.Fatalf("FFNDevice element %d: %g, the model's FFN %g", i, h[0][i], want[0][i])
 					}
 				}
+				if m.Config.Fused() {
+					// The same layer with gate and up already split (as
+					// engine/gpu hands its host copy to the CPU's FFN share).
+					split := m.Config.SplitFused(&m.Weights.Layers[1])
+					split.GateUp = Tensor{}
+					hs := [][]float32{randomVector(m.Config.Dim, 1)}
+					if err := m.FFN(context.Background(), 1, &split, hs); err != nil {
+						t.Fatal(err)
+					}
+					for i := range hs[0] {
+						if hs[0][i] != want[0][i] {
+							t.Fatalf("split layer element %d: %g, the fused layer's %g", i, hs[0][i], want[0][i])
+						}
+					}
+					split.Up.Rows--
+					if err := m.FFN(context.Background(), 1, &split, hs); err == nil {
+						t.Error("split layer with a bad up shape: no error")
+					}
+				}
 				bad := m.Weights.Layers[0]
 				bad.Gate.Rows--
 				bad.GateUp.Rows-- // Phi-3's fused gate_up (absent elsewhere)

@@ -262,9 +262,19 @@ func (c *Config) checkFFN(i int, l *Layer) error {
 	}
 	var ffn []LayerRole
 	for _, r := range c.LayerRoles() {
-		if r.FFN {
-			ffn = append(ffn, r)
+		if !r.FFN {
+			continue
 		}
+		if c.Fused() && l.GateUp.Data == nil && r.Field(l) == &l.GateUp {
+			// A layer whose gate and up come already split (engine/gpu's
+			// host copy of a Phi-3 layer, for the CPU's FFN share): each
+			// checked as a matrix of its own.
+			ffn = append(ffn,
+				LayerRole{Suffix: "ffn_up.weight[gate]", Rows: c.FFN, Cols: c.Dim, Field: func(l *Layer) *Tensor { return &l.Gate }, FFN: true},
+				LayerRole{Suffix: "ffn_up.weight[up]", Rows: c.FFN, Cols: c.Dim, Field: func(l *Layer) *Tensor { return &l.Up }, FFN: true})
+			continue
+		}
+		ffn = append(ffn, r)
 	}
 	if err := c.checkExpertCount(i, l); err != nil {
 		return err
