@@ -195,14 +195,33 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 		e.route = routeFor(&o, BackendCUDA)
 		copts.TierC = &gpu.TierC{Layers: onC, Store: src.pool, Source: tsrc, Verify: o.Verify, Logger: log}
 	}
-	cm, err := gpu.LoadContext(ctx, dev, e.Model.Config, e.Model.Weights, copts)
+	// Heads or an FFN narrower than the kernels' granule (stories260K's
+	// heads of 8) are widened with zeros for the GPU (model.PadWidths: the
+	// same logits); the widened matrices are built in memory, so only a
+	// model held whole on the device is padded.
+	lcfg, lw := e.Model.Config, e.Model.Weights
+	if model.NeedsPadding(lcfg, gpu.WidthGranule) {
+		if len(streamed) > 0 || len(onC) > 0 {
+			err = fmt.Errorf("head dim %d or FFN width %d is not a multiple of %d: the GPU runs such a model padded, which only a model held whole in device memory is", lcfg.HeadDim, lcfg.FFN, gpu.WidthGranule)
+		} else if lcfg, lw, err = model.PadWidths(lcfg, lw, gpu.WidthGranule); err == nil {
+			log.Info("widths padded for the GPU kernels", "model", src.path, "head_dim", e.Model.Config.HeadDim, "padded_head_dim", lcfg.HeadDim,
+				"ffn", e.Model.Config.FFN, "padded_ffn", lcfg.FFN)
+		}
+		if err != nil {
+			if tsrc != nil {
+				tsrc.Close()
+			}
+			return nil, err
+		}
+	}
+	cm, err := gpu.LoadContext(ctx, dev, lcfg, lw, copts)
 	if err != nil {
 		if tsrc != nil {
 			tsrc.Close()
 		}
 		return nil, err
 	}
-	cfg := e.Model.Config
+	cfg := lcfg
 	e.src = tsrc
 	info.WeightBytes, info.StreamedBytes = cm.WeightBytes(), cm.StreamedBytes()
 	info.Kernels = cm.KernelImage()

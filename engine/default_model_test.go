@@ -9,6 +9,8 @@ import (
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/prefab"
+	"github.com/strata-llm/strata/engine/sample"
+	"github.com/strata-llm/strata/internal/daemon/sched"
 	"github.com/strata-llm/strata/internal/synth"
 )
 
@@ -42,6 +44,42 @@ func TestDefaultModelSpeaks(t *testing.T) {
 	got := "Once upon a time" + e.Tok.Decode(toks)
 	if !strings.HasPrefix(got, storiesCanonical) {
 		t.Errorf("greedy text %q\nwant it to start %q", got, storiesCanonical)
+	}
+}
+
+// TestDefaultModelOnGPU: on a GPU machine the default model (heads of 8,
+// an FFN of 172) runs on the CUDA backend widened to the kernels' widths
+// and gives the CPU's greedy tokens, its canonical text; without a GPU
+// auto runs it on the CPU.
+// Sequential: it opens GPU 0 where there is one.
+func TestDefaultModelOnGPU(t *testing.T) {
+	path := filepath.Join(t.TempDir(), synth.DefaultName)
+	if err := synth.WriteDefault(path); err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.OpenWith(context.Background(), path, engine.Options{Links: defaultLinks()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if bi := e.BackendInfo(); bi.Name != engine.BackendCUDA {
+		t.Skipf("on the %s backend: %s", bi.Name, bi.Reason)
+	}
+	want, wantText := residentTokens(t, path, 40)
+	got, text, err := greedy(t, e, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameIDs(got, want) {
+		t.Fatalf("GPU %q, CPU %q", text, wantText)
+	}
+	prompt := e.Tok.Encode("Once upon a time", true, false)
+	res, err := sched.Generate(context.Background(), e.Backend(), e.Tok, sched.Request{Prompt: prompt, MaxTokens: 40, Sample: sample.Greedy()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := "Once upon a time" + res.Text; !strings.HasPrefix(got, storiesCanonical) {
+		t.Fatalf("GPU greedy text %q\nwant it to start %q", got, storiesCanonical)
 	}
 }
 

@@ -98,7 +98,7 @@ run() {
 		# STRATA_8B_GGUF: TestCUDATierCNVMe also streams the 8b shape's tier C
 		# through the userspace NVMe driver over the software controller.
 		step engine engine env STRATA_8B_GGUF="$synth/llama-8b-q4_k_m-seed1.gguf" \
-			"$B/engine.test" -test.v -test.run 'CUDA|RealDriver|Greedy' -test.timeout 30m
+			"$B/engine.test" -test.v -test.run 'CUDA|RealDriver|Greedy|OnGPU' -test.timeout 30m
 		step bench-gputime internal/bench/gputime "$B/internal-bench-gputime.test" -test.v
 		step gemv engine/gemv "$B/engine-gemv.test" -test.v
 	fi

@@ -18,6 +18,11 @@ import (
 // is held by an open Sequence.
 var ErrNoSlot = errors.New("no free KV-cache slot")
 
+// WidthGranule is what the kernels need the head dim, the model width and
+// the FFN width to be multiples of (engine/model's PadWidths widens a model
+// whose heads or FFN are narrower).
+const WidthGranule = 32
+
 // Options tune Load. The zero value is usable.
 type Options struct {
 	// MaxSeqs is how many Sequences may be open at once: the number of
@@ -271,8 +276,8 @@ func (m *Model) load(ctx context.Context, c *cudadrv.Ctx, w *model.Weights) erro
 		name string
 		dim  int
 	}{{"head dim", cfg.HeadDim}, {"model width", cfg.Dim}, {"FFN width", cfg.FFN}} {
-		if t.dim%32 != 0 {
-			return fmt.Errorf("%s %d is not a multiple of 32, which the kernels need", t.name, t.dim)
+		if t.dim%WidthGranule != 0 {
+			return fmt.Errorf("%s %d is not a multiple of %d, which the kernels need", t.name, t.dim, WidthGranule)
 		}
 	}
 
