@@ -69,3 +69,44 @@ func TestRunStreamed(t *testing.T) {
 		}
 	}
 }
+
+// TestRunExperts drives `strata run` on a mixture-of-experts pool under a
+// RAM budget that keeps experts on storage: the text is the resident
+// run's, and --stats says where the experts are and how their uses were
+// served.
+func TestRunExperts(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildStrata(t)
+	dir := t.TempDir()
+	model := filepath.Join(dir, "moe.gguf")
+	pool := filepath.Join(dir, "moe.pool")
+	for _, args := range [][]string{
+		{"model", "synth", "--arch", "qwen3moe", "--shape", "tiny", "--type", "q8_0", "-o", model},
+		{"model", "prefab", model, "-o", pool},
+	} {
+		if _, stderr, code := runStrata(t, bin, "", args...); code != 0 {
+			t.Fatalf("strata %v: exit %d: %s", args, code, stderr)
+		}
+	}
+	run := []string{"run", "--model", pool, "--prompt", "Hello", "-n", "12", "--stats", "--ctx", "64"}
+	want, stderr, code := runStrata(t, bin, "", run...)
+	if code != 0 || !strings.Contains(stderr, "experts: all 16 resident") && !strings.Contains(stderr, "experts: 16 of 16 resident") {
+		t.Fatalf("resident: exit %d: %s", code, stderr)
+	}
+	got, stderr, code := runStrata(t, bin, "", append(run, "--ram", "4MiB")...)
+	if code != 0 {
+		t.Fatalf("--ram 4MiB: exit %d: %s", code, stderr)
+	}
+	if got != want {
+		t.Errorf("experts on storage printed %q, resident %q", got, want)
+	}
+	for _, s := range []string{"of 16 resident", "read buffers", "expert uses:", "hit rate"} {
+		if !strings.Contains(stderr, s) {
+			t.Errorf("--stats lacks %q:\n%s", s, stderr)
+		}
+	}
+	t.Logf("%s", stderr)
+}
