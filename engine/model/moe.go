@@ -203,7 +203,7 @@ type route struct {
 // and per (token, pick) pair the expert's hidden and output rows.
 type moeScratch struct {
 	scores         [][]float32
-	routes         []route
+	routes, sorted []route // as picked, and grouped by expert
 	gate, up, out  [][]float32
 	buf            []float32
 	xs, gs, us, os [][]float32 // views grouped by expert
@@ -301,7 +301,8 @@ func (m *Model) moe(ctx context.Context, l int, w *Layer) error {
 	}
 	// Group the pairs by expert (stable: tokens keep their order), so each
 	// picked expert is one product over all of its tokens.
-	byExpert := slices.Clone(ms.routes)
+	ms.sorted = append(ms.sorted[:0], ms.routes...)
+	byExpert := ms.sorted
 	slices.SortStableFunc(byExpert, func(a, b route) int { return cmp.Compare(a.e, b.e) })
 	ms.xs, ms.gs, ms.us, ms.os = ms.xs[:0], ms.gs[:0], ms.us[:0], ms.os[:0]
 	for _, r := range byExpert {
@@ -317,7 +318,8 @@ func (m *Model) moe(ctx context.Context, l int, w *Layer) error {
 			ms.picked = append(ms.picked, r.e)
 		}
 	}
-	ms.weights = append(ms.weights[:0], make([]*Expert, len(ms.picked))...)
+	ms.weights = slices.Grow(ms.weights[:0], len(ms.picked))[:len(ms.picked)]
+	clear(ms.weights)
 	if err := m.pickedExperts(ctx, l, w, ms.picked, ms.weights); err != nil {
 		return err
 	}
