@@ -132,13 +132,14 @@ func TestTestbedGocodeVolume(t *testing.T) {
 			vol = got
 		}
 	}
-	// And a request through the API gives the same text.
+	// And a request through the API gives the same text (its first two
+	// tokens: each pass costs seconds here).
 	e, _ := srv.Engine("vol")
-	codeV, textV := complete("vol", n)
+	codeV, textV := complete("vol", 2)
 	var cv struct{ Choices []struct{ Text string } }
 	json.Unmarshal([]byte(textV), &cv)
-	if codeV != 200 || len(cv.Choices) != 1 || cv.Choices[0].Text != e.Tok.Decode(vol) {
-		t.Fatalf("completion after the fault: %d %s; want the text of %v (%q)", codeV, textV, vol, e.Tok.Decode(vol))
+	if codeV != 200 || len(cv.Choices) != 1 || cv.Choices[0].Text != e.Tok.Decode(vol[:2]) {
+		t.Fatalf("completion after the fault: %d %s; want the text of %v (%q)", codeV, textV, vol[:2], e.Tok.Decode(vol[:2]))
 	}
 	ds, err := c.DeviceStats(ctx, m.NVMe)
 	if err != nil {
