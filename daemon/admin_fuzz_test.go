@@ -40,9 +40,12 @@ func FuzzAdminRequests(f *testing.F) {
 	} {
 		f.Add(uint8(i), []byte(body))
 	}
+	// One server for the run: a server per input would be most of the
+	// cost. What a request changes (a binding in the fake tree) stays, as
+	// it would on a host.
+	d := newDevServer(f, f.TempDir())
 	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
 		r := adminRoutes[int(route)%len(adminRoutes)]
-		d := newDevServer(t, t.TempDir())
 		code, b := d.do(t, rootPeer, r.method, r.path, string(body))
 		if code == http.StatusInternalServerError {
 			t.Fatalf("%s %s %q: 500 %s", r.method, r.path, body, b)

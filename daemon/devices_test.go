@@ -47,7 +47,7 @@ var (
 //	0000:00:05.0  nvme, group 2: nvme1n1 held by dm-0 (LVM)
 //	0000:00:06.0  vfio-pci, group 3: idle, the one tests bind
 //	0000:00:07.0  nvme, no IOMMU group
-func fakeDeviceHost(t *testing.T) nvmehost.Host {
+func fakeDeviceHost(t testing.TB) nvmehost.Host {
 	t.Helper()
 	r := nvmehosttest.New(t)
 	d0 := r.Controller("0000:00:04.0", "nvme", "1")
@@ -90,9 +90,13 @@ type devServer struct {
 	reg  *deviceRegistry
 }
 
-func newDevServer(t *testing.T, modelDirs ...string) *devServer {
+func newDevServer(t testing.TB, modelDirs ...string) *devServer {
 	t.Helper()
-	srv, err := New(Config{ModelDirs: modelDirs, Log: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})})
+	log := hclog.NewNullLogger() // a fuzz target's *testing.F cannot log from its inputs
+	if tt, ok := t.(*testing.T); ok {
+		log = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{tt}})
+	}
+	srv, err := New(Config{ModelDirs: modelDirs, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}

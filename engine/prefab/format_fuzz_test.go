@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/strata-llm/strata/engine/model"
 )
 
 // FuzzParseLayout feeds arbitrary pool images to the header and manifest
@@ -24,6 +26,25 @@ func FuzzParseLayout(f *testing.F) {
 		f.Add(b)
 		f.Add(b[:HeaderSize+100])
 	}
+	// The fast seed: one layer, INT8, a few pages. Mutating the whole
+	// pools above is what made the target slow; most inputs derive from
+	// this one.
+	cfg := m.Config
+	cfg.Layers = 1
+	w := *m.Weights
+	w.Layers = w.Layers[:1]
+	m1, err := model.New(cfg, &w)
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := WriteModelPool(m1, v, path, Options{Type: TypeINT8}); err != nil {
+		f.Fatal(err)
+	}
+	small, err := os.ReadFile(path)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(small)
 	f.Add([]byte("STRATPOOL"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -93,6 +93,7 @@ type streamBenchResult struct {
 	Passes    int          `json:"passes"`
 	Source    string       `json:"source"`
 	Direct    bool         `json:"direct"`
+	Verify    string       `json:"verify"`
 	TokensPS  float64      `json:"tokens_per_s"`
 	Resident  float64      `json:"resident_tokens_per_s,omitempty"`
 	Stats     stream.Stats `json:"stats"`
@@ -165,6 +166,7 @@ func benchStream(ctx context.Context, path string, cmd *cli.Command) (*streamBen
 	if err != nil {
 		return nil, usagef("bench stream: --verify: %v", err)
 	}
+	res.Verify = verify.String()
 	p, err := stream.New(stream.Options{
 		Store: pool, Tiers: tiers, Depth: res.Depth, Source: src, Verify: verify,
 	})
@@ -273,6 +275,15 @@ func printStreamBench(out io.Writer, r *streamBenchResult) {
 	tw.Flush()
 	fmt.Fprintf(out, "wall %v, verify %v, resident %s, streamed %s/pass\n", s.Wall.Round(time.Microsecond),
 		s.Verify.Round(time.Microsecond), tier.FormatBytes(s.ResidentBytes), tier.FormatBytes(r.PassStats.StreamedBytes))
+	if s.Verify > 0 && s.Read.Busy > 0 {
+		// Under --verify always every byte read was hashed: the checksum's
+		// rate beside the read stage's says what verifying costs.
+		line := fmt.Sprintf("checksums (--verify %s): %.1f%% of the read stage's busy time", r.Verify, 100*s.Verify.Seconds()/s.Read.Busy.Seconds())
+		if r.Verify == stream.VerifyAlways.String() {
+			line += fmt.Sprintf("; xxh3 at %.2f GB/s against the read's %.2f GB/s", float64(s.Read.Bytes)/s.Verify.Seconds()/1e9, s.Read.GBps)
+		}
+		fmt.Fprintln(out, line)
+	}
 	fmt.Fprintf(out, "overlap %.3f, compute utilisation %.3f\n", s.Overlap, s.ComputeUtil)
 	fmt.Fprintf(out, "tokens/s %.2f", r.TokensPS)
 	if r.Resident > 0 {
