@@ -298,20 +298,32 @@ func QwenVocab(n int) (*Vocab, error) {
 		return nil, err
 	}
 	base := v.BOS
-	seen := make(map[string]struct{}, n)
-	for _, t := range v.Tokens[:base] {
-		seen[t] = struct{}{}
-	}
-	for k := base; k < n; k++ {
-		v.Tokens[k] = qwenSpecial(k - base)
-		if _, dup := seen[v.Tokens[k]]; dup {
-			return nil, fmt.Errorf("synth: internal error: Qwen special token %q is also a piece", v.Tokens[k])
-		}
-		seen[v.Tokens[k]] = struct{}{}
+	if err := renameSpecials(v, "Qwen special token", qwenSpecial); err != nil {
+		return nil, err
 	}
 	v.Pre, v.ChatTemplate, v.NoBOS = "qwen2", qwenChatTemplate, true
 	v.BOS, v.EOS = base, base+2
 	return v, nil
+}
+
+// renameSpecials gives BPEVocab's special tokens (from v.BOS on) the
+// family's names, name(k) for the k-th, refusing a name that is also a
+// learned piece (what names them, kind, says in the error).
+func renameSpecials(v *Vocab, kind string, name func(k int) string) error {
+	base := v.BOS
+	seen := make(map[string]struct{}, len(v.Tokens))
+	for _, t := range v.Tokens[:base] {
+		seen[t] = struct{}{}
+	}
+	for k := base; k < len(v.Tokens); k++ {
+		t := name(k - base)
+		if _, dup := seen[t]; dup {
+			return fmt.Errorf("synth: internal error: %s %q is also a piece", kind, t)
+		}
+		seen[t] = struct{}{}
+		v.Tokens[k] = t
+	}
+	return nil
 }
 
 // mistralSpecials are Tekken's first control tokens (Mistral Nemo).
@@ -337,20 +349,14 @@ func MistralVocab(n int) (*Vocab, error) {
 		return nil, err
 	}
 	base := v.BOS
-	seen := make(map[string]struct{}, n)
-	for _, t := range v.Tokens[:base] {
-		seen[t] = struct{}{}
-	}
-	for k := base; k < n; k++ {
-		name := fmt.Sprintf("<SPECIAL_%d>", k-base)
-		if k-base < len(mistralSpecials) {
-			name = mistralSpecials[k-base]
+	err = renameSpecials(v, "Mistral control token", func(k int) string {
+		if k < len(mistralSpecials) {
+			return mistralSpecials[k]
 		}
-		if _, dup := seen[name]; dup {
-			return nil, fmt.Errorf("synth: internal error: Mistral control token %q is also a piece", name)
-		}
-		seen[name] = struct{}{}
-		v.Tokens[k] = name
+		return fmt.Sprintf("<SPECIAL_%d>", k)
+	})
+	if err != nil {
+		return nil, err
 	}
 	v.Pre, v.ChatTemplate = "tekken", mistralChatTemplate
 	v.BOS, v.EOS = base+1, base+2
