@@ -118,6 +118,10 @@ type renderReply struct {
 	Detail  string
 }
 
+// orphanExit is a worker's exit code when its own timer ended a render
+// that ran past twice the time limit.
+const orphanExit = 4
+
 // memoryMarker is what a worker writes to stderr before exiting over its
 // heap limit, for the parent to name the limit.
 const memoryMarker = "chat template worker: heap over its limit"
@@ -167,7 +171,7 @@ func serveWorker(lim ChatLimits, in io.Reader, out, errOut io.Writer) int {
 		} else {
 			// The parent kills a render over its time; this bounds one
 			// whose parent is gone.
-			orphan := time.AfterFunc(2*lim.Time+time.Second, func() { os.Exit(4) })
+			orphan := time.AfterFunc(2*lim.Time+time.Second, func() { os.Exit(orphanExit) })
 			rep = renderOne(tmpl, &req, lim)
 			orphan.Stop()
 		}
@@ -466,8 +470,14 @@ func (w *chatWorker) render(req *renderRequest, lim ChatLimits) (renderReply, er
 	late := timedOut
 	mu.Unlock()
 	head := w.stderr.String()
+	code := -1
+	if ps := w.cmd.ProcessState; ps != nil {
+		code = ps.ExitCode()
+	}
 	switch {
-	case late:
+	case late || code == orphanExit:
+		// The worker's own timer (orphanExit) ends a render the parent's
+		// timer missed, as on a starved machine.
 		return rep, &LimitError{"time", fmt.Sprintf("%v per render", lim.Time)}
 	case strings.Contains(head, "stack exceeds") || strings.Contains(head, "stack overflow"):
 		return rep, &LimitError{"recursion", fmt.Sprintf("%d MiB of stack", lim.Stack>>20)}
@@ -475,7 +485,11 @@ func (w *chatWorker) render(req *renderRequest, lim ChatLimits) (renderReply, er
 		strings.Contains(head, "cannot allocate memory"):
 		return rep, &LimitError{"memory", fmt.Sprintf("%d MiB of heap", lim.Memory>>20)}
 	}
-	return rep, fmt.Errorf("%w: %w (%s)", errWorker, err, firstLine(head))
+	state := "still running"
+	if ps := w.cmd.ProcessState; ps != nil {
+		state = ps.String()
+	}
+	return rep, fmt.Errorf("%w: %w (%s; %s)", errWorker, err, state, firstLine(head))
 }
 
 func (w *chatWorker) kill() {
