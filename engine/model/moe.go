@@ -70,14 +70,37 @@ func expertName(tensor string, e int) string { return fmt.Sprintf("%s[%d]", tens
 // router and norm are LayerRoles; checkExpertCount checks that the layer
 // has the config's number of experts, or none).
 func expertChecks(c *Config, l *Layer) []tensorCheck {
-	d, f := c.Dim, c.ExpertFFN
 	var checks []tensorCheck
 	for e := range l.Experts {
-		x := &l.Experts[e]
-		checks = append(checks,
-			tensorCheck{&x.Gate, expertName("ffn_gate_exps.weight", e), f, d, false},
-			tensorCheck{&x.Up, expertName("ffn_up_exps.weight", e), f, d, false},
-			tensorCheck{&x.Down, expertName("ffn_down_exps.weight", e), d, f, false})
+		checks = append(checks, oneExpertChecks(c, e, &l.Experts[e])...)
+	}
+	return checks
+}
+
+// expertPart is one of an expert's three matrices: the merged GGUF tensor
+// holding it for every expert, its shape and its place in an Expert.
+type expertPart struct {
+	merged     string
+	rows, cols int
+	field      func(x *Expert) *Tensor
+}
+
+// expertParts lists an expert's gate, up and down under c.
+func expertParts(c *Config) [3]expertPart {
+	d, f := c.Dim, c.ExpertFFN
+	return [3]expertPart{
+		{"ffn_gate_exps.weight", f, d, func(x *Expert) *Tensor { return &x.Gate }},
+		{"ffn_up_exps.weight", f, d, func(x *Expert) *Tensor { return &x.Up }},
+		{"ffn_down_exps.weight", d, f, func(x *Expert) *Tensor { return &x.Down }},
+	}
+}
+
+// oneExpertChecks are the checks of expert e's tensors in x.
+func oneExpertChecks(c *Config, e int, x *Expert) []tensorCheck {
+	parts := expertParts(c)
+	checks := make([]tensorCheck, len(parts))
+	for k, pt := range parts {
+		checks[k] = tensorCheck{pt.field(x), expertName(pt.merged, e), pt.rows, pt.cols, false}
 	}
 	return checks
 }
@@ -132,15 +155,8 @@ func (m *Model) pickedExperts(ctx context.Context, l int, w *Layer, es []int, ds
 		if x == nil {
 			return fmt.Errorf("layer %d: the expert source returned no expert %d", l, e)
 		}
-		d, f := c.Dim, c.ExpertFFN
-		for _, ch := range []tensorCheck{
-			{&x.Gate, expertName("ffn_gate_exps.weight", e), f, d, false},
-			{&x.Up, expertName("ffn_up_exps.weight", e), f, d, false},
-			{&x.Down, expertName("ffn_down_exps.weight", e), d, f, false},
-		} {
-			if err := ch.t.check(fmt.Sprintf("blk.%d.%s", l, ch.name), ch.rows, ch.cols, ch.norm); err != nil {
-				return err
-			}
+		if err := runChecks(l, oneExpertChecks(c, e, x)); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -151,19 +167,11 @@ func (m *Model) pickedExperts(ctx context.Context, l int, w *Layer, es []int, ds
 // rows of Dim, ffn_down_exps Experts slabs of Dim rows of ExpertFFN (GGUF
 // dims [cols, rows, experts]). Each expert's tensors are views of its slab.
 func loadExperts(m *gguf.Mapped, cfg *Config, i int, l *Layer) error {
-	d, f, n := cfg.Dim, cfg.ExpertFFN, cfg.Experts
+	n := cfg.Experts
 	p := fmt.Sprintf("blk.%d.", i)
 	l.Experts = make([]Expert, n)
-	for _, s := range []struct {
-		name       string
-		rows, cols int
-		t          func(x *Expert) *Tensor
-	}{
-		{"ffn_gate_exps.weight", f, d, func(x *Expert) *Tensor { return &x.Gate }},
-		{"ffn_up_exps.weight", f, d, func(x *Expert) *Tensor { return &x.Up }},
-		{"ffn_down_exps.weight", d, f, func(x *Expert) *Tensor { return &x.Down }},
-	} {
-		name := p + s.name
+	for _, s := range expertParts(cfg) {
+		name := p + s.merged
 		ti, ok := m.Tensor(name)
 		if !ok {
 			return fmt.Errorf("missing tensor %s", name)
@@ -185,7 +193,7 @@ func loadExperts(m *gguf.Mapped, cfg *Config, i int, l *Layer) error {
 			return fmt.Errorf("tensor %s: %d bytes of data, want %d", name, len(data), slab*n)
 		}
 		for e := range l.Experts {
-			*s.t(&l.Experts[e]) = Tensor{Name: expertName(name, e), Type: ti.Type, Rows: s.rows, Cols: s.cols,
+			*s.field(&l.Experts[e]) = Tensor{Name: expertName(name, e), Type: ti.Type, Rows: s.rows, Cols: s.cols,
 				Data: data[e*slab : (e+1)*slab : (e+1)*slab]}
 		}
 	}
@@ -208,7 +216,7 @@ type moeScratch struct {
 	buf            []float32
 	xs, gs, us, os [][]float32 // views grouped by expert
 	ops            []matOp
-	picked         []int     // the distinct experts picked, increasing
+	picked, starts []int     // the distinct experts picked, increasing, and where each's run starts
 	weights        []*Expert // their weights
 }
 
@@ -312,12 +320,15 @@ func (m *Model) moe(ctx context.Context, l int, w *Layer) error {
 		ms.us = append(ms.us, ms.up[pair])
 		ms.os = append(ms.os, ms.out[pair])
 	}
-	ms.picked = ms.picked[:0]
+	// Each picked expert's pairs are one run of byExpert: starts[j] is
+	// where expert picked[j]'s run starts (and starts[len] the end).
+	ms.picked, ms.starts = ms.picked[:0], ms.starts[:0]
 	for i, r := range byExpert {
 		if i == 0 || byExpert[i-1].e != r.e {
-			ms.picked = append(ms.picked, r.e)
+			ms.picked, ms.starts = append(ms.picked, r.e), append(ms.starts, i)
 		}
 	}
+	ms.starts = append(ms.starts, len(byExpert))
 	ms.weights = slices.Grow(ms.weights[:0], len(ms.picked))[:len(ms.picked)]
 	clear(ms.weights)
 	if err := m.pickedExperts(ctx, l, w, ms.picked, ms.weights); err != nil {
@@ -325,15 +336,9 @@ func (m *Model) moe(ctx context.Context, l int, w *Layer) error {
 	}
 	// One matmul for every picked expert's gate and up, one for the downs.
 	ms.ops = ms.ops[:0]
-	for lo, j := 0, 0; lo < len(byExpert); j++ {
-		e := byExpert[lo].e
-		hi := lo + 1
-		for hi < len(byExpert) && byExpert[hi].e == e {
-			hi++
-		}
-		x := ms.weights[j]
+	for j, x := range ms.weights {
+		lo, hi := ms.starts[j], ms.starts[j+1]
 		ms.ops = append(ms.ops, matOp{&x.Gate, ms.xs[lo:hi], ms.gs[lo:hi]}, matOp{&x.Up, ms.xs[lo:hi], ms.us[lo:hi]})
-		lo = hi
 	}
 	if err := m.matmul(ms.ops...); err != nil {
 		return err
@@ -345,14 +350,9 @@ func (m *Model) moe(ctx context.Context, l int, w *Layer) error {
 		}
 	})
 	ms.ops = ms.ops[:0]
-	for lo, j := 0, 0; lo < len(byExpert); j++ {
-		e := byExpert[lo].e
-		hi := lo + 1
-		for hi < len(byExpert) && byExpert[hi].e == e {
-			hi++
-		}
-		ms.ops = append(ms.ops, matOp{&ms.weights[j].Down, ms.gs[lo:hi], ms.os[lo:hi]})
-		lo = hi
+	for j, x := range ms.weights {
+		lo, hi := ms.starts[j], ms.starts[j+1]
+		ms.ops = append(ms.ops, matOp{&x.Down, ms.gs[lo:hi], ms.os[lo:hi]})
 	}
 	if err := m.matmul(ms.ops...); err != nil {
 		return err
