@@ -425,43 +425,26 @@ func (s *expertStore) applySwaps() {
 }
 
 // rebalance makes the experts used most per byte by counts (per layer and
-// expert; ties to the lower layer and expert) resident within the budget,
+// expert, in tier.RankExperts' order) resident within the budget,
 // the others not, and starts the use counts from counts. The demotions
 // come first, so memory never exceeds the budget; the promotions read
 // synchronously. It is for a load (no pass runs), not for serving.
 func (s *expertStore) rebalance(ctx context.Context, counts [][]uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	type cand struct {
-		l, e int
-		n    int64
-		c    uint64
-	}
-	var cs []cand
+	sizes := s.pool.Sizes().Experts
+	want := make([][]bool, len(s.res))
 	for l := range s.res {
+		want[l] = make([]bool, len(s.res[l]))
 		for e := range s.res[l] {
-			ext, err := s.pool.ExpertExtent(l, e)
-			if err != nil {
-				return err
-			}
-			cs = append(cs, cand{l, e, ext.Length, counts[l][e]})
 			s.uses[l][e] = float64(counts[l][e])
 		}
 	}
-	slices.SortStableFunc(cs, func(a, b cand) int {
-		return cmp.Compare(float64(b.c+1)*float64(a.n), float64(a.c+1)*float64(b.n))
-	})
-	want := make(map[[2]int]bool)
-	left := s.budget
-	for _, c := range cs {
-		if c.n <= left {
-			want[[2]int{c.l, c.e}] = true
-			left -= c.n
-		}
-	}
+	order := tier.RankExperts(sizes, counts)
+	tier.FillExperts(order, sizes, want, s.budget)
 	for l := range s.res {
 		for e, h := range s.res[l] {
-			if h != nil && !want[[2]int{l, e}] {
+			if h != nil && !want[l][e] {
 				s.resBytes -= h.size
 				if err := h.b.Free(); err != nil {
 					return err
@@ -471,15 +454,15 @@ func (s *expertStore) rebalance(ctx context.Context, counts [][]uint64) error {
 			}
 		}
 	}
-	for _, c := range cs {
-		if !want[[2]int{c.l, c.e}] || s.res[c.l][c.e] != nil {
+	for _, x := range order {
+		if !want[x.Layer][x.Expert] || s.res[x.Layer][x.Expert] != nil {
 			continue
 		}
-		h, err := s.load(ctx, c.l, c.e)
+		h, err := s.load(ctx, x.Layer, x.Expert)
 		if err != nil {
 			return err
 		}
-		s.res[c.l][c.e] = &h
+		s.res[x.Layer][x.Expert] = &h
 		s.resBytes += h.size
 		s.stats.Promoted++
 	}

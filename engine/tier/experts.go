@@ -91,32 +91,8 @@ func PlanExperts(sizes [][]int64, counts [][]uint64, budget int64) (ExpertPlan, 
 		return p, fmt.Errorf("%w: the experts' read buffers (%d x %s) exceed the %s left for experts",
 			ErrNoFit, worst, FormatBytes(p.BufferBytes), FormatBytes(budget))
 	}
-	type cand struct {
-		l, e  int
-		n     int64
-		count uint64
-	}
-	var cs []cand
-	for l, s := range sizes {
-		for e, n := range s {
-			var c uint64
-			if counts != nil {
-				c = counts[l][e]
-			}
-			cs = append(cs, cand{l, e, n, c})
-		}
-	}
-	// (a+1)/na > (b+1)/nb, compared without division.
-	slices.SortStableFunc(cs, func(a, b cand) int {
-		return cmp.Compare(float64(b.count+1)*float64(a.n), float64(a.count+1)*float64(b.n))
-	})
-	left := budget - int64(worst)*p.BufferBytes
-	for _, c := range cs {
-		if c.n <= left {
-			p.Resident[c.l][c.e] = true
-			left -= c.n
-		}
-	}
+	order := RankExperts(sizes, counts)
+	left := FillExperts(order, sizes, p.Resident, budget-int64(worst)*p.BufferBytes)
 	// Fewer storage experts per layer need fewer buffers: the bytes freed
 	// take more experts, as long as the buffers still cover every layer.
 	for {
@@ -135,28 +111,66 @@ func PlanExperts(sizes [][]int64, counts [][]uint64, budget int64) (ExpertPlan, 
 		if freed == 0 {
 			break
 		}
-		left += freed
-		for _, c := range cs {
-			if !p.Resident[c.l][c.e] && c.n <= left {
-				p.Resident[c.l][c.e] = true
-				left -= c.n
-			}
-		}
+		left = FillExperts(order, sizes, p.Resident, left+freed)
 	}
 	var hit, all uint64
-	for _, c := range cs {
-		if p.Resident[c.l][c.e] {
-			p.ResidentBytes += c.n
-			hit += c.count
-		} else {
-			p.StorageBytes += c.n
+	for _, x := range order {
+		var c uint64
+		if counts != nil {
+			c = counts[x.Layer][x.Expert]
 		}
-		all += c.count
+		if p.Resident[x.Layer][x.Expert] {
+			p.ResidentBytes += sizes[x.Layer][x.Expert]
+			hit += c
+		} else {
+			p.StorageBytes += sizes[x.Layer][x.Expert]
+		}
+		all += c
 	}
 	if all > 0 {
 		p.Hit = float64(hit) / float64(all)
 	} else {
-		p.Hit = float64(p.ResidentCount()) / float64(len(cs))
+		p.Hit = float64(p.ResidentCount()) / float64(len(order))
 	}
 	return p, nil
+}
+
+// ExpertRank names one expert: its layer and its index there.
+type ExpertRank struct{ Layer, Expert int }
+
+// RankExperts lists every expert of sizes (per layer, per expert) most
+// used per byte first: its count (counts per layer and expert; nil when
+// none were measured) plus one, so an unmeasured expert still ranks by its
+// size, over its size; ties go to the lower layer and expert. It is the
+// order memory is filled with experts in.
+func RankExperts(sizes [][]int64, counts [][]uint64) []ExpertRank {
+	var order []ExpertRank
+	for l, s := range sizes {
+		for e := range s {
+			order = append(order, ExpertRank{l, e})
+		}
+	}
+	use := func(x ExpertRank) float64 {
+		if counts == nil {
+			return 1
+		}
+		return float64(counts[x.Layer][x.Expert] + 1)
+	}
+	// (a+1)/na > (b+1)/nb, compared without division.
+	slices.SortStableFunc(order, func(a, b ExpertRank) int {
+		return cmp.Compare(use(b)*float64(sizes[a.Layer][a.Expert]), use(a)*float64(sizes[b.Layer][b.Expert]))
+	})
+	return order
+}
+
+// FillExperts makes resident, in order, every expert not yet resident
+// whose size fits in what is left of left bytes, and returns what is left.
+func FillExperts(order []ExpertRank, sizes [][]int64, resident [][]bool, left int64) int64 {
+	for _, x := range order {
+		if n := sizes[x.Layer][x.Expert]; !resident[x.Layer][x.Expert] && n <= left {
+			resident[x.Layer][x.Expert] = true
+			left -= n
+		}
+	}
+	return left
 }
