@@ -605,15 +605,9 @@ func (e *Engine) Experts() (ExpertInfo, bool) {
 		res, in.ResidentBytes = e.experts.Residency()
 		in.Stats = e.experts.Stats()
 	}
-	if e.pool != nil {
-		var all int64
-		for _, l := range e.pool.Sizes().Experts {
-			for _, n := range l {
-				all += n
-			}
-		}
-		in.StorageBytes = all - in.ResidentBytes
-	}
+	// Re-placement moves bytes between the two sides; their sum is the
+	// plan's.
+	in.StorageBytes = xp.ResidentBytes + xp.StorageBytes - in.ResidentBytes
 	in.Residency = res
 	for _, l := range res {
 		in.Experts += len(l)
