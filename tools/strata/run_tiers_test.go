@@ -17,17 +17,7 @@ func TestRunStreamed(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	bin := buildStrata(t)
-	dir := t.TempDir()
-	model := filepath.Join(dir, "tiny.gguf")
-	pool := filepath.Join(dir, "tiny.pool")
-	for _, args := range [][]string{
-		{"model", "synth", "--arch", "gemma2", "--shape", "tiny", "--type", "q8_0", "-o", model},
-		{"model", "prefab", model, "-o", pool},
-	} {
-		if _, stderr, code := runStrata(t, bin, "", args...); code != 0 {
-			t.Fatalf("strata %v: exit %d: %s", args, code, stderr)
-		}
-	}
+	model, pool := synthPool(t, bin, "gemma2")
 	run := []string{"run", "--prompt", "Hello", "-n", "12", "--stats"}
 	want, stderr, code := runStrata(t, bin, "", append(run, "--model", pool)...)
 	if code != 0 {
@@ -80,17 +70,7 @@ func TestRunExperts(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	bin := buildStrata(t)
-	dir := t.TempDir()
-	model := filepath.Join(dir, "moe.gguf")
-	pool := filepath.Join(dir, "moe.pool")
-	for _, args := range [][]string{
-		{"model", "synth", "--arch", "qwen3moe", "--shape", "tiny", "--type", "q8_0", "-o", model},
-		{"model", "prefab", model, "-o", pool},
-	} {
-		if _, stderr, code := runStrata(t, bin, "", args...); code != 0 {
-			t.Fatalf("strata %v: exit %d: %s", args, code, stderr)
-		}
-	}
+	_, pool := synthPool(t, bin, "qwen3moe")
 	run := []string{"run", "--model", pool, "--prompt", "Hello", "-n", "12", "--stats", "--ctx", "64"}
 	want, stderr, code := runStrata(t, bin, "", run...)
 	if code != 0 || !strings.Contains(stderr, "experts: all 16 resident") && !strings.Contains(stderr, "experts: 16 of 16 resident") {
@@ -109,4 +89,21 @@ func TestRunExperts(t *testing.T) {
 		}
 	}
 	t.Logf("%s", stderr)
+}
+
+// synthPool writes a tiny q8_0 synthetic model of arch with the strata
+// binary bin and prefabs it, returning the GGUF and the pool.
+func synthPool(t *testing.T, bin, arch string) (model, pool string) {
+	t.Helper()
+	dir := t.TempDir()
+	model, pool = filepath.Join(dir, arch+".gguf"), filepath.Join(dir, arch+".pool")
+	for _, args := range [][]string{
+		{"model", "synth", "--arch", arch, "--shape", "tiny", "--type", "q8_0", "-o", model},
+		{"model", "prefab", model, "-o", pool},
+	} {
+		if _, stderr, code := runStrata(t, bin, "", args...); code != 0 {
+			t.Fatalf("strata %v: exit %d: %s", args, code, stderr)
+		}
+	}
+	return model, pool
 }
