@@ -418,13 +418,16 @@ func (rn *runner) percent(what string) func(done, total int64) {
 	}
 }
 
-// openGGUF maps a GGUF and builds the CPU model over it (zero-copy) with
-// the sizes the planner needs.
 // scenarioModel finds or synthesizes a scenario's model (synthModel),
 // records its path in res and opens it (openGGUF); the caller closes the
 // mapping.
 func (rn *runner) scenarioModel(res *ScenarioResult, path, shape, typ string) (*gguf.Mapped, *model.Model, tier.Sizes, error) {
-	path, err := rn.synthModel(path, shape, typ)
+	return rn.scenarioArchModel(res, path, "llama", shape, typ)
+}
+
+// scenarioArchModel is scenarioModel for any catalogue architecture.
+func (rn *runner) scenarioArchModel(res *ScenarioResult, path, arch, shape, typ string) (*gguf.Mapped, *model.Model, tier.Sizes, error) {
+	path, err := rn.synthArch(path, arch, shape, typ)
 	if err != nil {
 		return nil, nil, tier.Sizes{}, err
 	}
@@ -432,6 +435,8 @@ func (rn *runner) scenarioModel(res *ScenarioResult, path, shape, typ string) (*
 	return openGGUF(path)
 }
 
+// openGGUF maps a GGUF and builds the CPU model over it (zero-copy) with
+// the sizes the planner needs.
 func openGGUF(path string) (*gguf.Mapped, *model.Model, tier.Sizes, error) {
 	g, err := gguf.Map(path)
 	if err != nil {
@@ -682,12 +687,7 @@ func (rn *runner) resident(ctx context.Context, res *ScenarioResult) error {
 // family measures one architecture's shape resident: decode at batch 1
 // with the graph and greedy on the device, and a 512-token prefill.
 func (rn *runner) family(ctx context.Context, res *ScenarioResult, arch, shape string) error {
-	path, err := rn.synthArch("", arch, shape, "q4_k_m")
-	if err != nil {
-		return err
-	}
-	res.Model = path
-	gm, cpu, _, err := openGGUF(path)
+	gm, cpu, _, err := rn.scenarioArchModel(res, "", arch, shape, "q4_k_m")
 	if err != nil {
 		return err
 	}
