@@ -9,6 +9,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/gemv"
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
@@ -328,11 +329,11 @@ func (h *hybrid) apply(tb *tierB, T int) error {
 		}
 	}
 	for l := range h.host {
-		n := tb.size[l]
+		var spans []stream.Span
 		if h.on[l] {
-			n = h.attn[l]
+			spans = []stream.Span{{Off: 0, Len: h.attn[l]}}
 		}
-		if err := tb.pipe.SetLength(l, n); err != nil {
+		if err := tb.pipe.SetSpans(l, spans); err != nil {
 			h.applied = -2 // unknown: set every length again next pass
 			return fmt.Errorf("hybrid: %w", err)
 		}
