@@ -2,9 +2,9 @@ package stream
 
 import (
 	"context"
-	"slices"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,7 +121,7 @@ type Pipeline struct {
 	store     LayerStore
 	tiers     []tier.Tier
 	ext       []tier.Extent
-	full      []int64 // per layer: the extent's length as the store gave it
+	full      []int64  // per layer: the extent's length as the store gave it
 	spans     [][]Span // per tier-B layer: what a pass copies (SetSpans); nil: the whole extent
 	depth     int
 	src       tier.Source
