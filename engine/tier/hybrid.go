@@ -85,6 +85,18 @@ type HybridPlan struct {
 	Streamed time.Duration `json:"streamed_ns"`
 }
 
+// SplitRows is the least and the most gate and up rows the plan has the
+// CPU compute of a shared layer (0, 0 without shared layers).
+func (p HybridPlan) SplitRows() (lo, hi int) {
+	for i, s := range p.Split {
+		if i == 0 {
+			lo, hi = s.CPURows, s.CPURows
+		}
+		lo, hi = min(lo, s.CPURows), max(hi, s.CPURows)
+	}
+	return lo, hi
+}
+
 // PlanHybrid chooses which of the streamed layers (in model order) take
 // their FFN on the CPU at rates r, for a pipeline of depth slots. It
 // simulates the pass (copies in order, each into the slot the layer depth
