@@ -2,7 +2,6 @@ package tier
 
 import (
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -153,25 +152,46 @@ func PlanHybrid(layers []HybridLayer, depth int, r HybridRates, batch int) (Hybr
 	}
 	best.CPU, best.Pass = refineHybrid(layers, eligible, best.CPU, best.Pass, depth, r)
 	if r.CPU > 0 && batch == 1 && len(splittable) > 0 {
-		clear(onCPU)
-		bestRows := make([]int, len(layers))
-		found := false
-		for f := 1; f <= splitSteps; f++ {
-			for _, i := range splittable {
-				split[i] = splitRows(layers[i].Rows, f)
+		// Whole FFNs on x of the eligible layers (spread evenly), and the
+		// splittable rest shared at one fraction of their rows: a CPU
+		// faster than PCIe takes more than gate and up can give it.
+		bestOn, bestRows := make([]bool, len(layers)), make([]int, len(layers))
+		mixed := time.Duration(-1)
+		for x := 0; x <= len(eligible); x++ {
+			clear(onCPU)
+			for j := 0; j < x; j++ {
+				onCPU[eligible[(2*j+1)*len(eligible)/(2*x)]] = true
 			}
-			if t := simulateHybrid(layers, onCPU, split, depth, r); t < best.Pass {
-				best.Pass, found = t, true
-				copy(bestRows, split)
+			for f := 1; f <= splitSteps; f++ {
+				any := false
+				for _, i := range splittable {
+					split[i] = 0
+					if !onCPU[i] {
+						split[i], any = splitRows(layers[i].Rows, f), true
+					}
+				}
+				if !any {
+					break
+				}
+				if t := simulateHybrid(layers, onCPU, split, depth, r); mixed < 0 || t < mixed {
+					mixed = t
+					copy(bestOn, onCPU)
+					copy(bestRows, split)
+				}
 			}
 		}
-		if t := refineSplit(layers, splittable, bestRows, depth, r); t < best.Pass {
-			best.Pass, found = t, true
+		// Refined, the best mixed placement replaces the whole-FFN one
+		// where it simulates faster.
+		if mixed >= 0 {
+			mixed = refineSplit(layers, splittable, bestOn, bestRows, depth, r)
 		}
-		if found {
+		if mixed >= 0 && mixed < best.Pass {
+			best.Pass = mixed
 			best.CPU = nil
 			for i, n := range bestRows {
-				if n > 0 {
+				if bestOn[i] {
+					best.CPU = append(best.CPU, layers[i].Index)
+				} else if n > 0 {
 					best.Split = append(best.Split, HybridSplit{Layer: layers[i].Index, CPURows: n, Bytes: splitBytes(layers[i], n)})
 				}
 			}
@@ -201,31 +221,32 @@ func PlanHybrid(layers []HybridLayer, depth int, r HybridRates, batch int) (Hybr
 }
 
 // refineSplit improves shared rows layer by layer (in place): each
-// layer's share moves a step up or down while the simulation says the
-// pass gets faster, for a bounded number of rounds. A uniform share
+// shared layer's share moves a step up or down while the simulation says
+// the pass gets faster, for a bounded number of rounds. A uniform share
 // leaves the pass's ends unbalanced: nothing overlaps the first layer's
-// copy, and the last layer's CPU rows overlap no copy. rows all zero
-// means no split was found: it starts from the middle fraction.
-func refineSplit(layers []HybridLayer, splittable []int, rows []int, depth int, r HybridRates) time.Duration {
-	none := make([]bool, len(layers))
-	if !slices.ContainsFunc(rows, func(n int) bool { return n > 0 }) {
-		for _, i := range splittable {
-			rows[i] = splitRows(layers[i].Rows, splitSteps/2)
-		}
-	}
-	pass := simulateHybrid(layers, none, rows, depth, r)
+// copy, and the last layer's CPU rows overlap no copy, so a layer may
+// also stop being shared. Layers whose FFN is on the CPU whole (onCPU)
+// stay so. It returns the pass's time.
+func refineSplit(layers []HybridLayer, splittable []int, onCPU []bool, rows []int, depth int, r HybridRates) time.Duration {
+	pass := simulateHybrid(layers, onCPU, rows, depth, r)
 	for round := 0; round < 4*len(splittable); round++ {
 		improved := false
 		for _, i := range splittable {
+			if rows[i] == 0 {
+				continue
+			}
 			step := max(layers[i].Rows/splitSteps/SplitRowStep*SplitRowStep, SplitRowStep)
 			was := rows[i]
-			for _, d := range []int{step, -step, SplitRowStep, -SplitRowStep} {
+			for _, d := range []int{step, -step, SplitRowStep, -SplitRowStep, -was} {
 				n := min(max(was+d, SplitRowStep), layers[i].Rows-SplitRowStep)
+				if d == -was {
+					n = 0 // not shared at all: no hop
+				}
 				if n == rows[i] {
 					continue
 				}
 				rows[i] = n
-				if t := simulateHybrid(layers, none, rows, depth, r); t < pass {
+				if t := simulateHybrid(layers, onCPU, rows, depth, r); t < pass {
 					pass, improved = t, true
 					break
 				}

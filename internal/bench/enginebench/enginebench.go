@@ -853,9 +853,6 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 		res.Notes = append(res.Notes, fmt.Sprintf("hybrid: %d whole FFNs and %d shared layers on the CPU at %.1f GB/s, %.0f µs a hop; batch 8 plan: %d CPU layers",
 			st.Layers, st.Shared, float64(st.Bytes)/st.Busy.Seconds()/1e9, float64(st.Hop.Microseconds())/float64(n), len(plans[len(plans)-1].CPU)))
 	}
-	if len(p.Split) == 0 {
-		return nil
-	}
 	// The same placement problem with whole FFNs only, in the same run:
 	// what sharing layers gains.
 	g.Close()
