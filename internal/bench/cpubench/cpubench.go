@@ -157,12 +157,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 // setup checks the options and fills in the defaults and the CPU.
 func (r *run) setup() error {
 	o := &r.o
-	cpus, cores, err := hostcpu.CPUs()
+	cpus, cores, err := usableCPUs()
 	if err != nil {
 		return err
-	}
-	if mp := runtime.GOMAXPROCS(0); len(cpus) > mp {
-		cpus = cpus[:mp] // a pinned thread needs a P of its own
 	}
 	if o.Threads == nil {
 		o.Threads = DefaultThreads(len(cpus))

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/strata-llm/strata/internal/hostcpu"
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // sink keeps every read loop's result live.
@@ -188,4 +190,42 @@ func loopRate(ctx context.Context, loop func([]byte) uint64, buf []byte, cpu int
 	}
 	r, err := measure(ctx, d, reps*int64(len(buf)), func() time.Duration { tm.pass(); return el })
 	return r, errors.Join(err, tm.close())
+}
+
+// ReadBandwidth is the host's memory read rate with every CPU this
+// process may use: the best of the passes over a buffer of n bytes (huge
+// pages, written first) in d. It is the other ceiling of a hybrid pass:
+// the CPU's FFNs and the copy engine's reads of pinned memory come out of
+// the same DRAM, so together they cannot beat it.
+func ReadBandwidth(ctx context.Context, n int64, d time.Duration) (float64, error) {
+	cpus, _, err := usableCPUs()
+	if err != nil {
+		return 0, err
+	}
+	buf, err := hostmem.Alloc(int(n), hostmem.AllocOptions{HugePages: true})
+	if err != nil {
+		return 0, fmt.Errorf("memory read: %w", err)
+	}
+	defer buf.Free()
+	if err := touch(buf.Bytes(), cpus); err != nil {
+		return 0, fmt.Errorf("memory read: %w", err)
+	}
+	r, err := readRate(ctx, buf.Bytes(), cpus, d)
+	if err != nil {
+		return 0, fmt.Errorf("memory read: %w", err)
+	}
+	return r.best, nil
+}
+
+// usableCPUs are the CPUs this process may use, at most one per P (a
+// pinned thread needs a P of its own), and their core count.
+func usableCPUs() ([]int, int, error) {
+	cpus, cores, err := hostcpu.CPUs()
+	if err != nil {
+		return nil, 0, err
+	}
+	if mp := runtime.GOMAXPROCS(0); len(cpus) > mp {
+		cpus = cpus[:mp]
+	}
+	return cpus, cores, nil
 }

@@ -131,3 +131,22 @@ func BenchmarkRead(b *testing.B) {
 		}
 	}
 }
+
+// TestReadBandwidth: the hybrid bench's memory ceiling reads a buffer
+// with every usable CPU and reports a positive rate; a cancelled context
+// stops it with an error.
+func TestReadBandwidth(t *testing.T) {
+	t.Parallel()
+	r, err := ReadBandwidth(context.Background(), 64<<20, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(r > 1e8) {
+		t.Fatalf("read rate %g B/s", r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := ReadBandwidth(ctx, 64<<20, 50*time.Millisecond); err == nil {
+		t.Error("cancelled: no error")
+	}
+}
