@@ -604,23 +604,11 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 		if gemma {
 			act = kernels.GeGLU
 		}
-		activate := false
-		if m.hy != nil && m.hy.split[l] > 0 {
-			// The CPU computes the last rows of gate and up beside the
-			// GPU (hybrid.go); T is 1.
-			if err := step("gate, up shared with the CPU", m.sharedGateUp(ctx, c, l, &lw, act, gemma)); err != nil {
-				return err
-			}
-			cpuPass = true
-		} else {
-			var err error
-			activate, err = m.gateUp(c, s, &lw, T, act)
-			if err := step("gate, up", err); err != nil {
-				return err
-			}
+		activate, err := m.gateUp(c, s, &lw, T, act)
+		if err := step("gate, up", err); err != nil {
+			return err
 		}
 		if activate {
-			var err error
 			if gemma {
 				err = k.GeGLU(c, s, a.gate, a.up, a.gate, int64(T)*ffn)
 			} else {

@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -10,9 +9,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/gemv"
 	"github.com/strata-llm/strata/engine/model"
-	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
-	"github.com/strata-llm/strata/kernels"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
@@ -31,13 +28,6 @@ type Hybrid struct {
 	// tier B and not packed. Nil plans at load from HostToDevice and the
 	// CPU's FFN rate measured there, for passes of 1 to MaxSeqs tokens.
 	Plans [][]int
-	// Splits, with Plans, fixes the layers the CPU shares in a pass of one
-	// token (tier.HybridSplit: the CPU computes the last CPURows rows of
-	// their gate and up). A layer may not be in both Plans[0] and Splits.
-	Splits []tier.HybridSplit
-	// NoShare keeps the planner to whole FFNs: no layer is shared row by
-	// row (the comparison `strata bench engine` makes).
-	NoShare bool
 	// HostToDevice is the pinned copy rate (bytes/s) the plans balance
 	// the CPU against; 0 means tier.DefaultLinks'.
 	HostToDevice float64
@@ -50,11 +40,9 @@ type Hybrid struct {
 // HybridStats counts the CPU's share of the passes.
 type HybridStats struct {
 	// Passes is the passes that computed some FFN on the CPU; Layers the
-	// FFNs it computed whole, Shared the layers whose gate and up rows it
-	// shared with the GPU, and Bytes the weight bytes it read for both.
+	// FFNs it computed and Bytes the weight bytes it read for them.
 	Passes int   `json:"passes"`
 	Layers int64 `json:"layers"`
-	Shared int64 `json:"shared"`
 	Bytes  int64 `json:"bytes"`
 	// Busy is the CPU's time in FFNs; Hop the time spent handing the
 	// hidden state over (waiting for the GPU to reach the layer and the
@@ -75,23 +63,9 @@ type hybrid struct {
 	lastT   int                  // the previous pass's tokens when the CPU took part in it, else 0
 	applied int                  // plan whose lengths the pipeline has; -1: every layer whole
 	on      []bool               // per layer: FFN on the CPU this pass
-	split   []int                // per layer: gate and up rows the CPU shares this pass (1 token)
-	ffn     int                  // the FFN's rows
-	parts   map[int]ffnParts     // eligible layers' FFN offsets, for shared layers' spans
 	buf     *cudadrv.HostMem     // hidden state, capT rows of Dim float32
 	rows    [][]float32          // buf's rows
-	act     *cudadrv.HostMem     // a shared layer's activations from the CPU, FFN float32
-	actRows []float32            // act's values
-	ready   cudadrv.Event        // the hidden state has reached buf (shared layers)
 	stats   HybridStats
-}
-
-// ffnParts locates a tier-B layer's FFN tensors in its extent: what a
-// shared layer's spans leave out is the CPU's rows of gate and up.
-type ffnParts struct {
-	gate, up, down int64 // offsets from the layer's start
-	gateRow, upRow int64 // encoded row sizes
-	gateUp         int64 // gate's and up's bytes
 }
 
 // hybridPlanner holds what PlanHybrid is given, so that a batch size's
@@ -149,47 +123,33 @@ func (m *Model) setupHybrid(ctx context.Context, c *cudadrv.Ctx, w *model.Weight
 	if err != nil {
 		return fmt.Errorf("hybrid: %w", err)
 	}
-	h := &hybrid{dev: dev, host: map[int]*model.Layer{}, attn: map[int]int64{}, parts: map[int]ffnParts{}, applied: -1,
-		on: make([]bool, cfg.Layers), split: make([]int, cfg.Layers), ffn: cfg.FFN}
-	m.hy = h // release frees what a failed setup allocated
+	h := &hybrid{dev: dev, host: map[int]*model.Layer{}, attn: map[int]int64{}, applied: -1, on: make([]bool, cfg.Layers)}
 	for i, s := range streamed {
 		if !s || m.tb.tierC[i] || m.pk.layer(i) != nil {
 			continue
 		}
 		L := &w.Layers[i]
 		var hl model.Layer
-		var fp ffnParts
 		off := base[i]
 		for _, t := range layerTensors(L, lk) {
 			view := *t
 			view.Data = m.tb.hostBytes[off : off+int64(len(t.Data))]
-			rel := off - base[i]
 			switch t {
 			case &L.FFNNorm:
-				h.attn[i] = rel
+				h.attn[i] = off - base[i]
 				hl.FFNNorm = view
 			case &L.Gate:
 				hl.Gate = view
-				fp.gate, fp.gateRow = rel, int64(len(t.Data)/max(t.Rows, 1))
 			case &L.Up:
 				hl.Up = view
-				fp.up, fp.upRow = rel, int64(len(t.Data)/max(t.Rows, 1))
 			case &L.Down:
 				hl.Down = view
-				fp.down = rel
 			case &L.PostFFNNorm:
 				hl.PostFFNNorm = view
 			}
 			off += alignUp(int64(len(t.Data)))
 		}
 		h.host[i] = &hl
-		if hl.Gate.Rows == cfg.FFN && hl.Up.Rows == cfg.FFN && fp.up > fp.gate && fp.down > fp.up {
-			fp.gateUp = int64(len(hl.Gate.Data) + len(hl.Up.Data))
-			h.parts[i] = fp
-		}
-	}
-	if o.Splits != nil && o.Plans == nil {
-		return fmt.Errorf("hybrid: shared layers need a plan for one token")
 	}
 	maxT := len(m.slots)
 	if o.Plans != nil {
@@ -201,31 +161,6 @@ func (m *Model) setupHybrid(ctx context.Context, c *cudadrv.Ctx, w *model.Weight
 				}
 			}
 			h.plans = append(h.plans, tier.HybridPlan{Batch: b + 1, CPU: slices.Sorted(slices.Values(ls))})
-		}
-		if len(o.Splits) > 0 {
-			if len(h.plans) == 0 {
-				return fmt.Errorf("hybrid: shared layers need a plan for one token")
-			}
-			for _, sp := range o.Splits {
-				if _, ok := h.parts[sp.Layer]; !ok || slices.Contains(h.plans[0].CPU, sp.Layer) {
-					return fmt.Errorf("hybrid: layer %d cannot be shared (not a tier-B layer with separate gate and up, or its FFN is on the CPU whole)", sp.Layer)
-				}
-				if sp.CPURows <= 0 || sp.CPURows >= cfg.FFN {
-					return fmt.Errorf("hybrid: layer %d: %d CPU rows outside (0, %d)", sp.Layer, sp.CPURows, cfg.FFN)
-				}
-			}
-			h.plans[0].Split = slices.SortedFunc(slices.Values(o.Splits), func(a, b tier.HybridSplit) int { return a.Layer - b.Layer })
-		}
-	}
-	if len(h.parts) > 0 {
-		if h.act, err = c.HostAlloc(cfg.FFN*4, 0); err != nil {
-			return fmt.Errorf("hybrid: activations buffer: %w", err)
-		}
-		if h.actRows, err = cudadrv.Values[float32](h.act.Bytes()); err != nil {
-			return fmt.Errorf("hybrid: %w", err)
-		}
-		if h.ready, err = c.NewEvent(cudadrv.EventDisableTiming); err != nil {
-			return fmt.Errorf("hybrid: %w", err)
 		}
 	}
 	if maxT > 0 {
@@ -240,6 +175,7 @@ func (m *Model) setupHybrid(ctx context.Context, c *cudadrv.Ctx, w *model.Weight
 			h.rows = append(h.rows, vals[t*cfg.Dim:(t+1)*cfg.Dim])
 		}
 	}
+	m.hy = h
 	if o.Plans != nil {
 		return nil
 	}
@@ -260,9 +196,6 @@ func (h *hybrid) plan(ctx context.Context, m *Model, o *Hybrid, maxT int, stream
 		if _, ok := h.host[i]; ok {
 			hl.Attn, hl.FFN = h.attn[i], m.tb.size[i]-h.attn[i]
 			probe = append(probe, model.FFNLayer{Index: i, W: h.host[i]})
-		}
-		if fp, ok := h.parts[i]; ok && !o.NoShare {
-			hl.GateUp, hl.Rows = fp.gateUp, cfg.FFN
 		}
 		layers = append(layers, hl)
 	}
@@ -378,7 +311,7 @@ func (h *hybrid) apply(tb *tierB, T int) error {
 		return err
 	}
 	want := -1
-	if T <= len(h.plans) && (len(h.plans[T-1].CPU) > 0 || T == 1 && len(h.plans[0].Split) > 0) {
+	if T <= len(h.plans) && len(h.plans[T-1].CPU) > 0 {
 		want = T - 1
 	}
 	h.lastT = 0
@@ -389,29 +322,17 @@ func (h *hybrid) apply(tb *tierB, T int) error {
 		return nil
 	}
 	clear(h.on)
-	clear(h.split)
 	if want >= 0 {
 		for _, l := range h.plans[want].CPU {
 			h.on[l] = true
 		}
-		if T == 1 {
-			for _, sp := range h.plans[want].Split {
-				h.split[sp.Layer] = sp.CPURows
-			}
-		}
 	}
 	for l := range h.host {
-		var spans []stream.Span
-		switch {
-		case h.on[l]:
-			spans = []stream.Span{{Off: 0, Len: h.attn[l]}}
-		case h.split[l] > 0:
-			// The attention, the FFN norm and the GPU's rows of gate; its
-			// rows of up; down and what follows.
-			fp, g := h.parts[l], int64(h.gpuRows(l))
-			spans = []stream.Span{{Off: 0, Len: fp.gate + g*fp.gateRow}, {Off: fp.up, Len: g * fp.upRow}, {Off: fp.down, Len: tb.size[l] - fp.down}}
+		n := tb.size[l]
+		if h.on[l] {
+			n = h.attn[l]
 		}
-		if err := tb.pipe.SetSpans(l, spans); err != nil {
+		if err := tb.pipe.SetLength(l, n); err != nil {
 			h.applied = -2 // unknown: set every length again next pass
 			return fmt.Errorf("hybrid: %w", err)
 		}
@@ -456,68 +377,6 @@ func (m *Model) cpuFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	return nil
 }
 
-// gpuRows is the rows of shared layer l's gate and up the GPU computes.
-func (h *hybrid) gpuRows(l int) int { return h.ffn - h.split[l] }
-
-// sharedGateUp computes shared layer l's gate and up for the pass's one
-// token with the CPU: the hidden state goes to pinned memory, the GPU's
-// rows are enqueued, and while the GPU computes them the CPU computes its
-// rows from the layer's pinned copy (norm included); their activations
-// then go after the GPU's in a.gate, before the down product that reads
-// them all.
-func (m *Model) sharedGateUp(ctx context.Context, c *cudadrv.Ctx, l int, lw *layerW, act kernels.GLU, gemma bool) error {
-	h := m.hy
-	k, s, a := m.k, m.stream, &m.act
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	cpu, g := h.split[l], h.gpuRows(l)
-	t0 := time.Now()
-	if err := c.CopyDtoH(h.buf.Bytes()[:m.Config.Dim*4], a.h, s); err != nil {
-		return err
-	}
-	if err := c.Record(h.ready, s); err != nil {
-		return err
-	}
-	part := *lw
-	part.gate.Rows, part.up.Rows = g, g
-	activate, err := m.gateUp(c, s, &part, 1, act)
-	if err != nil {
-		return fmt.Errorf("the GPU's rows: %w", err)
-	}
-	if activate {
-		if gemma {
-			err = k.GeGLU(c, s, a.gate, a.up, a.gate, int64(g))
-		} else {
-			err = k.SwiGLU(c, s, a.gate, a.up, a.gate, int64(g))
-		}
-		if err != nil {
-			return fmt.Errorf("the GPU's activation: %w", err)
-		}
-	}
-	if err := c.EventSync(h.ready); err != nil {
-		return err
-	}
-	t1 := time.Now()
-	if err := h.dev.GateUp(ctx, l, h.host[l], h.rows[0], g, h.actRows[:cpu]); err != nil {
-		return err
-	}
-	t2 := time.Now()
-	if err := c.CopyHtoD(a.gate.Add(int64(g)*4), h.act.Bytes()[:cpu*4], s); err != nil {
-		return err
-	}
-	bytes := h.parts[l].gateUp * int64(cpu) / int64(m.Config.FFN)
-	h.stats.Shared++
-	h.stats.Bytes += bytes
-	h.stats.Busy += t2.Sub(t1)
-	if len(h.seen) > 0 {
-		h.seen[0].bytes += bytes
-		h.seen[0].busy += t2.Sub(t1)
-	}
-	h.stats.Hop += t1.Sub(t0) + time.Since(t2)
-	return nil
-}
-
 // HybridPlans returns the CPU's placement per batch size (index b-1 for b
 // tokens) and the CPU FFN rate measured for each (nil when the plans were
 // given); ok is false without Options.Hybrid.
@@ -545,7 +404,7 @@ func (h *hybrid) release(c *cudadrv.Ctx) error {
 	if h == nil {
 		return nil
 	}
-	err := errors.Join(c.FreeHost(h.buf), c.FreeHost(h.act), c.DestroyEvent(h.ready))
-	h.buf, h.rows, h.act, h.actRows, h.ready = nil, nil, nil, nil, 0
+	err := c.FreeHost(h.buf)
+	h.buf, h.rows = nil, nil
 	return err
 }

@@ -50,49 +50,6 @@ func TestHybridFidelity(t *testing.T) {
 	}
 }
 
-// TestHybridShared: layers whose gate and up rows the CPU shares with the
-// GPU in one-token passes (alone, and beside a layer whose FFN the CPU
-// takes whole) give the CPU reference's logits and 64 greedy tokens; the
-// CPU shared every planned layer of every decode step, and the pipeline
-// moved the shared rows' bytes less.
-func TestHybridShared(t *testing.T) {
-	gpu(t)
-	for _, tc := range []struct {
-		arch, typ string
-		streamed  []int
-		whole     []int
-		shared    []int
-		slots     int
-	}{
-		{"llama", "q4_k_m", []int{0, 1}, nil, []int{0, 1}, 2},
-		{"llama", "f32", []int{0, 1}, []int{0}, []int{1}, 1},
-		{"gemma2", "q4_k_m", []int{1, 2, 3}, []int{2}, []int{1, 3}, 2},
-		{"qwen3", "q4_k_m", []int{0, 1}, nil, []int{1}, 1},
-		{"phi3", "q4_k_m", []int{0, 1}, nil, []int{0, 1}, 2}, // gate and up split on the host
-	} {
-		t.Run(fmt.Sprintf("%s/%s/whole%v/shared%v", tc.arch, tc.typ, tc.whole, tc.shared), func(t *testing.T) {
-			cpu := tinyModel(t, tc.arch, tc.typ)
-			var splits []tier.HybridSplit
-			for i, l := range tc.shared {
-				// A third of the rows, then most of them.
-				rows := cpu.Config.FFN / 3
-				if i%2 == 1 {
-					rows = cpu.Config.FFN - 5
-				}
-				splits = append(splits, tier.HybridSplit{Layer: l, CPURows: rows})
-			}
-			g := loadGPU(t, cpu, Options{StreamLayers: tc.streamed, Slots: tc.slots, Hybrid: &Hybrid{Plans: [][]int{tc.whole}, Splits: splits}})
-			const steps = 64
-			worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cpu.Config.Vocab, 16, 1), steps)
-			st := g.HybridStats()
-			t.Logf("worst NMSE %.3g; CPU: %+v", worst[0], st)
-			if st.Passes != steps || st.Shared != int64(steps*len(tc.shared)) || st.Layers != int64(steps*len(tc.whole)) || st.Busy <= 0 {
-				t.Errorf("CPU share %+v, want %d passes of %d shared and %d whole FFNs", st, steps, len(tc.shared), len(tc.whole))
-			}
-		})
-	}
-}
-
 // TestHybridPlanned: without given plans, Load measures the CPU's FFN
 // rate and plans every batch size; the model then runs as the reference
 // does whatever the plans chose.
@@ -125,10 +82,6 @@ func TestHybridRejects(t *testing.T) {
 	}{
 		{"resident layer", Options{StreamLayers: []int{1}, Hybrid: &Hybrid{Plans: [][]int{{0}}}}, "not a tier-B layer"},
 		{"nothing streamed", Options{Hybrid: &Hybrid{Plans: [][]int{{0}}}}, "no tier-B layers"},
-		{"shared without a plan", Options{StreamLayers: []int{1}, Hybrid: &Hybrid{Splits: []tier.HybridSplit{{Layer: 1, CPURows: 8}}}}, "need a plan"},
-		{"shared and whole", Options{StreamLayers: []int{1}, Hybrid: &Hybrid{Plans: [][]int{{1}}, Splits: []tier.HybridSplit{{Layer: 1, CPURows: 8}}}}, "cannot be shared"},
-		{"shared resident layer", Options{StreamLayers: []int{1}, Hybrid: &Hybrid{Plans: [][]int{nil}, Splits: []tier.HybridSplit{{Layer: 0, CPURows: 8}}}}, "cannot be shared"},
-		{"every row on the CPU", Options{StreamLayers: []int{1}, Hybrid: &Hybrid{Plans: [][]int{nil}, Splits: []tier.HybridSplit{{Layer: 1, CPURows: cpu.Config.FFN}}}}, "CPU rows outside"},
 	} {
 		tc.opts.Kernels = gpuK
 		m, err := Load(gpuDev, cpu.Config, cpu.Weights, tc.opts)

@@ -491,7 +491,7 @@ func (d *streamDev) Pin(b []byte) (func() error, error) {
 // CopyIn implements stream.Device: on the copy stream, after the slot's
 // "free" event (compute's release of its previous layer), between the
 // copy's timing events, followed by the slot's "loaded" event.
-func (d *streamDev) CopyIn(n int, slot stream.Slot, src []byte, spans []stream.Span) (stream.Op, error) {
+func (d *streamDev) CopyIn(n int, slot stream.Slot, src []byte) (stream.Op, error) {
 	s := slot.(*devSlot)
 	if n < 0 || n >= len(d.ops) {
 		return nil, fmt.Errorf("copy %d of a pass of %d", n, len(d.ops))
@@ -499,24 +499,14 @@ func (d *streamDev) CopyIn(n int, slot stream.Slot, src []byte, spans []stream.S
 	if len(src) > s.n {
 		return nil, fmt.Errorf("%d bytes into a %d-byte slot", len(src), s.n)
 	}
-	for _, sp := range spans {
-		if sp.Off < 0 || sp.Len <= 0 || sp.Off+sp.Len > int64(len(src)) {
-			return nil, fmt.Errorf("span [%d, +%d) outside a layer of %d bytes", sp.Off, sp.Len, len(src))
-		}
-	}
 	if err := d.c.WaitEvent(d.copy, s.free); err != nil {
 		return nil, err
 	}
 	if err := d.c.Record(d.copyStart[n], d.copy); err != nil {
 		return nil, err
 	}
-	if spans == nil {
-		spans = []stream.Span{{Off: 0, Len: int64(len(src))}}
-	}
-	for _, sp := range spans {
-		if err := d.c.CopyHtoD(s.ptr.Add(sp.Off), src[sp.Off:sp.Off+sp.Len], d.copy); err != nil {
-			return nil, err
-		}
+	if err := d.c.CopyHtoD(s.ptr, src, d.copy); err != nil {
+		return nil, err
 	}
 	if err := d.c.Record(d.copyEnd[n], d.copy); err != nil {
 		return nil, err

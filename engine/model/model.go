@@ -804,53 +804,6 @@ func (d *FFNDevice) Run(ctx context.Context, l int, w *Layer, h [][]float32) err
 	return d.m.FFN(ctx, l, w, h)
 }
 
-// GateUp computes rows [lo, FFN) of layer l's gate and up products for
-// the hidden-state row h (FFN norm applied here, as FFN applies it),
-// activated, into out (FFN - lo elements); h is not changed. It is the
-// CPU's share of a layer it computes together with another device:
-// engine/gpu's split placement computes rows [0, lo) and the down product
-// on the GPU from its slot while the CPU reads these rows from the
-// layer's pinned copy, so both links work on the same layer at once.
-func (d *FFNDevice) GateUp(ctx context.Context, l int, w *Layer, h []float32, lo int, out []float32) error {
-	return d.m.gateUpRows(ctx, l, w, h, lo, out)
-}
-
-func (m *Model) gateUpRows(ctx context.Context, l int, w *Layer, h []float32, lo int, out []float32) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	c := &m.Config
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("gate and up of layer %d: %w", l, ctx.Err())
-	case l < 0 || l >= c.Layers:
-		return fmt.Errorf("gate and up of layer %d: outside [0, %d)", l, c.Layers)
-	case c.MoE():
-		return fmt.Errorf("gate and up of layer %d: a mixture-of-experts layer has no single gate and up", l)
-	case len(h) != c.Dim:
-		return fmt.Errorf("gate and up of layer %d: the row has %d elements, the model's width is %d", l, len(h), c.Dim)
-	case lo < 0 || lo >= c.FFN:
-		return fmt.Errorf("gate and up of layer %d: rows from %d outside [0, %d)", l, lo, c.FFN)
-	case len(out) != c.FFN-lo:
-		return fmt.Errorf("gate and up of layer %d: %d outputs for rows [%d, %d)", l, len(out), lo, c.FFN)
-	case w == nil || w.Gate.Data == nil || w.Up.Data == nil:
-		return fmt.Errorf("gate and up of layer %d: the layer has no separate gate and up", l)
-	}
-	if err := c.checkFFN(l, w); err != nil {
-		return fmt.Errorf("gate and up: %w", err)
-	}
-	m.prepare(1, 0)
-	sc := &m.sc
-	copy(sc.h[0], h)
-	m.norm(sc.xn, sc.h[:1], &w.FFNNorm)
-	gate, up := w.Gate.rows(w.Gate.Name, lo, c.FFN), w.Up.rows(w.Up.Name, lo, c.FFN)
-	g, u := [][]float32{out}, [][]float32{sc.up[0][:c.FFN-lo]}
-	if err := m.matmul(matOp{&gate, sc.xn[:1], g}, matOp{&up, sc.xn[:1], u}); err != nil {
-		return fmt.Errorf("gate and up of layer %d: %w", l, err)
-	}
-	m.activate(g, u)
-	return nil
-}
-
 // FFNLayer names one layer's FFN weights for Rate.
 type FFNLayer struct {
 	Index int
@@ -982,35 +935,14 @@ func (m *Model) ffn(ctx context.Context, l int, w *Layer) error {
 	if err := m.matmul(matOp{&w.Gate, sc.xn, sc.gate}, matOp{&w.Up, sc.xn, sc.up}); err != nil {
 		return err
 	}
-	m.activate(sc.gate, sc.up)
-	if err := m.matmul(matOp{&w.Down, sc.gate, sc.tmp}); err != nil {
-		return err
-	}
-	if gemma {
-		m.norm(sc.tmp, sc.tmp, &w.PostFFNNorm)
-	}
-	for t := range sc.h {
-		axpy(sc.h[t], 1, sc.tmp[t])
-	}
-	return nil
-}
-
-// activate applies the gated activation in place: gate[t][i] =
-// act(gate[t][i]) * up[t][i] (GELU for the Gemmas, SiLU otherwise). It is
-// element-wise (the same bits however it is split), in pieces of 1024
-// across the pool: on one core it would cost as much as a fifth of a
-// decode step's matrix products.
-func (m *Model) activate(gate, up [][]float32) {
-	if len(gate) == 0 {
-		return
-	}
+	// The activation is element-wise (the same bits however it is split),
+	// in pieces of 1024 across the pool: on one core it would cost as
+	// much as a fifth of a decode step's matrix products.
 	const piece = 1024
-	n := len(gate[0])
-	gemma := m.Config.PostNorms()
-	per := (n + piece - 1) / piece
-	m.pool.run(len(gate)*per, func(_, i int) {
+	per := (c.FFN + piece - 1) / piece
+	m.pool.run(len(sc.gate)*per, func(_, i int) {
 		t, p := i/per, i%per
-		g, u := gate[t][p*piece:min((p+1)*piece, n)], up[t][p*piece:min((p+1)*piece, n)]
+		g, u := sc.gate[t][p*piece:min((p+1)*piece, c.FFN)], sc.up[t][p*piece:min((p+1)*piece, c.FFN)]
 		if gemma {
 			for i := range g {
 				g[i] = geluTanh(g[i]) * u[i]
@@ -1021,6 +953,16 @@ func (m *Model) activate(gate, up [][]float32) {
 			}
 		}
 	})
+	if err := m.matmul(matOp{&w.Down, sc.gate, sc.tmp}); err != nil {
+		return err
+	}
+	if gemma {
+		m.norm(sc.tmp, sc.tmp, &w.PostFFNNorm)
+	}
+	for t := range sc.h {
+		axpy(sc.h[t], 1, sc.tmp[t])
+	}
+	return nil
 }
 
 // attention computes causal (and, on sliding layers, windowed) attention

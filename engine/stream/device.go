@@ -45,14 +45,12 @@ type Device interface {
 	// undo.
 	Pin(b []byte) (unpin func() error, err error)
 	// CopyIn starts copying src into the start of slot and returns at
-	// once; the returned Op completes when the bytes have landed. With
-	// spans, only those byte ranges of src are copied, each to the same
-	// offset in the slot (a layer part of which another device computes:
-	// Pipeline.SetSpans). The copy must not start before compute has
-	// finished with the slot's previous layer (Release's fence). src must
-	// stay untouched until the Op completes. n is the copy's index in the
-	// pass (0, 1, ...), for devices that time their copies.
-	CopyIn(n int, slot Slot, src []byte, spans []Span) (Op, error)
+	// once; the returned Op completes when the bytes have landed. The copy
+	// must not start before compute has finished with the slot's previous
+	// layer (Release's fence). src must stay untouched until the Op
+	// completes. n is the copy's index in the pass (0, 1, ...), for
+	// devices that time their copies.
+	CopyIn(n int, slot Slot, src []byte) (Op, error)
 	// Await makes compute wait for op, the n-th copy, into slot: work
 	// compute issues afterwards sees the slot's new bytes. CUDA makes the
 	// compute stream wait for the copy's event and returns at once; the
@@ -133,56 +131,17 @@ func (CPUDevice) Pin([]byte) (func() error, error) { return nil, nil }
 
 // CopyIn implements Device. Compute is done with a slot when it releases
 // it, so there is no fence to wait for.
-func (CPUDevice) CopyIn(_ int, s Slot, src []byte, spans []Span) (Op, error) {
+func (CPUDevice) CopyIn(_ int, s Slot, src []byte) (Op, error) {
 	dst := s.Host()
 	if len(src) > len(dst) {
 		return nil, fmt.Errorf("cpu copy: %d bytes into a %d-byte slot", len(src), len(dst))
 	}
-	if err := checkSpans(spans, int64(len(src))); err != nil {
-		return nil, fmt.Errorf("cpu copy: %w", err)
-	}
 	op := make(cpuOp)
 	go func() {
-		if spans == nil {
-			parallelCopy(dst, src)
-		}
-		for _, sp := range spans {
-			parallelCopy(dst[sp.Off:sp.Off+sp.Len], src[sp.Off:sp.Off+sp.Len])
-		}
+		parallelCopy(dst, src)
 		close(op)
 	}()
 	return op, nil
-}
-
-// Span is a byte range of a layer's extent: Len bytes from Off.
-type Span struct{ Off, Len int64 }
-
-// SpanBytes is the bytes spans cover (n, the whole extent, for nil).
-func SpanBytes(spans []Span, n int64) int64 {
-	if spans == nil {
-		return n
-	}
-	var sum int64
-	for _, s := range spans {
-		sum += s.Len
-	}
-	return sum
-}
-
-// checkSpans verifies that spans are non-empty ranges inside [0, n), in
-// order and apart.
-func checkSpans(spans []Span, n int64) error {
-	var end int64
-	for i, s := range spans {
-		if s.Len <= 0 || s.Off < end || s.Off > n-s.Len {
-			return fmt.Errorf("span %d [%d, +%d) outside [%d, %d) or empty", i, s.Off, s.Len, end, n)
-		}
-		end = s.Off + s.Len
-	}
-	if spans != nil && len(spans) == 0 {
-		return fmt.Errorf("no spans")
-	}
-	return nil
 }
 
 // Await implements Device: the host is the compute side, so it waits.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,8 +120,7 @@ type Pipeline struct {
 	store     LayerStore
 	tiers     []tier.Tier
 	ext       []tier.Extent
-	full      []int64  // per layer: the extent's length as the store gave it
-	spans     [][]Span // per tier-B layer: what a pass copies (SetSpans); nil: the whole extent
+	full      []int64 // per layer: the extent's length as the store gave it
 	depth     int
 	src       tier.Source
 	dev       Device
@@ -242,7 +240,7 @@ func New(opts Options) (*Pipeline, error) {
 		opts.Device = CPUDevice{}
 	}
 	p := &Pipeline{
-		store: opts.Store, tiers: append([]tier.Tier(nil), opts.Tiers...), ext: make([]tier.Extent, n), spans: make([][]Span, n), idx: make([]int, n),
+		store: opts.Store, tiers: append([]tier.Tier(nil), opts.Tiers...), ext: make([]tier.Extent, n), idx: make([]int, n),
 		depth: opts.Depth, src: opts.Source, dev: opts.Device, verify: opts.Verify, log: opts.Logger, slotsOnly: opts.SlotsOnly,
 		onCompute: opts.Device.IssueOnCompute(), resident: make([]*model.Layer, n), verified: make([]atomic.Bool, n),
 	}
@@ -361,7 +359,7 @@ func (p *Pipeline) loadResident(i int) error {
 		return fmt.Errorf("stream: layer %d (tier A): %s slot: %w", i, p.dev.Name(), err)
 	}
 	p.residentSlots = append(p.residentSlots, s)
-	op, err := p.dev.CopyIn(-1, s, b[:e.Length], nil)
+	op, err := p.dev.CopyIn(-1, s, b[:e.Length])
 	if err == nil {
 		err = op.Wait()
 	}
@@ -401,38 +399,30 @@ func (p *Pipeline) free() error {
 	return errors.Join(errs...)
 }
 
-// SetSpans makes later passes move only spans of tier-B layer i's extent,
-// each to its own offset in the slot (nil restores the whole extent): a
-// device that computes part of the layer elsewhere needs only the rest
+// SetLength makes later passes move only the first n bytes of tier-B
+// layer i's extent (n up to the extent's full length, which restores it):
+// a device that computes part of the layer elsewhere needs only the rest
 // (engine/gpu's hybrid placement copies a layer's attention and leaves its
-// feed-forward block, or the rows of it the CPU computes, to the CPU).
-// Only a pipeline whose compute works on its slots (Options.SlotsOnly)
-// takes spans: a decoded layer needs every byte. Slots keep their size. It
-// is refused during a pass.
-func (p *Pipeline) SetSpans(i int, spans []Span) error {
+// feed-forward block to the CPU). Slots keep their size. It is refused
+// during a pass.
+func (p *Pipeline) SetLength(i int, n int64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
 	case p.closed:
-		return fmt.Errorf("stream: set spans of layer %d: %w", i, tier.ErrClosed)
+		return fmt.Errorf("stream: set length of layer %d: %w", i, tier.ErrClosed)
 	case p.pass != nil:
-		return fmt.Errorf("stream: set spans of layer %d: a pass is open", i)
+		return fmt.Errorf("stream: set length of layer %d: a pass is open", i)
 	case i < 0 || i >= len(p.tiers):
-		return fmt.Errorf("stream: set spans of layer %d: outside [0, %d)", i, len(p.tiers))
+		return fmt.Errorf("stream: set length of layer %d: outside [0, %d)", i, len(p.tiers))
 	case p.tiers[i] != tier.TierB:
-		return fmt.Errorf("stream: set spans of layer %d: on tier %v, not B", i, p.tiers[i])
-	case !p.slotsOnly && spans != nil:
-		return fmt.Errorf("stream: set spans of layer %d: compute decodes whole layers", i)
+		return fmt.Errorf("stream: set length of layer %d: on tier %v, not B", i, p.tiers[i])
+	case n <= 0 || n > p.full[i]:
+		return fmt.Errorf("stream: set length of layer %d: %d bytes outside (0, %d]", i, n, p.full[i])
 	}
-	if err := checkSpans(spans, p.full[i]); err != nil {
-		return fmt.Errorf("stream: set spans of layer %d: %w", i, err)
-	}
-	p.spans[i] = slices.Clone(spans)
+	p.ext[i].Length = n
 	return nil
 }
-
-// moved is what a pass copies of layer i.
-func (p *Pipeline) moved(i int) int64 { return SpanBytes(p.spans[i], p.ext[i].Length) }
 
 // SetSkip leaves layers out of later passes (layer skip): a skipped
 // layer on tier B or C is neither read nor copied, which saves its bytes
@@ -818,7 +808,7 @@ func (p *Pipeline) Done(i int) error {
 	ps.held = -1
 	if !p.skipped(i) {
 		ps.computeLayers++
-		ps.computeBytes += p.moved(i)
+		ps.computeBytes += p.ext[i].Length
 	}
 	ps.next = i + 1
 	var err error
@@ -940,11 +930,7 @@ func (p *Pipeline) stage2(ps *pass) {
 		t1 := time.Now()
 		ps.copy.Stall += t1.Sub(t0)
 		slot := p.slots[s]
-		var spans []Span
-		if p.tiers[i] == tier.TierB {
-			spans = p.spans[i]
-		}
-		op, err := p.dev.CopyIn(n, slot, src, spans)
+		op, err := p.dev.CopyIn(n, slot, src)
 		if err == nil {
 			err = op.Wait()
 		}
@@ -970,7 +956,7 @@ func (p *Pipeline) stage2(ps *pass) {
 			return
 		}
 		ps.copy.Layers++
-		ps.copy.Bytes += SpanBytes(spans, int64(len(src)))
+		ps.copy.Bytes += int64(len(src))
 		ps.ready[i] <- result{layer: l, slot: s}
 	}
 }
@@ -1013,11 +999,7 @@ func (p *Pipeline) pump(ps *pass, need int) error {
 			}
 			src = b
 		}
-		var spans []Span
-		if p.tiers[i] == tier.TierB {
-			spans = p.spans[i]
-		}
-		op, err := p.dev.CopyIn(n, p.slots[n%k], src, spans)
+		op, err := p.dev.CopyIn(n, p.slots[n%k], src)
 		if err != nil {
 			return p.layerErr(i, fmt.Errorf("copy to %s slot: %w", p.dev.Name(), err))
 		}
@@ -1028,7 +1010,7 @@ func (p *Pipeline) pump(ps *pass, need int) error {
 		}
 		ps.issued++
 		ps.copy.Layers++
-		ps.copy.Bytes += SpanBytes(spans, int64(len(src)))
+		ps.copy.Bytes += int64(len(src))
 	}
 	if need >= 0 && ps.issued <= need {
 		return fmt.Errorf("stream: layer %d: its copy cannot be issued (%d of %d issued, %d slots released)", p.streamed[need], ps.issued, len(p.streamed), ps.released)

@@ -539,12 +539,10 @@ func TestIssueOnCompute(t *testing.T) {
 	}
 }
 
-// TestSetSpans: a tier-B layer set to move spans of its extent copies
-// only those bytes a pass, each to its own offset in the slot, until it
-// is set back; SetSpans refuses an open pass, a layer off tier B, spans
-// outside the extent, empty, overlapping or out of order, and spans on a
-// pipeline that decodes whole layers.
-func TestSetSpans(t *testing.T) {
+// TestSetLength: a tier-B layer set to move a prefix of its extent copies
+// only that many bytes a pass until it is set back; SetLength refuses an
+// open pass, a layer off tier B and lengths outside (0, extent].
+func TestSetLength(t *testing.T) {
 	mc := modelCases[0]
 	tm := getModel(t, mc.arch, mc.typ, mc.seeds)
 	n := tm.m.Config.Layers
@@ -577,45 +575,32 @@ func TestSetSpans(t *testing.T) {
 		t.Fatalf("copied %d bytes, want %d", got, full)
 	}
 	ext := tm.store.Extent(1)
-	if err := p.SetSpans(1, []stream.Span{{Off: 0, Len: 100}, {Off: 300, Len: 50}}); err != nil {
+	if err := p.SetLength(1, 100); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := pass(), full-ext.Length+150; got != want {
-		t.Fatalf("with layer 1 in two spans: copied %d bytes, want %d", got, want)
+	if got, want := pass(), full-ext.Length+100; got != want {
+		t.Fatalf("with layer 1 trimmed: copied %d bytes, want %d", got, want)
 	}
-	if err := p.SetSpans(1, nil); err != nil {
+	if err := p.SetLength(1, ext.Length); err != nil {
 		t.Fatal(err)
 	}
 	if got := pass(); got != full {
 		t.Fatalf("restored: copied %d bytes, want %d", got, full)
 	}
 	for _, tc := range []struct {
-		name  string
-		i     int
-		spans []stream.Span
-	}{
-		{"tier A", 0, []stream.Span{{0, 10}}},
-		{"empty span", 1, []stream.Span{{0, 0}}},
-		{"no spans", 1, []stream.Span{}},
-		{"past the extent", 1, []stream.Span{{0, ext.Length + 1}}},
-		{"overlapping", 1, []stream.Span{{0, 100}, {50, 10}}},
-		{"out of order", 1, []stream.Span{{300, 10}, {0, 10}}},
-		{"negative offset", 1, []stream.Span{{-1, 10}}},
-		{"no such layer", n, []stream.Span{{0, 10}}},
-	} {
-		if err := p.SetSpans(tc.i, tc.spans); err == nil {
+		name string
+		i    int
+		n    int64
+	}{{"tier A", 0, 10}, {"zero", 1, 0}, {"past the extent", 1, ext.Length + 1}, {"no such layer", n, 10}} {
+		if err := p.SetLength(tc.i, tc.n); err == nil {
 			t.Errorf("%s: no error", tc.name)
 		}
-	}
-	dec := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 2, Device: computeDevice{}})
-	if err := dec.SetSpans(1, []stream.Span{{0, 100}}); err == nil {
-		t.Error("spans on a pipeline that decodes layers: no error")
 	}
 	if err := p.Begin(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.SetSpans(1, []stream.Span{{0, 100}}); err == nil {
-		t.Error("SetSpans during a pass: no error")
+	if err := p.SetLength(1, 100); err == nil {
+		t.Error("SetLength during a pass: no error")
 	}
 	// Finish the pass: the test device's copies run on their own and
 	// its Sync does not wait for them.

@@ -291,11 +291,7 @@ func planHybrid(ctx context.Context, path string, isPool bool, cfg model.Config,
 		return err
 	}
 	first := probe[0].W
-	all := float64(model.FFNBytes(first) + model.AttnBytes(first))
-	frac := float64(model.FFNBytes(first)) / all
-	// Gate and up (fused in Phi-3's file, split in the GPU's host copy):
-	// the rows the CPU may share with the GPU in a one-token pass.
-	guFrac := float64(len(first.Gate.Data)+len(first.Up.Data)+len(first.GateUp.Data)) / all
+	frac := float64(model.FFNBytes(first)) / float64(model.FFNBytes(first)+model.AttnBytes(first))
 	var layers []tier.HybridLayer
 	for _, l := range p.Layers {
 		if l.Tier == tier.TierA {
@@ -306,9 +302,6 @@ func planHybrid(ctx context.Context, path string, isPool bool, cfg model.Config,
 		if l.Tier == tier.TierB {
 			hl.FFN = int64(frac * float64(full))
 			hl.Attn = full - hl.FFN
-			if hl.GateUp = int64(guFrac * float64(full)); hl.GateUp > 0 {
-				hl.Rows = cfg.FFN
-			}
 		}
 		layers = append(layers, hl)
 	}
@@ -358,11 +351,6 @@ func writeExpertPlan(w io.Writer, info planInfo) {
 // writeHybridPlans prints the CPU's share of tier B per batch size.
 func writeHybridPlans(w io.Writer, info planInfo) {
 	for i, hp := range info.Hybrid {
-		if len(hp.Split) > 0 {
-			fmt.Fprintf(w, "hybrid, batch %d: the CPU (FFN %s measured) shares %d tier-B layers with the GPU, computing %s of their gate and up rows from pinned memory; %s over PCIe and %s on the CPU a pass; streamed part %v (streaming alone %v)\n",
-				hp.Batch, tier.FormatRate(info.CPURates[i]), len(hp.Split), splitRows(hp), tier.FormatBytes(hp.Moved), tier.FormatBytes(hp.CPUBytes), dur(hp.Pass), dur(hp.Streamed))
-			continue
-		}
 		if len(hp.CPU) == 0 {
 			fmt.Fprintf(w, "hybrid, batch %d: the CPU (FFN %s measured) takes no layer: streaming is faster\n", hp.Batch, tier.FormatRate(info.CPURates[i]))
 			continue
@@ -370,16 +358,6 @@ func writeHybridPlans(w io.Writer, info planInfo) {
 		fmt.Fprintf(w, "hybrid, batch %d: the CPU (FFN %s measured) computes the FFN of %d tier-B layers %v from pinned memory; %s over PCIe and %s on the CPU a pass; streamed part %v (streaming alone %v)\n",
 			hp.Batch, tier.FormatRate(info.CPURates[i]), len(hp.CPU), hp.CPU, tier.FormatBytes(hp.Moved), tier.FormatBytes(hp.CPUBytes), dur(hp.Pass), dur(hp.Streamed))
 	}
-}
-
-// splitRows says how many gate and up rows the CPU computes of p's
-// shared layers: one count where every layer has the same, else the range.
-func splitRows(p tier.HybridPlan) string {
-	lo, hi := p.SplitRows()
-	if lo == hi {
-		return fmt.Sprint(lo)
-	}
-	return fmt.Sprintf("%d-%d", lo, hi)
 }
 
 // writePlan prints the plan as a table with a summary.

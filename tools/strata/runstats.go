@@ -88,18 +88,11 @@ func writeHybrid(w io.Writer, h engine.HybridInfo) {
 		if len(h.Rates) > 0 {
 			rate = fmt.Sprintf(", CPU FFN %.1f GB/s measured", h.Rates[0]/1e9)
 		}
-		what := fmt.Sprintf("computes the FFN of %d layers %v", len(p.CPU), p.CPU)
-		if len(p.Split) > 0 {
-			what = fmt.Sprintf("shares %d layers with the GPU (%s of their gate and up rows on the CPU)", len(p.Split), splitRows(p))
-			if len(p.CPU) > 0 {
-				what += fmt.Sprintf(" and computes the FFN of %d layers %v", len(p.CPU), p.CPU)
-			}
-		}
-		fmt.Fprintf(w, "hybrid (1 token): the CPU %s from pinned memory; %s over PCIe and %s on the CPU a pass, expected %v (streaming alone %v)%s\n",
-			what, tier.FormatBytes(p.Moved), tier.FormatBytes(p.CPUBytes), dur(p.Pass), dur(p.Streamed), rate)
+		fmt.Fprintf(w, "hybrid (1 token): the CPU computes the FFN of %d layers %v from pinned memory; %s over PCIe and %s on the CPU a pass, expected %v (streaming alone %v)%s\n",
+			len(p.CPU), p.CPU, tier.FormatBytes(p.Moved), tier.FormatBytes(p.CPUBytes), dur(p.Pass), dur(p.Streamed), rate)
 	}
 	st := h.Stats
-	if st.Layers == 0 && st.Shared == 0 {
+	if st.Layers == 0 {
 		fmt.Fprintln(w, "cpu: no FFN computed (no pass small enough for the hybrid plans)")
 		return
 	}
@@ -107,9 +100,9 @@ func writeHybrid(w io.Writer, h engine.HybridInfo) {
 	if st.Busy > 0 {
 		gbps = float64(st.Bytes) / st.Busy.Seconds() / 1e9
 	}
-	fmt.Fprintf(w, "cpu: %d whole FFNs and %d shared layers in %d passes, %s read at %.2f GB/s; busy %v, hops %v (%v a layer)\n",
-		st.Layers, st.Shared, st.Passes, tier.FormatBytes(st.Bytes), gbps, st.Busy.Round(time.Microsecond), st.Hop.Round(time.Microsecond),
-		(st.Hop / time.Duration(st.Layers+st.Shared)).Round(time.Microsecond))
+	fmt.Fprintf(w, "cpu: %d FFNs in %d passes, %s read at %.2f GB/s; busy %v, hops %v (%v a layer)\n",
+		st.Layers, st.Passes, tier.FormatBytes(st.Bytes), gbps, st.Busy.Round(time.Microsecond), st.Hop.Round(time.Microsecond),
+		(st.Hop / time.Duration(st.Layers)).Round(time.Microsecond))
 }
 
 // writePipelineStats prints a pipeline's cumulative counters as a table.

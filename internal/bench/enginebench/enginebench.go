@@ -820,12 +820,12 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 	}
 	defer g.Close()
 	plans, rates, _ := g.HybridPlans()
-	if len(plans) == 0 || len(plans[0].CPU) == 0 && len(plans[0].Split) == 0 {
+	if len(plans) == 0 || len(plans[0].CPU) == 0 {
 		res.Notes = append(res.Notes, "hybrid: the plan gives the CPU no layer at batch 1")
 		return nil
 	}
-	res.Notes = append(res.Notes, fmt.Sprintf("hybrid: at load the CPU measured %.1f GB/s alone, and the plan %s of the %d streamed layers at batch 1",
-		rates[0]/1e9, cpuShare(plans[0]), len(opts.StreamLayers)))
+	res.Notes = append(res.Notes, fmt.Sprintf("hybrid: at load the CPU measured %.1f GB/s alone, and the plan gave it the FFN of %d of the %d streamed layers at batch 1",
+		rates[0]/1e9, len(plans[0].CPU), len(opts.StreamLayers)))
 	if rn.dram == 0 {
 		rn.o.progress("  host memory read rate")
 		if rn.dram, err = cpubench.ReadBandwidth(ctx, 2<<30, time.Second); err != nil {
@@ -845,8 +845,8 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 	}
 	plans, rates, _ = g.HybridPlans()
 	p := plans[0]
-	res.Notes = append(res.Notes, fmt.Sprintf("hybrid: in the timed passes the plan %s of the %d streamed layers at batch 1 (planned for %.1f GB/s; %s over PCIe, %s on the CPU a pass), planned %.2f ms vs %.2f ms streaming alone",
-		cpuShare(p), len(opts.StreamLayers), rates[0]/1e9, gib(p.Moved), gib(p.CPUBytes), ms(p.Pass), ms(p.Streamed)))
+	res.Notes = append(res.Notes, fmt.Sprintf("hybrid: in the timed passes the CPU computed the FFN of %d of the %d streamed layers at batch 1 (planned for %.1f GB/s; %s over PCIe, %s on the CPU a pass), planned %.2f ms vs %.2f ms streaming alone",
+		len(p.CPU), len(opts.StreamLayers), rates[0]/1e9, gib(p.Moved), gib(p.CPUBytes), ms(p.Pass), ms(p.Streamed)))
 	r := ratioToPeer(h1.TokensPerSecond, rn.o.Peers, peer)
 	off := float64(p.Moved + p.CPUBytes)
 	limit := off / (rates[0] + rn.ceil.H2D)
@@ -867,41 +867,11 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 	res.Metrics = append(res.Metrics, Metric{Key: "hybrid_decode_b8_tps", Label: "hybrid decode, batch 8 (aggregate)", Value: h8.TokensPerSecond, Unit: "tok/s",
 		Ratio: r8, Goal: atLeast(r8, 1)})
 	st := g.HybridStats()
-	if n := st.Layers + st.Shared; n > 0 {
-		res.Notes = append(res.Notes, fmt.Sprintf("hybrid: %d whole FFNs and %d shared layers on the CPU at %.1f GB/s, %.0f µs a hop; batch 8 plan: %d CPU layers",
-			st.Layers, st.Shared, float64(st.Bytes)/st.Busy.Seconds()/1e9, float64(st.Hop.Microseconds())/float64(n), len(plans[len(plans)-1].CPU)))
+	if st.Layers > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("hybrid: %d FFNs on the CPU at %.1f GB/s, %.0f µs a hop; batch 8 plan: %d CPU layers",
+			st.Layers, float64(st.Bytes)/st.Busy.Seconds()/1e9, float64(st.Hop.Microseconds())/float64(st.Layers), len(plans[len(plans)-1].CPU)))
 	}
-	// The same placement problem with whole FFNs only, in the same run:
-	// what sharing layers gains.
-	g.Close()
-	opts.Hybrid = &gpu.Hybrid{HostToDevice: rn.ceil.H2D, NoShare: true}
-	w, err := rn.load(cpu, opts)
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	rn.o.progress("  hybrid decode with whole FFNs only, batch 1")
-	w1, err := gputime.TimeDecode(ctx, w.Model, gputime.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 12, Steps: 16})
-	if err != nil {
-		return err
-	}
-	wp, _, _ := w.HybridPlans()
-	rw := ratioTo(h1.TokensPerSecond, w1.TokensPerSecond, fmt.Sprintf("whole FFNs only: %s tok/s, the plan %s", formatValue(w1.TokensPerSecond), cpuShare(wp[0])))
-	res.Metrics = append(res.Metrics, Metric{Key: "hybrid_whole_decode_tps", Label: "hybrid decode, batch 1, whole FFNs only", Value: w1.TokensPerSecond, Unit: "tok/s"},
-		Metric{Key: "hybrid_shared_gain", Label: "hybrid decode, batch 1: shared layers ÷ whole FFNs only", Value: h1.TokensPerSecond, Unit: "tok/s", Ratio: rw, Goal: atLeast(rw, 1)})
 	return nil
-}
-
-// cpuShare says what a hybrid plan gives the CPU.
-func cpuShare(p tier.HybridPlan) string {
-	lo, hi := p.SplitRows()
-	switch {
-	case len(p.Split) > 0 && len(p.CPU) > 0:
-		return fmt.Sprintf("shared %d layers' gate and up rows (%d-%d of a layer's on the CPU) and gave the CPU the FFN of %d", len(p.Split), lo, hi, len(p.CPU))
-	case len(p.Split) > 0:
-		return fmt.Sprintf("shared %d layers' gate and up rows (%d-%d of a layer's on the CPU)", len(p.Split), lo, hi)
-	}
-	return fmt.Sprintf("gave the CPU the FFN of %d", len(p.CPU))
 }
 
 func (rn *runner) big(ctx context.Context, res *ScenarioResult) error {
