@@ -305,4 +305,3 @@ func TestIsDir(t *testing.T) {
 		t.Error("IsDir wrong")
 	}
 }
-
