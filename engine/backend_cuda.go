@@ -9,8 +9,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/strata-llm/strata/engine/gguf"
-	"github.com/strata-llm/strata/engine/hf"
 	"github.com/strata-llm/strata/engine/gpu"
+	"github.com/strata-llm/strata/engine/hf"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/stream"
