@@ -201,6 +201,17 @@ func vocabFromHF(tokenizerJSON, configJSON []byte, vocabSize int) (*Vocab, error
 		slices.ContainsFunc(dec, func(s hfStep) bool { return s.Type == "ByteLevel" })
 	switch {
 	case byteLevel:
+		norm, err := parseSteps(t.Normalizer)
+		if err != nil {
+			return nil, fmt.Errorf("normalizer: %w", err)
+		}
+		for _, s := range norm {
+			// Qwen's NFC is the one normalizer byte-level tokenizers
+			// carry; llama.cpp does not apply it either.
+			if s.Type != "NFC" {
+				return nil, fmt.Errorf("normalizer %q on a byte-level tokenizer: %w", s.Type, ErrUnsupportedHF)
+			}
+		}
 		v.Model, v.Merges = ModelGPT2, make([]string, len(merges))
 		for i, m := range merges {
 			v.Merges[i] = m[0] + " " + m[1]
@@ -339,6 +350,11 @@ func hfSentencePiece(t *hfTokenizer, pre []hfStep, v *Vocab, merges [][2]string)
 		}
 	}
 	for _, s := range pre {
+		if s.Type == "Split" && s.stringPattern() == " " && replaced {
+			// Gemma's: a split at spaces after the normalizer replaced
+			// them all cuts nothing.
+			continue
+		}
 		if s.Type != "Metaspace" || s.Replacement != spmSpace || s.Split != nil && *s.Split {
 			return fmt.Errorf("pre_tokenizer %q: %w (SentencePiece tokenizers take a Metaspace that does not split)", s.Type, ErrUnsupportedHF)
 		}

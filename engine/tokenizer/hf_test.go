@@ -73,6 +73,8 @@ func TestVocabFromHFRefuses(t *testing.T) {
 		{"whitespace split", `{"pre_tokenizer":{"type":"Whitespace"},"decoder":{"type":"ByteLevel"},"model":{"type":"BPE","vocab":{"a":0},"merges":[]}}`, `pre_tokenizer "Whitespace"`},
 		{"neither", `{"model":{"type":"BPE","vocab":{"a":0},"merges":[]}}`, "neither byte-level"},
 		{"nfkc", `{"normalizer":{"type":"NFKC"},"model":{"type":"BPE","byte_fallback":true,"vocab":{"a":0},"merges":[]}}`, `normalizer "NFKC"`},
+		{"byte-level nfkc", `{"normalizer":{"type":"NFKC"},"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"use_regex":true},"model":{"type":"BPE","vocab":{"a":0},"merges":[]}}`, `normalizer "NFKC"`},
+		{"spm without spaces replaced", `{"pre_tokenizer":{"type":"Split","pattern":{"String":" "},"behavior":"MergedWithPrevious"},"model":{"type":"BPE","byte_fallback":true,"vocab":{"a":0},"merges":[]}}`, `pre_tokenizer "Split"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -104,5 +106,65 @@ func TestVocabFromHFPads(t *testing.T) {
 	}
 	if _, err := VocabFromHF([]byte(j), nil, 3); err == nil || !strings.Contains(err.Error(), "model's vocabulary is 3") {
 		t.Fatalf("err = %v, want the tokenizer refused as larger than the model", err)
+	}
+}
+
+// TestVocabFromHFForms reads the forms real checkpoints write: Qwen's NFC
+// normalizer on a byte-level tokenizer, Gemma's space-replacing
+// normalizer with a split that cuts nothing, Mistral's Metaspace, and the
+// special tokens of tokenizer_config.json as strings or added-token
+// objects.
+func TestVocabFromHFForms(t *testing.T) {
+	t.Parallel()
+	spmVocab := `"vocab":{"<unk>":0,"<s>":1,"</s>":2,"<0x41>":3,"▁":4,"a":5,"▁a":6},"merges":[["▁","a"]]`
+	added := `"added_tokens":[{"id":0,"content":"<unk>","special":true},{"id":1,"content":"<s>","special":true},{"id":2,"content":"</s>","special":true}]`
+	for _, c := range []struct {
+		name, json, cfg string
+		model           string
+		prefix          bool
+	}{
+		{"qwen nfc", `{"normalizer":{"type":"NFC"},"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"` +
+			strings.ReplaceAll(strings.ReplaceAll(qwen2Pattern, `\`, `\\`), `"`, `\"`) +
+			`"},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":false,"use_regex":false}]},
+			"model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":["a b"]}}`, `{"eos_token":{"content":"b","special":true},"bos_token":null}`, ModelGPT2, false},
+		{"gemma", `{` + added + `,"normalizer":{"type":"Replace","pattern":{"String":" "},"content":"▁"},
+			"pre_tokenizer":{"type":"Split","pattern":{"String":" "},"behavior":"MergedWithPrevious","invert":false},
+			"model":{"type":"BPE","byte_fallback":true,"unk_token":"<unk>",` + spmVocab + `}}`, `{"bos_token":"<s>","eos_token":"</s>","add_bos_token":true}`, ModelLlama, false},
+		{"mistral metaspace", `{` + added + `,"normalizer":null,"pre_tokenizer":{"type":"Metaspace","replacement":"▁","prepend_scheme":"first","split":false},
+			"model":{"type":"BPE","byte_fallback":true,"unk_token":"<unk>",` + spmVocab + `}}`, `{"bos_token":"<s>","eos_token":"</s>"}`, ModelLlama, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			v, err := VocabFromHF([]byte(c.json), []byte(c.cfg), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Model != c.model || v.AddSpacePrefix != c.prefix {
+				t.Fatalf("model %s prefix %v, want %s %v", v.Model, v.AddSpacePrefix, c.model, c.prefix)
+			}
+			if c.model == ModelGPT2 {
+				if v.Pre != "qwen2" || v.EOS != 1 || v.BOS != -1 || v.AddBOS {
+					t.Fatalf("pre %q eos %d bos %d add_bos %v", v.Pre, v.EOS, v.BOS, v.AddBOS)
+				}
+				return
+			}
+			if v.BOS != 1 || v.EOS != 2 || v.UNK != 0 || v.Types[3] != TypeByte || v.Types[0] != TypeUnknown || v.Types[1] != TypeControl {
+				t.Fatalf("bos %d eos %d unk %d types %v", v.BOS, v.EOS, v.UNK, v.Types)
+			}
+			if !(v.Scores[6] > v.Scores[5]) {
+				t.Fatalf("scores %v: the merged piece must outrank the unmerged ones", v.Scores)
+			}
+			tok, err := New(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []int32{6, 6}
+			if !c.prefix {
+				want = []int32{5, 6}
+			}
+			if got := tok.Encode("a a", false, false); !slices.Equal(got, want) {
+				t.Fatalf("Encode(\"a a\") = %v, want %v", got, want)
+			}
+		})
 	}
 }
