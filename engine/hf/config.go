@@ -102,6 +102,23 @@ type rawConfig struct {
 	DecoderSparseStep   *int  `json:"decoder_sparse_step"`
 	MlpOnlyLayers       []int `json:"mlp_only_layers"`
 	SharedExpertSize    int   `json:"shared_expert_intermediate_size"`
+
+	// TextConfig is a multimodal model's language model (Gemma 3).
+	TextConfig json.RawMessage `json:"text_config"`
+}
+
+// gemma3TextDefaults is transformers' Gemma3TextConfig for the keys a
+// Gemma 3 text_config may leave out.
+func gemma3TextDefaults() rawConfig {
+	i := func(v int) *int { return &v }
+	f := func(v float64) *float64 { return &v }
+	tied := true
+	return rawConfig{
+		VocabSize: 262208, HiddenSize: 2304, IntermediateSize: 9216, NumHiddenLayers: 26, NumAttentionHeads: 8,
+		NumKeyValueHeads: i(4), HeadDim: i(256), MaxPositionEmbeddings: 131072, RMSNormEps: f(1e-6),
+		RopeTheta: f(1_000_000), QueryPreAttnScalar: f(256), SlidingWindow: i(4096), RopeLocalBaseFreq: f(10000),
+		TieWordEmbeddings: &tied,
+	}
 }
 
 // ropeScaling is config.json's rope_scaling (or one entry of transformers
@@ -143,6 +160,17 @@ func parseConfig(b []byte) (*spec, error) {
 	var r rawConfig
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
+	}
+	if r.ModelType == "gemma3" && len(r.TextConfig) > 0 {
+		// Gemma 3 with a vision tower: strata runs its language model,
+		// whose config is sparse, leaving the rest to transformers'
+		// Gemma3TextConfig defaults.
+		tc := r.TextConfig
+		r = gemma3TextDefaults()
+		if err := json.Unmarshal(tc, &r); err != nil {
+			return nil, fmt.Errorf("config.json: text_config: %w", err)
+		}
+		r.ModelType = "gemma3_text"
 	}
 	fam, ok := families[r.ModelType]
 	if !ok {

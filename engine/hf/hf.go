@@ -17,6 +17,7 @@ const (
 	TokenizerFile        = "tokenizer.json"
 	TokenizerConfigFile  = "tokenizer_config.json"
 	GenerationConfigFile = "generation_config.json"
+	ChatTemplateFile     = "chat_template.jinja"
 )
 
 // Model is an opened Hugging Face model directory: the engine's model over
@@ -45,7 +46,7 @@ func IsDir(path string) bool {
 
 // Open opens the Hugging Face model in dir: config.json, model.safetensors
 // or the sharded index, tokenizer.json with tokenizer_config.json, and
-// generation_config.json where present. The weights stay mapped until
+// generation_config.json and chat_template.jinja where present. The weights stay mapped until
 // Close; the Model must not be used after.
 func Open(dir string) (*Model, error) {
 	cfgBytes, err := os.ReadFile(filepath.Join(dir, safetensors.ConfigFile))
@@ -108,6 +109,15 @@ func readVocab(dir string, cfgBytes []byte, vocabSize int) (*tokenizer.Vocab, er
 			err = fmt.Errorf("%w: %w", err, ErrUnsupported)
 		}
 		return nil, err
+	}
+	if v.ChatTemplate == "" {
+		// transformers 4.47 and later save the template beside the
+		// tokenizer config instead of in it.
+		t, err := optionalFile(filepath.Join(dir, ChatTemplateFile))
+		if err != nil {
+			return nil, err
+		}
+		v.ChatTemplate = string(t)
 	}
 	var ids struct {
 		BOS json.RawMessage `json:"bos_token_id"`

@@ -3,6 +3,7 @@ package hf_test
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -303,5 +304,91 @@ func TestIsDir(t *testing.T) {
 	}
 	if !hf.IsDir(dir) || hf.IsDir(p) {
 		t.Error("IsDir wrong")
+	}
+}
+
+// TestGemma3WithVision reads a Gemma 3 checkpoint with a vision tower:
+// the language model's config under text_config (sparse, transformers'
+// defaults for the rest) and its tensors under language_model.model.,
+// beside vision tensors strata ignores. It loads as the text-only twin.
+func TestGemma3WithVision(t *testing.T) {
+	t.Parallel()
+	path, hfDir := twin(t, "gemma3", "f32", 0)
+	cfg, err := os.ReadFile(filepath.Join(hfDir, safetensors.ConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text map[string]any
+	if err := json.Unmarshal(cfg, &text); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"rope_local_base_freq", "sliding_window_pattern", "layer_types"} {
+		delete(text, k) // transformers' defaults, as the hub's configs leave them out
+	}
+	wrapped, err := json.Marshal(map[string]any{"model_type": "gemma3", "architectures": []string{"Gemma3ForConditionalGeneration"},
+		"text_config": text, "vision_config": map[string]any{"model_type": "siglip_vision_model"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := safetensors.OpenDir(hfDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts []safetensors.Tensor
+	for _, n := range st.Names() {
+		x, _ := st.Tensor(n)
+		x.Data = slices.Clone(x.Data)
+		x.Name = "language_model." + n
+		ts = append(ts, x)
+	}
+	st.Close()
+	ts = append(ts, safetensors.Tensor{Name: "vision_tower.vision_model.post_layernorm.weight", DType: "F32", Shape: []int64{2}, Data: make([]byte, 8)})
+	if err := os.WriteFile(filepath.Join(hfDir, safetensors.ConfigFile), wrapped, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := safetensors.WriteDir(hfDir, nil, ts, 0); err != nil {
+		t.Fatal(err)
+	}
+	compare(t, path, hfDir, 0)
+}
+
+// TestChatTemplateFile reads the template from chat_template.jinja when
+// tokenizer_config.json has none, and the special ids from
+// generation_config.json when the tokenizer names no EOS.
+func TestChatTemplateFile(t *testing.T) {
+	t.Parallel()
+	_, hfDir := twin(t, "qwen2", "f32", 0)
+	cfgPath := filepath.Join(hfDir, hf.TokenizerConfigFile)
+	b, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c map[string]any
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := c["chat_template"].(string)
+	eos := c["eos_token"]
+	delete(c, "chat_template")
+	delete(c, "eos_token")
+	if b, err = json.Marshal(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(hfDir, hf.ChatTemplateFile), []byte(tmpl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := hf.Open(hfDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.Vocab.ChatTemplate != tmpl {
+		t.Errorf("chat template %q, want chat_template.jinja's", m.Vocab.ChatTemplate)
+	}
+	if m.Vocab.EOS < 0 || m.Vocab.Tokens[m.Vocab.EOS] != eos {
+		t.Errorf("EOS %d, want generation_config's id of %v", m.Vocab.EOS, eos)
 	}
 }

@@ -13,12 +13,18 @@ import (
 	"github.com/strata-llm/strata/internal/hostmem"
 )
 
-// HF tensor names outside the layers.
+// HF tensor names outside the layers, after the text model's prefix.
 const (
-	embedName  = "model.embed_tokens.weight"
-	normName   = "model.norm.weight"
+	embedName  = "embed_tokens.weight"
+	normName   = "norm.weight"
 	outputName = "lm_head.weight"
 )
+
+// textPrefixes are where checkpoints keep the text model's tensors: a
+// causal LM's "model.", and in a Gemma 3 checkpoint with a vision tower
+// the language model's (as the hub's files and as transformers 4.52 and
+// later save them).
+var textPrefixes = []string{"model.", "language_model.model.", "model.language_model."}
 
 // tensors is the part of safetensors.Model the loader reads; tests give
 // hand-made maps.
@@ -30,6 +36,8 @@ type tensors interface {
 type loader struct {
 	s  *spec
 	st tensors
+	// prefix is textPrefixes' entry the checkpoint uses.
+	prefix string
 }
 
 // hfLayerName maps a layer role (its GGUF suffix) to the HF tensor name
@@ -86,21 +94,28 @@ func (s *spec) hfLayerName(suffix string) (string, error) {
 // comes from the embedding, which must agree with config.json.
 func (l *loader) weights() (*model.Weights, error) {
 	c := &l.s.cfg
-	emb, err := l.st.Tensor(embedName)
+	var emb safetensors.Tensor
+	err := fmt.Errorf("missing tensor %s", textPrefixes[0]+embedName)
+	for _, p := range textPrefixes {
+		if emb, err = l.st.Tensor(p + embedName); err == nil {
+			l.prefix = p
+			break
+		}
+	}
 	if err != nil {
-		return nil, fmt.Errorf("missing tensor %s", embedName)
+		return nil, fmt.Errorf("missing tensor %s", textPrefixes[0]+embedName)
 	}
 	if len(emb.Shape) != 2 || emb.Shape[1] != int64(c.Dim) {
-		return nil, fmt.Errorf("tensor %s has shape %v, want [vocab, %d]", embedName, emb.Shape, c.Dim)
+		return nil, fmt.Errorf("tensor %s has shape %v, want [vocab, %d]", emb.Name, emb.Shape, c.Dim)
 	}
 	if emb.Shape[0] != int64(c.Vocab) {
-		return nil, fmt.Errorf("tensor %s has %d rows but config.json's vocab_size is %d", embedName, emb.Shape[0], c.Vocab)
+		return nil, fmt.Errorf("tensor %s has %d rows but config.json's vocab_size is %d", emb.Name, emb.Shape[0], c.Vocab)
 	}
 	w := &model.Weights{Layers: make([]model.Layer, c.Layers)}
-	if w.Embed, err = l.matrix(embedName, "token_embd.weight", c.Vocab, c.Dim, 0); err != nil {
+	if w.Embed, err = l.matrix(l.prefix+embedName, "token_embd.weight", c.Vocab, c.Dim, 0); err != nil {
 		return nil, err
 	}
-	if w.OutputNorm, err = l.vector(normName, "output_norm.weight", c.Dim); err != nil {
+	if w.OutputNorm, err = l.vector(l.prefix+normName, "output_norm.weight", c.Dim); err != nil {
 		return nil, err
 	}
 	if c.TiedOutput {
@@ -110,7 +125,7 @@ func (l *loader) weights() (*model.Weights, error) {
 	}
 	roles := c.LayerRoles()
 	for i := range w.Layers {
-		p := "model.layers." + strconv.Itoa(i) + "."
+		p := l.prefix + "layers." + strconv.Itoa(i) + "."
 		g := "blk." + strconv.Itoa(i) + "."
 		ly := &w.Layers[i]
 		for _, r := range roles {
@@ -149,7 +164,7 @@ func (l *loader) experts(i int) ([]model.Expert, error) {
 	out := make([]model.Expert, c.Experts)
 	merged := [3]string{"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"}
 	for e := range out {
-		p := "model.layers." + strconv.Itoa(i) + "." + l.s.moe + "experts." + strconv.Itoa(e) + "."
+		p := l.prefix + "layers." + strconv.Itoa(i) + "." + l.s.moe + "experts." + strconv.Itoa(e) + "."
 		fields := [3]*model.Tensor{&out[e].Gate, &out[e].Up, &out[e].Down}
 		for k, name := range l.s.moeNames {
 			rows, cols := f, d
