@@ -186,7 +186,7 @@ var ErrNoHostWeights = errors.New("the model's layers are not all in host memory
 // host memory, beside whatever passes the backend runs. A model streamed
 // from a pool has no such weights (ErrNoHostWeights).
 func (e *Engine) Embed(ctx context.Context, tokens []int32) ([]float32, error) {
-	if e.pipe != nil || e.file == nil && e.cuda != nil {
+	if e.pipe != nil || e.file == nil && e.hfDir == nil && e.cuda != nil {
 		return nil, fmt.Errorf("embed: %w", ErrNoHostWeights)
 	}
 	return e.Model.Embed(ctx, tokens)

@@ -79,6 +79,8 @@ type rawConfig struct {
 	SlidingWindow         *int            `json:"sliding_window"`
 	HiddenAct             string          `json:"hidden_act"`
 	HiddenActivation      string          `json:"hidden_activation"`
+	AttentionBias         *bool           `json:"attention_bias"`
+	MLPBias               *bool           `json:"mlp_bias"`
 
 	// Gemma.
 	QueryPreAttnScalar    *float64 `json:"query_pre_attn_scalar"`
@@ -225,6 +227,9 @@ func parseConfig(b []byte) (*spec, error) {
 		}
 	}
 
+	if err := s.checkVariant(&r); err != nil {
+		return nil, fmt.Errorf("config.json (%s): %w", r.ModelType, err)
+	}
 	var err error
 	switch fam.arch {
 	case model.ArchLlama:
@@ -251,6 +256,29 @@ func parseConfig(b []byte) (*spec, error) {
 		return nil, fmt.Errorf("config.json (%s): %w", r.ModelType, err)
 	}
 	return s, nil
+}
+
+// checkVariant refuses the options a family's config can set that the
+// engine does not implement, rather than run without them: biases where
+// the architecture has none, another activation.
+func (s *spec) checkVariant(r *rawConfig) error {
+	if r.AttentionBias != nil && *r.AttentionBias && !s.cfg.QKVBias() {
+		return fmt.Errorf("attention_bias: %w for %s", ErrUnsupported, s.modelType)
+	}
+	if r.MLPBias != nil && *r.MLPBias {
+		return fmt.Errorf("mlp_bias: %w", ErrUnsupported)
+	}
+	act, want := r.HiddenAct, "silu"
+	if s.cfg.PostNorms() {
+		want = "gelu_pytorch_tanh"
+		if r.HiddenActivation != "" {
+			act = r.HiddenActivation
+		}
+	}
+	if act != "" && act != want {
+		return fmt.Errorf("activation %q: %w (strata's %s uses %s)", act, ErrUnsupported, s.modelType, want)
+	}
+	return nil
 }
 
 // ropeParams decodes transformers 5's rope_parameters when it is one

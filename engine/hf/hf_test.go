@@ -250,6 +250,12 @@ func TestRefusals(t *testing.T) {
 			}
 			return c, ts
 		}, []string{"model.layers.0.mlp.up_proj.weight", "dtype I32"}, true},
+		{"bias", func(c string, ts []safetensors.Tensor) (string, []safetensors.Tensor) {
+			return strings.Replace(c, `"attention_bias": false`, `"attention_bias": true`, 1), ts
+		}, []string{"attention_bias"}, true},
+		{"activation", func(c string, ts []safetensors.Tensor) (string, []safetensors.Tensor) {
+			return strings.Replace(c, `"hidden_act": "silu"`, `"hidden_act": "gelu"`, 1), ts
+		}, []string{`activation "gelu"`}, true},
 		{"rope", func(c string, ts []safetensors.Tensor) (string, []safetensors.Tensor) {
 			return strings.Replace(c, `"rope_scaling": null`, `"rope_scaling": {"rope_type": "yarn", "factor": 4.0}`, 1), ts
 		}, []string{`rope_scaling "yarn"`}, true},
