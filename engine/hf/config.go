@@ -146,6 +146,10 @@ func (r *ropeScaling) kind() string {
 	return r.Type
 }
 
+// maxHeadDim bounds the head size before anything is sized by it (the
+// engine's own limit, which Validate applies later, is lower).
+const maxHeadDim = 1 << 12
+
 // spec is a parsed config.json: the engine's config and how to read the
 // tensors into it.
 type spec struct {
@@ -202,6 +206,10 @@ func parseConfig(b []byte) (*spec, error) {
 			return nil, fmt.Errorf("config.json: hidden_size %d not divisible by num_attention_heads %d and no head_dim", r.HiddenSize, r.NumAttentionHeads)
 		}
 		c.HeadDim = r.HiddenSize / r.NumAttentionHeads
+	}
+	if c.HeadDim <= 0 || c.HeadDim > maxHeadDim {
+		// Checked before the RoPE tables below are sized by it.
+		return nil, fmt.Errorf("config.json: head dim %d out of range [1, %d]", c.HeadDim, maxHeadDim)
 	}
 	if r.RMSNormEps != nil {
 		c.NormEps = float32(*r.RMSNormEps)

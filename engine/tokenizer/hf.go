@@ -100,6 +100,11 @@ func parseSteps(b json.RawMessage) ([]hfStep, error) {
 	return slices.Concat(s.Steps, s.Normalizers, s.Processors, s.Decoders), nil
 }
 
+// maxHFTokens bounds the ids a tokenizer.json may use, so that one id far
+// out cannot make VocabFromHF allocate gigabytes (the largest real
+// vocabularies have a few hundred thousand tokens).
+const maxHFTokens = 1 << 22
+
 // qwen2Pattern is Qwen2's regex: Llama 3's with one digit per piece.
 var qwen2Pattern = strings.Replace(llama3Pattern, `\p{N}{1,3}`, `\p{N}`, 1)
 
@@ -159,8 +164,8 @@ func vocabFromHF(tokenizerJSON, configJSON []byte, vocabSize int) (*Vocab, error
 	if vocabSize > 0 && n > vocabSize {
 		return nil, fmt.Errorf("the tokenizer has ids up to %d but the model's vocabulary is %d", n-1, vocabSize)
 	}
-	if n == 0 || n > 1<<31-1 {
-		return nil, fmt.Errorf("vocabulary of %d tokens", n)
+	if n == 0 || n > maxHFTokens {
+		return nil, fmt.Errorf("vocabulary of %d tokens out of range [1, %d]", n, maxHFTokens)
 	}
 	v := &Vocab{BOS: -1, EOS: -1, EOT: -1, PAD: -1, UNK: -1, Tokens: make([]string, n), Types: make([]int32, n)}
 	seen := make([]bool, n)
