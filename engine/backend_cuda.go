@@ -10,6 +10,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/gpu"
+	"github.com/strata-llm/strata/engine/hf"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/stream"
@@ -74,6 +75,7 @@ type cudaSource struct {
 	path  string
 	pool  *prefab.Pool
 	gf    *gguf.Mapped
+	hf    *hf.Model // a Hugging Face directory, instead of gf
 	sizes tier.Sizes
 	cfg   model.Config
 }
@@ -165,6 +167,8 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 		}
 	case src.pool != nil:
 		e, err = fromPool(ctx, src.path, src.pool)
+	case src.hf != nil:
+		e, err = fromHF(ctx, src.path, src.hf)
 	default:
 		e, err = fromMapped(ctx, src.path, src.gf)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/gpu"
+	"github.com/strata-llm/strata/engine/hf"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/stream"
@@ -25,6 +26,7 @@ type Engine struct {
 	path  string
 	file  *gguf.Mapped
 	pool  *prefab.Pool // set instead of file when opened from a prefab pool
+	hfDir *hf.Model    // set instead of file when opened from a Hugging Face directory
 	Model *model.Model
 	Tok   *tokenizer.Tokenizer
 
@@ -44,14 +46,17 @@ type Engine struct {
 	skipped []int           // layers every pass leaves out (Options.Skip)
 }
 
-// Open maps a GGUF model or a prefab pool (told apart by the pool's magic)
-// and prepares it for generation on the CPU backend (never the GPU: it is
-// the reference path; OpenWith picks a backend). Cancelling ctx stops it
-// between reads (a pool's extents are verified one by one) with an error
-// wrapping ctx's.
+// Open maps a GGUF model, a prefab pool (told apart by the pool's magic)
+// or a Hugging Face model directory (one holding config.json) and prepares
+// it for generation on the CPU backend (never the GPU: it is the reference
+// path; OpenWith picks a backend). Cancelling ctx stops it between reads
+// (a pool's extents are verified one by one) with an error wrapping ctx's.
 func Open(ctx context.Context, path string) (*Engine, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("opening model %s: %w", path, err)
+	}
+	if hf.IsDir(path) {
+		return openHF(ctx, path)
 	}
 	if ok, _ := prefab.IsPool(path); ok {
 		return OpenPool(ctx, path)
@@ -92,6 +97,37 @@ func fromMapped(ctx context.Context, path string, m *gguf.Mapped) (*Engine, erro
 	return newCPUEngine(&Engine{path: path, file: m, Model: mod, Tok: tok}), nil
 }
 
+// openHF builds the CPU engine over a Hugging Face directory: its
+// weights are views of the mapped safetensors files where their bytes need
+// no change (engine/hf).
+func openHF(ctx context.Context, path string) (*Engine, error) {
+	m, err := hf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening model %s: %w", path, err)
+	}
+	e, err := fromHF(ctx, path, m)
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// fromHF builds the CPU engine over an opened Hugging Face directory.
+func fromHF(ctx context.Context, path string, m *hf.Model) (*Engine, error) {
+	tok, err := tokenizer.New(m.Vocab)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: building tokenizer: %w", path, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("model %s: %w", path, err)
+	}
+	if tok.VocabSize() != m.Model.Config.Vocab {
+		return nil, fmt.Errorf("model %s: tokenizer has %d tokens but the model's vocabulary is %d", path, tok.VocabSize(), m.Model.Config.Vocab)
+	}
+	return newCPUEngine(&Engine{path: path, hfDir: m, Model: m.Model, Tok: tok}), nil
+}
+
 // newCPUEngine installs the CPU backend on e.
 // The model's matrix products run engine/gemv's best kernels for this CPU.
 func newCPUEngine(e *Engine) *Engine {
@@ -127,11 +163,13 @@ func (e *Engine) Close() error {
 		errs = append(errs, e.pool.Close())
 	} else if e.file != nil {
 		errs = append(errs, e.file.Close())
+	} else if e.hfDir != nil {
+		errs = append(errs, e.hfDir.Close())
 	}
 	return errors.Join(errs...)
 }
 
-// Path is the file the engine was opened from.
+// Path is the file (or Hugging Face directory) the engine was opened from.
 func (e *Engine) Path() string { return e.path }
 
 // Skipped are the layers every pass leaves out (Options.Skip), nil when
@@ -148,7 +186,7 @@ var ErrNoHostWeights = errors.New("the model's layers are not all in host memory
 // host memory, beside whatever passes the backend runs. A model streamed
 // from a pool has no such weights (ErrNoHostWeights).
 func (e *Engine) Embed(ctx context.Context, tokens []int32) ([]float32, error) {
-	if e.pipe != nil || e.file == nil && e.cuda != nil {
+	if e.pipe != nil || e.file == nil && e.hfDir == nil && e.cuda != nil {
 		return nil, fmt.Errorf("embed: %w", ErrNoHostWeights)
 	}
 	return e.Model.Embed(ctx, tokens)

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/hf"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/stream"
@@ -201,7 +202,8 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 		return nil, fmt.Errorf("opening model %s: %w", path, err)
 	}
 	isPool := o.Storage != nil
-	if !isPool {
+	isHF := !isPool && hf.IsDir(path)
+	if !isPool && !isHF {
 		if isPool, err = prefab.IsPool(path); err != nil {
 			return nil, fmt.Errorf("opening model %s: %w", path, err)
 		}
@@ -209,6 +211,7 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	var (
 		pool  *prefab.Pool
 		gf    *gguf.Mapped
+		hfm   *hf.Model
 		sizes tier.Sizes
 		cfg   model.Config
 	)
@@ -219,12 +222,27 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 		if gf != nil {
 			gf.Close()
 		}
+		if hfm != nil {
+			hfm.Close()
+		}
 	}
 	if o.Storage != nil {
 		if pool, err = openStoragePool(path, o.Storage); err != nil {
 			return nil, err
 		}
 		sizes, cfg = pool.Sizes(), pool.Config()
+	} else if isHF {
+		// A Hugging Face directory plans as the pool it would prefab
+		// to; like a GGUF it is held in memory or streamed from tier B,
+		// never from tier C.
+		if hfm, err = hf.Open(path); err != nil {
+			return nil, fmt.Errorf("opening model %s: %w", path, err)
+		}
+		cfg = hfm.Model.Config
+		if sizes, err = prefab.SizesFromModel(hfm.Model, prefab.TypeKeep); err != nil {
+			hfm.Close()
+			return nil, fmt.Errorf("model %s: %w", path, err)
+		}
 	} else if isPool {
 		if pool, err = prefab.OpenPool(path); err != nil {
 			return nil, fmt.Errorf("opening model %s: %w", path, err)
@@ -252,7 +270,7 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 		backend = BackendCPU
 	}
 	if backend != BackendCPU {
-		e, err := openCUDA(ctx, cudaSource{path: path, pool: pool, gf: gf, sizes: sizes, cfg: cfg}, o, log)
+		e, err := openCUDA(ctx, cudaSource{path: path, pool: pool, gf: gf, hf: hfm, sizes: sizes, cfg: cfg}, o, log)
 		if err == nil {
 			e.binfo.Requested = backend
 			log.Info("model on the GPU", "model", path, "backend", e.binfo.String(),
@@ -299,9 +317,12 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 		"expected_pass", plan.PassTime.String())
 	if streamed == 0 && (xplan == nil || xplan.AllResident()) {
 		var e *Engine
-		if pool != nil {
+		switch {
+		case pool != nil:
 			e, err = fromPool(ctx, path, pool)
-		} else {
+		case hfm != nil:
+			e, err = fromHF(ctx, path, hfm)
+		default:
 			e, err = fromMapped(ctx, path, gf)
 		}
 		if err != nil {

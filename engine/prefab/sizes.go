@@ -9,6 +9,7 @@ import (
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/engine/tokenizer"
 	"github.com/strata-llm/strata/internal/hostmem"
 )
 
@@ -115,4 +116,44 @@ func heaviest(by map[quant.Type]int64) quant.Type {
 		}
 	}
 	return best
+}
+
+// SizesFromModel computes the sizes a pool written from mod with prefab
+// type typ would have, as SizesFromGGUF does for a GGUF: a model loaded
+// from another format (a Hugging Face directory) is planned the same way.
+func SizesFromModel(mod *model.Model, typ string) (tier.Sizes, error) {
+	if mod == nil {
+		return tier.Sizes{}, fmt.Errorf("sizes: nil model")
+	}
+	if typ == "" {
+		typ = TypeKeep
+	}
+	man, exts, err := planPool(mod, &tokenizer.Vocab{}, Options{Type: typ})
+	if err != nil {
+		return tier.Sizes{}, fmt.Errorf("sizes: %w", err)
+	}
+	cfg := &mod.Config
+	s := tier.Sizes{Globals: man.Globals.Length, Layers: make([]int64, len(man.Layers))}
+	for _, t := range man.Globals.Tensors {
+		if t.Name != "token_embd.weight" || cfg.TiedOutput {
+			s.Output += t.Bytes
+		}
+	}
+	if cfg.MoE() {
+		s.Experts = make([][]int64, len(man.Layers))
+	}
+	for i := range man.Layers {
+		s.Layers[i] = man.Layers[i].Length
+		for _, x := range man.Layers[i].Experts {
+			s.Experts[i] = append(s.Experts[i], x.Length)
+		}
+	}
+	if len(exts) > 1 {
+		by := map[quant.Type]int64{}
+		for _, t := range exts[1].tensors { // layer 0's own extent
+			by[t.typ] += t.sz
+		}
+		s.Type = heaviest(by)
+	}
+	return s, nil
 }

@@ -3,10 +3,12 @@ package prefab
 import (
 	"reflect"
 	"testing"
+
+	"github.com/strata-llm/strata/engine/model"
 )
 
-// TestSizesFromGGUFMatchPool checks that the sizes planned from a GGUF are
-// the ones the pool written from it has.
+// TestSizesFromGGUFMatchPool checks that the sizes planned from a GGUF, and
+// from the model loaded from it, are the ones the pool written from it has.
 func TestSizesFromGGUFMatchPool(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct{ arch, typ string }{{"llama", TypeKeep}, {"llama", TypeQ4_K}, {"mixtral", TypeKeep}, {"mixtral", TypeQ8_0}} {
@@ -21,6 +23,13 @@ func TestSizesFromGGUFMatchPool(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := p.Sizes()
+		mod, err := model.LoadGGUF(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fromModel, err := SizesFromModel(mod, typ); err != nil || !reflect.DeepEqual(fromModel, got) {
+			t.Errorf("%s %s: sizes from the loaded model %+v (%v), from the GGUF %+v", c.arch, typ, fromModel, err, got)
+		}
 		if cfg.Layers != len(want.Layers) || got.Globals != want.Globals || got.Output != want.Output || got.Type != want.Type {
 			t.Errorf("%s: GGUF sizes %+v, pool %+v", typ, got, want)
 		}

@@ -2,11 +2,15 @@ package synth
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/safetensors"
+	"github.com/strata-llm/strata/engine/tokenizer"
 )
 
 // UnpermuteRows undoes llama.cpp's attn_q/attn_k row permutation: given
@@ -114,6 +118,36 @@ func (p *plan) writeHF(dir string) error {
 	}
 	if err := safetensors.WriteDir(dir, HFConfig(p.shape, p.vocab), ts, shard); err != nil {
 		return fmt.Errorf("synth: %w", err)
+	}
+	return writeHFTokenizer(dir, p.vocab)
+}
+
+// TokenizerVocab returns v as the tokenizer package's vocabulary, as
+// tokenizer.VocabFromGGUF reads it from the GGUF metadata synth writes.
+func TokenizerVocab(v *Vocab) *tokenizer.Vocab {
+	tv := &tokenizer.Vocab{
+		Model: v.Model, Pre: v.Pre, Tokens: v.Tokens, Types: v.Types, Merges: v.Merges, Scores: v.Scores,
+		BOS: int32(v.BOS), EOS: int32(v.EOS), EOT: -1, PAD: int32(v.PAD), UNK: int32(v.UNK),
+		AddBOS: !v.NoBOS, AddSpacePrefix: v.Model == tokenizer.ModelLlama && v.AddSpacePrefix, ChatTemplate: v.ChatTemplate,
+	}
+	return tv
+}
+
+// writeHFTokenizer writes the twin's tokenizer.json, tokenizer_config.json
+// and generation_config.json, so that the directory is a whole model.
+func writeHFTokenizer(dir string, v *Vocab) error {
+	tj, cj, err := tokenizer.HFJSON(TokenizerVocab(v))
+	if err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
+	gj, err := json.MarshalIndent(map[string]any{"_from_model_config": true, "bos_token_id": v.BOS, "eos_token_id": v.EOS}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
+	for name, b := range map[string][]byte{"tokenizer.json": tj, "tokenizer_config.json": cj, "generation_config.json": gj} {
+		if err := os.WriteFile(filepath.Join(dir, name), append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("synth: %w", err)
+		}
 	}
 	return nil
 }

@@ -22,7 +22,8 @@ type Options struct {
 	// i). The tokenizer is the same for every seed.
 	Seed uint64
 	// HFDir, when set, also receives the same weights as a Hugging Face
-	// directory (config.json + F32 safetensors). The tensors hold exactly
+	// directory (config.json, F32 safetensors, tokenizer.json and its
+	// config, generation_config.json). The tensors hold exactly
 	// the values the GGUF encodes (dequantized, llama q/k rows un-permuted,
 	// gemma2 norms minus one). The whole model is built in memory, so this
 	// is refused for shapes other than tiny and for quantized types unless

@@ -46,7 +46,7 @@ func synthCommand() *cli.Command {
 			&cli.StringFlag{Name: "type", Value: "q4_k_m", Usage: "f32 | f16 | bf16 | q8_0 | q4_k_m"},
 			&cli.Uint64Flag{Name: "seed", Value: 1},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Required: true, Usage: "GGUF file to write"},
-			&cli.StringFlag{Name: "hf", Usage: "also write the same weights as a Hugging Face safetensors directory here"},
+			&cli.StringFlag{Name: "hf", Usage: "also write the same model as a Hugging Face directory here (config.json, safetensors, tokenizer.json): strata run and prefab open it too"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress bar"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {

@@ -15,6 +15,7 @@ import (
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/gemv"
 	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/hf"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/tier"
@@ -42,7 +43,7 @@ func planCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "plan",
 		Usage:     "show which tier (A device, B host RAM, C storage) each layer of a model would live on, and why",
-		ArgsUsage: "MODEL (a GGUF or a prefab pool)",
+		ArgsUsage: "MODEL (a GGUF, a prefab pool or a Hugging Face directory)",
 		Description: "Without --vram the CPU backend is planned: device memory is host memory (--ram, default\n" +
 			"MemAvailable minus a reserve), so layers are resident (A) or read from storage (C). With --vram\n" +
 			"a device with that much free memory is planned, fed from --ram of host memory.\n" +
@@ -140,7 +141,8 @@ type planInfo struct {
 	MoENote string           `json:"moe_note,omitempty"`
 }
 
-// planModel gathers sizes from MODEL (pool or GGUF), budgets from the
+// planModel gathers sizes from MODEL (pool, GGUF or Hugging Face
+// directory), budgets from the
 // hardware and flags, links from measurement and flags, and plans.
 func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, planInfo, error) {
 	var (
@@ -148,11 +150,27 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 		cfg   model.Config
 		info  planInfo
 	)
-	isPool, err := prefab.IsPool(path)
-	if err != nil {
+	var (
+		isPool bool
+		hfm    *hf.Model
+		err    error
+	)
+	if hf.IsDir(path) {
+		// A Hugging Face directory plans as the pool it would prefab to.
+		if hfm, err = hf.Open(path); err != nil {
+			return nil, info, fmt.Errorf("plan: %w", err)
+		}
+		defer hfm.Close()
+	} else if isPool, err = prefab.IsPool(path); err != nil {
 		return nil, info, fmt.Errorf("plan: %w", err)
 	}
-	if isPool {
+	if hfm != nil {
+		cfg = hfm.Model.Config
+		if sizes, err = prefab.SizesFromModel(hfm.Model, o.Type); err != nil {
+			return nil, info, fmt.Errorf("plan %s: %w", path, err)
+		}
+		info.Type = o.Type
+	} else if isPool {
 		p, err := prefab.OpenPool(path)
 		if err != nil {
 			return nil, info, err
@@ -200,7 +218,7 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 	need := !o.NoMeasure && (o.StorageBW == 0 || o.H2DBW == 0 || o.ComputeBW == 0)
 	if need {
 		mo := tier.MeasureOptions{ComputeType: sizes.Type, Duration: o.MeasureDuration, Kernel: engine.CPUKernel}
-		if o.StorageBW == 0 {
+		if o.StorageBW == 0 && hfm == nil {
 			mo.Path = path
 		}
 		if links, err = tier.MeasureLinks(ctx, mo); err != nil {
@@ -236,7 +254,7 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 		}
 	}
 	if o.VRAM > 0 && !o.NoHybrid && p.Tiers[tier.TierB].Layers > 0 && !cfg.MoE() {
-		if err := planHybrid(ctx, path, isPool, cfg, p, &info); err != nil {
+		if err := planHybrid(ctx, path, isPool, hfm, cfg, p, &info); err != nil {
 			return nil, info, err
 		}
 	}
@@ -248,7 +266,7 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 // tier-B layers as stored (as the engine measures it at load), each
 // tier-B layer is split into attention and FFN in the first one's
 // proportions, and PlanHybrid places the FFNs for batch 1 and info.Batch.
-func planHybrid(ctx context.Context, path string, isPool bool, cfg model.Config, p *tier.Plan, info *planInfo) error {
+func planHybrid(ctx context.Context, path string, isPool bool, hfm *hf.Model, cfg model.Config, p *tier.Plan, info *planInfo) error {
 	var tierB []int
 	for _, l := range p.Layers {
 		if l.Tier == tier.TierB {
@@ -259,7 +277,12 @@ func planHybrid(ctx context.Context, path string, isPool bool, cfg model.Config,
 		return nil
 	}
 	var probe []model.FFNLayer
-	if isPool {
+	switch {
+	case hfm != nil:
+		for _, li := range tierB {
+			probe = append(probe, model.FFNLayer{Index: li, W: &hfm.Model.Weights.Layers[li]})
+		}
+	case isPool:
 		pool, err := prefab.OpenPool(path)
 		if err != nil {
 			return err
@@ -276,7 +299,7 @@ func planHybrid(ctx context.Context, path string, isPool bool, cfg model.Config,
 			}
 			probe = append(probe, model.FFNLayer{Index: li, W: w})
 		}
-	} else {
+	default:
 		m, err := model.Open(path)
 		if err != nil {
 			return fmt.Errorf("plan: hybrid: %w", err)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -183,5 +184,35 @@ func TestBenchMoECLI(t *testing.T) {
 		if !errors.As(err, &ue) {
 			t.Fatalf("%v: %v, want a usage error", args, err)
 		}
+	}
+}
+
+// TestPlanHFDirectoryCLI plans a Hugging Face directory: the same plan as
+// its GGUF (it plans as the pool it would prefab to), with the hybrid
+// probe run over the directory's own weights.
+// Sequential: it runs the command tree in-process.
+func TestPlanHFDirectoryCLI(t *testing.T) {
+	dir := t.TempDir()
+	src, hfDir := filepath.Join(dir, "tiny.gguf"), filepath.Join(dir, "hf")
+	if err := synth.Write(src, synth.Options{Arch: "gemma3", Shape: "tiny", Type: "f32", Seed: 1, HFDir: hfDir}); err != nil {
+		t.Fatal(err)
+	}
+	plans := map[string]tier.Plan{}
+	for _, model := range []string{src, hfDir} {
+		out, _, err := runCLI(t, "plan", model, "--ctx", "32", "--vram", "8MiB", "--ram", "1GiB", "--storage-bw", "2GB/s", "--h2d-bw", "20GB/s", "--compute-bw", "100GB/s", "--json")
+		if err != nil {
+			t.Fatalf("plan %s: %v", model, err)
+		}
+		var doc struct {
+			Plan tier.Plan `json:"plan"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatalf("plan %s --json: %v\n%s", model, err, out)
+		}
+		plans[model] = doc.Plan
+	}
+	g, h := plans[src], plans[hfDir]
+	if len(h.Layers) != 6 || h.Tiers[tier.TierB].Layers == 0 || !reflect.DeepEqual(g.Layers, h.Layers) || g.Device != h.Device {
+		t.Errorf("the directory plans as\n%+v\nits GGUF as\n%+v", h, g)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/hf"
 	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/tier"
 )
@@ -21,7 +22,7 @@ func init() { registerModelCommand(prefabCommand) }
 func prefabCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "prefab",
-		Usage:     "write a GGUF model as a prefab pool: one 4 KiB-aligned, checksummed extent per layer, tensors in kernel order",
+		Usage:     "write a GGUF model or a Hugging Face directory as a prefab pool: one 4 KiB-aligned, checksummed extent per layer, tensors in kernel order",
 		ArgsUsage: "MODEL",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Required: true, Usage: "pool file to write"},
@@ -60,17 +61,28 @@ func prefabCommand() *cli.Command {
 	}
 }
 
-// prefabModel converts the GGUF at in into a pool at out and returns the
-// pool's size.
+// prefabModel converts the GGUF or Hugging Face directory at in into a
+// pool at out and returns the pool's size.
 func prefabModel(ctx context.Context, in, out, typ string, progress func(done, total int64)) (int64, error) {
-	m, err := gguf.Map(in)
-	if err != nil {
-		return 0, err
-	}
-	defer m.Close()
 	opts := prefab.Options{Type: typ, Source: filepath.Base(in), Progress: progress, Context: ctx}
-	if err := prefab.WritePool(m, out, opts); err != nil {
-		return 0, err
+	if hf.IsDir(in) {
+		m, err := hf.Open(in)
+		if err != nil {
+			return 0, err
+		}
+		defer m.Close()
+		if err := prefab.WriteModelPool(m.Model, m.Vocab, out, opts); err != nil {
+			return 0, err
+		}
+	} else {
+		m, err := gguf.Map(in)
+		if err != nil {
+			return 0, err
+		}
+		defer m.Close()
+		if err := prefab.WritePool(m, out, opts); err != nil {
+			return 0, err
+		}
 	}
 	st, err := os.Stat(out)
 	if err != nil {

@@ -30,7 +30,7 @@ func runCommand() *cli.Command {
 		Name:  "run",
 		Usage: "generate text offline (no daemon) and print tokens as they come",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "GGUF model or prefab pool (default: the embedded stories260K, a tiny trained story model, written to the cache); only a pool can stream layers that do not fit"},
+			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "GGUF model, prefab pool or Hugging Face directory (config.json, safetensors, tokenizer.json) (default: the embedded stories260K, a tiny trained story model, written to the cache); only a pool can stream layers that do not fit"},
 			&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "prompt text (default: \"" + defaultPrompt + "\")"},
 			&cli.BoolFlag{Name: "chat", Usage: "wrap the prompt as a user message in the model's chat template"},
 			&cli.StringFlag{Name: "system", Usage: "system message (with --chat)"},

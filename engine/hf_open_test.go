@@ -1,0 +1,99 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/internal/synth"
+)
+
+// TestGoldenHFDirectory opens each tiny model's Hugging Face twin itself
+// (engine.Open on the directory: safetensors, config.json,
+// tokenizer.json) and checks it against the transformers goldens that
+// were recorded from that same directory: NMSE <= 1e-6 at every greedy
+// step, the same tokens and the same prompt ids.
+func TestGoldenHFDirectory(t *testing.T) {
+	t.Parallel()
+	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "phi3", "qwen2", "qwen3", "mixtral", "qwen3moe"} {
+		t.Run(arch, func(t *testing.T) {
+			t.Parallel()
+			g := loadGolden(t, arch)
+			dir := t.TempDir()
+			hfDir := filepath.Join(dir, "hf")
+			if err := synth.Write(filepath.Join(dir, "m.gguf"), synth.Options{Arch: g.Arch, Shape: g.Shape, Type: g.Type, Seed: g.Seed, HFDir: hfDir}); err != nil {
+				t.Fatal(err)
+			}
+			e, err := engine.Open(context.Background(), hfDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			if ids := e.Tok.Encode(g.Prompt, true, false); !equalIDs(ids, g.PromptIDs) {
+				t.Errorf("tokenizer.json: prompt encodes to %v, goldens used %v", ids, g.PromptIDs)
+			}
+			got, toks := greedyLogits(t, e.Model, g.PromptIDs, g.Steps)
+			worst := 0.0
+			for s := range g.logits {
+				n := quant.NMSE(got[s], g.logits[s])
+				worst = math.Max(worst, n)
+				if n > 1e-6 {
+					t.Errorf("step %d: NMSE %.3g > 1e-6", s, n)
+				}
+			}
+			if !equalIDs(toks, g.Tokens) {
+				t.Errorf("greedy tokens differ:\n got %v\nwant %v", toks, g.Tokens)
+			}
+			t.Logf("%s from its HF directory: %d steps, worst NMSE %.3g", arch, g.Steps, worst)
+		})
+	}
+}
+
+// TestOpenWithHFDirectory opens a Hugging Face directory through OpenWith
+// (the daemon's and strata run's path): resident on the CPU with the same
+// logits as its GGUF, and refused with the prefab command when the plan
+// would stream layers from storage.
+func TestOpenWithHFDirectory(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path, hfDir := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "hf")
+	if err := synth.Write(path, synth.Options{Arch: "qwen3moe", Shape: "tiny", Type: "f32", Seed: 3, HFDir: hfDir}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	opts := engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Context: 64}
+	ge, err := engine.OpenWith(ctx, path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ge.Close()
+	he, err := engine.OpenWith(ctx, hfDir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer he.Close()
+	if he.Path() != hfDir || he.BackendInfo().Name != engine.BackendCPU {
+		t.Errorf("path %q backend %+v", he.Path(), he.BackendInfo())
+	}
+	prompt := he.Tok.Encode("Once upon a time", true, false)
+	if !slices.Equal(prompt, ge.Tok.Encode("Once upon a time", true, false)) {
+		t.Fatal("tokenizers differ")
+	}
+	want, _ := greedyLogits(t, ge.Model, prompt, 3)
+	got, _ := greedyLogits(t, he.Model, prompt, 3)
+	for s := range want {
+		if !slices.Equal(got[s], want[s]) {
+			t.Fatalf("step %d: logits differ from the GGUF's (NMSE %.3g)", s, quant.NMSE(got[s], want[s]))
+		}
+	}
+	if _, err := engine.OpenWith(ctx, hfDir, engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Tiers: "all-C"}); err == nil {
+		t.Fatal("a directory streamed from tier C opened")
+	} else if !errors.Is(err, engine.ErrNeedsPool) {
+		t.Fatalf("err = %v, want ErrNeedsPool", err)
+	}
+}
