@@ -193,8 +193,9 @@ func TestVolumeModelRefused(t *testing.T) {
 // TestVolumeModelFaults: the software controller fails the volume model's
 // tier-C reads with a media error, a command that hangs (timed out and
 // aborted by the driver, then tried again and timed out again), a
-// transient internal error (tried again) or a controller fatal status
-// mid-stream (the driver resets it and resubmits what was in flight). A
+// transient internal error (tried again), a controller fatal status
+// mid-stream (the driver resets it and resubmits what was in flight) or a
+// reset an operator asks for mid-stream (strata devices reset). A
 // request that meets an unrecovered fault fails with an error naming the
 // layer, its extent and the NVMe status; one that is recovered succeeds;
 // either way the
@@ -233,6 +234,7 @@ func TestVolumeModelFaults(t *testing.T) {
 	ext := lm.eng.Pool().Extent(last) // the last layer's extent
 	layer := fmt.Sprintf("layer %d", last)
 	lba := uint64(e.Offset+ext.Offset)/4096 + 1
+	var resetDone chan struct{} // the API reset's goroutine, when one runs
 	for _, tc := range []struct {
 		name   string
 		inject func()
@@ -247,10 +249,32 @@ func TestVolumeModelFaults(t *testing.T) {
 			vh.sc.SetDelay(20 * time.Millisecond)
 			time.AfterFunc(30*time.Millisecond, vh.sc.SetFatal)
 		}, nil},
+		{"reset through the API", func() {
+			vh.sc.SetDelay(20 * time.Millisecond)
+			reads := vh.sc.Count("read")
+			resetDone = make(chan struct{})
+			go func() {
+				defer close(resetDone)
+				// Once the request streams (a read reached the
+				// controller), with each read held 20 ms.
+				for vh.sc.Count("read") == reads {
+					time.Sleep(time.Millisecond)
+				}
+				code, b := vh.post(t, api.PathDeviceReset, fmt.Sprintf(`{"bdf":%q}`, volBDF))
+				var r api.ResetResponse
+				if code != 200 || json.Unmarshal(b, &r) != nil || r.BDF != volBDF || r.Resubmitted == 0 {
+					t.Errorf("reset mid-stream: %d %s; want it done with the reads in flight submitted again", code, b)
+				}
+			}()
+		}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.inject()
 			code, b := vh.post(t, "/v1/completions", fmt.Sprintf(`{"model":"vol","prompt":%q,"max_tokens":%d,"temperature":0}`, prompt, n))
+			if resetDone != nil {
+				<-resetDone
+				resetDone = nil
+			}
 			vh.sc.ClearFaults()
 			vh.sc.SetDelay(0)
 			if tc.fails == nil {
