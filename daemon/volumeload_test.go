@@ -194,8 +194,10 @@ func TestVolumeModelRefused(t *testing.T) {
 // tier-C reads with a media error, a command that hangs (timed out and
 // aborted by the driver, then tried again and timed out again), a
 // transient internal error (tried again), a controller fatal status
-// mid-stream (the driver resets it and resubmits what was in flight) or a
-// reset an operator asks for mid-stream (strata devices reset). A
+// mid-stream (the driver resets it and resubmits what was in flight), a
+// reset from elsewhere mid-stream (an FLR: the controller disabled and
+// unreachable for a while) or a reset an operator asks for mid-stream
+// (strata devices reset). A
 // request that meets an unrecovered fault fails with an error naming the
 // layer, its extent and the NVMe status; one that is recovered succeeds;
 // either way the
@@ -248,6 +250,18 @@ func TestVolumeModelFaults(t *testing.T) {
 		{"controller reset", func() {
 			vh.sc.SetDelay(20 * time.Millisecond)
 			time.AfterFunc(30*time.Millisecond, vh.sc.SetFatal)
+		}, nil},
+		{"reset behind the driver", func() {
+			vh.sc.SetDelay(20 * time.Millisecond)
+			reads := vh.sc.Count("read")
+			resetDone = make(chan struct{})
+			go func() {
+				defer close(resetDone)
+				for vh.sc.Count("read") == reads {
+					time.Sleep(time.Millisecond)
+				}
+				vh.sc.ResetBehind(20 * time.Millisecond) // an FLR from elsewhere
+			}()
 		}, nil},
 		{"reset through the API", func() {
 			vh.sc.SetDelay(20 * time.Millisecond)
