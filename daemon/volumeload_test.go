@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -315,8 +316,21 @@ func TestVolumeModelFaults(t *testing.T) {
 			}
 		})
 	}
-	if st := hc.h.ctrl.Stats(); st.Timeouts == 0 || st.Resets == 0 {
+	st := hc.h.ctrl.Stats()
+	if st.Timeouts == 0 || st.Resets == 0 {
 		t.Errorf("driver counters %+v: want the timeout and the reset counted", st)
+	}
+	// /metrics carries the same counters.
+	_, b := vh.get(t, "/metrics")
+	for _, want := range []string{
+		fmt.Sprintf(`strata_nvme_events_total{bdf=%q,event="reset"} %d`, volBDF, st.Resets),
+		fmt.Sprintf(`strata_nvme_events_total{bdf=%q,event="timeout"} %d`, volBDF, st.Timeouts),
+		fmt.Sprintf(`strata_nvme_bytes_total{bdf=%q,op="read"} %s`, volBDF, strconv.FormatFloat(float64(st.ReadBytes), 'g', -1, 64)),
+		fmt.Sprintf(`strata_nvme_inflight_commands{bdf=%q,queue="1"} 0`, volBDF),
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
 
