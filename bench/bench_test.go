@@ -9,10 +9,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -114,7 +116,8 @@ type memTarget struct {
 	data  []byte
 	align int
 	delay time.Duration
-	fail  int // reads of this block size fail (0: none)
+	spin  time.Duration // CPU each read burns, busy (0: none)
+	fail  int           // reads of this block size fail (0: none)
 
 	mu       sync.Mutex
 	offsets  map[int][]int64 // block size → offsets read
@@ -158,6 +161,9 @@ func (w *memWorker) Read(ctx context.Context, off int64) error {
 	}
 	if m.delay > 0 {
 		time.Sleep(m.delay)
+	}
+	if m.spin > 0 {
+		burn(m.spin)
 	}
 	copy(w.buf, m.data[off:])
 	m.mu.Lock()
@@ -449,4 +455,38 @@ func TestDeps(t *testing.T) {
 			t.Errorf("bench depends on %s", d)
 		}
 	}
+}
+
+// burn spends d of its thread's CPU time (not wall time: on a loaded host
+// the thread may wait for a core).
+func burn(d time.Duration) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	const rusageThread = 1 // RUSAGE_THREAD, Linux
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		syscall.Getrusage(rusageThread, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	for t0 := cpu(); cpu()-t0 < d; {
+	}
+}
+
+// TestStorageCPUPerGB: a target whose every read burns 300 µs of CPU costs
+// at least that per read in the point's CPU per GB (the process's other
+// work, e.g. parallel tests, can only add to it).
+func TestStorageCPUPerGB(t *testing.T) {
+	t.Parallel()
+	m := newMem(1<<20, 512, 0)
+	m.spin = 300 * time.Microsecond
+	res, err := Storage(context.Background(), m, StorageOptions{BlockSizes: []int{4096}, QueueDepths: []int{2}, Duration: 30 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := res.Points[0]
+	floor := 0.9 * m.spin.Seconds() * 1e9 / 4096
+	if p.CPUSecondsPerGB < floor {
+		t.Fatalf("CPU per GB %.1f s, want at least %.1f s (%v per %d-byte read)", p.CPUSecondsPerGB, floor, m.spin, 4096)
+	}
+	t.Logf("%.1f s of CPU per GB (floor %.1f s)", p.CPUSecondsPerGB, floor)
 }

@@ -121,6 +121,13 @@ type StoragePoint struct {
 	// LatencyUS is each read's time from issue to completion as the
 	// worker saw it, in microseconds.
 	LatencyUS Latency `json:"latency_us"`
+	// CPUSecondsPerGB is the CPU time the process spent (user and
+	// system, every thread) per 10^9 bytes read over the whole point,
+	// warm-up included: what a driver costs in cores at a given rate,
+	// which is how the userspace driver's polling and the kernel's
+	// O_DIRECT path compare beside their GB/s. When the sweep runs in
+	// stratad the daemon's other work counts too; 0 is unknown.
+	CPUSecondsPerGB float64 `json:"cpu_s_per_gb,omitempty"`
 }
 
 // StorageResult is a whole storage sweep.
@@ -282,6 +289,8 @@ func storagePoint(ctx context.Context, t Target, o StorageOptions, bs, qd int) (
 	)
 	hists := make([]Histogram, qd)
 	tails := make([][]completion, qd)
+	var moved atomic.Uint64 // every byte read, warm-up and tail included
+	cpu0 := processCPU()
 	base := time.Now()
 	start := o.Warmup
 	end := start + o.Duration
@@ -304,6 +313,7 @@ func storagePoint(ctx context.Context, t Target, o StorageOptions, bs, qd int) (
 					return
 				}
 				done := time.Since(base)
+				moved.Add(uint64(bs))
 				if done < start {
 					continue
 				}
@@ -320,6 +330,7 @@ func storagePoint(ctx context.Context, t Target, o StorageOptions, bs, qd int) (
 		}()
 	}
 	wg.Wait()
+	cpu := processCPU() - cpu0
 	if firstErr != nil {
 		return StoragePoint{}, firstErr
 	}
@@ -342,6 +353,9 @@ func storagePoint(ctx context.Context, t Target, o StorageOptions, bs, qd int) (
 	if secs > 0 {
 		p.GBps = float64(p.Bytes) / secs / 1e9
 		p.IOPS = float64(p.IOs) / secs
+	}
+	if n := moved.Load(); n > 0 && cpu > 0 {
+		p.CPUSecondsPerGB = cpu.Seconds() / (float64(n) / 1e9)
 	}
 	return p, nil
 }

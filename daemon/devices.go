@@ -59,6 +59,7 @@ func (s *Server) deviceRoutes(handle handleFunc) {
 	handle(api.PathVolume, http.MethodGet, authz.ReadState, s.handleVolume)
 	handle(api.PathDeviceBind, http.MethodPost, authz.BindDevice, s.handleBind)
 	handle(api.PathDeviceUnbind, http.MethodPost, authz.BindDevice, s.handleUnbind)
+	handle(api.PathDeviceReset, http.MethodPost, authz.BindDevice, s.handleReset)
 	handle(api.PathVolumeFormat, http.MethodPost, authz.WritePool, s.handleFormat)
 	handle(api.PathPoolWrite, http.MethodPost, authz.WritePool, s.handlePoolWrite)
 }
@@ -85,6 +86,9 @@ type handle struct {
 	ctrl  *nvme.Controller
 	dma   nvme.DMA
 	close func(ctx context.Context) error
+	// dmaStats reports the controller's IOMMU domain (nil: the opener
+	// has none to report, as with the software controller).
+	dmaStats func() vfio.DMAStats
 }
 
 // opener opens the controller at bdf (already on vfio-pci).
@@ -137,7 +141,7 @@ func (r *deviceRegistry) openVFIO(ctx context.Context, bdf string) (*handle, err
 		dom.Close()
 		return nil, err
 	}
-	return &handle{ctrl: c, dma: bus, close: func(ctx context.Context) error {
+	return &handle{ctrl: c, dma: bus, dmaStats: dom.Stats, close: func(ctx context.Context) error {
 		return errors.Join(c.Close(ctx), bus.Close(), dom.Close())
 	}}, nil
 }
@@ -487,6 +491,10 @@ func (hc *heldCtrl) stats() api.ControllerStats {
 		Reads: st.Reads, Writes: st.Writes, ReadBytes: st.ReadBytes, WriteBytes: st.WriteBytes,
 		Errors: st.Errors, Timeouts: st.Timeouts, Aborts: st.Aborts, Resets: st.Resets, Resubmitted: st.Resubmitted,
 		Queues: []api.QueueStats{}, Interval: interval, Average: rates(first, now)}
+	if hc.h.dmaStats != nil {
+		d := hc.h.dmaStats()
+		out.DMAMappings, out.DMABytes = d.Mappings, d.Bytes
+	}
 	for i, q := range hc.h.ctrl.Queues() {
 		qs := api.QueueStats{ID: int(q.ID()), Depth: q.Depth()}
 		if i < len(st.Inflight) {
@@ -808,6 +816,39 @@ func (s *Server) handleUnbind(w http.ResponseWriter, r *http.Request) error {
 		return deviceError(err)
 	}
 	return writeJSON(w, api.UnbindResponse{BDF: bdf, Driver: drv, WasHeld: wasHeld})
+}
+
+// handleReset resets a held controller through the driver, which submits
+// the commands in flight again once the controller is back; models
+// streaming from it keep going.
+func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) error {
+	var req api.ResetRequest
+	bdf, err := s.readDeviceRequest(w, r, &req, &req.BDF)
+	if err != nil {
+		return err
+	}
+	hc, err := s.devices.get(bdf)
+	if err != nil {
+		return deviceError(err)
+	}
+	if err := hc.readLock(); err != nil {
+		return deviceError(err)
+	}
+	defer hc.io.RUnlock()
+	peer := peerOf(r).String()
+	s.log.Warn("device reset requested", "peer", peer, "bdf", bdf)
+	before := hc.h.ctrl.Stats().Resubmitted
+	t0 := time.Now()
+	// A client that goes away must not cut the reset short: a reset whose
+	// admin commands are cancelled leaves the controller dead.
+	ctx, cancel := s.devices.opContext(context.WithoutCancel(r.Context()))
+	defer cancel()
+	if err := hc.h.ctrl.Reset(ctx, "requested by "+peer); err != nil {
+		s.log.Error("device reset failed", "bdf", bdf, "error", err)
+		return deviceError(fmt.Errorf("resetting %s: %w", bdf, err))
+	}
+	return writeJSON(w, api.ResetResponse{BDF: bdf, Seconds: time.Since(t0).Seconds(),
+		Resubmitted: hc.h.ctrl.Stats().Resubmitted - before})
 }
 
 func (s *Server) handleFormat(w http.ResponseWriter, r *http.Request) error {

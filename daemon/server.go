@@ -198,7 +198,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Log, policy: pol, metrics: newMetrics(), started: time.Now(), models: map[string]*loaded{},
 		links:   engine.NewLinkCache(),
 		devices: newDeviceRegistry(cfg.Log.Named("devices"), nvmehost.Host{})}
-	s.metrics.reg.MustRegister(pipelineCollector{s})
+	s.metrics.reg.MustRegister(pipelineCollector{s}, deviceCollector{s.devices})
 	s.constrainSchema = func(j *job, schema []byte) error {
 		if j.req.Grammar != nil {
 			return openai.BadRequest("tool_choice", "a required tool call cannot be combined with response_format, json_schema or grammar")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -193,8 +194,11 @@ func TestVolumeModelRefused(t *testing.T) {
 // TestVolumeModelFaults: the software controller fails the volume model's
 // tier-C reads with a media error, a command that hangs (timed out and
 // aborted by the driver, then tried again and timed out again), a
-// transient internal error (tried again) or a controller fatal status
-// mid-stream (the driver resets it and resubmits what was in flight). A
+// transient internal error (tried again), a controller fatal status
+// mid-stream (the driver resets it and resubmits what was in flight), a
+// reset from elsewhere mid-stream (an FLR: the controller disabled and
+// unreachable for a while) or a reset an operator asks for mid-stream
+// (strata devices reset). A
 // request that meets an unrecovered fault fails with an error naming the
 // layer, its extent and the NVMe status; one that is recovered succeeds;
 // either way the
@@ -233,6 +237,7 @@ func TestVolumeModelFaults(t *testing.T) {
 	ext := lm.eng.Pool().Extent(last) // the last layer's extent
 	layer := fmt.Sprintf("layer %d", last)
 	lba := uint64(e.Offset+ext.Offset)/4096 + 1
+	var resetDone chan struct{} // the API reset's goroutine, when one runs
 	for _, tc := range []struct {
 		name   string
 		inject func()
@@ -247,10 +252,44 @@ func TestVolumeModelFaults(t *testing.T) {
 			vh.sc.SetDelay(20 * time.Millisecond)
 			time.AfterFunc(30*time.Millisecond, vh.sc.SetFatal)
 		}, nil},
+		{"reset behind the driver", func() {
+			vh.sc.SetDelay(20 * time.Millisecond)
+			reads := vh.sc.Count("read")
+			resetDone = make(chan struct{})
+			go func() {
+				defer close(resetDone)
+				for vh.sc.Count("read") == reads {
+					time.Sleep(time.Millisecond)
+				}
+				vh.sc.ResetBehind(20 * time.Millisecond) // an FLR from elsewhere
+			}()
+		}, nil},
+		{"reset through the API", func() {
+			vh.sc.SetDelay(20 * time.Millisecond)
+			reads := vh.sc.Count("read")
+			resetDone = make(chan struct{})
+			go func() {
+				defer close(resetDone)
+				// Once the request streams (a read reached the
+				// controller), with each read held 20 ms.
+				for vh.sc.Count("read") == reads {
+					time.Sleep(time.Millisecond)
+				}
+				code, b := vh.post(t, api.PathDeviceReset, fmt.Sprintf(`{"bdf":%q}`, volBDF))
+				var r api.ResetResponse
+				if code != 200 || json.Unmarshal(b, &r) != nil || r.BDF != volBDF || r.Resubmitted == 0 {
+					t.Errorf("reset mid-stream: %d %s; want it done with the reads in flight submitted again", code, b)
+				}
+			}()
+		}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.inject()
 			code, b := vh.post(t, "/v1/completions", fmt.Sprintf(`{"model":"vol","prompt":%q,"max_tokens":%d,"temperature":0}`, prompt, n))
+			if resetDone != nil {
+				<-resetDone
+				resetDone = nil
+			}
 			vh.sc.ClearFaults()
 			vh.sc.SetDelay(0)
 			if tc.fails == nil {
@@ -277,8 +316,21 @@ func TestVolumeModelFaults(t *testing.T) {
 			}
 		})
 	}
-	if st := hc.h.ctrl.Stats(); st.Timeouts == 0 || st.Resets == 0 {
+	st := hc.h.ctrl.Stats()
+	if st.Timeouts == 0 || st.Resets == 0 {
 		t.Errorf("driver counters %+v: want the timeout and the reset counted", st)
+	}
+	// /metrics carries the same counters.
+	_, b := vh.get(t, "/metrics")
+	for _, want := range []string{
+		fmt.Sprintf(`strata_nvme_events_total{bdf=%q,event="reset"} %d`, volBDF, st.Resets),
+		fmt.Sprintf(`strata_nvme_events_total{bdf=%q,event="timeout"} %d`, volBDF, st.Timeouts),
+		fmt.Sprintf(`strata_nvme_bytes_total{bdf=%q,op="read"} %s`, volBDF, strconv.FormatFloat(float64(st.ReadBytes), 'g', -1, 64)),
+		fmt.Sprintf(`strata_nvme_inflight_commands{bdf=%q,queue="1"} 0`, volBDF),
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
 

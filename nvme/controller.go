@@ -266,6 +266,12 @@ func (c *Controller) createQueue(ctx context.Context, q *QueuePair, admin adminF
 // enable resets the controller (CC.EN 1→0), programs the admin queue and
 // enables it, waiting for CSTS.RDY as CAP.TO allows.
 func (c *Controller) enable() error {
+	if c.r.read32(regCC) == 0xffffffff {
+		// In reset or gone: no store until its registers read back.
+		if err := c.waitReady(false); err != nil {
+			return err
+		}
+	}
 	if cc := c.r.read32(regCC); cc&ccEN != 0 {
 		c.r.write32(regCC, cc&^ccEN)
 	}
@@ -281,13 +287,21 @@ func (c *Controller) enable() error {
 	return c.waitReady(true)
 }
 
+// waitReady waits, up to CAP.TO, for CSTS.RDY to become ready. Registers
+// that read all ones are waited out too: a function in reset (an FLR from
+// elsewhere, the kernel's error recovery) reads so for a while; only one
+// that still does at the deadline is gone.
 func (c *Controller) waitReady(ready bool) error {
 	limit := max(c.cap.Timeout, 500*time.Millisecond)
 	deadline := time.Now().Add(limit)
 	for {
 		csts := c.r.read32(regCSTS)
 		if csts == 0xffffffff {
-			return fmt.Errorf("nvme: controller registers read all ones (device gone): %w", ErrControllerFatal)
+			if time.Now().After(deadline) {
+				return fmt.Errorf("nvme: controller registers read all ones for %v (device gone): %w", limit, ErrControllerFatal)
+			}
+			time.Sleep(time.Millisecond)
+			continue
 		}
 		if ready && csts&cstsCFS != 0 {
 			return fmt.Errorf("nvme: controller fatal status while enabling: %w", ErrControllerFatal)

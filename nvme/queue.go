@@ -340,9 +340,24 @@ func (q *QueuePair) run() {
 		if now := time.Now(); now.Sub(lastCheck) >= c.checkEvery {
 			lastCheck = now
 			aborts, reset = q.checkDeadlines(now)
-			if q.inflight.Load() > 0 && c.r.read32(regCSTS)&cstsCFS != 0 {
-				c.log.Error("controller fatal status", "queue", q.id)
-				reset = true
+			if q.inflight.Load() > 0 {
+				// With commands in flight the controller must be ready:
+				// a fatal status, a controller that was disabled behind
+				// the driver's back (a function-level reset from
+				// elsewhere) or registers that read all ones (the
+				// function in reset, or gone) would leave them hanging
+				// until two timeouts brought the reset.
+				switch csts := c.r.read32(regCSTS); {
+				case csts == 0xffffffff:
+					c.log.Error("controller registers read all ones with commands in flight", "queue", q.id)
+					reset = true
+				case csts&cstsCFS != 0:
+					c.log.Error("controller fatal status", "queue", q.id)
+					reset = true
+				case csts&cstsRDY == 0:
+					c.log.Error("controller no longer ready with commands in flight (reset behind the driver)", "queue", q.id)
+					reset = true
+				}
 			}
 		}
 		inflight := q.inflight.Load()
@@ -351,7 +366,7 @@ func (q *QueuePair) run() {
 			c.sendAbort(q, r, "timeout")
 		}
 		if reset {
-			c.triggerReset("command timeout or controller fatal status")
+			c.triggerReset("command timeout, or controller fatal, not ready or unreachable")
 		}
 		if n > 0 {
 			idle = 0

@@ -11,6 +11,7 @@ import "time"
 //	GET  /strata/v1/devices/volume?bdf=&nsid= any peer  VolumeInfo
 //	POST /strata/v1/devices/bind             admin     BindRequest → BindResponse
 //	POST /strata/v1/devices/unbind           admin     UnbindRequest → UnbindResponse
+//	POST /strata/v1/devices/reset            admin     ResetRequest → ResetResponse
 //	POST /strata/v1/devices/volume/format    admin     FormatRequest → VolumeInfo
 //	POST /strata/v1/devices/pools/write      admin     PoolWriteRequest → PoolWriteResponse
 const (
@@ -18,6 +19,7 @@ const (
 	PathDeviceStats  = "/strata/v1/devices/stats"
 	PathDeviceBind   = "/strata/v1/devices/bind"
 	PathDeviceUnbind = "/strata/v1/devices/unbind"
+	PathDeviceReset  = "/strata/v1/devices/reset"
 	PathVolume       = "/strata/v1/devices/volume"
 	PathVolumeFormat = "/strata/v1/devices/volume/format"
 	PathPoolWrite    = "/strata/v1/devices/pools/write"
@@ -130,6 +132,26 @@ type UnbindResponse struct {
 	WasHeld bool `json:"was_held"`
 }
 
+// ResetRequest asks the daemon to reset a controller it holds (disable,
+// enable, recreate the I/O queues) while it keeps serving: what an
+// operator does to a controller that misbehaves without giving it up, and
+// how the test-bed resets one in the middle of a model's stream. Commands
+// in flight are submitted again once the controller is back, so requests
+// streaming from it succeed.
+type ResetRequest struct {
+	BDF string `json:"bdf"`
+}
+
+// ResetResponse reports a finished reset.
+type ResetResponse struct {
+	BDF string `json:"bdf"`
+	// Seconds is how long the reset took.
+	Seconds float64 `json:"seconds"`
+	// Resubmitted counts the commands that were in flight and were
+	// submitted again after it.
+	Resubmitted uint64 `json:"resubmitted"`
+}
+
 // FormatRequest asks for a new, empty strata volume on a namespace of a
 // held controller. Whatever the namespace held is lost.
 type FormatRequest struct {
@@ -215,6 +237,12 @@ type ControllerStats struct {
 	// Queues are the I/O queue pairs with their depth and the commands in
 	// flight on each now.
 	Queues []QueueStats `json:"queues"`
+	// DMAMappings and DMABytes are what the daemon has mapped into the
+	// controller's IOMMU domain now: its queues, bounce buffers and the
+	// DMA staging of the models it streams. They return to the same
+	// values once a model is unloaded, however its reads went.
+	DMAMappings int    `json:"dma_mappings"`
+	DMABytes    uint64 `json:"dma_bytes"`
 	// Interval is the rates over the last completed sampling interval
 	// (about a second); Average over the whole time held.
 	Interval Rates `json:"interval"`

@@ -40,6 +40,13 @@ func (c *Client) Unbind(ctx context.Context, bdf, driver string) (api.UnbindResp
 	return u, c.getJSON(ctx, http.MethodPost, api.PathDeviceUnbind, api.UnbindRequest{BDF: bdf, Driver: driver}, &u)
 }
 
+// ResetDevice asks the daemon to reset the controller at bdf, which it
+// keeps holding; commands in flight are submitted again (admin only).
+func (c *Client) ResetDevice(ctx context.Context, bdf string) (api.ResetResponse, error) {
+	var r api.ResetResponse
+	return r, c.getJSON(ctx, http.MethodPost, api.PathDeviceReset, api.ResetRequest{BDF: bdf}, &r)
+}
+
 // Volume returns the strata volume on a namespace of a held controller
 // and its extents.
 func (c *Client) Volume(ctx context.Context, bdf string, nsid int) (api.VolumeInfo, error) {

@@ -32,6 +32,12 @@ import (
 //     NVMe status, while the daemon keeps serving;
 //   - the next requests give the golden greedy tokens of the model, and the
 //     same text as the same pool served from its file;
+//   - a read parked at a blkdebug breakpoint (testbed.Monitor) times out,
+//     the driver asks to abort it, and the request succeeds once QEMU lets
+//     it complete; a controller reset (strata devices reset) while reads
+//     are in flight leaves the request right too;
+//   - the faults leave no command in flight and no DMA mapping behind, and
+//     unloading the model unmaps its staging;
 //   - after the model is unloaded and the controller closed, nothing the
 //     driver mapped is left (queues idle, controller unbound cleanly).
 func TestTestbedGocodeVolume(t *testing.T) {
@@ -93,15 +99,23 @@ func TestTestbedGocodeVolume(t *testing.T) {
 	// go test version (daemon's TestVolumeGocode) checks every golden.
 	const n = 4
 	gd.Greedy = gd.Greedy[:n]
-	complete := func(model string, max int) (int, string) {
+	// post may run on another goroutine: a transport error is its answer.
+	post := func(model string, max int) (int, string) {
 		body, _ := json.Marshal(map[string]any{"model": model, "prompt": gd.Prompt, "max_tokens": max, "temperature": 0})
 		resp, err := hc.Post("http://stratad/v1/completions", "application/json", strings.NewReader(string(body)))
 		if err != nil {
-			t.Fatal(err)
+			return 0, err.Error()
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
+	}
+	complete := func(model string, max int) (int, string) {
+		code, body := post(model, max)
+		if code == 0 {
+			t.Fatal(body)
+		}
+		return code, body
 	}
 	// The first read of the fault layer's extent fails (QEMU blkdebug, once).
 	code, body := complete("vol", 1)
@@ -132,37 +146,150 @@ func TestTestbedGocodeVolume(t *testing.T) {
 			vol = got
 		}
 	}
-	// And a request through the API gives the same text (its first two
-	// tokens: each pass costs seconds here).
+	// The requests through the API below (one token each: a pass costs
+	// seconds here) must give the same text.
 	e, _ := srv.Engine("vol")
-	codeV, textV := complete("vol", 2)
-	var cv struct{ Choices []struct{ Text string } }
-	json.Unmarshal([]byte(textV), &cv)
-	if codeV != 200 || len(cv.Choices) != 1 || cv.Choices[0].Text != e.Tok.Decode(vol[:2]) {
-		t.Fatalf("completion after the fault: %d %s; want the text of %v (%q)", codeV, textV, vol[:2], e.Tok.Decode(vol[:2]))
+	stats := func() api.ControllerStats {
+		ds, err := c.DeviceStats(ctx, m.NVMe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds.Controllers[0]
 	}
-	ds, err := c.DeviceStats(ctx, m.NVMe)
-	if err != nil {
-		t.Fatal(err)
+	idle := func(cs api.ControllerStats) {
+		busy := 0
+		for _, q := range cs.Queues {
+			busy += q.Inflight
+		}
+		if busy != 0 {
+			t.Fatalf("%d commands in flight with no request running", busy)
+		}
 	}
-	cs := ds.Controllers[0]
-	t.Logf("controller: reads %d (%d B), errors %d, queues %+v", cs.Reads, cs.ReadBytes, cs.Errors, cs.Queues)
-	if cs.Errors == 0 || cs.ReadBytes == 0 {
-		t.Fatalf("controller stats %+v: want the reads and the media error counted", cs)
+	cs := stats()
+	t.Logf("controller: reads %d (%d B), errors %d, queues %+v, DMA %d mappings (%d B)", cs.Reads, cs.ReadBytes, cs.Errors,
+		cs.Queues, cs.DMAMappings, cs.DMABytes)
+	if cs.Errors == 0 || cs.ReadBytes == 0 || cs.DMAMappings == 0 {
+		t.Fatalf("controller stats %+v: want the reads, the media error and the DMA mappings counted", cs)
 	}
-	busy := 0
-	for _, q := range cs.Queues {
-		busy += q.Inflight
+	idle(cs)
+	before := cs
+	oneToken := e.Tok.Decode(vol[:1]) // the golden's first token
+	async := func() <-chan [2]string {
+		res := make(chan [2]string, 1)
+		go func() {
+			code, body := post("vol", 1)
+			res <- [2]string{fmt.Sprint(code), body}
+		}()
+		return res
 	}
-	if busy != 0 {
-		t.Fatalf("%d commands in flight with no request running", busy)
+	wantText := func(what string, r [2]string) {
+		var cv struct{ Choices []struct{ Text string } }
+		json.Unmarshal([]byte(r[1]), &cv)
+		if r[0] != "200" || len(cv.Choices) != 1 || cv.Choices[0].Text != oneToken {
+			t.Fatalf("%s: %s %s; want the text %q", what, r[0], r[1], oneToken)
+		}
 	}
+
+	// A command that times out. QEMU's controller never aborts one (its
+	// Abort answers "not aborted"), so the read parked at a blkdebug
+	// breakpoint times out, the driver asks to abort it, and once the
+	// breakpoint lets it go it completes with its data: the request
+	// succeeds. The driver would reset the controller one timeout after the
+	// abort, but QEMU cannot delete a queue while a read of it is parked
+	// (its main loop waits in blk_aio_cancel for good), so the test lets it
+	// go first; the timeout that fails is the software controller's case
+	// (daemon's TestVolumeModelFaults).
+	const tag = "strata-timeout"
+	if out, err := testbed.Monitor(fmt.Sprintf(`qemu-io %s "break read_aio %s"`, m.Drive, tag), 30*time.Second); err != nil || out != "" {
+		t.Fatalf("parking the next read of %s: %q %v", m.Drive, out, err)
+	}
+	parked := true
+	resume := func() {
+		if out, err := testbed.Monitor(fmt.Sprintf(`qemu-io %s "resume %s"`, m.Drive, tag), 30*time.Second); err != nil || out != "" {
+			t.Errorf("letting the parked read go: %q %v", out, err)
+		}
+		parked = false
+	}
+	defer func() {
+		if parked {
+			resume()
+		}
+	}()
+	t1 := time.Now()
+	res := async()
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		cs = stats()
+		if cs.Timeouts > before.Timeouts && cs.Aborts > before.Aborts {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no timeout and abort counted 90 s after a read was parked: %+v", cs)
+		}
+		select {
+		case r := <-res:
+			t.Fatalf("the request over the parked read ended (%s %s) before a timeout was counted", r[0], r[1])
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Logf("timeout: the parked read timed out and its abort was asked for after %v", time.Since(t1).Round(time.Millisecond))
+	resume()
+	wantText("request over the timed-out read", <-res)
+	cs = stats()
+	if cs.Timeouts != before.Timeouts+1 || cs.Resets != before.Resets || cs.Errors != before.Errors {
+		t.Fatalf("after the timed-out read: %+v; want one timeout, no reset and no error more than %+v", cs, before)
+	}
+	idle(cs)
+
+	// A controller reset in the middle of a stream: `strata devices reset`
+	// once a completion's tier-C reads are in flight (the drive's reads are
+	// throttled, so they stay in flight a while); the driver submits them
+	// again on the recreated queues and the request succeeds.
+	res = async()
+	var rr api.ResetResponse
+	for {
+		cs = stats()
+		n := 0
+		for _, q := range cs.Queues {
+			n += q.Inflight
+		}
+		if n > 0 {
+			var err error
+			if rr, err = c.ResetDevice(ctx, m.NVMe); err != nil {
+				t.Fatalf("reset with %d commands in flight: %v", n, err)
+			}
+			t.Logf("reset with %d commands in flight: %+v", n, rr)
+			break
+		}
+		select {
+		case r := <-res:
+			t.Fatalf("the request ended (%s %s) before a command was seen in flight", r[0], r[1])
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	wantText("request across the reset", <-res)
+	cs = stats()
+	if cs.Resets != before.Resets+1 || cs.Errors != before.Errors {
+		t.Fatalf("after the reset: %+v; want one reset and no error more than %+v", cs, before)
+	}
+	idle(cs)
+	// Nothing leaked: what is mapped for DMA (queues, bounce buffers, the
+	// model's staging) is what it was before the faults.
+	if cs.DMAMappings != before.DMAMappings || cs.DMABytes != before.DMABytes {
+		t.Fatalf("DMA after the faults: %d mappings (%d B), before: %d (%d B)", cs.DMAMappings, cs.DMABytes, before.DMAMappings, before.DMABytes)
+	}
+	t.Logf("after the faults: timeouts %d, aborts %d, resets %d, resubmitted %d, DMA %d mappings (%d B)",
+		cs.Timeouts, cs.Aborts, cs.Resets, cs.Resubmitted, cs.DMAMappings, cs.DMABytes)
 	if _, err := c.Unbind(ctx, m.NVMe, ""); err == nil || !strings.Contains(err.Error(), ref) {
 		t.Fatalf("unbind with the model loaded: %v; want a refusal naming %s", err, ref)
 	}
 	if _, err := c.Unload(ctx, "vol"); err != nil {
 		t.Fatal(err)
 	}
+	// The model's staging is unmapped with it.
+	if cs = stats(); cs.DMABytes >= before.DMABytes {
+		t.Fatalf("DMA after the unload: %d mappings (%d B), with the model: %d (%d B)", cs.DMAMappings, cs.DMABytes, before.DMAMappings, before.DMABytes)
+	}
+	t.Logf("after the unload: DMA %d mappings (%d B)", cs.DMAMappings, cs.DMABytes)
 }
 
 func pinnedLinks() *tier.Links {

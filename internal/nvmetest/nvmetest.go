@@ -96,6 +96,7 @@ type Controller struct {
 	gen      uint64 // bumped on every disable: stale delayed completions are dropped
 	paused   bool
 	fatal    bool
+	gone     time.Time // registers read all ones until then (ResetBehind)
 	ns       []nsData
 	inject   []injection
 	hangs    []injection
@@ -226,6 +227,20 @@ func (c *Controller) IgnoreAborts(v bool) { c.mu.Lock(); c.ignoreAb = v; c.mu.Un
 // controller (CC.EN 1 → 0).
 func (c *Controller) SetFatal() { c.mu.Lock(); c.fatal = true; c.csts |= 2; c.mu.Unlock() }
 
+// ResetBehind resets the controller behind the driver's back, as a
+// function-level reset from elsewhere (the kernel's error recovery, a
+// firmware reset) does: its queues and the commands in them are gone, it
+// is disabled (CC.EN and CSTS.RDY 0), and for unreachable its registers
+// read all ones and ignore stores, as a function in reset does.
+func (c *Controller) ResetBehind(unreachable time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts["reset behind"]++
+	c.writeCC(c.cc &^ 1)
+	c.cc = 0
+	c.gone = time.Now().Add(unreachable)
+}
+
 // Count returns how many commands of a kind were executed: "read",
 // "write", "abort", "identify", "create sq", "enable", "disable", ...;
 // per I/O queue, "read q1", "write q2".
@@ -348,6 +363,9 @@ func (c *Controller) signal(v int) {
 func (c *Controller) Read32(off uint32) uint32 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if time.Now().Before(c.gone) {
+		return 0xffffffff
+	}
 	switch off {
 	case 0x00:
 		return uint32(c.cap)
@@ -377,6 +395,9 @@ func (c *Controller) Read32(off uint32) uint32 {
 func (c *Controller) Write32(off uint32, v uint32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if time.Now().Before(c.gone) {
+		return
+	}
 	switch {
 	case off == 0x14:
 		c.writeCC(v)

@@ -48,6 +48,8 @@ if [ $iommu = off ]; then
   done
   [ $n = 2 ] || die "nvme did not bind $STRATA_TESTBED_NVME0 and $STRATA_TESTBED_NVME1"
 fi
+# testbed.Monitor's port to the host's hook relay: raw, no echo
+[ -n "${STRATA_TESTBED_HOOKS:-}" ] && { stty -F "$STRATA_TESTBED_HOOKS" raw -echo 2>/dev/null || true; }
 echo "TESTBED-BOOTED kernel=$(uname -r) iommu=$iommu uptime=$(cut -d' ' -f1 /proc/uptime)"
 for bdf in $STRATA_TESTBED_NVME0 $STRATA_TESTBED_NVME1 $STRATA_TESTBED_IVSHMEM ${STRATA_TESTBED_MODELS_NVME:-}; do
   [ -e "/sys/bus/pci/devices/$bdf" ] || continue

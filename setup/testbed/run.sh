@@ -132,7 +132,10 @@ errno = "5"
 sector = "$models_fault_sector"
 once = "on"
 CONF
-  models_args=(-drive file=blkdebug:"$run/blkdebug-models.conf":"$run/nvme2n1.img",if=none,id=n2n1,format=raw
+  # Reads are throttled to 32 MiB/s so that a layer's commands stay in
+  # flight for tens of milliseconds: the reset the guest asks for in the
+  # middle of a request then finds commands to submit again.
+  models_args=(-drive file=blkdebug:"$run/blkdebug-models.conf":"$run/nvme2n1.img",if=none,id=n2n1,format=raw,throttling.bps-read=33554432
     -device nvme,id=nvme2,serial=strata2,addr=07.0
     -device nvme-ns,drive=n2n1,bus=nvme2,nsid=1,logical_block_size=4096,physical_block_size=4096)
   log "model volume: $gocode as extent gocode.pool at byte $models_extent_offset of a ${models_img_bytes}-byte namespace; media error at sector $models_fault_sector (layer $models_fault_layer)"
@@ -172,10 +175,12 @@ STRATA_TESTBED_SHM_BYTES=$shm_bytes
 STRATA_TESTBED_BAD_READ_SECTOR=$bad_read_sector
 STRATA_TESTBED_BAD_WRITE_SECTOR=$bad_write_sector
 STRATA_TESTBED_KERNEL=$kver
+STRATA_TESTBED_HOOKS=/dev/ttyS1
 ENV
 if [ ${#models_args[@]} -gt 0 ]; then
   cat >> "$root/testbed.env" <<ENV
 STRATA_TESTBED_MODELS_NVME=0000:00:07.0
+STRATA_TESTBED_MODELS_DRIVE=n2n1
 STRATA_TESTBED_MODELS_EXTENT=gocode.pool
 STRATA_TESTBED_MODELS_POOL=/models/gocode.pool
 STRATA_TESTBED_MODELS_GOLDEN=/models/gocode.golden.json
@@ -235,7 +240,9 @@ accel=${STRATA_TESTBED_ACCEL:-tcg}
 boot() {
 timeout "$timeout_s" qemu-system-x86_64 -accel "$accel" -machine q35,kernel-irqchip=split \
   -device intel-iommu,intremap=on,caching-mode=on \
-  -m 2G -smp 2 -display none -vga none -nic none -monitor none -serial stdio -no-reboot \
+  -m 2G -smp 2 -display none -vga none -nic none -no-reboot -serial stdio \
+  -monitor unix:"$run/monitor.sock",server=on,wait=off \
+  -chardev socket,id=hooks,path="$run/hooks.sock",server=on,wait=off -serial chardev:hooks \
   -kernel "$kdir/vmlinuz" -initrd "$run/initrd.cpio" \
   -append "console=ttyS0 intel_iommu=on panic=-1 loglevel=3 rdinit=/init" \
   -drive file="$run/nvme0n1.img",if=none,id=n0n1,format=raw \
@@ -252,11 +259,18 @@ timeout "$timeout_s" qemu-system-x86_64 -accel "$accel" -machine q35,kernel-irqc
   </dev/null 2>&1 | tee "$run/console.log"
 return "${PIPESTATUS[0]}"
 }
+# The hook relay: a guest test's testbed.Monitor request on its second
+# serial port (ttyS1) becomes an HMP command on QEMU's monitor, e.g. to park
+# a read at a blkdebug breakpoint and let it go later.
+"$run/bedcheck" hooks -monitor "$run/monitor.sock" -serial "$run/hooks.sock" -log "$run/hooks.log" &
+hooks_pid=$!
 log "booting (accel $accel, timeout ${timeout_s}s)"
 set +e
 boot_retrying boot "$run/console.log"
 qrc=$?
+kill "$hooks_pid" 2>/dev/null; wait "$hooks_pid" 2>/dev/null
 set -e
+[ -s "$run/hooks.log" ] && sed 's/^/[hooks] /' "$run/hooks.log" >&2
 boot_s=$(secs "$tb")
 [ "$qrc" = 124 ] && log "QEMU timed out after ${timeout_s}s"
 [ -n "${STRATA_TESTBED_LOG:-}" ] && cp "$run/console.log" "$STRATA_TESTBED_LOG"

@@ -44,6 +44,10 @@ type Guest struct {
 // model's golden continuations are in the guest's file system.
 type Models struct {
 	NVMe string
+	// Drive is the QEMU drive ID of its namespace, for Monitor commands
+	// such as `qemu-io DRIVE "break read_aio TAG"`. Its reads are
+	// throttled (32 MiB/s) so that commands stay in flight a while.
+	Drive string
 	// Extent is the pool's extent name on namespace 1.
 	Extent string
 	// Pool is the same pool as a file; Golden the model's golden file.
@@ -117,7 +121,7 @@ func FromEnv() (Guest, error) {
 		errs = append(errs, errors.New("device addresses missing"))
 	}
 	if m := os.Getenv("STRATA_TESTBED_MODELS_NVME"); m != "" {
-		g.Models = Models{NVMe: m, Extent: os.Getenv("STRATA_TESTBED_MODELS_EXTENT"),
+		g.Models = Models{NVMe: m, Drive: os.Getenv("STRATA_TESTBED_MODELS_DRIVE"), Extent: os.Getenv("STRATA_TESTBED_MODELS_EXTENT"),
 			Pool: os.Getenv("STRATA_TESTBED_MODELS_POOL"), Golden: os.Getenv("STRATA_TESTBED_MODELS_GOLDEN")}
 		l, err1 := strconv.Atoi(os.Getenv("STRATA_TESTBED_MODELS_FAULT_LAYER"))
 		sec, err2 := strconv.ParseInt(os.Getenv("STRATA_TESTBED_MODELS_FAULT_SECTOR"), 10, 64)

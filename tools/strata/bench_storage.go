@@ -294,11 +294,15 @@ func printStorageBench(out io.Writer, r *bench.StorageResult) error {
 	fmt.Fprintf(out, "), %s reads of the first %s, O_DIRECT %v, %.2gs per point, via %s\n",
 		r.Pattern, bench.FormatSize(r.Region), t.Direct, r.Duration, r.Via)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "block\tqd\tGB/s\tIOPS\tp50 µs\tp90 µs\tp99 µs\tp99.9 µs\tmax µs\t")
+	fmt.Fprintln(tw, "block\tqd\tGB/s\tIOPS\tp50 µs\tp90 µs\tp99 µs\tp99.9 µs\tmax µs\tCPU s/GB\t")
 	for _, p := range r.Points {
 		l := p.LatencyUS
-		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", bench.FormatSize(int64(p.BlockSize)), p.QueueDepth,
-			p.GBps, p.IOPS, l.P50, l.P90, l.P99, l.P999, l.Max)
+		cpu := "-"
+		if p.CPUSecondsPerGB > 0 {
+			cpu = fmt.Sprintf("%.2f", p.CPUSecondsPerGB)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n", bench.FormatSize(int64(p.BlockSize)), p.QueueDepth,
+			p.GBps, p.IOPS, l.P50, l.P90, l.P99, l.P999, l.Max, cpu)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -306,6 +310,11 @@ func printStorageBench(out io.Writer, r *bench.StorageResult) error {
 	if r.Best >= 0 && r.Best < len(r.Points) {
 		b := r.Points[r.Best]
 		fmt.Fprintf(out, "best: %.3f GB/s at %s, queue depth %d\n", b.GBps, bench.FormatSize(int64(b.BlockSize)), b.QueueDepth)
+	}
+	if r.Via == "stratad" {
+		fmt.Fprintln(out, "CPU s/GB: stratad's CPU time per 10^9 bytes read, its other work included")
+	} else {
+		fmt.Fprintln(out, "CPU s/GB: this process's CPU time per 10^9 bytes read (user and system)")
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(out, "note: %s\n", n)

@@ -86,7 +86,7 @@ func TestBenchCLI(t *testing.T) {
 		for i, want := range [][2]int{{4096, 1}, {4096, 8}, {65536, 1}, {65536, 8}} {
 			p := res.Points[i]
 			l := p.LatencyUS
-			if p.BlockSize != want[0] || p.QueueDepth != want[1] || p.IOs == 0 || p.GBps <= 0 || p.IOPS <= 0 ||
+			if p.BlockSize != want[0] || p.QueueDepth != want[1] || p.IOs == 0 || p.GBps <= 0 || p.IOPS <= 0 || p.CPUSecondsPerGB <= 0 ||
 				!(l.Min <= l.P50 && l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) {
 				t.Fatalf("point %d: %+v", i, p)
 			}
@@ -101,7 +101,7 @@ func TestBenchCLI(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr)
 		}
-		for _, want := range []string{"rand reads", "p99.9 µs", "  4 KiB   2", "  8 KiB   2", " 16 KiB   2", "best: "} {
+		for _, want := range []string{"rand reads", "p99.9 µs", "CPU s/GB", "  4 KiB   2", "  8 KiB   2", " 16 KiB   2", "best: ", "this process's CPU time"} {
 			if !strings.Contains(out, want) {
 				t.Fatalf("no %q in\n%s", want, out)
 			}

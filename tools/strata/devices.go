@@ -27,12 +27,12 @@ func devicesCommand() *cli.Command {
 		Name:  "devices",
 		Usage: "list NVMe controllers and what uses them; bind them to stratad, write pools to them, read their counters",
 		Description: "Without a subcommand, lists every NVMe controller with its driver, IOMMU group, model, serial,\n" +
-			"namespaces and whatever of the host uses it. bind, unbind, volume format and pool write need\n" +
-			"root or the daemon's admin group; listing, stats and volume show are open to any client.",
+			"namespaces and whatever of the host uses it. bind, unbind, reset, volume format and pool write\n" +
+			"need root or the daemon's admin group; listing, stats and volume show are open to any client.",
 		Flags: daemonFlags(jsonFlag),
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.NArg() > 0 {
-				return usagef("devices: unknown subcommand %q (list, bind, unbind, stats, volume, pool)", cmd.Args().First())
+				return usagef("devices: unknown subcommand %q (list, bind, unbind, reset, stats, volume, pool)", cmd.Args().First())
 			}
 			return devicesList(ctx, cmd)
 		},
@@ -88,6 +88,28 @@ func devicesCommand() *cli.Command {
 						return printJSON(u)
 					}
 					fmt.Printf("unbound %s: now on %s\n", u.BDF, orDash(u.Driver))
+					return nil
+				},
+			},
+			{
+				Name: "reset",
+				Usage: "reset a controller stratad holds (disable, enable, queues recreated) while it keeps serving; " +
+					"commands in flight are submitted again",
+				ArgsUsage: "BDF",
+				Flags:     daemonFlags(jsonFlag),
+				Action: func(ctx context.Context, cmd *cli.Command) error {
+					bdf, err := oneBDF(cmd, "reset")
+					if err != nil {
+						return err
+					}
+					r, err := dial(cmd).ResetDevice(ctx, bdf)
+					if err != nil {
+						return deviceErr(err)
+					}
+					if cmd.Bool("json") {
+						return printJSON(r)
+					}
+					fmt.Printf("reset %s in %.3fs: %d commands in flight submitted again\n", r.BDF, r.Seconds, r.Resubmitted)
 					return nil
 				},
 			},
@@ -323,6 +345,9 @@ func printControllerStats(c api.ControllerStats) {
 		qs = append(qs, fmt.Sprintf("%d: %d/%d", q.ID, q.Inflight, q.Depth-1))
 	}
 	fmt.Printf("  queues (in flight/slots): %s\n", strings.Join(qs, "  "))
+	if c.DMAMappings > 0 {
+		fmt.Printf("  DMA: %d mappings, %s in the controller's IOMMU domain\n", c.DMAMappings, human(int64(c.DMABytes)))
+	}
 }
 
 func printVolume(v api.VolumeInfo) {

@@ -88,6 +88,8 @@ func TestDevicesCLI(t *testing.T) {
 		{"pool write, missing file", []string{"devices", "pool", "write", "0000:00:06.0", "1", "m.pool"}, 5, "pool_file_not_found"},
 		{"unknown subcommand", []string{"devices", "frob"}, 2, "unknown subcommand"},
 		{"unbind: no such controller", []string{"devices", "unbind", "0000:00:09.0"}, 5, "device_not_found"},
+		{"reset of an unbound controller", []string{"devices", "reset", "0000:00:06.0"}, 1, "device_not_bound"},
+		{"reset without BDF", []string{"devices", "reset"}, 2, "exactly one BDF"},
 	}
 	if noVFIO {
 		tests = append(tests,

@@ -7,6 +7,10 @@
 //	                                  line must hold for the backing files in D, and
 //	                                  each Go test named by -passed must have printed
 //	                                  "--- PASS: T" (not skipped, not filtered away)
+//	bedcheck hooks -monitor M -serial S [-log L]
+//	                                  relay the guest's testbed.Monitor requests from
+//	                                  the hook serial socket S to QEMU's HMP monitor
+//	                                  socket M until killed
 //	bedcheck volume -gguf M -pool P -img I -name N [-fault-layer L]
 //	                                  prefab M into P, format I as a strata volume of
 //	                                  4 KiB blocks holding P as extent N; print shell
@@ -41,6 +45,8 @@ func main() {
 		err = fill(os.Args[2:])
 	case "volume":
 		err = volumeImage(os.Args[2:])
+	case "hooks":
+		err = hooks(os.Args[2:])
 	case "check":
 		var failed bool
 		failed, err = check(os.Args[2:], os.Stdout)
@@ -57,7 +63,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: bedcheck fill FILE TAG SIZE | bedcheck check -dir D -log L -tests LIST [-passed T1,T2] | bedcheck volume -gguf M -pool P -img I -name N [-fault-layer L]")
+	fmt.Fprintln(os.Stderr, "usage: bedcheck fill FILE TAG SIZE | bedcheck check -dir D -log L -tests LIST [-passed T1,T2] | bedcheck hooks -monitor M -serial S [-log L] | bedcheck volume -gguf M -pool P -img I -name N [-fault-layer L]")
 	os.Exit(2)
 }
 
