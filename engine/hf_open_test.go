@@ -6,6 +6,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/engine"
@@ -96,4 +97,66 @@ func TestOpenWithHFDirectory(t *testing.T) {
 	} else if !errors.Is(err, engine.ErrNeedsPool) {
 		t.Fatalf("err = %v, want ErrNeedsPool", err)
 	}
+}
+
+// TestCUDAHFDirectory: a Hugging Face directory opened on the CUDA
+// backend, resident and with every other layer on tier B, gives the CPU
+// backend's logits (NMSE <= 1e-4, same argmax) for the same passes.
+// Skipped without a usable GPU. Sequential: it opens GPU 0.
+func TestCUDAHFDirectory(t *testing.T) {
+	ctx := context.Background()
+	for _, arch := range []string{"llama", "qwen2", "gemma3"} {
+		t.Run(arch, func(t *testing.T) {
+			dir := t.TempDir()
+			hfDir := filepath.Join(dir, "hf")
+			if err := synth.Write(filepath.Join(dir, "m.gguf"), synth.Options{Arch: arch, Shape: "tiny", Type: "f32", Seed: 5, HFDir: hfDir}); err != nil {
+				t.Fatal(err)
+			}
+			cpu, err := engine.OpenWith(ctx, hfDir, engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Context: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cpu.Close()
+			want, err := passLogits(t, cpu, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tiers := make([]string, cpu.Model.Config.Layers)
+			for i := range tiers {
+				tiers[i] = "A"
+				if i%2 == 1 {
+					tiers[i] = "B"
+				}
+			}
+			for _, tc := range []struct{ name, tiers string }{{"resident", ""}, {"tier B", strings.Join(tiers, ",")}} {
+				e, err := engine.OpenWith(ctx, hfDir, engine.Options{Backend: engine.BackendCUDA, HostBudget: 1 << 30, Context: 64, Tiers: tc.tiers, Links: defaultLinks()})
+				if errors.Is(err, engine.ErrCUDAUnavailable) {
+					t.Skipf("skipping GPU test: %v", err)
+				}
+				if err != nil {
+					t.Fatalf("%s: %v", tc.name, err)
+				}
+				got, err := passLogits(t, e, 4)
+				e.Close()
+				if err != nil {
+					t.Fatalf("%s: %v", tc.name, err)
+				}
+				for s := range want {
+					if n := quant.NMSE(got[s], want[s]); n > 1e-4 || argmax(got[s]) != argmax(want[s]) {
+						t.Fatalf("%s step %d: NMSE %.3g, argmax %d vs the CPU's %d", tc.name, s, n, argmax(got[s]), argmax(want[s]))
+					}
+				}
+			}
+		})
+	}
+}
+
+func argmax(x []float32) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
 }
