@@ -3,8 +3,13 @@
 # executions per target. go test already runs every target's seed corpus
 # (testdata/fuzz included) on each test run; this is the long run.
 #
-#   setup/fuzz.sh [TIME] [REGEXP]    # TIME per target (default 60s, or a count like 1000000x);
-#                                    # REGEXP picks targets by name or package (default: all)
+#   setup/fuzz.sh [TIME] [REGEXP] [PARALLEL]
+#       TIME per target (default 60s, or a count like 1000000x); REGEXP picks
+#       targets by name or package (default: all); PARALLEL is the number of
+#       fuzzing processes (default: one per CPU; 1 on a shared machine).
+#
+# exec/s is over the target's whole run, its minimisation of new inputs
+# (when no executions are counted) included.
 #
 # A failing input is written under the package's testdata/fuzz/TARGET/ by
 # go test: commit it, fixed, as a regression seed.
@@ -14,8 +19,12 @@ GO=$(setup/deps.sh)
 export GOFLAGS=${GOFLAGS:--buildvcs=false}
 time=${1:-60s}
 filter=${2:-.}
+parallel=()
+if [ -n "${3:-}" ]; then
+	parallel=(-parallel "$3")
+fi
 status=0
-printf '%-44s %-26s %12s %s\n' package target execs result
+printf '%-44s %-26s %12s %8s %s\n' package target execs exec/s result
 while IFS=: read -r file fn; do
 	name=${fn#func }
 	name=${name%%(*}
@@ -24,14 +33,20 @@ while IFS=: read -r file fn; do
 		continue
 	fi
 	log=$(mktemp)
-	if "$GO" test -run '^$' -fuzz "^${name}\$" -fuzztime "$time" "$pkg" >"$log" 2>&1; then
+	start=$SECONDS
+	if "$GO" test -run '^$' -fuzz "^${name}\$" -fuzztime "$time" "${parallel[@]}" "$pkg" >"$log" 2>&1; then
 		result=ok
 	else
 		result=FAIL
 		status=1
 	fi
+	took=$((SECONDS - start))
 	execs=$(grep -Eo 'execs: [0-9]+' "$log" | tail -1 | cut -d' ' -f2 || true)
-	printf '%-44s %-26s %12s %s\n' "$pkg" "$name" "${execs:-?}" "$result"
+	rate=?
+	if [ -n "$execs" ] && [ "$took" -gt 0 ]; then
+		rate=$((execs / took))
+	fi
+	printf '%-44s %-26s %12s %8s %s\n' "$pkg" "$name" "${execs:-?}" "$rate" "$result"
 	if [ "$result" = FAIL ]; then
 		sed 's/^/    /' "$log" | grep -v 'fuzz: elapsed' | tail -20
 	fi
