@@ -36,7 +36,6 @@ type golden struct {
 	logits    [][]float32
 }
 
-
 // phi3OrigContext is the tiny Phi-3's original_max_position_embeddings.
 const phi3OrigContext = 32
 
