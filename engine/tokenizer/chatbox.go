@@ -458,10 +458,10 @@ func startWorker(lim ChatLimits) (*chatWorker, error) {
 	if err := startLocked(cmd); err != nil {
 		return nil, fmt.Errorf("tokenizer: start chat template worker: %w", err)
 	}
-	// A reply larger than replyLimit is a broken worker; the reader never
-	// holds more than that. The decoder reads straight from the bounded
-	// reader: a buffer in between would read past the bound of the reply
-	// it serves.
+	// A reply larger than replyLimit is a broken worker: render resets
+	// the bound before each reply (json.Decoder buffers by itself, and a
+	// worker sends nothing between replies, so no read crosses into the
+	// next one).
 	w.in, w.out = in, &replyReader{r: out}
 	w.dec = json.NewDecoder(w.out)
 	return w, nil
