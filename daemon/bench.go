@@ -451,6 +451,13 @@ func (s *Server) handleBenchE2E(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.log.Info("e2e bench", "peer", peerOf(r).String(), "bdf", req.BDF, "path", src.name)
 	res, err := hw.E2E(src.ctx, o)
+	if res != nil && src.path != "" {
+		for i := range res.Routes {
+			if res.Routes[i].Source == src.path {
+				res.Routes[i].Source = src.name // not the descriptor's /proc path
+			}
+		}
+	}
 	release()
 	return (&benchStream{w: w}).finish(api.BenchEvent{E2E: res}, err)
 }

@@ -242,7 +242,8 @@ func TestBenchNoGPU(t *testing.T) {
 			t.Skip("a GPU is present")
 		}
 	}
-	d, _ := benchServer(t, t.TempDir())
+	dir := t.TempDir()
+	d, _ := benchServer(t, dir)
 	code, body := d.do(t, userPeer, "POST", api.PathBenchPCIe, api.BenchPCIeRequest{Sizes: []int64{1 << 20}})
 	want(t, code, body, 503, "cuda_unavailable", nil)
 	if !strings.Contains(string(body), "CUDA unavailable") {
@@ -268,6 +269,19 @@ func TestBenchNoGPU(t *testing.T) {
 		if r.Measured {
 			t.Fatalf("measured without a GPU: %+v", r)
 		}
+	}
+	// The file route names the file, not the descriptor the bench read it
+	// through.
+	if err := os.WriteFile(filepath.Join(dir, "data"), make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, body = d.do(t, userPeer, "POST", api.PathBenchE2E, api.BenchE2ERequest{Path: "data"})
+	if code != 200 || strings.Contains(string(body), "/proc/self/fd") {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	evs = benchEvents(t, body)
+	if res = evs[len(evs)-1].E2E; res == nil || len(res.Routes) == 0 || res.Routes[0].Source != filepath.Join(dir, "data") {
+		t.Fatalf("file route %s", body)
 	}
 
 	// A user's route is bounded (4 GiB, 128 MiB of staging), an admin's is

@@ -8,15 +8,17 @@ import (
 )
 
 // byteUnits maps size suffixes (lower case) to multipliers. Binary prefixes
-// (KiB, MiB, ...) and the bare single letters (K, M, G, T, as dd and most
-// tools read them) are powers of 1024; KB, MB, GB, TB are powers of 1000,
-// as disk and link vendors quote them.
+// (KiB, MiB, ...) and the bare single letters (K, M, G, T, P, as dd and
+// most tools read them) are powers of 1024; KB, MB, GB, TB, PB are powers
+// of 1000, as disk and link vendors quote them. Peta is there because
+// FormatBytes prints it, and what it prints must parse.
 var byteUnits = map[string]float64{
 	"": 1, "b": 1,
 	"k": 1 << 10, "kib": 1 << 10, "kb": 1e3,
 	"m": 1 << 20, "mib": 1 << 20, "mb": 1e6,
 	"g": 1 << 30, "gib": 1 << 30, "gb": 1e9,
 	"t": 1 << 40, "tib": 1 << 40, "tb": 1e12,
+	"p": 1 << 50, "pib": 1 << 50, "pb": 1e15,
 }
 
 // ParseBytes parses a size such as "24GiB", "512M", "1.5 TB" or "4096".
@@ -34,7 +36,7 @@ func ParseBytes(s string) (int64, error) {
 	}
 	mul, ok := byteUnits[unit]
 	if !ok {
-		return 0, fmt.Errorf("size %q: unknown unit %q (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB, K, M, G or T)", s, t[i:])
+		return 0, fmt.Errorf("size %q: unknown unit %q (use B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB, K, M, G, T or P)", s, t[i:])
 	}
 	v, err := strconv.ParseFloat(num, 64)
 	if err != nil {

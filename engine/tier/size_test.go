@@ -22,6 +22,9 @@ func TestParseBytes(t *testing.T) {
 		{"4k", 4096, false},
 		{"4KiB", 4096, false},
 		{"10B", 10, false},
+		{"4.93 PiB", 5550686540734136, false}, // as FormatBytes prints 5555555555555555
+		{"2P", 2 << 50, false},
+		{"1PB", 1e15, false},
 		{" 2 GiB ", 2 << 30, false},
 		{"0", 0, false},
 		{"", 0, true},

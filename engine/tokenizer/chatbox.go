@@ -31,6 +31,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ardanlabs/jinja"
 	"golang.org/x/sys/unix"
@@ -175,6 +176,7 @@ func serveWorker(lim ChatLimits, in io.Reader, out, errOut io.Writer) int {
 			rep = renderOne(tmpl, &req, lim)
 			orphan.Stop()
 		}
+		rep.Err = clip(rep.Err, maxErrText)
 		if err := enc.Encode(&rep); err != nil {
 			fmt.Fprintf(errOut, "chat template worker: write reply: %v\n", err)
 			return 2
@@ -221,6 +223,31 @@ func renderOne(tmpl *jinja.Template, req *renderRequest, lim ChatLimits) (rep re
 		return renderReply{Err: le.Error(), Limit: le.Limit, Detail: le.Detail}
 	}
 	return renderReply{Out: out}
+}
+
+// maxErrText bounds a render's error message: the engine's messages may
+// quote a value or the template, which can be as large as the heap limit,
+// and a reply must stay within what the parent reads (replyLimit).
+const maxErrText = 2048
+
+// clip cuts s to at most n bytes on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const more = " [...]"
+	cut := n - len(more)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + more
+}
+
+// replyLimit is the most bytes a worker's reply may take: the rendered
+// text and the error message at JSON's worst (\u00XX for each byte) plus
+// the field names.
+func replyLimit(lim ChatLimits) int64 {
+	return 6*(int64(lim.Output)+maxErrText) + 4096
 }
 
 func outputLimit(lim ChatLimits) *LimitError {
@@ -312,8 +339,32 @@ func boundedRange(args []jinja.Value, limit int) (jinja.Value, error) {
 type chatWorker struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
+	out    *replyReader
 	dec    *json.Decoder
 	stderr *headWriter
+}
+
+// errReplyTooLarge is a reply past replyLimit: the worker broke the
+// protocol (its own output check bounds a well-formed reply).
+var errReplyTooLarge = errors.New("reply too large")
+
+// replyReader bounds each reply a worker sends, not all it sends over its
+// life: the parent resets it before reading each reply.
+type replyReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (l *replyReader) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		return 0, errReplyTooLarge
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
 }
 
 // workerPool keeps the idle workers of one set of limits; at most
@@ -407,10 +458,12 @@ func startWorker(lim ChatLimits) (*chatWorker, error) {
 	if err := startLocked(cmd); err != nil {
 		return nil, fmt.Errorf("tokenizer: start chat template worker: %w", err)
 	}
-	// A reply larger than the output limit (plus its JSON quoting) is a
-	// broken worker; the reader never holds more than that.
-	limited := io.LimitReader(out, int64(lim.Output)*6+4096)
-	w.in, w.dec = in, json.NewDecoder(bufio.NewReader(limited))
+	// A reply larger than replyLimit is a broken worker: render resets
+	// the bound before each reply (json.Decoder buffers by itself, and a
+	// worker sends nothing between replies, so no read crosses into the
+	// next one).
+	w.in, w.out = in, &replyReader{r: out}
+	w.dec = json.NewDecoder(w.out)
 	return w, nil
 }
 
@@ -457,6 +510,7 @@ func (w *chatWorker) render(req *renderRequest, lim ChatLimits) (renderReply, er
 	})
 	defer timer.Stop()
 	var rep renderReply
+	w.out.left = replyLimit(lim)
 	err := json.NewEncoder(w.in).Encode(req)
 	if err == nil {
 		err = w.dec.Decode(&rep)
@@ -475,6 +529,8 @@ func (w *chatWorker) render(req *renderRequest, lim ChatLimits) (renderReply, er
 		code = ps.ExitCode()
 	}
 	switch {
+	case errors.Is(err, errReplyTooLarge):
+		return rep, &LimitError{"output", fmt.Sprintf("a reply of %d bytes", replyLimit(lim))}
 	case late || code == orphanExit:
 		// The worker's own timer (orphanExit) ends a render the parent's
 		// timer missed, as on a starved machine.

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,5 +91,36 @@ func TestChatTemplateProbeAccepts(t *testing.T) {
 	out, err := tok.RenderChat([]Message{{Role: "user", Content: "x"}}, ChatOptions{})
 	if want := "0,1,2;1,3,5;5,3,1;0"; err != nil || out != want {
 		t.Errorf("ranges = %q, %v, want %q", out, err, want)
+	}
+}
+
+// A worker serves many renders: the bound on one reply's size applies to
+// each reply, not to all a worker ever sends, so a long-lived worker does
+// not fail once its replies add up past the output limit.
+func TestChatTemplateWorkerOutputPerReply(t *testing.T) {
+	t.Parallel()
+	lim := ChatLimits{Time: 5 * time.Second, Memory: 64 << 20, Stack: 1 << 20, Output: 1024, Range: 1000}
+	tok := hostileTok(t, "{% for i in range(100) %}0123456789{% endfor %}", lim)
+	for i := range 100 { // 100 KB of replies, past 6 x 1 KiB + 4 KiB
+		out, err := tok.RenderChat([]Message{{Role: "user", Content: "x"}}, ChatOptions{})
+		if err != nil || len(out) != 1000 {
+			t.Fatalf("render %d: %d bytes, %v", i, len(out), err)
+		}
+	}
+}
+
+// A template error that carries a huge value (here the template's own
+// string) is an error of bounded length, not a worker that dies.
+func TestChatTemplateHugeError(t *testing.T) {
+	t.Parallel()
+	lim := ChatLimits{Time: 5 * time.Second, Memory: 64 << 20, Stack: 1 << 20, Output: 1024, Range: 1000}
+	for _, tmpl := range []string{
+		"{% set ns = namespace(s='x') %}{% for i in range(17) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ raise_exception(ns.s) }}",
+		"{% set ns = namespace(s='<') %}{% for i in range(17) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s.nosuchmethod() }}",
+	} {
+		_, err := hostileTok(t, tmpl, lim).RenderChat([]Message{{Role: "user", Content: "x"}}, ChatOptions{})
+		if err == nil || errors.Is(err, errWorker) || len(err.Error()) > 8<<10 {
+			t.Errorf("%.60s: err = %.200v (%d bytes), want a bounded template error", tmpl, err, len(fmt.Sprint(err)))
+		}
 	}
 }
