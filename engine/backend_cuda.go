@@ -180,7 +180,17 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 	// bytes on synthetic and heavy-tailed weights, bit-identical logits:
 	// engine/gpu's PackBF16); layers of other types are untouched.
 	copts := gpu.Options{MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: streamed, Slots: plan.Depth, PackBF16: true}
-	if len(streamed) > 0 && !o.NoHybrid {
+	if src.cfg.MoE() {
+		// Attention on the GPU, every FFN block (router and experts) on
+		// the CPU from the model's host weights, as llama.cpp's
+		// --cpu-moe: the layers must hold their experts.
+		for i := range e.Model.Weights.Layers {
+			if len(e.Model.Weights.Layers[i].Experts) != src.cfg.Experts {
+				return nil, fmt.Errorf("layer %d: %w", i, errMoEPaged)
+			}
+		}
+	}
+	if len(streamed) > 0 && !o.NoHybrid && !src.cfg.MoE() {
 		// The CPU computes the FFN of the tier-B layers its measured rate
 		// earns, per batch size, against the measured copy rate.
 		copts.Hybrid = &gpu.Hybrid{}

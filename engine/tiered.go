@@ -180,8 +180,10 @@ func OpenWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	return e, nil
 }
 
-// errMoEOnGPU refuses mixture-of-experts models on the CUDA backend.
-var errMoEOnGPU = errors.New("mixture-of-experts layers run on the CPU backend only")
+// errMoEPaged refuses, on the CUDA backend, a mixture-of-experts model
+// whose experts the engine would page from storage: the GPU's passes take
+// experts from host memory only (engine/gpu's cpuMoE).
+var errMoEPaged = errors.New("a mixture-of-experts model whose experts are paged from storage runs on the CPU backend only")
 
 func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	if o.DeviceBudget < 0 || o.HostBudget < 0 || o.Context < 0 || o.Batch < 0 || o.Depth < 0 {
@@ -258,17 +260,6 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 		}
 	}
 	info := BackendInfo{Name: BackendCPU, Requested: backend}
-	if cfg.MoE() && backend != BackendCPU {
-		// The CUDA backend has no expert kernels yet: auto runs the model
-		// on the CPU and says why; cuda is refused.
-		if backend == BackendCUDA {
-			closeAll()
-			return nil, fmt.Errorf("model %s: backend cuda: %w", path, errMoEOnGPU)
-		}
-		info.Reason = errMoEOnGPU.Error()
-		log.Info("running on the CPU backend", "model", path, "reason", info.Reason)
-		backend = BackendCPU
-	}
 	if backend != BackendCPU {
 		e, err := openCUDA(ctx, cudaSource{path: path, pool: pool, gf: gf, hf: hfm, sizes: sizes, cfg: cfg}, o, log)
 		if err == nil {

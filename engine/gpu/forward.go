@@ -240,7 +240,7 @@ func (m *Model) forward(ctx context.Context, batch []model.Step, exit int) error
 	mark(tr, TraceEnter)
 	p := planPass(batch)
 	p.exit = exit
-	useGraph := !m.opts.NoGraphs && m.tb == nil && p.decode && p.T <= kernels.MaxGEMVBatch && exit == 0
+	useGraph := !m.opts.NoGraphs && m.tb == nil && m.moe == nil && p.decode && p.T <= kernels.MaxGEMVBatch && exit == 0
 	err := m.dev.Do(func(c *cudadrv.Ctx) error {
 		mark(tr, TraceDevice)
 		if _, err := m.ensure(c, p.T, p.R); err != nil {
@@ -562,9 +562,9 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 		if err := step("o", k.MatMul(c, s, lw.o, a.att, a.tmp, T)); err != nil {
 			return err
 		}
-		if m.hy != nil && m.hy.on[l] {
-			// The CPU takes the FFN (hybrid.go): the slot held only the
-			// attention, so it goes back before the CPU starts.
+		if m.hy != nil && m.hy.on[l] || m.moe != nil {
+			// The CPU takes the FFN (hybrid.go; moe.go): a slot held only
+			// the attention, so it goes back before the CPU starts.
 			if gemma {
 				if err := step("post-attention norm", k.RMSNorm(c, s, a.tmp, lw.postAttnNorm, a.tmp, T, cfg.Dim, eps)); err != nil {
 					return err
@@ -573,8 +573,16 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 			if err := step("residual", k.Add(c, s, a.h, a.tmp, int64(T)*dim)); err != nil {
 				return err
 			}
-			if err := step("releasing its slot", m.tb.done(l)); err != nil {
-				return err
+			if streaming {
+				if err := step("releasing its slot", m.tb.done(l)); err != nil {
+					return err
+				}
+			}
+			if m.moe != nil {
+				if err := step("experts on the CPU", m.moeFFN(ctx, c, l, T)); err != nil {
+					return err
+				}
+				continue
 			}
 			if err := step("ffn on the CPU", m.cpuFFN(ctx, c, l, T)); err != nil {
 				return err

@@ -31,6 +31,12 @@ type Options struct {
 	// MaxContext is the positions of each slot: the largest context a
 	// Sequence can reach. 0 means the model's context, capped at 4096.
 	MaxContext int
+	// Experts, for a mixture-of-experts model, serves the experts its
+	// layers do not hold (the engine's expert store); nil when they hold
+	// them all. Such a model's FFN blocks run on the CPU beside the GPU's
+	// attention (cpuMoE), so the weights given to Load must stay valid
+	// while the model lives, unlike other models'.
+	Experts model.ExpertSource
 	// NoGraphs disables capturing and replaying decode steps as CUDA
 	// graphs (every step is then launched kernel by kernel).
 	NoGraphs bool
@@ -114,6 +120,7 @@ type Model struct {
 	tb       *tierB   // nil when every layer is resident
 	pk       *packing // packed tier-B layers (Options.PackBF16); nil when none
 	hy       *hybrid  // the CPU's share of tier B (Options.Hybrid); nil when none
+	moe      *cpuMoE  // a mixture-of-experts model's FFNs on the CPU; nil for other models
 
 	mu     sync.Mutex // serialises Forward and guards everything below
 	slots  []bool     // slot in use
@@ -269,13 +276,16 @@ func (m *Model) load(ctx context.Context, c *cudadrv.Ctx, w *model.Weights) erro
 		}
 		m.k, m.ownK = k, true
 	}
-	if cfg.MoE() {
-		return fmt.Errorf("%d experts per layer: the CUDA backend has no mixture-of-experts kernels", cfg.Experts)
+	if cfg.MoE() && m.opts.Hybrid != nil {
+		return fmt.Errorf("%d experts per layer: every FFN runs on the CPU already (no hybrid plan)", cfg.Experts)
 	}
 	for _, t := range []struct {
 		name string
 		dim  int
 	}{{"head dim", cfg.HeadDim}, {"model width", cfg.Dim}, {"FFN width", cfg.FFN}} {
+		if t.name == "FFN width" && cfg.MoE() {
+			continue // the experts run on the CPU
+		}
 		if t.dim%WidthGranule != 0 {
 			return fmt.Errorf("%s %d is not a multiple of %d, which the kernels need", t.name, t.dim, WidthGranule)
 		}
@@ -405,6 +415,11 @@ func (m *Model) load(ctx context.Context, c *cudadrv.Ctx, w *model.Weights) erro
 	if err := m.setupHybrid(ctx, c, w, streamed, layerBase); err != nil {
 		return err
 	}
+	if cfg.MoE() {
+		if err := m.setupMoE(w, m.opts.Experts); err != nil {
+			return err
+		}
+	}
 	if err := m.pk.alloc(c); err != nil {
 		return err
 	}
@@ -520,6 +535,8 @@ func (m *Model) release(c *cudadrv.Ctx) error {
 	m.act.free(c)
 	keep(m.hy.release(c))
 	m.hy = nil
+	keep(m.moe.release(c))
+	m.moe = nil
 	keep(m.tb.release(c))
 	keep(m.pk.release(c))
 	m.pk = nil

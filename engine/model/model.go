@@ -799,6 +799,10 @@ func NewFFNDevice(cfg Config, impl gemv.Impl) (*FFNDevice, error) {
 	return &FFNDevice{&Model{Config: cfg, pool: defaultPool(), keepScratch: defaultKeptScratch, fast: true, impl: impl, routeCounts: newRouteCounts(&cfg)}}, nil
 }
 
+// SetExpertSource makes the device take the experts of MoE layers that
+// do not hold their own from src (Model.SetExpertSource).
+func (d *FFNDevice) SetExpertSource(src ExpertSource) { d.m.SetExpertSource(src) }
+
 // Run is Model.FFN on the device.
 func (d *FFNDevice) Run(ctx context.Context, l int, w *Layer, h [][]float32) error {
 	return d.m.FFN(ctx, l, w, h)

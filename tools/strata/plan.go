@@ -244,7 +244,7 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 	}
 	if cfg.MoE() {
 		if o.VRAM > 0 {
-			info.MoENote = "mixture-of-experts layers run on the CPU backend only: the engine will not use this device plan"
+			info.MoENote = "mixture-of-experts model on a GPU: the device holds attention and norms as planned; every FFN block (router and experts) runs on the CPU from host memory (no experts paged from storage)"
 		} else {
 			xp, err := tier.PlanExperts(sizes.Experts, nil, p.Device.Budget-p.Device.Total-p.Host.Total)
 			if err != nil {

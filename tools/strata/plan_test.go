@@ -151,7 +151,7 @@ func TestPlanExpertsCLI(t *testing.T) {
 		{"all resident", []string{"plan", pool, "--ram", "1GiB", "--no-measure"}, []string{"experts: all 16 resident"}},
 		{"some on storage", []string{"plan", pool, "--ram", "4MiB", "--no-measure", "--ctx", "64"}, []string{"of 16 resident", "read when a token is routed to them", "8 buffers"}},
 		{"gguf", []string{"plan", src, "--ram", "4MiB", "--no-measure", "--ctx", "64"}, []string{"convert it with `strata model prefab`"}},
-		{"device", []string{"plan", pool, "--vram", "1GiB", "--ram", "1GiB", "--no-measure"}, []string{"CPU backend only"}},
+		{"device", []string{"plan", pool, "--vram", "1GiB", "--ram", "1GiB", "--no-measure"}, []string{"every FFN block (router and experts) runs on the CPU"}},
 	}
 	for _, tc := range cases {
 		out, _, err := runCLI(t, tc.args...)

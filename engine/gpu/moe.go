@@ -1,0 +1,134 @@
+package gpu
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/strata-llm/strata/engine/gemv"
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/kernels/cudadrv"
+)
+
+// cpuMoE runs a mixture-of-experts model's FFN blocks — router, the
+// experts it picks, their weighted sum — on the CPU beside the GPU's
+// attention: the shape of llama.cpp's --cpu-moe, and how strata runs such
+// models on a GPU until it has expert kernels. Attention, norms and the
+// output head stay on the device (resident or streamed); each layer's
+// hidden state crosses to pinned host memory after its attention and back
+// after its FFN, which engine/model's FFNDevice computes from the layer's
+// host weights (experts in host memory, or served by an ExpertSource).
+type cpuMoE struct {
+	dev    *model.FFNDevice
+	layers []*model.Layer   // host weights per layer (the caller's)
+	buf    *cudadrv.HostMem // hidden state, rows of Dim float32
+	rows   [][]float32      // buf's rows
+	stats  MoEStats
+}
+
+// MoEStats counts the CPU's work for a mixture-of-experts model on the GPU.
+type MoEStats struct {
+	// Layers is the FFN blocks the CPU computed; Busy its time in them;
+	// Hop the time spent handing the hidden state over (waiting for the
+	// GPU to reach the layer and the two copies).
+	Layers int64         `json:"layers"`
+	Busy   time.Duration `json:"busy_ns"`
+	Hop    time.Duration `json:"hop_ns"`
+}
+
+// setupMoE prepares the CPU's FFN device for a mixture-of-experts model
+// (w's layers hold the router and, unless src serves them, the experts).
+func (m *Model) setupMoE(w *model.Weights, src model.ExpertSource) error {
+	dev, err := model.NewFFNDevice(m.Config, gemv.Detect())
+	if err != nil {
+		return fmt.Errorf("mixture of experts on the CPU: %w", err)
+	}
+	if src != nil {
+		dev.SetExpertSource(src)
+	}
+	x := &cpuMoE{dev: dev}
+	for i := range w.Layers {
+		x.layers = append(x.layers, &w.Layers[i])
+	}
+	m.moe = x
+	return nil
+}
+
+// ensureRows grows the pinned hidden-state buffer to T rows.
+func (x *cpuMoE) ensureRows(c *cudadrv.Ctx, T, dim int) error {
+	if len(x.rows) >= T {
+		return nil
+	}
+	n := max(T, 2*len(x.rows))
+	buf, err := c.HostAlloc(n*dim*4, 0)
+	if err != nil {
+		return fmt.Errorf("hidden-state buffer of %d rows: %w", n, err)
+	}
+	vals, err := cudadrv.Values[float32](buf.Bytes())
+	if err != nil {
+		return fmt.Errorf("hidden-state buffer: %w", c.FreeHost(buf))
+	}
+	if err := c.FreeHost(x.buf); err != nil {
+		return err
+	}
+	x.buf, x.rows = buf, x.rows[:0]
+	for t := range n {
+		x.rows = append(x.rows, vals[t*dim:(t+1)*dim])
+	}
+	return nil
+}
+
+// moeFFN runs layer l's FFN on the CPU for the pass's T rows of the
+// hidden state: the compute stream drains, the state comes to pinned
+// memory, the CPU adds the FFN, and the copy back is enqueued before the
+// next layer's kernels.
+func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
+	x := m.moe
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if err := x.ensureRows(c, T, m.Config.Dim); err != nil {
+		return err
+	}
+	n := T * m.Config.Dim * 4
+	t0 := time.Now()
+	if err := c.CopyDtoH(x.buf.Bytes()[:n], m.act.h, m.stream); err != nil {
+		return err
+	}
+	if err := c.StreamSync(m.stream); err != nil {
+		return err
+	}
+	t1 := time.Now()
+	if err := x.dev.Run(ctx, l, x.layers[l], x.rows[:T]); err != nil {
+		return err
+	}
+	t2 := time.Now()
+	if err := c.CopyHtoD(m.act.h, x.buf.Bytes()[:n], m.stream); err != nil {
+		return err
+	}
+	x.stats.Layers++
+	x.stats.Busy += t2.Sub(t1)
+	x.stats.Hop += t1.Sub(t0) + time.Since(t2)
+	return nil
+}
+
+// MoEStats returns the CPU's FFN work so far for a mixture-of-experts
+// model; ok is false for any other model.
+func (m *Model) MoEStats() (MoEStats, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.moe == nil {
+		return MoEStats{}, false
+	}
+	return m.moe.stats, true
+}
+
+// release frees the pinned hidden-state buffer.
+func (x *cpuMoE) release(c *cudadrv.Ctx) error {
+	if x == nil {
+		return nil
+	}
+	err := c.FreeHost(x.buf)
+	x.buf, x.rows = nil, nil
+	return err
+}
