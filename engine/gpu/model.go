@@ -175,7 +175,7 @@ func (m *Model) Stats() Stats {
 // archs are the architectures the CUDA passes implement; a model of
 // another is refused at load (the engine's auto backend then runs it on
 // the CPU) rather than run with another architecture's arithmetic.
-var archs = []string{model.ArchLlama, model.ArchGemma2, model.ArchGemma3, model.ArchPhi3, model.ArchQwen2, model.ArchQwen3}
+var archs = []string{model.ArchLlama, model.ArchGemma2, model.ArchGemma3, model.ArchPhi3, model.ArchQwen2, model.ArchQwen3, model.ArchQwen3MoE}
 
 // Load uploads cfg's weights w to dev and prepares the KV-cache slots. The
 // weights are validated against the configuration as engine/model.New

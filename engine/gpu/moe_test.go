@@ -6,20 +6,24 @@ import (
 )
 
 // TestMoEOnCPU: a mixture-of-experts model on the GPU, its attention
-// there (resident, and with a layer streamed from tier B) and every FFN
+// there (resident, and with layers streamed from tier B) and every FFN
 // block — router and experts — on the CPU, gives the CPU reference's
 // logits and 32 greedy tokens; the CPU computed every layer's FFN of
-// every pass, the prompt's included.
+// every pass, the prompt's included. In f32: routing is discrete, and
+// where the GPU's quantized products differ from the CPU's by their usual
+// margin a router near a tie picks another expert and the logits part (a
+// Q4_K_M Mixtral did at step 13, NMSE 0.13), which says nothing of the
+// hand-over this test is about.
 func TestMoEOnCPU(t *testing.T) {
 	gpu(t)
 	for _, tc := range []struct {
 		arch, typ string
 		streamed  []int
 	}{
-		{"mixtral", "q4_k_m", nil},
+		{"mixtral", "f32", nil},
 		{"mixtral", "f32", []int{1}},
-		{"qwen3moe", "q4_k_m", nil},
-		{"qwen3moe", "q4_k_m", []int{0, 1}},
+		{"qwen3moe", "f32", nil},
+		{"qwen3moe", "f32", []int{0, 1}},
 	} {
 		t.Run(fmt.Sprintf("%s/%s/streamed%v", tc.arch, tc.typ, tc.streamed), func(t *testing.T) {
 			cpu := tinyModel(t, tc.arch, tc.typ)
