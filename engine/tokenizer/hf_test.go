@@ -2,10 +2,7 @@ package tokenizer
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 )
@@ -16,21 +13,9 @@ import (
 // encode as the GGUF vocabulary does.
 func TestHFJSONSharedVectors(t *testing.T) {
 	t.Parallel()
-	dir := sharedVocabDir(t)
-	if dir == "" {
-		t.Skip("no ../shared/vocab beside the checkout (set STRATA_VOCAB_DIR)")
-	}
-	files, err := filepath.Glob(filepath.Join(dir, "ggml-vocab-*.gguf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sort.Strings(files)
-	for _, path := range files {
-		if _, err := os.Stat(path + ".inp"); err != nil {
-			continue
-		}
-		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(path), "ggml-vocab-"), ".gguf")
-		t.Run(name, func(t *testing.T) {
+	for _, sv := range sharedVocabs(t) {
+		path := sv.path
+		t.Run(sv.name, func(t *testing.T) {
 			t.Parallel()
 			ov := load(t, path).Vocab()
 			orig := &ov

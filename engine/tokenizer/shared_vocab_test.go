@@ -45,23 +45,8 @@ func sharedVocabDir(t *testing.T) string {
 // qwen2, refact, starcoder, the Llama ones): each must match in full.
 func TestSharedVocabVectors(t *testing.T) {
 	t.Parallel()
-	dir := sharedVocabDir(t)
-	if dir == "" {
-		t.Skip("no ../shared/vocab beside the checkout (set STRATA_VOCAB_DIR)")
-	}
-	files, err := filepath.Glob(filepath.Join(dir, "ggml-vocab-*.gguf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sort.Strings(files)
-	if len(files) == 0 {
-		t.Fatalf("no ggml-vocab-*.gguf in %s", dir)
-	}
-	for _, path := range files {
-		if _, err := os.Stat(path + ".inp"); err != nil {
-			continue
-		}
-		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(path), "ggml-vocab-"), ".gguf")
+	for _, sv := range sharedVocabs(t) {
+		name, path := sv.name, sv.path
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			tok := load(t, path)
@@ -81,4 +66,34 @@ func TestSharedVocabVectors(t *testing.T) {
 			t.Logf("%s (pre %q): %d/%d vectors match", name, tok.Vocab().Pre, pass, len(vs))
 		})
 	}
+}
+
+// sharedVocab is one vocabulary of the shared directory with test vectors.
+type sharedVocab struct{ name, path string }
+
+// sharedVocabs lists the shared directory's vocabularies that have
+// llama.cpp's test vectors beside them (path.inp), by name; it skips the
+// test without the directory and fails it when the directory has none.
+func sharedVocabs(t *testing.T) []sharedVocab {
+	t.Helper()
+	dir := sharedVocabDir(t)
+	if dir == "" {
+		t.Skip("no ../shared/vocab beside the checkout (set STRATA_VOCAB_DIR)")
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "ggml-vocab-*.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(files)
+	if len(files) == 0 {
+		t.Fatalf("no ggml-vocab-*.gguf in %s", dir)
+	}
+	var out []sharedVocab
+	for _, path := range files {
+		if _, err := os.Stat(path + ".inp"); err != nil {
+			continue
+		}
+		out = append(out, sharedVocab{strings.TrimSuffix(strings.TrimPrefix(filepath.Base(path), "ggml-vocab-"), ".gguf"), path})
+	}
+	return out
 }
