@@ -190,15 +190,19 @@ func (rn *runner) moe(ctx context.Context, res *ScenarioResult, mc MoECase) erro
 			return err
 		}
 	}
-	routings := []moeRouting{{"", "routing: the model's own (random weights route near uniformly, the worst case for a cache)", 0}}
+	routings := []moeRouting{{"", "the model's router as it is: random weights route near uniformly, the worst case for a cache", 0}}
 	if z := rn.o.MoEZipf; z > 0 {
-		routings = append(routings, moeRouting{"zipf_", fmt.Sprintf("routing: skewed by a fixed Zipf law of exponent %g over each layer's experts (--moe-zipf)", z), z})
+		routings = append(routings, moeRouting{"zipf_", fmt.Sprintf("skewed by a fixed Zipf law of exponent %g over each layer's experts (--moe-zipf; model.Model.SetRouterSkew), a stand-in for a trained router's skew", z), z})
 	}
 	for _, rt := range routings {
 		if err := g.SetRouterSkew(rt.zipf); err != nil {
 			return err
 		}
-		res.Notes = append(res.Notes, fmt.Sprintf("rows %s*: %s", rt.prefix, rt.what))
+		keys := "JSON keys without a prefix"
+		if rt.prefix != "" {
+			keys = "JSON keys " + rt.prefix + "*"
+		}
+		res.Notes = append(res.Notes, fmt.Sprintf("%s (%s): %s", rt.short(), keys, rt.what))
 		for _, b := range []int{1, batch} {
 			if err := rn.moeDecode(ctx, res, g, sizes.Experts, mc, rt, b); err != nil {
 				return err
