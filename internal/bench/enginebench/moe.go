@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine/gpu"
+	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/internal/bench/cpubench"
 	"github.com/strata-llm/strata/internal/bench/gputime"
 )
@@ -49,6 +50,24 @@ func moePeerNames() []string {
 		out = append(out, c.peerName())
 	}
 	return out
+}
+
+// expertSizes returns each layer's experts' weight bytes (gate, up and
+// down): what the CPU reads to apply one.
+func expertSizes(layers []model.Layer, experts int) ([][]int64, error) {
+	if experts < 1 || len(layers) == 0 {
+		return nil, fmt.Errorf("not a mixture-of-experts model (%d experts, %d layers)", experts, len(layers))
+	}
+	out := make([][]int64, len(layers))
+	for l := range layers {
+		if n := len(layers[l].Experts); n != experts {
+			return nil, fmt.Errorf("layer %d holds %d experts, want %d", l, n, experts)
+		}
+		for _, x := range layers[l].Experts {
+			out[l] = append(out[l], int64(len(x.Gate.Data)+len(x.Up.Data)+len(x.Down.Data)))
+		}
+	}
+	return out, nil
 }
 
 // moeTraffic is what the timed passes of one decode routed, from the
@@ -150,12 +169,13 @@ func (rn *runner) moe(ctx context.Context, res *ScenarioResult, mc MoECase) erro
 		return err
 	}
 	defer gm.Close()
-	if !cpu.Config.MoE() || len(sizes.Experts) != cpu.Config.Layers {
-		return fmt.Errorf("%s: not a mixture-of-experts model with sized experts", res.Model)
+	esizes, err := expertSizes(cpu.Weights.Layers, cpu.Config.Experts)
+	if err != nil {
+		return fmt.Errorf("%s: %w", res.Model, err)
 	}
 	var expertBytes int64
 	experts := 0
-	for _, l := range sizes.Experts {
+	for _, l := range esizes {
 		for _, b := range l {
 			expertBytes += b
 			experts++
@@ -204,7 +224,7 @@ func (rn *runner) moe(ctx context.Context, res *ScenarioResult, mc MoECase) erro
 		}
 		res.Notes = append(res.Notes, fmt.Sprintf("%s (%s): %s", rt.short(), keys, rt.what))
 		for _, b := range []int{1, batch} {
-			if err := rn.moeDecode(ctx, res, g, sizes.Experts, mc, rt, b); err != nil {
+			if err := rn.moeDecode(ctx, res, g, esizes, mc, rt, b); err != nil {
 				return err
 			}
 		}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/strata-llm/strata/engine/model"
 )
 
 // TestMoECases: "all" leaves the moe scenario out, its cases are issue
@@ -187,5 +189,70 @@ func TestMoEMetrics(t *testing.T) {
 		if !strings.Contains(b.String(), s) {
 			t.Errorf("report lacks %q:\n%s", s, b.String())
 		}
+	}
+}
+
+// TestExpertSizes: an expert's bytes are its three matrices'; a dense
+// model or a layer short of experts is an error.
+func TestExpertSizes(t *testing.T) {
+	t.Parallel()
+	x := func(g, u, d int) model.Expert {
+		return model.Expert{Gate: model.Tensor{Data: make([]byte, g)}, Up: model.Tensor{Data: make([]byte, u)}, Down: model.Tensor{Data: make([]byte, d)}}
+	}
+	layers := []model.Layer{{Experts: []model.Expert{x(1, 2, 3), x(4, 5, 6)}}, {Experts: []model.Expert{x(0, 0, 1), x(10, 10, 10)}}}
+	got, err := expertSizes(layers, 2)
+	if err != nil || !slices.Equal(got[0], []int64{6, 15}) || !slices.Equal(got[1], []int64{1, 30}) {
+		t.Fatalf("sizes %v, %v", got, err)
+	}
+	if _, err := expertSizes(layers, 3); err == nil || !strings.Contains(err.Error(), "layer 0 holds 2 experts, want 3") {
+		t.Errorf("short layer: %v", err)
+	}
+	if _, err := expertSizes([]model.Layer{{}}, 0); err == nil {
+		t.Error("a dense model has expert sizes")
+	}
+}
+
+// TestMoEPlan runs the moe scenario's steps before the GPU on the tiny
+// shapes: the synthetic file written once and found again, its experts
+// sized from the weights (within the pool's page alignment of the
+// planner's extents), and attention alone planned into a budget: every
+// layer resident where it fits, a budget too small refused by the planner.
+func TestMoEPlan(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rn := &runner{o: &Options{SynthDir: dir}, ceil: Ceilings{H2D: 50e9}}
+	for _, arch := range []string{"mixtral", "qwen3moe"} {
+		path, err := rn.synthArch("", arch, "tiny", "q4_k_m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, err := rn.synthArch("", arch, "tiny", "q4_k_m"); err != nil || again != path {
+			t.Fatalf("second look-up %q, %v; want %q", again, err, path)
+		}
+		gm, cpu, sizes, err := openGGUF(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		es, err := expertSizes(cpu.Weights.Layers, cpu.Config.Experts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for l := range es {
+			for e, b := range es[l] {
+				if ext := sizes.Experts[l][e]; b > ext || ext-b >= 2*4096 {
+					t.Errorf("%s layer %d expert %d: %d bytes, extent %d", arch, l, e, b, ext)
+				}
+			}
+		}
+		attn := sizes
+		attn.Experts = nil
+		stream, _, err := rn.planBudget(cpu.Config, attn, 1<<30, 64, 8)
+		if err != nil || len(stream) != 0 {
+			t.Errorf("%s in 1 GiB: streamed %v, %v", arch, stream, err)
+		}
+		if _, _, err := rn.planBudget(cpu.Config, attn, 1<<20, 64, 8); err == nil || !strings.Contains(err.Error(), "planning into") {
+			t.Errorf("%s in 1 MiB: %v, want the planner's refusal", arch, err)
+		}
+		gm.Close()
 	}
 }
