@@ -20,9 +20,14 @@ for f in "$S"/llama-70b-*-seed1.gguf* "$S"/llama-8b-bf16-seed1.gguf* "$S"/*-8b-q
 	[ $(($(free_kib) + have)) -ge $need ] && break
 	[ -f "$f" ] && echo "removing $f for room" && rm -f "$f"
 done
+# The scenario on the tiny shapes first (seconds): a bug shows here before
+# the synthesis of the real ones.
+(cd internal/bench/enginebench && timeout 90 "$B/internal-bench-enginebench.test" -test.run 'MoE' -test.v) >"$L/enginebench-moe-test.log" 2>&1
+echo "moe tests rc=$?"
+grep -E -- "^(---|ok|FAIL|panic)|moe/" "$L/enginebench-moe-test.log" | head -20
 df -h "$S" | tail -1
 free -g | head -2
-timeout 540 "$B/strata" bench engine --synth-dir "$S" --only moe --moe-zipf "$ZIPF" --peers docs/peers-h200.json \
+timeout 420 "$B/strata" bench engine --synth-dir "$S" --only moe --moe-zipf "$ZIPF" --peers docs/peers-h200.json \
 	--json-file "$L/bench-engine-moe.json" >"$L/bench-engine-moe.txt" 2>&1
 echo "bench engine rc=$?"
 grep -E "^\[|decode, batch|limit|routed|read per token|CPU busy|FAILED" "$L/bench-engine-moe.txt" | cut -c1-300

@@ -132,6 +132,9 @@ type Options struct {
 	// Budget70B and BudgetBF16 are the device memory budgets of the 70b
 	// and bf16 scenarios (defaults DefaultBudget70B, DefaultBudgetBF16).
 	Budget70B, BudgetBF16 int64
+	// MoECases are the moe scenario's models and budgets (default
+	// MoECases; tests name tiny shapes).
+	MoECases []MoECase
 	// MoEZipf is the Zipf exponent of the moe scenario's skewed routing
 	// (model.Model.SetRouterSkew), run after the model's own; 0 runs the
 	// model's own routing only.
@@ -187,6 +190,14 @@ func (o *Options) fill() error {
 	}
 	if o.Budget70B < 0 || o.BudgetBF16 < 0 {
 		return errors.New("negative device budget")
+	}
+	if o.MoECases == nil {
+		o.MoECases = MoECases
+	}
+	for _, c := range o.MoECases {
+		if c.Arch == "" || c.Shape == "" || c.Budget <= 0 {
+			return fmt.Errorf("moe case %+v: want an architecture, a shape and a positive budget", c)
+		}
 	}
 	if o.MoEZipf < 0 || math.IsNaN(o.MoEZipf) || math.IsInf(o.MoEZipf, 0) {
 		return fmt.Errorf("moe Zipf exponent %v: want a finite exponent >= 0", o.MoEZipf)
@@ -317,7 +328,7 @@ func (rn *runner) run(ctx context.Context, sc Scenario) []ScenarioResult {
 		}
 	}
 	if sc == MoE {
-		for _, mc := range MoECases {
+		for _, mc := range rn.o.MoECases {
 			parts = append(parts, part{ScenarioResult{Scenario: sc, Variant: mc.name(),
 				Title: fmt.Sprintf("%s %s Q4_K_M, --vram %s: attention on the GPU, every FFN block (router and experts) on the CPU from host memory", mc.Arch, mc.Shape, budgetName(mc.Budget))},
 				func(ctx context.Context, res *ScenarioResult) error { return rn.moe(ctx, res, mc) }})

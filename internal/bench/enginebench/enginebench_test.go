@@ -226,6 +226,7 @@ func TestOptions(t *testing.T) {
 		{"unknown scenario", Options{Scenarios: []Scenario{"fast"}}, "unknown scenario"},
 		{"negative zipf", Options{MoEZipf: -1}, "moe Zipf exponent -1"},
 		{"NaN zipf", Options{MoEZipf: math.NaN()}, "moe Zipf exponent NaN"},
+		{"moe case without budget", Options{MoECases: []MoECase{{"mixtral", "tiny", 0}}}, "moe case"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Run(context.Background(), c.o)
