@@ -3,7 +3,8 @@
 # every test of kernels/, kernels/cudadrv, engine/gpu and engine's CUDA tests
 # against the CPU reference, the 8B-shape fidelity test, the benchmarks'
 # timing library (internal/bench/gputime), engine/gemv's CPU kernels on the
-# GPU host's CPU, and `strata bench engine` (with the peer
+# GPU host's CPU, the bench's own tests (its moe scenario on tiny shapes),
+# and `strata bench engine` (with the peer
 # figures of docs/peers-h200.json). Built on any machine with Go, run on a GPU host
 # that needs no Go:
 #
@@ -37,7 +38,7 @@ build() {
 	GO=$(setup/deps.sh)
 	export GOTOOLCHAIN=${GOTOOLCHAIN:-auto} CGO_ENABLED=0
 	mkdir -p bin/gpu-tests
-	for p in kernels kernels/cudadrv engine/gpu engine engine/gemv internal/bench/gputime; do
+	for p in kernels kernels/cudadrv engine/gpu engine engine/gemv internal/bench/gputime internal/bench/enginebench; do
 		"$GO" test -c -ldflags='-s -w' -o "bin/gpu-tests/$(echo "$p" | tr / -).test" "./$p"
 	done
 	"$GO" build -ldflags='-s -w' -o bin/gpu-tests/strata ./tools/strata
@@ -100,6 +101,9 @@ run() {
 		step engine engine env STRATA_8B_GGUF="$synth/llama-8b-q4_k_m-seed1.gguf" \
 			"$B/engine.test" -test.v -test.run 'CUDA|RealDriver|Greedy|OnGPU' -test.timeout 30m
 		step bench-gputime internal/bench/gputime "$B/internal-bench-gputime.test" -test.v
+		# The bench's own tests: TestMoEOnGPU runs the moe scenario on the
+		# tiny shapes in seconds.
+		step bench-enginebench internal/bench/enginebench "$B/internal-bench-enginebench.test" -test.v
 		step gemv engine/gemv "$B/engine-gemv.test" -test.v
 	fi
 	if [ $bench != 0 ]; then

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -121,6 +122,30 @@ func (m *Model) MoEStats() (MoEStats, bool) {
 		return MoEStats{}, false
 	}
 	return m.moe.stats, true
+}
+
+// ExpertCounts returns, per layer and expert, how many tokens the CPU's
+// router sent to the expert (model.Model.ExpertCounts); nil for a model
+// without experts.
+func (m *Model) ExpertCounts() [][]uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.moe == nil {
+		return nil
+	}
+	return m.moe.dev.ExpertCounts()
+}
+
+// SetRouterSkew skews later passes' routing by a Zipf law of exponent s
+// over each layer's experts (model.Model.SetRouterSkew), for benchmarks:
+// random weights route almost uniformly. A model without experts refuses.
+func (m *Model) SetRouterSkew(s float64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.moe == nil {
+		return errors.New("router skew: not a mixture-of-experts model")
+	}
+	return m.moe.dev.SetRouterSkew(s)
 }
 
 // release frees the pinned hidden-state buffer.

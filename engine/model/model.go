@@ -803,6 +803,14 @@ func NewFFNDevice(cfg Config, impl gemv.Impl) (*FFNDevice, error) {
 // do not hold their own from src (Model.SetExpertSource).
 func (d *FFNDevice) SetExpertSource(src ExpertSource) { d.m.SetExpertSource(src) }
 
+// SetRouterSkew skews the device's routing as Model.SetRouterSkew does:
+// a benchmark of a GPU with its experts on the CPU sets it here, where the
+// routing runs.
+func (d *FFNDevice) SetRouterSkew(s float64) error { return d.m.SetRouterSkew(s) }
+
+// ExpertCounts is Model.ExpertCounts for the FFNs the device ran.
+func (d *FFNDevice) ExpertCounts() [][]uint64 { return d.m.ExpertCounts() }
+
 // Run is Model.FFN on the device.
 func (d *FFNDevice) Run(ctx context.Context, l int, w *Layer, h [][]float32) error {
 	return d.m.FFN(ctx, l, w, h)

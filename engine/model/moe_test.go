@@ -162,3 +162,50 @@ func TestRouterSkew(t *testing.T) {
 		t.Fatal("a dense model took a router skew")
 	}
 }
+
+// TestFFNDeviceRouting: an FFN device counts the routes of the FFNs it
+// runs and takes a router skew, as a model does: a GPU with its experts on
+// the CPU reports and skews its routing through it.
+func TestFFNDeviceRouting(t *testing.T) {
+	t.Parallel()
+	spec := mixtralSpec()
+	m := newTestModel(t, spec, 5)
+	d, err := NewFFNDevice(m.Config, m.impl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := make([][]float32, 64)
+	for i := range rows {
+		rows[i] = randomVector(spec.dim, uint64(i+10))
+	}
+	share := func() float64 {
+		before := d.ExpertCounts()[1]
+		in := make([][]float32, len(rows))
+		for i := range rows {
+			in[i] = slices.Clone(rows[i])
+		}
+		if err := d.Run(context.Background(), 1, &m.Weights.Layers[1], in); err != nil {
+			t.Fatal(err)
+		}
+		var sum, most uint64
+		for e, n := range d.ExpertCounts()[1] {
+			n -= before[e]
+			sum += n
+			most = max(most, n)
+		}
+		if want := uint64(len(rows) * spec.used); sum != want {
+			t.Fatalf("%d routes counted, want %d", sum, want)
+		}
+		return float64(most) / float64(sum)
+	}
+	plain := share()
+	if err := d.SetRouterSkew(3); err != nil {
+		t.Fatal(err)
+	}
+	if skewed := share(); !(skewed > plain+0.05) {
+		t.Fatalf("share of the most used expert: plain %.3f, skewed %.3f", plain, skewed)
+	}
+	if err := d.SetRouterSkew(-1); err == nil {
+		t.Fatal("negative skew accepted")
+	}
+}

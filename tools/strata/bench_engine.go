@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -34,7 +35,7 @@ func benchEngineCommand() *cli.Command {
 			"\"CUDA unavailable: …\" and exits 6",
 		ArgsUsage: " ",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "only", Value: "all", Usage: "scenarios to run, comma-separated: resident, streamed, 70b, bf16 (or all, which is those four), families (resident decode and prefill of Mistral 7B, Qwen2.5 7B, Qwen3 8B, Gemma 3 12B and Phi-3 mini shapes; named only)"},
+			&cli.StringFlag{Name: "only", Value: "all", Usage: "scenarios to run, comma-separated: resident, streamed, 70b, bf16 (or all, which is those four), families (resident decode and prefill of Mistral 7B, Qwen2.5 7B, Qwen3 8B, Gemma 3 12B and Phi-3 mini shapes; named only), moe (Qwen3-30B-A3B in 8 and 4 GiB, Mixtral-8x7B in 12 GiB, attention on the GPU and every FFN block on the CPU, batch 1 and 8, the model's own routing and --moe-zipf's; ~43 GiB of synthetic models; named only)"},
 			&cli.StringFlag{Name: "model-8b", Usage: "llama 8b Q4_K_M GGUF for resident and streamed (default: the synthetic one in --synth-dir)"},
 			&cli.StringFlag{Name: "model-70b", Usage: "llama 70b Q4_K_M GGUF (default: the synthetic one in --synth-dir)"},
 			&cli.StringFlag{Name: "model-8b-bf16", Usage: "llama 8b bf16 GGUF (default: the synthetic one in --synth-dir)"},
@@ -42,6 +43,7 @@ func benchEngineCommand() *cli.Command {
 			&cli.StringFlag{Name: "synth-dir", Value: defaultSynthDir(), Usage: "where missing synthetic models are written (all four scenarios: ~70 GiB; /dev/shm on the H200 host)"},
 			&cli.StringFlag{Name: "vram-70b", Value: "24GiB", Usage: "device memory budget of the 70b scenario"},
 			&cli.StringFlag{Name: "vram-bf16", Value: "6GiB", Usage: "device memory budget of the bf16 scenario"},
+			&cli.FloatFlag{Name: "moe-zipf", Value: enginebench.DefaultMoEZipf, Usage: "the moe scenario also decodes with its routing skewed by a Zipf law of this exponent over each layer's experts, after the model's own (random weights route near uniformly, the worst case for a cache); 0: the model's own only"},
 			&cli.BoolFlag{Name: "int8", Value: true, Usage: "also run the bf16 scenario's INT8-row variant"},
 			&cli.BoolFlag{Name: "float-gemv", Usage: "decode GEMVs of Q4_K/Q6_K matrices on the float path (dequantize and FMA) instead of the default integer one (x rounded to 16 bits, dp4a); the same as --variant float-gemv"},
 			&cli.StringFlag{Name: "variant", Usage: "kernel tuning variants for the whole run, comma-separated, applied in order to the device's tuning: " + variantsUsage()},
@@ -131,6 +133,10 @@ func benchEngineOptions(cmd *cli.Command) (enginebench.Options, error) {
 		}
 	}
 	o.NoInt8 = !cmd.Bool("int8")
+	o.MoEZipf = cmd.Float("moe-zipf")
+	if z := o.MoEZipf; z < 0 || math.IsNaN(z) || math.IsInf(z, 0) {
+		return o, usagef("bench engine: --moe-zipf must be a finite exponent >= 0")
+	}
 	o.Acceptance = cmd.Float("acceptance")
 	if o.Acceptance < 0 || o.Acceptance >= 1 {
 		return o, usagef("bench engine: --acceptance must be in [0, 1)")

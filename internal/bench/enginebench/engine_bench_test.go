@@ -63,3 +63,51 @@ func BenchmarkEngine(b *testing.B) {
 		}
 	}
 }
+
+// TestMoEOnGPU runs the moe scenario on the tiny Mixtral and Qwen3-MoE
+// shapes (seconds, where the real cases synthesize ~43 GiB): every row of
+// both routings at batch 1 and 8, the CPU busy in every timed pass, and
+// the skewed routing's expert reads per token at batch 8 no more than
+// the model's own. Skips without a GPU.
+func TestMoEOnGPU(t *testing.T) {
+	r, err := enginebench.Run(context.Background(), enginebench.Options{
+		Scenarios: []enginebench.Scenario{enginebench.MoE}, SynthDir: t.TempDir(), MoEZipf: 2,
+		MoECases: []enginebench.MoECase{{Arch: "mixtral", Shape: "tiny", Budget: 1 << 30}, {Arch: "qwen3moe", Shape: "tiny", Budget: 1 << 30}},
+		Progress: func(s string) { t.Log(s) },
+	})
+	if errors.Is(err, cudadrv.ErrUnavailable) {
+		t.Skipf("skipping GPU test: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + text.String())
+	if len(r.Scenarios) != 2 || r.Failed() {
+		t.Fatalf("%d results, failed %v", len(r.Scenarios), r.Failed())
+	}
+	for _, s := range r.Scenarios {
+		got := map[string]float64{}
+		for _, m := range s.Metrics {
+			got[m.Key] = m.Value
+		}
+		for _, p := range []string{"", "zipf_"} {
+			for _, sfx := range []string{"", "_b8"} {
+				for _, k := range []string{"decode" + sfx + "_tps", "routed" + sfx + "_mib_per_token", "cpu_busy" + sfx + "_ms", "time_per_pass" + sfx + "_ms"} {
+					if v, ok := got[p+k]; !ok || !(v > 0) {
+						t.Errorf("%s: %s%s = %v (present %v)", s.Variant, p, k, v, ok)
+					}
+				}
+			}
+		}
+		if own, skew := got["read_b8_mib_per_token"], got["zipf_read_b8_mib_per_token"]; !(skew <= own) {
+			t.Errorf("%s: batch 8 reads %v MiB a token skewed, %v on the model's own routing", s.Variant, skew, own)
+		}
+		if s.Placement == nil || s.Placement.Streamed != 0 {
+			t.Errorf("%s: placement %+v, want every layer's attention resident", s.Variant, s.Placement)
+		}
+	}
+}

@@ -49,13 +49,19 @@ const (
 	// architectures (FamilyShapes), one result each. It synthesizes
 	// about 30 GiB of models, so "all" leaves it out: name it.
 	Families Scenario = "families"
+	// MoE is the mixture-of-experts models of MoECases in Q4_K_M,
+	// attention on the GPU planned into each case's budget and every FFN
+	// block on the CPU from host memory: decode at batch 1 and 8 on the
+	// model's own routing and on a Zipf-skewed one (Options.MoEZipf). It
+	// synthesizes about 43 GiB of models, so "all" leaves it out: name it.
+	MoE Scenario = "moe"
 )
 
 // AllScenarios lists every scenario "all" runs, in run order.
 var AllScenarios = []Scenario{Resident, Streamed, Big, BF16}
 
 // knownScenarios are the scenarios a list may name, in run order.
-var knownScenarios = append(append([]Scenario(nil), AllScenarios...), Families)
+var knownScenarios = append(append([]Scenario(nil), AllScenarios...), Families, MoE)
 
 // FamilyShapes are the synth catalogue entries the families scenario
 // measures, in Q4_K_M: each family's shape nearest 8B.
@@ -83,7 +89,7 @@ func ParseScenarios(s string) ([]Scenario, error) {
 				}
 			}
 			if !ok {
-				return nil, fmt.Errorf("unknown scenario %q (want some of resident, streamed, 70b, bf16, families, or all)", f)
+				return nil, fmt.Errorf("unknown scenario %q (want some of resident, streamed, 70b, bf16, families, moe, or all)", f)
 			}
 		}
 	}
@@ -126,6 +132,13 @@ type Options struct {
 	// Budget70B and BudgetBF16 are the device memory budgets of the 70b
 	// and bf16 scenarios (defaults DefaultBudget70B, DefaultBudgetBF16).
 	Budget70B, BudgetBF16 int64
+	// MoECases are the moe scenario's models and budgets (default
+	// MoECases; tests name tiny shapes).
+	MoECases []MoECase
+	// MoEZipf is the Zipf exponent of the moe scenario's skewed routing
+	// (model.Model.SetRouterSkew), run after the model's own; 0 runs the
+	// model's own routing only.
+	MoEZipf float64
 	// NoInt8 skips the bf16 scenario's INT8-row variant.
 	NoInt8 bool
 	// Acceptance, when in (0, 1), is a drafter's acceptance measured on a
@@ -177,6 +190,17 @@ func (o *Options) fill() error {
 	}
 	if o.Budget70B < 0 || o.BudgetBF16 < 0 {
 		return errors.New("negative device budget")
+	}
+	if o.MoECases == nil {
+		o.MoECases = MoECases
+	}
+	for _, c := range o.MoECases {
+		if c.Arch == "" || c.Shape == "" || c.Budget <= 0 {
+			return fmt.Errorf("moe case %+v: want an architecture, a shape and a positive budget", c)
+		}
+	}
+	if o.MoEZipf < 0 || math.IsNaN(o.MoEZipf) || math.IsInf(o.MoEZipf, 0) {
+		return fmt.Errorf("moe Zipf exponent %v: want a finite exponent >= 0", o.MoEZipf)
 	}
 	return nil
 }
@@ -301,6 +325,13 @@ func (rn *runner) run(ctx context.Context, sc Scenario) []ScenarioResult {
 			parts = append(parts, part{ScenarioResult{Scenario: sc, Variant: f.Arch,
 				Title: fmt.Sprintf("%s %s Q4_K_M, batch 1, every layer resident on the GPU", f.Arch, f.Shape)},
 				func(ctx context.Context, res *ScenarioResult) error { return rn.family(ctx, res, f.Arch, f.Shape) }})
+		}
+	}
+	if sc == MoE {
+		for _, mc := range rn.o.MoECases {
+			parts = append(parts, part{ScenarioResult{Scenario: sc, Variant: mc.name(),
+				Title: fmt.Sprintf("%s %s Q4_K_M, --vram %s: attention on the GPU, every FFN block (router and experts) on the CPU from host memory", mc.Arch, mc.Shape, budgetName(mc.Budget))},
+				func(ctx context.Context, res *ScenarioResult) error { return rn.moe(ctx, res, mc) }})
 		}
 	}
 	var out []ScenarioResult

@@ -28,6 +28,9 @@ func TestParseScenarios(t *testing.T) {
 		{in: "resident,all", want: AllScenarios},
 		{in: "families,resident", want: []Scenario{Resident, Families}},
 		{in: "all,families", want: append(append([]Scenario(nil), AllScenarios...), Families)},
+		{in: "moe", want: []Scenario{MoE}},
+		{in: "MoE,all", want: append(append([]Scenario(nil), AllScenarios...), MoE)},
+		{in: "moe,families,bf16", want: []Scenario{BF16, Families, MoE}},
 		{in: "", err: "no scenario"},
 		{in: ",", err: "no scenario"},
 		{in: "resident,fast", err: `unknown scenario "fast"`},
@@ -221,6 +224,9 @@ func TestOptions(t *testing.T) {
 		{"negative gpu", Options{GPU: -1}, "GPU ordinal"},
 		{"negative budget", Options{Budget70B: -5}, "negative device budget"},
 		{"unknown scenario", Options{Scenarios: []Scenario{"fast"}}, "unknown scenario"},
+		{"negative zipf", Options{MoEZipf: -1}, "moe Zipf exponent -1"},
+		{"NaN zipf", Options{MoEZipf: math.NaN()}, "moe Zipf exponent NaN"},
+		{"moe case without budget", Options{MoECases: []MoECase{{"mixtral", "tiny", 0}}}, "moe case"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Run(context.Background(), c.o)

@@ -46,8 +46,11 @@ const (
 	PeerBF16Budget = "bf16_budget_decode"
 )
 
-// peerNames are the names a peers file may use.
-var peerNames = []string{PeerResidentDecode, PeerResidentPrefill, PeerHalfDecode, PeerHalfPrefill, Peer70BHalfDecode, PeerBF16Budget}
+// peerNames are the names a peers file may use: the Peer* constants and
+// each MoECase's llama.cpp --n-cpu-moe decode at batch 1 (MoECase.peerName,
+// "moe_qwen3moe_30b_a3b_8gib_decode"), which the moe scenario relates
+// its model's own routing to (goal 1.5x).
+var peerNames = append([]string{PeerResidentDecode, PeerResidentPrefill, PeerHalfDecode, PeerHalfPrefill, Peer70BHalfDecode, PeerBF16Budget}, moePeerNames()...)
 
 // Peers are the reference figures a run relates its own to. Without them
 // a run prints no peer ratio and judges no goal set against a peer.

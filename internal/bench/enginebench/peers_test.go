@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -58,7 +59,9 @@ func TestParsePeers(t *testing.T) {
 }
 
 // TestLoadPeers: a missing file and a bad one name the path; the peers
-// file the repository ships parses and holds every figure.
+// file the repository ships parses and holds every figure but the moe
+// scenario's, which llama.cpp --n-cpu-moe has not been measured for yet
+// (TestMoECases).
 func TestLoadPeers(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -78,7 +81,7 @@ func TestLoadPeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range peerNames {
-		if _, ok := p.Figure(n); !ok {
+		if _, ok := p.Figure(n); !ok && !slices.Contains(moePeerNames(), n) {
 			t.Errorf("docs/peers-h200.json has no %q", n)
 		}
 	}

@@ -43,6 +43,11 @@ type DecodeOptions struct {
 	// steps, and the greedy choice fed back is made on the host, outside
 	// the timed interval.
 	Greedy bool
+	// BeforeTimed, when set, runs once just before the first timed pass,
+	// outside the timed interval: a caller snapshots its counters there,
+	// so their change when TimeDecode returns covers the timed passes
+	// alone.
+	BeforeTimed func()
 }
 
 func (o *DecodeOptions) fill() {
@@ -203,6 +208,9 @@ func TimeDecode(ctx context.Context, m *gpu.Model, o DecodeOptions) (*DecodeTimi
 	var el time.Duration
 	for i := -1; i < o.Warmup+o.Steps; i++ {
 		if i == o.Warmup {
+			if o.BeforeTimed != nil {
+				o.BeforeTimed()
+			}
 			m.SetTracer(tr)
 		}
 		t := time.Now()

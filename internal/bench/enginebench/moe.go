@@ -1,0 +1,348 @@
+package enginebench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/strata-llm/strata/engine/gpu"
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/internal/bench/cpubench"
+	"github.com/strata-llm/strata/internal/bench/gputime"
+)
+
+// MoECase is one model and device budget the moe scenario measures: a
+// synthetic mixture-of-experts shape in Q4_K_M planned into Budget.
+type MoECase struct {
+	Arch, Shape string
+	Budget      int64
+}
+
+// MoECases are the moe scenario's models and budgets (issue 25's
+// benchmarks): Qwen3-30B-A3B's shape with 8 and with 4 GiB of device
+// memory (one synthesized file for both), Mixtral-8x7B's with 12 GiB.
+var MoECases = []MoECase{
+	{"qwen3moe", "30b-a3b", 8 << 30},
+	{"qwen3moe", "30b-a3b", 4 << 30},
+	{"mixtral", "8x7b", 12 << 30},
+}
+
+// DefaultMoEZipf is the moe scenario's default router skew: a Zipf
+// exponent over each layer's experts (model.Model.SetRouterSkew).
+const DefaultMoEZipf = 1.0
+
+// name is the case's variant name ("qwen3moe-30b-a3b-8GiB").
+func (c MoECase) name() string { return fmt.Sprintf("%s-%s-%s", c.Arch, c.Shape, budgetName(c.Budget)) }
+
+// peerName is the peers-file figure of llama.cpp's --n-cpu-moe decode on
+// the case's file and budget ("moe_qwen3moe_30b_a3b_8gib_decode").
+func (c MoECase) peerName() string {
+	return strings.ToLower(strings.NewReplacer("-", "_").Replace("moe_" + c.name() + "_decode"))
+}
+
+// moePeerNames are the peer figures of MoECases.
+func moePeerNames() []string {
+	var out []string
+	for _, c := range MoECases {
+		out = append(out, c.peerName())
+	}
+	return out
+}
+
+// expertSizes returns each layer's experts' weight bytes (gate, up and
+// down): what the CPU reads to apply one.
+func expertSizes(layers []model.Layer, experts int) ([][]int64, error) {
+	if experts < 1 || len(layers) == 0 {
+		return nil, fmt.Errorf("not a mixture-of-experts model (%d experts, %d layers)", experts, len(layers))
+	}
+	out := make([][]int64, len(layers))
+	for l := range layers {
+		if n := len(layers[l].Experts); n != experts {
+			return nil, fmt.Errorf("layer %d holds %d experts, want %d", l, n, experts)
+		}
+		for _, x := range layers[l].Experts {
+			out[l] = append(out[l], int64(len(x.Gate.Data)+len(x.Up.Data)+len(x.Down.Data)))
+		}
+	}
+	return out, nil
+}
+
+// moeTraffic is what the timed passes of one decode routed, from the
+// change in the router's counts over them.
+type moeTraffic struct {
+	// Tokens is how many tokens each layer routed.
+	Tokens float64
+	// RoutedPerToken is the bytes the experts each token was routed to
+	// hold, summed over the layers: what the token's FFNs read.
+	RoutedPerToken float64
+	// ReadPerPass is the expert bytes a pass of Batch tokens reads when
+	// each expert the pass routes to is read once for all of them,
+	// expected from each expert's measured share of the tokens (the
+	// tokens of a pass taken as routing independently): at batch 1 it is
+	// RoutedPerToken.
+	ReadPerPass float64
+}
+
+// routedTraffic computes a decode's moeTraffic from the router's counts
+// before and after its timed passes (per layer and expert), the experts'
+// sizes and the model's experts used per token.
+func routedTraffic(before, after [][]uint64, sizes [][]int64, used, batch int) (moeTraffic, error) {
+	var tr moeTraffic
+	if len(after) == 0 || len(before) != len(after) || len(sizes) != len(after) || used < 1 || batch < 1 {
+		return tr, fmt.Errorf("routing counts of %d and %d layers, sizes of %d, %d experts used, batch %d", len(before), len(after), len(sizes), used, batch)
+	}
+	var tokens float64
+	for l := range after {
+		if len(before[l]) != len(after[l]) || len(sizes[l]) != len(after[l]) {
+			return tr, fmt.Errorf("layer %d: %d, %d counts and %d sizes", l, len(before[l]), len(after[l]), len(sizes[l]))
+		}
+		var routes uint64
+		for e := range after[l] {
+			if after[l][e] < before[l][e] {
+				return tr, fmt.Errorf("layer %d expert %d: count went down from %d to %d", l, e, before[l][e], after[l][e])
+			}
+			routes += after[l][e] - before[l][e]
+		}
+		n := float64(routes) / float64(used)
+		if l == 0 {
+			tokens = n
+		} else if n != tokens {
+			return tr, fmt.Errorf("layer %d routed %v tokens, layer 0 %v", l, n, tokens)
+		}
+		if n == 0 {
+			return tr, errors.New("no token routed")
+		}
+		for e := range after[l] {
+			p := float64(after[l][e]-before[l][e]) / n
+			b := float64(sizes[l][e])
+			tr.RoutedPerToken += p * b
+			tr.ReadPerPass += (1 - math.Pow(1-min(p, 1), float64(batch))) * b
+		}
+	}
+	tr.Tokens = tokens
+	return tr, nil
+}
+
+// moeLimits are the bounds a pass's off-GPU bytes set on its time.
+type moeLimits struct {
+	// Combined is issue 25's combined-link limit: the pass's off-GPU
+	// bytes (experts read, attention streamed) over the CPU's and the
+	// host-to-device link's rates together — what the best split of
+	// those bytes between computing on the CPU in place and copying to
+	// the GPU could reach.
+	Combined time.Duration
+	// CPU is the limit of this engine's placement: every expert read by
+	// the CPU at its rate, the streamed attention over host-to-device,
+	// one after the other (a layer's FFN waits for its attention).
+	CPU time.Duration
+}
+
+// moeLimitsFor computes the limits of a pass reading experts bytes on the
+// CPU and streaming streamed bytes to the GPU, at the CPU's rate cpu and
+// the host-to-device rate h2d (bytes/s).
+func moeLimitsFor(experts, streamed, cpu, h2d float64) (moeLimits, error) {
+	if !(cpu > 0) || !(h2d > 0) || experts < 0 || streamed < 0 {
+		return moeLimits{}, fmt.Errorf("limits of %v expert and %v streamed bytes at CPU %v and H2D %v bytes/s", experts, streamed, cpu, h2d)
+	}
+	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	return moeLimits{Combined: sec((experts + streamed) / (cpu + h2d)), CPU: sec(experts/cpu + streamed/h2d)}, nil
+}
+
+// moeRouting is one routing a case decodes with.
+type moeRouting struct {
+	// prefix of its metric keys, and the words that say which it is.
+	prefix, what string
+	zipf         float64
+}
+
+// moe measures one MoECase: attention on the GPU planned into the budget
+// (resident, tier B for what does not fit), every FFN block on the CPU
+// from host memory (engine/gpu's cpuMoE), decode at batch 1 and 8, first
+// on the model's own routing (random weights: near uniform) and then
+// skewed by a Zipf law of exponent Options.MoEZipf.
+func (rn *runner) moe(ctx context.Context, res *ScenarioResult, mc MoECase) error {
+	gm, cpu, sizes, err := rn.scenarioArchModel(res, "", mc.Arch, mc.Shape, "q4_k_m")
+	if err != nil {
+		return err
+	}
+	defer gm.Close()
+	esizes, err := expertSizes(cpu.Weights.Layers, cpu.Config.Experts)
+	if err != nil {
+		return fmt.Errorf("%s: %w", res.Model, err)
+	}
+	var expertBytes int64
+	experts := 0
+	for _, l := range esizes {
+		for _, b := range l {
+			expertBytes += b
+			experts++
+		}
+	}
+	// The GPU holds attention, norms and router; the experts stay in host
+	// memory, so only the layers' own tensors are planned.
+	gpuSizes := sizes
+	gpuSizes.Experts = nil
+	const batch, ctxLen = 8, 64
+	stream, depth, err := rn.planBudget(cpu.Config, gpuSizes, mc.Budget, ctxLen, batch)
+	if err != nil {
+		return err
+	}
+	g, err := rn.load(cpu, gpu.Options{MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: stream, Slots: depth})
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	place := func() {
+		if res.Placement == nil {
+			res.Placement = rn.placement(g, stream, depth, mc.Budget,
+				fmt.Sprintf("attention, norms and routers planned by engine/tier into the budget (KV cache for %d x %d positions); every expert in host memory, computed on the CPU", batch, ctxLen))
+		}
+	}
+	defer place()
+	res.Notes = append(res.Notes, fmt.Sprintf("experts: all %d (%s) in host memory, every FFN block (router and experts) computed on the CPU beside the GPU (engine/gpu's cpuMoE, llama.cpp's --cpu-moe shape); the budget places only attention",
+		experts, gib(expertBytes)))
+	if rn.dram == 0 {
+		rn.o.progress("  host memory read rate")
+		if rn.dram, err = cpubench.ReadBandwidth(ctx, 2<<30, time.Second); err != nil {
+			return err
+		}
+	}
+	routings := []moeRouting{{"", "the model's router as it is: random weights route near uniformly, the worst case for a cache", 0}}
+	if z := rn.o.MoEZipf; z > 0 {
+		routings = append(routings, moeRouting{"zipf_", fmt.Sprintf("skewed by a fixed Zipf law of exponent %g over each layer's experts (--moe-zipf; model.Model.SetRouterSkew), a stand-in for a trained router's skew", z), z})
+	}
+	for _, rt := range routings {
+		if err := g.SetRouterSkew(rt.zipf); err != nil {
+			return err
+		}
+		keys := "JSON keys without a prefix"
+		if rt.prefix != "" {
+			keys = "JSON keys " + rt.prefix + "*"
+		}
+		res.Notes = append(res.Notes, fmt.Sprintf("%s (%s): %s", rt.short(), keys, rt.what))
+		for _, b := range []int{1, batch} {
+			if err := rn.moeDecode(ctx, res, g, esizes, mc, rt, b); err != nil {
+				return err
+			}
+		}
+	}
+	return g.SetRouterSkew(0)
+}
+
+// moeDecode times one decode of g at batch b and adds its rows: tok/s
+// (the peer's ratio for the model's own routing at batch 1), the expert
+// bytes routed per token and read per pass, the CPU's busy time, and the
+// time per pass against the limits.
+func (rn *runner) moeDecode(ctx context.Context, res *ScenarioResult, g *loaded, sizes [][]int64, mc MoECase, rt moeRouting, b int) error {
+	rn.o.progress("  decode, batch %d, %s", b, rt.short())
+	var counts0 [][]uint64
+	var st0 gpu.MoEStats
+	opts := gputime.DecodeOptions{Batch: b, Prompt: 4, Warmup: 2, Steps: 8}
+	if b > 1 {
+		opts.Warmup, opts.Steps = 1, 3
+	}
+	opts.BeforeTimed = func() {
+		counts0 = g.ExpertCounts()
+		st0, _ = g.MoEStats()
+	}
+	d, err := gputime.TimeDecode(ctx, g.Model, opts)
+	if err != nil {
+		return err
+	}
+	st1, _ := g.MoEStats()
+	tr, err := routedTraffic(counts0, g.ExpertCounts(), sizes, g.Config.ExpertsUsed, b)
+	if err != nil {
+		return fmt.Errorf("routing of the timed passes: %w", err)
+	}
+	if want := float64(b * opts.Steps); tr.Tokens != want {
+		return fmt.Errorf("the timed passes routed %v tokens a layer, want %v", tr.Tokens, want)
+	}
+	var peer *Ratio
+	if rt.zipf == 0 && b == 1 {
+		peer = ratioToPeer(d.TokensPerSecond, rn.o.Peers, mc.peerName())
+	}
+	m, err := moeMetrics(moePass{
+		routing: rt, batch: b, tps: d.TokensPerSecond, perPass: d.PerPass, traffic: tr,
+		busy: (st1.Busy - st0.Busy) / time.Duration(opts.Steps), hop: (st1.Hop - st0.Hop) / time.Duration(opts.Steps),
+		streamed: g.StreamedBytes(), cpu: rn.dram, h2d: rn.ceil.H2D, peer: peer,
+	})
+	if err != nil {
+		return err
+	}
+	res.Metrics = append(res.Metrics, m...)
+	return nil
+}
+
+// short names the routing in a row's label.
+func (rt moeRouting) short() string {
+	if rt.zipf > 0 {
+		return fmt.Sprintf("Zipf %g routing", rt.zipf)
+	}
+	return "own routing"
+}
+
+// moePass is what one timed decode of a moe case measured.
+type moePass struct {
+	routing moeRouting
+	batch   int
+	tps     float64
+	perPass time.Duration
+	traffic moeTraffic
+	// busy and hop are the CPU's FFN time and hand-over time per pass
+	// (gpu.MoEStats).
+	busy, hop time.Duration
+	// streamed is the attention bytes a pass copies from tier B.
+	streamed int64
+	// cpu and h2d are the CPU's (host memory read) and the pinned
+	// host-to-device rates, bytes/s.
+	cpu, h2d float64
+	// peer relates tps to a peer's figure (nil: none).
+	peer *Ratio
+}
+
+// moeMetrics turns one timed decode into the report's rows: tok/s (with
+// the peer's ratio and its 1.5x goal where given), the expert bytes
+// routed per token (and, batched, read per token against them), the CPU's
+// busy and hand-over time per pass and its expert read rate, and the time
+// per pass against the combined-link limit and against every expert on
+// the CPU.
+func moeMetrics(p moePass) ([]Metric, error) {
+	rt, b, tr := p.routing, p.batch, p.traffic
+	if b < 1 || !(p.perPass > 0) {
+		return nil, fmt.Errorf("moe rows: batch %d, pass %v", b, p.perPass)
+	}
+	sfx, lsfx := "", ", batch 1"
+	if b > 1 {
+		sfx, lsfx = fmt.Sprintf("_b%d", b), fmt.Sprintf(", batch %d (aggregate)", b)
+	}
+	m := []Metric{{Key: rt.prefix + "decode" + sfx + "_tps", Label: "decode" + lsfx + ", " + rt.short(), Value: p.tps, Unit: "tok/s", Ratio: p.peer, Goal: atLeast(p.peer, 1.5)}}
+	m = append(m, Metric{Key: rt.prefix + "routed" + sfx + "_mib_per_token", Label: "  expert bytes the routed experts hold, per token", Value: tr.RoutedPerToken / (1 << 20), Unit: "MiB"})
+	if b > 1 && tr.RoutedPerToken > 0 {
+		m = append(m, Metric{Key: rt.prefix + "read" + sfx + "_mib_per_token", Label: "  expert bytes read per token (each routed expert once a pass; expected from the measured shares)",
+			Value: tr.ReadPerPass / float64(b) / (1 << 20), Unit: "MiB",
+			Ratio: ratioTo(tr.ReadPerPass/float64(b), tr.RoutedPerToken, fmt.Sprintf("routed %.1f MiB per token", tr.RoutedPerToken/(1<<20)))})
+	}
+	m = append(m,
+		Metric{Key: rt.prefix + "cpu_busy" + sfx + "_ms", Label: "  CPU busy in the FFN blocks, per pass", Value: ms(p.busy), Unit: "ms",
+			Ratio: ratioTo(ms(p.busy), ms(p.perPass), fmt.Sprintf("pass %.2f ms", ms(p.perPass)))},
+		Metric{Key: rt.prefix + "cpu_hop" + sfx + "_ms", Label: "  hidden state handed between GPU and CPU, per pass", Value: ms(p.hop), Unit: "ms"})
+	if p.busy > 0 {
+		rate := tr.ReadPerPass / p.busy.Seconds()
+		m = append(m, Metric{Key: rt.prefix + "cpu_expert" + sfx + "_gbps", Label: "  CPU's expert read rate while busy", Value: rate / 1e9, Unit: "GB/s",
+			Ratio: ratioTo(rate/1e9, p.cpu/1e9, fmt.Sprintf("host read %.1f GB/s", p.cpu/1e9))})
+	}
+	lim, err := moeLimitsFor(tr.ReadPerPass, float64(p.streamed), p.cpu, p.h2d)
+	if err != nil {
+		return nil, err
+	}
+	off := gib(int64(tr.ReadPerPass) + p.streamed)
+	m = append(m,
+		Metric{Key: rt.prefix + "time_per_pass" + sfx + "_ms", Label: "  time per pass vs the combined-link limit", Value: ms(p.perPass), Unit: "ms",
+			Ratio: ratioTo(ms(p.perPass), ms(lim.Combined), fmt.Sprintf("combined-link limit %.2f ms (%s ÷ (host read %.1f + H2D %.1f GB/s))", ms(lim.Combined), off, p.cpu/1e9, p.h2d/1e9))},
+		Metric{Key: rt.prefix + "time_per_pass_cpu" + sfx + "_ms", Label: "  time per pass vs every expert on the CPU", Value: ms(p.perPass), Unit: "ms",
+			Ratio: ratioTo(ms(p.perPass), ms(lim.CPU), fmt.Sprintf("CPU-experts limit %.2f ms (experts ÷ host read, then streamed ÷ H2D)", ms(lim.CPU)))})
+	return m, nil
+}
