@@ -123,6 +123,19 @@ func (m *Model) MoEStats() (MoEStats, bool) {
 	return m.moe.stats, true
 }
 
+// ExpertCounts is, per layer and expert, how many tokens the router sent
+// to the expert (model.Model.ExpertCounts of the CPU's FFN device, which
+// routes for the GPU): the expected use the engine places experts by. Nil
+// for a model without experts.
+func (m *Model) ExpertCounts() [][]uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.moe == nil {
+		return nil
+	}
+	return m.moe.dev.ExpertCounts()
+}
+
 // release frees the pinned hidden-state buffer.
 func (x *cpuMoE) release(c *cudadrv.Ctx) error {
 	if x == nil {

@@ -803,6 +803,10 @@ func NewFFNDevice(cfg Config, impl gemv.Impl) (*FFNDevice, error) {
 // do not hold their own from src (Model.SetExpertSource).
 func (d *FFNDevice) SetExpertSource(src ExpertSource) { d.m.SetExpertSource(src) }
 
+// ExpertCounts is Model.ExpertCounts of the device's passes: the routing
+// of the FFN blocks it ran (nil for a dense model).
+func (d *FFNDevice) ExpertCounts() [][]uint64 { return d.m.ExpertCounts() }
+
 // Run is Model.FFN on the device.
 func (d *FFNDevice) Run(ctx context.Context, l int, w *Layer, h [][]float32) error {
 	return d.m.FFN(ctx, l, w, h)
