@@ -19,9 +19,11 @@ import (
 // its layers and about half of its experts keeps the rest in the file and
 // reads them when routed to: the same greedy tokens as the resident model,
 // every read counted and checked, a failed read failing only its request,
-// and a GGUF under such a budget refused with the way out.
-// Sequential: it opens with the auto backend.
+// and a GGUF under such a budget refused with the way out. On the CPU
+// backend, whose plan shares one budget (TestExpertsOnStorageCUDA is the
+// GPU's).
 func TestExpertsOnStorage(t *testing.T) {
+	t.Parallel()
 	const n = 12
 	pool, gg := stackedPool(t, "mixtral", "q8_0", 6, 7)
 	wantIDs, wantText := residentTokens(t, pool, n)
@@ -44,7 +46,7 @@ func TestExpertsOnStorage(t *testing.T) {
 			experts += n
 		}
 	}
-	big, err := engine.OpenWith(context.Background(), pool, engine.Options{HostBudget: 1 << 30, Context: 256, Links: defaultLinks()})
+	big, err := engine.OpenWith(context.Background(), pool, engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Context: 256, Links: defaultLinks()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +61,7 @@ func TestExpertsOnStorage(t *testing.T) {
 	budget := layersOnly + experts/2
 
 	var faulty *stream.FaultySource
-	e, err := engine.OpenWith(context.Background(), pool, engine.Options{HostBudget: budget, Context: 256, Links: defaultLinks(),
+	e, err := engine.OpenWith(context.Background(), pool, engine.Options{Backend: engine.BackendCPU, HostBudget: budget, Context: 256, Links: defaultLinks(),
 		WrapSource: func(s tier.Source) tier.Source { faulty = stream.NewFaulty(s); return faulty }})
 	if err != nil {
 		t.Fatal(err)
@@ -161,13 +163,13 @@ func TestExpertsOnStorage(t *testing.T) {
 	}
 
 	// The GGUF cannot read single experts: refused with the way out.
-	one, err := engine.OpenWith(context.Background(), gg, engine.Options{HostBudget: 1 << 30, Context: 256, Links: defaultLinks()})
+	one, err := engine.OpenWith(context.Background(), gg, engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Context: 256, Links: defaultLinks()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ggLayers := one.Plan().Device.Total + one.Plan().Host.Total
 	one.Close()
-	if one, err = engine.OpenWith(context.Background(), gg, engine.Options{HostBudget: ggLayers + experts/4, Context: 256, Links: defaultLinks()}); err == nil {
+	if one, err = engine.OpenWith(context.Background(), gg, engine.Options{Backend: engine.BackendCPU, HostBudget: ggLayers + experts/4, Context: 256, Links: defaultLinks()}); err == nil {
 		one.Close()
 		t.Fatal("a GGUF with experts on storage opened")
 	}
