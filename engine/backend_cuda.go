@@ -154,14 +154,34 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 			len(onC), len(plan.Layers), tier.FormatBytes(plan.Device.Budget), tier.FormatBytes(plan.Host.Budget), ErrCUDATierC, ErrNeedsPool, fix)
 	}
 
+	// A mixture-of-experts model's experts live in host memory beside the
+	// pinned tier B, planned as the CPU backend plans them; a pool's
+	// experts that do not fit are read from storage when routed to.
+	var xplan *tier.ExpertPlan
+	if src.cfg.MoE() {
+		if xplan, err = planExperts(src.path, plan, src.sizes, log); err != nil {
+			return nil, err
+		}
+		if !xplan.AllResident() && src.pool == nil {
+			return nil, fmt.Errorf("plan: %s of experts on storage (%s of host memory left for them): %w; convert it once with `strata model prefab %s -o %s` and open the pool, or give more host memory (--ram)",
+				tier.FormatBytes(xplan.StorageBytes), tier.FormatBytes(plan.ExpertBudget()), ErrNeedsPool, src.path, strings.TrimSuffix(src.path, ".gguf")+".pool")
+		}
+	}
+	// The store serves a pool's experts, as on the CPU, unless every
+	// expert is resident and every layer in memory (then the pool's
+	// mapping holds them, verified).
+	useStore := src.pool != nil && xplan != nil && (len(onC) > 0 || !xplan.AllResident())
+
 	// The weights come from the CPU model over the file's mapping; Load
 	// copies tiers A and B to the device and into pinned host memory. A
 	// pool is verified extent by extent here, except tier-C extents, which
-	// are neither touched nor held: stage 1 reads and verifies them.
+	// are neither touched nor held: stage 1 reads and verifies them. A
+	// mixture-of-experts model's tier-C layers are verified too: the CPU
+	// reads their routers from the mapping.
 	var e *Engine
 	switch {
-	case len(onC) > 0:
-		err = verifyPool(ctx, src.pool, func(i int) bool { return plan.Layers[i].Tier != tier.TierC })
+	case len(onC) > 0 || useStore:
+		err = verifyPool(ctx, src.pool, func(i int) bool { return xplan != nil || plan.Layers[i].Tier != tier.TierC })
 		if err == nil {
 			e, err = poolEngine(src.path, src.pool, src.pool.StreamingModel)
 		}
@@ -180,16 +200,6 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 	// bytes on synthetic and heavy-tailed weights, bit-identical logits:
 	// engine/gpu's PackBF16); layers of other types are untouched.
 	copts := gpu.Options{MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: streamed, Slots: plan.Depth, PackBF16: true}
-	if src.cfg.MoE() {
-		// Attention on the GPU, every FFN block (router and experts) on
-		// the CPU from the model's host weights, as llama.cpp's
-		// --cpu-moe: the layers must hold their experts.
-		for i := range e.Model.Weights.Layers {
-			if len(e.Model.Weights.Layers[i].Experts) != src.cfg.Experts {
-				return nil, fmt.Errorf("layer %d: %w", i, errMoEPaged)
-			}
-		}
-	}
 	if len(streamed) > 0 && !o.NoHybrid && !src.cfg.MoE() {
 		// The CPU computes the FFN of the tier-B layers its measured rate
 		// earns, per batch size, against the measured copy rate.
@@ -199,7 +209,7 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 		}
 	}
 	var tsrc tier.Source
-	if len(onC) > 0 {
+	if len(onC) > 0 || useStore {
 		tsrc, err = tierCSource(src.path, &o, func() (tier.Source, error) {
 			return stream.OpenFile(src.path, stream.FileOptions{Logger: log})
 		})
@@ -207,7 +217,29 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 			return nil, err
 		}
 		e.route = routeFor(&o, BackendCUDA)
+	}
+	if len(onC) > 0 {
 		copts.TierC = &gpu.TierC{Layers: onC, Store: src.pool, Source: tsrc, Verify: o.Verify, Logger: log}
+	}
+	// Attention on the GPU, every FFN block (router and experts) on the
+	// CPU (engine/gpu's cpuMoE, as llama.cpp's --cpu-moe), taking the
+	// experts the layers lack from the store, as the CPU model does.
+	var xs *expertStore
+	if useStore {
+		if xs, err = newExpertStore(ctx, src.pool, tsrc, *xplan, o.Verify, log); err != nil {
+			tsrc.Close()
+			return nil, err
+		}
+		copts.Experts = xs
+	}
+	// release undoes the store and the source on a failed load.
+	release := func() {
+		if xs != nil {
+			xs.close()
+		}
+		if tsrc != nil {
+			tsrc.Close()
+		}
 	}
 	// Heads or an FFN narrower than the kernels' granule (stories260K's
 	// heads of 8) are widened with zeros for the GPU (model.PadWidths: the
@@ -222,17 +254,13 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 				"ffn", e.Model.Config.FFN, "padded_ffn", lcfg.FFN)
 		}
 		if err != nil {
-			if tsrc != nil {
-				tsrc.Close()
-			}
+			release()
 			return nil, err
 		}
 	}
 	cm, err := gpu.LoadContext(ctx, dev, lcfg, lw, copts)
 	if err != nil {
-		if tsrc != nil {
-			tsrc.Close()
-		}
+		release()
 		return nil, err
 	}
 	cfg := lcfg
@@ -244,6 +272,17 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 	e.plan, e.cuda, e.dev = plan, cm, dev
 	e.backend = &cudaBackend{m: cm, cfg: cfg}
 	e.binfo = *info
+	e.expertPlan = xplan
+	if xs != nil {
+		if err := e.useExperts(ctx, xs, xplan, o, log); err != nil {
+			// The caller closes the device, and the pool stays the
+			// caller's: release only what this load made.
+			e.dev = nil
+			e.pool = nil
+			e.Close()
+			return nil, err
+		}
+	}
 	return e, nil
 }
 

@@ -18,9 +18,11 @@ import (
 // its layers and about half of its experts keeps the rest in the file and
 // reads them when routed to: the same greedy tokens as the resident model,
 // every read counted and checked, a failed read failing only its request,
-// and a GGUF under such a budget refused with the way out.
-// Sequential: it opens with the auto backend.
+// and a GGUF under such a budget refused with the way out. On the CPU
+// backend, whose plan shares one budget (TestExpertsOnStorageCUDA is the
+// GPU's).
 func TestExpertsOnStorage(t *testing.T) {
+	t.Parallel()
 	const n = 12
 	pool, gg := stackedPool(t, "mixtral", "q8_0", 6, 7)
 	wantIDs, wantText := residentTokens(t, pool, n)
@@ -43,7 +45,7 @@ func TestExpertsOnStorage(t *testing.T) {
 			experts += n
 		}
 	}
-	big, err := engine.OpenWith(context.Background(), pool, engine.Options{HostBudget: 1 << 30, Context: 256, Links: defaultLinks()})
+	big, err := engine.OpenWith(context.Background(), pool, engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Context: 256, Links: defaultLinks()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +60,7 @@ func TestExpertsOnStorage(t *testing.T) {
 	budget := layersOnly + experts/2
 
 	var faulty *stream.FaultySource
-	e, err := engine.OpenWith(context.Background(), pool, engine.Options{HostBudget: budget, Context: 256, Links: defaultLinks(),
+	e, err := engine.OpenWith(context.Background(), pool, engine.Options{Backend: engine.BackendCPU, HostBudget: budget, Context: 256, Links: defaultLinks(),
 		WrapSource: func(s tier.Source) tier.Source { faulty = stream.NewFaulty(s); return faulty }})
 	if err != nil {
 		t.Fatal(err)
@@ -160,17 +162,109 @@ func TestExpertsOnStorage(t *testing.T) {
 	}
 
 	// The GGUF cannot read single experts: refused with the way out.
-	one, err := engine.OpenWith(context.Background(), gg, engine.Options{HostBudget: 1 << 30, Context: 256, Links: defaultLinks()})
+	one, err := engine.OpenWith(context.Background(), gg, engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Context: 256, Links: defaultLinks()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ggLayers := one.Plan().Device.Total + one.Plan().Host.Total
 	one.Close()
-	if one, err = engine.OpenWith(context.Background(), gg, engine.Options{HostBudget: ggLayers + experts/4, Context: 256, Links: defaultLinks()}); err == nil {
+	if one, err = engine.OpenWith(context.Background(), gg, engine.Options{Backend: engine.BackendCPU, HostBudget: ggLayers + experts/4, Context: 256, Links: defaultLinks()}); err == nil {
 		one.Close()
 		t.Fatal("a GGUF with experts on storage opened")
 	}
 	if !errors.Is(err, engine.ErrNeedsPool) || !strings.Contains(err.Error(), "experts on storage") {
 		t.Fatalf("GGUF with experts on storage: %v", err)
+	}
+}
+
+// TestExpertsOnStorageCUDA: a mixture-of-experts pool on the CUDA backend
+// under a host budget that leaves some experts on storage runs its
+// attention on the GPU and its experts from the same store as the CPU
+// backend (planned in the host memory tier B leaves, calibrated at load
+// on the GPU's routing, read when routed to): the CPU's logits within
+// NMSE 1e-4 in f32 (quantized types flip discrete routing on near ties),
+// with layers resident and with layers on tiers B and C too; a GGUF under
+// such a budget is refused with the way out. It skips without a GPU.
+// Sequential: it opens the GPU.
+func TestExpertsOnStorageCUDA(t *testing.T) {
+	ctx := context.Background()
+	pool, gg := stackedPool(t, "mixtral", "f32", 6, 7)
+	p, err := prefab.OpenPool(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var experts int64
+	for _, l := range p.Sizes().Experts {
+		for _, n := range l {
+			experts += n
+		}
+	}
+	p.Close()
+	cpu, err := engine.OpenWith(ctx, pool, engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Context: 64, Links: defaultLinks()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := passLogits(t, cpu, 4)
+	cpu.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct{ name, tiers string }{
+		{"layers resident", ""},
+		{"layers on tiers A, B and C", "A,B,C,C"},
+	} {
+		o := engine.Options{Backend: engine.BackendCUDA, HostBudget: 1 << 30, Context: 64, Links: defaultLinks(), Tiers: tc.tiers}
+		e, err := engine.OpenWith(ctx, pool, o)
+		if errors.Is(err, engine.ErrCUDAUnavailable) {
+			t.Skipf("needs a usable GPU: %v", err)
+		}
+		if err != nil {
+			t.Fatalf("%s, 1 GiB: %v", tc.name, err)
+		}
+		layers := e.Plan().Host.Total
+		if xp := e.ExpertPlan(); xp == nil || !xp.AllResident() {
+			t.Fatalf("%s, 1 GiB: expert plan %+v, want all resident", tc.name, xp)
+		}
+		e.Close()
+
+		o.HostBudget = layers + experts*3/4
+		if e, err = engine.OpenWith(ctx, pool, o); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		xp := e.ExpertPlan()
+		if b := e.BackendInfo(); b.Name != engine.BackendCUDA || xp == nil || xp.AllResident() || xp.ResidentCount() == 0 {
+			e.Close()
+			t.Fatalf("%s: backend %s, expert plan %+v; want the GPU with some experts on storage", tc.name, b.Name, xp)
+		}
+		x, _ := e.Experts()
+		if x.Resident != xp.ResidentCount() || x.Stats.Promoted == 0 {
+			e.Close()
+			t.Fatalf("%s: after calibration %d experts resident (plan %d), stats %+v; want the plan's count, some moved", tc.name, x.Resident, xp.ResidentCount(), x.Stats)
+		}
+		before, _ := e.ExpertStats()
+		got, err := passLogits(t, e, 4)
+		after, ok := e.ExpertStats()
+		e.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		nearCPU(t, tc.name, got, want)
+		if !ok || after.Read == 0 || after.Uses() <= before.Uses() || after.Failed != 0 {
+			t.Fatalf("%s: expert stats %+v (before the passes %+v): want reads, and uses by the passes", tc.name, after, before)
+		}
+		t.Logf("%s: %d of %d experts resident; %d uses resident, %d buffered, %d read (%s)", tc.name, x.Resident, x.Experts,
+			after.Resident, after.Buffered, after.Read, tier.FormatBytes(after.ReadBytes))
+	}
+
+	// A GGUF cannot read single experts: refused on the GPU too, with the
+	// way out.
+	e, err := engine.OpenWith(ctx, gg, engine.Options{Backend: engine.BackendCUDA, HostBudget: experts * 3 / 8, Context: 64, Links: defaultLinks()})
+	if err == nil {
+		e.Close()
+		t.Fatal("a GGUF with experts on storage opened on the GPU")
+	}
+	if !errors.Is(err, engine.ErrNeedsPool) || !strings.Contains(err.Error(), "experts on storage") {
+		t.Fatalf("GGUF with experts on storage on the GPU: %v", err)
 	}
 }

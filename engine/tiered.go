@@ -180,11 +180,6 @@ func OpenWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	return e, nil
 }
 
-// errMoEPaged refuses, on the CUDA backend, a mixture-of-experts model
-// whose experts the engine would page from storage: the GPU's passes take
-// experts from host memory only (engine/gpu's cpuMoE).
-var errMoEPaged = errors.New("a mixture-of-experts model whose experts are paged from storage runs on the CPU backend only")
-
 func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	if o.DeviceBudget < 0 || o.HostBudget < 0 || o.Context < 0 || o.Batch < 0 || o.Depth < 0 {
 		return nil, fmt.Errorf("opening model %s: budgets, context, batch and depth must not be negative", path)
@@ -290,17 +285,10 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	}
 	var xplan *tier.ExpertPlan
 	if cfg.MoE() {
-		// The experts take what the layers left of the budget: the most
-		// used per byte resident, the rest read when routed to.
-		left := plan.Device.Budget - plan.Device.Total - plan.Host.Total
-		xp, err := tier.PlanExperts(sizes.Experts, nil, left)
-		if err != nil {
+		if xplan, err = planExperts(path, plan, sizes, log); err != nil {
 			closeAll()
-			return nil, fmt.Errorf("model %s: experts: %w", path, err)
+			return nil, err
 		}
-		xplan = &xp
-		log.Debug("expert plan", "model", path, "resident", xp.ResidentCount(), "resident_bytes", tier.FormatBytes(xp.ResidentBytes),
-			"storage_bytes", tier.FormatBytes(xp.StorageBytes), "read_buffers", xp.Buffers)
 	}
 	streamed := plan.Tiers[tier.TierB].Layers + plan.Tiers[tier.TierC].Layers
 	log.Debug("tier plan", "model", path, "tier_a", plan.Tiers[tier.TierA].Layers, "tier_b", plan.Tiers[tier.TierB].Layers,
@@ -327,7 +315,7 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	if !isPool && streamed == 0 {
 		closeAll()
 		return nil, fmt.Errorf("model %s: the plan keeps %s of experts on storage (%s left for them): %w; convert it once with `strata model prefab %s -o %s` and open the pool",
-			path, tier.FormatBytes(xplan.StorageBytes), tier.FormatBytes(plan.Device.Budget-plan.Device.Total-plan.Host.Total), ErrNeedsPool,
+			path, tier.FormatBytes(xplan.StorageBytes), tier.FormatBytes(plan.ExpertBudget()), ErrNeedsPool,
 			path, strings.TrimSuffix(path, ".gguf")+".pool")
 	}
 	if !isPool {
@@ -531,16 +519,45 @@ func streamPool(ctx context.Context, path string, pool *prefab.Pool, plan *tier.
 			return nil, fmt.Errorf("model %s: %w", path, err)
 		}
 		e.Model.SetExpertSource(xs)
-		e.experts, e.expertPlan = xs, xplan
-		if !xplan.AllResident() && !o.NoExpertCalibration {
-			if err := e.calibrateExperts(ctx); err != nil {
-				e.Close()
-				return nil, fmt.Errorf("model %s: calibrating expert placement: %w", path, err)
-			}
-			log.Debug("experts placed by their use on the calibration text", "model", path)
+		if err := e.useExperts(ctx, xs, xplan, o, log); err != nil {
+			e.Close()
+			return nil, err
 		}
 	}
 	return e, nil
+}
+
+// planExperts places a mixture-of-experts model's experts within what
+// plan leaves of the host memory (tier.Plan's ExpertBudget): the most
+// used per byte resident, the rest read when routed to. The CPU and the
+// GPU backends plan them alike, since the CPU computes the experts on
+// both.
+func planExperts(path string, plan *tier.Plan, sizes tier.Sizes, log hclog.Logger) (*tier.ExpertPlan, error) {
+	xp, err := tier.PlanExperts(sizes.Experts, nil, plan.ExpertBudget())
+	if err != nil {
+		return nil, fmt.Errorf("model %s: experts: %w", path, err)
+	}
+	log.Debug("expert plan", "model", path, "resident", xp.ResidentCount(), "resident_bytes", tier.FormatBytes(xp.ResidentBytes),
+		"storage_bytes", tier.FormatBytes(xp.StorageBytes), "read_buffers", xp.Buffers, "budget", tier.FormatBytes(plan.ExpertBudget()))
+	return &xp, nil
+}
+
+// useExperts makes xs, built from xplan and already installed where the
+// engine's backend takes experts from (the CPU model, or engine/gpu's
+// FFN device through gpu.Options.Experts), the engine's expert store, and
+// unless the options say not to, places the experts by their use on the
+// calibration text. On an error the caller closes the engine, which now
+// owns xs.
+func (e *Engine) useExperts(ctx context.Context, xs *expertStore, xplan *tier.ExpertPlan, o Options, log hclog.Logger) error {
+	e.experts, e.expertPlan = xs, xplan
+	if xplan.AllResident() || o.NoExpertCalibration {
+		return nil
+	}
+	if err := e.calibrateExperts(ctx); err != nil {
+		return fmt.Errorf("model %s: calibrating expert placement: %w", e.path, err)
+	}
+	log.Debug("experts placed by their use on the calibration text", "model", e.path, "backend", e.backend.Name())
+	return nil
 }
 
 // calibrationTokens bounds the calibration text a MoE model's expert
@@ -551,25 +568,44 @@ const calibrationTokens = 256
 // (one sequence, passes of 64 tokens) and makes the experts its tokens
 // were routed to most, per byte, resident: expected use measured before
 // the first request rather than guessed from expert order.
+//
+// It runs on the engine's backend, whose routing counts it reads: the CPU
+// model's, or those of engine/gpu's FFN device (the CPU routes for the GPU
+// too).
 func (e *Engine) calibrateExperts(ctx context.Context) error {
-	before := e.Model.ExpertCounts()
+	before := e.expertCounts()
 	toks := e.Tok.Encode(calibration, true, false)
-	toks = toks[:min(len(toks), calibrationTokens, e.Model.Config.Context)]
-	seq := e.Model.NewSequence(len(toks))
+	toks = toks[:min(len(toks), calibrationTokens, e.Model.Config.Context, e.backend.MaxContext())]
+	seq, err := e.backend.NewSequence(len(toks))
+	if err != nil {
+		return err
+	}
 	defer seq.Close()
 	for lo := 0; lo < len(toks); lo += 64 {
 		b := []model.Step{{Seq: seq, Tokens: toks[lo:min(lo+64, len(toks))]}}
-		if err := e.Model.Forward(ctx, b); err != nil {
+		if err := e.backend.Forward(ctx, b); err != nil {
 			return err
 		}
 	}
-	counts := e.Model.ExpertCounts()
+	counts := e.expertCounts()
+	if counts == nil || before == nil {
+		return errors.New("the backend counts no routing")
+	}
 	for l := range counts {
 		for x := range counts[l] {
 			counts[l][x] -= before[l][x]
 		}
 	}
 	return e.experts.rebalance(ctx, counts)
+}
+
+// expertCounts is the routing counts of the backend's passes
+// (model.Model's ExpertCounts; nil for a dense model).
+func (e *Engine) expertCounts() [][]uint64 {
+	if e.cuda != nil {
+		return e.cuda.ExpertCounts()
+	}
+	return e.Model.ExpertCounts()
 }
 
 // ExpertPlan is where a mixture-of-experts model's experts live (nil for a

@@ -124,9 +124,10 @@ func (m *Model) MoEStats() (MoEStats, bool) {
 	return m.moe.stats, true
 }
 
-// ExpertCounts returns, per layer and expert, how many tokens the CPU's
-// router sent to the expert (model.Model.ExpertCounts); nil for a model
-// without experts.
+// ExpertCounts is, per layer and expert, how many tokens the router sent
+// to the expert (model.Model.ExpertCounts of the CPU's FFN device, which
+// routes for the GPU): the expected use the engine places experts by. Nil
+// for a model without experts.
 func (m *Model) ExpertCounts() [][]uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()

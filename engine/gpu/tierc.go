@@ -162,7 +162,8 @@ func fillOffsets(b []byte) {
 // extent: it decodes the layer over probe (filled by fillOffsets) and
 // reads each tensor's first word. The decoded tensors must match want's
 // type, shape and size (the weights Load was given), start 16-byte
-// aligned (the kernels' loads) and lie inside the extent.
+// aligned (the kernels' loads) and lie inside the extent; a tensor both
+// lack (a mixture-of-experts layer's dense FFN) is left at offset 0.
 func probeLayout(store stream.LayerStore, l int, probe []byte, want *model.Layer, lk layerKind) (layerW, error) {
 	dl, err := store.Decode(l, probe)
 	if err != nil {
@@ -175,6 +176,11 @@ func probeLayout(store stream.LayerStore, l int, probe []byte, want *model.Layer
 		if t.Type != w.Type || t.Rows != w.Rows || t.Cols != w.Cols || len(t.Data) != len(w.Data) {
 			return layerW{}, fmt.Errorf("tensor %s in the store is %v %dx%d (%d bytes), the model's %s is %v %dx%d (%d bytes)",
 				t.Name, t.Type, t.Rows, t.Cols, len(t.Data), w.Name, w.Type, w.Rows, w.Cols, len(w.Data))
+		}
+		if len(t.Data) == 0 && t.Rows == 0 {
+			// Absent from the layer and the model alike: a mixture of
+			// experts' dense FFN, whose experts run on the CPU.
+			continue
 		}
 		if len(t.Data) < 8 {
 			return layerW{}, fmt.Errorf("tensor %s: %d bytes, too small to locate", t.Name, len(t.Data))

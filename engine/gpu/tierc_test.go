@@ -70,7 +70,7 @@ func writePool(t testing.TB, src, dst string) {
 // not match the model's is refused.
 func TestProbeLayout(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "qwen2", "qwen3"} {
+	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "qwen2", "qwen3", "mixtral", "qwen3moe"} {
 		t.Run(arch, func(t *testing.T) {
 			cpu, pool, _ := tinyPool(t, arch, "q4_k_m")
 			gemma := kindOf(&cpu.Config) // which optional tensors

@@ -808,7 +808,8 @@ func (d *FFNDevice) SetExpertSource(src ExpertSource) { d.m.SetExpertSource(src)
 // routing runs.
 func (d *FFNDevice) SetRouterSkew(s float64) error { return d.m.SetRouterSkew(s) }
 
-// ExpertCounts is Model.ExpertCounts for the FFNs the device ran.
+// ExpertCounts is Model.ExpertCounts of the device's passes: the routing
+// of the FFN blocks it ran (nil for a dense model).
 func (d *FFNDevice) ExpertCounts() [][]uint64 { return d.m.ExpertCounts() }
 
 // Run is Model.FFN on the device.

@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"testing"
+
+	"github.com/strata-llm/strata/engine/gemv"
 )
 
 // TestPick: each token's top-k experts by score, highest first, ties to
@@ -80,6 +82,36 @@ func TestExpertCounts(t *testing.T) {
 	}
 	if c := newTestModel(t, llamaSpec(), 1).ExpertCounts(); c != nil {
 		t.Fatalf("dense model counts %v", c)
+	}
+}
+
+// TestFFNDeviceExpertCounts: an FFN device (engine/gpu's CPU beside the
+// GPU) counts the routing of the FFN blocks it runs, as the model counts
+// its own: the same experts for the same rows, in the layer run only.
+func TestFFNDeviceExpertCounts(t *testing.T) {
+	t.Parallel()
+	spec := mixtralSpec()
+	m := newTestModel(t, spec, 4)
+	dev, err := NewFFNDevice(m.Config, gemv.Detect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.UseGEMV(gemv.Detect())
+	rows := func() [][]float32 {
+		return [][]float32{randomVector(m.Config.Dim, 1), randomVector(m.Config.Dim, 2), randomVector(m.Config.Dim, 3)}
+	}
+	if err := dev.Run(context.Background(), 1, &m.Weights.Layers[1], rows()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.FFN(context.Background(), 1, &m.Weights.Layers[1], rows()); err != nil {
+		t.Fatal(err)
+	}
+	got, want := dev.ExpertCounts(), m.ExpertCounts()
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("device counts %v, the model's %v", got, want)
+	}
+	if slices.Max(got[0]) != 0 || slices.Max(got[1]) == 0 {
+		t.Fatalf("counts %v: want layer 1's routes only", got)
 	}
 }
 

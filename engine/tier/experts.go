@@ -29,6 +29,19 @@ type ExpertPlan struct {
 	Hit float64 `json:"hit"`
 }
 
+// ExpertBudget is the memory p leaves for a mixture-of-experts model's
+// experts (the resident ones and the read buffers), which are computed on
+// the CPU and so live in host memory whatever runs the layers: with one
+// shared memory (the CPU backend) what the layers, KV cache, scratch and
+// staging leave of it; with a device beside the host (a GPU) the host
+// budget less tier B's pinned layers and tier C's staging.
+func (p *Plan) ExpertBudget() int64 {
+	if p.Shared {
+		return p.Device.Budget - p.Device.Total - p.Host.Total
+	}
+	return p.Host.Budget - p.Host.Total
+}
+
 // AllResident reports whether every expert is held in memory.
 func (p *ExpertPlan) AllResident() bool { return p.StorageBytes == 0 }
 

@@ -82,3 +82,23 @@ func TestPlanExperts(t *testing.T) {
 		})
 	}
 }
+
+// TestExpertBudget: the experts live in host memory, so a plan with a
+// device beside the host leaves them the host budget less tier B and
+// staging, and a shared memory what every other use leaves of it.
+func TestExpertBudget(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		p    Plan
+		want int64
+	}{
+		{"shared", Plan{Shared: true, Device: DeviceUse{Total: 300, Budget: 1000}, Host: HostUse{Staging: 50, Total: 50}}, 650},
+		{"gpu", Plan{Device: DeviceUse{Total: 900, Budget: 1000}, Host: HostUse{Layers: 200, Staging: 100, Total: 300, Budget: 800}}, 500},
+		{"gpu host full", Plan{Device: DeviceUse{Total: 10, Budget: 1000}, Host: HostUse{Layers: 800, Total: 800, Budget: 800}}, 0},
+	} {
+		if got := tc.p.ExpertBudget(); got != tc.want {
+			t.Errorf("%s: ExpertBudget %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

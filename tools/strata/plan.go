@@ -135,8 +135,9 @@ type planInfo struct {
 	Hybrid   []tier.HybridPlan `json:"hybrid,omitempty"`
 	CPURates []float64         `json:"cpu_ffn_bps,omitempty"`
 	// Experts places a mixture-of-experts model's experts in what the
-	// layers leave of the budget (engine/tier's PlanExperts, routing not
-	// yet measured); MoENote says why there is no such plan.
+	// layers leave of the host memory (engine/tier's PlanExperts within
+	// Plan.ExpertBudget, routing not yet measured); MoENote says where a
+	// GPU plan runs them.
 	Experts *tier.ExpertPlan `json:"experts,omitempty"`
 	MoENote string           `json:"moe_note,omitempty"`
 }
@@ -244,14 +245,13 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 	}
 	if cfg.MoE() {
 		if o.VRAM > 0 {
-			info.MoENote = "mixture-of-experts model on a GPU: the device holds attention and norms as planned; every FFN block (router and experts) runs on the CPU from host memory (no experts paged from storage)"
-		} else {
-			xp, err := tier.PlanExperts(sizes.Experts, nil, p.Device.Budget-p.Device.Total-p.Host.Total)
-			if err != nil {
-				return nil, info, fmt.Errorf("plan: experts: %w", err)
-			}
-			info.Experts = &xp
+			info.MoENote = "mixture-of-experts model on a GPU: the device holds attention and norms as planned; every FFN block (router and experts) runs on the CPU, its experts in the host memory tier B leaves"
 		}
+		xp, err := tier.PlanExperts(sizes.Experts, nil, p.ExpertBudget())
+		if err != nil {
+			return nil, info, fmt.Errorf("plan: experts: %w", err)
+		}
+		info.Experts = &xp
 	}
 	if o.VRAM > 0 && !o.NoHybrid && p.Tiers[tier.TierB].Layers > 0 && !cfg.MoE() {
 		if err := planHybrid(ctx, path, isPool, hfm, cfg, p, &info); err != nil {

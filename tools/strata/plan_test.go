@@ -130,8 +130,8 @@ func TestPlanCLIUsage(t *testing.T) {
 }
 
 // TestPlanExpertsCLI: `strata plan` of a mixture-of-experts pool places its
-// experts in what the layers leave of the budget, and says that the CUDA
-// backend would not take it.
+// experts in what the layers leave of the host budget, on the CPU and
+// beside a GPU's plan alike.
 // Sequential: it runs the command tree in-process.
 func TestPlanExpertsCLI(t *testing.T) {
 	dir := t.TempDir()
@@ -151,7 +151,7 @@ func TestPlanExpertsCLI(t *testing.T) {
 		{"all resident", []string{"plan", pool, "--ram", "1GiB", "--no-measure"}, []string{"experts: all 16 resident"}},
 		{"some on storage", []string{"plan", pool, "--ram", "4MiB", "--no-measure", "--ctx", "64"}, []string{"of 16 resident", "read when a token is routed to them", "8 buffers"}},
 		{"gguf", []string{"plan", src, "--ram", "4MiB", "--no-measure", "--ctx", "64"}, []string{"convert it with `strata model prefab`"}},
-		{"device", []string{"plan", pool, "--vram", "1GiB", "--ram", "1GiB", "--no-measure"}, []string{"every FFN block (router and experts) runs on the CPU"}},
+		{"device", []string{"plan", pool, "--vram", "1GiB", "--ram", "1GiB", "--no-measure"}, []string{"every FFN block (router and experts) runs on the CPU", "experts: all 16 resident"}},
 	}
 	for _, tc := range cases {
 		out, _, err := runCLI(t, tc.args...)
