@@ -237,7 +237,22 @@ func TestVolumeModelFaults(t *testing.T) {
 	ext := lm.eng.Pool().Extent(last) // the last layer's extent
 	layer := fmt.Sprintf("layer %d", last)
 	lba := uint64(e.Offset+ext.Offset)/4096 + 1
-	var resetDone chan struct{} // the API reset's goroutine, when one runs
+	var resetDone chan struct{} // midStream's goroutine, when one runs
+	// midStream holds each read 20 ms and runs fn on its own goroutine
+	// once the request streams (a read reached the controller);
+	// resetDone closes when fn returns.
+	midStream := func(fn func()) {
+		vh.sc.SetDelay(20 * time.Millisecond)
+		reads := vh.sc.Count("read")
+		resetDone = make(chan struct{})
+		go func() {
+			defer close(resetDone)
+			for vh.sc.Count("read") == reads {
+				time.Sleep(time.Millisecond)
+			}
+			fn()
+		}()
+	}
 	for _, tc := range []struct {
 		name   string
 		inject func()
@@ -253,34 +268,18 @@ func TestVolumeModelFaults(t *testing.T) {
 			time.AfterFunc(30*time.Millisecond, vh.sc.SetFatal)
 		}, nil},
 		{"reset behind the driver", func() {
-			vh.sc.SetDelay(20 * time.Millisecond)
-			reads := vh.sc.Count("read")
-			resetDone = make(chan struct{})
-			go func() {
-				defer close(resetDone)
-				for vh.sc.Count("read") == reads {
-					time.Sleep(time.Millisecond)
-				}
+			midStream(func() {
 				vh.sc.ResetBehind(20 * time.Millisecond) // an FLR from elsewhere
-			}()
+			})
 		}, nil},
 		{"reset through the API", func() {
-			vh.sc.SetDelay(20 * time.Millisecond)
-			reads := vh.sc.Count("read")
-			resetDone = make(chan struct{})
-			go func() {
-				defer close(resetDone)
-				// Once the request streams (a read reached the
-				// controller), with each read held 20 ms.
-				for vh.sc.Count("read") == reads {
-					time.Sleep(time.Millisecond)
-				}
+			midStream(func() {
 				code, b := vh.post(t, api.PathDeviceReset, fmt.Sprintf(`{"bdf":%q}`, volBDF))
 				var r api.ResetResponse
 				if code != 200 || json.Unmarshal(b, &r) != nil || r.BDF != volBDF || r.Resubmitted == 0 {
 					t.Errorf("reset mid-stream: %d %s; want it done with the reads in flight submitted again", code, b)
 				}
-			}()
+			})
 		}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -857,11 +857,8 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 	}
 	res.Notes = append(res.Notes, fmt.Sprintf("hybrid: at load the CPU measured %.1f GB/s alone, and the plan gave it the FFN of %d of the %d streamed layers at batch 1",
 		rates[0]/1e9, len(plans[0].CPU), len(opts.StreamLayers)))
-	if rn.dram == 0 {
-		rn.o.progress("  host memory read rate")
-		if rn.dram, err = cpubench.ReadBandwidth(ctx, 2<<30, time.Second); err != nil {
-			return err
-		}
+	if _, err := rn.hostRead(ctx); err != nil {
+		return err
 	}
 	rn.o.progress("  hybrid decode, batch 1")
 	// The warm-up spans the passes in which the plan is made again from
@@ -905,6 +902,42 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 	return nil
 }
 
+// hostRead is the host's memory read rate, measured on first use (a hybrid
+// or MoE scenario's ceiling: the CPU and the copy engine read the same
+// DRAM) and kept for the run's later scenarios.
+func (rn *runner) hostRead(ctx context.Context) (float64, error) {
+	if rn.dram == 0 {
+		rn.o.progress("  host memory read rate")
+		r, err := cpubench.ReadBandwidth(ctx, 2<<30, time.Second)
+		if err != nil {
+			return 0, err
+		}
+		rn.dram = r
+	}
+	return rn.dram, nil
+}
+
+// loadInBudget plans cpu's layers (sizes) into budget for ctxLen x batch
+// positions of KV cache, loads them with that plan's streamed layers and
+// slots, and returns the model, the plan and a place func that records the
+// placement (how: the plan's description) once, after the passes.
+func (rn *runner) loadInBudget(res *ScenarioResult, cpu *model.Model, sizes tier.Sizes, budget int64, ctxLen, batch int, how string) (*loaded, []int, int, func(), error) {
+	stream, depth, err := rn.planBudget(cpu.Config, sizes, budget, ctxLen, batch)
+	if err != nil {
+		return nil, nil, 0, nil, err
+	}
+	g, err := rn.load(cpu, gpu.Options{MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: stream, Slots: depth})
+	if err != nil {
+		return nil, nil, 0, nil, err
+	}
+	place := func() {
+		if res.Placement == nil {
+			res.Placement = rn.placement(g, stream, depth, budget, how)
+		}
+	}
+	return g, stream, depth, place, nil
+}
+
 func (rn *runner) big(ctx context.Context, res *ScenarioResult) error {
 	gm, cpu, sizes, err := rn.scenarioModel(res, rn.o.Model70B, "70b", "q4_k_m")
 	if err != nil {
@@ -912,21 +945,12 @@ func (rn *runner) big(ctx context.Context, res *ScenarioResult) error {
 	}
 	defer gm.Close()
 	const batch, ctxLen = 8, 512
-	stream, depth, err := rn.planBudget(cpu.Config, sizes, rn.o.Budget70B, ctxLen, batch)
-	if err != nil {
-		return err
-	}
-	g, err := rn.load(cpu, gpu.Options{MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: stream, Slots: depth})
+	g, stream, depth, place, err := rn.loadInBudget(res, cpu, sizes, rn.o.Budget70B, ctxLen, batch,
+		fmt.Sprintf("planned by engine/tier into the budget, KV cache for %d x %d positions", batch, ctxLen))
 	if err != nil {
 		return err
 	}
 	defer g.Close()
-	place := func() {
-		if res.Placement == nil {
-			res.Placement = rn.placement(g, stream, depth, rn.o.Budget70B,
-				fmt.Sprintf("planned by engine/tier into the budget, KV cache for %d x %d positions", batch, ctxLen))
-		}
-	}
 	defer place()
 
 	rn.o.progress("  decode, batch 1")

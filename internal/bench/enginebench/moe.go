@@ -10,7 +10,6 @@ import (
 
 	"github.com/strata-llm/strata/engine/gpu"
 	"github.com/strata-llm/strata/engine/model"
-	"github.com/strata-llm/strata/internal/bench/cpubench"
 	"github.com/strata-llm/strata/internal/bench/gputime"
 )
 
@@ -186,29 +185,17 @@ func (rn *runner) moe(ctx context.Context, res *ScenarioResult, mc MoECase) erro
 	gpuSizes := sizes
 	gpuSizes.Experts = nil
 	const batch, ctxLen = 8, 64
-	stream, depth, err := rn.planBudget(cpu.Config, gpuSizes, mc.Budget, ctxLen, batch)
-	if err != nil {
-		return err
-	}
-	g, err := rn.load(cpu, gpu.Options{MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: stream, Slots: depth})
+	g, _, _, place, err := rn.loadInBudget(res, cpu, gpuSizes, mc.Budget, ctxLen, batch,
+		fmt.Sprintf("attention, norms and routers planned by engine/tier into the budget (KV cache for %d x %d positions); every expert in host memory, computed on the CPU", batch, ctxLen))
 	if err != nil {
 		return err
 	}
 	defer g.Close()
-	place := func() {
-		if res.Placement == nil {
-			res.Placement = rn.placement(g, stream, depth, mc.Budget,
-				fmt.Sprintf("attention, norms and routers planned by engine/tier into the budget (KV cache for %d x %d positions); every expert in host memory, computed on the CPU", batch, ctxLen))
-		}
-	}
 	defer place()
 	res.Notes = append(res.Notes, fmt.Sprintf("experts: all %d (%s) in host memory, every FFN block (router and experts) computed on the CPU beside the GPU (engine/gpu's cpuMoE, llama.cpp's --cpu-moe shape); the budget places only attention",
 		experts, gib(expertBytes)))
-	if rn.dram == 0 {
-		rn.o.progress("  host memory read rate")
-		if rn.dram, err = cpubench.ReadBandwidth(ctx, 2<<30, time.Second); err != nil {
-			return err
-		}
+	if _, err := rn.hostRead(ctx); err != nil {
+		return err
 	}
 	routings := []moeRouting{{"", "the model's router as it is: random weights route near uniformly, the worst case for a cache", 0}}
 	if z := rn.o.MoEZipf; z > 0 {
