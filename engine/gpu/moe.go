@@ -67,7 +67,7 @@ func (x *cpuMoE) ensureRows(c *cudadrv.Ctx, T, dim int) error {
 	}
 	vals, err := cudadrv.Values[float32](buf.Bytes())
 	if err != nil {
-		return fmt.Errorf("hidden-state buffer: %w", c.FreeHost(buf))
+		return fmt.Errorf("hidden-state buffer: %w", errors.Join(err, c.FreeHost(buf)))
 	}
 	if err := c.FreeHost(x.buf); err != nil {
 		return err
