@@ -221,9 +221,10 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 	if len(onC) > 0 {
 		copts.TierC = &gpu.TierC{Layers: onC, Store: src.pool, Source: tsrc, Verify: o.Verify, Logger: log}
 	}
-	// Attention on the GPU, every FFN block (router and experts) on the
-	// CPU (engine/gpu's cpuMoE, as llama.cpp's --cpu-moe), taking the
-	// experts the layers lack from the store, as the CPU model does.
+	// Attention and routing on the GPU, the experts not resident there on
+	// the CPU (engine/gpu's gpuMoE; with none resident, llama.cpp's
+	// --cpu-moe), taking the experts the layers lack from the store, as
+	// the CPU model does.
 	var xs *expertStore
 	if useStore {
 		if xs, err = newExpertStore(ctx, src.pool, tsrc, *xplan, o.Verify, log); err != nil {

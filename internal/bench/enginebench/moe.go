@@ -158,8 +158,9 @@ type moeRouting struct {
 }
 
 // moe measures one MoECase: attention on the GPU planned into the budget
-// (resident, tier B for what does not fit), every FFN block on the CPU
-// from host memory (engine/gpu's cpuMoE), decode at batch 1 and 8, first
+// (resident, tier B for what does not fit), routing on the GPU and every
+// expert on the CPU from host memory (engine/gpu's gpuMoE with no expert
+// resident), decode at batch 1 and 8, first
 // on the model's own routing (random weights: near uniform) and then
 // skewed by a Zipf law of exponent Options.MoEZipf.
 func (rn *runner) moe(ctx context.Context, res *ScenarioResult, mc MoECase) error {
@@ -192,7 +193,7 @@ func (rn *runner) moe(ctx context.Context, res *ScenarioResult, mc MoECase) erro
 	}
 	defer g.Close()
 	defer place()
-	res.Notes = append(res.Notes, fmt.Sprintf("experts: all %d (%s) in host memory, every FFN block (router and experts) computed on the CPU beside the GPU (engine/gpu's cpuMoE, llama.cpp's --cpu-moe shape); the budget places only attention",
+	res.Notes = append(res.Notes, fmt.Sprintf("experts: all %d (%s) in host memory, routing on the GPU and every expert computed on the CPU beside it (engine/gpu's gpuMoE with none resident, llama.cpp's --cpu-moe shape); the budget places only attention",
 		experts, gib(expertBytes)))
 	if _, err := rn.hostRead(ctx); err != nil {
 		return err
