@@ -29,14 +29,15 @@ import (
 // on the host, which picks the products to launch.
 type gpuMoE struct {
 	dev    *model.FFNDevice
-	layers []*model.Layer // host weights per layer (the caller's)
+	layers []*model.Layer     // host weights per layer (the caller's)
+	src    model.ExpertSource // the experts the layers lack; nil when they hold them
 	// routers are each layer's router as E rows of Dim float32 (its own
 	// allocation, in device bytes); skew, when not 0, the router skew
 	// table, E floats a layer.
 	routers     cudadrv.DevPtr
 	skew        cudadrv.DevPtr
-	experts     cudadrv.DevPtr   // resident experts' weights
-	expertBytes int64            // routers' and resident experts' device bytes
+	experts     cudadrv.DevPtr    // resident experts' weights
+	expertBytes int64             // routers' and resident experts' device bytes
 	resident    []map[int]expertW // per layer, by expert
 	// Per-pass buffers, grown on demand: routing (capT tokens) and the
 	// resident experts' activations (capP picks).
@@ -125,9 +126,9 @@ func routerBytes(cfg *model.Config) int64 {
 	return alignUp(int64(cfg.Layers) * int64(cfg.Experts) * int64(cfg.Dim) * 4)
 }
 
-// layerExpert returns layer l's expert e: the layer's own, or src's.
-func layerExpert(ctx context.Context, w *model.Weights, src model.ExpertSource, l, e int) (*model.Expert, error) {
-	if L := &w.Layers[l]; len(L.Experts) > e {
+// layerExpert returns layer l's expert e: the layer's own (L), or src's.
+func layerExpert(ctx context.Context, L *model.Layer, src model.ExpertSource, l, e int) (*model.Expert, error) {
+	if len(L.Experts) > e {
 		return &L.Experts[e], nil
 	}
 	if src == nil {
@@ -154,7 +155,7 @@ func moeDeviceBytes(ctx context.Context, cfg *model.Config, w *model.Weights, sr
 		if len(es) == 0 {
 			continue
 		}
-		x, err := layerExpert(ctx, w, src, l, es[0])
+		x, err := layerExpert(ctx, &w.Layers[l], src, l, es[0])
 		if err != nil {
 			return 0, err
 		}
@@ -175,7 +176,7 @@ func (m *Model) setupMoE(ctx context.Context, c *cudadrv.Ctx, w *model.Weights, 
 	if src != nil {
 		dev.SetExpertSource(src)
 	}
-	x := &gpuMoE{dev: dev, resident: make([]map[int]expertW, cfg.Layers), counts: make([][]uint64, cfg.Layers)}
+	x := &gpuMoE{dev: dev, src: src, resident: make([]map[int]expertW, cfg.Layers), counts: make([][]uint64, cfg.Layers)}
 	m.moe = x
 	for i := range w.Layers {
 		x.layers = append(x.layers, &w.Layers[i])
@@ -198,9 +199,23 @@ func (m *Model) setupMoE(ctx context.Context, c *cudadrv.Ctx, w *model.Weights, 
 		}
 	}
 	x.expertBytes = rb
-	total := bytes - rb
-	if total == 0 {
-		return nil
+	return x.uploadExperts(ctx, c, m.stream, rs, bytes-rb)
+}
+
+// uploadExperts makes rs (per layer, sorted) the resident experts, total
+// bytes in all, replacing any earlier set.
+func (x *gpuMoE) uploadExperts(ctx context.Context, c *cudadrv.Ctx, s cudadrv.Stream, rs [][]int, total int64) error {
+	if err := c.StreamSync(s); err != nil {
+		return err
+	}
+	err := c.Free(x.experts)
+	x.expertBytes -= x.stats.ResidentBytes
+	x.experts, x.stats.ResidentBytes, x.stats.ResidentExperts = 0, 0, 0
+	for l := range x.resident {
+		x.resident[l] = nil
+	}
+	if err != nil || total == 0 {
+		return err
 	}
 	if x.experts, err = c.Alloc(total); err != nil {
 		return fmt.Errorf("resident experts (%d bytes): %w", total, err)
@@ -211,7 +226,7 @@ func (m *Model) setupMoE(ctx context.Context, c *cudadrv.Ctx, w *model.Weights, 
 	put := func(t *model.Tensor) (kernels.Matrix, error) {
 		p := x.experts.Add(off)
 		off += alignUp(int64(len(t.Data)))
-		if err := c.CopyHtoD(p, t.Data, m.stream); err != nil {
+		if err := c.CopyHtoD(p, t.Data, s); err != nil {
 			return kernels.Matrix{}, fmt.Errorf("uploading %s: %w", t.Name, err)
 		}
 		return matrix(t, p), nil
@@ -222,7 +237,7 @@ func (m *Model) setupMoE(ctx context.Context, c *cudadrv.Ctx, w *model.Weights, 
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("uploading layer %d's experts: %w", l, err)
 			}
-			ex, err := layerExpert(ctx, w, src, l, e)
+			ex, err := layerExpert(ctx, x.layers[l], x.src, l, e)
 			if err != nil {
 				return err
 			}
@@ -240,12 +255,46 @@ func (m *Model) setupMoE(ctx context.Context, c *cudadrv.Ctx, w *model.Weights, 
 			}
 			// An expert source's weights stay valid only until its next
 			// call: each expert's copies finish before the next is asked.
-			if err := c.StreamSync(m.stream); err != nil {
+			if err := c.StreamSync(s); err != nil {
 				return err
 			}
 			x.resident[l][e] = d
 			x.stats.ResidentExperts++
 		}
+	}
+	return nil
+}
+
+// SetResidentExperts replaces the experts held in device memory by rs
+// (per layer, as Options.ResidentExperts), between passes: the engine
+// places them by the routing it measured once the model is loaded. The
+// budget is the caller's; device memory that runs out fails the call and
+// leaves no expert resident (the CPU computes them all).
+func (m *Model) SetResidentExperts(ctx context.Context, rs [][]int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.moe == nil {
+		return errors.New("resident experts: not a mixture-of-experts model")
+	}
+	set, err := residentSet(&m.Config, rs)
+	if err != nil {
+		return err
+	}
+	x := m.moe
+	var total int64
+	for l, es := range set {
+		if len(es) == 0 {
+			continue
+		}
+		ex, err := layerExpert(ctx, x.layers[l], x.src, l, es[0])
+		if err != nil {
+			return err
+		}
+		total += int64(len(es)) * expertSize(ex)
+	}
+	err = m.dev.Do(func(c *cudadrv.Ctx) error { return x.uploadExperts(ctx, c, m.stream, set, total) })
+	if err != nil {
+		return fmt.Errorf("resident experts: %w", err)
 	}
 	return nil
 }

@@ -126,6 +126,45 @@ func TestMoEOnCUDA(t *testing.T) {
 	}
 }
 
+// TestSetResidentExperts: the resident experts replaced between passes
+// (as the engine does once it has measured the routing) are computed on
+// the GPU from then on, with the CPU reference's logits; nil empties the
+// set, and a bad set is refused.
+func TestSetResidentExperts(t *testing.T) {
+	gpu(t)
+	cpu := tinyModel(t, "qwen3moe", "f32")
+	cfg := cpu.Config
+	g := loadGPU(t, cpu, Options{MaxSeqs: 2})
+	ctx := context.Background()
+	greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 2), 4)
+	if st, _ := g.MoEStats(); st.GPUExperts != 0 {
+		t.Fatalf("nothing resident, yet %+v", st)
+	}
+	var rs [][]int
+	for l := range cfg.Layers {
+		rs = append(rs, []int{l, 3, 6})
+	}
+	if err := g.SetResidentExperts(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	before := g.WeightBytes()
+	worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 3), 8)
+	st, _ := g.MoEStats()
+	t.Logf("worst NMSE %.3g; %+v", worst[0], st)
+	if st.GPUExperts == 0 || st.ResidentExperts != 3*cfg.Layers || st.ResidentBytes <= 0 {
+		t.Fatalf("three experts a layer resident, yet %+v", st)
+	}
+	if err := g.SetResidentExperts(ctx, [][]int{{cfg.Experts}}); err == nil {
+		t.Fatal("an expert out of range was accepted")
+	}
+	if err := g.SetResidentExperts(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := g.MoEStats(); st.ResidentExperts != 0 || st.ResidentBytes != 0 || g.WeightBytes() >= before {
+		t.Fatalf("emptied, yet %+v (weight bytes %d, were %d)", st, g.WeightBytes(), before)
+	}
+}
+
 // TestResidentSet: Options.ResidentExperts is checked against the model
 // (experts in range, none twice, no more layers than the model's, a
 // dense model takes none) and sorted per layer.
