@@ -317,6 +317,7 @@ func expertStatus(e *engine.Engine) *api.ExpertStatus {
 		Experts: x.Experts, Resident: x.Resident, ResidentBytes: x.ResidentBytes, StorageBytes: x.StorageBytes, ReadBuffers: x.Buffers,
 		UsesResident: st.Resident, UsesBuffered: st.Buffered, UsesRead: st.Read, HitRate: st.Hit(), ReadBytes: st.ReadBytes,
 		ReadsFailed: st.Failed, Promoted: st.Promoted, Demoted: st.Demoted,
+		OnDevice: x.OnDevice, DeviceBytes: x.DeviceBytes, UsesDevice: x.DeviceUses, UsesCPU: x.CPUUses, DeviceHitRate: x.DeviceHit(),
 	}
 }
 

@@ -637,3 +637,19 @@ func (x *gpuMoE) release(c *cudadrv.Ctx) error {
 	x.capT, x.capP = 0, 0
 	return err
 }
+
+// MoEDeviceOverhead is the device memory a mixture-of-experts model takes
+// beyond its planned layers whatever experts are resident: the routers as
+// f32, and the routing and expert activations of a pass of tokens tokens
+// with every pick resident. A caller placing experts in device memory
+// (the engine) leaves it out of their budget; longer passes grow the
+// buffers as they come.
+func MoEDeviceOverhead(cfg *model.Config, tokens int) int64 {
+	if !cfg.MoE() {
+		return 0
+	}
+	t, k, E, d, f := int64(tokens), int64(cfg.ExpertsUsed), int64(cfg.Experts), int64(cfg.Dim), int64(cfg.ExpertFFN)
+	route := alignUp(t*E*4) + 2*alignUp(2*t*k*4) + alignUp(t*d*4)
+	acts := 2*alignUp(t*k*d*4) + 2*alignUp(t*k*f*4)
+	return routerBytes(cfg) + route + acts
+}
