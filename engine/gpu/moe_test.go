@@ -126,6 +126,41 @@ func TestMoEOnCUDA(t *testing.T) {
 	}
 }
 
+// TestMoEOnCUDAQ4KM: Q4_K_M experts resident on the GPU run the integer
+// and GEMM paths of dense layers on per-expert matrices: with none and
+// with all resident, the CPU reference's logits and greedy tokens over a
+// prompt and 6 steps. Short: routing is discrete, and over longer runs
+// the GPU's quantized products (attention's included) move a router near
+// a tie to another expert (TestMoEOnCUDA says why it runs f32).
+func TestMoEOnCUDAQ4KM(t *testing.T) {
+	gpu(t)
+	for _, arch := range []string{"mixtral", "qwen3moe"} {
+		for _, all := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/all=%v", arch, all), func(t *testing.T) {
+				cpu := tinyModel(t, arch, "q4_k_m")
+				cfg := cpu.Config
+				opts := Options{MaxSeqs: 2}
+				if all {
+					for range cfg.Layers {
+						es := make([]int, cfg.Experts)
+						for e := range es {
+							es[e] = e
+						}
+						opts.ResidentExperts = append(opts.ResidentExperts, es)
+					}
+				}
+				g := loadGPU(t, cpu, opts)
+				worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 9, 4), 6)
+				st, _ := g.MoEStats()
+				t.Logf("worst NMSE %.3g; experts: %+v", worst[0], st)
+				if all != (st.CPUExperts == 0) || all != (st.GPUExperts > 0) {
+					t.Errorf("all resident %v, yet %+v", all, st)
+				}
+			})
+		}
+	}
+}
+
 // TestSetResidentExperts: the resident experts replaced between passes
 // (as the engine does once it has measured the routing) are computed on
 // the GPU from then on, with the CPU reference's logits; nil empties the
