@@ -344,6 +344,11 @@ func (s *Server) refreshGauges() {
 				for served, v := range map[string]uint64{"resident": x.Stats.Resident, "buffered": x.Stats.Buffered, "read": x.Stats.Read} {
 					s.metrics.expertUses.WithLabelValues(n, served).Set(float64(v))
 				}
+				if x.OnDevice > 0 || x.DeviceUses+x.CPUUses > 0 {
+					s.metrics.expertsOnDevice.WithLabelValues(n).Set(float64(x.OnDevice))
+					s.metrics.expertPicks.WithLabelValues(n, "gpu").Set(float64(x.DeviceUses))
+					s.metrics.expertPicks.WithLabelValues(n, "cpu").Set(float64(x.CPUUses))
+				}
 			}
 		}
 	}
