@@ -430,16 +430,13 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	if err != nil {
 		return err
 	}
-	x.pairs = x.pairs[:0]
 	for i, e := range ids {
 		if e < 0 || int(e) >= E {
 			return fmt.Errorf("the device routing gave token %d's pick %d expert %d of %d", i/K, i%K, e, E)
 		}
 		x.counts[l][e]++
-		if _, ok := res[int(e)]; ok {
-			x.pairs = append(x.pairs, moePair{t: i / K, j: i % K, e: int(e)})
-		}
 	}
+	x.pairs = residentPicks(x.pairs, ids, K, func(e int) bool { _, ok := res[e]; return ok })
 	P := len(x.pairs)
 	cpuWork := P < T*K
 	x.stats.GPUExperts += int64(P)
@@ -492,6 +489,35 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	return nil
 }
 
+// residentPicks lists into dst the picks of ids (k a token, in token
+// order) of experts resident says are held on the GPU, grouped by expert
+// (increasing; a group's tokens in order): each group is one product
+// over its tokens.
+func residentPicks(dst []moePair, ids []int32, k int, resident func(e int) bool) []moePair {
+	dst = dst[:0]
+	for i, e := range ids {
+		if resident(int(e)) {
+			dst = append(dst, moePair{t: i / k, j: i % k, e: int(e)})
+		}
+	}
+	slices.SortStableFunc(dst, func(p, q moePair) int { return cmp.Compare(p.e, q.e) })
+	return dst
+}
+
+// pickPlan writes the device's plan of the grouped resident picks pairs:
+// gtok[p], the token of the p-th (the row MoEGather takes), and where[t*k+j],
+// the row of token t's j-th pick, -1 for a pick the CPU computes
+// (MoECombine's map).
+func pickPlan(pairs []moePair, k int, where, gtok []int32) {
+	for i := range where {
+		where[i] = -1
+	}
+	for p, pr := range pairs {
+		where[pr.t*k+pr.j] = int32(p)
+		gtok[p] = int32(pr.t)
+	}
+}
+
 // moeResident enqueues layer l's resident picks (x.pairs): their tokens
 // gathered by expert, each expert's gate and up over its tokens, the
 // activation over all of them, each expert's down, into the activations'
@@ -503,19 +529,11 @@ func (m *Model) moeResident(c *cudadrv.Ctx, l, T int) error {
 	if err := x.alloc(c, cfg, T, P); err != nil {
 		return err
 	}
-	slices.SortStableFunc(x.pairs, func(p, q moePair) int { return cmp.Compare(p.e, q.e) })
 	plan, err := cudadrv.Values[int32](x.hostPlan(cfg))
 	if err != nil {
 		return err
 	}
-	where, gtok := plan[:T*K], plan[T*K:T*K+P]
-	for i := range where {
-		where[i] = -1
-	}
-	for p, pr := range x.pairs {
-		where[pr.t*K+pr.j] = int32(p)
-		gtok[p] = int32(pr.t)
-	}
+	pickPlan(x.pairs, K, plan[:T*K], plan[T*K:T*K+P])
 	if err := c.CopyHtoD(x.plan(cfg), cudadrv.Bytes(plan[:T*K+P]), s); err != nil {
 		return err
 	}

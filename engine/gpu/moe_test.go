@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -197,6 +198,56 @@ func TestSetResidentExperts(t *testing.T) {
 	}
 	if st, _ := g.MoEStats(); st.ResidentExperts != 0 || st.ResidentBytes != 0 || g.WeightBytes() >= before {
 		t.Fatalf("emptied, yet %+v (weight bytes %d, were %d)", st, g.WeightBytes(), before)
+	}
+}
+
+// TestPickPlan: the host's plan of a layer's resident picks — grouped by
+// expert in increasing order, tokens in order within a group, every
+// resident pick mapped to its row and its token, every other pick -1 —
+// for random routings and resident sets (the device's gather and combine
+// read it; their kernels are TestMoEGatherCombine's).
+func TestPickPlan(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 200 {
+		E, k, T := 2+r.IntN(14), 1+r.IntN(4), 1+r.IntN(9)
+		k = min(k, E)
+		ids := make([]int32, 0, T*k)
+		for range T {
+			for _, e := range r.Perm(E)[:k] {
+				ids = append(ids, int32(e))
+			}
+		}
+		held := make([]bool, E)
+		for e := range held {
+			held[e] = r.IntN(2) == 0
+		}
+		pairs := residentPicks(nil, ids, k, func(e int) bool { return held[e] })
+		where, gtok := make([]int32, T*k), make([]int32, len(pairs))
+		pickPlan(pairs, k, where, gtok)
+		for p := 1; p < len(pairs); p++ {
+			a, b := pairs[p-1], pairs[p]
+			if a.e > b.e || a.e == b.e && a.t >= b.t {
+				t.Fatalf("picks %v not grouped by expert, tokens in order", pairs)
+			}
+		}
+		n := 0
+		for i, e := range ids {
+			p := where[i]
+			if !held[e] {
+				if p != -1 {
+					t.Fatalf("pick %d of a CPU expert %d mapped to row %d", i, e, p)
+				}
+				continue
+			}
+			n++
+			if p < 0 || int(p) >= len(pairs) || pairs[p].e != int(e) || gtok[p] != int32(i/k) || pairs[p].t*k+pairs[p].j != i {
+				t.Fatalf("pick %d (token %d, expert %d) mapped to row %d: %+v, token %d", i, i/k, e, p, pairs, gtok)
+			}
+		}
+		if n != len(pairs) {
+			t.Fatalf("%d resident picks, %d rows", n, len(pairs))
+		}
 	}
 }
 
