@@ -361,8 +361,16 @@ func TestExpertsOnDeviceCUDA(t *testing.T) {
 			if after.DeviceUses <= x.DeviceUses || after.CPUUses <= x.CPUUses {
 				t.Fatalf("picks on the GPU %d -> %d, on the CPU %d -> %d: want both to grow", x.DeviceUses, after.DeviceUses, x.CPUUses, after.CPUUses)
 			}
-			t.Logf("%d of %d experts in device memory (%s), device hit %.2f (calibration %.2f); %d host-resident",
-				x.OnDevice, all, tier.FormatBytes(x.DeviceBytes), after.DeviceHit(), xp.DeviceHit, x.Resident)
+			both := 0
+			for l := range x.Device {
+				for e, d := range x.Device[l] {
+					if d && x.Residency[l][e] {
+						both++
+					}
+				}
+			}
+			t.Logf("%d of %d experts in device memory (%s), device hit %.2f (calibration %.2f); %d host-resident, %d of them also on the device",
+				x.OnDevice, all, tier.FormatBytes(x.DeviceBytes), after.DeviceHit(), xp.DeviceHit, x.Resident, both)
 		})
 	}
 }

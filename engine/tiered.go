@@ -566,10 +566,10 @@ const calibrationTokens = 256
 
 // calibrateExperts runs the built-in calibration text through the model
 // (one sequence, passes of 64 tokens) and makes the experts its tokens
-// were routed to most, per byte, resident: in host memory (the store's),
-// and on a GPU in device memory (placeDeviceExperts): expected use
-// measured before the first request rather than guessed from expert
-// order.
+// were routed to most, per byte, resident: on a GPU in device memory
+// (placeDeviceExperts), and in host memory (the store's) the most used of
+// the others: expected use measured before the first request rather than
+// guessed from expert order.
 //
 // It runs on the engine's backend, whose routing counts it reads: the CPU
 // model's, or the GPU's (which routes on the device).
@@ -597,12 +597,29 @@ func (e *Engine) calibrateExperts(ctx context.Context) error {
 			counts[l][x] -= before[l][x]
 		}
 	}
-	if e.experts != nil {
-		if err := e.experts.rebalance(ctx, counts); err != nil {
-			return err
+	// The device's experts first (uploaded from wherever the host holds
+	// them now); then host memory goes to the others: the CPU never
+	// computes an expert the GPU holds, so its count no longer earns it
+	// host residency.
+	if err := e.placeDeviceExperts(ctx, counts); err != nil {
+		return err
+	}
+	if e.experts == nil {
+		return nil
+	}
+	host := counts
+	if dev := e.expertPlan.Device; dev != nil {
+		host = make([][]uint64, len(counts))
+		for l := range counts {
+			host[l] = slices.Clone(counts[l])
+			for x := range host[l] {
+				if l < len(dev) && x < len(dev[l]) && dev[l][x] {
+					host[l][x] = 0
+				}
+			}
 		}
 	}
-	return e.placeDeviceExperts(ctx, counts)
+	return e.experts.rebalance(ctx, host)
 }
 
 // placeDeviceExperts makes the experts most used per byte by counts (nil:
