@@ -112,7 +112,7 @@ func TestEmbeddedEntries(t *testing.T) {
 func TestPDLEntries(t *testing.T) {
 	t.Parallel()
 	decode := []string{"gemv_", "gemvq_", "rmsnorm", "add_rmsnorm", "rope", "rope_store", "attn_decode", "attn_combine",
-		"swiglu", "geglu", "softcap", "add", "add_fx", "add_fx_rmsnorm", "store_kv", "embed_", "argmax", "sample_temp", "read_xor"}
+		"swiglu", "geglu", "softcap", "copy_f32", "add", "add_fx", "add_fx_rmsnorm", "store_kv", "embed_", "argmax", "sample_temp", "read_xor"}
 	for _, arch := range []string{"compute_61", "compute_80", "compute_90"} {
 		waiting := 0
 		for _, fam := range families {

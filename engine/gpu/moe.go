@@ -22,7 +22,8 @@ import (
 type cpuMoE struct {
 	dev    *model.FFNDevice
 	layers []*model.Layer   // host weights per layer (the caller's)
-	buf    *cudadrv.HostMem // hidden state, rows of Dim float32
+	buf    *cudadrv.HostMem // hidden state, rows of Dim float32, mapped
+	bufDev cudadrv.DevPtr   // buf's device address
 	rows   [][]float32      // buf's rows
 	stats  MoEStats
 }
@@ -61,9 +62,13 @@ func (x *cpuMoE) ensureRows(c *cudadrv.Ctx, T, dim int) error {
 		return nil
 	}
 	n := max(T, 2*len(x.rows))
-	buf, err := c.HostAlloc(n*dim*4, 0)
+	buf, err := c.HostAlloc(n*dim*4, cudadrv.HostAllocDeviceMap)
 	if err != nil {
 		return fmt.Errorf("hidden-state buffer of %d rows: %w", n, err)
+	}
+	bufDev, err := c.HostDevicePointer(buf)
+	if err != nil {
+		return fmt.Errorf("hidden-state buffer: %w", errors.Join(err, c.FreeHost(buf)))
 	}
 	vals, err := cudadrv.Values[float32](buf.Bytes())
 	if err != nil {
@@ -72,7 +77,7 @@ func (x *cpuMoE) ensureRows(c *cudadrv.Ctx, T, dim int) error {
 	if err := c.FreeHost(x.buf); err != nil {
 		return err
 	}
-	x.buf, x.rows = buf, x.rows[:0]
+	x.buf, x.bufDev, x.rows = buf, bufDev, x.rows[:0]
 	for t := range n {
 		x.rows = append(x.rows, vals[t*dim:(t+1)*dim])
 	}
@@ -80,9 +85,10 @@ func (x *cpuMoE) ensureRows(c *cudadrv.Ctx, T, dim int) error {
 }
 
 // moeFFN runs layer l's FFN on the CPU for the pass's T rows of the
-// hidden state: the compute stream drains, the state comes to pinned
-// memory, the CPU adds the FFN, and the copy back is enqueued before the
-// next layer's kernels.
+// hidden state: the state goes to mapped pinned memory (a kernel, as in
+// the hybrid placement's cpuFFN, so that it never waits behind streamed
+// layers' copies), the compute stream drains, the CPU adds the FFN, and
+// the way back is enqueued before the next layer's kernels.
 func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	x := m.moe
 	if ctx == nil {
@@ -91,9 +97,9 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	if err := x.ensureRows(c, T, m.Config.Dim); err != nil {
 		return err
 	}
-	n := T * m.Config.Dim * 4
+	n := int64(T * m.Config.Dim)
 	t0 := time.Now()
-	if err := c.CopyDtoH(x.buf.Bytes()[:n], m.act.h, m.stream); err != nil {
+	if err := m.k.Copy(c, m.stream, x.bufDev, m.act.h, n); err != nil {
 		return err
 	}
 	if err := c.StreamSync(m.stream); err != nil {
@@ -104,7 +110,7 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		return err
 	}
 	t2 := time.Now()
-	if err := c.CopyHtoD(m.act.h, x.buf.Bytes()[:n], m.stream); err != nil {
+	if err := m.k.Copy(c, m.stream, m.act.h, x.bufDev, n); err != nil {
 		return err
 	}
 	x.stats.Layers++
@@ -155,6 +161,6 @@ func (x *cpuMoE) release(c *cudadrv.Ctx) error {
 		return nil
 	}
 	err := c.FreeHost(x.buf)
-	x.buf, x.rows = nil, nil
+	x.buf, x.bufDev, x.rows = nil, 0, nil
 	return err
 }
