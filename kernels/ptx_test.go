@@ -85,7 +85,7 @@ func TestEmbeddedEntries(t *testing.T) {
 			n += len(entryNames(b))
 		}
 		// 80 GEMV + 10 GEMM + 10 embed (10 weight types, Q6KA's
-		// included) + rmsnorm, rope, 5 element-wise, 3 attention, 2
+		// included) + rmsnorm, rope, 6 element-wise, 3 attention, 2
 		// sampling; GEMM: 10 dequantizers, x16 and the f16
 		// configurations; fused decode: gemv_fused_1/2, add_rmsnorm,
 		// rope_store; 3 tiled prefill attention variants. bf16_unpack.
@@ -96,7 +96,7 @@ func TestEmbeddedEntries(t *testing.T) {
 		// (the read-only ceiling). GEMVSliced: gemvq_sk_p,
 		// gemvq_sk_q6ka, add_fx, add_fx_rmsnorm. Split pair units:
 		// gemvq_ps6_1, gemvq_mixed_s_1.
-		if want := 80 + 10 + 10 + 1 + 1 + 5 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 3 + 1 + 17 + 1 + 4 + 2; n != want {
+		if want := 80 + 10 + 10 + 1 + 1 + 6 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 3 + 1 + 17 + 1 + 4 + 2; n != want {
 			t.Errorf("%s: %d kernels embedded, want %d", arch, n, want)
 		}
 	}
