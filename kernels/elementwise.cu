@@ -31,6 +31,15 @@ extern "C" __global__ void softcap(float* x, long long n, float cap) {
   GRID_STRIDE(i, n) { x[i] = __fmul_rn((float)tanh((double)__fdiv_rn(x[i], cap)), cap); }
 }
 
+// y = a: the hybrid placement's hand-over of the hidden state through
+// mapped pinned memory (one side of y, a is host memory the device
+// reads or writes over PCIe), which leaves the copy engine to the
+// streamed layers.
+extern "C" __global__ void copy_f32(float* y, const float* a, long long n) {
+  PDL_ENTRY();
+  GRID_STRIDE(i, n) { y[i] = a[i]; }
+}
+
 // y += a.
 extern "C" __global__ void add(float* y, const float* a, long long n) {
   PDL_ENTRY();

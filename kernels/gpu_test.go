@@ -581,6 +581,46 @@ func TestElementwise(t *testing.T) {
 	})
 }
 
+// TestCopyMapped: Copy moves floats bit for bit between device memory
+// and mapped pinned host memory, both ways (the hybrid hand-over).
+func TestCopyMapped(t *testing.T) {
+	const n = 3*8192 + 5
+	run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
+		src := make([]float32, n)
+		for i := range src {
+			src[i] = float32(i%977)*0.37 - 100
+		}
+		src[1] = float32(math.Copysign(0, -1))
+		src[2] = float32(math.Inf(-1))
+		hm, err := c.HostAlloc(n*4, cudadrv.HostAllocDeviceMap)
+		must(err)
+		defer func() { must(c.FreeHost(hm)) }()
+		hp, err := c.HostDevicePointer(hm)
+		must(err)
+		host, err := cudadrv.Values[float32](hm.Bytes())
+		must(err)
+		dp := put(a, src)
+		must(k.Copy(c, 0, hp, dp, n))
+		must(c.StreamSync(0))
+		for i := range src {
+			if math.Float32bits(host[i]) != math.Float32bits(src[i]) {
+				t.Fatalf("to the host: [%d] = %v, want %v", i, host[i], src[i])
+			}
+		}
+		for i := range host {
+			host[i] = -host[i]
+		}
+		out := a.alloc(n * 4)
+		must(k.Copy(c, 0, out, hp, n))
+		got := get[float32](a, out, n)
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(-src[i]) {
+				t.Fatalf("from the host: [%d] = %v, want %v", i, got[i], -src[i])
+			}
+		}
+	})
+}
+
 // TestEmbed: dequantization is exact float32 arithmetic on both sides
 // (up to the decode trick's last bit): relative 1e-6.
 func TestEmbed(t *testing.T) {

@@ -261,6 +261,16 @@ func (k *Kernels) Softcap(c *cudadrv.Ctx, s cudadrv.Stream, x cudadrv.DevPtr, n 
 	return k.elementwise(c, s, "softcap", n, &a)
 }
 
+// Copy writes y = a over n floats with a kernel, not the copy engine: one
+// side may be mapped pinned host memory (cudadrv.HostDevicePointer), and
+// then the bytes cross PCIe as the kernel's loads or stores, beside (not
+// queued behind) the bulk copies of streamed layers on a copy stream.
+func (k *Kernels) Copy(c *cudadrv.Ctx, s cudadrv.Stream, y, a cudadrv.DevPtr, n int64) error {
+	var args cudadrv.Args
+	args.Ptr(y).Ptr(a).I64(n)
+	return k.elementwise(c, s, "copy_f32", n, &args)
+}
+
 // Add does the residual update y += a over n floats.
 func (k *Kernels) Add(c *cudadrv.Ctx, s cudadrv.Stream, y, a cudadrv.DevPtr, n int64) error {
 	var args cudadrv.Args

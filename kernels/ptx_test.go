@@ -85,7 +85,7 @@ func TestEmbeddedEntries(t *testing.T) {
 			n += len(entryNames(b))
 		}
 		// 80 GEMV + 10 GEMM + 10 embed (10 weight types, Q6KA's
-		// included) + rmsnorm, rope, 5 element-wise, 3 attention, 2
+		// included) + rmsnorm, rope, 6 element-wise, 3 attention, 2
 		// sampling; GEMM: 10 dequantizers, x16 and the f16
 		// configurations; fused decode: gemv_fused_1/2, add_rmsnorm,
 		// rope_store; 3 tiled prefill attention variants. bf16_unpack.
@@ -97,7 +97,7 @@ func TestEmbeddedEntries(t *testing.T) {
 		// gemvq_sk_q6ka, add_fx, add_fx_rmsnorm. Split pair units:
 		// gemvq_ps6_1, gemvq_mixed_s_1. Mixture of experts: moe_logits,
 		// moe_topk, moe_gather, moe_combine.
-		if want := 80 + 10 + 10 + 1 + 1 + 5 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 3 + 1 + 17 + 1 + 4 + 2 + 4; n != want {
+		if want := 80 + 10 + 10 + 1 + 1 + 6 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 3 + 1 + 17 + 1 + 4 + 2 + 4; n != want {
 			t.Errorf("%s: %d kernels embedded, want %d", arch, n, want)
 		}
 	}
@@ -114,7 +114,7 @@ func TestEmbeddedEntries(t *testing.T) {
 func TestPDLEntries(t *testing.T) {
 	t.Parallel()
 	decode := []string{"gemv_", "gemvq_", "rmsnorm", "add_rmsnorm", "rope", "rope_store", "attn_decode", "attn_combine",
-		"swiglu", "geglu", "softcap", "add", "add_fx", "add_fx_rmsnorm", "store_kv", "embed_", "argmax", "sample_temp", "read_xor", "moe_"}
+		"swiglu", "geglu", "softcap", "copy_f32", "add", "add_fx", "add_fx_rmsnorm", "store_kv", "embed_", "argmax", "sample_temp", "read_xor", "moe_"}
 	for _, arch := range []string{"compute_61", "compute_80", "compute_90"} {
 		waiting := 0
 		for _, fam := range families {

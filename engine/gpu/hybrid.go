@@ -63,7 +63,8 @@ type hybrid struct {
 	lastT   int                  // the previous pass's tokens when the CPU took part in it, else 0
 	applied int                  // plan whose lengths the pipeline has; -1: every layer whole
 	on      []bool               // per layer: FFN on the CPU this pass
-	buf     *cudadrv.HostMem     // hidden state, capT rows of Dim float32
+	buf     *cudadrv.HostMem     // hidden state, capT rows of Dim float32, mapped
+	bufDev  cudadrv.DevPtr       // buf's device address
 	rows    [][]float32          // buf's rows
 	stats   HybridStats
 }
@@ -164,7 +165,10 @@ func (m *Model) setupHybrid(ctx context.Context, c *cudadrv.Ctx, w *model.Weight
 		}
 	}
 	if maxT > 0 {
-		if h.buf, err = c.HostAlloc(maxT*cfg.Dim*4, 0); err != nil {
+		if h.buf, err = c.HostAlloc(maxT*cfg.Dim*4, cudadrv.HostAllocDeviceMap); err != nil {
+			return fmt.Errorf("hybrid: hidden-state buffer: %w", err)
+		}
+		if h.bufDev, err = c.HostDevicePointer(h.buf); err != nil {
 			return fmt.Errorf("hybrid: hidden-state buffer: %w", err)
 		}
 		vals, err := cudadrv.Values[float32](h.buf.Bytes())
@@ -341,18 +345,23 @@ func (h *hybrid) apply(tb *tierB, T int) error {
 	return nil
 }
 
-// ffn runs layer l's FFN on the CPU for the pass's T rows of the hidden
-// state: the compute stream drains, the state comes to pinned memory, the
-// CPU adds the FFN, and the copy back is enqueued before the next layer's
-// kernels.
+// cpuFFN runs layer l's FFN on the CPU for the pass's T rows of the
+// hidden state: the state goes to mapped pinned memory, the compute
+// stream drains, the CPU adds the FFN, and the way back is enqueued
+// before the next layer's kernels. Both ways are kernels reading or
+// writing the mapped buffer (kernels.Copy), not copies: a copy on the
+// compute stream can wait behind the copy stream's bulk copies of
+// streamed layers (measured: up to the whole queue, tens of
+// milliseconds; BenchmarkHandoffBesideBulk), and every CPU layer hands
+// over twice.
 func (m *Model) cpuFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	h := m.hy
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	n := T * m.Config.Dim * 4
+	n := int64(T * m.Config.Dim)
 	t0 := time.Now()
-	if err := c.CopyDtoH(h.buf.Bytes()[:n], m.act.h, m.stream); err != nil {
+	if err := m.k.Copy(c, m.stream, h.bufDev, m.act.h, n); err != nil {
 		return err
 	}
 	if err := c.StreamSync(m.stream); err != nil {
@@ -363,7 +372,7 @@ func (m *Model) cpuFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		return err
 	}
 	t2 := time.Now()
-	if err := c.CopyHtoD(m.act.h, h.buf.Bytes()[:n], m.stream); err != nil {
+	if err := m.k.Copy(c, m.stream, m.act.h, h.bufDev, n); err != nil {
 		return err
 	}
 	h.stats.Layers++
@@ -405,6 +414,6 @@ func (h *hybrid) release(c *cudadrv.Ctx) error {
 		return nil
 	}
 	err := c.FreeHost(h.buf)
-	h.buf, h.rows = nil, nil
+	h.buf, h.bufDev, h.rows = nil, 0, nil
 	return err
 }

@@ -26,7 +26,10 @@ import (
 // time, from the hidden state copied down with the routing, and their sum
 // comes back up to be added with the GPU's. A layer whose experts are all
 // resident copies no hidden state; any layer still waits for its routing
-// on the host, which picks the products to launch.
+// on the host, which picks the products to launch. Every hand-over is a
+// kernel on mapped pinned memory (kernels.Copy, and MoECombine reading
+// the CPU's rows in place), as the hybrid placement's: a copy on the copy
+// engine could wait behind streamed layers' bulk copies.
 type gpuMoE struct {
 	dev    *model.FFNDevice
 	layers []*model.Layer     // host weights per layer (the caller's)
@@ -42,9 +45,10 @@ type gpuMoE struct {
 	// Per-pass buffers, grown on demand: routing (capT tokens) and the
 	// resident experts' activations (capP picks).
 	capT, capP int
-	route      cudadrv.DevPtr   // logits, ids and weights, where map, gathered token ids, the CPU's result
+	route      cudadrv.DevPtr   // logits, ids and weights, where map and gathered token ids
 	acts       cudadrv.DevPtr   // gathered x, gate, up, out
-	host       *cudadrv.HostMem // ids and weights, where map and gathered token ids, hidden-state rows
+	host       *cudadrv.HostMem // ids and weights, where map and gathered token ids, hidden-state rows; mapped
+	hostDev    cudadrv.DevPtr   // host's device address
 	counts     [][]uint64       // routes per layer and expert (ExpertCounts)
 	stats      MoEStats
 	// Scratch of the host side of a layer.
@@ -313,18 +317,22 @@ func (x *gpuMoE) alloc(c *cudadrv.Ctx, cfg *model.Config, T, P int) error {
 	if T > x.capT {
 		n := max(T, 2*x.capT)
 		t := int64(n)
-		dev, err := c.Alloc(alignUp(t*E*4) + alignUp(2*t*k*4) + alignUp(2*t*k*4) + alignUp(t*d*4))
+		dev, err := c.Alloc(alignUp(t*E*4) + alignUp(2*t*k*4) + alignUp(2*t*k*4))
 		if err != nil {
 			return fmt.Errorf("routing buffers for %d tokens: %w", n, err)
 		}
-		host, err := c.HostAlloc(int(alignUp(2*t*k*4)+alignUp(2*t*k*4)+t*d*4), 0)
+		host, err := c.HostAlloc(int(alignUp(2*t*k*4)+alignUp(2*t*k*4)+t*d*4), cudadrv.HostAllocDeviceMap)
 		if err != nil {
 			return fmt.Errorf("routing buffers for %d tokens: %w", n, errors.Join(err, c.Free(dev)))
+		}
+		hostDev, err := c.HostDevicePointer(host)
+		if err != nil {
+			return fmt.Errorf("routing buffers for %d tokens: %w", n, errors.Join(err, c.Free(dev), c.FreeHost(host)))
 		}
 		if err := errors.Join(c.Free(x.route), c.FreeHost(x.host)); err != nil {
 			return err
 		}
-		x.route, x.host, x.capT = dev, host, n
+		x.route, x.host, x.hostDev, x.capT = dev, host, hostDev, n
 	}
 	if P > x.capP {
 		n := max(P, 2*x.capP)
@@ -356,9 +364,6 @@ func (x *gpuMoE) weights(cfg *model.Config, T int) cudadrv.DevPtr {
 func (x *gpuMoE) plan(cfg *model.Config) cudadrv.DevPtr {
 	return x.ids(cfg).Add(alignUp(2 * int64(x.capT) * int64(cfg.ExpertsUsed) * 4))
 }
-func (x *gpuMoE) cpuH(cfg *model.Config) cudadrv.DevPtr {
-	return x.plan(cfg).Add(alignUp(2 * int64(x.capT) * int64(cfg.ExpertsUsed) * 4))
-}
 
 // ...the pinned host buffers: routing (ids then weights), plan, rows...
 func (x *gpuMoE) hostRoute(cfg *model.Config, T int) []byte {
@@ -371,6 +376,15 @@ func (x *gpuMoE) hostPlan(cfg *model.Config) []byte {
 func (x *gpuMoE) hostRows(cfg *model.Config, T int) []byte {
 	o := 2 * int(alignUp(2*int64(x.capT)*int64(cfg.ExpertsUsed)*4))
 	return x.host.Bytes()[o : o+T*cfg.Dim*4]
+}
+
+// ...and the same three at their device addresses.
+func (x *gpuMoE) hostRouteDev() cudadrv.DevPtr { return x.hostDev }
+func (x *gpuMoE) hostPlanDev(cfg *model.Config) cudadrv.DevPtr {
+	return x.hostDev.Add(alignUp(2 * int64(x.capT) * int64(cfg.ExpertsUsed) * 4))
+}
+func (x *gpuMoE) hostRowsDev(cfg *model.Config) cudadrv.DevPtr {
+	return x.hostDev.Add(2 * alignUp(2*int64(x.capT)*int64(cfg.ExpertsUsed)*4))
 }
 
 // ...and the resident picks' activations.
@@ -404,7 +418,8 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		return fmt.Errorf("routing: %w", err)
 	}
 	t0 := time.Now()
-	if err := c.CopyDtoH(x.hostRoute(cfg, T), x.ids(cfg), s); err != nil {
+	// The ids and weights are 32-bit words that copy_f32 moves unchanged.
+	if err := k.Copy(c, s, x.hostRouteDev(), x.ids(cfg), int64(2*T*K)); err != nil {
 		return err
 	}
 	res := x.resident[l]
@@ -413,7 +428,7 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	if partial {
 		// The hidden state comes down with the routing whenever the CPU
 		// may have work, sparing a second round trip when it has.
-		if err := c.CopyDtoH(rows, a.h, s); err != nil {
+		if err := k.Copy(c, s, x.hostRowsDev(cfg), a.h, int64(T*D)); err != nil {
 			return err
 		}
 	}
@@ -473,12 +488,11 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	}
 	t2 := time.Now()
 	if P == 0 {
-		err = c.CopyHtoD(a.h, rows, s)
+		err = k.Copy(c, s, a.h, x.hostRowsDev(cfg), int64(T*D))
 	} else {
+		// The combine reads the CPU's rows once each, in place.
 		_, _, _, out := x.actPtrs(cfg)
-		if err = c.CopyHtoD(x.cpuH(cfg), rows, s); err == nil {
-			err = k.MoECombine(c, s, a.h, x.cpuH(cfg), out, x.weights(cfg, T), x.plan(cfg), T, K, D)
-		}
+		err = k.MoECombine(c, s, a.h, x.hostRowsDev(cfg), out, x.weights(cfg, T), x.plan(cfg), T, K, D)
 	}
 	if err != nil {
 		return fmt.Errorf("adding the experts: %w", err)
@@ -534,7 +548,7 @@ func (m *Model) moeResident(c *cudadrv.Ctx, l, T int) error {
 		return err
 	}
 	pickPlan(x.pairs, K, plan[:T*K], plan[T*K:T*K+P])
-	if err := c.CopyHtoD(x.plan(cfg), cudadrv.Bytes(plan[:T*K+P]), s); err != nil {
+	if err := k.Copy(c, s, x.plan(cfg), x.hostPlanDev(cfg), int64(T*K+P)); err != nil {
 		return err
 	}
 	xg, g, u, out := x.actPtrs(cfg)
@@ -651,7 +665,7 @@ func (x *gpuMoE) release(c *cudadrv.Ctx) error {
 		return nil
 	}
 	err := errors.Join(c.Free(x.routers), c.Free(x.skew), c.Free(x.experts), c.Free(x.route), c.Free(x.acts), c.FreeHost(x.host))
-	x.routers, x.skew, x.experts, x.route, x.acts, x.host = 0, 0, 0, 0, 0, nil
+	x.routers, x.skew, x.experts, x.route, x.acts, x.host, x.hostDev = 0, 0, 0, 0, 0, nil, 0
 	x.capT, x.capP = 0, 0
 	return err
 }
@@ -667,7 +681,7 @@ func MoEDeviceOverhead(cfg *model.Config, tokens int) int64 {
 		return 0
 	}
 	t, k, E, d, f := int64(tokens), int64(cfg.ExpertsUsed), int64(cfg.Experts), int64(cfg.Dim), int64(cfg.ExpertFFN)
-	route := alignUp(t*E*4) + 2*alignUp(2*t*k*4) + alignUp(t*d*4)
+	route := alignUp(t*E*4) + 2*alignUp(2*t*k*4)
 	acts := 2*alignUp(t*k*d*4) + 2*alignUp(t*k*f*4)
 	return routerBytes(cfg) + route + acts
 }

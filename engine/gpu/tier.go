@@ -216,8 +216,8 @@ func (m *Model) loadTierB(ctx context.Context, c *cudadrv.Ctx, w *model.Weights,
 	if err := tb.start(c, m.stream, tiers, src, verify, nslots); err != nil {
 		return err
 	}
-	if s := tb.dev.slotBytes(); s > slotBytes {
-		return fmt.Errorf("streaming slots of %d bytes, %d budgeted", s, slotBytes)
+	if s := tb.dev.ringBytes(); s > slotBytes*int64(nslots) {
+		return fmt.Errorf("streaming ring of %d bytes, %d slots of %d budgeted", s, nslots, slotBytes)
 	}
 	return nil
 }
@@ -367,13 +367,13 @@ type devOps interface {
 	Elapsed(start, end cudadrv.Event) (float32, error)
 }
 
-// streamDev is the CUDA backend's stream.Device: slots in device memory,
-// copies on a copy stream beside the compute stream, and per slot a
-// "loaded" event (copy stream → compute stream) and a "free" event
-// (compute stream → copy stream). The host enqueues a pass without
-// waiting: the device orders each copy after compute's release of its
-// slot and compute after the copy, so the copies of the next k layers run
-// while a layer computes. Every call runs on the device goroutine (c is
+// streamDev is the CUDA backend's stream.Device: the ring in device
+// memory, copies on a copy stream beside the compute stream, and per
+// region of the ring a "loaded" event (copy stream → compute stream) and
+// a "free" event (compute stream → copy stream). The host enqueues a pass
+// without waiting: the device orders each copy after compute's release
+// of the last layer it overwrites and compute after the copy, so the
+// copies of the layers the ring holds run while a layer computes. Every call runs on the device goroutine (c is
 // the context current there, set at each entry), so the pipeline issues
 // copies from compute (IssueOnCompute).
 //
@@ -383,7 +383,7 @@ type streamDev struct {
 	c       devOps
 	compute cudadrv.Stream
 	copy    cudadrv.Stream
-	slots   []*devSlot
+	ring    *devSlot
 
 	// Timing events: the pass start on the compute stream, and per
 	// streamed layer (its index in the pass) the start and end of its copy
@@ -394,11 +394,13 @@ type streamDev struct {
 	ops                []devOp // per streamed layer: its copy, done at copyEnd
 }
 
-// devSlot is a slot of device memory with its two events.
+// devSlot is device memory with its two events: the ring (which owns
+// its memory) or a region of it.
 type devSlot struct {
 	d            *streamDev
 	ptr          cudadrv.DevPtr
 	n            int
+	region       bool
 	loaded, free cudadrv.Event
 }
 
@@ -450,12 +452,12 @@ func (d *streamDev) close() error {
 	return errors.Join(errs...)
 }
 
-// slotBytes is the size of the pipeline's slots (0 without any).
-func (d *streamDev) slotBytes() int64 {
-	if len(d.slots) == 0 {
+// ringBytes is the size of the pipeline's ring (0 without one).
+func (d *streamDev) ringBytes() int64 {
+	if d.ring == nil {
 		return 0
 	}
-	return int64(d.slots[0].n)
+	return int64(d.ring.n)
 }
 
 // Name implements stream.Device.
@@ -474,7 +476,27 @@ func (d *streamDev) AllocSlot(n int) (stream.Slot, error) {
 	if err != nil {
 		return nil, errors.Join(err, s.Free())
 	}
-	d.slots = append(d.slots, s)
+	if d.ring == nil {
+		d.ring = s
+	}
+	return s, nil
+}
+
+// Region implements stream.Device: a part of the ring with events of
+// its own.
+func (d *streamDev) Region(slot stream.Slot, off, n int) (stream.Slot, error) {
+	r := slot.(*devSlot)
+	if off < 0 || n <= 0 || off+n > r.n {
+		return nil, fmt.Errorf("region [%d, %d) of a %d-byte ring", off, off+n, r.n)
+	}
+	s := &devSlot{d: d, ptr: r.ptr + cudadrv.DevPtr(off), n: n, region: true}
+	var err error
+	if s.loaded, err = d.c.NewEvent(cudadrv.EventDisableTiming); err == nil {
+		s.free, err = d.c.NewEvent(cudadrv.EventDisableTiming)
+	}
+	if err != nil {
+		return nil, errors.Join(err, s.Free())
+	}
 	return s, nil
 }
 
@@ -488,10 +510,11 @@ func (d *streamDev) Pin(b []byte) (func() error, error) {
 	return func() error { return d.c.HostUnregister(h) }, nil
 }
 
-// CopyIn implements stream.Device: on the copy stream, after the slot's
-// "free" event (compute's release of its previous layer), between the
-// copy's timing events, followed by the slot's "loaded" event.
-func (d *streamDev) CopyIn(n int, slot stream.Slot, src []byte) (stream.Op, error) {
+// CopyIn implements stream.Device: on the copy stream, after after's
+// "free" event (compute's release of the last layer the copy overwrites),
+// between the copy's timing events, followed by the slot's "loaded"
+// event.
+func (d *streamDev) CopyIn(n int, slot, after stream.Slot, src []byte) (stream.Op, error) {
 	s := slot.(*devSlot)
 	if n < 0 || n >= len(d.ops) {
 		return nil, fmt.Errorf("copy %d of a pass of %d", n, len(d.ops))
@@ -499,8 +522,10 @@ func (d *streamDev) CopyIn(n int, slot stream.Slot, src []byte) (stream.Op, erro
 	if len(src) > s.n {
 		return nil, fmt.Errorf("%d bytes into a %d-byte slot", len(src), s.n)
 	}
-	if err := d.c.WaitEvent(d.copy, s.free); err != nil {
-		return nil, err
+	if after != nil {
+		if err := d.c.WaitEvent(d.copy, after.(*devSlot).free); err != nil {
+			return nil, err
+		}
 	}
 	if err := d.c.Record(d.copyStart[n], d.copy); err != nil {
 		return nil, err
@@ -600,7 +625,12 @@ func (s *devSlot) Free() error {
 			errs = append(errs, s.d.c.DestroyEvent(e))
 		}
 	}
-	errs = append(errs, s.d.c.Free(s.ptr))
+	if !s.region && s.ptr != 0 {
+		errs = append(errs, s.d.c.Free(s.ptr))
+		if s.d.ring == s {
+			s.d.ring = nil
+		}
+	}
 	s.loaded, s.free, s.ptr = 0, 0, 0
 	return errors.Join(errs...)
 }

@@ -150,6 +150,10 @@ type simDev struct {
 	pinned  [][]byte               // buffers HostRegister pinned (and not unpinned)
 	nextEv  cudadrv.Event
 	nextMem cudadrv.DevPtr
+	// enqueued counts CopyHtoD calls; onAcquire, when set, is called by
+	// simPass as the j-th streamed layer of a pass is acquired.
+	enqueued  int
+	onAcquire func(j int)
 }
 
 type simOp struct {
@@ -165,17 +169,32 @@ type simOp struct {
 func newSimDev(t testing.TB, seed uint64, streams ...cudadrv.Stream) *simDev {
 	return &simDev{t: t, rng: rand.New(rand.NewPCG(seed, 1)), queues: map[cudadrv.Stream][]simOp{}, streams: streams,
 		rec: map[cudadrv.Event]int{}, done: map[cudadrv.Event]int{}, at: map[cudadrv.Event]int{}, mem: map[cudadrv.DevPtr][]byte{},
-		nextEv: 100, nextMem: 1 << 20}
+		nextEv: 100, nextMem: simAllocSpan}
 }
+
+// simAllocSpan is how far apart the simulated allocations start, and the
+// largest.
+const simAllocSpan = 16 << 20
 
 func (d *simDev) Alloc(n int64) (cudadrv.DevPtr, error) {
 	p := d.nextMem
-	d.nextMem += 1 << 20
-	if n > 1<<20 {
-		return 0, fmt.Errorf("simulated allocation of %d bytes: at most 1 MiB", n)
+	d.nextMem += simAllocSpan
+	if n > simAllocSpan {
+		return 0, fmt.Errorf("simulated allocation of %d bytes: at most %d", n, simAllocSpan)
 	}
 	d.mem[p] = make([]byte, n)
 	return p, nil
+}
+
+// bytesAt is device memory from p to the end of its allocation (nil when p
+// lies in none).
+func (d *simDev) bytesAt(p cudadrv.DevPtr) []byte {
+	base := p - p%simAllocSpan
+	b, ok := d.mem[base]
+	if !ok || int(p-base) > len(b) {
+		return nil
+	}
+	return b[p-base:]
 }
 
 func (d *simDev) Free(p cudadrv.DevPtr) error {
@@ -248,7 +267,7 @@ func (d *simDev) step() (bool, error) {
 				return true, err
 			}
 		}
-		copy(d.mem[op.dst], op.src)
+		copy(d.bytesAt(op.dst), op.src)
 		d.copies.Add(1)
 	case op.fn != nil:
 		return true, op.fn()
@@ -294,10 +313,11 @@ func (d *simDev) Record(e cudadrv.Event, s cudadrv.Stream) error {
 }
 
 func (d *simDev) CopyHtoD(dst cudadrv.DevPtr, src []byte, s cudadrv.Stream) error {
-	if len(src) > len(d.mem[dst]) {
-		return fmt.Errorf("copy of %d bytes into a %d-byte slot", len(src), len(d.mem[dst]))
+	if len(src) > len(d.bytesAt(dst)) {
+		return fmt.Errorf("copy of %d bytes into %d bytes of device memory", len(src), len(d.bytesAt(dst)))
 	}
 	d.push(s, simOp{dst: dst, src: src})
+	d.enqueued++
 	return d.lag(2)
 }
 
@@ -414,7 +434,7 @@ func simPass(ctx context.Context, tb *tierB, d *simDev, store *rawstore.Store, c
 		defer cancel()
 	}
 	tiers := tb.pipe.Tiers()
-	k := len(tb.dev.slots)
+	ring := tb.dev.ring
 	err := func() error {
 		if err := tb.begin(ctx, d); err != nil {
 			return err
@@ -437,16 +457,19 @@ func simPass(ctx context.Context, tb *tierB, d *simDev, store *rawstore.Store, c
 			if !inSlot {
 				d.push(compute, simOp{fn: func() error { return nil }})
 			} else {
-				j := n % k
+				j := n
 				n++
-				if lw.q.Ptr != tb.dev.slots[j].ptr {
-					return fmt.Errorf("layer %d: weights at %#x, slot %d is at %#x", l, lw.q.Ptr, j, tb.dev.slots[j].ptr)
+				if d.onAcquire != nil {
+					d.onAcquire(j)
 				}
-				slot, want := lw.q.Ptr, store.Data[l]
+				slot, want := lw.q.Ptr, store.Data[l][:tb.pipe.Length(l)]
+				if slot < ring.ptr || slot+cudadrv.DevPtr(len(want)) > ring.ptr+cudadrv.DevPtr(ring.n) {
+					return fmt.Errorf("layer %d: weights at %#x, outside the ring [%#x, +%d)", l, slot, ring.ptr, ring.n)
+				}
 				for range 3 {
 					d.push(compute, simOp{fn: func() error {
-						if !bytes.Equal(d.mem[slot][:len(want)], want) {
-							return fmt.Errorf("layer %d computed on slot %d before its bytes landed (or after they were overwritten)", l, j)
+						if !bytes.Equal(d.bytesAt(slot)[:len(want)], want) {
+							return fmt.Errorf("layer %d (streamed %d) computed on the ring before its bytes landed (or after they were overwritten)", l, j)
 						}
 						return nil
 					}})
@@ -562,6 +585,57 @@ func TestTierCPipelineSimulated(t *testing.T) {
 						t.Fatalf("%d staging buffers pinned, want %d", len(d.pinned), wantPinned)
 					}
 				})
+			}
+		}
+	}
+}
+
+// TestRingRunsAhead: layers shortened (the hybrid placement's attention
+// prefixes) keep more of them in flight in the ring than its k whole
+// layers, and every layer is still computed on its own bytes, under
+// random interleavings of the copy and compute streams, through changes
+// of the lengths between passes.
+func TestRingRunsAhead(t *testing.T) {
+	t.Parallel()
+	store, _ := rawstore.New(t, 12)
+	tiers, _ := tier.MixTiers("all-B", len(store.Ext))
+	const k = 2
+	tb, d := simPipeline(t, store, tiers, k, nil)
+	d.copyChk = func(src []byte) error {
+		for i := range store.Data {
+			if len(src) > 0 && len(src) <= len(store.Data[i]) && bytes.Equal(src, store.Data[i][:len(src)]) {
+				return nil
+			}
+		}
+		return fmt.Errorf("a copy ran from %d bytes that are no layer's prefix", len(src))
+	}
+	var first int
+	d.onAcquire = func(j int) {
+		if j == 0 {
+			first = d.enqueued
+		}
+	}
+	for round, short := range []int64{0, 256, 1024, 0, 512} {
+		for i := range store.Ext {
+			n := store.Ext[i].Length
+			if short > 0 && i%3 != 1 {
+				n = short
+			}
+			if err := tb.pipe.SetLength(i, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for pass := range 3 {
+			start := d.enqueued
+			if err := simPass(context.Background(), tb, d, store, -1); err != nil {
+				t.Fatalf("round %d (short %d) pass %d: %v", round, short, pass, err)
+			}
+			ahead := first - start
+			if short == 0 && ahead != k {
+				t.Fatalf("round %d: whole layers: %d copies issued before the first layer computed, want k = %d", round, ahead, k)
+			}
+			if short > 0 && ahead <= k+1 {
+				t.Fatalf("round %d (short %d): %d copies issued before the first layer computed: the ring did not run ahead of k = %d", round, short, ahead, k)
 			}
 		}
 	}

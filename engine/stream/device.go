@@ -29,15 +29,23 @@ import (
 //     wait for a copy on the device and Release leaves the fence the next
 //     copy into the slot waits for.
 //
-// In both, the n-th streamed layer of a pass is copied into slot n mod k,
-// only after compute has released (Done) the slot's previous layer, and
-// stage 1 (the storage reads) runs on a goroutine of its own, touching no
-// device state.
+// In both, the streamed layers of a pass land in one slot of the device's
+// memory used as a ring (engine/tier's Ring): the n-th in a region of its
+// own, copied only after compute has released (Done) every earlier layer
+// whose bytes that region overwrites, the last of which the copy names
+// as its fence. Stage 1 (the storage reads) runs on a goroutine of its
+// own, touching no device state. A pass ends (End, Finish) only once
+// compute has finished with every region, so the next pass's first
+// copies need no fence.
 type Device interface {
 	// Name identifies the device in stats and errors.
 	Name() string
 	// AllocSlot returns a slot of n bytes.
 	AllocSlot(n int) (Slot, error)
+	// Region returns the n bytes of slot (from AllocSlot) at off as a
+	// slot of its own, with its own fences; freeing it leaves slot's
+	// memory alone.
+	Region(slot Slot, off, n int) (Slot, error)
 	// Pin prepares a staging buffer (from the Source's Alloc) for the
 	// device's copy engine, for as long as the pipeline lives: CUDA
 	// page-locks it so copies out of it run at full link speed. unpin
@@ -46,11 +54,11 @@ type Device interface {
 	Pin(b []byte) (unpin func() error, err error)
 	// CopyIn starts copying src into the start of slot and returns at
 	// once; the returned Op completes when the bytes have landed. The copy
-	// must not start before compute has finished with the slot's previous
-	// layer (Release's fence). src must stay untouched until the Op
-	// completes. n is the copy's index in the pass (0, 1, ...), for
-	// devices that time their copies.
-	CopyIn(n int, slot Slot, src []byte) (Op, error)
+	// must not start before compute has released after (Release's fence;
+	// nil: no fence), the last layer whose bytes it overwrites. src must
+	// stay untouched until the Op completes. n is the copy's index in the
+	// pass (0, 1, ...), for devices that time their copies.
+	CopyIn(n int, slot, after Slot, src []byte) (Op, error)
 	// Await makes compute wait for op, the n-th copy, into slot: work
 	// compute issues afterwards sees the slot's new bytes. CUDA makes the
 	// compute stream wait for the copy's event and returns at once; the
@@ -89,7 +97,8 @@ type Clock interface {
 	Times(copies, waits int) (copyBusy, copyStall, computeStall time.Duration, err error)
 }
 
-// Slot is a region of device memory that holds one layer's extent.
+// Slot is a region of device memory that holds a layer's extent (or, from
+// AllocSlot, the ring the streamed layers' regions are cut from).
 type Slot interface {
 	// Len is the slot's size in bytes.
 	Len() int
@@ -126,12 +135,21 @@ func (CPUDevice) AllocSlot(n int) (Slot, error) {
 	return cpuSlot{b}, nil
 }
 
+// Region implements Device.
+func (CPUDevice) Region(s Slot, off, n int) (Slot, error) {
+	b := s.Host()
+	if off < 0 || n < 0 || off+n > len(b) {
+		return nil, fmt.Errorf("cpu region [%d, %d) of a %d-byte slot", off, off+n, len(b))
+	}
+	return cpuRegion(b[off : off+n : off+n]), nil
+}
+
 // Pin implements Device: host memory needs no pinning for a memmove.
 func (CPUDevice) Pin([]byte) (func() error, error) { return nil, nil }
 
-// CopyIn implements Device. Compute is done with a slot when it releases
-// it, so there is no fence to wait for.
-func (CPUDevice) CopyIn(_ int, s Slot, src []byte) (Op, error) {
+// CopyIn implements Device. Compute is done with a region when it
+// releases it, so there is no fence to wait for.
+func (CPUDevice) CopyIn(_ int, s, _ Slot, src []byte) (Op, error) {
 	dst := s.Host()
 	if len(src) > len(dst) {
 		return nil, fmt.Errorf("cpu copy: %d bytes into a %d-byte slot", len(src), len(dst))
@@ -162,6 +180,13 @@ type cpuSlot struct{ b *tier.Buffer }
 func (s cpuSlot) Len() int     { return s.b.Len() }
 func (s cpuSlot) Host() []byte { return s.b.Bytes() }
 func (s cpuSlot) Free() error  { return s.b.Free() }
+
+// cpuRegion is a part of a cpuSlot; the slot owns the memory.
+type cpuRegion []byte
+
+func (r cpuRegion) Len() int     { return len(r) }
+func (r cpuRegion) Host() []byte { return r }
+func (r cpuRegion) Free() error  { return nil }
 
 type cpuOp chan struct{}
 

@@ -71,7 +71,8 @@ type Options struct {
 	Store LayerStore
 	// Tiers places each layer: len(Tiers) == Store.NumLayers().
 	Tiers []tier.Tier
-	// Depth is k: the number of staging buffers and device slots, so the
+	// Depth is k: the number of staging buffers, and the device ring's
+	// size in layers of the largest streamed extent, so the
 	// number of layers prefetched ahead of compute. At least 1.
 	Depth int
 	// Source reads tier-C extents. Required when any layer is on tier C.
@@ -98,7 +99,9 @@ type Options struct {
 // the model.LayerSource of a tiered model. Tier-A layers are copied to the
 // device and decoded once, at New. For every pass, stage 1 reads tier-C
 // extents into a ring of k staging buffers, stage 2 copies staging buffers
-// and tier-B extents into a ring of k device slots, and stage 3 (the
+// and tier-B extents into a ring of device memory that holds k of the
+// largest streamed layers (tier.Ring: shorter layers keep more in
+// flight), and stage 3 (the
 // forward pass, calling Layer and Release) computes on a slot and hands it
 // back. Each stage waits only for what it needs, so reads, copies and
 // compute overlap and up to k layers are fetched ahead of compute. Every
@@ -136,7 +139,10 @@ type Pipeline struct {
 	resident      []*model.Layer // tier-A layers, by layer index
 	residentSlots []Slot
 	residentBytes int64
-	slots         []Slot
+	ring          Slot      // the device memory streamed layers land in (nil when none streams)
+	layout        tier.Ring // where each streamed layer lands, by its index in streamed
+	regions       []Slot    // per streamed layer: its region of ring
+	relay         bool      // streamed or their lengths changed: lay the ring out again
 	staging       []*tier.Buffer
 	unpin         []func() error // per staging buffer, nil when not pinned
 	verified      []atomic.Bool
@@ -185,7 +191,7 @@ type pass struct {
 	wg          sync.WaitGroup
 
 	// Stage 2 issued from compute: copies issued (the n-th streamed layer
-	// into slot n mod k), slots released, layers acquired, and the
+	// into its region of the ring), regions released, layers acquired, and the
 	// staging buffers whose copies are in flight (a ring, oldest first).
 	issued, released, acquired int
 	pend                       []pend
@@ -294,12 +300,20 @@ func New(opts Options) (*Pipeline, error) {
 		return nil, err
 	}
 	k := min(p.depth, len(p.streamed))
-	for range k {
-		s, err := p.dev.AllocSlot(int(maxStream))
-		if err != nil {
-			return fail(fmt.Errorf("stream: %s slot of %d bytes: %w", p.dev.Name(), maxStream, err))
+	if k > 0 {
+		full := make([]int64, len(p.streamed))
+		for n, i := range p.streamed {
+			full[n] = p.ext[i].Length
 		}
-		p.slots = append(p.slots, s)
+		n := tier.RingCapacity(full, k)
+		s, err := p.dev.AllocSlot(int(n))
+		if err != nil {
+			return fail(fmt.Errorf("stream: %s ring of %d bytes (%d layers of %d): %w", p.dev.Name(), n, k, maxStream, err))
+		}
+		p.ring = s
+		if err := p.layOut(); err != nil {
+			return fail(err)
+		}
 	}
 	if maxRead > 0 {
 		for j := range k {
@@ -328,7 +342,7 @@ func New(opts Options) (*Pipeline, error) {
 		p.pend = make([]pend, len(p.staging))
 	} else {
 		p.ready = make([]chan result, n)
-		p.freeSlots = make(chan int, len(p.slots))
+		p.freeSlots = make(chan int, len(p.streamed))
 		for _, i := range p.streamed {
 			p.ready[i] = make(chan result, 1)
 		}
@@ -359,7 +373,7 @@ func (p *Pipeline) loadResident(i int) error {
 		return fmt.Errorf("stream: layer %d (tier A): %s slot: %w", i, p.dev.Name(), err)
 	}
 	p.residentSlots = append(p.residentSlots, s)
-	op, err := p.dev.CopyIn(-1, s, b[:e.Length])
+	op, err := p.dev.CopyIn(-1, s, nil, b[:e.Length])
 	if err == nil {
 		err = op.Wait()
 	}
@@ -382,8 +396,13 @@ func (p *Pipeline) loadResident(i int) error {
 // free releases every buffer and slot, and returns the first error.
 func (p *Pipeline) free() error {
 	var errs []error
-	for _, s := range p.slots {
-		errs = append(errs, s.Free())
+	for _, s := range p.regions {
+		if s != nil {
+			errs = append(errs, s.Free())
+		}
+	}
+	if p.ring != nil {
+		errs = append(errs, p.ring.Free())
 	}
 	for _, s := range p.residentSlots {
 		errs = append(errs, s.Free())
@@ -394,17 +413,70 @@ func (p *Pipeline) free() error {
 		}
 		errs = append(errs, b.Free())
 	}
-	p.slots, p.residentSlots, p.staging, p.unpin = nil, nil, nil, nil
+	p.ring, p.regions, p.residentSlots, p.staging, p.unpin = nil, nil, nil, nil, nil
 	clear(p.resident)
 	return errors.Join(errs...)
+}
+
+// layOut places the streamed layers, at their current lengths, in the
+// ring and cuts each its region (kept where nothing moved).
+func (p *Pipeline) layOut() error {
+	p.relay = false
+	if p.ring == nil {
+		return nil
+	}
+	lengths := make([]int64, len(p.streamed))
+	for n, i := range p.streamed {
+		lengths[n] = p.ext[i].Length
+	}
+	r, err := tier.LayRing(lengths, int64(p.ring.Len()))
+	if err != nil {
+		return fmt.Errorf("stream: %w", err)
+	}
+	var errs []error
+	for n, g := range p.regions {
+		if g == nil {
+			continue
+		}
+		if n < len(lengths) && r.Off[n] == p.layout.Off[n] && r.Size[n] == p.layout.Size[n] {
+			continue
+		}
+		errs = append(errs, g.Free())
+		p.regions[n] = nil
+	}
+	p.regions = p.regions[:min(len(p.regions), len(lengths))]
+	for n := range lengths {
+		if n < len(p.regions) && p.regions[n] != nil {
+			continue
+		}
+		g, err := p.dev.Region(p.ring, int(r.Off[n]), int(r.Size[n]))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("stream: %s ring region of %d bytes at %d: %w", p.dev.Name(), r.Size[n], r.Off[n], err))
+			break
+		}
+		if n < len(p.regions) {
+			p.regions[n] = g
+		} else {
+			p.regions = append(p.regions, g)
+		}
+	}
+	p.layout = r
+	if err := errors.Join(errs...); err != nil {
+		// Regions that could not be made are missing: lay out again
+		// before the next pass.
+		p.relay = true
+		return err
+	}
+	return nil
 }
 
 // SetLength makes later passes move only the first n bytes of tier-B
 // layer i's extent (n up to the extent's full length, which restores it):
 // a device that computes part of the layer elsewhere needs only the rest
 // (engine/gpu's hybrid placement copies a layer's attention and leaves its
-// feed-forward block to the CPU). Slots keep their size. It is refused
-// during a pass.
+// feed-forward block to the CPU). The ring keeps its size and later passes
+// lay it out afresh, so that shorter layers keep more of them in flight.
+// It is refused during a pass.
 func (p *Pipeline) SetLength(i int, n int64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -420,8 +492,22 @@ func (p *Pipeline) SetLength(i int, n int64) error {
 	case n <= 0 || n > p.full[i]:
 		return fmt.Errorf("stream: set length of layer %d: %d bytes outside (0, %d]", i, n, p.full[i])
 	}
-	p.ext[i].Length = n
+	if p.ext[i].Length != n {
+		p.ext[i].Length = n
+		p.relay = true
+	}
 	return nil
+}
+
+// Length is what later passes move of layer i: its extent's length, or
+// less after SetLength.
+func (p *Pipeline) Length(i int) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i < 0 || i >= len(p.ext) {
+		return 0
+	}
+	return p.ext[i].Length
 }
 
 // SetSkip leaves layers out of later passes (layer skip): a skipped
@@ -458,6 +544,7 @@ func (p *Pipeline) SetSkip(layers []int) error {
 			p.streamed = append(p.streamed, i)
 		}
 	}
+	p.relay = true
 	return nil
 }
 
@@ -552,6 +639,12 @@ func (p *Pipeline) beginLocked(parent context.Context, auto bool) error {
 		ps.freeStaging <- s
 	}
 	p.pass = ps
+	if p.relay {
+		if err := p.layOut(); err != nil {
+			ps.failed = true
+			return err
+		}
+	}
 	if p.onCompute {
 		clear(p.got)
 		clear(p.ops)
@@ -564,9 +657,6 @@ func (p *Pipeline) beginLocked(parent context.Context, auto bool) error {
 		}
 	} else {
 		drain(ps.freeSlots)
-		for s := range p.slots {
-			ps.freeSlots <- s
-		}
 	}
 	if len(p.streamed) == 0 {
 		return nil
@@ -657,7 +747,7 @@ func (p *Pipeline) Layer(i int) (*model.Layer, error) {
 		return r.layer, nil
 	}
 	// Stage 2 ran on this goroutine and did not decode.
-	host := p.slots[r.slot].Host()
+	host := p.regions[r.slot].Host()
 	if host == nil {
 		return nil, p.failTake(fmt.Errorf("stream: layer %d: %s slots are not host-visible", i, p.dev.Name()))
 	}
@@ -679,7 +769,7 @@ func (p *Pipeline) Acquire(i int) (Slot, error) {
 	if err != nil || p.tiers[i] == tier.TierA || p.skipped(i) {
 		return nil, err
 	}
-	return p.slots[r.slot], nil
+	return p.regions[r.slot], nil
 }
 
 // failTake fails the current pass with err (compute could not use the
@@ -762,7 +852,6 @@ func (p *Pipeline) take(i int) (result, error) {
 // layer's slot.
 func (p *Pipeline) acquire(ps *pass, i int) (int, error) {
 	n := p.idx[i]
-	j := n % len(p.slots)
 	var t0 time.Time
 	if p.clock != nil {
 		if err := p.clock.Waiting(n); err != nil {
@@ -776,14 +865,14 @@ func (p *Pipeline) acquire(ps *pass, i int) (int, error) {
 			return -1, err
 		}
 	}
-	if err := p.dev.Await(n, p.slots[j], p.ops[n]); err != nil {
+	if err := p.dev.Await(n, p.regions[n], p.ops[n]); err != nil {
 		return -1, fmt.Errorf("stream: layer %d: waiting for its copy: %w", i, err)
 	}
 	if p.clock == nil {
 		ps.computeStall += time.Since(t0)
 	}
 	ps.acquired++
-	return j, nil
+	return n, nil
 }
 
 // Release implements model.LayerSource: compute is done with layer i, so
@@ -813,7 +902,7 @@ func (p *Pipeline) Done(i int) error {
 	ps.next = i + 1
 	var err error
 	if held >= 0 {
-		if err = p.dev.Release(p.slots[held]); err != nil {
+		if err = p.dev.Release(p.regions[held]); err != nil {
 			err = fmt.Errorf("stream: layer %d: releasing its %s slot: %w", i, p.dev.Name(), err)
 		} else if p.onCompute {
 			ps.released++
@@ -897,6 +986,7 @@ func (p *Pipeline) mapped(i int) ([]byte, error) {
 // buffer, decodes the slot and hands the layer to compute.
 func (p *Pipeline) stage2(ps *pass) {
 	defer ps.wg.Done()
+	released := 0 // streamed layers compute has released
 	for n, i := range p.streamed {
 		t0 := time.Now()
 		var src []byte
@@ -921,16 +1011,22 @@ func (p *Pipeline) stage2(ps *pass) {
 			}
 			src, stg = p.staging[g.s].Bytes()[:p.ext[i].Length], g.s
 		}
-		var s int
-		select {
-		case s = <-ps.freeSlots:
-		case <-ps.ctx.Done():
-			return
+		var after Slot
+		if a := p.layout.After[n]; a >= 0 {
+			for released <= a {
+				select {
+				case <-ps.freeSlots:
+					released++
+				case <-ps.ctx.Done():
+					return
+				}
+			}
+			after = p.regions[a]
 		}
 		t1 := time.Now()
 		ps.copy.Stall += t1.Sub(t0)
-		slot := p.slots[s]
-		op, err := p.dev.CopyIn(n, slot, src)
+		slot := p.regions[n]
+		op, err := p.dev.CopyIn(n, slot, after, src)
 		if err == nil {
 			err = op.Wait()
 		}
@@ -951,24 +1047,23 @@ func (p *Pipeline) stage2(ps *pass) {
 			}
 		}
 		if err != nil {
-			ps.freeSlots <- s
 			ps.ready[i] <- result{err: p.layerErr(i, err)}
 			return
 		}
 		ps.copy.Layers++
 		ps.copy.Bytes += int64(len(src))
-		ps.ready[i] <- result{layer: l, slot: s}
+		ps.ready[i] <- result{layer: l, slot: n}
 	}
 }
 
 // pump is stage 2 issued from compute: it issues every copy that may go
 // now, in order, without waiting for any; the n-th streamed layer's once
-// compute has released slot n mod k's previous layer and, on tier C,
-// stage 1 has read it. need >= 0 is the streamed layer compute waits for:
-// its read is waited for and its error returned.
+// compute has released every earlier layer its region of the ring
+// overwrites and, on tier C, stage 1 has read it. need >= 0 is the
+// streamed layer compute waits for: its read is waited for and its error
+// returned.
 func (p *Pipeline) pump(ps *pass, need int) error {
-	k := len(p.slots)
-	for ps.issued < len(p.streamed) && ps.issued < ps.released+k {
+	for ps.issued < len(p.streamed) && p.layout.After[ps.issued] < ps.released {
 		n := ps.issued
 		i := p.streamed[n]
 		var src []byte
@@ -999,7 +1094,11 @@ func (p *Pipeline) pump(ps *pass, need int) error {
 			}
 			src = b
 		}
-		op, err := p.dev.CopyIn(n, p.slots[n%k], src)
+		var after Slot
+		if a := p.layout.After[n]; a >= 0 {
+			after = p.regions[a]
+		}
+		op, err := p.dev.CopyIn(n, p.regions[n], after, src)
 		if err != nil {
 			return p.layerErr(i, fmt.Errorf("copy to %s slot: %w", p.dev.Name(), err))
 		}
@@ -1013,7 +1112,7 @@ func (p *Pipeline) pump(ps *pass, need int) error {
 		ps.copy.Bytes += int64(len(src))
 	}
 	if need >= 0 && ps.issued <= need {
-		return fmt.Errorf("stream: layer %d: its copy cannot be issued (%d of %d issued, %d slots released)", p.streamed[need], ps.issued, len(p.streamed), ps.released)
+		return fmt.Errorf("stream: layer %d: its copy cannot be issued (%d of %d issued, %d released)", p.streamed[need], ps.issued, len(p.streamed), ps.released)
 	}
 	return nil
 }

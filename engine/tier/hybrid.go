@@ -2,6 +2,7 @@ package tier
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -58,10 +59,12 @@ type HybridPlan struct {
 }
 
 // PlanHybrid chooses which of the streamed layers (in model order) take
-// their FFN on the CPU at rates r, for a pipeline of depth slots. It
-// simulates the pass (copies in order, each into the slot the layer depth
-// places earlier freed; a CPU layer frees its slot once its attention ran
-// and then holds compute for its hop and FFN) for every count of CPU
+// their FFN on the CPU at rates r, for a pipeline whose ring holds depth
+// whole layers. It simulates the pass (copies in order, each into its
+// place in the ring once compute has released the layers it overwrites:
+// a CPU layer copies only its attention, so more of them fit; it frees
+// its place once its attention ran and then holds compute for its hop and
+// FFN) for every count of CPU
 // layers, spread evenly over the layers that allow it, and keeps the
 // fastest; ties keep fewer CPU layers.
 func PlanHybrid(layers []HybridLayer, depth int, r HybridRates, batch int) (HybridPlan, error) {
@@ -176,19 +179,31 @@ func refineHybrid(layers []HybridLayer, eligible []int, cpuIdx []int, pass time.
 }
 
 // simulateHybrid is the pass time of the streamed layers with onCPU's
-// FFNs on the CPU. The GPU's own compute is taken as free: it reads a
-// slot in a small fraction of the copy's time.
+// FFNs on the CPU, laid out in the ring as the pipeline lays them
+// (LayRing). The GPU's own compute is taken as free: it reads a layer in
+// a small fraction of the copy's time.
 func simulateHybrid(layers []HybridLayer, onCPU []bool, depth int, r HybridRates) time.Duration {
-	released := make([]float64, len(layers)) // when compute freed the layer's slot
+	full := make([]int64, len(layers))
+	moved := make([]int64, len(layers))
+	for i, l := range layers {
+		full[i], moved[i] = l.Full, l.Full
+		if onCPU[i] {
+			moved[i] = l.Attn
+		}
+	}
+	ring, err := LayRing(moved, RingCapacity(full, depth))
+	if err != nil {
+		// PlanHybrid's checks (0 < Attn <= Full) make this unreachable;
+		// a placement the ring could not hold is never the fastest.
+		return time.Duration(math.MaxInt64)
+	}
+	released := make([]float64, len(layers)) // when compute freed the layer's place
 	var copied, now float64                  // copy stream's end, compute's clock (seconds)
 	for i, l := range layers {
-		bytes := l.Full
-		if onCPU[i] {
-			bytes = l.Attn
-		}
+		bytes := moved[i]
 		start := copied
-		if i >= depth {
-			start = max(start, released[i-depth])
+		if a := ring.After[i]; a >= 0 {
+			start = max(start, released[a])
 		}
 		copied = start + float64(bytes)/r.HostToDevice
 		now = max(now, copied)
