@@ -8,6 +8,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/gemv"
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/internal/hostmem"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
@@ -21,7 +22,8 @@ import (
 // host weights (experts in host memory, or served by an ExpertSource).
 type cpuMoE struct {
 	dev    *model.FFNDevice
-	layers []*model.Layer   // host weights per layer (the caller's)
+	layers []*model.Layer   // host weights per layer (experts in packed when it is set)
+	packed *hostmem.Region  // the experts in 2 MiB pages (packExperts); nil when src serves them
 	buf    *cudadrv.HostMem // hidden state, rows of Dim float32, mapped
 	bufDev cudadrv.DevPtr   // buf's device address
 	rows   [][]float32      // buf's rows
@@ -49,8 +51,12 @@ func (m *Model) setupMoE(w *model.Weights, src model.ExpertSource) error {
 		dev.SetExpertSource(src)
 	}
 	x := &cpuMoE{dev: dev}
-	for i := range w.Layers {
-		x.layers = append(x.layers, &w.Layers[i])
+	if src != nil {
+		for i := range w.Layers {
+			x.layers = append(x.layers, &w.Layers[i])
+		}
+	} else if x.layers, x.packed, err = packExperts(w); err != nil {
+		return fmt.Errorf("mixture of experts on the CPU: %w", err)
 	}
 	m.moe = x
 	return nil
@@ -162,5 +168,9 @@ func (x *cpuMoE) release(c *cudadrv.Ctx) error {
 	}
 	err := c.FreeHost(x.buf)
 	x.buf, x.bufDev, x.rows = nil, 0, nil
+	if x.packed != nil {
+		err = errors.Join(err, x.packed.Free())
+		x.packed, x.layers = nil, nil
+	}
 	return err
 }
