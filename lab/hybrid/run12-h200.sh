@@ -13,3 +13,6 @@ for v in new:$B/strata old:$B/strata-old; do
 	echo "== $n rc=$?"
 	grep -E "^\[|hybrid|goals|  decode, batch 1 " "$L/bench-$n.txt" | grep -v "^\[.*(synth|%)" | cut -c1-230
 done
+# Issue 25's MoE bench on the same binary (experts in huge pages, the
+# hand-over by kernels).
+bash lab/moe/run-h200.sh 2>&1 | grep -E "^\[moe|decode, batch|CPU busy|rc=" | cut -c1-200
