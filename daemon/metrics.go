@@ -37,6 +37,10 @@ type metrics struct {
 	// by how they were served.
 	expertsResident *prometheus.GaugeVec // model
 	expertUses      *prometheus.GaugeVec // model, served
+	// On a GPU: experts held in device memory, and the (token, expert)
+	// picks computed on each side.
+	expertsOnDevice *prometheus.GaugeVec // model
+	expertPicks     *prometheus.GaugeVec // model, on
 }
 
 func newMetrics() *metrics {
@@ -109,7 +113,13 @@ func newMetrics() *metrics {
 	m.expertUses = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "strata_expert_uses", Help: "Expert uses since the model loaded, by how they were served: resident, buffered (a read buffer still held it) or read (from storage).",
 	}, []string{"model", "served"})
-	m.reg.MustRegister(m.duration, m.interToken, m.complHist, m.kvBytes, m.expertsResident, m.expertUses,
+	m.expertsOnDevice = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "strata_experts_on_device", Help: "Experts of a mixture-of-experts model held in GPU memory and computed there.",
+	}, []string{"model"})
+	m.expertPicks = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "strata_expert_picks", Help: "A mixture-of-experts model's (token, expert) picks on a GPU since it loaded, by where the expert was computed: gpu (held in device memory) or cpu.",
+	}, []string{"model", "on"})
+	m.reg.MustRegister(m.duration, m.interToken, m.complHist, m.kvBytes, m.expertsResident, m.expertUses, m.expertsOnDevice, m.expertPicks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	b := buildinfo.Read()
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -131,7 +141,7 @@ func (m *metrics) forget(model string) {
 	l := prometheus.Labels{"model": model}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		m.promptToks, m.complToks, m.finished, m.passes, m.tokPerSec, m.ttft, m.queueDepth, m.activeSeqs, m.drafted, m.accepted,
-		m.interToken, m.complHist, m.kvBytes, m.expertsResident, m.expertUses,
+		m.interToken, m.complHist, m.kvBytes, m.expertsResident, m.expertUses, m.expertsOnDevice, m.expertPicks,
 	} {
 		v.DeletePartialMatch(l)
 	}

@@ -317,6 +317,7 @@ func expertStatus(e *engine.Engine) *api.ExpertStatus {
 		Experts: x.Experts, Resident: x.Resident, ResidentBytes: x.ResidentBytes, StorageBytes: x.StorageBytes, ReadBuffers: x.Buffers,
 		UsesResident: st.Resident, UsesBuffered: st.Buffered, UsesRead: st.Read, HitRate: st.Hit(), ReadBytes: st.ReadBytes,
 		ReadsFailed: st.Failed, Promoted: st.Promoted, Demoted: st.Demoted,
+		OnDevice: x.OnDevice, DeviceBytes: x.DeviceBytes, UsesDevice: x.DeviceUses, UsesCPU: x.CPUUses, DeviceHitRate: x.DeviceHit(),
 	}
 }
 
@@ -342,6 +343,11 @@ func (s *Server) refreshGauges() {
 				s.metrics.expertsResident.WithLabelValues(n).Set(float64(x.Resident))
 				for served, v := range map[string]uint64{"resident": x.Stats.Resident, "buffered": x.Stats.Buffered, "read": x.Stats.Read} {
 					s.metrics.expertUses.WithLabelValues(n, served).Set(float64(v))
+				}
+				if x.OnDevice > 0 || x.DeviceUses+x.CPUUses > 0 {
+					s.metrics.expertsOnDevice.WithLabelValues(n).Set(float64(x.OnDevice))
+					s.metrics.expertPicks.WithLabelValues(n, "gpu").Set(float64(x.DeviceUses))
+					s.metrics.expertPicks.WithLabelValues(n, "cpu").Set(float64(x.CPUUses))
 				}
 			}
 		}

@@ -167,6 +167,17 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 				tier.FormatBytes(xplan.StorageBytes), tier.FormatBytes(plan.ExpertBudget()), ErrNeedsPool, src.path, strings.TrimSuffix(src.path, ".gguf")+".pool")
 		}
 	}
+	// On a GPU the device memory the plan leaves (less the routers and a
+	// pass's routing and expert buffers) holds the experts used most per
+	// byte, computed there; by size and order until the calibration text
+	// has measured the routing.
+	var deviceExperts int64
+	if xplan != nil {
+		deviceExperts = DeviceExpertBudget(plan, &src.cfg)
+		xplan.PlaceOnDevice(src.sizes.Experts, nil, deviceExperts)
+		log.Debug("experts in device memory", "model", src.path, "experts", xplan.DeviceCount(), "bytes", tier.FormatBytes(xplan.DeviceBytes),
+			"budget", tier.FormatBytes(deviceExperts))
+	}
 	// The store serves a pool's experts, as on the CPU, unless every
 	// expert is resident and every layer in memory (then the pool's
 	// mapping holds them, verified).
@@ -200,6 +211,9 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 	// bytes on synthetic and heavy-tailed weights, bit-identical logits:
 	// engine/gpu's PackBF16); layers of other types are untouched.
 	copts := gpu.Options{MaxSeqs: batch, MaxContext: ctxLen, StreamLayers: streamed, Slots: plan.Depth, PackBF16: true}
+	if xplan != nil {
+		copts.ResidentExperts = xplan.DeviceLists()
+	}
 	if len(streamed) > 0 && !o.NoHybrid && !src.cfg.MoE() {
 		// The CPU computes the FFN of the tier-B layers its measured rate
 		// earns, per batch size, against the measured copy rate.
@@ -221,9 +235,10 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 	if len(onC) > 0 {
 		copts.TierC = &gpu.TierC{Layers: onC, Store: src.pool, Source: tsrc, Verify: o.Verify, Logger: log}
 	}
-	// Attention on the GPU, every FFN block (router and experts) on the
-	// CPU (engine/gpu's cpuMoE, as llama.cpp's --cpu-moe), taking the
-	// experts the layers lack from the store, as the CPU model does.
+	// Attention and routing on the GPU, the experts not resident there on
+	// the CPU (engine/gpu's gpuMoE; with none resident, llama.cpp's
+	// --cpu-moe), taking the experts the layers lack from the store, as
+	// the CPU model does.
 	var xs *expertStore
 	if useStore {
 		if xs, err = newExpertStore(ctx, src.pool, tsrc, *xplan, o.Verify, log); err != nil {
@@ -273,7 +288,15 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 	e.backend = &cudaBackend{m: cm, cfg: cfg}
 	e.binfo = *info
 	e.expertPlan = xplan
+	if xplan != nil {
+		e.deviceExperts, e.expertSizes = deviceExperts, src.sizes.Experts
+	}
+	// Calibration places the experts in host memory (the store's) and in
+	// device memory; with every expert in host memory already, only the
+	// device's placement asks for it.
+	calibrated := false
 	if xs != nil {
+		calibrated = !xplan.AllResident() && !o.NoExpertCalibration
 		if err := e.useExperts(ctx, xs, xplan, o, log); err != nil {
 			// The caller closes the device, and the pool stays the
 			// caller's: release only what this load made.
@@ -283,8 +306,35 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 			return nil, err
 		}
 	}
+	if xplan != nil && !calibrated && !o.NoExpertCalibration && xplan.Device != nil && xplan.DeviceCount() < len(src.sizes.Experts)*src.cfg.Experts {
+		if err := e.calibrateExperts(ctx); err != nil {
+			e.dev = nil
+			e.pool = nil
+			e.Close()
+			return nil, fmt.Errorf("model %s: calibrating expert placement: %w", e.path, err)
+		}
+		log.Debug("experts placed in device memory by their use on the calibration text", "model", e.path)
+	}
 	return e, nil
 }
+
+// DeviceExpertBudget is the device memory a GPU plan p leaves for a
+// mixture-of-experts model's experts (cfg's): the budget less the plan's
+// layers, KV cache, scratch and slots, and less the routers and a pass's
+// routing and expert buffers (gpu.MoEDeviceOverhead); 0 when nothing is
+// left, for a dense model, and on the CPU backend.
+func DeviceExpertBudget(p *tier.Plan, cfg *model.Config) int64 {
+	if p == nil || p.Shared || !cfg.MoE() {
+		return 0
+	}
+	return max(p.Device.Budget-p.Device.Total-gpu.MoEDeviceOverhead(cfg, moeReserveTokens), 0)
+}
+
+// moeReserveTokens is the pass size a mixture-of-experts model's device
+// buffers are reserved for when experts are placed in device memory
+// (gpu.MoEDeviceOverhead): prompts longer than this in one pass grow them
+// beyond the plan.
+const moeReserveTokens = 512
 
 // contextAndBatch is the per-sequence context and the batch the KV cache
 // is sized for.

@@ -38,6 +38,11 @@ type Engine struct {
 	// (expertPlan says which).
 	experts    *expertStore
 	expertPlan *tier.ExpertPlan
+	// deviceExperts is, on a GPU, the device memory the plan leaves for
+	// resident experts (expertPlan.Device says which; 0: none), and
+	// expertSizes the experts' sizes they are placed by.
+	deviceExperts int64
+	expertSizes   [][]int64
 
 	backend Backend     // the backend passes run on (cpuBackend unless the GPU took the model)
 	binfo   BackendInfo // what backend, on what, and why

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/strata-llm/strata/engine/gguf"
+	"github.com/strata-llm/strata/engine/gpu"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/stream"
@@ -124,4 +125,35 @@ func TestExpertStoreFollowsUse(t *testing.T) {
 		t.Fatalf("%d reads for resident experts", got-before)
 	}
 	t.Logf("stats %+v", s.Stats())
+}
+
+// TestDeviceExpertBudget: a GPU plan leaves its budget less its total and
+// the MoE overhead for experts in device memory; nothing when that is
+// negative, for a dense model, or on the CPU (Shared).
+func TestDeviceExpertBudget(t *testing.T) {
+	t.Parallel()
+	moe := model.Config{Layers: 2, Dim: 256, Experts: 8, ExpertsUsed: 2, ExpertFFN: 256}
+	over := gpu.MoEDeviceOverhead(&moe, moeReserveTokens)
+	if over <= 0 {
+		t.Fatalf("overhead %d", over)
+	}
+	plan := func(budget, total int64, shared bool) *tier.Plan {
+		return &tier.Plan{Shared: shared, Device: tier.DeviceUse{Budget: budget, Total: total}}
+	}
+	for _, tc := range []struct {
+		name string
+		p    *tier.Plan
+		cfg  model.Config
+		want int64
+	}{
+		{"room", plan(1<<30, 1<<20, false), moe, 1<<30 - 1<<20 - over},
+		{"none left", plan(1<<20+over/2, 1<<20, false), moe, 0},
+		{"dense", plan(1<<30, 1<<20, false), model.Config{Layers: 2, Dim: 256}, 0},
+		{"cpu", plan(1<<30, 1<<20, true), moe, 0},
+		{"no plan", nil, moe, 0},
+	} {
+		if got := DeviceExpertBudget(tc.p, &tc.cfg); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
 }

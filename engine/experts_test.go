@@ -215,6 +215,9 @@ func TestExpertsOnStorageCUDA(t *testing.T) {
 		{"layers on tiers A, B and C", "A,B,C,C"},
 	} {
 		o := engine.Options{Backend: engine.BackendCUDA, HostBudget: 1 << 30, Context: 64, Links: defaultLinks(), Tiers: tc.tiers}
+		// No room for experts in device memory: the CPU computes them all
+		// (TestExpertsOnDeviceCUDA places some on the GPU).
+		o.DeviceBudget = deviceBudgetLeaving(t, pool, o, 0)
 		e, err := engine.OpenWith(ctx, pool, o)
 		if errors.Is(err, engine.ErrCUDAUnavailable) {
 			t.Skipf("needs a usable GPU: %v", err)
@@ -266,5 +269,108 @@ func TestExpertsOnStorageCUDA(t *testing.T) {
 	}
 	if !errors.Is(err, engine.ErrNeedsPool) || !strings.Contains(err.Error(), "experts on storage") {
 		t.Fatalf("GGUF with experts on storage on the GPU: %v", err)
+	}
+}
+
+// deviceBudgetLeaving is the device budget under which o's GPU plan of
+// path leaves expertBytes for experts in device memory (beyond the
+// plan's layers, cache and buffers and the MoE routing overhead),
+// measured on a plan under the default budget. It skips without a GPU.
+func deviceBudgetLeaving(t *testing.T, path string, o engine.Options, expertBytes int64) int64 {
+	t.Helper()
+	o.DeviceBudget, o.NoExpertCalibration = 0, true
+	e, err := engine.OpenWith(context.Background(), path, o)
+	if errors.Is(err, engine.ErrCUDAUnavailable) {
+		t.Skipf("needs a usable GPU: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	p := e.Plan()
+	overhead := p.Device.Budget - p.Device.Total - engine.DeviceExpertBudget(p, &e.Model.Config)
+	return p.Device.Total + overhead + expertBytes
+}
+
+// TestExpertsOnDeviceCUDA: on the GPU, the device memory a budget leaves
+// beyond the plan holds the experts the calibration text routed to most
+// (their share of the picks at least their share of the experts),
+// computed on the GPU while the CPU computes the others — from a GGUF's
+// host memory, and from a pool's store with some experts on storage —
+// with the CPU reference's logits, and strata status's counts of both.
+func TestExpertsOnDeviceCUDA(t *testing.T) {
+	ctx := context.Background()
+	pool, gg := stackedPool(t, "mixtral", "f32", 6, 7)
+	p, err := prefab.OpenPool(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var experts int64
+	all := 0
+	for _, l := range p.Sizes().Experts {
+		for _, n := range l {
+			experts += n
+			all++
+		}
+	}
+	p.Close()
+	cpu, err := engine.OpenWith(ctx, pool, engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Context: 64, Links: defaultLinks()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := passLogits(t, cpu, 4)
+	cpu.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path string
+		storage    bool // a host budget that leaves some experts on storage
+	}{
+		{"GGUF, every expert in host memory", gg, false},
+		{"pool, some experts on storage", pool, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := engine.Options{Backend: engine.BackendCUDA, HostBudget: 1 << 30, Context: 64, Links: defaultLinks()}
+			o.DeviceBudget = deviceBudgetLeaving(t, tc.path, o, experts/2)
+			if tc.storage {
+				o.HostBudget = experts * 3 / 4
+			}
+			e, err := engine.OpenWith(ctx, tc.path, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			x, ok := e.Experts()
+			xp := e.ExpertPlan()
+			if !ok || x.OnDevice == 0 || x.OnDevice >= all || x.DeviceBytes > experts/2 {
+				t.Fatalf("%d of %d experts in device memory (%d bytes of %d left): want some, within the budget", x.OnDevice, all, x.DeviceBytes, experts/2)
+			}
+			if tc.storage && xp.AllResident() {
+				t.Fatalf("expert plan %+v: want some on storage", xp)
+			}
+			if share := float64(x.OnDevice) / float64(all); xp.DeviceHit < share-1e-9 {
+				t.Fatalf("device experts serve %.3f of the calibration's picks, less than their share %.3f of the experts: not the most used", xp.DeviceHit, share)
+			}
+			got, err := passLogits(t, e, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nearCPU(t, tc.name, got, want)
+			after, _ := e.Experts()
+			if after.DeviceUses <= x.DeviceUses || after.CPUUses <= x.CPUUses {
+				t.Fatalf("picks on the GPU %d -> %d, on the CPU %d -> %d: want both to grow", x.DeviceUses, after.DeviceUses, x.CPUUses, after.CPUUses)
+			}
+			both := 0
+			for l := range x.Device {
+				for e, d := range x.Device[l] {
+					if d && x.Residency[l][e] {
+						both++
+					}
+				}
+			}
+			t.Logf("%d of %d experts in device memory (%s), device hit %.2f (calibration %.2f); %d host-resident, %d of them also on the device",
+				x.OnDevice, all, tier.FormatBytes(x.DeviceBytes), after.DeviceHit(), xp.DeviceHit, x.Resident, both)
+		})
 	}
 }

@@ -566,12 +566,13 @@ const calibrationTokens = 256
 
 // calibrateExperts runs the built-in calibration text through the model
 // (one sequence, passes of 64 tokens) and makes the experts its tokens
-// were routed to most, per byte, resident: expected use measured before
-// the first request rather than guessed from expert order.
+// were routed to most, per byte, resident: on a GPU in device memory
+// (placeDeviceExperts), and in host memory (the store's) the most used of
+// the others: expected use measured before the first request rather than
+// guessed from expert order.
 //
 // It runs on the engine's backend, whose routing counts it reads: the CPU
-// model's, or those of engine/gpu's FFN device (the CPU routes for the GPU
-// too).
+// model's, or the GPU's (which routes on the device).
 func (e *Engine) calibrateExperts(ctx context.Context) error {
 	before := e.expertCounts()
 	toks := e.Tok.Encode(calibration, true, false)
@@ -596,7 +597,44 @@ func (e *Engine) calibrateExperts(ctx context.Context) error {
 			counts[l][x] -= before[l][x]
 		}
 	}
-	return e.experts.rebalance(ctx, counts)
+	// The device's experts first (uploaded from wherever the host holds
+	// them now); then host memory goes to the others: the CPU never
+	// computes an expert the GPU holds, so its count no longer earns it
+	// host residency.
+	if err := e.placeDeviceExperts(ctx, counts); err != nil {
+		return err
+	}
+	if e.experts == nil {
+		return nil
+	}
+	host := counts
+	if dev := e.expertPlan.Device; dev != nil {
+		host = make([][]uint64, len(counts))
+		for l := range counts {
+			host[l] = slices.Clone(counts[l])
+			for x := range host[l] {
+				if l < len(dev) && x < len(dev[l]) && dev[l][x] {
+					host[l][x] = 0
+				}
+			}
+		}
+	}
+	return e.experts.rebalance(ctx, host)
+}
+
+// placeDeviceExperts makes the experts most used per byte by counts (nil:
+// by size and order) resident in the device memory the plan left for them
+// (tier.ExpertPlan.PlaceOnDevice), computed on the GPU; a no-op off a GPU
+// or without room.
+func (e *Engine) placeDeviceExperts(ctx context.Context, counts [][]uint64) error {
+	if e.cuda == nil || e.expertPlan == nil || e.deviceExperts <= 0 {
+		return nil
+	}
+	e.expertPlan.PlaceOnDevice(e.expertSizes, counts, e.deviceExperts)
+	if err := e.cuda.SetResidentExperts(ctx, e.expertPlan.DeviceLists()); err != nil {
+		return fmt.Errorf("experts in device memory: %w", err)
+	}
+	return nil
 }
 
 // expertCounts is the routing counts of the backend's passes
@@ -638,6 +676,23 @@ type ExpertInfo struct {
 	// Stats counts the uses (zero when every expert is in place: nothing
 	// is counted then).
 	Stats ExpertStats
+	// On a GPU, OnDevice of the experts are also held in device memory
+	// (Device says which), taking DeviceBytes, and computed there;
+	// DeviceUses and CPUUses count the (token, expert) picks the GPU and
+	// the CPU computed.
+	OnDevice            int
+	DeviceBytes         int64
+	Device              [][]bool
+	DeviceUses, CPUUses uint64
+}
+
+// DeviceHit is the share of the picks the GPU computed from experts in
+// device memory (0 before any).
+func (x ExpertInfo) DeviceHit() float64 {
+	if x.DeviceUses+x.CPUUses == 0 {
+		return 0
+	}
+	return float64(x.DeviceUses) / float64(x.DeviceUses+x.CPUUses)
 }
 
 // Experts reports a mixture-of-experts model's expert placement; ok is
@@ -657,6 +712,12 @@ func (e *Engine) Experts() (ExpertInfo, bool) {
 	// plan's.
 	in.StorageBytes = xp.ResidentBytes + xp.StorageBytes - in.ResidentBytes
 	in.Residency = res
+	in.OnDevice, in.DeviceBytes, in.Device = xp.DeviceCount(), xp.DeviceBytes, xp.Device
+	if e.cuda != nil {
+		if st, ok := e.cuda.MoEStats(); ok {
+			in.DeviceUses, in.CPUUses = uint64(st.GPUExperts), uint64(st.CPUExperts)
+		}
+	}
 	for _, l := range res {
 		in.Experts += len(l)
 		for _, r := range l {

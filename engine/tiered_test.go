@@ -392,8 +392,9 @@ func TestOpenWithRefuses(t *testing.T) {
 }
 
 // TestMoEOnCUDA: a mixture-of-experts GGUF on the CUDA backend runs its
-// attention on the GPU and every FFN block (router and experts) on the
-// CPU, with the CPU backend's logits (NMSE <= 1e-4, same argmax). Without
+// attention and routing on the GPU and, every expert fitting in the device
+// memory left, its experts there too, with the CPU backend's logits (NMSE
+// <= 1e-4, same argmax). Without
 // a usable GPU, cuda is refused as unavailable and auto runs the model on
 // the CPU, saying why.
 func TestMoEOnCUDA(t *testing.T) {
@@ -438,4 +439,7 @@ func TestMoEOnCUDA(t *testing.T) {
 		t.Fatal(err)
 	}
 	nearCPU(t, "cuda", got, want)
+	if x, ok := e.Experts(); !ok || x.OnDevice != x.Experts || x.CPUUses != 0 || x.DeviceUses == 0 {
+		t.Fatalf("experts %d of %d in device memory, picks %d on the GPU and %d on the CPU: want all on the GPU", x.OnDevice, x.Experts, x.DeviceUses, x.CPUUses)
+	}
 }

@@ -18,7 +18,7 @@ var ptxFS embed.FS
 const cubinArch = "sm_90"
 
 // families are the .cu files, each compiled to one module.
-var families = []string{"attention", "bf16pack", "elementwise", "gemm", "gemv", "gemvq", "norm", "prefill", "rope", "sample"}
+var families = []string{"attention", "bf16pack", "elementwise", "gemm", "gemv", "gemvq", "moe", "norm", "prefill", "rope", "sample"}
 
 // PTXArch returns the PTX target used for a device of compute capability
 // major.minor: "compute_90" from Hopper on (the compute_80 code plus

@@ -95,8 +95,9 @@ func TestEmbeddedEntries(t *testing.T) {
 		// gemvq_q6ka_r2u2_1, gemvq_mixed_a_w2_1. read_xor
 		// (the read-only ceiling). GEMVSliced: gemvq_sk_p,
 		// gemvq_sk_q6ka, add_fx, add_fx_rmsnorm. Split pair units:
-		// gemvq_ps6_1, gemvq_mixed_s_1.
-		if want := 80 + 10 + 10 + 1 + 1 + 6 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 3 + 1 + 17 + 1 + 4 + 2; n != want {
+		// gemvq_ps6_1, gemvq_mixed_s_1. Mixture of experts: moe_logits,
+		// moe_topk, moe_gather, moe_combine.
+		if want := 80 + 10 + 10 + 1 + 1 + 6 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 3 + 1 + 17 + 1 + 4 + 2 + 4; n != want {
 			t.Errorf("%s: %d kernels embedded, want %d", arch, n, want)
 		}
 	}
@@ -105,6 +106,7 @@ func TestEmbeddedEntries(t *testing.T) {
 // TestPDLEntries checks which kernels wait for their predecessor (and so
 // are launched with cuda.LaunchConfig.Overlap): on compute_90 every kernel
 // of a decode step — GEMVs, norms, RoPE, attention, element-wise, sampling —
+// the mixture-of-experts routing and bookkeeping between them (moe_*),
 // and read_xor, which stands in for the GEMVs when the engine bench times
 // their read-only ceiling, and no prefill GEMM or prefill attention kernel;
 // below compute_90 none
@@ -112,7 +114,7 @@ func TestEmbeddedEntries(t *testing.T) {
 func TestPDLEntries(t *testing.T) {
 	t.Parallel()
 	decode := []string{"gemv_", "gemvq_", "rmsnorm", "add_rmsnorm", "rope", "rope_store", "attn_decode", "attn_combine",
-		"swiglu", "geglu", "softcap", "copy_f32", "add", "add_fx", "add_fx_rmsnorm", "store_kv", "embed_", "argmax", "sample_temp", "read_xor"}
+		"swiglu", "geglu", "softcap", "copy_f32", "add", "add_fx", "add_fx_rmsnorm", "store_kv", "embed_", "argmax", "sample_temp", "read_xor", "moe_"}
 	for _, arch := range []string{"compute_61", "compute_80", "compute_90"} {
 		waiting := 0
 		for _, fam := range families {

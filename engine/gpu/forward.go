@@ -563,8 +563,9 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 			return err
 		}
 		if m.hy != nil && m.hy.on[l] || m.moe != nil {
-			// The CPU takes the FFN (hybrid.go; moe.go): a slot held only
-			// the attention, so it goes back before the CPU starts.
+			// The CPU takes the FFN (hybrid.go), or the experts' own
+			// placement does (moe.go): a slot held only the attention
+			// (and the FFN norm), so it goes back before the FFN starts.
 			if gemma {
 				if err := step("post-attention norm", k.RMSNorm(c, s, a.tmp, lw.postAttnNorm, a.tmp, T, cfg.Dim, eps)); err != nil {
 					return err
@@ -573,13 +574,20 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 			if err := step("residual", k.Add(c, s, a.h, a.tmp, int64(T)*dim)); err != nil {
 				return err
 			}
+			if m.moe != nil {
+				// The router reads the FFN norm's output: normed while
+				// the layer's slot still holds the norm's weights.
+				if err := step("ffn norm", k.RMSNorm(c, s, a.h, lw.ffnNorm, a.xn, T, cfg.Dim, eps)); err != nil {
+					return err
+				}
+			}
 			if streaming {
 				if err := step("releasing its slot", m.tb.done(l)); err != nil {
 					return err
 				}
 			}
 			if m.moe != nil {
-				if err := step("experts on the CPU", m.moeFFN(ctx, c, l, T)); err != nil {
+				if err := step("experts", m.moeFFN(ctx, c, l, T)); err != nil {
 					return err
 				}
 				continue

@@ -33,10 +33,16 @@ type Options struct {
 	MaxContext int
 	// Experts, for a mixture-of-experts model, serves the experts its
 	// layers do not hold (the engine's expert store); nil when they hold
-	// them all. Such a model's FFN blocks run on the CPU beside the GPU's
-	// attention (cpuMoE), so the weights given to Load must stay valid
-	// while the model lives, unlike other models'.
+	// them all. The experts not resident on the GPU run on the CPU beside
+	// it (gpuMoE), so the weights given to Load must stay valid while the
+	// model lives, unlike other models'.
 	Experts model.ExpertSource
+	// ResidentExperts, for a mixture-of-experts model, lists per layer the
+	// experts held in device memory and computed on the GPU (the caller
+	// chooses them: the engine takes the most used ones that fit its
+	// budget); the others are computed on the CPU. Nil, or a layer missing
+	// or empty: none of that layer's.
+	ResidentExperts [][]int
 	// NoGraphs disables capturing and replaying decode steps as CUDA
 	// graphs (every step is then launched kernel by kernel).
 	NoGraphs bool
@@ -120,7 +126,7 @@ type Model struct {
 	tb       *tierB   // nil when every layer is resident
 	pk       *packing // packed tier-B layers (Options.PackBF16); nil when none
 	hy       *hybrid  // the CPU's share of tier B (Options.Hybrid); nil when none
-	moe      *cpuMoE  // a mixture-of-experts model's FFNs on the CPU; nil for other models
+	moe      *gpuMoE  // a mixture-of-experts model's routing and experts; nil for other models
 
 	mu     sync.Mutex // serialises Forward and guards everything below
 	slots  []bool     // slot in use
@@ -143,8 +149,14 @@ type Stats struct {
 	GraphNodes int
 }
 
-// WeightBytes is the device memory the weights occupy.
-func (m *Model) WeightBytes() int64 { return m.arenaN }
+// WeightBytes is the device memory the weights occupy (a mixture of
+// experts' routers and resident experts included).
+func (m *Model) WeightBytes() int64 {
+	if m.moe != nil {
+		return m.arenaN + m.moe.expertBytes
+	}
+	return m.arenaN
+}
 
 // KernelImage says which build of the kernels runs (kernels.Kernels.Image:
 // "sm_90 cubin (ptxas 11.8)" or "compute_80 PTX (driver JIT)"), and how
@@ -277,14 +289,18 @@ func (m *Model) load(ctx context.Context, c *cudadrv.Ctx, w *model.Weights) erro
 		m.k, m.ownK = k, true
 	}
 	if cfg.MoE() && m.opts.Hybrid != nil {
-		return fmt.Errorf("%d experts per layer: every FFN runs on the CPU already (no hybrid plan)", cfg.Experts)
+		return fmt.Errorf("%d experts per layer: the experts' placement is its own (ResidentExperts), not a hybrid plan", cfg.Experts)
+	}
+	resident, err := residentSet(cfg, m.opts.ResidentExperts)
+	if err != nil {
+		return err
 	}
 	for _, t := range []struct {
 		name string
 		dim  int
 	}{{"head dim", cfg.HeadDim}, {"model width", cfg.Dim}, {"FFN width", cfg.FFN}} {
 		if t.name == "FFN width" && cfg.MoE() {
-			continue // the experts run on the CPU
+			continue // no dense FFN; residentSet checks the experts'
 		}
 		if t.dim%WidthGranule != 0 {
 			return fmt.Errorf("%s %d is not a multiple of %d, which the kernels need", t.name, t.dim, WidthGranule)
@@ -311,6 +327,12 @@ func (m *Model) load(ctx context.Context, c *cudadrv.Ctx, w *model.Weights) erro
 	}
 	normOff := place(&w.OutputNorm)
 	lk := kindOf(cfg)
+	var moeBytes int64
+	if cfg.MoE() {
+		if moeBytes, err = moeDeviceBytes(ctx, cfg, w, m.opts.Experts, resident); err != nil {
+			return err
+		}
+	}
 	streamed, err := m.streamedSet(len(w.Layers))
 	if err != nil {
 		return err
@@ -356,10 +378,10 @@ func (m *Model) load(ctx context.Context, c *cudadrv.Ctx, w *model.Weights) erro
 			nslots = 2
 		}
 	}
-	need := total + int64(nslots)*slotBytes + 2*kvBytes*int64(cfg.Layers) + m.scratchN + m.pk.scratchBytes()
+	need := total + moeBytes + int64(nslots)*slotBytes + 2*kvBytes*int64(cfg.Layers) + m.scratchN + m.pk.scratchBytes()
 	if free, _, err := c.MemInfo(); err == nil && need > free {
-		return fmt.Errorf("model needs %.2f GiB of device memory (resident weights %.2f GiB, %d slots of %.2f GiB, KV cache for %d sequences of %d positions %.2f GiB), %.2f GiB free: %w",
-			gib(need), gib(total), nslots, gib(slotBytes), len(m.slots), m.maxCtx, gib(2*kvBytes*int64(cfg.Layers)), gib(free),
+		return fmt.Errorf("model needs %.2f GiB of device memory (resident weights %.2f GiB, routers and resident experts %.2f GiB, %d slots of %.2f GiB, KV cache for %d sequences of %d positions %.2f GiB), %.2f GiB free: %w",
+			gib(need), gib(total), gib(moeBytes), nslots, gib(slotBytes), len(m.slots), m.maxCtx, gib(2*kvBytes*int64(cfg.Layers)), gib(free),
 			&cudadrv.Error{Op: "cuMemAlloc", Code: cudadrv.ResultOutOfMemory, Name: "CUDA_ERROR_OUT_OF_MEMORY"})
 	}
 
@@ -368,7 +390,7 @@ func (m *Model) load(ctx context.Context, c *cudadrv.Ctx, w *model.Weights) erro
 	}
 	// The integer Q4_K GEMV's quantized-x scratch (kernels.Tuning.IntegerGEMV;
 	// nothing when it is off), reserved before any graph capture.
-	if err := m.k.ReserveFastGEMV(c, m.stream, max(cfg.Dim, cfg.FFN, cfg.QDim())); err != nil {
+	if err := m.k.ReserveFastGEMV(c, m.stream, max(cfg.Dim, cfg.FFN, cfg.QDim(), cfg.ExpertFFN)); err != nil {
 		return err
 	}
 	if m.arena, err = c.Alloc(total); err != nil {
@@ -416,7 +438,7 @@ func (m *Model) load(ctx context.Context, c *cudadrv.Ctx, w *model.Weights) erro
 		return err
 	}
 	if cfg.MoE() {
-		if err := m.setupMoE(w, m.opts.Experts); err != nil {
+		if err := m.setupMoE(ctx, c, w, m.opts.Experts, resident, moeBytes); err != nil {
 			return err
 		}
 	}

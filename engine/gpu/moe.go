@@ -1,56 +1,192 @@
 package gpu
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/strata-llm/strata/engine/gemv"
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/internal/hostmem"
+	"github.com/strata-llm/strata/kernels"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
-// cpuMoE runs a mixture-of-experts model's FFN blocks — router, the
-// experts it picks, their weighted sum — on the CPU beside the GPU's
-// attention: the shape of llama.cpp's --cpu-moe, and how strata runs such
-// models on a GPU until it has expert kernels. Attention, norms and the
-// output head stay on the device (resident or streamed); each layer's
-// hidden state crosses to pinned host memory after its attention and back
-// after its FFN, which engine/model's FFNDevice computes from the layer's
-// host weights (experts in host memory, or served by an ExpertSource).
-type cpuMoE struct {
+// gpuMoE runs a mixture-of-experts model's FFN blocks beside the GPU's
+// attention. The router runs on the device (its matrix in a resident f32
+// table of its own, kernels.MoELogits and MoETopK), and only each token's
+// picks, T·k ids and weights, cross to the host. The experts the caller
+// placed in device memory (Options.ResidentExperts) are computed there by
+// the ordinary GEMV/GEMM launches on per-expert matrices; the picked
+// experts held elsewhere (host memory, or served by an ExpertSource) are
+// computed by the CPU (engine/model's FFNDevice, FFNRouted) at the same
+// time, from the hidden state copied down with the routing, and their sum
+// comes back up to be added with the GPU's. A layer whose experts are all
+// resident copies no hidden state; any layer still waits for its routing
+// on the host, which picks the products to launch. Every hand-over is a
+// kernel on mapped pinned memory (kernels.Copy, and MoECombine reading
+// the CPU's rows in place), as the hybrid placement's: a copy on the copy
+// engine could wait behind streamed layers' bulk copies.
+type gpuMoE struct {
 	dev    *model.FFNDevice
-	layers []*model.Layer   // host weights per layer (experts in packed when it is set)
-	packed *hostmem.Region  // the experts in 2 MiB pages (packExperts); nil when src serves them
-	buf    *cudadrv.HostMem // hidden state, rows of Dim float32, mapped
-	bufDev cudadrv.DevPtr   // buf's device address
-	rows   [][]float32      // buf's rows
-	stats  MoEStats
+	layers []*model.Layer     // host weights per layer (experts in packed when it is set)
+	packed *hostmem.Region    // the experts in 2 MiB pages (packExperts); nil when src serves them
+	src    model.ExpertSource // the experts the layers lack; nil when they hold them
+	// routers are each layer's router as E rows of Dim float32 (its own
+	// allocation, in device bytes); skew, when not 0, the router skew
+	// table, E floats a layer.
+	routers     cudadrv.DevPtr
+	skew        cudadrv.DevPtr
+	experts     cudadrv.DevPtr    // resident experts' weights
+	expertBytes int64             // routers' and resident experts' device bytes
+	resident    []map[int]expertW // per layer, by expert
+	// Per-pass buffers, grown on demand: routing (capT tokens) and the
+	// resident experts' activations (capP picks).
+	capT, capP int
+	route      cudadrv.DevPtr   // logits, ids and weights, where map and gathered token ids
+	acts       cudadrv.DevPtr   // gathered x, gate, up, out
+	host       *cudadrv.HostMem // ids and weights, where map and gathered token ids, hidden-state rows; mapped
+	hostDev    cudadrv.DevPtr   // host's device address
+	counts     [][]uint64       // routes per layer and expert (ExpertCounts)
+	stats      MoEStats
+	// Scratch of the host side of a layer.
+	pairs []moePair
+	keep  func(e int) bool
+	curL  int
 }
 
-// MoEStats counts the CPU's work for a mixture-of-experts model on the GPU.
+// expertW is one resident expert's matrices in device memory.
+type expertW struct{ gate, up, down kernels.Matrix }
+
+// moePair is one token's pick of a resident expert.
+type moePair struct{ t, j, e int }
+
+// MoEStats counts the work of a mixture-of-experts model's FFN blocks on
+// the GPU and the CPU.
 type MoEStats struct {
-	// Layers is the FFN blocks the CPU computed; Busy its time in them;
-	// Hop the time spent handing the hidden state over (waiting for the
-	// GPU to reach the layer and the two copies).
+	// Layers is the FFN blocks the CPU had work in; Busy its time in them;
+	// Hop the time spent handing over (waiting for the GPU to reach the
+	// layer's routing, and the hidden state's copies where the CPU has
+	// work).
 	Layers int64         `json:"layers"`
 	Busy   time.Duration `json:"busy_ns"`
 	Hop    time.Duration `json:"hop_ns"`
+	// GPULayers is the FFN blocks whose picked experts were all resident:
+	// computed on the GPU alone.
+	GPULayers int64 `json:"gpu_layers"`
+	// GPUExperts and CPUExperts count the (token, expert) picks computed
+	// on each side.
+	GPUExperts int64 `json:"gpu_experts"`
+	CPUExperts int64 `json:"cpu_experts"`
+	// ResidentExperts is the experts held in device memory, ResidentBytes
+	// their bytes (the routers' excluded).
+	ResidentExperts int   `json:"resident_experts"`
+	ResidentBytes   int64 `json:"resident_bytes"`
 }
 
-// setupMoE prepares the CPU's FFN device for a mixture-of-experts model
-// (w's layers hold the router and, unless src serves them, the experts).
-func (m *Model) setupMoE(w *model.Weights, src model.ExpertSource) error {
-	dev, err := model.NewFFNDevice(m.Config, gemv.Detect())
+// residentSet validates Options.ResidentExperts against cfg and returns
+// it as one sorted, duplicate-free list per layer.
+func residentSet(cfg *model.Config, rs [][]int) ([][]int, error) {
+	if len(rs) == 0 {
+		return make([][]int, cfg.Layers), nil
+	}
+	if !cfg.MoE() {
+		return nil, errors.New("resident experts for a model without experts")
+	}
+	if len(rs) > cfg.Layers {
+		return nil, fmt.Errorf("resident experts for %d layers, the model has %d", len(rs), cfg.Layers)
+	}
+	out := make([][]int, cfg.Layers)
+	any := false
+	for l, es := range rs {
+		s := slices.Clone(es)
+		slices.Sort(s)
+		for i, e := range s {
+			if e < 0 || e >= cfg.Experts {
+				return nil, fmt.Errorf("layer %d: resident expert %d outside [0, %d)", l, e, cfg.Experts)
+			}
+			if i > 0 && s[i-1] == e {
+				return nil, fmt.Errorf("layer %d: resident expert %d listed twice", l, e)
+			}
+		}
+		out[l] = s
+		any = any || len(s) > 0
+	}
+	if any && cfg.ExpertFFN%WidthGranule != 0 {
+		return nil, fmt.Errorf("expert FFN width %d is not a multiple of %d, which the kernels need for resident experts", cfg.ExpertFFN, WidthGranule)
+	}
+	return out, nil
+}
+
+// expertSize is the device bytes of one expert's three matrices.
+func expertSize(x *model.Expert) int64 {
+	return alignUp(int64(len(x.Gate.Data))) + alignUp(int64(len(x.Up.Data))) + alignUp(int64(len(x.Down.Data)))
+}
+
+// routerBytes is the device bytes of every layer's router as f32.
+func routerBytes(cfg *model.Config) int64 {
+	return alignUp(int64(cfg.Layers) * int64(cfg.Experts) * int64(cfg.Dim) * 4)
+}
+
+// layerExpert returns layer l's expert e: the layer's own (L), or src's.
+func layerExpert(ctx context.Context, L *model.Layer, src model.ExpertSource, l, e int) (*model.Expert, error) {
+	if len(L.Experts) > e {
+		return &L.Experts[e], nil
+	}
+	if src == nil {
+		return nil, fmt.Errorf("layer %d holds no experts and there is no expert source", l)
+	}
+	dst := []*model.Expert{nil}
+	if err := src.Experts(ctx, l, []int{e}, dst); err != nil {
+		return nil, fmt.Errorf("layer %d expert %d: %w", l, e, err)
+	}
+	if dst[0] == nil {
+		return nil, fmt.Errorf("layer %d: the expert source returned no expert %d", l, e)
+	}
+	return dst[0], nil
+}
+
+// moeDeviceBytes is what setupMoE will allocate in device memory for the
+// resident set rs: the routers and the resident experts (Load's budget
+// check counts them with the weights). A layer's experts all have one
+// size (slabs of the same merged tensors), so one expert a layer is asked
+// for: an expert source may read it from storage.
+func moeDeviceBytes(ctx context.Context, cfg *model.Config, w *model.Weights, src model.ExpertSource, rs [][]int) (int64, error) {
+	n := routerBytes(cfg)
+	for l, es := range rs {
+		if len(es) == 0 {
+			continue
+		}
+		x, err := layerExpert(ctx, &w.Layers[l], src, l, es[0])
+		if err != nil {
+			return 0, err
+		}
+		n += int64(len(es)) * expertSize(x)
+	}
+	return n, nil
+}
+
+// setupMoE uploads the routers and the resident experts rs (bytes in
+// all, moeDeviceBytes) and prepares the CPU's FFN device for the others
+// (w's layers hold the routers and, unless src serves them, the experts).
+func (m *Model) setupMoE(ctx context.Context, c *cudadrv.Ctx, w *model.Weights, src model.ExpertSource, rs [][]int, bytes int64) error {
+	cfg := &m.Config
+	dev, err := model.NewFFNDevice(*cfg, gemv.Detect())
 	if err != nil {
 		return fmt.Errorf("mixture of experts on the CPU: %w", err)
 	}
 	if src != nil {
 		dev.SetExpertSource(src)
 	}
-	x := &cpuMoE{dev: dev}
+	x := &gpuMoE{dev: dev, src: src, resident: make([]map[int]expertW, cfg.Layers), counts: make([][]uint64, cfg.Layers)}
+	m.moe = x
+	for i := range w.Layers {
+		x.counts[i] = make([]uint64, cfg.Experts)
+	}
 	if src != nil {
 		for i := range w.Layers {
 			x.layers = append(x.layers, &w.Layers[i])
@@ -58,75 +194,414 @@ func (m *Model) setupMoE(w *model.Weights, src model.ExpertSource) error {
 	} else if x.layers, x.packed, err = packExperts(w); err != nil {
 		return fmt.Errorf("mixture of experts on the CPU: %w", err)
 	}
-	m.moe = x
-	return nil
+	// Routers, as f32 whatever their type: routing is discrete, and the
+	// table is small (E·Dim floats a layer).
+	rb := routerBytes(cfg)
+	if x.routers, err = c.Alloc(rb); err != nil {
+		return fmt.Errorf("routers (%d bytes): %w", rb, err)
+	}
+	row := make([]float32, cfg.Experts*cfg.Dim)
+	for l := range w.Layers {
+		r := &w.Layers[l].Router
+		if err := quant.DequantizeRows(r.Type, r.Data, cfg.Dim, row); err != nil {
+			return fmt.Errorf("layer %d router: %w", l, err)
+		}
+		if err := cudadrv.Upload(c, x.routers.Add(int64(l)*int64(len(row))*4), row, m.stream); err != nil {
+			return fmt.Errorf("uploading layer %d's router: %w", l, err)
+		}
+	}
+	x.expertBytes = rb
+	return x.uploadExperts(ctx, c, m.stream, rs, bytes-rb)
 }
 
-// ensureRows grows the pinned hidden-state buffer to T rows.
-func (x *cpuMoE) ensureRows(c *cudadrv.Ctx, T, dim int) error {
-	if len(x.rows) >= T {
-		return nil
-	}
-	n := max(T, 2*len(x.rows))
-	buf, err := c.HostAlloc(n*dim*4, cudadrv.HostAllocDeviceMap)
-	if err != nil {
-		return fmt.Errorf("hidden-state buffer of %d rows: %w", n, err)
-	}
-	bufDev, err := c.HostDevicePointer(buf)
-	if err != nil {
-		return fmt.Errorf("hidden-state buffer: %w", errors.Join(err, c.FreeHost(buf)))
-	}
-	vals, err := cudadrv.Values[float32](buf.Bytes())
-	if err != nil {
-		return fmt.Errorf("hidden-state buffer: %w", errors.Join(err, c.FreeHost(buf)))
-	}
-	if err := c.FreeHost(x.buf); err != nil {
+// uploadExperts makes rs (per layer, sorted) the resident experts, total
+// bytes in all, replacing any earlier set.
+func (x *gpuMoE) uploadExperts(ctx context.Context, c *cudadrv.Ctx, s cudadrv.Stream, rs [][]int, total int64) error {
+	if err := c.StreamSync(s); err != nil {
 		return err
 	}
-	x.buf, x.bufDev, x.rows = buf, bufDev, x.rows[:0]
-	for t := range n {
-		x.rows = append(x.rows, vals[t*dim:(t+1)*dim])
+	err := c.Free(x.experts)
+	x.expertBytes -= x.stats.ResidentBytes
+	x.experts, x.stats.ResidentBytes, x.stats.ResidentExperts = 0, 0, 0
+	for l := range x.resident {
+		x.resident[l] = nil
+	}
+	if err != nil || total == 0 {
+		return err
+	}
+	if x.experts, err = c.Alloc(total); err != nil {
+		return fmt.Errorf("resident experts (%d bytes): %w", total, err)
+	}
+	x.expertBytes += total
+	x.stats.ResidentBytes = total
+	off := int64(0)
+	put := func(t *model.Tensor) (kernels.Matrix, error) {
+		p := x.experts.Add(off)
+		off += alignUp(int64(len(t.Data)))
+		if err := c.CopyHtoD(p, t.Data, s); err != nil {
+			return kernels.Matrix{}, fmt.Errorf("uploading %s: %w", t.Name, err)
+		}
+		return matrix(t, p), nil
+	}
+	for l, es := range rs {
+		x.resident[l] = map[int]expertW{}
+		for _, e := range es {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("uploading layer %d's experts: %w", l, err)
+			}
+			ex, err := layerExpert(ctx, x.layers[l], x.src, l, e)
+			if err != nil {
+				return err
+			}
+			if off+expertSize(ex) > total {
+				return fmt.Errorf("layer %d expert %d: %d bytes, larger than the layer's first", l, e, expertSize(ex))
+			}
+			var d expertW
+			if d.gate, err = put(&ex.Gate); err == nil {
+				if d.up, err = put(&ex.Up); err == nil {
+					d.down, err = put(&ex.Down)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			// An expert source's weights stay valid only until its next
+			// call: each expert's copies finish before the next is asked.
+			if err := c.StreamSync(s); err != nil {
+				return err
+			}
+			x.resident[l][e] = d
+			x.stats.ResidentExperts++
+		}
 	}
 	return nil
 }
 
-// moeFFN runs layer l's FFN on the CPU for the pass's T rows of the
-// hidden state: the state goes to mapped pinned memory (a kernel, as in
-// the hybrid placement's cpuFFN, so that it never waits behind streamed
-// layers' copies), the compute stream drains, the CPU adds the FFN, and
-// the way back is enqueued before the next layer's kernels.
-func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
+// SetResidentExperts replaces the experts held in device memory by rs
+// (per layer, as Options.ResidentExperts), between passes: the engine
+// places them by the routing it measured once the model is loaded. The
+// budget is the caller's; device memory that runs out fails the call and
+// leaves no expert resident (the CPU computes them all).
+func (m *Model) SetResidentExperts(ctx context.Context, rs [][]int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.moe == nil {
+		return errors.New("resident experts: not a mixture-of-experts model")
+	}
+	set, err := residentSet(&m.Config, rs)
+	if err != nil {
+		return err
+	}
 	x := m.moe
+	var total int64
+	for l, es := range set {
+		if len(es) == 0 {
+			continue
+		}
+		ex, err := layerExpert(ctx, x.layers[l], x.src, l, es[0])
+		if err != nil {
+			return err
+		}
+		total += int64(len(es)) * expertSize(ex)
+	}
+	err = m.dev.Do(func(c *cudadrv.Ctx) error { return x.uploadExperts(ctx, c, m.stream, set, total) })
+	if err != nil {
+		return fmt.Errorf("resident experts: %w", err)
+	}
+	return nil
+}
+
+// alloc grows a pass's buffers: routing for T tokens, activations for P
+// resident picks.
+func (x *gpuMoE) alloc(c *cudadrv.Ctx, cfg *model.Config, T, P int) error {
+	k, E, d, f := int64(cfg.ExpertsUsed), int64(cfg.Experts), int64(cfg.Dim), int64(cfg.ExpertFFN)
+	if T <= x.capT && P <= x.capP {
+		return nil
+	}
+	// Earlier passes' kernels may still read the buffers being replaced.
+	if err := c.Synchronize(); err != nil {
+		return err
+	}
+	if T > x.capT {
+		n := max(T, 2*x.capT)
+		t := int64(n)
+		dev, err := c.Alloc(alignUp(t*E*4) + alignUp(2*t*k*4) + alignUp(2*t*k*4))
+		if err != nil {
+			return fmt.Errorf("routing buffers for %d tokens: %w", n, err)
+		}
+		host, err := c.HostAlloc(int(alignUp(2*t*k*4)+alignUp(2*t*k*4)+t*d*4), cudadrv.HostAllocDeviceMap)
+		if err != nil {
+			return fmt.Errorf("routing buffers for %d tokens: %w", n, errors.Join(err, c.Free(dev)))
+		}
+		hostDev, err := c.HostDevicePointer(host)
+		if err != nil {
+			return fmt.Errorf("routing buffers for %d tokens: %w", n, errors.Join(err, c.Free(dev), c.FreeHost(host)))
+		}
+		if err := errors.Join(c.Free(x.route), c.FreeHost(x.host)); err != nil {
+			return err
+		}
+		x.route, x.host, x.hostDev, x.capT = dev, host, hostDev, n
+	}
+	if P > x.capP {
+		n := max(P, 2*x.capP)
+		p := int64(n)
+		dev, err := c.Alloc(alignUp(p*d*4)*2 + alignUp(p*f*4)*2)
+		if err != nil {
+			return fmt.Errorf("expert activations for %d picks: %w", n, err)
+		}
+		if err := c.Free(x.acts); err != nil {
+			return err
+		}
+		x.acts, x.capP = dev, n
+	}
+	return nil
+}
+
+// Buffer views for the current capacities: device routing buffers...
+func (x *gpuMoE) logits(cfg *model.Config) cudadrv.DevPtr { return x.route }
+func (x *gpuMoE) ids(cfg *model.Config) cudadrv.DevPtr {
+	return x.route.Add(alignUp(int64(x.capT) * int64(cfg.Experts) * 4))
+}
+
+// weights are right after the T·k ids of a pass of T tokens.
+func (x *gpuMoE) weights(cfg *model.Config, T int) cudadrv.DevPtr {
+	return x.ids(cfg).Add(int64(T) * int64(cfg.ExpertsUsed) * 4)
+}
+
+// plan is the where map (T·k) followed by the gathered token ids.
+func (x *gpuMoE) plan(cfg *model.Config) cudadrv.DevPtr {
+	return x.ids(cfg).Add(alignUp(2 * int64(x.capT) * int64(cfg.ExpertsUsed) * 4))
+}
+
+// ...the pinned host buffers: routing (ids then weights), plan, rows...
+func (x *gpuMoE) hostRoute(cfg *model.Config, T int) []byte {
+	return x.host.Bytes()[:2*T*cfg.ExpertsUsed*4]
+}
+func (x *gpuMoE) hostPlan(cfg *model.Config) []byte {
+	o := int(alignUp(2 * int64(x.capT) * int64(cfg.ExpertsUsed) * 4))
+	return x.host.Bytes()[o : o+2*x.capT*cfg.ExpertsUsed*4]
+}
+func (x *gpuMoE) hostRows(cfg *model.Config, T int) []byte {
+	o := 2 * int(alignUp(2*int64(x.capT)*int64(cfg.ExpertsUsed)*4))
+	return x.host.Bytes()[o : o+T*cfg.Dim*4]
+}
+
+// ...and the same three at their device addresses.
+func (x *gpuMoE) hostRouteDev() cudadrv.DevPtr { return x.hostDev }
+func (x *gpuMoE) hostPlanDev(cfg *model.Config) cudadrv.DevPtr {
+	return x.hostDev.Add(alignUp(2 * int64(x.capT) * int64(cfg.ExpertsUsed) * 4))
+}
+func (x *gpuMoE) hostRowsDev(cfg *model.Config) cudadrv.DevPtr {
+	return x.hostDev.Add(2 * alignUp(2*int64(x.capT)*int64(cfg.ExpertsUsed)*4))
+}
+
+// ...and the resident picks' activations.
+func (x *gpuMoE) actPtrs(cfg *model.Config) (xg, g, u, out cudadrv.DevPtr) {
+	d, f := alignUp(int64(x.capP)*int64(cfg.Dim)*4), alignUp(int64(x.capP)*int64(cfg.ExpertFFN)*4)
+	return x.acts, x.acts.Add(d), x.acts.Add(d + f), x.acts.Add(d + 2*f)
+}
+
+// moeFFN runs layer l's FFN for the pass's T rows, whose normalised hidden
+// state (the layer's FFN norm of a.h) is in a.xn: routing on the device,
+// the resident picked experts on the GPU and the others on the CPU at the
+// same time, both added into a.h.
+func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
+	x, cfg, k, s, a := m.moe, &m.Config, m.k, m.stream, &m.act
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if err := x.ensureRows(c, T, m.Config.Dim); err != nil {
+	K, E, D := cfg.ExpertsUsed, cfg.Experts, cfg.Dim
+	if err := x.alloc(c, cfg, T, 0); err != nil {
 		return err
 	}
-	n := int64(T * m.Config.Dim)
+	bias := cudadrv.DevPtr(0)
+	if x.skew != 0 {
+		bias = x.skew.Add(int64(l) * int64(E) * 4)
+	}
+	router := x.routers.Add(int64(l) * int64(E) * int64(D) * 4)
+	if err := k.MoELogits(c, s, a.xn, router, bias, x.logits(cfg), T, E, D); err != nil {
+		return fmt.Errorf("router: %w", err)
+	}
+	if err := k.MoETopK(c, s, x.logits(cfg), T, E, K, x.ids(cfg), x.weights(cfg, T)); err != nil {
+		return fmt.Errorf("routing: %w", err)
+	}
 	t0 := time.Now()
-	if err := m.k.Copy(c, m.stream, x.bufDev, m.act.h, n); err != nil {
+	// The ids and weights are 32-bit words that copy_f32 moves unchanged.
+	if err := k.Copy(c, s, x.hostRouteDev(), x.ids(cfg), int64(2*T*K)); err != nil {
 		return err
 	}
-	if err := c.StreamSync(m.stream); err != nil {
+	res := x.resident[l]
+	partial := len(res) < E
+	rows := x.hostRows(cfg, T)
+	if partial {
+		// The hidden state comes down with the routing whenever the CPU
+		// may have work, sparing a second round trip when it has.
+		if err := k.Copy(c, s, x.hostRowsDev(cfg), a.h, int64(T*D)); err != nil {
+			return err
+		}
+	}
+	if err := c.StreamSync(s); err != nil {
 		return err
 	}
+	hop := time.Since(t0)
+	hr := x.hostRoute(cfg, T)
+	ids, err := cudadrv.Values[int32](hr[:T*K*4])
+	if err != nil {
+		return err
+	}
+	wts, err := cudadrv.Values[float32](hr[T*K*4:])
+	if err != nil {
+		return err
+	}
+	for i, e := range ids {
+		if e < 0 || int(e) >= E {
+			return fmt.Errorf("the device routing gave token %d's pick %d expert %d of %d", i/K, i%K, e, E)
+		}
+		x.counts[l][e]++
+	}
+	x.pairs = residentPicks(x.pairs, ids, K, func(e int) bool { _, ok := res[e]; return ok })
+	P := len(x.pairs)
+	cpuWork := P < T*K
+	x.stats.GPUExperts += int64(P)
+	x.stats.CPUExperts += int64(T*K - P)
+	if P > 0 {
+		if err := m.moeResident(c, l, T); err != nil {
+			return err
+		}
+	}
+	if !cpuWork {
+		x.stats.GPULayers++
+		x.stats.Hop += hop
+		_, _, _, out := x.actPtrs(cfg)
+		if err := k.MoECombine(c, s, a.h, 0, out, x.weights(cfg, T), x.plan(cfg), T, K, D); err != nil {
+			return fmt.Errorf("adding the experts: %w", err)
+		}
+		return nil
+	}
+	hv, err := cudadrv.Values[float32](rows)
+	if err != nil {
+		return err
+	}
+	hrows := make([][]float32, T)
+	for t := range hrows {
+		hrows[t] = hv[t*D : (t+1)*D : (t+1)*D]
+	}
+	if x.keep == nil {
+		x.keep = func(e int) bool { _, ok := x.resident[x.curL][e]; return !ok }
+	}
+	x.curL = l
 	t1 := time.Now()
-	if err := x.dev.Run(ctx, l, x.layers[l], x.rows[:T]); err != nil {
+	if err := x.dev.RunRouted(ctx, l, x.layers[l], hrows, model.Routing{IDs: ids, Weights: wts}, x.keep); err != nil {
 		return err
 	}
 	t2 := time.Now()
-	if err := m.k.Copy(c, m.stream, m.act.h, x.bufDev, n); err != nil {
-		return err
+	if P == 0 {
+		err = k.Copy(c, s, a.h, x.hostRowsDev(cfg), int64(T*D))
+	} else {
+		// The combine reads the CPU's rows once each, in place.
+		_, _, _, out := x.actPtrs(cfg)
+		err = k.MoECombine(c, s, a.h, x.hostRowsDev(cfg), out, x.weights(cfg, T), x.plan(cfg), T, K, D)
+	}
+	if err != nil {
+		return fmt.Errorf("adding the experts: %w", err)
 	}
 	x.stats.Layers++
 	x.stats.Busy += t2.Sub(t1)
-	x.stats.Hop += t1.Sub(t0) + time.Since(t2)
+	x.stats.Hop += hop + time.Since(t2)
 	return nil
 }
 
-// MoEStats returns the CPU's FFN work so far for a mixture-of-experts
-// model; ok is false for any other model.
+// residentPicks lists into dst the picks of ids (k a token, in token
+// order) of experts resident says are held on the GPU, grouped by expert
+// (increasing; a group's tokens in order): each group is one product
+// over its tokens.
+func residentPicks(dst []moePair, ids []int32, k int, resident func(e int) bool) []moePair {
+	dst = dst[:0]
+	for i, e := range ids {
+		if resident(int(e)) {
+			dst = append(dst, moePair{t: i / k, j: i % k, e: int(e)})
+		}
+	}
+	slices.SortStableFunc(dst, func(p, q moePair) int { return cmp.Compare(p.e, q.e) })
+	return dst
+}
+
+// pickPlan writes the device's plan of the grouped resident picks pairs:
+// gtok[p], the token of the p-th (the row MoEGather takes), and where[t*k+j],
+// the row of token t's j-th pick, -1 for a pick the CPU computes
+// (MoECombine's map).
+func pickPlan(pairs []moePair, k int, where, gtok []int32) {
+	for i := range where {
+		where[i] = -1
+	}
+	for p, pr := range pairs {
+		where[pr.t*k+pr.j] = int32(p)
+		gtok[p] = int32(pr.t)
+	}
+}
+
+// moeResident enqueues layer l's resident picks (x.pairs): their tokens
+// gathered by expert, each expert's gate and up over its tokens, the
+// activation over all of them, each expert's down, into the activations'
+// out rows, with the where map MoECombine reads uploaded.
+func (m *Model) moeResident(c *cudadrv.Ctx, l, T int) error {
+	x, cfg, k, s, a := m.moe, &m.Config, m.k, m.stream, &m.act
+	K, D, F := cfg.ExpertsUsed, cfg.Dim, cfg.ExpertFFN
+	P := len(x.pairs)
+	if err := x.alloc(c, cfg, T, P); err != nil {
+		return err
+	}
+	plan, err := cudadrv.Values[int32](x.hostPlan(cfg))
+	if err != nil {
+		return err
+	}
+	pickPlan(x.pairs, K, plan[:T*K], plan[T*K:T*K+P])
+	if err := k.Copy(c, s, x.plan(cfg), x.hostPlanDev(cfg), int64(T*K+P)); err != nil {
+		return err
+	}
+	xg, g, u, out := x.actPtrs(cfg)
+	if err := k.MoEGather(c, s, a.xn, x.plan(cfg).Add(int64(T*K)*4), xg, P, D); err != nil {
+		return fmt.Errorf("gathering the resident experts' tokens: %w", err)
+	}
+	d4, f4 := int64(D)*4, int64(F)*4
+	runs := func(fn func(w expertW, lo, n int) error) error {
+		for lo := 0; lo < P; {
+			hi := lo + 1
+			for hi < P && x.pairs[hi].e == x.pairs[lo].e {
+				hi++
+			}
+			if err := fn(x.resident[l][x.pairs[lo].e], lo, hi-lo); err != nil {
+				return fmt.Errorf("expert %d: %w", x.pairs[lo].e, err)
+			}
+			lo = hi
+		}
+		return nil
+	}
+	err = runs(func(w expertW, lo, n int) error {
+		if err := k.MatMul(c, s, w.gate, xg.Add(int64(lo)*d4), g.Add(int64(lo)*f4), n); err != nil {
+			return fmt.Errorf("gate: %w", err)
+		}
+		if err := k.MatMul(c, s, w.up, xg.Add(int64(lo)*d4), u.Add(int64(lo)*f4), n); err != nil {
+			return fmt.Errorf("up: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := k.SwiGLU(c, s, g, u, g, int64(P)*int64(F)); err != nil {
+		return fmt.Errorf("experts' activation: %w", err)
+	}
+	return runs(func(w expertW, lo, n int) error {
+		if err := k.MatMul(c, s, w.down, g.Add(int64(lo)*f4), out.Add(int64(lo)*d4), n); err != nil {
+			return fmt.Errorf("down: %w", err)
+		}
+		return nil
+	})
+}
+
+// MoEStats returns the FFN work so far of a mixture-of-experts model;
+// ok is false for any other model.
 func (m *Model) MoEStats() (MoEStats, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -136,41 +611,89 @@ func (m *Model) MoEStats() (MoEStats, bool) {
 	return m.moe.stats, true
 }
 
-// ExpertCounts is, per layer and expert, how many tokens the router sent
-// to the expert (model.Model.ExpertCounts of the CPU's FFN device, which
-// routes for the GPU): the expected use the engine places experts by. Nil
-// for a model without experts.
+// ExpertCounts is, per layer and expert, how many tokens the device's
+// router sent to the expert: the expected use the engine places experts
+// by. Nil for a model without experts.
 func (m *Model) ExpertCounts() [][]uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.moe == nil {
 		return nil
 	}
-	return m.moe.dev.ExpertCounts()
+	out := make([][]uint64, len(m.moe.counts))
+	for l := range out {
+		out[l] = slices.Clone(m.moe.counts[l])
+	}
+	return out
 }
 
 // SetRouterSkew skews later passes' routing by a Zipf law of exponent s
-// over each layer's experts (model.Model.SetRouterSkew), for benchmarks:
-// random weights route almost uniformly. A model without experts refuses.
+// over each layer's experts, for benchmarks (random weights route almost
+// uniformly): engine/model's table (model.RouterSkewBias), uploaded and
+// added to the device router's scores as the CPU adds it to its own. A
+// model without experts refuses.
 func (m *Model) SetRouterSkew(s float64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.moe == nil {
 		return errors.New("router skew: not a mixture-of-experts model")
 	}
-	return m.moe.dev.SetRouterSkew(s)
+	x := m.moe
+	// The FFN device checks the exponent as a model does.
+	if err := x.dev.SetRouterSkew(s); err != nil {
+		return err
+	}
+	return m.dev.Do(func(c *cudadrv.Ctx) error {
+		if s == 0 {
+			err := c.Free(x.skew)
+			x.skew = 0
+			return err
+		}
+		var flat []float32
+		for _, row := range model.RouterSkewBias(&m.Config, s) {
+			flat = append(flat, row...)
+		}
+		if x.skew == 0 {
+			p, err := c.Alloc(int64(len(flat)) * 4)
+			if err != nil {
+				return fmt.Errorf("router skew: %w", err)
+			}
+			x.skew = p
+		}
+		if err := cudadrv.Upload(c, x.skew, flat, m.stream); err != nil {
+			return fmt.Errorf("router skew: %w", err)
+		}
+		return nil
+	})
 }
 
-// release frees the pinned hidden-state buffer.
-func (x *cpuMoE) release(c *cudadrv.Ctx) error {
+// release frees the routers, resident experts and pass buffers.
+func (x *gpuMoE) release(c *cudadrv.Ctx) error {
 	if x == nil {
 		return nil
 	}
-	err := c.FreeHost(x.buf)
-	x.buf, x.bufDev, x.rows = nil, 0, nil
+	err := errors.Join(c.Free(x.routers), c.Free(x.skew), c.Free(x.experts), c.Free(x.route), c.Free(x.acts), c.FreeHost(x.host))
+	x.routers, x.skew, x.experts, x.route, x.acts, x.host, x.hostDev = 0, 0, 0, 0, 0, nil, 0
 	if x.packed != nil {
 		err = errors.Join(err, x.packed.Free())
 		x.packed, x.layers = nil, nil
 	}
+	x.capT, x.capP = 0, 0
 	return err
+}
+
+// MoEDeviceOverhead is the device memory a mixture-of-experts model takes
+// beyond its planned layers whatever experts are resident: the routers as
+// f32, and the routing and expert activations of a pass of tokens tokens
+// with every pick resident. A caller placing experts in device memory
+// (the engine) leaves it out of their budget; longer passes grow the
+// buffers as they come.
+func MoEDeviceOverhead(cfg *model.Config, tokens int) int64 {
+	if !cfg.MoE() {
+		return 0
+	}
+	t, k, E, d, f := int64(tokens), int64(cfg.ExpertsUsed), int64(cfg.Experts), int64(cfg.Dim), int64(cfg.ExpertFFN)
+	route := alignUp(t*E*4) + 2*alignUp(2*t*k*4)
+	acts := 2*alignUp(t*k*d*4) + 2*alignUp(t*k*f*4)
+	return routerBytes(cfg) + route + acts
 }

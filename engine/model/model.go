@@ -817,6 +817,12 @@ func (d *FFNDevice) Run(ctx context.Context, l int, w *Layer, h [][]float32) err
 	return d.m.FFN(ctx, l, w, h)
 }
 
+// RunRouted is Model.FFNRouted on the device: the experts of a routing
+// made on the GPU, those keep selects (the ones the GPU does not hold).
+func (d *FFNDevice) RunRouted(ctx context.Context, l int, w *Layer, h [][]float32, r Routing, keep func(e int) bool) error {
+	return d.m.FFNRouted(ctx, l, w, h, r, keep)
+}
+
 // FFNLayer names one layer's FFN weights for Rate.
 type FFNLayer struct {
 	Index int

@@ -307,6 +307,16 @@ func (m *Model) moe(ctx context.Context, l int, w *Layer) error {
 			m.routeCounts[l][r.e]++
 		}
 	}
+	return m.moeRouted(ctx, l, w)
+}
+
+// moeRouted runs the experts of ms.routes (sized for the batch, each
+// route's slot its place among its token's ExpertsUsed picks) over the
+// batch in the scratch: sc.h += Σ w·expert(xn) over the routes listed.
+func (m *Model) moeRouted(ctx context.Context, l int, w *Layer) error {
+	c := &m.Config
+	sc := &m.sc
+	ms := &sc.moe
 	// Group the pairs by expert (stable: tokens keep their order), so each
 	// picked expert is one product over all of its tokens.
 	ms.sorted = append(ms.sorted[:0], ms.routes...)
@@ -327,6 +337,9 @@ func (m *Model) moe(ctx context.Context, l int, w *Layer) error {
 		if i == 0 || byExpert[i-1].e != r.e {
 			ms.picked, ms.starts = append(ms.picked, r.e), append(ms.starts, i)
 		}
+	}
+	if len(ms.picked) == 0 {
+		return nil
 	}
 	ms.starts = append(ms.starts, len(byExpert))
 	ms.weights = slices.Grow(ms.weights[:0], len(ms.picked))[:len(ms.picked)]
@@ -371,6 +384,80 @@ func (m *Model) moe(ctx context.Context, l int, w *Layer) error {
 	return nil
 }
 
+// Routing is a batch's choice of experts made elsewhere (engine/gpu routes
+// on the device): token t's j-th pick is expert IDs[t*k+j] with weight
+// Weights[t*k+j], k being the config's ExpertsUsed, in the order the
+// router ranked them (the order FFN sums them in).
+type Routing struct {
+	IDs     []int32
+	Weights []float32
+}
+
+// FFNRouted is FFN for a MoE layer whose routing r was computed elsewhere:
+// h += Σ w·expert(norm(h)) over each token's picks for which keep(expert)
+// holds (nil keeps all), in pick order. With the router's own routing and
+// keep nil it gives FFN's bits; a GPU that computes the experts it holds
+// passes the rest here. The routes are not counted in ExpertCounts (the
+// router that made them counts them).
+func (m *Model) FFNRouted(ctx context.Context, l int, w *Layer, h [][]float32, r Routing, keep func(e int) bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := &m.Config
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("routed ffn of layer %d: %w", l, err)
+	}
+	if !c.MoE() {
+		return fmt.Errorf("routed ffn of layer %d: not a mixture-of-experts model", l)
+	}
+	if l < 0 || l >= c.Layers {
+		return fmt.Errorf("routed ffn of layer %d: outside [0, %d)", l, c.Layers)
+	}
+	if err := c.checkFFN(l, w); err != nil {
+		return fmt.Errorf("routed ffn: %w", err)
+	}
+	k := c.ExpertsUsed
+	if len(r.IDs) != len(h)*k || len(r.Weights) != len(h)*k {
+		return fmt.Errorf("routed ffn of layer %d: %d ids and %d weights for %d rows of %d picks", l, len(r.IDs), len(r.Weights), len(h), k)
+	}
+	for t, row := range h {
+		if len(row) != c.Dim {
+			return fmt.Errorf("routed ffn of layer %d: row %d has %d elements, the model's width is %d", l, t, len(row), c.Dim)
+		}
+	}
+	for i, e := range r.IDs {
+		if e < 0 || int(e) >= c.Experts {
+			return fmt.Errorf("routed ffn of layer %d: row %d's pick %d is expert %d of %d", l, i/k, i%k, e, c.Experts)
+		}
+	}
+	if len(h) == 0 {
+		return nil
+	}
+	m.prepare(len(h), 0)
+	sc := &m.sc
+	ms := &sc.moe
+	ms.size(c, len(h))
+	ms.routes = ms.routes[:0]
+	for i, e := range r.IDs {
+		if keep == nil || keep(int(e)) {
+			ms.routes = append(ms.routes, route{t: i / k, slot: i % k, e: int(e), w: r.Weights[i]})
+		}
+	}
+	if len(ms.routes) == 0 {
+		return nil
+	}
+	for t, row := range h {
+		copy(sc.h[t], row)
+	}
+	m.norm(sc.xn, sc.h, &w.FFNNorm)
+	if err := m.moeRouted(ctx, l, w); err != nil {
+		return fmt.Errorf("routed ffn of layer %d: %w", l, err)
+	}
+	for t, row := range h {
+		copy(row, sc.h[t])
+	}
+	return nil
+}
+
 // SetRouterSkew makes later passes add s·ln(1/(r+1)) to each expert's
 // router score, r being the expert's rank in a fixed order of each layer's
 // experts (a permutation seeded by the layer): the routing then follows a
@@ -391,15 +478,23 @@ func (m *Model) SetRouterSkew(s float64) error {
 		m.skew = nil
 		return nil
 	}
-	m.skew = make([][]float32, m.Config.Layers)
-	for l := range m.skew {
+	m.skew = RouterSkewBias(&m.Config, s)
+	return nil
+}
+
+// RouterSkewBias is the table SetRouterSkew adds to each layer's router
+// scores for exponent s > 0 (per layer, per expert): exported so that a
+// device routing on its own (engine/gpu) skews its routing identically.
+func RouterSkewBias(c *Config, s float64) [][]float32 {
+	skew := make([][]float32, c.Layers)
+	for l := range skew {
 		r := rand.New(rand.NewPCG(uint64(l), 0x5ca1ab1e))
-		m.skew[l] = make([]float32, m.Config.Experts)
-		for rank, e := range r.Perm(m.Config.Experts) {
-			m.skew[l][e] = float32(-s * math.Log(float64(rank+1)))
+		skew[l] = make([]float32, c.Experts)
+		for rank, e := range r.Perm(c.Experts) {
+			skew[l][e] = float32(-s * math.Log(float64(rank+1)))
 		}
 	}
-	return nil
+	return skew
 }
 
 // newRouteCounts returns zeroed routing counters for a MoE config, nil

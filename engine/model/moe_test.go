@@ -241,3 +241,85 @@ func TestFFNDeviceRouting(t *testing.T) {
 		t.Fatal("negative skew accepted")
 	}
 }
+
+// TestFFNRouted: FFNRouted given the router's own routing gives FFN's
+// bits; with a subset of the experts kept it equals the full routing with
+// the others' weights zeroed (an expert left out adds nothing, and the
+// sum keeps pick order); a kept set that no pick meets leaves h alone; bad
+// routings are refused.
+func TestFFNRouted(t *testing.T) {
+	t.Parallel()
+	for name, spec := range map[string]testSpec{"mixtral": mixtralSpec(), "qwen3moe": qwen3moeSpec()} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			m := newTestModel(t, spec, 7)
+			m.UseGEMV(gemv.Detect())
+			ctx := context.Background()
+			w := &m.Weights.Layers[1]
+			rows := func() [][]float32 {
+				r := make([][]float32, 5)
+				for i := range r {
+					r[i] = randomVector(spec.dim, uint64(i+20))
+				}
+				return r
+			}
+			want := rows()
+			if err := m.FFN(ctx, 1, w, want); err != nil {
+				t.Fatal(err)
+			}
+			k := m.Config.ExpertsUsed
+			var rt Routing
+			for _, r := range m.sc.moe.routes {
+				if r.t*k+r.slot != len(rt.IDs) {
+					t.Fatalf("route %+v out of order", r)
+				}
+				rt.IDs = append(rt.IDs, int32(r.e))
+				rt.Weights = append(rt.Weights, r.w)
+			}
+			before := m.ExpertCounts()
+			got := rows()
+			if err := m.FFNRouted(ctx, 1, w, got, rt, nil); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.EqualFunc(got, want, slices.Equal) {
+				t.Fatal("FFNRouted with the router's routing differs from FFN")
+			}
+			if !slices.EqualFunc(m.ExpertCounts(), before, slices.Equal) {
+				t.Fatal("FFNRouted counted its routes")
+			}
+			even := func(e int) bool { return e%2 == 0 }
+			zeroed := Routing{IDs: rt.IDs, Weights: slices.Clone(rt.Weights)}
+			for i, e := range rt.IDs {
+				if !even(int(e)) {
+					zeroed.Weights[i] = 0
+				}
+			}
+			sub, ref := rows(), rows()
+			if err := m.FFNRouted(ctx, 1, w, sub, rt, even); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.FFNRouted(ctx, 1, w, ref, zeroed, nil); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.EqualFunc(sub, ref, slices.Equal) {
+				t.Fatal("FFNRouted of the even experts differs from the full routing with the odd ones' weights zeroed")
+			}
+			none := rows()
+			if err := m.FFNRouted(ctx, 1, w, none, rt, func(int) bool { return false }); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.EqualFunc(none, rows(), slices.Equal) {
+				t.Fatal("FFNRouted with no expert kept changed h")
+			}
+			for name, bad := range map[string]Routing{
+				"short":        {IDs: rt.IDs[1:], Weights: rt.Weights[1:]},
+				"expert range": {IDs: append([]int32{int32(spec.experts)}, rt.IDs[1:]...), Weights: rt.Weights},
+				"negative":     {IDs: append([]int32{-1}, rt.IDs[1:]...), Weights: rt.Weights},
+			} {
+				if err := m.FFNRouted(ctx, 1, w, rows(), bad, nil); err == nil {
+					t.Errorf("%s routing accepted", name)
+				}
+			}
+		})
+	}
+}

@@ -27,6 +27,83 @@ type ExpertPlan struct {
 	// resident experts serve: the expected share of expert uses that read
 	// nothing (with no counts, the share of experts resident).
 	Hit float64 `json:"hit"`
+	// Device says, on a GPU, which experts are also held in device memory
+	// and computed there (PlaceOnDevice; nil when none); DeviceBytes sums
+	// them, and DeviceHit is the share of the counts they serve (with no
+	// counts, the share of experts on the device). The other picked
+	// experts are computed on the CPU, from Resident's or read buffers.
+	Device      [][]bool `json:"device,omitempty"`
+	DeviceBytes int64    `json:"device_bytes,omitempty"`
+	DeviceHit   float64  `json:"device_hit,omitempty"`
+}
+
+// PlaceOnDevice chooses the experts a GPU holds in device memory: the most
+// used per byte (RankExperts' order: counts, nil when none were measured)
+// that fit in budget bytes, set in p.Device with DeviceBytes and DeviceHit.
+// It replaces an earlier choice; a budget of 0 or less places none.
+func (p *ExpertPlan) PlaceOnDevice(sizes [][]int64, counts [][]uint64, budget int64) {
+	p.Device, p.DeviceBytes, p.DeviceHit = nil, 0, 0
+	if budget <= 0 {
+		return
+	}
+	p.Device = make([][]bool, len(sizes))
+	for l := range sizes {
+		p.Device[l] = make([]bool, len(sizes[l]))
+	}
+	order := RankExperts(sizes, counts)
+	left := FillExperts(order, sizes, p.Device, budget)
+	p.DeviceBytes = budget - left
+	var hit, all uint64
+	n := 0
+	for _, x := range order {
+		if counts != nil {
+			all += counts[x.Layer][x.Expert]
+			if p.Device[x.Layer][x.Expert] {
+				hit += counts[x.Layer][x.Expert]
+			}
+		}
+		if p.Device[x.Layer][x.Expert] {
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		p.Device = nil
+	case all > 0:
+		p.DeviceHit = float64(hit) / float64(all)
+	default:
+		p.DeviceHit = float64(n) / float64(len(order))
+	}
+}
+
+// DeviceCount is how many experts are held in device memory.
+func (p *ExpertPlan) DeviceCount() int {
+	n := 0
+	for _, l := range p.Device {
+		for _, d := range l {
+			if d {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// DeviceLists is p.Device as the expert indexes per layer
+// (engine/gpu's Options.ResidentExperts).
+func (p *ExpertPlan) DeviceLists() [][]int {
+	if p.Device == nil {
+		return nil
+	}
+	out := make([][]int, len(p.Device))
+	for l, d := range p.Device {
+		for e, on := range d {
+			if on {
+				out[l] = append(out[l], e)
+			}
+		}
+	}
+	return out
 }
 
 // ExpertBudget is the memory p leaves for a mixture-of-experts model's

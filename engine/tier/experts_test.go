@@ -102,3 +102,60 @@ func TestExpertBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestPlaceOnDevice: a GPU's budget takes the most used experts per byte,
+// whatever the host side holds; the share of the counts they serve is
+// DeviceHit; no budget places none.
+func TestPlaceOnDevice(t *testing.T) {
+	t.Parallel()
+	sizes := [][]int64{{100, 100, 100, 100}, {100, 100, 100, 200}}
+	counts := [][]uint64{{5, 40, 1, 0}, {3, 9, 30, 60}}
+	tests := []struct {
+		name   string
+		counts [][]uint64
+		budget int64
+		device [][]int
+		bytes  int64
+		hit    float64
+	}{
+		{"hottest per byte", counts, 400, [][]int{{1}, {2, 3}}, 400, 130.0 / 148},
+		{"one that does not fit is passed over", counts, 300, [][]int{{1}, {1, 2}}, 300, 79.0 / 148},
+		{"per byte: the large one waits", counts, 250, [][]int{{1}, {2}}, 200, 70.0 / 148},
+		{"unmeasured: by size, then order", nil, 250, [][]int{{0, 1}, nil}, 200, 2.0 / 8},
+		{"everything", counts, 1 << 20, [][]int{{0, 1, 2, 3}, {0, 1, 2, 3}}, 900, 1},
+		{"no budget", counts, 0, nil, 0, 0},
+		{"too small for any", counts, 50, nil, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := PlanExperts(sizes, tc.counts, 1<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.PlaceOnDevice(sizes, tc.counts, tc.budget)
+			got := p.DeviceLists()
+			if len(got) != len(tc.device) {
+				t.Fatalf("device %v, want %v", got, tc.device)
+			}
+			n := 0
+			for l := range got {
+				if len(got[l]) != len(tc.device[l]) {
+					t.Fatalf("device %v, want %v", got, tc.device)
+				}
+				for i := range got[l] {
+					if got[l][i] != tc.device[l][i] {
+						t.Fatalf("device %v, want %v", got, tc.device)
+					}
+				}
+				n += len(got[l])
+			}
+			if p.DeviceBytes != tc.bytes || p.DeviceCount() != n || p.DeviceHit < tc.hit-1e-9 || p.DeviceHit > tc.hit+1e-9 {
+				t.Fatalf("%d bytes, %d experts, hit %v; want %d, %d, %v", p.DeviceBytes, p.DeviceCount(), p.DeviceHit, tc.bytes, n, tc.hit)
+			}
+			if !p.AllResident() {
+				t.Fatal("the host side changed")
+			}
+		})
+	}
+}

@@ -245,11 +245,14 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 	}
 	if cfg.MoE() {
 		if o.VRAM > 0 {
-			info.MoENote = "mixture-of-experts model on a GPU: the device holds attention and norms as planned; every FFN block (router and experts) runs on the CPU, its experts in the host memory tier B leaves"
+			info.MoENote = "mixture-of-experts model on a GPU: the device holds attention, norms and routers as planned, routes on the device, and the experts used most per byte in the device memory left (computed there); the others run on the CPU, in the host memory tier B leaves"
 		}
 		xp, err := tier.PlanExperts(sizes.Experts, nil, p.ExpertBudget())
 		if err != nil {
 			return nil, info, fmt.Errorf("plan: experts: %w", err)
+		}
+		if o.VRAM > 0 {
+			xp.PlaceOnDevice(sizes.Experts, nil, engine.DeviceExpertBudget(p, &cfg))
 		}
 		info.Experts = &xp
 	}
@@ -358,6 +361,10 @@ func writeExpertPlan(w io.Writer, info planInfo) {
 	all := 0
 	for _, l := range xp.Resident {
 		all += len(l)
+	}
+	if xp.Device != nil {
+		fmt.Fprintf(w, "experts in device memory: %d of %d (%s), computed on the GPU; expected share of picks %.2f (before the routing is measured: by size and order)\n",
+			xp.DeviceCount(), all, tier.FormatBytes(xp.DeviceBytes), xp.DeviceHit)
 	}
 	if xp.AllResident() {
 		fmt.Fprintf(w, "experts: all %d resident (%s)\n", all, tier.FormatBytes(xp.ResidentBytes))

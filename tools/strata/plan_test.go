@@ -131,7 +131,8 @@ func TestPlanCLIUsage(t *testing.T) {
 
 // TestPlanExpertsCLI: `strata plan` of a mixture-of-experts pool places its
 // experts in what the layers leave of the host budget, on the CPU and
-// beside a GPU's plan alike.
+// beside a GPU's plan alike, and on a GPU as many as fit in the device
+// memory the plan leaves (none when there is no room).
 // Sequential: it runs the command tree in-process.
 func TestPlanExpertsCLI(t *testing.T) {
 	dir := t.TempDir()
@@ -147,11 +148,14 @@ func TestPlanExpertsCLI(t *testing.T) {
 		name string
 		args []string
 		want []string
+		not  string // a line the output must not have
 	}{
-		{"all resident", []string{"plan", pool, "--ram", "1GiB", "--no-measure"}, []string{"experts: all 16 resident"}},
-		{"some on storage", []string{"plan", pool, "--ram", "4MiB", "--no-measure", "--ctx", "64"}, []string{"of 16 resident", "read when a token is routed to them", "8 buffers"}},
-		{"gguf", []string{"plan", src, "--ram", "4MiB", "--no-measure", "--ctx", "64"}, []string{"convert it with `strata model prefab`"}},
-		{"device", []string{"plan", pool, "--vram", "1GiB", "--ram", "1GiB", "--no-measure"}, []string{"every FFN block (router and experts) runs on the CPU", "experts: all 16 resident"}},
+		{"all resident", []string{"plan", pool, "--ram", "1GiB", "--no-measure"}, []string{"experts: all 16 resident"}, ""},
+		{"some on storage", []string{"plan", pool, "--ram", "4MiB", "--no-measure", "--ctx", "64"}, []string{"of 16 resident", "read when a token is routed to them", "8 buffers"}, ""},
+		{"gguf", []string{"plan", src, "--ram", "4MiB", "--no-measure", "--ctx", "64"}, []string{"convert it with `strata model prefab`"}, ""},
+		{"device", []string{"plan", pool, "--vram", "1GiB", "--ram", "1GiB", "--no-measure"}, []string{"routes on the device", "experts in device memory: 16 of 16", "experts: all 16 resident"}, ""},
+		{"device, some experts", []string{"plan", pool, "--vram", "10MiB", "--ram", "1GiB", "--no-measure"}, []string{"experts in device memory: ", " of 16 (", "experts: all 16 resident"}, "experts in device memory: 16 of 16"},
+		{"device, no room", []string{"plan", pool, "--vram", "8MiB", "--ram", "1GiB", "--no-measure"}, []string{"routes on the device", "experts: all 16 resident"}, "experts in device memory"},
 	}
 	for _, tc := range cases {
 		out, _, err := runCLI(t, tc.args...)
@@ -162,6 +166,9 @@ func TestPlanExpertsCLI(t *testing.T) {
 			if !strings.Contains(out, w) {
 				t.Errorf("%s: output lacks %q:\n%s", tc.name, w, out)
 			}
+		}
+		if tc.not != "" && strings.Contains(out, tc.not) {
+			t.Errorf("%s: output has %q:\n%s", tc.name, tc.not, out)
 		}
 	}
 }

@@ -69,6 +69,10 @@ func writeExperts(w io.Writer, x engine.ExpertInfo) {
 		fmt.Fprintf(w, ", %d read buffers of %s", x.Buffers, tier.FormatBytes(x.BufferBytes))
 	}
 	fmt.Fprintln(w)
+	if x.OnDevice > 0 || x.DeviceUses > 0 {
+		fmt.Fprintf(w, "experts in device memory: %d (%s); picks computed on the GPU %d, on the CPU %d, device hit rate %.2f\n",
+			x.OnDevice, tier.FormatBytes(x.DeviceBytes), x.DeviceUses, x.CPUUses, x.DeviceHit())
+	}
 	if s := x.Stats; s.Uses() > 0 {
 		fmt.Fprintf(w, "expert uses: %d resident, %d still in a read buffer, %d read (%s in %v); hit rate %.2f; %d promoted, %d demoted",
 			s.Resident, s.Buffered, s.Read, tier.FormatBytes(s.ReadBytes), dur(s.ReadTime), s.Hit(), s.Promoted, s.Demoted)

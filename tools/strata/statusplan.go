@@ -47,6 +47,10 @@ func printPlanDetail(w io.Writer, m api.ModelStatus) {
 			fmt.Fprintf(w, ", %d reads failed", x.ReadsFailed)
 		}
 		fmt.Fprintln(w)
+		if x.OnDevice > 0 || x.UsesDevice > 0 {
+			fmt.Fprintf(w, "  experts in device memory: %d (%s); picks computed on the GPU %d, on the CPU %d, device hit rate %.2f\n",
+				x.OnDevice, human(x.DeviceBytes), x.UsesDevice, x.UsesCPU, x.DeviceHitRate)
+		}
 	}
 	pl := m.Pipeline
 	if pl == nil {

@@ -68,7 +68,8 @@ func BenchmarkEngine(b *testing.B) {
 // shapes (seconds, where the real cases synthesize ~43 GiB): every row of
 // both routings at batch 1 and 8, the CPU busy in every timed pass, and
 // the skewed routing's expert reads per token at batch 8 no more than
-// the model's own. Skips without a GPU.
+// the model's own, and the dev_* rows with every expert in device memory
+// (the CPU idle). Skips without a GPU.
 func TestMoEOnGPU(t *testing.T) {
 	r, err := enginebench.Run(context.Background(), enginebench.Options{
 		Scenarios: []enginebench.Scenario{enginebench.MoE}, SynthDir: t.TempDir(), MoEZipf: 2,
@@ -100,6 +101,18 @@ func TestMoEOnGPU(t *testing.T) {
 					if v, ok := got[p+k]; !ok || !(v > 0) {
 						t.Errorf("%s: %s%s = %v (present %v)", s.Variant, p, k, v, ok)
 					}
+				}
+			}
+		}
+		// The tiny shapes' experts all fit in 1 GiB: with them on the
+		// device the CPU has nothing left to do.
+		for _, p := range []string{"dev_", "dev_zipf_"} {
+			for _, sfx := range []string{"", "_b8"} {
+				if v, ok := got[p+"decode"+sfx+"_tps"]; !ok || !(v > 0) {
+					t.Errorf("%s: %sdecode%s_tps = %v (present %v)", s.Variant, p, sfx, v, ok)
+				}
+				if v := got[p+"cpu_busy"+sfx+"_ms"]; v != 0 {
+					t.Errorf("%s: %scpu_busy%s_ms = %v with every expert on the device", s.Variant, p, sfx, v)
 				}
 			}
 		}

@@ -553,6 +553,24 @@ func (rn *runner) planBudget(cfg model.Config, sizes tier.Sizes, budget int64, c
 // planBudgetScratch is planBudget with extra device scratch to account (the
 // packed variant's decode buffer).
 func (rn *runner) planBudgetScratch(cfg model.Config, sizes tier.Sizes, budget int64, ctxLen, batch int, extra int64) ([]int, int, error) {
+	plan, err := rn.planFull(cfg, sizes, budget, ctxLen, batch, extra)
+	if err != nil {
+		return nil, 0, err
+	}
+	var stream []int
+	for _, l := range plan.Layers {
+		switch l.Tier {
+		case tier.TierB:
+			stream = append(stream, l.Index)
+		case tier.TierC:
+			return nil, 0, fmt.Errorf("planning into %s: layer %d on tier C, which this bench does not stream", gib(budget), l.Index)
+		}
+	}
+	return stream, plan.Depth, nil
+}
+
+// planFull is planBudgetScratch's plan itself.
+func (rn *runner) planFull(cfg model.Config, sizes tier.Sizes, budget int64, ctxLen, batch int, extra int64) (*tier.Plan, error) {
 	host := sizes.Globals
 	for _, l := range sizes.Layers {
 		host += l
@@ -567,18 +585,9 @@ func (rn *runner) planBudgetScratch(cfg model.Config, sizes tier.Sizes, budget i
 		Links:        links,
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("planning into %s: %w", gib(budget), err)
+		return nil, fmt.Errorf("planning into %s: %w", gib(budget), err)
 	}
-	var stream []int
-	for _, l := range plan.Layers {
-		switch l.Tier {
-		case tier.TierB:
-			stream = append(stream, l.Index)
-		case tier.TierC:
-			return nil, 0, fmt.Errorf("planning into %s: layer %d on tier C, which this bench does not stream", gib(budget), l.Index)
-		}
-	}
-	return stream, plan.Depth, nil
+	return plan, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/gpu"
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/internal/bench/gputime"
 )
 
@@ -158,10 +159,13 @@ type moeRouting struct {
 }
 
 // moe measures one MoECase: attention on the GPU planned into the budget
-// (resident, tier B for what does not fit), every FFN block on the CPU
-// from host memory (engine/gpu's cpuMoE), decode at batch 1 and 8, first
+// (resident, tier B for what does not fit), routing on the GPU and every
+// expert on the CPU from host memory (engine/gpu's gpuMoE with no expert
+// resident), decode at batch 1 and 8, first
 // on the model's own routing (random weights: near uniform) and then
-// skewed by a Zipf law of exponent Options.MoEZipf.
+// skewed by a Zipf law of exponent Options.MoEZipf; then the same with the
+// experts each routing used most held in the device memory the budget
+// leaves (moeOnDevice).
 func (rn *runner) moe(ctx context.Context, res *ScenarioResult, mc MoECase) error {
 	gm, cpu, sizes, err := rn.scenarioArchModel(res, "", mc.Arch, mc.Shape, "q4_k_m")
 	if err != nil {
@@ -192,7 +196,7 @@ func (rn *runner) moe(ctx context.Context, res *ScenarioResult, mc MoECase) erro
 	}
 	defer g.Close()
 	defer place()
-	res.Notes = append(res.Notes, fmt.Sprintf("experts: all %d (%s) in host memory, every FFN block (router and experts) computed on the CPU beside the GPU (engine/gpu's cpuMoE, llama.cpp's --cpu-moe shape); the budget places only attention",
+	res.Notes = append(res.Notes, fmt.Sprintf("experts: all %d (%s) in host memory, routing on the GPU and every expert computed on the CPU beside it (engine/gpu's gpuMoE with none resident, llama.cpp's --cpu-moe shape); the budget places only attention",
 		experts, gib(expertBytes)))
 	if _, err := rn.hostRead(ctx); err != nil {
 		return err
@@ -201,6 +205,7 @@ func (rn *runner) moe(ctx context.Context, res *ScenarioResult, mc MoECase) erro
 	if z := rn.o.MoEZipf; z > 0 {
 		routings = append(routings, moeRouting{"zipf_", fmt.Sprintf("skewed by a fixed Zipf law of exponent %g over each layer's experts (--moe-zipf; model.Model.SetRouterSkew), a stand-in for a trained router's skew", z), z})
 	}
+	var measured []moeMeasured
 	for _, rt := range routings {
 		if err := g.SetRouterSkew(rt.zipf); err != nil {
 			return err
@@ -210,13 +215,104 @@ func (rn *runner) moe(ctx context.Context, res *ScenarioResult, mc MoECase) erro
 			keys = "JSON keys " + rt.prefix + "*"
 		}
 		res.Notes = append(res.Notes, fmt.Sprintf("%s (%s): %s", rt.short(), keys, rt.what))
+		c0 := g.ExpertCounts()
 		for _, b := range []int{1, batch} {
 			if err := rn.moeDecode(ctx, res, g, esizes, mc, rt, b); err != nil {
 				return err
 			}
 		}
+		measured = append(measured, moeMeasured{rt, countsSince(c0, g.ExpertCounts())})
+	}
+	// Then the engine's placement: the device memory the budget leaves
+	// holds the experts the decodes above routed to most. Rows of their
+	// own, so a failure there leaves the CPU rows standing.
+	if err := rn.moeOnDevice(ctx, res, g, cpu.Config, gpuSizes, esizes, mc, measured, ctxLen, batch); err != nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("experts in device memory: not measured: %v", err))
+	}
+	if err := g.SetResidentExperts(ctx, nil); err != nil {
+		return err
 	}
 	return g.SetRouterSkew(0)
+}
+
+// moeMeasured is a routing and the expert counts its decodes routed.
+type moeMeasured struct {
+	rt     moeRouting
+	counts [][]uint64
+}
+
+// countsSince is after - before, per layer and expert.
+func countsSince(before, after [][]uint64) [][]uint64 {
+	out := make([][]uint64, len(after))
+	for l := range after {
+		out[l] = make([]uint64, len(after[l]))
+		for e := range after[l] {
+			if l < len(before) && e < len(before[l]) {
+				out[l][e] = after[l][e] - before[l][e]
+			} else {
+				out[l][e] = after[l][e]
+			}
+		}
+	}
+	return out
+}
+
+// offDevice is sizes with the experts device holds at 0 bytes: what the
+// CPU reads (routedTraffic of these counts only the experts off the
+// device).
+func offDevice(sizes [][]int64, device [][]bool) [][]int64 {
+	out := make([][]int64, len(sizes))
+	for l := range sizes {
+		out[l] = append([]int64(nil), sizes[l]...)
+		for e := range out[l] {
+			if l < len(device) && e < len(device[l]) && device[l][e] {
+				out[l][e] = 0
+			}
+		}
+	}
+	return out
+}
+
+// moeOnDevice decodes g again, for each measured routing, with the
+// experts that routing used most per byte in the device memory the
+// budget leaves beyond the plan (engine.DeviceExpertBudget's rule:
+// tier.ExpertPlan.PlaceOnDevice within the budget less the plan and
+// gpu.MoEDeviceOverhead), computed on the GPU; rows dev_*.
+func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loaded, cfg model.Config, sizes tier.Sizes, esizes [][]int64, mc MoECase, measured []moeMeasured, ctxLen, batch int) error {
+	plan, err := rn.planFull(cfg, sizes, mc.Budget, ctxLen, batch, 0)
+	if err != nil {
+		return err
+	}
+	left := plan.Device.Budget - plan.Device.Total - gpu.MoEDeviceOverhead(&cfg, 512)
+	if left <= 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("experts in device memory: none, the plan leaves no room in %s", gib(mc.Budget)))
+		return nil
+	}
+	for _, m := range measured {
+		var xp tier.ExpertPlan
+		xp.PlaceOnDevice(esizes, m.counts, left)
+		if xp.Device == nil {
+			res.Notes = append(res.Notes, fmt.Sprintf("experts in device memory, %s: none fits in the %s left", m.rt.short(), gib(left)))
+			continue
+		}
+		if err := g.SetResidentExperts(ctx, xp.DeviceLists()); err != nil {
+			return err
+		}
+		if err := g.SetRouterSkew(m.rt.zipf); err != nil {
+			return err
+		}
+		rt := m.rt
+		rt.prefix = "dev_" + rt.prefix
+		res.Notes = append(res.Notes, fmt.Sprintf("%s with experts in device memory (JSON keys %s*): %d experts (%s) in the %s the budget leaves, the most used per byte by the routing the rows above measured (%.2f of its picks); the others on the CPU; routed and read bytes count only the experts off the device",
+			m.rt.short(), rt.prefix, xp.DeviceCount(), gib(xp.DeviceBytes), gib(left), xp.DeviceHit))
+		off := offDevice(esizes, xp.Device)
+		for _, b := range []int{1, batch} {
+			if err := rn.moeDecode(ctx, res, g, off, mc, rt, b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // moeDecode times one decode of g at batch b and adds its rows: tok/s
@@ -326,10 +422,17 @@ func moeMetrics(p moePass) ([]Metric, error) {
 		return nil, err
 	}
 	off := gib(int64(tr.ReadPerPass) + p.streamed)
+	// Nothing off the GPU (every routed expert in device memory, no layer
+	// streamed): no link limits the pass, and a ratio to 0 has no value.
+	var comb, cpuLim *Ratio
+	if lim.Combined > 0 {
+		comb = ratioTo(ms(p.perPass), ms(lim.Combined), fmt.Sprintf("combined-link limit %.2f ms (%s ÷ (host read %.1f + H2D %.1f GB/s))", ms(lim.Combined), off, p.cpu/1e9, p.h2d/1e9))
+	}
+	if lim.CPU > 0 {
+		cpuLim = ratioTo(ms(p.perPass), ms(lim.CPU), fmt.Sprintf("CPU-experts limit %.2f ms (experts ÷ host read, then streamed ÷ H2D)", ms(lim.CPU)))
+	}
 	m = append(m,
-		Metric{Key: rt.prefix + "time_per_pass" + sfx + "_ms", Label: "  time per pass vs the combined-link limit", Value: ms(p.perPass), Unit: "ms",
-			Ratio: ratioTo(ms(p.perPass), ms(lim.Combined), fmt.Sprintf("combined-link limit %.2f ms (%s ÷ (host read %.1f + H2D %.1f GB/s))", ms(lim.Combined), off, p.cpu/1e9, p.h2d/1e9))},
-		Metric{Key: rt.prefix + "time_per_pass_cpu" + sfx + "_ms", Label: "  time per pass vs every expert on the CPU", Value: ms(p.perPass), Unit: "ms",
-			Ratio: ratioTo(ms(p.perPass), ms(lim.CPU), fmt.Sprintf("CPU-experts limit %.2f ms (experts ÷ host read, then streamed ÷ H2D)", ms(lim.CPU)))})
+		Metric{Key: rt.prefix + "time_per_pass" + sfx + "_ms", Label: "  time per pass vs the combined-link limit", Value: ms(p.perPass), Unit: "ms", Ratio: comb},
+		Metric{Key: rt.prefix + "time_per_pass_cpu" + sfx + "_ms", Label: "  time per pass vs every expert on the CPU", Value: ms(p.perPass), Unit: "ms", Ratio: cpuLim})
 	return m, nil
 }

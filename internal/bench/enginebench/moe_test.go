@@ -2,6 +2,7 @@ package enginebench
 
 import (
 	"bytes"
+	"encoding/json"
 	"math"
 	"slices"
 	"strings"
@@ -177,6 +178,21 @@ func TestMoEMetrics(t *testing.T) {
 	if r := m8[2].Ratio.Value; r != 0.5 {
 		t.Errorf("read per token ÷ routed %v, want 0.5", r)
 	}
+	// Every routed expert in device memory, nothing streamed: no limit,
+	// no ratio (a ratio to 0 would not encode as JSON).
+	dev := moeRouting{"dev_", "dev", 0}
+	m0, err := moeMetrics(moePass{routing: dev, batch: 1, tps: 200, perPass: 5 * time.Millisecond, traffic: moeTraffic{Tokens: 8}, cpu: 100e9, h2d: 50e9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range m0 {
+		if r := m.Ratio; r != nil && (math.IsInf(r.Value, 0) || math.IsNaN(r.Value)) {
+			t.Errorf("%s: ratio %v", m.Key, r.Value)
+		}
+	}
+	if _, err := json.Marshal(m0); err != nil {
+		t.Errorf("rows with nothing off the GPU: %v", err)
+	}
 	if _, err := moeMetrics(moePass{routing: own, batch: 1, traffic: tr, cpu: 1, h2d: 1}); err == nil {
 		t.Error("rows of a pass of no time")
 	}
@@ -254,5 +270,26 @@ func TestMoEPlan(t *testing.T) {
 			t.Errorf("%s in 1 MiB: %v, want the planner's refusal", arch, err)
 		}
 		gm.Close()
+	}
+}
+
+// TestCountsSinceOffDevice: the counts a routing's decodes added, and the
+// sizes the CPU reads once the device holds some experts (theirs 0).
+func TestCountsSinceOffDevice(t *testing.T) {
+	t.Parallel()
+	got := countsSince([][]uint64{{1, 2}, {0, 5}}, [][]uint64{{4, 2}, {3, 9}})
+	if want := [][]uint64{{3, 0}, {3, 4}}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("countsSince = %v, want %v", got, want)
+	}
+	sizes := [][]int64{{10, 20}, {30, 40}}
+	off := offDevice(sizes, [][]bool{{false, true}, {true, true}})
+	if want := [][]int64{{10, 0}, {0, 0}}; !slices.EqualFunc(off, want, slices.Equal) {
+		t.Fatalf("offDevice = %v, want %v", off, want)
+	}
+	if sizes[0][1] != 20 {
+		t.Fatal("offDevice changed its input")
+	}
+	if off := offDevice(sizes, nil); !slices.EqualFunc(off, sizes, slices.Equal) {
+		t.Fatalf("offDevice with nothing on the device = %v", off)
 	}
 }
