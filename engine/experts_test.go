@@ -305,32 +305,43 @@ func TestExpertsOnDeviceCUDA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var experts int64
-	all := 0
+	var poolExperts int64
+	poolAll := 0
 	for _, l := range p.Sizes().Experts {
 		for _, n := range l {
-			experts += n
-			all++
+			poolExperts += n
+			poolAll++
 		}
 	}
 	p.Close()
-	cpu, err := engine.OpenWith(ctx, pool, engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Context: 64, Links: defaultLinks()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := passLogits(t, cpu, 4)
-	cpu.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
 		name, path string
 		storage    bool // a host budget that leaves some experts on storage
 	}{
+		// stackedPool's GGUF is its first seed's model alone (the pool
+		// stacks both): each is compared with its own CPU reference.
 		{"GGUF, every expert in host memory", gg, false},
 		{"pool, some experts on storage", pool, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			cpu, err := engine.OpenWith(ctx, tc.path, engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Context: 64, Links: defaultLinks()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := passLogits(t, cpu, 4)
+			cpu.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			experts, all := poolExperts, poolAll
+			if tc.path != pool { // the GGUF holds its experts in its layers
+				experts, all = 0, cpu.Model.Config.Layers*cpu.Model.Config.Experts
+				for _, l := range cpu.Model.Weights.Layers {
+					for _, x := range l.Experts {
+						experts += int64(len(x.Gate.Data) + len(x.Up.Data) + len(x.Down.Data))
+					}
+				}
+			}
 			o := engine.Options{Backend: engine.BackendCUDA, HostBudget: 1 << 30, Context: 64, Links: defaultLinks()}
 			o.DeviceBudget = deviceBudgetLeaving(t, tc.path, o, experts/2)
 			if tc.storage {
