@@ -189,17 +189,7 @@ func TestExpertsOnStorage(t *testing.T) {
 func TestExpertsOnStorageCUDA(t *testing.T) {
 	ctx := context.Background()
 	pool, gg := stackedPool(t, "mixtral", "f32", 6, 7)
-	p, err := prefab.OpenPool(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var experts int64
-	for _, l := range p.Sizes().Experts {
-		for _, n := range l {
-			experts += n
-		}
-	}
-	p.Close()
+	experts, _ := poolExperts(t, pool)
 	cpu, err := engine.OpenWith(ctx, pool, engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Context: 64, Links: defaultLinks()})
 	if err != nil {
 		t.Fatal(err)
@@ -301,19 +291,7 @@ func deviceBudgetLeaving(t *testing.T, path string, o engine.Options, expertByte
 func TestExpertsOnDeviceCUDA(t *testing.T) {
 	ctx := context.Background()
 	pool, gg := stackedPool(t, "mixtral", "f32", 6, 7)
-	p, err := prefab.OpenPool(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var poolExperts int64
-	poolAll := 0
-	for _, l := range p.Sizes().Experts {
-		for _, n := range l {
-			poolExperts += n
-			poolAll++
-		}
-	}
-	p.Close()
+	poolBytes, poolAll := poolExperts(t, pool)
 	for _, tc := range []struct {
 		name, path string
 		storage    bool // a host budget that leaves some experts on storage
@@ -333,7 +311,7 @@ func TestExpertsOnDeviceCUDA(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			experts, all := poolExperts, poolAll
+			experts, all := poolBytes, poolAll
 			if tc.path != pool { // the GGUF holds its experts in its layers
 				experts, all = 0, cpu.Model.Config.Layers*cpu.Model.Config.Experts
 				for _, l := range cpu.Model.Weights.Layers {
@@ -384,4 +362,21 @@ func TestExpertsOnDeviceCUDA(t *testing.T) {
 				x.OnDevice, all, tier.FormatBytes(x.DeviceBytes), after.DeviceHit(), xp.DeviceHit, x.Resident, both)
 		})
 	}
+}
+
+// poolExperts is the bytes and the count of a pool's experts.
+func poolExperts(t *testing.T, pool string) (bytes int64, count int) {
+	t.Helper()
+	p, err := prefab.OpenPool(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, l := range p.Sizes().Experts {
+		for _, n := range l {
+			bytes += n
+			count++
+		}
+	}
+	return bytes, count
 }

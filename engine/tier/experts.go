@@ -77,11 +77,14 @@ func (p *ExpertPlan) PlaceOnDevice(sizes [][]int64, counts [][]uint64, budget in
 }
 
 // DeviceCount is how many experts are held in device memory.
-func (p *ExpertPlan) DeviceCount() int {
+func (p *ExpertPlan) DeviceCount() int { return countSet(p.Device) }
+
+// countSet counts the true entries of a per-layer, per-expert mask.
+func countSet(m [][]bool) int {
 	n := 0
-	for _, l := range p.Device {
-		for _, d := range l {
-			if d {
+	for _, l := range m {
+		for _, v := range l {
+			if v {
 				n++
 			}
 		}
@@ -123,17 +126,7 @@ func (p *Plan) ExpertBudget() int64 {
 func (p *ExpertPlan) AllResident() bool { return p.StorageBytes == 0 }
 
 // ResidentCount is how many experts are resident.
-func (p *ExpertPlan) ResidentCount() int {
-	n := 0
-	for _, l := range p.Resident {
-		for _, r := range l {
-			if r {
-				n++
-			}
-		}
-	}
-	return n
-}
+func (p *ExpertPlan) ResidentCount() int { return countSet(p.Resident) }
 
 // PlanExperts places experts of the given sizes (per layer, per expert)
 // within budget bytes: every expert resident if they all fit, else the
