@@ -11,7 +11,6 @@ import (
 	"github.com/strata-llm/strata/engine/gemv"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/internal/hostmem"
 	"github.com/strata-llm/strata/kernels"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
@@ -33,8 +32,7 @@ import (
 // engine could wait behind streamed layers' bulk copies.
 type gpuMoE struct {
 	dev    *model.FFNDevice
-	layers []*model.Layer     // host weights per layer (experts in packed when it is set)
-	packed *hostmem.Region    // the experts in 2 MiB pages (packExperts); nil when src serves them
+	layers []*model.Layer     // host weights per layer (the caller's)
 	src    model.ExpertSource // the experts the layers lack; nil when they hold them
 	// routers are each layer's router as E rows of Dim float32 (its own
 	// allocation, in device bytes); skew, when not 0, the router skew
@@ -187,12 +185,8 @@ func (m *Model) setupMoE(ctx context.Context, c *cudadrv.Ctx, w *model.Weights, 
 	for i := range w.Layers {
 		x.counts[i] = make([]uint64, cfg.Experts)
 	}
-	if src != nil {
-		for i := range w.Layers {
-			x.layers = append(x.layers, &w.Layers[i])
-		}
-	} else if x.layers, x.packed, err = packExperts(w); err != nil {
-		return fmt.Errorf("mixture of experts on the CPU: %w", err)
+	for i := range w.Layers {
+		x.layers = append(x.layers, &w.Layers[i])
 	}
 	// Routers, as f32 whatever their type: routing is discrete, and the
 	// table is small (E·Dim floats a layer).
@@ -674,10 +668,6 @@ func (x *gpuMoE) release(c *cudadrv.Ctx) error {
 	}
 	err := errors.Join(c.Free(x.routers), c.Free(x.skew), c.Free(x.experts), c.Free(x.route), c.Free(x.acts), c.FreeHost(x.host))
 	x.routers, x.skew, x.experts, x.route, x.acts, x.host, x.hostDev = 0, 0, 0, 0, 0, nil, 0
-	if x.packed != nil {
-		err = errors.Join(err, x.packed.Free())
-		x.packed, x.layers = nil, nil
-	}
 	x.capT, x.capP = 0, 0
 	return err
 }
