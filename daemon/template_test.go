@@ -40,21 +40,31 @@ func withTemplate(t *testing.T, dst, tmpl string) {
 
 // A model whose chat template recurses without end, loops for ever or
 // doubles a string until memory runs out is refused at load with the
-// limit named; the daemon keeps serving its other model.
+// limit named; the daemon keeps serving its other model. The doubling
+// copies ever larger strings: on a slow machine (the race detector on two
+// busy cores) the time limit can stop it before the memory limit does,
+// and either refusal is right.
 func TestHostileTemplateRefusedAtLoad(t *testing.T) {
 	t.Parallel()
 	h := start(t, opts{})
-	for _, tc := range []struct{ name, tmpl, limit string }{
-		{"recurse", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recursion"},
-		{"range", "{% for i in range(10**12) %}x{% endfor %}", "loop"},
-		{"double", "{% set ns = namespace(s='xx') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s|length }}", "memory"},
+	for _, tc := range []struct {
+		name, tmpl string
+		limits     []string
+	}{
+		{"recurse", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", []string{"recursion"}},
+		{"range", "{% for i in range(10**12) %}x{% endfor %}", []string{"loop"}},
+		{"double", "{% set ns = namespace(s='xx') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s|length }}", []string{"memory", "time"}},
 	} {
 		path := filepath.Join(modelDir, "hostile-"+tc.name+".gguf")
 		withTemplate(t, path, tc.tmpl)
 		t.Cleanup(func() { os.Remove(path) })
 		_, err := h.srv.LoadFile(context.Background(), path, api.LoadRequest{Name: "hostile-" + tc.name})
-		if err == nil || !strings.Contains(err.Error(), tc.limit+" limit") {
-			t.Errorf("%s: load: %v, want refused naming the %s limit", tc.name, err, tc.limit)
+		named := false
+		for _, l := range tc.limits {
+			named = named || err != nil && strings.Contains(err.Error(), l+" limit")
+		}
+		if !named {
+			t.Errorf("%s: load: %v, want refused naming the %s limit", tc.name, err, strings.Join(tc.limits, " or "))
 		}
 		if code, b := h.post(t, "/v1/chat/completions", hello); code != 200 {
 			t.Fatalf("after %s: %d %s", tc.name, code, b)
