@@ -57,7 +57,11 @@ func TestChatTemplateLimits(t *testing.T) {
 			if took := time.Since(start); took > lim.Time+3*time.Second {
 				t.Errorf("refusal took %v", took)
 			}
-			if err := tok.ProbeChatTemplate(); err == nil || !strings.Contains(err.Error(), tc.limit+" limit") {
+			// The probe renders again: on a slow machine (the race
+			// detector on busy cores) the doubling can meet the time
+			// limit before the memory limit, and either refusal is right.
+			if err := tok.ProbeChatTemplate(); err == nil || !strings.Contains(err.Error(), tc.limit+" limit") &&
+				!(tc.limit == "memory" && strings.Contains(err.Error(), "time limit")) {
 				t.Errorf("probe: %v, want the %s limit named", err, tc.limit)
 			}
 			// The pool replaced the dead worker: a sane template renders.
