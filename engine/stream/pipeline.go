@@ -301,11 +301,7 @@ func New(opts Options) (*Pipeline, error) {
 	}
 	k := min(p.depth, len(p.streamed))
 	if k > 0 {
-		full := make([]int64, len(p.streamed))
-		for n, i := range p.streamed {
-			full[n] = p.ext[i].Length
-		}
-		n := tier.RingCapacity(full, k)
+		n := tier.RingCapacity(p.streamedLengths(), k)
 		s, err := p.dev.AllocSlot(int(n))
 		if err != nil {
 			return fail(fmt.Errorf("stream: %s ring of %d bytes (%d layers of %d): %w", p.dev.Name(), n, k, maxStream, err))
@@ -418,6 +414,15 @@ func (p *Pipeline) free() error {
 	return errors.Join(errs...)
 }
 
+// streamedLengths is what a pass moves of each streamed layer, in order.
+func (p *Pipeline) streamedLengths() []int64 {
+	lengths := make([]int64, len(p.streamed))
+	for n, i := range p.streamed {
+		lengths[n] = p.ext[i].Length
+	}
+	return lengths
+}
+
 // layOut places the streamed layers, at their current lengths, in the
 // ring and cuts each its region (kept where nothing moved).
 func (p *Pipeline) layOut() error {
@@ -425,10 +430,7 @@ func (p *Pipeline) layOut() error {
 	if p.ring == nil {
 		return nil
 	}
-	lengths := make([]int64, len(p.streamed))
-	for n, i := range p.streamed {
-		lengths[n] = p.ext[i].Length
-	}
+	lengths := p.streamedLengths()
 	r, err := tier.LayRing(lengths, int64(p.ring.Len()))
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
