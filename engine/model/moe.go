@@ -100,7 +100,7 @@ func oneExpertChecks(c *Config, e int, x *Expert) []tensorCheck {
 	parts := expertParts(c)
 	checks := make([]tensorCheck, len(parts))
 	for k, pt := range parts {
-		checks[k] = tensorCheck{pt.field(x), expertName(pt.merged, e), pt.rows, pt.cols, false}
+		checks[k] = tensorCheck{pt.field(x), pt.merged, pt.rows, pt.cols, false, e}
 	}
 	return checks
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 
@@ -36,24 +37,32 @@ func (t *Tensor) check(name string, rows, cols int, floatOnly bool) error {
 	if t.Name == "" {
 		t.Name = name
 	}
+	if err := t.checkShape(rows, cols, floatOnly); err != nil {
+		return fmt.Errorf("tensor %s: %w", name, err)
+	}
+	return nil
+}
+
+// checkShape is check without the name: the caller adds it.
+func (t *Tensor) checkShape(rows, cols int, floatOnly bool) error {
 	if t.Data == nil && rows > 0 {
-		return fmt.Errorf("tensor %s: missing", name)
+		return errors.New("missing")
 	}
 	if floatOnly && t.Type != quant.F32 {
-		return fmt.Errorf("tensor %s: type %v, want F32", name, t.Type)
+		return fmt.Errorf("type %v, want F32", t.Type)
 	}
 	if !t.Type.Known() {
-		return fmt.Errorf("tensor %s: unsupported type %v", name, t.Type)
+		return fmt.Errorf("unsupported type %v", t.Type)
 	}
 	if t.Rows != rows || t.Cols != cols {
-		return fmt.Errorf("tensor %s: shape %d rows x %d cols, want %d x %d", name, t.Rows, t.Cols, rows, cols)
+		return fmt.Errorf("shape %d rows x %d cols, want %d x %d", t.Rows, t.Cols, rows, cols)
 	}
 	rb, err := t.Type.RowBytes(int64(cols))
 	if err != nil {
-		return fmt.Errorf("tensor %s: %w", name, err)
+		return err
 	}
 	if want := rb * int64(rows); int64(len(t.Data)) != want {
-		return fmt.Errorf("tensor %s: %d bytes of data, want %d", name, len(t.Data), want)
+		return fmt.Errorf("%d bytes of data, want %d", len(t.Data), want)
 	}
 	return nil
 }
@@ -160,6 +169,19 @@ type tensorCheck struct {
 	name       string
 	rows, cols int
 	norm       bool
+	// expert, when not -1, is the expert whose slice of the merged tensor
+	// name is checked: the name then gets its index, formatted only when
+	// it is needed (an error, or a tensor without a name), since a MoE
+	// layer's check runs over every expert on every pass.
+	expert int
+}
+
+// fullName is the check's tensor name under prefix.
+func (ch *tensorCheck) fullName(prefix string) string {
+	if ch.expert >= 0 {
+		return expertName(prefix+ch.name, ch.expert)
+	}
+	return prefix + ch.name
 }
 
 // LayerRole is one tensor of a layer: its GGUF name after "blk.N.", its
@@ -239,7 +261,7 @@ func (c *Config) LayerRoles() []LayerRole {
 func roleChecks(l *Layer, roles []LayerRole) []tensorCheck {
 	out := make([]tensorCheck, 0, len(roles))
 	for _, r := range roles {
-		out = append(out, tensorCheck{r.Field(l), r.Suffix, r.Rows, r.Cols, r.Vector})
+		out = append(out, tensorCheck{r.Field(l), r.Suffix, r.Rows, r.Cols, r.Vector, -1})
 	}
 	return out
 }
@@ -287,8 +309,11 @@ func (c *Config) checkFFN(i int, l *Layer) error {
 func runChecks(i int, checks []tensorCheck) error {
 	p := fmt.Sprintf("blk.%d.", i)
 	for _, ch := range checks {
-		if err := ch.t.check(p+ch.name, ch.rows, ch.cols, ch.norm); err != nil {
-			return err
+		if ch.t.Name == "" {
+			ch.t.Name = ch.fullName(p)
+		}
+		if err := ch.t.checkShape(ch.rows, ch.cols, ch.norm); err != nil {
+			return fmt.Errorf("tensor %s: %w", ch.fullName(p), err)
 		}
 	}
 	return nil
