@@ -12,6 +12,7 @@ import (
 
 	"github.com/strata-llm/strata/engine/gemv"
 	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/internal/workpool"
 )
 
 // ErrContextOverflow is returned (wrapped) when a step would take a
@@ -29,7 +30,7 @@ type Model struct {
 	mu       sync.Mutex
 	src      LayerSource
 	resident bool
-	pool     *pool
+	pool     *workpool.Pool
 	ropeFreq []float64 // per rotary pair, radians per position
 	// ropeFreqLocal is ropeFreq of the sliding-window layers when their
 	// RoPE base differs (Config.RopeThetaLocal); nil otherwise.
@@ -186,7 +187,7 @@ func New(cfg Config, w *Weights) (*Model, error) {
 	if err := cfg.check(w); err != nil {
 		return nil, fmt.Errorf("new model: %w", err)
 	}
-	m := &Model{Config: cfg, Weights: w, pool: defaultPool(), keepScratch: defaultKeptScratch, routeCounts: newRouteCounts(&cfg)}
+	m := &Model{Config: cfg, Weights: w, pool: workpool.Default(), keepScratch: defaultKeptScratch, routeCounts: newRouteCounts(&cfg)}
 	m.src, m.resident = residentSource{w}, true
 	m.ropeFreq = RopeFrequencies(cfg.RopeTheta, cfg.HeadDim, cfg.RopeFreqs)
 	if cfg.RopeThetaLocal > 0 {
@@ -533,9 +534,9 @@ func (m *Model) prepare(T, maxPos int) {
 	if n := max(c.QDim(), 2*c.HeadDim); len(sc.vec) != n {
 		sc.vec = make([]float32, n)
 	}
-	if len(sc.ysub) != m.pool.n {
-		sc.ysub = make([][][]float32, m.pool.n)
-		sc.scores = make([][]float32, m.pool.n)
+	if len(sc.ysub) != m.pool.Threads() {
+		sc.ysub = make([][][]float32, m.pool.Threads())
+		sc.scores = make([][]float32, m.pool.Threads())
 	}
 	for w := range sc.ysub {
 		if cap(sc.ysub[w]) < T {
@@ -796,7 +797,7 @@ func NewFFNDevice(cfg Config, impl gemv.Impl) (*FFNDevice, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("ffn device: %w", err)
 	}
-	return &FFNDevice{&Model{Config: cfg, pool: defaultPool(), keepScratch: defaultKeptScratch, fast: true, impl: impl, routeCounts: newRouteCounts(&cfg)}}, nil
+	return &FFNDevice{&Model{Config: cfg, pool: workpool.Default(), keepScratch: defaultKeptScratch, fast: true, impl: impl, routeCounts: newRouteCounts(&cfg)}}, nil
 }
 
 // SetExpertSource makes the device take the experts of MoE layers that
@@ -959,7 +960,7 @@ func (m *Model) ffn(ctx context.Context, l int, w *Layer) error {
 	// much as a fifth of a decode step's matrix products.
 	const piece = 1024
 	per := (c.FFN + piece - 1) / piece
-	m.pool.run(len(sc.gate)*per, func(_, i int) {
+	m.parallel(len(sc.gate)*per, func(_, i int) {
 		t, p := i/per, i%per
 		g, u := sc.gate[t][p*piece:min((p+1)*piece, c.FFN)], sc.up[t][p*piece:min((p+1)*piece, c.FFN)]
 		if gemma {
@@ -997,7 +998,7 @@ func (m *Model) attention(l int) {
 		window = c.SlidingWindow
 	}
 	scale, capv := c.AttnScale, c.AttnSoftcap
-	m.pool.run(len(sc.toks)*c.Heads, func(w, i int) {
+	m.parallel(len(sc.toks)*c.Heads, func(w, i int) {
 		t, h := i/c.Heads, i%c.Heads
 		tr := sc.toks[t]
 		q := sc.q[t][h*hd : (h+1)*hd]
@@ -1111,7 +1112,7 @@ func (m *Model) eachChunk(ops []matOp, product func(oi int, rows []byte, ys [][]
 	m.splitRows(ops)
 	var errMu sync.Mutex
 	var first error
-	m.pool.run(len(sc.chunks), func(w, i int) {
+	m.parallel(len(sc.chunks), func(w, i int) {
 		ch := sc.chunks[i]
 		op := &ops[ch.op]
 		ys := sc.ysub[w][:len(op.ys)]
@@ -1135,7 +1136,7 @@ func (m *Model) eachChunk(ops []matOp, product func(oi int, rows []byte, ys [][]
 func (m *Model) splitRows(ops []matOp) {
 	sc := &m.sc
 	sc.chunks = sc.chunks[:0]
-	nw := m.pool.workers()
+	nw := m.pool.Workers()
 	for oi := range ops {
 		op := &ops[oi]
 		rows := op.w.Rows
@@ -1211,7 +1212,7 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 			per = max(per, (sc.xq[k][t].Blocks()+setBlocks-1)/setBlocks)
 		}
 	}
-	m.pool.run(n*per, func(_, i int) {
+	m.parallel(n*per, func(_, i int) {
 		at, p := sc.xqAt[i/per], i%per
 		k, t := at[0], at[1]
 		x := sc.xq[k][t]

@@ -356,7 +356,7 @@ func (m *Model) moeRouted(ctx context.Context, l int, w *Layer) error {
 	if err := m.matmul(ms.ops...); err != nil {
 		return err
 	}
-	m.pool.run(len(byExpert), func(_, i int) {
+	m.parallel(len(byExpert), func(_, i int) {
 		g, u := ms.gs[i], ms.us[i]
 		for j := range g {
 			g[j] = silu(g[j]) * u[j]

@@ -1,0 +1,352 @@
+// Package workpool is strata's team of compute threads: one parallel step
+// at a time (the row chunks of a matrix product, the heads of attention,
+// the pieces of an activation) shared out over threads that wait for the
+// next step by polling a counter, not by the Go scheduler.
+//
+// A decode step on the CPU is a few hundred such steps a token, each tens
+// of microseconds to a few milliseconds of memory-bound work. What a step
+// costs beyond its work is the time its threads take to start and the
+// time the caller takes to see them finish. Threads that wait on a channel
+// sleep in the runtime and take microseconds each to wake; threads that
+// poll a channel with runtime.Gosched take the scheduler's global lock on
+// every look, and sixteen of them serialise on it (profiled on the H200
+// host: a Qwen3-30B-A3B MoE block, four steps of small products, ran at a
+// third of a dense FFN's rate). Here a step is published by bumping a
+// generation counter that idle threads read between pause instructions;
+// the caller polls a count of unfinished threads the same way. Threads
+// that see no step for Options.Spin sleep, and the next step wakes them.
+package workpool
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/strata-llm/strata/internal/hostcpu"
+)
+
+// DefaultSpin is how long an idle thread polls for the next step before it
+// sleeps: long enough to span the vector work between the steps of a
+// decode pass, short enough that an idle pool soon gives its CPUs back.
+const DefaultSpin = 200 * time.Microsecond
+
+// yieldEvery is how long an unpinned worker polls between runtime.Gosched
+// calls. A polling thread holds one of the runtime's Ps; another
+// goroutine (a storage reader, a request handler) gets one within this
+// time rather than at the runtime's 10 ms preemption, and the scheduler's
+// lock is taken a few times per poll instead of on every look. Pinned
+// workers never yield: their goroutine is locked to its thread, and a
+// locked goroutine that yields hands its P off and sleeps until the
+// runtime hands one back; they own their CPUs anyway. The caller's wait
+// never yields either: it waits for the tail of its own step.
+const yieldEvery = 20 * time.Microsecond
+
+// maxThreads is the most threads a pool has: a step's thread count is
+// the low 16 bits of Pool.step.
+const maxThreads = 1<<16 - 1
+
+// ErrClosed is returned by Run after Close.
+var ErrClosed = errors.New("workpool: closed")
+
+// Options configure New.
+type Options struct {
+	// Threads is how many threads run each step, the caller's included.
+	// Zero means len(CPUs) when CPUs is set, else GOMAXPROCS.
+	Threads int
+	// CPUs, when set, pins thread i to CPUs[i] (hostcpu.CPUs lists them
+	// one per physical core first). Thread 0 is the caller's own, which
+	// the pool does not pin; threads 1 and up stay pinned for the pool's
+	// life.
+	CPUs []int
+	// Spin is how long an idle thread polls before it sleeps: zero means
+	// DefaultSpin, a negative value never polls.
+	Spin time.Duration
+}
+
+// Pool runs steps on a fixed team of threads. Run calls fn(w, i) for each
+// item i of a step, handing items out in increasing order by an atomic
+// counter, with w the thread's index: the caller is thread 0, and calls
+// with one w never overlap, so fn may use scratch indexed by w. A step
+// uses at most GOMAXPROCS threads (the value when it starts), so a pool
+// sized for the machine behaves under a lower GOMAXPROCS too. Steps run
+// one at a time; Run is safe for concurrent use (a second caller waits
+// for the first step to end), but fn must not call Run on its own pool.
+// Run allocates nothing.
+type Pool struct {
+	mu      sync.Mutex // one step at a time; guards closed
+	closed  bool
+	threads int
+	spin    time.Duration
+	workers []*worker
+
+	// The step in progress, written under mu before step is stored.
+	fn   func(w, i int)
+	n    int64
+	next atomic.Int64
+
+	// step is the generation, bumped to start each step and at Close, in
+	// its high bits and the number of threads taking part (the caller
+	// included) in its low 16: a worker reads both at once, so it never
+	// takes a later step's thread count for the step it saw.
+	step    atomic.Uint64
+	stop    atomic.Bool  // set before Close's bump: the workers exit
+	pending atomic.Int32 // workers still in the current step
+	waiting atomic.Bool  // the caller sleeps on done
+	done    chan struct{}
+	exited  sync.WaitGroup
+}
+
+type worker struct {
+	index    int
+	pinned   bool
+	cpu      int
+	sleeping atomic.Bool
+	wake     chan struct{} // one token per sleep the pool ended
+	unpinErr error         // read after exited
+}
+
+// New starts a pool's threads (pinned, when o.CPUs says where) and returns
+// once every thread runs where it should.
+func New(o Options) (*Pool, error) {
+	threads := o.Threads
+	if threads == 0 {
+		threads = len(o.CPUs)
+		if threads == 0 {
+			threads = runtime.GOMAXPROCS(0)
+		}
+	}
+	if threads < 1 || threads > maxThreads {
+		return nil, fmt.Errorf("workpool: %d threads (1 to %d)", threads, maxThreads)
+	}
+	if o.CPUs != nil && len(o.CPUs) != threads {
+		return nil, fmt.Errorf("workpool: %d threads given %d CPUs", threads, len(o.CPUs))
+	}
+	p := &Pool{threads: threads, spin: o.Spin, done: make(chan struct{}, 1)}
+	if p.spin == 0 {
+		p.spin = DefaultSpin
+	}
+	started := make(chan error, threads)
+	for i := 1; i < threads; i++ {
+		w := &worker{index: i, wake: make(chan struct{}, 1)}
+		if o.CPUs != nil {
+			w.pinned, w.cpu = true, o.CPUs[i]
+		}
+		p.workers = append(p.workers, w)
+		p.exited.Add(1)
+		go p.work(w, started)
+	}
+	var errs []error
+	for range p.workers {
+		errs = append(errs, <-started)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, errors.Join(fmt.Errorf("workpool: %w", err), p.Close())
+	}
+	return p, nil
+}
+
+var (
+	sharedOnce sync.Once
+	shared     *Pool
+	sharedErr  error
+)
+
+// Default is the process-wide pool of unpinned threads that engine/model's
+// CPU passes share, sized at first use to the larger of NumCPU and
+// GOMAXPROCS; each step uses as many as GOMAXPROCS allows at that moment.
+// It lives for the life of the process, its threads asleep when idle.
+func Default() *Pool {
+	sharedOnce.Do(func() {
+		shared, sharedErr = New(Options{Threads: max(runtime.NumCPU(), runtime.GOMAXPROCS(0))})
+	})
+	if sharedErr != nil {
+		// New fails only on pinning, which Default does not ask for.
+		panic(sharedErr)
+	}
+	return shared
+}
+
+// Threads is how many threads the pool has, the caller's included: the
+// most a step uses, and the bound of the w that fn sees.
+func (p *Pool) Threads() int { return p.threads }
+
+// Workers is how many threads a step started now would use.
+func (p *Pool) Workers() int { return max(1, min(p.threads, runtime.GOMAXPROCS(0))) }
+
+// Run calls fn(w, i) for every i in [0, n) across the pool's threads and
+// returns once every call has returned.
+func (p *Pool) Run(n int, fn func(w, i int)) error {
+	if n <= 0 {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	active := min(p.Workers(), n)
+	if active == 1 {
+		for i := range n {
+			fn(0, i)
+		}
+		return nil
+	}
+	p.fn, p.n = fn, int64(n)
+	p.next.Store(0)
+	p.pending.Store(int32(active - 1))
+	p.start(active)
+	p.share(0)
+	p.wait()
+	p.fn = nil // hold no reference to the caller's closure
+	return nil
+}
+
+// share takes items until none is left.
+func (p *Pool) share(w int) {
+	for {
+		i := p.next.Add(1) - 1
+		if i >= p.n {
+			return
+		}
+		p.fn(w, int(i))
+	}
+}
+
+// start publishes the step (the generation bump orders it before every
+// worker's read) and wakes the taking-part workers that sleep.
+func (p *Pool) start(active int) {
+	p.step.Store((p.step.Load()>>16+1)<<16 | uint64(active))
+	for _, w := range p.workers[:active-1] {
+		if w.sleeping.Load() && w.sleeping.CompareAndSwap(true, false) {
+			w.wake <- struct{}{}
+		}
+	}
+}
+
+// wait returns once every taking-part worker has finished: it polls while
+// the step's last items are about to finish, then sleeps.
+func (p *Pool) wait() {
+	if p.poll(false, func() bool { return p.pending.Load() == 0 }) {
+		return
+	}
+	p.waiting.Store(true)
+	if p.pending.Load() == 0 {
+		if p.waiting.CompareAndSwap(true, false) {
+			return
+		}
+		// The last worker saw the caller about to sleep and sent a token.
+	}
+	<-p.done
+}
+
+// poll calls ready until it reports true (poll does too) or the pool's
+// spin time has passed (poll reports false), yielding the processor every
+// yieldEvery when yield is set.
+func (p *Pool) poll(yield bool, ready func() bool) bool {
+	if p.spin < 0 {
+		return ready()
+	}
+	var start, yielded time.Time
+	for i := 0; ; i++ {
+		if ready() {
+			return true
+		}
+		hostcpu.Pause()
+		if i%64 != 0 {
+			continue
+		}
+		now := time.Now()
+		switch {
+		case i == 0:
+			start, yielded = now, now
+		case now.Sub(start) > p.spin:
+			return false
+		case yield && now.Sub(yielded) > yieldEvery:
+			runtime.Gosched()
+			yielded = now
+		}
+	}
+}
+
+// work is worker w's life: pin, then take part in every step that asks
+// for it until Close.
+func (p *Pool) work(w *worker, started chan<- error) {
+	defer p.exited.Done()
+	if w.pinned {
+		restore, err := hostcpu.Pin(w.cpu)
+		if err != nil {
+			started <- fmt.Errorf("thread %d: %w", w.index, err)
+			return
+		}
+		defer func() { w.unpinErr = restore() }()
+	}
+	started <- nil
+	var seen uint64
+	for {
+		seen = p.await(w, seen)
+		if p.stop.Load() {
+			return
+		}
+		if !takesPart(w, seen) {
+			continue // a step of fewer threads
+		}
+		p.share(w.index)
+		if p.pending.Add(-1) == 0 && p.waiting.Load() && p.waiting.CompareAndSwap(true, false) {
+			p.done <- struct{}{}
+		}
+	}
+}
+
+// takesPart reports whether w is one of the threads of step s.
+func takesPart(w *worker, s uint64) bool { return w.index < int(s&maxThreads) }
+
+// await waits for a step after seen: polling, then asleep. A worker
+// outside the last step's threads sleeps at once: polling, it would hold
+// a P that GOMAXPROCS did not give the pool.
+func (p *Pool) await(w *worker, seen uint64) uint64 {
+	var g uint64
+	if seen == 0 || takesPart(w, seen) {
+		if p.poll(!w.pinned, func() bool { g = p.step.Load(); return g != seen }) {
+			return g
+		}
+	}
+	w.sleeping.Store(true)
+	if g = p.step.Load(); g != seen {
+		if w.sleeping.CompareAndSwap(true, false) {
+			return g
+		}
+		// start saw this worker about to sleep and sent a token.
+	}
+	<-w.wake
+	return p.step.Load()
+}
+
+// Close stops the threads and puts their CPU affinity back; Run fails with
+// ErrClosed afterwards. Closing twice does nothing.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	p.stop.Store(true)
+	p.step.Store((p.step.Load()>>16 + 1) << 16)
+	for _, w := range p.workers {
+		if w.sleeping.Load() && w.sleeping.CompareAndSwap(true, false) {
+			w.wake <- struct{}{}
+		}
+	}
+	p.exited.Wait()
+	var errs []error
+	for _, w := range p.workers {
+		errs = append(errs, w.unpinErr)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("workpool: close: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,190 @@
+package workpool
+
+import (
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/strata-llm/strata/internal/hostcpu"
+)
+
+// TestRunsEveryItemOnce: every item of every step runs exactly once, no
+// thread index runs two items at once, and indices stay below Threads;
+// steps of fewer items than threads, and pools that never poll or sleep
+// at once between steps, included.
+func TestRunsEveryItemOnce(t *testing.T) {
+	t.Parallel()
+	for _, o := range []Options{{Threads: 4}, {Threads: 3, Spin: -1}, {Threads: 5, Spin: time.Nanosecond}, {Threads: 1}} {
+		p, err := New(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		busy := make([]atomic.Int32, p.Threads())
+		for round := range 50 {
+			for _, n := range []int{0, 1, 2, 3, 4, 5, 17, 1000} {
+				hits := make([]atomic.Int32, n)
+				if err := p.Run(n, func(w, i int) {
+					if w < 0 || w >= p.Threads() {
+						t.Errorf("thread index %d of %d", w, p.Threads())
+						return
+					}
+					if busy[w].Add(1) != 1 {
+						t.Errorf("thread %d ran two items at once", w)
+					}
+					hits[i].Add(1)
+					busy[w].Add(-1)
+				}); err != nil {
+					t.Fatal(err)
+				}
+				for i := range hits {
+					if h := hits[i].Load(); h != 1 {
+						t.Fatalf("%+v round %d n=%d: item %d ran %d times", o, round, n, i, h)
+					}
+				}
+			}
+			if round%10 == 9 {
+				time.Sleep(time.Millisecond) // let the workers fall asleep
+			}
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Run(3, func(int, int) {}); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Run after Close: %v, want ErrClosed", err)
+		}
+		if err := p.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+	}
+}
+
+// TestUsesEveryThread: a step of many slow items reaches every thread (the
+// workers do take part, polling or woken from sleep).
+func TestUsesEveryThread(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("one P: a step runs on its caller alone")
+	}
+	p, err := New(Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, pause := range []time.Duration{0, 5 * time.Millisecond} {
+		time.Sleep(pause)
+		var seen [2]atomic.Bool
+		for try := 0; try < 100 && !(seen[0].Load() && seen[1].Load()); try++ {
+			if err := p.Run(64, func(w, i int) {
+				seen[w].Store(true)
+				time.Sleep(50 * time.Microsecond)
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !seen[1].Load() {
+			t.Fatalf("after %v idle: the worker thread never took an item", pause)
+		}
+	}
+}
+
+// TestConcurrentRuns starts steps from several goroutines at once (as
+// separate models sharing Default would); each completes with all its
+// items.
+func TestConcurrentRuns(t *testing.T) {
+	t.Parallel()
+	p, err := New(Options{Threads: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 50 {
+				var sum atomic.Int64
+				if err := p.Run(100, func(w, i int) { sum.Add(int64(i)) }); err != nil {
+					t.Error(err)
+					return
+				}
+				if s := sum.Load(); s != 4950 {
+					t.Errorf("sum %d, want 4950", s)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestFewerProcs: a pool of more threads than GOMAXPROCS runs each step on
+// at most GOMAXPROCS of them, and its idle workers give the Ps back (the
+// test would hang or crawl if six pollers held the two Ps).
+func TestFewerProcs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	p, err := New(Options{Threads: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if w := p.Workers(); w != 2 {
+		t.Fatalf("Workers = %d under GOMAXPROCS 2, want 2", w)
+	}
+	for range 200 {
+		var most atomic.Int32
+		var running atomic.Int32
+		if err := p.Run(40, func(w, i int) {
+			if w >= 2 {
+				t.Errorf("thread %d took part under GOMAXPROCS 2", w)
+			}
+			r := running.Add(1)
+			for {
+				m := most.Load()
+				if r <= m || most.CompareAndSwap(m, r) {
+					break
+				}
+			}
+			running.Add(-1)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if m := most.Load(); m > 2 {
+			t.Fatalf("%d items at once under GOMAXPROCS 2", m)
+		}
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	t.Parallel()
+	for _, o := range []Options{{Threads: -1}, {Threads: 2, CPUs: []int{0}}, {Threads: maxThreads + 1}} {
+		if p, err := New(o); err == nil {
+			p.Close()
+			t.Errorf("New(%+v) accepted", o)
+		}
+	}
+}
+
+// TestPinned: a pool pinned to the CPUs hostcpu lists runs its steps and
+// closes cleanly (putting its threads' affinity back).
+func TestPinned(t *testing.T) {
+	cpus, _, err := hostcpu.CPUs()
+	if err != nil {
+		t.Skip(err)
+	}
+	cpus = cpus[:min(len(cpus), 4)]
+	p, err := New(Options{CPUs: cpus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum atomic.Int64
+	if err := p.Run(1000, func(w, i int) { sum.Add(int64(i)) }); err != nil {
+		t.Fatal(err)
+	}
+	if s := sum.Load(); s != 499500 {
+		t.Fatalf("sum %d", s)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
