@@ -538,12 +538,16 @@ func (m *Model) prepare(T, maxPos int) {
 		sc.ysub = make([][][]float32, m.pool.Threads())
 		sc.scores = make([][]float32, m.pool.Threads())
 	}
+	// Each thread writes its own scratch on every chunk and head: each
+	// piece is at least a few cache lines long (a slice header is 24 bytes,
+	// a score 4), so that no two threads write one line.
+	const line = 64
 	for w := range sc.ysub {
 		if cap(sc.ysub[w]) < T {
-			sc.ysub[w] = make([][]float32, T)
+			sc.ysub[w] = make([][]float32, T, max(T, 8)) // 8 headers: 192 bytes, three whole lines
 		}
 		if len(sc.scores[w]) < maxPos+1 {
-			sc.scores[w] = make([]float32, maxPos+1)
+			sc.scores[w] = make([]float32, max(maxPos+1, line/4))
 		}
 	}
 }
