@@ -19,12 +19,7 @@ import (
 func BenchmarkFFN(b *testing.B) {
 	cfg := Config{Arch: ArchLlama, Vocab: 256, Dim: 4096, FFN: 14336, Layers: 1, Heads: 32, KVHeads: 8, HeadDim: 128, Context: 64, RopeTheta: 5e5, NormEps: 1e-5, AttnScale: 0.088, EmbedScale: 1}
 	mk := func(name string, typ quant.Type, rows, cols int, seed uint64) Tensor {
-		rb, _ := typ.RowBytes(int64(cols))
-		d := make([]byte, int(rb)*rows)
-		if err := quant.FillRandomRows(typ, d, cols, seed, 0.02); err != nil {
-			b.Fatal(err)
-		}
-		return Tensor{Name: name, Type: typ, Rows: rows, Cols: cols, Data: d}
+		return randomQuantTensor(b, name, typ, rows, cols, seed)
 	}
 	ones := make([]float32, cfg.Dim)
 	for i := range ones {
@@ -108,12 +103,7 @@ func BenchmarkMoEFFN(b *testing.B) {
 	cfg := Config{Arch: ArchQwen3MoE, Vocab: 256, Dim: dim, FFN: 6144, ExpertFFN: eff, Experts: experts, ExpertsUsed: used,
 		Layers: layers, Heads: 32, KVHeads: 4, HeadDim: 128, Context: 64, RopeTheta: 1e6, NormEps: 1e-6, AttnScale: 0.088, EmbedScale: 1}
 	mk := func(name string, typ quant.Type, rows, cols int, seed uint64) Tensor {
-		rb, _ := typ.RowBytes(int64(cols))
-		d := make([]byte, int(rb)*rows)
-		if err := quant.FillRandomRows(typ, d, cols, seed, 0.02); err != nil {
-			b.Fatal(err)
-		}
-		return Tensor{Name: name, Type: typ, Rows: rows, Cols: cols, Data: d}
+		return randomQuantTensor(b, name, typ, rows, cols, seed)
 	}
 	ones := make([]float32, dim)
 	for i := range ones {
@@ -181,4 +171,18 @@ func BenchmarkMoEFFN(b *testing.B) {
 			b.ReportMetric(float64(picked)/b.Elapsed().Seconds()/1e9, "GB/s")
 		})
 	}
+}
+
+// randomQuantTensor is a rows x cols tensor of typ holding random blocks
+// of the scale trained weights have.
+func randomQuantTensor(b *testing.B, name string, typ quant.Type, rows, cols int, seed uint64) Tensor {
+	rb, err := typ.RowBytes(int64(cols))
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := make([]byte, int(rb)*rows)
+	if err := quant.FillRandomRows(typ, d, cols, seed, 0.02); err != nil {
+		b.Fatal(err)
+	}
+	return Tensor{Name: name, Type: typ, Rows: rows, Cols: cols, Data: d}
 }
