@@ -190,15 +190,7 @@ func TestExpertsOnStorageCUDA(t *testing.T) {
 	ctx := context.Background()
 	pool, gg := stackedPool(t, "mixtral", "f32", 6, 7)
 	experts, _ := poolExperts(t, pool)
-	cpu, err := engine.OpenWith(ctx, pool, engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Context: 64, Links: defaultLinks()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := passLogits(t, cpu, 4)
-	cpu.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	want, _, _ := cpuReference(t, pool)
 
 	for _, tc := range []struct{ name, tiers string }{
 		{"layers resident", ""},
@@ -302,23 +294,10 @@ func TestExpertsOnDeviceCUDA(t *testing.T) {
 		{"pool, some experts on storage", pool, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cpu, err := engine.OpenWith(ctx, tc.path, engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Context: 64, Links: defaultLinks()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := passLogits(t, cpu, 4)
-			cpu.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
+			want, held, heldAll := cpuReference(t, tc.path)
 			experts, all := poolBytes, poolAll
 			if tc.path != pool { // the GGUF holds its experts in its layers
-				experts, all = 0, cpu.Model.Config.Layers*cpu.Model.Config.Experts
-				for _, l := range cpu.Model.Weights.Layers {
-					for _, x := range l.Experts {
-						experts += int64(len(x.Gate.Data) + len(x.Up.Data) + len(x.Down.Data))
-					}
-				}
+				experts, all = held, heldAll
 			}
 			o := engine.Options{Backend: engine.BackendCUDA, HostBudget: 1 << 30, Context: 64, Links: defaultLinks()}
 			o.DeviceBudget = deviceBudgetLeaving(t, tc.path, o, experts/2)
@@ -379,4 +358,26 @@ func poolExperts(t *testing.T, pool string) (bytes int64, count int) {
 		}
 	}
 	return bytes, count
+}
+
+// cpuReference opens path on the CPU backend and returns its logits over
+// four passes (passLogits), with the bytes and the number of the experts
+// its layers hold (none for a pool, whose experts its store serves).
+func cpuReference(t *testing.T, path string) (logits [][]float32, experts int64, count int) {
+	t.Helper()
+	cpu, err := engine.OpenWith(context.Background(), path, engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Context: 64, Links: defaultLinks()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	if logits, err = passLogits(t, cpu, 4); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range cpu.Model.Weights.Layers {
+		for _, x := range l.Experts {
+			experts += int64(len(x.Gate.Data) + len(x.Up.Data) + len(x.Down.Data))
+			count++
+		}
+	}
+	return logits, experts, count
 }
