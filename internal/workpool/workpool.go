@@ -232,14 +232,21 @@ func (p *Pool) wait() {
 	if p.poll(false, func() bool { return p.pending.Load() == 0 }) {
 		return
 	}
-	p.waiting.Store(true)
-	if p.pending.Load() == 0 {
-		if p.waiting.CompareAndSwap(true, false) {
+	for {
+		p.waiting.Store(true)
+		if p.pending.Load() == 0 {
+			if p.waiting.CompareAndSwap(true, false) {
+				return
+			}
+			// The last worker saw the caller about to sleep and sent a token.
+		}
+		<-p.done
+		if p.pending.Load() == 0 {
 			return
 		}
-		// The last worker saw the caller about to sleep and sent a token.
+		// A token from the last worker of an earlier step that read the
+		// flag then and was held up (preempted) until this sleep.
 	}
-	<-p.done
 }
 
 // poll calls ready until it reports true (poll does too) or the pool's
@@ -313,15 +320,22 @@ func (p *Pool) await(w *worker, seen uint64) uint64 {
 			return g
 		}
 	}
-	w.sleeping.Store(true)
-	if g = p.step.Load(); g != seen {
-		if w.sleeping.CompareAndSwap(true, false) {
+	for {
+		w.sleeping.Store(true)
+		if g = p.step.Load(); g != seen {
+			if w.sleeping.CompareAndSwap(true, false) {
+				return g
+			}
+			// start saw this worker about to sleep and sent a token.
+		}
+		<-w.wake
+		if g = p.step.Load(); g != seen {
 			return g
 		}
-		// start saw this worker about to sleep and sent a token.
+		// A token with no new step: a start that read this worker's flag
+		// from an earlier sleep and was held up (preempted) until this
+		// one. Taking it as a step would run the last step twice.
 	}
-	<-w.wake
-	return p.step.Load()
 }
 
 // Close stops the threads and puts their CPU affinity back; Run fails with
