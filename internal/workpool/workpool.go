@@ -10,8 +10,8 @@
 // sleep in the runtime and take microseconds each to wake; threads that
 // poll a channel with runtime.Gosched take the scheduler's global lock on
 // every look, and sixteen of them serialise on it, which costs most where
-// steps are many and small (a mixture-of-experts block's products).
-// lab/moe/NOTES.md has the profile and the comparison. Here a step is published by bumping a
+// steps are many and small (a mixture-of-experts block's products). Here
+// a step is published by bumping a
 // generation counter that idle threads read between pause instructions;
 // the caller polls a count of unfinished threads the same way. Threads
 // that see no step for Options.Spin sleep, and the next step wakes them.
