@@ -11,8 +11,8 @@
 // poll a channel with runtime.Gosched take the scheduler's global lock on
 // every look, and sixteen of them serialise on it, which costs most where
 // steps are many and small (a mixture-of-experts block's products). Here
-// a step is published by bumping a
-// generation counter that idle threads read between pause instructions;
+// a step is published by bumping a generation counter that idle threads
+// read between pause instructions;
 // the caller polls a count of unfinished threads the same way. Threads
 // that see no step for Options.Spin sleep, and the next step wakes them.
 package workpool
