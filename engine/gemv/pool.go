@@ -158,9 +158,11 @@ const chunksPerThread = 8
 // held.
 func (p *Pool) run(nr int) error {
 	groups := (nr + shareRows - 1) / shareRows
-	chunks := len(p.job.bounds) - 1
-	for c := range p.job.bounds {
-		p.job.bounds[c] = min(nr, groups*c/chunks*shareRows)
+	// No more chunks than row groups: a small product wakes no thread
+	// that would find its chunk empty, and one group runs on the caller.
+	chunks := min(len(p.job.bounds)-1, groups)
+	for c := range chunks + 1 {
+		p.job.bounds[c] = min(nr, groups*c/max(chunks, 1)*shareRows)
 	}
 	clear(p.errs)
 	err := p.team.Run(chunks, p.chunkFn)

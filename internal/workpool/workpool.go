@@ -179,13 +179,13 @@ func (p *Pool) Workers() int { return max(1, min(p.threads, runtime.GOMAXPROCS(0
 // Run calls fn(w, i) for every i in [0, n) across the pool's threads and
 // returns once every call has returned.
 func (p *Pool) Run(n int, fn func(w, i int)) error {
-	if n <= 0 {
-		return nil
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return ErrClosed
+	}
+	if n <= 0 {
+		return nil
 	}
 	active := min(p.Workers(), n)
 	if active == 1 {
