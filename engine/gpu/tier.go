@@ -385,13 +385,16 @@ type streamDev struct {
 	copy    cudadrv.Stream
 	ring    *devSlot
 
-	// Timing events: the pass start on the compute stream, and per
-	// streamed layer (its index in the pass) the start and end of its copy
-	// and the compute stream's wait for it.
-	t0                 cudadrv.Event
+	// Timing events: the pass start and the release of its last streamed
+	// layer on the compute stream, and per copy number (two per streamed
+	// layer: alternate passes number theirs from 0 and from the layer
+	// count, stream.Device) the start and end of its copy and the compute
+	// stream's wait for it.
+	t0, released       cudadrv.Event
 	copyStart, copyEnd []cudadrv.Event
 	waitStart, waitEnd []cudadrv.Event
-	ops                []devOp // per streamed layer: its copy, done at copyEnd
+	ops                []devOp // per copy number: its copy, done at copyEnd
+	marked             bool    // released was recorded in this pass
 }
 
 // devSlot is device memory with its two events: the ring (which owns
@@ -404,7 +407,7 @@ type devSlot struct {
 	loaded, free cudadrv.Event
 }
 
-// devOp is the n-th copy of a pass.
+// devOp is copy number n.
 type devOp struct {
 	d *streamDev
 	n int
@@ -413,7 +416,7 @@ type devOp struct {
 // newStreamDev creates the copy stream and the timing events of a pipeline
 // of streamed layers on c, beside the compute stream.
 func newStreamDev(c devOps, compute cudadrv.Stream, streamed int) (*streamDev, error) {
-	d := &streamDev{c: c, compute: compute, ops: make([]devOp, streamed)}
+	d := &streamDev{c: c, compute: compute, ops: make([]devOp, 2*streamed)}
 	var err error
 	if d.copy, err = c.NewStream(cudadrv.StreamNonBlocking); err != nil {
 		return d, err
@@ -421,7 +424,10 @@ func newStreamDev(c devOps, compute cudadrv.Stream, streamed int) (*streamDev, e
 	if d.t0, err = c.NewEvent(cudadrv.EventDefault); err != nil {
 		return d, err
 	}
-	for n := range streamed {
+	if d.released, err = c.NewEvent(cudadrv.EventDefault); err != nil {
+		return d, err
+	}
+	for n := range 2 * streamed {
 		d.ops[n] = devOp{d, n}
 		for _, evs := range []*[]cudadrv.Event{&d.copyStart, &d.copyEnd, &d.waitStart, &d.waitEnd} {
 			e, err := c.NewEvent(cudadrv.EventDefault)
@@ -442,13 +448,13 @@ func (d *streamDev) close() error {
 		errs = append(errs, d.c.StreamSync(d.copy), d.c.DestroyStream(d.copy))
 		d.copy = 0
 	}
-	evs := append(append(append(append([]cudadrv.Event{d.t0}, d.copyStart...), d.copyEnd...), d.waitStart...), d.waitEnd...)
+	evs := append(append(append(append([]cudadrv.Event{d.t0, d.released}, d.copyStart...), d.copyEnd...), d.waitStart...), d.waitEnd...)
 	for _, e := range evs {
 		if e != 0 {
 			errs = append(errs, d.c.DestroyEvent(e))
 		}
 	}
-	d.t0, d.copyStart, d.copyEnd, d.waitStart, d.waitEnd = 0, nil, nil, nil, nil
+	d.t0, d.released, d.copyStart, d.copyEnd, d.waitStart, d.waitEnd = 0, 0, nil, nil, nil, nil
 	return errors.Join(errs...)
 }
 
@@ -517,7 +523,7 @@ func (d *streamDev) Pin(b []byte) (func() error, error) {
 func (d *streamDev) CopyIn(n int, slot, after stream.Slot, src []byte) (stream.Op, error) {
 	s := slot.(*devSlot)
 	if n < 0 || n >= len(d.ops) {
-		return nil, fmt.Errorf("copy %d of a pass of %d", n, len(d.ops))
+		return nil, fmt.Errorf("copy number %d of %d", n, len(d.ops))
 	}
 	if len(src) > s.n {
 		return nil, fmt.Errorf("%d bytes into a %d-byte slot", len(src), s.n)
@@ -570,7 +576,16 @@ func (d *streamDev) Sync() error {
 func (d *streamDev) IssueOnCompute() bool { return true }
 
 // Start implements stream.Clock.
-func (d *streamDev) Start() error { return d.c.Record(d.t0, d.compute) }
+func (d *streamDev) Start() error {
+	d.marked = false
+	return d.c.Record(d.t0, d.compute)
+}
+
+// Released implements stream.Clock.
+func (d *streamDev) Released() error {
+	d.marked = true
+	return d.c.Record(d.released, d.compute)
+}
 
 // Waiting implements stream.Clock. Recorded before any wait for the read,
 // so the stall also counts the time the compute stream ran dry while the
@@ -580,35 +595,52 @@ func (d *streamDev) Waiting(n int) error { return d.c.Record(d.waitStart[n], d.c
 
 // Times implements stream.Clock: copy busy is each copy's duration, copy
 // stall the copy stream's idle time before each copy (waiting for its
-// read, its slot or the host); compute stall is the time the compute
-// stream waited for copies.
-func (d *streamDev) Times(copies, waits int) (busy, stall, wait time.Duration, err error) {
+// read, its slot or the host; none before a copy carried over from the
+// previous pass, which started before t0); compute stall is the time the
+// compute stream waited for copies; lead runs from t0 to the first wait,
+// span from there to the last streamed layer's release.
+func (d *streamDev) Times(base, copies, waits int) (stream.ClockTimes, error) {
+	var ct stream.ClockTimes
+	if base < 0 || base+max(copies, waits) > len(d.ops) {
+		return ct, fmt.Errorf("times of copies [%d, %d) and waits [%d, %d) of %d", base, base+copies, base, base+waits, len(d.ops))
+	}
 	ms := func(a, b cudadrv.Event) (time.Duration, error) {
 		v, err := d.c.Elapsed(a, b)
 		return time.Duration(float64(v) * 1e6), err
 	}
 	prev := d.t0
-	for n := range copies {
+	for n := base; n < base+copies; n++ {
 		idle, err := ms(prev, d.copyStart[n])
 		if err != nil {
-			return 0, 0, 0, err
+			return ct, err
 		}
 		b, err := ms(d.copyStart[n], d.copyEnd[n])
 		if err != nil {
-			return 0, 0, 0, err
+			return ct, err
 		}
-		stall += max(0, idle)
-		busy += b
+		ct.CopyStall += max(0, idle)
+		ct.CopyBusy += b
 		prev = d.copyEnd[n]
 	}
-	for n := range waits {
+	for n := base; n < base+waits; n++ {
 		w, err := ms(d.waitStart[n], d.waitEnd[n])
 		if err != nil {
-			return 0, 0, 0, err
+			return ct, err
 		}
-		wait += w
+		ct.ComputeStall += w
 	}
-	return busy, stall, wait, nil
+	if waits > 0 {
+		var err error
+		if ct.Lead, err = ms(d.t0, d.waitStart[base]); err != nil {
+			return ct, err
+		}
+		if d.marked {
+			if ct.Span, err = ms(d.waitStart[base], d.released); err != nil {
+				return ct, err
+			}
+		}
+	}
+	return ct, nil
 }
 
 // Len implements stream.Slot.

@@ -34,9 +34,13 @@ import (
 // own, copied only after compute has released (Done) every earlier layer
 // whose bytes that region overwrites, the last of which the copy names
 // as its fence. Stage 1 (the storage reads) runs on a goroutine of its
-// own, touching no device state. A pass ends (End, Finish) only once
-// compute has finished with every region, so the next pass's first
-// copies need no fence.
+// own, touching no device state. Driven from compute, the pipeline also
+// carries copies over into the next pass: once a pass has issued its own,
+// the next pass's first layers (those whose regions no earlier layer of
+// their pass overwrites) are copied as soon as compute releases the last
+// layer of this pass that each region overlaps, which the copy names as
+// its fence; the copy engine then works through the pass's tail and the
+// next pass's resident layers instead of idling there.
 type Device interface {
 	// Name identifies the device in stats and errors.
 	Name() string
@@ -56,10 +60,14 @@ type Device interface {
 	// once; the returned Op completes when the bytes have landed. The copy
 	// must not start before compute has released after (Release's fence;
 	// nil: no fence), the last layer whose bytes it overwrites. src must
-	// stay untouched until the Op completes. n is the copy's index in the
-	// pass (0, 1, ...), for devices that time their copies.
+	// stay untouched until the Op completes. n is the copy's index, for
+	// devices that time their copies: the streamed layers of a pass are
+	// numbered from 0 or, in alternate passes, from the number of streamed
+	// layers, so that a pass's carried copies (see the type's doc) never
+	// reuse the numbers of the pass still being timed; a device keeps
+	// twice the streamed layers' count of per-copy state.
 	CopyIn(n int, slot, after Slot, src []byte) (Op, error)
-	// Await makes compute wait for op, the n-th copy, into slot: work
+	// Await makes compute wait for op, copy n, into slot: work
 	// compute issues afterwards sees the slot's new bytes. CUDA makes the
 	// compute stream wait for the copy's event and returns at once; the
 	// CPU blocks until the copy is done.
@@ -68,8 +76,11 @@ type Device interface {
 	// are enqueued, and an event recorded after them is the fence the next
 	// copy into the slot waits for; the CPU: nothing to record).
 	Release(slot Slot) error
-	// Sync waits until every copy issued has completed; the pipeline calls
-	// it when a pass ends, before its staging buffers are reused.
+	// Sync waits until every copy issued has completed: the pipeline
+	// calls it when a pass of a device driven off compute ends, before its
+	// staging buffers are reused, and before it frees its slots. (Driven
+	// from compute, a pass waits for its own copies' Ops instead: the
+	// copies carried into the next pass keep running.)
 	Sync() error
 	// IssueOnCompute reports whether CopyIn, Await and Release must be
 	// called from the goroutine that computes (see the type's doc).
@@ -85,16 +96,30 @@ type Device interface {
 type Clock interface {
 	// Start marks the pass's start on the compute side.
 	Start() error
-	// Waiting marks that compute begins waiting for the n-th streamed
-	// layer; Await marks the end of the wait. It comes before the pipeline
-	// waits on the host for the layer's read, so a compute side that ran
-	// dry meanwhile counts as stalled.
+	// Waiting marks that compute begins waiting for streamed layer n
+	// (numbered as CopyIn's n); Await marks the end of the wait. It comes
+	// before the pipeline waits on the host for the layer's read, so a
+	// compute side that ran dry meanwhile counts as stalled.
 	Waiting(n int) error
-	// Times returns the device's figures for the pass's first copies
-	// copies and waits waits: the copy stage's busy time (copying) and
-	// stall time (idle before each copy, from Start), and compute's stall
-	// (the time it waited for copies).
-	Times(copies, waits int) (copyBusy, copyStall, computeStall time.Duration, err error)
+	// Released marks compute's release of the pass's last streamed layer.
+	Released() error
+	// Times returns the device's figures for a pass whose copies are
+	// numbered from base: the first copies copies and waits waits.
+	Times(base, copies, waits int) (ClockTimes, error)
+}
+
+// ClockTimes is what a Clock measured of one pass.
+type ClockTimes struct {
+	// CopyBusy is the copy stage's time copying; CopyStall its idle time
+	// before each copy from Start (waiting for its read, its slot or the
+	// host; a copy carried over from the previous pass has none).
+	CopyBusy, CopyStall time.Duration
+	// ComputeStall is the time compute waited for copies.
+	ComputeStall time.Duration
+	// Lead is compute's time from Start to its first wait for a streamed
+	// layer (the layers before it); Span from there to Released (zero
+	// when Released was not marked).
+	Lead, Span time.Duration
 }
 
 // Slot is a region of device memory that holds a layer's extent (or, from

@@ -161,6 +161,20 @@ type Pipeline struct {
 	ops  []Op
 	pend []pend // the ring of staging buffers being copied out
 
+	// Carrying copies into the next pass (a device driven from compute;
+	// see Device). wrap[n] is the last streamed layer of a pass whose
+	// region the n-th streamed layer's overlaps, for the first layers of a
+	// pass that may be carried (tier B, and no earlier layer of their
+	// pass overwrites them), else -1. The next pass's first carried
+	// copies are issued, numbered from nextBase, into carryOps; the
+	// pass that begins with them takes them over. parity alternates the
+	// numbering of passes' copies (Device.CopyIn).
+	wrap       []int
+	parity     int
+	carried    int
+	carryOps   []Op
+	carryBytes int64
+
 	runMu  sync.Mutex // serialises Forward
 	mu     sync.Mutex // guards pass, last, total, closed
 	pass   *pass
@@ -194,6 +208,7 @@ type pass struct {
 	// into its region of the ring), regions released, layers acquired, and the
 	// staging buffers whose copies are in flight (a ring, oldest first).
 	issued, released, acquired int
+	carried                    int // of issued, by the pass before
 	pend                       []pend
 	pendHead, pendLen          int
 
@@ -202,6 +217,10 @@ type pass struct {
 	computeStall  time.Duration
 	computeLayers int64
 	computeBytes  int64
+	// Host clocks of compute's first wait for a streamed layer and its
+	// release of the last (zero until then), for Stats' Lead and Tail on a
+	// device without a Clock.
+	firstWait, lastDone time.Time
 }
 
 // staged is a tier-C layer read into staging buffer s, or the error that
@@ -335,6 +354,7 @@ func New(opts Options) (*Pipeline, error) {
 	if p.onCompute {
 		p.got = make([]staged, len(p.streamed))
 		p.ops = make([]Op, len(p.streamed))
+		p.carryOps = make([]Op, len(p.streamed))
 		p.pend = make([]pend, len(p.staging))
 	} else {
 		p.ready = make([]chan result, n)
@@ -463,6 +483,7 @@ func (p *Pipeline) layOut() error {
 		}
 	}
 	p.layout = r
+	p.layWrap()
 	if err := errors.Join(errs...); err != nil {
 		// Regions that could not be made are missing: lay out again
 		// before the next pass.
@@ -471,6 +492,35 @@ func (p *Pipeline) layOut() error {
 	}
 	return nil
 }
+
+// layWrap finds, for the first streamed layers of a pass, the layer of
+// the pass before whose release their carried copies wait (Pipeline.wrap):
+// the last one whose region overlaps theirs (their own, at the latest).
+// It stops at the first layer that an earlier layer of its own pass
+// overlaps, or that is read from storage (its read needs a staging
+// buffer the pass before still uses).
+func (p *Pipeline) layWrap() {
+	p.wrap = p.wrap[:0]
+	stop := false
+	for n, i := range p.streamed {
+		w := -1
+		if !stop && p.onCompute && p.tiers[i] == tier.TierB && p.layout.After[n] < 0 {
+			for m := len(p.streamed) - 1; m >= n; m-- {
+				if p.layout.Off[m] < p.layout.Off[n]+p.layout.Size[n] && p.layout.Off[n] < p.layout.Off[m]+p.layout.Size[m] {
+					w = m
+					break
+				}
+			}
+		}
+		stop = w < 0
+		p.wrap = append(p.wrap, w)
+	}
+}
+
+// base is the number the current pass's copies start from; nextBase the
+// next pass's (Device.CopyIn).
+func (p *Pipeline) base() int     { return p.parity * len(p.streamed) }
+func (p *Pipeline) nextBase() int { return (1 - p.parity) * len(p.streamed) }
 
 // SetLength makes later passes move only the first n bytes of tier-B
 // layer i's extent (n up to the extent's full length, which restores it):
@@ -642,14 +692,26 @@ func (p *Pipeline) beginLocked(parent context.Context, auto bool) error {
 	}
 	p.pass = ps
 	if p.relay {
+		// Copies carried into this pass went where the old layout put
+		// them: unused.
+		if err := p.dropCarried(); err != nil {
+			ps.failed = true
+			return err
+		}
 		if err := p.layOut(); err != nil {
 			ps.failed = true
 			return err
 		}
 	}
 	if p.onCompute {
+		p.parity = 1 - p.parity
 		clear(p.got)
 		clear(p.ops)
+		copy(p.ops, p.carryOps[:p.carried])
+		clear(p.carryOps)
+		ps.issued, ps.carried = p.carried, p.carried
+		ps.copy.Layers, ps.copy.Bytes = int64(p.carried), p.carryBytes
+		p.carried, p.carryBytes = 0, 0
 		ps.pend = p.pend
 		if p.clock != nil {
 			if err := p.clock.Start(); err != nil {
@@ -698,7 +760,7 @@ func (p *Pipeline) endLocked(failed bool) (Stats, error) {
 	p.pass = nil
 	ps.cancel()
 	ps.wg.Wait()
-	err := p.dev.Sync()
+	err := p.waitCopies(ps)
 	if err != nil {
 		err = fmt.Errorf("stream: waiting for the copies to %s: %w", p.dev.Name(), err)
 	}
@@ -712,22 +774,69 @@ func (p *Pipeline) endLocked(failed bool) (Stats, error) {
 		},
 		ResidentBytes: p.residentBytes,
 		StreamedBytes: ps.copy.Bytes,
+		Carried:       int64(ps.carried),
+	}
+	if !ps.firstWait.IsZero() {
+		st.Lead = ps.firstWait.Sub(ps.start)
+	}
+	if !ps.lastDone.IsZero() {
+		st.Tail = time.Since(ps.lastDone)
 	}
 	if failed || err != nil || ps.failed || ps.next != len(p.tiers) {
 		st.Failed = 1
+		// What was carried into the next pass stays unused.
+		if derr := p.dropCarried(); err == nil && derr != nil {
+			err = fmt.Errorf("stream: %w", derr)
+		}
 	}
 	if p.clock != nil && err == nil && len(p.streamed) > 0 {
 		// The device's figures are instrumentation: a pass that computed
 		// stays good if they cannot be read.
-		if busy, stall, wait, terr := p.clock.Times(ps.issued, ps.acquired); terr == nil {
-			st.Copy.Busy, st.Copy.Stall = busy, stall
-			st.Compute.Stall, st.Compute.Busy = wait, max(0, wall-wait)
+		if ct, terr := p.clock.Times(p.base(), ps.issued, ps.acquired); terr == nil {
+			st.Copy.Busy, st.Copy.Stall = ct.CopyBusy, ct.CopyStall
+			st.Compute.Stall, st.Compute.Busy = ct.ComputeStall, max(0, wall-ct.ComputeStall)
+			st.Lead = ct.Lead
+			if ct.Span > 0 {
+				st.Tail = max(0, wall-ct.Lead-ct.Span)
+			}
 		}
 	}
 	st.finish()
 	p.last = st
 	p.total.add(st)
 	return st, err
+}
+
+// waitCopies waits for the pass's copies: on a device driven from
+// compute, for each of its own (the ones carried into the next pass keep
+// running), else for every copy issued (Device.Sync).
+func (p *Pipeline) waitCopies(ps *pass) error {
+	if !p.onCompute {
+		return p.dev.Sync()
+	}
+	for n := range ps.issued {
+		if op := p.ops[n]; op != nil {
+			if err := op.Wait(); err != nil {
+				return fmt.Errorf("layer %d: %w", p.streamed[n], err)
+			}
+		}
+	}
+	return nil
+}
+
+// dropCarried forgets the copies carried into the next pass, once they
+// have landed: a device need not run copies in the order issued, so a
+// later copy into the same region must not overtake one.
+func (p *Pipeline) dropCarried() error {
+	var errs []error
+	for n, op := range p.carryOps[:p.carried] {
+		if err := op.Wait(); err != nil {
+			errs = append(errs, fmt.Errorf("layer %d, copied ahead: %w", p.streamed[n], err))
+		}
+	}
+	clear(p.carryOps)
+	p.carried, p.carryBytes = 0, 0
+	return errors.Join(errs...)
 }
 
 // Layer implements model.LayerSource: it returns layer i once it has
@@ -832,6 +941,9 @@ func (p *Pipeline) take(i int) (result, error) {
 		return result{slot: j}, nil
 	}
 	t0 := time.Now()
+	if ps.firstWait.IsZero() {
+		ps.firstWait = t0
+	}
 	select {
 	case r := <-ps.ready[i]:
 		ps.computeStall += time.Since(t0)
@@ -856,18 +968,21 @@ func (p *Pipeline) acquire(ps *pass, i int) (int, error) {
 	n := p.idx[i]
 	var t0 time.Time
 	if p.clock != nil {
-		if err := p.clock.Waiting(n); err != nil {
+		if err := p.clock.Waiting(p.base() + n); err != nil {
 			return -1, fmt.Errorf("stream: layer %d: %w", i, err)
 		}
 	} else {
 		t0 = time.Now()
+		if ps.firstWait.IsZero() {
+			ps.firstWait = t0
+		}
 	}
 	if ps.issued <= n {
 		if err := p.pump(ps, n); err != nil {
 			return -1, err
 		}
 	}
-	if err := p.dev.Await(n, p.regions[n], p.ops[n]); err != nil {
+	if err := p.dev.Await(p.base()+n, p.regions[n], p.ops[n]); err != nil {
 		return -1, fmt.Errorf("stream: layer %d: waiting for its copy: %w", i, err)
 	}
 	if p.clock == nil {
@@ -904,12 +1019,21 @@ func (p *Pipeline) Done(i int) error {
 	ps.next = i + 1
 	var err error
 	if held >= 0 {
-		if err = p.dev.Release(p.regions[held]); err != nil {
+		last := held == len(p.streamed)-1
+		if last {
+			ps.lastDone = time.Now()
+		}
+		err = p.dev.Release(p.regions[held])
+		if err == nil && last && p.clock != nil {
+			err = p.clock.Released()
+		}
+		switch {
+		case err != nil:
 			err = fmt.Errorf("stream: layer %d: releasing its %s slot: %w", i, p.dev.Name(), err)
-		} else if p.onCompute {
+		case p.onCompute:
 			ps.released++
 			err = p.pump(ps, -1)
-		} else {
+		default:
 			ps.freeSlots <- held
 		}
 	}
@@ -1100,7 +1224,7 @@ func (p *Pipeline) pump(ps *pass, need int) error {
 		if a := p.layout.After[n]; a >= 0 {
 			after = p.regions[a]
 		}
-		op, err := p.dev.CopyIn(n, p.regions[n], after, src)
+		op, err := p.dev.CopyIn(p.base()+n, p.regions[n], after, src)
 		if err != nil {
 			return p.layerErr(i, fmt.Errorf("copy to %s slot: %w", p.dev.Name(), err))
 		}
@@ -1115,6 +1239,36 @@ func (p *Pipeline) pump(ps *pass, need int) error {
 	}
 	if need >= 0 && ps.issued <= need {
 		return fmt.Errorf("stream: layer %d: its copy cannot be issued (%d of %d issued, %d released)", p.streamed[need], ps.issued, len(p.streamed), ps.released)
+	}
+	if ps.issued == len(p.streamed) && !ps.failed {
+		return p.carry(ps)
+	}
+	return nil
+}
+
+// carry issues the next pass's first copies that may go now: each once
+// this pass has released the last layer its region overlaps (wrap). A
+// layer whose bytes cannot be had is left to the next pass, which
+// reports it.
+func (p *Pipeline) carry(ps *pass) error {
+	for p.carried < len(p.wrap) {
+		n := p.carried
+		w := p.wrap[n]
+		if w < 0 || w >= ps.released {
+			return nil
+		}
+		i := p.streamed[n]
+		src, err := p.mapped(i)
+		if err != nil {
+			return nil
+		}
+		op, err := p.dev.CopyIn(p.nextBase()+n, p.regions[n], p.regions[w], src)
+		if err != nil {
+			return p.layerErr(i, fmt.Errorf("copy to %s slot, ahead of the next pass: %w", p.dev.Name(), err))
+		}
+		p.carryOps[n] = op
+		p.carried++
+		p.carryBytes += int64(len(src))
 	}
 	return nil
 }
@@ -1225,6 +1379,11 @@ func (p *Pipeline) Close() error {
 	}
 	_, err := p.endLocked(false)
 	p.closed = true
+	// Copies carried into a pass that will not come must land before
+	// their slots go.
+	if derr := p.dropCarried(); derr != nil {
+		err = errors.Join(err, fmt.Errorf("stream: waiting for the copies to %s: %w", p.dev.Name(), derr))
+	}
 	if ferr := p.free(); ferr != nil {
 		err = errors.Join(err, fmt.Errorf("stream: freeing the pipeline's buffers: %w", ferr))
 	}

@@ -679,3 +679,122 @@ func TestSetSkip(t *testing.T) {
 		}
 	}
 }
+
+// TestCarryIntoNextPass: driven from compute, a pass issues the next
+// pass's first copies once it has released what they overwrite, the next
+// pass starts with them (Stats.Carried) and computes the resident logits
+// bit for bit; a failed pass leaves none, and Close waits for any still
+// in flight. TestCarryRelaid: new lengths drop them.
+func TestCarryIntoNextPass(t *testing.T) {
+	mc := modelCases[0]
+	tm := getModel(t, mc.arch, mc.typ, mc.seeds)
+	n := tm.m.Config.Layers
+	for _, tc := range []struct {
+		mix         string
+		depth       int
+		wantCarried int64 // from the second pass on
+	}{
+		{"all-B", 1, 1},
+		{"all-B", 2, 2},
+		{"A" + strings.Repeat(",B", n-1), 2, 2},
+		// Tier C needs a staging buffer per read: nothing is carried past
+		// the first tier-C layer.
+		{"C" + strings.Repeat(",B", n-1), 2, 0},
+		{"B,C" + strings.Repeat(",B", n-2), 2, 1},
+	} {
+		t.Run(fmt.Sprintf("%s/k%d", tc.mix, tc.depth), func(t *testing.T) {
+			tiers, err := tier.MixTiers(tc.mix, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			moved, _ := streamedBytes(tm.store, tiers)
+			mk, want := oneStep(t, tm, 1)
+			p, err := stream.New(stream.Options{Store: tm.store, Tiers: tiers, Depth: tc.depth, Source: openFile(t, tm.path), Device: computeDevice{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pass := func(wantCarried int64) {
+				t.Helper()
+				b := mk()
+				if err := p.Forward(context.Background(), tm.m, b); err != nil {
+					t.Fatal(err)
+				}
+				sameBits(t, b[0].Logits[0], want[0])
+				st := p.LastPass()
+				if st.Carried != wantCarried || st.Copy.Bytes != moved || st.Failed != 0 {
+					t.Fatalf("pass: carried %d copies, copied %d bytes, failed %d; want %d, %d, 0", st.Carried, st.Copy.Bytes, st.Failed, wantCarried, moved)
+				}
+				if st.Lead <= 0 || st.Tail < 0 {
+					t.Fatalf("pass: lead %v, tail %v", st.Lead, st.Tail)
+				}
+			}
+			pass(0)
+			pass(tc.wantCarried)
+			pass(tc.wantCarried)
+			if tc.wantCarried == 0 {
+				if err := p.Close(); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			// A cancelled pass leaves nothing carried.
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if err := p.Forward(ctx, tm.m, mk()); !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled pass: %v", err)
+			}
+			pass(0)
+			pass(tc.wantCarried)
+			if err := p.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestCarryRelaid: copies carried into a pass whose lengths changed
+// (engine/gpu's hybrid placement re-planned) are dropped, since the new
+// layout puts the layers elsewhere; with the lengths kept, they are used.
+func TestCarryRelaid(t *testing.T) {
+	mc := modelCases[0]
+	tm := getModel(t, mc.arch, mc.typ, mc.seeds)
+	n := tm.m.Config.Layers
+	tiers, err := tier.MixTiers("A"+strings.Repeat(",B", n-1), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 2, Device: computeDevice{}, SlotsOnly: true})
+	pass := func(wantCarried int64) {
+		t.Helper()
+		if err := p.Begin(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			if _, err := p.Acquire(i); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Done(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, err := p.Finish(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Carried != wantCarried {
+			t.Fatalf("carried %d copies, want %d", st.Carried, wantCarried)
+		}
+	}
+	pass(0)
+	pass(2)
+	full := tm.store.Extent(1).Length
+	for _, tc := range []struct {
+		length      int64
+		wantCarried int64
+	}{{full, 2}, {100, 0}, {100, 3}, {full, 0}, {full, 2}} { // a short layer 1 leaves room for a third
+		if err := p.SetLength(1, tc.length); err != nil {
+			t.Fatal(err)
+		}
+		pass(tc.wantCarried)
+	}
+}

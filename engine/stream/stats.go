@@ -42,6 +42,16 @@ type Stats struct {
 	// compute waited for a layer (Stall), so it includes work outside the
 	// layers (embedding, output head).
 	Compute StageStats `json:"compute"`
+	// Carried is the copies a pass found issued by the pass before it
+	// (Device: copies carried over), counted in Copy.
+	Carried int64 `json:"carried"`
+	// Lead is compute's time before its first streamed layer (the
+	// resident layers ahead of it); Tail its time after releasing the last
+	// one (the layers after it, the output head, draining). Copies carried
+	// over from one pass into the next run in them; the hybrid planner
+	// (engine/tier's PlanHybrid) charges them to every pass.
+	Lead time.Duration `json:"lead_ns"`
+	Tail time.Duration `json:"tail_ns"`
 	// ResidentBytes is the size of the tier-A layers (held, not moved).
 	ResidentBytes int64 `json:"resident_bytes"`
 	// StreamedBytes is the bytes moved into device slots (tiers B and C)
@@ -70,6 +80,9 @@ func (s *Stats) add(o Stats) {
 	s.Failed += o.Failed
 	s.Wall += o.Wall
 	s.Verify += o.Verify
+	s.Carried += o.Carried
+	s.Lead += o.Lead
+	s.Tail += o.Tail
 	s.ResidentBytes = o.ResidentBytes
 	s.StreamedBytes += o.StreamedBytes
 	for _, p := range []struct{ d, o *StageStats }{{&s.Read, &o.Read}, {&s.Copy, &o.Copy}, {&s.Compute, &o.Compute}} {
