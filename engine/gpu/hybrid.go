@@ -72,10 +72,11 @@ type hybrid struct {
 // hybridPlanner holds what PlanHybrid is given, so that a batch size's
 // plan can be made again from the rate the CPU shows in passes.
 type hybridPlanner struct {
-	layers []tier.HybridLayer
-	depth  int
-	h2d    float64
-	hop    time.Duration
+	layers     []tier.HybridLayer
+	depth      int
+	h2d        float64
+	hop        time.Duration
+	lead, tail time.Duration // the GPU's time outside the streamed layers, from passes
 }
 
 // hybridSeen is the CPU's FFN work at one batch size in passes since that
@@ -89,17 +90,22 @@ type hybridSeen struct {
 	// while the CPU reads the same DRAM.
 	copyBytes int64
 	copyBusy  time.Duration
+	// The GPU's time before the first streamed layer and after the last,
+	// summed over those passes (engine/stream's Stats.Lead and Tail).
+	lead, tail time.Duration
 }
 
 // Re-planning: once a batch size's plan has run replanPasses passes, the
 // CPU's rate in them (weight bytes over time in FFNs) and the copy
 // stage's replace the rates the plan was made for if either differs by
-// more than replanDrift. In a pass the CPU shares DRAM with the copy
+// more than replanDrift, or the GPU's time outside the streamed layers
+// (Lead and Tail, unknown at load) differs from the planned by more than
+// replanDrift/4 of the pass. In a pass the CPU shares DRAM with the copy
 // engine, which reads the streamed layers from the same memory, so both
 // run slower than when measured alone; the plan made for the rates seen
-// is the one that balances the two links. Each batch size is re-planned at most
-// maxReplans times, so a rate that moves with the plan cannot make it
-// oscillate.
+// is the one that balances the two links. Each batch size is re-planned
+// at most maxReplans times, so a rate that moves with the plan cannot
+// make it oscillate.
 const (
 	replanPasses = 3
 	replanDrift  = 0.08
@@ -196,7 +202,7 @@ func (h *hybrid) plan(ctx context.Context, m *Model, o *Hybrid, maxT int, stream
 		if !streamed[i] && !m.tb.tierC[i] {
 			continue
 		}
-		hl := tier.HybridLayer{Index: i, Full: m.tb.size[i], Attn: m.tb.size[i]}
+		hl := tier.HybridLayer{Index: i, Full: m.tb.size[i], Attn: m.tb.size[i], Stored: m.tb.tierC[i]}
 		if _, ok := h.host[i]; ok {
 			hl.Attn, hl.FFN = h.attn[i], m.tb.size[i]-h.attn[i]
 			probe = append(probe, model.FFNLayer{Index: i, W: h.host[i]})
@@ -240,7 +246,7 @@ func (h *hybrid) plan(ctx context.Context, m *Model, o *Hybrid, maxT int, stream
 }
 
 func (p *hybridPlanner) plan(rate float64, T int) (tier.HybridPlan, error) {
-	return tier.PlanHybrid(p.layers, p.depth, tier.HybridRates{HostToDevice: p.h2d, CPU: rate, Hop: p.hop}, T)
+	return tier.PlanHybrid(p.layers, p.depth, tier.HybridRates{HostToDevice: p.h2d, CPU: rate, Hop: p.hop, Lead: p.lead, Tail: p.tail}, T)
 }
 
 // replan makes batch size T's plan again from the CPU's rate in the
@@ -260,11 +266,14 @@ func (h *hybrid) replan(T int) error {
 	if s.copyBusy > 0 && s.copyBytes > 0 {
 		h2d = float64(s.copyBytes) / s.copyBusy.Seconds()
 	}
-	s.passes, s.bytes, s.busy, s.copyBytes, s.copyBusy = 0, 0, 0, 0, 0
-	if math.Abs(seen/planned-1) <= replanDrift && math.Abs(h2d/h.planner.h2d-1) <= replanDrift {
+	lead, tail := s.lead/time.Duration(s.passes), s.tail/time.Duration(s.passes)
+	outside := (lead + tail - h.planner.lead - h.planner.tail).Abs()
+	s.passes, s.bytes, s.busy, s.copyBytes, s.copyBusy, s.lead, s.tail = 0, 0, 0, 0, 0, 0, 0
+	if math.Abs(seen/planned-1) <= replanDrift && math.Abs(h2d/h.planner.h2d-1) <= replanDrift &&
+		outside.Seconds() <= replanDrift/4*h.plans[T-1].Pass.Seconds() {
 		return nil
 	}
-	h.planner.h2d = h2d
+	h.planner.h2d, h.planner.lead, h.planner.tail = h2d, lead, tail
 	p, err := h.planner.plan(seen, T)
 	if err != nil {
 		return fmt.Errorf("hybrid: re-planning %d tokens at CPU %.3g, H2D %.3g B/s: %w", T, seen, h2d, err)
@@ -310,6 +319,8 @@ func (h *hybrid) apply(tb *tierB, T int) error {
 		s := &h.seen[h.lastT-1]
 		s.copyBytes += st.Copy.Bytes
 		s.copyBusy += st.Copy.Busy
+		s.lead += st.Lead
+		s.tail += st.Tail
 	}
 	if err := h.replan(T); err != nil {
 		return err

@@ -26,6 +26,10 @@ type HybridLayer struct {
 	Full int64 `json:"full"`
 	Attn int64 `json:"attn"`
 	FFN  int64 `json:"ffn"`
+	// Stored marks a layer read from storage every pass (tier C): the
+	// pipeline carries no copy of it, or of a layer after it, into the
+	// next pass (engine/stream's Device).
+	Stored bool `json:"stored,omitempty"`
 }
 
 // DefaultHop is a layer's trip to the CPU when nothing else is known: a
@@ -41,6 +45,13 @@ type HybridRates struct {
 	// Hop is the fixed cost of taking one layer's FFN to the CPU: waiting
 	// for the GPU to reach it and the two small copies of the hidden state.
 	Hop time.Duration
+	// Lead and Tail are the GPU's time in a pass before its first
+	// streamed layer (the resident layers ahead of it) and after the last
+	// (the layers after it, the output head): the copy engine runs
+	// through them (a pass's first copies go at its start, or are carried
+	// over from the pass before) while the CPU waits. Measured in passes
+	// (engine/stream's Stats); zero until then.
+	Lead, Tail time.Duration
 }
 
 // HybridPlan is the placement for one batch size.
@@ -52,21 +63,23 @@ type HybridPlan struct {
 	// Moved is the bytes over PCIe a pass; CPUBytes what the CPU reads.
 	Moved    int64 `json:"moved"`
 	CPUBytes int64 `json:"cpu_bytes"`
-	// Pass is the streamed part's expected time; Streamed the same with
-	// every layer streamed (the plan without the CPU).
+	// Pass is the expected time between the starts of two passes in a
+	// run of them, Lead and Tail included; Streamed the same with every
+	// layer streamed (the plan without the CPU).
 	Pass     time.Duration `json:"pass_ns"`
 	Streamed time.Duration `json:"streamed_ns"`
 }
 
 // PlanHybrid chooses which of the streamed layers (in model order) take
 // their FFN on the CPU at rates r, for a pipeline whose ring holds depth
-// whole layers. It simulates the pass (copies in order, each into its
-// place in the ring once compute has released the layers it overwrites:
-// a CPU layer copies only its attention, so more of them fit; it frees
-// its place once its attention ran and then holds compute for its hop and
-// FFN) for every count of CPU
-// layers, spread evenly over the layers that allow it, and keeps the
-// fastest; ties keep fewer CPU layers.
+// whole layers. It simulates a run of passes (copies in order, each into
+// its place in the ring once compute has released the layers it
+// overwrites, the next pass's first ones carried over as the pipeline
+// does: a CPU layer copies only its attention, so more of them fit; it
+// frees its place once its attention ran and then holds compute for its
+// hop and FFN) for every count of CPU layers, spread evenly over the
+// layers that allow it, and keeps the fastest; ties keep fewer CPU
+// layers.
 func PlanHybrid(layers []HybridLayer, depth int, r HybridRates, batch int) (HybridPlan, error) {
 	if depth < 1 {
 		return HybridPlan{}, fmt.Errorf("hybrid plan: depth %d", depth)
@@ -178,13 +191,18 @@ func refineHybrid(layers []HybridLayer, eligible []int, cpuIdx []int, pass time.
 	return out, pass
 }
 
-// simulateHybrid is the pass time of the streamed layers with onCPU's
-// FFNs on the CPU, laid out in the ring as the pipeline lays them
-// (LayRing). The GPU's own compute is taken as free: it reads a layer in
-// a small fraction of the copy's time.
+// simulateHybrid is the time between the starts of two passes in a run
+// of them with onCPU's FFNs on the CPU, the layers laid out in the ring
+// as the pipeline lays them (LayRing) and the first ones carried into the
+// next pass as it carries them: each once the pass before has released
+// the last layer its place overlaps. Compute spends Lead before the
+// streamed layers and Tail after them; the GPU's own compute on a
+// streamed layer is taken as free (it reads a layer in a small fraction
+// of the copy's time).
 func simulateHybrid(layers []HybridLayer, onCPU []bool, depth int, r HybridRates) time.Duration {
-	full := make([]int64, len(layers))
-	moved := make([]int64, len(layers))
+	n := len(layers)
+	full := make([]int64, n)
+	moved := make([]int64, n)
 	for i, l := range layers {
 		full[i], moved[i] = l.Full, l.Full
 		if onCPU[i] {
@@ -197,20 +215,53 @@ func simulateHybrid(layers []HybridLayer, onCPU []bool, depth int, r HybridRates
 		// a placement the ring could not hold is never the fastest.
 		return time.Duration(math.MaxInt64)
 	}
-	released := make([]float64, len(layers)) // when compute freed the layer's place
-	var copied, now float64                  // copy stream's end, compute's clock (seconds)
-	for i, l := range layers {
-		bytes := moved[i]
-		start := copied
-		if a := ring.After[i]; a >= 0 {
-			start = max(start, released[a])
+	// wrap[i]: the last layer of a pass whose place layer i's overlaps,
+	// for the first layers, which the pass before carries; -1 after.
+	wrap := make([]int, n)
+	stop := false
+	for i := range layers {
+		wrap[i] = -1
+		if stop = stop || layers[i].Stored || ring.After[i] >= 0; stop {
+			continue
 		}
-		copied = start + float64(bytes)/r.HostToDevice
-		now = max(now, copied)
-		released[i] = now
-		if onCPU[i] {
-			now += r.Hop.Seconds() + float64(l.FFN)/r.CPU
+		for m := n - 1; m >= i; m-- {
+			if ring.Off[m] < ring.Off[i]+ring.Size[i] && ring.Off[i] < ring.Off[m]+ring.Size[m] {
+				wrap[i] = m
+				break
+			}
 		}
 	}
-	return time.Duration(now * float64(time.Second))
+	// Three passes: the first starts with an empty ring, the second with
+	// what the first carried, and the third repeats the second.
+	const passes = 3
+	released := make([]float64, n) // when compute freed each layer's place, this pass
+	before := make([]float64, n)   // the same, the pass before
+	var copied, now, lastStart float64
+	for p := range passes {
+		start := now
+		if p == passes-1 {
+			lastStart = start
+		}
+		now += r.Lead.Seconds()
+		for i, l := range layers {
+			at := max(copied, start)
+			switch {
+			case ring.After[i] >= 0:
+				at = max(copied, released[ring.After[i]])
+			case p > 0 && wrap[i] >= 0:
+				// Carried: issued once the pass before had issued its own
+				// copies and released the layer this one overwrites.
+				at = max(copied, before[wrap[i]])
+			}
+			copied = at + float64(moved[i])/r.HostToDevice
+			now = max(now, copied)
+			released[i] = now
+			if onCPU[i] {
+				now += r.Hop.Seconds() + float64(l.FFN)/r.CPU
+			}
+		}
+		now += r.Tail.Seconds()
+		copy(before, released)
+	}
+	return time.Duration((now - lastStart) * float64(time.Second))
 }

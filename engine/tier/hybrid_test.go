@@ -157,3 +157,41 @@ func TestPlanHybridNearTheBound(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanHybridCarriesThroughTheTail: in a run of passes the copy engine
+// fills the ring with the next pass's first layers during the GPU's tail
+// (the pipeline carries them over), so a tail costs a pass only what the
+// ring cannot hide; a layer read from storage carries nothing, nor does
+// any after it. Eight 100 MB layers at 50 GB/s, a ring of two, and a 5 ms
+// tail: 16 ms of copies, of which two layers (4 ms) run in the tail.
+func TestPlanHybridCarriesThroughTheTail(t *testing.T) {
+	t.Parallel()
+	const ms = time.Millisecond
+	mk := func(stored int) []HybridLayer {
+		var ls []HybridLayer
+		for i := range 8 {
+			ls = append(ls, HybridLayer{Index: i, Full: 100e6, Attn: 20e6, Stored: i == stored})
+		}
+		return ls
+	}
+	for _, tc := range []struct {
+		name   string
+		stored int
+		lead   time.Duration
+		want   time.Duration
+	}{
+		{"tier B", -1, 0, 17 * ms},
+		// The ring is full when the pass starts: a lead adds to the pass.
+		{"with a lead", -1, 3 * ms, 20 * ms},
+		{"the second layer stored", 1, 0, 19 * ms},
+		{"the first layer stored", 0, 0, 21 * ms},
+	} {
+		p, err := PlanHybrid(mk(tc.stored), 2, HybridRates{HostToDevice: 50e9, Hop: DefaultHop, Lead: tc.lead, Tail: 5 * ms}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := p.Streamed - tc.want; d < -time.Microsecond || d > time.Microsecond {
+			t.Errorf("%s: %v a pass streamed, want %v", tc.name, p.Streamed, tc.want)
+		}
+	}
+}

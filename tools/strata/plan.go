@@ -324,7 +324,7 @@ func planHybrid(ctx context.Context, path string, isPool bool, hfm *hf.Model, cf
 			continue
 		}
 		full := l.Moved.HostToDevice
-		hl := tier.HybridLayer{Index: l.Index, Full: full, Attn: full}
+		hl := tier.HybridLayer{Index: l.Index, Full: full, Attn: full, Stored: l.Tier == tier.TierC}
 		if l.Tier == tier.TierB {
 			hl.FFN = int64(frac * float64(full))
 			hl.Attn = full - hl.FFN
