@@ -132,6 +132,10 @@ func writePipelineStats(w io.Writer, st *stream.Stats) {
 			tier.FormatBytes(per), s.s.GBps, s.s.Busy.Round(time.Microsecond), s.s.Stall.Round(time.Microsecond))
 	}
 	tw.Flush()
+	if st.Passes > 0 && (st.Lead > 0 || st.Tail > 0) {
+		fmt.Fprintf(w, "compute outside the streamed layers: %v before them, %v after, a pass; %d copies carried over from the pass before\n",
+			(st.Lead / time.Duration(st.Passes)).Round(time.Microsecond), (st.Tail / time.Duration(st.Passes)).Round(time.Microsecond), st.Carried)
+	}
 	if st.Verify > 0 {
 		fmt.Fprintf(w, "checksums: %v of the read stage\n", st.Verify.Round(time.Microsecond))
 	}
