@@ -68,6 +68,10 @@ type HybridPlan struct {
 	// layer streamed (the plan without the CPU).
 	Pass     time.Duration `json:"pass_ns"`
 	Streamed time.Duration `json:"streamed_ns"`
+	// Lead and Tail are the GPU's time outside the streamed layers the
+	// plan was made for (HybridRates).
+	Lead time.Duration `json:"lead_ns,omitempty"`
+	Tail time.Duration `json:"tail_ns,omitempty"`
 }
 
 // PlanHybrid chooses which of the streamed layers (in model order) take
@@ -98,7 +102,7 @@ func PlanHybrid(layers []HybridLayer, depth int, r HybridRates, batch int) (Hybr
 	}
 	onCPU := make([]bool, len(layers))
 	streamed := simulateHybrid(layers, onCPU, depth, r)
-	best := HybridPlan{Batch: batch, Pass: streamed, Streamed: streamed}
+	best := HybridPlan{Batch: batch, Pass: streamed, Streamed: streamed, Lead: r.Lead, Tail: r.Tail}
 	if r.CPU > 0 {
 		for x := 1; x <= len(eligible); x++ {
 			clear(onCPU)

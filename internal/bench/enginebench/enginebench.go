@@ -877,13 +877,14 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 		return err
 	}
 	if _, last, ok := g.PipelineStats(); ok && last.Copy.Busy > 0 && last.Wall > 0 {
-		res.Notes = append(res.Notes, fmt.Sprintf("hybrid: the last timed pass copied %s at %.1f GB/s, the copy engine busy %.0f%% of the pass",
-			gib(last.Copy.Bytes), float64(last.Copy.Bytes)/last.Copy.Busy.Seconds()/1e9, 100*last.Copy.Busy.Seconds()/last.Wall.Seconds()))
+		res.Notes = append(res.Notes, fmt.Sprintf("hybrid: the last timed pass copied %s at %.1f GB/s (%d copies carried over from the pass before), the copy engine busy %.0f%% of the pass (carried copies included); the GPU's lead %v and tail %v",
+			gib(last.Copy.Bytes), float64(last.Copy.Bytes)/last.Copy.Busy.Seconds()/1e9, last.Carried, 100*last.Copy.Busy.Seconds()/last.Wall.Seconds(),
+			last.Lead.Round(time.Microsecond), last.Tail.Round(time.Microsecond)))
 	}
 	plans, rates, _ = g.HybridPlans()
 	p := plans[0]
-	res.Notes = append(res.Notes, fmt.Sprintf("hybrid: in the timed passes the CPU computed the FFN of %d of the %d streamed layers at batch 1 (planned for %.1f GB/s; %s over PCIe, %s on the CPU a pass), planned %.2f ms vs %.2f ms streaming alone",
-		len(p.CPU), len(opts.StreamLayers), rates[0]/1e9, gib(p.Moved), gib(p.CPUBytes), ms(p.Pass), ms(p.Streamed)))
+	res.Notes = append(res.Notes, fmt.Sprintf("hybrid: in the timed passes the CPU computed the FFN of %d of the %d streamed layers at batch 1 (planned for %.1f GB/s; %s over PCIe, %s on the CPU a pass), planned %.2f ms (lead %v, tail %v) vs %.2f ms streaming alone",
+		len(p.CPU), len(opts.StreamLayers), rates[0]/1e9, gib(p.Moved), gib(p.CPUBytes), ms(p.Pass), p.Lead.Round(time.Microsecond), p.Tail.Round(time.Microsecond), ms(p.Streamed)))
 	r := ratioToPeer(h1.TokensPerSecond, rn.o.Peers, peer)
 	off := float64(p.Moved + p.CPUBytes)
 	limit := off / (rates[0] + rn.ceil.H2D)
