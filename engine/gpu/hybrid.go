@@ -61,6 +61,8 @@ type hybrid struct {
 	planner *hybridPlanner       // what re-planning needs (nil with given plans)
 	seen    []hybridSeen         // the CPU's FFNs in passes since the last plan, by batch size - 1
 	lastT   int                  // the previous pass's tokens when the CPU took part in it, else 0
+	last    int                  // the last streamed layer
+	lastCPU time.Duration        // the previous pass's time in the last streamed layer's FFN on the CPU
 	applied int                  // plan whose lengths the pipeline has; -1: every layer whole
 	on      []bool               // per layer: FFN on the CPU this pass
 	buf     *cudadrv.HostMem     // hidden state, capT rows of Dim float32, mapped
@@ -130,8 +132,11 @@ func (m *Model) setupHybrid(ctx context.Context, c *cudadrv.Ctx, w *model.Weight
 	if err != nil {
 		return fmt.Errorf("hybrid: %w", err)
 	}
-	h := &hybrid{dev: dev, host: map[int]*model.Layer{}, attn: map[int]int64{}, applied: -1, on: make([]bool, cfg.Layers)}
+	h := &hybrid{dev: dev, host: map[int]*model.Layer{}, attn: map[int]int64{}, applied: -1, on: make([]bool, cfg.Layers), last: -1}
 	for i, s := range streamed {
+		if s || m.tb.tierC[i] {
+			h.last = i
+		}
 		if !s || m.tb.tierC[i] || m.pk.layer(i) != nil {
 			continue
 		}
@@ -320,7 +325,10 @@ func (h *hybrid) apply(tb *tierB, T int) error {
 		s.copyBytes += st.Copy.Bytes
 		s.copyBusy += st.Copy.Busy
 		s.lead += st.Lead
-		s.tail += st.Tail
+		// The pipeline's tail starts when the last streamed layer's slot
+		// goes back, before its FFN when the CPU takes it: the planner
+		// charges that FFN to the layer.
+		s.tail += max(0, st.Tail-h.lastCPU)
 	}
 	if err := h.replan(T); err != nil {
 		return err
@@ -329,7 +337,7 @@ func (h *hybrid) apply(tb *tierB, T int) error {
 	if T <= len(h.plans) && len(h.plans[T-1].CPU) > 0 {
 		want = T - 1
 	}
-	h.lastT = 0
+	h.lastT, h.lastCPU = 0, 0
 	if want >= 0 {
 		h.lastT = T
 	}
@@ -394,6 +402,9 @@ func (m *Model) cpuFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		h.seen[T-1].busy += t2.Sub(t1)
 	}
 	h.stats.Hop += t1.Sub(t0) + time.Since(t2)
+	if l == h.last {
+		h.lastCPU = time.Since(t0)
+	}
 	return nil
 }
 

@@ -32,6 +32,10 @@ type HybridLayer struct {
 	Stored bool `json:"stored,omitempty"`
 }
 
+// minHybridGain is how much faster than streaming alone a placement with
+// CPU layers must simulate to be taken.
+const minHybridGain = 0.03
+
 // DefaultHop is a layer's trip to the CPU when nothing else is known: a
 // stream synchronisation and two copies of a few kilobytes.
 const DefaultHop = 60 * time.Microsecond
@@ -123,6 +127,12 @@ func PlanHybrid(layers []HybridLayer, depth int, r HybridRates, batch int) (Hybr
 		}
 	}
 	best.CPU, best.Pass = refineHybrid(layers, eligible, best.CPU, best.Pass, depth, r)
+	if best.Pass > time.Duration(float64(streamed)*(1-minHybridGain)) {
+		// The simulation leaves out costs a CPU layer brings (the CPU's
+		// work beside the host's launches, the rates' drift in a pass):
+		// a plan that is not clearly faster than streaming is not taken.
+		best.CPU, best.Pass = nil, streamed
+	}
 	cpu := map[int]bool{}
 	for _, i := range best.CPU {
 		cpu[i] = true

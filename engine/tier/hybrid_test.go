@@ -195,3 +195,39 @@ func TestPlanHybridCarriesThroughTheTail(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanHybridWantsAClearGain: a placement with CPU layers is taken only
+// when it simulates at least minHybridGain faster than streaming alone;
+// a CPU slow enough that one layer on it gains less keeps every layer
+// streamed.
+func TestPlanHybridWantsAClearGain(t *testing.T) {
+	t.Parallel()
+	var ls []HybridLayer
+	for i := range 16 {
+		ls = append(ls, HybridLayer{Index: i, Full: 100e6, Attn: 20e6, FFN: 80e6})
+	}
+	sawSmallGain := false
+	for cpu := 1e9; cpu <= 200e9; cpu *= 1.05 {
+		r := HybridRates{HostToDevice: 50e9, CPU: cpu, Hop: DefaultHop, Lead: time.Millisecond, Tail: time.Millisecond}
+		p, err := PlanHybrid(ls, 2, r, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.CPU) > 0 && p.Pass > time.Duration(float64(p.Streamed)*(1-minHybridGain)) {
+			t.Errorf("CPU %.3g B/s: %d CPU layers for %v against %v streamed", cpu, len(p.CPU), p.Pass, p.Streamed)
+		}
+		if len(p.CPU) == 0 && (p.Pass != p.Streamed || p.CPUBytes != 0) {
+			t.Errorf("CPU %.3g B/s: no CPU layer, yet %v a pass against %v streamed, %d bytes on the CPU", cpu, p.Pass, p.Streamed, p.CPUBytes)
+		}
+		for i := range ls {
+			one := make([]bool, len(ls))
+			one[i] = true
+			if g := 1 - float64(simulateHybrid(ls, one, 2, r))/float64(p.Streamed); g > 0 && g < minHybridGain && len(p.CPU) == 0 {
+				sawSmallGain = true
+			}
+		}
+	}
+	if !sawSmallGain {
+		t.Error("no CPU rate in the sweep where one CPU layer gains a little and the plan keeps them all streamed")
+	}
+}
