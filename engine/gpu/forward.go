@@ -19,6 +19,7 @@ type activations struct {
 	h, xn, q, k, v, att, tmp, gate, up, meta cudadrv.DevPtr
 	outX, logits, tokens                     cudadrv.DevPtr
 	metaHost, logitsHost, tokensHost         *cudadrv.HostMem
+	metaMapped                               cudadrv.DevPtr // metaHost's device address
 	// fx is two sets of Dim fixed-point accumulators, in turn by layer,
 	// which a one-token down product by column slices adds into
 	// (kernels.GEMVSliced; Model.down) for the residual update to add
@@ -74,7 +75,10 @@ func (m *Model) ensure(c *cudadrv.Ctx, T, R int) (bool, error) {
 	alloc(&a.logits, int64(R)*int64(cfg.Vocab)*f)
 	alloc(&a.tokens, int64(R)*4)
 	if err == nil {
-		a.metaHost, err = c.HostAlloc(3*T*4, 0)
+		a.metaHost, err = c.HostAlloc(3*T*4, cudadrv.HostAllocDeviceMap)
+	}
+	if err == nil {
+		a.metaMapped, err = c.HostDevicePointer(a.metaHost)
 	}
 	if err == nil {
 		a.logitsHost, err = c.HostAlloc(R*cfg.Vocab*4, 0)
@@ -334,7 +338,15 @@ func (m *Model) wait(c *cudadrv.Ctx) error { return c.StreamSync(m.stream) }
 
 // copyMeta uploads the pass's token ids, positions and slots (writeMeta's
 // pinned buffer) to the device.
+//
+// With layers streaming it is a kernel reading the mapped buffer, not a
+// copy: the copy stream may still be moving the layers the pass before
+// carried over, and a small copy on the compute stream can wait behind
+// such bulk copies (the hybrid hand-over's reason, hybrid.go's cpuFFN).
 func (m *Model) copyMeta(c *cudadrv.Ctx, p *pass) error {
+	if m.tb != nil {
+		return m.k.Copy(c, m.stream, m.act.meta, m.act.metaMapped, int64(3*p.T))
+	}
 	return c.CopyHtoD(m.act.meta, m.act.metaHost.Bytes()[:12*p.T], m.stream)
 }
 
