@@ -554,22 +554,7 @@ func TestSetLength(t *testing.T) {
 	p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 2, Device: computeDevice{}, SlotsOnly: true})
 	pass := func() int64 {
 		t.Helper()
-		if err := p.Begin(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < n; i++ {
-			if _, err := p.Acquire(i); err != nil {
-				t.Fatal(err)
-			}
-			if err := p.Done(i); err != nil {
-				t.Fatal(err)
-			}
-		}
-		st, err := p.Finish(false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.Copy.Bytes
+		return slotsPass(t, p, n).Copy.Bytes
 	}
 	if got := pass(); got != full {
 		t.Fatalf("copied %d bytes, want %d", got, full)
@@ -766,22 +751,7 @@ func TestCarryRelaid(t *testing.T) {
 	p := newPipeline(t, stream.Options{Store: tm.store, Tiers: tiers, Depth: 2, Device: computeDevice{}, SlotsOnly: true})
 	pass := func(wantCarried int64) {
 		t.Helper()
-		if err := p.Begin(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < n; i++ {
-			if _, err := p.Acquire(i); err != nil {
-				t.Fatal(err)
-			}
-			if err := p.Done(i); err != nil {
-				t.Fatal(err)
-			}
-		}
-		st, err := p.Finish(false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Carried != wantCarried {
+		if st := slotsPass(t, p, n); st.Carried != wantCarried {
 			t.Fatalf("carried %d copies, want %d", st.Carried, wantCarried)
 		}
 	}
@@ -797,4 +767,27 @@ func TestCarryRelaid(t *testing.T) {
 		}
 		pass(tc.wantCarried)
 	}
+}
+
+// slotsPass runs one pass of a SlotsOnly pipeline of n layers the way the
+// CUDA backend drives it (Begin, Acquire and Done for each layer, Finish)
+// and returns its Stats.
+func slotsPass(t *testing.T, p *stream.Pipeline, n int) stream.Stats {
+	t.Helper()
+	if err := p.Begin(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if _, err := p.Acquire(i); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Done(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := p.Finish(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
