@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/tier"
@@ -245,6 +246,12 @@ func (m *Model) forward(ctx context.Context, batch []model.Step, exit int) error
 	p := planPass(batch)
 	p.exit = exit
 	useGraph := !m.opts.NoGraphs && m.tb == nil && m.moe == nil && p.decode && p.T <= kernels.MaxGEMVBatch && exit == 0
+	// Experts in device memory: this batch size's way (moechoice.go).
+	trial := m.moe != nil && exit == 0 && m.moe.stats.ResidentExperts > 0 && !m.opts.NoExpertTrial
+	if trial {
+		m.moe.cpuOnly = !m.moe.choice.device(p.T)
+	}
+	start := time.Now()
 	err := m.dev.Do(func(c *cudadrv.Ctx) error {
 		mark(tr, TraceDevice)
 		if _, err := m.ensure(c, p.T, p.R); err != nil {
@@ -278,6 +285,12 @@ func (m *Model) forward(ctx context.Context, batch []model.Step, exit int) error
 		return err
 	})
 	mark(tr, TraceBack)
+	if trial {
+		if err == nil {
+			m.moe.choice.record(p.T, !m.moe.cpuOnly, time.Since(start))
+		}
+		m.moe.cpuOnly = false
+	}
 	if err != nil {
 		return fmt.Errorf("forward: %w", err)
 	}

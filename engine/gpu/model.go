@@ -43,6 +43,11 @@ type Options struct {
 	// budget); the others are computed on the CPU. Nil, or a layer missing
 	// or empty: none of that layer's.
 	ResidentExperts [][]int
+	// NoExpertTrial makes the GPU compute the resident experts' picks at
+	// every batch size. By default the first passes of a batch size up to
+	// 8 tokens try both ways, the GPU's and the CPU computing every pick,
+	// and keep the faster (moechoice.go).
+	NoExpertTrial bool
 	// NoGraphs disables capturing and replaying decode steps as CUDA
 	// graphs (every step is then launched kernel by kernel).
 	NoGraphs bool

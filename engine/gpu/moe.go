@@ -55,6 +55,11 @@ type gpuMoE struct {
 	pairs []moePair
 	keep  func(e int) bool
 	curL  int
+	// choice decides per batch size whether the GPU computes the resident
+	// experts' picks (moechoice.go); cpuOnly is this pass's way: every
+	// pick on the CPU.
+	choice  expertChoice
+	cpuOnly bool
 }
 
 // expertW is one resident expert's matrices in device memory.
@@ -84,6 +89,10 @@ type MoEStats struct {
 	// their bytes (the routers' excluded).
 	ResidentExperts int   `json:"resident_experts"`
 	ResidentBytes   int64 `json:"resident_bytes"`
+	// Choices are the batch sizes whose way is decided: the GPU computing
+	// the resident experts' picks, or the CPU computing every pick
+	// (moechoice.go).
+	Choices []ExpertChoice `json:"choices,omitempty"`
 }
 
 // residentSet validates Options.ResidentExperts against cfg and returns
@@ -220,6 +229,7 @@ func (x *gpuMoE) uploadExperts(ctx context.Context, c *cudadrv.Ctx, s cudadrv.St
 	for l := range x.resident {
 		x.resident[l] = nil
 	}
+	x.choice.reset()
 	if err != nil || total == 0 {
 		return err
 	}
@@ -425,6 +435,9 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		return err
 	}
 	res := x.resident[l]
+	if x.cpuOnly {
+		res = nil
+	}
 	partial := len(res) < E
 	rows := x.hostRows(cfg, T)
 	if partial {
@@ -481,7 +494,13 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		hrows[t] = hv[t*D : (t+1)*D : (t+1)*D]
 	}
 	if x.keep == nil {
-		x.keep = func(e int) bool { _, ok := x.resident[x.curL][e]; return !ok }
+		x.keep = func(e int) bool {
+			if x.cpuOnly {
+				return true
+			}
+			_, ok := x.resident[x.curL][e]
+			return !ok
+		}
 	}
 	x.curL = l
 	t1 := time.Now()
@@ -602,7 +621,9 @@ func (m *Model) MoEStats() (MoEStats, bool) {
 	if m.moe == nil {
 		return MoEStats{}, false
 	}
-	return m.moe.stats, true
+	st := m.moe.stats
+	st.Choices = m.moe.choice.decisions()
+	return st, true
 }
 
 // ExpertCounts is, per layer and expert, how many tokens the device's

@@ -75,6 +75,8 @@ func TestMoEOnCUDA(t *testing.T) {
 				load = &model.Model{Config: cfg, Weights: &w}
 				opts.Experts = layerExperts{cpu.Weights}
 			}
+			// The placement is what is checked: no trial of the CPU alone.
+			opts.NoExpertTrial = true
 			g := loadGPU(t, load, opts)
 			if tc.skew > 0 {
 				if err := cpu.SetRouterSkew(tc.skew); err != nil {
@@ -140,7 +142,7 @@ func TestMoEOnCUDAQ4KM(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/all=%v", arch, all), func(t *testing.T) {
 				cpu := tinyModel(t, arch, "q4_k_m")
 				cfg := cpu.Config
-				opts := Options{MaxSeqs: 2}
+				opts := Options{MaxSeqs: 2, NoExpertTrial: true}
 				if all {
 					for range cfg.Layers {
 						es := make([]int, cfg.Experts)
@@ -170,7 +172,7 @@ func TestSetResidentExperts(t *testing.T) {
 	gpu(t)
 	cpu := tinyModel(t, "qwen3moe", "f32")
 	cfg := cpu.Config
-	g := loadGPU(t, cpu, Options{MaxSeqs: 2})
+	g := loadGPU(t, cpu, Options{MaxSeqs: 2, NoExpertTrial: true})
 	ctx := context.Background()
 	greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 2), 4)
 	if st, _ := g.MoEStats(); st.GPUExperts != 0 {
@@ -302,4 +304,35 @@ func (s layerExperts) Experts(_ context.Context, l int, es []int, dst []*model.E
 		dst[j] = &s.w.Layers[l].Experts[e]
 	}
 	return nil
+}
+
+// TestExpertTrialOnCUDA: with experts resident, the first passes of a
+// batch size alternate the GPU's way and the CPU computing every pick
+// (moechoice.go); both give the CPU reference's greedy tokens, and once
+// decided the stats name the way kept and both pass times.
+func TestExpertTrialOnCUDA(t *testing.T) {
+	gpu(t)
+	cpu := tinyModel(t, "qwen3moe", "f32")
+	cfg := cpu.Config
+	var rs [][]int
+	for l := range cfg.Layers {
+		rs = append(rs, []int{l, 3, 6})
+	}
+	g := loadGPU(t, cpu, Options{MaxSeqs: 2, ResidentExperts: rs})
+	steps := 2*(choiceWarm+choiceTrials) + 4
+	worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 2), steps)
+	st, _ := g.MoEStats()
+	t.Logf("worst NMSE %.3g; %+v", worst[0], st)
+	if st.GPUExperts == 0 || st.CPUExperts == 0 {
+		t.Fatalf("trial passes both ways, yet %+v", st)
+	}
+	var one *ExpertChoice
+	for i, c := range st.Choices {
+		if c.Batch == 1 {
+			one = &st.Choices[i]
+		}
+	}
+	if one == nil || one.DevicePass <= 0 || one.CPUPass <= 0 {
+		t.Fatalf("batch 1 not decided after %d passes: %+v", steps, st.Choices)
+	}
 }

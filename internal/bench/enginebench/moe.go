@@ -327,6 +327,10 @@ func (rn *runner) moeDecode(ctx context.Context, res *ScenarioResult, g *loaded,
 	if b > 1 {
 		opts.Warmup, opts.Steps = 1, 3
 	}
+	if st, _ := g.MoEStats(); st.ResidentExperts > 0 {
+		// Past the trial of the GPU's way against the CPU alone.
+		opts.Warmup = max(opts.Warmup, gpu.ExpertTrialPasses)
+	}
 	opts.BeforeTimed = func() {
 		counts0 = g.ExpertCounts()
 		st0, _ = g.MoEStats()
@@ -356,6 +360,16 @@ func (rn *runner) moeDecode(ctx context.Context, res *ScenarioResult, g *loaded,
 		return err
 	}
 	res.Metrics = append(res.Metrics, m...)
+	for _, c := range st1.Choices {
+		if c.Batch == b {
+			way := "the CPU alone"
+			if c.Device {
+				way = "the GPU's resident experts"
+			}
+			res.Notes = append(res.Notes, fmt.Sprintf("%s, batch %d: the trial kept %s (a pass %.2f ms with the GPU's experts, %.2f ms with the CPU alone)",
+				rt.short(), b, way, ms(c.DevicePass), ms(c.CPUPass)))
+		}
+	}
 	return nil
 }
 
