@@ -217,7 +217,7 @@ func (rn *runner) moe(ctx context.Context, res *ScenarioResult, mc MoECase) erro
 		res.Notes = append(res.Notes, fmt.Sprintf("%s (%s): %s", rt.short(), keys, rt.what))
 		c0 := g.ExpertCounts()
 		for _, b := range []int{1, batch} {
-			if err := rn.moeDecode(ctx, res, g, esizes, mc, rt, b); err != nil {
+			if err := rn.moeDecode(ctx, res, g, esizes, nil, mc, rt, b); err != nil {
 				return err
 			}
 		}
@@ -303,11 +303,11 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 		}
 		rt := m.rt
 		rt.prefix = "dev_" + rt.prefix
-		res.Notes = append(res.Notes, fmt.Sprintf("%s with experts in device memory (JSON keys %s*): %d experts (%s) in the %s the budget leaves, the most used per byte by the routing the rows above measured (%.2f of its picks); the others on the CPU; routed and read bytes count only the experts off the device",
+		res.Notes = append(res.Notes, fmt.Sprintf("%s with experts in device memory (JSON keys %s*): %d experts (%s) in the %s the budget leaves, the most used per byte by the routing the rows above measured (%.2f of its picks); the others on the CPU; routed and read bytes count only the experts off the device, or every expert where a batch size's trial kept the CPU alone",
 			m.rt.short(), rt.prefix, xp.DeviceCount(), gib(xp.DeviceBytes), gib(left), xp.DeviceHit))
 		off := offDevice(esizes, xp.Device)
 		for _, b := range []int{1, batch} {
-			if err := rn.moeDecode(ctx, res, g, off, mc, rt, b); err != nil {
+			if err := rn.moeDecode(ctx, res, g, off, esizes, mc, rt, b); err != nil {
 				return err
 			}
 		}
@@ -318,8 +318,11 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 // moeDecode times one decode of g at batch b and adds its rows: tok/s
 // (the peer's ratio for the model's own routing at batch 1), the expert
 // bytes routed per token and read per pass, the CPU's busy time, and the
-// time per pass against the limits.
-func (rn *runner) moeDecode(ctx context.Context, res *ScenarioResult, g *loaded, sizes [][]int64, mc MoECase, rt moeRouting, b int) error {
+// time per pass against the limits. sizes are the expert bytes the CPU
+// reads when the GPU computes its resident experts' picks; all, when some
+// are resident, every expert's: the bytes it reads where the batch size's
+// trial kept the CPU alone.
+func (rn *runner) moeDecode(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, rt moeRouting, b int) error {
 	rn.o.progress("  decode, batch %d, %s", b, rt.short())
 	var counts0 [][]uint64
 	var st0 gpu.MoEStats
@@ -340,6 +343,21 @@ func (rn *runner) moeDecode(ctx context.Context, res *ScenarioResult, g *loaded,
 		return err
 	}
 	st1, _ := g.MoEStats()
+	var kept string
+	for _, c := range st1.Choices {
+		if c.Batch != b {
+			continue
+		}
+		kept = "the GPU's resident experts"
+		if !c.Device {
+			kept, sizes = "the CPU alone", all
+		}
+		res.Notes = append(res.Notes, fmt.Sprintf("%s, batch %d: the trial kept %s (a pass %.2f ms with the GPU's experts, %.2f ms with the CPU alone)",
+			rt.short(), b, kept, ms(c.DevicePass), ms(c.CPUPass)))
+	}
+	if all != nil && kept == "" {
+		return fmt.Errorf("%s, batch %d: no way kept after %d warm-up passes", rt.short(), b, opts.Warmup)
+	}
 	tr, err := routedTraffic(counts0, g.ExpertCounts(), sizes, g.Config.ExpertsUsed, b)
 	if err != nil {
 		return fmt.Errorf("routing of the timed passes: %w", err)
@@ -360,16 +378,6 @@ func (rn *runner) moeDecode(ctx context.Context, res *ScenarioResult, g *loaded,
 		return err
 	}
 	res.Metrics = append(res.Metrics, m...)
-	for _, c := range st1.Choices {
-		if c.Batch == b {
-			way := "the CPU alone"
-			if c.Device {
-				way = "the GPU's resident experts"
-			}
-			res.Notes = append(res.Notes, fmt.Sprintf("%s, batch %d: the trial kept %s (a pass %.2f ms with the GPU's experts, %.2f ms with the CPU alone)",
-				rt.short(), b, way, ms(c.DevicePass), ms(c.CPUPass)))
-		}
-	}
 	return nil
 }
 
