@@ -65,6 +65,8 @@ type hybrid struct {
 	lastCPU time.Duration        // the previous pass's time in the last streamed layer's FFN on the CPU
 	applied int                  // plan whose lengths the pipeline has; -1: every layer whole
 	on      []bool               // per layer: FFN on the CPU this pass
+	hand    []time.Duration      // per layer: this pass's hand-over wait before its FFN on the CPU
+	ffn     []time.Duration      // per layer: this pass's FFN on the CPU
 	buf     *cudadrv.HostMem     // hidden state, capT rows of Dim float32, mapped
 	bufDev  cudadrv.DevPtr       // buf's device address
 	rows    [][]float32          // buf's rows
@@ -132,7 +134,8 @@ func (m *Model) setupHybrid(ctx context.Context, c *cudadrv.Ctx, w *model.Weight
 	if err != nil {
 		return fmt.Errorf("hybrid: %w", err)
 	}
-	h := &hybrid{dev: dev, host: map[int]*model.Layer{}, attn: map[int]int64{}, applied: -1, on: make([]bool, cfg.Layers), last: -1}
+	h := &hybrid{dev: dev, host: map[int]*model.Layer{}, attn: map[int]int64{}, applied: -1, on: make([]bool, cfg.Layers), last: -1,
+		hand: make([]time.Duration, cfg.Layers), ffn: make([]time.Duration, cfg.Layers)}
 	for i, s := range streamed {
 		if s || m.tb.tierC[i] {
 			h.last = i
@@ -402,6 +405,9 @@ func (m *Model) cpuFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		h.seen[T-1].busy += t2.Sub(t1)
 	}
 	h.stats.Hop += t1.Sub(t0) + time.Since(t2)
+	if l < len(h.hand) {
+		h.hand[l], h.ffn[l] = t1.Sub(t0), t2.Sub(t1)
+	}
 	if l == h.last {
 		h.lastCPU = time.Since(t0)
 	}

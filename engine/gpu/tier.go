@@ -395,6 +395,9 @@ type streamDev struct {
 	waitStart, waitEnd []cudadrv.Event
 	ops                []devOp // per copy number: its copy, done at copyEnd
 	marked             bool    // released was recorded in this pass
+	// The last Times call's copy numbers: the latest pass's copies
+	// [base, base+copies) and waits [base, base+waits), for layerTimes.
+	lastBase, lastCopies, lastWaits int
 }
 
 // devSlot is device memory with its two events: the ring (which owns
@@ -604,6 +607,7 @@ func (d *streamDev) Times(base, copies, waits int) (stream.ClockTimes, error) {
 	if base < 0 || base+max(copies, waits) > len(d.ops) {
 		return ct, fmt.Errorf("times of copies [%d, %d) and waits [%d, %d) of %d", base, base+copies, base, base+waits, len(d.ops))
 	}
+	d.lastBase, d.lastCopies, d.lastWaits = base, copies, waits
 	ms := func(a, b cudadrv.Event) (time.Duration, error) {
 		v, err := d.c.Elapsed(a, b)
 		return time.Duration(float64(v) * 1e6), err
@@ -641,6 +645,88 @@ func (d *streamDev) Times(base, copies, waits int) (stream.ClockTimes, error) {
 		}
 	}
 	return ct, nil
+}
+
+// layerTimes is, per streamed layer of the latest pass Times was asked
+// about (in pipeline order), its copy's start and end and compute's wait
+// for it, on the device's clock from the pass's start: a copy carried
+// over from the pass before starts before it (a negative time).
+func (d *streamDev) layerTimes() ([]LayerTimes, error) {
+	out := make([]LayerTimes, max(d.lastCopies, d.lastWaits))
+	since := func(e cudadrv.Event) (time.Duration, error) {
+		v, err := d.c.Elapsed(d.t0, e)
+		return time.Duration(float64(v) * 1e6), err
+	}
+	for i := range out {
+		n := d.lastBase + i
+		var err error
+		if i < d.lastCopies {
+			if out[i].CopyStart, err = since(d.copyStart[n]); err != nil {
+				return nil, err
+			}
+			if out[i].CopyEnd, err = since(d.copyEnd[n]); err != nil {
+				return nil, err
+			}
+		}
+		if i < d.lastWaits {
+			if out[i].WaitStart, err = since(d.waitStart[n]); err != nil {
+				return nil, err
+			}
+			if out[i].WaitEnd, err = since(d.waitEnd[n]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// LayerTimes is one streamed layer in a pass: when its copy ran and when
+// compute reached it and went on, on the device's clock from the pass's
+// start; where the CPU computed its FFN, how long the host waited for the
+// GPU to hand the hidden state over (the layer's attention and the copy
+// out) and how long the FFN took, on the host's clock.
+type LayerTimes struct {
+	Layer     int           `json:"layer"`
+	CPU       bool          `json:"cpu"`
+	CopyStart time.Duration `json:"copy_start_ns"`
+	CopyEnd   time.Duration `json:"copy_end_ns"`
+	WaitStart time.Duration `json:"wait_start_ns"`
+	WaitEnd   time.Duration `json:"wait_end_ns"`
+	Hand      time.Duration `json:"hand_ns"`
+	FFN       time.Duration `json:"ffn_ns"`
+}
+
+// LastPassLayers is the timeline of the latest streamed pass, one entry
+// per streamed layer in order: what a schedule's diagnosis reads (bench
+// engine --timeline). ok is false without streamed layers or before a
+// pass.
+func (m *Model) LastPassLayers() (_ []LayerTimes, ok bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.tb == nil || m.tb.dev == nil || m.tb.dev.lastCopies+m.tb.dev.lastWaits == 0 {
+		return nil, false, nil
+	}
+	var lt []LayerTimes
+	err = m.dev.Do(func(*cudadrv.Ctx) error {
+		var err error
+		lt, err = m.tb.dev.layerTimes()
+		return err
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("the last pass's layer times: %w", err)
+	}
+	i := 0
+	for l, t := range m.tb.pipe.Tiers() {
+		if t == tier.TierA || i >= len(lt) {
+			continue
+		}
+		lt[i].Layer = l
+		if h := m.hy; h != nil && h.on[l] {
+			lt[i].CPU, lt[i].Hand, lt[i].FFN = true, h.hand[l], h.ffn[l]
+		}
+		i++
+	}
+	return lt, true, nil
 }
 
 // Len implements stream.Slot.

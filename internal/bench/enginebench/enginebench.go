@@ -139,6 +139,9 @@ type Options struct {
 	// (model.Model.SetRouterSkew), run after the model's own; 0 runs the
 	// model's own routing only.
 	MoEZipf float64
+	// Timeline adds, after each hybrid decode at batch 1, a note per
+	// streamed layer of the last timed pass (gpu.Model.LastPassLayers).
+	Timeline bool
 	// NoInt8 skips the bf16 scenario's INT8-row variant.
 	NoInt8 bool
 	// Acceptance, when in (0, 1), is a drafter's acceptance measured on a
@@ -881,6 +884,11 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 			gib(last.Copy.Bytes), float64(last.Copy.Bytes)/last.Copy.Busy.Seconds()/1e9, last.Carried, 100*last.Copy.Busy.Seconds()/last.Wall.Seconds(),
 			last.Lead.Round(time.Microsecond), last.Tail.Round(time.Microsecond)))
 	}
+	if rn.o.Timeline {
+		if err := timelineNotes(res, g.Model); err != nil {
+			return err
+		}
+	}
 	plans, rates, _ = g.HybridPlans()
 	p := plans[0]
 	res.Notes = append(res.Notes, fmt.Sprintf("hybrid: in the timed passes the CPU computed the FFN of %d of the %d streamed layers at batch 1 (planned for %.1f GB/s; %s over PCIe, %s on the CPU a pass), planned %.2f ms (lead %v, tail %v) vs %.2f ms streaming alone",
@@ -911,6 +919,26 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 	if st.Layers > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("hybrid: %d FFNs on the CPU at %.1f GB/s, %.0f µs a hop; batch 8 plan: %d CPU layers",
 			st.Layers, float64(st.Bytes)/st.Busy.Seconds()/1e9, float64(st.Hop.Microseconds())/float64(st.Layers), len(plans[len(plans)-1].CPU)))
+	}
+	return nil
+}
+
+// timelineNotes notes g's last pass, a streamed layer a line, times in
+// microseconds from the pass's start on the GPU's clock: the copy's span,
+// compute's wait for it (from reaching the layer to going on), and for a
+// layer whose FFN the CPU took, the host's hand-over wait and FFN time.
+func timelineNotes(res *ScenarioResult, g *gpu.Model) error {
+	lt, ok, err := g.LastPassLayers()
+	if err != nil || !ok {
+		return err
+	}
+	for _, t := range lt {
+		line := fmt.Sprintf("timeline: layer %2d copy %8.1f..%8.1f  compute waits %8.1f..%8.1f (%6.1f)", t.Layer,
+			us(t.CopyStart), us(t.CopyEnd), us(t.WaitStart), us(t.WaitEnd), us(t.WaitEnd-t.WaitStart))
+		if t.CPU {
+			line += fmt.Sprintf("  CPU FFN: hand-over %6.1f, FFN %7.1f", us(t.Hand), us(t.FFN))
+		}
+		res.Notes = append(res.Notes, line)
 	}
 	return nil
 }
