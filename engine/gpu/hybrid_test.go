@@ -46,7 +46,31 @@ func TestHybridFidelity(t *testing.T) {
 			if st.Passes != steps || st.Layers != int64(steps*len(tc.cpu)) || st.Busy <= 0 {
 				t.Errorf("CPU share %+v, want %d passes of %d FFNs", st, steps, len(tc.cpu))
 			}
+			checkTimeline(t, g, tc.streamed, tc.cpu)
 		})
+	}
+}
+
+// checkTimeline: the last pass's timeline (LastPassLayers) has a line per
+// streamed layer in order, the CPU's FFNs where the plan put them with
+// their times, and each copy and wait ending after it starts, no copy
+// ending after compute went on from its wait (but for the events' own
+// resolution, a microsecond at most).
+func checkTimeline(t *testing.T, g *Model, streamed, cpu []int) {
+	t.Helper()
+	lt, ok, err := g.LastPassLayers()
+	if err != nil || !ok {
+		t.Fatalf("LastPassLayers: ok %v, %v", ok, err)
+	}
+	if len(lt) != len(streamed) {
+		t.Fatalf("timeline of %d layers, %d streamed: %+v", len(lt), len(streamed), lt)
+	}
+	for i, l := range lt {
+		onCPU := slices.Contains(cpu, l.Layer)
+		if l.Layer != streamed[i] || l.CPU != onCPU || onCPU != (l.FFN > 0) || l.Hand < 0 ||
+			l.CopyEnd < l.CopyStart || l.WaitEnd < l.WaitStart || l.CopyEnd > l.WaitEnd+5*time.Microsecond {
+			t.Errorf("line %d: %+v (streamed %v, CPU %v)", i, l, streamed, cpu)
+		}
 	}
 }
 
