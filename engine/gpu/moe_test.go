@@ -307,7 +307,7 @@ func (s layerExperts) Experts(_ context.Context, l int, es []int, dst []*model.E
 }
 
 // TestExpertTrialOnCUDA: with experts resident, the first passes of a
-// batch size alternate the GPU's way and the CPU computing every pick
+// batch size run the GPU's way, then the CPU computing every pick
 // (moechoice.go); both give the CPU reference's greedy tokens, and once
 // decided the stats name the way kept and both pass times.
 func TestExpertTrialOnCUDA(t *testing.T) {

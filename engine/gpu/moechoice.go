@@ -11,17 +11,21 @@ import (
 // the routing in every layer, and a CPU that reads the same experts from
 // pinned memory can be faster (measured on the H200 host with Qwen3-30B-A3B
 // at batch 1); with more tokens the GPU's products win. Which way is
-// faster is measured, not modelled: the first passes of a batch size
-// alternate the two ways, after a warm-up pass each, and the faster by the
-// median of choiceTrials passes each is kept until the resident set
-// changes (reset).
+// faster is measured, not modelled: the first passes of a batch size run
+// a block of the GPU's way, then a block of the CPU's, each a warm-up
+// pass and then choiceTrials timed ones, and the faster by the median is
+// kept until the resident set changes (reset). Blocks rather than
+// alternate passes, so that each way is timed as it runs once kept, pass
+// after pass of the same way: a pass's cost can depend on the one before
+// it (which experts the caches and the thread team's state were left
+// with).
 type expertChoice struct {
 	sizes []choiceState // by batch size - 1, up to choiceMaxBatch
 }
 
 // choiceState is one batch size's trial or decision.
 type choiceState struct {
-	passes  int                // passes recorded, warm-ups included
+	passes  int                // passes recorded, warm-ups included: the GPU's block, then the CPU's
 	times   [2][]time.Duration // trial passes by way: 0 the CPU alone, 1 the GPU's experts too
 	decided bool
 	device  bool
@@ -63,9 +67,8 @@ func (c *expertChoice) device(T int) bool {
 	if s.decided {
 		return s.device
 	}
-	// Warm-up and trial passes alternate in pairs: the GPU way's pass,
-	// then the CPU's.
-	return s.passes%2 == 0
+	// The GPU's block first, then the CPU's.
+	return s.passes < choiceWarm+choiceTrials
 }
 
 // record counts a finished pass of T tokens that went the way device
@@ -78,7 +81,7 @@ func (c *expertChoice) record(T int, device bool, d time.Duration) {
 	if s.decided {
 		return
 	}
-	if s.passes/2 >= choiceWarm {
+	if s.passes%(choiceWarm+choiceTrials) >= choiceWarm {
 		w := 0
 		if device {
 			w = 1

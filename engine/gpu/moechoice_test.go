@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// TestExpertChoice: a batch size's passes alternate the two ways, the
-// warm-up pass of each uncounted, until choiceTrials are timed each way;
+// TestExpertChoice: a batch size's passes run a block of the GPU's way,
+// then one of the CPU's, the first pass of each uncounted, until
+// choiceTrials are timed each way;
 // then the faster way by the median is kept (ties to the GPU), a slow
 // outlier does not decide it, larger batches always use the GPU, and
 // reset starts over.
@@ -31,6 +32,9 @@ func TestExpertChoice(t *testing.T) {
 				n, ways := 0, map[bool]int{}
 				for ; n < 100 && !c.decidedFor(T); n++ {
 					dev := c.device(T)
+					if want := n < choiceWarm+choiceTrials; dev != want {
+						t.Fatalf("T=%d: pass %d went the GPU's way %v, want %v (its block)", T, n, dev, want)
+					}
 					ways[dev]++
 					d := tc.cpu
 					if dev {
@@ -39,13 +43,13 @@ func TestExpertChoice(t *testing.T) {
 					if !dev && tc.outlier && ways[dev] == choiceWarm+1 {
 						d = 10 * tc.cpu
 					}
-					if n < choiceWarm*2 {
+					if n%(choiceWarm+choiceTrials) < choiceWarm {
 						d *= 3 // warm-ups are slow and must not count
 					}
 					c.record(T, dev, d)
 				}
 				if n != tc.wantTrial || ways[true] != ways[false] {
-					t.Fatalf("T=%d: decided after %d passes (%d the GPU's way, %d the CPU's), want %d alternating", T, n, ways[true], ways[false], tc.wantTrial)
+					t.Fatalf("T=%d: decided after %d passes (%d the GPU's way, %d the CPU's), want %d, half each way", T, n, ways[true], ways[false], tc.wantTrial)
 				}
 				if got := c.device(T); got != tc.wantDev {
 					t.Fatalf("T=%d: device %v, want %v", T, got, tc.wantDev)
