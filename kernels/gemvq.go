@@ -608,6 +608,25 @@ func (k *Kernels) holdQuantized(s cudadrv.Stream, y cudadrv.DevPtr, n, dim int) 
 	k.gemvq.ws[s] = w
 }
 
+// QuantizeHeld quantizes x (n vectors of dim floats) into stream s's
+// integer-GEMV scratch and records that the scratch holds it, as RMSNormQ
+// does for its output: the integer GEMVs that read x next on s skip their
+// own quantizing launch. For several products over one x in a row (a MoE
+// layer's experts at one token); any other launch on s drops the hold
+// (Kernels.run). Where the integer path cannot take x it does nothing,
+// and the GEMVs quantize for themselves.
+func (k *Kernels) QuantizeHeld(c *cudadrv.Ctx, s cudadrv.Stream, x cudadrv.DevPtr, n, dim int) error {
+	xq, ok := k.normQScratch(s, x, n, dim)
+	if !ok {
+		return nil
+	}
+	if err := k.quantizeX(c, s, x, dim, n, xq); err != nil {
+		return err
+	}
+	k.holdQuantized(s, x, n, dim)
+	return nil
+}
+
 // RMSNormQ is RMSNorm (y = x / rms(x) * w, n rows of dim) that also
 // leaves y quantized in stream s's integer-GEMV scratch, so the GEMV,
 // GEMVFused or GEMVGLU that reads y next on s (same n and dim) skips its

@@ -690,6 +690,77 @@ func TestNormQ(t *testing.T) {
 	}
 }
 
+// TestQuantizeHeld: QuantizeHeld leaves gemvq_x's bytes of x in the
+// scratch (gemvqQuantizeRef) and holds x, so that GEMVs and a GEMVGLU in a
+// row read it without quantizing again and give what x quantized afresh
+// gives, bit for bit; more vectors than the integer path takes hold nothing.
+func TestQuantizeHeld(t *testing.T) {
+	t.Parallel()
+	const rows = 37
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, tc := range []struct {
+		n, dim int
+		held   bool
+	}{{1, 2048, true}, {2, 512, true}, {MaxFusedGEMVBatch + 1, 512, false}} {
+		t.Run(fmt.Sprintf("n=%d/dim=%d", tc.n, tc.dim), func(t *testing.T) {
+			n, dim := tc.n, tc.dim
+			xs := randVec(r, n*dim, 2)
+			d1, _ := randMatrix(quant.Q4_K, rows, dim, 43)
+			d2, _ := randMatrix(quant.Q4_K, rows, dim, 44)
+			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
+				s, done := gemvqStream(c, k, dim)
+				defer done()
+				w1 := Matrix{Type: quant.Q4_K, Rows: rows, Cols: dim, Ptr: put(a, d1)}
+				w2 := Matrix{Type: quant.Q4_K, Rows: rows, Cols: dim, Ptr: put(a, d2)}
+				x := put(a, xs)
+				must(k.QuantizeHeld(c, s, x, n, dim))
+				if held := k.gemvq.ws[s].held == x; held != tc.held {
+					failOnDevice("held %v, want %v", held, tc.held)
+				}
+				if !tc.held {
+					return
+				}
+				must(c.StreamSync(s))
+				xq := get[byte](a, k.gemvq.ws[s].ptr, int(int64(n)*gemvqBytes(dim)))
+				for b := 0; b < n; b++ {
+					ref := gemvqQuantizeRef(xs[b*dim : (b+1)*dim])
+					off := int64(b) * gemvqBytes(dim)
+					for i, v := range ref {
+						if xq[off+int64(i)] != v {
+							failOnDevice("vector %d: quantized byte %d = %#x, gemvq_x's %#x", b, i, xq[off+int64(i)], v)
+						}
+					}
+				}
+				// Two GEMVs and a GLU on the held x, then the same on a
+				// copy of x, quantized afresh by each.
+				var held, fresh [3]cudadrv.DevPtr
+				for i := range held {
+					held[i], fresh[i] = a.alloc(int64(n*rows*4)), a.alloc(int64(n*rows*4))
+				}
+				must(k.GEMV(c, s, w1, x, held[0], n))
+				must(k.GEMV(c, s, w2, x, held[1], n))
+				must(k.GEMVGLU(c, s, w1, w2, x, held[2], n, SwiGLU))
+				if k.gemvq.ws[s].held != x {
+					failOnDevice("the products dropped the held x")
+				}
+				x2 := put(a, xs)
+				must(k.GEMV(c, s, w1, x2, fresh[0], n))
+				must(k.GEMV(c, s, w2, put(a, xs), fresh[1], n))
+				must(k.GEMVGLU(c, s, w1, w2, put(a, xs), fresh[2], n, SwiGLU))
+				must(c.StreamSync(s))
+				for j := range held {
+					r1, r2 := get[float32](a, held[j], n*rows), get[float32](a, fresh[j], n*rows)
+					for i := range r1 {
+						if math.Float32bits(r1[i]) != math.Float32bits(r2[i]) {
+							failOnDevice("product %d on the held x: y[%d] = %v, on x quantized afresh %v", j, i, r1[i], r2[i])
+						}
+					}
+				}
+			})
+		})
+	}
+}
+
 // TestAttentionDecodeQ: decode attention that leaves its output quantized
 // (AttentionDecodeQ, one split and several, head widths 64 and 128)
 // writes the same output as AttentionDecode, bit for bit, and the same

@@ -554,9 +554,12 @@ func pickPlan(pairs []moePair, k int, where, gtok []int32) {
 }
 
 // moeResident enqueues layer l's resident picks (x.pairs): their tokens
-// gathered by expert, each expert's gate and up over its tokens, the
-// activation over all of them, each expert's down, into the activations'
-// out rows, with the where map MoECombine reads uploaded.
+// gathered by expert (at one token every pick reads the token's normed
+// state in place), each expert's gate and up over its tokens with the
+// activation (one fused launch where the kernels take the pair), each
+// expert's down, into the activations' out rows, with the where map
+// MoECombine reads uploaded. Launches are the cost at one token: each is
+// host time before the CPU starts on its share of the layer.
 func (m *Model) moeResident(c *cudadrv.Ctx, l, T int) error {
 	x, cfg, k, s, a := m.moe, &m.Config, m.k, m.stream, &m.act
 	K, D, F := cfg.ExpertsUsed, cfg.Dim, cfg.ExpertFFN
@@ -573,10 +576,17 @@ func (m *Model) moeResident(c *cudadrv.Ctx, l, T int) error {
 		return err
 	}
 	xg, g, u, out := x.actPtrs(cfg)
-	if err := k.MoEGather(c, s, a.xn, x.plan(cfg).Add(int64(T*K)*4), xg, P, D); err != nil {
+	d4, f4 := int64(D)*4, int64(F)*4
+	in := func(lo int) cudadrv.DevPtr { return xg.Add(int64(lo) * d4) }
+	if T == 1 {
+		// Quantized once for every expert's gate and up.
+		in = func(int) cudadrv.DevPtr { return a.xn }
+		if err := k.QuantizeHeld(c, s, a.xn, 1, D); err != nil {
+			return fmt.Errorf("the experts' input: %w", err)
+		}
+	} else if err := k.MoEGather(c, s, a.xn, x.plan(cfg).Add(int64(T*K)*4), xg, P, D); err != nil {
 		return fmt.Errorf("gathering the resident experts' tokens: %w", err)
 	}
-	d4, f4 := int64(D)*4, int64(F)*4
 	runs := func(fn func(w expertW, lo, n int) error) error {
 		for lo := 0; lo < P; {
 			hi := lo + 1
@@ -590,20 +600,37 @@ func (m *Model) moeResident(c *cudadrv.Ctx, l, T int) error {
 		}
 		return nil
 	}
+	// Rows of g the activation is still to be applied to: runs whose
+	// gate and up were not fused.
+	var split [][2]int
 	err = runs(func(w expertW, lo, n int) error {
-		if err := k.MatMul(c, s, w.gate, xg.Add(int64(lo)*d4), g.Add(int64(lo)*f4), n); err != nil {
+		gr := g.Add(int64(lo) * f4)
+		if m.pass.fuseGEMV && w.gate.Type == w.up.Type && w.gate.Rows == w.up.Rows && k.CanFuseGEMV(n, w.gate, w.up) {
+			if err := k.GEMVGLU(c, s, w.gate, w.up, in(lo), gr, n, kernels.SwiGLU); err != nil {
+				return fmt.Errorf("gate and up: %w", err)
+			}
+			return nil
+		}
+		if err := k.MatMul(c, s, w.gate, in(lo), gr, n); err != nil {
 			return fmt.Errorf("gate: %w", err)
 		}
-		if err := k.MatMul(c, s, w.up, xg.Add(int64(lo)*d4), u.Add(int64(lo)*f4), n); err != nil {
+		if err := k.MatMul(c, s, w.up, in(lo), u.Add(int64(lo)*f4), n); err != nil {
 			return fmt.Errorf("up: %w", err)
 		}
+		split = append(split, [2]int{lo, n})
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	if err := k.SwiGLU(c, s, g, u, g, int64(P)*int64(F)); err != nil {
-		return fmt.Errorf("experts' activation: %w", err)
+	if len(split) == 1 && split[0] == [2]int{0, P} || len(split) > 1 && len(split) == countRuns(x.pairs) {
+		split = [][2]int{{0, P}} // every run: one launch
+	}
+	for _, r := range split {
+		lo, n := int64(r[0]), int64(r[1])
+		if err := k.SwiGLU(c, s, g.Add(lo*f4), u.Add(lo*f4), g.Add(lo*f4), n*int64(F)); err != nil {
+			return fmt.Errorf("experts' activation: %w", err)
+		}
 	}
 	return runs(func(w expertW, lo, n int) error {
 		if err := k.MatMul(c, s, w.down, g.Add(int64(lo)*f4), out.Add(int64(lo)*d4), n); err != nil {
@@ -611,6 +638,17 @@ func (m *Model) moeResident(c *cudadrv.Ctx, l, T int) error {
 		}
 		return nil
 	})
+}
+
+// countRuns is how many experts pairs (grouped by expert) holds.
+func countRuns(pairs []moePair) int {
+	n := 0
+	for i := range pairs {
+		if i == 0 || pairs[i].e != pairs[i-1].e {
+			n++
+		}
+	}
+	return n
 }
 
 // MoEStats returns the FFN work so far of a mixture-of-experts model;

@@ -330,6 +330,11 @@ func (rn *runner) moeDecode(ctx context.Context, res *ScenarioResult, g *loaded,
 	if b > 1 {
 		opts.Warmup, opts.Steps = 1, 3
 	}
+	if all != nil {
+		// Other tokens than the rows whose routing chose the resident
+		// experts decoded: the same ones would route to them again.
+		opts.PromptSeed = devPromptSeed
+	}
 	if st, _ := g.MoEStats(); st.ResidentExperts > 0 {
 		// Past the trial of the GPU's way against the CPU alone.
 		opts.Warmup = max(opts.Warmup, gpu.ExpertTrialPasses)
@@ -380,6 +385,11 @@ func (rn *runner) moeDecode(ctx context.Context, res *ScenarioResult, g *loaded,
 	res.Metrics = append(res.Metrics, m...)
 	return nil
 }
+
+// devPromptSeed seeds the prompts of the rows with experts in device
+// memory (gputime.DecodeOptions.PromptSeed), away from the rows' before
+// them, whose routing counts chose those experts.
+const devPromptSeed = 1 << 10
 
 // short names the routing in a row's label.
 func (rt moeRouting) short() string {

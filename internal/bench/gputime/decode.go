@@ -29,6 +29,11 @@ type DecodeOptions struct {
 	// Prompt is each sequence's prompt length, run untimed first
 	// (default 16).
 	Prompt int
+	// PromptSeed offsets the prompts' seeds: sequence i decodes from
+	// Prompt(vocab, Prompt, PromptSeed+i). A caller that chose something
+	// from one decode's behaviour (which experts to keep resident, from
+	// its routing) times the choice on other tokens with another seed.
+	PromptSeed int
 	// Warmup decode passes run untimed after the prompt, so a graph is
 	// captured and every buffer sized before the clock starts (default 2).
 	Warmup int
@@ -200,7 +205,7 @@ func TimeDecode(ctx context.Context, m *gpu.Model, o DecodeOptions) (*DecodeTimi
 			return nil, fmt.Errorf("time decode: %w", err)
 		}
 		defer s.Close()
-		batch[i] = model.Step{Seq: s, Tokens: Prompt(m.Config.Vocab, o.Prompt, i)}
+		batch[i] = model.Step{Seq: s, Tokens: Prompt(m.Config.Vocab, o.Prompt, o.PromptSeed+i)}
 	}
 	res := &DecodeTiming{Batch: o.Batch, Steps: o.Steps}
 	tr := &phaseTrace{}
