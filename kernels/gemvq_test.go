@@ -640,16 +640,7 @@ func TestNormQ(t *testing.T) {
 				if !held {
 					return
 				}
-				xq := get[byte](a, k.gemvq.ws[s].ptr, int(int64(n)*gemvqBytes(dim)))
-				for b := 0; b < n; b++ {
-					ref := gemvqQuantizeRef(want[b*dim : (b+1)*dim])
-					off := int64(b) * gemvqBytes(dim)
-					for i, v := range ref {
-						if xq[off+int64(i)] != v {
-							failOnDevice("vector %d: quantized byte %d = %#x, gemvq_x's %#x", b, i, xq[off+int64(i)], v)
-						}
-					}
-				}
+				checkScratch(a, k, s, want, n, dim)
 				// The GEMV on the held x, and on a copy (quantized afresh).
 				g1, g2 := a.alloc(int64(n*rows*4)), a.alloc(int64(n*rows*4))
 				must(k.GEMV(c, s, wm, y, g1, n))
@@ -690,6 +681,22 @@ func TestNormQ(t *testing.T) {
 	}
 }
 
+// checkScratch fails the test unless stream s's integer-GEMV scratch
+// holds gemvq_x's bytes (gemvqQuantizeRef) of the n vectors of dim floats
+// in x (after the stream is synchronised).
+func checkScratch(a *arena, k *Kernels, s cudadrv.Stream, x []float32, n, dim int) {
+	xq := get[byte](a, k.gemvq.ws[s].ptr, int(int64(n)*gemvqBytes(dim)))
+	for b := 0; b < n; b++ {
+		ref := gemvqQuantizeRef(x[b*dim : (b+1)*dim])
+		off := int64(b) * gemvqBytes(dim)
+		for i, v := range ref {
+			if xq[off+int64(i)] != v {
+				failOnDevice("vector %d: quantized byte %d = %#x, gemvq_x's %#x", b, i, xq[off+int64(i)], v)
+			}
+		}
+	}
+}
+
 // TestQuantizeHeld: QuantizeHeld leaves gemvq_x's bytes of x in the
 // scratch (gemvqQuantizeRef) and holds x, so that GEMVs and a GEMVGLU in a
 // row read it without quantizing again and give what x quantized afresh
@@ -721,16 +728,7 @@ func TestQuantizeHeld(t *testing.T) {
 					return
 				}
 				must(c.StreamSync(s))
-				xq := get[byte](a, k.gemvq.ws[s].ptr, int(int64(n)*gemvqBytes(dim)))
-				for b := 0; b < n; b++ {
-					ref := gemvqQuantizeRef(xs[b*dim : (b+1)*dim])
-					off := int64(b) * gemvqBytes(dim)
-					for i, v := range ref {
-						if xq[off+int64(i)] != v {
-							failOnDevice("vector %d: quantized byte %d = %#x, gemvq_x's %#x", b, i, xq[off+int64(i)], v)
-						}
-					}
-				}
+				checkScratch(a, k, s, xs, n, dim)
 				// Two GEMVs and a GLU on the held x, then the same on a
 				// copy of x, quantized afresh by each.
 				var held, fresh [3]cudadrv.DevPtr
@@ -805,16 +803,7 @@ func TestAttentionDecodeQ(t *testing.T) {
 						failOnDevice("out[%d] = %v, AttentionDecode's %v", i, got[i], want[i])
 					}
 				}
-				xq := get[byte](a, k.gemvq.ws[s].ptr, int(int64(tc.ntok)*gemvqBytes(cols)))
-				for b := 0; b < tc.ntok; b++ {
-					ref := gemvqQuantizeRef(want[b*cols : (b+1)*cols])
-					off := int64(b) * gemvqBytes(cols)
-					for i, v := range ref {
-						if xq[off+int64(i)] != v {
-							failOnDevice("token %d: quantized byte %d = %#x, gemvq_x's %#x", b, i, xq[off+int64(i)], v)
-						}
-					}
-				}
+				checkScratch(a, k, s, want, tc.ntok, cols)
 				wm := Matrix{Type: quant.Q4_K, Rows: rows, Cols: cols, Ptr: put(a, data)}
 				g1, g2 := a.alloc(int64(tc.ntok*rows*4)), a.alloc(int64(tc.ntok*rows*4))
 				must(k.GEMV(c, s, wm, o1, g1, tc.ntok))
