@@ -28,7 +28,10 @@ func TestBenchEngineFlags(t *testing.T) {
 		{name: "defaults", check: func(o enginebench.Options) bool {
 			return slices.Equal(o.Scenarios, enginebench.AllScenarios) && o.Budget70B == 24<<30 && o.BudgetBF16 == 6<<30 &&
 				!o.NoInt8 && o.GPU == 0 && o.SynthDir == defaultSynthDir() && o.Model8B == "" && o.Pool8BInt8 == "" &&
-				o.Variants == nil && !o.FloatGEMV && o.Peers == nil && o.MoEZipf == enginebench.DefaultMoEZipf
+				o.Variants == nil && !o.FloatGEMV && o.Peers == nil && o.MoEZipf == enginebench.DefaultMoEZipf && !o.Timeline
+		}},
+		{name: "timeline", args: []string{"--only", "streamed", "--timeline"}, check: func(o enginebench.Options) bool {
+			return slices.Equal(o.Scenarios, []enginebench.Scenario{enginebench.Streamed}) && o.Timeline
 		}},
 		{name: "moe", args: []string{"--only", "moe", "--moe-zipf", "0.8"}, check: func(o enginebench.Options) bool {
 			return slices.Equal(o.Scenarios, []enginebench.Scenario{enginebench.MoE}) && o.MoEZipf == 0.8
