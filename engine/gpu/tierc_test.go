@@ -594,7 +594,8 @@ func TestTierCPipelineSimulated(t *testing.T) {
 // prefixes) keep more of them in flight in the ring than its k whole
 // layers, and every layer is still computed on its own bytes, under
 // random interleavings of the copy and compute streams, through changes
-// of the lengths between passes.
+// of the lengths between passes; each pass's timeline has every copy done
+// before compute went on from its wait.
 func TestRingRunsAhead(t *testing.T) {
 	t.Parallel()
 	store, _ := rawstore.New(t, 12)
@@ -640,6 +641,17 @@ func TestRingRunsAhead(t *testing.T) {
 			}
 			if short > 0 && ahead <= k+1 {
 				t.Fatalf("round %d (short %d): %d copies issued before the first layer computed: the ring did not run ahead of k = %d", round, short, ahead, k)
+			}
+			// The pass's timeline: a line per layer, each copy done
+			// before compute went on from its wait.
+			lt, err := tb.dev.layerTimes()
+			if err != nil || len(lt) != len(store.Ext) {
+				t.Fatalf("round %d pass %d: timeline of %d layers (%v), want %d", round, pass, len(lt), err, len(store.Ext))
+			}
+			for i, l := range lt {
+				if l.CopyEnd < l.CopyStart || l.WaitEnd < l.WaitStart || l.CopyEnd > l.WaitEnd {
+					t.Fatalf("round %d pass %d: layer %d's times %+v", round, pass, i, l)
+				}
 			}
 		}
 	}
