@@ -405,9 +405,7 @@ func (m *Model) cpuFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		h.seen[T-1].busy += t2.Sub(t1)
 	}
 	h.stats.Hop += t1.Sub(t0) + time.Since(t2)
-	if l < len(h.hand) {
-		h.hand[l], h.ffn[l] = t1.Sub(t0), t2.Sub(t1)
-	}
+	h.hand[l], h.ffn[l] = t1.Sub(t0), t2.Sub(t1)
 	if l == h.last {
 		h.lastCPU = time.Since(t0)
 	}

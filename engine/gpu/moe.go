@@ -603,12 +603,14 @@ func (m *Model) moeResident(c *cudadrv.Ctx, l, T int) error {
 	// Rows of g the activation is still to be applied to: runs whose
 	// gate and up were not fused.
 	var split [][2]int
+	fused := false
 	err = runs(func(w expertW, lo, n int) error {
 		gr := g.Add(int64(lo) * f4)
 		if m.pass.fuseGEMV && w.gate.Type == w.up.Type && w.gate.Rows == w.up.Rows && k.CanFuseGEMV(n, w.gate, w.up) {
 			if err := k.GEMVGLU(c, s, w.gate, w.up, in(lo), gr, n, kernels.SwiGLU); err != nil {
 				return fmt.Errorf("gate and up: %w", err)
 			}
+			fused = true
 			return nil
 		}
 		if err := k.MatMul(c, s, w.gate, in(lo), gr, n); err != nil {
@@ -623,7 +625,7 @@ func (m *Model) moeResident(c *cudadrv.Ctx, l, T int) error {
 	if err != nil {
 		return err
 	}
-	if len(split) == 1 && split[0] == [2]int{0, P} || len(split) > 1 && len(split) == countRuns(x.pairs) {
+	if !fused {
 		split = [][2]int{{0, P}} // every run: one launch
 	}
 	for _, r := range split {
@@ -638,17 +640,6 @@ func (m *Model) moeResident(c *cudadrv.Ctx, l, T int) error {
 		}
 		return nil
 	})
-}
-
-// countRuns is how many experts pairs (grouped by expert) holds.
-func countRuns(pairs []moePair) int {
-	n := 0
-	for i := range pairs {
-		if i == 0 || pairs[i].e != pairs[i-1].e {
-			n++
-		}
-	}
-	return n
 }
 
 // MoEStats returns the FFN work so far of a mixture-of-experts model;

@@ -608,10 +608,7 @@ func (d *streamDev) Times(base, copies, waits int) (stream.ClockTimes, error) {
 		return ct, fmt.Errorf("times of copies [%d, %d) and waits [%d, %d) of %d", base, base+copies, base, base+waits, len(d.ops))
 	}
 	d.lastBase, d.lastCopies, d.lastWaits = base, copies, waits
-	ms := func(a, b cudadrv.Event) (time.Duration, error) {
-		v, err := d.c.Elapsed(a, b)
-		return time.Duration(float64(v) * 1e6), err
-	}
+	ms := d.elapsed
 	prev := d.t0
 	for n := base; n < base+copies; n++ {
 		idle, err := ms(prev, d.copyStart[n])
@@ -647,16 +644,19 @@ func (d *streamDev) Times(base, copies, waits int) (stream.ClockTimes, error) {
 	return ct, nil
 }
 
+// elapsed is the device's time from event a to event b.
+func (d *streamDev) elapsed(a, b cudadrv.Event) (time.Duration, error) {
+	v, err := d.c.Elapsed(a, b)
+	return time.Duration(float64(v) * 1e6), err
+}
+
 // layerTimes is, per streamed layer of the latest pass Times was asked
 // about (in pipeline order), its copy's start and end and compute's wait
 // for it, on the device's clock from the pass's start: a copy carried
 // over from the pass before starts before it (a negative time).
 func (d *streamDev) layerTimes() ([]LayerTimes, error) {
 	out := make([]LayerTimes, max(d.lastCopies, d.lastWaits))
-	since := func(e cudadrv.Event) (time.Duration, error) {
-		v, err := d.c.Elapsed(d.t0, e)
-		return time.Duration(float64(v) * 1e6), err
-	}
+	since := func(e cudadrv.Event) (time.Duration, error) { return d.elapsed(d.t0, e) }
 	for i := range out {
 		n := d.lastBase + i
 		var err error
