@@ -73,7 +73,6 @@ func TestBlockIOStatus(t *testing.T) {
 		}
 		return sum
 	}
-	before := readBytes()
 	f, err := os.CreateTemp(dir, "strata-blockio-*")
 	if err != nil {
 		t.Fatal(err)
@@ -92,37 +91,52 @@ func TestBlockIOStatus(t *testing.T) {
 	if err != nil {
 		t.Skipf("O_DIRECT not supported on %s: %v", dir, err)
 	}
+	defer df.Close()
 	mem, err := hostmem.Alloc(1<<20, hostmem.AllocOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer mem.Free()
 	buf := mem.Bytes()
-	for off := int64(0); off < size; off += int64(len(buf)) {
-		if _, err := df.ReadAt(buf, off); err != nil {
-			t.Fatal(err)
-		}
-	}
-	df.Close()
 
-	st = status()
-	var got *api.BlockDevice
-	for i := range st.Block.Devices {
-		if st.Block.Devices[i].Device == disk {
-			got = &st.Block.Devices[i]
+	// The kernel's block_rq_complete tracepoint now and then does not fire
+	// for one request of many under concurrent I/O (see blocktrace's
+	// TestCountsDirectReads), so a short count spoils an attempt; three
+	// short attempts in a row fail.
+	counted := false
+	for attempt := 1; attempt <= 3; attempt++ {
+		before := readBytes()
+		for off := int64(0); off < size; off += int64(len(buf)) {
+			if _, err := df.ReadAt(buf, off); err != nil {
+				t.Fatal(err)
+			}
 		}
+		if attempt == 1 {
+			st = status()
+			var got *api.BlockDevice
+			for i := range st.Block.Devices {
+				if st.Block.Devices[i].Device == disk {
+					got = &st.Block.Devices[i]
+				}
+			}
+			if got == nil || got.ReadMBps <= 0 || got.ReadIOPS <= 0 || got.ReadP50Nanos <= 0 {
+				t.Fatalf("status shows no reads on %s after 32 MiB of O_DIRECT reads: %+v", disk, st.Block.Devices)
+			}
+		}
+		// The last completions may reach the tracer's maps a moment after
+		// the reads return.
+		read := readBytes() - before
+		for deadline := time.Now().Add(3 * time.Second); read < size && time.Now().Before(deadline); read = readBytes() - before {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if read >= size {
+			counted = true
+			break
+		}
+		t.Logf("attempt %d: %s: the read counter grew by %.0f bytes over the %d read", attempt, disk, read, size)
 	}
-	if got == nil || got.ReadMBps <= 0 || got.ReadIOPS <= 0 || got.ReadP50Nanos <= 0 {
-		t.Fatalf("status shows no reads on %s after 32 MiB of O_DIRECT reads: %+v", disk, st.Block.Devices)
-	}
-	// The last completions may reach the tracer's maps a moment after
-	// the reads return.
-	read := readBytes() - before
-	for deadline := time.Now().Add(3 * time.Second); read < size && time.Now().Before(deadline); read = readBytes() - before {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if read < size {
-		t.Errorf("%s: the read counter grew by %.0f bytes over the %d read", disk, read, size)
+	if !counted {
+		t.Errorf("%s: the read counter fell short of the %d bytes read in all 3 attempts", disk, size)
 	}
 	code, b := h.get(t, "/metrics")
 	if code != 200 || !strings.Contains(string(b), `strata_block_bytes_total{`) || !strings.Contains(string(b), filepath.Base(disk)) {
