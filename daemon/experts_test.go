@@ -57,11 +57,11 @@ func TestExpertStatus(t *testing.T) {
 		t.Fatalf("experts on storage: %q, resident %q", got, want)
 	}
 	x := modelByName(t, mustStatus(t, h), "moe-low").Experts
-	if x == nil || x.UsesRead == 0 || x.UsesResident+x.UsesBuffered+x.UsesRead == 0 || x.ReadBytes == 0 || x.HitRate <= 0 || x.HitRate >= 1 {
+	if x == nil || x.UsesRead+x.UsesPrefetched == 0 || x.ReadsAhead == 0 || x.ReadBytes == 0 || x.HitRate <= 0 || x.HitRate >= 1 {
 		t.Fatalf("status after a request: %+v", x)
 	}
 	_, b := h.get(t, "/metrics")
-	for _, w := range []string{`strata_experts_resident{model="moe-low"}`, `strata_expert_uses{model="moe-low",served="read"}`} {
+	for _, w := range []string{`strata_experts_resident{model="moe-low"}`, `strata_expert_uses{model="moe-low",served="read"}`, `strata_expert_uses{model="moe-low",served="prefetched"}`} {
 		if !strings.Contains(string(b), w) {
 			t.Errorf("/metrics lacks %s", w)
 		}

@@ -111,7 +111,7 @@ func newMetrics() *metrics {
 		Name: "strata_experts_resident", Help: "Experts of a mixture-of-experts model held in memory now (the others are read from storage when routed to).",
 	}, []string{"model"})
 	m.expertUses = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "strata_expert_uses", Help: "Expert uses since the model loaded, by how they were served: resident, buffered (a read buffer still held it) or read (from storage).",
+		Name: "strata_expert_uses", Help: "Expert uses since the model loaded, by how they were served: resident, buffered (a read buffer still held it), prefetched (read ahead of the layer on a right prediction) or read (from storage when the layer asked).",
 	}, []string{"model", "served"})
 	m.expertsOnDevice = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "strata_experts_on_device", Help: "Experts of a mixture-of-experts model held in GPU memory and computed there.",

@@ -315,7 +315,8 @@ func expertStatus(e *engine.Engine) *api.ExpertStatus {
 	st := x.Stats
 	return &api.ExpertStatus{
 		Experts: x.Experts, Resident: x.Resident, ResidentBytes: x.ResidentBytes, StorageBytes: x.StorageBytes, ReadBuffers: x.Buffers,
-		UsesResident: st.Resident, UsesBuffered: st.Buffered, UsesRead: st.Read, HitRate: st.Hit(), ReadBytes: st.ReadBytes,
+		UsesResident: st.Resident, UsesBuffered: st.Buffered, UsesPrefetched: st.Prefetched, UsesRead: st.Read, HitRate: st.Hit(),
+		ReadBytes: st.ReadBytes, ReadsAhead: st.PrefetchReads,
 		ReadsFailed: st.Failed, Promoted: st.Promoted, Demoted: st.Demoted,
 		OnDevice: x.OnDevice, DeviceBytes: x.DeviceBytes, UsesDevice: x.DeviceUses, UsesCPU: x.CPUUses, DeviceHitRate: x.DeviceHit(),
 	}
@@ -341,7 +342,7 @@ func (s *Server) refreshGauges() {
 			s.metrics.accepted.WithLabelValues(n).Set(float64(st.Accepted))
 			if x, ok := lm.eng.Experts(); ok {
 				s.metrics.expertsResident.WithLabelValues(n).Set(float64(x.Resident))
-				for served, v := range map[string]uint64{"resident": x.Stats.Resident, "buffered": x.Stats.Buffered, "read": x.Stats.Read} {
+				for served, v := range map[string]uint64{"resident": x.Stats.Resident, "buffered": x.Stats.Buffered, "prefetched": x.Stats.Prefetched, "read": x.Stats.Read} {
 					s.metrics.expertUses.WithLabelValues(n, served).Set(float64(v))
 				}
 				if x.OnDevice > 0 || x.DeviceUses+x.CPUUses > 0 {

@@ -20,13 +20,20 @@ import (
 
 // ExpertStats counts how a mixture-of-experts model's expert uses were
 // served: from resident experts, from a read buffer that still held the
-// expert, or by a read from storage; and how residency changed.
+// expert, from a read started ahead of the layer (Prefetched: the
+// prediction was right), or by a read from storage when the layer asked;
+// and how residency changed.
 type ExpertStats struct {
-	Resident, Buffered, Read uint64
-	// ReadBytes and ReadTime are the on-demand reads' bytes and wall time
-	// (reads of one layer run concurrently).
+	Resident, Buffered, Prefetched, Read uint64
+	// ReadBytes is every byte read from storage, on demand and ahead;
+	// ReadTime is the on-demand reads' wall time (reads of one layer run
+	// concurrently).
 	ReadBytes int64
 	ReadTime  time.Duration
+	// PrefetchReads counts the reads started ahead, used or not, and
+	// PrefetchWait the time layers waited for them to finish.
+	PrefetchReads uint64
+	PrefetchWait  time.Duration
 	// Failed counts reads that failed or did not match the checksum.
 	Failed uint64
 	// Promoted and Demoted count experts that became resident, or
@@ -35,9 +42,10 @@ type ExpertStats struct {
 }
 
 // Uses is every expert use counted.
-func (s ExpertStats) Uses() uint64 { return s.Resident + s.Buffered + s.Read }
+func (s ExpertStats) Uses() uint64 { return s.Resident + s.Buffered + s.Prefetched + s.Read }
 
-// Hit is the share of uses that read nothing.
+// Hit is the share of uses that read nothing (a use served by a read
+// started ahead did read).
 func (s ExpertStats) Hit() float64 {
 	if s.Uses() == 0 {
 		return 0
@@ -72,6 +80,10 @@ type expertStore struct {
 	verify stream.VerifyMode
 	log    hclog.Logger
 	budget int64 // bytes resident experts may take
+	// gates are each layer's FFN norm and router, held for predicting a
+	// layer's picks before its weights arrive (loadGates); nil: no
+	// prediction.
+	gates []gate
 
 	mu       sync.Mutex
 	res      [][]*heldExpert // nil where on storage
@@ -101,7 +113,20 @@ type expertBuf struct {
 	held          heldExpert
 	layer, expert int
 	used          uint64 // the clock of its last use
+	// pending is the read started ahead into the buffer while it runs;
+	// ahead marks the expert as read ahead and not yet used.
+	pending *aheadRead
+	ahead   bool
 }
+
+// aheadRead is a read started by Prefetch: err is set before done closes.
+type aheadRead struct {
+	done chan struct{}
+	err  error
+}
+
+// gate is a layer's FFN norm and router, copied out of its extent.
+type gate struct{ norm, router model.Tensor }
 
 // swap makes layer's expert in resident (its bytes read into held) in
 // place of outLayer's expert out (-1: none; the bytes were free).
@@ -210,6 +235,7 @@ func (s *expertStore) Experts(ctx context.Context, l int, es []int, dst []*model
 	if l < 0 || l >= len(s.res) {
 		return fmt.Errorf("layer %d out of range [0, %d)", l, len(s.res))
 	}
+	s.settle()
 	// The previous call's experts are no longer in use: swap in what a
 	// round of re-placement has read.
 	s.applySwaps()
@@ -229,9 +255,15 @@ func (s *expertStore) Experts(ctx context.Context, l int, es []int, dst []*model
 			continue
 		}
 		if k := s.holding(l, e); k >= 0 {
-			s.bufs[k].used = s.clock
-			dst[j] = &s.bufs[k].held.x
-			s.stats.Buffered++
+			b := &s.bufs[k]
+			b.used = s.clock
+			dst[j] = &b.held.x
+			if b.ahead {
+				b.ahead = false
+				s.stats.Prefetched++
+			} else {
+				s.stats.Buffered++
+			}
 			continue
 		}
 		miss = append(miss, j)
@@ -252,7 +284,7 @@ func (s *expertStore) Experts(ctx context.Context, l int, es []int, dst []*model
 		if k < 0 {
 			return fmt.Errorf("layer %d: %d experts to read and no free read buffer (%d in all)", l, len(miss), len(s.bufs))
 		}
-		s.bufs[k].used, s.bufs[k].layer = s.clock, -1
+		s.bufs[k].used, s.bufs[k].layer, s.bufs[k].ahead = s.clock, -1, false
 		victims = append(victims, k)
 	}
 	t0 := time.Now()
@@ -282,6 +314,130 @@ func (s *expertStore) Experts(ctx context.Context, l int, es []int, dst []*model
 		s.stats.ReadBytes += b.held.size
 	}
 	return errors.Join(failed...)
+}
+
+// Prefetch implements model.ExpertPrefetcher: it starts reading those of
+// layer l's experts es that are neither resident nor buffered into read
+// buffers the latest call does not use, least recently used first, and
+// returns at once. The reads run off the lock; the next Experts call
+// waits for them (settle). With fewer free buffers than experts to read,
+// the first ones are read.
+func (s *expertStore) Prefetch(ctx context.Context, l int, es []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || l < 0 || l >= len(s.res) {
+		return
+	}
+	for _, e := range es {
+		if e < 0 || e >= len(s.res[l]) || s.res[l][e] != nil || s.holding(l, e) >= 0 {
+			continue
+		}
+		k := -1
+		for i := range s.bufs {
+			b := &s.bufs[i]
+			free := b.layer < 0 || b.used != s.clock // not the latest call's, nor this round's
+			if free && b.pending == nil && (k < 0 || b.used < s.bufs[k].used) {
+				k = i
+			}
+		}
+		if k < 0 {
+			return
+		}
+		b := &s.bufs[k]
+		r := &aheadRead{done: make(chan struct{})}
+		// Marked used now, so the next expert of this round takes
+		// another buffer; the next call's clock makes it free again.
+		b.layer, b.expert, b.used, b.pending, b.ahead = l, e, s.clock, r, true
+		s.stats.PrefetchReads++
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			r.err = s.readInto(ctx, l, e, &b.held, false)
+			close(r.done)
+		}()
+	}
+}
+
+// settle waits for the reads Prefetch started and frees the buffers of
+// those that failed (a call that needs such an expert reads it again).
+// It runs with s.mu held; the reads do not take it.
+func (s *expertStore) settle() {
+	for i := range s.bufs {
+		b := &s.bufs[i]
+		r := b.pending
+		if r == nil {
+			continue
+		}
+		select {
+		case <-r.done:
+		default:
+			t := time.Now()
+			<-r.done
+			s.stats.PrefetchWait += time.Since(t)
+		}
+		b.pending = nil
+		if r.err != nil {
+			s.log.Debug("an expert read ahead failed; a layer that needs it reads it again", "layer", b.layer, "expert", b.expert, "error", r.err)
+			b.layer, b.used, b.ahead = -1, 0, false
+			continue
+		}
+		s.stats.ReadBytes += b.held.size
+	}
+}
+
+// Gate implements model.ExpertPrefetcher: layer l's FFN norm and router,
+// when loadGates held them and some expert of the layer is on storage.
+func (s *expertStore) Gate(l int) (norm, router *model.Tensor, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l < 0 || l >= len(s.gates) || !slices.Contains(s.res[l], nil) {
+		return nil, nil, false
+	}
+	g := &s.gates[l]
+	return &g.norm, &g.router, true
+}
+
+// loadGates reads every layer's extent once, checks it against the
+// pool's checksum, and keeps copies of its FFN norm and router, so that a
+// pass can predict a layer's experts (model.ExpertPrefetcher) before the
+// layer's weights arrive. It returns the bytes kept. It is for a load,
+// before any pass, and only where some expert lives on storage.
+func (s *expertStore) loadGates(ctx context.Context) (int64, error) {
+	n := s.pool.NumLayers()
+	var longest int64
+	for l := range n {
+		longest = max(longest, s.pool.Extent(l).Length)
+	}
+	buf, err := s.src.Alloc(int(longest))
+	if err != nil {
+		return 0, fmt.Errorf("expert gates: %w", err)
+	}
+	defer buf.Free()
+	gates := make([]gate, n)
+	var kept int64
+	for l := range n {
+		ext := s.pool.Extent(l)
+		b := buf.Bytes()[:ext.Length]
+		if err := s.src.ReadAt(ctx, b, ext.Offset); err != nil {
+			return 0, fmt.Errorf("expert gates: reading layer %d (bytes [%d, %d)): %w", l, ext.Offset, ext.Offset+ext.Length, err)
+		}
+		if err := s.pool.Verify(l, b); err != nil {
+			return 0, fmt.Errorf("expert gates: %w", err)
+		}
+		w, err := s.pool.Decode(l, b)
+		if err != nil {
+			return 0, fmt.Errorf("expert gates: %w", err)
+		}
+		g := gate{norm: w.FFNNorm, router: w.Router}
+		g.norm.Data = slices.Clone(g.norm.Data)
+		g.router.Data = slices.Clone(g.router.Data)
+		kept += int64(len(g.norm.Data) + len(g.router.Data))
+		gates[l] = g
+	}
+	s.mu.Lock()
+	s.gates = gates
+	s.mu.Unlock()
+	return kept, nil
 }
 
 // holding returns the read buffer holding layer l's expert e, or -1.
@@ -432,6 +588,7 @@ func (s *expertStore) applySwaps() {
 func (s *expertStore) rebalance(ctx context.Context, counts [][]uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.settle()
 	sizes := s.pool.Sizes().Experts
 	want := make([][]bool, len(s.res))
 	for l := range s.res {

@@ -157,3 +157,109 @@ func TestDeviceExpertBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestExpertStorePrefetch: experts read ahead are served without a read
+// when the layer asks for them (and counted so), resident and buffered
+// ones are not read again, a wrong prediction costs the layer its own
+// read, a read ahead that fails is read again when the layer needs the
+// expert, and closing the store waits for reads in flight.
+func TestExpertStorePrefetch(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	gg := filepath.Join(dir, "m.gguf")
+	if err := synth.Write(gg, synth.Options{Arch: "mixtral", Shape: "tiny", Type: "q8_0", Seed: 5}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := gguf.Map(gg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "m.pool")
+	err = prefab.WritePool(g, path, prefab.Options{})
+	g.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := prefab.OpenPool(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	sizes := pool.Sizes()
+	x := sizes.Experts[0][0]
+	plan, err := tier.PlanExperts(sizes.Experts, nil, 12*x) // layer 0's experts 0-3 resident
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := stream.OpenFile(path, stream.FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	faulty := stream.NewFaulty(fs)
+	ctx := context.Background()
+	s, err := newExpertStore(ctx, pool, faulty, plan, stream.VerifyAlways, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := s.loadGates(ctx)
+	if err != nil || kept <= 0 {
+		t.Fatalf("loadGates: %d bytes, %v", kept, err)
+	}
+	for l := range 2 {
+		norm, router, ok := s.Gate(l)
+		if !ok || norm.Cols != pool.Config().Dim || router.Rows != pool.Config().Experts {
+			t.Fatalf("layer %d's gate: %v %+v %+v", l, ok, norm, router)
+		}
+	}
+
+	serve := func(l int, es ...int) {
+		t.Helper()
+		dst := make([]*model.Expert, len(es))
+		if err := s.Experts(ctx, l, es, dst); err != nil {
+			t.Fatal(err)
+		}
+		for j, e := range es {
+			want, err := pool.MappedExpert(l, e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(want, dst[j].Down.Data) || len(dst[j].Down.Data) == 0 {
+				t.Fatalf("layer %d expert %d is not the pool's", l, e)
+			}
+		}
+	}
+	check := func(what string, want ExpertStats) {
+		t.Helper()
+		got := s.Stats()
+		if got.Resident != want.Resident || got.Buffered != want.Buffered || got.Prefetched != want.Prefetched ||
+			got.Read != want.Read || got.PrefetchReads != want.PrefetchReads || got.Failed != 0 || got.ReadBytes != want.ReadBytes {
+			t.Fatalf("%s: stats %+v, want %+v", what, got, want)
+		}
+	}
+
+	s.Prefetch(ctx, 1, []int{2, 5})
+	serve(1, 2, 5)
+	check("right prediction", ExpertStats{Prefetched: 2, PrefetchReads: 2, ReadBytes: 2 * x})
+	s.Prefetch(ctx, 1, []int{2, 6})
+	serve(0, 1)
+	serve(1, 7)
+	check("wrong prediction", ExpertStats{Resident: 1, Prefetched: 2, Read: 1, PrefetchReads: 3, ReadBytes: 4 * x})
+	s.Prefetch(ctx, 0, []int{0, 5})
+	serve(0, 0, 5)
+	check("resident not read", ExpertStats{Resident: 2, Prefetched: 3, Read: 1, PrefetchReads: 4, ReadBytes: 5 * x})
+
+	ext, err := pool.ExpertExtent(1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	faulty.FailExtent(ext, true)
+	s.Prefetch(ctx, 1, []int{3})
+	serve(1, 3)
+	check("failed read ahead", ExpertStats{Resident: 2, Prefetched: 3, Read: 2, PrefetchReads: 5, ReadBytes: 6 * x})
+
+	s.Prefetch(ctx, 1, []int{0, 1, 4})
+	if err := s.close(); err != nil {
+		t.Fatalf("close with reads ahead in flight: %v", err)
+	}
+}

@@ -64,6 +64,13 @@ type Options struct {
 	// routing on the built-in calibration text at load: the experts kept
 	// resident are then first by expert order until serving moves them.
 	NoExpertCalibration bool
+	// NoExpertPrefetch makes the CPU backend read a mixture-of-experts
+	// model's storage experts only when a layer's routing asks for them.
+	// By default each MoE layer predicts the next layer's picks (its
+	// router on the residual at hand) and starts their reads ahead
+	// (model.ExpertPrefetcher), holding every layer's router and FFN norm
+	// in memory for it. It is for comparisons.
+	NoExpertPrefetch bool
 	// Storage, when set, is where the pool named path lives: an extent of
 	// a strata volume read by the userspace NVMe driver, not a file. path
 	// is then only its name (nvme://BDF/NSID/NAME). The links are measured
@@ -517,6 +524,19 @@ func streamPool(ctx context.Context, path string, pool *prefab.Pool, plan *tier.
 				src.Close()
 			}
 			return nil, fmt.Errorf("model %s: %w", path, err)
+		}
+		if xplan.Buffers > 0 && !o.NoExpertPrefetch {
+			kept, err := xs.loadGates(ctx)
+			if err != nil {
+				xs.close()
+				e.Model.SetLayerSource(nil)
+				pipe.Close()
+				if src != nil {
+					src.Close()
+				}
+				return nil, fmt.Errorf("model %s: %w", path, err)
+			}
+			log.Debug("storage experts read ahead: every layer's router and FFN norm held", "model", path, "bytes", tier.FormatBytes(kept))
 		}
 		e.Model.SetExpertSource(xs)
 		if err := e.useExperts(ctx, xs, xplan, o, log); err != nil {

@@ -255,16 +255,20 @@ type ExpertStatus struct {
 	StorageBytes  int64 `json:"storage_bytes"`
 	ReadBuffers   int   `json:"read_buffers"`
 	// Uses served by resident experts, by a read buffer that still held
-	// the expert, and by a read from storage; HitRate is the share that
-	// read nothing.
-	UsesResident uint64  `json:"uses_resident"`
-	UsesBuffered uint64  `json:"uses_buffered"`
-	UsesRead     uint64  `json:"uses_read"`
-	HitRate      float64 `json:"hit_rate"`
-	ReadBytes    int64   `json:"read_bytes"`
-	ReadsFailed  uint64  `json:"reads_failed"`
-	Promoted     uint64  `json:"promoted"`
-	Demoted      uint64  `json:"demoted"`
+	// the expert, by a read started ahead of the layer (its prediction
+	// right), and by a read from storage when the layer asked; HitRate is
+	// the share that read nothing. ReadBytes counts every read, ahead or
+	// not; ReadsAhead the reads started ahead, used or not.
+	UsesResident   uint64  `json:"uses_resident"`
+	UsesBuffered   uint64  `json:"uses_buffered"`
+	UsesPrefetched uint64  `json:"uses_prefetched"`
+	UsesRead       uint64  `json:"uses_read"`
+	HitRate        float64 `json:"hit_rate"`
+	ReadBytes      int64   `json:"read_bytes"`
+	ReadsAhead     uint64  `json:"reads_ahead"`
+	ReadsFailed    uint64  `json:"reads_failed"`
+	Promoted       uint64  `json:"promoted"`
+	Demoted        uint64  `json:"demoted"`
 	// On a GPU: experts also held in device memory and computed there,
 	// their bytes, the (token, expert) picks the GPU and the CPU computed,
 	// and the GPU's share of them.

@@ -125,6 +125,28 @@ type ExpertSource interface {
 	Experts(ctx context.Context, layer int, experts []int, dst []*Expert) error
 }
 
+// ExpertPrefetcher is an ExpertSource that can start reading a layer's
+// experts before the layer asks for them. Right after a MoE layer's own
+// experts are at hand, a pass predicts the next layer's picks by that
+// layer's router on the residual this layer's FFN receives (what the next
+// router sees, less this layer's FFN and the next attention, which a
+// residual stream changes little), and hands them over: the reads then
+// overlap this layer's experts and the next layer's attention instead of
+// stalling the next layer's routing.
+type ExpertPrefetcher interface {
+	ExpertSource
+	// Gate returns layer's FFN norm and router, which the prediction
+	// needs before the layer's weights arrive; ok is false where no
+	// prediction pays (every expert of the layer at hand) or none is
+	// wanted.
+	Gate(layer int) (norm, router *Tensor, ok bool)
+	// Prefetch starts reading those of layer's experts (increasing) that
+	// are not at hand and returns at once; the layer's Experts call waits
+	// for them. A failed read ahead is read again by that call where the
+	// layer needs the expert.
+	Prefetch(ctx context.Context, layer int, experts []int)
+}
+
 // SetExpertSource makes MoE layers without experts of their own take them
 // from src (nil: none). Experts from a source are checked against the
 // config on every use.
@@ -218,6 +240,30 @@ type moeScratch struct {
 	ops            []matOp
 	picked, starts []int     // the distinct experts picked, increasing, and where each's run starts
 	weights        []*Expert // their weights
+	// The next layer's prediction (prefetchNext): the normed residual,
+	// the router's scores, the picks and the distinct experts.
+	aheadBuf    []float32
+	aheadXn     [][]float32
+	aheadScores [][]float32
+	aheadRoutes []route
+	ahead       []int
+}
+
+// sizeAhead makes room for predicting T tokens' picks.
+func (s *moeScratch) sizeAhead(c *Config, T int) {
+	n := T * (c.Dim + c.Experts)
+	if cap(s.aheadBuf) < n {
+		s.aheadBuf = make([]float32, n)
+	}
+	buf := s.aheadBuf[:n]
+	s.aheadXn, s.aheadScores = s.aheadXn[:0], s.aheadScores[:0]
+	for t := range T {
+		s.aheadXn = append(s.aheadXn, buf[t*c.Dim:(t+1)*c.Dim:(t+1)*c.Dim])
+	}
+	buf = buf[T*c.Dim:]
+	for t := range T {
+		s.aheadScores = append(s.aheadScores, buf[t*c.Experts:(t+1)*c.Experts:(t+1)*c.Experts])
+	}
 }
 
 // size makes room for T tokens.
@@ -307,13 +353,61 @@ func (m *Model) moe(ctx context.Context, l int, w *Layer) error {
 			m.routeCounts[l][r.e]++
 		}
 	}
-	return m.moeRouted(ctx, l, w)
+	return m.moeRouted(ctx, l, w, true)
+}
+
+// prefetchNext predicts layer l's picks from the residual in the scratch
+// (the one the layer before feeds its FFN) and asks the expert source,
+// when it is an ExpertPrefetcher with l's gate, to read them ahead.
+func (m *Model) prefetchNext(ctx context.Context, l int) error {
+	c := &m.Config
+	pf, ok := m.experts.(ExpertPrefetcher)
+	if !ok || l >= c.Layers {
+		return nil
+	}
+	norm, router, ok := pf.Gate(l)
+	if !ok {
+		return nil
+	}
+	if err := runChecks(l, []tensorCheck{
+		{norm, "ffn_norm.weight", 1, c.Dim, true, -1},
+		{router, "ffn_gate_inp.weight", c.Experts, c.Dim, false, -1},
+	}); err != nil {
+		return fmt.Errorf("predicting layer %d's experts: %w", l, err)
+	}
+	ms := &m.sc.moe
+	T := len(m.sc.h)
+	ms.sizeAhead(c, T)
+	m.norm(ms.aheadXn, m.sc.h, norm)
+	if err := m.matmul(matOp{router, ms.aheadXn, ms.aheadScores}); err != nil {
+		return fmt.Errorf("predicting layer %d's experts: %w", l, err)
+	}
+	if m.skew != nil {
+		for _, row := range ms.aheadScores {
+			for e, v := range m.skew[l] {
+				row[e] += v
+			}
+		}
+	}
+	ms.aheadRoutes = pick(ms.aheadRoutes, ms.aheadScores, c.ExpertsUsed)
+	ms.ahead = ms.ahead[:0]
+	for _, r := range ms.aheadRoutes {
+		ms.ahead = append(ms.ahead, r.e)
+	}
+	slices.Sort(ms.ahead)
+	ms.ahead = slices.Compact(ms.ahead)
+	pf.Prefetch(ctx, l, ms.ahead)
+	return nil
 }
 
 // moeRouted runs the experts of ms.routes (sized for the batch, each
 // route's slot its place among its token's ExpertsUsed picks) over the
 // batch in the scratch: sc.h += Σ w·expert(xn) over the routes listed.
-func (m *Model) moeRouted(ctx context.Context, l int, w *Layer) error {
+//
+// With ahead set (the model's own routing), once the layer's experts are
+// at hand it has the next layer's predicted experts read ahead
+// (prefetchNext).
+func (m *Model) moeRouted(ctx context.Context, l int, w *Layer, ahead bool) error {
 	c := &m.Config
 	sc := &m.sc
 	ms := &sc.moe
@@ -346,6 +440,11 @@ func (m *Model) moeRouted(ctx context.Context, l int, w *Layer) error {
 	clear(ms.weights)
 	if err := m.pickedExperts(ctx, l, w, ms.picked, ms.weights); err != nil {
 		return err
+	}
+	if ahead && m.experts != nil {
+		if err := m.prefetchNext(ctx, l+1); err != nil {
+			return err
+		}
 	}
 	// One matmul for every picked expert's gate and up, one for the downs.
 	ms.ops = ms.ops[:0]
@@ -449,7 +548,7 @@ func (m *Model) FFNRouted(ctx context.Context, l int, w *Layer, h [][]float32, r
 		copy(sc.h[t], row)
 	}
 	m.norm(sc.xn, sc.h, &w.FFNNorm)
-	if err := m.moeRouted(ctx, l, w); err != nil {
+	if err := m.moeRouted(ctx, l, w, false); err != nil {
 		return fmt.Errorf("routed ffn of layer %d: %w", l, err)
 	}
 	for t, row := range h {

@@ -323,3 +323,97 @@ func TestFFNRouted(t *testing.T) {
 		})
 	}
 }
+
+// aheadSource is an ExpertPrefetcher over a model's own experts, moved out
+// of its layers; it records the experts each layer was asked to read
+// ahead and the ones it then served, call by call.
+type aheadSource struct {
+	experts      [][]Expert
+	norms, gates []Tensor
+	ahead, asked [][][]int
+}
+
+func newAheadSource(m *Model) *aheadSource {
+	s := &aheadSource{ahead: make([][][]int, len(m.Weights.Layers)), asked: make([][][]int, len(m.Weights.Layers))}
+	for i := range m.Weights.Layers {
+		l := &m.Weights.Layers[i]
+		s.experts = append(s.experts, l.Experts)
+		s.norms, s.gates = append(s.norms, l.FFNNorm), append(s.gates, l.Router)
+		l.Experts = nil
+	}
+	return s
+}
+
+func (s *aheadSource) Experts(_ context.Context, l int, es []int, dst []*Expert) error {
+	s.asked[l] = append(s.asked[l], slices.Clone(es))
+	for j, e := range es {
+		dst[j] = &s.experts[l][e]
+	}
+	return nil
+}
+
+func (s *aheadSource) Gate(l int) (norm, router *Tensor, ok bool) {
+	return &s.norms[l], &s.gates[l], true
+}
+
+func (s *aheadSource) Prefetch(_ context.Context, l int, es []int) {
+	s.ahead[l] = append(s.ahead[l], slices.Clone(es))
+}
+
+// TestExpertPrefetch: each MoE layer asks an ExpertPrefetcher to read the
+// next layer's predicted experts ahead, never the first layer's, without
+// changing the logits; where attention and the experts add nothing to the
+// residual (zero output and down projections), the prediction is exact:
+// every layer asks for the experts it was told to expect.
+func TestExpertPrefetch(t *testing.T) {
+	t.Parallel()
+	for _, spec := range []testSpec{mixtralSpec(), qwen3moeSpec()} {
+		t.Run(spec.arch, func(t *testing.T) {
+			t.Parallel()
+			toks := randTokens(7, spec.vocab, 11)
+			run := func(m *Model) [][]float32 {
+				seq := m.NewSequence(0)
+				defer seq.Close()
+				out := forward(t, m, seq, toks[:5], true)
+				for _, tok := range toks[5:] {
+					out = append(out, forward(t, m, seq, []int32{tok}, false)...)
+				}
+				return out
+			}
+			own := run(newTestModel(t, spec, 8))
+			m := newTestModel(t, spec, 8)
+			src := newAheadSource(m)
+			m.SetExpertSource(src)
+			got := run(m)
+			if !slices.EqualFunc(got, own, slices.Equal) {
+				t.Fatal("logits with the experts read ahead differ from the model's own")
+			}
+			if len(src.ahead[0]) != 0 {
+				t.Fatalf("layer 0 was read ahead: %v", src.ahead[0])
+			}
+			for l := 1; l < spec.layers; l++ {
+				if len(src.ahead[l]) != len(src.asked[l]) {
+					t.Fatalf("layer %d: %d reads ahead for %d passes", l, len(src.ahead[l]), len(src.asked[l]))
+				}
+			}
+
+			// No change to the residual: the prediction is the routing.
+			m = newTestModel(t, spec, 8)
+			for i := range m.Weights.Layers {
+				l := &m.Weights.Layers[i]
+				clear(l.O.Data)
+				for e := range l.Experts {
+					clear(l.Experts[e].Down.Data)
+				}
+			}
+			src = newAheadSource(m)
+			m.SetExpertSource(src)
+			run(m)
+			for l := 1; l < spec.layers; l++ {
+				if !slices.EqualFunc(src.ahead[l], src.asked[l], slices.Equal) {
+					t.Fatalf("layer %d: read ahead %v, asked for %v", l, src.ahead[l], src.asked[l])
+				}
+			}
+		})
+	}
+}

@@ -74,8 +74,8 @@ func writeExperts(w io.Writer, x engine.ExpertInfo) {
 			x.OnDevice, tier.FormatBytes(x.DeviceBytes), x.DeviceUses, x.CPUUses, x.DeviceHit())
 	}
 	if s := x.Stats; s.Uses() > 0 {
-		fmt.Fprintf(w, "expert uses: %d resident, %d still in a read buffer, %d read (%s in %v); hit rate %.2f; %d promoted, %d demoted",
-			s.Resident, s.Buffered, s.Read, tier.FormatBytes(s.ReadBytes), dur(s.ReadTime), s.Hit(), s.Promoted, s.Demoted)
+		fmt.Fprintf(w, "expert uses: %d resident, %d still in a read buffer, %d read ahead (of %d reads ahead, waited %v), %d read when asked (%v); %s read in all; hit rate %.2f; %d promoted, %d demoted",
+			s.Resident, s.Buffered, s.Prefetched, s.PrefetchReads, dur(s.PrefetchWait), s.Read, dur(s.ReadTime), tier.FormatBytes(s.ReadBytes), s.Hit(), s.Promoted, s.Demoted)
 		if s.Failed > 0 {
 			fmt.Fprintf(w, "; %d reads failed", s.Failed)
 		}

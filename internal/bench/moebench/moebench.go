@@ -123,10 +123,19 @@ type Point struct {
 	RoutedPerToken float64 `json:"routed_per_token"`
 	// Hit is the share of expert uses that read nothing.
 	Hit float64 `json:"hit"`
+	// Ahead is whether the experts predicted for the next layer were read
+	// ahead; ReadsAheadPerToken counts those reads per token, AheadUsed is
+	// the share of them a layer then used, and AheadServed the share of the
+	// uses that read from storage which a read ahead served.
+	Ahead              bool    `json:"ahead"`
+	ReadsAheadPerToken float64 `json:"reads_ahead_per_token"`
+	AheadUsed          float64 `json:"ahead_used"`
+	AheadServed        float64 `json:"ahead_served"`
 	// Time per token, and the limit the links set: the storage reads at
-	// the storage speed plus the bytes the passes compute on at the CPU's
-	// GEMV rate (the two run one after the other in a pass); Ratio is
-	// their quotient.
+	// the storage speed and the bytes the passes compute on at the CPU's
+	// GEMV rate, one after the other in a pass, or the slower of the two
+	// where reads start ahead and so overlap the compute; Ratio is their
+	// quotient.
 	TimePerToken  time.Duration `json:"time_per_token_ns"`
 	LimitPerToken time.Duration `json:"limit_per_token_ns"`
 	Ratio         float64       `json:"ratio"`
@@ -173,9 +182,19 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for _, budget := range o.Budgets {
 		for _, batch := range o.Batches {
 			o.progress("budget %s, batch %d", budgetName(budget), batch)
-			pt, err := o.measure(ctx, pool, sizes, r.Links, budget, batch)
+			pt, err := o.measure(ctx, pool, sizes, r.Links, budget, batch, true)
 			if err != nil {
 				return r, fmt.Errorf("budget %s, batch %d: %w", budgetName(budget), batch, err)
+			}
+			r.Points = append(r.Points, pt)
+			if pt.ReadsAheadPerToken == 0 {
+				continue
+			}
+			// The same with reads only when a layer asks: what reading ahead
+			// gains, in one run.
+			o.progress("budget %s, batch %d, no reads ahead", budgetName(budget), batch)
+			if pt, err = o.measure(ctx, pool, sizes, r.Links, budget, batch, false); err != nil {
+				return r, fmt.Errorf("budget %s, batch %d, no reads ahead: %w", budgetName(budget), batch, err)
 			}
 			r.Points = append(r.Points, pt)
 		}
@@ -226,13 +245,16 @@ func (o *Options) pool(ctx context.Context) (string, error) {
 
 // measure decodes o.Tokens tokens for batch sequences of the pool planned
 // into budget (everything resident for 0).
-func (o *Options) measure(ctx context.Context, pool string, sizes tier.Sizes, links tier.Links, budget int64, batch int) (Point, error) {
+//
+// With ahead set the model reads the experts it predicts for the next
+// layer ahead (engine.Options.NoExpertPrefetch unset).
+func (o *Options) measure(ctx context.Context, pool string, sizes tier.Sizes, links tier.Links, budget int64, batch int, ahead bool) (Point, error) {
 	host := budget
 	if host == 0 {
 		host = 1 << 50
 	}
 	e, err := engine.OpenWith(ctx, pool, engine.Options{Backend: engine.BackendCPU, HostBudget: host,
-		Context: o.Tokens + 2, Batch: batch, Links: &links})
+		Context: o.Tokens + 2, Batch: batch, Links: &links, NoExpertPrefetch: !ahead})
 	if err != nil {
 		return Point{}, err
 	}
@@ -295,19 +317,33 @@ func (o *Options) measure(ctx context.Context, pool string, sizes tier.Sizes, li
 		// distinct experts are at most every routed one.
 		served = float64(c.Layers*c.ExpertsUsed) * tokens
 	}
-	uses := served + float64(after.Read-before.Read)
+	prefetched := float64(after.Prefetched - before.Prefetched)
+	aheadReads := float64(after.PrefetchReads - before.PrefetchReads)
+	uses := served + prefetched + float64(after.Read-before.Read)
 	pt := Point{
-		Budget: budget, Batch: batch, Experts: x.Experts, Resident: x.Resident, ResidentBytes: x.ResidentBytes,
-		TokensPerSecond: tokens / wall.Seconds(),
-		ReadPerToken:    read / tokens,
-		RoutedPerToken:  float64(c.Layers*c.ExpertsUsed) * avg,
-		Hit:             served / uses,
-		TimePerToken:    time.Duration(float64(wall) / tokens),
+		Budget: budget, Batch: batch, Ahead: ahead, Experts: x.Experts, Resident: x.Resident, ResidentBytes: x.ResidentBytes,
+		TokensPerSecond:    tokens / wall.Seconds(),
+		ReadPerToken:       read / tokens,
+		RoutedPerToken:     float64(c.Layers*c.ExpertsUsed) * avg,
+		Hit:                served / uses,
+		ReadsAheadPerToken: aheadReads / tokens,
+		TimePerToken:       time.Duration(float64(wall) / tokens),
 	}
-	// Per pass: the reads at storage speed, then the layers, the output
-	// and every expert the pass used (read or not) at the GEMV rate.
+	if aheadReads > 0 {
+		pt.AheadUsed = prefetched / aheadReads
+	}
+	if uses > served {
+		pt.AheadServed = prefetched / (uses - served)
+	}
+	// Per pass: the reads at storage speed and the layers, the output
+	// and every expert the pass used (read or not) at the GEMV rate; one
+	// after the other, or overlapped where the reads start ahead.
 	passes := float64(o.Tokens)
-	perPass := read/passes/links.StorageToHost + (float64(cores+sizes.Output)+uses/passes*avg)/links.Compute
+	reads, compute := read/passes/links.StorageToHost, (float64(cores+sizes.Output)+uses/passes*avg)/links.Compute
+	perPass := reads + compute
+	if ahead {
+		perPass = max(reads, compute)
+	}
 	pt.LimitPerToken = time.Duration(perPass / float64(batch) * float64(time.Second))
 	if pt.LimitPerToken > 0 {
 		pt.Ratio = float64(pt.TimePerToken) / float64(pt.LimitPerToken)
@@ -332,10 +368,18 @@ func (r *Report) WriteText(w io.Writer) error {
 		skew = fmt.Sprintf("routing skewed by a Zipf law of exponent %g over each layer's experts (a stand-in for trained routers)", r.Zipf)
 	}
 	fmt.Fprintf(w, "%s\n%s\nlinks: storage %s, compute %s\n\n", r.Model, skew, tier.FormatRate(r.Links.StorageToHost), tier.FormatRate(r.Links.Compute))
-	fmt.Fprintf(w, "%-14s %5s %9s %10s %12s %12s %6s %12s %12s %6s\n", "budget", "batch", "resident", "tokens/s", "read/token", "routed/tok", "hit", "time/token", "limit", "ratio")
+	fmt.Fprintf(w, "%-14s %5s %9s %6s %10s %12s %12s %6s %11s %12s %12s %6s\n", "budget", "batch", "resident", "ahead", "tokens/s", "read/token",
+		"routed/tok", "hit", "ahead used", "time/token", "limit", "ratio")
 	for _, p := range r.Points {
-		_, err := fmt.Fprintf(w, "%-14s %5d %4d/%-4d %10.2f %12s %12s %6.2f %12v %12v %6.2f\n", budgetName(p.Budget), p.Batch, p.Resident, p.Experts,
-			p.TokensPerSecond, tier.FormatBytes(int64(p.ReadPerToken)), tier.FormatBytes(int64(p.RoutedPerToken)), p.Hit,
+		ahead, used := "no", "-"
+		if p.Ahead {
+			ahead = "yes"
+			if p.ReadsAheadPerToken > 0 {
+				used = fmt.Sprintf("%.2f", p.AheadUsed)
+			}
+		}
+		_, err := fmt.Fprintf(w, "%-14s %5d %4d/%-4d %6s %10.2f %12s %12s %6.2f %11s %12v %12v %6.2f\n", budgetName(p.Budget), p.Batch, p.Resident, p.Experts,
+			ahead, p.TokensPerSecond, tier.FormatBytes(int64(p.ReadPerToken)), tier.FormatBytes(int64(p.RoutedPerToken)), p.Hit, used,
 			p.TimePerToken.Round(time.Microsecond), p.LimitPerToken.Round(time.Microsecond), p.Ratio)
 		if err != nil {
 			return err

@@ -40,14 +40,26 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each batch reads ahead, then again without (a read ahead of the
+	// warm-up pass can serve a timed one, so only the row without reads
+	// ahead must read in its window).
+	lazy := 0
 	for _, p := range r.Points {
-		if p.Resident == 0 || p.Resident == p.Experts || p.ReadPerToken <= 0 || p.ReadPerToken > p.RoutedPerToken*4 ||
-			p.Hit <= 0 || p.Hit >= 1 || p.TokensPerSecond <= 0 || p.LimitPerToken <= 0 {
+		if p.Resident == 0 || p.Resident == p.Experts || p.ReadPerToken > p.RoutedPerToken*4 ||
+			p.Hit <= 0 || p.Hit >= 1 || p.TokensPerSecond <= 0 || p.LimitPerToken <= 0 ||
+			p.Ahead && (p.ReadsAheadPerToken < 0 || p.AheadUsed < 0 || p.AheadUsed > 1) ||
+			!p.Ahead && (p.ReadPerToken <= 0 || p.ReadsAheadPerToken != 0 || p.AheadServed != 0) {
 			t.Fatalf("point %+v", p)
 		}
+		if !p.Ahead {
+			lazy++
+		}
+	}
+	if lazy == 0 || len(r.Points) != 2+lazy {
+		t.Fatalf("%d points, %d without reads ahead; want each batch with reads ahead, and again without where they read", len(r.Points), lazy)
 	}
 	var b bytes.Buffer
-	if err := r.WriteText(&b); err != nil || !strings.Contains(b.String(), "Zipf law of exponent 1") || strings.Count(b.String(), "\n") != 7 {
+	if err := r.WriteText(&b); err != nil || !strings.Contains(b.String(), "Zipf law of exponent 1") || strings.Count(b.String(), "\n") != 5+len(r.Points) {
 		t.Fatalf("text %v:\n%s", err, b.String())
 	}
 	t.Logf("\n%s", b.String())
