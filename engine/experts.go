@@ -25,7 +25,8 @@ import (
 // and how residency changed.
 type ExpertStats struct {
 	Resident, Buffered, Prefetched, Read uint64
-	// ReadBytes is every byte read from storage, on demand and ahead;
+	// ReadBytes is every byte read from storage, on demand and ahead (a
+	// read ahead counts from its start);
 	// ReadTime is the on-demand reads' wall time (reads of one layer run
 	// concurrently).
 	ReadBytes int64
@@ -119,10 +120,12 @@ type expertBuf struct {
 	ahead   bool
 }
 
-// aheadRead is a read started by Prefetch: err is set before done closes.
+// aheadRead is a read of n bytes started by Prefetch: err is set before
+// done closes.
 type aheadRead struct {
 	done chan struct{}
 	err  error
+	n    int64
 }
 
 // gate is a layer's FFN norm and router, copied out of its extent.
@@ -228,14 +231,17 @@ func (s *expertStore) readInto(ctx context.Context, l, e int, h *heldExpert, che
 	return nil
 }
 
-// Experts implements model.ExpertSource.
+// Experts implements model.ExpertSource. Experts read ahead for this
+// layer are waited for while the misses are read, so a wrong prediction
+// delays nothing but its own buffer; reads ahead for other experts go on
+// in the background.
 func (s *expertStore) Experts(ctx context.Context, l int, es []int, dst []*model.Expert) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l < 0 || l >= len(s.res) {
 		return fmt.Errorf("layer %d out of range [0, %d)", l, len(s.res))
 	}
-	s.settle()
+	s.reap()
 	// The previous call's experts are no longer in use: swap in what a
 	// round of re-placement has read.
 	s.applySwaps()
@@ -243,7 +249,7 @@ func (s *expertStore) Experts(ctx context.Context, l int, es []int, dst []*model
 		s.pass()
 	}
 	s.clock++
-	var miss []int // indexes into es
+	var miss, wait []int // indexes into es
 	for j, e := range es {
 		if e < 0 || e >= len(s.res[l]) {
 			return fmt.Errorf("expert %d out of range [0, %d)", e, len(s.res[l]))
@@ -257,6 +263,10 @@ func (s *expertStore) Experts(ctx context.Context, l int, es []int, dst []*model
 		if k := s.holding(l, e); k >= 0 {
 			b := &s.bufs[k]
 			b.used = s.clock
+			if b.pending != nil {
+				wait = append(wait, j)
+				continue
+			}
 			dst[j] = &b.held.x
 			if b.ahead {
 				b.ahead = false
@@ -268,18 +278,19 @@ func (s *expertStore) Experts(ctx context.Context, l int, es []int, dst []*model
 		}
 		miss = append(miss, j)
 	}
-	if len(miss) == 0 {
+	if len(miss) == 0 && len(wait) == 0 {
 		return nil
 	}
-	// The least recently used buffers not serving this call take the
-	// misses; the plan has a buffer for every storage expert of a layer.
+	// The least recently used buffers neither serving this call nor
+	// being read into take the misses; the plan has a buffer for every
+	// storage expert of a layer, so where reads ahead hold the rest,
+	// they are waited for.
 	victims := make([]int, 0, len(miss))
 	for range miss {
-		k := -1
-		for i := range s.bufs {
-			if s.bufs[i].used != s.clock && (k < 0 || s.bufs[i].used < s.bufs[k].used) {
-				k = i
-			}
+		k := s.victim()
+		if k < 0 {
+			s.settle()
+			k = s.victim()
 		}
 		if k < 0 {
 			return fmt.Errorf("layer %d: %d experts to read and no free read buffer (%d in all)", l, len(miss), len(s.bufs))
@@ -297,7 +308,34 @@ func (s *expertStore) Experts(ctx context.Context, l int, es []int, dst []*model
 			errs[i] = s.readInto(ctx, l, es[j], &s.bufs[victims[i]].held, false)
 		}()
 	}
+	// Meanwhile the experts read ahead for this layer; one whose read
+	// failed is read again, into the buffer it had.
+	var again []int
+	for _, j := range wait {
+		k := s.holding(l, es[j])
+		if k >= 0 && s.bufs[k].pending != nil {
+			s.finish(k)
+		}
+		if k < 0 || s.bufs[k].layer != l {
+			again = append(again, j)
+			continue
+		}
+		b := &s.bufs[k]
+		b.used, b.ahead = s.clock, false
+		dst[j] = &b.held.x
+		s.stats.Prefetched++
+	}
 	wg.Wait()
+	for _, j := range again {
+		k := s.victim()
+		if k < 0 {
+			return fmt.Errorf("layer %d: expert %d to read again and no free read buffer (%d in all)", l, es[j], len(s.bufs))
+		}
+		miss = append(miss, j)
+		victims = append(victims, k)
+		s.bufs[k].used, s.bufs[k].layer, s.bufs[k].ahead = s.clock, -1, false
+		errs = append(errs, s.readInto(ctx, l, es[j], &s.bufs[k].held, false))
+	}
 	s.stats.ReadTime += time.Since(t0)
 	var failed []error
 	for i, j := range miss {
@@ -314,6 +352,19 @@ func (s *expertStore) Experts(ctx context.Context, l int, es []int, dst []*model
 		s.stats.ReadBytes += b.held.size
 	}
 	return errors.Join(failed...)
+}
+
+// victim returns the least recently used read buffer that serves neither
+// the current call nor a read in flight, or -1.
+func (s *expertStore) victim() int {
+	k := -1
+	for i := range s.bufs {
+		b := &s.bufs[i]
+		if b.used != s.clock && b.pending == nil && (k < 0 || b.used < s.bufs[k].used) {
+			k = i
+		}
+	}
+	return k
 }
 
 // Prefetch implements model.ExpertPrefetcher: it starts reading those of
@@ -343,12 +394,17 @@ func (s *expertStore) Prefetch(ctx context.Context, l int, es []int) {
 		if k < 0 {
 			return
 		}
+		ext, err := s.pool.ExpertExtent(l, e)
+		if err != nil {
+			continue
+		}
 		b := &s.bufs[k]
-		r := &aheadRead{done: make(chan struct{})}
+		r := &aheadRead{done: make(chan struct{}), n: ext.Length}
 		// Marked used now, so the next expert of this round takes
 		// another buffer; the next call's clock makes it free again.
 		b.layer, b.expert, b.used, b.pending, b.ahead = l, e, s.clock, r, true
 		s.stats.PrefetchReads++
+		s.stats.ReadBytes += r.n // counted when started, taken back if it fails
 		s.bg.Add(1)
 		go func() {
 			defer s.bg.Done()
@@ -358,30 +414,48 @@ func (s *expertStore) Prefetch(ctx context.Context, l int, es []int) {
 	}
 }
 
-// settle waits for the reads Prefetch started and frees the buffers of
-// those that failed (a call that needs such an expert reads it again).
-// It runs with s.mu held; the reads do not take it.
+// settle waits for every read Prefetch started (finish).
 func (s *expertStore) settle() {
 	for i := range s.bufs {
-		b := &s.bufs[i]
-		r := b.pending
-		if r == nil {
-			continue
+		if s.bufs[i].pending != nil {
+			s.finish(i)
 		}
-		select {
-		case <-r.done:
-		default:
-			t := time.Now()
-			<-r.done
-			s.stats.PrefetchWait += time.Since(t)
+	}
+}
+
+// reap finishes the reads ahead that are done, without waiting.
+func (s *expertStore) reap() {
+	for i := range s.bufs {
+		if r := s.bufs[i].pending; r != nil {
+			select {
+			case <-r.done:
+				s.finish(i)
+			default:
+			}
 		}
-		b.pending = nil
-		if r.err != nil {
-			s.log.Debug("an expert read ahead failed; a layer that needs it reads it again", "layer", b.layer, "expert", b.expert, "error", r.err)
-			b.layer, b.used, b.ahead = -1, 0, false
-			continue
-		}
-		s.stats.ReadBytes += b.held.size
+	}
+}
+
+// finish waits for the read ahead into buffer k (the time counts as
+// PrefetchWait) and ends it; where it failed, the buffer is free again
+// (a call that needs the expert reads it anew) and its bytes, counted
+// when the read started, are taken back.
+// It runs with s.mu held; the reads do not take it.
+func (s *expertStore) finish(k int) {
+	b := &s.bufs[k]
+	r := b.pending
+	select {
+	case <-r.done:
+	default:
+		t := time.Now()
+		<-r.done
+		s.stats.PrefetchWait += time.Since(t)
+	}
+	b.pending = nil
+	if r.err != nil {
+		s.log.Debug("an expert read ahead failed; a layer that needs it reads it again", "layer", b.layer, "expert", b.expert, "error", r.err)
+		b.layer, b.used, b.ahead = -1, 0, false
+		s.stats.ReadBytes -= r.n
 	}
 }
 
@@ -572,9 +646,13 @@ func (s *expertStore) applySwaps() {
 		s.res[sw.layer][sw.in] = &h
 		s.resBytes += h.size
 		s.stats.Promoted++
-		// A read buffer may still hold a copy; it is no longer needed.
+		// A read buffer may still hold a copy (or be reading one); it is
+		// no longer needed.
 		if k := s.holding(sw.layer, sw.in); k >= 0 {
-			s.bufs[k].layer, s.bufs[k].used = -1, 0
+			if s.bufs[k].pending != nil {
+				s.finish(k)
+			}
+			s.bufs[k].layer, s.bufs[k].used, s.bufs[k].ahead = -1, 0, false
 		}
 	}
 	s.ready = s.ready[:0]
