@@ -245,6 +245,15 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 			tsrc.Close()
 			return nil, err
 		}
+		if xplan.Buffers > 0 && !o.NoExpertPrefetch {
+			kept, err := xs.loadGates(ctx)
+			if err != nil {
+				xs.close()
+				tsrc.Close()
+				return nil, err
+			}
+			log.Debug("storage experts read ahead: every layer's router and FFN norm held", "model", src.path, "bytes", tier.FormatBytes(kept))
+		}
 		copts.Experts = xs
 	}
 	// release undoes the store and the source on a failed load.

@@ -64,10 +64,11 @@ type Options struct {
 	// routing on the built-in calibration text at load: the experts kept
 	// resident are then first by expert order until serving moves them.
 	NoExpertCalibration bool
-	// NoExpertPrefetch makes the CPU backend read a mixture-of-experts
-	// model's storage experts only when a layer's routing asks for them.
-	// By default each MoE layer predicts the next layer's picks (its
-	// router on the residual at hand) and starts their reads ahead
+	// NoExpertPrefetch makes the CPU (the backend, or the CPU beside a
+	// GPU) read a mixture-of-experts model's storage experts only when a
+	// layer's routing asks for them. By default each MoE layer predicts
+	// the next layer's picks (that layer's router on the residual at
+	// hand) and starts the reads of those on storage ahead
 	// (model.ExpertPrefetcher), holding every layer's router and FFN norm
 	// in memory for it. It is for comparisons.
 	NoExpertPrefetch bool

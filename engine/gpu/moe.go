@@ -177,6 +177,16 @@ func moeDeviceBytes(ctx context.Context, cfg *model.Config, w *model.Weights, sr
 	return n, nil
 }
 
+// onCPU says whether the CPU computes layer l's expert e's picks: it is
+// not resident on the GPU, or the CPU takes every pick (cpuOnly).
+func (x *gpuMoE) onCPU(l, e int) bool {
+	if x.cpuOnly {
+		return true
+	}
+	_, ok := x.resident[l][e]
+	return !ok
+}
+
 // setupMoE uploads the routers and the resident experts rs (bytes in
 // all, moeDeviceBytes) and prepares the CPU's FFN device for the others
 // (w's layers hold the routers and, unless src serves them, the experts).
@@ -191,6 +201,12 @@ func (m *Model) setupMoE(ctx context.Context, c *cudadrv.Ctx, w *model.Weights, 
 	}
 	x := &gpuMoE{dev: dev, src: src, resident: make([]map[int]expertW, cfg.Layers), counts: make([][]uint64, cfg.Layers)}
 	m.moe = x
+	if src != nil {
+		// A store that reads experts from storage reads the next layer's
+		// predicted ones ahead (model.ExpertPrefetcher), those the CPU
+		// will compute.
+		dev.ReadAhead(x.onCPU)
+	}
 	for i := range w.Layers {
 		x.counts[i] = make([]uint64, cfg.Experts)
 	}
@@ -494,13 +510,7 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		hrows[t] = hv[t*D : (t+1)*D : (t+1)*D]
 	}
 	if x.keep == nil {
-		x.keep = func(e int) bool {
-			if x.cpuOnly {
-				return true
-			}
-			_, ok := x.resident[x.curL][e]
-			return !ok
-		}
+		x.keep = func(e int) bool { return x.onCPU(x.curL, e) }
 	}
 	x.curL = l
 	t1 := time.Now()

@@ -56,6 +56,9 @@ type Model struct {
 	// experts serves MoE layers whose Layer holds no experts
 	// (SetExpertSource).
 	experts ExpertSource
+	// aheadKeep, set on an FFN device (FFNDevice.ReadAhead), makes its
+	// routed FFNs read ahead the next layer's predicted experts it keeps.
+	aheadKeep func(l, e int) bool
 	// skew is added to the router's scores, per layer and expert
 	// (SetRouterSkew); nil adds nothing.
 	skew [][]float32
@@ -820,6 +823,17 @@ func (d *FFNDevice) ExpertCounts() [][]uint64 { return d.m.ExpertCounts() }
 // Run is Model.FFN on the device.
 func (d *FFNDevice) Run(ctx context.Context, l int, w *Layer, h [][]float32) error {
 	return d.m.FFN(ctx, l, w, h)
+}
+
+// ReadAhead makes RunRouted, once a layer's experts are at hand, have
+// the device's expert source (a model.ExpertPrefetcher) read ahead those
+// of the next layer's predicted experts for which keep(layer, expert)
+// holds (the ones the GPU does not hold), as the model's own passes do.
+// nil turns it off.
+func (d *FFNDevice) ReadAhead(keep func(l, e int) bool) {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	d.m.aheadKeep = keep
 }
 
 // RunRouted is Model.FFNRouted on the device: the experts of a routing

@@ -358,7 +358,8 @@ func (m *Model) moe(ctx context.Context, l int, w *Layer) error {
 
 // prefetchNext predicts layer l's picks from the residual in the scratch
 // (the one the layer before feeds its FFN) and asks the expert source,
-// when it is an ExpertPrefetcher with l's gate, to read them ahead.
+// when it is an ExpertPrefetcher with l's gate, to read them ahead (on
+// an FFN device, those m.aheadKeep keeps).
 func (m *Model) prefetchNext(ctx context.Context, l int) error {
 	c := &m.Config
 	pf, ok := m.experts.(ExpertPrefetcher)
@@ -392,7 +393,9 @@ func (m *Model) prefetchNext(ctx context.Context, l int) error {
 	ms.aheadRoutes = pick(ms.aheadRoutes, ms.aheadScores, c.ExpertsUsed)
 	ms.ahead = ms.ahead[:0]
 	for _, r := range ms.aheadRoutes {
-		ms.ahead = append(ms.ahead, r.e)
+		if m.aheadKeep == nil || m.aheadKeep(l, r.e) {
+			ms.ahead = append(ms.ahead, r.e)
+		}
 	}
 	slices.Sort(ms.ahead)
 	ms.ahead = slices.Compact(ms.ahead)
@@ -548,7 +551,7 @@ func (m *Model) FFNRouted(ctx context.Context, l int, w *Layer, h [][]float32, r
 		copy(sc.h[t], row)
 	}
 	m.norm(sc.xn, sc.h, &w.FFNNorm)
-	if err := m.moeRouted(ctx, l, w, false); err != nil {
+	if err := m.moeRouted(ctx, l, w, m.aheadKeep != nil); err != nil {
 		return fmt.Errorf("routed ffn of layer %d: %w", l, err)
 	}
 	for t, row := range h {

@@ -417,3 +417,75 @@ func TestExpertPrefetch(t *testing.T) {
 		})
 	}
 }
+
+// TestFFNDeviceReadAhead: an FFN device told to read ahead (engine/gpu's
+// CPU beside the GPU) predicts the next layer's picks from the rows it
+// was given, by that layer's router, and asks its expert source for those
+// the filter keeps (the ones the GPU does not hold); not for the layer
+// after the last, and not once told to stop.
+func TestFFNDeviceReadAhead(t *testing.T) {
+	t.Parallel()
+	spec := mixtralSpec()
+	m := newTestModel(t, spec, 5)
+	ref := newTestModel(t, spec, 5)
+	src := newAheadSource(m)
+	dev, err := NewFFNDevice(m.Config, gemv.Detect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev.SetExpertSource(src)
+	dev.ReadAhead(func(l, e int) bool { return e%2 == 0 })
+	rows := func() [][]float32 {
+		return [][]float32{randomVector(spec.dim, 1), randomVector(spec.dim, 2), randomVector(spec.dim, 3)}
+	}
+	k := spec.used
+	r := Routing{}
+	for t := range 3 {
+		for j := range k {
+			r.IDs, r.Weights = append(r.IDs, int32((t+j)%spec.experts)), append(r.Weights, 1/float32(k))
+		}
+	}
+
+	// The prediction, by the reference model's own router.
+	in := rows()
+	xn := make([][]float32, len(in))
+	scores := make([][]float32, len(in))
+	for i := range in {
+		xn[i], scores[i] = make([]float32, spec.dim), make([]float32, spec.experts)
+	}
+	next := &ref.Weights.Layers[1]
+	ref.prepare(len(in), 0)
+	ref.norm(xn, in, &next.FFNNorm)
+	if err := ref.matmul(matOp{&next.Router, xn, scores}); err != nil {
+		t.Fatal(err)
+	}
+	var want []int
+	for _, p := range pick(nil, scores, k) {
+		if p.e%2 == 0 {
+			want = append(want, p.e)
+		}
+	}
+	slices.Sort(want)
+	want = slices.Compact(want)
+	if len(want) == 0 {
+		t.Fatal("the prediction keeps no expert: pick other rows")
+	}
+
+	ctx := context.Background()
+	if err := dev.RunRouted(ctx, 0, &m.Weights.Layers[0], rows(), r, nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(src.ahead[0]) != 0 || len(src.ahead[1]) != 1 || !slices.Equal(src.ahead[1][0], want) {
+		t.Fatalf("read ahead %v, want layer 1's %v", src.ahead, want)
+	}
+	if err := dev.RunRouted(ctx, spec.layers-1, &m.Weights.Layers[spec.layers-1], rows(), r, nil); err != nil {
+		t.Fatal(err)
+	}
+	dev.ReadAhead(nil)
+	if err := dev.RunRouted(ctx, 0, &m.Weights.Layers[0], rows(), r, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(src.ahead[1]); n != 1 || len(src.ahead[spec.layers-1]) != 0 {
+		t.Fatalf("read ahead %v: want one call, for layer 1", src.ahead)
+	}
+}
