@@ -19,24 +19,22 @@ import (
 	"github.com/strata-llm/strata/internal/synth"
 )
 
-// TestExpertStoreFollowsUse: experts a workload keeps routing to become
-// resident while it runs (the unused ones they replace leave), within the
-// resident budget, and every expert served, resident, buffered or read,
-// holds exactly the pool's bytes.
-func TestExpertStoreFollowsUse(t *testing.T) {
-	t.Parallel()
+// tinyMixtralPool writes a tiny synthetic Mixtral (Q8_0, seed) as a pool
+// in a temporary directory and opens it; the test's cleanup closes it.
+func tinyMixtralPool(t *testing.T, seed uint64) (*prefab.Pool, string) {
+	t.Helper()
 	dir := t.TempDir()
 	gg := filepath.Join(dir, "m.gguf")
-	if err := synth.Write(gg, synth.Options{Arch: "mixtral", Shape: "tiny", Type: "q8_0", Seed: 3}); err != nil {
+	if err := synth.Write(gg, synth.Options{Arch: "mixtral", Shape: "tiny", Type: "q8_0", Seed: seed}); err != nil {
 		t.Fatal(err)
 	}
-	src, err := gguf.Map(gg)
+	g, err := gguf.Map(gg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "m.pool")
-	err = prefab.WritePool(src, path, prefab.Options{})
-	src.Close()
+	err = prefab.WritePool(g, path, prefab.Options{})
+	g.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +42,17 @@ func TestExpertStoreFollowsUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(func() { pool.Close() })
+	return pool, path
+}
+
+// TestExpertStoreFollowsUse: experts a workload keeps routing to become
+// resident while it runs (the unused ones they replace leave), within the
+// resident budget, and every expert served, resident, buffered or read,
+// holds exactly the pool's bytes.
+func TestExpertStoreFollowsUse(t *testing.T) {
+	t.Parallel()
+	pool, path := tinyMixtralPool(t, 3)
 	sizes := pool.Sizes()
 	x := sizes.Experts[0][0]
 	// Buffers for all 8 experts of a layer and 4 resident ones.
@@ -165,26 +173,7 @@ func TestDeviceExpertBudget(t *testing.T) {
 // expert, and closing the store waits for reads in flight.
 func TestExpertStorePrefetch(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	gg := filepath.Join(dir, "m.gguf")
-	if err := synth.Write(gg, synth.Options{Arch: "mixtral", Shape: "tiny", Type: "q8_0", Seed: 5}); err != nil {
-		t.Fatal(err)
-	}
-	g, err := gguf.Map(gg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "m.pool")
-	err = prefab.WritePool(g, path, prefab.Options{})
-	g.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := prefab.OpenPool(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool, path := tinyMixtralPool(t, 5)
 	sizes := pool.Sizes()
 	x := sizes.Experts[0][0]
 	plan, err := tier.PlanExperts(sizes.Experts, nil, 12*x) // layer 0's experts 0-3 resident

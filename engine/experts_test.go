@@ -127,20 +127,9 @@ func TestExpertsOnStorage(t *testing.T) {
 
 	// Every storage expert's reads fail: read ahead or not, the request
 	// that needs one fails naming it; the next one is right.
-	x, _ = e.Experts()
-	p, err = prefab.OpenPool(pool)
-	if err != nil {
-		t.Fatal(err)
+	for _, ext := range storageExperts(t, e, pool) {
+		faulty.FailExtent(ext, false)
 	}
-	for l := range x.Residency {
-		for i, r := range x.Residency[l] {
-			if !r {
-				ext, _ := p.ExpertExtent(l, i)
-				faulty.FailExtent(ext, false)
-			}
-		}
-	}
-	p.Close()
 	_, _, err = greedy(t, e, n)
 	if err == nil || !errors.Is(err, stream.ErrInjected) || !strings.Contains(err.Error(), "expert") || !strings.Contains(err.Error(), "layer") {
 		t.Fatalf("request over a failing expert read: %v", err)
@@ -162,20 +151,9 @@ func TestExpertsOnStorage(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := slices.Clone(orig)
-	x, _ = e.Experts()
-	p, err = prefab.OpenPool(pool)
-	if err != nil {
-		t.Fatal(err)
+	for _, ext := range storageExperts(t, e, pool) {
+		bad[ext.Offset+ext.Length/2] ^= 0xff
 	}
-	for l := range x.Residency {
-		for i, r := range x.Residency[l] {
-			if !r {
-				ext, _ := p.ExpertExtent(l, i)
-				bad[ext.Offset+ext.Length/2] ^= 0xff
-			}
-		}
-	}
-	p.Close()
 	write := func(b []byte) {
 		t.Helper()
 		if err := os.WriteFile(pool, b, 0o644); err != nil {
@@ -206,6 +184,31 @@ func TestExpertsOnStorage(t *testing.T) {
 	if !errors.Is(err, engine.ErrNeedsPool) || !strings.Contains(err.Error(), "experts on storage") {
 		t.Fatalf("GGUF with experts on storage: %v", err)
 	}
+}
+
+// storageExperts returns the pool's extents of the experts e holds on
+// storage now.
+func storageExperts(t *testing.T, e *engine.Engine, pool string) []tier.Extent {
+	t.Helper()
+	x, _ := e.Experts()
+	p, err := prefab.OpenPool(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var out []tier.Extent
+	for l := range x.Residency {
+		for i, r := range x.Residency[l] {
+			if !r {
+				ext, err := p.ExpertExtent(l, i)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, ext)
+			}
+		}
+	}
+	return out
 }
 
 // TestExpertsOnStorageCUDA: a mixture-of-experts pool on the CUDA backend
