@@ -4,7 +4,8 @@
 # 2026-06-08, from the unslothai/llama.cpp snapshot, without models/,
 # docs/ and tests/; the commit 3f545be of docs/peers-h200.json is in no
 # snapshot this workplace can fetch), run branch moe-downs' GPU tests beside
-# the build, then, when time is left, strata bench engine --only moe and
+# the build (and engine's CUDA MoE tests, which cover the CPU beside the
+# GPU reading storage experts ahead), then, when time is left, strata bench engine --only moe and
 # llama-bench --n-cpu-moe on the same synthetic files, in one lease.
 # The stripped llama-bench comes back xz'd for later calls.
 . "$(dirname "$0")/../hybrid/lib.sh"
@@ -24,6 +25,9 @@ bp=$!
 echo "== kernels rc=$?"; grep -E -- "--- FAIL|^(ok|FAIL|PASS)|panic" "$L/kernels.log" | head
 (cd engine/gpu && timeout 150 "$B/engine-gpu.test" -test.run 'MoE|ExpertTrial|SetResidentExperts' -test.timeout 5m) >"$L/engine-gpu.log" 2>&1
 echo "== engine-gpu rc=$?"; grep -E -- "--- FAIL|^(ok|FAIL|PASS)|panic" "$L/engine-gpu.log" | head
+# The CPU beside the GPU reading storage experts ahead (engine/gpu's onCPU filter).
+(cd engine && timeout 150 "$B/engine.test" -test.run 'ExpertsOnStorageCUDA|ExpertsOnDeviceCUDA|MoEOnCUDA' -test.v -test.timeout 5m) >"$L/engine.log" 2>&1
+echo "== engine rc=$?"; grep -E -- "--- FAIL|^(ok|FAIL|PASS)|panic|read ahead" "$L/engine.log" | head
 wait $bp
 echo "== llama build rc=$? at ${SECONDS}s"; tail -3 "$L/llama-build.log"
 lbin=$LB/lcpp/build/bin/llama-bench
