@@ -33,6 +33,7 @@ func benchMoECommand() *cli.Command {
 			&cli.StringFlag{Name: "budgets", Value: "all", Usage: "memory budgets, comma-separated: all (every expert resident) or sizes such as 8GiB,4GiB"},
 			&cli.StringFlag{Name: "batch", Value: "1,8", Usage: "sequences decoded together, comma-separated"},
 			&cli.IntFlag{Name: "tokens", Value: 32, Usage: "tokens each sequence decodes per measurement (after one warm-up pass)"},
+			&cli.IntFlag{Name: "rounds", Value: 1, Usage: "times a budget with experts on storage is measured with the reads ahead and without, the order swapped each round"},
 			&cli.Float64Flag{Name: "zipf", Usage: "skew the routing by a Zipf law of this exponent over each layer's experts (0: the model's own routing, which random weights make near uniform)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
@@ -42,7 +43,7 @@ func benchMoECommand() *cli.Command {
 				return usagef("bench moe: at most one MODEL")
 			}
 			o := moebench.Options{Model: cmd.Args().First(), Arch: cmd.String("arch"), Shape: cmd.String("shape"), Type: cmd.String("type"),
-				Dir: cmd.String("dir"), Tokens: int(cmd.Int("tokens")), Zipf: cmd.Float64("zipf")}
+				Dir: cmd.String("dir"), Tokens: int(cmd.Int("tokens")), Rounds: int(cmd.Int("rounds")), Zipf: cmd.Float64("zipf")}
 			for _, f := range strings.Split(cmd.String("budgets"), ",") {
 				f = strings.TrimSpace(f)
 				if f == "all" {

@@ -44,6 +44,11 @@ type Options struct {
 	// Tokens is how many tokens each sequence decodes per measurement,
 	// after one warm-up pass (default 32).
 	Tokens int
+	// Rounds is how many times a budget with experts on storage is
+	// measured with the reads ahead and without (default 1); each round
+	// swaps the order (ahead first, then without; then without first),
+	// since a storage's caches can favour whichever reads second.
+	Rounds int
 	// Zipf, when above 0, skews the routing (model.SetRouterSkew): random
 	// weights route almost uniformly, the worst case for a cache.
 	Zipf float64
@@ -72,6 +77,9 @@ func (o *Options) fill() error {
 	if len(o.Batches) == 0 {
 		o.Batches = []int{1, 8}
 	}
+	if o.Rounds == 0 {
+		o.Rounds = 1
+	}
 	if o.Tokens == 0 {
 		o.Tokens = 32
 	}
@@ -85,8 +93,8 @@ func (o *Options) fill() error {
 			return fmt.Errorf("%w: batch %d", ErrBadOptions, b)
 		}
 	}
-	if o.Tokens < 1 || o.Zipf < 0 {
-		return fmt.Errorf("%w: %d tokens, Zipf exponent %v", ErrBadOptions, o.Tokens, o.Zipf)
+	if o.Tokens < 1 || o.Zipf < 0 || o.Rounds < 1 {
+		return fmt.Errorf("%w: %d tokens, %d rounds, Zipf exponent %v", ErrBadOptions, o.Tokens, o.Rounds, o.Zipf)
 	}
 	if o.Dir == "" {
 		d, err := safefs.CacheDir("synth")
@@ -126,8 +134,10 @@ type Point struct {
 	// Ahead is whether the experts predicted for the next layer were read
 	// ahead; ReadsAheadPerToken counts those reads per token, AheadUsed is
 	// the share of them a layer then used, and AheadServed the share of the
-	// uses that read from storage which a read ahead served.
+	// uses that read from storage which a read ahead served. Round is the
+	// comparison's round (Options.Rounds).
 	Ahead              bool    `json:"ahead"`
+	Round              int     `json:"round"`
 	ReadsAheadPerToken float64 `json:"reads_ahead_per_token"`
 	AheadUsed          float64 `json:"ahead_used"`
 	AheadServed        float64 `json:"ahead_served"`
@@ -181,22 +191,32 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	for _, budget := range o.Budgets {
 		for _, batch := range o.Batches {
-			o.progress("budget %s, batch %d", budgetName(budget), batch)
-			pt, err := o.measure(ctx, pool, sizes, r.Links, budget, batch, true)
-			if err != nil {
-				return r, fmt.Errorf("budget %s, batch %d: %w", budgetName(budget), batch, err)
+			// With the reads ahead, and where they read, the same with
+			// reads only when a layer asks: what reading ahead gains, in
+			// one run; rounds alternate the order.
+			reads := true
+			for round := range o.Rounds {
+				if !reads {
+					break
+				}
+				order := []bool{true, false}
+				if round%2 == 1 {
+					order = []bool{false, true}
+				}
+				for _, ahead := range order {
+					o.progress("budget %s, batch %d, round %d, reads ahead %v", budgetName(budget), batch, round+1, ahead)
+					pt, err := o.measure(ctx, pool, sizes, r.Links, budget, batch, ahead)
+					if err != nil {
+						return r, fmt.Errorf("budget %s, batch %d, reads ahead %v: %w", budgetName(budget), batch, ahead, err)
+					}
+					pt.Round = round + 1
+					r.Points = append(r.Points, pt)
+					if ahead && pt.ReadsAheadPerToken == 0 {
+						reads = false // nothing on storage: nothing to compare
+						break
+					}
+				}
 			}
-			r.Points = append(r.Points, pt)
-			if pt.ReadsAheadPerToken == 0 {
-				continue
-			}
-			// The same with reads only when a layer asks: what reading ahead
-			// gains, in one run.
-			o.progress("budget %s, batch %d, no reads ahead", budgetName(budget), batch)
-			if pt, err = o.measure(ctx, pool, sizes, r.Links, budget, batch, false); err != nil {
-				return r, fmt.Errorf("budget %s, batch %d, no reads ahead: %w", budgetName(budget), batch, err)
-			}
-			r.Points = append(r.Points, pt)
 		}
 	}
 	return r, nil
@@ -368,7 +388,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		skew = fmt.Sprintf("routing skewed by a Zipf law of exponent %g over each layer's experts (a stand-in for trained routers)", r.Zipf)
 	}
 	fmt.Fprintf(w, "%s\n%s\nlinks: storage %s, compute %s\n\n", r.Model, skew, tier.FormatRate(r.Links.StorageToHost), tier.FormatRate(r.Links.Compute))
-	fmt.Fprintf(w, "%-14s %5s %9s %6s %10s %12s %12s %6s %11s %12s %12s %6s\n", "budget", "batch", "resident", "ahead", "tokens/s", "read/token",
+	fmt.Fprintf(w, "%-14s %5s %9s %5s %6s %10s %12s %12s %6s %11s %12s %12s %6s\n", "budget", "batch", "resident", "round", "ahead", "tokens/s", "read/token",
 		"routed/tok", "hit", "ahead used", "time/token", "limit", "ratio")
 	for _, p := range r.Points {
 		ahead, used := "no", "-"
@@ -378,8 +398,8 @@ func (r *Report) WriteText(w io.Writer) error {
 				used = fmt.Sprintf("%.2f", p.AheadUsed)
 			}
 		}
-		_, err := fmt.Fprintf(w, "%-14s %5d %4d/%-4d %6s %10.2f %12s %12s %6.2f %11s %12v %12v %6.2f\n", budgetName(p.Budget), p.Batch, p.Resident, p.Experts,
-			ahead, p.TokensPerSecond, tier.FormatBytes(int64(p.ReadPerToken)), tier.FormatBytes(int64(p.RoutedPerToken)), p.Hit, used,
+		_, err := fmt.Fprintf(w, "%-14s %5d %4d/%-4d %5d %6s %10.2f %12s %12s %6.2f %11s %12v %12v %6.2f\n", budgetName(p.Budget), p.Batch, p.Resident, p.Experts,
+			p.Round, ahead, p.TokensPerSecond, tier.FormatBytes(int64(p.ReadPerToken)), tier.FormatBytes(int64(p.RoutedPerToken)), p.Hit, used,
 			p.TimePerToken.Round(time.Microsecond), p.LimitPerToken.Round(time.Microsecond), p.Ratio)
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -35,16 +36,19 @@ func TestRun(t *testing.T) {
 	x, _ := e.Experts()
 	layers := e.Plan().Device.Total + e.Plan().Host.Total
 	e.Close()
-	o.Budgets = []int64{layers + x.ResidentBytes*3/4}
+	o.Budgets, o.Rounds = []int64{layers + x.ResidentBytes*3/4}, 2
 	r, err = Run(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Each batch reads ahead, then again without (a read ahead of the
-	// warm-up pass can serve a timed one, so only the row without reads
-	// ahead must read in its window).
+	// Each batch reads ahead, then again without, then without and with
+	// (a read ahead of the warm-up pass can serve a timed one, so only the
+	// rows without reads ahead must read in their window); a batch whose
+	// first row read nothing ahead has no other.
 	lazy := 0
+	rows := map[int][]Point{}
 	for _, p := range r.Points {
+		rows[p.Batch] = append(rows[p.Batch], p)
 		if p.Resident == 0 || p.Resident == p.Experts || p.ReadPerToken > p.RoutedPerToken*4 ||
 			p.Hit <= 0 || p.Hit >= 1 || p.TokensPerSecond <= 0 || p.LimitPerToken <= 0 ||
 			p.Ahead && (p.ReadsAheadPerToken < 0 || p.AheadUsed < 0 || p.AheadUsed > 1) ||
@@ -55,8 +59,18 @@ func TestRun(t *testing.T) {
 			lazy++
 		}
 	}
-	if lazy == 0 || len(r.Points) != 2+lazy {
-		t.Fatalf("%d points, %d without reads ahead; want each batch with reads ahead, and again without where they read", len(r.Points), lazy)
+	for batch, ps := range rows {
+		var order []string
+		for _, p := range ps {
+			order = append(order, fmt.Sprint(p.Round, p.Ahead))
+		}
+		got := strings.Join(order, ",")
+		if got != "1 true,1 false,2 false,2 true" && (got != "1 true" || ps[0].ReadsAheadPerToken != 0) {
+			t.Fatalf("batch %d: rounds and reads ahead %s", batch, got)
+		}
+	}
+	if lazy == 0 {
+		t.Fatal("no batch compared reads ahead with none")
 	}
 	var b bytes.Buffer
 	if err := r.WriteText(&b); err != nil || !strings.Contains(b.String(), "Zipf law of exponent 1") || strings.Count(b.String(), "\n") != 5+len(r.Points) {
@@ -64,7 +78,7 @@ func TestRun(t *testing.T) {
 	}
 	t.Logf("\n%s", b.String())
 
-	for _, bad := range []Options{{Tokens: -1}, {Batches: []int{0}}, {Budgets: []int64{-1}}, {Zipf: -1}} {
+	for _, bad := range []Options{{Tokens: -1}, {Batches: []int{0}}, {Budgets: []int64{-1}}, {Zipf: -1}, {Rounds: -1}} {
 		bad.Dir, bad.Links = dir, &links
 		if _, err := Run(context.Background(), bad); !errors.Is(err, ErrBadOptions) {
 			t.Fatalf("options %+v: %v", bad, err)
