@@ -245,7 +245,8 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 			tsrc.Close()
 			return nil, err
 		}
-		if xplan.Buffers > 0 && !o.NoExpertPrefetch {
+		if xplan.Buffers > 0 && o.ExpertReadAhead != ReadAheadOff {
+			xs.readAhead = o.ExpertReadAhead
 			kept, err := xs.loadGates(ctx)
 			if err != nil {
 				xs.close()

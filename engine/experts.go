@@ -35,6 +35,9 @@ type ExpertStats struct {
 	// PrefetchWait the time layers waited for them to finish.
 	PrefetchReads uint64
 	PrefetchWait  time.Duration
+	// AheadChoices are the batch sizes whose trial decided whether to
+	// read ahead (ReadAheadAuto).
+	AheadChoices []AheadChoice
 	// Failed counts reads that failed or did not match the checksum.
 	Failed uint64
 	// Promoted and Demoted count experts that became resident, or
@@ -85,6 +88,15 @@ type expertStore struct {
 	// layer's picks before its weights arrive (loadGates); nil: no
 	// prediction.
 	gates []gate
+	// readAhead says when to read ahead; trial decides it per batch size
+	// under ReadAheadAuto from the passes' storage waits (pass*: the pass
+	// in progress, its way fixed by the pass's first Gate call).
+	readAhead ReadAhead
+	trial     aheadTrial
+	passSet   bool
+	passOn    bool
+	passRows  int
+	passWait  time.Duration
 
 	mu       sync.Mutex
 	res      [][]*heldExpert // nil where on storage
@@ -241,6 +253,13 @@ func (s *expertStore) Experts(ctx context.Context, l int, es []int, dst []*model
 	if l < 0 || l >= len(s.res) {
 		return fmt.Errorf("layer %d out of range [0, %d)", l, len(s.res))
 	}
+	if l == 0 && s.passSet {
+		// A pass begins: the one before is timed for the trial.
+		s.trial.record(s.passRows, s.passOn, s.passWait)
+		s.passSet, s.passWait = false, 0
+	}
+	entered := time.Now()
+	defer func() { s.passWait += time.Since(entered) }()
 	s.reap()
 	// The previous call's experts are no longer in use: swap in what a
 	// round of re-placement has read.
@@ -460,11 +479,26 @@ func (s *expertStore) finish(k int) {
 }
 
 // Gate implements model.ExpertPrefetcher: layer l's FFN norm and router,
-// when loadGates held them and some expert of the layer is on storage.
-func (s *expertStore) Gate(l int) (norm, router *model.Tensor, ok bool) {
+// when loadGates held them, some expert of the layer is on storage, and
+// this pass of T rows reads ahead (the first call of a pass decides).
+func (s *expertStore) Gate(l, T int) (norm, router *model.Tensor, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l < 0 || l >= len(s.gates) || !slices.Contains(s.res[l], nil) {
+	if s.gates == nil {
+		return nil, nil, false
+	}
+	if !s.passSet {
+		s.passSet, s.passRows = true, T
+		switch s.readAhead {
+		case ReadAheadOn:
+			s.passOn = true
+		case ReadAheadOff:
+			s.passOn = false
+		default:
+			s.passOn = s.trial.on(T)
+		}
+	}
+	if !s.passOn || l < 0 || l >= len(s.gates) || !slices.Contains(s.res[l], nil) {
 		return nil, nil, false
 	}
 	g := &s.gates[l]
@@ -708,7 +742,9 @@ func (s *expertStore) rebalance(ctx context.Context, counts [][]uint64) error {
 func (s *expertStore) Stats() ExpertStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stats
+	st := s.stats
+	st.AheadChoices = s.trial.choices()
+	return st
 }
 
 // Residency returns, per layer and expert, whether the expert is resident

@@ -196,7 +196,7 @@ func TestExpertStorePrefetch(t *testing.T) {
 		t.Fatalf("loadGates: %d bytes, %v", kept, err)
 	}
 	for l := range 2 {
-		norm, router, ok := s.Gate(l)
+		norm, router, ok := s.Gate(l, 1)
 		if !ok || norm.Cols != pool.Config().Dim || router.Rows != pool.Config().Experts {
 			t.Fatalf("layer %d's gate: %v %+v %+v", l, ok, norm, router)
 		}
@@ -250,5 +250,47 @@ func TestExpertStorePrefetch(t *testing.T) {
 	s.Prefetch(ctx, 1, []int{0, 1, 4})
 	if err := s.close(); err != nil {
 		t.Fatalf("close with reads ahead in flight: %v", err)
+	}
+}
+
+// TestAheadTrial: a batch size reads ahead for a block of passes, then
+// not for a block, and keeps the way whose passes waited less for storage
+// by the median (one slow outlier changes nothing); passes recorded out
+// of turn are ignored, and batches above the trial's always read ahead.
+func TestAheadTrial(t *testing.T) {
+	t.Parallel()
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	for _, tc := range []struct {
+		name          string
+		with, without []int // waits of each block, warm-up first
+		want          bool
+	}{
+		{"reading ahead waits less", []int{90, 10, 12, 11, 300}, []int{90, 20, 21, 22, 19}, true},
+		{"reading ahead waits more", []int{90, 30, 31, 29, 32}, []int{90, 20, 21, 5, 22}, false},
+	} {
+		var a aheadTrial
+		for _, w := range tc.with {
+			if !a.on(2) {
+				t.Fatalf("%s: the first block does not read ahead", tc.name)
+			}
+			a.record(2, false, ms(1)) // out of turn: ignored
+			a.record(2, true, ms(w))
+		}
+		for _, w := range tc.without {
+			if a.on(2) {
+				t.Fatalf("%s: the second block reads ahead", tc.name)
+			}
+			a.record(2, false, ms(w))
+		}
+		if got := a.on(2); got != tc.want {
+			t.Fatalf("%s: kept reading ahead %v", tc.name, got)
+		}
+		ch := a.choices()
+		if len(ch) != 1 || ch[0].Batch != 2 || ch[0].On != tc.want || ch[0].With == 0 || ch[0].Without == 0 {
+			t.Fatalf("%s: choices %+v", tc.name, ch)
+		}
+		if !a.on(1) || !a.on(aheadMaxBatch+1) {
+			t.Fatalf("%s: batch 1 starts another trial reading ahead, and large batches always read ahead", tc.name)
+		}
 	}
 }

@@ -110,11 +110,15 @@ func TestExpertsOnStorage(t *testing.T) {
 		faulty.Reads() != layers+int64(st.Read+st.PrefetchReads)+int64(xp.ResidentCount())+int64(st.Promoted) {
 		t.Fatalf("stats %+v (%d source reads)", st, faulty.Reads())
 	}
-	t.Logf("%d of %d experts resident (plan hit %.2f): %d uses resident, %d buffered, %d read ahead (%d reads), %d read (%s)",
-		xp.ResidentCount(), all, xp.Hit, st.Resident, st.Buffered, st.Prefetched, st.PrefetchReads, st.Read, tier.FormatBytes(st.ReadBytes))
+	t.Logf("%d of %d experts resident (plan hit %.2f): %d uses resident, %d buffered, %d read ahead (%d reads), %d read (%s); trial %+v",
+		xp.ResidentCount(), all, xp.Hit, st.Resident, st.Buffered, st.Prefetched, st.PrefetchReads, st.Read, tier.FormatBytes(st.ReadBytes), st.AheadChoices)
+	// The decode passes (one token) timed both ways and kept one.
+	if !slices.ContainsFunc(st.AheadChoices, func(c engine.AheadChoice) bool { return c.Batch == 1 && c.With > 0 && c.Without > 0 }) {
+		t.Fatalf("no read-ahead decision for one-token passes: %+v", st.AheadChoices)
+	}
 
 	// Read only when routed to: the same tokens, nothing read ahead.
-	lazy, err := engine.OpenWith(context.Background(), pool, engine.Options{Backend: engine.BackendCPU, HostBudget: budget, Context: 256, Links: defaultLinks(), NoExpertPrefetch: true})
+	lazy, err := engine.OpenWith(context.Background(), pool, engine.Options{Backend: engine.BackendCPU, HostBudget: budget, Context: 256, Links: defaultLinks(), ExpertReadAhead: engine.ReadAheadOff})
 	if err != nil {
 		t.Fatal(err)
 	}

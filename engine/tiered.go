@@ -64,14 +64,15 @@ type Options struct {
 	// routing on the built-in calibration text at load: the experts kept
 	// resident are then first by expert order until serving moves them.
 	NoExpertCalibration bool
-	// NoExpertPrefetch makes the CPU (the backend, or the CPU beside a
-	// GPU) read a mixture-of-experts model's storage experts only when a
-	// layer's routing asks for them. By default each MoE layer predicts
-	// the next layer's picks (that layer's router on the residual at
-	// hand) and starts the reads of those on storage ahead
+	// ExpertReadAhead says when the CPU (the backend, or the CPU beside a
+	// GPU) reads a mixture-of-experts model's storage experts ahead: each
+	// MoE layer predicts the next layer's picks (that layer's router on
+	// the residual at hand) and starts the reads of those on storage
 	// (model.ExpertPrefetcher), holding every layer's router and FFN norm
-	// in memory for it. It is for comparisons.
-	NoExpertPrefetch bool
+	// in memory for it. ReadAheadAuto (the default) decides per batch
+	// size by timing both ways; ReadAheadOn and ReadAheadOff are for
+	// comparisons.
+	ExpertReadAhead ReadAhead
 	// Storage, when set, is where the pool named path lives: an extent of
 	// a strata volume read by the userspace NVMe driver, not a file. path
 	// is then only its name (nvme://BDF/NSID/NAME). The links are measured
@@ -526,7 +527,8 @@ func streamPool(ctx context.Context, path string, pool *prefab.Pool, plan *tier.
 			}
 			return nil, fmt.Errorf("model %s: %w", path, err)
 		}
-		if xplan.Buffers > 0 && !o.NoExpertPrefetch {
+		if xplan.Buffers > 0 && o.ExpertReadAhead != ReadAheadOff {
+			xs.readAhead = o.ExpertReadAhead
 			kept, err := xs.loadGates(ctx)
 			if err != nil {
 				xs.close()

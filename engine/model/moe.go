@@ -136,10 +136,10 @@ type ExpertSource interface {
 type ExpertPrefetcher interface {
 	ExpertSource
 	// Gate returns layer's FFN norm and router, which the prediction
-	// needs before the layer's weights arrive; ok is false where no
-	// prediction pays (every expert of the layer at hand) or none is
-	// wanted.
-	Gate(layer int) (norm, router *Tensor, ok bool)
+	// needs before the layer's weights arrive, for a pass of rows tokens;
+	// ok is false where no prediction pays (every expert of the layer at
+	// hand) or none is wanted.
+	Gate(layer, rows int) (norm, router *Tensor, ok bool)
 	// Prefetch starts reading those of layer's experts (increasing) that
 	// are not at hand and returns at once; the layer's Experts call waits
 	// for them. A failed read ahead is read again by that call where the
@@ -366,7 +366,7 @@ func (m *Model) prefetchNext(ctx context.Context, l int) error {
 	if !ok || l >= c.Layers {
 		return nil
 	}
-	norm, router, ok := pf.Gate(l)
+	norm, router, ok := pf.Gate(l, len(m.sc.h))
 	if !ok {
 		return nil
 	}

@@ -352,7 +352,7 @@ func (s *aheadSource) Experts(_ context.Context, l int, es []int, dst []*Expert)
 	return nil
 }
 
-func (s *aheadSource) Gate(l int) (norm, router *Tensor, ok bool) {
+func (s *aheadSource) Gate(l, _ int) (norm, router *Tensor, ok bool) {
 	return &s.norms[l], &s.gates[l], true
 }
 

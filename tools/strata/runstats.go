@@ -81,6 +81,13 @@ func writeExperts(w io.Writer, x engine.ExpertInfo) {
 		}
 		fmt.Fprintln(w)
 	}
+	for _, c := range x.Stats.AheadChoices {
+		way := "without"
+		if c.On {
+			way = "with"
+		}
+		fmt.Fprintf(w, "batch %d: kept reading %s reads ahead (storage wait per pass %v with, %v without)\n", c.Batch, way, dur(c.With), dur(c.Without))
+	}
 }
 
 // writeHybrid prints the CPU's share of a GPU's passes: its plan for one

@@ -267,14 +267,18 @@ func (o *Options) pool(ctx context.Context) (string, error) {
 // into budget (everything resident for 0).
 //
 // With ahead set the model reads the experts it predicts for the next
-// layer ahead (engine.Options.NoExpertPrefetch unset).
+// layer ahead (engine.ReadAheadOn), else never (engine.ReadAheadOff).
 func (o *Options) measure(ctx context.Context, pool string, sizes tier.Sizes, links tier.Links, budget int64, batch int, ahead bool) (Point, error) {
+	readAhead := engine.ReadAheadOff
+	if ahead {
+		readAhead = engine.ReadAheadOn
+	}
 	host := budget
 	if host == 0 {
 		host = 1 << 50
 	}
 	e, err := engine.OpenWith(ctx, pool, engine.Options{Backend: engine.BackendCPU, HostBudget: host,
-		Context: o.Tokens + 2, Batch: batch, Links: &links, NoExpertPrefetch: !ahead})
+		Context: o.Tokens + 2, Batch: batch, Links: &links, ExpertReadAhead: readAhead})
 	if err != nil {
 		return Point{}, err
 	}
