@@ -16,6 +16,7 @@ import (
 	"github.com/strata-llm/strata/engine/prefab"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/waytrial"
 )
 
 // ExpertStats counts how a mixture-of-experts model's expert uses were
@@ -92,7 +93,7 @@ type expertStore struct {
 	// under ReadAheadAuto from the passes' storage waits (pass*: the pass
 	// in progress, its way fixed by the pass's first Gate call).
 	readAhead ReadAhead
-	trial     aheadTrial
+	trial     waytrial.Trial
 	passSet   bool
 	passOn    bool
 	passRows  int
@@ -154,7 +155,7 @@ type swap struct {
 // newExpertStore reads plan's resident experts from src (verifying each)
 // and allocates its read buffers.
 func newExpertStore(ctx context.Context, pool *prefab.Pool, src tier.Source, plan tier.ExpertPlan, verify stream.VerifyMode, log hclog.Logger) (*expertStore, error) {
-	s := &expertStore{pool: pool, src: src, verify: verify, log: log, budget: plan.ResidentBytes}
+	s := &expertStore{pool: pool, src: src, verify: verify, log: log, budget: plan.ResidentBytes, trial: waytrial.Trial{MaxBatch: aheadMaxBatch}}
 	s.res = make([][]*heldExpert, len(plan.Resident))
 	s.verified = make([][]atomic.Bool, len(plan.Resident))
 	s.uses = make([][]float64, len(plan.Resident))
@@ -255,7 +256,7 @@ func (s *expertStore) Experts(ctx context.Context, l int, es []int, dst []*model
 	}
 	if l == 0 && s.passSet {
 		// A pass begins: the one before is timed for the trial.
-		s.trial.record(s.passRows, s.passOn, s.passWait)
+		s.trial.Record(s.passRows, s.passOn, s.passWait)
 		s.passSet, s.passWait = false, 0
 	}
 	entered := time.Now()
@@ -495,7 +496,7 @@ func (s *expertStore) Gate(l, T int) (norm, router *model.Tensor, ok bool) {
 		case ReadAheadOff:
 			s.passOn = false
 		default:
-			s.passOn = s.trial.on(T)
+			s.passOn = s.trial.First(T)
 		}
 	}
 	if !s.passOn || l < 0 || l >= len(s.gates) || !slices.Contains(s.res[l], nil) {
@@ -743,7 +744,7 @@ func (s *expertStore) Stats() ExpertStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
-	st.AheadChoices = s.trial.choices()
+	st.AheadChoices = aheadChoices(&s.trial)
 	return st
 }
 

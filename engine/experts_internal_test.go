@@ -17,6 +17,7 @@ import (
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/internal/synth"
+	"github.com/strata-llm/strata/internal/waytrial"
 )
 
 // tinyMixtralPool writes a tiny synthetic Mixtral (Q8_0, seed) as a pool
@@ -253,44 +254,29 @@ func TestExpertStorePrefetch(t *testing.T) {
 	}
 }
 
-// TestAheadTrial: a batch size reads ahead for a block of passes, then
-// not for a block, and keeps the way whose passes waited less for storage
-// by the median (one slow outlier changes nothing); passes recorded out
-// of turn are ignored, and batches above the trial's always read ahead.
+// TestAheadTrial: the store's read-ahead trial (internal/waytrial's,
+// tested there) reads ahead first, reports the median storage waits as
+// With and Without, and always reads ahead past aheadMaxBatch.
 func TestAheadTrial(t *testing.T) {
 	t.Parallel()
-	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
-	for _, tc := range []struct {
-		name          string
-		with, without []int // waits of each block, warm-up first
-		want          bool
-	}{
-		{"reading ahead waits less", []int{90, 10, 12, 11, 300}, []int{90, 20, 21, 22, 19}, true},
-		{"reading ahead waits more", []int{90, 30, 31, 29, 32}, []int{90, 20, 21, 5, 22}, false},
-	} {
-		var a aheadTrial
-		for _, w := range tc.with {
-			if !a.on(2) {
-				t.Fatalf("%s: the first block does not read ahead", tc.name)
+	s := expertStore{trial: waytrial.Trial{MaxBatch: aheadMaxBatch}}
+	for _, on := range []bool{true, false} {
+		for i := range waytrial.Warm + waytrial.Timed {
+			if s.trial.First(1) != on {
+				t.Fatalf("pass %d of the block reading ahead %v does not", i, on)
 			}
-			a.record(2, false, ms(1)) // out of turn: ignored
-			a.record(2, true, ms(w))
-		}
-		for _, w := range tc.without {
-			if a.on(2) {
-				t.Fatalf("%s: the second block reads ahead", tc.name)
+			w := 30 * time.Millisecond
+			if on {
+				w = 10 * time.Millisecond
 			}
-			a.record(2, false, ms(w))
+			s.trial.Record(1, on, w)
 		}
-		if got := a.on(2); got != tc.want {
-			t.Fatalf("%s: kept reading ahead %v", tc.name, got)
-		}
-		ch := a.choices()
-		if len(ch) != 1 || ch[0].Batch != 2 || ch[0].On != tc.want || ch[0].With == 0 || ch[0].Without == 0 {
-			t.Fatalf("%s: choices %+v", tc.name, ch)
-		}
-		if !a.on(1) || !a.on(aheadMaxBatch+1) {
-			t.Fatalf("%s: batch 1 starts another trial reading ahead, and large batches always read ahead", tc.name)
-		}
+	}
+	ch := s.Stats().AheadChoices
+	if !s.trial.First(1) || len(ch) != 1 || !ch[0].On || ch[0].With != 10*time.Millisecond || ch[0].Without != 30*time.Millisecond {
+		t.Fatalf("choices %+v", ch)
+	}
+	if !s.trial.First(aheadMaxBatch + 1) {
+		t.Fatal("a large batch does not read ahead")
 	}
 }

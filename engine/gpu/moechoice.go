@@ -1,8 +1,9 @@
 package gpu
 
 import (
-	"slices"
 	"time"
+
+	"github.com/strata-llm/strata/internal/waytrial"
 )
 
 // expertChoice decides, per batch size, whether a pass computes the picked
@@ -19,17 +20,7 @@ import (
 // after pass of the same way: a pass's cost can depend on the one before
 // it (which experts the caches and the thread team's state were left
 // with).
-type expertChoice struct {
-	sizes []choiceState // by batch size - 1, up to choiceMaxBatch
-}
-
-// choiceState is one batch size's trial or decision.
-type choiceState struct {
-	passes  int                // passes recorded, warm-ups included: the GPU's block, then the CPU's
-	times   [2][]time.Duration // trial passes by way: 0 the CPU alone, 1 the GPU's experts too
-	decided bool
-	device  bool
-}
+type expertChoice struct{ t waytrial.Trial }
 
 const (
 	// choiceMaxBatch is the largest batch size decided by trial: larger
@@ -37,14 +28,14 @@ const (
 	choiceMaxBatch = 8
 	// choiceTrials is the passes timed each way; choiceWarm the passes
 	// each way that are not (the first after the other way ran).
-	choiceTrials = 4
-	choiceWarm   = 1
+	choiceTrials = waytrial.Timed
+	choiceWarm   = waytrial.Warm
 )
 
 // ExpertTrialPasses is how many passes of a batch size the trial takes
 // before its way is kept: a benchmark of a model with resident experts
 // warms up past them.
-const ExpertTrialPasses = 2 * (choiceWarm + choiceTrials)
+const ExpertTrialPasses = waytrial.Passes
 
 // ExpertChoice is a batch size's decision, for MoEStats.
 type ExpertChoice struct {
@@ -57,77 +48,28 @@ type ExpertChoice struct {
 	CPUPass    time.Duration `json:"cpu_pass_ns"`
 }
 
+// trial is c's trial, the GPU's way first.
+func (c *expertChoice) trial() *waytrial.Trial {
+	c.t.MaxBatch = choiceMaxBatch
+	return &c.t
+}
+
 // device reports whether the next pass of T tokens should compute the
 // resident experts on the GPU.
-func (c *expertChoice) device(T int) bool {
-	if T < 1 || T > choiceMaxBatch {
-		return true
-	}
-	s := c.state(T)
-	if s.decided {
-		return s.device
-	}
-	// The GPU's block first, then the CPU's.
-	return s.passes < choiceWarm+choiceTrials
-}
+func (c *expertChoice) device(T int) bool { return c.trial().First(T) }
 
 // record counts a finished pass of T tokens that went the way device
 // says in d.
-func (c *expertChoice) record(T int, device bool, d time.Duration) {
-	if T < 1 || T > choiceMaxBatch {
-		return
-	}
-	s := c.state(T)
-	if s.decided {
-		return
-	}
-	if s.passes%(choiceWarm+choiceTrials) >= choiceWarm {
-		w := 0
-		if device {
-			w = 1
-		}
-		s.times[w] = append(s.times[w], d)
-	}
-	s.passes++
-	if len(s.times[0]) < choiceTrials || len(s.times[1]) < choiceTrials {
-		return
-	}
-	cpu, dev := median(s.times[0]), median(s.times[1])
-	s.decided, s.device = true, dev <= cpu
-}
+func (c *expertChoice) record(T int, device bool, d time.Duration) { c.trial().Record(T, device, d) }
 
 // decisions lists the decided batch sizes.
 func (c *expertChoice) decisions() []ExpertChoice {
 	var out []ExpertChoice
-	for i, s := range c.sizes {
-		if s.decided {
-			out = append(out, ExpertChoice{Batch: i + 1, Device: s.device, DevicePass: median(s.times[1]), CPUPass: median(s.times[0])})
-		}
+	for _, d := range c.trial().Decisions() {
+		out = append(out, ExpertChoice{Batch: d.Batch, Device: d.First, DevicePass: d.FirstTime, CPUPass: d.SecondTime})
 	}
 	return out
 }
 
 // reset forgets every decision (the resident experts changed).
-func (c *expertChoice) reset() { c.sizes = nil }
-
-func (c *expertChoice) state(T int) *choiceState {
-	for len(c.sizes) < T {
-		c.sizes = append(c.sizes, choiceState{})
-	}
-	return &c.sizes[T-1]
-}
-
-// median is the middle of ds (the mean of the two middle ones for an even
-// count); 0 for none.
-func median(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
-}
+func (c *expertChoice) reset() { c.trial().Reset() }

@@ -72,4 +72,4 @@ func TestExpertChoice(t *testing.T) {
 }
 
 // decidedFor reports whether T's way is decided (tests only).
-func (c *expertChoice) decidedFor(T int) bool { return T <= len(c.sizes) && c.sizes[T-1].decided }
+func (c *expertChoice) decidedFor(T int) bool { return c.trial().Decided(T) }
