@@ -245,15 +245,10 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 			tsrc.Close()
 			return nil, err
 		}
-		if xplan.Buffers > 0 && o.ExpertReadAhead != ReadAheadOff {
-			xs.readAhead = o.ExpertReadAhead
-			kept, err := xs.loadGates(ctx)
-			if err != nil {
-				xs.close()
-				tsrc.Close()
-				return nil, err
-			}
-			log.Debug("storage experts read ahead: every layer's router and FFN norm held", "model", src.path, "bytes", tier.FormatBytes(kept))
+		if err := xs.enableReadAhead(ctx, o.ExpertReadAhead, src.path); err != nil {
+			xs.close()
+			tsrc.Close()
+			return nil, err
 		}
 		copts.Experts = xs
 	}

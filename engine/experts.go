@@ -155,7 +155,9 @@ type swap struct {
 // newExpertStore reads plan's resident experts from src (verifying each)
 // and allocates its read buffers.
 func newExpertStore(ctx context.Context, pool *prefab.Pool, src tier.Source, plan tier.ExpertPlan, verify stream.VerifyMode, log hclog.Logger) (*expertStore, error) {
-	s := &expertStore{pool: pool, src: src, verify: verify, log: log, budget: plan.ResidentBytes, trial: waytrial.Trial{MaxBatch: aheadMaxBatch}}
+	// The clock starts past every buffer's last use (0), so that buffers
+	// no call has used are free for Prefetch before the first call.
+	s := &expertStore{pool: pool, src: src, verify: verify, log: log, budget: plan.ResidentBytes, trial: waytrial.Trial{MaxBatch: aheadMaxBatch}, clock: 1}
 	s.res = make([][]*heldExpert, len(plan.Resident))
 	s.verified = make([][]atomic.Bool, len(plan.Resident))
 	s.uses = make([][]float64, len(plan.Resident))
@@ -403,14 +405,7 @@ func (s *expertStore) Prefetch(ctx context.Context, l int, es []int) {
 		if e < 0 || e >= len(s.res[l]) || s.res[l][e] != nil || s.holding(l, e) >= 0 {
 			continue
 		}
-		k := -1
-		for i := range s.bufs {
-			b := &s.bufs[i]
-			free := b.layer < 0 || b.used != s.clock // not the latest call's, nor this round's
-			if free && b.pending == nil && (k < 0 || b.used < s.bufs[k].used) {
-				k = i
-			}
-		}
+		k := s.victim() // neither the latest call's buffers nor this round's
 		if k < 0 {
 			return
 		}
@@ -504,6 +499,24 @@ func (s *expertStore) Gate(l, T int) (norm, router *model.Tensor, ok bool) {
 	}
 	g := &s.gates[l]
 	return &g.norm, &g.router, true
+}
+
+// enableReadAhead makes the store read ahead as mode says (nothing for
+// ReadAheadOff, or where every expert is resident and no read buffer
+// exists), loading the gates for it; model names the model in the log.
+func (s *expertStore) enableReadAhead(ctx context.Context, mode ReadAhead, model string) error {
+	if mode == ReadAheadOff || len(s.bufs) == 0 {
+		return nil
+	}
+	kept, err := s.loadGates(ctx)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.readAhead = mode
+	s.mu.Unlock()
+	s.log.Debug("storage experts read ahead: every layer's router and FFN norm held", "model", model, "bytes", tier.FormatBytes(kept))
+	return nil
 }
 
 // loadGates reads every layer's extent once, checks it against the

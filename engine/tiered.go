@@ -527,19 +527,14 @@ func streamPool(ctx context.Context, path string, pool *prefab.Pool, plan *tier.
 			}
 			return nil, fmt.Errorf("model %s: %w", path, err)
 		}
-		if xplan.Buffers > 0 && o.ExpertReadAhead != ReadAheadOff {
-			xs.readAhead = o.ExpertReadAhead
-			kept, err := xs.loadGates(ctx)
-			if err != nil {
-				xs.close()
-				e.Model.SetLayerSource(nil)
-				pipe.Close()
-				if src != nil {
-					src.Close()
-				}
-				return nil, fmt.Errorf("model %s: %w", path, err)
+		if err := xs.enableReadAhead(ctx, o.ExpertReadAhead, path); err != nil {
+			xs.close()
+			e.Model.SetLayerSource(nil)
+			pipe.Close()
+			if src != nil {
+				src.Close()
 			}
-			log.Debug("storage experts read ahead: every layer's router and FFN norm held", "model", path, "bytes", tier.FormatBytes(kept))
+			return nil, fmt.Errorf("model %s: %w", path, err)
 		}
 		e.Model.SetExpertSource(xs)
 		if err := e.useExperts(ctx, xs, xplan, o, log); err != nil {

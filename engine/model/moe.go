@@ -256,14 +256,19 @@ func (s *moeScratch) sizeAhead(c *Config, T int) {
 		s.aheadBuf = make([]float32, n)
 	}
 	buf := s.aheadBuf[:n]
-	s.aheadXn, s.aheadScores = s.aheadXn[:0], s.aheadScores[:0]
-	for t := range T {
-		s.aheadXn = append(s.aheadXn, buf[t*c.Dim:(t+1)*c.Dim:(t+1)*c.Dim])
+	s.aheadXn = carveRows(s.aheadXn, &buf, T, c.Dim)
+	s.aheadScores = carveRows(s.aheadScores, &buf, T, c.Experts)
+}
+
+// carveRows sets dst to n rows of w elements cut from the front of *buf,
+// which keeps the rest.
+func carveRows(dst [][]float32, buf *[]float32, n, w int) [][]float32 {
+	dst = dst[:0]
+	for range n {
+		dst = append(dst, (*buf)[:w:w])
+		*buf = (*buf)[w:]
 	}
-	buf = buf[T*c.Dim:]
-	for t := range T {
-		s.aheadScores = append(s.aheadScores, buf[t*c.Experts:(t+1)*c.Experts:(t+1)*c.Experts])
-	}
+	return dst
 }
 
 // size makes room for T tokens.
@@ -278,18 +283,10 @@ func (s *moeScratch) size(c *Config, T int) {
 		s.buf = make([]float32, total)
 	}
 	buf := s.buf[:total]
-	rows := func(dst [][]float32, n, w int) [][]float32 {
-		dst = dst[:0]
-		for range n {
-			dst = append(dst, buf[:w:w])
-			buf = buf[w:]
-		}
-		return dst
-	}
-	s.scores = rows(s.scores, T, c.Experts)
-	s.gate = rows(s.gate, T*k, c.ExpertFFN)
-	s.up = rows(s.up, T*k, c.ExpertFFN)
-	s.out = rows(s.out, T*k, c.Dim)
+	s.scores = carveRows(s.scores, &buf, T, c.Experts)
+	s.gate = carveRows(s.gate, &buf, T*k, c.ExpertFFN)
+	s.up = carveRows(s.up, &buf, T*k, c.ExpertFFN)
+	s.out = carveRows(s.out, &buf, T*k, c.Dim)
 }
 
 // pick fills routes with each token's top-k experts by router score and
@@ -337,23 +334,33 @@ func (m *Model) moe(ctx context.Context, l int, w *Layer) error {
 	ms := &sc.moe
 	T := len(sc.h)
 	ms.size(c, T)
-	if err := m.matmul(matOp{&w.Router, sc.xn, ms.scores}); err != nil {
+	var err error
+	if ms.routes, err = m.route(l, &w.Router, sc.xn, ms.scores, ms.routes); err != nil {
 		return err
 	}
-	if m.skew != nil {
-		for _, row := range ms.scores {
-			for e, v := range m.skew[l] {
-				row[e] += v
-			}
-		}
-	}
-	ms.routes = pick(ms.routes, ms.scores, c.ExpertsUsed)
 	if m.routeCounts != nil {
 		for _, r := range ms.routes {
 			m.routeCounts[l][r.e]++
 		}
 	}
 	return m.moeRouted(ctx, l, w, true)
+}
+
+// route scores the rows xn by layer l's router into scores, adds the
+// router skew (SetRouterSkew), and picks each row's top experts into
+// routes: a layer's routing, and prefetchNext's prediction of it.
+func (m *Model) route(l int, router *Tensor, xn, scores [][]float32, routes []route) ([]route, error) {
+	if err := m.matmul(matOp{router, xn, scores}); err != nil {
+		return routes, err
+	}
+	if m.skew != nil {
+		for _, row := range scores {
+			for e, v := range m.skew[l] {
+				row[e] += v
+			}
+		}
+	}
+	return pick(routes, scores, m.Config.ExpertsUsed), nil
 }
 
 // prefetchNext predicts layer l's picks from the residual in the scratch
@@ -366,7 +373,8 @@ func (m *Model) prefetchNext(ctx context.Context, l int) error {
 	if !ok || l >= c.Layers {
 		return nil
 	}
-	norm, router, ok := pf.Gate(l, len(m.sc.h))
+	T := len(m.sc.h)
+	norm, router, ok := pf.Gate(l, T)
 	if !ok {
 		return nil
 	}
@@ -377,20 +385,12 @@ func (m *Model) prefetchNext(ctx context.Context, l int) error {
 		return fmt.Errorf("predicting layer %d's experts: %w", l, err)
 	}
 	ms := &m.sc.moe
-	T := len(m.sc.h)
 	ms.sizeAhead(c, T)
 	m.norm(ms.aheadXn, m.sc.h, norm)
-	if err := m.matmul(matOp{router, ms.aheadXn, ms.aheadScores}); err != nil {
+	var err error
+	if ms.aheadRoutes, err = m.route(l, router, ms.aheadXn, ms.aheadScores, ms.aheadRoutes); err != nil {
 		return fmt.Errorf("predicting layer %d's experts: %w", l, err)
 	}
-	if m.skew != nil {
-		for _, row := range ms.aheadScores {
-			for e, v := range m.skew[l] {
-				row[e] += v
-			}
-		}
-	}
-	ms.aheadRoutes = pick(ms.aheadRoutes, ms.aheadScores, c.ExpertsUsed)
 	ms.ahead = ms.ahead[:0]
 	for _, r := range ms.aheadRoutes {
 		if m.aheadKeep == nil || m.aheadKeep(l, r.e) {

@@ -194,11 +194,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			// With the reads ahead, and where they read, the same with
 			// reads only when a layer asks: what reading ahead gains, in
 			// one run; rounds alternate the order.
-			reads := true
+		rounds:
 			for round := range o.Rounds {
-				if !reads {
-					break
-				}
 				order := []bool{true, false}
 				if round%2 == 1 {
 					order = []bool{false, true}
@@ -212,8 +209,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 					pt.Round = round + 1
 					r.Points = append(r.Points, pt)
 					if ahead && pt.ReadsAheadPerToken == 0 {
-						reads = false // nothing on storage: nothing to compare
-						break
+						break rounds // nothing on storage: nothing to compare
 					}
 				}
 			}
