@@ -608,6 +608,55 @@ func (k *Kernels) holdQuantized(s cudadrv.Stream, y cudadrv.DevPtr, n, dim int) 
 	k.gemvq.ws[s] = w
 }
 
+// GEMVEach computes Y_i = W_i x_i for the len(outs) vectors at x (rows of
+// outs[0].W.Cols floats, one a matrix; every matrix that wide): a MoE
+// layer's downs at one token, each expert's on its own activation. On the
+// integer path all the vectors are quantized in one launch and each
+// product reads its own from the scratch, one launch a matrix where GEMV
+// takes two; where that path cannot take them (a type it does not run, or
+// a scratch too small for them all) each is a GEMV of its own. The results
+// are GEMV's, bit for bit.
+func (k *Kernels) GEMVEach(c *cudadrv.Ctx, s cudadrv.Stream, x cudadrv.DevPtr, outs []GEMVOut) error {
+	if len(outs) == 0 {
+		return nil
+	}
+	cols := outs[0].W.Cols
+	ms := make([]Matrix, len(outs))
+	for i, o := range outs {
+		if o.W.Cols != cols {
+			return fmt.Errorf("gemv each: matrix %d has %d columns, matrix 0 %d", i, o.W.Cols, cols)
+		}
+		ms[i] = o.W
+	}
+	row := int64(cols) * 4
+	xq, ok := k.fastScratch(s, x, 1, ms...)
+	if ok && int64(len(outs))*gemvqBytes(cols) > MaxFusedGEMVBatch*gemvqBytes(k.gemvq.ws[s].cols) {
+		ok = false
+	}
+	if !ok {
+		for i, o := range outs {
+			if err := k.GEMV(c, s, o.W, x.Add(int64(i)*row), o.Y, 1); err != nil {
+				return fmt.Errorf("gemv each, vector %d: %w", i, err)
+			}
+		}
+		return nil
+	}
+	if err := k.quantizeX(c, s, x, cols, len(outs), xq); err != nil {
+		return fmt.Errorf("gemv each: %w", err)
+	}
+	for i, o := range outs {
+		q, one := xq.Add(int64(i)*gemvqBytes(cols)), []GEMVOut{o}
+		launch := func() error { return k.gemvq4Launch(c, s, "gemv each", q, 1, 0, one) }
+		if matrixType(o.W.Type) == quant.Q6_K {
+			launch = func() error { return k.gemvq6Launch(c, s, "gemv each", q, 1, o) }
+		}
+		if err := k.gemvqOrRead(c, s, "gemv each", launch, one); err != nil {
+			return fmt.Errorf("gemv each, vector %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
 // QuantizeHeld quantizes x (n vectors of dim floats) into stream s's
 // integer-GEMV scratch and records that the scratch holds it, as RMSNormQ
 // does for its output: the integer GEMVs that read x next on s skip their

@@ -697,6 +697,62 @@ func checkScratch(a *arena, k *Kernels, s cudadrv.Stream, x []float32, n, dim in
 	}
 }
 
+// TestGEMVEach: each vector against its own matrix (Q4_K and Q6_K mixed)
+// gives what a GEMV of that vector alone gives, bit for bit, on the
+// integer path (the scratch then holds every vector quantized, one launch
+// for them all) and where the scratch is too small for them all (a GEMV
+// each); one vector is a GEMV.
+func TestGEMVEach(t *testing.T) {
+	t.Parallel()
+	const rows, cols = 37, 768
+	r := rand.New(rand.NewPCG(51, 52))
+	for _, tc := range []struct {
+		n, reserve int
+		together   bool // the integer path's one launch for every vector
+	}{{8, 4096, true}, {3, 4096, true}, {1, 768, true}, {8, 768, false}} {
+		t.Run(fmt.Sprintf("n=%d/reserve=%d", tc.n, tc.reserve), func(t *testing.T) {
+			n := tc.n
+			xs := randVec(r, n*cols, 2)
+			datas := make([][]byte, n)
+			types := make([]quant.Type, n)
+			for i := range n {
+				types[i] = quant.Q4_K
+				if i%3 == 2 {
+					types[i] = quant.Q6_K
+				}
+				datas[i], _ = randMatrix(types[i], rows, cols, uint64(60+i))
+			}
+			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
+				s, done := gemvqStream(c, k, tc.reserve)
+				defer done()
+				outs := make([]GEMVOut, n)
+				fresh := make([]cudadrv.DevPtr, n)
+				for i := range n {
+					outs[i] = GEMVOut{W: Matrix{Type: types[i], Rows: rows, Cols: cols, Ptr: put(a, datas[i])}, Y: a.alloc(rows * 4)}
+					fresh[i] = a.alloc(rows * 4)
+				}
+				must(k.GEMVEach(c, s, put(a, xs), outs))
+				must(c.StreamSync(s))
+				if tc.together && n > 1 {
+					checkScratch(a, k, s, xs, n, cols)
+				}
+				for i, o := range outs {
+					must(k.GEMV(c, s, o.W, put(a, xs[i*cols:(i+1)*cols]), fresh[i], 1))
+				}
+				must(c.StreamSync(s))
+				for i, o := range outs {
+					got, want := get[float32](a, o.Y, rows), get[float32](a, fresh[i], rows)
+					for j := range got {
+						if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+							failOnDevice("vector %d (%v): y[%d] = %v, GEMV's %v", i, types[i], j, got[j], want[j])
+						}
+					}
+				}
+			})
+		})
+	}
+}
+
 // TestQuantizeHeld: QuantizeHeld leaves gemvq_x's bytes of x in the
 // scratch (gemvqQuantizeRef) and holds x, so that GEMVs and a GEMVGLU in a
 // row read it without quantizing again and give what x quantized afresh

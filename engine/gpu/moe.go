@@ -60,6 +60,7 @@ type gpuMoE struct {
 	// pick on the CPU.
 	choice  expertChoice
 	cpuOnly bool
+	downs   []kernels.GEMVOut // moeResident's downs at one token
 }
 
 // expertW is one resident expert's matrices in device memory.
@@ -567,7 +568,8 @@ func pickPlan(pairs []moePair, k int, where, gtok []int32) {
 // gathered by expert (at one token every pick reads the token's normed
 // state in place), each expert's gate and up over its tokens with the
 // activation (one fused launch where the kernels take the pair), each
-// expert's down, into the activations' out rows, with the where map
+// expert's down (at one token, the downs' inputs quantized in one launch:
+// GEMVEach), into the activations' out rows, with the where map
 // MoECombine reads uploaded. Launches are the cost at one token: each is
 // host time before the CPU starts on its share of the layer.
 func (m *Model) moeResident(c *cudadrv.Ctx, l, T int) error {
@@ -643,6 +645,18 @@ func (m *Model) moeResident(c *cudadrv.Ctx, l, T int) error {
 		if err := k.SwiGLU(c, s, g.Add(lo*f4), u.Add(lo*f4), g.Add(lo*f4), n*int64(F)); err != nil {
 			return fmt.Errorf("experts' activation: %w", err)
 		}
+	}
+	if T == 1 {
+		// One pick an expert: every down on its own row of g, the rows
+		// quantized in one launch.
+		x.downs = x.downs[:0]
+		for p, pr := range x.pairs {
+			x.downs = append(x.downs, kernels.GEMVOut{W: x.resident[l][pr.e].down, Y: out.Add(int64(p) * d4)})
+		}
+		if err := k.GEMVEach(c, s, g, x.downs); err != nil {
+			return fmt.Errorf("downs: %w", err)
+		}
+		return nil
 	}
 	return runs(func(w expertW, lo, n int) error {
 		if err := k.MatMul(c, s, w.down, g.Add(int64(lo)*f4), out.Add(int64(lo)*d4), n); err != nil {
