@@ -157,12 +157,16 @@ func (m *Model) SetExpertSource(src ExpertSource) {
 }
 
 // pickedExperts returns layer l's experts listed in es (increasing) as
-// pointers into dst's storage: the layer's own, or the expert source's.
+// pointers into dst's storage: the layer's own, or the expert source's,
+// each checked against the config before a product reads it.
 func (m *Model) pickedExperts(ctx context.Context, l int, w *Layer, es []int, dst []*Expert) error {
 	c := &m.Config
 	if len(w.Experts) == c.Experts {
 		for j, e := range es {
 			dst[j] = &w.Experts[e]
+			if err := runChecks(l, oneExpertChecks(c, e, dst[j])); err != nil {
+				return err
+			}
 		}
 		return nil
 	}

@@ -2,8 +2,10 @@ package model
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/engine/gemv"
@@ -319,6 +321,22 @@ func TestFFNRouted(t *testing.T) {
 				if err := m.FFNRouted(ctx, 1, w, rows(), bad, nil); err == nil {
 					t.Errorf("%s routing accepted", name)
 				}
+			}
+			// A call checks the experts it picks, not the layer's others:
+			// an expert cut short fails a call that picks it, naming it,
+			// and goes unread by one that does not.
+			cut := *w
+			cut.Experts = slices.Clone(w.Experts)
+			e := int(rt.IDs[0])
+			x := &cut.Experts[e]
+			x.Down.Data = x.Down.Data[:len(x.Down.Data)/2]
+			err := m.FFNRouted(ctx, 1, &cut, rows(), rt, nil)
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("ffn_down_exps.weight[%d]", e)) {
+				t.Errorf("a picked expert cut short: %v, want an error naming it", err)
+			}
+			others := rows()
+			if err := m.FFNRouted(ctx, 1, &cut, others, rt, func(x int) bool { return x != e }); err != nil {
+				t.Errorf("an expert cut short and not picked: %v", err)
 			}
 		})
 	}

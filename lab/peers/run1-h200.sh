@@ -11,14 +11,16 @@
 . "$(dirname "$0")/../hybrid/lib.sh"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
 export PATH=/usr/local/cuda/bin:$PATH
-LB=/tmp/lb
-rm -rf "$LB" && mkdir -p "$LB" && tar xJf bin/llama-src.txz -C "$LB"
+# The build tree lives in the ignored bin/lb, which a warm machine keeps
+# between calls: a build cut short by its timeout goes on in the next call.
+LB=$PWD/bin/lb
+[ -d "$LB/lcpp" ] || { mkdir -p "$LB" && tar xJf bin/llama-src.txz -C "$LB"; }
 (
 	cd "$LB/lcpp" &&
-	cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+	{ [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
 		-DGGML_NATIVE=ON -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF \
-		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF &&
-	ninja -C build llama-bench
+		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF; } &&
+	timeout 480 ninja -C build llama-bench
 ) >"$L/llama-build.log" 2>&1 &
 bp=$!
 (cd kernels && timeout 90 "$B/kernels.test" -test.run 'GEMVEach|QuantizeHeld|NormQ' -test.v -test.timeout 5m) >"$L/kernels.log" 2>&1
