@@ -48,8 +48,8 @@ func TestMoECases(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range MoECases {
-		if f, ok := h200.Figure(c.peerName()); ok {
-			t.Errorf("docs/peers-h200.json has %s (%+v): llama.cpp --n-cpu-moe was not measured yet", c.peerName(), f)
+		if f, ok := h200.Figure(c.peerName()); !ok || f.System != "llama.cpp" || f.Unit != "tok/s" || !strings.Contains(f.Setup, "--n-cpu-moe") {
+			t.Errorf("docs/peers-h200.json's %s is %+v (present %v), want llama.cpp's --n-cpu-moe decode in tok/s", c.peerName(), f, ok)
 		}
 	}
 }
