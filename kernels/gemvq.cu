@@ -673,6 +673,72 @@ __device__ __forceinline__ void gemvq_q6k_body(const uint8_t* W, long long rb, f
 GEMVQ_Q6K(1)
 GEMVQ_Q6K(2)
 
+// ---- A MoE layer's picked experts at one token, the picks read on the device ----
+//
+// The experts of a layer held in device memory are a table of three
+// pointers an expert (gate, up, down; 0 for an expert the device does not
+// hold), and the token's k picks are moe_topk's ids. Row y of the grid
+// takes pick y: it looks the expert up and returns at once for one the
+// device does not hold (the CPU computes that pick) or an id out of range.
+// The host then launches the same few kernels whatever the routing, before
+// the routing reaches it, and a layer whose picks the device holds needs
+// no host at all. The ids are the previous kernel's output, so these wait
+// (pdl_wait) before reading them, with no weights in flight early.
+
+// moe_pick is pick y's part (0 gate, 1 up, 2 down) in the table, or null.
+__device__ __forceinline__ const uint8_t* moe_pick(const unsigned long long* table, const int* ids, int E, int y,
+                                                   int part) {
+  const int e = ids[y];
+  if (e < 0 || e >= E) return nullptr;
+  return reinterpret_cast<const uint8_t*>(table[3LL * e + part]);
+}
+
+// gemvq_moe_glu: G[y] = act(gate x) * (up x) for each pick y the device
+// holds (Q4_K gate and up of rows x cols, row bytes rb; x quantized at XQ),
+// as gemvq_fused_1 computes it in a GLU mode. Block (0, y) writes
+// where[y]: y for a pick computed here, -1 for another (moe_combine's map
+// at one token).
+extern "C" __global__ void __launch_bounds__(256) gemvq_moe_glu(const unsigned long long* table, const int* ids,
+                                                                int E, long long rb, float* G, int rows, int cols,
+                                                                const uint8_t* XQ, int mode, int* where) {
+  pdl_trigger();
+  pdl_wait();
+  const int y = blockIdx.y;
+  const uint8_t* gate = moe_pick(table, ids, E, y, 0);
+  const uint8_t* up = moe_pick(table, ids, E, y, 1);
+  if (blockIdx.x == 0 && threadIdx.x == 0) where[y] = gate != nullptr && up != nullptr ? y : -1;
+  if (gate == nullptr || up == nullptr) return;
+  gemvq_body<1, 1>(gate, rb, G + (long long)y * rows, rows, up, rb, nullptr, rows, nullptr, 0, nullptr, 0, cols, XQ,
+                   mode, blockIdx.x);
+}
+
+// gemvq_moe_down_q4 and _q6: OUT[y] = down_y G[y] for each pick y the
+// device holds (Q4_K or Q6_K down of rows x cols, row bytes rb), each on
+// its own quantized vector (XQ holds k of them), as gemvq_fused_1 and
+// gemvq_q6k_1 compute it.
+extern "C" __global__ void __launch_bounds__(256) gemvq_moe_down_q4(const unsigned long long* table, const int* ids,
+                                                                    int E, long long rb, float* OUT, int rows,
+                                                                    int cols, const uint8_t* XQ) {
+  pdl_trigger();
+  pdl_wait();
+  const int y = blockIdx.y;
+  const uint8_t* W = moe_pick(table, ids, E, y, 2);
+  if (W == nullptr) return;
+  gemvq_body<1, 1>(W, rb, OUT + (long long)y * rows, rows, nullptr, 0, nullptr, 0, nullptr, 0, nullptr, 0, cols,
+                   XQ + y * gemvq_bytes(cols), GLU_PLAIN, blockIdx.x);
+}
+
+extern "C" __global__ void __launch_bounds__(256) gemvq_moe_down_q6(const unsigned long long* table, const int* ids,
+                                                                    int E, long long rb, float* OUT, int rows,
+                                                                    int cols, const uint8_t* XQ) {
+  pdl_trigger();
+  pdl_wait();
+  const int y = blockIdx.y;
+  const uint8_t* W = moe_pick(table, ids, E, y, 2);
+  if (W == nullptr) return;
+  gemvq_q6k_body<1>(W, rb, OUT + (long long)y * rows, rows, cols, XQ + y * gemvq_bytes(cols), blockIdx.x);
+}
+
 // 16-byte asynchronous copy global -> shared (cp.async, compute_80 on;
 // a plain copy below, where the waits are no-ops and the barrier after
 // them orders the copies).

@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 
+	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
@@ -62,4 +63,110 @@ func (k *Kernels) MoECombine(c *cudadrv.Ctx, s cudadrv.Stream, h, base, out, wei
 	var a cudadrv.Args
 	a.Ptr(h).Ptr(base).Ptr(out).Ptr(weights).Ptr(where).Int(T).Int(topk).Int(dim)
 	return k.elementwise(c, s, "moe_combine", int64(T)*int64(dim), &a)
+}
+
+// MoEPicked is one MoE layer's experts in device memory as the picked
+// expert kernels read them: Table holds Experts entries of three device
+// pointers (uint64: gate, up, down), 0 for an expert the device does not
+// hold; Gate, Up and Down give the type and shape every held expert shares
+// (their Ptr is not read: the merged expert tensors give every expert of a
+// layer one type and shape).
+type MoEPicked struct {
+	Table          cudadrv.DevPtr
+	Experts        int
+	Gate, Up, Down Matrix
+}
+
+// CanMoEPicked reports whether the picked expert kernels take p's experts
+// for topk picks at one token on stream s: the integer GEMV path, Q4_K
+// gate and up, a Q4_K or Q6_K down, and a scratch that holds the topk
+// quantized inputs of the downs. Where it does not, a caller launches the
+// held picks one by one (GEMVGLU, GEMVEach).
+func (k *Kernels) CanMoEPicked(s cudadrv.Stream, p MoEPicked, topk int) bool {
+	g, u, d := p.Gate, p.Up, p.Down
+	if !k.tune.IntegerGEMV || p.Table == 0 || p.Experts < 1 || topk < 1 || topk > p.Experts {
+		return false
+	}
+	for _, name := range []string{"gemvq_x", "gemvq_moe_glu", "gemvq_moe_down_q4", "gemvq_moe_down_q6"} {
+		if _, ok := k.fns[name]; !ok {
+			return false
+		}
+	}
+	if g.Type != quant.Q4_K || u.Type != quant.Q4_K || g.Rows != u.Rows || g.Cols != u.Cols || d.Cols != g.Rows || d.Rows < 1 || g.Rows < 1 {
+		return false
+	}
+	if d.Type != quant.Q4_K && d.Type != quant.Q6_K {
+		return false
+	}
+	if g.Cols%256 != 0 || d.Cols%256 != 0 || g.RowBytes()%16 != 0 || (d.Type == quant.Q4_K && d.RowBytes()%16 != 0) {
+		return false
+	}
+	w, ok := k.gemvq.ws[s]
+	return ok && w.cols >= g.Cols && int64(topk)*gemvqBytes(d.Cols) <= MaxFusedGEMVBatch*gemvqBytes(w.cols)
+}
+
+// MoEPickedGLU computes, for each of one token's topk picks ids (device
+// int32, MoETopK's) whose expert p holds, act(gate·x)·(up·x) into row j of
+// g (topk rows of Gate.Rows float32), as GEMVGLU computes it, bit for bit;
+// where (device int32, topk) gets j for a pick computed here and -1 for
+// another: MoECombine's map. x is the token's normed state (Gate.Cols
+// float32), quantized here unless the scratch holds it (QuantizeHeld).
+// The host passes no pick: the launches are the same whatever the routing.
+func (k *Kernels) MoEPickedGLU(c *cudadrv.Ctx, s cudadrv.Stream, p MoEPicked, ids cudadrv.DevPtr, topk int, x, g, where cudadrv.DevPtr, act GLU) error {
+	if act != SwiGLU && act != GeGLU {
+		return fmt.Errorf("moe picked glu: unknown activation %d", act)
+	}
+	if !k.CanMoEPicked(s, p, topk) {
+		return fmt.Errorf("moe picked glu: %v %dx%d gate, %v down, top %d: %w", p.Gate.Type, p.Gate.Rows, p.Gate.Cols, p.Down.Type, topk, errNotFusable)
+	}
+	cols, rows := p.Gate.Cols, p.Gate.Rows
+	xq := k.gemvq.ws[s].ptr
+	if w := k.gemvq.ws[s]; !(w.held == x && w.heldCols == cols && w.heldNB == 1) {
+		if err := k.quantizeX(c, s, x, cols, 1, xq); err != nil {
+			return fmt.Errorf("moe picked glu: %w", err)
+		}
+	}
+	f, err := k.fn("gemvq_moe_glu")
+	if err != nil {
+		return err
+	}
+	blocks, threads := k.tune.gemvqGeometry(ceilDiv(rows, gemvqRows/2), cols)
+	var a cudadrv.Args
+	a.Ptr(p.Table).Ptr(ids).Int(p.Experts).I64(p.Gate.RowBytes()).Ptr(g).Int(rows).Int(cols).Ptr(xq).Int(int(act)).Ptr(where)
+	cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(blocks), Y: uint32(topk)}, Block: cudadrv.Dim3{X: uint32(threads)}}
+	if err := k.run(c, f, cfg, s, &a); err != nil {
+		return fmt.Errorf("moe picked glu: %dx%d, top %d: %w", rows, cols, topk, err)
+	}
+	return nil
+}
+
+// MoEPickedDown computes, for each of one token's topk picks ids whose
+// expert p holds, down·g[j] into row j of out (topk rows of Down.Rows
+// float32), as GEMV computes it, bit for bit: the rows of g are quantized
+// in one launch, then one launch takes every pick.
+func (k *Kernels) MoEPickedDown(c *cudadrv.Ctx, s cudadrv.Stream, p MoEPicked, ids cudadrv.DevPtr, topk int, g, out cudadrv.DevPtr) error {
+	if !k.CanMoEPicked(s, p, topk) {
+		return fmt.Errorf("moe picked down: %v %dx%d gate, %v down, top %d: %w", p.Gate.Type, p.Gate.Rows, p.Gate.Cols, p.Down.Type, topk, errNotFusable)
+	}
+	d := p.Down
+	xq := k.gemvq.ws[s].ptr
+	if err := k.quantizeX(c, s, g, d.Cols, topk, xq); err != nil {
+		return fmt.Errorf("moe picked down: %w", err)
+	}
+	name, rowsPer := "gemvq_moe_down_q4", gemvqRows
+	if d.Type == quant.Q6_K {
+		name, rowsPer = "gemvq_moe_down_q6", gemvq6Rows
+	}
+	f, err := k.fn(name)
+	if err != nil {
+		return err
+	}
+	blocks, threads := k.tune.gemvqGeometry(ceilDiv(d.Rows, rowsPer), d.Cols)
+	var a cudadrv.Args
+	a.Ptr(p.Table).Ptr(ids).Int(p.Experts).I64(d.RowBytes()).Ptr(out).Int(d.Rows).Int(d.Cols).Ptr(xq)
+	cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(blocks), Y: uint32(topk)}, Block: cudadrv.Dim3{X: uint32(threads)}}
+	if err := k.run(c, f, cfg, s, &a); err != nil {
+		return fmt.Errorf("moe picked down: %v %dx%d, top %d: %w", d.Type, d.Rows, d.Cols, topk, err)
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
@@ -172,4 +173,115 @@ func TestMoEGatherCombine(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestMoEPicked: the picked expert kernels compute each pick whose expert
+// the table holds as the integer GEMVs do (gemvqRowRef's emulation of
+// their walk, on x and the activations quantized as gemvq_x does), with
+// Q4_K and Q6_K downs; picks of experts the table lacks, and ids out of
+// range, leave their rows alone and get -1 in where; the host passes no
+// pick. A scratch too small for the downs' inputs is refused.
+func TestMoEPicked(t *testing.T) {
+	t.Parallel()
+	const experts, topk, dim, ffn = 6, 4, 512, 256
+	for _, down := range []quant.Type{quant.Q4_K, quant.Q6_K} {
+		t.Run(down.String(), func(t *testing.T) {
+			t.Parallel()
+			r := rand.New(rand.NewPCG(71, uint64(down)))
+			held := []bool{true, false, true, true, false, true}
+			type expert struct{ gate, up, down []byte }
+			xs := make([]expert, experts)
+			for e := range xs {
+				s := uint64(100 + 3*e)
+				xs[e].gate, _ = randMatrix(quant.Q4_K, ffn, dim, s)
+				xs[e].up, _ = randMatrix(quant.Q4_K, ffn, dim, s+1)
+				xs[e].down, _ = randMatrix(down, dim, ffn, s+2)
+			}
+			x := randVec(r, dim, 1)
+			// Picks: held, not held, held, out of range.
+			ids := []int32{3, 1, 0, experts}
+			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
+				s, done := gemvqStream(c, k, dim)
+				defer done()
+				table := make([]uint64, 3*experts)
+				for e, ex := range xs {
+					if held[e] {
+						table[3*e], table[3*e+1], table[3*e+2] = uint64(put(a, ex.gate)), uint64(put(a, ex.up)), uint64(put(a, ex.down))
+					}
+				}
+				p := MoEPicked{Table: put(a, table), Experts: experts,
+					Gate: Matrix{Type: quant.Q4_K, Rows: ffn, Cols: dim}, Up: Matrix{Type: quant.Q4_K, Rows: ffn, Cols: dim},
+					Down: Matrix{Type: down, Rows: dim, Cols: ffn}}
+				if !k.CanMoEPicked(s, p, topk) {
+					if !k.tune.IntegerGEMV {
+						t.Skip("the integer GEMV path is off on this device")
+					}
+					failOnDevice("the picked expert kernels refuse %v downs", down)
+				}
+				sentinel := float32(-7.5)
+				fill := func(n int) cudadrv.DevPtr {
+					v := make([]float32, n)
+					for i := range v {
+						v[i] = sentinel
+					}
+					return put(a, v)
+				}
+				g, out, where := fill(topk*ffn), fill(topk*dim), put(a, []int32{9, 9, 9, 9})
+				dids := put(a, ids)
+				must(k.MoEPickedGLU(c, s, p, dids, topk, put(a, x), g, where, SwiGLU))
+				must(c.StreamSync(s))
+				gotG := get[float32](a, g, topk*ffn)
+				must(k.MoEPickedDown(c, s, p, dids, topk, g, out))
+				must(c.StreamSync(s))
+				gotOut := get[float32](a, out, topk*dim)
+				gotWhere := get[int32](a, where, topk)
+				xq := gemvqQuantizeRef(x)
+				_, gth := k.tune.gemvqGeometry(ceilDiv(ffn, gemvqRows/2), dim)
+				dRows := gemvqRows
+				if down == quant.Q6_K {
+					dRows = gemvq6Rows
+				}
+				_, dth := k.tune.gemvqGeometry(ceilDiv(dim, dRows), ffn)
+				for j, e := range ids {
+					on := int(e) < experts && held[e]
+					if want := map[bool]int32{true: int32(j), false: -1}[on]; gotWhere[j] != want {
+						failOnDevice("where[%d] = %d, want %d (expert %d)", j, gotWhere[j], want, e)
+					}
+					gr, or := gotG[j*ffn:(j+1)*ffn], gotOut[j*dim:(j+1)*dim]
+					if !on {
+						for i, v := range append(slices.Clone(gr), or...) {
+							if v != sentinel {
+								failOnDevice("pick %d (expert %d, not held): element %d written (%v)", j, e, i, v)
+							}
+						}
+						continue
+					}
+					grb, drb := len(xs[e].gate)/ffn, len(xs[e].down)/dim
+					for row := range ffn {
+						ge := gemvqRowRef(quant.Q4_K, xs[e].gate[row*grb:(row+1)*grb], dim, xq, gth/32, 0)
+						ue := gemvqRowRef(quant.Q4_K, xs[e].up[row*grb:(row+1)*grb], dim, xq, gth/32, 0)
+						want := gemvqGLURef(SwiGLU, ge, ue)
+						if d := math.Abs(float64(gr[row] - want)); !(d <= 1e-5*(1+math.Abs(float64(want)))) {
+							failOnDevice("pick %d (expert %d): g[%d] = %v, emulation %v", j, e, row, gr[row], want)
+						}
+					}
+					gq := gemvqQuantizeRef(gr)
+					for row := range dim {
+						want := gemvqRowRef(down, xs[e].down[row*drb:(row+1)*drb], ffn, gq, dth/32, 0)
+						if d := math.Abs(float64(or[row] - want)); !(d <= 1e-5*(1+math.Abs(float64(want)))) {
+							failOnDevice("pick %d (expert %d): out[%d] = %v, emulation %v", j, e, row, or[row], want)
+						}
+					}
+				}
+				small, done2 := gemvqStream(c, k, 256)
+				defer done2()
+				if k.CanMoEPicked(small, p, topk) {
+					failOnDevice("a 256-column scratch taken for %d-column inputs", dim)
+				}
+				if err := k.MoEPickedGLU(c, small, p, dids, topk, put(a, x), g, where, SwiGLU); err == nil {
+					failOnDevice("MoEPickedGLU on a scratch too small: no error")
+				}
+			})
+		})
+	}
 }

@@ -61,6 +61,24 @@ type gpuMoE struct {
 	choice  expertChoice
 	cpuOnly bool
 	downs   []kernels.GEMVOut // moeResident's downs at one token
+	// At one token the resident picks are found on the device: tables
+	// holds, per layer, three pointers an expert (gate, up, down; 0 for
+	// one not resident), which picked[l] describes for the kernels
+	// (kernels.MoEPicked), full[l] says every expert of layer l is
+	// resident. Such a layer runs without the host: its ids go to ring
+	// (mapped, k a layer) and pending lists the layers whose ids there
+	// are not yet counted. routed marks a pass's routing and hidden state
+	// on the host, so the CPU starts while the GPU computes its picks.
+	tables  cudadrv.DevPtr
+	picked  []kernels.MoEPicked
+	full    []bool
+	ring    *cudadrv.HostMem
+	ringDev cudadrv.DevPtr
+	pending []int
+	routed  cudadrv.Event
+	// tallyErr is a bad routing tally found outside a pass (ExpertCounts),
+	// which the next layer returns.
+	tallyErr error
 }
 
 // expertW is one resident expert's matrices in device memory.
@@ -86,6 +104,12 @@ type MoEStats struct {
 	// on each side.
 	GPUExperts int64 `json:"gpu_experts"`
 	CPUExperts int64 `json:"cpu_experts"`
+	// DeviceFound is the FFN blocks at one token whose resident picks the
+	// device found itself (kernels.MoEPicked: no launch per pick, no host
+	// for a layer whose experts are all resident); HostFree those of them
+	// that ran without the host.
+	DeviceFound int64 `json:"device_found"`
+	HostFree    int64 `json:"host_free"`
 	// ResidentExperts is the experts held in device memory, ResidentBytes
 	// their bytes (the routers' excluded).
 	ResidentExperts int   `json:"resident_experts"`
@@ -231,6 +255,15 @@ func (m *Model) setupMoE(ctx context.Context, c *cudadrv.Ctx, w *model.Weights, 
 		}
 	}
 	x.expertBytes = rb
+	if x.ring, err = c.HostAlloc(cfg.Layers*cfg.ExpertsUsed*4, cudadrv.HostAllocDeviceMap); err != nil {
+		return fmt.Errorf("routing ring: %w", err)
+	}
+	if x.ringDev, err = c.HostDevicePointer(x.ring); err != nil {
+		return fmt.Errorf("routing ring: %w", err)
+	}
+	if x.routed, err = c.NewEvent(cudadrv.EventDisableTiming); err != nil {
+		return fmt.Errorf("routing event: %w", err)
+	}
 	return x.uploadExperts(ctx, c, m.stream, rs, bytes-rb)
 }
 
@@ -240,12 +273,16 @@ func (x *gpuMoE) uploadExperts(ctx context.Context, c *cudadrv.Ctx, s cudadrv.St
 	if err := c.StreamSync(s); err != nil {
 		return err
 	}
-	err := c.Free(x.experts)
+	if err := x.tally(); err != nil {
+		return err
+	}
+	err := errors.Join(c.Free(x.experts), c.Free(x.tables))
 	x.expertBytes -= x.stats.ResidentBytes
-	x.experts, x.stats.ResidentBytes, x.stats.ResidentExperts = 0, 0, 0
+	x.experts, x.tables, x.stats.ResidentBytes, x.stats.ResidentExperts = 0, 0, 0, 0
 	for l := range x.resident {
 		x.resident[l] = nil
 	}
+	x.picked, x.full = nil, nil
 	x.choice.reset()
 	if err != nil || total == 0 {
 		return err
@@ -295,6 +332,60 @@ func (x *gpuMoE) uploadExperts(ctx context.Context, c *cudadrv.Ctx, s cudadrv.St
 			x.stats.ResidentExperts++
 		}
 	}
+	return x.uploadTables(c, s)
+}
+
+// uploadTables writes each layer's table of resident experts for the
+// picked expert kernels (kernels.MoEPicked): three device pointers an
+// expert, 0 for one not resident.
+func (x *gpuMoE) uploadTables(c *cudadrv.Ctx, s cudadrv.Stream) error {
+	L, E := len(x.resident), len(x.counts[0])
+	x.picked, x.full = make([]kernels.MoEPicked, L), make([]bool, L)
+	if x.stats.ResidentExperts == 0 {
+		return nil
+	}
+	var err error
+	if x.tables, err = c.Alloc(int64(L*E*3) * 8); err != nil {
+		return fmt.Errorf("resident expert tables: %w", err)
+	}
+	flat := make([]uint64, L*E*3)
+	for l, res := range x.resident {
+		p := &x.picked[l]
+		p.Table, p.Experts = x.tables.Add(int64(l*E*3)*8), E
+		for e, w := range res {
+			flat[(l*E+e)*3], flat[(l*E+e)*3+1], flat[(l*E+e)*3+2] = uint64(w.gate.Ptr), uint64(w.up.Ptr), uint64(w.down.Ptr)
+			p.Gate, p.Up, p.Down = w.gate, w.up, w.down
+		}
+		x.full[l] = len(res) == E
+	}
+	if err := cudadrv.Upload(c, x.tables, flat, s); err != nil {
+		return fmt.Errorf("resident expert tables: %w", err)
+	}
+	return c.StreamSync(s)
+}
+
+// tally counts the routes of the layers that ran without the host
+// (pending), whose ids the device left in ring: the caller has made sure
+// those passes are done.
+func (x *gpuMoE) tally() error {
+	if len(x.pending) == 0 {
+		return nil
+	}
+	k := len(x.ring.Bytes()) / 4 / len(x.counts)
+	ids, err := cudadrv.Values[int32](x.ring.Bytes())
+	if err != nil {
+		return err
+	}
+	for _, l := range x.pending {
+		for j, e := range ids[l*k : (l+1)*k] {
+			if e < 0 || int(e) >= len(x.counts[l]) {
+				x.pending = x.pending[:0]
+				return fmt.Errorf("the device routing gave layer %d's pick %d expert %d of %d", l, j, e, len(x.counts[l]))
+			}
+			x.counts[l][e]++
+		}
+	}
+	x.pending = x.pending[:0]
 	return nil
 }
 
@@ -446,6 +537,9 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	if err := k.MoETopK(c, s, x.logits(cfg), T, E, K, x.ids(cfg), x.weights(cfg, T)); err != nil {
 		return fmt.Errorf("routing: %w", err)
 	}
+	if T == 1 && !x.cpuOnly && len(x.resident[l]) > 0 && k.CanMoEPicked(s, x.picked[l], K) {
+		return m.moePicked(ctx, c, l)
+	}
 	t0 := time.Now()
 	// The ids and weights are 32-bit words that copy_f32 moves unchanged.
 	if err := k.Copy(c, s, x.hostRouteDev(), x.ids(cfg), int64(2*T*K)); err != nil {
@@ -531,6 +625,128 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	}
 	x.stats.Layers++
 	x.stats.Busy += t2.Sub(t1)
+	x.stats.Hop += hop + time.Since(t2)
+	return nil
+}
+
+// moePicked runs layer l's experts for one token once the device has its
+// routing: the resident picks by the picked expert kernels, which find
+// them on the device (kernels.MoEPicked), so the host launches the same
+// few kernels whatever the routing. A layer whose experts are all
+// resident needs nothing more of the host: its ids go to the ring, to be
+// counted later. Otherwise the routing and the hidden state come down
+// first, the GPU's picks are launched behind them, and the CPU computes
+// the others while the GPU computes its own.
+func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
+	x, cfg, k, s, a := m.moe, &m.Config, m.k, m.stream, &m.act
+	K, D := cfg.ExpertsUsed, cfg.Dim
+	if err := x.tallyErr; err != nil {
+		x.tallyErr = nil
+		return err
+	}
+	if slices.Contains(x.pending, l) {
+		// The ring's slot holds an earlier pass's ids of this layer.
+		if err := c.StreamSync(s); err != nil {
+			return err
+		}
+		if err := x.tally(); err != nil {
+			return err
+		}
+	}
+	if err := x.alloc(c, cfg, 1, K); err != nil {
+		return err
+	}
+	_, g, _, out := x.actPtrs(cfg)
+	p, ids, where, wts := x.picked[l], x.ids(cfg), x.plan(cfg), x.weights(cfg, 1)
+	x.stats.DeviceFound++
+	gpu := func() error {
+		if err := k.MoEPickedGLU(c, s, p, ids, K, a.xn, g, where, kernels.SwiGLU); err != nil {
+			return fmt.Errorf("resident experts' gate and up: %w", err)
+		}
+		if err := k.MoEPickedDown(c, s, p, ids, K, g, out); err != nil {
+			return fmt.Errorf("resident experts' downs: %w", err)
+		}
+		return nil
+	}
+	if x.full[l] {
+		if err := gpu(); err != nil {
+			return err
+		}
+		if err := k.Copy(c, s, x.ringDev.Add(int64(l*K)*4), ids, int64(K)); err != nil {
+			return err
+		}
+		x.pending = append(x.pending, l)
+		x.stats.HostFree++
+		x.stats.GPULayers++
+		x.stats.GPUExperts += int64(K)
+		if err := k.MoECombine(c, s, a.h, 0, out, wts, where, 1, K, D); err != nil {
+			return fmt.Errorf("adding the experts: %w", err)
+		}
+		return nil
+	}
+	t0 := time.Now()
+	if err := k.Copy(c, s, x.hostRouteDev(), ids, int64(2*K)); err != nil {
+		return err
+	}
+	if err := k.Copy(c, s, x.hostRowsDev(cfg), a.h, int64(D)); err != nil {
+		return err
+	}
+	if err := c.Record(x.routed, s); err != nil {
+		return err
+	}
+	if err := gpu(); err != nil {
+		return err
+	}
+	if err := c.EventSync(x.routed); err != nil {
+		return err
+	}
+	hop := time.Since(t0)
+	hr := x.hostRoute(cfg, 1)
+	hids, err := cudadrv.Values[int32](hr[:K*4])
+	if err != nil {
+		return err
+	}
+	hw, err := cudadrv.Values[float32](hr[K*4:])
+	if err != nil {
+		return err
+	}
+	P := 0
+	for j, e := range hids {
+		if e < 0 || int(e) >= cfg.Experts {
+			return fmt.Errorf("the device routing gave token 0's pick %d expert %d of %d", j, e, cfg.Experts)
+		}
+		x.counts[l][e]++
+		if _, ok := x.resident[l][int(e)]; ok {
+			P++
+		}
+	}
+	x.stats.GPUExperts += int64(P)
+	x.stats.CPUExperts += int64(K - P)
+	base := cudadrv.DevPtr(0)
+	t1, t2 := time.Now(), time.Now()
+	if P < K {
+		hv, err := cudadrv.Values[float32](x.hostRows(cfg, 1))
+		if err != nil {
+			return err
+		}
+		if x.keep == nil {
+			x.keep = func(e int) bool { return x.onCPU(x.curL, e) }
+		}
+		x.curL = l
+		t1 = time.Now()
+		if err := x.dev.RunRouted(ctx, l, x.layers[l], [][]float32{hv[:D:D]}, model.Routing{IDs: hids, Weights: hw}, x.keep); err != nil {
+			return err
+		}
+		t2 = time.Now()
+		base = x.hostRowsDev(cfg)
+		x.stats.Layers++
+		x.stats.Busy += t2.Sub(t1)
+	} else {
+		x.stats.GPULayers++
+	}
+	if err := k.MoECombine(c, s, a.h, base, out, wts, where, 1, K, D); err != nil {
+		return fmt.Errorf("adding the experts: %w", err)
+	}
 	x.stats.Hop += hop + time.Since(t2)
 	return nil
 }
@@ -688,6 +904,19 @@ func (m *Model) ExpertCounts() [][]uint64 {
 	if m.moe == nil {
 		return nil
 	}
+	if len(m.moe.pending) > 0 {
+		// Layers that ran without the host left their ids in the ring.
+		if err := m.dev.Do(func(c *cudadrv.Ctx) error {
+			if err := c.StreamSync(m.stream); err != nil {
+				return err
+			}
+			return m.moe.tally()
+		}); err != nil && m.moe.tallyErr == nil {
+			// The next pass fails with it, as a pass that waited for
+			// its routing would have.
+			m.moe.tallyErr = err
+		}
+	}
 	out := make([][]uint64, len(m.moe.counts))
 	for l := range out {
 		out[l] = slices.Clone(m.moe.counts[l])
@@ -740,8 +969,12 @@ func (x *gpuMoE) release(c *cudadrv.Ctx) error {
 	if x == nil {
 		return nil
 	}
-	err := errors.Join(c.Free(x.routers), c.Free(x.skew), c.Free(x.experts), c.Free(x.route), c.Free(x.acts), c.FreeHost(x.host))
-	x.routers, x.skew, x.experts, x.route, x.acts, x.host, x.hostDev = 0, 0, 0, 0, 0, nil, 0
+	err := errors.Join(c.Free(x.routers), c.Free(x.skew), c.Free(x.experts), c.Free(x.tables), c.Free(x.route), c.Free(x.acts), c.FreeHost(x.host), c.FreeHost(x.ring))
+	if x.routed != 0 {
+		err = errors.Join(err, c.DestroyEvent(x.routed))
+	}
+	x.routers, x.skew, x.experts, x.tables, x.route, x.acts, x.host, x.hostDev = 0, 0, 0, 0, 0, 0, nil, 0
+	x.ring, x.ringDev, x.routed, x.picked, x.full, x.pending = nil, 0, 0, nil, nil, nil
 	x.capT, x.capP = 0, 0
 	return err
 }

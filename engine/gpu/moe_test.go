@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/quant"
 )
 
 // TestMoEOnCUDA: a mixture-of-experts model on the GPU — attention there
@@ -138,26 +139,48 @@ func TestMoEOnCUDA(t *testing.T) {
 func TestMoEOnCUDAQ4KM(t *testing.T) {
 	gpu(t)
 	for _, arch := range []string{"mixtral", "qwen3moe"} {
-		for _, all := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/all=%v", arch, all), func(t *testing.T) {
+		for _, resident := range []string{"none", "some", "all"} {
+			t.Run(fmt.Sprintf("%s/resident=%s", arch, resident), func(t *testing.T) {
 				cpu := tinyModel(t, arch, "q4_k_m")
 				cfg := cpu.Config
 				opts := Options{MaxSeqs: 2, NoExpertTrial: true}
-				if all {
-					for range cfg.Layers {
-						es := make([]int, cfg.Experts)
-						for e := range es {
-							es[e] = e
+				for l := range cfg.Layers {
+					var es []int
+					for e := range cfg.Experts {
+						if resident == "all" || resident == "some" && (e+l)%3 == 0 {
+							es = append(es, e)
 						}
-						opts.ResidentExperts = append(opts.ResidentExperts, es)
 					}
+					opts.ResidentExperts = append(opts.ResidentExperts, es)
 				}
 				g := loadGPU(t, cpu, opts)
-				worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 9, 4), 6)
+				const steps = 6
+				worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 9, 4), steps)
 				st, _ := g.MoEStats()
 				t.Logf("worst NMSE %.3g; experts: %+v", worst[0], st)
-				if all != (st.CPUExperts == 0) || all != (st.GPUExperts > 0) {
-					t.Errorf("all resident %v, yet %+v", all, st)
+				all := resident == "all"
+				if all != (st.CPUExperts == 0) || (resident == "none") != (st.GPUExperts == 0) {
+					t.Errorf("resident %s, yet %+v", resident, st)
+				}
+				// The decode steps' blocks find their resident picks on
+				// the device; with every expert resident, without the host.
+				x0 := cpu.Weights.Layers[0].Experts[0]
+				if resident != "none" && g.k.Tuning().IntegerGEMV && x0.Gate.Type == quant.Q4_K && x0.Up.Type == quant.Q4_K {
+					if want := int64(steps * cfg.Layers); st.DeviceFound < want {
+						t.Errorf("%d blocks found their picks on the device, want at least %d", st.DeviceFound, want)
+					}
+					if all != (st.HostFree > 0) {
+						t.Errorf("resident %s, %d blocks without the host", resident, st.HostFree)
+					}
+				}
+				var counted uint64
+				for _, c := range g.ExpertCounts() {
+					for _, n := range c {
+						counted += n
+					}
+				}
+				if want := uint64((9 + steps) * cfg.Layers * cfg.ExpertsUsed); counted != want {
+					t.Errorf("ExpertCounts total %d, want %d", counted, want)
 				}
 			})
 		}
