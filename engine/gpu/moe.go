@@ -74,6 +74,7 @@ type gpuMoE struct {
 	full    []bool
 	ring    *cudadrv.HostMem
 	ringDev cudadrv.DevPtr
+	ringK   int // ids a layer in ring: the config's ExpertsUsed
 	pending []int
 	routed  cudadrv.Event
 	// tallyErr is a bad routing tally found outside a pass (ExpertCounts),
@@ -255,6 +256,7 @@ func (m *Model) setupMoE(ctx context.Context, c *cudadrv.Ctx, w *model.Weights, 
 		}
 	}
 	x.expertBytes = rb
+	x.ringK = cfg.ExpertsUsed
 	if x.ring, err = c.HostAlloc(cfg.Layers*cfg.ExpertsUsed*4, cudadrv.HostAllocDeviceMap); err != nil {
 		return fmt.Errorf("routing ring: %w", err)
 	}
@@ -371,8 +373,8 @@ func (x *gpuMoE) tally() error {
 	if len(x.pending) == 0 {
 		return nil
 	}
-	k := len(x.ring.Bytes()) / 4 / len(x.counts)
-	ids, err := cudadrv.Values[int32](x.ring.Bytes())
+	k := x.ringK
+	ids, err := cudadrv.Values[int32](x.ring.Bytes()[:len(x.counts)*k*4])
 	if err != nil {
 		return err
 	}
@@ -559,6 +561,11 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		}
 	}
 	if err := c.StreamSync(s); err != nil {
+		return err
+	}
+	// Every earlier pass is done: layers that ran without the host are
+	// counted now.
+	if err := x.tally(); err != nil {
 		return err
 	}
 	hop := time.Since(t0)
