@@ -279,6 +279,9 @@ func (x *gpuMoE) uploadExperts(ctx context.Context, c *cudadrv.Ctx, s cudadrv.St
 		return err
 	}
 	err := errors.Join(c.Free(x.experts), c.Free(x.tables))
+	if x.tables != 0 {
+		x.expertBytes -= tableBytes(len(x.resident), len(x.counts[0]))
+	}
 	x.expertBytes -= x.stats.ResidentBytes
 	x.experts, x.tables, x.stats.ResidentBytes, x.stats.ResidentExperts = 0, 0, 0, 0
 	for l := range x.resident {
@@ -347,9 +350,10 @@ func (x *gpuMoE) uploadTables(c *cudadrv.Ctx, s cudadrv.Stream) error {
 		return nil
 	}
 	var err error
-	if x.tables, err = c.Alloc(int64(L*E*3) * 8); err != nil {
+	if x.tables, err = c.Alloc(tableBytes(L, E)); err != nil {
 		return fmt.Errorf("resident expert tables: %w", err)
 	}
+	x.expertBytes += tableBytes(L, E)
 	flat := make([]uint64, L*E*3)
 	for l, res := range x.resident {
 		p := &x.picked[l]
@@ -365,6 +369,10 @@ func (x *gpuMoE) uploadTables(c *cudadrv.Ctx, s cudadrv.Stream) error {
 	}
 	return c.StreamSync(s)
 }
+
+// tableBytes is the device bytes of the resident expert tables of L
+// layers of E experts: three pointers an expert.
+func tableBytes(L, E int) int64 { return int64(L) * int64(E) * 3 * 8 }
 
 // tally counts the routes of the layers that ran without the host
 // (pending), whose ids the device left in ring: the caller has made sure
@@ -988,8 +996,9 @@ func (x *gpuMoE) release(c *cudadrv.Ctx) error {
 
 // MoEDeviceOverhead is the device memory a mixture-of-experts model takes
 // beyond its planned layers whatever experts are resident: the routers as
-// f32, and the routing and expert activations of a pass of tokens tokens
-// with every pick resident. A caller placing experts in device memory
+// f32, the resident expert tables, and the routing and expert activations
+// of a pass of tokens tokens with every pick resident. A caller placing
+// experts in device memory
 // (the engine) leaves it out of their budget; longer passes grow the
 // buffers as they come.
 func MoEDeviceOverhead(cfg *model.Config, tokens int) int64 {
@@ -999,5 +1008,5 @@ func MoEDeviceOverhead(cfg *model.Config, tokens int) int64 {
 	t, k, E, d, f := int64(tokens), int64(cfg.ExpertsUsed), int64(cfg.Experts), int64(cfg.Dim), int64(cfg.ExpertFFN)
 	route := alignUp(t*E*4) + 2*alignUp(2*t*k*4)
 	acts := 2*alignUp(t*k*d*4) + 2*alignUp(t*k*f*4)
-	return routerBytes(cfg) + route + acts
+	return routerBytes(cfg) + route + acts + tableBytes(cfg.Layers, cfg.Experts)
 }
