@@ -998,9 +998,8 @@ func (x *gpuMoE) release(c *cudadrv.Ctx) error {
 // beyond its planned layers whatever experts are resident: the routers as
 // f32, the resident expert tables, and the routing and expert activations
 // of a pass of tokens tokens with every pick resident. A caller placing
-// experts in device memory
-// (the engine) leaves it out of their budget; longer passes grow the
-// buffers as they come.
+// experts in device memory (the engine) leaves it out of their budget;
+// longer passes grow the buffers as they come.
 func MoEDeviceOverhead(cfg *model.Config, tokens int) int64 {
 	if !cfg.MoE() {
 		return 0
