@@ -716,28 +716,31 @@ extern "C" __global__ void __launch_bounds__(256) gemvq_moe_glu(const unsigned l
 // device holds (Q4_K or Q6_K down of rows x cols, row bytes rb), each on
 // its own quantized vector (XQ holds k of them), as gemvq_fused_1 and
 // gemvq_q6k_1 compute it.
-extern "C" __global__ void __launch_bounds__(256) gemvq_moe_down_q4(const unsigned long long* table, const int* ids,
-                                                                    int E, long long rb, float* OUT, int rows,
-                                                                    int cols, const uint8_t* XQ) {
+template <bool Q6>
+__device__ __forceinline__ void gemvq_moe_down(const unsigned long long* table, const int* ids, int E, long long rb,
+                                               float* OUT, int rows, int cols, const uint8_t* XQ) {
   pdl_trigger();
   pdl_wait();
   const int y = blockIdx.y;
   const uint8_t* W = moe_pick(table, ids, E, y, 2);
   if (W == nullptr) return;
-  gemvq_body<1, 1>(W, rb, OUT + (long long)y * rows, rows, nullptr, 0, nullptr, 0, nullptr, 0, nullptr, 0, cols,
-                   XQ + y * gemvq_bytes(cols), GLU_PLAIN, blockIdx.x);
+  float* Y = OUT + (long long)y * rows;
+  const uint8_t* xq = XQ + y * gemvq_bytes(cols);
+  if constexpr (Q6) {
+    gemvq_q6k_body<1>(W, rb, Y, rows, cols, xq, blockIdx.x);
+  } else {
+    gemvq_body<1, 1>(W, rb, Y, rows, nullptr, 0, nullptr, 0, nullptr, 0, nullptr, 0, cols, xq, GLU_PLAIN, blockIdx.x);
+  }
 }
 
-extern "C" __global__ void __launch_bounds__(256) gemvq_moe_down_q6(const unsigned long long* table, const int* ids,
-                                                                    int E, long long rb, float* OUT, int rows,
-                                                                    int cols, const uint8_t* XQ) {
-  pdl_trigger();
-  pdl_wait();
-  const int y = blockIdx.y;
-  const uint8_t* W = moe_pick(table, ids, E, y, 2);
-  if (W == nullptr) return;
-  gemvq_q6k_body<1>(W, rb, OUT + (long long)y * rows, rows, cols, XQ + y * gemvq_bytes(cols), blockIdx.x);
-}
+#define GEMVQ_MOE_DOWN(NAME, Q6)                                                                                   \
+  extern "C" __global__ void __launch_bounds__(256) NAME(const unsigned long long* table, const int* ids, int E,  \
+                                                         long long rb, float* OUT, int rows, int cols,           \
+                                                         const uint8_t* XQ) {                                    \
+    gemvq_moe_down<Q6>(table, ids, E, rb, OUT, rows, cols, XQ);                                                  \
+  }
+GEMVQ_MOE_DOWN(gemvq_moe_down_q4, false)
+GEMVQ_MOE_DOWN(gemvq_moe_down_q6, true)
 
 // 16-byte asynchronous copy global -> shared (cp.async, compute_80 on;
 // a plain copy below, where the waits are no-ops and the barrier after
