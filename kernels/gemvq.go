@@ -155,6 +155,24 @@ func (k *Kernels) quantizeX(c *cudadrv.Ctx, s cudadrv.Stream, x cudadrv.DevPtr, 
 	return nil
 }
 
+// quantizeUnlessHeld quantizes x (nb vectors of cols floats) into xq,
+// s's scratch, unless the scratch holds it already (RMSNormQ,
+// QuantizeHeld).
+func (k *Kernels) quantizeUnlessHeld(c *cudadrv.Ctx, s cudadrv.Stream, x cudadrv.DevPtr, cols, nb int, xq cudadrv.DevPtr) error {
+	if w := k.gemvq.ws[s]; w.held == x && w.heldCols == cols && w.heldNB == nb {
+		return nil
+	}
+	return k.quantizeX(c, s, x, cols, nb, xq)
+}
+
+// scratchTakes reports whether stream s's scratch, sized for
+// MaxFusedGEMVBatch vectors of its own width, takes n quantized vectors
+// of cols floats.
+func (k *Kernels) scratchTakes(s cudadrv.Stream, n, cols int) bool {
+	w, ok := k.gemvq.ws[s]
+	return ok && int64(n)*gemvqBytes(cols) <= MaxFusedGEMVBatch*gemvqBytes(w.cols)
+}
+
 // gemvqRows is gemvq.cu's GEMVQ_R: rows per block (GLU: half of gate,
 // half of up); gemvq6Rows is GEMVQ6_R, gemvq_q6k's.
 const gemvqRows, gemvq6Rows = 4, 2
@@ -184,10 +202,8 @@ func (t Tuning) gemvqGeometry(groups, cols int) (blocks, threads int) {
 func (k *Kernels) gemvqLaunch(c *cudadrv.Ctx, s cudadrv.Stream, what string, x, xq cudadrv.DevPtr, nb, mode int, outs []GEMVOut) error {
 	cols := outs[0].W.Cols
 	q4, q6 := splitQ6(outs)
-	if w := k.gemvq.ws[s]; !(w.held == x && w.heldCols == cols && w.heldNB == nb) {
-		if err := k.quantizeX(c, s, x, cols, nb, xq); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
+	if err := k.quantizeUnlessHeld(c, s, x, cols, nb, xq); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	// The integer GEMVs keep a norm's quantized x held (Kernels.run) only
 	// while their outputs leave the x it came from alone.
@@ -630,9 +646,7 @@ func (k *Kernels) GEMVEach(c *cudadrv.Ctx, s cudadrv.Stream, x cudadrv.DevPtr, o
 	}
 	row := int64(cols) * 4
 	xq, ok := k.fastScratch(s, x, 1, ms...)
-	if ok && int64(len(outs))*gemvqBytes(cols) > MaxFusedGEMVBatch*gemvqBytes(k.gemvq.ws[s].cols) {
-		ok = false
-	}
+	ok = ok && k.scratchTakes(s, len(outs), cols)
 	if !ok {
 		for i, o := range outs {
 			if err := k.GEMV(c, s, o.W, x.Add(int64(i)*row), o.Y, 1); err != nil {

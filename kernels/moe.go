@@ -102,7 +102,7 @@ func (k *Kernels) CanMoEPicked(s cudadrv.Stream, p MoEPicked, topk int) bool {
 		return false
 	}
 	w, ok := k.gemvq.ws[s]
-	return ok && w.cols >= g.Cols && int64(topk)*gemvqBytes(d.Cols) <= MaxFusedGEMVBatch*gemvqBytes(w.cols)
+	return ok && w.cols >= g.Cols && k.scratchTakes(s, topk, d.Cols)
 }
 
 // MoEPickedGLU computes, for each of one token's topk picks ids (device
@@ -120,12 +120,10 @@ func (k *Kernels) MoEPickedGLU(c *cudadrv.Ctx, s cudadrv.Stream, p MoEPicked, id
 		return fmt.Errorf("moe picked glu: %v %dx%d gate, %v down, top %d: %w", p.Gate.Type, p.Gate.Rows, p.Gate.Cols, p.Down.Type, topk, errNotFusable)
 	}
 	cols, rows := p.Gate.Cols, p.Gate.Rows
-	xq := k.gemvq.ws[s].ptr
-	if w := k.gemvq.ws[s]; !(w.held == x && w.heldCols == cols && w.heldNB == 1) {
-		if err := k.quantizeX(c, s, x, cols, 1, xq); err != nil {
-			return fmt.Errorf("moe picked glu: %w", err)
-		}
+	if err := k.quantizeUnlessHeld(c, s, x, cols, 1, k.gemvq.ws[s].ptr); err != nil {
+		return fmt.Errorf("moe picked glu: %w", err)
 	}
+	xq := k.gemvq.ws[s].ptr
 	f, err := k.fn("gemvq_moe_glu")
 	if err != nil {
 		return err

@@ -559,9 +559,7 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	if x.cpuOnly {
 		res = nil
 	}
-	partial := len(res) < E
-	rows := x.hostRows(cfg, T)
-	if partial {
+	if len(res) < E {
 		// The hidden state comes down with the routing whenever the CPU
 		// may have work, sparing a second round trip when it has.
 		if err := k.Copy(c, s, x.hostRowsDev(cfg), a.h, int64(T*D)); err != nil {
@@ -577,22 +575,11 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		return err
 	}
 	hop := time.Since(t0)
-	hr := x.hostRoute(cfg, T)
-	ids, err := cudadrv.Values[int32](hr[:T*K*4])
+	rt, err := x.hostRouting(cfg, l, T)
 	if err != nil {
 		return err
 	}
-	wts, err := cudadrv.Values[float32](hr[T*K*4:])
-	if err != nil {
-		return err
-	}
-	for i, e := range ids {
-		if e < 0 || int(e) >= E {
-			return fmt.Errorf("the device routing gave token %d's pick %d expert %d of %d", i/K, i%K, e, E)
-		}
-		x.counts[l][e]++
-	}
-	x.pairs = residentPicks(x.pairs, ids, K, func(e int) bool { _, ok := res[e]; return ok })
+	x.pairs = residentPicks(x.pairs, rt.IDs, K, func(e int) bool { _, ok := res[e]; return ok })
 	P := len(x.pairs)
 	cpuWork := P < T*K
 	x.stats.GPUExperts += int64(P)
@@ -611,23 +598,10 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		}
 		return nil
 	}
-	hv, err := cudadrv.Values[float32](rows)
+	t2, err := x.runOnCPU(ctx, cfg, l, T, rt)
 	if err != nil {
 		return err
 	}
-	hrows := make([][]float32, T)
-	for t := range hrows {
-		hrows[t] = hv[t*D : (t+1)*D : (t+1)*D]
-	}
-	if x.keep == nil {
-		x.keep = func(e int) bool { return x.onCPU(x.curL, e) }
-	}
-	x.curL = l
-	t1 := time.Now()
-	if err := x.dev.RunRouted(ctx, l, x.layers[l], hrows, model.Routing{IDs: ids, Weights: wts}, x.keep); err != nil {
-		return err
-	}
-	t2 := time.Now()
 	if P == 0 {
 		err = k.Copy(c, s, a.h, x.hostRowsDev(cfg), int64(T*D))
 	} else {
@@ -638,10 +612,57 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	if err != nil {
 		return fmt.Errorf("adding the experts: %w", err)
 	}
-	x.stats.Layers++
-	x.stats.Busy += t2.Sub(t1)
 	x.stats.Hop += hop + time.Since(t2)
 	return nil
+}
+
+// hostRouting reads layer l's routing of T tokens from the host buffer
+// the device copied it to, checks every id and counts it.
+func (x *gpuMoE) hostRouting(cfg *model.Config, l, T int) (model.Routing, error) {
+	K, E := cfg.ExpertsUsed, cfg.Experts
+	hr := x.hostRoute(cfg, T)
+	ids, err := cudadrv.Values[int32](hr[:T*K*4])
+	if err != nil {
+		return model.Routing{}, err
+	}
+	wts, err := cudadrv.Values[float32](hr[T*K*4:])
+	if err != nil {
+		return model.Routing{}, err
+	}
+	for i, e := range ids {
+		if e < 0 || int(e) >= E {
+			return model.Routing{}, fmt.Errorf("the device routing gave token %d's pick %d expert %d of %d", i/K, i%K, e, E)
+		}
+		x.counts[l][e]++
+	}
+	return model.Routing{IDs: ids, Weights: wts}, nil
+}
+
+// runOnCPU has the CPU compute layer l's picks of rt that the GPU does
+// not hold, on the T rows of hidden state copied to the host, in place
+// there, and returns when it finished.
+func (x *gpuMoE) runOnCPU(ctx context.Context, cfg *model.Config, l, T int, rt model.Routing) (time.Time, error) {
+	D := cfg.Dim
+	hv, err := cudadrv.Values[float32](x.hostRows(cfg, T))
+	if err != nil {
+		return time.Time{}, err
+	}
+	hrows := make([][]float32, T)
+	for t := range hrows {
+		hrows[t] = hv[t*D : (t+1)*D : (t+1)*D]
+	}
+	if x.keep == nil {
+		x.keep = func(e int) bool { return x.onCPU(x.curL, e) }
+	}
+	x.curL = l
+	t1 := time.Now()
+	if err := x.dev.RunRouted(ctx, l, x.layers[l], hrows, rt, x.keep); err != nil {
+		return time.Time{}, err
+	}
+	t2 := time.Now()
+	x.stats.Layers++
+	x.stats.Busy += t2.Sub(t1)
+	return t2, nil
 }
 
 // moePicked runs layer l's experts for one token once the device has its
@@ -716,21 +737,12 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 		return err
 	}
 	hop := time.Since(t0)
-	hr := x.hostRoute(cfg, 1)
-	hids, err := cudadrv.Values[int32](hr[:K*4])
-	if err != nil {
-		return err
-	}
-	hw, err := cudadrv.Values[float32](hr[K*4:])
+	rt, err := x.hostRouting(cfg, l, 1)
 	if err != nil {
 		return err
 	}
 	P := 0
-	for j, e := range hids {
-		if e < 0 || int(e) >= cfg.Experts {
-			return fmt.Errorf("the device routing gave token 0's pick %d expert %d of %d", j, e, cfg.Experts)
-		}
-		x.counts[l][e]++
+	for _, e := range rt.IDs {
 		if _, ok := x.resident[l][int(e)]; ok {
 			P++
 		}
@@ -738,24 +750,12 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 	x.stats.GPUExperts += int64(P)
 	x.stats.CPUExperts += int64(K - P)
 	base := cudadrv.DevPtr(0)
-	t1, t2 := time.Now(), time.Now()
+	t2 := time.Now()
 	if P < K {
-		hv, err := cudadrv.Values[float32](x.hostRows(cfg, 1))
-		if err != nil {
+		if t2, err = x.runOnCPU(ctx, cfg, l, 1, rt); err != nil {
 			return err
 		}
-		if x.keep == nil {
-			x.keep = func(e int) bool { return x.onCPU(x.curL, e) }
-		}
-		x.curL = l
-		t1 = time.Now()
-		if err := x.dev.RunRouted(ctx, l, x.layers[l], [][]float32{hv[:D:D]}, model.Routing{IDs: hids, Weights: hw}, x.keep); err != nil {
-			return err
-		}
-		t2 = time.Now()
 		base = x.hostRowsDev(cfg)
-		x.stats.Layers++
-		x.stats.Busy += t2.Sub(t1)
 	} else {
 		x.stats.GPULayers++
 	}
