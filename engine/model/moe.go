@@ -72,7 +72,8 @@ func expertName(tensor string, e int) string { return fmt.Sprintf("%s[%d]", tens
 func expertChecks(c *Config, l *Layer) []tensorCheck {
 	var checks []tensorCheck
 	for e := range l.Experts {
-		checks = append(checks, oneExpertChecks(c, e, &l.Experts[e])...)
+		cs := oneExpertChecks(c, e, &l.Experts[e])
+		checks = append(checks, cs[:]...)
 	}
 	return checks
 }
@@ -95,10 +96,11 @@ func expertParts(c *Config) [3]expertPart {
 	}
 }
 
-// oneExpertChecks are the checks of expert e's tensors in x.
-func oneExpertChecks(c *Config, e int, x *Expert) []tensorCheck {
+// oneExpertChecks are the checks of expert e's tensors in x: an array,
+// which stays off the heap where a pass checks its picked experts.
+func oneExpertChecks(c *Config, e int, x *Expert) [3]tensorCheck {
 	parts := expertParts(c)
-	checks := make([]tensorCheck, len(parts))
+	var checks [3]tensorCheck
 	for k, pt := range parts {
 		checks[k] = tensorCheck{pt.field(x), pt.merged, pt.rows, pt.cols, false, e}
 	}
@@ -164,7 +166,8 @@ func (m *Model) pickedExperts(ctx context.Context, l int, w *Layer, es []int, ds
 	if len(w.Experts) == c.Experts {
 		for j, e := range es {
 			dst[j] = &w.Experts[e]
-			if err := runChecks(l, oneExpertChecks(c, e, dst[j])); err != nil {
+			cs := oneExpertChecks(c, e, dst[j])
+			if err := runChecks(l, cs[:]); err != nil {
 				return err
 			}
 		}
@@ -181,7 +184,8 @@ func (m *Model) pickedExperts(ctx context.Context, l int, w *Layer, es []int, ds
 		if x == nil {
 			return fmt.Errorf("layer %d: the expert source returned no expert %d", l, e)
 		}
-		if err := runChecks(l, oneExpertChecks(c, e, x)); err != nil {
+		cs := oneExpertChecks(c, e, x)
+		if err := runChecks(l, cs[:]); err != nil {
 			return err
 		}
 	}
