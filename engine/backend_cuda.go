@@ -174,7 +174,7 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 	var deviceExperts int64
 	if xplan != nil {
 		deviceExperts = DeviceExpertBudget(plan, &src.cfg)
-		xplan.PlaceOnDevice(src.sizes.Experts, nil, deviceExperts)
+		xplan.PlaceOnDevice(src.sizes.Experts, nil, deviceExperts, tier.DeviceCost{})
 		log.Debug("experts in device memory", "model", src.path, "experts", xplan.DeviceCount(), "bytes", tier.FormatBytes(xplan.DeviceBytes),
 			"budget", tier.FormatBytes(deviceExperts))
 	}

@@ -640,15 +640,20 @@ func (e *Engine) calibrateExperts(ctx context.Context) error {
 	return e.experts.rebalance(ctx, host)
 }
 
-// placeDeviceExperts makes the experts most used per byte by counts (nil:
-// by size and order) resident in the device memory the plan left for them
-// (tier.ExpertPlan.PlaceOnDevice), computed on the GPU; a no-op off a GPU
-// or without room.
+// placeDeviceExperts makes the experts that save the CPU most per byte by
+// counts (nil: by size and order) resident in the device memory the plan
+// left for them (tier.ExpertPlan.PlaceOnDevice, weighing the CPU's cost
+// of a layer measured by gpu.Model.MoEHop), computed on the GPU; a no-op
+// off a GPU or without room.
 func (e *Engine) placeDeviceExperts(ctx context.Context, counts [][]uint64) error {
 	if e.cuda == nil || e.expertPlan == nil || e.deviceExperts <= 0 {
 		return nil
 	}
-	e.expertPlan.PlaceOnDevice(e.expertSizes, counts, e.deviceExperts)
+	hop, err := e.cuda.MoEHop(ctx)
+	if err != nil {
+		return fmt.Errorf("experts in device memory: %w", err)
+	}
+	e.expertPlan.PlaceOnDevice(e.expertSizes, counts, e.deviceExperts, tier.DeviceCost{Used: e.Model.Config.ExpertsUsed, Hop: hop})
 	if err := e.cuda.SetResidentExperts(ctx, e.expertPlan.DeviceLists()); err != nil {
 		return fmt.Errorf("experts in device memory: %w", err)
 	}

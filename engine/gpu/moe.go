@@ -80,6 +80,9 @@ type gpuMoE struct {
 	// tallyErr is a bad routing tally found outside a pass (ExpertCounts),
 	// which the next layer returns.
 	tallyErr error
+	// hop is MoEHop's figure, once hopDone.
+	hop     int64
+	hopDone bool
 }
 
 // expertW is one resident expert's matrices in device memory.
@@ -368,6 +371,90 @@ func (x *gpuMoE) uploadTables(c *cudadrv.Ctx, s cudadrv.Stream) error {
 		return fmt.Errorf("resident expert tables: %w", err)
 	}
 	return c.StreamSync(s)
+}
+
+// MoEHop is what a layer costs the CPU beyond its picks' bytes, in the
+// bytes the CPU reads in that time (tier.DeviceCost's Hop): measured once
+// on the CPU's FFN device, as a routed call of one pick against one of
+// every pick (other experts each time, so that the caches hold none), and
+// the hand-over time a CPU layer took so far added. 0 for a model whose
+// layers do not hold their experts (an expert source's reads would be
+// timed), or where the measurement finds no fixed cost.
+func (m *Model) MoEHop(ctx context.Context) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	x := m.moe
+	if x == nil {
+		return 0, errors.New("moe hop: not a mixture-of-experts model")
+	}
+	if x.hopDone {
+		return x.hop, nil
+	}
+	cfg := &m.Config
+	K, E := cfg.ExpertsUsed, cfg.Experts
+	w := x.layers[0]
+	if x.src != nil || len(w.Experts) != E || K < 2 {
+		x.hopDone = true
+		return 0, nil
+	}
+	row := make([]float32, cfg.Dim)
+	for i := range row {
+		row[i] = 1
+	}
+	// Reps of each way, alternating, the fastest kept: an idle machine's
+	// figure, as the placement's other figures are.
+	const reps = 6
+	var one, all time.Duration
+	var oneBytes, allBytes int64
+	next := 0
+	pick := func(n int) model.Routing {
+		r := model.Routing{IDs: make([]int32, K), Weights: make([]float32, K)}
+		for j := range K {
+			r.IDs[j], r.Weights[j] = int32((next+j)%E), 1/float32(K)
+		}
+		next += n
+		return r
+	}
+	for i := range 2 * reps {
+		n := K
+		if i%2 == 0 {
+			n = 1
+		}
+		r := pick(n)
+		var keep func(int) bool
+		if n == 1 {
+			first := int(r.IDs[0])
+			keep = func(e int) bool { return e == first }
+		}
+		var bytes int64
+		for _, e := range r.IDs[:n] {
+			bytes += expertSize(&w.Experts[e])
+		}
+		t0 := time.Now()
+		if err := x.dev.RunRouted(ctx, 0, w, [][]float32{slices.Clone(row)}, r, keep); err != nil {
+			return 0, fmt.Errorf("moe hop: %w", err)
+		}
+		d := time.Since(t0)
+		if n == 1 && (one == 0 || d < one) {
+			one, oneBytes = d, bytes
+		}
+		if n == K && (all == 0 || d < all) {
+			all, allBytes = d, bytes
+		}
+	}
+	x.hopDone = true
+	if all <= one || allBytes <= oneBytes {
+		return 0, nil
+	}
+	rate := float64(allBytes-oneBytes) / (all - one).Seconds()
+	fixed := one.Seconds() - float64(oneBytes)/rate
+	if x.stats.Layers > 0 {
+		fixed += (x.stats.Hop / time.Duration(x.stats.Layers)).Seconds()
+	}
+	if fixed > 0 {
+		x.hop = int64(fixed * rate)
+	}
+	return x.hop, nil
 }
 
 // tableBytes is the device bytes of the resident expert tables of L

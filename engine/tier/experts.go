@@ -3,6 +3,7 @@ package tier
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -37,11 +38,29 @@ type ExpertPlan struct {
 	DeviceHit   float64  `json:"device_hit,omitempty"`
 }
 
-// PlaceOnDevice chooses the experts a GPU holds in device memory: the most
-// used per byte (RankExperts' order: counts, nil when none were measured)
-// that fit in budget bytes, set in p.Device with DeviceBytes and DeviceHit.
-// It replaces an earlier choice; a budget of 0 or less places none.
-func (p *ExpertPlan) PlaceOnDevice(sizes [][]int64, counts [][]uint64, budget int64) {
+// DeviceCost is what PlaceOnDevice weighs besides the experts' bytes.
+// Used is the picks a token makes in a layer. Hop is the CPU's cost of a
+// layer it has any pick of beyond the picks' bytes (waking its threads,
+// the hidden state's round trip), in the bytes it reads in that time: a
+// layer whose every expert is in device memory needs no host, so holding
+// the last experts of a layer saves a token Hop besides their bytes. With
+// Hop 0 (or Used 0) experts go by use per byte alone.
+type DeviceCost struct {
+	Used int
+	Hop  int64
+}
+
+// PlaceOnDevice chooses the experts a GPU holds in device memory, set in
+// p.Device with DeviceBytes and DeviceHit, within budget bytes: it weighs,
+// per layer, the CPU's expected cost a token (the bytes of the picks the
+// device lacks, and cost.Hop whenever a token picks any of them, from
+// each expert's share of counts, nil when none were measured) against
+// the bytes of the layer's experts held, most used per byte first (each
+// layer's best steps first: a near-uniform routing is worth whole layers,
+// a skewed one each layer's hot experts), then fills what is left by use
+// per byte (RankExperts). It replaces an earlier choice; a budget of 0 or
+// less places none.
+func (p *ExpertPlan) PlaceOnDevice(sizes [][]int64, counts [][]uint64, budget int64, cost DeviceCost) {
 	p.Device, p.DeviceBytes, p.DeviceHit = nil, 0, 0
 	if budget <= 0 {
 		return
@@ -51,7 +70,11 @@ func (p *ExpertPlan) PlaceOnDevice(sizes [][]int64, counts [][]uint64, budget in
 		p.Device[l] = make([]bool, len(sizes[l]))
 	}
 	order := RankExperts(sizes, counts)
-	left := FillExperts(order, sizes, p.Device, budget)
+	left := budget
+	if cost.Hop > 0 && cost.Used > 0 {
+		left = placeLayers(sizes, counts, cost, p.Device, left)
+	}
+	left = FillExperts(order, sizes, p.Device, left)
 	p.DeviceBytes = budget - left
 	var hit, all uint64
 	n := 0
@@ -74,6 +97,141 @@ func (p *ExpertPlan) PlaceOnDevice(sizes [][]int64, counts [][]uint64, budget in
 	default:
 		p.DeviceHit = float64(n) / float64(len(order))
 	}
+}
+
+// placeLayers makes resident, in resident, the steps of each layer's
+// experts (most used per byte first) that save the CPU the most per byte
+// held, while they fit in left bytes, and returns what is left. A layer's
+// saving after its first m experts is the expected bytes of the picks
+// they take off the CPU plus cost.Hop times the chance that a token then
+// picks none of the rest; its steps are the upper concave envelope of
+// that saving against the bytes held, so a step that pays only together
+// with the next ones (the last experts of a near-uniform layer) is taken
+// with them. Steps of all layers go by saving per byte; a step that does
+// not fit ends its layer's.
+func placeLayers(sizes [][]int64, counts [][]uint64, cost DeviceCost, resident [][]bool, left int64) int64 {
+	type step struct {
+		layer, from, to int     // experts [from, to) of the layer's order
+		bytes           int64   // their bytes
+		gain            float64 // the saving they add, in bytes a token
+	}
+	var steps []step
+	orders := make([][]int, len(sizes))
+	for l, sz := range sizes {
+		E := len(sz)
+		if E == 0 {
+			continue
+		}
+		share := layerShares(counts, l, E)
+		ord := make([]int, E)
+		for e := range ord {
+			ord[e] = e
+		}
+		slices.SortStableFunc(ord, func(a, b int) int {
+			return cmp.Compare(share[b]*float64(sz[a]), share[a]*float64(sz[b]))
+		})
+		orders[l] = ord
+		// saving(m): the picks' bytes of ord[:m], and Hop times the chance
+		// a token's picks all fall in ord[:m] (each of the Used picks a
+		// draw by share: an estimate that needs only the shares).
+		k := float64(cost.Used)
+		held, out := make([]int64, E+1), make([]float64, E+1)
+		var rest float64 = 1 // share of the experts not yet held
+		var picked float64   // the picks' bytes a token of ord[:m]
+		for m := 0; m <= E; m++ {
+			if m > 0 {
+				e := ord[m-1]
+				held[m] = held[m-1] + sz[e]
+				rest -= share[e]
+				picked += k * share[e] * float64(sz[e])
+			}
+			none := math.Pow(max(0, 1-rest), k)
+			if m == E {
+				none = 1
+			}
+			out[m] = picked + float64(cost.Hop)*none
+		}
+		// The upper concave envelope from m = 0: from each point, the
+		// farthest point of the steepest chord.
+		for m := 0; m < E; {
+			best, bestSlope := -1, math.Inf(-1)
+			for j := m + 1; j <= E; j++ {
+				db := float64(held[j] - held[m])
+				if db <= 0 {
+					continue
+				}
+				if sl := (out[j] - out[m]) / db; sl >= bestSlope {
+					best, bestSlope = j, sl
+				}
+			}
+			if best < 0 {
+				break
+			}
+			steps = append(steps, step{l, m, best, held[best] - held[m], out[best] - out[m]})
+			m = best
+		}
+	}
+	slices.SortStableFunc(steps, func(a, b step) int {
+		return cmp.Compare(b.gain*float64(a.bytes), a.gain*float64(b.bytes))
+	})
+	ended := make([]bool, len(sizes))
+	next := make([]int, len(sizes))
+	for _, st := range steps {
+		// A layer's steps sort in its own order (the envelope's slopes
+		// fall), so a step comes after the one before it in its layer.
+		if ended[st.layer] || next[st.layer] != st.from {
+			continue
+		}
+		if st.bytes > left {
+			ended[st.layer] = true
+			continue
+		}
+		for _, e := range orders[st.layer][st.from:st.to] {
+			resident[st.layer][e] = true
+		}
+		left -= st.bytes
+		next[st.layer] = st.to
+	}
+	return left
+}
+
+// layerShares estimates each of layer l's E experts' share of its picks
+// from counts (nil: equal shares): the measured shares shrunk toward equal
+// ones by the data-driven intensity of Hausser and Strimmer's shrinkage
+// estimator, so that a few passes of a near-uniform routing, whose
+// measured shares are mostly noise, read as uniform, while a skewed one
+// keeps its skew. Ranking the raw counts would take the noise's hot
+// experts for hot ones.
+func layerShares(counts [][]uint64, l, E int) []float64 {
+	share := make([]float64, E)
+	var n float64
+	if counts != nil {
+		for _, c := range counts[l] {
+			n += float64(c)
+		}
+	}
+	t := 1 / float64(E)
+	if n <= 1 {
+		for e := range share {
+			share[e] = t
+		}
+		return share
+	}
+	var sq, dev float64
+	for e, c := range counts[l] {
+		p := float64(c) / n
+		share[e] = p
+		sq += p * p
+		dev += (t - p) * (t - p)
+	}
+	lambda := 1.0
+	if dev > 0 {
+		lambda = min(1, max(0, (1-sq)/((n-1)*dev)))
+	}
+	for e := range share {
+		share[e] = lambda*t + (1-lambda)*share[e]
+	}
+	return share
 }
 
 // DeviceCount is how many experts are held in device memory.

@@ -1,7 +1,11 @@
 package tier
 
 import (
+	"cmp"
 	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -133,7 +137,7 @@ func TestPlaceOnDevice(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.PlaceOnDevice(sizes, tc.counts, tc.budget)
+			p.PlaceOnDevice(sizes, tc.counts, tc.budget, DeviceCost{})
 			got := p.DeviceLists()
 			if len(got) != len(tc.device) {
 				t.Fatalf("device %v, want %v", got, tc.device)
@@ -157,5 +161,110 @@ func TestPlaceOnDevice(t *testing.T) {
 				t.Fatal("the host side changed")
 			}
 		})
+	}
+}
+
+// TestPlaceOnDeviceLayers: with a CPU layer's fixed cost (DeviceCost.Hop),
+// a near-uniform routing is placed as whole layers (every layer takes as
+// many picks, so the first ones), since a layer the device holds whole needs no host, where by use per
+// byte alone the same budget spreads over every layer; a skewed routing
+// still takes each layer's hot experts; the budget holds; no counts
+// places whole layers in order.
+func TestPlaceOnDeviceLayers(t *testing.T) {
+	t.Parallel()
+	const layers, experts, used = 4, 16, 2
+	sizes := make([][]int64, layers)
+	uniform := make([][]uint64, layers)
+	skewed := make([][]uint64, layers)
+	for l := range sizes {
+		sizes[l] = make([]int64, experts)
+		uniform[l] = make([]uint64, experts)
+		skewed[l] = make([]uint64, experts)
+		for e := range experts {
+			sizes[l][e] = 100
+			uniform[l][e] = 50 + uint64((e*7+l*3)%5) // noise around 52
+			skewed[l][e] = 1
+			if e < 2 {
+				skewed[l][e] = 400
+			}
+		}
+	}
+	whole := func(p *ExpertPlan) (n []int) {
+		for l, d := range p.Device {
+			if !slices.Contains(d, false) {
+				n = append(n, l)
+			}
+		}
+		return n
+	}
+	hop := DeviceCost{Used: used, Hop: 300}
+	for _, tc := range []struct {
+		name   string
+		counts [][]uint64
+		cost   DeviceCost
+		budget int64
+		whole  []int // the layers held whole
+		hot    bool  // every layer holds its experts 0 and 1
+	}{
+		{"uniform, fixed cost: whole layers", uniform, hop, 2 * experts * 100, []int{0, 1}, false},
+		{"uniform, by use alone: spread", uniform, DeviceCost{}, 2 * experts * 100, nil, false},
+		{"skewed, fixed cost: hot experts first", skewed, hop, 8 * 100, nil, true},
+		{"no counts, fixed cost: whole layers in order", nil, hop, 2*experts*100 + 50, []int{0, 1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var p ExpertPlan
+			p.PlaceOnDevice(sizes, tc.counts, tc.budget, tc.cost)
+			if p.DeviceBytes > tc.budget {
+				t.Fatalf("%d bytes in a budget of %d", p.DeviceBytes, tc.budget)
+			}
+			if got := whole(&p); !slices.Equal(got, tc.whole) {
+				t.Fatalf("whole layers %v, want %v (device %v)", got, tc.whole, p.DeviceLists())
+			}
+			if tc.hot {
+				for l, d := range p.Device {
+					if !d[0] || !d[1] {
+						t.Fatalf("layer %d lacks a hot expert: %v", l, p.DeviceLists())
+					}
+				}
+			}
+			if tc.counts != nil && tc.cost.Hop == 0 {
+				for l, d := range p.Device {
+					if !slices.Contains(d, true) {
+						t.Fatalf("by use alone, layer %d holds nothing: %v", l, p.DeviceLists())
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestLayerShares: counts drawn from a uniform routing read as equal
+// shares (the shrinkage takes their noise for noise), a skewed routing's
+// keep their order and most of their skew, and no counts are equal shares.
+func TestLayerShares(t *testing.T) {
+	t.Parallel()
+	const E = 64
+	r := rand.New(rand.NewPCG(5, 6))
+	uniform, skewed := make([]uint64, E), make([]uint64, E)
+	for range 50 * E {
+		uniform[r.IntN(E)]++
+	}
+	for e := range skewed {
+		skewed[e] = uint64(4000 / (e + 1))
+	}
+	for e, s := range layerShares([][]uint64{uniform}, 0, E) {
+		if math.Abs(s-1.0/E) > 0.1/E {
+			t.Fatalf("uniform counts: expert %d's share %v (count %d), want about %v", e, s, uniform[e], 1.0/E)
+		}
+	}
+	sk := layerShares([][]uint64{skewed}, 0, E)
+	if sk[0] < 0.15 || !slices.IsSortedFunc(sk, func(a, b float64) int { return cmp.Compare(b, a) }) {
+		t.Fatalf("skewed counts: shares %v", sk[:4])
+	}
+	for _, s := range layerShares(nil, 0, E) {
+		if s != 1.0/E {
+			t.Fatalf("no counts: share %v", s)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -288,9 +289,14 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 		res.Notes = append(res.Notes, fmt.Sprintf("experts in device memory: none, the plan leaves no room in %s", gib(mc.Budget)))
 		return nil
 	}
+	hop, err := g.MoEHop(ctx)
+	if err != nil {
+		return err
+	}
 	for _, m := range measured {
-		var xp tier.ExpertPlan
-		xp.PlaceOnDevice(esizes, m.counts, left)
+		var xp, use tier.ExpertPlan
+		xp.PlaceOnDevice(esizes, m.counts, left, tier.DeviceCost{Used: cfg.ExpertsUsed, Hop: hop})
+		use.PlaceOnDevice(esizes, m.counts, left, tier.DeviceCost{})
 		if xp.Device == nil {
 			res.Notes = append(res.Notes, fmt.Sprintf("experts in device memory, %s: none fits in the %s left", m.rt.short(), gib(left)))
 			continue
@@ -303,16 +309,40 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 		}
 		rt := m.rt
 		rt.prefix = "dev_" + rt.prefix
-		res.Notes = append(res.Notes, fmt.Sprintf("%s with experts in device memory (JSON keys %s*): %d experts (%s) in the %s the budget leaves, the most used per byte by the routing the rows above measured (%.2f of its picks); the others on the CPU; routed and read bytes count only the experts off the device, or every expert where a batch size's trial kept the CPU alone",
-			m.rt.short(), rt.prefix, xp.DeviceCount(), gib(xp.DeviceBytes), gib(left), xp.DeviceHit))
+		res.Notes = append(res.Notes, fmt.Sprintf("%s with experts in device memory (JSON keys %s*): %d experts (%s, %d whole layers) in the %s the budget leaves, those that save the CPU most per byte by the routing the rows above measured (%.2f of its picks; a CPU layer's fixed cost measured as %s of reads, gpu.Model.MoEHop); the others on the CPU; routed and read bytes count only the experts off the device, or every expert where a batch size's trial kept the CPU alone",
+			m.rt.short(), rt.prefix, xp.DeviceCount(), gib(xp.DeviceBytes), wholeLayers(xp.Device), gib(left), xp.DeviceHit, tier.FormatBytes(hop)))
 		off := offDevice(esizes, xp.Device)
 		for _, b := range []int{1, batch} {
 			if err := rn.moeDecode(ctx, res, g, off, esizes, mc, rt, b); err != nil {
 				return err
 			}
 		}
+		if wholeLayers(use.Device) == wholeLayers(xp.Device) {
+			continue
+		}
+		// The placement by use per byte alone, for comparison at batch 1.
+		if err := g.SetResidentExperts(ctx, use.DeviceLists()); err != nil {
+			return err
+		}
+		rt.prefix = "dev_use_" + m.rt.prefix
+		res.Notes = append(res.Notes, fmt.Sprintf("%s, experts in device memory by use per byte alone (JSON keys %s*): %d experts (%s, %d whole layers; %.2f of its picks)",
+			m.rt.short(), rt.prefix, use.DeviceCount(), gib(use.DeviceBytes), wholeLayers(use.Device), use.DeviceHit))
+		if err := rn.moeDecode(ctx, res, g, offDevice(esizes, use.Device), esizes, mc, rt, 1); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// wholeLayers counts the layers whose every expert dev holds.
+func wholeLayers(dev [][]bool) int {
+	n := 0
+	for _, l := range dev {
+		if len(l) > 0 && !slices.Contains(l, false) {
+			n++
+		}
+	}
+	return n
 }
 
 // moeDecode times one decode of g at batch b and adds its rows: tok/s
