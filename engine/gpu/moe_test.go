@@ -359,3 +359,33 @@ func TestExpertTrialOnCUDA(t *testing.T) {
 		t.Fatalf("batch 1 not decided after %d passes: %+v", steps, st.Choices)
 	}
 }
+
+// TestMoEHop: the CPU's fixed cost of a MoE layer is measured once, not
+// negative, and the same figure after; a model whose layers do not hold
+// their experts (an expert source) gives 0 rather than time its reads; a
+// dense model refuses.
+func TestMoEHop(t *testing.T) {
+	gpu(t)
+	cpu := tinyModel(t, "qwen3moe", "q4_k_m")
+	g := loadGPU(t, cpu, Options{MaxSeqs: 1, NoExpertTrial: true})
+	h, err := g.MoEHop(context.Background())
+	if err != nil || h < 0 {
+		t.Fatalf("MoEHop = %d, %v", h, err)
+	}
+	if h2, err := g.MoEHop(context.Background()); err != nil || h2 != h {
+		t.Fatalf("again: %d, %v; want %d", h2, err, h)
+	}
+	w := *cpu.Weights
+	w.Layers = slices.Clone(w.Layers)
+	for i := range w.Layers {
+		w.Layers[i].Experts = nil
+	}
+	src := loadGPU(t, &model.Model{Config: cpu.Config, Weights: &w}, Options{MaxSeqs: 1, NoExpertTrial: true, Experts: layerExperts{cpu.Weights}})
+	if h, err := src.MoEHop(context.Background()); err != nil || h != 0 {
+		t.Fatalf("with an expert source: %d, %v; want 0", h, err)
+	}
+	dense := loadGPU(t, tinyModel(t, "llama", "q4_k_m"), Options{MaxSeqs: 1})
+	if _, err := dense.MoEHop(context.Background()); err == nil {
+		t.Fatal("a dense model measured a MoE hop")
+	}
+}
