@@ -600,7 +600,14 @@ func (e *Engine) calibrateExperts(ctx context.Context) error {
 		return err
 	}
 	defer seq.Close()
+	// The text's first half and its second are counted apart: the
+	// device's placement is made from one and checked on the other
+	// (tier.DeviceCost.Holdout).
+	var mid [][]uint64
 	for lo := 0; lo < len(toks); lo += 64 {
+		if mid == nil && lo >= len(toks)/2 {
+			mid = e.expertCounts()
+		}
 		b := []model.Step{{Seq: seq, Tokens: toks[lo:min(lo+64, len(toks))]}}
 		if err := e.backend.Forward(ctx, b); err != nil {
 			return err
@@ -610,8 +617,18 @@ func (e *Engine) calibrateExperts(ctx context.Context) error {
 	if counts == nil || before == nil {
 		return errors.New("the backend counts no routing")
 	}
+	var first, second [][]uint64
+	if mid != nil {
+		first, second = make([][]uint64, len(counts)), make([][]uint64, len(counts))
+	}
 	for l := range counts {
+		if mid != nil {
+			first[l], second[l] = make([]uint64, len(counts[l])), make([]uint64, len(counts[l]))
+		}
 		for x := range counts[l] {
+			if mid != nil {
+				first[l][x], second[l][x] = mid[l][x]-before[l][x], counts[l][x]-mid[l][x]
+			}
 			counts[l][x] -= before[l][x]
 		}
 	}
@@ -619,7 +636,10 @@ func (e *Engine) calibrateExperts(ctx context.Context) error {
 	// them now); then host memory goes to the others: the CPU never
 	// computes an expert the GPU holds, so its count no longer earns it
 	// host residency.
-	if err := e.placeDeviceExperts(ctx, counts); err != nil {
+	if mid == nil {
+		first = counts
+	}
+	if err := e.placeDeviceExperts(ctx, first, second); err != nil {
 		return err
 	}
 	if e.experts == nil {
@@ -643,9 +663,10 @@ func (e *Engine) calibrateExperts(ctx context.Context) error {
 // placeDeviceExperts makes the experts that save the CPU most per byte by
 // counts (nil: by size and order) resident in the device memory the plan
 // left for them (tier.ExpertPlan.PlaceOnDevice, weighing the CPU's cost
-// of a layer measured by gpu.Model.MoEHop), computed on the GPU; a no-op
-// off a GPU or without room.
-func (e *Engine) placeDeviceExperts(ctx context.Context, counts [][]uint64) error {
+// of a layer measured by gpu.Model.MoEHop, with holdout, when not nil,
+// the counts of other tokens that choose how), computed on the GPU; a
+// no-op off a GPU or without room.
+func (e *Engine) placeDeviceExperts(ctx context.Context, counts, holdout [][]uint64) error {
 	if e.cuda == nil || e.expertPlan == nil || e.deviceExperts <= 0 {
 		return nil
 	}
@@ -653,7 +674,7 @@ func (e *Engine) placeDeviceExperts(ctx context.Context, counts [][]uint64) erro
 	if err != nil {
 		return fmt.Errorf("experts in device memory: %w", err)
 	}
-	e.expertPlan.PlaceOnDevice(e.expertSizes, counts, e.deviceExperts, tier.DeviceCost{Used: e.Model.Config.ExpertsUsed, Hop: hop})
+	e.expertPlan.PlaceOnDevice(e.expertSizes, counts, e.deviceExperts, tier.DeviceCost{Used: e.Model.Config.ExpertsUsed, Hop: hop, Holdout: holdout})
 	if err := e.cuda.SetResidentExperts(ctx, e.expertPlan.DeviceLists()); err != nil {
 		return fmt.Errorf("experts in device memory: %w", err)
 	}

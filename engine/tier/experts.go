@@ -45,9 +45,19 @@ type ExpertPlan struct {
 // layer whose every expert is in device memory needs no host, so holding
 // the last experts of a layer saves a token Hop besides their bytes. With
 // Hop 0 (or Used 0) experts go by use per byte alone.
+//
+// Holdout, when set, is routing counts of other tokens than the counts
+// placed by (a held-out half of a calibration): the counts of a few
+// hundred tokens can show a skew the next tokens do not share, and a
+// placement that trusts it puts a little of every layer on the device
+// where whole layers would have saved the CPU more. With Holdout,
+// PlaceOnDevice makes each of its placements from counts (the envelope
+// above, and whole layers first), keeps the one whose CPU cost a token is
+// lowest on Holdout's shares, and makes that one again from both counts.
 type DeviceCost struct {
-	Used int
-	Hop  int64
+	Used    int
+	Hop     int64
+	Holdout [][]uint64
 }
 
 // PlaceOnDevice chooses the experts a GPU holds in device memory, set in
@@ -65,16 +75,25 @@ func (p *ExpertPlan) PlaceOnDevice(sizes [][]int64, counts [][]uint64, budget in
 	if budget <= 0 {
 		return
 	}
-	p.Device = make([][]bool, len(sizes))
-	for l := range sizes {
-		p.Device[l] = make([]bool, len(sizes[l]))
+	place := func(counts [][]uint64) ([][]bool, int64) {
+		dev := newMask(sizes)
+		left := budget
+		if cost.Hop > 0 && cost.Used > 0 {
+			left = placeLayers(sizes, counts, cost, dev, left)
+		}
+		return dev, FillExperts(RankExperts(sizes, counts), sizes, dev, left)
 	}
+	if h := cost.Holdout; h != nil && cost.Used > 0 && sameShape(h, sizes) && (counts == nil || sameShape(counts, sizes)) {
+		both := addCounts(counts, h)
+		dev, _ := place(counts)
+		if lay, _ := WholeLayersFirst(sizes, counts, budget); CPUCost(sizes, h, lay, cost) < CPUCost(sizes, h, dev, cost) {
+			place = func(counts [][]uint64) ([][]bool, int64) { return WholeLayersFirst(sizes, counts, budget) }
+		}
+		counts = both
+	}
+	var left int64
+	p.Device, left = place(counts)
 	order := RankExperts(sizes, counts)
-	left := budget
-	if cost.Hop > 0 && cost.Used > 0 {
-		left = placeLayers(sizes, counts, cost, p.Device, left)
-	}
-	left = FillExperts(order, sizes, p.Device, left)
 	p.DeviceBytes = budget - left
 	var hit, all uint64
 	n := 0
@@ -97,6 +116,103 @@ func (p *ExpertPlan) PlaceOnDevice(sizes [][]int64, counts [][]uint64, budget in
 	default:
 		p.DeviceHit = float64(n) / float64(len(order))
 	}
+}
+
+// WholeLayersFirst holds whole layers of experts within budget bytes, the
+// layers with the most routing counts first (nil counts: in order), then
+// fills what is left by use per byte (RankExperts), and returns the mask
+// and the bytes left: llama.cpp's --n-cpu-moe shape, where every pick of
+// a held layer is the GPU's and the layer needs no host at all.
+func WholeLayersFirst(sizes [][]int64, counts [][]uint64, budget int64) ([][]bool, int64) {
+	dev := newMask(sizes)
+	type layer struct {
+		l     int
+		bytes int64
+		use   uint64
+	}
+	ls := make([]layer, len(sizes))
+	for l := range sizes {
+		ls[l].l = l
+		for e, b := range sizes[l] {
+			ls[l].bytes += b
+			if l < len(counts) && e < len(counts[l]) {
+				ls[l].use += counts[l][e]
+			}
+		}
+	}
+	slices.SortStableFunc(ls, func(a, b layer) int { return cmp.Compare(b.use, a.use) })
+	left := budget
+	for _, x := range ls {
+		if x.bytes <= left {
+			left -= x.bytes
+			for e := range dev[x.l] {
+				dev[x.l][e] = true
+			}
+		}
+	}
+	return dev, FillExperts(RankExperts(sizes, counts), sizes, dev, left)
+}
+
+// CPUCost is the CPU's expected cost a token, in bytes read, of the
+// experts dev leaves it, by each layer's shares of counts (layerShares):
+// the picks' bytes off the device, and cost.Hop for each layer a token
+// picks any expert of there.
+func CPUCost(sizes [][]int64, counts [][]uint64, dev [][]bool, cost DeviceCost) float64 {
+	k := float64(cost.Used)
+	var total float64
+	for l, sz := range sizes {
+		share := layerShares(counts, l, len(sz))
+		var off, held float64
+		for e, b := range sz {
+			if l < len(dev) && e < len(dev[l]) && dev[l][e] {
+				held += share[e]
+				continue
+			}
+			off += k * share[e] * float64(b)
+		}
+		if off > 0 {
+			total += off + float64(cost.Hop)*(1-math.Pow(min(1, held), k))
+		}
+	}
+	return total
+}
+
+// newMask is an all-false mask of sizes' shape.
+func newMask(sizes [][]int64) [][]bool {
+	m := make([][]bool, len(sizes))
+	for l := range sizes {
+		m[l] = make([]bool, len(sizes[l]))
+	}
+	return m
+}
+
+// sameShape reports whether counts has one entry per expert of sizes.
+func sameShape(counts [][]uint64, sizes [][]int64) bool {
+	if len(counts) != len(sizes) {
+		return false
+	}
+	for l := range sizes {
+		if len(counts[l]) != len(sizes[l]) {
+			return false
+		}
+	}
+	return true
+}
+
+// addCounts is a + b, per layer and expert (a nil: b).
+func addCounts(a, b [][]uint64) [][]uint64 {
+	out := make([][]uint64, len(b))
+	for l := range b {
+		out[l] = slices.Clone(b[l])
+		if l < len(a) {
+			for e := range out[l] {
+				if e < len(a[l]) {
+					out[l][e] += a[l][e]
+				}
+			}
+		}
+	}
+	return out
 }
 
 // placeLayers makes resident, in resident, the steps of each layer's

@@ -268,3 +268,84 @@ func TestLayerShares(t *testing.T) {
 		}
 	}
 }
+
+// TestPlaceOnDeviceHoldout: counts that show a skew are placed by it only
+// where held-out counts share the skew; where the held-out tokens route
+// uniformly, whole layers win (they save the CPU a layer's every pick and
+// its fixed cost). CPUCost ranks the two the same way, and whole layers
+// go most routed first.
+func TestPlaceOnDeviceHoldout(t *testing.T) {
+	t.Parallel()
+	const L, E = 8, 8
+	sizes := make([][]int64, L)
+	skewed, uniform := make([][]uint64, L), make([][]uint64, L)
+	for l := range L {
+		sizes[l] = make([]int64, E)
+		skewed[l], uniform[l] = make([]uint64, E), make([]uint64, E)
+		for e := range E {
+			sizes[l][e] = 10
+			skewed[l][e], uniform[l][e] = 1, 5
+			if e < 4 {
+				skewed[l][e] = 40
+			}
+		}
+	}
+	uniform[5][0]++ // layer 5 the most routed of the held-out tokens
+	cost := DeviceCost{Used: 2, Hop: 15}
+	whole := func(dev [][]bool) (n int) {
+		for _, l := range dev {
+			if !slices.Contains(l, false) {
+				n++
+			}
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name    string
+		holdout [][]uint64
+		whole   int
+	}{
+		{"none", nil, 0},
+		{"skewed", skewed, 0},
+		{"uniform", uniform, 4},
+	} {
+		cost := cost
+		cost.Holdout = c.holdout
+		var p ExpertPlan
+		p.PlaceOnDevice(sizes, skewed, 320, cost)
+		if n := whole(p.Device); n != c.whole {
+			t.Errorf("%s holdout: %d whole layers, want %d: %v", c.name, n, c.whole, p.Device)
+		}
+		if p.DeviceBytes != 320 || p.DeviceCount() != 32 {
+			t.Errorf("%s holdout: %d bytes, %d experts, want 320 and 32", c.name, p.DeviceBytes, p.DeviceCount())
+		}
+	}
+	var byUse ExpertPlan
+	byUse.PlaceOnDevice(sizes, skewed, 320, cost)
+	lay, left := WholeLayersFirst(sizes, uniform, 320)
+	if left != 0 || whole(lay) != 4 || !slices.Contains(lay[5], true) {
+		t.Fatalf("WholeLayersFirst: %v, %d left; want 4 whole layers, layer 5 among them", lay, left)
+	}
+	for _, c := range []struct {
+		name      string
+		counts    [][]uint64
+		layersWin bool
+	}{{"skewed", skewed, false}, {"uniform", uniform, true}} {
+		cl, cu := CPUCost(sizes, c.counts, lay, cost), CPUCost(sizes, c.counts, byUse.Device, cost)
+		if (cl < cu) != c.layersWin {
+			t.Errorf("%s: CPUCost of whole layers %.1f, of the spread %.1f", c.name, cl, cu)
+		}
+	}
+	all := newMask(sizes)
+	for l := range all {
+		for e := range all[l] {
+			all[l][e] = true
+		}
+	}
+	if got := CPUCost(sizes, uniform, all, cost); got != 0 {
+		t.Errorf("CPUCost with every expert on the device = %v, want 0", got)
+	}
+	if got, want := CPUCost(sizes, nil, newMask(sizes), cost), float64(L)*(2*10+15); math.Abs(got-want) > 1e-9 {
+		t.Errorf("CPUCost with none on the device = %v, want %v", got, want)
+	}
+}

@@ -7,7 +7,7 @@
 # the peer ratios are to docs/peers-h200.json's figures of another lease.
 . "$(dirname "$0")/../hybrid/lib.sh"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
-(cd kernels && timeout 60 "$B/kernels.test" -test.run 'MoEPicked' -test.v -test.timeout 5m) >"$L/kernels.log" 2>&1
+(cd kernels && timeout 60 "$B/kernels.test" -test.run 'MoE|GEMVEach|QuantizeHeld' -test.v -test.timeout 5m) >"$L/kernels.log" 2>&1
 echo "== kernels rc=$?"; grep -E -- "--- FAIL|^(ok|FAIL|PASS)|panic|MoEPicked" "$L/kernels.log" | head
 (cd engine/gpu && timeout 200 "$B/engine-gpu.test" -test.run 'MoE|ExpertTrial|SetResidentExperts|MoEHop' -test.v -test.timeout 5m) >"$L/engine-gpu.log" 2>&1
 echo "== engine-gpu rc=$?"; grep -E -- "--- FAIL|^(ok|FAIL|PASS)|panic|Q4KM.*worst|_test.go" "$L/engine-gpu.log" | cut -c1-300 | head -20

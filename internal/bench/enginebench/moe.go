@@ -222,7 +222,12 @@ func (rn *runner) moe(ctx context.Context, res *ScenarioResult, mc MoECase) erro
 				return err
 			}
 		}
-		measured = append(measured, moeMeasured{rt, countsSince(c0, g.ExpertCounts())})
+		rows := countsSince(c0, g.ExpertCounts())
+		counts, err := calibrateRouting(ctx, g.Model, batch, ctxLen)
+		if err != nil {
+			return fmt.Errorf("%s: routing calibration: %w", rt.short(), err)
+		}
+		measured = append(measured, moeMeasured{rt, counts, rows})
 	}
 	// Then the engine's placement: the device memory the budget leaves
 	// holds the experts the decodes above routed to most. Rows of their
@@ -236,10 +241,41 @@ func (rn *runner) moe(ctx context.Context, res *ScenarioResult, mc MoECase) erro
 	return g.SetRouterSkew(0)
 }
 
-// moeMeasured is a routing and the expert counts its decodes routed.
+// calibrateRouting prefills seqs fresh sequences of n prompt tokens each
+// (gputime.Prompt, seeds apart from every timed row's) and returns the
+// expert counts they routed: the placement's calibration, as engine's
+// calibrateExperts runs its text. The timed rows' own counts are no
+// calibration: a few prompt tokens and their greedy continuations make a
+// near-uniform routing look skewed, and the experts they chose served the
+// next tokens' picks no better than their share of the bytes.
+func calibrateRouting(ctx context.Context, m *gpu.Model, seqs, n int) ([][]uint64, error) {
+	before := m.ExpertCounts()
+	for i := range seqs {
+		s, err := m.NewSequence(0)
+		if err != nil {
+			return nil, err
+		}
+		err = m.Forward(ctx, []model.Step{{Seq: s, Tokens: gputime.Prompt(m.Config.Vocab, n, calibPromptSeed+i*n)}})
+		s.Close()
+		if err != nil {
+			return nil, fmt.Errorf("prefill %d of %d: %w", i+1, seqs, err)
+		}
+	}
+	return countsSince(before, m.ExpertCounts()), nil
+}
+
+// calibPromptSeed seeds the calibration's prompts, away from the timed
+// rows' (0 and up, devPromptSeed and up).
+const calibPromptSeed = 1 << 12
+
+// moeMeasured is a routing, the expert counts its calibration routed,
+// and those its timed rows routed: other tokens, decoded as the rows with
+// experts in device memory are, the placement's held-out counts
+// (tier.DeviceCost.Holdout).
 type moeMeasured struct {
-	rt     moeRouting
-	counts [][]uint64
+	rt      moeRouting
+	counts  [][]uint64
+	holdout [][]uint64
 }
 
 // countsSince is after - before, per layer and expert.
@@ -295,7 +331,7 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 	}
 	for _, m := range measured {
 		var xp, use tier.ExpertPlan
-		xp.PlaceOnDevice(esizes, m.counts, left, tier.DeviceCost{Used: cfg.ExpertsUsed, Hop: hop})
+		xp.PlaceOnDevice(esizes, m.counts, left, tier.DeviceCost{Used: cfg.ExpertsUsed, Hop: hop, Holdout: m.holdout})
 		use.PlaceOnDevice(esizes, m.counts, left, tier.DeviceCost{})
 		if xp.Device == nil {
 			res.Notes = append(res.Notes, fmt.Sprintf("experts in device memory, %s: none fits in the %s left", m.rt.short(), gib(left)))
@@ -309,26 +345,38 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 		}
 		rt := m.rt
 		rt.prefix = "dev_" + rt.prefix
-		res.Notes = append(res.Notes, fmt.Sprintf("%s with experts in device memory (JSON keys %s*): %d experts (%s, %d whole layers) in the %s the budget leaves, those that save the CPU most per byte by the routing the rows above measured (%.2f of its picks; a CPU layer's fixed cost measured as %s of reads, gpu.Model.MoEHop); the others on the CPU; routed and read bytes count only the experts off the device, or every expert where a batch size's trial kept the CPU alone",
-			m.rt.short(), rt.prefix, xp.DeviceCount(), gib(xp.DeviceBytes), wholeLayers(xp.Device), gib(left), xp.DeviceHit, tier.FormatBytes(hop)))
+		res.Notes = append(res.Notes, fmt.Sprintf("%s with experts in device memory (JSON keys %s*): %d experts (%s, %d whole layers) in the %s the budget leaves, those that save the CPU most per byte by the routing measured on a prefill of %d other tokens, the way they are placed chosen by the CPU rows' routing (%.2f of the picks of both; a CPU layer's fixed cost measured as %s of reads, gpu.Model.MoEHop); the others on the CPU; routed and read bytes count only the experts off the device, or every expert where a batch size's trial kept the CPU alone",
+			m.rt.short(), rt.prefix, xp.DeviceCount(), gib(xp.DeviceBytes), wholeLayers(xp.Device), gib(left), batch*ctxLen, xp.DeviceHit, tier.FormatBytes(hop)))
 		off := offDevice(esizes, xp.Device)
 		for _, b := range []int{1, batch} {
 			if err := rn.moeDecode(ctx, res, g, off, esizes, mc, rt, b); err != nil {
 				return err
 			}
 		}
-		if wholeLayers(use.Device) == wholeLayers(xp.Device) {
-			continue
-		}
-		// The placement by use per byte alone, for comparison at batch 1.
-		if err := g.SetResidentExperts(ctx, use.DeviceLists()); err != nil {
-			return err
-		}
-		rt.prefix = "dev_use_" + m.rt.prefix
-		res.Notes = append(res.Notes, fmt.Sprintf("%s, experts in device memory by use per byte alone (JSON keys %s*): %d experts (%s, %d whole layers; %.2f of its picks)",
-			m.rt.short(), rt.prefix, use.DeviceCount(), gib(use.DeviceBytes), wholeLayers(use.Device), use.DeviceHit))
-		if err := rn.moeDecode(ctx, res, g, offDevice(esizes, use.Device), esizes, mc, rt, 1); err != nil {
-			return err
+		// The other placements, for comparison at batch 1: by use per
+		// byte alone, and whole layers first (llama.cpp's --n-cpu-moe
+		// shape), where they differ from the plan's.
+		lay, _ := tier.WholeLayersFirst(esizes, m.counts, left)
+		for _, alt := range []struct {
+			prefix, what string
+			device       [][]bool
+		}{
+			{"dev_use_", "by use per byte alone", use.Device},
+			{"dev_layers_", "whole layers first, the most routed first, then by use per byte", lay},
+		} {
+			if wholeLayers(alt.device) == wholeLayers(xp.Device) {
+				continue
+			}
+			xs := tier.ExpertPlan{Device: alt.device}
+			if err := g.SetResidentExperts(ctx, xs.DeviceLists()); err != nil {
+				return err
+			}
+			rt.prefix = alt.prefix + m.rt.prefix
+			res.Notes = append(res.Notes, fmt.Sprintf("%s, experts in device memory %s (JSON keys %s*): %d experts (%d whole layers)",
+				m.rt.short(), alt.what, rt.prefix, xs.DeviceCount(), wholeLayers(alt.device)))
+			if err := rn.moeDecode(ctx, res, g, offDevice(esizes, alt.device), esizes, mc, rt, 1); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
