@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"testing"
+
+	"github.com/strata-llm/strata/engine/gemv"
 )
 
 // benchModel opens a tiny synthetic model for benchmarks.
@@ -100,7 +102,11 @@ func BenchmarkPrefill(b *testing.B) {
 }
 
 // BenchmarkDecode8B runs decode steps of a real-size model (an 8b-shape
-// q4_k_m GGUF, e.g. one written by synth) named by STRATA_BENCH_8B.
+// q4_k_m GGUF, e.g. one written by synth) named by STRATA_BENCH_8B, on
+// engine/gemv's best kernels for this machine (the CPU backend's) and on
+// the float32 reference a Model starts on, each sub-benchmark named for
+// its kernels: the reference is an order of magnitude slower at this
+// size, so a figure without the name says little.
 func BenchmarkDecode8B(b *testing.B) {
 	path := os.Getenv("STRATA_BENCH_8B")
 	if path == "" {
@@ -112,5 +118,13 @@ func BenchmarkDecode8B(b *testing.B) {
 	}
 	defer m.Close()
 	b.Logf("%s: %d layers, dim %d, vocab %d", path, m.Config.Layers, m.Config.Dim, m.Config.Vocab)
-	benchDecode(b, m, 1, 64)
+	impl := gemv.Detect()
+	b.Run(impl.String(), func(b *testing.B) {
+		m.UseGEMV(impl)
+		benchDecode(b, m, 1, 64)
+	})
+	b.Run("reference", func(b *testing.B) {
+		m.UseReference()
+		benchDecode(b, m, 1, 64)
+	})
 }
