@@ -728,6 +728,9 @@ type ExpertInfo struct {
 	DeviceBytes         int64
 	Device              [][]bool
 	DeviceUses, CPUUses uint64
+	// DeviceWholeLayers counts the layers whose every expert is in device
+	// memory (they need no host).
+	DeviceWholeLayers int
 }
 
 // DeviceHit is the share of the picks the GPU computed from experts in
@@ -756,7 +759,7 @@ func (e *Engine) Experts() (ExpertInfo, bool) {
 	// plan's.
 	in.StorageBytes = xp.ResidentBytes + xp.StorageBytes - in.ResidentBytes
 	in.Residency = res
-	in.OnDevice, in.DeviceBytes, in.Device = xp.DeviceCount(), xp.DeviceBytes, xp.Device
+	in.OnDevice, in.DeviceBytes, in.Device, in.DeviceWholeLayers = xp.DeviceCount(), xp.DeviceBytes, xp.Device, xp.DeviceWholeLayers()
 	if e.cuda != nil {
 		if st, ok := e.cuda.MoEStats(); ok {
 			in.DeviceUses, in.CPUUses = uint64(st.GPUExperts), uint64(st.CPUExperts)

@@ -353,6 +353,22 @@ func layerShares(counts [][]uint64, l, E int) []float64 {
 // DeviceCount is how many experts are held in device memory.
 func (p *ExpertPlan) DeviceCount() int { return countSet(p.Device) }
 
+// DeviceWholeLayers counts the layers whose every expert is in device
+// memory: those need no host at all.
+func (p *ExpertPlan) DeviceWholeLayers() int { return WholeLayers(p.Device) }
+
+// WholeLayers counts the layers of a per-layer, per-expert mask whose
+// every expert is set.
+func WholeLayers(m [][]bool) int {
+	n := 0
+	for _, l := range m {
+		if len(l) > 0 && !slices.Contains(l, false) {
+			n++
+		}
+	}
+	return n
+}
+
 // countSet counts the true entries of a per-layer, per-expert mask.
 func countSet(m [][]bool) int {
 	n := 0

@@ -159,3 +159,37 @@ func TestPrintRoute(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintPlanDetailExperts: a MoE model's expert lines under `strata
+// status`: the host tier's residency and uses, then, on a GPU, the
+// experts in device memory with their whole layers and the picks' split;
+// no device line when the GPU holds none and computed none.
+func TestPrintPlanDetailExperts(t *testing.T) {
+	t.Parallel()
+	plan := &api.TierPlan{DeviceBytes: 1 << 30, DeviceBudgetBytes: 8 << 30}
+	host := api.ExpertStatus{Experts: 6144, Resident: 6144, ResidentBytes: 16 << 30, UsesResident: 90, HitRate: 1}
+	dev := host
+	dev.OnDevice, dev.DeviceBytes, dev.DeviceWholeLayers, dev.UsesDevice, dev.UsesCPU, dev.DeviceHitRate = 2550, 7<<30, 19, 30, 60, 1.0/3
+	for _, tc := range []struct {
+		name string
+		x    api.ExpertStatus
+		want string
+	}{
+		{"host only", host, ""},
+		{"device", dev, "  experts in device memory: 2550 (7.0 GiB; 19 whole layers, which need no host); picks computed on the GPU 30, on the CPU 60, device hit rate 0.33\n"},
+	} {
+		var b strings.Builder
+		x := tc.x
+		printPlanDetail(&b, api.ModelStatus{Plan: plan, Experts: &x})
+		out := b.String()
+		if !strings.Contains(out, "  experts: 6144 of 6144 resident") {
+			t.Errorf("%s: no host expert line in %q", tc.name, out)
+		}
+		if got := strings.Contains(out, "experts in device memory"); got != (tc.want != "") {
+			t.Errorf("%s: device line shown %v in %q", tc.name, got, out)
+		}
+		if tc.want != "" && !strings.Contains(out, tc.want) {
+			t.Errorf("%s: %q lacks %q", tc.name, out, tc.want)
+		}
+	}
+}

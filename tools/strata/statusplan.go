@@ -48,8 +48,8 @@ func printPlanDetail(w io.Writer, m api.ModelStatus) {
 		}
 		fmt.Fprintln(w)
 		if x.OnDevice > 0 || x.UsesDevice > 0 {
-			fmt.Fprintf(w, "  experts in device memory: %d (%s); picks computed on the GPU %d, on the CPU %d, device hit rate %.2f\n",
-				x.OnDevice, human(x.DeviceBytes), x.UsesDevice, x.UsesCPU, x.DeviceHitRate)
+			fmt.Fprintf(w, "  experts in device memory: %d (%s; %d whole layers, which need no host); picks computed on the GPU %d, on the CPU %d, device hit rate %.2f\n",
+				x.OnDevice, human(x.DeviceBytes), x.DeviceWholeLayers, x.UsesDevice, x.UsesCPU, x.DeviceHitRate)
 		}
 	}
 	pl := m.Pipeline

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"time"
 
@@ -346,7 +345,7 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 		rt := m.rt
 		rt.prefix = "dev_" + rt.prefix
 		res.Notes = append(res.Notes, fmt.Sprintf("%s with experts in device memory (JSON keys %s*): %d experts (%s, %d whole layers) in the %s the budget leaves, those that save the CPU most per byte by the routing measured on a prefill of %d other tokens, the way they are placed chosen by the CPU rows' routing (%.2f of the picks of both; a CPU layer's fixed cost measured as %s of reads, gpu.Model.MoEHop); the others on the CPU; routed and read bytes count only the experts off the device, or every expert where a batch size's trial kept the CPU alone",
-			m.rt.short(), rt.prefix, xp.DeviceCount(), gib(xp.DeviceBytes), wholeLayers(xp.Device), gib(left), batch*ctxLen, xp.DeviceHit, tier.FormatBytes(hop)))
+			m.rt.short(), rt.prefix, xp.DeviceCount(), gib(xp.DeviceBytes), tier.WholeLayers(xp.Device), gib(left), batch*ctxLen, xp.DeviceHit, tier.FormatBytes(hop)))
 		off := offDevice(esizes, xp.Device)
 		for _, b := range []int{1, batch} {
 			if err := rn.moeDecode(ctx, res, g, off, esizes, mc, rt, b); err != nil {
@@ -364,7 +363,7 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 			{"dev_use_", "by use per byte alone", use.Device},
 			{"dev_layers_", "whole layers first, the most routed first, then by use per byte", lay},
 		} {
-			if wholeLayers(alt.device) == wholeLayers(xp.Device) {
+			if tier.WholeLayers(alt.device) == tier.WholeLayers(xp.Device) {
 				continue
 			}
 			xs := tier.ExpertPlan{Device: alt.device}
@@ -373,24 +372,13 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 			}
 			rt.prefix = alt.prefix + m.rt.prefix
 			res.Notes = append(res.Notes, fmt.Sprintf("%s, experts in device memory %s (JSON keys %s*): %d experts (%d whole layers)",
-				m.rt.short(), alt.what, rt.prefix, xs.DeviceCount(), wholeLayers(alt.device)))
+				m.rt.short(), alt.what, rt.prefix, xs.DeviceCount(), tier.WholeLayers(alt.device)))
 			if err := rn.moeDecode(ctx, res, g, offDevice(esizes, alt.device), esizes, mc, rt, 1); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
-}
-
-// wholeLayers counts the layers whose every expert dev holds.
-func wholeLayers(dev [][]bool) int {
-	n := 0
-	for _, l := range dev {
-		if len(l) > 0 && !slices.Contains(l, false) {
-			n++
-		}
-	}
-	return n
 }
 
 // moeDecode times one decode of g at batch b and adds its rows: tok/s
