@@ -575,6 +575,10 @@ func (e *Engine) useExperts(ctx context.Context, xs *expertStore, xplan *tier.Ex
 		return fmt.Errorf("model %s: calibrating expert placement: %w", e.path, err)
 	}
 	log.Debug("experts placed by their use on the calibration text", "model", e.path, "backend", e.backend.Name())
+	if xp := e.expertPlan; xp.Device != nil {
+		log.Info("experts placed in device memory by their use on the calibration text", "model", e.path,
+			"experts", xp.DeviceCount(), "bytes", xp.DeviceBytes, "whole_layers", xp.DeviceWholeLayers(), "calibration_hit", xp.DeviceHit)
+	}
 	return nil
 }
 
