@@ -318,8 +318,7 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 			e.Close()
 			return nil, fmt.Errorf("model %s: calibrating expert placement: %w", e.path, err)
 		}
-		log.Info("experts placed in device memory by their use on the calibration text", "model", e.path,
-			"experts", xplan.DeviceCount(), "bytes", xplan.DeviceBytes, "whole_layers", xplan.DeviceWholeLayers(), "calibration_hit", xplan.DeviceHit)
+		e.logDeviceExperts(log)
 	}
 	return e, nil
 }

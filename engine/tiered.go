@@ -575,11 +575,18 @@ func (e *Engine) useExperts(ctx context.Context, xs *expertStore, xplan *tier.Ex
 		return fmt.Errorf("model %s: calibrating expert placement: %w", e.path, err)
 	}
 	log.Debug("experts placed by their use on the calibration text", "model", e.path, "backend", e.backend.Name())
-	if xp := e.expertPlan; xp.Device != nil {
-		log.Info("experts placed in device memory by their use on the calibration text", "model", e.path,
-			"experts", xp.DeviceCount(), "bytes", xp.DeviceBytes, "whole_layers", xp.DeviceWholeLayers(), "calibration_hit", xp.DeviceHit)
+	if e.expertPlan.Device != nil {
+		e.logDeviceExperts(log)
 	}
 	return nil
+}
+
+// logDeviceExperts says how the calibration placed the experts in device
+// memory.
+func (e *Engine) logDeviceExperts(log hclog.Logger) {
+	xp := e.expertPlan
+	log.Info("experts placed in device memory by their use on the calibration text", "model", e.path,
+		"experts", xp.DeviceCount(), "bytes", xp.DeviceBytes, "whole_layers", xp.DeviceWholeLayers(), "calibration_hit", xp.DeviceHit)
 }
 
 // calibrationTokens bounds the calibration text a MoE model's expert
@@ -617,32 +624,19 @@ func (e *Engine) calibrateExperts(ctx context.Context) error {
 			return err
 		}
 	}
-	counts := e.expertCounts()
-	if counts == nil || before == nil {
+	after := e.expertCounts()
+	if after == nil || before == nil {
 		return errors.New("the backend counts no routing")
 	}
-	var first, second [][]uint64
+	counts := tier.CountsSince(before, after)
+	first, second := counts, [][]uint64(nil)
 	if mid != nil {
-		first, second = make([][]uint64, len(counts)), make([][]uint64, len(counts))
-	}
-	for l := range counts {
-		if mid != nil {
-			first[l], second[l] = make([]uint64, len(counts[l])), make([]uint64, len(counts[l]))
-		}
-		for x := range counts[l] {
-			if mid != nil {
-				first[l][x], second[l][x] = mid[l][x]-before[l][x], counts[l][x]-mid[l][x]
-			}
-			counts[l][x] -= before[l][x]
-		}
+		first, second = tier.CountsSince(before, mid), tier.CountsSince(mid, after)
 	}
 	// The device's experts first (uploaded from wherever the host holds
 	// them now); then host memory goes to the others: the CPU never
 	// computes an expert the GPU holds, so its count no longer earns it
 	// host residency.
-	if mid == nil {
-		first = counts
-	}
 	if err := e.placeDeviceExperts(ctx, first, second); err != nil {
 		return err
 	}

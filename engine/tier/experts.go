@@ -215,6 +215,24 @@ func addCounts(a, b [][]uint64) [][]uint64 {
 	return out
 }
 
+// CountsSince is after - before, per layer and expert: the routing counts
+// of the passes between two readings (an entry before lacks counts from
+// 0).
+func CountsSince(before, after [][]uint64) [][]uint64 {
+	out := make([][]uint64, len(after))
+	for l := range after {
+		out[l] = slices.Clone(after[l])
+		if l < len(before) {
+			for e := range out[l] {
+				if e < len(before[l]) {
+					out[l][e] -= before[l][e]
+				}
+			}
+		}
+	}
+	return out
+}
+
 // placeLayers makes resident, in resident, the steps of each layer's
 // experts (most used per byte first) that save the CPU the most per byte
 // held, while they fit in left bytes, and returns what is left. A layer's

@@ -292,14 +292,7 @@ func TestPlaceOnDeviceHoldout(t *testing.T) {
 	}
 	uniform[5][0]++ // layer 5 the most routed of the held-out tokens
 	cost := DeviceCost{Used: 2, Hop: 15}
-	whole := func(dev [][]bool) (n int) {
-		for _, l := range dev {
-			if !slices.Contains(l, false) {
-				n++
-			}
-		}
-		return n
-	}
+	whole := WholeLayers
 	for _, c := range []struct {
 		name    string
 		holdout [][]uint64
@@ -347,5 +340,21 @@ func TestPlaceOnDeviceHoldout(t *testing.T) {
 	}
 	if got, want := CPUCost(sizes, nil, newMask(sizes), cost), float64(L)*(2*10+15); math.Abs(got-want) > 1e-9 {
 		t.Errorf("CPUCost with none on the device = %v, want %v", got, want)
+	}
+}
+
+// TestCountsSince: the counts added between two readings, an entry the
+// first reading lacks counted from 0, the readings left as they were.
+func TestCountsSince(t *testing.T) {
+	t.Parallel()
+	before, after := [][]uint64{{1, 2}, {0, 5}}, [][]uint64{{4, 2}, {3, 9}}
+	if got, want := CountsSince(before, after), [][]uint64{{3, 0}, {3, 4}}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("CountsSince = %v, want %v", got, want)
+	}
+	if after[0][0] != 4 || before[1][1] != 5 {
+		t.Fatal("CountsSince changed its inputs")
+	}
+	if got, want := CountsSince([][]uint64{{1}}, [][]uint64{{4, 2}, {3}}), [][]uint64{{3, 2}, {3}}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("CountsSince from a shorter reading = %v, want %v", got, want)
 	}
 }

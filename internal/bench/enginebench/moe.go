@@ -221,7 +221,7 @@ func (rn *runner) moe(ctx context.Context, res *ScenarioResult, mc MoECase) erro
 				return err
 			}
 		}
-		rows := countsSince(c0, g.ExpertCounts())
+		rows := tier.CountsSince(c0, g.ExpertCounts())
 		counts, err := calibrateRouting(ctx, g.Model, batch, ctxLen)
 		if err != nil {
 			return fmt.Errorf("%s: routing calibration: %w", rt.short(), err)
@@ -260,7 +260,7 @@ func calibrateRouting(ctx context.Context, m *gpu.Model, seqs, n int) ([][]uint6
 			return nil, fmt.Errorf("prefill %d of %d: %w", i+1, seqs, err)
 		}
 	}
-	return countsSince(before, m.ExpertCounts()), nil
+	return tier.CountsSince(before, m.ExpertCounts()), nil
 }
 
 // calibPromptSeed seeds the calibration's prompts, away from the timed
@@ -275,22 +275,6 @@ type moeMeasured struct {
 	rt      moeRouting
 	counts  [][]uint64
 	holdout [][]uint64
-}
-
-// countsSince is after - before, per layer and expert.
-func countsSince(before, after [][]uint64) [][]uint64 {
-	out := make([][]uint64, len(after))
-	for l := range after {
-		out[l] = make([]uint64, len(after[l]))
-		for e := range after[l] {
-			if l < len(before) && e < len(before[l]) {
-				out[l][e] = after[l][e] - before[l][e]
-			} else {
-				out[l][e] = after[l][e]
-			}
-		}
-	}
-	return out
 }
 
 // offDevice is sizes with the experts device holds at 0 bytes: what the

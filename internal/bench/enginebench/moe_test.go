@@ -273,14 +273,10 @@ func TestMoEPlan(t *testing.T) {
 	}
 }
 
-// TestCountsSinceOffDevice: the counts a routing's decodes added, and the
-// sizes the CPU reads once the device holds some experts (theirs 0).
-func TestCountsSinceOffDevice(t *testing.T) {
+// TestOffDevice: the sizes the CPU reads once the device holds some
+// experts (theirs 0).
+func TestOffDevice(t *testing.T) {
 	t.Parallel()
-	got := countsSince([][]uint64{{1, 2}, {0, 5}}, [][]uint64{{4, 2}, {3, 9}})
-	if want := [][]uint64{{3, 0}, {3, 4}}; !slices.EqualFunc(got, want, slices.Equal) {
-		t.Fatalf("countsSince = %v, want %v", got, want)
-	}
 	sizes := [][]int64{{10, 20}, {30, 40}}
 	off := offDevice(sizes, [][]bool{{false, true}, {true, true}})
 	if want := [][]int64{{10, 0}, {0, 0}}; !slices.EqualFunc(off, want, slices.Equal) {
