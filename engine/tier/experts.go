@@ -75,7 +75,55 @@ func (p *ExpertPlan) PlaceOnDevice(sizes [][]int64, counts [][]uint64, budget in
 	if budget <= 0 {
 		return
 	}
-	place := func(counts [][]uint64) ([][]bool, int64) {
+	place := placement(sizes, budget, cost)
+	if h := cost.Holdout; holdsOut(sizes, counts, cost) {
+		place = choosePlacement(sizes, counts, budget, cost)
+		counts = AddCounts(counts, h)
+	}
+	var left int64
+	p.Device, left = place(counts)
+	p.DeviceBytes = budget - left
+	p.setDeviceHit(counts)
+}
+
+// setDeviceHit sets DeviceHit from Device and counts, and makes an empty
+// Device nil.
+func (p *ExpertPlan) setDeviceHit(counts [][]uint64) {
+	var hit, all uint64
+	n, experts := 0, 0
+	for l := range p.Device {
+		for e, on := range p.Device[l] {
+			experts++
+			if counts != nil {
+				all += counts[l][e]
+				if on {
+					hit += counts[l][e]
+				}
+			}
+			if on {
+				n++
+			}
+		}
+	}
+	p.DeviceHit = 0
+	switch {
+	case n == 0:
+		p.Device = nil
+	case all > 0:
+		p.DeviceHit = float64(hit) / float64(all)
+	default:
+		p.DeviceHit = float64(n) / float64(experts)
+	}
+}
+
+// A placer makes a device placement from routing counts: the mask and the
+// budget's bytes it leaves.
+type placer func(counts [][]uint64) ([][]bool, int64)
+
+// placement is PlaceOnDevice's envelope way within budget: placeLayers
+// when cost has a Hop to weigh, then use per byte.
+func placement(sizes [][]int64, budget int64, cost DeviceCost) placer {
+	return func(counts [][]uint64) ([][]bool, int64) {
 		dev := newMask(sizes)
 		left := budget
 		if cost.Hop > 0 && cost.Used > 0 {
@@ -83,39 +131,119 @@ func (p *ExpertPlan) PlaceOnDevice(sizes [][]int64, counts [][]uint64, budget in
 		}
 		return dev, FillExperts(RankExperts(sizes, counts), sizes, dev, left)
 	}
-	if h := cost.Holdout; h != nil && cost.Used > 0 && sameShape(h, sizes) && (counts == nil || sameShape(counts, sizes)) {
-		both := addCounts(counts, h)
-		dev, _ := place(counts)
-		if lay, _ := WholeLayersFirst(sizes, counts, budget); CPUCost(sizes, h, lay, cost) < CPUCost(sizes, h, dev, cost) {
-			place = func(counts [][]uint64) ([][]bool, int64) { return WholeLayersFirst(sizes, counts, budget) }
-		}
-		counts = both
+}
+
+// holdsOut reports whether cost's Holdout can choose a placement for
+// counts of sizes' shape.
+func holdsOut(sizes [][]int64, counts [][]uint64, cost DeviceCost) bool {
+	return cost.Holdout != nil && cost.Used > 0 && sameShape(cost.Holdout, sizes) && (counts == nil || sameShape(counts, sizes))
+}
+
+// choosePlacement is the way, the envelope or WholeLayersFirst, whose
+// placement made from counts costs the CPU least on cost.Holdout.
+func choosePlacement(sizes [][]int64, counts [][]uint64, budget int64, cost DeviceCost) placer {
+	place := placement(sizes, budget, cost)
+	dev, _ := place(counts)
+	if lay, _ := WholeLayersFirst(sizes, counts, budget); CPUCost(sizes, cost.Holdout, lay, cost) < CPUCost(sizes, cost.Holdout, dev, cost) {
+		return func(counts [][]uint64) ([][]bool, int64) { return WholeLayersFirst(sizes, counts, budget) }
 	}
-	var left int64
-	p.Device, left = place(counts)
-	order := RankExperts(sizes, counts)
-	p.DeviceBytes = budget - left
-	var hit, all uint64
-	n := 0
-	for _, x := range order {
-		if counts != nil {
-			all += counts[x.Layer][x.Expert]
-			if p.Device[x.Layer][x.Expert] {
-				hit += counts[x.Layer][x.Expert]
+	return place
+}
+
+// DeviceSwap puts layer Layer's expert In in device memory in the place
+// of layer OutLayer's expert Out, which is at least as large: while a
+// model serves, device memory is re-used expert by expert.
+type DeviceSwap struct {
+	Layer, In     int
+	OutLayer, Out int
+}
+
+// deviceSwapGain is the share of the CPU's expected cost a token by which
+// a placement made from recent routing must beat the current one on
+// other tokens' routing before DeviceSwaps moves an expert: a window of
+// a few hundred tokens reads some noise as skew, and a move that gains
+// less than the noise only churns.
+const deviceSwapGain = 0.05
+
+// DeviceSwaps chooses up to max swaps that move p.Device toward the
+// placement PlaceOnDevice would make now, for a model that serves:
+// counts is a window of routing and cost.Holdout (required) the window
+// after it. The way (PlaceOnDevice's two) is chosen on Holdout, and the
+// placement it makes from counts alone must cost the CPU less than
+// p.Device on Holdout by deviceSwapGain, or nothing moves: the current
+// placement was made from other tokens too, so the two compete on tokens
+// neither saw. Then the target is made from both windows within the bytes
+// held now; the experts it adds (the layers nearest to whole first, then
+// by use per byte) each take the place of the least used per byte of the
+// experts it drops that is at least as large. Apply what was done with
+// ApplyDeviceSwaps.
+func (p *ExpertPlan) DeviceSwaps(sizes [][]int64, counts [][]uint64, cost DeviceCost, max int) []DeviceSwap {
+	if p.Device == nil || max <= 0 || counts == nil || !holdsOut(sizes, counts, cost) || !sameShape(counts, sizes) {
+		return nil
+	}
+	budget := p.DeviceBytes
+	place := choosePlacement(sizes, counts, budget, cost)
+	cand, _ := place(counts)
+	if now := CPUCost(sizes, cost.Holdout, p.Device, cost); CPUCost(sizes, cost.Holdout, cand, cost) >= (1-deviceSwapGain)*now {
+		return nil
+	}
+	both := AddCounts(counts, cost.Holdout)
+	target, _ := place(both)
+	missing := make([]int, len(sizes))
+	var ins, outs []ExpertRank
+	for l := range sizes {
+		for e := range sizes[l] {
+			switch on := l < len(p.Device) && e < len(p.Device[l]) && p.Device[l][e]; {
+			case target[l][e] && !on:
+				ins = append(ins, ExpertRank{l, e})
+				missing[l]++
+			case on && !target[l][e]:
+				outs = append(outs, ExpertRank{l, e})
 			}
 		}
-		if p.Device[x.Layer][x.Expert] {
-			n++
+	}
+	// Use per byte, compared without division: (a+1)/na against (b+1)/nb.
+	perByte := func(a, b ExpertRank) int {
+		return cmp.Compare(float64(both[a.Layer][a.Expert]+1)*float64(sizes[b.Layer][b.Expert]),
+			float64(both[b.Layer][b.Expert]+1)*float64(sizes[a.Layer][a.Expert]))
+	}
+	slices.SortStableFunc(ins, func(a, b ExpertRank) int {
+		if c := cmp.Compare(missing[a.Layer], missing[b.Layer]); c != 0 {
+			return c
 		}
+		return perByte(b, a)
+	})
+	slices.SortStableFunc(outs, perByte)
+	var swaps []DeviceSwap
+	for _, in := range ins {
+		if len(swaps) == max {
+			break
+		}
+		k := slices.IndexFunc(outs, func(o ExpertRank) bool { return sizes[o.Layer][o.Expert] >= sizes[in.Layer][in.Expert] })
+		if k < 0 {
+			continue
+		}
+		swaps = append(swaps, DeviceSwap{Layer: in.Layer, In: in.Expert, OutLayer: outs[k].Layer, Out: outs[k].Expert})
+		outs = slices.Delete(outs, k, k+1)
 	}
-	switch {
-	case n == 0:
-		p.Device = nil
-	case all > 0:
-		p.DeviceHit = float64(hit) / float64(all)
-	default:
-		p.DeviceHit = float64(n) / float64(len(order))
+	return swaps
+}
+
+// ApplyDeviceSwaps records swaps done in p.Device and DeviceBytes, and
+// DeviceHit by counts (nil: the share of experts on the device).
+func (p *ExpertPlan) ApplyDeviceSwaps(sizes [][]int64, swaps []DeviceSwap, counts [][]uint64) {
+	if p.Device == nil {
+		return
 	}
+	for _, s := range swaps {
+		p.Device[s.OutLayer][s.Out] = false
+		p.Device[s.Layer][s.In] = true
+		p.DeviceBytes += sizes[s.Layer][s.In] - sizes[s.OutLayer][s.Out]
+	}
+	if counts != nil && !sameShape(counts, sizes) {
+		counts = nil
+	}
+	p.setDeviceHit(counts)
 }
 
 // WholeLayersFirst holds whole layers of experts within budget bytes, the
@@ -199,8 +327,8 @@ func sameShape(counts [][]uint64, sizes [][]int64) bool {
 	return true
 }
 
-// addCounts is a + b, per layer and expert (a nil: b).
-func addCounts(a, b [][]uint64) [][]uint64 {
+// AddCounts is a + b, per layer and expert (a nil: b), in new slices.
+func AddCounts(a, b [][]uint64) [][]uint64 {
 	out := make([][]uint64, len(b))
 	for l := range b {
 		out[l] = slices.Clone(b[l])

@@ -358,3 +358,156 @@ func TestCountsSince(t *testing.T) {
 		t.Fatalf("CountsSince from a shorter reading = %v, want %v", got, want)
 	}
 }
+
+// TestDeviceSwaps: while a model serves, the device's experts move only
+// when recent routing, checked on the window after it, is worth it:
+//   - routing that stays as it was moves nothing;
+//   - hot experts that change move, round by round, until the device
+//     holds the placement the new routing makes, every swap putting an
+//     expert that was off in the place of one that was on and at least
+//     as large, no round above max, the bytes never above the start's;
+//   - an expert larger than every slot it could take stays off;
+//   - no held-out window, or no device placement, moves nothing.
+func TestDeviceSwaps(t *testing.T) {
+	t.Parallel()
+	const L, E = 6, 16
+	cost := DeviceCost{Used: 2, Hop: 40}
+	mk := func(hot func(l, e int) bool, n uint64) [][]uint64 {
+		c := make([][]uint64, L)
+		for l := range c {
+			c[l] = make([]uint64, E)
+			for e := range c[l] {
+				c[l][e] = n
+				if hot(l, e) {
+					c[l][e] = 40 * n
+				}
+			}
+		}
+		return c
+	}
+	sizes := make([][]int64, L)
+	for l := range sizes {
+		sizes[l] = make([]int64, E)
+		for e := range sizes[l] {
+			sizes[l][e] = 100
+		}
+	}
+	low := func(l, e int) bool { return e < 3 }
+	high := func(l, e int) bool { return e >= E-3 }
+	const budget = L * 3 * 100
+	placed := func(counts [][]uint64) ExpertPlan {
+		var p ExpertPlan
+		p.PlaceOnDevice(sizes, counts, budget, cost)
+		return p
+	}
+	t.Run("steady", func(t *testing.T) {
+		t.Parallel()
+		p := placed(mk(low, 3))
+		c := cost
+		c.Holdout = mk(low, 2)
+		if s := p.DeviceSwaps(sizes, mk(low, 3), c, 8); len(s) != 0 {
+			t.Fatalf("routing as it was: %d swaps %v", len(s), s)
+		}
+	})
+	t.Run("shifted", func(t *testing.T) {
+		t.Parallel()
+		p := placed(mk(low, 3))
+		start := p.DeviceBytes
+		c := cost
+		c.Holdout = mk(high, 2)
+		counts := mk(high, 3)
+		want := placed(AddCounts(counts, c.Holdout))
+		before := CPUCost(sizes, c.Holdout, p.Device, c)
+		rounds := 0
+		for ; rounds < 10; rounds++ {
+			s := p.DeviceSwaps(sizes, counts, c, 4)
+			if len(s) == 0 {
+				break
+			}
+			if len(s) > 4 {
+				t.Fatalf("round %d: %d swaps, max 4", rounds, len(s))
+			}
+			for _, x := range s {
+				if p.Device[x.Layer][x.In] || !p.Device[x.OutLayer][x.Out] || sizes[x.Layer][x.In] > sizes[x.OutLayer][x.Out] {
+					t.Fatalf("round %d: swap %+v: in on %v, out on %v", rounds, x, p.Device[x.Layer][x.In], p.Device[x.OutLayer][x.Out])
+				}
+			}
+			p.ApplyDeviceSwaps(sizes, s, AddCounts(counts, c.Holdout))
+			if p.DeviceBytes > start {
+				t.Fatalf("round %d: %d bytes, started with %d", rounds, p.DeviceBytes, start)
+			}
+		}
+		// 18 experts move, four a round.
+		if rounds != 5 {
+			t.Fatalf("%d rounds, want 5", rounds)
+		}
+		for l := range p.Device {
+			if !slices.Equal(p.Device[l], want.Device[l]) {
+				t.Fatalf("after %d rounds layer %d holds %v, want %v", rounds, l, p.DeviceLists()[l], want.DeviceLists()[l])
+			}
+		}
+		if after := CPUCost(sizes, c.Holdout, p.Device, c); after >= before || p.DeviceHit < 0.5 {
+			t.Fatalf("CPU cost %.1f -> %.1f, device hit %.2f", before, after, p.DeviceHit)
+		}
+	})
+	t.Run("whole layers", func(t *testing.T) {
+		t.Parallel()
+		// A routing gone uniform: whole layers save the CPU a layer's
+		// fixed cost, so the moves complete one layer before the next.
+		p := placed(mk(low, 3))
+		uniform := func(n uint64) [][]uint64 {
+			c := mk(func(int, int) bool { return false }, n)
+			c[4][0]++ // layer 4 the most routed
+			return c
+		}
+		c := cost
+		c.Hop, c.Holdout = 200, uniform(20)
+		s := p.DeviceSwaps(sizes, uniform(30), c, E-3)
+		if len(s) != E-3 {
+			t.Fatalf("%d swaps %v, want %d", len(s), s, E-3)
+		}
+		for _, x := range s {
+			if x.Layer != s[0].Layer {
+				t.Fatalf("swaps %v: want one layer completed first", s)
+			}
+		}
+		p.ApplyDeviceSwaps(sizes, s, nil)
+		if n := WholeLayers(p.Device); n != 1 {
+			t.Fatalf("%d whole layers after the first round, want 1: %v", n, p.DeviceLists())
+		}
+	})
+	t.Run("too large", func(t *testing.T) {
+		t.Parallel()
+		big := make([][]int64, L)
+		for l := range big {
+			big[l] = slices.Clone(sizes[l])
+			big[l][E-1] = 150
+		}
+		var p ExpertPlan
+		p.PlaceOnDevice(big, mk(low, 3), budget, cost)
+		c := cost
+		c.Holdout = mk(high, 2)
+		s := p.DeviceSwaps(big, mk(high, 3), c, 100)
+		if len(s) == 0 {
+			t.Fatal("no swaps")
+		}
+		for _, x := range s {
+			if x.In == E-1 {
+				t.Fatalf("swap %+v: a 150-byte expert in a 100-byte place", x)
+			}
+		}
+	})
+	t.Run("nothing to check on", func(t *testing.T) {
+		t.Parallel()
+		p := placed(mk(low, 3))
+		if s := p.DeviceSwaps(sizes, mk(high, 3), cost, 8); s != nil {
+			t.Fatalf("no holdout: %v", s)
+		}
+		var none ExpertPlan
+		c := cost
+		c.Holdout = mk(high, 2)
+		if s := none.DeviceSwaps(sizes, mk(high, 3), c, 8); s != nil {
+			t.Fatalf("no device placement: %v", s)
+		}
+	})
+}
