@@ -85,8 +85,13 @@ type gpuMoE struct {
 	hopDone bool
 }
 
-// expertW is one resident expert's matrices in device memory.
-type expertW struct{ gate, up, down kernels.Matrix }
+// expertW is one resident expert's matrices in device memory, laid out
+// from gate.Ptr in a place of size bytes (at least theirs: a swap puts an
+// expert in a larger one's place).
+type expertW struct {
+	gate, up, down kernels.Matrix
+	size           int64
+}
 
 // moePair is one token's pick of a resident expert.
 type moePair struct{ t, j, e int }
@@ -322,7 +327,7 @@ func (x *gpuMoE) uploadExperts(ctx context.Context, c *cudadrv.Ctx, s cudadrv.St
 			if off+expertSize(ex) > total {
 				return fmt.Errorf("layer %d expert %d: %d bytes, larger than the layer's first", l, e, expertSize(ex))
 			}
-			var d expertW
+			d := expertW{size: expertSize(ex)}
 			if d.gate, err = put(&ex.Gate); err == nil {
 				if d.up, err = put(&ex.Up); err == nil {
 					d.down, err = put(&ex.Down)
