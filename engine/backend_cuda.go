@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -48,6 +49,9 @@ func deviceReserve(total int64) int64 { return max(total/50, 512<<20) }
 type cudaBackend struct {
 	m   *gpu.Model
 	cfg model.Config
+	// adapt, when set, is told of every pass (the device's experts move
+	// by the routing served).
+	adapt atomic.Pointer[deviceAdapter]
 }
 
 func (b *cudaBackend) Name() string         { return BackendCUDA }
@@ -65,7 +69,13 @@ func (b *cudaBackend) NewSequence(maxCtx int) (Sequence, error) {
 
 // Forward is engine/gpu's pass over the same steps, which validates them.
 func (b *cudaBackend) Forward(ctx context.Context, batch []model.Step) error {
-	return b.m.Forward(ctx, batch)
+	if err := b.m.Forward(ctx, batch); err != nil {
+		return err
+	}
+	if a := b.adapt.Load(); a != nil {
+		a.pass()
+	}
+	return nil
 }
 
 // cudaSource is what openCUDA builds the engine from: the opened pool or
@@ -290,7 +300,8 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 	info.Slots, info.MaxContext = cm.MaxSeqs(), cm.MaxContext()
 	info.KVBytes = model.KVCacheBytes(cfg, cm.MaxContext(), cm.MaxSeqs())
 	e.plan, e.cuda, e.dev = plan, cm, dev
-	e.backend = &cudaBackend{m: cm, cfg: cfg}
+	cb := &cudaBackend{m: cm, cfg: cfg}
+	e.backend = cb
 	e.binfo = *info
 	e.expertPlan = xplan
 	if xplan != nil {
@@ -319,6 +330,14 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 			return nil, fmt.Errorf("model %s: calibrating expert placement: %w", e.path, err)
 		}
 		e.logDeviceExperts(log)
+	}
+	if xplan != nil && !o.NoExpertAdaptation {
+		if err := e.startDeviceAdapter(ctx, cb, log); err != nil {
+			e.dev = nil
+			e.pool = nil
+			e.Close()
+			return nil, fmt.Errorf("model %s: experts in device memory: %w", e.path, err)
+		}
 	}
 	return e, nil
 }
@@ -471,7 +490,7 @@ func (e *Engine) Hybrid() (HybridInfo, bool) {
 // first exit layers (resident) and the output head (gpu.Model.ForwardExit),
 // on sequences of the model's own (each takes one of its MaxSeqs).
 type exitBackend struct {
-	cudaBackend
+	*cudaBackend
 	exit int
 }
 
@@ -493,5 +512,5 @@ func selfDraftCUDA(target *Engine, layers int) (*Engine, bool) {
 	info := target.binfo
 	info.Kernels = fmt.Sprintf("%s; early exit after %d of %d layers", info.Kernels, layers, target.Model.Config.Layers)
 	return &Engine{path: target.path, Model: target.Model, Tok: target.Tok, plan: target.plan,
-		backend: &exitBackend{cudaBackend: *cb, exit: layers}, binfo: info}, true
+		backend: &exitBackend{cudaBackend: cb, exit: layers}, binfo: info}, true
 }

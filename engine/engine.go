@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/strata-llm/strata/engine/gemv"
 
@@ -43,6 +44,11 @@ type Engine struct {
 	// expertSizes the experts' sizes they are placed by.
 	deviceExperts int64
 	expertSizes   [][]int64
+	// adapter moves the device's experts by the routing served (nil:
+	// they stay where the load placed them); xmu guards expertPlan's
+	// device fields, which it changes.
+	adapter *deviceAdapter
+	xmu     sync.Mutex
 
 	backend Backend     // the backend passes run on (cpuBackend unless the GPU took the model)
 	binfo   BackendInfo // what backend, on what, and why
@@ -149,6 +155,10 @@ func newCPUEngine(e *Engine) *Engine {
 // after.
 func (e *Engine) Close() error {
 	var errs []error
+	if e.adapter != nil {
+		e.adapter.close()
+		e.adapter = nil
+	}
 	errs = append(errs, e.closeCUDA())
 	if e.pipe != nil {
 		e.Model.SetLayerSource(nil)

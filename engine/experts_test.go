@@ -9,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/prefab"
+	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 )
@@ -418,4 +420,104 @@ func cpuReference(t *testing.T, path string) (logits [][]float32, experts int64,
 		}
 	}
 	return logits, experts, count
+}
+
+// TestDeviceExpertsFollowRoutingCUDA: on the GPU, experts placed by the
+// calibration text move while serving when the routing changes (a Zipf
+// skew set after the load): each layer's hottest expert ends in device
+// memory, the plan says what the device holds, the bytes stay within the
+// budget, and the logits after the moves are the CPU reference's with
+// the same skew.
+func TestDeviceExpertsFollowRoutingCUDA(t *testing.T) {
+	ctx := context.Background()
+	_, gg := stackedPool(t, "mixtral", "f32", 6)
+	const skew = 3
+	cpu, err := engine.OpenWith(ctx, gg, engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Context: 64, Links: defaultLinks()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	if err := cpu.Model.SetRouterSkew(skew); err != nil {
+		t.Fatal(err)
+	}
+	want, err := passLogits(t, cpu, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var experts int64
+	for _, l := range cpu.Model.Weights.Layers {
+		for _, x := range l.Experts {
+			experts += int64(len(x.Gate.Data) + len(x.Up.Data) + len(x.Down.Data))
+		}
+	}
+	o := engine.Options{Backend: engine.BackendCUDA, HostBudget: 1 << 30, Context: 64, Links: defaultLinks()}
+	o.DeviceBudget = deviceBudgetLeaving(t, gg, o, experts/2)
+	e, err := engine.OpenWith(ctx, gg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if !engine.SetDeviceAdaptation(e, 1, 32) {
+		t.Fatal("no device adapter with half the experts in device memory")
+	}
+	g := engine.CUDAModel(e)
+	if err := g.SetRouterSkew(skew); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.Model.Config
+	hot := make([]int, cfg.Layers) // each layer's rank-0 expert
+	for l, row := range model.RouterSkewBias(&cfg, skew) {
+		hot[l] = slices.Index(row, 0)
+	}
+	start, _ := e.Experts()
+	holds := func(x engine.ExpertInfo) bool {
+		for l, h := range hot {
+			if !x.Device[l][h] {
+				return false
+			}
+		}
+		return true
+	}
+	b := e.Backend()
+	for pass := 0; ; pass++ {
+		x, _ := e.Experts()
+		if holds(x) && (x.DeviceMoves > 0 || holds(start)) {
+			break
+		}
+		if pass == 2000 {
+			t.Fatalf("after %d passes of skewed routing, device experts %v (started with %v), %d moved", pass, x.Device, start.Device, x.DeviceMoves)
+		}
+		seq, err := b.NewSequence(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks := []int32{int32(1 + pass%(cfg.Vocab-1))}
+		for range 32 {
+			st := []model.Step{{Seq: seq, Tokens: toks}}
+			if err := b.Forward(ctx, st); err != nil {
+				t.Fatal(err)
+			}
+			toks = []int32{int32(sample.Argmax(st[0].Logits[0]))}
+			pass++
+		}
+		seq.Close()
+	}
+	x, _ := e.Experts()
+	lists := g.ResidentExperts()
+	for l := range x.Device {
+		for ex, on := range x.Device[l] {
+			if on != slices.Contains(lists[l], ex) {
+				t.Fatalf("plan %v, the device holds %v", x.Device, lists)
+			}
+		}
+	}
+	if x.DeviceBytes > experts/2 {
+		t.Fatalf("%d bytes of experts in device memory, %d left for them", x.DeviceBytes, experts/2)
+	}
+	got, err := passLogits(t, e, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nearCPU(t, "after the moves", got, want)
+	t.Logf("device experts %v -> %v, %d moved", start.Device, x.Device, x.DeviceMoves)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/strata-llm/strata/engine/gpu"
 	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/kernels/cudadrv"
@@ -36,3 +37,17 @@ func NewFakeLinkCache(storage func(ctx context.Context)) (*LinkCache, func() map
 	})
 	return c, c.measurements
 }
+
+// SetDeviceAdaptation shortens e's device adapter's look and window (a
+// test's serving is short); false when e has none. Call it before the
+// passes it should see.
+func SetDeviceAdaptation(e *Engine, every, window uint64) bool {
+	if e.adapter == nil {
+		return false
+	}
+	e.adapter.every, e.adapter.window = every, window
+	return true
+}
+
+// CUDAModel is e's GPU model (nil on the CPU).
+func CUDAModel(e *Engine) *gpu.Model { return e.cuda }

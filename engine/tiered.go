@@ -64,6 +64,11 @@ type Options struct {
 	// routing on the built-in calibration text at load: the experts kept
 	// resident are then first by expert order until serving moves them.
 	NoExpertCalibration bool
+	// NoExpertAdaptation keeps the experts a GPU holds in device memory
+	// where the load placed them: otherwise they move, a few at a time
+	// between passes, toward the routing the model serves (for
+	// comparisons of placements).
+	NoExpertAdaptation bool
 	// ExpertReadAhead says when the CPU (the backend, or the CPU beside a
 	// GPU) reads a mixture-of-experts model's storage experts ahead: each
 	// MoE layer predicts the next layer's picks (that layer's router on
@@ -672,7 +677,9 @@ func (e *Engine) placeDeviceExperts(ctx context.Context, counts, holdout [][]uin
 	if err != nil {
 		return fmt.Errorf("experts in device memory: %w", err)
 	}
+	e.xmu.Lock()
 	e.expertPlan.PlaceOnDevice(e.expertSizes, counts, e.deviceExperts, tier.DeviceCost{Used: e.Model.Config.ExpertsUsed, Hop: hop, Holdout: holdout})
+	e.xmu.Unlock()
 	if err := e.cuda.SetResidentExperts(ctx, e.expertPlan.DeviceLists()); err != nil {
 		return fmt.Errorf("experts in device memory: %w", err)
 	}
@@ -729,6 +736,9 @@ type ExpertInfo struct {
 	// DeviceWholeLayers counts the layers whose every expert is in device
 	// memory (they need no host).
 	DeviceWholeLayers int
+	// DeviceMoves counts the experts moved into device memory while
+	// serving, by the routing served (Options.NoExpertAdaptation).
+	DeviceMoves uint64
 }
 
 // DeviceHit is the share of the picks the GPU computed from experts in
@@ -757,7 +767,12 @@ func (e *Engine) Experts() (ExpertInfo, bool) {
 	// plan's.
 	in.StorageBytes = xp.ResidentBytes + xp.StorageBytes - in.ResidentBytes
 	in.Residency = res
-	in.OnDevice, in.DeviceBytes, in.Device, in.DeviceWholeLayers = xp.DeviceCount(), xp.DeviceBytes, xp.Device, xp.DeviceWholeLayers()
+	e.xmu.Lock()
+	in.OnDevice, in.DeviceBytes, in.Device, in.DeviceWholeLayers = xp.DeviceCount(), xp.DeviceBytes, cloneMask(xp.Device), xp.DeviceWholeLayers()
+	e.xmu.Unlock()
+	if a := e.adapter; a != nil {
+		in.DeviceMoves = a.moved.Load()
+	}
 	if e.cuda != nil {
 		if st, ok := e.cuda.MoEStats(); ok {
 			in.DeviceUses, in.CPUUses = uint64(st.GPUExperts), uint64(st.CPUExperts)

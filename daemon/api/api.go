@@ -272,13 +272,15 @@ type ExpertStatus struct {
 	// On a GPU: experts also held in device memory and computed there,
 	// their bytes, the layers whose every expert is there (they need no
 	// host), the (token, expert) picks the GPU and the CPU computed, and
-	// the GPU's share of them.
+	// the GPU's share of them; the experts moved into device memory while
+	// serving, by the routing served.
 	OnDevice          int     `json:"on_device,omitempty"`
 	DeviceBytes       int64   `json:"device_bytes,omitempty"`
 	DeviceWholeLayers int     `json:"device_whole_layers,omitempty"`
 	UsesDevice        uint64  `json:"uses_device,omitempty"`
 	UsesCPU           uint64  `json:"uses_cpu,omitempty"`
 	DeviceHitRate     float64 `json:"device_hit_rate,omitempty"`
+	DeviceMoves       uint64  `json:"device_moves,omitempty"`
 }
 
 // TierCRoute is how a model's tier-C bytes reach compute: "file" (O_DIRECT

@@ -170,6 +170,8 @@ func TestPrintPlanDetailExperts(t *testing.T) {
 	host := api.ExpertStatus{Experts: 6144, Resident: 6144, ResidentBytes: 16 << 30, UsesResident: 90, HitRate: 1}
 	dev := host
 	dev.OnDevice, dev.DeviceBytes, dev.DeviceWholeLayers, dev.UsesDevice, dev.UsesCPU, dev.DeviceHitRate = 2550, 7<<30, 19, 30, 60, 1.0/3
+	moved := dev
+	moved.DeviceMoves = 128
 	for _, tc := range []struct {
 		name string
 		x    api.ExpertStatus
@@ -177,6 +179,7 @@ func TestPrintPlanDetailExperts(t *testing.T) {
 	}{
 		{"host only", host, ""},
 		{"device", dev, "  experts in device memory: 2550 (7.0 GiB; 19 whole layers, which need no host); picks computed on the GPU 30, on the CPU 60, device hit rate 0.33\n"},
+		{"device, moved", moved, "device hit rate 0.33; 128 moved in while serving\n"},
 	} {
 		var b strings.Builder
 		x := tc.x

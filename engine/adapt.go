@@ -1,0 +1,226 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/strata-llm/strata/engine/tier"
+)
+
+// expertDevice is the GPU side a deviceAdapter moves experts on
+// (gpu.Model's).
+type expertDevice interface {
+	ExpertCounts() [][]uint64
+	SwapResidentExperts(ctx context.Context, swaps []tier.DeviceSwap) ([]tier.DeviceSwap, error)
+	ResidentExperts() [][]int
+}
+
+// Serving adaptation of the device's experts: every adaptEvery passes
+// the adapter reads the routing counts; once a window of adaptWindow
+// tokens' routing is in, it weighs moving experts (tier's DeviceSwaps,
+// the window before as the counts and this one held out), moves up to
+// adaptSwaps of them, and starts the next window. A window of a few
+// hundred tokens is what the calibration places by; a round's copies
+// (adaptSwaps experts of a few MiB) hold one pass back by milliseconds.
+const (
+	adaptEvery  = 16
+	adaptWindow = 512
+	adaptSwaps  = 32
+)
+
+// deviceAdapter keeps a GPU's device experts placed by the routing the
+// model serves, as the host's expert store does its own: the calibration
+// text's routing places them at load, and requests may route otherwise.
+// Moves happen between passes (gpu.Model's SwapResidentExperts) on the
+// adapter's goroutine; requests keep running.
+type deviceAdapter struct {
+	dev   expertDevice
+	sizes [][]int64
+	cost  tier.DeviceCost // Used and Hop
+	log   hclog.Logger
+	// mu guards plan's device fields, which Engine.Experts reads.
+	mu   *sync.Mutex
+	plan *tier.ExpertPlan
+	// every, window and swaps are adaptEvery, adaptWindow and adaptSwaps
+	// (tests shorten them).
+	every  uint64
+	window uint64
+	swaps  int
+	passes atomic.Uint64
+	wake   chan struct{}
+	stop   context.CancelFunc
+	done   chan struct{}
+	// The adapter's goroutine's own: the counts where this window began,
+	// and the window before (nil until one is in).
+	last, prev [][]uint64
+	// rounds that moved experts, and the experts moved.
+	rounds, moved atomic.Uint64
+}
+
+// newDeviceAdapter makes an adapter of plan's device experts on dev,
+// starting its window at the counts so far; start runs it.
+func newDeviceAdapter(dev expertDevice, plan *tier.ExpertPlan, mu *sync.Mutex, sizes [][]int64, cost tier.DeviceCost, log hclog.Logger) *deviceAdapter {
+	return &deviceAdapter{
+		dev: dev, plan: plan, mu: mu, sizes: sizes, cost: cost, log: log,
+		every: adaptEvery, window: adaptWindow, swaps: adaptSwaps,
+		wake: make(chan struct{}, 1), last: dev.ExpertCounts(),
+	}
+}
+
+// start runs the adapter until close.
+func (a *deviceAdapter) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	a.stop, a.done = cancel, make(chan struct{})
+	go func() {
+		defer close(a.done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-a.wake:
+				a.look(ctx)
+			}
+		}
+	}()
+}
+
+// close stops the adapter and waits for a round in progress; once
+// stopped, it does nothing.
+func (a *deviceAdapter) close() {
+	if a.stop != nil {
+		a.stop()
+		<-a.done
+		a.stop = nil
+	}
+}
+
+// pass counts a pass that ran, waking the adapter every a.every passes.
+func (a *deviceAdapter) pass() {
+	if a.passes.Add(1)%a.every == 0 {
+		select {
+		case a.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// look reads the counts and, once a window is in, weighs and makes a
+// round of moves. A failed move is logged and the plan read back from the
+// device; serving goes on.
+func (a *deviceAdapter) look(ctx context.Context) {
+	now := a.dev.ExpertCounts()
+	win := tier.CountsSince(a.last, now)
+	if a.tokens(win) < a.window {
+		return
+	}
+	prev := a.prev
+	a.prev, a.last = win, now
+	if prev == nil {
+		return
+	}
+	cost := a.cost
+	cost.Holdout = win
+	a.mu.Lock()
+	swaps := a.plan.DeviceSwaps(a.sizes, prev, cost, a.swaps)
+	a.mu.Unlock()
+	if len(swaps) == 0 {
+		return
+	}
+	done, err := a.dev.SwapResidentExperts(ctx, swaps)
+	both := tier.AddCounts(prev, win)
+	a.mu.Lock()
+	if err != nil {
+		a.plan.Device = maskOf(a.sizes, a.dev.ResidentExperts())
+		a.plan.DeviceBytes = maskBytes(a.sizes, a.plan.Device)
+		a.plan.ApplyDeviceSwaps(a.sizes, nil, both)
+	} else {
+		a.plan.ApplyDeviceSwaps(a.sizes, done, both)
+	}
+	hit, whole := a.plan.DeviceHit, a.plan.DeviceWholeLayers()
+	a.mu.Unlock()
+	if err != nil {
+		a.log.Warn("moving experts in device memory", "error", err, "moved", len(done), "of", len(swaps))
+	}
+	if len(done) > 0 {
+		a.rounds.Add(1)
+		a.moved.Add(uint64(len(done)))
+		a.log.Debug("experts moved in device memory by the routing served", "moved", len(done), "whole_layers", whole, "window_hit", hit)
+	}
+}
+
+// tokens is how many tokens' routing counts holds: its picks over the
+// picks a token makes in every layer.
+func (a *deviceAdapter) tokens(counts [][]uint64) uint64 {
+	var n uint64
+	for _, l := range counts {
+		for _, c := range l {
+			n += c
+		}
+	}
+	per := uint64(max(1, a.cost.Used*len(counts)))
+	return n / per
+}
+
+// maskOf is a per-layer, per-expert mask of sizes' shape with lists' experts
+// set.
+func maskOf(sizes [][]int64, lists [][]int) [][]bool {
+	m := make([][]bool, len(sizes))
+	for l := range sizes {
+		m[l] = make([]bool, len(sizes[l]))
+		if l < len(lists) {
+			for _, e := range lists[l] {
+				if e >= 0 && e < len(m[l]) {
+					m[l][e] = true
+				}
+			}
+		}
+	}
+	return m
+}
+
+// maskBytes sums the sizes of the experts m sets.
+func maskBytes(sizes [][]int64, m [][]bool) int64 {
+	var n int64
+	for l := range m {
+		for e, on := range m[l] {
+			if on {
+				n += sizes[l][e]
+			}
+		}
+	}
+	return n
+}
+
+// cloneMask is a copy of a per-layer, per-expert mask (nil for nil).
+func cloneMask(m [][]bool) [][]bool {
+	if m == nil {
+		return nil
+	}
+	out := make([][]bool, len(m))
+	for l := range m {
+		out[l] = slices.Clone(m[l])
+	}
+	return out
+}
+
+// startDeviceAdapter starts moving the device's experts by the routing
+// served, when some experts are in device memory and some are not.
+func (e *Engine) startDeviceAdapter(ctx context.Context, b *cudaBackend, log hclog.Logger) error {
+	xp := e.expertPlan
+	if e.cuda == nil || xp == nil || xp.Device == nil || xp.DeviceCount() == len(e.expertSizes)*e.Model.Config.Experts {
+		return nil
+	}
+	hop, err := e.cuda.MoEHop(ctx)
+	if err != nil {
+		return err
+	}
+	a := newDeviceAdapter(e.cuda, xp, &e.xmu, e.expertSizes, tier.DeviceCost{Used: e.Model.Config.ExpertsUsed, Hop: hop}, log.Named("experts"))
+	a.start()
+	e.adapter = a
+	b.adapt.Store(a)
+	return nil
+}
