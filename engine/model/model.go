@@ -490,7 +490,9 @@ type scratch struct {
 	// is op o's input, xqAt[i] the (input, row) of quantized vector i.
 	inputs [][][]float32
 	which  []int
-	xqAt   [][2]int
+	// inputOp[k] is the first op taking distinct input k (its glu).
+	inputOp []int
+	xqAt    [][2]int
 }
 
 // sameRows reports whether a and b are the same rows (the same vectors in
@@ -730,7 +732,7 @@ func (m *Model) layer(ctx context.Context, l int, w *Layer) error {
 	kvd := c.KVDim()
 
 	m.norm(sc.xn, sc.h, &w.AttnNorm)
-	if err := m.matmul(matOp{&w.Q, sc.xn, sc.q}, matOp{&w.K, sc.xn, sc.k}, matOp{&w.V, sc.xn, sc.v}); err != nil {
+	if err := m.matmul(matOp{w: &w.Q, xs: sc.xn, ys: sc.q}, matOp{w: &w.K, xs: sc.xn, ys: sc.k}, matOp{w: &w.V, xs: sc.xn, ys: sc.v}); err != nil {
 		return err
 	}
 	if c.QKVBias() {
@@ -778,7 +780,7 @@ func (m *Model) layer(ctx context.Context, l int, w *Layer) error {
 		copy(tr.seq.v[l][tr.pos*kvd:(tr.pos+1)*kvd], sc.v[t])
 	}
 	m.attention(l)
-	if err := m.matmul(matOp{&w.O, sc.att, sc.tmp}); err != nil {
+	if err := m.matmul(matOp{w: &w.O, xs: sc.att, ys: sc.tmp}); err != nil {
 		return err
 	}
 	if c.PostNorms() {
@@ -970,28 +972,10 @@ func (m *Model) ffn(ctx context.Context, l int, w *Layer) error {
 	if c.MoE() {
 		return m.moe(ctx, l, w)
 	}
-	if err := m.matmul(matOp{&w.Gate, sc.xn, sc.gate}, matOp{&w.Up, sc.xn, sc.up}); err != nil {
+	if err := m.matmul(matOp{w: &w.Gate, xs: sc.xn, ys: sc.gate}, matOp{w: &w.Up, xs: sc.xn, ys: sc.up}); err != nil {
 		return err
 	}
-	// The activation is element-wise (the same bits however it is split),
-	// in pieces of 1024 across the pool: on one core it would cost as
-	// much as a fifth of a decode step's matrix products.
-	const piece = 1024
-	per := (c.FFN + piece - 1) / piece
-	m.parallel(len(sc.gate)*per, func(_, i int) {
-		t, p := i/per, i%per
-		g, u := sc.gate[t][p*piece:min((p+1)*piece, c.FFN)], sc.up[t][p*piece:min((p+1)*piece, c.FFN)]
-		if gemma {
-			for i := range g {
-				g[i] = geluTanh(g[i]) * u[i]
-			}
-		} else {
-			for i := range g {
-				g[i] = silu(g[i]) * u[i]
-			}
-		}
-	})
-	if err := m.matmul(matOp{&w.Down, sc.gate, sc.tmp}); err != nil {
+	if err := m.matmul(matOp{w: &w.Down, xs: sc.gate, ys: sc.tmp, glu: sc.up, gelu: gemma}); err != nil {
 		return err
 	}
 	if gemma {
@@ -1085,7 +1069,7 @@ func (m *Model) output(batch []Step) error {
 		}
 		t0 += n
 	}
-	if err := m.matmul(matOp{&m.Weights.Output, sc.outX, sc.outY}); err != nil {
+	if err := m.matmul(matOp{w: &m.Weights.Output, xs: sc.outX, ys: sc.outY}); err != nil {
 		return err
 	}
 	if fc := c.FinalSoftcap; fc > 0 {
@@ -1098,10 +1082,33 @@ func (m *Model) output(batch []Step) error {
 	return nil
 }
 
-// matOp is one matrix-times-batch product: ys[t] = W xs[t].
+// matOp is one matrix-times-batch product: ys[t] = W xs[t]. With glu
+// set, the inputs are first made act(xs[t])·glu[t] in place (act SiLU, or
+// GELU-tanh with gelu): a GLU FFN's activation done by the product that
+// takes it, where engine/gemv's quantization of the inputs applies it
+// piece by piece in the same pass over the cores, rather than a pass of
+// its own (one handing out of work and one wait fewer a block, which
+// counts in a MoE layer's small products). The activation is
+// element-wise, so its bits do not depend on how it is split.
 type matOp struct {
 	w      *Tensor
 	xs, ys [][]float32
+	glu    [][]float32
+	gelu   bool
+}
+
+// activate makes x act(x)·u element by element (matOp's glu).
+func activate(x, u []float32, gelu bool) {
+	u = u[:len(x)]
+	if gelu {
+		for i := range x {
+			x[i] = geluTanh(x[i]) * u[i]
+		}
+		return
+	}
+	for i := range x {
+		x[i] = silu(x[i]) * u[i]
+	}
 }
 
 // chunk is a range of rows of one matOp.
@@ -1114,6 +1121,26 @@ type chunk struct{ op, lo, hi int }
 func (m *Model) matmul(ops ...matOp) error {
 	if m.fast {
 		return m.matmulGEMV(ops)
+	}
+	// The reference activates its inputs in a pass of their own, in
+	// pieces of 1024 across the pool: on one core it would cost as much
+	// as a fifth of a decode step's matrix products.
+	for _, op := range ops {
+		if op.glu == nil {
+			continue
+		}
+		const piece = 1024
+		per := 0
+		for _, x := range op.xs {
+			per = max(per, (len(x)+piece-1)/piece)
+		}
+		m.parallel(len(op.xs)*per, func(_, i int) {
+			x := op.xs[i/per]
+			if lo := (i % per) * piece; lo < len(x) {
+				hi := min(lo+piece, len(x))
+				activate(x[lo:hi], op.glu[i/per][lo:hi], op.gelu)
+			}
+		})
 	}
 	return m.eachChunk(ops, func(oi int, rows []byte, ys [][]float32) error {
 		op := &ops[oi]
@@ -1176,8 +1203,9 @@ func (m *Model) splitRows(ops []matOp) {
 func (m *Model) matmulGEMV(ops []matOp) error {
 	sc := &m.sc
 	// Ops that share an input (q, k and v; gate and up; an expert's gate
-	// and up) share its quantization.
-	sc.inputs, sc.which = sc.inputs[:0], sc.which[:0]
+	// and up) share its quantization, and its activation (glu) is applied
+	// once.
+	sc.inputs, sc.which, sc.inputOp = sc.inputs[:0], sc.which[:0], sc.inputOp[:0]
 	for oi := range ops {
 		k := 0
 		for ; k < len(sc.inputs); k++ {
@@ -1186,7 +1214,7 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 			}
 		}
 		if k == len(sc.inputs) {
-			sc.inputs = append(sc.inputs, ops[oi].xs)
+			sc.inputs, sc.inputOp = append(sc.inputs, ops[oi].xs), append(sc.inputOp, oi)
 		}
 		sc.which = append(sc.which, k)
 	}
@@ -1235,7 +1263,14 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 		k, t := at[0], at[1]
 		x := sc.xq[k][t]
 		if b0 := p * setBlocks; b0 < x.Blocks() {
-			if err := x.SetBlocks(inputs[k][t], b0, min(b0+setBlocks, x.Blocks())); err != nil {
+			b1 := min(b0+setBlocks, x.Blocks())
+			v := inputs[k][t]
+			if op := &ops[sc.inputOp[k]]; op.glu != nil {
+				if lo, hi := b0*gemv.Block, min(b1*gemv.Block, len(v)); lo < hi {
+					activate(v[lo:hi], op.glu[t][lo:hi], op.gelu)
+				}
+			}
+			if err := x.SetBlocks(v, b0, b1); err != nil {
 				fail(err)
 			}
 		}

@@ -358,7 +358,7 @@ func (m *Model) moe(ctx context.Context, l int, w *Layer) error {
 // router skew (SetRouterSkew), and picks each row's top experts into
 // routes: a layer's routing, and prefetchNext's prediction of it.
 func (m *Model) route(l int, router *Tensor, xn, scores [][]float32, routes []route) ([]route, error) {
-	if err := m.matmul(matOp{router, xn, scores}); err != nil {
+	if err := m.matmul(matOp{w: router, xs: xn, ys: scores}); err != nil {
 		return routes, err
 	}
 	if m.skew != nil {
@@ -461,21 +461,15 @@ func (m *Model) moeRouted(ctx context.Context, l int, w *Layer, ahead bool) erro
 	ms.ops = ms.ops[:0]
 	for j, x := range ms.weights {
 		lo, hi := ms.starts[j], ms.starts[j+1]
-		ms.ops = append(ms.ops, matOp{&x.Gate, ms.xs[lo:hi], ms.gs[lo:hi]}, matOp{&x.Up, ms.xs[lo:hi], ms.us[lo:hi]})
+		ms.ops = append(ms.ops, matOp{w: &x.Gate, xs: ms.xs[lo:hi], ys: ms.gs[lo:hi]}, matOp{w: &x.Up, xs: ms.xs[lo:hi], ys: ms.us[lo:hi]})
 	}
 	if err := m.matmul(ms.ops...); err != nil {
 		return err
 	}
-	m.parallel(len(byExpert), func(_, i int) {
-		g, u := ms.gs[i], ms.us[i]
-		for j := range g {
-			g[j] = silu(g[j]) * u[j]
-		}
-	})
 	ms.ops = ms.ops[:0]
 	for j, x := range ms.weights {
 		lo, hi := ms.starts[j], ms.starts[j+1]
-		ms.ops = append(ms.ops, matOp{&x.Down, ms.gs[lo:hi], ms.os[lo:hi]})
+		ms.ops = append(ms.ops, matOp{w: &x.Down, xs: ms.gs[lo:hi], ys: ms.os[lo:hi], glu: ms.us[lo:hi]})
 	}
 	if err := m.matmul(ms.ops...); err != nil {
 		return err

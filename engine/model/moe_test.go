@@ -474,7 +474,7 @@ func TestFFNDeviceReadAhead(t *testing.T) {
 	next := &ref.Weights.Layers[1]
 	ref.prepare(len(in), 0)
 	ref.norm(xn, in, &next.FFNNorm)
-	if err := ref.matmul(matOp{&next.Router, xn, scores}); err != nil {
+	if err := ref.matmul(matOp{w: &next.Router, xs: xn, ys: scores}); err != nil {
 		t.Fatal(err)
 	}
 	var want []int
