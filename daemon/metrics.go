@@ -41,6 +41,7 @@ type metrics struct {
 	// picks computed on each side.
 	expertsOnDevice *prometheus.GaugeVec // model
 	expertPicks     *prometheus.GaugeVec // model, on
+	expertsMoved    *prometheus.GaugeVec // model
 }
 
 func newMetrics() *metrics {
@@ -119,7 +120,10 @@ func newMetrics() *metrics {
 	m.expertPicks = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "strata_expert_picks", Help: "A mixture-of-experts model's (token, expert) picks on a GPU since it loaded, by where the expert was computed: gpu (held in device memory) or cpu.",
 	}, []string{"model", "on"})
-	m.reg.MustRegister(m.duration, m.interToken, m.complHist, m.kvBytes, m.expertsResident, m.expertUses, m.expertsOnDevice, m.expertPicks,
+	m.expertsMoved = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "strata_experts_moved_to_device", Help: "Experts a GPU moved into device memory since the model loaded, following the routing served.",
+	}, []string{"model"})
+	m.reg.MustRegister(m.duration, m.interToken, m.complHist, m.kvBytes, m.expertsResident, m.expertUses, m.expertsOnDevice, m.expertPicks, m.expertsMoved,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	b := buildinfo.Read()
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -141,7 +145,7 @@ func (m *metrics) forget(model string) {
 	l := prometheus.Labels{"model": model}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		m.promptToks, m.complToks, m.finished, m.passes, m.tokPerSec, m.ttft, m.queueDepth, m.activeSeqs, m.drafted, m.accepted,
-		m.interToken, m.complHist, m.kvBytes, m.expertsResident, m.expertUses, m.expertsOnDevice, m.expertPicks,
+		m.interToken, m.complHist, m.kvBytes, m.expertsResident, m.expertUses, m.expertsOnDevice, m.expertPicks, m.expertsMoved,
 	} {
 		v.DeletePartialMatch(l)
 	}

@@ -349,6 +349,7 @@ func (s *Server) refreshGauges() {
 					s.metrics.expertsOnDevice.WithLabelValues(n).Set(float64(x.OnDevice))
 					s.metrics.expertPicks.WithLabelValues(n, "gpu").Set(float64(x.DeviceUses))
 					s.metrics.expertPicks.WithLabelValues(n, "cpu").Set(float64(x.CPUUses))
+					s.metrics.expertsMoved.WithLabelValues(n).Set(float64(x.DeviceMoves))
 				}
 			}
 		}
