@@ -511,3 +511,80 @@ func TestDeviceSwaps(t *testing.T) {
 		}
 	})
 }
+
+// TestDeviceSwapsRandom: over random sizes (two kinds of expert, as a
+// Q4_K_M model's layers differ), routings and placements, every set of
+// swaps DeviceSwaps gives can be done one after another: each takes an
+// expert that is off (and no other swap of the set takes it) into the
+// place of one that is on (no other swap frees it), at least as large; no
+// more than max; ApplyDeviceSwaps then holds no more bytes than before and
+// DeviceCount stays.
+func TestDeviceSwapsRandom(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(11, 12))
+	swapped := 0
+	defer func() {
+		// Most trials' routings differ enough to move experts.
+		if swapped < 200 {
+			t.Errorf("%d swaps in 300 trials", swapped)
+		}
+	}()
+	for trial := range 300 {
+		L, E := 1+r.IntN(6), 2+r.IntN(14)
+		sizes := make([][]int64, L)
+		var all int64
+		for l := range sizes {
+			sizes[l] = make([]int64, E)
+			big := r.IntN(3) == 0
+			for e := range sizes[l] {
+				sizes[l][e] = 100
+				if big {
+					sizes[l][e] = 130
+				}
+				all += sizes[l][e]
+			}
+		}
+		routing := func() [][]uint64 {
+			c := make([][]uint64, L)
+			hot := r.IntN(E)
+			for l := range c {
+				c[l] = make([]uint64, E)
+				for range 50 {
+					e := r.IntN(E)
+					if r.IntN(2) == 0 {
+						e = (hot + r.IntN(3)) % E
+					}
+					c[l][e]++
+				}
+			}
+			return c
+		}
+		cost := DeviceCost{Used: 1 + r.IntN(min(E, 4)), Hop: int64(r.IntN(300))}
+		var p ExpertPlan
+		p.PlaceOnDevice(sizes, routing(), 1+r.Int64N(all), cost)
+		if p.Device == nil {
+			continue
+		}
+		cost.Holdout = routing()
+		max := 1 + r.IntN(8)
+		before, n := p.DeviceBytes, p.DeviceCount()
+		s := p.DeviceSwaps(sizes, routing(), cost, max)
+		if len(s) > max {
+			t.Fatalf("trial %d: %d swaps, max %d", trial, len(s), max)
+		}
+		ins, outs := map[[2]int]bool{}, map[[2]int]bool{}
+		for _, x := range s {
+			in, out := [2]int{x.Layer, x.In}, [2]int{x.OutLayer, x.Out}
+			if p.Device[x.Layer][x.In] || !p.Device[x.OutLayer][x.Out] || ins[in] || outs[out] || sizes[x.Layer][x.In] > sizes[x.OutLayer][x.Out] {
+				t.Fatalf("trial %d: swap %+v of %v: in on %v, out on %v, in taken %v, out freed %v", trial, x, s,
+					p.Device[x.Layer][x.In], p.Device[x.OutLayer][x.Out], ins[in], outs[out])
+			}
+			ins[in], outs[out] = true, true
+		}
+		swapped += len(s)
+		p.ApplyDeviceSwaps(sizes, s, nil)
+		if p.DeviceBytes > before || p.DeviceCount() != n {
+			t.Fatalf("trial %d: %d swaps: %d bytes, %d experts; were %d, %d", trial, len(s), p.DeviceBytes, p.DeviceCount(), before, n)
+		}
+	}
+}
