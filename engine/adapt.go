@@ -23,9 +23,12 @@ type expertDevice interface {
 // the adapter reads the routing counts; once a window of adaptWindow
 // tokens' routing is in, it weighs moving experts (tier's DeviceSwaps,
 // the window before as the counts and this one held out), moves up to
-// adaptSwaps of them, and starts the next window. A window of a few
-// hundred tokens is what the calibration places by; a round's copies
-// (adaptSwaps experts of a few MiB) hold one pass back by milliseconds.
+// adaptSwaps of them, and starts the next window, unless the round moved
+// all it may: then the next look goes on toward the same placement, the
+// window growing, until a round moves fewer. A window of a few hundred
+// tokens is what the calibration places by; a round's copies (adaptSwaps
+// experts of a few MiB) hold one pass back by milliseconds, once in
+// adaptEvery passes at the most.
 const (
 	adaptEvery  = 16
 	adaptWindow = 512
@@ -55,8 +58,10 @@ type deviceAdapter struct {
 	stop   context.CancelFunc
 	done   chan struct{}
 	// The adapter's goroutine's own: the counts where this window began,
-	// and the window before (nil until one is in).
+	// and the window before (nil until one is in); more when the last
+	// round moved all it may.
 	last, prev [][]uint64
+	more       bool
 	// rounds that moved experts, and the experts moved.
 	rounds, moved atomic.Uint64
 }
@@ -114,12 +119,12 @@ func (a *deviceAdapter) pass() {
 func (a *deviceAdapter) look(ctx context.Context) {
 	now := a.dev.ExpertCounts()
 	win := tier.CountsSince(a.last, now)
-	if a.tokens(win) < a.window {
+	if !a.more && a.tokens(win) < a.window {
 		return
 	}
 	prev := a.prev
-	a.prev, a.last = win, now
 	if prev == nil {
+		a.prev, a.last = win, now
 		return
 	}
 	cost := a.cost
@@ -127,6 +132,10 @@ func (a *deviceAdapter) look(ctx context.Context) {
 	a.mu.Lock()
 	swaps := a.plan.DeviceSwaps(a.sizes, prev, cost, a.swaps)
 	a.mu.Unlock()
+	a.more = len(swaps) == a.swaps
+	if !a.more {
+		a.prev, a.last = win, now
+	}
 	if len(swaps) == 0 {
 		return
 	}
@@ -144,6 +153,7 @@ func (a *deviceAdapter) look(ctx context.Context) {
 	a.mu.Unlock()
 	if err != nil {
 		a.log.Warn("moving experts in device memory", "error", err, "moved", len(done), "of", len(swaps))
+		a.more, a.prev, a.last = false, win, now
 	}
 	if len(done) > 0 {
 		a.rounds.Add(1)

@@ -199,6 +199,32 @@ func TestDeviceAdapter(t *testing.T) {
 			t.Fatalf("moved %d experts, device hit %.2f", a.moved.Load(), a.plan.DeviceHit)
 		}
 	})
+	t.Run("capped rounds go on", func(t *testing.T) {
+		t.Parallel()
+		a, f, r := setup(5)
+		a.swaps = 4
+		f.route(r, window, used, high)
+		a.look(context.Background()) // the first window
+		f.route(r, window, used, high)
+		a.look(context.Background()) // the second: a round of 4
+		if a.moved.Load() != 4 || !a.more {
+			t.Fatalf("moved %d, more %v after the first round", a.moved.Load(), a.more)
+		}
+		// The next looks, a few passes apart, go on toward the same
+		// placement without waiting for a window.
+		for range 2 {
+			f.route(r, 16, used, high)
+			a.look(context.Background())
+		}
+		if !held(f, high) || a.moved.Load() != L*3 {
+			t.Fatalf("after the capped rounds the device holds %v (moved %d)", f.ResidentExperts(), a.moved.Load())
+		}
+		f.route(r, 16, used, high)
+		a.look(context.Background())
+		if a.more || a.moved.Load() != L*3 {
+			t.Fatalf("at the placement: more %v, moved %d", a.more, a.moved.Load())
+		}
+	})
 	t.Run("failed swap", func(t *testing.T) {
 		t.Parallel()
 		a, f, r := setup(3)
