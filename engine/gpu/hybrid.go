@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -49,6 +50,9 @@ type HybridStats struct {
 	// two copies).
 	Busy time.Duration `json:"busy_ns"`
 	Hop  time.Duration `json:"hop_ns"`
+	// Warmed is the weight bytes the CPU read into its caches while it
+	// waited for the GPU to reach a layer (SetHybridWarm).
+	Warmed int64 `json:"warmed"`
 }
 
 // hybrid is the model's CPU share (nil without Options.Hybrid).
@@ -71,6 +75,9 @@ type hybrid struct {
 	bufDev  cudadrv.DevPtr       // buf's device address
 	rows    [][]float32          // buf's rows
 	stats   HybridStats
+	// warm has the CPU read a layer's FFN weights into its caches while
+	// it waits for the GPU to reach the layer (SetHybridWarm).
+	warm bool
 }
 
 // hybridPlanner holds what PlanHybrid is given, so that a batch size's
@@ -386,7 +393,15 @@ func (m *Model) cpuFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	if err := m.k.Copy(c, m.stream, h.bufDev, m.act.h, n); err != nil {
 		return err
 	}
-	if err := c.StreamSync(m.stream); err != nil {
+	var warmed func() int64
+	if h.warm {
+		warmed = h.dev.Warm(h.host[l])
+	}
+	err := c.StreamSync(m.stream)
+	if warmed != nil {
+		h.stats.Warmed += warmed()
+	}
+	if err != nil {
 		return err
 	}
 	t1 := time.Now()
@@ -409,6 +424,23 @@ func (m *Model) cpuFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	if l == h.last {
 		h.lastCPU = time.Since(t0)
 	}
+	return nil
+}
+
+// SetHybridWarm has the CPU, while it waits for the GPU to reach a layer
+// whose FFN it computes, read that FFN's weights into its caches (the
+// threads but one, until the hidden state is there): the wait is time in
+// which only the copy engine reads host memory, and a host whose
+// last-level cache holds part of a layer computes that part at the
+// cache's rate. Off by default; a benchmark times both ways. A model
+// without the CPU beside it refuses.
+func (m *Model) SetHybridWarm(on bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.hy == nil {
+		return errors.New("hybrid warm-up: the CPU takes no part (no Options.Hybrid)")
+	}
+	m.hy.warm = on
 	return nil
 }
 
