@@ -429,7 +429,7 @@ func (m *Model) cpuFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 
 // SetHybridWarm has the CPU, while it waits for the GPU to reach a layer
 // whose FFN it computes, read that FFN's weights into its caches (the
-// threads but one, until the hidden state is there): the wait is time in
+// threads but two, until the hidden state is there): the wait is time in
 // which only the copy engine reads host memory, and a host whose
 // last-level cache holds part of a layer computes that part at the
 // cache's rate. Off by default; a benchmark times both ways. A model

@@ -14,7 +14,7 @@ const warmChunk = 32 << 10
 const cacheLine = 64
 
 // Warm reads w's FFN weights (gate, up, or the fused gate-up, then down),
-// from their start, into the CPU's caches on the device's threads but one,
+// from their start, into the CPU's caches on the device's threads but two,
 // until the returned stop is called, and stop returns once they have
 // stopped, with the bytes read. It is for the time the CPU would
 // otherwise wait (for a GPU to reach the layer): a host whose last-level
@@ -48,7 +48,11 @@ func (d *FFNDevice) startWarm(w *Layer) *warmup {
 	}
 	wu.total = wu.starts[len(wu.parts)]
 	pool := d.m.pool
-	threads := max(1, pool.Workers()-1)
+	// Two of the processors stay free: the goroutine that waits for the
+	// GPU (and stops this) and the one that waits for it. Were every
+	// processor busy reading, the first would find none free when its
+	// wait ended, and the reads would run on until the layer was read.
+	threads := max(1, pool.Workers()-2)
 	sums := make([]byte, pool.Threads())
 	go func() {
 		defer close(wu.done)
