@@ -51,7 +51,7 @@ type HybridStats struct {
 	Busy time.Duration `json:"busy_ns"`
 	Hop  time.Duration `json:"hop_ns"`
 	// Warmed is the weight bytes the CPU read into its caches while it
-	// waited for the GPU to reach a layer (SetHybridWarm).
+	// waited for the GPU to reach a layer (SetCPUWarm).
 	Warmed int64 `json:"warmed"`
 }
 
@@ -76,7 +76,7 @@ type hybrid struct {
 	rows    [][]float32          // buf's rows
 	stats   HybridStats
 	// warm has the CPU read a layer's FFN weights into its caches while
-	// it waits for the GPU to reach the layer (SetHybridWarm).
+	// it waits for the GPU to reach the layer (SetCPUWarm).
 	warm bool
 }
 
@@ -427,20 +427,27 @@ func (m *Model) cpuFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	return nil
 }
 
-// SetHybridWarm has the CPU, while it waits for the GPU to reach a layer
-// whose FFN it computes, read that FFN's weights into its caches (the
-// threads but two, until the hidden state is there): the wait is time in
-// which only the copy engine reads host memory, and a host whose
-// last-level cache holds part of a layer computes that part at the
-// cache's rate. Off by default; a benchmark times both ways. A model
-// without the CPU beside it refuses.
-func (m *Model) SetHybridWarm(on bool) error {
+// SetCPUWarm has the CPU beside the GPU read into its caches what it is
+// about to compute while it waits for the GPU (the threads but two, until
+// the wait ends): with the hybrid placement, the FFN weights of the layer
+// it waits to compute; with experts on the CPU, those of the next layer's
+// experts its router predicts from the residual the CPU just computed
+// (model.FFNDevice.WarmNext). The wait is time in which only the copy
+// engine reads host memory, and a host whose last-level cache holds what
+// was read computes it at the cache's rate. Off by default; a benchmark
+// times both ways. A model the CPU takes no part in refuses.
+func (m *Model) SetCPUWarm(on bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.hy == nil {
-		return errors.New("hybrid warm-up: the CPU takes no part (no Options.Hybrid)")
+	if m.hy == nil && m.moe == nil {
+		return errors.New("cpu warm-up: the CPU takes no part (no Options.Hybrid, no experts)")
 	}
-	m.hy.warm = on
+	if m.hy != nil {
+		m.hy.warm = on
+	}
+	if m.moe != nil {
+		m.moe.warm = on
+	}
 	return nil
 }
 

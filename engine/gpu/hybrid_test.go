@@ -20,7 +20,7 @@ import (
 // so the pipeline's copy lengths switch between passes) the logits and 64
 // greedy tokens match the CPU reference, and the CPU computed an FFN per
 // planned layer of every decode step; the same with the CPU warming its
-// layers' weights while it waits (SetHybridWarm).
+// layers' weights while it waits (SetCPUWarm).
 func TestHybridFidelity(t *testing.T) {
 	gpu(t)
 	for _, tc := range []struct {
@@ -41,7 +41,7 @@ func TestHybridFidelity(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%s/cpu%v/warm=%v", tc.arch, tc.typ, tc.cpu, warm), func(t *testing.T) {
 				cpu := tinyModel(t, tc.arch, tc.typ)
 				g := loadGPU(t, cpu, Options{StreamLayers: tc.streamed, Slots: tc.slots, Hybrid: &Hybrid{Plans: [][]int{tc.cpu, tc.cpu}}})
-				if err := g.SetHybridWarm(warm); err != nil {
+				if err := g.SetCPUWarm(warm); err != nil {
 					t.Fatal(err)
 				}
 				const steps = 64
@@ -124,7 +124,7 @@ func TestHybridRejects(t *testing.T) {
 			t.Errorf("%s: %v, want it to say %q", tc.name, err, tc.want)
 		}
 	}
-	if err := loadGPU(t, cpu, Options{StreamLayers: []int{1}}).SetHybridWarm(true); err == nil {
+	if err := loadGPU(t, cpu, Options{StreamLayers: []int{1}}).SetCPUWarm(true); err == nil {
 		t.Error("a model without the CPU beside it took a warm-up")
 	}
 }

@@ -86,3 +86,75 @@ func TestWarmStopped(t *testing.T) {
 		t.Fatal("the FFN after a warm-up differs from one without")
 	}
 }
+
+// TestWarmNext: a MoE device warms the experts layer 1's router picks for
+// the residual it is given, those keep selects, each read once; the
+// device's next call waits for stop and computes as if nothing had
+// warmed; a dense model warms nothing.
+func TestWarmNext(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m, err := Open(synthModel(t, "qwen3moe", "f32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	cfg := m.Config
+	d, err := NewFFNDevice(cfg, gemv.Detect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := m.Weights.Layers
+	h := randomVector(cfg.Dim, 9)
+	row := func() [][]float32 { return [][]float32{slices.Clone(h)} }
+	if err := d.Run(ctx, 0, &ls[0], row()); err != nil {
+		t.Fatal(err)
+	}
+	// Layer 1's own picks for h: its routing counts over one FFN.
+	before := d.ExpertCounts()
+	if err := d.Run(ctx, 1, &ls[1], row()); err != nil {
+		t.Fatal(err)
+	}
+	after := d.ExpertCounts()
+	keep := func(e int) bool { return e%2 == 0 }
+	var want int64
+	for e := range after[1] {
+		if after[1][e] > before[1][e] && keep(e) {
+			x := &ls[1].Experts[e]
+			want += int64(len(x.Gate.Data) + len(x.Up.Data) + len(x.Down.Data))
+		}
+	}
+	if want == 0 {
+		t.Fatalf("layer 1 picked none of the kept experts (counts %v -> %v): choose another h", before[1], after[1])
+	}
+	wu := d.warmNext(1, &ls[1], row(), keep)
+	for deadline := time.Now().Add(time.Minute); wu.read.Load() < want; {
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute on, %d of %d bytes read", wu.read.Load(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got := wu.stop(); got != want {
+		t.Fatalf("warmed %d bytes, the kept picks hold %d", got, want)
+	}
+	got, ref := row(), row()
+	if err := d.Run(ctx, 1, &ls[1], got); err != nil {
+		t.Fatal(err)
+	}
+	d2, _ := NewFFNDevice(cfg, gemv.Detect())
+	if err := d2.Run(ctx, 1, &ls[1], ref); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got[0], ref[0]) {
+		t.Fatal("the FFN after a warm-up differs from one without")
+	}
+	dense, err := Open(synthModel(t, "llama", "f32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dense.Close()
+	dd, _ := NewFFNDevice(dense.Config, gemv.Detect())
+	if n := dd.WarmNext(1, &dense.Weights.Layers[1], [][]float32{randomVector(dense.Config.Dim, 1)}, nil)(); n != 0 {
+		t.Fatalf("a dense model warmed %d bytes", n)
+	}
+}

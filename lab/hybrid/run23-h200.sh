@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device call: the CPU warming its layers' weights into its 300 MiB L3
-# while it waits for the GPU (gpu.Model.SetHybridWarm): bench engine
+# while it waits for the GPU (gpu.Model.SetCPUWarm): bench engine
 # --only streamed times the 8b half at batch 1 without (hybrid_*) and then
 # with (hybrid_warm_*) in one run, twice, and the GPU tests of the hybrid
 # with and without it.

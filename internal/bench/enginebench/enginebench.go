@@ -927,17 +927,17 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 }
 
 // hybridWarm times batch 1 again with the CPU warming each of its layers'
-// weights while it waits for the GPU (gpu.Model.SetHybridWarm), against
+// weights while it waits for the GPU (gpu.Model.SetCPUWarm), against
 // h1 without, in the same run (rows hybrid_warm_*), and turns it off
 // again.
 func (rn *runner) hybridWarm(ctx context.Context, res *ScenarioResult, g *loaded, h1 *gputime.DecodeTiming, limit float64) error {
-	if err := g.SetHybridWarm(true); err != nil {
+	if err := g.SetCPUWarm(true); err != nil {
 		return err
 	}
 	rn.o.progress("  hybrid decode, batch 1, the CPU warming its layers")
 	before := g.HybridStats()
 	hw, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 4, Steps: 16})
-	if serr := g.SetHybridWarm(false); err == nil {
+	if serr := g.SetCPUWarm(false); err == nil {
 		err = serr
 	}
 	if err != nil {
