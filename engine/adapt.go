@@ -62,8 +62,8 @@ type deviceAdapter struct {
 	// round moved all it may.
 	last, prev [][]uint64
 	more       bool
-	// rounds that moved experts, and the experts moved.
-	rounds, moved atomic.Uint64
+	// moved counts the experts moved.
+	moved atomic.Uint64
 }
 
 // newDeviceAdapter makes an adapter of plan's device experts on dev,
@@ -143,9 +143,7 @@ func (a *deviceAdapter) look(ctx context.Context) {
 	both := tier.AddCounts(prev, win)
 	a.mu.Lock()
 	if err != nil {
-		a.plan.Device = maskOf(a.sizes, a.dev.ResidentExperts())
-		a.plan.DeviceBytes = maskBytes(a.sizes, a.plan.Device)
-		a.plan.ApplyDeviceSwaps(a.sizes, nil, both)
+		a.plan.SetDeviceLists(a.sizes, a.dev.ResidentExperts(), both)
 	} else {
 		a.plan.ApplyDeviceSwaps(a.sizes, done, both)
 	}
@@ -156,7 +154,6 @@ func (a *deviceAdapter) look(ctx context.Context) {
 		a.more, a.prev, a.last = false, win, now
 	}
 	if len(done) > 0 {
-		a.rounds.Add(1)
 		a.moved.Add(uint64(len(done)))
 		a.log.Debug("experts moved in device memory by the routing served", "moved", len(done), "whole_layers", whole, "window_hit", hit)
 	}
@@ -173,36 +170,6 @@ func (a *deviceAdapter) tokens(counts [][]uint64) uint64 {
 	}
 	per := uint64(max(1, a.cost.Used*len(counts)))
 	return n / per
-}
-
-// maskOf is a per-layer, per-expert mask of sizes' shape with lists' experts
-// set.
-func maskOf(sizes [][]int64, lists [][]int) [][]bool {
-	m := make([][]bool, len(sizes))
-	for l := range sizes {
-		m[l] = make([]bool, len(sizes[l]))
-		if l < len(lists) {
-			for _, e := range lists[l] {
-				if e >= 0 && e < len(m[l]) {
-					m[l][e] = true
-				}
-			}
-		}
-	}
-	return m
-}
-
-// maskBytes sums the sizes of the experts m sets.
-func maskBytes(sizes [][]int64, m [][]bool) int64 {
-	var n int64
-	for l := range m {
-		for e, on := range m[l] {
-			if on {
-				n += sizes[l][e]
-			}
-		}
-	}
-	return n
 }
 
 // cloneMask is a copy of a per-layer, per-expert mask (nil for nil).

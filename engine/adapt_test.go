@@ -162,12 +162,13 @@ func TestDeviceAdapter(t *testing.T) {
 	}
 	samePlan := func(t *testing.T, a *deviceAdapter, f *fakeExperts) {
 		t.Helper()
-		got := maskOf(sizes, f.ResidentExperts())
-		if !slices.EqualFunc(a.plan.Device, got, slices.Equal) {
+		var got tier.ExpertPlan
+		got.SetDeviceLists(sizes, f.ResidentExperts(), nil)
+		if !slices.EqualFunc(a.plan.Device, got.Device, slices.Equal) {
 			t.Fatalf("plan %v, device %v", a.plan.DeviceLists(), f.ResidentExperts())
 		}
-		if a.plan.DeviceBytes != maskBytes(sizes, got) || a.plan.DeviceBytes > L*3*1000 {
-			t.Fatalf("plan bytes %d, device's %d", a.plan.DeviceBytes, maskBytes(sizes, got))
+		if a.plan.DeviceBytes != got.DeviceBytes || a.plan.DeviceBytes > L*3*1000 {
+			t.Fatalf("plan bytes %d, device's %d", a.plan.DeviceBytes, got.DeviceBytes)
 		}
 	}
 	t.Run("steady", func(t *testing.T) {

@@ -86,9 +86,18 @@ func (p *ExpertPlan) PlaceOnDevice(sizes [][]int64, counts [][]uint64, budget in
 	p.setDeviceHit(counts)
 }
 
-// setDeviceHit sets DeviceHit from Device and counts, and makes an empty
-// Device nil.
+// setDeviceHit sets DeviceHit from Device and counts (nil, or not of
+// Device's shape: the share of experts), and makes an empty Device nil.
 func (p *ExpertPlan) setDeviceHit(counts [][]uint64) {
+	if len(counts) != len(p.Device) {
+		counts = nil
+	}
+	for l := range counts {
+		if len(counts[l]) != len(p.Device[l]) {
+			counts = nil
+			break
+		}
+	}
 	var hit, all uint64
 	n, experts := 0, 0
 	for l := range p.Device {
@@ -202,11 +211,7 @@ func (p *ExpertPlan) DeviceSwaps(sizes [][]int64, counts [][]uint64, cost Device
 			}
 		}
 	}
-	// Use per byte, compared without division: (a+1)/na against (b+1)/nb.
-	perByte := func(a, b ExpertRank) int {
-		return cmp.Compare(float64(both[a.Layer][a.Expert]+1)*float64(sizes[b.Layer][b.Expert]),
-			float64(both[b.Layer][b.Expert]+1)*float64(sizes[a.Layer][a.Expert]))
-	}
+	perByte := byUsePerByte(sizes, both)
 	slices.SortStableFunc(ins, func(a, b ExpertRank) int {
 		if c := cmp.Compare(missing[a.Layer], missing[b.Layer]); c != 0 {
 			return c
@@ -239,9 +244,6 @@ func (p *ExpertPlan) ApplyDeviceSwaps(sizes [][]int64, swaps []DeviceSwap, count
 		p.Device[s.OutLayer][s.Out] = false
 		p.Device[s.Layer][s.In] = true
 		p.DeviceBytes += sizes[s.Layer][s.In] - sizes[s.OutLayer][s.Out]
-	}
-	if counts != nil && !sameShape(counts, sizes) {
-		counts = nil
 	}
 	p.setDeviceHit(counts)
 }
@@ -545,6 +547,26 @@ func (p *ExpertPlan) DeviceLists() [][]int {
 	return out
 }
 
+// SetDeviceLists makes p.Device the experts lists names per layer (as
+// DeviceLists gives them; out of range ones are left out), DeviceBytes
+// their sizes' sum and DeviceHit their share of counts (nil: of the
+// experts): the plan read back from what a device holds.
+func (p *ExpertPlan) SetDeviceLists(sizes [][]int64, lists [][]int, counts [][]uint64) {
+	p.Device, p.DeviceBytes = newMask(sizes), 0
+	for l := range sizes {
+		if l >= len(lists) {
+			continue
+		}
+		for _, e := range lists[l] {
+			if e >= 0 && e < len(sizes[l]) && !p.Device[l][e] {
+				p.Device[l][e] = true
+				p.DeviceBytes += sizes[l][e]
+			}
+		}
+	}
+	p.setDeviceHit(counts)
+}
+
 // ExpertBudget is the memory p leaves for a mixture-of-experts model's
 // experts (the resident ones and the read buffers), which are computed on
 // the CPU and so live in host memory whatever runs the layers: with one
@@ -669,17 +691,25 @@ func RankExperts(sizes [][]int64, counts [][]uint64) []ExpertRank {
 			order = append(order, ExpertRank{l, e})
 		}
 	}
+	perByte := byUsePerByte(sizes, counts)
+	slices.SortStableFunc(order, func(a, b ExpertRank) int { return perByte(b, a) })
+	return order
+}
+
+// byUsePerByte compares two experts by use per byte, the less used first:
+// the count (nil counts: none) plus one, so an unmeasured expert still
+// ranks by its size, over the size, compared without division
+// ((a+1)/na against (b+1)/nb).
+func byUsePerByte(sizes [][]int64, counts [][]uint64) func(a, b ExpertRank) int {
 	use := func(x ExpertRank) float64 {
 		if counts == nil {
 			return 1
 		}
 		return float64(counts[x.Layer][x.Expert] + 1)
 	}
-	// (a+1)/na > (b+1)/nb, compared without division.
-	slices.SortStableFunc(order, func(a, b ExpertRank) int {
-		return cmp.Compare(use(b)*float64(sizes[a.Layer][a.Expert]), use(a)*float64(sizes[b.Layer][b.Expert]))
-	})
-	return order
+	return func(a, b ExpertRank) int {
+		return cmp.Compare(use(a)*float64(sizes[b.Layer][b.Expert]), use(b)*float64(sizes[a.Layer][a.Expert]))
+	}
 }
 
 // FillExperts makes resident, in order, every expert not yet resident

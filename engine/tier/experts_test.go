@@ -588,3 +588,23 @@ func TestDeviceSwapsRandom(t *testing.T) {
 		}
 	}
 }
+
+// TestSetDeviceLists: a placement read back from its lists (DeviceLists)
+// is the placement: mask, bytes and hit; experts out of range are left
+// out, and no list at all places none.
+func TestSetDeviceLists(t *testing.T) {
+	t.Parallel()
+	sizes := [][]int64{{10, 20, 30}, {10, 10, 40}}
+	counts := [][]uint64{{5, 1, 0}, {2, 9, 3}}
+	var p ExpertPlan
+	p.PlaceOnDevice(sizes, counts, 45, DeviceCost{})
+	var q ExpertPlan
+	q.SetDeviceLists(sizes, append(p.DeviceLists(), []int{7}), counts)
+	if !slices.EqualFunc(q.Device, p.Device, slices.Equal) || q.DeviceBytes != p.DeviceBytes || q.DeviceHit != p.DeviceHit {
+		t.Fatalf("read back %v (%d bytes, hit %v), placed %v (%d, %v)", q.Device, q.DeviceBytes, q.DeviceHit, p.Device, p.DeviceBytes, p.DeviceHit)
+	}
+	q.SetDeviceLists(sizes, [][]int{{-1, 3}}, nil)
+	if q.Device != nil || q.DeviceBytes != 0 || q.DeviceHit != 0 {
+		t.Fatalf("no expert in range: %v, %d bytes, hit %v", q.Device, q.DeviceBytes, q.DeviceHit)
+	}
+}
