@@ -55,15 +55,7 @@ func TestMoEOnCUDA(t *testing.T) {
 			if len(tc.streamed) > 0 {
 				opts.Slots = 1
 			}
-			for l := range cfg.Layers {
-				var es []int
-				for e := range cfg.Experts {
-					if tc.resident == all || tc.resident == some && (e+l)%3 == 0 {
-						es = append(es, e)
-					}
-				}
-				opts.ResidentExperts = append(opts.ResidentExperts, es)
-			}
+			opts.ResidentExperts = residentSets(cfg, tc.resident)
 			load := cpu
 			if tc.source {
 				// The engine's expert store stands here: the layers lack
@@ -143,16 +135,7 @@ func TestMoEOnCUDAQ4KM(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/resident=%s", arch, resident), func(t *testing.T) {
 				cpu := tinyModel(t, arch, "q4_k_m")
 				cfg := cpu.Config
-				opts := Options{MaxSeqs: 2, NoExpertTrial: true}
-				for l := range cfg.Layers {
-					var es []int
-					for e := range cfg.Experts {
-						if resident == "all" || resident == "some" && (e+l)%3 == 0 {
-							es = append(es, e)
-						}
-					}
-					opts.ResidentExperts = append(opts.ResidentExperts, es)
-				}
+				opts := Options{MaxSeqs: 2, NoExpertTrial: true, ResidentExperts: residentSets(cfg, resident)}
 				g := loadGPU(t, cpu, opts)
 				const steps = 6
 				worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 9, 4), steps)
@@ -185,6 +168,22 @@ func TestMoEOnCUDAQ4KM(t *testing.T) {
 			})
 		}
 	}
+}
+
+// residentSets is a resident expert set per layer of cfg: "all", "some"
+// (every third expert, shifted by the layer) or "none".
+func residentSets(cfg model.Config, which string) [][]int {
+	var rs [][]int
+	for l := range cfg.Layers {
+		var es []int
+		for e := range cfg.Experts {
+			if which == "all" || which == "some" && (e+l)%3 == 0 {
+				es = append(es, e)
+			}
+		}
+		rs = append(rs, es)
+	}
+	return rs
 }
 
 // TestSetResidentExperts: the resident experts replaced between passes
@@ -400,16 +399,7 @@ func TestMoECPUWarm(t *testing.T) {
 		t.Run(arch, func(t *testing.T) {
 			cpu := tinyModel(t, arch, "f32")
 			cfg := cpu.Config
-			opts := Options{MaxSeqs: 1, NoExpertTrial: true}
-			for l := range cfg.Layers {
-				var es []int
-				for e := range cfg.Experts {
-					if (e+l)%3 == 0 {
-						es = append(es, e)
-					}
-				}
-				opts.ResidentExperts = append(opts.ResidentExperts, es)
-			}
+			opts := Options{MaxSeqs: 1, NoExpertTrial: true, ResidentExperts: residentSets(cfg, "some")}
 			g := loadGPU(t, cpu, opts)
 			if err := g.SetCPUWarm(true); err != nil {
 				t.Fatal(err)
