@@ -314,14 +314,6 @@ func (x *gpuMoE) uploadExperts(ctx context.Context, c *cudadrv.Ctx, s cudadrv.St
 	x.expertBytes += total
 	x.stats.ResidentBytes = total
 	off := int64(0)
-	put := func(t *model.Tensor) (kernels.Matrix, error) {
-		p := x.experts.Add(off)
-		off += alignUp(int64(len(t.Data)))
-		if err := c.CopyHtoD(p, t.Data, s); err != nil {
-			return kernels.Matrix{}, fmt.Errorf("uploading %s: %w", t.Name, err)
-		}
-		return matrix(t, p), nil
-	}
 	for l, es := range rs {
 		x.resident[l] = map[int]expertW{}
 		for _, e := range es {
@@ -335,15 +327,11 @@ func (x *gpuMoE) uploadExperts(ctx context.Context, c *cudadrv.Ctx, s cudadrv.St
 			if off+expertSize(ex) > total {
 				return fmt.Errorf("layer %d expert %d: %d bytes, larger than the layer's first", l, e, expertSize(ex))
 			}
-			d := expertW{size: expertSize(ex)}
-			if d.gate, err = put(&ex.Gate); err == nil {
-				if d.up, err = put(&ex.Up); err == nil {
-					d.down, err = put(&ex.Down)
-				}
-			}
+			d, err := putExpert(c, s, x.experts.Add(off), expertSize(ex), ex)
 			if err != nil {
 				return err
 			}
+			off += d.size
 			// An expert source's weights stay valid only until its next
 			// call: each expert's copies finish before the next is asked.
 			if err := c.StreamSync(s); err != nil {
@@ -354,6 +342,26 @@ func (x *gpuMoE) uploadExperts(ctx context.Context, c *cudadrv.Ctx, s cudadrv.St
 		}
 	}
 	return x.uploadTables(c, s)
+}
+
+// putExpert enqueues on s the copies of ex's matrices into device memory
+// from at, one after another, each aligned (expertSize), in a place of
+// size bytes, and returns them.
+func putExpert(c *cudadrv.Ctx, s cudadrv.Stream, at cudadrv.DevPtr, size int64, ex *model.Expert) (expertW, error) {
+	d := expertW{size: size}
+	off := int64(0)
+	for _, m := range []struct {
+		dst *kernels.Matrix
+		t   *model.Tensor
+	}{{&d.gate, &ex.Gate}, {&d.up, &ex.Up}, {&d.down, &ex.Down}} {
+		p := at.Add(off)
+		off += alignUp(int64(len(m.t.Data)))
+		if err := c.CopyHtoD(p, m.t.Data, s); err != nil {
+			return expertW{}, fmt.Errorf("uploading %s: %w", m.t.Name, err)
+		}
+		*m.dst = matrix(m.t, p)
+	}
+	return d, nil
 }
 
 // uploadTables writes each layer's table of resident experts for the

@@ -8,7 +8,6 @@ import (
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/tier"
-	"github.com/strata-llm/strata/kernels"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
@@ -93,21 +92,7 @@ func (x *gpuMoE) swap(ctx context.Context, c *cudadrv.Ctx, s cudadrv.Stream, cfg
 	if err := x.setEntry(c, s, cfg, sw.OutLayer, sw.Out, nil); err != nil {
 		return false, err
 	}
-	d := expertW{size: old.size}
-	off := int64(0)
-	put := func(t *model.Tensor) (kernels.Matrix, error) {
-		p := old.gate.Ptr.Add(off)
-		off += alignUp(int64(len(t.Data)))
-		if err := c.CopyHtoD(p, t.Data, s); err != nil {
-			return kernels.Matrix{}, fmt.Errorf("uploading %s: %w", t.Name, err)
-		}
-		return matrix(t, p), nil
-	}
-	if d.gate, err = put(&ex.Gate); err == nil {
-		if d.up, err = put(&ex.Up); err == nil {
-			d.down, err = put(&ex.Down)
-		}
-	}
+	d, err := putExpert(c, s, old.gate.Ptr, old.size, ex)
 	if err == nil {
 		err = x.setEntry(c, s, cfg, sw.Layer, sw.In, &d)
 	}
