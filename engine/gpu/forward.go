@@ -285,10 +285,6 @@ func (m *Model) forward(ctx context.Context, batch []model.Step, exit int) error
 		return err
 	})
 	mark(tr, TraceBack)
-	if m.moe != nil {
-		// The pass is over: no read ahead outlives it.
-		m.moe.stopWarm()
-	}
 	if trial {
 		if err == nil {
 			m.moe.choice.record(p.T, !m.moe.cpuOnly, time.Since(start))

@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -50,9 +49,6 @@ type HybridStats struct {
 	// two copies).
 	Busy time.Duration `json:"busy_ns"`
 	Hop  time.Duration `json:"hop_ns"`
-	// Warmed is the weight bytes the CPU read into its caches while it
-	// waited for the GPU to reach a layer (SetCPUWarm).
-	Warmed int64 `json:"warmed"`
 }
 
 // hybrid is the model's CPU share (nil without Options.Hybrid).
@@ -75,9 +71,6 @@ type hybrid struct {
 	bufDev  cudadrv.DevPtr       // buf's device address
 	rows    [][]float32          // buf's rows
 	stats   HybridStats
-	// warm has the CPU read a layer's FFN weights into its caches while
-	// it waits for the GPU to reach the layer (SetCPUWarm).
-	warm bool
 }
 
 // hybridPlanner holds what PlanHybrid is given, so that a batch size's
@@ -393,15 +386,7 @@ func (m *Model) cpuFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	if err := m.k.Copy(c, m.stream, h.bufDev, m.act.h, n); err != nil {
 		return err
 	}
-	var warmed func() int64
-	if h.warm {
-		warmed = h.dev.Warm(h.host[l])
-	}
-	err := c.StreamSync(m.stream)
-	if warmed != nil {
-		h.stats.Warmed += warmed()
-	}
-	if err != nil {
+	if err := c.StreamSync(m.stream); err != nil {
 		return err
 	}
 	t1 := time.Now()
@@ -423,30 +408,6 @@ func (m *Model) cpuFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	h.hand[l], h.ffn[l] = t1.Sub(t0), t2.Sub(t1)
 	if l == h.last {
 		h.lastCPU = time.Since(t0)
-	}
-	return nil
-}
-
-// SetCPUWarm has the CPU beside the GPU read into its caches what it is
-// about to compute while it waits for the GPU (the threads but two, until
-// the wait ends): with the hybrid placement, the FFN weights of the layer
-// it waits to compute; with experts on the CPU, those of the next layer's
-// experts its router predicts from the residual the CPU just computed
-// (model.FFNDevice.WarmNext). The wait is time in which only the copy
-// engine reads host memory, and a host whose last-level cache holds what
-// was read computes it at the cache's rate. Off by default; a benchmark
-// times both ways. A model the CPU takes no part in refuses.
-func (m *Model) SetCPUWarm(on bool) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.hy == nil && m.moe == nil {
-		return errors.New("cpu warm-up: the CPU takes no part (no Options.Hybrid, no experts)")
-	}
-	if m.hy != nil {
-		m.hy.warm = on
-	}
-	if m.moe != nil {
-		m.moe.warm = on
 	}
 	return nil
 }

@@ -19,8 +19,7 @@ import (
 // plans for 1 and 2 tokens; the 16-token prompt streams every layer whole,
 // so the pipeline's copy lengths switch between passes) the logits and 64
 // greedy tokens match the CPU reference, and the CPU computed an FFN per
-// planned layer of every decode step; the same with the CPU warming its
-// layers' weights while it waits (SetCPUWarm).
+// planned layer of every decode step.
 func TestHybridFidelity(t *testing.T) {
 	gpu(t)
 	for _, tc := range []struct {
@@ -37,23 +36,18 @@ func TestHybridFidelity(t *testing.T) {
 		{"gemma3", "q4_k_m", []int{3, 4, 5}, []int{4, 5}, 2},
 		{"phi3", "q4_k_m", []int{0, 1}, []int{0, 1}, 2}, // gate and up split on the host
 	} {
-		for _, warm := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/%s/cpu%v/warm=%v", tc.arch, tc.typ, tc.cpu, warm), func(t *testing.T) {
-				cpu := tinyModel(t, tc.arch, tc.typ)
-				g := loadGPU(t, cpu, Options{StreamLayers: tc.streamed, Slots: tc.slots, Hybrid: &Hybrid{Plans: [][]int{tc.cpu, tc.cpu}}})
-				if err := g.SetCPUWarm(warm); err != nil {
-					t.Fatal(err)
-				}
-				const steps = 64
-				worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cpu.Config.Vocab, 16, 1), steps)
-				st := g.HybridStats()
-				t.Logf("worst NMSE %.3g; CPU: %+v", worst[0], st)
-				if st.Passes != steps || st.Layers != int64(steps*len(tc.cpu)) || st.Busy <= 0 {
-					t.Errorf("CPU share %+v, want %d passes of %d FFNs", st, steps, len(tc.cpu))
-				}
-				checkTimeline(t, g, tc.streamed, tc.cpu)
-			})
-		}
+		t.Run(fmt.Sprintf("%s/%s/cpu%v", tc.arch, tc.typ, tc.cpu), func(t *testing.T) {
+			cpu := tinyModel(t, tc.arch, tc.typ)
+			g := loadGPU(t, cpu, Options{StreamLayers: tc.streamed, Slots: tc.slots, Hybrid: &Hybrid{Plans: [][]int{tc.cpu, tc.cpu}}})
+			const steps = 64
+			worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cpu.Config.Vocab, 16, 1), steps)
+			st := g.HybridStats()
+			t.Logf("worst NMSE %.3g; CPU: %+v", worst[0], st)
+			if st.Passes != steps || st.Layers != int64(steps*len(tc.cpu)) || st.Busy <= 0 {
+				t.Errorf("CPU share %+v, want %d passes of %d FFNs", st, steps, len(tc.cpu))
+			}
+			checkTimeline(t, g, tc.streamed, tc.cpu)
+		})
 	}
 }
 
@@ -101,7 +95,7 @@ func TestHybridPlanned(t *testing.T) {
 }
 
 // TestHybridRejects: a plan naming a layer the CPU cannot read from tier
-// B fails the load; a model without the CPU beside it refuses a warm-up.
+// B fails the load.
 func TestHybridRejects(t *testing.T) {
 	gpu(t)
 	cpu := tinyModel(t, "llama", "f32")
@@ -123,9 +117,6 @@ func TestHybridRejects(t *testing.T) {
 		if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want it to say %q", tc.name, err, tc.want)
 		}
-	}
-	if err := loadGPU(t, cpu, Options{StreamLayers: []int{1}}).SetCPUWarm(true); err == nil {
-		t.Error("a model without the CPU beside it took a warm-up")
 	}
 }
 

@@ -83,11 +83,6 @@ type gpuMoE struct {
 	// hop is MoEHop's figure, once hopDone.
 	hop     int64
 	hopDone bool
-	// warm has the CPU, after a layer, read the next layer's predicted
-	// experts into its caches while it waits (SetCPUWarm); warming stops
-	// the reads in progress.
-	warm    bool
-	warming func() int64
 }
 
 // expertW is one resident expert's matrices in device memory, laid out
@@ -128,9 +123,6 @@ type MoEStats struct {
 	// their bytes (the routers' excluded).
 	ResidentExperts int   `json:"resident_experts"`
 	ResidentBytes   int64 `json:"resident_bytes"`
-	// Warmed is the expert bytes the CPU read into its caches ahead of
-	// the layers it predicted them for (SetCPUWarm).
-	Warmed int64 `json:"warmed"`
 	// Choices are the batch sizes whose way is decided: the GPU computing
 	// the resident experts' picks, or the CPU computing every pick
 	// (moechoice.go).
@@ -763,16 +755,11 @@ func (x *gpuMoE) runOnCPU(ctx context.Context, cfg *model.Config, l, T int, rt m
 		x.keep = func(e int) bool { return x.onCPU(x.curL, e) }
 	}
 	x.curL = l
-	x.stopWarm()
 	t1 := time.Now()
 	if err := x.dev.RunRouted(ctx, l, x.layers[l], hrows, rt, x.keep); err != nil {
 		return time.Time{}, err
 	}
 	t2 := time.Now()
-	if x.warm && x.src == nil && l+1 < len(x.layers) {
-		next := l + 1
-		x.warming = x.dev.WarmNext(next, x.layers[next], hrows, func(e int) bool { return x.onCPU(next, e) })
-	}
 	x.stats.Layers++
 	x.stats.Busy += t2.Sub(t1)
 	return t2, nil
@@ -877,14 +864,6 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 	}
 	x.stats.Hop += hop + time.Since(t2)
 	return nil
-}
-
-// stopWarm ends a warm-up of the CPU's caches in progress, if any.
-func (x *gpuMoE) stopWarm() {
-	if x.warming != nil {
-		x.stats.Warmed += x.warming()
-		x.warming = nil
-	}
 }
 
 // residentPicks lists into dst the picks of ids (k a token, in token
@@ -1105,7 +1084,6 @@ func (x *gpuMoE) release(c *cudadrv.Ctx) error {
 	if x == nil {
 		return nil
 	}
-	x.stopWarm()
 	err := errors.Join(c.Free(x.routers), c.Free(x.skew), c.Free(x.experts), c.Free(x.tables), c.Free(x.route), c.Free(x.acts), c.FreeHost(x.host), c.FreeHost(x.ring))
 	if x.routed != 0 {
 		err = errors.Join(err, c.DestroyEvent(x.routed))

@@ -388,25 +388,3 @@ func TestMoEHop(t *testing.T) {
 		t.Fatal("a dense model measured a MoE hop")
 	}
 }
-
-// TestMoECPUWarm: with the CPU warming the next layer's predicted experts
-// while it waits (SetCPUWarm), a mixture-of-experts model with some
-// experts resident gives the CPU reference's logits and greedy tokens, as
-// without.
-func TestMoECPUWarm(t *testing.T) {
-	gpu(t)
-	for _, arch := range []string{"mixtral", "qwen3moe"} {
-		t.Run(arch, func(t *testing.T) {
-			cpu := tinyModel(t, arch, "f32")
-			cfg := cpu.Config
-			opts := Options{MaxSeqs: 1, NoExpertTrial: true, ResidentExperts: residentSets(cfg, "some")}
-			g := loadGPU(t, cpu, opts)
-			if err := g.SetCPUWarm(true); err != nil {
-				t.Fatal(err)
-			}
-			worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 3), 16)
-			st, _ := g.MoEStats()
-			t.Logf("worst NMSE %.3g; %d bytes warmed; %+v", worst[0], st.Warmed, st)
-		})
-	}
-}

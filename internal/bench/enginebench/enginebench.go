@@ -904,9 +904,6 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 		Metric{Key: "hybrid_decode_tps", Label: "hybrid decode, batch 1", Value: h1.TokensPerSecond, Unit: "tok/s", Ratio: r, Goal: atLeast(r, 1.5)},
 		Metric{Key: "hybrid_time_per_pass_ms", Label: "hybrid time per decode pass", Value: ms(h1.PerPass), Unit: "ms", Ratio: lr, Goal: atMost(lr, 1.15)},
 		Metric{Key: "hybrid_time_per_pass_dram", Label: "hybrid time per decode pass, to host memory", Value: ms(h1.PerPass), Unit: "ms", Ratio: dr})
-	if err := rn.hybridWarm(ctx, res, g, h1, limit); err != nil {
-		return err
-	}
 	rn.o.progress("  hybrid decode, batch 8")
 	h8, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 8, Prompt: 4, Warmup: 2, Steps: 6})
 	if err != nil {
@@ -923,36 +920,6 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 		res.Notes = append(res.Notes, fmt.Sprintf("hybrid: %d FFNs on the CPU at %.1f GB/s, %.0f µs a hop; batch 8 plan: %d CPU layers",
 			st.Layers, float64(st.Bytes)/st.Busy.Seconds()/1e9, float64(st.Hop.Microseconds())/float64(st.Layers), len(plans[len(plans)-1].CPU)))
 	}
-	return nil
-}
-
-// hybridWarm times batch 1 again with the CPU warming each of its layers'
-// weights while it waits for the GPU (gpu.Model.SetCPUWarm), against
-// h1 without, in the same run (rows hybrid_warm_*), and turns it off
-// again.
-func (rn *runner) hybridWarm(ctx context.Context, res *ScenarioResult, g *loaded, h1 *gputime.DecodeTiming, limit float64) error {
-	if err := g.SetCPUWarm(true); err != nil {
-		return err
-	}
-	rn.o.progress("  hybrid decode, batch 1, the CPU warming its layers")
-	before := g.HybridStats()
-	hw, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 4, Steps: 16})
-	if serr := g.SetCPUWarm(false); err == nil {
-		err = serr
-	}
-	if err != nil {
-		return err
-	}
-	after := g.HybridStats()
-	passes := max(1, after.Passes-before.Passes)
-	res.Notes = append(res.Notes, fmt.Sprintf("hybrid, the CPU warming each of its layers' weights while it waits for the GPU (JSON keys hybrid_warm_*): %s read ahead a pass, its FFNs at %.1f GB/s (%.1f without)",
-		gib((after.Warmed-before.Warmed)/int64(passes)), float64(after.Bytes-before.Bytes)/max(1e-9, (after.Busy-before.Busy).Seconds())/1e9,
-		float64(before.Bytes)/max(1e-9, before.Busy.Seconds())/1e9))
-	r := ratioTo(hw.TokensPerSecond, h1.TokensPerSecond, fmt.Sprintf("without the warm-up %s tok/s", formatValue(h1.TokensPerSecond)))
-	lr := ratioTo(ms(hw.PerPass), limit*1e3, fmt.Sprintf("combined-link limit %.2f ms", limit*1e3))
-	res.Metrics = append(res.Metrics,
-		Metric{Key: "hybrid_warm_decode_tps", Label: "hybrid decode, batch 1, CPU warm-up", Value: hw.TokensPerSecond, Unit: "tok/s", Ratio: r},
-		Metric{Key: "hybrid_warm_time_per_pass_ms", Label: "hybrid time per decode pass, CPU warm-up", Value: ms(hw.PerPass), Unit: "ms", Ratio: lr, Goal: atMost(lr, 1.15)})
 	return nil
 }
 

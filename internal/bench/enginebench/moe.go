@@ -336,9 +336,6 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 				return err
 			}
 		}
-		if err := rn.moeWarm(ctx, res, g, off, esizes, mc, m.rt); err != nil {
-			return err
-		}
 		// The other placements, for comparison at batch 1: by use per
 		// byte alone, and whole layers first (llama.cpp's --n-cpu-moe
 		// shape), where they differ from the plan's.
@@ -365,29 +362,6 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 			}
 		}
 	}
-	return nil
-}
-
-// moeWarm times batch 1 again with the CPU reading the next layer's
-// predicted experts into its caches while it waits for the GPU
-// (gpu.Model.SetCPUWarm; rows dev_warm_*), and turns it off again.
-func (rn *runner) moeWarm(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, routing moeRouting) error {
-	if err := g.SetCPUWarm(true); err != nil {
-		return err
-	}
-	rt := routing
-	rt.prefix = "dev_warm_" + routing.prefix
-	before, _ := g.MoEStats()
-	err := rn.moeDecode(ctx, res, g, sizes, all, mc, rt, 1)
-	if serr := g.SetCPUWarm(false); err == nil {
-		err = serr
-	}
-	if err != nil {
-		return err
-	}
-	after, _ := g.MoEStats()
-	res.Notes = append(res.Notes, fmt.Sprintf("%s, the CPU warming the next layer's predicted experts while it waits (JSON keys %s*): %s read ahead in %d CPU layers",
-		routing.short(), rt.prefix, gib(after.Warmed-before.Warmed), after.Layers-before.Layers))
 	return nil
 }
 
