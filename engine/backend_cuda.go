@@ -183,7 +183,7 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 	// has measured the routing.
 	var deviceExperts int64
 	if xplan != nil {
-		deviceExperts = DeviceExpertBudget(plan, &src.cfg)
+		deviceExperts = DeviceExpertBudget(plan, &src.cfg, src.sizes.Experts)
 		xplan.PlaceOnDevice(src.sizes.Experts, nil, deviceExperts, tier.DeviceCost{})
 		log.Debug("experts in device memory", "model", src.path, "experts", xplan.DeviceCount(), "bytes", tier.FormatBytes(xplan.DeviceBytes),
 			"budget", tier.FormatBytes(deviceExperts))
@@ -331,6 +331,16 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 		}
 		e.logDeviceExperts(log)
 	}
+	if cfg.MoE() && !o.NoStreamPicks {
+		// Where the experts the CPU computes are in host memory, a share
+		// of each CPU layer's picks goes over PCIe to the GPU beside it;
+		// experts served from a pool stay the CPU's.
+		if err := cm.SetStreamPicks(true); err != nil {
+			log.Info("mixture of experts: the CPU computes all of its picks", "model", e.path, "reason", err)
+		} else {
+			log.Debug("mixture of experts: a share of the CPU's picks goes over PCIe to the GPU", "model", e.path)
+		}
+	}
 	if xplan != nil && !o.NoExpertAdaptation {
 		if err := e.startDeviceAdapter(ctx, cb, log); err != nil {
 			e.dev = nil
@@ -343,15 +353,23 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 }
 
 // DeviceExpertBudget is the device memory a GPU plan p leaves for a
-// mixture-of-experts model's experts (cfg's): the budget less the plan's
-// layers, KV cache, scratch and slots, and less the routers and a pass's
-// routing and expert buffers (gpu.MoEDeviceOverhead); 0 when nothing is
-// left, for a dense model, and on the CPU backend.
-func DeviceExpertBudget(p *tier.Plan, cfg *model.Config) int64 {
+// mixture-of-experts model's experts (cfg's, of sizes bytes by layer and
+// expert): the budget less the plan's layers, KV cache, scratch and
+// slots, less the routers and a pass's routing and expert buffers
+// (gpu.MoEDeviceOverhead), and less the staging of the CPU's picks sent
+// over PCIe (gpu.PickStreamBytes); 0 when nothing is left, for a dense
+// model, and on the CPU backend.
+func DeviceExpertBudget(p *tier.Plan, cfg *model.Config, sizes [][]int64) int64 {
 	if p == nil || p.Shared || !cfg.MoE() {
 		return 0
 	}
-	return max(p.Device.Budget-p.Device.Total-gpu.MoEDeviceOverhead(cfg, moeReserveTokens), 0)
+	var largest int64
+	for _, l := range sizes {
+		for _, b := range l {
+			largest = max(largest, b)
+		}
+	}
+	return max(p.Device.Budget-p.Device.Total-gpu.MoEDeviceOverhead(cfg, moeReserveTokens)-gpu.PickStreamBytes(cfg, largest), 0)
 }
 
 // moeReserveTokens is the pass size a mixture-of-experts model's device

@@ -136,9 +136,10 @@ func TestExpertStoreFollowsUse(t *testing.T) {
 	t.Logf("stats %+v", s.Stats())
 }
 
-// TestDeviceExpertBudget: a GPU plan leaves its budget less its total and
-// the MoE overhead for experts in device memory; nothing when that is
-// negative, for a dense model, or on the CPU (Shared).
+// TestDeviceExpertBudget: a GPU plan leaves its budget less its total,
+// the MoE overhead and the staging of picks over PCIe for experts in
+// device memory; nothing when that is negative, for a dense model, or on
+// the CPU (Shared).
 func TestDeviceExpertBudget(t *testing.T) {
 	t.Parallel()
 	moe := model.Config{Layers: 2, Dim: 256, Experts: 8, ExpertsUsed: 2, ExpertFFN: 256}
@@ -161,9 +162,18 @@ func TestDeviceExpertBudget(t *testing.T) {
 		{"cpu", plan(1<<30, 1<<20, true), moe, 0},
 		{"no plan", nil, moe, 0},
 	} {
-		if got := DeviceExpertBudget(tc.p, &tc.cfg); got != tc.want {
+		if got := DeviceExpertBudget(tc.p, &tc.cfg, nil); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
+	}
+	// The staging of picks sent over PCIe is sized by the largest expert.
+	sizes := [][]int64{{100 << 10, 300 << 10}, {200 << 10, 50 << 10}}
+	stage := gpu.PickStreamBytes(&moe, 300<<10)
+	if stage < 2*300<<10 {
+		t.Fatalf("staging %d for two picks of 300 KiB experts", stage)
+	}
+	if got, want := DeviceExpertBudget(plan(1<<30, 1<<20, false), &moe, sizes), int64(1<<30-1<<20)-over-stage; got != want {
+		t.Errorf("with experts' sizes: %d, want %d", got, want)
 	}
 }
 

@@ -310,7 +310,7 @@ func deviceBudgetLeaving(t *testing.T, path string, o engine.Options, expertByte
 	}
 	defer e.Close()
 	p := e.Plan()
-	overhead := p.Device.Budget - p.Device.Total - engine.DeviceExpertBudget(p, &e.Model.Config)
+	overhead := p.Device.Budget - p.Device.Total - e.DeviceExpertBytes()
 	return p.Device.Total + overhead + expertBytes
 }
 

@@ -69,6 +69,12 @@ type Options struct {
 	// between passes, toward the routing the model serves (for
 	// comparisons of placements).
 	NoExpertAdaptation bool
+	// NoStreamPicks keeps every pick of the experts a GPU does not hold
+	// on the CPU: otherwise, at one token, a share of each layer's such
+	// picks is copied over PCIe and computed on the GPU beside the CPU,
+	// the share balancing the two links' rates measured in passes
+	// (gpu.Model.SetStreamPicks; for comparisons).
+	NoStreamPicks bool
 	// ExpertReadAhead says when the CPU (the backend, or the CPU beside a
 	// GPU) reads a mixture-of-experts model's storage experts ahead: each
 	// MoE layer predicts the next layer's picks (that layer's router on
@@ -727,8 +733,9 @@ type ExpertInfo struct {
 	Stats ExpertStats
 	// On a GPU, OnDevice of the experts are also held in device memory
 	// (Device says which), taking DeviceBytes, and computed there;
-	// DeviceUses and CPUUses count the (token, expert) picks the GPU and
-	// the CPU computed.
+	// DeviceUses counts the (token, expert) picks of experts in device
+	// memory, CPUUses those of the others (computed on the CPU, or copied
+	// to the GPU: StreamedPicks).
 	OnDevice            int
 	DeviceBytes         int64
 	Device              [][]bool
@@ -739,6 +746,10 @@ type ExpertInfo struct {
 	// DeviceMoves counts the experts moved into device memory while
 	// serving, by the routing served (Options.NoExpertAdaptation).
 	DeviceMoves uint64
+	// StreamedPicks counts the picks of experts off the device copied
+	// over PCIe and computed on the GPU beside the CPU
+	// (Options.NoStreamPicks); CPUUses counts them too.
+	StreamedPicks uint64
 }
 
 // DeviceHit is the share of the picks the GPU computed from experts in
@@ -775,7 +786,10 @@ func (e *Engine) Experts() (ExpertInfo, bool) {
 	}
 	if e.cuda != nil {
 		if st, ok := e.cuda.MoEStats(); ok {
-			in.DeviceUses, in.CPUUses = uint64(st.GPUExperts), uint64(st.CPUExperts)
+			// Picks copied over PCIe for the GPU to compute were of
+			// experts the device does not hold: misses, as the CPU's.
+			in.DeviceUses, in.CPUUses = uint64(st.GPUExperts-st.Streamed.Picks), uint64(st.CPUExperts+st.Streamed.Picks)
+			in.StreamedPicks = uint64(st.Streamed.Picks)
 		}
 	}
 	for _, l := range res {
@@ -788,6 +802,11 @@ func (e *Engine) Experts() (ExpertInfo, bool) {
 	}
 	return in, true
 }
+
+// DeviceExpertBytes is the device memory the load left a
+// mixture-of-experts model's experts on a GPU (DeviceExpertBudget of its
+// plan); 0 on the CPU, for a dense model, or where nothing was left.
+func (e *Engine) DeviceExpertBytes() int64 { return e.deviceExperts }
 
 // Plan is the tier plan the engine runs: every layer's tier, the pipeline
 // depth and the expected cost of a pass. It is nil for an engine opened

@@ -281,6 +281,10 @@ type ExpertStatus struct {
 	UsesCPU           uint64  `json:"uses_cpu,omitempty"`
 	DeviceHitRate     float64 `json:"device_hit_rate,omitempty"`
 	DeviceMoves       uint64  `json:"device_moves,omitempty"`
+	// StreamedPicks counts the picks of experts off the device that were
+	// copied over PCIe and computed on the GPU beside the CPU (counted in
+	// UsesCPU, which is every pick the device did not hold).
+	StreamedPicks uint64 `json:"streamed_picks,omitempty"`
 }
 
 // TierCRoute is how a model's tier-C bytes reach compute: "file" (O_DIRECT

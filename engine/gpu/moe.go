@@ -83,6 +83,12 @@ type gpuMoE struct {
 	// hop is MoEHop's figure, once hopDone.
 	hop     int64
 	hopDone bool
+	// ps, when not nil, sends a share of a CPU layer's picks at one token
+	// over PCIe to the GPU (moestream.go); pstats counts them, cpuPicks
+	// is the host side's scratch.
+	ps       *pickStream
+	pstats   PickStats
+	cpuPicks []int
 }
 
 // expertW is one resident expert's matrices in device memory, laid out
@@ -127,6 +133,9 @@ type MoEStats struct {
 	// the resident experts' picks, or the CPU computing every pick
 	// (moechoice.go).
 	Choices []ExpertChoice `json:"choices,omitempty"`
+	// Streamed is the CPU layers' picks copied to the GPU and computed
+	// there (SetStreamPicks); they count among GPUExperts.
+	Streamed PickStats `json:"streamed"`
 }
 
 // residentSet validates Options.ResidentExperts against cfg and returns
@@ -297,8 +306,13 @@ func (x *gpuMoE) uploadExperts(ctx context.Context, c *cudadrv.Ctx, s cudadrv.St
 	}
 	x.picked, x.full = nil, nil
 	x.choice.reset()
-	if err != nil || total == 0 {
+	if err != nil {
 		return err
+	}
+	if total == 0 {
+		// The tables still give every layer's shapes, for the staged
+		// picks (SetStreamPicks).
+		return x.uploadTables(c, s)
 	}
 	if x.experts, err = c.Alloc(total); err != nil {
 		return fmt.Errorf("resident experts (%d bytes): %w", total, err)
@@ -362,9 +376,6 @@ func putExpert(c *cudadrv.Ctx, s cudadrv.Stream, at cudadrv.DevPtr, size int64, 
 func (x *gpuMoE) uploadTables(c *cudadrv.Ctx, s cudadrv.Stream) error {
 	L, E := len(x.resident), len(x.counts[0])
 	x.picked, x.full = make([]kernels.MoEPicked, L), make([]bool, L)
-	if x.stats.ResidentExperts == 0 {
-		return nil
-	}
 	var err error
 	if x.tables, err = c.Alloc(tableBytes(L, E)); err != nil {
 		return fmt.Errorf("resident expert tables: %w", err)
@@ -378,6 +389,12 @@ func (x *gpuMoE) uploadTables(c *cudadrv.Ctx, s cudadrv.Stream) error {
 			flat[(l*E+e)*3], flat[(l*E+e)*3+1], flat[(l*E+e)*3+2] = uint64(w.gate.Ptr), uint64(w.up.Ptr), uint64(w.down.Ptr)
 			p.Gate, p.Up, p.Down = w.gate, w.up, w.down
 		}
+		if len(res) == 0 && len(x.layers[l].Experts) == E {
+			// The shapes alone, for the staged picks (SetStreamPicks):
+			// a layer's experts share them.
+			sp := stagedPicked(x.layers[l], 0, E)
+			p.Gate, p.Up, p.Down = sp.Gate, sp.Up, sp.Down
+		}
 		x.full[l] = len(res) == E
 	}
 	if err := cudadrv.Upload(c, x.tables, flat, s); err != nil {
@@ -389,7 +406,8 @@ func (x *gpuMoE) uploadTables(c *cudadrv.Ctx, s cudadrv.Stream) error {
 // MoEHop is what a layer costs the CPU beyond its picks' bytes, in the
 // bytes the CPU reads in that time (tier.DeviceCost's Hop): measured once
 // on the CPU's FFN device, as a routed call of one pick against one of
-// every pick (other experts each time, so that the caches hold none), and
+// every pick (each call another layer's experts, so that the caches hold
+// none: a layer of 8 experts, Mixtral's, fits the host's L3 in part), and
 // the hand-over time a CPU layer took so far added. 0 for a model whose
 // layers do not hold their experts (an expert source's reads would be
 // timed), or where the measurement finds no fixed cost.
@@ -433,6 +451,11 @@ func (m *Model) MoEHop(ctx context.Context) (int64, error) {
 		if i%2 == 0 {
 			n = 1
 		}
+		l := i % len(x.layers)
+		w := x.layers[l]
+		if len(w.Experts) != E {
+			return 0, fmt.Errorf("moe hop: layer %d holds %d of %d experts", l, len(w.Experts), E)
+		}
 		r := pick(n)
 		var keep func(int) bool
 		if n == 1 {
@@ -444,7 +467,7 @@ func (m *Model) MoEHop(ctx context.Context) (int64, error) {
 			bytes += expertSize(&w.Experts[e])
 		}
 		t0 := time.Now()
-		if err := x.dev.RunRouted(ctx, 0, w, [][]float32{slices.Clone(row)}, r, keep); err != nil {
+		if err := x.dev.RunRouted(ctx, l, w, [][]float32{slices.Clone(row)}, r, keep); err != nil {
 			return 0, fmt.Errorf("moe hop: %w", err)
 		}
 		d := time.Since(t0)
@@ -647,7 +670,7 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	if err := k.MoETopK(c, s, x.logits(cfg), T, E, K, x.ids(cfg), x.weights(cfg, T)); err != nil {
 		return fmt.Errorf("routing: %w", err)
 	}
-	if T == 1 && !x.cpuOnly && len(x.resident[l]) > 0 && k.CanMoEPicked(s, x.picked[l], K) {
+	if T == 1 && !x.cpuOnly && (len(x.resident[l]) > 0 || x.ps != nil) && k.CanMoEPicked(s, x.picked[l], K) {
 		return m.moePicked(ctx, c, l)
 	}
 	t0 := time.Now()
@@ -752,7 +775,7 @@ func (x *gpuMoE) runOnCPU(ctx context.Context, cfg *model.Config, l, T int, rt m
 		hrows[t] = hv[t*D : (t+1)*D : (t+1)*D]
 	}
 	if x.keep == nil {
-		x.keep = func(e int) bool { return x.onCPU(x.curL, e) }
+		x.keep = func(e int) bool { return x.onCPU(x.curL, e) && (x.ps == nil || !x.ps.staged[e]) }
 	}
 	x.curL = l
 	t1 := time.Now()
@@ -830,8 +853,11 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 	if err := c.Record(x.routed, s); err != nil {
 		return err
 	}
-	if err := gpu(); err != nil {
-		return err
+	res := len(x.resident[l]) > 0
+	if res {
+		if err := gpu(); err != nil {
+			return err
+		}
 	}
 	if err := c.EventSync(x.routed); err != nil {
 		return err
@@ -841,26 +867,71 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 	if err != nil {
 		return err
 	}
-	P := 0
+	x.cpuPicks = x.cpuPicks[:0]
 	for _, e := range rt.IDs {
-		if _, ok := x.resident[l][int(e)]; ok {
-			P++
+		if _, ok := x.resident[l][int(e)]; !ok {
+			x.cpuPicks = append(x.cpuPicks, int(e))
 		}
 	}
-	x.stats.GPUExperts += int64(P)
-	x.stats.CPUExperts += int64(K - P)
+	// The last n of the CPU's picks go over PCIe, the rest stay.
+	n := 0
+	if x.ps != nil && len(x.cpuPicks) > 0 {
+		n = x.ps.split(len(x.cpuPicks), expertSize(&x.layers[l].Experts[x.cpuPicks[0]]))
+	}
+	staged := x.cpuPicks[len(x.cpuPicks)-n:]
+	if n > 0 {
+		for _, e := range staged {
+			x.ps.staged[e] = true
+		}
+		bytes, err := x.ps.stage(c, k, s, cfg, x.layers[l], ids, a.xn, staged)
+		if err != nil {
+			return err
+		}
+		x.pstats.Picks += int64(n)
+		x.pstats.Bytes += bytes
+		x.pstats.Layers++
+	}
+	onCPU := len(x.cpuPicks) - n
+	x.stats.GPUExperts += int64(K - onCPU)
+	x.stats.CPUExperts += int64(onCPU)
 	base := cudadrv.DevPtr(0)
 	t2 := time.Now()
-	if P < K {
+	if onCPU > 0 {
+		busy := x.stats.Busy
 		if t2, err = x.runOnCPU(ctx, cfg, l, 1, rt); err != nil {
 			return err
 		}
 		base = x.hostRowsDev(cfg)
+		if x.ps != nil {
+			var bytes int64
+			for _, e := range x.cpuPicks[:onCPU] {
+				bytes += expertSize(&x.layers[l].Experts[e])
+			}
+			x.ps.cpu.add(bytes, x.stats.Busy-busy)
+		}
 	} else {
 		x.stats.GPULayers++
 	}
-	if err := k.MoECombine(c, s, a.h, base, out, wts, where, 1, K, D); err != nil {
-		return fmt.Errorf("adding the experts: %w", err)
+	for _, e := range staged {
+		x.ps.staged[e] = false
+	}
+	// The CPU's rows (or h) plus the resident picks, plus the staged.
+	if res {
+		if err := k.MoECombine(c, s, a.h, base, out, wts, where, 1, K, D); err != nil {
+			return fmt.Errorf("adding the experts: %w", err)
+		}
+		base = 0
+	}
+	switch {
+	case n > 0:
+		_, out2, where2 := x.ps.actPtrs(cfg)
+		if err := k.MoECombine(c, s, a.h, base, out2, wts, where2, 1, K, D); err != nil {
+			return fmt.Errorf("adding the staged experts: %w", err)
+		}
+	case !res:
+		if err := k.Copy(c, s, a.h, base, int64(D)); err != nil {
+			return fmt.Errorf("adding the experts: %w", err)
+		}
 	}
 	x.stats.Hop += hop + time.Since(t2)
 	return nil
@@ -1005,8 +1076,13 @@ func (m *Model) MoEStats() (MoEStats, bool) {
 	if m.moe == nil {
 		return MoEStats{}, false
 	}
-	st := m.moe.stats
-	st.Choices = m.moe.choice.decisions()
+	x := m.moe
+	st := x.stats
+	st.Choices = x.choice.decisions()
+	st.Streamed = x.pstats
+	if x.ps != nil {
+		x.ps.stats(&st.Streamed)
+	}
 	return st, true
 }
 
@@ -1084,7 +1160,8 @@ func (x *gpuMoE) release(c *cudadrv.Ctx) error {
 	if x == nil {
 		return nil
 	}
-	err := errors.Join(c.Free(x.routers), c.Free(x.skew), c.Free(x.experts), c.Free(x.tables), c.Free(x.route), c.Free(x.acts), c.FreeHost(x.host), c.FreeHost(x.ring))
+	err := errors.Join(x.ps.release(c), c.Free(x.routers), c.Free(x.skew), c.Free(x.experts), c.Free(x.tables), c.Free(x.route), c.Free(x.acts), c.FreeHost(x.host), c.FreeHost(x.ring))
+	x.ps = nil
 	if x.routed != 0 {
 		err = errors.Join(err, c.DestroyEvent(x.routed))
 	}

@@ -119,6 +119,39 @@ func (c *Ctx) HostRegister(b []byte, flags uint32) (*HostMem, error) {
 	return &HostMem{p: p, n: len(b), registered: true}, nil
 }
 
+// HostRegisterSpan page-locks in one registration every page from the
+// lowest to the highest byte of bufs: views into one mapping (a model
+// file's tensors in its snapshot) whose gaps are mapped too, so the
+// driver's one range covers them all where a registration of each would
+// collide on the pages neighbours share. A gap that is not mapped fails
+// the registration, with nothing pinned.
+func (c *Ctx) HostRegisterSpan(bufs [][]byte, flags uint32) (*HostMem, error) {
+	var first unsafe.Pointer // the buffer at the lowest address
+	lo, hi := ^uintptr(0), uintptr(0)
+	for _, b := range bufs {
+		if len(b) == 0 {
+			continue
+		}
+		bp := unsafe.Pointer(unsafe.SliceData(b))
+		if p := uintptr(bp); p < lo {
+			first, lo = bp, p
+		}
+		hi = max(hi, uintptr(bp)+uintptr(len(b)))
+	}
+	if first == nil {
+		return nil, errors.New("cuMemHostRegister: no bytes to register")
+	}
+	const page = 4096
+	// The span's start is the first buffer's page, inside the same mapping.
+	p := unsafe.Add(first, -int(lo&(page-1)))
+	lo &^= page - 1
+	hi = (hi + page - 1) &^ (page - 1)
+	if err := check("cuMemHostRegister", call(drv.cuMemHostRegister, uintptr(p), hi-lo, uintptr(flags))); err != nil {
+		return nil, fmt.Errorf("registering the %d bytes around %d buffers: %w", hi-lo, len(bufs), err)
+	}
+	return &HostMem{p: p, n: int(hi - lo), registered: true}, nil
+}
+
 // HostUnregister undoes HostRegister; the memory stays mapped.
 func (c *Ctx) HostUnregister(h *HostMem) error {
 	if h == nil || h.p == nil {

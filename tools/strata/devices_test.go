@@ -172,14 +172,17 @@ func TestPrintPlanDetailExperts(t *testing.T) {
 	dev.OnDevice, dev.DeviceBytes, dev.DeviceWholeLayers, dev.UsesDevice, dev.UsesCPU, dev.DeviceHitRate = 2550, 7<<30, 19, 30, 60, 1.0/3
 	moved := dev
 	moved.DeviceMoves = 128
+	streamed := dev
+	streamed.StreamedPicks = 45
 	for _, tc := range []struct {
 		name string
 		x    api.ExpertStatus
 		want string
 	}{
 		{"host only", host, ""},
-		{"device", dev, "  experts in device memory: 2550 (7.0 GiB; 19 whole layers, which need no host); picks computed on the GPU 30, on the CPU 60, device hit rate 0.33\n"},
+		{"device", dev, "  experts in device memory: 2550 (7.0 GiB; 19 whole layers, which need no host); picks of them 30, of the others 60, device hit rate 0.33\n"},
 		{"device, moved", moved, "device hit rate 0.33; 128 moved in while serving\n"},
+		{"device, picks over PCIe", streamed, "device hit rate 0.33; 45 of the others copied over PCIe and computed on the GPU beside the CPU\n"},
 	} {
 		var b strings.Builder
 		x := tc.x

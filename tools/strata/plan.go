@@ -252,7 +252,7 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 			return nil, info, fmt.Errorf("plan: experts: %w", err)
 		}
 		if o.VRAM > 0 {
-			xp.PlaceOnDevice(sizes.Experts, nil, engine.DeviceExpertBudget(p, &cfg), tier.DeviceCost{})
+			xp.PlaceOnDevice(sizes.Experts, nil, engine.DeviceExpertBudget(p, &cfg, sizes.Experts), tier.DeviceCost{})
 		}
 		info.Experts = &xp
 	}

@@ -48,8 +48,11 @@ func printPlanDetail(w io.Writer, m api.ModelStatus) {
 		}
 		fmt.Fprintln(w)
 		if x.OnDevice > 0 || x.UsesDevice > 0 {
-			fmt.Fprintf(w, "  experts in device memory: %d (%s; %d whole layers, which need no host); picks computed on the GPU %d, on the CPU %d, device hit rate %.2f",
+			fmt.Fprintf(w, "  experts in device memory: %d (%s; %d whole layers, which need no host); picks of them %d, of the others %d, device hit rate %.2f",
 				x.OnDevice, human(x.DeviceBytes), x.DeviceWholeLayers, x.UsesDevice, x.UsesCPU, x.DeviceHitRate)
+			if x.StreamedPicks > 0 {
+				fmt.Fprintf(w, "; %d of the others copied over PCIe and computed on the GPU beside the CPU", x.StreamedPicks)
+			}
 			if x.DeviceMoves > 0 {
 				fmt.Fprintf(w, "; %d moved in while serving", x.DeviceMoves)
 			}

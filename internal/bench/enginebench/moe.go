@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/gpu"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/tier"
@@ -295,15 +296,17 @@ func offDevice(sizes [][]int64, device [][]bool) [][]int64 {
 
 // moeOnDevice decodes g again, for each measured routing, with the
 // experts that routing used most per byte in the device memory the
-// budget leaves beyond the plan (engine.DeviceExpertBudget's rule:
-// tier.ExpertPlan.PlaceOnDevice within the budget less the plan and
-// gpu.MoEDeviceOverhead), computed on the GPU; rows dev_*.
+// budget leaves beyond the plan (engine.DeviceExpertBudget: the budget
+// less the plan, gpu.MoEDeviceOverhead and gpu.PickStreamBytes; placed by
+// tier.ExpertPlan.PlaceOnDevice), computed on the GPU; rows dev_*, the
+// CPU computing every pick it has, and dev_stream_* at batch 1 with a
+// share of them over PCIe (the engine's default, gpu.Model.SetStreamPicks).
 func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loaded, cfg model.Config, sizes tier.Sizes, esizes [][]int64, mc MoECase, measured []moeMeasured, ctxLen, batch int) error {
 	plan, err := rn.planFull(cfg, sizes, mc.Budget, ctxLen, batch, 0)
 	if err != nil {
 		return err
 	}
-	left := plan.Device.Budget - plan.Device.Total - gpu.MoEDeviceOverhead(&cfg, 512)
+	left := engine.DeviceExpertBudget(plan, &cfg, esizes)
 	if left <= 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("experts in device memory: none, the plan leaves no room in %s", gib(mc.Budget)))
 		return nil
@@ -336,6 +339,9 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 				return err
 			}
 		}
+		if err := rn.moeStream(ctx, res, g, off, esizes, mc, rt); err != nil {
+			return err
+		}
 		// The other placements, for comparison at batch 1: by use per
 		// byte alone, and whole layers first (llama.cpp's --n-cpu-moe
 		// shape), where they differ from the plan's.
@@ -362,6 +368,48 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 			}
 		}
 	}
+	return nil
+}
+
+// moeStream times batch 1 again with a share of each CPU layer's picks
+// copied over PCIe and computed on the GPU beside the CPU
+// (gpu.Model.SetStreamPicks; rows dev_stream_*), against the rows of
+// routing without it in the same run, and turns it off again.
+func (rn *runner) moeStream(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, routing moeRouting) error {
+	if err := g.SetStreamPicks(true); err != nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("%s, picks over PCIe: not run: %v", routing.short(), err))
+		return nil
+	}
+	rt := routing
+	rt.prefix = "dev_stream_" + strings.TrimPrefix(routing.prefix, "dev_")
+	before, _ := g.MoEStats()
+	err := rn.moeDecode(ctx, res, g, sizes, all, mc, rt, 1)
+	after, _ := g.MoEStats()
+	if serr := g.SetStreamPicks(false); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return err
+	}
+	var with, without float64
+	for _, m := range res.Metrics {
+		switch m.Key {
+		case rt.prefix + "decode_tps":
+			with = m.Value
+		case routing.prefix + "decode_tps":
+			without = m.Value
+		}
+	}
+	if with > 0 && without > 0 {
+		res.Metrics = append(res.Metrics, Metric{Key: rt.prefix + "decode_tps_vs_cpu_picks", Label: "decode, batch 1, " + routing.short() + ", picks over PCIe too", Value: with, Unit: "tok/s",
+			Ratio: &Ratio{Value: with / without, Basis: fmt.Sprintf("the CPU's picks on the CPU alone %.2f tok/s", without), BasisValue: without}})
+	}
+	st := after.Streamed
+	picks := st.Picks - before.Streamed.Picks
+	layers := after.Layers - before.Layers
+	res.Notes = append(res.Notes, fmt.Sprintf("%s, a share of each CPU layer's picks copied over PCIe and computed on the GPU (JSON keys %s*): %d picks (%s) in %d layers over PCIe, %d CPU layers; split by the links' fits in passes: copies %v + bytes at %.1f GB/s, the CPU %v + bytes at %.1f GB/s",
+		routing.short(), rt.prefix, picks, gib(st.Bytes-before.Streamed.Bytes), st.Layers-before.Streamed.Layers, layers,
+		st.CopyFixed.Round(time.Microsecond), st.CopyRate/1e9, st.CPUFixed.Round(time.Microsecond), st.CPURate/1e9))
 	return nil
 }
 

@@ -1,0 +1,397 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/kernels"
+	"github.com/strata-llm/strata/kernels/cudadrv"
+)
+
+// A CPU layer's picks over both links. At one token the CPU computes the
+// picks of experts the device does not hold at the rate it reads host
+// memory, while PCIe carries nothing: a mixture-of-experts model's
+// attention is resident. pickStream copies a share of those picks from
+// the experts' page-locked host memory into staging slots on a copy
+// stream as soon as the routing reaches the host, and the GPU computes
+// them with the picked expert kernels while the CPU computes the rest.
+// The staged experts have a table of their own, so the launch over them
+// leaves the resident launch's map alone, and a second MoECombine adds
+// them. The share balances the two links by their rates measured in
+// passes: they read the same DRAM, so neither runs at its rate alone.
+type pickStream struct {
+	pinned    *cudadrv.HostMem // the host experts' span, page-locked in place
+	copy      cudadrv.Stream
+	slots     cudadrv.DevPtr // K slots of slotBytes, an expert each (putExpert's layout)
+	slotBytes int64
+	table     cudadrv.DevPtr   // E entries of three pointers: the staged experts', 0 elsewhere
+	tableHost *cudadrv.HostMem // its pinned source
+	acts      cudadrv.DevPtr   // g (K rows of ExpertFFN), out (K rows of Dim), where (K int32)
+	// loaded follows a layer's copies on the copy stream; done follows
+	// the staged launch on the compute stream (the slots free again);
+	// start and end time the copies.
+	loaded, done, start, end cudadrv.Event
+	timedBytes               int64 // bytes between start and end not yet read (0: none)
+	staged                   []bool
+	set                      []int // experts whose entries tableHost holds
+	// copies and cpu are each link's time for a layer's share against
+	// its bytes, measured in passes: the copies' by events, the CPU's by
+	// its busy time.
+	copies, cpu linkFit
+	splits      int // layers split so far
+}
+
+// linkFit fits a link's time for a layer's share as fixed + bytes/rate,
+// by least squares over its recent layers (older ones weigh less: the
+// rates move with what else reads the host's memory). The fixed part
+// matters: a CPU given one pick of a layer spends more on the call than
+// on the bytes, so a rate alone would read it as a slow link and send it
+// ever fewer picks.
+type linkFit struct {
+	n, w, x, y, xx, xy float64
+}
+
+// fitDecay is the weight a layer's measurement loses with each later
+// one; minFit the layers a fit needs.
+const (
+	fitDecay = 0.98
+	minFit   = 12
+)
+
+func (f *linkFit) add(bytes int64, d time.Duration) {
+	if bytes <= 0 || d <= 0 {
+		return
+	}
+	x, y := float64(bytes), d.Seconds()
+	f.n++
+	f.w, f.x, f.y = fitDecay*f.w+1, fitDecay*f.x+x, fitDecay*f.y+y
+	f.xx, f.xy = fitDecay*f.xx+x*x, fitDecay*f.xy+x*y
+}
+
+// line returns the fit's fixed seconds and seconds a byte; ok is false
+// until there are enough layers of more than one size to tell them
+// apart.
+func (f *linkFit) line() (fixed, perByte float64, ok bool) {
+	if f.n < minFit || f.x <= 0 {
+		return 0, 0, false
+	}
+	den := f.w*f.xx - f.x*f.x
+	if den <= 1e-9*f.w*f.xx {
+		return 0, 0, false
+	}
+	perByte = (f.w*f.xy - f.x*f.y) / den
+	fixed = (f.y - perByte*f.x) / f.w
+	if perByte <= 0 {
+		return 0, 0, false
+	}
+	if fixed < 0 {
+		fixed, perByte = 0, f.y/f.x
+	}
+	return fixed, perByte, true
+}
+
+// rate is bytes a second by the fit (0 until it has one).
+func (f *linkFit) rate() float64 {
+	if _, pb, ok := f.line(); ok {
+		return 1 / pb
+	}
+	return 0
+}
+
+// PickStats counts the picks pickStream sent over PCIe.
+type PickStats struct {
+	// Picks is the (token, expert) picks copied to the GPU and computed
+	// there, Bytes their experts' bytes, Layers the layers that had some.
+	Picks  int64 `json:"picks"`
+	Bytes  int64 `json:"bytes"`
+	Layers int64 `json:"layers"`
+	// CopyRate and CPURate are the links' rates by their fits, bytes a
+	// second measured in passes, CopyFixed and CPUFixed what a layer's
+	// share costs each beyond its bytes: what the split weighs.
+	CopyRate  float64       `json:"copy_rate"`
+	CPURate   float64       `json:"cpu_rate"`
+	CopyFixed time.Duration `json:"copy_fixed_ns"`
+	CPUFixed  time.Duration `json:"cpu_fixed_ns"`
+}
+
+// stats fills st's rates and fixed costs from the fits.
+func (ps *pickStream) stats(st *PickStats) {
+	st.CopyRate, st.CPURate = ps.copies.rate(), ps.cpu.rate()
+	if f, _, ok := ps.copies.line(); ok {
+		st.CopyFixed = time.Duration(f * 1e9)
+	}
+	if f, _, ok := ps.cpu.line(); ok {
+		st.CPUFixed = time.Duration(f * 1e9)
+	}
+}
+
+// SetStreamPicks turns on (or off) the copying of a share of each CPU
+// layer's picks at one token to the GPU (pickStream). It pins the host
+// experts in place and allocates K staging slots beyond the model's
+// budget. It fails for a model whose experts are not in host memory
+// (an ExpertSource serves them) or whose shapes the picked kernels do
+// not take.
+func (m *Model) SetStreamPicks(on bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	x := m.moe
+	if x == nil {
+		return errors.New("stream picks: not a mixture-of-experts model")
+	}
+	return m.dev.Do(func(c *cudadrv.Ctx) error {
+		if err := c.StreamSync(m.stream); err != nil {
+			return err
+		}
+		if !on {
+			err := x.ps.release(c)
+			x.ps = nil
+			return err
+		}
+		if x.ps != nil {
+			return nil
+		}
+		ps, err := newPickStream(c, m.k, m.stream, &m.Config, x)
+		if err != nil {
+			return fmt.Errorf("stream picks: %w", err)
+		}
+		x.ps = ps
+		return nil
+	})
+}
+
+// PickStreamBytes is the device memory SetStreamPicks takes for cfg
+// beyond MoEDeviceOverhead, when the largest expert (its three matrices)
+// holds largest bytes: a staging slot a pick, the staged table and
+// activations. 0 for a dense model.
+func PickStreamBytes(cfg *model.Config, largest int64) int64 {
+	if !cfg.MoE() || largest <= 0 {
+		return 0
+	}
+	K := int64(cfg.ExpertsUsed)
+	slot := largest + 3*alignUp(1) // each matrix aligned (expertSize)
+	return K*slot + tableBytes(1, cfg.Experts) + alignUp(K*int64(cfg.ExpertFFN)*4) + alignUp(K*int64(cfg.Dim)*4) + alignUp(K*4)
+}
+
+// newPickStream pins x's host experts and allocates the staging.
+func newPickStream(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, x *gpuMoE) (ps *pickStream, err error) {
+	K, E := cfg.ExpertsUsed, cfg.Experts
+	if x.src != nil {
+		return nil, errors.New("the experts are served from storage, not held in host memory")
+	}
+	var bufs [][]byte
+	for l, L := range x.layers {
+		if len(L.Experts) != E {
+			return nil, fmt.Errorf("layer %d holds %d of %d experts", l, len(L.Experts), E)
+		}
+		for e := range L.Experts {
+			ex := &L.Experts[e]
+			bufs = append(bufs, ex.Gate.Data, ex.Up.Data, ex.Down.Data)
+		}
+	}
+	ps = &pickStream{staged: make([]bool, E)}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, ps.release(c))
+		}
+	}()
+	for _, L := range x.layers {
+		ps.slotBytes = max(ps.slotBytes, expertSize(&L.Experts[0]))
+	}
+	if ps.pinned, err = c.HostRegisterSpan(bufs, 0); err != nil {
+		return nil, fmt.Errorf("pinning the host experts: %w", err)
+	}
+	if ps.copy, err = c.NewStream(cudadrv.StreamNonBlocking); err != nil {
+		return nil, err
+	}
+	if ps.slots, err = c.Alloc(int64(K) * ps.slotBytes); err != nil {
+		return nil, fmt.Errorf("%d staging slots of %d bytes: %w", K, ps.slotBytes, err)
+	}
+	if ps.table, err = c.Alloc(tableBytes(1, E)); err != nil {
+		return nil, err
+	}
+	if ps.tableHost, err = c.HostAlloc(int(tableBytes(1, E)), 0); err != nil {
+		return nil, err
+	}
+	for l, L := range x.layers {
+		if p := stagedPicked(L, ps.table, E); !k.CanMoEPicked(s, p, K) {
+			return nil, fmt.Errorf("layer %d: the picked expert kernels do not take %v %dx%d gates and %v downs", l, p.Gate.Type, p.Gate.Rows, p.Gate.Cols, p.Down.Type)
+		}
+	}
+	clear(ps.tableHost.Bytes())
+	if err := c.CopyHtoD(ps.table, ps.tableHost.Bytes(), s); err != nil {
+		return nil, err
+	}
+	if ps.acts, err = c.Alloc(alignUp(int64(K)*int64(cfg.ExpertFFN)*4) + alignUp(int64(K)*int64(cfg.Dim)*4) + alignUp(int64(K)*4)); err != nil {
+		return nil, err
+	}
+	for _, e := range []*cudadrv.Event{&ps.loaded, &ps.done} {
+		if *e, err = c.NewEvent(cudadrv.EventDisableTiming); err != nil {
+			return nil, err
+		}
+	}
+	for _, e := range []*cudadrv.Event{&ps.start, &ps.end} {
+		if *e, err = c.NewEvent(cudadrv.EventDefault); err != nil {
+			return nil, err
+		}
+	}
+	return ps, c.StreamSync(s)
+}
+
+// stagedPicked describes layer L's experts for the picked kernels at
+// table (E entries): every expert of a layer shares its type and shape.
+func stagedPicked(L *model.Layer, table cudadrv.DevPtr, E int) kernels.MoEPicked {
+	ex := &L.Experts[0]
+	return kernels.MoEPicked{Table: table, Experts: E, Gate: matrix(&ex.Gate, 0), Up: matrix(&ex.Up, 0), Down: matrix(&ex.Down, 0)}
+}
+
+// actPtrs are the staged picks' gate activations, outputs and map.
+func (ps *pickStream) actPtrs(cfg *model.Config) (g, out, where cudadrv.DevPtr) {
+	K := int64(cfg.ExpertsUsed)
+	f, d := alignUp(K*int64(cfg.ExpertFFN)*4), alignUp(K*int64(cfg.Dim)*4)
+	return ps.acts, ps.acts.Add(f), ps.acts.Add(f + d)
+}
+
+// split is how many of kc picks of b bytes each of one layer go to the
+// GPU: the n whose later link finishes first by the two fits. Until both
+// links have a fit, and one layer in exploreEvery after, half: a fit
+// that sent every pick one way would never learn the other link again
+// (a few slow CPU calls at the start, measured once, would keep the CPU
+// idle for good), and layers of several sizes tell a fixed cost from a
+// rate.
+func (ps *pickStream) split(kc int, b int64) int {
+	ps.splits++
+	cf, cb, cok := ps.cpu.line()
+	gf, gb, gok := ps.copies.line()
+	if !cok || !gok || ps.splits%exploreEvery == 0 {
+		return kc / 2
+	}
+	return streamSplit(kc, float64(b), link{gf, gb}, link{cf, cb})
+}
+
+// exploreEvery is how often split measures both links whatever the fits
+// say.
+const exploreEvery = 8
+
+// link is a link's time for a share: fixed seconds, and seconds a byte.
+type link struct{ fixed, perByte float64 }
+
+// time is the link's seconds for n picks of b bytes; none costs nothing.
+func (l link) time(n int, b float64) float64 {
+	if n == 0 {
+		return 0
+	}
+	return l.fixed + float64(n)*b*l.perByte
+}
+
+// streamSplit is the n of kc picks of b bytes that minimises the later
+// of the copies (n picks) and the CPU (kc-n), the fewer on a tie.
+func streamSplit(kc int, b float64, copies, cpu link) int {
+	best, bt := 0, cpu.time(kc, b)
+	for n := 1; n <= kc; n++ {
+		if t := max(copies.time(n, b), cpu.time(kc-n, b)); t < bt {
+			best, bt = n, t
+		}
+	}
+	return best
+}
+
+// readCopyTime folds the last timed copies into their fit once their end
+// event has passed (it has by the next layer's routing).
+func (ps *pickStream) readCopyTime(c *cudadrv.Ctx) error {
+	if ps.timedBytes == 0 {
+		return nil
+	}
+	done, err := c.EventDone(ps.end)
+	if err != nil || !done {
+		return err
+	}
+	ms, err := c.Elapsed(ps.start, ps.end)
+	if err != nil {
+		return err
+	}
+	ps.copies.add(ps.timedBytes, time.Duration(float64(ms)*float64(time.Millisecond)))
+	ps.timedBytes = 0
+	return nil
+}
+
+// stage enqueues the copies of layer l's experts es into the slots on the
+// copy stream (after the last staged launch has read them), their table
+// after them, and on s the picked launch over them behind the copies,
+// writing the staged picks' rows and map (actPtrs). It returns the bytes
+// copied.
+func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, L *model.Layer, ids, xn cudadrv.DevPtr, es []int) (int64, error) {
+	if err := ps.readCopyTime(c); err != nil {
+		return 0, err
+	}
+	if err := c.WaitEvent(ps.copy, ps.done); err != nil {
+		return 0, err
+	}
+	if err := c.Record(ps.start, ps.copy); err != nil {
+		return 0, err
+	}
+	tab, err := cudadrv.Values[uint64](ps.tableHost.Bytes())
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range ps.set {
+		tab[e*3], tab[e*3+1], tab[e*3+2] = 0, 0, 0
+	}
+	ps.set = ps.set[:0]
+	var bytes int64
+	for i, e := range es {
+		w, err := putExpert(c, ps.copy, ps.slots.Add(int64(i)*ps.slotBytes), ps.slotBytes, &L.Experts[e])
+		if err != nil {
+			return 0, fmt.Errorf("staging expert %d: %w", e, err)
+		}
+		tab[e*3], tab[e*3+1], tab[e*3+2] = uint64(w.gate.Ptr), uint64(w.up.Ptr), uint64(w.down.Ptr)
+		ps.set = append(ps.set, e)
+		bytes += int64(len(L.Experts[e].Gate.Data) + len(L.Experts[e].Up.Data) + len(L.Experts[e].Down.Data))
+	}
+	if err := c.Record(ps.end, ps.copy); err != nil {
+		return 0, err
+	}
+	ps.timedBytes = bytes
+	if err := c.CopyHtoD(ps.table, ps.tableHost.Bytes(), ps.copy); err != nil {
+		return 0, err
+	}
+	if err := c.Record(ps.loaded, ps.copy); err != nil {
+		return 0, err
+	}
+	if err := c.WaitEvent(s, ps.loaded); err != nil {
+		return 0, err
+	}
+	K := cfg.ExpertsUsed
+	p := stagedPicked(L, ps.table, cfg.Experts)
+	g, out, where := ps.actPtrs(cfg)
+	if err := k.MoEPickedGLU(c, s, p, ids, K, xn, g, where, kernels.SwiGLU); err != nil {
+		return 0, fmt.Errorf("staged experts' gate and up: %w", err)
+	}
+	if err := k.MoEPickedDown(c, s, p, ids, K, g, out); err != nil {
+		return 0, fmt.Errorf("staged experts' downs: %w", err)
+	}
+	return bytes, c.Record(ps.done, s)
+}
+
+// release unpins the host experts and frees the staging.
+func (ps *pickStream) release(c *cudadrv.Ctx) error {
+	if ps == nil {
+		return nil
+	}
+	var err error
+	if ps.copy != 0 {
+		err = errors.Join(err, c.StreamSync(ps.copy))
+	}
+	err = errors.Join(err, c.Free(ps.slots), c.Free(ps.table), c.Free(ps.acts), c.FreeHost(ps.tableHost), c.HostUnregister(ps.pinned))
+	for _, e := range []cudadrv.Event{ps.loaded, ps.done, ps.start, ps.end} {
+		if e != 0 {
+			err = errors.Join(err, c.DestroyEvent(e))
+		}
+	}
+	if ps.copy != 0 {
+		err = errors.Join(err, c.DestroyStream(ps.copy))
+	}
+	*ps = pickStream{}
+	return err
+}

@@ -1,0 +1,128 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/strata-llm/strata/engine/quant"
+)
+
+// TestStreamSplit: the share of a CPU layer's picks sent over PCIe
+// finishes both links together, as near as whole picks allow, a link's
+// fixed cost counted only where it has picks.
+func TestStreamSplit(t *testing.T) {
+	t.Parallel()
+	const b = 3e6
+	rate := func(fixed time.Duration, gbps float64) link { return link{fixed.Seconds(), 1 / (gbps * 1e9)} }
+	for _, tc := range []struct {
+		name        string
+		kc          int
+		copies, cpu link
+		want        int
+	}{
+		{"equal rates, no fixed cost", 8, rate(0, 50), rate(0, 50), 4},
+		{"copies faster", 8, rate(0, 55), rate(0, 40), 5}, // 5 copies end before 3 on the CPU
+		{"CPU faster", 8, rate(0, 40), rate(0, 55), 3},
+		{"a tie keeps the pick on the CPU", 1, rate(0, 50), rate(0, 50), 0},
+		{"one pick, the copy faster", 1, rate(0, 100), rate(0, 40), 1},
+		{"the CPU's call costs more than its bytes", 2, rate(10*time.Microsecond, 45), rate(200*time.Microsecond, 40), 2},
+		{"the copies' latency keeps one pick home", 1, rate(100*time.Microsecond, 50), rate(20*time.Microsecond, 40), 0},
+		{"slow copies", 2, rate(0, 10), rate(0, 70), 0},
+		{"no picks", 0, rate(0, 50), rate(0, 50), 0},
+	} {
+		if got := streamSplit(tc.kc, b, tc.copies, tc.cpu); got != tc.want {
+			t.Errorf("%s: streamSplit(%d) = %d, want %d", tc.name, tc.kc, got, tc.want)
+		}
+	}
+}
+
+// TestLinkFit: the fit finds a link's fixed cost and rate from layers of
+// several sizes, reports none before it can tell them apart, and follows
+// a rate that moves.
+func TestLinkFit(t *testing.T) {
+	t.Parallel()
+	var f linkFit
+	at := func(fixed time.Duration, gbps float64, bytes int64) time.Duration {
+		return fixed + time.Duration(float64(bytes)/(gbps*1e9)*1e9)
+	}
+	for range 10 {
+		f.add(3e6, at(50*time.Microsecond, 40, 3e6))
+	}
+	if _, _, ok := f.line(); ok {
+		t.Error("a fit from layers of one size")
+	}
+	for i := range 40 {
+		n := int64(1 + i%8)
+		f.add(n*3e6, at(50*time.Microsecond, 40, n*3e6))
+	}
+	fixed, pb, ok := f.line()
+	if !ok || math.Abs(fixed-50e-6) > 1e-6 || math.Abs(1/pb-40e9) > 0.4e9 {
+		t.Errorf("fit %v s + bytes at %.3g B/s (ok %v), want 50 µs and 40 GB/s", fixed, 1/pb, ok)
+	}
+	for i := range 400 {
+		n := int64(1 + i%8)
+		f.add(n*3e6, at(50*time.Microsecond, 20, n*3e6))
+	}
+	if r := f.rate(); math.Abs(r-20e9) > 0.5e9 {
+		t.Errorf("after the rate halved the fit says %.3g B/s", r)
+	}
+	f = linkFit{}
+	f.add(0, time.Millisecond)
+	f.add(5, 0)
+	if f.n != 0 {
+		t.Error("empty measurements counted")
+	}
+}
+
+// TestStreamPicks: with a share of the CPU's picks copied to the GPU and
+// computed there (SetStreamPicks), Q4_K_M mixture-of-experts models with
+// none and some experts resident give the CPU reference's logits and
+// greedy tokens, count every routed pick once, and go on as before once
+// it is turned off.
+func TestStreamPicks(t *testing.T) {
+	gpu(t)
+	for _, arch := range []string{"mixtral", "qwen3moe"} {
+		for _, resident := range []string{"none", "some"} {
+			t.Run(fmt.Sprintf("%s/resident=%s", arch, resident), func(t *testing.T) {
+				cpu := tinyModel(t, arch, "q4_k_m")
+				cfg := cpu.Config
+				g := loadGPU(t, cpu, Options{MaxSeqs: 2, NoExpertTrial: true, ResidentExperts: residentSets(cfg, resident)})
+				x0 := cpu.Weights.Layers[0].Experts[0]
+				if !g.k.Tuning().IntegerGEMV || x0.Gate.Type != quant.Q4_K || x0.Up.Type != quant.Q4_K {
+					t.Skipf("the picked kernels do not take %v gates here", x0.Gate.Type)
+				}
+				if err := g.SetStreamPicks(true); err != nil {
+					t.Fatal(err)
+				}
+				if err := g.SetStreamPicks(true); err != nil {
+					t.Fatalf("turned on twice: %v", err)
+				}
+				const steps = 6
+				worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 9, 4), steps)
+				st, _ := g.MoEStats()
+				t.Logf("worst NMSE %.3g; %+v", worst[0], st)
+				if st.Streamed.Picks == 0 || st.Streamed.Bytes == 0 {
+					t.Errorf("no pick went over PCIe: %+v", st.Streamed)
+				}
+				var counted uint64
+				for _, c := range g.ExpertCounts() {
+					for _, n := range c {
+						counted += n
+					}
+				}
+				if want := uint64((9 + steps) * cfg.Layers * cfg.ExpertsUsed); counted != want {
+					t.Errorf("ExpertCounts total %d, want %d", counted, want)
+				}
+				if err := g.SetStreamPicks(false); err != nil {
+					t.Fatal(err)
+				}
+				greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 2), 3)
+				if st2, _ := g.MoEStats(); st2.Streamed.Picks != st.Streamed.Picks {
+					t.Errorf("picks streamed after turning it off: %d, then %d", st.Streamed.Picks, st2.Streamed.Picks)
+				}
+			})
+		}
+	}
+}
