@@ -133,13 +133,15 @@ type Model struct {
 	hy       *hybrid  // the CPU's share of tier B (Options.Hybrid); nil when none
 	moe      *gpuMoE  // a mixture-of-experts model's routing and experts; nil for other models
 
-	mu     sync.Mutex // serialises Forward and guards everything below
-	slots  []bool     // slot in use
-	act    activations
-	graphs map[graphKey]*decodeGraph
-	fw     forwardState // forward.go: host-side greedy choice, graph-copy fallback, benchmark trace
-	stats  Stats
-	closed bool
+	mu sync.Mutex // serialises Forward and guards everything below
+	// cpuHold keeps the CPU's threads polling through a pass (SetCPUHold).
+	cpuHold bool
+	slots   []bool // slot in use
+	act     activations
+	graphs  map[graphKey]*decodeGraph
+	fw      forwardState // forward.go: host-side greedy choice, graph-copy fallback, benchmark trace
+	stats   Stats
+	closed  bool
 }
 
 // Stats counts what Forward did, for tests and benchmarks.

@@ -95,6 +95,7 @@ type Pool struct {
 	stop    atomic.Bool  // set before Close's bump: the workers exit
 	pending atomic.Int32 // workers still in the current step
 	waiting atomic.Bool  // the caller sleeps on done
+	holds   atomic.Int32 // Hold's callers not yet released: idle threads poll past spin
 	done    chan struct{}
 	exited  sync.WaitGroup
 }
@@ -167,6 +168,20 @@ func Default() *Pool {
 		panic(sharedErr)
 	}
 	return shared
+}
+
+// Hold keeps the pool's idle threads polling past Options.Spin until the
+// returned release is called (release is idempotent). It is for a caller
+// whose steps come in bursts with gaps longer than the spin between them
+// — the CPU beside a GPU, idle while the GPU computes the layers between
+// its own — so that a burst does not start with its threads waking from
+// sleep, and the polling ends with the pass. Threads already asleep keep
+// sleeping until the next step. Holds nest: the threads poll while any
+// is held.
+func (p *Pool) Hold() (release func()) {
+	p.holds.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { p.holds.Add(-1) }) }
 }
 
 // Threads is how many threads the pool has, the caller's included: the
@@ -269,7 +284,7 @@ func (p *Pool) poll(yield bool, ready func() bool) bool {
 		switch {
 		case i == 0:
 			start, yielded = now, now
-		case now.Sub(start) > p.spin:
+		case now.Sub(start) > p.spin && p.holds.Load() == 0:
 			return false
 		case yield && now.Sub(yielded) > yieldEvery:
 			runtime.Gosched()

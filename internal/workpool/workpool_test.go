@@ -188,3 +188,51 @@ func TestPinned(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHold: an idle thread sleeps once the spin has passed, but not while
+// the pool is held; after the release it sleeps again, and a release
+// called twice counts once.
+func TestHold(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	p, err := New(Options{Threads: 2, Spin: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	w := p.workers[0]
+	step := func() {
+		t.Helper()
+		if err := p.Run(2, func(int, int) {}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asleepSoon := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !w.sleeping.Load(); {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the idle thread still polls after 5 s (spin 1 ms)", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	step()
+	asleepSoon("unheld")
+	release := p.Hold()
+	step()
+	for range 20 {
+		time.Sleep(time.Millisecond)
+		if w.sleeping.Load() {
+			t.Fatal("held: the idle thread went to sleep")
+		}
+	}
+	inner := p.Hold()
+	release()
+	release()
+	time.Sleep(5 * time.Millisecond)
+	if w.sleeping.Load() {
+		t.Fatal("a nested hold released twice let the thread sleep")
+	}
+	inner()
+	asleepSoon("released")
+	step()
+}
