@@ -883,6 +883,14 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 		for _, e := range staged {
 			x.ps.staged[e] = true
 		}
+		// The marks hold for this layer only, whatever fails in it: a
+		// mark left set would keep the CPU off that expert in later
+		// layers.
+		defer func() {
+			for _, e := range staged {
+				x.ps.staged[e] = false
+			}
+		}()
 		bytes, err := x.ps.stage(c, k, s, cfg, x.layers[l], ids, a.xn, staged)
 		if err != nil {
 			return err
@@ -911,9 +919,6 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 		}
 	} else {
 		x.stats.GPULayers++
-	}
-	for _, e := range staged {
-		x.ps.staged[e] = false
 	}
 	// The CPU's rows (or h) plus the resident picks, plus the staged.
 	if res {
