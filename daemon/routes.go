@@ -348,7 +348,8 @@ func (s *Server) refreshGauges() {
 				if x.OnDevice > 0 || x.DeviceUses+x.CPUUses > 0 {
 					s.metrics.expertsOnDevice.WithLabelValues(n).Set(float64(x.OnDevice))
 					s.metrics.expertPicks.WithLabelValues(n, "gpu").Set(float64(x.DeviceUses))
-					s.metrics.expertPicks.WithLabelValues(n, "cpu").Set(float64(x.CPUUses))
+					s.metrics.expertPicks.WithLabelValues(n, "cpu").Set(float64(x.CPUUses - x.StreamedPicks))
+					s.metrics.expertPicks.WithLabelValues(n, "pcie").Set(float64(x.StreamedPicks))
 					s.metrics.expertsMoved.WithLabelValues(n).Set(float64(x.DeviceMoves))
 				}
 			}
