@@ -394,19 +394,7 @@ func (rn *runner) moeStream(ctx context.Context, res *ScenarioResult, g *loaded,
 	if err != nil {
 		return err
 	}
-	var with, without float64
-	for _, m := range res.Metrics {
-		switch m.Key {
-		case rt.prefix + "decode_tps":
-			with = m.Value
-		case routing.prefix + "decode_tps":
-			without = m.Value
-		}
-	}
-	if with > 0 && without > 0 {
-		res.Metrics = append(res.Metrics, Metric{Key: rt.prefix + "decode_tps_vs_cpu_picks", Label: "decode, batch 1, " + routing.short() + ", picks over PCIe too", Value: with, Unit: "tok/s",
-			Ratio: &Ratio{Value: with / without, Basis: fmt.Sprintf("the CPU's picks on the CPU alone %.2f tok/s", without), BasisValue: without}})
-	}
+	addVersus(res, rt, routing, "cpu_picks", "picks over PCIe too", "the CPU's picks on the CPU alone")
 	st := after.Streamed
 	picks := st.Picks - before.Streamed.Picks
 	layers := after.Layers - before.Layers
@@ -433,20 +421,27 @@ func (rn *runner) moeHold(ctx context.Context, res *ScenarioResult, g *loaded, s
 	if err != nil {
 		return err
 	}
+	addVersus(res, rt, routing, "unheld", "picks over PCIe, CPU threads held", "not held")
+	return nil
+}
+
+// addVersus adds a row of rt's batch-1 tok/s against base's, both already
+// in res, keyed rt's prefix + "decode_tps_vs_" + vs: the one way against
+// the other in the same run. what says what rt adds, basis what base is.
+func addVersus(res *ScenarioResult, rt, base moeRouting, vs, what, basis string) {
 	var with, without float64
 	for _, m := range res.Metrics {
 		switch m.Key {
 		case rt.prefix + "decode_tps":
 			with = m.Value
-		case routing.prefix + "decode_tps":
+		case base.prefix + "decode_tps":
 			without = m.Value
 		}
 	}
 	if with > 0 && without > 0 {
-		res.Metrics = append(res.Metrics, Metric{Key: rt.prefix + "decode_tps_vs_unheld", Label: "decode, batch 1, " + routing.short() + ", picks over PCIe, CPU threads held", Value: with, Unit: "tok/s",
-			Ratio: &Ratio{Value: with / without, Basis: fmt.Sprintf("not held %.2f tok/s", without), BasisValue: without}})
+		res.Metrics = append(res.Metrics, Metric{Key: rt.prefix + "decode_tps_vs_" + vs, Label: "decode, batch 1, " + base.short() + ", " + what, Value: with, Unit: "tok/s",
+			Ratio: &Ratio{Value: with / without, Basis: fmt.Sprintf("%s %.2f tok/s", basis, without), BasisValue: without}})
 	}
-	return nil
 }
 
 // moeDecode times one decode of g at batch b and adds its rows: tok/s

@@ -289,3 +289,24 @@ func TestOffDevice(t *testing.T) {
 		t.Fatalf("offDevice with nothing on the device = %v", off)
 	}
 }
+
+// TestAddVersus: a way's batch-1 row against another's in the same run,
+// and no row where either is missing.
+func TestAddVersus(t *testing.T) {
+	t.Parallel()
+	base := moeRouting{"dev_", "dev", 0}
+	rt := moeRouting{"dev_stream_", "dev stream", 0}
+	res := &ScenarioResult{Metrics: []Metric{{Key: "dev_decode_tps", Value: 40}, {Key: "dev_stream_decode_tps", Value: 50}}}
+	addVersus(res, rt, base, "cpu_picks", "picks over PCIe too", "the CPU alone")
+	if len(res.Metrics) != 3 {
+		t.Fatalf("%d rows, want 3", len(res.Metrics))
+	}
+	m := res.Metrics[2]
+	if m.Key != "dev_stream_decode_tps_vs_cpu_picks" || m.Value != 50 || m.Ratio == nil || m.Ratio.Value != 1.25 || m.Ratio.BasisValue != 40 {
+		t.Errorf("row %+v (ratio %+v)", m, m.Ratio)
+	}
+	addVersus(res, moeRouting{"dev_stream_hold_", "held", 0}, rt, "unheld", "held", "not held")
+	if len(res.Metrics) != 3 {
+		t.Errorf("a row against a way not timed: %+v", res.Metrics[3:])
+	}
+}
