@@ -200,7 +200,12 @@ func newPickStream(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *mo
 		ps.slotBytes = max(ps.slotBytes, expertSize(&L.Experts[0]))
 	}
 	if ps.pinned, err = c.HostRegisterSpan(bufs, 0); err != nil {
-		return nil, fmt.Errorf("pinning the host experts: %w", err)
+		// A read-only mapping (safetensors) pins only as read-only, which
+		// the copies need no more than.
+		var rerr error
+		if ps.pinned, rerr = c.HostRegisterSpan(bufs, cudadrv.HostRegisterReadOnly); rerr != nil {
+			return nil, fmt.Errorf("pinning the host experts: %w", errors.Join(err, rerr))
+		}
 	}
 	if ps.copy, err = c.NewStream(cudadrv.StreamNonBlocking); err != nil {
 		return nil, err
