@@ -20,7 +20,8 @@
 # device machine's; docs/performance.md holds the current table).
 # The test binaries stay in bin/gpu-tests/ after a run, for single tests or
 # benchmarks by hand (cd into the package, run its .test with -test.run or
-# -test.bench). The standalone kernel sweeps are lab tools, not steps of
+# -test.bench); engine/model's is there for its CPU benchmarks on the GPU
+# host's CPU (no step runs it: CI runs its tests). The standalone kernel sweeps are lab tools, not steps of
 # this script: lab/README.md says how to build them.
 # Environment: LOGS (default gpu-logs/, or $OUT where set) receives one log
 # per step; SYNTH (default /dev/shm) holds the synthetic 8b/70b models,
@@ -38,7 +39,7 @@ build() {
 	GO=$(setup/deps.sh)
 	export GOTOOLCHAIN=${GOTOOLCHAIN:-auto} CGO_ENABLED=0
 	mkdir -p bin/gpu-tests
-	for p in kernels kernels/cudadrv engine/gpu engine engine/gemv internal/bench/gputime internal/bench/enginebench; do
+	for p in kernels kernels/cudadrv engine/gpu engine engine/gemv engine/model internal/bench/gputime internal/bench/enginebench; do
 		"$GO" test -c -ldflags='-s -w' -o "bin/gpu-tests/$(echo "$p" | tr / -).test" "./$p"
 	done
 	"$GO" build -ldflags='-s -w' -o bin/gpu-tests/strata ./tools/strata

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/strata-llm/strata/engine/gemv"
 	"github.com/strata-llm/strata/engine/quant"
@@ -98,9 +99,11 @@ func BenchmarkFFN(b *testing.B) {
 // in all), so that most picks come from memory, as a decode step's do.
 // Its rate against BenchmarkFFN's shows what small products cost: an
 // expert's gate is 0.9 MB where the 8b's is 33 MB.
-func BenchmarkMoEFFN(b *testing.B) {
+// moeBenchBlock is BenchmarkMoEFFN's model: layers MoE blocks of
+// Qwen3-30B-A3B's shape on an FFNDevice, and one expert's bytes.
+func moeBenchBlock(b *testing.B) (cfg Config, ls []Layer, dev *FFNDevice, perExpert int64) {
 	const layers, experts, used, dim, eff = 4, 128, 8, 2048, 768
-	cfg := Config{Arch: ArchQwen3MoE, Vocab: 256, Dim: dim, FFN: 6144, ExpertFFN: eff, Experts: experts, ExpertsUsed: used,
+	cfg = Config{Arch: ArchQwen3MoE, Vocab: 256, Dim: dim, FFN: 6144, ExpertFFN: eff, Experts: experts, ExpertsUsed: used,
 		Layers: layers, Heads: 32, KVHeads: 4, HeadDim: 128, Context: 64, RopeTheta: 1e6, NormEps: 1e-6, AttnScale: 0.088, EmbedScale: 1}
 	mk := func(name string, typ quant.Type, rows, cols int, seed uint64) Tensor {
 		return randomQuantTensor(b, name, typ, rows, cols, seed)
@@ -109,8 +112,7 @@ func BenchmarkMoEFFN(b *testing.B) {
 	for i := range ones {
 		ones[i] = 1
 	}
-	ls := make([]Layer, layers)
-	var perExpert int64
+	ls = make([]Layer, layers)
 	for l := range ls {
 		ls[l].FFNNorm = F32Tensor("ffn_norm", 1, dim, ones)
 		ls[l].Router = F32Tensor("router", experts, dim, make([]float32, experts*dim))
@@ -129,6 +131,12 @@ func BenchmarkMoEFFN(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	return cfg, ls, dev, perExpert
+}
+
+func BenchmarkMoEFFN(b *testing.B) {
+	cfg, ls, dev, perExpert := moeBenchBlock(b)
+	layers, experts, used, dim := cfg.Layers, cfg.Experts, cfg.ExpertsUsed, cfg.Dim
 	r := rand.New(rand.NewPCG(1, 2))
 	// "all" computes every pick here; "one" only the first pick of the
 	// first token, as where the GPU holds the layer's other picks: what is
@@ -181,6 +189,67 @@ func BenchmarkMoEFFN(b *testing.B) {
 					i++
 				}
 				b.ReportMetric(float64(picked)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
+	}
+}
+
+// BenchmarkMoEFFNGap: one pick of BenchmarkMoEFFN's block at one token
+// (what engine/gpu leaves the CPU of a layer whose other picks the GPU
+// computes), with the caller idle between calls for a gap, as the CPU
+// beside a GPU is while the GPU computes the layers between its own:
+// us/call is the call alone. Without a hold an idle gap longer than the
+// team's spin puts its threads to sleep, and the next call starts by
+// waking them; "held" keeps them polling (FFNDevice.Hold). The gap is a
+// busy wait on the caller's thread, as a host waiting on the GPU's event.
+func BenchmarkMoEFFNGap(b *testing.B) {
+	cfg, ls, dev, _ := moeBenchBlock(b)
+	used, dim := cfg.ExpertsUsed, cfg.Dim
+	h := [][]float32{randomVector(dim, 1)}
+	r := rand.New(rand.NewPCG(3, 4))
+	type pass struct {
+		l   int
+		rt  Routing
+		one int
+	}
+	passes := make([]pass, 256)
+	for i := range passes {
+		ps := &passes[i]
+		ps.l = r.IntN(cfg.Layers)
+		ps.rt = Routing{IDs: make([]int32, used), Weights: make([]float32, used)}
+		for j, e := range r.Perm(cfg.Experts)[:used] {
+			ps.rt.IDs[j], ps.rt.Weights[j] = int32(e), 1/float32(used)
+		}
+		ps.one = int(ps.rt.IDs[0])
+	}
+	for _, gap := range []time.Duration{0, 100 * time.Microsecond, 500 * time.Microsecond} {
+		for _, held := range []bool{false, true} {
+			if gap == 0 && held {
+				continue
+			}
+			name := fmt.Sprintf("%v/gap%v", gemv.Detect(), gap)
+			if held {
+				name += "/held"
+			}
+			b.Run(name, func(b *testing.B) {
+				if held {
+					defer dev.Hold()()
+				}
+				var in time.Duration
+				calls := 0
+				for b.Loop() {
+					ps := &passes[calls%len(passes)]
+					for t0 := time.Now(); time.Since(t0) < gap; {
+					}
+					keep := func(e int) bool { return e == ps.one }
+					t0 := time.Now()
+					if err := dev.RunRouted(context.Background(), ps.l, &ls[ps.l], h, ps.rt, keep); err != nil {
+						b.Fatal(err)
+					}
+					in += time.Since(t0)
+					calls++
+				}
+				b.ReportMetric(float64(in.Microseconds())/float64(calls), "us/call")
 			})
 		}
 	}
