@@ -891,10 +891,12 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 				x.ps.staged[e] = false
 			}
 		}()
+		ti := time.Now()
 		bytes, err := x.ps.stage(c, k, s, cfg, x.layers[l], ids, a.xn, staged)
 		if err != nil {
 			return err
 		}
+		x.pstats.Issue += time.Since(ti)
 		x.pstats.Picks += int64(n)
 		x.pstats.Bytes += bytes
 		x.pstats.Layers++

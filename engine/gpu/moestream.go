@@ -107,6 +107,9 @@ type PickStats struct {
 	Picks  int64 `json:"picks"`
 	Bytes  int64 `json:"bytes"`
 	Layers int64 `json:"layers"`
+	// Issue is the host's time issuing the copies and the launch over
+	// them: time before the CPU starts on its share of the layer.
+	Issue time.Duration `json:"issue_ns"`
 	// CopyRate and CPURate are the links' rates by their fits, bytes a
 	// second measured in passes, CopyFixed and CPUFixed what a layer's
 	// share costs each beyond its bytes: what the split weighs.

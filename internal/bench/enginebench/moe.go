@@ -398,8 +398,9 @@ func (rn *runner) moeStream(ctx context.Context, res *ScenarioResult, g *loaded,
 	st := after.Streamed
 	picks := st.Picks - before.Streamed.Picks
 	layers := after.Layers - before.Layers
-	res.Notes = append(res.Notes, fmt.Sprintf("%s, a share of each CPU layer's picks copied over PCIe and computed on the GPU (JSON keys %s*): %d picks (%s) in %d layers over PCIe, %d CPU layers; split by the links' fits in passes: copies %v + bytes at %.1f GB/s, the CPU %v + bytes at %.1f GB/s",
-		routing.short(), rt.prefix, picks, gib(st.Bytes-before.Streamed.Bytes), st.Layers-before.Streamed.Layers, layers,
+	staged := st.Layers - before.Streamed.Layers
+	res.Notes = append(res.Notes, fmt.Sprintf("%s, a share of each CPU layer's picks copied over PCIe and computed on the GPU (JSON keys %s*): %d picks (%s) in %d layers over PCIe (the host %v a layer issuing them), %d CPU layers; split by the links' fits in passes: copies %v + bytes at %.1f GB/s, the CPU %v + bytes at %.1f GB/s",
+		routing.short(), rt.prefix, picks, gib(st.Bytes-before.Streamed.Bytes), staged, ((st.Issue-before.Streamed.Issue)/time.Duration(max(1, staged))).Round(time.Microsecond), layers,
 		st.CopyFixed.Round(time.Microsecond), st.CopyRate/1e9, st.CPUFixed.Round(time.Microsecond), st.CPURate/1e9))
 	return nil
 }
