@@ -112,8 +112,9 @@ type MoEStats struct {
 	Layers int64         `json:"layers"`
 	Busy   time.Duration `json:"busy_ns"`
 	Hop    time.Duration `json:"hop_ns"`
-	// GPULayers is the FFN blocks whose picked experts were all resident:
-	// computed on the GPU alone.
+	// GPULayers is the FFN blocks computed on the GPU alone: their picked
+	// experts all resident, or the others all copied to it
+	// (SetStreamPicks).
 	GPULayers int64 `json:"gpu_layers"`
 	// GPUExperts and CPUExperts count the (token, expert) picks computed
 	// on each side.
