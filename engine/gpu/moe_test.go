@@ -109,13 +109,7 @@ func TestMoEOnCUDA(t *testing.T) {
 					t.Errorf("some resident, yet %+v", st)
 				}
 			}
-			var counted uint64
-			for _, c := range g.ExpertCounts() {
-				for _, n := range c {
-					counted += n
-				}
-			}
-			if int64(counted) != picks {
+			if counted := countedPicks(g); int64(counted) != picks {
 				t.Errorf("ExpertCounts total %d, want %d", counted, picks)
 			}
 		})
@@ -156,18 +150,24 @@ func TestMoEOnCUDAQ4KM(t *testing.T) {
 						t.Errorf("resident %s, %d blocks without the host", resident, st.HostFree)
 					}
 				}
-				var counted uint64
-				for _, c := range g.ExpertCounts() {
-					for _, n := range c {
-						counted += n
-					}
-				}
-				if want := uint64((9 + steps) * cfg.Layers * cfg.ExpertsUsed); counted != want {
+				if counted, want := countedPicks(g), uint64((9+steps)*cfg.Layers*cfg.ExpertsUsed); counted != want {
 					t.Errorf("ExpertCounts total %d, want %d", counted, want)
 				}
 			})
 		}
 	}
+}
+
+// countedPicks is the routing picks g counted over every layer and
+// expert (ExpertCounts).
+func countedPicks(g *Model) uint64 {
+	var counted uint64
+	for _, c := range g.ExpertCounts() {
+		for _, n := range c {
+			counted += n
+		}
+	}
+	return counted
 }
 
 // residentSets is a resident expert set per layer of cfg: "all", "some"

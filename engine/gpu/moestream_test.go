@@ -106,13 +106,7 @@ func TestStreamPicks(t *testing.T) {
 				if st.Streamed.Picks == 0 || st.Streamed.Bytes == 0 {
 					t.Errorf("no pick went over PCIe: %+v", st.Streamed)
 				}
-				var counted uint64
-				for _, c := range g.ExpertCounts() {
-					for _, n := range c {
-						counted += n
-					}
-				}
-				if want := uint64((9 + steps) * cfg.Layers * cfg.ExpertsUsed); counted != want {
+				if counted, want := countedPicks(g), uint64((9+steps)*cfg.Layers*cfg.ExpertsUsed); counted != want {
 					t.Errorf("ExpertCounts total %d, want %d", counted, want)
 				}
 				if err := g.SetStreamPicks(false); err != nil {
