@@ -245,7 +245,7 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 	}
 	if cfg.MoE() {
 		if o.VRAM > 0 {
-			info.MoENote = "mixture-of-experts model on a GPU: the device holds attention, norms and routers as planned, routes on the device, and, in the device memory left, the experts that save the CPU most by the routing of a calibration text (whole layers where it is near uniform, each layer's hot experts where its skew holds on the text's held-out half), computed there, moving toward the routing served while it serves; the others run on the CPU, in the host memory tier B leaves"
+			info.MoENote = "mixture-of-experts model on a GPU: the device holds attention, norms and routers as planned, routes on the device, and, in the device memory left, the experts that save the CPU most by the routing of a calibration text (whole layers where it is near uniform, each layer's hot experts where its skew holds on the text's held-out half), computed there, moving toward the routing served while it serves; the others run on the CPU, in the host memory tier B leaves, a share of their picks at one token copied over PCIe and computed on the GPU beside it"
 		}
 		xp, err := tier.PlanExperts(sizes.Experts, nil, p.ExpertBudget())
 		if err != nil {
