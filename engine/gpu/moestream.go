@@ -22,7 +22,7 @@ import (
 // them. The share balances the two links by their rates measured in
 // passes: they read the same DRAM, so neither runs at its rate alone.
 type pickStream struct {
-	pinned    *cudadrv.HostMem // the host experts' span, page-locked in place
+	pinned    []*cudadrv.HostMem // the host experts' pages, page-locked in place
 	copy      cudadrv.Stream
 	slots     cudadrv.DevPtr // K slots of slotBytes, an expert each (putExpert's layout)
 	slotBytes int64
@@ -202,11 +202,11 @@ func newPickStream(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *mo
 	for _, L := range x.layers {
 		ps.slotBytes = max(ps.slotBytes, expertSize(&L.Experts[0]))
 	}
-	if ps.pinned, err = c.HostRegisterSpan(bufs, 0); err != nil {
+	if ps.pinned, err = c.HostRegisterRanges(bufs, 0); err != nil {
 		// A read-only mapping (safetensors) pins only as read-only, which
 		// the copies need no more than.
 		var rerr error
-		if ps.pinned, rerr = c.HostRegisterSpan(bufs, cudadrv.HostRegisterReadOnly); rerr != nil {
+		if ps.pinned, rerr = c.HostRegisterRanges(bufs, cudadrv.HostRegisterReadOnly); rerr != nil {
 			return nil, fmt.Errorf("pinning the host experts: %w", errors.Join(err, rerr))
 		}
 	}
@@ -391,7 +391,10 @@ func (ps *pickStream) release(c *cudadrv.Ctx) error {
 	if ps.copy != 0 {
 		err = errors.Join(err, c.StreamSync(ps.copy))
 	}
-	err = errors.Join(err, c.Free(ps.slots), c.Free(ps.table), c.Free(ps.acts), c.FreeHost(ps.tableHost), c.HostUnregister(ps.pinned))
+	err = errors.Join(err, c.Free(ps.slots), c.Free(ps.table), c.Free(ps.acts), c.FreeHost(ps.tableHost))
+	for _, h := range ps.pinned {
+		err = errors.Join(err, c.HostUnregister(h))
+	}
 	for _, e := range []cudadrv.Event{ps.loaded, ps.done, ps.start, ps.end} {
 		if e != 0 {
 			err = errors.Join(err, c.DestroyEvent(e))

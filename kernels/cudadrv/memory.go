@@ -1,8 +1,10 @@
 package cudadrv
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"unsafe"
 )
 
@@ -119,37 +121,79 @@ func (c *Ctx) HostRegister(b []byte, flags uint32) (*HostMem, error) {
 	return &HostMem{p: p, n: len(b), registered: true}, nil
 }
 
-// HostRegisterSpan page-locks in one registration every page from the
-// lowest to the highest byte of bufs: views into one mapping (a model
-// file's tensors in its snapshot) whose gaps are mapped too, so the
-// driver's one range covers them all where a registration of each would
-// collide on the pages neighbours share. A gap that is not mapped fails
-// the registration, with nothing pinned.
-func (c *Ctx) HostRegisterSpan(bufs [][]byte, flags uint32) (*HostMem, error) {
-	var first unsafe.Pointer // the buffer at the lowest address
-	lo, hi := ^uintptr(0), uintptr(0)
-	for _, b := range bufs {
-		if len(b) == 0 {
-			continue
-		}
-		bp := unsafe.Pointer(unsafe.SliceData(b))
-		if p := uintptr(bp); p < lo {
-			first, lo = bp, p
-		}
-		hi = max(hi, uintptr(bp)+uintptr(len(b)))
+// HostRegisterRanges page-locks in place the pages bufs lie in: views
+// into one or more mappings (a model file's tensors in its snapshot, or
+// in several shard files' mappings). Buffers whose pages overlap or touch
+// are registered as one range, so no page is registered twice (the
+// driver refuses that) and the pages between them are pinned too; they
+// must be mapped, as they are inside one mapping. On failure nothing
+// stays pinned. HostUnregister each of the returned ranges.
+func (c *Ctx) HostRegisterRanges(bufs [][]byte, flags uint32) ([]*HostMem, error) {
+	type buf struct {
+		p    unsafe.Pointer
+		n    int
+		addr uintptr
 	}
-	if first == nil {
+	var bs []buf
+	for _, b := range bufs {
+		if len(b) > 0 {
+			p := unsafe.Pointer(unsafe.SliceData(b))
+			bs = append(bs, buf{p, len(b), uintptr(p)})
+		}
+	}
+	if len(bs) == 0 {
 		return nil, errors.New("cuMemHostRegister: no bytes to register")
 	}
-	const page = 4096
-	// The span's start is the first buffer's page, inside the same mapping.
-	p := unsafe.Add(first, -int(lo&(page-1)))
-	lo &^= page - 1
-	hi = (hi + page - 1) &^ (page - 1)
-	if err := check("cuMemHostRegister", call(drv.cuMemHostRegister, uintptr(p), hi-lo, uintptr(flags))); err != nil {
-		return nil, fmt.Errorf("registering the %d bytes around %d buffers: %w", hi-lo, len(bufs), err)
+	spans := make([]pageSpan, len(bs))
+	for i, b := range bs {
+		spans[i] = pageSpan{lo: b.addr, hi: b.addr + uintptr(b.n)}
 	}
-	return &HostMem{p: p, n: int(hi - lo), registered: true}, nil
+	var out []*HostMem
+	for _, r := range mergePages(spans, hostPage) {
+		// The range starts in the page of its lowest buffer, inside the
+		// same mapping: rebuilt from that buffer's pointer.
+		var first buf
+		for _, b := range bs {
+			if b.addr >= r.lo && b.addr < r.hi && (first.p == nil || b.addr < first.addr) {
+				first = b
+			}
+		}
+		p := unsafe.Add(first.p, -int(first.addr-r.lo))
+		if err := check("cuMemHostRegister", call(drv.cuMemHostRegister, uintptr(p), r.hi-r.lo, uintptr(flags))); err != nil {
+			for _, h := range out {
+				_ = c.HostUnregister(h)
+			}
+			return nil, fmt.Errorf("registering %d bytes (one of %d ranges around %d buffers): %w", r.hi-r.lo, len(out)+1, len(bs), err)
+		}
+		out = append(out, &HostMem{p: p, n: int(r.hi - r.lo), registered: true})
+	}
+	return out, nil
+}
+
+// hostPage is the host's page size, the unit of a registration.
+const hostPage = 4096
+
+// pageSpan is a range of host addresses [lo, hi).
+type pageSpan struct{ lo, hi uintptr }
+
+// mergePages returns the page-aligned ranges that cover spans, those
+// that share a page merged into one, in increasing order. Ranges that
+// only touch stay apart: they may be two mappings.
+func mergePages(spans []pageSpan, page uintptr) []pageSpan {
+	ps := make([]pageSpan, len(spans))
+	for i, s := range spans {
+		ps[i] = pageSpan{lo: s.lo &^ (page - 1), hi: (s.hi + page - 1) &^ (page - 1)}
+	}
+	slices.SortFunc(ps, func(a, b pageSpan) int { return cmp.Compare(a.lo, b.lo) })
+	var out []pageSpan
+	for _, s := range ps {
+		if n := len(out); n > 0 && s.lo < out[n-1].hi {
+			out[n-1].hi = max(out[n-1].hi, s.hi)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // HostUnregister undoes HostRegister; the memory stays mapped.
