@@ -10,7 +10,7 @@ export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
 # time (cudadrv.Ctx.HostRegisterRanges, new since run27) and the hold.
 (cd engine/gpu && timeout 100 "$B/engine-gpu.test" -test.run 'StreamPicks|CPUHold|MoE' -test.v -test.timeout 90s) >"$L/engine-gpu.log" 2>&1
 echo "== engine-gpu rc=$? at ${SECONDS}s"; grep -E -- "--- (FAIL|PASS)|^(ok|FAIL|PASS)|panic" "$L/engine-gpu.log" | grep -v -- "--- PASS.*/" | head
-timeout 500 "$B/strata" bench engine --synth-dir "$S" --only moe --peers docs/peers-h200.json --json-file "$L/bench-moe.json" >"$L/bench-moe.txt" 2>&1
+timeout 420 "$B/strata" bench engine --synth-dir "$S" --only moe --peers docs/peers-h200.json --json-file "$L/bench-moe.json" >"$L/bench-moe.txt" 2>&1
 echo "== moe rc=$? at ${SECONDS}s"
 grep -E "^  decode, batch 1|over PCIe|fixed cost" "$L/bench-moe.txt" | cut -c1-260 | sed -E 's/ {3,}/  /g'
 # The hold's effect on the CPU's call alone: one pick after idle gaps,
