@@ -875,9 +875,11 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 		}
 	}
 	// The last n of the CPU's picks go over PCIe, the rest stay.
-	n := 0
+	// A layer's experts are one size, b.
+	n, b := 0, int64(0)
 	if x.ps != nil && len(x.cpuPicks) > 0 {
-		n = x.ps.split(len(x.cpuPicks), expertSize(&x.layers[l].Experts[x.cpuPicks[0]]))
+		b = expertSize(&x.layers[l].Experts[x.cpuPicks[0]])
+		n = x.ps.split(len(x.cpuPicks), b)
 	}
 	staged := x.cpuPicks[len(x.cpuPicks)-n:]
 	if n > 0 {
@@ -914,11 +916,7 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 		}
 		base = x.hostRowsDev(cfg)
 		if x.ps != nil {
-			var bytes int64
-			for _, e := range x.cpuPicks[:onCPU] {
-				bytes += expertSize(&x.layers[l].Experts[e])
-			}
-			x.ps.cpu.add(bytes, x.stats.Busy-busy)
+			x.ps.cpu.add(int64(onCPU)*b, x.stats.Busy-busy)
 		}
 	} else {
 		x.stats.GPULayers++

@@ -103,7 +103,8 @@ func (f *linkFit) rate() float64 {
 // PickStats counts the picks pickStream sent over PCIe.
 type PickStats struct {
 	// Picks is the (token, expert) picks copied to the GPU and computed
-	// there, Bytes their experts' bytes, Layers the layers that had some.
+	// there, Bytes their experts' bytes as laid out in a slot (the unit
+	// the split and both fits count in), Layers the layers that had some.
 	Picks  int64 `json:"picks"`
 	Bytes  int64 `json:"bytes"`
 	Layers int64 `json:"layers"`
@@ -184,6 +185,7 @@ func newPickStream(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *mo
 		return nil, errors.New("the experts are served from storage, not held in host memory")
 	}
 	var bufs [][]byte
+	var slot int64
 	for l, L := range x.layers {
 		if len(L.Experts) != E {
 			return nil, fmt.Errorf("layer %d holds %d of %d experts", l, len(L.Experts), E)
@@ -192,16 +194,14 @@ func newPickStream(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *mo
 			ex := &L.Experts[e]
 			bufs = append(bufs, ex.Gate.Data, ex.Up.Data, ex.Down.Data)
 		}
+		slot = max(slot, expertSize(&L.Experts[0]))
 	}
-	ps = &pickStream{staged: make([]bool, E)}
+	ps = &pickStream{staged: make([]bool, E), slotBytes: slot}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, ps.release(c))
 		}
 	}()
-	for _, L := range x.layers {
-		ps.slotBytes = max(ps.slotBytes, expertSize(&L.Experts[0]))
-	}
 	if ps.pinned, err = c.HostRegisterRanges(bufs, 0); err != nil {
 		// A read-only mapping (safetensors) pins only as read-only, which
 		// the copies need no more than.
@@ -355,7 +355,7 @@ func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream
 		}
 		tab[e*3], tab[e*3+1], tab[e*3+2] = uint64(w.gate.Ptr), uint64(w.up.Ptr), uint64(w.down.Ptr)
 		ps.set = append(ps.set, e)
-		bytes += int64(len(L.Experts[e].Gate.Data) + len(L.Experts[e].Up.Data) + len(L.Experts[e].Down.Data))
+		bytes += expertSize(&L.Experts[e])
 	}
 	if err := c.Record(ps.end, ps.copy); err != nil {
 		return 0, err
