@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"unsafe"
+
+	"github.com/strata-llm/strata/internal/hostmem"
 )
 
 // DevPtr is a device address (CUdeviceptr). Zero is never a valid
@@ -123,42 +125,41 @@ func (c *Ctx) HostRegister(b []byte, flags uint32) (*HostMem, error) {
 
 // HostRegisterRanges page-locks in place the pages bufs lie in: views
 // into one or more mappings (a model file's tensors in its snapshot, or
-// in several shard files' mappings). Buffers whose pages overlap or touch
-// are registered as one range, so no page is registered twice (the
-// driver refuses that) and the pages between them are pinned too; they
-// must be mapped, as they are inside one mapping. On failure nothing
-// stays pinned. HostUnregister each of the returned ranges.
+// in several shard files' mappings). Buffers that share a page are
+// registered as one range, so no page is registered twice (the driver
+// refuses that); the pages between them are pinned too, and must be
+// mapped, as they are inside one mapping. On failure nothing stays
+// pinned. HostUnregister each of the returned ranges.
 func (c *Ctx) HostRegisterRanges(bufs [][]byte, flags uint32) ([]*HostMem, error) {
 	type buf struct {
 		p    unsafe.Pointer
-		n    int
-		addr uintptr
+		span pageSpan
 	}
 	var bs []buf
 	for _, b := range bufs {
 		if len(b) > 0 {
 			p := unsafe.Pointer(unsafe.SliceData(b))
-			bs = append(bs, buf{p, len(b), uintptr(p)})
+			bs = append(bs, buf{p, pageSpan{uintptr(p), uintptr(p) + uintptr(len(b))}})
 		}
 	}
 	if len(bs) == 0 {
 		return nil, errors.New("cuMemHostRegister: no bytes to register")
 	}
+	slices.SortFunc(bs, func(a, b buf) int { return cmp.Compare(a.span.lo, b.span.lo) })
 	spans := make([]pageSpan, len(bs))
 	for i, b := range bs {
-		spans[i] = pageSpan{lo: b.addr, hi: b.addr + uintptr(b.n)}
+		spans[i] = b.span
 	}
 	var out []*HostMem
-	for _, r := range mergePages(spans, hostPage) {
+	next := 0 // the lowest buffer of the next range
+	for _, r := range mergePages(spans, hostmem.PageSize) {
 		// The range starts in the page of its lowest buffer, inside the
 		// same mapping: rebuilt from that buffer's pointer.
-		var first buf
-		for _, b := range bs {
-			if b.addr >= r.lo && b.addr < r.hi && (first.p == nil || b.addr < first.addr) {
-				first = b
-			}
+		first := bs[next]
+		for next < len(bs) && bs[next].span.lo < r.hi {
+			next++
 		}
-		p := unsafe.Add(first.p, -int(first.addr-r.lo))
+		p := unsafe.Add(first.p, -int(first.span.lo-r.lo))
 		if err := check("cuMemHostRegister", call(drv.cuMemHostRegister, uintptr(p), r.hi-r.lo, uintptr(flags))); err != nil {
 			for _, h := range out {
 				_ = c.HostUnregister(h)
@@ -169,9 +170,6 @@ func (c *Ctx) HostRegisterRanges(bufs [][]byte, flags uint32) ([]*HostMem, error
 	}
 	return out, nil
 }
-
-// hostPage is the host's page size, the unit of a registration.
-const hostPage = 4096
 
 // pageSpan is a range of host addresses [lo, hi).
 type pageSpan struct{ lo, hi uintptr }
