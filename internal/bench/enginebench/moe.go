@@ -441,7 +441,7 @@ func addVersus(res *ScenarioResult, rt, base moeRouting, vs, what, basis string)
 	}
 	if with > 0 && without > 0 {
 		res.Metrics = append(res.Metrics, Metric{Key: rt.prefix + "decode_tps_vs_" + vs, Label: "decode, batch 1, " + base.short() + ", " + what, Value: with, Unit: "tok/s",
-			Ratio: &Ratio{Value: with / without, Basis: fmt.Sprintf("%s %.2f tok/s", basis, without), BasisValue: without}})
+			Ratio: ratioTo(with, without, fmt.Sprintf("%s %.2f tok/s", basis, without))})
 	}
 }
 
