@@ -251,11 +251,6 @@ func (m *Model) forward(ctx context.Context, batch []model.Step, exit int) error
 	if trial {
 		m.moe.cpuOnly = !m.moe.choice.device(p.T)
 	}
-	if m.cpuHold {
-		if dev := m.cpuDevice(); dev != nil {
-			defer dev.Hold()()
-		}
-	}
 	start := time.Now()
 	err := m.dev.Do(func(c *cudadrv.Ctx) error {
 		mark(tr, TraceDevice)

@@ -134,8 +134,6 @@ type Model struct {
 	moe      *gpuMoE  // a mixture-of-experts model's routing and experts; nil for other models
 
 	mu sync.Mutex // serialises Forward and guards everything below
-	// cpuHold keeps the CPU's threads polling through a pass (SetCPUHold).
-	cpuHold bool
 	slots   []bool // slot in use
 	act     activations
 	graphs  map[graphKey]*decodeGraph

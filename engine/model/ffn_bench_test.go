@@ -198,10 +198,10 @@ func BenchmarkMoEFFN(b *testing.B) {
 // (what engine/gpu leaves the CPU of a layer whose other picks the GPU
 // computes), with the caller idle between calls for a gap, as the CPU
 // beside a GPU is while the GPU computes the layers between its own:
-// us/call is the call alone. Without a hold an idle gap longer than the
-// team's spin puts its threads to sleep, and the next call starts by
-// waking them; "held" keeps them polling (FFNDevice.Hold). The gap is a
-// busy wait on the caller's thread, as a host waiting on the GPU's event.
+// us/call is the call alone. An idle gap longer than the team's spin
+// puts its threads to sleep, and the next call starts by waking them
+// (workpool's bells). The gap is a busy wait on the caller's thread, as
+// a host waiting on the GPU's event.
 func BenchmarkMoEFFNGap(b *testing.B) {
 	cfg, ls, dev, _ := moeBenchBlock(b)
 	used, dim := cfg.ExpertsUsed, cfg.Dim
@@ -223,35 +223,23 @@ func BenchmarkMoEFFNGap(b *testing.B) {
 		ps.one = int(ps.rt.IDs[0])
 	}
 	for _, gap := range []time.Duration{0, 100 * time.Microsecond, 500 * time.Microsecond} {
-		for _, held := range []bool{false, true} {
-			if gap == 0 && held {
-				continue
-			}
-			name := fmt.Sprintf("%v/gap%v", gemv.Detect(), gap)
-			if held {
-				name += "/held"
-			}
-			b.Run(name, func(b *testing.B) {
-				if held {
-					defer dev.Hold()()
+		b.Run(fmt.Sprintf("%v/gap%v", gemv.Detect(), gap), func(b *testing.B) {
+			var in time.Duration
+			calls := 0
+			for b.Loop() {
+				ps := &passes[calls%len(passes)]
+				for t0 := time.Now(); time.Since(t0) < gap; {
 				}
-				var in time.Duration
-				calls := 0
-				for b.Loop() {
-					ps := &passes[calls%len(passes)]
-					for t0 := time.Now(); time.Since(t0) < gap; {
-					}
-					keep := func(e int) bool { return e == ps.one }
-					t0 := time.Now()
-					if err := dev.RunRouted(context.Background(), ps.l, &ls[ps.l], h, ps.rt, keep); err != nil {
-						b.Fatal(err)
-					}
-					in += time.Since(t0)
-					calls++
+				keep := func(e int) bool { return e == ps.one }
+				t0 := time.Now()
+				if err := dev.RunRouted(context.Background(), ps.l, &ls[ps.l], h, ps.rt, keep); err != nil {
+					b.Fatal(err)
 				}
-				b.ReportMetric(float64(in.Microseconds())/float64(calls), "us/call")
-			})
-		}
+				in += time.Since(t0)
+				calls++
+			}
+			b.ReportMetric(float64(in.Microseconds())/float64(calls), "us/call")
+		})
 	}
 }
 

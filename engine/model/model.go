@@ -822,11 +822,6 @@ func (d *FFNDevice) SetRouterSkew(s float64) error { return d.m.SetRouterSkew(s)
 // of the FFN blocks it ran (nil for a dense model).
 func (d *FFNDevice) ExpertCounts() [][]uint64 { return d.m.ExpertCounts() }
 
-// Hold keeps the device's threads polling between its calls until
-// release (workpool.Pool.Hold): for a caller whose calls come a layer at
-// a time with the GPU's layers between them.
-func (d *FFNDevice) Hold() (release func()) { return d.m.pool.Hold() }
-
 // Run is Model.FFN on the device.
 func (d *FFNDevice) Run(ctx context.Context, l int, w *Layer, h [][]float32) error {
 	return d.m.FFN(ctx, l, w, h)

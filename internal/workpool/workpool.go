@@ -14,7 +14,10 @@
 // a step is published by bumping a generation counter that idle threads
 // read between pause instructions;
 // the caller polls a count of unfinished threads the same way. Threads
-// that see no step for Options.Spin sleep, and the next step wakes them.
+// that see no step for Options.Spin sleep in the kernel, each on a bell
+// of its own (hostcpu.Bell), and the next step rings the bells of those
+// it needs: one system call each, where a goroutine parked on a channel
+// waits for the Go scheduler to start idle threads one after another.
 package workpool
 
 import (
@@ -95,8 +98,7 @@ type Pool struct {
 	stop    atomic.Bool  // set before Close's bump: the workers exit
 	pending atomic.Int32 // workers still in the current step
 	waiting atomic.Bool  // the caller sleeps on done
-	holds   atomic.Int32 // Hold's callers not yet released: idle threads poll past spin
-	done    chan struct{}
+	done    hostcpu.Bell // rung by the last worker of a step the caller sleeps through
 	exited  sync.WaitGroup
 }
 
@@ -105,8 +107,8 @@ type worker struct {
 	pinned   bool
 	cpu      int
 	sleeping atomic.Bool
-	wake     chan struct{} // one token per sleep the pool ended
-	unpinErr error         // read after exited
+	bell     hostcpu.Bell // rung by whoever ends a sleep (clears sleeping)
+	unpinErr error        // read after exited
 }
 
 // New starts a pool's threads (pinned, when o.CPUs says where) and returns
@@ -125,13 +127,13 @@ func New(o Options) (*Pool, error) {
 	if o.CPUs != nil && len(o.CPUs) != threads {
 		return nil, fmt.Errorf("workpool: %d threads given %d CPUs", threads, len(o.CPUs))
 	}
-	p := &Pool{threads: threads, spin: o.Spin, done: make(chan struct{}, 1)}
+	p := &Pool{threads: threads, spin: o.Spin}
 	if p.spin == 0 {
 		p.spin = DefaultSpin
 	}
 	started := make(chan error, threads)
 	for i := 1; i < threads; i++ {
-		w := &worker{index: i, wake: make(chan struct{}, 1)}
+		w := &worker{index: i}
 		if o.CPUs != nil {
 			w.pinned, w.cpu = true, o.CPUs[i]
 		}
@@ -168,20 +170,6 @@ func Default() *Pool {
 		panic(sharedErr)
 	}
 	return shared
-}
-
-// Hold keeps the pool's idle threads polling past Options.Spin until the
-// returned release is called (release is idempotent). It is for a caller
-// whose steps come in bursts with gaps longer than the spin between them
-// — the CPU beside a GPU, idle while the GPU computes the layers between
-// its own — so that a burst does not start with its threads waking from
-// sleep, and the polling ends with the pass. Threads already asleep keep
-// sleeping until the next step. Holds nest: the threads poll while any
-// is held.
-func (p *Pool) Hold() (release func()) {
-	p.holds.Add(1)
-	var once sync.Once
-	return func() { once.Do(func() { p.holds.Add(-1) }) }
 }
 
 // Threads is how many threads the pool has, the caller's included: the
@@ -236,7 +224,7 @@ func (p *Pool) start(active int) {
 	p.step.Store((p.step.Load()>>16+1)<<16 | uint64(active))
 	for _, w := range p.workers[:active-1] {
 		if w.sleeping.Load() && w.sleeping.CompareAndSwap(true, false) {
-			w.wake <- struct{}{}
+			w.bell.Ring()
 		}
 	}
 }
@@ -248,18 +236,19 @@ func (p *Pool) wait() {
 		return
 	}
 	for {
+		rung := p.done.Load()
 		p.waiting.Store(true)
-		if p.pending.Load() == 0 {
-			if p.waiting.CompareAndSwap(true, false) {
-				return
-			}
-			// The last worker saw the caller about to sleep and sent a token.
+		if p.pending.Load() == 0 && p.waiting.CompareAndSwap(true, false) {
+			return
 		}
-		<-p.done
+		// Either the step is not done, or its last worker saw the caller
+		// about to sleep and rings (or has rung) the bell: the count moves
+		// from rung either way.
+		p.done.Sleep(rung)
 		if p.pending.Load() == 0 {
 			return
 		}
-		// A token from the last worker of an earlier step that read the
+		// A ring from the last worker of an earlier step that read the
 		// flag then and was held up (preempted) until this sleep.
 	}
 }
@@ -284,7 +273,7 @@ func (p *Pool) poll(yield bool, ready func() bool) bool {
 		switch {
 		case i == 0:
 			start, yielded = now, now
-		case now.Sub(start) > p.spin && p.holds.Load() == 0:
+		case now.Sub(start) > p.spin:
 			return false
 		case yield && now.Sub(yielded) > yieldEvery:
 			runtime.Gosched()
@@ -317,7 +306,7 @@ func (p *Pool) work(w *worker, started chan<- error) {
 		}
 		p.share(w.index)
 		if p.pending.Add(-1) == 0 && p.waiting.Load() && p.waiting.CompareAndSwap(true, false) {
-			p.done <- struct{}{}
+			p.done.Ring()
 		}
 	}
 }
@@ -336,18 +325,18 @@ func (p *Pool) await(w *worker, seen uint64) uint64 {
 		}
 	}
 	for {
+		rung := w.bell.Load()
 		w.sleeping.Store(true)
-		if g = p.step.Load(); g != seen {
-			if w.sleeping.CompareAndSwap(true, false) {
-				return g
-			}
-			// start saw this worker about to sleep and sent a token.
+		if g = p.step.Load(); g != seen && w.sleeping.CompareAndSwap(true, false) {
+			return g
 		}
-		<-w.wake
+		// Either no new step, or start saw this worker about to sleep
+		// and rings (or has rung) its bell: the count moves from rung.
+		w.bell.Sleep(rung)
 		if g = p.step.Load(); g != seen {
 			return g
 		}
-		// A token with no new step: a start that read this worker's flag
+		// A ring with no new step: a start that read this worker's flag
 		// from an earlier sleep and was held up (preempted) until this
 		// one. Taking it as a step would run the last step twice.
 	}
@@ -366,7 +355,7 @@ func (p *Pool) Close() error {
 	p.step.Store((p.step.Load()>>16 + 1) << 16)
 	for _, w := range p.workers {
 		if w.sleeping.Load() && w.sleeping.CompareAndSwap(true, false) {
-			w.wake <- struct{}{}
+			w.bell.Ring()
 		}
 	}
 	p.exited.Wait()

@@ -2,6 +2,7 @@ package workpool
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -189,10 +190,10 @@ func TestPinned(t *testing.T) {
 	}
 }
 
-// TestHold: an idle thread sleeps once the spin has passed, but not while
-// the pool is held; after the release it sleeps again, and a release
-// called twice counts once.
-func TestHold(t *testing.T) {
+// TestSleepAndRing: an idle thread sleeps once the spin has passed, and
+// each step rings it awake to take its share (a ring lost leaves the
+// step to the caller alone, or the thread asleep for good).
+func TestSleepAndRing(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	p, err := New(Options{Threads: 2, Spin: time.Millisecond})
 	if err != nil {
@@ -200,39 +201,24 @@ func TestHold(t *testing.T) {
 	}
 	defer p.Close()
 	w := p.workers[0]
-	step := func() {
-		t.Helper()
-		if err := p.Run(2, func(int, int) {}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	asleepSoon := func(what string) {
 		t.Helper()
 		for deadline := time.Now().Add(5 * time.Second); !w.sleeping.Load(); {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: the idle thread still polls after 5 s (spin 1 ms)", what)
+				t.Fatalf("%s: the idle thread not asleep after 5 s (spin 1 ms)", what)
 			}
 			time.Sleep(time.Millisecond)
 		}
 	}
-	step()
-	asleepSoon("unheld")
-	release := p.Hold()
-	step()
-	for range 20 {
-		time.Sleep(time.Millisecond)
-		if w.sleeping.Load() {
-			t.Fatal("held: the idle thread went to sleep")
+	for i := range 20 {
+		var by [2]atomic.Int32
+		// Items long enough that a thread woken late still finds some.
+		if err := p.Run(64, func(w, _ int) { by[w].Add(1); time.Sleep(time.Millisecond) }); err != nil {
+			t.Fatal(err)
 		}
+		if by[0].Load()+by[1].Load() != 64 || by[1].Load() == 0 {
+			t.Fatalf("step %d: items by thread %d and %d, want 64 with some on the woken thread", i, by[0].Load(), by[1].Load())
+		}
+		asleepSoon(fmt.Sprintf("after step %d", i))
 	}
-	inner := p.Hold()
-	release()
-	release()
-	time.Sleep(5 * time.Millisecond)
-	if w.sleeping.Load() {
-		t.Fatal("a nested hold released twice let the thread sleep")
-	}
-	inner()
-	asleepSoon("released")
-	step()
 }

@@ -904,9 +904,6 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 		Metric{Key: "hybrid_decode_tps", Label: "hybrid decode, batch 1", Value: h1.TokensPerSecond, Unit: "tok/s", Ratio: r, Goal: atLeast(r, 1.5)},
 		Metric{Key: "hybrid_time_per_pass_ms", Label: "hybrid time per decode pass", Value: ms(h1.PerPass), Unit: "ms", Ratio: lr, Goal: atMost(lr, 1.15)},
 		Metric{Key: "hybrid_time_per_pass_dram", Label: "hybrid time per decode pass, to host memory", Value: ms(h1.PerPass), Unit: "ms", Ratio: dr})
-	if err := rn.hybridHold(ctx, res, g, h1, limit); err != nil {
-		return err
-	}
 	rn.o.progress("  hybrid decode, batch 8")
 	h8, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 8, Prompt: 4, Warmup: 2, Steps: 6})
 	if err != nil {
@@ -923,29 +920,6 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 		res.Notes = append(res.Notes, fmt.Sprintf("hybrid: %d FFNs on the CPU at %.1f GB/s, %.0f µs a hop; batch 8 plan: %d CPU layers",
 			st.Layers, float64(st.Bytes)/st.Busy.Seconds()/1e9, float64(st.Hop.Microseconds())/float64(st.Layers), len(plans[len(plans)-1].CPU)))
 	}
-	return nil
-}
-
-// hybridHold times batch 1 again with the CPU's threads polling through
-// each pass (gpu.Model.SetCPUHold), against h1 without, in the same run
-// (rows hybrid_hold_*), and turns it off again.
-func (rn *runner) hybridHold(ctx context.Context, res *ScenarioResult, g *loaded, h1 *gputime.DecodeTiming, limit float64) error {
-	if err := g.SetCPUHold(true); err != nil {
-		return err
-	}
-	rn.o.progress("  hybrid decode, batch 1, the CPU's threads held through the pass")
-	hh, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 4, Steps: 16})
-	if serr := g.SetCPUHold(false); err == nil {
-		err = serr
-	}
-	if err != nil {
-		return err
-	}
-	r := ratioTo(hh.TokensPerSecond, h1.TokensPerSecond, fmt.Sprintf("without the hold %s tok/s", formatValue(h1.TokensPerSecond)))
-	lr := ratioTo(ms(hh.PerPass), limit*1e3, fmt.Sprintf("combined-link limit %.2f ms", limit*1e3))
-	res.Metrics = append(res.Metrics,
-		Metric{Key: "hybrid_hold_decode_tps", Label: "hybrid decode, batch 1, CPU threads held", Value: hh.TokensPerSecond, Unit: "tok/s", Ratio: r},
-		Metric{Key: "hybrid_hold_time_per_pass_ms", Label: "hybrid time per decode pass, CPU threads held", Value: ms(hh.PerPass), Unit: "ms", Ratio: lr, Goal: atMost(lr, 1.15)})
 	return nil
 }
 

@@ -305,7 +305,7 @@ func TestAddVersus(t *testing.T) {
 	if m.Key != "dev_stream_decode_tps_vs_cpu_picks" || m.Value != 50 || m.Ratio == nil || m.Ratio.Value != 1.25 || m.Ratio.BasisValue != 40 {
 		t.Errorf("row %+v (ratio %+v)", m, m.Ratio)
 	}
-	addVersus(res, moeRouting{"dev_stream_hold_", "held", 0}, rt, "unheld", "held", "not held")
+	addVersus(res, moeRouting{"dev_stream_zipf_", "zipf", 0}, rt, "cpu_picks", "picks over PCIe too", "the CPU alone")
 	if len(res.Metrics) != 3 {
 		t.Errorf("a row against a way not timed: %+v", res.Metrics[3:])
 	}
