@@ -314,12 +314,16 @@ func (p *Pool) work(w *worker, started chan<- error) {
 // takesPart reports whether w is one of the threads of step s.
 func takesPart(w *worker, s uint64) bool { return w.index < int(s&maxThreads) }
 
-// await waits for a step after seen: polling, then asleep. A worker
-// outside the last step's threads sleeps at once: polling, it would hold
-// a P that GOMAXPROCS did not give the pool.
+// await waits for a step after seen: polling, then asleep. A worker that
+// a step of every thread GOMAXPROCS allows would use polls even when the
+// last step left it out: a step of few items (a vector's quantization)
+// comes between two that need every thread (the products before and
+// after it), and a worker that slept through it would start the next
+// one late. One beyond them sleeps at once: polling, it would hold a P
+// that GOMAXPROCS did not give the pool.
 func (p *Pool) await(w *worker, seen uint64) uint64 {
 	var g uint64
-	if seen == 0 || takesPart(w, seen) {
+	if seen == 0 || w.index < p.Workers() {
 		if p.poll(!w.pinned, func() bool { g = p.step.Load(); return g != seen }) {
 			return g
 		}

@@ -222,3 +222,29 @@ func TestSleepAndRing(t *testing.T) {
 		asleepSoon(fmt.Sprintf("after step %d", i))
 	}
 }
+
+// TestSmallStepKeepsPolling: a worker that a step of few items leaves
+// out keeps polling through the spin, as the ones taking part do, so the
+// full step after it finds every thread awake; once the spin has passed
+// with no step it sleeps.
+func TestSmallStepKeepsPolling(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	p, err := New(Options{Threads: 4, Spin: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	last := p.workers[len(p.workers)-1] // thread 3
+	for i := range 20 {
+		if err := p.Run(4, func(int, int) {}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Run(2, func(int, int) {}); err != nil { // threads 0 and 1
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+		if last.sleeping.Load() {
+			t.Fatalf("round %d: the thread a two-item step left out went to sleep within the 2 s spin", i)
+		}
+	}
+}
