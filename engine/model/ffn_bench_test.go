@@ -99,11 +99,29 @@ func BenchmarkFFN(b *testing.B) {
 // in all), so that most picks come from memory, as a decode step's do.
 // Its rate against BenchmarkFFN's shows what small products cost: an
 // expert's gate is 0.9 MB where the 8b's is 33 MB.
-// moeBenchBlock is BenchmarkMoEFFN's model: layers MoE blocks of
-// Qwen3-30B-A3B's shape on an FFNDevice, and one expert's bytes.
-func moeBenchBlock(b *testing.B) (cfg Config, ls []Layer, dev *FFNDevice, perExpert int64) {
-	const layers, experts, used, dim, eff = 4, 128, 8, 2048, 768
-	cfg = Config{Arch: ArchQwen3MoE, Vocab: 256, Dim: dim, FFN: 6144, ExpertFFN: eff, Experts: experts, ExpertsUsed: used,
+// moeShape is a MoE block's shape for the benchmarks here.
+type moeShape struct {
+	name                                  string
+	arch                                  string
+	layers, experts, used, dim, ffn, eff int
+}
+
+// The blocks the benchmarks time: Qwen3-30B-A3B's (many narrow experts:
+// the inputs to quantize, 2048 and 768 wide, are one or three blocks of
+// gemv.Block, done inline) and Mixtral-8x7B's (few wide ones: 4096 and
+// 14336, two and seven blocks, each a pool step of that many items
+// between two products on every thread). Mixtral's one layer of eight
+// experts is 0.9 GiB, past any cache.
+var (
+	qwenMoEShape    = moeShape{"qwen3moe-30b", ArchQwen3MoE, 4, 128, 8, 2048, 6144, 768}
+	mixtralMoEShape = moeShape{"mixtral-8x7b", ArchLlama, 1, 8, 2, 4096, 14336, 14336}
+)
+
+// moeBenchBlock is the benchmarks' model: sh.layers MoE blocks of sh's
+// shape on an FFNDevice, and one expert's bytes.
+func moeBenchBlock(b *testing.B, sh moeShape) (cfg Config, ls []Layer, dev *FFNDevice, perExpert int64) {
+	layers, experts, used, dim, eff := sh.layers, sh.experts, sh.used, sh.dim, sh.eff
+	cfg = Config{Arch: sh.arch, Vocab: 256, Dim: dim, FFN: sh.ffn, ExpertFFN: eff, Experts: experts, ExpertsUsed: used,
 		Layers: layers, Heads: 32, KVHeads: 4, HeadDim: 128, Context: 64, RopeTheta: 1e6, NormEps: 1e-6, AttnScale: 0.088, EmbedScale: 1}
 	mk := func(name string, typ quant.Type, rows, cols int, seed uint64) Tensor {
 		return randomQuantTensor(b, name, typ, rows, cols, seed)
@@ -135,7 +153,7 @@ func moeBenchBlock(b *testing.B) (cfg Config, ls []Layer, dev *FFNDevice, perExp
 }
 
 func BenchmarkMoEFFN(b *testing.B) {
-	cfg, ls, dev, perExpert := moeBenchBlock(b)
+	cfg, ls, dev, perExpert := moeBenchBlock(b, qwenMoEShape)
 	layers, experts, used, dim := cfg.Layers, cfg.Experts, cfg.ExpertsUsed, cfg.Dim
 	r := rand.New(rand.NewPCG(1, 2))
 	// "all" computes every pick here; "one" only the first pick of the
@@ -194,16 +212,22 @@ func BenchmarkMoEFFN(b *testing.B) {
 	}
 }
 
-// BenchmarkMoEFFNGap: one pick of BenchmarkMoEFFN's block at one token
-// (what engine/gpu leaves the CPU of a layer whose other picks the GPU
-// computes), with the caller idle between calls for a gap, as the CPU
-// beside a GPU is while the GPU computes the layers between its own:
-// us/call is the call alone. An idle gap longer than the team's spin
-// puts its threads to sleep, and the next call starts by waking them
-// (workpool's bells). The gap is a busy wait on the caller's thread, as
-// a host waiting on the GPU's event.
+// BenchmarkMoEFFNGap: one pick of a MoE block at one token (what
+// engine/gpu leaves the CPU of a layer whose other picks the GPU
+// computes), in Qwen3-30B-A3B's and Mixtral-8x7B's shapes, with the
+// caller idle between calls for a gap, as the CPU beside a GPU is while
+// the GPU computes the layers between its own: us/call is the call alone.
+// An idle gap longer than the team's spin puts its threads to sleep, and
+// the next call starts by waking them (workpool's bells). The gap is a
+// busy wait on the caller's thread, as a host waiting on the GPU's event.
 func BenchmarkMoEFFNGap(b *testing.B) {
-	cfg, ls, dev, _ := moeBenchBlock(b)
+	for _, sh := range []moeShape{qwenMoEShape, mixtralMoEShape} {
+		b.Run(sh.name, func(b *testing.B) { benchMoEFFNGap(b, sh) })
+	}
+}
+
+func benchMoEFFNGap(b *testing.B, sh moeShape) {
+	cfg, ls, dev, _ := moeBenchBlock(b, sh)
 	used, dim := cfg.ExpertsUsed, cfg.Dim
 	h := [][]float32{randomVector(dim, 1)}
 	r := rand.New(rand.NewPCG(3, 4))

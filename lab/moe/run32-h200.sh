@@ -2,16 +2,19 @@
 # Device call (not yet run): the workpool's three ways on a host that is
 # not oversubscribed (run31's ran one pick in 1.2 ms where others took
 # 0.09), in one run. A: the workers a small step leaves out sleep at once
-# (main before 'a worker a small step leaves out keeps polling'); B: main;
+# (4dd3612, before 'a worker a small step leaves out keeps polling'); B: main;
 # C: B with one bell for every sleeper (lab/moe/run31/one-bell.diff).
 # Build here first:
-#   for v in A:<rev before B> C:main+diff; do worktree, apply the diff for
+#   for v in A:4dd3612 C:main+diff; do worktree, apply the diff for
 #   C, go test -c ./engine/model -o bin/ab/model-$v.test, go build
 #   ./tools/strata -o bin/ab/strata-$v; done
 #   tar cJf bin/ab.txz -C bin ab; bash setup/gpu-tests.sh build
 # Carry bin/gpu-tests.txz and bin/ab.txz. About 8 minutes: the gap
 # benchmark A B C twice, the streamed rows (8b half) A B C, and the MoE
 # scenario B then C (A is run29/b's "new"). At most 8 files come back.
+# A's and C's model tests take main's engine/model/ffn_bench_test.go (its
+# Mixtral-shaped block, where the small steps are, is newer than A; it
+# builds against A's package): copy it into the worktree before building.
 . "$(dirname "$0")/../hybrid/lib.sh"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
 A=$PWD/bin/ab
