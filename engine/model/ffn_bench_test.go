@@ -91,18 +91,10 @@ func BenchmarkFFN(b *testing.B) {
 	}
 }
 
-// BenchmarkMoEFFN: one MoE block of Qwen3-30B-A3B's shape (128 experts of
-// 768 rows over a width of 2048, 8 picked a token; Q4_K gate and up, Q6_K
-// down) on FFNDevice.RunRouted, as engine/gpu calls it for the experts
-// the GPU does not hold, in bytes of the picked experts per second. Each
-// pass picks 8 distinct experts at random in one of four layers (1.5 GiB
-// in all), so that most picks come from memory, as a decode step's do.
-// Its rate against BenchmarkFFN's shows what small products cost: an
-// expert's gate is 0.9 MB where the 8b's is 33 MB.
 // moeShape is a MoE block's shape for the benchmarks here.
 type moeShape struct {
-	name                                  string
-	arch                                  string
+	name                                 string
+	arch                                 string
 	layers, experts, used, dim, ffn, eff int
 }
 
@@ -152,6 +144,14 @@ func moeBenchBlock(b *testing.B, sh moeShape) (cfg Config, ls []Layer, dev *FFND
 	return cfg, ls, dev, perExpert
 }
 
+// BenchmarkMoEFFN: one MoE block of Qwen3-30B-A3B's shape (128 experts of
+// 768 rows over a width of 2048, 8 picked a token; Q4_K gate and up, Q6_K
+// down) on FFNDevice.RunRouted, as engine/gpu calls it for the experts
+// the GPU does not hold, in bytes of the picked experts per second. Each
+// pass picks 8 distinct experts at random in one of four layers (1.5 GiB
+// in all), so that most picks come from memory, as a decode step's do.
+// Its rate against BenchmarkFFN's shows what small products cost: an
+// expert's gate is 0.9 MB where the 8b's is 33 MB.
 func BenchmarkMoEFFN(b *testing.B) {
 	cfg, ls, dev, perExpert := moeBenchBlock(b, qwenMoEShape)
 	layers, experts, used, dim := cfg.Layers, cfg.Experts, cfg.ExpertsUsed, cfg.Dim
