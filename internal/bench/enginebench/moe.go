@@ -385,6 +385,9 @@ func (rn *runner) moeStream(ctx context.Context, res *ScenarioResult, g *loaded,
 	before, _ := g.MoEStats()
 	err := rn.moeDecode(ctx, res, g, sizes, all, mc, rt, 1)
 	after, _ := g.MoEStats()
+	if err == nil {
+		err = rn.moeTeam(ctx, res, g, sizes, all, mc, rt)
+	}
 	if serr := g.SetStreamPicks(false); err == nil {
 		err = serr
 	}
@@ -399,6 +402,28 @@ func (rn *runner) moeStream(ctx context.Context, res *ScenarioResult, g *loaded,
 	res.Notes = append(res.Notes, fmt.Sprintf("%s, a share of each CPU layer's picks copied over PCIe and computed on the GPU (JSON keys %s*): %d picks (%s) in %d layers over PCIe (the host %v a layer issuing them), %d CPU layers; split by the links' fits in passes: copies %v + bytes at %.1f GB/s, the CPU %v + bytes at %.1f GB/s",
 		routing.short(), rt.prefix, picks, gib(st.Bytes-before.Streamed.Bytes), staged, ((st.Issue-before.Streamed.Issue)/time.Duration(max(1, staged))).Round(time.Microsecond), layers,
 		st.CopyFixed.Round(time.Microsecond), st.CopyRate/1e9, st.CPUFixed.Round(time.Microsecond), st.CPURate/1e9))
+	return nil
+}
+
+// moeTeam times batch 1 once more as routing (the picks over PCIe on)
+// with the CPU on a team of its own (cpuTeam; rows with team_ after
+// routing's prefix's dev_stream_), against routing's rows, and puts it
+// back on the shared pool.
+func (rn *runner) moeTeam(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, routing moeRouting) error {
+	threads, spin := cpuTeam()
+	if err := g.SetCPUTeam(threads, spin); err != nil {
+		return err
+	}
+	rt := routing
+	rt.prefix = "dev_stream_team_" + strings.TrimPrefix(routing.prefix, "dev_stream_")
+	err := rn.moeDecode(ctx, res, g, sizes, all, mc, rt, 1)
+	if serr := g.SetCPUTeam(0, 0); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return err
+	}
+	addVersus(res, rt, routing, "shared_pool", fmt.Sprintf("picks over PCIe, CPU on %d threads polling %v", threads, spin), "the shared pool")
 	return nil
 }
 
