@@ -21,8 +21,9 @@
 # The test binaries stay in bin/gpu-tests/ after a run, for single tests or
 # benchmarks by hand (cd into the package, run its .test with -test.run or
 # -test.bench); engine/model's is there for its CPU benchmarks on the GPU
-# host's CPU (no step runs it: CI runs its tests). The standalone kernel sweeps are lab tools, not steps of
-# this script: lab/README.md says how to build them.
+# host's CPU (no step runs it: CI runs its tests). The standalone kernel
+# sweeps are lab tools, not steps of this script: lab/README.md says how
+# to build them.
 # Environment: LOGS (default gpu-logs/, or $OUT where set) receives one log
 # per step; SYNTH (default /dev/shm) holds the synthetic 8b/70b models,
 # written on first use (~3 s and ~26 s; ~70 GiB for every bench scenario),

@@ -216,13 +216,7 @@ func TestFFNDeviceRouting(t *testing.T) {
 	}
 	share := func() float64 {
 		before := d.ExpertCounts()[1]
-		in := make([][]float32, len(rows))
-		for i := range rows {
-			in[i] = slices.Clone(rows[i])
-		}
-		if err := d.Run(context.Background(), 1, &m.Weights.Layers[1], in); err != nil {
-			t.Fatal(err)
-		}
+		runDevice(t, d, &m.Weights.Layers[1], rows)
 		var sum, most uint64
 		for e, n := range d.ExpertCounts()[1] {
 			n -= before[e]
@@ -526,17 +520,7 @@ func TestFFNDeviceSetPool(t *testing.T) {
 	for i := range rows {
 		rows[i] = randomVector(spec.dim, uint64(i+40))
 	}
-	run := func() [][]float32 {
-		t.Helper()
-		in := make([][]float32, len(rows))
-		for i := range rows {
-			in[i] = slices.Clone(rows[i])
-		}
-		if err := d.Run(context.Background(), 1, &m.Weights.Layers[1], in); err != nil {
-			t.Fatal(err)
-		}
-		return in
-	}
+	run := func() [][]float32 { return runDevice(t, d, &m.Weights.Layers[1], rows) }
 	want := run()
 	for _, threads := range []int{1, 3, 7} {
 		p, err := workpool.New(workpool.Options{Threads: threads, Spin: time.Millisecond})
@@ -558,4 +542,18 @@ func TestFFNDeviceSetPool(t *testing.T) {
 	if got := run(); !slices.Equal(got[0], want[0]) {
 		t.Fatal("back on the shared pool: row 0 differs")
 	}
+}
+
+// runDevice runs d's FFN of layer 1 (w) over copies of rows and returns
+// them: rows stay as they were.
+func runDevice(t *testing.T, d *FFNDevice, w *Layer, rows [][]float32) [][]float32 {
+	t.Helper()
+	in := make([][]float32, len(rows))
+	for i := range rows {
+		in[i] = slices.Clone(rows[i])
+	}
+	if err := d.Run(context.Background(), 1, w, in); err != nil {
+		t.Fatal(err)
+	}
+	return in
 }

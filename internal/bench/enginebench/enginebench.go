@@ -930,20 +930,22 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 // cpuTeam is the team the *_team_* rows give the CPU beside the GPU
 // (gpu.Model.SetCPUTeam): one thread fewer than the processors, so that
 // the host thread driving the GPU finds one idle, polling long enough to
-// span the gaps between the CPU's layers in a decode pass.
-func cpuTeam() (threads int, spin time.Duration) {
-	return max(1, runtime.GOMAXPROCS(0)-1), 2 * time.Millisecond
+// span the gaps between the CPU's layers in a decode pass; what says so
+// in the rows' labels.
+func cpuTeam() (threads int, spin time.Duration, what string) {
+	threads, spin = max(1, runtime.GOMAXPROCS(0)-1), 2*time.Millisecond
+	return threads, spin, fmt.Sprintf("CPU on %d threads polling %v", threads, spin)
 }
 
 // hybridTeam times batch 1 again with the CPU on a team of its own
 // (cpuTeam), against h1 on the shared pool, in the same run (rows
 // hybrid_team_*), and puts it back on the shared pool.
 func (rn *runner) hybridTeam(ctx context.Context, res *ScenarioResult, g *loaded, h1 *gputime.DecodeTiming, limit float64) error {
-	threads, spin := cpuTeam()
+	threads, spin, what := cpuTeam()
 	if err := g.SetCPUTeam(threads, spin); err != nil {
 		return err
 	}
-	rn.o.progress("  hybrid decode, batch 1, the CPU on a team of %d threads polling %v", threads, spin)
+	rn.o.progress("  hybrid decode, batch 1, %s", what)
 	ht, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 4, Steps: 16})
 	if serr := g.SetCPUTeam(0, 0); err == nil {
 		err = serr
@@ -951,7 +953,6 @@ func (rn *runner) hybridTeam(ctx context.Context, res *ScenarioResult, g *loaded
 	if err != nil {
 		return err
 	}
-	what := fmt.Sprintf("CPU on %d threads polling %v", threads, spin)
 	r := ratioTo(ht.TokensPerSecond, h1.TokensPerSecond, fmt.Sprintf("the shared pool %s tok/s", formatValue(h1.TokensPerSecond)))
 	lr := ratioTo(ms(ht.PerPass), limit*1e3, fmt.Sprintf("combined-link limit %.2f ms", limit*1e3))
 	res.Metrics = append(res.Metrics,

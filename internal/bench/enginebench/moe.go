@@ -410,7 +410,7 @@ func (rn *runner) moeStream(ctx context.Context, res *ScenarioResult, g *loaded,
 // routing's prefix's dev_stream_), against routing's rows, and puts it
 // back on the shared pool.
 func (rn *runner) moeTeam(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, routing moeRouting) error {
-	threads, spin := cpuTeam()
+	threads, spin, what := cpuTeam()
 	if err := g.SetCPUTeam(threads, spin); err != nil {
 		return err
 	}
@@ -423,7 +423,7 @@ func (rn *runner) moeTeam(ctx context.Context, res *ScenarioResult, g *loaded, s
 	if err != nil {
 		return err
 	}
-	addVersus(res, rt, routing, "shared_pool", fmt.Sprintf("picks over PCIe, CPU on %d threads polling %v", threads, spin), "the shared pool")
+	addVersus(res, rt, routing, "shared_pool", "picks over PCIe, "+what, "the shared pool")
 	return nil
 }
 
