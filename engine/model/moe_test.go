@@ -504,10 +504,10 @@ func TestFFNDeviceReadAhead(t *testing.T) {
 	}
 }
 
-// TestFFNDeviceSetPool: the device gives the same bits on a pool of its
-// own, of fewer or more threads than the shared one, and back on the
-// shared pool (nil): each row of a product is one thread's, whatever the
-// team.
+// TestFFNDeviceSetPool: the device takes the pool SetPool gives it and
+// gives the same bits on a pool of its own, of fewer or more threads
+// than the shared one, and back on the shared pool (nil): each row of a
+// product is one thread's, whatever the team.
 func TestFFNDeviceSetPool(t *testing.T) {
 	t.Parallel()
 	spec := mixtralSpec()
@@ -528,6 +528,9 @@ func TestFFNDeviceSetPool(t *testing.T) {
 			t.Fatal(err)
 		}
 		d.SetPool(p)
+		if d.m.pool != p {
+			t.Fatalf("%d threads: SetPool left the device on another pool", threads)
+		}
 		got := run()
 		d.SetPool(nil)
 		if err := p.Close(); err != nil {
@@ -538,6 +541,9 @@ func TestFFNDeviceSetPool(t *testing.T) {
 				t.Fatalf("%d threads: row %d differs from the shared pool's", threads, i)
 			}
 		}
+	}
+	if d.m.pool != workpool.Default() {
+		t.Fatal("SetPool(nil) did not put the device back on the shared pool")
 	}
 	if got := run(); !slices.Equal(got[0], want[0]) {
 		t.Fatal("back on the shared pool: row 0 differs")
