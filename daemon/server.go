@@ -525,8 +525,7 @@ func (s *Server) unload(name string, reason error) (int, error) {
 	if !ok {
 		return 0, modelNotFound(name)
 	}
-	st := lm.sched.Stats()
-	lm.sched.Close(reason)
+	cut := lm.sched.Close(reason)
 	lm.stop()
 	lm.feed.flush() // bytes of a last, failed pass
 	err := lm.eng.Close()
@@ -537,8 +536,8 @@ func (s *Server) unload(name string, reason error) (int, error) {
 		lm.release()
 	}
 	s.metrics.forget(name)
-	s.log.Info("model unloaded", "name", name, "cut_short", st.Waiting+st.Active)
-	return st.Waiting + st.Active, err
+	s.log.Info("model unloaded", "name", name, "cut_short", cut)
+	return cut, err
 }
 
 // Close unloads every model.

@@ -172,6 +172,7 @@ type Scheduler struct {
 	wake    chan struct{}
 	done    chan struct{}
 	running atomic.Bool
+	ended   int // requests the closing pass failed; read after done closes
 
 	passes, promptToks, generated, finished, cancelled, failed atomic.Uint64
 	drafted, accepted, verifyPasses                            atomic.Uint64
@@ -338,17 +339,22 @@ func (s *Scheduler) Stats() Stats {
 // Close stops admitting requests and ends every queued and active one with
 // an error wrapping ErrClosed and reason. It returns once the scheduler
 // goroutine has stopped (no forward pass is running), so the model may be
-// released afterwards. Close before Run returns at once.
-func (s *Scheduler) Close(reason error) {
+// released afterwards, with the number of requests it ended: counted when
+// they are failed, not from an earlier snapshot, so a request that
+// finished while Close waited is not reported as cut short. Close before
+// Run returns 0 at once.
+func (s *Scheduler) Close(reason error) int {
 	s.mu.Lock()
 	if s.closed == nil {
 		s.closed = reason
 	}
 	s.mu.Unlock()
 	s.poke()
-	if s.running.Load() {
-		<-s.done
+	if !s.running.Load() {
+		return 0
 	}
+	<-s.done
+	return s.ended
 }
 
 // Run drives the scheduler until Close or ctx is done. Cancelling ctx
@@ -372,9 +378,11 @@ func (s *Scheduler) Run(ctx context.Context) {
 			s.kvPos = 0
 			s.mu.Unlock()
 			err := fmt.Errorf("%w: %w", ErrClosed, closed)
-			for _, q := range append(active, queued...) {
+			cut := append(active, queued...)
+			for _, q := range cut {
 				s.fail(q, err)
 			}
+			s.ended = len(cut)
 			return
 		}
 		for len(active) < s.cfg.MaxBatch && len(s.queue) > 0 {

@@ -305,10 +305,20 @@ func TestCloseFailsInFlight(t *testing.T) {
 	go s.Run(context.Background())
 	h := mustSubmit(t, s, Request{Prompt: []int32{1, 2}, MaxTokens: 250, Sample: sample.Greedy()})
 	<-h.Events // running
-	s.Close(errors.New("shutting down"))
+	n := s.Close(errors.New("shutting down"))
 	_, last, _ := collect(h)
-	if !errors.Is(last.Err, ErrClosed) {
-		t.Fatalf("final event %+v", last)
+	// Close counts what it ended: the request is cut (n == 1, ErrClosed)
+	// unless it finished first (n == 0, a finish reason).
+	switch {
+	case n == 1 && !errors.Is(last.Err, ErrClosed):
+		t.Fatalf("Close reported 1 ended, final event %+v", last)
+	case n == 0 && (last.Err != nil || last.Finish == ""):
+		t.Fatalf("Close reported none ended, final event %+v", last)
+	case n != 0 && n != 1:
+		t.Fatalf("Close reported %d ended of one request", n)
+	}
+	if n2 := s.Close(errors.New("again")); n2 != n {
+		t.Fatalf("second Close reported %d, first %d", n2, n)
 	}
 }
 
