@@ -89,6 +89,13 @@ type gpuMoE struct {
 	ps       *pickStream
 	pstats   PickStats
 	cpuPicks []int
+	// pin is the host experts' pages pinned and mapped, while the pick
+	// stream or mapped experts use them; mapped, when not nil, is every
+	// expert's host copy's device addresses (per layer and expert: gate,
+	// up, down), which the tables give the experts the device does not
+	// hold (SetMappedExperts, moemapped.go).
+	pin    *hostExperts
+	mapped [][][3]uint64
 }
 
 // expertW is one resident expert's matrices in device memory, laid out
@@ -137,6 +144,9 @@ type MoEStats struct {
 	// Streamed is the CPU layers' picks copied to the GPU and computed
 	// there (SetStreamPicks); they count among GPUExperts.
 	Streamed PickStats `json:"streamed"`
+	// Mapped is the picks the GPU read in place from host memory
+	// (SetMappedExperts); they count among GPUExperts.
+	Mapped MappedPicks `json:"mapped"`
 }
 
 // residentSet validates Options.ResidentExperts against cfg and returns
@@ -371,37 +381,67 @@ func putExpert(c *cudadrv.Ctx, s cudadrv.Stream, at cudadrv.DevPtr, size int64, 
 	return d, nil
 }
 
-// uploadTables writes each layer's table of resident experts for the
-// picked expert kernels (kernels.MoEPicked): three device pointers an
-// expert, 0 for one not resident.
+// uploadTables allocates the picked expert kernels' tables
+// (kernels.MoEPicked) and writes them (writeTables).
 func (x *gpuMoE) uploadTables(c *cudadrv.Ctx, s cudadrv.Stream) error {
 	L, E := len(x.resident), len(x.counts[0])
-	x.picked, x.full = make([]kernels.MoEPicked, L), make([]bool, L)
 	var err error
 	if x.tables, err = c.Alloc(tableBytes(L, E)); err != nil {
 		return fmt.Errorf("resident expert tables: %w", err)
 	}
 	x.expertBytes += tableBytes(L, E)
+	return x.writeTables(c, s)
+}
+
+// writeTables writes each layer's table for the picked expert kernels:
+// three device pointers an expert (entry), and says which layers run
+// without the host (full).
+func (x *gpuMoE) writeTables(c *cudadrv.Ctx, s cudadrv.Stream) error {
+	L, E := len(x.resident), len(x.counts[0])
+	x.picked, x.full = make([]kernels.MoEPicked, L), make([]bool, L)
 	flat := make([]uint64, L*E*3)
 	for l, res := range x.resident {
 		p := &x.picked[l]
 		p.Table, p.Experts = x.tables.Add(int64(l*E*3)*8), E
-		for e, w := range res {
-			flat[(l*E+e)*3], flat[(l*E+e)*3+1], flat[(l*E+e)*3+2] = uint64(w.gate.Ptr), uint64(w.up.Ptr), uint64(w.down.Ptr)
+		for e := range E {
+			ent := x.entry(l, e)
+			copy(flat[(l*E+e)*3:], ent[:])
+		}
+		for _, w := range res {
 			p.Gate, p.Up, p.Down = w.gate, w.up, w.down
 		}
 		if len(res) == 0 && len(x.layers[l].Experts) == E {
-			// The shapes alone, for the staged picks (SetStreamPicks):
-			// a layer's experts share them.
+			// The shapes alone, for the staged picks (SetStreamPicks)
+			// and the mapped ones: a layer's experts share them.
 			sp := stagedPicked(x.layers[l], 0, E)
 			p.Gate, p.Up, p.Down = sp.Gate, sp.Up, sp.Down
 		}
-		x.full[l] = len(res) == E
+		x.full[l] = x.layerFull(l)
 	}
 	if err := cudadrv.Upload(c, x.tables, flat, s); err != nil {
 		return fmt.Errorf("resident expert tables: %w", err)
 	}
 	return c.StreamSync(s)
+}
+
+// entry is layer l's expert e's entry of the tables: its resident
+// matrices, its host copy's mapped addresses (SetMappedExperts), or
+// zeros (the kernels leave the pick to others).
+func (x *gpuMoE) entry(l, e int) [3]uint64 {
+	if w, ok := x.resident[l][e]; ok {
+		return [3]uint64{uint64(w.gate.Ptr), uint64(w.up.Ptr), uint64(w.down.Ptr)}
+	}
+	if x.mapped != nil {
+		return x.mapped[l][e]
+	}
+	return [3]uint64{}
+}
+
+// layerFull says whether the kernels find every expert of layer l, so
+// that it runs without the host at one token: all resident, or the rest
+// mapped.
+func (x *gpuMoE) layerFull(l int) bool {
+	return x.mapped != nil || len(x.resident[l]) == len(x.counts[l])
 }
 
 // MoEHop is what a layer costs the CPU beyond its picks' bytes, in the
@@ -517,6 +557,12 @@ func (x *gpuMoE) tally() error {
 				return fmt.Errorf("the device routing gave layer %d's pick %d expert %d of %d", l, j, e, len(x.counts[l]))
 			}
 			x.counts[l][e]++
+			if _, ok := x.resident[l][int(e)]; !ok && x.mapped != nil {
+				// The tables are the pass's: callers that change them
+				// tally first.
+				x.stats.Mapped.Picks++
+				x.stats.Mapped.Bytes += expertSize(&x.layers[l].Experts[e])
+			}
 		}
 	}
 	x.pending = x.pending[:0]
@@ -671,7 +717,7 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	if err := k.MoETopK(c, s, x.logits(cfg), T, E, K, x.ids(cfg), x.weights(cfg, T)); err != nil {
 		return fmt.Errorf("routing: %w", err)
 	}
-	if T == 1 && !x.cpuOnly && (len(x.resident[l]) > 0 || x.ps != nil) && k.CanMoEPicked(s, x.picked[l], K) {
+	if T == 1 && !x.cpuOnly && (len(x.resident[l]) > 0 || x.ps != nil || x.mapped != nil) && k.CanMoEPicked(s, x.picked[l], K) {
 		return m.moePicked(ctx, c, l)
 	}
 	t0 := time.Now()
@@ -1166,8 +1212,14 @@ func (x *gpuMoE) release(c *cudadrv.Ctx) error {
 	if x == nil {
 		return nil
 	}
+	// The pick stream's staging, then the pages it and mapped experts
+	// share, whoever uses them.
 	err := errors.Join(x.ps.release(c), c.Free(x.routers), c.Free(x.skew), c.Free(x.experts), c.Free(x.tables), c.Free(x.route), c.Free(x.acts), c.FreeHost(x.host), c.FreeHost(x.ring))
 	x.ps = nil
+	if x.pin != nil {
+		err = errors.Join(err, x.pin.unpin(c))
+		x.pin, x.mapped = nil, nil
+	}
 	if x.routed != 0 {
 		err = errors.Join(err, c.DestroyEvent(x.routed))
 	}

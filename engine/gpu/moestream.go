@@ -22,7 +22,6 @@ import (
 // them. The share balances the two links by their rates measured in
 // passes: they read the same DRAM, so neither runs at its rate alone.
 type pickStream struct {
-	pinned    []*cudadrv.HostMem // the host experts' pages, page-locked in place
 	copy      cudadrv.Stream
 	slots     cudadrv.DevPtr // K slots of slotBytes, an expert each (putExpert's layout)
 	slotBytes int64
@@ -149,7 +148,10 @@ func (m *Model) SetStreamPicks(on bool) error {
 			return err
 		}
 		if !on {
-			err := x.ps.release(c)
+			if x.ps == nil {
+				return nil
+			}
+			err := errors.Join(x.ps.release(c), x.unpinHost(c))
 			x.ps = nil
 			return err
 		}
@@ -178,38 +180,23 @@ func PickStreamBytes(cfg *model.Config, largest int64) int64 {
 	return K*slot + tableBytes(1, cfg.Experts) + alignUp(K*int64(cfg.ExpertFFN)*4) + alignUp(K*int64(cfg.Dim)*4) + alignUp(K*4)
 }
 
-// newPickStream pins x's host experts and allocates the staging.
+// newPickStream pins x's host experts (a user of x.pinHost) and
+// allocates the staging.
 func newPickStream(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, x *gpuMoE) (ps *pickStream, err error) {
 	K, E := cfg.ExpertsUsed, cfg.Experts
-	if x.src != nil {
-		return nil, errors.New("the experts are served from storage, not held in host memory")
+	if _, err := x.pinHost(c, E); err != nil {
+		return nil, err
 	}
-	var bufs [][]byte
 	var slot int64
-	for l, L := range x.layers {
-		if len(L.Experts) != E {
-			return nil, fmt.Errorf("layer %d holds %d of %d experts", l, len(L.Experts), E)
-		}
-		for e := range L.Experts {
-			ex := &L.Experts[e]
-			bufs = append(bufs, ex.Gate.Data, ex.Up.Data, ex.Down.Data)
-		}
+	for _, L := range x.layers {
 		slot = max(slot, expertSize(&L.Experts[0]))
 	}
 	ps = &pickStream{staged: make([]bool, E), slotBytes: slot}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, ps.release(c))
+			err = errors.Join(err, ps.release(c), x.unpinHost(c))
 		}
 	}()
-	if ps.pinned, err = c.HostRegisterRanges(bufs, 0); err != nil {
-		// A read-only mapping (safetensors) pins only as read-only, which
-		// the copies need no more than.
-		var rerr error
-		if ps.pinned, rerr = c.HostRegisterRanges(bufs, cudadrv.HostRegisterReadOnly); rerr != nil {
-			return nil, fmt.Errorf("pinning the host experts: %w", errors.Join(err, rerr))
-		}
-	}
 	if ps.copy, err = c.NewStream(cudadrv.StreamNonBlocking); err != nil {
 		return nil, err
 	}
@@ -382,7 +369,7 @@ func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream
 	return bytes, c.Record(ps.done, s)
 }
 
-// release unpins the host experts and frees the staging.
+// release frees the staging (the pages it copies from are x.pinHost's).
 func (ps *pickStream) release(c *cudadrv.Ctx) error {
 	if ps == nil {
 		return nil
@@ -392,9 +379,6 @@ func (ps *pickStream) release(c *cudadrv.Ctx) error {
 		err = errors.Join(err, c.StreamSync(ps.copy))
 	}
 	err = errors.Join(err, c.Free(ps.slots), c.Free(ps.table), c.Free(ps.acts), c.FreeHost(ps.tableHost))
-	for _, h := range ps.pinned {
-		err = errors.Join(err, c.HostUnregister(h))
-	}
 	for _, e := range []cudadrv.Event{ps.loaded, ps.done, ps.start, ps.end} {
 		if e != 0 {
 			err = errors.Join(err, c.DestroyEvent(e))

@@ -87,7 +87,7 @@ func (x *gpuMoE) swap(ctx context.Context, c *cudadrv.Ctx, s cudadrv.Stream, cfg
 	}
 	// The place's table entry goes first: from here no kernel reads it.
 	delete(x.resident[sw.OutLayer], sw.Out)
-	x.full[sw.OutLayer] = false
+	x.full[sw.OutLayer] = x.layerFull(sw.OutLayer)
 	x.stats.ResidentExperts--
 	if err := x.setEntry(c, s, cfg, sw.OutLayer, sw.Out, nil); err != nil {
 		return false, err
@@ -107,7 +107,7 @@ func (x *gpuMoE) swap(ctx context.Context, c *cudadrv.Ctx, s cudadrv.Stream, cfg
 		x.resident[sw.Layer] = map[int]expertW{}
 	}
 	x.resident[sw.Layer][sw.In] = d
-	x.full[sw.Layer] = len(x.resident[sw.Layer]) == E
+	x.full[sw.Layer] = x.layerFull(sw.Layer)
 	x.stats.ResidentExperts++
 	p := &x.picked[sw.Layer]
 	p.Gate, p.Up, p.Down = d.gate, d.up, d.down
@@ -115,14 +115,15 @@ func (x *gpuMoE) swap(ctx context.Context, c *cudadrv.Ctx, s cudadrv.Stream, cfg
 }
 
 // setEntry writes layer l's expert e's entry of the picked kernels'
-// tables: d's three matrices, or zeros (not resident) for nil.
+// tables: d's three matrices, or for nil what the expert is without them
+// (its host copy where mapped, else zeros: not resident).
 func (x *gpuMoE) setEntry(c *cudadrv.Ctx, s cudadrv.Stream, cfg *model.Config, l, e int, d *expertW) error {
-	ent := make([]uint64, 3)
+	ent := x.entry(l, e)
 	if d != nil {
-		ent[0], ent[1], ent[2] = uint64(d.gate.Ptr), uint64(d.up.Ptr), uint64(d.down.Ptr)
+		ent = [3]uint64{uint64(d.gate.Ptr), uint64(d.up.Ptr), uint64(d.down.Ptr)}
 	}
 	at := x.tables.Add(int64((l*cfg.Experts+e)*3) * 8)
-	if err := cudadrv.Upload(c, at, ent, s); err != nil {
+	if err := cudadrv.Upload(c, at, ent[:], s); err != nil {
 		return fmt.Errorf("resident expert table: %w", err)
 	}
 	return nil

@@ -311,3 +311,64 @@ func (c *Ctx) ExportDmaBuf(p DevPtr, n int64) (int, error) {
 	}
 	return int(fd), nil
 }
+
+// HostMap finds the device address of bytes inside pinned host ranges
+// registered with HostRegisterDeviceMap (HostRegisterRanges): a kernel
+// reads such bytes over PCIe in place, with no copy.
+type HostMap struct {
+	ranges []mappedRange // by host address, disjoint
+}
+
+type mappedRange struct {
+	lo, hi uintptr
+	dev    DevPtr
+}
+
+// MapRanges returns the device addresses of hs, each registered with
+// HostRegisterDeviceMap (or allocated with HostAllocDeviceMap).
+func (c *Ctx) MapRanges(hs []*HostMem) (*HostMap, error) {
+	m := &HostMap{}
+	for _, h := range hs {
+		d, err := c.HostDevicePointer(h)
+		if err != nil {
+			return nil, fmt.Errorf("device address of %d pinned bytes: %w", h.Len(), err)
+		}
+		m.ranges = append(m.ranges, mappedRange{lo: uintptr(h.p), hi: uintptr(h.p) + uintptr(h.n), dev: d})
+	}
+	return m, m.sort()
+}
+
+// sort orders the ranges and refuses overlapping ones.
+func (m *HostMap) sort() error {
+	slices.SortFunc(m.ranges, func(a, b mappedRange) int { return cmp.Compare(a.lo, b.lo) })
+	for i := 1; i < len(m.ranges); i++ {
+		if m.ranges[i].lo < m.ranges[i-1].hi {
+			return fmt.Errorf("pinned ranges overlap at %#x", m.ranges[i].lo)
+		}
+	}
+	return nil
+}
+
+// Addr is the device address of b's first byte; b must lie wholly inside
+// one of the map's ranges.
+func (m *HostMap) Addr(b []byte) (DevPtr, error) {
+	if len(b) == 0 {
+		return 0, errors.New("device address of an empty buffer")
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	hi := lo + uintptr(len(b))
+	i, _ := slices.BinarySearchFunc(m.ranges, lo, func(r mappedRange, p uintptr) int {
+		switch {
+		case r.hi <= p:
+			return -1
+		case r.lo > p:
+			return 1
+		}
+		return 0
+	})
+	if i == len(m.ranges) || m.ranges[i].lo > lo || m.ranges[i].hi < hi {
+		return 0, fmt.Errorf("%d bytes at %#x lie outside the mapped pinned ranges", len(b), lo)
+	}
+	r := m.ranges[i]
+	return r.dev.Add(int64(lo - r.lo)), nil
+}

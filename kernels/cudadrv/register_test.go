@@ -3,6 +3,7 @@ package cudadrv
 import (
 	"slices"
 	"testing"
+	"unsafe"
 )
 
 // TestMergePages: buffers that share a page become one page-aligned
@@ -26,5 +27,57 @@ func TestMergePages(t *testing.T) {
 		if got := mergePages(tc.spans, page); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestHostMapAddr: a buffer inside a mapped range gets the range's device
+// address plus its offset; one that runs past a range's end, or lies
+// between or outside the ranges, is refused; overlapping ranges are
+// refused when the map is made.
+func TestHostMapAddr(t *testing.T) {
+	t.Parallel()
+	mem := make([]byte, 1<<16)
+	base := uintptr(unsafe.Pointer(&mem[0]))
+	// Two ranges with a gap: [0, 16K) at device 0x1000000 and [32K, 48K)
+	// at 0x9000000, given out of order.
+	m := &HostMap{ranges: []mappedRange{
+		{lo: base + 32<<10, hi: base + 48<<10, dev: 0x9000000},
+		{lo: base, hi: base + 16<<10, dev: 0x1000000},
+	}}
+	if err := m.sort(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		lo, hi int
+		want   DevPtr // 0: refused
+	}{
+		{"first byte", 0, 1, 0x1000000},
+		{"inside the first", 100, 4196, 0x1000000 + 100},
+		{"the whole first", 0, 16 << 10, 0x1000000},
+		{"the second's start", 32 << 10, 33 << 10, 0x9000000},
+		{"inside the second", 40<<10 + 16, 48 << 10, 0x9000000 + 8<<10 + 16},
+		{"past the first's end", 16<<10 - 8, 16<<10 + 8, 0},
+		{"in the gap", 20 << 10, 21 << 10, 0},
+		{"across the gap", 8 << 10, 40 << 10, 0},
+		{"after the last", 48 << 10, 49 << 10, 0},
+	} {
+		got, err := m.Addr(mem[tc.lo:tc.hi])
+		if tc.want == 0 {
+			if err == nil {
+				t.Errorf("%s: %#x, want an error", tc.name, got)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%s: %#x %v, want %#x", tc.name, got, err, tc.want)
+		}
+	}
+	if _, err := m.Addr(nil); err == nil {
+		t.Error("an empty buffer got an address")
+	}
+	bad := &HostMap{ranges: []mappedRange{{lo: base, hi: base + 8192, dev: 1}, {lo: base + 4096, hi: base + 12288, dev: 2}}}
+	if err := bad.sort(); err == nil {
+		t.Error("overlapping ranges accepted")
 	}
 }

@@ -342,6 +342,9 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 		if err := rn.moeStream(ctx, res, g, off, esizes, mc, rt); err != nil {
 			return err
 		}
+		if err := rn.moeMapped(ctx, res, g, off, esizes, mc, rt); err != nil {
+			return err
+		}
 		// The other placements, for comparison at batch 1: by use per
 		// byte alone, and whole layers first (llama.cpp's --n-cpu-moe
 		// shape), where they differ from the plan's.
@@ -402,6 +405,38 @@ func (rn *runner) moeStream(ctx context.Context, res *ScenarioResult, g *loaded,
 	res.Notes = append(res.Notes, fmt.Sprintf("%s, a share of each CPU layer's picks copied over PCIe and computed on the GPU (JSON keys %s*): %d picks (%s) in %d layers over PCIe (the host %v a layer issuing them), %d CPU layers; split by the links' fits in passes: copies %v + bytes at %.1f GB/s, the CPU %v + bytes at %.1f GB/s",
 		routing.short(), rt.prefix, picks, gib(st.Bytes-before.Streamed.Bytes), staged, ((st.Issue-before.Streamed.Issue)/time.Duration(max(1, staged))).Round(time.Microsecond), layers,
 		st.CopyFixed.Round(time.Microsecond), st.CopyRate/1e9, st.CPUFixed.Round(time.Microsecond), st.CPURate/1e9))
+	return nil
+}
+
+// moeMapped times batch 1 again with the experts the device does not
+// hold read in place over PCIe by the GPU's kernels, every layer without
+// the host (gpu.Model.SetMappedExperts; rows dev_mapped_*), against the
+// rows of routing (the CPU's picks on the CPU) and of the picks over
+// PCIe (dev_stream_*) in the same run, and turns it off again.
+func (rn *runner) moeMapped(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, routing moeRouting) error {
+	if err := g.SetMappedExperts(true); err != nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("%s, experts read in place: not run: %v", routing.short(), err))
+		return nil
+	}
+	rt := routing
+	rt.prefix = "dev_mapped_" + strings.TrimPrefix(routing.prefix, "dev_")
+	before, _ := g.MoEStats()
+	err := rn.moeDecode(ctx, res, g, sizes, all, mc, rt, 1)
+	after, _ := g.MoEStats()
+	if serr := g.SetMappedExperts(false); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return err
+	}
+	addVersus(res, rt, routing, "cpu_picks", "experts read in place", "the CPU's picks on the CPU alone")
+	stream := routing
+	stream.prefix = "dev_stream_" + strings.TrimPrefix(routing.prefix, "dev_")
+	addVersus(res, rt, stream, "stream_picks", "experts read in place", "a share of the CPU's picks over PCIe")
+	picks, bytes := after.Mapped.Picks-before.Mapped.Picks, after.Mapped.Bytes-before.Mapped.Bytes
+	layers := after.HostFree - before.HostFree
+	res.Notes = append(res.Notes, fmt.Sprintf("%s, the experts the device does not hold read in place over PCIe by the picked kernels (JSON keys %s*): over its warm-up and timed passes, %d picks (%s) read in place in %d layers that ran without the host, %d CPU layers",
+		routing.short(), rt.prefix, picks, gib(bytes), layers, after.Layers-before.Layers))
 	return nil
 }
 

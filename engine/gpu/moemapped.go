@@ -1,0 +1,195 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/kernels/cudadrv"
+)
+
+// Experts read in place over PCIe. At one token a layer whose picks the
+// device holds runs without the host (moePicked's full layers); one with
+// a pick in host memory hands its routing to the host, which starts the
+// CPU on that pick and, with the pick stream, copies a share to the GPU:
+// a round trip through the host in every such layer, whatever its few
+// bytes. With mapped experts, the tables of the picked expert kernels
+// give every expert the device does not hold its host copy's device
+// address (the pages pinned and mapped in place), so the kernels read
+// those experts' bytes over PCIe as they compute, every layer runs
+// without the host, and a layer costs its off-device bytes at the rate
+// kernels read host memory, with no hop. It pays where a layer's
+// off-device picks are few, as when most of the routing's use is
+// resident; where they are many the CPU and the copy engine together
+// move more. Which is the faster is measured (the engine bench's
+// dev_mapped_* rows against dev_stream_*), not assumed.
+
+// hostExperts is the host experts' pages, page-locked in place and mapped
+// for the device: what the pick stream copies from and mapped experts are
+// read from. One pinning serves both, as the driver refuses to register a
+// page twice.
+type hostExperts struct {
+	pinned []*cudadrv.HostMem
+	addrs  *cudadrv.HostMap
+	users  int
+}
+
+// pinHost pins x's host experts (once; each call is a user unpinHost
+// releases). It fails for experts served by an expert source, which are
+// read from storage into buffers of the source's.
+func (x *gpuMoE) pinHost(c *cudadrv.Ctx, E int) (*hostExperts, error) {
+	if x.pin != nil {
+		x.pin.users++
+		return x.pin, nil
+	}
+	if x.src != nil {
+		return nil, errors.New("the experts are served from storage, not held in host memory")
+	}
+	var bufs [][]byte
+	for l, L := range x.layers {
+		if len(L.Experts) != E {
+			return nil, fmt.Errorf("layer %d holds %d of %d experts", l, len(L.Experts), E)
+		}
+		for e := range L.Experts {
+			ex := &L.Experts[e]
+			bufs = append(bufs, ex.Gate.Data, ex.Up.Data, ex.Down.Data)
+		}
+	}
+	h := &hostExperts{users: 1}
+	var err error
+	if h.pinned, err = c.HostRegisterRanges(bufs, cudadrv.HostRegisterDeviceMap); err != nil {
+		// A read-only mapping (safetensors) pins only as read-only, which
+		// copies and kernels reading it need no more than.
+		var rerr error
+		if h.pinned, rerr = c.HostRegisterRanges(bufs, cudadrv.HostRegisterDeviceMap|cudadrv.HostRegisterReadOnly); rerr != nil {
+			return nil, fmt.Errorf("pinning the host experts: %w", errors.Join(err, rerr))
+		}
+	}
+	if h.addrs, err = c.MapRanges(h.pinned); err != nil {
+		return nil, errors.Join(fmt.Errorf("mapping the host experts: %w", err), h.unpin(c))
+	}
+	x.pin = h
+	return h, nil
+}
+
+// unpinHost ends one user of the pinning, unpinning the pages after the
+// last.
+func (x *gpuMoE) unpinHost(c *cudadrv.Ctx) error {
+	if x.pin == nil {
+		return nil
+	}
+	if x.pin.users--; x.pin.users > 0 {
+		return nil
+	}
+	err := x.pin.unpin(c)
+	x.pin = nil
+	return err
+}
+
+func (h *hostExperts) unpin(c *cudadrv.Ctx) error {
+	var err error
+	for _, p := range h.pinned {
+		err = errors.Join(err, c.HostUnregister(p))
+	}
+	h.pinned = nil
+	return err
+}
+
+// mappedAlign is the alignment the picked kernels' vector loads need of
+// a matrix's first byte.
+const mappedAlign = 16
+
+// SetMappedExperts turns on (or off) reading the experts the device does
+// not hold in place over PCIe at one token: the picked expert kernels'
+// tables get their host copies' device addresses, and every layer then
+// runs on the GPU without the host (see above). It pins the host experts
+// in place and takes no device memory. It fails for a model whose
+// experts an expert source serves, whose shapes the picked kernels do not
+// take, or whose experts' bytes are not aligned for the kernels' loads;
+// the model is then as before. Passes of more tokens keep the CPU for
+// the experts the device does not hold.
+func (m *Model) SetMappedExperts(on bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	x := m.moe
+	if x == nil {
+		return errors.New("mapped experts: not a mixture-of-experts model")
+	}
+	if on == (x.mapped != nil) {
+		return nil
+	}
+	return m.dev.Do(func(c *cudadrv.Ctx) error {
+		// Passes drain the stream; the layers that ran without the host
+		// are counted before their tables change.
+		if err := c.StreamSync(m.stream); err != nil {
+			return err
+		}
+		if err := x.tally(); err != nil {
+			return err
+		}
+		if !on {
+			x.mapped = nil
+			x.choice.reset()
+			return errors.Join(x.writeTables(c, m.stream), x.unpinHost(c))
+		}
+		mapped, err := x.mapHost(c, m)
+		if err != nil {
+			return fmt.Errorf("mapped experts: %w", err)
+		}
+		x.mapped = mapped
+		x.choice.reset()
+		if err := x.writeTables(c, m.stream); err != nil {
+			x.mapped = nil
+			return fmt.Errorf("mapped experts: %w", errors.Join(err, x.writeTables(c, m.stream), x.unpinHost(c)))
+		}
+		return nil
+	})
+}
+
+// mapHost pins the host experts and returns each one's device addresses
+// (per layer and expert: gate, up, down), checking that the picked
+// kernels take every layer.
+func (x *gpuMoE) mapHost(c *cudadrv.Ctx, m *Model) (out [][][3]uint64, err error) {
+	cfg := &m.Config
+	K, E := cfg.ExpertsUsed, cfg.Experts
+	if x.picked == nil {
+		return nil, errors.New("no expert tables")
+	}
+	h, err := x.pinHost(c, E)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, x.unpinHost(c))
+		}
+	}()
+	out = make([][][3]uint64, len(x.layers))
+	for l, L := range x.layers {
+		if p := stagedPicked(L, x.picked[l].Table, E); !m.k.CanMoEPicked(m.stream, p, K) {
+			return nil, fmt.Errorf("layer %d: the picked expert kernels do not take %v %dx%d gates and %v downs", l, p.Gate.Type, p.Gate.Rows, p.Gate.Cols, p.Down.Type)
+		}
+		out[l] = make([][3]uint64, E)
+		for e := range L.Experts {
+			ex := &L.Experts[e]
+			for i, t := range []*model.Tensor{&ex.Gate, &ex.Up, &ex.Down} {
+				a, err := h.addrs.Addr(t.Data)
+				if err != nil {
+					return nil, fmt.Errorf("layer %d expert %d %s: %w", l, e, t.Name, err)
+				}
+				if a%mappedAlign != 0 {
+					return nil, fmt.Errorf("layer %d expert %d %s: its bytes start at %#x, not %d-byte aligned as the kernels' loads need", l, e, t.Name, uint64(a), mappedAlign)
+				}
+				out[l][e][i] = uint64(a)
+			}
+		}
+	}
+	return out, nil
+}
+
+// MappedPicks counts the (token, expert) picks at one token the GPU read
+// in place from host memory (SetMappedExperts), and their experts' bytes.
+type MappedPicks struct {
+	Picks int64 `json:"picks"`
+	Bytes int64 `json:"bytes"`
+}

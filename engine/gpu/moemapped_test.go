@@ -1,0 +1,174 @@
+package gpu
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/engine/sample"
+)
+
+// mappedModel loads cpu's weights onto the test device with the resident
+// experts which names (residentSets), skipping where the picked kernels
+// do not take its experts.
+func mappedModel(t *testing.T, cpu *model.Model, which string) *Model {
+	t.Helper()
+	g := loadGPU(t, cpu, Options{MaxSeqs: 2, NoExpertTrial: true, ResidentExperts: residentSets(cpu.Config, which)})
+	x0 := cpu.Weights.Layers[0].Experts[0]
+	if !g.k.Tuning().IntegerGEMV || x0.Gate.Type != quant.Q4_K || x0.Up.Type != quant.Q4_K {
+		t.Skipf("the picked kernels do not take %v gates here", x0.Gate.Type)
+	}
+	return g
+}
+
+// TestMappedExperts: with the experts the device does not hold read in
+// place over PCIe (SetMappedExperts), Q4_K_M mixture-of-experts models
+// with none and some experts resident give the CPU reference's logits
+// and greedy tokens, run every decode layer without the host, count
+// every routed pick once and every mapped pick as such, and go on as
+// before once it is turned off.
+func TestMappedExperts(t *testing.T) {
+	gpu(t)
+	for _, arch := range []string{"mixtral", "qwen3moe"} {
+		for _, resident := range []string{"none", "some"} {
+			t.Run(fmt.Sprintf("%s/resident=%s", arch, resident), func(t *testing.T) {
+				cpu := tinyModel(t, arch, "q4_k_m")
+				cfg := cpu.Config
+				g := mappedModel(t, cpu, resident)
+				if err := g.SetMappedExperts(true); err != nil {
+					t.Fatal(err)
+				}
+				if err := g.SetMappedExperts(true); err != nil {
+					t.Fatalf("turned on twice: %v", err)
+				}
+				const steps = 6
+				st0, _ := g.MoEStats()
+				worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 9, 4), steps)
+				st, _ := g.MoEStats()
+				t.Logf("worst NMSE %.3g; %+v", worst[0], st)
+				decodePicks := int64(steps * cfg.Layers * cfg.ExpertsUsed)
+				mapped := st.Mapped.Picks - st0.Mapped.Picks
+				switch {
+				case resident == "none" && mapped != decodePicks:
+					t.Errorf("%d picks read in place, want every decode pick's %d", mapped, decodePicks)
+				case resident == "some" && (mapped <= 0 || mapped >= decodePicks):
+					t.Errorf("%d picks read in place of %d decode picks, with a third of the experts resident", mapped, decodePicks)
+				}
+				if st.Mapped.Bytes <= 0 {
+					t.Errorf("mapped picks without bytes: %+v", st.Mapped)
+				}
+				if free := st.HostFree - st0.HostFree; free != int64(steps*cfg.Layers) {
+					t.Errorf("%d layers ran without the host, want every decode layer's %d", free, steps*cfg.Layers)
+				}
+				if counted, want := countedPicks(g), uint64((9+steps)*cfg.Layers*cfg.ExpertsUsed); counted != want {
+					t.Errorf("ExpertCounts total %d, want %d", counted, want)
+				}
+				if err := g.SetMappedExperts(false); err != nil {
+					t.Fatal(err)
+				}
+				greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 2), 3)
+				if st2, _ := g.MoEStats(); st2.Mapped.Picks != st.Mapped.Picks {
+					t.Errorf("picks read in place after turning it off: %d, then %d", st.Mapped.Picks, st2.Mapped.Picks)
+				}
+			})
+		}
+	}
+}
+
+// TestMappedMatchesResident: the picked kernels compute an expert read
+// in place from host memory as they compute it from device memory: a
+// model with no expert resident and every one mapped gives, token by
+// token (every pass at one token, so both take the picked kernels
+// throughout), the bits of the same model with every expert resident.
+func TestMappedMatchesResident(t *testing.T) {
+	gpu(t)
+	for _, arch := range []string{"mixtral", "qwen3moe"} {
+		t.Run(arch, func(t *testing.T) {
+			cpu := tinyModel(t, arch, "q4_k_m")
+			all := mappedModel(t, cpu, "all")
+			mapped := mappedModel(t, cpu, "none")
+			if err := mapped.SetMappedExperts(true); err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			const n = 12
+			var steps [2][]model.Step
+			for i, g := range []*Model{all, mapped} {
+				s, err := g.NewSequence(n + 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				steps[i] = []model.Step{{Seq: s}}
+			}
+			tok := promptTokens(cpu.Config.Vocab, 1, 3)[0]
+			for i := range n {
+				for j, g := range []*Model{all, mapped} {
+					steps[j][0].Tokens = []int32{tok}
+					if err := g.Forward(ctx, steps[j]); err != nil {
+						t.Fatalf("step %d, model %d: %v", i, j, err)
+					}
+				}
+				a, b := steps[0][0].Logits[0], steps[1][0].Logits[0]
+				for v := range a {
+					if math.Float32bits(a[v]) != math.Float32bits(b[v]) {
+						t.Fatalf("step %d: logit %d is %v mapped, %v resident", i, v, b[v], a[v])
+					}
+				}
+				tok = int32(sample.Argmax(a))
+			}
+			if st, _ := mapped.MoEStats(); st.Mapped.Picks != int64(n*cpu.Config.Layers*cpu.Config.ExpertsUsed) {
+				t.Errorf("%d picks read in place, want %d", st.Mapped.Picks, n*cpu.Config.Layers*cpu.Config.ExpertsUsed)
+			}
+		})
+	}
+}
+
+// TestMappedBesideStream: the pick stream and mapped experts share one
+// pinning of the host experts: either on alone, both on, one turned off
+// while the other reads the pages, and the model's close with both on,
+// each gives the CPU reference's logits (a page unpinned under a kernel
+// reading it would fail the pass).
+func TestMappedBesideStream(t *testing.T) {
+	gpu(t)
+	cpu := tinyModel(t, "qwen3moe", "q4_k_m")
+	cfg := cpu.Config
+	g := mappedModel(t, cpu, "some")
+	run := func(what string) {
+		t.Helper()
+		t.Logf("%s", what)
+		greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 3, 5), 3)
+	}
+	for _, step := range []struct {
+		what           string
+		stream, mapped bool
+	}{
+		{"the pick stream", true, false},
+		{"both", true, true},
+		{"mapped alone, the stream turned off", false, true},
+		{"the stream again beside mapped", true, true},
+		{"the stream alone, mapped turned off", true, false},
+		{"both again, left on for close", true, true},
+	} {
+		if err := g.SetStreamPicks(step.stream); err != nil {
+			t.Fatalf("%s: %v", step.what, err)
+		}
+		if err := g.SetMappedExperts(step.mapped); err != nil {
+			t.Fatalf("%s: %v", step.what, err)
+		}
+		run(step.what)
+	}
+}
+
+// TestMappedRefused: a dense model has no experts to map.
+func TestMappedRefused(t *testing.T) {
+	gpu(t)
+	cpu := tinyModel(t, "llama", "q4_k_m")
+	g := loadGPU(t, cpu, Options{})
+	if err := g.SetMappedExperts(true); err == nil {
+		t.Error("a dense model mapped its experts")
+	}
+}
