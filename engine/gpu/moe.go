@@ -941,7 +941,7 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 			}
 		}()
 		ti := time.Now()
-		bytes, err := x.ps.stage(c, k, s, cfg, x.layers[l], ids, a.xn, staged)
+		bytes, err := x.ps.stage(c, k, s, cfg, l, x.layers[l], ids, a.xn, staged)
 		if err != nil {
 			return err
 		}

@@ -30,8 +30,13 @@ import (
 // page twice.
 type hostExperts struct {
 	pinned []*cudadrv.HostMem
-	addrs  *cudadrv.HostMap
-	users  int
+	// addrs is every host expert's device addresses, per layer and
+	// expert (gate, up, down), for kernels reading them in place; nil,
+	// with addrErr saying why, where the kernels cannot (copies still
+	// can).
+	addrs   [][][3]uint64
+	addrErr error
+	users   int
 }
 
 // pinHost pins x's host experts (once; each call is a user unpinHost
@@ -65,11 +70,72 @@ func (x *gpuMoE) pinHost(c *cudadrv.Ctx, E int) (*hostExperts, error) {
 			return nil, fmt.Errorf("pinning the host experts: %w", errors.Join(err, rerr))
 		}
 	}
-	if h.addrs, err = c.MapRanges(h.pinned); err != nil {
-		return nil, errors.Join(fmt.Errorf("mapping the host experts: %w", err), h.unpin(c))
-	}
+	h.addrs, h.addrErr = x.hostAddrs(c, h.pinned)
 	x.pin = h
 	return h, nil
+}
+
+// mappedAlign is the alignment the picked kernels' vector loads need of
+// a matrix's first byte.
+const mappedAlign = 16
+
+// hostAddrs returns the device addresses of x's host experts in the
+// pinned ranges, per layer and expert (gate, up, down), or why the
+// kernels cannot read them in place.
+func (x *gpuMoE) hostAddrs(c *cudadrv.Ctx, pinned []*cudadrv.HostMem) ([][][3]uint64, error) {
+	m, err := c.MapRanges(pinned)
+	if err != nil {
+		return nil, fmt.Errorf("mapping the host experts: %w", err)
+	}
+	out := make([][][3]uint64, len(x.layers))
+	for l, L := range x.layers {
+		out[l] = make([][3]uint64, len(L.Experts))
+		for e := range L.Experts {
+			ex := &L.Experts[e]
+			for i, t := range []*model.Tensor{&ex.Gate, &ex.Up, &ex.Down} {
+				a, err := m.Addr(t.Data)
+				if err != nil {
+					return nil, fmt.Errorf("layer %d expert %d %s: %w", l, e, t.Name, err)
+				}
+				if a%mappedAlign != 0 {
+					return nil, fmt.Errorf("layer %d expert %d %s: its bytes start at %#x, not %d-byte aligned as the kernels' loads need", l, e, t.Name, uint64(a), mappedAlign)
+				}
+				out[l][e][i] = uint64(a)
+			}
+		}
+	}
+	return out, nil
+}
+
+// inPlace pins the host experts for a user that reads them in place
+// (mapped experts, or the pick stream's share read in place) and checks
+// that the picked kernels take every layer; it returns the experts'
+// device addresses. On failure nothing stays pinned for it.
+func (x *gpuMoE) inPlace(c *cudadrv.Ctx, m *Model) ([][][3]uint64, error) {
+	cfg := &m.Config
+	K, E := cfg.ExpertsUsed, cfg.Experts
+	if x.src != nil {
+		return nil, errors.New("the experts are served from storage, not held in host memory")
+	}
+	if x.picked == nil {
+		return nil, errors.New("no expert tables")
+	}
+	for l, L := range x.layers {
+		if len(L.Experts) != E {
+			return nil, fmt.Errorf("layer %d holds %d of %d experts", l, len(L.Experts), E)
+		}
+		if p := stagedPicked(L, x.picked[l].Table, E); !m.k.CanMoEPicked(m.stream, p, K) {
+			return nil, fmt.Errorf("layer %d: the picked expert kernels do not take %v %dx%d gates and %v downs", l, p.Gate.Type, p.Gate.Rows, p.Gate.Cols, p.Down.Type)
+		}
+	}
+	h, err := x.pinHost(c, E)
+	if err != nil {
+		return nil, err
+	}
+	if h.addrErr != nil {
+		return nil, errors.Join(h.addrErr, x.unpinHost(c))
+	}
+	return h.addrs, nil
 }
 
 // unpinHost ends one user of the pinning, unpinning the pages after the
@@ -94,10 +160,6 @@ func (h *hostExperts) unpin(c *cudadrv.Ctx) error {
 	h.pinned = nil
 	return err
 }
-
-// mappedAlign is the alignment the picked kernels' vector loads need of
-// a matrix's first byte.
-const mappedAlign = 16
 
 // SetMappedExperts turns on (or off) reading the experts the device does
 // not hold in place over PCIe at one token: the picked expert kernels'
@@ -132,7 +194,7 @@ func (m *Model) SetMappedExperts(on bool) error {
 			x.choice.reset()
 			return errors.Join(x.writeTables(c, m.stream), x.unpinHost(c))
 		}
-		mapped, err := x.mapHost(c, m)
+		mapped, err := x.inPlace(c, m)
 		if err != nil {
 			return fmt.Errorf("mapped experts: %w", err)
 		}
@@ -146,50 +208,53 @@ func (m *Model) SetMappedExperts(on bool) error {
 	})
 }
 
-// mapHost pins the host experts and returns each one's device addresses
-// (per layer and expert: gate, up, down), checking that the picked
-// kernels take every layer.
-func (x *gpuMoE) mapHost(c *cudadrv.Ctx, m *Model) (out [][][3]uint64, err error) {
-	cfg := &m.Config
-	K, E := cfg.ExpertsUsed, cfg.Experts
-	if x.picked == nil {
-		return nil, errors.New("no expert tables")
-	}
-	h, err := x.pinHost(c, E)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, x.unpinHost(c))
-		}
-	}()
-	out = make([][][3]uint64, len(x.layers))
-	for l, L := range x.layers {
-		if p := stagedPicked(L, x.picked[l].Table, E); !m.k.CanMoEPicked(m.stream, p, K) {
-			return nil, fmt.Errorf("layer %d: the picked expert kernels do not take %v %dx%d gates and %v downs", l, p.Gate.Type, p.Gate.Rows, p.Gate.Cols, p.Down.Type)
-		}
-		out[l] = make([][3]uint64, E)
-		for e := range L.Experts {
-			ex := &L.Experts[e]
-			for i, t := range []*model.Tensor{&ex.Gate, &ex.Up, &ex.Down} {
-				a, err := h.addrs.Addr(t.Data)
-				if err != nil {
-					return nil, fmt.Errorf("layer %d expert %d %s: %w", l, e, t.Name, err)
-				}
-				if a%mappedAlign != 0 {
-					return nil, fmt.Errorf("layer %d expert %d %s: its bytes start at %#x, not %d-byte aligned as the kernels' loads need", l, e, t.Name, uint64(a), mappedAlign)
-				}
-				out[l][e][i] = uint64(a)
-			}
-		}
-	}
-	return out, nil
-}
-
 // MappedPicks counts the (token, expert) picks at one token the GPU read
 // in place from host memory (SetMappedExperts), and their experts' bytes.
 type MappedPicks struct {
 	Picks int64 `json:"picks"`
 	Bytes int64 `json:"bytes"`
+}
+
+// SetPicksInPlace makes the pick stream's share of a CPU layer's picks
+// (SetStreamPicks, which must be on) read in place over PCIe by the
+// picked kernels instead of copied into staging slots first: the host
+// writes the share's table entries and launches, with no copies to
+// issue and no copy to wait for before the kernels start, and the
+// reading overlaps the computing. The split then weighs the GPU's share
+// by the launches' time measured in passes. Off returns to the copies;
+// turning the stream off turns this off too.
+func (m *Model) SetPicksInPlace(on bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	x := m.moe
+	if x == nil {
+		return errors.New("picks in place: not a mixture-of-experts model")
+	}
+	if x.ps == nil {
+		if !on {
+			return nil
+		}
+		return errors.New("picks in place: the pick stream is off")
+	}
+	ps := x.ps
+	if on == (ps.addrs != nil) {
+		return nil
+	}
+	return m.dev.Do(func(c *cudadrv.Ctx) error {
+		if err := c.StreamSync(m.stream); err != nil {
+			return err
+		}
+		// The GPU's share is another link now: its fit starts again.
+		ps.copies, ps.timedBytes = linkFit{}, 0
+		if !on {
+			ps.addrs = nil
+			return x.unpinHost(c)
+		}
+		addrs, err := x.inPlace(c, m)
+		if err != nil {
+			return fmt.Errorf("picks in place: %w", err)
+		}
+		ps.addrs = addrs
+		return nil
+	})
 }

@@ -172,3 +172,58 @@ func TestMappedRefused(t *testing.T) {
 		t.Error("a dense model mapped its experts")
 	}
 }
+
+// TestPicksInPlace: the pick stream's share read in place over PCIe
+// instead of copied (SetPicksInPlace) gives, with none and some experts
+// resident, the CPU reference's logits and greedy tokens with picks sent
+// to the GPU, and the model goes on as before once it is turned off and
+// once the stream is turned off under it; it needs the stream on.
+func TestPicksInPlace(t *testing.T) {
+	gpu(t)
+	for _, arch := range []string{"mixtral", "qwen3moe"} {
+		for _, resident := range []string{"none", "some"} {
+			t.Run(fmt.Sprintf("%s/resident=%s", arch, resident), func(t *testing.T) {
+				cpu := tinyModel(t, arch, "q4_k_m")
+				cfg := cpu.Config
+				g := mappedModel(t, cpu, resident)
+				if err := g.SetPicksInPlace(true); err == nil {
+					t.Fatal("picks in place without the pick stream")
+				}
+				if err := g.SetStreamPicks(true); err != nil {
+					t.Fatal(err)
+				}
+				if err := g.SetPicksInPlace(true); err != nil {
+					t.Fatal(err)
+				}
+				const steps = 6
+				worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 9, 4), steps)
+				st, _ := g.MoEStats()
+				t.Logf("worst NMSE %.3g; %+v", worst[0], st.Streamed)
+				if st.Streamed.Picks == 0 || st.Streamed.Bytes == 0 {
+					t.Errorf("no pick went to the GPU: %+v", st.Streamed)
+				}
+				if st.Mapped.Picks != 0 {
+					t.Errorf("%d picks counted as mapped experts' with only the stream's share in place", st.Mapped.Picks)
+				}
+				if counted, want := countedPicks(g), uint64((9+steps)*cfg.Layers*cfg.ExpertsUsed); counted != want {
+					t.Errorf("ExpertCounts total %d, want %d", counted, want)
+				}
+				if err := g.SetPicksInPlace(false); err != nil {
+					t.Fatal(err)
+				}
+				greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 2), 3)
+				if err := g.SetPicksInPlace(true); err != nil {
+					t.Fatal(err)
+				}
+				if err := g.SetStreamPicks(false); err != nil {
+					t.Fatal(err)
+				}
+				greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 3), 3)
+				if err := g.SetStreamPicks(true); err != nil {
+					t.Fatalf("the stream again after it was turned off with its share in place: %v", err)
+				}
+				greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 4, 6), 3)
+			})
+		}
+	}
+}

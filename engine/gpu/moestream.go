@@ -35,6 +35,9 @@ type pickStream struct {
 	timedBytes               int64 // bytes between start and end not yet read (0: none)
 	staged                   []bool
 	set                      []int // experts whose entries tableHost holds
+	// addrs, when not nil, is the host experts' device addresses: the
+	// share is read in place rather than copied (SetPicksInPlace).
+	addrs [][][3]uint64
 	// copies and cpu are each link's time for a layer's share against
 	// its bytes, measured in passes: the copies' by events, the CPU's by
 	// its busy time.
@@ -151,9 +154,12 @@ func (m *Model) SetStreamPicks(on bool) error {
 			if x.ps == nil {
 				return nil
 			}
-			err := errors.Join(x.ps.release(c), x.unpinHost(c))
+			err := x.ps.release(c)
+			if x.ps.addrs != nil {
+				err = errors.Join(err, x.unpinHost(c)) // SetPicksInPlace's use
+			}
 			x.ps = nil
-			return err
+			return errors.Join(err, x.unpinHost(c))
 		}
 		if x.ps != nil {
 			return nil
@@ -315,10 +321,14 @@ func (ps *pickStream) readCopyTime(c *cudadrv.Ctx) error {
 // copy stream (after the last staged launch has read them), their table
 // after them, and on s the picked launch over them behind the copies,
 // writing the staged picks' rows and map (actPtrs). It returns the bytes
-// copied.
-func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, L *model.Layer, ids, xn cudadrv.DevPtr, es []int) (int64, error) {
+// copied. With addrs set the experts are read in place instead
+// (stageInPlace).
+func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, l int, L *model.Layer, ids, xn cudadrv.DevPtr, es []int) (int64, error) {
 	if err := ps.readCopyTime(c); err != nil {
 		return 0, err
+	}
+	if ps.addrs != nil {
+		return ps.stageInPlace(c, k, s, cfg, l, L, ids, xn, es)
 	}
 	if err := c.WaitEvent(ps.copy, ps.done); err != nil {
 		return 0, err
@@ -366,6 +376,49 @@ func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream
 	if err := k.MoEPickedDown(c, s, p, ids, K, g, out); err != nil {
 		return 0, fmt.Errorf("staged experts' downs: %w", err)
 	}
+	return bytes, c.Record(ps.done, s)
+}
+
+// stageInPlace enqueues on s the staged table with layer l's experts es
+// at their host copies' device addresses, then the picked launch over
+// them, timed by the start and end events (the share's link: the
+// kernels reading host memory as they compute). The host's table
+// buffer is rewritten only by the next layer's call, after the host has
+// waited for that layer's routing, which s reaches after this copy.
+func (ps *pickStream) stageInPlace(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, l int, L *model.Layer, ids, xn cudadrv.DevPtr, es []int) (int64, error) {
+	tab, err := cudadrv.Values[uint64](ps.tableHost.Bytes())
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range ps.set {
+		tab[e*3], tab[e*3+1], tab[e*3+2] = 0, 0, 0
+	}
+	ps.set = ps.set[:0]
+	var bytes int64
+	for _, e := range es {
+		copy(tab[e*3:e*3+3], ps.addrs[l][e][:])
+		ps.set = append(ps.set, e)
+		bytes += expertSize(&L.Experts[e])
+	}
+	if err := c.CopyHtoD(ps.table, ps.tableHost.Bytes(), s); err != nil {
+		return 0, err
+	}
+	if err := c.Record(ps.start, s); err != nil {
+		return 0, err
+	}
+	K := cfg.ExpertsUsed
+	p := stagedPicked(L, ps.table, cfg.Experts)
+	g, out, where := ps.actPtrs(cfg)
+	if err := k.MoEPickedGLU(c, s, p, ids, K, xn, g, where, kernels.SwiGLU); err != nil {
+		return 0, fmt.Errorf("experts read in place, gate and up: %w", err)
+	}
+	if err := k.MoEPickedDown(c, s, p, ids, K, g, out); err != nil {
+		return 0, fmt.Errorf("experts read in place, downs: %w", err)
+	}
+	if err := c.Record(ps.end, s); err != nil {
+		return 0, err
+	}
+	ps.timedBytes = bytes
 	return bytes, c.Record(ps.done, s)
 }
 

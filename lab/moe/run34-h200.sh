@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # Device call (not yet run): experts read in place over PCIe
-# (gpu.Model.SetMappedExperts, engine/gpu/moemapped.go), and the CPU team
+# (gpu.Model.SetMappedExperts, engine/gpu/moemapped.go: every expert the
+# device does not hold; SetPicksInPlace: the pick stream's share only, with
+# no copies before the kernels), and the CPU team
 # of run33 (never run: the session that wrote it had no device time).
 # 1. the host: processors and load (run30/31 got slow or shared hosts);
-# 2. engine/gpu's tests of both (Mapped, CPUTeam) and of what they touch
+# 2. engine/gpu's tests of them (Mapped, InPlace, CPUTeam) and of what they touch
 #    (the pick stream shares the mapped pinning; swaps write mapped
 #    entries);
 # 3. kernels' BenchmarkMoEPickedMapped: the picked kernels reading their
 #    experts from device memory and in place from host memory, against a
 #    pinned copy's rate: do kernels keep PCIe as busy as the copy engine?
 # 4. bench engine --only moe: dev_mapped_* (vs dev_stream_* and dev_*),
-#    dev_stream_team_*; 5. --only streamed once (hybrid_team_*).
+#    dev_inplace_* (vs dev_stream_*), dev_stream_team_*; 5. --only streamed once (hybrid_team_*).
 # Carry bin/gpu-tests.txz (setup/gpu-tests.sh build).
 . "$(dirname "$0")/../hybrid/lib.sh"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
 echo "== host: $(nproc) processors, load $(cut -d' ' -f1-3 /proc/loadavg)"
-(cd engine/gpu && timeout 150 "$B/engine-gpu.test" -test.run 'Mapped|CPUTeam|StreamPicks|MoE|Swap|Resident' -test.v -test.timeout 140s) >"$L/engine-gpu.log" 2>&1
+(cd engine/gpu && timeout 150 "$B/engine-gpu.test" -test.run 'Mapped|InPlace|CPUTeam|StreamPicks|MoE|Swap|Resident' -test.v -test.timeout 140s) >"$L/engine-gpu.log" 2>&1
 echo "== engine-gpu rc=$? at ${SECONDS}s"; grep -E -- "--- (FAIL|PASS|SKIP)|^(ok|FAIL|PASS)|panic" "$L/engine-gpu.log" | grep -v -- "--- PASS.*/" | head -30
 (cd kernels && timeout 120 "$B/kernels.test" -test.run XXX -test.bench MoEPickedMapped -test.benchtime 1x -test.v) >"$L/kernels-mapped.log" 2>&1
 echo "== kernels mapped rc=$? at ${SECONDS}s"; grep -E "GB/s|FAIL|panic" "$L/kernels-mapped.log" | cut -c1-220

@@ -391,6 +391,9 @@ func (rn *runner) moeStream(ctx context.Context, res *ScenarioResult, g *loaded,
 	if err == nil {
 		err = rn.moeTeam(ctx, res, g, sizes, all, mc, rt)
 	}
+	if err == nil {
+		err = rn.moeInPlace(ctx, res, g, sizes, all, mc, rt)
+	}
 	if serr := g.SetStreamPicks(false); err == nil {
 		err = serr
 	}
@@ -437,6 +440,35 @@ func (rn *runner) moeMapped(ctx context.Context, res *ScenarioResult, g *loaded,
 	layers := after.HostFree - before.HostFree
 	res.Notes = append(res.Notes, fmt.Sprintf("%s, the experts the device does not hold read in place over PCIe by the picked kernels (JSON keys %s*): over its warm-up and timed passes, %d picks (%s) read in place in %d layers that ran without the host, %d CPU layers",
 		routing.short(), rt.prefix, picks, gib(bytes), layers, after.Layers-before.Layers))
+	return nil
+}
+
+// moeInPlace times batch 1 once more as routing (the picks over PCIe on)
+// with the GPU's share read in place by the kernels instead of copied
+// into slots first (gpu.Model.SetPicksInPlace; rows with inplace_ for
+// routing's stream_), against routing's rows, and returns to the copies.
+func (rn *runner) moeInPlace(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, routing moeRouting) error {
+	if err := g.SetPicksInPlace(true); err != nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("%s, the picks' share read in place: not run: %v", routing.short(), err))
+		return nil
+	}
+	rt := routing
+	rt.prefix = "dev_inplace_" + strings.TrimPrefix(routing.prefix, "dev_stream_")
+	before, _ := g.MoEStats()
+	err := rn.moeDecode(ctx, res, g, sizes, all, mc, rt, 1)
+	after, _ := g.MoEStats()
+	if serr := g.SetPicksInPlace(false); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return err
+	}
+	addVersus(res, rt, routing, "stream_picks", "the GPU's share read in place", "its share copied first")
+	st, st0 := after.Streamed, before.Streamed
+	staged := st.Layers - st0.Layers
+	res.Notes = append(res.Notes, fmt.Sprintf("%s, the GPU's share of each CPU layer's picks read in place over PCIe (JSON keys %s*): over its warm-up and timed passes, %d picks (%s) in %d layers (the host %v a layer launching them); the GPU's share %v + bytes at %.1f GB/s, the CPU %v + bytes at %.1f GB/s",
+		routing.short(), rt.prefix, st.Picks-st0.Picks, gib(st.Bytes-st0.Bytes), staged, ((st.Issue-st0.Issue)/time.Duration(max(1, staged))).Round(time.Microsecond),
+		st.CopyFixed.Round(time.Microsecond), st.CopyRate/1e9, st.CPUFixed.Round(time.Microsecond), st.CPURate/1e9))
 	return nil
 }
 
