@@ -86,19 +86,40 @@ func Rows(impl Impl, t quant.Type, rows []byte, n int, x *X, y []float32) error 
 	if err != nil {
 		return err
 	}
+	rowsStride(impl, t, rows, rb, rb, n, x, y)
+	return nil
+}
+
+// RowsStride is Rows over rows that lie stride bytes apart, each of n
+// elements: a view of the first n columns of a wider matrix (n a whole
+// number of t's blocks), whose rows are stride bytes long. rows runs from
+// the first row's start to the last row's end.
+func RowsStride(impl Impl, t quant.Type, rows []byte, stride, n int, x *X, y []float32) error {
+	if x.N != n {
+		return fmt.Errorf("gemv: vector has %d elements, rows have %d", x.N, n)
+	}
+	rb, err := checkStride(t, rows, stride, n, len(y))
+	if err != nil {
+		return err
+	}
+	rowsStride(impl, t, rows, rb, stride, n, x, y)
+	return nil
+}
+
+// rowsStride is Rows over checked rows of rb bytes, stride bytes apart.
+func rowsStride(impl Impl, t quant.Type, rows []byte, rb, stride, n int, x *X, y []float32) {
 	if len(y) == 0 {
-		return nil
+		return
 	}
 	if impl != Go && n > 0 && n%blockOf(t) == 0 { // the kernels take at least one block
 		if k := lookup(impl, t); k != nil {
-			k(unsafe.SliceData(rows), rb, len(y), n, unsafe.SliceData(x.Q), unsafe.SliceData(x.D), unsafe.SliceData(x.S), unsafe.SliceData(x.F), unsafe.SliceData(y))
-			return nil
+			k(unsafe.SliceData(rows), stride, len(y), n, unsafe.SliceData(x.Q), unsafe.SliceData(x.D), unsafe.SliceData(x.S), unsafe.SliceData(x.F), unsafe.SliceData(y))
+			return
 		}
 	}
 	for i := range y {
-		y[i] = refRow(t, rows[i*rb:(i+1)*rb], n, x)
+		y[i] = refRow(t, rows[i*stride:i*stride+rb], n, x)
 	}
-	return nil
 }
 
 // blockOf is the row length granularity a SIMD kernel of t needs.
@@ -129,15 +150,34 @@ func RowsBatch(impl Impl, t quant.Type, rows []byte, n int, xs []*X, ys [][]floa
 	if err != nil {
 		return err
 	}
+	rowsBatchStride(impl, t, rows, rb, rb, n, xs, ys, nr)
+	return nil
+}
+
+// RowsBatchStride is RowsBatch over rows stride bytes apart, as
+// RowsStride.
+func RowsBatchStride(impl Impl, t quant.Type, rows []byte, stride, n int, xs []*X, ys [][]float32) error {
+	nr, err := checkBatch(xs, ys, n)
+	if err != nil || len(xs) == 0 {
+		return err
+	}
+	rb, err := checkStride(t, rows, stride, n, nr)
+	if err != nil {
+		return err
+	}
+	rowsBatchStride(impl, t, rows, rb, stride, n, xs, ys, nr)
+	return nil
+}
+
+// rowsBatchStride is RowsBatch over nr checked rows of rb bytes, stride
+// bytes apart.
+func rowsBatchStride(impl Impl, t quant.Type, rows []byte, rb, stride, n int, xs []*X, ys [][]float32, nr int) {
 	for r0 := 0; r0 < nr; r0 += tile {
 		r1 := min(r0+tile, nr)
 		for j, x := range xs {
-			if err := Rows(impl, t, rows[r0*rb:r1*rb], n, x, ys[j][r0:r1]); err != nil {
-				return err
-			}
+			rowsStride(impl, t, rows[r0*stride:(r1-1)*stride+rb], rb, stride, n, x, ys[j][r0:r1])
 		}
 	}
-	return nil
 }
 
 // checkBatch checks that there is an output per vector, every output of

@@ -356,3 +356,98 @@ func TestSetBlocksMatchesSet(t *testing.T) {
 		t.Error("a vector of the wrong length accepted")
 	}
 }
+
+// TestRowsStrideMatchesPacked: a view of some columns of a wider matrix
+// (its rows a full row apart) gives, with every kernel family, the bits
+// of the same columns copied out into packed rows, for one vector and a
+// batch, from the first column and (where the format's rows are whole
+// blocks, not INT8Row's scale and values) from a later block; bad views
+// are refused.
+func TestRowsStrideMatchesPacked(t *testing.T) {
+	t.Parallel()
+	const rows, width, n = 37, 768, 512
+	for _, typ := range allTypes {
+		full := randomRows(t, typ, rows, width, 5, false)
+		stride := len(full) / rows
+		rb, err := typ.RowBytes(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		offsets := []int{0, 256}
+		if typ == quant.INT8Row {
+			offsets = offsets[:1]
+		}
+		for _, col := range offsets {
+			ob, err := typ.RowBytes(int64(col))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if col == 0 {
+				ob = 0
+			}
+			packed := make([]byte, 0, int(rb)*rows)
+			for r := range rows {
+				packed = append(packed, full[r*stride+int(ob):r*stride+int(ob)+int(rb)]...)
+			}
+			view := full[ob : int(ob)+(rows-1)*stride+int(rb)]
+			xs := make([]*X, 3)
+			for j := range xs {
+				xs[j] = new(X)
+				if err := xs[j].Set(randomVector(n, uint64(j+1), false)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, impl := range Impls() {
+				name := fmt.Sprintf("%v/%v/from column %d", typ, impl, col)
+				want, got := make([]float32, rows), make([]float32, rows)
+				if err := Rows(impl, typ, packed, n, xs[0], want); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if err := RowsStride(impl, typ, view, stride, n, xs[0], got); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				for i := range want {
+					if !sameBits(got[i], want[i]) {
+						t.Fatalf("%s: row %d %g, packed %g", name, i, got[i], want[i])
+					}
+				}
+				wantB, gotB := make([][]float32, len(xs)), make([][]float32, len(xs))
+				for j := range xs {
+					wantB[j], gotB[j] = make([]float32, rows), make([]float32, rows)
+				}
+				if err := RowsBatch(impl, typ, packed, n, xs, wantB); err != nil {
+					t.Fatalf("%s batch: %v", name, err)
+				}
+				if err := RowsBatchStride(impl, typ, view, stride, n, xs, gotB); err != nil {
+					t.Fatalf("%s batch: %v", name, err)
+				}
+				for j := range xs {
+					for i := range wantB[j] {
+						if !sameBits(gotB[j][i], wantB[j][i]) {
+							t.Fatalf("%s batch: vector %d row %d %g, packed %g", name, j, i, gotB[j][i], wantB[j][i])
+						}
+					}
+				}
+			}
+		}
+		y := make([]float32, rows)
+		var x X
+		if err := x.Set(randomVector(n, 1, false)); err != nil {
+			t.Fatal(err)
+		}
+		view := full[:(rows-1)*stride+int(rb)]
+		for _, bad := range []struct {
+			name   string
+			rows   []byte
+			stride int
+		}{
+			{"rows closer than a row's bytes", view, int(rb) - 1},
+			{"one byte short", view[:len(view)-1], stride},
+			{"one byte over", full[:len(view)+1], stride},
+		} {
+			if err := RowsStride(Go, typ, bad.rows, bad.stride, n, &x, y); err == nil {
+				t.Errorf("%v: %s accepted", typ, bad.name)
+			}
+		}
+	}
+}

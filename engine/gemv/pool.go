@@ -148,6 +148,30 @@ func checkRows(t quant.Type, rows []byte, n, nr int) (int, error) {
 	return int(rb), nil
 }
 
+// checkStride is RowsStride's shape check: nr rows of n elements (rb
+// bytes, returned) whose starts lie stride >= rb bytes apart, rows
+// running from the first's start to the last's end.
+func checkStride(t quant.Type, rows []byte, stride, n, nr int) (int, error) {
+	if !refKnown(t) {
+		return 0, fmt.Errorf("%w: %v", ErrUnsupported, t)
+	}
+	rb, err := t.RowBytes(int64(n))
+	if err != nil {
+		return 0, fmt.Errorf("gemv: %w", err)
+	}
+	if int64(stride) < rb {
+		return 0, fmt.Errorf("gemv: rows %d bytes apart, each is %d bytes (%d %v elements)", stride, rb, n, t)
+	}
+	want := int64(0)
+	if nr > 0 {
+		want = int64(nr-1)*int64(stride) + rb
+	}
+	if int64(len(rows)) != want {
+		return 0, fmt.Errorf("gemv: %d bytes for %d rows of %d %v elements %d bytes apart (want %d)", len(rows), nr, n, t, stride, want)
+	}
+	return int(rb), nil
+}
+
 // chunksPerThread is how many chunks a product's rows are cut into per
 // thread: enough that a slow core's remainder spreads over the others,
 // few enough that a chunk of a small matrix still streams whole cache

@@ -6,7 +6,7 @@
 
 // func q4kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, F16C
-TEXT ·q4kAVX2(SB), NOSPLIT, $16-72
+TEXT ·q4kAVX2(SB), NOSPLIT, $24-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
 	MOVQ         n+24(FP), DX
@@ -19,6 +19,7 @@ TEXT ·q4kAVX2(SB), NOSPLIT, $16-72
 q4kAVX2_row:
 	CMPQ   CX, $0x00
 	JE     q4kAVX2_done
+	MOVQ   AX, 16(SP)
 	MOVQ   q+32(FP), SI
 	MOVQ   d+40(FP), DI
 	MOVQ   s+48(FP), R8
@@ -154,6 +155,8 @@ q4kAVX2_block:
 	VCVTSD2SS    X1, X1, X1
 	VMOVSS       X1, (BX)
 	ADDQ         $0x04, BX
+	MOVQ         16(SP), AX
+	ADDQ         stride+8(FP), AX
 	DECQ         CX
 	JMP          q4kAVX2_row
 
@@ -163,7 +166,7 @@ q4kAVX2_done:
 
 // func q5kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, F16C
-TEXT ·q5kAVX2(SB), NOSPLIT, $16-72
+TEXT ·q5kAVX2(SB), NOSPLIT, $24-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
 	MOVQ         n+24(FP), DX
@@ -179,6 +182,7 @@ TEXT ·q5kAVX2(SB), NOSPLIT, $16-72
 q5kAVX2_row:
 	CMPQ   CX, $0x00
 	JE     q5kAVX2_done
+	MOVQ   AX, 16(SP)
 	MOVQ   q+32(FP), SI
 	MOVQ   d+40(FP), DI
 	MOVQ   s+48(FP), R8
@@ -370,6 +374,8 @@ q5kAVX2_block:
 	VCVTSD2SS    X2, X2, X2
 	VMOVSS       X2, (BX)
 	ADDQ         $0x04, BX
+	MOVQ         16(SP), AX
+	ADDQ         stride+8(FP), AX
 	DECQ         CX
 	JMP          q5kAVX2_row
 
@@ -379,7 +385,7 @@ q5kAVX2_done:
 
 // func q6kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, F16C
-TEXT ·q6kAVX2(SB), NOSPLIT, $32-72
+TEXT ·q6kAVX2(SB), NOSPLIT, $40-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
 	MOVQ         n+24(FP), DX
@@ -400,6 +406,7 @@ TEXT ·q6kAVX2(SB), NOSPLIT, $32-72
 q6kAVX2_row:
 	CMPQ   CX, $0x00
 	JE     q6kAVX2_done
+	MOVQ   AX, 32(SP)
 	MOVQ   q+32(FP), SI
 	MOVQ   d+40(FP), DI
 	MOVQ   DX, R8
@@ -561,6 +568,8 @@ q6kAVX2_block:
 	VCVTSD2SS    X3, X3, X3
 	VMOVSS       X3, (BX)
 	ADDQ         $0x04, BX
+	MOVQ         32(SP), AX
+	ADDQ         stride+8(FP), AX
 	DECQ         CX
 	JMP          q6kAVX2_row
 
@@ -570,7 +579,7 @@ q6kAVX2_done:
 
 // func q8AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, F16C
-TEXT ·q8AVX2(SB), NOSPLIT, $0-72
+TEXT ·q8AVX2(SB), NOSPLIT, $8-72
 	MOVQ w+0(FP), AX
 	MOVQ rows+16(FP), CX
 	MOVQ n+24(FP), DX
@@ -583,6 +592,7 @@ TEXT ·q8AVX2(SB), NOSPLIT, $0-72
 q8AVX2_row:
 	CMPQ   CX, $0x00
 	JE     q8AVX2_done
+	MOVQ   AX, (SP)
 	MOVQ   q+32(FP), DI
 	MOVQ   d+40(FP), R8
 	VXORPD X0, X0, X0
@@ -711,6 +721,8 @@ q8AVX2_store:
 	VCVTSD2SS X0, X0, X0
 	VMOVSS    X0, (BX)
 	ADDQ      $0x04, BX
+	MOVQ      (SP), AX
+	ADDQ      stride+8(FP), AX
 	DECQ      CX
 	JMP       q8AVX2_row
 
@@ -720,7 +732,7 @@ q8AVX2_done:
 
 // func q4AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, F16C
-TEXT ·q4AVX2(SB), NOSPLIT, $0-72
+TEXT ·q4AVX2(SB), NOSPLIT, $8-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
 	MOVQ         n+24(FP), DX
@@ -736,6 +748,7 @@ TEXT ·q4AVX2(SB), NOSPLIT, $0-72
 q4AVX2_row:
 	CMPQ   CX, $0x00
 	JE     q4AVX2_done
+	MOVQ   AX, (SP)
 	MOVQ   q+32(FP), DI
 	MOVQ   d+40(FP), R8
 	MOVQ   s+48(FP), R9
@@ -883,6 +896,8 @@ q4AVX2_store:
 	VCVTSD2SS X1, X1, X1
 	VMOVSS    X1, (BX)
 	ADDQ      $0x04, BX
+	MOVQ      (SP), AX
+	ADDQ      stride+8(FP), AX
 	DECQ      CX
 	JMP       q4AVX2_row
 
@@ -892,7 +907,7 @@ q4AVX2_done:
 
 // func i8AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2
-TEXT ·i8AVX2(SB), NOSPLIT, $0-72
+TEXT ·i8AVX2(SB), NOSPLIT, $8-72
 	MOVQ w+0(FP), AX
 	MOVQ rows+16(FP), CX
 	MOVQ n+24(FP), DX
@@ -902,6 +917,7 @@ TEXT ·i8AVX2(SB), NOSPLIT, $0-72
 i8AVX2_row:
 	CMPQ   CX, $0x00
 	JE     i8AVX2_done
+	MOVQ   AX, (SP)
 	MOVQ   q+32(FP), SI
 	MOVQ   d+40(FP), DI
 	VMOVSS (AX), X0
@@ -976,6 +992,8 @@ i8AVX2_block:
 	VMULSS       X0, X1, X1
 	VMOVSS       X1, (BX)
 	ADDQ         $0x04, BX
+	MOVQ         (SP), AX
+	ADDQ         stride+8(FP), AX
 	DECQ         CX
 	JMP          i8AVX2_row
 
@@ -985,7 +1003,7 @@ i8AVX2_done:
 
 // func f32AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, FMA3
-TEXT ·f32AVX2(SB), NOSPLIT, $0-72
+TEXT ·f32AVX2(SB), NOSPLIT, $8-72
 	MOVQ w+0(FP), AX
 	MOVQ rows+16(FP), CX
 	MOVQ n+24(FP), DX
@@ -998,6 +1016,7 @@ TEXT ·f32AVX2(SB), NOSPLIT, $0-72
 f32AVX2_row:
 	CMPQ   CX, $0x00
 	JE     f32AVX2_done
+	MOVQ   AX, (SP)
 	MOVQ   f+56(FP), DI
 	VXORPD Y0, Y0, Y0
 	VXORPD Y1, Y1, Y1
@@ -1080,6 +1099,8 @@ f32AVX2_store:
 	VCVTSD2SS    X1, X1, X1
 	VMOVSS       X1, (BX)
 	ADDQ         $0x04, BX
+	MOVQ         (SP), AX
+	ADDQ         stride+8(FP), AX
 	DECQ         CX
 	JMP          f32AVX2_row
 
@@ -1089,7 +1110,7 @@ f32AVX2_done:
 
 // func f16AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, F16C, FMA3
-TEXT ·f16AVX2(SB), NOSPLIT, $0-72
+TEXT ·f16AVX2(SB), NOSPLIT, $8-72
 	MOVQ w+0(FP), AX
 	MOVQ rows+16(FP), CX
 	MOVQ n+24(FP), DX
@@ -1102,6 +1123,7 @@ TEXT ·f16AVX2(SB), NOSPLIT, $0-72
 f16AVX2_row:
 	CMPQ   CX, $0x00
 	JE     f16AVX2_done
+	MOVQ   AX, (SP)
 	MOVQ   f+56(FP), DI
 	VXORPD Y0, Y0, Y0
 	VXORPD Y1, Y1, Y1
@@ -1184,6 +1206,8 @@ f16AVX2_store:
 	VCVTSD2SS    X1, X1, X1
 	VMOVSS       X1, (BX)
 	ADDQ         $0x04, BX
+	MOVQ         (SP), AX
+	ADDQ         stride+8(FP), AX
 	DECQ         CX
 	JMP          f16AVX2_row
 
@@ -1193,7 +1217,7 @@ f16AVX2_done:
 
 // func bf16AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, FMA3
-TEXT ·bf16AVX2(SB), NOSPLIT, $0-72
+TEXT ·bf16AVX2(SB), NOSPLIT, $8-72
 	MOVQ w+0(FP), AX
 	MOVQ rows+16(FP), CX
 	MOVQ n+24(FP), DX
@@ -1206,6 +1230,7 @@ TEXT ·bf16AVX2(SB), NOSPLIT, $0-72
 bf16AVX2_row:
 	CMPQ   CX, $0x00
 	JE     bf16AVX2_done
+	MOVQ   AX, (SP)
 	MOVQ   f+56(FP), DI
 	VXORPD Y0, Y0, Y0
 	VXORPD Y1, Y1, Y1
@@ -1306,6 +1331,8 @@ bf16AVX2_store:
 	VCVTSD2SS    X1, X1, X1
 	VMOVSS       X1, (BX)
 	ADDQ         $0x04, BX
+	MOVQ         (SP), AX
+	ADDQ         stride+8(FP), AX
 	DECQ         CX
 	JMP          bf16AVX2_row
 
@@ -1315,7 +1342,7 @@ bf16AVX2_done:
 
 // func q4kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C, MMX+
-TEXT ·q4kAVX512(SB), NOSPLIT, $64-72
+TEXT ·q4kAVX512(SB), NOSPLIT, $72-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
 	MOVQ         y+64(FP), DX
@@ -1327,6 +1354,7 @@ TEXT ·q4kAVX512(SB), NOSPLIT, $64-72
 q4kAVX512_row:
 	CMPQ   CX, $0x00
 	JE     q4kAVX512_done
+	MOVQ   AX, 64(SP)
 	MOVQ   q+32(FP), BX
 	MOVQ   d+40(FP), SI
 	MOVQ   s+48(FP), DI
@@ -1628,6 +1656,8 @@ q4kAVX512_end:
 	VCVTSD2SS X2, X2, X2
 	VMOVSS    X2, (DX)
 	ADDQ      $0x04, DX
+	MOVQ      64(SP), AX
+	ADDQ      stride+8(FP), AX
 	DECQ      CX
 	JMP       q4kAVX512_row
 
@@ -1637,7 +1667,7 @@ q4kAVX512_done:
 
 // func q5kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C, MMX+
-TEXT ·q5kAVX512(SB), NOSPLIT, $64-72
+TEXT ·q5kAVX512(SB), NOSPLIT, $72-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
 	MOVQ         y+64(FP), DX
@@ -1653,6 +1683,7 @@ TEXT ·q5kAVX512(SB), NOSPLIT, $64-72
 q5kAVX512_row:
 	CMPQ   CX, $0x00
 	JE     q5kAVX512_done
+	MOVQ   AX, 64(SP)
 	MOVQ   q+32(FP), BX
 	MOVQ   d+40(FP), SI
 	MOVQ   s+48(FP), DI
@@ -2003,6 +2034,8 @@ q5kAVX512_end:
 	VCVTSD2SS X4, X4, X4
 	VMOVSS    X4, (DX)
 	ADDQ      $0x04, DX
+	MOVQ      64(SP), AX
+	ADDQ      stride+8(FP), AX
 	DECQ      CX
 	JMP       q5kAVX512_row
 
@@ -2012,7 +2045,7 @@ q5kAVX512_done:
 
 // func q6kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C, MMX+
-TEXT ·q6kAVX512(SB), NOSPLIT, $64-72
+TEXT ·q6kAVX512(SB), NOSPLIT, $72-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
 	MOVQ         y+64(FP), DX
@@ -2026,6 +2059,7 @@ TEXT ·q6kAVX512(SB), NOSPLIT, $64-72
 q6kAVX512_row:
 	CMPQ   CX, $0x00
 	JE     q6kAVX512_done
+	MOVQ   AX, 64(SP)
 	MOVQ   q+32(FP), BX
 	MOVQ   d+40(FP), SI
 	MOVQ   n+24(FP), DI
@@ -2320,6 +2354,8 @@ q6kAVX512_end:
 	VCVTSD2SS X4, X4, X4
 	VMOVSS    X4, (DX)
 	ADDQ      $0x04, DX
+	MOVQ      64(SP), AX
+	ADDQ      stride+8(FP), AX
 	DECQ      CX
 	JMP       q6kAVX512_row
 
@@ -2653,7 +2689,7 @@ GLOBL q6kHigh512<>(SB), RODATA|NOPTR, $64
 
 // func q4kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
-TEXT ·q4kVNNI(SB), NOSPLIT, $64-72
+TEXT ·q4kVNNI(SB), NOSPLIT, $72-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
 	MOVQ         y+64(FP), DX
@@ -2665,6 +2701,7 @@ TEXT ·q4kVNNI(SB), NOSPLIT, $64-72
 q4kVNNI_row:
 	CMPQ   CX, $0x00
 	JE     q4kVNNI_done
+	MOVQ   AX, 64(SP)
 	MOVQ   q+32(FP), BX
 	MOVQ   d+40(FP), SI
 	MOVQ   s+48(FP), DI
@@ -2954,6 +2991,8 @@ q4kVNNI_end:
 	VCVTSD2SS X2, X2, X2
 	VMOVSS    X2, (DX)
 	ADDQ      $0x04, DX
+	MOVQ      64(SP), AX
+	ADDQ      stride+8(FP), AX
 	DECQ      CX
 	JMP       q4kVNNI_row
 
@@ -2963,7 +3002,7 @@ q4kVNNI_done:
 
 // func q5kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
-TEXT ·q5kVNNI(SB), NOSPLIT, $64-72
+TEXT ·q5kVNNI(SB), NOSPLIT, $72-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
 	MOVQ         y+64(FP), DX
@@ -2979,6 +3018,7 @@ TEXT ·q5kVNNI(SB), NOSPLIT, $64-72
 q5kVNNI_row:
 	CMPQ   CX, $0x00
 	JE     q5kVNNI_done
+	MOVQ   AX, 64(SP)
 	MOVQ   q+32(FP), BX
 	MOVQ   d+40(FP), SI
 	MOVQ   s+48(FP), DI
@@ -3317,6 +3357,8 @@ q5kVNNI_end:
 	VCVTSD2SS X4, X4, X4
 	VMOVSS    X4, (DX)
 	ADDQ      $0x04, DX
+	MOVQ      64(SP), AX
+	ADDQ      stride+8(FP), AX
 	DECQ      CX
 	JMP       q5kVNNI_row
 
@@ -3326,7 +3368,7 @@ q5kVNNI_done:
 
 // func q6kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
-TEXT ·q6kVNNI(SB), NOSPLIT, $64-72
+TEXT ·q6kVNNI(SB), NOSPLIT, $72-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
 	MOVQ         y+64(FP), DX
@@ -3340,6 +3382,7 @@ TEXT ·q6kVNNI(SB), NOSPLIT, $64-72
 q6kVNNI_row:
 	CMPQ   CX, $0x00
 	JE     q6kVNNI_done
+	MOVQ   AX, 64(SP)
 	MOVQ   q+32(FP), BX
 	MOVQ   d+40(FP), SI
 	MOVQ   n+24(FP), DI
@@ -3622,6 +3665,8 @@ q6kVNNI_end:
 	VCVTSD2SS X4, X4, X4
 	VMOVSS    X4, (DX)
 	ADDQ      $0x04, DX
+	MOVQ      64(SP), AX
+	ADDQ      stride+8(FP), AX
 	DECQ      CX
 	JMP       q6kVNNI_row
 
@@ -3631,7 +3676,7 @@ q6kVNNI_done:
 
 // func q8AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C, MMX+
-TEXT ·q8AVX512(SB), NOSPLIT, $0-72
+TEXT ·q8AVX512(SB), NOSPLIT, $8-72
 	MOVQ      w+0(FP), AX
 	MOVQ      rows+16(FP), CX
 	MOVQ      y+64(FP), DX
@@ -3641,6 +3686,7 @@ TEXT ·q8AVX512(SB), NOSPLIT, $0-72
 q8AVX512_row:
 	CMPQ   CX, $0x00
 	JE     q8AVX512_done
+	MOVQ   AX, (SP)
 	MOVQ   q+32(FP), BX
 	MOVQ   d+40(FP), SI
 	MOVQ   n+24(FP), DI
@@ -3757,6 +3803,8 @@ q8AVX512_end:
 	VCVTSD2SS X2, X2, X2
 	VMOVSS    X2, (DX)
 	ADDQ      $0x04, DX
+	MOVQ      (SP), AX
+	ADDQ      stride+8(FP), AX
 	DECQ      CX
 	JMP       q8AVX512_row
 

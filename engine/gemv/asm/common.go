@@ -42,24 +42,37 @@ func addBlock(p, total VecVirtual) {
 }
 
 // rowStart opens the row loop (label name_row) and leaves it for the
-// kernel's exit (rowEnd's name_done) when no rows are left.
-func rowStart(name string, rows Register) {
+// kernel's exit (rowEnd's name_done) when no rows are left. It keeps the
+// row's first byte (wp, which the kernel walks through the row) for
+// rowEnd, which moves wp on by the stride: rows need not be contiguous
+// (a view of some columns of a wider matrix). It returns the slot.
+func rowStart(name string, rows, wp Register) Mem {
+	start := AllocLocal(8)
 	Label(name + "_row")
 	CMPQ(rows, Imm(0))
 	JE(LabelRef(name + "_done"))
+	MOVQ(wp, start)
+	return start
 }
 
 // rowEnd ends a row and the kernel: the row's float64 total is stored at
-// y as float32 (times scale, when given, in float32), y moves on, and the
-// loop goes to the next row (label name_row); then the kernel's exit
-// (label name_done).
-func rowEnd(name string, total VecVirtual, scale Op, y, rows Register) {
+// y as float32 (times scale, when given, in float32), y moves on, wp goes
+// to the next row's first byte (the row's start, from rowStart's slot,
+// plus the stride), and the loop goes to the next row (label name_row);
+// then the kernel's exit (label name_done).
+func rowEnd(name string, total VecVirtual, scale Op, y, rows, wp Register, start Mem) {
 	VCVTSD2SS(total, total, total)
 	if scale != nil {
 		VMULSS(scale, total, total)
 	}
 	VMOVSS(total, Mem{Base: y})
 	ADDQ(U8(4), y)
+	MOVQ(start, wp)
+	stride, err := Param("stride").Resolve()
+	if err != nil {
+		panic(err)
+	}
+	ADDQ(stride.Addr, wp)
 	DECQ(rows)
 	JMP(LabelRef(name + "_row"))
 

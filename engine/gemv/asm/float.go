@@ -66,7 +66,7 @@ func floatAVX2(name string, kind int) {
 		VADDPD(hi, t1, t1)
 	}
 
-	rowStart(name, rows)
+	row0 := rowStart(name, rows, wp)
 	fp := Load(Param("f"), GP64())
 	t0, t1 := YMM(), YMM()
 	VXORPD(t0, t0, t0)
@@ -120,5 +120,5 @@ func floatAVX2(name string, kind int) {
 	h := XMM()
 	VPERMILPD(U8(1), x, h)
 	VADDSD(h, x, x)
-	rowEnd(name, x, nil, y, rows)
+	rowEnd(name, x, nil, y, rows, wp, row0)
 }

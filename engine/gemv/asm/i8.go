@@ -22,7 +22,7 @@ func i8AVX2(name string) {
 	y := Load(Param("y"), GP64())
 	SHRQ(U8(8), n) // blocks a row
 
-	rowStart(name, rows)
+	row0 := rowStart(name, rows, wp)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
 	scale := XMM()
@@ -58,5 +58,5 @@ func i8AVX2(name string) {
 	DECQ(nb)
 	JNE(LabelRef(name + "_block"))
 
-	rowEnd(name, total, scale, y, rows)
+	rowEnd(name, total, scale, y, rows, wp, row0)
 }

@@ -65,7 +65,7 @@ func q32AVX2(name string, four bool) {
 		return s
 	}
 
-	rowStart(name, rows)
+	row0 := rowStart(name, rows, wp)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
 	var sp Register
@@ -179,5 +179,5 @@ func q32AVX2(name string, four bool) {
 	addBlock(ta, total)
 
 	Label(name + "_store")
-	rowEnd(name, total, nil, y, rows)
+	rowEnd(name, total, nil, y, rows, wp, row0)
 }

@@ -21,8 +21,7 @@ func q4kAVX2(name string, five bool) {
 	if five {
 		blockBytes, qsOff = 176, 48
 	}
-	// Rows are contiguous (stride is the row's bytes), so one pointer
-	// walks them all.
+	// One pointer walks a row; rowEnd moves it to the next by the stride.
 	wp := Load(Param("w"), GP64())
 	rows := Load(Param("rows"), GP64())
 	n := Load(Param("n"), GP64())
@@ -44,7 +43,7 @@ func q4kAVX2(name string, five bool) {
 		VPBROADCASTD(one.AsX(), one)
 	}
 
-	rowStart(name, rows)
+	row0 := rowStart(name, rows, wp)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
 	sp := Load(Param("s"), GP64())
@@ -138,5 +137,5 @@ func q4kAVX2(name string, five bool) {
 	DECQ(nb)
 	JNE(LabelRef(name + "_block"))
 
-	rowEnd(name, total, nil, y, rows)
+	rowEnd(name, total, nil, y, rows, wp, row0)
 }

@@ -48,7 +48,7 @@ func q4kAVX512(name string, five, vnni bool) {
 		k.bit8 = wordConst(0x0100)
 	}
 
-	rowStart(name, rows)
+	row0 := rowStart(name, rows, wp)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
 	sp := Load(Param("s"), GP64())
@@ -143,7 +143,7 @@ func q4kAVX512(name string, five, vnni bool) {
 	}
 
 	Label(name + "_end")
-	rowEnd(name, total, nil, y, rows)
+	rowEnd(name, total, nil, y, rows, wp, row0)
 }
 
 // q4k512 holds what q4kAVX512's block emitter shares across blocks.

@@ -45,7 +45,7 @@ func q6kAVX2(name string) {
 	VPINSRQ(U8(1), t64, lut[1].AsX(), lut[1].AsX())
 	VINSERTI128(U8(1), lut[1].AsX(), lut[1], lut[1])
 
-	rowStart(name, rows)
+	row0 := rowStart(name, rows, wp)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
 	nb := GP64()
@@ -116,5 +116,5 @@ func q6kAVX2(name string) {
 	DECQ(nb)
 	JNE(LabelRef(name + "_block"))
 
-	rowEnd(name, total, nil, y, rows)
+	rowEnd(name, total, nil, y, rows, wp, row0)
 }

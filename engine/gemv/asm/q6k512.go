@@ -74,7 +74,7 @@ func q6kAVX512(name string, vnni bool) {
 	k.nibB = YMM()
 	VPBROADCASTD(tmp, k.nibB)
 
-	rowStart(name, rows)
+	row0 := rowStart(name, rows, wp)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
 	nb := Load(Param("n"), GP64())
@@ -136,7 +136,7 @@ func q6kAVX512(name string, vnni bool) {
 	}
 
 	Label(name + "_end")
-	rowEnd(name, total, nil, y, rows)
+	rowEnd(name, total, nil, y, rows, wp, row0)
 }
 
 // q6k512 holds what q6kAVX512's block emitter shares across blocks.

@@ -51,7 +51,7 @@ func q8AVX512(name string) {
 	VMOVDQU32(permT, perm)
 	kAll := K()
 
-	rowStart(name, rows)
+	row0 := rowStart(name, rows, wp)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
 	nb := Load(Param("n"), GP64())
@@ -119,7 +119,7 @@ func q8AVX512(name string) {
 	VADDSD(a, total, total)
 
 	Label(name + "_end")
-	rowEnd(name, total, nil, y, rows)
+	rowEnd(name, total, nil, y, rows, wp, row0)
 }
 
 // reduce8 sums each of eight zmm of sixteen int32 lanes: the result is a
