@@ -269,7 +269,7 @@ func benchMoEFFNGap(b *testing.B, sh moeShape) {
 
 // randomQuantTensor is a rows x cols tensor of typ holding random blocks
 // of the scale trained weights have.
-func randomQuantTensor(b *testing.B, name string, typ quant.Type, rows, cols int, seed uint64) Tensor {
+func randomQuantTensor(b testing.TB, name string, typ quant.Type, rows, cols int, seed uint64) Tensor {
 	rb, err := typ.RowBytes(int64(cols))
 	if err != nil {
 		b.Fatal(err)

@@ -59,6 +59,9 @@ type Model struct {
 	// aheadKeep, set on an FFN device (FFNDevice.ReadAhead), makes its
 	// routed FFNs read ahead the next layer's predicted experts it keeps.
 	aheadKeep func(l, e int) bool
+	// split is the routed call's split expert (Routing.Split) while it
+	// runs; zero otherwise.
+	split ExpertSplit
 	// skew is added to the router's scores, per layer and expert
 	// (SetRouterSkew); nil adds nothing.
 	skew [][]float32
@@ -1104,10 +1107,23 @@ func (m *Model) output(batch []Step) error {
 // counts in a MoE layer's small products). The activation is
 // element-wise, so its bits do not depend on how it is split.
 type matOp struct {
-	w      *Tensor
+	w *Tensor
+	// stride, when not 0, is the bytes from one of w's rows to the next:
+	// w is a view of the first columns of a wider matrix (a split
+	// expert's down), Data running from the first row's start to the
+	// last row's end.
+	stride int
 	xs, ys [][]float32
 	glu    [][]float32
 	gelu   bool
+}
+
+// rowStride is the bytes from one of op's rows to the next.
+func (op *matOp) rowStride() int {
+	if op.stride > 0 {
+		return op.stride
+	}
+	return op.w.rowBytes()
 }
 
 // activate makes x act(x)·u element by element (matOp's glu).
@@ -1157,7 +1173,21 @@ func (m *Model) matmul(ops ...matOp) error {
 	}
 	return m.eachChunk(ops, func(oi int, rows []byte, ys [][]float32) error {
 		op := &ops[oi]
-		return quant.DotRowsBatch(op.w.Type, rows, op.w.Cols, op.xs, ys)
+		if op.stride == 0 {
+			return quant.DotRowsBatch(op.w.Type, rows, op.w.Cols, op.xs, ys)
+		}
+		// A view's rows one at a time: the reference takes packed rows.
+		rb, st := op.w.rowBytes(), op.rowStride()
+		one := make([][]float32, len(ys))
+		for r := range ys[0] {
+			for j := range ys {
+				one[j] = ys[j][r : r+1]
+			}
+			if err := quant.DotRowsBatch(op.w.Type, rows[r*st:r*st+rb], op.w.Cols, op.xs, one); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
@@ -1177,8 +1207,8 @@ func (m *Model) eachChunk(ops []matOp, product func(oi int, rows []byte, ys [][]
 		for j := range ys {
 			ys[j] = op.ys[j][ch.lo:ch.hi]
 		}
-		rb := op.w.rowBytes()
-		if err := product(ch.op, op.w.Data[ch.lo*rb:ch.hi*rb], ys); err != nil {
+		rb, st := op.w.rowBytes(), op.rowStride()
+		if err := product(ch.op, op.w.Data[ch.lo*st:(ch.hi-1)*st+rb], ys); err != nil {
 			errMu.Lock()
 			if first == nil {
 				first = fmt.Errorf("tensor %s rows [%d, %d): %w", op.w.Name, ch.lo, ch.hi, err)
@@ -1293,6 +1323,9 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 	}
 	return m.eachChunk(ops, func(oi int, rows []byte, ys [][]float32) error {
 		op := &ops[oi]
+		if op.stride != 0 {
+			return gemv.RowsBatchStride(m.impl, op.w.Type, rows, op.stride, op.w.Cols, sc.xq[which[oi]], ys)
+		}
 		return gemv.RowsBatch(m.impl, op.w.Type, rows, op.w.Cols, sc.xq[which[oi]], ys)
 	})
 }

@@ -248,6 +248,11 @@ type moeScratch struct {
 	ops            []matOp
 	picked, starts []int     // the distinct experts picked, increasing, and where each's run starts
 	weights        []*Expert // their weights
+	// A split expert's part (Routing.Split): views of its gate and up's
+	// first rows and its down's first columns, and its pairs' inputs to
+	// the down cut to them.
+	part           Expert
+	partGs, partUs [][]float32
 	// The next layer's prediction (prefetchNext): the normed residual,
 	// the router's scores, the picks and the distinct experts.
 	aheadBuf    []float32
@@ -457,10 +462,36 @@ func (m *Model) moeRouted(ctx context.Context, l int, w *Layer, ahead bool) erro
 			return err
 		}
 	}
+	// A split expert's part: its gate and up's first cols rows, its
+	// down's first cols columns (rows a full row apart), on its pairs'
+	// activations cut to as many.
+	split, cols, stride := -1, m.split.Cols, 0
+	if cols > 0 {
+		if j, ok := slices.BinarySearch(ms.picked, m.split.Expert); ok {
+			split = j
+			x := ms.weights[j]
+			ms.part = Expert{
+				Gate: Tensor{Name: x.Gate.Name, Type: x.Gate.Type, Rows: cols, Cols: x.Gate.Cols, Data: x.Gate.Data[:cols*x.Gate.rowBytes()]},
+				Up:   Tensor{Name: x.Up.Name, Type: x.Up.Type, Rows: cols, Cols: x.Up.Cols, Data: x.Up.Data[:cols*x.Up.rowBytes()]},
+			}
+			stride = x.Down.rowBytes()
+			d := &ms.part.Down
+			*d = Tensor{Name: x.Down.Name, Type: x.Down.Type, Rows: x.Down.Rows, Cols: cols}
+			d.Data = x.Down.Data[:(d.Rows-1)*stride+d.rowBytes()]
+			lo, hi := ms.starts[j], ms.starts[j+1]
+			ms.partGs, ms.partUs = ms.partGs[:0], ms.partUs[:0]
+			for i := lo; i < hi; i++ {
+				ms.partGs, ms.partUs = append(ms.partGs, ms.gs[i][:cols]), append(ms.partUs, ms.us[i][:cols])
+			}
+		}
+	}
 	// One matmul for every picked expert's gate and up, one for the downs.
 	ms.ops = ms.ops[:0]
 	for j, x := range ms.weights {
 		lo, hi := ms.starts[j], ms.starts[j+1]
+		if j == split {
+			x = &ms.part
+		}
 		ms.ops = append(ms.ops, matOp{w: &x.Gate, xs: ms.xs[lo:hi], ys: ms.gs[lo:hi]}, matOp{w: &x.Up, xs: ms.xs[lo:hi], ys: ms.us[lo:hi]})
 	}
 	if err := m.matmul(ms.ops...); err != nil {
@@ -469,6 +500,10 @@ func (m *Model) moeRouted(ctx context.Context, l int, w *Layer, ahead bool) erro
 	ms.ops = ms.ops[:0]
 	for j, x := range ms.weights {
 		lo, hi := ms.starts[j], ms.starts[j+1]
+		if j == split {
+			ms.ops = append(ms.ops, matOp{w: &ms.part.Down, stride: stride, xs: ms.partGs, ys: ms.os[lo:hi], glu: ms.partUs})
+			continue
+		}
 		ms.ops = append(ms.ops, matOp{w: &x.Down, xs: ms.gs[lo:hi], ys: ms.os[lo:hi], glu: ms.us[lo:hi]})
 	}
 	if err := m.matmul(ms.ops...); err != nil {
@@ -495,7 +530,16 @@ func (m *Model) moeRouted(ctx context.Context, l int, w *Layer, ahead bool) erro
 type Routing struct {
 	IDs     []int32
 	Weights []float32
+	// Split, where its Cols is not 0, has expert Split.Expert computed
+	// over the first Split.Cols of its FFN width only: gate and up's
+	// first rows, the down's first columns. Another device computes the
+	// rest of it, and the two parts' outputs add up to the expert's.
+	Split ExpertSplit
 }
+
+// ExpertSplit names an expert computed in part (Routing.Split): the first
+// Cols of its FFN width, a whole number of its down's blocks.
+type ExpertSplit struct{ Expert, Cols int }
 
 // FFNRouted is FFN for a MoE layer whose routing r was computed elsewhere:
 // h += Σ w·expert(norm(h)) over each token's picks for which keep(expert)
@@ -533,6 +577,11 @@ func (m *Model) FFNRouted(ctx context.Context, l int, w *Layer, h [][]float32, r
 			return fmt.Errorf("routed ffn of layer %d: row %d's pick %d is expert %d of %d", l, i/k, i%k, e, c.Experts)
 		}
 	}
+	if sp := r.Split; sp.Cols != 0 {
+		if err := m.checkSplit(l, w, sp); err != nil {
+			return fmt.Errorf("routed ffn of layer %d: %w", l, err)
+		}
+	}
 	if len(h) == 0 {
 		return nil
 	}
@@ -553,11 +602,34 @@ func (m *Model) FFNRouted(ctx context.Context, l int, w *Layer, h [][]float32, r
 		copy(sc.h[t], row)
 	}
 	m.norm(sc.xn, sc.h, &w.FFNNorm)
-	if err := m.moeRouted(ctx, l, w, m.aheadKeep != nil); err != nil {
+	m.split = r.Split
+	err := m.moeRouted(ctx, l, w, m.aheadKeep != nil)
+	m.split = ExpertSplit{}
+	if err != nil {
 		return fmt.Errorf("routed ffn of layer %d: %w", l, err)
 	}
 	for t, row := range h {
 		copy(row, sc.h[t])
+	}
+	return nil
+}
+
+// checkSplit checks a routed call's split expert sp against layer l's
+// experts (w's, or the expert source's: their shapes are the config's):
+// inside the FFN width and a whole number of the down's blocks.
+func (m *Model) checkSplit(l int, w *Layer, sp ExpertSplit) error {
+	c := &m.Config
+	if sp.Expert < 0 || sp.Expert >= c.Experts {
+		return fmt.Errorf("split expert %d of %d", sp.Expert, c.Experts)
+	}
+	if sp.Cols < 0 || sp.Cols >= c.ExpertFFN {
+		return fmt.Errorf("expert %d split at %d of its %d FFN columns", sp.Expert, sp.Cols, c.ExpertFFN)
+	}
+	if len(w.Experts) > 0 {
+		d := &w.Experts[0].Down
+		if _, err := d.Type.RowBytes(int64(sp.Cols)); err != nil {
+			return fmt.Errorf("expert %d split at column %d: not a whole number of %v blocks: %w", sp.Expert, sp.Cols, d.Type, err)
+		}
 	}
 	return nil
 }

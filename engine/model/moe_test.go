@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/strata-llm/strata/engine/gemv"
+	"github.com/strata-llm/strata/engine/quant"
 	"github.com/strata-llm/strata/internal/workpool"
 )
 
@@ -562,4 +564,99 @@ func runDevice(t *testing.T, d *FFNDevice, w *Layer, rows [][]float32) [][]float
 		t.Fatal(err)
 	}
 	return in
+}
+
+// TestFFNRoutedSplit: an expert split at a column (Routing.Split) gives,
+// with quant's reference products and engine/gemv's (Go and the machine's
+// kernels), the bits of the same expert whose down has every column from
+// there on zeroed: its part is exactly its first columns' share, which
+// another device's part then completes. Splits off the down's blocks, at
+// or past the FFN width, or of no expert are refused.
+func TestFFNRoutedSplit(t *testing.T) {
+	t.Parallel()
+	const dim, eff, experts, cut = 256, 1024, 4, 512
+	cfg := Config{Arch: ArchQwen3MoE, Vocab: 256, Dim: dim, FFN: eff, ExpertFFN: eff, Experts: experts, ExpertsUsed: 2,
+		Layers: 1, Heads: 2, KVHeads: 1, HeadDim: 128, Context: 16, RopeTheta: 1e6, NormEps: 1e-6, AttnScale: 0.088, EmbedScale: 1}
+	ones := make([]float32, dim)
+	for i := range ones {
+		ones[i] = 1
+	}
+	layer := func(zeroFrom int) *Layer {
+		w := &Layer{FFNNorm: F32Tensor("ffn_norm", 1, dim, ones), Router: F32Tensor("router", experts, dim, make([]float32, experts*dim))}
+		for e := range experts {
+			s := uint64(10 * e)
+			x := Expert{
+				Gate: randomQuantTensor(t, expertName("gate", e), quant.Q4_K, eff, dim, s),
+				Up:   randomQuantTensor(t, expertName("up", e), quant.Q4_K, eff, dim, s+1),
+				Down: randomQuantTensor(t, expertName("down", e), quant.Q6_K, dim, eff, s+2),
+			}
+			if zeroFrom > 0 {
+				rb := x.Down.rowBytes()
+				off, err := quant.Q6_K.RowBytes(int64(zeroFrom))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for r := range x.Down.Rows {
+					clear(x.Down.Data[r*rb+int(off) : (r+1)*rb])
+				}
+			}
+			w.Experts = append(w.Experts, x)
+		}
+		return w
+	}
+	w, zeroed := layer(0), layer(cut)
+	r := rand.New(rand.NewPCG(4, 4))
+	h := make([]float32, dim)
+	for i := range h {
+		h[i] = float32(r.NormFloat64())
+	}
+	route := Routing{IDs: []int32{1, 3}, Weights: []float32{0.6, 0.4}}
+	only3 := func(e int) bool { return e == 3 }
+	for _, way := range []string{"reference", "gemv " + gemv.Go.String(), "gemv " + gemv.Detect().String()} {
+		impl := gemv.Detect()
+		if way == "gemv go" {
+			impl = gemv.Go
+		}
+		dev, err := NewFFNDevice(cfg, impl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if way == "reference" {
+			dev.m.UseReference() // quant's float32 products: a view's rows one by one
+		}
+		run := func(w *Layer, rt Routing) ([]float32, error) {
+			out := slices.Clone(h)
+			err := dev.RunRouted(context.Background(), 0, w, [][]float32{out}, rt, only3)
+			return out, err
+		}
+		split := route
+		split.Split = ExpertSplit{Expert: 3, Cols: cut}
+		got, err := run(w, split)
+		if err != nil {
+			t.Fatalf("%s: %v", way, err)
+		}
+		want, err := run(zeroed, route)
+		if err != nil {
+			t.Fatal(err)
+		}
+		full, err := run(w, route)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s: element %d is %v split, %v with the rest of the down zeroed", way, i, got[i], want[i])
+			}
+		}
+		if slices.Equal(got, full) {
+			t.Errorf("%s: the split expert's part equals the whole expert's", way)
+		}
+		for _, bad := range []ExpertSplit{{3, 100}, {3, eff}, {3, -256}, {experts, cut}, {-1, cut}} {
+			rt := route
+			rt.Split = bad
+			if _, err := run(w, rt); err == nil {
+				t.Errorf("%s: split %+v accepted", way, bad)
+			}
+		}
+	}
 }
