@@ -15,12 +15,25 @@ type Matrix struct {
 	Type       quant.Type
 	Rows, Cols int
 	Ptr        cudadrv.DevPtr
+	// Stride, where not 0, is the bytes from one row's start to the
+	// next: a view of some columns of a wider matrix. Only the launches
+	// that say so take such a view (MoEPickedDown); 0 is packed rows.
+	Stride int64
 }
 
 // RowBytes is the encoded size of one row.
 func (m Matrix) RowBytes() int64 {
 	n, _ := matrixType(m.Type).RowBytes(int64(m.Cols))
 	return n
+}
+
+// Pitch is the bytes from one row's start to the next: Stride, or
+// RowBytes for packed rows.
+func (m Matrix) Pitch() int64 {
+	if m.Stride != 0 {
+		return m.Stride
+	}
+	return m.RowBytes()
 }
 
 // Bytes is the encoded size of the whole matrix.

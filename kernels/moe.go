@@ -70,7 +70,10 @@ func (k *Kernels) MoECombine(c *cudadrv.Ctx, s cudadrv.Stream, h, base, out, wei
 // pointers (uint64: gate, up, down), 0 for an expert the device does not
 // hold; Gate, Up and Down give the type and shape every held expert shares
 // (their Ptr is not read: the merged expert tensors give every expert of a
-// layer one type and shape).
+// layer one type and shape). Down may be a view of some columns of the
+// experts' downs (Down.Stride their full rows' bytes, the table's down
+// pointers at the view's first column): an expert split by its FFN width
+// between devices.
 type MoEPicked struct {
 	Table          cudadrv.DevPtr
 	Experts        int
@@ -98,8 +101,11 @@ func (k *Kernels) CanMoEPicked(s cudadrv.Stream, p MoEPicked, topk int) bool {
 	if d.Type != quant.Q4_K && d.Type != quant.Q6_K {
 		return false
 	}
-	if g.Cols%256 != 0 || d.Cols%256 != 0 || g.RowBytes()%16 != 0 || (d.Type == quant.Q4_K && d.RowBytes()%16 != 0) {
+	if g.Cols%256 != 0 || d.Cols%256 != 0 || g.RowBytes()%16 != 0 || (d.Type == quant.Q4_K && d.Pitch()%16 != 0) {
 		return false
+	}
+	if g.Stride != 0 || u.Stride != 0 || (d.Stride != 0 && d.Stride < d.RowBytes()) {
+		return false // gate and up packed; a down view's rows at least a row apart
 	}
 	w, ok := k.gemvq.ws[s]
 	return ok && w.cols >= g.Cols && k.scratchTakes(s, topk, d.Cols)
@@ -161,7 +167,7 @@ func (k *Kernels) MoEPickedDown(c *cudadrv.Ctx, s cudadrv.Stream, p MoEPicked, i
 	}
 	blocks, threads := k.tune.gemvqGeometry(ceilDiv(d.Rows, rowsPer), d.Cols)
 	var a cudadrv.Args
-	a.Ptr(p.Table).Ptr(ids).Int(p.Experts).I64(d.RowBytes()).Ptr(out).Int(d.Rows).Int(d.Cols).Ptr(xq)
+	a.Ptr(p.Table).Ptr(ids).Int(p.Experts).I64(d.Pitch()).Ptr(out).Int(d.Rows).Int(d.Cols).Ptr(xq)
 	cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(blocks), Y: uint32(topk)}, Block: cudadrv.Dim3{X: uint32(threads)}}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
 		return fmt.Errorf("moe picked down: %v %dx%d, top %d: %w", d.Type, d.Rows, d.Cols, topk, err)

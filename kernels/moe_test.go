@@ -285,3 +285,69 @@ func TestMoEPicked(t *testing.T) {
 		})
 	}
 }
+
+// TestMoEPickedDownView: the picked downs over a view of some columns of
+// each expert's down (Matrix.Stride the full rows' bytes, the table at the
+// view's first column), as an expert split by its FFN width takes them,
+// give the bits of the same columns copied out into packed rows, for Q4_K
+// and Q6_K downs.
+func TestMoEPickedDownView(t *testing.T) {
+	t.Parallel()
+	const experts, topk, dim, ffn, from, cols = 3, 2, 256, 768, 256, 512
+	for _, down := range []quant.Type{quant.Q4_K, quant.Q6_K} {
+		t.Run(down.String(), func(t *testing.T) {
+			t.Parallel()
+			r := rand.New(rand.NewPCG(17, uint64(down)))
+			full := make([][]byte, experts)
+			packed := make([][]byte, experts)
+			rb, _ := down.RowBytes(ffn)
+			vb, _ := down.RowBytes(cols)
+			ob, _ := down.RowBytes(from)
+			for e := range full {
+				full[e], _ = randMatrix(down, dim, ffn, uint64(40+e))
+				for row := range dim {
+					packed[e] = append(packed[e], full[e][int64(row)*rb+ob:int64(row)*rb+ob+vb]...)
+				}
+			}
+			g := randVec(r, topk*cols, 1)
+			ids := []int32{2, 0}
+			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
+				s, done := gemvqStream(c, k, ffn)
+				defer done()
+				shape := Matrix{Type: quant.Q4_K, Rows: cols, Cols: dim}
+				outs := [2][]float32{}
+				for w, view := range []bool{false, true} {
+					table := make([]uint64, 3*experts)
+					for e := range experts {
+						if view {
+							table[3*e+2] = uint64(put(a, full[e]).Add(ob))
+						} else {
+							table[3*e+2] = uint64(put(a, packed[e]))
+						}
+						table[3*e], table[3*e+1] = 1, 1 // the downs read no gate or up
+					}
+					d := Matrix{Type: down, Rows: dim, Cols: cols}
+					if view {
+						d.Stride = rb
+					}
+					p := MoEPicked{Table: put(a, table), Experts: experts, Gate: shape, Up: shape, Down: d}
+					if !k.CanMoEPicked(s, p, topk) {
+						if !k.tune.IntegerGEMV {
+							t.Skip("the integer GEMV path is off on this device")
+						}
+						failOnDevice("the picked expert kernels refuse a %v down (view %v)", down, view)
+					}
+					out := a.alloc(int64(topk * dim * 4))
+					must(k.MoEPickedDown(c, s, p, put(a, ids), topk, put(a, g), out))
+					must(c.StreamSync(s))
+					outs[w] = get[float32](a, out, topk*dim)
+				}
+				for i := range outs[0] {
+					if math.Float32bits(outs[0][i]) != math.Float32bits(outs[1][i]) {
+						failOnDevice("output %d: %v over the view, %v over packed rows", i, outs[1][i], outs[0][i])
+					}
+				}
+			})
+		})
+	}
+}

@@ -69,8 +69,15 @@ var gpuFamilies = []string{"llama", "gemma2", "gemma3", "mistral", "phi3", "qwen
 // tinyModel writes a tiny synthetic model and opens it on the CPU.
 func tinyModel(t testing.TB, arch, typ string) *model.Model {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), arch+"-"+typ+".gguf")
-	if err := synth.Write(path, synth.Options{Arch: arch, Shape: "tiny", Type: typ, Seed: 7}); err != nil {
+	return shapeModel(t, arch, "tiny", typ)
+}
+
+// shapeModel writes a synthetic model of the catalogue's shape and opens
+// it on the CPU.
+func shapeModel(t testing.TB, arch, shape, typ string) *model.Model {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), arch+"-"+shape+"-"+typ+".gguf")
+	if err := synth.Write(path, synth.Options{Arch: arch, Shape: shape, Type: typ, Seed: 7}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := model.Open(path)

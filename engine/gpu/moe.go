@@ -920,15 +920,23 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 			x.cpuPicks = append(x.cpuPicks, int(e))
 		}
 	}
-	// The last n of the CPU's picks go over PCIe, the rest stay.
+	// The last n of the CPU's picks go over PCIe, the rest stay; where
+	// the GPU also takes the last gpuCols columns of the pick before
+	// them, the CPU computes that pick's first columns only (rt.Split).
 	// A layer's experts are one size, b.
-	n, b := 0, int64(0)
+	n, gpuCols, b := 0, 0, int64(0)
+	F := cfg.ExpertFFN
 	if x.ps != nil && len(x.cpuPicks) > 0 {
 		b = expertSize(&x.layers[l].Experts[x.cpuPicks[0]])
-		n = x.ps.split(len(x.cpuPicks), b)
+		n, gpuCols = x.ps.split(len(x.cpuPicks), b, F)
 	}
 	staged := x.cpuPicks[len(x.cpuPicks)-n:]
-	if n > 0 {
+	cpuBytes := int64(len(x.cpuPicks)-n) * b
+	if gpuCols > 0 {
+		rt.Split = model.ExpertSplit{Expert: x.cpuPicks[len(x.cpuPicks)-n-1], Cols: F - gpuCols}
+		cpuBytes -= b * int64(gpuCols) / int64(F)
+	}
+	if n > 0 || gpuCols > 0 {
 		for _, e := range staged {
 			x.ps.staged[e] = true
 		}
@@ -941,7 +949,7 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 			}
 		}()
 		ti := time.Now()
-		bytes, err := x.ps.stage(c, k, s, cfg, l, x.layers[l], ids, a.xn, staged)
+		bytes, err := x.ps.stage(c, k, s, cfg, l, x.layers[l], ids, a.xn, staged, rt.Split)
 		if err != nil {
 			return err
 		}
@@ -949,7 +957,11 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 		x.pstats.Picks += int64(n)
 		x.pstats.Bytes += bytes
 		x.pstats.Layers++
+		if gpuCols > 0 {
+			x.pstats.Split++
+		}
 	}
+	// A split pick counts as the CPU's.
 	onCPU := len(x.cpuPicks) - n
 	x.stats.GPUExperts += int64(K - onCPU)
 	x.stats.CPUExperts += int64(onCPU)
@@ -962,25 +974,39 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 		}
 		base = x.hostRowsDev(cfg)
 		if x.ps != nil {
-			x.ps.cpu.add(int64(onCPU)*b, x.stats.Busy-busy)
+			x.ps.cpu.add(cpuBytes, x.stats.Busy-busy)
 		}
 	} else {
 		x.stats.GPULayers++
 	}
-	// The CPU's rows (or h) plus the resident picks, plus the staged.
-	if res {
+	// The CPU's rows (or h) plus the resident picks, the staged ones and
+	// the GPU's part of a split one, each launch's rows by its map.
+	combined := false
+	combine := func(out, where cudadrv.DevPtr, what string) error {
 		if err := k.MoECombine(c, s, a.h, base, out, wts, where, 1, K, D); err != nil {
-			return fmt.Errorf("adding the experts: %w", err)
+			return fmt.Errorf("adding %s: %w", what, err)
 		}
-		base = 0
+		base, combined = 0, true
+		return nil
 	}
-	switch {
-	case n > 0:
-		_, out2, where2 := x.ps.actPtrs(cfg)
-		if err := k.MoECombine(c, s, a.h, base, out2, wts, where2, 1, K, D); err != nil {
-			return fmt.Errorf("adding the staged experts: %w", err)
+	if res {
+		if err := combine(out, where, "the experts"); err != nil {
+			return err
 		}
-	case !res:
+	}
+	if n > 0 {
+		_, out2, where2 := x.ps.actPtrs(cfg)
+		if err := combine(out2, where2, "the staged experts"); err != nil {
+			return err
+		}
+	}
+	if gpuCols > 0 {
+		_, out3, where3 := x.ps.partPtrs(cfg)
+		if err := combine(out3, where3, "the split expert's last columns"); err != nil {
+			return err
+		}
+	}
+	if !combined {
 		if err := k.Copy(c, s, a.h, base, int64(D)); err != nil {
 			return fmt.Errorf("adding the experts: %w", err)
 		}

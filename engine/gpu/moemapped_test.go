@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
@@ -225,5 +226,79 @@ func TestPicksInPlace(t *testing.T) {
 				greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 4, 6), 3)
 			})
 		}
+	}
+}
+
+// TestSplitByWidth: with its share read in place and few CPU picks a
+// layer, the pick stream shares a pick by its FFN width in 256-column
+// steps (the GPU the last columns of the pick before its whole ones);
+// with copies, or many picks, only whole picks move. Before the links
+// have fits it sends half, in those steps.
+func TestSplitByWidth(t *testing.T) {
+	t.Parallel()
+	const b, f = 4e6, 1024
+	fitted := func(copies, cpu float64) *pickStream {
+		ps := &pickStream{}
+		for i := range 40 {
+			n := int64(1 + i%4)
+			ps.copies.add(n*b/4, time.Duration(float64(n*b/4)/copies*1e9))
+			ps.cpu.add(n*b/4, time.Duration(float64(n*b/4)/cpu*1e9))
+		}
+		return ps
+	}
+	inPlace := [][][3]uint64{{}}
+	for _, tc := range []struct {
+		name    string
+		ps      *pickStream
+		addrs   bool
+		kc      int
+		n, part int
+	}{
+		{"no fits, one pick: half its columns", &pickStream{}, true, 1, 0, 512},
+		{"no fits, two picks: one each", &pickStream{}, true, 2, 1, 0},
+		{"no fits, three picks: one and a half", &pickStream{}, true, 3, 1, 512},
+		{"no fits, copies: whole picks only", &pickStream{}, false, 1, 0, 0},
+		{"equal links, one pick", fitted(50e9, 50e9), true, 1, 0, 512},
+		{"the CPU three times the GPU's share", fitted(25e9, 75e9), true, 1, 0, 256},
+		{"the GPU three times the CPU's", fitted(75e9, 25e9), true, 1, 0, 768},
+		{"equal links, three picks", fitted(50e9, 50e9), true, 3, 1, 512},
+		{"four picks: whole ones", fitted(50e9, 50e9), true, 4, 2, 0},
+		{"equal links, copies", fitted(50e9, 50e9), false, 1, 0, 0},
+	} {
+		if tc.addrs {
+			tc.ps.addrs = inPlace
+		}
+		n, part := tc.ps.split(tc.kc, b, f)
+		if n != tc.n || part != tc.part {
+			t.Errorf("%s: split(%d) = %d whole, %d columns; want %d, %d", tc.name, tc.kc, n, part, tc.n, tc.part)
+		}
+	}
+}
+
+// TestPicksSplitByWidth: Mixtral-shaped experts four blocks wide, a third
+// resident, with the pick stream's share read in place: picks split by
+// width (the CPU their first columns, the GPU the rest, its down a view
+// of its rows) give the CPU reference's logits and greedy tokens, both
+// kinds of down (Q4_K and Q6_K layers) among them.
+func TestPicksSplitByWidth(t *testing.T) {
+	gpu(t)
+	cpu := shapeModel(t, "mixtral", "tiny-wide", "q4_k_m")
+	cfg := cpu.Config
+	g := mappedModel(t, cpu, "some")
+	if err := g.SetStreamPicks(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetPicksInPlace(true); err != nil {
+		t.Fatal(err)
+	}
+	const steps = 16
+	worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 8), steps)
+	st, _ := g.MoEStats()
+	t.Logf("worst NMSE %.3g; %+v", worst[0], st.Streamed)
+	if st.Streamed.Split == 0 {
+		t.Errorf("no pick split by width in %d decode layers: %+v", steps*cfg.Layers, st.Streamed)
+	}
+	if counted, want := countedPicks(g), uint64((5+steps)*cfg.Layers*cfg.ExpertsUsed); counted != want {
+		t.Errorf("ExpertCounts total %d, want %d", counted, want)
 	}
 }

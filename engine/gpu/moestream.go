@@ -28,6 +28,13 @@ type pickStream struct {
 	table     cudadrv.DevPtr   // E entries of three pointers: the staged experts', 0 elsewhere
 	tableHost *cudadrv.HostMem // its pinned source
 	acts      cudadrv.DevPtr   // g (K rows of ExpertFFN), out (K rows of Dim), where (K int32)
+	// The GPU's part of a pick split by its FFN width (in place only):
+	// its own table (the split expert's entry at its part's first row
+	// and column), pinned source, and activations (acts' layout).
+	partTable     cudadrv.DevPtr
+	partTableHost *cudadrv.HostMem
+	partActs      cudadrv.DevPtr
+	partSet       int // the expert whose entry partTableHost holds; -1 none
 	// loaded follows a layer's copies on the copy stream; done follows
 	// the staged launch on the compute stream (the slots free again);
 	// start and end time the copies.
@@ -110,6 +117,10 @@ type PickStats struct {
 	Picks  int64 `json:"picks"`
 	Bytes  int64 `json:"bytes"`
 	Layers int64 `json:"layers"`
+	// Split is the picks split by their FFN width, the GPU computing
+	// their last columns and the CPU the rest (in place only, with few
+	// CPU picks a layer); their GPU part counts in Bytes, not in Picks.
+	Split int64 `json:"split"`
 	// Issue is the host's time issuing the copies and the launch over
 	// them: time before the CPU starts on its share of the layer.
 	Issue time.Duration `json:"issue_ns"`
@@ -183,7 +194,8 @@ func PickStreamBytes(cfg *model.Config, largest int64) int64 {
 	}
 	K := int64(cfg.ExpertsUsed)
 	slot := largest + 3*alignUp(1) // each matrix aligned (expertSize)
-	return K*slot + tableBytes(1, cfg.Experts) + alignUp(K*int64(cfg.ExpertFFN)*4) + alignUp(K*int64(cfg.Dim)*4) + alignUp(K*4)
+	acts := alignUp(K*int64(cfg.ExpertFFN)*4) + alignUp(K*int64(cfg.Dim)*4) + alignUp(K*4)
+	return K*slot + 2*tableBytes(1, cfg.Experts) + 2*acts // the part's table and activations too
 }
 
 // newPickStream pins x's host experts (a user of x.pinHost) and
@@ -224,9 +236,21 @@ func newPickStream(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *mo
 	if err := c.CopyHtoD(ps.table, ps.tableHost.Bytes(), s); err != nil {
 		return nil, err
 	}
-	if ps.acts, err = c.Alloc(alignUp(int64(K)*int64(cfg.ExpertFFN)*4) + alignUp(int64(K)*int64(cfg.Dim)*4) + alignUp(int64(K)*4)); err != nil {
+	acts := alignUp(int64(K)*int64(cfg.ExpertFFN)*4) + alignUp(int64(K)*int64(cfg.Dim)*4) + alignUp(int64(K)*4)
+	if ps.acts, err = c.Alloc(acts); err != nil {
 		return nil, err
 	}
+	if ps.partActs, err = c.Alloc(acts); err != nil {
+		return nil, err
+	}
+	if ps.partTable, err = c.Alloc(tableBytes(1, E)); err != nil {
+		return nil, err
+	}
+	if ps.partTableHost, err = c.HostAlloc(int(tableBytes(1, E)), 0); err != nil {
+		return nil, err
+	}
+	clear(ps.partTableHost.Bytes())
+	ps.partSet = -1
 	for _, e := range []*cudadrv.Event{&ps.loaded, &ps.done} {
 		if *e, err = c.NewEvent(cudadrv.EventDisableTiming); err != nil {
 			return nil, err
@@ -249,27 +273,61 @@ func stagedPicked(L *model.Layer, table cudadrv.DevPtr, E int) kernels.MoEPicked
 
 // actPtrs are the staged picks' gate activations, outputs and map.
 func (ps *pickStream) actPtrs(cfg *model.Config) (g, out, where cudadrv.DevPtr) {
-	K := int64(cfg.ExpertsUsed)
-	f, d := alignUp(K*int64(cfg.ExpertFFN)*4), alignUp(K*int64(cfg.Dim)*4)
-	return ps.acts, ps.acts.Add(f), ps.acts.Add(f + d)
+	return actLayout(cfg, ps.acts)
 }
 
-// split is how many of kc picks of b bytes each of one layer go to the
-// GPU: the n whose later link finishes first by the two fits. Until both
-// links have a fit, and one layer in exploreEvery after, half: a fit
-// that sent every pick one way would never learn the other link again
-// (a few slow CPU calls at the start, measured once, would keep the CPU
-// idle for good), and layers of several sizes tell a fixed cost from a
-// rate.
-func (ps *pickStream) split(kc int, b int64) int {
+// partPtrs are the same for the GPU's part of a split pick.
+func (ps *pickStream) partPtrs(cfg *model.Config) (g, out, where cudadrv.DevPtr) {
+	return actLayout(cfg, ps.partActs)
+}
+
+// actLayout cuts a staged launch's activations at at: g (K rows of
+// ExpertFFN), out (K rows of Dim), where (K int32).
+func actLayout(cfg *model.Config, at cudadrv.DevPtr) (g, out, where cudadrv.DevPtr) {
+	K := int64(cfg.ExpertsUsed)
+	f, d := alignUp(K*int64(cfg.ExpertFFN)*4), alignUp(K*int64(cfg.Dim)*4)
+	return at, at.Add(f), at.Add(f + d)
+}
+
+// split is how much of kc picks of b bytes each of one layer, f FFN
+// columns wide, goes to the GPU: the last n picks whole, and of the pick
+// before them (when part > 0) its last part columns, the rest of it the
+// CPU's (model.Routing.Split). The share is the one whose later link
+// finishes first by the two fits. Until both links have a fit, and one
+// layer in exploreEvery after, half: a fit that sent every pick one way
+// would never learn the other link again (a few slow CPU calls at the
+// start, measured once, would keep the CPU idle for good), and layers of
+// several sizes tell a fixed cost from a rate. A pick is split by width
+// only where its share is read in place (the kernels take a view of its
+// columns; copies would need one per row) and the layer's CPU picks are
+// fewer than widthSplitPicks: one whole pick is then too coarse a step
+// to balance two links by.
+func (ps *pickStream) split(kc int, b int64, f int) (n, part int) {
 	ps.splits++
+	S := 1 // units a pick
+	if ps.addrs != nil && kc < widthSplitPicks && f%splitCols == 0 {
+		S = f / splitCols
+	}
+	U := kc * S
+	var u int
 	cf, cb, cok := ps.cpu.line()
 	gf, gb, gok := ps.copies.line()
 	if !cok || !gok || ps.splits%exploreEvery == 0 {
-		return kc / 2
+		u = U / 2
+	} else {
+		u = streamSplit(U, float64(b)/float64(S), link{gf, gb}, link{cf, cb})
 	}
-	return streamSplit(kc, float64(b), link{gf, gb}, link{cf, cb})
+	return u / S, u % S * splitCols
 }
+
+// splitCols is the step a pick is split at by width: a K-quant block,
+// which keeps a Q4_K view's rows 16-byte aligned as the kernels' loads
+// need; widthSplitPicks is the fewest CPU picks a layer that are split
+// only as whole picks.
+const (
+	splitCols       = 256
+	widthSplitPicks = 4
+)
 
 // exploreEvery is how often split measures both links whatever the fits
 // say.
@@ -323,12 +381,15 @@ func (ps *pickStream) readCopyTime(c *cudadrv.Ctx) error {
 // writing the staged picks' rows and map (actPtrs). It returns the bytes
 // copied. With addrs set the experts are read in place instead
 // (stageInPlace).
-func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, l int, L *model.Layer, ids, xn cudadrv.DevPtr, es []int) (int64, error) {
+func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, l int, L *model.Layer, ids, xn cudadrv.DevPtr, es []int, part model.ExpertSplit) (int64, error) {
 	if err := ps.readCopyTime(c); err != nil {
 		return 0, err
 	}
 	if ps.addrs != nil {
-		return ps.stageInPlace(c, k, s, cfg, l, L, ids, xn, es)
+		return ps.stageInPlace(c, k, s, cfg, l, L, ids, xn, es, part)
+	}
+	if part.Cols != 0 {
+		return 0, errors.New("a pick split by width needs its share read in place")
 	}
 	if err := c.WaitEvent(ps.copy, ps.done); err != nil {
 		return 0, err
@@ -381,11 +442,14 @@ func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream
 
 // stageInPlace enqueues on s the staged table with layer l's experts es
 // at their host copies' device addresses, then the picked launch over
-// them, timed by the start and end events (the share's link: the
-// kernels reading host memory as they compute). The host's table
-// buffer is rewritten only by the next layer's call, after the host has
-// waited for that layer's routing, which s reaches after this copy.
-func (ps *pickStream) stageInPlace(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, l int, L *model.Layer, ids, xn cudadrv.DevPtr, es []int) (int64, error) {
+// them, and for a pick split by width (part: the CPU computes its first
+// part.Cols columns) its own table at its last columns and a launch over
+// that view, all timed by the start and end events (the share's link:
+// the kernels reading host memory as they compute). The host's table
+// buffers are rewritten only by the next layer's call, after the host
+// has waited for that layer's routing, which s reaches after these
+// copies.
+func (ps *pickStream) stageInPlace(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, l int, L *model.Layer, ids, xn cudadrv.DevPtr, es []int, part model.ExpertSplit) (int64, error) {
 	tab, err := cudadrv.Values[uint64](ps.tableHost.Bytes())
 	if err != nil {
 		return 0, err
@@ -400,26 +464,85 @@ func (ps *pickStream) stageInPlace(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv
 		ps.set = append(ps.set, e)
 		bytes += expertSize(&L.Experts[e])
 	}
-	if err := c.CopyHtoD(ps.table, ps.tableHost.Bytes(), s); err != nil {
-		return 0, err
+	var view kernels.MoEPicked
+	if part.Cols != 0 {
+		var pb int64
+		if view, pb, err = ps.partTableFor(cfg, l, L, part); err != nil {
+			return 0, err
+		}
+		bytes += pb
+		if err := c.CopyHtoD(ps.partTable, ps.partTableHost.Bytes(), s); err != nil {
+			return 0, err
+		}
+	}
+	if len(es) > 0 {
+		if err := c.CopyHtoD(ps.table, ps.tableHost.Bytes(), s); err != nil {
+			return 0, err
+		}
 	}
 	if err := c.Record(ps.start, s); err != nil {
 		return 0, err
 	}
 	K := cfg.ExpertsUsed
-	p := stagedPicked(L, ps.table, cfg.Experts)
-	g, out, where := ps.actPtrs(cfg)
-	if err := k.MoEPickedGLU(c, s, p, ids, K, xn, g, where, kernels.SwiGLU); err != nil {
-		return 0, fmt.Errorf("experts read in place, gate and up: %w", err)
+	if len(es) > 0 {
+		p := stagedPicked(L, ps.table, cfg.Experts)
+		g, out, where := ps.actPtrs(cfg)
+		if err := k.MoEPickedGLU(c, s, p, ids, K, xn, g, where, kernels.SwiGLU); err != nil {
+			return 0, fmt.Errorf("experts read in place, gate and up: %w", err)
+		}
+		if err := k.MoEPickedDown(c, s, p, ids, K, g, out); err != nil {
+			return 0, fmt.Errorf("experts read in place, downs: %w", err)
+		}
 	}
-	if err := k.MoEPickedDown(c, s, p, ids, K, g, out); err != nil {
-		return 0, fmt.Errorf("experts read in place, downs: %w", err)
+	if part.Cols != 0 {
+		g, out, where := ps.partPtrs(cfg)
+		if err := k.MoEPickedGLU(c, s, view, ids, K, xn, g, where, kernels.SwiGLU); err != nil {
+			return 0, fmt.Errorf("expert %d's last columns read in place, gate and up: %w", part.Expert, err)
+		}
+		if err := k.MoEPickedDown(c, s, view, ids, K, g, out); err != nil {
+			return 0, fmt.Errorf("expert %d's last columns read in place, down: %w", part.Expert, err)
+		}
 	}
 	if err := c.Record(ps.end, s); err != nil {
 		return 0, err
 	}
 	ps.timedBytes = bytes
 	return bytes, c.Record(ps.done, s)
+}
+
+// partTableFor writes into partTableHost layer l's expert part.Expert's
+// entry at the GPU's part of it, the columns from part.Cols on (gate and
+// up's rows from there, the down's columns from there as a view of its
+// rows), clearing the last call's, and returns the picked kernels' shape
+// of that part and its bytes.
+func (ps *pickStream) partTableFor(cfg *model.Config, l int, L *model.Layer, part model.ExpertSplit) (kernels.MoEPicked, int64, error) {
+	tab, err := cudadrv.Values[uint64](ps.partTableHost.Bytes())
+	if err != nil {
+		return kernels.MoEPicked{}, 0, err
+	}
+	if ps.partSet >= 0 {
+		tab[ps.partSet*3], tab[ps.partSet*3+1], tab[ps.partSet*3+2] = 0, 0, 0
+		ps.partSet = -1
+	}
+	e, from := part.Expert, part.Cols
+	p := stagedPicked(L, ps.partTable, cfg.Experts)
+	F := p.Gate.Rows
+	if from <= 0 || from >= F || from%splitCols != 0 {
+		return kernels.MoEPicked{}, 0, fmt.Errorf("expert %d split at column %d of %d", e, from, F)
+	}
+	gRB, uRB, dRB := p.Gate.RowBytes(), p.Up.RowBytes(), p.Down.RowBytes()
+	skip, err := p.Down.Type.RowBytes(int64(from))
+	if err != nil {
+		return kernels.MoEPicked{}, 0, fmt.Errorf("expert %d split at column %d: %w", e, from, err)
+	}
+	a := ps.addrs[l][e]
+	tab[e*3], tab[e*3+1], tab[e*3+2] = a[0]+uint64(int64(from)*gRB), a[1]+uint64(int64(from)*uRB), a[2]+uint64(skip)
+	ps.partSet = e
+	n := F - from
+	p.Gate.Rows, p.Up.Rows = n, n
+	p.Down.Cols, p.Down.Stride = n, dRB
+	bytes := int64(n)*(gRB+uRB) + int64(p.Down.Rows)*p.Down.RowBytes()
+	return p, bytes, nil
 }
 
 // release frees the staging (the pages it copies from are x.pinHost's).
@@ -431,7 +554,8 @@ func (ps *pickStream) release(c *cudadrv.Ctx) error {
 	if ps.copy != 0 {
 		err = errors.Join(err, c.StreamSync(ps.copy))
 	}
-	err = errors.Join(err, c.Free(ps.slots), c.Free(ps.table), c.Free(ps.acts), c.FreeHost(ps.tableHost))
+	err = errors.Join(err, c.Free(ps.slots), c.Free(ps.table), c.Free(ps.acts), c.FreeHost(ps.tableHost),
+		c.Free(ps.partTable), c.Free(ps.partActs), c.FreeHost(ps.partTableHost))
 	for _, e := range []cudadrv.Event{ps.loaded, ps.done, ps.start, ps.end} {
 		if e != 0 {
 			err = errors.Join(err, c.DestroyEvent(e))

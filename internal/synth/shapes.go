@@ -106,6 +106,14 @@ var Shapes = map[string]map[string]Shape{
 			Vocab: 512, Dim: 256, FFN: 256, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 64,
 			RopeTheta: 1e6, Context: 256, RMSEps: 1e-5, Experts: 8, ExpertsUsed: 2,
 		},
+		// tiny with experts four blocks wide, as Mixtral's are many: a
+		// pick can then be shared by its FFN width (engine/gpu's split
+		// picks), where tiny's one block cannot be.
+		"tiny-wide": {
+			Arch: "llama", Name: "tiny-wide",
+			Vocab: 512, Dim: 256, FFN: 1024, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 64,
+			RopeTheta: 1e6, Context: 256, RMSEps: 1e-5, Experts: 8, ExpertsUsed: 2,
+		},
 		"8x7b": {
 			Arch: "llama", Name: "8x7b", Real: "Mixtral-8x7B-v0.1",
 			Vocab: 32000, Dim: 4096, FFN: 14336, Layers: 32, Heads: 32, KVHeads: 8, HeadDim: 128,

@@ -5,10 +5,12 @@
 # no copies before the kernels), and the CPU team
 # of run33 (never run: the session that wrote it had no device time).
 # 1. the host: processors and load (run30/31 got slow or shared hosts);
-# 2. engine/gpu's tests of them (Mapped, InPlace, CPUTeam) and of what they touch
+# 2. engine/gpu's tests of them (Mapped, InPlace, Split: a pick shared by
+#    its FFN width, the GPU's part a view of the down's columns; CPUTeam) and of what they touch
 #    (the pick stream shares the mapped pinning; swaps write mapped
 #    entries);
-# 3. kernels' BenchmarkMoEPickedMapped: the picked kernels reading their
+# 3. kernels' TestMoEPicked* (the down over a view of its columns) and
+#    BenchmarkMoEPickedMapped: the picked kernels reading their
 #    experts from device memory and in place from host memory, against a
 #    pinned copy's rate: do kernels keep PCIe as busy as the copy engine?
 # 4. bench engine --only moe: dev_mapped_* (vs dev_stream_* and dev_*),
@@ -17,9 +19,9 @@
 . "$(dirname "$0")/../hybrid/lib.sh"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
 echo "== host: $(nproc) processors, load $(cut -d' ' -f1-3 /proc/loadavg)"
-(cd engine/gpu && timeout 150 "$B/engine-gpu.test" -test.run 'Mapped|InPlace|CPUTeam|StreamPicks|MoE|Swap|Resident' -test.v -test.timeout 140s) >"$L/engine-gpu.log" 2>&1
+(cd engine/gpu && timeout 150 "$B/engine-gpu.test" -test.run 'Mapped|InPlace|Split|CPUTeam|StreamPicks|MoE|Swap|Resident' -test.v -test.timeout 140s) >"$L/engine-gpu.log" 2>&1
 echo "== engine-gpu rc=$? at ${SECONDS}s"; grep -E -- "--- (FAIL|PASS|SKIP)|^(ok|FAIL|PASS)|panic" "$L/engine-gpu.log" | grep -v -- "--- PASS.*/" | head -30
-(cd kernels && timeout 120 "$B/kernels.test" -test.run XXX -test.bench MoEPickedMapped -test.benchtime 1x -test.v) >"$L/kernels-mapped.log" 2>&1
+(cd kernels && timeout 120 "$B/kernels.test" -test.run 'MoEPicked' -test.bench MoEPickedMapped -test.benchtime 1x -test.v) >"$L/kernels-mapped.log" 2>&1
 echo "== kernels mapped rc=$? at ${SECONDS}s"; grep -E "GB/s|FAIL|panic" "$L/kernels-mapped.log" | cut -c1-220
 timeout 330 "$B/strata" bench engine --synth-dir "$S" --only moe --peers docs/peers-h200.json --json-file "$L/moe.json" >"$L/moe.txt" 2>&1
 echo "== moe rc=$? at ${SECONDS}s"
