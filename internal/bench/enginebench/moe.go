@@ -466,8 +466,8 @@ func (rn *runner) moeInPlace(ctx context.Context, res *ScenarioResult, g *loaded
 	addVersus(res, rt, routing, "stream_picks", "the GPU's share read in place", "its share copied first")
 	st, st0 := after.Streamed, before.Streamed
 	staged := st.Layers - st0.Layers
-	res.Notes = append(res.Notes, fmt.Sprintf("%s, the GPU's share of each CPU layer's picks read in place over PCIe (JSON keys %s*): over its warm-up and timed passes, %d picks (%s) in %d layers (the host %v a layer launching them); the GPU's share %v + bytes at %.1f GB/s, the CPU %v + bytes at %.1f GB/s",
-		routing.short(), rt.prefix, st.Picks-st0.Picks, gib(st.Bytes-st0.Bytes), staged, ((st.Issue-st0.Issue)/time.Duration(max(1, staged))).Round(time.Microsecond),
+	res.Notes = append(res.Notes, fmt.Sprintf("%s, the GPU's share of each CPU layer's picks read in place over PCIe (JSON keys %s*): over its warm-up and timed passes, %d whole picks and %d split by width with the CPU (%s) in %d layers (the host %v a layer launching them); the GPU's share %v + bytes at %.1f GB/s, the CPU %v + bytes at %.1f GB/s",
+		routing.short(), rt.prefix, st.Picks-st0.Picks, st.Split-st0.Split, gib(st.Bytes-st0.Bytes), staged, ((st.Issue-st0.Issue)/time.Duration(max(1, staged))).Round(time.Microsecond),
 		st.CopyFixed.Round(time.Microsecond), st.CopyRate/1e9, st.CPUFixed.Round(time.Microsecond), st.CPURate/1e9))
 	return nil
 }
