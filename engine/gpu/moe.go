@@ -865,15 +865,7 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 	_, g, _, out := x.actPtrs(cfg)
 	p, ids, where, wts := x.picked[l], x.ids(cfg), x.plan(cfg), x.weights(cfg, 1)
 	x.stats.DeviceFound++
-	gpu := func() error {
-		if err := k.MoEPickedGLU(c, s, p, ids, K, a.xn, g, where, kernels.SwiGLU); err != nil {
-			return fmt.Errorf("resident experts' gate and up: %w", err)
-		}
-		if err := k.MoEPickedDown(c, s, p, ids, K, g, out); err != nil {
-			return fmt.Errorf("resident experts' downs: %w", err)
-		}
-		return nil
-	}
+	gpu := func() error { return launchPicked(c, k, s, cfg, p, ids, a.xn, g, out, where, "resident experts") }
 	if x.full[l] {
 		if err := gpu(); err != nil {
 			return err

@@ -12,10 +12,10 @@ import (
 	"github.com/strata-llm/strata/engine/sample"
 )
 
-// mappedModel loads cpu's weights onto the test device with the resident
+// pickedModel loads cpu's weights onto the test device with the resident
 // experts which names (residentSets), skipping where the picked kernels
 // do not take its experts.
-func mappedModel(t *testing.T, cpu *model.Model, which string) *Model {
+func pickedModel(t *testing.T, cpu *model.Model, which string) *Model {
 	t.Helper()
 	g := loadGPU(t, cpu, Options{MaxSeqs: 2, NoExpertTrial: true, ResidentExperts: residentSets(cpu.Config, which)})
 	x0 := cpu.Weights.Layers[0].Experts[0]
@@ -25,6 +25,21 @@ func mappedModel(t *testing.T, cpu *model.Model, which string) *Model {
 	return g
 }
 
+// eachPickedCase runs fn as a subtest for Q4_K_M Mixtral and Qwen3-MoE
+// tiny models with none and some experts resident (pickedModel).
+func eachPickedCase(t *testing.T, fn func(t *testing.T, cpu *model.Model, g *Model, resident string)) {
+	t.Helper()
+	gpu(t)
+	for _, arch := range []string{"mixtral", "qwen3moe"} {
+		for _, resident := range []string{"none", "some"} {
+			t.Run(fmt.Sprintf("%s/resident=%s", arch, resident), func(t *testing.T) {
+				cpu := tinyModel(t, arch, "q4_k_m")
+				fn(t, cpu, pickedModel(t, cpu, resident), resident)
+			})
+		}
+	}
+}
+
 // TestMappedExperts: with the experts the device does not hold read in
 // place over PCIe (SetMappedExperts), Q4_K_M mixture-of-experts models
 // with none and some experts resident give the CPU reference's logits
@@ -32,51 +47,44 @@ func mappedModel(t *testing.T, cpu *model.Model, which string) *Model {
 // every routed pick once and every mapped pick as such, and go on as
 // before once it is turned off.
 func TestMappedExperts(t *testing.T) {
-	gpu(t)
-	for _, arch := range []string{"mixtral", "qwen3moe"} {
-		for _, resident := range []string{"none", "some"} {
-			t.Run(fmt.Sprintf("%s/resident=%s", arch, resident), func(t *testing.T) {
-				cpu := tinyModel(t, arch, "q4_k_m")
-				cfg := cpu.Config
-				g := mappedModel(t, cpu, resident)
-				if err := g.SetMappedExperts(true); err != nil {
-					t.Fatal(err)
-				}
-				if err := g.SetMappedExperts(true); err != nil {
-					t.Fatalf("turned on twice: %v", err)
-				}
-				const steps = 6
-				st0, _ := g.MoEStats()
-				worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 9, 4), steps)
-				st, _ := g.MoEStats()
-				t.Logf("worst NMSE %.3g; %+v", worst[0], st)
-				decodePicks := int64(steps * cfg.Layers * cfg.ExpertsUsed)
-				mapped := st.Mapped.Picks - st0.Mapped.Picks
-				switch {
-				case resident == "none" && mapped != decodePicks:
-					t.Errorf("%d picks read in place, want every decode pick's %d", mapped, decodePicks)
-				case resident == "some" && (mapped <= 0 || mapped >= decodePicks):
-					t.Errorf("%d picks read in place of %d decode picks, with a third of the experts resident", mapped, decodePicks)
-				}
-				if st.Mapped.Bytes <= 0 {
-					t.Errorf("mapped picks without bytes: %+v", st.Mapped)
-				}
-				if free := st.HostFree - st0.HostFree; free != int64(steps*cfg.Layers) {
-					t.Errorf("%d layers ran without the host, want every decode layer's %d", free, steps*cfg.Layers)
-				}
-				if counted, want := countedPicks(g), uint64((9+steps)*cfg.Layers*cfg.ExpertsUsed); counted != want {
-					t.Errorf("ExpertCounts total %d, want %d", counted, want)
-				}
-				if err := g.SetMappedExperts(false); err != nil {
-					t.Fatal(err)
-				}
-				greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 2), 3)
-				if st2, _ := g.MoEStats(); st2.Mapped.Picks != st.Mapped.Picks {
-					t.Errorf("picks read in place after turning it off: %d, then %d", st.Mapped.Picks, st2.Mapped.Picks)
-				}
-			})
+	eachPickedCase(t, func(t *testing.T, cpu *model.Model, g *Model, resident string) {
+		cfg := cpu.Config
+		if err := g.SetMappedExperts(true); err != nil {
+			t.Fatal(err)
 		}
-	}
+		if err := g.SetMappedExperts(true); err != nil {
+			t.Fatalf("turned on twice: %v", err)
+		}
+		const steps = 6
+		st0, _ := g.MoEStats()
+		worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 9, 4), steps)
+		st, _ := g.MoEStats()
+		t.Logf("worst NMSE %.3g; %+v", worst[0], st)
+		decodePicks := int64(steps * cfg.Layers * cfg.ExpertsUsed)
+		mapped := st.Mapped.Picks - st0.Mapped.Picks
+		switch {
+		case resident == "none" && mapped != decodePicks:
+			t.Errorf("%d picks read in place, want every decode pick's %d", mapped, decodePicks)
+		case resident == "some" && (mapped <= 0 || mapped >= decodePicks):
+			t.Errorf("%d picks read in place of %d decode picks, with a third of the experts resident", mapped, decodePicks)
+		}
+		if st.Mapped.Bytes <= 0 {
+			t.Errorf("mapped picks without bytes: %+v", st.Mapped)
+		}
+		if free := st.HostFree - st0.HostFree; free != int64(steps*cfg.Layers) {
+			t.Errorf("%d layers ran without the host, want every decode layer's %d", free, steps*cfg.Layers)
+		}
+		if counted, want := countedPicks(g), uint64((9+steps)*cfg.Layers*cfg.ExpertsUsed); counted != want {
+			t.Errorf("ExpertCounts total %d, want %d", counted, want)
+		}
+		if err := g.SetMappedExperts(false); err != nil {
+			t.Fatal(err)
+		}
+		greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 2), 3)
+		if st2, _ := g.MoEStats(); st2.Mapped.Picks != st.Mapped.Picks {
+			t.Errorf("picks read in place after turning it off: %d, then %d", st.Mapped.Picks, st2.Mapped.Picks)
+		}
+	})
 }
 
 // TestMappedMatchesResident: the picked kernels compute an expert read
@@ -89,8 +97,8 @@ func TestMappedMatchesResident(t *testing.T) {
 	for _, arch := range []string{"mixtral", "qwen3moe"} {
 		t.Run(arch, func(t *testing.T) {
 			cpu := tinyModel(t, arch, "q4_k_m")
-			all := mappedModel(t, cpu, "all")
-			mapped := mappedModel(t, cpu, "none")
+			all := pickedModel(t, cpu, "all")
+			mapped := pickedModel(t, cpu, "none")
 			if err := mapped.SetMappedExperts(true); err != nil {
 				t.Fatal(err)
 			}
@@ -137,7 +145,7 @@ func TestMappedBesideStream(t *testing.T) {
 	gpu(t)
 	cpu := tinyModel(t, "qwen3moe", "q4_k_m")
 	cfg := cpu.Config
-	g := mappedModel(t, cpu, "some")
+	g := pickedModel(t, cpu, "some")
 	run := func(what string) {
 		t.Helper()
 		t.Logf("%s", what)
@@ -180,53 +188,46 @@ func TestMappedRefused(t *testing.T) {
 // to the GPU, and the model goes on as before once it is turned off and
 // once the stream is turned off under it; it needs the stream on.
 func TestPicksInPlace(t *testing.T) {
-	gpu(t)
-	for _, arch := range []string{"mixtral", "qwen3moe"} {
-		for _, resident := range []string{"none", "some"} {
-			t.Run(fmt.Sprintf("%s/resident=%s", arch, resident), func(t *testing.T) {
-				cpu := tinyModel(t, arch, "q4_k_m")
-				cfg := cpu.Config
-				g := mappedModel(t, cpu, resident)
-				if err := g.SetPicksInPlace(true); err == nil {
-					t.Fatal("picks in place without the pick stream")
-				}
-				if err := g.SetStreamPicks(true); err != nil {
-					t.Fatal(err)
-				}
-				if err := g.SetPicksInPlace(true); err != nil {
-					t.Fatal(err)
-				}
-				const steps = 6
-				worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 9, 4), steps)
-				st, _ := g.MoEStats()
-				t.Logf("worst NMSE %.3g; %+v", worst[0], st.Streamed)
-				if st.Streamed.Picks == 0 || st.Streamed.Bytes == 0 {
-					t.Errorf("no pick went to the GPU: %+v", st.Streamed)
-				}
-				if st.Mapped.Picks != 0 {
-					t.Errorf("%d picks counted as mapped experts' with only the stream's share in place", st.Mapped.Picks)
-				}
-				if counted, want := countedPicks(g), uint64((9+steps)*cfg.Layers*cfg.ExpertsUsed); counted != want {
-					t.Errorf("ExpertCounts total %d, want %d", counted, want)
-				}
-				if err := g.SetPicksInPlace(false); err != nil {
-					t.Fatal(err)
-				}
-				greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 2), 3)
-				if err := g.SetPicksInPlace(true); err != nil {
-					t.Fatal(err)
-				}
-				if err := g.SetStreamPicks(false); err != nil {
-					t.Fatal(err)
-				}
-				greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 3), 3)
-				if err := g.SetStreamPicks(true); err != nil {
-					t.Fatalf("the stream again after it was turned off with its share in place: %v", err)
-				}
-				greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 4, 6), 3)
-			})
+	eachPickedCase(t, func(t *testing.T, cpu *model.Model, g *Model, _ string) {
+		cfg := cpu.Config
+		if err := g.SetPicksInPlace(true); err == nil {
+			t.Fatal("picks in place without the pick stream")
 		}
-	}
+		if err := g.SetStreamPicks(true); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.SetPicksInPlace(true); err != nil {
+			t.Fatal(err)
+		}
+		const steps = 6
+		worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 9, 4), steps)
+		st, _ := g.MoEStats()
+		t.Logf("worst NMSE %.3g; %+v", worst[0], st.Streamed)
+		if st.Streamed.Picks == 0 || st.Streamed.Bytes == 0 {
+			t.Errorf("no pick went to the GPU: %+v", st.Streamed)
+		}
+		if st.Mapped.Picks != 0 {
+			t.Errorf("%d picks counted as mapped experts' with only the stream's share in place", st.Mapped.Picks)
+		}
+		if counted, want := countedPicks(g), uint64((9+steps)*cfg.Layers*cfg.ExpertsUsed); counted != want {
+			t.Errorf("ExpertCounts total %d, want %d", counted, want)
+		}
+		if err := g.SetPicksInPlace(false); err != nil {
+			t.Fatal(err)
+		}
+		greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 2), 3)
+		if err := g.SetPicksInPlace(true); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.SetStreamPicks(false); err != nil {
+			t.Fatal(err)
+		}
+		greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 3), 3)
+		if err := g.SetStreamPicks(true); err != nil {
+			t.Fatalf("the stream again after it was turned off with its share in place: %v", err)
+		}
+		greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 4, 6), 3)
+	})
 }
 
 // TestSplitByWidth: with its share read in place and few CPU picks a
@@ -284,7 +285,7 @@ func TestPicksSplitByWidth(t *testing.T) {
 	gpu(t)
 	cpu := shapeModel(t, "mixtral", "tiny-wide", "q4_k_m")
 	cfg := cpu.Config
-	g := mappedModel(t, cpu, "some")
+	g := pickedModel(t, cpu, "some")
 	if err := g.SetStreamPicks(true); err != nil {
 		t.Fatal(err)
 	}

@@ -397,14 +397,10 @@ func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream
 	if err := c.Record(ps.start, ps.copy); err != nil {
 		return 0, err
 	}
-	tab, err := cudadrv.Values[uint64](ps.tableHost.Bytes())
+	tab, err := ps.clearTable()
 	if err != nil {
 		return 0, err
 	}
-	for _, e := range ps.set {
-		tab[e*3], tab[e*3+1], tab[e*3+2] = 0, 0, 0
-	}
-	ps.set = ps.set[:0]
 	var bytes int64
 	for i, e := range es {
 		w, err := putExpert(c, ps.copy, ps.slots.Add(int64(i)*ps.slotBytes), ps.slotBytes, &L.Experts[e])
@@ -428,14 +424,9 @@ func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream
 	if err := c.WaitEvent(s, ps.loaded); err != nil {
 		return 0, err
 	}
-	K := cfg.ExpertsUsed
-	p := stagedPicked(L, ps.table, cfg.Experts)
 	g, out, where := ps.actPtrs(cfg)
-	if err := k.MoEPickedGLU(c, s, p, ids, K, xn, g, where, kernels.SwiGLU); err != nil {
-		return 0, fmt.Errorf("staged experts' gate and up: %w", err)
-	}
-	if err := k.MoEPickedDown(c, s, p, ids, K, g, out); err != nil {
-		return 0, fmt.Errorf("staged experts' downs: %w", err)
+	if err := launchPicked(c, k, s, cfg, stagedPicked(L, ps.table, cfg.Experts), ids, xn, g, out, where, "staged experts"); err != nil {
+		return 0, err
 	}
 	return bytes, c.Record(ps.done, s)
 }
@@ -450,14 +441,10 @@ func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream
 // has waited for that layer's routing, which s reaches after these
 // copies.
 func (ps *pickStream) stageInPlace(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, l int, L *model.Layer, ids, xn cudadrv.DevPtr, es []int, part model.ExpertSplit) (int64, error) {
-	tab, err := cudadrv.Values[uint64](ps.tableHost.Bytes())
+	tab, err := ps.clearTable()
 	if err != nil {
 		return 0, err
 	}
-	for _, e := range ps.set {
-		tab[e*3], tab[e*3+1], tab[e*3+2] = 0, 0, 0
-	}
-	ps.set = ps.set[:0]
 	var bytes int64
 	for _, e := range es {
 		copy(tab[e*3:e*3+3], ps.addrs[l][e][:])
@@ -483,24 +470,16 @@ func (ps *pickStream) stageInPlace(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv
 	if err := c.Record(ps.start, s); err != nil {
 		return 0, err
 	}
-	K := cfg.ExpertsUsed
 	if len(es) > 0 {
-		p := stagedPicked(L, ps.table, cfg.Experts)
 		g, out, where := ps.actPtrs(cfg)
-		if err := k.MoEPickedGLU(c, s, p, ids, K, xn, g, where, kernels.SwiGLU); err != nil {
-			return 0, fmt.Errorf("experts read in place, gate and up: %w", err)
-		}
-		if err := k.MoEPickedDown(c, s, p, ids, K, g, out); err != nil {
-			return 0, fmt.Errorf("experts read in place, downs: %w", err)
+		if err := launchPicked(c, k, s, cfg, stagedPicked(L, ps.table, cfg.Experts), ids, xn, g, out, where, "experts read in place"); err != nil {
+			return 0, err
 		}
 	}
 	if part.Cols != 0 {
 		g, out, where := ps.partPtrs(cfg)
-		if err := k.MoEPickedGLU(c, s, view, ids, K, xn, g, where, kernels.SwiGLU); err != nil {
-			return 0, fmt.Errorf("expert %d's last columns read in place, gate and up: %w", part.Expert, err)
-		}
-		if err := k.MoEPickedDown(c, s, view, ids, K, g, out); err != nil {
-			return 0, fmt.Errorf("expert %d's last columns read in place, down: %w", part.Expert, err)
+		if err := launchPicked(c, k, s, cfg, view, ids, xn, g, out, where, fmt.Sprintf("expert %d's last columns read in place", part.Expert)); err != nil {
+			return 0, err
 		}
 	}
 	if err := c.Record(ps.end, s); err != nil {
@@ -508,6 +487,34 @@ func (ps *pickStream) stageInPlace(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv
 	}
 	ps.timedBytes = bytes
 	return bytes, c.Record(ps.done, s)
+}
+
+// clearTable clears the staged table's entries of the last layer in its
+// pinned source and returns the source's entries.
+func (ps *pickStream) clearTable() ([]uint64, error) {
+	tab, err := cudadrv.Values[uint64](ps.tableHost.Bytes())
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ps.set {
+		tab[e*3], tab[e*3+1], tab[e*3+2] = 0, 0, 0
+	}
+	ps.set = ps.set[:0]
+	return tab, nil
+}
+
+// launchPicked enqueues on s the picked kernels over p (gate and up with
+// the activation into g, then the downs into out; where the map of the
+// picks p holds) for one token's picks ids; what names them in errors.
+func launchPicked(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, p kernels.MoEPicked, ids, xn, g, out, where cudadrv.DevPtr, what string) error {
+	K := cfg.ExpertsUsed
+	if err := k.MoEPickedGLU(c, s, p, ids, K, xn, g, where, kernels.SwiGLU); err != nil {
+		return fmt.Errorf("%s, gate and up: %w", what, err)
+	}
+	if err := k.MoEPickedDown(c, s, p, ids, K, g, out); err != nil {
+		return fmt.Errorf("%s, downs: %w", what, err)
+	}
+	return nil
 }
 
 // partTableFor writes into partTableHost layer l's expert part.Expert's

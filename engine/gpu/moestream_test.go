@@ -1,12 +1,11 @@
 package gpu
 
 import (
-	"fmt"
 	"math"
 	"testing"
 	"time"
 
-	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/engine/model"
 )
 
 // TestStreamSplit: the share of a CPU layer's picks sent over PCIe
@@ -82,41 +81,30 @@ func TestLinkFit(t *testing.T) {
 // greedy tokens, count every routed pick once, and go on as before once
 // it is turned off.
 func TestStreamPicks(t *testing.T) {
-	gpu(t)
-	for _, arch := range []string{"mixtral", "qwen3moe"} {
-		for _, resident := range []string{"none", "some"} {
-			t.Run(fmt.Sprintf("%s/resident=%s", arch, resident), func(t *testing.T) {
-				cpu := tinyModel(t, arch, "q4_k_m")
-				cfg := cpu.Config
-				g := loadGPU(t, cpu, Options{MaxSeqs: 2, NoExpertTrial: true, ResidentExperts: residentSets(cfg, resident)})
-				x0 := cpu.Weights.Layers[0].Experts[0]
-				if !g.k.Tuning().IntegerGEMV || x0.Gate.Type != quant.Q4_K || x0.Up.Type != quant.Q4_K {
-					t.Skipf("the picked kernels do not take %v gates here", x0.Gate.Type)
-				}
-				if err := g.SetStreamPicks(true); err != nil {
-					t.Fatal(err)
-				}
-				if err := g.SetStreamPicks(true); err != nil {
-					t.Fatalf("turned on twice: %v", err)
-				}
-				const steps = 6
-				worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 9, 4), steps)
-				st, _ := g.MoEStats()
-				t.Logf("worst NMSE %.3g; %+v", worst[0], st)
-				if st.Streamed.Picks == 0 || st.Streamed.Bytes == 0 {
-					t.Errorf("no pick went over PCIe: %+v", st.Streamed)
-				}
-				if counted, want := countedPicks(g), uint64((9+steps)*cfg.Layers*cfg.ExpertsUsed); counted != want {
-					t.Errorf("ExpertCounts total %d, want %d", counted, want)
-				}
-				if err := g.SetStreamPicks(false); err != nil {
-					t.Fatal(err)
-				}
-				greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 2), 3)
-				if st2, _ := g.MoEStats(); st2.Streamed.Picks != st.Streamed.Picks {
-					t.Errorf("picks streamed after turning it off: %d, then %d", st.Streamed.Picks, st2.Streamed.Picks)
-				}
-			})
+	eachPickedCase(t, func(t *testing.T, cpu *model.Model, g *Model, _ string) {
+		cfg := cpu.Config
+		if err := g.SetStreamPicks(true); err != nil {
+			t.Fatal(err)
 		}
-	}
+		if err := g.SetStreamPicks(true); err != nil {
+			t.Fatalf("turned on twice: %v", err)
+		}
+		const steps = 6
+		worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 9, 4), steps)
+		st, _ := g.MoEStats()
+		t.Logf("worst NMSE %.3g; %+v", worst[0], st)
+		if st.Streamed.Picks == 0 || st.Streamed.Bytes == 0 {
+			t.Errorf("no pick went over PCIe: %+v", st.Streamed)
+		}
+		if counted, want := countedPicks(g), uint64((9+steps)*cfg.Layers*cfg.ExpertsUsed); counted != want {
+			t.Errorf("ExpertCounts total %d, want %d", counted, want)
+		}
+		if err := g.SetStreamPicks(false); err != nil {
+			t.Fatal(err)
+		}
+		greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 2), 3)
+		if st2, _ := g.MoEStats(); st2.Streamed.Picks != st.Streamed.Picks {
+			t.Errorf("picks streamed after turning it off: %d, then %d", st.Streamed.Picks, st2.Streamed.Picks)
+		}
+	})
 }

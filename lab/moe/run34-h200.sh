@@ -25,18 +25,7 @@ echo "== engine-gpu rc=$? at ${SECONDS}s"; grep -E -- "--- (FAIL|PASS|SKIP)|^(ok
 echo "== kernels mapped rc=$? at ${SECONDS}s"; grep -E "GB/s|FAIL|panic" "$L/kernels-mapped.log" | cut -c1-220
 timeout 330 "$B/strata" bench engine --synth-dir "$S" --only moe --peers docs/peers-h200.json --json-file "$L/moe.json" >"$L/moe.txt" 2>&1
 echo "== moe rc=$? at ${SECONDS}s"
-python3 - "$L/moe.json" <<'PY'
-import json, sys
-for s in json.load(open(sys.argv[1]))["scenarios"]:
-    print(s["variant"])
-    for m in s["metrics"]:
-        if m["unit"] == "tok/s" and "b8" not in m["key"]:
-            r = m.get("ratio") or {}
-            print("  %-44s %8.2f  %s" % (m["key"], m["value"], ("%.3fx %s" % (r["value"], r["basis"])) if r else ""))
-    for n in s.get("notes", []):
-        if "read in place" in n:
-            print("  note:", n[:300])
-PY
+python3 lab/moe/tps.py "$L/moe.json" "read in place"
 echo "== host after: load $(cut -d' ' -f1-3 /proc/loadavg)"
 timeout 200 "$B/strata" bench engine --synth-dir $S --only streamed --peers docs/peers-h200.json >"$L/hybrid.txt" 2>&1
 echo "== hybrid rc=$? at ${SECONDS}s"; grep -E "hybrid (decode|time per decode pass)" "$L/hybrid.txt" | grep -v "s\]" | cut -c1-150
