@@ -21,5 +21,7 @@
 // The kernels are generated Go assembly (avo, in ./asm); which ones run is
 // chosen once from the CPU's features (Detect), and the pure-Go reference
 // is the fallback on every other machine. Multi-threading is the caller's:
-// a kernel computes a contiguous range of rows and allocates nothing.
+// a kernel computes a range of rows, a stride apart (a view of some
+// columns of a wider matrix is rows a full row apart), and allocates
+// nothing.
 package gemv

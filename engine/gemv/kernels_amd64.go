@@ -36,27 +36,38 @@ var kernels = map[Impl]map[quant.Type]kernel{
 	AVX512: avx512Kernels(cpu.X86.HasAVX512VNNI),
 }
 
-// avx512Kernels is the AVX512 family's table. Its K-quant kernels are
-// generated twice, once with VNNI's VPDPWSSD (int16 pairs multiplied and
-// added into int32 in one instruction) and once with VPMADDWD and VPADDD
-// for the AVX-512 CPUs without VNNI (Skylake-SP); both return the same
-// bits, so the choice is made here, once, and Impl stays one family.
-// Q8_0's kernel accumulates nothing across its multiply-adds, so VNNI
-// would save nothing there and both tables hold the same one.
+// avx512Kernels is the AVX512 family's table. Its K-quant and INT8Row
+// kernels are generated twice, once with VNNI's VPDPWSSD (int16 pairs
+// multiplied and added into int32 in one instruction) and once with
+// VPMADDWD and VPADDD for the AVX-512 CPUs without VNNI (Skylake-SP); both
+// return the same bits, so the choice is made here, once, and Impl stays
+// one family. Q8_0's kernel accumulates nothing across its multiply-adds,
+// so VNNI would save nothing there, and the float kernels multiply
+// floats: both tables hold the same ones. Q4_0 has no AVX-512 kernel: one
+// built as Q8_0's, each block's nibbles joined into a zmm, was slower than
+// the AVX2 kernel it would replace, so Q4_0 falls back to AVX2.
 func avx512Kernels(vnni bool) map[quant.Type]kernel {
 	if vnni {
 		return map[quant.Type]kernel{
-			quant.Q4_K: q4kVNNI,
-			quant.Q5_K: q5kVNNI,
-			quant.Q6_K: q6kVNNI,
-			quant.Q8_0: q8AVX512,
+			quant.Q4_K:    q4kVNNI,
+			quant.Q5_K:    q5kVNNI,
+			quant.Q6_K:    q6kVNNI,
+			quant.Q8_0:    q8AVX512,
+			quant.INT8Row: i8VNNI,
+			quant.F32:     f32AVX512,
+			quant.F16:     f16AVX512,
+			quant.BF16:    bf16AVX512,
 		}
 	}
 	return map[quant.Type]kernel{
-		quant.Q4_K: q4kAVX512,
-		quant.Q5_K: q5kAVX512,
-		quant.Q6_K: q6kAVX512,
-		quant.Q8_0: q8AVX512,
+		quant.Q4_K:    q4kAVX512,
+		quant.Q5_K:    q5kAVX512,
+		quant.Q6_K:    q6kAVX512,
+		quant.Q8_0:    q8AVX512,
+		quant.INT8Row: i8AVX512,
+		quant.F32:     f32AVX512,
+		quant.F16:     f16AVX512,
+		quant.BF16:    bf16AVX512,
 	}
 }
 

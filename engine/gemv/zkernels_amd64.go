@@ -83,3 +83,28 @@ func q6kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int3
 //
 //go:noescape
 func q8AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// i8AVX512 is the INT8Row kernel for AVX-512 (ref.go's contract).
+//
+//go:noescape
+func i8AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// i8VNNI is the INT8Row kernel for AVX-512 (ref.go's contract).
+//
+//go:noescape
+func i8VNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// f32AVX512 is the F32 kernel for AVX-512 (ref.go's float path).
+//
+//go:noescape
+func f32AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// f16AVX512 is the F16 kernel for AVX-512 (ref.go's float path).
+//
+//go:noescape
+func f16AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// bf16AVX512 is the BF16 kernel for AVX-512 (ref.go's float path).
+//
+//go:noescape
+func bf16AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)

@@ -3831,3 +3831,523 @@ DATA q8Perm512<>+20(SB)/4, $0x00000005
 DATA q8Perm512<>+24(SB)/4, $0x00000009
 DATA q8Perm512<>+28(SB)/4, $0x0000000d
 GLOBL q8Perm512<>(SB), RODATA|NOPTR, $32
+
+// func i8AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, MMX+
+TEXT ·i8AVX512(SB), NOSPLIT, $8-72
+	MOVQ w+0(FP), AX
+	MOVQ rows+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ y+64(FP), BX
+	SHRQ $0x08, DX
+
+i8AVX512_row:
+	CMPQ   CX, $0x00
+	JE     i8AVX512_done
+	MOVQ   AX, (SP)
+	MOVQ   q+32(FP), SI
+	MOVQ   d+40(FP), DI
+	VMOVSS (AX), X0
+	ADDQ   $0x04, AX
+	MOVQ   DX, R8
+	VXORPD X1, X1, X1
+
+i8AVX512_block:
+	PREFETCHT0    4096(AX)
+	PREFETCHT0    4160(AX)
+	PREFETCHT0    4224(AX)
+	PREFETCHT0    4288(AX)
+	VPMOVSXBW     (AX), Z2
+	VPMADDWD      (SI), Z2, Z2
+	VPMOVSXBW     32(AX), Z3
+	VPMADDWD      64(SI), Z3, Z3
+	VPMOVSXBW     64(AX), Z4
+	VPMADDWD      128(SI), Z4, Z4
+	VPADDD        Z4, Z2, Z2
+	VPMOVSXBW     96(AX), Z4
+	VPMADDWD      192(SI), Z4, Z4
+	VPADDD        Z4, Z3, Z3
+	VPMOVSXBW     128(AX), Z4
+	VPMADDWD      256(SI), Z4, Z4
+	VPADDD        Z4, Z2, Z2
+	VPMOVSXBW     160(AX), Z4
+	VPMADDWD      320(SI), Z4, Z4
+	VPADDD        Z4, Z3, Z3
+	VPMOVSXBW     192(AX), Z4
+	VPMADDWD      384(SI), Z4, Z4
+	VPADDD        Z4, Z2, Z2
+	VPMOVSXBW     224(AX), Z4
+	VPMADDWD      448(SI), Z4, Z4
+	VPADDD        Z4, Z3, Z3
+	VPADDD        Z3, Z2, Z2
+	VEXTRACTI64X4 $0x01, Z2, Y3
+	VPADDD        Y3, Y2, Y3
+	VEXTRACTI32X4 $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDD        X3, X2, X2
+	VPSHUFD       $0xb1, X2, X3
+	VPADDD        X3, X2, X2
+	VCVTDQ2PS     X2, X2
+	VMULSS        (DI), X2, X2
+	VCVTSS2SD     X2, X2, X2
+	VADDSD        X2, X1, X1
+	ADDQ          $0x00000100, AX
+	ADDQ          $0x00000200, SI
+	ADDQ          $0x04, DI
+	DECQ          R8
+	JNE           i8AVX512_block
+	VCVTSD2SS     X1, X1, X1
+	VMULSS        X0, X1, X1
+	VMOVSS        X1, (BX)
+	ADDQ          $0x04, BX
+	MOVQ          (SP), AX
+	ADDQ          stride+8(FP), AX
+	DECQ          CX
+	JMP           i8AVX512_row
+
+i8AVX512_done:
+	VZEROUPPER
+	RET
+
+// func i8VNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+
+TEXT ·i8VNNI(SB), NOSPLIT, $8-72
+	MOVQ w+0(FP), AX
+	MOVQ rows+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ y+64(FP), BX
+	SHRQ $0x08, DX
+
+i8VNNI_row:
+	CMPQ   CX, $0x00
+	JE     i8VNNI_done
+	MOVQ   AX, (SP)
+	MOVQ   q+32(FP), SI
+	MOVQ   d+40(FP), DI
+	VMOVSS (AX), X0
+	ADDQ   $0x04, AX
+	MOVQ   DX, R8
+	VXORPD X1, X1, X1
+
+i8VNNI_block:
+	PREFETCHT0    4096(AX)
+	PREFETCHT0    4160(AX)
+	PREFETCHT0    4224(AX)
+	PREFETCHT0    4288(AX)
+	VPMOVSXBW     (AX), Z2
+	VPMADDWD      (SI), Z2, Z2
+	VPMOVSXBW     32(AX), Z3
+	VPMADDWD      64(SI), Z3, Z3
+	VPMOVSXBW     64(AX), Z4
+	VPDPWSSD      128(SI), Z4, Z2
+	VPMOVSXBW     96(AX), Z4
+	VPDPWSSD      192(SI), Z4, Z3
+	VPMOVSXBW     128(AX), Z4
+	VPDPWSSD      256(SI), Z4, Z2
+	VPMOVSXBW     160(AX), Z4
+	VPDPWSSD      320(SI), Z4, Z3
+	VPMOVSXBW     192(AX), Z4
+	VPDPWSSD      384(SI), Z4, Z2
+	VPMOVSXBW     224(AX), Z4
+	VPDPWSSD      448(SI), Z4, Z3
+	VPADDD        Z3, Z2, Z2
+	VEXTRACTI64X4 $0x01, Z2, Y3
+	VPADDD        Y3, Y2, Y3
+	VEXTRACTI32X4 $0x01, Y3, X2
+	VPADDD        X2, X3, X2
+	VPSHUFD       $0x4e, X2, X3
+	VPADDD        X3, X2, X2
+	VPSHUFD       $0xb1, X2, X3
+	VPADDD        X3, X2, X2
+	VCVTDQ2PS     X2, X2
+	VMULSS        (DI), X2, X2
+	VCVTSS2SD     X2, X2, X2
+	VADDSD        X2, X1, X1
+	ADDQ          $0x00000100, AX
+	ADDQ          $0x00000200, SI
+	ADDQ          $0x04, DI
+	DECQ          R8
+	JNE           i8VNNI_block
+	VCVTSD2SS     X1, X1, X1
+	VMULSS        X0, X1, X1
+	VMOVSS        X1, (BX)
+	ADDQ          $0x04, BX
+	MOVQ          (SP), AX
+	ADDQ          stride+8(FP), AX
+	DECQ          CX
+	JMP           i8VNNI_row
+
+i8VNNI_done:
+	VZEROUPPER
+	RET
+
+// func f32AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX512DQ, AVX512F, MMX+
+TEXT ·f32AVX512(SB), NOSPLIT, $8-72
+	MOVQ w+0(FP), AX
+	MOVQ rows+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ y+64(FP), BX
+	MOVQ DX, SI
+	SHRQ $0x08, SI
+	SHRQ $0x04, DX
+	ANDQ $0x0f, DX
+
+f32AVX512_row:
+	CMPQ   CX, $0x00
+	JE     f32AVX512_done
+	MOVQ   AX, (SP)
+	MOVQ   f+56(FP), DI
+	VXORPD Z0, Z0, Z0
+	VXORPD Z1, Z1, Z1
+	MOVQ   SI, R8
+	TESTQ  R8, R8
+	JE     f32AVX512_rest
+
+f32AVX512_chunk:
+	PREFETCHT0    4096(AX)
+	PREFETCHT0    4160(AX)
+	PREFETCHT0    4224(AX)
+	PREFETCHT0    4288(AX)
+	PREFETCHT0    4352(AX)
+	PREFETCHT0    4416(AX)
+	PREFETCHT0    4480(AX)
+	PREFETCHT0    4544(AX)
+	PREFETCHT0    4608(AX)
+	PREFETCHT0    4672(AX)
+	PREFETCHT0    4736(AX)
+	PREFETCHT0    4800(AX)
+	PREFETCHT0    4864(AX)
+	PREFETCHT0    4928(AX)
+	PREFETCHT0    4992(AX)
+	PREFETCHT0    5056(AX)
+	VMOVUPS       (AX), Z2
+	VMULPS        (DI), Z2, Z2
+	VMOVUPS       64(AX), Z3
+	VMULPS        64(DI), Z3, Z3
+	VMOVUPS       128(AX), Z4
+	VMULPS        128(DI), Z4, Z4
+	VMOVUPS       192(AX), Z5
+	VMULPS        192(DI), Z5, Z5
+	VMOVUPS       256(AX), Z6
+	VFMADD231PS   256(DI), Z6, Z2
+	VMOVUPS       320(AX), Z6
+	VFMADD231PS   320(DI), Z6, Z3
+	VMOVUPS       384(AX), Z6
+	VFMADD231PS   384(DI), Z6, Z4
+	VMOVUPS       448(AX), Z6
+	VFMADD231PS   448(DI), Z6, Z5
+	VMOVUPS       512(AX), Z6
+	VFMADD231PS   512(DI), Z6, Z2
+	VMOVUPS       576(AX), Z6
+	VFMADD231PS   576(DI), Z6, Z3
+	VMOVUPS       640(AX), Z6
+	VFMADD231PS   640(DI), Z6, Z4
+	VMOVUPS       704(AX), Z6
+	VFMADD231PS   704(DI), Z6, Z5
+	VMOVUPS       768(AX), Z6
+	VFMADD231PS   768(DI), Z6, Z2
+	VMOVUPS       832(AX), Z6
+	VFMADD231PS   832(DI), Z6, Z3
+	VMOVUPS       896(AX), Z6
+	VFMADD231PS   896(DI), Z6, Z4
+	VMOVUPS       960(AX), Z6
+	VFMADD231PS   960(DI), Z6, Z5
+	VADDPS        Z3, Z2, Z2
+	VADDPS        Z5, Z4, Z4
+	VADDPS        Z4, Z2, Z2
+	VCVTPS2PD     Y2, Z3
+	VEXTRACTF32X8 $0x01, Z2, Y2
+	VCVTPS2PD     Y2, Z2
+	VADDPD        Z3, Z0, Z0
+	VADDPD        Z2, Z1, Z1
+	ADDQ          $0x00000400, AX
+	ADDQ          $0x00000400, DI
+	DECQ          R8
+	JNE           f32AVX512_chunk
+
+f32AVX512_rest:
+	TESTQ DX, DX
+	JE    f32AVX512_store
+	MOVQ  DX, R8
+
+f32AVX512_step:
+	VMOVUPS       (AX), Z2
+	VMULPS        (DI), Z2, Z2
+	VCVTPS2PD     Y2, Z3
+	VEXTRACTF32X8 $0x01, Z2, Y2
+	VCVTPS2PD     Y2, Z2
+	VADDPD        Z3, Z0, Z0
+	VADDPD        Z2, Z1, Z1
+	ADDQ          $0x40, AX
+	ADDQ          $0x40, DI
+	DECQ          R8
+	JNE           f32AVX512_step
+
+f32AVX512_store:
+	VADDPD        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPD        Y1, Y0, Y1
+	VEXTRACTF128  $0x01, Y1, X0
+	VADDPD        X0, X1, X0
+	VPERMILPD     $0x01, X0, X1
+	VADDSD        X1, X0, X0
+	VCVTSD2SS     X0, X0, X0
+	VMOVSS        X0, (BX)
+	ADDQ          $0x04, BX
+	MOVQ          (SP), AX
+	ADDQ          stride+8(FP), AX
+	DECQ          CX
+	JMP           f32AVX512_row
+
+f32AVX512_done:
+	VZEROUPPER
+	RET
+
+// func f16AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX512DQ, AVX512F, MMX+
+TEXT ·f16AVX512(SB), NOSPLIT, $8-72
+	MOVQ w+0(FP), AX
+	MOVQ rows+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ y+64(FP), BX
+	MOVQ DX, SI
+	SHRQ $0x08, SI
+	SHRQ $0x04, DX
+	ANDQ $0x0f, DX
+
+f16AVX512_row:
+	CMPQ   CX, $0x00
+	JE     f16AVX512_done
+	MOVQ   AX, (SP)
+	MOVQ   f+56(FP), DI
+	VXORPD Z0, Z0, Z0
+	VXORPD Z1, Z1, Z1
+	MOVQ   SI, R8
+	TESTQ  R8, R8
+	JE     f16AVX512_rest
+
+f16AVX512_chunk:
+	PREFETCHT0    4096(AX)
+	PREFETCHT0    4160(AX)
+	PREFETCHT0    4224(AX)
+	PREFETCHT0    4288(AX)
+	PREFETCHT0    4352(AX)
+	PREFETCHT0    4416(AX)
+	PREFETCHT0    4480(AX)
+	PREFETCHT0    4544(AX)
+	VCVTPH2PS     (AX), Z2
+	VMULPS        (DI), Z2, Z2
+	VCVTPH2PS     32(AX), Z3
+	VMULPS        64(DI), Z3, Z3
+	VCVTPH2PS     64(AX), Z4
+	VMULPS        128(DI), Z4, Z4
+	VCVTPH2PS     96(AX), Z5
+	VMULPS        192(DI), Z5, Z5
+	VCVTPH2PS     128(AX), Z6
+	VFMADD231PS   256(DI), Z6, Z2
+	VCVTPH2PS     160(AX), Z6
+	VFMADD231PS   320(DI), Z6, Z3
+	VCVTPH2PS     192(AX), Z6
+	VFMADD231PS   384(DI), Z6, Z4
+	VCVTPH2PS     224(AX), Z6
+	VFMADD231PS   448(DI), Z6, Z5
+	VCVTPH2PS     256(AX), Z6
+	VFMADD231PS   512(DI), Z6, Z2
+	VCVTPH2PS     288(AX), Z6
+	VFMADD231PS   576(DI), Z6, Z3
+	VCVTPH2PS     320(AX), Z6
+	VFMADD231PS   640(DI), Z6, Z4
+	VCVTPH2PS     352(AX), Z6
+	VFMADD231PS   704(DI), Z6, Z5
+	VCVTPH2PS     384(AX), Z6
+	VFMADD231PS   768(DI), Z6, Z2
+	VCVTPH2PS     416(AX), Z6
+	VFMADD231PS   832(DI), Z6, Z3
+	VCVTPH2PS     448(AX), Z6
+	VFMADD231PS   896(DI), Z6, Z4
+	VCVTPH2PS     480(AX), Z6
+	VFMADD231PS   960(DI), Z6, Z5
+	VADDPS        Z3, Z2, Z2
+	VADDPS        Z5, Z4, Z4
+	VADDPS        Z4, Z2, Z2
+	VCVTPS2PD     Y2, Z3
+	VEXTRACTF32X8 $0x01, Z2, Y2
+	VCVTPS2PD     Y2, Z2
+	VADDPD        Z3, Z0, Z0
+	VADDPD        Z2, Z1, Z1
+	ADDQ          $0x00000200, AX
+	ADDQ          $0x00000400, DI
+	DECQ          R8
+	JNE           f16AVX512_chunk
+
+f16AVX512_rest:
+	TESTQ DX, DX
+	JE    f16AVX512_store
+	MOVQ  DX, R8
+
+f16AVX512_step:
+	VCVTPH2PS     (AX), Z2
+	VMULPS        (DI), Z2, Z2
+	VCVTPS2PD     Y2, Z3
+	VEXTRACTF32X8 $0x01, Z2, Y2
+	VCVTPS2PD     Y2, Z2
+	VADDPD        Z3, Z0, Z0
+	VADDPD        Z2, Z1, Z1
+	ADDQ          $0x20, AX
+	ADDQ          $0x40, DI
+	DECQ          R8
+	JNE           f16AVX512_step
+
+f16AVX512_store:
+	VADDPD        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPD        Y1, Y0, Y1
+	VEXTRACTF128  $0x01, Y1, X0
+	VADDPD        X0, X1, X0
+	VPERMILPD     $0x01, X0, X1
+	VADDSD        X1, X0, X0
+	VCVTSD2SS     X0, X0, X0
+	VMOVSS        X0, (BX)
+	ADDQ          $0x04, BX
+	MOVQ          (SP), AX
+	ADDQ          stride+8(FP), AX
+	DECQ          CX
+	JMP           f16AVX512_row
+
+f16AVX512_done:
+	VZEROUPPER
+	RET
+
+// func bf16AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX512DQ, AVX512F, MMX+
+TEXT ·bf16AVX512(SB), NOSPLIT, $8-72
+	MOVQ w+0(FP), AX
+	MOVQ rows+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ y+64(FP), BX
+	MOVQ DX, SI
+	SHRQ $0x08, SI
+	SHRQ $0x04, DX
+	ANDQ $0x0f, DX
+
+bf16AVX512_row:
+	CMPQ   CX, $0x00
+	JE     bf16AVX512_done
+	MOVQ   AX, (SP)
+	MOVQ   f+56(FP), DI
+	VXORPD Z0, Z0, Z0
+	VXORPD Z1, Z1, Z1
+	MOVQ   SI, R8
+	TESTQ  R8, R8
+	JE     bf16AVX512_rest
+
+bf16AVX512_chunk:
+	PREFETCHT0    4096(AX)
+	PREFETCHT0    4160(AX)
+	PREFETCHT0    4224(AX)
+	PREFETCHT0    4288(AX)
+	PREFETCHT0    4352(AX)
+	PREFETCHT0    4416(AX)
+	PREFETCHT0    4480(AX)
+	PREFETCHT0    4544(AX)
+	VPMOVZXWD     (AX), Z2
+	VPSLLD        $0x10, Z2, Z2
+	VMULPS        (DI), Z2, Z2
+	VPMOVZXWD     32(AX), Z3
+	VPSLLD        $0x10, Z3, Z3
+	VMULPS        64(DI), Z3, Z3
+	VPMOVZXWD     64(AX), Z4
+	VPSLLD        $0x10, Z4, Z4
+	VMULPS        128(DI), Z4, Z4
+	VPMOVZXWD     96(AX), Z5
+	VPSLLD        $0x10, Z5, Z5
+	VMULPS        192(DI), Z5, Z5
+	VPMOVZXWD     128(AX), Z6
+	VPSLLD        $0x10, Z6, Z6
+	VFMADD231PS   256(DI), Z6, Z2
+	VPMOVZXWD     160(AX), Z6
+	VPSLLD        $0x10, Z6, Z6
+	VFMADD231PS   320(DI), Z6, Z3
+	VPMOVZXWD     192(AX), Z6
+	VPSLLD        $0x10, Z6, Z6
+	VFMADD231PS   384(DI), Z6, Z4
+	VPMOVZXWD     224(AX), Z6
+	VPSLLD        $0x10, Z6, Z6
+	VFMADD231PS   448(DI), Z6, Z5
+	VPMOVZXWD     256(AX), Z6
+	VPSLLD        $0x10, Z6, Z6
+	VFMADD231PS   512(DI), Z6, Z2
+	VPMOVZXWD     288(AX), Z6
+	VPSLLD        $0x10, Z6, Z6
+	VFMADD231PS   576(DI), Z6, Z3
+	VPMOVZXWD     320(AX), Z6
+	VPSLLD        $0x10, Z6, Z6
+	VFMADD231PS   640(DI), Z6, Z4
+	VPMOVZXWD     352(AX), Z6
+	VPSLLD        $0x10, Z6, Z6
+	VFMADD231PS   704(DI), Z6, Z5
+	VPMOVZXWD     384(AX), Z6
+	VPSLLD        $0x10, Z6, Z6
+	VFMADD231PS   768(DI), Z6, Z2
+	VPMOVZXWD     416(AX), Z6
+	VPSLLD        $0x10, Z6, Z6
+	VFMADD231PS   832(DI), Z6, Z3
+	VPMOVZXWD     448(AX), Z6
+	VPSLLD        $0x10, Z6, Z6
+	VFMADD231PS   896(DI), Z6, Z4
+	VPMOVZXWD     480(AX), Z6
+	VPSLLD        $0x10, Z6, Z6
+	VFMADD231PS   960(DI), Z6, Z5
+	VADDPS        Z3, Z2, Z2
+	VADDPS        Z5, Z4, Z4
+	VADDPS        Z4, Z2, Z2
+	VCVTPS2PD     Y2, Z3
+	VEXTRACTF32X8 $0x01, Z2, Y2
+	VCVTPS2PD     Y2, Z2
+	VADDPD        Z3, Z0, Z0
+	VADDPD        Z2, Z1, Z1
+	ADDQ          $0x00000200, AX
+	ADDQ          $0x00000400, DI
+	DECQ          R8
+	JNE           bf16AVX512_chunk
+
+bf16AVX512_rest:
+	TESTQ DX, DX
+	JE    bf16AVX512_store
+	MOVQ  DX, R8
+
+bf16AVX512_step:
+	VPMOVZXWD     (AX), Z2
+	VPSLLD        $0x10, Z2, Z2
+	VMULPS        (DI), Z2, Z2
+	VCVTPS2PD     Y2, Z3
+	VEXTRACTF32X8 $0x01, Z2, Y2
+	VCVTPS2PD     Y2, Z2
+	VADDPD        Z3, Z0, Z0
+	VADDPD        Z2, Z1, Z1
+	ADDQ          $0x20, AX
+	ADDQ          $0x40, DI
+	DECQ          R8
+	JNE           bf16AVX512_step
+
+bf16AVX512_store:
+	VADDPD        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPD        Y1, Y0, Y1
+	VEXTRACTF128  $0x01, Y1, X0
+	VADDPD        X0, X1, X0
+	VPERMILPD     $0x01, X0, X1
+	VADDSD        X1, X0, X0
+	VCVTSD2SS     X0, X0, X0
+	VMOVSS        X0, (BX)
+	ADDQ          $0x04, BX
+	MOVQ          (SP), AX
+	ADDQ          stride+8(FP), AX
+	DECQ          CX
+	JMP           bf16AVX512_row
+
+bf16AVX512_done:
+	VZEROUPPER
+	RET

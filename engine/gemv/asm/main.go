@@ -33,5 +33,10 @@ func main() {
 		q6kAVX512("q6k"+sfx, vnni)
 	}
 	q8AVX512("q8AVX512")
+	i8AVX512("i8AVX512", false)
+	i8AVX512("i8VNNI", true)
+	floatAVX512("f32AVX512", fF32)
+	floatAVX512("f16AVX512", fF16)
+	floatAVX512("bf16AVX512", fBF16)
 	Generate()
 }
