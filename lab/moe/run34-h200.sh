@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# Device call (not yet run): experts read in place over PCIe
-# (gpu.Model.SetMappedExperts, engine/gpu/moemapped.go: every expert the
-# device does not hold; SetPicksInPlace: the pick stream's share only, with
-# no copies before the kernels), and the CPU team
-# of run33 (never run: the session that wrote it had no device time).
+# Device call (not yet run): experts read in place over PCIe by the GPU's
+# kernels (engine/gpu/moemapped.go: SetMappedExperts, every expert the
+# device does not hold; SetPicksInPlace, the pick stream's share only, no
+# copies before the kernels, and a pick shared by its FFN width), and the
+# CPU team of run33 (never run: the session that wrote it had no device).
 # 1. the host: processors and load (run30/31 got slow or shared hosts);
-# 2. engine/gpu's tests of them (Mapped, InPlace, Split: a pick shared by
-#    its FFN width, the GPU's part a view of the down's columns; CPUTeam) and of what they touch
+# 2. engine/gpu's tests of them (Mapped, InPlace, Split: the GPU's part of
+#    a pick a view of its down's columns; CPUTeam) and of what they touch
 #    (the pick stream shares the mapped pinning; swaps write mapped
 #    entries);
 # 3. kernels' TestMoEPicked* (the down over a view of its columns) and
-#    BenchmarkMoEPickedMapped: the picked kernels reading their
-#    experts from device memory and in place from host memory, against a
-#    pinned copy's rate: do kernels keep PCIe as busy as the copy engine?
-# 4. bench engine --only moe: dev_mapped_* (vs dev_stream_* and dev_*),
-#    dev_inplace_* (vs dev_stream_*), dev_stream_team_*; 5. --only streamed once (hybrid_team_*).
+#    BenchmarkMoEPickedMapped: the picked kernels reading their experts
+#    from device memory and in place from host memory, against a pinned
+#    copy's rate: do kernels keep PCIe as busy as the copy engine?
+# 4. engine/gemv's one-thread rates of the formats whose AVX-512 kernels
+#    are new, and Q8_0's (0.93x AVX2 in L2 on the build machine);
+# 5. bench engine --only moe: dev_mapped_* (vs dev_stream_* and dev_*),
+#    dev_inplace_* (vs dev_stream_*), dev_stream_team_*;
+# 6. --only streamed once (hybrid_team_*).
 # Carry bin/gpu-tests.txz (setup/gpu-tests.sh build).
 . "$(dirname "$0")/../hybrid/lib.sh"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
@@ -23,6 +26,8 @@ echo "== host: $(nproc) processors, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== engine-gpu rc=$? at ${SECONDS}s"; grep -E -- "--- (FAIL|PASS|SKIP)|^(ok|FAIL|PASS)|panic" "$L/engine-gpu.log" | grep -v -- "--- PASS.*/" | head -30
 (cd kernels && timeout 120 "$B/kernels.test" -test.run 'MoEPicked' -test.bench MoEPickedMapped -test.benchtime 1x -test.v) >"$L/kernels-mapped.log" 2>&1
 echo "== kernels mapped rc=$? at ${SECONDS}s"; grep -E "GB/s|FAIL|panic" "$L/kernels-mapped.log" | cut -c1-220
+(cd engine/gemv && timeout 90 "$B/engine-gemv.test" -test.run XXX -test.bench 'Rows/(Q8_0|Q4_0|INT8_ROW|F16|BF16|F32)/' -test.benchtime 100x) >"$L/gemv.log" 2>&1
+echo "== gemv rc=$? at ${SECONDS}s"; grep -E "^Benchmark" "$L/gemv.log" | awk '{print $1, $(NF-1), $NF}'
 timeout 330 "$B/strata" bench engine --synth-dir "$S" --only moe --peers docs/peers-h200.json --json-file "$L/moe.json" >"$L/moe.txt" 2>&1
 echo "== moe rc=$? at ${SECONDS}s"
 python3 lab/moe/tps.py "$L/moe.json" "read in place"
