@@ -118,7 +118,7 @@ func newMetrics() *metrics {
 		Name: "strata_experts_on_device", Help: "Experts of a mixture-of-experts model held in GPU memory and computed there.",
 	}, []string{"model"})
 	m.expertPicks = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "strata_expert_picks", Help: "A mixture-of-experts model's (token, expert) picks on a GPU since it loaded, by where the expert was computed: gpu (held in device memory), cpu, or pcie (copied from host memory to the GPU for the pick, beside the CPU).",
+		Name: "strata_expert_picks", Help: "A mixture-of-experts model's (token, expert) picks on a GPU since it loaded, by where the expert was computed: gpu (held in device memory), cpu, pcie (sent from host memory to the GPU for the pick, beside the CPU), or mapped (read in place from host memory by the GPU alone).",
 	}, []string{"model", "on"})
 	m.expertsMoved = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "strata_experts_moved_to_device", Help: "Experts a GPU moved into device memory since the model loaded, following the routing served.",

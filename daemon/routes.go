@@ -318,7 +318,7 @@ func expertStatus(e *engine.Engine) *api.ExpertStatus {
 		UsesResident: st.Resident, UsesBuffered: st.Buffered, UsesPrefetched: st.Prefetched, UsesRead: st.Read, HitRate: st.Hit(),
 		ReadBytes: st.ReadBytes, ReadsAhead: st.PrefetchReads,
 		ReadsFailed: st.Failed, Promoted: st.Promoted, Demoted: st.Demoted,
-		OnDevice: x.OnDevice, DeviceBytes: x.DeviceBytes, DeviceWholeLayers: x.DeviceWholeLayers, UsesDevice: x.DeviceUses, UsesCPU: x.CPUUses, DeviceHitRate: x.DeviceHit(), DeviceMoves: x.DeviceMoves, StreamedPicks: x.StreamedPicks,
+		OnDevice: x.OnDevice, DeviceBytes: x.DeviceBytes, DeviceWholeLayers: x.DeviceWholeLayers, UsesDevice: x.DeviceUses, UsesCPU: x.CPUUses, DeviceHitRate: x.DeviceHit(), DeviceMoves: x.DeviceMoves, StreamedPicks: x.StreamedPicks, MappedPicks: x.MappedPicks,
 	}
 }
 
@@ -348,8 +348,9 @@ func (s *Server) refreshGauges() {
 				if x.OnDevice > 0 || x.DeviceUses+x.CPUUses > 0 {
 					s.metrics.expertsOnDevice.WithLabelValues(n).Set(float64(x.OnDevice))
 					s.metrics.expertPicks.WithLabelValues(n, "gpu").Set(float64(x.DeviceUses))
-					s.metrics.expertPicks.WithLabelValues(n, "cpu").Set(float64(x.CPUUses - x.StreamedPicks))
+					s.metrics.expertPicks.WithLabelValues(n, "cpu").Set(float64(x.CPUUses - x.StreamedPicks - x.MappedPicks))
 					s.metrics.expertPicks.WithLabelValues(n, "pcie").Set(float64(x.StreamedPicks))
+					s.metrics.expertPicks.WithLabelValues(n, "mapped").Set(float64(x.MappedPicks))
 					s.metrics.expertsMoved.WithLabelValues(n).Set(float64(x.DeviceMoves))
 				}
 			}

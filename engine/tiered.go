@@ -746,10 +746,12 @@ type ExpertInfo struct {
 	// DeviceMoves counts the experts moved into device memory while
 	// serving, by the routing served (Options.NoExpertAdaptation).
 	DeviceMoves uint64
-	// StreamedPicks counts the picks of experts off the device copied
-	// over PCIe and computed on the GPU beside the CPU
-	// (Options.NoStreamPicks); CPUUses counts them too.
-	StreamedPicks uint64
+	// StreamedPicks counts the picks of experts off the device sent
+	// over PCIe (copied, or read in place) and computed on the GPU beside
+	// the CPU (Options.NoStreamPicks); MappedPicks those the GPU read in
+	// place with no CPU in the layer (gpu.Model.SetMappedExperts). CPUUses
+	// counts both.
+	StreamedPicks, MappedPicks uint64
 }
 
 // DeviceHit is the share of the picks the GPU computed from experts in
@@ -786,10 +788,11 @@ func (e *Engine) Experts() (ExpertInfo, bool) {
 	}
 	if e.cuda != nil {
 		if st, ok := e.cuda.MoEStats(); ok {
-			// Picks copied over PCIe for the GPU to compute were of
+			// Picks sent over PCIe for the GPU to compute were of
 			// experts the device does not hold: misses, as the CPU's.
-			in.DeviceUses, in.CPUUses = uint64(st.GPUExperts-st.Streamed.Picks), uint64(st.CPUExperts+st.Streamed.Picks)
-			in.StreamedPicks = uint64(st.Streamed.Picks)
+			off := st.Streamed.Picks + st.Mapped.Picks
+			in.DeviceUses, in.CPUUses = uint64(st.GPUExperts-off), uint64(st.CPUExperts+off)
+			in.StreamedPicks, in.MappedPicks = uint64(st.Streamed.Picks), uint64(st.Mapped.Picks)
 		}
 	}
 	for _, l := range res {

@@ -282,9 +282,12 @@ type ExpertStatus struct {
 	DeviceHitRate     float64 `json:"device_hit_rate,omitempty"`
 	DeviceMoves       uint64  `json:"device_moves,omitempty"`
 	// StreamedPicks counts the picks of experts off the device that were
-	// copied over PCIe and computed on the GPU beside the CPU (counted in
-	// UsesCPU, which is every pick the device did not hold).
+	// sent over PCIe (copied, or read in place) and computed on the GPU
+	// beside the CPU, MappedPicks those the GPU read in place over PCIe
+	// with no CPU in the layer (both counted in UsesCPU, which is every
+	// pick the device did not hold).
 	StreamedPicks uint64 `json:"streamed_picks,omitempty"`
+	MappedPicks   uint64 `json:"mapped_picks,omitempty"`
 }
 
 // TierCRoute is how a model's tier-C bytes reach compute: "file" (O_DIRECT

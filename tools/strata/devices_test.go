@@ -174,6 +174,8 @@ func TestPrintPlanDetailExperts(t *testing.T) {
 	moved.DeviceMoves = 128
 	streamed := dev
 	streamed.StreamedPicks = 45
+	mapped := dev
+	mapped.MappedPicks = 12
 	for _, tc := range []struct {
 		name string
 		x    api.ExpertStatus
@@ -182,7 +184,8 @@ func TestPrintPlanDetailExperts(t *testing.T) {
 		{"host only", host, ""},
 		{"device", dev, "  experts in device memory: 2550 (7.0 GiB; 19 whole layers, which need no host); picks of them 30, of the others 60, device hit rate 0.33\n"},
 		{"device, moved", moved, "device hit rate 0.33; 128 moved in while serving\n"},
-		{"device, picks over PCIe", streamed, "device hit rate 0.33; 45 of the others copied over PCIe and computed on the GPU beside the CPU\n"},
+		{"device, picks over PCIe", streamed, "device hit rate 0.33; 45 of the others sent over PCIe and computed on the GPU beside the CPU\n"},
+		{"device, picks read in place", mapped, "device hit rate 0.33; 12 of the others read in place over PCIe by the GPU alone\n"},
 	} {
 		var b strings.Builder
 		x := tc.x

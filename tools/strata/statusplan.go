@@ -51,7 +51,10 @@ func printPlanDetail(w io.Writer, m api.ModelStatus) {
 			fmt.Fprintf(w, "  experts in device memory: %d (%s; %d whole layers, which need no host); picks of them %d, of the others %d, device hit rate %.2f",
 				x.OnDevice, human(x.DeviceBytes), x.DeviceWholeLayers, x.UsesDevice, x.UsesCPU, x.DeviceHitRate)
 			if x.StreamedPicks > 0 {
-				fmt.Fprintf(w, "; %d of the others copied over PCIe and computed on the GPU beside the CPU", x.StreamedPicks)
+				fmt.Fprintf(w, "; %d of the others sent over PCIe and computed on the GPU beside the CPU", x.StreamedPicks)
+			}
+			if x.MappedPicks > 0 {
+				fmt.Fprintf(w, "; %d of the others read in place over PCIe by the GPU alone", x.MappedPicks)
 			}
 			if x.DeviceMoves > 0 {
 				fmt.Fprintf(w, "; %d moved in while serving", x.DeviceMoves)
