@@ -61,16 +61,33 @@ func (x *gpuMoE) pinHost(c *cudadrv.Ctx, E int) (*hostExperts, error) {
 		}
 	}
 	h := &hostExperts{users: 1}
-	var err error
-	if h.pinned, err = c.HostRegisterRanges(bufs, cudadrv.HostRegisterDeviceMap); err != nil {
-		// A read-only mapping (safetensors) pins only as read-only, which
-		// copies and kernels reading it need no more than.
-		var rerr error
-		if h.pinned, rerr = c.HostRegisterRanges(bufs, cudadrv.HostRegisterDeviceMap|cudadrv.HostRegisterReadOnly); rerr != nil {
-			return nil, fmt.Errorf("pinning the host experts: %w", errors.Join(err, rerr))
+	// Mapped for the device where the driver allows it; read-only where
+	// the mapping is (safetensors), which copies and kernels reading it
+	// need no more than; unmapped as a last resort, which leaves the
+	// copies and not the reads in place.
+	var errs []error
+	mapped := false
+	for _, flags := range []uint32{
+		cudadrv.HostRegisterDeviceMap,
+		cudadrv.HostRegisterDeviceMap | cudadrv.HostRegisterReadOnly,
+		0,
+		cudadrv.HostRegisterReadOnly,
+	} {
+		p, err := c.HostRegisterRanges(bufs, flags)
+		if err == nil {
+			h.pinned, mapped = p, flags&cudadrv.HostRegisterDeviceMap != 0
+			break
 		}
+		errs = append(errs, err)
 	}
-	h.addrs, h.addrErr = x.hostAddrs(c, h.pinned)
+	if h.pinned == nil {
+		return nil, fmt.Errorf("pinning the host experts: %w", errors.Join(errs...))
+	}
+	if mapped {
+		h.addrs, h.addrErr = x.hostAddrs(c, h.pinned)
+	} else {
+		h.addrErr = fmt.Errorf("the host experts are pinned but not mapped for the device: %w", errors.Join(errs...))
+	}
 	x.pin = h
 	return h, nil
 }
