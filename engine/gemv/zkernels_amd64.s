@@ -5,7 +5,7 @@
 #include "textflag.h"
 
 // func q4kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
-// Requires: AVX, AVX2, F16C
+// Requires: AVX, AVX2, F16C, MMX+
 TEXT ·q4kAVX2(SB), NOSPLIT, $24-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
@@ -27,6 +27,9 @@ q4kAVX2_row:
 	VXORPD X1, X1, X1
 
 q4kAVX2_block:
+	PREFETCHT0   4096(AX)
+	PREFETCHT0   4160(AX)
+	PREFETCHT0   4224(AX)
 	MOVL         4(AX), R10
 	MOVL         8(AX), R11
 	MOVL         12(AX), R12
@@ -165,7 +168,7 @@ q4kAVX2_done:
 	RET
 
 // func q5kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
-// Requires: AVX, AVX2, F16C
+// Requires: AVX, AVX2, F16C, MMX+
 TEXT ·q5kAVX2(SB), NOSPLIT, $24-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
@@ -190,6 +193,9 @@ q5kAVX2_row:
 	VXORPD X2, X2, X2
 
 q5kAVX2_block:
+	PREFETCHT0   4096(AX)
+	PREFETCHT0   4160(AX)
+	PREFETCHT0   4224(AX)
 	MOVL         4(AX), R10
 	MOVL         8(AX), R11
 	MOVL         12(AX), R12
@@ -384,7 +390,7 @@ q5kAVX2_done:
 	RET
 
 // func q6kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
-// Requires: AVX, AVX2, F16C
+// Requires: AVX, AVX2, F16C, MMX+
 TEXT ·q6kAVX2(SB), NOSPLIT, $40-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
@@ -413,6 +419,10 @@ q6kAVX2_row:
 	VXORPD X3, X3, X3
 
 q6kAVX2_block:
+	PREFETCHT0   4096(AX)
+	PREFETCHT0   4160(AX)
+	PREFETCHT0   4224(AX)
+	PREFETCHT0   4288(AX)
 	VPMOVSXBW    192(AX), Y4
 	VMOVDQU      Y4, (SP)
 	VPXOR        Y4, Y4, Y4
@@ -578,7 +588,7 @@ q6kAVX2_done:
 	RET
 
 // func q8AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
-// Requires: AVX, AVX2, F16C
+// Requires: AVX, AVX2, F16C, MMX+
 TEXT ·q8AVX2(SB), NOSPLIT, $8-72
 	MOVQ w+0(FP), AX
 	MOVQ rows+16(FP), CX
@@ -601,6 +611,11 @@ q8AVX2_row:
 	JE     q8AVX2_tail
 
 q8AVX2_block:
+	PREFETCHT0   4096(AX)
+	PREFETCHT0   4160(AX)
+	PREFETCHT0   4224(AX)
+	PREFETCHT0   4288(AX)
+	PREFETCHT0   4352(AX)
 	VPMOVSXBW    2(AX), Y1
 	VPMOVSXBW    18(AX), Y2
 	VPMADDWD     (DI), Y1, Y1
@@ -731,7 +746,7 @@ q8AVX2_done:
 	RET
 
 // func q4AVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
-// Requires: AVX, AVX2, F16C
+// Requires: AVX, AVX2, F16C, MMX+
 TEXT ·q4AVX2(SB), NOSPLIT, $8-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
@@ -758,6 +773,9 @@ q4AVX2_row:
 	JE     q4AVX2_tail
 
 q4AVX2_block:
+	PREFETCHT0   4096(AX)
+	PREFETCHT0   4160(AX)
+	PREFETCHT0   4224(AX)
 	VPMOVZXBW    2(AX), Y2
 	VPSRLW       $0x04, Y2, Y3
 	VPAND        Y0, Y2, Y2

@@ -85,6 +85,9 @@ func rowEnd(name string, total VecVirtual, scale Op, y, rows, wp Register, start
 // the weights (0: not at all). A row streams in order, and a core's own
 // prefetchers may keep too few lines in flight to reach its share of the
 // memory's rate once every core reads; main's -prefetch flag sets it.
+// AVX2's INT8Row and float kernels do without: their rows are plain runs
+// of bytes the core's prefetchers follow, and asking for them too lost
+// ~10% on the build machine.
 var prefetchAhead = 4096
 
 // prefetch asks for the cache lines of the n bytes prefetchAhead past

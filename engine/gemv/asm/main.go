@@ -13,7 +13,7 @@ import (
 const signature = "func(w *byte, stride, rows, n int, q *int16, d *float32, s *int32, f *float32, y *float32)"
 
 func main() {
-	flag.IntVar(&prefetchAhead, "prefetch", prefetchAhead, "bytes ahead of the block in hand the AVX-512 kernels prefetch weights (0: none)")
+	flag.IntVar(&prefetchAhead, "prefetch", prefetchAhead, "bytes ahead of the block in hand the kernels prefetch weights (0: none; AVX2's INT8Row and float kernels never do: their rows stream well without)")
 	flag.Parse() // with avo's own flags (-out, -stubs, -pkg), on the same set
 
 	ConstraintExpr("amd64")

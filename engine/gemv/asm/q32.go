@@ -80,6 +80,7 @@ func q32AVX2(name string, four bool) {
 	JE(LabelRef(name + "_tail"))
 
 	Label(name + "_block")
+	prefetch(wp, 8*bb)
 	// Eight blocks' partial sums, reduced pairwise: lane k of i is I_k.
 	var s [8]VecVirtual
 	for k := range s {

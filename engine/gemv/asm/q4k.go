@@ -53,6 +53,7 @@ func q4kAVX2(name string, five bool) {
 	VXORPD(total, total, total)
 
 	Label(name + "_block")
+	prefetch(wp, blockBytes)
 	// Unpack the scales and mins (ref.go's kScales) with 32-bit words.
 	sc03, sc47, m03, m47 := kScalesGP(wp, 0)
 	scx, mx := XMM(), XMM()

@@ -54,6 +54,7 @@ func q6kAVX2(name string) {
 	VXORPD(total, total, total)
 
 	Label(name + "_block")
+	prefetch(wp, 210)
 	sc := YMM()
 	VPMOVSXBW(Mem{Base: wp, Disp: 192}, sc)
 	VMOVDQU(sc, scw)
