@@ -81,6 +81,17 @@ func rowEnd(name string, total VecVirtual, scale Op, y, rows, wp Register, start
 	RET()
 }
 
+// subEightS takes Q4_0's −8 off one block's sum in lane 0 of i: 8·S_k,
+// S_k the vector's 32-element sum at sp.
+func subEightS(sp Register, i VecVirtual) {
+	sk := GP32()
+	MOVL(Mem{Base: sp}, sk)
+	SHLL(U8(3), sk)
+	sx := XMM()
+	VMOVD(sk, sx)
+	VPSUBD(sx, i, i)
+}
+
 // prefetchAhead is how far ahead of the block in hand a kernel asks for
 // the weights (0: not at all). A row streams in order, and a core's own
 // prefetchers may keep too few lines in flight to reach its share of the

@@ -155,12 +155,7 @@ func q32AVX2(name string, four bool) {
 	Label(name + "_one")
 	one := hsumD(sum32(qp, 0))
 	if four {
-		sk := GP32()
-		MOVL(Mem{Base: sp}, sk)
-		SHLL(U8(3), sk)
-		sx := XMM()
-		VMOVD(sk, sx)
-		VPSUBD(sx, one, one)
+		subEightS(sp, one)
 	}
 	VCVTDQ2PS(one, one)
 	hw1, d1 := GP32(), XMM()

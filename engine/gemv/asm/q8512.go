@@ -144,12 +144,7 @@ func q8AVX512(name string, four bool) {
 		VPMADDWD(Mem{Base: qp}, w, acc)
 		i := reduceT(acc)
 		if four {
-			sk := GP32()
-			MOVL(Mem{Base: sp}, sk)
-			SHLL(U8(3), sk)
-			sx := XMM()
-			VMOVD(sk, sx)
-			VPSUBD(sx, i, i)
+			subEightS(sp, i)
 		}
 		VCVTDQ2PS(i, i)
 		dd := XMM()
