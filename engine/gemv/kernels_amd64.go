@@ -43,8 +43,9 @@ var kernels = map[Impl]map[quant.Type]kernel{
 // return the same bits, so the choice is made here, once, and Impl stays
 // one family. Q8_0's kernel accumulates nothing across its multiply-adds,
 // so VNNI would save nothing there, and the float kernels multiply
-// floats: both tables hold the same ones, as they do Q4_0's, built as
-// Q8_0's.
+// floats: both tables hold the same ones. Q4_0 has no AVX-512 kernel: one
+// built as Q8_0's lost to the AVX2 kernel, from memory and in cache, once
+// both prefetched, so Q4_0 falls back to AVX2.
 func avx512Kernels(vnni bool) map[quant.Type]kernel {
 	if vnni {
 		return map[quant.Type]kernel{
@@ -52,7 +53,6 @@ func avx512Kernels(vnni bool) map[quant.Type]kernel {
 			quant.Q5_K:    q5kVNNI,
 			quant.Q6_K:    q6kVNNI,
 			quant.Q8_0:    q8AVX512,
-			quant.Q4_0:    q4AVX512,
 			quant.INT8Row: i8VNNI,
 			quant.F32:     f32AVX512,
 			quant.F16:     f16AVX512,
@@ -64,7 +64,6 @@ func avx512Kernels(vnni bool) map[quant.Type]kernel {
 		quant.Q5_K:    q5kAVX512,
 		quant.Q6_K:    q6kAVX512,
 		quant.Q8_0:    q8AVX512,
-		quant.Q4_0:    q4AVX512,
 		quant.INT8Row: i8AVX512,
 		quant.F32:     f32AVX512,
 		quant.F16:     f16AVX512,

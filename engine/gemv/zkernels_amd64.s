@@ -3830,16 +3830,6 @@ q8AVX512_done:
 	VZEROUPPER
 	RET
 
-DATA q8Perm512<>+0(SB)/4, $0x00000000
-DATA q8Perm512<>+4(SB)/4, $0x00000004
-DATA q8Perm512<>+8(SB)/4, $0x00000008
-DATA q8Perm512<>+12(SB)/4, $0x0000000c
-DATA q8Perm512<>+16(SB)/4, $0x00000001
-DATA q8Perm512<>+20(SB)/4, $0x00000005
-DATA q8Perm512<>+24(SB)/4, $0x00000009
-DATA q8Perm512<>+28(SB)/4, $0x0000000d
-GLOBL q8Perm512<>(SB), RODATA|NOPTR, $32
-
 DATA q8Offs512<>+0(SB)/4, $0x00000000
 DATA q8Offs512<>+4(SB)/4, $0x00000022
 DATA q8Offs512<>+8(SB)/4, $0x00000044
@@ -3850,191 +3840,15 @@ DATA q8Offs512<>+24(SB)/4, $0x000000cc
 DATA q8Offs512<>+28(SB)/4, $0x000000ee
 GLOBL q8Offs512<>(SB), RODATA|NOPTR, $32
 
-// func q4AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C, MMX+
-TEXT ·q4AVX512(SB), NOSPLIT, $8-72
-	MOVQ         w+0(FP), AX
-	MOVQ         rows+16(FP), CX
-	MOVQ         y+64(FP), DX
-	MOVL         $0x000f000f, BX
-	VMOVD        BX, X0
-	VPBROADCASTD X0, Y0
-	VMOVDQU32    q4Offs512<>+0(SB), Y1
-	VMOVDQU32    q8Perm512<>+0(SB), Y2
-
-q4AVX512_row:
-	CMPQ   CX, $0x00
-	JE     q4AVX512_done
-	MOVQ   AX, (SP)
-	MOVQ   q+32(FP), BX
-	MOVQ   d+40(FP), SI
-	MOVQ   s+48(FP), DI
-	MOVQ   n+24(FP), R8
-	SHRQ   $0x05, R8
-	VPXORQ X3, X3, X3
-
-q4AVX512_group:
-	CMPQ          R8, $0x08
-	JB            q4AVX512_tail
-	PREFETCHT0    4096(AX)
-	PREFETCHT0    4160(AX)
-	PREFETCHT0    4224(AX)
-	VPMOVZXBW     2(AX), Y5
-	VPSRLW        $0x04, Y5, Y4
-	VPAND         Y0, Y5, Y5
-	VINSERTI64X4  $0x01, Y4, Z5, Z4
-	VPMADDWD      (BX), Z4, Z4
-	VPMOVZXBW     20(AX), Y5
-	VPSRLW        $0x04, Y5, Y8
-	VPAND         Y0, Y5, Y5
-	VINSERTI64X4  $0x01, Y8, Z5, Z8
-	VPMADDWD      64(BX), Z8, Z8
-	VPMOVZXBW     38(AX), Y5
-	VPSRLW        $0x04, Y5, Y9
-	VPAND         Y0, Y5, Y5
-	VINSERTI64X4  $0x01, Y9, Z5, Z9
-	VPMADDWD      128(BX), Z9, Z9
-	VPMOVZXBW     56(AX), Y5
-	VPSRLW        $0x04, Y5, Y10
-	VPAND         Y0, Y5, Y5
-	VINSERTI64X4  $0x01, Y10, Z5, Z10
-	VPMADDWD      192(BX), Z10, Z10
-	VPMOVZXBW     74(AX), Y5
-	VPSRLW        $0x04, Y5, Y11
-	VPAND         Y0, Y5, Y5
-	VINSERTI64X4  $0x01, Y11, Z5, Z11
-	VPMADDWD      256(BX), Z11, Z11
-	VPMOVZXBW     92(AX), Y5
-	VPSRLW        $0x04, Y5, Y12
-	VPAND         Y0, Y5, Y5
-	VINSERTI64X4  $0x01, Y12, Z5, Z12
-	VPMADDWD      320(BX), Z12, Z12
-	VPMOVZXBW     110(AX), Y5
-	VPSRLW        $0x04, Y5, Y13
-	VPAND         Y0, Y5, Y5
-	VINSERTI64X4  $0x01, Y13, Z5, Z13
-	VPMADDWD      384(BX), Z13, Z13
-	VPMOVZXBW     128(AX), Y5
-	VPSRLW        $0x04, Y5, Y14
-	VPAND         Y0, Y5, Y5
-	VINSERTI64X4  $0x01, Y14, Z5, Z14
-	VPMADDWD      448(BX), Z14, Z14
-	VSHUFI64X2    $0x44, Z8, Z4, Z15
-	VSHUFI64X2    $0xee, Z8, Z4, Z8
-	VPADDD        Z8, Z15, Z15
-	VSHUFI64X2    $0x44, Z10, Z9, Z4
-	VSHUFI64X2    $0xee, Z10, Z9, Z10
-	VPADDD        Z10, Z4, Z4
-	VSHUFI64X2    $0x44, Z12, Z11, Z8
-	VSHUFI64X2    $0xee, Z12, Z11, Z12
-	VPADDD        Z12, Z8, Z8
-	VSHUFI64X2    $0x44, Z14, Z13, Z9
-	VSHUFI64X2    $0xee, Z14, Z13, Z14
-	VPADDD        Z14, Z9, Z9
-	VSHUFI64X2    $0x88, Z4, Z15, Z10
-	VSHUFI64X2    $0xdd, Z4, Z15, Z4
-	VPADDD        Z4, Z10, Z10
-	VSHUFI64X2    $0x88, Z9, Z8, Z4
-	VSHUFI64X2    $0xdd, Z9, Z8, Z9
-	VPADDD        Z9, Z4, Z4
-	VPUNPCKLDQ    Z4, Z10, Z8
-	VPUNPCKHDQ    Z4, Z10, Z4
-	VPADDD        Z4, Z8, Z8
-	VPSHUFD       $0x4e, Z8, Z4
-	VPADDD        Z4, Z8, Z8
-	VPERMD        Z8, Z2, Z4
-	VMOVDQU32     (DI), Y5
-	VPSLLD        $0x03, Y5, Y5
-	VPSUBD        Y5, Y4, Y4
-	KXNORW        K1, K1, K1
-	VPGATHERDD    (AX)(Y1*1), K1, Y6
-	VPMOVDW       Y6, X5
-	VCVTPH2PS     X5, Y6
-	VCVTDQ2PS     Y4, Y4
-	VMULPS        Y6, Y4, Y4
-	VEXTRACTF32X4 $0x01, Y4, X5
-	VMOVSHDUP     X4, X9
-	VADDSS        X9, X4, X8
-	VMOVHLPS      X4, X4, X9
-	VADDSS        X9, X8, X8
-	VPERMILPS     $0xff, X4, X9
-	VADDSS        X9, X8, X8
-	VADDSS        X5, X8, X8
-	VMOVSHDUP     X5, X9
-	VADDSS        X9, X8, X8
-	VMOVHLPS      X5, X5, X9
-	VADDSS        X9, X8, X8
-	VPERMILPS     $0xff, X5, X9
-	VADDSS        X9, X8, X8
-	VMULSS        (SI), X8, X8
-	VCVTSS2SD     X8, X8, X8
-	VADDSD        X8, X3, X3
-	ADDQ          $0x00000090, AX
-	ADDQ          $0x00000200, BX
-	ADDQ          $0x04, SI
-	ADDQ          $0x20, DI
-	SUBQ          $0x08, R8
-	JMP           q4AVX512_group
-
-q4AVX512_tail:
-	CMPQ   R8, $0x00
-	JE     q4AVX512_end
-	VPXORQ X7, X7, X7
-
-q4AVX512_one:
-	VPMOVZXBW     2(AX), Y5
-	VPSRLW        $0x04, Y5, Y4
-	VPAND         Y0, Y5, Y5
-	VINSERTI64X4  $0x01, Y4, Z5, Z4
-	VPMADDWD      (BX), Z4, Z4
-	VEXTRACTI64X4 $0x01, Z4, Y5
-	VPADDD        Y5, Y4, Y5
-	VEXTRACTI32X4 $0x01, Y5, X4
-	VPADDD        X4, X5, X4
-	VPSHUFD       $0x4e, X4, X5
-	VPADDD        X5, X4, X4
-	VPSHUFD       $0xb1, X4, X5
-	VPADDD        X5, X4, X4
-	MOVL          (DI), R9
-	SHLL          $0x03, R9
-	VMOVD         R9, X5
-	VPSUBD        X5, X4, X4
-	VCVTDQ2PS     X4, X4
-	VPBROADCASTW  (AX), X5
-	VCVTPH2PS     X5, X5
-	VMULSS        X5, X4, X4
-	VADDSS        X4, X7, X7
-	ADDQ          $0x12, AX
-	ADDQ          $0x40, BX
-	ADDQ          $0x04, DI
-	DECQ          R8
-	JNE           q4AVX512_one
-	VMULSS        (SI), X7, X7
-	VCVTSS2SD     X7, X7, X7
-	VADDSD        X7, X3, X3
-
-q4AVX512_end:
-	VCVTSD2SS X3, X3, X3
-	VMOVSS    X3, (DX)
-	ADDQ      $0x04, DX
-	MOVQ      (SP), AX
-	ADDQ      stride+8(FP), AX
-	DECQ      CX
-	JMP       q4AVX512_row
-
-q4AVX512_done:
-	VZEROUPPER
-	RET
-
-DATA q4Offs512<>+0(SB)/4, $0x00000000
-DATA q4Offs512<>+4(SB)/4, $0x00000012
-DATA q4Offs512<>+8(SB)/4, $0x00000024
-DATA q4Offs512<>+12(SB)/4, $0x00000036
-DATA q4Offs512<>+16(SB)/4, $0x00000048
-DATA q4Offs512<>+20(SB)/4, $0x0000005a
-DATA q4Offs512<>+24(SB)/4, $0x0000006c
-DATA q4Offs512<>+28(SB)/4, $0x0000007e
-GLOBL q4Offs512<>(SB), RODATA|NOPTR, $32
+DATA q8Perm512<>+0(SB)/4, $0x00000000
+DATA q8Perm512<>+4(SB)/4, $0x00000004
+DATA q8Perm512<>+8(SB)/4, $0x00000008
+DATA q8Perm512<>+12(SB)/4, $0x0000000c
+DATA q8Perm512<>+16(SB)/4, $0x00000001
+DATA q8Perm512<>+20(SB)/4, $0x00000005
+DATA q8Perm512<>+24(SB)/4, $0x00000009
+DATA q8Perm512<>+28(SB)/4, $0x0000000d
+GLOBL q8Perm512<>(SB), RODATA|NOPTR, $32
 
 // func i8AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, MMX+

@@ -32,8 +32,7 @@ func main() {
 		q4kAVX512("q5k"+sfx, true, vnni)
 		q6kAVX512("q6k"+sfx, vnni)
 	}
-	q8AVX512("q8AVX512", false)
-	q8AVX512("q4AVX512", true)
+	q8AVX512("q8AVX512")
 	i8AVX512("i8AVX512", false)
 	i8AVX512("i8VNNI", true)
 	floatAVX512("f32AVX512", fF32)

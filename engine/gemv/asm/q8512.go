@@ -6,30 +6,24 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
-var q8Tables struct{ offs8, offs4, perm Mem }
+var q8Tables struct{ offs, perm Mem }
 
-// q8Consts returns the Q8_0 (or, with four, Q4_0) kernel's two constant
-// tables (each emitted once): the byte offsets of eight consecutive
-// blocks' scales, for VPGATHERDD, and the VPERMD order that turns the
-// reduction's [I₀ I₄ ..|I₁ I₅ ..|..] into [I₀ .. I₇].
-func q8Consts(four bool) (offs, perm Mem) {
-	if q8Tables.perm.Symbol.Name == "" {
+// q8Consts returns the Q8_0 kernel's two constant tables (emitted once):
+// the byte offsets of eight consecutive blocks' scales, for VPGATHERDD,
+// and the VPERMD order that turns the reduction's [I₀ I₄ ..|I₁ I₅ ..|..]
+// into [I₀ .. I₇].
+func q8Consts() (offs, perm Mem) {
+	if q8Tables.offs.Symbol.Name == "" {
+		q8Tables.offs = GLOBL("q8Offs512", RODATA|NOPTR)
+		for k := 0; k < 8; k++ {
+			DATA(4*k, U32(34*k))
+		}
 		q8Tables.perm = GLOBL("q8Perm512", RODATA|NOPTR)
 		for k, v := range []uint32{0, 4, 8, 12, 1, 5, 9, 13} {
 			DATA(4*k, U32(v))
 		}
 	}
-	t, name, bb := &q8Tables.offs8, "q8Offs512", 34
-	if four {
-		t, name, bb = &q8Tables.offs4, "q4Offs512", 18
-	}
-	if t.Symbol.Name == "" {
-		*t = GLOBL(name, RODATA|NOPTR)
-		for k := 0; k < 8; k++ {
-			DATA(4*k, U32(uint32(bb*k)))
-		}
-	}
-	return *t, q8Tables.perm
+	return q8Tables.offs, q8Tables.perm
 }
 
 // q8AVX512 emits the Q8_0 kernel for AVX-512 F/BW/VL. Each 32-element
@@ -43,37 +37,14 @@ func q8Consts(four bool) (offs, perm Mem) {
 // in block order, one scalar addition at a time, for their sum A. A row
 // whose length is not a whole number of 256-element blocks ends with its
 // last few 32-element blocks one at a time.
-func q8AVX512(name string, four bool) {
+func q8AVX512(name string) {
 	TEXT(name, NOSPLIT, signature)
 	Pragma("noescape")
-	format, bb := "Q8_0", 34
-	if four {
-		format, bb = "Q4_0", 18
-	}
-	Doc(name + " is the " + format + " kernel for AVX-512 (ref.go's contract).")
-	offsT, permT := q8Consts(four)
+	Doc(name + " is the Q8_0 kernel for AVX-512 (ref.go's contract).")
+	offsT, permT := q8Consts()
 	wp := Load(Param("w"), GP64())
 	rows := Load(Param("rows"), GP64())
 	y := Load(Param("y"), GP64())
-	var low4 VecVirtual
-	if four {
-		low4 = splat16(0x000f)
-	}
-	// widen leaves block k's 32 weights (k counts blocks from wp) as
-	// int16 in a zmm.
-	widen := func(k int) VecVirtual {
-		w := ZMM()
-		if !four {
-			VPMOVSXBW(Mem{Base: wp, Disp: bb*k + 2}, w)
-			return w
-		}
-		v, hi := YMM(), YMM()
-		VPMOVZXBW(Mem{Base: wp, Disp: bb*k + 2}, v)
-		VPSRLW(U8(4), v, hi)
-		VPAND(low4, v, v)
-		VINSERTI64X4(U8(1), hi, v.AsZ(), w)
-		return w
-	}
 
 	offs, perm := YMM(), YMM()
 	VMOVDQU32(offsT, offs)
@@ -83,10 +54,6 @@ func q8AVX512(name string, four bool) {
 	row0 := rowStart(name, rows, wp)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
-	var sp Register
-	if four {
-		sp = Load(Param("s"), GP64())
-	}
 	nb := Load(Param("n"), GP64())
 	SHRQ(U8(5), nb) // 32-element blocks a row
 	total := XMM()
@@ -96,20 +63,15 @@ func q8AVX512(name string, four bool) {
 	CMPQ(nb, Imm(8))
 	JB(LabelRef(name + "_tail"))
 	{
-		prefetch(wp, 8*bb)
+		prefetch(wp, 8*34)
 		var acc [8]VecVirtual
 		for k := range acc {
-			w := widen(k)
+			w := ZMM()
+			VPMOVSXBW(Mem{Base: wp, Disp: 34*k + 2}, w)
 			acc[k] = ZMM()
 			VPMADDWD(Mem{Base: qp, Disp: 64 * k}, w, acc[k])
 		}
 		i := reduce8(acc, perm)
-		if four {
-			st := YMM()
-			VMOVDQU32(Mem{Base: sp}, st)
-			VPSLLD(U8(3), st, st)
-			VPSUBD(st, i, i)
-		}
 		dw := YMM()
 		KXNORW(kAll, kAll, kAll)
 		VPGATHERDD(Mem{Base: wp, Index: offs, Scale: 1}, kAll, dw)
@@ -123,12 +85,9 @@ func q8AVX512(name string, four bool) {
 		VCVTSS2SD(a, a, a)
 		VADDSD(a, total, total)
 	}
-	ADDQ(U32(8*bb), wp)
+	ADDQ(U32(8*34), wp)
 	ADDQ(U32(2*256), qp)
 	ADDQ(U8(4), dp)
-	if four {
-		ADDQ(U8(32), sp)
-	}
 	SUBQ(Imm(8), nb)
 	JMP(LabelRef(name + "_group"))
 
@@ -140,12 +99,10 @@ func q8AVX512(name string, four bool) {
 	VPXORQ(a, a, a)
 	Label(name + "_one")
 	{
-		w, acc := widen(0), ZMM()
+		w, acc := ZMM(), ZMM()
+		VPMOVSXBW(Mem{Base: wp, Disp: 2}, w)
 		VPMADDWD(Mem{Base: qp}, w, acc)
 		i := reduceT(acc)
-		if four {
-			subEightS(sp, i)
-		}
 		VCVTDQ2PS(i, i)
 		dd := XMM()
 		VPBROADCASTW(Mem{Base: wp}, dd)
@@ -153,11 +110,8 @@ func q8AVX512(name string, four bool) {
 		VMULSS(dd, i, i)
 		VADDSS(i, a, a)
 	}
-	ADDQ(U8(bb), wp)
+	ADDQ(U8(34), wp)
 	ADDQ(U8(64), qp)
-	if four {
-		ADDQ(U8(4), sp)
-	}
 	DECQ(nb)
 	JNE(LabelRef(name + "_one"))
 	VMULSS(Mem{Base: dp}, a, a)
