@@ -275,3 +275,26 @@ func (m *Model) SetPicksInPlace(on bool) error {
 		return nil
 	})
 }
+
+// SetSplitPicks lets the pick stream (SetStreamPicks, which must be on)
+// share a pick by its FFN width where a layer has few CPU picks: the CPU
+// computes its first columns, the GPU the rest, copied into a slot (the
+// down's columns by one 2D copy) or read in place (SetPicksInPlace).
+// Mixtral's layers have one or two CPU picks of ~100 MB, and whole picks
+// then balance the two links in steps of half a layer or more.
+func (m *Model) SetSplitPicks(on bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	x := m.moe
+	if x == nil {
+		return errors.New("split picks: not a mixture-of-experts model")
+	}
+	if x.ps == nil {
+		if !on {
+			return nil
+		}
+		return errors.New("split picks: the pick stream is off")
+	}
+	x.ps.widthSplit = on
+	return nil
+}

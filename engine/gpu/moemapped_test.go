@@ -230,16 +230,16 @@ func TestPicksInPlace(t *testing.T) {
 	})
 }
 
-// TestSplitByWidth: with its share read in place and few CPU picks a
-// layer, the pick stream shares a pick by its FFN width in 256-column
-// steps (the GPU the last columns of the pick before its whole ones);
-// with copies, or many picks, only whole picks move. Before the links
-// have fits it sends half, in those steps.
+// TestSplitByWidth: with few CPU picks a layer the pick stream shares a
+// pick by its FFN width in 256-column steps (the GPU the last columns of
+// the pick before its whole ones) once SetSplitPicks lets it; with many,
+// or without, only whole picks move. Before the links have fits it sends
+// half, in those steps.
 func TestSplitByWidth(t *testing.T) {
 	t.Parallel()
 	const b, f = 4e6, 1024
 	fitted := func(copies, cpu float64) *pickStream {
-		ps := &pickStream{}
+		ps := &pickStream{widthSplit: true}
 		for i := range 40 {
 			n := int64(1 + i%4)
 			ps.copies.add(n*b/4, time.Duration(float64(n*b/4)/copies*1e9))
@@ -247,59 +247,73 @@ func TestSplitByWidth(t *testing.T) {
 		}
 		return ps
 	}
-	inPlace := [][][3]uint64{{}}
 	for _, tc := range []struct {
 		name    string
 		ps      *pickStream
-		addrs   bool
 		kc      int
 		n, part int
 	}{
-		{"no fits, one pick: half its columns", &pickStream{}, true, 1, 0, 512},
-		{"no fits, two picks: one each", &pickStream{}, true, 2, 1, 0},
-		{"no fits, three picks: one and a half", &pickStream{}, true, 3, 1, 512},
-		{"no fits, copies: whole picks only", &pickStream{}, false, 1, 0, 0},
-		{"equal links, one pick", fitted(50e9, 50e9), true, 1, 0, 512},
-		{"the CPU three times the GPU's share", fitted(25e9, 75e9), true, 1, 0, 256},
-		{"the GPU three times the CPU's", fitted(75e9, 25e9), true, 1, 0, 768},
-		{"equal links, three picks", fitted(50e9, 50e9), true, 3, 1, 512},
-		{"four picks: whole ones", fitted(50e9, 50e9), true, 4, 2, 0},
-		{"equal links, copies", fitted(50e9, 50e9), false, 1, 0, 0},
+		{"no fits, one pick: half its columns", &pickStream{widthSplit: true}, 1, 0, 512},
+		{"no fits, two picks: one each", &pickStream{widthSplit: true}, 2, 1, 0},
+		{"no fits, three picks: one and a half", &pickStream{widthSplit: true}, 3, 1, 512},
+		{"no fits, not let split", &pickStream{}, 1, 0, 0},
+		{"equal links, one pick", fitted(50e9, 50e9), 1, 0, 512},
+		{"the CPU three times the GPU's share", fitted(25e9, 75e9), 1, 0, 256},
+		{"the GPU three times the CPU's", fitted(75e9, 25e9), 1, 0, 768},
+		{"equal links, three picks", fitted(50e9, 50e9), 3, 1, 512},
+		{"four picks: whole ones", fitted(50e9, 50e9), 4, 2, 0},
+		{"no picks", fitted(50e9, 50e9), 0, 0, 0},
 	} {
-		if tc.addrs {
-			tc.ps.addrs = inPlace
-		}
 		n, part := tc.ps.split(tc.kc, b, f)
 		if n != tc.n || part != tc.part {
 			t.Errorf("%s: split(%d) = %d whole, %d columns; want %d, %d", tc.name, tc.kc, n, part, tc.n, tc.part)
 		}
 	}
+	if n, part := fitted(50e9, 50e9).split(1, b, 1000); n != 0 || part != 0 {
+		t.Errorf("a width of no whole steps split: %d whole, %d columns", n, part)
+	}
+	off := fitted(50e9, 50e9)
+	off.widthSplit = false
+	if n, part := off.split(1, b, f); n != 0 || part != 0 {
+		t.Errorf("split by width without SetSplitPicks: %d whole, %d columns", n, part)
+	}
 }
 
 // TestPicksSplitByWidth: Mixtral-shaped experts four blocks wide, a third
-// resident, with the pick stream's share read in place: picks split by
-// width (the CPU their first columns, the GPU the rest, its down a view
-// of its rows) give the CPU reference's logits and greedy tokens, both
-// kinds of down (Q4_K and Q6_K layers) among them.
+// resident, with the pick stream's share copied and read in place: picks
+// split by width (the CPU their first columns, the GPU the rest: copied
+// packed into a slot, the down's columns by a 2D copy, or read in place,
+// the down a view of its rows) give the CPU reference's logits and
+// greedy tokens, both kinds of down (Q4_K and Q6_K layers) among them.
 func TestPicksSplitByWidth(t *testing.T) {
 	gpu(t)
-	cpu := shapeModel(t, "mixtral", "tiny-wide", "q4_k_m")
-	cfg := cpu.Config
-	g := pickedModel(t, cpu, "some")
-	if err := g.SetStreamPicks(true); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.SetPicksInPlace(true); err != nil {
-		t.Fatal(err)
-	}
-	const steps = 16
-	worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 8), steps)
-	st, _ := g.MoEStats()
-	t.Logf("worst NMSE %.3g; %+v", worst[0], st.Streamed)
-	if st.Streamed.Split == 0 {
-		t.Errorf("no pick split by width in %d decode layers: %+v", steps*cfg.Layers, st.Streamed)
-	}
-	if counted, want := countedPicks(g), uint64((5+steps)*cfg.Layers*cfg.ExpertsUsed); counted != want {
-		t.Errorf("ExpertCounts total %d, want %d", counted, want)
+	for _, inPlace := range []bool{false, true} {
+		t.Run(fmt.Sprintf("in place=%v", inPlace), func(t *testing.T) {
+			cpu := shapeModel(t, "mixtral", "tiny-wide", "q4_k_m")
+			cfg := cpu.Config
+			g := pickedModel(t, cpu, "some")
+			if err := g.SetSplitPicks(true); err == nil {
+				t.Fatal("split picks without the pick stream")
+			}
+			if err := g.SetStreamPicks(true); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.SetPicksInPlace(inPlace); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.SetSplitPicks(true); err != nil {
+				t.Fatal(err)
+			}
+			const steps = 16
+			worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 8), steps)
+			st, _ := g.MoEStats()
+			t.Logf("worst NMSE %.3g; %+v", worst[0], st.Streamed)
+			if st.Streamed.Split == 0 {
+				t.Errorf("no pick split by width in %d decode layers: %+v", steps*cfg.Layers, st.Streamed)
+			}
+			if counted, want := countedPicks(g), uint64((5+steps)*cfg.Layers*cfg.ExpertsUsed); counted != want {
+				t.Errorf("ExpertCounts total %d, want %d", counted, want)
+			}
+		})
 	}
 }

@@ -45,6 +45,8 @@ type pickStream struct {
 	// addrs, when not nil, is the host experts' device addresses: the
 	// share is read in place rather than copied (SetPicksInPlace).
 	addrs [][][3]uint64
+	// widthSplit lets split share a pick by its FFN width (SetSplitPicks).
+	widthSplit bool
 	// copies and cpu are each link's time for a layer's share against
 	// its bytes, measured in passes: the copies' by events, the CPU's by
 	// its busy time.
@@ -298,14 +300,13 @@ func actLayout(cfg *model.Config, at cudadrv.DevPtr) (g, out, where cudadrv.DevP
 // would never learn the other link again (a few slow CPU calls at the
 // start, measured once, would keep the CPU idle for good), and layers of
 // several sizes tell a fixed cost from a rate. A pick is split by width
-// only where its share is read in place (the kernels take a view of its
-// columns; copies would need one per row) and the layer's CPU picks are
-// fewer than widthSplitPicks: one whole pick is then too coarse a step
-// to balance two links by.
+// only with widthSplit on and where the layer's CPU picks are fewer than
+// widthSplitPicks: one whole pick is then too coarse a step to balance
+// two links by.
 func (ps *pickStream) split(kc int, b int64, f int) (n, part int) {
 	ps.splits++
 	S := 1 // units a pick
-	if ps.addrs != nil && kc < widthSplitPicks && f%splitCols == 0 {
+	if ps.widthSplit && kc < widthSplitPicks && f%splitCols == 0 {
 		S = f / splitCols
 	}
 	U := kc * S
@@ -388,9 +389,6 @@ func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream
 	if ps.addrs != nil {
 		return ps.stageInPlace(c, k, s, cfg, l, L, ids, xn, es, part)
 	}
-	if part.Cols != 0 {
-		return 0, errors.New("a pick split by width needs its share read in place")
-	}
 	if err := c.WaitEvent(ps.copy, ps.done); err != nil {
 		return 0, err
 	}
@@ -411,12 +409,29 @@ func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream
 		ps.set = append(ps.set, e)
 		bytes += expertSize(&L.Experts[e])
 	}
+	// A split pick's part goes to the slot after the whole picks' (a
+	// layer's CPU picks, whole or split, are at most K).
+	var view kernels.MoEPicked
+	if part.Cols != 0 {
+		var pb int64
+		if view, pb, err = ps.partTableFor(c, cfg, l, L, part, ps.slots.Add(int64(len(es))*ps.slotBytes)); err != nil {
+			return 0, err
+		}
+		bytes += pb
+	}
 	if err := c.Record(ps.end, ps.copy); err != nil {
 		return 0, err
 	}
 	ps.timedBytes = bytes
-	if err := c.CopyHtoD(ps.table, ps.tableHost.Bytes(), ps.copy); err != nil {
-		return 0, err
+	if len(es) > 0 {
+		if err := c.CopyHtoD(ps.table, ps.tableHost.Bytes(), ps.copy); err != nil {
+			return 0, err
+		}
+	}
+	if part.Cols != 0 {
+		if err := c.CopyHtoD(ps.partTable, ps.partTableHost.Bytes(), ps.copy); err != nil {
+			return 0, err
+		}
 	}
 	if err := c.Record(ps.loaded, ps.copy); err != nil {
 		return 0, err
@@ -424,9 +439,17 @@ func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream
 	if err := c.WaitEvent(s, ps.loaded); err != nil {
 		return 0, err
 	}
-	g, out, where := ps.actPtrs(cfg)
-	if err := launchPicked(c, k, s, cfg, stagedPicked(L, ps.table, cfg.Experts), ids, xn, g, out, where, "staged experts"); err != nil {
-		return 0, err
+	if len(es) > 0 {
+		g, out, where := ps.actPtrs(cfg)
+		if err := launchPicked(c, k, s, cfg, stagedPicked(L, ps.table, cfg.Experts), ids, xn, g, out, where, "staged experts"); err != nil {
+			return 0, err
+		}
+	}
+	if part.Cols != 0 {
+		g, out, where := ps.partPtrs(cfg)
+		if err := launchPicked(c, k, s, cfg, view, ids, xn, g, out, where, fmt.Sprintf("expert %d's last columns", part.Expert)); err != nil {
+			return 0, err
+		}
 	}
 	return bytes, c.Record(ps.done, s)
 }
@@ -454,7 +477,7 @@ func (ps *pickStream) stageInPlace(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv
 	var view kernels.MoEPicked
 	if part.Cols != 0 {
 		var pb int64
-		if view, pb, err = ps.partTableFor(cfg, l, L, part); err != nil {
+		if view, pb, err = ps.partTableFor(c, cfg, l, L, part, 0); err != nil {
 			return 0, err
 		}
 		bytes += pb
@@ -519,10 +542,13 @@ func launchPicked(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *mod
 
 // partTableFor writes into partTableHost layer l's expert part.Expert's
 // entry at the GPU's part of it, the columns from part.Cols on (gate and
-// up's rows from there, the down's columns from there as a view of its
-// rows), clearing the last call's, and returns the picked kernels' shape
-// of that part and its bytes.
-func (ps *pickStream) partTableFor(cfg *model.Config, l int, L *model.Layer, part model.ExpertSplit) (kernels.MoEPicked, int64, error) {
+// up's rows from there, the down's columns from there), clearing the last
+// call's, and returns the picked kernels' shape of that part and its
+// bytes. Read in place (addrs set), the entry is the host copy's
+// addresses at the part and the down a view of its rows; otherwise the
+// part is copied on the copy stream into slot, packed (the down's
+// columns by one 2D copy), and the entry is the slot's.
+func (ps *pickStream) partTableFor(c *cudadrv.Ctx, cfg *model.Config, l int, L *model.Layer, part model.ExpertSplit, slot cudadrv.DevPtr) (kernels.MoEPicked, int64, error) {
 	tab, err := cudadrv.Values[uint64](ps.partTableHost.Bytes())
 	if err != nil {
 		return kernels.MoEPicked{}, 0, err
@@ -542,14 +568,34 @@ func (ps *pickStream) partTableFor(cfg *model.Config, l int, L *model.Layer, par
 	if err != nil {
 		return kernels.MoEPicked{}, 0, fmt.Errorf("expert %d split at column %d: %w", e, from, err)
 	}
-	a := ps.addrs[l][e]
-	tab[e*3], tab[e*3+1], tab[e*3+2] = a[0]+uint64(int64(from)*gRB), a[1]+uint64(int64(from)*uRB), a[2]+uint64(skip)
+	n, D := F-from, p.Down.Rows
+	p.Gate.Rows, p.Up.Rows, p.Down.Cols = n, n, n
+	vb := p.Down.RowBytes() // the part's bytes of a down row
+	var ent [3]uint64
+	if ps.addrs != nil {
+		a := ps.addrs[l][e]
+		ent = [3]uint64{a[0] + uint64(int64(from)*gRB), a[1] + uint64(int64(from)*uRB), a[2] + uint64(skip)}
+		p.Down.Stride = dRB
+	} else {
+		x := &L.Experts[e]
+		gp := slot
+		up := gp.Add(alignUp(int64(n) * gRB))
+		dp := up.Add(alignUp(int64(n) * uRB))
+		if err := c.CopyHtoD(gp, x.Gate.Data[int64(from)*gRB:], ps.copy); err != nil {
+			return kernels.MoEPicked{}, 0, fmt.Errorf("staging expert %d's last rows: %w", e, err)
+		}
+		if err := c.CopyHtoD(up, x.Up.Data[int64(from)*uRB:], ps.copy); err != nil {
+			return kernels.MoEPicked{}, 0, fmt.Errorf("staging expert %d's last rows: %w", e, err)
+		}
+		view := x.Down.Data[skip : int64(D-1)*dRB+skip+vb]
+		if err := c.CopyHtoD2D(dp, vb, view, dRB, vb, int64(D), ps.copy); err != nil {
+			return kernels.MoEPicked{}, 0, fmt.Errorf("staging expert %d's last columns: %w", e, err)
+		}
+		ent = [3]uint64{uint64(gp), uint64(up), uint64(dp)}
+	}
+	copy(tab[e*3:e*3+3], ent[:])
 	ps.partSet = e
-	n := F - from
-	p.Gate.Rows, p.Up.Rows = n, n
-	p.Down.Cols, p.Down.Stride = n, dRB
-	bytes := int64(n)*(gRB+uRB) + int64(p.Down.Rows)*p.Down.RowBytes()
-	return p, bytes, nil
+	return p, int64(n)*(gRB+uRB) + int64(D)*vb, nil
 }
 
 // release frees the staging (the pages it copies from are x.pinHost's).

@@ -1,6 +1,7 @@
 package cudadrv
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"strings"
@@ -682,6 +683,64 @@ func TestCaptureAndTimeEvents(t *testing.T) {
 			}
 			return nil
 		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCopyHtoD2D: some columns of a wider pinned host matrix land packed
+// on the device in one 2D copy, byte for byte; shapes the copy cannot
+// take are refused before the driver is asked.
+func TestCopyHtoD2D(t *testing.T) {
+	d := testDevice(t)
+	const rows, pitch, from, width = 37, 100, 16, 40
+	err := d.Do(func(c *Ctx) error {
+		h, err := c.HostAlloc(rows*pitch, 0)
+		if err != nil {
+			return err
+		}
+		defer c.FreeHost(h)
+		src := h.Bytes()
+		for i := range src {
+			src[i] = byte(i*7 + i/pitch)
+		}
+		dst, err := c.Alloc(rows * width)
+		if err != nil {
+			return err
+		}
+		defer c.Free(dst)
+		view := src[from : (rows-1)*pitch+from+width]
+		if err := c.CopyHtoD2D(dst, width, view, pitch, width, rows, 0); err != nil {
+			return err
+		}
+		got := make([]byte, rows*width)
+		if err := c.CopyDtoH(got, dst, 0); err != nil {
+			return err
+		}
+		if err := c.StreamSync(0); err != nil {
+			return err
+		}
+		for r := range rows {
+			if want := src[r*pitch+from : r*pitch+from+width]; !bytes.Equal(got[r*width:(r+1)*width], want) {
+				t.Fatalf("row %d: %v, want %v", r, got[r*width:(r+1)*width], want)
+			}
+		}
+		for _, bad := range []struct {
+			name                        string
+			src                         []byte
+			srcPitch, width, height, dp int64
+		}{
+			{"rows wider than the source's pitch", view, 30, width, rows, width},
+			{"rows wider than the destination's pitch", view, pitch, width, rows, width - 1},
+			{"one byte short", view[:len(view)-1], pitch, width, rows, width},
+			{"no rows", view, pitch, width, 0, width},
+		} {
+			if err := c.CopyHtoD2D(dst, bad.dp, bad.src, bad.srcPitch, bad.width, bad.height, 0); err == nil {
+				t.Errorf("%s accepted", bad.name)
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -41,6 +41,7 @@ type driver struct {
 	cuMemHostAlloc, cuMemFreeHost, cuMemHostRegister, cuMemHostUnregister       uintptr
 	cuMemHostGetDevicePointer                                                   uintptr
 	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync                     uintptr
+	cuMemcpy2DAsync                                                             uintptr
 	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamWaitEvent     uintptr
 	cuStreamQuery                                                               uintptr
 	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventSynchronize            uintptr
@@ -119,6 +120,7 @@ func load() error {
 		{&drv.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"},
 		{&drv.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
 		{&drv.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"},
+		{&drv.cuMemcpy2DAsync, "cuMemcpy2DAsync_v2"},
 		{&drv.cuStreamCreate, "cuStreamCreate"},
 		{&drv.cuStreamDestroy, "cuStreamDestroy_v2"},
 		{&drv.cuStreamSynchronize, "cuStreamSynchronize"},

@@ -228,6 +228,58 @@ func (c *Ctx) CopyHtoD(dst DevPtr, src []byte, s Stream) error {
 	return check("cuMemcpyHtoDAsync", call(drv.cuMemcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src)), uintptr(s)))
 }
 
+// memcpy2D is the driver's 2D copy descriptor (CUDA_MEMCPY2D, the _v2
+// ABI): byte offsets and pitches are size_t, the memory types 32-bit
+// enums padded to the next pointer.
+type memcpy2D struct {
+	srcXInBytes, srcY uintptr
+	srcMemoryType     uint32
+	_                 uint32
+	srcHost           uintptr
+	srcDevice         uint64
+	srcArray          uintptr
+	srcPitch          uintptr
+	dstXInBytes, dstY uintptr
+	dstMemoryType     uint32
+	_                 uint32
+	dstHost           uintptr
+	dstDevice         uint64
+	dstArray          uintptr
+	dstPitch          uintptr
+	widthInBytes      uintptr
+	height            uintptr
+}
+
+// CU_MEMORYTYPE_HOST and _DEVICE.
+const (
+	memoryTypeHost   = 1
+	memoryTypeDevice = 2
+)
+
+// CopyHtoD2D copies height rows of width bytes from src, whose rows start
+// srcPitch bytes apart, to device address dst, rows dstPitch bytes apart,
+// in stream order: some columns of a wider host matrix packed on the
+// device in one copy. src runs from the first row's start to the last
+// row's end. From pinned memory it is asynchronous (src must stay
+// untouched until the stream passes the copy), as CopyHtoD.
+func (c *Ctx) CopyHtoD2D(dst DevPtr, dstPitch int64, src []byte, srcPitch, width, height int64, s Stream) error {
+	if width <= 0 || height <= 0 {
+		return fmt.Errorf("cuMemcpy2DAsync: %d rows of %d bytes", height, width)
+	}
+	if width > srcPitch || width > dstPitch {
+		return fmt.Errorf("cuMemcpy2DAsync: rows of %d bytes %d (source) and %d (destination) bytes apart", width, srcPitch, dstPitch)
+	}
+	if need := (height-1)*srcPitch + width; int64(len(src)) != need {
+		return fmt.Errorf("cuMemcpy2DAsync: %d source bytes for %d rows of %d bytes %d apart (want %d)", len(src), height, width, srcPitch, need)
+	}
+	d := memcpy2D{
+		srcMemoryType: memoryTypeHost, srcHost: uintptr(unsafe.Pointer(unsafe.SliceData(src))), srcPitch: uintptr(srcPitch),
+		dstMemoryType: memoryTypeDevice, dstDevice: uint64(dst), dstPitch: uintptr(dstPitch),
+		widthInBytes: uintptr(width), height: uintptr(height),
+	}
+	return check("cuMemcpy2DAsync", call(drv.cuMemcpy2DAsync, uintptr(unsafe.Pointer(&d)), uintptr(s)))
+}
+
 // CopyDtoH copies len(dst) bytes from device address src in stream order.
 // Into pinned memory it is asynchronous; into ordinary memory the call
 // returns once the bytes have arrived.

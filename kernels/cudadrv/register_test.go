@@ -81,3 +81,36 @@ func TestHostMapAddr(t *testing.T) {
 		t.Error("overlapping ranges accepted")
 	}
 }
+
+// TestMemcpy2DLayout: the 2D copy descriptor has the offsets of cuda.h's
+// CUDA_MEMCPY2D on a 64-bit host (the driver reads it by them).
+func TestMemcpy2DLayout(t *testing.T) {
+	t.Parallel()
+	var d memcpy2D
+	for _, f := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"srcXInBytes", unsafe.Offsetof(d.srcXInBytes), 0},
+		{"srcY", unsafe.Offsetof(d.srcY), 8},
+		{"srcMemoryType", unsafe.Offsetof(d.srcMemoryType), 16},
+		{"srcHost", unsafe.Offsetof(d.srcHost), 24},
+		{"srcDevice", unsafe.Offsetof(d.srcDevice), 32},
+		{"srcArray", unsafe.Offsetof(d.srcArray), 40},
+		{"srcPitch", unsafe.Offsetof(d.srcPitch), 48},
+		{"dstXInBytes", unsafe.Offsetof(d.dstXInBytes), 56},
+		{"dstY", unsafe.Offsetof(d.dstY), 64},
+		{"dstMemoryType", unsafe.Offsetof(d.dstMemoryType), 72},
+		{"dstHost", unsafe.Offsetof(d.dstHost), 80},
+		{"dstDevice", unsafe.Offsetof(d.dstDevice), 88},
+		{"dstArray", unsafe.Offsetof(d.dstArray), 96},
+		{"dstPitch", unsafe.Offsetof(d.dstPitch), 104},
+		{"WidthInBytes", unsafe.Offsetof(d.widthInBytes), 112},
+		{"Height", unsafe.Offsetof(d.height), 120},
+		{"size", unsafe.Sizeof(d), 128},
+	} {
+		if f.got != f.want {
+			t.Errorf("%s at %d, cuda.h has %d", f.name, f.got, f.want)
+		}
+	}
+}

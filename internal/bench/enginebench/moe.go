@@ -377,7 +377,11 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 // moeStream times batch 1 again with a share of each CPU layer's picks
 // copied over PCIe and computed on the GPU beside the CPU
 // (gpu.Model.SetStreamPicks; rows dev_stream_*), against the rows of
-// routing without it in the same run, and turns it off again.
+// routing without it in the same run; then, with the stream on, the CPU
+// on a team of its own (moeTeam), picks shared by their FFN width
+// (SetSplitPicks; dev_split_*, against dev_stream_*) and, with that, the
+// GPU's share read in place (SetPicksInPlace; dev_inplace_*, against
+// dev_split_*); and turns it all off again.
 func (rn *runner) moeStream(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, routing moeRouting) error {
 	if err := g.SetStreamPicks(true); err != nil {
 		res.Notes = append(res.Notes, fmt.Sprintf("%s, picks over PCIe: not run: %v", routing.short(), err))
@@ -385,28 +389,66 @@ func (rn *runner) moeStream(ctx context.Context, res *ScenarioResult, g *loaded,
 	}
 	rt := routing
 	rt.prefix = "dev_stream_" + strings.TrimPrefix(routing.prefix, "dev_")
-	before, _ := g.MoEStats()
-	err := rn.moeDecode(ctx, res, g, sizes, all, mc, rt, 1)
-	after, _ := g.MoEStats()
+	err := rn.streamRow(ctx, res, g, sizes, all, mc, routing, rt,
+		"cpu_picks", "picks over PCIe too", "the CPU's picks on the CPU alone", "a share of each CPU layer's picks copied over PCIe and computed on the GPU")
 	if err == nil {
 		err = rn.moeTeam(ctx, res, g, sizes, all, mc, rt)
 	}
 	if err == nil {
-		err = rn.moeInPlace(ctx, res, g, sizes, all, mc, rt)
+		err = rn.moeSplit(ctx, res, g, sizes, all, mc, rt)
 	}
 	if serr := g.SetStreamPicks(false); err == nil {
 		err = serr
 	}
-	if err != nil {
+	return err
+}
+
+// moeSplit times batch 1 as stream (the picks over PCIe on) with picks
+// shared by their FFN width where a layer has few CPU picks
+// (gpu.Model.SetSplitPicks; rows dev_split_*), then with the GPU's share
+// read in place as well (SetPicksInPlace; rows dev_inplace_*), each
+// against the row before it, and turns both off again.
+func (rn *runner) moeSplit(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, stream moeRouting) error {
+	if err := g.SetSplitPicks(true); err != nil {
 		return err
 	}
-	addVersus(res, rt, routing, "cpu_picks", "picks over PCIe too", "the CPU's picks on the CPU alone")
-	st := after.Streamed
-	picks := st.Picks - before.Streamed.Picks
-	layers := after.Layers - before.Layers
-	staged := st.Layers - before.Streamed.Layers
-	res.Notes = append(res.Notes, fmt.Sprintf("%s, a share of each CPU layer's picks copied over PCIe and computed on the GPU (JSON keys %s*): %d picks (%s) in %d layers over PCIe (the host %v a layer issuing them), %d CPU layers; split by the links' fits in passes: copies %v + bytes at %.1f GB/s, the CPU %v + bytes at %.1f GB/s",
-		routing.short(), rt.prefix, picks, gib(st.Bytes-before.Streamed.Bytes), staged, ((st.Issue-before.Streamed.Issue)/time.Duration(max(1, staged))).Round(time.Microsecond), layers,
+	split := stream
+	split.prefix = "dev_split_" + strings.TrimPrefix(stream.prefix, "dev_stream_")
+	err := rn.streamRow(ctx, res, g, sizes, all, mc, stream, split,
+		"stream_picks", "picks also shared by width", "whole picks only", "picks shared by their FFN width with the CPU where a layer has few")
+	if err == nil {
+		if ierr := g.SetPicksInPlace(true); ierr != nil {
+			res.Notes = append(res.Notes, fmt.Sprintf("%s, the GPU's share read in place: not run: %v", stream.short(), ierr))
+		} else {
+			inPlace := stream
+			inPlace.prefix = "dev_inplace_" + strings.TrimPrefix(stream.prefix, "dev_stream_")
+			err = rn.streamRow(ctx, res, g, sizes, all, mc, split, inPlace,
+				"split_picks", "the GPU's share read in place", "its share copied first", "the GPU's share of each CPU layer's picks (split by width too) read in place over PCIe")
+			if serr := g.SetPicksInPlace(false); err == nil {
+				err = serr
+			}
+		}
+	}
+	if serr := g.SetSplitPicks(false); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// streamRow times batch 1 of g as it is set now, in rows rt.prefix,
+// against base's rows (vs, what and basis name the comparison), and notes
+// what the pick stream did meanwhile (what it is: how).
+func (rn *runner) streamRow(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, base, rt moeRouting, vs, what, basis, how string) error {
+	before, _ := g.MoEStats()
+	if err := rn.moeDecode(ctx, res, g, sizes, all, mc, rt, 1); err != nil {
+		return err
+	}
+	after, _ := g.MoEStats()
+	addVersus(res, rt, base, vs, what, basis)
+	st, st0 := after.Streamed, before.Streamed
+	staged := st.Layers - st0.Layers
+	res.Notes = append(res.Notes, fmt.Sprintf("%s, %s (JSON keys %s*): over its warm-up and timed passes, %d whole picks and %d split by width (%s) in %d layers (the host %v a layer issuing them), %d CPU layers; split by the links' fits in passes: the GPU's share %v + bytes at %.1f GB/s, the CPU %v + bytes at %.1f GB/s",
+		rt.short(), how, rt.prefix, st.Picks-st0.Picks, st.Split-st0.Split, gib(st.Bytes-st0.Bytes), staged, ((st.Issue-st0.Issue)/time.Duration(max(1, staged))).Round(time.Microsecond), after.Layers-before.Layers,
 		st.CopyFixed.Round(time.Microsecond), st.CopyRate/1e9, st.CPUFixed.Round(time.Microsecond), st.CPURate/1e9))
 	return nil
 }
@@ -440,35 +482,6 @@ func (rn *runner) moeMapped(ctx context.Context, res *ScenarioResult, g *loaded,
 	layers := after.HostFree - before.HostFree
 	res.Notes = append(res.Notes, fmt.Sprintf("%s, the experts the device does not hold read in place over PCIe by the picked kernels (JSON keys %s*): over its warm-up and timed passes, %d picks (%s) read in place in %d layers that ran without the host, %d CPU layers",
 		routing.short(), rt.prefix, picks, gib(bytes), layers, after.Layers-before.Layers))
-	return nil
-}
-
-// moeInPlace times batch 1 once more as routing (the picks over PCIe on)
-// with the GPU's share read in place by the kernels instead of copied
-// into slots first (gpu.Model.SetPicksInPlace; rows with inplace_ for
-// routing's stream_), against routing's rows, and returns to the copies.
-func (rn *runner) moeInPlace(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, routing moeRouting) error {
-	if err := g.SetPicksInPlace(true); err != nil {
-		res.Notes = append(res.Notes, fmt.Sprintf("%s, the picks' share read in place: not run: %v", routing.short(), err))
-		return nil
-	}
-	rt := routing
-	rt.prefix = "dev_inplace_" + strings.TrimPrefix(routing.prefix, "dev_stream_")
-	before, _ := g.MoEStats()
-	err := rn.moeDecode(ctx, res, g, sizes, all, mc, rt, 1)
-	after, _ := g.MoEStats()
-	if serr := g.SetPicksInPlace(false); err == nil {
-		err = serr
-	}
-	if err != nil {
-		return err
-	}
-	addVersus(res, rt, routing, "stream_picks", "the GPU's share read in place", "its share copied first")
-	st, st0 := after.Streamed, before.Streamed
-	staged := st.Layers - st0.Layers
-	res.Notes = append(res.Notes, fmt.Sprintf("%s, the GPU's share of each CPU layer's picks read in place over PCIe (JSON keys %s*): over its warm-up and timed passes, %d whole picks and %d split by width with the CPU (%s) in %d layers (the host %v a layer launching them); the GPU's share %v + bytes at %.1f GB/s, the CPU %v + bytes at %.1f GB/s",
-		routing.short(), rt.prefix, st.Picks-st0.Picks, st.Split-st0.Split, gib(st.Bytes-st0.Bytes), staged, ((st.Issue-st0.Issue)/time.Duration(max(1, staged))).Round(time.Microsecond),
-		st.CopyFixed.Round(time.Microsecond), st.CopyRate/1e9, st.CPUFixed.Round(time.Microsecond), st.CPURate/1e9))
 	return nil
 }
 
