@@ -28,9 +28,10 @@ type pickStream struct {
 	table     cudadrv.DevPtr   // E entries of three pointers: the staged experts', 0 elsewhere
 	tableHost *cudadrv.HostMem // its pinned source
 	acts      cudadrv.DevPtr   // g (K rows of ExpertFFN), out (K rows of Dim), where (K int32)
-	// The GPU's part of a pick split by its FFN width (in place only):
+	// The GPU's part of a pick split by its FFN width (SetSplitPicks):
 	// its own table (the split expert's entry at its part's first row
-	// and column), pinned source, and activations (acts' layout).
+	// and column, in place or in a slot), pinned source, and activations
+	// (acts' layout).
 	partTable     cudadrv.DevPtr
 	partTableHost *cudadrv.HostMem
 	partActs      cudadrv.DevPtr
@@ -120,7 +121,7 @@ type PickStats struct {
 	Bytes  int64 `json:"bytes"`
 	Layers int64 `json:"layers"`
 	// Split is the picks split by their FFN width, the GPU computing
-	// their last columns and the CPU the rest (in place only, with few
+	// their last columns and the CPU the rest (SetSplitPicks, with few
 	// CPU picks a layer); their GPU part counts in Bytes, not in Picks.
 	Split int64 `json:"split"`
 	// Issue is the host's time issuing the copies and the launch over
