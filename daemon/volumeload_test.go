@@ -345,7 +345,7 @@ func TestVolumeModelPlannedLinks(t *testing.T) {
 	vh.srv.cfg.Links = nil
 	reads := vh.sc.Count("read")
 	st, err := vh.srv.LoadVolume(context.Background(), vh.ref, api.LoadRequest{Name: "vol", MaxBatch: 1, Context: 64,
-		Budgets: api.Budgets{RAMBytes: 4 << 20}}, false)
+		Budgets: api.Budgets{RAMBytes: 5 << 20}}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -449,14 +449,14 @@ func (o *Options) plan(ctx context.Context, path string, isPool bool, sizes tier
 // straight in the device slots, but the pipeline reads them into Depth
 // staging buffers of the largest tier-C layer first and copies them into
 // the slots, so those buffers come out of the same memory. withStaging
-// replans with the device budget less the buffers until plan and buffers
-// fit the budget together (forced placements cannot move, so they are
-// only checked), and records the buffers in the plan as host staging
+// replans with a device budget below what the last plan held, by what plan
+// and buffers overran, until they fit the budget together (forced
+// placements cannot move, so they are only checked), and records the buffers in the plan as host staging
 // (StagingBytes, Host.Staging, Host.Total) with Device.Budget the caller's
 // budget: Device.Total + Host.Total is then what the model holds.
 func withStaging(req tier.Request, plan func(tier.Request) (*tier.Plan, error), forced bool) (*tier.Plan, error) {
 	budget := req.DeviceBudget
-	for range 8 {
+	for range 64 {
 		p, err := plan(req)
 		if err != nil {
 			if req.DeviceBudget != budget {
@@ -483,7 +483,10 @@ func withStaging(req tier.Request, plan func(tier.Request) (*tier.Plan, error), 
 			return nil, fmt.Errorf("plan: %w: the forced placement needs %s of device memory and %s of tier-C staging buffers; the budget is %s",
 				tier.ErrNoFit, tier.FormatBytes(p.Device.Total), tier.FormatBytes(staging), tier.FormatBytes(budget))
 		}
-		req.DeviceBudget -= over
+		// Below what this plan holds, not just below its budget: a budget
+		// it left slack in would give the same plan again, and only a
+		// smaller placement (fewer resident bytes) makes the room.
+		req.DeviceBudget = min(req.DeviceBudget, p.Device.Total) - over
 	}
 	return nil, fmt.Errorf("plan: %w: no placement leaves room for its tier-C staging buffers within %s", tier.ErrNoFit, tier.FormatBytes(budget))
 }
