@@ -378,11 +378,12 @@ func (ps *pickStream) readCopyTime(c *cudadrv.Ctx) error {
 }
 
 // stage enqueues the copies of layer l's experts es into the slots on the
-// copy stream (after the last staged launch has read them), their table
-// after them, and on s the picked launch over them behind the copies,
-// writing the staged picks' rows and map (actPtrs). It returns the bytes
-// copied. With addrs set the experts are read in place instead
-// (stageInPlace).
+// copy stream (after the last staged launch has read them), and of a
+// pick split by width its part (part, partTableFor) into the slot after
+// theirs, their tables after them, and on s the picked launches over
+// them behind the copies, writing the staged picks' rows and maps
+// (actPtrs, partPtrs). It returns the bytes copied. With addrs set the
+// experts are read in place instead (stageInPlace).
 func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, l int, L *model.Layer, ids, xn cudadrv.DevPtr, es []int, part model.ExpertSplit) (int64, error) {
 	if err := ps.readCopyTime(c); err != nil {
 		return 0, err
