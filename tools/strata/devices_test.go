@@ -15,6 +15,7 @@ import (
 
 	"github.com/strata-llm/strata/daemon"
 	"github.com/strata-llm/strata/daemon/api"
+	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/internal/nvmehosttest"
 	"github.com/strata-llm/strata/nvmehost"
 	"github.com/strata-llm/strata/pci"
@@ -199,6 +200,34 @@ func TestPrintPlanDetailExperts(t *testing.T) {
 		}
 		if tc.want != "" && !strings.Contains(out, tc.want) {
 			t.Errorf("%s: %q lacks %q", tc.name, out, tc.want)
+		}
+	}
+}
+
+// TestWriteExpertsDevice: strata run --stats' device line names the picks
+// of experts off the device that went over PCIe, sent beside the CPU or
+// read in place by the GPU alone, and says neither when there were none.
+func TestWriteExpertsDevice(t *testing.T) {
+	t.Parallel()
+	base := engine.ExpertInfo{Experts: 6144, Resident: 6144, OnDevice: 2550, DeviceBytes: 7 << 30, DeviceUses: 30, CPUUses: 60}
+	streamed, mapped := base, base
+	streamed.StreamedPicks = 45
+	mapped.MappedPicks = 12
+	for _, tc := range []struct {
+		name   string
+		x      engine.ExpertInfo
+		want   string
+		absent string
+	}{
+		{"device", base, "experts in device memory: 2550 (7.00 GiB); picks of them 30, of the others 60, device hit rate 0.33\n", "over PCIe"},
+		{"picks sent over PCIe", streamed, "device hit rate 0.33; 45 of the others sent over PCIe and computed on the GPU beside the CPU\n", "read in place"},
+		{"picks read in place", mapped, "device hit rate 0.33; 12 of the others read in place over PCIe by the GPU alone\n", "sent over PCIe"},
+	} {
+		var b strings.Builder
+		writeExperts(&b, tc.x)
+		out := b.String()
+		if !strings.Contains(out, tc.want) || strings.Contains(out, tc.absent) {
+			t.Errorf("%s: %q, want %q and no %q", tc.name, out, tc.want, tc.absent)
 		}
 	}
 }

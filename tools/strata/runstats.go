@@ -70,8 +70,17 @@ func writeExperts(w io.Writer, x engine.ExpertInfo) {
 	}
 	fmt.Fprintln(w)
 	if x.OnDevice > 0 || x.DeviceUses > 0 {
-		fmt.Fprintf(w, "experts in device memory: %d (%s); picks computed on the GPU %d, on the CPU %d, device hit rate %.2f\n",
+		// CPUUses counts every pick of an expert off the device: those the
+		// CPU computed and those sent over PCIe for the GPU to compute.
+		fmt.Fprintf(w, "experts in device memory: %d (%s); picks of them %d, of the others %d, device hit rate %.2f",
 			x.OnDevice, tier.FormatBytes(x.DeviceBytes), x.DeviceUses, x.CPUUses, x.DeviceHit())
+		if x.StreamedPicks > 0 {
+			fmt.Fprintf(w, "; %d of the others sent over PCIe and computed on the GPU beside the CPU", x.StreamedPicks)
+		}
+		if x.MappedPicks > 0 {
+			fmt.Fprintf(w, "; %d of the others read in place over PCIe by the GPU alone", x.MappedPicks)
+		}
+		fmt.Fprintln(w)
 	}
 	if s := x.Stats; s.Uses() > 0 {
 		fmt.Fprintf(w, "expert uses: %d resident, %d still in a read buffer, %d read ahead (of %d reads ahead, waited %v), %d read when asked (%v); %s read in all; hit rate %.2f; %d promoted, %d demoted",
