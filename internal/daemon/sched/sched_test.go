@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,13 +58,20 @@ type recorder struct {
 	passes   int
 	maxSeqs  int
 	finished map[string]int
+	// onPass, when set before the scheduler runs, is called on the
+	// scheduler's goroutine after each pass with the passes so far.
+	onPass func(passes int)
 }
 
 func (r *recorder) Pass(seqs, p, d int, _ time.Duration) {
 	r.mu.Lock()
 	r.passes++
+	n := r.passes
 	r.maxSeqs = max(r.maxSeqs, seqs)
 	r.mu.Unlock()
+	if r.onPass != nil {
+		r.onPass(n)
+	}
 }
 func (r *recorder) FirstToken(time.Duration) {}
 func (r *recorder) Finished(reason string, _, _ int) {
@@ -159,10 +167,27 @@ func TestBatchedMatchesSolo(t *testing.T) {
 	}
 }
 
+// TestCancelWithinOneToken: a request cancelled while it generates ends
+// with context.Canceled, dropped from the batch within a pass of the
+// cancel (the observer's cancel lag), beside a request that goes on. The
+// cancel comes from the observer on the scheduler's own goroutine, a few
+// passes after the request is in: a client cancelling once it had read
+// some tokens raced the scheduler, which buffers every event and could
+// finish the greedy sequence (its stop token comes at 78) before it saw
+// the cancel.
 func TestCancelWithinOneToken(t *testing.T) {
 	t.Parallel()
 	e := openTiny(t)
-	rec := &recorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The cancel comes at the first pass from armAt on, once the request
+	// is in (0: not yet).
+	var armAt atomic.Int64
+	rec := &recorder{onPass: func(n int) {
+		if a := armAt.Load(); a > 0 && int64(n) >= a {
+			cancel()
+		}
+	}}
 	s := start(t, e, Config{Observer: rec})
 	// A companion keeps the batch busy so the cancelled one is dropped
 	// while passes continue.
@@ -170,12 +195,13 @@ func TestCancelWithinOneToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	h, err := s.Submit(ctx, Request{Prompt: []int32{4, 5, 6}, MaxTokens: 200, Sample: sample.Greedy()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	rec.mu.Lock()
+	armAt.Store(int64(rec.passes) + 4)
+	rec.mu.Unlock()
 	seen := 0
 	var last Event
 	for ev := range h.Events {
@@ -184,9 +210,6 @@ func TestCancelWithinOneToken(t *testing.T) {
 			break
 		}
 		seen++
-		if seen == 3 {
-			cancel()
-		}
 	}
 	if !errors.Is(last.Err, context.Canceled) {
 		t.Fatalf("final event %+v, want context.Canceled", last)
