@@ -40,17 +40,23 @@ func copyBandwidth(b *testing.B) float64 {
 // timeIt runs fn once to warm up, then iters times between two events on
 // the default stream; returns milliseconds per iteration.
 func timeIt(c *cudadrv.Ctx, iters int, fn func(i int) error) float64 {
+	return timeOn(c, 0, iters, fn)
+}
+
+// timeOn is timeIt on stream s, for launches that need a stream of their
+// own (the integer GEMVs' scratch is reserved per stream).
+func timeOn(c *cudadrv.Ctx, s cudadrv.Stream, iters int, fn func(i int) error) float64 {
 	must(fn(0))
 	must(c.Synchronize())
 	e0, _ := c.NewEvent(0)
 	e1, _ := c.NewEvent(0)
 	defer c.DestroyEvent(e0)
 	defer c.DestroyEvent(e1)
-	must(c.Record(e0, 0))
+	must(c.Record(e0, s))
 	for i := 0; i < iters; i++ {
 		must(fn(i))
 	}
-	must(c.Record(e1, 0))
+	must(c.Record(e1, s))
 	must(c.EventSync(e1))
 	ms, err := c.Elapsed(e0, e1)
 	must(err)

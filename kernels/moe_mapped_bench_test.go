@@ -113,24 +113,7 @@ func BenchmarkMoEPickedMapped(b *testing.B) {
 					}
 				}
 				iters := 4 * rot
-				timed := func(fn func(i int) error) float64 {
-					e0, err := c.NewEvent(cudadrv.EventDefault)
-					must(err)
-					defer c.DestroyEvent(e0)
-					e1, err := c.NewEvent(cudadrv.EventDefault)
-					must(err)
-					defer c.DestroyEvent(e1)
-					must(fn(0))
-					must(c.Record(e0, s))
-					for i := range iters {
-						must(fn(i))
-					}
-					must(c.Record(e1, s))
-					must(c.EventSync(e1))
-					ms, err := c.Elapsed(e0, e1)
-					must(err)
-					return float64(ms) / 1e3 / float64(iters)
-				}
+				timed := func(fn func(i int) error) float64 { return timeOn(c, s, iters, fn) / 1e3 }
 				var rates [2]float64
 				for range b.N {
 					for w, t := range tables {

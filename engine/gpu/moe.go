@@ -557,7 +557,10 @@ func (x *gpuMoE) tally() error {
 				return fmt.Errorf("the device routing gave layer %d's pick %d expert %d of %d", l, j, e, len(x.counts[l]))
 			}
 			x.counts[l][e]++
-			if _, ok := x.resident[l][int(e)]; !ok && x.mapped != nil {
+			if x.mapped == nil {
+				continue
+			}
+			if _, ok := x.resident[l][int(e)]; !ok {
 				// The tables are the pass's: callers that change them
 				// tally first.
 				x.stats.Mapped.Picks++

@@ -243,19 +243,9 @@ type MappedPicks struct {
 func (m *Model) SetPicksInPlace(on bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	x := m.moe
-	if x == nil {
-		return errors.New("picks in place: not a mixture-of-experts model")
-	}
-	if x.ps == nil {
-		if !on {
-			return nil
-		}
-		return errors.New("picks in place: the pick stream is off")
-	}
-	ps := x.ps
-	if on == (ps.addrs != nil) {
-		return nil
+	x, ps, err := m.pickStreamFor("picks in place", on)
+	if ps == nil || on == (ps.addrs != nil) {
+		return err
 	}
 	return m.dev.Do(func(c *cudadrv.Ctx) error {
 		if err := c.StreamSync(m.stream); err != nil {
@@ -285,16 +275,24 @@ func (m *Model) SetPicksInPlace(on bool) error {
 func (m *Model) SetSplitPicks(on bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	_, ps, err := m.pickStreamFor("split picks", on)
+	if ps != nil {
+		ps.widthSplit = on
+	}
+	return err
+}
+
+// pickStreamFor is the pick stream a setter of its ways (what names it in
+// errors) changes, with m.mu held: nil with an error for a dense model or
+// where the stream is off and on asks for a way of it, nil alone where
+// it is off and off is asked (nothing to do).
+func (m *Model) pickStreamFor(what string, on bool) (*gpuMoE, *pickStream, error) {
 	x := m.moe
 	if x == nil {
-		return errors.New("split picks: not a mixture-of-experts model")
+		return nil, nil, fmt.Errorf("%s: not a mixture-of-experts model", what)
 	}
-	if x.ps == nil {
-		if !on {
-			return nil
-		}
-		return errors.New("split picks: the pick stream is off")
+	if x.ps == nil && on {
+		return x, nil, fmt.Errorf("%s: the pick stream is off", what)
 	}
-	x.ps.widthSplit = on
-	return nil
+	return x, x.ps, nil
 }

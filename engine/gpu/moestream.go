@@ -441,17 +441,8 @@ func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream
 	if err := c.WaitEvent(s, ps.loaded); err != nil {
 		return 0, err
 	}
-	if len(es) > 0 {
-		g, out, where := ps.actPtrs(cfg)
-		if err := launchPicked(c, k, s, cfg, stagedPicked(L, ps.table, cfg.Experts), ids, xn, g, out, where, "staged experts"); err != nil {
-			return 0, err
-		}
-	}
-	if part.Cols != 0 {
-		g, out, where := ps.partPtrs(cfg)
-		if err := launchPicked(c, k, s, cfg, view, ids, xn, g, out, where, fmt.Sprintf("expert %d's last columns", part.Expert)); err != nil {
-			return 0, err
-		}
+	if err := ps.launchShare(c, k, s, cfg, L, ids, xn, len(es) > 0, part, view, "staged"); err != nil {
+		return 0, err
 	}
 	return bytes, c.Record(ps.done, s)
 }
@@ -495,23 +486,32 @@ func (ps *pickStream) stageInPlace(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv
 	if err := c.Record(ps.start, s); err != nil {
 		return 0, err
 	}
-	if len(es) > 0 {
-		g, out, where := ps.actPtrs(cfg)
-		if err := launchPicked(c, k, s, cfg, stagedPicked(L, ps.table, cfg.Experts), ids, xn, g, out, where, "experts read in place"); err != nil {
-			return 0, err
-		}
-	}
-	if part.Cols != 0 {
-		g, out, where := ps.partPtrs(cfg)
-		if err := launchPicked(c, k, s, cfg, view, ids, xn, g, out, where, fmt.Sprintf("expert %d's last columns read in place", part.Expert)); err != nil {
-			return 0, err
-		}
+	if err := ps.launchShare(c, k, s, cfg, L, ids, xn, len(es) > 0, part, view, "read in place"); err != nil {
+		return 0, err
 	}
 	if err := c.Record(ps.end, s); err != nil {
 		return 0, err
 	}
 	ps.timedBytes = bytes
 	return bytes, c.Record(ps.done, s)
+}
+
+// launchShare enqueues on s the picked launches over the GPU's share of
+// a layer's picks, as stage and stageInPlace laid it out: over the staged
+// table where whole picks are in it, over a split pick's part (view, its
+// own table) where there is one; how names the share's way in errors.
+func (ps *pickStream) launchShare(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, L *model.Layer, ids, xn cudadrv.DevPtr, whole bool, part model.ExpertSplit, view kernels.MoEPicked, how string) error {
+	if whole {
+		g, out, where := ps.actPtrs(cfg)
+		if err := launchPicked(c, k, s, cfg, stagedPicked(L, ps.table, cfg.Experts), ids, xn, g, out, where, "experts "+how); err != nil {
+			return err
+		}
+	}
+	if part.Cols != 0 {
+		g, out, where := ps.partPtrs(cfg)
+		return launchPicked(c, k, s, cfg, view, ids, xn, g, out, where, fmt.Sprintf("expert %d's last columns %s", part.Expert, how))
+	}
+	return nil
 }
 
 // clearTable clears the staged table's entries of the last layer in its
