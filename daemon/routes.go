@@ -316,7 +316,7 @@ func expertStatus(e *engine.Engine) *api.ExpertStatus {
 	return &api.ExpertStatus{
 		Experts: x.Experts, Resident: x.Resident, ResidentBytes: x.ResidentBytes, StorageBytes: x.StorageBytes, ReadBuffers: x.Buffers,
 		UsesResident: st.Resident, UsesBuffered: st.Buffered, UsesPrefetched: st.Prefetched, UsesRead: st.Read, HitRate: st.Hit(),
-		ReadBytes: st.ReadBytes, ReadsAhead: st.PrefetchReads,
+		ReadBytes: st.ReadBytes, ReadsAhead: st.PrefetchReads, PromoteReads: st.PromoteReads,
 		ReadsFailed: st.Failed, Promoted: st.Promoted, Demoted: st.Demoted,
 		OnDevice: x.OnDevice, DeviceBytes: x.DeviceBytes, DeviceWholeLayers: x.DeviceWholeLayers, UsesDevice: x.DeviceUses, UsesCPU: x.CPUUses, DeviceHitRate: x.DeviceHit(), DeviceMoves: x.DeviceMoves, StreamedPicks: x.StreamedPicks, MappedPicks: x.MappedPicks,
 	}

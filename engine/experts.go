@@ -26,8 +26,8 @@ import (
 // and how residency changed.
 type ExpertStats struct {
 	Resident, Buffered, Prefetched, Read uint64
-	// ReadBytes is every byte read from storage, on demand and ahead (a
-	// read ahead counts from its start);
+	// ReadBytes is every byte read from storage: on demand, ahead (a read
+	// ahead counts from its start) and to promote experts;
 	// ReadTime is the on-demand reads' wall time (reads of one layer run
 	// concurrently).
 	ReadBytes int64
@@ -42,8 +42,12 @@ type ExpertStats struct {
 	// Failed counts reads that failed or did not match the checksum.
 	Failed uint64
 	// Promoted and Demoted count experts that became resident, or
-	// stopped being, while serving.
-	Promoted, Demoted uint64
+	// stopped being, while serving. PromoteReads counts the reads made to
+	// promote, each as it ends: a round's reads finish before its
+	// experts are installed, at the next call, and a read that failed or
+	// whose expert became resident another way meanwhile is never
+	// installed, so it can exceed Promoted.
+	Promoted, Demoted, PromoteReads uint64
 }
 
 // Uses is every expert use counted.
@@ -653,6 +657,7 @@ func (s *expertStore) swaps() []swap {
 func (s *expertStore) promote(plan []swap) {
 	defer s.bg.Done()
 	var done []swap
+	var bytes int64
 	for _, sw := range plan {
 		h, err := s.load(context.Background(), sw.layer, sw.in)
 		if err != nil {
@@ -660,11 +665,14 @@ func (s *expertStore) promote(plan []swap) {
 			continue
 		}
 		sw.held = h
+		bytes += h.size
 		done = append(done, sw)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.busy = false
+	s.stats.PromoteReads += uint64(len(plan))
+	s.stats.ReadBytes += bytes
 	if s.closed {
 		for _, sw := range done {
 			sw.held.b.Free()
@@ -742,11 +750,13 @@ func (s *expertStore) rebalance(ctx context.Context, counts [][]uint64) error {
 			continue
 		}
 		h, err := s.load(ctx, x.Layer, x.Expert)
+		s.stats.PromoteReads++
 		if err != nil {
 			return err
 		}
 		s.res[x.Layer][x.Expert] = &h
 		s.resBytes += h.size
+		s.stats.ReadBytes += h.size
 		s.stats.Promoted++
 	}
 	return nil

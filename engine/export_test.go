@@ -51,3 +51,17 @@ func SetDeviceAdaptation(e *Engine, every, window uint64) bool {
 
 // CUDAModel is e's GPU model (nil on the CPU).
 func CUDAModel(e *Engine) *gpu.Model { return e.cuda }
+
+// SettleExperts waits for e's expert store's background work (reads ahead
+// and a round of promotions) to end, so its stats and its source's reads
+// count the same reads. No pass may be running.
+func SettleExperts(e *Engine) {
+	s := e.experts
+	if s == nil {
+		return
+	}
+	s.bg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settle()
+}

@@ -257,8 +257,10 @@ type ExpertStatus struct {
 	// Uses served by resident experts, by a read buffer that still held
 	// the expert, by a read started ahead of the layer (its prediction
 	// right), and by a read from storage when the layer asked; HitRate is
-	// the share that read nothing. ReadBytes counts every read, ahead or
-	// not; ReadsAhead the reads started ahead, used or not.
+	// the share that read nothing. ReadBytes counts every read: on
+	// demand, ahead and to promote; ReadsAhead the reads started ahead,
+	// used or not; PromoteReads the reads made to promote experts
+	// (Promoted counts those installed).
 	UsesResident   uint64  `json:"uses_resident"`
 	UsesBuffered   uint64  `json:"uses_buffered"`
 	UsesPrefetched uint64  `json:"uses_prefetched"`
@@ -266,6 +268,7 @@ type ExpertStatus struct {
 	HitRate        float64 `json:"hit_rate"`
 	ReadBytes      int64   `json:"read_bytes"`
 	ReadsAhead     uint64  `json:"reads_ahead"`
+	PromoteReads   uint64  `json:"promote_reads"`
 	ReadsFailed    uint64  `json:"reads_failed"`
 	Promoted       uint64  `json:"promoted"`
 	Demoted        uint64  `json:"demoted"`

@@ -83,8 +83,8 @@ func writeExperts(w io.Writer, x engine.ExpertInfo) {
 		fmt.Fprintln(w)
 	}
 	if s := x.Stats; s.Uses() > 0 {
-		fmt.Fprintf(w, "expert uses: %d resident, %d still in a read buffer, %d read ahead (of %d reads ahead, waited %v), %d read when asked (%v); %s read in all; hit rate %.2f; %d promoted, %d demoted",
-			s.Resident, s.Buffered, s.Prefetched, s.PrefetchReads, dur(s.PrefetchWait), s.Read, dur(s.ReadTime), tier.FormatBytes(s.ReadBytes), s.Hit(), s.Promoted, s.Demoted)
+		fmt.Fprintf(w, "expert uses: %d resident, %d still in a read buffer, %d read ahead (of %d reads ahead, waited %v), %d read when asked (%v); %s read in all; hit rate %.2f; %d promoted (of %d reads to promote), %d demoted",
+			s.Resident, s.Buffered, s.Prefetched, s.PrefetchReads, dur(s.PrefetchWait), s.Read, dur(s.ReadTime), tier.FormatBytes(s.ReadBytes), s.Hit(), s.Promoted, s.PromoteReads, s.Demoted)
 		if s.Failed > 0 {
 			fmt.Fprintf(w, "; %d reads failed", s.Failed)
 		}

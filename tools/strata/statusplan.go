@@ -40,9 +40,9 @@ func printPlanDetail(w io.Writer, m api.ModelStatus) {
 		fmt.Fprintf(w, "  links: %s\n", strings.Join(p.LinkNotes, "; "))
 	}
 	if x := m.Experts; x != nil {
-		fmt.Fprintf(w, "  experts: %d of %d resident (%s), %s on storage, %d read buffers; uses %d resident, %d buffered, %d read ahead (of %d reads ahead), %d read (%s in all), hit rate %.2f, %d promoted, %d demoted",
+		fmt.Fprintf(w, "  experts: %d of %d resident (%s), %s on storage, %d read buffers; uses %d resident, %d buffered, %d read ahead (of %d reads ahead), %d read (%s in all), hit rate %.2f, %d promoted (of %d reads to promote), %d demoted",
 			x.Resident, x.Experts, human(x.ResidentBytes), human(x.StorageBytes), x.ReadBuffers,
-			x.UsesResident, x.UsesBuffered, x.UsesPrefetched, x.ReadsAhead, x.UsesRead, human(x.ReadBytes), x.HitRate, x.Promoted, x.Demoted)
+			x.UsesResident, x.UsesBuffered, x.UsesPrefetched, x.ReadsAhead, x.UsesRead, human(x.ReadBytes), x.HitRate, x.Promoted, x.PromoteReads, x.Demoted)
 		if x.ReadsFailed > 0 {
 			fmt.Fprintf(w, ", %d reads failed", x.ReadsFailed)
 		}
