@@ -13,38 +13,83 @@ import (
 	"github.com/strata-llm/strata/internal/hostmem"
 )
 
-// Mapped is a GGUF file copied whole into anonymous memory (a
-// hostmem.Snapshot), so that tensor bytes can be used in place. It is a
-// copy, not a shared mapping of the file, because weights used in place
-// from the file's pages crash the process with SIGBUS once someone
-// truncates the file, and change under it when the file is rewritten: the
-// copy costs the load one read of the file (which a mapping pays on first
-// use anyway) and keeps serving what was loaded. It is not safe to use Data
-// or the File's readers concurrently with Close.
+// Mapped is a GGUF file whose tensor bytes can be used in place. Map
+// copies the file whole into anonymous memory (a hostmem.Snapshot), not a
+// shared mapping of the file, because weights used in place from the
+// file's pages crash the process with SIGBUS once someone truncates the
+// file, and change under it when the file is rewritten: the copy costs the
+// load one read of the file (which a mapping pays on first use anyway) and
+// keeps serving what was loaded. MapShared maps the file's pages instead,
+// for a tool that reads a file larger than memory once. It is not safe to
+// use Data or the File's readers concurrently with Close.
 type Mapped struct {
 	*File
-	m    *hostmem.Snapshot
+	m    backing
 	data []byte
 	// parts are the second and later files of a split model (parts[0] is
 	// nil: the first file is this one).
 	parts []*Mapped
 }
 
+// backing holds a Mapped file's bytes: a copy or a mapping of the file.
+type backing interface {
+	Bytes() []byte
+	Close() error
+}
+
+// How mapOne holds a file.
+type holdMode int
+
+const (
+	holdCopy   holdMode = iota // a copy in anonymous memory
+	holdShared                 // the file's pages, shared with the page cache
+	holdHeader                 // the header alone
+)
+
 // Map opens path, copies it into memory and parses its header. A split
 // model (llama.cpp's gguf-split: PREFIX-00001-of-00003.gguf and its
 // siblings, each holding some of the tensors) is opened from its first
 // part: every part is copied and the result lists all tensors, with the
 // first part's metadata (see mapSplit).
-func Map(path string) (*Mapped, error) {
-	m, err := mapOne(path)
+func Map(path string) (*Mapped, error) { return open(path, holdCopy) }
+
+// MapShared is Map over a read-only shared mapping of the file (of every
+// part) instead of a copy: its pages come and go with the page cache, so a
+// file larger than memory can be read through once (converting it to a
+// pool does). The caveats that make Map copy hold: the process dies with
+// SIGBUS if the file is truncated while mapped, so nothing that serves
+// requests may use it.
+func MapShared(path string) (*Mapped, error) { return open(path, holdShared) }
+
+// ReadHeader parses the header of the GGUF model at path (of every part of
+// a split model, checked as Map checks them) and reads no tensor data:
+// what planning and inspecting a model need, at the cost of its headers
+// rather than of a copy of the file. The File's tensor readers fail.
+func ReadHeader(path string) (*File, error) {
+	m, err := open(path, holdHeader)
 	if err != nil {
 		return nil, err
 	}
-	return mapSplit(path, m)
+	return m.File, nil
+}
+
+// errHeaderOnly is what a ReadHeader File's readers return.
+var errHeaderOnly = errors.New("gguf: read as a header only (ReadHeader): no tensor data")
+
+type headerOnly struct{}
+
+func (headerOnly) ReadAt([]byte, int64) (int, error) { return 0, errHeaderOnly }
+
+func open(path string, mode holdMode) (*Mapped, error) {
+	m, err := mapOne(path, mode)
+	if err != nil {
+		return nil, err
+	}
+	return mapSplit(path, m, mode)
 }
 
 // mapOne maps a single GGUF file.
-func mapOne(path string) (*Mapped, error) {
+func mapOne(path string, mode holdMode) (*Mapped, error) {
 	fd, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
@@ -66,7 +111,20 @@ func mapOne(path string) (*Mapped, error) {
 	if size > math.MaxInt {
 		return nil, fmt.Errorf("gguf: %s: %d bytes is too large to map", path, size)
 	}
-	m, err := hostmem.SnapshotFile(fd, size)
+	var m backing
+	switch mode {
+	case holdHeader:
+		f, err := Open(fd, size)
+		if err != nil {
+			return nil, fmt.Errorf("gguf: %s: %w", path, err)
+		}
+		f.r = headerOnly{}
+		return &Mapped{File: f}, nil
+	case holdShared:
+		m, err = hostmem.Map(fd, 0, size)
+	default:
+		m, err = hostmem.SnapshotFile(fd, size)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
 	}

@@ -55,12 +55,13 @@ func splitKeys(f *File) (no, count int, err error) {
 	return int(n), int(c), nil
 }
 
-// mapSplit completes Map for a split model whose part path was mapped as
-// first: it maps the other parts (named by SplitPath from the same prefix),
+// mapSplit completes Map (MapShared, ReadHeader: mode) for a split model
+// whose part path was opened as first: it opens the other parts the same
+// way (named by SplitPath from the same prefix),
 // checks that each is the part its name says, of the same count, and that
 // the parts' tensors add up to split.tensors.count with no name twice, and
 // returns one Mapped over them all. Anything else is returned as it was.
-func mapSplit(path string, first *Mapped) (*Mapped, error) {
+func mapSplit(path string, first *Mapped, mode holdMode) (*Mapped, error) {
 	no, n, err := splitKeys(first.File)
 	if err != nil {
 		first.Close()
@@ -99,7 +100,7 @@ func mapSplit(path string, first *Mapped) (*Mapped, error) {
 	}
 	for i := 1; i < n; i++ {
 		p := SplitPath(prefix, i, n)
-		pm, err := mapOne(p)
+		pm, err := mapOne(p, mode)
 		if err != nil {
 			return fail(fmt.Errorf("gguf: part %d of %d of split model %s: %w", i+1, n, path, err))
 		}

@@ -4,6 +4,7 @@ package gguf
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,9 +40,27 @@ func writeModel(t *testing.T, dir string, nt int) *Mapped {
 	return m
 }
 
-// TestSplitRoundTrip: a model written in 3 parts maps from its first part
-// as the whole: the same metadata and tensors, each tensor's bytes from
-// the part that holds it (through Data and TensorReader).
+// openers are the ways to open a GGUF model: copied, mapped shared, and
+// its header alone (as a Mapped without data).
+var openers = []struct {
+	name string
+	open func(string) (*Mapped, error)
+}{
+	{"Map", Map},
+	{"MapShared", MapShared},
+	{"ReadHeader", func(p string) (*Mapped, error) {
+		f, err := ReadHeader(p)
+		if err != nil {
+			return nil, err
+		}
+		return &Mapped{File: f}, nil
+	}},
+}
+
+// TestSplitRoundTrip: a model written in 3 parts opens from its first part
+// as the whole, each way: the same metadata and tensors, each tensor's
+// bytes from the part that holds it (through Data and TensorReader), or,
+// read as a header, none.
 func TestSplitRoundTrip(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -53,11 +72,35 @@ func TestSplitRoundTrip(t *testing.T) {
 	if want := filepath.Join(dir, "m-00002-of-00003.gguf"); paths[1] != want {
 		t.Fatalf("part 2 at %s, want %s", paths[1], want)
 	}
-	m, err := Map(paths[0])
+	for _, o := range openers {
+		t.Run(o.name, func(t *testing.T) {
+			t.Parallel()
+			roundTrip(t, whole, paths[0], o.open, o.name == "ReadHeader")
+		})
+	}
+}
+
+func roundTrip(t *testing.T, whole *Mapped, path string, open func(string) (*Mapped, error), header bool) {
+	m, err := open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
+	if header {
+		for _, wt := range whole.Tensors {
+			ti, ok := m.Tensor(wt.Name)
+			if !ok || ti.Size != wt.Size || ti.Type != wt.Type {
+				t.Fatalf("tensor %s: %+v, want %+v", wt.Name, ti, wt)
+			}
+			if m.Data(ti) != nil {
+				t.Errorf("tensor %s: a header has data", wt.Name)
+			}
+			if _, err := m.ReadTensor(wt.Name); !errors.Is(err, errHeaderOnly) {
+				t.Errorf("tensor %s: ReadTensor of a header: %v, want %v", wt.Name, err, errHeaderOnly)
+			}
+		}
+		return
+	}
 	if len(m.Tensors) != len(whole.Tensors) {
 		t.Fatalf("%d tensors, want %d", len(m.Tensors), len(whole.Tensors))
 	}
@@ -163,13 +206,16 @@ func TestSplitErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir, paths, whole := setup(t)
-			m, err := Map(tc.mod(t, dir, paths, whole))
-			if err == nil {
-				m.Close()
-				t.Fatalf("mapped; want an error with %q", tc.want)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %q, want %q", err, tc.want)
+			p := tc.mod(t, dir, paths, whole)
+			for _, o := range openers {
+				m, err := o.open(p)
+				if err == nil {
+					m.Close()
+					t.Fatalf("%s opened it; want an error with %q", o.name, tc.want)
+				}
+				if !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("%s: error %q, want %q", o.name, err, tc.want)
+				}
 			}
 		})
 	}

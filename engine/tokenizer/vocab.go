@@ -121,17 +121,14 @@ func VocabFromGGUF(f *gguf.File) (*Vocab, error) {
 	return v, nil
 }
 
-// FromGGUFFile maps the GGUF file at path, reads its vocabulary, closes the
-// file and builds a Tokenizer.
+// FromGGUFFile reads the vocabulary in the header of the GGUF file at path
+// (none of its tensors) and builds a Tokenizer.
 func FromGGUFFile(path string) (*Tokenizer, error) {
-	m, err := gguf.Map(path)
+	f, err := gguf.ReadHeader(path)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer from %s: %w", path, err)
 	}
-	v, err := VocabFromGGUF(m.File)
-	if cerr := m.Close(); cerr != nil && err == nil {
-		err = fmt.Errorf("close: %w", cerr)
-	}
+	v, err := VocabFromGGUF(f)
 	if err != nil {
 		return nil, fmt.Errorf("load tokenizer from %s: %w", path, err)
 	}

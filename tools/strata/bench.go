@@ -113,7 +113,7 @@ func benchStream(ctx context.Context, path string, cmd *cli.Command) (*streamBen
 		}
 		defer os.RemoveAll(dir)
 		poolPath = filepath.Join(dir, "model.pool")
-		g, err := gguf.Map(path)
+		g, err := gguf.MapShared(path) // read once, possibly larger than memory
 		if err != nil {
 			return nil, fmt.Errorf("bench stream: %s is neither a pool nor a readable GGUF: %w", path, err)
 		}

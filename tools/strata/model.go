@@ -131,11 +131,10 @@ func inspectCommand() *cli.Command {
 			if cmd.Args().Len() != 1 {
 				return usagef("inspect takes exactly one FILE")
 			}
-			m, err := gguf.Map(cmd.Args().First())
+			m, err := gguf.ReadHeader(cmd.Args().First())
 			if err != nil {
 				return err
 			}
-			defer m.Close()
 			type tensor struct {
 				Name  string   `json:"name"`
 				Type  string   `json:"type"`

@@ -180,12 +180,11 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 		p.Close()
 		info.Pool = true
 	} else {
-		m, err := gguf.Map(path)
+		f, err := gguf.ReadHeader(path)
 		if err != nil {
 			return nil, info, err
 		}
-		sizes, cfg, err = prefab.SizesFromGGUF(m.File, o.Type)
-		m.Close()
+		sizes, cfg, err = prefab.SizesFromGGUF(f, o.Type)
 		if err != nil {
 			return nil, info, fmt.Errorf("plan %s: %w", path, err)
 		}

@@ -75,7 +75,9 @@ func prefabModel(ctx context.Context, in, out, typ string, progress func(done, t
 			return 0, err
 		}
 	} else {
-		m, err := gguf.Map(in)
+		// The file's pages, not a copy: the pool is for models larger
+		// than memory, which a copy would not fit.
+		m, err := gguf.MapShared(in)
 		if err != nil {
 			return 0, err
 		}

@@ -428,7 +428,7 @@ func (rn *runner) int8Pool(ctx context.Context, path, src string) (string, error
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
-	g, err := gguf.Map(src)
+	g, err := gguf.MapShared(src) // read once to write the pool
 	if err != nil {
 		return "", err
 	}

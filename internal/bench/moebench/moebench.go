@@ -248,7 +248,7 @@ func (o *Options) pool(ctx context.Context) (string, error) {
 		return dst, nil
 	}
 	o.progress("prefabbing %s into %s", src, dst)
-	g, err := gguf.Map(src)
+	g, err := gguf.MapShared(src) // read once to write the pool
 	if err != nil {
 		return "", err
 	}
