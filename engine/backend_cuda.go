@@ -450,14 +450,11 @@ func (o *Options) planCUDA(src cudaSource, free, total int64) (*tier.Plan, error
 				tier.FormatBytes(free), tier.FormatBytes(deviceReserve(total)))
 		}
 	}
-	req.HostBudget = o.HostBudget
-	if req.HostBudget == 0 {
-		mi, err := tier.ReadMemInfo()
-		if err != nil {
-			return nil, fmt.Errorf("%w (give a host budget)", err)
-		}
-		req.HostBudget = tier.DefaultHostBudget(mi)
+	host, err := o.hostBudget()
+	if err != nil {
+		return nil, err
 	}
+	req.HostBudget = host
 	if o.Tiers != "" {
 		ts, err := tier.MixTiers(o.Tiers, len(src.sizes.Layers))
 		if err != nil {

@@ -65,3 +65,9 @@ func SettleExperts(e *Engine) {
 	defer s.mu.Unlock()
 	s.settle()
 }
+
+// WithMemInfo returns o with f standing in for reading /proc/meminfo.
+func WithMemInfo(o Options, f func() (tier.MemInfo, error)) Options {
+	o.memInfo = f
+	return o
+}

@@ -125,6 +125,60 @@ type Options struct {
 	// openDevice, when set, stands in for opening GPU 0 (tests stand in a
 	// missing or failing GPU through export_test.go's WithOpenDevice).
 	openDev func() (*cudadrv.Device, error)
+	// memInfo, when set, stands in for reading /proc/meminfo
+	// (export_test.go's WithMemInfo).
+	memInfo func() (tier.MemInfo, error)
+	// hostAvail is the default host budget (tier.DefaultHostBudget) as
+	// the load found it before it copied anything into memory, once
+	// availRead; availErr says why it could not be read.
+	hostAvail int64
+	availRead bool
+	availErr  error
+}
+
+// readHostAvail sets o.hostAvail from the memory the machine has now.
+func (o *Options) readHostAvail() {
+	read := o.memInfo
+	if read == nil {
+		read = tier.ReadMemInfo
+	}
+	mi, err := read()
+	o.hostAvail, o.availRead, o.availErr = tier.DefaultHostBudget(mi), true, err
+}
+
+// hostBudget is HostBudget, or by default the memory the load found
+// available when it began (readHostAvail). Read later, it would leave out
+// the bytes the load had copied by then (a GGUF is held whole), which are
+// the very weights the plan places.
+func (o *Options) hostBudget() (int64, error) {
+	if o.HostBudget > 0 {
+		return o.HostBudget, nil
+	}
+	if !o.availRead {
+		o.readHostAvail()
+	}
+	if o.availErr != nil {
+		return 0, fmt.Errorf("%w (give a host budget)", o.availErr)
+	}
+	return o.hostAvail, nil
+}
+
+// mapGGUF copies the GGUF model at path into memory (gguf.Map) once its
+// header says the copy fits in the avail bytes o found (none checked when
+// it could not tell): a copy that does not fit would push the machine out
+// of memory, where a pool streams what does not fit.
+func (o *Options) mapGGUF(path string) (*gguf.Mapped, error) {
+	if avail := o.hostAvail; o.availRead && o.availErr == nil {
+		h, err := gguf.ReadHeader(path)
+		if err != nil {
+			return nil, err
+		}
+		if h.Size > avail {
+			return nil, fmt.Errorf("its %s do not fit the %s of memory available (MemAvailable less a reserve), and a GGUF is held whole in memory: %w; convert it once with `strata model prefab %s -o %s`, whose pool streams what does not fit",
+				tier.FormatBytes(h.Size), tier.FormatBytes(avail), ErrNeedsPool, path, strings.TrimSuffix(path, ".gguf")+".pool")
+		}
+	}
+	return gguf.Map(path)
 }
 
 // ErrNeedsPool is wrapped when a GGUF would have to be streamed: only a
@@ -218,6 +272,7 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening model %s: %w", path, err)
 	}
+	o.readHostAvail()
 	isPool := o.Storage != nil
 	isHF := !isPool && hf.IsDir(path)
 	if !isPool && !isHF {
@@ -266,7 +321,7 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 		}
 		sizes, cfg = pool.Sizes(), pool.Config()
 	} else {
-		if gf, err = gguf.Map(path); err != nil {
+		if gf, err = o.mapGGUF(path); err != nil {
 			return nil, fmt.Errorf("opening model %s: %w", path, err)
 		}
 		if sizes, cfg, err = prefab.SizesFromGGUF(gf.File, prefab.TypeKeep); err != nil {
@@ -377,13 +432,9 @@ func (o *Options) plan(ctx context.Context, path string, isPool bool, sizes tier
 		ScratchBytes: model.ScratchBytes(cfg, ctxLen, max(batch, min(ctxLen, 512)), runtime.GOMAXPROCS(0)),
 		Links:        tier.DefaultLinks(),
 	}
-	host := o.HostBudget
-	if host == 0 {
-		mi, err := tier.ReadMemInfo()
-		if err != nil {
-			return nil, fmt.Errorf("%w (give a host budget)", err)
-		}
-		host = tier.DefaultHostBudget(mi)
+	host, err := o.hostBudget()
+	if err != nil {
+		return nil, err
 	}
 	if o.DeviceBudget > 0 {
 		req.DeviceBudget, req.HostBudget = o.DeviceBudget, host
