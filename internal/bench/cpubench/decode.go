@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/internal/daemon/sched"
@@ -20,10 +21,13 @@ type Decode struct {
 	Tokens int    `json:"tokens"`
 	// TokensPerSecond is the decode rate (prompt excluded); WeightBytes
 	// what each step reads (the file's tensors less the embedding rows it
-	// does not touch is close enough: every matrix is read once a step),
-	// and BytesPerSecond their product.
+	// does not touch is close enough: every matrix is read once a step;
+	// of a mixture-of-experts model's experts, those the request's tokens
+	// were routed to, on average: RoutedBytes), and BytesPerSecond their
+	// product.
 	TokensPerSecond float64 `json:"tokens_per_second"`
 	WeightBytes     int64   `json:"weight_bytes"`
+	RoutedBytes     int64   `json:"routed_expert_bytes,omitempty"`
 	BytesPerSecond  float64 `json:"weight_bytes_per_s"`
 	// Ratio is BytesPerSecond over the memory read rate with every thread.
 	Ratio   float64 `json:"ratio"`
@@ -61,27 +65,57 @@ func MeasureDecode(ctx context.Context, path string, tokens int, read float64) (
 		return nil, fmt.Errorf("decode: %w", err)
 	}
 	req.MaxTokens = tokens
+	before := e.Model.ExpertCounts()
 	res, err := sched.Generate(ctx, e.Backend(), e.Tok, req, nil)
 	if err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
 	}
 	d := &Decode{Model: path, Tokens: res.CompletionTokens, WeightBytes: bytes, Kernels: e.BackendInfo().Kernels}
+	if before != nil {
+		// Every token the request ran (the prompt's and each one fed
+		// back) was routed once per layer.
+		all, routed := routedBytes(e.Model.Weights.Layers, before, e.Model.ExpertCounts(), len(prompt)+res.CompletionTokens-1)
+		d.RoutedBytes = routed
+		d.WeightBytes = bytes - all + routed
+	}
 	// The decode time runs from the end of the prompt: the first token's
 	// pass was the prompt's, so the rest are decode steps.
 	if res.DecodeTime > 0 && res.CompletionTokens > 1 {
 		d.TokensPerSecond = float64(res.CompletionTokens-1) / res.DecodeTime.Seconds()
 	}
-	d.BytesPerSecond = d.TokensPerSecond * float64(bytes)
+	d.BytesPerSecond = d.TokensPerSecond * float64(d.WeightBytes)
 	if read > 0 {
 		d.Ratio = d.BytesPerSecond / read
 	}
 	return d, nil
 }
 
+// routedBytes returns the bytes of every expert of layers and the bytes of
+// the experts tokens routed to, per token on average, from the routing
+// counts before and after they ran.
+func routedBytes(layers []model.Layer, before, after [][]uint64, tokens int) (all, routed int64) {
+	var sum float64
+	for l := range layers {
+		for x := range layers[l].Experts {
+			ex := &layers[l].Experts[x]
+			n := int64(len(ex.Gate.Data) + len(ex.Up.Data) + len(ex.Down.Data))
+			all += n
+			sum += float64(after[l][x]-before[l][x]) * float64(n)
+		}
+	}
+	if tokens > 0 {
+		routed = int64(sum / float64(tokens))
+	}
+	return all, routed
+}
+
 // writeDecode prints the decode line of the text report.
 func writeDecode(w io.Writer, d *Decode) {
 	fmt.Fprintf(w, "\nCPU-only decode of %s (%s): %.2f tokens/s over %d tokens, %s a token read at %s GB/s",
 		d.Model, d.Kernels, d.TokensPerSecond, d.Tokens, tier.FormatBytes(d.WeightBytes), gb(d.BytesPerSecond))
+	if d.RoutedBytes > 0 {
+		fmt.Fprintf(w, " (of which %s the routed experts)", tier.FormatBytes(d.RoutedBytes))
+	}
 	if d.Ratio > 0 {
 		fmt.Fprintf(w, " (%.2f of memory read)", d.Ratio)
 	}

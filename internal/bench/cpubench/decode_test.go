@@ -1,0 +1,60 @@
+package cpubench
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/internal/synth"
+)
+
+// TestMeasureDecodeBytes: the bytes a decode step reads are the file's
+// tensors less the embedding table for a dense model, and, for a mixture
+// of experts, the experts its tokens were routed to instead of them all:
+// each token's picks in each layer, all one size in the tiny shape.
+func TestMeasureDecodeBytes(t *testing.T) {
+	t.Parallel()
+	for _, arch := range []string{"llama", "mixtral"} {
+		t.Run(arch, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), arch+".gguf")
+			if err := synth.Write(path, synth.Options{Arch: arch, Shape: "tiny", Type: "q8_0", Seed: 2}); err != nil {
+				t.Fatal(err)
+			}
+			d, err := MeasureDecode(context.Background(), path, 4, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.TokensPerSecond <= 0 || d.BytesPerSecond != d.TokensPerSecond*float64(d.WeightBytes) {
+				t.Fatalf("%.1f tokens/s, %.0f bytes/s for %d bytes a step", d.TokensPerSecond, d.BytesPerSecond, d.WeightBytes)
+			}
+			st, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := model.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			c, w := &m.Config, m.Weights
+			dense := st.Size() - int64(len(w.Embed.Data))
+			if !c.MoE() {
+				if d.WeightBytes != dense || d.RoutedBytes != 0 {
+					t.Fatalf("dense: %d bytes a step (%d routed), want %d", d.WeightBytes, d.RoutedBytes, dense)
+				}
+				return
+			}
+			x := &w.Layers[0].Experts[0]
+			one := int64(len(x.Gate.Data) + len(x.Up.Data) + len(x.Down.Data))
+			all := one * int64(c.Layers*c.Experts)
+			routed := one * int64(c.Layers*c.ExpertsUsed)
+			if d.RoutedBytes != routed || d.WeightBytes != dense-all+routed {
+				t.Fatalf("moe: %d bytes a step, %d of them routed; want %d, %d (%d experts of %d bytes, %d picked)",
+					d.WeightBytes, d.RoutedBytes, dense-all+routed, routed, c.Experts, one, c.ExpertsUsed)
+			}
+		})
+	}
+}
