@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/strata-llm/strata/engine/hf"
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/prefab"
+	"github.com/strata-llm/strata/engine/safetensors"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
 	"github.com/strata-llm/strata/kernels/cudadrv"
@@ -164,21 +166,42 @@ func (o *Options) hostBudget() (int64, error) {
 }
 
 // mapGGUF copies the GGUF model at path into memory (gguf.Map) once its
-// header says the copy fits in the avail bytes o found (none checked when
-// it could not tell): a copy that does not fit would push the machine out
-// of memory, where a pool streams what does not fit.
+// header says the copy fits in the memory o found available (none checked
+// when it could not tell): a copy that does not fit would push the machine
+// out of memory, where a pool streams what does not fit.
 func (o *Options) mapGGUF(path string) (*gguf.Mapped, error) {
-	if avail := o.hostAvail; o.availRead && o.availErr == nil {
-		h, err := gguf.ReadHeader(path)
-		if err != nil {
-			return nil, err
-		}
-		if h.Size > avail {
-			return nil, fmt.Errorf("its %s do not fit the %s of memory available (MemAvailable less a reserve), and a GGUF is held whole in memory: %w; convert it once with `strata model prefab %s -o %s`, whose pool streams what does not fit",
-				tier.FormatBytes(h.Size), tier.FormatBytes(avail), ErrNeedsPool, path, strings.TrimSuffix(path, ".gguf")+".pool")
-		}
+	h, err := gguf.ReadHeader(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.fitsCopy(path, "a GGUF", h.Size, strings.TrimSuffix(path, ".gguf")+".pool"); err != nil {
+		return nil, err
 	}
 	return gguf.Map(path)
+}
+
+// openHF copies the Hugging Face model in dir into memory (hf.Open) once
+// its safetensors files fit in the memory o found available, as mapGGUF.
+func (o *Options) openHF(dir string) (*hf.Model, error) {
+	n, err := safetensors.DirSize(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.fitsCopy(dir, "a Hugging Face model", n, filepath.Clean(dir)+".pool"); err != nil {
+		return nil, err
+	}
+	return hf.Open(dir)
+}
+
+// fitsCopy says why a model of n bytes held whole in memory (what) does
+// not fit the memory the load found available, naming the pool to convert
+// it to; nil when it fits or the memory is unknown.
+func (o *Options) fitsCopy(path, what string, n int64, pool string) error {
+	if !o.availRead || o.availErr != nil || n <= o.hostAvail {
+		return nil
+	}
+	return fmt.Errorf("its %s do not fit the %s of memory available (MemAvailable less a reserve), and %s is held whole in memory: %w; convert it once with `strata model prefab %s -o %s`, whose pool streams what does not fit",
+		tier.FormatBytes(n), tier.FormatBytes(o.hostAvail), what, ErrNeedsPool, path, pool)
 }
 
 // ErrNeedsPool is wrapped when a GGUF would have to be streamed: only a
@@ -307,7 +330,7 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 		// A Hugging Face directory plans as the pool it would prefab
 		// to; like a GGUF it is held in memory or streamed from tier B,
 		// never from tier C.
-		if hfm, err = hf.Open(path); err != nil {
+		if hfm, err = o.openHF(path); err != nil {
 			return nil, fmt.Errorf("opening model %s: %w", path, err)
 		}
 		cfg = hfm.Model.Config

@@ -46,9 +46,19 @@ func IsDir(path string) bool {
 
 // Open opens the Hugging Face model in dir: config.json, model.safetensors
 // or the sharded index, tokenizer.json with tokenizer_config.json, and
-// generation_config.json and chat_template.jinja where present. The weights stay mapped until
-// Close; the Model must not be used after.
-func Open(dir string) (*Model, error) {
+// generation_config.json and chat_template.jinja where present. The
+// safetensors files are copied into memory (safetensors.LoadDir), so what
+// is served stays what was loaded whatever happens to them; the weights
+// stay there until Close, and the Model must not be used after.
+func Open(dir string) (*Model, error) { return open(dir, safetensors.LoadDir) }
+
+// OpenShared is Open over read-only mappings of the safetensors files
+// (safetensors.OpenDir), for a tool that reads the model once, such as a
+// conversion to a pool: nothing is copied, but a file truncated meanwhile
+// kills the process with SIGBUS.
+func OpenShared(dir string) (*Model, error) { return open(dir, safetensors.OpenDir) }
+
+func open(dir string, openST func(string) (*safetensors.Model, error)) (*Model, error) {
 	cfgBytes, err := os.ReadFile(filepath.Join(dir, safetensors.ConfigFile))
 	if err != nil {
 		return nil, fmt.Errorf("hf: %w", err)
@@ -61,7 +71,7 @@ func Open(dir string) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hf: %s: %w", dir, err)
 	}
-	st, err := safetensors.OpenDir(dir)
+	st, err := openST(dir)
 	if err != nil {
 		return nil, fmt.Errorf("hf: %w", err)
 	}
@@ -78,7 +88,7 @@ func Open(dir string) (*Model, error) {
 	return &Model{Dir: dir, ModelType: s.modelType, Model: mod, Vocab: vocab, st: st}, nil
 }
 
-// Close unmaps the weights.
+// Close releases the weights.
 func (m *Model) Close() error {
 	if m == nil || m.st == nil {
 		return nil

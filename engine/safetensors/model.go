@@ -71,15 +71,15 @@ func (t Tensor) Float32s() ([]float32, error) {
 	return out, nil
 }
 
-// mappedFile is one memory-mapped safetensors file.
+// mappedFile is one safetensors file in memory: mapped, or copied.
 type mappedFile struct {
 	path string
-	m    *hostmem.Mapping
+	m    interface{ Close() error }
 	data []byte
 	hdr  *header
 }
 
-func openFile(path string) (*mappedFile, error) {
+func openFile(path string, copied bool) (*mappedFile, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
@@ -99,7 +99,15 @@ func openFile(path string) (*mappedFile, error) {
 	if size > math.MaxInt {
 		return nil, fmt.Errorf("safetensors: %s: file of %d bytes too large to map", path, size)
 	}
-	m, err := hostmem.Map(f, 0, size)
+	var m interface {
+		Bytes() []byte
+		Close() error
+	}
+	if copied {
+		m, err = hostmem.SnapshotFile(f, size)
+	} else {
+		m, err = hostmem.Map(f, 0, size)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
@@ -146,9 +154,79 @@ type Model struct {
 // OpenDir opens a Hugging Face model directory: config.json (optional) and
 // either model.safetensors or model.safetensors.index.json plus the shards it
 // names. Like transformers, the single file wins when both exist. All files
-// are mapped read-only and validated; a missing shard, a tensor listed in the
-// index but absent from its shard, or a tensor stored twice is an error.
-func OpenDir(dir string) (*Model, error) {
+// are mapped read-only, shared with the page cache, and validated; a missing
+// shard, a tensor listed in the index but absent from its shard, or a tensor
+// stored twice is an error. A mapped file truncated while its tensors are in
+// use kills the process with SIGBUS: what serves requests uses LoadDir.
+func OpenDir(dir string) (*Model, error) { return openDir(dir, false) }
+
+// LoadDir is OpenDir with every file copied whole into anonymous memory
+// (hostmem.SnapshotFile), as gguf.Map holds a GGUF: the tensors then stay
+// what was loaded whatever happens to the files.
+func LoadDir(dir string) (*Model, error) { return openDir(dir, true) }
+
+// DirSize is the bytes of the safetensors files OpenDir would open in dir,
+// found as it finds them but without opening them.
+func DirSize(dir string) (int64, error) {
+	paths, _, err := dirFiles(dir)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return 0, fmt.Errorf("safetensors: %w", err)
+		}
+		n += st.Size()
+	}
+	return n, nil
+}
+
+// dirFiles finds dir's safetensors files: the single file, or the shards
+// the index names (sorted) with its weight map.
+func dirFiles(dir string) (paths []string, weightMap map[string]string, err error) {
+	single := filepath.Join(dir, SingleFile)
+	if _, err := os.Stat(single); err == nil {
+		return []string{single}, nil, nil
+	}
+	idxPath := filepath.Join(dir, IndexFile)
+	idxData, err := os.ReadFile(idxPath)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil, fmt.Errorf("safetensors: %s has neither %s nor %s", dir, SingleFile, IndexFile)
+		}
+		return nil, nil, fmt.Errorf("safetensors: %w", err)
+	}
+	var idx struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(idxData, &idx); err != nil {
+		return nil, nil, fmt.Errorf("safetensors: %s: %w: %v", idxPath, ErrFormat, err)
+	}
+	if len(idx.WeightMap) == 0 {
+		return nil, nil, fmt.Errorf("safetensors: %s: %w: empty weight_map", idxPath, ErrFormat)
+	}
+	shards := map[string]bool{}
+	for name, file := range idx.WeightMap {
+		if file == "" || file != filepath.Base(file) || file == "." || file == ".." || strings.ContainsAny(file, `/\`) {
+			return nil, nil, fmt.Errorf("safetensors: %s: %w: tensor %q maps to invalid file name %q", idxPath, ErrFormat, name, file)
+		}
+		shards[file] = true
+	}
+	for f := range shards {
+		paths = append(paths, filepath.Join(dir, f))
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+			return nil, nil, fmt.Errorf("safetensors: missing shard %s named by %s", filepath.Base(p), IndexFile)
+		}
+	}
+	return paths, idx.WeightMap, nil
+}
+
+func openDir(dir string, copied bool) (*Model, error) {
 	m := &Model{Dir: dir, Metadata: map[string]string{}, tensor: map[string]location{}}
 	cfg, err := os.ReadFile(filepath.Join(dir, ConfigFile))
 	switch {
@@ -161,68 +239,29 @@ func OpenDir(dir string) (*Model, error) {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
 
-	single := filepath.Join(dir, SingleFile)
-	if _, err := os.Stat(single); err == nil {
-		if err := m.addFile(single); err != nil {
-			m.Close()
-			return nil, err
-		}
-		m.finish()
-		return m, nil
-	}
-	idxPath := filepath.Join(dir, IndexFile)
-	idxData, err := os.ReadFile(idxPath)
+	paths, weightMap, err := dirFiles(dir)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("safetensors: %s has neither %s nor %s", dir, SingleFile, IndexFile)
-		}
-		return nil, fmt.Errorf("safetensors: %w", err)
+		return nil, err
 	}
-	var idx struct {
-		WeightMap map[string]string `json:"weight_map"`
-	}
-	if err := json.Unmarshal(idxData, &idx); err != nil {
-		return nil, fmt.Errorf("safetensors: %s: %w: %v", idxPath, ErrFormat, err)
-	}
-	if len(idx.WeightMap) == 0 {
-		return nil, fmt.Errorf("safetensors: %s: %w: empty weight_map", idxPath, ErrFormat)
-	}
-	shards := map[string]bool{}
-	for name, file := range idx.WeightMap {
-		if file == "" || file != filepath.Base(file) || file == "." || file == ".." || strings.ContainsAny(file, `/\`) {
-			return nil, fmt.Errorf("safetensors: %s: %w: tensor %q maps to invalid file name %q", idxPath, ErrFormat, name, file)
-		}
-		shards[file] = true
-	}
-	files := make([]string, 0, len(shards))
-	for f := range shards {
-		files = append(files, f)
-	}
-	sort.Strings(files)
-	for _, f := range files {
-		p := filepath.Join(dir, f)
-		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
-			m.Close()
-			return nil, fmt.Errorf("safetensors: missing shard %s named by %s", f, IndexFile)
-		}
-		if err := m.addFile(p); err != nil {
+	for _, p := range paths {
+		if err := m.addFile(p, copied); err != nil {
 			m.Close()
 			return nil, err
 		}
 	}
-	for name, file := range idx.WeightMap {
+	for name, file := range weightMap {
 		loc, ok := m.tensor[name]
 		if !ok || filepath.Base(loc.file.path) != file {
 			m.Close()
-			return nil, fmt.Errorf("safetensors: %s: %w: tensor %q is not in shard %s", idxPath, ErrFormat, name, file)
+			return nil, fmt.Errorf("safetensors: %s: %w: tensor %q is not in shard %s", filepath.Join(dir, IndexFile), ErrFormat, name, file)
 		}
 	}
 	m.finish()
 	return m, nil
 }
 
-func (m *Model) addFile(path string) error {
-	f, err := openFile(path)
+func (m *Model) addFile(path string, copied bool) error {
+	f, err := openFile(path, copied)
 	if err != nil {
 		return err
 	}

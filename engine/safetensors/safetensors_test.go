@@ -207,6 +207,49 @@ func TestWriteDirSharded(t *testing.T) {
 	}
 }
 
+// TestLoadDir: LoadDir holds a copy of the files, single or sharded: the
+// tensors stay right once the files are cut to nothing; DirSize is the
+// files' bytes.
+func TestLoadDir(t *testing.T) {
+	t.Parallel()
+	for _, maxShard := range []int64{0, 300} {
+		t.Run(fmt.Sprintf("max%d", maxShard), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			ts, want := testTensors("BF16")
+			if err := WriteDir(dir, map[string]any{"model_type": "llama"}, ts, maxShard); err != nil {
+				t.Fatal(err)
+			}
+			files, err := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+			if err != nil || len(files) == 0 || (maxShard > 0) != (len(files) > 1) {
+				t.Fatalf("files %v (%v)", files, err)
+			}
+			var total int64
+			for _, f := range files {
+				st, err := os.Stat(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				total += st.Size()
+			}
+			if n, err := DirSize(dir); err != nil || n != total {
+				t.Fatalf("DirSize %d, %v; want %d", n, err, total)
+			}
+			m, err := LoadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			for _, f := range files {
+				if err := os.Truncate(f, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			checkModel(t, m, ts, want)
+		})
+	}
+}
+
 // TestWriteDirSwitchLayout checks that rewriting a directory with the other
 // layout removes the stale entry point.
 func TestWriteDirSwitchLayout(t *testing.T) {

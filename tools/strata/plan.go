@@ -158,7 +158,7 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 	)
 	if hf.IsDir(path) {
 		// A Hugging Face directory plans as the pool it would prefab to.
-		if hfm, err = hf.Open(path); err != nil {
+		if hfm, err = hf.OpenShared(path); err != nil {
 			return nil, info, fmt.Errorf("plan: %w", err)
 		}
 		defer hfm.Close()

@@ -66,7 +66,7 @@ func prefabCommand() *cli.Command {
 func prefabModel(ctx context.Context, in, out, typ string, progress func(done, total int64)) (int64, error) {
 	opts := prefab.Options{Type: typ, Source: filepath.Base(in), Progress: progress, Context: ctx}
 	if hf.IsDir(in) {
-		m, err := hf.Open(in)
+		m, err := hf.OpenShared(in) // read once, possibly larger than memory
 		if err != nil {
 			return 0, err
 		}
