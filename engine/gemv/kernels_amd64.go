@@ -82,3 +82,33 @@ func lookup(impl Impl, t quant.Type) kernel {
 	}
 	return nil
 }
+
+// kernels4 maps each SIMD family to its multi-vector kernels (four packed
+// vectors a call; see Packed), chosen as kernels' are.
+var kernels4 = map[Impl]map[quant.Type]kernel{
+	AVX512: avx512Kernels4(cpu.X86.HasAVX512VNNI),
+}
+
+// avx512Kernels4 is the AVX512 family's multi-vector table, with VNNI or
+// without as avx512Kernels. Only Q4_K has such a kernel: Q5_K's would
+// need more registers than there are with VNNI.
+func avx512Kernels4(vnni bool) map[quant.Type]kernel {
+	if vnni {
+		return map[quant.Type]kernel{quant.Q4_K: q4kVNNIx4}
+	}
+	return map[quant.Type]kernel{quant.Q4_K: q4kAVX512x4}
+}
+
+// lookup4 is lookup for the multi-vector kernels: nil where impl's family
+// (or the one its kernel for t would come from) has none.
+func lookup4(impl Impl, t quant.Type) kernel {
+	for i := impl; i > Go; i-- {
+		if !available(i) {
+			continue
+		}
+		if kernels[i][t] != nil {
+			return kernels4[i][t]
+		}
+	}
+	return nil
+}

@@ -29,3 +29,50 @@ func TestAVX512Variants(t *testing.T) {
 		}
 	}
 }
+
+// TestAVX512Variants4: both builds of the multi-vector kernels give, for
+// each of four packed vectors, the reference's bits, over rows of an odd
+// and an even number of blocks.
+func TestAVX512Variants4(t *testing.T) {
+	t.Parallel()
+	if !available(AVX512) {
+		t.Skip("CPU without AVX-512 F/BW/VL")
+	}
+	for _, vnni := range []bool{false, true} {
+		if vnni && !cpu.X86.HasAVX512VNNI {
+			continue
+		}
+		for typ, k := range avx512Kernels4(vnni) {
+			for _, n := range []int{256, 768, 1024} {
+				for _, wild := range []bool{false, true} {
+					const rows = 19
+					w := randomRows(t, typ, rows, n, uint64(n), wild)
+					xs := make([]*X, group)
+					for j := range xs {
+						xs[j] = new(X)
+						if err := xs[j].Set(randomVector(n, uint64(3*j+n), wild)); err != nil {
+							t.Fatal(err)
+						}
+					}
+					var p Packed
+					if err := p.Pack(xs); err != nil {
+						t.Fatal(err)
+					}
+					got := make([]float32, rows*group)
+					k(unsafe.SliceData(w), len(w)/rows, rows, n, &p.q[0], &p.d[0], &p.s[0], nil, &got[0])
+					want := make([]float32, rows)
+					for j, x := range xs {
+						if err := Rows(Go, typ, w, n, x, want); err != nil {
+							t.Fatal(err)
+						}
+						for r := range want {
+							if !sameBits(got[r*group+j], want[r]) {
+								t.Fatalf("%v vnni=%v n=%d wild=%v: vector %d row %d: %g, reference %g", typ, vnni, n, wild, j, r, got[r*group+j], want[r])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}

@@ -64,6 +64,11 @@ func q5kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *in
 //go:noescape
 func q6kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 
+// q4kAVX512x4 is the Q4_K kernel for AVX-512 over four packed vectors (ref.go's contract for each).
+//
+//go:noescape
+func q4kAVX512x4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
 // q4kVNNI is the Q4_K kernel for AVX-512 with VNNI (ref.go's contract).
 //
 //go:noescape
@@ -78,6 +83,11 @@ func q5kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int3
 //
 //go:noescape
 func q6kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q4kVNNIx4 is the Q4_K kernel for AVX-512 with VNNI over four packed vectors (ref.go's contract for each).
+//
+//go:noescape
+func q4kVNNIx4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 
 // q8AVX512 is the Q8_0 kernel for AVX-512 (ref.go's contract).
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -496,6 +497,11 @@ type scratch struct {
 	// inputOp[k] is the first op taking distinct input k (its glu).
 	inputOp []int
 	xqAt    [][2]int
+	// packed[k] holds distinct input k's vectors packed for the
+	// multi-vector kernels (gemv.Packed) when inPacked[k]: a batch of
+	// several vectors taken by an op whose format has such a kernel.
+	packed   []gemv.Packed
+	inPacked []bool
 }
 
 // sameRows reports whether a and b are the same rows (the same vectors in
@@ -1321,8 +1327,27 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 	if first != nil {
 		return first
 	}
+	// A batch whose weights a multi-vector kernel takes is packed once
+	// for every chunk of every op that reads it: the kernel widens each
+	// block's weights once for four vectors.
+	for len(sc.packed) < ni {
+		sc.packed = append(sc.packed, gemv.Packed{})
+	}
+	sc.inPacked = slices.Grow(sc.inPacked[:0], ni)[:ni]
+	clear(sc.inPacked)
+	for oi := range ops {
+		if k := which[oi]; !sc.inPacked[k] && len(inputs[k]) >= gemv.Group && gemv.Packs(m.impl, ops[oi].w.Type) {
+			if err := sc.packed[k].Pack(sc.xq[k]); err != nil {
+				return err
+			}
+			sc.inPacked[k] = true
+		}
+	}
 	return m.eachChunk(ops, func(oi int, rows []byte, ys [][]float32) error {
 		op := &ops[oi]
+		if k := which[oi]; sc.inPacked[k] {
+			return gemv.RowsPacked(m.impl, op.w.Type, rows, op.rowStride(), op.w.Cols, &sc.packed[k], ys)
+		}
 		if op.stride != 0 {
 			return gemv.RowsBatchStride(m.impl, op.w.Type, rows, op.stride, op.w.Cols, sc.xq[which[oi]], ys)
 		}

@@ -31,6 +31,7 @@ func main() {
 		q4kAVX512("q4k"+sfx, false, vnni)
 		q4kAVX512("q5k"+sfx, true, vnni)
 		q6kAVX512("q6k"+sfx, vnni)
+		q4kAVX512x("q4k"+sfx+"x4", false, vnni)
 	}
 	q8AVX512("q8AVX512")
 	i8AVX512("i8AVX512", false)

@@ -178,10 +178,20 @@ func (k *q4k512) stage(sc Register, so int) {
 // quants at qp+qo, its scales staged at k.scd+so, and returns its sixteen
 // int32 lanes, which sum to T.
 func (k *q4k512) block(wp Register, wo int, qp Register, qo, so int) VecVirtual {
-	acc := [2]VecVirtual{ZMM(), ZMM()} // low nibbles; high ones, times 16
-	if k.vnni {
-		VPXORD(acc[0], acc[0], acc[0])
-		VPXORD(acc[1], acc[1], acc[1])
+	return k.blocks(wp, wo, qp, []int{qo}, so)[0]
+}
+
+// blocks is block for several vectors at once, their quants at qp+qos[i]:
+// the weights are widened and scaled once, then multiplied into each
+// vector's accumulators. It returns each vector's sixteen lanes.
+func (k *q4k512) blocks(wp Register, wo int, qp Register, qos []int, so int) []VecVirtual {
+	accs := make([][2]VecVirtual, len(qos)) // low nibbles; high ones, times 16
+	for i := range accs {
+		accs[i] = [2]VecVirtual{ZMM(), ZMM()}
+		if k.vnni {
+			VPXORD(accs[i][0], accs[i][0], accs[i][0])
+			VPXORD(accs[i][1], accs[i][1], accs[i][1])
+		}
 	}
 	var qh VecVirtual
 	if k.five {
@@ -217,20 +227,32 @@ func (k *q4k512) block(wp Register, wo int, qp Register, qo, so int) VecVirtual 
 			s := ZMM()
 			VPBROADCASTD(k.scd.Offset(so+8*j+4*h), s)
 			VPMULLW(s, part, part)
-			qm := Mem{Base: qp, Disp: qo + 2*(64*j+32*h)}
-			if k.vnni {
-				VPDPWSSD(qm, part, acc[h])
-			} else if j == 0 {
-				VPMADDWD(qm, part, acc[h])
-			} else {
-				VPMADDWD(qm, part, part)
-				VPADDD(part, acc[h], acc[h])
+			for i, qo := range qos {
+				acc := &accs[i]
+				qm := Mem{Base: qp, Disp: qo + 2*(64*j+32*h)}
+				switch {
+				case k.vnni:
+					VPDPWSSD(qm, part, acc[h])
+				case j == 0:
+					VPMADDWD(qm, part, acc[h])
+				case len(qos) == 1:
+					VPMADDWD(qm, part, part)
+					VPADDD(part, acc[h], acc[h])
+				default: // part is still needed
+					t := ZMM()
+					VPMADDWD(qm, part, t)
+					VPADDD(t, acc[h], acc[h])
+				}
 			}
 		}
 	}
-	VPSRAD(U8(4), acc[1], acc[1])
-	VPADDD(acc[1], acc[0], acc[0])
-	return acc[0]
+	out := make([]VecVirtual, len(qos))
+	for i := range accs {
+		VPSRAD(U8(4), accs[i][1], accs[i][1])
+		VPADDD(accs[i][1], accs[i][0], accs[i][0])
+		out[i] = accs[i][0]
+	}
+	return out
 }
 
 // wordConst returns a zmm with v in every int16 lane.
@@ -313,4 +335,177 @@ func reduceTM(t, m VecVirtual) VecVirtual {
 	VEXTRACTI32X4(U8(1), u, x)
 	VPADDD(x, u.AsX(), x) // [T M T M]
 	return x
+}
+
+// Tokens is how many vectors q4kAVX512x's kernels take at once: each
+// block's weights are widened once for all of them.
+const Tokens = 4
+
+// q4kAVX512x emits the Q4_K (Q5_K: five) kernel for Tokens vectors at
+// once (RowsBatch's), with q4kAVX512's arithmetic for each: bit for bit
+// what Tokens calls of that kernel give. The vectors come packed as gemv's
+// pack4 lays them out, pair of blocks by pair of blocks (a pair's quants,
+// vector after vector, each vector's two blocks in a row; so too their
+// scales and sums; a last odd block the same way alone), so one pointer
+// and fixed offsets reach every vector's part; y takes each row's Tokens
+// results in a row.
+func q4kAVX512x(name string, five, vnni bool) {
+	TEXT(name, NOSPLIT, signature)
+	Pragma("noescape")
+	fam := "AVX-512"
+	if vnni {
+		fam = "AVX-512 with VNNI"
+	}
+	Doc(name + " is the " + map[bool]string{false: "Q4_K", true: "Q5_K"}[five] + " kernel for " + fam + " over four packed vectors (ref.go's contract for each).")
+	k := q4k512{five: five, vnni: vnni, bb: 144, qsOff: 16}
+	if five {
+		k.bb, k.qsOff = 176, 48
+	}
+	const T = Tokens
+	wp := Load(Param("w"), GP64())
+	rows := Load(Param("rows"), GP64())
+	y := Load(Param("y"), GP64())
+	k.scd = AllocLocal(64)
+	// Each vector's row total (float64) in a stack slot: in registers
+	// they would leave too few for the accumulators.
+	tot := AllocLocal(8 * T)
+	k.low = wordConst(0x000f)
+	k.high = wordConst(0x00f0)
+	if five {
+		k.bit4 = wordConst(0x0010)
+		k.bit8 = wordConst(0x0100)
+	}
+	row0 := rowStart(name, rows, wp)
+	qp := Load(Param("q"), GP64())
+	dp := Load(Param("d"), GP64())
+	sp := Load(Param("s"), GP64())
+	nb := Load(Param("n"), GP64())
+	SHRQ(U8(8), nb)
+	zero := XMM()
+	VPXORQ(zero, zero, zero)
+	for t := 0; t < T; t++ {
+		VMOVSD(zero, tot.Offset(8*t))
+	}
+	// addTotal adds float32 lane 0 of p, as float64, to vector t's total.
+	addTotal := func(t int, p VecVirtual) {
+		VCVTSS2SD(p, p, p)
+		VADDSD(tot.Offset(8*t), p, p)
+		VMOVSD(p, tot.Offset(8*t))
+	}
+	// offs is each vector's quants' offset: step bytes a vector, from
+	// base.
+	offs := func(step, base int) []int {
+		o := make([]int, T)
+		for t := range o {
+			o[t] = base + t*step
+		}
+		return o
+	}
+
+	Label(name + "_pair")
+	CMPQ(nb, Imm(2))
+	JB(LabelRef(name + "_single"))
+	{
+		prefetch(wp, 2*k.bb)
+		mx, tmp := XMM(), XMM()
+		sc, m := k.scales(wp, 0)
+		k.stage(sc, 0)
+		VMOVQ(m, mx)
+		sc, m = k.scales(wp, k.bb)
+		k.stage(sc, 32)
+		VMOVQ(m, tmp)
+		VPUNPCKLQDQ(tmp, mx, mx)
+		mins := ZMM()
+		VPMOVZXBD(mx, mins)
+		a0 := k.blocks(wp, 0, qp, offs(2*512, 0), 0)
+		a1 := k.blocks(wp, k.bb, qp, offs(2*512, 512), 32)
+		// [d₀ dmin₀ d₁ dmin₁], the same for every vector.
+		d0, d1 := GP64(), GP64()
+		MOVL(Mem{Base: wp}, d0.As32())
+		MOVL(Mem{Base: wp, Disp: k.bb}, d1.As32())
+		SHLQ(U8(32), d1)
+		ORQ(d1, d0)
+		dd := XMM()
+		VMOVQ(d0, dd)
+		VCVTPH2PS(dd, dd)
+		for t := 0; t < T; t++ {
+			mt := ZMM()
+			VPMULLD(Mem{Base: sp, Disp: 64 * t}, mins, mt)
+			tm := reducePairTM(a0[t], a1[t], mt)
+			VCVTDQ2PS(tm, tm)
+			VMULPS(dd, tm, tm)
+			mm := XMM()
+			VMOVSHDUP(tm, mm)
+			VSUBPS(mm, tm, tm)
+			dx := XMM()
+			VPMOVZXDQ(Mem{Base: dp, Disp: 8 * t}, dx)
+			VMULPS(dx, tm, tm)
+			p := XMM()
+			VMOVAPS(tm, p)
+			addTotal(t, p)
+			VMOVHLPS(tm, tm, tm)
+			addTotal(t, tm)
+		}
+	}
+	ADDQ(U32(2*k.bb), wp)
+	ADDQ(U32(T*2*2*256), qp)
+	ADDQ(U8(T*8), dp)
+	ADDQ(U32(T*64), sp)
+	SUBQ(Imm(2), nb)
+	JMP(LabelRef(name + "_pair"))
+
+	Label(name + "_single")
+	CMPQ(nb, Imm(0))
+	JE(LabelRef(name + "_end"))
+	{
+		sc, m := k.scales(wp, 0)
+		k.stage(sc, 0)
+		mx := XMM()
+		VMOVQ(m, mx)
+		mins := YMM()
+		VPMOVZXBD(mx, mins)
+		a := k.blocks(wp, 0, qp, offs(512, 0), 0)
+		dd := XMM()
+		VMOVD(Mem{Base: wp}, dd)
+		VCVTPH2PS(dd, dd) // [d dmin 0 0]
+		for t := 0; t < T; t++ {
+			mt := YMM()
+			VPMULLD(Mem{Base: sp, Disp: 32 * t}, mins, mt)
+			tm := reduceTM(a[t], mt)
+			VCVTDQ2PS(tm, tm)
+			VMULPS(dd, tm, tm)
+			mm := XMM()
+			VMOVSHDUP(tm, mm)
+			VSUBSS(mm, tm, tm)
+			VMULSS(Mem{Base: dp, Disp: 4 * t}, tm, tm)
+			addTotal(t, tm)
+		}
+		ADDQ(U32(k.bb), wp)
+		ADDQ(U32(T*2*256), qp)
+		ADDQ(U8(T*4), dp)
+		ADDQ(U32(T*32), sp)
+		DECQ(nb)
+		JMP(LabelRef(name + "_pair"))
+	}
+
+	Label(name + "_end")
+	for t := 0; t < T; t++ {
+		f := XMM()
+		VMOVSD(tot.Offset(8*t), f)
+		VCVTSD2SS(f, f, f)
+		VMOVSS(f, Mem{Base: y, Disp: 4 * t})
+	}
+	ADDQ(U8(4*T), y)
+	MOVQ(row0, wp)
+	stride, err := Param("stride").Resolve()
+	if err != nil {
+		panic(err)
+	}
+	ADDQ(stride.Addr, wp)
+	DECQ(rows)
+	JMP(LabelRef(name + "_row"))
+
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
 }

@@ -1,0 +1,115 @@
+package gemv
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/strata-llm/strata/engine/quant"
+)
+
+// Group is how many vectors a multi-vector kernel takes (the generator's
+// Tokens): each block's weights are widened once for all of them, where
+// RowsBatch's kernels widen them again for every vector. A batch of fewer
+// gains nothing from a Packed.
+const Group = group
+
+const group = 4
+
+// Packed holds a batch's quantized vectors for RowsPacked: every whole
+// group of four, interleaved pair of blocks by pair of blocks as the
+// multi-vector kernels read them (pack), and the vectors themselves for
+// the rest and for the formats without such a kernel. Pack fills it once a
+// batch; any number of RowsPacked calls may then read it at once.
+type Packed struct {
+	xs []*X
+	n  int
+	q  []int16
+	d  []float32
+	s  []int32
+}
+
+// Pack makes p hold xs (all of one length), reusing its memory. The
+// vectors must not change while p is in use.
+func (p *Packed) Pack(xs []*X) error {
+	p.xs = append(p.xs[:0], xs...)
+	if len(xs) == 0 {
+		return nil
+	}
+	n := xs[0].N
+	for j, x := range xs {
+		if x.N != n {
+			return fmt.Errorf("gemv: pack: vector %d has %d elements, vector 0 has %d", j, x.N, n)
+		}
+	}
+	p.n = n
+	g, nb := len(xs)/group, xs[0].Blocks()
+	p.q = grow(p.q, g*group*nb*Block)
+	p.d = grow(p.d, g*group*nb)
+	p.s = grow(p.s, g*group*nb*(Block/Sub))
+	for i := range g {
+		pack(xs[i*group:(i+1)*group], nb, p.q[i*group*nb*Block:], p.d[i*group*nb:], p.s[i*group*nb*(Block/Sub):])
+	}
+	return nil
+}
+
+// pack lays out four vectors of nb blocks as the kernels walk them: for
+// each pair of blocks, each vector's quants of the two blocks, then each
+// vector's two scales, then each vector's sixteen sums; a last odd block
+// alone the same way.
+func pack(xs []*X, nb int, q []int16, d []float32, s []int32) {
+	const sums = Block / Sub
+	qi, di, si := 0, 0, 0
+	for b := 0; b < nb; {
+		k := min(2, nb-b) // blocks in this step
+		for _, x := range xs {
+			qi += copy(q[qi:], x.Q[b*Block:(b+k)*Block])
+			di += copy(d[di:], x.D[b:b+k])
+			si += copy(s[si:], x.S[b*sums:(b+k)*sums])
+		}
+		b += k
+	}
+}
+
+// RowsPacked is RowsBatch (and RowsBatchStride, rows stride bytes apart)
+// over packed vectors: ys[j] takes the products with the j-th vector
+// given to Pack. Formats with a multi-vector kernel in impl take the
+// vectors four at a time; the others, and the vectors past the last whole
+// group, run as RowsBatch runs them. The bits are RowsBatch's.
+func RowsPacked(impl Impl, t quant.Type, rows []byte, stride, n int, p *Packed, ys [][]float32) error {
+	nr, err := checkBatch(p.xs, ys, n)
+	if err != nil || len(p.xs) == 0 {
+		return err
+	}
+	rb, err := checkStride(t, rows, stride, n, nr)
+	if err != nil {
+		return err
+	}
+	k := lookup4(impl, t)
+	g := len(p.xs) / group
+	if k == nil || g == 0 || n%Block != 0 {
+		rowsBatchStride(impl, t, rows, rb, stride, n, p.xs, ys, nr)
+		return nil
+	}
+	nb := n / Block
+	var out [tile * group]float32
+	for r0 := 0; r0 < nr; r0 += tile {
+		r1 := min(r0+tile, nr)
+		w := rows[r0*stride : (r1-1)*stride+rb]
+		for i := range g {
+			k(unsafe.SliceData(w), stride, r1-r0, n, &p.q[i*group*nb*Block], &p.d[i*group*nb], &p.s[i*group*nb*(Block/Sub)], nil, &out[0])
+			for r := range r1 - r0 {
+				for j := range group {
+					ys[i*group+j][r0+r] = out[r*group+j]
+				}
+			}
+		}
+		for j := g * group; j < len(p.xs); j++ {
+			rowsStride(impl, t, w, rb, stride, n, p.xs[j], ys[j][r0:r1])
+		}
+	}
+	return nil
+}
+
+// Packs reports whether impl has a multi-vector kernel for t: whether
+// RowsPacked does more for t than RowsBatch would.
+func Packs(impl Impl, t quant.Type) bool { return lookup4(impl, t) != nil }

@@ -1,0 +1,85 @@
+package gemv
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/strata-llm/strata/engine/quant"
+)
+
+// TestRowsPackedMatchesBatch: RowsPacked returns RowsBatchStride's bits for
+// every format and family, for batches of whole groups of four and of
+// groups and a rest, rows with an odd number of blocks (the kernels' lone
+// last block) and with an even one, a tile and a part, and rows read as a
+// view of a wider matrix; extreme weights and vectors included.
+func TestRowsPackedMatchesBatch(t *testing.T) {
+	t.Parallel()
+	for _, typ := range allTypes {
+		for _, c := range []struct{ rows, n, width, batch int }{
+			{37, 768, 768, 9},   // three blocks a row, two groups and one more
+			{16, 1024, 1024, 4}, // four blocks, one group
+			{5, 1280, 1536, 8},  // a view of five blocks of six
+			{20, 256, 256, 3},   // no whole group
+		} {
+			name := fmt.Sprintf("%v/%d rows of %d of %d/batch %d", typ, c.rows, c.n, c.width, c.batch)
+			if typ == quant.INT8Row && c.n != c.width {
+				continue // a row's scale covers the whole row: no view
+			}
+			for _, wild := range []bool{false, true} {
+				full := randomRows(t, typ, c.rows, c.width, uint64(c.batch), wild)
+				stride := len(full) / c.rows
+				rb, err := typ.RowBytes(int64(c.n))
+				if err != nil {
+					t.Fatal(err)
+				}
+				rows := full[:(c.rows-1)*stride+int(rb)]
+				xs := make([]*X, c.batch)
+				for j := range xs {
+					xs[j] = new(X)
+					if err := xs[j].Set(randomVector(c.n, uint64(7*j+1), wild)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var p Packed
+				if err := p.Pack(xs); err != nil {
+					t.Fatal(err)
+				}
+				for _, impl := range Impls() {
+					want, got := make([][]float32, c.batch), make([][]float32, c.batch)
+					for j := range want {
+						want[j], got[j] = make([]float32, c.rows), make([]float32, c.rows)
+					}
+					if err := RowsBatchStride(impl, typ, rows, stride, c.n, xs, want); err != nil {
+						t.Fatalf("%s/%v: %v", name, impl, err)
+					}
+					if err := RowsPacked(impl, typ, rows, stride, c.n, &p, got); err != nil {
+						t.Fatalf("%s/%v: %v", name, impl, err)
+					}
+					for j := range want {
+						for i := range want[j] {
+							if !sameBits(got[j][i], want[j][i]) {
+								t.Fatalf("%s/%v/wild %v: vector %d row %d: %g, RowsBatch %g", name, impl, wild, j, i, got[j][i], want[j][i])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestPackRefusesMixedLengths: the vectors of a pack share one length.
+func TestPackRefusesMixedLengths(t *testing.T) {
+	t.Parallel()
+	a, b := new(X), new(X)
+	if err := a.Set(make([]float32, 256)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Set(make([]float32, 512)); err != nil {
+		t.Fatal(err)
+	}
+	var p Packed
+	if err := p.Pack([]*X{a, b}); err == nil {
+		t.Fatal("packed vectors of 256 and 512 elements")
+	}
+}
