@@ -50,12 +50,17 @@ func BenchmarkSet(b *testing.B) {
 var _ = quant.Q4_K
 
 // BenchmarkRowsPacked: one thread, a batch of 4, 8 or 16 vectors over a
-// 4096 x 4096 Q4_K matrix (9 MiB, in cache here: the batched products are
-// bound by arithmetic), RowsPacked against RowsBatch; tokens a second
-// (vector-rows of the whole matrix) as MB/s of weights times the batch.
+// 4096 x 4096 matrix of each K-quant (9-13 MiB, in cache here: the batched
+// products are bound by arithmetic), RowsPacked against RowsBatch; MB/s
+// of weights times the batch.
 func BenchmarkRowsPacked(b *testing.B) {
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q5_K, quant.Q6_K} {
+		benchPacked(b, typ)
+	}
+}
+
+func benchPacked(b *testing.B, typ quant.Type) {
 	const rows, n = 4096, 4096
-	typ := quant.Q4_K
 	w := randomRows(&testing.T{}, typ, rows, n, 1, false)
 	for _, batch := range []int{4, 8, 16} {
 		xs := make([]*X, batch)

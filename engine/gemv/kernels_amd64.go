@@ -90,13 +90,13 @@ var kernels4 = map[Impl]map[quant.Type]kernel{
 }
 
 // avx512Kernels4 is the AVX512 family's multi-vector table, with VNNI or
-// without as avx512Kernels. Only Q4_K has such a kernel: Q5_K's would
-// need more registers than there are with VNNI.
+// without as avx512Kernels: the K-quants (a Q4_K_M model's matrices are
+// Q4_K and Q6_K, a Q5_K_M's Q5_K and Q6_K).
 func avx512Kernels4(vnni bool) map[quant.Type]kernel {
 	if vnni {
-		return map[quant.Type]kernel{quant.Q4_K: q4kVNNIx4}
+		return map[quant.Type]kernel{quant.Q4_K: q4kVNNIx4, quant.Q5_K: q5kVNNIx4, quant.Q6_K: q6kVNNIx4}
 	}
-	return map[quant.Type]kernel{quant.Q4_K: q4kAVX512x4}
+	return map[quant.Type]kernel{quant.Q4_K: q4kAVX512x4, quant.Q5_K: q5kAVX512x4, quant.Q6_K: q6kAVX512x4}
 }
 
 // lookup4 is lookup for the multi-vector kernels: nil where impl's family

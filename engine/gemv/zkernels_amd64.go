@@ -69,6 +69,16 @@ func q6kAVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *in
 //go:noescape
 func q4kAVX512x4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 
+// q5kAVX512x4 is the Q5_K kernel for AVX-512 over four packed vectors (ref.go's contract for each).
+//
+//go:noescape
+func q5kAVX512x4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q6kAVX512x4 is the Q6_K kernel for AVX-512 over four packed vectors (ref.go's contract for each).
+//
+//go:noescape
+func q6kAVX512x4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
 // q4kVNNI is the Q4_K kernel for AVX-512 with VNNI (ref.go's contract).
 //
 //go:noescape
@@ -88,6 +98,16 @@ func q6kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int3
 //
 //go:noescape
 func q4kVNNIx4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q5kVNNIx4 is the Q5_K kernel for AVX-512 with VNNI over four packed vectors (ref.go's contract for each).
+//
+//go:noescape
+func q5kVNNIx4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q6kVNNIx4 is the Q6_K kernel for AVX-512 with VNNI over four packed vectors (ref.go's contract for each).
+//
+//go:noescape
+func q6kVNNIx4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 
 // q8AVX512 is the Q8_0 kernel for AVX-512 (ref.go's contract).
 //

@@ -3327,6 +3327,1262 @@ q4kAVX512x4_done:
 	VZEROUPPER
 	RET
 
+// func q5kAVX512x4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C, MMX+
+TEXT ·q5kAVX512x4(SB), NOSPLIT, $104-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         y+64(FP), DX
+	MOVL         $0x000f000f, BX
+	VPBROADCASTD BX, Z0
+	MOVL         $0x00f000f0, BX
+	VPBROADCASTD BX, Z1
+	MOVL         $0x00100010, BX
+	VPBROADCASTD BX, Z2
+	MOVL         $0x01000100, BX
+	VPBROADCASTD BX, Z3
+
+q5kAVX512x4_row:
+	CMPQ   CX, $0x00
+	JE     q5kAVX512x4_done
+	MOVQ   AX, 96(SP)
+	MOVQ   q+32(FP), BX
+	MOVQ   d+40(FP), SI
+	MOVQ   s+48(FP), DI
+	MOVQ   n+24(FP), R8
+	SHRQ   $0x08, R8
+	VPXORQ X4, X4, X4
+	VMOVSD X4, 64(SP)
+	VMOVSD X4, 72(SP)
+	VMOVSD X4, 80(SP)
+	VMOVSD X4, 88(SP)
+
+q5kAVX512x4_pair:
+	CMPQ          R8, $0x02
+	JB            q5kAVX512x4_single
+	PREFETCHT0    4096(AX)
+	PREFETCHT0    4160(AX)
+	PREFETCHT0    4224(AX)
+	PREFETCHT0    4288(AX)
+	PREFETCHT0    4352(AX)
+	PREFETCHT0    4416(AX)
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X5
+	VPMOVZXBD     X5, Y5
+	VPSLLD        $0x10, Y5, Y6
+	VPORD         Y6, Y5, Y5
+	VMOVDQU32     Y5, (SP)
+	VMOVQ         R10, X5
+	MOVL          180(AX), R9
+	MOVL          184(AX), R10
+	MOVL          188(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X6
+	VPMOVZXBD     X6, Y6
+	VPSLLD        $0x10, Y6, Y7
+	VPORD         Y7, Y6, Y6
+	VMOVDQU32     Y6, 32(SP)
+	VMOVQ         R10, X6
+	VPUNPCKLQDQ   X6, X5, X5
+	VPMOVZXBD     X5, Z5
+	VPMOVZXBW     16(AX), Z14
+	VPMOVZXBW     48(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPANDD        Z1, Z6, Z13
+	VPSLLW        $0x04, Z14, Z6
+	VPTERNLOGD    $0xf8, Z2, Z6, Z7
+	VPSLLW        $0x07, Z14, Z6
+	VPTERNLOGD    $0xf8, Z3, Z6, Z13
+	VPBROADCASTD  (SP), Z6
+	VPMULLW       Z6, Z7, Z7
+	VPMADDWD      (BX), Z7, Z6
+	VPMADDWD      1024(BX), Z7, Z8
+	VPMADDWD      2048(BX), Z7, Z10
+	VPMADDWD      3072(BX), Z7, Z12
+	VPBROADCASTD  4(SP), Z7
+	VPMULLW       Z7, Z13, Z13
+	VPMADDWD      64(BX), Z13, Z7
+	VPMADDWD      1088(BX), Z13, Z9
+	VPMADDWD      2112(BX), Z13, Z11
+	VPMADDWD      3136(BX), Z13, Z13
+	VPMOVZXBW     80(AX), Z15
+	VPANDD        Z0, Z15, Z16
+	VPANDD        Z1, Z15, Z15
+	VPSLLW        $0x02, Z14, Z17
+	VPTERNLOGD    $0xf8, Z2, Z17, Z16
+	VPSLLW        $0x05, Z14, Z17
+	VPTERNLOGD    $0xf8, Z3, Z17, Z15
+	VPBROADCASTD  8(SP), Z17
+	VPMULLW       Z17, Z16, Z16
+	VPMADDWD      128(BX), Z16, Z17
+	VPADDD        Z17, Z6, Z6
+	VPMADDWD      1152(BX), Z16, Z17
+	VPADDD        Z17, Z8, Z8
+	VPMADDWD      2176(BX), Z16, Z17
+	VPADDD        Z17, Z10, Z10
+	VPMADDWD      3200(BX), Z16, Z16
+	VPADDD        Z16, Z12, Z12
+	VPBROADCASTD  12(SP), Z16
+	VPMULLW       Z16, Z15, Z15
+	VPMADDWD      192(BX), Z15, Z16
+	VPADDD        Z16, Z7, Z7
+	VPMADDWD      1216(BX), Z15, Z16
+	VPADDD        Z16, Z9, Z9
+	VPMADDWD      2240(BX), Z15, Z16
+	VPADDD        Z16, Z11, Z11
+	VPMADDWD      3264(BX), Z15, Z15
+	VPADDD        Z15, Z13, Z13
+	VPMOVZXBW     112(AX), Z15
+	VPANDD        Z0, Z15, Z16
+	VPANDD        Z1, Z15, Z15
+	VPTERNLOGD    $0xf8, Z2, Z14, Z16
+	VPSLLW        $0x03, Z14, Z17
+	VPTERNLOGD    $0xf8, Z3, Z17, Z15
+	VPBROADCASTD  16(SP), Z17
+	VPMULLW       Z17, Z16, Z16
+	VPMADDWD      256(BX), Z16, Z17
+	VPADDD        Z17, Z6, Z6
+	VPMADDWD      1280(BX), Z16, Z17
+	VPADDD        Z17, Z8, Z8
+	VPMADDWD      2304(BX), Z16, Z17
+	VPADDD        Z17, Z10, Z10
+	VPMADDWD      3328(BX), Z16, Z16
+	VPADDD        Z16, Z12, Z12
+	VPBROADCASTD  20(SP), Z16
+	VPMULLW       Z16, Z15, Z15
+	VPMADDWD      320(BX), Z15, Z16
+	VPADDD        Z16, Z7, Z7
+	VPMADDWD      1344(BX), Z15, Z16
+	VPADDD        Z16, Z9, Z9
+	VPMADDWD      2368(BX), Z15, Z16
+	VPADDD        Z16, Z11, Z11
+	VPMADDWD      3392(BX), Z15, Z15
+	VPADDD        Z15, Z13, Z13
+	VPMOVZXBW     144(AX), Z15
+	VPANDD        Z0, Z15, Z16
+	VPANDD        Z1, Z15, Z15
+	VPSRLW        $0x02, Z14, Z17
+	VPTERNLOGD    $0xf8, Z2, Z17, Z16
+	VPSLLW        $0x01, Z14, Z14
+	VPTERNLOGD    $0xf8, Z3, Z14, Z15
+	VPBROADCASTD  24(SP), Z14
+	VPMULLW       Z14, Z16, Z16
+	VPMADDWD      384(BX), Z16, Z14
+	VPADDD        Z14, Z6, Z6
+	VPMADDWD      1408(BX), Z16, Z14
+	VPADDD        Z14, Z8, Z8
+	VPMADDWD      2432(BX), Z16, Z14
+	VPADDD        Z14, Z10, Z10
+	VPMADDWD      3456(BX), Z16, Z14
+	VPADDD        Z14, Z12, Z12
+	VPBROADCASTD  28(SP), Z14
+	VPMULLW       Z14, Z15, Z15
+	VPMADDWD      448(BX), Z15, Z14
+	VPADDD        Z14, Z7, Z7
+	VPMADDWD      1472(BX), Z15, Z14
+	VPADDD        Z14, Z9, Z9
+	VPMADDWD      2496(BX), Z15, Z14
+	VPADDD        Z14, Z11, Z11
+	VPMADDWD      3520(BX), Z15, Z14
+	VPADDD        Z14, Z13, Z13
+	VPSRAD        $0x04, Z7, Z7
+	VPADDD        Z7, Z6, Z6
+	VPSRAD        $0x04, Z9, Z9
+	VPADDD        Z9, Z8, Z8
+	VPSRAD        $0x04, Z11, Z11
+	VPADDD        Z11, Z10, Z10
+	VPSRAD        $0x04, Z13, Z13
+	VPADDD        Z13, Z12, Z12
+	VPMOVZXBW     192(AX), Z18
+	VPMOVZXBW     224(AX), Z7
+	VPANDD        Z0, Z7, Z9
+	VPANDD        Z1, Z7, Z17
+	VPSLLW        $0x04, Z18, Z7
+	VPTERNLOGD    $0xf8, Z2, Z7, Z9
+	VPSLLW        $0x07, Z18, Z7
+	VPTERNLOGD    $0xf8, Z3, Z7, Z17
+	VPBROADCASTD  32(SP), Z7
+	VPMULLW       Z7, Z9, Z9
+	VPMADDWD      512(BX), Z9, Z7
+	VPMADDWD      1536(BX), Z9, Z11
+	VPMADDWD      2560(BX), Z9, Z14
+	VPMADDWD      3584(BX), Z9, Z16
+	VPBROADCASTD  36(SP), Z9
+	VPMULLW       Z9, Z17, Z17
+	VPMADDWD      576(BX), Z17, Z9
+	VPMADDWD      1600(BX), Z17, Z13
+	VPMADDWD      2624(BX), Z17, Z15
+	VPMADDWD      3648(BX), Z17, Z17
+	VPMOVZXBW     256(AX), Z19
+	VPANDD        Z0, Z19, Z20
+	VPANDD        Z1, Z19, Z19
+	VPSLLW        $0x02, Z18, Z21
+	VPTERNLOGD    $0xf8, Z2, Z21, Z20
+	VPSLLW        $0x05, Z18, Z21
+	VPTERNLOGD    $0xf8, Z3, Z21, Z19
+	VPBROADCASTD  40(SP), Z21
+	VPMULLW       Z21, Z20, Z20
+	VPMADDWD      640(BX), Z20, Z21
+	VPADDD        Z21, Z7, Z7
+	VPMADDWD      1664(BX), Z20, Z21
+	VPADDD        Z21, Z11, Z11
+	VPMADDWD      2688(BX), Z20, Z21
+	VPADDD        Z21, Z14, Z14
+	VPMADDWD      3712(BX), Z20, Z20
+	VPADDD        Z20, Z16, Z16
+	VPBROADCASTD  44(SP), Z20
+	VPMULLW       Z20, Z19, Z19
+	VPMADDWD      704(BX), Z19, Z20
+	VPADDD        Z20, Z9, Z9
+	VPMADDWD      1728(BX), Z19, Z20
+	VPADDD        Z20, Z13, Z13
+	VPMADDWD      2752(BX), Z19, Z20
+	VPADDD        Z20, Z15, Z15
+	VPMADDWD      3776(BX), Z19, Z19
+	VPADDD        Z19, Z17, Z17
+	VPMOVZXBW     288(AX), Z19
+	VPANDD        Z0, Z19, Z20
+	VPANDD        Z1, Z19, Z19
+	VPTERNLOGD    $0xf8, Z2, Z18, Z20
+	VPSLLW        $0x03, Z18, Z21
+	VPTERNLOGD    $0xf8, Z3, Z21, Z19
+	VPBROADCASTD  48(SP), Z21
+	VPMULLW       Z21, Z20, Z20
+	VPMADDWD      768(BX), Z20, Z21
+	VPADDD        Z21, Z7, Z7
+	VPMADDWD      1792(BX), Z20, Z21
+	VPADDD        Z21, Z11, Z11
+	VPMADDWD      2816(BX), Z20, Z21
+	VPADDD        Z21, Z14, Z14
+	VPMADDWD      3840(BX), Z20, Z20
+	VPADDD        Z20, Z16, Z16
+	VPBROADCASTD  52(SP), Z20
+	VPMULLW       Z20, Z19, Z19
+	VPMADDWD      832(BX), Z19, Z20
+	VPADDD        Z20, Z9, Z9
+	VPMADDWD      1856(BX), Z19, Z20
+	VPADDD        Z20, Z13, Z13
+	VPMADDWD      2880(BX), Z19, Z20
+	VPADDD        Z20, Z15, Z15
+	VPMADDWD      3904(BX), Z19, Z19
+	VPADDD        Z19, Z17, Z17
+	VPMOVZXBW     320(AX), Z19
+	VPANDD        Z0, Z19, Z20
+	VPANDD        Z1, Z19, Z19
+	VPSRLW        $0x02, Z18, Z21
+	VPTERNLOGD    $0xf8, Z2, Z21, Z20
+	VPSLLW        $0x01, Z18, Z18
+	VPTERNLOGD    $0xf8, Z3, Z18, Z19
+	VPBROADCASTD  56(SP), Z18
+	VPMULLW       Z18, Z20, Z20
+	VPMADDWD      896(BX), Z20, Z18
+	VPADDD        Z18, Z7, Z7
+	VPMADDWD      1920(BX), Z20, Z18
+	VPADDD        Z18, Z11, Z11
+	VPMADDWD      2944(BX), Z20, Z18
+	VPADDD        Z18, Z14, Z14
+	VPMADDWD      3968(BX), Z20, Z18
+	VPADDD        Z18, Z16, Z16
+	VPBROADCASTD  60(SP), Z18
+	VPMULLW       Z18, Z19, Z19
+	VPMADDWD      960(BX), Z19, Z18
+	VPADDD        Z18, Z9, Z9
+	VPMADDWD      1984(BX), Z19, Z18
+	VPADDD        Z18, Z13, Z13
+	VPMADDWD      3008(BX), Z19, Z18
+	VPADDD        Z18, Z15, Z15
+	VPMADDWD      4032(BX), Z19, Z18
+	VPADDD        Z18, Z17, Z17
+	VPSRAD        $0x04, Z9, Z9
+	VPADDD        Z9, Z7, Z7
+	VPSRAD        $0x04, Z13, Z13
+	VPADDD        Z13, Z11, Z11
+	VPSRAD        $0x04, Z15, Z15
+	VPADDD        Z15, Z14, Z14
+	VPSRAD        $0x04, Z17, Z17
+	VPADDD        Z17, Z16, Z16
+	MOVL          (AX), R9
+	MOVL          176(AX), R10
+	SHLQ          $0x20, R10
+	ORQ           R10, R9
+	VMOVQ         R9, X9
+	VCVTPH2PS     X9, X9
+	VPMULLD       (DI), Z5, Z13
+	VSHUFI64X2    $0x44, Z7, Z6, Z15
+	VSHUFI64X2    $0xee, Z7, Z6, Z6
+	VPADDD        Z6, Z15, Z15
+	VPUNPCKLDQ    Z13, Z15, Z6
+	VPUNPCKHDQ    Z13, Z15, Z15
+	VPADDD        Z6, Z15, Z15
+	VPSHUFD       $0x4e, Z15, Z6
+	VPADDD        Z6, Z15, Z15
+	VSHUFI64X2    $0xb1, Z15, Z15, Z6
+	VPADDD        Z6, Z15, Z15
+	VEXTRACTI32X4 $0x02, Z15, X6
+	VPUNPCKLQDQ   X6, X15, X6
+	VCVTDQ2PS     X6, X6
+	VMULPS        X9, X6, X6
+	VMOVSHDUP     X6, X7
+	VSUBPS        X7, X6, X6
+	VPMOVZXDQ     (SI), X7
+	VMULPS        X7, X6, X6
+	VMOVAPS       X6, X7
+	VCVTSS2SD     X7, X7, X7
+	VADDSD        64(SP), X7, X7
+	VMOVSD        X7, 64(SP)
+	VMOVHLPS      X6, X6, X6
+	VCVTSS2SD     X6, X6, X6
+	VADDSD        64(SP), X6, X6
+	VMOVSD        X6, 64(SP)
+	VPMULLD       64(DI), Z5, Z6
+	VSHUFI64X2    $0x44, Z11, Z8, Z7
+	VSHUFI64X2    $0xee, Z11, Z8, Z8
+	VPADDD        Z8, Z7, Z7
+	VPUNPCKLDQ    Z6, Z7, Z8
+	VPUNPCKHDQ    Z6, Z7, Z7
+	VPADDD        Z8, Z7, Z7
+	VPSHUFD       $0x4e, Z7, Z8
+	VPADDD        Z8, Z7, Z7
+	VSHUFI64X2    $0xb1, Z7, Z7, Z8
+	VPADDD        Z8, Z7, Z7
+	VEXTRACTI32X4 $0x02, Z7, X6
+	VPUNPCKLQDQ   X6, X7, X6
+	VCVTDQ2PS     X6, X6
+	VMULPS        X9, X6, X6
+	VMOVSHDUP     X6, X7
+	VSUBPS        X7, X6, X6
+	VPMOVZXDQ     8(SI), X7
+	VMULPS        X7, X6, X6
+	VMOVAPS       X6, X7
+	VCVTSS2SD     X7, X7, X7
+	VADDSD        72(SP), X7, X7
+	VMOVSD        X7, 72(SP)
+	VMOVHLPS      X6, X6, X6
+	VCVTSS2SD     X6, X6, X6
+	VADDSD        72(SP), X6, X6
+	VMOVSD        X6, 72(SP)
+	VPMULLD       128(DI), Z5, Z6
+	VSHUFI64X2    $0x44, Z14, Z10, Z7
+	VSHUFI64X2    $0xee, Z14, Z10, Z8
+	VPADDD        Z8, Z7, Z7
+	VPUNPCKLDQ    Z6, Z7, Z8
+	VPUNPCKHDQ    Z6, Z7, Z7
+	VPADDD        Z8, Z7, Z7
+	VPSHUFD       $0x4e, Z7, Z8
+	VPADDD        Z8, Z7, Z7
+	VSHUFI64X2    $0xb1, Z7, Z7, Z8
+	VPADDD        Z8, Z7, Z7
+	VEXTRACTI32X4 $0x02, Z7, X6
+	VPUNPCKLQDQ   X6, X7, X6
+	VCVTDQ2PS     X6, X6
+	VMULPS        X9, X6, X6
+	VMOVSHDUP     X6, X7
+	VSUBPS        X7, X6, X6
+	VPMOVZXDQ     16(SI), X7
+	VMULPS        X7, X6, X6
+	VMOVAPS       X6, X7
+	VCVTSS2SD     X7, X7, X7
+	VADDSD        80(SP), X7, X7
+	VMOVSD        X7, 80(SP)
+	VMOVHLPS      X6, X6, X6
+	VCVTSS2SD     X6, X6, X6
+	VADDSD        80(SP), X6, X6
+	VMOVSD        X6, 80(SP)
+	VPMULLD       192(DI), Z5, Z5
+	VSHUFI64X2    $0x44, Z16, Z12, Z6
+	VSHUFI64X2    $0xee, Z16, Z12, Z7
+	VPADDD        Z7, Z6, Z6
+	VPUNPCKLDQ    Z5, Z6, Z7
+	VPUNPCKHDQ    Z5, Z6, Z6
+	VPADDD        Z7, Z6, Z6
+	VPSHUFD       $0x4e, Z6, Z7
+	VPADDD        Z7, Z6, Z6
+	VSHUFI64X2    $0xb1, Z6, Z6, Z7
+	VPADDD        Z7, Z6, Z6
+	VEXTRACTI32X4 $0x02, Z6, X5
+	VPUNPCKLQDQ   X5, X6, X5
+	VCVTDQ2PS     X5, X5
+	VMULPS        X9, X5, X5
+	VMOVSHDUP     X5, X6
+	VSUBPS        X6, X5, X5
+	VPMOVZXDQ     24(SI), X6
+	VMULPS        X6, X5, X5
+	VMOVAPS       X5, X6
+	VCVTSS2SD     X6, X6, X6
+	VADDSD        88(SP), X6, X6
+	VMOVSD        X6, 88(SP)
+	VMOVHLPS      X5, X5, X5
+	VCVTSS2SD     X5, X5, X5
+	VADDSD        88(SP), X5, X5
+	VMOVSD        X5, 88(SP)
+	ADDQ          $0x00000160, AX
+	ADDQ          $0x00001000, BX
+	ADDQ          $0x20, SI
+	ADDQ          $0x00000100, DI
+	SUBQ          $0x02, R8
+	JMP           q5kAVX512x4_pair
+
+q5kAVX512x4_single:
+	CMPQ          R8, $0x00
+	JE            q5kAVX512x4_end
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X5
+	VPMOVZXBD     X5, Y5
+	VPSLLD        $0x10, Y5, Y6
+	VPORD         Y6, Y5, Y5
+	VMOVDQU32     Y5, (SP)
+	VMOVQ         R10, X5
+	VPMOVZXBD     X5, Y5
+	VPMOVZXBW     16(AX), Z14
+	VPMOVZXBW     48(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPANDD        Z1, Z6, Z13
+	VPSLLW        $0x04, Z14, Z6
+	VPTERNLOGD    $0xf8, Z2, Z6, Z7
+	VPSLLW        $0x07, Z14, Z6
+	VPTERNLOGD    $0xf8, Z3, Z6, Z13
+	VPBROADCASTD  (SP), Z6
+	VPMULLW       Z6, Z7, Z7
+	VPMADDWD      (BX), Z7, Z6
+	VPMADDWD      512(BX), Z7, Z8
+	VPMADDWD      1024(BX), Z7, Z10
+	VPMADDWD      1536(BX), Z7, Z12
+	VPBROADCASTD  4(SP), Z7
+	VPMULLW       Z7, Z13, Z13
+	VPMADDWD      64(BX), Z13, Z7
+	VPMADDWD      576(BX), Z13, Z9
+	VPMADDWD      1088(BX), Z13, Z11
+	VPMADDWD      1600(BX), Z13, Z13
+	VPMOVZXBW     80(AX), Z15
+	VPANDD        Z0, Z15, Z16
+	VPANDD        Z1, Z15, Z15
+	VPSLLW        $0x02, Z14, Z17
+	VPTERNLOGD    $0xf8, Z2, Z17, Z16
+	VPSLLW        $0x05, Z14, Z17
+	VPTERNLOGD    $0xf8, Z3, Z17, Z15
+	VPBROADCASTD  8(SP), Z17
+	VPMULLW       Z17, Z16, Z16
+	VPMADDWD      128(BX), Z16, Z17
+	VPADDD        Z17, Z6, Z6
+	VPMADDWD      640(BX), Z16, Z17
+	VPADDD        Z17, Z8, Z8
+	VPMADDWD      1152(BX), Z16, Z17
+	VPADDD        Z17, Z10, Z10
+	VPMADDWD      1664(BX), Z16, Z16
+	VPADDD        Z16, Z12, Z12
+	VPBROADCASTD  12(SP), Z16
+	VPMULLW       Z16, Z15, Z15
+	VPMADDWD      192(BX), Z15, Z16
+	VPADDD        Z16, Z7, Z7
+	VPMADDWD      704(BX), Z15, Z16
+	VPADDD        Z16, Z9, Z9
+	VPMADDWD      1216(BX), Z15, Z16
+	VPADDD        Z16, Z11, Z11
+	VPMADDWD      1728(BX), Z15, Z15
+	VPADDD        Z15, Z13, Z13
+	VPMOVZXBW     112(AX), Z15
+	VPANDD        Z0, Z15, Z16
+	VPANDD        Z1, Z15, Z15
+	VPTERNLOGD    $0xf8, Z2, Z14, Z16
+	VPSLLW        $0x03, Z14, Z17
+	VPTERNLOGD    $0xf8, Z3, Z17, Z15
+	VPBROADCASTD  16(SP), Z17
+	VPMULLW       Z17, Z16, Z16
+	VPMADDWD      256(BX), Z16, Z17
+	VPADDD        Z17, Z6, Z6
+	VPMADDWD      768(BX), Z16, Z17
+	VPADDD        Z17, Z8, Z8
+	VPMADDWD      1280(BX), Z16, Z17
+	VPADDD        Z17, Z10, Z10
+	VPMADDWD      1792(BX), Z16, Z16
+	VPADDD        Z16, Z12, Z12
+	VPBROADCASTD  20(SP), Z16
+	VPMULLW       Z16, Z15, Z15
+	VPMADDWD      320(BX), Z15, Z16
+	VPADDD        Z16, Z7, Z7
+	VPMADDWD      832(BX), Z15, Z16
+	VPADDD        Z16, Z9, Z9
+	VPMADDWD      1344(BX), Z15, Z16
+	VPADDD        Z16, Z11, Z11
+	VPMADDWD      1856(BX), Z15, Z15
+	VPADDD        Z15, Z13, Z13
+	VPMOVZXBW     144(AX), Z15
+	VPANDD        Z0, Z15, Z16
+	VPANDD        Z1, Z15, Z15
+	VPSRLW        $0x02, Z14, Z17
+	VPTERNLOGD    $0xf8, Z2, Z17, Z16
+	VPSLLW        $0x01, Z14, Z14
+	VPTERNLOGD    $0xf8, Z3, Z14, Z15
+	VPBROADCASTD  24(SP), Z14
+	VPMULLW       Z14, Z16, Z16
+	VPMADDWD      384(BX), Z16, Z14
+	VPADDD        Z14, Z6, Z6
+	VPMADDWD      896(BX), Z16, Z14
+	VPADDD        Z14, Z8, Z8
+	VPMADDWD      1408(BX), Z16, Z14
+	VPADDD        Z14, Z10, Z10
+	VPMADDWD      1920(BX), Z16, Z14
+	VPADDD        Z14, Z12, Z12
+	VPBROADCASTD  28(SP), Z14
+	VPMULLW       Z14, Z15, Z15
+	VPMADDWD      448(BX), Z15, Z14
+	VPADDD        Z14, Z7, Z7
+	VPMADDWD      960(BX), Z15, Z14
+	VPADDD        Z14, Z9, Z9
+	VPMADDWD      1472(BX), Z15, Z14
+	VPADDD        Z14, Z11, Z11
+	VPMADDWD      1984(BX), Z15, Z14
+	VPADDD        Z14, Z13, Z13
+	VPSRAD        $0x04, Z7, Z7
+	VPADDD        Z7, Z6, Z6
+	VPSRAD        $0x04, Z9, Z9
+	VPADDD        Z9, Z8, Z8
+	VPSRAD        $0x04, Z11, Z11
+	VPADDD        Z11, Z10, Z10
+	VPSRAD        $0x04, Z13, Z13
+	VPADDD        Z13, Z12, Z12
+	VMOVD         (AX), X7
+	VCVTPH2PS     X7, X7
+	VPMULLD       (DI), Y5, Y9
+	VEXTRACTI64X4 $0x01, Z6, Y11
+	VPADDD        Y11, Y6, Y11
+	VPUNPCKLDQ    Y9, Y11, Y6
+	VPUNPCKHDQ    Y9, Y11, Y9
+	VPADDD        Y9, Y6, Y6
+	VPSHUFD       $0x4e, Y6, Y9
+	VPADDD        Y9, Y6, Y6
+	VEXTRACTI32X4 $0x01, Y6, X9
+	VPADDD        X9, X6, X9
+	VCVTDQ2PS     X9, X9
+	VMULPS        X7, X9, X9
+	VMOVSHDUP     X9, X6
+	VSUBSS        X6, X9, X9
+	VMULSS        (SI), X9, X9
+	VCVTSS2SD     X9, X9, X9
+	VADDSD        64(SP), X9, X9
+	VMOVSD        X9, 64(SP)
+	VPMULLD       32(DI), Y5, Y6
+	VEXTRACTI64X4 $0x01, Z8, Y9
+	VPADDD        Y9, Y8, Y9
+	VPUNPCKLDQ    Y6, Y9, Y8
+	VPUNPCKHDQ    Y6, Y9, Y6
+	VPADDD        Y6, Y8, Y8
+	VPSHUFD       $0x4e, Y8, Y6
+	VPADDD        Y6, Y8, Y8
+	VEXTRACTI32X4 $0x01, Y8, X6
+	VPADDD        X6, X8, X6
+	VCVTDQ2PS     X6, X6
+	VMULPS        X7, X6, X6
+	VMOVSHDUP     X6, X8
+	VSUBSS        X8, X6, X6
+	VMULSS        4(SI), X6, X6
+	VCVTSS2SD     X6, X6, X6
+	VADDSD        72(SP), X6, X6
+	VMOVSD        X6, 72(SP)
+	VPMULLD       64(DI), Y5, Y6
+	VEXTRACTI64X4 $0x01, Z10, Y8
+	VPADDD        Y8, Y10, Y8
+	VPUNPCKLDQ    Y6, Y8, Y9
+	VPUNPCKHDQ    Y6, Y8, Y6
+	VPADDD        Y6, Y9, Y9
+	VPSHUFD       $0x4e, Y9, Y6
+	VPADDD        Y6, Y9, Y9
+	VEXTRACTI32X4 $0x01, Y9, X6
+	VPADDD        X6, X9, X6
+	VCVTDQ2PS     X6, X6
+	VMULPS        X7, X6, X6
+	VMOVSHDUP     X6, X8
+	VSUBSS        X8, X6, X6
+	VMULSS        8(SI), X6, X6
+	VCVTSS2SD     X6, X6, X6
+	VADDSD        80(SP), X6, X6
+	VMOVSD        X6, 80(SP)
+	VPMULLD       96(DI), Y5, Y5
+	VEXTRACTI64X4 $0x01, Z12, Y6
+	VPADDD        Y6, Y12, Y6
+	VPUNPCKLDQ    Y5, Y6, Y8
+	VPUNPCKHDQ    Y5, Y6, Y5
+	VPADDD        Y5, Y8, Y8
+	VPSHUFD       $0x4e, Y8, Y5
+	VPADDD        Y5, Y8, Y8
+	VEXTRACTI32X4 $0x01, Y8, X5
+	VPADDD        X5, X8, X5
+	VCVTDQ2PS     X5, X5
+	VMULPS        X7, X5, X5
+	VMOVSHDUP     X5, X6
+	VSUBSS        X6, X5, X5
+	VMULSS        12(SI), X5, X5
+	VCVTSS2SD     X5, X5, X5
+	VADDSD        88(SP), X5, X5
+	VMOVSD        X5, 88(SP)
+	ADDQ          $0x000000b0, AX
+	ADDQ          $0x00000800, BX
+	ADDQ          $0x10, SI
+	ADDQ          $0x00000080, DI
+	DECQ          R8
+	JMP           q5kAVX512x4_pair
+
+q5kAVX512x4_end:
+	VMOVSD    64(SP), X5
+	VCVTSD2SS X5, X5, X5
+	VMOVSS    X5, (DX)
+	VMOVSD    72(SP), X5
+	VCVTSD2SS X5, X5, X5
+	VMOVSS    X5, 4(DX)
+	VMOVSD    80(SP), X5
+	VCVTSD2SS X5, X5, X5
+	VMOVSS    X5, 8(DX)
+	VMOVSD    88(SP), X5
+	VCVTSD2SS X5, X5, X5
+	VMOVSS    X5, 12(DX)
+	ADDQ      $0x10, DX
+	MOVQ      96(SP), AX
+	ADDQ      stride+8(FP), AX
+	DECQ      CX
+	JMP       q5kAVX512x4_row
+
+q5kAVX512x4_done:
+	VZEROUPPER
+	RET
+
+// func q6kAVX512x4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, F16C, MMX+
+TEXT ·q6kAVX512x4(SB), NOSPLIT, $104-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         y+64(FP), DX
+	MOVL         $0x000f000f, BX
+	VPBROADCASTD BX, Z0
+	VMOVDQU32    q6kHigh512<>+0(SB), Y1
+	VMOVDQU32    q6kHigh512<>+32(SB), Y2
+	MOVL         $0x0f0f0f0f, BX
+	VPBROADCASTD BX, Y3
+
+q6kAVX512x4_row:
+	CMPQ   CX, $0x00
+	JE     q6kAVX512x4_done
+	MOVQ   AX, 96(SP)
+	MOVQ   q+32(FP), BX
+	MOVQ   d+40(FP), SI
+	MOVQ   n+24(FP), DI
+	SHRQ   $0x08, DI
+	VPXORQ X4, X4, X4
+	VMOVSD X4, 64(SP)
+	VMOVSD X4, 72(SP)
+	VMOVSD X4, 80(SP)
+	VMOVSD X4, 88(SP)
+
+q6kAVX512x4_pair:
+	CMPQ            DI, $0x02
+	JB              q6kAVX512x4_single
+	PREFETCHT0      4096(AX)
+	PREFETCHT0      4160(AX)
+	PREFETCHT0      4224(AX)
+	PREFETCHT0      4288(AX)
+	PREFETCHT0      4352(AX)
+	PREFETCHT0      4416(AX)
+	PREFETCHT0      4480(AX)
+	VPMOVSXBW       192(AX), Y5
+	VMOVDQU32       Y5, (SP)
+	VPMOVZXBW       (AX), Z13
+	VPMOVZXBW       32(AX), Z14
+	VPANDD          128(AX), Y3, Y6
+	VBROADCASTI32X4 (SP), Z16
+	VPSHUFB         Y6, Y1, Y5
+	VPMOVSXBW       Y5, Z8
+	VPTERNLOGD      $0xd8, Z0, Z13, Z8
+	VPSHUFB         q6kShuf512<>+0(SB), Z16, Z5
+	VPMULLW         Z5, Z8, Z8
+	VPMADDWD        (BX), Z8, Z5
+	VPMADDWD        1024(BX), Z8, Z7
+	VPMADDWD        2048(BX), Z8, Z9
+	VPMADDWD        3072(BX), Z8, Z11
+	VPSHUFB         Y6, Y2, Y6
+	VPMOVSXBW       Y6, Z12
+	VPTERNLOGD      $0xd8, Z0, Z14, Z12
+	VPSHUFB         q6kShuf512<>+64(SB), Z16, Z6
+	VPMULLW         Z6, Z12, Z12
+	VPMADDWD        64(BX), Z12, Z6
+	VPMADDWD        1088(BX), Z12, Z8
+	VPMADDWD        2112(BX), Z12, Z10
+	VPMADDWD        3136(BX), Z12, Z12
+	VPSRLW          $0x04, 128(AX), Y15
+	VPANDD          Y3, Y15, Y15
+	VPSRLW          $0x04, Z13, Z13
+	VPSHUFB         Y15, Y1, Y17
+	VPMOVSXBW       Y17, Z17
+	VPTERNLOGD      $0xd8, Z0, Z13, Z17
+	VPSHUFB         q6kShuf512<>+128(SB), Z16, Z13
+	VPMULLW         Z13, Z17, Z17
+	VPMADDWD        128(BX), Z17, Z13
+	VPADDD          Z13, Z5, Z5
+	VPMADDWD        1152(BX), Z17, Z13
+	VPADDD          Z13, Z7, Z7
+	VPMADDWD        2176(BX), Z17, Z13
+	VPADDD          Z13, Z9, Z9
+	VPMADDWD        3200(BX), Z17, Z13
+	VPADDD          Z13, Z11, Z11
+	VPSRLW          $0x04, Z14, Z14
+	VPSHUFB         Y15, Y2, Y13
+	VPMOVSXBW       Y13, Z13
+	VPTERNLOGD      $0xd8, Z0, Z14, Z13
+	VPSHUFB         q6kShuf512<>+192(SB), Z16, Z14
+	VPMULLW         Z14, Z13, Z13
+	VPMADDWD        192(BX), Z13, Z14
+	VPADDD          Z14, Z6, Z6
+	VPMADDWD        1216(BX), Z13, Z14
+	VPADDD          Z14, Z8, Z8
+	VPMADDWD        2240(BX), Z13, Z14
+	VPADDD          Z14, Z10, Z10
+	VPMADDWD        3264(BX), Z13, Z13
+	VPADDD          Z13, Z12, Z12
+	VPMOVZXBW       64(AX), Z13
+	VPMOVZXBW       96(AX), Z14
+	VPANDD          160(AX), Y3, Y15
+	VBROADCASTI32X4 16(SP), Z16
+	VPSHUFB         Y15, Y1, Y17
+	VPMOVSXBW       Y17, Z17
+	VPTERNLOGD      $0xd8, Z0, Z13, Z17
+	VPSHUFB         q6kShuf512<>+0(SB), Z16, Z18
+	VPMULLW         Z18, Z17, Z17
+	VPMADDWD        256(BX), Z17, Z18
+	VPADDD          Z18, Z5, Z5
+	VPMADDWD        1280(BX), Z17, Z18
+	VPADDD          Z18, Z7, Z7
+	VPMADDWD        2304(BX), Z17, Z18
+	VPADDD          Z18, Z9, Z9
+	VPMADDWD        3328(BX), Z17, Z17
+	VPADDD          Z17, Z11, Z11
+	VPSHUFB         Y15, Y2, Y15
+	VPMOVSXBW       Y15, Z15
+	VPTERNLOGD      $0xd8, Z0, Z14, Z15
+	VPSHUFB         q6kShuf512<>+64(SB), Z16, Z17
+	VPMULLW         Z17, Z15, Z15
+	VPMADDWD        320(BX), Z15, Z17
+	VPADDD          Z17, Z6, Z6
+	VPMADDWD        1344(BX), Z15, Z17
+	VPADDD          Z17, Z8, Z8
+	VPMADDWD        2368(BX), Z15, Z17
+	VPADDD          Z17, Z10, Z10
+	VPMADDWD        3392(BX), Z15, Z15
+	VPADDD          Z15, Z12, Z12
+	VPSRLW          $0x04, 160(AX), Y15
+	VPANDD          Y3, Y15, Y15
+	VPSRLW          $0x04, Z13, Z13
+	VPSHUFB         Y15, Y1, Y17
+	VPMOVSXBW       Y17, Z17
+	VPTERNLOGD      $0xd8, Z0, Z13, Z17
+	VPSHUFB         q6kShuf512<>+128(SB), Z16, Z13
+	VPMULLW         Z13, Z17, Z17
+	VPMADDWD        384(BX), Z17, Z13
+	VPADDD          Z13, Z5, Z5
+	VPMADDWD        1408(BX), Z17, Z13
+	VPADDD          Z13, Z7, Z7
+	VPMADDWD        2432(BX), Z17, Z13
+	VPADDD          Z13, Z9, Z9
+	VPMADDWD        3456(BX), Z17, Z13
+	VPADDD          Z13, Z11, Z11
+	VPSRLW          $0x04, Z14, Z14
+	VPSHUFB         Y15, Y2, Y13
+	VPMOVSXBW       Y13, Z13
+	VPTERNLOGD      $0xd8, Z0, Z14, Z13
+	VPSHUFB         q6kShuf512<>+192(SB), Z16, Z14
+	VPMULLW         Z14, Z13, Z13
+	VPMADDWD        448(BX), Z13, Z14
+	VPADDD          Z14, Z6, Z6
+	VPMADDWD        1472(BX), Z13, Z14
+	VPADDD          Z14, Z8, Z8
+	VPMADDWD        2496(BX), Z13, Z14
+	VPADDD          Z14, Z10, Z10
+	VPMADDWD        3520(BX), Z13, Z13
+	VPADDD          Z13, Z12, Z12
+	VPADDD          Z6, Z5, Z5
+	VPADDD          Z8, Z7, Z7
+	VPADDD          Z10, Z9, Z9
+	VPADDD          Z12, Z11, Z11
+	VPMOVSXBW       402(AX), Y6
+	VMOVDQU32       Y6, 32(SP)
+	VPMOVZXBW       210(AX), Z17
+	VPMOVZXBW       242(AX), Z18
+	VPANDD          338(AX), Y3, Y8
+	VBROADCASTI32X4 32(SP), Z20
+	VPSHUFB         Y8, Y1, Y6
+	VPMOVSXBW       Y6, Z12
+	VPTERNLOGD      $0xd8, Z0, Z17, Z12
+	VPSHUFB         q6kShuf512<>+0(SB), Z20, Z6
+	VPMULLW         Z6, Z12, Z12
+	VPMADDWD        512(BX), Z12, Z6
+	VPMADDWD        1536(BX), Z12, Z10
+	VPMADDWD        2560(BX), Z12, Z13
+	VPMADDWD        3584(BX), Z12, Z15
+	VPSHUFB         Y8, Y2, Y8
+	VPMOVSXBW       Y8, Z16
+	VPTERNLOGD      $0xd8, Z0, Z18, Z16
+	VPSHUFB         q6kShuf512<>+64(SB), Z20, Z8
+	VPMULLW         Z8, Z16, Z16
+	VPMADDWD        576(BX), Z16, Z8
+	VPMADDWD        1600(BX), Z16, Z12
+	VPMADDWD        2624(BX), Z16, Z14
+	VPMADDWD        3648(BX), Z16, Z16
+	VPSRLW          $0x04, 338(AX), Y19
+	VPANDD          Y3, Y19, Y19
+	VPSRLW          $0x04, Z17, Z17
+	VPSHUFB         Y19, Y1, Y21
+	VPMOVSXBW       Y21, Z21
+	VPTERNLOGD      $0xd8, Z0, Z17, Z21
+	VPSHUFB         q6kShuf512<>+128(SB), Z20, Z17
+	VPMULLW         Z17, Z21, Z21
+	VPMADDWD        640(BX), Z21, Z17
+	VPADDD          Z17, Z6, Z6
+	VPMADDWD        1664(BX), Z21, Z17
+	VPADDD          Z17, Z10, Z10
+	VPMADDWD        2688(BX), Z21, Z17
+	VPADDD          Z17, Z13, Z13
+	VPMADDWD        3712(BX), Z21, Z17
+	VPADDD          Z17, Z15, Z15
+	VPSRLW          $0x04, Z18, Z18
+	VPSHUFB         Y19, Y2, Y17
+	VPMOVSXBW       Y17, Z17
+	VPTERNLOGD      $0xd8, Z0, Z18, Z17
+	VPSHUFB         q6kShuf512<>+192(SB), Z20, Z18
+	VPMULLW         Z18, Z17, Z17
+	VPMADDWD        704(BX), Z17, Z18
+	VPADDD          Z18, Z8, Z8
+	VPMADDWD        1728(BX), Z17, Z18
+	VPADDD          Z18, Z12, Z12
+	VPMADDWD        2752(BX), Z17, Z18
+	VPADDD          Z18, Z14, Z14
+	VPMADDWD        3776(BX), Z17, Z17
+	VPADDD          Z17, Z16, Z16
+	VPMOVZXBW       274(AX), Z17
+	VPMOVZXBW       306(AX), Z18
+	VPANDD          370(AX), Y3, Y19
+	VBROADCASTI32X4 48(SP), Z20
+	VPSHUFB         Y19, Y1, Y21
+	VPMOVSXBW       Y21, Z21
+	VPTERNLOGD      $0xd8, Z0, Z17, Z21
+	VPSHUFB         q6kShuf512<>+0(SB), Z20, Z22
+	VPMULLW         Z22, Z21, Z21
+	VPMADDWD        768(BX), Z21, Z22
+	VPADDD          Z22, Z6, Z6
+	VPMADDWD        1792(BX), Z21, Z22
+	VPADDD          Z22, Z10, Z10
+	VPMADDWD        2816(BX), Z21, Z22
+	VPADDD          Z22, Z13, Z13
+	VPMADDWD        3840(BX), Z21, Z21
+	VPADDD          Z21, Z15, Z15
+	VPSHUFB         Y19, Y2, Y19
+	VPMOVSXBW       Y19, Z19
+	VPTERNLOGD      $0xd8, Z0, Z18, Z19
+	VPSHUFB         q6kShuf512<>+64(SB), Z20, Z21
+	VPMULLW         Z21, Z19, Z19
+	VPMADDWD        832(BX), Z19, Z21
+	VPADDD          Z21, Z8, Z8
+	VPMADDWD        1856(BX), Z19, Z21
+	VPADDD          Z21, Z12, Z12
+	VPMADDWD        2880(BX), Z19, Z21
+	VPADDD          Z21, Z14, Z14
+	VPMADDWD        3904(BX), Z19, Z19
+	VPADDD          Z19, Z16, Z16
+	VPSRLW          $0x04, 370(AX), Y19
+	VPANDD          Y3, Y19, Y19
+	VPSRLW          $0x04, Z17, Z17
+	VPSHUFB         Y19, Y1, Y21
+	VPMOVSXBW       Y21, Z21
+	VPTERNLOGD      $0xd8, Z0, Z17, Z21
+	VPSHUFB         q6kShuf512<>+128(SB), Z20, Z17
+	VPMULLW         Z17, Z21, Z21
+	VPMADDWD        896(BX), Z21, Z17
+	VPADDD          Z17, Z6, Z6
+	VPMADDWD        1920(BX), Z21, Z17
+	VPADDD          Z17, Z10, Z10
+	VPMADDWD        2944(BX), Z21, Z17
+	VPADDD          Z17, Z13, Z13
+	VPMADDWD        3968(BX), Z21, Z17
+	VPADDD          Z17, Z15, Z15
+	VPSRLW          $0x04, Z18, Z18
+	VPSHUFB         Y19, Y2, Y17
+	VPMOVSXBW       Y17, Z17
+	VPTERNLOGD      $0xd8, Z0, Z18, Z17
+	VPSHUFB         q6kShuf512<>+192(SB), Z20, Z18
+	VPMULLW         Z18, Z17, Z17
+	VPMADDWD        960(BX), Z17, Z18
+	VPADDD          Z18, Z8, Z8
+	VPMADDWD        1984(BX), Z17, Z18
+	VPADDD          Z18, Z12, Z12
+	VPMADDWD        3008(BX), Z17, Z18
+	VPADDD          Z18, Z14, Z14
+	VPMADDWD        4032(BX), Z17, Z17
+	VPADDD          Z17, Z16, Z16
+	VPADDD          Z8, Z6, Z6
+	VPADDD          Z12, Z10, Z10
+	VPADDD          Z14, Z13, Z13
+	VPADDD          Z16, Z15, Z15
+	MOVWLZX         208(AX), R8
+	MOVWLZX         418(AX), R9
+	SHLL            $0x10, R9
+	ORL             R9, R8
+	VMOVD           R8, X8
+	VCVTPH2PS       X8, X8
+	VSHUFI64X2      $0x44, Z6, Z5, Z12
+	VSHUFI64X2      $0xee, Z6, Z5, Z5
+	VPADDD          Z5, Z12, Z12
+	VSHUFI64X2      $0xb1, Z12, Z12, Z5
+	VPADDD          Z5, Z12, Z12
+	VPSHUFD         $0x4e, Z12, Z5
+	VPADDD          Z5, Z12, Z12
+	VPSHUFD         $0xb1, Z12, Z5
+	VPADDD          Z5, Z12, Z12
+	VEXTRACTI32X4   $0x02, Z12, X5
+	VPUNPCKLDQ      X5, X12, X5
+	VCVTDQ2PS       X5, X5
+	VMULPS          X8, X5, X5
+	VMOVQ           (SI), X6
+	VMULPS          X6, X5, X5
+	VCVTPS2PD       X5, X5
+	VMOVAPD         X5, X6
+	VADDSD          64(SP), X6, X6
+	VMOVSD          X6, 64(SP)
+	VPERMILPD       $0x01, X5, X5
+	VADDSD          64(SP), X5, X5
+	VMOVSD          X5, 64(SP)
+	VSHUFI64X2      $0x44, Z10, Z7, Z5
+	VSHUFI64X2      $0xee, Z10, Z7, Z6
+	VPADDD          Z6, Z5, Z5
+	VSHUFI64X2      $0xb1, Z5, Z5, Z6
+	VPADDD          Z6, Z5, Z5
+	VPSHUFD         $0x4e, Z5, Z6
+	VPADDD          Z6, Z5, Z5
+	VPSHUFD         $0xb1, Z5, Z6
+	VPADDD          Z6, Z5, Z5
+	VEXTRACTI32X4   $0x02, Z5, X6
+	VPUNPCKLDQ      X6, X5, X6
+	VCVTDQ2PS       X6, X6
+	VMULPS          X8, X6, X6
+	VMOVQ           8(SI), X5
+	VMULPS          X5, X6, X6
+	VCVTPS2PD       X6, X6
+	VMOVAPD         X6, X5
+	VADDSD          72(SP), X5, X5
+	VMOVSD          X5, 72(SP)
+	VPERMILPD       $0x01, X6, X6
+	VADDSD          72(SP), X6, X6
+	VMOVSD          X6, 72(SP)
+	VSHUFI64X2      $0x44, Z13, Z9, Z5
+	VSHUFI64X2      $0xee, Z13, Z9, Z6
+	VPADDD          Z6, Z5, Z5
+	VSHUFI64X2      $0xb1, Z5, Z5, Z6
+	VPADDD          Z6, Z5, Z5
+	VPSHUFD         $0x4e, Z5, Z6
+	VPADDD          Z6, Z5, Z5
+	VPSHUFD         $0xb1, Z5, Z6
+	VPADDD          Z6, Z5, Z5
+	VEXTRACTI32X4   $0x02, Z5, X6
+	VPUNPCKLDQ      X6, X5, X6
+	VCVTDQ2PS       X6, X6
+	VMULPS          X8, X6, X6
+	VMOVQ           16(SI), X5
+	VMULPS          X5, X6, X6
+	VCVTPS2PD       X6, X6
+	VMOVAPD         X6, X5
+	VADDSD          80(SP), X5, X5
+	VMOVSD          X5, 80(SP)
+	VPERMILPD       $0x01, X6, X6
+	VADDSD          80(SP), X6, X6
+	VMOVSD          X6, 80(SP)
+	VSHUFI64X2      $0x44, Z15, Z11, Z5
+	VSHUFI64X2      $0xee, Z15, Z11, Z6
+	VPADDD          Z6, Z5, Z5
+	VSHUFI64X2      $0xb1, Z5, Z5, Z6
+	VPADDD          Z6, Z5, Z5
+	VPSHUFD         $0x4e, Z5, Z6
+	VPADDD          Z6, Z5, Z5
+	VPSHUFD         $0xb1, Z5, Z6
+	VPADDD          Z6, Z5, Z5
+	VEXTRACTI32X4   $0x02, Z5, X6
+	VPUNPCKLDQ      X6, X5, X6
+	VCVTDQ2PS       X6, X6
+	VMULPS          X8, X6, X6
+	VMOVQ           24(SI), X5
+	VMULPS          X5, X6, X6
+	VCVTPS2PD       X6, X6
+	VMOVAPD         X6, X5
+	VADDSD          88(SP), X5, X5
+	VMOVSD          X5, 88(SP)
+	VPERMILPD       $0x01, X6, X6
+	VADDSD          88(SP), X6, X6
+	VMOVSD          X6, 88(SP)
+	ADDQ            $0x000001a4, AX
+	ADDQ            $0x00001000, BX
+	ADDQ            $0x20, SI
+	SUBQ            $0x02, DI
+	JMP             q6kAVX512x4_pair
+
+q6kAVX512x4_single:
+	CMPQ            DI, $0x00
+	JE              q6kAVX512x4_end
+	VPMOVSXBW       192(AX), Y5
+	VMOVDQU32       Y5, (SP)
+	VPMOVZXBW       (AX), Z13
+	VPMOVZXBW       32(AX), Z14
+	VPANDD          128(AX), Y3, Y6
+	VBROADCASTI32X4 (SP), Z16
+	VPSHUFB         Y6, Y1, Y5
+	VPMOVSXBW       Y5, Z8
+	VPTERNLOGD      $0xd8, Z0, Z13, Z8
+	VPSHUFB         q6kShuf512<>+0(SB), Z16, Z5
+	VPMULLW         Z5, Z8, Z8
+	VPMADDWD        (BX), Z8, Z5
+	VPMADDWD        512(BX), Z8, Z7
+	VPMADDWD        1024(BX), Z8, Z9
+	VPMADDWD        1536(BX), Z8, Z11
+	VPSHUFB         Y6, Y2, Y6
+	VPMOVSXBW       Y6, Z12
+	VPTERNLOGD      $0xd8, Z0, Z14, Z12
+	VPSHUFB         q6kShuf512<>+64(SB), Z16, Z6
+	VPMULLW         Z6, Z12, Z12
+	VPMADDWD        64(BX), Z12, Z6
+	VPMADDWD        576(BX), Z12, Z8
+	VPMADDWD        1088(BX), Z12, Z10
+	VPMADDWD        1600(BX), Z12, Z12
+	VPSRLW          $0x04, 128(AX), Y15
+	VPANDD          Y3, Y15, Y15
+	VPSRLW          $0x04, Z13, Z13
+	VPSHUFB         Y15, Y1, Y17
+	VPMOVSXBW       Y17, Z17
+	VPTERNLOGD      $0xd8, Z0, Z13, Z17
+	VPSHUFB         q6kShuf512<>+128(SB), Z16, Z13
+	VPMULLW         Z13, Z17, Z17
+	VPMADDWD        128(BX), Z17, Z13
+	VPADDD          Z13, Z5, Z5
+	VPMADDWD        640(BX), Z17, Z13
+	VPADDD          Z13, Z7, Z7
+	VPMADDWD        1152(BX), Z17, Z13
+	VPADDD          Z13, Z9, Z9
+	VPMADDWD        1664(BX), Z17, Z13
+	VPADDD          Z13, Z11, Z11
+	VPSRLW          $0x04, Z14, Z14
+	VPSHUFB         Y15, Y2, Y13
+	VPMOVSXBW       Y13, Z13
+	VPTERNLOGD      $0xd8, Z0, Z14, Z13
+	VPSHUFB         q6kShuf512<>+192(SB), Z16, Z14
+	VPMULLW         Z14, Z13, Z13
+	VPMADDWD        192(BX), Z13, Z14
+	VPADDD          Z14, Z6, Z6
+	VPMADDWD        704(BX), Z13, Z14
+	VPADDD          Z14, Z8, Z8
+	VPMADDWD        1216(BX), Z13, Z14
+	VPADDD          Z14, Z10, Z10
+	VPMADDWD        1728(BX), Z13, Z13
+	VPADDD          Z13, Z12, Z12
+	VPMOVZXBW       64(AX), Z13
+	VPMOVZXBW       96(AX), Z14
+	VPANDD          160(AX), Y3, Y15
+	VBROADCASTI32X4 16(SP), Z16
+	VPSHUFB         Y15, Y1, Y17
+	VPMOVSXBW       Y17, Z17
+	VPTERNLOGD      $0xd8, Z0, Z13, Z17
+	VPSHUFB         q6kShuf512<>+0(SB), Z16, Z18
+	VPMULLW         Z18, Z17, Z17
+	VPMADDWD        256(BX), Z17, Z18
+	VPADDD          Z18, Z5, Z5
+	VPMADDWD        768(BX), Z17, Z18
+	VPADDD          Z18, Z7, Z7
+	VPMADDWD        1280(BX), Z17, Z18
+	VPADDD          Z18, Z9, Z9
+	VPMADDWD        1792(BX), Z17, Z17
+	VPADDD          Z17, Z11, Z11
+	VPSHUFB         Y15, Y2, Y15
+	VPMOVSXBW       Y15, Z15
+	VPTERNLOGD      $0xd8, Z0, Z14, Z15
+	VPSHUFB         q6kShuf512<>+64(SB), Z16, Z17
+	VPMULLW         Z17, Z15, Z15
+	VPMADDWD        320(BX), Z15, Z17
+	VPADDD          Z17, Z6, Z6
+	VPMADDWD        832(BX), Z15, Z17
+	VPADDD          Z17, Z8, Z8
+	VPMADDWD        1344(BX), Z15, Z17
+	VPADDD          Z17, Z10, Z10
+	VPMADDWD        1856(BX), Z15, Z15
+	VPADDD          Z15, Z12, Z12
+	VPSRLW          $0x04, 160(AX), Y15
+	VPANDD          Y3, Y15, Y15
+	VPSRLW          $0x04, Z13, Z13
+	VPSHUFB         Y15, Y1, Y17
+	VPMOVSXBW       Y17, Z17
+	VPTERNLOGD      $0xd8, Z0, Z13, Z17
+	VPSHUFB         q6kShuf512<>+128(SB), Z16, Z13
+	VPMULLW         Z13, Z17, Z17
+	VPMADDWD        384(BX), Z17, Z13
+	VPADDD          Z13, Z5, Z5
+	VPMADDWD        896(BX), Z17, Z13
+	VPADDD          Z13, Z7, Z7
+	VPMADDWD        1408(BX), Z17, Z13
+	VPADDD          Z13, Z9, Z9
+	VPMADDWD        1920(BX), Z17, Z13
+	VPADDD          Z13, Z11, Z11
+	VPSRLW          $0x04, Z14, Z14
+	VPSHUFB         Y15, Y2, Y13
+	VPMOVSXBW       Y13, Z13
+	VPTERNLOGD      $0xd8, Z0, Z14, Z13
+	VPSHUFB         q6kShuf512<>+192(SB), Z16, Z14
+	VPMULLW         Z14, Z13, Z13
+	VPMADDWD        448(BX), Z13, Z14
+	VPADDD          Z14, Z6, Z6
+	VPMADDWD        960(BX), Z13, Z14
+	VPADDD          Z14, Z8, Z8
+	VPMADDWD        1472(BX), Z13, Z14
+	VPADDD          Z14, Z10, Z10
+	VPMADDWD        1984(BX), Z13, Z13
+	VPADDD          Z13, Z12, Z12
+	VPADDD          Z6, Z5, Z5
+	VPADDD          Z8, Z7, Z7
+	VPADDD          Z10, Z9, Z9
+	VPADDD          Z12, Z11, Z11
+	VPBROADCASTW    208(AX), X6
+	VCVTPH2PS       X6, X6
+	VEXTRACTI64X4   $0x01, Z5, Y8
+	VPADDD          Y8, Y5, Y8
+	VEXTRACTI32X4   $0x01, Y8, X5
+	VPADDD          X5, X8, X5
+	VPSHUFD         $0x4e, X5, X8
+	VPADDD          X8, X5, X5
+	VPSHUFD         $0xb1, X5, X8
+	VPADDD          X8, X5, X5
+	VCVTDQ2PS       X5, X5
+	VMULSS          X6, X5, X5
+	VMULSS          (SI), X5, X5
+	VCVTSS2SD       X5, X5, X5
+	VADDSD          64(SP), X5, X5
+	VMOVSD          X5, 64(SP)
+	VEXTRACTI64X4   $0x01, Z7, Y5
+	VPADDD          Y5, Y7, Y5
+	VEXTRACTI32X4   $0x01, Y5, X7
+	VPADDD          X7, X5, X7
+	VPSHUFD         $0x4e, X7, X5
+	VPADDD          X5, X7, X7
+	VPSHUFD         $0xb1, X7, X5
+	VPADDD          X5, X7, X7
+	VCVTDQ2PS       X7, X7
+	VMULSS          X6, X7, X7
+	VMULSS          4(SI), X7, X7
+	VCVTSS2SD       X7, X7, X7
+	VADDSD          72(SP), X7, X7
+	VMOVSD          X7, 72(SP)
+	VEXTRACTI64X4   $0x01, Z9, Y5
+	VPADDD          Y5, Y9, Y5
+	VEXTRACTI32X4   $0x01, Y5, X7
+	VPADDD          X7, X5, X7
+	VPSHUFD         $0x4e, X7, X5
+	VPADDD          X5, X7, X7
+	VPSHUFD         $0xb1, X7, X5
+	VPADDD          X5, X7, X7
+	VCVTDQ2PS       X7, X7
+	VMULSS          X6, X7, X7
+	VMULSS          8(SI), X7, X7
+	VCVTSS2SD       X7, X7, X7
+	VADDSD          80(SP), X7, X7
+	VMOVSD          X7, 80(SP)
+	VEXTRACTI64X4   $0x01, Z11, Y5
+	VPADDD          Y5, Y11, Y5
+	VEXTRACTI32X4   $0x01, Y5, X7
+	VPADDD          X7, X5, X7
+	VPSHUFD         $0x4e, X7, X5
+	VPADDD          X5, X7, X7
+	VPSHUFD         $0xb1, X7, X5
+	VPADDD          X5, X7, X7
+	VCVTDQ2PS       X7, X7
+	VMULSS          X6, X7, X7
+	VMULSS          12(SI), X7, X7
+	VCVTSS2SD       X7, X7, X7
+	VADDSD          88(SP), X7, X7
+	VMOVSD          X7, 88(SP)
+	ADDQ            $0x000000d2, AX
+	ADDQ            $0x00000800, BX
+	ADDQ            $0x10, SI
+	DECQ            DI
+	JMP             q6kAVX512x4_pair
+
+q6kAVX512x4_end:
+	VMOVSD    64(SP), X5
+	VCVTSD2SS X5, X5, X5
+	VMOVSS    X5, (DX)
+	VMOVSD    72(SP), X5
+	VCVTSD2SS X5, X5, X5
+	VMOVSS    X5, 4(DX)
+	VMOVSD    80(SP), X5
+	VCVTSD2SS X5, X5, X5
+	VMOVSS    X5, 8(DX)
+	VMOVSD    88(SP), X5
+	VCVTSD2SS X5, X5, X5
+	VMOVSS    X5, 12(DX)
+	ADDQ      $0x10, DX
+	MOVQ      96(SP), AX
+	ADDQ      stride+8(FP), AX
+	DECQ      CX
+	JMP       q6kAVX512x4_row
+
+q6kAVX512x4_done:
+	VZEROUPPER
+	RET
+
 // func q4kVNNI(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
 TEXT ·q4kVNNI(SB), NOSPLIT, $72-72
@@ -4398,266 +5654,250 @@ q4kVNNIx4_pair:
 	ORQ           R11, R10
 	VMOVQ         R9, X4
 	VPMOVZXBD     X4, Y4
-	VPSLLD        $0x10, Y4, Y29
-	VPORD         Y29, Y4, Y4
+	VPSLLD        $0x10, Y4, Y5
+	VPORD         Y5, Y4, Y4
 	VMOVDQU32     Y4, 32(SP)
 	VMOVQ         R10, X4
 	VPUNPCKLQDQ   X4, X3, X3
 	VPMOVZXBD     X3, Z3
-	VPXORD        Z5, Z5, Z5
-	VPXORD        Z6, Z6, Z6
-	VPXORD        Z7, Z7, Z7
-	VPXORD        Z8, Z8, Z8
-	VPXORD        Z9, Z9, Z9
-	VPXORD        Z10, Z10, Z10
-	VPXORD        Z11, Z11, Z11
-	VPXORD        Z12, Z12, Z12
 	VPMOVZXBW     16(AX), Z4
-	VPANDD        Z0, Z4, Z29
-	VPANDD        Z1, Z4, Z4
-	VPBROADCASTD  (SP), Z30
-	VPMULLW       Z30, Z29, Z29
-	VPDPWSSD      (BX), Z29, Z5
-	VPDPWSSD      1024(BX), Z29, Z7
-	VPDPWSSD      2048(BX), Z29, Z9
-	VPDPWSSD      3072(BX), Z29, Z11
-	VPBROADCASTD  4(SP), Z29
-	VPMULLW       Z29, Z4, Z4
-	VPDPWSSD      64(BX), Z4, Z6
-	VPDPWSSD      1088(BX), Z4, Z8
-	VPDPWSSD      2112(BX), Z4, Z10
-	VPDPWSSD      3136(BX), Z4, Z12
-	VPMOVZXBW     48(AX), Z4
-	VPANDD        Z0, Z4, Z29
-	VPANDD        Z1, Z4, Z4
-	VPBROADCASTD  8(SP), Z30
-	VPMULLW       Z30, Z29, Z29
-	VPDPWSSD      128(BX), Z29, Z5
-	VPDPWSSD      1152(BX), Z29, Z7
-	VPDPWSSD      2176(BX), Z29, Z9
-	VPDPWSSD      3200(BX), Z29, Z11
-	VPBROADCASTD  12(SP), Z29
-	VPMULLW       Z29, Z4, Z4
-	VPDPWSSD      192(BX), Z4, Z6
-	VPDPWSSD      1216(BX), Z4, Z8
-	VPDPWSSD      2240(BX), Z4, Z10
-	VPDPWSSD      3264(BX), Z4, Z12
-	VPMOVZXBW     80(AX), Z4
-	VPANDD        Z0, Z4, Z29
-	VPANDD        Z1, Z4, Z4
-	VPBROADCASTD  16(SP), Z30
-	VPMULLW       Z30, Z29, Z29
-	VPDPWSSD      256(BX), Z29, Z5
-	VPDPWSSD      1280(BX), Z29, Z7
-	VPDPWSSD      2304(BX), Z29, Z9
-	VPDPWSSD      3328(BX), Z29, Z11
-	VPBROADCASTD  20(SP), Z29
-	VPMULLW       Z29, Z4, Z4
-	VPDPWSSD      320(BX), Z4, Z6
-	VPDPWSSD      1344(BX), Z4, Z8
-	VPDPWSSD      2368(BX), Z4, Z10
-	VPDPWSSD      3392(BX), Z4, Z12
-	VPMOVZXBW     112(AX), Z4
-	VPANDD        Z0, Z4, Z29
-	VPANDD        Z1, Z4, Z4
-	VPBROADCASTD  24(SP), Z30
-	VPMULLW       Z30, Z29, Z29
-	VPDPWSSD      384(BX), Z29, Z5
-	VPDPWSSD      1408(BX), Z29, Z7
-	VPDPWSSD      2432(BX), Z29, Z9
-	VPDPWSSD      3456(BX), Z29, Z11
-	VPBROADCASTD  28(SP), Z29
-	VPMULLW       Z29, Z4, Z4
-	VPDPWSSD      448(BX), Z4, Z6
-	VPDPWSSD      1472(BX), Z4, Z8
-	VPDPWSSD      2496(BX), Z4, Z10
-	VPDPWSSD      3520(BX), Z4, Z12
-	VPSRAD        $0x04, Z6, Z6
-	VPADDD        Z6, Z5, Z5
-	VPSRAD        $0x04, Z8, Z8
-	VPADDD        Z8, Z7, Z7
-	VPSRAD        $0x04, Z10, Z10
-	VPADDD        Z10, Z9, Z9
-	VPSRAD        $0x04, Z12, Z12
-	VPADDD        Z12, Z11, Z11
-	VPXORD        Z13, Z13, Z13
-	VPXORD        Z14, Z14, Z14
-	VPXORD        Z15, Z15, Z15
-	VPXORD        Z16, Z16, Z16
-	VPXORD        Z17, Z17, Z17
-	VPXORD        Z18, Z18, Z18
-	VPXORD        Z19, Z19, Z19
-	VPXORD        Z20, Z20, Z20
-	VPMOVZXBW     160(AX), Z4
-	VPANDD        Z0, Z4, Z29
-	VPANDD        Z1, Z4, Z4
-	VPBROADCASTD  32(SP), Z30
-	VPMULLW       Z30, Z29, Z29
-	VPDPWSSD      512(BX), Z29, Z13
-	VPDPWSSD      1536(BX), Z29, Z15
-	VPDPWSSD      2560(BX), Z29, Z17
-	VPDPWSSD      3584(BX), Z29, Z19
-	VPBROADCASTD  36(SP), Z29
-	VPMULLW       Z29, Z4, Z4
-	VPDPWSSD      576(BX), Z4, Z14
-	VPDPWSSD      1600(BX), Z4, Z16
-	VPDPWSSD      2624(BX), Z4, Z18
-	VPDPWSSD      3648(BX), Z4, Z20
-	VPMOVZXBW     192(AX), Z4
-	VPANDD        Z0, Z4, Z29
-	VPANDD        Z1, Z4, Z4
-	VPBROADCASTD  40(SP), Z30
-	VPMULLW       Z30, Z29, Z29
-	VPDPWSSD      640(BX), Z29, Z13
-	VPDPWSSD      1664(BX), Z29, Z15
-	VPDPWSSD      2688(BX), Z29, Z17
-	VPDPWSSD      3712(BX), Z29, Z19
-	VPBROADCASTD  44(SP), Z29
-	VPMULLW       Z29, Z4, Z4
-	VPDPWSSD      704(BX), Z4, Z14
-	VPDPWSSD      1728(BX), Z4, Z16
-	VPDPWSSD      2752(BX), Z4, Z18
-	VPDPWSSD      3776(BX), Z4, Z20
-	VPMOVZXBW     224(AX), Z4
-	VPANDD        Z0, Z4, Z29
-	VPANDD        Z1, Z4, Z4
-	VPBROADCASTD  48(SP), Z30
-	VPMULLW       Z30, Z29, Z29
-	VPDPWSSD      768(BX), Z29, Z13
-	VPDPWSSD      1792(BX), Z29, Z15
-	VPDPWSSD      2816(BX), Z29, Z17
-	VPDPWSSD      3840(BX), Z29, Z19
-	VPBROADCASTD  52(SP), Z29
-	VPMULLW       Z29, Z4, Z4
-	VPDPWSSD      832(BX), Z4, Z14
-	VPDPWSSD      1856(BX), Z4, Z16
-	VPDPWSSD      2880(BX), Z4, Z18
-	VPDPWSSD      3904(BX), Z4, Z20
-	VPMOVZXBW     256(AX), Z4
-	VPANDD        Z0, Z4, Z29
-	VPANDD        Z1, Z4, Z4
-	VPBROADCASTD  56(SP), Z30
-	VPMULLW       Z30, Z29, Z29
-	VPDPWSSD      896(BX), Z29, Z13
-	VPDPWSSD      1920(BX), Z29, Z15
-	VPDPWSSD      2944(BX), Z29, Z17
-	VPDPWSSD      3968(BX), Z29, Z19
-	VPBROADCASTD  60(SP), Z29
-	VPMULLW       Z29, Z4, Z4
-	VPDPWSSD      960(BX), Z4, Z14
-	VPDPWSSD      1984(BX), Z4, Z16
-	VPDPWSSD      3008(BX), Z4, Z18
-	VPDPWSSD      4032(BX), Z4, Z20
-	VPSRAD        $0x04, Z14, Z14
-	VPADDD        Z14, Z13, Z13
-	VPSRAD        $0x04, Z16, Z16
-	VPADDD        Z16, Z15, Z15
-	VPSRAD        $0x04, Z18, Z18
-	VPADDD        Z18, Z17, Z17
-	VPSRAD        $0x04, Z20, Z20
-	VPADDD        Z20, Z19, Z19
+	VPANDD        Z0, Z4, Z5
+	VPANDD        Z1, Z4, Z11
+	VPBROADCASTD  (SP), Z4
+	VPMULLW       Z4, Z5, Z5
+	VPMADDWD      (BX), Z5, Z4
+	VPMADDWD      1024(BX), Z5, Z6
+	VPMADDWD      2048(BX), Z5, Z8
+	VPMADDWD      3072(BX), Z5, Z10
+	VPBROADCASTD  4(SP), Z5
+	VPMULLW       Z5, Z11, Z11
+	VPMADDWD      64(BX), Z11, Z5
+	VPMADDWD      1088(BX), Z11, Z7
+	VPMADDWD      2112(BX), Z11, Z9
+	VPMADDWD      3136(BX), Z11, Z11
+	VPMOVZXBW     48(AX), Z12
+	VPANDD        Z0, Z12, Z13
+	VPANDD        Z1, Z12, Z12
+	VPBROADCASTD  8(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      128(BX), Z13, Z4
+	VPDPWSSD      1152(BX), Z13, Z6
+	VPDPWSSD      2176(BX), Z13, Z8
+	VPDPWSSD      3200(BX), Z13, Z10
+	VPBROADCASTD  12(SP), Z13
+	VPMULLW       Z13, Z12, Z12
+	VPDPWSSD      192(BX), Z12, Z5
+	VPDPWSSD      1216(BX), Z12, Z7
+	VPDPWSSD      2240(BX), Z12, Z9
+	VPDPWSSD      3264(BX), Z12, Z11
+	VPMOVZXBW     80(AX), Z12
+	VPANDD        Z0, Z12, Z13
+	VPANDD        Z1, Z12, Z12
+	VPBROADCASTD  16(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      256(BX), Z13, Z4
+	VPDPWSSD      1280(BX), Z13, Z6
+	VPDPWSSD      2304(BX), Z13, Z8
+	VPDPWSSD      3328(BX), Z13, Z10
+	VPBROADCASTD  20(SP), Z13
+	VPMULLW       Z13, Z12, Z12
+	VPDPWSSD      320(BX), Z12, Z5
+	VPDPWSSD      1344(BX), Z12, Z7
+	VPDPWSSD      2368(BX), Z12, Z9
+	VPDPWSSD      3392(BX), Z12, Z11
+	VPMOVZXBW     112(AX), Z12
+	VPANDD        Z0, Z12, Z13
+	VPANDD        Z1, Z12, Z12
+	VPBROADCASTD  24(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      384(BX), Z13, Z4
+	VPDPWSSD      1408(BX), Z13, Z6
+	VPDPWSSD      2432(BX), Z13, Z8
+	VPDPWSSD      3456(BX), Z13, Z10
+	VPBROADCASTD  28(SP), Z13
+	VPMULLW       Z13, Z12, Z12
+	VPDPWSSD      448(BX), Z12, Z5
+	VPDPWSSD      1472(BX), Z12, Z7
+	VPDPWSSD      2496(BX), Z12, Z9
+	VPDPWSSD      3520(BX), Z12, Z11
+	VPSRAD        $0x04, Z5, Z5
+	VPADDD        Z5, Z4, Z4
+	VPSRAD        $0x04, Z7, Z7
+	VPADDD        Z7, Z6, Z6
+	VPSRAD        $0x04, Z9, Z9
+	VPADDD        Z9, Z8, Z8
+	VPSRAD        $0x04, Z11, Z11
+	VPADDD        Z11, Z10, Z10
+	VPMOVZXBW     160(AX), Z5
+	VPANDD        Z0, Z5, Z7
+	VPANDD        Z1, Z5, Z15
+	VPBROADCASTD  32(SP), Z5
+	VPMULLW       Z5, Z7, Z7
+	VPMADDWD      512(BX), Z7, Z5
+	VPMADDWD      1536(BX), Z7, Z9
+	VPMADDWD      2560(BX), Z7, Z12
+	VPMADDWD      3584(BX), Z7, Z14
+	VPBROADCASTD  36(SP), Z7
+	VPMULLW       Z7, Z15, Z15
+	VPMADDWD      576(BX), Z15, Z7
+	VPMADDWD      1600(BX), Z15, Z11
+	VPMADDWD      2624(BX), Z15, Z13
+	VPMADDWD      3648(BX), Z15, Z15
+	VPMOVZXBW     192(AX), Z16
+	VPANDD        Z0, Z16, Z17
+	VPANDD        Z1, Z16, Z16
+	VPBROADCASTD  40(SP), Z18
+	VPMULLW       Z18, Z17, Z17
+	VPDPWSSD      640(BX), Z17, Z5
+	VPDPWSSD      1664(BX), Z17, Z9
+	VPDPWSSD      2688(BX), Z17, Z12
+	VPDPWSSD      3712(BX), Z17, Z14
+	VPBROADCASTD  44(SP), Z17
+	VPMULLW       Z17, Z16, Z16
+	VPDPWSSD      704(BX), Z16, Z7
+	VPDPWSSD      1728(BX), Z16, Z11
+	VPDPWSSD      2752(BX), Z16, Z13
+	VPDPWSSD      3776(BX), Z16, Z15
+	VPMOVZXBW     224(AX), Z16
+	VPANDD        Z0, Z16, Z17
+	VPANDD        Z1, Z16, Z16
+	VPBROADCASTD  48(SP), Z18
+	VPMULLW       Z18, Z17, Z17
+	VPDPWSSD      768(BX), Z17, Z5
+	VPDPWSSD      1792(BX), Z17, Z9
+	VPDPWSSD      2816(BX), Z17, Z12
+	VPDPWSSD      3840(BX), Z17, Z14
+	VPBROADCASTD  52(SP), Z17
+	VPMULLW       Z17, Z16, Z16
+	VPDPWSSD      832(BX), Z16, Z7
+	VPDPWSSD      1856(BX), Z16, Z11
+	VPDPWSSD      2880(BX), Z16, Z13
+	VPDPWSSD      3904(BX), Z16, Z15
+	VPMOVZXBW     256(AX), Z16
+	VPANDD        Z0, Z16, Z17
+	VPANDD        Z1, Z16, Z16
+	VPBROADCASTD  56(SP), Z18
+	VPMULLW       Z18, Z17, Z17
+	VPDPWSSD      896(BX), Z17, Z5
+	VPDPWSSD      1920(BX), Z17, Z9
+	VPDPWSSD      2944(BX), Z17, Z12
+	VPDPWSSD      3968(BX), Z17, Z14
+	VPBROADCASTD  60(SP), Z17
+	VPMULLW       Z17, Z16, Z16
+	VPDPWSSD      960(BX), Z16, Z7
+	VPDPWSSD      1984(BX), Z16, Z11
+	VPDPWSSD      3008(BX), Z16, Z13
+	VPDPWSSD      4032(BX), Z16, Z15
+	VPSRAD        $0x04, Z7, Z7
+	VPADDD        Z7, Z5, Z5
+	VPSRAD        $0x04, Z11, Z11
+	VPADDD        Z11, Z9, Z9
+	VPSRAD        $0x04, Z13, Z13
+	VPADDD        Z13, Z12, Z12
+	VPSRAD        $0x04, Z15, Z15
+	VPADDD        Z15, Z14, Z14
 	MOVL          (AX), R9
 	MOVL          144(AX), R10
 	SHLQ          $0x20, R10
 	ORQ           R10, R9
-	VMOVQ         R9, X4
-	VCVTPH2PS     X4, X4
-	VPMULLD       (DI), Z3, Z29
-	VSHUFI64X2    $0x44, Z13, Z5, Z30
-	VSHUFI64X2    $0xee, Z13, Z5, Z31
-	VPADDD        Z31, Z30, Z30
-	VPUNPCKLDQ    Z29, Z30, Z31
-	VPUNPCKHDQ    Z29, Z30, Z30
-	VPADDD        Z31, Z30, Z30
-	VPSHUFD       $0x4e, Z30, Z31
-	VPADDD        Z31, Z30, Z30
-	VSHUFI64X2    $0xb1, Z30, Z30, Z31
-	VPADDD        Z31, Z30, Z30
-	VEXTRACTI32X4 $0x02, Z30, X29
-	VPUNPCKLQDQ   X29, X30, X29
-	VCVTDQ2PS     X29, X29
-	VMULPS        X4, X29, X29
-	VMOVSHDUP     X29, X30
-	VSUBPS        X30, X29, X29
-	VPMOVZXDQ     (SI), X30
-	VMULPS        X30, X29, X29
-	VMOVAPS       X29, X30
-	VCVTSS2SD     X30, X30, X30
-	VADDSD        64(SP), X30, X30
-	VMOVSD        X30, 64(SP)
-	VMOVHLPS      X29, X29, X29
-	VCVTSS2SD     X29, X29, X29
-	VADDSD        64(SP), X29, X29
-	VMOVSD        X29, 64(SP)
-	VPMULLD       64(DI), Z3, Z29
-	VSHUFI64X2    $0x44, Z15, Z7, Z30
-	VSHUFI64X2    $0xee, Z15, Z7, Z31
-	VPADDD        Z31, Z30, Z30
-	VPUNPCKLDQ    Z29, Z30, Z31
-	VPUNPCKHDQ    Z29, Z30, Z30
-	VPADDD        Z31, Z30, Z30
-	VPSHUFD       $0x4e, Z30, Z31
-	VPADDD        Z31, Z30, Z30
-	VSHUFI64X2    $0xb1, Z30, Z30, Z31
-	VPADDD        Z31, Z30, Z30
-	VEXTRACTI32X4 $0x02, Z30, X29
-	VPUNPCKLQDQ   X29, X30, X29
-	VCVTDQ2PS     X29, X29
-	VMULPS        X4, X29, X29
-	VMOVSHDUP     X29, X30
-	VSUBPS        X30, X29, X29
-	VPMOVZXDQ     8(SI), X30
-	VMULPS        X30, X29, X29
-	VMOVAPS       X29, X30
-	VCVTSS2SD     X30, X30, X30
-	VADDSD        72(SP), X30, X30
-	VMOVSD        X30, 72(SP)
-	VMOVHLPS      X29, X29, X29
-	VCVTSS2SD     X29, X29, X29
-	VADDSD        72(SP), X29, X29
-	VMOVSD        X29, 72(SP)
-	VPMULLD       128(DI), Z3, Z29
-	VSHUFI64X2    $0x44, Z17, Z9, Z30
-	VSHUFI64X2    $0xee, Z17, Z9, Z31
-	VPADDD        Z31, Z30, Z30
-	VPUNPCKLDQ    Z29, Z30, Z31
-	VPUNPCKHDQ    Z29, Z30, Z30
-	VPADDD        Z31, Z30, Z30
-	VPSHUFD       $0x4e, Z30, Z31
-	VPADDD        Z31, Z30, Z30
-	VSHUFI64X2    $0xb1, Z30, Z30, Z31
-	VPADDD        Z31, Z30, Z30
-	VEXTRACTI32X4 $0x02, Z30, X29
-	VPUNPCKLQDQ   X29, X30, X29
-	VCVTDQ2PS     X29, X29
-	VMULPS        X4, X29, X29
-	VMOVSHDUP     X29, X30
-	VSUBPS        X30, X29, X29
-	VPMOVZXDQ     16(SI), X30
-	VMULPS        X30, X29, X29
-	VMOVAPS       X29, X30
-	VCVTSS2SD     X30, X30, X30
-	VADDSD        80(SP), X30, X30
-	VMOVSD        X30, 80(SP)
-	VMOVHLPS      X29, X29, X29
-	VCVTSS2SD     X29, X29, X29
-	VADDSD        80(SP), X29, X29
-	VMOVSD        X29, 80(SP)
+	VMOVQ         R9, X7
+	VCVTPH2PS     X7, X7
+	VPMULLD       (DI), Z3, Z11
+	VSHUFI64X2    $0x44, Z5, Z4, Z13
+	VSHUFI64X2    $0xee, Z5, Z4, Z4
+	VPADDD        Z4, Z13, Z13
+	VPUNPCKLDQ    Z11, Z13, Z4
+	VPUNPCKHDQ    Z11, Z13, Z13
+	VPADDD        Z4, Z13, Z13
+	VPSHUFD       $0x4e, Z13, Z4
+	VPADDD        Z4, Z13, Z13
+	VSHUFI64X2    $0xb1, Z13, Z13, Z4
+	VPADDD        Z4, Z13, Z13
+	VEXTRACTI32X4 $0x02, Z13, X4
+	VPUNPCKLQDQ   X4, X13, X4
+	VCVTDQ2PS     X4, X4
+	VMULPS        X7, X4, X4
+	VMOVSHDUP     X4, X5
+	VSUBPS        X5, X4, X4
+	VPMOVZXDQ     (SI), X5
+	VMULPS        X5, X4, X4
+	VMOVAPS       X4, X5
+	VCVTSS2SD     X5, X5, X5
+	VADDSD        64(SP), X5, X5
+	VMOVSD        X5, 64(SP)
+	VMOVHLPS      X4, X4, X4
+	VCVTSS2SD     X4, X4, X4
+	VADDSD        64(SP), X4, X4
+	VMOVSD        X4, 64(SP)
+	VPMULLD       64(DI), Z3, Z4
+	VSHUFI64X2    $0x44, Z9, Z6, Z5
+	VSHUFI64X2    $0xee, Z9, Z6, Z6
+	VPADDD        Z6, Z5, Z5
+	VPUNPCKLDQ    Z4, Z5, Z6
+	VPUNPCKHDQ    Z4, Z5, Z5
+	VPADDD        Z6, Z5, Z5
+	VPSHUFD       $0x4e, Z5, Z6
+	VPADDD        Z6, Z5, Z5
+	VSHUFI64X2    $0xb1, Z5, Z5, Z6
+	VPADDD        Z6, Z5, Z5
+	VEXTRACTI32X4 $0x02, Z5, X4
+	VPUNPCKLQDQ   X4, X5, X4
+	VCVTDQ2PS     X4, X4
+	VMULPS        X7, X4, X4
+	VMOVSHDUP     X4, X5
+	VSUBPS        X5, X4, X4
+	VPMOVZXDQ     8(SI), X5
+	VMULPS        X5, X4, X4
+	VMOVAPS       X4, X5
+	VCVTSS2SD     X5, X5, X5
+	VADDSD        72(SP), X5, X5
+	VMOVSD        X5, 72(SP)
+	VMOVHLPS      X4, X4, X4
+	VCVTSS2SD     X4, X4, X4
+	VADDSD        72(SP), X4, X4
+	VMOVSD        X4, 72(SP)
+	VPMULLD       128(DI), Z3, Z4
+	VSHUFI64X2    $0x44, Z12, Z8, Z5
+	VSHUFI64X2    $0xee, Z12, Z8, Z6
+	VPADDD        Z6, Z5, Z5
+	VPUNPCKLDQ    Z4, Z5, Z6
+	VPUNPCKHDQ    Z4, Z5, Z5
+	VPADDD        Z6, Z5, Z5
+	VPSHUFD       $0x4e, Z5, Z6
+	VPADDD        Z6, Z5, Z5
+	VSHUFI64X2    $0xb1, Z5, Z5, Z6
+	VPADDD        Z6, Z5, Z5
+	VEXTRACTI32X4 $0x02, Z5, X4
+	VPUNPCKLQDQ   X4, X5, X4
+	VCVTDQ2PS     X4, X4
+	VMULPS        X7, X4, X4
+	VMOVSHDUP     X4, X5
+	VSUBPS        X5, X4, X4
+	VPMOVZXDQ     16(SI), X5
+	VMULPS        X5, X4, X4
+	VMOVAPS       X4, X5
+	VCVTSS2SD     X5, X5, X5
+	VADDSD        80(SP), X5, X5
+	VMOVSD        X5, 80(SP)
+	VMOVHLPS      X4, X4, X4
+	VCVTSS2SD     X4, X4, X4
+	VADDSD        80(SP), X4, X4
+	VMOVSD        X4, 80(SP)
 	VPMULLD       192(DI), Z3, Z3
-	VSHUFI64X2    $0x44, Z19, Z11, Z29
-	VSHUFI64X2    $0xee, Z19, Z11, Z30
-	VPADDD        Z30, Z29, Z29
-	VPUNPCKLDQ    Z3, Z29, Z30
-	VPUNPCKHDQ    Z3, Z29, Z29
-	VPADDD        Z30, Z29, Z29
-	VPSHUFD       $0x4e, Z29, Z30
-	VPADDD        Z30, Z29, Z29
-	VSHUFI64X2    $0xb1, Z29, Z29, Z30
-	VPADDD        Z30, Z29, Z29
-	VEXTRACTI32X4 $0x02, Z29, X3
-	VPUNPCKLQDQ   X3, X29, X3
+	VSHUFI64X2    $0x44, Z14, Z10, Z4
+	VSHUFI64X2    $0xee, Z14, Z10, Z5
+	VPADDD        Z5, Z4, Z4
+	VPUNPCKLDQ    Z3, Z4, Z5
+	VPUNPCKHDQ    Z3, Z4, Z4
+	VPADDD        Z5, Z4, Z4
+	VPSHUFD       $0x4e, Z4, Z5
+	VPADDD        Z5, Z4, Z4
+	VSHUFI64X2    $0xb1, Z4, Z4, Z5
+	VPADDD        Z5, Z4, Z4
+	VEXTRACTI32X4 $0x02, Z4, X3
+	VPUNPCKLQDQ   X3, X4, X3
 	VCVTDQ2PS     X3, X3
-	VMULPS        X4, X3, X3
+	VMULPS        X7, X3, X3
 	VMOVSHDUP     X3, X4
 	VSUBPS        X4, X3, X3
 	VPMOVZXDQ     24(SI), X4
@@ -4708,150 +5948,142 @@ q4kVNNIx4_single:
 	VMOVDQU32     Y3, (SP)
 	VMOVQ         R10, X3
 	VPMOVZXBD     X3, Y3
-	VPXORD        Z21, Z21, Z21
-	VPXORD        Z22, Z22, Z22
-	VPXORD        Z23, Z23, Z23
-	VPXORD        Z24, Z24, Z24
-	VPXORD        Z25, Z25, Z25
-	VPXORD        Z26, Z26, Z26
-	VPXORD        Z27, Z27, Z27
-	VPXORD        Z28, Z28, Z28
 	VPMOVZXBW     16(AX), Z4
-	VPANDD        Z0, Z4, Z29
-	VPANDD        Z1, Z4, Z4
-	VPBROADCASTD  (SP), Z30
-	VPMULLW       Z30, Z29, Z29
-	VPDPWSSD      (BX), Z29, Z21
-	VPDPWSSD      512(BX), Z29, Z23
-	VPDPWSSD      1024(BX), Z29, Z25
-	VPDPWSSD      1536(BX), Z29, Z27
-	VPBROADCASTD  4(SP), Z29
-	VPMULLW       Z29, Z4, Z4
-	VPDPWSSD      64(BX), Z4, Z22
-	VPDPWSSD      576(BX), Z4, Z24
-	VPDPWSSD      1088(BX), Z4, Z26
-	VPDPWSSD      1600(BX), Z4, Z28
-	VPMOVZXBW     48(AX), Z4
-	VPANDD        Z0, Z4, Z29
-	VPANDD        Z1, Z4, Z4
-	VPBROADCASTD  8(SP), Z30
-	VPMULLW       Z30, Z29, Z29
-	VPDPWSSD      128(BX), Z29, Z21
-	VPDPWSSD      640(BX), Z29, Z23
-	VPDPWSSD      1152(BX), Z29, Z25
-	VPDPWSSD      1664(BX), Z29, Z27
-	VPBROADCASTD  12(SP), Z29
-	VPMULLW       Z29, Z4, Z4
-	VPDPWSSD      192(BX), Z4, Z22
-	VPDPWSSD      704(BX), Z4, Z24
-	VPDPWSSD      1216(BX), Z4, Z26
-	VPDPWSSD      1728(BX), Z4, Z28
-	VPMOVZXBW     80(AX), Z4
-	VPANDD        Z0, Z4, Z29
-	VPANDD        Z1, Z4, Z4
-	VPBROADCASTD  16(SP), Z30
-	VPMULLW       Z30, Z29, Z29
-	VPDPWSSD      256(BX), Z29, Z21
-	VPDPWSSD      768(BX), Z29, Z23
-	VPDPWSSD      1280(BX), Z29, Z25
-	VPDPWSSD      1792(BX), Z29, Z27
-	VPBROADCASTD  20(SP), Z29
-	VPMULLW       Z29, Z4, Z4
-	VPDPWSSD      320(BX), Z4, Z22
-	VPDPWSSD      832(BX), Z4, Z24
-	VPDPWSSD      1344(BX), Z4, Z26
-	VPDPWSSD      1856(BX), Z4, Z28
-	VPMOVZXBW     112(AX), Z4
-	VPANDD        Z0, Z4, Z29
-	VPANDD        Z1, Z4, Z4
-	VPBROADCASTD  24(SP), Z30
-	VPMULLW       Z30, Z29, Z29
-	VPDPWSSD      384(BX), Z29, Z21
-	VPDPWSSD      896(BX), Z29, Z23
-	VPDPWSSD      1408(BX), Z29, Z25
-	VPDPWSSD      1920(BX), Z29, Z27
-	VPBROADCASTD  28(SP), Z29
-	VPMULLW       Z29, Z4, Z4
-	VPDPWSSD      448(BX), Z4, Z22
-	VPDPWSSD      960(BX), Z4, Z24
-	VPDPWSSD      1472(BX), Z4, Z26
-	VPDPWSSD      1984(BX), Z4, Z28
-	VPSRAD        $0x04, Z22, Z22
-	VPADDD        Z22, Z21, Z21
-	VPSRAD        $0x04, Z24, Z24
-	VPADDD        Z24, Z23, Z23
-	VPSRAD        $0x04, Z26, Z26
-	VPADDD        Z26, Z25, Z25
-	VPSRAD        $0x04, Z28, Z28
-	VPADDD        Z28, Z27, Z27
-	VMOVD         (AX), X4
-	VCVTPH2PS     X4, X4
-	VPMULLD       (DI), Y3, Y29
-	VEXTRACTI64X4 $0x01, Z21, Y30
-	VPADDD        Y30, Y21, Y30
-	VPUNPCKLDQ    Y29, Y30, Y31
-	VPUNPCKHDQ    Y29, Y30, Y29
-	VPADDD        Y29, Y31, Y31
-	VPSHUFD       $0x4e, Y31, Y29
-	VPADDD        Y29, Y31, Y31
-	VEXTRACTI32X4 $0x01, Y31, X29
-	VPADDD        X29, X31, X29
-	VCVTDQ2PS     X29, X29
-	VMULPS        X4, X29, X29
-	VMOVSHDUP     X29, X30
-	VSUBSS        X30, X29, X29
-	VMULSS        (SI), X29, X29
-	VCVTSS2SD     X29, X29, X29
-	VADDSD        64(SP), X29, X29
-	VMOVSD        X29, 64(SP)
-	VPMULLD       32(DI), Y3, Y29
-	VEXTRACTI64X4 $0x01, Z23, Y30
-	VPADDD        Y30, Y23, Y30
-	VPUNPCKLDQ    Y29, Y30, Y31
-	VPUNPCKHDQ    Y29, Y30, Y29
-	VPADDD        Y29, Y31, Y31
-	VPSHUFD       $0x4e, Y31, Y29
-	VPADDD        Y29, Y31, Y31
-	VEXTRACTI32X4 $0x01, Y31, X29
-	VPADDD        X29, X31, X29
-	VCVTDQ2PS     X29, X29
-	VMULPS        X4, X29, X29
-	VMOVSHDUP     X29, X30
-	VSUBSS        X30, X29, X29
-	VMULSS        4(SI), X29, X29
-	VCVTSS2SD     X29, X29, X29
-	VADDSD        72(SP), X29, X29
-	VMOVSD        X29, 72(SP)
-	VPMULLD       64(DI), Y3, Y29
-	VEXTRACTI64X4 $0x01, Z25, Y30
-	VPADDD        Y30, Y25, Y30
-	VPUNPCKLDQ    Y29, Y30, Y31
-	VPUNPCKHDQ    Y29, Y30, Y29
-	VPADDD        Y29, Y31, Y31
-	VPSHUFD       $0x4e, Y31, Y29
-	VPADDD        Y29, Y31, Y31
-	VEXTRACTI32X4 $0x01, Y31, X29
-	VPADDD        X29, X31, X29
-	VCVTDQ2PS     X29, X29
-	VMULPS        X4, X29, X29
-	VMOVSHDUP     X29, X30
-	VSUBSS        X30, X29, X29
-	VMULSS        8(SI), X29, X29
-	VCVTSS2SD     X29, X29, X29
-	VADDSD        80(SP), X29, X29
-	VMOVSD        X29, 80(SP)
+	VPANDD        Z0, Z4, Z5
+	VPANDD        Z1, Z4, Z11
+	VPBROADCASTD  (SP), Z4
+	VPMULLW       Z4, Z5, Z5
+	VPMADDWD      (BX), Z5, Z4
+	VPMADDWD      512(BX), Z5, Z6
+	VPMADDWD      1024(BX), Z5, Z8
+	VPMADDWD      1536(BX), Z5, Z10
+	VPBROADCASTD  4(SP), Z5
+	VPMULLW       Z5, Z11, Z11
+	VPMADDWD      64(BX), Z11, Z5
+	VPMADDWD      576(BX), Z11, Z7
+	VPMADDWD      1088(BX), Z11, Z9
+	VPMADDWD      1600(BX), Z11, Z11
+	VPMOVZXBW     48(AX), Z12
+	VPANDD        Z0, Z12, Z13
+	VPANDD        Z1, Z12, Z12
+	VPBROADCASTD  8(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      128(BX), Z13, Z4
+	VPDPWSSD      640(BX), Z13, Z6
+	VPDPWSSD      1152(BX), Z13, Z8
+	VPDPWSSD      1664(BX), Z13, Z10
+	VPBROADCASTD  12(SP), Z13
+	VPMULLW       Z13, Z12, Z12
+	VPDPWSSD      192(BX), Z12, Z5
+	VPDPWSSD      704(BX), Z12, Z7
+	VPDPWSSD      1216(BX), Z12, Z9
+	VPDPWSSD      1728(BX), Z12, Z11
+	VPMOVZXBW     80(AX), Z12
+	VPANDD        Z0, Z12, Z13
+	VPANDD        Z1, Z12, Z12
+	VPBROADCASTD  16(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      256(BX), Z13, Z4
+	VPDPWSSD      768(BX), Z13, Z6
+	VPDPWSSD      1280(BX), Z13, Z8
+	VPDPWSSD      1792(BX), Z13, Z10
+	VPBROADCASTD  20(SP), Z13
+	VPMULLW       Z13, Z12, Z12
+	VPDPWSSD      320(BX), Z12, Z5
+	VPDPWSSD      832(BX), Z12, Z7
+	VPDPWSSD      1344(BX), Z12, Z9
+	VPDPWSSD      1856(BX), Z12, Z11
+	VPMOVZXBW     112(AX), Z12
+	VPANDD        Z0, Z12, Z13
+	VPANDD        Z1, Z12, Z12
+	VPBROADCASTD  24(SP), Z14
+	VPMULLW       Z14, Z13, Z13
+	VPDPWSSD      384(BX), Z13, Z4
+	VPDPWSSD      896(BX), Z13, Z6
+	VPDPWSSD      1408(BX), Z13, Z8
+	VPDPWSSD      1920(BX), Z13, Z10
+	VPBROADCASTD  28(SP), Z13
+	VPMULLW       Z13, Z12, Z12
+	VPDPWSSD      448(BX), Z12, Z5
+	VPDPWSSD      960(BX), Z12, Z7
+	VPDPWSSD      1472(BX), Z12, Z9
+	VPDPWSSD      1984(BX), Z12, Z11
+	VPSRAD        $0x04, Z5, Z5
+	VPADDD        Z5, Z4, Z4
+	VPSRAD        $0x04, Z7, Z7
+	VPADDD        Z7, Z6, Z6
+	VPSRAD        $0x04, Z9, Z9
+	VPADDD        Z9, Z8, Z8
+	VPSRAD        $0x04, Z11, Z11
+	VPADDD        Z11, Z10, Z10
+	VMOVD         (AX), X5
+	VCVTPH2PS     X5, X5
+	VPMULLD       (DI), Y3, Y7
+	VEXTRACTI64X4 $0x01, Z4, Y9
+	VPADDD        Y9, Y4, Y9
+	VPUNPCKLDQ    Y7, Y9, Y4
+	VPUNPCKHDQ    Y7, Y9, Y7
+	VPADDD        Y7, Y4, Y4
+	VPSHUFD       $0x4e, Y4, Y7
+	VPADDD        Y7, Y4, Y4
+	VEXTRACTI32X4 $0x01, Y4, X7
+	VPADDD        X7, X4, X7
+	VCVTDQ2PS     X7, X7
+	VMULPS        X5, X7, X7
+	VMOVSHDUP     X7, X4
+	VSUBSS        X4, X7, X7
+	VMULSS        (SI), X7, X7
+	VCVTSS2SD     X7, X7, X7
+	VADDSD        64(SP), X7, X7
+	VMOVSD        X7, 64(SP)
+	VPMULLD       32(DI), Y3, Y4
+	VEXTRACTI64X4 $0x01, Z6, Y7
+	VPADDD        Y7, Y6, Y7
+	VPUNPCKLDQ    Y4, Y7, Y6
+	VPUNPCKHDQ    Y4, Y7, Y4
+	VPADDD        Y4, Y6, Y6
+	VPSHUFD       $0x4e, Y6, Y4
+	VPADDD        Y4, Y6, Y6
+	VEXTRACTI32X4 $0x01, Y6, X4
+	VPADDD        X4, X6, X4
+	VCVTDQ2PS     X4, X4
+	VMULPS        X5, X4, X4
+	VMOVSHDUP     X4, X6
+	VSUBSS        X6, X4, X4
+	VMULSS        4(SI), X4, X4
+	VCVTSS2SD     X4, X4, X4
+	VADDSD        72(SP), X4, X4
+	VMOVSD        X4, 72(SP)
+	VPMULLD       64(DI), Y3, Y4
+	VEXTRACTI64X4 $0x01, Z8, Y6
+	VPADDD        Y6, Y8, Y6
+	VPUNPCKLDQ    Y4, Y6, Y7
+	VPUNPCKHDQ    Y4, Y6, Y4
+	VPADDD        Y4, Y7, Y7
+	VPSHUFD       $0x4e, Y7, Y4
+	VPADDD        Y4, Y7, Y7
+	VEXTRACTI32X4 $0x01, Y7, X4
+	VPADDD        X4, X7, X4
+	VCVTDQ2PS     X4, X4
+	VMULPS        X5, X4, X4
+	VMOVSHDUP     X4, X6
+	VSUBSS        X6, X4, X4
+	VMULSS        8(SI), X4, X4
+	VCVTSS2SD     X4, X4, X4
+	VADDSD        80(SP), X4, X4
+	VMOVSD        X4, 80(SP)
 	VPMULLD       96(DI), Y3, Y3
-	VEXTRACTI64X4 $0x01, Z27, Y29
-	VPADDD        Y29, Y27, Y29
-	VPUNPCKLDQ    Y3, Y29, Y30
-	VPUNPCKHDQ    Y3, Y29, Y3
-	VPADDD        Y3, Y30, Y30
-	VPSHUFD       $0x4e, Y30, Y3
-	VPADDD        Y3, Y30, Y30
-	VEXTRACTI32X4 $0x01, Y30, X3
-	VPADDD        X3, X30, X3
+	VEXTRACTI64X4 $0x01, Z10, Y4
+	VPADDD        Y4, Y10, Y4
+	VPUNPCKLDQ    Y3, Y4, Y6
+	VPUNPCKHDQ    Y3, Y4, Y3
+	VPADDD        Y3, Y6, Y6
+	VPSHUFD       $0x4e, Y6, Y3
+	VPADDD        Y3, Y6, Y6
+	VEXTRACTI32X4 $0x01, Y6, X3
+	VPADDD        X3, X6, X3
 	VCVTDQ2PS     X3, X3
-	VMULPS        X4, X3, X3
+	VMULPS        X5, X3, X3
 	VMOVSHDUP     X3, X4
 	VSUBSS        X4, X3, X3
 	VMULSS        12(SI), X3, X3
@@ -4885,6 +6117,1118 @@ q4kVNNIx4_end:
 	JMP       q4kVNNIx4_row
 
 q4kVNNIx4_done:
+	VZEROUPPER
+	RET
+
+// func q5kVNNIx4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
+TEXT ·q5kVNNIx4(SB), NOSPLIT, $104-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         y+64(FP), DX
+	MOVL         $0x000f000f, BX
+	VPBROADCASTD BX, Z0
+	MOVL         $0x00f000f0, BX
+	VPBROADCASTD BX, Z1
+	MOVL         $0x00100010, BX
+	VPBROADCASTD BX, Z2
+	MOVL         $0x01000100, BX
+	VPBROADCASTD BX, Z3
+
+q5kVNNIx4_row:
+	CMPQ   CX, $0x00
+	JE     q5kVNNIx4_done
+	MOVQ   AX, 96(SP)
+	MOVQ   q+32(FP), BX
+	MOVQ   d+40(FP), SI
+	MOVQ   s+48(FP), DI
+	MOVQ   n+24(FP), R8
+	SHRQ   $0x08, R8
+	VPXORQ X4, X4, X4
+	VMOVSD X4, 64(SP)
+	VMOVSD X4, 72(SP)
+	VMOVSD X4, 80(SP)
+	VMOVSD X4, 88(SP)
+
+q5kVNNIx4_pair:
+	CMPQ          R8, $0x02
+	JB            q5kVNNIx4_single
+	PREFETCHT0    4096(AX)
+	PREFETCHT0    4160(AX)
+	PREFETCHT0    4224(AX)
+	PREFETCHT0    4288(AX)
+	PREFETCHT0    4352(AX)
+	PREFETCHT0    4416(AX)
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X5
+	VPMOVZXBD     X5, Y5
+	VPSLLD        $0x10, Y5, Y6
+	VPORD         Y6, Y5, Y5
+	VMOVDQU32     Y5, (SP)
+	VMOVQ         R10, X5
+	MOVL          180(AX), R9
+	MOVL          184(AX), R10
+	MOVL          188(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X6
+	VPMOVZXBD     X6, Y6
+	VPSLLD        $0x10, Y6, Y7
+	VPORD         Y7, Y6, Y6
+	VMOVDQU32     Y6, 32(SP)
+	VMOVQ         R10, X6
+	VPUNPCKLQDQ   X6, X5, X5
+	VPMOVZXBD     X5, Z5
+	VPMOVZXBW     16(AX), Z14
+	VPMOVZXBW     48(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPANDD        Z1, Z6, Z13
+	VPSLLW        $0x04, Z14, Z6
+	VPTERNLOGD    $0xf8, Z2, Z6, Z7
+	VPSLLW        $0x07, Z14, Z6
+	VPTERNLOGD    $0xf8, Z3, Z6, Z13
+	VPBROADCASTD  (SP), Z6
+	VPMULLW       Z6, Z7, Z7
+	VPMADDWD      (BX), Z7, Z6
+	VPMADDWD      1024(BX), Z7, Z8
+	VPMADDWD      2048(BX), Z7, Z10
+	VPMADDWD      3072(BX), Z7, Z12
+	VPBROADCASTD  4(SP), Z7
+	VPMULLW       Z7, Z13, Z13
+	VPMADDWD      64(BX), Z13, Z7
+	VPMADDWD      1088(BX), Z13, Z9
+	VPMADDWD      2112(BX), Z13, Z11
+	VPMADDWD      3136(BX), Z13, Z13
+	VPMOVZXBW     80(AX), Z15
+	VPANDD        Z0, Z15, Z16
+	VPANDD        Z1, Z15, Z15
+	VPSLLW        $0x02, Z14, Z17
+	VPTERNLOGD    $0xf8, Z2, Z17, Z16
+	VPSLLW        $0x05, Z14, Z17
+	VPTERNLOGD    $0xf8, Z3, Z17, Z15
+	VPBROADCASTD  8(SP), Z17
+	VPMULLW       Z17, Z16, Z16
+	VPDPWSSD      128(BX), Z16, Z6
+	VPDPWSSD      1152(BX), Z16, Z8
+	VPDPWSSD      2176(BX), Z16, Z10
+	VPDPWSSD      3200(BX), Z16, Z12
+	VPBROADCASTD  12(SP), Z16
+	VPMULLW       Z16, Z15, Z15
+	VPDPWSSD      192(BX), Z15, Z7
+	VPDPWSSD      1216(BX), Z15, Z9
+	VPDPWSSD      2240(BX), Z15, Z11
+	VPDPWSSD      3264(BX), Z15, Z13
+	VPMOVZXBW     112(AX), Z15
+	VPANDD        Z0, Z15, Z16
+	VPANDD        Z1, Z15, Z15
+	VPTERNLOGD    $0xf8, Z2, Z14, Z16
+	VPSLLW        $0x03, Z14, Z17
+	VPTERNLOGD    $0xf8, Z3, Z17, Z15
+	VPBROADCASTD  16(SP), Z17
+	VPMULLW       Z17, Z16, Z16
+	VPDPWSSD      256(BX), Z16, Z6
+	VPDPWSSD      1280(BX), Z16, Z8
+	VPDPWSSD      2304(BX), Z16, Z10
+	VPDPWSSD      3328(BX), Z16, Z12
+	VPBROADCASTD  20(SP), Z16
+	VPMULLW       Z16, Z15, Z15
+	VPDPWSSD      320(BX), Z15, Z7
+	VPDPWSSD      1344(BX), Z15, Z9
+	VPDPWSSD      2368(BX), Z15, Z11
+	VPDPWSSD      3392(BX), Z15, Z13
+	VPMOVZXBW     144(AX), Z15
+	VPANDD        Z0, Z15, Z16
+	VPANDD        Z1, Z15, Z15
+	VPSRLW        $0x02, Z14, Z17
+	VPTERNLOGD    $0xf8, Z2, Z17, Z16
+	VPSLLW        $0x01, Z14, Z14
+	VPTERNLOGD    $0xf8, Z3, Z14, Z15
+	VPBROADCASTD  24(SP), Z14
+	VPMULLW       Z14, Z16, Z16
+	VPDPWSSD      384(BX), Z16, Z6
+	VPDPWSSD      1408(BX), Z16, Z8
+	VPDPWSSD      2432(BX), Z16, Z10
+	VPDPWSSD      3456(BX), Z16, Z12
+	VPBROADCASTD  28(SP), Z14
+	VPMULLW       Z14, Z15, Z15
+	VPDPWSSD      448(BX), Z15, Z7
+	VPDPWSSD      1472(BX), Z15, Z9
+	VPDPWSSD      2496(BX), Z15, Z11
+	VPDPWSSD      3520(BX), Z15, Z13
+	VPSRAD        $0x04, Z7, Z7
+	VPADDD        Z7, Z6, Z6
+	VPSRAD        $0x04, Z9, Z9
+	VPADDD        Z9, Z8, Z8
+	VPSRAD        $0x04, Z11, Z11
+	VPADDD        Z11, Z10, Z10
+	VPSRAD        $0x04, Z13, Z13
+	VPADDD        Z13, Z12, Z12
+	VPMOVZXBW     192(AX), Z18
+	VPMOVZXBW     224(AX), Z7
+	VPANDD        Z0, Z7, Z9
+	VPANDD        Z1, Z7, Z17
+	VPSLLW        $0x04, Z18, Z7
+	VPTERNLOGD    $0xf8, Z2, Z7, Z9
+	VPSLLW        $0x07, Z18, Z7
+	VPTERNLOGD    $0xf8, Z3, Z7, Z17
+	VPBROADCASTD  32(SP), Z7
+	VPMULLW       Z7, Z9, Z9
+	VPMADDWD      512(BX), Z9, Z7
+	VPMADDWD      1536(BX), Z9, Z11
+	VPMADDWD      2560(BX), Z9, Z14
+	VPMADDWD      3584(BX), Z9, Z16
+	VPBROADCASTD  36(SP), Z9
+	VPMULLW       Z9, Z17, Z17
+	VPMADDWD      576(BX), Z17, Z9
+	VPMADDWD      1600(BX), Z17, Z13
+	VPMADDWD      2624(BX), Z17, Z15
+	VPMADDWD      3648(BX), Z17, Z17
+	VPMOVZXBW     256(AX), Z19
+	VPANDD        Z0, Z19, Z20
+	VPANDD        Z1, Z19, Z19
+	VPSLLW        $0x02, Z18, Z21
+	VPTERNLOGD    $0xf8, Z2, Z21, Z20
+	VPSLLW        $0x05, Z18, Z21
+	VPTERNLOGD    $0xf8, Z3, Z21, Z19
+	VPBROADCASTD  40(SP), Z21
+	VPMULLW       Z21, Z20, Z20
+	VPDPWSSD      640(BX), Z20, Z7
+	VPDPWSSD      1664(BX), Z20, Z11
+	VPDPWSSD      2688(BX), Z20, Z14
+	VPDPWSSD      3712(BX), Z20, Z16
+	VPBROADCASTD  44(SP), Z20
+	VPMULLW       Z20, Z19, Z19
+	VPDPWSSD      704(BX), Z19, Z9
+	VPDPWSSD      1728(BX), Z19, Z13
+	VPDPWSSD      2752(BX), Z19, Z15
+	VPDPWSSD      3776(BX), Z19, Z17
+	VPMOVZXBW     288(AX), Z19
+	VPANDD        Z0, Z19, Z20
+	VPANDD        Z1, Z19, Z19
+	VPTERNLOGD    $0xf8, Z2, Z18, Z20
+	VPSLLW        $0x03, Z18, Z21
+	VPTERNLOGD    $0xf8, Z3, Z21, Z19
+	VPBROADCASTD  48(SP), Z21
+	VPMULLW       Z21, Z20, Z20
+	VPDPWSSD      768(BX), Z20, Z7
+	VPDPWSSD      1792(BX), Z20, Z11
+	VPDPWSSD      2816(BX), Z20, Z14
+	VPDPWSSD      3840(BX), Z20, Z16
+	VPBROADCASTD  52(SP), Z20
+	VPMULLW       Z20, Z19, Z19
+	VPDPWSSD      832(BX), Z19, Z9
+	VPDPWSSD      1856(BX), Z19, Z13
+	VPDPWSSD      2880(BX), Z19, Z15
+	VPDPWSSD      3904(BX), Z19, Z17
+	VPMOVZXBW     320(AX), Z19
+	VPANDD        Z0, Z19, Z20
+	VPANDD        Z1, Z19, Z19
+	VPSRLW        $0x02, Z18, Z21
+	VPTERNLOGD    $0xf8, Z2, Z21, Z20
+	VPSLLW        $0x01, Z18, Z18
+	VPTERNLOGD    $0xf8, Z3, Z18, Z19
+	VPBROADCASTD  56(SP), Z18
+	VPMULLW       Z18, Z20, Z20
+	VPDPWSSD      896(BX), Z20, Z7
+	VPDPWSSD      1920(BX), Z20, Z11
+	VPDPWSSD      2944(BX), Z20, Z14
+	VPDPWSSD      3968(BX), Z20, Z16
+	VPBROADCASTD  60(SP), Z18
+	VPMULLW       Z18, Z19, Z19
+	VPDPWSSD      960(BX), Z19, Z9
+	VPDPWSSD      1984(BX), Z19, Z13
+	VPDPWSSD      3008(BX), Z19, Z15
+	VPDPWSSD      4032(BX), Z19, Z17
+	VPSRAD        $0x04, Z9, Z9
+	VPADDD        Z9, Z7, Z7
+	VPSRAD        $0x04, Z13, Z13
+	VPADDD        Z13, Z11, Z11
+	VPSRAD        $0x04, Z15, Z15
+	VPADDD        Z15, Z14, Z14
+	VPSRAD        $0x04, Z17, Z17
+	VPADDD        Z17, Z16, Z16
+	MOVL          (AX), R9
+	MOVL          176(AX), R10
+	SHLQ          $0x20, R10
+	ORQ           R10, R9
+	VMOVQ         R9, X9
+	VCVTPH2PS     X9, X9
+	VPMULLD       (DI), Z5, Z13
+	VSHUFI64X2    $0x44, Z7, Z6, Z15
+	VSHUFI64X2    $0xee, Z7, Z6, Z6
+	VPADDD        Z6, Z15, Z15
+	VPUNPCKLDQ    Z13, Z15, Z6
+	VPUNPCKHDQ    Z13, Z15, Z15
+	VPADDD        Z6, Z15, Z15
+	VPSHUFD       $0x4e, Z15, Z6
+	VPADDD        Z6, Z15, Z15
+	VSHUFI64X2    $0xb1, Z15, Z15, Z6
+	VPADDD        Z6, Z15, Z15
+	VEXTRACTI32X4 $0x02, Z15, X6
+	VPUNPCKLQDQ   X6, X15, X6
+	VCVTDQ2PS     X6, X6
+	VMULPS        X9, X6, X6
+	VMOVSHDUP     X6, X7
+	VSUBPS        X7, X6, X6
+	VPMOVZXDQ     (SI), X7
+	VMULPS        X7, X6, X6
+	VMOVAPS       X6, X7
+	VCVTSS2SD     X7, X7, X7
+	VADDSD        64(SP), X7, X7
+	VMOVSD        X7, 64(SP)
+	VMOVHLPS      X6, X6, X6
+	VCVTSS2SD     X6, X6, X6
+	VADDSD        64(SP), X6, X6
+	VMOVSD        X6, 64(SP)
+	VPMULLD       64(DI), Z5, Z6
+	VSHUFI64X2    $0x44, Z11, Z8, Z7
+	VSHUFI64X2    $0xee, Z11, Z8, Z8
+	VPADDD        Z8, Z7, Z7
+	VPUNPCKLDQ    Z6, Z7, Z8
+	VPUNPCKHDQ    Z6, Z7, Z7
+	VPADDD        Z8, Z7, Z7
+	VPSHUFD       $0x4e, Z7, Z8
+	VPADDD        Z8, Z7, Z7
+	VSHUFI64X2    $0xb1, Z7, Z7, Z8
+	VPADDD        Z8, Z7, Z7
+	VEXTRACTI32X4 $0x02, Z7, X6
+	VPUNPCKLQDQ   X6, X7, X6
+	VCVTDQ2PS     X6, X6
+	VMULPS        X9, X6, X6
+	VMOVSHDUP     X6, X7
+	VSUBPS        X7, X6, X6
+	VPMOVZXDQ     8(SI), X7
+	VMULPS        X7, X6, X6
+	VMOVAPS       X6, X7
+	VCVTSS2SD     X7, X7, X7
+	VADDSD        72(SP), X7, X7
+	VMOVSD        X7, 72(SP)
+	VMOVHLPS      X6, X6, X6
+	VCVTSS2SD     X6, X6, X6
+	VADDSD        72(SP), X6, X6
+	VMOVSD        X6, 72(SP)
+	VPMULLD       128(DI), Z5, Z6
+	VSHUFI64X2    $0x44, Z14, Z10, Z7
+	VSHUFI64X2    $0xee, Z14, Z10, Z8
+	VPADDD        Z8, Z7, Z7
+	VPUNPCKLDQ    Z6, Z7, Z8
+	VPUNPCKHDQ    Z6, Z7, Z7
+	VPADDD        Z8, Z7, Z7
+	VPSHUFD       $0x4e, Z7, Z8
+	VPADDD        Z8, Z7, Z7
+	VSHUFI64X2    $0xb1, Z7, Z7, Z8
+	VPADDD        Z8, Z7, Z7
+	VEXTRACTI32X4 $0x02, Z7, X6
+	VPUNPCKLQDQ   X6, X7, X6
+	VCVTDQ2PS     X6, X6
+	VMULPS        X9, X6, X6
+	VMOVSHDUP     X6, X7
+	VSUBPS        X7, X6, X6
+	VPMOVZXDQ     16(SI), X7
+	VMULPS        X7, X6, X6
+	VMOVAPS       X6, X7
+	VCVTSS2SD     X7, X7, X7
+	VADDSD        80(SP), X7, X7
+	VMOVSD        X7, 80(SP)
+	VMOVHLPS      X6, X6, X6
+	VCVTSS2SD     X6, X6, X6
+	VADDSD        80(SP), X6, X6
+	VMOVSD        X6, 80(SP)
+	VPMULLD       192(DI), Z5, Z5
+	VSHUFI64X2    $0x44, Z16, Z12, Z6
+	VSHUFI64X2    $0xee, Z16, Z12, Z7
+	VPADDD        Z7, Z6, Z6
+	VPUNPCKLDQ    Z5, Z6, Z7
+	VPUNPCKHDQ    Z5, Z6, Z6
+	VPADDD        Z7, Z6, Z6
+	VPSHUFD       $0x4e, Z6, Z7
+	VPADDD        Z7, Z6, Z6
+	VSHUFI64X2    $0xb1, Z6, Z6, Z7
+	VPADDD        Z7, Z6, Z6
+	VEXTRACTI32X4 $0x02, Z6, X5
+	VPUNPCKLQDQ   X5, X6, X5
+	VCVTDQ2PS     X5, X5
+	VMULPS        X9, X5, X5
+	VMOVSHDUP     X5, X6
+	VSUBPS        X6, X5, X5
+	VPMOVZXDQ     24(SI), X6
+	VMULPS        X6, X5, X5
+	VMOVAPS       X5, X6
+	VCVTSS2SD     X6, X6, X6
+	VADDSD        88(SP), X6, X6
+	VMOVSD        X6, 88(SP)
+	VMOVHLPS      X5, X5, X5
+	VCVTSS2SD     X5, X5, X5
+	VADDSD        88(SP), X5, X5
+	VMOVSD        X5, 88(SP)
+	ADDQ          $0x00000160, AX
+	ADDQ          $0x00001000, BX
+	ADDQ          $0x20, SI
+	ADDQ          $0x00000100, DI
+	SUBQ          $0x02, R8
+	JMP           q5kVNNIx4_pair
+
+q5kVNNIx4_single:
+	CMPQ          R8, $0x00
+	JE            q5kVNNIx4_end
+	MOVL          4(AX), R9
+	MOVL          8(AX), R10
+	MOVL          12(AX), R11
+	MOVL          R9, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R9
+	MOVL          R11, R13
+	ANDL          $0x0f0f0f0f, R13
+	ORL           R12, R13
+	MOVL          R10, R12
+	SHRL          $0x02, R12
+	ANDL          $0x30303030, R12
+	ANDL          $0x3f3f3f3f, R10
+	SHRL          $0x04, R11
+	ANDL          $0x0f0f0f0f, R11
+	ORL           R12, R11
+	SHLQ          $0x20, R13
+	ORQ           R13, R9
+	SHLQ          $0x20, R11
+	ORQ           R11, R10
+	VMOVQ         R9, X5
+	VPMOVZXBD     X5, Y5
+	VPSLLD        $0x10, Y5, Y6
+	VPORD         Y6, Y5, Y5
+	VMOVDQU32     Y5, (SP)
+	VMOVQ         R10, X5
+	VPMOVZXBD     X5, Y5
+	VPMOVZXBW     16(AX), Z14
+	VPMOVZXBW     48(AX), Z6
+	VPANDD        Z0, Z6, Z7
+	VPANDD        Z1, Z6, Z13
+	VPSLLW        $0x04, Z14, Z6
+	VPTERNLOGD    $0xf8, Z2, Z6, Z7
+	VPSLLW        $0x07, Z14, Z6
+	VPTERNLOGD    $0xf8, Z3, Z6, Z13
+	VPBROADCASTD  (SP), Z6
+	VPMULLW       Z6, Z7, Z7
+	VPMADDWD      (BX), Z7, Z6
+	VPMADDWD      512(BX), Z7, Z8
+	VPMADDWD      1024(BX), Z7, Z10
+	VPMADDWD      1536(BX), Z7, Z12
+	VPBROADCASTD  4(SP), Z7
+	VPMULLW       Z7, Z13, Z13
+	VPMADDWD      64(BX), Z13, Z7
+	VPMADDWD      576(BX), Z13, Z9
+	VPMADDWD      1088(BX), Z13, Z11
+	VPMADDWD      1600(BX), Z13, Z13
+	VPMOVZXBW     80(AX), Z15
+	VPANDD        Z0, Z15, Z16
+	VPANDD        Z1, Z15, Z15
+	VPSLLW        $0x02, Z14, Z17
+	VPTERNLOGD    $0xf8, Z2, Z17, Z16
+	VPSLLW        $0x05, Z14, Z17
+	VPTERNLOGD    $0xf8, Z3, Z17, Z15
+	VPBROADCASTD  8(SP), Z17
+	VPMULLW       Z17, Z16, Z16
+	VPDPWSSD      128(BX), Z16, Z6
+	VPDPWSSD      640(BX), Z16, Z8
+	VPDPWSSD      1152(BX), Z16, Z10
+	VPDPWSSD      1664(BX), Z16, Z12
+	VPBROADCASTD  12(SP), Z16
+	VPMULLW       Z16, Z15, Z15
+	VPDPWSSD      192(BX), Z15, Z7
+	VPDPWSSD      704(BX), Z15, Z9
+	VPDPWSSD      1216(BX), Z15, Z11
+	VPDPWSSD      1728(BX), Z15, Z13
+	VPMOVZXBW     112(AX), Z15
+	VPANDD        Z0, Z15, Z16
+	VPANDD        Z1, Z15, Z15
+	VPTERNLOGD    $0xf8, Z2, Z14, Z16
+	VPSLLW        $0x03, Z14, Z17
+	VPTERNLOGD    $0xf8, Z3, Z17, Z15
+	VPBROADCASTD  16(SP), Z17
+	VPMULLW       Z17, Z16, Z16
+	VPDPWSSD      256(BX), Z16, Z6
+	VPDPWSSD      768(BX), Z16, Z8
+	VPDPWSSD      1280(BX), Z16, Z10
+	VPDPWSSD      1792(BX), Z16, Z12
+	VPBROADCASTD  20(SP), Z16
+	VPMULLW       Z16, Z15, Z15
+	VPDPWSSD      320(BX), Z15, Z7
+	VPDPWSSD      832(BX), Z15, Z9
+	VPDPWSSD      1344(BX), Z15, Z11
+	VPDPWSSD      1856(BX), Z15, Z13
+	VPMOVZXBW     144(AX), Z15
+	VPANDD        Z0, Z15, Z16
+	VPANDD        Z1, Z15, Z15
+	VPSRLW        $0x02, Z14, Z17
+	VPTERNLOGD    $0xf8, Z2, Z17, Z16
+	VPSLLW        $0x01, Z14, Z14
+	VPTERNLOGD    $0xf8, Z3, Z14, Z15
+	VPBROADCASTD  24(SP), Z14
+	VPMULLW       Z14, Z16, Z16
+	VPDPWSSD      384(BX), Z16, Z6
+	VPDPWSSD      896(BX), Z16, Z8
+	VPDPWSSD      1408(BX), Z16, Z10
+	VPDPWSSD      1920(BX), Z16, Z12
+	VPBROADCASTD  28(SP), Z14
+	VPMULLW       Z14, Z15, Z15
+	VPDPWSSD      448(BX), Z15, Z7
+	VPDPWSSD      960(BX), Z15, Z9
+	VPDPWSSD      1472(BX), Z15, Z11
+	VPDPWSSD      1984(BX), Z15, Z13
+	VPSRAD        $0x04, Z7, Z7
+	VPADDD        Z7, Z6, Z6
+	VPSRAD        $0x04, Z9, Z9
+	VPADDD        Z9, Z8, Z8
+	VPSRAD        $0x04, Z11, Z11
+	VPADDD        Z11, Z10, Z10
+	VPSRAD        $0x04, Z13, Z13
+	VPADDD        Z13, Z12, Z12
+	VMOVD         (AX), X7
+	VCVTPH2PS     X7, X7
+	VPMULLD       (DI), Y5, Y9
+	VEXTRACTI64X4 $0x01, Z6, Y11
+	VPADDD        Y11, Y6, Y11
+	VPUNPCKLDQ    Y9, Y11, Y6
+	VPUNPCKHDQ    Y9, Y11, Y9
+	VPADDD        Y9, Y6, Y6
+	VPSHUFD       $0x4e, Y6, Y9
+	VPADDD        Y9, Y6, Y6
+	VEXTRACTI32X4 $0x01, Y6, X9
+	VPADDD        X9, X6, X9
+	VCVTDQ2PS     X9, X9
+	VMULPS        X7, X9, X9
+	VMOVSHDUP     X9, X6
+	VSUBSS        X6, X9, X9
+	VMULSS        (SI), X9, X9
+	VCVTSS2SD     X9, X9, X9
+	VADDSD        64(SP), X9, X9
+	VMOVSD        X9, 64(SP)
+	VPMULLD       32(DI), Y5, Y6
+	VEXTRACTI64X4 $0x01, Z8, Y9
+	VPADDD        Y9, Y8, Y9
+	VPUNPCKLDQ    Y6, Y9, Y8
+	VPUNPCKHDQ    Y6, Y9, Y6
+	VPADDD        Y6, Y8, Y8
+	VPSHUFD       $0x4e, Y8, Y6
+	VPADDD        Y6, Y8, Y8
+	VEXTRACTI32X4 $0x01, Y8, X6
+	VPADDD        X6, X8, X6
+	VCVTDQ2PS     X6, X6
+	VMULPS        X7, X6, X6
+	VMOVSHDUP     X6, X8
+	VSUBSS        X8, X6, X6
+	VMULSS        4(SI), X6, X6
+	VCVTSS2SD     X6, X6, X6
+	VADDSD        72(SP), X6, X6
+	VMOVSD        X6, 72(SP)
+	VPMULLD       64(DI), Y5, Y6
+	VEXTRACTI64X4 $0x01, Z10, Y8
+	VPADDD        Y8, Y10, Y8
+	VPUNPCKLDQ    Y6, Y8, Y9
+	VPUNPCKHDQ    Y6, Y8, Y6
+	VPADDD        Y6, Y9, Y9
+	VPSHUFD       $0x4e, Y9, Y6
+	VPADDD        Y6, Y9, Y9
+	VEXTRACTI32X4 $0x01, Y9, X6
+	VPADDD        X6, X9, X6
+	VCVTDQ2PS     X6, X6
+	VMULPS        X7, X6, X6
+	VMOVSHDUP     X6, X8
+	VSUBSS        X8, X6, X6
+	VMULSS        8(SI), X6, X6
+	VCVTSS2SD     X6, X6, X6
+	VADDSD        80(SP), X6, X6
+	VMOVSD        X6, 80(SP)
+	VPMULLD       96(DI), Y5, Y5
+	VEXTRACTI64X4 $0x01, Z12, Y6
+	VPADDD        Y6, Y12, Y6
+	VPUNPCKLDQ    Y5, Y6, Y8
+	VPUNPCKHDQ    Y5, Y6, Y5
+	VPADDD        Y5, Y8, Y8
+	VPSHUFD       $0x4e, Y8, Y5
+	VPADDD        Y5, Y8, Y8
+	VEXTRACTI32X4 $0x01, Y8, X5
+	VPADDD        X5, X8, X5
+	VCVTDQ2PS     X5, X5
+	VMULPS        X7, X5, X5
+	VMOVSHDUP     X5, X6
+	VSUBSS        X6, X5, X5
+	VMULSS        12(SI), X5, X5
+	VCVTSS2SD     X5, X5, X5
+	VADDSD        88(SP), X5, X5
+	VMOVSD        X5, 88(SP)
+	ADDQ          $0x000000b0, AX
+	ADDQ          $0x00000800, BX
+	ADDQ          $0x10, SI
+	ADDQ          $0x00000080, DI
+	DECQ          R8
+	JMP           q5kVNNIx4_pair
+
+q5kVNNIx4_end:
+	VMOVSD    64(SP), X5
+	VCVTSD2SS X5, X5, X5
+	VMOVSS    X5, (DX)
+	VMOVSD    72(SP), X5
+	VCVTSD2SS X5, X5, X5
+	VMOVSS    X5, 4(DX)
+	VMOVSD    80(SP), X5
+	VCVTSD2SS X5, X5, X5
+	VMOVSS    X5, 8(DX)
+	VMOVSD    88(SP), X5
+	VCVTSD2SS X5, X5, X5
+	VMOVSS    X5, 12(DX)
+	ADDQ      $0x10, DX
+	MOVQ      96(SP), AX
+	ADDQ      stride+8(FP), AX
+	DECQ      CX
+	JMP       q5kVNNIx4_row
+
+q5kVNNIx4_done:
+	VZEROUPPER
+	RET
+
+// func q6kVNNIx4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
+TEXT ·q6kVNNIx4(SB), NOSPLIT, $104-72
+	MOVQ         w+0(FP), AX
+	MOVQ         rows+16(FP), CX
+	MOVQ         y+64(FP), DX
+	MOVL         $0x000f000f, BX
+	VPBROADCASTD BX, Z0
+	VMOVDQU32    q6kHigh512<>+0(SB), Y1
+	VMOVDQU32    q6kHigh512<>+32(SB), Y2
+	MOVL         $0x0f0f0f0f, BX
+	VPBROADCASTD BX, Y3
+
+q6kVNNIx4_row:
+	CMPQ   CX, $0x00
+	JE     q6kVNNIx4_done
+	MOVQ   AX, 96(SP)
+	MOVQ   q+32(FP), BX
+	MOVQ   d+40(FP), SI
+	MOVQ   n+24(FP), DI
+	SHRQ   $0x08, DI
+	VPXORQ X4, X4, X4
+	VMOVSD X4, 64(SP)
+	VMOVSD X4, 72(SP)
+	VMOVSD X4, 80(SP)
+	VMOVSD X4, 88(SP)
+
+q6kVNNIx4_pair:
+	CMPQ            DI, $0x02
+	JB              q6kVNNIx4_single
+	PREFETCHT0      4096(AX)
+	PREFETCHT0      4160(AX)
+	PREFETCHT0      4224(AX)
+	PREFETCHT0      4288(AX)
+	PREFETCHT0      4352(AX)
+	PREFETCHT0      4416(AX)
+	PREFETCHT0      4480(AX)
+	VPMOVSXBW       192(AX), Y5
+	VMOVDQU32       Y5, (SP)
+	VPMOVZXBW       (AX), Z13
+	VPMOVZXBW       32(AX), Z14
+	VPANDD          128(AX), Y3, Y6
+	VBROADCASTI32X4 (SP), Z16
+	VPSHUFB         Y6, Y1, Y5
+	VPMOVSXBW       Y5, Z8
+	VPTERNLOGD      $0xd8, Z0, Z13, Z8
+	VPSHUFB         q6kShuf512<>+0(SB), Z16, Z5
+	VPMULLW         Z5, Z8, Z8
+	VPMADDWD        (BX), Z8, Z5
+	VPMADDWD        1024(BX), Z8, Z7
+	VPMADDWD        2048(BX), Z8, Z9
+	VPMADDWD        3072(BX), Z8, Z11
+	VPSHUFB         Y6, Y2, Y6
+	VPMOVSXBW       Y6, Z12
+	VPTERNLOGD      $0xd8, Z0, Z14, Z12
+	VPSHUFB         q6kShuf512<>+64(SB), Z16, Z6
+	VPMULLW         Z6, Z12, Z12
+	VPMADDWD        64(BX), Z12, Z6
+	VPMADDWD        1088(BX), Z12, Z8
+	VPMADDWD        2112(BX), Z12, Z10
+	VPMADDWD        3136(BX), Z12, Z12
+	VPSRLW          $0x04, 128(AX), Y15
+	VPANDD          Y3, Y15, Y15
+	VPSRLW          $0x04, Z13, Z13
+	VPSHUFB         Y15, Y1, Y17
+	VPMOVSXBW       Y17, Z17
+	VPTERNLOGD      $0xd8, Z0, Z13, Z17
+	VPSHUFB         q6kShuf512<>+128(SB), Z16, Z13
+	VPMULLW         Z13, Z17, Z17
+	VPDPWSSD        128(BX), Z17, Z5
+	VPDPWSSD        1152(BX), Z17, Z7
+	VPDPWSSD        2176(BX), Z17, Z9
+	VPDPWSSD        3200(BX), Z17, Z11
+	VPSRLW          $0x04, Z14, Z14
+	VPSHUFB         Y15, Y2, Y13
+	VPMOVSXBW       Y13, Z13
+	VPTERNLOGD      $0xd8, Z0, Z14, Z13
+	VPSHUFB         q6kShuf512<>+192(SB), Z16, Z14
+	VPMULLW         Z14, Z13, Z13
+	VPDPWSSD        192(BX), Z13, Z6
+	VPDPWSSD        1216(BX), Z13, Z8
+	VPDPWSSD        2240(BX), Z13, Z10
+	VPDPWSSD        3264(BX), Z13, Z12
+	VPMOVZXBW       64(AX), Z13
+	VPMOVZXBW       96(AX), Z14
+	VPANDD          160(AX), Y3, Y15
+	VBROADCASTI32X4 16(SP), Z16
+	VPSHUFB         Y15, Y1, Y17
+	VPMOVSXBW       Y17, Z17
+	VPTERNLOGD      $0xd8, Z0, Z13, Z17
+	VPSHUFB         q6kShuf512<>+0(SB), Z16, Z18
+	VPMULLW         Z18, Z17, Z17
+	VPDPWSSD        256(BX), Z17, Z5
+	VPDPWSSD        1280(BX), Z17, Z7
+	VPDPWSSD        2304(BX), Z17, Z9
+	VPDPWSSD        3328(BX), Z17, Z11
+	VPSHUFB         Y15, Y2, Y15
+	VPMOVSXBW       Y15, Z15
+	VPTERNLOGD      $0xd8, Z0, Z14, Z15
+	VPSHUFB         q6kShuf512<>+64(SB), Z16, Z17
+	VPMULLW         Z17, Z15, Z15
+	VPDPWSSD        320(BX), Z15, Z6
+	VPDPWSSD        1344(BX), Z15, Z8
+	VPDPWSSD        2368(BX), Z15, Z10
+	VPDPWSSD        3392(BX), Z15, Z12
+	VPSRLW          $0x04, 160(AX), Y15
+	VPANDD          Y3, Y15, Y15
+	VPSRLW          $0x04, Z13, Z13
+	VPSHUFB         Y15, Y1, Y17
+	VPMOVSXBW       Y17, Z17
+	VPTERNLOGD      $0xd8, Z0, Z13, Z17
+	VPSHUFB         q6kShuf512<>+128(SB), Z16, Z13
+	VPMULLW         Z13, Z17, Z17
+	VPDPWSSD        384(BX), Z17, Z5
+	VPDPWSSD        1408(BX), Z17, Z7
+	VPDPWSSD        2432(BX), Z17, Z9
+	VPDPWSSD        3456(BX), Z17, Z11
+	VPSRLW          $0x04, Z14, Z14
+	VPSHUFB         Y15, Y2, Y13
+	VPMOVSXBW       Y13, Z13
+	VPTERNLOGD      $0xd8, Z0, Z14, Z13
+	VPSHUFB         q6kShuf512<>+192(SB), Z16, Z14
+	VPMULLW         Z14, Z13, Z13
+	VPDPWSSD        448(BX), Z13, Z6
+	VPDPWSSD        1472(BX), Z13, Z8
+	VPDPWSSD        2496(BX), Z13, Z10
+	VPDPWSSD        3520(BX), Z13, Z12
+	VPADDD          Z6, Z5, Z5
+	VPADDD          Z8, Z7, Z7
+	VPADDD          Z10, Z9, Z9
+	VPADDD          Z12, Z11, Z11
+	VPMOVSXBW       402(AX), Y6
+	VMOVDQU32       Y6, 32(SP)
+	VPMOVZXBW       210(AX), Z17
+	VPMOVZXBW       242(AX), Z18
+	VPANDD          338(AX), Y3, Y8
+	VBROADCASTI32X4 32(SP), Z20
+	VPSHUFB         Y8, Y1, Y6
+	VPMOVSXBW       Y6, Z12
+	VPTERNLOGD      $0xd8, Z0, Z17, Z12
+	VPSHUFB         q6kShuf512<>+0(SB), Z20, Z6
+	VPMULLW         Z6, Z12, Z12
+	VPMADDWD        512(BX), Z12, Z6
+	VPMADDWD        1536(BX), Z12, Z10
+	VPMADDWD        2560(BX), Z12, Z13
+	VPMADDWD        3584(BX), Z12, Z15
+	VPSHUFB         Y8, Y2, Y8
+	VPMOVSXBW       Y8, Z16
+	VPTERNLOGD      $0xd8, Z0, Z18, Z16
+	VPSHUFB         q6kShuf512<>+64(SB), Z20, Z8
+	VPMULLW         Z8, Z16, Z16
+	VPMADDWD        576(BX), Z16, Z8
+	VPMADDWD        1600(BX), Z16, Z12
+	VPMADDWD        2624(BX), Z16, Z14
+	VPMADDWD        3648(BX), Z16, Z16
+	VPSRLW          $0x04, 338(AX), Y19
+	VPANDD          Y3, Y19, Y19
+	VPSRLW          $0x04, Z17, Z17
+	VPSHUFB         Y19, Y1, Y21
+	VPMOVSXBW       Y21, Z21
+	VPTERNLOGD      $0xd8, Z0, Z17, Z21
+	VPSHUFB         q6kShuf512<>+128(SB), Z20, Z17
+	VPMULLW         Z17, Z21, Z21
+	VPDPWSSD        640(BX), Z21, Z6
+	VPDPWSSD        1664(BX), Z21, Z10
+	VPDPWSSD        2688(BX), Z21, Z13
+	VPDPWSSD        3712(BX), Z21, Z15
+	VPSRLW          $0x04, Z18, Z18
+	VPSHUFB         Y19, Y2, Y17
+	VPMOVSXBW       Y17, Z17
+	VPTERNLOGD      $0xd8, Z0, Z18, Z17
+	VPSHUFB         q6kShuf512<>+192(SB), Z20, Z18
+	VPMULLW         Z18, Z17, Z17
+	VPDPWSSD        704(BX), Z17, Z8
+	VPDPWSSD        1728(BX), Z17, Z12
+	VPDPWSSD        2752(BX), Z17, Z14
+	VPDPWSSD        3776(BX), Z17, Z16
+	VPMOVZXBW       274(AX), Z17
+	VPMOVZXBW       306(AX), Z18
+	VPANDD          370(AX), Y3, Y19
+	VBROADCASTI32X4 48(SP), Z20
+	VPSHUFB         Y19, Y1, Y21
+	VPMOVSXBW       Y21, Z21
+	VPTERNLOGD      $0xd8, Z0, Z17, Z21
+	VPSHUFB         q6kShuf512<>+0(SB), Z20, Z22
+	VPMULLW         Z22, Z21, Z21
+	VPDPWSSD        768(BX), Z21, Z6
+	VPDPWSSD        1792(BX), Z21, Z10
+	VPDPWSSD        2816(BX), Z21, Z13
+	VPDPWSSD        3840(BX), Z21, Z15
+	VPSHUFB         Y19, Y2, Y19
+	VPMOVSXBW       Y19, Z19
+	VPTERNLOGD      $0xd8, Z0, Z18, Z19
+	VPSHUFB         q6kShuf512<>+64(SB), Z20, Z21
+	VPMULLW         Z21, Z19, Z19
+	VPDPWSSD        832(BX), Z19, Z8
+	VPDPWSSD        1856(BX), Z19, Z12
+	VPDPWSSD        2880(BX), Z19, Z14
+	VPDPWSSD        3904(BX), Z19, Z16
+	VPSRLW          $0x04, 370(AX), Y19
+	VPANDD          Y3, Y19, Y19
+	VPSRLW          $0x04, Z17, Z17
+	VPSHUFB         Y19, Y1, Y21
+	VPMOVSXBW       Y21, Z21
+	VPTERNLOGD      $0xd8, Z0, Z17, Z21
+	VPSHUFB         q6kShuf512<>+128(SB), Z20, Z17
+	VPMULLW         Z17, Z21, Z21
+	VPDPWSSD        896(BX), Z21, Z6
+	VPDPWSSD        1920(BX), Z21, Z10
+	VPDPWSSD        2944(BX), Z21, Z13
+	VPDPWSSD        3968(BX), Z21, Z15
+	VPSRLW          $0x04, Z18, Z18
+	VPSHUFB         Y19, Y2, Y17
+	VPMOVSXBW       Y17, Z17
+	VPTERNLOGD      $0xd8, Z0, Z18, Z17
+	VPSHUFB         q6kShuf512<>+192(SB), Z20, Z18
+	VPMULLW         Z18, Z17, Z17
+	VPDPWSSD        960(BX), Z17, Z8
+	VPDPWSSD        1984(BX), Z17, Z12
+	VPDPWSSD        3008(BX), Z17, Z14
+	VPDPWSSD        4032(BX), Z17, Z16
+	VPADDD          Z8, Z6, Z6
+	VPADDD          Z12, Z10, Z10
+	VPADDD          Z14, Z13, Z13
+	VPADDD          Z16, Z15, Z15
+	MOVWLZX         208(AX), R8
+	MOVWLZX         418(AX), R9
+	SHLL            $0x10, R9
+	ORL             R9, R8
+	VMOVD           R8, X8
+	VCVTPH2PS       X8, X8
+	VSHUFI64X2      $0x44, Z6, Z5, Z12
+	VSHUFI64X2      $0xee, Z6, Z5, Z5
+	VPADDD          Z5, Z12, Z12
+	VSHUFI64X2      $0xb1, Z12, Z12, Z5
+	VPADDD          Z5, Z12, Z12
+	VPSHUFD         $0x4e, Z12, Z5
+	VPADDD          Z5, Z12, Z12
+	VPSHUFD         $0xb1, Z12, Z5
+	VPADDD          Z5, Z12, Z12
+	VEXTRACTI32X4   $0x02, Z12, X5
+	VPUNPCKLDQ      X5, X12, X5
+	VCVTDQ2PS       X5, X5
+	VMULPS          X8, X5, X5
+	VMOVQ           (SI), X6
+	VMULPS          X6, X5, X5
+	VCVTPS2PD       X5, X5
+	VMOVAPD         X5, X6
+	VADDSD          64(SP), X6, X6
+	VMOVSD          X6, 64(SP)
+	VPERMILPD       $0x01, X5, X5
+	VADDSD          64(SP), X5, X5
+	VMOVSD          X5, 64(SP)
+	VSHUFI64X2      $0x44, Z10, Z7, Z5
+	VSHUFI64X2      $0xee, Z10, Z7, Z6
+	VPADDD          Z6, Z5, Z5
+	VSHUFI64X2      $0xb1, Z5, Z5, Z6
+	VPADDD          Z6, Z5, Z5
+	VPSHUFD         $0x4e, Z5, Z6
+	VPADDD          Z6, Z5, Z5
+	VPSHUFD         $0xb1, Z5, Z6
+	VPADDD          Z6, Z5, Z5
+	VEXTRACTI32X4   $0x02, Z5, X6
+	VPUNPCKLDQ      X6, X5, X6
+	VCVTDQ2PS       X6, X6
+	VMULPS          X8, X6, X6
+	VMOVQ           8(SI), X5
+	VMULPS          X5, X6, X6
+	VCVTPS2PD       X6, X6
+	VMOVAPD         X6, X5
+	VADDSD          72(SP), X5, X5
+	VMOVSD          X5, 72(SP)
+	VPERMILPD       $0x01, X6, X6
+	VADDSD          72(SP), X6, X6
+	VMOVSD          X6, 72(SP)
+	VSHUFI64X2      $0x44, Z13, Z9, Z5
+	VSHUFI64X2      $0xee, Z13, Z9, Z6
+	VPADDD          Z6, Z5, Z5
+	VSHUFI64X2      $0xb1, Z5, Z5, Z6
+	VPADDD          Z6, Z5, Z5
+	VPSHUFD         $0x4e, Z5, Z6
+	VPADDD          Z6, Z5, Z5
+	VPSHUFD         $0xb1, Z5, Z6
+	VPADDD          Z6, Z5, Z5
+	VEXTRACTI32X4   $0x02, Z5, X6
+	VPUNPCKLDQ      X6, X5, X6
+	VCVTDQ2PS       X6, X6
+	VMULPS          X8, X6, X6
+	VMOVQ           16(SI), X5
+	VMULPS          X5, X6, X6
+	VCVTPS2PD       X6, X6
+	VMOVAPD         X6, X5
+	VADDSD          80(SP), X5, X5
+	VMOVSD          X5, 80(SP)
+	VPERMILPD       $0x01, X6, X6
+	VADDSD          80(SP), X6, X6
+	VMOVSD          X6, 80(SP)
+	VSHUFI64X2      $0x44, Z15, Z11, Z5
+	VSHUFI64X2      $0xee, Z15, Z11, Z6
+	VPADDD          Z6, Z5, Z5
+	VSHUFI64X2      $0xb1, Z5, Z5, Z6
+	VPADDD          Z6, Z5, Z5
+	VPSHUFD         $0x4e, Z5, Z6
+	VPADDD          Z6, Z5, Z5
+	VPSHUFD         $0xb1, Z5, Z6
+	VPADDD          Z6, Z5, Z5
+	VEXTRACTI32X4   $0x02, Z5, X6
+	VPUNPCKLDQ      X6, X5, X6
+	VCVTDQ2PS       X6, X6
+	VMULPS          X8, X6, X6
+	VMOVQ           24(SI), X5
+	VMULPS          X5, X6, X6
+	VCVTPS2PD       X6, X6
+	VMOVAPD         X6, X5
+	VADDSD          88(SP), X5, X5
+	VMOVSD          X5, 88(SP)
+	VPERMILPD       $0x01, X6, X6
+	VADDSD          88(SP), X6, X6
+	VMOVSD          X6, 88(SP)
+	ADDQ            $0x000001a4, AX
+	ADDQ            $0x00001000, BX
+	ADDQ            $0x20, SI
+	SUBQ            $0x02, DI
+	JMP             q6kVNNIx4_pair
+
+q6kVNNIx4_single:
+	CMPQ            DI, $0x00
+	JE              q6kVNNIx4_end
+	VPMOVSXBW       192(AX), Y5
+	VMOVDQU32       Y5, (SP)
+	VPMOVZXBW       (AX), Z13
+	VPMOVZXBW       32(AX), Z14
+	VPANDD          128(AX), Y3, Y6
+	VBROADCASTI32X4 (SP), Z16
+	VPSHUFB         Y6, Y1, Y5
+	VPMOVSXBW       Y5, Z8
+	VPTERNLOGD      $0xd8, Z0, Z13, Z8
+	VPSHUFB         q6kShuf512<>+0(SB), Z16, Z5
+	VPMULLW         Z5, Z8, Z8
+	VPMADDWD        (BX), Z8, Z5
+	VPMADDWD        512(BX), Z8, Z7
+	VPMADDWD        1024(BX), Z8, Z9
+	VPMADDWD        1536(BX), Z8, Z11
+	VPSHUFB         Y6, Y2, Y6
+	VPMOVSXBW       Y6, Z12
+	VPTERNLOGD      $0xd8, Z0, Z14, Z12
+	VPSHUFB         q6kShuf512<>+64(SB), Z16, Z6
+	VPMULLW         Z6, Z12, Z12
+	VPMADDWD        64(BX), Z12, Z6
+	VPMADDWD        576(BX), Z12, Z8
+	VPMADDWD        1088(BX), Z12, Z10
+	VPMADDWD        1600(BX), Z12, Z12
+	VPSRLW          $0x04, 128(AX), Y15
+	VPANDD          Y3, Y15, Y15
+	VPSRLW          $0x04, Z13, Z13
+	VPSHUFB         Y15, Y1, Y17
+	VPMOVSXBW       Y17, Z17
+	VPTERNLOGD      $0xd8, Z0, Z13, Z17
+	VPSHUFB         q6kShuf512<>+128(SB), Z16, Z13
+	VPMULLW         Z13, Z17, Z17
+	VPDPWSSD        128(BX), Z17, Z5
+	VPDPWSSD        640(BX), Z17, Z7
+	VPDPWSSD        1152(BX), Z17, Z9
+	VPDPWSSD        1664(BX), Z17, Z11
+	VPSRLW          $0x04, Z14, Z14
+	VPSHUFB         Y15, Y2, Y13
+	VPMOVSXBW       Y13, Z13
+	VPTERNLOGD      $0xd8, Z0, Z14, Z13
+	VPSHUFB         q6kShuf512<>+192(SB), Z16, Z14
+	VPMULLW         Z14, Z13, Z13
+	VPDPWSSD        192(BX), Z13, Z6
+	VPDPWSSD        704(BX), Z13, Z8
+	VPDPWSSD        1216(BX), Z13, Z10
+	VPDPWSSD        1728(BX), Z13, Z12
+	VPMOVZXBW       64(AX), Z13
+	VPMOVZXBW       96(AX), Z14
+	VPANDD          160(AX), Y3, Y15
+	VBROADCASTI32X4 16(SP), Z16
+	VPSHUFB         Y15, Y1, Y17
+	VPMOVSXBW       Y17, Z17
+	VPTERNLOGD      $0xd8, Z0, Z13, Z17
+	VPSHUFB         q6kShuf512<>+0(SB), Z16, Z18
+	VPMULLW         Z18, Z17, Z17
+	VPDPWSSD        256(BX), Z17, Z5
+	VPDPWSSD        768(BX), Z17, Z7
+	VPDPWSSD        1280(BX), Z17, Z9
+	VPDPWSSD        1792(BX), Z17, Z11
+	VPSHUFB         Y15, Y2, Y15
+	VPMOVSXBW       Y15, Z15
+	VPTERNLOGD      $0xd8, Z0, Z14, Z15
+	VPSHUFB         q6kShuf512<>+64(SB), Z16, Z17
+	VPMULLW         Z17, Z15, Z15
+	VPDPWSSD        320(BX), Z15, Z6
+	VPDPWSSD        832(BX), Z15, Z8
+	VPDPWSSD        1344(BX), Z15, Z10
+	VPDPWSSD        1856(BX), Z15, Z12
+	VPSRLW          $0x04, 160(AX), Y15
+	VPANDD          Y3, Y15, Y15
+	VPSRLW          $0x04, Z13, Z13
+	VPSHUFB         Y15, Y1, Y17
+	VPMOVSXBW       Y17, Z17
+	VPTERNLOGD      $0xd8, Z0, Z13, Z17
+	VPSHUFB         q6kShuf512<>+128(SB), Z16, Z13
+	VPMULLW         Z13, Z17, Z17
+	VPDPWSSD        384(BX), Z17, Z5
+	VPDPWSSD        896(BX), Z17, Z7
+	VPDPWSSD        1408(BX), Z17, Z9
+	VPDPWSSD        1920(BX), Z17, Z11
+	VPSRLW          $0x04, Z14, Z14
+	VPSHUFB         Y15, Y2, Y13
+	VPMOVSXBW       Y13, Z13
+	VPTERNLOGD      $0xd8, Z0, Z14, Z13
+	VPSHUFB         q6kShuf512<>+192(SB), Z16, Z14
+	VPMULLW         Z14, Z13, Z13
+	VPDPWSSD        448(BX), Z13, Z6
+	VPDPWSSD        960(BX), Z13, Z8
+	VPDPWSSD        1472(BX), Z13, Z10
+	VPDPWSSD        1984(BX), Z13, Z12
+	VPADDD          Z6, Z5, Z5
+	VPADDD          Z8, Z7, Z7
+	VPADDD          Z10, Z9, Z9
+	VPADDD          Z12, Z11, Z11
+	VPBROADCASTW    208(AX), X6
+	VCVTPH2PS       X6, X6
+	VEXTRACTI64X4   $0x01, Z5, Y8
+	VPADDD          Y8, Y5, Y8
+	VEXTRACTI32X4   $0x01, Y8, X5
+	VPADDD          X5, X8, X5
+	VPSHUFD         $0x4e, X5, X8
+	VPADDD          X8, X5, X5
+	VPSHUFD         $0xb1, X5, X8
+	VPADDD          X8, X5, X5
+	VCVTDQ2PS       X5, X5
+	VMULSS          X6, X5, X5
+	VMULSS          (SI), X5, X5
+	VCVTSS2SD       X5, X5, X5
+	VADDSD          64(SP), X5, X5
+	VMOVSD          X5, 64(SP)
+	VEXTRACTI64X4   $0x01, Z7, Y5
+	VPADDD          Y5, Y7, Y5
+	VEXTRACTI32X4   $0x01, Y5, X7
+	VPADDD          X7, X5, X7
+	VPSHUFD         $0x4e, X7, X5
+	VPADDD          X5, X7, X7
+	VPSHUFD         $0xb1, X7, X5
+	VPADDD          X5, X7, X7
+	VCVTDQ2PS       X7, X7
+	VMULSS          X6, X7, X7
+	VMULSS          4(SI), X7, X7
+	VCVTSS2SD       X7, X7, X7
+	VADDSD          72(SP), X7, X7
+	VMOVSD          X7, 72(SP)
+	VEXTRACTI64X4   $0x01, Z9, Y5
+	VPADDD          Y5, Y9, Y5
+	VEXTRACTI32X4   $0x01, Y5, X7
+	VPADDD          X7, X5, X7
+	VPSHUFD         $0x4e, X7, X5
+	VPADDD          X5, X7, X7
+	VPSHUFD         $0xb1, X7, X5
+	VPADDD          X5, X7, X7
+	VCVTDQ2PS       X7, X7
+	VMULSS          X6, X7, X7
+	VMULSS          8(SI), X7, X7
+	VCVTSS2SD       X7, X7, X7
+	VADDSD          80(SP), X7, X7
+	VMOVSD          X7, 80(SP)
+	VEXTRACTI64X4   $0x01, Z11, Y5
+	VPADDD          Y5, Y11, Y5
+	VEXTRACTI32X4   $0x01, Y5, X7
+	VPADDD          X7, X5, X7
+	VPSHUFD         $0x4e, X7, X5
+	VPADDD          X5, X7, X7
+	VPSHUFD         $0xb1, X7, X5
+	VPADDD          X5, X7, X7
+	VCVTDQ2PS       X7, X7
+	VMULSS          X6, X7, X7
+	VMULSS          12(SI), X7, X7
+	VCVTSS2SD       X7, X7, X7
+	VADDSD          88(SP), X7, X7
+	VMOVSD          X7, 88(SP)
+	ADDQ            $0x000000d2, AX
+	ADDQ            $0x00000800, BX
+	ADDQ            $0x10, SI
+	DECQ            DI
+	JMP             q6kVNNIx4_pair
+
+q6kVNNIx4_end:
+	VMOVSD    64(SP), X5
+	VCVTSD2SS X5, X5, X5
+	VMOVSS    X5, (DX)
+	VMOVSD    72(SP), X5
+	VCVTSD2SS X5, X5, X5
+	VMOVSS    X5, 4(DX)
+	VMOVSD    80(SP), X5
+	VCVTSD2SS X5, X5, X5
+	VMOVSS    X5, 8(DX)
+	VMOVSD    88(SP), X5
+	VCVTSD2SS X5, X5, X5
+	VMOVSS    X5, 12(DX)
+	ADDQ      $0x10, DX
+	MOVQ      96(SP), AX
+	ADDQ      stride+8(FP), AX
+	DECQ      CX
+	JMP       q6kVNNIx4_row
+
+q6kVNNIx4_done:
 	VZEROUPPER
 	RET
 

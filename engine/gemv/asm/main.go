@@ -32,6 +32,8 @@ func main() {
 		q4kAVX512("q5k"+sfx, true, vnni)
 		q6kAVX512("q6k"+sfx, vnni)
 		q4kAVX512x("q4k"+sfx+"x4", false, vnni)
+		q4kAVX512x("q5k"+sfx+"x4", true, vnni)
+		q6kAVX512x("q6k"+sfx+"x4", vnni)
 	}
 	q8AVX512("q8AVX512")
 	i8AVX512("i8AVX512", false)

@@ -185,10 +185,14 @@ func (k *q4k512) block(wp Register, wo int, qp Register, qo, so int) VecVirtual 
 // the weights are widened and scaled once, then multiplied into each
 // vector's accumulators. It returns each vector's sixteen lanes.
 func (k *q4k512) blocks(wp Register, wo int, qp Register, qos []int, so int) []VecVirtual {
+	// With several vectors each accumulator starts at its first product
+	// (VPMADDWD gives what VPDPWSSD into zero would), so none is live
+	// before it is needed.
+	zeroed := k.vnni && len(qos) == 1
 	accs := make([][2]VecVirtual, len(qos)) // low nibbles; high ones, times 16
 	for i := range accs {
 		accs[i] = [2]VecVirtual{ZMM(), ZMM()}
-		if k.vnni {
+		if zeroed {
 			VPXORD(accs[i][0], accs[i][0], accs[i][0])
 			VPXORD(accs[i][1], accs[i][1], accs[i][1])
 		}
@@ -231,7 +235,7 @@ func (k *q4k512) blocks(wp Register, wo int, qp Register, qos []int, so int) []V
 				acc := &accs[i]
 				qm := Mem{Base: qp, Disp: qo + 2*(64*j+32*h)}
 				switch {
-				case k.vnni:
+				case k.vnni && (zeroed || j > 0):
 					VPDPWSSD(qm, part, acc[h])
 				case j == 0:
 					VPMADDWD(qm, part, acc[h])

@@ -154,14 +154,28 @@ type q6k512 struct {
 // quants at qp+qo, staging its scales at k.sw+so, and returns its
 // sixteen int32 lanes, which sum to T.
 func (k *q6k512) block(wp Register, wo int, qp Register, qo, so int) VecVirtual {
+	return k.blocks(wp, wo, qp, []int{qo}, so)[0]
+}
+
+// blocks is block for several vectors at once, their quants at qp+qos[i]:
+// the weights are built and scaled once, then multiplied into each
+// vector's accumulators. It returns each vector's sixteen lanes.
+func (k *q6k512) blocks(wp Register, wo int, qp Register, qos []int, so int) []VecVirtual {
 	scw := YMM()
 	VPMOVSXBW(Mem{Base: wp, Disp: wo + 192}, scw)
 	VMOVDQU32(scw, k.sw.Offset(so))
 
-	acc := [2]VecVirtual{ZMM(), ZMM()}
-	if k.vnni {
-		VPXORD(acc[0], acc[0], acc[0])
-		VPXORD(acc[1], acc[1], acc[1])
+	// With several vectors each accumulator starts at its first
+	// product (VPMADDWD gives what VPDPWSSD into zero would), so none is
+	// live before it is needed: zeroed up front, they would not fit.
+	zeroed := k.vnni && len(qos) == 1
+	accs := make([][2]VecVirtual, len(qos))
+	for i := range accs {
+		accs[i] = [2]VecVirtual{ZMM(), ZMM()}
+		if zeroed {
+			VPXORD(accs[i][0], accs[i][0], accs[i][0])
+			VPXORD(accs[i][1], accs[i][1], accs[i][1])
+		}
 	}
 	for h := 0; h < 2; h++ {
 		a, b := ZMM(), ZMM()
@@ -172,14 +186,27 @@ func (k *q6k512) block(wp Register, wo int, qp Register, qo, so int) VecVirtual 
 		qhm := Mem{Base: wp, Disp: wo + 128 + 32*h}
 		idxLo, idxHi := YMM(), YMM()
 		VPANDD(qhm, k.nibB, idxLo)
-		VPSRLW(U8(4), qhm, idxHi)
-		VPANDD(k.nibB, idxHi, idxHi)
-		a4, b4 := ZMM(), ZMM()
-		VPSRLW(U8(4), a, a4)
-		VPSRLW(U8(4), b, b4)
+		highs := func() {
+			VPSRLW(U8(4), qhm, idxHi)
+			VPANDD(k.nibB, idxHi, idxHi)
+		}
+		nibs := []VecVirtual{a, b, a, b} // several vectors: the high nibbles in place, when due
+		if len(qos) == 1 {
+			highs()
+			a4, b4 := ZMM(), ZMM()
+			VPSRLW(U8(4), a, a4)
+			VPSRLW(U8(4), b, b4)
+			nibs = []VecVirtual{a, b, a4, b4}
+		}
 		lanes := ZMM() // scales 8h..8h+7 in every 128-bit lane
 		VBROADCASTI32X4(k.sw.Offset(so+16*h), lanes)
-		for m, nib := range []VecVirtual{a, b, a4, b4} {
+		for m, nib := range nibs {
+			if len(qos) > 1 && m >= 2 {
+				if m == 2 {
+					highs()
+				}
+				VPSRLW(U8(4), nib, nib)
+			}
 			idx, tab := idxLo, k.tab01
 			if m >= 2 {
 				idx = idxHi
@@ -194,20 +221,163 @@ func (k *q6k512) block(wp Register, wo int, qp Register, qo, so int) VecVirtual 
 			s := ZMM()
 			VPSHUFB(k.shuf.Offset(64*m), lanes, s)
 			VPMULLW(s, w, w)
-			qm := Mem{Base: qp, Disp: qo + 2*(128*h+32*m)}
 			i := m & 1
-			if k.vnni {
-				VPDPWSSD(qm, w, acc[i])
-			} else if h == 0 && m < 2 {
-				VPMADDWD(qm, w, acc[i])
-			} else {
-				VPMADDWD(qm, w, w)
-				VPADDD(w, acc[i], acc[i])
+			for v, qo := range qos {
+				acc := &accs[v]
+				qm := Mem{Base: qp, Disp: qo + 2*(128*h+32*m)}
+				switch {
+				case k.vnni && (zeroed || h > 0 || m >= 2):
+					VPDPWSSD(qm, w, acc[i])
+				case h == 0 && m < 2:
+					VPMADDWD(qm, w, acc[i])
+				case len(qos) == 1:
+					VPMADDWD(qm, w, w)
+					VPADDD(w, acc[i], acc[i])
+				default: // w is still needed
+					t := ZMM()
+					VPMADDWD(qm, w, t)
+					VPADDD(t, acc[i], acc[i])
+				}
 			}
 		}
 	}
-	VPADDD(acc[1], acc[0], acc[0])
-	return acc[0]
+	out := make([]VecVirtual, len(qos))
+	for v := range accs {
+		VPADDD(accs[v][1], accs[v][0], accs[v][0])
+		out[v] = accs[v][0]
+	}
+	return out
+}
+
+// q6kAVX512x emits the Q6_K kernel for Tokens packed vectors at once, as
+// q4kAVX512x does Q4_K's: q6kAVX512's arithmetic for each vector, the
+// weights built once a block for all of them.
+func q6kAVX512x(name string, vnni bool) {
+	TEXT(name, NOSPLIT, signature)
+	Pragma("noescape")
+	fam := "AVX-512"
+	if vnni {
+		fam = "AVX-512 with VNNI"
+	}
+	Doc(name + " is the Q6_K kernel for " + fam + " over four packed vectors (ref.go's contract for each).")
+	const T = Tokens
+	k := q6k512{vnni: vnni, shuf: q6kShufTable()}
+	wp := Load(Param("w"), GP64())
+	rows := Load(Param("rows"), GP64())
+	y := Load(Param("y"), GP64())
+	k.sw = AllocLocal(64)
+	tot := AllocLocal(8 * T)
+	k.low4 = wordConst(0x000f)
+	lt := q6kHighTable()
+	k.tab01, k.tab23 = YMM(), YMM()
+	VMOVDQU32(lt, k.tab01)
+	VMOVDQU32(lt.Offset(32), k.tab23)
+	tmp := GP32()
+	MOVL(U32(0x0f0f0f0f), tmp)
+	k.nibB = YMM()
+	VPBROADCASTD(tmp, k.nibB)
+
+	row0 := rowStart(name, rows, wp)
+	qp := Load(Param("q"), GP64())
+	dp := Load(Param("d"), GP64())
+	nb := Load(Param("n"), GP64())
+	SHRQ(U8(8), nb)
+	zero := XMM()
+	VPXORQ(zero, zero, zero)
+	for t := 0; t < T; t++ {
+		VMOVSD(zero, tot.Offset(8*t))
+	}
+	addTotal := func(t int, p VecVirtual) { // p's lane 0, a float64
+		VADDSD(tot.Offset(8*t), p, p)
+		VMOVSD(p, tot.Offset(8*t))
+	}
+	offs := func(step, base int) []int {
+		o := make([]int, T)
+		for t := range o {
+			o[t] = base + t*step
+		}
+		return o
+	}
+
+	Label(name + "_pair")
+	CMPQ(nb, Imm(2))
+	JB(LabelRef(name + "_single"))
+	{
+		prefetch(wp, 2*210)
+		a0 := k.blocks(wp, 0, qp, offs(2*512, 0), 0)
+		a1 := k.blocks(wp, 210, qp, offs(2*512, 512), 32)
+		d0, d1 := GP32(), GP32()
+		MOVWLZX(Mem{Base: wp, Disp: 208}, d0)
+		MOVWLZX(Mem{Base: wp, Disp: 210 + 208}, d1)
+		SHLL(U8(16), d1)
+		ORL(d1, d0)
+		dd := XMM()
+		VMOVD(d0, dd)
+		VCVTPH2PS(dd, dd)
+		for t := 0; t < T; t++ {
+			x := reducePairT(a0[t], a1[t])
+			VCVTDQ2PS(x, x)
+			VMULPS(dd, x, x)
+			dx := XMM()
+			VMOVQ(Mem{Base: dp, Disp: 8 * t}, dx)
+			VMULPS(dx, x, x) // [P₀ P₁]
+			VCVTPS2PD(x, x)
+			p := XMM()
+			VMOVAPD(x, p)
+			addTotal(t, p)
+			VPERMILPD(U8(1), x, x)
+			addTotal(t, x)
+		}
+	}
+	ADDQ(U32(2*210), wp)
+	ADDQ(U32(T*2*2*256), qp)
+	ADDQ(U8(T*8), dp)
+	SUBQ(Imm(2), nb)
+	JMP(LabelRef(name + "_pair"))
+
+	Label(name + "_single")
+	CMPQ(nb, Imm(0))
+	JE(LabelRef(name + "_end"))
+	{
+		a := k.blocks(wp, 0, qp, offs(512, 0), 0)
+		dd := XMM()
+		VPBROADCASTW(Mem{Base: wp, Disp: 208}, dd)
+		VCVTPH2PS(dd, dd)
+		for t := 0; t < T; t++ {
+			x := reduceT(a[t])
+			VCVTDQ2PS(x, x)
+			VMULSS(dd, x, x)
+			VMULSS(Mem{Base: dp, Disp: 4 * t}, x, x)
+			VCVTSS2SD(x, x, x)
+			addTotal(t, x)
+		}
+		ADDQ(U32(210), wp)
+		ADDQ(U32(T*2*256), qp)
+		ADDQ(U8(T*4), dp)
+		DECQ(nb)
+		JMP(LabelRef(name + "_pair"))
+	}
+
+	Label(name + "_end")
+	for t := 0; t < T; t++ {
+		f := XMM()
+		VMOVSD(tot.Offset(8*t), f)
+		VCVTSD2SS(f, f, f)
+		VMOVSS(f, Mem{Base: y, Disp: 4 * t})
+	}
+	ADDQ(U8(4*T), y)
+	MOVQ(row0, wp)
+	stride, err := Param("stride").Resolve()
+	if err != nil {
+		panic(err)
+	}
+	ADDQ(stride.Addr, wp)
+	DECQ(rows)
+	JMP(LabelRef(name + "_row"))
+
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
 }
 
 // reducePairT sums two blocks' sixteen int32 lanes (zmm a0, a1) into
