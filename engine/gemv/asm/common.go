@@ -67,6 +67,12 @@ func rowEnd(name string, total VecVirtual, scale Op, y, rows, wp Register, start
 	}
 	VMOVSS(total, Mem{Base: y})
 	ADDQ(U8(4), y)
+	nextRow(name, rows, wp, start)
+}
+
+// nextRow is rowEnd past the row's store: wp to the next row, the loop,
+// and the kernel's exit.
+func nextRow(name string, rows, wp Register, start Mem) {
 	MOVQ(start, wp)
 	stride, err := Param("stride").Resolve()
 	if err != nil {
@@ -110,4 +116,51 @@ func prefetch(base Register, n int) {
 	for off := 0; off < n; off += 64 {
 		PREFETCHT0(Mem{Base: base, Disp: prefetchAhead + off})
 	}
+}
+
+// rowTotals is a multi-vector kernel's row totals, one float64 a vector
+// in a stack slot: in registers they would leave too few for the
+// accumulators.
+type rowTotals struct {
+	m Mem
+	n int
+}
+
+func newRowTotals(n int) rowTotals { return rowTotals{m: AllocLocal(8 * n), n: n} }
+
+// zero emits the totals' reset at a row's start.
+func (r rowTotals) zero() {
+	z := XMM()
+	VPXORQ(z, z, z)
+	for t := 0; t < r.n; t++ {
+		VMOVSD(z, r.m.Offset(8*t))
+	}
+}
+
+// add adds lane 0 of p (a float64; p is overwritten) to vector t's total.
+func (r rowTotals) add(t int, p VecVirtual) {
+	VADDSD(r.m.Offset(8*t), p, p)
+	VMOVSD(p, r.m.Offset(8*t))
+}
+
+// rowEnd is rowEnd for the multi-vector kernels: each vector's total as
+// float32 at y (in vector order), y on by the row's results.
+func (r rowTotals) rowEnd(name string, y, rows, wp Register, start Mem) {
+	for t := 0; t < r.n; t++ {
+		f := XMM()
+		VMOVSD(r.m.Offset(8*t), f)
+		VCVTSD2SS(f, f, f)
+		VMOVSS(f, Mem{Base: y, Disp: 4 * t})
+	}
+	ADDQ(U8(4*r.n), y)
+	nextRow(name, rows, wp, start)
+}
+
+// vectorOffsets is n vectors' offsets, step bytes apart from base.
+func vectorOffsets(n, step, base int) []int {
+	o := make([]int, n)
+	for t := range o {
+		o[t] = base + t*step
+	}
+	return o
 }

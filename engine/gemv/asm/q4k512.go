@@ -23,31 +23,7 @@ import (
 // time (separate multiplies and subtractions, no FMA) and are added to
 // the row's float64 sum in block order. An odd last block goes alone.
 func q4kAVX512(name string, five, vnni bool) {
-	TEXT(name, NOSPLIT, signature)
-	Pragma("noescape")
-	fam := "AVX-512"
-	if vnni {
-		fam = "AVX-512 with VNNI"
-	}
-	Doc(name + " is the " + map[bool]string{false: "Q4_K", true: "Q5_K"}[five] + " kernel for " + fam + " (ref.go's contract).")
-	k := q4k512{five: five, vnni: vnni, bb: 144, qsOff: 16}
-	if five {
-		k.bb, k.qsOff = 176, 48
-	}
-	wp := Load(Param("w"), GP64())
-	rows := Load(Param("rows"), GP64())
-	y := Load(Param("y"), GP64())
-
-	// Each scale of two blocks as two int16 in a dword, so that
-	// VPBROADCASTD (a load, no shuffle) fills a zmm with one of them.
-	k.scd = AllocLocal(64)
-	k.low = wordConst(0x000f)
-	k.high = wordConst(0x00f0)
-	if five {
-		k.bit4 = wordConst(0x0010)
-		k.bit8 = wordConst(0x0100)
-	}
-
+	k, wp, rows, y := openQ4K512(name, five, vnni, "(ref.go's contract)", 0)
 	row0 := rowStart(name, rows, wp)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
@@ -146,6 +122,41 @@ func q4kAVX512(name string, five, vnni bool) {
 	rowEnd(name, total, nil, y, rows, wp, row0)
 }
 
+// openQ4K512 opens a Q4_K (Q5_K: five) kernel for AVX-512: its text
+// (documented as contract says), the registers of w, rows and y, the
+// staged scales' stack slot, the totals' of vectors > 0 vectors (the
+// multi-vector kernels'), and the constants.
+func openQ4K512(name string, five, vnni bool, contract string, vectors int) (k q4k512, wp, rows, y Register) {
+	TEXT(name, NOSPLIT, signature)
+	Pragma("noescape")
+	fam := "AVX-512"
+	if vnni {
+		fam = "AVX-512 with VNNI"
+	}
+	Doc(name + " is the " + map[bool]string{false: "Q4_K", true: "Q5_K"}[five] + " kernel for " + fam + " " + contract + ".")
+	k = q4k512{five: five, vnni: vnni, bb: 144, qsOff: 16}
+	if five {
+		k.bb, k.qsOff = 176, 48
+	}
+	wp = Load(Param("w"), GP64())
+	rows = Load(Param("rows"), GP64())
+	y = Load(Param("y"), GP64())
+
+	// Each scale of two blocks as two int16 in a dword, so that
+	// VPBROADCASTD (a load, no shuffle) fills a zmm with one of them.
+	k.scd = AllocLocal(64)
+	if vectors > 0 {
+		k.tot = newRowTotals(vectors)
+	}
+	k.low = wordConst(0x000f)
+	k.high = wordConst(0x00f0)
+	if five {
+		k.bit4 = wordConst(0x0010)
+		k.bit8 = wordConst(0x0100)
+	}
+	return k, wp, rows, y
+}
+
 // q4k512 holds what q4kAVX512's block emitter shares across blocks.
 type q4k512 struct {
 	five, vnni bool
@@ -153,6 +164,7 @@ type q4k512 struct {
 	scd        Mem        // the staged scales
 	low, high  VecVirtual // 0x000f, 0x00f0 in every word
 	bit4, bit8 VecVirtual // 0x0010, 0x0100 (Q5_K's fifth bit, low and high)
+	tot        rowTotals  // a multi-vector kernel's
 }
 
 // scales returns the block at wp+off's scales (bytes 0-7) and mins, each
@@ -354,56 +366,19 @@ const Tokens = 4
 // and fixed offsets reach every vector's part; y takes each row's Tokens
 // results in a row.
 func q4kAVX512x(name string, five, vnni bool) {
-	TEXT(name, NOSPLIT, signature)
-	Pragma("noescape")
-	fam := "AVX-512"
-	if vnni {
-		fam = "AVX-512 with VNNI"
-	}
-	Doc(name + " is the " + map[bool]string{false: "Q4_K", true: "Q5_K"}[five] + " kernel for " + fam + " over four packed vectors (ref.go's contract for each).")
-	k := q4k512{five: five, vnni: vnni, bb: 144, qsOff: 16}
-	if five {
-		k.bb, k.qsOff = 176, 48
-	}
 	const T = Tokens
-	wp := Load(Param("w"), GP64())
-	rows := Load(Param("rows"), GP64())
-	y := Load(Param("y"), GP64())
-	k.scd = AllocLocal(64)
-	// Each vector's row total (float64) in a stack slot: in registers
-	// they would leave too few for the accumulators.
-	tot := AllocLocal(8 * T)
-	k.low = wordConst(0x000f)
-	k.high = wordConst(0x00f0)
-	if five {
-		k.bit4 = wordConst(0x0010)
-		k.bit8 = wordConst(0x0100)
-	}
+	k, wp, rows, y := openQ4K512(name, five, vnni, "over four packed vectors (ref.go's contract for each)", T)
 	row0 := rowStart(name, rows, wp)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
 	sp := Load(Param("s"), GP64())
 	nb := Load(Param("n"), GP64())
 	SHRQ(U8(8), nb)
-	zero := XMM()
-	VPXORQ(zero, zero, zero)
-	for t := 0; t < T; t++ {
-		VMOVSD(zero, tot.Offset(8*t))
-	}
+	k.tot.zero()
 	// addTotal adds float32 lane 0 of p, as float64, to vector t's total.
 	addTotal := func(t int, p VecVirtual) {
 		VCVTSS2SD(p, p, p)
-		VADDSD(tot.Offset(8*t), p, p)
-		VMOVSD(p, tot.Offset(8*t))
-	}
-	// offs is each vector's quants' offset: step bytes a vector, from
-	// base.
-	offs := func(step, base int) []int {
-		o := make([]int, T)
-		for t := range o {
-			o[t] = base + t*step
-		}
-		return o
+		k.tot.add(t, p)
 	}
 
 	Label(name + "_pair")
@@ -421,8 +396,8 @@ func q4kAVX512x(name string, five, vnni bool) {
 		VPUNPCKLQDQ(tmp, mx, mx)
 		mins := ZMM()
 		VPMOVZXBD(mx, mins)
-		a0 := k.blocks(wp, 0, qp, offs(2*512, 0), 0)
-		a1 := k.blocks(wp, k.bb, qp, offs(2*512, 512), 32)
+		a0 := k.blocks(wp, 0, qp, vectorOffsets(T, 2*512, 0), 0)
+		a1 := k.blocks(wp, k.bb, qp, vectorOffsets(T, 2*512, 512), 32)
 		// [d₀ dmin₀ d₁ dmin₁], the same for every vector.
 		d0, d1 := GP64(), GP64()
 		MOVL(Mem{Base: wp}, d0.As32())
@@ -468,7 +443,7 @@ func q4kAVX512x(name string, five, vnni bool) {
 		VMOVQ(m, mx)
 		mins := YMM()
 		VPMOVZXBD(mx, mins)
-		a := k.blocks(wp, 0, qp, offs(512, 0), 0)
+		a := k.blocks(wp, 0, qp, vectorOffsets(T, 512, 0), 0)
 		dd := XMM()
 		VMOVD(Mem{Base: wp}, dd)
 		VCVTPH2PS(dd, dd) // [d dmin 0 0]
@@ -493,23 +468,5 @@ func q4kAVX512x(name string, five, vnni bool) {
 	}
 
 	Label(name + "_end")
-	for t := 0; t < T; t++ {
-		f := XMM()
-		VMOVSD(tot.Offset(8*t), f)
-		VCVTSD2SS(f, f, f)
-		VMOVSS(f, Mem{Base: y, Disp: 4 * t})
-	}
-	ADDQ(U8(4*T), y)
-	MOVQ(row0, wp)
-	stride, err := Param("stride").Resolve()
-	if err != nil {
-		panic(err)
-	}
-	ADDQ(stride.Addr, wp)
-	DECQ(rows)
-	JMP(LabelRef(name + "_row"))
-
-	Label(name + "_done")
-	VZEROUPPER()
-	RET()
+	k.tot.rowEnd(name, y, rows, wp, row0)
 }

@@ -51,29 +51,7 @@ func q6kShufTable() Mem {
 // float tail whose lanes compute ref.go's scalar products (no FMA), added
 // to the row's float64 sum in block order; an odd last block goes alone.
 func q6kAVX512(name string, vnni bool) {
-	TEXT(name, NOSPLIT, signature)
-	Pragma("noescape")
-	fam := "AVX-512"
-	if vnni {
-		fam = "AVX-512 with VNNI"
-	}
-	Doc(name + " is the Q6_K kernel for " + fam + " (ref.go's contract).")
-	k := q6k512{vnni: vnni, shuf: q6kShufTable()}
-	wp := Load(Param("w"), GP64())
-	rows := Load(Param("rows"), GP64())
-	y := Load(Param("y"), GP64())
-
-	k.sw = AllocLocal(64) // two blocks' scales as int16
-	k.low4 = wordConst(0x000f)
-	lt := q6kHighTable()
-	k.tab01, k.tab23 = YMM(), YMM()
-	VMOVDQU32(lt, k.tab01)
-	VMOVDQU32(lt.Offset(32), k.tab23)
-	tmp := GP32()
-	MOVL(U32(0x0f0f0f0f), tmp)
-	k.nibB = YMM()
-	VPBROADCASTD(tmp, k.nibB)
-
+	k, wp, rows, y := openQ6K512(name, vnni, "(ref.go's contract)", 0)
 	row0 := rowStart(name, rows, wp)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
@@ -139,6 +117,36 @@ func q6kAVX512(name string, vnni bool) {
 	rowEnd(name, total, nil, y, rows, wp, row0)
 }
 
+// openQ6K512 opens a Q6_K kernel for AVX-512 as openQ4K512 opens Q4_K's.
+func openQ6K512(name string, vnni bool, contract string, vectors int) (k q6k512, wp, rows, y Register) {
+	TEXT(name, NOSPLIT, signature)
+	Pragma("noescape")
+	fam := "AVX-512"
+	if vnni {
+		fam = "AVX-512 with VNNI"
+	}
+	Doc(name + " is the Q6_K kernel for " + fam + " " + contract + ".")
+	k = q6k512{vnni: vnni, shuf: q6kShufTable()}
+	wp = Load(Param("w"), GP64())
+	rows = Load(Param("rows"), GP64())
+	y = Load(Param("y"), GP64())
+
+	k.sw = AllocLocal(64) // two blocks' scales as int16
+	if vectors > 0 {
+		k.tot = newRowTotals(vectors)
+	}
+	k.low4 = wordConst(0x000f)
+	lt := q6kHighTable()
+	k.tab01, k.tab23 = YMM(), YMM()
+	VMOVDQU32(lt, k.tab01)
+	VMOVDQU32(lt.Offset(32), k.tab23)
+	tmp := GP32()
+	MOVL(U32(0x0f0f0f0f), tmp)
+	k.nibB = YMM()
+	VPBROADCASTD(tmp, k.nibB)
+	return k, wp, rows, y
+}
+
 // q6k512 holds what q6kAVX512's block emitter shares across blocks.
 type q6k512 struct {
 	vnni  bool
@@ -148,6 +156,7 @@ type q6k512 struct {
 	low4  VecVirtual // 0x000f in every word
 	shuf  Mem        // q6kShuf512
 	sw    Mem        // the staged scales
+	tot   rowTotals  // a multi-vector kernel's
 }
 
 // block emits the integer dot product of the block at wp+wo with the
@@ -253,59 +262,22 @@ func (k *q6k512) blocks(wp Register, wo int, qp Register, qos []int, so int) []V
 // q4kAVX512x does Q4_K's: q6kAVX512's arithmetic for each vector, the
 // weights built once a block for all of them.
 func q6kAVX512x(name string, vnni bool) {
-	TEXT(name, NOSPLIT, signature)
-	Pragma("noescape")
-	fam := "AVX-512"
-	if vnni {
-		fam = "AVX-512 with VNNI"
-	}
-	Doc(name + " is the Q6_K kernel for " + fam + " over four packed vectors (ref.go's contract for each).")
 	const T = Tokens
-	k := q6k512{vnni: vnni, shuf: q6kShufTable()}
-	wp := Load(Param("w"), GP64())
-	rows := Load(Param("rows"), GP64())
-	y := Load(Param("y"), GP64())
-	k.sw = AllocLocal(64)
-	tot := AllocLocal(8 * T)
-	k.low4 = wordConst(0x000f)
-	lt := q6kHighTable()
-	k.tab01, k.tab23 = YMM(), YMM()
-	VMOVDQU32(lt, k.tab01)
-	VMOVDQU32(lt.Offset(32), k.tab23)
-	tmp := GP32()
-	MOVL(U32(0x0f0f0f0f), tmp)
-	k.nibB = YMM()
-	VPBROADCASTD(tmp, k.nibB)
-
+	k, wp, rows, y := openQ6K512(name, vnni, "over four packed vectors (ref.go's contract for each)", T)
 	row0 := rowStart(name, rows, wp)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
 	nb := Load(Param("n"), GP64())
 	SHRQ(U8(8), nb)
-	zero := XMM()
-	VPXORQ(zero, zero, zero)
-	for t := 0; t < T; t++ {
-		VMOVSD(zero, tot.Offset(8*t))
-	}
-	addTotal := func(t int, p VecVirtual) { // p's lane 0, a float64
-		VADDSD(tot.Offset(8*t), p, p)
-		VMOVSD(p, tot.Offset(8*t))
-	}
-	offs := func(step, base int) []int {
-		o := make([]int, T)
-		for t := range o {
-			o[t] = base + t*step
-		}
-		return o
-	}
+	k.tot.zero()
 
 	Label(name + "_pair")
 	CMPQ(nb, Imm(2))
 	JB(LabelRef(name + "_single"))
 	{
 		prefetch(wp, 2*210)
-		a0 := k.blocks(wp, 0, qp, offs(2*512, 0), 0)
-		a1 := k.blocks(wp, 210, qp, offs(2*512, 512), 32)
+		a0 := k.blocks(wp, 0, qp, vectorOffsets(T, 2*512, 0), 0)
+		a1 := k.blocks(wp, 210, qp, vectorOffsets(T, 2*512, 512), 32)
 		d0, d1 := GP32(), GP32()
 		MOVWLZX(Mem{Base: wp, Disp: 208}, d0)
 		MOVWLZX(Mem{Base: wp, Disp: 210 + 208}, d1)
@@ -324,9 +296,9 @@ func q6kAVX512x(name string, vnni bool) {
 			VCVTPS2PD(x, x)
 			p := XMM()
 			VMOVAPD(x, p)
-			addTotal(t, p)
+			k.tot.add(t, p)
 			VPERMILPD(U8(1), x, x)
-			addTotal(t, x)
+			k.tot.add(t, x)
 		}
 	}
 	ADDQ(U32(2*210), wp)
@@ -339,7 +311,7 @@ func q6kAVX512x(name string, vnni bool) {
 	CMPQ(nb, Imm(0))
 	JE(LabelRef(name + "_end"))
 	{
-		a := k.blocks(wp, 0, qp, offs(512, 0), 0)
+		a := k.blocks(wp, 0, qp, vectorOffsets(T, 512, 0), 0)
 		dd := XMM()
 		VPBROADCASTW(Mem{Base: wp, Disp: 208}, dd)
 		VCVTPH2PS(dd, dd)
@@ -349,7 +321,7 @@ func q6kAVX512x(name string, vnni bool) {
 			VMULSS(dd, x, x)
 			VMULSS(Mem{Base: dp, Disp: 4 * t}, x, x)
 			VCVTSS2SD(x, x, x)
-			addTotal(t, x)
+			k.tot.add(t, x)
 		}
 		ADDQ(U32(210), wp)
 		ADDQ(U32(T*2*256), qp)
@@ -359,25 +331,7 @@ func q6kAVX512x(name string, vnni bool) {
 	}
 
 	Label(name + "_end")
-	for t := 0; t < T; t++ {
-		f := XMM()
-		VMOVSD(tot.Offset(8*t), f)
-		VCVTSD2SS(f, f, f)
-		VMOVSS(f, Mem{Base: y, Disp: 4 * t})
-	}
-	ADDQ(U8(4*T), y)
-	MOVQ(row0, wp)
-	stride, err := Param("stride").Resolve()
-	if err != nil {
-		panic(err)
-	}
-	ADDQ(stride.Addr, wp)
-	DECQ(rows)
-	JMP(LabelRef(name + "_row"))
-
-	Label(name + "_done")
-	VZEROUPPER()
-	RET()
+	k.tot.rowEnd(name, y, rows, wp, row0)
 }
 
 // reducePairT sums two blocks' sixteen int32 lanes (zmm a0, a1) into
