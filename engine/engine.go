@@ -72,7 +72,9 @@ func Open(ctx context.Context, path string) (*Engine, error) {
 	if ok, _ := prefab.IsPool(path); ok {
 		return OpenPool(ctx, path)
 	}
-	m, err := gguf.Map(path)
+	var o Options
+	o.readHostAvail()
+	m, err := o.mapGGUF(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening model %s: %w", path, err)
 	}
@@ -109,10 +111,12 @@ func fromMapped(ctx context.Context, path string, m *gguf.Mapped) (*Engine, erro
 }
 
 // openHF builds the CPU engine over a Hugging Face directory: its
-// weights are views of the mapped safetensors files where their bytes need
-// no change (engine/hf).
+// weights are views of the safetensors files' copy in memory where their
+// bytes need no change (engine/hf), once they fit the memory available.
 func openHF(ctx context.Context, path string) (*Engine, error) {
-	m, err := hf.Open(path)
+	var o Options
+	o.readHostAvail()
+	m, err := o.openHF(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening model %s: %w", path, err)
 	}
