@@ -51,8 +51,8 @@ var _ = quant.Q4_K
 
 // BenchmarkRowsPacked: one thread, a batch of 4, 8 or 16 vectors over a
 // 4096 x 4096 matrix of each K-quant (9-13 MiB, in cache here: the batched
-// products are bound by arithmetic), RowsPacked against RowsBatch; MB/s
-// of weights times the batch.
+// products are bound by arithmetic), RowsPacked against RowsBatch for each
+// family with four-vector kernels; MB/s of weights times the batch.
 func BenchmarkRowsPacked(b *testing.B) {
 	for _, typ := range []quant.Type{quant.Q4_K, quant.Q5_K, quant.Q6_K} {
 		benchPacked(b, typ)
@@ -76,22 +76,32 @@ func benchPacked(b *testing.B, typ quant.Type) {
 		if err := p.Pack(xs); err != nil {
 			b.Fatal(err)
 		}
-		impl := Impls()[len(Impls())-1]
-		for _, way := range []string{"batch", "packed"} {
-			b.Run(fmt.Sprintf("%v/%v/T%d/%s", typ, impl, batch, way), func(b *testing.B) {
-				b.SetBytes(int64(len(w) * batch))
-				for b.Loop() {
-					var err error
-					if way == "packed" {
-						err = RowsPacked(impl, typ, w, len(w)/rows, n, &p, ys)
-					} else {
-						err = RowsBatch(impl, typ, w, n, xs, ys)
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
+		for _, impl := range Impls() {
+			if !Packs(impl, typ) {
+				continue
+			}
+			benchPackedWays(b, impl, typ, w, n, batch, &p, xs, ys)
 		}
+	}
+}
+
+// benchPackedWays times RowsBatch, then RowsPacked, with impl's kernels.
+func benchPackedWays(b *testing.B, impl Impl, typ quant.Type, w []byte, n, batch int, p *Packed, xs []*X, ys [][]float32) {
+	rows := len(ys[0])
+	for _, way := range []string{"batch", "packed"} {
+		b.Run(fmt.Sprintf("%v/%v/T%d/%s", typ, impl, batch, way), func(b *testing.B) {
+			b.SetBytes(int64(len(w) * batch))
+			for b.Loop() {
+				var err error
+				if way == "packed" {
+					err = RowsPacked(impl, typ, w, len(w)/rows, n, p, ys)
+				} else {
+					err = RowsBatch(impl, typ, w, n, xs, ys)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

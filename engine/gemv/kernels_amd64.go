@@ -86,6 +86,7 @@ func lookup(impl Impl, t quant.Type) kernel {
 // kernels4 maps each SIMD family to its multi-vector kernels (four packed
 // vectors a call; see Packed), chosen as kernels' are.
 var kernels4 = map[Impl]map[quant.Type]kernel{
+	AVX2:   {quant.Q4_K: q4kAVX2x4, quant.Q5_K: q5kAVX2x4, quant.Q6_K: q6kAVX2x4},
 	AVX512: avx512Kernels4(cpu.X86.HasAVX512VNNI),
 }
 

@@ -14,10 +14,25 @@ func q4kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int3
 //go:noescape
 func q5kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 
+// q4kAVX2x4 is the Q4_K kernel for AVX2 over four packed vectors (ref.go's contract for each).
+//
+//go:noescape
+func q4kAVX2x4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q5kAVX2x4 is the Q5_K kernel for AVX2 over four packed vectors (ref.go's contract for each).
+//
+//go:noescape
+func q5kAVX2x4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
 // q6kAVX2 is the Q6_K kernel for AVX2 (ref.go's contract).
 //
 //go:noescape
 func q6kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// q6kAVX2x4 is the Q6_K kernel for AVX2 over four packed vectors (ref.go's contract for each).
+//
+//go:noescape
+func q6kAVX2x4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 
 // q8AVX2 is the Q8_0 kernel for AVX2 (ref.go's contract).
 //

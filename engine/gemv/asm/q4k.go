@@ -140,3 +140,148 @@ func q4kAVX2(name string, five bool) {
 
 	rowEnd(name, total, nil, y, rows, wp, row0)
 }
+
+// q4kAVX2x emits the Q4_K (Q5_K: five) kernel for AVX2 over Tokens packed
+// vectors (gemv's pack layout, as q4kAVX512x reads it): q4kAVX2's
+// arithmetic for each vector, each block's weights widened and scaled
+// once for all of them. It walks the pack's pairs of blocks one block at
+// a time, each block with its own float tail, as q4kAVX2 does.
+func q4kAVX2x(name string, five bool) {
+	TEXT(name, NOSPLIT, signature)
+	Pragma("noescape")
+	Doc(name + " is the " + map[bool]string{false: "Q4_K", true: "Q5_K"}[five] + " kernel for AVX2 over four packed vectors (ref.go's contract for each).")
+	const T = Tokens
+	blockBytes, qsOff := 144, 16
+	if five {
+		blockBytes, qsOff = 176, 48
+	}
+	wp := Load(Param("w"), GP64())
+	rows := Load(Param("rows"), GP64())
+	y := Load(Param("y"), GP64())
+	scw := AllocLocal(16)
+	tot := newRowTotals(T)
+	mask := splat16(0x000f)
+	var one VecVirtual
+	if five {
+		one = splat16(0x0010)
+	}
+
+	row0 := rowStart(name, rows, wp)
+	qp := Load(Param("q"), GP64())
+	dp := Load(Param("d"), GP64())
+	sp := Load(Param("s"), GP64())
+	nb := Load(Param("n"), GP64())
+	SHRQ(U8(8), nb)
+	tot.zero()
+
+	// block emits the block at wp+wo against each vector's quants at
+	// qp+qo(t), scale at dp+do(t) and sums at sp+so(t).
+	block := func(wo int, qo, do, so func(t int) int) {
+		sc03, sc47, m03, m47 := kScalesGP(wp, wo)
+		scx, mx := XMM(), XMM()
+		VMOVD(sc03, scx)
+		VPINSRD(U8(1), sc47, scx, scx)
+		VPMOVZXBW(scx, scx)
+		VMOVDQU(scx, scw)
+		VMOVD(m03, mx)
+		VPINSRD(U8(1), m47, mx, mx)
+		mins := YMM()
+		VPMOVZXBD(mx, mins)
+		acc := make([]VecVirtual, T)
+		for t := range acc {
+			acc[t] = YMM()
+			VPXOR(acc[t], acc[t], acc[t])
+		}
+		var qh VecVirtual
+		if five {
+			qh = YMM()
+		}
+		for j := 0; j < 4; j++ {
+			slo, shi := YMM(), YMM()
+			VPBROADCASTW(scw.Offset(4*j), slo)
+			VPBROADCASTW(scw.Offset(4*j+2), shi)
+			for h := 0; h < 2; h++ {
+				v, lo, hi := YMM(), YMM(), YMM()
+				VPMOVZXBW(Mem{Base: wp, Disp: wo + qsOff + 32*j + 16*h}, v)
+				VPAND(mask, v, lo)
+				VPSRLW(U8(4), v, hi)
+				if five {
+					VPMOVZXBW(Mem{Base: wp, Disp: wo + 16 + 16*h}, qh)
+					hb := YMM()
+					if 2*j < 4 {
+						VPSLLW(U8(4-2*j), qh, hb)
+					} else if 2*j > 4 {
+						VPSRLW(U8(2*j-4), qh, hb)
+					} else {
+						VMOVDQA(qh, hb)
+					}
+					VPAND(one, hb, hb)
+					VPOR(hb, lo, lo)
+					if 2*j+1 < 4 {
+						VPSLLW(U8(4-2*j-1), qh, hb)
+					} else {
+						VPSRLW(U8(2*j+1-4), qh, hb)
+					}
+					VPAND(one, hb, hb)
+					VPOR(hb, hi, hi)
+				}
+				VPMULLW(slo, lo, lo)
+				VPMULLW(shi, hi, hi)
+				for t := 0; t < T; t++ {
+					p := YMM()
+					VPMADDWD(Mem{Base: qp, Disp: qo(t) + 2*(64*j+16*h)}, lo, p)
+					VPADDD(p, acc[t], acc[t])
+					VPMADDWD(Mem{Base: qp, Disp: qo(t) + 2*(64*j+32+16*h)}, hi, p)
+					VPADDD(p, acc[t], acc[t])
+				}
+			}
+		}
+		dd := XMM()
+		VMOVD(Mem{Base: wp, Disp: wo}, dd)
+		VCVTPH2PS(dd, dd) // [d dmin 0 0]
+		for t := 0; t < T; t++ {
+			mt := YMM()
+			VPMULLD(Mem{Base: sp, Disp: so(t)}, mins, mt)
+			a := acc[t]
+			VPHADDD(mt, a, a)
+			hiX := XMM()
+			VEXTRACTI128(U8(1), a, hiX)
+			VPADDD(hiX, a.AsX(), hiX)
+			VPHADDD(hiX, hiX, hiX) // [T M T M]
+			tm := XMM()
+			VCVTDQ2PS(hiX, tm)
+			VMULPS(dd, tm, tm)
+			mm := XMM()
+			VMOVSHDUP(tm, mm)
+			VSUBSS(mm, tm, tm)
+			VMULSS(Mem{Base: dp, Disp: do(t)}, tm, tm)
+			VCVTSS2SD(tm, tm, tm)
+			tot.add(t, tm)
+		}
+	}
+
+	Label(name + "_pair")
+	CMPQ(nb, Imm(2))
+	JB(LabelRef(name + "_single"))
+	prefetch(wp, 2*blockBytes)
+	for b := 0; b < 2; b++ {
+		block(b*blockBytes,
+			func(t int) int { return t*2*512 + b*512 },
+			func(t int) int { return t*8 + b*4 },
+			func(t int) int { return t*64 + b*32 })
+	}
+	ADDQ(U32(2*blockBytes), wp)
+	ADDQ(U32(T*2*2*256), qp)
+	ADDQ(U8(T*8), dp)
+	ADDQ(U32(T*64), sp)
+	SUBQ(Imm(2), nb)
+	JMP(LabelRef(name + "_pair"))
+
+	Label(name + "_single")
+	CMPQ(nb, Imm(0))
+	JE(LabelRef(name + "_end"))
+	block(0, func(t int) int { return t * 512 }, func(t int) int { return t * 4 }, func(t int) int { return t * 32 })
+
+	Label(name + "_end")
+	tot.rowEnd(name, y, rows, wp, row0)
+}

@@ -29,21 +29,7 @@ func q6kAVX2(name string) {
 	SHRQ(U8(8), n) // blocks a row
 
 	scw := AllocLocal(32) // the block's sixteen scales as int16
-
-	low4 := splat8(0x0f)
-	// The top two bits of q6 less 32 by table lookup (VPSHUFB), from a
-	// nibble of qh that holds two of them: lut[0] maps the nibble's low
-	// pair, lut[1] its high pair, each to 16·pair − 32.
-	lut := [2]VecVirtual{YMM(), YMM()}
-	t64 := GP64()
-	MOVL(U32(0x1000f0e0), t64.As32())
-	VMOVD(t64.As32(), lut[0].AsX())
-	VPBROADCASTD(lut[0].AsX(), lut[0])
-	MOVQ(U64(0xf0f0f0f0e0e0e0e0), t64)
-	VMOVQ(t64, lut[1].AsX())
-	MOVQ(U64(0x1010101000000000), t64)
-	VPINSRQ(U8(1), t64, lut[1].AsX(), lut[1].AsX())
-	VINSERTI128(U8(1), lut[1].AsX(), lut[1], lut[1])
+	low4, lut := q6kAVX2Consts()
 
 	row0 := rowStart(name, rows, wp)
 	qp := Load(Param("q"), GP64())
@@ -118,4 +104,126 @@ func q6kAVX2(name string) {
 	JNE(LabelRef(name + "_block"))
 
 	rowEnd(name, total, nil, y, rows, wp, row0)
+}
+
+// q6kAVX2Consts emits q6kAVX2's constants: 0x0f in every byte, and the
+// two VPSHUFB tables that give the top two bits of q6 less 32 from a
+// nibble of qh holding two of them (lut[0] the nibble's low pair, lut[1]
+// its high pair, each to 16·pair − 32).
+func q6kAVX2Consts() (low4 VecVirtual, lut [2]VecVirtual) {
+	low4 = splat8(0x0f)
+	lut = [2]VecVirtual{YMM(), YMM()}
+	t64 := GP64()
+	MOVL(U32(0x1000f0e0), t64.As32())
+	VMOVD(t64.As32(), lut[0].AsX())
+	VPBROADCASTD(lut[0].AsX(), lut[0])
+	MOVQ(U64(0xf0f0f0f0e0e0e0e0), t64)
+	VMOVQ(t64, lut[1].AsX())
+	MOVQ(U64(0x1010101000000000), t64)
+	VPINSRQ(U8(1), t64, lut[1].AsX(), lut[1].AsX())
+	VINSERTI128(U8(1), lut[1].AsX(), lut[1], lut[1])
+	return low4, lut
+}
+
+// q6kAVX2x emits the Q6_K kernel for AVX2 over Tokens packed vectors, as
+// q4kAVX2x does Q4_K's: q6kAVX2's arithmetic for each vector (one int32
+// accumulator a vector: the lanes' exact sums do not depend on the
+// order), the weights built once a block.
+func q6kAVX2x(name string) {
+	TEXT(name, NOSPLIT, signature)
+	Pragma("noescape")
+	Doc(name + " is the Q6_K kernel for AVX2 over four packed vectors (ref.go's contract for each).")
+	const T = Tokens
+	wp := Load(Param("w"), GP64())
+	rows := Load(Param("rows"), GP64())
+	y := Load(Param("y"), GP64())
+	scw := AllocLocal(32)
+	tot := newRowTotals(T)
+	low4, lut := q6kAVX2Consts()
+
+	row0 := rowStart(name, rows, wp)
+	qp := Load(Param("q"), GP64())
+	dp := Load(Param("d"), GP64())
+	nb := Load(Param("n"), GP64())
+	SHRQ(U8(8), nb)
+	tot.zero()
+
+	block := func(wo int, qo, do func(t int) int) {
+		sc := YMM()
+		VPMOVSXBW(Mem{Base: wp, Disp: wo + 192}, sc)
+		VMOVDQU(sc, scw)
+		acc := make([]VecVirtual, T)
+		for t := range acc {
+			acc[t] = YMM()
+			VPXOR(acc[t], acc[t], acc[t])
+		}
+		for h := 0; h < 2; h++ {
+			hn := [2]VecVirtual{YMM(), YMM()}
+			VMOVDQU(Mem{Base: wp, Disp: wo + 128 + 32*h}, hn[1])
+			VPAND(low4, hn[1], hn[0])
+			VPSRLW(U8(4), hn[1], hn[1])
+			VPAND(low4, hn[1], hn[1])
+			for j := 0; j < 4; j++ {
+				w, t := YMM(), YMM()
+				VMOVDQU(Mem{Base: wp, Disp: wo + 64*h + 32*(j%2)}, w)
+				if j >= 2 {
+					VPSRLW(U8(4), w, w)
+				}
+				VPAND(low4, w, w)
+				VPSHUFB(hn[j/2], lut[j%2], t)
+				VPADDB(t, w, w)
+				for half := 0; half < 2; half++ {
+					v := YMM()
+					if half == 0 {
+						VPMOVSXBW(w.AsX(), v)
+					} else {
+						VEXTRACTI128(U8(1), w, v.AsX())
+						VPMOVSXBW(v.AsX(), v)
+					}
+					g := 8*h + 2*j + half
+					VPBROADCASTW(scw.Offset(2*g), t)
+					VPMULLW(t, v, v)
+					for k := 0; k < T; k++ {
+						p := YMM()
+						VPMADDWD(Mem{Base: qp, Disp: qo(k) + 2*(128*h+32*j+16*half)}, v, p)
+						VPADDD(p, acc[k], acc[k])
+					}
+				}
+			}
+		}
+		dw, dx := GP32(), XMM()
+		MOVWLZX(Mem{Base: wp, Disp: wo + 208}, dw)
+		VMOVD(dw, dx)
+		VCVTPH2PS(dx, dx)
+		for k := 0; k < T; k++ {
+			tx := hsumD(acc[k])
+			p := XMM()
+			VCVTDQ2PS(tx, p)
+			VMULSS(dx, p, p)
+			VMULSS(Mem{Base: dp, Disp: do(k)}, p, p)
+			VCVTSS2SD(p, p, p)
+			tot.add(k, p)
+		}
+	}
+
+	Label(name + "_pair")
+	CMPQ(nb, Imm(2))
+	JB(LabelRef(name + "_single"))
+	prefetch(wp, 2*210)
+	for b := 0; b < 2; b++ {
+		block(b*210, func(t int) int { return t*2*512 + b*512 }, func(t int) int { return t*8 + b*4 })
+	}
+	ADDQ(U32(2*210), wp)
+	ADDQ(U32(T*2*2*256), qp)
+	ADDQ(U8(T*8), dp)
+	SUBQ(Imm(2), nb)
+	JMP(LabelRef(name + "_pair"))
+
+	Label(name + "_single")
+	CMPQ(nb, Imm(0))
+	JE(LabelRef(name + "_end"))
+	block(0, func(t int) int { return t * 512 }, func(t int) int { return t * 4 })
+
+	Label(name + "_end")
+	tot.rowEnd(name, y, rows, wp, row0)
 }
