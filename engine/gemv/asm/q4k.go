@@ -78,34 +78,7 @@ func q4kAVX2(name string, five bool) {
 		VPBROADCASTW(scw.Offset(4*j), slo)
 		VPBROADCASTW(scw.Offset(4*j+2), shi)
 		for h := 0; h < 2; h++ {
-			v, lo, hi := YMM(), YMM(), YMM()
-			VPMOVZXBW(Mem{Base: wp, Disp: qsOff + 32*j + 16*h}, v)
-			VPAND(mask, v, lo)
-			VPSRLW(U8(4), v, hi)
-			if five {
-				// High bits: byte l of qh holds bit 2j (low half) and
-				// 2j+1 (high half) of element l's fifth bit.
-				VPMOVZXBW(Mem{Base: wp, Disp: 16 + 16*h}, qh)
-				hb := YMM()
-				if 2*j < 4 {
-					VPSLLW(U8(4-2*j), qh, hb)
-				} else if 2*j > 4 {
-					VPSRLW(U8(2*j-4), qh, hb)
-				} else {
-					VMOVDQA(qh, hb)
-				}
-				VPAND(one, hb, hb)
-				VPOR(hb, lo, lo)
-				if 2*j+1 < 4 {
-					VPSLLW(U8(4-2*j-1), qh, hb)
-				} else {
-					VPSRLW(U8(2*j+1-4), qh, hb)
-				}
-				VPAND(one, hb, hb)
-				VPOR(hb, hi, hi)
-			}
-			VPMULLW(slo, lo, lo)
-			VPMULLW(shi, hi, hi)
+			lo, hi := q4kAVX2Weights(wp, 0, qsOff, j, h, mask, one, qh, slo, shi)
 			VPMADDWD(Mem{Base: qp, Disp: 2 * (64*j + 16*h)}, lo, lo)
 			VPMADDWD(Mem{Base: qp, Disp: 2 * (64*j + 32 + 16*h)}, hi, hi)
 			VPADDD(lo, acc, acc)
@@ -201,32 +174,7 @@ func q4kAVX2x(name string, five bool) {
 			VPBROADCASTW(scw.Offset(4*j), slo)
 			VPBROADCASTW(scw.Offset(4*j+2), shi)
 			for h := 0; h < 2; h++ {
-				v, lo, hi := YMM(), YMM(), YMM()
-				VPMOVZXBW(Mem{Base: wp, Disp: wo + qsOff + 32*j + 16*h}, v)
-				VPAND(mask, v, lo)
-				VPSRLW(U8(4), v, hi)
-				if five {
-					VPMOVZXBW(Mem{Base: wp, Disp: wo + 16 + 16*h}, qh)
-					hb := YMM()
-					if 2*j < 4 {
-						VPSLLW(U8(4-2*j), qh, hb)
-					} else if 2*j > 4 {
-						VPSRLW(U8(2*j-4), qh, hb)
-					} else {
-						VMOVDQA(qh, hb)
-					}
-					VPAND(one, hb, hb)
-					VPOR(hb, lo, lo)
-					if 2*j+1 < 4 {
-						VPSLLW(U8(4-2*j-1), qh, hb)
-					} else {
-						VPSRLW(U8(2*j+1-4), qh, hb)
-					}
-					VPAND(one, hb, hb)
-					VPOR(hb, hi, hi)
-				}
-				VPMULLW(slo, lo, lo)
-				VPMULLW(shi, hi, hi)
+				lo, hi := q4kAVX2Weights(wp, wo, qsOff, j, h, mask, one, qh, slo, shi)
 				for t := 0; t < T; t++ {
 					p := YMM()
 					VPMADDWD(Mem{Base: qp, Disp: qo(t) + 2*(64*j+16*h)}, lo, p)
@@ -284,4 +232,41 @@ func q4kAVX2x(name string, five bool) {
 
 	Label(name + "_end")
 	tot.rowEnd(name, y, rows, wp, row0)
+}
+
+// q4kAVX2Weights emits half h of part j of the block at wp+wo (its quants
+// at qsOff): sixteen low-nibble and sixteen high-nibble weights widened
+// to int16 and scaled by their sub-blocks' scales (slo, shi). With a
+// fifth bit (one not nil: Q5_K) it comes from qh (a scratch register):
+// byte l of the block's qh holds bit 2j (low nibbles) and 2j+1 (high) of
+// element l's.
+func q4kAVX2Weights(wp Register, wo, qsOff, j, h int, mask, one, qh, slo, shi VecVirtual) (lo, hi VecVirtual) {
+	v := YMM()
+	lo, hi = YMM(), YMM()
+	VPMOVZXBW(Mem{Base: wp, Disp: wo + qsOff + 32*j + 16*h}, v)
+	VPAND(mask, v, lo)
+	VPSRLW(U8(4), v, hi)
+	if one != nil {
+		VPMOVZXBW(Mem{Base: wp, Disp: wo + 16 + 16*h}, qh)
+		hb := YMM()
+		if 2*j < 4 {
+			VPSLLW(U8(4-2*j), qh, hb)
+		} else if 2*j > 4 {
+			VPSRLW(U8(2*j-4), qh, hb)
+		} else {
+			VMOVDQA(qh, hb)
+		}
+		VPAND(one, hb, hb)
+		VPOR(hb, lo, lo)
+		if 2*j+1 < 4 {
+			VPSLLW(U8(4-2*j-1), qh, hb)
+		} else {
+			VPSRLW(U8(2*j+1-4), qh, hb)
+		}
+		VPAND(one, hb, hb)
+		VPOR(hb, hi, hi)
+	}
+	VPMULLW(slo, lo, lo)
+	VPMULLW(shi, hi, hi)
+	return lo, hi
 }
