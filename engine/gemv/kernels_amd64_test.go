@@ -47,7 +47,7 @@ func TestAVX512Variants4(t *testing.T) {
 				for _, wild := range []bool{false, true} {
 					const rows = 19
 					w := randomRows(t, typ, rows, n, uint64(n), wild)
-					xs := make([]*X, group)
+					xs := make([]*X, Group)
 					for j := range xs {
 						xs[j] = new(X)
 						if err := xs[j].Set(randomVector(n, uint64(3*j+n), wild)); err != nil {
@@ -58,7 +58,7 @@ func TestAVX512Variants4(t *testing.T) {
 					if err := p.Pack(xs); err != nil {
 						t.Fatal(err)
 					}
-					got := make([]float32, rows*group)
+					got := make([]float32, rows*Group)
 					k(unsafe.SliceData(w), len(w)/rows, rows, n, &p.q[0], &p.d[0], &p.s[0], nil, &got[0])
 					want := make([]float32, rows)
 					for j, x := range xs {
@@ -66,8 +66,8 @@ func TestAVX512Variants4(t *testing.T) {
 							t.Fatal(err)
 						}
 						for r := range want {
-							if !sameBits(got[r*group+j], want[r]) {
-								t.Fatalf("%v vnni=%v n=%d wild=%v: vector %d row %d: %g, reference %g", typ, vnni, n, wild, j, r, got[r*group+j], want[r])
+							if !sameBits(got[r*Group+j], want[r]) {
+								t.Fatalf("%v vnni=%v n=%d wild=%v: vector %d row %d: %g, reference %g", typ, vnni, n, wild, j, r, got[r*Group+j], want[r])
 							}
 						}
 					}

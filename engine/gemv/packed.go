@@ -11,9 +11,7 @@ import (
 // Tokens): each block's weights are widened once for all of them, where
 // RowsBatch's kernels widen them again for every vector. A batch of fewer
 // gains nothing from a Packed.
-const Group = group
-
-const group = 4
+const Group = 4
 
 // Packed holds a batch's quantized vectors for RowsPacked: every whole
 // group of four, interleaved pair of blocks by pair of blocks as the
@@ -22,7 +20,6 @@ const group = 4
 // batch; any number of RowsPacked calls may then read it at once.
 type Packed struct {
 	xs []*X
-	n  int
 	q  []int16
 	d  []float32
 	s  []int32
@@ -41,13 +38,12 @@ func (p *Packed) Pack(xs []*X) error {
 			return fmt.Errorf("gemv: pack: vector %d has %d elements, vector 0 has %d", j, x.N, n)
 		}
 	}
-	p.n = n
-	g, nb := len(xs)/group, xs[0].Blocks()
-	p.q = grow(p.q, g*group*nb*Block)
-	p.d = grow(p.d, g*group*nb)
-	p.s = grow(p.s, g*group*nb*(Block/Sub))
+	g, nb := len(xs)/Group, xs[0].Blocks()
+	p.q = grow(p.q, g*Group*nb*Block)
+	p.d = grow(p.d, g*Group*nb)
+	p.s = grow(p.s, g*Group*nb*(Block/Sub))
 	for i := range g {
-		pack(xs[i*group:(i+1)*group], nb, p.q[i*group*nb*Block:], p.d[i*group*nb:], p.s[i*group*nb*(Block/Sub):])
+		pack(xs[i*Group:(i+1)*Group], nb, p.q[i*Group*nb*Block:], p.d[i*Group*nb:], p.s[i*Group*nb*(Block/Sub):])
 	}
 	return nil
 }
@@ -85,25 +81,25 @@ func RowsPacked(impl Impl, t quant.Type, rows []byte, stride, n int, p *Packed, 
 		return err
 	}
 	k := lookup4(impl, t)
-	g := len(p.xs) / group
+	g := len(p.xs) / Group
 	if k == nil || g == 0 || n%Block != 0 {
 		rowsBatchStride(impl, t, rows, rb, stride, n, p.xs, ys, nr)
 		return nil
 	}
 	nb := n / Block
-	var out [tile * group]float32
+	var out [tile * Group]float32
 	for r0 := 0; r0 < nr; r0 += tile {
 		r1 := min(r0+tile, nr)
 		w := rows[r0*stride : (r1-1)*stride+rb]
 		for i := range g {
-			k(unsafe.SliceData(w), stride, r1-r0, n, &p.q[i*group*nb*Block], &p.d[i*group*nb], &p.s[i*group*nb*(Block/Sub)], nil, &out[0])
+			k(unsafe.SliceData(w), stride, r1-r0, n, &p.q[i*Group*nb*Block], &p.d[i*Group*nb], &p.s[i*Group*nb*(Block/Sub)], nil, &out[0])
 			for r := range r1 - r0 {
-				for j := range group {
-					ys[i*group+j][r0+r] = out[r*group+j]
+				for j := range Group {
+					ys[i*Group+j][r0+r] = out[r*Group+j]
 				}
 			}
 		}
-		for j := g * group; j < len(p.xs); j++ {
+		for j := g * Group; j < len(p.xs); j++ {
 			rowsStride(impl, t, w, rb, stride, n, p.xs[j], ys[j][r0:r1])
 		}
 	}

@@ -54,17 +54,7 @@ func q4kAVX2(name string, five bool) {
 
 	Label(name + "_block")
 	prefetch(wp, blockBytes)
-	// Unpack the scales and mins (ref.go's kScales) with 32-bit words.
-	sc03, sc47, m03, m47 := kScalesGP(wp, 0)
-	scx, mx := XMM(), XMM()
-	VMOVD(sc03, scx)
-	VPINSRD(U8(1), sc47, scx, scx)
-	VPMOVZXBW(scx, scx)
-	VMOVDQU(scx, scw)
-	VMOVD(m03, mx)
-	VPINSRD(U8(1), m47, mx, mx)
-	mins := YMM()
-	VPMOVZXBD(mx, mins)
+	mins := q4kAVX2Scales(wp, 0, scw)
 	VPMULLD(Mem{Base: sp}, mins, mins) // m_s · S_s, exact
 
 	acc := YMM()
@@ -150,16 +140,7 @@ func q4kAVX2x(name string, five bool) {
 	// block emits the block at wp+wo against each vector's quants at
 	// qp+qo(t), scale at dp+do(t) and sums at sp+so(t).
 	block := func(wo int, qo, do, so func(t int) int) {
-		sc03, sc47, m03, m47 := kScalesGP(wp, wo)
-		scx, mx := XMM(), XMM()
-		VMOVD(sc03, scx)
-		VPINSRD(U8(1), sc47, scx, scx)
-		VPMOVZXBW(scx, scx)
-		VMOVDQU(scx, scw)
-		VMOVD(m03, mx)
-		VPINSRD(U8(1), m47, mx, mx)
-		mins := YMM()
-		VPMOVZXBD(mx, mins)
+		mins := q4kAVX2Scales(wp, wo, scw)
 		acc := make([]VecVirtual, T)
 		for t := range acc {
 			acc[t] = YMM()
@@ -232,6 +213,23 @@ func q4kAVX2x(name string, five bool) {
 
 	Label(name + "_end")
 	tot.rowEnd(name, y, rows, wp, row0)
+}
+
+// q4kAVX2Scales unpacks the scales and mins of the block at wp+wo (ref.go's
+// kScales) with 32-bit words: the eight scales as int16 into scw, the
+// mins returned as eight int32 lanes.
+func q4kAVX2Scales(wp Register, wo int, scw Mem) VecVirtual {
+	sc03, sc47, m03, m47 := kScalesGP(wp, wo)
+	scx, mx := XMM(), XMM()
+	VMOVD(sc03, scx)
+	VPINSRD(U8(1), sc47, scx, scx)
+	VPMOVZXBW(scx, scx)
+	VMOVDQU(scx, scw)
+	VMOVD(m03, mx)
+	VPINSRD(U8(1), m47, mx, mx)
+	mins := YMM()
+	VPMOVZXBD(mx, mins)
+	return mins
 }
 
 // q4kAVX2Weights emits half h of part j of the block at wp+wo (its quants

@@ -38,17 +38,7 @@ func q4kAVX512(name string, five, vnni bool) {
 	JB(LabelRef(name + "_single"))
 	{
 		prefetch(wp, 2*k.bb)
-		// Scales and mins of both blocks: eight bytes each.
-		mx, t := XMM(), XMM()
-		sc, m := k.scales(wp, 0)
-		k.stage(sc, 0)
-		VMOVQ(m, mx)
-		sc, m = k.scales(wp, k.bb)
-		k.stage(sc, 32)
-		VMOVQ(m, t)
-		VPUNPCKLQDQ(t, mx, mx)
-		mins := ZMM()
-		VPMOVZXBD(mx, mins)
+		mins := k.pairScales(wp)
 		VPMULLD(Mem{Base: sp}, mins, mins) // m_s · S_s, exact
 
 		a0 := k.block(wp, 0, qp, 0, 0)
@@ -89,12 +79,7 @@ func q4kAVX512(name string, five, vnni bool) {
 	CMPQ(nb, Imm(0))
 	JE(LabelRef(name + "_end"))
 	{
-		sc, m := k.scales(wp, 0)
-		k.stage(sc, 0)
-		mx := XMM()
-		VMOVQ(m, mx)
-		mins := YMM()
-		VPMOVZXBD(mx, mins)
+		mins := k.blockScales(wp)
 		VPMULLD(Mem{Base: sp}, mins, mins)
 
 		a := k.block(wp, 0, qp, 0, 0)
@@ -172,6 +157,35 @@ type q4k512 struct {
 func (k *q4k512) scales(wp Register, off int) (sc, m Register) {
 	sc03, sc47, m03, m47 := kScalesGP(wp, off)
 	return pack64(sc03, sc47), pack64(m03, m47)
+}
+
+// pairScales stages the scales of the two blocks at wp and returns their
+// mins as sixteen int32 lanes (the first block's in lanes 0-7).
+func (k *q4k512) pairScales(wp Register) VecVirtual {
+	// Scales and mins of both blocks: eight bytes each.
+	mx, t := XMM(), XMM()
+	sc, m := k.scales(wp, 0)
+	k.stage(sc, 0)
+	VMOVQ(m, mx)
+	sc, m = k.scales(wp, k.bb)
+	k.stage(sc, 32)
+	VMOVQ(m, t)
+	VPUNPCKLQDQ(t, mx, mx)
+	mins := ZMM()
+	VPMOVZXBD(mx, mins)
+	return mins
+}
+
+// blockScales is pairScales for the one block at wp: its mins in eight
+// int32 lanes.
+func (k *q4k512) blockScales(wp Register) VecVirtual {
+	sc, m := k.scales(wp, 0)
+	k.stage(sc, 0)
+	mx := XMM()
+	VMOVQ(m, mx)
+	mins := YMM()
+	VPMOVZXBD(mx, mins)
+	return mins
 }
 
 // stage stores a block's eight scale bytes (in sc) at k.scd+so as eight
@@ -386,16 +400,7 @@ func q4kAVX512x(name string, five, vnni bool) {
 	JB(LabelRef(name + "_single"))
 	{
 		prefetch(wp, 2*k.bb)
-		mx, tmp := XMM(), XMM()
-		sc, m := k.scales(wp, 0)
-		k.stage(sc, 0)
-		VMOVQ(m, mx)
-		sc, m = k.scales(wp, k.bb)
-		k.stage(sc, 32)
-		VMOVQ(m, tmp)
-		VPUNPCKLQDQ(tmp, mx, mx)
-		mins := ZMM()
-		VPMOVZXBD(mx, mins)
+		mins := k.pairScales(wp)
 		a0 := k.blocks(wp, 0, qp, vectorOffsets(T, 2*512, 0), 0)
 		a1 := k.blocks(wp, k.bb, qp, vectorOffsets(T, 2*512, 512), 32)
 		// [d₀ dmin₀ d₁ dmin₁], the same for every vector.
@@ -437,12 +442,7 @@ func q4kAVX512x(name string, five, vnni bool) {
 	CMPQ(nb, Imm(0))
 	JE(LabelRef(name + "_end"))
 	{
-		sc, m := k.scales(wp, 0)
-		k.stage(sc, 0)
-		mx := XMM()
-		VMOVQ(m, mx)
-		mins := YMM()
-		VPMOVZXBD(mx, mins)
+		mins := k.blockScales(wp)
 		a := k.blocks(wp, 0, qp, vectorOffsets(T, 512, 0), 0)
 		dd := XMM()
 		VMOVD(Mem{Base: wp}, dd)

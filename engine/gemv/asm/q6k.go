@@ -48,13 +48,7 @@ func q6kAVX2(name string) {
 	VPXOR(acc[0], acc[0], acc[0])
 	VPXOR(acc[1], acc[1], acc[1])
 	for h := 0; h < 2; h++ {
-		// The nibbles of qh: pairs 0, 1 and pairs 2, 3.
-		// (Shifts take registers: their memory forms are AVX-512 only.)
-		hn := [2]VecVirtual{YMM(), YMM()}
-		VMOVDQU(Mem{Base: wp, Disp: 128 + 32*h}, hn[1])
-		VPAND(low4, hn[1], hn[0])
-		VPSRLW(U8(4), hn[1], hn[1])
-		VPAND(low4, hn[1], hn[1])
+		hn := q6kAVX2Highs(wp, 0, h, low4)
 		ql := [2]VecVirtual{YMM(), YMM()}
 		VMOVDQU(Mem{Base: wp, Disp: 64 * h}, ql[0])
 		VMOVDQU(Mem{Base: wp, Disp: 64*h + 32}, ql[1])
@@ -104,6 +98,18 @@ func q6kAVX2(name string) {
 	JNE(LabelRef(name + "_block"))
 
 	rowEnd(name, total, nil, y, rows, wp, row0)
+}
+
+// q6kAVX2Highs returns the nibbles of half h of the qh of the block at
+// wp+wo: pairs 0, 1 and pairs 2, 3. (Shifts take registers: their memory
+// forms are AVX-512 only.)
+func q6kAVX2Highs(wp Register, wo, h int, low4 VecVirtual) [2]VecVirtual {
+	hn := [2]VecVirtual{YMM(), YMM()}
+	VMOVDQU(Mem{Base: wp, Disp: wo + 128 + 32*h}, hn[1])
+	VPAND(low4, hn[1], hn[0])
+	VPSRLW(U8(4), hn[1], hn[1])
+	VPAND(low4, hn[1], hn[1])
+	return hn
 }
 
 // q6kAVX2Consts emits q6kAVX2's constants: 0x0f in every byte, and the
@@ -158,11 +164,7 @@ func q6kAVX2x(name string) {
 			VPXOR(acc[t], acc[t], acc[t])
 		}
 		for h := 0; h < 2; h++ {
-			hn := [2]VecVirtual{YMM(), YMM()}
-			VMOVDQU(Mem{Base: wp, Disp: wo + 128 + 32*h}, hn[1])
-			VPAND(low4, hn[1], hn[0])
-			VPSRLW(U8(4), hn[1], hn[1])
-			VPAND(low4, hn[1], hn[1])
+			hn := q6kAVX2Highs(wp, wo, h, low4)
 			for j := 0; j < 4; j++ {
 				w, t := YMM(), YMM()
 				VMOVDQU(Mem{Base: wp, Disp: wo + 64*h + 32*(j%2)}, w)
