@@ -72,9 +72,7 @@ func Open(ctx context.Context, path string) (*Engine, error) {
 	if ok, _ := prefab.IsPool(path); ok {
 		return OpenPool(ctx, path)
 	}
-	var o Options
-	o.readHostAvail()
-	m, err := o.mapGGUF(path)
+	m, err := new(Options).mapGGUF(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening model %s: %w", path, err)
 	}
@@ -114,9 +112,7 @@ func fromMapped(ctx context.Context, path string, m *gguf.Mapped) (*Engine, erro
 // weights are views of the safetensors files' copy in memory where their
 // bytes need no change (engine/hf), once they fit the memory available.
 func openHF(ctx context.Context, path string) (*Engine, error) {
-	var o Options
-	o.readHostAvail()
-	m, err := o.openHF(path)
+	m, err := new(Options).openHF(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening model %s: %w", path, err)
 	}

@@ -130,44 +130,44 @@ type Options struct {
 	// memInfo, when set, stands in for reading /proc/meminfo
 	// (export_test.go's WithMemInfo).
 	memInfo func() (tier.MemInfo, error)
-	// hostAvail is the default host budget (tier.DefaultHostBudget) as
-	// the load found it before it copied anything into memory, once
-	// availRead; availErr says why it could not be read.
+	// hostAvail is avail's reading, once availRead; availErr says why it
+	// could not be read.
 	hostAvail int64
 	availRead bool
 	availErr  error
 }
 
-// readHostAvail sets o.hostAvail from the memory the machine has now.
-func (o *Options) readHostAvail() {
-	read := o.memInfo
-	if read == nil {
-		read = tier.ReadMemInfo
+// avail is the memory a load may take (tier.DefaultHostBudget) as the
+// load first asked for it: before it copies a model into memory, since
+// mapGGUF and openHF ask before they copy. Read after, it would leave out
+// the bytes copied by then, which are the very weights the plan places.
+func (o *Options) avail() (int64, error) {
+	if !o.availRead {
+		read := o.memInfo
+		if read == nil {
+			read = tier.ReadMemInfo
+		}
+		mi, err := read()
+		o.hostAvail, o.availRead, o.availErr = tier.DefaultHostBudget(mi), true, err
 	}
-	mi, err := read()
-	o.hostAvail, o.availRead, o.availErr = tier.DefaultHostBudget(mi), true, err
+	return o.hostAvail, o.availErr
 }
 
-// hostBudget is HostBudget, or by default the memory the load found
-// available when it began (readHostAvail). Read later, it would leave out
-// the bytes the load had copied by then (a GGUF is held whole), which are
-// the very weights the plan places.
+// hostBudget is HostBudget, or by default avail.
 func (o *Options) hostBudget() (int64, error) {
 	if o.HostBudget > 0 {
 		return o.HostBudget, nil
 	}
-	if !o.availRead {
-		o.readHostAvail()
+	n, err := o.avail()
+	if err != nil {
+		return 0, fmt.Errorf("%w (give a host budget)", err)
 	}
-	if o.availErr != nil {
-		return 0, fmt.Errorf("%w (give a host budget)", o.availErr)
-	}
-	return o.hostAvail, nil
+	return n, nil
 }
 
 // mapGGUF copies the GGUF model at path into memory (gguf.Map) once its
-// header says the copy fits in the memory o found available (none checked
-// when it could not tell): a copy that does not fit would push the machine
+// header says the copy fits in the memory available (o.avail; none checked
+// when it cannot tell): a copy that does not fit would push the machine
 // out of memory, where a pool streams what does not fit.
 func (o *Options) mapGGUF(path string) (*gguf.Mapped, error) {
 	h, err := gguf.ReadHeader(path)
@@ -181,7 +181,7 @@ func (o *Options) mapGGUF(path string) (*gguf.Mapped, error) {
 }
 
 // openHF copies the Hugging Face model in dir into memory (hf.Open) once
-// its safetensors files fit in the memory o found available, as mapGGUF.
+// its safetensors files fit in the memory available, as mapGGUF.
 func (o *Options) openHF(dir string) (*hf.Model, error) {
 	n, err := safetensors.DirSize(dir)
 	if err != nil {
@@ -194,14 +194,15 @@ func (o *Options) openHF(dir string) (*hf.Model, error) {
 }
 
 // fitsCopy says why a model of n bytes held whole in memory (what) does
-// not fit the memory the load found available, naming the pool to convert
-// it to; nil when it fits or the memory is unknown.
+// not fit the memory available, naming the pool to convert it to; nil
+// when it fits or the memory is unknown.
 func (o *Options) fitsCopy(path, what string, n int64, pool string) error {
-	if !o.availRead || o.availErr != nil || n <= o.hostAvail {
+	avail, err := o.avail()
+	if err != nil || n <= avail {
 		return nil
 	}
 	return fmt.Errorf("its %s do not fit the %s of memory available (MemAvailable less a reserve), and %s is held whole in memory: %w; convert it once with `strata model prefab %s -o %s`, whose pool streams what does not fit",
-		tier.FormatBytes(n), tier.FormatBytes(o.hostAvail), what, ErrNeedsPool, path, pool)
+		tier.FormatBytes(n), tier.FormatBytes(avail), what, ErrNeedsPool, path, pool)
 }
 
 // ErrNeedsPool is wrapped when a GGUF would have to be streamed: only a
@@ -295,7 +296,10 @@ func openWith(ctx context.Context, path string, o Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening model %s: %w", path, err)
 	}
-	o.readHostAvail()
+	// Read the memory available now, as the load begins: every later
+	// step (the GPU's plan and the CPU's after it) plans with this one
+	// reading. An error shows where a default budget is needed.
+	_, _ = o.avail()
 	isPool := o.Storage != nil
 	isHF := !isPool && hf.IsDir(path)
 	if !isPool && !isHF {

@@ -24,17 +24,11 @@ import (
 // use Data or the File's readers concurrently with Close.
 type Mapped struct {
 	*File
-	m    backing
+	m    hostmem.Held
 	data []byte
 	// parts are the second and later files of a split model (parts[0] is
 	// nil: the first file is this one).
 	parts []*Mapped
-}
-
-// backing holds a Mapped file's bytes: a copy or a mapping of the file.
-type backing interface {
-	Bytes() []byte
-	Close() error
 }
 
 // How mapOne holds a file.
@@ -111,20 +105,15 @@ func mapOne(path string, mode holdMode) (*Mapped, error) {
 	if size > math.MaxInt {
 		return nil, fmt.Errorf("gguf: %s: %d bytes is too large to map", path, size)
 	}
-	var m backing
-	switch mode {
-	case holdHeader:
+	if mode == holdHeader {
 		f, err := Open(fd, size)
 		if err != nil {
 			return nil, fmt.Errorf("gguf: %s: %w", path, err)
 		}
 		f.r = headerOnly{}
 		return &Mapped{File: f}, nil
-	case holdShared:
-		m, err = hostmem.Map(fd, 0, size)
-	default:
-		m, err = hostmem.SnapshotFile(fd, size)
 	}
+	m, err := hostmem.Hold(fd, size, mode == holdShared)
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
 	}

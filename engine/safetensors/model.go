@@ -74,7 +74,7 @@ func (t Tensor) Float32s() ([]float32, error) {
 // mappedFile is one safetensors file in memory: mapped, or copied.
 type mappedFile struct {
 	path string
-	m    interface{ Close() error }
+	m    hostmem.Held
 	data []byte
 	hdr  *header
 }
@@ -99,15 +99,7 @@ func openFile(path string, copied bool) (*mappedFile, error) {
 	if size > math.MaxInt {
 		return nil, fmt.Errorf("safetensors: %s: file of %d bytes too large to map", path, size)
 	}
-	var m interface {
-		Bytes() []byte
-		Close() error
-	}
-	if copied {
-		m, err = hostmem.SnapshotFile(f, size)
-	} else {
-		m, err = hostmem.Map(f, 0, size)
-	}
+	m, err := hostmem.Hold(f, size, !copied)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}

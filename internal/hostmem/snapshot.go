@@ -248,3 +248,28 @@ func (s *Snapshot) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Held is a file's bytes in memory: a copy (Snapshot) or a read-only
+// shared mapping (Mapping).
+type Held interface {
+	Bytes() []byte
+	Close() error
+}
+
+// Hold holds the n bytes of f in memory: copied whole (SnapshotFile), so
+// they stay what was read whatever happens to the file, or, shared, mapped
+// read-only (Map), so they come and go with the page cache (a file
+// truncated meanwhile kills the process with SIGBUS).
+func Hold(f *os.File, n int64, shared bool) (Held, error) {
+	var h Held
+	var err error
+	if shared {
+		h, err = Map(f, 0, n)
+	} else {
+		h, err = SnapshotFile(f, n)
+	}
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return h, nil
+}
