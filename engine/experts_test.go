@@ -423,7 +423,7 @@ func cpuReference(t *testing.T, path string) (logits [][]float32, experts int64,
 	}
 	for _, l := range cpu.Model.Weights.Layers {
 		for _, x := range l.Experts {
-			experts += int64(len(x.Gate.Data) + len(x.Up.Data) + len(x.Down.Data))
+			experts += x.Bytes()
 			count++
 		}
 	}
@@ -455,7 +455,7 @@ func TestDeviceExpertsFollowRoutingCUDA(t *testing.T) {
 	var experts int64
 	for _, l := range cpu.Model.Weights.Layers {
 		for _, x := range l.Experts {
-			experts += int64(len(x.Gate.Data) + len(x.Up.Data) + len(x.Down.Data))
+			experts += x.Bytes()
 		}
 	}
 	o := engine.Options{Backend: engine.BackendCUDA, HostBudget: 1 << 30, Context: 64, Links: defaultLinks()}

@@ -133,7 +133,7 @@ func moeBenchBlock(b *testing.B, sh moeShape) (cfg Config, ls []Layer, dev *FFND
 				Up:   mk(expertName("up", e), quant.Q4_K, eff, dim, s+1),
 				Down: mk(expertName("down", e), quant.Q6_K, dim, eff, s+2),
 			}
-			perExpert = int64(len(x.Gate.Data) + len(x.Up.Data) + len(x.Down.Data))
+			perExpert = x.Bytes()
 			ls[l].Experts = append(ls[l].Experts, x)
 		}
 	}

@@ -101,6 +101,9 @@ type Expert struct {
 	Gate, Up, Down Tensor
 }
 
+// Bytes is the expert's weight bytes: what computing it reads.
+func (x *Expert) Bytes() int64 { return int64(len(x.Gate.Data) + len(x.Up.Data) + len(x.Down.Data)) }
+
 // rows returns rows [lo, hi) of t as a tensor of its own: a view of the
 // same bytes (rows are whole encoded rows, so any row range is valid).
 func (t *Tensor) rows(name string, lo, hi int) Tensor {

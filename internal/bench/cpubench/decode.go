@@ -97,8 +97,7 @@ func routedBytes(layers []model.Layer, before, after [][]uint64, tokens int) (al
 	var sum float64
 	for l := range layers {
 		for x := range layers[l].Experts {
-			ex := &layers[l].Experts[x]
-			n := int64(len(ex.Gate.Data) + len(ex.Up.Data) + len(ex.Down.Data))
+			n := layers[l].Experts[x].Bytes()
 			all += n
 			sum += float64(after[l][x]-before[l][x]) * float64(n)
 		}

@@ -48,7 +48,7 @@ func TestMeasureDecodeBytes(t *testing.T) {
 				return
 			}
 			x := &w.Layers[0].Experts[0]
-			one := int64(len(x.Gate.Data) + len(x.Up.Data) + len(x.Down.Data))
+			one := x.Bytes()
 			all := one * int64(c.Layers*c.Experts)
 			routed := one * int64(c.Layers*c.ExpertsUsed)
 			if d.RoutedBytes != routed || d.WeightBytes != dense-all+routed {

@@ -64,8 +64,8 @@ func expertSizes(layers []model.Layer, experts int) ([][]int64, error) {
 		if n := len(layers[l].Experts); n != experts {
 			return nil, fmt.Errorf("layer %d holds %d experts, want %d", l, n, experts)
 		}
-		for _, x := range layers[l].Experts {
-			out[l] = append(out[l], int64(len(x.Gate.Data)+len(x.Up.Data)+len(x.Down.Data)))
+		for x := range layers[l].Experts {
+			out[l] = append(out[l], layers[l].Experts[x].Bytes())
 		}
 	}
 	return out, nil
