@@ -164,3 +164,14 @@ func vectorOffsets(n, step, base int) []int {
 	}
 	return o
 }
+
+// packedStep moves the packed vectors' pointers past k blocks (gemv's pack
+// layout): Tokens vectors' quants (qp), scales (dp) and, where sp is not
+// nil, sums.
+func packedStep(k int, qp, dp, sp Register) {
+	ADDQ(U32(Tokens*k*2*256), qp)
+	ADDQ(U8(Tokens*k*4), dp)
+	if sp != nil {
+		ADDQ(U32(Tokens*k*32), sp)
+	}
+}

@@ -200,9 +200,7 @@ func q4kAVX2x(name string, five bool) {
 			func(t int) int { return t*64 + b*32 })
 	}
 	ADDQ(U32(2*blockBytes), wp)
-	ADDQ(U32(T*2*2*256), qp)
-	ADDQ(U8(T*8), dp)
-	ADDQ(U32(T*64), sp)
+	packedStep(2, qp, dp, sp)
 	SUBQ(Imm(2), nb)
 	JMP(LabelRef(name + "_pair"))
 

@@ -432,9 +432,7 @@ func q4kAVX512x(name string, five, vnni bool) {
 		}
 	}
 	ADDQ(U32(2*k.bb), wp)
-	ADDQ(U32(T*2*2*256), qp)
-	ADDQ(U8(T*8), dp)
-	ADDQ(U32(T*64), sp)
+	packedStep(2, qp, dp, sp)
 	SUBQ(Imm(2), nb)
 	JMP(LabelRef(name + "_pair"))
 
@@ -460,9 +458,7 @@ func q4kAVX512x(name string, five, vnni bool) {
 			addTotal(t, tm)
 		}
 		ADDQ(U32(k.bb), wp)
-		ADDQ(U32(T*2*256), qp)
-		ADDQ(U8(T*4), dp)
-		ADDQ(U32(T*32), sp)
+		packedStep(1, qp, dp, sp)
 		DECQ(nb)
 		JMP(LabelRef(name + "_pair"))
 	}

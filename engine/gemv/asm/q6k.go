@@ -216,8 +216,7 @@ func q6kAVX2x(name string) {
 		block(b*210, func(t int) int { return t*2*512 + b*512 }, func(t int) int { return t*8 + b*4 })
 	}
 	ADDQ(U32(2*210), wp)
-	ADDQ(U32(T*2*2*256), qp)
-	ADDQ(U8(T*8), dp)
+	packedStep(2, qp, dp, nil)
 	SUBQ(Imm(2), nb)
 	JMP(LabelRef(name + "_pair"))
 

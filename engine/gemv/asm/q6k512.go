@@ -302,8 +302,7 @@ func q6kAVX512x(name string, vnni bool) {
 		}
 	}
 	ADDQ(U32(2*210), wp)
-	ADDQ(U32(T*2*2*256), qp)
-	ADDQ(U8(T*8), dp)
+	packedStep(2, qp, dp, nil)
 	SUBQ(Imm(2), nb)
 	JMP(LabelRef(name + "_pair"))
 
@@ -324,8 +323,7 @@ func q6kAVX512x(name string, vnni bool) {
 			k.tot.add(t, x)
 		}
 		ADDQ(U32(210), wp)
-		ADDQ(U32(T*2*256), qp)
-		ADDQ(U8(T*4), dp)
+		packedStep(1, qp, dp, nil)
 		DECQ(nb)
 		JMP(LabelRef(name + "_pair"))
 	}
