@@ -181,8 +181,19 @@ func TestMoEGatherCombine(t *testing.T) {
 // Q4_K and Q6_K downs; picks of experts the table lacks, and ids out of
 // range, leave their rows alone and get -1 in where; the host passes no
 // pick. A scratch too small for the downs' inputs is refused.
+// needIntegerGEMV skips where the device's tuning leaves the integer GEMV
+// path off (the picked expert kernels are built on it), before any work
+// reaches the device goroutine, where a skip would end that goroutine.
+func needIntegerGEMV(t testing.TB) {
+	t.Helper()
+	if _, k := gpu(t); !k.tune.IntegerGEMV {
+		t.Skip("the integer GEMV path is off on this device")
+	}
+}
+
 func TestMoEPicked(t *testing.T) {
 	t.Parallel()
+	needIntegerGEMV(t)
 	const experts, topk, dim, ffn = 6, 4, 512, 256
 	for _, down := range []quant.Type{quant.Q4_K, quant.Q6_K} {
 		t.Run(down.String(), func(t *testing.T) {
@@ -213,9 +224,6 @@ func TestMoEPicked(t *testing.T) {
 					Gate: Matrix{Type: quant.Q4_K, Rows: ffn, Cols: dim}, Up: Matrix{Type: quant.Q4_K, Rows: ffn, Cols: dim},
 					Down: Matrix{Type: down, Rows: dim, Cols: ffn}}
 				if !k.CanMoEPicked(s, p, topk) {
-					if !k.tune.IntegerGEMV {
-						t.Skip("the integer GEMV path is off on this device")
-					}
 					failOnDevice("the picked expert kernels refuse %v downs", down)
 				}
 				sentinel := float32(-7.5)
@@ -293,6 +301,7 @@ func TestMoEPicked(t *testing.T) {
 // and Q6_K downs.
 func TestMoEPickedDownView(t *testing.T) {
 	t.Parallel()
+	needIntegerGEMV(t)
 	const experts, topk, dim, ffn, from, cols = 3, 2, 256, 768, 256, 512
 	for _, down := range []quant.Type{quant.Q4_K, quant.Q6_K} {
 		t.Run(down.String(), func(t *testing.T) {
@@ -332,9 +341,6 @@ func TestMoEPickedDownView(t *testing.T) {
 					}
 					p := MoEPicked{Table: put(a, table), Experts: experts, Gate: shape, Up: shape, Down: d}
 					if !k.CanMoEPicked(s, p, topk) {
-						if !k.tune.IntegerGEMV {
-							t.Skip("the integer GEMV path is off on this device")
-						}
 						failOnDevice("the picked expert kernels refuse a %v down (view %v)", down, view)
 					}
 					out := a.alloc(int64(topk * dim * 4))

@@ -1141,6 +1141,26 @@ func (m *Model) moeResident(c *cudadrv.Ctx, l, T int) error {
 	})
 }
 
+// settleRoutes counts the routes of the layers that ran without the host
+// (their ids wait in the device's ring until a later pass or this), so
+// that the counts and the stats read after a pass include its last
+// layers. Called with m.mu held.
+func (m *Model) settleRoutes() {
+	if len(m.moe.pending) == 0 {
+		return
+	}
+	if err := m.dev.Do(func(c *cudadrv.Ctx) error {
+		if err := c.StreamSync(m.stream); err != nil {
+			return err
+		}
+		return m.moe.tally()
+	}); err != nil && m.moe.tallyErr == nil {
+		// The next pass fails with it, as a pass that waited for its
+		// routing would have.
+		m.moe.tallyErr = err
+	}
+}
+
 // MoEStats returns the FFN work so far of a mixture-of-experts model;
 // ok is false for any other model.
 func (m *Model) MoEStats() (MoEStats, bool) {
@@ -1149,6 +1169,7 @@ func (m *Model) MoEStats() (MoEStats, bool) {
 	if m.moe == nil {
 		return MoEStats{}, false
 	}
+	m.settleRoutes()
 	x := m.moe
 	st := x.stats
 	st.Choices = x.choice.decisions()
@@ -1168,19 +1189,7 @@ func (m *Model) ExpertCounts() [][]uint64 {
 	if m.moe == nil {
 		return nil
 	}
-	if len(m.moe.pending) > 0 {
-		// Layers that ran without the host left their ids in the ring.
-		if err := m.dev.Do(func(c *cudadrv.Ctx) error {
-			if err := c.StreamSync(m.stream); err != nil {
-				return err
-			}
-			return m.moe.tally()
-		}); err != nil && m.moe.tallyErr == nil {
-			// The next pass fails with it, as a pass that waited for
-			// its routing would have.
-			m.moe.tallyErr = err
-		}
-	}
+	m.settleRoutes()
 	out := make([][]uint64, len(m.moe.counts))
 	for l := range out {
 		out[l] = slices.Clone(m.moe.counts[l])
