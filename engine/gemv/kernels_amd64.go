@@ -41,18 +41,17 @@ var kernels = map[Impl]map[quant.Type]kernel{
 // multiplied and added into int32 in one instruction) and once with
 // VPMADDWD and VPADDD for the AVX-512 CPUs without VNNI (Skylake-SP); both
 // return the same bits, so the choice is made here, once, and Impl stays
-// one family. Q8_0's kernel accumulates nothing across its multiply-adds,
-// so VNNI would save nothing there, and the float kernels multiply
-// floats: both tables hold the same ones. Q4_0 has no AVX-512 kernel: one
-// built as Q8_0's lost to the AVX2 kernel, from memory and in cache, once
-// both prefetched, so Q4_0 falls back to AVX2.
+// one family. The float kernels multiply floats: both tables hold the
+// same ones. Q8_0 and Q4_0 have no AVX-512 kernel: the one each had (a
+// 32-element block a zmm, eight blocks reduced together) lost to the
+// AVX2 kernel from memory once both prefetched, Q4_0 in cache too, so
+// both fall back to AVX2.
 func avx512Kernels(vnni bool) map[quant.Type]kernel {
 	if vnni {
 		return map[quant.Type]kernel{
 			quant.Q4_K:    q4kVNNI,
 			quant.Q5_K:    q5kVNNI,
 			quant.Q6_K:    q6kVNNI,
-			quant.Q8_0:    q8AVX512,
 			quant.INT8Row: i8VNNI,
 			quant.F32:     f32AVX512,
 			quant.F16:     f16AVX512,
@@ -63,7 +62,6 @@ func avx512Kernels(vnni bool) map[quant.Type]kernel {
 		quant.Q4_K:    q4kAVX512,
 		quant.Q5_K:    q5kAVX512,
 		quant.Q6_K:    q6kAVX512,
-		quant.Q8_0:    q8AVX512,
 		quant.INT8Row: i8AVX512,
 		quant.F32:     f32AVX512,
 		quant.F16:     f16AVX512,

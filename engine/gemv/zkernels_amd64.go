@@ -124,11 +124,6 @@ func q5kVNNIx4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *in
 //go:noescape
 func q6kVNNIx4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 
-// q8AVX512 is the Q8_0 kernel for AVX-512 (ref.go's contract).
-//
-//go:noescape
-func q8AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
-
 // i8AVX512 is the INT8Row kernel for AVX-512 (ref.go's contract).
 //
 //go:noescape

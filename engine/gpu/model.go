@@ -10,7 +10,6 @@ import (
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/internal/workpool"
 	"github.com/strata-llm/strata/kernels"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
@@ -134,14 +133,13 @@ type Model struct {
 	hy       *hybrid  // the CPU's share of tier B (Options.Hybrid); nil when none
 	moe      *gpuMoE  // a mixture-of-experts model's routing and experts; nil for other models
 
-	mu      sync.Mutex // serialises Forward and guards everything below
-	slots   []bool     // slot in use
-	act     activations
-	graphs  map[graphKey]*decodeGraph
-	fw      forwardState // forward.go: host-side greedy choice, graph-copy fallback, benchmark trace
-	stats   Stats
-	closed  bool
-	cpuTeam *workpool.Pool // the CPU device's own team (SetCPUTeam); nil: the shared pool
+	mu     sync.Mutex // serialises Forward and guards everything below
+	slots  []bool     // slot in use
+	act    activations
+	graphs map[graphKey]*decodeGraph
+	fw     forwardState // forward.go: host-side greedy choice, graph-copy fallback, benchmark trace
+	stats  Stats
+	closed bool
 }
 
 // Stats counts what Forward did, for tests and benchmarks.
@@ -542,11 +540,6 @@ func (m *Model) Close() error {
 	}
 	m.closed = true
 	err := m.dev.Do(func(c *cudadrv.Ctx) error { return m.release(c) })
-	if m.cpuTeam != nil {
-		// After release: nothing runs on the team any more.
-		err = errors.Join(err, m.cpuTeam.Close())
-		m.cpuTeam = nil
-	}
 	if err != nil {
 		return fmt.Errorf("cuda model close: %w", err)
 	}

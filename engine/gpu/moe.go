@@ -944,7 +944,7 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 			}
 		}()
 		ti := time.Now()
-		bytes, err := x.ps.stage(c, k, s, cfg, l, x.layers[l], ids, a.xn, staged, rt.Split)
+		bytes, err := x.ps.stage(c, k, s, cfg, x.layers[l], ids, a.xn, staged, rt.Split)
 		if err != nil {
 			return err
 		}

@@ -125,7 +125,7 @@ func (x *gpuMoE) hostAddrs(c *cudadrv.Ctx, pinned []*cudadrv.HostMem) ([][][3]ui
 }
 
 // inPlace pins the host experts for a user that reads them in place
-// (mapped experts, or the pick stream's share read in place) and checks
+// (mapped experts) and checks
 // that the picked kernels take every layer; it returns the experts'
 // device addresses. On failure nothing stays pinned for it.
 func (x *gpuMoE) inPlace(c *cudadrv.Ctx, m *Model) ([][][3]uint64, error) {
@@ -232,44 +232,10 @@ type MappedPicks struct {
 	Bytes int64 `json:"bytes"`
 }
 
-// SetPicksInPlace makes the pick stream's share of a CPU layer's picks
-// (SetStreamPicks, which must be on) read in place over PCIe by the
-// picked kernels instead of copied into staging slots first: the host
-// writes the share's table entries and launches, with no copies to
-// issue and no copy to wait for before the kernels start, and the
-// reading overlaps the computing. The split then weighs the GPU's share
-// by the launches' time measured in passes. Off returns to the copies;
-// turning the stream off turns this off too.
-func (m *Model) SetPicksInPlace(on bool) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	x, ps, err := m.pickStreamFor("picks in place", on)
-	if ps == nil || on == (ps.addrs != nil) {
-		return err
-	}
-	return m.dev.Do(func(c *cudadrv.Ctx) error {
-		if err := c.StreamSync(m.stream); err != nil {
-			return err
-		}
-		// The GPU's share is another link now: its fit starts again.
-		ps.copies, ps.timedBytes = linkFit{}, 0
-		if !on {
-			ps.addrs = nil
-			return x.unpinHost(c)
-		}
-		addrs, err := x.inPlace(c, m)
-		if err != nil {
-			return fmt.Errorf("picks in place: %w", err)
-		}
-		ps.addrs = addrs
-		return nil
-	})
-}
-
 // SetSplitPicks lets the pick stream (SetStreamPicks, which must be on)
 // share a pick by its FFN width where a layer has few CPU picks: the CPU
 // computes its first columns, the GPU the rest, copied into a slot (the
-// down's columns by one 2D copy) or read in place (SetPicksInPlace).
+// down's columns by one 2D copy).
 // Mixtral's layers have one or two CPU picks of ~100 MB, and whole picks
 // then balance the two links in steps of half a layer or more.
 func (m *Model) SetSplitPicks(on bool) error {

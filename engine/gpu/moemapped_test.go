@@ -182,54 +182,6 @@ func TestMappedRefused(t *testing.T) {
 	}
 }
 
-// TestPicksInPlace: the pick stream's share read in place over PCIe
-// instead of copied (SetPicksInPlace) gives, with none and some experts
-// resident, the CPU reference's logits and greedy tokens with picks sent
-// to the GPU, and the model goes on as before once it is turned off and
-// once the stream is turned off under it; it needs the stream on.
-func TestPicksInPlace(t *testing.T) {
-	eachPickedCase(t, func(t *testing.T, cpu *model.Model, g *Model, _ string) {
-		cfg := cpu.Config
-		if err := g.SetPicksInPlace(true); err == nil {
-			t.Fatal("picks in place without the pick stream")
-		}
-		if err := g.SetStreamPicks(true); err != nil {
-			t.Fatal(err)
-		}
-		if err := g.SetPicksInPlace(true); err != nil {
-			t.Fatal(err)
-		}
-		const steps = 6
-		worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 9, 4), steps)
-		st, _ := g.MoEStats()
-		t.Logf("worst NMSE %.3g; %+v", worst[0], st.Streamed)
-		if st.Streamed.Picks == 0 || st.Streamed.Bytes == 0 {
-			t.Errorf("no pick went to the GPU: %+v", st.Streamed)
-		}
-		if st.Mapped.Picks != 0 {
-			t.Errorf("%d picks counted as mapped experts' with only the stream's share in place", st.Mapped.Picks)
-		}
-		if counted, want := countedPicks(g), uint64((9+steps)*cfg.Layers*cfg.ExpertsUsed); counted != want {
-			t.Errorf("ExpertCounts total %d, want %d", counted, want)
-		}
-		if err := g.SetPicksInPlace(false); err != nil {
-			t.Fatal(err)
-		}
-		greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 2), 3)
-		if err := g.SetPicksInPlace(true); err != nil {
-			t.Fatal(err)
-		}
-		if err := g.SetStreamPicks(false); err != nil {
-			t.Fatal(err)
-		}
-		greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 3), 3)
-		if err := g.SetStreamPicks(true); err != nil {
-			t.Fatalf("the stream again after it was turned off with its share in place: %v", err)
-		}
-		greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 4, 6), 3)
-	})
-}
-
 // TestSplitByWidth: with few CPU picks a layer the pick stream shares a
 // pick by its FFN width in 256-column steps (the GPU the last columns of
 // the pick before its whole ones) once SetSplitPicks lets it; with many,
@@ -280,40 +232,32 @@ func TestSplitByWidth(t *testing.T) {
 }
 
 // TestPicksSplitByWidth: Mixtral-shaped experts four blocks wide, a third
-// resident, with the pick stream's share copied and read in place: picks
-// split by width (the CPU their first columns, the GPU the rest: copied
-// packed into a slot, the down's columns by a 2D copy, or read in place,
-// the down a view of its rows) give the CPU reference's logits and
-// greedy tokens, both kinds of down (Q4_K and Q6_K layers) among them.
+// resident, with the pick stream on: picks split by width (the CPU their
+// first columns, the GPU the rest, copied packed into a slot, the down's
+// columns by a 2D copy) give the CPU reference's logits and greedy
+// tokens, both kinds of down (Q4_K and Q6_K layers) among them.
 func TestPicksSplitByWidth(t *testing.T) {
 	gpu(t)
-	for _, inPlace := range []bool{false, true} {
-		t.Run(fmt.Sprintf("in place=%v", inPlace), func(t *testing.T) {
-			cpu := shapeModel(t, "mixtral", "tiny-wide", "q4_k_m")
-			cfg := cpu.Config
-			g := pickedModel(t, cpu, "some")
-			if err := g.SetSplitPicks(true); err == nil {
-				t.Fatal("split picks without the pick stream")
-			}
-			if err := g.SetStreamPicks(true); err != nil {
-				t.Fatal(err)
-			}
-			if err := g.SetPicksInPlace(inPlace); err != nil {
-				t.Fatal(err)
-			}
-			if err := g.SetSplitPicks(true); err != nil {
-				t.Fatal(err)
-			}
-			const steps = 16
-			worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 8), steps)
-			st, _ := g.MoEStats()
-			t.Logf("worst NMSE %.3g; %+v", worst[0], st.Streamed)
-			if st.Streamed.Split == 0 {
-				t.Errorf("no pick split by width in %d decode layers: %+v", steps*cfg.Layers, st.Streamed)
-			}
-			if counted, want := countedPicks(g), uint64((5+steps)*cfg.Layers*cfg.ExpertsUsed); counted != want {
-				t.Errorf("ExpertCounts total %d, want %d", counted, want)
-			}
-		})
+	cpu := shapeModel(t, "mixtral", "tiny-wide", "q4_k_m")
+	cfg := cpu.Config
+	g := pickedModel(t, cpu, "some")
+	if err := g.SetSplitPicks(true); err == nil {
+		t.Fatal("split picks without the pick stream")
+	}
+	if err := g.SetStreamPicks(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetSplitPicks(true); err != nil {
+		t.Fatal(err)
+	}
+	const steps = 16
+	worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 8), steps)
+	st, _ := g.MoEStats()
+	t.Logf("worst NMSE %.3g; %+v", worst[0], st.Streamed)
+	if st.Streamed.Split == 0 {
+		t.Errorf("no pick split by width in %d decode layers: %+v", steps*cfg.Layers, st.Streamed)
+	}
+	if counted, want := countedPicks(g), uint64((5+steps)*cfg.Layers*cfg.ExpertsUsed); counted != want {
+		t.Errorf("ExpertCounts total %d, want %d", counted, want)
 	}
 }

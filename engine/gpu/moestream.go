@@ -43,9 +43,6 @@ type pickStream struct {
 	timedBytes               int64 // bytes between start and end not yet read (0: none)
 	staged                   []bool
 	set                      []int // experts whose entries tableHost holds
-	// addrs, when not nil, is the host experts' device addresses: the
-	// share is read in place rather than copied (SetPicksInPlace).
-	addrs [][][3]uint64
 	// widthSplit lets split share a pick by its FFN width (SetSplitPicks).
 	widthSplit bool
 	// copies and cpu are each link's time for a layer's share against
@@ -169,9 +166,6 @@ func (m *Model) SetStreamPicks(on bool) error {
 				return nil
 			}
 			err := x.ps.release(c)
-			if x.ps.addrs != nil {
-				err = errors.Join(err, x.unpinHost(c)) // SetPicksInPlace's use
-			}
 			x.ps = nil
 			return errors.Join(err, x.unpinHost(c))
 		}
@@ -377,19 +371,15 @@ func (ps *pickStream) readCopyTime(c *cudadrv.Ctx) error {
 	return nil
 }
 
-// stage enqueues the copies of layer l's experts es into the slots on the
+// stage enqueues the copies of the layer L's experts es into the slots on the
 // copy stream (after the last staged launch has read them), and of a
 // pick split by width its part (part, partTableFor) into the slot after
 // theirs, their tables after them, and on s the picked launches over
 // them behind the copies, writing the staged picks' rows and maps
-// (actPtrs, partPtrs). It returns the bytes copied. With addrs set the
-// experts are read in place instead (stageInPlace).
-func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, l int, L *model.Layer, ids, xn cudadrv.DevPtr, es []int, part model.ExpertSplit) (int64, error) {
+// (actPtrs, partPtrs). It returns the bytes copied.
+func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, L *model.Layer, ids, xn cudadrv.DevPtr, es []int, part model.ExpertSplit) (int64, error) {
 	if err := ps.readCopyTime(c); err != nil {
 		return 0, err
-	}
-	if ps.addrs != nil {
-		return ps.stageInPlace(c, k, s, cfg, l, L, ids, xn, es, part)
 	}
 	if err := c.WaitEvent(ps.copy, ps.done); err != nil {
 		return 0, err
@@ -416,7 +406,7 @@ func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream
 	var view kernels.MoEPicked
 	if part.Cols != 0 {
 		var pb int64
-		if view, pb, err = ps.partTableFor(c, cfg, l, L, part, ps.slots.Add(int64(len(es))*ps.slotBytes)); err != nil {
+		if view, pb, err = ps.partTableFor(c, cfg, L, part, ps.slots.Add(int64(len(es))*ps.slotBytes)); err != nil {
 			return 0, err
 		}
 		bytes += pb
@@ -447,57 +437,8 @@ func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream
 	return bytes, c.Record(ps.done, s)
 }
 
-// stageInPlace enqueues on s the staged table with layer l's experts es
-// at their host copies' device addresses, then the picked launch over
-// them, and for a pick split by width (part: the CPU computes its first
-// part.Cols columns) its own table at its last columns and a launch over
-// that view, all timed by the start and end events (the share's link:
-// the kernels reading host memory as they compute). The host's table
-// buffers are rewritten only by the next layer's call, after the host
-// has waited for that layer's routing, which s reaches after these
-// copies.
-func (ps *pickStream) stageInPlace(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, l int, L *model.Layer, ids, xn cudadrv.DevPtr, es []int, part model.ExpertSplit) (int64, error) {
-	tab, err := ps.clearTable()
-	if err != nil {
-		return 0, err
-	}
-	var bytes int64
-	for _, e := range es {
-		copy(tab[e*3:e*3+3], ps.addrs[l][e][:])
-		ps.set = append(ps.set, e)
-		bytes += expertSize(&L.Experts[e])
-	}
-	var view kernels.MoEPicked
-	if part.Cols != 0 {
-		var pb int64
-		if view, pb, err = ps.partTableFor(c, cfg, l, L, part, 0); err != nil {
-			return 0, err
-		}
-		bytes += pb
-		if err := c.CopyHtoD(ps.partTable, ps.partTableHost.Bytes(), s); err != nil {
-			return 0, err
-		}
-	}
-	if len(es) > 0 {
-		if err := c.CopyHtoD(ps.table, ps.tableHost.Bytes(), s); err != nil {
-			return 0, err
-		}
-	}
-	if err := c.Record(ps.start, s); err != nil {
-		return 0, err
-	}
-	if err := ps.launchShare(c, k, s, cfg, L, ids, xn, len(es) > 0, part, view, "read in place"); err != nil {
-		return 0, err
-	}
-	if err := c.Record(ps.end, s); err != nil {
-		return 0, err
-	}
-	ps.timedBytes = bytes
-	return bytes, c.Record(ps.done, s)
-}
-
 // launchShare enqueues on s the picked launches over the GPU's share of
-// a layer's picks, as stage and stageInPlace laid it out: over the staged
+// a layer's picks, as stage laid it out: over the staged
 // table where whole picks are in it, over a split pick's part (view, its
 // own table) where there is one; how names the share's way in errors.
 func (ps *pickStream) launchShare(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, L *model.Layer, ids, xn cudadrv.DevPtr, whole bool, part model.ExpertSplit, view kernels.MoEPicked, how string) error {
@@ -542,15 +483,13 @@ func launchPicked(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *mod
 	return nil
 }
 
-// partTableFor writes into partTableHost layer l's expert part.Expert's
+// partTableFor writes into partTableHost the layer L's expert part.Expert's
 // entry at the GPU's part of it, the columns from part.Cols on (gate and
 // up's rows from there, the down's columns from there), clearing the last
 // call's, and returns the picked kernels' shape of that part and its
-// bytes. Read in place (addrs set), the entry is the host copy's
-// addresses at the part and the down a view of its rows; otherwise the
-// part is copied on the copy stream into slot, packed (the down's
-// columns by one 2D copy), and the entry is the slot's.
-func (ps *pickStream) partTableFor(c *cudadrv.Ctx, cfg *model.Config, l int, L *model.Layer, part model.ExpertSplit, slot cudadrv.DevPtr) (kernels.MoEPicked, int64, error) {
+// bytes. The part is copied on the copy stream into slot, packed (the
+// down's columns by one 2D copy), and the entry is the slot's.
+func (ps *pickStream) partTableFor(c *cudadrv.Ctx, cfg *model.Config, L *model.Layer, part model.ExpertSplit, slot cudadrv.DevPtr) (kernels.MoEPicked, int64, error) {
 	tab, err := cudadrv.Values[uint64](ps.partTableHost.Bytes())
 	if err != nil {
 		return kernels.MoEPicked{}, 0, err
@@ -573,29 +512,21 @@ func (ps *pickStream) partTableFor(c *cudadrv.Ctx, cfg *model.Config, l int, L *
 	n, D := F-from, p.Down.Rows
 	p.Gate.Rows, p.Up.Rows, p.Down.Cols = n, n, n
 	vb := p.Down.RowBytes() // the part's bytes of a down row
-	var ent [3]uint64
-	if ps.addrs != nil {
-		a := ps.addrs[l][e]
-		ent = [3]uint64{a[0] + uint64(int64(from)*gRB), a[1] + uint64(int64(from)*uRB), a[2] + uint64(skip)}
-		p.Down.Stride = dRB
-	} else {
-		x := &L.Experts[e]
-		gp := slot
-		up := gp.Add(alignUp(int64(n) * gRB))
-		dp := up.Add(alignUp(int64(n) * uRB))
-		if err := c.CopyHtoD(gp, x.Gate.Data[int64(from)*gRB:], ps.copy); err != nil {
-			return kernels.MoEPicked{}, 0, fmt.Errorf("staging expert %d's last rows: %w", e, err)
-		}
-		if err := c.CopyHtoD(up, x.Up.Data[int64(from)*uRB:], ps.copy); err != nil {
-			return kernels.MoEPicked{}, 0, fmt.Errorf("staging expert %d's last rows: %w", e, err)
-		}
-		view := x.Down.Data[skip : int64(D-1)*dRB+skip+vb]
-		if err := c.CopyHtoD2D(dp, vb, view, dRB, vb, int64(D), ps.copy); err != nil {
-			return kernels.MoEPicked{}, 0, fmt.Errorf("staging expert %d's last columns: %w", e, err)
-		}
-		ent = [3]uint64{uint64(gp), uint64(up), uint64(dp)}
+	x := &L.Experts[e]
+	gp := slot
+	up := gp.Add(alignUp(int64(n) * gRB))
+	dp := up.Add(alignUp(int64(n) * uRB))
+	if err := c.CopyHtoD(gp, x.Gate.Data[int64(from)*gRB:], ps.copy); err != nil {
+		return kernels.MoEPicked{}, 0, fmt.Errorf("staging expert %d's last rows: %w", e, err)
 	}
-	copy(tab[e*3:e*3+3], ent[:])
+	if err := c.CopyHtoD(up, x.Up.Data[int64(from)*uRB:], ps.copy); err != nil {
+		return kernels.MoEPicked{}, 0, fmt.Errorf("staging expert %d's last rows: %w", e, err)
+	}
+	view := x.Down.Data[skip : int64(D-1)*dRB+skip+vb]
+	if err := c.CopyHtoD2D(dp, vb, view, dRB, vb, int64(D), ps.copy); err != nil {
+		return kernels.MoEPicked{}, 0, fmt.Errorf("staging expert %d's last columns: %w", e, err)
+	}
+	tab[e*3], tab[e*3+1], tab[e*3+2] = uint64(gp), uint64(up), uint64(dp)
 	ps.partSet = e
 	return p, int64(n)*(gRB+uRB) + int64(D)*vb, nil
 }

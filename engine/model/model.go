@@ -818,19 +818,6 @@ func NewFFNDevice(cfg Config, impl gemv.Impl) (*FFNDevice, error) {
 	return &FFNDevice{&Model{Config: cfg, pool: workpool.Default(), keepScratch: defaultKeptScratch, fast: true, impl: impl, routeCounts: newRouteCounts(&cfg)}}, nil
 }
 
-// SetPool has the device run its steps on p, nil meaning the process's
-// shared pool (workpool.Default): for a GPU whose host thread is the
-// pool's caller, a team that leaves that thread a processor of its own.
-// The caller keeps p's life; the device does not close it.
-func (d *FFNDevice) SetPool(p *workpool.Pool) {
-	d.m.mu.Lock()
-	defer d.m.mu.Unlock()
-	if p == nil {
-		p = workpool.Default()
-	}
-	d.m.pool = p
-}
-
 // SetExpertSource makes the device take the experts of MoE layers that
 // do not hold their own from src (Model.SetExpertSource).
 func (d *FFNDevice) SetExpertSource(src ExpertSource) { d.m.SetExpertSource(src) }

@@ -8,11 +8,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/strata-llm/strata/engine/gemv"
 	"github.com/strata-llm/strata/engine/quant"
-	"github.com/strata-llm/strata/internal/workpool"
 )
 
 // TestPick: each token's top-k experts by score, highest first, ties to
@@ -503,52 +501,6 @@ func TestFFNDeviceReadAhead(t *testing.T) {
 	}
 	if n := len(src.ahead[1]); n != 1 || len(src.ahead[spec.layers-1]) != 0 {
 		t.Fatalf("read ahead %v: want one call, for layer 1", src.ahead)
-	}
-}
-
-// TestFFNDeviceSetPool: the device takes the pool SetPool gives it and
-// gives the same bits on a pool of its own, of fewer or more threads
-// than the shared one, and back on the shared pool (nil): each row of a
-// product is one thread's, whatever the team.
-func TestFFNDeviceSetPool(t *testing.T) {
-	t.Parallel()
-	spec := mixtralSpec()
-	m := newTestModel(t, spec, 9)
-	d, err := NewFFNDevice(m.Config, m.impl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := make([][]float32, 5)
-	for i := range rows {
-		rows[i] = randomVector(spec.dim, uint64(i+40))
-	}
-	run := func() [][]float32 { return runDevice(t, d, &m.Weights.Layers[1], rows) }
-	want := run()
-	for _, threads := range []int{1, 3, 7} {
-		p, err := workpool.New(workpool.Options{Threads: threads, Spin: time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.SetPool(p)
-		if d.m.pool != p {
-			t.Fatalf("%d threads: SetPool left the device on another pool", threads)
-		}
-		got := run()
-		d.SetPool(nil)
-		if err := p.Close(); err != nil {
-			t.Fatal(err)
-		}
-		for i := range want {
-			if !slices.Equal(got[i], want[i]) {
-				t.Fatalf("%d threads: row %d differs from the shared pool's", threads, i)
-			}
-		}
-	}
-	if d.m.pool != workpool.Default() {
-		t.Fatal("SetPool(nil) did not put the device back on the shared pool")
-	}
-	if got := run(); !slices.Equal(got[0], want[0]) {
-		t.Fatal("back on the shared pool: row 0 differs")
 	}
 }
 

@@ -3,15 +3,13 @@ package model
 import "fmt"
 
 // parallel runs fn(w, i) for every i in [0, n) on the model's threads
-// (internal/workpool's process-wide pool, which every model shares, or
-// the one FFNDevice.SetPool gave) and
+// (internal/workpool's process-wide pool, which every model shares) and
 // returns when all calls have finished. Calls with the same w never
 // overlap, so fn may use per-thread scratch indexed by w, w below
 // m.pool.Threads().
 func (m *Model) parallel(n int, fn func(w, i int)) {
 	if err := m.pool.Run(n, fn); err != nil {
-		// Only Close makes Run fail: nothing closes the shared pool, and
-		// SetPool's caller keeps its pool open while the device uses it.
+		// Only Close makes Run fail, and nothing closes the shared pool.
 		panic(fmt.Sprintf("model: %v", err))
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
@@ -905,9 +904,6 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 		Metric{Key: "hybrid_decode_tps", Label: "hybrid decode, batch 1", Value: h1.TokensPerSecond, Unit: "tok/s", Ratio: r, Goal: atLeast(r, 1.5)},
 		Metric{Key: "hybrid_time_per_pass_ms", Label: "hybrid time per decode pass", Value: ms(h1.PerPass), Unit: "ms", Ratio: lr, Goal: atMost(lr, 1.15)},
 		Metric{Key: "hybrid_time_per_pass_dram", Label: "hybrid time per decode pass, to host memory", Value: ms(h1.PerPass), Unit: "ms", Ratio: dr})
-	if err := rn.hybridTeam(ctx, res, g, h1, limit); err != nil {
-		return err
-	}
 	rn.o.progress("  hybrid decode, batch 8")
 	h8, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 8, Prompt: 4, Warmup: 2, Steps: 6})
 	if err != nil {
@@ -924,40 +920,6 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 		res.Notes = append(res.Notes, fmt.Sprintf("hybrid: %d FFNs on the CPU at %.1f GB/s, %.0f µs a hop; batch 8 plan: %d CPU layers",
 			st.Layers, float64(st.Bytes)/st.Busy.Seconds()/1e9, float64(st.Hop.Microseconds())/float64(st.Layers), len(plans[len(plans)-1].CPU)))
 	}
-	return nil
-}
-
-// cpuTeam is the team the *_team_* rows give the CPU beside the GPU
-// (gpu.Model.SetCPUTeam): one thread fewer than the processors, so that
-// the host thread driving the GPU finds one idle, polling long enough to
-// span the gaps between the CPU's layers in a decode pass; what says so
-// in the rows' labels.
-func cpuTeam() (threads int, spin time.Duration, what string) {
-	threads, spin = max(1, runtime.GOMAXPROCS(0)-1), 2*time.Millisecond
-	return threads, spin, fmt.Sprintf("CPU on %d threads polling %v", threads, spin)
-}
-
-// hybridTeam times batch 1 again with the CPU on a team of its own
-// (cpuTeam), against h1 on the shared pool, in the same run (rows
-// hybrid_team_*), and puts it back on the shared pool.
-func (rn *runner) hybridTeam(ctx context.Context, res *ScenarioResult, g *loaded, h1 *gputime.DecodeTiming, limit float64) error {
-	threads, spin, what := cpuTeam()
-	if err := g.SetCPUTeam(threads, spin); err != nil {
-		return err
-	}
-	rn.o.progress("  hybrid decode, batch 1, %s", what)
-	ht, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 4, Steps: 16})
-	if serr := g.SetCPUTeam(0, 0); err == nil {
-		err = serr
-	}
-	if err != nil {
-		return err
-	}
-	r := ratioTo(ht.TokensPerSecond, h1.TokensPerSecond, fmt.Sprintf("the shared pool %s tok/s", formatValue(h1.TokensPerSecond)))
-	lr := ratioTo(ms(ht.PerPass), limit*1e3, fmt.Sprintf("combined-link limit %.2f ms", limit*1e3))
-	res.Metrics = append(res.Metrics,
-		Metric{Key: "hybrid_team_decode_tps", Label: "hybrid decode, batch 1, " + what, Value: ht.TokensPerSecond, Unit: "tok/s", Ratio: r},
-		Metric{Key: "hybrid_team_time_per_pass_ms", Label: "hybrid time per decode pass, " + what, Value: ms(ht.PerPass), Unit: "ms", Ratio: lr, Goal: atMost(lr, 1.15)})
 	return nil
 }
 

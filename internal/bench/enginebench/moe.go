@@ -377,11 +377,9 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 // moeStream times batch 1 again with a share of each CPU layer's picks
 // copied over PCIe and computed on the GPU beside the CPU
 // (gpu.Model.SetStreamPicks; rows dev_stream_*), against the rows of
-// routing without it in the same run; then, with the stream on, the CPU
-// on a team of its own (moeTeam), picks shared by their FFN width
-// (SetSplitPicks; dev_split_*, against dev_stream_*) and, with that, the
-// GPU's share read in place (SetPicksInPlace; dev_inplace_*, against
-// dev_split_*); and turns it all off again.
+// routing without it in the same run; then, with the stream on, picks
+// shared by their FFN width (SetSplitPicks; dev_split_*, against
+// dev_stream_*); and turns both off again.
 func (rn *runner) moeStream(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, routing moeRouting) error {
 	if err := g.SetStreamPicks(true); err != nil {
 		res.Notes = append(res.Notes, fmt.Sprintf("%s, picks over PCIe: not run: %v", routing.short(), err))
@@ -391,9 +389,6 @@ func (rn *runner) moeStream(ctx context.Context, res *ScenarioResult, g *loaded,
 	rt.prefix = "dev_stream_" + strings.TrimPrefix(routing.prefix, "dev_")
 	err := rn.streamRow(ctx, res, g, sizes, all, mc, routing, rt,
 		"cpu_picks", "picks over PCIe too", "the CPU's picks on the CPU alone", "a share of each CPU layer's picks copied over PCIe and computed on the GPU")
-	if err == nil {
-		err = rn.moeTeam(ctx, res, g, sizes, all, mc, rt)
-	}
 	if err == nil {
 		err = rn.moeSplit(ctx, res, g, sizes, all, mc, rt)
 	}
@@ -405,9 +400,8 @@ func (rn *runner) moeStream(ctx context.Context, res *ScenarioResult, g *loaded,
 
 // moeSplit times batch 1 as stream (the picks over PCIe on) with picks
 // shared by their FFN width where a layer has few CPU picks
-// (gpu.Model.SetSplitPicks; rows dev_split_*), then with the GPU's share
-// read in place as well (SetPicksInPlace; rows dev_inplace_*), each
-// against the row before it, and turns both off again.
+// (gpu.Model.SetSplitPicks; rows dev_split_*), against stream's rows, and
+// turns it off again.
 func (rn *runner) moeSplit(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, stream moeRouting) error {
 	if err := g.SetSplitPicks(true); err != nil {
 		return err
@@ -416,19 +410,6 @@ func (rn *runner) moeSplit(ctx context.Context, res *ScenarioResult, g *loaded, 
 	split.prefix = "dev_split_" + strings.TrimPrefix(stream.prefix, "dev_stream_")
 	err := rn.streamRow(ctx, res, g, sizes, all, mc, stream, split,
 		"stream_picks", "picks also shared by width", "whole picks only", "picks shared by their FFN width with the CPU where a layer has few")
-	if err == nil {
-		if ierr := g.SetPicksInPlace(true); ierr != nil {
-			res.Notes = append(res.Notes, fmt.Sprintf("%s, the GPU's share read in place: not run: %v", stream.short(), ierr))
-		} else {
-			inPlace := stream
-			inPlace.prefix = "dev_inplace_" + strings.TrimPrefix(stream.prefix, "dev_stream_")
-			err = rn.streamRow(ctx, res, g, sizes, all, mc, split, inPlace,
-				"split_picks", "the GPU's share read in place", "its share copied first", "the GPU's share of each CPU layer's picks (split by width too) read in place over PCIe")
-			if serr := g.SetPicksInPlace(false); err == nil {
-				err = serr
-			}
-		}
-	}
 	if serr := g.SetSplitPicks(false); err == nil {
 		err = serr
 	}
@@ -482,28 +463,6 @@ func (rn *runner) moeMapped(ctx context.Context, res *ScenarioResult, g *loaded,
 	layers := after.HostFree - before.HostFree
 	res.Notes = append(res.Notes, fmt.Sprintf("%s, the experts the device does not hold read in place over PCIe by the picked kernels (JSON keys %s*): over its warm-up and timed passes, %d picks (%s) read in place in %d layers that ran without the host, %d CPU layers",
 		routing.short(), rt.prefix, picks, gib(bytes), layers, after.Layers-before.Layers))
-	return nil
-}
-
-// moeTeam times batch 1 once more as routing (the picks over PCIe on)
-// with the CPU on a team of its own (cpuTeam; rows with team_ after
-// routing's prefix's dev_stream_), against routing's rows, and puts it
-// back on the shared pool.
-func (rn *runner) moeTeam(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, routing moeRouting) error {
-	threads, spin, what := cpuTeam()
-	if err := g.SetCPUTeam(threads, spin); err != nil {
-		return err
-	}
-	rt := routing
-	rt.prefix = "dev_stream_team_" + strings.TrimPrefix(routing.prefix, "dev_stream_")
-	err := rn.moeDecode(ctx, res, g, sizes, all, mc, rt, 1)
-	if serr := g.SetCPUTeam(0, 0); err == nil {
-		err = serr
-	}
-	if err != nil {
-		return err
-	}
-	addVersus(res, rt, routing, "shared_pool", "picks over PCIe, "+what, "the shared pool")
 	return nil
 }
 
