@@ -149,7 +149,9 @@ func Load(c *cudadrv.Ctx, variants ...string) (*Kernels, error) {
 			// Every integer GEMV that reads the scratch; gemvq_x writes it,
 			// and GEMVSliced's gemvq_sk_* quantize their own x (a launch of
 			// theirs drops the held x: their output may overlap its floats).
-			if strings.HasPrefix(e.name, "gemvq_") && e.name != "gemvq_x" && !strings.HasPrefix(e.name, "gemvq_sk_") {
+			// moe_stage writes only its slots and table, between a norm and
+			// the picked kernels that read the norm's x.
+			if strings.HasPrefix(e.name, "gemvq_") && e.name != "gemvq_x" && !strings.HasPrefix(e.name, "gemvq_sk_") || e.name == "moe_stage" {
 				k.xqReaders[f] = true
 			}
 		}

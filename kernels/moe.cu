@@ -124,3 +124,61 @@ extern "C" __global__ void moe_combine(float* h, const float* base, const float*
     h[i] = __fadd_rn(base != nullptr ? base[i] : h[i], acc);
   }
 }
+
+// moe_stage: before the picked expert kernels (gemvq_moe_*) run a token's
+// k picks ids of one layer, copies each pick whose expert is in host
+// memory into device memory, so that they read it there: a pick's table
+// entry (table: E entries of gate, up and down pointers, as theirs) is in
+// host memory when it is not 0 and its gate lies outside the device's
+// expert memory [dlo, dhi). Block (x, j) copies its share of pick j's
+// three matrices (gb, ub and db bytes, each a multiple of 16 at a 16-byte
+// aligned address) to slot j (slot bytes from slots; the matrices at 0,
+// uo and dof in it); block (0, j) writes pick j's entry of out, the table
+// the picked kernels then read for these picks (no other entry of out is
+// read): its slot's where staged, table's otherwise. Why: the picked
+// kernels reading host memory as they compute leave PCIe mostly idle at
+// one or two host picks a layer (each block's few loads in flight wait
+// the link's latency); a copy spread over every block keeps many more
+// in flight, and the reads from device memory after it cost little.
+#define MOE_STAGE_U 4
+extern "C" __global__ void __launch_bounds__(256)
+    moe_stage(const unsigned long long* table, const int* ids, int E, unsigned long long dlo, unsigned long long dhi,
+              unsigned long long* out, uint8_t* slots, long long slot, long long gb, long long ub, long long db,
+              long long uo, long long dof) {
+  PDL_ENTRY();
+  const int j = blockIdx.y;
+  const int e = ids[j];
+  if (e < 0 || e >= E) return;
+  const unsigned long long* t = table + 3LL * e;
+  const unsigned long long g = t[0];
+  const bool host = g != 0 && (g < dlo || g >= dhi);
+  uint8_t* dst = slots + (long long)j * slot;
+  if (blockIdx.x == 0 && threadIdx.x < 3) {
+    const long long off = threadIdx.x == 0 ? 0 : (threadIdx.x == 1 ? uo : dof);
+    out[3LL * e + threadIdx.x] = host ? (unsigned long long)(dst + off) : t[threadIdx.x];
+  }
+  if (!host) return;
+  const long long sizes[3] = {gb, ub, db}, offs[3] = {0, uo, dof};
+  const long long step = (long long)gridDim.x * blockDim.x * MOE_STAGE_U;
+#pragma unroll
+  for (int m = 0; m < 3; m++) {
+    const uint4* src = reinterpret_cast<const uint4*>(t[m]);
+    uint4* to = reinterpret_cast<uint4*>(dst + offs[m]);
+    const long long n = sizes[m] >> 4;
+    for (long long i = (long long)blockIdx.x * blockDim.x * MOE_STAGE_U + threadIdx.x; i < n; i += step) {
+      // Every load of the round before any store: MOE_STAGE_U reads of
+      // the link in flight a thread.
+      uint4 v[MOE_STAGE_U];
+#pragma unroll
+      for (int u = 0; u < MOE_STAGE_U; u++) {
+        const long long q = i + (long long)u * blockDim.x;
+        if (q < n) v[u] = src[q];
+      }
+#pragma unroll
+      for (int u = 0; u < MOE_STAGE_U; u++) {
+        const long long q = i + (long long)u * blockDim.x;
+        if (q < n) to[q] = v[u];
+      }
+    }
+  }
+}

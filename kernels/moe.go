@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/strata-llm/strata/engine/quant"
@@ -173,4 +174,74 @@ func (k *Kernels) MoEPickedDown(c *cudadrv.Ctx, s cudadrv.Stream, p MoEPicked, i
 		return fmt.Errorf("moe picked down: %v %dx%d, top %d: %w", d.Type, d.Rows, d.Cols, topk, err)
 	}
 	return nil
+}
+
+// MoEStaging is where MoEStage puts a token's picks of experts in host
+// memory: topk slots of SlotBytes from Slots (MoEStageLayout's size at
+// least), and Table, Experts entries that the picked kernels then read
+// for the staged picks. An entry whose gate lies in [Lo, Hi), the
+// device's expert memory, is the device's, as is one of 0 (no expert):
+// any other is a host copy mapped for the device, 16-byte aligned.
+type MoEStaging struct {
+	Table, Slots cudadrv.DevPtr
+	SlotBytes    int64
+	Lo, Hi       cudadrv.DevPtr
+}
+
+// stageAlign is where each matrix starts in a slot: as a device
+// allocation's rows would, and a multiple of the copy's 16-byte units.
+const stageAlign = 256
+
+func alignUp(n, a int64) int64 { return (n + a - 1) / a * a }
+
+// MoEStageLayout is a slot's layout for p's experts: the up's and the
+// down's offsets in it (the gate's is 0) and the slot's bytes. p's
+// matrices must be packed (no Stride) and each a whole number of 16-byte
+// units, as MoEStage copies them.
+func MoEStageLayout(p MoEPicked) (up, down, size int64, err error) {
+	if p.Gate.Stride != 0 || p.Up.Stride != 0 || p.Down.Stride != 0 {
+		return 0, 0, 0, errors.New("moe stage: a view of an expert's matrix")
+	}
+	gb, ub, db := p.Gate.Bytes(), p.Up.Bytes(), p.Down.Bytes()
+	if gb <= 0 || ub <= 0 || db <= 0 || gb%16 != 0 || ub%16 != 0 || db%16 != 0 {
+		return 0, 0, 0, fmt.Errorf("moe stage: matrices of %d, %d and %d bytes, not whole 16-byte units", gb, ub, db)
+	}
+	up = alignUp(gb, stageAlign)
+	down = alignUp(up+ub, stageAlign)
+	return up, down, alignUp(down+db, stageAlign), nil
+}
+
+// MoEStage copies each of one token's topk picks ids (device int32,
+// MoETopK's) whose expert p's table has in host memory into a slot of st
+// and writes the picks' entries of st.Table, in one launch whatever the
+// routing; it returns p with st.Table for the picked kernels
+// (MoEPickedGLU, MoEPickedDown) to run the picks on. Every block copies a
+// share of a pick, so the link has many reads in flight, where the
+// picked kernels reading host memory as they compute have few.
+func (k *Kernels) MoEStage(c *cudadrv.Ctx, s cudadrv.Stream, p MoEPicked, st MoEStaging, ids cudadrv.DevPtr, topk int) (MoEPicked, error) {
+	uo, do, size, err := MoEStageLayout(p)
+	if err != nil {
+		return MoEPicked{}, err
+	}
+	if p.Table == 0 || st.Table == 0 || st.Slots == 0 || p.Experts < 1 || topk < 1 || topk > p.Experts {
+		return MoEPicked{}, fmt.Errorf("moe stage: table %#x into %#x, slots %#x, %d experts, top %d", uint64(p.Table), uint64(st.Table), uint64(st.Slots), p.Experts, topk)
+	}
+	if st.SlotBytes < size || st.Slots%stageAlign != 0 || st.SlotBytes%stageAlign != 0 {
+		return MoEPicked{}, fmt.Errorf("moe stage: slots of %d bytes at %#x for experts of %d (%d-byte aligned)", st.SlotBytes, uint64(st.Slots), size, stageAlign)
+	}
+	// Enough blocks for the largest matrix's units at a round each, up to
+	// a few waves of the device.
+	units := max(p.Gate.Bytes(), p.Up.Bytes(), p.Down.Bytes()) / 16
+	const per = 256 * 4 // a block's units a round (moe.cu's MOE_STAGE_U)
+	bx := min((units+per-1)/per, int64(max(k.SMs, 1)*4))
+	var a cudadrv.Args
+	a.Ptr(p.Table).Ptr(ids).Int(p.Experts).U64(uint64(st.Lo)).U64(uint64(st.Hi)).Ptr(st.Table).Ptr(st.Slots).I64(st.SlotBytes).
+		I64(p.Gate.Bytes()).I64(p.Up.Bytes()).I64(p.Down.Bytes()).I64(uo).I64(do)
+	cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(bx), Y: uint32(topk)}, Block: cudadrv.Dim3{X: 256}}
+	if err := k.launch(c, s, "moe_stage", cfg, &a); err != nil {
+		return MoEPicked{}, fmt.Errorf("moe stage: top %d: %w", topk, err)
+	}
+	q := p
+	q.Table = st.Table
+	return q, nil
 }

@@ -357,3 +357,134 @@ func TestMoEPickedDownView(t *testing.T) {
 		})
 	}
 }
+
+// TestMoEStage: MoEStage copies a token's picks of experts in host memory
+// (pinned, mapped) into its slots, byte for byte, points their entries of
+// its table at them and leaves the device's picks' entries as they were;
+// the picked kernels over the staged table give the bits they give
+// reading the host experts in place. Picks: in host memory, on the
+// device, in host memory, out of range.
+func TestMoEStage(t *testing.T) {
+	t.Parallel()
+	needIntegerGEMV(t)
+	const experts, topk, dim, ffn = 5, 4, 512, 256
+	for _, down := range []quant.Type{quant.Q4_K, quant.Q6_K} {
+		t.Run(down.String(), func(t *testing.T) {
+			t.Parallel()
+			onDevice := []bool{true, false, true, false, true}
+			parts := make([][3][]byte, experts)
+			for e := range parts {
+				s := uint64(300 + 3*e)
+				parts[e][0], _ = randMatrix(quant.Q4_K, ffn, dim, s)
+				parts[e][1], _ = randMatrix(quant.Q4_K, ffn, dim, s+1)
+				parts[e][2], _ = randMatrix(down, dim, ffn, s+2)
+			}
+			x := randVec(rand.New(rand.NewPCG(5, uint64(down))), dim, 1)
+			ids := []int32{1, 2, 3, experts}
+			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
+				s, done := gemvqStream(c, k, topk*ffn)
+				defer done()
+				p := MoEPicked{Experts: experts,
+					Gate: Matrix{Type: quant.Q4_K, Rows: ffn, Cols: dim}, Up: Matrix{Type: quant.Q4_K, Rows: ffn, Cols: dim},
+					Down: Matrix{Type: down, Rows: dim, Cols: ffn}}
+				uo, do, size, err := MoEStageLayout(p)
+				must(err)
+				// The device's experts in one allocation (the range the
+				// kernel tells them by), the others in mapped host memory.
+				dev := a.alloc(int64(experts) * size)
+				host, err := c.HostAlloc(experts*int(size), cudadrv.HostAllocDeviceMap)
+				must(err)
+				defer c.FreeHost(host)
+				hostDev, err := c.HostDevicePointer(host)
+				must(err)
+				table := make([]uint64, 3*experts)
+				for e := range parts {
+					base := int64(e) * size
+					for i, off := range []int64{0, uo, do} {
+						if onDevice[e] {
+							must(c.CopyHtoD(dev.Add(base+off), parts[e][i], s))
+							table[3*e+i] = uint64(dev.Add(base + off))
+						} else {
+							copy(host.Bytes()[base+off:], parts[e][i])
+							table[3*e+i] = uint64(hostDev.Add(base + off))
+						}
+					}
+				}
+				p.Table = put(a, table)
+				st := MoEStaging{Table: a.alloc(int64(8 * 3 * experts)), Slots: a.alloc(int64(topk)*size + stageAlign), SlotBytes: size,
+					Lo: dev, Hi: dev.Add(int64(experts) * size)}
+				st.Slots = cudadrv.DevPtr(alignUp(int64(st.Slots), stageAlign))
+				dids := put(a, ids)
+				q, err := k.MoEStage(c, s, p, st, dids, topk)
+				must(err)
+				must(c.StreamSync(s))
+				got := get[uint64](a, st.Table, 3*experts)
+				for j, e := range ids {
+					if int(e) >= experts {
+						continue
+					}
+					for i, off := range []int64{0, uo, do} {
+						ent := got[3*int(e)+i]
+						if onDevice[e] {
+							if ent != table[3*int(e)+i] {
+								failOnDevice("pick %d (expert %d on the device): entry %d is %#x, want the table's %#x", j, e, i, ent, table[3*int(e)+i])
+							}
+							continue
+						}
+						if want := uint64(st.Slots.Add(int64(j)*size + off)); ent != want {
+							failOnDevice("pick %d (expert %d in host memory): entry %d is %#x, want its slot's %#x", j, e, i, ent, want)
+						}
+						if b := get[byte](a, cudadrv.DevPtr(ent), len(parts[e][i])); !slices.Equal(b, parts[e][i]) {
+							failOnDevice("pick %d (expert %d): matrix %d differs from the host copy", j, e, i)
+						}
+					}
+				}
+				// The picked kernels over the staged table and over the host
+				// copies in place.
+				var outs [2][]float32
+				for w, pp := range []MoEPicked{q, p} {
+					g, out, where := a.alloc(int64(topk*ffn*4)), a.alloc(int64(topk*dim*4)), a.alloc(int64(topk*4))
+					must(k.MoEPickedGLU(c, s, pp, dids, topk, put(a, x), g, where, SwiGLU))
+					must(k.MoEPickedDown(c, s, pp, dids, topk, g, out))
+					must(c.StreamSync(s))
+					outs[w] = get[float32](a, out, 3*dim) // the last pick is out of range
+				}
+				for i := range outs[0] {
+					if math.Float32bits(outs[0][i]) != math.Float32bits(outs[1][i]) {
+						failOnDevice("output %d: %v staged, %v read in place", i, outs[0][i], outs[1][i])
+					}
+				}
+				if _, err := k.MoEStage(c, s, p, MoEStaging{Table: st.Table, Slots: st.Slots, SlotBytes: size - stageAlign}, dids, topk); err == nil {
+					failOnDevice("slots smaller than an expert taken")
+				}
+			})
+		})
+	}
+}
+
+// TestMoEStageLayout: the slot layout puts each matrix at a 256-byte
+// boundary after the one before, and refuses views and matrices that are
+// not whole 16-byte units.
+func TestMoEStageLayout(t *testing.T) {
+	t.Parallel()
+	p := MoEPicked{Gate: Matrix{Type: quant.Q4_K, Rows: 768, Cols: 2048}, Up: Matrix{Type: quant.Q4_K, Rows: 768, Cols: 2048},
+		Down: Matrix{Type: quant.Q6_K, Rows: 2048, Cols: 768}}
+	up, down, size, err := MoEStageLayout(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Qwen3-30B-A3B's experts: 768 rows of 1152 bytes, 2048 of 630.
+	if up != 884736 || down != 2*884736 || size != alignUp(2*884736+2048*630, 256) {
+		t.Errorf("layout %d, %d, %d", up, down, size)
+	}
+	v := p
+	v.Down.Stride = 1000
+	if _, _, _, err := MoEStageLayout(v); err == nil {
+		t.Error("a view of the down laid out")
+	}
+	odd := p
+	odd.Down = Matrix{Type: quant.Q6_K, Rows: 3, Cols: 256} // 3 x 210 bytes
+	if _, _, _, err := MoEStageLayout(odd); err == nil {
+		t.Error("a down of 630 bytes laid out")
+	}
+}

@@ -96,9 +96,9 @@ func TestEmbeddedEntries(t *testing.T) {
 		// (the read-only ceiling). GEMVSliced: gemvq_sk_p,
 		// gemvq_sk_q6ka, add_fx, add_fx_rmsnorm. Split pair units:
 		// gemvq_ps6_1, gemvq_mixed_s_1. Mixture of experts: moe_logits,
-		// moe_topk, moe_gather, moe_combine; the picked experts'
-		// gemvq_moe_glu, gemvq_moe_down_q4/_q6.
-		if want := 80 + 10 + 10 + 1 + 1 + 6 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 3 + 1 + 17 + 1 + 4 + 2 + 4 + 3; n != want {
+		// moe_topk, moe_gather, moe_combine, moe_stage; the picked
+		// experts' gemvq_moe_glu, gemvq_moe_down_q4/_q6.
+		if want := 80 + 10 + 10 + 1 + 1 + 6 + 3 + 2 + 11 + len(gemmConfigs) + 4 + 3 + 1 + 17 + 1 + 5 + 2 + 4 + 3; n != want {
 			t.Errorf("%s: %d kernels embedded, want %d", arch, n, want)
 		}
 	}

@@ -96,6 +96,9 @@ type gpuMoE struct {
 	// hold (SetMappedExperts, moemapped.go).
 	pin    *hostExperts
 	mapped [][][3]uint64
+	// stage is where a token's mapped picks are copied before the picked
+	// kernels run them; not nil while mapped is.
+	stage *mappedStaging
 }
 
 // expertW is one resident expert's matrices in device memory, laid out
@@ -144,7 +147,7 @@ type MoEStats struct {
 	// Streamed is the CPU layers' picks copied to the GPU and computed
 	// there (SetStreamPicks); they count among GPUExperts.
 	Streamed PickStats `json:"streamed"`
-	// Mapped is the picks the GPU read in place from host memory
+	// Mapped is the picks the GPU pulled from host memory
 	// (SetMappedExperts); they count among GPUExperts.
 	Mapped MappedPicks `json:"mapped"`
 }
@@ -425,8 +428,9 @@ func (x *gpuMoE) writeTables(c *cudadrv.Ctx, s cudadrv.Stream) error {
 }
 
 // entry is layer l's expert e's entry of the tables: its resident
-// matrices, its host copy's mapped addresses (SetMappedExperts), or
-// zeros (the kernels leave the pick to others).
+// matrices, its host copy's mapped addresses (SetMappedExperts: staged
+// before the kernels read them), or zeros (the kernels leave the pick to
+// others).
 func (x *gpuMoE) entry(l, e int) [3]uint64 {
 	if w, ok := x.resident[l][e]; ok {
 		return [3]uint64{uint64(w.gate.Ptr), uint64(w.up.Ptr), uint64(w.down.Ptr)}
@@ -870,6 +874,14 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 	x.stats.DeviceFound++
 	gpu := func() error { return launchPicked(c, k, s, cfg, p, ids, a.xn, g, out, where, "resident experts") }
 	if x.full[l] {
+		if x.mapped != nil && len(x.resident[l]) < len(x.counts[l]) {
+			st := x.stage.st
+			st.Lo, st.Hi = x.experts, x.experts.Add(x.stats.ResidentBytes)
+			var err error
+			if p, err = k.MoEStage(c, s, p, st, ids, K); err != nil {
+				return fmt.Errorf("staging the mapped picks: %w", err)
+			}
+		}
 		if err := gpu(); err != nil {
 			return err
 		}
@@ -1246,6 +1258,10 @@ func (x *gpuMoE) release(c *cudadrv.Ctx) error {
 	// share, whoever uses them.
 	err := errors.Join(x.ps.release(c), c.Free(x.routers), c.Free(x.skew), c.Free(x.experts), c.Free(x.tables), c.Free(x.route), c.Free(x.acts), c.FreeHost(x.host), c.FreeHost(x.ring))
 	x.ps = nil
+	if x.stage != nil {
+		err = errors.Join(err, c.Free(x.stage.mem))
+		x.stage = nil
+	}
 	if x.pin != nil {
 		err = errors.Join(err, x.pin.unpin(c))
 		x.pin, x.mapped = nil, nil

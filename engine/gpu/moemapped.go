@@ -5,24 +5,30 @@ import (
 	"fmt"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/kernels"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
-// Experts read in place over PCIe. At one token a layer whose picks the
-// device holds runs without the host (moePicked's full layers); one with
-// a pick in host memory hands its routing to the host, which starts the
-// CPU on that pick and, with the pick stream, copies a share to the GPU:
-// a round trip through the host in every such layer, whatever its few
-// bytes. With mapped experts, the tables of the picked expert kernels
-// give every expert the device does not hold its host copy's device
-// address (the pages pinned and mapped in place), so the kernels read
-// those experts' bytes over PCIe as they compute, every layer runs
-// without the host, and a layer costs its off-device bytes at the rate
-// kernels read host memory, with no hop. It pays where a layer's
-// off-device picks are few, as when most of the routing's use is
-// resident; where they are many the CPU and the copy engine together
-// move more. Which is the faster is measured (the engine bench's
-// dev_mapped_* rows against dev_stream_*), not assumed.
+// Mapped experts. At one token a layer whose picks the device holds runs
+// without the host (moePicked's full layers); one with a pick in host
+// memory hands its routing to the host, which starts the CPU on that pick
+// and, with the pick stream, copies a share to the GPU: a round trip
+// through the host in every such layer, whatever its few bytes. With
+// mapped experts the host experts' pages are pinned and mapped for the
+// device, the tables give every expert the device does not hold its host
+// copy's device address, and each layer begins with one launch
+// (kernels.MoEStage) that copies the token's picks among those into
+// device slots, every block of it copying, before the picked kernels run
+// them there: every layer runs without the host, and a layer costs its
+// off-device bytes at the rate the GPU pulls them over PCIe. It pays
+// where a layer's off-device picks are few, as when most of the routing's
+// use is resident; where they are many the CPU and the copy engine
+// together move more. Which is the faster is measured (the engine bench's
+// dev_mapped_* rows against dev_stream_*), not assumed. The picked kernels
+// reading the host copies in place as they compute, with no staging,
+// moved those bytes at 0.51-0.58 of a pinned copy's rate against the
+// staging's 0.65-0.91 (kernels' BenchmarkMoEPickedMapped) and lost every
+// row of the bench to it (lab/moe/NOTES.md, run37).
 
 // hostExperts is the host experts' pages, page-locked in place and mapped
 // for the device: what the pick stream copies from and mapped experts are
@@ -31,7 +37,7 @@ import (
 type hostExperts struct {
 	pinned []*cudadrv.HostMem
 	// addrs is every host expert's device addresses, per layer and
-	// expert (gate, up, down), for kernels reading them in place; nil,
+	// expert (gate, up, down), for the GPU to pull them from; nil,
 	// with addrErr saying why, where the kernels cannot (copies still
 	// can).
 	addrs   [][][3]uint64
@@ -64,7 +70,7 @@ func (x *gpuMoE) pinHost(c *cudadrv.Ctx, E int) (*hostExperts, error) {
 	// Mapped for the device where the driver allows it; read-only where
 	// the mapping is (safetensors), which copies and kernels reading it
 	// need no more than; unmapped as a last resort, which leaves the
-	// copies and not the reads in place.
+	// copies and not the GPU's pulls.
 	var errs []error
 	mapped := false
 	for _, flags := range []uint32{
@@ -98,7 +104,7 @@ const mappedAlign = 16
 
 // hostAddrs returns the device addresses of x's host experts in the
 // pinned ranges, per layer and expert (gate, up, down), or why the
-// kernels cannot read them in place.
+// GPU cannot pull them.
 func (x *gpuMoE) hostAddrs(c *cudadrv.Ctx, pinned []*cudadrv.HostMem) ([][][3]uint64, error) {
 	m, err := c.MapRanges(pinned)
 	if err != nil {
@@ -124,8 +130,8 @@ func (x *gpuMoE) hostAddrs(c *cudadrv.Ctx, pinned []*cudadrv.HostMem) ([][][3]ui
 	return out, nil
 }
 
-// inPlace pins the host experts for a user that reads them in place
-// (mapped experts) and checks
+// inPlace pins the host experts for a user that has the GPU pull them
+// from host memory (mapped experts) and checks
 // that the picked kernels take every layer; it returns the experts'
 // device addresses. On failure nothing stays pinned for it.
 func (x *gpuMoE) inPlace(c *cudadrv.Ctx, m *Model) ([][][3]uint64, error) {
@@ -178,15 +184,16 @@ func (h *hostExperts) unpin(c *cudadrv.Ctx) error {
 	return err
 }
 
-// SetMappedExperts turns on (or off) reading the experts the device does
-// not hold in place over PCIe at one token: the picked expert kernels'
-// tables get their host copies' device addresses, and every layer then
-// runs on the GPU without the host (see above). It pins the host experts
-// in place and takes no device memory. It fails for a model whose
-// experts an expert source serves, whose shapes the picked kernels do not
-// take, or whose experts' bytes are not aligned for the kernels' loads;
-// the model is then as before. Passes of more tokens keep the CPU for
-// the experts the device does not hold.
+// SetMappedExperts turns on (or off) pulling the experts the device does
+// not hold over PCIe at one token: the picked expert kernels' tables get
+// their host copies' device addresses, each layer's picks among them are
+// staged into device slots by the GPU, and every layer then runs on the
+// GPU without the host (see above). It pins the host experts in place and
+// takes ExpertsUsed slots of the largest expert and a table of device
+// memory. It fails for a model whose experts an expert source serves,
+// whose shapes the picked kernels do not take, or whose experts' bytes
+// are not aligned for the copies; the model is then as before. Passes of
+// more tokens keep the CPU for the experts the device does not hold.
 func (m *Model) SetMappedExperts(on bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -209,24 +216,27 @@ func (m *Model) SetMappedExperts(on bool) error {
 		if !on {
 			x.mapped = nil
 			x.choice.reset()
-			return errors.Join(x.writeTables(c, m.stream), x.unpinHost(c))
+			return errors.Join(x.freeStaging(c), x.writeTables(c, m.stream), x.unpinHost(c))
+		}
+		if err := x.allocStaging(c, &m.Config); err != nil {
+			return fmt.Errorf("mapped experts: %w", err)
 		}
 		mapped, err := x.inPlace(c, m)
 		if err != nil {
-			return fmt.Errorf("mapped experts: %w", err)
+			return fmt.Errorf("mapped experts: %w", errors.Join(err, x.freeStaging(c)))
 		}
 		x.mapped = mapped
 		x.choice.reset()
 		if err := x.writeTables(c, m.stream); err != nil {
 			x.mapped = nil
-			return fmt.Errorf("mapped experts: %w", errors.Join(err, x.writeTables(c, m.stream), x.unpinHost(c)))
+			return fmt.Errorf("mapped experts: %w", errors.Join(err, x.writeTables(c, m.stream), x.unpinHost(c), x.freeStaging(c)))
 		}
 		return nil
 	})
 }
 
-// MappedPicks counts the (token, expert) picks at one token the GPU read
-// in place from host memory (SetMappedExperts), and their experts' bytes.
+// MappedPicks counts the (token, expert) picks at one token the GPU
+// pulled from host memory (SetMappedExperts), and their experts' bytes.
 type MappedPicks struct {
 	Picks int64 `json:"picks"`
 	Bytes int64 `json:"bytes"`
@@ -261,4 +271,53 @@ func (m *Model) pickStreamFor(what string, on bool) (*gpuMoE, *pickStream, error
 		return x, nil, fmt.Errorf("%s: the pick stream is off", what)
 	}
 	return x, x.ps, nil
+}
+
+// mappedStaging is mapped experts' device memory: ExpertsUsed slots, each
+// of the largest expert's slot layout, and the table kernels.MoEStage
+// writes a layer's staged picks into.
+type mappedStaging struct {
+	mem   cudadrv.DevPtr
+	bytes int64
+	st    kernels.MoEStaging
+}
+
+// stageBytes is the device memory mapped experts take for cfg's model of
+// layers: a slot's bytes, and the slots' and the table's.
+func stageBytes(cfg *model.Config, layers []*model.Layer) (slot, total int64, err error) {
+	for l, L := range layers {
+		_, _, size, err := kernels.MoEStageLayout(stagedPicked(L, 0, cfg.Experts))
+		if err != nil {
+			return 0, 0, fmt.Errorf("layer %d: %w", l, err)
+		}
+		slot = max(slot, size)
+	}
+	return slot, int64(cfg.ExpertsUsed)*slot + tableBytes(1, cfg.Experts), nil
+}
+
+// allocStaging allocates the mapped picks' slots and table (stageBytes).
+func (x *gpuMoE) allocStaging(c *cudadrv.Ctx, cfg *model.Config) error {
+	slot, total, err := stageBytes(cfg, x.layers)
+	if err != nil {
+		return err
+	}
+	mem, err := c.Alloc(total)
+	if err != nil {
+		return fmt.Errorf("staging slots (%d bytes): %w", total, err)
+	}
+	K := int64(cfg.ExpertsUsed)
+	x.stage = &mappedStaging{mem: mem, bytes: total, st: kernels.MoEStaging{Slots: mem, SlotBytes: slot, Table: mem.Add(K * slot)}}
+	x.expertBytes += total
+	return nil
+}
+
+// freeStaging frees the mapped picks' slots and table, if any.
+func (x *gpuMoE) freeStaging(c *cudadrv.Ctx) error {
+	if x.stage == nil {
+		return nil
+	}
+	err := c.Free(x.stage.mem)
+	x.expertBytes -= x.stage.bytes
+	x.stage = nil
+	return err
 }

@@ -40,12 +40,12 @@ func eachPickedCase(t *testing.T, fn func(t *testing.T, cpu *model.Model, g *Mod
 	}
 }
 
-// TestMappedExperts: with the experts the device does not hold read in
-// place over PCIe (SetMappedExperts), Q4_K_M mixture-of-experts models
-// with none and some experts resident give the CPU reference's logits
-// and greedy tokens, run every decode layer without the host, count
-// every routed pick once and every mapped pick as such, and go on as
-// before once it is turned off.
+// TestMappedExperts: with the experts the device does not hold pulled
+// over PCIe (SetMappedExperts: staged into device slots), Q4_K_M
+// mixture-of-experts models with none and some experts resident give the
+// CPU reference's logits and greedy tokens, run every decode layer
+// without the host, count every routed pick once and every mapped pick as
+// such, and go on as before once it is turned off, its slots freed.
 func TestMappedExperts(t *testing.T) {
 	eachPickedCase(t, func(t *testing.T, cpu *model.Model, g *Model, resident string) {
 		cfg := cpu.Config
@@ -80,6 +80,9 @@ func TestMappedExperts(t *testing.T) {
 		if err := g.SetMappedExperts(false); err != nil {
 			t.Fatal(err)
 		}
+		if g.moe.stage != nil {
+			t.Error("the staging slots kept after mapped experts were turned off")
+		}
 		greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 2), 3)
 		if st2, _ := g.MoEStats(); st2.Mapped.Picks != st.Mapped.Picks {
 			t.Errorf("picks read in place after turning it off: %d, then %d", st.Mapped.Picks, st2.Mapped.Picks)
@@ -87,11 +90,12 @@ func TestMappedExperts(t *testing.T) {
 	})
 }
 
-// TestMappedMatchesResident: the picked kernels compute an expert read
-// in place from host memory as they compute it from device memory: a
-// model with no expert resident and every one mapped gives, token by
-// token (every pass at one token, so both take the picked kernels
-// throughout), the bits of the same model with every expert resident.
+// TestMappedMatchesResident: the picked kernels compute an expert pulled
+// from host memory (staged into device slots) as they compute it resident
+// in device memory: a model with no expert resident and every one mapped
+// gives, token by token (every pass at one token, so both take the
+// picked kernels throughout), the bits of the same model with every
+// expert resident.
 func TestMappedMatchesResident(t *testing.T) {
 	gpu(t)
 	for _, arch := range []string{"mixtral", "qwen3moe"} {

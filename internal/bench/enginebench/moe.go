@@ -435,13 +435,13 @@ func (rn *runner) streamRow(ctx context.Context, res *ScenarioResult, g *loaded,
 }
 
 // moeMapped times batch 1 again with the experts the device does not
-// hold read in place over PCIe by the GPU's kernels, every layer without
-// the host (gpu.Model.SetMappedExperts; rows dev_mapped_*), against the
-// rows of routing (the CPU's picks on the CPU) and of the picks over
-// PCIe (dev_stream_*) in the same run, and turns it off again.
+// hold pulled over PCIe by the GPU (staged for its kernels), every layer
+// without the host (gpu.Model.SetMappedExperts; rows dev_mapped_*),
+// against the rows of routing (the CPU's picks on the CPU) and of the
+// picks over PCIe (dev_stream_*) in the same run, and turns it off again.
 func (rn *runner) moeMapped(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, routing moeRouting) error {
 	if err := g.SetMappedExperts(true); err != nil {
-		res.Notes = append(res.Notes, fmt.Sprintf("%s, experts read in place: not run: %v", routing.short(), err))
+		res.Notes = append(res.Notes, fmt.Sprintf("%s, mapped experts: not run: %v", routing.short(), err))
 		return nil
 	}
 	rt := routing
@@ -455,13 +455,13 @@ func (rn *runner) moeMapped(ctx context.Context, res *ScenarioResult, g *loaded,
 	if err != nil {
 		return err
 	}
-	addVersus(res, rt, routing, "cpu_picks", "experts read in place", "the CPU's picks on the CPU alone")
+	addVersus(res, rt, routing, "cpu_picks", "experts pulled over PCIe by the GPU", "the CPU's picks on the CPU alone")
 	stream := routing
 	stream.prefix = "dev_stream_" + strings.TrimPrefix(routing.prefix, "dev_")
-	addVersus(res, rt, stream, "stream_picks", "experts read in place", "a share of the CPU's picks over PCIe")
+	addVersus(res, rt, stream, "stream_picks", "experts pulled over PCIe by the GPU", "a share of the CPU's picks over PCIe")
 	picks, bytes := after.Mapped.Picks-before.Mapped.Picks, after.Mapped.Bytes-before.Mapped.Bytes
 	layers := after.HostFree - before.HostFree
-	res.Notes = append(res.Notes, fmt.Sprintf("%s, the experts the device does not hold read in place over PCIe by the picked kernels (JSON keys %s*): over its warm-up and timed passes, %d picks (%s) read in place in %d layers that ran without the host, %d CPU layers",
+	res.Notes = append(res.Notes, fmt.Sprintf("%s, the experts the device does not hold pulled over PCIe by the GPU, staged into slots for the picked kernels (JSON keys %s*): over its warm-up and timed passes, %d picks (%s) pulled in %d layers that ran without the host, %d CPU layers",
 		routing.short(), rt.prefix, picks, gib(bytes), layers, after.Layers-before.Layers))
 	return nil
 }
