@@ -318,7 +318,7 @@ func expertStatus(e *engine.Engine) *api.ExpertStatus {
 		UsesResident: st.Resident, UsesBuffered: st.Buffered, UsesPrefetched: st.Prefetched, UsesRead: st.Read, HitRate: st.Hit(),
 		ReadBytes: st.ReadBytes, ReadsAhead: st.PrefetchReads, PromoteReads: st.PromoteReads,
 		ReadsFailed: st.Failed, Promoted: st.Promoted, Demoted: st.Demoted,
-		OnDevice: x.OnDevice, DeviceBytes: x.DeviceBytes, DeviceWholeLayers: x.DeviceWholeLayers, UsesDevice: x.DeviceUses, UsesCPU: x.CPUUses, DeviceHitRate: x.DeviceHit(), DeviceMoves: x.DeviceMoves, StreamedPicks: x.StreamedPicks, MappedPicks: x.MappedPicks,
+		OnDevice: x.OnDevice, DeviceBytes: x.DeviceBytes, DeviceWholeLayers: x.DeviceWholeLayers, UsesDevice: x.DeviceUses, UsesCPU: x.CPUUses, DeviceHitRate: x.DeviceHit(), DeviceMoves: x.DeviceMoves, StreamedPicks: x.StreamedPicks, MappedPicks: x.MappedPicks, MappedWay: x.MappedWay,
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -341,6 +342,15 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 			log.Debug("mixture of experts: a share of the CPU's picks goes over PCIe to the GPU", "model", e.path)
 		}
 	}
+	if cfg.MoE() && !o.NoMappedExperts {
+		// The GPU also tries pulling the experts it does not hold over
+		// PCIe itself at one token, and keeps the faster way.
+		if err := cm.SetMappedExperts(gpu.MappedTrial); err != nil {
+			log.Info("mixture of experts: the GPU leaves the experts it does not hold to the host", "model", e.path, "reason", err)
+		} else {
+			log.Debug("mixture of experts: the GPU tries pulling the experts it does not hold over PCIe", "model", e.path)
+		}
+	}
 	if xplan != nil && !o.NoExpertAdaptation {
 		if err := e.startDeviceAdapter(ctx, cb, log); err != nil {
 			e.dev = nil
@@ -352,13 +362,29 @@ func loadCUDA(ctx context.Context, dev *cudadrv.Device, src cudaSource, o Option
 	return e, nil
 }
 
+// mappedWay is ExpertInfo.MappedWay for m.
+func mappedWay(m gpu.MappedPicks) string {
+	switch {
+	case m.Way == gpu.MappedOff:
+		return ""
+	case m.Way == gpu.MappedOn:
+		return "pulled by the GPU"
+	case !m.Decided:
+		return "by trial, undecided"
+	case m.Kept:
+		return fmt.Sprintf("pulled by the GPU (kept by trial: %v a pass, %v through the host)", m.MappedPass.Round(time.Microsecond), m.HostPass.Round(time.Microsecond))
+	}
+	return fmt.Sprintf("through the host (kept by trial: %v a pass, %v pulled by the GPU)", m.HostPass.Round(time.Microsecond), m.MappedPass.Round(time.Microsecond))
+}
+
 // DeviceExpertBudget is the device memory a GPU plan p leaves for a
 // mixture-of-experts model's experts (cfg's, of sizes bytes by layer and
 // expert): the budget less the plan's layers, KV cache, scratch and
 // slots, less the routers and a pass's routing and expert buffers
 // (gpu.MoEDeviceOverhead), and less the staging of the CPU's picks sent
-// over PCIe (gpu.PickStreamBytes); 0 when nothing is left, for a dense
-// model, and on the CPU backend.
+// over PCIe (gpu.PickStreamBytes) and of those the GPU pulls itself
+// (gpu.MappedStageBytes); 0 when nothing is left, for a dense model, and
+// on the CPU backend.
 func DeviceExpertBudget(p *tier.Plan, cfg *model.Config, sizes [][]int64) int64 {
 	if p == nil || p.Shared || !cfg.MoE() {
 		return 0
@@ -369,7 +395,8 @@ func DeviceExpertBudget(p *tier.Plan, cfg *model.Config, sizes [][]int64) int64 
 			largest = max(largest, b)
 		}
 	}
-	return max(p.Device.Budget-p.Device.Total-gpu.MoEDeviceOverhead(cfg, moeReserveTokens)-gpu.PickStreamBytes(cfg, largest), 0)
+	stage := gpu.PickStreamBytes(cfg, largest) + gpu.MappedStageBytes(cfg, largest)
+	return max(p.Device.Budget-p.Device.Total-gpu.MoEDeviceOverhead(cfg, moeReserveTokens)-stage, 0)
 }
 
 // moeReserveTokens is the pass size a mixture-of-experts model's device

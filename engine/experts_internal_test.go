@@ -166,12 +166,14 @@ func TestDeviceExpertBudget(t *testing.T) {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
 	}
-	// The staging of picks sent over PCIe is sized by the largest expert.
+	// The staging of picks sent over PCIe, and of those the GPU pulls, is
+	// sized by the largest expert.
 	sizes := [][]int64{{100 << 10, 300 << 10}, {200 << 10, 50 << 10}}
-	stage := gpu.PickStreamBytes(&moe, 300<<10)
-	if stage < 2*300<<10 {
-		t.Fatalf("staging %d for two picks of 300 KiB experts", stage)
+	stream, pulled := gpu.PickStreamBytes(&moe, 300<<10), gpu.MappedStageBytes(&moe, 300<<10)
+	if stream < 2*300<<10 || pulled < 2*300<<10 {
+		t.Fatalf("staging %d and %d for two picks of 300 KiB experts", stream, pulled)
 	}
+	stage := stream + pulled
 	if got, want := DeviceExpertBudget(plan(1<<30, 1<<20, false), &moe, sizes), int64(1<<30-1<<20)-over-stage; got != want {
 		t.Errorf("with experts' sizes: %d, want %d", got, want)
 	}
@@ -288,5 +290,27 @@ func TestAheadTrial(t *testing.T) {
 	}
 	if !s.trial.First(aheadMaxBatch + 1) {
 		t.Fatal("a large batch does not read ahead")
+	}
+}
+
+// TestMappedWay: what ExpertInfo says of the way the picks of experts
+// off the device take at one token, for every state of the GPU's trial.
+func TestMappedWay(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		m    gpu.MappedPicks
+		want string
+	}{
+		{gpu.MappedPicks{Way: gpu.MappedOff}, ""},
+		{gpu.MappedPicks{Way: gpu.MappedOn}, "pulled by the GPU"},
+		{gpu.MappedPicks{Way: gpu.MappedTrial}, "by trial, undecided"},
+		{gpu.MappedPicks{Way: gpu.MappedTrial, Decided: true, Kept: true, MappedPass: 5 * time.Millisecond, HostPass: 7 * time.Millisecond},
+			"pulled by the GPU (kept by trial: 5ms a pass, 7ms through the host)"},
+		{gpu.MappedPicks{Way: gpu.MappedTrial, Decided: true, MappedPass: 9 * time.Millisecond, HostPass: 7 * time.Millisecond},
+			"through the host (kept by trial: 7ms a pass, 9ms pulled by the GPU)"},
+	} {
+		if got := mappedWay(tc.m); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.m, got, tc.want)
+		}
 	}
 }

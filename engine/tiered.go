@@ -77,6 +77,12 @@ type Options struct {
 	// the share balancing the two links' rates measured in passes
 	// (gpu.Model.SetStreamPicks; for comparisons).
 	NoStreamPicks bool
+	// NoMappedExperts keeps the experts a GPU does not hold off it at one
+	// token but through the host (the CPU, and the pick stream):
+	// otherwise the GPU also tries pulling them over PCIe itself, every
+	// layer without the host, and keeps whichever way times faster
+	// (gpu.Model.SetMappedExperts's MappedTrial; for comparisons).
+	NoMappedExperts bool
 	// ExpertReadAhead says when the CPU (the backend, or the CPU beside a
 	// GPU) reads a mixture-of-experts model's storage experts ahead: each
 	// MoE layer predicts the next layer's picks (that layer's router on
@@ -828,11 +834,15 @@ type ExpertInfo struct {
 	// serving, by the routing served (Options.NoExpertAdaptation).
 	DeviceMoves uint64
 	// StreamedPicks counts the picks of experts off the device sent
-	// over PCIe (copied, or read in place) and computed on the GPU beside
-	// the CPU (Options.NoStreamPicks); MappedPicks those the GPU read in
-	// place with no CPU in the layer (gpu.Model.SetMappedExperts). CPUUses
-	// counts both.
+	// over PCIe and computed on the GPU beside the CPU
+	// (Options.NoStreamPicks); MappedPicks those the GPU pulled over PCIe
+	// itself with no CPU in the layer (Options.NoMappedExperts). CPUUses
+	// counts both. MappedWay says which way the picks of experts off the
+	// device take at one token: "through the host", "pulled by the GPU",
+	// either with "(kept by trial)", or "by trial, undecided"; empty
+	// where the GPU never pulls them.
 	StreamedPicks, MappedPicks uint64
+	MappedWay                  string
 }
 
 // DeviceHit is the share of the picks the GPU computed from experts in
@@ -874,6 +884,7 @@ func (e *Engine) Experts() (ExpertInfo, bool) {
 			off := st.Streamed.Picks + st.Mapped.Picks
 			in.DeviceUses, in.CPUUses = uint64(st.GPUExperts-off), uint64(st.CPUExperts+off)
 			in.StreamedPicks, in.MappedPicks = uint64(st.Streamed.Picks), uint64(st.Mapped.Picks)
+			in.MappedWay = mappedWay(st.Mapped)
 		}
 	}
 	for _, l := range res {

@@ -285,12 +285,14 @@ type ExpertStatus struct {
 	DeviceHitRate     float64 `json:"device_hit_rate,omitempty"`
 	DeviceMoves       uint64  `json:"device_moves,omitempty"`
 	// StreamedPicks counts the picks of experts off the device that were
-	// sent over PCIe (copied, or read in place) and computed on the GPU
-	// beside the CPU, MappedPicks those the GPU read in place over PCIe
-	// with no CPU in the layer (both counted in UsesCPU, which is every
-	// pick the device did not hold).
+	// sent over PCIe and computed on the GPU beside the CPU, MappedPicks
+	// those the GPU pulled over PCIe itself with no CPU in the layer
+	// (both counted in UsesCPU, which is every pick the device did not
+	// hold). MappedWay says which way those picks take at one token
+	// (engine.ExpertInfo's); empty where the GPU never pulls them.
 	StreamedPicks uint64 `json:"streamed_picks,omitempty"`
 	MappedPicks   uint64 `json:"mapped_picks,omitempty"`
+	MappedWay     string `json:"mapped_way,omitempty"`
 }
 
 // TierCRoute is how a model's tier-C bytes reach compute: "file" (O_DIRECT

@@ -251,11 +251,24 @@ func (m *Model) forward(ctx context.Context, batch []model.Step, exit int) error
 	if trial {
 		m.moe.cpuOnly = !m.moe.choice.device(p.T)
 	}
+	// Mapped experts: whether this pass pulls them (moemapped.go).
+	pull, pullTrial := false, false
+	if m.moe != nil && exit == 0 {
+		pull, pullTrial = m.moe.mappedPass(p.T, trial, m.opts.NoExpertTrial)
+		if pull {
+			m.moe.cpuOnly = false
+		}
+	}
 	start := time.Now()
 	err := m.dev.Do(func(c *cudadrv.Ctx) error {
 		mark(tr, TraceDevice)
 		if _, err := m.ensure(c, p.T, p.R); err != nil {
 			return err
+		}
+		if m.moe != nil && exit == 0 && m.moe.mapWay != MappedOff {
+			if err := m.moe.pullMapped(c, m.stream, pull); err != nil {
+				return err
+			}
 		}
 		m.writeMeta(batch, p.T)
 		var err error
@@ -286,10 +299,13 @@ func (m *Model) forward(ctx context.Context, batch []model.Step, exit int) error
 	})
 	mark(tr, TraceBack)
 	if trial {
-		if err == nil {
+		if err == nil && !pullTrial {
 			m.moe.choice.record(p.T, !m.moe.cpuOnly, time.Since(start))
 		}
 		m.moe.cpuOnly = false
+	}
+	if pullTrial && err == nil {
+		m.moe.choice.mappedTrial().Record(1, !pull, time.Since(start))
 	}
 	if err != nil {
 		return fmt.Errorf("forward: %w", err)

@@ -94,8 +94,14 @@ type gpuMoE struct {
 	// expert's host copy's device addresses (per layer and expert: gate,
 	// up, down), which the tables give the experts the device does not
 	// hold (SetMappedExperts, moemapped.go).
-	pin    *hostExperts
-	mapped [][][3]uint64
+	pin *hostExperts
+	// mapWay is SetMappedExperts's; mapAddrs, while it is not
+	// MappedOff, the host experts' device addresses; mapped, when not
+	// nil (mapAddrs), the tables give them to the experts the device does
+	// not hold: the passes at one token pull them.
+	mapWay   MappedWay
+	mapAddrs [][][3]uint64
+	mapped   [][][3]uint64
 	// stage is where a token's mapped picks are copied before the picked
 	// kernels run them; not nil while mapped is.
 	stage *mappedStaging
@@ -1185,6 +1191,10 @@ func (m *Model) MoEStats() (MoEStats, bool) {
 	x := m.moe
 	st := x.stats
 	st.Choices = x.choice.decisions()
+	st.Mapped.Way = x.mapWay
+	if d, ok := x.choice.mappedDecision(); ok {
+		st.Mapped.Decided, st.Mapped.Kept, st.Mapped.MappedPass, st.Mapped.HostPass = true, !d.First, d.SecondTime, d.FirstTime
+	}
 	st.Streamed = x.pstats
 	if x.ps != nil {
 		x.ps.stats(&st.Streamed)
@@ -1264,7 +1274,7 @@ func (x *gpuMoE) release(c *cudadrv.Ctx) error {
 	}
 	if x.pin != nil {
 		err = errors.Join(err, x.pin.unpin(c))
-		x.pin, x.mapped = nil, nil
+		x.pin, x.mapped, x.mapAddrs, x.mapWay = nil, nil, nil, MappedOff
 	}
 	if x.routed != 0 {
 		err = errors.Join(err, c.DestroyEvent(x.routed))

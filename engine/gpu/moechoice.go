@@ -20,7 +20,7 @@ import (
 // after pass of the same way: a pass's cost can depend on the one before
 // it (which experts the caches and the thread team's state were left
 // with).
-type expertChoice struct{ t waytrial.Trial }
+type expertChoice struct{ t, mapped waytrial.Trial }
 
 const (
 	// choiceMaxBatch is the largest batch size decided by trial: larger
@@ -72,4 +72,23 @@ func (c *expertChoice) decisions() []ExpertChoice {
 }
 
 // reset forgets every decision (the resident experts changed).
-func (c *expertChoice) reset() { c.trial().Reset() }
+func (c *expertChoice) reset() {
+	c.trial().Reset()
+	c.mappedTrial().Reset()
+}
+
+// mappedTrial is the trial of mapped experts at one token
+// (SetMappedExperts's MappedTrial): the host's way first, then pulling
+// them.
+func (c *expertChoice) mappedTrial() *waytrial.Trial {
+	c.mapped.MaxBatch = 1
+	return &c.mapped
+}
+
+// mappedDecision is mappedTrial's decision, once made.
+func (c *expertChoice) mappedDecision() (waytrial.Decision, bool) {
+	for _, d := range c.mappedTrial().Decisions() {
+		return d, true
+	}
+	return waytrial.Decision{}, false
+}

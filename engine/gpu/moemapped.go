@@ -3,6 +3,7 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/kernels"
@@ -28,7 +29,7 @@ import (
 // reading the host copies in place as they compute, with no staging,
 // moved those bytes at 0.51-0.58 of a pinned copy's rate against the
 // staging's 0.65-0.91 (kernels' BenchmarkMoEPickedMapped) and lost every
-// row of the bench to it (lab/moe/NOTES.md, run37).
+// row of the engine bench to it.
 
 // hostExperts is the host experts' pages, page-locked in place and mapped
 // for the device: what the pick stream copies from and mapped experts are
@@ -184,24 +185,48 @@ func (h *hostExperts) unpin(c *cudadrv.Ctx) error {
 	return err
 }
 
-// SetMappedExperts turns on (or off) pulling the experts the device does
-// not hold over PCIe at one token: the picked expert kernels' tables get
+// MappedWay says when passes at one token pull the experts the device
+// does not hold over PCIe (mapped experts, see above).
+type MappedWay int
+
+const (
+	// MappedOff: never; the host's way (the CPU, and the pick stream
+	// where it is on) computes them.
+	MappedOff MappedWay = iota
+	// MappedOn: always.
+	MappedOn
+	// MappedTrial: the faster of the two at one token, by trial (as the
+	// resident experts' way is chosen, moechoice.go, and after it), again
+	// whenever the resident experts change. Pulled layers are all GPU and
+	// bound by PCIe; the host's way adds the CPU's memory reads at a round
+	// trip a layer, so which wins depends on how many of a layer's picks
+	// are off the device: few where the routing is skewed toward the
+	// resident experts, many where it is near uniform.
+	MappedTrial
+)
+
+// SetMappedExperts sets when the experts the device does not hold are
+// pulled over PCIe at one token: the picked expert kernels' tables get
 // their host copies' device addresses, each layer's picks among them are
 // staged into device slots by the GPU, and every layer then runs on the
-// GPU without the host (see above). It pins the host experts in place and
-// takes ExpertsUsed slots of the largest expert and a table of device
-// memory. It fails for a model whose experts an expert source serves,
-// whose shapes the picked kernels do not take, or whose experts' bytes
-// are not aligned for the copies; the model is then as before. Passes of
-// more tokens keep the CPU for the experts the device does not hold.
-func (m *Model) SetMappedExperts(on bool) error {
+// GPU without the host (see above). Any way but MappedOff pins the host
+// experts in place and takes ExpertsUsed slots of the largest expert and
+// a table of device memory (MappedStageBytes); MappedOff releases them.
+// It fails for a model whose experts an expert source serves, whose
+// shapes the picked kernels do not take, or whose experts' bytes are not
+// aligned for the copies; the model is then as before. Passes of more
+// tokens keep the CPU for the experts the device does not hold.
+func (m *Model) SetMappedExperts(way MappedWay) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	x := m.moe
 	if x == nil {
 		return errors.New("mapped experts: not a mixture-of-experts model")
 	}
-	if on == (x.mapped != nil) {
+	if way < MappedOff || way > MappedTrial {
+		return fmt.Errorf("mapped experts: unknown way %d", way)
+	}
+	if way == x.mapWay {
 		return nil
 	}
 	return m.dev.Do(func(c *cudadrv.Ctx) error {
@@ -213,26 +238,66 @@ func (m *Model) SetMappedExperts(on bool) error {
 		if err := x.tally(); err != nil {
 			return err
 		}
-		if !on {
-			x.mapped = nil
-			x.choice.reset()
+		x.choice.reset()
+		if way == MappedOff {
+			x.mapped, x.mapAddrs, x.mapWay = nil, nil, MappedOff
 			return errors.Join(x.freeStaging(c), x.writeTables(c, m.stream), x.unpinHost(c))
 		}
-		if err := x.allocStaging(c, &m.Config); err != nil {
-			return fmt.Errorf("mapped experts: %w", err)
+		if x.mapWay == MappedOff {
+			if err := x.allocStaging(c, &m.Config); err != nil {
+				return fmt.Errorf("mapped experts: %w", err)
+			}
+			addrs, err := x.inPlace(c, m)
+			if err != nil {
+				return fmt.Errorf("mapped experts: %w", errors.Join(err, x.freeStaging(c)))
+			}
+			x.mapAddrs = addrs
 		}
-		mapped, err := x.inPlace(c, m)
-		if err != nil {
-			return fmt.Errorf("mapped experts: %w", errors.Join(err, x.freeStaging(c)))
-		}
-		x.mapped = mapped
-		x.choice.reset()
-		if err := x.writeTables(c, m.stream); err != nil {
-			x.mapped = nil
+		x.mapWay = way
+		if err := x.pullMapped(c, m.stream, way == MappedOn); err != nil {
+			x.mapped, x.mapAddrs, x.mapWay = nil, nil, MappedOff
 			return fmt.Errorf("mapped experts: %w", errors.Join(err, x.writeTables(c, m.stream), x.unpinHost(c), x.freeStaging(c)))
 		}
 		return nil
 	})
+}
+
+// pullMapped makes the tables give the experts the device does not hold
+// their host copies (on: the passes at one token pull them) or nothing
+// (the host's way), rewriting them where that changes. The stream must be
+// drained: the layers that ran without the host are counted first.
+func (x *gpuMoE) pullMapped(c *cudadrv.Ctx, s cudadrv.Stream, on bool) error {
+	if on == (x.mapped != nil) {
+		return nil
+	}
+	if err := x.tally(); err != nil {
+		return err
+	}
+	if on {
+		x.mapped = x.mapAddrs
+	} else {
+		x.mapped = nil
+	}
+	return x.writeTables(c, s)
+}
+
+// mappedPass says whether the next pass of T tokens pulls the mapped
+// experts, and whether it is one of the mapped way's trial (to record).
+// deviceTrial says the resident experts' way is being chosen too: that
+// is decided first.
+func (x *gpuMoE) mappedPass(T int, deviceTrial, noTrial bool) (pull, trial bool) {
+	switch {
+	case x.mapWay == MappedOff:
+		return false, false
+	case x.mapWay == MappedOn:
+		return true, false
+	case T != 1:
+		// Passes of more tokens do not read the tables' host entries.
+		return x.mapped != nil, false
+	case noTrial || deviceTrial && !x.choice.trial().Decided(1):
+		return false, false
+	}
+	return !x.choice.mappedTrial().First(1), true
 }
 
 // MappedPicks counts the (token, expert) picks at one token the GPU
@@ -240,6 +305,15 @@ func (m *Model) SetMappedExperts(on bool) error {
 type MappedPicks struct {
 	Picks int64 `json:"picks"`
 	Bytes int64 `json:"bytes"`
+	// Way is SetMappedExperts's; under MappedTrial, Decided says the
+	// trial at one token is over, Kept that it kept pulling them, and
+	// MappedPass and HostPass are the median pass times each way that
+	// decided it.
+	Way        MappedWay     `json:"way"`
+	Decided    bool          `json:"decided"`
+	Kept       bool          `json:"kept"`
+	MappedPass time.Duration `json:"mapped_pass_ns"`
+	HostPass   time.Duration `json:"host_pass_ns"`
 }
 
 // SetSplitPicks lets the pick stream (SetStreamPicks, which must be on)
@@ -293,6 +367,16 @@ func stageBytes(cfg *model.Config, layers []*model.Layer) (slot, total int64, er
 		slot = max(slot, size)
 	}
 	return slot, int64(cfg.ExpertsUsed)*slot + tableBytes(1, cfg.Experts), nil
+}
+
+// MappedStageBytes is the device memory SetMappedExperts takes for cfg's
+// model whose largest expert is largest bytes, at most: the staging slots
+// (each matrix of an expert 256-byte aligned) and their table.
+func MappedStageBytes(cfg *model.Config, largest int64) int64 {
+	if !cfg.MoE() || largest <= 0 {
+		return 0
+	}
+	return int64(cfg.ExpertsUsed)*(largest+3*alignUp(1)) + tableBytes(1, cfg.Experts)
 }
 
 // allocStaging allocates the mapped picks' slots and table (stageBytes).

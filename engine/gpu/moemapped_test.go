@@ -49,10 +49,10 @@ func eachPickedCase(t *testing.T, fn func(t *testing.T, cpu *model.Model, g *Mod
 func TestMappedExperts(t *testing.T) {
 	eachPickedCase(t, func(t *testing.T, cpu *model.Model, g *Model, resident string) {
 		cfg := cpu.Config
-		if err := g.SetMappedExperts(true); err != nil {
+		if err := g.SetMappedExperts(MappedOn); err != nil {
 			t.Fatal(err)
 		}
-		if err := g.SetMappedExperts(true); err != nil {
+		if err := g.SetMappedExperts(MappedOn); err != nil {
 			t.Fatalf("turned on twice: %v", err)
 		}
 		const steps = 6
@@ -77,7 +77,7 @@ func TestMappedExperts(t *testing.T) {
 		if counted, want := countedPicks(g), uint64((9+steps)*cfg.Layers*cfg.ExpertsUsed); counted != want {
 			t.Errorf("ExpertCounts total %d, want %d", counted, want)
 		}
-		if err := g.SetMappedExperts(false); err != nil {
+		if err := g.SetMappedExperts(MappedOff); err != nil {
 			t.Fatal(err)
 		}
 		if g.moe.stage != nil {
@@ -103,7 +103,7 @@ func TestMappedMatchesResident(t *testing.T) {
 			cpu := tinyModel(t, arch, "q4_k_m")
 			all := pickedModel(t, cpu, "all")
 			mapped := pickedModel(t, cpu, "none")
-			if err := mapped.SetMappedExperts(true); err != nil {
+			if err := mapped.SetMappedExperts(MappedOn); err != nil {
 				t.Fatal(err)
 			}
 			ctx := context.Background()
@@ -156,15 +156,17 @@ func TestMappedBesideStream(t *testing.T) {
 		greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 3, 5), 3)
 	}
 	for _, step := range []struct {
-		what           string
-		stream, mapped bool
+		what   string
+		stream bool
+		mapped MappedWay
 	}{
-		{"the pick stream", true, false},
-		{"both", true, true},
-		{"mapped alone, the stream turned off", false, true},
-		{"the stream again beside mapped", true, true},
-		{"the stream alone, mapped turned off", true, false},
-		{"both again, left on for close", true, true},
+		{"the pick stream", true, MappedOff},
+		{"both", true, MappedOn},
+		{"mapped alone, the stream turned off", false, MappedOn},
+		{"the stream again beside mapped", true, MappedOn},
+		{"the stream alone, mapped turned off", true, MappedOff},
+		{"the stream, mapped by trial", true, MappedTrial},
+		{"both again, left on for close", true, MappedOn},
 	} {
 		if err := g.SetStreamPicks(step.stream); err != nil {
 			t.Fatalf("%s: %v", step.what, err)
@@ -176,12 +178,60 @@ func TestMappedBesideStream(t *testing.T) {
 	}
 }
 
+// TestMappedTrial: with mapped experts by trial (MappedTrial) and the
+// resident experts' way by trial too, a model gives the CPU reference's
+// logits and greedy tokens through both trials and after them, the
+// resident way is decided first and the mapped one after it, and
+// turning mapped experts off forgets the decision; unknown ways are
+// refused.
+func TestMappedTrial(t *testing.T) {
+	gpu(t)
+	cpu := tinyModel(t, "qwen3moe", "q4_k_m")
+	cfg := cpu.Config
+	g := loadGPU(t, cpu, Options{MaxSeqs: 2, ResidentExperts: residentSets(cfg, "some")})
+	x0 := cpu.Weights.Layers[0].Experts[0]
+	if !g.k.Tuning().IntegerGEMV || x0.Gate.Type != quant.Q4_K {
+		t.Skipf("the picked kernels do not take %v gates here", x0.Gate.Type)
+	}
+	if err := g.SetMappedExperts(MappedWay(7)); err == nil {
+		t.Fatal("an unknown way taken")
+	}
+	if err := g.SetStreamPicks(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetMappedExperts(MappedTrial); err != nil {
+		t.Fatal(err)
+	}
+	// Both trials' passes at one token, and some after.
+	steps := 2*ExpertTrialPasses + 4
+	greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 5, 7), steps)
+	st, _ := g.MoEStats()
+	t.Logf("%+v", st.Mapped)
+	if st.Mapped.Way != MappedTrial || !st.Mapped.Decided || st.Mapped.MappedPass <= 0 || st.Mapped.HostPass <= 0 {
+		t.Errorf("after %d passes at one token: %+v", steps, st.Mapped)
+	}
+	decided := false
+	for _, d := range st.Choices {
+		decided = decided || d.Batch == 1
+	}
+	if !decided {
+		t.Errorf("the resident experts' way at one token not decided: %+v", st.Choices)
+	}
+	if err := g.SetMappedExperts(MappedOff); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := g.MoEStats(); st.Mapped.Decided || st.Mapped.Way != MappedOff {
+		t.Errorf("turned off: %+v", st.Mapped)
+	}
+	greedyCompare(t, cpu, []*Model{g}, promptTokens(cfg.Vocab, 4, 8), 3)
+}
+
 // TestMappedRefused: a dense model has no experts to map.
 func TestMappedRefused(t *testing.T) {
 	gpu(t)
 	cpu := tinyModel(t, "llama", "q4_k_m")
 	g := loadGPU(t, cpu, Options{})
-	if err := g.SetMappedExperts(true); err == nil {
+	if err := g.SetMappedExperts(MappedOn); err == nil {
 		t.Error("a dense model mapped its experts")
 	}
 }

@@ -177,6 +177,8 @@ func TestPrintPlanDetailExperts(t *testing.T) {
 	streamed.StreamedPicks = 45
 	mapped := dev
 	mapped.MappedPicks = 12
+	kept := mapped
+	kept.MappedWay = "pulled by the GPU (kept by trial: 5ms a pass, 7ms through the host)"
 	for _, tc := range []struct {
 		name string
 		x    api.ExpertStatus
@@ -186,7 +188,8 @@ func TestPrintPlanDetailExperts(t *testing.T) {
 		{"device", dev, "  experts in device memory: 2550 (7.0 GiB; 19 whole layers, which need no host); picks of them 30, of the others 60, device hit rate 0.33\n"},
 		{"device, moved", moved, "device hit rate 0.33; 128 moved in while serving\n"},
 		{"device, picks over PCIe", streamed, "device hit rate 0.33; 45 of the others sent over PCIe and computed on the GPU beside the CPU\n"},
-		{"device, picks read in place", mapped, "device hit rate 0.33; 12 of the others read in place over PCIe by the GPU alone\n"},
+		{"device, picks pulled", mapped, "device hit rate 0.33; 12 of the others pulled over PCIe by the GPU alone\n"},
+		{"device, picks pulled by trial", kept, "12 of the others pulled over PCIe by the GPU alone; at one token the others go pulled by the GPU (kept by trial: 5ms a pass, 7ms through the host)\n"},
 	} {
 		var b strings.Builder
 		x := tc.x
@@ -206,13 +209,16 @@ func TestPrintPlanDetailExperts(t *testing.T) {
 
 // TestWriteExpertsDevice: strata run --stats' device line names the picks
 // of experts off the device that went over PCIe, sent beside the CPU or
-// read in place by the GPU alone, and says neither when there were none.
+// pulled by the GPU alone, and the way the trial kept, and says neither
+// when there were none.
 func TestWriteExpertsDevice(t *testing.T) {
 	t.Parallel()
 	base := engine.ExpertInfo{Experts: 6144, Resident: 6144, OnDevice: 2550, DeviceBytes: 7 << 30, DeviceUses: 30, CPUUses: 60}
 	streamed, mapped := base, base
 	streamed.StreamedPicks = 45
 	mapped.MappedPicks = 12
+	host := streamed
+	host.MappedWay = "through the host (kept by trial: 7ms a pass, 9ms pulled by the GPU)"
 	for _, tc := range []struct {
 		name   string
 		x      engine.ExpertInfo
@@ -220,8 +226,9 @@ func TestWriteExpertsDevice(t *testing.T) {
 		absent string
 	}{
 		{"device", base, "experts in device memory: 2550 (7.00 GiB); picks of them 30, of the others 60, device hit rate 0.33\n", "over PCIe"},
-		{"picks sent over PCIe", streamed, "device hit rate 0.33; 45 of the others sent over PCIe and computed on the GPU beside the CPU\n", "read in place"},
-		{"picks read in place", mapped, "device hit rate 0.33; 12 of the others read in place over PCIe by the GPU alone\n", "sent over PCIe"},
+		{"picks sent over PCIe", streamed, "device hit rate 0.33; 45 of the others sent over PCIe and computed on the GPU beside the CPU\n", "pulled"},
+		{"picks pulled", mapped, "device hit rate 0.33; 12 of the others pulled over PCIe by the GPU alone\n", "sent over PCIe"},
+		{"the host's way kept", host, "beside the CPU; at one token the others go through the host (kept by trial: 7ms a pass, 9ms pulled by the GPU)\n", "at one token the others go pulled"},
 	} {
 		var b strings.Builder
 		writeExperts(&b, tc.x)

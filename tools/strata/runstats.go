@@ -78,7 +78,10 @@ func writeExperts(w io.Writer, x engine.ExpertInfo) {
 			fmt.Fprintf(w, "; %d of the others sent over PCIe and computed on the GPU beside the CPU", x.StreamedPicks)
 		}
 		if x.MappedPicks > 0 {
-			fmt.Fprintf(w, "; %d of the others read in place over PCIe by the GPU alone", x.MappedPicks)
+			fmt.Fprintf(w, "; %d of the others pulled over PCIe by the GPU alone", x.MappedPicks)
+		}
+		if x.MappedWay != "" {
+			fmt.Fprintf(w, "; at one token the others go %s", x.MappedWay)
 		}
 		fmt.Fprintln(w)
 	}

@@ -345,6 +345,9 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 		if err := rn.moeMapped(ctx, res, g, off, esizes, mc, rt); err != nil {
 			return err
 		}
+		if err := rn.moeAuto(ctx, res, g, off, esizes, mc, rt); err != nil {
+			return err
+		}
 		// The other placements, for comparison at batch 1: by use per
 		// byte alone, and whole layers first (llama.cpp's --n-cpu-moe
 		// shape), where they differ from the plan's.
@@ -440,7 +443,7 @@ func (rn *runner) streamRow(ctx context.Context, res *ScenarioResult, g *loaded,
 // against the rows of routing (the CPU's picks on the CPU) and of the
 // picks over PCIe (dev_stream_*) in the same run, and turns it off again.
 func (rn *runner) moeMapped(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, routing moeRouting) error {
-	if err := g.SetMappedExperts(true); err != nil {
+	if err := g.SetMappedExperts(gpu.MappedOn); err != nil {
 		res.Notes = append(res.Notes, fmt.Sprintf("%s, mapped experts: not run: %v", routing.short(), err))
 		return nil
 	}
@@ -449,7 +452,7 @@ func (rn *runner) moeMapped(ctx context.Context, res *ScenarioResult, g *loaded,
 	before, _ := g.MoEStats()
 	err := rn.moeDecode(ctx, res, g, sizes, all, mc, rt, 1)
 	after, _ := g.MoEStats()
-	if serr := g.SetMappedExperts(false); err == nil {
+	if serr := g.SetMappedExperts(gpu.MappedOff); err == nil {
 		err = serr
 	}
 	if err != nil {
@@ -463,6 +466,41 @@ func (rn *runner) moeMapped(ctx context.Context, res *ScenarioResult, g *loaded,
 	layers := after.HostFree - before.HostFree
 	res.Notes = append(res.Notes, fmt.Sprintf("%s, the experts the device does not hold pulled over PCIe by the GPU, staged into slots for the picked kernels (JSON keys %s*): over its warm-up and timed passes, %d picks (%s) pulled in %d layers that ran without the host, %d CPU layers",
 		routing.short(), rt.prefix, picks, gib(bytes), layers, after.Layers-before.Layers))
+	return nil
+}
+
+// moeAuto times batch 1 as the engine serves a model by default: the
+// pick stream on and mapped experts by trial (gpu.MappedTrial; rows
+// dev_auto_*), against the stream's rows and the mapped ones, notes the
+// trial's decision, and turns both off again.
+func (rn *runner) moeAuto(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, routing moeRouting) error {
+	if err := g.SetStreamPicks(true); err != nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("%s, the engine's default ways: not run: %v", routing.short(), err))
+		return nil
+	}
+	rt := routing
+	rt.prefix = "dev_auto_" + strings.TrimPrefix(routing.prefix, "dev_")
+	err := g.SetMappedExperts(gpu.MappedTrial)
+	if err == nil {
+		err = rn.moeDecode(ctx, res, g, sizes, all, mc, rt, 1)
+	}
+	st, _ := g.MoEStats()
+	err = errors.Join(err, g.SetMappedExperts(gpu.MappedOff), g.SetStreamPicks(false))
+	if err != nil {
+		return err
+	}
+	stream, mapped := routing, routing
+	stream.prefix = "dev_stream_" + strings.TrimPrefix(routing.prefix, "dev_")
+	mapped.prefix = "dev_mapped_" + strings.TrimPrefix(routing.prefix, "dev_")
+	addVersus(res, rt, stream, "stream_picks", "the engine's default ways", "the pick stream alone")
+	addVersus(res, rt, mapped, "mapped", "the engine's default ways", "mapped experts always")
+	m := st.Mapped
+	kept := "undecided"
+	if m.Decided {
+		kept = map[bool]string{true: "pulling them", false: "the host's way"}[m.Kept]
+	}
+	res.Notes = append(res.Notes, fmt.Sprintf("%s, the engine's default ways (JSON keys %s*): the pick stream, and mapped experts by trial at one token: kept %s (a pass %.2f ms pulled by the GPU, %.2f ms through the host)",
+		routing.short(), rt.prefix, kept, ms(m.MappedPass), ms(m.HostPass)))
 	return nil
 }
 
@@ -508,6 +546,10 @@ func (rn *runner) moeDecode(ctx context.Context, res *ScenarioResult, g *loaded,
 	if st, _ := g.MoEStats(); st.ResidentExperts > 0 {
 		// Past the trial of the GPU's way against the CPU alone.
 		opts.Warmup = max(opts.Warmup, gpu.ExpertTrialPasses)
+		if st.Mapped.Way == gpu.MappedTrial && b == 1 {
+			// And past mapped experts' trial, which follows it.
+			opts.Warmup = max(opts.Warmup, 2*gpu.ExpertTrialPasses)
+		}
 	}
 	opts.BeforeTimed = func() {
 		counts0 = g.ExpertCounts()
