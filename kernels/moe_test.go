@@ -175,12 +175,6 @@ func TestMoEGatherCombine(t *testing.T) {
 	})
 }
 
-// TestMoEPicked: the picked expert kernels compute each pick whose expert
-// the table holds as the integer GEMVs do (gemvqRowRef's emulation of
-// their walk, on x and the activations quantized as gemvq_x does), with
-// Q4_K and Q6_K downs; picks of experts the table lacks, and ids out of
-// range, leave their rows alone and get -1 in where; the host passes no
-// pick. A scratch too small for the downs' inputs is refused.
 // needIntegerGEMV skips where the device's tuning leaves the integer GEMV
 // path off (the picked expert kernels are built on it), before any work
 // reaches the device goroutine, where a skip would end that goroutine.
@@ -191,6 +185,12 @@ func needIntegerGEMV(t testing.TB) {
 	}
 }
 
+// TestMoEPicked: the picked expert kernels compute each pick whose expert
+// the table holds as the integer GEMVs do (gemvqRowRef's emulation of
+// their walk, on x and the activations quantized as gemvq_x does), with
+// Q4_K and Q6_K downs; picks of experts the table lacks, and ids out of
+// range, leave their rows alone and get -1 in where; the host passes no
+// pick. A scratch too small for the downs' inputs is refused.
 func TestMoEPicked(t *testing.T) {
 	t.Parallel()
 	needIntegerGEMV(t)
