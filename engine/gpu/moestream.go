@@ -30,7 +30,7 @@ type pickStream struct {
 	acts      cudadrv.DevPtr   // g (K rows of ExpertFFN), out (K rows of Dim), where (K int32)
 	// The GPU's part of a pick split by its FFN width (SetSplitPicks):
 	// its own table (the split expert's entry at its part's first row
-	// and column, in place or in a slot), pinned source, and activations
+	// and column, in a slot), pinned source, and activations
 	// (acts' layout).
 	partTable     cudadrv.DevPtr
 	partTableHost *cudadrv.HostMem
