@@ -49,7 +49,8 @@ func BenchmarkSet(b *testing.B) {
 
 var _ = quant.Q4_K
 
-// BenchmarkRowsPacked: one thread, a batch of 4, 8 or 16 vectors over a
+// BenchmarkRowsPacked: one thread, a batch of 2, 3, 4, 7, 8 or 16 vectors (2
+// too few to pad, 3 padded to a group, 7 a group and a padded one) over a
 // 4096 x 4096 matrix of each K-quant (9-13 MiB, in cache here: the batched
 // products are bound by arithmetic), RowsPacked against RowsBatch for each
 // family with four-vector kernels; MB/s of weights times the batch.
@@ -62,7 +63,7 @@ func BenchmarkRowsPacked(b *testing.B) {
 func benchPacked(b *testing.B, typ quant.Type) {
 	const rows, n = 4096, 4096
 	w := randomRows(&testing.T{}, typ, rows, n, 1, false)
-	for _, batch := range []int{4, 8, 16} {
+	for _, batch := range []int{2, 3, 4, 7, 8, 16} {
 		xs := make([]*X, batch)
 		ys := make([][]float32, batch)
 		for j := range xs {

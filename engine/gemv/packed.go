@@ -9,9 +9,28 @@ import (
 
 // Group is how many vectors a multi-vector kernel takes (the generator's
 // Tokens): each block's weights are widened once for all of them, where
-// RowsBatch's kernels widen them again for every vector. A batch of fewer
-// gains nothing from a Packed.
+// RowsBatch's kernels widen them again for every vector.
 const Group = 4
+
+// padFrom is the fewest vectors past the whole groups that Pack fills up
+// to a group with zero vectors: a multi-vector call costs about half what
+// four one-vector calls do (1.6-2.5x the rate, the K-quants, in cache), so
+// three vectors gain by the zero fourth and one or two would not.
+const padFrom = 3
+
+// Worth reports whether a batch of n vectors takes a multi-vector kernel
+// for at least some of them (Pack's whole groups, or a group it pads).
+func Worth(n int) bool { return groups(n) > 0 }
+
+// groups is the multi-vector calls a batch of n vectors takes: its whole
+// groups, and one more padded where the rest is at least padFrom.
+func groups(n int) int {
+	g := n / Group
+	if n%Group >= padFrom {
+		g++
+	}
+	return g
+}
 
 // Packed holds a batch's quantized vectors for RowsPacked: every whole
 // group of four, interleaved pair of blocks by pair of blocks as the
@@ -20,6 +39,7 @@ const Group = 4
 // batch; any number of RowsPacked calls may then read it at once.
 type Packed struct {
 	xs []*X
+	g  int // groups packed, the last padded where xs ends short of it
 	q  []int16
 	d  []float32
 	s  []int32
@@ -38,12 +58,16 @@ func (p *Packed) Pack(xs []*X) error {
 			return fmt.Errorf("gemv: pack: vector %d has %d elements, vector 0 has %d", j, x.N, n)
 		}
 	}
-	g, nb := len(xs)/Group, xs[0].Blocks()
+	p.g = groups(len(xs))
+	g, nb := p.g, xs[0].Blocks()
 	p.q = grow(p.q, g*Group*nb*Block)
 	p.d = grow(p.d, g*Group*nb)
 	p.s = grow(p.s, g*Group*nb*(Block/Sub))
+	var group [Group]*X // a padded group's missing vectors stay nil: zeros
 	for i := range g {
-		pack(xs[i*Group:(i+1)*Group], nb, p.q[i*Group*nb*Block:], p.d[i*Group*nb:], p.s[i*Group*nb*(Block/Sub):])
+		clear(group[:])
+		copy(group[:], xs[i*Group:min((i+1)*Group, len(xs))])
+		pack(group[:], nb, p.q[i*Group*nb*Block:], p.d[i*Group*nb:], p.s[i*Group*nb*(Block/Sub):])
 	}
 	return nil
 }
@@ -51,13 +75,21 @@ func (p *Packed) Pack(xs []*X) error {
 // pack lays out four vectors of nb blocks as the kernels walk them: for
 // each pair of blocks, each vector's quants of the two blocks, then each
 // vector's two scales, then each vector's sixteen sums; a last odd block
-// alone the same way.
+// alone the same way. A nil vector is zeros (a padded group's): its
+// products are zero and nobody reads them.
 func pack(xs []*X, nb int, q []int16, d []float32, s []int32) {
 	const sums = Block / Sub
 	qi, di, si := 0, 0, 0
 	for b := 0; b < nb; {
 		k := min(2, nb-b) // blocks in this step
 		for _, x := range xs {
+			if x == nil {
+				clear(q[qi : qi+k*Block])
+				clear(d[di : di+k])
+				clear(s[si : si+k*sums])
+				qi, di, si = qi+k*Block, di+k, si+k*sums
+				continue
+			}
 			qi += copy(q[qi:], x.Q[b*Block:(b+k)*Block])
 			di += copy(d[di:], x.D[b:b+k])
 			si += copy(s[si:], x.S[b*sums:(b+k)*sums])
@@ -81,7 +113,7 @@ func RowsPacked(impl Impl, t quant.Type, rows []byte, stride, n int, p *Packed, 
 		return err
 	}
 	k := lookup4(impl, t)
-	g := len(p.xs) / Group
+	g := p.g
 	if k == nil || g == 0 || n%Block != 0 {
 		rowsBatchStride(impl, t, rows, rb, stride, n, p.xs, ys, nr)
 		return nil
@@ -94,7 +126,7 @@ func RowsPacked(impl Impl, t quant.Type, rows []byte, stride, n int, p *Packed, 
 		for i := range g {
 			k(unsafe.SliceData(w), stride, r1-r0, n, &p.q[i*Group*nb*Block], &p.d[i*Group*nb], &p.s[i*Group*nb*(Block/Sub)], nil, &out[0])
 			for r := range r1 - r0 {
-				for j := range Group {
+				for j := range min(Group, len(p.xs)-i*Group) {
 					ys[i*Group+j][r0+r] = out[r*Group+j]
 				}
 			}

@@ -1323,7 +1323,7 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 	sc.inPacked = slices.Grow(sc.inPacked[:0], ni)[:ni]
 	clear(sc.inPacked)
 	for oi := range ops {
-		if k := which[oi]; !sc.inPacked[k] && len(inputs[k]) >= gemv.Group && gemv.Packs(m.impl, ops[oi].w.Type) {
+		if k := which[oi]; !sc.inPacked[k] && gemv.Worth(len(inputs[k])) && gemv.Packs(m.impl, ops[oi].w.Type) {
 			if err := sc.packed[k].Pack(sc.xq[k]); err != nil {
 				return err
 			}
