@@ -251,11 +251,14 @@ func (m *Model) forward(ctx context.Context, batch []model.Step, exit int) error
 	if trial {
 		m.moe.cpuOnly = !m.moe.choice.device(p.T)
 	}
-	// Mapped experts: whether this pass pulls them (moemapped.go).
+	// Mapped experts: whether this pass's tables give the GPU the experts
+	// it does not hold to pull (moemapped.go). Always on, they serve the
+	// passes the GPU takes part in, as the resident experts' way decides;
+	// by trial, a pass that pulls is the GPU's, whatever that way is.
 	pull, pullTrial := false, false
 	if m.moe != nil && exit == 0 {
 		pull, pullTrial = m.moe.mappedPass(p.T, trial, m.opts.NoExpertTrial)
-		if pull {
+		if pull && m.moe.mapWay == MappedTrial {
 			m.moe.cpuOnly = false
 		}
 	}
