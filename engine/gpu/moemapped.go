@@ -131,11 +131,11 @@ func (x *gpuMoE) hostAddrs(c *cudadrv.Ctx, pinned []*cudadrv.HostMem) ([][][3]ui
 	return out, nil
 }
 
-// inPlace pins the host experts for a user that has the GPU pull them
+// pinMapped pins the host experts for a user that has the GPU pull them
 // from host memory (mapped experts) and checks
 // that the picked kernels take every layer; it returns the experts'
 // device addresses. On failure nothing stays pinned for it.
-func (x *gpuMoE) inPlace(c *cudadrv.Ctx, m *Model) ([][][3]uint64, error) {
+func (x *gpuMoE) pinMapped(c *cudadrv.Ctx, m *Model) ([][][3]uint64, error) {
 	cfg := &m.Config
 	K, E := cfg.ExpertsUsed, cfg.Experts
 	if x.src != nil {
@@ -247,7 +247,7 @@ func (m *Model) SetMappedExperts(way MappedWay) error {
 			if err := x.allocStaging(c, &m.Config); err != nil {
 				return fmt.Errorf("mapped experts: %w", err)
 			}
-			addrs, err := x.inPlace(c, m)
+			addrs, err := x.pinMapped(c, m)
 			if err != nil {
 				return fmt.Errorf("mapped experts: %w", errors.Join(err, x.freeStaging(c)))
 			}
