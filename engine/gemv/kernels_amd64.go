@@ -90,12 +90,16 @@ var kernels4 = map[Impl]map[quant.Type]kernel{
 
 // avx512Kernels4 is the AVX512 family's multi-vector table, with VNNI or
 // without as avx512Kernels: the K-quants (a Q4_K_M model's matrices are
-// Q4_K and Q6_K, a Q5_K_M's Q5_K and Q6_K).
+// Q4_K and Q6_K, a Q5_K_M's Q5_K and Q6_K), and F16 and BF16, whose
+// sixteen accumulators fit AVX-512's registers and not AVX2's (F32's
+// weights need no widening to share: its build lost to RowsBatch).
 func avx512Kernels4(vnni bool) map[quant.Type]kernel {
+	k := map[quant.Type]kernel{quant.Q4_K: q4kAVX512x4, quant.Q5_K: q5kAVX512x4, quant.Q6_K: q6kAVX512x4,
+		quant.F16: f16AVX512x4, quant.BF16: bf16AVX512x4}
 	if vnni {
-		return map[quant.Type]kernel{quant.Q4_K: q4kVNNIx4, quant.Q5_K: q5kVNNIx4, quant.Q6_K: q6kVNNIx4}
+		k[quant.Q4_K], k[quant.Q5_K], k[quant.Q6_K] = q4kVNNIx4, q5kVNNIx4, q6kVNNIx4
 	}
-	return map[quant.Type]kernel{quant.Q4_K: q4kAVX512x4, quant.Q5_K: q5kAVX512x4, quant.Q6_K: q6kAVX512x4}
+	return k
 }
 
 // lookup4 is lookup for the multi-vector kernels: nil where impl's family

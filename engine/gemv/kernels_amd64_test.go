@@ -31,8 +31,10 @@ func TestAVX512Variants(t *testing.T) {
 }
 
 // TestAVX512Variants4: both builds of the multi-vector kernels give, for
-// each of four packed vectors, the reference's bits, over rows of an odd
-// and an even number of blocks.
+// each of four packed vectors, the bits of the reference (the K-quants)
+// or of the one-vector kernel (the float formats, whose reference is a
+// tolerance), over rows of an odd and an even number of blocks, and for
+// the float formats rows that end in a part of a chunk.
 func TestAVX512Variants4(t *testing.T) {
 	t.Parallel()
 	if !available(AVX512) {
@@ -43,7 +45,11 @@ func TestAVX512Variants4(t *testing.T) {
 			continue
 		}
 		for typ, k := range avx512Kernels4(vnni) {
-			for _, n := range []int{256, 768, 1024} {
+			ns := []int{256, 768, 1024}
+			if blockOf(typ) < Block {
+				ns = append(ns, 16, 272, 496)
+			}
+			for _, n := range ns {
 				for _, wild := range []bool{false, true} {
 					const rows = 19
 					w := randomRows(t, typ, rows, n, uint64(n), wild)
@@ -59,10 +65,12 @@ func TestAVX512Variants4(t *testing.T) {
 						t.Fatal(err)
 					}
 					got := make([]float32, rows*Group)
-					k(unsafe.SliceData(w), len(w)/rows, rows, n, &p.q[0], &p.d[0], &p.s[0], nil, &got[0])
+					k(unsafe.SliceData(w), len(w)/rows, rows, n, &p.q[0], &p.d[0], &p.s[0], (*float32)(unsafe.Pointer(&p.fs[0])), &got[0])
 					want := make([]float32, rows)
 					for j, x := range xs {
-						if err := Rows(Go, typ, w, n, x, want); err != nil {
+						if one := avx512Kernels(vnni)[typ]; blockOf(typ) < Block {
+							one(unsafe.SliceData(w), len(w)/rows, rows, n, unsafe.SliceData(x.Q), unsafe.SliceData(x.D), unsafe.SliceData(x.S), unsafe.SliceData(x.F), unsafe.SliceData(want))
+						} else if err := Rows(Go, typ, w, n, x, want); err != nil {
 							t.Fatal(err)
 						}
 						for r := range want {

@@ -43,6 +43,12 @@ type Packed struct {
 	q  []int16
 	d  []float32
 	s  []int32
+	// fs is each group's four float vectors' addresses, as the float
+	// kernels take them (a padded group's last ones zero's): plain
+	// integers the collector does not follow, valid while xs and zero
+	// hold the vectors (Go's heap does not move).
+	fs   []uintptr
+	zero []float32
 }
 
 // Pack makes p hold xs (all of one length), reusing its memory. The
@@ -63,11 +69,21 @@ func (p *Packed) Pack(xs []*X) error {
 	p.q = grow(p.q, g*Group*nb*Block)
 	p.d = grow(p.d, g*Group*nb)
 	p.s = grow(p.s, g*Group*nb*(Block/Sub))
+	p.fs = grow(p.fs, g*Group)
+	p.zero = grow(p.zero, len(xs[0].F))
+	clear(p.zero)
 	var group [Group]*X // a padded group's missing vectors stay nil: zeros
 	for i := range g {
 		clear(group[:])
 		copy(group[:], xs[i*Group:min((i+1)*Group, len(xs))])
 		pack(group[:], nb, p.q[i*Group*nb*Block:], p.d[i*Group*nb:], p.s[i*Group*nb*(Block/Sub):])
+		for j, x := range group {
+			f := p.zero
+			if x != nil {
+				f = x.F
+			}
+			p.fs[i*Group+j] = uintptr(unsafe.Pointer(unsafe.SliceData(f)))
+		}
 	}
 	return nil
 }
@@ -114,7 +130,7 @@ func RowsPacked(impl Impl, t quant.Type, rows []byte, stride, n int, p *Packed, 
 	}
 	k := lookup4(impl, t)
 	g := p.g
-	if k == nil || g == 0 || n%Block != 0 {
+	if k == nil || g == 0 || n%blockOf(t) != 0 {
 		rowsBatchStride(impl, t, rows, rb, stride, n, p.xs, ys, nr)
 		return nil
 	}
@@ -124,7 +140,8 @@ func RowsPacked(impl Impl, t quant.Type, rows []byte, stride, n int, p *Packed, 
 		r1 := min(r0+tile, nr)
 		w := rows[r0*stride : (r1-1)*stride+rb]
 		for i := range g {
-			k(unsafe.SliceData(w), stride, r1-r0, n, &p.q[i*Group*nb*Block], &p.d[i*Group*nb], &p.s[i*Group*nb*(Block/Sub)], nil, &out[0])
+			fs := (*float32)(unsafe.Pointer(&p.fs[i*Group])) // the float kernels' four vectors
+			k(unsafe.SliceData(w), stride, r1-r0, n, &p.q[i*Group*nb*Block], &p.d[i*Group*nb], &p.s[i*Group*nb*(Block/Sub)], fs, &out[0])
 			for r := range r1 - r0 {
 				for j := range min(Group, len(p.xs)-i*Group) {
 					ys[i*Group+j][r0+r] = out[r*Group+j]

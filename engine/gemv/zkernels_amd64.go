@@ -148,3 +148,13 @@ func f16AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *in
 //
 //go:noescape
 func bf16AVX512(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// f16AVX512x4 is the F16 kernel for AVX-512 over four vectors (ref.go's float path for each).
+//
+//go:noescape
+func f16AVX512x4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// bf16AVX512x4 is the BF16 kernel for AVX-512 over four vectors (ref.go's float path for each).
+//
+//go:noescape
+func bf16AVX512x4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)

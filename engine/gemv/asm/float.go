@@ -163,3 +163,138 @@ func floatKernel(name string, kind int, wide bool) {
 	VADDSD(h, x, x)
 	rowEnd(name, x, nil, y, rows, wp, row0)
 }
+
+// floatAVX512x emits floatAVX512's kernel over four vectors at once (the
+// f parameter points to their four float pointers; y takes a row's four
+// results in vector order): each 16 lanes of weights are widened once and
+// multiplied into each vector's four accumulators, in the order
+// floatAVX512 adds them for one vector, so every result is its bits. The
+// 16 accumulators and 8 float64 totals fit AVX-512's 32 registers; AVX2's
+// 16 would not hold them, so it has no such kernel. F16 and BF16 gain
+// (their widening is shared); F32's, whose weights need no widening, lost
+// to four one-vector passes and is not built.
+func floatAVX512x(name string, kind int) {
+	const T = Tokens
+	TEXT(name, NOSPLIT, signature)
+	Pragma("noescape")
+	format := []string{"F32", "F16", "BF16"}[kind]
+	const lanes, chunk = 16, 256
+	Doc(name + " is the " + format + " kernel for AVX-512 over four vectors (ref.go's float path for each).")
+	es := 2
+	if kind == fF32 {
+		es = 4
+	}
+	wp := Load(Param("w"), GP64())
+	rows := Load(Param("rows"), GP64())
+	n := Load(Param("n"), GP64())
+	y := Load(Param("y"), GP64())
+	chunks := GP64()
+	MOVQ(n, chunks)
+	SHRQ(U8(8), chunks)
+	rest := n
+	SHRQ(U8(4), rest)
+	ANDQ(U8(chunk/16-1), rest)
+
+	load := func(k int) VecVirtual {
+		v := ZMM()
+		m := Mem{Base: wp, Disp: lanes * es * k}
+		switch kind {
+		case fF32:
+			VMOVUPS(m, v)
+		case fF16:
+			VCVTPH2PS(m, v)
+		default:
+			VPMOVZXWD(m, v)
+			VPSLLD(U8(16), v, v)
+		}
+		return v
+	}
+	toTotal := func(acc, t0, t1 VecVirtual) {
+		lo, hi, x := ZMM(), ZMM(), YMM()
+		VCVTPS2PD(acc.AsY(), lo)
+		VEXTRACTF32X8(U8(1), acc, x)
+		VCVTPS2PD(x, hi)
+		VADDPD(lo, t0, t0)
+		VADDPD(hi, t1, t1)
+	}
+
+	row0 := rowStart(name, rows, wp)
+	fa := Load(Param("f"), GP64())
+	var fp [T]GPVirtual
+	for t := range fp {
+		fp[t] = GP64()
+		MOVQ(Mem{Base: fa, Disp: 8 * t}, fp[t])
+	}
+	var t0, t1 [T]VecVirtual
+	for t := range t0 {
+		t0[t], t1[t] = ZMM(), ZMM()
+		VXORPD(t0[t], t0[t], t0[t])
+		VXORPD(t1[t], t1[t], t1[t])
+	}
+	nc := GP64()
+	MOVQ(chunks, nc)
+	TESTQ(nc, nc)
+	JE(LabelRef(name + "_rest"))
+
+	Label(name + "_chunk")
+	prefetch(wp, chunk*es)
+	var acc [T][4]VecVirtual
+	for k := 0; k < 16; k++ {
+		v := load(k)
+		for t := range T {
+			f := Mem{Base: fp[t], Disp: 4 * lanes * k}
+			if k < 4 {
+				acc[t][k] = ZMM()
+				VMULPS(f, v, acc[t][k])
+			} else {
+				VFMADD231PS(f, v, acc[t][k%4])
+			}
+		}
+	}
+	for t := range T {
+		a := acc[t]
+		VADDPS(a[1], a[0], a[0])
+		VADDPS(a[3], a[2], a[2])
+		VADDPS(a[2], a[0], a[0])
+		toTotal(a[0], t0[t], t1[t])
+		ADDQ(U32(4*chunk), fp[t])
+	}
+	ADDQ(U32(chunk*es), wp)
+	DECQ(nc)
+	JNE(LabelRef(name + "_chunk"))
+
+	Label(name + "_rest")
+	TESTQ(rest, rest)
+	JE(LabelRef(name + "_store"))
+	nr := GP64()
+	MOVQ(rest, nr)
+	Label(name + "_step")
+	v := load(0)
+	for t := range T {
+		a := ZMM()
+		VMULPS(Mem{Base: fp[t]}, v, a)
+		toTotal(a, t0[t], t1[t])
+		ADDQ(U8(4*16), fp[t])
+	}
+	ADDQ(U8(16*es), wp)
+	DECQ(nr)
+	JNE(LabelRef(name + "_step"))
+
+	Label(name + "_store")
+	for t := range T {
+		VADDPD(t1[t], t0[t], t0[t])
+		h4 := YMM()
+		VEXTRACTF64X4(U8(1), t0[t], h4)
+		VADDPD(h4, t0[t].AsY(), h4)
+		x := XMM()
+		VEXTRACTF128(U8(1), h4, x)
+		VADDPD(x, h4.AsX(), x)
+		h := XMM()
+		VPERMILPD(U8(1), x, h)
+		VADDSD(h, x, x)
+		VCVTSD2SS(x, x, x)
+		VMOVSS(x, Mem{Base: y, Disp: 4 * t})
+	}
+	ADDQ(U8(4*T), y)
+	nextRow(name, rows, wp, row0)
+}

@@ -43,5 +43,7 @@ func main() {
 	floatAVX512("f32AVX512", fF32)
 	floatAVX512("f16AVX512", fF16)
 	floatAVX512("bf16AVX512", fBF16)
+	floatAVX512x("f16AVX512x4", fF16)
+	floatAVX512x("bf16AVX512x4", fBF16)
 	Generate()
 }
