@@ -90,27 +90,33 @@ var kernels4 = map[Impl]map[quant.Type]kernel{
 
 // avx512Kernels4 is the AVX512 family's multi-vector table, with VNNI or
 // without as avx512Kernels: the K-quants (a Q4_K_M model's matrices are
-// Q4_K and Q6_K, a Q5_K_M's Q5_K and Q6_K), and F16 and BF16, whose
+// Q4_K and Q6_K, a Q5_K_M's Q5_K and Q6_K), Q8_0 (whose one-vector
+// kernel is AVX2's: every Q8_0 kernel gives ref.go's bits), and F16 and
+// BF16, whose
 // sixteen accumulators fit AVX-512's registers and not AVX2's (F32's
 // weights need no widening to share: its build lost to RowsBatch).
 func avx512Kernels4(vnni bool) map[quant.Type]kernel {
 	k := map[quant.Type]kernel{quant.Q4_K: q4kAVX512x4, quant.Q5_K: q5kAVX512x4, quant.Q6_K: q6kAVX512x4,
-		quant.F16: f16AVX512x4, quant.BF16: bf16AVX512x4}
+		quant.Q8_0: q8AVX512x4, quant.F16: f16AVX512x4, quant.BF16: bf16AVX512x4}
 	if vnni {
 		k[quant.Q4_K], k[quant.Q5_K], k[quant.Q6_K] = q4kVNNIx4, q5kVNNIx4, q6kVNNIx4
 	}
 	return k
 }
 
-// lookup4 is lookup for the multi-vector kernels: nil where impl's family
-// (or the one its kernel for t would come from) has none.
+// lookup4 is lookup for the multi-vector kernels: the best family's
+// that impl allows and the machine runs, nil where none has one. The
+// integer formats' kernels all give ref.go's bits, so one family's
+// multi-vector kernel may stand beside another's one-vector kernel; the
+// float formats' results depend on the family, and theirs come from the
+// same family as the one-vector kernels (AVX-512 has both).
 func lookup4(impl Impl, t quant.Type) kernel {
 	for i := impl; i > Go; i-- {
 		if !available(i) {
 			continue
 		}
-		if kernels[i][t] != nil {
-			return kernels4[i][t]
+		if k := kernels4[i][t]; k != nil {
+			return k
 		}
 	}
 	return nil

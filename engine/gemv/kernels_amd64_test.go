@@ -46,7 +46,7 @@ func TestAVX512Variants4(t *testing.T) {
 		}
 		for typ, k := range avx512Kernels4(vnni) {
 			ns := []int{256, 768, 1024}
-			if blockOf(typ) < Block {
+			if packBlock(typ) < Block {
 				ns = append(ns, 16, 272, 496)
 			}
 			for _, n := range ns {
@@ -68,7 +68,7 @@ func TestAVX512Variants4(t *testing.T) {
 					k(unsafe.SliceData(w), len(w)/rows, rows, n, &p.q[0], &p.d[0], &p.s[0], (*float32)(unsafe.Pointer(&p.fs[0])), &got[0])
 					want := make([]float32, rows)
 					for j, x := range xs {
-						if one := avx512Kernels(vnni)[typ]; blockOf(typ) < Block {
+						if one := avx512Kernels(vnni)[typ]; packBlock(typ) < Block {
 							one(unsafe.SliceData(w), len(w)/rows, rows, n, unsafe.SliceData(x.Q), unsafe.SliceData(x.D), unsafe.SliceData(x.S), unsafe.SliceData(x.F), unsafe.SliceData(want))
 						} else if err := Rows(Go, typ, w, n, x, want); err != nil {
 							t.Fatal(err)

@@ -130,7 +130,7 @@ func RowsPacked(impl Impl, t quant.Type, rows []byte, stride, n int, p *Packed, 
 	}
 	k := lookup4(impl, t)
 	g := p.g
-	if k == nil || g == 0 || n%blockOf(t) != 0 {
+	if k == nil || g == 0 || n%packBlock(t) != 0 {
 		rowsBatchStride(impl, t, rows, rb, stride, n, p.xs, ys, nr)
 		return nil
 	}
@@ -153,6 +153,16 @@ func RowsPacked(impl Impl, t quant.Type, rows []byte, stride, n int, p *Packed, 
 		}
 	}
 	return nil
+}
+
+// packBlock is the row length granularity t's multi-vector kernel needs:
+// the float ones walk 16 elements at a time, the others whole 256-element
+// blocks.
+func packBlock(t quant.Type) int {
+	if t == quant.F16 || t == quant.BF16 {
+		return 16
+	}
+	return Block
 }
 
 // Packs reports whether impl has a multi-vector kernel for t: whether

@@ -24,10 +24,14 @@ func TestRowsPackedMatchesBatch(t *testing.T) {
 			{20, 512, 512, 2},   // too few to pad
 			{9, 768, 768, 7},    // a group and a padded one
 			{9, 768, 768, 6},    // a group and two more
+			{12, 288, 288, 5},   // no whole block: the floats' kernels, the others' fallback
 		} {
 			name := fmt.Sprintf("%v/%d rows of %d of %d/batch %d", typ, c.rows, c.n, c.width, c.batch)
 			if typ == quant.INT8Row && c.n != c.width {
 				continue // a row's scale covers the whole row: no view
+			}
+			if _, err := typ.RowBytes(int64(c.width)); err != nil {
+				continue // rows of whole 256-element blocks only (the K-quants)
 			}
 			for _, wild := range []bool{false, true} {
 				full := randomRows(t, typ, c.rows, c.width, uint64(c.batch), wild)
