@@ -51,12 +51,12 @@ var _ = quant.Q4_K
 
 // BenchmarkRowsPacked: one thread, a batch of 2, 3, 4, 7, 8 or 16 vectors
 // (2 too few to pad, 3 padded to a group, 7 a group and a padded one) over
-// a 4096 x 4096 matrix of each K-quant, Q8_0 and 16-bit float format
+// a 4096 x 4096 matrix of each K-quant, Q8_0, Q4_0 and 16-bit float format
 // (9-32 MiB, in cache here: the batched products are bound by
 // arithmetic), RowsPacked against RowsBatch for each family with
 // four-vector kernels; MB/s of weights times the batch.
 func BenchmarkRowsPacked(b *testing.B) {
-	for _, typ := range []quant.Type{quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q8_0, quant.F16, quant.BF16} {
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q8_0, quant.Q4_0, quant.F16, quant.BF16} {
 		benchPacked(b, typ)
 	}
 }

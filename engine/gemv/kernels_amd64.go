@@ -42,10 +42,11 @@ var kernels = map[Impl]map[quant.Type]kernel{
 // VPMADDWD and VPADDD for the AVX-512 CPUs without VNNI (Skylake-SP); both
 // return the same bits, so the choice is made here, once, and Impl stays
 // one family. The float kernels multiply floats: both tables hold the
-// same ones. Q8_0 and Q4_0 have no AVX-512 kernel: the one each had (a
-// 32-element block a zmm, eight blocks reduced together) lost to the
-// AVX2 kernel from memory once both prefetched, Q4_0 in cache too, so
-// both fall back to AVX2.
+// same ones. Q8_0 and Q4_0 have no one-vector AVX-512 kernel: the one
+// each had (a 32-element block a zmm, eight blocks reduced together) lost
+// to the AVX2 kernel from memory once both prefetched, Q4_0 in cache too,
+// so both fall back to AVX2 (their four-vector kernels, which share the
+// weights' widening, are AVX-512's: avx512Kernels4).
 func avx512Kernels(vnni bool) map[quant.Type]kernel {
 	if vnni {
 		return map[quant.Type]kernel{
@@ -90,14 +91,14 @@ var kernels4 = map[Impl]map[quant.Type]kernel{
 
 // avx512Kernels4 is the AVX512 family's multi-vector table, with VNNI or
 // without as avx512Kernels: the K-quants (a Q4_K_M model's matrices are
-// Q4_K and Q6_K, a Q5_K_M's Q5_K and Q6_K), Q8_0 (whose one-vector
-// kernel is AVX2's: every Q8_0 kernel gives ref.go's bits), and F16 and
-// BF16, whose
+// Q4_K and Q6_K, a Q5_K_M's Q5_K and Q6_K), Q8_0 and Q4_0 (whose
+// one-vector kernels are AVX2's: every kernel of theirs gives ref.go's
+// bits), and F16 and BF16, whose
 // sixteen accumulators fit AVX-512's registers and not AVX2's (F32's
 // weights need no widening to share: its build lost to RowsBatch).
 func avx512Kernels4(vnni bool) map[quant.Type]kernel {
 	k := map[quant.Type]kernel{quant.Q4_K: q4kAVX512x4, quant.Q5_K: q5kAVX512x4, quant.Q6_K: q6kAVX512x4,
-		quant.Q8_0: q8AVX512x4, quant.F16: f16AVX512x4, quant.BF16: bf16AVX512x4}
+		quant.Q8_0: q8AVX512x4, quant.Q4_0: q4AVX512x4, quant.F16: f16AVX512x4, quant.BF16: bf16AVX512x4}
 	if vnni {
 		k[quant.Q4_K], k[quant.Q5_K], k[quant.Q6_K] = q4kVNNIx4, q5kVNNIx4, q6kVNNIx4
 	}

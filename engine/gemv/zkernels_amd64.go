@@ -129,6 +129,11 @@ func q6kVNNIx4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *in
 //go:noescape
 func q8AVX512x4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 
+// q4AVX512x4 is the Q4_0 kernel for AVX-512 over four packed vectors (ref.go's contract for each).
+//
+//go:noescape
+func q4AVX512x4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
 // i8AVX512 is the INT8Row kernel for AVX-512 (ref.go's contract).
 //
 //go:noescape

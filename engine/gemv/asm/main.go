@@ -38,7 +38,8 @@ func main() {
 		q4kAVX512x("q5k"+sfx+"x4", true, vnni)
 		q6kAVX512x("q6k"+sfx+"x4", vnni)
 	}
-	q8AVX512x("q8AVX512x4")
+	q32AVX512x("q8AVX512x4", false)
+	q32AVX512x("q4AVX512x4", true)
 	i8AVX512("i8AVX512", false)
 	i8AVX512("i8VNNI", true)
 	floatAVX512("f32AVX512", fF32)

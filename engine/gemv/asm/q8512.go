@@ -6,46 +6,60 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
-var q8Tables struct{ offs, perm Mem }
+var q32Tables struct{ offs8, offs4, perm Mem }
 
-// q8Consts returns the Q8_0 kernel's two constant tables (emitted once):
-// the byte offsets of eight consecutive blocks' scales, for VPGATHERDD,
+// q32Consts returns the 32-element-block kernels' constant tables
+// (emitted once): the byte offsets of eight consecutive blocks' scales
+// (Q8_0's blocks 34 bytes apart, with four Q4_0's 18), for VPGATHERDD,
 // and the VPERMD order that turns the reduction's [I₀ I₄ ..|I₁ I₅ ..|..]
 // into [I₀ .. I₇].
-func q8Consts() (offs, perm Mem) {
-	if q8Tables.offs.Symbol.Name == "" {
-		q8Tables.offs = GLOBL("q8Offs512", RODATA|NOPTR)
+func q32Consts(four bool) (offs, perm Mem) {
+	if q32Tables.perm.Symbol.Name == "" {
+		q32Tables.offs8 = GLOBL("q8Offs512", RODATA|NOPTR)
 		for k := 0; k < 8; k++ {
 			DATA(4*k, U32(34*k))
 		}
-		q8Tables.perm = GLOBL("q8Perm512", RODATA|NOPTR)
+		q32Tables.offs4 = GLOBL("q4Offs512", RODATA|NOPTR)
+		for k := 0; k < 8; k++ {
+			DATA(4*k, U32(18*k))
+		}
+		q32Tables.perm = GLOBL("q8Perm512", RODATA|NOPTR)
 		for k, v := range []uint32{0, 4, 8, 12, 1, 5, 9, 13} {
 			DATA(4*k, U32(v))
 		}
 	}
-	return q8Tables.offs, q8Tables.perm
+	if four {
+		return q32Tables.offs4, q32Tables.perm
+	}
+	return q32Tables.offs8, q32Tables.perm
 }
 
-// q8AVX512x emits the Q8_0 kernel for AVX-512 F/BW/VL over four packed
-// vectors (gemv's pack; y takes each row's four results in a row). Each
-// of the eight 32-element blocks inside one of the vectors' 256-element
-// blocks is one zmm, its int8 weights widened to int16 once (VPMOVSXBW)
-// for all four vectors, and their eight scales come in one VPGATHERDD;
-// then, a vector at a time, one VPMADDWD a block leaves sixteen int32
-// lanes that sum to I_k exactly, the eight blocks are reduced together to
+// q32AVX512x emits the Q8_0 (or, with four, Q4_0) kernel for AVX-512
+// F/BW/VL over four packed vectors (gemv's pack; y takes each row's four
+// results in a row). Each of the eight 32-element blocks inside one of
+// the vectors' 256-element blocks is one zmm of its 32 weights as int16,
+// built once for all four vectors (Q8_0: VPMOVSXBW; Q4_0: the sixteen
+// bytes' low nibbles then their high ones, each less 8 taken off later
+// as 8·S_k), and their eight scales come in one VPGATHERDD; then, a
+// vector at a time, one VPMADDWD a block leaves sixteen int32 lanes that
+// sum to I_k exactly, the eight blocks are reduced together to
 // [I₀ .. I₇], and ref.go's float tail runs as the one-vector kernels run
 // it: float32(dw_k·float32(I_k)) eight lanes at a time, their sum A in
 // block order one scalar addition at a time, A·d, added to the vector's
 // float64 total. So each vector's result is the one-vector kernels'
-// bits. The widening and the gather, shared, are what a one-vector
-// kernel spends most on besides the multiply-adds (an AVX-512 build of
-// that lost to AVX2's); rows must be whole 256-element blocks.
-func q8AVX512x(name string) {
+// bits. The weights and the gather, shared, are what a one-vector kernel
+// spends most on besides the multiply-adds (the AVX-512 one-vector builds
+// of this lost to AVX2's); rows must be whole 256-element blocks.
+func q32AVX512x(name string, four bool) {
 	const T = Tokens
 	TEXT(name, NOSPLIT, signature)
 	Pragma("noescape")
-	Doc(name + " is the Q8_0 kernel for AVX-512 over four packed vectors (ref.go's contract for each).")
-	offsT, permT := q8Consts()
+	format, bb := "Q8_0", 34
+	if four {
+		format, bb = "Q4_0", 18
+	}
+	Doc(name + " is the " + format + " kernel for AVX-512 over four packed vectors (ref.go's contract for each).")
+	offsT, permT := q32Consts(four)
 	wp := Load(Param("w"), GP64())
 	rows := Load(Param("rows"), GP64())
 	y := Load(Param("y"), GP64())
@@ -53,24 +67,45 @@ func q8AVX512x(name string) {
 	VMOVDQU32(offsT, offs)
 	VMOVDQU32(permT, perm)
 	kAll := K()
+	var low4 VecVirtual
+	if four {
+		low4 = wordConst(0x000f)
+	}
 	tot := newRowTotals(T)
 
 	row0 := rowStart(name, rows, wp)
 	qp := Load(Param("q"), GP64())
 	dp := Load(Param("d"), GP64())
+	var sp Register
+	if four {
+		sp = Load(Param("s"), GP64())
+	}
 	nb := Load(Param("n"), GP64())
 	SHRQ(U8(8), nb)
 	tot.zero()
 
-	// group takes the eight Q8_0 blocks at wp against each vector's
+	// weights leaves block k's 32 weights as int16 in a zmm.
+	weights := func(k int) VecVirtual {
+		w := ZMM()
+		if !four {
+			VPMOVSXBW(Mem{Base: wp, Disp: bb*k + 2}, w)
+			return w
+		}
+		v, hi := YMM(), YMM()
+		VPMOVZXBW(Mem{Base: wp, Disp: bb*k + 2}, v)
+		VPSRLW(U8(4), v, hi)
+		VPANDD(low4.AsY(), v, v)
+		VINSERTI64X4(U8(1), hi, v.AsZ(), w)
+		return w
+	}
+	// group takes the eight blocks at wp against each vector's
 	// 256-element block: its quants at qp+qOff[t], its scale at
-	// dp+dOff[t].
-	group := func(qOff, dOff []int) {
-		prefetch(wp, 8*34)
+	// dp+dOff[t], its eight 32-element sums at sp+sOff[t] (Q4_0).
+	group := func(qOff, dOff, sOff []int) {
+		prefetch(wp, 8*bb)
 		var w [8]VecVirtual
 		for k := range w {
-			w[k] = ZMM()
-			VPMOVSXBW(Mem{Base: wp, Disp: 34*k + 2}, w[k])
+			w[k] = weights(k)
 		}
 		dw := YMM()
 		KXNORW(kAll, kAll, kAll)
@@ -85,6 +120,12 @@ func q8AVX512x(name string) {
 				VPMADDWD(Mem{Base: qp, Disp: qOff[t] + 64*k}, w[k], acc[k])
 			}
 			i := reduce8(acc, perm)
+			if four {
+				st := YMM()
+				VMOVDQU32(Mem{Base: sp, Disp: sOff[t]}, st)
+				VPSLLD(U8(3), st, st)
+				VPSUBD(st, i, i)
+			}
 			VCVTDQ2PS(i, i)
 			VMULPS(dw, i, i) // float32(dw_k·float32(I_k))
 			a := sum8(i)
@@ -97,19 +138,19 @@ func q8AVX512x(name string) {
 	Label(name + "_pair")
 	CMPQ(nb, Imm(2))
 	JB(LabelRef(name + "_single"))
-	group(vectorOffsets(T, 2*512, 0), vectorOffsets(T, 8, 0))
-	ADDQ(U32(8*34), wp)
-	group(vectorOffsets(T, 2*512, 512), vectorOffsets(T, 8, 4))
-	ADDQ(U32(8*34), wp)
-	packedStep(2, qp, dp, nil)
+	group(vectorOffsets(T, 2*512, 0), vectorOffsets(T, 8, 0), vectorOffsets(T, 2*32, 0))
+	ADDQ(U32(8*bb), wp)
+	group(vectorOffsets(T, 2*512, 512), vectorOffsets(T, 8, 4), vectorOffsets(T, 2*32, 32))
+	ADDQ(U32(8*bb), wp)
+	packedStep(2, qp, dp, sp)
 	SUBQ(Imm(2), nb)
 	JMP(LabelRef(name + "_pair"))
 
 	Label(name + "_single")
 	CMPQ(nb, Imm(0))
 	JE(LabelRef(name + "_end"))
-	group(vectorOffsets(T, 512, 0), vectorOffsets(T, 4, 0))
-	ADDQ(U32(8*34), wp)
+	group(vectorOffsets(T, 512, 0), vectorOffsets(T, 4, 0), vectorOffsets(T, 32, 0))
+	ADDQ(U32(8*bb), wp)
 
 	Label(name + "_end")
 	tot.rowEnd(name, y, rows, wp, row0)
