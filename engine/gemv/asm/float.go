@@ -62,38 +62,9 @@ func floatKernel(name string, kind int, wide bool) {
 	SHRQ(U8(4), rest)
 	ANDQ(U8(chunk/16-1), rest)
 
-	// load widens the lanes weights at wp+lanes·es·k to float32.
-	load := func(k int) VecVirtual {
-		v := vec()
-		m := Mem{Base: wp, Disp: lanes * es * k}
-		switch kind {
-		case fF32:
-			VMOVUPS(m, v)
-		case fF16:
-			VCVTPH2PS(m, v)
-		default:
-			VPMOVZXWD(m, v)
-			VPSLLD(U8(16), v, v)
-		}
-		return v
-	}
-	// toTotal adds acc's float32 lanes to the float64 totals.
-	toTotal := func(acc, t0, t1 VecVirtual) {
-		lo, hi := vec(), vec()
-		if wide {
-			x := YMM()
-			VCVTPS2PD(acc.AsY(), lo)
-			VEXTRACTF32X8(U8(1), acc, x)
-			VCVTPS2PD(x, hi)
-		} else {
-			x := XMM()
-			VCVTPS2PD(acc.AsX(), lo)
-			VEXTRACTF128(U8(1), acc, x)
-			VCVTPS2PD(x, hi)
-		}
-		VADDPD(lo, t0, t0)
-		VADDPD(hi, t1, t1)
-	}
+	fw := floatWalk{kind: kind, wide: wide, lanes: lanes, es: es}
+	load := func(k int) VecVirtual { return fw.load(wp, k) }
+	toTotal := fw.toTotal
 
 	row0 := rowStart(name, rows, wp)
 	fp := Load(Param("f"), GP64())
@@ -147,9 +118,64 @@ func floatKernel(name string, kind int, wide bool) {
 	JNE(LabelRef(name + "_step"))
 
 	Label(name + "_store")
+	rowEnd(name, fw.total(t0, t1), nil, y, rows, wp, row0)
+}
+
+// floatWalk is what the float kernels share: the format (kind), the
+// width (wide: AVX-512's sixteen lanes, else AVX2's eight) and the bytes
+// a weight, and the emitters of their loads and sums.
+type floatWalk struct {
+	kind, lanes, es int
+	wide            bool
+}
+
+func (f floatWalk) vec() VecVirtual {
+	if f.wide {
+		return ZMM()
+	}
+	return YMM()
+}
+
+// load widens the lanes weights at wp+lanes·es·k to float32.
+func (f floatWalk) load(wp Register, k int) VecVirtual {
+	v := f.vec()
+	m := Mem{Base: wp, Disp: f.lanes * f.es * k}
+	switch f.kind {
+	case fF32:
+		VMOVUPS(m, v)
+	case fF16:
+		VCVTPH2PS(m, v)
+	default:
+		VPMOVZXWD(m, v)
+		VPSLLD(U8(16), v, v)
+	}
+	return v
+}
+
+// toTotal adds acc's float32 lanes to the float64 totals t0 and t1.
+func (f floatWalk) toTotal(acc, t0, t1 VecVirtual) {
+	lo, hi := f.vec(), f.vec()
+	if f.wide {
+		x := YMM()
+		VCVTPS2PD(acc.AsY(), lo)
+		VEXTRACTF32X8(U8(1), acc, x)
+		VCVTPS2PD(x, hi)
+	} else {
+		x := XMM()
+		VCVTPS2PD(acc.AsX(), lo)
+		VEXTRACTF128(U8(1), acc, x)
+		VCVTPS2PD(x, hi)
+	}
+	VADDPD(lo, t0, t0)
+	VADDPD(hi, t1, t1)
+}
+
+// total sums the float64 totals t0 and t1 (t0 overwritten) into lane 0
+// of an xmm.
+func (f floatWalk) total(t0, t1 VecVirtual) VecVirtual {
 	VADDPD(t1, t0, t0)
 	sum := t0 // the ymm of the four sums (AVX2's t0 is one)
-	if wide {
+	if f.wide {
 		h4 := YMM()
 		VEXTRACTF64X4(U8(1), t0, h4)
 		VADDPD(h4, t0.AsY(), h4)
@@ -161,7 +187,7 @@ func floatKernel(name string, kind int, wide bool) {
 	h := XMM()
 	VPERMILPD(U8(1), x, h)
 	VADDSD(h, x, x)
-	rowEnd(name, x, nil, y, rows, wp, row0)
+	return x
 }
 
 // floatAVX512x emits floatAVX512's kernel over four vectors at once (the
@@ -195,28 +221,9 @@ func floatAVX512x(name string, kind int) {
 	SHRQ(U8(4), rest)
 	ANDQ(U8(chunk/16-1), rest)
 
-	load := func(k int) VecVirtual {
-		v := ZMM()
-		m := Mem{Base: wp, Disp: lanes * es * k}
-		switch kind {
-		case fF32:
-			VMOVUPS(m, v)
-		case fF16:
-			VCVTPH2PS(m, v)
-		default:
-			VPMOVZXWD(m, v)
-			VPSLLD(U8(16), v, v)
-		}
-		return v
-	}
-	toTotal := func(acc, t0, t1 VecVirtual) {
-		lo, hi, x := ZMM(), ZMM(), YMM()
-		VCVTPS2PD(acc.AsY(), lo)
-		VEXTRACTF32X8(U8(1), acc, x)
-		VCVTPS2PD(x, hi)
-		VADDPD(lo, t0, t0)
-		VADDPD(hi, t1, t1)
-	}
+	fw := floatWalk{kind: kind, wide: true, lanes: lanes, es: es}
+	load := func(k int) VecVirtual { return fw.load(wp, k) }
+	toTotal := fw.toTotal
 
 	row0 := rowStart(name, rows, wp)
 	fa := Load(Param("f"), GP64())
@@ -282,16 +289,7 @@ func floatAVX512x(name string, kind int) {
 
 	Label(name + "_store")
 	for t := range T {
-		VADDPD(t1[t], t0[t], t0[t])
-		h4 := YMM()
-		VEXTRACTF64X4(U8(1), t0[t], h4)
-		VADDPD(h4, t0[t].AsY(), h4)
-		x := XMM()
-		VEXTRACTF128(U8(1), h4, x)
-		VADDPD(x, h4.AsX(), x)
-		h := XMM()
-		VPERMILPD(U8(1), x, h)
-		VADDSD(h, x, x)
+		x := fw.total(t0[t], t1[t])
 		VCVTSD2SS(x, x, x)
 		VMOVSS(x, Mem{Base: y, Disp: 4 * t})
 	}
