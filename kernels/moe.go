@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/internal/hostmem"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
@@ -192,8 +193,6 @@ type MoEStaging struct {
 // allocation's rows would, and a multiple of the copy's 16-byte units.
 const stageAlign = 256
 
-func alignUp(n, a int64) int64 { return (n + a - 1) / a * a }
-
 // MoEStageLayout is a slot's layout for p's experts: the up's and the
 // down's offsets in it (the gate's is 0) and the slot's bytes. p's
 // matrices must be packed (no Stride) and each a whole number of 16-byte
@@ -206,9 +205,9 @@ func MoEStageLayout(p MoEPicked) (up, down, size int64, err error) {
 	if gb <= 0 || ub <= 0 || db <= 0 || gb%16 != 0 || ub%16 != 0 || db%16 != 0 {
 		return 0, 0, 0, fmt.Errorf("moe stage: matrices of %d, %d and %d bytes, not whole 16-byte units", gb, ub, db)
 	}
-	up = alignUp(gb, stageAlign)
-	down = alignUp(up+ub, stageAlign)
-	return up, down, alignUp(down+db, stageAlign), nil
+	up = hostmem.AlignUp(gb, stageAlign)
+	down = hostmem.AlignUp(up+ub, stageAlign)
+	return up, down, hostmem.AlignUp(down+db, stageAlign), nil
 }
 
 // MoEStage copies each of one token's topk picks ids (device int32,

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/internal/hostmem"
 	"github.com/strata-llm/strata/kernels/cudadrv"
 )
 
@@ -413,7 +414,7 @@ func TestMoEStage(t *testing.T) {
 				p.Table = put(a, table)
 				st := MoEStaging{Table: a.alloc(int64(8 * 3 * experts)), Slots: a.alloc(int64(topk)*size + stageAlign), SlotBytes: size,
 					Lo: dev, Hi: dev.Add(int64(experts) * size)}
-				st.Slots = cudadrv.DevPtr(alignUp(int64(st.Slots), stageAlign))
+				st.Slots = cudadrv.DevPtr(hostmem.AlignUp(int64(st.Slots), stageAlign))
 				dids := put(a, ids)
 				q, err := k.MoEStage(c, s, p, st, dids, topk)
 				must(err)
@@ -474,7 +475,7 @@ func TestMoEStageLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Qwen3-30B-A3B's experts: 768 rows of 1152 bytes, 2048 of 630.
-	if up != 884736 || down != 2*884736 || size != alignUp(2*884736+2048*630, 256) {
+	if up != 884736 || down != 2*884736 || size != hostmem.AlignUp(int64(2*884736+2048*630), 256) {
 		t.Errorf("layout %d, %d, %d", up, down, size)
 	}
 	v := p

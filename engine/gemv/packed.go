@@ -70,9 +70,8 @@ func (p *Packed) Pack(xs []*X) error {
 	p.d = grow(p.d, g*Group*nb)
 	p.s = grow(p.s, g*Group*nb*(Block/Sub))
 	p.fs = grow(p.fs, g*Group)
-	p.zero = grow(p.zero, len(xs[0].F))
-	clear(p.zero)
-	var group [Group]*X // a padded group's missing vectors stay nil: zeros
+	p.zero = grow(p.zero, len(xs[0].F)) // never written: zeros, reused or new
+	var group [Group]*X                 // a padded group's missing vectors stay nil: zeros
 	for i := range g {
 		clear(group[:])
 		copy(group[:], xs[i*Group:min((i+1)*Group, len(xs))])

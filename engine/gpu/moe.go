@@ -1268,10 +1268,7 @@ func (x *gpuMoE) release(c *cudadrv.Ctx) error {
 	// share, whoever uses them.
 	err := errors.Join(x.ps.release(c), c.Free(x.routers), c.Free(x.skew), c.Free(x.experts), c.Free(x.tables), c.Free(x.route), c.Free(x.acts), c.FreeHost(x.host), c.FreeHost(x.ring))
 	x.ps = nil
-	if x.stage != nil {
-		err = errors.Join(err, c.Free(x.stage.mem))
-		x.stage = nil
-	}
+	err = errors.Join(err, x.freeStaging(c))
 	if x.pin != nil {
 		err = errors.Join(err, x.pin.unpin(c))
 		x.pin, x.mapped, x.mapAddrs, x.mapWay = nil, nil, nil, MappedOff

@@ -351,8 +351,7 @@ func (m *Model) pickStreamFor(what string, on bool) (*gpuMoE, *pickStream, error
 // of the largest expert's slot layout, and the table kernels.MoEStage
 // writes a layer's staged picks into.
 type mappedStaging struct {
-	mem   cudadrv.DevPtr
-	bytes int64
+	bytes int64 // the allocation's, from st.Slots
 	st    kernels.MoEStaging
 }
 
@@ -390,7 +389,7 @@ func (x *gpuMoE) allocStaging(c *cudadrv.Ctx, cfg *model.Config) error {
 		return fmt.Errorf("staging slots (%d bytes): %w", total, err)
 	}
 	K := int64(cfg.ExpertsUsed)
-	x.stage = &mappedStaging{mem: mem, bytes: total, st: kernels.MoEStaging{Slots: mem, SlotBytes: slot, Table: mem.Add(K * slot)}}
+	x.stage = &mappedStaging{bytes: total, st: kernels.MoEStaging{Slots: mem, SlotBytes: slot, Table: mem.Add(K * slot)}}
 	x.expertBytes += total
 	return nil
 }
@@ -400,7 +399,7 @@ func (x *gpuMoE) freeStaging(c *cudadrv.Ctx) error {
 	if x.stage == nil {
 		return nil
 	}
-	err := c.Free(x.stage.mem)
+	err := c.Free(x.stage.st.Slots)
 	x.expertBytes -= x.stage.bytes
 	x.stage = nil
 	return err
