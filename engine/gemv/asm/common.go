@@ -175,3 +175,25 @@ func packedStep(k int, qp, dp, sp Register) {
 		ADDQ(U32(Tokens*k*32), sp)
 	}
 }
+
+// madd adds the products of qm's int16 pairs with w's (VPMADDWD's int32
+// lanes) into the accumulator acc. first says acc holds nothing yet, so
+// the products become it, unless zeroed (acc was set to zero ahead, for
+// VNNI); VNNI's VPDPWSSD adds them in one instruction; otherwise the
+// products land in w where last says w is not needed after this (one
+// vector), else in a new register, and are added.
+func madd(vnni, first, zeroed, last bool, qm Mem, w, acc VecVirtual) {
+	switch {
+	case vnni && (zeroed || !first):
+		VPDPWSSD(qm, w, acc)
+	case first:
+		VPMADDWD(qm, w, acc)
+	case last:
+		VPMADDWD(qm, w, w)
+		VPADDD(w, acc, acc)
+	default: // w is still needed
+		t := ZMM()
+		VPMADDWD(qm, w, t)
+		VPADDD(t, acc, acc)
+	}
+}

@@ -34,35 +34,9 @@ func floatAVX512(name string, kind int) { floatKernel(name, kind, true) }
 
 // floatKernel emits floatAVX2's kernel, or with wide floatAVX512's.
 func floatKernel(name string, kind int, wide bool) {
-	TEXT(name, NOSPLIT, signature)
-	Pragma("noescape")
-	format := []string{"F32", "F16", "BF16"}[kind]
-	family, lanes, vec := "AVX2", 8, func() VecVirtual { return YMM() }
-	if wide {
-		family, lanes, vec = "AVX-512", 16, func() VecVirtual { return ZMM() }
-	}
-	chunk := 16 * lanes // elements a chunk: 16 loads into 4 accumulators
-	Doc(name + " is the " + format + " kernel for " + family + " (ref.go's float path).")
-	es := 2 // bytes a weight
-	if kind == fF32 {
-		es = 4
-	}
-	wp := Load(Param("w"), GP64())
-	rows := Load(Param("rows"), GP64())
-	n := Load(Param("n"), GP64())
-	y := Load(Param("y"), GP64())
-	chunks := GP64()
-	MOVQ(n, chunks)
-	if wide {
-		SHRQ(U8(8), chunks)
-	} else {
-		SHRQ(U8(7), chunks)
-	}
-	rest := n // 16-element steps after the chunks
-	SHRQ(U8(4), rest)
-	ANDQ(U8(chunk/16-1), rest)
-
-	fw := floatWalk{kind: kind, wide: wide, lanes: lanes, es: es}
+	family := map[bool]string{false: "AVX2", true: "AVX-512"}[wide]
+	fw, wp, rows, y, chunks, rest := openFloat(name, kind, wide, "for "+family+" (ref.go's float path)")
+	vec, chunk := fw.vec, fw.chunk()
 	load := func(k int) VecVirtual { return fw.load(wp, k) }
 	toTotal := fw.toTotal
 
@@ -78,12 +52,12 @@ func floatKernel(name string, kind int, wide bool) {
 
 	Label(name + "_chunk")
 	if wide {
-		prefetch(wp, chunk*es)
+		prefetch(wp, chunk*fw.es)
 	}
 	var acc [4]VecVirtual
 	for k := 0; k < 16; k++ {
 		v := load(k)
-		f := Mem{Base: fp, Disp: 4 * lanes * k}
+		f := Mem{Base: fp, Disp: 4 * fw.lanes * k}
 		if k < 4 {
 			acc[k] = vec()
 			VMULPS(f, v, acc[k])
@@ -95,7 +69,7 @@ func floatKernel(name string, kind int, wide bool) {
 	VADDPS(acc[3], acc[2], acc[2])
 	VADDPS(acc[2], acc[0], acc[0])
 	toTotal(acc[0], t0, t1)
-	ADDQ(U32(chunk*es), wp)
+	ADDQ(U32(chunk*fw.es), wp)
 	ADDQ(U32(4*chunk), fp)
 	DECQ(nc)
 	JNE(LabelRef(name + "_chunk"))
@@ -112,7 +86,7 @@ func floatKernel(name string, kind int, wide bool) {
 		VFMADD231PS(Mem{Base: fp, Disp: 32}, load(1), a)
 	}
 	toTotal(a, t0, t1)
-	ADDQ(U8(16*es), wp)
+	ADDQ(U8(16*fw.es), wp)
 	ADDQ(U8(4*16), fp)
 	DECQ(nr)
 	JNE(LabelRef(name + "_step"))
@@ -120,6 +94,41 @@ func floatKernel(name string, kind int, wide bool) {
 	Label(name + "_store")
 	rowEnd(name, fw.total(t0, t1), nil, y, rows, wp, row0)
 }
+
+// openFloat opens a float kernel (kind's format, wide for AVX-512): its
+// text, its doc (contract after the format), and the parameters and
+// counts every float kernel starts from: the weights, rows and results,
+// the whole chunks a row (16 loads of lanes each) and the 16-element
+// steps after them.
+func openFloat(name string, kind int, wide bool, contract string) (fw floatWalk, wp, rows, y, chunks, rest Register) {
+	TEXT(name, NOSPLIT, signature)
+	Pragma("noescape")
+	Doc(name + " is the " + []string{"F32", "F16", "BF16"}[kind] + " kernel " + contract + ".")
+	fw = floatWalk{kind: kind, wide: wide, lanes: 8, es: 2}
+	if wide {
+		fw.lanes = 16
+	}
+	if kind == fF32 {
+		fw.es = 4
+	}
+	wp = Load(Param("w"), GP64())
+	rows = Load(Param("rows"), GP64())
+	n := Load(Param("n"), GP64())
+	y = Load(Param("y"), GP64())
+	c := GP64()
+	MOVQ(n, c)
+	if wide {
+		SHRQ(U8(8), c)
+	} else {
+		SHRQ(U8(7), c)
+	}
+	SHRQ(U8(4), n) // 16-element steps after the chunks
+	ANDQ(U8(fw.chunk()/16-1), n)
+	return fw, wp, rows, y, c, n
+}
+
+// chunk is the elements a chunk: 16 loads into 4 accumulators.
+func (f floatWalk) chunk() int { return 16 * f.lanes }
 
 // floatWalk is what the float kernels share: the format (kind), the
 // width (wide: AVX-512's sixteen lanes, else AVX2's eight) and the bytes
@@ -201,27 +210,8 @@ func (f floatWalk) total(t0, t1 VecVirtual) VecVirtual {
 // to four one-vector passes and is not built.
 func floatAVX512x(name string, kind int) {
 	const T = Tokens
-	TEXT(name, NOSPLIT, signature)
-	Pragma("noescape")
-	format := []string{"F32", "F16", "BF16"}[kind]
-	const lanes, chunk = 16, 256
-	Doc(name + " is the " + format + " kernel for AVX-512 over four vectors (ref.go's float path for each).")
-	es := 2
-	if kind == fF32 {
-		es = 4
-	}
-	wp := Load(Param("w"), GP64())
-	rows := Load(Param("rows"), GP64())
-	n := Load(Param("n"), GP64())
-	y := Load(Param("y"), GP64())
-	chunks := GP64()
-	MOVQ(n, chunks)
-	SHRQ(U8(8), chunks)
-	rest := n
-	SHRQ(U8(4), rest)
-	ANDQ(U8(chunk/16-1), rest)
-
-	fw := floatWalk{kind: kind, wide: true, lanes: lanes, es: es}
+	fw, wp, rows, y, chunks, rest := openFloat(name, kind, true, "for AVX-512 over four vectors (ref.go's float path for each)")
+	lanes, chunk := fw.lanes, fw.chunk()
 	load := func(k int) VecVirtual { return fw.load(wp, k) }
 	toTotal := fw.toTotal
 
@@ -244,7 +234,7 @@ func floatAVX512x(name string, kind int) {
 	JE(LabelRef(name + "_rest"))
 
 	Label(name + "_chunk")
-	prefetch(wp, chunk*es)
+	prefetch(wp, chunk*fw.es)
 	var acc [T][4]VecVirtual
 	for k := 0; k < 16; k++ {
 		v := load(k)
@@ -266,7 +256,7 @@ func floatAVX512x(name string, kind int) {
 		toTotal(a[0], t0[t], t1[t])
 		ADDQ(U32(4*chunk), fp[t])
 	}
-	ADDQ(U32(chunk*es), wp)
+	ADDQ(U32(chunk*fw.es), wp)
 	DECQ(nc)
 	JNE(LabelRef(name + "_chunk"))
 
@@ -283,7 +273,7 @@ func floatAVX512x(name string, kind int) {
 		toTotal(a, t0[t], t1[t])
 		ADDQ(U8(4*16), fp[t])
 	}
-	ADDQ(U8(16*es), wp)
+	ADDQ(U8(16*fw.es), wp)
 	DECQ(nr)
 	JNE(LabelRef(name + "_step"))
 

@@ -259,20 +259,7 @@ func (k *q4k512) blocks(wp Register, wo int, qp Register, qos []int, so int) []V
 			VPMULLW(s, part, part)
 			for i, qo := range qos {
 				acc := &accs[i]
-				qm := Mem{Base: qp, Disp: qo + 2*(64*j+32*h)}
-				switch {
-				case k.vnni && (zeroed || j > 0):
-					VPDPWSSD(qm, part, acc[h])
-				case j == 0:
-					VPMADDWD(qm, part, acc[h])
-				case len(qos) == 1:
-					VPMADDWD(qm, part, part)
-					VPADDD(part, acc[h], acc[h])
-				default: // part is still needed
-					t := ZMM()
-					VPMADDWD(qm, part, t)
-					VPADDD(t, acc[h], acc[h])
-				}
+				madd(k.vnni, j == 0, zeroed, len(qos) == 1, Mem{Base: qp, Disp: qo + 2*(64*j+32*h)}, part, acc[h])
 			}
 		}
 	}

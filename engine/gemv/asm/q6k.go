@@ -64,16 +64,7 @@ func q6kAVX2(name string) {
 			VPSHUFB(hn[j/2], lut[j%2], t)
 			VPADDB(t, w, w)
 			for half := 0; half < 2; half++ {
-				v := YMM()
-				if half == 0 {
-					VPMOVSXBW(w.AsX(), v)
-				} else {
-					VEXTRACTI128(U8(1), w, v.AsX())
-					VPMOVSXBW(v.AsX(), v)
-				}
-				g := 8*h + 2*j + half
-				VPBROADCASTW(scw.Offset(2*g), t)
-				VPMULLW(t, v, v)
+				v := q6kAVX2Scaled(w, t, half, scw.Offset(2*(8*h+2*j+half)))
 				VPMADDWD(Mem{Base: qp, Disp: 2 * (128*h + 32*j + 16*half)}, v, v)
 				VPADDD(v, acc[half], acc[half])
 			}
@@ -175,16 +166,7 @@ func q6kAVX2x(name string) {
 				VPSHUFB(hn[j/2], lut[j%2], t)
 				VPADDB(t, w, w)
 				for half := 0; half < 2; half++ {
-					v := YMM()
-					if half == 0 {
-						VPMOVSXBW(w.AsX(), v)
-					} else {
-						VEXTRACTI128(U8(1), w, v.AsX())
-						VPMOVSXBW(v.AsX(), v)
-					}
-					g := 8*h + 2*j + half
-					VPBROADCASTW(scw.Offset(2*g), t)
-					VPMULLW(t, v, v)
+					v := q6kAVX2Scaled(w, t, half, scw.Offset(2*(8*h+2*j+half)))
 					for k := 0; k < T; k++ {
 						p := YMM()
 						VPMADDWD(Mem{Base: qp, Disp: qo(k) + 2*(128*h+32*j+16*half)}, v, p)
@@ -227,4 +209,20 @@ func q6kAVX2x(name string) {
 
 	Label(name + "_end")
 	tot.rowEnd(name, y, rows, wp, row0)
+}
+
+// q6kAVX2Scaled widens half (0: the low 16, 1: the high 16) of w's int8
+// weights to int16 and multiplies them by the group's int16 scale at sc,
+// broadcast into t.
+func q6kAVX2Scaled(w, t VecVirtual, half int, sc Mem) VecVirtual {
+	v := YMM()
+	if half == 0 {
+		VPMOVSXBW(w.AsX(), v)
+	} else {
+		VEXTRACTI128(U8(1), w, v.AsX())
+		VPMOVSXBW(v.AsX(), v)
+	}
+	VPBROADCASTW(sc, t)
+	VPMULLW(t, v, v)
+	return v
 }

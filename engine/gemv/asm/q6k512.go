@@ -69,14 +69,7 @@ func q6kAVX512(name string, vnni bool) {
 		a1 := k.block(wp, 210, qp, 512, 32)
 		t := reducePairT(a0, a1)
 		VCVTDQ2PS(t, t)
-		d0, d1 := GP32(), GP32()
-		MOVWLZX(Mem{Base: wp, Disp: 208}, d0)
-		MOVWLZX(Mem{Base: wp, Disp: 210 + 208}, d1)
-		SHLL(U8(16), d1)
-		ORL(d1, d0)
-		dd := XMM()
-		VMOVD(d0, dd)
-		VCVTPH2PS(dd, dd)
+		dd := q6kPairScales(wp)
 		VMULPS(dd, t, t)
 		dx := XMM()
 		VMOVQ(Mem{Base: dp}, dx)
@@ -233,20 +226,7 @@ func (k *q6k512) blocks(wp Register, wo int, qp Register, qos []int, so int) []V
 			i := m & 1
 			for v, qo := range qos {
 				acc := &accs[v]
-				qm := Mem{Base: qp, Disp: qo + 2*(128*h+32*m)}
-				switch {
-				case k.vnni && (zeroed || h > 0 || m >= 2):
-					VPDPWSSD(qm, w, acc[i])
-				case h == 0 && m < 2:
-					VPMADDWD(qm, w, acc[i])
-				case len(qos) == 1:
-					VPMADDWD(qm, w, w)
-					VPADDD(w, acc[i], acc[i])
-				default: // w is still needed
-					t := ZMM()
-					VPMADDWD(qm, w, t)
-					VPADDD(t, acc[i], acc[i])
-				}
+				madd(k.vnni, h == 0 && m < 2, zeroed, len(qos) == 1, Mem{Base: qp, Disp: qo + 2*(128*h+32*m)}, w, acc[i])
 			}
 		}
 	}
@@ -278,14 +258,7 @@ func q6kAVX512x(name string, vnni bool) {
 		prefetch(wp, 2*210)
 		a0 := k.blocks(wp, 0, qp, vectorOffsets(T, 2*512, 0), 0)
 		a1 := k.blocks(wp, 210, qp, vectorOffsets(T, 2*512, 512), 32)
-		d0, d1 := GP32(), GP32()
-		MOVWLZX(Mem{Base: wp, Disp: 208}, d0)
-		MOVWLZX(Mem{Base: wp, Disp: 210 + 208}, d1)
-		SHLL(U8(16), d1)
-		ORL(d1, d0)
-		dd := XMM()
-		VMOVD(d0, dd)
-		VCVTPH2PS(dd, dd)
+		dd := q6kPairScales(wp)
 		for t := 0; t < T; t++ {
 			x := reducePairT(a0[t], a1[t])
 			VCVTDQ2PS(x, x)
@@ -385,4 +358,18 @@ func q6kHighTable() Mem {
 		}
 	}
 	return q6kHigh
+}
+
+// q6kPairScales loads the fp16 scales d of the two Q6_K blocks at wp and
+// wp+210 as [d₀ d₁] in float32 lanes 0 and 1 of an xmm.
+func q6kPairScales(wp Register) VecVirtual {
+	d0, d1 := GP32(), GP32()
+	MOVWLZX(Mem{Base: wp, Disp: 208}, d0)
+	MOVWLZX(Mem{Base: wp, Disp: 210 + 208}, d1)
+	SHLL(U8(16), d1)
+	ORL(d1, d0)
+	dd := XMM()
+	VMOVD(d0, dd)
+	VCVTPH2PS(dd, dd)
+	return dd
 }
