@@ -268,7 +268,7 @@ func (m *Model) forward(ctx context.Context, batch []model.Step, exit int) error
 		if _, err := m.ensure(c, p.T, p.R); err != nil {
 			return err
 		}
-		if m.moe != nil && exit == 0 && m.moe.mapWay != MappedOff {
+		if m.moe != nil && exit == 0 {
 			if err := m.moe.pullMapped(c, m.stream, pull); err != nil {
 				return err
 			}
@@ -302,7 +302,7 @@ func (m *Model) forward(ctx context.Context, batch []model.Step, exit int) error
 	})
 	mark(tr, TraceBack)
 	if trial {
-		if err == nil && !pullTrial {
+		if err == nil {
 			m.moe.choice.record(p.T, !m.moe.cpuOnly, time.Since(start))
 		}
 		m.moe.cpuOnly = false

@@ -159,6 +159,13 @@ type moeRouting struct {
 	zipf         float64
 }
 
+// dev is rt's rows of experts in device memory (prefix dev_ + rt's) run
+// a way named name: prefix dev_<name>_ + rt's.
+func (rt moeRouting) dev(name string) moeRouting {
+	rt.prefix = "dev_" + name + "_" + strings.TrimPrefix(rt.prefix, "dev_")
+	return rt
+}
+
 // moe measures one MoECase: attention on the GPU planned into the budget
 // (resident, tier B for what does not fit), routing on the GPU and every
 // expert on the CPU from host memory (engine/gpu's gpuMoE with no expert
@@ -388,12 +395,11 @@ func (rn *runner) moeStream(ctx context.Context, res *ScenarioResult, g *loaded,
 		res.Notes = append(res.Notes, fmt.Sprintf("%s, picks over PCIe: not run: %v", routing.short(), err))
 		return nil
 	}
-	rt := routing
-	rt.prefix = "dev_stream_" + strings.TrimPrefix(routing.prefix, "dev_")
+	rt := routing.dev("stream")
 	err := rn.streamRow(ctx, res, g, sizes, all, mc, routing, rt,
 		"cpu_picks", "picks over PCIe too", "the CPU's picks on the CPU alone", "a share of each CPU layer's picks copied over PCIe and computed on the GPU")
 	if err == nil {
-		err = rn.moeSplit(ctx, res, g, sizes, all, mc, rt)
+		err = rn.moeSplit(ctx, res, g, sizes, all, mc, routing)
 	}
 	if serr := g.SetStreamPicks(false); err == nil {
 		err = serr
@@ -401,17 +407,15 @@ func (rn *runner) moeStream(ctx context.Context, res *ScenarioResult, g *loaded,
 	return err
 }
 
-// moeSplit times batch 1 as stream (the picks over PCIe on) with picks
-// shared by their FFN width where a layer has few CPU picks
-// (gpu.Model.SetSplitPicks; rows dev_split_*), against stream's rows, and
-// turns it off again.
-func (rn *runner) moeSplit(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, stream moeRouting) error {
+// moeSplit times batch 1 of routing's placement with the picks over PCIe
+// on and shared by their FFN width where a layer has few CPU picks
+// (gpu.Model.SetSplitPicks; rows dev_split_*), against its dev_stream_*
+// rows, and turns the split off again.
+func (rn *runner) moeSplit(ctx context.Context, res *ScenarioResult, g *loaded, sizes, all [][]int64, mc MoECase, routing moeRouting) error {
 	if err := g.SetSplitPicks(true); err != nil {
 		return err
 	}
-	split := stream
-	split.prefix = "dev_split_" + strings.TrimPrefix(stream.prefix, "dev_stream_")
-	err := rn.streamRow(ctx, res, g, sizes, all, mc, stream, split,
+	err := rn.streamRow(ctx, res, g, sizes, all, mc, routing.dev("stream"), routing.dev("split"),
 		"stream_picks", "picks also shared by width", "whole picks only", "picks shared by their FFN width with the CPU where a layer has few")
 	if serr := g.SetSplitPicks(false); err == nil {
 		err = serr
@@ -447,8 +451,7 @@ func (rn *runner) moeMapped(ctx context.Context, res *ScenarioResult, g *loaded,
 		res.Notes = append(res.Notes, fmt.Sprintf("%s, mapped experts: not run: %v", routing.short(), err))
 		return nil
 	}
-	rt := routing
-	rt.prefix = "dev_mapped_" + strings.TrimPrefix(routing.prefix, "dev_")
+	rt := routing.dev("mapped")
 	before, _ := g.MoEStats()
 	err := rn.moeDecode(ctx, res, g, sizes, all, mc, rt, 1)
 	after, _ := g.MoEStats()
@@ -459,9 +462,7 @@ func (rn *runner) moeMapped(ctx context.Context, res *ScenarioResult, g *loaded,
 		return err
 	}
 	addVersus(res, rt, routing, "cpu_picks", "experts pulled over PCIe by the GPU", "the CPU's picks on the CPU alone")
-	stream := routing
-	stream.prefix = "dev_stream_" + strings.TrimPrefix(routing.prefix, "dev_")
-	addVersus(res, rt, stream, "stream_picks", "experts pulled over PCIe by the GPU", "a share of the CPU's picks over PCIe")
+	addVersus(res, rt, routing.dev("stream"), "stream_picks", "experts pulled over PCIe by the GPU", "a share of the CPU's picks over PCIe")
 	picks, bytes := after.Mapped.Picks-before.Mapped.Picks, after.Mapped.Bytes-before.Mapped.Bytes
 	layers := after.HostFree - before.HostFree
 	res.Notes = append(res.Notes, fmt.Sprintf("%s, the experts the device does not hold pulled over PCIe by the GPU, staged into slots for the picked kernels (JSON keys %s*): over its warm-up and timed passes, %d picks (%s) pulled in %d layers that ran without the host, %d CPU layers",
@@ -478,8 +479,7 @@ func (rn *runner) moeAuto(ctx context.Context, res *ScenarioResult, g *loaded, s
 		res.Notes = append(res.Notes, fmt.Sprintf("%s, the engine's default ways: not run: %v", routing.short(), err))
 		return nil
 	}
-	rt := routing
-	rt.prefix = "dev_auto_" + strings.TrimPrefix(routing.prefix, "dev_")
+	rt := routing.dev("auto")
 	err := g.SetMappedExperts(gpu.MappedTrial)
 	if err == nil {
 		err = rn.moeDecode(ctx, res, g, sizes, all, mc, rt, 1)
@@ -489,11 +489,8 @@ func (rn *runner) moeAuto(ctx context.Context, res *ScenarioResult, g *loaded, s
 	if err != nil {
 		return err
 	}
-	stream, mapped := routing, routing
-	stream.prefix = "dev_stream_" + strings.TrimPrefix(routing.prefix, "dev_")
-	mapped.prefix = "dev_mapped_" + strings.TrimPrefix(routing.prefix, "dev_")
-	addVersus(res, rt, stream, "stream_picks", "the engine's default ways", "the pick stream alone")
-	addVersus(res, rt, mapped, "mapped", "the engine's default ways", "mapped experts always")
+	addVersus(res, rt, routing.dev("stream"), "stream_picks", "the engine's default ways", "the pick stream alone")
+	addVersus(res, rt, routing.dev("mapped"), "mapped", "the engine's default ways", "mapped experts always")
 	m := st.Mapped
 	kept := "undecided"
 	if m.Decided {
