@@ -365,7 +365,7 @@ func stageBytes(cfg *model.Config, layers []*model.Layer) (slot, total int64, er
 		}
 		slot = max(slot, size)
 	}
-	return slot, int64(cfg.ExpertsUsed)*slot + tableBytes(1, cfg.Experts), nil
+	return slot, slotsBytes(cfg, slot), nil
 }
 
 // MappedStageBytes is the device memory SetMappedExperts takes for cfg's
@@ -375,7 +375,7 @@ func MappedStageBytes(cfg *model.Config, largest int64) int64 {
 	if !cfg.MoE() || largest <= 0 {
 		return 0
 	}
-	return int64(cfg.ExpertsUsed)*(largest+3*alignUp(1)) + tableBytes(1, cfg.Experts)
+	return slotsBytes(cfg, slotFor(largest))
 }
 
 // allocStaging allocates the mapped picks' slots and table (stageBytes).

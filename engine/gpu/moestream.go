@@ -190,9 +190,18 @@ func PickStreamBytes(cfg *model.Config, largest int64) int64 {
 		return 0
 	}
 	K := int64(cfg.ExpertsUsed)
-	slot := largest + 3*alignUp(1) // each matrix aligned (expertSize)
 	acts := alignUp(K*int64(cfg.ExpertFFN)*4) + alignUp(K*int64(cfg.Dim)*4) + alignUp(K*4)
-	return K*slot + 2*tableBytes(1, cfg.Experts) + 2*acts // the part's table and activations too
+	return slotsBytes(cfg, slotFor(largest)) + tableBytes(1, cfg.Experts) + 2*acts // the part's table and activations too
+}
+
+// slotFor is a staging slot's bytes for an expert of largest bytes at
+// most: each of its matrices aligned, as expertSize lays them out.
+func slotFor(largest int64) int64 { return largest + 3*alignUp(1) }
+
+// slotsBytes is ExpertsUsed staging slots of slot bytes and the table of
+// cfg's experts that points into them.
+func slotsBytes(cfg *model.Config, slot int64) int64 {
+	return int64(cfg.ExpertsUsed)*slot + tableBytes(1, cfg.Experts)
 }
 
 // newPickStream pins x's host experts (a user of x.pinHost) and
