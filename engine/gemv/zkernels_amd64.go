@@ -168,3 +168,23 @@ func f16AVX512x4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *
 //
 //go:noescape
 func bf16AVX512x4(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
+
+// tilesAMX adds a bfloat16 panel's products with up to four tiles of vectors to c (see the generator, asm/amx.go).
+//
+//go:noescape
+func tilesAMX(cfg *byte, w *uint16, wstride int, x *uint16, xstep int, c *float32, chunks int, tiles int)
+
+// q4kWiden widens Q4_K rows to bfloat16 for the tile path (see the generator, asm/widen.go).
+//
+//go:noescape
+func q4kWiden(w *byte, stride int, rows int, nb int, out *uint16, ld int)
+
+// q6kWiden widens Q6_K rows to bfloat16 for the tile path (see the generator, asm/widen.go).
+//
+//go:noescape
+func q6kWiden(w *byte, stride int, rows int, nb int, out *uint16, ld int)
+
+// q8Widen widens Q8_0 rows to bfloat16 for the tile path (see the generator, asm/widen.go).
+//
+//go:noescape
+func q8Widen(w *byte, stride int, rows int, nb int, out *uint16, ld int)

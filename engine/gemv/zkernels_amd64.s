@@ -12656,3 +12656,1013 @@ bf16AVX512x4_store:
 bf16AVX512x4_done:
 	VZEROUPPER
 	RET
+
+// func tilesAMX(cfg *byte, w *uint16, wstride int, x *uint16, xstep int, c *float32, chunks int, tiles int)
+TEXT ·tilesAMX(SB), NOSPLIT, $0-64
+	MOVQ cfg+0(FP), AX
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0x00
+	MOVQ w+8(FP), SI
+	MOVQ wstride+16(FP), CX
+	MOVQ x+24(FP), DI
+	MOVQ xstep+32(FP), R9
+	MOVQ c+40(FP), R8
+	MOVQ chunks+48(FP), R10
+	MOVQ tiles+56(FP), R11
+	MOVQ $0x00000040, BX
+	CMPQ R11, $0x04
+	JEQ  tiles4
+	CMPQ R11, $0x03
+	JEQ  tiles3
+	CMPQ R11, $0x02
+	JEQ  tiles2
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x18
+
+tiles1_chunk:
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x0e
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x1f
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0xbc
+	BYTE $0x1f
+	BYTE $0x00
+	BYTE $0x04
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xc4
+	ADDQ $0x40, SI
+	ADDQ R9, DI
+	DECQ R10
+	JNE  tiles1_chunk
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x18
+	JMP  tiles_done
+
+tiles2:
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x18
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x8c
+	BYTE $0x18
+	BYTE $0x00
+	BYTE $0x04
+	BYTE $0x00
+	BYTE $0x00
+
+tiles2_chunk:
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x0e
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x1f
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0xbc
+	BYTE $0x1f
+	BYTE $0x00
+	BYTE $0x04
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xc4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0xb4
+	BYTE $0x1f
+	BYTE $0x00
+	BYTE $0x08
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0xbc
+	BYTE $0x1f
+	BYTE $0x00
+	BYTE $0x0c
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xcc
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+	ADDQ $0x40, SI
+	ADDQ R9, DI
+	DECQ R10
+	JNE  tiles2_chunk
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x18
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x8c
+	BYTE $0x18
+	BYTE $0x00
+	BYTE $0x04
+	BYTE $0x00
+	BYTE $0x00
+	JMP  tiles_done
+
+tiles3:
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x18
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x8c
+	BYTE $0x18
+	BYTE $0x00
+	BYTE $0x04
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x94
+	BYTE $0x18
+	BYTE $0x00
+	BYTE $0x08
+	BYTE $0x00
+	BYTE $0x00
+
+tiles3_chunk:
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x0e
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x1f
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0xbc
+	BYTE $0x1f
+	BYTE $0x00
+	BYTE $0x04
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xc4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0xb4
+	BYTE $0x1f
+	BYTE $0x00
+	BYTE $0x08
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0xbc
+	BYTE $0x1f
+	BYTE $0x00
+	BYTE $0x0c
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xcc
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0xb4
+	BYTE $0x1f
+	BYTE $0x00
+	BYTE $0x10
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0xbc
+	BYTE $0x1f
+	BYTE $0x00
+	BYTE $0x14
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xd4
+	ADDQ $0x40, SI
+	ADDQ R9, DI
+	DECQ R10
+	JNE  tiles3_chunk
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x18
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x8c
+	BYTE $0x18
+	BYTE $0x00
+	BYTE $0x04
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x94
+	BYTE $0x18
+	BYTE $0x00
+	BYTE $0x08
+	BYTE $0x00
+	BYTE $0x00
+	JMP  tiles_done
+
+tiles4:
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x18
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x8c
+	BYTE $0x18
+	BYTE $0x00
+	BYTE $0x04
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x94
+	BYTE $0x18
+	BYTE $0x00
+	BYTE $0x08
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x9c
+	BYTE $0x18
+	BYTE $0x00
+	BYTE $0x0c
+	BYTE $0x00
+	BYTE $0x00
+
+tiles4_chunk:
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x24
+	BYTE $0x0e
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0x34
+	BYTE $0x1f
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0xbc
+	BYTE $0x1f
+	BYTE $0x00
+	BYTE $0x04
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xc4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xc4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0xb4
+	BYTE $0x1f
+	BYTE $0x00
+	BYTE $0x08
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0xbc
+	BYTE $0x1f
+	BYTE $0x00
+	BYTE $0x0c
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xcc
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xcc
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0xb4
+	BYTE $0x1f
+	BYTE $0x00
+	BYTE $0x10
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0xbc
+	BYTE $0x1f
+	BYTE $0x00
+	BYTE $0x14
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xd4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xd4
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0xb4
+	BYTE $0x1f
+	BYTE $0x00
+	BYTE $0x18
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x7b
+	BYTE $0x4b
+	BYTE $0xbc
+	BYTE $0x1f
+	BYTE $0x00
+	BYTE $0x1c
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x4a
+	BYTE $0x5c
+	BYTE $0xdc
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x42
+	BYTE $0x5c
+	BYTE $0xdc
+	ADDQ $0x40, SI
+	ADDQ R9, DI
+	DECQ R10
+	JNE  tiles4_chunk
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x04
+	BYTE $0x18
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x8c
+	BYTE $0x18
+	BYTE $0x00
+	BYTE $0x04
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x94
+	BYTE $0x18
+	BYTE $0x00
+	BYTE $0x08
+	BYTE $0x00
+	BYTE $0x00
+	BYTE $0xc4
+	BYTE $0xc2
+	BYTE $0x7a
+	BYTE $0x4b
+	BYTE $0x9c
+	BYTE $0x18
+	BYTE $0x00
+	BYTE $0x0c
+	BYTE $0x00
+	BYTE $0x00
+
+tiles_done:
+	BYTE $0xc4
+	BYTE $0xe2
+	BYTE $0x78
+	BYTE $0x49
+	BYTE $0xc0
+	RET
+
+// func q4kWiden(w *byte, stride int, rows int, nb int, out *uint16, ld int)
+// Requires: AVX, AVX2, AVX512F, F16C
+TEXT ·q4kWiden(SB), NOSPLIT, $64-48
+	MOVQ w+0(FP), AX
+	MOVQ stride+8(FP), CX
+	MOVQ rows+16(FP), DX
+	MOVQ out+32(FP), BX
+	MOVQ ld+40(FP), SI
+
+q4kWiden_row:
+	CMPQ         DX, $0x00
+	JE           q4kWiden_done
+	MOVQ         AX, DI
+	MOVQ         BX, R8
+	MOVQ         nb+24(FP), R9
+	MOVL         $0x0000000f, R10
+	VPBROADCASTD R10, Z31
+
+q4kWiden_block:
+	MOVL             (DI), R10
+	VMOVD            R10, X30
+	VCVTPH2PS        X30, X30
+	VBROADCASTSS     X30, Y29
+	VMOVSHDUP        X30, X28
+	VBROADCASTSS     X28, Y28
+	MOVL             4(DI), R10
+	MOVL             8(DI), R11
+	MOVL             12(DI), R12
+	MOVL             R10, R13
+	SHRL             $0x02, R13
+	ANDL             $0x30303030, R13
+	ANDL             $0x3f3f3f3f, R10
+	MOVL             R12, R14
+	ANDL             $0x0f0f0f0f, R14
+	ORL              R13, R14
+	MOVL             R11, R13
+	SHRL             $0x02, R13
+	ANDL             $0x30303030, R13
+	ANDL             $0x3f3f3f3f, R11
+	SHRL             $0x04, R12
+	ANDL             $0x0f0f0f0f, R12
+	ORL              R13, R12
+	SHLQ             $0x20, R14
+	ORQ              R14, R10
+	SHLQ             $0x20, R12
+	ORQ              R12, R11
+	VMOVQ            R10, X27
+	VPMOVZXBD        X27, Y27
+	VCVTDQ2PS        Y27, Y27
+	VMULPS           Y29, Y27, Y27
+	VMOVUPS          Y27, (SP)
+	VMOVQ            R11, X26
+	VPMOVZXBD        X26, Y26
+	VCVTDQ2PS        Y26, Y26
+	VMULPS           Y28, Y26, Y26
+	VMOVUPS          Y26, 32(SP)
+	VBROADCASTSS     (SP), Z3
+	VBROADCASTSS     4(SP), Z4
+	VPMOVZXBD        16(DI), Z0
+	VPANDD           Z31, Z0, Z5
+	VPSRLD           $0x04, Z0, Z6
+	VPMOVZXBD        32(DI), Z0
+	VPANDD           Z31, Z0, Z7
+	VPSRLD           $0x04, Z0, Z8
+	VCVTDQ2PS        Z5, Z5
+	VCVTDQ2PS        Z6, Z6
+	VCVTDQ2PS        Z7, Z7
+	VCVTDQ2PS        Z8, Z8
+	VFMSUB213PS.BCST 32(SP), Z3, Z5
+	VFMSUB213PS.BCST 32(SP), Z3, Z7
+	VFMSUB213PS.BCST 36(SP), Z4, Z6
+	VFMSUB213PS.BCST 36(SP), Z4, Z8
+	BYTE             $0x62
+	BYTE             $0x72
+	BYTE             $0x47
+	BYTE             $0x48
+	BYTE             $0x72
+	BYTE             $0xcd
+	BYTE             $0x62
+	BYTE             $0x72
+	BYTE             $0x3f
+	BYTE             $0x48
+	BYTE             $0x72
+	BYTE             $0xd6
+	VMOVDQU32        Z9, (R8)
+	VMOVDQU32        Z10, 64(R8)
+	VBROADCASTSS     8(SP), Z3
+	VBROADCASTSS     12(SP), Z4
+	VPMOVZXBD        48(DI), Z0
+	VPANDD           Z31, Z0, Z5
+	VPSRLD           $0x04, Z0, Z6
+	VPMOVZXBD        64(DI), Z0
+	VPANDD           Z31, Z0, Z7
+	VPSRLD           $0x04, Z0, Z8
+	VCVTDQ2PS        Z5, Z5
+	VCVTDQ2PS        Z6, Z6
+	VCVTDQ2PS        Z7, Z7
+	VCVTDQ2PS        Z8, Z8
+	VFMSUB213PS.BCST 40(SP), Z3, Z5
+	VFMSUB213PS.BCST 40(SP), Z3, Z7
+	VFMSUB213PS.BCST 44(SP), Z4, Z6
+	VFMSUB213PS.BCST 44(SP), Z4, Z8
+	BYTE             $0x62
+	BYTE             $0x72
+	BYTE             $0x47
+	BYTE             $0x48
+	BYTE             $0x72
+	BYTE             $0xcd
+	BYTE             $0x62
+	BYTE             $0x72
+	BYTE             $0x3f
+	BYTE             $0x48
+	BYTE             $0x72
+	BYTE             $0xd6
+	VMOVDQU32        Z9, 128(R8)
+	VMOVDQU32        Z10, 192(R8)
+	VBROADCASTSS     16(SP), Z3
+	VBROADCASTSS     20(SP), Z4
+	VPMOVZXBD        80(DI), Z0
+	VPANDD           Z31, Z0, Z5
+	VPSRLD           $0x04, Z0, Z6
+	VPMOVZXBD        96(DI), Z0
+	VPANDD           Z31, Z0, Z7
+	VPSRLD           $0x04, Z0, Z8
+	VCVTDQ2PS        Z5, Z5
+	VCVTDQ2PS        Z6, Z6
+	VCVTDQ2PS        Z7, Z7
+	VCVTDQ2PS        Z8, Z8
+	VFMSUB213PS.BCST 48(SP), Z3, Z5
+	VFMSUB213PS.BCST 48(SP), Z3, Z7
+	VFMSUB213PS.BCST 52(SP), Z4, Z6
+	VFMSUB213PS.BCST 52(SP), Z4, Z8
+	BYTE             $0x62
+	BYTE             $0x72
+	BYTE             $0x47
+	BYTE             $0x48
+	BYTE             $0x72
+	BYTE             $0xcd
+	BYTE             $0x62
+	BYTE             $0x72
+	BYTE             $0x3f
+	BYTE             $0x48
+	BYTE             $0x72
+	BYTE             $0xd6
+	VMOVDQU32        Z9, 256(R8)
+	VMOVDQU32        Z10, 320(R8)
+	VBROADCASTSS     24(SP), Z3
+	VBROADCASTSS     28(SP), Z4
+	VPMOVZXBD        112(DI), Z0
+	VPANDD           Z31, Z0, Z5
+	VPSRLD           $0x04, Z0, Z6
+	VPMOVZXBD        128(DI), Z0
+	VPANDD           Z31, Z0, Z7
+	VPSRLD           $0x04, Z0, Z8
+	VCVTDQ2PS        Z5, Z5
+	VCVTDQ2PS        Z6, Z6
+	VCVTDQ2PS        Z7, Z7
+	VCVTDQ2PS        Z8, Z8
+	VFMSUB213PS.BCST 56(SP), Z3, Z5
+	VFMSUB213PS.BCST 56(SP), Z3, Z7
+	VFMSUB213PS.BCST 60(SP), Z4, Z6
+	VFMSUB213PS.BCST 60(SP), Z4, Z8
+	BYTE             $0x62
+	BYTE             $0x72
+	BYTE             $0x47
+	BYTE             $0x48
+	BYTE             $0x72
+	BYTE             $0xcd
+	BYTE             $0x62
+	BYTE             $0x72
+	BYTE             $0x3f
+	BYTE             $0x48
+	BYTE             $0x72
+	BYTE             $0xd6
+	VMOVDQU32        Z9, 384(R8)
+	VMOVDQU32        Z10, 448(R8)
+	ADDQ             $0x00000090, DI
+	ADDQ             $0x00000200, R8
+	DECQ             R9
+	JNE              q4kWiden_block
+	ADDQ             CX, AX
+	ADDQ             SI, BX
+	DECQ             DX
+	JMP              q4kWiden_row
+
+q4kWiden_done:
+	VZEROUPPER
+	RET
+
+// func q6kWiden(w *byte, stride int, rows int, nb int, out *uint16, ld int)
+// Requires: AVX, AVX512F, F16C
+TEXT ·q6kWiden(SB), NOSPLIT, $128-48
+	MOVQ w+0(FP), AX
+	MOVQ stride+8(FP), CX
+	MOVQ rows+16(FP), DX
+	MOVQ out+32(FP), BX
+	MOVQ ld+40(FP), SI
+
+q6kWiden_row:
+	CMPQ         DX, $0x00
+	JE           q6kWiden_done
+	MOVQ         AX, DI
+	MOVQ         BX, R8
+	MOVQ         nb+24(FP), R9
+	MOVL         $0x0000000f, R10
+	VPBROADCASTD R10, Z31
+	MOVL         $0x00000003, R10
+	VPBROADCASTD R10, Z30
+	MOVL         $0xc2000000, R10
+	VPBROADCASTD R10, Z29
+
+q6kWiden_block:
+	MOVWLZX          208(DI), R10
+	VMOVD            R10, X28
+	VCVTPH2PS        X28, X28
+	VBROADCASTSS     X28, Z28
+	VPMOVSXBD        192(DI), Z27
+	VCVTDQ2PS        Z27, Z27
+	VMULPS           Z28, Z27, Z27
+	VMOVUPS          Z27, (SP)
+	VMULPS           Z29, Z27, Z27
+	VMOVUPS          Z27, 64(SP)
+	VPMOVZXBD        (DI), Z0
+	VPMOVZXBD        32(DI), Z1
+	VPMOVZXBD        128(DI), Z2
+	VPANDD           Z31, Z0, Z8
+	VPANDD           Z30, Z2, Z3
+	VPSLLD           $0x04, Z3, Z3
+	VPORD            Z3, Z8, Z8
+	VCVTDQ2PS        Z8, Z8
+	VBROADCASTSS     (SP), Z4
+	VFMADD213PS.BCST 64(SP), Z4, Z8
+	VPANDD           Z31, Z1, Z10
+	VPSRLD           $0x02, Z2, Z3
+	VPANDD           Z30, Z3, Z3
+	VPSLLD           $0x04, Z3, Z3
+	VPORD            Z3, Z10, Z10
+	VCVTDQ2PS        Z10, Z10
+	VBROADCASTSS     8(SP), Z4
+	VFMADD213PS.BCST 72(SP), Z4, Z10
+	VPSRLD           $0x04, Z0, Z12
+	VPSRLD           $0x04, Z2, Z3
+	VPANDD           Z30, Z3, Z3
+	VPSLLD           $0x04, Z3, Z3
+	VPORD            Z3, Z12, Z12
+	VCVTDQ2PS        Z12, Z12
+	VBROADCASTSS     16(SP), Z4
+	VFMADD213PS.BCST 80(SP), Z4, Z12
+	VPSRLD           $0x04, Z1, Z14
+	VPSRLD           $0x06, Z2, Z3
+	VPSLLD           $0x04, Z3, Z3
+	VPORD            Z3, Z14, Z14
+	VCVTDQ2PS        Z14, Z14
+	VBROADCASTSS     24(SP), Z4
+	VFMADD213PS.BCST 88(SP), Z4, Z14
+	VPMOVZXBD        16(DI), Z0
+	VPMOVZXBD        48(DI), Z1
+	VPMOVZXBD        144(DI), Z2
+	VPANDD           Z31, Z0, Z9
+	VPANDD           Z30, Z2, Z3
+	VPSLLD           $0x04, Z3, Z3
+	VPORD            Z3, Z9, Z9
+	VCVTDQ2PS        Z9, Z9
+	VBROADCASTSS     4(SP), Z4
+	VFMADD213PS.BCST 68(SP), Z4, Z9
+	VPANDD           Z31, Z1, Z11
+	VPSRLD           $0x02, Z2, Z3
+	VPANDD           Z30, Z3, Z3
+	VPSLLD           $0x04, Z3, Z3
+	VPORD            Z3, Z11, Z11
+	VCVTDQ2PS        Z11, Z11
+	VBROADCASTSS     12(SP), Z4
+	VFMADD213PS.BCST 76(SP), Z4, Z11
+	VPSRLD           $0x04, Z0, Z13
+	VPSRLD           $0x04, Z2, Z3
+	VPANDD           Z30, Z3, Z3
+	VPSLLD           $0x04, Z3, Z3
+	VPORD            Z3, Z13, Z13
+	VCVTDQ2PS        Z13, Z13
+	VBROADCASTSS     20(SP), Z4
+	VFMADD213PS.BCST 84(SP), Z4, Z13
+	VPSRLD           $0x04, Z1, Z15
+	VPSRLD           $0x06, Z2, Z3
+	VPSLLD           $0x04, Z3, Z3
+	VPORD            Z3, Z15, Z15
+	VCVTDQ2PS        Z15, Z15
+	VBROADCASTSS     28(SP), Z4
+	VFMADD213PS.BCST 92(SP), Z4, Z15
+	BYTE             $0x62
+	BYTE             $0xc2
+	BYTE             $0x37
+	BYTE             $0x48
+	BYTE             $0x72
+	BYTE             $0xc0
+	VMOVDQU32        Z16, (R8)
+	BYTE             $0x62
+	BYTE             $0xc2
+	BYTE             $0x27
+	BYTE             $0x48
+	BYTE             $0x72
+	BYTE             $0xc2
+	VMOVDQU32        Z16, 64(R8)
+	BYTE             $0x62
+	BYTE             $0xc2
+	BYTE             $0x17
+	BYTE             $0x48
+	BYTE             $0x72
+	BYTE             $0xc4
+	VMOVDQU32        Z16, 128(R8)
+	BYTE             $0x62
+	BYTE             $0xc2
+	BYTE             $0x07
+	BYTE             $0x48
+	BYTE             $0x72
+	BYTE             $0xc6
+	VMOVDQU32        Z16, 192(R8)
+	VPMOVZXBD        64(DI), Z0
+	VPMOVZXBD        96(DI), Z1
+	VPMOVZXBD        160(DI), Z2
+	VPANDD           Z31, Z0, Z8
+	VPANDD           Z30, Z2, Z3
+	VPSLLD           $0x04, Z3, Z3
+	VPORD            Z3, Z8, Z8
+	VCVTDQ2PS        Z8, Z8
+	VBROADCASTSS     32(SP), Z4
+	VFMADD213PS.BCST 96(SP), Z4, Z8
+	VPANDD           Z31, Z1, Z10
+	VPSRLD           $0x02, Z2, Z3
+	VPANDD           Z30, Z3, Z3
+	VPSLLD           $0x04, Z3, Z3
+	VPORD            Z3, Z10, Z10
+	VCVTDQ2PS        Z10, Z10
+	VBROADCASTSS     40(SP), Z4
+	VFMADD213PS.BCST 104(SP), Z4, Z10
+	VPSRLD           $0x04, Z0, Z12
+	VPSRLD           $0x04, Z2, Z3
+	VPANDD           Z30, Z3, Z3
+	VPSLLD           $0x04, Z3, Z3
+	VPORD            Z3, Z12, Z12
+	VCVTDQ2PS        Z12, Z12
+	VBROADCASTSS     48(SP), Z4
+	VFMADD213PS.BCST 112(SP), Z4, Z12
+	VPSRLD           $0x04, Z1, Z14
+	VPSRLD           $0x06, Z2, Z3
+	VPSLLD           $0x04, Z3, Z3
+	VPORD            Z3, Z14, Z14
+	VCVTDQ2PS        Z14, Z14
+	VBROADCASTSS     56(SP), Z4
+	VFMADD213PS.BCST 120(SP), Z4, Z14
+	VPMOVZXBD        80(DI), Z0
+	VPMOVZXBD        112(DI), Z1
+	VPMOVZXBD        176(DI), Z2
+	VPANDD           Z31, Z0, Z9
+	VPANDD           Z30, Z2, Z3
+	VPSLLD           $0x04, Z3, Z3
+	VPORD            Z3, Z9, Z9
+	VCVTDQ2PS        Z9, Z9
+	VBROADCASTSS     36(SP), Z4
+	VFMADD213PS.BCST 100(SP), Z4, Z9
+	VPANDD           Z31, Z1, Z11
+	VPSRLD           $0x02, Z2, Z3
+	VPANDD           Z30, Z3, Z3
+	VPSLLD           $0x04, Z3, Z3
+	VPORD            Z3, Z11, Z11
+	VCVTDQ2PS        Z11, Z11
+	VBROADCASTSS     44(SP), Z4
+	VFMADD213PS.BCST 108(SP), Z4, Z11
+	VPSRLD           $0x04, Z0, Z13
+	VPSRLD           $0x04, Z2, Z3
+	VPANDD           Z30, Z3, Z3
+	VPSLLD           $0x04, Z3, Z3
+	VPORD            Z3, Z13, Z13
+	VCVTDQ2PS        Z13, Z13
+	VBROADCASTSS     52(SP), Z4
+	VFMADD213PS.BCST 116(SP), Z4, Z13
+	VPSRLD           $0x04, Z1, Z15
+	VPSRLD           $0x06, Z2, Z3
+	VPSLLD           $0x04, Z3, Z3
+	VPORD            Z3, Z15, Z15
+	VCVTDQ2PS        Z15, Z15
+	VBROADCASTSS     60(SP), Z4
+	VFMADD213PS.BCST 124(SP), Z4, Z15
+	BYTE             $0x62
+	BYTE             $0xc2
+	BYTE             $0x37
+	BYTE             $0x48
+	BYTE             $0x72
+	BYTE             $0xc0
+	VMOVDQU32        Z16, 256(R8)
+	BYTE             $0x62
+	BYTE             $0xc2
+	BYTE             $0x27
+	BYTE             $0x48
+	BYTE             $0x72
+	BYTE             $0xc2
+	VMOVDQU32        Z16, 320(R8)
+	BYTE             $0x62
+	BYTE             $0xc2
+	BYTE             $0x17
+	BYTE             $0x48
+	BYTE             $0x72
+	BYTE             $0xc4
+	VMOVDQU32        Z16, 384(R8)
+	BYTE             $0x62
+	BYTE             $0xc2
+	BYTE             $0x07
+	BYTE             $0x48
+	BYTE             $0x72
+	BYTE             $0xc6
+	VMOVDQU32        Z16, 448(R8)
+	ADDQ             $0x000000d2, DI
+	ADDQ             $0x00000200, R8
+	DECQ             R9
+	JNE              q6kWiden_block
+	ADDQ             CX, AX
+	ADDQ             SI, BX
+	DECQ             DX
+	JMP              q6kWiden_row
+
+q6kWiden_done:
+	VZEROUPPER
+	RET
+
+// func q8Widen(w *byte, stride int, rows int, nb int, out *uint16, ld int)
+// Requires: AVX, AVX512F, F16C
+TEXT ·q8Widen(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), AX
+	MOVQ stride+8(FP), CX
+	MOVQ rows+16(FP), DX
+	MOVQ out+32(FP), BX
+	MOVQ ld+40(FP), SI
+
+q8Widen_row:
+	CMPQ DX, $0x00
+	JE   q8Widen_done
+	MOVQ AX, DI
+	MOVQ BX, R8
+	MOVQ nb+24(FP), R9
+
+q8Widen_block:
+	MOVWLZX      (DI), R10
+	VMOVD        R10, X2
+	VCVTPH2PS    X2, X2
+	VBROADCASTSS X2, Z2
+	VPMOVSXBD    2(DI), Z0
+	VPMOVSXBD    18(DI), Z1
+	VCVTDQ2PS    Z0, Z0
+	VCVTDQ2PS    Z1, Z1
+	VMULPS       Z2, Z0, Z0
+	VMULPS       Z2, Z1, Z1
+	BYTE         $0x62
+	BYTE         $0xf2
+	BYTE         $0x77
+	BYTE         $0x48
+	BYTE         $0x72
+	BYTE         $0xd8
+	VMOVDQU32    Z3, (R8)
+	ADDQ         $0x00000022, DI
+	ADDQ         $0x00000040, R8
+	DECQ         R9
+	JNE          q8Widen_block
+	ADDQ         CX, AX
+	ADDQ         SI, BX
+	DECQ         DX
+	JMP          q8Widen_row
+
+q8Widen_done:
+	VZEROUPPER
+	RET

@@ -502,6 +502,12 @@ type scratch struct {
 	// several vectors taken by an op whose format has such a kernel.
 	packed   []gemv.Packed
 	inPacked []bool
+	// tiles[k] holds distinct input k's vectors for the tile path
+	// (gemv.Tiles) when inTiled[k]: a batch that large takes it for some
+	// op's format (gemv.TilesPay); opTiled[o] says op o's does.
+	tiles   []gemv.Tiles
+	inTiled []bool
+	opTiled []bool
 }
 
 // sameRows reports whether a and b are the same rows (the same vectors in
@@ -1144,6 +1150,8 @@ func (m *Model) matmul(ops ...matOp) error {
 	if m.fast {
 		return m.matmulGEMV(ops)
 	}
+	sc := &m.sc
+	sc.opTiled = sc.opTiled[:0] // the reference never takes the tile path
 	// The reference activates its inputs in a pass of their own, in
 	// pieces of 1024 across the pool: on one core it would cost as much
 	// as a fifth of a decode step's matrix products.
@@ -1226,6 +1234,11 @@ func (m *Model) splitRows(ops []matOp) {
 		// enough that handing it out costs little.
 		minRows := max(1, (1<<15)/max(1, op.w.Cols*len(op.xs)))
 		cs := max(minRows, (rows+16*nw-1)/(16*nw))
+		if oi < len(sc.opTiled) && sc.opTiled[oi] {
+			// The tile path computes panels of gemv.TileRows rows: a
+			// chunk of whole panels leaves none part empty.
+			cs = (cs + gemv.TileRows - 1) / gemv.TileRows * gemv.TileRows
+		}
 		for lo := 0; lo < rows; lo += cs {
 			sc.chunks = append(sc.chunks, chunk{oi, lo, min(lo+cs, rows)})
 		}
@@ -1283,6 +1296,25 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 		}
 		errMu.Unlock()
 	}
+	// A batch large enough for the tile path on some op's format takes
+	// it there (gemv.TilesPay); its input is laid out for the tiles as it
+	// is quantized.
+	for len(sc.tiles) < ni {
+		sc.tiles = append(sc.tiles, gemv.Tiles{})
+	}
+	sc.inTiled = slices.Grow(sc.inTiled[:0], ni)[:ni]
+	clear(sc.inTiled)
+	sc.opTiled = slices.Grow(sc.opTiled[:0], len(ops))[:len(ops)]
+	for oi := range ops {
+		op, k := &ops[oi], which[oi]
+		sc.opTiled[oi] = gemv.TilesPay(m.impl, op.w.Type, len(inputs[k])) && op.w.Cols%gemv.TileCols == 0
+		if sc.opTiled[oi] && !sc.inTiled[k] {
+			if err := sc.tiles[k].Size(len(inputs[k]), op.w.Cols); err != nil {
+				return err
+			}
+			sc.inTiled[k] = true
+		}
+	}
 	// Each vector is quantized in pieces of setBlocks blocks across the
 	// pool: one core would take a tenth of a decode step's GEMV time on
 	// the FFN's wide input.
@@ -1308,6 +1340,10 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 			}
 			if err := x.SetBlocks(v, b0, b1); err != nil {
 				fail(err)
+			} else if sc.inTiled[k] {
+				if err := sc.tiles[k].SetBlocks(t, x, b0, b1); err != nil {
+					fail(err)
+				}
 			}
 		}
 	})
@@ -1323,7 +1359,7 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 	sc.inPacked = slices.Grow(sc.inPacked[:0], ni)[:ni]
 	clear(sc.inPacked)
 	for oi := range ops {
-		if k := which[oi]; !sc.inPacked[k] && gemv.Worth(len(inputs[k])) && gemv.Packs(m.impl, ops[oi].w.Type) {
+		if k := which[oi]; !sc.opTiled[oi] && !sc.inPacked[k] && gemv.Worth(len(inputs[k])) && gemv.Packs(m.impl, ops[oi].w.Type) {
 			if err := sc.packed[k].Pack(sc.xq[k]); err != nil {
 				return err
 			}
@@ -1332,6 +1368,9 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 	}
 	return m.eachChunk(ops, func(oi int, rows []byte, ys [][]float32) error {
 		op := &ops[oi]
+		if sc.opTiled[oi] {
+			return gemv.RowsTiled(m.impl, op.w.Type, rows, op.rowStride(), op.w.Cols, &sc.tiles[which[oi]], ys)
+		}
 		if k := which[oi]; sc.inPacked[k] {
 			return gemv.RowsPacked(m.impl, op.w.Type, rows, op.rowStride(), op.w.Cols, &sc.packed[k], ys)
 		}

@@ -10,7 +10,8 @@
 // hands back a restore function that puts the thread's previous affinity
 // back before the thread returns to the Go runtime's pool, so no other
 // goroutine inherits a pinned thread. Pause is the spin-wait hint for
-// threads that poll for each other's work.
+// threads that poll for each other's work. EnableAMX asks the kernel for
+// the tile registers the CPU's AMX matrix kernels use.
 //
 // The affinity system calls are Linux's; elsewhere CPUs lists GOMAXPROCS
 // CPUs in order and Pin only locks the goroutine to its thread.

@@ -47,5 +47,9 @@ func main() {
 	floatAVX512("bf16AVX512", fBF16)
 	floatAVX512x("f16AVX512x4", fF16)
 	floatAVX512x("bf16AVX512x4", fBF16)
+	tilesAMX()
+	q4kWiden("q4kWiden")
+	q6kWiden("q6kWiden")
+	q8Widen("q8Widen")
 	Generate()
 }

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/ir"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// AMX's instructions are not in avo's (nor Go's assembler's) tables: they
+// are written out as bytes, from the Intel SDM's encodings (VEX, map 0F38,
+// W0, L0). Every operand is a physical register the kernel loads itself.
+
+// The VEX pp field: the legacy prefix each instruction implies.
+const (
+	ppNone = 0
+	pp66   = 1
+	ppF3   = 2
+	ppF2   = 3
+)
+
+// gpNum is a general register's number in the encoding.
+func gpNum(r Register) int {
+	for i, g := range []Register{RAX, RCX, RDX, RBX, RSP, RBP, RSI, RDI, R8, R9, R10, R11, R12, R13, R14, R15} {
+		if g == r {
+			return i
+		}
+	}
+	panic(fmt.Sprintf("amx: %v is not a general register", r))
+}
+
+// emitBytes writes bs into the text as data.
+func emitBytes(bs ...byte) {
+	for _, b := range bs {
+		Instruction(&ir.Instruction{Opcode: "BYTE", Operands: []Op{U8(b)}})
+	}
+}
+
+// vex3 is the three-byte VEX prefix and the opcode: x and b set where the
+// index and base registers are R8-R15, vvvv the second source (a tile
+// register) or 0 where unused.
+func vex3(pp byte, op byte, x, b bool, vvvv int) []byte {
+	b1 := byte(0b11100010) // R̄ X̄ B̄ set (registers 0-7), map 0F38
+	if x {
+		b1 &^= 0b01000000
+	}
+	if b {
+		b1 &^= 0b00100000
+	}
+	b2 := byte(^vvvv&0xF)<<3 | pp // W0, vvvv inverted, L0
+	return []byte{0xC4, b1, b2, op}
+}
+
+// sibMem is the ModRM, SIB and displacement of [base + index*1 + disp]
+// with reg in ModRM's reg field: a tile load's or store's operand, whose
+// index register holds the row stride.
+func sibMem(reg int, base, index Register, disp int) (x, b bool, tail []byte) {
+	bn, in := gpNum(base), gpNum(index)
+	if in == 4 {
+		panic("amx: RSP cannot be an index")
+	}
+	mod := byte(0b00)
+	switch {
+	case disp == 0 && bn&7 != 5: // RBP and R13 need a displacement
+	case disp >= -128 && disp < 128:
+		mod = 0b01
+	default:
+		mod = 0b10
+	}
+	tail = []byte{mod<<6 | byte(reg&7)<<3 | 0b100, byte(in&7)<<3 | byte(bn&7)}
+	switch mod {
+	case 0b01:
+		tail = append(tail, byte(int8(disp)))
+	case 0b10:
+		tail = append(tail, byte(disp), byte(disp>>8), byte(disp>>16), byte(disp>>24))
+	}
+	return in >= 8, bn >= 8, tail
+}
+
+// LDTILECFG [base]: the tiles' shapes from a 64-byte configuration.
+func ldtilecfg(base Register) {
+	bn := gpNum(base)
+	if bn&7 == 4 || bn&7 == 5 {
+		panic("amx: ldtilecfg's base must not need a SIB or displacement")
+	}
+	emitBytes(append(vex3(ppNone, 0x49, false, bn >= 8, 0), byte(bn&7))...)
+}
+
+// TILERELEASE: the tiles back to their initial state, so that the
+// kernel's context switches no longer save them.
+func tilerelease() { emitBytes(0xC4, 0xE2, 0x78, 0x49, 0xC0) }
+
+// TILELOADD tmm, [base + stride + disp].
+func tileloadd(tmm int, base, stride Register, disp int) {
+	x, b, tail := sibMem(tmm, base, stride, disp)
+	emitBytes(append(vex3(ppF2, 0x4B, x, b, 0), tail...)...)
+}
+
+// TILESTORED [base + stride + disp], tmm.
+func tilestored(tmm int, base, stride Register, disp int) {
+	x, b, tail := sibMem(tmm, base, stride, disp)
+	emitBytes(append(vex3(ppF3, 0x4B, x, b, 0), tail...)...)
+}
+
+// TDPBF16PS c, a, b: c (M×N float32) += a (M×K bf16) · b (K/2 rows of N
+// bf16 pairs).
+func tdpbf16ps(c, a, b int) {
+	emitBytes(append(vex3(ppF3, 0x5C, false, false, b), 0xC0|byte(c)<<3|byte(a))...)
+}
+
+// The tile registers tilesAMX uses: C for token tiles 0-3 in tmm0-tmm3,
+// the weights, the vectors' high and low parts.
+const (
+	tmmW   = 4
+	tmmXHi = 6
+	tmmXLo = 7
+)
+
+// tilesAMX emits the AMX product of a panel of up to 16 weight rows in
+// bfloat16 with up to 64 vectors laid out as gemv.Tiles holds them (each
+// element as a high and a low bfloat16 part, 16 significant bits in all),
+// over chunks of 32 columns:
+//
+//	c[j] += w·xhi[j] + w·xlo[j]   for token tiles j < tiles
+//
+// c holds tiles of 16 rows × 16 float32, 64 bytes a row, and is read and
+// written back, so a row's columns may come in several calls. The tile
+// shapes (the panel's rows) are cfg's, written by gemv; the tiles are
+// released before returning.
+func tilesAMX() {
+	TEXT("tilesAMX", NOSPLIT, "func(cfg *byte, w *uint16, wstride int, x *uint16, xstep int, c *float32, chunks, tiles int)")
+	Pragma("noescape")
+	Doc("tilesAMX adds a bfloat16 panel's products with up to four tiles of vectors to c (see the generator, asm/amx.go).")
+	Load(Param("cfg"), RAX)
+	ldtilecfg(RAX)
+	Load(Param("w"), RSI)
+	Load(Param("wstride"), RCX)
+	Load(Param("x"), RDI)
+	Load(Param("xstep"), R9)
+	Load(Param("c"), R8)
+	Load(Param("chunks"), R10)
+	Load(Param("tiles"), R11)
+	MOVQ(U32(64), RBX)
+	for n := 4; n >= 2; n-- {
+		CMPQ(R11, U8(n))
+		JEQ(LabelRef(fmt.Sprintf("tiles%d", n)))
+	}
+	for n := 1; n <= 4; n++ {
+		Label(fmt.Sprintf("tiles%d", n))
+		for j := range n {
+			tileloadd(j, R8, RBX, j*1024)
+		}
+		Label(fmt.Sprintf("tiles%d_chunk", n))
+		tileloadd(tmmW, RSI, RCX, 0)
+		for j := range n {
+			tileloadd(tmmXHi, RDI, RBX, j*2048)
+			tileloadd(tmmXLo, RDI, RBX, j*2048+1024)
+			tdpbf16ps(j, tmmW, tmmXHi)
+			tdpbf16ps(j, tmmW, tmmXLo)
+		}
+		ADDQ(U8(64), RSI)
+		ADDQ(R9, RDI)
+		DECQ(R10)
+		JNE(LabelRef(fmt.Sprintf("tiles%d_chunk", n)))
+		for j := range n {
+			tilestored(j, R8, RBX, j*1024)
+		}
+		JMP(LabelRef("tiles_done"))
+	}
+	Label("tiles_done")
+	tilerelease()
+	RET()
+}

@@ -1,0 +1,260 @@
+package gemv
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"unsafe"
+
+	"github.com/strata-llm/strata/engine/quant"
+)
+
+// The matrix tiles (Intel AMX) path: for a batch of vectors, each panel of
+// 16 weight rows is widened to bfloat16 once (BF16 rows are read as they
+// are) and multiplied with 16 vectors at a time by the CPU's tile unit,
+// which does a 16×16×32 product in one instruction. The one- and
+// four-vector kernels pay a block's widening and then integer arithmetic
+// for every vector; here the arithmetic is nearly free and the widening is
+// paid once for up to 64 vectors, so a batch of prompt tokens or of
+// sequences costs little more than a few vectors do.
+//
+// Precision: each weight is rounded to bfloat16 (8 significant bits: a
+// relative error of 2⁻⁹ at most, small beside what a 4-8-bit format
+// already dropped; BF16 weights are exact), and each vector element is
+// split in two bfloat16 parts, its rounding and the rounding of what that
+// leaves (16 significant bits); the products are summed in float32. The
+// results are not the integer path's bits (ref.go), and their error
+// against the exact product is of the integer path's size, whose largest
+// part is the vector's 12-bit quantization: TestRowsTiledAccuracy states
+// the bounds.
+
+// TileRows is a tile's rows: the weight rows of a panel (RowsTiled
+// computes whole panels; a caller sharing rows out keeps to them) and the
+// vectors of a token tile.
+const TileRows = 16
+
+// TileCols is the columns one tile product takes, 32 bfloat16 (64 bytes)
+// a row: RowsTiled's rows are a whole number of them.
+const TileCols = 32
+
+// tileGroup is the most token tiles one kernel call takes (its
+// accumulators are tile registers 0-3).
+const tileGroup = 4
+
+// tileFrom is, per format, the fewest vectors for which RowsTiled beats
+// RowsPacked, measured one thread in cache (BenchmarkRowsTiled): where
+// the widening of a panel, paid once, outweighs the four-vector kernels'
+// integer arithmetic, paid a vector at a time. BF16 needs no widening.
+var tileFrom = map[quant.Type]int{quant.BF16: 2, quant.Q8_0: 6, quant.Q4_K: 8, quant.Q6_K: 10}
+
+// TilesPay reports whether a batch of n vectors over rows of t runs
+// faster on the tile path than on the multi-vector kernels, where impl's
+// CPU has it.
+func TilesPay(impl Impl, t quant.Type, n int) bool {
+	from, ok := tileFrom[t]
+	return ok && n >= from && Tiled(impl, t)
+}
+
+// tileBlock is the columns of a panel widened at a time: its two halves
+// (32 KiB) stay in the first-level cache while the tiles read them.
+const tileBlock = 512
+
+// Tiles holds a batch of vectors for RowsTiled, as the tile unit reads
+// them: for each 32 columns, for each tile of 16 vectors, the high parts
+// then the low parts, each 16 rows of column pairs × 16 vectors. Pack
+// fills it once a batch; any number of RowsTiled calls may then read it at
+// once.
+type Tiles struct {
+	n     int // columns, a multiple of TileCols
+	count int // vectors
+	nt    int // token tiles
+	x     []uint16
+}
+
+// Pack makes t hold xs (all of one length, a multiple of 32), reusing its
+// memory: Size, then SetBlocks for every vector.
+func (t *Tiles) Pack(xs []*X) error {
+	if len(xs) == 0 {
+		t.count = 0
+		return nil
+	}
+	n := xs[0].N
+	for j, x := range xs {
+		if x.N != n {
+			return fmt.Errorf("gemv: tiles: vector %d has %d elements, vector 0 has %d", j, x.N, n)
+		}
+	}
+	if err := t.Size(len(xs), n); err != nil {
+		return err
+	}
+	for v, x := range xs {
+		if err := t.SetBlocks(v, x, 0, x.Blocks()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Size makes t hold count vectors of n elements (a multiple of 32), for
+// SetBlocks to fill, reusing its memory.
+func (t *Tiles) Size(count, n int) error {
+	if n%TileCols != 0 {
+		return fmt.Errorf("gemv: tiles: %d elements are not a whole number of %d", n, TileCols)
+	}
+	t.count, t.n, t.nt = count, n, (count+TileRows-1)/TileRows
+	t.x = grow(t.x, n/TileCols*t.nt*2*TileRows*TileCols)
+	// The last tile's missing vectors hold whatever an earlier batch left
+	// (or zeros): each result column reads its own vector's column alone,
+	// and theirs are dropped.
+	return nil
+}
+
+// SetBlocks writes vector v's elements of blocks [b0, b1) (Block elements
+// each, up to the vector's end) from x.F, each as its bfloat16 rounding
+// (to nearest, ties to even) and the rounding of what that leaves. Calls
+// for different vectors, or disjoint blocks, may run concurrently.
+func (t *Tiles) SetBlocks(v int, x *X, b0, b1 int) error {
+	if v < 0 || v >= t.count || x.N != t.n || b0 < 0 || b0 > b1 || b1 > x.Blocks() {
+		return fmt.Errorf("gemv: tiles: vector %d's blocks [%d, %d) of %d elements into tiles of %d vectors of %d", v, b0, b1, x.N, t.count, t.n)
+	}
+	j, col := v/TileRows, v%TileRows
+	for c := b0 * Block / TileCols; c < min(b1*Block, t.n)/TileCols; c++ {
+		hi := t.x[((c*t.nt+j)*2)*TileRows*TileCols:]
+		lo := hi[TileRows*TileCols:]
+		for k, f := range x.F[c*TileCols : (c+1)*TileCols] {
+			h, l := splitBF16(f)
+			at := k/2*TileCols + col*2 + k%2
+			hi[at], lo[at] = h, l
+		}
+	}
+	return nil
+}
+
+// splitBF16 is f's bfloat16 rounding (to nearest, ties to even) and the
+// rounding of what it leaves: together 16 significant bits of f.
+func splitBF16(f float32) (hi, lo uint16) {
+	hi = toBF16(f)
+	return hi, toBF16(f - math.Float32frombits(uint32(hi)<<16))
+}
+
+// toBF16 rounds a finite float32 to bfloat16, to nearest, ties to even.
+func toBF16(f float32) uint16 {
+	u := math.Float32bits(f)
+	u += 0x7fff + (u>>16)&1
+	return uint16(u >> 16)
+}
+
+// Tiled reports whether impl's CPU runs the tile path (RowsTiled) for t:
+// AVX512 on a CPU with AMX's bfloat16 tiles and AVX512_BF16, the kernel
+// granting the permission, and BF16 or a format with a widening kernel.
+func Tiled(impl Impl, t quant.Type) bool {
+	if impl < AVX512 || !available(AVX512) || !amxReady() {
+		return false
+	}
+	return t == quant.BF16 || widens[t] != nil
+}
+
+// tileScratch is one RowsTiled call's working memory: the tile shapes,
+// the accumulators of every token tile, and a panel's widened block.
+type tileScratch struct {
+	cfg [64]byte
+	c   []float32 // token tiles × 16 rows × 16 vectors
+	w   []uint16  // 16 rows × tileBlock
+}
+
+var tileScratches = sync.Pool{New: func() any {
+	return &tileScratch{w: make([]uint16, TileRows*tileBlock)}
+}}
+
+// widen is a widening kernel: nb blocks of each of rows rows, stride bytes
+// apart, into bfloat16 rows ld bytes apart.
+type widen func(w *byte, stride, rows, nb int, out *uint16, ld int)
+
+// RowsTiled is RowsPacked on the tile unit: ys[j][r] = row r · the j-th
+// vector given to p's Pack, for the len(ys[0]) rows of n columns in rows,
+// stride bytes apart. It needs Tiled(impl, t) and n a multiple of 32 (and
+// of t's block). Its results differ from RowsBatch's within the bounds
+// the package's tests state. It allocates nothing once warm.
+func RowsTiled(impl Impl, t quant.Type, rows []byte, stride, n int, p *Tiles, ys [][]float32) error {
+	if !Tiled(impl, t) {
+		return fmt.Errorf("%w: no tile path for %v on %v", ErrUnsupported, t, impl)
+	}
+	if len(ys) != p.count {
+		return fmt.Errorf("gemv: tiles: %d outputs for %d vectors", len(ys), p.count)
+	}
+	if p.count == 0 {
+		return nil
+	}
+	if n != p.n {
+		return fmt.Errorf("gemv: tiles: rows of %d columns, vectors of %d", n, p.n)
+	}
+	if n%t.BlockElems() != 0 {
+		return fmt.Errorf("gemv: tiles: %d columns are not whole %v blocks", n, t)
+	}
+	nr := len(ys[0])
+	for j, y := range ys {
+		if len(y) != nr {
+			return fmt.Errorf("gemv: tiles: output %d has %d rows, output 0 has %d", j, len(y), nr)
+		}
+	}
+	if _, err := checkStride(t, rows, stride, n, nr); err != nil {
+		return err
+	}
+	if nr == 0 {
+		return nil
+	}
+	s := tileScratches.Get().(*tileScratch)
+	defer tileScratches.Put(s)
+	s.c = grow(s.c, p.nt*TileRows*TileRows)
+	wd := widens[t]
+	blockBytes, perBlock := t.BlockBytes(), t.BlockElems()
+	xstep := p.nt * 2 * TileRows * TileCols * 2 // bytes of Tiles a chunk
+	for r0 := 0; r0 < nr; r0 += TileRows {
+		pr := min(TileRows, nr-r0)
+		s.configure(pr)
+		clear(s.c)
+		panel := rows[r0*stride:]
+		// BF16 rows are the tiles' rows as they are: one pass over the
+		// row. The others are widened a block of columns at a time.
+		kstep := n
+		if wd != nil {
+			kstep = tileBlock
+		}
+		for k0 := 0; k0 < n; k0 += kstep {
+			kb := min(kstep, n-k0)
+			var w *uint16
+			ws := stride
+			if wd != nil {
+				wd(&panel[k0/perBlock*blockBytes], stride, pr, kb/perBlock, &s.w[0], 2*tileBlock)
+				w, ws = &s.w[0], 2*tileBlock
+			} else {
+				w = (*uint16)(unsafe.Pointer(&panel[2*k0]))
+			}
+			x := p.x[k0/TileCols*xstep/2:]
+			for g := 0; g < p.nt; g += tileGroup {
+				tilesAMX(&s.cfg[0], w, ws, &x[g*2*TileRows*TileCols], xstep,
+					&s.c[g*TileRows*TileRows], kb/TileCols, min(tileGroup, p.nt-g))
+			}
+		}
+		for v, y := range ys {
+			c := s.c[(v/TileRows)*TileRows*TileRows:]
+			for r := range pr {
+				y[r0+r] = c[r*TileRows+v%TileRows]
+			}
+		}
+	}
+	return nil
+}
+
+// configure writes the tile shapes for a panel of pr weight rows:
+// accumulators (tmm0-3) and weights (tmm4) pr rows, the vectors' parts
+// (tmm6-7) 16 rows of column pairs; every row 64 bytes.
+func (s *tileScratch) configure(pr int) {
+	clear(s.cfg[:])
+	s.cfg[0] = 1 // palette 1
+	for _, tmm := range []int{0, 1, 2, 3, 4, 6, 7} {
+		*(*uint16)(unsafe.Pointer(&s.cfg[16+2*tmm])) = 64
+		s.cfg[48+tmm] = byte(pr)
+	}
+	s.cfg[48+6], s.cfg[48+7] = TileRows, TileRows
+}
