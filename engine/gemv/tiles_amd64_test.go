@@ -60,3 +60,23 @@ func TestWidenMatchesDequant(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkWiden: one thread, each widening kernel over 16 rows of 4096
+// columns (in cache, as RowsTiled calls them a panel's block at a time),
+// in MB/s of encoded weights.
+func BenchmarkWiden(b *testing.B) {
+	if !amxReady() {
+		b.Skip("no tile unit here")
+	}
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q6_K, quant.Q8_0} {
+		const rows, n = 16, 4096
+		w := randomRows(&testing.T{}, typ, rows, n, 1, false)
+		out := make([]uint16, rows*n)
+		b.Run(typ.String(), func(b *testing.B) {
+			b.SetBytes(int64(len(w)))
+			for b.Loop() {
+				widens[typ](&w[0], len(w)/rows, rows, n/typ.BlockElems(), &out[0], 2*n)
+			}
+		})
+	}
+}

@@ -13198,7 +13198,7 @@ tiles_done:
 	RET
 
 // func q4kWiden(w *byte, stride int, rows int, nb int, out *uint16, ld int)
-// Requires: AVX, AVX2, AVX512F, F16C
+// Requires: AVX, AVX2, AVX512BW, AVX512F, F16C
 TEXT ·q4kWiden(SB), NOSPLIT, $64-48
 	MOVQ w+0(FP), AX
 	MOVQ stride+8(FP), CX
@@ -13212,16 +13212,28 @@ q4kWiden_row:
 	MOVQ         AX, DI
 	MOVQ         BX, R8
 	MOVQ         nb+24(FP), R9
-	MOVL         $0x0000000f, R10
+	MOVL         $0x000f000f, R10
 	VPBROADCASTD R10, Z31
+	MOVL         $0x00100010, R10
+	VPBROADCASTD R10, Z25
+	MOVL         $0x03020100, R10
+	VMOVD        R10, X30
+	MOVL         $0x07060504, R10
+	VPINSRD      $0x01, R10, X30, X30
+	MOVL         $0x0b0a0908, R10
+	VPINSRD      $0x02, R10, X30, X30
+	MOVL         $0x0f0e0d0c, R10
+	VPINSRD      $0x03, R10, X30, X30
+	VPMOVZXBD    X30, Z30
+	VCVTDQ2PS    Z30, Z30
 
 q4kWiden_block:
 	MOVL             (DI), R10
-	VMOVD            R10, X30
-	VCVTPH2PS        X30, X30
-	VBROADCASTSS     X30, Y29
-	VMOVSHDUP        X30, X28
-	VBROADCASTSS     X28, Y28
+	VMOVD            R10, X29
+	VCVTPH2PS        X29, X29
+	VBROADCASTSS     X29, Y28
+	VMOVSHDUP        X29, X29
+	VBROADCASTSS     X29, Y29
 	MOVL             4(DI), R10
 	MOVL             8(DI), R11
 	MOVL             12(DI), R12
@@ -13246,133 +13258,93 @@ q4kWiden_block:
 	VMOVQ            R10, X27
 	VPMOVZXBD        X27, Y27
 	VCVTDQ2PS        Y27, Y27
-	VMULPS           Y29, Y27, Y27
+	VMULPS           Y28, Y27, Y27
 	VMOVUPS          Y27, (SP)
 	VMOVQ            R11, X26
 	VPMOVZXBD        X26, Y26
 	VCVTDQ2PS        Y26, Y26
-	VMULPS           Y28, Y26, Y26
+	VMULPS           Y29, Y26, Y26
 	VMOVUPS          Y26, 32(SP)
 	VBROADCASTSS     (SP), Z3
 	VBROADCASTSS     4(SP), Z4
-	VPMOVZXBD        16(DI), Z0
-	VPANDD           Z31, Z0, Z5
-	VPSRLD           $0x04, Z0, Z6
-	VPMOVZXBD        32(DI), Z0
-	VPANDD           Z31, Z0, Z7
-	VPSRLD           $0x04, Z0, Z8
-	VCVTDQ2PS        Z5, Z5
-	VCVTDQ2PS        Z6, Z6
-	VCVTDQ2PS        Z7, Z7
-	VCVTDQ2PS        Z8, Z8
+	VMOVAPS          Z30, Z5
+	VMOVAPS          Z30, Z6
 	VFMSUB213PS.BCST 32(SP), Z3, Z5
-	VFMSUB213PS.BCST 32(SP), Z3, Z7
 	VFMSUB213PS.BCST 36(SP), Z4, Z6
-	VFMSUB213PS.BCST 36(SP), Z4, Z8
 	BYTE             $0x62
-	BYTE             $0x72
-	BYTE             $0x47
+	BYTE             $0xf2
+	BYTE             $0x4f
 	BYTE             $0x48
 	BYTE             $0x72
-	BYTE             $0xcd
-	BYTE             $0x62
-	BYTE             $0x72
-	BYTE             $0x3f
-	BYTE             $0x48
-	BYTE             $0x72
-	BYTE             $0xd6
-	VMOVDQU32        Z9, (R8)
-	VMOVDQU32        Z10, 64(R8)
+	BYTE             $0xfd
+	VPMOVZXBW        16(DI), Z0
+	VPANDD           Z31, Z0, Z1
+	VPSRLW           $0x04, Z0, Z2
+	VPORD            Z25, Z2, Z2
+	VPERMW           Z7, Z1, Z1
+	VPERMW           Z7, Z2, Z2
+	VMOVDQU32        Z1, (R8)
+	VMOVDQU32        Z2, 64(R8)
 	VBROADCASTSS     8(SP), Z3
 	VBROADCASTSS     12(SP), Z4
-	VPMOVZXBD        48(DI), Z0
-	VPANDD           Z31, Z0, Z5
-	VPSRLD           $0x04, Z0, Z6
-	VPMOVZXBD        64(DI), Z0
-	VPANDD           Z31, Z0, Z7
-	VPSRLD           $0x04, Z0, Z8
-	VCVTDQ2PS        Z5, Z5
-	VCVTDQ2PS        Z6, Z6
-	VCVTDQ2PS        Z7, Z7
-	VCVTDQ2PS        Z8, Z8
+	VMOVAPS          Z30, Z5
+	VMOVAPS          Z30, Z6
 	VFMSUB213PS.BCST 40(SP), Z3, Z5
-	VFMSUB213PS.BCST 40(SP), Z3, Z7
 	VFMSUB213PS.BCST 44(SP), Z4, Z6
-	VFMSUB213PS.BCST 44(SP), Z4, Z8
 	BYTE             $0x62
-	BYTE             $0x72
-	BYTE             $0x47
+	BYTE             $0xf2
+	BYTE             $0x4f
 	BYTE             $0x48
 	BYTE             $0x72
-	BYTE             $0xcd
-	BYTE             $0x62
-	BYTE             $0x72
-	BYTE             $0x3f
-	BYTE             $0x48
-	BYTE             $0x72
-	BYTE             $0xd6
-	VMOVDQU32        Z9, 128(R8)
-	VMOVDQU32        Z10, 192(R8)
+	BYTE             $0xfd
+	VPMOVZXBW        48(DI), Z0
+	VPANDD           Z31, Z0, Z1
+	VPSRLW           $0x04, Z0, Z2
+	VPORD            Z25, Z2, Z2
+	VPERMW           Z7, Z1, Z1
+	VPERMW           Z7, Z2, Z2
+	VMOVDQU32        Z1, 128(R8)
+	VMOVDQU32        Z2, 192(R8)
 	VBROADCASTSS     16(SP), Z3
 	VBROADCASTSS     20(SP), Z4
-	VPMOVZXBD        80(DI), Z0
-	VPANDD           Z31, Z0, Z5
-	VPSRLD           $0x04, Z0, Z6
-	VPMOVZXBD        96(DI), Z0
-	VPANDD           Z31, Z0, Z7
-	VPSRLD           $0x04, Z0, Z8
-	VCVTDQ2PS        Z5, Z5
-	VCVTDQ2PS        Z6, Z6
-	VCVTDQ2PS        Z7, Z7
-	VCVTDQ2PS        Z8, Z8
+	VMOVAPS          Z30, Z5
+	VMOVAPS          Z30, Z6
 	VFMSUB213PS.BCST 48(SP), Z3, Z5
-	VFMSUB213PS.BCST 48(SP), Z3, Z7
 	VFMSUB213PS.BCST 52(SP), Z4, Z6
-	VFMSUB213PS.BCST 52(SP), Z4, Z8
 	BYTE             $0x62
-	BYTE             $0x72
-	BYTE             $0x47
+	BYTE             $0xf2
+	BYTE             $0x4f
 	BYTE             $0x48
 	BYTE             $0x72
-	BYTE             $0xcd
-	BYTE             $0x62
-	BYTE             $0x72
-	BYTE             $0x3f
-	BYTE             $0x48
-	BYTE             $0x72
-	BYTE             $0xd6
-	VMOVDQU32        Z9, 256(R8)
-	VMOVDQU32        Z10, 320(R8)
+	BYTE             $0xfd
+	VPMOVZXBW        80(DI), Z0
+	VPANDD           Z31, Z0, Z1
+	VPSRLW           $0x04, Z0, Z2
+	VPORD            Z25, Z2, Z2
+	VPERMW           Z7, Z1, Z1
+	VPERMW           Z7, Z2, Z2
+	VMOVDQU32        Z1, 256(R8)
+	VMOVDQU32        Z2, 320(R8)
 	VBROADCASTSS     24(SP), Z3
 	VBROADCASTSS     28(SP), Z4
-	VPMOVZXBD        112(DI), Z0
-	VPANDD           Z31, Z0, Z5
-	VPSRLD           $0x04, Z0, Z6
-	VPMOVZXBD        128(DI), Z0
-	VPANDD           Z31, Z0, Z7
-	VPSRLD           $0x04, Z0, Z8
-	VCVTDQ2PS        Z5, Z5
-	VCVTDQ2PS        Z6, Z6
-	VCVTDQ2PS        Z7, Z7
-	VCVTDQ2PS        Z8, Z8
+	VMOVAPS          Z30, Z5
+	VMOVAPS          Z30, Z6
 	VFMSUB213PS.BCST 56(SP), Z3, Z5
-	VFMSUB213PS.BCST 56(SP), Z3, Z7
 	VFMSUB213PS.BCST 60(SP), Z4, Z6
-	VFMSUB213PS.BCST 60(SP), Z4, Z8
 	BYTE             $0x62
-	BYTE             $0x72
-	BYTE             $0x47
+	BYTE             $0xf2
+	BYTE             $0x4f
 	BYTE             $0x48
 	BYTE             $0x72
-	BYTE             $0xcd
-	BYTE             $0x62
-	BYTE             $0x72
-	BYTE             $0x3f
-	BYTE             $0x48
-	BYTE             $0x72
-	BYTE             $0xd6
-	VMOVDQU32        Z9, 384(R8)
-	VMOVDQU32        Z10, 448(R8)
+	BYTE             $0xfd
+	VPMOVZXBW        112(DI), Z0
+	VPANDD           Z31, Z0, Z1
+	VPSRLW           $0x04, Z0, Z2
+	VPORD            Z25, Z2, Z2
+	VPERMW           Z7, Z1, Z1
+	VPERMW           Z7, Z2, Z2
+	VMOVDQU32        Z1, 384(R8)
+	VMOVDQU32        Z2, 448(R8)
 	ADDQ             $0x00000090, DI
 	ADDQ             $0x00000200, R8
 	DECQ             R9

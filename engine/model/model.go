@@ -394,6 +394,16 @@ type Step struct {
 	// Token is the token a backend picked for a Greedy step; Forward does
 	// not touch it otherwise.
 	Token int32
+	// Prompt says the tokens are a request's prompt, not tokens the model
+	// generated or a draft's guesses. A backend may compute prompt tokens
+	// on a faster path whose results differ (within stated bounds) from
+	// those of generated tokens, the CPU's tile path (engine/gemv's
+	// RowsTiled): it does so for every prompt token, however the prompt
+	// was split into steps or batched, so a request's output does not
+	// depend on either. Tokens not marked so always take the path decoding
+	// takes, whose bits do not depend on the batch: a verify pass's
+	// results are plain decoding's.
+	Prompt bool
 }
 
 // ErrSequenceClosed is wrapped by Forward when a step's sequence was
@@ -508,6 +518,11 @@ type scratch struct {
 	tiles   []gemv.Tiles
 	inTiled []bool
 	opTiled []bool
+	// prompt marks the pass's rows that are prompt tokens (Step.Prompt);
+	// splitOps and gathered hold splitPrompt's ops and their rows.
+	prompt   []bool
+	splitOps []matOp
+	gathered [][]float32
 }
 
 // sameRows reports whether a and b are the same rows (the same vectors in
@@ -529,6 +544,7 @@ func sameRows(a, b [][]float32) bool {
 func (m *Model) prepare(T, maxPos int) {
 	c := &m.Config
 	sc := &m.sc
+	sc.prompt = sc.prompt[:0] // forward marks a pass's prompt rows
 	half := c.HeadDim / 2
 	widths := []int{c.Dim, c.Dim, c.QDim(), c.KVDim(), c.KVDim(), c.QDim(), c.Dim, c.FFN, c.FFN, half, half, half, half}
 	total := 0
@@ -618,6 +634,7 @@ func (m *Model) forward(ctx context.Context, batch []Step, hidden func(h [][]flo
 		s.reserve(s.pos + len(st.Tokens))
 		for j, id := range st.Tokens {
 			sc.toks = append(sc.toks, tokRef{s, s.pos + j, id})
+			sc.prompt = append(sc.prompt, st.Prompt)
 		}
 	}
 
@@ -747,7 +764,7 @@ func (m *Model) layer(ctx context.Context, l int, w *Layer) error {
 	kvd := c.KVDim()
 
 	m.norm(sc.xn, sc.h, &w.AttnNorm)
-	if err := m.matmul(matOp{w: &w.Q, xs: sc.xn, ys: sc.q}, matOp{w: &w.K, xs: sc.xn, ys: sc.k}, matOp{w: &w.V, xs: sc.xn, ys: sc.v}); err != nil {
+	if err := m.matmul(matOp{w: &w.Q, xs: sc.xn, ys: sc.q, rows: true}, matOp{w: &w.K, xs: sc.xn, ys: sc.k, rows: true}, matOp{w: &w.V, xs: sc.xn, ys: sc.v, rows: true}); err != nil {
 		return err
 	}
 	if c.QKVBias() {
@@ -795,7 +812,7 @@ func (m *Model) layer(ctx context.Context, l int, w *Layer) error {
 		copy(tr.seq.v[l][tr.pos*kvd:(tr.pos+1)*kvd], sc.v[t])
 	}
 	m.attention(l)
-	if err := m.matmul(matOp{w: &w.O, xs: sc.att, ys: sc.tmp}); err != nil {
+	if err := m.matmul(matOp{w: &w.O, xs: sc.att, ys: sc.tmp, rows: true}); err != nil {
 		return err
 	}
 	if c.PostNorms() {
@@ -987,10 +1004,10 @@ func (m *Model) ffn(ctx context.Context, l int, w *Layer) error {
 	if c.MoE() {
 		return m.moe(ctx, l, w)
 	}
-	if err := m.matmul(matOp{w: &w.Gate, xs: sc.xn, ys: sc.gate}, matOp{w: &w.Up, xs: sc.xn, ys: sc.up}); err != nil {
+	if err := m.matmul(matOp{w: &w.Gate, xs: sc.xn, ys: sc.gate, rows: true}, matOp{w: &w.Up, xs: sc.xn, ys: sc.up, rows: true}); err != nil {
 		return err
 	}
-	if err := m.matmul(matOp{w: &w.Down, xs: sc.gate, ys: sc.tmp, glu: sc.up, gelu: gemma}); err != nil {
+	if err := m.matmul(matOp{w: &w.Down, xs: sc.gate, ys: sc.tmp, glu: sc.up, gelu: gemma, rows: true}); err != nil {
 		return err
 	}
 	if gemma {
@@ -1115,6 +1132,10 @@ type matOp struct {
 	xs, ys [][]float32
 	glu    [][]float32
 	gelu   bool
+	// rows says xs are the pass's rows in order, so that the pass's
+	// prompt rows (scratch.prompt) may take the tile path; tiled says
+	// an op (one splitPrompt made) takes it.
+	rows, tiled bool
 }
 
 // rowStride is the bytes from one of op's rows to the next.
@@ -1220,6 +1241,75 @@ func (m *Model) eachChunk(ops []matOp, product func(oi int, rows []byte, ys [][]
 	return first
 }
 
+// splitPrompt returns ops with each op over the pass's rows (matOp.rows)
+// that holds prompt rows and whose format the tile path takes split in
+// two: one over the prompt rows, marked tiled, and one over the others
+// (where there are any). Every prompt row takes the tile path, however
+// few there are, so its results do not depend on how its prompt was
+// split or batched (Step.Prompt). The split ops' rows live in the
+// scratch until the next call.
+func (m *Model) splitPrompt(ops []matOp) []matOp {
+	sc := &m.sc
+	prompts := 0
+	for _, p := range sc.prompt {
+		if p {
+			prompts++
+		}
+	}
+	if prompts == 0 {
+		return ops
+	}
+	splits := false
+	for i := range ops {
+		if m.tileable(&ops[i]) {
+			splits = true
+		}
+	}
+	if !splits {
+		return ops
+	}
+	sc.splitOps, sc.gathered = sc.splitOps[:0], sc.gathered[:0]
+	// gather returns rows' entries whose prompt mark is want, from the
+	// gathered buffer (the same rows give the same entries, so ops that
+	// share an input still share its quantization).
+	gather := func(rows [][]float32, want bool) [][]float32 {
+		if rows == nil {
+			return nil
+		}
+		at := len(sc.gathered)
+		for t, r := range rows {
+			if sc.prompt[t] == want {
+				sc.gathered = append(sc.gathered, r)
+			}
+		}
+		return sc.gathered[at:len(sc.gathered):len(sc.gathered)]
+	}
+	for i := range ops {
+		op := ops[i]
+		if !m.tileable(&op) {
+			sc.splitOps = append(sc.splitOps, op)
+			continue
+		}
+		p := op
+		p.xs, p.ys, p.glu, p.tiled = gather(op.xs, true), gather(op.ys, true), gather(op.glu, true), true
+		sc.splitOps = append(sc.splitOps, p)
+		if prompts < len(op.xs) {
+			d := op
+			d.xs, d.ys, d.glu = gather(op.xs, false), gather(op.ys, false), gather(op.glu, false)
+			sc.splitOps = append(sc.splitOps, d)
+		}
+	}
+	return sc.splitOps
+}
+
+// tileable reports whether op's prompt rows take the tile path: an op
+// over the pass's rows (marked for this pass) in a format the tile path
+// takes, on rows of whole tiles.
+func (m *Model) tileable(op *matOp) bool {
+	return op.rows && len(op.xs) == len(m.sc.prompt) && op.stride == 0 &&
+		op.w.Cols%gemv.TileCols == 0 && gemv.Tiled(m.impl, op.w.Type)
+}
+
 // splitRows shares out every op's rows as chunks: many per worker for
 // balance, each large enough that scheduling overhead stays small.
 func (m *Model) splitRows(ops []matOp) {
@@ -1251,6 +1341,7 @@ func (m *Model) splitRows(ops []matOp) {
 // whole batch.
 func (m *Model) matmulGEMV(ops []matOp) error {
 	sc := &m.sc
+	ops = m.splitPrompt(ops)
 	// Ops that share an input (q, k and v; gate and up; an expert's gate
 	// and up) share its quantization, and its activation (glu) is applied
 	// once.
@@ -1296,9 +1387,8 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 		}
 		errMu.Unlock()
 	}
-	// A batch large enough for the tile path on some op's format takes
-	// it there (gemv.TilesPay); its input is laid out for the tiles as it
-	// is quantized.
+	// The prompt rows' ops take the tile path (splitPrompt); their input
+	// is laid out for the tiles as it is quantized.
 	for len(sc.tiles) < ni {
 		sc.tiles = append(sc.tiles, gemv.Tiles{})
 	}
@@ -1307,7 +1397,7 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 	sc.opTiled = slices.Grow(sc.opTiled[:0], len(ops))[:len(ops)]
 	for oi := range ops {
 		op, k := &ops[oi], which[oi]
-		sc.opTiled[oi] = gemv.TilesPay(m.impl, op.w.Type, len(inputs[k])) && op.w.Cols%gemv.TileCols == 0
+		sc.opTiled[oi] = op.tiled
 		if sc.opTiled[oi] && !sc.inTiled[k] {
 			if err := sc.tiles[k].Size(len(inputs[k]), op.w.Cols); err != nil {
 				return err

@@ -91,56 +91,72 @@ func closeWiden(name string, wp, op, nb, rows, stride, ld, w0, o0 Register, bloc
 	RET()
 }
 
-// q4kWiden emits the Q4_K kernel: y = (d·sc)·q − (dmin·m) a sub-block,
-// each block's eight scale products and eight min products computed once
-// into stack slots that the multiply-adds broadcast.
+// q4kWiden emits the Q4_K kernel: y = (d·sc)·q − (dmin·m) a sub-block.
+// A nibble has sixteen values, so each pair of sub-blocks' sixteen
+// possible results are computed once, rounded into one zmm of 32
+// bfloat16 (the first sub-block's table, then the second's), and the
+// nibbles, widened to words, index it (VPERMW): the high nibbles' indices
+// have 16 added to reach the second table. Each block's scale and min
+// products are computed once into stack slots.
 func q4kWiden(name string) {
 	wp, op, nb, rows, stride, ld, w0, o0 := openWiden(name, "Q4_K")
 	scf, mf := AllocLocal(32), AllocLocal(32)
-	mask := GP32()
-	MOVL(U32(0x0f), mask)
-	VPBROADCASTD(mask, Z31)
+	c := GP32()
+	MOVL(U32(0x000f000f), c)
+	VPBROADCASTD(c, Z31) // the low nibble of each word
+	MOVL(U32(0x00100010), c)
+	VPBROADCASTD(c, Z25) // 16 in each word: the second table
+	// 0, 1, ..., 15 as floats: every value a nibble takes.
+	MOVL(U32(0x03020100), c)
+	VMOVD(c, X30)
+	MOVL(U32(0x07060504), c)
+	VPINSRD(U8(1), c, X30, X30)
+	MOVL(U32(0x0b0a0908), c)
+	VPINSRD(U8(2), c, X30, X30)
+	MOVL(U32(0x0f0e0d0c), c)
+	VPINSRD(U8(3), c, X30, X30)
+	VPMOVZXBD(X30, Z30)
+	VCVTDQ2PS(Z30, Z30)
 	Label(name + "_block")
 	{
 		dd := GP32()
 		MOVL(Mem{Base: wp}, dd)
-		VMOVD(dd, X30)
-		VCVTPH2PS(X30, X30) // d, dmin
-		VBROADCASTSS(X30, Y29)
-		VMOVSHDUP(X30, X28)
-		VBROADCASTSS(X28, Y28)
+		VMOVD(dd, X29)
+		VCVTPH2PS(X29, X29) // d, dmin
+		VBROADCASTSS(X29, Y28)
+		VMOVSHDUP(X29, X29)
+		VBROADCASTSS(X29, Y29)
 		sc03, sc47, m03, m47 := kScalesGP(wp, 0)
 		sc, m := pack64(sc03, sc47), pack64(m03, m47)
 		VMOVQ(sc, X27)
 		VPMOVZXBD(X27, Y27)
 		VCVTDQ2PS(Y27, Y27)
-		VMULPS(Y29, Y27, Y27)
+		VMULPS(Y28, Y27, Y27)
 		VMOVUPS(Y27, scf)
 		VMOVQ(m, X26)
 		VPMOVZXBD(X26, Y26)
 		VCVTDQ2PS(Y26, Y26)
-		VMULPS(Y28, Y26, Y26)
+		VMULPS(Y29, Y26, Y26)
 		VMOVUPS(Y26, mf)
 		for j := range 4 {
+			// The pair's tables: y for every nibble value.
 			VBROADCASTSS(scf.Offset(8*j), Z3)
 			VBROADCASTSS(scf.Offset(8*j+4), Z4)
-			VPMOVZXBD(Mem{Base: wp, Disp: 16 + 32*j}, Z0)
-			VPANDD(Z31, Z0, Z5)
-			VPSRLD(U8(4), Z0, Z6)
-			VPMOVZXBD(Mem{Base: wp, Disp: 16 + 32*j + 16}, Z0)
-			VPANDD(Z31, Z0, Z7)
-			VPSRLD(U8(4), Z0, Z8)
-			for _, z := range []Register{Z5, Z6, Z7, Z8} {
-				VCVTDQ2PS(z, z)
-			}
+			VMOVAPS(Z30, Z5)
+			VMOVAPS(Z30, Z6)
 			VFMSUB213PS_BCST(mf.Offset(8*j), Z3, Z5)
-			VFMSUB213PS_BCST(mf.Offset(8*j), Z3, Z7)
 			VFMSUB213PS_BCST(mf.Offset(8*j+4), Z4, Z6)
-			VFMSUB213PS_BCST(mf.Offset(8*j+4), Z4, Z8)
-			vcvtne2ps2bf16(Z9, Z7, Z5)
-			vcvtne2ps2bf16(Z10, Z8, Z6)
-			VMOVDQU32(Z9, Mem{Base: op, Disp: 128 * j})
-			VMOVDQU32(Z10, Mem{Base: op, Disp: 128*j + 64})
+			vcvtne2ps2bf16(Z7, Z6, Z5)
+			// The nibbles as indices: element l of the first sub-block
+			// is byte l's low nibble, of the second its high one.
+			VPMOVZXBW(Mem{Base: wp, Disp: 16 + 32*j}, Z0)
+			VPANDD(Z31, Z0, Z1)
+			VPSRLW(U8(4), Z0, Z2)
+			VPORD(Z25, Z2, Z2)
+			VPERMW(Z7, Z1, Z1)
+			VPERMW(Z7, Z2, Z2)
+			VMOVDQU32(Z1, Mem{Base: op, Disp: 128 * j})
+			VMOVDQU32(Z2, Mem{Base: op, Disp: 128*j + 64})
 		}
 	}
 	closeWiden(name, wp, op, nb, rows, stride, ld, w0, o0, 144, 512)

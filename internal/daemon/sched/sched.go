@@ -457,6 +457,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 			// Token -1: a backend (or a wrapper of one) that does not honour
 			// Greedy leaves it so, and its logits are sampled instead.
 			q.step.Seq, q.step.Tokens, q.step.Greedy, q.step.Token, q.step.AllLogits = q.s, toks, q.greedy, -1, false
+			q.step.Prompt = q.fed < len(q.req.Prompt)
 			if q.fed >= len(q.req.Prompt) && q.spec != nil {
 				if g := s.guess(ctx, q); len(g) > 0 {
 					q.toks = append(append(q.toks[:0], q.last), g...)
