@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/strata-llm/strata/engine/gemv"
+	"github.com/strata-llm/strata/engine/quant"
 
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/gpu"
@@ -145,7 +146,11 @@ func newCPUEngine(e *Engine) *Engine {
 	impl := gemv.Detect()
 	e.Model.UseGEMV(impl)
 	e.backend = cpuBackend{e}
-	e.binfo = BackendInfo{Name: BackendCPU, Requested: BackendCPU, Kernels: "gemv " + impl.String()}
+	kernels := "gemv " + impl.String()
+	if gemv.Tiled(impl, quant.Q4_K) {
+		kernels += ", prompts on AMX tiles"
+	}
+	e.binfo = BackendInfo{Name: BackendCPU, Requested: BackendCPU, Kernels: kernels}
 	return e
 }
 

@@ -18,8 +18,8 @@
 // float32 and fused-multiply-added with the float vector; those kernels
 // match the reference within a stated tolerance, not bit for bit.
 //
-// Large batches (a prompt's tokens, many sequences) take the tile path
-// where the CPU has Intel AMX (RowsTiled, TilesPay): weights widened to
+// A prompt's tokens take the tile path where the CPU has Intel AMX
+// (RowsTiled; engine/model decides which rows): weights widened to
 // bfloat16 once a panel and multiplied with 16 vectors a tile instruction,
 // the vector split in two bfloat16 parts; its results are within stated
 // bounds of the exact product, not the integer path's bits (tiles.go).

@@ -41,20 +41,6 @@ const TileCols = 32
 // accumulators are tile registers 0-3).
 const tileGroup = 4
 
-// tileFrom is, per format, the fewest vectors for which RowsTiled beats
-// RowsPacked, measured one thread in cache (BenchmarkRowsTiled): where
-// the widening of a panel, paid once, outweighs the four-vector kernels'
-// integer arithmetic, paid a vector at a time. BF16 needs no widening.
-var tileFrom = map[quant.Type]int{quant.BF16: 2, quant.Q8_0: 6, quant.Q4_K: 8, quant.Q6_K: 10}
-
-// TilesPay reports whether a batch of n vectors over rows of t runs
-// faster on the tile path than on the multi-vector kernels, where impl's
-// CPU has it.
-func TilesPay(impl Impl, t quant.Type, n int) bool {
-	from, ok := tileFrom[t]
-	return ok && n >= from && Tiled(impl, t)
-}
-
 // tileBlock is the columns of a panel widened at a time: its two halves
 // (32 KiB) stay in the first-level cache while the tiles read them.
 const tileBlock = 512

@@ -513,8 +513,8 @@ type scratch struct {
 	packed   []gemv.Packed
 	inPacked []bool
 	// tiles[k] holds distinct input k's vectors for the tile path
-	// (gemv.Tiles) when inTiled[k]: a batch that large takes it for some
-	// op's format (gemv.TilesPay); opTiled[o] says op o's does.
+	// (gemv.Tiles) when inTiled[k]: the prompt rows of an op splitPrompt
+	// marked tiled; opTiled[o] says op o is.
 	tiles   []gemv.Tiles
 	inTiled []bool
 	opTiled []bool

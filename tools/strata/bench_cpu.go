@@ -29,8 +29,9 @@ func benchCPUCommand() *cli.Command {
 			&cli.StringFlag{Name: "only", Value: "all", Usage: "weight types, comma-separated: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, INT8_ROW, F16, BF16 (or all)"},
 			&cli.StringFlag{Name: "impl", Usage: "GEMV kernel family: go, avx2, avx512 (default the best this CPU runs)"},
 			&cli.DurationFlag{Name: "time", Value: cpubench.DefaultTime, Usage: "least time of each measurement (and at least three passes)"},
-			&cli.StringFlag{Name: "model", Usage: "also time this model's CPU-only decode (every layer resident, engine/gemv's kernels) against the memory read rate"},
+			&cli.StringFlag{Name: "model", Usage: "also time this model's CPU-only decode (every layer resident, engine/gemv's kernels) against the memory read rate, and its prefill"},
 			&cli.IntFlag{Name: "tokens", Value: 32, Usage: "greedy tokens the --model decode generates"},
+			&cli.IntFlag{Name: "prompt", Value: 256, Usage: "then time the --model's prefill of a prompt this long (0: none)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
 		},
@@ -41,6 +42,9 @@ func benchCPUCommand() *cli.Command {
 			}
 			if cmd.String("model") != "" && cmd.Int("tokens") < 1 {
 				return usagef("bench cpu: --tokens must be positive")
+			}
+			if cmd.Int("prompt") < 0 {
+				return usagef("bench cpu: --prompt must not be negative")
 			}
 			if !cmd.Bool("quiet") {
 				start := time.Now()
@@ -64,7 +68,7 @@ func benchCPUCommand() *cli.Command {
 				if p := r.Read.Points; len(p) > 0 {
 					read = p[len(p)-1].Best
 				}
-				r.Decode, err = cpubench.MeasureDecode(ctx, m, int(cmd.Int("tokens")), read)
+				r.Decode, err = cpubench.MeasureDecode(ctx, m, int(cmd.Int("tokens")), int(cmd.Int("prompt")), read)
 				if errors.Is(err, cpubench.ErrBadOptions) {
 					return usagef("bench cpu: %v", err)
 				}

@@ -32,16 +32,22 @@ type Decode struct {
 	// Ratio is BytesPerSecond over the memory read rate with every thread.
 	Ratio   float64 `json:"ratio"`
 	Kernels string  `json:"kernels"`
+	// PromptTokens is the prompt of the prefill request timed after the
+	// decode (0: none), PrefillTokensPerSecond its rate: a request's
+	// prompt tokens, which take the CPU's tile path where it has one.
+	PromptTokens           int     `json:"prompt_tokens,omitempty"`
+	PrefillTokensPerSecond float64 `json:"prefill_tokens_per_second,omitempty"`
 }
 
 // MeasureDecode runs the model at path on the CPU backend for tokens
-// greedy tokens after an 8-token prompt; read is the memory read rate the
-// ratio is taken to (0 leaves it out).
-func MeasureDecode(ctx context.Context, path string, tokens int, read float64) (*Decode, error) {
-	if tokens < 1 {
-		return nil, fmt.Errorf("%w: decode of %d tokens", ErrBadOptions, tokens)
+// greedy tokens after an 8-token prompt, then (prefill > 0) a request of
+// a prefill-token prompt; read is the memory read rate the ratio is taken
+// to (0 leaves it out).
+func MeasureDecode(ctx context.Context, path string, tokens, prefill int, read float64) (*Decode, error) {
+	if tokens < 1 || prefill < 0 {
+		return nil, fmt.Errorf("%w: decode of %d tokens, prefill of %d", ErrBadOptions, tokens, prefill)
 	}
-	e, err := engine.OpenWith(ctx, path, engine.Options{Backend: engine.BackendCPU, Context: tokens + 16})
+	e, err := engine.OpenWith(ctx, path, engine.Options{Backend: engine.BackendCPU, Context: max(tokens, prefill) + 16})
 	if err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
 	}
@@ -87,6 +93,23 @@ func MeasureDecode(ctx context.Context, path string, tokens int, read float64) (
 	if read > 0 {
 		d.Ratio = d.BytesPerSecond / read
 	}
+	if prefill > 0 {
+		// The text's first token, then the rest of it over and over: the
+		// rate of a long prompt depends on its length, not on what it says.
+		long, rest := make([]int32, 0, prefill+len(prompt)), prompt[min(1, len(prompt)-1):]
+		long = append(long, prompt[0])
+		for len(long) < prefill {
+			long = append(long, rest...)
+		}
+		long = long[:prefill]
+		res, err := sched.Generate(ctx, e.Backend(), e.Tok, sched.Request{Prompt: long, MaxTokens: 1, Sample: sample.Greedy()}, nil)
+		if err != nil {
+			return nil, fmt.Errorf("prefill: %w", err)
+		}
+		if res.PromptTime > 0 {
+			d.PromptTokens, d.PrefillTokensPerSecond = res.PromptTokens, float64(res.PromptTokens)/res.PromptTime.Seconds()
+		}
+	}
 	return d, nil
 }
 
@@ -119,4 +142,7 @@ func writeDecode(w io.Writer, d *Decode) {
 		fmt.Fprintf(w, " (%.2f of memory read)", d.Ratio)
 	}
 	fmt.Fprintln(w)
+	if d.PromptTokens > 0 {
+		fmt.Fprintf(w, "CPU-only prefill of a %d-token prompt: %.2f tokens/s\n", d.PromptTokens, d.PrefillTokensPerSecond)
+	}
 }

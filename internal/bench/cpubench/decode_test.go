@@ -13,7 +13,8 @@ import (
 // TestMeasureDecodeBytes: the bytes a decode step reads are the file's
 // tensors less the embedding table for a dense model, and, for a mixture
 // of experts, the experts its tokens were routed to instead of them all:
-// each token's picks in each layer, all one size in the tiny shape.
+// each token's picks in each layer, all one size in the tiny shape. The
+// prefill request after it runs the prompt length asked for.
 func TestMeasureDecodeBytes(t *testing.T) {
 	t.Parallel()
 	for _, arch := range []string{"llama", "mixtral"} {
@@ -23,9 +24,12 @@ func TestMeasureDecodeBytes(t *testing.T) {
 			if err := synth.Write(path, synth.Options{Arch: arch, Shape: "tiny", Type: "q8_0", Seed: 2}); err != nil {
 				t.Fatal(err)
 			}
-			d, err := MeasureDecode(context.Background(), path, 4, 0)
+			d, err := MeasureDecode(context.Background(), path, 4, 20, 0)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if d.PromptTokens != 20 || d.PrefillTokensPerSecond <= 0 {
+				t.Fatalf("prefill of %d tokens at %.1f tokens/s, want 20 tokens", d.PromptTokens, d.PrefillTokensPerSecond)
 			}
 			if d.TokensPerSecond <= 0 || d.BytesPerSecond != d.TokensPerSecond*float64(d.WeightBytes) {
 				t.Fatalf("%.1f tokens/s, %.0f bytes/s for %d bytes a step", d.TokensPerSecond, d.BytesPerSecond, d.WeightBytes)
