@@ -41,8 +41,8 @@ type Decode struct {
 
 // MeasureDecode runs the model at path on the CPU backend for tokens
 // greedy tokens after an 8-token prompt, then (prefill > 0) a request of
-// a prefill-token prompt; read is the memory read rate the ratio is taken
-// to (0 leaves it out).
+// a prefill-token prompt (at most the model's context less one); read is
+// the memory read rate the ratio is taken to (0 leaves it out).
 func MeasureDecode(ctx context.Context, path string, tokens, prefill int, read float64) (*Decode, error) {
 	if tokens < 1 || prefill < 0 {
 		return nil, fmt.Errorf("%w: decode of %d tokens, prefill of %d", ErrBadOptions, tokens, prefill)
@@ -93,6 +93,9 @@ func MeasureDecode(ctx context.Context, path string, tokens, prefill int, read f
 	if read > 0 {
 		d.Ratio = d.BytesPerSecond / read
 	}
+	// A prompt with room for the token it asks for, in the model's
+	// context (a small model's may be shorter than asked).
+	prefill = min(prefill, e.Backend().MaxContext()-1)
 	if prefill > 0 {
 		// The text's first token, then the rest of it over and over: the
 		// rate of a long prompt depends on its length, not on what it says.
