@@ -764,7 +764,7 @@ func (m *Model) layer(ctx context.Context, l int, w *Layer) error {
 	kvd := c.KVDim()
 
 	m.norm(sc.xn, sc.h, &w.AttnNorm)
-	if err := m.matmul(matOp{w: &w.Q, xs: sc.xn, ys: sc.q, rows: true}, matOp{w: &w.K, xs: sc.xn, ys: sc.k, rows: true}, matOp{w: &w.V, xs: sc.xn, ys: sc.v, rows: true}); err != nil {
+	if err := m.matmul(matOp{w: &w.Q, xs: sc.xn, ys: sc.q, prompt: sc.prompt}, matOp{w: &w.K, xs: sc.xn, ys: sc.k, prompt: sc.prompt}, matOp{w: &w.V, xs: sc.xn, ys: sc.v, prompt: sc.prompt}); err != nil {
 		return err
 	}
 	if c.QKVBias() {
@@ -812,7 +812,7 @@ func (m *Model) layer(ctx context.Context, l int, w *Layer) error {
 		copy(tr.seq.v[l][tr.pos*kvd:(tr.pos+1)*kvd], sc.v[t])
 	}
 	m.attention(l)
-	if err := m.matmul(matOp{w: &w.O, xs: sc.att, ys: sc.tmp, rows: true}); err != nil {
+	if err := m.matmul(matOp{w: &w.O, xs: sc.att, ys: sc.tmp, prompt: sc.prompt}); err != nil {
 		return err
 	}
 	if c.PostNorms() {
@@ -1004,10 +1004,10 @@ func (m *Model) ffn(ctx context.Context, l int, w *Layer) error {
 	if c.MoE() {
 		return m.moe(ctx, l, w)
 	}
-	if err := m.matmul(matOp{w: &w.Gate, xs: sc.xn, ys: sc.gate, rows: true}, matOp{w: &w.Up, xs: sc.xn, ys: sc.up, rows: true}); err != nil {
+	if err := m.matmul(matOp{w: &w.Gate, xs: sc.xn, ys: sc.gate, prompt: sc.prompt}, matOp{w: &w.Up, xs: sc.xn, ys: sc.up, prompt: sc.prompt}); err != nil {
 		return err
 	}
-	if err := m.matmul(matOp{w: &w.Down, xs: sc.gate, ys: sc.tmp, glu: sc.up, gelu: gemma, rows: true}); err != nil {
+	if err := m.matmul(matOp{w: &w.Down, xs: sc.gate, ys: sc.tmp, glu: sc.up, gelu: gemma, prompt: sc.prompt}); err != nil {
 		return err
 	}
 	if gemma {
@@ -1132,10 +1132,11 @@ type matOp struct {
 	xs, ys [][]float32
 	glu    [][]float32
 	gelu   bool
-	// rows says xs are the pass's rows in order, so that the pass's
-	// prompt rows (scratch.prompt) may take the tile path; tiled says
-	// an op (one splitPrompt made) takes it.
-	rows, tiled bool
+	// prompt, where it is as long as xs, marks the rows that are prompt
+	// tokens (Step.Prompt), which may take the tile path; tiled says an
+	// op (one splitPrompt made) takes it.
+	prompt []bool
+	tiled  bool
 }
 
 // rowStride is the bytes from one of op's rows to the next.
@@ -1241,24 +1242,15 @@ func (m *Model) eachChunk(ops []matOp, product func(oi int, rows []byte, ys [][]
 	return first
 }
 
-// splitPrompt returns ops with each op over the pass's rows (matOp.rows)
-// that holds prompt rows and whose format the tile path takes split in
-// two: one over the prompt rows, marked tiled, and one over the others
-// (where there are any). Every prompt row takes the tile path, however
-// few there are, so its results do not depend on how its prompt was
-// split or batched (Step.Prompt). The split ops' rows live in the
-// scratch until the next call.
+// splitPrompt returns ops with each op that has prompt rows
+// (matOp.prompt) in a format the tile path takes split in two: one over
+// the prompt rows, marked tiled, and one over the others (where there are
+// any). Every prompt row takes the tile path, however few there are, so
+// its results do not depend on how its prompt was split or batched
+// (Step.Prompt). The split ops' rows live in the scratch until the next
+// call.
 func (m *Model) splitPrompt(ops []matOp) []matOp {
 	sc := &m.sc
-	prompts := 0
-	for _, p := range sc.prompt {
-		if p {
-			prompts++
-		}
-	}
-	if prompts == 0 {
-		return ops
-	}
 	splits := false
 	for i := range ops {
 		if m.tileable(&ops[i]) {
@@ -1272,13 +1264,13 @@ func (m *Model) splitPrompt(ops []matOp) []matOp {
 	// gather returns rows' entries whose prompt mark is want, from the
 	// gathered buffer (the same rows give the same entries, so ops that
 	// share an input still share its quantization).
-	gather := func(rows [][]float32, want bool) [][]float32 {
+	gather := func(rows [][]float32, mark []bool, want bool) [][]float32 {
 		if rows == nil {
 			return nil
 		}
 		at := len(sc.gathered)
 		for t, r := range rows {
-			if sc.prompt[t] == want {
+			if mark[t] == want {
 				sc.gathered = append(sc.gathered, r)
 			}
 		}
@@ -1291,23 +1283,25 @@ func (m *Model) splitPrompt(ops []matOp) []matOp {
 			continue
 		}
 		p := op
-		p.xs, p.ys, p.glu, p.tiled = gather(op.xs, true), gather(op.ys, true), gather(op.glu, true), true
+		p.xs, p.ys, p.glu, p.tiled = gather(op.xs, op.prompt, true), gather(op.ys, op.prompt, true), gather(op.glu, op.prompt, true), true
 		sc.splitOps = append(sc.splitOps, p)
-		if prompts < len(op.xs) {
+		if len(p.xs) < len(op.xs) {
 			d := op
-			d.xs, d.ys, d.glu = gather(op.xs, false), gather(op.ys, false), gather(op.glu, false)
+			d.xs, d.ys, d.glu = gather(op.xs, op.prompt, false), gather(op.ys, op.prompt, false), gather(op.glu, op.prompt, false)
 			sc.splitOps = append(sc.splitOps, d)
 		}
 	}
 	return sc.splitOps
 }
 
-// tileable reports whether op's prompt rows take the tile path: an op
-// over the pass's rows (marked for this pass) in a format the tile path
-// takes, on rows of whole tiles.
+// tileable reports whether op's prompt rows take the tile path: it has
+// some (marked for its rows), in a format the tile path takes, on rows of
+// whole tiles.
 func (m *Model) tileable(op *matOp) bool {
-	return op.rows && len(op.xs) == len(m.sc.prompt) && op.stride == 0 &&
-		op.w.Cols%gemv.TileCols == 0 && gemv.Tiled(m.impl, op.w.Type)
+	if len(op.prompt) != len(op.xs) || !slices.Contains(op.prompt, true) {
+		return false
+	}
+	return op.stride == 0 && op.w.Cols%gemv.TileCols == 0 && gemv.Tiled(m.impl, op.w.Type)
 }
 
 // splitRows shares out every op's rows as chunks: many per worker for

@@ -245,6 +245,7 @@ type moeScratch struct {
 	gate, up, out  [][]float32
 	buf            []float32
 	xs, gs, us, os [][]float32 // views grouped by expert
+	prompt         []bool      // whether each grouped pair's token is a prompt's (Step.Prompt)
 	ops            []matOp
 	picked, starts []int     // the distinct experts picked, increasing, and where each's run starts
 	weights        []*Expert // their weights
@@ -271,6 +272,15 @@ func (s *moeScratch) sizeAhead(c *Config, T int) {
 	buf := s.aheadBuf[:n]
 	s.aheadXn = carveRows(s.aheadXn, &buf, T, c.Dim)
 	s.aheadScores = carveRows(s.aheadScores, &buf, T, c.Experts)
+}
+
+// promptOf is the prompt marks of grouped pairs [lo, hi), nil where the
+// pass marked none (an FFN called alone).
+func (s *moeScratch) promptOf(lo, hi int) []bool {
+	if len(s.prompt) == 0 {
+		return nil
+	}
+	return s.prompt[lo:hi]
 }
 
 // carveRows sets dst to n rows of w elements cut from the front of *buf,
@@ -433,8 +443,12 @@ func (m *Model) moeRouted(ctx context.Context, l int, w *Layer, ahead bool) erro
 	byExpert := ms.sorted
 	slices.SortStableFunc(byExpert, func(a, b route) int { return cmp.Compare(a.e, b.e) })
 	ms.xs, ms.gs, ms.us, ms.os = ms.xs[:0], ms.gs[:0], ms.us[:0], ms.os[:0]
+	ms.prompt = ms.prompt[:0]
 	for _, r := range byExpert {
 		pair := r.t*c.ExpertsUsed + r.slot
+		if len(sc.prompt) > 0 {
+			ms.prompt = append(ms.prompt, sc.prompt[r.t])
+		}
 		ms.xs = append(ms.xs, sc.xn[r.t])
 		ms.gs = append(ms.gs, ms.gate[pair])
 		ms.us = append(ms.us, ms.up[pair])
@@ -492,7 +506,8 @@ func (m *Model) moeRouted(ctx context.Context, l int, w *Layer, ahead bool) erro
 		if j == split {
 			x = &ms.part
 		}
-		ms.ops = append(ms.ops, matOp{w: &x.Gate, xs: ms.xs[lo:hi], ys: ms.gs[lo:hi]}, matOp{w: &x.Up, xs: ms.xs[lo:hi], ys: ms.us[lo:hi]})
+		pr := ms.promptOf(lo, hi)
+		ms.ops = append(ms.ops, matOp{w: &x.Gate, xs: ms.xs[lo:hi], ys: ms.gs[lo:hi], prompt: pr}, matOp{w: &x.Up, xs: ms.xs[lo:hi], ys: ms.us[lo:hi], prompt: pr})
 	}
 	if err := m.matmul(ms.ops...); err != nil {
 		return err
@@ -504,7 +519,7 @@ func (m *Model) moeRouted(ctx context.Context, l int, w *Layer, ahead bool) erro
 			ms.ops = append(ms.ops, matOp{w: &ms.part.Down, stride: stride, xs: ms.partGs, ys: ms.os[lo:hi], glu: ms.partUs})
 			continue
 		}
-		ms.ops = append(ms.ops, matOp{w: &x.Down, xs: ms.gs[lo:hi], ys: ms.os[lo:hi], glu: ms.us[lo:hi]})
+		ms.ops = append(ms.ops, matOp{w: &x.Down, xs: ms.gs[lo:hi], ys: ms.os[lo:hi], glu: ms.us[lo:hi], prompt: ms.promptOf(lo, hi)})
 	}
 	if err := m.matmul(ms.ops...); err != nil {
 		return err

@@ -23,15 +23,16 @@ func TestPromptTiles(t *testing.T) {
 	if !gemv.Tiled(impl, quant.Q4_K) {
 		t.Skipf("no tile unit here (%v)", impl)
 	}
-	for _, typ := range []string{"q4_k_m", "q8_0"} {
-		t.Run(typ, func(t *testing.T) {
+	for _, c := range []struct{ arch, typ string }{{ArchLlama, "q4_k_m"}, {ArchLlama, "q8_0"}, {ArchQwen3MoE, "q4_k_m"}} {
+		arch, typ := c.arch, c.typ
+		t.Run(arch+"/"+typ, func(t *testing.T) {
 			t.Parallel()
-			m, err := Open(synthModel(t, ArchLlama, typ))
+			m, err := Open(synthModel(t, arch, typ))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			ref, err := Open(synthModel(t, ArchLlama, typ))
+			ref, err := Open(synthModel(t, arch, typ))
 			if err != nil {
 				t.Fatal(err)
 			}
