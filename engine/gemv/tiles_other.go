@@ -11,3 +11,7 @@ var widens = map[quant.Type]widen{}
 func tilesAMX(cfg *byte, w *uint16, wstride int, x *uint16, xstep int, c *float32, chunks, tiles int) {
 	panic("gemv: no tile unit on this architecture")
 }
+
+func tilesAMX2(cfg *byte, w *uint16, wstride, wnext int, x *uint16, xstep int, c *float32, chunks, tiles int) {
+	panic("gemv: no tile unit on this architecture")
+}

@@ -25,7 +25,8 @@ const (
 // TestRowsTiledAccuracy: RowsTiled against the exact products (float64
 // over the decoded rows and the float vectors) for every tiled format, for
 // batches of one vector, of a tile and a part, of a group of four tiles
-// and of more than a group, panels of fewer and of more than 16 rows,
+// and of more than a group, one panel of fewer than 16 rows and pairs of
+// panels whole and part empty, with a lone panel after them,
 // rows of one column block and of several with a short last one, rows
 // read as a view of a wider matrix, and extreme weights and vectors. The
 // integer path (RowsBatch) is held to the same bound with the vector's
@@ -47,6 +48,7 @@ func TestRowsTiledAccuracy(t *testing.T) {
 			{33, 1280, 1536, 64}, // a view; a short last column block
 			{40, 512, 512, 70},   // more than a group of four tiles
 			{1, 1024, 1024, 3},
+			{20, 512, 512, 33}, // two panels, the second part empty; three token tiles
 		} {
 			for _, wild := range []bool{false, true} {
 				name := fmt.Sprintf("%v/%d rows of %d of %d/batch %d/wild %v", typ, c.rows, c.n, c.width, c.batch, wild)

@@ -174,6 +174,11 @@ func bf16AVX512x4(w *byte, stride int, rows int, n int, q *int16, d *float32, s 
 //go:noescape
 func tilesAMX(cfg *byte, w *uint16, wstride int, x *uint16, xstep int, c *float32, chunks int, tiles int)
 
+// tilesAMX2 is tilesAMX for two panels and up to two tiles of vectors (see the generator, asm/amx.go).
+//
+//go:noescape
+func tilesAMX2(cfg *byte, w *uint16, wstride int, wnext int, x *uint16, xstep int, c *float32, chunks int, tiles int)
+
 // q4kWiden widens Q4_K rows to bfloat16 for the tile path (see the generator, asm/widen.go).
 //
 //go:noescape

@@ -173,3 +173,56 @@ func tilesAMX() {
 	tilerelease()
 	RET()
 }
+
+// tilesAMX2 emits tilesAMX for two panels at once (the second wnext bytes
+// after the first) and up to two tiles of vectors: four accumulators, C
+// for panel p and token tile j in tmm(2j+p), at c + (2j+p)·1024. Each
+// vector tile loaded serves both panels, where tilesAMX loads it for one.
+func tilesAMX2() {
+	TEXT("tilesAMX2", NOSPLIT, "func(cfg *byte, w *uint16, wstride, wnext int, x *uint16, xstep int, c *float32, chunks, tiles int)")
+	Pragma("noescape")
+	Doc("tilesAMX2 is tilesAMX for two panels and up to two tiles of vectors (see the generator, asm/amx.go).")
+	Load(Param("cfg"), RAX)
+	ldtilecfg(RAX)
+	Load(Param("w"), RSI)
+	Load(Param("wstride"), RCX)
+	Load(Param("wnext"), RDX)
+	ADDQ(RSI, RDX)
+	Load(Param("x"), RDI)
+	Load(Param("xstep"), R9)
+	Load(Param("c"), R8)
+	Load(Param("chunks"), R10)
+	Load(Param("tiles"), R11)
+	MOVQ(U32(64), RBX)
+	CMPQ(R11, U8(2))
+	JEQ(LabelRef("pairs2"))
+	for n := 1; n <= 2; n++ {
+		Label(fmt.Sprintf("pairs%d", n))
+		for t := range 2 * n {
+			tileloadd(t, R8, RBX, t*1024)
+		}
+		Label(fmt.Sprintf("pairs%d_chunk", n))
+		tileloadd(tmmW, RSI, RCX, 0)
+		tileloadd(tmmW+1, RDX, RCX, 0)
+		for j := range n {
+			tileloadd(tmmXHi, RDI, RBX, j*2048)
+			tileloadd(tmmXLo, RDI, RBX, j*2048+1024)
+			for p := range 2 {
+				tdpbf16ps(2*j+p, tmmW+p, tmmXHi)
+				tdpbf16ps(2*j+p, tmmW+p, tmmXLo)
+			}
+		}
+		ADDQ(U8(64), RSI)
+		ADDQ(U8(64), RDX)
+		ADDQ(R9, RDI)
+		DECQ(R10)
+		JNE(LabelRef(fmt.Sprintf("pairs%d_chunk", n)))
+		for t := range 2 * n {
+			tilestored(t, R8, RBX, t*1024)
+		}
+		JMP(LabelRef("pairs_done"))
+	}
+	Label("pairs_done")
+	tilerelease()
+	RET()
+}

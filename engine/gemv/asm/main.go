@@ -48,6 +48,7 @@ func main() {
 	floatAVX512x("f16AVX512x4", fF16)
 	floatAVX512x("bf16AVX512x4", fBF16)
 	tilesAMX()
+	tilesAMX2()
 	q4kWiden("q4kWiden")
 	q6kWiden("q6kWiden")
 	q8Widen("q8Widen")
