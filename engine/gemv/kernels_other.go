@@ -8,3 +8,13 @@ func available(Impl) bool { return false }
 
 func lookup(Impl, quant.Type) kernel  { return nil }
 func lookup4(Impl, quant.Type) kernel { return nil }
+
+func rowsF(Impl, int) bool { return false }
+
+func dotRowsAVX512(q *float32, k *float32, stride, rows, n int, y *float32) {
+	panic("gemv: no AVX-512 on this architecture")
+}
+
+func addRowsAVX512(out *float32, w *float32, v *float32, stride, rows, n int) {
+	panic("gemv: no AVX-512 on this architecture")
+}

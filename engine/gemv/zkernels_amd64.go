@@ -193,3 +193,13 @@ func q6kWiden(w *byte, stride int, rows int, nb int, out *uint16, ld int)
 //
 //go:noescape
 func q8Widen(w *byte, stride int, rows int, nb int, out *uint16, ld int)
+
+// dotRowsAVX512 sets y[r] to q's dot product with each of rows rows of n float32 (n a multiple of 64) stride bytes apart.
+//
+//go:noescape
+func dotRowsAVX512(q *float32, k *float32, stride int, rows int, n int, y *float32)
+
+// addRowsAVX512 adds w[r] times each of rows rows of n float32 (n a multiple of 64) stride bytes apart to out, in row order.
+//
+//go:noescape
+func addRowsAVX512(out *float32, w *float32, v *float32, stride int, rows int, n int)

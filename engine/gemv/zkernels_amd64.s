@@ -13924,3 +13924,104 @@ q8Widen_block:
 q8Widen_done:
 	VZEROUPPER
 	RET
+
+// func dotRowsAVX512(q *float32, k *float32, stride int, rows int, n int, y *float32)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·dotRowsAVX512(SB), NOSPLIT, $0-48
+	MOVQ q+0(FP), AX
+	MOVQ k+8(FP), CX
+	MOVQ stride+16(FP), DX
+	MOVQ rows+24(FP), BX
+	MOVQ n+32(FP), SI
+	MOVQ y+40(FP), DI
+	SHRQ $0x06, SI
+
+dot_row:
+	CMPQ   BX, $0x00
+	JE     dot_done
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	MOVQ   AX, R8
+	MOVQ   CX, R9
+	MOVQ   SI, R10
+
+dot_group:
+	VMOVUPS       (R9), Z4
+	VFMADD231PS   (R8), Z4, Z0
+	VMOVUPS       64(R9), Z4
+	VFMADD231PS   64(R8), Z4, Z1
+	VMOVUPS       128(R9), Z4
+	VFMADD231PS   128(R8), Z4, Z2
+	VMOVUPS       192(R9), Z4
+	VFMADD231PS   192(R8), Z4, Z3
+	ADDQ          $0x00000100, R8
+	ADDQ          $0x00000100, R9
+	DECQ          R10
+	JNE           dot_group
+	VADDPS        Z1, Z0, Z0
+	VADDPS        Z3, Z2, Z2
+	VADDPS        Z2, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y1
+	VEXTRACTF128  $0x01, Y1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VMOVSS        X0, (DI)
+	ADDQ          $0x04, DI
+	ADDQ          DX, CX
+	DECQ          BX
+	JMP           dot_row
+
+dot_done:
+	VZEROUPPER
+	RET
+
+// func addRowsAVX512(out *float32, w *float32, v *float32, stride int, rows int, n int)
+// Requires: AVX, AVX512F
+TEXT ·addRowsAVX512(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), AX
+	MOVQ w+8(FP), CX
+	MOVQ v+16(FP), DX
+	MOVQ stride+24(FP), BX
+	MOVQ rows+32(FP), SI
+	MOVQ n+40(FP), DI
+	SHRQ $0x06, DI
+
+add_group:
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS 128(AX), Z2
+	VMOVUPS 192(AX), Z3
+	MOVQ    CX, R8
+	MOVQ    DX, R9
+	MOVQ    SI, R10
+	TESTQ   R10, R10
+	JE      add_store
+
+add_row:
+	VBROADCASTSS (R8), Z4
+	VFMADD231PS  (R9), Z4, Z0
+	VFMADD231PS  64(R9), Z4, Z1
+	VFMADD231PS  128(R9), Z4, Z2
+	VFMADD231PS  192(R9), Z4, Z3
+	ADDQ         $0x04, R8
+	ADDQ         BX, R9
+	DECQ         R10
+	JNE          add_row
+
+add_store:
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, 128(AX)
+	VMOVUPS Z3, 192(AX)
+	ADDQ    $0x00000100, AX
+	ADDQ    $0x00000100, DX
+	DECQ    DI
+	JNE     add_group
+	VZEROUPPER
+	RET

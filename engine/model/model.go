@@ -1045,10 +1045,22 @@ func (m *Model) attention(l int) {
 		}
 		n := tr.pos - lo + 1
 		s := sc.scores[w][:n]
+		// The fast path's dot products and weighted sum run engine/gemv's
+		// float kernels over the cache rows (a head's slice of each
+		// position's row, kvd apart); the reference's, the loops here.
+		// Both checked shapes already: the rows lie in the cache.
+		rows := func(cache []float32) []float32 { return cache[lo*kvd+off : (lo+n-1)*kvd+off+hd] }
+		if m.fast {
+			_ = gemv.DotRows(m.impl, q, rows(kc), kvd, s)
+		} else {
+			for j := range s {
+				p := (lo + j) * kvd
+				s[j] = dot(q, kc[p+off:p+off+hd])
+			}
+		}
 		mx := float32(math.Inf(-1))
-		for j := range s {
-			p := (lo + j) * kvd
-			v := dot(q, kc[p+off:p+off+hd]) * scale
+		for j, v := range s {
+			v *= scale
 			if capv > 0 {
 				v = softcap(v, capv)
 			}
@@ -1063,6 +1075,13 @@ func (m *Model) attention(l int) {
 		}
 		inv := float32(1 / sum)
 		clear(out)
+		if m.fast {
+			for j := range s {
+				s[j] *= inv
+			}
+			_ = gemv.AddRows(m.impl, out, s, rows(vc), kvd)
+			return
+		}
 		for j, e := range s {
 			p := (lo + j) * kvd
 			axpy(out, e*inv, vc[p+off:p+off+hd])

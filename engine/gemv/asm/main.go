@@ -52,5 +52,7 @@ func main() {
 	q4kWiden("q4kWiden")
 	q6kWiden("q6kWiden")
 	q8Widen("q8Widen")
+	dotRowsAVX512()
+	addRowsAVX512()
 	Generate()
 }
