@@ -65,15 +65,7 @@ func benchPacked(b *testing.B, typ quant.Type) {
 	const rows, n = 4096, 4096
 	w := randomRows(&testing.T{}, typ, rows, n, 1, false)
 	for _, batch := range []int{2, 3, 4, 7, 8, 16} {
-		xs := make([]*X, batch)
-		ys := make([][]float32, batch)
-		for j := range xs {
-			xs[j] = new(X)
-			if err := xs[j].Set(randomVector(n, uint64(j+2), false)); err != nil {
-				b.Fatal(err)
-			}
-			ys[j] = make([]float32, rows)
-		}
+		xs, ys := benchBatch(b, batch, rows, n)
 		var p Packed
 		if err := p.Pack(xs); err != nil {
 			b.Fatal(err)
@@ -85,6 +77,21 @@ func benchPacked(b *testing.B, typ quant.Type) {
 			benchPackedWays(b, impl, typ, w, n, batch, &p, xs, ys)
 		}
 	}
+}
+
+// benchBatch is a batch of random vectors of n elements and their
+// outputs of rows rows, as the batched benchmarks take them.
+func benchBatch(b *testing.B, batch, rows, n int) ([]*X, [][]float32) {
+	xs := make([]*X, batch)
+	ys := make([][]float32, batch)
+	for j := range xs {
+		xs[j] = new(X)
+		if err := xs[j].Set(randomVector(n, uint64(j+2), false)); err != nil {
+			b.Fatal(err)
+		}
+		ys[j] = make([]float32, rows)
+	}
+	return xs, ys
 }
 
 // benchPackedWays times RowsBatch, then RowsPacked, with impl's kernels.
@@ -119,16 +126,8 @@ func BenchmarkRowsTiled(b *testing.B) {
 		}
 		const rows, n = 4096, 4096
 		w := randomRows(&testing.T{}, typ, rows, n, 1, false)
-		for _, batch := range []int{2, 3, 4, 6, 8, 10, 12, 16, 32, 64} {
-			xs := make([]*X, batch)
-			ys := make([][]float32, batch)
-			for j := range xs {
-				xs[j] = new(X)
-				if err := xs[j].Set(randomVector(n, uint64(j+2), false)); err != nil {
-					b.Fatal(err)
-				}
-				ys[j] = make([]float32, rows)
-			}
+		for _, batch := range []int{2, 3, 4, 6, 8, 12, 16, 32, 64} {
+			xs, ys := benchBatch(b, batch, rows, n)
 			var p Packed
 			var tl Tiles
 			if err := p.Pack(xs); err != nil {

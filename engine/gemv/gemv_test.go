@@ -64,6 +64,29 @@ func randomRows(t *testing.T, typ quant.Type, rows, n int, seed uint64, wild boo
 	return buf
 }
 
+// viewBatch is a batched case's weights and vectors: rows rows of width
+// elements of typ (full), their first n columns as a view (rows, stride
+// bytes apart; all of them where n is width), and batch vectors of n
+// elements; wild as randomRows and randomVector take it.
+func viewBatch(t *testing.T, typ quant.Type, nrows, n, width, batch int, wild bool) (full, rows []byte, stride int, xs []*X) {
+	t.Helper()
+	full = randomRows(t, typ, nrows, width, uint64(batch), wild)
+	stride = len(full) / nrows
+	rb, err := typ.RowBytes(int64(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows = full[:(nrows-1)*stride+int(rb)]
+	xs = make([]*X, batch)
+	for j := range xs {
+		xs[j] = new(X)
+		if err := xs[j].Set(randomVector(n, uint64(7*j+1), wild)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return full, rows, stride, xs
+}
+
 // randomVector draws n values; with extreme, every block holds ±its
 // largest value everywhere (every quant at ±Range, the integer bound).
 func randomVector(n int, seed uint64, extreme bool) []float32 {

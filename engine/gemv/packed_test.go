@@ -34,20 +34,7 @@ func TestRowsPackedMatchesBatch(t *testing.T) {
 				continue // rows of whole 256-element blocks only (the K-quants)
 			}
 			for _, wild := range []bool{false, true} {
-				full := randomRows(t, typ, c.rows, c.width, uint64(c.batch), wild)
-				stride := len(full) / c.rows
-				rb, err := typ.RowBytes(int64(c.n))
-				if err != nil {
-					t.Fatal(err)
-				}
-				rows := full[:(c.rows-1)*stride+int(rb)]
-				xs := make([]*X, c.batch)
-				for j := range xs {
-					xs[j] = new(X)
-					if err := xs[j].Set(randomVector(c.n, uint64(7*j+1), wild)); err != nil {
-						t.Fatal(err)
-					}
-				}
+				_, rows, stride, xs := viewBatch(t, typ, c.rows, c.n, c.width, c.batch, wild)
 				var p Packed
 				if err := p.Pack(xs); err != nil {
 					t.Fatal(err)

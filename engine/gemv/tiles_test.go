@@ -52,20 +52,8 @@ func TestRowsTiledAccuracy(t *testing.T) {
 		} {
 			for _, wild := range []bool{false, true} {
 				name := fmt.Sprintf("%v/%d rows of %d of %d/batch %d/wild %v", typ, c.rows, c.n, c.width, c.batch, wild)
-				full := randomRows(t, typ, c.rows, c.width, uint64(c.batch), wild)
-				stride := len(full) / c.rows
-				rb, err := typ.RowBytes(int64(c.n))
-				if err != nil {
-					t.Fatal(err)
-				}
-				rows := full[:(c.rows-1)*stride+int(rb)]
-				xs := make([]*X, c.batch)
-				for j := range xs {
-					xs[j] = new(X)
-					if err := xs[j].Set(randomVector(c.n, uint64(7*j+1), wild)); err != nil {
-						t.Fatal(err)
-					}
-				}
+				full, rows, stride, xs := viewBatch(t, typ, c.rows, c.n, c.width, c.batch, wild)
+				rb := len(rows) - (c.rows-1)*stride
 				var p Tiles
 				if err := p.Pack(xs); err != nil {
 					t.Fatal(err)
@@ -84,7 +72,7 @@ func TestRowsTiledAccuracy(t *testing.T) {
 				var errE, prodE float64
 				w := make([]float32, c.n)
 				for r := range c.rows {
-					if err := quant.Dequantize(typ, full[r*stride:r*stride+int(rb)], w); err != nil {
+					if err := quant.Dequantize(typ, full[r*stride:r*stride+rb], w); err != nil {
 						t.Fatal(err)
 					}
 					for j, x := range xs {

@@ -12674,11 +12674,11 @@ TEXT ·tilesAMX(SB), NOSPLIT, $0-64
 	MOVQ tiles+56(FP), R11
 	MOVQ $0x00000040, BX
 	CMPQ R11, $0x04
-	JEQ  tiles4
+	JEQ  tilesAMX_4
 	CMPQ R11, $0x03
-	JEQ  tiles3
+	JEQ  tilesAMX_3
 	CMPQ R11, $0x02
-	JEQ  tiles2
+	JEQ  tilesAMX_2
 	BYTE $0xc4
 	BYTE $0xc2
 	BYTE $0x7b
@@ -12686,7 +12686,7 @@ TEXT ·tilesAMX(SB), NOSPLIT, $0-64
 	BYTE $0x04
 	BYTE $0x18
 
-tiles1_chunk:
+tilesAMX_1_chunk:
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x7b
@@ -12722,16 +12722,16 @@ tiles1_chunk:
 	ADDQ $0x40, SI
 	ADDQ R9, DI
 	DECQ R10
-	JNE  tiles1_chunk
+	JNE  tilesAMX_1_chunk
 	BYTE $0xc4
 	BYTE $0xc2
 	BYTE $0x7a
 	BYTE $0x4b
 	BYTE $0x04
 	BYTE $0x18
-	JMP  tiles_done
+	JMP  tilesAMX_done
 
-tiles2:
+tilesAMX_2:
 	BYTE $0xc4
 	BYTE $0xc2
 	BYTE $0x7b
@@ -12749,7 +12749,7 @@ tiles2:
 	BYTE $0x00
 	BYTE $0x00
 
-tiles2_chunk:
+tilesAMX_2_chunk:
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x7b
@@ -12815,7 +12815,7 @@ tiles2_chunk:
 	ADDQ $0x40, SI
 	ADDQ R9, DI
 	DECQ R10
-	JNE  tiles2_chunk
+	JNE  tilesAMX_2_chunk
 	BYTE $0xc4
 	BYTE $0xc2
 	BYTE $0x7a
@@ -12832,9 +12832,9 @@ tiles2_chunk:
 	BYTE $0x04
 	BYTE $0x00
 	BYTE $0x00
-	JMP  tiles_done
+	JMP  tilesAMX_done
 
-tiles3:
+tilesAMX_3:
 	BYTE $0xc4
 	BYTE $0xc2
 	BYTE $0x7b
@@ -12862,7 +12862,7 @@ tiles3:
 	BYTE $0x00
 	BYTE $0x00
 
-tiles3_chunk:
+tilesAMX_3_chunk:
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x7b
@@ -12958,7 +12958,7 @@ tiles3_chunk:
 	ADDQ $0x40, SI
 	ADDQ R9, DI
 	DECQ R10
-	JNE  tiles3_chunk
+	JNE  tilesAMX_3_chunk
 	BYTE $0xc4
 	BYTE $0xc2
 	BYTE $0x7a
@@ -12985,9 +12985,9 @@ tiles3_chunk:
 	BYTE $0x08
 	BYTE $0x00
 	BYTE $0x00
-	JMP  tiles_done
+	JMP  tilesAMX_done
 
-tiles4:
+tilesAMX_4:
 	BYTE $0xc4
 	BYTE $0xc2
 	BYTE $0x7b
@@ -13025,7 +13025,7 @@ tiles4:
 	BYTE $0x00
 	BYTE $0x00
 
-tiles4_chunk:
+tilesAMX_4_chunk:
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x7b
@@ -13151,7 +13151,7 @@ tiles4_chunk:
 	ADDQ $0x40, SI
 	ADDQ R9, DI
 	DECQ R10
-	JNE  tiles4_chunk
+	JNE  tilesAMX_4_chunk
 	BYTE $0xc4
 	BYTE $0xc2
 	BYTE $0x7a
@@ -13189,7 +13189,7 @@ tiles4_chunk:
 	BYTE $0x00
 	BYTE $0x00
 
-tiles_done:
+tilesAMX_done:
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x78
@@ -13216,7 +13216,7 @@ TEXT ·tilesAMX2(SB), NOSPLIT, $0-72
 	MOVQ tiles+64(FP), R11
 	MOVQ $0x00000040, BX
 	CMPQ R11, $0x02
-	JEQ  pairs2
+	JEQ  tilesAMX2_2
 	BYTE $0xc4
 	BYTE $0xc2
 	BYTE $0x7b
@@ -13234,7 +13234,7 @@ TEXT ·tilesAMX2(SB), NOSPLIT, $0-72
 	BYTE $0x00
 	BYTE $0x00
 
-pairs1_chunk:
+tilesAMX2_1_chunk:
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x7b
@@ -13287,7 +13287,7 @@ pairs1_chunk:
 	ADDQ $0x40, DX
 	ADDQ R9, DI
 	DECQ R10
-	JNE  pairs1_chunk
+	JNE  tilesAMX2_1_chunk
 	BYTE $0xc4
 	BYTE $0xc2
 	BYTE $0x7a
@@ -13304,9 +13304,9 @@ pairs1_chunk:
 	BYTE $0x04
 	BYTE $0x00
 	BYTE $0x00
-	JMP  pairs_done
+	JMP  tilesAMX2_done
 
-pairs2:
+tilesAMX2_2:
 	BYTE $0xc4
 	BYTE $0xc2
 	BYTE $0x7b
@@ -13344,7 +13344,7 @@ pairs2:
 	BYTE $0x00
 	BYTE $0x00
 
-pairs2_chunk:
+tilesAMX2_2_chunk:
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x7b
@@ -13437,7 +13437,7 @@ pairs2_chunk:
 	ADDQ $0x40, DX
 	ADDQ R9, DI
 	DECQ R10
-	JNE  pairs2_chunk
+	JNE  tilesAMX2_2_chunk
 	BYTE $0xc4
 	BYTE $0xc2
 	BYTE $0x7a
@@ -13475,7 +13475,7 @@ pairs2_chunk:
 	BYTE $0x00
 	BYTE $0x00
 
-pairs_done:
+tilesAMX2_done:
 	BYTE $0xc4
 	BYTE $0xe2
 	BYTE $0x78

@@ -130,48 +130,8 @@ const (
 // shapes (the panel's rows) are cfg's, written by gemv; the tiles are
 // released before returning.
 func tilesAMX() {
-	TEXT("tilesAMX", NOSPLIT, "func(cfg *byte, w *uint16, wstride int, x *uint16, xstep int, c *float32, chunks, tiles int)")
-	Pragma("noescape")
-	Doc("tilesAMX adds a bfloat16 panel's products with up to four tiles of vectors to c (see the generator, asm/amx.go).")
-	Load(Param("cfg"), RAX)
-	ldtilecfg(RAX)
-	Load(Param("w"), RSI)
-	Load(Param("wstride"), RCX)
-	Load(Param("x"), RDI)
-	Load(Param("xstep"), R9)
-	Load(Param("c"), R8)
-	Load(Param("chunks"), R10)
-	Load(Param("tiles"), R11)
-	MOVQ(U32(64), RBX)
-	for n := 4; n >= 2; n-- {
-		CMPQ(R11, U8(n))
-		JEQ(LabelRef(fmt.Sprintf("tiles%d", n)))
-	}
-	for n := 1; n <= 4; n++ {
-		Label(fmt.Sprintf("tiles%d", n))
-		for j := range n {
-			tileloadd(j, R8, RBX, j*1024)
-		}
-		Label(fmt.Sprintf("tiles%d_chunk", n))
-		tileloadd(tmmW, RSI, RCX, 0)
-		for j := range n {
-			tileloadd(tmmXHi, RDI, RBX, j*2048)
-			tileloadd(tmmXLo, RDI, RBX, j*2048+1024)
-			tdpbf16ps(j, tmmW, tmmXHi)
-			tdpbf16ps(j, tmmW, tmmXLo)
-		}
-		ADDQ(U8(64), RSI)
-		ADDQ(R9, RDI)
-		DECQ(R10)
-		JNE(LabelRef(fmt.Sprintf("tiles%d_chunk", n)))
-		for j := range n {
-			tilestored(j, R8, RBX, j*1024)
-		}
-		JMP(LabelRef("tiles_done"))
-	}
-	Label("tiles_done")
-	tilerelease()
-	RET()
+	tilesKernel("tilesAMX", 1, "func(cfg *byte, w *uint16, wstride int, x *uint16, xstep int, c *float32, chunks, tiles int)",
+		"tilesAMX adds a bfloat16 panel's products with up to four tiles of vectors to c (see the generator, asm/amx.go).")
 }
 
 // tilesAMX2 emits tilesAMX for two panels at once (the second wnext bytes
@@ -179,50 +139,66 @@ func tilesAMX() {
 // for panel p and token tile j in tmm(2j+p), at c + (2j+p)·1024. Each
 // vector tile loaded serves both panels, where tilesAMX loads it for one.
 func tilesAMX2() {
-	TEXT("tilesAMX2", NOSPLIT, "func(cfg *byte, w *uint16, wstride, wnext int, x *uint16, xstep int, c *float32, chunks, tiles int)")
+	tilesKernel("tilesAMX2", 2, "func(cfg *byte, w *uint16, wstride, wnext int, x *uint16, xstep int, c *float32, chunks, tiles int)",
+		"tilesAMX2 is tilesAMX for two panels and up to two tiles of vectors (see the generator, asm/amx.go).")
+}
+
+// tilesKernel emits tilesAMX (panels 1) or tilesAMX2 (panels 2): the
+// accumulator of panel p and token tile j is tmm(j·panels+p), at c +
+// (j·panels+p)·1024, four in all; panel p's weights are in tmm(4+p).
+func tilesKernel(name string, panels int, signature, doc string) {
+	TEXT(name, NOSPLIT, signature)
 	Pragma("noescape")
-	Doc("tilesAMX2 is tilesAMX for two panels and up to two tiles of vectors (see the generator, asm/amx.go).")
+	Doc(doc)
 	Load(Param("cfg"), RAX)
 	ldtilecfg(RAX)
 	Load(Param("w"), RSI)
 	Load(Param("wstride"), RCX)
-	Load(Param("wnext"), RDX)
-	ADDQ(RSI, RDX)
+	if panels == 2 {
+		Load(Param("wnext"), RDX)
+		ADDQ(RSI, RDX)
+	}
 	Load(Param("x"), RDI)
 	Load(Param("xstep"), R9)
 	Load(Param("c"), R8)
 	Load(Param("chunks"), R10)
 	Load(Param("tiles"), R11)
 	MOVQ(U32(64), RBX)
-	CMPQ(R11, U8(2))
-	JEQ(LabelRef("pairs2"))
-	for n := 1; n <= 2; n++ {
-		Label(fmt.Sprintf("pairs%d", n))
-		for t := range 2 * n {
+	most := 4 / panels // token tiles a call
+	label := func(n int, what string) string { return fmt.Sprintf("%s_%d%s", name, n, what) }
+	for n := most; n >= 2; n-- {
+		CMPQ(R11, U8(n))
+		JEQ(LabelRef(label(n, "")))
+	}
+	for n := 1; n <= most; n++ {
+		Label(label(n, ""))
+		for t := range panels * n {
 			tileloadd(t, R8, RBX, t*1024)
 		}
-		Label(fmt.Sprintf("pairs%d_chunk", n))
-		tileloadd(tmmW, RSI, RCX, 0)
-		tileloadd(tmmW+1, RDX, RCX, 0)
+		Label(label(n, "_chunk"))
+		for p, base := range []Register{RSI, RDX}[:panels] {
+			tileloadd(tmmW+p, base, RCX, 0)
+		}
 		for j := range n {
 			tileloadd(tmmXHi, RDI, RBX, j*2048)
 			tileloadd(tmmXLo, RDI, RBX, j*2048+1024)
-			for p := range 2 {
-				tdpbf16ps(2*j+p, tmmW+p, tmmXHi)
-				tdpbf16ps(2*j+p, tmmW+p, tmmXLo)
+			for p := range panels {
+				tdpbf16ps(j*panels+p, tmmW+p, tmmXHi)
+				tdpbf16ps(j*panels+p, tmmW+p, tmmXLo)
 			}
 		}
-		ADDQ(U8(64), RSI)
-		ADDQ(U8(64), RDX)
+		for _, base := range []Register{RSI, RDX}[:panels] {
+			ADDQ(U8(64), base)
+		}
 		ADDQ(R9, RDI)
 		DECQ(R10)
-		JNE(LabelRef(fmt.Sprintf("pairs%d_chunk", n)))
-		for t := range 2 * n {
+		JNE(LabelRef(label(n, "_chunk")))
+		for t := range panels * n {
 			tilestored(t, R8, RBX, t*1024)
 		}
-		JMP(LabelRef("pairs_done"))
+		JMP(LabelRef(name + "_done"))
 	}
-	Label("pairs_done")
+	Label(name + "_done")
 	tilerelease()
 	RET()
 }
