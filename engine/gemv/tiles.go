@@ -210,11 +210,15 @@ func RowsTiled(impl Impl, t quant.Type, rows []byte, stride, n int, p *Tiles, ys
 		s.configure(min(TileRows, pr), pr-min(TileRows, pr))
 		clear(s.c)
 		panel := rows[r0*stride:]
-		// BF16 rows are the tiles' rows as they are: one pass over the
-		// row. The others are widened a block of columns at a time.
-		kstep := n
-		if wd != nil {
-			kstep = tileBlock
+		// A block of columns at a time: widened into the scratch; BF16
+		// rows, read where they are, in blocks whose vector tiles (64
+		// bytes a column a token tile) stay within 1 MiB, in the
+		// second-level cache while every panel reads them (a block per
+		// call costs the accumulators' round trip: BF16 takes the
+		// longest that fit).
+		kstep := tileBlock
+		if wd == nil {
+			kstep = max(tileBlock, (1<<20)/(64*p.nt)/tileBlock*tileBlock)
 		}
 		for k0 := 0; k0 < n; k0 += kstep {
 			kb := min(kstep, n-k0)
@@ -239,18 +243,22 @@ func RowsTiled(impl Impl, t quant.Type, rows []byte, stride, n int, p *Tiles, ys
 					&s.c[g*tile], kb/TileCols, min(tileGroup, p.nt-g))
 			}
 		}
+		// Each vector's results are a column of its tiles: panel p's
+		// accumulator of token tile j is s.c's tile j (one panel) or
+		// 2j+p (two).
 		for v, y := range ys {
 			j, col := v/TileRows, v%TileRows
-			if !two {
-				c := s.c[j*tile:]
-				for r := range pr {
-					y[r0+r] = c[r*TileRows+col]
+			y = y[r0 : r0+pr]
+			for p := 0; p*TileRows < pr; p++ {
+				at := j
+				if two {
+					at = 2*j + p
 				}
-				continue
-			}
-			for r := range pr {
-				c := s.c[(2*j+r/TileRows)*tile:]
-				y[r0+r] = c[r%TileRows*TileRows+col]
+				c := s.c[at*tile+col : (at+1)*tile]
+				out := y[p*TileRows : min(pr, (p+1)*TileRows)]
+				for r := range out {
+					out[r] = c[r*TileRows]
+				}
 			}
 		}
 	}
