@@ -74,7 +74,7 @@ func (t *Tiles) Pack(xs []*X) error {
 		return err
 	}
 	for v, x := range xs {
-		if err := t.SetBlocks(v, x, 0, x.Blocks()); err != nil {
+		if err := t.SetBlocks(v, x.F[:x.N], 0, x.Blocks()); err != nil {
 			return err
 		}
 	}
@@ -96,19 +96,23 @@ func (t *Tiles) Size(count, n int) error {
 }
 
 // SetBlocks writes vector v's elements of blocks [b0, b1) (Block elements
-// each, up to the vector's end) from x.F, each as its bfloat16 rounding
-// (to nearest, ties to even) and the rounding of what that leaves. Calls
+// each, up to the vector's end) from f (the vector, len n), each as its
+// bfloat16 rounding (to nearest, ties to even) and the rounding of what
+// that leaves. Non-finite elements are refused, as X refuses them. Calls
 // for different vectors, or disjoint blocks, may run concurrently.
-func (t *Tiles) SetBlocks(v int, x *X, b0, b1 int) error {
-	if v < 0 || v >= t.count || x.N != t.n || b0 < 0 || b0 > b1 || b1 > x.Blocks() {
-		return fmt.Errorf("gemv: tiles: vector %d's blocks [%d, %d) of %d elements into tiles of %d vectors of %d", v, b0, b1, x.N, t.count, t.n)
+func (t *Tiles) SetBlocks(v int, f []float32, b0, b1 int) error {
+	if v < 0 || v >= t.count || len(f) != t.n || b0 < 0 || b0 > b1 || b1 > (t.n+Block-1)/Block {
+		return fmt.Errorf("gemv: tiles: vector %d's blocks [%d, %d) of %d elements into tiles of %d vectors of %d", v, b0, b1, len(f), t.count, t.n)
 	}
 	j, col := v/TileRows, v%TileRows
 	for c := b0 * Block / TileCols; c < min(b1*Block, t.n)/TileCols; c++ {
 		hi := t.x[((c*t.nt+j)*2)*TileRows*TileCols:]
 		lo := hi[TileRows*TileCols:]
-		for k, f := range x.F[c*TileCols : (c+1)*TileCols] {
-			h, l := splitBF16(f)
+		for k, e := range f[c*TileCols : (c+1)*TileCols] {
+			if math.Float32bits(e)&0x7f800000 == 0x7f800000 {
+				return fmt.Errorf("gemv: tiles: vector %d's element %d is not finite", v, c*TileCols+k)
+			}
+			h, l := splitBF16(e)
 			at := k/2*TileCols + col*2 + k%2
 			hi[at], lo[at] = h, l
 		}

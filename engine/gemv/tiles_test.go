@@ -113,7 +113,8 @@ func TestRowsTiledAccuracy(t *testing.T) {
 }
 
 // TestRowsTiledChecks: RowsTiled refuses what it cannot compute, with an
-// error, where the tile unit exists.
+// error, where the tile unit exists; Tiles refuses vectors of two lengths
+// and elements that are not finite.
 func TestRowsTiledChecks(t *testing.T) {
 	t.Parallel()
 	impl := Detect()
@@ -148,5 +149,17 @@ func TestRowsTiledChecks(t *testing.T) {
 	var bad Tiles
 	if err := bad.Pack([]*X{xs[0], {N: 128}}); err == nil {
 		t.Error("vectors of two lengths packed")
+	}
+	if err := bad.Size(1, 64); err != nil {
+		t.Fatal(err)
+	}
+	v := make([]float32, 64)
+	v[40] = float32(math.Inf(1))
+	if err := bad.SetBlocks(0, v, 0, 1); err == nil {
+		t.Error("an infinite element laid out")
+	}
+	v[40] = float32(math.NaN())
+	if err := bad.SetBlocks(0, v, 0, 1); err == nil {
+		t.Error("a NaN laid out")
 	}
 }

@@ -515,9 +515,10 @@ type scratch struct {
 	// tiles[k] holds distinct input k's vectors for the tile path
 	// (gemv.Tiles) when inTiled[k]: the prompt rows of an op splitPrompt
 	// marked tiled; opTiled[o] says op o is.
-	tiles   []gemv.Tiles
-	inTiled []bool
-	opTiled []bool
+	tiles     []gemv.Tiles
+	inTiled   []bool
+	onlyTiled []bool
+	opTiled   []bool
 	// prompt marks the pass's rows that are prompt tokens (Step.Prompt);
 	// splitOps and gathered hold splitPrompt's ops and their rows.
 	prompt   []bool
@@ -1407,10 +1408,17 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 	}
 	sc.inTiled = slices.Grow(sc.inTiled[:0], ni)[:ni]
 	clear(sc.inTiled)
+	// onlyTiled[k]: every op taking input k is tiled, so its integer
+	// quantization is never read.
+	sc.onlyTiled = slices.Grow(sc.onlyTiled[:0], ni)[:ni]
+	for k := range sc.onlyTiled {
+		sc.onlyTiled[k] = true
+	}
 	sc.opTiled = slices.Grow(sc.opTiled[:0], len(ops))[:len(ops)]
 	for oi := range ops {
 		op, k := &ops[oi], which[oi]
 		sc.opTiled[oi] = op.tiled
+		sc.onlyTiled[k] = sc.onlyTiled[k] && op.tiled
 		if sc.opTiled[oi] && !sc.inTiled[k] {
 			if err := sc.tiles[k].Size(len(inputs[k]), op.w.Cols); err != nil {
 				return err
@@ -1441,10 +1449,14 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 					activate(v[lo:hi], op.glu[t][lo:hi], op.gelu)
 				}
 			}
-			if err := x.SetBlocks(v, b0, b1); err != nil {
-				fail(err)
-			} else if sc.inTiled[k] {
-				if err := sc.tiles[k].SetBlocks(t, x, b0, b1); err != nil {
+			if !sc.onlyTiled[k] {
+				if err := x.SetBlocks(v, b0, b1); err != nil {
+					fail(err)
+					return
+				}
+			}
+			if sc.inTiled[k] {
+				if err := sc.tiles[k].SetBlocks(t, v, b0, b1); err != nil {
 					fail(err)
 				}
 			}
