@@ -34,6 +34,24 @@ func hsumD(v VecVirtual) VecVirtual {
 	return hi
 }
 
+// sum4 folds four float32 accumulators into the first, pairwise (0+1,
+// 2+3, then the two), the order every float kernel sums them in.
+func sum4(acc [4]VecVirtual) VecVirtual {
+	VADDPS(acc[1], acc[0], acc[0])
+	VADDPS(acc[3], acc[2], acc[2])
+	VADDPS(acc[2], acc[0], acc[0])
+	return acc[0]
+}
+
+// q32Format is the name and block bytes of q32AVX2's and q32AVX512x's
+// format: Q8_0's, or with four Q4_0's.
+func q32Format(four bool) (string, int) {
+	if four {
+		return "Q4_0", 18
+	}
+	return "Q8_0", 34
+}
+
 // addBlock adds float32 p's float64 value to total (ref.go's
 // total += float64(P_b)).
 func addBlock(p, total VecVirtual) {

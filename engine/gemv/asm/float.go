@@ -65,10 +65,7 @@ func floatKernel(name string, kind int, wide bool) {
 			VFMADD231PS(f, v, acc[k%4])
 		}
 	}
-	VADDPS(acc[1], acc[0], acc[0])
-	VADDPS(acc[3], acc[2], acc[2])
-	VADDPS(acc[2], acc[0], acc[0])
-	toTotal(acc[0], t0, t1)
+	toTotal(sum4(acc), t0, t1)
 	ADDQ(U32(chunk*fw.es), wp)
 	ADDQ(U32(4*chunk), fp)
 	DECQ(nc)
@@ -249,11 +246,7 @@ func floatAVX512x(name string, kind int) {
 		}
 	}
 	for t := range T {
-		a := acc[t]
-		VADDPS(a[1], a[0], a[0])
-		VADDPS(a[3], a[2], a[2])
-		VADDPS(a[2], a[0], a[0])
-		toTotal(a[0], t0[t], t1[t])
+		toTotal(sum4(acc[t]), t0[t], t1[t])
 		ADDQ(U32(4*chunk), fp[t])
 	}
 	ADDQ(U32(chunk*fw.es), wp)

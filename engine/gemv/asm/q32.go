@@ -21,10 +21,7 @@ import (
 func q32AVX2(name string, four bool) {
 	TEXT(name, NOSPLIT, signature)
 	Pragma("noescape")
-	format, bb := "Q8_0", 34
-	if four {
-		format, bb = "Q4_0", 18
-	}
+	format, bb := q32Format(four)
 	Doc(name + " is the " + format + " kernel for AVX2 (ref.go's contract).")
 	wp := Load(Param("w"), GP64())
 	rows := Load(Param("rows"), GP64())

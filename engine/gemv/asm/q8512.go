@@ -54,10 +54,7 @@ func q32AVX512x(name string, four bool) {
 	const T = Tokens
 	TEXT(name, NOSPLIT, signature)
 	Pragma("noescape")
-	format, bb := "Q8_0", 34
-	if four {
-		format, bb = "Q4_0", 18
-	}
+	format, bb := q32Format(four)
 	Doc(name + " is the " + format + " kernel for AVX-512 over four packed vectors (ref.go's contract for each).")
 	offsT, permT := q32Consts(four)
 	wp := Load(Param("w"), GP64())
