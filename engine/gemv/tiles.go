@@ -41,8 +41,8 @@ const TileCols = 32
 // accumulators are tile registers 0-3).
 const tileGroup = 4
 
-// tileBlock is the columns of a panel widened at a time: its two halves
-// (32 KiB) stay in the first-level cache while the tiles read them.
+// tileBlock is the columns of a panel widened at a time: two panels'
+// blocks (32 KiB) stay in the first-level cache while the tiles read them.
 const tileBlock = 512
 
 // Tiles holds a batch of vectors for RowsTiled, as the tile unit reads
@@ -145,7 +145,8 @@ func Tiled(impl Impl, t quant.Type) bool {
 }
 
 // tileScratch is one RowsTiled call's working memory: the tile shapes,
-// the accumulators of every token tile, and a panel's widened block.
+// the accumulators of every token tile (for two panels), and two panels'
+// widened blocks.
 type tileScratch struct {
 	cfg [64]byte
 	c   []float32 // token tiles × 16 rows × 16 vectors

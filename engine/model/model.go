@@ -514,11 +514,10 @@ type scratch struct {
 	inPacked []bool
 	// tiles[k] holds distinct input k's vectors for the tile path
 	// (gemv.Tiles) when inTiled[k]: the prompt rows of an op splitPrompt
-	// marked tiled; opTiled[o] says op o is.
+	// marked tiled; onlyTiled[k] says no other op takes them.
 	tiles     []gemv.Tiles
 	inTiled   []bool
 	onlyTiled []bool
-	opTiled   []bool
 	// prompt marks the pass's rows that are prompt tokens (Step.Prompt);
 	// splitOps and gathered hold splitPrompt's ops and their rows.
 	prompt   []bool
@@ -1192,8 +1191,6 @@ func (m *Model) matmul(ops ...matOp) error {
 	if m.fast {
 		return m.matmulGEMV(ops)
 	}
-	sc := &m.sc
-	sc.opTiled = sc.opTiled[:0] // the reference never takes the tile path
 	// The reference activates its inputs in a pass of their own, in
 	// pieces of 1024 across the pool: on one core it would cost as much
 	// as a fifth of a decode step's matrix products.
@@ -1270,16 +1267,10 @@ func (m *Model) eachChunk(ops []matOp, product func(oi int, rows []byte, ys [][]
 // (Step.Prompt). The split ops' rows live in the scratch until the next
 // call.
 func (m *Model) splitPrompt(ops []matOp) []matOp {
-	sc := &m.sc
-	splits := false
-	for i := range ops {
-		if m.tileable(&ops[i]) {
-			splits = true
-		}
-	}
-	if !splits {
+	if !slices.ContainsFunc(ops, func(op matOp) bool { return m.tileable(&op) }) {
 		return ops
 	}
+	sc := &m.sc
 	sc.splitOps, sc.gathered = sc.splitOps[:0], sc.gathered[:0]
 	// gather returns rows' entries whose prompt mark is want, from the
 	// gathered buffer (the same rows give the same entries, so ops that
@@ -1338,7 +1329,7 @@ func (m *Model) splitRows(ops []matOp) {
 		// enough that handing it out costs little.
 		minRows := max(1, (1<<15)/max(1, op.w.Cols*len(op.xs)))
 		cs := max(minRows, (rows+16*nw-1)/(16*nw))
-		if oi < len(sc.opTiled) && sc.opTiled[oi] {
+		if op.tiled {
 			// The tile path computes panels of gemv.TileRows rows: a
 			// chunk of whole panels leaves none part empty.
 			cs = (cs + gemv.TileRows - 1) / gemv.TileRows * gemv.TileRows
@@ -1414,12 +1405,10 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 	for k := range sc.onlyTiled {
 		sc.onlyTiled[k] = true
 	}
-	sc.opTiled = slices.Grow(sc.opTiled[:0], len(ops))[:len(ops)]
 	for oi := range ops {
 		op, k := &ops[oi], which[oi]
-		sc.opTiled[oi] = op.tiled
 		sc.onlyTiled[k] = sc.onlyTiled[k] && op.tiled
-		if sc.opTiled[oi] && !sc.inTiled[k] {
+		if op.tiled && !sc.inTiled[k] {
 			if err := sc.tiles[k].Size(len(inputs[k]), op.w.Cols); err != nil {
 				return err
 			}
@@ -1474,7 +1463,7 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 	sc.inPacked = slices.Grow(sc.inPacked[:0], ni)[:ni]
 	clear(sc.inPacked)
 	for oi := range ops {
-		if k := which[oi]; !sc.opTiled[oi] && !sc.inPacked[k] && gemv.Worth(len(inputs[k])) && gemv.Packs(m.impl, ops[oi].w.Type) {
+		if k := which[oi]; !ops[oi].tiled && !sc.inPacked[k] && gemv.Worth(len(inputs[k])) && gemv.Packs(m.impl, ops[oi].w.Type) {
 			if err := sc.packed[k].Pack(sc.xq[k]); err != nil {
 				return err
 			}
@@ -1483,7 +1472,7 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 	}
 	return m.eachChunk(ops, func(oi int, rows []byte, ys [][]float32) error {
 		op := &ops[oi]
-		if sc.opTiled[oi] {
+		if op.tiled {
 			return gemv.RowsTiled(m.impl, op.w.Type, rows, op.rowStride(), op.w.Cols, &sc.tiles[which[oi]], ys)
 		}
 		if k := which[oi]; sc.inPacked[k] {
