@@ -50,6 +50,7 @@ type driver struct {
 	cuOccupancyMaxActiveBlocksPerMultiprocessor                                 uintptr
 	cuLaunchKernel                                                              uintptr
 	cuLaunchKernelEx                                                            uintptr // optional: CUDA 11.8+
+	cuStreamWaitValue32, cuStreamWriteValue32                                   uintptr // optional: CUDA 11.7+
 	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate, cuGraphLaunch uintptr
 	cuGraphDestroy, cuGraphExecDestroy, cuGraphGetNodes                         uintptr
 	cuMemGetHandleForAddressRange                                               uintptr
@@ -158,6 +159,14 @@ func load() error {
 	// off (LaunchConfig.Overlap launches plainly).
 	if p, err := purego.Dlsym(h, "cuLaunchKernelEx"); err == nil {
 		drv.cuLaunchKernelEx = p
+	}
+	// The stream memory operations' _v2 ABI, always enabled (the first
+	// one needed a kernel module parameter): without them CanSignal is
+	// false.
+	if p, err := purego.Dlsym(h, "cuStreamWaitValue32_v2"); err == nil {
+		if q, err := purego.Dlsym(h, "cuStreamWriteValue32_v2"); err == nil {
+			drv.cuStreamWaitValue32, drv.cuStreamWriteValue32 = p, q
+		}
 	}
 	if r := call(drv.cuInit, 0); r != success {
 		return unavailable("%v", newError("cuInit", r))

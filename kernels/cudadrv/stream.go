@@ -176,3 +176,41 @@ func (d *Device) DoOnStream(fn func(c *Ctx, s Stream) error) error {
 		return fn(c, s)
 	})
 }
+
+// CanSignal reports whether the driver has the stream memory operations
+// WaitValue32 and WriteValue32 use (CUDA 11.7 and later).
+func CanSignal() bool { return drv.cuStreamWaitValue32 != 0 && drv.cuStreamWriteValue32 != 0 }
+
+// WaitValue32 makes the work queued on s after it wait until the 32-bit
+// word at addr has reached v, compared cyclically ((int32)(*addr - v) >=
+// 0), so a counter that only grows may wrap. addr is device memory or the
+// device address of mapped host memory (HostDevicePointer): a host thread
+// that stores to such a word releases the stream without a call into the
+// driver, which is what lets the device queue work ahead of a CPU result
+// it waits for. The host's stores before the word's are visible to the
+// work after the wait where that work reads host memory (x86 stores are
+// ordered); writes the host makes into device memory need more (the
+// driver's flush flag) and are not what this is for.
+//
+// A wait whose word never reaches v blocks s for good: whoever queues one
+// must store the word on every path, errors included.
+func (c *Ctx) WaitValue32(s Stream, addr DevPtr, v uint32) error {
+	if !CanSignal() {
+		return fmt.Errorf("cuStreamWaitValue32: %w", unavailable("the driver lacks the stream memory operations"))
+	}
+	const geq = 0 // CU_STREAM_WAIT_VALUE_GEQ
+	return check("cuStreamWaitValue32", call(drv.cuStreamWaitValue32, uintptr(s), uintptr(addr), uintptr(v), geq))
+}
+
+// WriteValue32 stores v to the 32-bit word at addr once the work queued on
+// s before it has completed; that work's memory writes are visible before
+// the word is (the default memory barrier). With addr a mapped host word,
+// a host thread that polls it learns that the work is done, and reads what
+// it wrote, without a call into the driver.
+func (c *Ctx) WriteValue32(s Stream, addr DevPtr, v uint32) error {
+	if !CanSignal() {
+		return fmt.Errorf("cuStreamWriteValue32: %w", unavailable("the driver lacks the stream memory operations"))
+	}
+	const barrier = 0 // CU_STREAM_WRITE_VALUE_DEFAULT
+	return check("cuStreamWriteValue32", call(drv.cuStreamWriteValue32, uintptr(s), uintptr(addr), uintptr(v), barrier))
+}

@@ -7,13 +7,20 @@
 #    decode, and the prefill of a 512-token prompt on the AMX tile path
 #    (prompt tokens; the build machine: 11 -> 33 tok/s on 2 threads);
 # 3. BenchmarkRowsTiled and BenchmarkWiden on one thread of the host;
-# 4. the 70b hybrid at batch 8 with the four-vector kernels (queue item 0).
+# 4. the 70b hybrid at batch 8 with the four-vector kernels (queue item 0);
+# 5. the stream memory operations (cudadrv's TestSignal) and what they
+#    would save a CPU layer's hand-over (BenchmarkHandoffChain: the
+#    engine's sync-and-launch against waits queued a layer ahead).
 # Carry bin/gpu-tests.txz (setup/gpu-tests.sh build).
 . "$(dirname "$0")/../hybrid/lib.sh"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
 echo "== host: $(nproc) processors, load $(cut -d' ' -f1-3 /proc/loadavg); $(grep -o -w -E 'amx_bf16|avx512_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 (cd engine/gpu && timeout 60 "$B/engine-gpu.test" -test.run 'Mapped|MoE|StreamPicks|Swap|Resident' -test.v -test.timeout 50s) >"$L/engine-gpu.log" 2>&1
 echo "== engine-gpu rc=$? at ${SECONDS}s"; grep -E -- "--- (FAIL|PASS|SKIP)|^(ok|FAIL|PASS)|panic" "$L/engine-gpu.log" | grep -v -- "--- PASS.*/" | head -30
+(cd kernels/cudadrv && timeout 30 "$B/kernels-cudadrv.test" -test.run 'TestSignal' -test.v) >"$L/signal.log" 2>&1
+echo "== signal rc=$? at ${SECONDS}s"; grep -E -- "--- |^(ok|FAIL)" "$L/signal.log"
+(cd engine/gpu && timeout 60 "$B/engine-gpu.test" -test.run XXX -test.bench 'HandoffChain' -test.benchtime 1x -test.v) >>"$L/signal.log" 2>&1
+echo "== handoff chain rc=$? at ${SECONDS}s"; grep -E "pass median|us/layer" "$L/signal.log"
 (cd engine/gemv && timeout 60 "$B/engine-gemv.test" -test.run 'TestRowsTiled|TestWiden|TestRowsF' -test.v -test.bench 'RowsTiled/.*/T(8|16|64)/|Widen' -test.benchtime 20x -test.cpu 1) >"$L/gemv-tiles.log" 2>&1
 echo "== gemv tiles rc=$? at ${SECONDS}s"; grep -E "^(Benchmark|--- |ok|FAIL)|worst" "$L/gemv-tiles.log" | head -40
 M8=$S/llama-8b-q4_k_m-seed1.gguf
