@@ -18,3 +18,15 @@ func dotRowsAVX512(q *float32, k *float32, stride, rows, n int, y *float32) {
 func addRowsAVX512(out *float32, w *float32, v *float32, stride, rows, n int) {
 	panic("gemv: no AVX-512 on this architecture")
 }
+
+func scores4AVX512(q *float32, n int, kt *float32, ktstride, keys int, s *float32, sstride int) {
+	panic("gemv: no AVX-512 on this architecture")
+}
+
+func mix4AVX512(p *float32, pstride int, v *float32, vstride, keys, n int, out *float32) {
+	panic("gemv: no AVX-512 on this architecture")
+}
+
+func softmaxAVX512(s *float32, n int, scale float32) {
+	panic("gemv: no AVX-512 on this architecture")
+}

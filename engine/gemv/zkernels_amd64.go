@@ -203,3 +203,18 @@ func dotRowsAVX512(q *float32, k *float32, stride int, rows int, n int, y *float
 //
 //go:noescape
 func addRowsAVX512(out *float32, w *float32, v *float32, stride int, rows int, n int)
+
+// scores4AVX512 sets s[i][j] (rows sstride bytes apart) to Σ_d q[4d+i]·kt[d][j] over n elements d in order, for j below keys (a multiple of 64), kt's rows ktstride bytes apart.
+//
+//go:noescape
+func scores4AVX512(q *float32, n int, kt *float32, ktstride int, keys int, s *float32, sstride int)
+
+// mix4AVX512 sets out[i][c] (rows n apart) to Σ_j p[i][j]·v[j][c] over keys rows j of v (vstride bytes apart) in order, for c below n (a multiple of 64), p's four rows pstride bytes apart.
+//
+//go:noescape
+func mix4AVX512(p *float32, pstride int, v *float32, vstride int, keys int, n int, out *float32)
+
+// softmaxAVX512 sets s[j] to e^(s[j]·scale − m) / Σ, m the largest s[j]·scale and Σ the exponentials' float64 sum, for j below n (a multiple of 16); −Inf scores give 0.
+//
+//go:noescape
+func softmaxAVX512(s *float32, n int, scale float32)

@@ -14025,3 +14025,293 @@ add_store:
 	JNE     add_group
 	VZEROUPPER
 	RET
+
+// func scores4AVX512(q *float32, n int, kt *float32, ktstride int, keys int, s *float32, sstride int)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·scores4AVX512(SB), NOSPLIT, $0-56
+	MOVQ q+0(FP), AX
+	MOVQ n+8(FP), CX
+	MOVQ kt+16(FP), DX
+	MOVQ ktstride+24(FP), BX
+	MOVQ keys+32(FP), SI
+	MOVQ s+40(FP), DI
+	MOVQ sstride+48(FP), R8
+	LEAQ (R8)(R8*2), R9
+	SHRQ $0x06, SI
+
+scores_block:
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	VXORPS Z14, Z14, Z14
+	VXORPS Z15, Z15, Z15
+	MOVQ   AX, R10
+	MOVQ   DX, R11
+	MOVQ   CX, R12
+
+scores_d:
+	VMOVUPS          (R11), Z16
+	VMOVUPS          64(R11), Z17
+	VMOVUPS          128(R11), Z18
+	VMOVUPS          192(R11), Z19
+	VFMADD231PS.BCST (R10), Z16, Z0
+	VFMADD231PS.BCST (R10), Z17, Z1
+	VFMADD231PS.BCST (R10), Z18, Z2
+	VFMADD231PS.BCST (R10), Z19, Z3
+	VFMADD231PS.BCST 4(R10), Z16, Z4
+	VFMADD231PS.BCST 4(R10), Z17, Z5
+	VFMADD231PS.BCST 4(R10), Z18, Z6
+	VFMADD231PS.BCST 4(R10), Z19, Z7
+	VFMADD231PS.BCST 8(R10), Z16, Z8
+	VFMADD231PS.BCST 8(R10), Z17, Z9
+	VFMADD231PS.BCST 8(R10), Z18, Z10
+	VFMADD231PS.BCST 8(R10), Z19, Z11
+	VFMADD231PS.BCST 12(R10), Z16, Z12
+	VFMADD231PS.BCST 12(R10), Z17, Z13
+	VFMADD231PS.BCST 12(R10), Z18, Z14
+	VFMADD231PS.BCST 12(R10), Z19, Z15
+	ADDQ             $0x10, R10
+	ADDQ             BX, R11
+	DECQ             R12
+	JNE              scores_d
+	VMOVUPS          Z0, (DI)
+	VMOVUPS          Z1, 64(DI)
+	VMOVUPS          Z2, 128(DI)
+	VMOVUPS          Z3, 192(DI)
+	VMOVUPS          Z4, (DI)(R8*1)
+	VMOVUPS          Z5, 64(DI)(R8*1)
+	VMOVUPS          Z6, 128(DI)(R8*1)
+	VMOVUPS          Z7, 192(DI)(R8*1)
+	VMOVUPS          Z8, (DI)(R8*2)
+	VMOVUPS          Z9, 64(DI)(R8*2)
+	VMOVUPS          Z10, 128(DI)(R8*2)
+	VMOVUPS          Z11, 192(DI)(R8*2)
+	VMOVUPS          Z12, (DI)(R9*1)
+	VMOVUPS          Z13, 64(DI)(R9*1)
+	VMOVUPS          Z14, 128(DI)(R9*1)
+	VMOVUPS          Z15, 192(DI)(R9*1)
+	ADDQ             $0x00000100, DI
+	ADDQ             $0x00000100, DX
+	DECQ             SI
+	JNE              scores_block
+	VZEROUPPER
+	RET
+
+// func mix4AVX512(p *float32, pstride int, v *float32, vstride int, keys int, n int, out *float32)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·mix4AVX512(SB), NOSPLIT, $0-56
+	MOVQ p+0(FP), AX
+	MOVQ v+16(FP), CX
+	MOVQ vstride+24(FP), DX
+	MOVQ n+40(FP), BX
+	MOVQ out+48(FP), SI
+	MOVQ BX, DI
+	SHLQ $0x02, DI
+	SHRQ $0x06, BX
+
+mix_group:
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	VXORPS Z14, Z14, Z14
+	VXORPS Z15, Z15, Z15
+	MOVQ   pstride+8(FP), R11
+	MOVQ   AX, R8
+	LEAQ   (R8)(R11*1), R9
+	LEAQ   (R9)(R11*1), R10
+	LEAQ   (R10)(R11*1), R11
+	MOVQ   CX, R12
+	MOVQ   keys+32(FP), R13
+	TESTQ  R13, R13
+	JE     mix_store
+
+mix_key:
+	VMOVUPS          (R12), Z16
+	VMOVUPS          64(R12), Z17
+	VMOVUPS          128(R12), Z18
+	VMOVUPS          192(R12), Z19
+	VFMADD231PS.BCST (R8), Z16, Z0
+	VFMADD231PS.BCST (R8), Z17, Z1
+	VFMADD231PS.BCST (R8), Z18, Z2
+	VFMADD231PS.BCST (R8), Z19, Z3
+	ADDQ             $0x04, R8
+	VFMADD231PS.BCST (R9), Z16, Z4
+	VFMADD231PS.BCST (R9), Z17, Z5
+	VFMADD231PS.BCST (R9), Z18, Z6
+	VFMADD231PS.BCST (R9), Z19, Z7
+	ADDQ             $0x04, R9
+	VFMADD231PS.BCST (R10), Z16, Z8
+	VFMADD231PS.BCST (R10), Z17, Z9
+	VFMADD231PS.BCST (R10), Z18, Z10
+	VFMADD231PS.BCST (R10), Z19, Z11
+	ADDQ             $0x04, R10
+	VFMADD231PS.BCST (R11), Z16, Z12
+	VFMADD231PS.BCST (R11), Z17, Z13
+	VFMADD231PS.BCST (R11), Z18, Z14
+	VFMADD231PS.BCST (R11), Z19, Z15
+	ADDQ             $0x04, R11
+	ADDQ             DX, R12
+	DECQ             R13
+	JNE              mix_key
+
+mix_store:
+	MOVQ    SI, R8
+	VMOVUPS Z0, (R8)
+	VMOVUPS Z1, 64(R8)
+	VMOVUPS Z2, 128(R8)
+	VMOVUPS Z3, 192(R8)
+	ADDQ    DI, R8
+	VMOVUPS Z4, (R8)
+	VMOVUPS Z5, 64(R8)
+	VMOVUPS Z6, 128(R8)
+	VMOVUPS Z7, 192(R8)
+	ADDQ    DI, R8
+	VMOVUPS Z8, (R8)
+	VMOVUPS Z9, 64(R8)
+	VMOVUPS Z10, 128(R8)
+	VMOVUPS Z11, 192(R8)
+	ADDQ    DI, R8
+	VMOVUPS Z12, (R8)
+	VMOVUPS Z13, 64(R8)
+	VMOVUPS Z14, 128(R8)
+	VMOVUPS Z15, 192(R8)
+	ADDQ    $0x00000100, SI
+	ADDQ    $0x00000100, CX
+	DECQ    BX
+	JNE     mix_group
+	VZEROUPPER
+	RET
+
+DATA expConsts<>+0(SB)/4, $(1.442695)
+DATA expConsts<>+4(SB)/4, $(0.6933594)
+DATA expConsts<>+8(SB)/4, $(-0.00021219444)
+DATA expConsts<>+12(SB)/4, $(-120.0)
+DATA expConsts<>+16(SB)/4, $(0.0001984127)
+DATA expConsts<>+20(SB)/4, $(0.0013888889)
+DATA expConsts<>+24(SB)/4, $(0.008333334)
+DATA expConsts<>+28(SB)/4, $(0.041666668)
+DATA expConsts<>+32(SB)/4, $(0.16666667)
+DATA expConsts<>+36(SB)/4, $(0.5)
+DATA expConsts<>+40(SB)/4, $(1.0)
+DATA expConsts<>+44(SB)/4, $(1.0)
+DATA expConsts<>+48(SB)/8, $(1.0)
+GLOBL expConsts<>(SB), RODATA|NOPTR, $56
+
+// func softmaxAVX512(s *float32, n int, scale float32)
+// Requires: AVX, AVX512DQ, AVX512F, SSE
+TEXT ·softmaxAVX512(SB), NOSPLIT, $0-20
+	MOVQ         s+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVSS        scale+16(FP), X0
+	VBROADCASTSS X0, Z0
+	SHRQ         $0x04, CX
+	VMULPS       (AX), Z0, Z1
+	LEAQ         64(AX), DX
+	MOVQ         CX, BX
+	DECQ         BX
+	JE           softmax_maxed
+
+softmax_max:
+	VMULPS (DX), Z0, Z2
+	VMAXPS Z2, Z1, Z1
+	ADDQ   $0x40, DX
+	DECQ   BX
+	JNE    softmax_max
+
+softmax_maxed:
+	VEXTRACTF64X4 $0x01, Z1, Y2
+	VMAXPS        Y2, Y1, Y2
+	VEXTRACTF128  $0x01, Y2, X1
+	VMAXPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VMAXPS        X2, X1, X1
+	VPERMILPS     $0xb1, X1, X2
+	VMAXPS        X2, X1, X1
+	VBROADCASTSS  X1, Z1
+	VBROADCASTSS  expConsts<>+0(SB), Z3
+	VBROADCASTSS  expConsts<>+4(SB), Z4
+	VBROADCASTSS  expConsts<>+8(SB), Z5
+	VBROADCASTSS  expConsts<>+12(SB), Z6
+	VBROADCASTSS  expConsts<>+16(SB), Z7
+	VBROADCASTSS  expConsts<>+20(SB), Z8
+	VBROADCASTSS  expConsts<>+24(SB), Z9
+	VBROADCASTSS  expConsts<>+28(SB), Z10
+	VBROADCASTSS  expConsts<>+32(SB), Z11
+	VBROADCASTSS  expConsts<>+36(SB), Z12
+	VBROADCASTSS  expConsts<>+40(SB), Z13
+	VBROADCASTSS  expConsts<>+44(SB), Z14
+	VXORPD        Z15, Z15, Z15
+	VXORPD        Z16, Z16, Z16
+	MOVQ          AX, DX
+	MOVQ          CX, BX
+
+softmax_exp:
+	VMULPS        (DX), Z0, Z2
+	VSUBPS        Z1, Z2, Z2
+	VMAXPS        Z6, Z2, Z2
+	VMULPS        Z3, Z2, Z17
+	VRNDSCALEPS   $0x00, Z17, Z17
+	VFNMADD231PS  Z4, Z17, Z2
+	VFNMADD231PS  Z5, Z17, Z2
+	VMOVAPS       Z7, Z18
+	VFMADD213PS   Z8, Z2, Z18
+	VFMADD213PS   Z9, Z2, Z18
+	VFMADD213PS   Z10, Z2, Z18
+	VFMADD213PS   Z11, Z2, Z18
+	VFMADD213PS   Z12, Z2, Z18
+	VFMADD213PS   Z13, Z2, Z18
+	VFMADD213PS   Z14, Z2, Z18
+	VSCALEFPS     Z17, Z18, Z18
+	VMOVUPS       Z18, (DX)
+	VCVTPS2PD     Y18, Z2
+	VEXTRACTF64X4 $0x01, Z18, Y17
+	VCVTPS2PD     Y17, Z17
+	VADDPD        Z2, Z15, Z15
+	VADDPD        Z17, Z16, Z16
+	ADDQ          $0x40, DX
+	DECQ          BX
+	JNE           softmax_exp
+	VADDPD        Z16, Z15, Z15
+	VEXTRACTF64X4 $0x01, Z15, Y0
+	VADDPD        Y0, Y15, Y0
+	VEXTRACTF128  $0x01, Y0, X1
+	VADDPD        X1, X0, X1
+	VPERMILPD     $0x01, X1, X0
+	VADDSD        X0, X1, X1
+	VMOVSD        expConsts<>+48(SB), X0
+	VDIVSD        X1, X0, X0
+	VCVTSD2SS     X0, X0, X0
+	VBROADCASTSS  X0, Z0
+	MOVQ          AX, DX
+	MOVQ          CX, BX
+
+softmax_scale:
+	VMULPS  (DX), Z0, Z2
+	VMOVUPS Z2, (DX)
+	ADDQ    $0x40, DX
+	DECQ    BX
+	JNE     softmax_scale
+	VZEROUPPER
+	RET

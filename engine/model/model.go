@@ -523,6 +523,8 @@ type scratch struct {
 	prompt   []bool
 	splitOps []matOp
 	gathered [][]float32
+	// attn is the prompt attention's (attnblock.go).
+	attn attnScratch
 }
 
 // sameRows reports whether a and b are the same rows (the same vectors in
@@ -811,7 +813,9 @@ func (m *Model) layer(ctx context.Context, l int, w *Layer) error {
 		copy(tr.seq.k[l][tr.pos*kvd:(tr.pos+1)*kvd], sc.k[t])
 		copy(tr.seq.v[l][tr.pos*kvd:(tr.pos+1)*kvd], sc.v[t])
 	}
-	m.attention(l)
+	if err := m.attention(l); err != nil {
+		return err
+	}
 	if err := m.matmul(matOp{w: &w.O, xs: sc.att, ys: sc.tmp, prompt: sc.prompt}); err != nil {
 		return err
 	}
@@ -1022,7 +1026,7 @@ func (m *Model) ffn(ctx context.Context, l int, w *Layer) error {
 // attention computes causal (and, on sliding layers, windowed) attention
 // for every token and query head of the batch over each token's own
 // sequence cache, writing sc.att. One work item is one (token, head).
-func (m *Model) attention(l int) {
+func (m *Model) attention(l int) error {
 	c := &m.Config
 	sc := &m.sc
 	hd, kvd := c.HeadDim, c.KVDim()
@@ -1031,9 +1035,27 @@ func (m *Model) attention(l int) {
 	if c.Sliding(l) {
 		window = c.SlidingWindow
 	}
+	// The prompt's tokens by blocks (attnblock.go), the others a head at
+	// a time here.
+	rest := sc.attn.rest[:0]
+	if m.blockAttention() {
+		if err := m.promptAttention(l, window); err != nil {
+			return err
+		}
+		for t, p := range sc.prompt {
+			if !p {
+				rest = append(rest, t)
+			}
+		}
+	} else {
+		for t := range sc.toks {
+			rest = append(rest, t)
+		}
+	}
+	sc.attn.rest = rest
 	scale, capv := c.AttnScale, c.AttnSoftcap
-	m.parallel(len(sc.toks)*c.Heads, func(w, i int) {
-		t, h := i/c.Heads, i%c.Heads
+	m.parallel(len(rest)*c.Heads, func(w, i int) {
+		t, h := rest[i/c.Heads], i%c.Heads
 		tr := sc.toks[t]
 		q := sc.q[t][h*hd : (h+1)*hd]
 		out := sc.att[t][h*hd : (h+1)*hd]
@@ -1087,6 +1109,7 @@ func (m *Model) attention(l int) {
 			axpy(out, e*inv, vc[p+off:p+off+hd])
 		}
 	})
+	return nil
 }
 
 // output normalises the hidden state of every token that needs logits and

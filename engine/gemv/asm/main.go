@@ -54,5 +54,8 @@ func main() {
 	q8Widen("q8Widen")
 	dotRowsAVX512()
 	addRowsAVX512()
+	scores4AVX512()
+	mix4AVX512()
+	softmaxAVX512()
 	Generate()
 }

@@ -1,0 +1,298 @@
+package main
+
+import (
+	"math"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// A prompt's attention over a cache, four queries at a time (gemv's
+// attn.go): the scores against keys laid out transposed, a row's softmax,
+// and the values' sum weighted by four rows of probabilities. Every sum
+// runs one fused multiply-add a term in a fixed order per output, so an
+// output's bits depend on its own inputs only, not on the queries beside
+// it.
+
+// scores4AVX512 emits s[i][j] = Σ_d q[4d+i]·kt[d][j] for the four
+// queries i of an interleaved block (q[4d+i] is query i's element d) and
+// keys j below keys, 64 at a time: sixteen accumulators (four queries by
+// four 16-key vectors), d in order.
+func scores4AVX512() {
+	TEXT("scores4AVX512", NOSPLIT, "func(q *float32, n int, kt *float32, ktstride, keys int, s *float32, sstride int)")
+	Pragma("noescape")
+	Doc("scores4AVX512 sets s[i][j] (rows sstride bytes apart) to Σ_d q[4d+i]·kt[d][j] over n elements d in order, for j below keys (a multiple of 64), kt's rows ktstride bytes apart.")
+	qp := Load(Param("q"), GP64())
+	n := Load(Param("n"), GP64())
+	kt := Load(Param("kt"), GP64())
+	ktstride := Load(Param("ktstride"), GP64())
+	keys := Load(Param("keys"), GP64())
+	sp := Load(Param("s"), GP64())
+	ss := Load(Param("sstride"), GP64())
+	ss3 := GP64()
+	LEAQ(Mem{Base: ss, Index: ss, Scale: 2}, ss3)
+	SHRQ(U8(6), keys)
+	Label("scores_block")
+	var acc [4][4]VecVirtual
+	for i := range acc {
+		for c := range acc[i] {
+			acc[i][c] = ZMM()
+			VXORPS(acc[i][c], acc[i][c], acc[i][c])
+		}
+	}
+	qi, ki, d := GP64(), GP64(), GP64()
+	MOVQ(qp, qi)
+	MOVQ(kt, ki)
+	MOVQ(n, d)
+	Label("scores_d")
+	var k [4]VecVirtual
+	for c := range k {
+		k[c] = ZMM()
+		VMOVUPS(Mem{Base: ki, Disp: 64 * c}, k[c])
+	}
+	for i := range acc {
+		for c := range k {
+			VFMADD231PS_BCST(Mem{Base: qi, Disp: 4 * i}, k[c], acc[i][c])
+		}
+	}
+	ADDQ(U8(16), qi)
+	ADDQ(ktstride, ki)
+	DECQ(d)
+	JNE(LabelRef("scores_d"))
+	rows := []Mem{{Base: sp}, {Base: sp, Index: ss, Scale: 1}, {Base: sp, Index: ss, Scale: 2}, {Base: sp, Index: ss3, Scale: 1}}
+	for i, row := range rows {
+		for c := range k {
+			VMOVUPS(acc[i][c], row.Offset(64*c))
+		}
+	}
+	ADDQ(U32(256), sp)
+	ADDQ(U32(256), kt)
+	DECQ(keys)
+	JNE(LabelRef("scores_block"))
+	VZEROUPPER()
+	RET()
+}
+
+// mix4AVX512 emits out[i][c] = Σ_j p[i][j]·v[j][c] for four rows of
+// probabilities and keys j in order from the first, 64 columns c at a
+// time: sixteen accumulators that start at zero, so each output takes
+// the same roundings as addRowsAVX512 on a cleared output.
+func mix4AVX512() {
+	TEXT("mix4AVX512", NOSPLIT, "func(p *float32, pstride int, v *float32, vstride, keys, n int, out *float32)")
+	Pragma("noescape")
+	Doc("mix4AVX512 sets out[i][c] (rows n apart) to Σ_j p[i][j]·v[j][c] over keys rows j of v (vstride bytes apart) in order, for c below n (a multiple of 64), p's four rows pstride bytes apart.")
+	pp := Load(Param("p"), GP64())
+	vp := Load(Param("v"), GP64())
+	vstride := Load(Param("vstride"), GP64())
+	n := Load(Param("n"), GP64())
+	op := Load(Param("out"), GP64())
+	nb := GP64() // a row of out in bytes
+	MOVQ(n, nb)
+	SHLQ(U8(2), nb)
+	SHRQ(U8(6), n)
+	var prow [4]GPVirtual
+	for i := range prow {
+		prow[i] = GP64()
+	}
+	Label("mix_group")
+	var acc [4][4]VecVirtual
+	for i := range acc {
+		for c := range acc[i] {
+			acc[i][c] = ZMM()
+			VXORPS(acc[i][c], acc[i][c], acc[i][c])
+		}
+	}
+	// pstride and keys are read afresh each group: sixteen general
+	// registers do not hold everything the loop keeps.
+	ps := Load(Param("pstride"), GP64())
+	MOVQ(pp, prow[0])
+	for i := 1; i < 4; i++ {
+		LEAQ(Mem{Base: prow[i-1], Index: ps, Scale: 1}, prow[i])
+	}
+	vi, r := GP64(), GP64()
+	MOVQ(vp, vi)
+	Load(Param("keys"), r)
+	TESTQ(r, r)
+	JE(LabelRef("mix_store"))
+	Label("mix_key")
+	var v [4]VecVirtual
+	for c := range v {
+		v[c] = ZMM()
+		VMOVUPS(Mem{Base: vi, Disp: 64 * c}, v[c])
+	}
+	for i := range acc {
+		for c := range v {
+			VFMADD231PS_BCST(Mem{Base: prow[i]}, v[c], acc[i][c])
+		}
+		ADDQ(U8(4), prow[i])
+	}
+	ADDQ(vstride, vi)
+	DECQ(r)
+	JNE(LabelRef("mix_key"))
+	Label("mix_store")
+	o := GP64()
+	MOVQ(op, o)
+	for i := range acc {
+		if i > 0 {
+			ADDQ(nb, o)
+		}
+		for c := range acc[i] {
+			VMOVUPS(acc[i][c], Mem{Base: o, Disp: 64 * c})
+		}
+	}
+	ADDQ(U32(256), op)
+	ADDQ(U32(256), vp)
+	DECQ(n)
+	JNE(LabelRef("mix_group"))
+	VZEROUPPER()
+	RET()
+}
+
+// The softmax's exponential: e^x = 2^k·e^r with k = round(x/ln 2) and r
+// = x − k·ln 2 (ln 2 in two parts, the first exact in a few bits, so
+// k·ln2Hi is exact), e^r by its Taylor polynomial of degree 7 (on |r| <=
+// ln2/2 its remainder is below a tenth of float32's unit in the last
+// place), the power of two applied by VSCALEFPS. Arguments below
+// expFloor give 0: the scores' padding (−Inf) takes that way.
+const (
+	ln2Hi    = 0.693359375
+	ln2Lo    = -2.12194440e-4
+	expFloor = -120
+)
+
+var expConsts Mem
+
+// expTable lays out the constants softmaxAVX512 broadcasts: 1/ln 2,
+// ln2Hi, ln2Lo, expFloor, then the polynomial's coefficients 1/7!
+// down to 1/0!, and last a float64 1 (the sum's reciprocal).
+func expTable() {
+	expConsts = GLOBL("expConsts", RODATA|NOPTR)
+	vals := []float32{1 / math.Ln2, ln2Hi, ln2Lo, expFloor}
+	fact := 1.0
+	coef := make([]float32, 8)
+	for i := range coef {
+		if i > 0 {
+			fact *= float64(i)
+		}
+		coef[7-i] = float32(1 / fact)
+	}
+	vals = append(vals, coef...)
+	for i, v := range vals {
+		DATA(4*i, F32(v))
+	}
+	DATA(4*len(vals), F64(1))
+}
+
+// softmaxAVX512 emits a row's softmax in three passes of 16 lanes: the
+// largest scaled score; each score's exponential (stored) and their sum
+// in float64, lane by lane then across lanes; each exponential times
+// float32(1/sum).
+func softmaxAVX512() {
+	expTable()
+	TEXT("softmaxAVX512", NOSPLIT, "func(s *float32, n int, scale float32)")
+	Pragma("noescape")
+	Doc("softmaxAVX512 sets s[j] to e^(s[j]·scale − m) / Σ, m the largest s[j]·scale and Σ the exponentials' float64 sum, for j below n (a multiple of 16); −Inf scores give 0.")
+	sp := Load(Param("s"), GP64())
+	n := Load(Param("n"), GP64())
+	sc := Load(Param("scale"), XMM())
+	scale := ZMM()
+	VBROADCASTSS(sc, scale)
+	SHRQ(U8(4), n)
+	p, i := GP64(), GP64()
+
+	// Pass 1: the largest scaled score.
+	mx, x := ZMM(), ZMM()
+	VMULPS(Mem{Base: sp}, scale, mx)
+	LEAQ(Mem{Base: sp, Disp: 64}, p)
+	MOVQ(n, i)
+	DECQ(i)
+	JE(LabelRef("softmax_maxed"))
+	Label("softmax_max")
+	VMULPS(Mem{Base: p}, scale, x)
+	VMAXPS(x, mx, mx)
+	ADDQ(U8(64), p)
+	DECQ(i)
+	JNE(LabelRef("softmax_max"))
+	Label("softmax_maxed")
+	h := YMM()
+	VEXTRACTF64X4(U8(1), mx, h)
+	VMAXPS(h, mx.AsY(), h)
+	hx := XMM()
+	VEXTRACTF128(U8(1), h, hx)
+	VMAXPS(hx, h.AsX(), hx)
+	t := XMM()
+	VPERMILPS(U8(0x4e), hx, t)
+	VMAXPS(t, hx, hx)
+	VPERMILPS(U8(0xb1), hx, t)
+	VMAXPS(t, hx, hx)
+	VBROADCASTSS(hx, mx)
+
+	// Pass 2: exponentials and their sum.
+	var cs [12]VecVirtual
+	for j := range cs {
+		cs[j] = ZMM()
+		VBROADCASTSS(expConsts.Offset(4*j), cs[j])
+	}
+	log2e, lnHi, lnLo, floor := cs[0], cs[1], cs[2], cs[3]
+	coef := cs[4:]
+	sumLo, sumHi := ZMM(), ZMM()
+	VXORPD(sumLo, sumLo, sumLo)
+	VXORPD(sumHi, sumHi, sumHi)
+	MOVQ(sp, p)
+	MOVQ(n, i)
+	Label("softmax_exp")
+	VMULPS(Mem{Base: p}, scale, x)
+	VSUBPS(mx, x, x)
+	VMAXPS(floor, x, x)
+	k := ZMM()
+	VMULPS(log2e, x, k)
+	VRNDSCALEPS(U8(0), k, k)
+	VFNMADD231PS(lnHi, k, x)
+	VFNMADD231PS(lnLo, k, x)
+	e := ZMM()
+	VMOVAPS(coef[0], e)
+	for _, c := range coef[1:] {
+		VFMADD213PS(c, x, e)
+	}
+	VSCALEFPS(k, e, e)
+	VMOVUPS(e, Mem{Base: p})
+	lo, hi := ZMM(), ZMM()
+	VCVTPS2PD(e.AsY(), lo)
+	eh := YMM()
+	VEXTRACTF64X4(U8(1), e, eh)
+	VCVTPS2PD(eh, hi)
+	VADDPD(lo, sumLo, sumLo)
+	VADDPD(hi, sumHi, sumHi)
+	ADDQ(U8(64), p)
+	DECQ(i)
+	JNE(LabelRef("softmax_exp"))
+	VADDPD(sumHi, sumLo, sumLo)
+	dh := YMM()
+	VEXTRACTF64X4(U8(1), sumLo, dh)
+	VADDPD(dh, sumLo.AsY(), dh)
+	dx := XMM()
+	VEXTRACTF128(U8(1), dh, dx)
+	VADDPD(dx, dh.AsX(), dx)
+	dt := XMM()
+	VPERMILPD(U8(1), dx, dt)
+	VADDSD(dt, dx, dx)
+
+	// Pass 3: times float32(1/sum).
+	one := XMM()
+	VMOVSD(expConsts.Offset(4*len(cs)), one)
+	VDIVSD(dx, one, one)
+	VCVTSD2SS(one, one, one)
+	inv := ZMM()
+	VBROADCASTSS(one, inv)
+	MOVQ(sp, p)
+	MOVQ(n, i)
+	Label("softmax_scale")
+	VMULPS(Mem{Base: p}, inv, x)
+	VMOVUPS(x, Mem{Base: p})
+	ADDQ(U8(64), p)
+	DECQ(i)
+	JNE(LabelRef("softmax_scale"))
+	VZEROUPPER()
+	RET()
+}

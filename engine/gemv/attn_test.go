@@ -1,0 +1,287 @@
+package gemv
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// attnCase is a block's inputs: four queries interleaved, keys and values
+// rows stride apart, the keys transposed into a panel of width columns.
+type attnCase struct {
+	n, keys, width, stride int
+	q, k, v, kt            []float32
+}
+
+func newAttnCase(t *testing.T, r *rand.Rand, n, keys int) *attnCase {
+	t.Helper()
+	vec := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(r.NormFloat64())
+		}
+		return v
+	}
+	c := &attnCase{n: n, keys: keys, stride: n + 64}
+	c.width = (keys + KeyBlock - 1) / KeyBlock * KeyBlock
+	c.q, c.k, c.v = vec(4*n), vec((keys-1)*c.stride+n), vec((keys-1)*c.stride+n)
+	c.kt = make([]float32, n*c.width) // the padding columns stay zero
+	if err := TransposeKeys(c.kt, c.width, c.k, c.stride, n, keys); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestTransposeKeys: the panel holds each key's elements down a column,
+// and its columns past the last key keep what they held; bad shapes are
+// refused.
+func TestTransposeKeys(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, keys := range []int{1, 17, 64, 100} {
+		c := newAttnCase(t, r, 64, keys)
+		for d := range c.n {
+			for j := range c.width {
+				want := float32(0)
+				if j < keys {
+					want = c.k[j*c.stride+d]
+				}
+				if got := c.kt[d*c.width+j]; got != want {
+					t.Fatalf("keys %d: kt[%d][%d] = %v, want %v", keys, d, j, got, want)
+				}
+			}
+		}
+	}
+	kt := make([]float32, 64*64)
+	for _, bad := range []struct{ width, stride, n, keys, klen int }{
+		{32, 64, 64, 40, 64 * 40},    // width below keys
+		{64, 32, 64, 4, 64 * 4},      // rows overlap
+		{64, 64, 64, 4, 64*3 + 63},   // k too short
+		{128, 65, 65, 100, 65 * 100}, // panel too short
+	} {
+		if err := TransposeKeys(kt, bad.width, make([]float32, bad.klen), bad.stride, bad.n, bad.keys); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+}
+
+// TestAttnKernels: Scores4, Softmax and Mix4 of every kernel family
+// against float64 arithmetic, for heads of 64 and 128 (the AVX-512
+// kernels) and 96 (plain Go), and the properties the prompt's attention
+// counts on: a query's scores do not depend on the other queries of its
+// block; Mix4's outputs are AddRows' bits on a cleared output (the
+// AVX-512 kernels), and do not change when zero-weight keys join the
+// block; −Inf scores get probability 0.
+func TestAttnKernels(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, impl := range Impls() {
+		for _, n := range []int{64, 128, 96} {
+			for _, keys := range []int{64, 192, 37} {
+				name := fmt.Sprintf("%v/n %d/keys %d", impl, n, keys)
+				c := newAttnCase(t, r, n, keys)
+				sStride := c.width + 16
+				s := make([]float32, 3*sStride+c.width)
+				if err := Scores4(impl, c.q, n, c.kt, c.width, c.width, s, sStride); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				for i := range 4 {
+					for j := range c.width {
+						var exact, mag float64
+						if j < keys {
+							for d := range n {
+								p := float64(c.q[4*d+i]) * float64(c.k[j*c.stride+d])
+								exact, mag = exact+p, mag+math.Abs(p)
+							}
+						}
+						if e := math.Abs(float64(s[i*sStride+j]) - exact); e > 1e-6*mag {
+							t.Fatalf("%s: score [%d][%d] = %g, exact %g", name, i, j, s[i*sStride+j], exact)
+						}
+					}
+				}
+				// Query 0 alone (the others replaced) keeps its bits.
+				q2 := append([]float32(nil), c.q...)
+				for d := range n {
+					for i := 1; i < 4; i++ {
+						q2[4*d+i] = float32(r.NormFloat64())
+					}
+				}
+				s2 := make([]float32, len(s))
+				if err := Scores4(impl, q2, n, c.kt, c.width, c.width, s2, sStride); err != nil {
+					t.Fatal(err)
+				}
+				for j := range c.width {
+					if s2[j] != s[j] {
+						t.Fatalf("%s: query 0's score %d changed with the other queries: %v, %v", name, j, s2[j], s[j])
+					}
+				}
+
+				// Each row's softmax, its padding −Inf.
+				scale := float32(1 / math.Sqrt(float64(n)))
+				L := (keys + SoftmaxBlock - 1) / SoftmaxBlock * SoftmaxBlock
+				p := make([]float32, 4*L)
+				for i := range 4 {
+					row := p[i*L : (i+1)*L]
+					copy(row, s[i*sStride:i*sStride+keys])
+					for j := keys; j < L; j++ {
+						row[j] = float32(math.Inf(-1))
+					}
+					if err := Softmax(impl, row, scale); err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					m := math.Inf(-1)
+					for j := range keys {
+						m = math.Max(m, float64(s[i*sStride+j]*scale))
+					}
+					var sum float64
+					for j := range keys {
+						sum += math.Exp(float64(s[i*sStride+j]*scale) - m)
+					}
+					for j := range L {
+						want := 0.0
+						if j < keys {
+							want = math.Exp(float64(s[i*sStride+j]*scale)-m) / sum
+						}
+						if e := math.Abs(float64(row[j]) - want); e > 1e-6*want || (want == 0 && row[j] != 0) {
+							t.Fatalf("%s: row %d probability %d = %g, want %g", name, i, j, row[j], want)
+						}
+					}
+				}
+
+				out := make([]float32, 4*n)
+				if err := Mix4(impl, p, L, c.v, c.stride, keys, n, out); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				for i := range 4 {
+					for col := range n {
+						var exact, mag float64
+						for j := range keys {
+							x := float64(p[i*L+j]) * float64(c.v[j*c.stride+col])
+							exact, mag = exact+x, mag+math.Abs(x)
+						}
+						if e := math.Abs(float64(out[i*n+col]) - exact); e > 1e-6*mag {
+							t.Fatalf("%s: mixed [%d][%d] = %g, exact %g", name, i, col, out[i*n+col], exact)
+						}
+					}
+					if !AttnBlock(impl, n) {
+						continue
+					}
+					one := make([]float32, n)
+					if err := AddRows(impl, one, p[i*L:i*L+keys], c.v, c.stride); err != nil {
+						t.Fatal(err)
+					}
+					for col := range n {
+						if one[col] != out[i*n+col] {
+							t.Fatalf("%s: row %d column %d: Mix4 %v, AddRows %v", name, i, col, out[i*n+col], one[col])
+						}
+					}
+				}
+				// Keys of weight 0 before and after the block's own
+				// change no bit.
+				const extra = 5
+				pw := make([]float32, 4*(L+2*extra))
+				for i := range 4 {
+					copy(pw[i*(L+2*extra)+extra:], p[i*L:i*L+keys])
+				}
+				vw := make([]float32, (keys+2*extra-1)*c.stride+n)
+				for i := range vw {
+					vw[i] = float32(r.NormFloat64())
+				}
+				copy(vw[extra*c.stride:], c.v)
+				wide := make([]float32, 4*n)
+				if err := Mix4(impl, pw, L+2*extra, vw, c.stride, keys+2*extra, n, wide); err != nil {
+					t.Fatal(err)
+				}
+				for i := range wide {
+					if wide[i] != out[i] {
+						t.Fatalf("%s: output %d changed with zero-weight keys around: %v, %v", name, i, wide[i], out[i])
+					}
+				}
+			}
+		}
+	}
+	if err := Softmax(Go, make([]float32, 15), 1); err == nil {
+		t.Error("softmax of 15: no error")
+	}
+	if err := Scores4(Go, make([]float32, 256), 64, make([]float32, 64*64), 64, 32, make([]float32, 4*64), 64); err == nil {
+		t.Error("scores4 of 32 keys: no error")
+	}
+	if err := Mix4(Go, make([]float32, 40), 10, make([]float32, 640), 64, 10, 64, make([]float32, 255)); err == nil {
+		t.Error("mix4 into a short output: no error")
+	}
+}
+
+// BenchmarkAttn: one thread, four queries of 128 elements against 1024
+// keys a cache row apart (Llama 3 8b's key-value row, 1024 elements):
+// "rows" as one query at a time (DotRows, a scalar softmax, AddRows),
+// "block" as the prompt's kernels (Scores4, Softmax, Mix4) on keys
+// already transposed, and TransposeKeys alone, in keys a second.
+func BenchmarkAttn(b *testing.B) {
+	const n, keys, stride = 128, 1024, 1024
+	r := rand.New(rand.NewPCG(7, 8))
+	vec := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(r.NormFloat64())
+		}
+		return v
+	}
+	k, v, q := vec((keys-1)*stride+n), vec((keys-1)*stride+n), vec(4*n)
+	kt, s, out := make([]float32, n*keys), make([]float32, 4*keys), make([]float32, 4*n)
+	scale := float32(1 / math.Sqrt(n))
+	impl := Detect()
+	report := func(b *testing.B) {
+		b.ReportMetric(float64(b.N)*keys/b.Elapsed().Seconds()/1e6, "Mkeys/s")
+	}
+	b.Run("rows", func(b *testing.B) {
+		qi := make([]float32, n)
+		for b.Loop() {
+			for i := range 4 {
+				for d := range n {
+					qi[d] = q[4*d+i]
+				}
+				row := s[i*keys : (i+1)*keys]
+				_ = DotRows(impl, qi, k, stride, row)
+				m := float32(math.Inf(-1))
+				for j, x := range row {
+					row[j] = x * scale
+					m = max(m, row[j])
+				}
+				var sum float64
+				for j, x := range row {
+					e := float32(math.Exp(float64(x - m)))
+					row[j] = e
+					sum += float64(e)
+				}
+				inv := float32(1 / sum)
+				for j := range row {
+					row[j] *= inv
+				}
+				o := out[i*n : (i+1)*n]
+				clear(o)
+				_ = AddRows(impl, o, row, v, stride)
+			}
+		}
+		report(b)
+	})
+	b.Run("block", func(b *testing.B) {
+		if err := TransposeKeys(kt, keys, k, stride, n, keys); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			_ = Scores4(impl, q, n, kt, keys, keys, s, keys)
+			for i := range 4 {
+				_ = Softmax(impl, s[i*keys:(i+1)*keys], scale)
+			}
+			_ = Mix4(impl, s, keys, v, stride, keys, n, out)
+		}
+		report(b)
+	})
+	b.Run("transpose", func(b *testing.B) {
+		for b.Loop() {
+			_ = TransposeKeys(kt, keys, k, stride, n, keys)
+		}
+		report(b)
+	})
+}
