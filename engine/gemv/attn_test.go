@@ -4,18 +4,20 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
 // attnCase is a block's inputs: four queries interleaved, keys and values
-// rows stride apart, the keys transposed into a panel of width columns.
+// rows stride apart, and the keys again in strips (KeyLanes keys a strip,
+// each element's keys side by side; zeros past the last key up to a
+// multiple of KeyBlock) and in a transposed panel of width columns.
 type attnCase struct {
 	n, keys, width, stride int
-	q, k, v, kt            []float32
+	q, k, v, strips, panel []float32
 }
 
-func newAttnCase(t *testing.T, r *rand.Rand, n, keys int) *attnCase {
-	t.Helper()
+func newAttnCase(r *rand.Rand, n, keys int) *attnCase {
 	vec := func(n int) []float32 {
 		v := make([]float32, n)
 		for i := range v {
@@ -26,52 +28,22 @@ func newAttnCase(t *testing.T, r *rand.Rand, n, keys int) *attnCase {
 	c := &attnCase{n: n, keys: keys, stride: n + 64}
 	c.width = (keys + KeyBlock - 1) / KeyBlock * KeyBlock
 	c.q, c.k, c.v = vec(4*n), vec((keys-1)*c.stride+n), vec((keys-1)*c.stride+n)
-	c.kt = make([]float32, n*c.width) // the padding columns stay zero
-	if err := TransposeKeys(c.kt, c.width, c.k, c.stride, n, keys); err != nil {
-		t.Fatal(err)
+	c.strips, c.panel = make([]float32, c.width*n), make([]float32, c.width*n)
+	for j := range keys {
+		for d := range n {
+			x := c.k[j*c.stride+d]
+			c.strips[(j/KeyLanes)*KeyLanes*n+d*KeyLanes+j%KeyLanes] = x
+			c.panel[d*c.width+j] = x
+		}
 	}
 	return c
-}
-
-// TestTransposeKeys: the panel holds each key's elements down a column,
-// and its columns past the last key keep what they held; bad shapes are
-// refused.
-func TestTransposeKeys(t *testing.T) {
-	t.Parallel()
-	r := rand.New(rand.NewPCG(1, 2))
-	for _, keys := range []int{1, 17, 64, 100} {
-		c := newAttnCase(t, r, 64, keys)
-		for d := range c.n {
-			for j := range c.width {
-				want := float32(0)
-				if j < keys {
-					want = c.k[j*c.stride+d]
-				}
-				if got := c.kt[d*c.width+j]; got != want {
-					t.Fatalf("keys %d: kt[%d][%d] = %v, want %v", keys, d, j, got, want)
-				}
-			}
-		}
-	}
-	kt := make([]float32, 64*64)
-	for _, bad := range []struct{ width, stride, n, keys, klen int }{
-		{32, 64, 64, 40, 64 * 40},    // width below keys
-		{64, 32, 64, 4, 64 * 4},      // rows overlap
-		{64, 64, 64, 4, 64*3 + 63},   // k too short
-		{128, 65, 65, 100, 65 * 100}, // panel too short
-	} {
-		if err := TransposeKeys(kt, bad.width, make([]float32, bad.klen), bad.stride, bad.n, bad.keys); err == nil {
-			t.Errorf("%+v: no error", bad)
-		}
-	}
 }
 
 // TestAttnKernels: Scores4, Softmax and Mix4 of every kernel family
 // against float64 arithmetic, for heads of 64 and 128 (the AVX-512
 // kernels) and 96 (plain Go), and the properties the prompt's attention
 // counts on: a query's scores do not depend on the other queries of its
-// block; Mix4's outputs are AddRows' bits on a cleared output (the
-// AVX-512 kernels), and do not change when zero-weight keys join the
+// block; Mix4's outputs do not change when zero-weight keys join the
 // block; −Inf scores get probability 0.
 func TestAttnKernels(t *testing.T) {
 	t.Parallel()
@@ -80,11 +52,19 @@ func TestAttnKernels(t *testing.T) {
 		for _, n := range []int{64, 128, 96} {
 			for _, keys := range []int{64, 192, 37} {
 				name := fmt.Sprintf("%v/n %d/keys %d", impl, n, keys)
-				c := newAttnCase(t, r, n, keys)
+				c := newAttnCase(r, n, keys)
 				sStride := c.width + 16
 				s := make([]float32, 3*sStride+c.width)
-				if err := Scores4(impl, c.q, n, c.kt, c.width, c.width, s, sStride); err != nil {
+				if err := Scores4(impl, c.q, n, c.strips, KeyLanes, KeyLanes*n, c.width, s, sStride); err != nil {
 					t.Fatalf("%s: %v", name, err)
+				}
+				// The same keys as a transposed panel: the same bits.
+				sp := make([]float32, len(s))
+				if err := Scores4(impl, c.q, n, c.panel, c.width, KeyLanes, c.width, sp, sStride); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if !slices.Equal(sp, s) {
+					t.Fatalf("%s: scores from a panel differ from the strips'", name)
 				}
 				for i := range 4 {
 					for j := range c.width {
@@ -108,7 +88,7 @@ func TestAttnKernels(t *testing.T) {
 					}
 				}
 				s2 := make([]float32, len(s))
-				if err := Scores4(impl, q2, n, c.kt, c.width, c.width, s2, sStride); err != nil {
+				if err := Scores4(impl, q2, n, c.strips, KeyLanes, KeyLanes*n, c.width, s2, sStride); err != nil {
 					t.Fatal(err)
 				}
 				for j := range c.width {
@@ -164,18 +144,6 @@ func TestAttnKernels(t *testing.T) {
 							t.Fatalf("%s: mixed [%d][%d] = %g, exact %g", name, i, col, out[i*n+col], exact)
 						}
 					}
-					if !AttnBlock(impl, n) {
-						continue
-					}
-					one := make([]float32, n)
-					if err := AddRows(impl, one, p[i*L:i*L+keys], c.v, c.stride); err != nil {
-						t.Fatal(err)
-					}
-					for col := range n {
-						if one[col] != out[i*n+col] {
-							t.Fatalf("%s: row %d column %d: Mix4 %v, AddRows %v", name, i, col, out[i*n+col], one[col])
-						}
-					}
 				}
 				// Keys of weight 0 before and after the block's own
 				// change no bit.
@@ -204,8 +172,11 @@ func TestAttnKernels(t *testing.T) {
 	if err := Softmax(Go, make([]float32, 15), 1); err == nil {
 		t.Error("softmax of 15: no error")
 	}
-	if err := Scores4(Go, make([]float32, 256), 64, make([]float32, 64*64), 64, 32, make([]float32, 4*64), 64); err == nil {
+	if err := Scores4(Go, make([]float32, 256), 64, make([]float32, 64*64), KeyLanes, KeyLanes*64, 32, make([]float32, 4*64), 64); err == nil {
 		t.Error("scores4 of 32 keys: no error")
+	}
+	if err := Scores4(Go, make([]float32, 256), 64, make([]float32, 64*64-1), KeyLanes, KeyLanes*64, 64, make([]float32, 4*64), 64); err == nil {
+		t.Error("scores4 of keys one element short: no error")
 	}
 	if err := Mix4(Go, make([]float32, 40), 10, make([]float32, 640), 64, 10, 64, make([]float32, 255)); err == nil {
 		t.Error("mix4 into a short output: no error")
@@ -213,10 +184,7 @@ func TestAttnKernels(t *testing.T) {
 }
 
 // BenchmarkAttn: one thread, four queries of 128 elements against 1024
-// keys a cache row apart (Llama 3 8b's key-value row, 1024 elements):
-// "rows" as one query at a time (DotRows, a scalar softmax, AddRows),
-// "block" as the prompt's kernels (Scores4, Softmax, Mix4) on keys
-// already transposed, and TransposeKeys alone, in keys a second.
+// keys in strips (Scores4, Softmax, Mix4), in keys a second.
 func BenchmarkAttn(b *testing.B) {
 	const n, keys, stride = 128, 1024, 1024
 	r := rand.New(rand.NewPCG(7, 8))
@@ -227,61 +195,16 @@ func BenchmarkAttn(b *testing.B) {
 		}
 		return v
 	}
-	k, v, q := vec((keys-1)*stride+n), vec((keys-1)*stride+n), vec(4*n)
-	kt, s, out := make([]float32, n*keys), make([]float32, 4*keys), make([]float32, 4*n)
+	v, q, strips := vec((keys-1)*stride+n), vec(4*n), vec(n*keys)
+	s, out := make([]float32, 4*keys), make([]float32, 4*n)
 	scale := float32(1 / math.Sqrt(n))
 	impl := Detect()
-	report := func(b *testing.B) {
-		b.ReportMetric(float64(b.N)*keys/b.Elapsed().Seconds()/1e6, "Mkeys/s")
+	for b.Loop() {
+		_ = Scores4(impl, q, n, strips, KeyLanes, KeyLanes*n, keys, s, keys)
+		for i := range 4 {
+			_ = Softmax(impl, s[i*keys:(i+1)*keys], scale)
+		}
+		_ = Mix4(impl, s, keys, v, stride, keys, n, out)
 	}
-	b.Run("rows", func(b *testing.B) {
-		qi := make([]float32, n)
-		for b.Loop() {
-			for i := range 4 {
-				for d := range n {
-					qi[d] = q[4*d+i]
-				}
-				row := s[i*keys : (i+1)*keys]
-				_ = DotRows(impl, qi, k, stride, row)
-				m := float32(math.Inf(-1))
-				for j, x := range row {
-					row[j] = x * scale
-					m = max(m, row[j])
-				}
-				var sum float64
-				for j, x := range row {
-					e := float32(math.Exp(float64(x - m)))
-					row[j] = e
-					sum += float64(e)
-				}
-				inv := float32(1 / sum)
-				for j := range row {
-					row[j] *= inv
-				}
-				o := out[i*n : (i+1)*n]
-				clear(o)
-				_ = AddRows(impl, o, row, v, stride)
-			}
-		}
-		report(b)
-	})
-	b.Run("block", func(b *testing.B) {
-		if err := TransposeKeys(kt, keys, k, stride, n, keys); err != nil {
-			b.Fatal(err)
-		}
-		for b.Loop() {
-			_ = Scores4(impl, q, n, kt, keys, keys, s, keys)
-			for i := range 4 {
-				_ = Softmax(impl, s[i*keys:(i+1)*keys], scale)
-			}
-			_ = Mix4(impl, s, keys, v, stride, keys, n, out)
-		}
-		report(b)
-	})
-	b.Run("transpose", func(b *testing.B) {
-		for b.Loop() {
-			_ = TransposeKeys(kt, keys, k, stride, n, keys)
-		}
-		report(b)
-	})
+	b.ReportMetric(float64(b.N)*keys/b.Elapsed().Seconds()/1e6, "Mkeys/s")
 }

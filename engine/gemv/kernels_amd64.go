@@ -123,8 +123,8 @@ func lookup4(impl Impl, t quant.Type) kernel {
 	return nil
 }
 
-// rowsF reports whether DotRows and AddRows run their AVX-512 kernels for
-// rows of n elements.
-func rowsF(impl Impl, n int) bool {
+// attnF reports whether the attention's kernels (attn.go) run on
+// AVX-512 for heads of n elements.
+func attnF(impl Impl, n int) bool {
 	return impl >= AVX512 && available(AVX512) && n > 0 && n%64 == 0
 }

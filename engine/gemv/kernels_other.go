@@ -9,17 +9,9 @@ func available(Impl) bool { return false }
 func lookup(Impl, quant.Type) kernel  { return nil }
 func lookup4(Impl, quant.Type) kernel { return nil }
 
-func rowsF(Impl, int) bool { return false }
+func attnF(Impl, int) bool { return false }
 
-func dotRowsAVX512(q *float32, k *float32, stride, rows, n int, y *float32) {
-	panic("gemv: no AVX-512 on this architecture")
-}
-
-func addRowsAVX512(out *float32, w *float32, v *float32, stride, rows, n int) {
-	panic("gemv: no AVX-512 on this architecture")
-}
-
-func scores4AVX512(q *float32, n int, kt *float32, ktstride, keys int, s *float32, sstride int) {
+func scores4AVX512(q *float32, n int, k *float32, dstride, vstride, keys int, s *float32, sstride int) {
 	panic("gemv: no AVX-512 on this architecture")
 }
 

@@ -194,20 +194,10 @@ func q6kWiden(w *byte, stride int, rows int, nb int, out *uint16, ld int)
 //go:noescape
 func q8Widen(w *byte, stride int, rows int, nb int, out *uint16, ld int)
 
-// dotRowsAVX512 sets y[r] to q's dot product with each of rows rows of n float32 (n a multiple of 64) stride bytes apart.
+// scores4AVX512 sets s[i][j] (rows sstride bytes apart) to Σ_d q[4d+i]·key j's element d over n elements d in order, for j below keys (a multiple of 64), the keys in 16-lane vectors vstride bytes apart whose elements lie dstride bytes apart.
 //
 //go:noescape
-func dotRowsAVX512(q *float32, k *float32, stride int, rows int, n int, y *float32)
-
-// addRowsAVX512 adds w[r] times each of rows rows of n float32 (n a multiple of 64) stride bytes apart to out, in row order.
-//
-//go:noescape
-func addRowsAVX512(out *float32, w *float32, v *float32, stride int, rows int, n int)
-
-// scores4AVX512 sets s[i][j] (rows sstride bytes apart) to Σ_d q[4d+i]·kt[d][j] over n elements d in order, for j below keys (a multiple of 64), kt's rows ktstride bytes apart.
-//
-//go:noescape
-func scores4AVX512(q *float32, n int, kt *float32, ktstride int, keys int, s *float32, sstride int)
+func scores4AVX512(q *float32, n int, k *float32, dstride int, vstride int, keys int, s *float32, sstride int)
 
 // mix4AVX512 sets out[i][c] (rows n apart) to Σ_j p[i][j]·v[j][c] over keys rows j of v (vstride bytes apart) in order, for c below n (a multiple of 64), p's four rows pstride bytes apart.
 //

@@ -13925,119 +13925,20 @@ q8Widen_done:
 	VZEROUPPER
 	RET
 
-// func dotRowsAVX512(q *float32, k *float32, stride int, rows int, n int, y *float32)
+// func scores4AVX512(q *float32, n int, k *float32, dstride int, vstride int, keys int, s *float32, sstride int)
 // Requires: AVX, AVX512DQ, AVX512F
-TEXT ·dotRowsAVX512(SB), NOSPLIT, $0-48
-	MOVQ q+0(FP), AX
-	MOVQ k+8(FP), CX
-	MOVQ stride+16(FP), DX
-	MOVQ rows+24(FP), BX
-	MOVQ n+32(FP), SI
-	MOVQ y+40(FP), DI
-	SHRQ $0x06, SI
-
-dot_row:
-	CMPQ   BX, $0x00
-	JE     dot_done
-	VXORPS Z0, Z0, Z0
-	VXORPS Z1, Z1, Z1
-	VXORPS Z2, Z2, Z2
-	VXORPS Z3, Z3, Z3
-	MOVQ   AX, R8
-	MOVQ   CX, R9
-	MOVQ   SI, R10
-
-dot_group:
-	VMOVUPS       (R9), Z4
-	VFMADD231PS   (R8), Z4, Z0
-	VMOVUPS       64(R9), Z4
-	VFMADD231PS   64(R8), Z4, Z1
-	VMOVUPS       128(R9), Z4
-	VFMADD231PS   128(R8), Z4, Z2
-	VMOVUPS       192(R9), Z4
-	VFMADD231PS   192(R8), Z4, Z3
-	ADDQ          $0x00000100, R8
-	ADDQ          $0x00000100, R9
-	DECQ          R10
-	JNE           dot_group
-	VADDPS        Z1, Z0, Z0
-	VADDPS        Z3, Z2, Z2
-	VADDPS        Z2, Z0, Z0
-	VEXTRACTF64X4 $0x01, Z0, Y1
-	VADDPS        Y1, Y0, Y1
-	VEXTRACTF128  $0x01, Y1, X0
-	VADDPS        X0, X1, X0
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X0
-	VPERMILPS     $0xb1, X0, X1
-	VADDSS        X1, X0, X0
-	VMOVSS        X0, (DI)
-	ADDQ          $0x04, DI
-	ADDQ          DX, CX
-	DECQ          BX
-	JMP           dot_row
-
-dot_done:
-	VZEROUPPER
-	RET
-
-// func addRowsAVX512(out *float32, w *float32, v *float32, stride int, rows int, n int)
-// Requires: AVX, AVX512F
-TEXT ·addRowsAVX512(SB), NOSPLIT, $0-48
-	MOVQ out+0(FP), AX
-	MOVQ w+8(FP), CX
-	MOVQ v+16(FP), DX
-	MOVQ stride+24(FP), BX
-	MOVQ rows+32(FP), SI
-	MOVQ n+40(FP), DI
-	SHRQ $0x06, DI
-
-add_group:
-	VMOVUPS (AX), Z0
-	VMOVUPS 64(AX), Z1
-	VMOVUPS 128(AX), Z2
-	VMOVUPS 192(AX), Z3
-	MOVQ    CX, R8
-	MOVQ    DX, R9
-	MOVQ    SI, R10
-	TESTQ   R10, R10
-	JE      add_store
-
-add_row:
-	VBROADCASTSS (R8), Z4
-	VFMADD231PS  (R9), Z4, Z0
-	VFMADD231PS  64(R9), Z4, Z1
-	VFMADD231PS  128(R9), Z4, Z2
-	VFMADD231PS  192(R9), Z4, Z3
-	ADDQ         $0x04, R8
-	ADDQ         BX, R9
-	DECQ         R10
-	JNE          add_row
-
-add_store:
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z2, 128(AX)
-	VMOVUPS Z3, 192(AX)
-	ADDQ    $0x00000100, AX
-	ADDQ    $0x00000100, DX
-	DECQ    DI
-	JNE     add_group
-	VZEROUPPER
-	RET
-
-// func scores4AVX512(q *float32, n int, kt *float32, ktstride int, keys int, s *float32, sstride int)
-// Requires: AVX, AVX512DQ, AVX512F
-TEXT ·scores4AVX512(SB), NOSPLIT, $0-56
+TEXT ·scores4AVX512(SB), NOSPLIT, $0-64
 	MOVQ q+0(FP), AX
 	MOVQ n+8(FP), CX
-	MOVQ kt+16(FP), DX
-	MOVQ ktstride+24(FP), BX
-	MOVQ keys+32(FP), SI
-	MOVQ s+40(FP), DI
-	MOVQ sstride+48(FP), R8
-	LEAQ (R8)(R8*2), R9
-	SHRQ $0x06, SI
+	MOVQ k+16(FP), DX
+	MOVQ dstride+24(FP), BX
+	MOVQ vstride+32(FP), SI
+	MOVQ keys+40(FP), DI
+	MOVQ s+48(FP), R8
+	MOVQ sstride+56(FP), R9
+	LEAQ (R9)(R9*2), R10
+	LEAQ (SI)(SI*2), R11
+	SHRQ $0x06, DI
 
 scores_block:
 	VXORPS Z0, Z0, Z0
@@ -14056,54 +13957,54 @@ scores_block:
 	VXORPS Z13, Z13, Z13
 	VXORPS Z14, Z14, Z14
 	VXORPS Z15, Z15, Z15
-	MOVQ   AX, R10
-	MOVQ   DX, R11
-	MOVQ   CX, R12
+	MOVQ   AX, R12
+	MOVQ   DX, R13
+	MOVQ   CX, R14
 
 scores_d:
-	VMOVUPS          (R11), Z16
-	VMOVUPS          64(R11), Z17
-	VMOVUPS          128(R11), Z18
-	VMOVUPS          192(R11), Z19
-	VFMADD231PS.BCST (R10), Z16, Z0
-	VFMADD231PS.BCST (R10), Z17, Z1
-	VFMADD231PS.BCST (R10), Z18, Z2
-	VFMADD231PS.BCST (R10), Z19, Z3
-	VFMADD231PS.BCST 4(R10), Z16, Z4
-	VFMADD231PS.BCST 4(R10), Z17, Z5
-	VFMADD231PS.BCST 4(R10), Z18, Z6
-	VFMADD231PS.BCST 4(R10), Z19, Z7
-	VFMADD231PS.BCST 8(R10), Z16, Z8
-	VFMADD231PS.BCST 8(R10), Z17, Z9
-	VFMADD231PS.BCST 8(R10), Z18, Z10
-	VFMADD231PS.BCST 8(R10), Z19, Z11
-	VFMADD231PS.BCST 12(R10), Z16, Z12
-	VFMADD231PS.BCST 12(R10), Z17, Z13
-	VFMADD231PS.BCST 12(R10), Z18, Z14
-	VFMADD231PS.BCST 12(R10), Z19, Z15
-	ADDQ             $0x10, R10
-	ADDQ             BX, R11
-	DECQ             R12
+	VMOVUPS          (R13), Z16
+	VMOVUPS          (R13)(SI*1), Z17
+	VMOVUPS          (R13)(SI*2), Z18
+	VMOVUPS          (R13)(R11*1), Z19
+	VFMADD231PS.BCST (R12), Z16, Z0
+	VFMADD231PS.BCST (R12), Z17, Z1
+	VFMADD231PS.BCST (R12), Z18, Z2
+	VFMADD231PS.BCST (R12), Z19, Z3
+	VFMADD231PS.BCST 4(R12), Z16, Z4
+	VFMADD231PS.BCST 4(R12), Z17, Z5
+	VFMADD231PS.BCST 4(R12), Z18, Z6
+	VFMADD231PS.BCST 4(R12), Z19, Z7
+	VFMADD231PS.BCST 8(R12), Z16, Z8
+	VFMADD231PS.BCST 8(R12), Z17, Z9
+	VFMADD231PS.BCST 8(R12), Z18, Z10
+	VFMADD231PS.BCST 8(R12), Z19, Z11
+	VFMADD231PS.BCST 12(R12), Z16, Z12
+	VFMADD231PS.BCST 12(R12), Z17, Z13
+	VFMADD231PS.BCST 12(R12), Z18, Z14
+	VFMADD231PS.BCST 12(R12), Z19, Z15
+	ADDQ             $0x10, R12
+	ADDQ             BX, R13
+	DECQ             R14
 	JNE              scores_d
-	VMOVUPS          Z0, (DI)
-	VMOVUPS          Z1, 64(DI)
-	VMOVUPS          Z2, 128(DI)
-	VMOVUPS          Z3, 192(DI)
-	VMOVUPS          Z4, (DI)(R8*1)
-	VMOVUPS          Z5, 64(DI)(R8*1)
-	VMOVUPS          Z6, 128(DI)(R8*1)
-	VMOVUPS          Z7, 192(DI)(R8*1)
-	VMOVUPS          Z8, (DI)(R8*2)
-	VMOVUPS          Z9, 64(DI)(R8*2)
-	VMOVUPS          Z10, 128(DI)(R8*2)
-	VMOVUPS          Z11, 192(DI)(R8*2)
-	VMOVUPS          Z12, (DI)(R9*1)
-	VMOVUPS          Z13, 64(DI)(R9*1)
-	VMOVUPS          Z14, 128(DI)(R9*1)
-	VMOVUPS          Z15, 192(DI)(R9*1)
-	ADDQ             $0x00000100, DI
-	ADDQ             $0x00000100, DX
-	DECQ             SI
+	VMOVUPS          Z0, (R8)
+	VMOVUPS          Z1, 64(R8)
+	VMOVUPS          Z2, 128(R8)
+	VMOVUPS          Z3, 192(R8)
+	VMOVUPS          Z4, (R8)(R9*1)
+	VMOVUPS          Z5, 64(R8)(R9*1)
+	VMOVUPS          Z6, 128(R8)(R9*1)
+	VMOVUPS          Z7, 192(R8)(R9*1)
+	VMOVUPS          Z8, (R8)(R9*2)
+	VMOVUPS          Z9, 64(R8)(R9*2)
+	VMOVUPS          Z10, 128(R8)(R9*2)
+	VMOVUPS          Z11, 192(R8)(R9*2)
+	VMOVUPS          Z12, (R8)(R10*1)
+	VMOVUPS          Z13, 64(R8)(R10*1)
+	VMOVUPS          Z14, 128(R8)(R10*1)
+	VMOVUPS          Z15, 192(R8)(R10*1)
+	ADDQ             $0x00000100, R8
+	LEAQ             (DX)(SI*4), DX
+	DECQ             DI
 	JNE              scores_block
 	VZEROUPPER
 	RET

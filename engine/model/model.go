@@ -255,9 +255,9 @@ type Sequence struct {
 	m     *Model
 	pos   int // tokens already in the cache
 	max   int // capacity in positions
-	alloc int // positions allocated
-	// k and v hold, per layer, [alloc][KVDim] float32 keys (after RoPE)
-	// and values.
+	alloc int // positions allocated, a multiple of gemv.KeyBlock
+	// k and v hold, per layer, the keys (after RoPE) and values of alloc
+	// positions, a key-value head after another (kvcache.go).
 	k, v   [][]float32
 	closed bool
 }
@@ -315,31 +315,11 @@ func (s *Sequence) CopyFrom(src Seq, n int) error {
 	}
 	s.pos = 0
 	s.reserve(n)
-	kvd := s.m.Config.KVDim()
 	for l := range s.k {
-		copy(s.k[l][:n*kvd], o.k[l][:n*kvd])
-		copy(s.v[l][:n*kvd], o.v[l][:n*kvd])
+		s.copyHeads(l, o, n)
 	}
 	s.pos = n
 	return nil
-}
-
-// reserve makes room for n positions (n <= s.max), preserving the cache.
-func (s *Sequence) reserve(n int) {
-	if n <= s.alloc {
-		return
-	}
-	c := max(n, 2*s.alloc, 64)
-	c = min(c, s.max)
-	kvd := s.m.Config.KVDim()
-	for l := range s.k {
-		nk := make([]float32, c*kvd)
-		nv := make([]float32, c*kvd)
-		copy(nk, s.k[l][:s.pos*kvd])
-		copy(nv, s.v[l][:s.pos*kvd])
-		s.k[l], s.v[l] = nk, nv
-	}
-	s.alloc = c
 }
 
 // Seq is a sequence as every backend keeps it: this package's Sequence on
@@ -763,7 +743,6 @@ func (m *Model) layer(ctx context.Context, l int, w *Layer) error {
 	c := &m.Config
 	sc := &m.sc
 	hd := c.HeadDim
-	kvd := c.KVDim()
 
 	m.norm(sc.xn, sc.h, &w.AttnNorm)
 	if err := m.matmul(matOp{w: &w.Q, xs: sc.xn, ys: sc.q, prompt: sc.prompt}, matOp{w: &w.K, xs: sc.xn, ys: sc.k, prompt: sc.prompt}, matOp{w: &w.V, xs: sc.xn, ys: sc.v, prompt: sc.prompt}); err != nil {
@@ -810,8 +789,7 @@ func (m *Model) layer(ctx context.Context, l int, w *Layer) error {
 			}
 			rope(x, cos[t], sin[t])
 		}
-		copy(tr.seq.k[l][tr.pos*kvd:(tr.pos+1)*kvd], sc.k[t])
-		copy(tr.seq.v[l][tr.pos*kvd:(tr.pos+1)*kvd], sc.v[t])
+		tr.seq.store(l, tr.pos, sc.k[t], sc.v[t])
 	}
 	if err := m.attention(l); err != nil {
 		return err
@@ -1029,56 +1007,34 @@ func (m *Model) ffn(ctx context.Context, l int, w *Layer) error {
 func (m *Model) attention(l int) error {
 	c := &m.Config
 	sc := &m.sc
-	hd, kvd := c.HeadDim, c.KVDim()
-	group := c.Heads / c.KVHeads
 	window := 0
 	if c.Sliding(l) {
 		window = c.SlidingWindow
 	}
-	// The prompt's tokens by blocks (attnblock.go), the others a head at
-	// a time here.
-	rest := sc.attn.rest[:0]
-	if m.blockAttention() {
-		if err := m.promptAttention(l, window); err != nil {
-			return err
-		}
-		for t, p := range sc.prompt {
-			if !p {
-				rest = append(rest, t)
-			}
-		}
-	} else {
-		for t := range sc.toks {
-			rest = append(rest, t)
-		}
+	if m.fast {
+		return m.blockAttention(l, window)
 	}
-	sc.attn.rest = rest
+	// The reference: a query head at a time, in plain loops.
+	hd := c.HeadDim
+	group := c.Heads / c.KVHeads
 	scale, capv := c.AttnScale, c.AttnSoftcap
-	m.parallel(len(rest)*c.Heads, func(w, i int) {
-		t, h := rest[i/c.Heads], i%c.Heads
+	sc.attn.size(m.pool.Threads(), hd, 0)
+	m.parallel(len(sc.toks)*c.Heads, func(w, i int) {
+		t, h := i/c.Heads, i%c.Heads
 		tr := sc.toks[t]
 		q := sc.q[t][h*hd : (h+1)*hd]
 		out := sc.att[t][h*hd : (h+1)*hd]
-		kc, vc := tr.seq.k[l], tr.seq.v[l]
-		off := (h / group) * hd
+		g := h / group
 		lo := 0
 		if window > 0 {
 			lo = max(0, tr.pos-window+1)
 		}
 		n := tr.pos - lo + 1
 		s := sc.scores[w][:n]
-		// The fast path's dot products and weighted sum run engine/gemv's
-		// float kernels over the cache rows (a head's slice of each
-		// position's row, kvd apart); the reference's, the loops here.
-		// Both checked shapes already: the rows lie in the cache.
-		rows := func(cache []float32) []float32 { return cache[lo*kvd+off : (lo+n-1)*kvd+off+hd] }
-		if m.fast {
-			_ = gemv.DotRows(m.impl, q, rows(kc), kvd, s)
-		} else {
-			for j := range s {
-				p := (lo + j) * kvd
-				s[j] = dot(q, kc[p+off:p+off+hd])
-			}
+		key := sc.attn.key[w][:hd]
+		for j := range s {
+			tr.seq.key(key, l, g, lo+j)
+			s[j] = dot(q, key)
 		}
 		mx := float32(math.Inf(-1))
 		for j, v := range s {
@@ -1097,16 +1053,8 @@ func (m *Model) attention(l int) error {
 		}
 		inv := float32(1 / sum)
 		clear(out)
-		if m.fast {
-			for j := range s {
-				s[j] *= inv
-			}
-			_ = gemv.AddRows(m.impl, out, s, rows(vc), kvd)
-			return
-		}
 		for j, e := range s {
-			p := (lo + j) * kvd
-			axpy(out, e*inv, vc[p+off:p+off+hd])
+			axpy(out, e*inv, tr.seq.value(l, g, lo+j))
 		}
 	})
 	return nil

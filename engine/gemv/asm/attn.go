@@ -8,30 +8,34 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
-// A prompt's attention over a cache, four queries at a time (gemv's
-// attn.go): the scores against keys laid out transposed, a row's softmax,
-// and the values' sum weighted by four rows of probabilities. Every sum
+// Attention over a cache, four queries at a time (gemv's attn.go): the
+// scores against keys laid out in 16-key vectors, a row's softmax, and
+// the values' sum weighted by four rows of probabilities. Every sum
 // runs one fused multiply-add a term in a fixed order per output, so an
 // output's bits depend on its own inputs only, not on the queries beside
 // it.
 
-// scores4AVX512 emits s[i][j] = Σ_d q[4d+i]·kt[d][j] for the four
-// queries i of an interleaved block (q[4d+i] is query i's element d) and
-// keys j below keys, 64 at a time: sixteen accumulators (four queries by
-// four 16-key vectors), d in order.
+// scores4AVX512 emits s[i][j] = Σ_d q[4d+i]·key j's element d for the
+// four queries i of an interleaved block (q[4d+i] is query i's element
+// d) and keys j below keys, 64 at a time: sixteen accumulators (four
+// queries by four 16-key vectors), d in order. Keys lie in 16-key
+// vectors: vector v's element d at k + v·vstride + d·dstride bytes, its
+// 16 keys in lanes (a cache strip's layout, or a transposed panel's).
 func scores4AVX512() {
-	TEXT("scores4AVX512", NOSPLIT, "func(q *float32, n int, kt *float32, ktstride, keys int, s *float32, sstride int)")
+	TEXT("scores4AVX512", NOSPLIT, "func(q *float32, n int, k *float32, dstride, vstride, keys int, s *float32, sstride int)")
 	Pragma("noescape")
-	Doc("scores4AVX512 sets s[i][j] (rows sstride bytes apart) to Σ_d q[4d+i]·kt[d][j] over n elements d in order, for j below keys (a multiple of 64), kt's rows ktstride bytes apart.")
+	Doc("scores4AVX512 sets s[i][j] (rows sstride bytes apart) to Σ_d q[4d+i]·key j's element d over n elements d in order, for j below keys (a multiple of 64), the keys in 16-lane vectors vstride bytes apart whose elements lie dstride bytes apart.")
 	qp := Load(Param("q"), GP64())
 	n := Load(Param("n"), GP64())
-	kt := Load(Param("kt"), GP64())
-	ktstride := Load(Param("ktstride"), GP64())
+	kp := Load(Param("k"), GP64())
+	dstride := Load(Param("dstride"), GP64())
+	vs := Load(Param("vstride"), GP64())
 	keys := Load(Param("keys"), GP64())
 	sp := Load(Param("s"), GP64())
 	ss := Load(Param("sstride"), GP64())
-	ss3 := GP64()
+	ss3, vs3 := GP64(), GP64()
 	LEAQ(Mem{Base: ss, Index: ss, Scale: 2}, ss3)
+	LEAQ(Mem{Base: vs, Index: vs, Scale: 2}, vs3)
 	SHRQ(U8(6), keys)
 	Label("scores_block")
 	var acc [4][4]VecVirtual
@@ -43,13 +47,14 @@ func scores4AVX512() {
 	}
 	qi, ki, d := GP64(), GP64(), GP64()
 	MOVQ(qp, qi)
-	MOVQ(kt, ki)
+	MOVQ(kp, ki)
 	MOVQ(n, d)
 	Label("scores_d")
+	vecs := []Mem{{Base: ki}, {Base: ki, Index: vs, Scale: 1}, {Base: ki, Index: vs, Scale: 2}, {Base: ki, Index: vs3, Scale: 1}}
 	var k [4]VecVirtual
 	for c := range k {
 		k[c] = ZMM()
-		VMOVUPS(Mem{Base: ki, Disp: 64 * c}, k[c])
+		VMOVUPS(vecs[c], k[c])
 	}
 	for i := range acc {
 		for c := range k {
@@ -57,7 +62,7 @@ func scores4AVX512() {
 		}
 	}
 	ADDQ(U8(16), qi)
-	ADDQ(ktstride, ki)
+	ADDQ(dstride, ki)
 	DECQ(d)
 	JNE(LabelRef("scores_d"))
 	rows := []Mem{{Base: sp}, {Base: sp, Index: ss, Scale: 1}, {Base: sp, Index: ss, Scale: 2}, {Base: sp, Index: ss3, Scale: 1}}
@@ -67,7 +72,7 @@ func scores4AVX512() {
 		}
 	}
 	ADDQ(U32(256), sp)
-	ADDQ(U32(256), kt)
+	LEAQ(Mem{Base: kp, Index: vs, Scale: 4}, kp)
 	DECQ(keys)
 	JNE(LabelRef("scores_block"))
 	VZEROUPPER()

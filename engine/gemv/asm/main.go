@@ -52,8 +52,6 @@ func main() {
 	q4kWiden("q4kWiden")
 	q6kWiden("q6kWiden")
 	q8Widen("q8Widen")
-	dotRowsAVX512()
-	addRowsAVX512()
 	scores4AVX512()
 	mix4AVX512()
 	softmaxAVX512()

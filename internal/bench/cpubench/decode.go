@@ -37,12 +37,22 @@ type Decode struct {
 	// prompt tokens, which take the CPU's tile path where it has one.
 	PromptTokens           int     `json:"prompt_tokens,omitempty"`
 	PrefillTokensPerSecond float64 `json:"prefill_tokens_per_second,omitempty"`
+	// ContextTokensPerSecond is the decode rate after that prompt, over
+	// its few generated tokens: the attention reads the prompt's keys
+	// and values every step, which a decode after a short prompt does not
+	// show.
+	ContextTokensPerSecond float64 `json:"context_decode_tokens_per_second,omitempty"`
 }
+
+// contextTokens is how many tokens the prefill request generates after
+// its prompt, to time decode at the prompt's length.
+const contextTokens = 8
 
 // MeasureDecode runs the model at path on the CPU backend for tokens
 // greedy tokens after an 8-token prompt, then (prefill > 0) a request of
-// a prefill-token prompt (at most the model's context less one); read is
-// the memory read rate the ratio is taken to (0 leaves it out).
+// a prefill-token prompt (as long as the model's context leaves room for)
+// that generates a few tokens after it; read is the memory read rate the
+// ratio is taken to (0 leaves it out).
 func MeasureDecode(ctx context.Context, path string, tokens, prefill int, read float64) (*Decode, error) {
 	if tokens < 1 || prefill < 0 {
 		return nil, fmt.Errorf("%w: decode of %d tokens, prefill of %d", ErrBadOptions, tokens, prefill)
@@ -95,7 +105,8 @@ func MeasureDecode(ctx context.Context, path string, tokens, prefill int, read f
 	}
 	// A prompt with room for the token it asks for, in the model's
 	// context (a small model's may be shorter than asked).
-	prefill = min(prefill, e.Backend().MaxContext()-1)
+	after := min(contextTokens, tokens)
+	prefill = min(prefill, e.Backend().MaxContext()-1-after)
 	if prefill > 0 {
 		// The text's first token, then the rest of it over and over: the
 		// rate of a long prompt depends on its length, not on what it says.
@@ -105,12 +116,15 @@ func MeasureDecode(ctx context.Context, path string, tokens, prefill int, read f
 			long = append(long, rest...)
 		}
 		long = long[:prefill]
-		res, err := sched.Generate(ctx, e.Backend(), e.Tok, sched.Request{Prompt: long, MaxTokens: 1, Sample: sample.Greedy()}, nil)
+		res, err := sched.Generate(ctx, e.Backend(), e.Tok, sched.Request{Prompt: long, MaxTokens: 1 + after, Sample: sample.Greedy()}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("prefill: %w", err)
 		}
 		if res.PromptTime > 0 {
 			d.PromptTokens, d.PrefillTokensPerSecond = res.PromptTokens, float64(res.PromptTokens)/res.PromptTime.Seconds()
+		}
+		if res.DecodeTime > 0 && res.CompletionTokens > 1 {
+			d.ContextTokensPerSecond = float64(res.CompletionTokens-1) / res.DecodeTime.Seconds()
 		}
 	}
 	return d, nil
@@ -146,6 +160,10 @@ func writeDecode(w io.Writer, d *Decode) {
 	}
 	fmt.Fprintln(w)
 	if d.PromptTokens > 0 {
-		fmt.Fprintf(w, "CPU-only prefill of a %d-token prompt: %.2f tokens/s\n", d.PromptTokens, d.PrefillTokensPerSecond)
+		fmt.Fprintf(w, "CPU-only prefill of a %d-token prompt: %.2f tokens/s", d.PromptTokens, d.PrefillTokensPerSecond)
+		if d.ContextTokensPerSecond > 0 {
+			fmt.Fprintf(w, ", then decode at that length: %.2f tokens/s", d.ContextTokensPerSecond)
+		}
+		fmt.Fprintln(w)
 	}
 }

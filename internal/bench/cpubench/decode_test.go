@@ -14,7 +14,8 @@ import (
 // tensors less the embedding table for a dense model, and, for a mixture
 // of experts, the experts its tokens were routed to instead of them all:
 // each token's picks in each layer, all one size in the tiny shape. The
-// prefill request after it runs the prompt length asked for.
+// prefill request after it runs the prompt length asked for and decodes
+// after it.
 func TestMeasureDecodeBytes(t *testing.T) {
 	t.Parallel()
 	for _, arch := range []string{"llama", "mixtral"} {
@@ -28,8 +29,8 @@ func TestMeasureDecodeBytes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d.PromptTokens != 20 || d.PrefillTokensPerSecond <= 0 {
-				t.Fatalf("prefill of %d tokens at %.1f tokens/s, want 20 tokens", d.PromptTokens, d.PrefillTokensPerSecond)
+			if d.PromptTokens != 20 || d.PrefillTokensPerSecond <= 0 || d.ContextTokensPerSecond <= 0 {
+				t.Fatalf("prefill of %d tokens at %.1f tokens/s, decode after it at %.1f, want 20 tokens", d.PromptTokens, d.PrefillTokensPerSecond, d.ContextTokensPerSecond)
 			}
 			if d.TokensPerSecond <= 0 || d.BytesPerSecond != d.TokensPerSecond*float64(d.WeightBytes) {
 				t.Fatalf("%.1f tokens/s, %.0f bytes/s for %d bytes a step", d.TokensPerSecond, d.BytesPerSecond, d.WeightBytes)

@@ -1,0 +1,63 @@
+package model
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// TestKVCacheLayout: positions stored in the cache read back as they were
+// written, key by key from its strip and value by value, across growth
+// (the cache reallocated and copied head by head, four times) and after
+// CopyFrom into a sequence of another size.
+func TestKVCacheLayout(t *testing.T) {
+	t.Parallel()
+	m, err := Open(synthModel(t, ArchLlama, "f32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	c := &m.Config
+	kvd, hd := c.KVDim(), c.HeadDim
+	r := rand.New(rand.NewPCG(1, 2))
+	const n = 200
+	keys, vals := make([][]float32, n), make([][]float32, n)
+	s := m.NewSequence(0)
+	for p := range n {
+		keys[p], vals[p] = make([]float32, kvd), make([]float32, kvd)
+		for i := range kvd {
+			keys[p][i], vals[p][i] = float32(r.NormFloat64()), float32(r.NormFloat64())
+		}
+		s.reserve(p + 1)
+		for l := range c.Layers {
+			s.store(l, p, keys[p], vals[p])
+		}
+		s.pos = p + 1
+	}
+	if s.alloc%64 != 0 || s.alloc < n {
+		t.Fatalf("%d positions allocated for %d", s.alloc, n)
+	}
+	check := func(name string, s *Sequence, upto int) {
+		t.Helper()
+		key := make([]float32, hd)
+		for l := range c.Layers {
+			for p := range upto {
+				for g := range c.KVHeads {
+					s.key(key, l, g, p)
+					if !slices.Equal(key, keys[p][g*hd:(g+1)*hd]) {
+						t.Fatalf("%s: layer %d position %d head %d: key differs", name, l, p, g)
+					}
+					if !slices.Equal(s.value(l, g, p), vals[p][g*hd:(g+1)*hd]) {
+						t.Fatalf("%s: layer %d position %d head %d: value differs", name, l, p, g)
+					}
+				}
+			}
+		}
+	}
+	check("grown", s, n)
+	o := m.NewSequence(0)
+	if err := o.CopyFrom(s, 77); err != nil {
+		t.Fatal(err)
+	}
+	check("copied", o, 77)
+}
