@@ -22,3 +22,7 @@ func mix4AVX512(p *float32, pstride int, v *float32, vstride, keys, n int, out *
 func softmaxAVX512(s *float32, n int, scale float32) {
 	panic("gemv: no AVX-512 on this architecture")
 }
+
+func swigluAVX512(x, u *float32, n int) {
+	panic("gemv: no AVX-512 on this architecture")
+}

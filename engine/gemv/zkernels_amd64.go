@@ -208,3 +208,8 @@ func mix4AVX512(p *float32, pstride int, v *float32, vstride int, keys int, n in
 //
 //go:noescape
 func softmaxAVX512(s *float32, n int, scale float32)
+
+// swigluAVX512 sets x[i] to x[i]/(1+e^−x[i])·u[i] for i below n (a multiple of 16).
+//
+//go:noescape
+func swigluAVX512(x *float32, u *float32, n int)

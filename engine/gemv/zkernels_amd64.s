@@ -14118,7 +14118,9 @@ DATA expConsts<>+36(SB)/4, $(0.5)
 DATA expConsts<>+40(SB)/4, $(1.0)
 DATA expConsts<>+44(SB)/4, $(1.0)
 DATA expConsts<>+48(SB)/8, $(1.0)
-GLOBL expConsts<>(SB), RODATA|NOPTR, $56
+DATA expConsts<>+56(SB)/4, $(88.0)
+DATA expConsts<>+60(SB)/4, $(1.0)
+GLOBL expConsts<>(SB), RODATA|NOPTR, $64
 
 // func softmaxAVX512(s *float32, n int, scale float32)
 // Requires: AVX, AVX512DQ, AVX512F, SSE
@@ -14214,5 +14216,57 @@ softmax_scale:
 	ADDQ    $0x40, DX
 	DECQ    BX
 	JNE     softmax_scale
+	VZEROUPPER
+	RET
+
+// func swigluAVX512(x *float32, u *float32, n int)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·swigluAVX512(SB), NOSPLIT, $0-24
+	MOVQ         x+0(FP), AX
+	MOVQ         u+8(FP), CX
+	MOVQ         n+16(FP), DX
+	SHRQ         $0x04, DX
+	VBROADCASTSS expConsts<>+0(SB), Z0
+	VBROADCASTSS expConsts<>+4(SB), Z1
+	VBROADCASTSS expConsts<>+8(SB), Z2
+	VBROADCASTSS expConsts<>+12(SB), Z3
+	VBROADCASTSS expConsts<>+16(SB), Z4
+	VBROADCASTSS expConsts<>+20(SB), Z5
+	VBROADCASTSS expConsts<>+24(SB), Z6
+	VBROADCASTSS expConsts<>+28(SB), Z7
+	VBROADCASTSS expConsts<>+32(SB), Z8
+	VBROADCASTSS expConsts<>+36(SB), Z9
+	VBROADCASTSS expConsts<>+40(SB), Z10
+	VBROADCASTSS expConsts<>+44(SB), Z11
+	VBROADCASTSS expConsts<>+56(SB), Z12
+	VBROADCASTSS expConsts<>+60(SB), Z13
+	VXORPS       Z14, Z14, Z14
+
+swiglu_loop:
+	VMOVUPS      (AX), Z15
+	VSUBPS       Z15, Z14, Z16
+	VMINPS       Z12, Z16, Z16
+	VMAXPS       Z3, Z16, Z16
+	VMULPS       Z0, Z16, Z17
+	VRNDSCALEPS  $0x00, Z17, Z17
+	VFNMADD231PS Z1, Z17, Z16
+	VFNMADD231PS Z2, Z17, Z16
+	VMOVAPS      Z4, Z18
+	VFMADD213PS  Z5, Z16, Z18
+	VFMADD213PS  Z6, Z16, Z18
+	VFMADD213PS  Z7, Z16, Z18
+	VFMADD213PS  Z8, Z16, Z18
+	VFMADD213PS  Z9, Z16, Z18
+	VFMADD213PS  Z10, Z16, Z18
+	VFMADD213PS  Z11, Z16, Z18
+	VSCALEFPS    Z17, Z18, Z18
+	VADDPS       Z13, Z18, Z18
+	VDIVPS       Z18, Z15, Z15
+	VMULPS       (CX), Z15, Z15
+	VMOVUPS      Z15, (AX)
+	ADDQ         $0x40, AX
+	ADDQ         $0x40, CX
+	DECQ         DX
+	JNE          swiglu_loop
 	VZEROUPPER
 	RET

@@ -187,6 +187,52 @@ func expTable() {
 		DATA(4*i, F32(v))
 	}
 	DATA(4*len(vals), F64(1))
+	DATA(4*len(vals)+8, F32(expCeil))
+	DATA(4*len(vals)+12, F32(1))
+}
+
+// expCeil bounds swigluAVX512's exponent from above: e^88 is finite in
+// float32, and v/(1+e^−v) is −0 to float32 long before −v reaches it.
+const expCeil = 88
+
+// expOffCeil and expOffOne are the table's offsets of expCeil and of a
+// float32 1.
+const (
+	expOffCeil = 56
+	expOffOne  = 60
+)
+
+// expRegs are the constants expVec needs, broadcast once per kernel.
+type expRegs struct {
+	log2e, lnHi, lnLo, floor VecVirtual
+	coef                     []VecVirtual
+}
+
+// loadExp broadcasts the table's constants into registers.
+func loadExp() expRegs {
+	var cs [12]VecVirtual
+	for j := range cs {
+		cs[j] = ZMM()
+		VBROADCASTSS(expConsts.Offset(4*j), cs[j])
+	}
+	return expRegs{log2e: cs[0], lnHi: cs[1], lnLo: cs[2], floor: cs[3], coef: cs[4:]}
+}
+
+// expVec returns e^x (x clamped below at expFloor; x is overwritten).
+func expVec(r expRegs, x VecVirtual) VecVirtual {
+	VMAXPS(r.floor, x, x)
+	k := ZMM()
+	VMULPS(r.log2e, x, k)
+	VRNDSCALEPS(U8(0), k, k)
+	VFNMADD231PS(r.lnHi, k, x)
+	VFNMADD231PS(r.lnLo, k, x)
+	e := ZMM()
+	VMOVAPS(r.coef[0], e)
+	for _, c := range r.coef[1:] {
+		VFMADD213PS(c, x, e)
+	}
+	VSCALEFPS(k, e, e)
+	return e
 }
 
 // softmaxAVX512 emits a row's softmax in three passes of 16 lanes: the
@@ -234,13 +280,7 @@ func softmaxAVX512() {
 	VBROADCASTSS(hx, mx)
 
 	// Pass 2: exponentials and their sum.
-	var cs [12]VecVirtual
-	for j := range cs {
-		cs[j] = ZMM()
-		VBROADCASTSS(expConsts.Offset(4*j), cs[j])
-	}
-	log2e, lnHi, lnLo, floor := cs[0], cs[1], cs[2], cs[3]
-	coef := cs[4:]
+	er := loadExp()
 	sumLo, sumHi := ZMM(), ZMM()
 	VXORPD(sumLo, sumLo, sumLo)
 	VXORPD(sumHi, sumHi, sumHi)
@@ -249,18 +289,7 @@ func softmaxAVX512() {
 	Label("softmax_exp")
 	VMULPS(Mem{Base: p}, scale, x)
 	VSUBPS(mx, x, x)
-	VMAXPS(floor, x, x)
-	k := ZMM()
-	VMULPS(log2e, x, k)
-	VRNDSCALEPS(U8(0), k, k)
-	VFNMADD231PS(lnHi, k, x)
-	VFNMADD231PS(lnLo, k, x)
-	e := ZMM()
-	VMOVAPS(coef[0], e)
-	for _, c := range coef[1:] {
-		VFMADD213PS(c, x, e)
-	}
-	VSCALEFPS(k, e, e)
+	e := expVec(er, x)
 	VMOVUPS(e, Mem{Base: p})
 	lo, hi := ZMM(), ZMM()
 	VCVTPS2PD(e.AsY(), lo)
@@ -285,7 +314,7 @@ func softmaxAVX512() {
 
 	// Pass 3: times float32(1/sum).
 	one := XMM()
-	VMOVSD(expConsts.Offset(4*len(cs)), one)
+	VMOVSD(expConsts.Offset(48), one)
 	VDIVSD(dx, one, one)
 	VCVTSD2SS(one, one, one)
 	inv := ZMM()
@@ -298,6 +327,39 @@ func softmaxAVX512() {
 	ADDQ(U8(64), p)
 	DECQ(i)
 	JNE(LabelRef("softmax_scale"))
+	VZEROUPPER()
+	RET()
+}
+
+// swigluAVX512 emits x = silu(x)·u = x/(1+e^−x)·u, 16 lanes at a time,
+// e^−x as softmaxAVX512's (its argument also bounded above by expCeil).
+func swigluAVX512() {
+	TEXT("swigluAVX512", NOSPLIT, "func(x, u *float32, n int)")
+	Pragma("noescape")
+	Doc("swigluAVX512 sets x[i] to x[i]/(1+e^−x[i])·u[i] for i below n (a multiple of 16).")
+	xp := Load(Param("x"), GP64())
+	up := Load(Param("u"), GP64())
+	n := Load(Param("n"), GP64())
+	SHRQ(U8(4), n)
+	er := loadExp()
+	ceil, one, zero := ZMM(), ZMM(), ZMM()
+	VBROADCASTSS(expConsts.Offset(expOffCeil), ceil)
+	VBROADCASTSS(expConsts.Offset(expOffOne), one)
+	VXORPS(zero, zero, zero)
+	Label("swiglu_loop")
+	g, t := ZMM(), ZMM()
+	VMOVUPS(Mem{Base: xp}, g)
+	VSUBPS(g, zero, t)
+	VMINPS(ceil, t, t)
+	e := expVec(er, t)
+	VADDPS(one, e, e)
+	VDIVPS(e, g, g)
+	VMULPS(Mem{Base: up}, g, g)
+	VMOVUPS(g, Mem{Base: xp})
+	ADDQ(U8(64), xp)
+	ADDQ(U8(64), up)
+	DECQ(n)
+	JNE(LabelRef("swiglu_loop"))
 	VZEROUPPER()
 	RET()
 }

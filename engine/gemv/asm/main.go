@@ -55,5 +55,6 @@ func main() {
 	scores4AVX512()
 	mix4AVX512()
 	softmaxAVX512()
+	swigluAVX512()
 	Generate()
 }
