@@ -424,7 +424,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 				q.s = sq
 				if s.cfg.Drafter != nil && !q.req.NoSpeculation {
 					// A drafter that cannot start leaves the request plain.
-					if d, err := s.cfg.Drafter.Open(len(q.req.Prompt) + q.req.MaxTokens + s.cfg.MaxDraft + 1); err == nil {
+					if d, err := s.cfg.Drafter.Open(len(q.req.Prompt)+q.req.MaxTokens+s.cfg.MaxDraft+1, len(q.req.Prompt)); err == nil {
 						q.spec = &specState{draft: d, accept: 0.5}
 					}
 				}

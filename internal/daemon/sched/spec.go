@@ -27,8 +27,11 @@ type Drafter interface {
 	// Name says what drafts ("lookup", "model").
 	Name() string
 	// Open returns the drafting state of a request whose tokens will
-	// reach at most maxLen (prompt, generated and guesses).
-	Open(maxLen int) (Draft, error)
+	// reach at most maxLen (prompt, generated and guesses), the first
+	// prompt of them its prompt: a draft model reads those as prompt
+	// tokens (model.Step.Prompt), as the target does, so that a draft of
+	// the target's own weights computes what the target computes.
+	Open(maxLen, prompt int) (Draft, error)
 }
 
 // Draft is one request's drafter.
@@ -51,7 +54,7 @@ type Lookup struct{ MinN, MaxN int }
 func (Lookup) Name() string { return "lookup" }
 
 // Open implements Drafter.
-func (l Lookup) Open(int) (Draft, error) {
+func (l Lookup) Open(int, int) (Draft, error) {
 	if l.MinN < 1 || l.MaxN < l.MinN {
 		return nil, fmt.Errorf("prompt lookup: n-gram sizes %d..%d", l.MinN, l.MaxN)
 	}
@@ -104,23 +107,25 @@ func (d ModelDrafter) Name() string {
 }
 
 // Open implements Drafter.
-func (d ModelDrafter) Open(maxLen int) (Draft, error) {
+func (d ModelDrafter) Open(maxLen, prompt int) (Draft, error) {
 	s, err := d.B.NewSequence(maxLen)
 	if err != nil {
 		return nil, fmt.Errorf("draft model: %w", err)
 	}
-	return &modelDraft{b: d.B, s: s}, nil
+	return &modelDraft{b: d.B, s: s, prompt: prompt}, nil
 }
 
 type modelDraft struct {
-	b     engine.Backend
-	s     engine.Sequence
-	steps []model.Step
+	b      engine.Backend
+	s      engine.Sequence
+	prompt int // the history's first prompt tokens are the request's prompt
+	steps  []model.Step
 }
 
-// Propose implements Draft: the history the cache lacks goes in one pass,
-// each guess in one more; the guesses leave the cache afterwards, so it
-// holds exactly the history for the next call.
+// Propose implements Draft: the history the cache lacks goes in one pass
+// (two where it ends the prompt and goes on: the prompt's tokens marked
+// so), each guess in one more; the guesses leave the cache afterwards, so
+// it holds exactly the history for the next call.
 func (d *modelDraft) Propose(ctx context.Context, h []int32, k int) ([]int32, error) {
 	n := len(h)
 	if d.s.Pos() > n { // cannot happen: the history only grows
@@ -139,8 +144,16 @@ func (d *modelDraft) Propose(ctx context.Context, h []int32, k int) ([]int32, er
 	if len(d.steps) == 0 {
 		d.steps = make([]model.Step, 1)
 	}
+	if p := d.s.Pos(); p < d.prompt && d.prompt < n {
+		// The prompt's rest, then what followed it.
+		d.steps[0] = model.Step{Seq: d.s, Tokens: h[p:d.prompt], Prompt: true, Logits: d.steps[0].Logits}
+		if err := d.b.Forward(ctx, d.steps); err != nil {
+			return nil, fmt.Errorf("draft model: %w", err)
+		}
+		toks = h[d.prompt:]
+	}
 	for len(out) < k {
-		d.steps[0] = model.Step{Seq: d.s, Tokens: toks, Greedy: true, Token: -1, Logits: d.steps[0].Logits}
+		d.steps[0] = model.Step{Seq: d.s, Tokens: toks, Prompt: d.s.Pos()+len(toks) <= d.prompt, Greedy: true, Token: -1, Logits: d.steps[0].Logits}
 		if err := d.b.Forward(ctx, d.steps); err != nil {
 			return nil, fmt.Errorf("draft model: %w", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/engine/model"
 	"github.com/strata-llm/strata/engine/sample"
 )
 
@@ -28,7 +29,7 @@ func TestLookupPropose(t *testing.T) {
 		{[]int32{1, 2, 3}, 4, nil},
 		{[]int32{7, 1, 7}, 4, []int32{1, 7}},
 	} {
-		d, err := l.Open(0)
+		d, err := l.Open(0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,7 +38,7 @@ func TestLookupPropose(t *testing.T) {
 			t.Errorf("Propose(%v, %d) = %v, %v; want %v", tc.h, tc.k, got, err, tc.want)
 		}
 	}
-	if _, err := (Lookup{MinN: 0, MaxN: 2}).Open(0); err == nil {
+	if _, err := (Lookup{MinN: 0, MaxN: 2}).Open(0, 0); err == nil {
 		t.Error("n-gram size 0 accepted")
 	}
 }
@@ -190,5 +191,53 @@ func TestSpeculationInABatch(t *testing.T) {
 	}
 	if st := s.Stats(); st.Drafted == 0 || st.Accepted != st.Drafted || st.VerifyPasses == 0 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestDraftReadsPromptAsTarget: a draft model reads the request's prompt
+// as prompt tokens, as the target does (the CPU's tile path where it has
+// one), so a draft of the target's own weights ends the prompt, and the
+// generated tokens after it, with the target's logits bit for bit; read
+// as generated tokens, a tiled prompt's cache would differ.
+func TestDraftReadsPromptAsTarget(t *testing.T) {
+	t.Parallel()
+	e := openTiny(t)
+	self := openEngine(t, tinyPath)
+	ctx := context.Background()
+	prompt := e.Tok.Encode("the prompt a draft reads as its target does", true, false)
+	gen := []int32{7, 11}
+	seq, err := e.Backend().NewSequence(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seq.Close()
+	steps := []model.Step{{Seq: seq, Tokens: prompt, Prompt: true}}
+	if err := e.Backend().Forward(ctx, steps); err != nil {
+		t.Fatal(err)
+	}
+	afterPrompt := slices.Clone(steps[0].Logits[0])
+	steps[0] = model.Step{Seq: seq, Tokens: gen}
+	if err := e.Backend().Forward(ctx, steps); err != nil {
+		t.Fatal(err)
+	}
+	afterGen := slices.Clone(steps[0].Logits[0])
+	for _, c := range []struct {
+		name    string
+		history []int32
+		want    []float32
+	}{{"the prompt", prompt, afterPrompt}, {"the prompt and two tokens", append(slices.Clone(prompt), gen...), afterGen}} {
+		d, err := ModelDrafter{B: self.Backend()}.Open(64, len(prompt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Propose(ctx, c.history, 1); err != nil {
+			t.Fatal(err)
+		}
+		md := d.(*modelDraft)
+		got := md.steps[0].Logits[len(md.steps[0].Logits)-1]
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: the draft's last logits differ from the target's", c.name)
+		}
+		d.Close()
 	}
 }
