@@ -111,8 +111,10 @@ func Softmax(impl Impl, s []float32, scale float32) error {
 }
 
 // Mix4 sets out[i·n+c] to Σ_j p[i·pStride+j]·v[j·vStride+c] for the four
-// rows i of p, keys rows j of v in order and the n columns c of each.
-func Mix4(impl Impl, p []float32, pStride int, v []float32, vStride, keys, n int, out []float32) error {
+// rows i of p, keys rows j of v in order and the n columns c of each; with
+// acc it adds the sum to out, continuing its chain of roundings: keys
+// mixed in two calls, the second with acc, give one call's bits.
+func Mix4(impl Impl, p []float32, pStride int, v []float32, vStride, keys, n int, out []float32, acc bool) error {
 	switch {
 	case n <= 0 || len(out) < 4*n:
 		return fmt.Errorf("gemv: mix4: %d elements of output for 4 rows of %d", len(out), n)
@@ -122,17 +124,21 @@ func Mix4(impl Impl, p []float32, pStride int, v []float32, vStride, keys, n int
 	if err := checkRowsF(len(v), vStride, n, keys); err != nil {
 		return fmt.Errorf("gemv: mix4: %w", err)
 	}
-	if AttnBlock(impl, n) {
-		if keys == 0 {
+	if keys == 0 {
+		if !acc {
 			clear(out[:4*n])
-			return nil
 		}
-		mix4AVX512(&p[0], 4*pStride, &v[0], 4*vStride, keys, n, &out[0])
+		return nil
+	}
+	if AttnBlock(impl, n) {
+		mix4AVX512(&p[0], 4*pStride, &v[0], 4*vStride, keys, n, &out[0], acc)
 		return nil
 	}
 	for i := range 4 {
 		o := out[i*n : (i+1)*n]
-		clear(o)
+		if !acc {
+			clear(o)
+		}
 		for j, w := range p[i*pStride : i*pStride+keys] {
 			row := v[j*vStride : j*vStride+n]
 			for c := range o {

@@ -44,7 +44,8 @@ func newAttnCase(r *rand.Rand, n, keys int) *attnCase {
 // kernels) and 96 (plain Go), and the properties the prompt's attention
 // counts on: a query's scores do not depend on the other queries of its
 // block; Mix4's outputs do not change when zero-weight keys join the
-// block; −Inf scores get probability 0.
+// block, and are the same bits mixed in one call or continued in two;
+// −Inf scores get probability 0.
 func TestAttnKernels(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(3, 4))
@@ -130,7 +131,7 @@ func TestAttnKernels(t *testing.T) {
 				}
 
 				out := make([]float32, 4*n)
-				if err := Mix4(impl, p, L, c.v, c.stride, keys, n, out); err != nil {
+				if err := Mix4(impl, p, L, c.v, c.stride, keys, n, out, false); err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}
 				for i := range 4 {
@@ -145,6 +146,19 @@ func TestAttnKernels(t *testing.T) {
 						}
 					}
 				}
+				// The keys in two calls, the second continuing the
+				// first's sums: one call's bits.
+				cut := keys / 3
+				two := make([]float32, 4*n)
+				if err := Mix4(impl, p, L, c.v, c.stride, cut, n, two, false); err != nil {
+					t.Fatal(err)
+				}
+				if err := Mix4(impl, p[cut:], L, c.v[cut*c.stride:], c.stride, keys-cut, n, two, true); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(two, out) {
+					t.Fatalf("%s: keys mixed in two calls (%d, %d) differ from one call", name, cut, keys-cut)
+				}
 				// Keys of weight 0 before and after the block's own
 				// change no bit.
 				const extra = 5
@@ -158,7 +172,7 @@ func TestAttnKernels(t *testing.T) {
 				}
 				copy(vw[extra*c.stride:], c.v)
 				wide := make([]float32, 4*n)
-				if err := Mix4(impl, pw, L+2*extra, vw, c.stride, keys+2*extra, n, wide); err != nil {
+				if err := Mix4(impl, pw, L+2*extra, vw, c.stride, keys+2*extra, n, wide, false); err != nil {
 					t.Fatal(err)
 				}
 				for i := range wide {
@@ -178,7 +192,7 @@ func TestAttnKernels(t *testing.T) {
 	if err := Scores4(Go, make([]float32, 256), 64, make([]float32, 64*64-1), KeyLanes, KeyLanes*64, 64, make([]float32, 4*64), 64); err == nil {
 		t.Error("scores4 of keys one element short: no error")
 	}
-	if err := Mix4(Go, make([]float32, 40), 10, make([]float32, 640), 64, 10, 64, make([]float32, 255)); err == nil {
+	if err := Mix4(Go, make([]float32, 40), 10, make([]float32, 640), 64, 10, 64, make([]float32, 255), false); err == nil {
 		t.Error("mix4 into a short output: no error")
 	}
 }
@@ -204,7 +218,7 @@ func BenchmarkAttn(b *testing.B) {
 		for i := range 4 {
 			_ = Softmax(impl, s[i*keys:(i+1)*keys], scale)
 		}
-		_ = Mix4(impl, s, keys, v, stride, keys, n, out)
+		_ = Mix4(impl, s, keys, v, stride, keys, n, out, false)
 	}
 	b.ReportMetric(float64(b.N)*keys/b.Elapsed().Seconds()/1e6, "Mkeys/s")
 }

@@ -15,7 +15,7 @@ func scores4AVX512(q *float32, n int, k *float32, dstride, vstride, keys int, s 
 	panic("gemv: no AVX-512 on this architecture")
 }
 
-func mix4AVX512(p *float32, pstride int, v *float32, vstride, keys, n int, out *float32) {
+func mix4AVX512(p *float32, pstride int, v *float32, vstride, keys, n int, out *float32, acc bool) {
 	panic("gemv: no AVX-512 on this architecture")
 }
 

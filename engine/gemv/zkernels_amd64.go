@@ -199,10 +199,10 @@ func q8Widen(w *byte, stride int, rows int, nb int, out *uint16, ld int)
 //go:noescape
 func scores4AVX512(q *float32, n int, k *float32, dstride int, vstride int, keys int, s *float32, sstride int)
 
-// mix4AVX512 sets out[i][c] (rows n apart) to Σ_j p[i][j]·v[j][c] over keys rows j of v (vstride bytes apart) in order, for c below n (a multiple of 64), p's four rows pstride bytes apart.
+// mix4AVX512 sets out[i][c] (rows n apart), or adds to it with acc, Σ_j p[i][j]·v[j][c] over keys rows j of v (vstride bytes apart) in order, for c below n (a multiple of 64), p's four rows pstride bytes apart.
 //
 //go:noescape
-func mix4AVX512(p *float32, pstride int, v *float32, vstride int, keys int, n int, out *float32)
+func mix4AVX512(p *float32, pstride int, v *float32, vstride int, keys int, n int, out *float32, acc bool)
 
 // softmaxAVX512 sets s[j] to e^(s[j]·scale − m) / Σ, m the largest s[j]·scale and Σ the exponentials' float64 sum, for j below n (a multiple of 16); −Inf scores give 0.
 //

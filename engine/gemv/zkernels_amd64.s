@@ -14009,9 +14009,9 @@ scores_d:
 	VZEROUPPER
 	RET
 
-// func mix4AVX512(p *float32, pstride int, v *float32, vstride int, keys int, n int, out *float32)
+// func mix4AVX512(p *float32, pstride int, v *float32, vstride int, keys int, n int, out *float32, acc bool)
 // Requires: AVX, AVX512DQ, AVX512F
-TEXT ·mix4AVX512(SB), NOSPLIT, $0-56
+TEXT ·mix4AVX512(SB), NOSPLIT, $0-57
 	MOVQ p+0(FP), AX
 	MOVQ v+16(FP), CX
 	MOVQ vstride+24(FP), DX
@@ -14022,31 +14022,56 @@ TEXT ·mix4AVX512(SB), NOSPLIT, $0-56
 	SHRQ $0x06, BX
 
 mix_group:
-	VXORPS Z0, Z0, Z0
-	VXORPS Z1, Z1, Z1
-	VXORPS Z2, Z2, Z2
-	VXORPS Z3, Z3, Z3
-	VXORPS Z4, Z4, Z4
-	VXORPS Z5, Z5, Z5
-	VXORPS Z6, Z6, Z6
-	VXORPS Z7, Z7, Z7
-	VXORPS Z8, Z8, Z8
-	VXORPS Z9, Z9, Z9
-	VXORPS Z10, Z10, Z10
-	VXORPS Z11, Z11, Z11
-	VXORPS Z12, Z12, Z12
-	VXORPS Z13, Z13, Z13
-	VXORPS Z14, Z14, Z14
-	VXORPS Z15, Z15, Z15
-	MOVQ   pstride+8(FP), R11
-	MOVQ   AX, R8
-	LEAQ   (R8)(R11*1), R9
-	LEAQ   (R9)(R11*1), R10
-	LEAQ   (R10)(R11*1), R11
-	MOVQ   CX, R12
-	MOVQ   keys+32(FP), R13
-	TESTQ  R13, R13
-	JE     mix_store
+	VXORPS  Z0, Z0, Z0
+	VXORPS  Z1, Z1, Z1
+	VXORPS  Z2, Z2, Z2
+	VXORPS  Z3, Z3, Z3
+	VXORPS  Z4, Z4, Z4
+	VXORPS  Z5, Z5, Z5
+	VXORPS  Z6, Z6, Z6
+	VXORPS  Z7, Z7, Z7
+	VXORPS  Z8, Z8, Z8
+	VXORPS  Z9, Z9, Z9
+	VXORPS  Z10, Z10, Z10
+	VXORPS  Z11, Z11, Z11
+	VXORPS  Z12, Z12, Z12
+	VXORPS  Z13, Z13, Z13
+	VXORPS  Z14, Z14, Z14
+	VXORPS  Z15, Z15, Z15
+	MOVB    acc+56(FP), R8
+	TESTB   R8, R8
+	JE      mix_start
+	MOVQ    SI, R8
+	VMOVUPS (R8), Z0
+	VMOVUPS 64(R8), Z1
+	VMOVUPS 128(R8), Z2
+	VMOVUPS 192(R8), Z3
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z4
+	VMOVUPS 64(R8), Z5
+	VMOVUPS 128(R8), Z6
+	VMOVUPS 192(R8), Z7
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z8
+	VMOVUPS 64(R8), Z9
+	VMOVUPS 128(R8), Z10
+	VMOVUPS 192(R8), Z11
+	ADDQ    DI, R8
+	VMOVUPS (R8), Z12
+	VMOVUPS 64(R8), Z13
+	VMOVUPS 128(R8), Z14
+	VMOVUPS 192(R8), Z15
+
+mix_start:
+	MOVQ  pstride+8(FP), R11
+	MOVQ  AX, R8
+	LEAQ  (R8)(R11*1), R9
+	LEAQ  (R9)(R11*1), R10
+	LEAQ  (R10)(R11*1), R11
+	MOVQ  CX, R12
+	MOVQ  keys+32(FP), R13
+	TESTQ R13, R13
+	JE    mix_store
 
 mix_key:
 	VMOVUPS          (R12), Z16

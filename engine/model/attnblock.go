@@ -10,8 +10,8 @@ import (
 
 // The fast path's attention runs by blocks of four queries of one
 // key-value head (engine/gemv's Scores4, Softmax and Mix4) straight from
-// the cache's layout (kvcache.go): each key strip and value row is read
-// once for four queries, and the softmax runs in vectors. A decode
+// the cache's pages (kvcache.go), a page a call: each key strip and value
+// row is read once for four queries, and the softmax runs in vectors. A decode
 // token's block is its heads of one group (a query group of eight takes
 // two blocks, of two or one a block padded with copies); a step of
 // several tokens (a prompt, a verify pass) fills blocks across its
@@ -125,10 +125,14 @@ func (m *Model) blockAttention(l, window int) error {
 				qp[4*d+k] = x
 			}
 		}
-		keys := seq.headK(l, g)[r.kb*hd:]
-		if err := gemv.Scores4(m.impl, qp, hd, keys, gemv.KeyLanes, gemv.KeyLanes*hd, r.keys, s, r.keys); err != nil {
-			fail(fmt.Errorf("layer %d scores: %w", l, err))
-			return
+		// A page of keys a call: each is one block of scores.
+		p0 := r.kb / pagePositions
+		for j := 0; j < r.keys; j += pagePositions {
+			keys := seq.kPage(l, p0+j/pagePositions, g)
+			if err := gemv.Scores4(m.impl, qp, hd, keys, gemv.KeyLanes, gemv.KeyLanes*hd, pagePositions, s[j:], r.keys); err != nil {
+				fail(fmt.Errorf("layer %d scores: %w", l, err))
+				return
+			}
 		}
 		mix := 0
 		for k := range 4 {
@@ -164,9 +168,13 @@ func (m *Model) blockAttention(l, window int) error {
 				clear(row[z:mix])
 			}
 		}
-		if err := gemv.Mix4(m.impl, s, r.keys, seq.headV(l, g)[r.kb*hd:], hd, mix, hd, out); err != nil {
-			fail(fmt.Errorf("layer %d values: %w", l, err))
-			return
+		// A page of values a call, each continuing the sums.
+		for j := 0; j < mix; j += pagePositions {
+			vals := seq.vPage(l, p0+j/pagePositions, g)
+			if err := gemv.Mix4(m.impl, s[j:], r.keys, vals, hd, min(pagePositions, mix-j), hd, out, j > 0); err != nil {
+				fail(fmt.Errorf("layer %d values: %w", l, err))
+				return
+			}
 		}
 		for k := range 4 {
 			if 4*b+k >= count {

@@ -1,36 +1,37 @@
 package model
 
-import (
-	"slices"
+import "github.com/strata-llm/strata/engine/gemv"
 
-	"github.com/strata-llm/strata/engine/gemv"
-)
-
-// A sequence's cache keeps each layer's keys and values a key-value head
-// after another, in the layouts the attention's kernels read (engine/gemv's
-// attn.go), alloc positions a head:
+// A sequence's cache holds each layer's keys and values in pages of
+// pagePositions positions, allocated as the sequence grows: growing never
+// copies what the cache holds, nor holds two copies of it at once. A
+// page keeps its positions a key-value head after another, in the layouts
+// the attention's kernels read (engine/gemv's attn.go):
 //
-//   - keys in strips of gemv.KeyLanes positions, [alloc/KeyLanes][HeadDim]
-//     [KeyLanes]: a strip holds each element's 16 positions side by side,
-//     so one vector load takes an element of 16 keys (gemv.Scores4), and a
-//     head's strips follow each other;
-//   - values in rows, [alloc][HeadDim]: gemv.Mix4 reads a position's row
-//     once for four queries.
+//   - keys in strips of gemv.KeyLanes positions, [KVHeads][strips]
+//     [HeadDim][KeyLanes]: a strip holds each element's 16 positions side
+//     by side, so one vector load takes an element of 16 keys
+//     (gemv.Scores4), a page's strips of a head one after another;
+//   - values in rows, [KVHeads][pagePositions][HeadDim]: gemv.Mix4 reads
+//     a position's row once for four queries.
 //
-// alloc is a multiple of gemv.KeyBlock, so a scoring call's whole blocks of
-// keys lie in the cache (past the last position they hold zeros or older
-// keys, whose scores are never read).
+// A page is one scoring call's block of keys (gemv.KeyBlock), so a block
+// never straddles two pages; past the last position a page holds zeros or
+// older keys, whose scores are never read.
 
-// headK is layer l's keys of key-value head g.
-func (s *Sequence) headK(l, g int) []float32 {
-	n := s.alloc * s.m.Config.HeadDim
-	return s.k[l][g*n : (g+1)*n]
+// pagePositions is how many positions a cache page holds.
+const pagePositions = gemv.KeyBlock
+
+// kPage is layer l's page p of keys, head g's part.
+func (s *Sequence) kPage(l, p, g int) []float32 {
+	n := pagePositions * s.m.Config.HeadDim
+	return s.k[l][p][g*n : (g+1)*n]
 }
 
-// headV is layer l's values of key-value head g.
-func (s *Sequence) headV(l, g int) []float32 {
-	n := s.alloc * s.m.Config.HeadDim
-	return s.v[l][g*n : (g+1)*n]
+// vPage is layer l's page p of values, head g's part.
+func (s *Sequence) vPage(l, p, g int) []float32 {
+	n := pagePositions * s.m.Config.HeadDim
+	return s.v[l][p][g*n : (g+1)*n]
 }
 
 // store writes position pos's keys and values of layer l (KVDim each, the
@@ -38,20 +39,22 @@ func (s *Sequence) headV(l, g int) []float32 {
 func (s *Sequence) store(l, pos int, k, v []float32) {
 	c := &s.m.Config
 	hd := c.HeadDim
-	strip, lane := pos/gemv.KeyLanes*gemv.KeyLanes*hd, pos%gemv.KeyLanes
+	p, at := pos/pagePositions, pos%pagePositions
+	strip, lane := at/gemv.KeyLanes*gemv.KeyLanes*hd, at%gemv.KeyLanes
 	for g := range c.KVHeads {
-		kh := s.headK(l, g)[strip+lane:]
+		kh := s.kPage(l, p, g)[strip+lane:]
 		for d, x := range k[g*hd : (g+1)*hd] {
 			kh[d*gemv.KeyLanes] = x
 		}
-		copy(s.headV(l, g)[pos*hd:(pos+1)*hd], v[g*hd:(g+1)*hd])
+		copy(s.vPage(l, p, g)[at*hd:(at+1)*hd], v[g*hd:(g+1)*hd])
 	}
 }
 
 // key writes layer l's key of head g at position pos to dst (HeadDim).
 func (s *Sequence) key(dst []float32, l, g, pos int) {
 	hd := s.m.Config.HeadDim
-	kh := s.headK(l, g)[pos/gemv.KeyLanes*gemv.KeyLanes*hd+pos%gemv.KeyLanes:]
+	at := pos % pagePositions
+	kh := s.kPage(l, pos/pagePositions, g)[at/gemv.KeyLanes*gemv.KeyLanes*hd+at%gemv.KeyLanes:]
 	for d := range dst[:hd] {
 		dst[d] = kh[d*gemv.KeyLanes]
 	}
@@ -60,38 +63,31 @@ func (s *Sequence) key(dst []float32, l, g, pos int) {
 // value is layer l's value row of head g at position pos.
 func (s *Sequence) value(l, g, pos int) []float32 {
 	hd := s.m.Config.HeadDim
-	return s.headV(l, g)[pos*hd : (pos+1)*hd]
+	at := pos % pagePositions
+	return s.vPage(l, pos/pagePositions, g)[at*hd : (at+1)*hd]
 }
 
-// reserve makes room for n positions (n <= s.max), preserving the cache.
+// reserve makes room for n positions (n <= s.max): the pages they need
+// that the cache lacks.
 func (s *Sequence) reserve(n int) {
-	if n <= s.alloc {
+	pages := (n + pagePositions - 1) / pagePositions
+	if len(s.k) == 0 || len(s.k[0]) >= pages {
 		return
 	}
-	const b = gemv.KeyBlock
-	c := max(n, 2*s.alloc, b)
-	c = (min(c, s.max) + b - 1) / b * b
-	kvd := s.m.Config.KVDim()
-	old := &Sequence{m: s.m, alloc: s.alloc, k: slices.Clone(s.k), v: slices.Clone(s.v)}
+	size := pagePositions * s.m.Config.KVDim()
 	for l := range s.k {
-		s.k[l], s.v[l] = make([]float32, c*kvd), make([]float32, c*kvd)
-	}
-	s.alloc = c
-	if old.alloc > 0 && s.pos > 0 {
-		for l := range s.k {
-			s.copyHeads(l, old, s.pos)
+		for len(s.k[l]) < pages {
+			s.k[l] = append(s.k[l], make([]float32, size))
+			s.v[l] = append(s.v[l], make([]float32, size))
 		}
 	}
 }
 
-// copyHeads copies layer l's first n positions of o's cache into s's (of
-// the same model; s has room for them).
-func (s *Sequence) copyHeads(l int, o *Sequence, n int) {
-	c := &s.m.Config
-	hd := c.HeadDim
-	strips := (n + gemv.KeyLanes - 1) / gemv.KeyLanes * gemv.KeyLanes * hd
-	for g := range c.KVHeads {
-		copy(s.headK(l, g)[:strips], o.headK(l, g)[:strips])
-		copy(s.headV(l, g)[:n*hd], o.headV(l, g)[:n*hd])
+// copyPages copies layer l's first n positions of o's cache into s's (of
+// the same model; s has room for them): whole pages.
+func (s *Sequence) copyPages(l int, o *Sequence, n int) {
+	for p := range (n + pagePositions - 1) / pagePositions {
+		copy(s.k[l][p], o.k[l][p])
+		copy(s.v[l][p], o.v[l][p])
 	}
 }

@@ -252,13 +252,12 @@ func (m *Model) Close() error {
 // used with the Model that made it, and not concurrently with a Forward
 // call that includes it.
 type Sequence struct {
-	m     *Model
-	pos   int // tokens already in the cache
-	max   int // capacity in positions
-	alloc int // positions allocated, a multiple of gemv.KeyBlock
-	// k and v hold, per layer, the keys (after RoPE) and values of alloc
-	// positions, a key-value head after another (kvcache.go).
-	k, v   [][]float32
+	m   *Model
+	pos int // tokens already in the cache
+	max int // capacity in positions
+	// k and v hold, per layer, the pages of keys (after RoPE) and values
+	// (kvcache.go).
+	k, v   [][][]float32
 	closed bool
 }
 
@@ -272,8 +271,8 @@ func (m *Model) NewSequence(maxCtx int) *Sequence {
 	return &Sequence{
 		m:   m,
 		max: maxCtx,
-		k:   make([][]float32, m.Config.Layers),
-		v:   make([][]float32, m.Config.Layers),
+		k:   make([][][]float32, m.Config.Layers),
+		v:   make([][][]float32, m.Config.Layers),
 	}
 }
 
@@ -316,7 +315,7 @@ func (s *Sequence) CopyFrom(src Seq, n int) error {
 	s.pos = 0
 	s.reserve(n)
 	for l := range s.k {
-		s.copyHeads(l, o, n)
+		s.copyPages(l, o, n)
 	}
 	s.pos = n
 	return nil

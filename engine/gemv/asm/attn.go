@@ -79,14 +79,15 @@ func scores4AVX512() {
 	RET()
 }
 
-// mix4AVX512 emits out[i][c] = Σ_j p[i][j]·v[j][c] for four rows of
+// mix4AVX512 emits out[i][c] (+)= Σ_j p[i][j]·v[j][c] for four rows of
 // probabilities and keys j in order from the first, 64 columns c at a
-// time: sixteen accumulators that start at zero, so each output takes
-// the same roundings as addRowsAVX512 on a cleared output.
+// time: sixteen accumulators that start at zero, or at out's values with
+// acc set (a cache's pages in turn continue one chain of fused
+// multiply-adds).
 func mix4AVX512() {
-	TEXT("mix4AVX512", NOSPLIT, "func(p *float32, pstride int, v *float32, vstride, keys, n int, out *float32)")
+	TEXT("mix4AVX512", NOSPLIT, "func(p *float32, pstride int, v *float32, vstride, keys, n int, out *float32, acc bool)")
 	Pragma("noescape")
-	Doc("mix4AVX512 sets out[i][c] (rows n apart) to Σ_j p[i][j]·v[j][c] over keys rows j of v (vstride bytes apart) in order, for c below n (a multiple of 64), p's four rows pstride bytes apart.")
+	Doc("mix4AVX512 sets out[i][c] (rows n apart), or adds to it with acc, Σ_j p[i][j]·v[j][c] over keys rows j of v (vstride bytes apart) in order, for c below n (a multiple of 64), p's four rows pstride bytes apart.")
 	pp := Load(Param("p"), GP64())
 	vp := Load(Param("v"), GP64())
 	vstride := Load(Param("vstride"), GP64())
@@ -108,6 +109,21 @@ func mix4AVX512() {
 			VXORPS(acc[i][c], acc[i][c], acc[i][c])
 		}
 	}
+	// Continuing: the accumulators start at out's values.
+	flag := Load(Param("acc"), GP8())
+	TESTB(flag, flag)
+	JE(LabelRef("mix_start"))
+	oi := GP64()
+	MOVQ(op, oi)
+	for i := range acc {
+		if i > 0 {
+			ADDQ(nb, oi)
+		}
+		for c := range acc[i] {
+			VMOVUPS(Mem{Base: oi, Disp: 64 * c}, acc[i][c])
+		}
+	}
+	Label("mix_start")
 	// pstride and keys are read afresh each group: sixteen general
 	// registers do not hold everything the loop keeps.
 	ps := Load(Param("pstride"), GP64())
