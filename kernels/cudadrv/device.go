@@ -55,9 +55,14 @@ type Device struct {
 	mu     sync.RWMutex
 	closed bool
 	spin   atomic.Int64 // SetSpin's duration, ns
-	work   chan func()
+	work   chan job
 	exited chan struct{}
 	ctx    *Ctx
+	// bind makes the context current on the calling thread (a device
+	// goroutine that takes over from one a call ended), release gives it
+	// back once the last one stops; both are the driver's, or tests'
+	// stand-ins.
+	bind, release func() error
 }
 
 // Open starts the device goroutine for GPU ordinal, retains the device's
@@ -78,7 +83,7 @@ func Open(ordinal int) (*Device, error) {
 	if ordinal < 0 || ordinal >= n {
 		return nil, unavailable("device %d requested, %d present", ordinal, n)
 	}
-	d := &Device{ordinal: ordinal, work: make(chan func()), exited: make(chan struct{})}
+	d := &Device{ordinal: ordinal, work: make(chan job), exited: make(chan struct{})}
 	started := make(chan error, 1)
 	go d.serve(started)
 	if err := <-started; err != nil {
@@ -88,28 +93,92 @@ func Open(ordinal int) (*Device, error) {
 }
 
 // serve is the device goroutine: it owns the OS thread the primary context
-// is current on for the Device's whole life.
+// is current on.
 func (d *Device) serve(started chan<- error) {
 	runtime.LockOSThread()
 	// The goroutine never unlocks: when it returns, the runtime retires the
 	// thread together with its driver state.
-	defer close(d.exited)
 	var ctx uintptr
 	if err := d.attach(&ctx); err != nil {
 		started <- err
+		close(d.exited)
 		return
 	}
 	d.ctx = newCtx(d, ctx)
+	d.bind = func() error { return check("cuCtxSetCurrent", call(drv.cuCtxSetCurrent, ctx)) }
+	d.release = func() error {
+		call(drv.cuCtxSynchronize)
+		return check("cuDevicePrimaryCtxRelease", call(drv.cuDevicePrimaryCtxRelease, uintptr(d.dev)))
+	}
 	started <- nil
+	d.loop()
+}
+
+// job is one Do call: its function and where its error goes.
+type job struct {
+	fn  func(c *Ctx) error
+	res chan error
+}
+
+// loop runs calls on the device goroutine until Close. A call that ends
+// its goroutine (runtime.Goexit: a test's FailNow or SkipNow inside Do)
+// takes the goroutine's thread with it: another goroutine, locked to a
+// thread of its own with the context made current there, serves the
+// calls after it, so the Device outlives the mistake and Do returns an
+// error instead of waiting for good.
+func (d *Device) loop() {
+	stopped := false
+	defer func() {
+		if stopped {
+			_ = d.release()
+			close(d.exited)
+			return
+		}
+		go d.takeOver()
+	}()
 	for {
-		fn, ok := d.receive()
+		j, ok := d.receive()
 		if !ok {
 			break
 		}
-		fn()
+		d.run(j)
 	}
-	call(drv.cuCtxSynchronize)
-	call(drv.cuDevicePrimaryCtxRelease, uintptr(d.dev))
+	stopped = true
+}
+
+// run runs one call on the device goroutine: a panic becomes its error,
+// and so does runtime.Goexit (which then ends the goroutine: loop hands
+// over).
+func (d *Device) run(j job) {
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		if p := recover(); p != nil {
+			j.res <- fmt.Errorf("cuda: panic on device goroutine: %v", p)
+			return
+		}
+		j.res <- errors.New("cuda: the call ended the device goroutine (runtime.Goexit: a test's FailNow or SkipNow inside Device.Do?)")
+	}()
+	err := j.fn(d.ctx)
+	returned = true
+	j.res <- err
+}
+
+// takeOver serves the device's calls on a new goroutine after a call
+// ended the last one.
+func (d *Device) takeOver() {
+	runtime.LockOSThread()
+	if err := d.bind(); err != nil {
+		err = fmt.Errorf("cuda: no device goroutine could take over the context: %w", err)
+		for j := range d.work {
+			j.res <- err
+		}
+		close(d.exited)
+		return
+	}
+	d.loop()
 }
 
 func (d *Device) attach(ctx *uintptr) error {
@@ -182,7 +251,9 @@ func (d *Device) Attribute(a Attribute) (int, error) {
 // Do runs fn on the device goroutine with the device's context current and
 // returns its error. fn must not call Do on the same Device (it would wait
 // for itself) and must not keep c after returning. A panic in fn is
-// returned as an error rather than killing the device goroutine.
+// returned as an error rather than killing the device goroutine; so is a
+// runtime.Goexit (t.FailNow or t.SkipNow called in fn), after which
+// another goroutine serves the device.
 func (d *Device) Do(fn func(c *Ctx) error) error {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
@@ -190,14 +261,7 @@ func (d *Device) Do(fn func(c *Ctx) error) error {
 		return ErrClosed
 	}
 	res := make(chan error, 1)
-	d.work <- func() {
-		defer func() {
-			if p := recover(); p != nil {
-				res <- fmt.Errorf("cuda: panic on device goroutine: %v", p)
-			}
-		}()
-		res <- fn(d.ctx)
-	}
+	d.work <- job{fn: fn, res: res}
 	if sp := time.Duration(d.spin.Load()); sp > 0 {
 		deadline := time.Now().Add(sp)
 		for i := 0; ; i++ {
@@ -226,13 +290,13 @@ func (d *Device) SetSpin(dur time.Duration) { d.spin.Store(int64(max(dur, 0))) }
 
 // receive takes the next call for the device goroutine, polling for up to
 // SetSpin's duration before blocking.
-func (d *Device) receive() (func(), bool) {
+func (d *Device) receive() (job, bool) {
 	if sp := time.Duration(d.spin.Load()); sp > 0 {
 		deadline := time.Now().Add(sp)
 		for i := 0; ; i++ {
 			select {
-			case fn, ok := <-d.work:
-				return fn, ok
+			case j, ok := <-d.work:
+				return j, ok
 			default:
 			}
 			if i%64 == 63 && time.Now().After(deadline) {
@@ -240,8 +304,8 @@ func (d *Device) receive() (func(), bool) {
 			}
 		}
 	}
-	fn, ok := <-d.work
-	return fn, ok
+	j, ok := <-d.work
+	return j, ok
 }
 
 // Close waits for queued work, synchronises the context, releases it and
