@@ -29,3 +29,33 @@ func SwiGLU(impl Impl, x, u []float32) error {
 	}
 	return nil
 }
+
+// GeGLU sets x[i] to gelu(x[i])·u[i] with the tanh form of GELU,
+// 0.5·v·(1+tanh(sqrt(2/π)·(v+0.044715·v³))), Gemma's FFN activation. The
+// AVX-512 kernel evaluates it as v/(1+e^−2y), y the tanh's argument, with
+// the softmax's exponential; the plain Go in float64, as SwiGLU.
+func GeGLU(impl Impl, x, u []float32) error {
+	if len(u) < len(x) {
+		return fmt.Errorf("gemv: geglu of %d elements with %d gates' partners", len(x), len(u))
+	}
+	n := 0
+	if available(AVX512) && impl >= AVX512 {
+		n = len(x) / 16 * 16
+		if n > 0 {
+			gegluAVX512(&x[0], &u[0], n)
+		}
+	}
+	for i := n; i < len(x); i++ {
+		x[i] = geluTanh(x[i]) * u[i]
+	}
+	return nil
+}
+
+// geluTanh is PyTorch's gelu(approximate="tanh") in float64, as
+// v/(1+e^−2y): the same function as 0.5·v·(1+tanh(y)) without the
+// cancellation of 1+tanh(y), which gives 0 for y below about −19.
+func geluTanh(x float32) float32 {
+	v := float64(x)
+	const c = 0.7978845608028654 // sqrt(2/pi)
+	return float32(v / (1 + math.Exp(-2*c*(v+0.044715*v*v*v))))
+}

@@ -26,3 +26,7 @@ func softmaxAVX512(s *float32, n int, scale float32) {
 func swigluAVX512(x, u *float32, n int) {
 	panic("gemv: no AVX-512 on this architecture")
 }
+
+func gegluAVX512(x, u *float32, n int) {
+	panic("gemv: no AVX-512 on this architecture")
+}

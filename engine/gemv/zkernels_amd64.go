@@ -213,3 +213,8 @@ func softmaxAVX512(s *float32, n int, scale float32)
 //
 //go:noescape
 func swigluAVX512(x *float32, u *float32, n int)
+
+// gegluAVX512 sets x[i] to x[i]/(1+e^−2·sqrt(2/π)·(x[i]+0.044715·x[i]³))·u[i] for i below n (a multiple of 16).
+//
+//go:noescape
+func gegluAVX512(x *float32, u *float32, n int)

@@ -14145,7 +14145,9 @@ DATA expConsts<>+44(SB)/4, $(1.0)
 DATA expConsts<>+48(SB)/8, $(1.0)
 DATA expConsts<>+56(SB)/4, $(88.0)
 DATA expConsts<>+60(SB)/4, $(1.0)
-GLOBL expConsts<>(SB), RODATA|NOPTR, $64
+DATA expConsts<>+64(SB)/4, $(0.044715)
+DATA expConsts<>+68(SB)/4, $(1.5957692)
+GLOBL expConsts<>(SB), RODATA|NOPTR, $72
 
 // func softmaxAVX512(s *float32, n int, scale float32)
 // Requires: AVX, AVX512DQ, AVX512F, SSE
@@ -14267,7 +14269,7 @@ TEXT ·swigluAVX512(SB), NOSPLIT, $0-24
 	VBROADCASTSS expConsts<>+60(SB), Z13
 	VXORPS       Z14, Z14, Z14
 
-swiglu_loop:
+swigluAVX512_loop:
 	VMOVUPS      (AX), Z15
 	VSUBPS       Z15, Z14, Z16
 	VMINPS       Z12, Z16, Z16
@@ -14292,6 +14294,64 @@ swiglu_loop:
 	ADDQ         $0x40, AX
 	ADDQ         $0x40, CX
 	DECQ         DX
-	JNE          swiglu_loop
+	JNE          swigluAVX512_loop
+	VZEROUPPER
+	RET
+
+// func gegluAVX512(x *float32, u *float32, n int)
+// Requires: AVX, AVX512DQ, AVX512F
+TEXT ·gegluAVX512(SB), NOSPLIT, $0-24
+	MOVQ         x+0(FP), AX
+	MOVQ         u+8(FP), CX
+	MOVQ         n+16(FP), DX
+	SHRQ         $0x04, DX
+	VBROADCASTSS expConsts<>+0(SB), Z0
+	VBROADCASTSS expConsts<>+4(SB), Z1
+	VBROADCASTSS expConsts<>+8(SB), Z2
+	VBROADCASTSS expConsts<>+12(SB), Z3
+	VBROADCASTSS expConsts<>+16(SB), Z4
+	VBROADCASTSS expConsts<>+20(SB), Z5
+	VBROADCASTSS expConsts<>+24(SB), Z6
+	VBROADCASTSS expConsts<>+28(SB), Z7
+	VBROADCASTSS expConsts<>+32(SB), Z8
+	VBROADCASTSS expConsts<>+36(SB), Z9
+	VBROADCASTSS expConsts<>+40(SB), Z10
+	VBROADCASTSS expConsts<>+44(SB), Z11
+	VBROADCASTSS expConsts<>+56(SB), Z12
+	VBROADCASTSS expConsts<>+60(SB), Z13
+	VXORPS       Z14, Z14, Z14
+	VBROADCASTSS expConsts<>+64(SB), Z15
+	VBROADCASTSS expConsts<>+68(SB), Z16
+
+gegluAVX512_loop:
+	VMOVUPS      (AX), Z17
+	VMULPS       Z17, Z17, Z18
+	VFMADD213PS  Z13, Z15, Z18
+	VMULPS       Z17, Z18, Z18
+	VMULPS       Z16, Z18, Z18
+	VSUBPS       Z18, Z14, Z18
+	VMINPS       Z12, Z18, Z18
+	VMAXPS       Z3, Z18, Z18
+	VMULPS       Z0, Z18, Z19
+	VRNDSCALEPS  $0x00, Z19, Z19
+	VFNMADD231PS Z1, Z19, Z18
+	VFNMADD231PS Z2, Z19, Z18
+	VMOVAPS      Z4, Z20
+	VFMADD213PS  Z5, Z18, Z20
+	VFMADD213PS  Z6, Z18, Z20
+	VFMADD213PS  Z7, Z18, Z20
+	VFMADD213PS  Z8, Z18, Z20
+	VFMADD213PS  Z9, Z18, Z20
+	VFMADD213PS  Z10, Z18, Z20
+	VFMADD213PS  Z11, Z18, Z20
+	VSCALEFPS    Z19, Z20, Z20
+	VADDPS       Z13, Z20, Z20
+	VDIVPS       Z20, Z17, Z17
+	VMULPS       (CX), Z17, Z17
+	VMOVUPS      Z17, (AX)
+	ADDQ         $0x40, AX
+	ADDQ         $0x40, CX
+	DECQ         DX
+	JNE          gegluAVX512_loop
 	VZEROUPPER
 	RET

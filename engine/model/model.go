@@ -1405,9 +1405,11 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 			v := inputs[k][t]
 			if op := &ops[sc.inputOp[k]]; op.glu != nil {
 				if lo, hi := b0*gemv.Block, min(b1*gemv.Block, len(v)); lo < hi {
+					act := gemv.SwiGLU
 					if op.gelu {
-						activate(v[lo:hi], op.glu[t][lo:hi], true)
-					} else if err := gemv.SwiGLU(m.impl, v[lo:hi], op.glu[t][lo:hi]); err != nil {
+						act = gemv.GeGLU
+					}
+					if err := act(m.impl, v[lo:hi], op.glu[t][lo:hi]); err != nil {
 						fail(err)
 						return
 					}

@@ -205,17 +205,22 @@ func expTable() {
 	DATA(4*len(vals), F64(1))
 	DATA(4*len(vals)+8, F32(expCeil))
 	DATA(4*len(vals)+12, F32(1))
+	DATA(4*len(vals)+16, F32(0.044715))
+	DATA(4*len(vals)+20, F32(2*math.Sqrt(2/math.Pi)))
 }
 
-// expCeil bounds swigluAVX512's exponent from above: e^88 is finite in
+// expCeil bounds gluAVX512's exponent from above: e^88 is finite in
 // float32, and v/(1+e^−v) is −0 to float32 long before −v reaches it.
 const expCeil = 88
 
-// expOffCeil and expOffOne are the table's offsets of expCeil and of a
-// float32 1.
+// expOffCeil, expOffOne, expOffCube and expOffTwoC are the table's
+// offsets of expCeil, of a float32 1, and of GELU's 0.044715 and
+// 2·sqrt(2/π).
 const (
 	expOffCeil = 56
 	expOffOne  = 60
+	expOffCube = 64
+	expOffTwoC = 68
 )
 
 // expRegs are the constants expVec needs, broadcast once per kernel.
@@ -347,12 +352,19 @@ func softmaxAVX512() {
 	RET()
 }
 
-// swigluAVX512 emits x = silu(x)·u = x/(1+e^−x)·u, 16 lanes at a time,
-// e^−x as softmaxAVX512's (its argument also bounded above by expCeil).
-func swigluAVX512() {
-	TEXT("swigluAVX512", NOSPLIT, "func(x, u *float32, n int)")
+// gluAVX512 emits x = act(x)·u, 16 lanes at a time, where act(v) =
+// v/(1+e^−t): SwiGLU's silu with t = v, or (gelu) GeGLU's tanh-form GELU
+// with t = 2·sqrt(2/π)·(v + 0.044715·v³), since 0.5(1+tanh(y)) =
+// 1/(1+e^−2y). e^−t is softmaxAVX512's exponential, its argument also
+// bounded above by expCeil.
+func gluAVX512(name string, gelu bool) {
+	TEXT(name, NOSPLIT, "func(x, u *float32, n int)")
 	Pragma("noescape")
-	Doc("swigluAVX512 sets x[i] to x[i]/(1+e^−x[i])·u[i] for i below n (a multiple of 16).")
+	act := "x[i]/(1+e^−x[i])"
+	if gelu {
+		act = "x[i]/(1+e^−2·sqrt(2/π)·(x[i]+0.044715·x[i]³))"
+	}
+	Doc(name + " sets x[i] to " + act + "·u[i] for i below n (a multiple of 16).")
 	xp := Load(Param("x"), GP64())
 	up := Load(Param("u"), GP64())
 	n := Load(Param("n"), GP64())
@@ -362,10 +374,25 @@ func swigluAVX512() {
 	VBROADCASTSS(expConsts.Offset(expOffCeil), ceil)
 	VBROADCASTSS(expConsts.Offset(expOffOne), one)
 	VXORPS(zero, zero, zero)
-	Label("swiglu_loop")
+	var cube, twoC VecVirtual
+	if gelu {
+		cube, twoC = ZMM(), ZMM()
+		VBROADCASTSS(expConsts.Offset(expOffCube), cube)
+		VBROADCASTSS(expConsts.Offset(expOffTwoC), twoC)
+	}
+	Label(name + "_loop")
 	g, t := ZMM(), ZMM()
 	VMOVUPS(Mem{Base: xp}, g)
-	VSUBPS(g, zero, t)
+	if gelu {
+		// t = −2c·(v + 0.044715·v³) = −2c·v·(1 + 0.044715·v²)
+		VMULPS(g, g, t)
+		VFMADD213PS(one, cube, t)
+		VMULPS(g, t, t)
+		VMULPS(twoC, t, t)
+		VSUBPS(t, zero, t)
+	} else {
+		VSUBPS(g, zero, t)
+	}
 	VMINPS(ceil, t, t)
 	e := expVec(er, t)
 	VADDPS(one, e, e)
@@ -375,7 +402,7 @@ func swigluAVX512() {
 	ADDQ(U8(64), xp)
 	ADDQ(U8(64), up)
 	DECQ(n)
-	JNE(LabelRef("swiglu_loop"))
+	JNE(LabelRef(name + "_loop"))
 	VZEROUPPER()
 	RET()
 }

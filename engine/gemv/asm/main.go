@@ -55,6 +55,7 @@ func main() {
 	scores4AVX512()
 	mix4AVX512()
 	softmaxAVX512()
-	swigluAVX512()
+	gluAVX512("swigluAVX512", false)
+	gluAVX512("gegluAVX512", true)
 	Generate()
 }
