@@ -105,16 +105,28 @@ func (t *Tiles) SetBlocks(v int, f []float32, b0, b1 int) error {
 		return fmt.Errorf("gemv: tiles: vector %d's blocks [%d, %d) of %d elements into tiles of %d vectors of %d", v, b0, b1, len(f), t.count, t.n)
 	}
 	j, col := v/TileRows, v%TileRows
+	const tile = TileRows * TileCols
 	for c := b0 * Block / TileCols; c < min(b1*Block, t.n)/TileCols; c++ {
-		hi := t.x[((c*t.nt+j)*2)*TileRows*TileCols:]
-		lo := hi[TileRows*TileCols:]
-		for k, e := range f[c*TileCols : (c+1)*TileCols] {
-			if math.Float32bits(e)&0x7f800000 == 0x7f800000 {
+		at := ((c*t.nt + j) * 2) * tile
+		hi, lo := t.x[at:at+tile:at+tile], t.x[at+tile:at+2*tile:at+2*tile]
+		src := f[c*TileCols : (c+1)*TileCols : (c+1)*TileCols]
+		// Element pair (2r, 2r+1) goes to row r, the vector's column of
+		// pairs: the layout TDPBF16PS reads a tile of vectors in.
+		for r := range TileRows {
+			e0, e1 := src[2*r], src[2*r+1]
+			const exp = 0x7f800000
+			if math.Float32bits(e0)&exp == exp || math.Float32bits(e1)&exp == exp {
+				k := 2 * r
+				if math.Float32bits(e0)&exp != exp {
+					k++
+				}
 				return fmt.Errorf("gemv: tiles: vector %d's element %d is not finite", v, c*TileCols+k)
 			}
-			h, l := splitBF16(e)
-			at := k/2*TileCols + col*2 + k%2
-			hi[at], lo[at] = h, l
+			h0, l0 := splitBF16(e0)
+			h1, l1 := splitBF16(e1)
+			p := r*TileCols + col*2
+			hi[p], hi[p+1] = h0, h1
+			lo[p], lo[p+1] = l0, l1
 		}
 	}
 	return nil

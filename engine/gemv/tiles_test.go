@@ -3,6 +3,7 @@ package gemv
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
@@ -155,11 +156,11 @@ func TestRowsTiledChecks(t *testing.T) {
 	}
 	v := make([]float32, 64)
 	v[40] = float32(math.Inf(1))
-	if err := bad.SetBlocks(0, v, 0, 1); err == nil {
-		t.Error("an infinite element laid out")
+	if err := bad.SetBlocks(0, v, 0, 1); err == nil || !strings.Contains(err.Error(), "element 40 ") {
+		t.Errorf("an infinite element 40: %v", err)
 	}
-	v[40] = float32(math.NaN())
-	if err := bad.SetBlocks(0, v, 0, 1); err == nil {
-		t.Error("a NaN laid out")
+	v[40], v[41] = 0, float32(math.NaN())
+	if err := bad.SetBlocks(0, v, 0, 1); err == nil || !strings.Contains(err.Error(), "element 41 ") {
+		t.Errorf("a NaN element 41: %v", err)
 	}
 }
