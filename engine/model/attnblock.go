@@ -3,7 +3,6 @@ package model
 import (
 	"fmt"
 	"math"
-	"sync"
 
 	"github.com/strata-llm/strata/engine/gemv"
 )
@@ -91,15 +90,8 @@ func (m *Model) blockAttention(l, window int) error {
 		t = u
 	}
 	as.size(m.pool.Threads(), hd, maxKeys)
-	var errMu sync.Mutex
-	var first error
-	fail := func(err error) {
-		errMu.Lock()
-		if first == nil {
-			first = err
-		}
-		errMu.Unlock()
-	}
+	var first firstError
+	fail := first.set
 	negInf := float32(math.Inf(-1))
 	m.parallel(blocks, func(w, i int) {
 		// Item i: a run's blocks, head after head.
@@ -183,5 +175,5 @@ func (m *Model) blockAttention(l, window int) error {
 			copy(sc.att[ts[k]][hs[k]*hd:(hs[k]+1)*hd], out[k*hd:(k+1)*hd])
 		}
 	})
-	return first
+	return first.get()
 }

@@ -1208,8 +1208,7 @@ func (m *Model) matmul(ops ...matOp) error {
 func (m *Model) eachChunk(ops []matOp, product func(oi int, rows []byte, ys [][]float32) error) error {
 	sc := &m.sc
 	m.splitRows(ops)
-	var errMu sync.Mutex
-	var first error
+	var first firstError
 	m.parallel(len(sc.chunks), func(w, i int) {
 		ch := sc.chunks[i]
 		op := &ops[ch.op]
@@ -1219,14 +1218,10 @@ func (m *Model) eachChunk(ops []matOp, product func(oi int, rows []byte, ys [][]
 		}
 		rb, st := op.w.rowBytes(), op.rowStride()
 		if err := product(ch.op, op.w.Data[ch.lo*st:(ch.hi-1)*st+rb], ys); err != nil {
-			errMu.Lock()
-			if first == nil {
-				first = fmt.Errorf("tensor %s rows [%d, %d): %w", op.w.Name, ch.lo, ch.hi, err)
-			}
-			errMu.Unlock()
+			first.set(fmt.Errorf("tensor %s rows [%d, %d): %w", op.w.Name, ch.lo, ch.hi, err))
 		}
 	})
-	return first
+	return first.get()
 }
 
 // splitPrompt returns ops with each op that has prompt rows
@@ -1353,15 +1348,8 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 		}
 		n += len(inputs[k])
 	}
-	var errMu sync.Mutex
-	var first error
-	fail := func(err error) {
-		errMu.Lock()
-		if first == nil {
-			first = err
-		}
-		errMu.Unlock()
-	}
+	var first firstError
+	fail := first.set
 	// The prompt rows' ops take the tile path (splitPrompt); their input
 	// is laid out for the tiles as it is quantized.
 	for len(sc.tiles) < ni {
@@ -1428,8 +1416,8 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 			}
 		}
 	})
-	if first != nil {
-		return first
+	if err := first.get(); err != nil {
+		return err
 	}
 	// A batch whose weights a multi-vector kernel takes is packed once
 	// for every chunk of every op that reads it: the kernel widens each

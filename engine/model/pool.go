@@ -1,6 +1,9 @@
 package model
 
-import "fmt"
+import (
+	"fmt"
+	"sync"
+)
 
 // parallel runs fn(w, i) for every i in [0, n) on the model's threads
 // (internal/workpool's process-wide pool, which every model shares) and
@@ -12,4 +15,26 @@ func (m *Model) parallel(n int, fn func(w, i int)) {
 		// Only Close makes Run fail, and nothing closes the shared pool.
 		panic(fmt.Sprintf("model: %v", err))
 	}
+}
+
+// firstError keeps the first error the calls of a parallel step report.
+type firstError struct {
+	mu  sync.Mutex
+	err error
+}
+
+// set records err unless an error came first.
+func (f *firstError) set(err error) {
+	f.mu.Lock()
+	if f.err == nil {
+		f.err = err
+	}
+	f.mu.Unlock()
+}
+
+// get is the first error recorded, nil if none.
+func (f *firstError) get() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
 }
