@@ -13,21 +13,10 @@ import (
 // on its own inputs and position in x modulo 16 (a tail shorter than 16
 // takes the plain Go).
 func SwiGLU(impl Impl, x, u []float32) error {
-	if len(u) < len(x) {
-		return fmt.Errorf("gemv: swiglu of %d elements with %d gates' partners", len(x), len(u))
-	}
-	n := 0
-	if available(AVX512) && impl >= AVX512 {
-		n = len(x) / 16 * 16
-		if n > 0 {
-			swigluAVX512(&x[0], &u[0], n)
-		}
-	}
-	for i := n; i < len(x); i++ {
-		v := float64(x[i])
-		x[i] = float32(v/(1+math.Exp(-v))) * u[i]
-	}
-	return nil
+	return glu("swiglu", impl, x, u, swigluAVX512, func(v float32) float32 {
+		f := float64(v)
+		return float32(f / (1 + math.Exp(-f)))
+	})
 }
 
 // GeGLU sets x[i] to gelu(x[i])·u[i] with the tanh form of GELU,
@@ -35,18 +24,24 @@ func SwiGLU(impl Impl, x, u []float32) error {
 // AVX-512 kernel evaluates it as v/(1+e^−2y), y the tanh's argument, with
 // the softmax's exponential; the plain Go in float64, as SwiGLU.
 func GeGLU(impl Impl, x, u []float32) error {
+	return glu("geglu", impl, x, u, gegluAVX512, geluTanh)
+}
+
+// glu is SwiGLU's and GeGLU's one loop: kernel over the whole 16-element
+// groups where AVX-512 runs, act in Go over the rest.
+func glu(name string, impl Impl, x, u []float32, kernel func(x, u *float32, n int), act func(float32) float32) error {
 	if len(u) < len(x) {
-		return fmt.Errorf("gemv: geglu of %d elements with %d gates' partners", len(x), len(u))
+		return fmt.Errorf("gemv: %s of %d elements with %d gates' partners", name, len(x), len(u))
 	}
 	n := 0
 	if available(AVX512) && impl >= AVX512 {
 		n = len(x) / 16 * 16
 		if n > 0 {
-			gegluAVX512(&x[0], &u[0], n)
+			kernel(&x[0], &u[0], n)
 		}
 	}
 	for i := n; i < len(x); i++ {
-		x[i] = geluTanh(x[i]) * u[i]
+		x[i] = act(x[i]) * u[i]
 	}
 	return nil
 }

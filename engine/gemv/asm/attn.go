@@ -326,12 +326,7 @@ func softmaxAVX512() {
 	dh := YMM()
 	VEXTRACTF64X4(U8(1), sumLo, dh)
 	VADDPD(dh, sumLo.AsY(), dh)
-	dx := XMM()
-	VEXTRACTF128(U8(1), dh, dx)
-	VADDPD(dx, dh.AsX(), dx)
-	dt := XMM()
-	VPERMILPD(U8(1), dx, dt)
-	VADDSD(dt, dx, dx)
+	dx := hsumPD(dh)
 
 	// Pass 3: times float32(1/sum).
 	one := XMM()

@@ -20,6 +20,18 @@ func splat8(v uint8) VecVirtual {
 	return splat16(uint16(v)<<8 | uint16(v))
 }
 
+// hsumPD leaves the sum of y's four float64 lanes in the low lane of
+// the returned XMM register (pairs first, then the two halves' sums).
+func hsumPD(y VecVirtual) VecVirtual {
+	x := XMM()
+	VEXTRACTF128(U8(1), y, x)
+	VADDPD(x, y.AsX(), x)
+	h := XMM()
+	VPERMILPD(U8(1), x, h)
+	VADDSD(h, x, x)
+	return x
+}
+
 // hsumD leaves the sum of v's eight int32 lanes in the low lane of the
 // returned XMM register (wrapping, as the exact sums never do).
 func hsumD(v VecVirtual) VecVirtual {

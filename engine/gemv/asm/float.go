@@ -187,13 +187,7 @@ func (f floatWalk) total(t0, t1 VecVirtual) VecVirtual {
 		VADDPD(h4, t0.AsY(), h4)
 		sum = h4
 	}
-	x := XMM()
-	VEXTRACTF128(U8(1), sum, x)
-	VADDPD(x, sum.AsX(), x)
-	h := XMM()
-	VPERMILPD(U8(1), x, h)
-	VADDSD(h, x, x)
-	return x
+	return hsumPD(sum)
 }
 
 // floatAVX512x emits floatAVX512's kernel over four vectors at once (the
