@@ -30,3 +30,7 @@ func swigluAVX512(x, u *float32, n int) {
 func gegluAVX512(x, u *float32, n int) {
 	panic("gemv: no AVX-512 on this architecture")
 }
+
+func tilesSetAVX512(f *float32, chunks int, dst *uint16, step int) int {
+	panic("gemv: no AVX-512 on this architecture")
+}

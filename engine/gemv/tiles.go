@@ -106,7 +106,24 @@ func (t *Tiles) SetBlocks(v int, f []float32, b0, b1 int) error {
 	}
 	j, col := v/TileRows, v%TileRows
 	const tile = TileRows * TileCols
-	for c := b0 * Block / TileCols; c < min(b1*Block, t.n)/TileCols; c++ {
+	c0, c1 := b0*Block/TileCols, min(b1*Block, t.n)/TileCols
+	if c0 < c1 && available(AVX512) {
+		// The kernel (asm/tileset.go) lays out chunk c0 on; where it
+		// stops early the loop below finds the element that stopped it.
+		at := ((c0*t.nt+j)*2)*tile + col*2
+		last := ((c1-1)*t.nt+j)*2*tile + 2*tile
+		_ = t.x[last-1] // every tile the kernel writes lies in t.x
+		c0 += tilesSetAVX512(&f[c0*TileCols], c1-c0, &t.x[at], t.nt*2*tile*2)
+	}
+	return t.setChunks(v, f, c0, c1)
+}
+
+// setChunks is SetBlocks in Go for vector v's chunks [c0, c1) of
+// TileCols elements.
+func (t *Tiles) setChunks(v int, f []float32, c0, c1 int) error {
+	j, col := v/TileRows, v%TileRows
+	const tile = TileRows * TileCols
+	for c := c0; c < c1; c++ {
 		at := ((c*t.nt + j) * 2) * tile
 		hi, lo := t.x[at:at+tile:at+tile], t.x[at+tile:at+2*tile:at+2*tile]
 		src := f[c*TileCols : (c+1)*TileCols : (c+1)*TileCols]

@@ -164,3 +164,48 @@ func TestRowsTiledChecks(t *testing.T) {
 		t.Errorf("a NaN element 41: %v", err)
 	}
 }
+
+// TestTilesSetKernel: Tiles.SetBlocks' AVX-512 kernel lays vectors out
+// with the plain Go loop's bits (bfloat16 rounding to nearest even of
+// normal numbers), for whole vectors and for block ranges, a last token
+// tile part full; and it stops at a chunk that is not finite, which the
+// Go loop then names.
+func TestTilesSetKernel(t *testing.T) {
+	t.Parallel()
+	if !available(AVX512) {
+		t.Skip("no AVX-512 here")
+	}
+	const count, n = 37, 768
+	var kern, ref Tiles
+	for _, x := range []*Tiles{&kern, &ref} {
+		if err := x.Size(count, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for v := range count {
+		f := randomVector(n, uint64(v+1), false)
+		for i := range f {
+			f[i] *= float32(1 + v%5) // several magnitudes
+		}
+		b0, b1 := 0, n/Block
+		if v%3 == 1 {
+			b0, b1 = 1, 2
+		}
+		if err := kern.SetBlocks(v, f, b0, b1); err != nil {
+			t.Fatal(err)
+		}
+		if err := ref.setChunks(v, f, b0*Block/TileCols, b1*Block/TileCols); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range ref.x {
+		if kern.x[i] != ref.x[i] {
+			t.Fatalf("tile word %d: kernel %#04x, Go %#04x", i, kern.x[i], ref.x[i])
+		}
+	}
+	f := randomVector(n, 99, false)
+	f[100] = float32(math.Inf(-1))
+	if err := kern.SetBlocks(3, f, 0, n/Block); err == nil || !strings.Contains(err.Error(), "element 100 ") {
+		t.Fatalf("an infinite element 100: %v", err)
+	}
+}

@@ -194,6 +194,11 @@ func q6kWiden(w *byte, stride int, rows int, nb int, out *uint16, ld int)
 //go:noescape
 func q8Widen(w *byte, stride int, rows int, nb int, out *uint16, ld int)
 
+// tilesSetAVX512 lays out chunks of 32 elements of f as hi and lo bfloat16 pairs into tiles step bytes apart, dst at the vector's column of the first; it returns the chunks laid out, fewer where an element is not finite.
+//
+//go:noescape
+func tilesSetAVX512(f *float32, chunks int, dst *uint16, step int) int
+
 // scores4AVX512 sets s[i][j] (rows sstride bytes apart) to Σ_d q[4d+i]·key j's element d over n elements d in order, for j below keys (a multiple of 64), the keys in 16-lane vectors vstride bytes apart whose elements lie dstride bytes apart.
 //
 //go:noescape

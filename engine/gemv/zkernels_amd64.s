@@ -13925,6 +13925,81 @@ q8Widen_done:
 	VZEROUPPER
 	RET
 
+// func tilesSetAVX512(f *float32, chunks int, dst *uint16, step int) int
+// Requires: AVX, AVX512F
+TEXT ·tilesSetAVX512(SB), NOSPLIT, $0-40
+	MOVQ         f+0(FP), AX
+	MOVQ         chunks+8(FP), CX
+	MOVQ         dst+16(FP), DX
+	MOVQ         step+24(FP), BX
+	XORQ         SI, SI
+	VMOVDQU32    tilesetRows<>+0(SB), Z7
+	VPBROADCASTD tilesetRows<>+64(SB), Z6
+
+tileset_chunk:
+	CMPQ          SI, CX
+	JE            tileset_done
+	VMOVUPS       (AX), Z0
+	VMOVUPS       64(AX), Z1
+	VPANDD        Z6, Z0, Z2
+	VPCMPEQD      Z6, Z2, K1
+	VPANDD        Z6, Z1, Z2
+	VPCMPEQD      Z6, Z2, K2
+	KORW          K1, K2, K1
+	KORTESTW      K1, K1
+	JNE           tileset_done
+	BYTE          $0x62
+	BYTE          $0xf2
+	BYTE          $0x77
+	BYTE          $0x48
+	BYTE          $0x72
+	BYTE          $0xd8
+	VPMOVZXWD     Y3, Z4
+	VPSLLD        $0x10, Z4, Z4
+	VEXTRACTI64X4 $0x01, Z3, Y5
+	VPMOVZXWD     Y5, Z5
+	VPSLLD        $0x10, Z5, Z5
+	VSUBPS        Z4, Z0, Z0
+	VSUBPS        Z5, Z1, Z1
+	BYTE          $0x62
+	BYTE          $0xf2
+	BYTE          $0x77
+	BYTE          $0x48
+	BYTE          $0x72
+	BYTE          $0xd0
+	KXNORW        K3, K3, K3
+	VPSCATTERDD   Z3, K3, (DX)(Z7*1)
+	KXNORW        K3, K3, K3
+	VPSCATTERDD   Z2, K3, 1024(DX)(Z7*1)
+	ADDQ          $0x80, AX
+	ADDQ          BX, DX
+	INCQ          SI
+	JMP           tileset_chunk
+
+tileset_done:
+	MOVQ SI, ret+32(FP)
+	VZEROUPPER
+	RET
+
+DATA tilesetRows<>+0(SB)/4, $0x00000000
+DATA tilesetRows<>+4(SB)/4, $0x00000040
+DATA tilesetRows<>+8(SB)/4, $0x00000080
+DATA tilesetRows<>+12(SB)/4, $0x000000c0
+DATA tilesetRows<>+16(SB)/4, $0x00000100
+DATA tilesetRows<>+20(SB)/4, $0x00000140
+DATA tilesetRows<>+24(SB)/4, $0x00000180
+DATA tilesetRows<>+28(SB)/4, $0x000001c0
+DATA tilesetRows<>+32(SB)/4, $0x00000200
+DATA tilesetRows<>+36(SB)/4, $0x00000240
+DATA tilesetRows<>+40(SB)/4, $0x00000280
+DATA tilesetRows<>+44(SB)/4, $0x000002c0
+DATA tilesetRows<>+48(SB)/4, $0x00000300
+DATA tilesetRows<>+52(SB)/4, $0x00000340
+DATA tilesetRows<>+56(SB)/4, $0x00000380
+DATA tilesetRows<>+60(SB)/4, $0x000003c0
+DATA tilesetRows<>+64(SB)/4, $0x7f800000
+GLOBL tilesetRows<>(SB), RODATA|NOPTR, $68
+
 // func scores4AVX512(q *float32, n int, k *float32, dstride int, vstride int, keys int, s *float32, sstride int)
 // Requires: AVX, AVX512DQ, AVX512F
 TEXT ·scores4AVX512(SB), NOSPLIT, $0-64

@@ -52,6 +52,7 @@ func main() {
 	q4kWiden("q4kWiden")
 	q6kWiden("q6kWiden")
 	q8Widen("q8Widen")
+	tilesSetAVX512()
 	scores4AVX512()
 	mix4AVX512()
 	softmaxAVX512()
