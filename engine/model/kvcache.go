@@ -1,6 +1,10 @@
 package model
 
-import "github.com/strata-llm/strata/engine/gemv"
+import (
+	"slices"
+
+	"github.com/strata-llm/strata/engine/gemv"
+)
 
 // A sequence's cache holds each layer's keys and values in pages of
 // pagePositions positions, allocated as the sequence grows: growing never
@@ -18,6 +22,11 @@ import "github.com/strata-llm/strata/engine/gemv"
 // A page is one scoring call's block of keys (gemv.KeyBlock), so a block
 // never straddles two pages; past the last position a page holds zeros or
 // older keys, whose scores are never read.
+//
+// CopyFrom shares the source's pages rather than copying them (a prompt
+// computed once for several completions): a page a sequence did not
+// allocate itself is copied the first time the sequence writes to it, so
+// neither sequence sees the other's later positions.
 
 // pagePositions is how many positions a cache page holds.
 const pagePositions = gemv.KeyBlock
@@ -40,6 +49,10 @@ func (s *Sequence) store(l, pos int, k, v []float32) {
 	c := &s.m.Config
 	hd := c.HeadDim
 	p, at := pos/pagePositions, pos%pagePositions
+	if !s.own[l][p] {
+		s.k[l][p], s.v[l][p] = slices.Clone(s.k[l][p]), slices.Clone(s.v[l][p])
+		s.own[l][p] = true
+	}
 	strip, lane := at/gemv.KeyLanes*gemv.KeyLanes*hd, at%gemv.KeyLanes
 	for g := range c.KVHeads {
 		kh := s.kPage(l, p, g)[strip+lane:]
@@ -79,15 +92,20 @@ func (s *Sequence) reserve(n int) {
 		for len(s.k[l]) < pages {
 			s.k[l] = append(s.k[l], make([]float32, size))
 			s.v[l] = append(s.v[l], make([]float32, size))
+			s.own[l] = append(s.own[l], true)
 		}
 	}
 }
 
-// copyPages copies layer l's first n positions of o's cache into s's (of
-// the same model; s has room for them): whole pages.
-func (s *Sequence) copyPages(l int, o *Sequence, n int) {
+// sharePages makes layer l's pages holding o's first n positions s's
+// too (of the same model), in place of what s held there, neither
+// sequence owning them from then on.
+func (s *Sequence) sharePages(l int, o *Sequence, n int) {
 	for p := range (n + pagePositions - 1) / pagePositions {
-		copy(s.k[l][p], o.k[l][p])
-		copy(s.v[l][p], o.v[l][p])
+		if p == len(s.k[l]) {
+			s.k[l], s.v[l], s.own[l] = append(s.k[l], nil), append(s.v[l], nil), append(s.own[l], false)
+		}
+		s.k[l][p], s.v[l][p] = o.k[l][p], o.v[l][p]
+		s.own[l][p], o.own[l][p] = false, false
 	}
 }

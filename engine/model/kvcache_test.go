@@ -9,7 +9,8 @@ import (
 // TestKVCacheLayout: positions stored in the cache read back as they were
 // written, key by key from its strip and value by value, across growth
 // (a page at a time, the pages already written never moved) and after
-// CopyFrom into another sequence.
+// CopyFrom into another sequence, which shares the pages: a write of
+// either sequence after it leaves the other's positions as they were.
 func TestKVCacheLayout(t *testing.T) {
 	t.Parallel()
 	m, err := Open(synthModel(t, ArchLlama, "f32"))
@@ -67,4 +68,22 @@ func TestKVCacheLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("copied", o, 77)
+	if &o.k[0][0][0] != &s.k[0][0][0] || &o.v[1][1][0] != &s.v[1][1][0] {
+		t.Fatal("CopyFrom copied the pages it could share")
+	}
+	// Each writes on past the shared positions: the other keeps its own.
+	fresh := make([]float32, kvd)
+	for i := range fresh {
+		fresh[i] = 1e3 + float32(i)
+	}
+	o.reserve(78)
+	o.store(0, 77, fresh, fresh)
+	check("the source, after the copy wrote", s, n)
+	s.store(1, 10, fresh, fresh)
+	check("the copy, after the source wrote", o, 77)
+	key := make([]float32, hd)
+	o.key(key, 0, 1, 77)
+	if !slices.Equal(key, fresh[hd:2*hd]) || !slices.Equal(o.value(0, 1, 77), fresh[hd:2*hd]) {
+		t.Fatal("the copy's own write did not land")
+	}
 }

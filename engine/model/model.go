@@ -256,8 +256,10 @@ type Sequence struct {
 	pos int // tokens already in the cache
 	max int // capacity in positions
 	// k and v hold, per layer, the pages of keys (after RoPE) and values
-	// (kvcache.go).
+	// (kvcache.go); own says which pages the sequence may write in place
+	// (those CopyFrom shared it may not).
 	k, v   [][][]float32
+	own    [][]bool
 	closed bool
 }
 
@@ -273,6 +275,7 @@ func (m *Model) NewSequence(maxCtx int) *Sequence {
 		max: maxCtx,
 		k:   make([][][]float32, m.Config.Layers),
 		v:   make([][][]float32, m.Config.Layers),
+		own: make([][]bool, m.Config.Layers),
 	}
 }
 
@@ -313,9 +316,8 @@ func (s *Sequence) CopyFrom(src Seq, n int) error {
 		return fmt.Errorf("copy sequence: %d positions of %d (capacity %d)", n, o.pos, s.max)
 	}
 	s.pos = 0
-	s.reserve(n)
 	for l := range s.k {
-		s.copyPages(l, o, n)
+		s.sharePages(l, o, n)
 	}
 	s.pos = n
 	return nil
