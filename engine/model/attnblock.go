@@ -9,12 +9,12 @@ import (
 
 // The fast path's attention runs by blocks of four queries of one
 // key-value head (engine/gemv's Scores4, Softmax and Mix4) straight from
-// the cache's pages (kvcache.go), a page a call: each key strip and value
-// row is read once for four queries, and the softmax runs in vectors. A decode
-// token's block is its heads of one group (a query group of eight takes
-// two blocks, of two or one a block padded with copies); a step of
-// several tokens (a prompt, a verify pass) fills blocks across its
-// tokens.
+// the cache's pages (kvcache.go), a page a call: each key strip and
+// value row is read once for four queries, and the softmax runs in
+// vectors. A decode token's block is its heads of one group (a query
+// group of eight takes two blocks, of two or one a block padded with
+// copies); a step of several tokens (a prompt, a verify pass) fills
+// blocks across its tokens.
 //
 // A query's output does not depend on its block or on the keys the block
 // spans past its own (gemv's attn.go): its scores are its own sums; its
