@@ -28,10 +28,12 @@ import (
 
 // attnRun is a run of a pass's tokens of one sequence, [t0, t1) of the
 // pass's tokens, whose queries see positions from kb (a multiple of
-// gemv.KeyBlock) on, keys of them scored (whole key blocks).
+// gemv.KeyBlock) on, keys of them scored (whole key blocks); per is its
+// blocks of four queries a key-value head.
 type attnRun struct {
 	t0, t1   int
 	kb, keys int
+	per      int
 }
 
 // attnScratch is the attention's scratch: the pass's runs, and per worker
@@ -84,9 +86,10 @@ func (m *Model) blockAttention(l, window int) error {
 		}
 		kb := lo(sc.toks[t].pos) / gemv.KeyBlock * gemv.KeyBlock
 		keys := roundUp(sc.toks[u-1].pos+1-kb, gemv.KeyBlock)
-		as.runs = append(as.runs, attnRun{t0: t, t1: u, kb: kb, keys: keys})
+		r := attnRun{t0: t, t1: u, kb: kb, keys: keys, per: ((u-t)*group + 3) / 4}
+		as.runs = append(as.runs, r)
 		maxKeys = max(maxKeys, keys)
-		blocks += c.KVHeads * (((u-t)*group + 3) / 4)
+		blocks += c.KVHeads * r.per
 		t = u
 	}
 	as.size(m.pool.Threads(), hd, maxKeys)
@@ -98,15 +101,14 @@ func (m *Model) blockAttention(l, window int) error {
 		var r *attnRun
 		for k := range as.runs {
 			r = &as.runs[k]
-			if n := c.KVHeads * (((r.t1-r.t0)*group + 3) / 4); i >= n {
+			if n := c.KVHeads * r.per; i >= n {
 				i -= n
 				continue
 			}
 			break
 		}
 		count := (r.t1 - r.t0) * group
-		per := (count + 3) / 4
-		g, b := i/per, i%per
+		g, b := i/r.per, i%r.per
 		seq := sc.toks[r.t0].seq
 		qp, s, out := as.q[w], as.s[w][:4*r.keys], as.out[w]
 		var ts, hs [4]int

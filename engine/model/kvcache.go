@@ -48,27 +48,31 @@ func (s *Sequence) vPage(l, p, g int) []float32 {
 func (s *Sequence) store(l, pos int, k, v []float32) {
 	c := &s.m.Config
 	hd := c.HeadDim
-	p, at := pos/pagePositions, pos%pagePositions
-	if !s.own[l][p] {
+	if p := pos / pagePositions; !s.own[l][p] {
 		s.k[l][p], s.v[l][p] = slices.Clone(s.k[l][p]), slices.Clone(s.v[l][p])
 		s.own[l][p] = true
 	}
-	strip, lane := at/gemv.KeyLanes*gemv.KeyLanes*hd, at%gemv.KeyLanes
 	for g := range c.KVHeads {
-		kh := s.kPage(l, p, g)[strip+lane:]
+		kh := s.keyAt(l, g, pos)
 		for d, x := range k[g*hd : (g+1)*hd] {
 			kh[d*gemv.KeyLanes] = x
 		}
-		copy(s.vPage(l, p, g)[at*hd:(at+1)*hd], v[g*hd:(g+1)*hd])
+		copy(s.value(l, g, pos), v[g*hd:(g+1)*hd])
 	}
+}
+
+// keyAt is layer l's page of head g from position pos's first element
+// on: the key's elements lie gemv.KeyLanes apart there.
+func (s *Sequence) keyAt(l, g, pos int) []float32 {
+	hd := s.m.Config.HeadDim
+	at := pos % pagePositions
+	return s.kPage(l, pos/pagePositions, g)[at/gemv.KeyLanes*gemv.KeyLanes*hd+at%gemv.KeyLanes:]
 }
 
 // key writes layer l's key of head g at position pos to dst (HeadDim).
 func (s *Sequence) key(dst []float32, l, g, pos int) {
-	hd := s.m.Config.HeadDim
-	at := pos % pagePositions
-	kh := s.kPage(l, pos/pagePositions, g)[at/gemv.KeyLanes*gemv.KeyLanes*hd+at%gemv.KeyLanes:]
-	for d := range dst[:hd] {
+	kh := s.keyAt(l, g, pos)
+	for d := range dst[:s.m.Config.HeadDim] {
 		dst[d] = kh[d*gemv.KeyLanes]
 	}
 }

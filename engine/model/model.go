@@ -504,7 +504,7 @@ type scratch struct {
 	prompt   []bool
 	splitOps []matOp
 	gathered [][]float32
-	// attn is the prompt attention's (attnblock.go).
+	// attn is the attention's (attnblock.go).
 	attn attnScratch
 }
 
@@ -1004,7 +1004,8 @@ func (m *Model) ffn(ctx context.Context, l int, w *Layer) error {
 
 // attention computes causal (and, on sliding layers, windowed) attention
 // for every token and query head of the batch over each token's own
-// sequence cache, writing sc.att. One work item is one (token, head).
+// sequence cache, writing sc.att: by four-query blocks on the fast path
+// (attnblock.go), a (token, head) a work item in the reference.
 func (m *Model) attention(l int) error {
 	c := &m.Config
 	sc := &m.sc
