@@ -83,20 +83,21 @@ func Scores4(impl Impl, q []float32, n int, k []float32, dStride, vStride, keys 
 // Softmax sets s to softmax(s·scale): e^(s[j]·scale − m) over their
 // float64 sum, m the largest s[j]·scale; scale is positive and len(s) a
 // positive multiple of SoftmaxBlock. Entries of −Inf (a row's padding)
-// give 0; at least one must be finite.
-func Softmax(impl Impl, s []float32, scale float32) error {
+// give 0; at least one must be finite. It returns m and the sum: softmaxes
+// over parts of a row merge by them (each part's weight is its sum times
+// e^(its m − the row's)).
+func Softmax(impl Impl, s []float32, scale float32) (m float32, sum float64, err error) {
 	if len(s) == 0 || len(s)%SoftmaxBlock != 0 || !(scale > 0) {
-		return fmt.Errorf("gemv: softmax of %d scores (a multiple of %d) at scale %v", len(s), SoftmaxBlock, scale)
+		return 0, 0, fmt.Errorf("gemv: softmax of %d scores (a multiple of %d) at scale %v", len(s), SoftmaxBlock, scale)
 	}
 	if available(AVX512) && impl >= AVX512 {
-		softmaxAVX512(&s[0], len(s), scale)
-		return nil
+		m, sum = softmaxAVX512(&s[0], len(s), scale)
+		return m, sum, nil
 	}
-	m := float32(math.Inf(-1))
+	m = float32(math.Inf(-1))
 	for _, v := range s {
 		m = max(m, v*scale)
 	}
-	var sum float64
 	for j, v := range s {
 		e := float32(math.Exp(float64(v*scale - m)))
 		s[j] = e
@@ -106,7 +107,7 @@ func Softmax(impl Impl, s []float32, scale float32) error {
 	for j := range s {
 		s[j] *= inv
 	}
-	return nil
+	return m, sum, nil
 }
 
 // Mix4 sets out[i·n+c] to Σ_j p[i·pStride+j]·v[j·vStride+c] for the four

@@ -108,7 +108,8 @@ func TestAttnKernels(t *testing.T) {
 					for j := keys; j < L; j++ {
 						row[j] = float32(math.Inf(-1))
 					}
-					if err := Softmax(impl, row, scale); err != nil {
+					gm, gsum, err := Softmax(impl, row, scale)
+					if err != nil {
 						t.Fatalf("%s: %v", name, err)
 					}
 					m := math.Inf(-1)
@@ -118,6 +119,9 @@ func TestAttnKernels(t *testing.T) {
 					var sum float64
 					for j := range keys {
 						sum += math.Exp(float64(s[i*sStride+j]*scale) - m)
+					}
+					if float64(gm) != m || math.Abs(gsum-sum) > 1e-6*sum {
+						t.Fatalf("%s: row %d's max and sum %g, %g; want %g, %g", name, i, gm, gsum, m, sum)
 					}
 					for j := range L {
 						want := 0.0
@@ -183,7 +187,7 @@ func TestAttnKernels(t *testing.T) {
 			}
 		}
 	}
-	if err := Softmax(Go, make([]float32, 15), 1); err == nil {
+	if _, _, err := Softmax(Go, make([]float32, 15), 1); err == nil {
 		t.Error("softmax of 15: no error")
 	}
 	if err := Scores4(Go, make([]float32, 256), 64, make([]float32, 64*64), KeyLanes, KeyLanes*64, 32, make([]float32, 4*64), 64); err == nil {
@@ -216,7 +220,7 @@ func BenchmarkAttn(b *testing.B) {
 	for b.Loop() {
 		_ = Scores4(impl, q, n, strips, KeyLanes, KeyLanes*n, keys, s, keys)
 		for i := range 4 {
-			_ = Softmax(impl, s[i*keys:(i+1)*keys], scale)
+			_, _, _ = Softmax(impl, s[i*keys:(i+1)*keys], scale)
 		}
 		_ = Mix4(impl, s, keys, v, stride, keys, n, out, false)
 	}

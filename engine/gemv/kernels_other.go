@@ -19,7 +19,7 @@ func mix4AVX512(p *float32, pstride int, v *float32, vstride, keys, n int, out *
 	panic("gemv: no AVX-512 on this architecture")
 }
 
-func softmaxAVX512(s *float32, n int, scale float32) {
+func softmaxAVX512(s *float32, n int, scale float32) (float32, float64) {
 	panic("gemv: no AVX-512 on this architecture")
 }
 

@@ -209,10 +209,10 @@ func scores4AVX512(q *float32, n int, k *float32, dstride int, vstride int, keys
 //go:noescape
 func mix4AVX512(p *float32, pstride int, v *float32, vstride int, keys int, n int, out *float32, acc bool)
 
-// softmaxAVX512 sets s[j] to e^(s[j]·scale − m) / Σ, m the largest s[j]·scale and Σ the exponentials' float64 sum, for j below n (a multiple of 16); −Inf scores give 0.
+// softmaxAVX512 sets s[j] to e^(s[j]·scale − m) / Σ, m the largest s[j]·scale and Σ the exponentials' float64 sum, for j below n (a multiple of 16), and returns m and Σ; −Inf scores give 0.
 //
 //go:noescape
-func softmaxAVX512(s *float32, n int, scale float32)
+func softmaxAVX512(s *float32, n int, scale float32) (m float32, sum float64)
 
 // swigluAVX512 sets x[i] to x[i]/(1+e^−x[i])·u[i] for i below n (a multiple of 16).
 //

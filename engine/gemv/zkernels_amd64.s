@@ -14224,9 +14224,9 @@ DATA expConsts<>+64(SB)/4, $(0.044715)
 DATA expConsts<>+68(SB)/4, $(1.5957692)
 GLOBL expConsts<>(SB), RODATA|NOPTR, $72
 
-// func softmaxAVX512(s *float32, n int, scale float32)
+// func softmaxAVX512(s *float32, n int, scale float32) (m float32, sum float64)
 // Requires: AVX, AVX512DQ, AVX512F, SSE
-TEXT ·softmaxAVX512(SB), NOSPLIT, $0-20
+TEXT ·softmaxAVX512(SB), NOSPLIT, $0-40
 	MOVQ         s+0(FP), AX
 	MOVQ         n+8(FP), CX
 	MOVSS        scale+16(FP), X0
@@ -14254,6 +14254,7 @@ softmax_maxed:
 	VMAXPS        X2, X1, X1
 	VPERMILPS     $0xb1, X1, X2
 	VMAXPS        X2, X1, X1
+	VMOVSS        X1, m+24(FP)
 	VBROADCASTSS  X1, Z1
 	VBROADCASTSS  expConsts<>+0(SB), Z3
 	VBROADCASTSS  expConsts<>+4(SB), Z4
@@ -14305,6 +14306,7 @@ softmax_exp:
 	VADDPD        X1, X0, X1
 	VPERMILPD     $0x01, X1, X0
 	VADDSD        X0, X1, X1
+	VMOVSD        X1, sum+32(FP)
 	VMOVSD        expConsts<>+48(SB), X0
 	VDIVSD        X1, X0, X0
 	VCVTSD2SS     X0, X0, X0

@@ -2,6 +2,7 @@ package model
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -18,14 +19,26 @@ import (
 // another sequence's prompt and a decode step, and stay within the
 // reference's NMSE bound. With float32 weights (no tile path for prompt
 // tokens) the prompt fed as generated tokens, one a step, gives the same
-// bits too: a token's attention does not depend on its step.
+// bits too: a token's attention does not depend on its step. Each case
+// runs again with spans of one key block (attnSpan's 256 positions are
+// more than the prompt), so that a decode step's spans are items of their
+// own, merged after them, while a whole prompt's blocks take theirs in
+// turn.
 func TestPromptAttention(t *testing.T) {
 	t.Parallel()
 	impl := gemv.Detect()
-	for _, c := range []struct{ arch, typ string }{
-		{ArchLlama, "f32"}, {"mistral", "f32"}, {ArchGemma3, "f32"}, {ArchPhi3, "f32"}, {ArchQwen3, "f32"}, {ArchLlama, "q4_k_m"},
+	type tcase struct {
+		arch, typ string
+		span      int
+	}
+	var cases []tcase
+	for _, c := range []tcase{
+		{ArchLlama, "f32", 0}, {"mistral", "f32", 0}, {ArchGemma3, "f32", 0}, {ArchPhi3, "f32", 0}, {ArchQwen3, "f32", 0}, {ArchLlama, "q4_k_m", 0},
 	} {
-		t.Run(c.arch+"/"+c.typ, func(t *testing.T) {
+		cases = append(cases, c, tcase{c.arch, c.typ, gemv.KeyBlock})
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%s/%s/span %d", c.arch, c.typ, c.span), func(t *testing.T) {
 			t.Parallel()
 			m, err := Open(synthModel(t, c.arch, c.typ))
 			if err != nil {
@@ -41,6 +54,7 @@ func TestPromptAttention(t *testing.T) {
 			}
 			defer ref.Close()
 			m.UseGEMV(impl)
+			m.sc.attn.span = c.span
 			ctx := context.Background()
 			toks := randTokens(75, m.Config.Vocab, 4)
 			other := randTokens(30, m.Config.Vocab, 6)

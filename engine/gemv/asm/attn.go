@@ -259,12 +259,13 @@ func expVec(r expRegs, x VecVirtual) VecVirtual {
 // softmaxAVX512 emits a row's softmax in three passes of 16 lanes: the
 // largest scaled score; each score's exponential (stored) and their sum
 // in float64, lane by lane then across lanes; each exponential times
-// float32(1/sum).
+// float32(1/sum). It returns the largest scaled score and the sum, which
+// merging softmaxes over parts of a row needs.
 func softmaxAVX512() {
 	expTable()
-	TEXT("softmaxAVX512", NOSPLIT, "func(s *float32, n int, scale float32)")
+	TEXT("softmaxAVX512", NOSPLIT, "func(s *float32, n int, scale float32) (m float32, sum float64)")
 	Pragma("noescape")
-	Doc("softmaxAVX512 sets s[j] to e^(s[j]·scale − m) / Σ, m the largest s[j]·scale and Σ the exponentials' float64 sum, for j below n (a multiple of 16); −Inf scores give 0.")
+	Doc("softmaxAVX512 sets s[j] to e^(s[j]·scale − m) / Σ, m the largest s[j]·scale and Σ the exponentials' float64 sum, for j below n (a multiple of 16), and returns m and Σ; −Inf scores give 0.")
 	sp := Load(Param("s"), GP64())
 	n := Load(Param("n"), GP64())
 	sc := Load(Param("scale"), XMM())
@@ -298,6 +299,7 @@ func softmaxAVX512() {
 	VMAXPS(t, hx, hx)
 	VPERMILPS(U8(0xb1), hx, t)
 	VMAXPS(t, hx, hx)
+	VMOVSS(hx, retAddr(0))
 	VBROADCASTSS(hx, mx)
 
 	// Pass 2: exponentials and their sum.
@@ -327,6 +329,7 @@ func softmaxAVX512() {
 	VEXTRACTF64X4(U8(1), sumLo, dh)
 	VADDPD(dh, sumLo.AsY(), dh)
 	dx := hsumPD(dh)
+	VMOVSD(dx, retAddr(1))
 
 	// Pass 3: times float32(1/sum).
 	one := XMM()

@@ -227,3 +227,14 @@ func madd(vnni, first, zeroed, last bool, qm Mem, w, acc VecVirtual) {
 		VPADDD(t, acc, acc)
 	}
 }
+
+// retAddr is the address of the function's i-th result, for a VEX store:
+// avo's Store emits MOVSS and MOVSD, legacy SSE forms that on an AVX-512
+// core wait on the vector registers' dirty upper halves.
+func retAddr(i int) Mem {
+	b, err := ReturnIndex(i).Resolve()
+	if err != nil {
+		panic(err)
+	}
+	return b.Addr
+}
