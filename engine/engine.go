@@ -143,15 +143,33 @@ func fromHF(ctx context.Context, path string, m *hf.Model) (*Engine, error) {
 // newCPUEngine installs the CPU backend on e.
 // The model's matrix products run engine/gemv's best kernels for this CPU.
 func newCPUEngine(e *Engine) *Engine {
-	impl := gemv.Detect()
-	e.Model.UseGEMV(impl)
 	e.backend = cpuBackend{e}
+	e.binfo = BackendInfo{Name: BackendCPU, Requested: BackendCPU}
+	e.useCPUKernels(gemv.Detect())
+	return e
+}
+
+// UseCPUKernels has the CPU backend's passes run the kernel family impl
+// (one this CPU runs) in place of the best one: what a bench compares,
+// or a host without a family's kernels would run.
+func (e *Engine) UseCPUKernels(impl gemv.Impl) error {
+	if e.binfo.Name != BackendCPU {
+		return fmt.Errorf("cpu kernels %v: the model runs on the %s backend", impl, e.binfo.Name)
+	}
+	if !slices.Contains(gemv.Impls(), impl) {
+		return fmt.Errorf("cpu kernels %v: this CPU runs %v", impl, gemv.Impls())
+	}
+	e.useCPUKernels(impl)
+	return nil
+}
+
+func (e *Engine) useCPUKernels(impl gemv.Impl) {
+	e.Model.UseGEMV(impl)
 	kernels := "gemv " + impl.String()
 	if gemv.Tiled(impl, quant.Q4_K) {
 		kernels += ", prompts on AMX tiles"
 	}
-	e.binfo = BackendInfo{Name: BackendCPU, Requested: BackendCPU, Kernels: kernels}
-	return e
+	e.binfo.Kernels = kernels
 }
 
 // Close releases the GPU side (the model's device memory and the device),

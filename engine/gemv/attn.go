@@ -18,10 +18,13 @@ import (
 // order for a score, keys in order for a mixed value), so it does not
 // depend on the other queries of its block, nor on how many keys the
 // block spans past its own: a probability of 0 adds nothing. The kernels
-// run where AttnBlock says (AVX-512, heads of a multiple of 64); the
-// plain Go below is their definition and the fallback, and agrees with
-// them within float32 rounding (the kernels fuse each multiply-add, and
-// the softmax's exponential is a polynomial).
+// run where AttnBlock says (AVX-512 for heads of a multiple of 64
+// elements, AVX2 for a multiple of 16); the plain Go below is their
+// definition and the fallback, and agrees with them within float32
+// rounding (the kernels fuse each multiply-add, and the softmax's
+// exponential is a polynomial). Scores and mixed values are the same bits
+// in both kernel families (the same fused chains); the softmax's sums are
+// not (their lanes group differently).
 
 // KeyLanes is how many keys a key vector holds side by side: key j's
 // element d lies at (j/KeyLanes)·vStride + d·dStride + j%KeyLanes.
@@ -34,9 +37,9 @@ const KeyBlock = 64
 // SoftmaxBlock is the multiple a row's length must be for Softmax.
 const SoftmaxBlock = 16
 
-// AttnBlock reports whether Scores4, Softmax and Mix4 run their AVX-512
-// kernels for heads of n elements.
-func AttnBlock(impl Impl, n int) bool { return attnF(impl, n) }
+// AttnBlock reports whether Scores4, Softmax and Mix4 run vector kernels
+// (AVX-512 or AVX2) for heads of n elements.
+func AttnBlock(impl Impl, n int) bool { return attnF(impl, n) != Go }
 
 // Scores4 sets s[i·sStride+j] to Σ_d q[4d+i]·K(j, d) for the four
 // queries i of q, interleaved (q[4d+i] is query i's element d; n elements
@@ -59,8 +62,12 @@ func Scores4(impl Impl, q []float32, n int, k []float32, dStride, vStride, keys 
 	if need := (keys/KeyLanes-1)*vStride + (n-1)*dStride + KeyLanes; len(k) < need {
 		return fmt.Errorf("gemv: scores4: %d keys of %d elements need %d elements, have %d", keys, n, need, len(k))
 	}
-	if AttnBlock(impl, n) {
+	switch attnF(impl, n) {
+	case AVX512:
 		scores4AVX512(&q[0], n, &k[0], 4*dStride, 4*vStride, keys, &s[0], 4*sStride)
+		return nil
+	case AVX2:
+		scores4AVX2(&q[0], n, &k[0], 4*dStride, 4*vStride, keys, &s[0], 4*sStride)
 		return nil
 	}
 	for i := range 4 {
@@ -90,8 +97,12 @@ func Softmax(impl Impl, s []float32, scale float32) (m float32, sum float64, err
 	if len(s) == 0 || len(s)%SoftmaxBlock != 0 || !(scale > 0) {
 		return 0, 0, fmt.Errorf("gemv: softmax of %d scores (a multiple of %d) at scale %v", len(s), SoftmaxBlock, scale)
 	}
-	if available(AVX512) && impl >= AVX512 {
+	switch vecF(impl) {
+	case AVX512:
 		m, sum = softmaxAVX512(&s[0], len(s), scale)
+		return m, sum, nil
+	case AVX2:
+		m, sum = softmaxAVX2(&s[0], len(s), scale)
 		return m, sum, nil
 	}
 	m = float32(math.Inf(-1))
@@ -130,8 +141,12 @@ func Mix4(impl Impl, p []float32, pStride int, v []float32, vStride, keys, n int
 		}
 		return nil
 	}
-	if AttnBlock(impl, n) {
+	switch attnF(impl, n) {
+	case AVX512:
 		mix4AVX512(&p[0], 4*pStride, &v[0], 4*vStride, keys, n, &out[0], acc)
+		return nil
+	case AVX2:
+		mix4AVX2(&p[0], 4*pStride, &v[0], 4*vStride, keys, n, &out[0], acc)
 		return nil
 	}
 	for i := range 4 {

@@ -41,7 +41,8 @@ func newAttnCase(r *rand.Rand, n, keys int) *attnCase {
 
 // TestAttnKernels: Scores4, Softmax and Mix4 of every kernel family
 // against float64 arithmetic, for heads of 64 and 128 (the AVX-512
-// kernels) and 96 (plain Go), and the properties the prompt's attention
+// kernels, or AVX2's), 96 (AVX2's under either family) and 40 (plain
+// Go), and the properties the prompt's attention
 // counts on: a query's scores do not depend on the other queries of its
 // block; Mix4's outputs do not change when zero-weight keys join the
 // block, and are the same bits mixed in one call or continued in two;
@@ -50,7 +51,7 @@ func TestAttnKernels(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, impl := range Impls() {
-		for _, n := range []int{64, 128, 96} {
+		for _, n := range []int{64, 128, 96, 40} {
 			for _, keys := range []int{64, 192, 37} {
 				name := fmt.Sprintf("%v/n %d/keys %d", impl, n, keys)
 				c := newAttnCase(r, n, keys)
@@ -201,10 +202,63 @@ func TestAttnKernels(t *testing.T) {
 	}
 }
 
+// TestAttnFamiliesAgree: AVX2's scores and mixed values are AVX-512's
+// bits (the same fused chains in the same order), and both families'
+// softmaxes agree within float32 rounding.
+func TestAttnFamiliesAgree(t *testing.T) {
+	t.Parallel()
+	if !available(AVX512) {
+		t.Skip("no AVX-512 here")
+	}
+	for _, n := range []int{64, 128} {
+		c := newAttnCase(rand.New(rand.NewPCG(5, uint64(n))), n, 192)
+		type res struct{ s, p, out []float32 }
+		run := func(impl Impl) res {
+			s := make([]float32, 4*c.width)
+			if err := Scores4(impl, c.q, n, c.strips, KeyLanes, KeyLanes*n, c.width, s, c.width); err != nil {
+				t.Fatal(err)
+			}
+			p := slices.Clone(s)
+			for i := range 4 {
+				if _, _, err := Softmax(impl, p[i*c.width:(i+1)*c.width], 0.125); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out := make([]float32, 4*n)
+			// The mix of AVX-512's probabilities, so that only the mix
+			// differs.
+			return res{s, p, out}
+		}
+		a, b := run(AVX2), run(AVX512)
+		if !slices.Equal(a.s, b.s) {
+			t.Fatalf("n %d: AVX2's scores differ from AVX-512's", n)
+		}
+		for j := range a.p {
+			if e := math.Abs(float64(a.p[j] - b.p[j])); e > 4e-7*float64(b.p[j]) {
+				t.Fatalf("n %d: probability %d: AVX2 %g, AVX-512 %g", n, j, a.p[j], b.p[j])
+			}
+		}
+		for _, impl := range []Impl{AVX2, AVX512} {
+			out := a.out
+			if impl == AVX512 {
+				out = b.out
+			}
+			if err := Mix4(impl, b.p, c.width, c.v, c.stride, c.keys, n, out, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !slices.Equal(a.out, b.out) {
+			t.Fatalf("n %d: AVX2's mixed values differ from AVX-512's", n)
+		}
+	}
+}
+
 // BenchmarkAttn: one thread, four queries of 128 elements against 1024
-// keys in strips (Scores4, Softmax, Mix4), in keys a second.
+// keys in strips (Scores4, Softmax, Mix4), the values in pages of 64
+// rows as the CPU cache keeps them (a Mix4 call a page), in keys a
+// second, for every kernel family here.
 func BenchmarkAttn(b *testing.B) {
-	const n, keys, stride = 128, 1024, 1024
+	const n, keys, stride = 128, 1024, 128
 	r := rand.New(rand.NewPCG(7, 8))
 	vec := func(n int) []float32 {
 		v := make([]float32, n)
@@ -216,13 +270,18 @@ func BenchmarkAttn(b *testing.B) {
 	v, q, strips := vec((keys-1)*stride+n), vec(4*n), vec(n*keys)
 	s, out := make([]float32, 4*keys), make([]float32, 4*n)
 	scale := float32(1 / math.Sqrt(n))
-	impl := Detect()
-	for b.Loop() {
-		_ = Scores4(impl, q, n, strips, KeyLanes, KeyLanes*n, keys, s, keys)
-		for i := range 4 {
-			_, _, _ = Softmax(impl, s[i*keys:(i+1)*keys], scale)
-		}
-		_ = Mix4(impl, s, keys, v, stride, keys, n, out, false)
+	for _, impl := range Impls() {
+		b.Run(impl.String(), func(b *testing.B) {
+			for b.Loop() {
+				_ = Scores4(impl, q, n, strips, KeyLanes, KeyLanes*n, keys, s, keys)
+				for i := range 4 {
+					_, _, _ = Softmax(impl, s[i*keys:(i+1)*keys], scale)
+				}
+				for j := 0; j < keys; j += KeyBlock {
+					_ = Mix4(impl, s[j:], keys, v[j*stride:], stride, KeyBlock, n, out, j > 0)
+				}
+			}
+			b.ReportMetric(float64(b.N)*keys/b.Elapsed().Seconds()/1e6, "Mkeys/s")
+		})
 	}
-	b.ReportMetric(float64(b.N)*keys/b.Elapsed().Seconds()/1e6, "Mkeys/s")
 }

@@ -60,13 +60,14 @@ func TestGLU(t *testing.T) {
 	}
 }
 
-// BenchmarkSwiGLU: one thread, the 8b FFN's width (14336).
+// BenchmarkSwiGLU: one thread, the 8b FFN's width (14336), for every
+// kernel family here.
 func BenchmarkSwiGLU(b *testing.B) {
 	x, u := make([]float32, 14336), make([]float32, 14336)
 	for i := range x {
 		x[i], u[i] = float32(i%7)-3, 0.5
 	}
-	for _, impl := range []Impl{Go, Detect()} {
+	for _, impl := range Impls() {
 		b.Run(impl.String(), func(b *testing.B) {
 			b.SetBytes(int64(len(x)) * 4)
 			for b.Loop() {

@@ -123,8 +123,28 @@ func lookup4(impl Impl, t quant.Type) kernel {
 	return nil
 }
 
-// attnF reports whether the attention's kernels (attn.go) run on
-// AVX-512 for heads of n elements.
-func attnF(impl Impl, n int) bool {
-	return impl >= AVX512 && available(AVX512) && n > 0 && n%64 == 0
+// attnF is the family whose attention kernels (attn.go) run for heads of
+// n elements under impl: AVX-512's take heads of a multiple of 64
+// elements, AVX2's of 16; Go where neither does.
+func attnF(impl Impl, n int) Impl {
+	switch {
+	case n <= 0:
+		return Go
+	case impl >= AVX512 && available(AVX512) && n%64 == 0:
+		return AVX512
+	case impl >= AVX2 && available(AVX2) && n%16 == 0:
+		return AVX2
+	}
+	return Go
+}
+
+// vecF is the family whose softmax and gated activations run under impl.
+func vecF(impl Impl) Impl {
+	switch {
+	case impl >= AVX512 && available(AVX512):
+		return AVX512
+	case impl >= AVX2 && available(AVX2):
+		return AVX2
+	}
+	return Go
 }

@@ -223,3 +223,28 @@ func swigluAVX512(x *float32, u *float32, n int)
 //
 //go:noescape
 func gegluAVX512(x *float32, u *float32, n int)
+
+// scores4AVX2 sets s[i][j] (rows sstride bytes apart) to Σ_d q[4d+i]·key j's element d over n elements d in order, for j below keys (a multiple of 16), the keys in 16-lane vectors vstride bytes apart whose elements lie dstride bytes apart.
+//
+//go:noescape
+func scores4AVX2(q *float32, n int, k *float32, dstride int, vstride int, keys int, s *float32, sstride int)
+
+// mix4AVX2 sets out[i][c] (rows n apart), or adds to it with acc, Σ_j p[i][j]·v[j][c] over keys rows j of v (vstride bytes apart) in order, for c below n (a multiple of 16), p's four rows pstride bytes apart.
+//
+//go:noescape
+func mix4AVX2(p *float32, pstride int, v *float32, vstride int, keys int, n int, out *float32, acc bool)
+
+// softmaxAVX2 sets s[j] to e^(s[j]·scale − m) / Σ, m the largest s[j]·scale and Σ the exponentials' float64 sum, for j below n (a multiple of 8), and returns m and Σ; scores more than 87 below m, −Inf among them, give 0.
+//
+//go:noescape
+func softmaxAVX2(s *float32, n int, scale float32) (m float32, sum float64)
+
+// swigluAVX2 sets x[i] to x[i]/(1+e^−x[i])·u[i] for i below n (a multiple of 8).
+//
+//go:noescape
+func swigluAVX2(x *float32, u *float32, n int)
+
+// gegluAVX2 sets x[i] to x[i]/(1+e^−2·sqrt(2/π)·(x[i]+0.044715·x[i]³))·u[i] for i below n (a multiple of 8).
+//
+//go:noescape
+func gegluAVX2(x *float32, u *float32, n int)

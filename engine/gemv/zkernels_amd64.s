@@ -14432,3 +14432,476 @@ gegluAVX512_loop:
 	JNE          gegluAVX512_loop
 	VZEROUPPER
 	RET
+
+// func scores4AVX2(q *float32, n int, k *float32, dstride int, vstride int, keys int, s *float32, sstride int)
+// Requires: AVX, FMA3
+TEXT ·scores4AVX2(SB), NOSPLIT, $0-64
+	MOVQ q+0(FP), AX
+	MOVQ n+8(FP), CX
+	MOVQ k+16(FP), DX
+	MOVQ dstride+24(FP), BX
+	MOVQ vstride+32(FP), SI
+	MOVQ keys+40(FP), DI
+	MOVQ s+48(FP), R8
+	MOVQ sstride+56(FP), R9
+	LEAQ (R9)(R9*2), R10
+	SHRQ $0x04, DI
+
+scores2_vec:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   AX, R11
+	MOVQ   DX, R12
+	MOVQ   CX, R13
+
+scores2_d:
+	VMOVUPS      (R12), Y8
+	VMOVUPS      32(R12), Y9
+	VBROADCASTSS (R11), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VBROADCASTSS 4(R11), Y10
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VBROADCASTSS 8(R11), Y10
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	VBROADCASTSS 12(R11), Y10
+	VFMADD231PS  Y10, Y8, Y6
+	VFMADD231PS  Y10, Y9, Y7
+	ADDQ         $0x10, R11
+	ADDQ         BX, R12
+	DECQ         R13
+	JNE          scores2_d
+	VMOVUPS      Y0, (R8)
+	VMOVUPS      Y1, 32(R8)
+	VMOVUPS      Y2, (R8)(R9*1)
+	VMOVUPS      Y3, 32(R8)(R9*1)
+	VMOVUPS      Y4, (R8)(R9*2)
+	VMOVUPS      Y5, 32(R8)(R9*2)
+	VMOVUPS      Y6, (R8)(R10*1)
+	VMOVUPS      Y7, 32(R8)(R10*1)
+	ADDQ         $0x40, R8
+	ADDQ         SI, DX
+	DECQ         DI
+	JNE          scores2_vec
+	VZEROUPPER
+	RET
+
+// func mix4AVX2(p *float32, pstride int, v *float32, vstride int, keys int, n int, out *float32, acc bool)
+// Requires: AVX, FMA3
+TEXT ·mix4AVX2(SB), NOSPLIT, $0-57
+	MOVQ p+0(FP), AX
+	MOVQ v+16(FP), CX
+	MOVQ vstride+24(FP), DX
+	MOVQ n+40(FP), BX
+	MOVQ out+48(FP), SI
+	MOVQ BX, DI
+	SHLQ $0x02, DI
+	SHRQ $0x04, BX
+
+mix2_group:
+	VXORPS  Y0, Y0, Y0
+	VXORPS  Y1, Y1, Y1
+	VXORPS  Y2, Y2, Y2
+	VXORPS  Y3, Y3, Y3
+	VXORPS  Y4, Y4, Y4
+	VXORPS  Y5, Y5, Y5
+	VXORPS  Y6, Y6, Y6
+	VXORPS  Y7, Y7, Y7
+	MOVB    acc+56(FP), R8
+	TESTB   R8, R8
+	JE      mix2_start
+	MOVQ    SI, R8
+	VMOVUPS (R8), Y0
+	VMOVUPS 32(R8), Y1
+	ADDQ    DI, R8
+	VMOVUPS (R8), Y2
+	VMOVUPS 32(R8), Y3
+	ADDQ    DI, R8
+	VMOVUPS (R8), Y4
+	VMOVUPS 32(R8), Y5
+	ADDQ    DI, R8
+	VMOVUPS (R8), Y6
+	VMOVUPS 32(R8), Y7
+
+mix2_start:
+	MOVQ  pstride+8(FP), R11
+	MOVQ  AX, R8
+	LEAQ  (R8)(R11*1), R9
+	LEAQ  (R9)(R11*1), R10
+	LEAQ  (R10)(R11*1), R11
+	MOVQ  CX, R12
+	MOVQ  keys+32(FP), R13
+	TESTQ R13, R13
+	JE    mix2_store
+
+mix2_key:
+	VMOVUPS      (R12), Y8
+	VMOVUPS      32(R12), Y9
+	VBROADCASTSS (R8), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	ADDQ         $0x04, R8
+	VBROADCASTSS (R9), Y10
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	ADDQ         $0x04, R9
+	VBROADCASTSS (R10), Y10
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	ADDQ         $0x04, R10
+	VBROADCASTSS (R11), Y10
+	VFMADD231PS  Y10, Y8, Y6
+	VFMADD231PS  Y10, Y9, Y7
+	ADDQ         $0x04, R11
+	ADDQ         DX, R12
+	DECQ         R13
+	JNE          mix2_key
+
+mix2_store:
+	MOVQ    SI, R8
+	VMOVUPS Y0, (R8)
+	VMOVUPS Y1, 32(R8)
+	ADDQ    DI, R8
+	VMOVUPS Y2, (R8)
+	VMOVUPS Y3, 32(R8)
+	ADDQ    DI, R8
+	VMOVUPS Y4, (R8)
+	VMOVUPS Y5, 32(R8)
+	ADDQ    DI, R8
+	VMOVUPS Y6, (R8)
+	VMOVUPS Y7, 32(R8)
+	ADDQ    $0x40, SI
+	ADDQ    $0x40, CX
+	DECQ    BX
+	JNE     mix2_group
+	VZEROUPPER
+	RET
+
+DATA exp8Consts<>+0(SB)/4, $(1.442695)
+DATA exp8Consts<>+4(SB)/4, $(1.442695)
+DATA exp8Consts<>+8(SB)/4, $(1.442695)
+DATA exp8Consts<>+12(SB)/4, $(1.442695)
+DATA exp8Consts<>+16(SB)/4, $(1.442695)
+DATA exp8Consts<>+20(SB)/4, $(1.442695)
+DATA exp8Consts<>+24(SB)/4, $(1.442695)
+DATA exp8Consts<>+28(SB)/4, $(1.442695)
+DATA exp8Consts<>+32(SB)/4, $(0.6933594)
+DATA exp8Consts<>+36(SB)/4, $(0.6933594)
+DATA exp8Consts<>+40(SB)/4, $(0.6933594)
+DATA exp8Consts<>+44(SB)/4, $(0.6933594)
+DATA exp8Consts<>+48(SB)/4, $(0.6933594)
+DATA exp8Consts<>+52(SB)/4, $(0.6933594)
+DATA exp8Consts<>+56(SB)/4, $(0.6933594)
+DATA exp8Consts<>+60(SB)/4, $(0.6933594)
+DATA exp8Consts<>+64(SB)/4, $(-0.00021219444)
+DATA exp8Consts<>+68(SB)/4, $(-0.00021219444)
+DATA exp8Consts<>+72(SB)/4, $(-0.00021219444)
+DATA exp8Consts<>+76(SB)/4, $(-0.00021219444)
+DATA exp8Consts<>+80(SB)/4, $(-0.00021219444)
+DATA exp8Consts<>+84(SB)/4, $(-0.00021219444)
+DATA exp8Consts<>+88(SB)/4, $(-0.00021219444)
+DATA exp8Consts<>+92(SB)/4, $(-0.00021219444)
+DATA exp8Consts<>+96(SB)/4, $(-87.0)
+DATA exp8Consts<>+100(SB)/4, $(-87.0)
+DATA exp8Consts<>+104(SB)/4, $(-87.0)
+DATA exp8Consts<>+108(SB)/4, $(-87.0)
+DATA exp8Consts<>+112(SB)/4, $(-87.0)
+DATA exp8Consts<>+116(SB)/4, $(-87.0)
+DATA exp8Consts<>+120(SB)/4, $(-87.0)
+DATA exp8Consts<>+124(SB)/4, $(-87.0)
+DATA exp8Consts<>+128(SB)/4, $(0.0001984127)
+DATA exp8Consts<>+132(SB)/4, $(0.0001984127)
+DATA exp8Consts<>+136(SB)/4, $(0.0001984127)
+DATA exp8Consts<>+140(SB)/4, $(0.0001984127)
+DATA exp8Consts<>+144(SB)/4, $(0.0001984127)
+DATA exp8Consts<>+148(SB)/4, $(0.0001984127)
+DATA exp8Consts<>+152(SB)/4, $(0.0001984127)
+DATA exp8Consts<>+156(SB)/4, $(0.0001984127)
+DATA exp8Consts<>+160(SB)/4, $(0.0013888889)
+DATA exp8Consts<>+164(SB)/4, $(0.0013888889)
+DATA exp8Consts<>+168(SB)/4, $(0.0013888889)
+DATA exp8Consts<>+172(SB)/4, $(0.0013888889)
+DATA exp8Consts<>+176(SB)/4, $(0.0013888889)
+DATA exp8Consts<>+180(SB)/4, $(0.0013888889)
+DATA exp8Consts<>+184(SB)/4, $(0.0013888889)
+DATA exp8Consts<>+188(SB)/4, $(0.0013888889)
+DATA exp8Consts<>+192(SB)/4, $(0.008333334)
+DATA exp8Consts<>+196(SB)/4, $(0.008333334)
+DATA exp8Consts<>+200(SB)/4, $(0.008333334)
+DATA exp8Consts<>+204(SB)/4, $(0.008333334)
+DATA exp8Consts<>+208(SB)/4, $(0.008333334)
+DATA exp8Consts<>+212(SB)/4, $(0.008333334)
+DATA exp8Consts<>+216(SB)/4, $(0.008333334)
+DATA exp8Consts<>+220(SB)/4, $(0.008333334)
+DATA exp8Consts<>+224(SB)/4, $(0.041666668)
+DATA exp8Consts<>+228(SB)/4, $(0.041666668)
+DATA exp8Consts<>+232(SB)/4, $(0.041666668)
+DATA exp8Consts<>+236(SB)/4, $(0.041666668)
+DATA exp8Consts<>+240(SB)/4, $(0.041666668)
+DATA exp8Consts<>+244(SB)/4, $(0.041666668)
+DATA exp8Consts<>+248(SB)/4, $(0.041666668)
+DATA exp8Consts<>+252(SB)/4, $(0.041666668)
+DATA exp8Consts<>+256(SB)/4, $(0.16666667)
+DATA exp8Consts<>+260(SB)/4, $(0.16666667)
+DATA exp8Consts<>+264(SB)/4, $(0.16666667)
+DATA exp8Consts<>+268(SB)/4, $(0.16666667)
+DATA exp8Consts<>+272(SB)/4, $(0.16666667)
+DATA exp8Consts<>+276(SB)/4, $(0.16666667)
+DATA exp8Consts<>+280(SB)/4, $(0.16666667)
+DATA exp8Consts<>+284(SB)/4, $(0.16666667)
+DATA exp8Consts<>+288(SB)/4, $(0.5)
+DATA exp8Consts<>+292(SB)/4, $(0.5)
+DATA exp8Consts<>+296(SB)/4, $(0.5)
+DATA exp8Consts<>+300(SB)/4, $(0.5)
+DATA exp8Consts<>+304(SB)/4, $(0.5)
+DATA exp8Consts<>+308(SB)/4, $(0.5)
+DATA exp8Consts<>+312(SB)/4, $(0.5)
+DATA exp8Consts<>+316(SB)/4, $(0.5)
+DATA exp8Consts<>+320(SB)/4, $(1.0)
+DATA exp8Consts<>+324(SB)/4, $(1.0)
+DATA exp8Consts<>+328(SB)/4, $(1.0)
+DATA exp8Consts<>+332(SB)/4, $(1.0)
+DATA exp8Consts<>+336(SB)/4, $(1.0)
+DATA exp8Consts<>+340(SB)/4, $(1.0)
+DATA exp8Consts<>+344(SB)/4, $(1.0)
+DATA exp8Consts<>+348(SB)/4, $(1.0)
+DATA exp8Consts<>+352(SB)/4, $(1.0)
+DATA exp8Consts<>+356(SB)/4, $(1.0)
+DATA exp8Consts<>+360(SB)/4, $(1.0)
+DATA exp8Consts<>+364(SB)/4, $(1.0)
+DATA exp8Consts<>+368(SB)/4, $(1.0)
+DATA exp8Consts<>+372(SB)/4, $(1.0)
+DATA exp8Consts<>+376(SB)/4, $(1.0)
+DATA exp8Consts<>+380(SB)/4, $(1.0)
+DATA exp8Consts<>+384(SB)/4, $0x0000007f
+DATA exp8Consts<>+388(SB)/4, $0x0000007f
+DATA exp8Consts<>+392(SB)/4, $0x0000007f
+DATA exp8Consts<>+396(SB)/4, $0x0000007f
+DATA exp8Consts<>+400(SB)/4, $0x0000007f
+DATA exp8Consts<>+404(SB)/4, $0x0000007f
+DATA exp8Consts<>+408(SB)/4, $0x0000007f
+DATA exp8Consts<>+412(SB)/4, $0x0000007f
+DATA exp8Consts<>+416(SB)/4, $(88.0)
+DATA exp8Consts<>+420(SB)/4, $(88.0)
+DATA exp8Consts<>+424(SB)/4, $(88.0)
+DATA exp8Consts<>+428(SB)/4, $(88.0)
+DATA exp8Consts<>+432(SB)/4, $(88.0)
+DATA exp8Consts<>+436(SB)/4, $(88.0)
+DATA exp8Consts<>+440(SB)/4, $(88.0)
+DATA exp8Consts<>+444(SB)/4, $(88.0)
+DATA exp8Consts<>+448(SB)/4, $(1.0)
+DATA exp8Consts<>+452(SB)/4, $(1.0)
+DATA exp8Consts<>+456(SB)/4, $(1.0)
+DATA exp8Consts<>+460(SB)/4, $(1.0)
+DATA exp8Consts<>+464(SB)/4, $(1.0)
+DATA exp8Consts<>+468(SB)/4, $(1.0)
+DATA exp8Consts<>+472(SB)/4, $(1.0)
+DATA exp8Consts<>+476(SB)/4, $(1.0)
+DATA exp8Consts<>+480(SB)/4, $(0.044715)
+DATA exp8Consts<>+484(SB)/4, $(0.044715)
+DATA exp8Consts<>+488(SB)/4, $(0.044715)
+DATA exp8Consts<>+492(SB)/4, $(0.044715)
+DATA exp8Consts<>+496(SB)/4, $(0.044715)
+DATA exp8Consts<>+500(SB)/4, $(0.044715)
+DATA exp8Consts<>+504(SB)/4, $(0.044715)
+DATA exp8Consts<>+508(SB)/4, $(0.044715)
+DATA exp8Consts<>+512(SB)/4, $(1.5957692)
+DATA exp8Consts<>+516(SB)/4, $(1.5957692)
+DATA exp8Consts<>+520(SB)/4, $(1.5957692)
+DATA exp8Consts<>+524(SB)/4, $(1.5957692)
+DATA exp8Consts<>+528(SB)/4, $(1.5957692)
+DATA exp8Consts<>+532(SB)/4, $(1.5957692)
+DATA exp8Consts<>+536(SB)/4, $(1.5957692)
+DATA exp8Consts<>+540(SB)/4, $(1.5957692)
+DATA exp8Consts<>+544(SB)/8, $(1.0)
+DATA exp8Consts<>+552(SB)/8, $(1.0)
+DATA exp8Consts<>+560(SB)/8, $(1.0)
+DATA exp8Consts<>+568(SB)/8, $(1.0)
+GLOBL exp8Consts<>(SB), RODATA|NOPTR, $576
+
+// func softmaxAVX2(s *float32, n int, scale float32) (m float32, sum float64)
+// Requires: AVX, AVX2, FMA3
+TEXT ·softmaxAVX2(SB), NOSPLIT, $0-40
+	MOVQ         s+0(FP), AX
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS scale+16(FP), Y0
+	SHRQ         $0x03, CX
+	VMULPS       (AX), Y0, Y1
+	LEAQ         32(AX), DX
+	MOVQ         CX, BX
+	DECQ         BX
+	JE           softmax2_maxed
+
+softmax2_max:
+	VMULPS (DX), Y0, Y2
+	VMAXPS Y2, Y1, Y1
+	ADDQ   $0x20, DX
+	DECQ   BX
+	JNE    softmax2_max
+
+softmax2_maxed:
+	VEXTRACTF128 $0x01, Y1, X2
+	VMAXPS       X2, X1, X2
+	VPERMILPS    $0x4e, X2, X1
+	VMAXPS       X1, X2, X2
+	VPERMILPS    $0xb1, X2, X1
+	VMAXPS       X1, X2, X2
+	VMOVSS       X2, m+24(FP)
+	VBROADCASTSS X2, Y1
+	VXORPD       Y3, Y3, Y3
+	VXORPD       Y4, Y4, Y4
+	MOVQ         AX, DX
+	MOVQ         CX, BX
+
+softmax2_exp:
+	VMULPS       (DX), Y0, Y2
+	VSUBPS       Y1, Y2, Y2
+	VCMPPS       $0x01, exp8Consts<>+96(SB), Y2, Y5
+	VMAXPS       exp8Consts<>+96(SB), Y2, Y2
+	VMULPS       exp8Consts<>+0(SB), Y2, Y6
+	VROUNDPS     $0x08, Y6, Y6
+	VFNMADD231PS exp8Consts<>+32(SB), Y6, Y2
+	VFNMADD231PS exp8Consts<>+64(SB), Y6, Y2
+	VMOVUPS      exp8Consts<>+128(SB), Y7
+	VFMADD213PS  exp8Consts<>+160(SB), Y2, Y7
+	VFMADD213PS  exp8Consts<>+192(SB), Y2, Y7
+	VFMADD213PS  exp8Consts<>+224(SB), Y2, Y7
+	VFMADD213PS  exp8Consts<>+256(SB), Y2, Y7
+	VFMADD213PS  exp8Consts<>+288(SB), Y2, Y7
+	VFMADD213PS  exp8Consts<>+320(SB), Y2, Y7
+	VFMADD213PS  exp8Consts<>+352(SB), Y2, Y7
+	VCVTPS2DQ    Y6, Y6
+	VPADDD       exp8Consts<>+384(SB), Y6, Y6
+	VPSLLD       $0x17, Y6, Y6
+	VMULPS       Y6, Y7, Y7
+	VANDNPS      Y7, Y5, Y7
+	VMOVUPS      Y7, (DX)
+	VCVTPS2PD    X7, Y2
+	VEXTRACTF128 $0x01, Y7, X5
+	VCVTPS2PD    X5, Y5
+	VADDPD       Y2, Y3, Y3
+	VADDPD       Y5, Y4, Y4
+	ADDQ         $0x20, DX
+	DECQ         BX
+	JNE          softmax2_exp
+	VADDPD       Y4, Y3, Y3
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPD       X0, X3, X0
+	VPERMILPD    $0x01, X0, X1
+	VADDSD       X1, X0, X0
+	VMOVSD       X0, sum+32(FP)
+	VMOVSD       exp8Consts<>+544(SB), X1
+	VDIVSD       X0, X1, X1
+	VCVTSD2SS    X1, X1, X1
+	VBROADCASTSS X1, Y0
+	MOVQ         AX, DX
+	MOVQ         CX, BX
+
+softmax2_scale:
+	VMULPS  (DX), Y0, Y2
+	VMOVUPS Y2, (DX)
+	ADDQ    $0x20, DX
+	DECQ    BX
+	JNE     softmax2_scale
+	VZEROUPPER
+	RET
+
+// func swigluAVX2(x *float32, u *float32, n int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·swigluAVX2(SB), NOSPLIT, $0-24
+	MOVQ    x+0(FP), AX
+	MOVQ    u+8(FP), CX
+	MOVQ    n+16(FP), DX
+	SHRQ    $0x03, DX
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS exp8Consts<>+448(SB), Y1
+
+swigluAVX2_loop:
+	VMOVUPS      (AX), Y2
+	VSUBPS       Y2, Y0, Y3
+	VMINPS       exp8Consts<>+416(SB), Y3, Y3
+	VCMPPS       $0x01, exp8Consts<>+96(SB), Y3, Y4
+	VMAXPS       exp8Consts<>+96(SB), Y3, Y3
+	VMULPS       exp8Consts<>+0(SB), Y3, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS exp8Consts<>+32(SB), Y5, Y3
+	VFNMADD231PS exp8Consts<>+64(SB), Y5, Y3
+	VMOVUPS      exp8Consts<>+128(SB), Y6
+	VFMADD213PS  exp8Consts<>+160(SB), Y3, Y6
+	VFMADD213PS  exp8Consts<>+192(SB), Y3, Y6
+	VFMADD213PS  exp8Consts<>+224(SB), Y3, Y6
+	VFMADD213PS  exp8Consts<>+256(SB), Y3, Y6
+	VFMADD213PS  exp8Consts<>+288(SB), Y3, Y6
+	VFMADD213PS  exp8Consts<>+320(SB), Y3, Y6
+	VFMADD213PS  exp8Consts<>+352(SB), Y3, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPADDD       exp8Consts<>+384(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y5, Y6, Y6
+	VANDNPS      Y6, Y4, Y6
+	VADDPS       Y1, Y6, Y6
+	VDIVPS       Y6, Y2, Y2
+	VMULPS       (CX), Y2, Y2
+	VMOVUPS      Y2, (AX)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	DECQ         DX
+	JNE          swigluAVX2_loop
+	VZEROUPPER
+	RET
+
+// func gegluAVX2(x *float32, u *float32, n int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·gegluAVX2(SB), NOSPLIT, $0-24
+	MOVQ    x+0(FP), AX
+	MOVQ    u+8(FP), CX
+	MOVQ    n+16(FP), DX
+	SHRQ    $0x03, DX
+	VXORPS  Y0, Y0, Y0
+	VMOVUPS exp8Consts<>+448(SB), Y1
+
+gegluAVX2_loop:
+	VMOVUPS      (AX), Y2
+	VMULPS       Y2, Y2, Y3
+	VFMADD132PS  exp8Consts<>+480(SB), Y1, Y3
+	VMULPS       Y2, Y3, Y3
+	VMULPS       exp8Consts<>+512(SB), Y3, Y3
+	VSUBPS       Y3, Y0, Y3
+	VMINPS       exp8Consts<>+416(SB), Y3, Y3
+	VCMPPS       $0x01, exp8Consts<>+96(SB), Y3, Y4
+	VMAXPS       exp8Consts<>+96(SB), Y3, Y3
+	VMULPS       exp8Consts<>+0(SB), Y3, Y5
+	VROUNDPS     $0x08, Y5, Y5
+	VFNMADD231PS exp8Consts<>+32(SB), Y5, Y3
+	VFNMADD231PS exp8Consts<>+64(SB), Y5, Y3
+	VMOVUPS      exp8Consts<>+128(SB), Y6
+	VFMADD213PS  exp8Consts<>+160(SB), Y3, Y6
+	VFMADD213PS  exp8Consts<>+192(SB), Y3, Y6
+	VFMADD213PS  exp8Consts<>+224(SB), Y3, Y6
+	VFMADD213PS  exp8Consts<>+256(SB), Y3, Y6
+	VFMADD213PS  exp8Consts<>+288(SB), Y3, Y6
+	VFMADD213PS  exp8Consts<>+320(SB), Y3, Y6
+	VFMADD213PS  exp8Consts<>+352(SB), Y3, Y6
+	VCVTPS2DQ    Y5, Y5
+	VPADDD       exp8Consts<>+384(SB), Y5, Y5
+	VPSLLD       $0x17, Y5, Y5
+	VMULPS       Y5, Y6, Y6
+	VANDNPS      Y6, Y4, Y6
+	VADDPS       Y1, Y6, Y6
+	VDIVPS       Y6, Y2, Y2
+	VMULPS       (CX), Y2, Y2
+	VMOVUPS      Y2, (AX)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	DECQ         DX
+	JNE          gegluAVX2_loop
+	VZEROUPPER
+	RET

@@ -27,7 +27,7 @@ func benchCPUCommand() *cli.Command {
 			&cli.StringFlag{Name: "size", Usage: "the read probe's buffer, e.g. 8GiB (default 4GiB, or half of MemAvailable when that is less)"},
 			&cli.StringFlag{Name: "weights", Usage: "each weight type's matrices in all, e.g. 2GiB (default 1GiB, or 4× the last-level cache when that is more)"},
 			&cli.StringFlag{Name: "only", Value: "all", Usage: "weight types, comma-separated: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, INT8_ROW, F16, BF16 (or all)"},
-			&cli.StringFlag{Name: "impl", Usage: "GEMV kernel family: go, avx2, avx512 (default the best this CPU runs)"},
+			&cli.StringFlag{Name: "impl", Usage: "kernel family of the GEMV rates and the model's decode: go, avx2, avx512 (default the best this CPU runs)"},
 			&cli.DurationFlag{Name: "time", Value: cpubench.DefaultTime, Usage: "least time of each measurement (and at least three passes)"},
 			&cli.StringFlag{Name: "model", Usage: "also time this model's CPU-only decode (every layer resident, engine/gemv's kernels) against the memory read rate, and its prefill"},
 			&cli.IntFlag{Name: "tokens", Value: 32, Usage: "greedy tokens the --model decode generates"},
@@ -68,7 +68,7 @@ func benchCPUCommand() *cli.Command {
 				if p := r.Read.Points; len(p) > 0 {
 					read = p[len(p)-1].Best
 				}
-				r.Decode, err = cpubench.MeasureDecode(ctx, m, int(cmd.Int("tokens")), int(cmd.Int("prompt")), read)
+				r.Decode, err = cpubench.MeasureDecode(ctx, m, int(cmd.Int("tokens")), int(cmd.Int("prompt")), cmd.String("impl"), read)
 				if errors.Is(err, cpubench.ErrBadOptions) {
 					return usagef("bench cpu: %v", err)
 				}

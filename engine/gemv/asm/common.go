@@ -238,3 +238,13 @@ func retAddr(i int) Mem {
 	}
 	return b.Addr
 }
+
+// paramAddr is the address of the named parameter, for a VEX load (as
+// retAddr: avo's Load of a float emits the legacy SSE MOVSS).
+func paramAddr(name string) Mem {
+	b, err := Param(name).Resolve()
+	if err != nil {
+		panic(err)
+	}
+	return b.Addr
+}

@@ -58,5 +58,10 @@ func main() {
 	softmaxAVX512()
 	gluAVX512("swigluAVX512", false)
 	gluAVX512("gegluAVX512", true)
+	scores4AVX2()
+	mix4AVX2()
+	softmaxAVX2()
+	gluAVX2("swigluAVX2", false)
+	gluAVX2("gegluAVX2", true)
 	Generate()
 }

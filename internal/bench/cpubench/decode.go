@@ -51,17 +51,25 @@ const contextTokens = 8
 // MeasureDecode runs the model at path on the CPU backend for tokens
 // greedy tokens after an 8-token prompt, then (prefill > 0) a request of
 // a prefill-token prompt (as long as the model's context leaves room for)
-// that generates a few tokens after it; read is the memory read rate the
+// that generates a few tokens after it, on the kernel family impl ("" the
+// best this CPU runs: see Options.Impl); read is the memory read rate the
 // ratio is taken to (0 leaves it out).
-func MeasureDecode(ctx context.Context, path string, tokens, prefill int, read float64) (*Decode, error) {
+func MeasureDecode(ctx context.Context, path string, tokens, prefill int, impl string, read float64) (*Decode, error) {
 	if tokens < 1 || prefill < 0 {
 		return nil, fmt.Errorf("%w: decode of %d tokens, prefill of %d", ErrBadOptions, tokens, prefill)
+	}
+	family, err := parseImpl(impl)
+	if err != nil {
+		return nil, err
 	}
 	e, err := engine.OpenWith(ctx, path, engine.Options{Backend: engine.BackendCPU, Context: max(tokens, prefill) + 16})
 	if err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
 	}
 	defer e.Close()
+	if err := e.UseCPUKernels(family); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package cpubench
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -25,7 +26,7 @@ func TestMeasureDecodeBytes(t *testing.T) {
 			if err := synth.Write(path, synth.Options{Arch: arch, Shape: "tiny", Type: "q8_0", Seed: 2}); err != nil {
 				t.Fatal(err)
 			}
-			d, err := MeasureDecode(context.Background(), path, 4, 20, 0)
+			d, err := MeasureDecode(context.Background(), path, 4, 20, "", 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -61,5 +62,26 @@ func TestMeasureDecodeBytes(t *testing.T) {
 					d.WeightBytes, d.RoutedBytes, dense-all+routed, routed, c.Experts, one, c.ExpertsUsed)
 			}
 		})
+	}
+}
+
+// TestMeasureDecodeImpl: the decode runs the kernel family asked for (its
+// report names it), and a family this CPU does not run is refused as a
+// bad option before the model is opened.
+func TestMeasureDecodeImpl(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "llama.gguf")
+	if err := synth.Write(path, synth.Options{Arch: "llama", Shape: "tiny", Type: "q8_0", Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := MeasureDecode(context.Background(), path, 2, 0, "go", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Kernels != "gemv go" || d.TokensPerSecond <= 0 {
+		t.Fatalf("kernels %q at %.1f tokens/s, want gemv go", d.Kernels, d.TokensPerSecond)
+	}
+	if _, err := MeasureDecode(context.Background(), path, 2, 0, "sse9", 0); !errors.Is(err, ErrBadOptions) {
+		t.Fatalf("kernel family sse9: %v, want ErrBadOptions", err)
 	}
 }
