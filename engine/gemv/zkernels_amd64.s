@@ -14447,7 +14447,7 @@ TEXT ·scores4AVX2(SB), NOSPLIT, $0-64
 	LEAQ (R9)(R9*2), R10
 	SHRQ $0x04, DI
 
-scores2_vec:
+scores2_block:
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -14490,7 +14490,7 @@ scores2_d:
 	ADDQ         $0x40, R8
 	ADDQ         SI, DX
 	DECQ         DI
-	JNE          scores2_vec
+	JNE          scores2_block
 	VZEROUPPER
 	RET
 

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"math"
+	"math/bits"
+	"strings"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -15,16 +18,60 @@ import (
 // output's bits depend on its own inputs only, not on the queries beside
 // it.
 
-// scores4AVX512 emits s[i][j] = Σ_d q[4d+i]·key j's element d for the
-// four queries i of an interleaved block (q[4d+i] is query i's element
-// d) and keys j below keys, 64 at a time: sixteen accumulators (four
-// queries by four 16-key vectors), d in order. Keys lie in 16-key
+// attnISA is what the attention's generators need of a kernel family:
+// its registers (lanes float32 lanes each; a block of keys or of value
+// columns takes vecs of them for each of four rows), and its
+// multiply-add of a memory float broadcast.
+type attnISA struct {
+	name       string // the kernels' suffix
+	lanes      int
+	vecs       int
+	reg        func() VecVirtual
+	wide       bool // AVX-512: VFMADD231PS broadcasts its memory operand itself
+	labelInfix string
+}
+
+var (
+	attn512 = attnISA{name: "AVX512", lanes: 16, vecs: 4, reg: func() VecVirtual { return ZMM() }, wide: true}
+	attn2   = attnISA{name: "AVX2", lanes: 8, vecs: 2, reg: func() VecVirtual { return YMM() }, labelInfix: "2"}
+)
+
+// block is how many floats a row of accumulators holds.
+func (a attnISA) block() int { return a.lanes * a.vecs }
+
+// label is name's label in a's kernel.
+func (a attnISA) label(name string) string {
+	i := strings.Index(name, "_")
+	return name[:i] + a.labelInfix + name[i:]
+}
+
+// mulAdd emits acc[c] += x·v[c] for every c, x the float at q.
+func (a attnISA) mulAdd(q Mem, v, acc []VecVirtual) {
+	if a.wide {
+		for c := range v {
+			VFMADD231PS_BCST(q, v[c], acc[c])
+		}
+		return
+	}
+	t := a.reg()
+	VBROADCASTSS(q, t)
+	for c := range v {
+		VFMADD231PS(t, v[c], acc[c])
+	}
+}
+
+// scores4 emits s[i][j] = Σ_d q[4d+i]·key j's element d for the four
+// queries i of an interleaved block (q[4d+i] is query i's element d) and
+// keys j below keys, a.block() at a time: 4·a.vecs accumulators (four
+// queries by the block's registers), d in order. Keys lie in 16-key
 // vectors: vector v's element d at k + v·vstride + d·dstride bytes, its
-// 16 keys in lanes (a cache strip's layout, or a transposed panel's).
-func scores4AVX512() {
-	TEXT("scores4AVX512", NOSPLIT, "func(q *float32, n int, k *float32, dstride, vstride, keys int, s *float32, sstride int)")
+// 16 keys in lanes (a cache strip's layout, or a transposed panel's); a
+// block is four vectors on AVX-512, one vector's two halves on AVX2.
+func scores4(a attnISA) {
+	name := "scores4" + a.name
+	TEXT(name, NOSPLIT, "func(q *float32, n int, k *float32, dstride, vstride, keys int, s *float32, sstride int)")
 	Pragma("noescape")
-	Doc("scores4AVX512 sets s[i][j] (rows sstride bytes apart) to Σ_d q[4d+i]·key j's element d over n elements d in order, for j below keys (a multiple of 64), the keys in 16-lane vectors vstride bytes apart whose elements lie dstride bytes apart.")
+	Doc(fmt.Sprintf("%s sets s[i][j] (rows sstride bytes apart) to Σ_d q[4d+i]·key j's element d over n elements d in order, for j below keys (a multiple of %d), the keys in 16-lane vectors vstride bytes apart whose elements lie dstride bytes apart.", name, a.block()))
 	qp := Load(Param("q"), GP64())
 	n := Load(Param("n"), GP64())
 	kp := Load(Param("k"), GP64())
@@ -33,15 +80,22 @@ func scores4AVX512() {
 	keys := Load(Param("keys"), GP64())
 	sp := Load(Param("s"), GP64())
 	ss := Load(Param("sstride"), GP64())
-	ss3, vs3 := GP64(), GP64()
+	ss3 := GP64()
 	LEAQ(Mem{Base: ss, Index: ss, Scale: 2}, ss3)
-	LEAQ(Mem{Base: vs, Index: vs, Scale: 2}, vs3)
-	SHRQ(U8(6), keys)
-	Label("scores_block")
-	var acc [4][4]VecVirtual
+	// A block's registers: four 16-key vectors, or one's two halves.
+	vecs := []Mem{{}, {Disp: 32}}
+	if a.wide {
+		vs3 := GP64()
+		LEAQ(Mem{Base: vs, Index: vs, Scale: 2}, vs3)
+		vecs = []Mem{{}, {Index: vs, Scale: 1}, {Index: vs, Scale: 2}, {Index: vs3, Scale: 1}}
+	}
+	SHRQ(U8(bits.TrailingZeros(uint(a.block()))), keys)
+	Label(a.label("scores_block"))
+	acc := make([][]VecVirtual, 4)
 	for i := range acc {
+		acc[i] = make([]VecVirtual, a.vecs)
 		for c := range acc[i] {
-			acc[i][c] = ZMM()
+			acc[i][c] = a.reg()
 			VXORPS(acc[i][c], acc[i][c], acc[i][c])
 		}
 	}
@@ -49,45 +103,50 @@ func scores4AVX512() {
 	MOVQ(qp, qi)
 	MOVQ(kp, ki)
 	MOVQ(n, d)
-	Label("scores_d")
-	vecs := []Mem{{Base: ki}, {Base: ki, Index: vs, Scale: 1}, {Base: ki, Index: vs, Scale: 2}, {Base: ki, Index: vs3, Scale: 1}}
-	var k [4]VecVirtual
+	Label(a.label("scores_d"))
+	k := make([]VecVirtual, a.vecs)
 	for c := range k {
-		k[c] = ZMM()
-		VMOVUPS(vecs[c], k[c])
+		k[c] = a.reg()
+		m := vecs[c]
+		m.Base = ki
+		VMOVUPS(m, k[c])
 	}
 	for i := range acc {
-		for c := range k {
-			VFMADD231PS_BCST(Mem{Base: qi, Disp: 4 * i}, k[c], acc[i][c])
-		}
+		a.mulAdd(Mem{Base: qi, Disp: 4 * i}, k, acc[i])
 	}
 	ADDQ(U8(16), qi)
 	ADDQ(dstride, ki)
 	DECQ(d)
-	JNE(LabelRef("scores_d"))
+	JNE(LabelRef(a.label("scores_d")))
 	rows := []Mem{{Base: sp}, {Base: sp, Index: ss, Scale: 1}, {Base: sp, Index: ss, Scale: 2}, {Base: sp, Index: ss3, Scale: 1}}
 	for i, row := range rows {
 		for c := range k {
-			VMOVUPS(acc[i][c], row.Offset(64*c))
+			VMOVUPS(acc[i][c], row.Offset(4*a.lanes*c))
 		}
 	}
-	ADDQ(U32(256), sp)
-	LEAQ(Mem{Base: kp, Index: vs, Scale: 4}, kp)
+	if a.wide {
+		ADDQ(U32(4*a.block()), sp)
+		LEAQ(Mem{Base: kp, Index: vs, Scale: 4}, kp)
+	} else {
+		ADDQ(U8(4*a.block()), sp)
+		ADDQ(vs, kp)
+	}
 	DECQ(keys)
-	JNE(LabelRef("scores_block"))
+	JNE(LabelRef(a.label("scores_block")))
 	VZEROUPPER()
 	RET()
 }
 
-// mix4AVX512 emits out[i][c] (+)= Σ_j p[i][j]·v[j][c] for four rows of
-// probabilities and keys j in order from the first, 64 columns c at a
-// time: sixteen accumulators that start at zero, or at out's values with
-// acc set (a cache's pages in turn continue one chain of fused
-// multiply-adds).
-func mix4AVX512() {
-	TEXT("mix4AVX512", NOSPLIT, "func(p *float32, pstride int, v *float32, vstride, keys, n int, out *float32, acc bool)")
+// mix4 emits out[i][c] (+)= Σ_j p[i][j]·v[j][c] for four rows of
+// probabilities and keys j in order from the first, a.block() columns c
+// at a time: 4·a.vecs accumulators that start at zero, or at out's
+// values with acc set (a cache's pages in turn continue one chain of
+// fused multiply-adds).
+func mix4(a attnISA) {
+	name := "mix4" + a.name
+	TEXT(name, NOSPLIT, "func(p *float32, pstride int, v *float32, vstride, keys, n int, out *float32, acc bool)")
 	Pragma("noescape")
-	Doc("mix4AVX512 sets out[i][c] (rows n apart), or adds to it with acc, Σ_j p[i][j]·v[j][c] over keys rows j of v (vstride bytes apart) in order, for c below n (a multiple of 64), p's four rows pstride bytes apart.")
+	Doc(fmt.Sprintf("%s sets out[i][c] (rows n apart), or adds to it with acc, Σ_j p[i][j]·v[j][c] over keys rows j of v (vstride bytes apart) in order, for c below n (a multiple of %d), p's four rows pstride bytes apart.", name, a.block()))
 	pp := Load(Param("p"), GP64())
 	vp := Load(Param("v"), GP64())
 	vstride := Load(Param("vstride"), GP64())
@@ -96,23 +155,24 @@ func mix4AVX512() {
 	nb := GP64() // a row of out in bytes
 	MOVQ(n, nb)
 	SHLQ(U8(2), nb)
-	SHRQ(U8(6), n)
+	SHRQ(U8(bits.TrailingZeros(uint(a.block()))), n)
 	var prow [4]GPVirtual
 	for i := range prow {
 		prow[i] = GP64()
 	}
-	Label("mix_group")
-	var acc [4][4]VecVirtual
+	Label(a.label("mix_group"))
+	acc := make([][]VecVirtual, 4)
 	for i := range acc {
+		acc[i] = make([]VecVirtual, a.vecs)
 		for c := range acc[i] {
-			acc[i][c] = ZMM()
+			acc[i][c] = a.reg()
 			VXORPS(acc[i][c], acc[i][c], acc[i][c])
 		}
 	}
 	// Continuing: the accumulators start at out's values.
 	flag := Load(Param("acc"), GP8())
 	TESTB(flag, flag)
-	JE(LabelRef("mix_start"))
+	JE(LabelRef(a.label("mix_start")))
 	oi := GP64()
 	MOVQ(op, oi)
 	for i := range acc {
@@ -120,10 +180,10 @@ func mix4AVX512() {
 			ADDQ(nb, oi)
 		}
 		for c := range acc[i] {
-			VMOVUPS(Mem{Base: oi, Disp: 64 * c}, acc[i][c])
+			VMOVUPS(Mem{Base: oi, Disp: 4 * a.lanes * c}, acc[i][c])
 		}
 	}
-	Label("mix_start")
+	Label(a.label("mix_start"))
 	// pstride and keys are read afresh each group: sixteen general
 	// registers do not hold everything the loop keeps.
 	ps := Load(Param("pstride"), GP64())
@@ -135,23 +195,21 @@ func mix4AVX512() {
 	MOVQ(vp, vi)
 	Load(Param("keys"), r)
 	TESTQ(r, r)
-	JE(LabelRef("mix_store"))
-	Label("mix_key")
-	var v [4]VecVirtual
+	JE(LabelRef(a.label("mix_store")))
+	Label(a.label("mix_key"))
+	v := make([]VecVirtual, a.vecs)
 	for c := range v {
-		v[c] = ZMM()
-		VMOVUPS(Mem{Base: vi, Disp: 64 * c}, v[c])
+		v[c] = a.reg()
+		VMOVUPS(Mem{Base: vi, Disp: 4 * a.lanes * c}, v[c])
 	}
 	for i := range acc {
-		for c := range v {
-			VFMADD231PS_BCST(Mem{Base: prow[i]}, v[c], acc[i][c])
-		}
+		a.mulAdd(Mem{Base: prow[i]}, v, acc[i])
 		ADDQ(U8(4), prow[i])
 	}
 	ADDQ(vstride, vi)
 	DECQ(r)
-	JNE(LabelRef("mix_key"))
-	Label("mix_store")
+	JNE(LabelRef(a.label("mix_key")))
+	Label(a.label("mix_store"))
 	o := GP64()
 	MOVQ(op, o)
 	for i := range acc {
@@ -159,13 +217,18 @@ func mix4AVX512() {
 			ADDQ(nb, o)
 		}
 		for c := range acc[i] {
-			VMOVUPS(acc[i][c], Mem{Base: o, Disp: 64 * c})
+			VMOVUPS(acc[i][c], Mem{Base: o, Disp: 4 * a.lanes * c})
 		}
 	}
-	ADDQ(U32(256), op)
-	ADDQ(U32(256), vp)
+	if a.wide {
+		ADDQ(U32(4*a.block()), op)
+		ADDQ(U32(4*a.block()), vp)
+	} else {
+		ADDQ(U8(4*a.block()), op)
+		ADDQ(U8(4*a.block()), vp)
+	}
 	DECQ(n)
-	JNE(LabelRef("mix_group"))
+	JNE(LabelRef(a.label("mix_group")))
 	VZEROUPPER()
 	RET()
 }
