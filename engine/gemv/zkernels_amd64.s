@@ -14225,12 +14225,11 @@ DATA expConsts<>+68(SB)/4, $(1.5957692)
 GLOBL expConsts<>(SB), RODATA|NOPTR, $72
 
 // func softmaxAVX512(s *float32, n int, scale float32) (m float32, sum float64)
-// Requires: AVX, AVX512DQ, AVX512F, SSE
+// Requires: AVX, AVX512DQ, AVX512F
 TEXT ·softmaxAVX512(SB), NOSPLIT, $0-40
 	MOVQ         s+0(FP), AX
 	MOVQ         n+8(FP), CX
-	MOVSS        scale+16(FP), X0
-	VBROADCASTSS X0, Z0
+	VBROADCASTSS scale+16(FP), Z0
 	SHRQ         $0x04, CX
 	VMULPS       (AX), Z0, Z1
 	LEAQ         64(AX), DX

@@ -247,7 +247,7 @@ const (
 
 var expConsts Mem
 
-// expTable lays out the constants softmaxAVX512 broadcasts: 1/ln 2,
+// expTable lays out the constants AVX-512's softmax broadcasts: 1/ln 2,
 // ln2Hi, ln2Lo, expFloor, then the polynomial's coefficients 1/7!
 // down to 1/0!, and last a float64 1 (the sum's reciprocal).
 func expTable() {
@@ -319,43 +319,57 @@ func expVec(r expRegs, x VecVirtual) VecVirtual {
 	return e
 }
 
-// softmaxAVX512 emits a row's softmax in three passes of 16 lanes: the
+// softmax emits a row's softmax in three passes of a.lanes lanes: the
 // largest scaled score; each score's exponential (stored) and their sum
 // in float64, lane by lane then across lanes; each exponential times
 // float32(1/sum). It returns the largest scaled score and the sum, which
-// merging softmaxes over parts of a row needs.
-func softmaxAVX512() {
-	expTable()
-	TEXT("softmaxAVX512", NOSPLIT, "func(s *float32, n int, scale float32) (m float32, sum float64)")
+// merging softmaxes over parts of a row needs. AVX-512's exponential is
+// expVec, AVX2's exp8.
+func softmax(a attnISA) {
+	name := "softmax" + a.name
+	var er expRegs
+	if a.wide {
+		expTable()
+	} else {
+		exp8Table()
+	}
+	TEXT(name, NOSPLIT, "func(s *float32, n int, scale float32) (m float32, sum float64)")
 	Pragma("noescape")
-	Doc("softmaxAVX512 sets s[j] to e^(s[j]·scale − m) / Σ, m the largest s[j]·scale and Σ the exponentials' float64 sum, for j below n (a multiple of 16), and returns m and Σ; −Inf scores give 0.")
+	zeros := "−Inf scores give 0"
+	if !a.wide {
+		zeros = "scores more than 87 below m, −Inf among them, give 0"
+	}
+	Doc(fmt.Sprintf("%s sets s[j] to e^(s[j]·scale − m) / Σ, m the largest s[j]·scale and Σ the exponentials' float64 sum, for j below n (a multiple of %d), and returns m and Σ; %s.", name, a.lanes, zeros))
 	sp := Load(Param("s"), GP64())
 	n := Load(Param("n"), GP64())
-	sc := Load(Param("scale"), XMM())
-	scale := ZMM()
-	VBROADCASTSS(sc, scale)
-	SHRQ(U8(4), n)
+	scale := a.reg()
+	VBROADCASTSS(paramAddr("scale"), scale)
+	SHRQ(U8(bits.TrailingZeros(uint(a.lanes))), n)
 	p, i := GP64(), GP64()
+	step := U8(4 * a.lanes)
 
 	// Pass 1: the largest scaled score.
-	mx, x := ZMM(), ZMM()
+	mx, x := a.reg(), a.reg()
 	VMULPS(Mem{Base: sp}, scale, mx)
-	LEAQ(Mem{Base: sp, Disp: 64}, p)
+	LEAQ(Mem{Base: sp, Disp: 4 * a.lanes}, p)
 	MOVQ(n, i)
 	DECQ(i)
-	JE(LabelRef("softmax_maxed"))
-	Label("softmax_max")
+	JE(LabelRef(a.label("softmax_maxed")))
+	Label(a.label("softmax_max"))
 	VMULPS(Mem{Base: p}, scale, x)
 	VMAXPS(x, mx, mx)
-	ADDQ(U8(64), p)
+	ADDQ(step, p)
 	DECQ(i)
-	JNE(LabelRef("softmax_max"))
-	Label("softmax_maxed")
-	h := YMM()
-	VEXTRACTF64X4(U8(1), mx, h)
-	VMAXPS(h, mx.AsY(), h)
+	JNE(LabelRef(a.label("softmax_max")))
+	Label(a.label("softmax_maxed"))
+	var h VecVirtual = mx
+	if a.wide {
+		h = YMM()
+		VEXTRACTF64X4(U8(1), mx, h)
+		VMAXPS(h, mx.AsY(), h)
+	}
 	hx := XMM()
-	VEXTRACTF128(U8(1), h, hx)
+	VEXTRACTF128(U8(1), h.AsY(), hx)
 	VMAXPS(hx, h.AsX(), hx)
 	t := XMM()
 	VPERMILPS(U8(0x4e), hx, t)
@@ -365,50 +379,72 @@ func softmaxAVX512() {
 	VMOVSS(hx, retAddr(0))
 	VBROADCASTSS(hx, mx)
 
-	// Pass 2: exponentials and their sum.
-	er := loadExp()
-	sumLo, sumHi := ZMM(), ZMM()
+	// Pass 2: exponentials and their sum, each half of a register's lanes
+	// in float64 lanes of its own.
+	if a.wide {
+		er = loadExp()
+	}
+	sumLo, sumHi := a.reg(), a.reg()
 	VXORPD(sumLo, sumLo, sumLo)
 	VXORPD(sumHi, sumHi, sumHi)
 	MOVQ(sp, p)
 	MOVQ(n, i)
-	Label("softmax_exp")
+	Label(a.label("softmax_exp"))
 	VMULPS(Mem{Base: p}, scale, x)
 	VSUBPS(mx, x, x)
-	e := expVec(er, x)
+	var e VecVirtual
+	if a.wide {
+		e = expVec(er, x)
+	} else {
+		e = exp8(x)
+	}
 	VMOVUPS(e, Mem{Base: p})
-	lo, hi := ZMM(), ZMM()
-	VCVTPS2PD(e.AsY(), lo)
-	eh := YMM()
-	VEXTRACTF64X4(U8(1), e, eh)
-	VCVTPS2PD(eh, hi)
+	lo, hi := a.reg(), a.reg()
+	if a.wide {
+		VCVTPS2PD(e.AsY(), lo)
+		eh := YMM()
+		VEXTRACTF64X4(U8(1), e, eh)
+		VCVTPS2PD(eh, hi)
+	} else {
+		VCVTPS2PD(e.AsX(), lo)
+		eh := XMM()
+		VEXTRACTF128(U8(1), e, eh)
+		VCVTPS2PD(eh, hi)
+	}
 	VADDPD(lo, sumLo, sumLo)
 	VADDPD(hi, sumHi, sumHi)
-	ADDQ(U8(64), p)
+	ADDQ(step, p)
 	DECQ(i)
-	JNE(LabelRef("softmax_exp"))
+	JNE(LabelRef(a.label("softmax_exp")))
 	VADDPD(sumHi, sumLo, sumLo)
-	dh := YMM()
-	VEXTRACTF64X4(U8(1), sumLo, dh)
-	VADDPD(dh, sumLo.AsY(), dh)
+	dh := sumLo
+	if a.wide {
+		dh = YMM()
+		VEXTRACTF64X4(U8(1), sumLo, dh)
+		VADDPD(dh, sumLo.AsY(), dh)
+	}
 	dx := hsumPD(dh)
 	VMOVSD(dx, retAddr(1))
 
 	// Pass 3: times float32(1/sum).
 	one := XMM()
-	VMOVSD(expConsts.Offset(48), one)
+	if a.wide {
+		VMOVSD(expConsts.Offset(48), one)
+	} else {
+		VMOVSD(exp8Consts.Offset(32*e8OneD), one)
+	}
 	VDIVSD(dx, one, one)
 	VCVTSD2SS(one, one, one)
-	inv := ZMM()
+	inv := a.reg()
 	VBROADCASTSS(one, inv)
 	MOVQ(sp, p)
 	MOVQ(n, i)
-	Label("softmax_scale")
+	Label(a.label("softmax_scale"))
 	VMULPS(Mem{Base: p}, inv, x)
 	VMOVUPS(x, Mem{Base: p})
-	ADDQ(U8(64), p)
+	ADDQ(step, p)
 	DECQ(i)
-	JNE(LabelRef("softmax_scale"))
+	JNE(LabelRef(a.label("softmax_scale")))
 	VZEROUPPER()
 	RET()
 }
@@ -416,7 +452,7 @@ func softmaxAVX512() {
 // gluAVX512 emits x = act(x)·u, 16 lanes at a time, where act(v) =
 // v/(1+e^−t): SwiGLU's silu with t = v, or (gelu) GeGLU's tanh-form GELU
 // with t = 2·sqrt(2/π)·(v + 0.044715·v³), since 0.5(1+tanh(y)) =
-// 1/(1+e^−2y). e^−t is softmaxAVX512's exponential, its argument also
+// 1/(1+e^−2y). e^−t is AVX-512's softmax exponential, its argument also
 // bounded above by expCeil.
 func gluAVX512(name string, gelu bool) {
 	TEXT(name, NOSPLIT, "func(x, u *float32, n int)")
