@@ -251,17 +251,12 @@ var expConsts Mem
 // ln2Hi, ln2Lo, expFloor, then the polynomial's coefficients 1/7!
 // down to 1/0!, and last a float64 1 (the sum's reciprocal).
 func expTable() {
+	if expConsts.Symbol.Name != "" {
+		return
+	}
 	expConsts = GLOBL("expConsts", RODATA|NOPTR)
 	vals := []float32{1 / math.Ln2, ln2Hi, ln2Lo, expFloor}
-	fact := 1.0
-	coef := make([]float32, 8)
-	for i := range coef {
-		if i > 0 {
-			fact *= float64(i)
-		}
-		coef[7-i] = float32(1 / fact)
-	}
-	vals = append(vals, coef...)
+	vals = append(vals, expCoefs()...)
 	for i, v := range vals {
 		DATA(4*i, F32(v))
 	}
@@ -270,6 +265,19 @@ func expTable() {
 	DATA(4*len(vals)+12, F32(1))
 	DATA(4*len(vals)+16, F32(0.044715))
 	DATA(4*len(vals)+20, F32(2*math.Sqrt(2/math.Pi)))
+}
+
+// expCoefs are the exponential's Taylor coefficients, 1/7! down to 1/0!.
+func expCoefs() []float32 {
+	fact := 1.0
+	coef := make([]float32, 8)
+	for i := range coef {
+		if i > 0 {
+			fact *= float64(i)
+		}
+		coef[7-i] = float32(1 / fact)
+	}
+	return coef
 }
 
 // expCeil bounds gluAVX512's exponent from above: e^88 is finite in
@@ -449,41 +457,57 @@ func softmax(a attnISA) {
 	RET()
 }
 
-// gluAVX512 emits x = act(x)·u, 16 lanes at a time, where act(v) =
+// glu emits x = act(x)·u, a.lanes lanes at a time, where act(v) =
 // v/(1+e^−t): SwiGLU's silu with t = v, or (gelu) GeGLU's tanh-form GELU
 // with t = 2·sqrt(2/π)·(v + 0.044715·v³), since 0.5(1+tanh(y)) =
-// 1/(1+e^−2y). e^−t is AVX-512's softmax exponential, its argument also
-// bounded above by expCeil.
-func gluAVX512(name string, gelu bool) {
+// 1/(1+e^−2y). e^−t is the softmax's exponential (on AVX2, exp8: its 0
+// below its floor is the activation's limit there, v/(1+0)), its
+// argument also bounded above by expCeil.
+func glu(a attnISA, gelu bool) {
+	name := map[bool]string{false: "swiglu", true: "geglu"}[gelu] + a.name
 	TEXT(name, NOSPLIT, "func(x, u *float32, n int)")
 	Pragma("noescape")
 	act := "x[i]/(1+e^−x[i])"
 	if gelu {
 		act = "x[i]/(1+e^−2·sqrt(2/π)·(x[i]+0.044715·x[i]³))"
 	}
-	Doc(name + " sets x[i] to " + act + "·u[i] for i below n (a multiple of 16).")
+	Doc(fmt.Sprintf("%s sets x[i] to %s·u[i] for i below n (a multiple of %d).", name, act, a.lanes))
 	xp := Load(Param("x"), GP64())
 	up := Load(Param("u"), GP64())
 	n := Load(Param("n"), GP64())
-	SHRQ(U8(4), n)
-	er := loadExp()
-	ceil, one, zero := ZMM(), ZMM(), ZMM()
-	VBROADCASTSS(expConsts.Offset(expOffCeil), ceil)
-	VBROADCASTSS(expConsts.Offset(expOffOne), one)
-	VXORPS(zero, zero, zero)
-	var cube, twoC VecVirtual
-	if gelu {
-		cube, twoC = ZMM(), ZMM()
-		VBROADCASTSS(expConsts.Offset(expOffCube), cube)
-		VBROADCASTSS(expConsts.Offset(expOffTwoC), twoC)
+	SHRQ(U8(bits.TrailingZeros(uint(a.lanes))), n)
+	// The constants: AVX-512 holds them in registers, AVX2 reads them
+	// from memory (sixteen registers do not hold them beside the work).
+	var er expRegs
+	var ceil, cube, twoC Op
+	one, zero := a.reg(), a.reg()
+	if a.wide {
+		expTable()
+		er = loadExp()
+		c := func(off int) Op {
+			r := a.reg()
+			VBROADCASTSS(expConsts.Offset(off), r)
+			return r
+		}
+		ceil = c(expOffCeil)
+		VBROADCASTSS(expConsts.Offset(expOffOne), one)
+		if gelu {
+			cube, twoC = c(expOffCube), c(expOffTwoC)
+		}
+	} else {
+		exp8Table()
+		c := func(e int) Op { return exp8Consts.Offset(32 * e) }
+		ceil, cube, twoC = c(e8Ceil), c(e8Cube), c(e8TwoC)
+		VMOVUPS(exp8Consts.Offset(32*e8One), one)
 	}
+	VXORPS(zero, zero, zero)
 	Label(name + "_loop")
-	g, t := ZMM(), ZMM()
+	g, t := a.reg(), a.reg()
 	VMOVUPS(Mem{Base: xp}, g)
 	if gelu {
 		// t = −2c·(v + 0.044715·v³) = −2c·v·(1 + 0.044715·v²)
 		VMULPS(g, g, t)
-		VFMADD213PS(one, cube, t)
+		VFMADD132PS(cube, one, t)
 		VMULPS(g, t, t)
 		VMULPS(twoC, t, t)
 		VSUBPS(t, zero, t)
@@ -491,13 +515,18 @@ func gluAVX512(name string, gelu bool) {
 		VSUBPS(g, zero, t)
 	}
 	VMINPS(ceil, t, t)
-	e := expVec(er, t)
+	var e VecVirtual
+	if a.wide {
+		e = expVec(er, t)
+	} else {
+		e = exp8(t)
+	}
 	VADDPS(one, e, e)
 	VDIVPS(e, g, g)
 	VMULPS(Mem{Base: up}, g, g)
 	VMOVUPS(g, Mem{Base: xp})
-	ADDQ(U8(64), xp)
-	ADDQ(U8(64), up)
+	ADDQ(U8(4*a.lanes), xp)
+	ADDQ(U8(4*a.lanes), up)
 	DECQ(n)
 	JNE(LabelRef(name + "_loop"))
 	VZEROUPPER()

@@ -44,14 +44,7 @@ func exp8Table() {
 		return
 	}
 	exp8Consts = GLOBL("exp8Consts", RODATA|NOPTR)
-	fact := 1.0
-	coef := make([]float32, 8)
-	for i := range coef {
-		if i > 0 {
-			fact *= float64(i)
-		}
-		coef[7-i] = float32(1 / fact)
-	}
+	coef := expCoefs()
 	vals := map[int]float32{e8Log2e: 1 / math.Ln2, e8LnHi: ln2Hi, e8LnLo: ln2Lo, e8Floor: exp8Floor,
 		e8Ceil: expCeil, e8One: 1, e8Cube: 0.044715, e8TwoC: float32(2 * math.Sqrt(2/math.Pi))}
 	for i, c := range coef {
@@ -98,50 +91,4 @@ func exp8(x VecVirtual) VecVirtual {
 	VMULPS(k, e, e)
 	VANDNPS(e, low, e)
 	return e
-}
-
-// gluAVX2 is gluAVX512 on 8-lane registers, with exp8 (whose 0 below
-// its floor is the activation's limit there: v/(1+0)).
-func gluAVX2(name string, gelu bool) {
-	exp8Table()
-	TEXT(name, NOSPLIT, "func(x, u *float32, n int)")
-	Pragma("noescape")
-	act := "x[i]/(1+e^−x[i])"
-	if gelu {
-		act = "x[i]/(1+e^−2·sqrt(2/π)·(x[i]+0.044715·x[i]³))"
-	}
-	Doc(name + " sets x[i] to " + act + "·u[i] for i below n (a multiple of 8).")
-	c := func(e int) Mem { return exp8Consts.Offset(32 * e) }
-	xp := Load(Param("x"), GP64())
-	up := Load(Param("u"), GP64())
-	n := Load(Param("n"), GP64())
-	SHRQ(U8(3), n)
-	zero, one := YMM(), YMM()
-	VXORPS(zero, zero, zero)
-	VMOVUPS(c(e8One), one)
-	Label(name + "_loop")
-	g, t := YMM(), YMM()
-	VMOVUPS(Mem{Base: xp}, g)
-	if gelu {
-		// t = −2c·(v + 0.044715·v³) = −2c·v·(1 + 0.044715·v²)
-		VMULPS(g, g, t)
-		VFMADD132PS(c(e8Cube), one, t)
-		VMULPS(g, t, t)
-		VMULPS(c(e8TwoC), t, t)
-		VSUBPS(t, zero, t)
-	} else {
-		VSUBPS(g, zero, t)
-	}
-	VMINPS(c(e8Ceil), t, t)
-	e := exp8(t)
-	VADDPS(one, e, e)
-	VDIVPS(e, g, g)
-	VMULPS(Mem{Base: up}, g, g)
-	VMOVUPS(g, Mem{Base: xp})
-	ADDQ(U8(32), xp)
-	ADDQ(U8(32), up)
-	DECQ(n)
-	JNE(LabelRef(name + "_loop"))
-	VZEROUPPER()
-	RET()
 }
