@@ -8,11 +8,10 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
-// The attention's and the gated activations' kernels on AVX2 with FMA
-// (attn.go's, for the CPUs without AVX-512): the same sums in the same
-// order, 8 lanes a register. Sixteen registers do not hold the
-// exponential's constants beside the work, so its polynomial takes them
-// from memory (exp8Consts, each constant in 8 lanes), and without
+// The exponential of the AVX2 softmax and gated activations (attn.go's
+// generators, for the CPUs without AVX-512). Sixteen registers do not
+// hold its constants beside the work, so its polynomial takes them from
+// memory (exp8Consts, each constant in 8 lanes), and without
 // VSCALEFPS the power of two is built in the exponent's bits, which
 // holds normal numbers only: arguments below exp8Floor give 0, where
 // AVX-512's exponential gives a subnormal down to e^−103 (a probability
