@@ -22,6 +22,11 @@ M8=$S/llama-8b-q4_k_m-seed1.gguf
 for v in ${VARIANTS:-old new}; do
 	GODEBUG=gctrace=1 timeout 100 "bin/ab/strata-$v" bench cpu --threads 16 --only Q4_K --size 256MiB --weights 256MiB --time 100ms --model "$M8" --tokens 16 --prompt "${PROMPT:-4096}" >"$L/long-$v.txt" 2>&1
 	echo "== $v rc=$? at ${SECONDS}s: $(grep -E 'prefill' "$L/long-$v.txt")"
+	# Right after the long prefill (AMX-heavy on every core), a decode
+	# after a short prompt again: slow too, the host's clock (power,
+	# heat), not the context, took the at-length decode's time.
+	timeout 60 "bin/ab/strata-$v" bench cpu --threads 16 --only Q4_K --size 256MiB --weights 256MiB --time 100ms --model "$M8" --tokens 16 -q >"$L/after-$v.txt" 2>&1
+	echo "== short decode right after: $(grep -E 'decode of' "$L/after-$v.txt" | grep -o '[0-9.]* tokens/s' | head -1)"
 done
 GODEBUG=gctrace=1 timeout 60 bin/ab/strata-new bench cpu --threads 16 --only Q4_K --size 256MiB --weights 256MiB --time 100ms --model "$M8" --tokens 16 --prompt 512 >"$L/p512-new.txt" 2>&1
 echo "== p512 rc=$? at ${SECONDS}s: $(grep -E 'prefill' "$L/p512-new.txt")"
