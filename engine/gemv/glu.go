@@ -7,11 +7,11 @@ import (
 
 // SwiGLU sets x[i] to silu(x[i])·u[i], silu(v) = v/(1+e^−v): the gated
 // activation of a SwiGLU FFN, between its gate/up and down products.
-// With AVX-512 or AVX2 the exponential is the softmax's polynomial (Softmax) and
-// the rest float32 arithmetic, within a few units in the last place of
-// the plain Go's float64 evaluation; each element's result depends only
-// on its own inputs and position in x modulo 16 (a tail shorter than 16
-// takes the plain Go).
+// With AVX-512 or AVX2 the exponential is the softmax's polynomial
+// (Softmax) and the rest float32 arithmetic, within a few units in the
+// last place of the plain Go's float64 evaluation; each element's result
+// depends only on its own inputs and position in x modulo 16 (a tail
+// shorter than 16 takes the plain Go).
 func SwiGLU(impl Impl, x, u []float32) error {
 	return glu("swiglu", impl, x, u, swigluAVX512, swigluAVX2, func(v float32) float32 {
 		f := float64(v)
