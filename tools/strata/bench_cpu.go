@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -32,6 +33,7 @@ func benchCPUCommand() *cli.Command {
 			&cli.StringFlag{Name: "model", Usage: "also time this model's CPU-only decode (every layer resident, engine/gemv's kernels) against the memory read rate, and its prefill"},
 			&cli.IntFlag{Name: "tokens", Value: 32, Usage: "greedy tokens the --model decode generates"},
 			&cli.IntFlag{Name: "prompt", Value: 256, Usage: "then time the --model's prefill of a prompt this long (0: none)"},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the --model's decode and prefill to this file (go tool pprof reads it)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
 		},
@@ -68,7 +70,12 @@ func benchCPUCommand() *cli.Command {
 				if p := r.Read.Points; len(p) > 0 {
 					read = p[len(p)-1].Best
 				}
+				stop, perr := startProfile(cmd.String("cpuprofile"))
+				if perr != nil {
+					return fmt.Errorf("bench cpu: %w", perr)
+				}
 				r.Decode, err = cpubench.MeasureDecode(ctx, m, int(cmd.Int("tokens")), int(cmd.Int("prompt")), cmd.String("impl"), read)
+				err = errors.Join(err, stop())
 				if errors.Is(err, cpubench.ErrBadOptions) {
 					return usagef("bench cpu: %v", err)
 				}
@@ -121,4 +128,26 @@ func benchCPUOptions(cmd *cli.Command) (cpubench.Options, error) {
 		return o, usagef("bench cpu: --time must be positive")
 	}
 	return o, nil
+}
+
+// startProfile starts a CPU profile into path ("" none) and returns what
+// stops it and closes the file.
+func startProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return nil, errors.Join(fmt.Errorf("cpu profile: %w", err), f.Close())
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		return nil
+	}, nil
 }
