@@ -3,7 +3,8 @@
 # a decode step's blocks split over spans of 256 positions, merged after)
 # against the blocks whole (the tree before), CPU-only 8b decode at a
 # 4096-token prompt on 16 threads, binaries alternating; then run39's
-# part 2 (the 70b hybrid at batch 8) with the new binary. Carry only
+# part 2 (the 70b hybrid at batch 8) with the new binary (the tree's
+# head: bench cpu --cpuprofile for a profile of the decode). Carry only
 # bin/ab2.txz (strata-old, strata-new: tools/strata built with -s -w):
 # with bin/gpu-tests.txz the call is over the 64 MiB it may carry.
 set -uo pipefail
@@ -31,6 +32,10 @@ done
 GODEBUG=gctrace=1 timeout 60 bin/ab/strata-new bench cpu --threads 16 --only Q4_K --size 256MiB --weights 256MiB --time 100ms --model "$M8" --tokens 16 --prompt 512 >"$L/p512-new.txt" 2>&1
 echo "== p512 rc=$? at ${SECONDS}s: $(grep -E 'prefill' "$L/p512-new.txt")"
 grep -E "^gc |^\[" "$L/p512-new.txt" | tail -8
+# Where the 16-thread decode's time goes (0.62 of the read rate, where
+# the GEMV alone reaches 0.77-0.80).
+timeout 60 bin/ab/strata-new bench cpu --threads 16 --only Q4_K --size 256MiB --weights 256MiB --time 100ms --model "$M8" --tokens 48 --prompt 0 -q --cpuprofile "$L/decode16.prof" >"$L/decode16.txt" 2>&1
+echo "== profile rc=$? at ${SECONDS}s: $(grep -E 'decode of' "$L/decode16.txt" | grep -o '[0-9.]* tokens/s' | head -1)"
 timeout 300 bin/ab/strata-new bench engine --synth-dir "$S" --only 70b --peers docs/peers-h200.json --json-file "$L/70b.json" >"$L/70b.txt" 2>&1
 echo "== 70b rc=$? at ${SECONDS}s"; grep -E "decode|limit|streaming|plan" "$L/70b.txt" | cut -c1-180 | head -20
 echo "== host after: load $(cut -d' ' -f1-3 /proc/loadavg) at ${SECONDS}s"
