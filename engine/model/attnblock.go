@@ -69,12 +69,10 @@ type attnScratch struct {
 	itemSum          []float64
 }
 
-// size makes each worker's scratch hold heads of hd and a block's spans
-// (at most spans of them).
+// size makes each worker's scratch hold heads of hd, four score rows of
+// as.span (0 in the reference, which keeps none) and a block's spans (at
+// most spans of them).
 func (as *attnScratch) size(workers, hd, spans int) {
-	if as.span == 0 {
-		as.span = attnSpan
-	}
 	if len(as.q) != workers {
 		as.q, as.s, as.key = make([][]float32, workers), make([][]float32, workers), make([][]float32, workers)
 		as.spanOut, as.spanMax, as.spanSum = make([][]float32, workers), make([][]float32, workers), make([][]float64, workers)
@@ -112,7 +110,9 @@ func (m *Model) blockAttention(l, window int) error {
 		return 0
 	}
 	roundUp := func(x, b int) int { return (x + b - 1) / b * b }
-	as.size(m.pool.Threads(), hd, 0)
+	if as.span == 0 {
+		as.span = attnSpan
+	}
 	S := as.span
 	as.runs = as.runs[:0]
 	blocks, maxSpans := 0, 0

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/mmcloughlin/avo/gotypes"
+
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
@@ -228,21 +230,17 @@ func madd(vnni, first, zeroed, last bool, qm Mem, w, acc VecVirtual) {
 	}
 }
 
-// retAddr is the address of the function's i-th result, for a VEX store:
-// avo's Store emits MOVSS and MOVSD, legacy SSE forms that on an AVX-512
-// core wait on the vector registers' dirty upper halves.
-func retAddr(i int) Mem {
-	b, err := ReturnIndex(i).Resolve()
-	if err != nil {
-		panic(err)
-	}
-	return b.Addr
-}
+// retAddr is the address of the function's i-th result and paramAddr
+// that of the named parameter, for VEX loads and stores: avo's Load and
+// Store of a float emit MOVSS and MOVSD, legacy SSE forms that on an
+// AVX-512 core wait on the vector registers' dirty upper halves.
+func retAddr(i int) Mem { return addr(ReturnIndex(i)) }
 
-// paramAddr is the address of the named parameter, for a VEX load (as
-// retAddr: avo's Load of a float emits the legacy SSE MOVSS).
-func paramAddr(name string) Mem {
-	b, err := Param(name).Resolve()
+func paramAddr(name string) Mem { return addr(Param(name)) }
+
+// addr is the stack address of an argument or result.
+func addr(c gotypes.Component) Mem {
+	b, err := c.Resolve()
 	if err != nil {
 		panic(err)
 	}
