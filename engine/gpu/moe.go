@@ -781,7 +781,7 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		}
 		return nil
 	}
-	t2, err := x.runOnCPU(ctx, cfg, l, T, rt)
+	t2, err := x.runOnCPU(ctx, cfg, l, T, rt, nil)
 	if err != nil {
 		return err
 	}
@@ -823,8 +823,10 @@ func (x *gpuMoE) hostRouting(cfg *model.Config, l, T int) (model.Routing, error)
 
 // runOnCPU has the CPU compute layer l's picks of rt that the GPU does
 // not hold, on the T rows of hidden state copied to the host, in place
-// there, and returns when it finished.
-func (x *gpuMoE) runOnCPU(ctx context.Context, cfg *model.Config, l, T int, rt model.Routing) (time.Time, error) {
+// there, and returns when it finished. beside, when not nil, is the
+// host's own work for the layer (issuing the GPU's share): it runs on
+// this thread once the CPU's threads have started (FFNRoutedBeside).
+func (x *gpuMoE) runOnCPU(ctx context.Context, cfg *model.Config, l, T int, rt model.Routing, beside func()) (time.Time, error) {
 	D := cfg.Dim
 	hv, err := cudadrv.Values[float32](x.hostRows(cfg, T))
 	if err != nil {
@@ -839,7 +841,7 @@ func (x *gpuMoE) runOnCPU(ctx context.Context, cfg *model.Config, l, T int, rt m
 	}
 	x.curL = l
 	t1 := time.Now()
-	if err := x.dev.RunRouted(ctx, l, x.layers[l], hrows, rt, x.keep); err != nil {
+	if err := x.dev.RunRoutedBeside(ctx, l, x.layers[l], hrows, rt, x.keep, beside); err != nil {
 		return time.Time{}, err
 	}
 	t2 := time.Now()
@@ -949,6 +951,11 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 		rt.Split = model.ExpertSplit{Expert: x.cpuPicks[len(x.cpuPicks)-n-1], Cols: F - gpuCols}
 		cpuBytes -= b * int64(gpuCols) / int64(F)
 	}
+	// The GPU's share is issued by this thread beside the CPU's (the
+	// copies and launches take tens of microseconds a layer, which would
+	// otherwise delay the CPU's start), or alone when the CPU has none.
+	var stage func()
+	var stageErr error
 	if n > 0 || gpuCols > 0 {
 		for _, e := range staged {
 			x.ps.staged[e] = true
@@ -961,17 +968,20 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 				x.ps.staged[e] = false
 			}
 		}()
-		ti := time.Now()
-		bytes, err := x.ps.stage(c, k, s, cfg, x.layers[l], ids, a.xn, staged, rt.Split)
-		if err != nil {
-			return err
-		}
-		x.pstats.Issue += time.Since(ti)
-		x.pstats.Picks += int64(n)
-		x.pstats.Bytes += bytes
-		x.pstats.Layers++
-		if gpuCols > 0 {
-			x.pstats.Split++
+		stage = func() {
+			ti := time.Now()
+			bytes, err := x.ps.stage(c, k, s, cfg, x.layers[l], ids, a.xn, staged, rt.Split)
+			if err != nil {
+				stageErr = err
+				return
+			}
+			x.pstats.Issue += time.Since(ti)
+			x.pstats.Picks += int64(n)
+			x.pstats.Bytes += bytes
+			x.pstats.Layers++
+			if gpuCols > 0 {
+				x.pstats.Split++
+			}
 		}
 	}
 	// A split pick counts as the CPU's.
@@ -982,7 +992,8 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 	t2 := time.Now()
 	if onCPU > 0 {
 		busy := x.stats.Busy
-		if t2, err = x.runOnCPU(ctx, cfg, l, 1, rt); err != nil {
+		t2, err = x.runOnCPU(ctx, cfg, l, 1, rt, stage)
+		if err = cmp.Or(err, stageErr); err != nil {
 			return err
 		}
 		base = x.hostRowsDev(cfg)
@@ -990,6 +1001,11 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 			x.ps.cpu.add(cpuBytes, x.stats.Busy-busy)
 		}
 	} else {
+		if stage != nil {
+			if stage(); stageErr != nil {
+				return stageErr
+			}
+		}
 		x.stats.GPULayers++
 	}
 	// The CPU's rows (or h) plus the resident picks, the staged ones and

@@ -63,6 +63,10 @@ type Model struct {
 	// split is the routed call's split expert (Routing.Split) while it
 	// runs; zero otherwise.
 	split ExpertSplit
+	// beside, set by a routed call (FFNRoutedBeside), is run by the
+	// caller's thread in the call's first parallel step, once that step's
+	// workers are started (parallel clears it).
+	beside func()
 	// skew is added to the router's scores, per layer and expert
 	// (SetRouterSkew); nil adds nothing.
 	skew [][]float32
@@ -857,6 +861,13 @@ func (d *FFNDevice) ReadAhead(keep func(l, e int) bool) {
 // made on the GPU, those keep selects (the ones the GPU does not hold).
 func (d *FFNDevice) RunRouted(ctx context.Context, l int, w *Layer, h [][]float32, r Routing, keep func(e int) bool) error {
 	return d.m.FFNRouted(ctx, l, w, h, r, keep)
+}
+
+// RunRoutedBeside is Model.FFNRoutedBeside on the device: the GPU's
+// host thread issues its share of the layer (beside) while the device's
+// threads compute the CPU's.
+func (d *FFNDevice) RunRoutedBeside(ctx context.Context, l int, w *Layer, h [][]float32, r Routing, keep func(e int) bool, beside func()) error {
+	return d.m.FFNRoutedBeside(ctx, l, w, h, r, keep, beside)
 }
 
 // FFNLayer names one layer's FFN weights for Rate.

@@ -563,8 +563,26 @@ type ExpertSplit struct{ Expert, Cols int }
 // passes the rest here. The routes are not counted in ExpertCounts (the
 // router that made them counts them).
 func (m *Model) FFNRouted(ctx context.Context, l int, w *Layer, h [][]float32, r Routing, keep func(e int) bool) error {
+	return m.FFNRoutedBeside(ctx, l, w, h, r, keep, nil)
+}
+
+// FFNRoutedBeside is FFNRouted with beside, when not nil, run exactly
+// once on the caller's goroutine: in the call's first parallel step,
+// after that step's workers have started, or at the end when the call
+// has no such step (nothing kept, or an error first). A GPU's host thread
+// passes the launches of its own share of the layer, which then overlap
+// the CPU's work instead of delaying its start; beside must not use the
+// model.
+func (m *Model) FFNRoutedBeside(ctx context.Context, l int, w *Layer, h [][]float32, r Routing, keep func(e int) bool, beside func()) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.beside = beside
+	defer func() {
+		if b := m.beside; b != nil {
+			m.beside = nil
+			b()
+		}
+	}()
 	c := &m.Config
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("routed ffn of layer %d: %w", l, err)

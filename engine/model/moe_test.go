@@ -309,6 +309,32 @@ func TestFFNRouted(t *testing.T) {
 			if !slices.EqualFunc(none, rows(), slices.Equal) {
 				t.Fatal("FFNRouted with no expert kept changed h")
 			}
+			// Work beside the call runs once, whatever the call does, and
+			// leaves its bits alone.
+			for _, c := range []struct {
+				name string
+				rt   Routing
+				keep func(int) bool
+				want [][]float32 // nil: the call fails
+			}{
+				{"all kept", rt, nil, want},
+				{"even kept", rt, even, ref},
+				{"none kept", rt, func(int) bool { return false }, rows()},
+				{"bad routing", Routing{IDs: rt.IDs[1:], Weights: rt.Weights[1:]}, nil, nil},
+			} {
+				calls := 0
+				got := rows()
+				err := m.FFNRoutedBeside(ctx, 1, w, got, c.rt, c.keep, func() { calls++ })
+				if (err != nil) != (c.want == nil) {
+					t.Fatalf("%s beside: %v", c.name, err)
+				}
+				if c.want != nil && !slices.EqualFunc(got, c.want, slices.Equal) {
+					t.Fatalf("%s: the call with work beside it differs from the call alone", c.name)
+				}
+				if calls != 1 {
+					t.Fatalf("%s: the work beside ran %d times, want once", c.name, calls)
+				}
+			}
 			for name, bad := range map[string]Routing{
 				"short":        {IDs: rt.IDs[1:], Weights: rt.Weights[1:]},
 				"expert range": {IDs: append([]int32{int32(spec.experts)}, rt.IDs[1:]...), Weights: rt.Weights},

@@ -10,8 +10,18 @@ import (
 // returns when all calls have finished. Calls with the same w never
 // overlap, so fn may use per-thread scratch indexed by w, w below
 // m.pool.Threads().
+//
+// The first step of a routed call made with work beside it
+// (FFNRoutedBeside) that has an item for every thread runs that work on
+// the caller's thread once the step's workers are started: a smaller
+// step (a narrow vector's quantization) would end before the work does
+// and hold the next one back.
 func (m *Model) parallel(n int, fn func(w, i int)) {
-	if err := m.pool.Run(n, fn); err != nil {
+	var b func()
+	if m.beside != nil && n >= m.pool.Workers() {
+		b, m.beside = m.beside, nil
+	}
+	if err := m.pool.RunBeside(n, fn, b); err != nil {
 		// Only Close makes Run fail, and nothing closes the shared pool.
 		panic(fmt.Sprintf("model: %v", err))
 	}

@@ -181,17 +181,26 @@ func (p *Pool) Workers() int { return max(1, min(p.threads, runtime.GOMAXPROCS(0
 
 // Run calls fn(w, i) for every i in [0, n) across the pool's threads and
 // returns once every call has returned.
-func (p *Pool) Run(n int, fn func(w, i int)) error {
+func (p *Pool) Run(n int, fn func(w, i int)) error { return p.RunBeside(n, fn, nil) }
+
+// RunBeside is Run with beside, when not nil, called once on the caller's
+// goroutine after the step's workers have been started and before the
+// caller takes items of its own: work only the caller can do (calls
+// bound to its OS thread, such as a GPU context's launches) then overlaps
+// the step, where done before Run it would delay the step's start by its
+// whole length. beside must not call Run on this pool. With no items, or
+// one thread, beside runs first and the items after it.
+func (p *Pool) RunBeside(n int, fn func(w, i int), beside func()) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return ErrClosed
 	}
-	if n <= 0 {
-		return nil
-	}
 	active := min(p.Workers(), n)
-	if active == 1 {
+	if active <= 1 {
+		if beside != nil {
+			beside()
+		}
 		for i := range n {
 			fn(0, i)
 		}
@@ -201,6 +210,9 @@ func (p *Pool) Run(n int, fn func(w, i int)) error {
 	p.next.Store(0)
 	p.pending.Store(int32(active - 1))
 	p.start(active)
+	if beside != nil {
+		beside()
+	}
 	p.share(0)
 	p.wait()
 	p.fn = nil // hold no reference to the caller's closure
