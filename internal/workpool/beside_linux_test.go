@@ -10,29 +10,33 @@ import (
 )
 
 // TestRunBeside: beside runs exactly once per step, before the step ends,
-// on the caller's goroutine; with two threads the worker takes items
-// while beside still runs (beside waits to see one finish), so the work
-// overlaps the step rather than preceding it; with no items or one
-// thread it runs before them.
+// on the caller's goroutine; a polling worker takes items while beside
+// still runs (beside waits to see one finish), so the work overlaps the
+// step rather than preceding it; a sleeping worker is woken only after
+// beside; with no items or one thread it runs before them.
 func TestRunBeside(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		threads int
 		n       int
+		spin    time.Duration
 		overlap bool
 	}{
-		{"no items", 2, 0, false},
-		{"one thread", 1, 50, false},
-		{"one item", 2, 1, false},
-		{"overlapping", 2, 200, true},
+		{"no items", 2, 0, 0, false},
+		{"one thread", 1, 50, 0, false},
+		{"one item", 2, 1, 0, false},
+		// A worker that polls takes items while beside runs; one that
+		// sleeps is woken after it.
+		{"polling worker", 2, 200, time.Minute, true},
+		{"sleeping worker", 2, 200, -1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			if tc.overlap && runtime.GOMAXPROCS(0) < 2 {
 				t.Skip("one P: a step runs on its caller alone")
 			}
-			p, err := New(Options{Threads: tc.threads})
+			p, err := New(Options{Threads: tc.threads, Spin: tc.spin})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,6 +63,8 @@ func TestRunBeside(t *testing.T) {
 						for end := time.Now().Add(2 * time.Second); done.Load() == 0 && time.Now().Before(end); {
 							runtime.Gosched()
 						}
+					} else if tc.spin < 0 {
+						time.Sleep(time.Millisecond) // a sleeper rung before beside would take items now
 					}
 					before = done.Load()
 				})

@@ -184,12 +184,14 @@ func (p *Pool) Workers() int { return max(1, min(p.threads, runtime.GOMAXPROCS(0
 func (p *Pool) Run(n int, fn func(w, i int)) error { return p.RunBeside(n, fn, nil) }
 
 // RunBeside is Run with beside, when not nil, called once on the caller's
-// goroutine after the step's workers have been started and before the
-// caller takes items of its own: work only the caller can do (calls
-// bound to its OS thread, such as a GPU context's launches) then overlaps
-// the step, where done before Run it would delay the step's start by its
-// whole length. beside must not call Run on this pool. With no items, or
-// one thread, beside runs first and the items after it.
+// goroutine after the step is published and before the caller takes
+// items of its own: work only the caller can do (calls bound to its OS
+// thread, such as a GPU context's launches) then overlaps the step on
+// the workers that poll, where done before Run it would delay the step's
+// start by its whole length. The workers asleep are woken after beside,
+// so that its work does not wait for their wake-up calls. beside must
+// not call Run on this pool. With no items, or one thread, beside runs
+// first and the items after it.
 func (p *Pool) RunBeside(n int, fn func(w, i int), beside func()) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -209,9 +211,16 @@ func (p *Pool) RunBeside(n int, fn func(w, i int), beside func()) error {
 	p.fn, p.n = fn, int64(n)
 	p.next.Store(0)
 	p.pending.Store(int32(active - 1))
-	p.start(active)
-	if beside != nil {
+	if beside == nil {
+		p.start(active)
+	} else {
+		// The polling workers start on the step, beside runs, and then
+		// the sleeping ones are rung: ringing first would delay beside's
+		// work (the issue of copies, which then start late) by a system
+		// call a sleeper.
+		p.publish(active)
 		beside()
+		p.ring(active)
 	}
 	p.share(0)
 	p.wait()
@@ -233,7 +242,19 @@ func (p *Pool) share(w int) {
 // start publishes the step (the generation bump orders it before every
 // worker's read) and wakes the taking-part workers that sleep.
 func (p *Pool) start(active int) {
+	p.publish(active)
+	p.ring(active)
+}
+
+// publish starts the step for the workers that poll: they take items at
+// once; a sleeping one waits for ring.
+func (p *Pool) publish(active int) {
 	p.step.Store((p.step.Load()>>16+1)<<16 | uint64(active))
+}
+
+// ring wakes the taking-part workers that sleep through the published
+// step (one system call each).
+func (p *Pool) ring(active int) {
 	for _, w := range p.workers[:active-1] {
 		if w.sleeping.Load() && w.sleeping.CompareAndSwap(true, false) {
 			w.bell.Ring()
