@@ -17,7 +17,7 @@ var allTypes = []quant.Type{quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q8_0, quan
 // quant.FillRandomRows, or, with wild, random bytes whose scales are
 // finite (every quant and 6-bit scale at any value, the case that tests
 // the integer bounds).
-func randomRows(t *testing.T, typ quant.Type, rows, n int, seed uint64, wild bool) []byte {
+func randomRows(t testing.TB, typ quant.Type, rows, n int, seed uint64, wild bool) []byte {
 	t.Helper()
 	rb, err := typ.RowBytes(int64(n))
 	if err != nil {
@@ -68,7 +68,7 @@ func randomRows(t *testing.T, typ quant.Type, rows, n int, seed uint64, wild boo
 // elements of typ (full), their first n columns as a view (rows, stride
 // bytes apart; all of them where n is width), and batch vectors of n
 // elements; wild as randomRows and randomVector take it.
-func viewBatch(t *testing.T, typ quant.Type, nrows, n, width, batch int, wild bool) (full, rows []byte, stride int, xs []*X) {
+func viewBatch(t testing.TB, typ quant.Type, nrows, n, width, batch int, wild bool) (full, rows []byte, stride int, xs []*X) {
 	t.Helper()
 	full = randomRows(t, typ, nrows, width, uint64(batch), wild)
 	stride = len(full) / nrows

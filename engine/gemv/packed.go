@@ -49,6 +49,9 @@ type Packed struct {
 	// hold the vectors (Go's heap does not move).
 	fs   []uintptr
 	zero []float32
+	// pn is the whole groups of PanelGroup vectors laid out for the
+	// panel kernels, where this CPU runs them and has no tile unit.
+	pn panels
 }
 
 // Pack makes p hold xs (all of one length), reusing its memory. The
@@ -84,8 +87,17 @@ func (p *Packed) Pack(xs []*X) error {
 			p.fs[i*Group+j] = uintptr(unsafe.Pointer(unsafe.SliceData(f)))
 		}
 	}
+	p.pn.pg = 0
+	if panelWanted() {
+		p.pn.pack(xs, nb)
+	}
 	return nil
 }
+
+// panelWanted reports whether Pack lays out panels: where the panel
+// kernels run and the tile unit, which prompts take where present
+// (engine/model), does not.
+func panelWanted() bool { return panelReady() && !amxReady() }
 
 // pack lays out four vectors of nb blocks as the kernels walk them: for
 // each pair of blocks, each vector's quants of the two blocks, then each
@@ -127,13 +139,24 @@ func RowsPacked(impl Impl, t quant.Type, rows []byte, stride, n int, p *Packed, 
 	if err != nil {
 		return err
 	}
+	// The panels' groups first, where t has a panel kernel; the four-
+	// vector groups then start at the first vector past them (PanelGroup
+	// is a whole number of Groups).
+	first := 0
+	if pk := lookupPanel(impl, t); pk != nil && p.pn.pg > 0 && n%Block == 0 {
+		rowsPanel(pk, impl, t, rows, rb, stride, n, p.xs, &p.pn, ys, nr)
+		first = p.pn.pg * PanelGroup
+		if first == len(p.xs) {
+			return nil
+		}
+	}
 	k := lookup4(impl, t)
 	g := p.g
 	if g*Group > len(p.xs) && !padPays(t) {
 		g-- // the padded group's vectors one at a time
 	}
-	if k == nil || g == 0 || n%packBlock(t) != 0 {
-		rowsBatchStride(impl, t, rows, rb, stride, n, p.xs, ys, nr)
+	if k == nil || g <= first/Group || n%packBlock(t) != 0 {
+		rowsBatchStride(impl, t, rows, rb, stride, n, p.xs[first:], ys[first:], nr)
 		return nil
 	}
 	nb := n / Block
@@ -141,7 +164,7 @@ func RowsPacked(impl Impl, t quant.Type, rows []byte, stride, n int, p *Packed, 
 	for r0 := 0; r0 < nr; r0 += tile {
 		r1 := min(r0+tile, nr)
 		w := rows[r0*stride : (r1-1)*stride+rb]
-		for i := range g {
+		for i := first / Group; i < g; i++ {
 			fs := (*float32)(unsafe.Pointer(&p.fs[i*Group])) // the float kernels' four vectors
 			k(unsafe.SliceData(w), stride, r1-r0, n, &p.q[i*Group*nb*Block], &p.d[i*Group*nb], &p.s[i*Group*nb*(Block/Sub)], fs, &out[0])
 			for r := range r1 - r0 {

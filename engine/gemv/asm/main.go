@@ -52,6 +52,7 @@ func main() {
 	q4kWiden("q4kWiden")
 	q6kWiden("q6kWiden")
 	q8Widen("q8Widen")
+	q4kPanel("q4kPanelVNNI")
 	tilesSetAVX512()
 	scores4(attn512)
 	mix4(attn512)

@@ -1,0 +1,132 @@
+package gemv
+
+import (
+	"encoding/binary"
+	"math"
+	"sync"
+	"unsafe"
+
+	"github.com/strata-llm/strata/engine/quant"
+)
+
+// The panel path (asm/panel.go): a batch's whole groups of PanelGroup
+// vectors with the tokens in lanes, for CPUs without the tile unit
+// (tiles.go) whose four-vector kernels reduce and finish every block of
+// every vector alone. Pack lays the groups out once a batch; RowsPacked
+// then takes eight rows at a time through every group, each row's block
+// widened once for all of them. The bits are ref.go's.
+
+// PanelGroup is the vectors a panel kernel takes in its lanes.
+const PanelGroup = 16
+
+// panelRows is the rows one panel kernel call computes (asm's panelRows).
+const panelRows = 8
+
+// panelMeta is a block's per-panel metadata bytes: eight rows' eight
+// int16 scales (128), eight int32 mins (256), then d and dmin (32 each).
+const panelMeta = 448
+
+// panelPairs is the int16 pairs of a block (128), each a dword a vector.
+const panelPairs = Block / 2
+
+// panels is the layout Pack makes for the panel kernels: pg groups, per
+// group and block 128 zmm of pairs, 8 zmm of sums and a zmm of scales.
+type panels struct {
+	pg int
+	x  []int32
+	s  []int32
+	d  []float32
+}
+
+// pack lays out xs's whole groups (nb blocks each).
+func (pn *panels) pack(xs []*X, nb int) {
+	pn.pg = len(xs) / PanelGroup
+	if pn.pg == 0 {
+		return
+	}
+	pn.x = grow(pn.x, pn.pg*nb*panelPairs*PanelGroup)
+	pn.s = grow(pn.s, pn.pg*nb*(Block/Sub)*PanelGroup)
+	pn.d = grow(pn.d, pn.pg*nb*PanelGroup)
+	for g := range pn.pg {
+		for t, x := range xs[g*PanelGroup : (g+1)*PanelGroup] {
+			for b := range nb {
+				gb := g*nb + b
+				q := x.Q[b*Block : (b+1)*Block]
+				px := pn.x[gb*panelPairs*PanelGroup:]
+				for p := range panelPairs {
+					px[p*PanelGroup+t] = int32(uint32(uint16(q[2*p])) | uint32(uint16(q[2*p+1]))<<16)
+				}
+				ps := pn.s[gb*(Block/Sub)*PanelGroup:]
+				for s := range Block / Sub {
+					ps[s*PanelGroup+t] = x.S[b*(Block/Sub)+s]
+				}
+				pn.d[gb*PanelGroup+t] = x.D[b]
+			}
+		}
+	}
+}
+
+// panelScratch is one call's working memory (panelPool).
+type panelScratch struct {
+	meta []byte
+	wide []int16
+	tot  []float64
+}
+
+var panelPool = sync.Pool{New: func() any { return new(panelScratch) }}
+
+// rowsPanel computes ys[j][r] for the nr rows (stride bytes apart) and
+// the vectors of pn's groups, with k: eight rows a call, the last rows
+// short of eight one vector at a time (the same bits).
+func rowsPanel(k panelKernel, impl Impl, t quant.Type, rows []byte, rb, stride, n int, xs []*X, pn *panels, ys [][]float32, nr int) {
+	nb := n / Block
+	sc := panelPool.Get().(*panelScratch)
+	defer panelPool.Put(sc)
+	sc.meta = grow(sc.meta, nb*panelMeta)
+	sc.wide = grow(sc.wide, panelRows*Block)
+	sc.tot = grow(sc.tot, pn.pg*panelRows*PanelGroup)
+	full := nr / panelRows * panelRows
+	for r0 := 0; r0 < full; r0 += panelRows {
+		w := rows[r0*stride:]
+		q4kPanelMeta(w, stride, nb, sc.meta)
+		clear(sc.tot)
+		k(unsafe.SliceData(w), stride, nb, pn.pg, unsafe.SliceData(sc.meta), unsafe.SliceData(pn.x), unsafe.SliceData(pn.s),
+			unsafe.SliceData(pn.d), unsafe.SliceData(sc.wide), unsafe.SliceData(sc.tot))
+		for g := range pn.pg {
+			for r := range panelRows {
+				tot := sc.tot[(g*panelRows+r)*PanelGroup:]
+				for v := range PanelGroup {
+					ys[g*PanelGroup+v][r0+r] = float32(tot[v])
+				}
+			}
+		}
+	}
+	if full < nr {
+		w := rows[full*stride : (nr-1)*stride+rb]
+		for j := range pn.pg * PanelGroup {
+			rowsStride(impl, t, w, rb, stride, n, xs[j], ys[j][full:nr])
+		}
+	}
+}
+
+// panelKernel is a panel kernel's signature (asm/panel.go).
+type panelKernel func(w *byte, stride, nb, ng int, meta *byte, x *int32, s *int32, dx *float32, wide *int16, tot *float64)
+
+// q4kPanelMeta writes the metadata of the eight Q4_K rows at w (stride
+// bytes apart) for each of nb blocks: the scales and mins of kScales, d
+// and dmin as float32.
+func q4kPanelMeta(w []byte, stride, nb int, meta []byte) {
+	for b := range nb {
+		m := meta[b*panelMeta : (b+1)*panelMeta]
+		for r := range panelRows {
+			blk := w[r*stride+b*q4kBytes : r*stride+(b+1)*q4kBytes]
+			sc, mn := kScales(blk[4:16])
+			for s := range 8 {
+				binary.LittleEndian.PutUint16(m[16*r+2*s:], uint16(sc[s]))
+				binary.LittleEndian.PutUint32(m[128+32*r+4*s:], uint32(mn[s]))
+			}
+			binary.LittleEndian.PutUint32(m[384+4*r:], math.Float32bits(half(blk[0:])))
+			binary.LittleEndian.PutUint32(m[416+4*r:], math.Float32bits(half(blk[2:])))
+		}
+	}
+}
