@@ -22,8 +22,9 @@ const PanelGroup = 16
 // panelRows is the rows one panel kernel call computes (asm's panelRows).
 const panelRows = 8
 
-// panelMeta is a block's per-panel metadata bytes: eight rows' eight
-// int16 scales (128), eight int32 mins (256), then d and dmin (32 each).
+// panelMeta is a Q4_K block's per-panel metadata bytes: eight rows'
+// eight int16 scales (128), eight int32 mins (256), then d and dmin (32
+// each).
 const panelMeta = 448
 
 // panelPairs is the int16 pairs of a block (128), each a dword a vector.
@@ -88,7 +89,9 @@ func rowsPanel(k panelKernel, impl Impl, t quant.Type, rows []byte, rb, stride, 
 	full := nr / panelRows * panelRows
 	for r0 := 0; r0 < full; r0 += panelRows {
 		w := rows[r0*stride:]
-		q4kPanelMeta(w, stride, nb, sc.meta)
+		if t == quant.Q4_K {
+			q4kPanelMeta(w, stride, nb, sc.meta) // Q6_K's kernel reads its blocks' own
+		}
 		clear(sc.tot)
 		k(unsafe.SliceData(w), stride, nb, pn.pg, unsafe.SliceData(sc.meta), unsafe.SliceData(pn.x), unsafe.SliceData(pn.s),
 			unsafe.SliceData(pn.d), unsafe.SliceData(sc.wide), unsafe.SliceData(sc.tot))

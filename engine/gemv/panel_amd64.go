@@ -14,8 +14,14 @@ func panelReady() bool {
 
 // lookupPanel is the panel kernel for t under impl, nil where none runs.
 func lookupPanel(impl Impl, t quant.Type) panelKernel {
-	if impl < AVX512 || t != quant.Q4_K || !panelReady() {
+	if impl < AVX512 || !panelReady() {
 		return nil
 	}
-	return q4kPanelVNNI
+	switch t {
+	case quant.Q4_K:
+		return q4kPanelVNNI
+	case quant.Q6_K:
+		return q6kPanelVNNI
+	}
+	return nil
 }

@@ -18,36 +18,38 @@ func TestRowsPanel(t *testing.T) {
 	if !panelReady() {
 		t.Skip("no panel kernels on this CPU (AVX-512 with VNNI and DQ)")
 	}
-	for _, c := range []struct{ rows, n, width, batch int }{
-		{8, 256, 256, 16},    // one panel, one group
-		{21, 768, 768, 37},   // two panels and five rows; two groups, a four-vector group and one more
-		{16, 1280, 1536, 32}, // a view of five blocks of six
-		{13, 1024, 1024, 19}, // a panel and five rows; a group and three more (padded to a four-vector group)
-		{3, 512, 512, 16},    // no whole panel
-		{9, 4096, 4096, 48},  // three groups
-	} {
-		for _, wild := range []bool{false, true} {
-			name := fmt.Sprintf("%d rows of %d of %d/batch %d/wild %v", c.rows, c.n, c.width, c.batch, wild)
-			_, rows, stride, xs := viewBatch(t, quant.Q4_K, c.rows, c.n, c.width, c.batch, wild)
-			var p Packed
-			if err := p.Pack(xs); err != nil {
-				t.Fatal(err)
-			}
-			p.pn.pack(xs, c.n/Block) // as Pack does on a CPU without the tile unit
-			if p.pn.pg != c.batch/PanelGroup {
-				t.Fatalf("%s: %d panel groups", name, p.pn.pg)
-			}
-			got := make([][]float32, c.batch)
-			for j := range got {
-				got[j] = make([]float32, c.rows)
-			}
-			if err := RowsPacked(AVX512, quant.Q4_K, rows, stride, c.n, &p, got); err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			for j := range got {
-				for i := range got[j] {
-					if want := refRow(quant.Q4_K, rows[i*stride:], c.n, xs[j]); !sameBits(got[j][i], want) {
-						t.Fatalf("%s: vector %d row %d: %g, ref.go %g", name, j, i, got[j][i], want)
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q6_K} {
+		for _, c := range []struct{ rows, n, width, batch int }{
+			{8, 256, 256, 16},    // one panel, one group
+			{21, 768, 768, 37},   // two panels and five rows; two groups, a four-vector group and one more
+			{16, 1280, 1536, 32}, // a view of five blocks of six
+			{13, 1024, 1024, 19}, // a panel and five rows; a group and three more (padded to a four-vector group)
+			{3, 512, 512, 16},    // no whole panel
+			{9, 4096, 4096, 48},  // three groups
+		} {
+			for _, wild := range []bool{false, true} {
+				name := fmt.Sprintf("%v/%d rows of %d of %d/batch %d/wild %v", typ, c.rows, c.n, c.width, c.batch, wild)
+				_, rows, stride, xs := viewBatch(t, typ, c.rows, c.n, c.width, c.batch, wild)
+				var p Packed
+				if err := p.Pack(xs); err != nil {
+					t.Fatal(err)
+				}
+				p.pn.pack(xs, c.n/Block) // as Pack does on a CPU without the tile unit
+				if p.pn.pg != c.batch/PanelGroup {
+					t.Fatalf("%s: %d panel groups", name, p.pn.pg)
+				}
+				got := make([][]float32, c.batch)
+				for j := range got {
+					got[j] = make([]float32, c.rows)
+				}
+				if err := RowsPacked(AVX512, typ, rows, stride, c.n, &p, got); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				for j := range got {
+					for i := range got[j] {
+						if want := refRow(typ, rows[i*stride:], c.n, xs[j]); !sameBits(got[j][i], want) {
+							t.Fatalf("%s: vector %d row %d: %g, ref.go %g", name, j, i, got[j][i], want)
+						}
 					}
 				}
 			}
@@ -55,7 +57,7 @@ func TestRowsPanel(t *testing.T) {
 	}
 }
 
-// BenchmarkRowsPanel: Q4_K rows against a batch, one thread, the panel
+// BenchmarkRowsPanel: Q4_K and Q6_K rows against a batch, one thread, the panel
 // kernels against the four-vector ones (the way without the tile unit
 // before them); GMAC/s of the products.
 func BenchmarkRowsPanel(b *testing.B) {
@@ -63,29 +65,31 @@ func BenchmarkRowsPanel(b *testing.B) {
 		b.Skip("no panel kernels on this CPU")
 	}
 	const nr, n = 512, 4096
-	for _, batch := range []int{16, 64, 128} {
-		_, rows, stride, xs := viewBatch(b, quant.Q4_K, nr, n, n, batch, false)
-		ys := make([][]float32, batch)
-		for j := range ys {
-			ys[j] = make([]float32, nr)
-		}
-		for _, way := range []string{"four", "panel"} {
-			b.Run(fmt.Sprintf("T%d/%s", batch, way), func(b *testing.B) {
-				var p Packed
-				if err := p.Pack(xs); err != nil {
-					b.Fatal(err)
-				}
-				p.pn.pg = 0
-				if way == "panel" {
-					p.pn.pack(xs, n/Block)
-				}
-				for b.Loop() {
-					if err := RowsPacked(AVX512, quant.Q4_K, rows, stride, n, &p, ys); err != nil {
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q6_K} {
+		for _, batch := range []int{16, 64, 128} {
+			_, rows, stride, xs := viewBatch(b, typ, nr, n, n, batch, false)
+			ys := make([][]float32, batch)
+			for j := range ys {
+				ys[j] = make([]float32, nr)
+			}
+			for _, way := range []string{"four", "panel"} {
+				b.Run(fmt.Sprintf("%v/T%d/%s", typ, batch, way), func(b *testing.B) {
+					var p Packed
+					if err := p.Pack(xs); err != nil {
 						b.Fatal(err)
 					}
-				}
-				b.ReportMetric(float64(nr*n*batch)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
-			})
+					p.pn.pg = 0
+					if way == "panel" {
+						p.pn.pack(xs, n/Block)
+					}
+					for b.Loop() {
+						if err := RowsPacked(AVX512, typ, rows, stride, n, &p, ys); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(nr*n*batch)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+				})
+			}
 		}
 	}
 }

@@ -36,14 +36,30 @@ const panelRows = 8
 // and block eight zmm of int32; dx per group and block a zmm of scales;
 // wide 4 KiB of scratch for the widened block; tot per group the rows'
 // 16 float64 totals, added to.
-func q4kPanel(name string) {
+func q4kPanel(name string) { panelKernel(name, false) }
+
+// q6kPanel emits the Q6_K panel kernel (AVX-512 VNNI), ref.go's contract
+// bit for bit: each weight widens to (q6 − 32)·sc_g (at most 32·128 in
+// magnitude) so that T = Σ_g sc_g·Σ_{i∈g} w_i·q_i, and P =
+// float32(d·float32(T))·dx. It reads its scales and d from the blocks
+// (meta and s are not used: Q6_K has no mins).
+func q6kPanel(name string) { panelKernel(name, true) }
+
+// panelKernel emits q4kPanel's or, with q6, q6kPanel's kernel.
+func panelKernel(name string, q6 bool) {
 	TEXT(name, NOSPLIT, "func(w *byte, stride, nb, ng int, meta *byte, x *int32, s *int32, dx *float32, wide *int16, tot *float64)")
-	Doc(name + " computes a panel of eight Q4_K rows against groups of 16 vectors with the tokens in lanes (ref.go's contract).")
+	format, bb := "Q4_K", 144
+	if q6 {
+		format, bb = "Q6_K", 210
+	}
+	Doc(name + " computes a panel of eight " + format + " rows against groups of 16 vectors with the tokens in lanes (ref.go's contract).")
 	// The block in hand is b (a stack slot); every pointer of the block
 	// and group loops derives from it and the arguments, so that few
 	// registers stay live across the loops.
 	bl := AllocLocal(8)
 	MOVQ(U32(0), bl)
+	// Q6_K: the rows' d as float32, and a row's sixteen scales as int16.
+	dloc, scloc := AllocLocal(4*panelRows), AllocLocal(32)
 	mask := ZMM()
 	t32 := GP32()
 	MOVL(U32(0x000f000f), t32)
@@ -55,30 +71,16 @@ func q4kPanel(name string) {
 		b := GP64()
 		MOVQ(bl, b)
 		rp := GP64()
-		IMUL3Q(U32(144), b, rp)
+		IMUL3Q(U32(uint32(bb)), b, rp)
 		ADDQ(paramAddr("w"), rp)
-		IMUL3Q(U32(448), b, mp)
-		ADDQ(paramAddr("meta"), mp)
 		wd := Load(Param("wide"), GP64())
 		stride := Load(Param("stride"), GP64())
-		// Widen the panel's rows' block: sub-block 2j is the low nibbles
-		// of bytes 32j..32j+31, 2j+1 their high ones, each times its scale.
-		for r := 0; r < panelRows; r++ {
-			for j := 0; j < 4; j++ {
-				v, hi, slo, shi := ZMM(), ZMM(), ZMM(), ZMM()
-				VPMOVZXBW(Mem{Base: rp, Disp: 16 + 32*j}, v)
-				VPSRLW(U8(4), v, hi)
-				VPANDD(mask, v, v)
-				VPBROADCASTW(Mem{Base: mp, Disp: 16*r + 2*(2*j)}, slo)
-				VPBROADCASTW(Mem{Base: mp, Disp: 16*r + 2*(2*j+1)}, shi)
-				VPMULLW(slo, v, v)
-				VPMULLW(shi, hi, hi)
-				VMOVDQU32(v, Mem{Base: wd, Disp: 512*r + 64*(2*j)})
-				VMOVDQU32(hi, Mem{Base: wd, Disp: 512*r + 64*(2*j+1)})
-			}
-			if r < panelRows-1 {
-				ADDQ(stride, rp)
-			}
+		if q6 {
+			q6kWidenRows(rp, stride, wd, mask, dloc, scloc)
+		} else {
+			IMUL3Q(U32(448), b, mp)
+			ADDQ(paramAddr("meta"), mp)
+			q4kWidenRows(rp, stride, wd, mp, mask)
 		}
 	}
 
@@ -122,26 +124,33 @@ func q4kPanel(name string) {
 		DECQ(n)
 		JNZ(LabelRef(name + "_pairs"))
 
-		sums := make([]VecVirtual, 8)
-		for i := range sums {
-			sums[i] = ZMM()
-			VMOVDQU32(Mem{Base: sg, Disp: 64 * i}, sums[i])
+		var sums []VecVirtual
+		if !q6 {
+			sums = make([]VecVirtual, 8)
+			for i := range sums {
+				sums[i] = ZMM()
+				VMOVDQU32(Mem{Base: sg, Disp: 64 * i}, sums[i])
+			}
 		}
 		dxz := ZMM()
 		VMOVUPS(Mem{Base: dg}, dxz)
 		for r := 0; r < panelRows; r++ {
 			f := acc[r]
 			VCVTDQ2PS(f, f)
-			VMULPS_BCST(Mem{Base: mp, Disp: 384 + 4*r}, f, f) // float32(d·float32(T))
-			mm, t := ZMM(), ZMM()
-			VPMULLD_BCST(Mem{Base: mp, Disp: 128 + 32*r}, sums[0], mm)
-			for i := 1; i < 8; i++ {
-				VPMULLD_BCST(Mem{Base: mp, Disp: 128 + 32*r + 4*i}, sums[i], t)
-				VPADDD(t, mm, mm)
+			if q6 {
+				VMULPS_BCST(dloc.Offset(4*r), f, f) // float32(d·float32(T))
+			} else {
+				VMULPS_BCST(Mem{Base: mp, Disp: 384 + 4*r}, f, f) // float32(d·float32(T))
+				mm, t := ZMM(), ZMM()
+				VPMULLD_BCST(Mem{Base: mp, Disp: 128 + 32*r}, sums[0], mm)
+				for i := 1; i < 8; i++ {
+					VPMULLD_BCST(Mem{Base: mp, Disp: 128 + 32*r + 4*i}, sums[i], t)
+					VPADDD(t, mm, mm)
+				}
+				VCVTDQ2PS(mm, mm)
+				VMULPS_BCST(Mem{Base: mp, Disp: 416 + 4*r}, mm, mm) // float32(dmin·float32(M))
+				VSUBPS(mm, f, f)
 			}
-			VCVTDQ2PS(mm, mm)
-			VMULPS_BCST(Mem{Base: mp, Disp: 416 + 4*r}, mm, mm) // float32(dmin·float32(M))
-			VSUBPS(mm, f, f)
 			VMULPS(dxz, f, f)
 			lo, hi := ZMM(), ZMM()
 			VCVTPS2PD(f.AsY(), lo)
@@ -182,4 +191,92 @@ func q4kPanel(name string) {
 	}
 	VZEROUPPER()
 	RET()
+}
+
+// q4kWidenRows widens the panel's rows' Q4_K block at rp (rows stride
+// apart) into wd, 512 bytes a row: sub-block 2j is the low nibbles of
+// bytes 32j..32j+31 of the quants, 2j+1 their high ones, each times its
+// scale (meta's int16 at mp).
+func q4kWidenRows(rp, stride, wd, mp Register, mask VecVirtual) {
+	for r := 0; r < panelRows; r++ {
+		for j := 0; j < 4; j++ {
+			v, hi, slo, shi := ZMM(), ZMM(), ZMM(), ZMM()
+			VPMOVZXBW(Mem{Base: rp, Disp: 16 + 32*j}, v)
+			VPSRLW(U8(4), v, hi)
+			VPANDD(mask, v, v)
+			VPBROADCASTW(Mem{Base: mp, Disp: 16*r + 2*(2*j)}, slo)
+			VPBROADCASTW(Mem{Base: mp, Disp: 16*r + 2*(2*j+1)}, shi)
+			VPMULLW(slo, v, v)
+			VPMULLW(shi, hi, hi)
+			VMOVDQU32(v, Mem{Base: wd, Disp: 512*r + 64*(2*j)})
+			VMOVDQU32(hi, Mem{Base: wd, Disp: 512*r + 64*(2*j+1)})
+		}
+		if r < panelRows-1 {
+			ADDQ(stride, rp)
+		}
+	}
+}
+
+// q6kWidenRows widens the panel's rows' Q6_K block at rp into wd: each
+// half h of 128 elements is four runs of 32, the low or high nibbles of
+// ql's bytes 64h..64h+31 or 64h+32..64h+63 with two bits of qh's bytes
+// 32h..32h+31 above them, less 32, times the scale of each 16-element
+// group (int8 at byte 192, widened through the stack slot scloc). Each
+// row's d goes to dloc as float32.
+func q6kWidenRows(rp, stride, wd Register, mask VecVirtual, dloc, scloc Mem) {
+	three, thirtytwo := ZMM(), ZMM()
+	t := GP32()
+	MOVL(U32(0x00030003), t)
+	VPBROADCASTD(t, three)
+	MOVL(U32(0x00200020), t)
+	VPBROADCASTD(t, thirtytwo)
+	for r := 0; r < panelRows; r++ {
+		sc := YMM()
+		VPMOVSXBW(Mem{Base: rp, Disp: 192}, sc)
+		VMOVDQU(sc, scloc)
+		dh := XMM()
+		VPBROADCASTW(Mem{Base: rp, Disp: 208}, dh)
+		VCVTPH2PS(dh, dh)
+		VMOVSS(dh, dloc.Offset(4*r))
+		for h := 0; h < 2; h++ {
+			ql0, ql1, qh := ZMM(), ZMM(), ZMM()
+			VPMOVZXBW(Mem{Base: rp, Disp: 64 * h}, ql0)
+			VPMOVZXBW(Mem{Base: rp, Disp: 64*h + 32}, ql1)
+			VPMOVZXBW(Mem{Base: rp, Disp: 128 + 32*h}, qh)
+			for q := 0; q < 4; q++ {
+				lo, hb := ZMM(), ZMM()
+				src := ql0
+				if q%2 == 1 {
+					src = ql1
+				}
+				if q < 2 {
+					VPANDD(mask, src, lo)
+				} else {
+					VPSRLW(U8(4), src, lo)
+				}
+				if q == 0 {
+					VPANDD(three, qh, hb)
+				} else {
+					VPSRLW(U8(2*q), qh, hb)
+					if q < 3 {
+						VPANDD(three, hb, hb)
+					}
+				}
+				VPSLLW(U8(4), hb, hb)
+				VPORD(hb, lo, lo)
+				VPSUBW(thirtytwo, lo, lo)
+				// Groups 8h+2q and 8h+2q+1: their scales in the two halves.
+				s0, s1 := ZMM(), YMM()
+				g := 8*h + 2*q
+				VPBROADCASTW(scloc.Offset(2*g), s0)
+				VPBROADCASTW(scloc.Offset(2*g+2), s1)
+				VINSERTI64X4(U8(1), s1, s0, s0)
+				VPMULLW(s0, lo, lo)
+				VMOVDQU32(lo, Mem{Base: wd, Disp: 512*r + 256*h + 64*q})
+			}
+		}
+		if r < panelRows-1 {
+			ADDQ(stride, rp)
+		}
+	}
 }
