@@ -1,8 +1,6 @@
 package gemv
 
 import (
-	"encoding/binary"
-	"math"
 	"sync"
 	"unsafe"
 
@@ -117,19 +115,27 @@ type panelKernel func(w *byte, stride, nb, ng int, meta *byte, x *int32, s *int3
 
 // q4kPanelMeta writes the metadata of the eight Q4_K rows at w (stride
 // bytes apart) for each of nb blocks: the scales and mins of kScales, d
-// and dmin as float32.
+// and dmin as float32. It runs once a panel for every group of vectors,
+// so its stores go through typed views rather than a byte encoder.
 func q4kPanelMeta(w []byte, stride, nb int, meta []byte) {
+	_ = meta[nb*panelMeta-1]
 	for b := range nb {
-		m := meta[b*panelMeta : (b+1)*panelMeta]
+		base := unsafe.Pointer(&meta[b*panelMeta])
+		sc := (*[panelRows * 8]int16)(base)
+		mn := (*[panelRows * 8]int32)(unsafe.Add(base, 128))
+		d := (*[panelRows]float32)(unsafe.Add(base, 384))
+		dm := (*[panelRows]float32)(unsafe.Add(base, 416))
 		for r := range panelRows {
-			blk := w[r*stride+b*q4kBytes : r*stride+(b+1)*q4kBytes]
-			sc, mn := kScales(blk[4:16])
-			for s := range 8 {
-				binary.LittleEndian.PutUint16(m[16*r+2*s:], uint16(sc[s]))
-				binary.LittleEndian.PutUint32(m[128+32*r+4*s:], uint32(mn[s]))
+			blk := (*[q4kBytes]byte)(w[r*stride+b*q4kBytes:])
+			s := blk[4:16]
+			for j := range 4 {
+				sc[8*r+j] = int16(s[j] & 63)
+				mn[8*r+j] = int32(s[j+4] & 63)
+				sc[8*r+j+4] = int16(s[j+8]&15 | (s[j]>>6)<<4)
+				mn[8*r+j+4] = int32(s[j+8]>>4 | (s[j+4]>>6)<<4)
 			}
-			binary.LittleEndian.PutUint32(m[384+4*r:], math.Float32bits(half(blk[0:])))
-			binary.LittleEndian.PutUint32(m[416+4*r:], math.Float32bits(half(blk[2:])))
+			d[r] = quant.F16ToF32(uint16(blk[0]) | uint16(blk[1])<<8)
+			dm[r] = quant.F16ToF32(uint16(blk[2]) | uint16(blk[3])<<8)
 		}
 	}
 }
