@@ -93,3 +93,13 @@ func BenchmarkRowsPanel(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPanelPack: laying out 128 vectors of 4096 for the panel
+// kernels (Pack's extra work where they run), one thread.
+func BenchmarkPanelPack(b *testing.B) {
+	_, _, _, xs := viewBatch(b, quant.Q4_K, 1, 4096, 4096, 128, false)
+	var pn panels
+	for b.Loop() {
+		pn.pack(xs, 4096/Block)
+	}
+}
