@@ -56,7 +56,12 @@ type Packed struct {
 
 // Pack makes p hold xs (all of one length), reusing its memory. The
 // vectors must not change while p is in use.
-func (p *Packed) Pack(xs []*X) error {
+func (p *Packed) Pack(xs []*X) error { return p.PackWith(xs, nil) }
+
+// PackWith is Pack with the panels' layout (where this CPU takes them)
+// shared out by run, which calls fn(i) for every i in [0, n) and returns
+// once all have: a thread team's parallel step. nil runs them in turn.
+func (p *Packed) PackWith(xs []*X, run func(n int, fn func(i int))) error {
 	p.xs = append(p.xs[:0], xs...)
 	if len(xs) == 0 {
 		return nil
@@ -89,7 +94,7 @@ func (p *Packed) Pack(xs []*X) error {
 	}
 	p.pn.pg = 0
 	if panelWanted() {
-		p.pn.pack(xs, nb)
+		p.pn.pack(xs, nb, run)
 	}
 	return nil
 }

@@ -37,10 +37,9 @@ type panels struct {
 	d  []float32
 }
 
-// pack lays out xs's whole groups (nb blocks each): for each group and
-// block, the pairs a zmm a pair (one int32 a vector), written in order
-// while the group's sixteen vectors are read side by side.
-func (pn *panels) pack(xs []*X, nb int) {
+// pack lays out xs's whole groups (nb blocks each), a group's block an
+// item of run (nil: in turn).
+func (pn *panels) pack(xs []*X, nb int, run func(n int, fn func(i int))) {
 	pn.pg = len(xs) / PanelGroup
 	if pn.pg == 0 {
 		return
@@ -48,33 +47,40 @@ func (pn *panels) pack(xs []*X, nb int) {
 	pn.x = grow(pn.x, pn.pg*nb*panelPairs*PanelGroup)
 	pn.s = grow(pn.s, pn.pg*nb*(Block/Sub)*PanelGroup)
 	pn.d = grow(pn.d, pn.pg*nb*PanelGroup)
-	var qs [PanelGroup][]uint32 // a group's vectors' quants, as pairs
-	for g := range pn.pg {
-		grp := xs[g*PanelGroup : (g+1)*PanelGroup]
-		for t, x := range grp {
-			qs[t] = unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(x.Q))), len(x.Q)/2)
+	fn := func(i int) { pn.packBlock(xs, nb, i/nb, i%nb) }
+	if run == nil {
+		for i := range pn.pg * nb {
+			fn(i)
 		}
-		for b := range nb {
-			gb := g*nb + b
-			px := (*[panelPairs * PanelGroup]int32)(pn.x[gb*panelPairs*PanelGroup:])
-			var src [PanelGroup]*[panelPairs]uint32
-			for t := range src {
-				src[t] = (*[panelPairs]uint32)(qs[t][b*panelPairs:])
-			}
-			for p := range panelPairs {
-				row := (*[PanelGroup]int32)(px[p*PanelGroup:])
-				for t := range PanelGroup {
-					row[t] = int32(src[t][p])
-				}
-			}
-			ps := pn.s[gb*(Block/Sub)*PanelGroup:]
-			for t, x := range grp {
-				for s := range Block / Sub {
-					ps[s*PanelGroup+t] = x.S[b*(Block/Sub)+s]
-				}
-				pn.d[gb*PanelGroup+t] = x.D[b]
-			}
+		return
+	}
+	run(pn.pg*nb, fn)
+}
+
+// packBlock lays out group g's block b: the pairs a zmm a pair (one
+// int32 a vector), written in order while the group's sixteen vectors are
+// read side by side, then the sums and the scales.
+func (pn *panels) packBlock(xs []*X, nb, g, b int) {
+	grp := xs[g*PanelGroup : (g+1)*PanelGroup]
+	gb := g*nb + b
+	px := (*[panelPairs * PanelGroup]int32)(pn.x[gb*panelPairs*PanelGroup:])
+	var src [PanelGroup]*[panelPairs]uint32
+	for t, x := range grp {
+		q := x.Q[b*Block : (b+1)*Block]
+		src[t] = (*[panelPairs]uint32)(unsafe.Pointer(unsafe.SliceData(q)))
+	}
+	for p := range panelPairs {
+		row := (*[PanelGroup]int32)(px[p*PanelGroup:])
+		for t := range PanelGroup {
+			row[t] = int32(src[t][p])
 		}
+	}
+	ps := pn.s[gb*(Block/Sub)*PanelGroup:]
+	for t, x := range grp {
+		for s := range Block / Sub {
+			ps[s*PanelGroup+t] = x.S[b*(Block/Sub)+s]
+		}
+		pn.d[gb*PanelGroup+t] = x.D[b]
 	}
 }
 

@@ -2,6 +2,8 @@ package gemv
 
 import (
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/strata-llm/strata/engine/quant"
@@ -34,9 +36,21 @@ func TestRowsPanel(t *testing.T) {
 				if err := p.Pack(xs); err != nil {
 					t.Fatal(err)
 				}
-				p.pn.pack(xs, c.n/Block) // as Pack does on a CPU without the tile unit
+				p.pn.pack(xs, c.n/Block, nil) // as Pack does on a CPU without the tile unit
 				if p.pn.pg != c.batch/PanelGroup {
 					t.Fatalf("%s: %d panel groups", name, p.pn.pg)
+				}
+				// Shared out over goroutines (PackWith), the layout is the same.
+				var q panels
+				q.pack(xs, c.n/Block, func(n int, fn func(int)) {
+					var wg sync.WaitGroup
+					for i := range n {
+						wg.Go(func() { fn(i) })
+					}
+					wg.Wait()
+				})
+				if !slices.Equal(q.x, p.pn.x) || !slices.Equal(q.s, p.pn.s) || !slices.Equal(q.d, p.pn.d) {
+					t.Fatalf("%s: the panels laid out in parallel differ", name)
 				}
 				got := make([][]float32, c.batch)
 				for j := range got {
@@ -80,7 +94,7 @@ func BenchmarkRowsPanel(b *testing.B) {
 					}
 					p.pn.pg = 0
 					if way == "panel" {
-						p.pn.pack(xs, n/Block)
+						p.pn.pack(xs, n/Block, nil)
 					}
 					for b.Loop() {
 						if err := RowsPacked(AVX512, typ, rows, stride, n, &p, ys); err != nil {
@@ -100,6 +114,6 @@ func BenchmarkPanelPack(b *testing.B) {
 	_, _, _, xs := viewBatch(b, quant.Q4_K, 1, 4096, 4096, 128, false)
 	var pn panels
 	for b.Loop() {
-		pn.pack(xs, 4096/Block)
+		pn.pack(xs, 4096/Block, nil)
 	}
 }

@@ -1443,7 +1443,7 @@ func (m *Model) matmulGEMV(ops []matOp) error {
 	clear(sc.inPacked)
 	for oi := range ops {
 		if k := which[oi]; !ops[oi].tiled && !sc.inPacked[k] && gemv.Worth(len(inputs[k])) && gemv.Packs(m.impl, ops[oi].w.Type) {
-			if err := sc.packed[k].Pack(sc.xq[k]); err != nil {
+			if err := sc.packed[k].PackWith(sc.xq[k], m.parallelItems); err != nil {
 				return err
 			}
 			sc.inPacked[k] = true

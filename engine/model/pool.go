@@ -27,6 +27,12 @@ func (m *Model) parallel(n int, fn func(w, i int)) {
 	}
 }
 
+// parallelItems is parallel for work that needs no thread index (a
+// layout's pieces, gemv.Packed.PackWith).
+func (m *Model) parallelItems(n int, fn func(i int)) {
+	m.parallel(n, func(_, i int) { fn(i) })
+}
+
 // firstError keeps the first error the calls of a parallel step report.
 type firstError struct {
 	mu  sync.Mutex
