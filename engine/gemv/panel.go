@@ -106,9 +106,12 @@ func rowsPanel(k panelKernel, impl Impl, t quant.Type, rows []byte, rb, stride, 
 	full := nr / panelRows * panelRows
 	for r0 := 0; r0 < full; r0 += panelRows {
 		w := rows[r0*stride:]
-		if t == quant.Q4_K {
-			q4kPanelMeta(w, stride, nb, sc.meta) // Q6_K's kernel reads its blocks' own
-		}
+		switch t {
+		case quant.Q4_K:
+			q4kPanelMeta(w, stride, nb, q4kBytes, sc.meta)
+		case quant.Q5_K:
+			q4kPanelMeta(w, stride, nb, q5kBytes, sc.meta)
+		} // Q6_K's kernel reads its blocks' own
 		clear(sc.tot)
 		k(unsafe.SliceData(w), stride, nb, pn.pg, unsafe.SliceData(sc.meta), unsafe.SliceData(pn.x), unsafe.SliceData(pn.s),
 			unsafe.SliceData(pn.d), unsafe.SliceData(sc.wide), unsafe.SliceData(sc.tot))
@@ -132,11 +135,11 @@ func rowsPanel(k panelKernel, impl Impl, t quant.Type, rows []byte, rb, stride, 
 // panelKernel is a panel kernel's signature (asm/panel.go).
 type panelKernel func(w *byte, stride, nb, ng int, meta *byte, x *int32, s *int32, dx *float32, wide *int16, tot *float64)
 
-// q4kPanelMeta writes the metadata of the eight Q4_K rows at w (stride
-// bytes apart) for each of nb blocks: the scales and mins of kScales, d
-// and dmin as float32. It runs once a panel for every group of vectors,
+// q4kPanelMeta writes the metadata of the eight Q4_K (bb 144) or Q5_K
+// (176) rows at w (stride bytes apart) for each of nb blocks: the scales
+// and mins of kScales, d and dmin as float32. It runs once a panel for every group of vectors,
 // so its stores go through typed views rather than a byte encoder.
-func q4kPanelMeta(w []byte, stride, nb int, meta []byte) {
+func q4kPanelMeta(w []byte, stride, nb, bb int, meta []byte) {
 	_ = meta[nb*panelMeta-1]
 	for b := range nb {
 		base := unsafe.Pointer(&meta[b*panelMeta])
@@ -145,7 +148,7 @@ func q4kPanelMeta(w []byte, stride, nb int, meta []byte) {
 		d := (*[panelRows]float32)(unsafe.Add(base, 384))
 		dm := (*[panelRows]float32)(unsafe.Add(base, 416))
 		for r := range panelRows {
-			blk := (*[q4kBytes]byte)(w[r*stride+b*q4kBytes:])
+			blk := (*[16]byte)(w[r*stride+b*bb:])
 			s := blk[4:16]
 			for j := range 4 {
 				sc[8*r+j] = int16(s[j] & 63)

@@ -20,6 +20,8 @@ func lookupPanel(impl Impl, t quant.Type) panelKernel {
 	switch t {
 	case quant.Q4_K:
 		return q4kPanelVNNI
+	case quant.Q5_K:
+		return q5kPanelVNNI
 	case quant.Q6_K:
 		return q6kPanelVNNI
 	}

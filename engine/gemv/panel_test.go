@@ -20,7 +20,7 @@ func TestRowsPanel(t *testing.T) {
 	if !panelReady() {
 		t.Skip("no panel kernels on this CPU (AVX-512 with VNNI and DQ)")
 	}
-	for _, typ := range []quant.Type{quant.Q4_K, quant.Q6_K} {
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q5_K, quant.Q6_K} {
 		for _, c := range []struct{ rows, n, width, batch int }{
 			{8, 256, 256, 16},    // one panel, one group
 			{21, 768, 768, 37},   // two panels and five rows; two groups, a four-vector group and one more
@@ -79,7 +79,7 @@ func BenchmarkRowsPanel(b *testing.B) {
 		b.Skip("no panel kernels on this CPU")
 	}
 	const nr, n = 512, 4096
-	for _, typ := range []quant.Type{quant.Q4_K, quant.Q6_K} {
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q5_K, quant.Q6_K} {
 		for _, batch := range []int{16, 64, 128} {
 			_, rows, stride, xs := viewBatch(b, typ, nr, n, n, batch, false)
 			ys := make([][]float32, batch)

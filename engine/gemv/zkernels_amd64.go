@@ -197,6 +197,9 @@ func q8Widen(w *byte, stride int, rows int, nb int, out *uint16, ld int)
 // q4kPanelVNNI computes a panel of eight Q4_K rows against groups of 16 vectors with the tokens in lanes (ref.go's contract).
 func q4kPanelVNNI(w *byte, stride int, nb int, ng int, meta *byte, x *int32, s *int32, dx *float32, wide *int16, tot *float64)
 
+// q5kPanelVNNI computes a panel of eight Q5_K rows against groups of 16 vectors with the tokens in lanes (ref.go's contract).
+func q5kPanelVNNI(w *byte, stride int, nb int, ng int, meta *byte, x *int32, s *int32, dx *float32, wide *int16, tot *float64)
+
 // q6kPanelVNNI computes a panel of eight Q6_K rows against groups of 16 vectors with the tokens in lanes (ref.go's contract).
 func q6kPanelVNNI(w *byte, stride int, nb int, ng int, meta *byte, x *int32, s *int32, dx *float32, wide *int16, tot *float64)
 

@@ -53,6 +53,7 @@ func main() {
 	q6kWiden("q6kWiden")
 	q8Widen("q8Widen")
 	q4kPanel("q4kPanelVNNI")
+	q5kPanel("q5kPanelVNNI")
 	q6kPanel("q6kPanelVNNI")
 	tilesSetAVX512()
 	scores4(attn512)

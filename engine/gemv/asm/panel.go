@@ -36,22 +36,34 @@ const panelRows = 8
 // and block eight zmm of int32; dx per group and block a zmm of scales;
 // wide 4 KiB of scratch for the widened block; tot per group the rows'
 // 16 float64 totals, added to.
-func q4kPanel(name string) { panelKernel(name, false) }
+func q4kPanel(name string) { panelKernel(name, quant4) }
+
+// q5kPanel emits the Q5_K panel kernel: q4kPanel's with each weight's
+// fifth bit from the block's 32 bytes of high bits (bit 2j of byte l for
+// element 64j+l, bit 2j+1 for element 64j+32+l), at most 31·63.
+func q5kPanel(name string) { panelKernel(name, quant5) }
 
 // q6kPanel emits the Q6_K panel kernel (AVX-512 VNNI), ref.go's contract
 // bit for bit: each weight widens to (q6 − 32)·sc_g (at most 32·128 in
 // magnitude) so that T = Σ_g sc_g·Σ_{i∈g} w_i·q_i, and P =
 // float32(d·float32(T))·dx. It reads its scales and d from the blocks
 // (meta and s are not used: Q6_K has no mins).
-func q6kPanel(name string) { panelKernel(name, true) }
+func q6kPanel(name string) { panelKernel(name, quant6) }
 
-// panelKernel emits q4kPanel's or, with q6, q6kPanel's kernel.
-func panelKernel(name string, q6 bool) {
+// panelFormat is a panel kernel's weight format.
+type panelFormat int
+
+const (
+	quant4 panelFormat = iota
+	quant5
+	quant6
+)
+
+// panelKernel emits the panel kernel of format f.
+func panelKernel(name string, f panelFormat) {
 	TEXT(name, NOSPLIT, "func(w *byte, stride, nb, ng int, meta *byte, x *int32, s *int32, dx *float32, wide *int16, tot *float64)")
-	format, bb := "Q4_K", 144
-	if q6 {
-		format, bb = "Q6_K", 210
-	}
+	format, bb := map[panelFormat]string{quant4: "Q4_K", quant5: "Q5_K", quant6: "Q6_K"}[f], map[panelFormat]int{quant4: 144, quant5: 176, quant6: 210}[f]
+	q6 := f == quant6
 	Doc(name + " computes a panel of eight " + format + " rows against groups of 16 vectors with the tokens in lanes (ref.go's contract).")
 	// The block in hand is b (a stack slot); every pointer of the block
 	// and group loops derives from it and the arguments, so that few
@@ -80,7 +92,7 @@ func panelKernel(name string, q6 bool) {
 		} else {
 			IMUL3Q(U32(448), b, mp)
 			ADDQ(paramAddr("meta"), mp)
-			q4kWidenRows(rp, stride, wd, mp, mask)
+			q4kWidenRows(rp, stride, wd, mp, mask, f == quant5)
 		}
 	}
 
@@ -193,17 +205,52 @@ func panelKernel(name string, q6 bool) {
 	RET()
 }
 
-// q4kWidenRows widens the panel's rows' Q4_K block at rp (rows stride
-// apart) into wd, 512 bytes a row: sub-block 2j is the low nibbles of
-// bytes 32j..32j+31 of the quants, 2j+1 their high ones, each times its
-// scale (meta's int16 at mp).
-func q4kWidenRows(rp, stride, wd, mp Register, mask VecVirtual) {
+// q4kWidenRows widens the panel's rows' Q4_K (or, with five, Q5_K) block
+// at rp (rows stride apart) into wd, 512 bytes a row: sub-block 2j is the
+// low nibbles of bytes 32j..32j+31 of the quants, 2j+1 their high ones
+// (with five, bits 2j and 2j+1 of the high bits' bytes above them), each
+// times its scale (meta's int16 at mp).
+func q4kWidenRows(rp, stride, wd, mp Register, mask VecVirtual, five bool) {
+	qsOff := 16
+	var sixteen VecVirtual
+	if five {
+		qsOff = 48
+		sixteen = ZMM()
+		t := GP32()
+		MOVL(U32(0x00100010), t)
+		VPBROADCASTD(t, sixteen)
+	}
 	for r := 0; r < panelRows; r++ {
+		var qh VecVirtual
+		if five {
+			qh = ZMM()
+			VPMOVZXBW(Mem{Base: rp, Disp: 16}, qh)
+		}
 		for j := 0; j < 4; j++ {
 			v, hi, slo, shi := ZMM(), ZMM(), ZMM(), ZMM()
-			VPMOVZXBW(Mem{Base: rp, Disp: 16 + 32*j}, v)
+			VPMOVZXBW(Mem{Base: rp, Disp: qsOff + 32*j}, v)
 			VPSRLW(U8(4), v, hi)
 			VPANDD(mask, v, v)
+			if five {
+				// Bit k of the high bits' byte to bit 4: 16 when set.
+				for h, k := range []int{2 * j, 2*j + 1} {
+					b := ZMM()
+					switch {
+					case k < 4:
+						VPSLLW(U8(4-k), qh, b)
+					case k > 4:
+						VPSRLW(U8(k-4), qh, b)
+					default:
+						VMOVDQA64(qh, b)
+					}
+					VPANDD(sixteen, b, b)
+					dst := v
+					if h == 1 {
+						dst = hi
+					}
+					VPORD(b, dst, dst)
+				}
+			}
 			VPBROADCASTW(Mem{Base: mp, Disp: 16*r + 2*(2*j)}, slo)
 			VPBROADCASTW(Mem{Base: mp, Disp: 16*r + 2*(2*j+1)}, shi)
 			VPMULLW(slo, v, v)
