@@ -292,25 +292,7 @@ func q6kWidenRows(rp, stride, wd Register, mask VecVirtual, dloc, scloc Mem) {
 			VPMOVZXBW(Mem{Base: rp, Disp: 128 + 32*h}, qh)
 			for q := 0; q < 4; q++ {
 				lo, hb := ZMM(), ZMM()
-				src := ql0
-				if q%2 == 1 {
-					src = ql1
-				}
-				if q < 2 {
-					VPANDD(mask, src, lo)
-				} else {
-					VPSRLW(U8(4), src, lo)
-				}
-				if q == 0 {
-					VPANDD(three, qh, hb)
-				} else {
-					VPSRLW(U8(2*q), qh, hb)
-					if q < 3 {
-						VPANDD(three, hb, hb)
-					}
-				}
-				VPSLLW(U8(4), hb, hb)
-				VPORD(hb, lo, lo)
+				q6Quarter(q, ql0, ql1, qh, lo, hb, mask, three, VPSRLW, VPSLLW)
 				VPSUBW(thirtytwo, lo, lo)
 				// Groups 8h+2q and 8h+2q+1: their scales in the two halves.
 				s0, s1 := ZMM(), YMM()
@@ -326,4 +308,31 @@ func q6kWidenRows(rp, stride, wd Register, mask VecVirtual, dloc, scloc Mem) {
 			ADDQ(stride, rp)
 		}
 	}
+}
+
+// q6Quarter emits quarter k (0..3) of a Q6_K half-block's quants, in
+// elements of the width the shifts shr and shl take (words or dwords),
+// into q: the low nibbles of lo0 (k 0) or lo1 (k 1), or their high ones
+// (k 2, 3), with bits 2k and 2k+1 of hi above them. mask holds 15 and
+// three 3 in every element; t is scratch.
+func q6Quarter(k int, lo0, lo1, hi, q, t, mask, three Op, shr, shl func(...Op)) {
+	src := lo0
+	if k%2 == 1 {
+		src = lo1
+	}
+	if k < 2 {
+		VPANDD(mask, src, q)
+	} else {
+		shr(U8(4), src, q)
+	}
+	if k == 0 {
+		VPANDD(three, hi, t)
+	} else {
+		shr(U8(2*k), hi, t)
+		if k < 3 {
+			VPANDD(three, t, t)
+		}
+	}
+	shl(U8(4), t, t)
+	VPORD(t, q, q)
 }

@@ -200,23 +200,8 @@ func q6kWiden(name string) {
 				VPMOVZXBD(Mem{Base: wp, Disp: ql + 32 + 16*g}, Z1)
 				VPMOVZXBD(Mem{Base: wp, Disp: qh + 16*g}, Z2)
 				for k := range 4 {
-					src := []Register{Z0, Z1}[k%2]
 					q := regs[2*k+g]
-					if k < 2 {
-						VPANDD(Z31, src, q)
-					} else {
-						VPSRLD(U8(4), src, q)
-					}
-					if k == 0 {
-						VPANDD(Z30, Z2, Z3)
-					} else {
-						VPSRLD(U8(2*k), Z2, Z3)
-						if k < 3 {
-							VPANDD(Z30, Z3, Z3)
-						}
-					}
-					VPSLLD(U8(4), Z3, Z3)
-					VPORD(Z3, q, q)
+					q6Quarter(k, Z0, Z1, Z2, q, Z3, Z31, Z30, VPSRLD, VPSLLD)
 					VCVTDQ2PS(q, q)
 					s := 8*half + g + 2*k // the scale of these 16
 					VBROADCASTSS(scf.Offset(4*s), Z4)
