@@ -47,6 +47,14 @@ func TestRunBeside(t *testing.T) {
 			defer runtime.UnlockOSThread()
 			tid := unix.Gettid()
 			for round := range 20 {
+				if tc.spin < 0 {
+					// The worker must be asleep, not on its way there: one
+					// that has yet to look at the step takes it unrung.
+					for end := time.Now().Add(5 * time.Second); !p.workers[0].sleeping.Load() && time.Now().Before(end); {
+						time.Sleep(100 * time.Microsecond)
+					}
+					time.Sleep(2 * time.Millisecond)
+				}
 				var done, calls atomic.Int32
 				var before int32
 				on := 0
