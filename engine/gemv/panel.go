@@ -137,8 +137,9 @@ type panelKernel func(w *byte, stride, nb, ng int, meta *byte, x *int32, s *int3
 
 // q4kPanelMeta writes the metadata of the eight Q4_K (bb 144) or Q5_K
 // (176) rows at w (stride bytes apart) for each of nb blocks: the scales
-// and mins of kScales, d and dmin as float32. It runs once a panel for every group of vectors,
-// so its stores go through typed views rather than a byte encoder.
+// and mins of kScales, d and dmin as float32. It runs for every panel of
+// eight rows, beside kernels that take a few hundred cycles a block, so
+// its stores go through typed views rather than a byte encoder.
 func q4kPanelMeta(w []byte, stride, nb, bb int, meta []byte) {
 	_ = meta[nb*panelMeta-1]
 	for b := range nb {
