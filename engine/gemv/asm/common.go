@@ -230,6 +230,15 @@ func madd(vnni, first, zeroed, last bool, qm Mem, w, acc VecVirtual) {
 	}
 }
 
+// kBlock is a Q4_K block's bytes and its quants' offset in it, or with
+// five a Q5_K block's, whose 32 bytes of fifth bits come before them.
+func kBlock(five bool) (bytes, qsOff int) {
+	if five {
+		return 176, 48
+	}
+	return 144, 16
+}
+
 // retAddr is the address of the function's i-th result and paramAddr
 // that of the named parameter, for VEX loads and stores: avo's Load and
 // Store of a float emit MOVSS and MOVSD, legacy SSE forms that on an

@@ -62,8 +62,12 @@ const (
 // panelKernel emits the panel kernel of format f.
 func panelKernel(name string, f panelFormat) {
 	TEXT(name, NOSPLIT, "func(w *byte, stride, nb, ng int, meta *byte, x *int32, s *int32, dx *float32, wide *int16, tot *float64)")
-	format, bb := map[panelFormat]string{quant4: "Q4_K", quant5: "Q5_K", quant6: "Q6_K"}[f], map[panelFormat]int{quant4: 144, quant5: 176, quant6: 210}[f]
+	format := map[panelFormat]string{quant4: "Q4_K", quant5: "Q5_K", quant6: "Q6_K"}[f]
 	q6 := f == quant6
+	bb, _ := kBlock(f == quant5)
+	if q6 {
+		bb = 210
+	}
 	Doc(name + " computes a panel of eight " + format + " rows against groups of 16 vectors with the tokens in lanes (ref.go's contract).")
 	// The block in hand is b (a stack slot); every pointer of the block
 	// and group loops derives from it and the arguments, so that few
@@ -211,10 +215,9 @@ func panelKernel(name string, f panelFormat) {
 // (with five, bits 2j and 2j+1 of the high bits' bytes above them), each
 // times its scale (meta's int16 at mp).
 func q4kWidenRows(rp, stride, wd, mp Register, mask VecVirtual, five bool) {
-	qsOff := 16
+	_, qsOff := kBlock(five)
 	var sixteen VecVirtual
 	if five {
-		qsOff = 48
 		sixteen = ZMM()
 		t := GP32()
 		MOVL(U32(0x00100010), t)

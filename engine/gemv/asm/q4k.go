@@ -17,10 +17,7 @@ func q4kAVX2(name string, five bool) {
 	TEXT(name, NOSPLIT, signature)
 	Pragma("noescape")
 	Doc(name + " is the " + map[bool]string{false: "Q4_K", true: "Q5_K"}[five] + " kernel for AVX2 (ref.go's contract).")
-	blockBytes, qsOff := 144, 16
-	if five {
-		blockBytes, qsOff = 176, 48
-	}
+	blockBytes, qsOff := kBlock(five)
 	// One pointer walks a row; rowEnd moves it to the next by the stride.
 	wp := Load(Param("w"), GP64())
 	rows := Load(Param("rows"), GP64())
@@ -114,10 +111,7 @@ func q4kAVX2x(name string, five bool) {
 	Pragma("noescape")
 	Doc(name + " is the " + map[bool]string{false: "Q4_K", true: "Q5_K"}[five] + " kernel for AVX2 over four packed vectors (ref.go's contract for each).")
 	const T = Tokens
-	blockBytes, qsOff := 144, 16
-	if five {
-		blockBytes, qsOff = 176, 48
-	}
+	blockBytes, qsOff := kBlock(five)
 	wp := Load(Param("w"), GP64())
 	rows := Load(Param("rows"), GP64())
 	y := Load(Param("y"), GP64())

@@ -119,10 +119,8 @@ func openQ4K512(name string, five, vnni bool, contract string, vectors int) (k q
 		fam = "AVX-512 with VNNI"
 	}
 	Doc(name + " is the " + map[bool]string{false: "Q4_K", true: "Q5_K"}[five] + " kernel for " + fam + " " + contract + ".")
-	k = q4k512{five: five, vnni: vnni, bb: 144, qsOff: 16}
-	if five {
-		k.bb, k.qsOff = 176, 48
-	}
+	k = q4k512{five: five, vnni: vnni}
+	k.bb, k.qsOff = kBlock(five)
 	wp = Load(Param("w"), GP64())
 	rows = Load(Param("rows"), GP64())
 	y = Load(Param("y"), GP64())
