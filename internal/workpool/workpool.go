@@ -211,17 +211,14 @@ func (p *Pool) RunBeside(n int, fn func(w, i int), beside func()) error {
 	p.fn, p.n = fn, int64(n)
 	p.next.Store(0)
 	p.pending.Store(int32(active - 1))
-	if beside == nil {
-		p.start(active)
-	} else {
-		// The polling workers start on the step, beside runs, and then
-		// the sleeping ones are rung: ringing first would delay beside's
-		// work (the issue of copies, which then start late) by a system
-		// call a sleeper.
-		p.publish(active)
+	// The polling workers start on the step, beside runs, and then the
+	// sleeping ones are rung: ringing first would delay beside's work (the
+	// issue of copies, which then start late) by a system call a sleeper.
+	p.publish(active)
+	if beside != nil {
 		beside()
-		p.ring(active)
 	}
+	p.ring(active)
 	p.share(0)
 	p.wait()
 	p.fn = nil // hold no reference to the caller's closure
@@ -239,15 +236,9 @@ func (p *Pool) share(w int) {
 	}
 }
 
-// start publishes the step (the generation bump orders it before every
-// worker's read) and wakes the taking-part workers that sleep.
-func (p *Pool) start(active int) {
-	p.publish(active)
-	p.ring(active)
-}
-
-// publish starts the step for the workers that poll: they take items at
-// once; a sleeping one waits for ring.
+// publish starts the step (the generation bump orders it before every
+// worker's read) for the workers that poll: they take items at once; a
+// sleeping one waits for ring.
 func (p *Pool) publish(active int) {
 	p.step.Store((p.step.Load()>>16+1)<<16 | uint64(active))
 }
@@ -367,15 +358,16 @@ func (p *Pool) await(w *worker, seen uint64) uint64 {
 		if g = p.step.Load(); g != seen && w.sleeping.CompareAndSwap(true, false) {
 			return g
 		}
-		// Either no new step, or start saw this worker about to sleep
+		// Either no new step, or ring saw this worker about to sleep
 		// and rings (or has rung) its bell: the count moves from rung.
 		w.bell.Sleep(rung)
 		if g = p.step.Load(); g != seen {
 			return g
 		}
-		// A ring with no new step: a start that read this worker's flag
-		// from an earlier sleep and was held up (preempted) until this
-		// one. Taking it as a step would run the last step twice.
+		// A ring with no new step: an earlier step's ring that read this
+		// worker's flag from an earlier sleep and was held up (preempted)
+		// until this one. Taking it as a step would run the last step
+		// twice.
 	}
 }
 
