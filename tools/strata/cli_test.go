@@ -61,7 +61,7 @@ func TestCLI(t *testing.T) {
 		}
 	})
 	t.Run("run streams the prompt and a completion", func(t *testing.T) {
-		out, stderr, code := runStrata(t, bin, "", "run", "--model", model, "--prompt", "Hello", "-n", "8", "--stats")
+		out, stderr, code := runStrata(t, bin, "", "run", "--model", model, "--prompt", "Hello", "-n", "8", "--stats", "--stats-every", "3")
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr)
 		}
@@ -70,6 +70,11 @@ func TestCLI(t *testing.T) {
 		}
 		if !strings.Contains(stderr, "completion: 8 tokens") {
 			t.Errorf("stats missing from stderr: %q", stderr)
+		}
+		// Windows of three after the first token: 2-4 and 5-7; token 8
+		// ends none.
+		if !strings.Contains(stderr, "tokens 2-4: ") || !strings.Contains(stderr, "tokens 5-7: ") || strings.Contains(stderr, "tokens 8") {
+			t.Errorf("--stats-every 3 over 8 tokens: want windows 2-4 and 5-7 alone in %q", stderr)
 		}
 	})
 	t.Run("run under a JSON Schema", func(t *testing.T) {
@@ -144,6 +149,7 @@ func TestCLI(t *testing.T) {
 		}{
 			{[]string{"run", "--model", filepath.Join(dir, "missing.gguf")}, exitNotFound, "missing.gguf"},
 			{[]string{"run", "--model", model, "-n", "0"}, 2, "max-tokens"},
+			{[]string{"run", "--model", model, "--stats-every", "-1"}, 2, "stats-every"},
 			{[]string{"model", "synth", "--shape", "huge", "-o", filepath.Join(dir, "x.gguf")}, 2, "huge"},
 			{[]string{"model", "inspect"}, 2, "exactly one FILE"},
 			{[]string{"run", "--no-such-flag"}, 2, "no-such-flag"},

@@ -159,3 +159,70 @@ func writePipelineStats(w io.Writer, st *stream.Stats) {
 		fmt.Fprintf(w, "checksums: %v of the read stage\n", st.Verify.Round(time.Microsecond))
 	}
 }
+
+// windowStats prints, for `strata run --stats-every N`, a line per N
+// completion tokens: the window's time per token and, where the engine
+// counts them, what its passes did (expert picks by where they were
+// served, the CPU's FFNs) — to see whether a decode grows dearer as its
+// context grows, and which share does.
+type windowStats struct {
+	every int
+	n     int // completion tokens seen
+	at    windowSnap
+}
+
+// windowSnap is the counters at a window's start.
+type windowSnap struct {
+	t       time.Time
+	experts engine.ExpertInfo
+	xok     bool
+	hybrid  engine.HybridInfo
+	hok     bool
+}
+
+func snapWindow(e *engine.Engine, now time.Time) windowSnap {
+	s := windowSnap{t: now}
+	s.experts, s.xok = e.Experts()
+	s.hybrid, s.hok = e.Hybrid()
+	return s
+}
+
+// token counts one completion token; the first starts the first window
+// (the prompt's pass is not in any).
+func (w *windowStats) token(out io.Writer, e *engine.Engine) {
+	w.n++
+	if w.n == 1 {
+		w.at = snapWindow(e, time.Now())
+		return
+	}
+	if (w.n-1)%w.every != 0 {
+		return
+	}
+	now := snapWindow(e, time.Now())
+	writeWindow(out, w.n-w.every+1, w.n, w.at, now)
+	w.at = now
+}
+
+// writeWindow prints the window of tokens first..last (after the first
+// token) from the counters at its start (a) and end (b).
+func writeWindow(w io.Writer, first, last int, a, b windowSnap) {
+	n := last - first + 1
+	per := b.t.Sub(a.t) / time.Duration(n)
+	fmt.Fprintf(w, "tokens %d-%d: %v a token (%.2f tok/s)", first, last, per.Round(time.Microsecond), rate(n, b.t.Sub(a.t).Seconds()))
+	if a.xok && b.xok {
+		dev, off := b.experts.DeviceUses-a.experts.DeviceUses, b.experts.CPUUses-a.experts.CPUUses
+		if dev+off > 0 {
+			fmt.Fprintf(w, "; expert picks on the device %d, off it %d (hit %.2f), sent over PCIe %d, pulled by the GPU %d, moved to the device %d",
+				dev, off, float64(dev)/float64(dev+off), b.experts.StreamedPicks-a.experts.StreamedPicks,
+				b.experts.MappedPicks-a.experts.MappedPicks, b.experts.DeviceMoves-a.experts.DeviceMoves)
+		}
+	}
+	if a.hok && b.hok {
+		sa, sb := a.hybrid.Stats, b.hybrid.Stats
+		if l := sb.Layers - sa.Layers; l > 0 {
+			fmt.Fprintf(w, "; cpu %d FFNs, busy %v a token, hops %v a token", l,
+				((sb.Busy - sa.Busy) / time.Duration(n)).Round(time.Microsecond), ((sb.Hop - sa.Hop) / time.Duration(n)).Round(time.Microsecond))
+		}
+	}
+	fmt.Fprintln(w)
+}
