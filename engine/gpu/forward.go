@@ -126,6 +126,9 @@ type pass struct {
 	// exit, when > 0, ends the layers there: the pass runs layers
 	// [0, exit), all resident, then the output head (ForwardExit).
 	exit int
+	// trace is told TraceStarted and TraceLayers by a pass issued kernel
+	// by kernel (nil in a graph's capture: a replay reaches neither).
+	trace Tracer
 }
 
 // own accepts, for model.CheckBatch, the open sequences this model made.
@@ -278,6 +281,7 @@ func (m *Model) forward(ctx context.Context, batch []model.Step, exit int) error
 		if useGraph {
 			err = m.replayDecode(c, &p)
 		} else {
+			p.trace = tr
 			err = m.copyMeta(c, &p)
 			if err == nil {
 				err = m.enqueue(ctx, c, &p)
@@ -516,6 +520,7 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 			return err
 		}
 	}
+	mark(p.trace, TraceStarted)
 	cpuPass := false
 	normed := false // a.xn already holds this layer's attention norm
 	last := len(m.layers)
@@ -720,6 +725,7 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 			}
 		}
 	}
+	mark(p.trace, TraceLayers)
 	if cpuPass {
 		m.hy.stats.Passes++
 		if T <= len(m.hy.seen) {

@@ -8,7 +8,8 @@ package gpu
 
 // TracePoint is a moment of a Forward pass at which work changes hands.
 // A pass reaches them in this order (TraceLaunched only when the pass is
-// replayed from a captured graph).
+// replayed from a captured graph, TraceStarted and TraceLayers only when
+// it is not).
 type TracePoint uint8
 
 const (
@@ -18,6 +19,13 @@ const (
 	TraceDevice
 	// TraceLaunched: the graph launch returned (graph replays only).
 	TraceLaunched
+	// TraceStarted: the pass's inputs are uploaded, its embedding issued
+	// and, with streamed layers, the pipeline's pass begun: the first
+	// layer is next.
+	TraceStarted
+	// TraceLayers: every layer is issued (and the CPU's FFNs, run on this
+	// goroutine, are done): the output head is next.
+	TraceLayers
 	// TraceQueued: every copy and launch of the pass is issued.
 	TraceQueued
 	// TraceSynced: the stream is drained.

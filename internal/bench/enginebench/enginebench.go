@@ -892,8 +892,8 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 		// the layers' launches are in the enqueue, the GPU's tail after
 		// the last of them in the wait.
 		h := h1.Phases
-		res.Notes = append(res.Notes, fmt.Sprintf("hybrid: host phases per pass at batch 1: hand-off to the device goroutine %.1f µs, enqueue %.1f µs, wait for the stream %.1f µs, hand-off back %.1f µs (the pipeline's bookkeeping), results into the step %.1f µs; the pass %.1f µs",
-			us(h.ToDevice), us(h.Enqueue), us(h.Wait), us(h.FromDevice), us(h.Scatter), us(h1.PerPass)))
+		res.Notes = append(res.Notes, fmt.Sprintf("hybrid: host phases per pass at batch 1: hand-off to the device goroutine %.1f µs, enqueue %.1f µs (before the first layer %.1f, the layers and the CPU's FFNs %.1f, the output head %.1f), wait for the stream %.1f µs, hand-off back %.1f µs (the pipeline's bookkeeping), results into the step %.1f µs; the pass %.1f µs",
+			us(h.ToDevice), us(h.Enqueue), us(h.Setup), us(h.Enqueue-h.Setup-h.Head), us(h.Head), us(h.Wait), us(h.FromDevice), us(h.Scatter), us(h1.PerPass)))
 	}
 	plans, rates, _ = g.HybridPlans()
 	p := plans[0]

@@ -111,6 +111,12 @@ type HostPhases struct {
 	// Launch is the part of Enqueue up to the graph launch's return
 	// (graph replays only; 0 otherwise).
 	Launch time.Duration
+	// Setup is the part of Enqueue before the first layer (the inputs'
+	// upload, the embedding, the streaming pipeline's begin), Head the
+	// part after the last layer's (the output head and the download):
+	// passes issued kernel by kernel only, 0 for graph replays. The rest
+	// is the layers, with the CPU's FFNs where it takes some.
+	Setup, Head time.Duration
 	// Wait is from the pass enqueued to the stream drained: the device's
 	// work, the latency of the device starting it and of the driver
 	// noticing its end.
@@ -176,6 +182,10 @@ func (t *phaseTrace) phases() HostPhases {
 	}
 	if t.sum[gpu.TraceLaunched] > 0 {
 		h.Launch = at(gpu.TraceLaunched) - at(gpu.TraceDevice)
+	}
+	if t.sum[gpu.TraceStarted] > 0 && t.sum[gpu.TraceLayers] > 0 {
+		h.Setup = at(gpu.TraceStarted) - at(gpu.TraceDevice)
+		h.Head = at(gpu.TraceQueued) - at(gpu.TraceLayers)
 	}
 	return h
 }

@@ -274,16 +274,16 @@ func TestPhaseTrace(t *testing.T) {
 		{name: "none"},
 		{
 			name:   "graph replays",
-			passes: [][gpu.NumTracePoints]int{{0, 10, 14, 20, 120, 130, 140}, {0, 20, 26, 30, 130, 150, 170}},
+			passes: [][gpu.NumTracePoints]int{{0, 10, 14, -1, -1, 20, 120, 130, 140}, {0, 20, 26, -1, -1, 30, 130, 150, 170}},
 			info:   []gpu.PassTrace{{Graph: true, GraphCopies: true, DeviceSelect: true}, {Graph: true, GraphCopies: true, DeviceSelect: true}},
 			want:   HostPhases{ToDevice: 15 * time.Microsecond, Launch: 5 * time.Microsecond, Enqueue: 10 * time.Microsecond, Wait: 100 * time.Microsecond, FromDevice: 15 * time.Microsecond, Scatter: 15 * time.Microsecond},
 			sel:    2, graphs: 2, copies: 2,
 		},
 		{
 			name:   "kernel by kernel",
-			passes: [][gpu.NumTracePoints]int{{0, 10, -1, 60, 160, 170, 175}},
+			passes: [][gpu.NumTracePoints]int{{0, 10, -1, 15, 55, 60, 160, 170, 175}},
 			info:   []gpu.PassTrace{{CopiesErr: copyErr}},
-			want:   HostPhases{ToDevice: 10 * time.Microsecond, Enqueue: 50 * time.Microsecond, Wait: 100 * time.Microsecond, FromDevice: 10 * time.Microsecond, Scatter: 5 * time.Microsecond},
+			want:   HostPhases{ToDevice: 10 * time.Microsecond, Enqueue: 50 * time.Microsecond, Setup: 5 * time.Microsecond, Head: 5 * time.Microsecond, Wait: 100 * time.Microsecond, FromDevice: 10 * time.Microsecond, Scatter: 5 * time.Microsecond},
 			note:   copyErr,
 		},
 	} {
