@@ -22,6 +22,9 @@ type fakeExperts struct {
 	resident [][]bool
 	swapped  int
 	failAt   int // the swap (counted from 1 over the fake's life) that fails; 0: none
+	// hits and picks count the routed picks, and those of experts the
+	// device held when routed.
+	hits, picks int
 }
 
 func newFakeExperts(L, E int, dev [][]bool) *fakeExperts {
@@ -61,6 +64,10 @@ func (f *fakeExperts) route(r *rand.Rand, n, used int, weight func(l, e int) flo
 			}
 			for _, e := range picked {
 				f.counts[l][e]++
+				f.picks++
+				if l < len(f.resident) && f.resident[l][e] {
+					f.hits++
+				}
 			}
 		}
 	}
@@ -199,6 +206,35 @@ func TestDeviceAdapter(t *testing.T) {
 		if a.moved.Load() != L*3 || a.plan.DeviceHit < 0.5 {
 			t.Fatalf("moved %d experts, device hit %.2f", a.moved.Load(), a.plan.DeviceHit)
 		}
+	})
+	t.Run("drifting", func(t *testing.T) {
+		t.Parallel()
+		// The hot experts move by one every four windows (slower than the
+		// history fades): the adapter must follow, the device's hit over
+		// the last windows well above that of a device that keeps the
+		// calibration's placement.
+		a, f, r := setup(6)
+		_, still, _ := setup(6)
+		const windows = 40
+		for w := range windows {
+			hot := func(l, e int) float64 {
+				if e >= w/4 && e < w/4+3 {
+					return 30
+				}
+				return 1
+			}
+			if w == windows-8 {
+				f.hits, f.picks, still.hits, still.picks = 0, 0, 0, 0
+			}
+			f.route(r, window, used, hot)
+			still.route(r, window, used, hot)
+			a.look(context.Background())
+		}
+		got, kept := float64(f.hits)/float64(f.picks), float64(still.hits)/float64(still.picks)
+		if got < 0.45 || got < kept+0.4 {
+			t.Fatalf("device hit over the last eight windows %.2f, with the calibration's placement %.2f (moved %d)", got, kept, a.moved.Load())
+		}
+		samePlan(t, a, f)
 	})
 	t.Run("capped rounds go on", func(t *testing.T) {
 		t.Parallel()

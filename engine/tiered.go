@@ -701,7 +701,7 @@ const calibrationTokens = 256
 // It runs on the engine's backend, whose routing counts it reads: the CPU
 // model's, or the GPU's (which routes on the device).
 func (e *Engine) calibrateExperts(ctx context.Context) error {
-	before := e.expertCounts()
+	before := e.ExpertCounts()
 	toks := e.Tok.Encode(calibration, true, false)
 	toks = toks[:min(len(toks), calibrationTokens, e.Model.Config.Context, e.backend.MaxContext())]
 	seq, err := e.backend.NewSequence(len(toks))
@@ -715,14 +715,14 @@ func (e *Engine) calibrateExperts(ctx context.Context) error {
 	var mid [][]uint64
 	for lo := 0; lo < len(toks); lo += 64 {
 		if mid == nil && lo >= len(toks)/2 {
-			mid = e.expertCounts()
+			mid = e.ExpertCounts()
 		}
 		b := []model.Step{{Seq: seq, Tokens: toks[lo:min(lo+64, len(toks))]}}
 		if err := e.backend.Forward(ctx, b); err != nil {
 			return err
 		}
 	}
-	after := e.expertCounts()
+	after := e.ExpertCounts()
 	if after == nil || before == nil {
 		return errors.New("the backend counts no routing")
 	}
@@ -779,9 +779,10 @@ func (e *Engine) placeDeviceExperts(ctx context.Context, counts, holdout [][]uin
 	return nil
 }
 
-// expertCounts is the routing counts of the backend's passes
-// (model.Model's ExpertCounts; nil for a dense model).
-func (e *Engine) expertCounts() [][]uint64 {
+// ExpertCounts is the routing counts of the backend's passes so far, per
+// layer and expert (model.Model's ExpertCounts; nil for a dense model):
+// what the placement of experts follows, for tools that study it.
+func (e *Engine) ExpertCounts() [][]uint64 {
 	if e.cuda != nil {
 		return e.cuda.ExpertCounts()
 	}
