@@ -14,7 +14,9 @@ import (
 // (32 query, 8 KV) and Qwen3-30B-A3B's (32 query, 4 KV) at spans from a
 // short context to a long one, one token and eight: what a decode pass
 // spends in attention as its context grows, against the keys' and
-// values' bytes. Run with -test.benchtime 1x.
+// values' bytes, for each count of blocks per multiprocessor the splits
+// may aim at (the tuning's decodeBlocksPerSM; the default marked). Run
+// with -test.benchtime 1x.
 func BenchmarkAttentionDecode(b *testing.B) {
 	d, _ := gpu(b)
 	for _, sh := range []struct {
@@ -44,13 +46,22 @@ func BenchmarkAttentionDecode(b *testing.B) {
 					sl, ps := put(a, slots), put(a, pos)
 					sb := at.DecodeScratchBytes(ntok, 64)
 					scratch := a.alloc(sb)
-					ms := timeIt(c, 50, func(int) error {
-						return k.AttentionDecode(c, 0, at, kv, q, out, ntok, sl, ps, span, 0, scratch, sb)
-					})
 					bytes := float64(ntok) * float64(span) * float64(kvdim) * 2 * 4
-					fmt.Printf("attn-decode %-14s ntok=%d span=%-5d splits %2d  %7.1f us/layer  %6.1f GB/s of keys and values\n",
-						sh.name, ntok, span, k.DecodeSplits(at, ntok, span), ms*1e3, bytes/(ms*1e-3)/1e9)
-					b.ReportMetric(ms*1e3, fmt.Sprintf("us/layer-%s-%d-%d", sh.name, ntok, span))
+					for _, per := range []int{2, 4, 8, 16} {
+						tu := k.Tuning()
+						def := ""
+						if per == tu.decodeBlocksPerSM {
+							def = " (default)"
+						}
+						tu.decodeBlocksPerSM = per
+						kp := k.WithTuning(tu)
+						ms := timeIt(c, 50, func(int) error {
+							return kp.AttentionDecode(c, 0, at, kv, q, out, ntok, sl, ps, span, 0, scratch, sb)
+						})
+						fmt.Printf("attn-decode %-14s ntok=%d span=%-5d %2d blocks/SM: splits %2d  %7.1f us/layer  %6.1f GB/s of keys and values%s\n",
+							sh.name, ntok, span, per, kp.DecodeSplits(at, ntok, span), ms*1e3, bytes/(ms*1e-3)/1e9, def)
+						b.ReportMetric(ms*1e3, fmt.Sprintf("us/layer-%s-%d-%d-%d", sh.name, ntok, span, per))
+					}
 					return nil
 				})
 				if err != nil {

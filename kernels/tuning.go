@@ -69,6 +69,11 @@ type Tuning struct {
 	// dispatch knobs.
 	prefill prefillTuning
 	gemm    gemmTuning
+	// decodeBlocksPerSM is the blocks per multiprocessor decode
+	// attention's key splits aim its grid at (DecodeSplits): each block
+	// walks its keys a few rows in flight per warp, so a long span in few
+	// blocks waits on memory rather than reading it.
+	decodeBlocksPerSM int
 }
 
 // TuningFor is the tuning of a device: the ahead-of-time cubins where they
@@ -86,12 +91,13 @@ func TuningFor(d DeviceInfo) Tuning {
 // device.
 func baseTuning() Tuning {
 	return Tuning{
-		IntegerGEMV:    true,
-		IntegerQ6K:     true,
-		gemvWarpsPerSM: 32,
-		gemvStaged:     gemvStagedConfig{warps: 8, blocksPerSM: 2},
-		prefill:        prefillTuning{pairMaxWaves: 2},
-		gemm:           gemmTuning{panelBytes: 128 << 20, xBytes: 32 << 20},
+		IntegerGEMV:       true,
+		IntegerQ6K:        true,
+		gemvWarpsPerSM:    32,
+		gemvStaged:        gemvStagedConfig{warps: 8, blocksPerSM: 2},
+		prefill:           prefillTuning{pairMaxWaves: 2},
+		decodeBlocksPerSM: 2,
+		gemm:              gemmTuning{panelBytes: 128 << 20, xBytes: 32 << 20},
 	}
 }
 
