@@ -18,13 +18,13 @@ run() { # binary, name, then strata run's arguments
 	timeout 150 "$B/$bin" run -m "$Q" --backend cuda --stats -p "$P" "$@" >/dev/null 2>"$L/$n.txt"
 	echo "== $n rc=$? at ${SECONDS}s"; grep -E '^(prompt|tokens|experts in)' "$L/$n.txt" | cut -c1-300
 }
+(cd kernels && timeout 150 "$B/kernels.test" -test.run XXX -test.bench AttentionDecode -test.benchtime 1x >"$L/attn.txt" 2>&1)
+echo "== attention rc=$? at ${SECONDS}s"; grep attn-decode "$L/attn.txt"
+timeout 200 "$B/strata" bench engine --synth-dir $S --only streamed --timeline --peers docs/peers-h200.json >"$L/streamed.txt" 2>&1
+echo "== streamed rc=$? at ${SECONDS}s"; grep -E "hybrid (decode|time per decode pass)|note: hybrid" "$L/streamed.txt" | grep -v "s\]" | cut -c1-420
 run strata new-8-a --vram 8GiB -n 1024 --stats-every 128
 run strata-old old-8-a --vram 8GiB -n 1024 --stats-every 128
 run strata new-8-b --vram 8GiB -n 1024 --stats-every 128
 run strata-old old-8-b --vram 8GiB -n 1024 --stats-every 128
 run strata new-4 --vram 4GiB -n 1024 --stats-every 128
 run strata-old old-4 --vram 4GiB -n 1024 --stats-every 128
-(cd kernels && timeout 120 "$B/kernels.test" -test.run XXX -test.bench AttentionDecode -test.benchtime 1x >"$L/attn.txt" 2>&1)
-echo "== attention rc=$? at ${SECONDS}s"; grep attn-decode "$L/attn.txt"
-timeout 200 "$B/strata" bench engine --synth-dir $S --only streamed --timeline --peers docs/peers-h200.json >"$L/streamed.txt" 2>&1
-echo "== streamed rc=$? at ${SECONDS}s"; grep -E "hybrid (decode|time per decode pass)|note: hybrid" "$L/streamed.txt" | grep -v "s\]" | cut -c1-420
