@@ -43,7 +43,7 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "repeat-last-n", Value: 64},
 			&cli.Uint64Flag{Name: "seed", Value: 0},
 			&cli.BoolFlag{Name: "stats", Usage: "print prompt and decode speed to stderr at the end, and the tier plan and pipeline counters when layers stream"},
-			&cli.IntFlag{Name: "stats-every", Usage: "print to stderr, every N completion tokens, that window's time per token and what its passes did (expert picks by where they were served, the CPU's FFNs): where a long decode's time goes as its context grows"},
+			&cli.IntFlag{Name: "stats-every", Usage: "print to stderr, every N completion tokens, that window's time per token and what its passes did (expert picks by where they were served, the host store's hits and reads, the CPU's FFNs): where a long decode's time goes as its context grows"},
 			&cli.StringFlag{Name: "backend", Value: "auto", Usage: "where to run: auto (the GPU when CUDA is usable, else the CPU), cpu, or cuda (exit " + fmt.Sprint(exitBusy) + " with \"CUDA unavailable: ...\" when no GPU is usable)"},
 			&cli.StringFlag{Name: "vram", Usage: "device memory budget, e.g. 24GiB (default: the GPU's free memory less a reserve; on the CPU backend none: device memory is host memory)"},
 			&cli.StringFlag{Name: "ram", Usage: "host memory budget, e.g. 32GiB (default: MemAvailable minus a reserve); layers that do not fit stream from the pool every token"},

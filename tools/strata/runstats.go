@@ -216,6 +216,13 @@ func writeWindow(w io.Writer, first, last int, a, b windowSnap) {
 				dev, off, float64(dev)/float64(dev+off), b.experts.StreamedPicks-a.experts.StreamedPicks,
 				b.experts.MappedPicks-a.experts.MappedPicks, b.experts.DeviceMoves-a.experts.DeviceMoves)
 		}
+		sa, sb := a.experts.Stats, b.experts.Stats
+		if u := sb.Uses() - sa.Uses(); u > 0 {
+			// The host's store: uses that read nothing, reads, promotions.
+			hit := (sb.Resident + sb.Buffered) - (sa.Resident + sa.Buffered)
+			fmt.Fprintf(w, "; expert uses %d, hit %.2f, %s read, %d promoted",
+				u, float64(hit)/float64(u), tier.FormatBytes(sb.ReadBytes-sa.ReadBytes), sb.Promoted-sa.Promoted)
+		}
 	}
 	if a.hok && b.hok {
 		sa, sb := a.hybrid.Stats, b.hybrid.Stats

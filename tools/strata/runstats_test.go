@@ -38,6 +38,13 @@ func TestWriteWindow(t *testing.T) {
 			want: []string{"tokens 129-256: 10ms a token", "on the device 300, off it 100 (hit 0.75), sent over PCIe 50, pulled by the GPU 0"},
 		},
 		{
+			name: "the host store's uses are the window's", first: 2, end: 5,
+			a:    windowSnap{t: t0, xok: true, experts: engine.ExpertInfo{Stats: engine.ExpertStats{Resident: 10, Buffered: 5, Read: 5, ReadBytes: 1 << 20}}},
+			b:    windowSnap{t: t0.Add(4 * time.Millisecond), xok: true, experts: engine.ExpertInfo{Stats: engine.ExpertStats{Resident: 40, Buffered: 5, Read: 15, ReadBytes: 3 << 20, Promoted: 2}}},
+			want: []string{"expert uses 40, hit 0.75, 2.00 MiB read, 2 promoted"},
+			not:  []string{"on the device"},
+		},
+		{
 			name: "no picks in the window print none", first: 2, end: 3,
 			a:   windowSnap{t: t0, experts: x(9, 9, 0, 0), xok: true},
 			b:   windowSnap{t: t0.Add(time.Millisecond), experts: x(9, 9, 0, 0), xok: true},
