@@ -24,7 +24,5 @@ timeout 200 "$B/strata" bench engine --synth-dir $S --only streamed --timeline -
 echo "== streamed rc=$? at ${SECONDS}s"; grep -E "hybrid (decode|time per decode pass)|note: hybrid" "$L/streamed.txt" | grep -v "s\]" | cut -c1-420
 run strata new-8-a --vram 8GiB -n 1024 --stats-every 128
 run strata-old old-8-a --vram 8GiB -n 1024 --stats-every 128
-run strata new-8-b --vram 8GiB -n 1024 --stats-every 128
-run strata-old old-8-b --vram 8GiB -n 1024 --stats-every 128
 run strata new-4 --vram 4GiB -n 1024 --stats-every 128
 run strata-old old-4 --vram 4GiB -n 1024 --stats-every 128
