@@ -16,11 +16,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -220,6 +222,99 @@ func (w *windowed) look(now [][]uint64) {
 	w.moved += len(swaps)
 }
 
+// store is engine/experts.go's host store (the CPU's resident experts,
+// the others read from storage): use counts from the calibration, halved
+// every decay tokens; every every tokens up to swaps storage experts used
+// more than margin times as often as the least used resident one large
+// enough take its place (promotions applied at once here; the engine's
+// read in the background and land a few passes later).
+type store struct {
+	label               string
+	every, decay, swaps int
+	margin              float64
+	sizes               [][]int64
+	res                 [][]bool
+	uses                [][]float64
+	last                [][]uint64
+	tokens              int
+	moved               int
+}
+
+func newStore(label string, sizes [][]int64, calib [][]uint64, budget int64, every, decay, swaps int, margin float64) *store {
+	st := &store{label: label, every: every, decay: decay, swaps: swaps, margin: margin, sizes: sizes}
+	st.res = make([][]bool, len(sizes))
+	st.uses = make([][]float64, len(sizes))
+	for l := range sizes {
+		st.res[l] = make([]bool, len(sizes[l]))
+		st.uses[l] = make([]float64, len(sizes[l]))
+		for e := range sizes[l] {
+			st.uses[l][e] = float64(calib[l][e])
+		}
+	}
+	tier.FillExperts(tier.RankExperts(sizes, calib), sizes, st.res, budget)
+	return st
+}
+
+func (st *store) name() string { return st.label }
+
+// look takes the counts every 16 tokens: the store's passes in between
+// count their picks and, at its own points, decay and swap.
+func (st *store) look(now [][]uint64) {
+	win := tier.CountsSince(st.last, now)
+	st.last = now
+	for l := range win {
+		for e, c := range win[l] {
+			st.uses[l][e] += float64(c)
+		}
+	}
+	for range 16 {
+		st.tokens++
+		if st.tokens%st.decay == 0 {
+			for l := range st.uses {
+				for e := range st.uses[l] {
+					st.uses[l][e] /= 2
+				}
+			}
+		}
+		if st.tokens%st.every == 0 {
+			st.round()
+		}
+	}
+}
+
+func (st *store) round() {
+	type ranked struct {
+		l, e int
+		u    float64
+	}
+	var in, out []ranked
+	for l := range st.res {
+		for e, r := range st.res[l] {
+			if r {
+				out = append(out, ranked{l, e, st.uses[l][e]})
+			} else if st.uses[l][e] > 0 {
+				in = append(in, ranked{l, e, st.uses[l][e]})
+			}
+		}
+	}
+	slices.SortStableFunc(in, func(a, b ranked) int { return cmp.Compare(b.u, a.u) })
+	slices.SortStableFunc(out, func(a, b ranked) int { return cmp.Compare(a.u, b.u) })
+	n := 0
+	for _, c := range in {
+		if n == st.swaps {
+			break
+		}
+		k := slices.IndexFunc(out, func(o ranked) bool { return st.sizes[o.l][o.e] >= st.sizes[c.l][c.e] })
+		if k < 0 || c.u < st.margin*out[k].u {
+			break
+		}
+		st.res[out[k].l][out[k].e], st.res[c.l][c.e] = false, true
+		out = slices.Delete(out, k, k+1)
+		n++
+	}
+	st.moved += n
+}
+
 // still never moves anything.
 type still struct{}
 
@@ -244,6 +339,7 @@ func sim(args []string) error {
 	path := fs.String("trace", "trace.json", "a trace")
 	budget := fs.String("device", "5.79GiB", "device bytes for experts")
 	hop := fs.Int64("hop", 0, "tier.DeviceCost.Hop (bytes): the CPU's cost of a layer beyond its picks' bytes")
+	host := fs.String("host", "", "also replay the host store's ways with this many bytes of resident experts (the CPU backend with experts on storage)")
 	fs.Parse(args)
 	js, err := os.ReadFile(*path)
 	if err != nil {
@@ -291,6 +387,27 @@ func sim(args []string) error {
 	} {
 		runs = append(runs, run{w, func() [][]bool { return w.plan.Device }})
 	}
+	if *host != "" {
+		hb, err := tier.ParseBytes(*host)
+		if err != nil {
+			return err
+		}
+		calib := tier.AddCounts(tr.Calib[0], tr.Calib[1])
+		for _, st := range []*store{
+			newStore("host: 32, 4 swaps, decay 256", tr.Sizes, calib, hb, 32, 256, 4, 1.5),
+			newStore("host: 32, 16 swaps, decay 256", tr.Sizes, calib, hb, 32, 256, 16, 1.5),
+			newStore("host: 32, 32 swaps, decay 128", tr.Sizes, calib, hb, 32, 128, 32, 1.5),
+			newStore("host: 16, 32 swaps, decay 64", tr.Sizes, calib, hb, 16, 64, 32, 1.5),
+			newStore("host: 32, 32 swaps, decay 256", tr.Sizes, calib, hb, 32, 256, 32, 1.5),
+			newStore("host: 32, 32 swaps, decay 64", tr.Sizes, calib, hb, 32, 64, 32, 1.5),
+			newStore("host: 16, 16 swaps, decay 128", tr.Sizes, calib, hb, 16, 128, 16, 1.5),
+			newStore("host: 16, 32 swaps, decay 128", tr.Sizes, calib, hb, 16, 128, 32, 1.5),
+			newStore("host: 16, 64 swaps, decay 64", tr.Sizes, calib, hb, 16, 64, 64, 1.5),
+			newStore("host: 16, 32 swaps, decay 32", tr.Sizes, calib, hb, 16, 32, 32, 1.5),
+		} {
+			runs = append(runs, run{st, func() [][]bool { return st.res }})
+		}
+	}
 	fmt.Printf("device %s: %d experts of %d; calibration hit on its held-out half %.3f\n", *budget, kept.DeviceCount(), len(tr.Sizes)*len(tr.Sizes[0]), hit(kept.Device, tr.Calib[1]))
 	per := 128 / tr.Every // snapshots a report window
 	var head []string
@@ -325,6 +442,9 @@ func sim(args []string) error {
 		moved, per := 0, time.Duration(0)
 		if w, ok := r.p.(*windowed); ok && w.rounds > 0 {
 			moved, per = w.moved, w.spent/time.Duration(w.rounds)
+		}
+		if st, ok := r.p.(*store); ok {
+			moved = st.moved
 		}
 		fmt.Printf("%-26s %s %5.3f %5d %v a round\n", r.p.name(), strings.Join(cols, " "), h/all, moved, per.Round(time.Millisecond))
 	}
