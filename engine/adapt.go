@@ -145,8 +145,11 @@ func (a *deviceAdapter) look(ctx context.Context) {
 	a.mu.Lock()
 	swaps := a.plan.DeviceSwaps(a.sizes, a.hist, cost, a.swaps)
 	a.mu.Unlock()
-	both := tier.AddCounts(a.hist, win)
 	a.more = len(swaps) == a.swaps
+	var both [][]uint64 // the plan's hit is set by both windows (fold changes the history)
+	if len(swaps) > 0 {
+		both = tier.AddCounts(a.hist, win)
+	}
 	if !a.more {
 		a.fold(win, now)
 	}
@@ -176,15 +179,15 @@ func (a *deviceAdapter) look(ctx context.Context) {
 }
 
 // fold ends the window win (the counts now): the history fades by
-// adaptKeep and takes it in, and the next window starts.
+// adaptKeep and takes it in, in place, and the next window starts.
 func (a *deviceAdapter) fold(win, now [][]uint64) {
 	for l := range a.hist {
 		for e := range a.hist[l] {
 			// Truncated: an expert no longer picked fades to nothing.
-			a.hist[l][e] = a.hist[l][e] * adaptKeepNum / adaptKeepDen
+			a.hist[l][e] = a.hist[l][e]*adaptKeepNum/adaptKeepDen + win[l][e]
 		}
 	}
-	a.hist, a.last = tier.AddCounts(a.hist, win), now
+	a.last = now
 }
 
 // tokens is how many tokens' routing counts holds: its picks over the
