@@ -15,7 +15,8 @@ import (
 // short context to a long one, one token and eight: what a decode pass
 // spends in attention as its context grows, against the keys' and
 // values' bytes, for each count of blocks per multiprocessor the splits
-// may aim at (the tuning's decodeBlocksPerSM; the default marked). Run
+// may aim at (the tuning's decodeBlocksPerSM and decodeLong; the rows
+// with the default's splits marked). Run
 // with -test.benchtime 1x.
 func BenchmarkAttentionDecode(b *testing.B) {
 	d, _ := gpu(b)
@@ -48,13 +49,11 @@ func BenchmarkAttentionDecode(b *testing.B) {
 					scratch := a.alloc(sb)
 					bytes := float64(ntok) * float64(span) * float64(kvdim) * 2 * 4
 					for _, per := range []int{2, 4, 8, 16} {
-						tu := k.Tuning()
+						kp := tuned(k, func(t *Tuning) { t.decodeBlocksPerSM, t.decodeLong.blocksPerSM = per, per })
 						def := ""
-						if per == tu.decodeBlocksPerSM {
+						if kp.DecodeSplits(at, ntok, span) == k.DecodeSplits(at, ntok, span) {
 							def = " (default)"
 						}
-						tu.decodeBlocksPerSM = per
-						kp := k.WithTuning(tu)
 						ms := timeIt(c, 50, func(int) error {
 							return kp.AttentionDecode(c, 0, at, kv, q, out, ntok, sl, ps, span, 0, scratch, sb)
 						})

@@ -136,13 +136,17 @@ func (at Attention) DecodeScratchBytes(ntok, nsplit int) int64 {
 }
 
 // DecodeSplits picks how many ways to split each (token, head)'s keys so
-// the launch fills the device (the tuning's blocks per multiprocessor):
-// at least 32 keys per split (each of the block's 4 warps then takes at
-// most 8 keys per split, two rounds of attention.cu's AU-key loads, for
-// short contexts).
+// the launch fills the device (the tuning's blocks per multiprocessor, a
+// larger aim for one token's long span): at least 32 keys per split (each
+// of the block's 4 warps then takes at most 8 keys per split, two rounds
+// of attention.cu's AU-key loads, for short contexts).
 func (k *Kernels) DecodeSplits(at Attention, ntok, span int) int {
 	blocks := ntok * at.Heads
-	want := ceilDiv(max(k.tune.decodeBlocksPerSM, 1)*max(k.SMs, 1), max(blocks, 1))
+	per := k.tune.decodeBlocksPerSM
+	if long := k.tune.decodeLong; long.blocksPerSM > 0 && blocks < k.SMs && span >= long.span {
+		per = long.blocksPerSM
+	}
+	want := ceilDiv(max(per, 1)*max(k.SMs, 1), max(blocks, 1))
 	return max(1, min(want, ceilDiv(span, 32), 64))
 }
 

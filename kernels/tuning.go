@@ -74,6 +74,18 @@ type Tuning struct {
 	// walks its keys a few rows in flight per warp, so a long span in few
 	// blocks waits on memory rather than reading it.
 	decodeBlocksPerSM int
+	// decodeLong replaces decodeBlocksPerSM for a launch whose (token,
+	// head) pairs alone do not give each multiprocessor a block (one
+	// token's decode) once its span reaches decodeLong.span keys: there
+	// more, shorter splits keep more loads in flight, where at shorter
+	// spans the combine's cost outweighs them and with more tokens the
+	// grid is wide already (BenchmarkAttentionDecode).
+	decodeLong decodeLongTuning
+}
+
+// decodeLongTuning is decode attention's aim for one token's long span.
+type decodeLongTuning struct {
+	span, blocksPerSM int
 }
 
 // TuningFor is the tuning of a device: the ahead-of-time cubins where they
@@ -97,6 +109,7 @@ func baseTuning() Tuning {
 		gemvStaged:        gemvStagedConfig{warps: 8, blocksPerSM: 2},
 		prefill:           prefillTuning{pairMaxWaves: 2},
 		decodeBlocksPerSM: 2,
+		decodeLong:        decodeLongTuning{span: 2048, blocksPerSM: 8},
 		gemm:              gemmTuning{panelBytes: 128 << 20, xBytes: 32 << 20},
 	}
 }

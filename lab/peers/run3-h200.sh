@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Device call: run2's peers over long decodes. run2 compared 32 tokens,
+# where strata's device experts have not yet followed the routing served
+# (run44: the hit climbs over the first ~500 tokens); here llama-bench
+# tg1024 against `strata run -n 1024` on the same synthetic Qwen3-30B-A3B
+# file (8 and 4 GiB of experts' worth, -ncmoe 29 and 40 as run2 checked),
+# two rounds alternating, then Mixtral-8x7B at 12 GiB (-ncmoe 19) over 256
+# tokens. llama.cpp c2b1518fd is built again (a cold machine has no bin/lb).
+# Carry bin/gpu-tests.txz (strata alone is enough) and bin/llama-src.txz.
+. "$(dirname "$0")/../hybrid/lib.sh"
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
+export PATH=/usr/local/cuda/bin:$PATH
+LB=$PWD/bin/lb
+[ -d "$LB/lcpp" ] || { mkdir -p "$LB" && tar xJf bin/llama-src.txz -C "$LB"; }
+Q=$S/qwen3moe-30b-a3b-q4_k_m-seed1.gguf M=$S/mixtral-8x7b-q4_k_m-seed1.gguf
+{ [ -f "$Q" ] || "$B/strata" model synth --arch qwen3moe --shape 30b-a3b --type q4_k_m -q -o "$Q"
+  [ -f "$M" ] || "$B/strata" model synth --arch mixtral --shape 8x7b --type q4_k_m -q -o "$M"; } &
+(
+	cd "$LB/lcpp" &&
+	{ [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+		-DGGML_NATIVE=ON -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF \
+		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF; } &&
+	timeout 300 ninja -C build llama-bench
+) >"$L/llama-build.log" 2>&1
+echo "== llama build rc=$? at ${SECONDS}s"; tail -1 "$L/llama-build.log"
+wait
+echo "== synth done at ${SECONDS}s"
+lbin=$LB/lcpp/build/bin/llama-bench
+[ -x "$lbin" ] || exit 1
+P='The history of the printing press begins in the fifteenth century, when'
+strata() { # model, VRAM, tokens, log name
+	timeout 120 "$B/strata" run -m "$1" --backend cuda --vram "$2" -n "$3" -p "$P" --stats --stats-every 256 >/dev/null 2>"$L/$4.txt"
+	echo "== strata $4 rc=$? at ${SECONDS}s $(grep -oE 'completion: [^;]*' "$L/$4.txt")"
+}
+for round in 1 2; do
+	timeout 120 "$lbin" -m "$Q" -ngl 99 -ncmoe 29,40 -p 0 -n 1024 -r 1 -t 16 -fa 0 >"$L/llama-qwen-$round.txt" 2>/dev/null
+	echo "== llama qwen rc=$? at ${SECONDS}s"; grep -E "tg1024" "$L/llama-qwen-$round.txt"
+	strata "$Q" 8GiB 1024 strata-qwen-8-$round
+	strata "$Q" 4GiB 1024 strata-qwen-4-$round
+done
+timeout 120 "$lbin" -m "$M" -ngl 99 -ncmoe 19 -p 0 -n 256 -r 1 -t 16 -fa 0 -v >"$L/llama-mixtral.txt" 2>"$L/llama-mixtral.log"
+echo "== llama mixtral rc=$? at ${SECONDS}s"; grep -E "tg256" "$L/llama-mixtral.txt"; grep -E "CUDA0 (model|KV|compute) buffer" "$L/llama-mixtral.log" | sort -u
+grep -E "CUDA0 (model|KV|compute) buffer|n_cpu_moe" "$L/llama-mixtral.log" | sort -u >"$L/llama-mixtral.buffers" && rm "$L/llama-mixtral.log"
+strata "$M" 12GiB 256 strata-mixtral-12
