@@ -364,6 +364,7 @@ func sim(args []string) error {
 	mk := func(label string, window, num, den uint64) *windowed {
 		return &windowed{label: label, window: window, keepNum: num, keepDen: den, swaps: 32, sizes: tr.Sizes, cost: cost, plan: placed()}
 	}
+	withSwaps := func(w *windowed, n int) *windowed { w.swaps = n; return w }
 	type run struct {
 		p   policy
 		dev func() [][]bool
@@ -384,6 +385,9 @@ func sim(args []string) error {
 		mk("32, history 7/8", 32, 7, 8),
 		mk("16, history 7/8", 16, 7, 8),
 		mk("256, history 1/2", 256, 1, 2),
+		withSwaps(mk("32, 3/4, 64 swaps", 32, 3, 4), 64),
+		withSwaps(mk("32, 3/4, 128 swaps", 32, 3, 4), 128),
+		withSwaps(mk("32, 3/4, 256 swaps", 32, 3, 4), 256),
 	} {
 		runs = append(runs, run{w, func() [][]bool { return w.plan.Device }})
 	}
