@@ -160,10 +160,11 @@ type rowTotals struct {
 
 func newRowTotals(n int) rowTotals { return rowTotals{m: AllocLocal(8 * n), n: n} }
 
-// zero emits the totals' reset at a row's start.
+// zero emits the totals' reset at a row's start. VXORPS has a VEX form,
+// so the AVX2 kernels that share this stay AVX2 (VPXORQ is AVX-512 only).
 func (r rowTotals) zero() {
 	z := XMM()
-	VPXORQ(z, z, z)
+	VXORPS(z, z, z)
 	for t := 0; t < r.n; t++ {
 		VMOVSD(z, r.m.Offset(8*t))
 	}
