@@ -44,6 +44,7 @@ func benchEngineCommand() *cli.Command {
 			&cli.StringFlag{Name: "vram-70b", Value: "24GiB", Usage: "device memory budget of the 70b scenario"},
 			&cli.StringFlag{Name: "vram-bf16", Value: "6GiB", Usage: "device memory budget of the bf16 scenario"},
 			&cli.FloatFlag{Name: "moe-zipf", Value: enginebench.DefaultMoEZipf, Usage: "the moe scenario also decodes with its routing skewed by a Zipf law of this exponent over each layer's experts, after the model's own (random weights route near uniformly, the worst case for a cache); 0: the model's own only"},
+			&cli.IntFlag{Name: "moe-served", Value: enginebench.DefaultMoEServed, Usage: "the moe scenario's served decode: this many greedy tokens from a text prompt through the engine as the daemon serves them (its own plan, the experts placed by its calibration and moved toward the routing served); 0 leaves it out"},
 			&cli.BoolFlag{Name: "timeline", Usage: "after each hybrid decode, note the last timed pass's streamed layers one a line: the copy's start and end and compute's wait for it on the GPU's clock, and where the CPU took the FFN, the hand-over wait and the FFN's time"},
 			&cli.BoolFlag{Name: "int8", Value: true, Usage: "also run the bf16 scenario's INT8-row variant"},
 			&cli.BoolFlag{Name: "float-gemv", Usage: "decode GEMVs of Q4_K/Q6_K matrices on the float path (dequantize and FMA) instead of the default integer one (x rounded to 16 bits, dp4a); the same as --variant float-gemv"},
@@ -136,6 +137,10 @@ func benchEngineOptions(cmd *cli.Command) (enginebench.Options, error) {
 	o.NoInt8 = !cmd.Bool("int8")
 	o.MoEZipf = cmd.Float("moe-zipf")
 	o.Timeline = cmd.Bool("timeline")
+	o.MoEServed = int(cmd.Int("moe-served"))
+	if o.MoEServed < 0 {
+		return o, usagef("bench engine: --moe-served must not be negative")
+	}
 	if z := o.MoEZipf; z < 0 || math.IsNaN(z) || math.IsInf(z, 0) {
 		return o, usagef("bench engine: --moe-zipf must be a finite exponent >= 0")
 	}

@@ -28,7 +28,8 @@ func TestBenchEngineFlags(t *testing.T) {
 		{name: "defaults", check: func(o enginebench.Options) bool {
 			return slices.Equal(o.Scenarios, enginebench.AllScenarios) && o.Budget70B == 24<<30 && o.BudgetBF16 == 6<<30 &&
 				!o.NoInt8 && o.GPU == 0 && o.SynthDir == defaultSynthDir() && o.Model8B == "" && o.Pool8BInt8 == "" &&
-				o.Variants == nil && !o.FloatGEMV && o.Peers == nil && o.MoEZipf == enginebench.DefaultMoEZipf && !o.Timeline
+				o.Variants == nil && !o.FloatGEMV && o.Peers == nil && o.MoEZipf == enginebench.DefaultMoEZipf && !o.Timeline &&
+				o.MoEServed == enginebench.DefaultMoEServed
 		}},
 		{name: "timeline", args: []string{"--only", "streamed", "--timeline"}, check: func(o enginebench.Options) bool {
 			return slices.Equal(o.Scenarios, []enginebench.Scenario{enginebench.Streamed}) && o.Timeline
@@ -38,6 +39,9 @@ func TestBenchEngineFlags(t *testing.T) {
 		}},
 		{name: "moe own routing only", args: []string{"--moe-zipf", "0"}, check: func(o enginebench.Options) bool { return o.MoEZipf == 0 }},
 		{name: "negative zipf", args: []string{"--moe-zipf", "-1"}, usage: "--moe-zipf"},
+		{name: "moe served decode", args: []string{"--moe-served", "1024"}, check: func(o enginebench.Options) bool { return o.MoEServed == 1024 }},
+		{name: "no served decode", args: []string{"--moe-served", "0"}, check: func(o enginebench.Options) bool { return o.MoEServed == 0 }},
+		{name: "negative served decode", args: []string{"--moe-served", "-1"}, usage: "--moe-served"},
 		{name: "peers", args: []string{"--peers", peers}, check: func(o enginebench.Options) bool {
 			f, ok := o.Peers.Figure(enginebench.PeerHalfDecode)
 			return ok && f.Value == 26.3 && o.Peers.Source == "test"

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/gguf"
 	"github.com/strata-llm/strata/engine/gpu"
 	"github.com/strata-llm/strata/engine/model"
@@ -139,6 +140,10 @@ type Options struct {
 	// (model.Model.SetRouterSkew), run after the model's own; 0 runs the
 	// model's own routing only.
 	MoEZipf float64
+	// MoEServed is the length of the moe scenario's served decode, the
+	// model opened through the engine as the daemon serves it
+	// (DefaultMoEServed from the CLI); 0 leaves the row out.
+	MoEServed int
 	// Timeline adds, after each hybrid decode at batch 1, a note per
 	// streamed layer of the last timed pass (gpu.Model.LastPassLayers).
 	Timeline bool
@@ -201,6 +206,9 @@ func (o *Options) fill() error {
 		if c.Arch == "" || c.Shape == "" || c.Budget <= 0 {
 			return fmt.Errorf("moe case %+v: want an architecture, a shape and a positive budget", c)
 		}
+	}
+	if o.MoEServed < 0 {
+		return fmt.Errorf("moe served decode of %d tokens", o.MoEServed)
 	}
 	if o.MoEZipf < 0 || math.IsNaN(o.MoEZipf) || math.IsInf(o.MoEZipf, 0) {
 		return fmt.Errorf("moe Zipf exponent %v: want a finite exponent >= 0", o.MoEZipf)
@@ -334,7 +342,17 @@ func (rn *runner) run(ctx context.Context, sc Scenario) []ScenarioResult {
 		for _, mc := range rn.o.MoECases {
 			parts = append(parts, part{ScenarioResult{Scenario: sc, Variant: mc.name(),
 				Title: fmt.Sprintf("%s %s Q4_K_M, --vram %s: attention on the GPU, every FFN block (router and experts) on the CPU from host memory", mc.Arch, mc.Shape, budgetName(mc.Budget))},
-				func(ctx context.Context, res *ScenarioResult) error { return rn.moe(ctx, res, mc) }})
+				func(ctx context.Context, res *ScenarioResult) error {
+					if err := rn.moe(ctx, res, mc); err != nil {
+						return err
+					}
+					// After moe's own model is closed: the engine plans the
+					// budget afresh. Its failure leaves the rows above.
+					if err := rn.moeServed(ctx, res, mc, engine.BackendCUDA); err != nil {
+						res.Notes = append(res.Notes, fmt.Sprintf("served decode: not measured: %v", err))
+					}
+					return nil
+				}})
 		}
 	}
 	var out []ScenarioResult

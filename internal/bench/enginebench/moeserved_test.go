@@ -1,0 +1,75 @@
+package enginebench
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/strata-llm/strata/engine"
+)
+
+// TestMoEServedCPU runs the served decode on the tiny shapes through the
+// CPU backend (the GPU runs it in the moe scenario): every token it asks
+// for, a rate, the hit rows (0 here: the CPU holds no device experts) and
+// the note saying so; none without tokens asked for.
+func TestMoEServedCPU(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, arch := range []string{"mixtral", "qwen3moe"} {
+		rn := &runner{o: &Options{SynthDir: dir, MoEServed: 24}}
+		path, err := rn.synthArch("", arch, "tiny", "q4_k_m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := &ScenarioResult{Model: path}
+		mc := MoECase{Arch: arch, Shape: "tiny", Budget: 1 << 30}
+		if err := rn.moeServed(context.Background(), res, mc, engine.BackendCPU); err != nil {
+			t.Fatalf("%s: %v", arch, err)
+		}
+		keys := map[string]Metric{}
+		for _, m := range res.Metrics {
+			keys[m.Key] = m
+		}
+		if m, ok := keys["served_decode_24_tps"]; !ok || !(m.Value > 0) || m.Ratio != nil {
+			t.Errorf("%s: served row %+v (found %v), want a rate without a peer", arch, m, ok)
+		}
+		for _, k := range []string{"served_device_hit", "served_device_hit_first", "served_device_hit_last"} {
+			if m, ok := keys[k]; !ok || m.Value != 0 {
+				t.Errorf("%s: %s = %+v (found %v), want 0 on the CPU", arch, k, m, ok)
+			}
+		}
+		if notes := strings.Join(res.Notes, "\n"); !strings.Contains(notes, "24 greedy tokens") || !strings.Contains(notes, "no expert in device memory") {
+			t.Errorf("%s: notes %q", arch, notes)
+		}
+		rn.o.MoEServed = 0
+		before := len(res.Metrics)
+		if err := rn.moeServed(context.Background(), res, mc, engine.BackendCPU); err != nil || len(res.Metrics) != before {
+			t.Errorf("%s: MoEServed 0 ran a decode (%v, %d rows)", arch, err, len(res.Metrics)-before)
+		}
+	}
+}
+
+// TestServedMetrics: the rows of a finished decode, with the peer's
+// ratio and the 1.5x goal; a decode that stopped short is an error.
+func TestServedMetrics(t *testing.T) {
+	t.Parallel()
+	peer := &Ratio{Value: 2, Basis: "llama.cpp", BasisValue: 50}
+	m, notes, err := servedMetrics(served{tokens: 512, tps: 100, hit: 0.8, firstHit: 0.7, lastHit: 0.9, moved: 300, onDevice: 2000, deviceGiB: 5.5, promptSize: 15}, 512, peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m) != 4 || m[0].Key != "served_decode_512_tps" || m[0].Value != 100 || m[0].Ratio != peer || m[0].Goal == nil || m[0].Goal.Target != 1.5 {
+		t.Fatalf("rows %+v", m)
+	}
+	if m[1].Value != 0.8 || m[2].Value != 0.7 || m[3].Value != 0.9 {
+		t.Errorf("hit rows %+v", m[1:])
+	}
+	if len(notes) != 1 || !strings.Contains(notes[0], "2000 experts (5.50 GiB)") || !strings.Contains(notes[0], "300 moved") {
+		t.Errorf("notes %q", notes)
+	}
+	for _, sv := range []served{{tokens: 300, tps: 90}, {tokens: 512}} {
+		if _, _, err := servedMetrics(sv, 512, nil); err == nil || !strings.Contains(err.Error(), "of 512 tokens") {
+			t.Errorf("%+v: %v, want an error", sv, err)
+		}
+	}
+}
