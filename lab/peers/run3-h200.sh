@@ -2,10 +2,10 @@
 # Device call: run2's peers over long decodes. run2 compared 32 tokens,
 # where strata's device experts have not yet followed the routing served
 # (run44: the hit climbs over the first ~500 tokens); here llama-bench
-# tg1024 against `strata run -n 1024` on the same synthetic Qwen3-30B-A3B
-# file (8 and 4 GiB of experts' worth, -ncmoe 29 and 40 as run2 checked),
-# two rounds alternating, then Mixtral-8x7B at 12 GiB (-ncmoe 19) over 256
-# tokens. llama.cpp c2b1518fd is built again (a cold machine has no bin/lb).
+# tg512 against `strata run -n 512` (the length of bench engine's served
+# decode) on the same synthetic Qwen3-30B-A3B file (8 and 4 GiB of
+# experts' worth, -ncmoe 29 and 40 as run2 checked), two rounds
+# alternating, then Mixtral-8x7B at 12 GiB (-ncmoe 19). llama.cpp c2b1518fd is built again (a cold machine has no bin/lb).
 # Carry bin/gpu-tests.txz (strata alone is enough) and bin/llama-src.txz.
 . "$(dirname "$0")/../hybrid/lib.sh"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
@@ -33,12 +33,12 @@ strata() { # model, VRAM, tokens, log name
 	echo "== strata $4 rc=$? at ${SECONDS}s $(grep -oE 'completion: [^;]*' "$L/$4.txt")"
 }
 for round in 1 2; do
-	timeout 120 "$lbin" -m "$Q" -ngl 99 -ncmoe 29,40 -p 0 -n 1024 -r 1 -t 16 -fa 0 >"$L/llama-qwen-$round.txt" 2>/dev/null
-	echo "== llama qwen rc=$? at ${SECONDS}s"; grep -E "tg1024" "$L/llama-qwen-$round.txt"
-	strata "$Q" 8GiB 1024 strata-qwen-8-$round
-	strata "$Q" 4GiB 1024 strata-qwen-4-$round
+	timeout 120 "$lbin" -m "$Q" -ngl 99 -ncmoe 29,40 -p 0 -n 512 -r 2 -t 16 -fa 0 >"$L/llama-qwen-$round.txt" 2>/dev/null
+	echo "== llama qwen rc=$? at ${SECONDS}s"; grep -E "tg512" "$L/llama-qwen-$round.txt"
+	strata "$Q" 8GiB 512 strata-qwen-8-$round
+	strata "$Q" 4GiB 512 strata-qwen-4-$round
 done
-timeout 120 "$lbin" -m "$M" -ngl 99 -ncmoe 19 -p 0 -n 256 -r 1 -t 16 -fa 0 -v >"$L/llama-mixtral.txt" 2>"$L/llama-mixtral.log"
-echo "== llama mixtral rc=$? at ${SECONDS}s"; grep -E "tg256" "$L/llama-mixtral.txt"; grep -E "CUDA0 (model|KV|compute) buffer" "$L/llama-mixtral.log" | sort -u
+timeout 120 "$lbin" -m "$M" -ngl 99 -ncmoe 19 -p 0 -n 512 -r 1 -t 16 -fa 0 -v >"$L/llama-mixtral.txt" 2>"$L/llama-mixtral.log"
+echo "== llama mixtral rc=$? at ${SECONDS}s"; grep -E "tg512" "$L/llama-mixtral.txt"; grep -E "CUDA0 (model|KV|compute) buffer" "$L/llama-mixtral.log" | sort -u
 grep -E "CUDA0 (model|KV|compute) buffer|n_cpu_moe" "$L/llama-mixtral.log" | sort -u >"$L/llama-mixtral.buffers" && rm "$L/llama-mixtral.log"
-strata "$M" 12GiB 256 strata-mixtral-12
+strata "$M" 12GiB 512 strata-mixtral-12
