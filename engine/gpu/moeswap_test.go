@@ -114,3 +114,59 @@ func sameDecode(t *testing.T, name string, a, b *Model, prompt []int32, steps in
 		}
 	}
 }
+
+// TestSwapRetrial: the ways decided on one placement are tried again once
+// swaps have moved a quarter of the resident experts, not before.
+func TestSwapRetrial(t *testing.T) {
+	gpu(t)
+	ctx := context.Background()
+	cpu := tinyModel(t, "qwen3moe", "q4_k_m")
+	cfg := cpu.Config
+	g := loadGPU(t, cpu, Options{MaxSeqs: 1, ResidentExperts: [][]int{{0, 1, 2, 3, 4}, {0, 1, 2}}})
+	decided := func() bool {
+		st, _ := g.MoEStats()
+		for _, c := range st.Choices {
+			if c.Batch == 1 {
+				return true
+			}
+		}
+		return false
+	}
+	decode := func(n int) {
+		t.Helper()
+		s, err := g.NewSequence(n + 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		steps := []model.Step{{Seq: s, Tokens: promptTokens(cfg.Vocab, 4, 9)}}
+		for i := range n {
+			if err := g.Forward(ctx, steps); err != nil {
+				t.Fatalf("pass %d: %v", i, err)
+			}
+			steps[0] = model.Step{Seq: s, Tokens: []int32{sample.Argmax(steps[0].Logits[0])}, Logits: steps[0].Logits}
+		}
+	}
+	decode(ExpertTrialPasses + 2)
+	if !decided() {
+		t.Fatal("no way decided at one token after the trial's passes")
+	}
+	// One of eight resident: under a quarter, the decision stands.
+	if done, err := g.SwapResidentExperts(ctx, []tier.DeviceSwap{{Layer: 1, In: 5, OutLayer: 1, Out: 0}}); err != nil || len(done) != 1 {
+		t.Fatalf("swap: %v, %v", done, err)
+	}
+	if !decided() {
+		t.Fatal("one swap of eight resident experts forgot the decision")
+	}
+	// A second: two of eight, a quarter; the ways are tried again.
+	if done, err := g.SwapResidentExperts(ctx, []tier.DeviceSwap{{Layer: 1, In: 6, OutLayer: 1, Out: 1}}); err != nil || len(done) != 1 {
+		t.Fatalf("swap: %v, %v", done, err)
+	}
+	if decided() {
+		t.Fatal("a quarter of the resident experts swapped, yet the decision stands")
+	}
+	decode(ExpertTrialPasses + 2)
+	if !decided() {
+		t.Fatal("no way decided again after the second trial's passes")
+	}
+}
