@@ -2,10 +2,11 @@
 # Device call: session 50's changes checked and measured. First the tests
 # they touch (kernels' decode attention at every split count and the split
 # choice; engine/gemv's CPU kernels, regenerated in cfa7453, on the host's
-# AVX-512; engine/gpu's MoE, swap and hybrid tests); then the
-# device adapter's rounds of 128 moves (8c91b69: bin/gpu-tests/strata)
-# against 32 (2c3899e's: strata-s32) at 8 and 4 GiB over 1024 tokens,
-# interleaved; then one token's decode attention aimed at 8 blocks a
+# AVX-512; engine/gpu's MoE, swap and hybrid tests); then, at 8 and 4 GiB
+# over 1024 tokens, interleaved: this tree (bin/gpu-tests/strata: the
+# ways tried again as the placement moves, and the adapter's rounds of 128
+# moves), 8c91b69 (strata-s128: rounds of 128 alone) and 8c91b69^
+# (strata-s32: rounds of 32); then one token's decode attention aimed at 8 blocks a
 # multiprocessor from a 2048-key span (2c3899e: strata-s32) against 2 (its
 # parent 08a5fa8: strata-a2) after a 2552-token prompt. Carry
 # bin/gpu-tests.txz with the three strata binaries inside (the header of
@@ -31,10 +32,11 @@ run() { # binary, name, then strata run's arguments
 	timeout 150 "$B/$bin" run -m "$Q" --backend cuda --stats "$@" >/dev/null 2>"$L/$n.txt"
 	echo "== $n rc=$? at ${SECONDS}s"; grep -E '^(prompt|tokens)' "$L/$n.txt" | cut -c1-300
 }
-run strata s128-8 --vram 8GiB -n 1024 -p "$P" --stats-every 128
-run strata-s32 s32-8 --vram 8GiB -n 1024 -p "$P" --stats-every 128
-run strata s128-4 --vram 4GiB -n 1024 -p "$P" --stats-every 128
-run strata-s32 s32-4 --vram 4GiB -n 1024 -p "$P" --stats-every 128
+for v in 8 4; do
+	run strata head-$v --vram ${v}GiB -n 1024 -p "$P" --stats-every 128
+	run strata-s128 s128-$v --vram ${v}GiB -n 1024 -p "$P" --stats-every 128
+	run strata-s32 s32-$v --vram ${v}GiB -n 1024 -p "$P" --stats-every 128
+done
 run strata-s32 long8-1 --vram 8GiB -n 256 -p "$LONG" --stats-every 64
 run strata-a2 long2-1 --vram 8GiB -n 256 -p "$LONG" --stats-every 64
 run strata-s32 long8-2 --vram 8GiB -n 256 -p "$LONG" --stats-every 64
