@@ -39,5 +39,3 @@ for v in 8 4; do
 done
 run strata-s32 long8-1 --vram 8GiB -n 256 -p "$LONG" --stats-every 64
 run strata-a2 long2-1 --vram 8GiB -n 256 -p "$LONG" --stats-every 64
-run strata-s32 long8-2 --vram 8GiB -n 256 -p "$LONG" --stats-every 64
-run strata-a2 long2-2 --vram 8GiB -n 256 -p "$LONG" --stats-every 64
