@@ -60,39 +60,6 @@ func TestReadLoops(t *testing.T) {
 	}
 }
 
-// TestLoopBeatsNaive: reading a buffer that stays in L2, the probe's loop
-// must be at least twice as fast as a plain Go loop (with wide loads it is
-// several times), or memory figures would measure the loop.
-func TestLoopBeatsNaive(t *testing.T) {
-	if testing.Short() {
-		t.Skip("times loops")
-	}
-	buf := make([]byte, cacheBufBytes)
-	fill(buf)
-	ctx := context.Background()
-	cpus := firstCPU(t)
-	var best float64
-	for range 3 { // a noisy neighbour can slow one try
-		lr, err := loopRate(ctx, read, buf, cpus, 50*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nr, err := loopRate(ctx, naiveRead, buf, cpus, 50*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		best = max(best, lr.best/nr.best)
-		t.Logf("%s loop %.1f GB/s, plain Go loop %.1f GB/s: %.1f×", readKernel, lr.best/1e9, nr.best/1e9, lr.best/nr.best)
-	}
-	want := 2.0
-	if readKernel == "go" {
-		want = 1.2
-	}
-	if best < want {
-		t.Fatalf("the %s loop is only %.2f× a plain Go loop (want %.1f×)", readKernel, best, want)
-	}
-}
-
 // BenchmarkRead: one pinned thread reading a buffer in L2 and one far
 // larger than any cache, with each loop: the probe's assembly loops, its
 // portable Go loop and the plain Go loop it must beat.
