@@ -738,6 +738,9 @@ func (e *Engine) calibrateExperts(ctx context.Context) error {
 	if err := e.placeDeviceExperts(ctx, first, second); err != nil {
 		return err
 	}
+	// What serving reports starts here (the placement's promotions and
+	// the text's picks are the load's).
+	defer func() { e.xbase = e.expertCounters() }()
 	if e.experts == nil {
 		return nil
 	}
@@ -800,7 +803,48 @@ func (e *Engine) ExpertStats() (s ExpertStats, ok bool) {
 	if e.experts == nil {
 		return ExpertStats{}, false
 	}
-	return e.experts.Stats(), true
+	return e.experts.Stats().since(e.xbase.store), true
+}
+
+// expertBase is the expert counters at a point (the load's end): the
+// store's, and the GPU's picks by where they were served.
+type expertBase struct {
+	store            ExpertStats
+	device, cpu      uint64
+	streamed, mapped uint64
+}
+
+// expertCounters reads the counters expertBase holds.
+func (e *Engine) expertCounters() expertBase {
+	var b expertBase
+	if e.experts != nil {
+		b.store = e.experts.Stats()
+	}
+	if e.cuda != nil {
+		if st, ok := e.cuda.MoEStats(); ok {
+			b.device, b.cpu = uint64(st.GPUExperts), uint64(st.CPUExperts)
+			b.streamed, b.mapped = uint64(st.Streamed.Picks), uint64(st.Mapped.Picks)
+		}
+	}
+	return b
+}
+
+// since is s less the counts of b, an earlier reading of the same store
+// (the trials' choices are s's).
+func (s ExpertStats) since(b ExpertStats) ExpertStats {
+	s.Resident -= b.Resident
+	s.Buffered -= b.Buffered
+	s.Prefetched -= b.Prefetched
+	s.Read -= b.Read
+	s.ReadBytes -= b.ReadBytes
+	s.ReadTime -= b.ReadTime
+	s.PrefetchReads -= b.PrefetchReads
+	s.PrefetchWait -= b.PrefetchWait
+	s.Failed -= b.Failed
+	s.Promoted -= b.Promoted
+	s.Demoted -= b.Demoted
+	s.PromoteReads -= b.PromoteReads
+	return s
 }
 
 // ExpertInfo is where a mixture-of-experts model's experts are now and how
@@ -866,7 +910,7 @@ func (e *Engine) Experts() (ExpertInfo, bool) {
 	res := xp.Resident
 	if e.experts != nil {
 		res, in.ResidentBytes = e.experts.Residency()
-		in.Stats = e.experts.Stats()
+		in.Stats = e.experts.Stats().since(e.xbase.store)
 	}
 	// Re-placement moves bytes between the two sides; their sum is the
 	// plan's.
@@ -882,9 +926,11 @@ func (e *Engine) Experts() (ExpertInfo, bool) {
 		if st, ok := e.cuda.MoEStats(); ok {
 			// Picks sent over PCIe for the GPU to compute were of
 			// experts the device does not hold: misses, as the CPU's.
-			off := st.Streamed.Picks + st.Mapped.Picks
-			in.DeviceUses, in.CPUUses = uint64(st.GPUExperts-off), uint64(st.CPUExperts+off)
-			in.StreamedPicks, in.MappedPicks = uint64(st.Streamed.Picks), uint64(st.Mapped.Picks)
+			b := e.xbase
+			streamed, mapped := uint64(st.Streamed.Picks)-b.streamed, uint64(st.Mapped.Picks)-b.mapped
+			off := streamed + mapped
+			in.DeviceUses, in.CPUUses = uint64(st.GPUExperts)-b.device-off, uint64(st.CPUExperts)-b.cpu+off
+			in.StreamedPicks, in.MappedPicks = streamed, mapped
 			in.MappedWay = mappedWay(st.Mapped)
 		}
 	}
