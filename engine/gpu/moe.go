@@ -60,10 +60,7 @@ type gpuMoE struct {
 	// pick on the CPU.
 	choice  expertChoice
 	cpuOnly bool
-	// swappedSinceTrial counts the experts SwapResidentExperts moved in
-	// since the ways were last tried (retrialAfter).
-	swappedSinceTrial int
-	downs             []kernels.GEMVOut // moeResident's downs at one token
+	downs   []kernels.GEMVOut // moeResident's downs at one token
 	// At one token the resident picks are found on the device: tables
 	// holds, per layer, three pointers an expert (gate, up, down; 0 for
 	// one not resident), which picked[l] describes for the kernels
@@ -329,7 +326,6 @@ func (x *gpuMoE) uploadExperts(ctx context.Context, c *cudadrv.Ctx, s cudadrv.St
 	}
 	x.picked, x.full = nil, nil
 	x.choice.reset()
-	x.swappedSinceTrial = 0
 	if err != nil {
 		return err
 	}

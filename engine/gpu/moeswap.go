@@ -45,7 +45,6 @@ func (m *Model) SwapResidentExperts(ctx context.Context, swaps []tier.DeviceSwap
 		if err := x.tally(); err != nil {
 			return err
 		}
-		defer func() { x.retrialAfter(len(done)) }()
 		for _, sw := range swaps {
 			ok, err := x.swap(ctx, c, m.stream, &m.Config, sw)
 			if err != nil {
@@ -146,22 +145,4 @@ func (m *Model) ResidentExperts() [][]int {
 		slices.Sort(out[l])
 	}
 	return out
-}
-
-// choiceRetrialShare: once the experts swapped in since the ways were last
-// tried reach 1/choiceRetrialShare of those resident, the trials run again.
-// The ways were timed on the placement of that time: as serving moves the
-// device's experts toward the routing, fewer picks miss, and the way that
-// lost with many misses (the GPU pulling each, at a cost per pick) can win
-// over the host's (a round trip in every layer not wholly resident).
-const choiceRetrialShare = 4
-
-// retrialAfter counts n experts swapped in and forgets the ways' decisions
-// once enough have moved (choiceRetrialShare).
-func (x *gpuMoE) retrialAfter(n int) {
-	x.swappedSinceTrial += n
-	if n > 0 && x.swappedSinceTrial*choiceRetrialShare >= max(x.stats.ResidentExperts, 1) {
-		x.choice.reset()
-		x.swappedSinceTrial = 0
-	}
 }
