@@ -163,6 +163,7 @@ type windowed struct {
 	window           uint64
 	keepNum, keepDen uint64
 	swaps            int
+	first            uint64 // when > 0, the window until the first round
 	sizes            [][]int64
 	cost             tier.DeviceCost
 	plan             *tier.ExpertPlan
@@ -200,7 +201,11 @@ func (w *windowed) fold(win, now [][]uint64) {
 
 func (w *windowed) look(now [][]uint64) {
 	win := tier.CountsSince(w.last, now)
-	if !w.more && w.tokens(win) < w.window {
+	want := w.window
+	if w.first > 0 && w.rounds == 0 {
+		want = w.first
+	}
+	if !w.more && w.tokens(win) < want {
 		return
 	}
 	if w.hist == nil {
@@ -365,6 +370,7 @@ func sim(args []string) error {
 		return &windowed{label: label, window: window, keepNum: num, keepDen: den, swaps: 32, sizes: tr.Sizes, cost: cost, plan: placed()}
 	}
 	withSwaps := func(w *windowed, n int) *windowed { w.swaps = n; return w }
+	withFirst := func(w *windowed, n uint64) *windowed { w.first = n; return w }
 	type run struct {
 		p   policy
 		dev func() [][]bool
@@ -388,6 +394,9 @@ func sim(args []string) error {
 		withSwaps(mk("32, 3/4, 64 swaps", 32, 3, 4), 64),
 		withSwaps(mk("32, 3/4, 128 swaps", 32, 3, 4), 128),
 		withSwaps(mk("32, 3/4, 256 swaps", 32, 3, 4), 256),
+		withFirst(withSwaps(mk("32 (16 first), 128 swaps", 32, 3, 4), 128), 16),
+		withSwaps(mk("16, 3/4, 128 swaps", 16, 3, 4), 128),
+		withSwaps(mk("16, 7/8, 128 swaps", 16, 7, 8), 128),
 	} {
 		runs = append(runs, run{w, func() [][]bool { return w.plan.Device }})
 	}
