@@ -19,6 +19,13 @@ func TestKernelsRequireOnlyTheirISA(t *testing.T) {
 		// MMX+ is avo's name for PREFETCHh's set, which every x86-64 CPU
 		// has (SSE is in the base ISA).
 		"AVX2": {"AVX": true, "AVX2": true, "F16C": true, "FMA3": true, "BMI2": true, "MMX+": true},
+		// available(AVX512) is AVX2's with F, BW, VL and DQ.
+		"AVX512": {"AVX": true, "AVX2": true, "F16C": true, "FMA3": true, "BMI2": true, "MMX+": true,
+			"AVX512F": true, "AVX512BW": true, "AVX512VL": true, "AVX512DQ": true},
+		// The VNNI kernels are chosen where AVX512's are and the CPU has
+		// VNNI (avx512Kernels, panelWanted).
+		"VNNI": {"AVX": true, "AVX2": true, "F16C": true, "FMA3": true, "BMI2": true, "MMX+": true,
+			"AVX512F": true, "AVX512BW": true, "AVX512VL": true, "AVX512DQ": true, "AVX512VNNI": true},
 	}
 	src, err := os.ReadFile("zkernels_amd64.s")
 	if err != nil {

@@ -14,7 +14,9 @@ func available(impl Impl) bool {
 	case AVX2:
 		return x.HasAVX2 && x.HasFMA && x.HasF16C && x.HasBMI2
 	case AVX512:
-		return available(AVX2) && x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL
+		// DQ too: the float kernels' and the activations' conversions
+		// and masks (f32AVX512, swigluAVX512, ...) are AVX512DQ's.
+		return available(AVX2) && x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL && x.HasAVX512DQ
 	}
 	return false
 }
