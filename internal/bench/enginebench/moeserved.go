@@ -68,6 +68,7 @@ func (rn *runner) moeServed(ctx context.Context, res *ScenarioResult, mc MoECase
 		switch toks {
 		case 1: // the prompt's pass is done: the decode's count starts
 			info0, _ = e.Experts()
+			mark = info0 // a decode too short for a last quarter after its first token
 		case 1 + quarter:
 			in, _ := e.Experts()
 			sv.firstHit = hitSince(info0, in)
