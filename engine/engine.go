@@ -50,10 +50,10 @@ type Engine struct {
 	// device fields, which it changes.
 	adapter *deviceAdapter
 	xmu     sync.Mutex
-	// xbase is what the expert counters held once the load's calibration
-	// ran: Experts and ExpertStats report serving, not the calibration
-	// text's passes and placement.
-	xbase expertBase
+	// xbase is the experts' report once the load's calibration ran:
+	// Experts and ExpertStats count serving since (ExpertInfo.Since), not
+	// the calibration text's passes and placement.
+	xbase ExpertInfo
 
 	backend Backend     // the backend passes run on (cpuBackend unless the GPU took the model)
 	binfo   BackendInfo // what backend, on what, and why

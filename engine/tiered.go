@@ -740,7 +740,7 @@ func (e *Engine) calibrateExperts(ctx context.Context) error {
 	}
 	// What serving reports starts here (the placement's promotions and
 	// the text's picks are the load's).
-	defer func() { e.xbase = e.expertCounters() }()
+	defer func() { e.xbase, _ = e.expertsSinceOpen() }()
 	if e.experts == nil {
 		return nil
 	}
@@ -803,35 +803,12 @@ func (e *Engine) ExpertStats() (s ExpertStats, ok bool) {
 	if e.experts == nil {
 		return ExpertStats{}, false
 	}
-	return e.experts.Stats().since(e.xbase.store), true
+	return e.experts.Stats().Since(e.xbase.Stats), true
 }
 
-// expertBase is the expert counters at a point (the load's end): the
-// store's, and the GPU's picks by where they were served.
-type expertBase struct {
-	store            ExpertStats
-	device, cpu      uint64
-	streamed, mapped uint64
-}
-
-// expertCounters reads the counters expertBase holds.
-func (e *Engine) expertCounters() expertBase {
-	var b expertBase
-	if e.experts != nil {
-		b.store = e.experts.Stats()
-	}
-	if e.cuda != nil {
-		if st, ok := e.cuda.MoEStats(); ok {
-			b.device, b.cpu = uint64(st.GPUExperts), uint64(st.CPUExperts)
-			b.streamed, b.mapped = uint64(st.Streamed.Picks), uint64(st.Mapped.Picks)
-		}
-	}
-	return b
-}
-
-// since is s less the counts of b, an earlier reading of the same store
-// (the trials' choices are s's).
-func (s ExpertStats) since(b ExpertStats) ExpertStats {
+// Since is s less the counts of b, an earlier reading of the same store:
+// what was counted between them (the trials' choices are s's).
+func (s ExpertStats) Since(b ExpertStats) ExpertStats {
 	s.Resident -= b.Resident
 	s.Buffered -= b.Buffered
 	s.Prefetched -= b.Prefetched
@@ -899,9 +876,29 @@ func (x ExpertInfo) DeviceHit() float64 {
 	return float64(x.DeviceUses) / float64(x.DeviceUses+x.CPUUses)
 }
 
-// Experts reports a mixture-of-experts model's expert placement; ok is
-// false for a dense model or one opened without a plan.
+// Since is x with its counts (the picks by where they were served, the
+// moves, the store's Stats) less b's, an earlier report of the same
+// engine: what was counted between them. Where the experts are is x's.
+func (x ExpertInfo) Since(b ExpertInfo) ExpertInfo {
+	x.DeviceUses -= b.DeviceUses
+	x.CPUUses -= b.CPUUses
+	x.StreamedPicks -= b.StreamedPicks
+	x.MappedPicks -= b.MappedPicks
+	x.DeviceMoves -= b.DeviceMoves
+	x.Stats = x.Stats.Since(b.Stats)
+	return x
+}
+
+// Experts reports a mixture-of-experts model's expert placement and how
+// the experts served since the load (its calibration is not counted); ok
+// is false for a dense model or one opened without a plan.
 func (e *Engine) Experts() (ExpertInfo, bool) {
+	in, ok := e.expertsSinceOpen()
+	return in.Since(e.xbase), ok
+}
+
+// expertsSinceOpen is Experts counting from the engine's start.
+func (e *Engine) expertsSinceOpen() (ExpertInfo, bool) {
 	xp := e.expertPlan
 	if xp == nil {
 		return ExpertInfo{}, false
@@ -910,7 +907,7 @@ func (e *Engine) Experts() (ExpertInfo, bool) {
 	res := xp.Resident
 	if e.experts != nil {
 		res, in.ResidentBytes = e.experts.Residency()
-		in.Stats = e.experts.Stats().since(e.xbase.store)
+		in.Stats = e.experts.Stats()
 	}
 	// Re-placement moves bytes between the two sides; their sum is the
 	// plan's.
@@ -926,11 +923,9 @@ func (e *Engine) Experts() (ExpertInfo, bool) {
 		if st, ok := e.cuda.MoEStats(); ok {
 			// Picks sent over PCIe for the GPU to compute were of
 			// experts the device does not hold: misses, as the CPU's.
-			b := e.xbase
-			streamed, mapped := uint64(st.Streamed.Picks)-b.streamed, uint64(st.Mapped.Picks)-b.mapped
-			off := streamed + mapped
-			in.DeviceUses, in.CPUUses = uint64(st.GPUExperts)-b.device-off, uint64(st.CPUExperts)-b.cpu+off
-			in.StreamedPicks, in.MappedPicks = streamed, mapped
+			off := st.Streamed.Picks + st.Mapped.Picks
+			in.DeviceUses, in.CPUUses = uint64(st.GPUExperts-off), uint64(st.CPUExperts+off)
+			in.StreamedPicks, in.MappedPicks = uint64(st.Streamed.Picks), uint64(st.Mapped.Picks)
 			in.MappedWay = mappedWay(st.Mapped)
 		}
 	}

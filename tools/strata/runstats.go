@@ -210,21 +210,15 @@ func writeWindow(w io.Writer, first, last int, a, b windowSnap) {
 	per := b.t.Sub(a.t) / time.Duration(n)
 	fmt.Fprintf(w, "tokens %d-%d: %v a token (%.2f tok/s)", first, last, per.Round(time.Microsecond), rate(n, b.t.Sub(a.t).Seconds()))
 	if a.xok && b.xok {
-		// The window's counts, so that the hits are ExpertInfo's and
-		// ExpertStats' own.
-		x := engine.ExpertInfo{DeviceUses: b.experts.DeviceUses - a.experts.DeviceUses, CPUUses: b.experts.CPUUses - a.experts.CPUUses}
+		x := b.experts.Since(a.experts) // the window's counts
 		if x.DeviceUses+x.CPUUses > 0 {
 			fmt.Fprintf(w, "; expert picks on the device %d, off it %d (hit %.2f), sent over PCIe %d, pulled by the GPU %d, moved to the device %d",
-				x.DeviceUses, x.CPUUses, x.DeviceHit(), b.experts.StreamedPicks-a.experts.StreamedPicks,
-				b.experts.MappedPicks-a.experts.MappedPicks, b.experts.DeviceMoves-a.experts.DeviceMoves)
+				x.DeviceUses, x.CPUUses, x.DeviceHit(), x.StreamedPicks, x.MappedPicks, x.DeviceMoves)
 		}
-		sa, sb := a.experts.Stats, b.experts.Stats
-		st := engine.ExpertStats{Resident: sb.Resident - sa.Resident, Buffered: sb.Buffered - sa.Buffered,
-			Prefetched: sb.Prefetched - sa.Prefetched, Read: sb.Read - sa.Read}
-		if u := st.Uses(); u > 0 {
+		if st := x.Stats; st.Uses() > 0 {
 			// The host's store: uses that read nothing, reads, promotions.
 			fmt.Fprintf(w, "; expert uses %d, hit %.2f, %s read, %d promoted",
-				u, st.Hit(), tier.FormatBytes(sb.ReadBytes-sa.ReadBytes), sb.Promoted-sa.Promoted)
+				st.Uses(), st.Hit(), tier.FormatBytes(st.ReadBytes), st.Promoted)
 		}
 	}
 	if a.hok && b.hok {

@@ -92,7 +92,7 @@ func (rn *runner) moeServed(ctx context.Context, res *ScenarioResult, mc MoECase
 	if toks >= n-quarter {
 		sv.lastHit = hitSince(mark, info1)
 	}
-	sv.moved = info1.DeviceMoves - info0.DeviceMoves
+	sv.moved = info1.Since(info0).DeviceMoves
 	sv.onDevice, sv.deviceGiB = info1.OnDevice, float64(info1.DeviceBytes)/(1<<30)
 	var peer *Ratio
 	if sv.tokens == n {
@@ -109,10 +109,7 @@ func (rn *runner) moeServed(ctx context.Context, res *ScenarioResult, mc MoECase
 
 // hitSince is the device's hit over the picks between two reports (0
 // where none were made).
-func hitSince(a, b engine.ExpertInfo) float64 {
-	d := engine.ExpertInfo{DeviceUses: b.DeviceUses - a.DeviceUses, CPUUses: b.CPUUses - a.CPUUses}
-	return d.DeviceHit()
-}
+func hitSince(a, b engine.ExpertInfo) float64 { return b.Since(a).DeviceHit() }
 
 // servedMetrics are the served decode's rows and notes; an unfinished
 // decode (the model stopped early) is an error, not a row, so the rate
