@@ -41,15 +41,19 @@ type expertDevice interface {
 // 128 moves reach the new placement within a few windows where rounds of
 // 32 took the whole decode to (the same replay: 0.935 against 0.904 at
 // 5.79 GiB, 0.783 against 0.711 at 1.8 GiB; 256 gained nothing more).
+// Windows of 16 tokens, one look each, followed the routing sooner than
+// 32 did in the replay (0.948 against 0.935, 0.811 against 0.783) and on
+// a GPU over 1024 tokens (the lab's moe/run46: 1.03x the decode's rate
+// with 8 GiB for the model, 1.25x with 4 GiB).
 const (
 	adaptEvery  = 16
-	adaptWindow = 32
+	adaptWindow = 16
 	adaptSwaps  = 128
 )
 
 // adaptKeep is the weight (adaptKeepNum/adaptKeepDen) a window's routing
 // keeps in the history at each window after it: the history weighs about
-// four windows, the 128 tokens or so that read skew rather than noise.
+// four windows, the 64 tokens or so that read skew rather than noise.
 const adaptKeepNum, adaptKeepDen = 3, 4
 
 // deviceAdapter keeps a GPU's device experts placed by the routing the

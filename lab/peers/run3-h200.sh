@@ -2,10 +2,14 @@
 # Device call: run2's peers over long decodes. run2 compared 32 tokens,
 # where strata's device experts have not yet followed the routing served
 # (run44: the hit climbs over the first ~500 tokens); here llama-bench
-# tg512 against `strata run -n 512` (the length of bench engine's served
-# decode) on the same synthetic Qwen3-30B-A3B file (8 and 4 GiB of
-# experts' worth, -ncmoe 29 and 40 as run2 checked), two rounds
-# alternating, then Mixtral-8x7B at 12 GiB (-ncmoe 19). llama.cpp c2b1518fd is built again (a cold machine has no bin/lb).
+# tg32 and tg512 against `strata run -n 512` (the length of bench
+# engine's served decode) on the same synthetic Qwen3-30B-A3B file (8 and
+# 4 GiB of experts' worth, -ncmoe 29 and 40 as run2 checked), two rounds
+# alternating, then Mixtral-8x7B at 12 GiB (-ncmoe 19). The llama.cpp
+# figures (means of the rounds) become a peers file for this host,
+# peers-host.json in the logs and in /dev/shm for the next call on the
+# same warm machine (run4-h200.sh: bench engine --only moe against it).
+# llama.cpp c2b1518fd is built again (a cold machine has no bin/lb).
 # Carry bin/gpu-tests.txz (strata alone is enough) and bin/llama-src.txz.
 . "$(dirname "$0")/../hybrid/lib.sh"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
@@ -33,12 +37,15 @@ strata() { # model, VRAM, tokens, log name
 	echo "== strata $4 rc=$? at ${SECONDS}s $(grep -oE 'completion: [^;]*' "$L/$4.txt")"
 }
 for round in 1 2; do
-	timeout 120 "$lbin" -m "$Q" -ngl 99 -ncmoe 29,40 -p 0 -n 512 -r 2 -t 16 -fa 0 >"$L/llama-qwen-$round.txt" 2>/dev/null
-	echo "== llama qwen rc=$? at ${SECONDS}s"; grep -E "tg512" "$L/llama-qwen-$round.txt"
+	timeout 150 "$lbin" -m "$Q" -ngl 99 -ncmoe 29,40 -p 0 -n 32,512 -r 2 -t 16 -fa 0 >"$L/llama-qwen-$round.txt" 2>/dev/null
+	echo "== llama qwen rc=$? at ${SECONDS}s"; grep -E "tg" "$L/llama-qwen-$round.txt"
 	strata "$Q" 8GiB 512 strata-qwen-8-$round
 	strata "$Q" 4GiB 512 strata-qwen-4-$round
 done
-timeout 120 "$lbin" -m "$M" -ngl 99 -ncmoe 19 -p 0 -n 512 -r 1 -t 16 -fa 0 -v >"$L/llama-mixtral.txt" 2>"$L/llama-mixtral.log"
-echo "== llama mixtral rc=$? at ${SECONDS}s"; grep -E "tg512" "$L/llama-mixtral.txt"; grep -E "CUDA0 (model|KV|compute) buffer" "$L/llama-mixtral.log" | sort -u
+timeout 150 "$lbin" -m "$M" -ngl 99 -ncmoe 19 -p 0 -n 16,512 -r 1 -t 16 -fa 0 -v >"$L/llama-mixtral.txt" 2>"$L/llama-mixtral.log"
+echo "== llama mixtral rc=$? at ${SECONDS}s"; grep -E "tg" "$L/llama-mixtral.txt"
 grep -E "CUDA0 (model|KV|compute) buffer|n_cpu_moe" "$L/llama-mixtral.log" | sort -u >"$L/llama-mixtral.buffers" && rm "$L/llama-mixtral.log"
 strata "$M" 12GiB 512 strata-mixtral-12
+python3 lab/peers/peersfile.py "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+	"$L"/llama-qwen-1.txt "$L"/llama-qwen-2.txt "$L"/llama-mixtral.txt >"$L/peers-host.json" &&
+	cp "$L/peers-host.json" $S/peers-host.json && cat "$L/peers-host.json"

@@ -1,0 +1,51 @@
+"""peersfile.py GPU TABLE...: a strata peers file (docs/peers-h200.json's
+format) from llama-bench's markdown tables of run3-h200.sh: each case's
+tg figure, the mean over the tables that hold it. Cases by model and
+n_cpu_moe: qwen3moe 29 -> 8 GiB, 40 -> 4 GiB; mixtral 19 -> 12 GiB.
+tg512 becomes moe_<case>_decode_512 (the served row's peer), the short
+decode (tg32, Mixtral tg16) moe_<case>_decode."""
+import json
+import sys
+
+CASES = {("qwen3moe", "29"): ("qwen3moe_30b_a3b_8gib", "qwen3moe 30b-a3b Q4_K_M, --n-cpu-moe 29"),
+         ("qwen3moe", "40"): ("qwen3moe_30b_a3b_4gib", "qwen3moe 30b-a3b Q4_K_M, --n-cpu-moe 40"),
+         ("mixtral", "19"): ("mixtral_8x7b_12gib", "mixtral 8x7b Q4_K_M, --n-cpu-moe 19")}
+
+
+def rows(path):
+    with open(path) as f:
+        lines = [l for l in f if l.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|\n").split("|")]
+    for l in lines[2:]:
+        cells = dict(zip(head, (c.strip() for c in l.strip("|\n").split("|"))))
+        yield cells
+
+
+def main():
+    gpu, tables = sys.argv[1], sys.argv[2:]
+    seen = {}
+    for t in tables:
+        for r in rows(t):
+            arch = r["model"].split()[0]
+            case = CASES.get((arch, r["n_cpu_moe"]))
+            if case is None:
+                raise SystemExit(f"{t}: no case for {arch} n_cpu_moe {r['n_cpu_moe']}")
+            test = r["test"]
+            tps = float(r["t/s"].split("±")[0])
+            seen.setdefault((case, test), []).append(tps)
+    figures = {}
+    for ((name, setup), test), v in sorted(seen.items()):
+        key = f"moe_{name}_decode" + ("_512" if test == "tg512" else "")
+        if key in figures:
+            raise SystemExit(f"two short tests for {name}")
+        figures[key] = {"system": "llama.cpp", "setup": f"{setup}, {test}, mean of {len(v)} runs ({', '.join(f'{x:.2f}' for x in v)})",
+                        "value": round(sum(v) / len(v), 2), "unit": "tok/s"}
+    src = ("llama.cpp c2b1518fd (upstream, 2026-06-08; CUDA sm_90, static, GGML_NATIVE, GGML_CUDA_FA=OFF) built and "
+           f"run on the lent host ({gpu}, 16 CPU threads) by strata's device call lab/peers/run3-h200.sh, not by `strata bench`: "
+           "llama-bench -ngl 99 -ncmoe N -p 0 -n 32,512 (Mixtral 16,512) -t 16 -fa 0 on the synthetic Qwen3-30B-A3B and "
+           "Mixtral-8x7B Q4_K_M files `strata model synth` writes (seed 1) in /dev/shm, N as docs/peers-h200.json's")
+    json.dump({"source": src, "figures": figures}, sys.stdout, indent=2)
+    print()
+
+
+main()
