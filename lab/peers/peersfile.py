@@ -9,7 +9,7 @@ import sys
 
 CASES = {("qwen3moe", "29"): ("qwen3moe_30b_a3b_8gib", "qwen3moe 30b-a3b Q4_K_M, --n-cpu-moe 29"),
          ("qwen3moe", "40"): ("qwen3moe_30b_a3b_4gib", "qwen3moe 30b-a3b Q4_K_M, --n-cpu-moe 40"),
-         ("mixtral", "19"): ("mixtral_8x7b_12gib", "mixtral 8x7b Q4_K_M, --n-cpu-moe 19")}
+         ("llama", "19"): ("mixtral_8x7b_12gib", "mixtral 8x7b Q4_K_M, --n-cpu-moe 19")}
 
 
 def rows(path):
