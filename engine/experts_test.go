@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -145,14 +147,10 @@ func TestExpertsOnStorage(t *testing.T) {
 
 	// Every storage expert's reads fail: read ahead or not, the request
 	// that needs one fails naming it; the next one is right.
-	for _, ext := range storageExperts(t, e, pool) {
-		faulty.FailExtent(ext, false)
-	}
+	engine.SettleExperts(e)
+	failing := failStorageExperts(t, e, pool, faulty)
 	_, _, err = greedy(t, e, n)
-	if err == nil || !errors.Is(err, stream.ErrInjected) || !strings.Contains(err.Error(), "expert") || !strings.Contains(err.Error(), "layer") {
-		t.Fatalf("request over a failing expert read: %v", err)
-	}
-	t.Logf("failed request: %v", err)
+	failedNaming(t, "CPU", err, failing)
 	faulty.Clear()
 	if ids, _, err = greedy(t, e, n); err != nil || !sameIDs(ids, wantIDs) {
 		t.Fatalf("next request: %v, %v; want %v", ids, err, wantIDs)
@@ -204,9 +202,53 @@ func TestExpertsOnStorage(t *testing.T) {
 	}
 }
 
+var namedExpert = regexp.MustCompile(`layer (\d+) expert (\d+)`)
+
+// failedNaming checks err, a request's over experts whose reads fail: the
+// injected error, naming a layer and an expert among failing's.
+func failedNaming(t *testing.T, name string, err error, failing map[[2]int]bool) {
+	t.Helper()
+	if err == nil || !errors.Is(err, stream.ErrInjected) {
+		t.Fatalf("%s: request over failing expert reads: %v, want the injected error", name, err)
+	}
+	m := namedExpert.FindStringSubmatch(err.Error())
+	if m == nil {
+		t.Fatalf("%s: request over failing expert reads: %v, names no layer and expert", name, err)
+	}
+	l, _ := strconv.Atoi(m[1])
+	x, _ := strconv.Atoi(m[2])
+	if !failing[[2]int{l, x}] {
+		t.Fatalf("%s: the error names layer %d expert %d, not one on storage: %v", name, l, x, err)
+	}
+	t.Logf("%s: failed request: %v", name, err)
+}
+
 // storageExperts returns the pool's extents of the experts e holds on
 // storage now.
 func storageExperts(t *testing.T, e *engine.Engine, pool string) []tier.Extent {
+	t.Helper()
+	var out []tier.Extent
+	for _, ext := range storageExtents(t, e, pool) {
+		out = append(out, ext)
+	}
+	return out
+}
+
+// failStorageExperts makes every read of the experts e holds on storage
+// now fail, and returns them by (layer, expert).
+func failStorageExperts(t *testing.T, e *engine.Engine, pool string, faulty *stream.FaultySource) map[[2]int]bool {
+	t.Helper()
+	failing := map[[2]int]bool{}
+	for id, ext := range storageExtents(t, e, pool) {
+		faulty.FailExtent(ext, false)
+		failing[id] = true
+	}
+	return failing
+}
+
+// storageExtents returns the pool's extents of the experts e holds on
+// storage now, by (layer, expert).
+func storageExtents(t *testing.T, e *engine.Engine, pool string) map[[2]int]tier.Extent {
 	t.Helper()
 	x, _ := e.Experts()
 	p, err := prefab.OpenPool(pool)
@@ -214,7 +256,7 @@ func storageExperts(t *testing.T, e *engine.Engine, pool string) []tier.Extent {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	var out []tier.Extent
+	out := map[[2]int]tier.Extent{}
 	for l := range x.Residency {
 		for i, r := range x.Residency[l] {
 			if !r {
@@ -222,7 +264,7 @@ func storageExperts(t *testing.T, e *engine.Engine, pool string) []tier.Extent {
 				if err != nil {
 					t.Fatal(err)
 				}
-				out = append(out, ext)
+				out[[2]int{l, i}] = ext
 			}
 		}
 	}
@@ -266,6 +308,8 @@ func TestExpertsOnStorageCUDA(t *testing.T) {
 		e.Close()
 
 		o.HostBudget = layers + experts*3/4
+		var faulty *stream.FaultySource
+		o.WrapSource = func(s tier.Source) tier.Source { faulty = stream.NewFaulty(s); return faulty }
 		if e, err = engine.OpenWith(ctx, pool, o); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -275,23 +319,28 @@ func TestExpertsOnStorageCUDA(t *testing.T) {
 			t.Fatalf("%s: backend %s, expert plan %+v; want the GPU with some experts on storage", tc.name, b.Name, xp)
 		}
 		x, _ := e.Experts()
-		if x.Resident != xp.ResidentCount() || x.Stats.Promoted == 0 {
+		// The calibration's moves are the load's: serving's counts start
+		// at zero (TestExpertsOnStorage).
+		if x.Resident != xp.ResidentCount() || x.Stats.Uses() != 0 || x.Stats.Promoted != 0 || x.Stats.ReadBytes != 0 {
 			e.Close()
-			t.Fatalf("%s: after calibration %d experts resident (plan %d), stats %+v; want the plan's count, some moved", tc.name, x.Resident, xp.ResidentCount(), x.Stats)
+			t.Fatalf("%s: after calibration %d experts resident (plan %d), stats %+v; want the plan's count, nothing counted", tc.name, x.Resident, xp.ResidentCount(), x.Stats)
 		}
 		before, _ := e.ExpertStats()
 		got, err := passLogits(t, e, 4)
 		after, ok := e.ExpertStats()
-		e.Close()
 		if err != nil {
+			e.Close()
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		nearCPU(t, tc.name, got, want)
 		if !ok || after.Read == 0 || after.Uses() <= before.Uses() || after.Failed != 0 {
+			e.Close()
 			t.Fatalf("%s: expert stats %+v (before the passes %+v): want reads, and uses by the passes", tc.name, after, before)
 		}
 		t.Logf("%s: %d of %d experts resident; %d uses resident, %d buffered, %d read (%s)", tc.name, x.Resident, x.Experts,
 			after.Resident, after.Buffered, after.Read, tier.FormatBytes(after.ReadBytes))
+		expertReadFails(t, tc.name, e, pool, faulty)
+		e.Close()
 	}
 
 	// A GGUF cannot read single experts: refused on the GPU too, with the
@@ -303,6 +352,31 @@ func TestExpertsOnStorageCUDA(t *testing.T) {
 	}
 	if !errors.Is(err, engine.ErrNeedsPool) || !strings.Contains(err.Error(), "experts on storage") {
 		t.Fatalf("GGUF with experts on storage on the GPU: %v", err)
+	}
+}
+
+// expertReadFails: with every storage expert's reads failing, the
+// request that needs one fails naming it (layer and expert), the engine
+// stays up, and once the reads succeed the next request generates what a
+// request before the failures did.
+func expertReadFails(t *testing.T, name string, e *engine.Engine, pool string, faulty *stream.FaultySource) {
+	t.Helper()
+	const n = 8
+	want, _, err := greedy(t, e, n)
+	if err != nil {
+		t.Fatalf("%s: request before the failures: %v", name, err)
+	}
+	engine.SettleExperts(e)
+	failing := failStorageExperts(t, e, pool, faulty)
+	_, _, err = greedy(t, e, n)
+	failedNaming(t, name, err, failing)
+	faulty.Clear()
+	got, _, err := greedy(t, e, n)
+	if err != nil || !sameIDs(got, want) {
+		t.Fatalf("%s: the request after the failures: %v, %v; want %v", name, got, err, want)
+	}
+	if st, _ := e.ExpertStats(); st.Failed == 0 {
+		t.Fatalf("%s: no failed read counted: %+v", name, st)
 	}
 }
 

@@ -89,11 +89,13 @@ func TestOpenWithHFDirectory(t *testing.T) {
 
 // TestCUDAHFDirectory: a Hugging Face directory opened on the CUDA
 // backend, resident and with every other layer on tier B, gives the CPU
-// backend's logits (NMSE <= 1e-4, same argmax) for the same passes.
+// backend's logits (NMSE <= 1e-4, same argmax) for the same passes: the
+// dense architectures and the mixture-of-experts ones (Mixtral's and
+// Qwen3-MoE's per-expert tensors, which a GGUF holds merged).
 // Skipped without a usable GPU. Sequential: it opens GPU 0.
 func TestCUDAHFDirectory(t *testing.T) {
 	ctx := context.Background()
-	for _, arch := range []string{"llama", "qwen2", "gemma3"} {
+	for _, arch := range []string{"llama", "qwen2", "gemma3", "mixtral", "qwen3moe"} {
 		t.Run(arch, func(t *testing.T) {
 			dir := t.TempDir()
 			hfDir := filepath.Join(dir, "hf")
