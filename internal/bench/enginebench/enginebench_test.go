@@ -275,6 +275,41 @@ func TestPercent(t *testing.T) {
 	}
 }
 
+// TestLeadLimit: the links' bound with the CPU's wait for the resident
+// layers: the combined-link limit without a lead, growing by lead/a·limit
+// while the lead is shorter than PCIe's whole (run28's 8b half: 11.04 ->
+// ~11.88 ms), PCIe's whole from there; the CPU's share ends with PCIe's.
+func TestLeadLimit(t *testing.T) {
+	t.Parallel()
+	off, cpu, h2d := 2.09e9, 134.2e9, 55.4e9
+	combined := off / (cpu + h2d)
+	for _, tc := range []struct {
+		name string
+		lead time.Duration
+		want float64
+	}{
+		{"no lead", 0, combined},
+		{"run28's lead", 1180 * time.Microsecond, combined * (1 + 1.18e-3/(off/cpu))},
+		{"as long as PCIe's whole", time.Duration(off / h2d * 1e9), off / h2d},
+		{"longer", time.Second, off / h2d},
+	} {
+		got := leadLimit(off, cpu, h2d, tc.lead)
+		if math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: %.6f s, want %.6f", tc.name, got, tc.want)
+		}
+		// The CPU's share, started after the lead, ends when PCIe's does.
+		if l := tc.lead.Seconds(); l < off/h2d {
+			x := (off/h2d - l) / (off/cpu + off/h2d)
+			if cpuEnd, pcieEnd := l+x*off/cpu, (1-x)*off/h2d; math.Abs(cpuEnd-got) > 1e-9 || math.Abs(pcieEnd-got) > 1e-9 {
+				t.Errorf("%s: the CPU ends at %.6f, PCIe at %.6f, the limit %.6f", tc.name, cpuEnd, pcieEnd, got)
+			}
+		}
+	}
+	if got := leadLimit(off, cpu, h2d, 1180*time.Microsecond); got < 11.8e-3 || got > 11.95e-3 {
+		t.Errorf("run28's 8b half: %.3f ms, want ~11.88", got*1e3)
+	}
+}
+
 // TestGEMVProfileMetrics: the resident profile's GEMV rows, from a made-up
 // profile: the step's ratio and its goal, each kind with its read-only
 // ceiling where measured, down's x launch as the difference of its two
