@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/engine"
@@ -39,9 +40,19 @@ type golden struct {
 // phi3OrigContext is the tiny Phi-3's original_max_position_embeddings.
 const phi3OrigContext = 32
 
-func loadGolden(t *testing.T, arch string) *golden {
+// goldenNames are the goldens tools/reference/gen.sh makes: each
+// architecture's tiny shape, and Qwen3-MoE's routing at the real models'
+// width (tiny-128: 128 experts, 8 picked).
+var goldenNames = []string{"llama", "gemma2", "gemma3", "mistral", "phi3", "qwen2", "qwen3", "mixtral", "qwen3moe", "qwen3moe-tiny-128"}
+
+// loadGolden reads testdata's golden-NAME.json and .f32, where NAME is
+// "ARCH-SHAPE", or "ARCH-tiny" for a bare architecture.
+func loadGolden(t *testing.T, name string) *golden {
 	t.Helper()
-	base := filepath.Join("testdata", "golden-"+arch+"-tiny")
+	if !strings.Contains(name, "-") {
+		name += "-tiny"
+	}
+	base := filepath.Join("testdata", "golden-"+name)
 	raw, err := os.ReadFile(base + ".json")
 	if err != nil {
 		t.Fatalf("reading golden metadata (regenerate with tools/reference/gen.sh): %v", err)
@@ -116,7 +127,7 @@ func greedyLogits(t *testing.T, m *model.Model, prompt []int32, steps int) ([][]
 // the same greedy tokens, for every architecture's tiny shape.
 func TestGoldenHF(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "phi3", "qwen2", "qwen3", "mixtral", "qwen3moe"} {
+	for _, arch := range goldenNames {
 		t.Run(arch, func(t *testing.T) {
 			t.Parallel()
 			g := loadGolden(t, arch)

@@ -21,7 +21,7 @@ import (
 // step, the same tokens and the same prompt ids.
 func TestGoldenHFDirectory(t *testing.T) {
 	t.Parallel()
-	for _, arch := range []string{"llama", "gemma2", "gemma3", "mistral", "phi3", "qwen2", "qwen3", "mixtral", "qwen3moe"} {
+	for _, arch := range goldenNames {
 		t.Run(arch, func(t *testing.T) {
 			t.Parallel()
 			g := loadGolden(t, arch)
@@ -91,15 +91,20 @@ func TestOpenWithHFDirectory(t *testing.T) {
 // backend, resident and with every other layer on tier B, gives the CPU
 // backend's logits (NMSE <= 1e-4, same argmax) for the same passes: the
 // dense architectures and the mixture-of-experts ones (Mixtral's and
-// Qwen3-MoE's per-expert tensors, which a GGUF holds merged).
+// Qwen3-MoE's per-expert tensors, which a GGUF holds merged; Qwen3-MoE
+// also with 128 experts, 8 picked, as the real models route).
 // Skipped without a usable GPU. Sequential: it opens GPU 0.
 func TestCUDAHFDirectory(t *testing.T) {
 	ctx := context.Background()
-	for _, arch := range []string{"llama", "qwen2", "gemma3", "mixtral", "qwen3moe"} {
-		t.Run(arch, func(t *testing.T) {
+	for _, name := range []string{"llama", "qwen2", "gemma3", "mixtral", "qwen3moe", "qwen3moe:tiny-128"} {
+		arch, shape, ok := strings.Cut(name, ":")
+		if !ok {
+			shape = "tiny"
+		}
+		t.Run(arch+"-"+shape, func(t *testing.T) {
 			dir := t.TempDir()
 			hfDir := filepath.Join(dir, "hf")
-			if err := synth.Write(filepath.Join(dir, "m.gguf"), synth.Options{Arch: arch, Shape: "tiny", Type: "f32", Seed: 5, HFDir: hfDir}); err != nil {
+			if err := synth.Write(filepath.Join(dir, "m.gguf"), synth.Options{Arch: arch, Shape: shape, Type: "f32", Seed: 5, HFDir: hfDir}); err != nil {
 				t.Fatal(err)
 			}
 			cpu, err := engine.OpenWith(ctx, hfDir, engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Context: 64})

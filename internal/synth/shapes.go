@@ -185,6 +185,15 @@ func init() {
 			Vocab: 512, Dim: 256, FFN: 512, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 128,
 			RopeTheta: 1000000, Context: 256, RMSEps: qwenEps, Experts: 8, ExpertsUsed: 4, ExpertFFN: 256,
 		},
+		// tiny with the real models' routing: 128 experts, 8 picked a
+		// token, so the goldens hold a top-8 among many and its weights'
+		// renormalisation where tiny's 4 of 8 hardly choose; narrow, so
+		// the 768 expert matrices stay small in f32.
+		"tiny-128": {
+			Arch: "qwen3moe", Name: "tiny-128",
+			Vocab: 512, Dim: 128, FFN: 256, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 64,
+			RopeTheta: 1000000, Context: 256, RMSEps: qwenEps, Experts: 128, ExpertsUsed: 8, ExpertFFN: 64,
+		},
 		"30b-a3b": {
 			Arch: "qwen3moe", Name: "30b-a3b", Real: "Qwen3-30B-A3B",
 			Vocab: 151936, Dim: 2048, FFN: 6144, Layers: 48, Heads: 32, KVHeads: 4, HeadDim: 128,

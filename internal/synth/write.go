@@ -26,8 +26,8 @@ type Options struct {
 	// config, generation_config.json). The tensors hold exactly
 	// the values the GGUF encodes (dequantized, llama q/k rows un-permuted,
 	// gemma2 norms minus one). The whole model is built in memory, so this
-	// is refused for shapes other than tiny and for quantized types unless
-	// HFForce is set.
+	// is refused for models over 64 MiB in F32 (the tiny shapes' are
+	// smaller) and for quantized types unless HFForce is set.
 	HFDir string
 	// HFForce allows HFDir for any shape and type.
 	HFForce bool
@@ -59,9 +59,9 @@ func newPlan(opts Options) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.HFDir != "" && !opts.HFForce && (s.Name != "tiny" || (opts.Type != "f32" && opts.Type != "f16")) {
-		return nil, fmt.Errorf("synth: refusing to write a Hugging Face copy of %s %s %s: it is built in memory as F32 (%s); only tiny f32/f16 models are allowed without HFForce",
-			s.Arch, s.Name, opts.Type, humanBytes(4*paramCount(specs)))
+	if f32 := 4 * paramCount(specs); opts.HFDir != "" && !opts.HFForce && (f32 > hfSmall || (opts.Type != "f32" && opts.Type != "f16")) {
+		return nil, fmt.Errorf("synth: refusing to write a Hugging Face copy of %s %s %s: it is built in memory as F32 (%s); only f32/f16 models of at most %s (the tiny shapes) are allowed without HFForce",
+			s.Arch, s.Name, opts.Type, humanBytes(f32), humanBytes(hfSmall))
 	}
 	v, err := VocabFor(s)
 	if err != nil {
@@ -100,6 +100,10 @@ func Size(opts Options) (int64, error) {
 	}
 	return dataBytes(specs)
 }
+
+// hfSmall is the largest F32 copy Write builds for an HFDir without
+// HFForce: the tiny shapes' (tiny-128, the widest, is 25 MiB).
+const hfSmall = 64 << 20
 
 // HFBytes returns the size of the F32 tensor data an HFDir copy of the model
 // opts describes would hold (and Write would build in memory), so a caller
