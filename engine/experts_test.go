@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/engine/stream"
 	"github.com/strata-llm/strata/engine/tier"
+	"github.com/strata-llm/strata/internal/synth"
 )
 
 // TestExpertsOnStorage: a mixture-of-experts pool under a budget that holds
@@ -606,4 +608,44 @@ func TestDeviceExpertsFollowRoutingCUDA(t *testing.T) {
 	}
 	nearCPU(t, "after the moves", got, want)
 	t.Logf("device experts %v -> %v, %d moved", start.Device, x.Device, x.DeviceMoves)
+}
+
+// TestCalibrationRouting: the calibration text routed on the CPU counts
+// every token's picks in every layer (ExpertsUsed each), its halves add
+// up to the whole, and a dense model is refused.
+func TestCalibrationRouting(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "moe.gguf")
+	if err := synth.Write(path, synth.Options{Arch: "mixtral", Shape: "tiny", Type: "q8_0", Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := engine.CalibrationRouting(context.Background(), path, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const layers, used = 2, 2
+	if r.Tokens < 64 || len(r.Counts) != layers || r.Second == nil {
+		t.Fatalf("%d tokens, %d layers of counts, halves %v/%v", r.Tokens, len(r.Counts), r.First != nil, r.Second != nil)
+	}
+	for l := range r.Counts {
+		var all, halves uint64
+		for x := range r.Counts[l] {
+			all += r.Counts[l][x]
+			halves += r.First[l][x] + r.Second[l][x]
+			if r.First[l][x]+r.Second[l][x] != r.Counts[l][x] {
+				t.Errorf("layer %d expert %d: halves %d + %d, whole %d", l, x, r.First[l][x], r.Second[l][x], r.Counts[l][x])
+			}
+		}
+		if all != uint64(r.Tokens*used) || halves != all {
+			t.Errorf("layer %d: %d picks counted (halves %d), want %d tokens x %d", l, all, halves, r.Tokens, used)
+		}
+	}
+	dense := filepath.Join(dir, "dense.gguf")
+	if err := synth.Write(dense, synth.Options{Arch: "llama", Shape: "tiny", Type: "q8_0", Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.CalibrationRouting(context.Background(), dense, 1<<30); err == nil || !strings.Contains(err.Error(), "not a mixture-of-experts") {
+		t.Fatalf("dense model: %v", err)
+	}
 }

@@ -701,36 +701,11 @@ const calibrationTokens = 256
 // It runs on the engine's backend, whose routing counts it reads: the CPU
 // model's, or the GPU's (which routes on the device).
 func (e *Engine) calibrateExperts(ctx context.Context) error {
-	before := e.ExpertCounts()
-	toks := e.Tok.Encode(calibration, true, false)
-	toks = toks[:min(len(toks), calibrationTokens, e.Model.Config.Context, e.backend.MaxContext())]
-	seq, err := e.backend.NewSequence(len(toks))
+	r, err := e.routeCalibration(ctx)
 	if err != nil {
 		return err
 	}
-	defer seq.Close()
-	// The text's first half and its second are counted apart: the
-	// device's placement is made from one and checked on the other
-	// (tier.DeviceCost.Holdout).
-	var mid [][]uint64
-	for lo := 0; lo < len(toks); lo += 64 {
-		if mid == nil && lo >= len(toks)/2 {
-			mid = e.ExpertCounts()
-		}
-		b := []model.Step{{Seq: seq, Tokens: toks[lo:min(lo+64, len(toks))]}}
-		if err := e.backend.Forward(ctx, b); err != nil {
-			return err
-		}
-	}
-	after := e.ExpertCounts()
-	if after == nil || before == nil {
-		return errors.New("the backend counts no routing")
-	}
-	counts := tier.CountsSince(before, after)
-	first, second := counts, [][]uint64(nil)
-	if mid != nil {
-		first, second = tier.CountsSince(before, mid), tier.CountsSince(mid, after)
-	}
+	counts, first, second := r.Counts, r.First, r.Second
 	// The device's experts first (uploaded from wherever the host holds
 	// them now); then host memory goes to the others: the CPU never
 	// computes an expert the GPU holds, so its count no longer earns it
@@ -757,6 +732,71 @@ func (e *Engine) calibrateExperts(ctx context.Context) error {
 		}
 	}
 	return e.experts.rebalance(ctx, host)
+}
+
+// Routing is the routing counts of the calibration text, per layer and
+// expert: Counts over the whole text, First and Second over its halves
+// (Second nil for a text too short to halve), Tokens how many it routed.
+type Routing struct {
+	Counts, First, Second [][]uint64
+	Tokens                int
+}
+
+// routeCalibration runs the calibration text (one sequence, passes of 64
+// tokens) on the backend and returns how its tokens were routed. The
+// text's halves are counted apart: the device's placement is made from
+// one and checked on the other (tier.DeviceCost.Holdout).
+func (e *Engine) routeCalibration(ctx context.Context) (Routing, error) {
+	before := e.ExpertCounts()
+	toks := e.Tok.Encode(calibration, true, false)
+	toks = toks[:min(len(toks), calibrationTokens, e.Model.Config.Context, e.backend.MaxContext())]
+	seq, err := e.backend.NewSequence(len(toks))
+	if err != nil {
+		return Routing{}, err
+	}
+	defer seq.Close()
+	var mid [][]uint64
+	for lo := 0; lo < len(toks); lo += 64 {
+		if mid == nil && lo >= len(toks)/2 {
+			mid = e.ExpertCounts()
+		}
+		b := []model.Step{{Seq: seq, Tokens: toks[lo:min(lo+64, len(toks))]}}
+		if err := e.backend.Forward(ctx, b); err != nil {
+			return Routing{}, err
+		}
+	}
+	after := e.ExpertCounts()
+	if after == nil || before == nil {
+		return Routing{}, errors.New("the backend counts no routing")
+	}
+	r := Routing{Counts: tier.CountsSince(before, after), Tokens: len(toks)}
+	r.First = r.Counts
+	if mid != nil {
+		r.First, r.Second = tier.CountsSince(before, mid), tier.CountsSince(mid, after)
+	}
+	return r, nil
+}
+
+// CalibrationRouting opens the mixture-of-experts model at path on the
+// CPU within hostBudget bytes of host memory (0: Options.HostBudget's
+// default; experts beyond it read from storage, as a pool's are) and
+// returns how the calibration text the engine places experts by at load
+// is routed: what `strata plan` places experts by before anything is
+// served.
+func CalibrationRouting(ctx context.Context, path string, hostBudget int64) (Routing, error) {
+	e, err := OpenWith(ctx, path, Options{Backend: BackendCPU, HostBudget: hostBudget, Context: calibrationTokens, NoExpertCalibration: true})
+	if err != nil {
+		return Routing{}, err
+	}
+	defer e.Close()
+	if !e.Model.Config.MoE() {
+		return Routing{}, fmt.Errorf("%s: not a mixture-of-experts model", path)
+	}
+	r, err := e.routeCalibration(ctx)
+	if err != nil {
+		return Routing{}, fmt.Errorf("routing the calibration text: %w", err)
+	}
+	return r, nil
 }
 
 // placeDeviceExperts makes the experts that save the CPU most per byte by

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -37,6 +38,9 @@ type planOptions struct {
 	MeasureDuration time.Duration
 	// NoHybrid leaves the CPU out of a device plan's tier B.
 	NoHybrid bool
+	// Routing places a mixture-of-experts model's experts by the routing
+	// of the calibration text, run on the CPU first (planExperts).
+	Routing bool
 }
 
 func planCommand() *cli.Command {
@@ -61,6 +65,7 @@ func planCommand() *cli.Command {
 			&cli.StringFlag{Name: "compute-bw", Usage: "weight bytes/s the device consumes, e.g. 2TB/s (default: measured)"},
 			&cli.BoolFlag{Name: "no-measure", Usage: "use default link speeds instead of measuring"},
 			&cli.BoolFlag{Name: "no-hybrid", Usage: "with --vram, leave the CPU out: every tier-B layer crosses to the device whole (default: show which FFNs the CPU computes, per batch size)"},
+			&cli.BoolFlag{Name: "routing", Usage: "for a mixture-of-experts model: place the experts by the routing of the calibration text the engine places them by at load, measured here on the CPU (loads the model), and show each tier's expected share of the picks (default: by size and order, nothing loaded)"},
 			&cli.BoolFlag{Name: "json", Usage: "machine-readable output"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -96,7 +101,7 @@ func planCommand() *cli.Command {
 			if o.Ctx <= 0 || o.Batch <= 0 || o.Depth < 0 {
 				return usagef("--ctx and --batch must be positive and --depth not negative")
 			}
-			o.NoHybrid = cmd.Bool("no-hybrid")
+			o.NoHybrid, o.Routing = cmd.Bool("no-hybrid"), cmd.Bool("routing")
 			p, info, err := planModel(ctx, cmd.Args().First(), o)
 			if err != nil {
 				return err
@@ -140,6 +145,12 @@ type planInfo struct {
 	// GPU plan runs them.
 	Experts *tier.ExpertPlan `json:"experts,omitempty"`
 	MoENote string           `json:"moe_note,omitempty"`
+	// RoutedTokens is how many tokens of the calibration text Experts was
+	// placed by (--routing; 0: by size and order). Experts.Hit is then the
+	// share of the CPU's picks (those the device does not hold) that host
+	// memory serves, Experts.DeviceHit the share of all picks the device
+	// does.
+	RoutedTokens int `json:"routed_tokens,omitempty"`
 }
 
 // planModel gathers sizes from MODEL (pool, GGUF or Hugging Face
@@ -242,18 +253,18 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 	if err != nil {
 		return nil, info, err
 	}
+	if o.Routing && !cfg.MoE() {
+		return nil, info, fmt.Errorf("plan: --routing: %s is not a mixture-of-experts model", path)
+	}
 	if cfg.MoE() {
 		if o.VRAM > 0 {
 			info.MoENote = "mixture-of-experts model on a GPU: the device holds attention, norms and routers as planned, routes on the device, and, in the device memory left, the experts that save the CPU most by the routing of a calibration text (whole layers where it is near uniform, each layer's hot experts where its skew holds on the text's held-out half), computed there, moving toward the routing served while it serves; the others run on the CPU, in the host memory tier B leaves, a share of their picks at one token copied over PCIe and computed on the GPU beside it"
 		}
-		xp, err := tier.PlanExperts(sizes.Experts, nil, p.ExpertBudget())
+		xp, err := planExperts(ctx, path, o, p, &cfg, sizes, &info)
 		if err != nil {
 			return nil, info, fmt.Errorf("plan: experts: %w", err)
 		}
-		if o.VRAM > 0 {
-			xp.PlaceOnDevice(sizes.Experts, nil, engine.DeviceExpertBudget(p, &cfg, sizes.Experts), tier.DeviceCost{})
-		}
-		info.Experts = &xp
+		info.Experts = xp
 	}
 	if o.VRAM > 0 && !o.NoHybrid && p.Tiers[tier.TierB].Layers > 0 && !cfg.MoE() {
 		if err := planHybrid(ctx, path, isPool, hfm, cfg, p, &info); err != nil {
@@ -261,6 +272,55 @@ func planModel(ctx context.Context, path string, o planOptions) (*tier.Plan, pla
 		}
 	}
 	return p, info, nil
+}
+
+// planExperts places the experts as the engine does at load: in device
+// memory (with --vram) the experts that save the CPU most, then in what
+// the layers leave of host memory the most used of the others. Without
+// o.Routing use is unknown and experts go by size and order; with it the
+// calibration text is routed on the CPU first (engine.CalibrationRouting)
+// and the placements follow its counts, the device's made from the
+// text's first half and checked on its second, as at load (without the
+// GPU's measured cost of a layer's hand-over, which the engine adds).
+func planExperts(ctx context.Context, path string, o planOptions, p *tier.Plan, cfg *model.Config, sizes tier.Sizes, info *planInfo) (*tier.ExpertPlan, error) {
+	var r engine.Routing
+	if o.Routing {
+		var err error
+		// The routing does not depend on the budgets planned: it is
+		// measured within the host memory free now.
+		if r, err = engine.CalibrationRouting(ctx, path, 0); err != nil {
+			return nil, fmt.Errorf("--routing: %w", err)
+		}
+		info.RoutedTokens = r.Tokens
+	}
+	xp, err := tier.PlanExperts(sizes.Experts, r.Counts, p.ExpertBudget())
+	if err != nil {
+		return nil, err
+	}
+	if o.VRAM <= 0 {
+		return &xp, nil
+	}
+	xp.PlaceOnDevice(sizes.Experts, r.First, engine.DeviceExpertBudget(p, cfg, sizes.Experts), tier.DeviceCost{Used: cfg.ExpertsUsed, Holdout: r.Second})
+	if r.Counts == nil || xp.Device == nil {
+		return &xp, nil
+	}
+	// The CPU never computes an expert the device holds, so host memory
+	// goes by the picks left to it.
+	left := make([][]uint64, len(r.Counts))
+	for l := range r.Counts {
+		left[l] = slices.Clone(r.Counts[l])
+		for x := range left[l] {
+			if l < len(xp.Device) && x < len(xp.Device[l]) && xp.Device[l][x] {
+				left[l][x] = 0
+			}
+		}
+	}
+	hp, err := tier.PlanExperts(sizes.Experts, left, p.ExpertBudget())
+	if err != nil {
+		return nil, err
+	}
+	hp.Device, hp.DeviceBytes, hp.DeviceHit = xp.Device, xp.DeviceBytes, xp.DeviceHit
+	return &hp, nil
 }
 
 // planHybrid adds the CPU's share of p's tier B (engine/gpu's hybrid
@@ -361,9 +421,13 @@ func writeExpertPlan(w io.Writer, info planInfo) {
 	for _, l := range xp.Resident {
 		all += len(l)
 	}
+	by := "before the routing is measured: by size and order; --routing measures it"
+	if info.RoutedTokens > 0 {
+		by = fmt.Sprintf("by the routing of the calibration text's %d tokens", info.RoutedTokens)
+	}
 	if xp.Device != nil {
-		fmt.Fprintf(w, "experts in device memory: %d of %d (%s), computed on the GPU; expected share of picks %.2f (before the routing is measured: by size and order)\n",
-			xp.DeviceCount(), all, tier.FormatBytes(xp.DeviceBytes), xp.DeviceHit)
+		fmt.Fprintf(w, "experts in device memory: %d of %d (%s), computed on the GPU; expected share of picks %.2f (%s)\n",
+			xp.DeviceCount(), all, tier.FormatBytes(xp.DeviceBytes), xp.DeviceHit, by)
 	}
 	if xp.AllResident() {
 		fmt.Fprintf(w, "experts: all %d resident (%s)\n", all, tier.FormatBytes(xp.ResidentBytes))
@@ -371,6 +435,13 @@ func writeExpertPlan(w io.Writer, info planInfo) {
 	}
 	fmt.Fprintf(w, "experts: %d of %d resident (%s); %s stay on storage and are read when a token is routed to them, into %d buffers of %s\n",
 		xp.ResidentCount(), all, tier.FormatBytes(xp.ResidentBytes), tier.FormatBytes(xp.StorageBytes), xp.Buffers, tier.FormatBytes(xp.BufferBytes))
+	if info.RoutedTokens > 0 {
+		share := "picks"
+		if xp.Device != nil {
+			share = "picks the device does not hold"
+		}
+		fmt.Fprintf(w, "  resident experts serve an expected %.2f of the %s (%s)\n", xp.Hit, share, by)
+	}
 	fmt.Fprintln(w, "  which experts are resident is decided at load by the routing of a calibration text, then follows use while serving")
 	if !info.Pool {
 		fmt.Fprintln(w, "  a GGUF cannot read single experts: convert it with `strata model prefab` and serve the pool")

@@ -156,6 +156,10 @@ func TestPlanExpertsCLI(t *testing.T) {
 		{"device", []string{"plan", pool, "--vram", "1GiB", "--ram", "1GiB", "--no-measure"}, []string{"routes on the device", "experts in device memory: 16 of 16", "experts: all 16 resident"}, ""},
 		{"device, some experts", []string{"plan", pool, "--vram", "10MiB", "--ram", "1GiB", "--no-measure"}, []string{"experts in device memory: ", " of 16 (", "experts: all 16 resident"}, "experts in device memory: 16 of 16"},
 		{"device, no room", []string{"plan", pool, "--vram", "8MiB", "--ram", "1GiB", "--no-measure"}, []string{"routes on the device", "experts: all 16 resident"}, "experts in device memory"},
+		{"routing", []string{"plan", pool, "--ram", "4MiB", "--no-measure", "--ctx", "64", "--routing"},
+			[]string{"of 16 resident", "resident experts serve an expected ", "of the picks (by the routing of the calibration text's "}, "by size and order"},
+		{"routing, device", []string{"plan", pool, "--vram", "10MiB", "--ram", "1GiB", "--no-measure", "--routing"},
+			[]string{"experts in device memory: ", "(by the routing of the calibration text's "}, "by size and order"},
 	}
 	for _, tc := range cases {
 		out, _, err := runCLI(t, tc.args...)
@@ -170,6 +174,67 @@ func TestPlanExpertsCLI(t *testing.T) {
 		if tc.not != "" && strings.Contains(out, tc.not) {
 			t.Errorf("%s: output has %q:\n%s", tc.name, tc.not, out)
 		}
+	}
+}
+
+// TestPlanRoutingCLI: `strata plan --routing` places the experts by the
+// calibration text's routing: the JSON says how many tokens it routed and
+// the resident experts' expected share of the picks, which is more than
+// their share of the experts (the most used experts, per byte, are the
+// resident ones); for a dense model it is an error.
+func TestPlanRoutingCLI(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "moe.gguf")
+	if err := synth.Write(src, synth.Options{Arch: "mixtral", Shape: "tiny", Type: "q8_0", Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	pool := filepath.Join(dir, "moe.pool")
+	if _, _, err := runCLI(t, "model", "prefab", src, "-o", pool, "-q"); err != nil {
+		t.Fatal(err)
+	}
+	type planJSON struct {
+		Info struct {
+			RoutedTokens int              `json:"routed_tokens"`
+			Experts      *tier.ExpertPlan `json:"experts"`
+		} `json:"inputs"`
+	}
+	read := func(args ...string) planJSON {
+		t.Helper()
+		out, _, err := runCLI(t, append([]string{"plan", pool, "--ram", "4MiB", "--no-measure", "--ctx", "64", "--json"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p planJSON
+		if err := json.Unmarshal([]byte(out), &p); err != nil {
+			t.Fatalf("%v:\n%s", err, out)
+		}
+		if p.Info.Experts == nil {
+			t.Fatalf("no expert plan:\n%s", out)
+		}
+		return p
+	}
+	blind, routed := read(), read("--routing")
+	if blind.Info.RoutedTokens != 0 || routed.Info.RoutedTokens < 64 {
+		t.Fatalf("routed tokens %d without --routing, %d with", blind.Info.RoutedTokens, routed.Info.RoutedTokens)
+	}
+	xp := routed.Info.Experts
+	if xp.AllResident() || xp.ResidentCount() == 0 || !(xp.Hit > 0 && xp.Hit <= 1) {
+		t.Fatalf("routed plan: %d resident, hit %v; want some of each and a share of the picks", xp.ResidentCount(), xp.Hit)
+	}
+	// The share of experts resident is what a placement that knows
+	// nothing of the routing expects (and what Hit is without counts);
+	// the counts' own placement, their most used experts, does better on
+	// them unless every expert was picked alike, which 256 tokens' picks
+	// of 2 in 8 are not.
+	if share := float64(xp.ResidentCount()) / 16; xp.Hit <= share {
+		t.Errorf("routed plan: hit %.3f, no more than its share of the experts %.3f", xp.Hit, share)
+	}
+	dense := filepath.Join(dir, "dense.gguf")
+	if err := synth.Write(dense, synth.Options{Arch: "llama", Shape: "tiny", Type: "q8_0", Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runCLI(t, "plan", dense, "--no-measure", "--routing"); err == nil || !strings.Contains(err.Error(), "not a mixture-of-experts model") {
+		t.Fatalf("dense model with --routing: %v, want a clear refusal", err)
 	}
 }
 
