@@ -5,7 +5,7 @@
 # tg32 and tg512 against `strata run -n 512` (the length of bench
 # engine's served decode) on the same synthetic Qwen3-30B-A3B file (8 and
 # 4 GiB of experts' worth, -ncmoe 29 and 40 as run2 checked), two rounds
-# alternating, then Mixtral-8x7B at 12 GiB (-ncmoe 19). The llama.cpp
+# alternating, then Mixtral-8x7B at 12 GiB (-ncmoe 19, two reps: run3 ran one). The llama.cpp
 # figures (means of the rounds) become a peers file for this host,
 # peers-host.json in the logs and in /dev/shm for the next call on the
 # same warm machine (run4-h200.sh: bench engine --only moe against it).
@@ -42,7 +42,7 @@ for round in 1 2; do
 	strata "$Q" 8GiB 512 strata-qwen-8-$round
 	strata "$Q" 4GiB 512 strata-qwen-4-$round
 done
-timeout 150 "$lbin" -m "$M" -ngl 99 -ncmoe 19 -p 0 -n 16,512 -r 1 -t 16 -fa 0 -v >"$L/llama-mixtral.txt" 2>"$L/llama-mixtral.log"
+timeout 150 "$lbin" -m "$M" -ngl 99 -ncmoe 19 -p 0 -n 16,512 -r 2 -t 16 -fa 0 -v >"$L/llama-mixtral.txt" 2>"$L/llama-mixtral.log"
 echo "== llama mixtral rc=$? at ${SECONDS}s"; grep -E "tg" "$L/llama-mixtral.txt"
 grep -E "CUDA0 (model|KV|compute) buffer|n_cpu_moe" "$L/llama-mixtral.log" | sort -u >"$L/llama-mixtral.buffers" && rm "$L/llama-mixtral.log"
 strata "$M" 12GiB 512 strata-mixtral-12
