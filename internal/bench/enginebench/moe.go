@@ -587,7 +587,7 @@ func (rn *runner) moeDecode(ctx context.Context, res *ScenarioResult, g *loaded,
 	m, err := moeMetrics(moePass{
 		routing: rt, batch: b, tps: d.TokensPerSecond, perPass: d.PerPass, traffic: tr,
 		busy: (st1.Busy - st0.Busy) / time.Duration(opts.Steps), hop: (st1.Hop - st0.Hop) / time.Duration(opts.Steps),
-		streamed: g.StreamedBytes(), cpu: rn.dram, h2d: rn.ceil.H2D, peer: peer,
+		streamed: g.StreamedBytes(), cpu: rn.dram, h2d: rn.ceil.H2D, peer: peer, goal: rt.engineDefault(),
 	})
 	if err != nil {
 		return err
@@ -600,6 +600,14 @@ func (rn *runner) moeDecode(ctx context.Context, res *ScenarioResult, g *loaded,
 // memory (gputime.DecodeOptions.PromptSeed), away from the rows' before
 // them, whose routing counts chose those experts.
 const devPromptSeed = 1 << 10
+
+// engineDefault reports whether rt's rows decode the way the engine does
+// by default at a fixed placement (dev_auto_: the experts the budget
+// leaves room for in device memory, its ways chosen by trial), the rows
+// that carry the peer's goal; the others (every expert on the CPU, one
+// way forced) compare ways and show the peer's ratio alone. The served
+// rows (moeserved.go) carry it too, the placement following the routing.
+func (rt moeRouting) engineDefault() bool { return strings.HasPrefix(rt.prefix, "dev_auto_") }
 
 // short names the routing in a row's label.
 func (rt moeRouting) short() string {
@@ -624,12 +632,15 @@ type moePass struct {
 	// cpu and h2d are the CPU's (host memory read) and the pinned
 	// host-to-device rates, bytes/s.
 	cpu, h2d float64
-	// peer relates tps to a peer's figure (nil: none).
+	// peer relates tps to a peer's figure (nil: none); goal says whether
+	// the row carries the 1.5x goal against it (moeRouting.engineDefault).
 	peer *Ratio
+	goal bool
 }
 
 // moeMetrics turns one timed decode into the report's rows: tok/s (with
-// the peer's ratio and its 1.5x goal where given), the expert bytes
+// the peer's ratio where given, and its 1.5x goal on the engine's default
+// way), the expert bytes
 // routed per token (and, batched, read per token against them), the CPU's
 // busy and hand-over time per pass and its expert read rate, and the time
 // per pass against the combined-link limit and against every expert on
@@ -643,7 +654,10 @@ func moeMetrics(p moePass) ([]Metric, error) {
 	if b > 1 {
 		sfx, lsfx = fmt.Sprintf("_b%d", b), fmt.Sprintf(", batch %d (aggregate)", b)
 	}
-	m := []Metric{{Key: rt.prefix + "decode" + sfx + "_tps", Label: "decode" + lsfx + ", " + rt.short(), Value: p.tps, Unit: "tok/s", Ratio: p.peer, Goal: atLeast(p.peer, 1.5)}}
+	m := []Metric{{Key: rt.prefix + "decode" + sfx + "_tps", Label: "decode" + lsfx + ", " + rt.short(), Value: p.tps, Unit: "tok/s", Ratio: p.peer}}
+	if p.goal {
+		m[0].Goal = atLeast(p.peer, 1.5)
+	}
 	m = append(m, Metric{Key: rt.prefix + "routed" + sfx + "_mib_per_token", Label: "  expert bytes the routed experts hold, per token", Value: tr.RoutedPerToken / (1 << 20), Unit: "MiB"})
 	if b > 1 && tr.RoutedPerToken > 0 {
 		m = append(m, Metric{Key: rt.prefix + "read" + sfx + "_mib_per_token", Label: "  expert bytes read per token (each routed expert once a pass; expected from the measured shares)",

@@ -125,16 +125,27 @@ func TestMoELimits(t *testing.T) {
 }
 
 // TestMoEMetrics: one timed decode's rows, keyed by routing and batch:
-// the peer's ratio and goal only where given, the read-per-token row
-// only when batched, the limits' ratios, and the rows render.
+// the peer's ratio only where given and its goal only on the engine's
+// default way, the read-per-token row only when batched, the limits'
+// ratios, and the rows render.
 func TestMoEMetrics(t *testing.T) {
 	t.Parallel()
 	tr := moeTraffic{Tokens: 24, RoutedPerToken: 1 << 30, ReadPerPass: 4 << 30}
 	own := moeRouting{"", "own", 0}
 	zipf := moeRouting{"zipf_", "zipf", 1.2}
 	peer := &Ratio{Value: 2, Basis: "llama.cpp 10 tok/s", BasisValue: 10, Peer: &Peer{System: "llama.cpp", Value: 10, Unit: "tok/s"}}
-	m1, err := moeMetrics(moePass{routing: own, batch: 1, tps: 20, perPass: 50 * time.Millisecond, traffic: moeTraffic{Tokens: 8, RoutedPerToken: 1 << 30, ReadPerPass: 1 << 30},
-		busy: 40 * time.Millisecond, hop: 5 * time.Millisecond, cpu: 100e9, h2d: 50e9, peer: peer})
+	one := moePass{routing: own, batch: 1, tps: 20, perPass: 50 * time.Millisecond, traffic: moeTraffic{Tokens: 8, RoutedPerToken: 1 << 30, ReadPerPass: 1 << 30},
+		busy: 40 * time.Millisecond, hop: 5 * time.Millisecond, cpu: 100e9, h2d: 50e9, peer: peer}
+	// A way the engine does not take by default: the peer's ratio, no goal.
+	ablation, err := moeMetrics(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := ablation[0]; a.Ratio != peer || a.Goal != nil {
+		t.Errorf("a forced way's row: ratio %+v, goal %+v; want the peer's ratio and no goal", a.Ratio, a.Goal)
+	}
+	one.goal = true
+	m1, err := moeMetrics(one)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,6 +215,25 @@ func TestMoEMetrics(t *testing.T) {
 	for _, s := range []string{"moe/qwen3moe-30b-a3b-8GiB", "decode, batch 1, own routing", "combined-link limit", "decode, batch 8 (aggregate), Zipf 1.2 routing"} {
 		if !strings.Contains(b.String(), s) {
 			t.Errorf("report lacks %q:\n%s", s, b.String())
+		}
+	}
+}
+
+// TestEngineDefault: the goal's rows are the engine's default way's
+// (dev_auto_, on either routing), not every expert on the CPU's nor one
+// way forced.
+func TestEngineDefault(t *testing.T) {
+	t.Parallel()
+	own, zipf := moeRouting{"", "own", 0}, moeRouting{"zipf_", "zipf", 1}
+	for _, tc := range []struct {
+		rt   moeRouting
+		want bool
+	}{
+		{own, false}, {zipf, false}, {own.dev("stream"), false}, {own.dev("mapped"), false}, {own.dev("split"), false},
+		{moeRouting{"dev_", "dev", 0}, false}, {own.dev("auto"), true}, {zipf.dev("auto"), true},
+	} {
+		if got := tc.rt.engineDefault(); got != tc.want {
+			t.Errorf("%q: %v, want %v", tc.rt.prefix, got, tc.want)
 		}
 	}
 }

@@ -49,7 +49,9 @@ const (
 // peerNames are the names a peers file may use: the Peer* constants and
 // each MoECase's llama.cpp --n-cpu-moe decode at batch 1 (MoECase.peerName,
 // "moe_qwen3moe_30b_a3b_8gib_decode"), which the moe scenario relates
-// its model's own routing to (goal 1.5x).
+// its model's own routing to (goal 1.5x on the engine's default way), and
+// its decode of DefaultMoEServed tokens, which the served row relates to
+// (goal 1.5x).
 var peerNames = append([]string{PeerResidentDecode, PeerResidentPrefill, PeerHalfDecode, PeerHalfPrefill, Peer70BHalfDecode, PeerBF16Budget}, moePeerNames()...)
 
 // Peers are the reference figures a run relates its own to. Without them
