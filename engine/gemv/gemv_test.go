@@ -132,10 +132,11 @@ func TestKernelsMatchReference(t *testing.T) {
 // reference on every shape, weight kind and vector kind, as parallel
 // subtests under label.
 func matchReference(t *testing.T, label string, typ quant.Type, run func(w []byte, n int, x *X, y []float32) error) {
-	// Whole 256-element blocks, an odd count of them, and for the formats
+	// Whole 256-element blocks, an odd count of them (eleven: the kernels
+	// that take eight blocks at a time, and then one at a time), and for the formats
 	// of finer granularity rows with a partial last block (after none,
 	// some or many whole ones).
-	for _, n := range []int{96, 160, 256, 512, 1152, 1280, 4096, 1024 + 32*3, 4096 + 32*7} {
+	for _, n := range []int{96, 160, 256, 512, 1152, 1280, 2816, 4096, 1024 + 32*3, 4096 + 32*7} {
 		if n%blockOf(typ) != 0 || typ.Known() && func() bool { _, err := typ.RowBytes(int64(n)); return err != nil }() {
 			continue
 		}

@@ -6,7 +6,7 @@
 
 // func q4kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, F16C, MMX+
-TEXT ·q4kAVX2(SB), NOSPLIT, $24-72
+TEXT ·q4kAVX2(SB), NOSPLIT, $88-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
 	MOVQ         n+24(FP), DX
@@ -26,7 +26,975 @@ q4kAVX2_row:
 	MOVQ   DX, R9
 	VXORPD X1, X1, X1
 
+q4kAVX2_oct:
+	CMPQ         R9, $0x08
+	JB           q4kAVX2_block
+	PREFETCHT0   4096(AX)
+	PREFETCHT0   4160(AX)
+	PREFETCHT0   4224(AX)
+	MOVL         4(AX), R10
+	MOVL         8(AX), R11
+	MOVL         12(AX), R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R10
+	MOVL         R12, R14
+	ANDL         $0x0f0f0f0f, R14
+	ORL          R13, R14
+	MOVL         R11, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R11
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R13, R12
+	VMOVD        R10, X2
+	VPINSRD      $0x01, R14, X2, X2
+	VPMOVZXBW    X2, X2
+	VMOVDQU      X2, (SP)
+	VMOVD        R11, X2
+	VPINSRD      $0x01, R12, X2, X2
+	VPMOVZXBD    X2, Y2
+	VPMULLD      (R8), Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	VPBROADCASTW (SP), Y4
+	VPBROADCASTW 2(SP), Y5
+	VPMOVZXBW    16(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     (SI), Y7, Y7
+	VPMADDWD     64(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    32(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     32(SI), Y7, Y7
+	VPMADDWD     96(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 4(SP), Y4
+	VPBROADCASTW 6(SP), Y5
+	VPMOVZXBW    48(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     128(SI), Y7, Y7
+	VPMADDWD     192(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    64(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     160(SI), Y7, Y7
+	VPMADDWD     224(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 8(SP), Y4
+	VPBROADCASTW 10(SP), Y5
+	VPMOVZXBW    80(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     256(SI), Y7, Y7
+	VPMADDWD     320(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    96(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     288(SI), Y7, Y7
+	VPMADDWD     352(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 12(SP), Y4
+	VPBROADCASTW 14(SP), Y5
+	VPMOVZXBW    112(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     384(SI), Y7, Y7
+	VPMADDWD     448(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    128(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     416(SI), Y7, Y7
+	VPMADDWD     480(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPHADDD      Y2, Y3, Y3
+	VEXTRACTI128 $0x01, Y3, X2
+	VPADDD       X2, X3, X2
+	VPHADDD      X2, X2, X2
+	VMOVQ        X2, 24(SP)
+	PREFETCHT0   4240(AX)
+	PREFETCHT0   4304(AX)
+	PREFETCHT0   4368(AX)
+	MOVL         148(AX), R10
+	MOVL         152(AX), R11
+	MOVL         156(AX), R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R10
+	MOVL         R12, R14
+	ANDL         $0x0f0f0f0f, R14
+	ORL          R13, R14
+	MOVL         R11, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R11
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R13, R12
+	VMOVD        R10, X2
+	VPINSRD      $0x01, R14, X2, X2
+	VPMOVZXBW    X2, X2
+	VMOVDQU      X2, (SP)
+	VMOVD        R11, X2
+	VPINSRD      $0x01, R12, X2, X2
+	VPMOVZXBD    X2, Y2
+	VPMULLD      32(R8), Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	VPBROADCASTW (SP), Y4
+	VPBROADCASTW 2(SP), Y5
+	VPMOVZXBW    160(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     512(SI), Y7, Y7
+	VPMADDWD     576(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    176(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     544(SI), Y7, Y7
+	VPMADDWD     608(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 4(SP), Y4
+	VPBROADCASTW 6(SP), Y5
+	VPMOVZXBW    192(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     640(SI), Y7, Y7
+	VPMADDWD     704(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    208(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     672(SI), Y7, Y7
+	VPMADDWD     736(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 8(SP), Y4
+	VPBROADCASTW 10(SP), Y5
+	VPMOVZXBW    224(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     768(SI), Y7, Y7
+	VPMADDWD     832(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    240(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     800(SI), Y7, Y7
+	VPMADDWD     864(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 12(SP), Y4
+	VPBROADCASTW 14(SP), Y5
+	VPMOVZXBW    256(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     896(SI), Y7, Y7
+	VPMADDWD     960(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    272(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     928(SI), Y7, Y7
+	VPMADDWD     992(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPHADDD      Y2, Y3, Y3
+	VEXTRACTI128 $0x01, Y3, X2
+	VPADDD       X2, X3, X2
+	VPHADDD      X2, X2, X2
+	VMOVQ        X2, 32(SP)
+	PREFETCHT0   4384(AX)
+	PREFETCHT0   4448(AX)
+	PREFETCHT0   4512(AX)
+	MOVL         292(AX), R10
+	MOVL         296(AX), R11
+	MOVL         300(AX), R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R10
+	MOVL         R12, R14
+	ANDL         $0x0f0f0f0f, R14
+	ORL          R13, R14
+	MOVL         R11, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R11
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R13, R12
+	VMOVD        R10, X2
+	VPINSRD      $0x01, R14, X2, X2
+	VPMOVZXBW    X2, X2
+	VMOVDQU      X2, (SP)
+	VMOVD        R11, X2
+	VPINSRD      $0x01, R12, X2, X2
+	VPMOVZXBD    X2, Y2
+	VPMULLD      64(R8), Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	VPBROADCASTW (SP), Y4
+	VPBROADCASTW 2(SP), Y5
+	VPMOVZXBW    304(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     1024(SI), Y7, Y7
+	VPMADDWD     1088(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    320(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     1056(SI), Y7, Y7
+	VPMADDWD     1120(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 4(SP), Y4
+	VPBROADCASTW 6(SP), Y5
+	VPMOVZXBW    336(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     1152(SI), Y7, Y7
+	VPMADDWD     1216(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    352(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     1184(SI), Y7, Y7
+	VPMADDWD     1248(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 8(SP), Y4
+	VPBROADCASTW 10(SP), Y5
+	VPMOVZXBW    368(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     1280(SI), Y7, Y7
+	VPMADDWD     1344(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    384(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     1312(SI), Y7, Y7
+	VPMADDWD     1376(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 12(SP), Y4
+	VPBROADCASTW 14(SP), Y5
+	VPMOVZXBW    400(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     1408(SI), Y7, Y7
+	VPMADDWD     1472(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    416(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     1440(SI), Y7, Y7
+	VPMADDWD     1504(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPHADDD      Y2, Y3, Y3
+	VEXTRACTI128 $0x01, Y3, X2
+	VPADDD       X2, X3, X2
+	VPHADDD      X2, X2, X2
+	VMOVQ        X2, 40(SP)
+	PREFETCHT0   4528(AX)
+	PREFETCHT0   4592(AX)
+	PREFETCHT0   4656(AX)
+	MOVL         436(AX), R10
+	MOVL         440(AX), R11
+	MOVL         444(AX), R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R10
+	MOVL         R12, R14
+	ANDL         $0x0f0f0f0f, R14
+	ORL          R13, R14
+	MOVL         R11, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R11
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R13, R12
+	VMOVD        R10, X2
+	VPINSRD      $0x01, R14, X2, X2
+	VPMOVZXBW    X2, X2
+	VMOVDQU      X2, (SP)
+	VMOVD        R11, X2
+	VPINSRD      $0x01, R12, X2, X2
+	VPMOVZXBD    X2, Y2
+	VPMULLD      96(R8), Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	VPBROADCASTW (SP), Y4
+	VPBROADCASTW 2(SP), Y5
+	VPMOVZXBW    448(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     1536(SI), Y7, Y7
+	VPMADDWD     1600(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    464(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     1568(SI), Y7, Y7
+	VPMADDWD     1632(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 4(SP), Y4
+	VPBROADCASTW 6(SP), Y5
+	VPMOVZXBW    480(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     1664(SI), Y7, Y7
+	VPMADDWD     1728(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    496(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     1696(SI), Y7, Y7
+	VPMADDWD     1760(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 8(SP), Y4
+	VPBROADCASTW 10(SP), Y5
+	VPMOVZXBW    512(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     1792(SI), Y7, Y7
+	VPMADDWD     1856(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    528(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     1824(SI), Y7, Y7
+	VPMADDWD     1888(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 12(SP), Y4
+	VPBROADCASTW 14(SP), Y5
+	VPMOVZXBW    544(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     1920(SI), Y7, Y7
+	VPMADDWD     1984(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    560(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     1952(SI), Y7, Y7
+	VPMADDWD     2016(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPHADDD      Y2, Y3, Y3
+	VEXTRACTI128 $0x01, Y3, X2
+	VPADDD       X2, X3, X2
+	VPHADDD      X2, X2, X2
+	VMOVQ        X2, 48(SP)
+	PREFETCHT0   4672(AX)
+	PREFETCHT0   4736(AX)
+	PREFETCHT0   4800(AX)
+	MOVL         580(AX), R10
+	MOVL         584(AX), R11
+	MOVL         588(AX), R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R10
+	MOVL         R12, R14
+	ANDL         $0x0f0f0f0f, R14
+	ORL          R13, R14
+	MOVL         R11, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R11
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R13, R12
+	VMOVD        R10, X2
+	VPINSRD      $0x01, R14, X2, X2
+	VPMOVZXBW    X2, X2
+	VMOVDQU      X2, (SP)
+	VMOVD        R11, X2
+	VPINSRD      $0x01, R12, X2, X2
+	VPMOVZXBD    X2, Y2
+	VPMULLD      128(R8), Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	VPBROADCASTW (SP), Y4
+	VPBROADCASTW 2(SP), Y5
+	VPMOVZXBW    592(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     2048(SI), Y7, Y7
+	VPMADDWD     2112(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    608(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     2080(SI), Y7, Y7
+	VPMADDWD     2144(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 4(SP), Y4
+	VPBROADCASTW 6(SP), Y5
+	VPMOVZXBW    624(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     2176(SI), Y7, Y7
+	VPMADDWD     2240(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    640(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     2208(SI), Y7, Y7
+	VPMADDWD     2272(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 8(SP), Y4
+	VPBROADCASTW 10(SP), Y5
+	VPMOVZXBW    656(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     2304(SI), Y7, Y7
+	VPMADDWD     2368(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    672(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     2336(SI), Y7, Y7
+	VPMADDWD     2400(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 12(SP), Y4
+	VPBROADCASTW 14(SP), Y5
+	VPMOVZXBW    688(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     2432(SI), Y7, Y7
+	VPMADDWD     2496(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    704(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     2464(SI), Y7, Y7
+	VPMADDWD     2528(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPHADDD      Y2, Y3, Y3
+	VEXTRACTI128 $0x01, Y3, X2
+	VPADDD       X2, X3, X2
+	VPHADDD      X2, X2, X2
+	VMOVQ        X2, 56(SP)
+	PREFETCHT0   4816(AX)
+	PREFETCHT0   4880(AX)
+	PREFETCHT0   4944(AX)
+	MOVL         724(AX), R10
+	MOVL         728(AX), R11
+	MOVL         732(AX), R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R10
+	MOVL         R12, R14
+	ANDL         $0x0f0f0f0f, R14
+	ORL          R13, R14
+	MOVL         R11, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R11
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R13, R12
+	VMOVD        R10, X2
+	VPINSRD      $0x01, R14, X2, X2
+	VPMOVZXBW    X2, X2
+	VMOVDQU      X2, (SP)
+	VMOVD        R11, X2
+	VPINSRD      $0x01, R12, X2, X2
+	VPMOVZXBD    X2, Y2
+	VPMULLD      160(R8), Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	VPBROADCASTW (SP), Y4
+	VPBROADCASTW 2(SP), Y5
+	VPMOVZXBW    736(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     2560(SI), Y7, Y7
+	VPMADDWD     2624(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    752(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     2592(SI), Y7, Y7
+	VPMADDWD     2656(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 4(SP), Y4
+	VPBROADCASTW 6(SP), Y5
+	VPMOVZXBW    768(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     2688(SI), Y7, Y7
+	VPMADDWD     2752(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    784(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     2720(SI), Y7, Y7
+	VPMADDWD     2784(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 8(SP), Y4
+	VPBROADCASTW 10(SP), Y5
+	VPMOVZXBW    800(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     2816(SI), Y7, Y7
+	VPMADDWD     2880(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    816(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     2848(SI), Y7, Y7
+	VPMADDWD     2912(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 12(SP), Y4
+	VPBROADCASTW 14(SP), Y5
+	VPMOVZXBW    832(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     2944(SI), Y7, Y7
+	VPMADDWD     3008(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    848(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     2976(SI), Y7, Y7
+	VPMADDWD     3040(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPHADDD      Y2, Y3, Y3
+	VEXTRACTI128 $0x01, Y3, X2
+	VPADDD       X2, X3, X2
+	VPHADDD      X2, X2, X2
+	VMOVQ        X2, 64(SP)
+	PREFETCHT0   4960(AX)
+	PREFETCHT0   5024(AX)
+	PREFETCHT0   5088(AX)
+	MOVL         868(AX), R10
+	MOVL         872(AX), R11
+	MOVL         876(AX), R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R10
+	MOVL         R12, R14
+	ANDL         $0x0f0f0f0f, R14
+	ORL          R13, R14
+	MOVL         R11, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R11
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R13, R12
+	VMOVD        R10, X2
+	VPINSRD      $0x01, R14, X2, X2
+	VPMOVZXBW    X2, X2
+	VMOVDQU      X2, (SP)
+	VMOVD        R11, X2
+	VPINSRD      $0x01, R12, X2, X2
+	VPMOVZXBD    X2, Y2
+	VPMULLD      192(R8), Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	VPBROADCASTW (SP), Y4
+	VPBROADCASTW 2(SP), Y5
+	VPMOVZXBW    880(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     3072(SI), Y7, Y7
+	VPMADDWD     3136(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    896(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     3104(SI), Y7, Y7
+	VPMADDWD     3168(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 4(SP), Y4
+	VPBROADCASTW 6(SP), Y5
+	VPMOVZXBW    912(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     3200(SI), Y7, Y7
+	VPMADDWD     3264(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    928(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     3232(SI), Y7, Y7
+	VPMADDWD     3296(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 8(SP), Y4
+	VPBROADCASTW 10(SP), Y5
+	VPMOVZXBW    944(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     3328(SI), Y7, Y7
+	VPMADDWD     3392(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    960(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     3360(SI), Y7, Y7
+	VPMADDWD     3424(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 12(SP), Y4
+	VPBROADCASTW 14(SP), Y5
+	VPMOVZXBW    976(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     3456(SI), Y7, Y7
+	VPMADDWD     3520(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    992(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     3488(SI), Y7, Y7
+	VPMADDWD     3552(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPHADDD      Y2, Y3, Y3
+	VEXTRACTI128 $0x01, Y3, X2
+	VPADDD       X2, X3, X2
+	VPHADDD      X2, X2, X2
+	VMOVQ        X2, 72(SP)
+	PREFETCHT0   5104(AX)
+	PREFETCHT0   5168(AX)
+	PREFETCHT0   5232(AX)
+	MOVL         1012(AX), R10
+	MOVL         1016(AX), R11
+	MOVL         1020(AX), R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R10
+	MOVL         R12, R14
+	ANDL         $0x0f0f0f0f, R14
+	ORL          R13, R14
+	MOVL         R11, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R11
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R13, R12
+	VMOVD        R10, X2
+	VPINSRD      $0x01, R14, X2, X2
+	VPMOVZXBW    X2, X2
+	VMOVDQU      X2, (SP)
+	VMOVD        R11, X2
+	VPINSRD      $0x01, R12, X2, X2
+	VPMOVZXBD    X2, Y2
+	VPMULLD      224(R8), Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	VPBROADCASTW (SP), Y4
+	VPBROADCASTW 2(SP), Y5
+	VPMOVZXBW    1024(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     3584(SI), Y7, Y7
+	VPMADDWD     3648(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    1040(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     3616(SI), Y7, Y7
+	VPMADDWD     3680(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 4(SP), Y4
+	VPBROADCASTW 6(SP), Y5
+	VPMOVZXBW    1056(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     3712(SI), Y7, Y7
+	VPMADDWD     3776(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    1072(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     3744(SI), Y7, Y7
+	VPMADDWD     3808(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 8(SP), Y4
+	VPBROADCASTW 10(SP), Y5
+	VPMOVZXBW    1088(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     3840(SI), Y7, Y7
+	VPMADDWD     3904(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    1104(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     3872(SI), Y7, Y7
+	VPMADDWD     3936(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPBROADCASTW 12(SP), Y4
+	VPBROADCASTW 14(SP), Y5
+	VPMOVZXBW    1120(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     3968(SI), Y7, Y7
+	VPMADDWD     4032(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPMOVZXBW    1136(AX), Y6
+	VPAND        Y0, Y6, Y7
+	VPSRLW       $0x04, Y6, Y6
+	VPMULLW      Y4, Y7, Y7
+	VPMULLW      Y5, Y6, Y6
+	VPMADDWD     4000(SI), Y7, Y7
+	VPMADDWD     4064(SI), Y6, Y6
+	VPADDD       Y7, Y3, Y3
+	VPADDD       Y6, Y3, Y3
+	VPHADDD      Y2, Y3, Y3
+	VEXTRACTI128 $0x01, Y3, X2
+	VPADDD       X2, X3, X2
+	VPHADDD      X2, X2, X2
+	VMOVQ        X2, 80(SP)
+	VCVTDQ2PS    24(SP), Y2
+	VMOVD        (AX), X3
+	VPINSRD      $0x01, 144(AX), X3, X3
+	VPINSRD      $0x02, 288(AX), X3, X3
+	VPINSRD      $0x03, 432(AX), X3, X3
+	VCVTPH2PS    X3, Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVSHDUP    Y2, Y3
+	VSUBPS       Y3, Y2, Y2
+	VPMOVZXDQ    (DI), Y3
+	VMULPS       Y3, Y2, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y2
+	VPERMQ       $0xd8, Y2, Y2
+	VCVTPS2PD    X2, Y2
+	VMOVAPD      X2, X3
+	VADDSD       X3, X1, X1
+	VUNPCKHPD    X3, X3, X3
+	VADDSD       X3, X1, X1
+	VEXTRACTF128 $0x01, Y2, X3
+	VADDSD       X3, X1, X1
+	VUNPCKHPD    X3, X3, X3
+	VADDSD       X3, X1, X1
+	VCVTDQ2PS    56(SP), Y2
+	VMOVD        576(AX), X3
+	VPINSRD      $0x01, 720(AX), X3, X3
+	VPINSRD      $0x02, 864(AX), X3, X3
+	VPINSRD      $0x03, 1008(AX), X3, X3
+	VCVTPH2PS    X3, Y3
+	VMULPS       Y3, Y2, Y2
+	VMOVSHDUP    Y2, Y3
+	VSUBPS       Y3, Y2, Y2
+	VPMOVZXDQ    16(DI), Y3
+	VMULPS       Y3, Y2, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y2
+	VPERMQ       $0xd8, Y2, Y2
+	VCVTPS2PD    X2, Y2
+	VMOVAPD      X2, X3
+	VADDSD       X3, X1, X1
+	VUNPCKHPD    X3, X3, X3
+	VADDSD       X3, X1, X1
+	VEXTRACTF128 $0x01, Y2, X3
+	VADDSD       X3, X1, X1
+	VUNPCKHPD    X3, X3, X3
+	VADDSD       X3, X1, X1
+	ADDQ         $0x00000480, AX
+	ADDQ         $0x00001000, SI
+	ADDQ         $0x20, DI
+	ADDQ         $0x00000100, R8
+	SUBQ         $0x08, R9
+	JMP          q4kAVX2_oct
+
 q4kAVX2_block:
+	CMPQ         R9, $0x00
+	JE           q4kAVX2_end
 	PREFETCHT0   4096(AX)
 	PREFETCHT0   4160(AX)
 	PREFETCHT0   4224(AX)
@@ -154,14 +1122,16 @@ q4kAVX2_block:
 	ADDQ         $0x04, DI
 	ADDQ         $0x20, R8
 	DECQ         R9
-	JNE          q4kAVX2_block
-	VCVTSD2SS    X1, X1, X1
-	VMOVSS       X1, (BX)
-	ADDQ         $0x04, BX
-	MOVQ         16(SP), AX
-	ADDQ         stride+8(FP), AX
-	DECQ         CX
-	JMP          q4kAVX2_row
+	JMP          q4kAVX2_block
+
+q4kAVX2_end:
+	VCVTSD2SS X1, X1, X1
+	VMOVSS    X1, (BX)
+	ADDQ      $0x04, BX
+	MOVQ      16(SP), AX
+	ADDQ      stride+8(FP), AX
+	DECQ      CX
+	JMP       q4kAVX2_row
 
 q4kAVX2_done:
 	VZEROUPPER
@@ -169,7 +1139,7 @@ q4kAVX2_done:
 
 // func q5kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, F16C, MMX+
-TEXT ·q5kAVX2(SB), NOSPLIT, $24-72
+TEXT ·q5kAVX2(SB), NOSPLIT, $88-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
 	MOVQ         n+24(FP), DX
@@ -192,7 +1162,1423 @@ q5kAVX2_row:
 	MOVQ   DX, R9
 	VXORPD X2, X2, X2
 
+q5kAVX2_oct:
+	CMPQ         R9, $0x08
+	JB           q5kAVX2_block
+	PREFETCHT0   4096(AX)
+	PREFETCHT0   4160(AX)
+	PREFETCHT0   4224(AX)
+	MOVL         4(AX), R10
+	MOVL         8(AX), R11
+	MOVL         12(AX), R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R10
+	MOVL         R12, R14
+	ANDL         $0x0f0f0f0f, R14
+	ORL          R13, R14
+	MOVL         R11, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R11
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R13, R12
+	VMOVD        R10, X3
+	VPINSRD      $0x01, R14, X3, X3
+	VPMOVZXBW    X3, X3
+	VMOVDQU      X3, (SP)
+	VMOVD        R11, X3
+	VPINSRD      $0x01, R12, X3, X3
+	VPMOVZXBD    X3, Y3
+	VPMULLD      (R8), Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPBROADCASTW (SP), Y6
+	VPBROADCASTW 2(SP), Y7
+	VPMOVZXBW    48(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    16(AX), Y5
+	VPSLLW       $0x04, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     (SI), Y8, Y8
+	VPMADDWD     64(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    64(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    32(AX), Y5
+	VPSLLW       $0x04, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     32(SI), Y8, Y8
+	VPMADDWD     96(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 4(SP), Y6
+	VPBROADCASTW 6(SP), Y7
+	VPMOVZXBW    80(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    16(AX), Y5
+	VPSLLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     128(SI), Y8, Y8
+	VPMADDWD     192(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    96(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    32(AX), Y5
+	VPSLLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     160(SI), Y8, Y8
+	VPMADDWD     224(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 8(SP), Y6
+	VPBROADCASTW 10(SP), Y7
+	VPMOVZXBW    112(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    16(AX), Y5
+	VMOVDQA      Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     256(SI), Y8, Y8
+	VPMADDWD     320(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    128(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    32(AX), Y5
+	VMOVDQA      Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     288(SI), Y8, Y8
+	VPMADDWD     352(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 12(SP), Y6
+	VPBROADCASTW 14(SP), Y7
+	VPMOVZXBW    144(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    16(AX), Y5
+	VPSRLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     384(SI), Y8, Y8
+	VPMADDWD     448(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    160(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    32(AX), Y5
+	VPSRLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     416(SI), Y8, Y8
+	VPMADDWD     480(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPHADDD      Y3, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X3
+	VPADDD       X3, X4, X3
+	VPHADDD      X3, X3, X3
+	VMOVQ        X3, 24(SP)
+	PREFETCHT0   4272(AX)
+	PREFETCHT0   4336(AX)
+	PREFETCHT0   4400(AX)
+	MOVL         180(AX), R10
+	MOVL         184(AX), R11
+	MOVL         188(AX), R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R10
+	MOVL         R12, R14
+	ANDL         $0x0f0f0f0f, R14
+	ORL          R13, R14
+	MOVL         R11, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R11
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R13, R12
+	VMOVD        R10, X3
+	VPINSRD      $0x01, R14, X3, X3
+	VPMOVZXBW    X3, X3
+	VMOVDQU      X3, (SP)
+	VMOVD        R11, X3
+	VPINSRD      $0x01, R12, X3, X3
+	VPMOVZXBD    X3, Y3
+	VPMULLD      32(R8), Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPBROADCASTW (SP), Y6
+	VPBROADCASTW 2(SP), Y7
+	VPMOVZXBW    224(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    192(AX), Y5
+	VPSLLW       $0x04, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     512(SI), Y8, Y8
+	VPMADDWD     576(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    240(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    208(AX), Y5
+	VPSLLW       $0x04, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     544(SI), Y8, Y8
+	VPMADDWD     608(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 4(SP), Y6
+	VPBROADCASTW 6(SP), Y7
+	VPMOVZXBW    256(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    192(AX), Y5
+	VPSLLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     640(SI), Y8, Y8
+	VPMADDWD     704(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    272(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    208(AX), Y5
+	VPSLLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     672(SI), Y8, Y8
+	VPMADDWD     736(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 8(SP), Y6
+	VPBROADCASTW 10(SP), Y7
+	VPMOVZXBW    288(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    192(AX), Y5
+	VMOVDQA      Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     768(SI), Y8, Y8
+	VPMADDWD     832(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    304(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    208(AX), Y5
+	VMOVDQA      Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     800(SI), Y8, Y8
+	VPMADDWD     864(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 12(SP), Y6
+	VPBROADCASTW 14(SP), Y7
+	VPMOVZXBW    320(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    192(AX), Y5
+	VPSRLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     896(SI), Y8, Y8
+	VPMADDWD     960(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    336(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    208(AX), Y5
+	VPSRLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     928(SI), Y8, Y8
+	VPMADDWD     992(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPHADDD      Y3, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X3
+	VPADDD       X3, X4, X3
+	VPHADDD      X3, X3, X3
+	VMOVQ        X3, 32(SP)
+	PREFETCHT0   4448(AX)
+	PREFETCHT0   4512(AX)
+	PREFETCHT0   4576(AX)
+	MOVL         356(AX), R10
+	MOVL         360(AX), R11
+	MOVL         364(AX), R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R10
+	MOVL         R12, R14
+	ANDL         $0x0f0f0f0f, R14
+	ORL          R13, R14
+	MOVL         R11, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R11
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R13, R12
+	VMOVD        R10, X3
+	VPINSRD      $0x01, R14, X3, X3
+	VPMOVZXBW    X3, X3
+	VMOVDQU      X3, (SP)
+	VMOVD        R11, X3
+	VPINSRD      $0x01, R12, X3, X3
+	VPMOVZXBD    X3, Y3
+	VPMULLD      64(R8), Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPBROADCASTW (SP), Y6
+	VPBROADCASTW 2(SP), Y7
+	VPMOVZXBW    400(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    368(AX), Y5
+	VPSLLW       $0x04, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     1024(SI), Y8, Y8
+	VPMADDWD     1088(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    416(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    384(AX), Y5
+	VPSLLW       $0x04, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     1056(SI), Y8, Y8
+	VPMADDWD     1120(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 4(SP), Y6
+	VPBROADCASTW 6(SP), Y7
+	VPMOVZXBW    432(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    368(AX), Y5
+	VPSLLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     1152(SI), Y8, Y8
+	VPMADDWD     1216(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    448(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    384(AX), Y5
+	VPSLLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     1184(SI), Y8, Y8
+	VPMADDWD     1248(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 8(SP), Y6
+	VPBROADCASTW 10(SP), Y7
+	VPMOVZXBW    464(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    368(AX), Y5
+	VMOVDQA      Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     1280(SI), Y8, Y8
+	VPMADDWD     1344(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    480(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    384(AX), Y5
+	VMOVDQA      Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     1312(SI), Y8, Y8
+	VPMADDWD     1376(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 12(SP), Y6
+	VPBROADCASTW 14(SP), Y7
+	VPMOVZXBW    496(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    368(AX), Y5
+	VPSRLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     1408(SI), Y8, Y8
+	VPMADDWD     1472(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    512(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    384(AX), Y5
+	VPSRLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     1440(SI), Y8, Y8
+	VPMADDWD     1504(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPHADDD      Y3, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X3
+	VPADDD       X3, X4, X3
+	VPHADDD      X3, X3, X3
+	VMOVQ        X3, 40(SP)
+	PREFETCHT0   4624(AX)
+	PREFETCHT0   4688(AX)
+	PREFETCHT0   4752(AX)
+	MOVL         532(AX), R10
+	MOVL         536(AX), R11
+	MOVL         540(AX), R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R10
+	MOVL         R12, R14
+	ANDL         $0x0f0f0f0f, R14
+	ORL          R13, R14
+	MOVL         R11, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R11
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R13, R12
+	VMOVD        R10, X3
+	VPINSRD      $0x01, R14, X3, X3
+	VPMOVZXBW    X3, X3
+	VMOVDQU      X3, (SP)
+	VMOVD        R11, X3
+	VPINSRD      $0x01, R12, X3, X3
+	VPMOVZXBD    X3, Y3
+	VPMULLD      96(R8), Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPBROADCASTW (SP), Y6
+	VPBROADCASTW 2(SP), Y7
+	VPMOVZXBW    576(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    544(AX), Y5
+	VPSLLW       $0x04, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     1536(SI), Y8, Y8
+	VPMADDWD     1600(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    592(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    560(AX), Y5
+	VPSLLW       $0x04, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     1568(SI), Y8, Y8
+	VPMADDWD     1632(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 4(SP), Y6
+	VPBROADCASTW 6(SP), Y7
+	VPMOVZXBW    608(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    544(AX), Y5
+	VPSLLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     1664(SI), Y8, Y8
+	VPMADDWD     1728(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    624(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    560(AX), Y5
+	VPSLLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     1696(SI), Y8, Y8
+	VPMADDWD     1760(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 8(SP), Y6
+	VPBROADCASTW 10(SP), Y7
+	VPMOVZXBW    640(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    544(AX), Y5
+	VMOVDQA      Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     1792(SI), Y8, Y8
+	VPMADDWD     1856(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    656(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    560(AX), Y5
+	VMOVDQA      Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     1824(SI), Y8, Y8
+	VPMADDWD     1888(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 12(SP), Y6
+	VPBROADCASTW 14(SP), Y7
+	VPMOVZXBW    672(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    544(AX), Y5
+	VPSRLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     1920(SI), Y8, Y8
+	VPMADDWD     1984(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    688(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    560(AX), Y5
+	VPSRLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     1952(SI), Y8, Y8
+	VPMADDWD     2016(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPHADDD      Y3, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X3
+	VPADDD       X3, X4, X3
+	VPHADDD      X3, X3, X3
+	VMOVQ        X3, 48(SP)
+	PREFETCHT0   4800(AX)
+	PREFETCHT0   4864(AX)
+	PREFETCHT0   4928(AX)
+	MOVL         708(AX), R10
+	MOVL         712(AX), R11
+	MOVL         716(AX), R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R10
+	MOVL         R12, R14
+	ANDL         $0x0f0f0f0f, R14
+	ORL          R13, R14
+	MOVL         R11, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R11
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R13, R12
+	VMOVD        R10, X3
+	VPINSRD      $0x01, R14, X3, X3
+	VPMOVZXBW    X3, X3
+	VMOVDQU      X3, (SP)
+	VMOVD        R11, X3
+	VPINSRD      $0x01, R12, X3, X3
+	VPMOVZXBD    X3, Y3
+	VPMULLD      128(R8), Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPBROADCASTW (SP), Y6
+	VPBROADCASTW 2(SP), Y7
+	VPMOVZXBW    752(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    720(AX), Y5
+	VPSLLW       $0x04, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     2048(SI), Y8, Y8
+	VPMADDWD     2112(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    768(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    736(AX), Y5
+	VPSLLW       $0x04, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     2080(SI), Y8, Y8
+	VPMADDWD     2144(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 4(SP), Y6
+	VPBROADCASTW 6(SP), Y7
+	VPMOVZXBW    784(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    720(AX), Y5
+	VPSLLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     2176(SI), Y8, Y8
+	VPMADDWD     2240(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    800(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    736(AX), Y5
+	VPSLLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     2208(SI), Y8, Y8
+	VPMADDWD     2272(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 8(SP), Y6
+	VPBROADCASTW 10(SP), Y7
+	VPMOVZXBW    816(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    720(AX), Y5
+	VMOVDQA      Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     2304(SI), Y8, Y8
+	VPMADDWD     2368(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    832(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    736(AX), Y5
+	VMOVDQA      Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     2336(SI), Y8, Y8
+	VPMADDWD     2400(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 12(SP), Y6
+	VPBROADCASTW 14(SP), Y7
+	VPMOVZXBW    848(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    720(AX), Y5
+	VPSRLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     2432(SI), Y8, Y8
+	VPMADDWD     2496(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    864(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    736(AX), Y5
+	VPSRLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     2464(SI), Y8, Y8
+	VPMADDWD     2528(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPHADDD      Y3, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X3
+	VPADDD       X3, X4, X3
+	VPHADDD      X3, X3, X3
+	VMOVQ        X3, 56(SP)
+	PREFETCHT0   4976(AX)
+	PREFETCHT0   5040(AX)
+	PREFETCHT0   5104(AX)
+	MOVL         884(AX), R10
+	MOVL         888(AX), R11
+	MOVL         892(AX), R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R10
+	MOVL         R12, R14
+	ANDL         $0x0f0f0f0f, R14
+	ORL          R13, R14
+	MOVL         R11, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R11
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R13, R12
+	VMOVD        R10, X3
+	VPINSRD      $0x01, R14, X3, X3
+	VPMOVZXBW    X3, X3
+	VMOVDQU      X3, (SP)
+	VMOVD        R11, X3
+	VPINSRD      $0x01, R12, X3, X3
+	VPMOVZXBD    X3, Y3
+	VPMULLD      160(R8), Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPBROADCASTW (SP), Y6
+	VPBROADCASTW 2(SP), Y7
+	VPMOVZXBW    928(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    896(AX), Y5
+	VPSLLW       $0x04, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     2560(SI), Y8, Y8
+	VPMADDWD     2624(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    944(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    912(AX), Y5
+	VPSLLW       $0x04, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     2592(SI), Y8, Y8
+	VPMADDWD     2656(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 4(SP), Y6
+	VPBROADCASTW 6(SP), Y7
+	VPMOVZXBW    960(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    896(AX), Y5
+	VPSLLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     2688(SI), Y8, Y8
+	VPMADDWD     2752(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    976(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    912(AX), Y5
+	VPSLLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     2720(SI), Y8, Y8
+	VPMADDWD     2784(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 8(SP), Y6
+	VPBROADCASTW 10(SP), Y7
+	VPMOVZXBW    992(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    896(AX), Y5
+	VMOVDQA      Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     2816(SI), Y8, Y8
+	VPMADDWD     2880(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    1008(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    912(AX), Y5
+	VMOVDQA      Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     2848(SI), Y8, Y8
+	VPMADDWD     2912(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 12(SP), Y6
+	VPBROADCASTW 14(SP), Y7
+	VPMOVZXBW    1024(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    896(AX), Y5
+	VPSRLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     2944(SI), Y8, Y8
+	VPMADDWD     3008(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    1040(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    912(AX), Y5
+	VPSRLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     2976(SI), Y8, Y8
+	VPMADDWD     3040(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPHADDD      Y3, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X3
+	VPADDD       X3, X4, X3
+	VPHADDD      X3, X3, X3
+	VMOVQ        X3, 64(SP)
+	PREFETCHT0   5152(AX)
+	PREFETCHT0   5216(AX)
+	PREFETCHT0   5280(AX)
+	MOVL         1060(AX), R10
+	MOVL         1064(AX), R11
+	MOVL         1068(AX), R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R10
+	MOVL         R12, R14
+	ANDL         $0x0f0f0f0f, R14
+	ORL          R13, R14
+	MOVL         R11, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R11
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R13, R12
+	VMOVD        R10, X3
+	VPINSRD      $0x01, R14, X3, X3
+	VPMOVZXBW    X3, X3
+	VMOVDQU      X3, (SP)
+	VMOVD        R11, X3
+	VPINSRD      $0x01, R12, X3, X3
+	VPMOVZXBD    X3, Y3
+	VPMULLD      192(R8), Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPBROADCASTW (SP), Y6
+	VPBROADCASTW 2(SP), Y7
+	VPMOVZXBW    1104(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    1072(AX), Y5
+	VPSLLW       $0x04, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     3072(SI), Y8, Y8
+	VPMADDWD     3136(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    1120(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    1088(AX), Y5
+	VPSLLW       $0x04, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     3104(SI), Y8, Y8
+	VPMADDWD     3168(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 4(SP), Y6
+	VPBROADCASTW 6(SP), Y7
+	VPMOVZXBW    1136(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    1072(AX), Y5
+	VPSLLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     3200(SI), Y8, Y8
+	VPMADDWD     3264(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    1152(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    1088(AX), Y5
+	VPSLLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     3232(SI), Y8, Y8
+	VPMADDWD     3296(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 8(SP), Y6
+	VPBROADCASTW 10(SP), Y7
+	VPMOVZXBW    1168(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    1072(AX), Y5
+	VMOVDQA      Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     3328(SI), Y8, Y8
+	VPMADDWD     3392(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    1184(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    1088(AX), Y5
+	VMOVDQA      Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     3360(SI), Y8, Y8
+	VPMADDWD     3424(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 12(SP), Y6
+	VPBROADCASTW 14(SP), Y7
+	VPMOVZXBW    1200(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    1072(AX), Y5
+	VPSRLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     3456(SI), Y8, Y8
+	VPMADDWD     3520(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    1216(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    1088(AX), Y5
+	VPSRLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     3488(SI), Y8, Y8
+	VPMADDWD     3552(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPHADDD      Y3, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X3
+	VPADDD       X3, X4, X3
+	VPHADDD      X3, X3, X3
+	VMOVQ        X3, 72(SP)
+	PREFETCHT0   5328(AX)
+	PREFETCHT0   5392(AX)
+	PREFETCHT0   5456(AX)
+	MOVL         1236(AX), R10
+	MOVL         1240(AX), R11
+	MOVL         1244(AX), R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R10
+	MOVL         R12, R14
+	ANDL         $0x0f0f0f0f, R14
+	ORL          R13, R14
+	MOVL         R11, R13
+	SHRL         $0x02, R13
+	ANDL         $0x30303030, R13
+	ANDL         $0x3f3f3f3f, R11
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R13, R12
+	VMOVD        R10, X3
+	VPINSRD      $0x01, R14, X3, X3
+	VPMOVZXBW    X3, X3
+	VMOVDQU      X3, (SP)
+	VMOVD        R11, X3
+	VPINSRD      $0x01, R12, X3, X3
+	VPMOVZXBD    X3, Y3
+	VPMULLD      224(R8), Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPBROADCASTW (SP), Y6
+	VPBROADCASTW 2(SP), Y7
+	VPMOVZXBW    1280(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    1248(AX), Y5
+	VPSLLW       $0x04, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     3584(SI), Y8, Y8
+	VPMADDWD     3648(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    1296(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    1264(AX), Y5
+	VPSLLW       $0x04, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     3616(SI), Y8, Y8
+	VPMADDWD     3680(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 4(SP), Y6
+	VPBROADCASTW 6(SP), Y7
+	VPMOVZXBW    1312(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    1248(AX), Y5
+	VPSLLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     3712(SI), Y8, Y8
+	VPMADDWD     3776(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    1328(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    1264(AX), Y5
+	VPSLLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     3744(SI), Y8, Y8
+	VPMADDWD     3808(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 8(SP), Y6
+	VPBROADCASTW 10(SP), Y7
+	VPMOVZXBW    1344(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    1248(AX), Y5
+	VMOVDQA      Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     3840(SI), Y8, Y8
+	VPMADDWD     3904(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    1360(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    1264(AX), Y5
+	VMOVDQA      Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     3872(SI), Y8, Y8
+	VPMADDWD     3936(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPBROADCASTW 12(SP), Y6
+	VPBROADCASTW 14(SP), Y7
+	VPMOVZXBW    1376(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    1248(AX), Y5
+	VPSRLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     3968(SI), Y8, Y8
+	VPMADDWD     4032(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPMOVZXBW    1392(AX), Y5
+	VPAND        Y0, Y5, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPMOVZXBW    1264(AX), Y5
+	VPSRLW       $0x02, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y5, Y10
+	VPAND        Y1, Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPMULLW      Y6, Y8, Y8
+	VPMULLW      Y7, Y9, Y9
+	VPMADDWD     4000(SI), Y8, Y8
+	VPMADDWD     4064(SI), Y9, Y9
+	VPADDD       Y8, Y4, Y4
+	VPADDD       Y9, Y4, Y4
+	VPHADDD      Y3, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X3
+	VPADDD       X3, X4, X3
+	VPHADDD      X3, X3, X3
+	VMOVQ        X3, 80(SP)
+	VCVTDQ2PS    24(SP), Y3
+	VMOVD        (AX), X4
+	VPINSRD      $0x01, 176(AX), X4, X4
+	VPINSRD      $0x02, 352(AX), X4, X4
+	VPINSRD      $0x03, 528(AX), X4, X4
+	VCVTPH2PS    X4, Y4
+	VMULPS       Y4, Y3, Y3
+	VMOVSHDUP    Y3, Y4
+	VSUBPS       Y4, Y3, Y3
+	VPMOVZXDQ    (DI), Y4
+	VMULPS       Y4, Y3, Y3
+	VSHUFPS      $0x88, Y3, Y3, Y3
+	VPERMQ       $0xd8, Y3, Y3
+	VCVTPS2PD    X3, Y3
+	VMOVAPD      X3, X4
+	VADDSD       X4, X2, X2
+	VUNPCKHPD    X4, X4, X4
+	VADDSD       X4, X2, X2
+	VEXTRACTF128 $0x01, Y3, X4
+	VADDSD       X4, X2, X2
+	VUNPCKHPD    X4, X4, X4
+	VADDSD       X4, X2, X2
+	VCVTDQ2PS    56(SP), Y3
+	VMOVD        704(AX), X4
+	VPINSRD      $0x01, 880(AX), X4, X4
+	VPINSRD      $0x02, 1056(AX), X4, X4
+	VPINSRD      $0x03, 1232(AX), X4, X4
+	VCVTPH2PS    X4, Y4
+	VMULPS       Y4, Y3, Y3
+	VMOVSHDUP    Y3, Y4
+	VSUBPS       Y4, Y3, Y3
+	VPMOVZXDQ    16(DI), Y4
+	VMULPS       Y4, Y3, Y3
+	VSHUFPS      $0x88, Y3, Y3, Y3
+	VPERMQ       $0xd8, Y3, Y3
+	VCVTPS2PD    X3, Y3
+	VMOVAPD      X3, X4
+	VADDSD       X4, X2, X2
+	VUNPCKHPD    X4, X4, X4
+	VADDSD       X4, X2, X2
+	VEXTRACTF128 $0x01, Y3, X4
+	VADDSD       X4, X2, X2
+	VUNPCKHPD    X4, X4, X4
+	VADDSD       X4, X2, X2
+	ADDQ         $0x00000580, AX
+	ADDQ         $0x00001000, SI
+	ADDQ         $0x20, DI
+	ADDQ         $0x00000100, R8
+	SUBQ         $0x08, R9
+	JMP          q5kAVX2_oct
+
 q5kAVX2_block:
+	CMPQ         R9, $0x00
+	JE           q5kAVX2_end
 	PREFETCHT0   4096(AX)
 	PREFETCHT0   4160(AX)
 	PREFETCHT0   4224(AX)
@@ -376,14 +2762,16 @@ q5kAVX2_block:
 	ADDQ         $0x04, DI
 	ADDQ         $0x20, R8
 	DECQ         R9
-	JNE          q5kAVX2_block
-	VCVTSD2SS    X2, X2, X2
-	VMOVSS       X2, (BX)
-	ADDQ         $0x04, BX
-	MOVQ         16(SP), AX
-	ADDQ         stride+8(FP), AX
-	DECQ         CX
-	JMP          q5kAVX2_row
+	JMP          q5kAVX2_block
+
+q5kAVX2_end:
+	VCVTSD2SS X2, X2, X2
+	VMOVSS    X2, (BX)
+	ADDQ      $0x04, BX
+	MOVQ      16(SP), AX
+	ADDQ      stride+8(FP), AX
+	DECQ      CX
+	JMP       q5kAVX2_row
 
 q5kAVX2_done:
 	VZEROUPPER
@@ -2245,7 +4633,7 @@ q5kAVX2x4_done:
 
 // func q6kAVX2(w *byte, stride int, rows int, n int, q *int16, d *float32, s *int32, f *float32, y *float32)
 // Requires: AVX, AVX2, F16C, MMX+
-TEXT ·q6kAVX2(SB), NOSPLIT, $40-72
+TEXT ·q6kAVX2(SB), NOSPLIT, $72-72
 	MOVQ         w+0(FP), AX
 	MOVQ         rows+16(FP), CX
 	MOVQ         n+24(FP), DX
@@ -2272,7 +4660,1202 @@ q6kAVX2_row:
 	MOVQ   DX, R8
 	VXORPD X3, X3, X3
 
+q6kAVX2_oct:
+	CMPQ         R8, $0x08
+	JB           q6kAVX2_block
+	PREFETCHT0   4096(AX)
+	PREFETCHT0   4160(AX)
+	PREFETCHT0   4224(AX)
+	PREFETCHT0   4288(AX)
+	VPMOVSXBW    192(AX), Y4
+	VMOVDQU      Y4, (SP)
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VMOVDQU      128(AX), Y7
+	VPAND        Y0, Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        Y0, Y7, Y7
+	VMOVDQU      (AX), Y8
+	VMOVDQU      32(AX), Y9
+	VPAND        Y8, Y0, Y10
+	VPSHUFB      Y6, Y1, Y11
+	VPADDB       Y11, Y10, Y10
+	VPMOVSXBW    X10, Y12
+	VPBROADCASTW (SP), Y11
+	VPMULLW      Y11, Y12, Y12
+	VPMADDWD     (SI), Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 2(SP), Y11
+	VPMULLW      Y11, Y10, Y10
+	VPMADDWD     32(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPAND        Y9, Y0, Y10
+	VPSHUFB      Y6, Y2, Y6
+	VPADDB       Y6, Y10, Y10
+	VPMOVSXBW    X10, Y11
+	VPBROADCASTW 4(SP), Y6
+	VPMULLW      Y6, Y11, Y11
+	VPMADDWD     64(SI), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 6(SP), Y6
+	VPMULLW      Y6, Y10, Y10
+	VPMADDWD     96(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPSRLW       $0x04, Y8, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y1, Y8
+	VPADDB       Y8, Y6, Y6
+	VPMOVSXBW    X6, Y10
+	VPBROADCASTW 8(SP), Y8
+	VPMULLW      Y8, Y10, Y10
+	VPMADDWD     128(SI), Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 10(SP), Y8
+	VPMULLW      Y8, Y6, Y6
+	VPMADDWD     160(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPSRLW       $0x04, Y9, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y2, Y7
+	VPADDB       Y7, Y6, Y6
+	VPMOVSXBW    X6, Y8
+	VPBROADCASTW 12(SP), Y7
+	VPMULLW      Y7, Y8, Y8
+	VPMADDWD     192(SI), Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 14(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     224(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      160(AX), Y7
+	VPAND        Y0, Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        Y0, Y7, Y7
+	VMOVDQU      64(AX), Y8
+	VMOVDQU      96(AX), Y9
+	VPAND        Y8, Y0, Y10
+	VPSHUFB      Y6, Y1, Y11
+	VPADDB       Y11, Y10, Y10
+	VPMOVSXBW    X10, Y12
+	VPBROADCASTW 16(SP), Y11
+	VPMULLW      Y11, Y12, Y12
+	VPMADDWD     256(SI), Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 18(SP), Y11
+	VPMULLW      Y11, Y10, Y10
+	VPMADDWD     288(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPAND        Y9, Y0, Y10
+	VPSHUFB      Y6, Y2, Y6
+	VPADDB       Y6, Y10, Y10
+	VPMOVSXBW    X10, Y11
+	VPBROADCASTW 20(SP), Y6
+	VPMULLW      Y6, Y11, Y11
+	VPMADDWD     320(SI), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 22(SP), Y6
+	VPMULLW      Y6, Y10, Y10
+	VPMADDWD     352(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPSRLW       $0x04, Y8, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y1, Y8
+	VPADDB       Y8, Y6, Y6
+	VPMOVSXBW    X6, Y10
+	VPBROADCASTW 24(SP), Y8
+	VPMULLW      Y8, Y10, Y10
+	VPMADDWD     384(SI), Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 26(SP), Y8
+	VPMULLW      Y8, Y6, Y6
+	VPMADDWD     416(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPSRLW       $0x04, Y9, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y2, Y7
+	VPADDB       Y7, Y6, Y6
+	VPMOVSXBW    X6, Y8
+	VPBROADCASTW 28(SP), Y7
+	VPMULLW      Y7, Y8, Y8
+	VPMADDWD     448(SI), Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 30(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     480(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPADDD       Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPADDD       X5, X4, X5
+	VPSHUFD      $0x4e, X5, X4
+	VPADDD       X4, X5, X5
+	VPSHUFD      $0xb1, X5, X4
+	VPADDD       X4, X5, X5
+	VMOVD        X5, 40(SP)
+	PREFETCHT0   4306(AX)
+	PREFETCHT0   4370(AX)
+	PREFETCHT0   4434(AX)
+	PREFETCHT0   4498(AX)
+	VPMOVSXBW    402(AX), Y4
+	VMOVDQU      Y4, (SP)
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VMOVDQU      338(AX), Y7
+	VPAND        Y0, Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        Y0, Y7, Y7
+	VMOVDQU      210(AX), Y8
+	VMOVDQU      242(AX), Y9
+	VPAND        Y8, Y0, Y10
+	VPSHUFB      Y6, Y1, Y11
+	VPADDB       Y11, Y10, Y10
+	VPMOVSXBW    X10, Y12
+	VPBROADCASTW (SP), Y11
+	VPMULLW      Y11, Y12, Y12
+	VPMADDWD     512(SI), Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 2(SP), Y11
+	VPMULLW      Y11, Y10, Y10
+	VPMADDWD     544(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPAND        Y9, Y0, Y10
+	VPSHUFB      Y6, Y2, Y6
+	VPADDB       Y6, Y10, Y10
+	VPMOVSXBW    X10, Y11
+	VPBROADCASTW 4(SP), Y6
+	VPMULLW      Y6, Y11, Y11
+	VPMADDWD     576(SI), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 6(SP), Y6
+	VPMULLW      Y6, Y10, Y10
+	VPMADDWD     608(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPSRLW       $0x04, Y8, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y1, Y8
+	VPADDB       Y8, Y6, Y6
+	VPMOVSXBW    X6, Y10
+	VPBROADCASTW 8(SP), Y8
+	VPMULLW      Y8, Y10, Y10
+	VPMADDWD     640(SI), Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 10(SP), Y8
+	VPMULLW      Y8, Y6, Y6
+	VPMADDWD     672(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPSRLW       $0x04, Y9, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y2, Y7
+	VPADDB       Y7, Y6, Y6
+	VPMOVSXBW    X6, Y8
+	VPBROADCASTW 12(SP), Y7
+	VPMULLW      Y7, Y8, Y8
+	VPMADDWD     704(SI), Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 14(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     736(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      370(AX), Y7
+	VPAND        Y0, Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        Y0, Y7, Y7
+	VMOVDQU      274(AX), Y8
+	VMOVDQU      306(AX), Y9
+	VPAND        Y8, Y0, Y10
+	VPSHUFB      Y6, Y1, Y11
+	VPADDB       Y11, Y10, Y10
+	VPMOVSXBW    X10, Y12
+	VPBROADCASTW 16(SP), Y11
+	VPMULLW      Y11, Y12, Y12
+	VPMADDWD     768(SI), Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 18(SP), Y11
+	VPMULLW      Y11, Y10, Y10
+	VPMADDWD     800(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPAND        Y9, Y0, Y10
+	VPSHUFB      Y6, Y2, Y6
+	VPADDB       Y6, Y10, Y10
+	VPMOVSXBW    X10, Y11
+	VPBROADCASTW 20(SP), Y6
+	VPMULLW      Y6, Y11, Y11
+	VPMADDWD     832(SI), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 22(SP), Y6
+	VPMULLW      Y6, Y10, Y10
+	VPMADDWD     864(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPSRLW       $0x04, Y8, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y1, Y8
+	VPADDB       Y8, Y6, Y6
+	VPMOVSXBW    X6, Y10
+	VPBROADCASTW 24(SP), Y8
+	VPMULLW      Y8, Y10, Y10
+	VPMADDWD     896(SI), Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 26(SP), Y8
+	VPMULLW      Y8, Y6, Y6
+	VPMADDWD     928(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPSRLW       $0x04, Y9, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y2, Y7
+	VPADDB       Y7, Y6, Y6
+	VPMOVSXBW    X6, Y8
+	VPBROADCASTW 28(SP), Y7
+	VPMULLW      Y7, Y8, Y8
+	VPMADDWD     960(SI), Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 30(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     992(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPADDD       Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPADDD       X5, X4, X5
+	VPSHUFD      $0x4e, X5, X4
+	VPADDD       X4, X5, X5
+	VPSHUFD      $0xb1, X5, X4
+	VPADDD       X4, X5, X5
+	VMOVD        X5, 44(SP)
+	PREFETCHT0   4516(AX)
+	PREFETCHT0   4580(AX)
+	PREFETCHT0   4644(AX)
+	PREFETCHT0   4708(AX)
+	VPMOVSXBW    612(AX), Y4
+	VMOVDQU      Y4, (SP)
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VMOVDQU      548(AX), Y7
+	VPAND        Y0, Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        Y0, Y7, Y7
+	VMOVDQU      420(AX), Y8
+	VMOVDQU      452(AX), Y9
+	VPAND        Y8, Y0, Y10
+	VPSHUFB      Y6, Y1, Y11
+	VPADDB       Y11, Y10, Y10
+	VPMOVSXBW    X10, Y12
+	VPBROADCASTW (SP), Y11
+	VPMULLW      Y11, Y12, Y12
+	VPMADDWD     1024(SI), Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 2(SP), Y11
+	VPMULLW      Y11, Y10, Y10
+	VPMADDWD     1056(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPAND        Y9, Y0, Y10
+	VPSHUFB      Y6, Y2, Y6
+	VPADDB       Y6, Y10, Y10
+	VPMOVSXBW    X10, Y11
+	VPBROADCASTW 4(SP), Y6
+	VPMULLW      Y6, Y11, Y11
+	VPMADDWD     1088(SI), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 6(SP), Y6
+	VPMULLW      Y6, Y10, Y10
+	VPMADDWD     1120(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPSRLW       $0x04, Y8, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y1, Y8
+	VPADDB       Y8, Y6, Y6
+	VPMOVSXBW    X6, Y10
+	VPBROADCASTW 8(SP), Y8
+	VPMULLW      Y8, Y10, Y10
+	VPMADDWD     1152(SI), Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 10(SP), Y8
+	VPMULLW      Y8, Y6, Y6
+	VPMADDWD     1184(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPSRLW       $0x04, Y9, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y2, Y7
+	VPADDB       Y7, Y6, Y6
+	VPMOVSXBW    X6, Y8
+	VPBROADCASTW 12(SP), Y7
+	VPMULLW      Y7, Y8, Y8
+	VPMADDWD     1216(SI), Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 14(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     1248(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      580(AX), Y7
+	VPAND        Y0, Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        Y0, Y7, Y7
+	VMOVDQU      484(AX), Y8
+	VMOVDQU      516(AX), Y9
+	VPAND        Y8, Y0, Y10
+	VPSHUFB      Y6, Y1, Y11
+	VPADDB       Y11, Y10, Y10
+	VPMOVSXBW    X10, Y12
+	VPBROADCASTW 16(SP), Y11
+	VPMULLW      Y11, Y12, Y12
+	VPMADDWD     1280(SI), Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 18(SP), Y11
+	VPMULLW      Y11, Y10, Y10
+	VPMADDWD     1312(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPAND        Y9, Y0, Y10
+	VPSHUFB      Y6, Y2, Y6
+	VPADDB       Y6, Y10, Y10
+	VPMOVSXBW    X10, Y11
+	VPBROADCASTW 20(SP), Y6
+	VPMULLW      Y6, Y11, Y11
+	VPMADDWD     1344(SI), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 22(SP), Y6
+	VPMULLW      Y6, Y10, Y10
+	VPMADDWD     1376(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPSRLW       $0x04, Y8, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y1, Y8
+	VPADDB       Y8, Y6, Y6
+	VPMOVSXBW    X6, Y10
+	VPBROADCASTW 24(SP), Y8
+	VPMULLW      Y8, Y10, Y10
+	VPMADDWD     1408(SI), Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 26(SP), Y8
+	VPMULLW      Y8, Y6, Y6
+	VPMADDWD     1440(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPSRLW       $0x04, Y9, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y2, Y7
+	VPADDB       Y7, Y6, Y6
+	VPMOVSXBW    X6, Y8
+	VPBROADCASTW 28(SP), Y7
+	VPMULLW      Y7, Y8, Y8
+	VPMADDWD     1472(SI), Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 30(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     1504(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPADDD       Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPADDD       X5, X4, X5
+	VPSHUFD      $0x4e, X5, X4
+	VPADDD       X4, X5, X5
+	VPSHUFD      $0xb1, X5, X4
+	VPADDD       X4, X5, X5
+	VMOVD        X5, 48(SP)
+	PREFETCHT0   4726(AX)
+	PREFETCHT0   4790(AX)
+	PREFETCHT0   4854(AX)
+	PREFETCHT0   4918(AX)
+	VPMOVSXBW    822(AX), Y4
+	VMOVDQU      Y4, (SP)
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VMOVDQU      758(AX), Y7
+	VPAND        Y0, Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        Y0, Y7, Y7
+	VMOVDQU      630(AX), Y8
+	VMOVDQU      662(AX), Y9
+	VPAND        Y8, Y0, Y10
+	VPSHUFB      Y6, Y1, Y11
+	VPADDB       Y11, Y10, Y10
+	VPMOVSXBW    X10, Y12
+	VPBROADCASTW (SP), Y11
+	VPMULLW      Y11, Y12, Y12
+	VPMADDWD     1536(SI), Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 2(SP), Y11
+	VPMULLW      Y11, Y10, Y10
+	VPMADDWD     1568(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPAND        Y9, Y0, Y10
+	VPSHUFB      Y6, Y2, Y6
+	VPADDB       Y6, Y10, Y10
+	VPMOVSXBW    X10, Y11
+	VPBROADCASTW 4(SP), Y6
+	VPMULLW      Y6, Y11, Y11
+	VPMADDWD     1600(SI), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 6(SP), Y6
+	VPMULLW      Y6, Y10, Y10
+	VPMADDWD     1632(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPSRLW       $0x04, Y8, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y1, Y8
+	VPADDB       Y8, Y6, Y6
+	VPMOVSXBW    X6, Y10
+	VPBROADCASTW 8(SP), Y8
+	VPMULLW      Y8, Y10, Y10
+	VPMADDWD     1664(SI), Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 10(SP), Y8
+	VPMULLW      Y8, Y6, Y6
+	VPMADDWD     1696(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPSRLW       $0x04, Y9, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y2, Y7
+	VPADDB       Y7, Y6, Y6
+	VPMOVSXBW    X6, Y8
+	VPBROADCASTW 12(SP), Y7
+	VPMULLW      Y7, Y8, Y8
+	VPMADDWD     1728(SI), Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 14(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     1760(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      790(AX), Y7
+	VPAND        Y0, Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        Y0, Y7, Y7
+	VMOVDQU      694(AX), Y8
+	VMOVDQU      726(AX), Y9
+	VPAND        Y8, Y0, Y10
+	VPSHUFB      Y6, Y1, Y11
+	VPADDB       Y11, Y10, Y10
+	VPMOVSXBW    X10, Y12
+	VPBROADCASTW 16(SP), Y11
+	VPMULLW      Y11, Y12, Y12
+	VPMADDWD     1792(SI), Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 18(SP), Y11
+	VPMULLW      Y11, Y10, Y10
+	VPMADDWD     1824(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPAND        Y9, Y0, Y10
+	VPSHUFB      Y6, Y2, Y6
+	VPADDB       Y6, Y10, Y10
+	VPMOVSXBW    X10, Y11
+	VPBROADCASTW 20(SP), Y6
+	VPMULLW      Y6, Y11, Y11
+	VPMADDWD     1856(SI), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 22(SP), Y6
+	VPMULLW      Y6, Y10, Y10
+	VPMADDWD     1888(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPSRLW       $0x04, Y8, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y1, Y8
+	VPADDB       Y8, Y6, Y6
+	VPMOVSXBW    X6, Y10
+	VPBROADCASTW 24(SP), Y8
+	VPMULLW      Y8, Y10, Y10
+	VPMADDWD     1920(SI), Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 26(SP), Y8
+	VPMULLW      Y8, Y6, Y6
+	VPMADDWD     1952(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPSRLW       $0x04, Y9, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y2, Y7
+	VPADDB       Y7, Y6, Y6
+	VPMOVSXBW    X6, Y8
+	VPBROADCASTW 28(SP), Y7
+	VPMULLW      Y7, Y8, Y8
+	VPMADDWD     1984(SI), Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 30(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     2016(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPADDD       Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPADDD       X5, X4, X5
+	VPSHUFD      $0x4e, X5, X4
+	VPADDD       X4, X5, X5
+	VPSHUFD      $0xb1, X5, X4
+	VPADDD       X4, X5, X5
+	VMOVD        X5, 52(SP)
+	PREFETCHT0   4936(AX)
+	PREFETCHT0   5000(AX)
+	PREFETCHT0   5064(AX)
+	PREFETCHT0   5128(AX)
+	VPMOVSXBW    1032(AX), Y4
+	VMOVDQU      Y4, (SP)
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VMOVDQU      968(AX), Y7
+	VPAND        Y0, Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        Y0, Y7, Y7
+	VMOVDQU      840(AX), Y8
+	VMOVDQU      872(AX), Y9
+	VPAND        Y8, Y0, Y10
+	VPSHUFB      Y6, Y1, Y11
+	VPADDB       Y11, Y10, Y10
+	VPMOVSXBW    X10, Y12
+	VPBROADCASTW (SP), Y11
+	VPMULLW      Y11, Y12, Y12
+	VPMADDWD     2048(SI), Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 2(SP), Y11
+	VPMULLW      Y11, Y10, Y10
+	VPMADDWD     2080(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPAND        Y9, Y0, Y10
+	VPSHUFB      Y6, Y2, Y6
+	VPADDB       Y6, Y10, Y10
+	VPMOVSXBW    X10, Y11
+	VPBROADCASTW 4(SP), Y6
+	VPMULLW      Y6, Y11, Y11
+	VPMADDWD     2112(SI), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 6(SP), Y6
+	VPMULLW      Y6, Y10, Y10
+	VPMADDWD     2144(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPSRLW       $0x04, Y8, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y1, Y8
+	VPADDB       Y8, Y6, Y6
+	VPMOVSXBW    X6, Y10
+	VPBROADCASTW 8(SP), Y8
+	VPMULLW      Y8, Y10, Y10
+	VPMADDWD     2176(SI), Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 10(SP), Y8
+	VPMULLW      Y8, Y6, Y6
+	VPMADDWD     2208(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPSRLW       $0x04, Y9, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y2, Y7
+	VPADDB       Y7, Y6, Y6
+	VPMOVSXBW    X6, Y8
+	VPBROADCASTW 12(SP), Y7
+	VPMULLW      Y7, Y8, Y8
+	VPMADDWD     2240(SI), Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 14(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     2272(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      1000(AX), Y7
+	VPAND        Y0, Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        Y0, Y7, Y7
+	VMOVDQU      904(AX), Y8
+	VMOVDQU      936(AX), Y9
+	VPAND        Y8, Y0, Y10
+	VPSHUFB      Y6, Y1, Y11
+	VPADDB       Y11, Y10, Y10
+	VPMOVSXBW    X10, Y12
+	VPBROADCASTW 16(SP), Y11
+	VPMULLW      Y11, Y12, Y12
+	VPMADDWD     2304(SI), Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 18(SP), Y11
+	VPMULLW      Y11, Y10, Y10
+	VPMADDWD     2336(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPAND        Y9, Y0, Y10
+	VPSHUFB      Y6, Y2, Y6
+	VPADDB       Y6, Y10, Y10
+	VPMOVSXBW    X10, Y11
+	VPBROADCASTW 20(SP), Y6
+	VPMULLW      Y6, Y11, Y11
+	VPMADDWD     2368(SI), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 22(SP), Y6
+	VPMULLW      Y6, Y10, Y10
+	VPMADDWD     2400(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPSRLW       $0x04, Y8, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y1, Y8
+	VPADDB       Y8, Y6, Y6
+	VPMOVSXBW    X6, Y10
+	VPBROADCASTW 24(SP), Y8
+	VPMULLW      Y8, Y10, Y10
+	VPMADDWD     2432(SI), Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 26(SP), Y8
+	VPMULLW      Y8, Y6, Y6
+	VPMADDWD     2464(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPSRLW       $0x04, Y9, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y2, Y7
+	VPADDB       Y7, Y6, Y6
+	VPMOVSXBW    X6, Y8
+	VPBROADCASTW 28(SP), Y7
+	VPMULLW      Y7, Y8, Y8
+	VPMADDWD     2496(SI), Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 30(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     2528(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPADDD       Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPADDD       X5, X4, X5
+	VPSHUFD      $0x4e, X5, X4
+	VPADDD       X4, X5, X5
+	VPSHUFD      $0xb1, X5, X4
+	VPADDD       X4, X5, X5
+	VMOVD        X5, 56(SP)
+	PREFETCHT0   5146(AX)
+	PREFETCHT0   5210(AX)
+	PREFETCHT0   5274(AX)
+	PREFETCHT0   5338(AX)
+	VPMOVSXBW    1242(AX), Y4
+	VMOVDQU      Y4, (SP)
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VMOVDQU      1178(AX), Y7
+	VPAND        Y0, Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        Y0, Y7, Y7
+	VMOVDQU      1050(AX), Y8
+	VMOVDQU      1082(AX), Y9
+	VPAND        Y8, Y0, Y10
+	VPSHUFB      Y6, Y1, Y11
+	VPADDB       Y11, Y10, Y10
+	VPMOVSXBW    X10, Y12
+	VPBROADCASTW (SP), Y11
+	VPMULLW      Y11, Y12, Y12
+	VPMADDWD     2560(SI), Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 2(SP), Y11
+	VPMULLW      Y11, Y10, Y10
+	VPMADDWD     2592(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPAND        Y9, Y0, Y10
+	VPSHUFB      Y6, Y2, Y6
+	VPADDB       Y6, Y10, Y10
+	VPMOVSXBW    X10, Y11
+	VPBROADCASTW 4(SP), Y6
+	VPMULLW      Y6, Y11, Y11
+	VPMADDWD     2624(SI), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 6(SP), Y6
+	VPMULLW      Y6, Y10, Y10
+	VPMADDWD     2656(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPSRLW       $0x04, Y8, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y1, Y8
+	VPADDB       Y8, Y6, Y6
+	VPMOVSXBW    X6, Y10
+	VPBROADCASTW 8(SP), Y8
+	VPMULLW      Y8, Y10, Y10
+	VPMADDWD     2688(SI), Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 10(SP), Y8
+	VPMULLW      Y8, Y6, Y6
+	VPMADDWD     2720(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPSRLW       $0x04, Y9, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y2, Y7
+	VPADDB       Y7, Y6, Y6
+	VPMOVSXBW    X6, Y8
+	VPBROADCASTW 12(SP), Y7
+	VPMULLW      Y7, Y8, Y8
+	VPMADDWD     2752(SI), Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 14(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     2784(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      1210(AX), Y7
+	VPAND        Y0, Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        Y0, Y7, Y7
+	VMOVDQU      1114(AX), Y8
+	VMOVDQU      1146(AX), Y9
+	VPAND        Y8, Y0, Y10
+	VPSHUFB      Y6, Y1, Y11
+	VPADDB       Y11, Y10, Y10
+	VPMOVSXBW    X10, Y12
+	VPBROADCASTW 16(SP), Y11
+	VPMULLW      Y11, Y12, Y12
+	VPMADDWD     2816(SI), Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 18(SP), Y11
+	VPMULLW      Y11, Y10, Y10
+	VPMADDWD     2848(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPAND        Y9, Y0, Y10
+	VPSHUFB      Y6, Y2, Y6
+	VPADDB       Y6, Y10, Y10
+	VPMOVSXBW    X10, Y11
+	VPBROADCASTW 20(SP), Y6
+	VPMULLW      Y6, Y11, Y11
+	VPMADDWD     2880(SI), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 22(SP), Y6
+	VPMULLW      Y6, Y10, Y10
+	VPMADDWD     2912(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPSRLW       $0x04, Y8, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y1, Y8
+	VPADDB       Y8, Y6, Y6
+	VPMOVSXBW    X6, Y10
+	VPBROADCASTW 24(SP), Y8
+	VPMULLW      Y8, Y10, Y10
+	VPMADDWD     2944(SI), Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 26(SP), Y8
+	VPMULLW      Y8, Y6, Y6
+	VPMADDWD     2976(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPSRLW       $0x04, Y9, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y2, Y7
+	VPADDB       Y7, Y6, Y6
+	VPMOVSXBW    X6, Y8
+	VPBROADCASTW 28(SP), Y7
+	VPMULLW      Y7, Y8, Y8
+	VPMADDWD     3008(SI), Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 30(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     3040(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPADDD       Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPADDD       X5, X4, X5
+	VPSHUFD      $0x4e, X5, X4
+	VPADDD       X4, X5, X5
+	VPSHUFD      $0xb1, X5, X4
+	VPADDD       X4, X5, X5
+	VMOVD        X5, 60(SP)
+	PREFETCHT0   5356(AX)
+	PREFETCHT0   5420(AX)
+	PREFETCHT0   5484(AX)
+	PREFETCHT0   5548(AX)
+	VPMOVSXBW    1452(AX), Y4
+	VMOVDQU      Y4, (SP)
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VMOVDQU      1388(AX), Y7
+	VPAND        Y0, Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        Y0, Y7, Y7
+	VMOVDQU      1260(AX), Y8
+	VMOVDQU      1292(AX), Y9
+	VPAND        Y8, Y0, Y10
+	VPSHUFB      Y6, Y1, Y11
+	VPADDB       Y11, Y10, Y10
+	VPMOVSXBW    X10, Y12
+	VPBROADCASTW (SP), Y11
+	VPMULLW      Y11, Y12, Y12
+	VPMADDWD     3072(SI), Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 2(SP), Y11
+	VPMULLW      Y11, Y10, Y10
+	VPMADDWD     3104(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPAND        Y9, Y0, Y10
+	VPSHUFB      Y6, Y2, Y6
+	VPADDB       Y6, Y10, Y10
+	VPMOVSXBW    X10, Y11
+	VPBROADCASTW 4(SP), Y6
+	VPMULLW      Y6, Y11, Y11
+	VPMADDWD     3136(SI), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 6(SP), Y6
+	VPMULLW      Y6, Y10, Y10
+	VPMADDWD     3168(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPSRLW       $0x04, Y8, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y1, Y8
+	VPADDB       Y8, Y6, Y6
+	VPMOVSXBW    X6, Y10
+	VPBROADCASTW 8(SP), Y8
+	VPMULLW      Y8, Y10, Y10
+	VPMADDWD     3200(SI), Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 10(SP), Y8
+	VPMULLW      Y8, Y6, Y6
+	VPMADDWD     3232(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPSRLW       $0x04, Y9, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y2, Y7
+	VPADDB       Y7, Y6, Y6
+	VPMOVSXBW    X6, Y8
+	VPBROADCASTW 12(SP), Y7
+	VPMULLW      Y7, Y8, Y8
+	VPMADDWD     3264(SI), Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 14(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     3296(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      1420(AX), Y7
+	VPAND        Y0, Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        Y0, Y7, Y7
+	VMOVDQU      1324(AX), Y8
+	VMOVDQU      1356(AX), Y9
+	VPAND        Y8, Y0, Y10
+	VPSHUFB      Y6, Y1, Y11
+	VPADDB       Y11, Y10, Y10
+	VPMOVSXBW    X10, Y12
+	VPBROADCASTW 16(SP), Y11
+	VPMULLW      Y11, Y12, Y12
+	VPMADDWD     3328(SI), Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 18(SP), Y11
+	VPMULLW      Y11, Y10, Y10
+	VPMADDWD     3360(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPAND        Y9, Y0, Y10
+	VPSHUFB      Y6, Y2, Y6
+	VPADDB       Y6, Y10, Y10
+	VPMOVSXBW    X10, Y11
+	VPBROADCASTW 20(SP), Y6
+	VPMULLW      Y6, Y11, Y11
+	VPMADDWD     3392(SI), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 22(SP), Y6
+	VPMULLW      Y6, Y10, Y10
+	VPMADDWD     3424(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPSRLW       $0x04, Y8, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y1, Y8
+	VPADDB       Y8, Y6, Y6
+	VPMOVSXBW    X6, Y10
+	VPBROADCASTW 24(SP), Y8
+	VPMULLW      Y8, Y10, Y10
+	VPMADDWD     3456(SI), Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 26(SP), Y8
+	VPMULLW      Y8, Y6, Y6
+	VPMADDWD     3488(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPSRLW       $0x04, Y9, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y2, Y7
+	VPADDB       Y7, Y6, Y6
+	VPMOVSXBW    X6, Y8
+	VPBROADCASTW 28(SP), Y7
+	VPMULLW      Y7, Y8, Y8
+	VPMADDWD     3520(SI), Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 30(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     3552(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPADDD       Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPADDD       X5, X4, X5
+	VPSHUFD      $0x4e, X5, X4
+	VPADDD       X4, X5, X5
+	VPSHUFD      $0xb1, X5, X4
+	VPADDD       X4, X5, X5
+	VMOVD        X5, 64(SP)
+	PREFETCHT0   5566(AX)
+	PREFETCHT0   5630(AX)
+	PREFETCHT0   5694(AX)
+	PREFETCHT0   5758(AX)
+	VPMOVSXBW    1662(AX), Y4
+	VMOVDQU      Y4, (SP)
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VMOVDQU      1598(AX), Y7
+	VPAND        Y0, Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        Y0, Y7, Y7
+	VMOVDQU      1470(AX), Y8
+	VMOVDQU      1502(AX), Y9
+	VPAND        Y8, Y0, Y10
+	VPSHUFB      Y6, Y1, Y11
+	VPADDB       Y11, Y10, Y10
+	VPMOVSXBW    X10, Y12
+	VPBROADCASTW (SP), Y11
+	VPMULLW      Y11, Y12, Y12
+	VPMADDWD     3584(SI), Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 2(SP), Y11
+	VPMULLW      Y11, Y10, Y10
+	VPMADDWD     3616(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPAND        Y9, Y0, Y10
+	VPSHUFB      Y6, Y2, Y6
+	VPADDB       Y6, Y10, Y10
+	VPMOVSXBW    X10, Y11
+	VPBROADCASTW 4(SP), Y6
+	VPMULLW      Y6, Y11, Y11
+	VPMADDWD     3648(SI), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 6(SP), Y6
+	VPMULLW      Y6, Y10, Y10
+	VPMADDWD     3680(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPSRLW       $0x04, Y8, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y1, Y8
+	VPADDB       Y8, Y6, Y6
+	VPMOVSXBW    X6, Y10
+	VPBROADCASTW 8(SP), Y8
+	VPMULLW      Y8, Y10, Y10
+	VPMADDWD     3712(SI), Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 10(SP), Y8
+	VPMULLW      Y8, Y6, Y6
+	VPMADDWD     3744(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPSRLW       $0x04, Y9, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y2, Y7
+	VPADDB       Y7, Y6, Y6
+	VPMOVSXBW    X6, Y8
+	VPBROADCASTW 12(SP), Y7
+	VPMULLW      Y7, Y8, Y8
+	VPMADDWD     3776(SI), Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 14(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     3808(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      1630(AX), Y7
+	VPAND        Y0, Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        Y0, Y7, Y7
+	VMOVDQU      1534(AX), Y8
+	VMOVDQU      1566(AX), Y9
+	VPAND        Y8, Y0, Y10
+	VPSHUFB      Y6, Y1, Y11
+	VPADDB       Y11, Y10, Y10
+	VPMOVSXBW    X10, Y12
+	VPBROADCASTW 16(SP), Y11
+	VPMULLW      Y11, Y12, Y12
+	VPMADDWD     3840(SI), Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 18(SP), Y11
+	VPMULLW      Y11, Y10, Y10
+	VPMADDWD     3872(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPAND        Y9, Y0, Y10
+	VPSHUFB      Y6, Y2, Y6
+	VPADDB       Y6, Y10, Y10
+	VPMOVSXBW    X10, Y11
+	VPBROADCASTW 20(SP), Y6
+	VPMULLW      Y6, Y11, Y11
+	VPMADDWD     3904(SI), Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VEXTRACTI128 $0x01, Y10, X10
+	VPMOVSXBW    X10, Y10
+	VPBROADCASTW 22(SP), Y6
+	VPMULLW      Y6, Y10, Y10
+	VPMADDWD     3936(SI), Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPSRLW       $0x04, Y8, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y1, Y8
+	VPADDB       Y8, Y6, Y6
+	VPMOVSXBW    X6, Y10
+	VPBROADCASTW 24(SP), Y8
+	VPMULLW      Y8, Y10, Y10
+	VPMADDWD     3968(SI), Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 26(SP), Y8
+	VPMULLW      Y8, Y6, Y6
+	VPMADDWD     4000(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPSRLW       $0x04, Y9, Y6
+	VPAND        Y0, Y6, Y6
+	VPSHUFB      Y7, Y2, Y7
+	VPADDB       Y7, Y6, Y6
+	VPMOVSXBW    X6, Y8
+	VPBROADCASTW 28(SP), Y7
+	VPMULLW      Y7, Y8, Y8
+	VPMADDWD     4032(SI), Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VEXTRACTI128 $0x01, Y6, X6
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW 30(SP), Y7
+	VPMULLW      Y7, Y6, Y6
+	VPMADDWD     4064(SI), Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPADDD       Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPADDD       X5, X4, X5
+	VPSHUFD      $0x4e, X5, X4
+	VPADDD       X4, X5, X5
+	VPSHUFD      $0xb1, X5, X4
+	VPADDD       X4, X5, X5
+	VMOVD        X5, 68(SP)
+	VCVTDQ2PS    40(SP), Y4
+	VPXOR        X5, X5, X5
+	VPINSRW      $0x00, 208(AX), X5, X5
+	VPINSRW      $0x01, 418(AX), X5, X5
+	VPINSRW      $0x02, 628(AX), X5, X5
+	VPINSRW      $0x03, 838(AX), X5, X5
+	VPINSRW      $0x04, 1048(AX), X5, X5
+	VPINSRW      $0x05, 1258(AX), X5, X5
+	VPINSRW      $0x06, 1468(AX), X5, X5
+	VPINSRW      $0x07, 1678(AX), X5, X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y5, Y4, Y4
+	VMULPS       (DI), Y4, Y4
+	VCVTPS2PD    X4, Y5
+	VMOVAPD      X5, X6
+	VADDSD       X6, X3, X3
+	VUNPCKHPD    X6, X6, X6
+	VADDSD       X6, X3, X3
+	VEXTRACTF128 $0x01, Y5, X6
+	VADDSD       X6, X3, X3
+	VUNPCKHPD    X6, X6, X6
+	VADDSD       X6, X3, X3
+	VEXTRACTF128 $0x01, Y4, X4
+	VCVTPS2PD    X4, Y4
+	VMOVAPD      X4, X5
+	VADDSD       X5, X3, X3
+	VUNPCKHPD    X5, X5, X5
+	VADDSD       X5, X3, X3
+	VEXTRACTF128 $0x01, Y4, X5
+	VADDSD       X5, X3, X3
+	VUNPCKHPD    X5, X5, X5
+	VADDSD       X5, X3, X3
+	ADDQ         $0x00000690, AX
+	ADDQ         $0x00001000, SI
+	ADDQ         $0x20, DI
+	SUBQ         $0x08, R8
+	JMP          q6kAVX2_oct
+
 q6kAVX2_block:
+	CMPQ         R8, $0x00
+	JE           q6kAVX2_end
 	PREFETCHT0   4096(AX)
 	PREFETCHT0   4160(AX)
 	PREFETCHT0   4224(AX)
@@ -2428,14 +6011,16 @@ q6kAVX2_block:
 	ADDQ         $0x00000200, SI
 	ADDQ         $0x04, DI
 	DECQ         R8
-	JNE          q6kAVX2_block
-	VCVTSD2SS    X3, X3, X3
-	VMOVSS       X3, (BX)
-	ADDQ         $0x04, BX
-	MOVQ         32(SP), AX
-	ADDQ         stride+8(FP), AX
-	DECQ         CX
-	JMP          q6kAVX2_row
+	JMP          q6kAVX2_block
+
+q6kAVX2_end:
+	VCVTSD2SS X3, X3, X3
+	VMOVSS    X3, (BX)
+	ADDQ      $0x04, BX
+	MOVQ      32(SP), AX
+	ADDQ      stride+8(FP), AX
+	DECQ      CX
+	JMP       q6kAVX2_row
 
 q6kAVX2_done:
 	VZEROUPPER

@@ -73,6 +73,35 @@ func addBlock(p, total VecVirtual) {
 	VADDSD(p, total, total)
 }
 
+// addBlocks8 adds the eight float32 lanes of p, as float64, to total one
+// at a time in lane order: eight addBlock calls' sums, bit for bit.
+func addBlocks8(p, total VecVirtual) {
+	for half := 0; half < 2; half++ {
+		x := p.AsX()
+		if half == 1 {
+			x = XMM()
+			VEXTRACTF128(U8(1), p, x)
+		}
+		pd := YMM()
+		VCVTPS2PD(x, pd)
+		addPD4(pd, total)
+	}
+}
+
+// addPD4 adds the four float64 lanes of pd to total one at a time in
+// lane order.
+func addPD4(pd, total VecVirtual) {
+	lo, t := XMM(), XMM()
+	VMOVAPD(pd.AsX(), lo)
+	VADDSD(lo, total, total)
+	VUNPCKHPD(lo, lo, t)
+	VADDSD(t, total, total)
+	VEXTRACTF128(U8(1), pd, lo)
+	VADDSD(lo, total, total)
+	VUNPCKHPD(lo, lo, t)
+	VADDSD(t, total, total)
+}
+
 // rowStart opens the row loop (label name_row) and leaves it for the
 // kernel's exit (rowEnd's name_done) when no rows are left. It keeps the
 // row's first byte (wp, which the kernel walks through the row) for

@@ -49,35 +49,92 @@ func q4kAVX2(name string, five bool) {
 	total := XMM()
 	VXORPD(total, total, total)
 
-	Label(name + "_block")
-	prefetch(wp, blockBytes)
-	mins := q4kAVX2Scales(wp, 0, scw)
-	VPMULLD(Mem{Base: sp}, mins, mins) // m_s · S_s, exact
-
-	acc := YMM()
-	VPXOR(acc, acc, acc)
-	var qh VecVirtual
-	if five {
-		qh = YMM()
-	}
-	for j := 0; j < 4; j++ {
-		slo, shi := YMM(), YMM()
-		VPBROADCASTW(scw.Offset(4*j), slo)
-		VPBROADCASTW(scw.Offset(4*j+2), shi)
-		for h := 0; h < 2; h++ {
-			lo, hi := q4kAVX2Weights(wp, 0, qsOff, j, h, mask, one, qh, slo, shi)
-			VPMADDWD(Mem{Base: qp, Disp: 2 * (64*j + 16*h)}, lo, lo)
-			VPMADDWD(Mem{Base: qp, Disp: 2 * (64*j + 32 + 16*h)}, hi, hi)
-			VPADDD(lo, acc, acc)
-			VPADDD(hi, acc, acc)
+	// body emits a block's integer work at wp+wo (its x quants at
+	// qp+qo, sums at sp+so) and returns [T M T M].
+	body := func(wo, qo, so int) VecVirtual {
+		for off := 0; off < blockBytes; off += 64 {
+			PREFETCHT0(Mem{Base: wp, Disp: prefetchAhead + wo + off})
 		}
+		mins := q4kAVX2Scales(wp, wo, scw)
+		VPMULLD(Mem{Base: sp, Disp: so}, mins, mins) // m_s · S_s, exact
+		acc := YMM()
+		VPXOR(acc, acc, acc)
+		var qh VecVirtual
+		if five {
+			qh = YMM()
+		}
+		for j := 0; j < 4; j++ {
+			slo, shi := YMM(), YMM()
+			VPBROADCASTW(scw.Offset(4*j), slo)
+			VPBROADCASTW(scw.Offset(4*j+2), shi)
+			for h := 0; h < 2; h++ {
+				lo, hi := q4kAVX2Weights(wp, wo, qsOff, j, h, mask, one, qh, slo, shi)
+				VPMADDWD(Mem{Base: qp, Disp: qo + 2*(64*j+16*h)}, lo, lo)
+				VPMADDWD(Mem{Base: qp, Disp: qo + 2*(64*j+32+16*h)}, hi, hi)
+				VPADDD(lo, acc, acc)
+				VPADDD(hi, acc, acc)
+			}
+		}
+		// acc's lanes sum to T, mins' to M: [T M] in the low two lanes.
+		VPHADDD(mins, acc, acc) // [t01 t23 m01 m23 | t45 t67 m45 m67]
+		hiX := XMM()
+		VEXTRACTI128(U8(1), acc, hiX)
+		VPADDD(hiX, acc.AsX(), hiX) // [ta tb ma mb]
+		VPHADDD(hiX, hiX, hiX)      // [T M T M]
+		return hiX
 	}
-	// acc's lanes sum to T, mins' to M: [T M] in the low two lanes.
-	VPHADDD(mins, acc, acc) // [t01 t23 m01 m23 | t45 t67 m45 m67]
-	hiX := XMM()
-	VEXTRACTI128(U8(1), acc, hiX)
-	VPADDD(hiX, acc.AsX(), hiX) // [ta tb ma mb]
-	VPHADDD(hiX, hiX, hiX)      // [T M T M]
+
+	// Eight blocks at a time, their float steps side by side: each
+	// block's [T M] goes to tm8, and once the eight are in, lane by lane
+	// as one block's were (d·T − dmin·M, times the x's block scale, in
+	// float32, no fused multiply-add), then into the row's float64 total
+	// in block order, so the bits stay ref.go's. A block's steps one at a
+	// time are a serial chain its neighbours could not overlap.
+	tm8 := AllocLocal(64)
+	Label(name + "_oct")
+	CMPQ(nb, Imm(8))
+	JB(LabelRef(name + "_block"))
+	for b := 0; b < 8; b++ {
+		VMOVQ(body(b*blockBytes, b*512, b*32), tm8.Offset(8*b))
+	}
+	for half := 0; half < 2; half++ {
+		// [T M] and [d dmin] of four blocks, as [f32 pair] lanes.
+		tm := YMM()
+		VCVTDQ2PS(tm8.Offset(32*half), tm)
+		dx := XMM()
+		VMOVD(Mem{Base: wp, Disp: 4 * half * blockBytes}, dx)
+		for k := 1; k < 4; k++ {
+			VPINSRD(U8(k), Mem{Base: wp, Disp: (4*half + k) * blockBytes}, dx, dx)
+		}
+		dd := YMM()
+		VCVTPH2PS(dx, dd)  // [d dmin] of each
+		VMULPS(dd, tm, tm) // [d·T dmin·M]
+		mm := YMM()
+		VMOVSHDUP(tm, mm)
+		VSUBPS(mm, tm, tm) // d·T − dmin·M in the even lanes
+		sx := YMM()
+		VPMOVZXDQ(Mem{Base: dp, Disp: 16 * half}, sx) // the x's scales in the even lanes
+		VMULPS(sx, tm, tm)
+		// The four products' even lanes to the low ones, as float64.
+		pk := YMM()
+		VSHUFPS(U8(0x88), tm, tm, pk) // [p0 p1 p0 p1 | p2 p3 p2 p3]
+		VPERMQ(U8(0xd8), pk, pk)      // [p0 p1 p2 p3 | ...]
+		pd := YMM()
+		VCVTPS2PD(pk.AsX(), pd)
+		addPD4(pd, total)
+	}
+	ADDQ(U32(8*blockBytes), wp)
+	ADDQ(U32(8*2*256), qp)
+	ADDQ(U8(32), dp)
+	ADDQ(U32(8*32), sp)
+	SUBQ(Imm(8), nb)
+	JMP(LabelRef(name + "_oct"))
+
+	// The blocks past the last eight, one at a time.
+	Label(name + "_block")
+	CMPQ(nb, Imm(0))
+	JE(LabelRef(name + "_end"))
+	hiX := body(0, 0, 0)
 	tm := XMM()
 	VCVTDQ2PS(hiX, tm)
 	dd := XMM()
@@ -96,8 +153,9 @@ func q4kAVX2(name string, five bool) {
 	ADDQ(U8(4), dp)
 	ADDQ(U8(32), sp)
 	DECQ(nb)
-	JNE(LabelRef(name + "_block"))
+	JMP(LabelRef(name + "_block"))
 
+	Label(name + "_end")
 	rowEnd(name, total, nil, y, rows, wp, row0)
 }
 

@@ -39,39 +39,79 @@ func q6kAVX2(name string) {
 	total := XMM()
 	VXORPD(total, total, total)
 
-	Label(name + "_block")
-	prefetch(wp, 210)
-	sc := YMM()
-	VPMOVSXBW(Mem{Base: wp, Disp: 192}, sc)
-	VMOVDQU(sc, scw)
-	acc := [2]VecVirtual{YMM(), YMM()}
-	VPXOR(acc[0], acc[0], acc[0])
-	VPXOR(acc[1], acc[1], acc[1])
-	for h := 0; h < 2; h++ {
-		hn := q6kAVX2Highs(wp, 0, h, low4)
-		ql := [2]VecVirtual{YMM(), YMM()}
-		VMOVDQU(Mem{Base: wp, Disp: 64 * h}, ql[0])
-		VMOVDQU(Mem{Base: wp, Disp: 64*h + 32}, ql[1])
-		for j := 0; j < 4; j++ {
-			// The 32 elements 128h+32j+l as int8 w = q6 − 32.
-			w, t := YMM(), YMM()
-			if j < 2 {
-				VPAND(ql[j], low4, w)
-			} else {
-				VPSRLW(U8(4), ql[j-2], w)
-				VPAND(low4, w, w)
-			}
-			VPSHUFB(hn[j/2], lut[j%2], t)
-			VPADDB(t, w, w)
-			for half := 0; half < 2; half++ {
-				v := q6kAVX2Scaled(w, t, half, scw.Offset(2*(8*h+2*j+half)))
-				VPMADDWD(Mem{Base: qp, Disp: 2 * (128*h + 32*j + 16*half)}, v, v)
-				VPADDD(v, acc[half], acc[half])
+	// body emits a block's integer work at wp+wo (its x quants at
+	// qp+qo) and returns T in the low lane.
+	body := func(wo, qo int) VecVirtual {
+		for off := 0; off < 210; off += 64 {
+			PREFETCHT0(Mem{Base: wp, Disp: prefetchAhead + wo + off})
+		}
+		sc := YMM()
+		VPMOVSXBW(Mem{Base: wp, Disp: wo + 192}, sc)
+		VMOVDQU(sc, scw)
+		acc := [2]VecVirtual{YMM(), YMM()}
+		VPXOR(acc[0], acc[0], acc[0])
+		VPXOR(acc[1], acc[1], acc[1])
+		for h := 0; h < 2; h++ {
+			hn := q6kAVX2Highs(wp, wo, h, low4)
+			ql := [2]VecVirtual{YMM(), YMM()}
+			VMOVDQU(Mem{Base: wp, Disp: wo + 64*h}, ql[0])
+			VMOVDQU(Mem{Base: wp, Disp: wo + 64*h + 32}, ql[1])
+			for j := 0; j < 4; j++ {
+				// The 32 elements 128h+32j+l as int8 w = q6 − 32.
+				w, t := YMM(), YMM()
+				if j < 2 {
+					VPAND(ql[j], low4, w)
+				} else {
+					VPSRLW(U8(4), ql[j-2], w)
+					VPAND(low4, w, w)
+				}
+				VPSHUFB(hn[j/2], lut[j%2], t)
+				VPADDB(t, w, w)
+				for half := 0; half < 2; half++ {
+					v := q6kAVX2Scaled(w, t, half, scw.Offset(2*(8*h+2*j+half)))
+					VPMADDWD(Mem{Base: qp, Disp: qo + 2*(128*h+32*j+16*half)}, v, v)
+					VPADDD(v, acc[half], acc[half])
+				}
 			}
 		}
+		VPADDD(acc[1], acc[0], acc[0])
+		return hsumD(acc[0])
 	}
-	VPADDD(acc[1], acc[0], acc[0])
-	tx := hsumD(acc[0])
+
+	// Eight blocks at a time, their float steps side by side (q4kAVX2's
+	// reason): each block's T to t8, then d·T times the x's block scale
+	// lane by lane in float32, added to the row's float64 total in block
+	// order.
+	t8 := AllocLocal(32)
+	Label(name + "_oct")
+	CMPQ(nb, Imm(8))
+	JB(LabelRef(name + "_block"))
+	for b := 0; b < 8; b++ {
+		VMOVD(body(b*210, b*512), t8.Offset(4*b))
+	}
+	p8 := YMM()
+	VCVTDQ2PS(t8, p8)
+	dh := XMM()
+	VPXOR(dh, dh, dh)
+	for b := 0; b < 8; b++ {
+		VPINSRW(U8(b), Mem{Base: wp, Disp: 210*b + 208}, dh, dh)
+	}
+	d8 := YMM()
+	VCVTPH2PS(dh, d8)
+	VMULPS(d8, p8, p8)
+	VMULPS(Mem{Base: dp}, p8, p8)
+	addBlocks8(p8, total)
+	ADDQ(U32(8*210), wp)
+	ADDQ(U32(8*2*256), qp)
+	ADDQ(U8(32), dp)
+	SUBQ(Imm(8), nb)
+	JMP(LabelRef(name + "_oct"))
+
+	// The blocks past the last eight, one at a time.
+	Label(name + "_block")
+	CMPQ(nb, Imm(0))
+	JE(LabelRef(name + "_end"))
+	tx := body(0, 0)
 	p := XMM()
 	VCVTDQ2PS(tx, p)
 	dw, dx := GP32(), XMM()
@@ -86,8 +126,9 @@ func q6kAVX2(name string) {
 	ADDQ(U32(2*256), qp)
 	ADDQ(U8(4), dp)
 	DECQ(nb)
-	JNE(LabelRef(name + "_block"))
+	JMP(LabelRef(name + "_block"))
 
+	Label(name + "_end")
 	rowEnd(name, total, nil, y, rows, wp, row0)
 }
 
