@@ -135,15 +135,7 @@ func TestPlanCLIUsage(t *testing.T) {
 // memory the plan leaves (none when there is no room).
 // Sequential: it runs the command tree in-process.
 func TestPlanExpertsCLI(t *testing.T) {
-	dir := t.TempDir()
-	src := filepath.Join(dir, "moe.gguf")
-	if err := synth.Write(src, synth.Options{Arch: "mixtral", Shape: "tiny", Type: "q8_0", Seed: 1}); err != nil {
-		t.Fatal(err)
-	}
-	pool := filepath.Join(dir, "moe.pool")
-	if _, _, err := runCLI(t, "model", "prefab", src, "-o", pool, "-q"); err != nil {
-		t.Fatal(err)
-	}
+	src, pool := moeGGUFAndPool(t)
 	cases := []struct {
 		name string
 		args []string
@@ -177,21 +169,30 @@ func TestPlanExpertsCLI(t *testing.T) {
 	}
 }
 
+// moeGGUFAndPool writes the tiny Mixtral (q8_0, seed 1) and the pool
+// `strata model prefab` makes of it.
+func moeGGUFAndPool(t *testing.T) (gguf, pool string) {
+	t.Helper()
+	dir := t.TempDir()
+	gguf = filepath.Join(dir, "moe.gguf")
+	if err := synth.Write(gguf, synth.Options{Arch: "mixtral", Shape: "tiny", Type: "q8_0", Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	pool = filepath.Join(dir, "moe.pool")
+	if _, _, err := runCLI(t, "model", "prefab", gguf, "-o", pool, "-q"); err != nil {
+		t.Fatal(err)
+	}
+	return gguf, pool
+}
+
 // TestPlanRoutingCLI: `strata plan --routing` places the experts by the
 // calibration text's routing: the JSON says how many tokens it routed and
 // the resident experts' expected share of the picks, which is more than
 // their share of the experts (the most used experts, per byte, are the
 // resident ones); for a dense model it is an error.
 func TestPlanRoutingCLI(t *testing.T) {
+	_, pool := moeGGUFAndPool(t)
 	dir := t.TempDir()
-	src := filepath.Join(dir, "moe.gguf")
-	if err := synth.Write(src, synth.Options{Arch: "mixtral", Shape: "tiny", Type: "q8_0", Seed: 1}); err != nil {
-		t.Fatal(err)
-	}
-	pool := filepath.Join(dir, "moe.pool")
-	if _, _, err := runCLI(t, "model", "prefab", src, "-o", pool, "-q"); err != nil {
-		t.Fatal(err)
-	}
 	type planJSON struct {
 		Info struct {
 			RoutedTokens int              `json:"routed_tokens"`
