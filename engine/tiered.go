@@ -719,19 +719,7 @@ func (e *Engine) calibrateExperts(ctx context.Context) error {
 	if e.experts == nil {
 		return nil
 	}
-	host := counts
-	if dev := e.expertPlan.Device; dev != nil {
-		host = make([][]uint64, len(counts))
-		for l := range counts {
-			host[l] = slices.Clone(counts[l])
-			for x := range host[l] {
-				if l < len(dev) && x < len(dev[l]) && dev[l][x] {
-					host[l][x] = 0
-				}
-			}
-		}
-	}
-	return e.experts.rebalance(ctx, host)
+	return e.experts.rebalance(ctx, tier.OffDevice(counts, e.expertPlan.Device))
 }
 
 // Routing is the routing counts of the calibration text, per layer and

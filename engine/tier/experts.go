@@ -363,6 +363,23 @@ func CountsSince(before, after [][]uint64) [][]uint64 {
 	return out
 }
 
+// OffDevice is v (routing counts, or sizes) with the entries of the
+// experts device holds (by layer and expert; nil: none) at 0, in a copy:
+// the picks left to the CPU, which never computes an expert the device
+// holds (what host residency goes by), or the bytes it reads.
+func OffDevice[T uint64 | int64](v [][]T, device [][]bool) [][]T {
+	out := make([][]T, len(v))
+	for l := range v {
+		out[l] = slices.Clone(v[l])
+		for x := range out[l] {
+			if l < len(device) && x < len(device[l]) && device[l][x] {
+				out[l][x] = 0
+			}
+		}
+	}
+	return out
+}
+
 // placeLayers makes resident, in resident, the steps of each layer's
 // experts (most used per byte first) that save the CPU the most per byte
 // held, while they fit in left bytes, and returns what is left. A layer's

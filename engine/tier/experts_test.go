@@ -359,6 +359,36 @@ func TestCountsSince(t *testing.T) {
 	}
 }
 
+// TestOffDevice: the experts the device holds count 0 (routing counts and
+// sizes alike), the others as they were, a device list shorter than the
+// counts holds nothing past its end, no device leaves the values, and the
+// input is left alone.
+func TestOffDevice(t *testing.T) {
+	t.Parallel()
+	counts := [][]uint64{{4, 2, 7}, {3, 9, 1}, {5, 5, 5}}
+	device := [][]bool{{true, false, true}, {false, true}}
+	if got, want := OffDevice(counts, device), [][]uint64{{0, 2, 0}, {3, 0, 1}, {5, 5, 5}}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("OffDevice = %v, want %v", got, want)
+	}
+	if counts[0][0] != 4 || counts[1][1] != 9 {
+		t.Fatal("OffDevice changed its input")
+	}
+	if got := OffDevice(counts, nil); !slices.EqualFunc(got, counts, slices.Equal) {
+		t.Fatalf("no device: %v, want %v", got, counts)
+	}
+	sizes := [][]int64{{10, 20}, {30, 40}}
+	off := OffDevice(sizes, [][]bool{{false, true}, {true, true}})
+	if want := [][]int64{{10, 0}, {0, 0}}; !slices.EqualFunc(off, want, slices.Equal) {
+		t.Fatalf("OffDevice of sizes = %v, want %v", off, want)
+	}
+	if sizes[0][1] != 20 {
+		t.Fatal("OffDevice changed its sizes")
+	}
+	if off := OffDevice(sizes, nil); !slices.EqualFunc(off, sizes, slices.Equal) {
+		t.Fatalf("OffDevice of sizes with nothing on the device = %v", off)
+	}
+}
+
 // TestDeviceSwaps: while a model serves, the device's experts move only
 // when recent routing, checked on the window after it, is worth it:
 //   - routing that stays as it was moves nothing;

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -304,18 +303,8 @@ func planExperts(ctx context.Context, path string, o planOptions, p *tier.Plan, 
 	if r.Counts == nil || xp.Device == nil {
 		return &xp, nil
 	}
-	// The CPU never computes an expert the device holds, so host memory
-	// goes by the picks left to it.
-	left := make([][]uint64, len(r.Counts))
-	for l := range r.Counts {
-		left[l] = slices.Clone(r.Counts[l])
-		for x := range left[l] {
-			if l < len(xp.Device) && x < len(xp.Device[l]) && xp.Device[l][x] {
-				left[l][x] = 0
-			}
-		}
-	}
-	hp, err := tier.PlanExperts(sizes.Experts, left, p.ExpertBudget())
+	// Host memory goes by the picks the device leaves to the CPU.
+	hp, err := tier.PlanExperts(sizes.Experts, tier.OffDevice(r.Counts, xp.Device), p.ExpertBudget())
 	if err != nil {
 		return nil, err
 	}

@@ -286,22 +286,6 @@ type moeMeasured struct {
 	holdout [][]uint64
 }
 
-// offDevice is sizes with the experts device holds at 0 bytes: what the
-// CPU reads (routedTraffic of these counts only the experts off the
-// device).
-func offDevice(sizes [][]int64, device [][]bool) [][]int64 {
-	out := make([][]int64, len(sizes))
-	for l := range sizes {
-		out[l] = append([]int64(nil), sizes[l]...)
-		for e := range out[l] {
-			if l < len(device) && e < len(device[l]) && device[l][e] {
-				out[l][e] = 0
-			}
-		}
-	}
-	return out
-}
-
 // moeOnDevice decodes g again, for each measured routing, with the
 // experts that routing used most per byte in the device memory the
 // budget leaves beyond the plan (engine.DeviceExpertBudget: the budget
@@ -341,7 +325,7 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 		rt.prefix = "dev_" + rt.prefix
 		res.Notes = append(res.Notes, fmt.Sprintf("%s with experts in device memory (JSON keys %s*): %d experts (%s, %d whole layers) in the %s the budget leaves, those that save the CPU most per byte by the routing measured on a prefill of %d other tokens, the way they are placed chosen by the CPU rows' routing (%.2f of the picks of both; a CPU layer's fixed cost measured as %s of reads, gpu.Model.MoEHop); the others on the CPU; routed and read bytes count only the experts off the device, or every expert where a batch size's trial kept the CPU alone",
 			m.rt.short(), rt.prefix, xp.DeviceCount(), gib(xp.DeviceBytes), tier.WholeLayers(xp.Device), gib(left), batch*ctxLen, xp.DeviceHit, tier.FormatBytes(hop)))
-		off := offDevice(esizes, xp.Device)
+		off := tier.OffDevice(esizes, xp.Device) // what the CPU reads: routedTraffic counts only the experts off the device
 		for _, b := range []int{1, batch} {
 			if err := rn.moeDecode(ctx, res, g, off, esizes, mc, rt, b); err != nil {
 				return err
@@ -377,7 +361,7 @@ func (rn *runner) moeOnDevice(ctx context.Context, res *ScenarioResult, g *loade
 			rt.prefix = alt.prefix + m.rt.prefix
 			res.Notes = append(res.Notes, fmt.Sprintf("%s, experts in device memory %s (JSON keys %s*): %d experts (%d whole layers)",
 				m.rt.short(), alt.what, rt.prefix, xs.DeviceCount(), tier.WholeLayers(alt.device)))
-			if err := rn.moeDecode(ctx, res, g, offDevice(esizes, alt.device), esizes, mc, rt, 1); err != nil {
+			if err := rn.moeDecode(ctx, res, g, tier.OffDevice(esizes, alt.device), esizes, mc, rt, 1); err != nil {
 				return err
 			}
 		}

@@ -303,23 +303,6 @@ func TestMoEPlan(t *testing.T) {
 	}
 }
 
-// TestOffDevice: the sizes the CPU reads once the device holds some
-// experts (theirs 0).
-func TestOffDevice(t *testing.T) {
-	t.Parallel()
-	sizes := [][]int64{{10, 20}, {30, 40}}
-	off := offDevice(sizes, [][]bool{{false, true}, {true, true}})
-	if want := [][]int64{{10, 0}, {0, 0}}; !slices.EqualFunc(off, want, slices.Equal) {
-		t.Fatalf("offDevice = %v, want %v", off, want)
-	}
-	if sizes[0][1] != 20 {
-		t.Fatal("offDevice changed its input")
-	}
-	if off := offDevice(sizes, nil); !slices.EqualFunc(off, sizes, slices.Equal) {
-		t.Fatalf("offDevice with nothing on the device = %v", off)
-	}
-}
-
 // TestAddVersus: a way's batch-1 row against another's in the same run,
 // and no row where either is missing.
 func TestAddVersus(t *testing.T) {
