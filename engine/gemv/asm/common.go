@@ -170,12 +170,16 @@ var prefetchAhead = 4096
 
 // prefetch asks for the cache lines of the n bytes prefetchAhead past
 // base (a prefetch past the buffer's end is harmless: it never faults).
-func prefetch(base Register, n int) {
+func prefetch(base Register, n int) { prefetchAt(base, 0, n) }
+
+// prefetchAt is prefetch for the n bytes at base+off: one block of
+// several a loop step walks.
+func prefetchAt(base Register, off, n int) {
 	if prefetchAhead == 0 {
 		return
 	}
-	for off := 0; off < n; off += 64 {
-		PREFETCHT0(Mem{Base: base, Disp: prefetchAhead + off})
+	for o := 0; o < n; o += 64 {
+		PREFETCHT0(Mem{Base: base, Disp: prefetchAhead + off + o})
 	}
 }
 

@@ -52,9 +52,7 @@ func q4kAVX2(name string, five bool) {
 	// body emits a block's integer work at wp+wo (its x quants at
 	// qp+qo, sums at sp+so) and returns [T M T M].
 	body := func(wo, qo, so int) VecVirtual {
-		for off := 0; off < blockBytes; off += 64 {
-			PREFETCHT0(Mem{Base: wp, Disp: prefetchAhead + wo + off})
-		}
+		prefetchAt(wp, wo, blockBytes)
 		mins := q4kAVX2Scales(wp, wo, scw)
 		VPMULLD(Mem{Base: sp, Disp: so}, mins, mins) // m_s · S_s, exact
 		acc := YMM()

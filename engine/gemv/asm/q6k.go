@@ -42,9 +42,7 @@ func q6kAVX2(name string) {
 	// body emits a block's integer work at wp+wo (its x quants at
 	// qp+qo) and returns T in the low lane.
 	body := func(wo, qo int) VecVirtual {
-		for off := 0; off < 210; off += 64 {
-			PREFETCHT0(Mem{Base: wp, Disp: prefetchAhead + wo + off})
-		}
+		prefetchAt(wp, wo, 210)
 		sc := YMM()
 		VPMOVSXBW(Mem{Base: wp, Disp: wo + 192}, sc)
 		VMOVDQU(sc, scw)
