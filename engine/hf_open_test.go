@@ -96,8 +96,8 @@ func TestOpenWithHFDirectory(t *testing.T) {
 // Skipped without a usable GPU. Sequential: it opens GPU 0.
 func TestCUDAHFDirectory(t *testing.T) {
 	ctx := context.Background()
-	for _, name := range []string{"llama", "qwen2", "gemma3", "mixtral", "qwen3moe", "qwen3moe:tiny-128"} {
-		arch, shape, ok := strings.Cut(name, ":")
+	for _, name := range []string{"llama", "qwen2", "gemma3", "mixtral", "qwen3moe", "qwen3moe-tiny-128"} {
+		arch, shape, ok := strings.Cut(name, "-") // goldenNames' ARCH-SHAPE
 		if !ok {
 			shape = "tiny"
 		}
