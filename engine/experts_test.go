@@ -149,17 +149,7 @@ func TestExpertsOnStorage(t *testing.T) {
 
 	// Every storage expert's reads fail: read ahead or not, the request
 	// that needs one fails naming it; the next one is right.
-	engine.SettleExperts(e)
-	failing := failStorageExperts(t, e, pool, faulty)
-	_, _, err = greedy(t, e, n)
-	failedNaming(t, "CPU", err, failing)
-	faulty.Clear()
-	if ids, _, err = greedy(t, e, n); err != nil || !sameIDs(ids, wantIDs) {
-		t.Fatalf("next request: %v, %v; want %v", ids, err, wantIDs)
-	}
-	if st, _ := e.ExpertStats(); st.Failed == 0 {
-		t.Fatal("no failed read counted")
-	}
+	expertReadFails(t, "CPU", e, pool, faulty, n, wantIDs)
 
 	// Experts changed on storage under the engine: every read is checked
 	// (the default), so the request that reads one fails naming it, and
@@ -341,7 +331,14 @@ func TestExpertsOnStorageCUDA(t *testing.T) {
 		}
 		t.Logf("%s: %d of %d experts resident; %d uses resident, %d buffered, %d read (%s)", tc.name, x.Resident, x.Experts,
 			after.Resident, after.Buffered, after.Read, tier.FormatBytes(after.ReadBytes))
-		expertReadFails(t, tc.name, e, pool, faulty)
+		// What a request generates before the failures, as the one after
+		// them must.
+		want, _, err := greedy(t, e, 8)
+		if err != nil {
+			e.Close()
+			t.Fatalf("%s: request before the failures: %v", tc.name, err)
+		}
+		expertReadFails(t, tc.name, e, pool, faulty, 8, want)
 		e.Close()
 	}
 
@@ -358,19 +355,14 @@ func TestExpertsOnStorageCUDA(t *testing.T) {
 }
 
 // expertReadFails: with every storage expert's reads failing, the
-// request that needs one fails naming it (layer and expert), the engine
-// stays up, and once the reads succeed the next request generates what a
-// request before the failures did.
-func expertReadFails(t *testing.T, name string, e *engine.Engine, pool string, faulty *stream.FaultySource) {
+// request of n tokens that needs one fails naming it (layer and expert),
+// the engine stays up, and once the reads succeed the next request
+// generates want.
+func expertReadFails(t *testing.T, name string, e *engine.Engine, pool string, faulty *stream.FaultySource, n int, want []int32) {
 	t.Helper()
-	const n = 8
-	want, _, err := greedy(t, e, n)
-	if err != nil {
-		t.Fatalf("%s: request before the failures: %v", name, err)
-	}
 	engine.SettleExperts(e)
 	failing := failStorageExperts(t, e, pool, faulty)
-	_, _, err = greedy(t, e, n)
+	_, _, err := greedy(t, e, n)
 	failedNaming(t, name, err, failing)
 	faulty.Clear()
 	got, _, err := greedy(t, e, n)
