@@ -580,7 +580,9 @@ func (d *streamDev) IssueOnCompute() bool { return true }
 
 // Start implements stream.Clock.
 func (d *streamDev) Start() error {
-	d.marked = false
+	// A pass that moves nothing (every streamed layer on the CPU) has no
+	// timeline: not the last one that had.
+	d.marked, d.lastCopies, d.lastWaits = false, 0, 0
 	return d.c.Record(d.t0, d.compute)
 }
 
@@ -717,7 +719,9 @@ func (m *Model) LastPassLayers() (_ []LayerTimes, ok bool, err error) {
 	}
 	i := 0
 	for l, t := range m.tb.pipe.Tiers() {
-		if t == tier.TierA || i >= len(lt) {
+		if t == tier.TierA || i >= len(lt) || m.hy != nil && m.hy.whole[l] {
+			// Resident, or computed whole on the CPU: the pipeline moved
+			// nothing of it.
 			continue
 		}
 		lt[i].Layer = l
