@@ -129,14 +129,6 @@ type pass struct {
 	// trace is told TraceStarted and TraceLayers by a pass issued kernel
 	// by kernel (nil in a graph's capture: a replay reaches neither).
 	trace Tracer
-	// steps are the batch's sequences and token counts, in step order.
-	steps []stepRef
-}
-
-// stepRef is one step of a pass: its sequence and how many tokens it adds.
-type stepRef struct {
-	seq *Sequence
-	n   int
 }
 
 // own accepts, for model.CheckBatch, the open sequences this model made.
@@ -191,7 +183,6 @@ func planPass(batch []model.Step) pass {
 		p.R += n - first
 		p.maxPos = max(p.maxPos, s.pos+n-1)
 		p.T += n
-		p.steps = append(p.steps, stepRef{s, n})
 	}
 	return p
 }
@@ -330,9 +321,6 @@ func (m *Model) forward(ctx context.Context, batch []model.Step, exit int) error
 		m.scatterTokens(batch)
 	} else {
 		m.scatterLogits(batch)
-	}
-	if exit == 0 {
-		m.hy.advanceKV(p.steps)
 	}
 	for i := range batch {
 		batch[i].Seq.(*Sequence).pos += len(batch[i].Tokens)
@@ -526,12 +514,6 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 		if err := m.hy.apply(m.tb, T); err != nil {
 			return err
 		}
-		if err := m.hy.passTokens(p.steps); err != nil {
-			return err
-		}
-		if err := m.syncKV(c, p.steps); err != nil {
-			return fmt.Errorf("moving KV-cache rows between the GPU and the CPU: %w", err)
-		}
 	}
 	if streaming {
 		if err := m.tb.begin(ctx, c); err != nil {
@@ -558,32 +540,12 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 			}
 			return nil
 		}
-		if m.hy != nil && m.hy.whole[l] && p.exit == 0 {
-			// The CPU computes the layer whole (hybrid.go): the pipeline
-			// left it out, so its turn passes at once.
-			if streaming {
-				if _, _, err := m.tb.acquire(l, lw); err != nil {
-					return step("passing its turn", err)
-				}
-			}
-			if err := step("on the CPU", m.cpuLayer(ctx, c, l, T)); err != nil {
-				return err
-			}
-			if streaming {
-				if err := step("passing its turn", m.tb.done(l)); err != nil {
-					return err
-				}
-			}
-			cpuPass = true
-			continue
-		}
-		inSlot := false
 		if streaming {
-			lws, ok, err := m.tb.acquire(l, lw)
+			lws, inSlot, err := m.tb.acquire(l, lw)
 			if err != nil {
 				return step("waiting for its copy", err)
 			}
-			if inSlot = ok; inSlot {
+			if inSlot {
 				lw = lws
 				if err := step("unpacking q, k, v, o", m.unpack(c, s, l, &lw, unpackAttn)); err != nil {
 					return err
@@ -671,9 +633,6 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 			if streaming {
 				if err := step("releasing its slot", m.tb.done(l)); err != nil {
 					return err
-				}
-				if m.hy != nil && inSlot {
-					m.hy.ringDone()
 				}
 			}
 			if m.moe != nil {
@@ -763,9 +722,6 @@ func (m *Model) enqueuePass(ctx context.Context, c *cudadrv.Ctx, p *pass, fx *fi
 		if streaming {
 			if err := step("releasing its slot", m.tb.done(l)); err != nil {
 				return err
-			}
-			if m.hy != nil && inSlot {
-				m.hy.ringDone()
 			}
 		}
 	}

@@ -15,157 +15,38 @@ import (
 	"github.com/strata-llm/strata/engine/tier"
 )
 
-// TestHybridFidelity: with the FFN of some tier-B layers on the CPU, or
-// the whole layer (given plans for 1 and 2 tokens; the 16-token prompt
-// streams every layer whole, so the pipeline's copy lengths and the
-// layers it leaves out switch between passes, and the prompt's KV-cache
-// rows move to the CPU's cache for its whole layers) the logits and 64
-// greedy tokens match the CPU reference, and the CPU computed an FFN or
-// a layer per planned layer of every decode step.
+// TestHybridFidelity: with the FFN of some tier-B layers on the CPU (given
+// plans for 1 and 2 tokens; the 16-token prompt streams every layer whole,
+// so the pipeline's copy lengths switch between passes) the logits and 64
+// greedy tokens match the CPU reference, and the CPU computed an FFN per
+// planned layer of every decode step.
 func TestHybridFidelity(t *testing.T) {
 	gpu(t)
 	for _, tc := range []struct {
 		arch, typ string
 		streamed  []int
 		cpu       []int
-		whole     []int
 		slots     int
 	}{
-		{"llama", "q4_k_m", []int{0, 1}, []int{1}, nil, 1},
-		{"llama", "f32", []int{0, 1}, []int{0, 1}, nil, 2},
-		{"gemma2", "q4_k_m", []int{0, 1, 2, 3}, []int{1, 2}, nil, 2},
-		{"gemma2", "f32", []int{1, 2, 3}, []int{3}, nil, 3},
-		{"qwen2", "q4_k_m", []int{0, 1}, []int{1}, nil, 1},
-		{"gemma3", "q4_k_m", []int{3, 4, 5}, []int{4, 5}, nil, 2},
-		{"phi3", "q4_k_m", []int{0, 1}, []int{0, 1}, nil, 2}, // gate and up split on the host
-		// Whole layers: a run from the model's first layer, one after an
-		// FFN on the CPU, around a GPU layer, with biases, q/k norms,
-		// post-norms, local RoPE bases and windows, LongRoPE's factor
-		// (which scales the CPU's cached keys, not the GPU's) and a
-		// fused layer split on the host.
-		{"llama", "q4_k_m", []int{0, 1}, nil, []int{0, 1}, 1},
-		{"llama", "f32", []int{1}, nil, []int{1}, 1},
-		{"gemma2", "q4_k_m", []int{0, 1, 2, 3}, []int{1}, []int{2, 3}, 2},
-		{"qwen2", "q4_k_m", []int{0, 1}, []int{1}, []int{0}, 1},
-		{"qwen3", "q4_k_m", []int{0, 1}, nil, []int{1}, 1},
-		{"gemma3", "q4_k_m", []int{3, 4, 5}, []int{4}, []int{3, 5}, 2},
-		{"phi3", "q4_k_m", []int{0, 1}, nil, []int{0, 1}, 1},
+		{"llama", "q4_k_m", []int{0, 1}, []int{1}, 1},
+		{"llama", "f32", []int{0, 1}, []int{0, 1}, 2},
+		{"gemma2", "q4_k_m", []int{0, 1, 2, 3}, []int{1, 2}, 2},
+		{"gemma2", "f32", []int{1, 2, 3}, []int{3}, 3},
+		{"qwen2", "q4_k_m", []int{0, 1}, []int{1}, 1},
+		{"gemma3", "q4_k_m", []int{3, 4, 5}, []int{4, 5}, 2},
+		{"phi3", "q4_k_m", []int{0, 1}, []int{0, 1}, 2}, // gate and up split on the host
 	} {
-		t.Run(fmt.Sprintf("%s/%s/cpu%v/whole%v", tc.arch, tc.typ, tc.cpu, tc.whole), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%s/cpu%v", tc.arch, tc.typ, tc.cpu), func(t *testing.T) {
 			cpu := tinyModel(t, tc.arch, tc.typ)
-			g := loadGPU(t, cpu, Options{StreamLayers: tc.streamed, Slots: tc.slots,
-				Hybrid: &Hybrid{Plans: [][]int{tc.cpu, tc.cpu}, Whole: [][]int{tc.whole, tc.whole}}})
+			g := loadGPU(t, cpu, Options{StreamLayers: tc.streamed, Slots: tc.slots, Hybrid: &Hybrid{Plans: [][]int{tc.cpu, tc.cpu}}})
 			const steps = 64
 			worst := greedyCompare(t, cpu, []*Model{g}, promptTokens(cpu.Config.Vocab, 16, 1), steps)
 			st := g.HybridStats()
 			t.Logf("worst NMSE %.3g; CPU: %+v", worst[0], st)
-			if st.Passes != steps || st.Layers != int64(steps*len(tc.cpu)) || st.Whole != int64(steps*len(tc.whole)) || st.Busy <= 0 {
-				t.Errorf("CPU share %+v, want %d passes of %d FFNs and %d whole layers", st, steps, len(tc.cpu), len(tc.whole))
+			if st.Passes != steps || st.Layers != int64(steps*len(tc.cpu)) || st.Busy <= 0 {
+				t.Errorf("CPU share %+v, want %d passes of %d FFNs", st, steps, len(tc.cpu))
 			}
-			if tc.whole != nil && st.Synced != int64(16*len(tc.whole)) {
-				t.Errorf("%d KV rows moved, want the prompt's 16 for each of %d whole layers", st.Synced, len(tc.whole))
-			}
-			var moved []int
-			for _, l := range tc.streamed {
-				if !slices.Contains(tc.whole, l) {
-					moved = append(moved, l)
-				}
-			}
-			checkTimeline(t, g, moved, tc.cpu)
-		})
-	}
-}
-
-// TestHybridWholeCaches: a layer's place changing between passes (whole
-// on the CPU at one token a step, on the GPU at two) moves the KV-cache
-// rows the other side computed before the pass that needs them, through
-// truncation, a sequence copied from another, a batch of both and a
-// reset: every step's logits match the CPU reference doing the same.
-func TestHybridWholeCaches(t *testing.T) {
-	gpu(t)
-	ctx := context.Background()
-	for _, arch := range []string{"llama", "phi3"} {
-		t.Run(arch, func(t *testing.T) {
-			cpu := tinyModel(t, arch, "q4_k_m")
-			// One token: layers 0 and 1 whole on the CPU; two: layer 1 only.
-			g := loadGPU(t, cpu, Options{MaxSeqs: 2, StreamLayers: []int{0, 1}, Slots: 1,
-				Hybrid: &Hybrid{Plans: [][]int{nil, nil}, Whole: [][]int{{0, 1}, {1}}}})
-			type pair struct {
-				c *model.Sequence
-				g *Sequence
-			}
-			newPair := func() pair {
-				gs, err := g.NewSequence(64)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(gs.Close)
-				return pair{cpu.NewSequence(64), gs}
-			}
-			a, b := newPair(), newPair()
-			next := 1
-			tokens := func(n int) []int32 {
-				next++
-				return promptTokens(cpu.Config.Vocab, n, next)
-			}
-			step := func(what string, ps ...pair) {
-				t.Helper()
-				var cb, gb []model.Step
-				n := map[string]int{"prompt": 12, "two": 2}[what]
-				for _, p := range ps {
-					toks := tokens(max(n, 1))
-					cb = append(cb, model.Step{Seq: p.c, Tokens: toks})
-					gb = append(gb, model.Step{Seq: p.g, Tokens: toks})
-				}
-				if err := cpu.Forward(ctx, cb); err != nil {
-					t.Fatal(err)
-				}
-				if err := g.Forward(ctx, gb); err != nil {
-					t.Fatalf("%s: %v", what, err)
-				}
-				for i := range cb {
-					if e := quant.NMSE(gb[i].Logits[0], cb[i].Logits[0]); !(e <= maxNMSE) {
-						t.Fatalf("%s, step %d at %d: logits NMSE %.3g", what, i, ps[i].g.Pos(), e)
-					}
-				}
-			}
-			step("prompt", a)
-			for range 4 {
-				step("one", a)
-			}
-			step("two", a) // layer 0 back on the GPU: the CPU's rows go up
-			for range 3 {
-				step("one", a) // and down again
-			}
-			if err := a.c.Truncate(15); err != nil {
-				t.Fatal(err)
-			}
-			if err := a.g.Truncate(15); err != nil {
-				t.Fatal(err)
-			}
-			step("one", a)
-			step("two", a)
-			step("one", a)
-			if err := b.c.CopyFrom(a.c, a.c.Pos()-2); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.g.CopyFrom(a.g, a.g.Pos()-2); err != nil {
-				t.Fatal(err)
-			}
-			step("one", b)
-			step("one", a)
-			step("batch", a, b) // two tokens a pass: layer 0 on the GPU
-			step("one", b)
-			a.c.Reset()
-			a.g.Reset()
-			step("prompt", a)
-			step("one", a)
-			step("batch", a, b)
-			st := g.HybridStats()
-			t.Logf("CPU: %+v", st)
-			if st.Synced == 0 || st.Whole == 0 {
-				t.Errorf("no rows moved or no whole layer: %+v", st)
-			}
+			checkTimeline(t, g, tc.streamed, tc.cpu)
 		})
 	}
 }
@@ -178,12 +59,6 @@ func TestHybridWholeCaches(t *testing.T) {
 func checkTimeline(t *testing.T, g *Model, streamed, cpu []int) {
 	t.Helper()
 	lt, ok, err := g.LastPassLayers()
-	if len(streamed) == 0 {
-		if ok || err != nil {
-			t.Errorf("a pass that moved no layer: timeline %+v, ok %v, %v", lt, ok, err)
-		}
-		return
-	}
 	if err != nil || !ok {
 		t.Fatalf("LastPassLayers: ok %v, %v", ok, err)
 	}
@@ -231,9 +106,6 @@ func TestHybridRejects(t *testing.T) {
 	}{
 		{"resident layer", Options{StreamLayers: []int{1}, Hybrid: &Hybrid{Plans: [][]int{{0}}}}, "not a tier-B layer"},
 		{"nothing streamed", Options{Hybrid: &Hybrid{Plans: [][]int{{0}}}}, "no tier-B layers"},
-		{"whole where the CPU takes FFNs only", Options{StreamLayers: []int{1}, Hybrid: &Hybrid{Plans: [][]int{nil}, Whole: [][]int{{1}}, FFNOnly: true}}, "takes FFNs only"},
-		{"whole and FFN at once", Options{StreamLayers: []int{1}, Hybrid: &Hybrid{Plans: [][]int{{1}}, Whole: [][]int{{1}}}}, "both whole and by its FFN"},
-		{"more whole plans than plans", Options{StreamLayers: []int{1}, Hybrid: &Hybrid{Plans: [][]int{nil}, Whole: [][]int{{1}, {1}}}}, "plans of whole layers"},
 	} {
 		tc.opts.Kernels = gpuK
 		m, err := Load(gpuDev, cpu.Config, cpu.Weights, tc.opts)
@@ -259,11 +131,11 @@ func TestHybridReplan(t *testing.T) {
 		layers = append(layers, tier.HybridLayer{Index: 16 + i, Full: 120 << 20, Attn: 20 << 20, FFN: 100 << 20})
 	}
 	pl := &hybridPlanner{layers: layers, depth: 2, h2d: 55e9, hop: tier.DefaultHop}
-	fast, err := pl.plan(90e9, 90e9, 1)
+	fast, err := pl.plan(90e9, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &hybrid{planner: pl, plans: []tier.HybridPlan{fast}, rates: []float64{90e9}, wholeRates: []float64{90e9}, seen: make([]hybridSeen, 1), applied: 0}
+	h := &hybrid{planner: pl, plans: []tier.HybridPlan{fast}, rates: []float64{90e9}, seen: make([]hybridSeen, 1), applied: 0}
 	// passes run: the CPU's FFNs at the given rate
 	run := func(rate float64, passes int) {
 		s := &h.seen[0]
@@ -297,14 +169,6 @@ func TestHybridReplan(t *testing.T) {
 	h.seen[0].copyBytes, h.seen[0].copyBusy = 40e9, time.Second
 	if err := h.replan(1); err != nil || math.Abs(pl.h2d/40e9-1) > 1e-9 || h.seen[0].replans != 2 {
 		t.Fatalf("after the copy's drift: h2d %g (want 40e9), %d re-plans, %v", pl.h2d, h.seen[0].replans, err)
-	}
-	// The whole layers' rate is its own: drifting alone, it re-plans at
-	// the rate seen and leaves the FFNs' as it was.
-	rate = h.rates[0]
-	run(rate, replanPasses)
-	h.seen[0].wholeBytes, h.seen[0].wholeBusy = 45e9, time.Second
-	if err := h.replan(1); err != nil || math.Abs(h.rates[0]/rate-1) > 1e-9 || math.Abs(h.wholeRates[0]/45e9-1) > 1e-9 || h.seen[0].replans != 3 {
-		t.Fatalf("after the whole layers' drift: rates %g and %g (want %g and 45e9), %d re-plans, %v", h.rates[0], h.wholeRates[0], rate, h.seen[0].replans, err)
 	}
 	// At most maxReplans times.
 	for i := range 2 * maxReplans {

@@ -595,9 +595,6 @@ type Sequence struct {
 	pos  int
 	max  int
 	open bool
-	// kv is the sequence's cache on the CPU for the layers the hybrid
-	// placement may compute there whole (nil when none).
-	kv *hostKV
 }
 
 // NewSequence returns an empty sequence holding a free cache slot, whose
@@ -615,12 +612,8 @@ func (m *Model) NewSequence(maxCtx int) (*Sequence, error) {
 	}
 	for i, used := range m.slots {
 		if !used {
-			kv, err := m.hy.newHostKV(m.Config.Layers, maxCtx)
-			if err != nil {
-				return nil, fmt.Errorf("new sequence: %w", err)
-			}
 			m.slots[i] = true
-			return &Sequence{m: m, slot: i, max: maxCtx, open: true, kv: kv}, nil
+			return &Sequence{m: m, slot: i, max: maxCtx, open: true}, nil
 		}
 	}
 	return nil, fmt.Errorf("new sequence: %w (all %d in use)", ErrNoSlot, len(m.slots))
@@ -679,26 +672,12 @@ func (s *Sequence) CopyFrom(src model.Seq, n int) error {
 			return fmt.Errorf("copy sequence: %w", err)
 		}
 	}
-	if s.kv != nil && o.kv != nil && s != o {
-		for l := range s.kv.host {
-			s.kv.dev[l] = min(o.kv.dev[l], n)
-			if s.kv.host[l] = min(o.kv.host[l], n); s.kv.host[l] > 0 {
-				if err := s.kv.cache.ShareLayer(l, o.kv.cache, s.kv.host[l]); err != nil {
-					s.kv.cut(0)
-					return fmt.Errorf("copy sequence: %w", err)
-				}
-			}
-		}
-	}
 	s.pos = n
 	return nil
 }
 
 // Reset empties the sequence, keeping its cache slot.
-func (s *Sequence) Reset() {
-	s.pos = 0
-	s.kv.cut(0)
-}
+func (s *Sequence) Reset() { s.pos = 0 }
 
 // Truncate drops every token from position n on, so the next token takes
 // position n. It allows reusing a shared prefix.
@@ -707,6 +686,5 @@ func (s *Sequence) Truncate(n int) error {
 		return fmt.Errorf("truncate sequence to %d: out of range [0, %d]", n, s.pos)
 	}
 	s.pos = n
-	s.kv.cut(n)
 	return nil
 }

@@ -580,9 +580,7 @@ func (d *streamDev) IssueOnCompute() bool { return true }
 
 // Start implements stream.Clock.
 func (d *streamDev) Start() error {
-	// A pass that moves nothing (every streamed layer on the CPU) has no
-	// timeline: not the last one that had.
-	d.marked, d.lastCopies, d.lastWaits = false, 0, 0
+	d.marked = false
 	return d.c.Record(d.t0, d.compute)
 }
 
@@ -719,9 +717,7 @@ func (m *Model) LastPassLayers() (_ []LayerTimes, ok bool, err error) {
 	}
 	i := 0
 	for l, t := range m.tb.pipe.Tiers() {
-		if t == tier.TierA || i >= len(lt) || m.hy != nil && m.hy.whole[l] {
-			// Resident, or computed whole on the CPU: the pipeline moved
-			// nothing of it.
+		if t == tier.TierA || i >= len(lt) {
 			continue
 		}
 		lt[i].Layer = l

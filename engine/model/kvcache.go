@@ -85,29 +85,21 @@ func (s *Sequence) value(l, g, pos int) []float32 {
 }
 
 // reserve makes room for n positions (n <= s.max): the pages they need
-// that the cache lacks, in the layers it keeps.
+// that the cache lacks.
 func (s *Sequence) reserve(n int) {
 	pages := (n + pagePositions - 1) / pagePositions
-	if pages <= s.pages {
+	if len(s.k) == 0 || len(s.k[0]) >= pages {
 		return
 	}
 	size := pagePositions * s.m.Config.KVDim()
 	for l := range s.k {
-		if !s.keeps(l) {
-			continue
-		}
 		for len(s.k[l]) < pages {
 			s.k[l] = append(s.k[l], make([]float32, size))
 			s.v[l] = append(s.v[l], make([]float32, size))
 			s.own[l] = append(s.own[l], true)
 		}
 	}
-	s.pages = pages
 }
-
-// keeps reports whether the cache holds layer l (every layer but on a
-// device's cache, FFNDevice.NewCache).
-func (s *Sequence) keeps(l int) bool { return s.layers == nil || s.layers[l] }
 
 // sharePages makes layer l's pages holding o's first n positions s's
 // too (of the same model), in place of what s held there, neither

@@ -200,19 +200,13 @@ func New(cfg Config, w *Weights) (*Model, error) {
 	}
 	m := &Model{Config: cfg, Weights: w, pool: workpool.Default(), keepScratch: defaultKeptScratch, routeCounts: newRouteCounts(&cfg)}
 	m.src, m.resident = residentSource{w}, true
-	m.setRope()
-	return m, nil
-}
-
-// setRope sets the rotary angles per position from the configuration.
-func (m *Model) setRope() {
-	c := &m.Config
-	m.ropeFreq = RopeFrequencies(c.RopeTheta, c.HeadDim, c.RopeFreqs)
-	if c.RopeThetaLocal > 0 {
+	m.ropeFreq = RopeFrequencies(cfg.RopeTheta, cfg.HeadDim, cfg.RopeFreqs)
+	if cfg.RopeThetaLocal > 0 {
 		// The local layers' base comes without the global layers'
 		// scaling (llama.cpp's rope_freq_scale_train_swa is 1).
-		m.ropeFreqLocal = RopeFrequencies(c.RopeThetaLocal, c.HeadDim, nil)
+		m.ropeFreqLocal = RopeFrequencies(cfg.RopeThetaLocal, cfg.HeadDim, nil)
 	}
+	return m, nil
 }
 
 // RopeFrequencies returns the angle per position, in radians, of each of
@@ -271,11 +265,6 @@ type Sequence struct {
 	k, v   [][][]float32
 	own    [][]bool
 	closed bool
-	// pages is how many pages every kept layer holds at least; layers,
-	// when not nil, the layers the cache keeps (a device's cache,
-	// FFNDevice.NewCache).
-	pages  int
-	layers []bool
 }
 
 // NewSequence returns an empty sequence whose KV cache may grow to maxCtx
@@ -641,7 +630,22 @@ func (m *Model) forward(ctx context.Context, batch []Step, hidden func(h [][]flo
 		if err := m.embed(sc.h[t], tr.id); err != nil {
 			return fmt.Errorf("forward: %w", err)
 		}
-		m.rotations(t, tr.pos)
+		for i, f := range m.ropeFreq {
+			a := float64(tr.pos) * f
+			sc.cos[t][i] = float32(math.Cos(a))
+			sc.sin[t][i] = float32(math.Sin(a))
+		}
+		if af := c.RopeAttnFactor; af != 0 && af != 1 {
+			for i := range m.ropeFreq {
+				sc.cos[t][i] *= af
+				sc.sin[t][i] *= af
+			}
+		}
+		for i, f := range m.ropeFreqLocal {
+			a := float64(tr.pos) * f
+			sc.cosL[t][i] = float32(math.Cos(a))
+			sc.sinL[t][i] = float32(math.Sin(a))
+		}
 	}
 
 	for l := 0; l < c.Layers; l++ {
@@ -707,28 +711,6 @@ func (m *Model) forward(ctx context.Context, batch []Step, hidden func(h [][]flo
 		*sc = scratch{}
 	}
 	return nil
-}
-
-// rotations writes the RoPE cosines and sines of the pass's row t, at
-// position pos, to the scratch.
-func (m *Model) rotations(t, pos int) {
-	sc := &m.sc
-	for i, f := range m.ropeFreq {
-		a := float64(pos) * f
-		sc.cos[t][i] = float32(math.Cos(a))
-		sc.sin[t][i] = float32(math.Sin(a))
-	}
-	if af := m.Config.RopeAttnFactor; af != 0 && af != 1 {
-		for i := range m.ropeFreq {
-			sc.cos[t][i] *= af
-			sc.sin[t][i] *= af
-		}
-	}
-	for i, f := range m.ropeFreqLocal {
-		a := float64(pos) * f
-		sc.cosL[t][i] = float32(math.Cos(a))
-		sc.sinL[t][i] = float32(math.Sin(a))
-	}
 }
 
 // defaultKeptScratch is the largest activation buffer (in float32s, 256
@@ -843,9 +825,7 @@ func NewFFNDevice(cfg Config, impl gemv.Impl) (*FFNDevice, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("ffn device: %w", err)
 	}
-	m := &Model{Config: cfg, pool: workpool.Default(), keepScratch: defaultKeptScratch, fast: true, impl: impl, routeCounts: newRouteCounts(&cfg)}
-	m.setRope()
-	return &FFNDevice{m}, nil
+	return &FFNDevice{&Model{Config: cfg, pool: workpool.Default(), keepScratch: defaultKeptScratch, fast: true, impl: impl, routeCounts: newRouteCounts(&cfg)}}, nil
 }
 
 // SetExpertSource makes the device take the experts of MoE layers that

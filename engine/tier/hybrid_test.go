@@ -1,7 +1,6 @@
 package tier
 
 import (
-	"slices"
 	"testing"
 	"time"
 )
@@ -138,7 +137,7 @@ func TestPlanHybridNearTheBound(t *testing.T) {
 		if ratio := float64(p.Pass) / float64(bound); ratio > 1.15 {
 			t.Errorf("%s: pass %v is %.3f of the bound %v", tc.name, p.Pass, ratio, bound)
 		}
-		on := make([]Place, len(ls))
+		on := make([]bool, len(ls))
 		eligible := make([]int, len(ls))
 		for i := range eligible {
 			eligible[i] = i
@@ -147,7 +146,7 @@ func TestPlanHybridNearTheBound(t *testing.T) {
 		for x := 1; x <= len(ls); x++ {
 			clear(on)
 			for j := 0; j < x; j++ {
-				on[(2*j+1)*len(ls)/(2*x)] = FFNOnCPU
+				on[(2*j+1)*len(ls)/(2*x)] = true
 			}
 			if t := simulateHybrid(ls, on, 2, r); spread == 0 || t < time.Duration(spread) {
 				spread = int(t)
@@ -221,8 +220,8 @@ func TestPlanHybridWantsAClearGain(t *testing.T) {
 			t.Errorf("CPU %.3g B/s: no CPU layer, yet %v a pass against %v streamed, %d bytes on the CPU", cpu, p.Pass, p.Streamed, p.CPUBytes)
 		}
 		for i := range ls {
-			one := make([]Place, len(ls))
-			one[i] = FFNOnCPU
+			one := make([]bool, len(ls))
+			one[i] = true
 			if g := 1 - float64(simulateHybrid(ls, one, 2, r))/float64(p.Streamed); g > 0 && g < minHybridGain && len(p.CPU) == 0 {
 				sawSmallGain = true
 			}
@@ -230,102 +229,5 @@ func TestPlanHybridWantsAClearGain(t *testing.T) {
 	}
 	if !sawSmallGain {
 		t.Error("no CPU rate in the sweep where one CPU layer gains a little and the plan keeps them all streamed")
-	}
-}
-
-// TestPlanHybridWholeLayers: on the 8b half's streamed layers at the
-// rates of a host whose CPU is fast (the lead of the resident layers a
-// tenth of the pass), a plan that may put whole layers on the CPU puts
-// some there, in runs, and simulates faster than the best plan of FFNs
-// alone; what it moves and reads adds up.
-func TestPlanHybridWholeLayers(t *testing.T) {
-	t.Parallel()
-	const n = 16
-	mk := func(whole bool) []HybridLayer {
-		ls := make([]HybridLayer, n)
-		for i := range ls {
-			ls[i] = HybridLayer{Index: 16 + i, Full: 130_900_000, Attn: 25_200_000, FFN: 105_700_000, Whole: whole}
-		}
-		return ls
-	}
-	r := HybridRates{HostToDevice: 55.4e9, CPU: 134.2e9, Hop: DefaultHop, Lead: 1180 * time.Microsecond, Tail: 250 * time.Microsecond}
-	ffn, err := PlanHybrid(mk(false), 2, r, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	whole, err := PlanHybrid(mk(true), 2, r, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bound := float64(n*130_900_000) / (r.HostToDevice + r.CPU)
-	t.Logf("FFNs only: %v (%.3fx the combined-link bound), %d FFNs; whole layers allowed: %v (%.3fx), whole %v, FFNs %v",
-		ffn.Pass, ffn.Pass.Seconds()/bound, len(ffn.CPU), whole.Pass, whole.Pass.Seconds()/bound, whole.Whole, whole.CPU)
-	if len(whole.Whole) == 0 || whole.Pass >= ffn.Pass {
-		t.Fatalf("whole layers allowed: %v with %v whole, FFNs alone %v", whole.Pass, whole.Whole, ffn.Pass)
-	}
-	runs := 0
-	for i, l := range whole.Whole {
-		if i > 0 && whole.Whole[i-1] == l-1 {
-			runs++
-		}
-	}
-	if runs == 0 {
-		t.Errorf("whole layers %v: none next to another", whole.Whole)
-	}
-	var moved, cpu int64
-	for _, l := range mk(true) {
-		switch {
-		case slices.Contains(whole.Whole, l.Index):
-			cpu += l.Full
-		case slices.Contains(whole.CPU, l.Index):
-			moved, cpu = moved+l.Attn, cpu+l.FFN
-		default:
-			moved += l.Full
-		}
-	}
-	if whole.Moved != moved || whole.CPUBytes != cpu {
-		t.Errorf("moved %d, CPU %d bytes; want %d, %d", whole.Moved, whole.CPUBytes, moved, cpu)
-	}
-}
-
-// TestSimulateHybridHops: a run of whole CPU layers hands the hidden
-// state over once; the same layers apart, once each; a layer after a
-// resident one (not the previous index) hands it over again.
-func TestSimulateHybridHops(t *testing.T) {
-	t.Parallel()
-	ls := func(idx ...int) []HybridLayer {
-		var out []HybridLayer
-		for _, i := range idx {
-			out = append(out, HybridLayer{Index: i, Full: 1e6, Attn: 1e5, FFN: 9e5, Whole: true})
-		}
-		return out
-	}
-	// Copies all but free: the pass is the CPU's work and the hops.
-	r := HybridRates{HostToDevice: 1e18, CPU: 1e9, Hop: time.Millisecond}
-	W, G := WholeOnCPU, OnGPU
-	for _, tc := range []struct {
-		name  string
-		idx   []int
-		place []Place
-		hops  int
-	}{
-		{"a run", []int{4, 5, 6, 7}, []Place{W, W, G, G}, 1},
-		{"apart", []int{4, 5, 6, 7}, []Place{W, G, W, G}, 2},
-		{"after a resident layer", []int{4, 6}, []Place{W, W}, 2},
-		{"after an FFN on the CPU", []int{4, 5}, []Place{FFNOnCPU, W}, 1},
-	} {
-		got := simulateHybrid(ls(tc.idx...), tc.place, 2, r)
-		var cpu time.Duration
-		for i, p := range tc.place {
-			switch p {
-			case W:
-				cpu += time.Millisecond
-			case FFNOnCPU:
-				cpu += time.Duration(float64(ls(tc.idx...)[i].FFN) / r.CPU * 1e9)
-			}
-		}
-		if want := cpu + time.Duration(tc.hops)*r.Hop; (got - want).Abs() > time.Microsecond {
-			t.Errorf("%s: %v, want %v (%d hops)", tc.name, got, want, tc.hops)
-		}
 	}
 }

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (The trial's tree, 84a5bcb: the whole-layer placement this measured is deleted;
+# lab/hybrid/NOTES.md, "Whole layers on the CPU", has the figures.)
 # Device call: whole tier-B layers on the CPU (engine/tier's WholeOnCPU,
 # their KV cache in host memory) beside the FFN-only share. The hybrid
 # tests of engine/gpu (fidelity with whole layers, the caches' rows

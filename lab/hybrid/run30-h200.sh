@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (The trial's tree, 84a5bcb: the whole-layer placement this measured is deleted;
+# lab/hybrid/NOTES.md, "Whole layers on the CPU", has the figures.)
 # Device call: the hybrid tests of engine/gpu, then `bench engine --only
 # streamed` (the 8b half) three times and --only 70b once, each timing
 # the plan that may put whole layers on the CPU against the same model

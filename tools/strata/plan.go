@@ -440,12 +440,12 @@ func writeExpertPlan(w io.Writer, info planInfo) {
 // writeHybridPlans prints the CPU's share of tier B per batch size.
 func writeHybridPlans(w io.Writer, info planInfo) {
 	for i, hp := range info.Hybrid {
-		if len(hp.CPU)+len(hp.Whole) == 0 {
+		if len(hp.CPU) == 0 {
 			fmt.Fprintf(w, "hybrid, batch %d: the CPU (FFN %s measured) takes no layer: streaming is faster\n", hp.Batch, tier.FormatRate(info.CPURates[i]))
 			continue
 		}
-		fmt.Fprintf(w, "hybrid, batch %d: the CPU (FFN %s measured) computes %d tier-B layers %v whole and the FFN of %d %v from pinned memory; %s over PCIe and %s on the CPU a pass; streamed part %v (streaming alone %v)\n",
-			hp.Batch, tier.FormatRate(info.CPURates[i]), len(hp.Whole), hp.Whole, len(hp.CPU), hp.CPU, tier.FormatBytes(hp.Moved), tier.FormatBytes(hp.CPUBytes), dur(hp.Pass), dur(hp.Streamed))
+		fmt.Fprintf(w, "hybrid, batch %d: the CPU (FFN %s measured) computes the FFN of %d tier-B layers %v from pinned memory; %s over PCIe and %s on the CPU a pass; streamed part %v (streaming alone %v)\n",
+			hp.Batch, tier.FormatRate(info.CPURates[i]), len(hp.CPU), hp.CPU, tier.FormatBytes(hp.Moved), tier.FormatBytes(hp.CPUBytes), dur(hp.Pass), dur(hp.Streamed))
 	}
 }
 

@@ -111,22 +111,21 @@ func writeHybrid(w io.Writer, h engine.HybridInfo) {
 		if len(h.Rates) > 0 {
 			rate = fmt.Sprintf(", CPU FFN %.1f GB/s measured", h.Rates[0]/1e9)
 		}
-		fmt.Fprintf(w, "hybrid (1 token): the CPU computes %d layers %v whole and the FFN of %d layers %v from pinned memory; %s over PCIe and %s on the CPU a pass, expected %v (streaming alone %v)%s\n",
-			len(p.Whole), p.Whole, len(p.CPU), p.CPU, tier.FormatBytes(p.Moved), tier.FormatBytes(p.CPUBytes), dur(p.Pass), dur(p.Streamed), rate)
+		fmt.Fprintf(w, "hybrid (1 token): the CPU computes the FFN of %d layers %v from pinned memory; %s over PCIe and %s on the CPU a pass, expected %v (streaming alone %v)%s\n",
+			len(p.CPU), p.CPU, tier.FormatBytes(p.Moved), tier.FormatBytes(p.CPUBytes), dur(p.Pass), dur(p.Streamed), rate)
 	}
 	st := h.Stats
-	n := st.Layers + st.Whole
-	if n == 0 {
-		fmt.Fprintln(w, "cpu: no layer computed (no pass small enough for the hybrid plans)")
+	if st.Layers == 0 {
+		fmt.Fprintln(w, "cpu: no FFN computed (no pass small enough for the hybrid plans)")
 		return
 	}
 	gbps := 0.0
 	if st.Busy > 0 {
 		gbps = float64(st.Bytes) / st.Busy.Seconds() / 1e9
 	}
-	fmt.Fprintf(w, "cpu: %d FFNs and %d whole layers in %d passes, %s read at %.2f GB/s; busy %v, hops %v (%v a layer); %d KV-cache rows moved between the caches in %v\n",
-		st.Layers, st.Whole, st.Passes, tier.FormatBytes(st.Bytes), gbps, st.Busy.Round(time.Microsecond), st.Hop.Round(time.Microsecond),
-		(st.Hop / time.Duration(n)).Round(time.Microsecond), st.Synced, st.SyncTime.Round(time.Microsecond))
+	fmt.Fprintf(w, "cpu: %d FFNs in %d passes, %s read at %.2f GB/s; busy %v, hops %v (%v a layer)\n",
+		st.Layers, st.Passes, tier.FormatBytes(st.Bytes), gbps, st.Busy.Round(time.Microsecond), st.Hop.Round(time.Microsecond),
+		(st.Hop / time.Duration(st.Layers)).Round(time.Microsecond))
 }
 
 // writePipelineStats prints a pipeline's cumulative counters as a table.

@@ -881,12 +881,12 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 	}
 	defer g.Close()
 	plans, rates, _ := g.HybridPlans()
-	if len(plans) == 0 || len(plans[0].CPU)+len(plans[0].Whole) == 0 {
+	if len(plans) == 0 || len(plans[0].CPU) == 0 {
 		res.Notes = append(res.Notes, "hybrid: the plan gives the CPU no layer at batch 1")
 		return nil
 	}
-	res.Notes = append(res.Notes, fmt.Sprintf("hybrid: at load the CPU measured %.1f GB/s alone, and the plan gave it %d whole layers and the FFN of %d more of the %d streamed layers at batch 1",
-		rates[0]/1e9, len(plans[0].Whole), len(plans[0].CPU), len(opts.StreamLayers)))
+	res.Notes = append(res.Notes, fmt.Sprintf("hybrid: at load the CPU measured %.1f GB/s alone, and the plan gave it the FFN of %d of the %d streamed layers at batch 1",
+		rates[0]/1e9, len(plans[0].CPU), len(opts.StreamLayers)))
 	if _, err := rn.hostRead(ctx); err != nil {
 		return err
 	}
@@ -915,8 +915,8 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 	}
 	plans, rates, _ = g.HybridPlans()
 	p := plans[0]
-	res.Notes = append(res.Notes, fmt.Sprintf("hybrid: in the timed passes the CPU computed %d whole layers %v and the FFN of %d more %v of the %d streamed layers at batch 1 (planned for %.1f GB/s; %s over PCIe, %s on the CPU a pass), planned %.2f ms (lead %v, tail %v) vs %.2f ms streaming alone",
-		len(p.Whole), p.Whole, len(p.CPU), p.CPU, len(opts.StreamLayers), rates[0]/1e9, gib(p.Moved), gib(p.CPUBytes), ms(p.Pass), p.Lead.Round(time.Microsecond), p.Tail.Round(time.Microsecond), ms(p.Streamed)))
+	res.Notes = append(res.Notes, fmt.Sprintf("hybrid: in the timed passes the CPU computed the FFN of %d of the %d streamed layers at batch 1 (planned for %.1f GB/s; %s over PCIe, %s on the CPU a pass), planned %.2f ms (lead %v, tail %v) vs %.2f ms streaming alone",
+		len(p.CPU), len(opts.StreamLayers), rates[0]/1e9, gib(p.Moved), gib(p.CPUBytes), ms(p.Pass), p.Lead.Round(time.Microsecond), p.Tail.Round(time.Microsecond), ms(p.Streamed)))
 	r := ratioToPeer(h1.TokensPerSecond, rn.o.Peers, peer)
 	off := float64(p.Moved + p.CPUBytes)
 	limit := off / (rates[0] + rn.ceil.H2D)
@@ -946,39 +946,10 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 	res.Metrics = append(res.Metrics, Metric{Key: "hybrid_decode_b8_tps", Label: "hybrid decode, batch 8 (aggregate)", Value: h8.TokensPerSecond, Unit: "tok/s",
 		Ratio: r8, Goal: atLeast(r8, 0.98)})
 	st := g.HybridStats()
-	if n := st.Layers + st.Whole; n > 0 {
-		last := plans[len(plans)-1]
-		res.Notes = append(res.Notes, fmt.Sprintf("hybrid: %d FFNs and %d whole layers on the CPU at %.1f GB/s, %.0f µs of hand-over a layer; %d KV-cache rows moved between the caches in %v; batch 8 plan: %d whole layers and %d FFNs on the CPU",
-			st.Layers, st.Whole, float64(st.Bytes)/st.Busy.Seconds()/1e9, float64(st.Hop.Microseconds())/float64(n), st.Synced, st.SyncTime.Round(time.Microsecond), len(last.Whole), len(last.CPU)))
+	if st.Layers > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("hybrid: %d FFNs on the CPU at %.1f GB/s, %.0f µs a hop; batch 8 plan: %d CPU layers",
+			st.Layers, float64(st.Bytes)/st.Busy.Seconds()/1e9, float64(st.Hop.Microseconds())/float64(st.Layers), len(plans[len(plans)-1].CPU)))
 	}
-	if st.Whole == 0 {
-		return nil
-	}
-	// The same placement with the CPU kept to FFNs, in the same run: what
-	// computing whole layers there (their KV cache in host memory) buys.
-	if err := g.Close(); err != nil {
-		return err
-	}
-	opts.Hybrid = &gpu.Hybrid{HostToDevice: rn.ceil.H2D, FFNOnly: true}
-	f, err := rn.load(cpu, opts)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	rn.o.progress("  hybrid decode, FFNs only on the CPU, batch 1 and 8")
-	f1, err := gputime.TimeDecode(ctx, f.Model, gputime.DecodeOptions{Batch: 1, Prompt: 4, Warmup: 12, Steps: 16})
-	if err != nil {
-		return err
-	}
-	f8, err := gputime.TimeDecode(ctx, f.Model, gputime.DecodeOptions{Batch: 8, Prompt: 4, Warmup: 2, Steps: 6})
-	if err != nil {
-		return err
-	}
-	res.Metrics = append(res.Metrics,
-		Metric{Key: "hybrid_whole_vs_ffn_b1", Label: "hybrid decode, batch 1, whole layers allowed", Value: h1.TokensPerSecond, Unit: "tok/s",
-			Ratio: ratioTo(h1.TokensPerSecond, f1.TokensPerSecond, fmt.Sprintf("FFNs only on the CPU %s tok/s", formatValue(f1.TokensPerSecond)))},
-		Metric{Key: "hybrid_whole_vs_ffn_b8", Label: "hybrid decode, batch 8, whole layers allowed", Value: h8.TokensPerSecond, Unit: "tok/s",
-			Ratio: ratioTo(h8.TokensPerSecond, f8.TokensPerSecond, fmt.Sprintf("FFNs only on the CPU %s tok/s", formatValue(f8.TokensPerSecond)))})
 	return nil
 }
 
