@@ -94,6 +94,15 @@ func TestOpenWithHFDirectory(t *testing.T) {
 // Qwen3-MoE's per-expert tensors, which a GGUF holds merged; Qwen3-MoE
 // also with 128 experts, 8 picked, as the real models route).
 // Skipped without a usable GPU. Sequential: it opens GPU 0.
+//
+// Routing is discrete: where a token's k-th and next router scores lie
+// closer than the GPU's and the CPU's scores differ (an NMSE of ~1e-7 on
+// the logits is ~3e-4 relative), the two pick different experts and the
+// logits part beyond the bound for reasons that are not the directory's.
+// The 128-expert shape at seed 5 does so (layer 0, the prompt's second
+// token: scores 2.0e-4 apart near 2.4; logits NMSE 1.7e-4 at the first
+// step, from the GGUF as from the directory, resident or not), so it
+// runs at seed 7, whose routing has no such tie (NMSE 8e-8).
 func TestCUDAHFDirectory(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{"llama", "qwen2", "gemma3", "mixtral", "qwen3moe", "qwen3moe-tiny-128"} {
@@ -101,10 +110,14 @@ func TestCUDAHFDirectory(t *testing.T) {
 		if !ok {
 			shape = "tiny"
 		}
+		seed := uint64(5)
+		if shape == "tiny-128" {
+			seed = 7
+		}
 		t.Run(arch+"-"+shape, func(t *testing.T) {
 			dir := t.TempDir()
 			hfDir := filepath.Join(dir, "hf")
-			if err := synth.Write(filepath.Join(dir, "m.gguf"), synth.Options{Arch: arch, Shape: shape, Type: "f32", Seed: 5, HFDir: hfDir}); err != nil {
+			if err := synth.Write(filepath.Join(dir, "m.gguf"), synth.Options{Arch: arch, Shape: shape, Type: "f32", Seed: seed, HFDir: hfDir}); err != nil {
 				t.Fatal(err)
 			}
 			cpu, err := engine.OpenWith(ctx, hfDir, engine.Options{Backend: engine.BackendCPU, HostBudget: 1 << 30, Context: 64})

@@ -136,6 +136,10 @@ type MoEStats struct {
 	// on each side.
 	GPUExperts int64 `json:"gpu_experts"`
 	CPUExperts int64 `json:"cpu_experts"`
+	// CPUBytes is the expert weight bytes the CPU read for its picks:
+	// each expert once a block, however many tokens picked it
+	// (model.FFNDevice.ExpertBytes).
+	CPUBytes int64 `json:"cpu_bytes"`
 	// DeviceFound is the FFN blocks at one token whose resident picks the
 	// device found itself (kernels.MoEPicked: no launch per pick, no host
 	// for a layer whose experts are all resident); HostFree those of them
@@ -1215,6 +1219,7 @@ func (m *Model) MoEStats() (MoEStats, bool) {
 	if x.ps != nil {
 		x.ps.stats(&st.Streamed)
 	}
+	st.CPUBytes = x.dev.ExpertBytes()
 	return st, true
 }
 

@@ -70,6 +70,9 @@ type Model struct {
 	// skew is added to the router's scores, per layer and expert
 	// (SetRouterSkew); nil adds nothing.
 	skew [][]float32
+	// expertRead is the expert weight bytes the MoE blocks read
+	// (FFNDevice.ExpertBytes).
+	expertRead int64
 }
 
 // SetSkip makes later passes leave the given layers out: the hidden state
@@ -840,6 +843,16 @@ func (d *FFNDevice) SetRouterSkew(s float64) error { return d.m.SetRouterSkew(s)
 // ExpertCounts is Model.ExpertCounts of the device's passes: the routing
 // of the FFN blocks it ran (nil for a dense model).
 func (d *FFNDevice) ExpertCounts() [][]uint64 { return d.m.ExpertCounts() }
+
+// ExpertBytes is the expert weight bytes the device's FFN blocks have
+// read: each picked expert once a block, however many of the block's
+// tokens picked it (a split expert's part only). What the CPU's share of
+// a GPU's experts moves out of host memory.
+func (d *FFNDevice) ExpertBytes() int64 {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	return d.m.expertRead
+}
 
 // Run is Model.FFN on the device.
 func (d *FFNDevice) Run(ctx context.Context, l int, w *Layer, h [][]float32) error {

@@ -476,6 +476,13 @@ func (m *Model) moeRouted(ctx context.Context, l int, w *Layer, ahead bool) erro
 			return err
 		}
 	}
+	// The weight bytes this block reads: each picked expert once, whatever
+	// its tokens (a split expert's part only, added below).
+	for j, x := range ms.weights {
+		if ms.picked[j] != m.split.Expert || m.split.Cols == 0 {
+			m.expertRead += x.Bytes()
+		}
+	}
 	// A split expert's part: its gate and up's first cols rows, its
 	// down's first cols columns (rows a full row apart), on its pairs'
 	// activations cut to as many.
@@ -492,6 +499,9 @@ func (m *Model) moeRouted(ctx context.Context, l int, w *Layer, ahead bool) erro
 			d := &ms.part.Down
 			*d = Tensor{Name: x.Down.Name, Type: x.Down.Type, Rows: x.Down.Rows, Cols: cols}
 			d.Data = x.Down.Data[:(d.Rows-1)*stride+d.rowBytes()]
+			// The down's part is its rows' first cols columns, not the
+			// span they lie in.
+			m.expertRead += int64(len(ms.part.Gate.Data)+len(ms.part.Up.Data)) + int64(d.Rows)*int64(d.rowBytes())
 			lo, hi := ms.starts[j], ms.starts[j+1]
 			ms.partGs, ms.partUs = ms.partGs[:0], ms.partUs[:0]
 			for i := lo; i < hi; i++ {

@@ -609,10 +609,12 @@ func TestFFNRoutedSplit(t *testing.T) {
 		}
 		split := route
 		split.Split = ExpertSplit{Expert: 3, Cols: cut}
+		b0 := dev.ExpertBytes()
 		got, err := run(w, split)
 		if err != nil {
 			t.Fatalf("%s: %v", way, err)
 		}
+		b1 := dev.ExpertBytes()
 		want, err := run(zeroed, route)
 		if err != nil {
 			t.Fatal(err)
@@ -620,6 +622,30 @@ func TestFFNRoutedSplit(t *testing.T) {
 		full, err := run(w, route)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// What the blocks read: the split expert's part (its gate and up
+		// rows, its down's first columns of every row), then expert 3
+		// whole (expert 1 is not kept).
+		x := &w.Experts[3]
+		downPart, err := quant.Q6_K.RowBytes(cut)
+		if err != nil {
+			t.Fatal(err)
+		}
+		part := int64(cut*x.Gate.rowBytes()+cut*x.Up.rowBytes()) + int64(dim)*downPart
+		if d := b1 - b0; d != part {
+			t.Errorf("%s: the split block read %d expert bytes, want %d", way, d, part)
+		}
+		if d := dev.ExpertBytes() - b1; d != 2*x.Bytes() {
+			t.Errorf("%s: two whole blocks read %d expert bytes, want %d", way, d, 2*x.Bytes())
+		}
+		// Rows picking the same expert read it once.
+		b2 := dev.ExpertBytes()
+		two := [][]float32{slices.Clone(h), slices.Clone(h)}
+		if err := dev.RunRouted(context.Background(), 0, w, two, Routing{IDs: []int32{3, 1, 3, 0}, Weights: []float32{0.5, 0.5, 0.5, 0.5}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if d, want := dev.ExpertBytes()-b2, w.Experts[0].Bytes()+w.Experts[1].Bytes()+x.Bytes(); d != want {
+			t.Errorf("%s: two rows over experts {0, 1, 3} read %d expert bytes, want %d", way, d, want)
 		}
 		for i := range want {
 			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {

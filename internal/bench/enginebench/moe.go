@@ -571,6 +571,7 @@ func (rn *runner) moeDecode(ctx context.Context, res *ScenarioResult, g *loaded,
 	m, err := moeMetrics(moePass{
 		routing: rt, batch: b, tps: d.TokensPerSecond, perPass: d.PerPass, traffic: tr,
 		busy: (st1.Busy - st0.Busy) / time.Duration(opts.Steps), hop: (st1.Hop - st0.Hop) / time.Duration(opts.Steps),
+		moved:    float64(st1.CPUBytes-st0.CPUBytes+st1.Streamed.Bytes-st0.Streamed.Bytes+st1.Mapped.Bytes-st0.Mapped.Bytes) / float64(opts.Steps),
 		streamed: g.StreamedBytes(), cpu: rn.dram, h2d: rn.ceil.H2D, peer: peer, goal: rt.engineDefault(),
 	})
 	if err != nil {
@@ -613,6 +614,10 @@ type moePass struct {
 	busy, hop time.Duration
 	// streamed is the attention bytes a pass copies from tier B.
 	streamed int64
+	// moved is the expert bytes a pass moved out of host memory, as
+	// counted: the CPU's reads for its picks, the picks copied to the GPU
+	// and those it pulled (gpu.MoEStats' CPUBytes, Streamed and Mapped).
+	moved float64
 	// cpu and h2d are the CPU's (host memory read) and the pinned
 	// host-to-device rates, bytes/s.
 	cpu, h2d float64
@@ -647,6 +652,16 @@ func moeMetrics(p moePass) ([]Metric, error) {
 		m = append(m, Metric{Key: rt.prefix + "read" + sfx + "_mib_per_token", Label: "  expert bytes read per token (each routed expert once a pass; expected from the measured shares)",
 			Value: tr.ReadPerPass / float64(b) / (1 << 20), Unit: "MiB",
 			Ratio: ratioTo(tr.ReadPerPass/float64(b), tr.RoutedPerToken, fmt.Sprintf("routed %.1f MiB per token", tr.RoutedPerToken/(1<<20)))})
+	}
+	if tr.RoutedPerToken > 0 {
+		// What the engine counted moving against what the token's routed
+		// experts hold: 1 at batch 1 (each pick's expert moved once),
+		// below it batched (an expert several tokens picked moved once).
+		// The expected row above models the same from the experts'
+		// shares, which a few timed passes measure only roughly.
+		m = append(m, Metric{Key: rt.prefix + "moved" + sfx + "_mib_per_token", Label: "  expert bytes moved per token, counted (the CPU's reads, the picks copied and pulled)",
+			Value: p.moved / float64(b) / (1 << 20), Unit: "MiB",
+			Ratio: ratioTo(p.moved/float64(b), tr.RoutedPerToken, fmt.Sprintf("routed %.1f MiB per token", tr.RoutedPerToken/(1<<20)))})
 	}
 	m = append(m,
 		Metric{Key: rt.prefix + "cpu_busy" + sfx + "_ms", Label: "  CPU busy in the FFN blocks, per pass", Value: ms(p.busy), Unit: "ms",

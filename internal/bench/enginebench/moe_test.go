@@ -135,7 +135,7 @@ func TestMoEMetrics(t *testing.T) {
 	zipf := moeRouting{"zipf_", "zipf", 1.2}
 	peer := &Ratio{Value: 2, Basis: "llama.cpp 10 tok/s", BasisValue: 10, Peer: &Peer{System: "llama.cpp", Value: 10, Unit: "tok/s"}}
 	one := moePass{routing: own, batch: 1, tps: 20, perPass: 50 * time.Millisecond, traffic: moeTraffic{Tokens: 8, RoutedPerToken: 1 << 30, ReadPerPass: 1 << 30},
-		busy: 40 * time.Millisecond, hop: 5 * time.Millisecond, cpu: 100e9, h2d: 50e9, peer: peer}
+		busy: 40 * time.Millisecond, hop: 5 * time.Millisecond, cpu: 100e9, h2d: 50e9, peer: peer, moved: 1.5 * (1 << 30)}
 	// A way the engine does not take by default: the peer's ratio, no goal.
 	ablation, err := moeMetrics(one)
 	if err != nil {
@@ -156,29 +156,33 @@ func TestMoEMetrics(t *testing.T) {
 		}
 		return k
 	}
-	want1 := []string{"decode_tps", "routed_mib_per_token", "cpu_busy_ms", "cpu_hop_ms", "cpu_expert_gbps", "time_per_pass_ms", "time_per_pass_cpu_ms"}
+	want1 := []string{"decode_tps", "routed_mib_per_token", "moved_mib_per_token", "cpu_busy_ms", "cpu_hop_ms", "cpu_expert_gbps", "time_per_pass_ms", "time_per_pass_cpu_ms"}
 	if !slices.Equal(keys(m1), want1) {
 		t.Fatalf("batch-1 keys %q, want %q", keys(m1), want1)
 	}
 	if g := m1[0].Goal; g == nil || g.Op != ">=" || g.Target != 1.5 || !g.Met {
 		t.Errorf("peer goal %+v", g)
 	}
-	if m1[1].Value != 1024 || m1[2].Ratio.Value != 0.8 {
-		t.Errorf("routed %v MiB, busy share %v", m1[1].Value, m1[2].Ratio.Value)
+	if m1[1].Value != 1024 || m1[3].Ratio.Value != 0.8 {
+		t.Errorf("routed %v MiB, busy share %v", m1[1].Value, m1[3].Ratio.Value)
+	}
+	// Counted 1.5 GiB moved where the routed experts hold 1 GiB.
+	if m1[2].Value != 1536 || m1[2].Ratio.Value != 1.5 {
+		t.Errorf("moved %v MiB, %v of the routed", m1[2].Value, m1[2].Ratio.Value)
 	}
 	// 1 GiB at 100 GB/s in 40 ms: 26.8 GB/s, 0.268 of the host read.
-	if r := m1[4].Ratio.Value; math.Abs(r-float64(1<<30)/0.04/100e9) > 1e-9 {
+	if r := m1[5].Ratio.Value; math.Abs(r-float64(1<<30)/0.04/100e9) > 1e-9 {
 		t.Errorf("CPU expert rate ratio %v", r)
 	}
 	// Nothing streamed: the combined limit is 1 GiB over 150 GB/s.
-	if r := m1[5].Ratio.Value; math.Abs(r-0.05/(float64(1<<30)/150e9)) > 1e-6 {
+	if r := m1[6].Ratio.Value; math.Abs(r-0.05/(float64(1<<30)/150e9)) > 1e-6 {
 		t.Errorf("combined-limit ratio %v", r)
 	}
-	m8, err := moeMetrics(moePass{routing: zipf, batch: 8, tps: 80, perPass: 100 * time.Millisecond, traffic: tr, cpu: 100e9, h2d: 50e9, streamed: 1 << 30})
+	m8, err := moeMetrics(moePass{routing: zipf, batch: 8, tps: 80, perPass: 100 * time.Millisecond, traffic: tr, cpu: 100e9, h2d: 50e9, streamed: 1 << 30, moved: 2 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want8 := []string{"zipf_decode_b8_tps", "zipf_routed_b8_mib_per_token", "zipf_read_b8_mib_per_token", "zipf_cpu_busy_b8_ms", "zipf_cpu_hop_b8_ms",
+	want8 := []string{"zipf_decode_b8_tps", "zipf_routed_b8_mib_per_token", "zipf_read_b8_mib_per_token", "zipf_moved_b8_mib_per_token", "zipf_cpu_busy_b8_ms", "zipf_cpu_hop_b8_ms",
 		"zipf_time_per_pass_b8_ms", "zipf_time_per_pass_cpu_b8_ms"}
 	if !slices.Equal(keys(m8), want8) {
 		t.Fatalf("batch-8 keys %q, want %q", keys(m8), want8)
@@ -188,6 +192,11 @@ func TestMoEMetrics(t *testing.T) {
 	}
 	if r := m8[2].Ratio.Value; r != 0.5 {
 		t.Errorf("read per token ÷ routed %v, want 0.5", r)
+	}
+	// 2 GiB counted a pass of 8: 256 MiB a token, a quarter of what the
+	// routed experts hold.
+	if m := m8[3]; m.Value != 256 || m.Ratio.Value != 0.25 {
+		t.Errorf("moved %v MiB a token, %v of the routed", m.Value, m.Ratio.Value)
 	}
 	// Every routed expert in device memory, nothing streamed: no limit,
 	// no ratio (a ratio to 0 would not encode as JSON).
