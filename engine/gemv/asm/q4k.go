@@ -50,7 +50,9 @@ func q4kAVX2(name string, five bool) {
 	VXORPD(total, total, total)
 
 	// body emits a block's integer work at wp+wo (its x quants at
-	// qp+qo, sums at sp+so) and returns [T M T M].
+	// qp+qo, sums at sp+so) and returns [t01 t23 m01 m23 | t45 t67 m45
+	// m67]: lanes whose low pairs sum to T and high pairs to M in each
+	// half.
 	body := func(wo, qo, so int) VecVirtual {
 		prefetchAt(wp, wo, blockBytes)
 		mins := q4kAVX2Scales(wp, wo, scw)
@@ -73,27 +75,47 @@ func q4kAVX2(name string, five bool) {
 				VPADDD(hi, acc, acc)
 			}
 		}
-		// acc's lanes sum to T, mins' to M: [T M] in the low two lanes.
+		// acc's lanes sum to T, mins' to M.
 		VPHADDD(mins, acc, acc) // [t01 t23 m01 m23 | t45 t67 m45 m67]
+		return acc
+	}
+	// tmOf finishes one block's body to [T M T M].
+	tmOf := func(v VecVirtual) VecVirtual {
 		hiX := XMM()
-		VEXTRACTI128(U8(1), acc, hiX)
-		VPADDD(hiX, acc.AsX(), hiX) // [ta tb ma mb]
-		VPHADDD(hiX, hiX, hiX)      // [T M T M]
+		VEXTRACTI128(U8(1), v, hiX)
+		VPADDD(hiX, v.AsX(), hiX) // [ta tb ma mb]
+		VPHADDD(hiX, hiX, hiX)    // [T M T M]
 		return hiX
 	}
 
-	// Eight blocks at a time, their float steps side by side: each
-	// block's [T M] goes to tm8, and once the eight are in, lane by lane
-	// as one block's were (d·T − dmin·M, times the x's block scale, in
-	// float32, no fused multiply-add), then into the row's float64 total
-	// in block order, so the bits stay ref.go's. A block's steps one at a
-	// time are a serial chain its neighbours could not overlap.
+	// Eight blocks at a time, their sums and float steps side by side:
+	// four blocks' lanes are reduced together to their [T M] pairs
+	// (integer sums, exact in any order) and go to tm8; once the eight
+	// are in, lane by lane as one block's were (d·T − dmin·M, times the
+	// x's block scale, in float32, no fused multiply-add), then into the
+	// row's float64 total in block order, so the bits stay ref.go's. A
+	// block's steps one at a time are a serial chain its neighbours
+	// could not overlap, and a block's own horizontal sums cost as much
+	// as four blocks' together.
 	tm8 := AllocLocal(64)
 	Label(name + "_oct")
 	CMPQ(nb, Imm(8))
 	JB(LabelRef(name + "_block"))
-	for b := 0; b < 8; b++ {
-		VMOVQ(body(b*blockBytes, b*512, b*32), tm8.Offset(8*b))
+	for quad := 0; quad < 2; quad++ {
+		var pair [2]VecVirtual
+		for p := 0; p < 2; p++ {
+			b := 4*quad + 2*p
+			v0 := body(b*blockBytes, b*512, b*32)
+			v1 := body((b+1)*blockBytes, (b+1)*512, (b+1)*32)
+			// [T0lo M0lo T1lo M1lo | T0hi M0hi T1hi M1hi]
+			VPHADDD(v1, v0, v0)
+			pair[p] = v0
+		}
+		lo, hi := YMM(), YMM()
+		VPERM2I128(U8(0x20), pair[1], pair[0], lo) // the four blocks' low halves
+		VPERM2I128(U8(0x31), pair[1], pair[0], hi) // and their high ones
+		VPADDD(hi, lo, lo)                         // [T M] of the four, in order
+		VMOVDQU(lo, tm8.Offset(32*quad))
 	}
 	for half := 0; half < 2; half++ {
 		// [T M] and [d dmin] of four blocks, as [f32 pair] lanes.
@@ -132,7 +154,7 @@ func q4kAVX2(name string, five bool) {
 	Label(name + "_block")
 	CMPQ(nb, Imm(0))
 	JE(LabelRef(name + "_end"))
-	hiX := body(0, 0, 0)
+	hiX := tmOf(body(0, 0, 0))
 	tm := XMM()
 	VCVTDQ2PS(hiX, tm)
 	dd := XMM()

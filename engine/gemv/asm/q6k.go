@@ -40,7 +40,7 @@ func q6kAVX2(name string) {
 	VXORPD(total, total, total)
 
 	// body emits a block's integer work at wp+wo (its x quants at
-	// qp+qo) and returns T in the low lane.
+	// qp+qo) and returns eight int32 lanes that sum to T.
 	body := func(wo, qo int) VecVirtual {
 		prefetchAt(wp, wo, 210)
 		sc := YMM()
@@ -73,22 +73,36 @@ func q6kAVX2(name string) {
 			}
 		}
 		VPADDD(acc[1], acc[0], acc[0])
-		return hsumD(acc[0])
+		return acc[0]
 	}
 
-	// Eight blocks at a time, their float steps side by side (q4kAVX2's
-	// reason): each block's T to t8, then d·T times the x's block scale
-	// lane by lane in float32, added to the row's float64 total in block
+	// Eight blocks at a time, their sums and float steps side by side
+	// (q4kAVX2's reason): the eight blocks' lanes reduced together to
+	// their T's in block order (a transpose by horizontal adds; integer
+	// sums, exact in any order), then d·T times the x's block scale lane
+	// by lane in float32, added to the row's float64 total in block
 	// order.
-	t8 := AllocLocal(32)
 	Label(name + "_oct")
 	CMPQ(nb, Imm(8))
 	JB(LabelRef(name + "_block"))
-	for b := 0; b < 8; b++ {
-		VMOVD(body(b*210, b*512), t8.Offset(4*b))
+	var four [2]VecVirtual
+	for h := 0; h < 2; h++ {
+		var pair [2]VecVirtual
+		for p := 0; p < 2; p++ {
+			b := 4*h + 2*p
+			v0 := body(b*210, b*512)
+			v1 := body((b+1)*210, (b+1)*512)
+			VPHADDD(v1, v0, v0) // per half [b01 b23 (b+1)01 (b+1)23]
+			pair[p] = v0
+		}
+		VPHADDD(pair[1], pair[0], pair[0]) // per half the four blocks' partial T's
+		four[h] = pair[0]
 	}
 	p8 := YMM()
-	VCVTDQ2PS(t8, p8)
+	VPERM2I128(U8(0x20), four[1], four[0], p8) // blocks 0-7's low halves' T's
+	VPERM2I128(U8(0x31), four[1], four[0], four[0])
+	VPADDD(four[0], p8, p8) // T of the eight, in order
+	VCVTDQ2PS(p8, p8)
 	dh := XMM()
 	VPXOR(dh, dh, dh)
 	for b := 0; b < 8; b++ {
@@ -109,7 +123,7 @@ func q6kAVX2(name string) {
 	Label(name + "_block")
 	CMPQ(nb, Imm(0))
 	JE(LabelRef(name + "_end"))
-	tx := body(0, 0)
+	tx := hsumD(body(0, 0))
 	p := XMM()
 	VCVTDQ2PS(tx, p)
 	dw, dx := GP32(), XMM()
