@@ -59,22 +59,7 @@ func q4kAVX2(name string, five bool) {
 		VPMULLD(Mem{Base: sp, Disp: so}, mins, mins) // m_s · S_s, exact
 		acc := YMM()
 		VPXOR(acc, acc, acc)
-		var qh VecVirtual
-		if five {
-			qh = YMM()
-		}
-		for j := 0; j < 4; j++ {
-			slo, shi := YMM(), YMM()
-			VPBROADCASTW(scw.Offset(4*j), slo)
-			VPBROADCASTW(scw.Offset(4*j+2), shi)
-			for h := 0; h < 2; h++ {
-				lo, hi := q4kAVX2Weights(wp, wo, qsOff, j, h, mask, one, qh, slo, shi)
-				VPMADDWD(Mem{Base: qp, Disp: qo + 2*(64*j+16*h)}, lo, lo)
-				VPMADDWD(Mem{Base: qp, Disp: qo + 2*(64*j+32+16*h)}, hi, hi)
-				VPADDD(lo, acc, acc)
-				VPADDD(hi, acc, acc)
-			}
-		}
+		q4kAVX2Products(wp, wo, qsOff, scw, mask, one, five, qp, func(int) int { return qo }, []VecVirtual{acc})
 		// acc's lanes sum to T, mins' to M.
 		VPHADDD(mins, acc, acc) // [t01 t23 m01 m23 | t45 t67 m45 m67]
 		return acc
@@ -218,25 +203,7 @@ func q4kAVX2x(name string, five bool) {
 			acc[t] = YMM()
 			VPXOR(acc[t], acc[t], acc[t])
 		}
-		var qh VecVirtual
-		if five {
-			qh = YMM()
-		}
-		for j := 0; j < 4; j++ {
-			slo, shi := YMM(), YMM()
-			VPBROADCASTW(scw.Offset(4*j), slo)
-			VPBROADCASTW(scw.Offset(4*j+2), shi)
-			for h := 0; h < 2; h++ {
-				lo, hi := q4kAVX2Weights(wp, wo, qsOff, j, h, mask, one, qh, slo, shi)
-				for t := 0; t < T; t++ {
-					p := YMM()
-					VPMADDWD(Mem{Base: qp, Disp: qo(t) + 2*(64*j+16*h)}, lo, p)
-					VPADDD(p, acc[t], acc[t])
-					VPMADDWD(Mem{Base: qp, Disp: qo(t) + 2*(64*j+32+16*h)}, hi, p)
-					VPADDD(p, acc[t], acc[t])
-				}
-			}
-		}
+		q4kAVX2Products(wp, wo, qsOff, scw, mask, one, five, qp, qo, acc)
 		dd := XMM()
 		VMOVD(Mem{Base: wp, Disp: wo}, dd)
 		VCVTPH2PS(dd, dd) // [d dmin 0 0]
@@ -283,6 +250,40 @@ func q4kAVX2x(name string, five bool) {
 
 	Label(name + "_end")
 	tot.rowEnd(name, y, rows, wp, row0)
+}
+
+// q4kAVX2Products adds the products of the Q4_K (Q5_K: five) block at
+// wp+wo, its scales in scw, with each vector's int16 quants at
+// qp+qo(t) into acc[t]: each part of the weights widened and scaled once
+// for every vector. One vector takes its products in the weights' own
+// registers; several need a register for each product.
+func q4kAVX2Products(wp Register, wo, qsOff int, scw Mem, mask, one VecVirtual, five bool, qp Register, qo func(t int) int, acc []VecVirtual) {
+	var qh VecVirtual
+	if five {
+		qh = YMM()
+	}
+	for j := 0; j < 4; j++ {
+		slo, shi := YMM(), YMM()
+		VPBROADCASTW(scw.Offset(4*j), slo)
+		VPBROADCASTW(scw.Offset(4*j+2), shi)
+		for h := 0; h < 2; h++ {
+			lo, hi := q4kAVX2Weights(wp, wo, qsOff, j, h, mask, one, qh, slo, shi)
+			if len(acc) == 1 {
+				VPMADDWD(Mem{Base: qp, Disp: qo(0) + 2*(64*j+16*h)}, lo, lo)
+				VPMADDWD(Mem{Base: qp, Disp: qo(0) + 2*(64*j+32+16*h)}, hi, hi)
+				VPADDD(lo, acc[0], acc[0])
+				VPADDD(hi, acc[0], acc[0])
+				continue
+			}
+			for t := range acc {
+				p := YMM()
+				VPMADDWD(Mem{Base: qp, Disp: qo(t) + 2*(64*j+16*h)}, lo, p)
+				VPADDD(p, acc[t], acc[t])
+				VPMADDWD(Mem{Base: qp, Disp: qo(t) + 2*(64*j+32+16*h)}, hi, p)
+				VPADDD(p, acc[t], acc[t])
+			}
+		}
+	}
 }
 
 // q4kAVX2Scales unpacks the scales and mins of the block at wp+wo (ref.go's
