@@ -144,6 +144,11 @@ type Options struct {
 	// model opened through the engine as the daemon serves it
 	// (DefaultMoEServed from the CLI); 0 leaves the row out.
 	MoEServed int
+	// MoEServedBatch is the number of requests the moe scenario's served
+	// batch decodes at once (DefaultMoEServedBatch from the CLI), each
+	// MoEServedBatchTokens long (0: DefaultMoEServedBatchTokens); 0 or 1
+	// leaves the rows out.
+	MoEServedBatch, MoEServedBatchTokens int
 	// Timeline adds, after each hybrid decode at batch 1, a note per
 	// streamed layer of the last timed pass (gpu.Model.LastPassLayers).
 	Timeline bool
@@ -209,6 +214,12 @@ func (o *Options) fill() error {
 	}
 	if o.MoEServed < 0 {
 		return fmt.Errorf("moe served decode of %d tokens", o.MoEServed)
+	}
+	if o.MoEServedBatch < 0 || o.MoEServedBatchTokens < 0 {
+		return fmt.Errorf("moe served batch of %d requests of %d tokens", o.MoEServedBatch, o.MoEServedBatchTokens)
+	}
+	if o.MoEServedBatchTokens == 0 {
+		o.MoEServedBatchTokens = DefaultMoEServedBatchTokens
 	}
 	if o.MoEZipf < 0 || math.IsNaN(o.MoEZipf) || math.IsInf(o.MoEZipf, 0) {
 		return fmt.Errorf("moe Zipf exponent %v: want a finite exponent >= 0", o.MoEZipf)
@@ -350,6 +361,9 @@ func (rn *runner) run(ctx context.Context, sc Scenario) []ScenarioResult {
 					// budget afresh. Its failure leaves the rows above.
 					if err := rn.moeServed(ctx, res, mc, engine.BackendCUDA); err != nil {
 						res.Notes = append(res.Notes, fmt.Sprintf("served decode: not measured: %v", err))
+					}
+					if err := rn.moeServedBatch(ctx, res, mc, engine.BackendCUDA); err != nil {
+						res.Notes = append(res.Notes, fmt.Sprintf("served batch: not measured: %v", err))
 					}
 					return nil
 				}})

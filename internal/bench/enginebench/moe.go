@@ -44,12 +44,12 @@ func (c MoECase) peerName() string {
 	return strings.ToLower(strings.NewReplacer("-", "_").Replace("moe_" + c.name() + "_decode"))
 }
 
-// moePeerNames are the peer figures of MoECases: short decodes, and the
-// served decode's length.
+// moePeerNames are the peer figures of MoECases: short decodes, the
+// served decode's length, and the served batch's.
 func moePeerNames() []string {
 	var out []string
 	for _, c := range MoECases {
-		out = append(out, c.peerName(), c.servedPeerName(DefaultMoEServed))
+		out = append(out, c.peerName(), c.servedPeerName(DefaultMoEServed), c.servedBatchPeerName(DefaultMoEServedBatch, DefaultMoEServedBatchTokens))
 	}
 	return out
 }

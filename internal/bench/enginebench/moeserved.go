@@ -2,7 +2,10 @@ package enginebench
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/sample"
@@ -129,6 +132,198 @@ func servedMetrics(sv served, n int, peer *Ratio) ([]Metric, []string, error) {
 		servedPrompt, sv.promptSize, n, sv.onDevice, sv.deviceGiB, sv.moved)}
 	if sv.onDevice == 0 {
 		notes = append(notes, "served decode: no expert in device memory: the hit rows count nothing")
+	}
+	return m, notes, nil
+}
+
+// DefaultMoEServedBatch is the moe scenario's served batch: that many
+// requests at once through the daemon's scheduler, every pass advancing
+// all of them (llama.cpp's llama-batched-bench at as many sequences is
+// its peer).
+const DefaultMoEServedBatch = 8
+
+// DefaultMoEServedBatchTokens is each of the served batch's requests'
+// length: a thousand tokens over the batch, enough passes for the
+// adapter to follow the routing, few enough for Mixtral's rate to finish
+// them in a device call.
+const DefaultMoEServedBatchTokens = 128
+
+// servedBatchPrompts are the served batch's requests' prompts, one each
+// (cycled, numbered, past the last): different texts, so the sequences
+// route as different users' would.
+var servedBatchPrompts = []string{
+	servedPrompt,
+	"Write a short story about a lighthouse keeper who finds a message in a bottle.",
+	"Explain how a compiler turns source code into machine instructions.",
+	"The recipe calls for flour, butter, two eggs and a pinch of salt. First,",
+	"List the planets of the solar system and one fact about each.",
+	"Dear committee, I am writing to apply for the position of",
+	"In economics, the law of supply and demand states that",
+	"func main() {\n\tfmt.Println(\"hello\")\n}\n// This Go program",
+}
+
+// servedBatchPeerName is the peers-file figure of the served batch:
+// llama.cpp's aggregate decode of seqs sequences of tokens each
+// ("moe_qwen3moe_30b_a3b_8gib_decode_b8_128").
+func (c MoECase) servedBatchPeerName(seqs, tokens int) string {
+	return fmt.Sprintf("%s_b%d_%d", c.peerName(), seqs, tokens)
+}
+
+// batchTimer is the served batch's sched.Observer: the wall time and
+// decode tokens of the passes that advanced every sequence of the batch
+// and read no prompt, each pass's time taken from the previous pass's end
+// (the scheduler's work between passes counts).
+type batchTimer struct {
+	seqs    int
+	mu      sync.Mutex
+	last    time.Time
+	tokens  int
+	passes  int
+	elapsed time.Duration
+}
+
+func (t *batchTimer) Pass(seqs, promptTokens, decodeTokens int, _ time.Duration) {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if seqs == t.seqs && promptTokens == 0 && !t.last.IsZero() {
+		t.tokens += decodeTokens
+		t.passes++
+		t.elapsed += now.Sub(t.last)
+	}
+	t.last = now
+}
+
+func (t *batchTimer) FirstToken(time.Duration)  {}
+func (t *batchTimer) Finished(string, int, int) {}
+func (t *batchTimer) CancelLag(int)             {}
+
+// moeServedBatch opens the case's model through the engine for a batch
+// of rn.o.MoEServedBatch sequences and decodes that many requests at once
+// through the daemon's scheduler, rn.o.MoEServedBatchTokens greedy tokens
+// each from different text prompts: the aggregate rate of the passes that
+// advance them all, the served row's batch counterpart.
+func (rn *runner) moeServedBatch(ctx context.Context, res *ScenarioResult, mc MoECase, backend string) error {
+	seqs, n := rn.o.MoEServedBatch, rn.o.MoEServedBatchTokens
+	if seqs <= 1 || n <= 0 {
+		return nil
+	}
+	e, err := engine.OpenWith(ctx, res.Model, engine.Options{Backend: backend, DeviceBudget: mc.Budget, Context: n + 128, Batch: seqs})
+	if err != nil {
+		return fmt.Errorf("served batch: %w", err)
+	}
+	defer e.Close()
+	bt := &batchTimer{seqs: seqs}
+	s := sched.New(e.Backend(), e.Tok, sched.Config{MaxBatch: seqs, MaxQueue: seqs, Observer: bt})
+	if st := s.Stats(); st.MaxBatch < seqs {
+		return fmt.Errorf("served batch: the backend advances at most %d sequences a pass, want %d", st.MaxBatch, seqs)
+	}
+	info0, ok := e.Experts()
+	if !ok {
+		return fmt.Errorf("served batch: %s has no experts", res.Model)
+	}
+	// Every request queued before the scheduler runs: its first pass
+	// reads all the prompts, and every pass after advances them all.
+	handles := make([]*sched.Handle, seqs)
+	promptTokens := 0
+	var submitErr error
+	for i := range handles {
+		text := servedBatchPrompts[i%len(servedBatchPrompts)]
+		if i >= len(servedBatchPrompts) {
+			text = fmt.Sprintf("%d. %s", i/len(servedBatchPrompts)+1, text)
+		}
+		p := e.Tok.Encode(text, true, false)
+		promptTokens += len(p)
+		if handles[i], submitErr = s.Submit(ctx, sched.Request{Prompt: p, MaxTokens: n, Sample: sample.Greedy()}); submitErr != nil {
+			submitErr = fmt.Errorf("served batch: request %d: %w", i+1, submitErr)
+			break
+		}
+	}
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		s.Run(runCtx)
+	}()
+	defer func() {
+		s.Close(errors.New("served batch finished"))
+		stop()
+		<-ran
+	}()
+	if submitErr != nil {
+		return submitErr
+	}
+	short := 0
+	for i, h := range handles {
+		var got int
+		for ev := range h.Events {
+			if ev.Token >= 0 {
+				got++
+			}
+			if ev.Err != nil {
+				return fmt.Errorf("served batch: request %d: %w", i+1, ev.Err)
+			}
+		}
+		if got < n {
+			short++
+		}
+	}
+	info1, _ := e.Experts()
+	bt.mu.Lock()
+	tokens, passes, elapsed := bt.tokens, bt.passes, bt.elapsed
+	bt.mu.Unlock()
+	sv := servedBatch{seqs: seqs, tokens: n, short: short, passes: passes, decoded: tokens, elapsed: elapsed,
+		hit: hitSince(info0, info1), moved: info1.Since(info0).DeviceMoves, onDevice: info1.OnDevice,
+		deviceGiB: float64(info1.DeviceBytes) / (1 << 30), promptTokens: promptTokens}
+	var peer *Ratio
+	if short == 0 && elapsed > 0 {
+		peer = ratioToPeer(float64(tokens)/elapsed.Seconds(), rn.o.Peers, mc.servedBatchPeerName(seqs, n))
+	}
+	m, notes, err := servedBatchMetrics(sv, peer)
+	if err != nil {
+		return err
+	}
+	res.Metrics = append(res.Metrics, m...)
+	res.Notes = append(res.Notes, notes...)
+	return nil
+}
+
+// servedBatch is what one served batch decode measured.
+type servedBatch struct {
+	seqs, tokens int
+	short        int // requests that ended before tokens (the model's end of text)
+	passes       int // passes that advanced every sequence, prompts read
+	decoded      int // the tokens those passes produced
+	elapsed      time.Duration
+	hit          float64
+	moved        uint64
+	onDevice     int
+	deviceGiB    float64
+	promptTokens int
+}
+
+// servedBatchMetrics are the served batch's rows and notes. The peer's
+// ratio and goal are kept for a batch whose every request ran its length
+// (llama-batched-bench's sequences all do); a batch with no pass that
+// advanced every sequence is an error, not a row.
+func servedBatchMetrics(sv servedBatch, peer *Ratio) ([]Metric, []string, error) {
+	if sv.passes == 0 || sv.decoded == 0 || sv.elapsed <= 0 {
+		return nil, nil, fmt.Errorf("served batch: no pass advanced all %d sequences (%d requests ended early)", sv.seqs, sv.short)
+	}
+	if sv.short > 0 {
+		peer = nil
+	}
+	tps := float64(sv.decoded) / sv.elapsed.Seconds()
+	m := []Metric{
+		{Key: fmt.Sprintf("served_batch%d_decode_%d_tps", sv.seqs, sv.tokens),
+			Label: fmt.Sprintf("served decode, batch %d (aggregate), %d tokens each (the engine: placement followed as it serves)", sv.seqs, sv.tokens),
+			Value: tps, Unit: "tok/s", Ratio: peer, Goal: atLeast(peer, 1.5)},
+		{Key: fmt.Sprintf("served_batch%d_device_hit", sv.seqs), Label: "  picks of experts in device memory, over the batch's prompts and decode", Value: sv.hit, Unit: "share"},
+	}
+	notes := []string{fmt.Sprintf("served batch: %d requests at once through engine.OpenWith (batch %d) and the daemon's scheduler, %d prompt tokens in all, then up to %d greedy tokens each; the rate is the %d passes that advanced all %d sequences (%d tokens, %s of wall time, the scheduler's work between passes included); %d experts (%.2f GiB) in device memory, %d moved into it",
+		sv.seqs, sv.seqs, sv.promptTokens, sv.tokens, sv.passes, sv.seqs, sv.decoded, sv.elapsed.Round(time.Millisecond), sv.onDevice, sv.deviceGiB, sv.moved)}
+	if sv.short > 0 {
+		notes = append(notes, fmt.Sprintf("served batch: %d of %d requests ended before %d tokens (the model's end of text): no peer ratio", sv.short, sv.seqs, sv.tokens))
 	}
 	return m, notes, nil
 }

@@ -2,8 +2,10 @@ package enginebench
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/strata-llm/strata/engine"
 )
@@ -70,6 +72,89 @@ func TestServedMetrics(t *testing.T) {
 	for _, sv := range []served{{tokens: 300, tps: 90}, {tokens: 512}} {
 		if _, _, err := servedMetrics(sv, 512, nil); err == nil || !strings.Contains(err.Error(), "of 512 tokens") {
 			t.Errorf("%+v: %v, want an error", sv, err)
+		}
+	}
+}
+
+// TestMoEServedBatchCPU runs the served batch on the tiny shapes through
+// the CPU backend: requests decoded at once, a rate from passes that
+// advanced them all, the peer's ratio against a peers file's figure of
+// that name, and nothing where the batch is 0 or 1.
+func TestMoEServedBatchCPU(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, arch := range []string{"mixtral", "qwen3moe"} {
+		mc := MoECase{Arch: arch, Shape: "tiny", Budget: 1 << 30}
+		peers := &Peers{Figures: map[string]Peer{mc.servedBatchPeerName(4, 12): {System: "llama.cpp", Value: 1e-3, Unit: "tok/s"}}}
+		rn := &runner{o: &Options{SynthDir: dir, MoEServedBatch: 4, MoEServedBatchTokens: 12, Peers: peers}}
+		path, err := rn.synthArch("", arch, "tiny", "q4_k_m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := &ScenarioResult{Model: path}
+		if err := rn.moeServedBatch(context.Background(), res, mc, engine.BackendCPU); err != nil {
+			t.Fatalf("%s: %v", arch, err)
+		}
+		keys := map[string]Metric{}
+		for _, m := range res.Metrics {
+			keys[m.Key] = m
+		}
+		m, ok := keys["served_batch4_decode_12_tps"]
+		if !ok || !(m.Value > 0) {
+			t.Fatalf("%s: served batch row %+v (found %v)", arch, m, ok)
+		}
+		notes := strings.Join(res.Notes, "\n")
+		if !strings.Contains(notes, "4 requests at once") {
+			t.Errorf("%s: notes %q", arch, notes)
+		}
+		// The tiny models may end a request early; the peer's ratio is
+		// kept only where none did.
+		if strings.Contains(notes, "ended before") {
+			if m.Ratio != nil {
+				t.Errorf("%s: a short request and a peer ratio %+v", arch, m.Ratio)
+			}
+		} else if m.Ratio == nil || m.Ratio.Value != m.Value/1e-3 || m.Goal == nil {
+			t.Errorf("%s: ratio %+v goal %+v, want the rate over the peers file's figure", arch, m.Ratio, m.Goal)
+		}
+		for _, seqs := range []int{0, 1} {
+			rn.o.MoEServedBatch = seqs
+			before := len(res.Metrics)
+			if err := rn.moeServedBatch(context.Background(), res, mc, engine.BackendCPU); err != nil || len(res.Metrics) != before {
+				t.Errorf("%s: MoEServedBatch %d ran a decode (%v, %d rows)", arch, seqs, err, len(res.Metrics)-before)
+			}
+		}
+	}
+}
+
+// TestServedBatchMetrics: the batch's rows with the peer's ratio and the
+// 1.5x goal; none where a request ended early; an error where no pass
+// advanced every sequence.
+func TestServedBatchMetrics(t *testing.T) {
+	t.Parallel()
+	peer := &Ratio{Value: 2, Basis: "llama.cpp", BasisValue: 50}
+	sv := servedBatch{seqs: 8, tokens: 128, passes: 127, decoded: 1016, elapsed: 10 * time.Second, hit: 0.6, moved: 40, onDevice: 900, deviceGiB: 2.5, promptTokens: 120}
+	m, notes, err := servedBatchMetrics(sv, peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m) != 2 || m[0].Key != "served_batch8_decode_128_tps" || math.Abs(m[0].Value-101.6) > 1e-9 || m[0].Ratio != peer || m[0].Goal == nil || m[0].Goal.Target != 1.5 {
+		t.Fatalf("rows %+v", m)
+	}
+	if m[1].Key != "served_batch8_device_hit" || m[1].Value != 0.6 {
+		t.Errorf("hit row %+v", m[1])
+	}
+	if len(notes) != 1 || !strings.Contains(notes[0], "127 passes") || !strings.Contains(notes[0], "900 experts (2.50 GiB)") {
+		t.Errorf("notes %q", notes)
+	}
+	short := sv
+	short.short = 2
+	m, notes, err = servedBatchMetrics(short, peer)
+	if err != nil || m[0].Ratio != nil || m[0].Goal != nil || len(notes) != 2 || !strings.Contains(notes[1], "2 of 8 requests ended") {
+		t.Errorf("short batch: rows %+v notes %q err %v", m, notes, err)
+	}
+	for _, bad := range []servedBatch{{seqs: 8, tokens: 128}, {seqs: 8, tokens: 128, passes: 3, decoded: 24}} {
+		if _, _, err := servedBatchMetrics(bad, nil); err == nil || !strings.Contains(err.Error(), "no pass advanced all 8") {
+			t.Errorf("%+v: %v, want an error", bad, err)
 		}
 	}
 }

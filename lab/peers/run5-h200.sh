@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Device calls: the batch-8 peer. llama.cpp's llama-batched-bench at 8
+# sequences of 128 tokens (S_TG, the aggregate decode) with --n-cpu-moe on
+# the same synthetic Qwen3-30B-A3B (8 and 4 GiB of experts' worth: -ncmoe
+# 29, 40) and Mixtral-8x7B (12 GiB: -ncmoe 19) files, and llama-bench's
+# tg32/tg512 (Mixtral tg16/tg512) for the batch-1 rows, all on this host;
+# then `strata bench engine --only moe` against them: the served batch
+# (8 requests at once through the daemon's scheduler, 128 tokens each),
+# the served decode of 512 tokens, the fixed-placement rows.
+# Call it again on the warm machine until it prints "== peers done"
+# (each call does what the last left, stopping before the device call's
+# limit; results wait in /dev/shm/run5), then `run5-h200.sh bench`.
+# Carry bin/gpu-tests.txz (strata alone is enough) and bin/llama-src.txz.
+. "$(dirname "$0")/../hybrid/lib.sh"
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
+export PATH=/usr/local/cuda/bin:$PATH
+R=$S/run5
+mkdir -p "$R"
+Q=$S/qwen3moe-30b-a3b-q4_k_m-seed1.gguf M=$S/mixtral-8x7b-q4_k_m-seed1.gguf
+if [ "${1:-}" = bench ]; then
+	[ -f "$R/peers-host.json" ] || { echo "no $R/peers-host.json: run run5-h200.sh first"; exit 2; }
+	timeout -k 10 570 "$B/strata" bench engine --synth-dir $S --only moe --moe-zipf 0 --moe-served 512 --moe-served-batch 8 \
+		--peers "$R/peers-host.json" --json-file "$L/bench-moe.json" >"$L/bench-moe.txt" 2>&1
+	echo "== bench rc=$? at ${SECONDS}s"
+	grep -vE "^\[" "$L/bench-moe.txt" | grep -E "tok/s|hit|goals|model:|served" | grep -v '^ *note' | cut -c1-230
+	exit 0
+fi
+LB=$PWD/bin/lb
+lbin=$LB/lcpp/build/bin
+if [ ! -x "$lbin/llama-batched-bench" ] || [ ! -x "$lbin/llama-bench" ]; then
+	[ -d "$LB/lcpp" ] || { mkdir -p "$LB" && tar xJf bin/llama-src.txz -C "$LB"; }
+	{ [ -f "$Q" ] || "$B/strata" model synth --arch qwen3moe --shape 30b-a3b --type q4_k_m -q -o "$Q"
+	  [ -f "$M" ] || "$B/strata" model synth --arch mixtral --shape 8x7b --type q4_k_m -q -o "$M"; } &
+	(
+		cd "$LB/lcpp" &&
+		{ [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+			-DGGML_NATIVE=ON -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF \
+			-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF; } &&
+		timeout 420 ninja -C build llama-bench llama-batched-bench
+	) >"$L/llama-build.log" 2>&1
+	echo "== llama build rc=$? at ${SECONDS}s"; tail -1 "$L/llama-build.log"
+	wait
+	echo "== synth done at ${SECONDS}s"
+	[ -x "$lbin/llama-batched-bench" ] || exit 1
+fi
+# step NAME SECONDS CMD...: runs CMD into $R/NAME.txt unless done, when
+# the call has at least SECONDS left of its ~590.
+step() {
+	local name=$1 need=$2
+	shift 2
+	[ -s "$R/$name.txt" ] && return 0
+	if [ $((SECONDS + need)) -gt 590 ]; then
+		echo "== $name left for the next call (${SECONDS}s)"; return 1
+	fi
+	timeout "$need" "$@" >"$R/$name.tmp" 2>"$L/$name.err"
+	local rc=$?
+	echo "== $name rc=$rc at ${SECONDS}s"
+	[ $rc = 0 ] || { tail -3 "$L/$name.err"; return 1; }
+	mv "$R/$name.tmp" "$R/$name.txt" && grep -E '^\|' "$R/$name.txt" | tail -n +3
+}
+todo=0
+BB="-npp 16 -ntg 128 -npl 1,8 -c 2048 -t 16 -ngl 99 -fa off"
+step batched-qwen-29 90 "$lbin/llama-batched-bench" -m "$Q" -ncmoe 29 $BB || todo=1
+step batched-qwen-40 100 "$lbin/llama-batched-bench" -m "$Q" -ncmoe 40 $BB || todo=1
+step batched-mixtral-19 200 "$lbin/llama-batched-bench" -m "$M" -ncmoe 19 $BB || todo=1
+step bench-qwen 120 "$lbin/llama-bench" -m "$Q" -ngl 99 -ncmoe 29,40 -p 0 -n 32,512 -r 1 -t 16 -fa 0 || todo=1
+step bench-mixtral 170 "$lbin/llama-bench" -m "$M" -ngl 99 -ncmoe 19 -p 0 -n 16,512 -r 1 -t 16 -fa 0 || todo=1
+cp "$R"/*.txt "$L"/ 2>/dev/null
+[ $todo = 0 ] || { echo "== call again"; exit 0; }
+python3 lab/peers/peersfile.py "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+	--batched qwen3moe:29:"$R/batched-qwen-29.txt" --batched qwen3moe:40:"$R/batched-qwen-40.txt" \
+	--batched mixtral:19:"$R/batched-mixtral-19.txt" "$R/bench-qwen.txt" "$R/bench-mixtral.txt" >"$R/peers-host.json" &&
+	cp "$R/peers-host.json" "$L/" && echo "== peers done" && cat "$R/peers-host.json"
