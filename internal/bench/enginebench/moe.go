@@ -602,6 +602,26 @@ func (rt moeRouting) short() string {
 	return "own routing"
 }
 
+// way says, in a row's label, where the rows keyed by rt's prefix put the
+// experts and how the ones off the device are computed: the report's
+// rows of one routing differ by it alone.
+func (rt moeRouting) way() string {
+	for _, w := range []struct{ prefix, way string }{
+		{"dev_auto_", "the engine's default ways (device experts, pick stream, mapped by trial)"},
+		{"dev_stream_", "device experts, a share of the CPU's picks over PCIe"},
+		{"dev_split_", "device experts, picks over PCIe also shared by width"},
+		{"dev_mapped_", "device experts, the others pulled over PCIe by the GPU"},
+		{"dev_use_", "device experts by use per byte alone, the rest on the CPU"},
+		{"dev_layers_", "device experts by whole layers first, the rest on the CPU"},
+		{"dev_", "device experts, the rest on the CPU"},
+	} {
+		if strings.HasPrefix(rt.prefix, w.prefix) {
+			return w.way
+		}
+	}
+	return "every expert on the CPU"
+}
+
 // moePass is what one timed decode of a moe case measured.
 type moePass struct {
 	routing moeRouting
@@ -643,7 +663,7 @@ func moeMetrics(p moePass) ([]Metric, error) {
 	if b > 1 {
 		sfx, lsfx = fmt.Sprintf("_b%d", b), fmt.Sprintf(", batch %d (aggregate)", b)
 	}
-	m := []Metric{{Key: rt.prefix + "decode" + sfx + "_tps", Label: "decode" + lsfx + ", " + rt.short(), Value: p.tps, Unit: "tok/s", Ratio: p.peer}}
+	m := []Metric{{Key: rt.prefix + "decode" + sfx + "_tps", Label: "decode" + lsfx + ", " + rt.short() + ", " + rt.way(), Value: p.tps, Unit: "tok/s", Ratio: p.peer}}
 	if p.goal {
 		m[0].Goal = atLeast(p.peer, 1.5)
 	}

@@ -247,6 +247,34 @@ func TestEngineDefault(t *testing.T) {
 	}
 }
 
+// TestMoEWays: the rows of one routing that differ in where the experts
+// are, or how the ones off the device are computed, differ in their
+// labels; the Zipf routing's rows name the same ways.
+func TestMoEWays(t *testing.T) {
+	t.Parallel()
+	own, zipf := moeRouting{"", "own", 0}, moeRouting{"zipf_", "zipf", 1}
+	seen := map[string]string{}
+	for _, rt := range []moeRouting{own, {"dev_", "dev", 0}, own.dev("stream"), own.dev("split"), own.dev("mapped"), own.dev("auto"),
+		{"dev_use_", "use", 0}, {"dev_layers_", "layers", 0}} {
+		w := rt.way()
+		if prev, ok := seen[w]; ok {
+			t.Errorf("%q and %q both %q", prev, rt.prefix, w)
+		}
+		seen[w] = rt.prefix
+		z := rt
+		z.prefix += "zipf_"
+		if rt.prefix == "" {
+			z = zipf
+		}
+		if z.way() != w {
+			t.Errorf("%q: %q, %q: %q", rt.prefix, w, z.prefix, z.way())
+		}
+	}
+	if own.way() != "every expert on the CPU" || !strings.Contains(own.dev("auto").way(), "default") {
+		t.Errorf("ways %q, %q", own.way(), own.dev("auto").way())
+	}
+}
+
 // TestExpertSizes: an expert's bytes are its three matrices'; a dense
 // model or a layer short of experts is an error.
 func TestExpertSizes(t *testing.T) {
