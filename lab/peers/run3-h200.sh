@@ -14,22 +14,14 @@
 . "$(dirname "$0")/../hybrid/lib.sh"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
 export PATH=/usr/local/cuda/bin:$PATH
-LB=$PWD/bin/lb
-[ -d "$LB/lcpp" ] || { mkdir -p "$LB" && tar xJf bin/llama-src.txz -C "$LB"; }
+. lab/peers/llama.sh
 Q=$S/qwen3moe-30b-a3b-q4_k_m-seed1.gguf M=$S/mixtral-8x7b-q4_k_m-seed1.gguf
 { [ -f "$Q" ] || "$B/strata" model synth --arch qwen3moe --shape 30b-a3b --type q4_k_m -q -o "$Q"
   [ -f "$M" ] || "$B/strata" model synth --arch mixtral --shape 8x7b --type q4_k_m -q -o "$M"; } &
-(
-	cd "$LB/lcpp" &&
-	{ [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-		-DGGML_NATIVE=ON -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF \
-		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF; } &&
-	timeout 300 ninja -C build llama-bench
-) >"$L/llama-build.log" 2>&1
-echo "== llama build rc=$? at ${SECONDS}s"; tail -1 "$L/llama-build.log"
+build_llama llama-bench
 wait
 echo "== synth done at ${SECONDS}s"
-lbin=$LB/lcpp/build/bin/llama-bench
+lbin=$lbin/llama-bench
 [ -x "$lbin" ] || exit 1
 P='The history of the printing press begins in the fifteenth century, when'
 strata() { # model, VRAM, tokens, log name

@@ -25,20 +25,11 @@ if [ "${1:-}" = bench ]; then
 	grep -vE "^\[" "$L/bench-moe.txt" | grep -E "tok/s|hit|goals|model:|served" | grep -v '^ *note' | cut -c1-230
 	exit 0
 fi
-LB=$PWD/bin/lb
-lbin=$LB/lcpp/build/bin
+. lab/peers/llama.sh
 if [ ! -x "$lbin/llama-batched-bench" ] || [ ! -x "$lbin/llama-bench" ]; then
-	[ -d "$LB/lcpp" ] || { mkdir -p "$LB" && tar xJf bin/llama-src.txz -C "$LB"; }
 	{ [ -f "$Q" ] || "$B/strata" model synth --arch qwen3moe --shape 30b-a3b --type q4_k_m -q -o "$Q"
 	  [ -f "$M" ] || "$B/strata" model synth --arch mixtral --shape 8x7b --type q4_k_m -q -o "$M"; } &
-	(
-		cd "$LB/lcpp" &&
-		{ [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-			-DGGML_NATIVE=ON -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF \
-			-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF; } &&
-		timeout 420 ninja -C build llama-bench llama-batched-bench
-	) >"$L/llama-build.log" 2>&1
-	echo "== llama build rc=$? at ${SECONDS}s"; tail -1 "$L/llama-build.log"
+	build_llama llama-bench llama-batched-bench
 	wait
 	echo "== synth done at ${SECONDS}s"
 	[ -x "$lbin/llama-batched-bench" ] || exit 1

@@ -239,17 +239,7 @@ func (rn *runner) moeServedBatch(ctx context.Context, res *ScenarioResult, mc Mo
 			break
 		}
 	}
-	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	ran := make(chan struct{})
-	go func() {
-		defer close(ran)
-		s.Run(runCtx)
-	}()
-	defer func() {
-		s.Close(errors.New("served batch finished"))
-		stop()
-		<-ran
-	}()
+	defer s.Start(ctx)(errors.New("served batch finished"))
 	if submitErr != nil {
 		return submitErr
 	}

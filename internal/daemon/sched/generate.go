@@ -66,17 +66,7 @@ func GenerateWith(ctx context.Context, b engine.Backend, tok *tokenizer.Tokenize
 	}
 	var tm passTimer
 	s := New(b, tok, Config{MaxBatch: 1, MaxQueue: 1, Observer: &tm, Drafter: o.Drafter, MaxDraft: o.MaxDraft})
-	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	ran := make(chan struct{})
-	go func() {
-		defer close(ran)
-		s.Run(runCtx)
-	}()
-	defer func() {
-		s.Close(errors.New("generation finished"))
-		stop()
-		<-ran
-	}()
+	defer s.Start(ctx)(errors.New("generation finished"))
 	reqCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	h, err := s.Submit(reqCtx, r)

@@ -357,6 +357,25 @@ func (s *Scheduler) Close(reason error) int {
 	return s.ended
 }
 
+// Start runs s in a goroutine of its own, under ctx's values but not its
+// cancellation, until the returned stop closes s with reason and waits
+// for Run to return: for a caller that owns a scheduler for one job
+// (Generate, the benchmarks), where a request's ctx ends the request and
+// not the scheduler.
+func (s *Scheduler) Start(ctx context.Context) (stop func(reason error)) {
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		s.Run(runCtx)
+	}()
+	return func(reason error) {
+		s.Close(reason)
+		cancel()
+		<-ran
+	}
+}
+
 // Run drives the scheduler until Close or ctx is done. Cancelling ctx
 // fails in-flight requests like Close does.
 func (s *Scheduler) Run(ctx context.Context) {
