@@ -1,30 +1,24 @@
 #!/usr/bin/env bash
 # Device calls: the batch-8 peer. llama.cpp's llama-batched-bench at 8
-# sequences of 128 tokens (S_TG, the aggregate decode) with --n-cpu-moe on
-# the same synthetic Qwen3-30B-A3B (8 and 4 GiB of experts' worth: -ncmoe
-# 29, 40) and Mixtral-8x7B (12 GiB: -ncmoe 19) files, and llama-bench's
-# tg32/tg512 (Mixtral tg16/tg512) for the batch-1 rows, all on this host;
-# then `strata bench engine --only moe` against them: the served batch
-# (8 requests at once through the daemon's scheduler, 128 tokens each),
-# the served decode of 512 tokens, the fixed-placement rows.
-# Call it again on the warm machine until it prints "== peers done"
-# (each call does what the last left, stopping before the device call's
-# limit; results wait in /dev/shm/run5), then `run5-h200.sh bench`.
-# Carry bin/gpu-tests.txz (strata alone is enough) and bin/llama-src.txz.
+# sequences of 128 tokens (S_TG, the aggregate decode; and 1 sequence)
+# with --n-cpu-moe on the synthetic Qwen3-30B-A3B (8 and 4 GiB of experts'
+# worth: -ncmoe 29, 40) and Mixtral-8x7B (12 GiB: -ncmoe 19) files, then
+# `strata bench engine --only moe --moe-fixed=false --moe-served 0` on
+# the same host against them: the served batch (8 requests at once
+# through the daemon's scheduler, 128 tokens each). With `full`, also
+# llama-bench's tg32/tg512 for the batch-1 rows and the bench's fixed
+# placements and served decode of 512 tokens (more than one call).
+# Each call does what the last left on the warm machine (results wait in
+# /dev/shm/run5), stopping before the call's limit: call it again until
+# it prints "== bench rc=". Carry bin/gpu-tests.txz (strata alone is
+# enough) and bin/llama-src.txz.
 . "$(dirname "$0")/../hybrid/lib.sh"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
 export PATH=/usr/local/cuda/bin:$PATH
 R=$S/run5
 mkdir -p "$R"
 Q=$S/qwen3moe-30b-a3b-q4_k_m-seed1.gguf M=$S/mixtral-8x7b-q4_k_m-seed1.gguf
-if [ "${1:-}" = bench ]; then
-	[ -f "$R/peers-host.json" ] || { echo "no $R/peers-host.json: run run5-h200.sh first"; exit 2; }
-	timeout -k 10 570 "$B/strata" bench engine --synth-dir $S --only moe --moe-zipf 0 --moe-served 512 --moe-served-batch 8 \
-		--peers "$R/peers-host.json" --json-file "$L/bench-moe.json" >"$L/bench-moe.txt" 2>&1
-	echo "== bench rc=$? at ${SECONDS}s"
-	grep -vE "^\[" "$L/bench-moe.txt" | grep -E "tok/s|hit|goals|model:|served" | grep -v '^ *note' | cut -c1-230
-	exit 0
-fi
+full=${1:-}
 . lab/peers/llama.sh
 if [ ! -x "$lbin/llama-batched-bench" ] || [ ! -x "$lbin/llama-bench" ]; then
 	{ [ -f "$Q" ] || "$B/strata" model synth --arch qwen3moe --shape 30b-a3b --type q4_k_m -q -o "$Q"
@@ -49,16 +43,26 @@ step() {
 	[ $rc = 0 ] || { tail -3 "$L/$name.err"; return 1; }
 	mv "$R/$name.tmp" "$R/$name.txt" && grep -E '^\|' "$R/$name.txt" | tail -n +3
 }
-todo=0
 BB="-npp 16 -ntg 128 -npl 1,8 -c 2048 -t 16 -ngl 99 -fa off"
-step batched-qwen-29 90 "$lbin/llama-batched-bench" -m "$Q" -ncmoe 29 $BB || todo=1
-step batched-qwen-40 100 "$lbin/llama-batched-bench" -m "$Q" -ncmoe 40 $BB || todo=1
-step batched-mixtral-19 200 "$lbin/llama-batched-bench" -m "$M" -ncmoe 19 $BB || todo=1
-step bench-qwen 120 "$lbin/llama-bench" -m "$Q" -ngl 99 -ncmoe 29,40 -p 0 -n 32,512 -r 1 -t 16 -fa 0 || todo=1
-step bench-mixtral 170 "$lbin/llama-bench" -m "$M" -ngl 99 -ncmoe 19 -p 0 -n 16,512 -r 1 -t 16 -fa 0 || todo=1
+step batched-qwen-29 90 "$lbin/llama-batched-bench" -m "$Q" -ncmoe 29 $BB &&
+	step batched-qwen-40 100 "$lbin/llama-batched-bench" -m "$Q" -ncmoe 40 $BB &&
+	step batched-mixtral-19 200 "$lbin/llama-batched-bench" -m "$M" -ncmoe 19 $BB || { echo "== call again"; exit 0; }
+tables=()
+if [ "$full" = full ]; then
+	step bench-qwen 120 "$lbin/llama-bench" -m "$Q" -ngl 99 -ncmoe 29,40 -p 0 -n 32,512 -r 1 -t 16 -fa 0 &&
+		step bench-mixtral 170 "$lbin/llama-bench" -m "$M" -ngl 99 -ncmoe 19 -p 0 -n 16,512 -r 1 -t 16 -fa 0 || { echo "== call again"; exit 0; }
+	tables=("$R/bench-qwen.txt" "$R/bench-mixtral.txt")
+fi
 cp "$R"/*.txt "$L"/ 2>/dev/null
-[ $todo = 0 ] || { echo "== call again"; exit 0; }
 python3 lab/peers/peersfile.py "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
 	--batched qwen3moe:29:"$R/batched-qwen-29.txt" --batched qwen3moe:40:"$R/batched-qwen-40.txt" \
-	--batched mixtral:19:"$R/batched-mixtral-19.txt" "$R/bench-qwen.txt" "$R/bench-mixtral.txt" >"$R/peers-host.json" &&
-	cp "$R/peers-host.json" "$L/" && echo "== peers done" && cat "$R/peers-host.json"
+	--batched mixtral:19:"$R/batched-mixtral-19.txt" "${tables[@]}" >"$R/peers-host.json" &&
+	cp "$R/peers-host.json" "$L/" && echo "== peers" && grep -E '"(value|setup)"' "$R/peers-host.json" | cut -c1-160 || exit 1
+args=(--moe-fixed=false --moe-served 0)
+need=300
+if [ "$full" = full ]; then args=(--moe-zipf 0 --moe-served 512); need=570; fi
+if [ $((SECONDS + need)) -gt 595 ]; then echo "== bench left for the next call (${SECONDS}s)"; exit 0; fi
+timeout -k 10 $((595 - SECONDS)) "$B/strata" bench engine --synth-dir $S --only moe --moe-served-batch 8 "${args[@]}" \
+	--peers "$R/peers-host.json" --json-file "$L/bench-moe.json" >"$L/bench-moe.txt" 2>&1
+echo "== bench rc=$? at ${SECONDS}s"
+grep -vE "^\[" "$L/bench-moe.txt" | grep -E "tok/s|hit|goals|model:|served" | grep -v '^ *note' | cut -c1-230

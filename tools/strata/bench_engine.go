@@ -45,6 +45,7 @@ func benchEngineCommand() *cli.Command {
 			&cli.StringFlag{Name: "vram-bf16", Value: "6GiB", Usage: "device memory budget of the bf16 scenario"},
 			&cli.FloatFlag{Name: "moe-zipf", Value: enginebench.DefaultMoEZipf, Usage: "the moe scenario also decodes with its routing skewed by a Zipf law of this exponent over each layer's experts, after the model's own (random weights route near uniformly, the worst case for a cache); 0: the model's own only"},
 			&cli.IntFlag{Name: "moe-served", Value: enginebench.DefaultMoEServed, Usage: "the moe scenario's served decode: this many greedy tokens from a text prompt through the engine as the daemon serves them (its own plan, the experts placed by its calibration and moved toward the routing served); 0 leaves it out"},
+			&cli.BoolFlag{Name: "moe-fixed", Value: true, Usage: "the moe scenario's rows at fixed placements (every expert on the CPU, then the calibration's experts in device memory, each way); false leaves only the served rows"},
 			&cli.IntFlag{Name: "moe-served-batch", Value: enginebench.DefaultMoEServedBatch, Usage: fmt.Sprintf("the moe scenario's served batch: this many requests at once through the engine and the daemon's scheduler, %d greedy tokens each from different text prompts, the aggregate rate of the passes that advance them all; 0 leaves it out", enginebench.DefaultMoEServedBatchTokens)},
 			&cli.BoolFlag{Name: "timeline", Usage: "after each hybrid decode, note the last timed pass's streamed layers one a line: the copy's start and end and compute's wait for it on the GPU's clock, and where the CPU took the FFN, the hand-over wait and the FFN's time"},
 			&cli.BoolFlag{Name: "int8", Value: true, Usage: "also run the bf16 scenario's INT8-row variant"},
@@ -140,6 +141,10 @@ func benchEngineOptions(cmd *cli.Command) (enginebench.Options, error) {
 	o.Timeline = cmd.Bool("timeline")
 	o.MoEServed = int(cmd.Int("moe-served"))
 	o.MoEServedBatch = int(cmd.Int("moe-served-batch"))
+	o.MoEServedOnly = !cmd.Bool("moe-fixed")
+	if o.MoEServedOnly && o.MoEServed == 0 && o.MoEServedBatch < 2 {
+		return o, usagef("bench engine: --moe-fixed=false with neither --moe-served nor --moe-served-batch leaves the moe scenario nothing to run")
+	}
 	if o.MoEServedBatch < 0 {
 		return o, usagef("bench engine: --moe-served-batch must not be negative")
 	}

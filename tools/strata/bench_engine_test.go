@@ -42,6 +42,15 @@ func TestBenchEngineFlags(t *testing.T) {
 		{name: "moe served decode", args: []string{"--moe-served", "1024"}, check: func(o enginebench.Options) bool { return o.MoEServed == 1024 }},
 		{name: "no served decode", args: []string{"--moe-served", "0"}, check: func(o enginebench.Options) bool { return o.MoEServed == 0 }},
 		{name: "negative served decode", args: []string{"--moe-served", "-1"}, usage: "--moe-served"},
+		{name: "served batch by default", args: nil, check: func(o enginebench.Options) bool {
+			return o.MoEServedBatch == enginebench.DefaultMoEServedBatch && !o.MoEServedOnly
+		}},
+		{name: "served batch of 4", args: []string{"--moe-served-batch", "4"}, check: func(o enginebench.Options) bool { return o.MoEServedBatch == 4 }},
+		{name: "negative served batch", args: []string{"--moe-served-batch", "-2"}, usage: "--moe-served-batch"},
+		{name: "served rows only", args: []string{"--moe-fixed=false", "--moe-served", "0"}, check: func(o enginebench.Options) bool {
+			return o.MoEServedOnly && o.MoEServed == 0 && o.MoEServedBatch == enginebench.DefaultMoEServedBatch
+		}},
+		{name: "nothing to run", args: []string{"--moe-fixed=false", "--moe-served", "0", "--moe-served-batch", "0"}, usage: "--moe-fixed=false"},
 		{name: "peers", args: []string{"--peers", peers}, check: func(o enginebench.Options) bool {
 			f, ok := o.Peers.Figure(enginebench.PeerHalfDecode)
 			return ok && f.Value == 26.3 && o.Peers.Source == "test"

@@ -149,6 +149,10 @@ type Options struct {
 	// MoEServedBatchTokens long (0: DefaultMoEServedBatchTokens); 0 or 1
 	// leaves the rows out.
 	MoEServedBatch, MoEServedBatchTokens int
+	// MoEServedOnly leaves out the moe scenario's rows at fixed
+	// placements (every expert on the CPU, then the calibration's experts
+	// in device memory, each way): only the served rows run.
+	MoEServedOnly bool
 	// Timeline adds, after each hybrid decode at batch 1, a note per
 	// streamed layer of the last timed pass (gpu.Model.LastPassLayers).
 	Timeline bool
@@ -354,8 +358,10 @@ func (rn *runner) run(ctx context.Context, sc Scenario) []ScenarioResult {
 			parts = append(parts, part{ScenarioResult{Scenario: sc, Variant: mc.name(),
 				Title: fmt.Sprintf("%s %s Q4_K_M, --vram %s: attention on the GPU, every FFN block (router and experts) on the CPU from host memory", mc.Arch, mc.Shape, budgetName(mc.Budget))},
 				func(ctx context.Context, res *ScenarioResult) error {
-					if err := rn.moe(ctx, res, mc); err != nil {
-						return err
+					if !rn.o.MoEServedOnly {
+						if err := rn.moe(ctx, res, mc); err != nil {
+							return err
+						}
 					}
 					// After moe's own model is closed: the engine plans the
 					// budget afresh. Its failure leaves the rows above.
