@@ -3,9 +3,7 @@ package enginebench_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 
@@ -109,19 +107,18 @@ func TestMoEOnGPU(t *testing.T) {
 		// The tiny shapes' experts all fit in 1 GiB: with them on the
 		// device the CPU has nothing left to do, unless the trial of the
 		// GPU's way against the CPU alone kept the CPU (on these tiny
-		// shapes it may be the faster at batch 8: the bench's note says).
-		cpuKept := func(routing string, batch int) bool {
-			want := fmt.Sprintf("%s routing, batch %d: the trial kept the CPU alone", routing, batch)
-			return slices.ContainsFunc(s.Notes, func(n string) bool { return strings.Contains(n, want) })
-		}
-		for _, p := range []struct{ prefix, routing string }{{"dev_", "own"}, {"dev_zipf_", "Zipf 2"}} {
-			for _, b := range []int{1, 8} {
-				sfx := map[int]string{1: "", 8: "_b8"}[b]
-				if v, ok := got[p.prefix+"decode"+sfx+"_tps"]; !ok || !(v > 0) {
-					t.Errorf("%s: %sdecode%s_tps = %v (present %v)", s.Variant, p.prefix, sfx, v, ok)
+		// shapes it may be the faster at batch 8: the trial_cpu rows say).
+		for _, prefix := range []string{"dev_", "dev_zipf_"} {
+			for _, sfx := range []string{"", "_b8"} {
+				if v, ok := got[prefix+"decode"+sfx+"_tps"]; !ok || !(v > 0) {
+					t.Errorf("%s: %sdecode%s_tps = %v (present %v)", s.Variant, prefix, sfx, v, ok)
 				}
-				if v := got[p.prefix+"cpu_busy"+sfx+"_ms"]; v != 0 && !cpuKept(p.routing, b) {
-					t.Errorf("%s: %scpu_busy%s_ms = %v with every expert on the device and the GPU's way kept", s.Variant, p.prefix, sfx, v)
+				kept, ok := got[prefix+"trial_cpu"+sfx]
+				if !ok || (kept != 0 && kept != 1) {
+					t.Errorf("%s: %strial_cpu%s = %v (present %v), want the trial's choice", s.Variant, prefix, sfx, kept, ok)
+				}
+				if v := got[prefix+"cpu_busy"+sfx+"_ms"]; v != 0 && kept != 1 {
+					t.Errorf("%s: %scpu_busy%s_ms = %v with every expert on the device and the GPU's way kept", s.Variant, prefix, sfx, v)
 				}
 			}
 		}

@@ -543,6 +543,7 @@ func (rn *runner) moeDecode(ctx context.Context, res *ScenarioResult, g *loaded,
 	}
 	st1, _ := g.MoEStats()
 	var kept string
+	var cpuKept *bool
 	for _, c := range st1.Choices {
 		if c.Batch != b {
 			continue
@@ -551,6 +552,7 @@ func (rn *runner) moeDecode(ctx context.Context, res *ScenarioResult, g *loaded,
 		if !c.Device {
 			kept, sizes = "the CPU alone", all
 		}
+		cpuKept = new(!c.Device)
 		res.Notes = append(res.Notes, fmt.Sprintf("%s, batch %d: the trial kept %s (a pass %.2f ms with the GPU's experts, %.2f ms with the CPU alone)",
 			rt.short(), b, kept, ms(c.DevicePass), ms(c.CPUPass)))
 	}
@@ -572,7 +574,7 @@ func (rn *runner) moeDecode(ctx context.Context, res *ScenarioResult, g *loaded,
 		routing: rt, batch: b, tps: d.TokensPerSecond, perPass: d.PerPass, traffic: tr,
 		busy: (st1.Busy - st0.Busy) / time.Duration(opts.Steps), hop: (st1.Hop - st0.Hop) / time.Duration(opts.Steps),
 		moved:    float64(st1.CPUBytes-st0.CPUBytes+st1.Streamed.Bytes-st0.Streamed.Bytes+st1.Mapped.Bytes-st0.Mapped.Bytes) / float64(opts.Steps),
-		streamed: g.StreamedBytes(), cpu: rn.dram, h2d: rn.ceil.H2D, peer: peer, goal: rt.engineDefault(),
+		streamed: g.StreamedBytes(), cpu: rn.dram, h2d: rn.ceil.H2D, peer: peer, goal: rt.engineDefault(), cpuKept: cpuKept,
 	})
 	if err != nil {
 		return err
@@ -645,6 +647,9 @@ type moePass struct {
 	// the row carries the 1.5x goal against it (moeRouting.engineDefault).
 	peer *Ratio
 	goal bool
+	// cpuKept, where experts are in device memory, is the batch size's
+	// trial's choice: the CPU alone (true) or the GPU's experts.
+	cpuKept *bool
 }
 
 // moeMetrics turns one timed decode into the report's rows: tok/s (with
@@ -666,6 +671,13 @@ func moeMetrics(p moePass) ([]Metric, error) {
 	m := []Metric{{Key: rt.prefix + "decode" + sfx + "_tps", Label: "decode" + lsfx + ", " + rt.short() + ", " + rt.way(), Value: p.tps, Unit: "tok/s", Ratio: p.peer}}
 	if p.goal {
 		m[0].Goal = atLeast(p.peer, 1.5)
+	}
+	if p.cpuKept != nil {
+		v := 0.0
+		if *p.cpuKept {
+			v = 1
+		}
+		m = append(m, Metric{Key: rt.prefix + "trial_cpu" + sfx, Label: "  the trial kept the CPU alone over the GPU's experts (1 yes, 0 no)", Value: v, Unit: ""})
 	}
 	m = append(m, Metric{Key: rt.prefix + "routed" + sfx + "_mib_per_token", Label: "  expert bytes the routed experts hold, per token", Value: tr.RoutedPerToken / (1 << 20), Unit: "MiB"})
 	if b > 1 && tr.RoutedPerToken > 0 {

@@ -213,6 +213,25 @@ func TestMoEMetrics(t *testing.T) {
 	if _, err := json.Marshal(m0); err != nil {
 		t.Errorf("rows with nothing off the GPU: %v", err)
 	}
+	// The trial's choice, where there was one: a row of its own, the
+	// second, 1 for the CPU alone; none without a trial.
+	for _, c := range []struct {
+		kept *bool
+		want float64
+	}{{new(true), 1}, {new(false), 0}} {
+		mk, err := moeMetrics(moePass{routing: dev, batch: 8, tps: 90, perPass: 80 * time.Millisecond, traffic: tr, cpu: 100e9, h2d: 50e9, cpuKept: c.kept})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mk[1].Key != "dev_trial_cpu_b8" || mk[1].Value != c.want {
+			t.Errorf("trial kept CPU %v: row %+v", *c.kept, mk[1])
+		}
+	}
+	for _, m := range m0 {
+		if strings.Contains(m.Key, "trial") {
+			t.Errorf("a trial row %q without a trial", m.Key)
+		}
+	}
 	if _, err := moeMetrics(moePass{routing: own, batch: 1, traffic: tr, cpu: 1, h2d: 1}); err == nil {
 		t.Error("rows of a pass of no time")
 	}
