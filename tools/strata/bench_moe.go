@@ -35,6 +35,7 @@ func benchMoECommand() *cli.Command {
 			&cli.IntFlag{Name: "tokens", Value: 32, Usage: "tokens each sequence decodes per measurement (after one warm-up pass)"},
 			&cli.IntFlag{Name: "rounds", Value: 1, Usage: "times a budget with experts on storage is measured with the reads ahead and without, the order swapped each round"},
 			&cli.Float64Flag{Name: "zipf", Usage: "skew the routing by a Zipf law of this exponent over each layer's experts (0: the model's own routing, which random weights make near uniform)"},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the whole run (the synthetic model's writing too, where it is written) to this file (go tool pprof reads it)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
 		},
@@ -67,7 +68,12 @@ func benchMoECommand() *cli.Command {
 				start := time.Now()
 				o.Progress = func(msg string) { fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(start).Seconds(), msg) }
 			}
+			stop, err := startProfile(cmd.String("cpuprofile"))
+			if err != nil {
+				return fmt.Errorf("bench moe: %w", err)
+			}
 			r, err := moebench.Run(ctx, o)
+			err = errors.Join(err, stop())
 			if errors.Is(err, moebench.ErrBadOptions) {
 				return usagef("bench moe: %v", err)
 			}

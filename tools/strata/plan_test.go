@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -244,12 +245,19 @@ func TestPlanRoutingCLI(t *testing.T) {
 // Sequential: it runs the command tree in-process.
 func TestBenchMoECLI(t *testing.T) {
 	dir := t.TempDir()
-	out, _, err := runCLI(t, "bench", "moe", "--dir", dir, "--type", "q8_0", "--tokens", "2", "--batch", "1", "--zipf", "0.5", "-q")
+	prof := filepath.Join(dir, "moe.prof")
+	out, _, err := runCLI(t, "bench", "moe", "--dir", dir, "--type", "q8_0", "--tokens", "2", "--batch", "1", "--zipf", "0.5", "--cpuprofile", prof, "-q")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out, "all resident       1   16/16") || !strings.Contains(out, "exponent 0.5") {
 		t.Fatalf("output:\n%s", out)
+	}
+	if st, err := os.Stat(prof); err != nil || st.Size() == 0 {
+		t.Errorf("--cpuprofile wrote %v (%v), want a profile", st, err)
+	}
+	if _, _, err := runCLI(t, "bench", "moe", "--dir", dir, "--type", "q8_0", "--tokens", "2", "--batch", "1", "--cpuprofile", filepath.Join(dir, "no", "such", "dir", "p"), "-q"); err == nil || !strings.Contains(err.Error(), "cpu profile") {
+		t.Errorf("a profile path that cannot be created: %v, want an error naming the profile", err)
 	}
 	for _, args := range [][]string{{"--batch", "0"}, {"--budgets", "lots"}, {"--zipf", "-1"}} {
 		_, _, err := runCLI(t, append([]string{"bench", "moe", "--dir", dir, "-q"}, args...)...)
