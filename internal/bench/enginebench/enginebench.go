@@ -357,22 +357,7 @@ func (rn *runner) run(ctx context.Context, sc Scenario) []ScenarioResult {
 		for _, mc := range rn.o.MoECases {
 			parts = append(parts, part{ScenarioResult{Scenario: sc, Variant: mc.name(),
 				Title: fmt.Sprintf("%s %s Q4_K_M, --vram %s: attention on the GPU, every FFN block (router and experts) on the CPU from host memory", mc.Arch, mc.Shape, budgetName(mc.Budget))},
-				func(ctx context.Context, res *ScenarioResult) error {
-					if !rn.o.MoEServedOnly {
-						if err := rn.moe(ctx, res, mc); err != nil {
-							return err
-						}
-					}
-					// After moe's own model is closed: the engine plans the
-					// budget afresh. Its failure leaves the rows above.
-					if err := rn.moeServed(ctx, res, mc, engine.BackendCUDA); err != nil {
-						res.Notes = append(res.Notes, fmt.Sprintf("served decode: not measured: %v", err))
-					}
-					if err := rn.moeServedBatch(ctx, res, mc, engine.BackendCUDA); err != nil {
-						res.Notes = append(res.Notes, fmt.Sprintf("served batch: not measured: %v", err))
-					}
-					return nil
-				}})
+				func(ctx context.Context, res *ScenarioResult) error { return rn.moeCase(ctx, res, mc, engine.BackendCUDA) }})
 		}
 	}
 	var out []ScenarioResult

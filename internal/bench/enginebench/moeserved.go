@@ -278,6 +278,32 @@ func (rn *runner) moeServedBatch(ctx context.Context, res *ScenarioResult, mc Mo
 	return nil
 }
 
+// moeCase is the moe scenario's part for one case: the rows at fixed
+// placements (moe; left out with Options.MoEServedOnly), then the served
+// decode and the served batch through the engine on backend, each
+// failure of those a note that leaves the rows before it.
+func (rn *runner) moeCase(ctx context.Context, res *ScenarioResult, mc MoECase, backend string) error {
+	if rn.o.MoEServedOnly {
+		// The served rows open the model themselves.
+		path, err := rn.synthArch("", mc.Arch, mc.Shape, "q4_k_m")
+		if err != nil {
+			return err
+		}
+		res.Model = path
+	} else if err := rn.moe(ctx, res, mc); err != nil {
+		return err
+	}
+	// After moe's own model is closed: the engine plans the budget
+	// afresh.
+	if err := rn.moeServed(ctx, res, mc, backend); err != nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("served decode: not measured: %v", err))
+	}
+	if err := rn.moeServedBatch(ctx, res, mc, backend); err != nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("served batch: not measured: %v", err))
+	}
+	return nil
+}
+
 // servedBatch is what one served batch decode measured.
 type servedBatch struct {
 	seqs, tokens int

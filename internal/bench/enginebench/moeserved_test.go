@@ -158,3 +158,24 @@ func TestServedBatchMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestMoECaseServedOnly: with the fixed placements left out the case
+// still finds (synthesizes) its model and runs both served rows on it.
+func TestMoECaseServedOnly(t *testing.T) {
+	t.Parallel()
+	rn := &runner{o: &Options{SynthDir: t.TempDir(), MoEServedOnly: true, MoEServed: 12, MoEServedBatch: 2, MoEServedBatchTokens: 8}}
+	res := &ScenarioResult{}
+	if err := rn.moeCase(context.Background(), res, MoECase{Arch: "qwen3moe", Shape: "tiny", Budget: 1 << 30}, engine.BackendCPU); err != nil {
+		t.Fatal(err)
+	}
+	if res.Model == "" {
+		t.Fatal("no model named")
+	}
+	keys := map[string]bool{}
+	for _, m := range res.Metrics {
+		keys[m.Key] = true
+	}
+	if !keys["served_decode_12_tps"] || !keys["served_batch2_decode_8_tps"] || keys["decode_tps"] {
+		t.Errorf("rows %v, notes %q: want the served rows alone", keys, res.Notes)
+	}
+}
