@@ -357,7 +357,9 @@ func (rn *runner) run(ctx context.Context, sc Scenario) []ScenarioResult {
 		for _, mc := range rn.o.MoECases {
 			parts = append(parts, part{ScenarioResult{Scenario: sc, Variant: mc.name(),
 				Title: fmt.Sprintf("%s %s Q4_K_M, --vram %s: attention on the GPU, every FFN block (router and experts) on the CPU from host memory", mc.Arch, mc.Shape, budgetName(mc.Budget))},
-				func(ctx context.Context, res *ScenarioResult) error { return rn.moeCase(ctx, res, mc, engine.BackendCUDA) }})
+				func(ctx context.Context, res *ScenarioResult) error {
+					return rn.moeCase(ctx, res, mc, engine.BackendCUDA)
+				}})
 		}
 	}
 	var out []ScenarioResult
