@@ -45,6 +45,7 @@ func benchEngineCommand() *cli.Command {
 			&cli.StringFlag{Name: "vram-bf16", Value: "6GiB", Usage: "device memory budget of the bf16 scenario"},
 			&cli.FloatFlag{Name: "moe-zipf", Value: enginebench.DefaultMoEZipf, Usage: "the moe scenario also decodes with its routing skewed by a Zipf law of this exponent over each layer's experts, after the model's own (random weights route near uniformly, the worst case for a cache); 0: the model's own only"},
 			&cli.IntFlag{Name: "moe-served", Value: enginebench.DefaultMoEServed, Usage: "the moe scenario's served decode: this many greedy tokens from a text prompt through the engine as the daemon serves them (its own plan, the experts placed by its calibration and moved toward the routing served); 0 leaves it out"},
+			&cli.StringFlag{Name: "moe-cases", Value: "all", Usage: "the moe scenario's cases, comma-separated: all, or names among qwen3moe-30b-a3b-8GiB, qwen3moe-30b-a3b-4GiB, mixtral-8x7b-12GiB"},
 			&cli.BoolFlag{Name: "moe-fixed", Value: true, Usage: "the moe scenario's rows at fixed placements (every expert on the CPU, then the calibration's experts in device memory, each way); false leaves only the served rows"},
 			&cli.IntFlag{Name: "moe-served-batch", Value: enginebench.DefaultMoEServedBatch, Usage: fmt.Sprintf("the moe scenario's served batch: this many requests at once through the engine and the daemon's scheduler, %d greedy tokens each from different text prompts, the aggregate rate of the passes that advance them all; 0 leaves it out", enginebench.DefaultMoEServedBatchTokens)},
 			&cli.BoolFlag{Name: "timeline", Usage: "after each hybrid decode, note the last timed pass's streamed layers one a line: the copy's start and end and compute's wait for it on the GPU's clock, and where the CPU took the FFN, the hand-over wait and the FFN's time"},
@@ -142,6 +143,13 @@ func benchEngineOptions(cmd *cli.Command) (enginebench.Options, error) {
 	o.MoEServed = int(cmd.Int("moe-served"))
 	o.MoEServedBatch = int(cmd.Int("moe-served-batch"))
 	o.MoEServedOnly = !cmd.Bool("moe-fixed")
+	if c := cmd.String("moe-cases"); c != "all" {
+		cases, err := enginebench.ParseMoECases(c)
+		if err != nil {
+			return o, usagef("bench engine: --moe-cases: %v", err)
+		}
+		o.MoECases = cases
+	}
 	if o.MoEServedOnly && o.MoEServed == 0 && o.MoEServedBatch < 2 {
 		return o, usagef("bench engine: --moe-fixed=false with neither --moe-served nor --moe-served-batch leaves the moe scenario nothing to run")
 	}

@@ -50,6 +50,14 @@ func TestBenchEngineFlags(t *testing.T) {
 		{name: "served rows only", args: []string{"--moe-fixed=false", "--moe-served", "0"}, check: func(o enginebench.Options) bool {
 			return o.MoEServedOnly && o.MoEServed == 0 && o.MoEServedBatch == enginebench.DefaultMoEServedBatch
 		}},
+		{name: "one moe case", args: []string{"--moe-cases", "mixtral-8x7b-12GiB"}, check: func(o enginebench.Options) bool {
+			return len(o.MoECases) == 1 && o.MoECases[0].Arch == "mixtral"
+		}},
+		{name: "moe cases in their order", args: []string{"--moe-cases", "mixtral-8x7b-12GiB, qwen3moe-30b-a3b-4GiB"}, check: func(o enginebench.Options) bool {
+			return len(o.MoECases) == 2 && o.MoECases[0].Budget == 4<<30 && o.MoECases[1].Arch == "mixtral"
+		}},
+		{name: "unknown moe case", args: []string{"--moe-cases", "qwen3moe-30b-a3b-2GiB"}, usage: "want one of qwen3moe-30b-a3b-8GiB"},
+		{name: "no moe case", args: []string{"--moe-cases", ","}, usage: "--moe-cases"},
 		{name: "nothing to run", args: []string{"--moe-fixed=false", "--moe-served", "0", "--moe-served-batch", "0"}, usage: "--moe-fixed=false"},
 		{name: "peers", args: []string{"--peers", peers}, check: func(o enginebench.Options) bool {
 			f, ok := o.Peers.Figure(enginebench.PeerHalfDecode)

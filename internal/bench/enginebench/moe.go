@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +36,34 @@ var MoECases = []MoECase{
 // DefaultMoEZipf is the moe scenario's default router skew: a Zipf
 // exponent over each layer's experts (model.Model.SetRouterSkew).
 const DefaultMoEZipf = 1.0
+
+// ParseMoECases picks MoECases by their names, comma-separated
+// ("qwen3moe-30b-a3b-8GiB,mixtral-8x7b-12GiB"), in MoECases' order; an
+// unknown name is an error that lists the known ones.
+func ParseMoECases(s string) ([]MoECase, error) {
+	want := map[string]bool{}
+	for _, n := range strings.Split(s, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			want[n] = true
+		}
+	}
+	var out, names = []MoECase{}, []string{}
+	for _, c := range MoECases {
+		names = append(names, c.name())
+		if want[c.name()] {
+			out = append(out, c)
+			delete(want, c.name())
+		}
+	}
+	if len(want) > 0 {
+		unknown := slices.Sorted(maps.Keys(want))
+		return nil, fmt.Errorf("moe case %q: want one of %s", unknown[0], strings.Join(names, ", "))
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no moe case named: want one of %s", strings.Join(names, ", "))
+	}
+	return out, nil
+}
 
 // name is the case's variant name ("qwen3moe-30b-a3b-8GiB").
 func (c MoECase) name() string { return fmt.Sprintf("%s-%s-%s", c.Arch, c.Shape, budgetName(c.Budget)) }
