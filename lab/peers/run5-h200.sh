@@ -51,10 +51,11 @@ BB="-npp 16 -ntg 128 -npl 1,8 -c 2048 -t 16 -ngl 99 -fa off"
 step batched-qwen-29 90 "$lbin/llama-batched-bench" -m "$Q" -ncmoe 29 $BB
 step batched-mixtral-19 150 "$lbin/llama-batched-bench" -m "$M" -ncmoe 19 $BB
 step batched-qwen-40 100 "$lbin/llama-batched-bench" -m "$Q" -ncmoe 40 $BB
-tables=()
-for c in qwen3moe:29:qwen-29 qwen3moe:40:qwen-40 mixtral:19:mixtral-19; do
-	f=$R/batched-${c##*:}.txt
-	[ -s "$f" ] && tables+=(--batched "${c%:*}:$f")
+tables=() cases=()
+for c in qwen3moe:29:qwen-29:qwen3moe-30b-a3b-8GiB qwen3moe:40:qwen-40:qwen3moe-30b-a3b-4GiB mixtral:19:mixtral-19:mixtral-8x7b-12GiB; do
+	IFS=: read -r arch ncmoe name bcase <<<"$c"
+	f=$R/batched-$name.txt
+	[ -s "$f" ] && tables+=(--batched "$arch:$ncmoe:$f") && cases+=("$bcase")
 done
 [ ${#tables[@]} -gt 0 ] || { echo "== no peer yet: call again"; exit 0; }
 if [ "$full" = full ]; then
@@ -65,7 +66,8 @@ fi
 cp "$R"/*.txt "$L"/ 2>/dev/null
 python3 lab/peers/peersfile.py "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" "${tables[@]}" >"$R/peers-host.json" &&
 	cp "$R/peers-host.json" "$L/" && echo "== peers" && grep -E '"(value|setup)"' "$R/peers-host.json" | cut -c1-160 || exit 1
-args=(--moe-fixed=false --moe-served 0)
+# The served batch of the cases with a peer (all of them with full).
+args=(--moe-fixed=false --moe-served 0 --moe-cases "$(IFS=,; echo "${cases[*]}")")
 need=90
 if [ "$full" = full ]; then args=(--moe-zipf 0 --moe-served 512); need=570; fi
 if [ $((SECONDS + need)) -gt "$LIMIT" ]; then echo "== bench left for the next call (${SECONDS}s)"; exit 0; fi
