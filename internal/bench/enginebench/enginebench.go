@@ -355,11 +355,12 @@ func (rn *runner) run(ctx context.Context, sc Scenario) []ScenarioResult {
 	}
 	if sc == MoE {
 		for _, mc := range rn.o.MoECases {
-			title := fmt.Sprintf("%s %s Q4_K_M, --vram %s: attention on the GPU, every FFN block (router and experts) on the CPU from host memory, then experts in device memory; the engine's served rows", mc.Arch, mc.Shape, budgetName(mc.Budget))
+			what := "attention on the GPU, every FFN block (router and experts) on the CPU from host memory, then experts in device memory; the engine's served rows"
 			if rn.o.MoEServedOnly {
-				title = fmt.Sprintf("%s %s Q4_K_M, --vram %s: the engine's served rows alone (its own plan, the experts in device memory following the routing)", mc.Arch, mc.Shape, budgetName(mc.Budget))
+				what = "the engine's served rows alone (its own plan, the experts in device memory following the routing)"
 			}
-			parts = append(parts, part{ScenarioResult{Scenario: sc, Variant: mc.name(), Title: title},
+			parts = append(parts, part{ScenarioResult{Scenario: sc, Variant: mc.name(),
+				Title: fmt.Sprintf("%s %s Q4_K_M, --vram %s: %s", mc.Arch, mc.Shape, budgetName(mc.Budget), what)},
 				func(ctx context.Context, res *ScenarioResult) error {
 					return rn.moeCase(ctx, res, mc, engine.BackendCUDA)
 				}})

@@ -47,9 +47,8 @@ func ParseMoECases(s string) ([]MoECase, error) {
 			want[n] = true
 		}
 	}
-	var out, names = []MoECase{}, []string{}
+	var out []MoECase
 	for _, c := range MoECases {
-		names = append(names, c.name())
 		if want[c.name()] {
 			out = append(out, c)
 			delete(want, c.name())
@@ -57,12 +56,22 @@ func ParseMoECases(s string) ([]MoECase, error) {
 	}
 	if len(want) > 0 {
 		unknown := slices.Sorted(maps.Keys(want))
-		return nil, fmt.Errorf("moe case %q: want one of %s", unknown[0], strings.Join(names, ", "))
+		return nil, fmt.Errorf("moe case %q: want one of %s", unknown[0], MoECaseNames())
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no moe case named: want one of %s", strings.Join(names, ", "))
+		return nil, fmt.Errorf("no moe case named: want one of %s", MoECaseNames())
 	}
 	return out, nil
+}
+
+// MoECaseNames lists MoECases' names, comma-separated, as ParseMoECases
+// takes them.
+func MoECaseNames() string {
+	names := make([]string, len(MoECases))
+	for i, c := range MoECases {
+		names[i] = c.name()
+	}
+	return strings.Join(names, ", ")
 }
 
 // name is the case's variant name ("qwen3moe-30b-a3b-8GiB").

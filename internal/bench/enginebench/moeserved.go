@@ -265,11 +265,8 @@ func (rn *runner) moeServedBatch(ctx context.Context, res *ScenarioResult, mc Mo
 	sv := servedBatch{seqs: seqs, tokens: n, short: short, passes: passes, decoded: tokens, elapsed: elapsed,
 		hit: hitSince(info0, info1), moved: info1.Since(info0).DeviceMoves, onDevice: info1.OnDevice,
 		deviceGiB: float64(info1.DeviceBytes) / (1 << 30), promptTokens: promptTokens}
-	var peer *Ratio
-	if short == 0 && elapsed > 0 {
-		peer = ratioToPeer(float64(tokens)/elapsed.Seconds(), rn.o.Peers, mc.servedBatchPeerName(seqs, n))
-	}
-	m, notes, err := servedBatchMetrics(sv, peer)
+	// servedBatchMetrics drops the ratio where a request ended early.
+	m, notes, err := servedBatchMetrics(sv, ratioToPeer(sv.rate(), rn.o.Peers, mc.servedBatchPeerName(seqs, n)))
 	if err != nil {
 		return err
 	}
@@ -318,6 +315,15 @@ type servedBatch struct {
 	promptTokens int
 }
 
+// rate is the batch's aggregate decode rate over its passes that
+// advanced every sequence (0 where it timed none).
+func (sv servedBatch) rate() float64 {
+	if sv.elapsed <= 0 {
+		return 0
+	}
+	return float64(sv.decoded) / sv.elapsed.Seconds()
+}
+
 // servedBatchMetrics are the served batch's rows and notes. The peer's
 // ratio and goal are kept for a batch whose every request ran its length
 // (llama-batched-bench's sequences all do); a batch with no pass that
@@ -329,7 +335,7 @@ func servedBatchMetrics(sv servedBatch, peer *Ratio) ([]Metric, []string, error)
 	if sv.short > 0 {
 		peer = nil
 	}
-	tps := float64(sv.decoded) / sv.elapsed.Seconds()
+	tps := sv.rate()
 	m := []Metric{
 		{Key: fmt.Sprintf("served_batch%d_decode_%d_tps", sv.seqs, sv.tokens),
 			Label: fmt.Sprintf("served decode, batch %d (aggregate), %d tokens each (the engine: placement followed as it serves)", sv.seqs, sv.tokens),
