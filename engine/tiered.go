@@ -507,72 +507,22 @@ func (o *Options) plan(ctx context.Context, path string, isPool bool, sizes tier
 				break
 			}
 		}
-		return withStaging(req, func(r tier.Request) (*tier.Plan, error) { return tier.PlanTiers(r, ts) }, true)
+		return tier.PlanTiers(req, ts)
 	}
 	p, err := tier.NewPlan(req)
 	if err != nil {
 		return nil, err
 	}
-	if p.Depth == 0 {
+	if p.Depth == 0 || o.Links != nil || !isPool {
 		return p, nil
 	}
-	if o.Links == nil && isPool {
-		// Streaming is needed: the links now decide the placement and
-		// depth. (A plan that fits resident is the best under any link
-		// speeds, so only streamed plans pay for a measurement.)
-		if err := measure(); err != nil {
-			return nil, err
-		}
+	// Streaming is needed: the links now decide the placement and depth.
+	// (A plan that fits resident is the best under any link speeds, so
+	// only streamed plans pay for a measurement.)
+	if err := measure(); err != nil {
+		return nil, err
 	}
-	return withStaging(req, tier.NewPlan, false)
-}
-
-// withStaging plans with plan and makes room for what the CPU backend's
-// pipeline holds beyond the planner's model of it. The planner takes
-// "device memory is host memory" (Shared) to mean tier-C reads land
-// straight in the device slots, but the pipeline reads them into Depth
-// staging buffers of the largest tier-C layer first and copies them into
-// the slots, so those buffers come out of the same memory. withStaging
-// replans with a device budget below what the last plan held, by what plan
-// and buffers overran, until they fit the budget together (forced
-// placements cannot move, so they are only checked), and records the buffers in the plan as host staging
-// (StagingBytes, Host.Staging, Host.Total) with Device.Budget the caller's
-// budget: Device.Total + Host.Total is then what the model holds.
-func withStaging(req tier.Request, plan func(tier.Request) (*tier.Plan, error), forced bool) (*tier.Plan, error) {
-	budget := req.DeviceBudget
-	for range 64 {
-		p, err := plan(req)
-		if err != nil {
-			if req.DeviceBudget != budget {
-				return nil, fmt.Errorf("%w (after reserving %s of the budget for tier-C staging buffers)", err, tier.FormatBytes(budget-req.DeviceBudget))
-			}
-			return nil, err
-		}
-		if !req.Shared {
-			return p, nil
-		}
-		var largest int64
-		for _, l := range p.Layers {
-			if l.Tier == tier.TierC {
-				largest = max(largest, l.Bytes)
-			}
-		}
-		staging := int64(p.Depth) * largest
-		over := p.Device.Total + staging - budget
-		if over <= 0 {
-			p.StagingBytes, p.Host.Staging, p.Host.Total, p.Device.Budget = largest, staging, staging, budget
-			return p, nil
-		}
-		if forced {
-			return nil, fmt.Errorf("plan: %w: the forced placement needs %s of device memory and %s of tier-C staging buffers; the budget is %s",
-				tier.ErrNoFit, tier.FormatBytes(p.Device.Total), tier.FormatBytes(staging), tier.FormatBytes(budget))
-		}
-		// Below what this plan holds, not just below its budget: a budget
-		// it left slack in would give the same plan again, and only a
-		// smaller placement (fewer resident bytes) makes the room.
-		req.DeviceBudget = min(req.DeviceBudget, p.Device.Total) - over
-	}
-	return nil, fmt.Errorf("plan: %w: no placement leaves room for its tier-C staging buffers within %s", tier.ErrNoFit, tier.FormatBytes(budget))
+	return tier.NewPlan(req)
 }
 
 // streamPool builds the engine of a pool whose plan streams some layers.
@@ -977,7 +927,8 @@ func (e *Engine) DeviceExpertBytes() int64 { return e.deviceExperts }
 // depth and the expected cost of a pass. It is nil for an engine opened
 // with Open or OpenPool (all resident, not planned). On the CPU backend
 // (Shared) the pipeline's tier-C staging buffers appear as Host.Staging,
-// within the same budget as Device (see OpenWith). Treat it as read-only.
+// within the same budget as Device (see tier.Request.Shared). Treat it as
+// read-only.
 func (e *Engine) Plan() *tier.Plan { return e.plan }
 
 // Streamed reports whether some layers are streamed every pass (tiers B

@@ -70,7 +70,11 @@ type Request struct {
 	HostBudget int64
 	// Shared says device memory is host memory (the CPU backend): tier B
 	// then buys nothing over tier A, so layers go to A or C, and tier C
-	// reads land straight in the device slots (no host-to-device copy).
+	// needs no host-to-device copy. Its reads still land in Depth staging
+	// buffers of the largest tier-C layer before the pipeline copies them
+	// into the slots, and those buffers come out of DeviceBudget too: the
+	// planner counts them there, so a deeper pipeline pays for its
+	// staging when depths are compared.
 	Shared bool
 	// KVBytes is the KV cache for the configured context and batch
 	// (KVCacheBytes); it lives in device memory.
@@ -152,7 +156,9 @@ type DeviceUse struct {
 	Budget  int64 `json:"budget"`
 }
 
-// HostUse breaks down the host memory a plan uses (zero when Shared).
+// HostUse breaks down the host memory a plan uses beside the device's.
+// When Shared only Staging is set, and it is counted against the device
+// budget (Device.Total + Host.Total ≤ Device.Budget).
 type HostUse struct {
 	Layers  int64 `json:"layers_b"` // tier-B layers
 	Staging int64 `json:"staging"`  // Depth × StagingBytes for tier C
@@ -170,8 +176,7 @@ type Plan struct {
 	Depth int `json:"depth"`
 	// SlotBytes is one device slot: the largest streamed layer.
 	SlotBytes int64 `json:"slot_bytes"`
-	// StagingBytes is one host staging slot: the largest tier-C layer
-	// (0 when Shared: reads land in the device slots).
+	// StagingBytes is one host staging slot: the largest tier-C layer.
 	StagingBytes int64        `json:"staging_bytes"`
 	Shared       bool         `json:"shared"`
 	Tiers        [3]TierTotal `json:"tiers"` // indexed by Tier
@@ -350,6 +355,10 @@ func NewPlan(r Request) (*Plan, error) {
 	if best == nil {
 		smallest := slotSizes[len(slotSizes)-1]
 		k := max(r.Depth, minDepth)
+		if r.Shared {
+			return nil, fmt.Errorf("plan: %w: even streaming every layer needs %s of memory (globals, KV cache, scratch, %d slots of %s and as many tier-C staging buffers) and the budget is %s",
+				ErrNoFit, FormatBytes(fixed+2*int64(k)*smallest), k, FormatBytes(smallest), FormatBytes(r.DeviceBudget))
+		}
 		return nil, fmt.Errorf("plan: %w: even streaming every layer needs %s of device memory (globals, KV cache, scratch and %d slots of %s) and the budget is %s, or host staging exceeds %s",
 			ErrNoFit, FormatBytes(fixed+int64(k)*smallest), k, FormatBytes(smallest), FormatBytes(r.DeviceBudget), FormatBytes(r.HostBudget))
 	}
@@ -446,12 +455,17 @@ func pick(sizes []int64, idx []int) []int64 {
 }
 
 // placeDevice makes layers larger than slot resident, reserves k slots of
-// slot bytes and fills the rest of the device budget. Layers not placed on
-// A are marked C (placeHost may promote them to B).
+// slot bytes (and, when Shared, as many staging buffers, which hold no
+// more than a slot) and fills the rest of the device budget. Layers not
+// placed on A are marked C (placeHost may promote them to B).
 func (r *Request) placeDevice(k int, slot int64) ([]Tier, bool) {
 	n := len(r.Sizes.Layers)
 	tiers := make([]Tier, n)
-	left := r.DeviceBudget - r.Sizes.Globals - r.KVBytes - r.ScratchBytes - int64(k)*slot
+	reserve := int64(k) * slot
+	if r.Shared {
+		reserve *= 2
+	}
+	left := r.DeviceBudget - r.Sizes.Globals - r.KVBytes - r.ScratchBytes - reserve
 	if left < 0 {
 		return nil, false
 	}
@@ -546,10 +560,10 @@ func (r *Request) evaluate(tiers []Tier, k int) *Plan {
 		case TierC:
 			lp.Moved.Storage = b
 			lp.Time.Storage = seconds(float64(b)/l.StorageToHost) + l.StorageOverhead
+			p.StagingBytes = max(p.StagingBytes, b)
 			if !r.Shared {
 				lp.Moved.HostToDevice = b
 				lp.Time.HostToDevice = seconds(float64(b)/l.HostToDevice) + l.HostToDeviceOverhead
-				p.StagingBytes = max(p.StagingBytes, b)
 			}
 		}
 		if t != TierA {
@@ -576,7 +590,8 @@ func (r *Request) evaluate(tiers []Tier, k int) *Plan {
 	p.Device.Total = p.Device.Globals + p.Device.KV + p.Device.Scratch + p.Device.Slots + p.Device.Layers
 	p.Host.Staging = int64(p.Depth) * p.StagingBytes
 	p.Host.Total = p.Host.Layers + p.Host.Staging
-	if p.Device.Total > r.DeviceBudget || (!r.Shared && p.Host.Total > r.HostBudget) {
+	if r.Shared && p.Device.Total+p.Host.Total > r.DeviceBudget ||
+		!r.Shared && (p.Device.Total > r.DeviceBudget || p.Host.Total > r.HostBudget) {
 		return nil
 	}
 	busy, bound := p.Time.Max()

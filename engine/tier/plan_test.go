@@ -93,49 +93,75 @@ func TestPlan(t *testing.T) {
 			tiers: "AABBBB", depth: 2, bound: LinkHostToDevice,
 		},
 		{
-			name: "shared memory (CPU): A then C, no B, no h2d",
-			req: Request{Sizes: Sizes{Layers: uniform(6, 100*mib)}, Shared: true,
-				DeviceBudget: 450 * mib, HostBudget: 1 << 40, Links: testLinks()},
-			tiers: "AACCCC", depth: 2, bound: LinkStorage,
+			// Two slots and two staging buffers (tier-C reads land in
+			// staging, then are copied into a slot) leave room for two
+			// resident layers in 650 MiB.
+			name: "shared memory (CPU): A then C, no B, no h2d, staging in the budget",
+			req: Request{Sizes: Sizes{Layers: uniform(10, 100*mib)}, Shared: true,
+				DeviceBudget: 650 * mib, HostBudget: 1 << 40, Links: testLinks()},
+			tiers: "AACCCCCCCC", depth: 2, bound: LinkStorage,
 			check: func(t *testing.T, p *Plan) {
-				if p.Moved.HostToDevice != 0 || p.Host.Total != 0 || p.StagingBytes != 0 {
+				if p.Moved.HostToDevice != 0 || p.Host.Layers != 0 {
 					t.Errorf("shared plan moves %+v over h2d, host %+v", p.Moved, p.Host)
+				}
+				if p.StagingBytes != 100*mib || p.Host.Staging != 200*mib || p.Host.Total != 200*mib || p.Device.Total != 400*mib ||
+					p.Device.Budget != 650*mib || p.Host.Budget != 0 {
+					t.Errorf("staging %d, device %+v, host %+v: want 2 x 100 MiB staging beside 400 MiB in the 650 MiB budget",
+						p.StagingBytes, p.Device, p.Host)
+				}
+			},
+		},
+		{
+			// Storage latency makes a deeper pipeline faster, and four
+			// slots fit the budget, but not four slots and their staging:
+			// the planner must pay for staging when it compares depths
+			// (it once chose the depth by the slots alone and left no room
+			// for the buffers, so a load whose links were measured under
+			// load failed to fit where the default links fit).
+			name: "shared memory (CPU): staging decides the depth",
+			req: Request{Sizes: Sizes{Layers: uniform(6, 100*mib)}, Shared: true,
+				DeviceBudget: 450 * mib, HostBudget: 1 << 40,
+				Links: Links{StorageToHost: 1e9, HostToDevice: 10e9, Compute: 100e9, StorageLatency: 500 * time.Millisecond}},
+			tiers: "CCCCCC", depth: 2, bound: LinkStorage,
+			check: func(t *testing.T, p *Plan) {
+				if p.Device.Total+p.Host.Total > p.Device.Budget || p.Host.Staging != 200*mib {
+					t.Errorf("device %+v, host %+v: over the budget", p.Device, p.Host)
 				}
 			},
 		},
 		{
 			// Q4_K_M-like: layers 1 and 3 are bigger (Q6_K tensors). With
-			// 520 MiB, keeping the big ones makes the slots small: 300 +
-			// 2x100 fits and 300 MiB stream. With 150 MiB slots only one
-			// big layer fits beside them (450 MiB stream); "first N" fits
-			// only layer 0 beside 2x150.
+			// 720 MiB, keeping the big ones makes the slots (and staging
+			// buffers) small: 300 + 2x2x100 fits and 500 MiB stream. With
+			// 150 MiB slots no big layer fits beside them and staging (all
+			// 800 MiB stream); "first N" fits only layer 0 beside 2x2x150.
 			name: "unequal sizes: the big layers stay, slots shrink",
-			req: Request{Sizes: Sizes{Layers: []int64{100 * mib, 150 * mib, 100 * mib, 150 * mib, 100 * mib}}, Shared: true,
-				DeviceBudget: 520 * mib, Links: testLinks()},
-			tiers: "CACAC", depth: 2, bound: LinkStorage,
+			req: Request{Sizes: Sizes{Layers: []int64{100 * mib, 150 * mib, 100 * mib, 150 * mib, 100 * mib, 100 * mib, 100 * mib}}, Shared: true,
+				DeviceBudget: 720 * mib, Links: testLinks()},
+			tiers: "CACACCC", depth: 2, bound: LinkStorage,
 			check: func(t *testing.T, p *Plan) {
-				if p.SlotBytes != 100*mib || p.Moved.Storage != 300*mib {
+				if p.SlotBytes != 100*mib || p.Moved.Storage != 500*mib {
 					t.Errorf("slot %d, moved %+v", p.SlotBytes, p.Moved)
 				}
 			},
 		},
 		{
-			// 150 MiB left beside the slots holds one big layer or both
-			// small ones. Without per-transfer overhead the big layer saves
-			// more (more bytes off the link)...
+			// 150 MiB left beside the slots and staging holds one big
+			// layer or both small ones. Without per-transfer overhead the
+			// big layer saves more (more bytes off the link)...
 			name: "leftover budget: one big layer beats two small",
-			req: Request{Sizes: Sizes{Layers: []int64{150 * mib, 10 * mib, 150 * mib, 10 * mib, 150 * mib, 150 * mib}}, Shared: true,
-				DeviceBudget: 450 * mib, Depth: 2, Links: testLinks()},
-			tiers: "ACCCCC", depth: 2, bound: LinkStorage,
+			req: Request{Sizes: Sizes{Layers: []int64{150 * mib, 10 * mib, 150 * mib, 10 * mib, 150 * mib, 150 * mib, 150 * mib, 150 * mib}}, Shared: true,
+				DeviceBudget: 750 * mib, Depth: 2, Links: testLinks()},
+			tiers: "ACCCCCCC", depth: 2, bound: LinkStorage,
 		},
 		{
 			// ...with 200 ms per transfer two small layers save 421 ms and
 			// one big one 357 ms.
 			name: "leftover budget, per-transfer overhead: two small beat one big",
-			req: Request{Sizes: Sizes{Layers: []int64{150 * mib, 10 * mib, 150 * mib, 10 * mib, 150 * mib, 150 * mib}}, Shared: true,
-				DeviceBudget: 450 * mib, Depth: 2,
+			req: Request{Sizes: Sizes{Layers: []int64{150 * mib, 10 * mib, 150 * mib, 10 * mib, 150 * mib, 150 * mib, 150 * mib, 150 * mib}}, Shared: true,
+				DeviceBudget: 750 * mib, Depth: 2,
 				Links: Links{StorageToHost: 1e9, HostToDevice: 10e9, Compute: 100e9, StorageOverhead: 200 * time.Millisecond}},
-			tiers: "CACACC", depth: 2, bound: LinkStorage,
+			tiers: "CACACCCC", depth: 2, bound: LinkStorage,
 		},
 		{
 			name: "KV cache takes budget: one layer fewer resident",
@@ -147,13 +173,14 @@ func TestPlan(t *testing.T) {
 			// 10 MiB at 1 GB/s is 10.5 ms per layer. A slot is refilled
 			// when the compute of its previous layer ends; the read then
 			// takes 10.5 ms of link time plus 30 ms of latency, while the
-			// link serves the k-1 layers ahead: k·10.5 >= 40.6, so k = 4.
-			// The budget also allows 3 slots + 1 resident layer, or 2 + 2:
-			// both stall more than the resident layers save.
+			// link serves the k-1 layers ahead: k·10.5 >= 40.6, so k = 4
+			// (4 slots and 4 staging buffers). The budget also allows 3
+			// slots + 2 resident layers, or 2 + 4: both stall more than the
+			// resident layers save.
 			name: "depth covers latency",
-			req: Request{Sizes: Sizes{Layers: uniform(8, 10*mib), Globals: 25 * mib}, Shared: true,
-				DeviceBudget: 65 * mib, Links: Links{StorageToHost: 1e9, HostToDevice: 1e10, Compute: 1e11, StorageLatency: 30 * time.Millisecond}},
-			tiers: "CCCCCCCC", depth: 4, bound: LinkStorage,
+			req: Request{Sizes: Sizes{Layers: uniform(16, 10*mib), Globals: 25 * mib}, Shared: true,
+				DeviceBudget: 105 * mib, Links: Links{StorageToHost: 1e9, HostToDevice: 1e10, Compute: 1e11, StorageLatency: 30 * time.Millisecond}},
+			tiers: "CCCCCCCCCCCCCCCC", depth: 4, bound: LinkStorage,
 			check: func(t *testing.T, p *Plan) {
 				if p.Stall != 0 {
 					t.Errorf("stall %v with depth %d", p.Stall, p.Depth)
@@ -161,16 +188,18 @@ func TestPlan(t *testing.T) {
 			},
 		},
 		{
-			// With room for 7 slots the planner trades depth for residency
-			// where that wins: 3 slots + 4 resident layers stall 9 ms but
-			// stream 4 layers (51 ms a pass), 4 slots + 3 resident stream 5
-			// (52 ms, no stall).
+			// With 22 ms of latency a read and its latency take 32.6 ms, so
+			// 3 slots fall a little behind the link (a third of that per
+			// layer) and 4 keep up. The planner trades that depth for
+			// residency where it wins: 3 slots (and staging) + 8 resident
+			// layers stream 8 with a stall, 4 slots + 6 resident stream 10
+			// without one, and lose.
 			name: "depth traded for residency",
-			req: Request{Sizes: Sizes{Layers: uniform(8, 10*mib), Globals: 25 * mib}, Shared: true,
-				DeviceBudget: 95 * mib, Links: Links{StorageToHost: 1e9, HostToDevice: 1e10, Compute: 1e11, StorageLatency: 30 * time.Millisecond}},
-			tiers: "AAAACCCC", depth: 3, bound: LinkStorage,
+			req: Request{Sizes: Sizes{Layers: uniform(16, 10*mib), Globals: 25 * mib}, Shared: true,
+				DeviceBudget: 165 * mib, Links: Links{StorageToHost: 1e9, HostToDevice: 1e10, Compute: 1e11, StorageLatency: 22 * time.Millisecond}},
+			tiers: "AAAAAAAACCCCCCCC", depth: 3, bound: LinkStorage,
 			check: func(t *testing.T, p *Plan) {
-				if p.Stall <= 0 || p.PassTime >= seconds(5*10*mib/1e9) {
+				if p.Stall <= 0 || p.PassTime >= seconds(10*10*mib/1e9) {
 					t.Errorf("stall %v, pass %v", p.Stall, p.PassTime)
 				}
 			},
@@ -178,19 +207,19 @@ func TestPlan(t *testing.T) {
 		{
 			name: "depth limited by memory: stall reported",
 			req: Request{Sizes: Sizes{Layers: uniform(8, 10*mib)}, Shared: true,
-				DeviceBudget: 30 * mib, Links: Links{StorageToHost: 1e9, HostToDevice: 1e10, Compute: 1e11, StorageLatency: 30 * time.Millisecond}},
+				DeviceBudget: 60 * mib, Links: Links{StorageToHost: 1e9, HostToDevice: 1e10, Compute: 1e11, StorageLatency: 30 * time.Millisecond}},
 			tiers: "CCCCCCCC", depth: 3, bound: LinkStorage,
 			check: func(t *testing.T, p *Plan) {
-				if p.Stall <= 0 || p.PassTime != p.Time.Storage+p.Stall || p.Device.Total > 30*mib {
+				if p.Stall <= 0 || p.PassTime != p.Time.Storage+p.Stall || p.Device.Total+p.Host.Total > 60*mib {
 					t.Errorf("stall %v, pass %v, storage %v", p.Stall, p.PassTime, p.Time.Storage)
 				}
 			},
 		},
 		{
 			name: "fixed depth",
-			req: Request{Sizes: Sizes{Layers: uniform(5, 100*mib)}, Shared: true, Depth: 3,
-				DeviceBudget: 450 * mib, Links: testLinks()},
-			tiers: "ACCCC", depth: 3, bound: LinkStorage,
+			req: Request{Sizes: Sizes{Layers: uniform(8, 100*mib)}, Shared: true, Depth: 3,
+				DeviceBudget: 700 * mib, Links: testLinks()},
+			tiers: "ACCCCCCC", depth: 3, bound: LinkStorage,
 		},
 		{
 			name: "compute bound: fast links keep streaming cheap",

@@ -491,9 +491,13 @@ func writePlan(w io.Writer, path string, info planInfo, p *tier.Plan) error {
 	fmt.Fprintf(w, "device: %s of %s (globals %s, KV cache %s, scratch %s, slots %d x %s, tier A %s)\n",
 		tier.FormatBytes(d.Total), tier.FormatBytes(d.Budget), tier.FormatBytes(d.Globals), tier.FormatBytes(d.KV),
 		tier.FormatBytes(d.Scratch), p.Depth, tier.FormatBytes(p.SlotBytes), tier.FormatBytes(d.Layers))
-	if !p.Shared {
+	switch {
+	case !p.Shared:
 		fmt.Fprintf(w, "host:   %s of %s (tier B %s, staging %d x %s)\n", tier.FormatBytes(p.Host.Total),
 			tier.FormatBytes(p.Host.Budget), tier.FormatBytes(p.Host.Layers), p.Depth, tier.FormatBytes(p.StagingBytes))
+	case p.Host.Staging > 0:
+		fmt.Fprintf(w, "tier-C staging: %d x %s, within the device budget (device memory is host memory)\n",
+			p.Depth, tier.FormatBytes(p.StagingBytes))
 	}
 	if !linksMeasured(p.Links) {
 		// Default link speeds say nothing of this host: a figure from
