@@ -771,9 +771,23 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	cpuWork := P < T*K
 	x.stats.GPUExperts += int64(P)
 	x.stats.CPUExperts += int64(T*K - P)
+	// Where the CPU has picks too, the resident picks' launches (a few
+	// an expert, tens a layer at eight tokens) are issued by this thread
+	// beside the CPU's work rather than before its start, as at one
+	// token; their buffers are grown first, the device synchronised for
+	// it, before the CPU's threads write the host rows.
+	var resident func()
+	var residentErr error
 	if P > 0 {
-		if err := m.moeResident(c, l, T); err != nil {
+		if err := x.alloc(c, cfg, T, P); err != nil {
 			return err
+		}
+		if !cpuWork {
+			if err := m.moeResident(c, l, T); err != nil {
+				return err
+			}
+		} else {
+			resident = func() { residentErr = m.moeResident(c, l, T) }
 		}
 	}
 	if !cpuWork {
@@ -785,8 +799,8 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		}
 		return nil
 	}
-	t2, err := x.runOnCPU(ctx, cfg, l, T, rt, nil)
-	if err != nil {
+	t2, err := x.runOnCPU(ctx, cfg, l, T, rt, resident)
+	if err = cmp.Or(err, residentErr); err != nil {
 		return err
 	}
 	if P == 0 {
