@@ -244,6 +244,16 @@ func moeDeviceBytes(ctx context.Context, cfg *model.Config, w *model.Weights, sr
 	return n, nil
 }
 
+// pairWeights is layer l's expert e on the device for the grouped
+// launches: in a staging slot where the pick stream staged it for this
+// layer (stageBatch), else resident.
+func (x *gpuMoE) pairWeights(l, e int) expertW {
+	if x.ps != nil && x.ps.staged[e] {
+		return x.ps.w[e]
+	}
+	return x.resident[l][e]
+}
+
 // onCPU says whether the CPU computes layer l's expert e's picks: it is
 // not resident on the GPU, or the CPU takes every pick (cpuOnly).
 func (x *gpuMoE) onCPU(l, e int) bool {
@@ -766,13 +776,70 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	if err != nil {
 		return err
 	}
-	x.pairs = residentPicks(x.pairs, rt.IDs, K, func(e int) bool { _, ok := res[e]; return ok })
+	// Where the pick stream is on and the GPU takes its share of picks
+	// (not the CPU-only way), some of the CPU's experts go over PCIe into
+	// its slots as at one token, each once for all of its tokens, and the
+	// GPU computes them with the resident ones.
+	var staged []int
+	var cpuBytes, expertBytes int64
+	if x.ps != nil && !x.cpuOnly {
+		x.cpuPicks = x.cpuPicks[:0]
+		for _, e := range rt.IDs {
+			if _, ok := res[int(e)]; !ok && !slices.Contains(x.cpuPicks, int(e)) {
+				x.cpuPicks = append(x.cpuPicks, int(e))
+			}
+		}
+		if len(x.cpuPicks) > 0 {
+			expertBytes = expertSize(&x.layers[l].Experts[x.cpuPicks[0]])
+			staged = x.ps.batchShare(x.cpuPicks, rt.IDs, expertBytes, K)
+			cpuBytes = int64(len(x.cpuPicks)-len(staged)) * expertBytes
+		}
+		for _, e := range staged {
+			x.ps.staged[e] = true
+		}
+		// The marks hold for this layer only, whatever fails in it.
+		defer func() {
+			for _, e := range staged {
+				x.ps.staged[e] = false
+			}
+		}()
+	}
+	x.pairs = residentPicks(x.pairs, rt.IDs, K, func(e int) bool {
+		_, ok := res[e]
+		return ok || x.ps != nil && x.ps.staged[e]
+	})
 	P := len(x.pairs)
 	cpuWork := P < T*K
 	x.stats.GPUExperts += int64(P)
 	x.stats.CPUExperts += int64(T*K - P)
-	// Where the CPU has picks too, the resident picks' launches (a few
-	// an expert, tens a layer at eight tokens) are issued by this thread
+	// gpuShare copies the staged experts and launches the grouped
+	// products over them and the resident ones.
+	gpuShare := func() error {
+		if len(staged) > 0 {
+			ti := time.Now()
+			bytes, err := x.ps.stageBatch(c, s, x.layers[l], staged)
+			if err != nil {
+				return err
+			}
+			x.pstats.Issue += time.Since(ti)
+			x.pstats.Bytes += bytes
+			x.pstats.Layers++
+			for _, pr := range x.pairs {
+				if x.ps.staged[pr.e] {
+					x.pstats.Picks++
+				}
+			}
+		}
+		if err := m.moeResident(c, l, T); err != nil {
+			return err
+		}
+		if len(staged) > 0 {
+			return c.Record(x.ps.done, s)
+		}
+		return nil
+	}
+	// Where the CPU has picks too, the GPU's launches (a few an expert,
+	// tens a layer at eight tokens) and copies are issued by this thread
 	// beside the CPU's work rather than before its start, as at one
 	// token; their buffers are grown first, the device synchronised for
 	// it, before the CPU's threads write the host rows.
@@ -783,11 +850,11 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 			return err
 		}
 		if !cpuWork {
-			if err := m.moeResident(c, l, T); err != nil {
+			if err := gpuShare(); err != nil {
 				return err
 			}
 		} else {
-			resident = func() { residentErr = m.moeResident(c, l, T) }
+			resident = func() { residentErr = gpuShare() }
 		}
 	}
 	if !cpuWork {
@@ -799,9 +866,13 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		}
 		return nil
 	}
+	busy := x.stats.Busy
 	t2, err := x.runOnCPU(ctx, cfg, l, T, rt, resident)
 	if err = cmp.Or(err, residentErr); err != nil {
 		return err
+	}
+	if cpuBytes > 0 {
+		x.ps.cpuBatch.add(cpuBytes, x.stats.Busy-busy)
 	}
 	if P == 0 {
 		err = k.Copy(c, s, a.h, x.hostRowsDev(cfg), int64(T*D))
@@ -1132,7 +1203,7 @@ func (m *Model) moeResident(c *cudadrv.Ctx, l, T int) error {
 			for hi < P && x.pairs[hi].e == x.pairs[lo].e {
 				hi++
 			}
-			if err := fn(x.resident[l][x.pairs[lo].e], lo, hi-lo); err != nil {
+			if err := fn(x.pairWeights(l, x.pairs[lo].e), lo, hi-lo); err != nil {
 				return fmt.Errorf("expert %d: %w", x.pairs[lo].e, err)
 			}
 			lo = hi
@@ -1178,7 +1249,7 @@ func (m *Model) moeResident(c *cudadrv.Ctx, l, T int) error {
 		// quantized in one launch.
 		x.downs = x.downs[:0]
 		for p, pr := range x.pairs {
-			x.downs = append(x.downs, kernels.GEMVOut{W: x.resident[l][pr.e].down, Y: out.Add(int64(p) * d4)})
+			x.downs = append(x.downs, kernels.GEMVOut{W: x.pairWeights(l, pr.e).down, Y: out.Add(int64(p) * d4)})
 		}
 		if err := k.GEMVEach(c, s, g, x.downs); err != nil {
 			return fmt.Errorf("downs: %w", err)

@@ -1,8 +1,10 @@
 package gpu
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/strata-llm/strata/engine/model"
@@ -42,7 +44,10 @@ type pickStream struct {
 	loaded, done, start, end cudadrv.Event
 	timedBytes               int64 // bytes between start and end not yet read (0: none)
 	staged                   []bool
-	set                      []int // experts whose entries tableHost holds
+	// w is a staged expert's weights in its slot, where staged at more
+	// than one token (stageBatch): the grouped launches read them there.
+	w   []expertW
+	set []int // experts whose entries tableHost holds
 	// widthSplit lets split share a pick by its FFN width (SetSplitPicks).
 	widthSplit bool
 	// copies and cpu are each link's time for a layer's share against
@@ -50,6 +55,13 @@ type pickStream struct {
 	// its busy time.
 	copies, cpu linkFit
 	splits      int // layers split so far
+	// cpuBatch is the CPU's fit at more than one token, where a layer's
+	// share is distinct experts, each read once for all of its tokens:
+	// the CPU's time for a byte differs from one token's; batchSplits
+	// counts those layers.
+	cpuBatch    linkFit
+	batchSplits int
+	tokens      []int // per expert, a batch layer's CPU picks (scratch)
 }
 
 // linkFit fits a link's time for a layer's share as fixed + bytes/rate,
@@ -215,7 +227,7 @@ func newPickStream(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *mo
 	for _, L := range x.layers {
 		slot = max(slot, expertSize(&L.Experts[0]))
 	}
-	ps = &pickStream{staged: make([]bool, E), slotBytes: slot}
+	ps = &pickStream{staged: make([]bool, E), w: make([]expertW, E), tokens: make([]int, E), slotBytes: slot}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, ps.release(c), x.unpinHost(c))
@@ -359,6 +371,76 @@ func streamSplit(kc int, b float64, copies, cpu link) int {
 		}
 	}
 	return best
+}
+
+// batchShare chooses which of a batch layer's CPU experts go over PCIe:
+// es are the layer's distinct experts the CPU would compute, ids the
+// batch's picks (each expert's tokens are counted from them), b an
+// expert's bytes, slots how many the staging holds. It returns the
+// chosen ones, those with the most tokens first (the CPU reads an
+// expert once for all of its tokens, but its products grow with them;
+// the GPU's barely), reordering es. How many is as split decides it, by
+// the copies' fit and the CPU's at batches (cpuBatch), half until both
+// have a fit and every exploreEvery layers.
+func (ps *pickStream) batchShare(es []int, ids []int32, b int64, slots int) []int {
+	if len(es) == 0 || slots <= 0 {
+		return nil
+	}
+	ps.batchSplits++
+	var n int
+	cf, cb, cok := ps.cpuBatch.line()
+	gf, gb, gok := ps.copies.line()
+	if !cok || !gok || ps.batchSplits%exploreEvery == 0 {
+		n = len(es) / 2
+	} else {
+		n = streamSplit(len(es), float64(b), link{gf, gb}, link{cf, cb})
+	}
+	n = min(n, slots)
+	if n == 0 {
+		return nil
+	}
+	for _, e := range es {
+		ps.tokens[e] = 0
+	}
+	for _, e := range ids {
+		ps.tokens[e]++ // es's entries count; the others are not read
+	}
+	slices.SortStableFunc(es, func(p, q int) int { return cmp.Compare(ps.tokens[q], ps.tokens[p]) })
+	return es[:n]
+}
+
+// stageBatch enqueues on the copy stream the copies of layer L's experts
+// es into the slots (after the last staged launch has read them), keeps
+// their weights there in w for the grouped launches over them, and has s
+// wait for the copies; it returns the bytes copied. The caller records
+// done on s after its launches over them.
+func (ps *pickStream) stageBatch(c *cudadrv.Ctx, s cudadrv.Stream, L *model.Layer, es []int) (int64, error) {
+	if err := ps.readCopyTime(c); err != nil {
+		return 0, err
+	}
+	if err := c.WaitEvent(ps.copy, ps.done); err != nil {
+		return 0, err
+	}
+	if err := c.Record(ps.start, ps.copy); err != nil {
+		return 0, err
+	}
+	var bytes int64
+	for i, e := range es {
+		w, err := putExpert(c, ps.copy, ps.slots.Add(int64(i)*ps.slotBytes), ps.slotBytes, &L.Experts[e])
+		if err != nil {
+			return 0, fmt.Errorf("staging expert %d: %w", e, err)
+		}
+		ps.w[e] = w
+		bytes += expertSize(&L.Experts[e])
+	}
+	if err := c.Record(ps.end, ps.copy); err != nil {
+		return 0, err
+	}
+	ps.timedBytes = bytes
+	if err := c.Record(ps.loaded, ps.copy); err != nil {
+		return 0, err
+	}
+	return bytes, c.WaitEvent(s, ps.loaded)
 }
 
 // readCopyTime folds the last timed copies into their fit once their end

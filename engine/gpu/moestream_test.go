@@ -1,11 +1,15 @@
 package gpu
 
 import (
+	"context"
+	"fmt"
 	"math"
 	"testing"
 	"time"
 
 	"github.com/strata-llm/strata/engine/model"
+	"github.com/strata-llm/strata/engine/quant"
+	"github.com/strata-llm/strata/engine/sample"
 )
 
 // TestStreamSplit: the share of a CPU layer's picks sent over PCIe
@@ -107,4 +111,100 @@ func TestStreamPicks(t *testing.T) {
 			t.Errorf("picks streamed after turning it off: %d, then %d", st.Streamed.Picks, st2.Streamed.Picks)
 		}
 	})
+}
+
+// TestStreamPicksBatch: at more than one token (a prompt's pass, then
+// passes of two sequences) the pick stream copies some of the CPU's
+// experts to the GPU, each once for all of its tokens, and the grouped
+// launches compute them beside the resident ones: the logits stay the CPU
+// reference's, row by row.
+func TestStreamPicksBatch(t *testing.T) {
+	eachPickedCase(t, func(t *testing.T, cpu *model.Model, g *Model, _ string) {
+		cfg := cpu.Config
+		if err := g.SetStreamPicks(true); err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		var cs []*model.Sequence
+		var gs []*Sequence
+		for range 2 {
+			cs = append(cs, cpu.NewSequence(0))
+			s, err := g.NewSequence(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			gs = append(gs, s)
+		}
+		pass := func(name string, toks [][]int32) []int32 {
+			t.Helper()
+			var cb, gb []model.Step
+			for i, tk := range toks {
+				cb = append(cb, model.Step{Seq: cs[i], Tokens: tk})
+				gb = append(gb, model.Step{Seq: gs[i], Tokens: tk})
+			}
+			if err := cpu.Forward(ctx, cb); err != nil {
+				t.Fatalf("%s: cpu: %v", name, err)
+			}
+			if err := g.Forward(ctx, gb); err != nil {
+				t.Fatalf("%s: gpu: %v", name, err)
+			}
+			next := make([]int32, len(toks))
+			for i := range toks {
+				cl, gl := cb[i].Logits[0], gb[i].Logits[0]
+				if e := quant.NMSE(gl, cl); e > maxNMSE {
+					t.Fatalf("%s: seq %d: logits NMSE %.3g > %g", name, i, e, maxNMSE)
+				}
+				next[i] = sample.Argmax(cl)
+			}
+			return next
+		}
+		st0, _ := g.MoEStats()
+		next := pass("prompts", [][]int32{promptTokens(cfg.Vocab, 9, 5), promptTokens(cfg.Vocab, 6, 6)})
+		st1, _ := g.MoEStats()
+		if st1.Streamed.Picks == st0.Streamed.Picks || st1.Streamed.Layers == st0.Streamed.Layers {
+			t.Errorf("the prompts' pass (15 tokens) staged no expert: %+v", st1.Streamed)
+		}
+		for i := range 4 {
+			next = pass(fmt.Sprintf("decode %d", i), [][]int32{{next[0]}, {next[1]}})
+		}
+		st2, _ := g.MoEStats()
+		t.Logf("streamed: prompts %+v, then %+v", st1.Streamed, st2.Streamed)
+		if st2.Streamed.Picks == st1.Streamed.Picks {
+			t.Errorf("passes of two sequences staged no expert: %+v", st2.Streamed)
+		}
+	})
+}
+
+// TestBatchShare: a batch layer's share over PCIe is half its CPU experts
+// until both links have fits (and every exploreEvery layers after), then
+// the fits' balance, never more than the slots; the experts with the most
+// tokens go first.
+func TestBatchShare(t *testing.T) {
+	t.Parallel()
+	const E, b = 16, 3e6
+	ps := &pickStream{tokens: make([]int, E)}
+	ids := []int32{3, 5, 7, 9, 3, 5, 11, 3, 12, 13, 9, 3} // 3: four tokens, 5 and 9: two, others one
+	es := []int{5, 7, 9, 11, 12, 13, 3}
+	got := ps.batchShare(es, ids, b, 8)
+	if len(got) != 3 || got[0] != 3 || got[1] != 5 || got[2] != 9 {
+		t.Errorf("without fits: %v, want half of 7 by tokens: [3 5 9]", got)
+	}
+	if got := ps.batchShare([]int{1, 2, 3, 4, 5, 6, 7, 8}, ids, b, 2); len(got) != 2 {
+		t.Errorf("two slots: %d experts staged", len(got))
+	}
+	// Fits: copies at 50 GB/s, the CPU at 25 GB/s: two thirds over PCIe.
+	for i := range 40 {
+		n := int64(1 + i%8)
+		ps.copies.add(n*b, time.Duration(float64(n*b)/50e9*1e9))
+		ps.cpuBatch.add(n*b, time.Duration(float64(n*b)/25e9*1e9))
+	}
+	ps.batchSplits = 0
+	es = []int{1, 2, 3, 4, 5, 6, 7, 8, 9}
+	if got := ps.batchShare(es, ids, b, 16); len(got) != 6 {
+		t.Errorf("fitted: %d of 9 experts staged, want 6", len(got))
+	}
+	if got := ps.batchShare(nil, ids, b, 8); got != nil {
+		t.Errorf("no CPU experts: %v", got)
+	}
 }
