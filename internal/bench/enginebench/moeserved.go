@@ -110,6 +110,17 @@ func (rn *runner) moeServed(ctx context.Context, res *ScenarioResult, mc MoECase
 	return nil
 }
 
+// streamedSince is the share of the picks of experts off the device that
+// the pick stream sent over PCIe between two reports (0 where there were
+// none).
+func streamedSince(a, b engine.ExpertInfo) float64 {
+	d := b.Since(a)
+	if d.CPUUses == 0 {
+		return 0
+	}
+	return float64(d.StreamedPicks) / float64(d.CPUUses)
+}
+
 // hitSince is the device's hit over the picks between two reports (0
 // where none were made).
 func hitSince(a, b engine.ExpertInfo) float64 { return b.Since(a).DeviceHit() }
@@ -263,7 +274,7 @@ func (rn *runner) moeServedBatch(ctx context.Context, res *ScenarioResult, mc Mo
 	tokens, passes, elapsed := bt.tokens, bt.passes, bt.elapsed
 	bt.mu.Unlock()
 	sv := servedBatch{seqs: seqs, tokens: n, short: short, passes: passes, decoded: tokens, elapsed: elapsed,
-		hit: hitSince(info0, info1), moved: info1.Since(info0).DeviceMoves, onDevice: info1.OnDevice,
+		hit: hitSince(info0, info1), streamed: streamedSince(info0, info1), moved: info1.Since(info0).DeviceMoves, onDevice: info1.OnDevice,
 		deviceGiB: float64(info1.DeviceBytes) / (1 << 30), promptTokens: promptTokens}
 	// servedBatchMetrics drops the ratio where a request ended early.
 	m, notes, err := servedBatchMetrics(sv, ratioToPeer(sv.rate(), rn.o.Peers, mc.servedBatchPeerName(seqs, n)))
@@ -309,6 +320,7 @@ type servedBatch struct {
 	decoded      int // the tokens those passes produced
 	elapsed      time.Duration
 	hit          float64
+	streamed     float64 // the share of the picks off the device copied over PCIe (the pick stream)
 	moved        uint64
 	onDevice     int
 	deviceGiB    float64
@@ -341,6 +353,7 @@ func servedBatchMetrics(sv servedBatch, peer *Ratio) ([]Metric, []string, error)
 			Label: fmt.Sprintf("served decode, batch %d (aggregate), %d tokens each (the engine: placement followed as it serves)", sv.seqs, sv.tokens),
 			Value: tps, Unit: "tok/s", Ratio: peer, Goal: atLeast(peer, 1.5)},
 		{Key: fmt.Sprintf("served_batch%d_device_hit", sv.seqs), Label: "  picks of experts in device memory, over the batch's prompts and decode", Value: sv.hit, Unit: "share"},
+		{Key: fmt.Sprintf("served_batch%d_streamed", sv.seqs), Label: "  of the other picks, copied over PCIe and computed on the GPU (the pick stream)", Value: sv.streamed, Unit: "share"},
 	}
 	notes := []string{fmt.Sprintf("served batch: %d requests at once through engine.OpenWith (batch %d) and the daemon's scheduler, %d prompt tokens in all, then up to %d greedy tokens each; the rate is the %d passes that advanced all %d sequences (%d tokens, %s of wall time, the scheduler's work between passes included); %d experts (%.2f GiB) in device memory, %d moved into it",
 		sv.seqs, sv.seqs, sv.promptTokens, sv.tokens, sv.passes, sv.seqs, sv.decoded, sv.elapsed.Round(time.Millisecond), sv.onDevice, sv.deviceGiB, sv.moved)}

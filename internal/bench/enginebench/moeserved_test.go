@@ -132,16 +132,19 @@ func TestMoEServedBatchCPU(t *testing.T) {
 func TestServedBatchMetrics(t *testing.T) {
 	t.Parallel()
 	peer := &Ratio{Value: 2, Basis: "llama.cpp", BasisValue: 50}
-	sv := servedBatch{seqs: 8, tokens: 128, passes: 127, decoded: 1016, elapsed: 10 * time.Second, hit: 0.6, moved: 40, onDevice: 900, deviceGiB: 2.5, promptTokens: 120}
+	sv := servedBatch{seqs: 8, tokens: 128, passes: 127, decoded: 1016, elapsed: 10 * time.Second, hit: 0.6, streamed: 0.25, moved: 40, onDevice: 900, deviceGiB: 2.5, promptTokens: 120}
 	m, notes, err := servedBatchMetrics(sv, peer)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m) != 2 || m[0].Key != "served_batch8_decode_128_tps" || math.Abs(m[0].Value-101.6) > 1e-9 || m[0].Ratio != peer || m[0].Goal == nil || m[0].Goal.Target != 1.5 {
+	if len(m) != 3 || m[0].Key != "served_batch8_decode_128_tps" || math.Abs(m[0].Value-101.6) > 1e-9 || m[0].Ratio != peer || m[0].Goal == nil || m[0].Goal.Target != 1.5 {
 		t.Fatalf("rows %+v", m)
 	}
 	if m[1].Key != "served_batch8_device_hit" || m[1].Value != 0.6 {
 		t.Errorf("hit row %+v", m[1])
+	}
+	if m[2].Key != "served_batch8_streamed" || m[2].Value != 0.25 {
+		t.Errorf("pick stream row %+v", m[2])
 	}
 	if len(notes) != 1 || !strings.Contains(notes[0], "127 passes") || !strings.Contains(notes[0], "900 experts (2.50 GiB)") {
 		t.Errorf("notes %q", notes)
@@ -177,5 +180,20 @@ func TestMoECaseServedOnly(t *testing.T) {
 	}
 	if !keys["served_decode_12_tps"] || !keys["served_batch2_decode_8_tps"] || keys["decode_tps"] {
 		t.Errorf("rows %v, notes %q: want the served rows alone", keys, res.Notes)
+	}
+}
+
+// TestStreamedSince: the pick stream's share is of the picks off the
+// device between two reports (they count the streamed ones among the
+// CPU's uses), 0 where there were none.
+func TestStreamedSince(t *testing.T) {
+	t.Parallel()
+	a := engine.ExpertInfo{CPUUses: 100, StreamedPicks: 10}
+	b := engine.ExpertInfo{CPUUses: 300, StreamedPicks: 60}
+	if got := streamedSince(a, b); got != 0.25 {
+		t.Errorf("streamedSince = %v, want 50 of 200", got)
+	}
+	if got := streamedSince(b, b); got != 0 {
+		t.Errorf("no picks between: %v", got)
 	}
 }
