@@ -11,7 +11,8 @@
 # Each call does what the last left on the warm machine (results wait in
 # /dev/shm/run5), stopping before the call's limit: call it again until
 # it prints "== bench rc=". LIMIT (default 590) is the seconds a call
-# may take, less where the device budget left is short. Carry bin/gpu-tests.txz (strata alone is
+# may take, less where the device budget left is short; ONLY=qwen-29 (or
+# mixtral-19, qwen-40) benches that case alone. Carry bin/gpu-tests.txz (strata alone is
 # enough) and bin/llama-src.txz.
 . "$(dirname "$0")/../hybrid/lib.sh"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
@@ -24,7 +25,7 @@ full=${1:-}
 . lab/peers/llama.sh
 if [ ! -x "$lbin/llama-batched-bench" ] || [ ! -x "$lbin/llama-bench" ]; then
 	{ [ -f "$Q" ] || "$B/strata" model synth --arch qwen3moe --shape 30b-a3b --type q4_k_m -q -o "$Q"
-	  [ -f "$M" ] || "$B/strata" model synth --arch mixtral --shape 8x7b --type q4_k_m -q -o "$M"; } &
+	  case ${ONLY:-mixtral-19} in mixtral-19) [ -f "$M" ] || "$B/strata" model synth --arch mixtral --shape 8x7b --type q4_k_m -q -o "$M" ;; esac; } &
 	build_llama llama-bench llama-batched-bench
 	wait
 	echo "== synth done at ${SECONDS}s"
@@ -36,6 +37,7 @@ step() {
 	local name=$1 need=$2
 	shift 2
 	[ -s "$R/$name.txt" ] && return 0
+	case $name in batched-*) [ -z "${ONLY:-}" ] || [ "$name" = "batched-$ONLY" ] || return 0 ;; esac
 	if [ $((SECONDS + need)) -gt "$LIMIT" ]; then
 		echo "== $name left for the next call (${SECONDS}s)"; return 1
 	fi
