@@ -843,6 +843,12 @@ type ExpertInfo struct {
 	// where the GPU never pulls them.
 	StreamedPicks, MappedPicks uint64
 	MappedWay                  string
+	// On a GPU, CPUBusy is the CPU's time in the layers it had picks in,
+	// CPUBytes the expert bytes it read there (each expert once a layer),
+	// and Hop the time handing over (waiting for a layer's routing, the
+	// hidden state's copies): where a pass's time goes beside the GPU's.
+	CPUBusy, Hop time.Duration
+	CPUBytes     int64
 }
 
 // DeviceHit is the share of the picks the GPU computed from experts in
@@ -863,6 +869,9 @@ func (x ExpertInfo) Since(b ExpertInfo) ExpertInfo {
 	x.StreamedPicks -= b.StreamedPicks
 	x.MappedPicks -= b.MappedPicks
 	x.DeviceMoves -= b.DeviceMoves
+	x.CPUBusy -= b.CPUBusy
+	x.Hop -= b.Hop
+	x.CPUBytes -= b.CPUBytes
 	x.Stats = x.Stats.Since(b.Stats)
 	return x
 }
@@ -905,6 +914,7 @@ func (e *Engine) expertsSinceOpen() (ExpertInfo, bool) {
 			in.DeviceUses, in.CPUUses = uint64(st.GPUExperts-off), uint64(st.CPUExperts+off)
 			in.StreamedPicks, in.MappedPicks = uint64(st.Streamed.Picks), uint64(st.Mapped.Picks)
 			in.MappedWay = mappedWay(st.Mapped)
+			in.CPUBusy, in.Hop, in.CPUBytes = st.Busy, st.Hop, st.CPUBytes
 		}
 	}
 	for _, l := range res {

@@ -233,6 +233,7 @@ func (rn *runner) moeServedBatch(ctx context.Context, res *ScenarioResult, mc Mo
 	if !ok {
 		return fmt.Errorf("served batch: %s has no experts", res.Model)
 	}
+	t0 := time.Now()
 	// Every request queued before the scheduler runs: its first pass
 	// reads all the prompts, and every pass after advances them all.
 	handles := make([]*sched.Handle, seqs)
@@ -270,12 +271,14 @@ func (rn *runner) moeServedBatch(ctx context.Context, res *ScenarioResult, mc Mo
 		}
 	}
 	info1, _ := e.Experts()
+	wall := time.Since(t0)
 	bt.mu.Lock()
 	tokens, passes, elapsed := bt.tokens, bt.passes, bt.elapsed
 	bt.mu.Unlock()
 	sv := servedBatch{seqs: seqs, tokens: n, short: short, passes: passes, decoded: tokens, elapsed: elapsed,
 		hit: hitSince(info0, info1), streamed: streamedSince(info0, info1), moved: info1.Since(info0).DeviceMoves, onDevice: info1.OnDevice,
 		deviceGiB: float64(info1.DeviceBytes) / (1 << 30), promptTokens: promptTokens}
+	sv.sides(info1.Since(info0), wall)
 	// servedBatchMetrics drops the ratio where a request ended early.
 	m, notes, err := servedBatchMetrics(sv, ratioToPeer(sv.rate(), rn.o.Peers, mc.servedBatchPeerName(seqs, n)))
 	if err != nil {
@@ -321,10 +324,24 @@ type servedBatch struct {
 	elapsed      time.Duration
 	hit          float64
 	streamed     float64 // the share of the picks off the device copied over PCIe (the pick stream)
-	moved        uint64
-	onDevice     int
-	deviceGiB    float64
-	promptTokens int
+	// On a GPU, the CPU's busy time and the hand-overs' as shares of the
+	// batch's wall time (prompts and decode), and the CPU's expert reads
+	// a second while busy (0 where the CPU had no picks).
+	cpuBusy, hop, cpuRate float64
+	moved                 uint64
+	onDevice              int
+	deviceGiB             float64
+	promptTokens          int
+}
+
+// sides fills sv's CPU and hand-over figures from d, the engine's
+// expert report over the batch, whose wall time was wall.
+func (sv *servedBatch) sides(d engine.ExpertInfo, wall time.Duration) {
+	if d.CPUBusy <= 0 || wall <= 0 {
+		return
+	}
+	sv.cpuBusy, sv.hop = d.CPUBusy.Seconds()/wall.Seconds(), d.Hop.Seconds()/wall.Seconds()
+	sv.cpuRate = float64(d.CPUBytes) / d.CPUBusy.Seconds()
 }
 
 // rate is the batch's aggregate decode rate over its passes that
@@ -354,6 +371,12 @@ func servedBatchMetrics(sv servedBatch, peer *Ratio) ([]Metric, []string, error)
 			Value: tps, Unit: "tok/s", Ratio: peer, Goal: atLeast(peer, 1.5)},
 		{Key: fmt.Sprintf("served_batch%d_device_hit", sv.seqs), Label: "  picks of experts in device memory, over the batch's prompts and decode", Value: sv.hit, Unit: "share"},
 		{Key: fmt.Sprintf("served_batch%d_streamed", sv.seqs), Label: "  of the other picks, copied over PCIe and computed on the GPU (the pick stream)", Value: sv.streamed, Unit: "share"},
+	}
+	if sv.cpuBusy > 0 {
+		m = append(m,
+			Metric{Key: fmt.Sprintf("served_batch%d_cpu_busy", sv.seqs), Label: "  CPU busy with its picks, of the batch's wall time", Value: sv.cpuBusy, Unit: "share"},
+			Metric{Key: fmt.Sprintf("served_batch%d_cpu_read", sv.seqs), Label: "  CPU's expert reads while busy (each expert once a layer)", Value: sv.cpuRate / 1e9, Unit: "GB/s"},
+			Metric{Key: fmt.Sprintf("served_batch%d_hop", sv.seqs), Label: "  hand-overs (waiting for a layer's routing, the rows' copies), of the wall time", Value: sv.hop, Unit: "share"})
 	}
 	notes := []string{fmt.Sprintf("served batch: %d requests at once through engine.OpenWith (batch %d) and the daemon's scheduler, %d prompt tokens in all, then up to %d greedy tokens each; the rate is the %d passes that advanced all %d sequences (%d tokens, %s of wall time, the scheduler's work between passes included); %d experts (%.2f GiB) in device memory, %d moved into it",
 		sv.seqs, sv.seqs, sv.promptTokens, sv.tokens, sv.passes, sv.seqs, sv.decoded, sv.elapsed.Round(time.Millisecond), sv.onDevice, sv.deviceGiB, sv.moved)}

@@ -146,6 +146,12 @@ func TestServedBatchMetrics(t *testing.T) {
 	if m[2].Key != "served_batch8_streamed" || m[2].Value != 0.25 {
 		t.Errorf("pick stream row %+v", m[2])
 	}
+	sides := sv
+	sides.sides(engine.ExpertInfo{CPUBusy: 6 * time.Second, Hop: time.Second, CPUBytes: 180e9}, 12*time.Second)
+	m, _, err = servedBatchMetrics(sides, peer)
+	if err != nil || len(m) != 6 || m[3].Value != 0.5 || m[4].Value != 30 || math.Abs(m[5].Value-1.0/12) > 1e-12 {
+		t.Errorf("CPU rows %+v (%v): want busy 0.5, 30 GB/s, hop 1/12", m, err)
+	}
 	if len(notes) != 1 || !strings.Contains(notes[0], "127 passes") || !strings.Contains(notes[0], "900 experts (2.50 GiB)") {
 		t.Errorf("notes %q", notes)
 	}
