@@ -415,23 +415,12 @@ func (ps *pickStream) batchShare(es []int, ids []int32, b int64, slots int) []in
 // wait for the copies; it returns the bytes copied. The caller records
 // done on s after its launches over them.
 func (ps *pickStream) stageBatch(c *cudadrv.Ctx, s cudadrv.Stream, L *model.Layer, es []int) (int64, error) {
-	if err := ps.readCopyTime(c); err != nil {
+	if err := ps.startCopies(c); err != nil {
 		return 0, err
 	}
-	if err := c.WaitEvent(ps.copy, ps.done); err != nil {
+	bytes, err := ps.putExperts(c, L, es, 0, func(e int, w expertW) { ps.w[e] = w })
+	if err != nil {
 		return 0, err
-	}
-	if err := c.Record(ps.start, ps.copy); err != nil {
-		return 0, err
-	}
-	var bytes int64
-	for i, e := range es {
-		w, err := putExpert(c, ps.copy, ps.slots.Add(int64(i)*ps.slotBytes), ps.slotBytes, &L.Experts[e])
-		if err != nil {
-			return 0, fmt.Errorf("staging expert %d: %w", e, err)
-		}
-		ps.w[e] = w
-		bytes += expertSize(&L.Experts[e])
 	}
 	if err := c.Record(ps.end, ps.copy); err != nil {
 		return 0, err
@@ -441,6 +430,35 @@ func (ps *pickStream) stageBatch(c *cudadrv.Ctx, s cudadrv.Stream, L *model.Laye
 		return 0, err
 	}
 	return bytes, c.WaitEvent(s, ps.loaded)
+}
+
+// putExperts enqueues on the copy stream the copies of layer L's experts
+// es into the slots from first on, one each, calls put with each one's
+// weights there, and returns the bytes copied.
+func (ps *pickStream) putExperts(c *cudadrv.Ctx, L *model.Layer, es []int, first int, put func(e int, w expertW)) (int64, error) {
+	var bytes int64
+	for i, e := range es {
+		w, err := putExpert(c, ps.copy, ps.slots.Add(int64(first+i)*ps.slotBytes), ps.slotBytes, &L.Experts[e])
+		if err != nil {
+			return 0, fmt.Errorf("staging expert %d: %w", e, err)
+		}
+		put(e, w)
+		bytes += expertSize(&L.Experts[e])
+	}
+	return bytes, nil
+}
+
+// startCopies begins a layer's copies on the copy stream: the last
+// layer's timing folded into the fit where it has ended, the copy stream
+// behind the last staged launch (the slots free), and the timing's start.
+func (ps *pickStream) startCopies(c *cudadrv.Ctx) error {
+	if err := ps.readCopyTime(c); err != nil {
+		return err
+	}
+	if err := c.WaitEvent(ps.copy, ps.done); err != nil {
+		return err
+	}
+	return c.Record(ps.start, ps.copy)
 }
 
 // readCopyTime folds the last timed copies into their fit once their end
@@ -469,28 +487,19 @@ func (ps *pickStream) readCopyTime(c *cudadrv.Ctx) error {
 // them behind the copies, writing the staged picks' rows and maps
 // (actPtrs, partPtrs). It returns the bytes copied.
 func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, L *model.Layer, ids, xn cudadrv.DevPtr, es []int, part model.ExpertSplit) (int64, error) {
-	if err := ps.readCopyTime(c); err != nil {
-		return 0, err
-	}
-	if err := c.WaitEvent(ps.copy, ps.done); err != nil {
-		return 0, err
-	}
-	if err := c.Record(ps.start, ps.copy); err != nil {
+	if err := ps.startCopies(c); err != nil {
 		return 0, err
 	}
 	tab, err := ps.clearTable()
 	if err != nil {
 		return 0, err
 	}
-	var bytes int64
-	for i, e := range es {
-		w, err := putExpert(c, ps.copy, ps.slots.Add(int64(i)*ps.slotBytes), ps.slotBytes, &L.Experts[e])
-		if err != nil {
-			return 0, fmt.Errorf("staging expert %d: %w", e, err)
-		}
+	bytes, err := ps.putExperts(c, L, es, 0, func(e int, w expertW) {
 		tab[e*3], tab[e*3+1], tab[e*3+2] = uint64(w.gate.Ptr), uint64(w.up.Ptr), uint64(w.down.Ptr)
 		ps.set = append(ps.set, e)
-		bytes += expertSize(&L.Experts[e])
+	})
+	if err != nil {
+		return 0, err
 	}
 	// A split pick's part goes to the slot after the whole picks' (a
 	// layer's CPU picks, whole or split, are at most K).

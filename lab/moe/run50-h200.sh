@@ -13,13 +13,7 @@
 # Carry bin/ab.txz: ab/strata-main, ab/strata-beside, ab/strata-stream,
 # ab/engine-gpu.test (moe-batch-stream), ab/engine-model.test (main).
 # PART=1|2|3 runs one part.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-L=${OUT:-h200-logs} S=/dev/shm
-mkdir -p "$L"
-[ -d bin/ab ] || tar xJf bin/ab.txz -C bin || exit 2
-B=$PWD/bin/ab
-export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
+. "$(dirname "$0")/ablib.sh"
 part() { [ -z "${PART:-}" ] || [ "$PART" = "$1" ]; }
 nproc; lscpu | grep -E 'Model name|^CPU\(s\)|L3' | head -4
 if part 1; then

@@ -6,13 +6,7 @@
 # 8 GiB, alternating, after the ring branch's MoE and pick-stream tests
 # (TestStreamPicksBatch there has halves of one slot). Carry bin/ab.txz:
 # ab/strata-k, ab/strata-2k, ab/strata-ring, ab/engine-gpu.test (ring).
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-L=${OUT:-h200-logs} S=/dev/shm
-mkdir -p "$L"
-tar xJf bin/ab.txz -C bin || exit 2
-B=$PWD/bin/ab
-export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
+. "$(dirname "$0")/ablib.sh"
 (cd engine/gpu && timeout 100 "$B/engine-gpu.test" -test.run 'TestStreamPicks|TestMoEOnCUDA|TestBatchShare' -test.count 1 >"$L/engine-gpu.txt" 2>&1)
 echo "== engine-gpu rc=$? at ${SECONDS}s"; grep -E '^(--- FAIL|FAIL|ok|PASS)' "$L/engine-gpu.txt" | head -5
 for round in 1 2; do
