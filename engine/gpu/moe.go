@@ -254,6 +254,18 @@ func (x *gpuMoE) pairWeights(l, e int) expertW {
 	return x.resident[l][e]
 }
 
+// offDevice sets cpuPicks to the distinct experts of ids that res does
+// not hold, in the order of their first pick (a token's picks are
+// distinct, so at one token they are its off-device picks in order).
+func (x *gpuMoE) offDevice(ids []int32, res map[int]expertW) {
+	x.cpuPicks = x.cpuPicks[:0]
+	for _, e := range ids {
+		if _, ok := res[int(e)]; !ok && !slices.Contains(x.cpuPicks, int(e)) {
+			x.cpuPicks = append(x.cpuPicks, int(e))
+		}
+	}
+}
+
 // onCPU says whether the CPU computes layer l's expert e's picks: it is
 // not resident on the GPU, or the CPU takes every pick (cpuOnly).
 func (x *gpuMoE) onCPU(l, e int) bool {
@@ -781,16 +793,11 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	// its slots as at one token, each once for all of its tokens, and the
 	// GPU computes them with the resident ones.
 	var staged []int
-	var cpuBytes, expertBytes int64
+	var cpuBytes int64
 	if x.ps != nil && !x.cpuOnly {
-		x.cpuPicks = x.cpuPicks[:0]
-		for _, e := range rt.IDs {
-			if _, ok := res[int(e)]; !ok && !slices.Contains(x.cpuPicks, int(e)) {
-				x.cpuPicks = append(x.cpuPicks, int(e))
-			}
-		}
+		x.offDevice(rt.IDs, res)
 		if len(x.cpuPicks) > 0 {
-			expertBytes = expertSize(&x.layers[l].Experts[x.cpuPicks[0]])
+			expertBytes := expertSize(&x.layers[l].Experts[x.cpuPicks[0]])
 			staged = x.ps.batchShare(x.cpuPicks, rt.IDs, expertBytes, K)
 			cpuBytes = int64(len(x.cpuPicks)-len(staged)) * expertBytes
 		}
@@ -1018,12 +1025,7 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 	if err != nil {
 		return err
 	}
-	x.cpuPicks = x.cpuPicks[:0]
-	for _, e := range rt.IDs {
-		if _, ok := x.resident[l][int(e)]; !ok {
-			x.cpuPicks = append(x.cpuPicks, int(e))
-		}
-	}
+	x.offDevice(rt.IDs, x.resident[l])
 	// The last n of the CPU's picks go over PCIe, the rest stay; where
 	// the GPU also takes the last gpuCols columns of the pick before
 	// them, the CPU computes that pick's first columns only (rt.Split).

@@ -110,11 +110,10 @@ func (rn *runner) moeServed(ctx context.Context, res *ScenarioResult, mc MoECase
 	return nil
 }
 
-// streamedSince is the share of the picks of experts off the device that
-// the pick stream sent over PCIe between two reports (0 where there were
-// none).
-func streamedSince(a, b engine.ExpertInfo) float64 {
-	d := b.Since(a)
+// streamedShare is the share of the picks of experts off the device that
+// the pick stream sent over PCIe in d, the difference of two reports (0
+// where there were none).
+func streamedShare(d engine.ExpertInfo) float64 {
 	if d.CPUUses == 0 {
 		return 0
 	}
@@ -275,10 +274,11 @@ func (rn *runner) moeServedBatch(ctx context.Context, res *ScenarioResult, mc Mo
 	bt.mu.Lock()
 	tokens, passes, elapsed := bt.tokens, bt.passes, bt.elapsed
 	bt.mu.Unlock()
+	d := info1.Since(info0)
 	sv := servedBatch{seqs: seqs, tokens: n, short: short, passes: passes, decoded: tokens, elapsed: elapsed,
-		hit: hitSince(info0, info1), streamed: streamedSince(info0, info1), moved: info1.Since(info0).DeviceMoves, onDevice: info1.OnDevice,
+		hit: d.DeviceHit(), streamed: streamedShare(d), moved: d.DeviceMoves, onDevice: info1.OnDevice,
 		deviceGiB: float64(info1.DeviceBytes) / (1 << 30), promptTokens: promptTokens}
-	sv.sides(info1.Since(info0), wall)
+	sv.sides(d, wall)
 	// servedBatchMetrics drops the ratio where a request ended early.
 	m, notes, err := servedBatchMetrics(sv, ratioToPeer(sv.rate(), rn.o.Peers, mc.servedBatchPeerName(seqs, n)))
 	if err != nil {

@@ -189,17 +189,17 @@ func TestMoECaseServedOnly(t *testing.T) {
 	}
 }
 
-// TestStreamedSince: the pick stream's share is of the picks off the
+// TestStreamedShare: the pick stream's share is of the picks off the
 // device between two reports (they count the streamed ones among the
 // CPU's uses), 0 where there were none.
-func TestStreamedSince(t *testing.T) {
+func TestStreamedShare(t *testing.T) {
 	t.Parallel()
 	a := engine.ExpertInfo{CPUUses: 100, StreamedPicks: 10}
 	b := engine.ExpertInfo{CPUUses: 300, StreamedPicks: 60}
-	if got := streamedSince(a, b); got != 0.25 {
-		t.Errorf("streamedSince = %v, want 50 of 200", got)
+	if got := streamedShare(b.Since(a)); got != 0.25 {
+		t.Errorf("streamedShare = %v, want 50 of 200", got)
 	}
-	if got := streamedSince(b, b); got != 0 {
+	if got := streamedShare(b.Since(b)); got != 0 {
 		t.Errorf("no picks between: %v", got)
 	}
 }
