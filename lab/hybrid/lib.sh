@@ -11,3 +11,6 @@ S=/dev/shm
 tar xJf bin/gpu-tests.txz -C bin || exit 2
 [ ! -f bin/ab.txz ] || tar xJf bin/ab.txz -C bin || exit 2
 B=$PWD/bin/gpu-tests
+# STRATA=path (an A/B binary, e.g. bin/ab/strata-ring) stands in for the
+# bundle's strata: a call that benches the variant an earlier call chose.
+[ -z "${STRATA:-}" ] || cp "$STRATA" "$B/strata" || exit 2
