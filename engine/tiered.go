@@ -847,8 +847,11 @@ type ExpertInfo struct {
 	// CPUBytes the expert bytes it read there (each expert once a layer),
 	// and Hop the time handing over (waiting for a layer's routing, the
 	// hidden state's copies): where a pass's time goes beside the GPU's.
-	CPUBusy, Hop time.Duration
-	CPUBytes     int64
+	// PCIeBytes is the expert bytes copied over PCIe for the GPU (the
+	// pick stream's and the pulled ones): with CPUBytes, what moved off
+	// the device.
+	CPUBusy, Hop        time.Duration
+	CPUBytes, PCIeBytes int64
 }
 
 // DeviceHit is the share of the picks the GPU computed from experts in
@@ -872,6 +875,7 @@ func (x ExpertInfo) Since(b ExpertInfo) ExpertInfo {
 	x.CPUBusy -= b.CPUBusy
 	x.Hop -= b.Hop
 	x.CPUBytes -= b.CPUBytes
+	x.PCIeBytes -= b.PCIeBytes
 	x.Stats = x.Stats.Since(b.Stats)
 	return x
 }
@@ -915,6 +919,7 @@ func (e *Engine) expertsSinceOpen() (ExpertInfo, bool) {
 			in.StreamedPicks, in.MappedPicks = uint64(st.Streamed.Picks), uint64(st.Mapped.Picks)
 			in.MappedWay = mappedWay(st.Mapped)
 			in.CPUBusy, in.Hop, in.CPUBytes = st.Busy, st.Hop, st.CPUBytes
+			in.PCIeBytes = st.Streamed.Bytes + st.Mapped.Bytes
 		}
 	}
 	for _, l := range res {

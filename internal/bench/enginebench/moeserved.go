@@ -218,6 +218,13 @@ func (rn *runner) moeServedBatch(ctx context.Context, res *ScenarioResult, mc Mo
 	if seqs <= 1 || n <= 0 {
 		return nil
 	}
+	if rn.ceil.H2D > 0 {
+		// The combined-link row's host read rate, probed before the
+		// engine's threads start.
+		if _, err := rn.hostRead(ctx); err != nil {
+			return fmt.Errorf("served batch: %w", err)
+		}
+	}
 	e, err := engine.OpenWith(ctx, res.Model, engine.Options{Backend: backend, DeviceBudget: mc.Budget, Context: n + 128, Batch: seqs})
 	if err != nil {
 		return fmt.Errorf("served batch: %w", err)
@@ -279,6 +286,7 @@ func (rn *runner) moeServedBatch(ctx context.Context, res *ScenarioResult, mc Mo
 		hit: d.DeviceHit(), streamed: streamedShare(d), moved: d.DeviceMoves, onDevice: info1.OnDevice,
 		deviceGiB: float64(info1.DeviceBytes) / (1 << 30), promptTokens: promptTokens}
 	sv.sides(d, wall)
+	sv.dram, sv.h2d = rn.dram, rn.ceil.H2D
 	// servedBatchMetrics drops the ratio where a request ended early.
 	m, notes, err := servedBatchMetrics(sv, ratioToPeer(sv.rate(), rn.o.Peers, mc.servedBatchPeerName(seqs, n)))
 	if err != nil {
@@ -328,10 +336,17 @@ type servedBatch struct {
 	// batch's wall time (prompts and decode), and the CPU's expert reads
 	// a second while busy (0 where the CPU had no picks).
 	cpuBusy, hop, cpuRate float64
-	moved                 uint64
-	onDevice              int
-	deviceGiB             float64
-	promptTokens          int
+	// wall is the batch's wall time (prompts and decode), off the expert
+	// bytes it moved off the device (the CPU's reads and PCIe's copies),
+	// dram and h2d the host's read rate and pinned host-to-device rate
+	// (bytes/s) its combined-link limit takes.
+	wall         time.Duration
+	off          int64
+	dram, h2d    float64
+	moved        uint64
+	onDevice     int
+	deviceGiB    float64
+	promptTokens int
 }
 
 // sides fills sv's CPU and hand-over figures from d, the engine's
@@ -342,6 +357,18 @@ func (sv *servedBatch) sides(d engine.ExpertInfo, wall time.Duration) {
 	}
 	sv.cpuBusy, sv.hop = d.CPUBusy.Seconds()/wall.Seconds(), d.Hop.Seconds()/wall.Seconds()
 	sv.cpuRate = float64(d.CPUBytes) / d.CPUBusy.Seconds()
+	sv.wall, sv.off = wall, d.CPUBytes+d.PCIeBytes
+}
+
+// linkLimit is the batch's combined-link limit: its off-device expert
+// bytes over the host's read rate and the pinned host-to-device rate
+// together, what the best split of them between the CPU computing in
+// place and copies to the GPU could reach (0 where not known).
+func (sv servedBatch) linkLimit() time.Duration {
+	if sv.off <= 0 || !(sv.dram > 0) || !(sv.h2d > 0) {
+		return 0
+	}
+	return time.Duration(float64(sv.off) / (sv.dram + sv.h2d) * float64(time.Second))
 }
 
 // rate is the batch's aggregate decode rate over its passes that
@@ -377,6 +404,10 @@ func servedBatchMetrics(sv servedBatch, peer *Ratio) ([]Metric, []string, error)
 			Metric{Key: fmt.Sprintf("served_batch%d_cpu_busy", sv.seqs), Label: "  CPU busy with its picks, of the batch's wall time", Value: sv.cpuBusy, Unit: "share"},
 			Metric{Key: fmt.Sprintf("served_batch%d_cpu_read", sv.seqs), Label: "  CPU's expert reads while busy (each expert once a layer)", Value: sv.cpuRate / 1e9, Unit: "GB/s"},
 			Metric{Key: fmt.Sprintf("served_batch%d_hop", sv.seqs), Label: "  hand-overs (waiting for a layer's routing, the rows' copies), of the wall time", Value: sv.hop, Unit: "share"})
+		if lim := sv.linkLimit(); lim > 0 {
+			m = append(m, Metric{Key: fmt.Sprintf("served_batch%d_wall_s", sv.seqs), Label: "  the batch's wall time vs the combined-link limit of its off-device expert bytes", Value: sv.wall.Seconds(), Unit: "s",
+				Ratio: ratioTo(sv.wall.Seconds(), lim.Seconds(), fmt.Sprintf("combined-link limit %.3f s (%s ÷ (host read %.1f + H2D %.1f GB/s))", lim.Seconds(), gib(sv.off), sv.dram/1e9, sv.h2d/1e9))})
+		}
 	}
 	notes := []string{fmt.Sprintf("served batch: %d requests at once through engine.OpenWith (batch %d) and the daemon's scheduler, %d prompt tokens in all, then up to %d greedy tokens each; the rate is the %d passes that advanced all %d sequences (%d tokens, %s of wall time, the scheduler's work between passes included); %d experts (%.2f GiB) in device memory, %d moved into it",
 		sv.seqs, sv.seqs, sv.promptTokens, sv.tokens, sv.passes, sv.seqs, sv.decoded, sv.elapsed.Round(time.Millisecond), sv.onDevice, sv.deviceGiB, sv.moved)}
