@@ -21,6 +21,6 @@ for round in 1 2; do
 		[ $SECONDS -lt $((${LIMIT:-300} - 40)) ] || break 2
 		timeout 240 "$B/strata-$v" bench engine --synth-dir $S --only moe --moe-cases qwen3moe-30b-a3b-8GiB \
 			--moe-fixed=false --moe-served 0 --moe-served-batch 8 >"$L/served-$v-$round.txt" 2>&1
-		echo "== $v round $round rc=$? at ${SECONDS}s: $(grep -E '^ +(served decode, batch 8|of the other picks|CPU busy|CPU.s expert reads|hand-overs)' "$L/served-$v-$round.txt" | grep -oE '[0-9.]+ (tok/s|share|GB/s)' | tr '\n' ' ')"
+		echo "== $v round $round rc=$? at ${SECONDS}s: $(grep -E '^ +(served decode, batch 8|of the other picks|CPU busy|CPU.s expert reads|hand-overs|the batch.s wall time)' "$L/served-$v-$round.txt" | grep -oE '[0-9.]+ (tok/s|share|GB/s|s)|[0-9.]+x' | tr '\n' ' ')"
 	done
 done
