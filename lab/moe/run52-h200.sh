@@ -24,3 +24,11 @@ for round in 1 2; do
 		echo "== $v round $round rc=$? at ${SECONDS}s: $(grep -E '^ +(served decode, batch 8|of the other picks|CPU busy|CPU.s expert reads|hand-overs|the batch.s wall time)' "$L/served-$v-$round.txt" | grep -oE '[0-9.]+ (tok/s|share|GB/s|s)|[0-9.]+x' | tr '\n' ' ')"
 	done
 done
+# The variant with the best mean served batch, for a later call on the warm
+# machine: STRATA=$(cat /dev/shm/run52-winner) bash lab/peers/run5-h200.sh
+best=$(for v in k pk p2k; do
+	grep -hE '^ +served decode, batch 8' "$L"/served-$v-*.txt 2>/dev/null | grep -oE '[0-9.]+ tok/s' |
+		awk -v v=$v '{s+=$1; n++} END {if (n) printf "%s %.2f\n", v, s/n}'
+done | sort -k2 -nr | head -1)
+echo "== best: $best"
+[ -z "$best" ] || echo "bin/ab/strata-${best%% *}" >$S/run52-winner
