@@ -365,10 +365,15 @@ func (sv *servedBatch) sides(d engine.ExpertInfo, wall time.Duration) {
 // together, what the best split of them between the CPU computing in
 // place and copies to the GPU could reach (0 where not known).
 func (sv servedBatch) linkLimit() time.Duration {
-	if sv.off <= 0 || !(sv.dram > 0) || !(sv.h2d > 0) {
+	if sv.off <= 0 {
 		return 0
 	}
-	return time.Duration(float64(sv.off) / (sv.dram + sv.h2d) * float64(time.Second))
+	// The fixed rows' limit, all of the bytes being experts'.
+	lim, err := moeLimitsFor(float64(sv.off), 0, sv.dram, sv.h2d)
+	if err != nil {
+		return 0 // a rate not measured
+	}
+	return lim.Combined
 }
 
 // rate is the batch's aggregate decode rate over its passes that
