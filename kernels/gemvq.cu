@@ -673,7 +673,7 @@ __device__ __forceinline__ void gemvq_q6k_body(const uint8_t* W, long long rb, f
 GEMVQ_Q6K(1)
 GEMVQ_Q6K(2)
 
-// ---- A MoE layer's picked experts at one token, the picks read on the device ----
+// ---- A MoE layer's picked experts, the picks read on the device ----
 //
 // The experts of a layer held in device memory are a table of three
 // pointers an expert (gate, up, down; 0 for an expert the device does not
@@ -694,13 +694,16 @@ __device__ __forceinline__ const uint8_t* moe_pick(const unsigned long long* tab
 }
 
 // gemvq_moe_glu: G[y] = act(gate x) * (up x) for each pick y the device
-// holds (Q4_K gate and up of rows x cols, row bytes rb; x quantized at XQ),
-// as gemvq_fused_1 computes it in a GLU mode. Block (0, y) writes
-// where[y]: y for a pick computed here, -1 for another (moe_combine's map
-// at one token).
+// holds (Q4_K gate and up of rows x cols, row bytes rb), as gemvq_fused_1
+// computes it in a GLU mode; the picks are tokens' k each in token order,
+// token t's x quantized at XQ's vector t (a pass of several tokens reads
+// each pick's expert on its own: where the picks are about as many as the
+// layer's experts, its weights are read about once either way, and the
+// launches stay two a layer). Block (0, y) writes where[y]: y for a pick
+// computed here, -1 for another (moe_combine's map).
 extern "C" __global__ void __launch_bounds__(256) gemvq_moe_glu(const unsigned long long* table, const int* ids,
                                                                 int E, long long rb, float* G, int rows, int cols,
-                                                                const uint8_t* XQ, int mode, int* where) {
+                                                                const uint8_t* XQ, int mode, int* where, int k) {
   pdl_trigger();
   pdl_wait();
   const int y = blockIdx.y;
@@ -708,8 +711,8 @@ extern "C" __global__ void __launch_bounds__(256) gemvq_moe_glu(const unsigned l
   const uint8_t* up = moe_pick(table, ids, E, y, 1);
   if (blockIdx.x == 0 && threadIdx.x == 0) where[y] = gate != nullptr && up != nullptr ? y : -1;
   if (gate == nullptr || up == nullptr) return;
-  gemvq_body<1, 1>(gate, rb, G + (long long)y * rows, rows, up, rb, nullptr, rows, nullptr, 0, nullptr, 0, cols, XQ,
-                   mode, blockIdx.x);
+  gemvq_body<1, 1>(gate, rb, G + (long long)y * rows, rows, up, rb, nullptr, rows, nullptr, 0, nullptr, 0, cols,
+                   XQ + (long long)(y / k) * gemvq_bytes(cols), mode, blockIdx.x);
 }
 
 // gemvq_moe_down_q4 and _q6: OUT[y] = down_y G[y] for each pick y the

@@ -113,50 +113,88 @@ func (k *Kernels) CanMoEPicked(s cudadrv.Stream, p MoEPicked, topk int) bool {
 	return ok && w.cols >= g.Cols && k.scratchTakes(s, topk, d.Cols)
 }
 
-// MoEPickedGLU computes, for each of one token's topk picks ids (device
-// int32, MoETopK's) whose expert p holds, act(gate·x)·(up·x) into row j of
-// g (topk rows of Gate.Rows float32), as GEMVGLU computes it, bit for bit;
-// where (device int32, topk) gets j for a pick computed here and -1 for
-// another: MoECombine's map. x is the token's normed state (Gate.Cols
-// float32), quantized here unless the scratch holds it (QuantizeHeld).
-// The host passes no pick: the launches are the same whatever the routing.
-func (k *Kernels) MoEPickedGLU(c *cudadrv.Ctx, s cudadrv.Stream, p MoEPicked, ids cudadrv.DevPtr, topk int, x, g, where cudadrv.DevPtr, act GLU) error {
+// MoEPicks is a pass's picks for the picked expert kernels: T tokens'
+// TopK picks each, IDs (device int32, T·TopK, MoETopK's) in token order.
+// XQ is where the products' inputs are quantized: 0 for the stream's
+// scratch, which holds one token's (CanMoEPicked); a pass of more tokens
+// brings a buffer of its own of MoEPickedScratch bytes.
+type MoEPicks struct {
+	IDs     cudadrv.DevPtr
+	T, TopK int
+	XQ      cudadrv.DevPtr
+}
+
+// MoEPickedScratch is the bytes an MoEPicks.XQ takes for T tokens' topk
+// picks of experts dim wide with ffn-wide downs: the tokens' quantized
+// inputs, then in the same place the picks' activations.
+func MoEPickedScratch(dim, ffn, T, topk int) int64 {
+	return max(int64(T)*gemvqBytes(dim), int64(T)*int64(topk)*gemvqBytes(ffn))
+}
+
+// check refuses picks the kernels cannot take on s.
+func (n MoEPicks) check(k *Kernels, s cudadrv.Stream, p MoEPicked, what string) error {
+	if n.T < 1 || n.TopK < 1 || n.T*n.TopK > 65535 || (n.XQ == 0 && n.T != 1) {
+		return fmt.Errorf("%s: %d tokens of %d picks, own scratch %v", what, n.T, n.TopK, n.XQ != 0)
+	}
+	if !k.CanMoEPicked(s, p, n.TopK) {
+		return fmt.Errorf("%s: %v %dx%d gate, %v down, top %d: %w", what, p.Gate.Type, p.Gate.Rows, p.Gate.Cols, p.Down.Type, n.TopK, errNotFusable)
+	}
+	return nil
+}
+
+// MoEPickedGLU computes, for each pick y of n whose expert p holds,
+// act(gate·x_t)·(up·x_t) into row y of g (T·TopK rows of Gate.Rows
+// float32), x_t the pick's token's row of x (T rows of Gate.Cols float32),
+// as GEMVGLU computes it, bit for bit; where (device int32, T·TopK) gets
+// y for a pick computed here and -1 for another: MoECombine's map. At one
+// token on the stream's scratch, x is quantized here unless the scratch
+// holds it (QuantizeHeld). The host passes no pick: the launches are the
+// same whatever the routing.
+func (k *Kernels) MoEPickedGLU(c *cudadrv.Ctx, s cudadrv.Stream, p MoEPicked, n MoEPicks, x, g, where cudadrv.DevPtr, act GLU) error {
 	if act != SwiGLU && act != GeGLU {
 		return fmt.Errorf("moe picked glu: unknown activation %d", act)
 	}
-	if !k.CanMoEPicked(s, p, topk) {
-		return fmt.Errorf("moe picked glu: %v %dx%d gate, %v down, top %d: %w", p.Gate.Type, p.Gate.Rows, p.Gate.Cols, p.Down.Type, topk, errNotFusable)
+	if err := n.check(k, s, p, "moe picked glu"); err != nil {
+		return err
 	}
 	cols, rows := p.Gate.Cols, p.Gate.Rows
-	if err := k.quantizeUnlessHeld(c, s, x, cols, 1, k.gemvq.ws[s].ptr); err != nil {
+	xq := n.XQ
+	if xq == 0 {
+		xq = k.gemvq.ws[s].ptr
+		if err := k.quantizeUnlessHeld(c, s, x, cols, 1, xq); err != nil {
+			return fmt.Errorf("moe picked glu: %w", err)
+		}
+	} else if err := k.quantizeX(c, s, x, cols, n.T, xq); err != nil {
 		return fmt.Errorf("moe picked glu: %w", err)
 	}
-	xq := k.gemvq.ws[s].ptr
 	f, err := k.fn("gemvq_moe_glu")
 	if err != nil {
 		return err
 	}
 	blocks, threads := k.tune.gemvqGeometry(ceilDiv(rows, gemvqRows/2), cols)
 	var a cudadrv.Args
-	a.Ptr(p.Table).Ptr(ids).Int(p.Experts).I64(p.Gate.RowBytes()).Ptr(g).Int(rows).Int(cols).Ptr(xq).Int(int(act)).Ptr(where)
-	cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(blocks), Y: uint32(topk)}, Block: cudadrv.Dim3{X: uint32(threads)}}
+	a.Ptr(p.Table).Ptr(n.IDs).Int(p.Experts).I64(p.Gate.RowBytes()).Ptr(g).Int(rows).Int(cols).Ptr(xq).Int(int(act)).Ptr(where).Int(n.TopK)
+	cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(blocks), Y: uint32(n.T * n.TopK)}, Block: cudadrv.Dim3{X: uint32(threads)}}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
-		return fmt.Errorf("moe picked glu: %dx%d, top %d: %w", rows, cols, topk, err)
+		return fmt.Errorf("moe picked glu: %dx%d, %d tokens of %d picks: %w", rows, cols, n.T, n.TopK, err)
 	}
 	return nil
 }
 
-// MoEPickedDown computes, for each of one token's topk picks ids whose
-// expert p holds, down·g[j] into row j of out (topk rows of Down.Rows
-// float32), as GEMV computes it, bit for bit: the rows of g are quantized
-// in one launch, then one launch takes every pick.
-func (k *Kernels) MoEPickedDown(c *cudadrv.Ctx, s cudadrv.Stream, p MoEPicked, ids cudadrv.DevPtr, topk int, g, out cudadrv.DevPtr) error {
-	if !k.CanMoEPicked(s, p, topk) {
-		return fmt.Errorf("moe picked down: %v %dx%d gate, %v down, top %d: %w", p.Gate.Type, p.Gate.Rows, p.Gate.Cols, p.Down.Type, topk, errNotFusable)
+// MoEPickedDown computes, for each pick y of n whose expert p holds,
+// down·g[y] into row y of out (T·TopK rows of Down.Rows float32), as GEMV
+// computes it, bit for bit: the rows of g are quantized in one launch,
+// then one launch takes every pick.
+func (k *Kernels) MoEPickedDown(c *cudadrv.Ctx, s cudadrv.Stream, p MoEPicked, n MoEPicks, g, out cudadrv.DevPtr) error {
+	if err := n.check(k, s, p, "moe picked down"); err != nil {
+		return err
 	}
 	d := p.Down
-	xq := k.gemvq.ws[s].ptr
-	if err := k.quantizeX(c, s, g, d.Cols, topk, xq); err != nil {
+	xq, rowsIn := n.XQ, n.T*n.TopK
+	if xq == 0 {
+		xq = k.gemvq.ws[s].ptr
+	}
+	if err := k.quantizeX(c, s, g, d.Cols, rowsIn, xq); err != nil {
 		return fmt.Errorf("moe picked down: %w", err)
 	}
 	name, rowsPer := "gemvq_moe_down_q4", gemvqRows
@@ -169,10 +207,10 @@ func (k *Kernels) MoEPickedDown(c *cudadrv.Ctx, s cudadrv.Stream, p MoEPicked, i
 	}
 	blocks, threads := k.tune.gemvqGeometry(ceilDiv(d.Rows, rowsPer), d.Cols)
 	var a cudadrv.Args
-	a.Ptr(p.Table).Ptr(ids).Int(p.Experts).I64(d.Pitch()).Ptr(out).Int(d.Rows).Int(d.Cols).Ptr(xq)
-	cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(blocks), Y: uint32(topk)}, Block: cudadrv.Dim3{X: uint32(threads)}}
+	a.Ptr(p.Table).Ptr(n.IDs).Int(p.Experts).I64(d.Pitch()).Ptr(out).Int(d.Rows).Int(d.Cols).Ptr(xq)
+	cfg := cudadrv.LaunchConfig{Grid: cudadrv.Dim3{X: uint32(blocks), Y: uint32(rowsIn)}, Block: cudadrv.Dim3{X: uint32(threads)}}
 	if err := k.run(c, f, cfg, s, &a); err != nil {
-		return fmt.Errorf("moe picked down: %v %dx%d, top %d: %w", d.Type, d.Rows, d.Cols, topk, err)
+		return fmt.Errorf("moe picked down: %v %dx%d, %d tokens of %d picks: %w", d.Type, d.Rows, d.Cols, n.T, n.TopK, err)
 	}
 	return nil
 }

@@ -120,10 +120,10 @@ func BenchmarkMoEPickedMapped(b *testing.B) {
 							return err
 						}
 					}
-					if err := k.MoEPickedGLU(c, s, q, id, sh.topk, x, g, where, SwiGLU); err != nil {
+					if err := k.MoEPickedGLU(c, s, q, MoEPicks{IDs: id, T: 1, TopK: sh.topk}, x, g, where, SwiGLU); err != nil {
 						return err
 					}
-					return k.MoEPickedDown(c, s, q, id, sh.topk, g, out)
+					return k.MoEPickedDown(c, s, q, MoEPicks{IDs: id, T: 1, TopK: sh.topk}, g, out)
 				}
 				var outs [3][]float32
 				for w := range outs {

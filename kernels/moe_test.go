@@ -237,10 +237,10 @@ func TestMoEPicked(t *testing.T) {
 				}
 				g, out, where := fill(topk*ffn), fill(topk*dim), put(a, []int32{9, 9, 9, 9})
 				dids := put(a, ids)
-				must(k.MoEPickedGLU(c, s, p, dids, topk, put(a, x), g, where, SwiGLU))
+				must(k.MoEPickedGLU(c, s, p, MoEPicks{IDs: dids, T: 1, TopK: topk}, put(a, x), g, where, SwiGLU))
 				must(c.StreamSync(s))
 				gotG := get[float32](a, g, topk*ffn)
-				must(k.MoEPickedDown(c, s, p, dids, topk, g, out))
+				must(k.MoEPickedDown(c, s, p, MoEPicks{IDs: dids, T: 1, TopK: topk}, g, out))
 				must(c.StreamSync(s))
 				gotOut := get[float32](a, out, topk*dim)
 				gotWhere := get[int32](a, where, topk)
@@ -287,12 +287,126 @@ func TestMoEPicked(t *testing.T) {
 				if k.CanMoEPicked(small, p, topk) {
 					failOnDevice("a 256-column scratch taken for %d-column inputs", dim)
 				}
-				if err := k.MoEPickedGLU(c, small, p, dids, topk, put(a, x), g, where, SwiGLU); err == nil {
+				if err := k.MoEPickedGLU(c, small, p, MoEPicks{IDs: dids, T: 1, TopK: topk}, put(a, x), g, where, SwiGLU); err == nil {
 					failOnDevice("MoEPickedGLU on a scratch too small: no error")
 				}
 			})
 		})
 	}
+}
+
+// TestMoEPickedTokens: over several tokens' picks (a batch pass, with a
+// scratch of the caller's), each pick whose expert the table holds gets
+// its own token's products, as the integer GEMVs compute them for that
+// token alone; the others keep their rows and get -1 in where. One token
+// on the caller's scratch computes what it computes on the stream's.
+func TestMoEPickedTokens(t *testing.T) {
+	t.Parallel()
+	needIntegerGEMV(t)
+	const experts, topk, dim, ffn, T = 6, 3, 512, 256, 3
+	r := rand.New(rand.NewPCG(73, 5))
+	held := []bool{true, false, true, true, false, true}
+	type expert struct{ gate, up, down []byte }
+	xs := make([]expert, experts)
+	for e := range xs {
+		s := uint64(200 + 3*e)
+		xs[e].gate, _ = randMatrix(quant.Q4_K, ffn, dim, s)
+		xs[e].up, _ = randMatrix(quant.Q4_K, ffn, dim, s+1)
+		xs[e].down, _ = randMatrix(quant.Q6_K, dim, ffn, s+2)
+	}
+	x := randVec(r, T*dim, 1)
+	// Token 0 picks a held, an unheld and a held expert; token 1 the same
+	// held expert as token 0 and another; token 2 one out of range.
+	ids := []int32{3, 1, 0, 3, 5, 4, 2, experts, 0}
+	run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
+		s, done := gemvqStream(c, k, dim)
+		defer done()
+		table := make([]uint64, 3*experts)
+		for e, ex := range xs {
+			if held[e] {
+				table[3*e], table[3*e+1], table[3*e+2] = uint64(put(a, ex.gate)), uint64(put(a, ex.up)), uint64(put(a, ex.down))
+			}
+		}
+		p := MoEPicked{Table: put(a, table), Experts: experts,
+			Gate: Matrix{Type: quant.Q4_K, Rows: ffn, Cols: dim}, Up: Matrix{Type: quant.Q4_K, Rows: ffn, Cols: dim},
+			Down: Matrix{Type: quant.Q6_K, Rows: dim, Cols: ffn}}
+		if !k.CanMoEPicked(s, p, topk) {
+			failOnDevice("the picked expert kernels refuse the shape")
+		}
+		sentinel := float32(-7.5)
+		fill := func(n int) cudadrv.DevPtr {
+			v := make([]float32, n)
+			for i := range v {
+				v[i] = sentinel
+			}
+			return put(a, v)
+		}
+		n := T * topk
+		g, out, where := fill(n*ffn), fill(n*dim), put(a, make([]int32, n))
+		xq := put(a, make([]byte, MoEPickedScratch(dim, ffn, T, topk)))
+		picks := MoEPicks{IDs: put(a, ids), T: T, TopK: topk, XQ: xq}
+		dx := put(a, x)
+		must(k.MoEPickedGLU(c, s, p, picks, dx, g, where, SwiGLU))
+		must(k.MoEPickedDown(c, s, p, picks, g, out))
+		must(c.StreamSync(s))
+		gotG, gotOut, gotWhere := get[float32](a, g, n*ffn), get[float32](a, out, n*dim), get[int32](a, where, n)
+		_, gth := k.tune.gemvqGeometry(ceilDiv(ffn, gemvqRows/2), dim)
+		_, dth := k.tune.gemvqGeometry(ceilDiv(dim, gemvq6Rows), ffn)
+		for y, e := range ids {
+			on := int(e) < experts && held[e]
+			if want := map[bool]int32{true: int32(y), false: -1}[on]; gotWhere[y] != want {
+				failOnDevice("where[%d] = %d, want %d (expert %d)", y, gotWhere[y], want, e)
+			}
+			gr, or := gotG[y*ffn:(y+1)*ffn], gotOut[y*dim:(y+1)*dim]
+			if !on {
+				for i, v := range append(slices.Clone(gr), or...) {
+					if v != sentinel {
+						failOnDevice("pick %d (expert %d, not held): element %d written (%v)", y, e, i, v)
+					}
+				}
+				continue
+			}
+			tok := y / topk
+			xqt := gemvqQuantizeRef(x[tok*dim : (tok+1)*dim])
+			grb, drb := len(xs[e].gate)/ffn, len(xs[e].down)/dim
+			for row := range ffn {
+				ge := gemvqRowRef(quant.Q4_K, xs[e].gate[row*grb:(row+1)*grb], dim, xqt, gth/32, 0)
+				ue := gemvqRowRef(quant.Q4_K, xs[e].up[row*grb:(row+1)*grb], dim, xqt, gth/32, 0)
+				want := gemvqGLURef(SwiGLU, ge, ue)
+				if d := math.Abs(float64(gr[row] - want)); !(d <= 1e-5*(1+math.Abs(float64(want)))) {
+					failOnDevice("pick %d (token %d, expert %d): g[%d] = %v, emulation %v", y, tok, e, row, gr[row], want)
+				}
+			}
+			gq := gemvqQuantizeRef(gr)
+			for row := range dim {
+				want := gemvqRowRef(quant.Q6_K, xs[e].down[row*drb:(row+1)*drb], ffn, gq, dth/32, 0)
+				if d := math.Abs(float64(or[row] - want)); !(d <= 1e-5*(1+math.Abs(float64(want)))) {
+					failOnDevice("pick %d (token %d, expert %d): out[%d] = %v, emulation %v", y, tok, e, row, or[row], want)
+				}
+			}
+		}
+		// Token 1 alone, on the stream's scratch and on the caller's.
+		one := func(xqp cudadrv.DevPtr) ([]float32, []float32) {
+			g1, o1, w1 := fill(topk*ffn), fill(topk*dim), put(a, make([]int32, topk))
+			pk := MoEPicks{IDs: put(a, ids[topk:2*topk]), T: 1, TopK: topk, XQ: xqp}
+			x1 := put(a, x[dim:2*dim])
+			must(k.MoEPickedGLU(c, s, p, pk, x1, g1, w1, SwiGLU))
+			must(k.MoEPickedDown(c, s, p, pk, g1, o1))
+			must(c.StreamSync(s))
+			return get[float32](a, g1, topk*ffn), get[float32](a, o1, topk*dim)
+		}
+		g1, o1 := one(0)
+		g2, o2 := one(xq)
+		if !slices.Equal(g1, g2) || !slices.Equal(o1, o2) {
+			failOnDevice("one token on the caller's scratch differs from the stream's")
+		}
+		if !slices.Equal(g1, gotG[topk*ffn:2*topk*ffn]) || !slices.Equal(o1, gotOut[topk*dim:2*topk*dim]) {
+			failOnDevice("token 1 alone differs from token 1 in the pass of %d", T)
+		}
+		if err := k.MoEPickedGLU(c, s, p, MoEPicks{IDs: picks.IDs, T: T, TopK: topk}, dx, g, where, SwiGLU); err == nil {
+			failOnDevice("%d tokens on the stream's scratch: no error", T)
+		}
+	})
 }
 
 // TestMoEPickedDownView: the picked downs over a view of some columns of
@@ -345,7 +459,7 @@ func TestMoEPickedDownView(t *testing.T) {
 						failOnDevice("the picked expert kernels refuse a %v down (view %v)", down, view)
 					}
 					out := a.alloc(int64(topk * dim * 4))
-					must(k.MoEPickedDown(c, s, p, put(a, ids), topk, put(a, g), out))
+					must(k.MoEPickedDown(c, s, p, MoEPicks{IDs: put(a, ids), T: 1, TopK: topk}, put(a, g), out))
 					must(c.StreamSync(s))
 					outs[w] = get[float32](a, out, topk*dim)
 				}
@@ -445,8 +559,8 @@ func TestMoEStage(t *testing.T) {
 				var outs [2][]float32
 				for w, pp := range []MoEPicked{q, p} {
 					g, out, where := a.alloc(int64(topk*ffn*4)), a.alloc(int64(topk*dim*4)), a.alloc(int64(topk*4))
-					must(k.MoEPickedGLU(c, s, pp, dids, topk, put(a, x), g, where, SwiGLU))
-					must(k.MoEPickedDown(c, s, pp, dids, topk, g, out))
+					must(k.MoEPickedGLU(c, s, pp, MoEPicks{IDs: dids, T: 1, TopK: topk}, put(a, x), g, where, SwiGLU))
+					must(k.MoEPickedDown(c, s, pp, MoEPicks{IDs: dids, T: 1, TopK: topk}, g, out))
 					must(c.StreamSync(s))
 					outs[w] = get[float32](a, out, 3*dim) // the last pick is out of range
 				}

@@ -645,7 +645,7 @@ func (m *Model) SetResidentExperts(ctx context.Context, rs [][]int) error {
 // alloc grows a pass's buffers: routing for T tokens, activations for P
 // resident picks.
 func (x *gpuMoE) alloc(c *cudadrv.Ctx, cfg *model.Config, T, P int) error {
-	k, E, d, f := int64(cfg.ExpertsUsed), int64(cfg.Experts), int64(cfg.Dim), int64(cfg.ExpertFFN)
+	k, d, f := int64(cfg.ExpertsUsed), int64(cfg.Dim), int64(cfg.ExpertFFN)
 	if T <= x.capT && P <= x.capP {
 		return nil
 	}
@@ -656,7 +656,7 @@ func (x *gpuMoE) alloc(c *cudadrv.Ctx, cfg *model.Config, T, P int) error {
 	if T > x.capT {
 		n := max(T, 2*x.capT)
 		t := int64(n)
-		dev, err := c.Alloc(alignUp(t*E*4) + alignUp(2*t*k*4) + alignUp(2*t*k*4))
+		dev, err := c.Alloc(routeBytes(cfg, n))
 		if err != nil {
 			return fmt.Errorf("routing buffers for %d tokens: %w", n, err)
 		}
@@ -702,6 +702,22 @@ func (x *gpuMoE) weights(cfg *model.Config, T int) cudadrv.DevPtr {
 // plan is the where map (T·k) followed by the gathered token ids.
 func (x *gpuMoE) plan(cfg *model.Config) cudadrv.DevPtr {
 	return x.ids(cfg).Add(alignUp(2 * int64(x.capT) * int64(cfg.ExpertsUsed) * 4))
+}
+
+// xq is where the picked kernels quantize a batch pass's inputs
+// (kernels.MoEPickedScratch), after the plan.
+func (x *gpuMoE) xq(cfg *model.Config) cudadrv.DevPtr {
+	return x.plan(cfg).Add(alignUp(2 * int64(x.capT) * int64(cfg.ExpertsUsed) * 4))
+}
+
+// routeBytes is the device routing buffers of a pass of T tokens: the
+// router's scores, the ids and weights, the plan, and the picked
+// kernels' scratch, for the passes they take (no more picks than
+// experts: moeBatchPicked).
+func routeBytes(cfg *model.Config, T int) int64 {
+	t, k, E := int64(T), int64(cfg.ExpertsUsed), int64(cfg.Experts)
+	picked := min(T, max(1, cfg.Experts/cfg.ExpertsUsed))
+	return alignUp(t*E*4) + 2*alignUp(2*t*k*4) + alignUp(kernels.MoEPickedScratch(cfg.Dim, cfg.ExpertFFN, picked, cfg.ExpertsUsed))
 }
 
 // ...the pinned host buffers: routing (ids then weights), plan, rows...
@@ -811,6 +827,12 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 			}
 		}()
 	}
+	// The tables hold the resident experts alone unless mapped experts
+	// are on (they give the others' host copies, which the CPU computes
+	// at more than one token).
+	if x.picked != nil && x.mapped == nil && !x.cpuOnly && T*K <= E && k.CanMoEPicked(s, x.picked[l], K) {
+		return m.moeBatchPicked(ctx, c, l, T, rt, res, staged, cpuBytes, hop)
+	}
 	x.pairs = residentPicks(x.pairs, rt.IDs, K, func(e int) bool {
 		_, ok := res[e]
 		return ok || x.ps != nil && x.ps.staged[e]
@@ -890,6 +912,116 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	}
 	if err != nil {
 		return fmt.Errorf("adding the experts: %w", err)
+	}
+	x.stats.Hop += hop + time.Since(t2)
+	return nil
+}
+
+// moeBatchPicked runs layer l's experts for a pass of T tokens whose
+// picks are no more than the layer's experts, once the host has the
+// routing rt: the GPU's share (the resident picks, res, and the experts
+// staged over PCIe) by the picked kernels as at one token, two launches
+// over the resident table and two over the staged one whatever the
+// routing, where the grouped products launch a few an expert (tens a
+// layer at eight tokens, each one host time the CPU's share waits
+// behind). Each pick reads its expert on its own, which at that many
+// picks reads about what the grouped products would; with more, the
+// grouped products' reading an expert once for its tokens wins (a
+// prompt). The CPU computes the rest of the picks meanwhile; both add
+// into a.h. cpuBytes is what the CPU reads, hop the routing's wait.
+func (m *Model) moeBatchPicked(ctx context.Context, c *cudadrv.Ctx, l, T int, rt model.Routing, res map[int]expertW, staged []int, cpuBytes int64, hop time.Duration) error {
+	x, cfg, k, s, a := m.moe, &m.Config, m.k, m.stream, &m.act
+	K, D := cfg.ExpertsUsed, cfg.Dim
+	var nres, nst int
+	for _, e := range rt.IDs {
+		if _, ok := res[int(e)]; ok {
+			nres++
+		} else if x.ps != nil && x.ps.staged[e] {
+			nst++
+		}
+	}
+	P := nres + nst
+	cpuWork := P < T*K
+	x.stats.GPUExperts += int64(P)
+	x.stats.CPUExperts += int64(T*K - P)
+	// Buffers grow before the CPU's threads write the host rows (growing
+	// synchronises the device).
+	if err := x.alloc(c, cfg, T, T*K); err != nil {
+		return err
+	}
+	if nst > 0 {
+		if err := x.ps.growActs(c, cfg, T*K); err != nil {
+			return err
+		}
+	}
+	picks := kernels.MoEPicks{IDs: x.ids(cfg), T: T, TopK: K, XQ: x.xq(cfg)}
+	_, g, _, out := x.actPtrs(cfg)
+	where := x.plan(cfg)
+	gpuShare := func() error {
+		if nres > 0 {
+			if err := launchPicked(c, k, s, x.picked[l], picks, a.xn, g, out, where, "resident experts"); err != nil {
+				return err
+			}
+		}
+		if nst > 0 {
+			ti := time.Now()
+			bytes, err := x.ps.stage(c, k, s, cfg, x.layers[l], picks, a.xn, staged, model.ExpertSplit{})
+			if err != nil {
+				return err
+			}
+			x.pstats.Issue += time.Since(ti)
+			x.pstats.Bytes += bytes
+			x.pstats.Layers++
+			x.pstats.Picks += int64(nst)
+		}
+		return nil
+	}
+	base := cudadrv.DevPtr(0)
+	t2 := time.Now()
+	if cpuWork {
+		var shareErr error
+		busy := x.stats.Busy
+		var err error
+		t2, err = x.runOnCPU(ctx, cfg, l, T, rt, func() { shareErr = gpuShare() })
+		if err = cmp.Or(err, shareErr); err != nil {
+			return err
+		}
+		if cpuBytes > 0 {
+			x.ps.cpuBatch.add(cpuBytes, x.stats.Busy-busy)
+		}
+		base = x.hostRowsDev(cfg)
+	} else {
+		if err := gpuShare(); err != nil {
+			return err
+		}
+		x.stats.GPULayers++
+		t2 = time.Now()
+	}
+	// The CPU's rows (or h) plus the resident picks and the staged ones,
+	// each launch's rows by its map.
+	combined := false
+	combine := func(out, where cudadrv.DevPtr, what string) error {
+		if err := k.MoECombine(c, s, a.h, base, out, x.weights(cfg, T), where, T, K, D); err != nil {
+			return fmt.Errorf("adding %s: %w", what, err)
+		}
+		base, combined = 0, true
+		return nil
+	}
+	if nres > 0 {
+		if err := combine(out, where, "the experts"); err != nil {
+			return err
+		}
+	}
+	if nst > 0 {
+		_, out2, where2 := x.ps.actPtrs(cfg)
+		if err := combine(out2, where2, "the staged experts"); err != nil {
+			return err
+		}
+	}
+	if !combined {
+		if err := k.Copy(c, s, a.h, base, int64(T*D)); err != nil {
+			return fmt.Errorf("adding the experts: %w", err)
+		}
 	}
 	x.stats.Hop += hop + time.Since(t2)
 	return nil
@@ -976,7 +1108,8 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 	_, g, _, out := x.actPtrs(cfg)
 	p, ids, where, wts := x.picked[l], x.ids(cfg), x.plan(cfg), x.weights(cfg, 1)
 	x.stats.DeviceFound++
-	gpu := func() error { return launchPicked(c, k, s, cfg, p, ids, a.xn, g, out, where, "resident experts") }
+	one := kernels.MoEPicks{IDs: ids, T: 1, TopK: K}
+	gpu := func() error { return launchPicked(c, k, s, p, one, a.xn, g, out, where, "resident experts") }
 	if x.full[l] {
 		if x.mapped != nil && len(x.resident[l]) < len(x.counts[l]) {
 			st := x.stage.st
@@ -1061,7 +1194,7 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 		}()
 		stage = func() {
 			ti := time.Now()
-			bytes, err := x.ps.stage(c, k, s, cfg, x.layers[l], ids, a.xn, staged, rt.Split)
+			bytes, err := x.ps.stage(c, k, s, cfg, x.layers[l], one, a.xn, staged, rt.Split)
 			if err != nil {
 				stageErr = err
 				return
@@ -1400,8 +1533,8 @@ func MoEDeviceOverhead(cfg *model.Config, tokens int) int64 {
 	if !cfg.MoE() {
 		return 0
 	}
-	t, k, E, d, f := int64(tokens), int64(cfg.ExpertsUsed), int64(cfg.Experts), int64(cfg.Dim), int64(cfg.ExpertFFN)
-	route := alignUp(t*E*4) + 2*alignUp(2*t*k*4)
+	t, k, d, f := int64(tokens), int64(cfg.ExpertsUsed), int64(cfg.Dim), int64(cfg.ExpertFFN)
+	route := routeBytes(cfg, tokens)
 	acts := 2*alignUp(t*k*d*4) + 2*alignUp(t*k*f*4)
 	return routerBytes(cfg) + route + acts + tableBytes(cfg.Layers, cfg.Experts)
 }

@@ -29,7 +29,8 @@ type pickStream struct {
 	slotBytes int64
 	table     cudadrv.DevPtr   // E entries of three pointers: the staged experts', 0 elsewhere
 	tableHost *cudadrv.HostMem // its pinned source
-	acts      cudadrv.DevPtr   // g (K rows of ExpertFFN), out (K rows of Dim), where (K int32)
+	acts      cudadrv.DevPtr   // g (rows of ExpertFFN), out (rows of Dim), where (rows int32)
+	rows      int              // picks acts holds: K, or a batch pass's T·K (growActs)
 	// The GPU's part of a pick split by its FFN width (SetSplitPicks):
 	// its own table (the split expert's entry at its part's first row
 	// and column, in a slot), pinned source, and activations
@@ -254,10 +255,11 @@ func newPickStream(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *mo
 	if err := c.CopyHtoD(ps.table, ps.tableHost.Bytes(), s); err != nil {
 		return nil, err
 	}
-	acts := alignUp(int64(K)*int64(cfg.ExpertFFN)*4) + alignUp(int64(K)*int64(cfg.Dim)*4) + alignUp(int64(K)*4)
+	acts := actsBytes(cfg, K)
 	if ps.acts, err = c.Alloc(acts); err != nil {
 		return nil, err
 	}
+	ps.rows = K
 	if ps.partActs, err = c.Alloc(acts); err != nil {
 		return nil, err
 	}
@@ -291,19 +293,47 @@ func stagedPicked(L *model.Layer, table cudadrv.DevPtr, E int) kernels.MoEPicked
 
 // actPtrs are the staged picks' gate activations, outputs and map.
 func (ps *pickStream) actPtrs(cfg *model.Config) (g, out, where cudadrv.DevPtr) {
-	return actLayout(cfg, ps.acts)
+	return actLayout(cfg, ps.acts, ps.rows)
 }
 
-// partPtrs are the same for the GPU's part of a split pick.
+// partPtrs are the same for the GPU's part of a split pick (one token's).
 func (ps *pickStream) partPtrs(cfg *model.Config) (g, out, where cudadrv.DevPtr) {
-	return actLayout(cfg, ps.partActs)
+	return actLayout(cfg, ps.partActs, cfg.ExpertsUsed)
 }
 
-// actLayout cuts a staged launch's activations at at: g (K rows of
-// ExpertFFN), out (K rows of Dim), where (K int32).
-func actLayout(cfg *model.Config, at cudadrv.DevPtr) (g, out, where cudadrv.DevPtr) {
-	K := int64(cfg.ExpertsUsed)
-	f, d := alignUp(K*int64(cfg.ExpertFFN)*4), alignUp(K*int64(cfg.Dim)*4)
+// growActs makes the staged picks' activations hold rows picks (a batch
+// pass's T·K), the device synchronised first: earlier launches may still
+// read the ones replaced.
+func (ps *pickStream) growActs(c *cudadrv.Ctx, cfg *model.Config, rows int) error {
+	if rows <= ps.rows {
+		return nil
+	}
+	if err := c.Synchronize(); err != nil {
+		return err
+	}
+	rows = max(rows, 2*ps.rows)
+	at, err := c.Alloc(actsBytes(cfg, rows))
+	if err != nil {
+		return fmt.Errorf("staged activations for %d picks: %w", rows, err)
+	}
+	if err := c.Free(ps.acts); err != nil {
+		return errors.Join(err, c.Free(at))
+	}
+	ps.acts, ps.rows = at, rows
+	return nil
+}
+
+// actsBytes is the size of a staged launch's activations of rows picks.
+func actsBytes(cfg *model.Config, rows int) int64 {
+	r := int64(rows)
+	return alignUp(r*int64(cfg.ExpertFFN)*4) + alignUp(r*int64(cfg.Dim)*4) + alignUp(r*4)
+}
+
+// actLayout cuts a staged launch's activations of rows picks at at: g
+// (rows of ExpertFFN), out (rows of Dim), where (rows int32).
+func actLayout(cfg *model.Config, at cudadrv.DevPtr, rows int) (g, out, where cudadrv.DevPtr) {
+	r := int64(rows)
+	f, d := alignUp(r*int64(cfg.ExpertFFN)*4), alignUp(r*int64(cfg.Dim)*4)
 	return at, at.Add(f), at.Add(f + d)
 }
 
@@ -486,7 +516,7 @@ func (ps *pickStream) readCopyTime(c *cudadrv.Ctx) error {
 // theirs, their tables after them, and on s the picked launches over
 // them behind the copies, writing the staged picks' rows and maps
 // (actPtrs, partPtrs). It returns the bytes copied.
-func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, L *model.Layer, ids, xn cudadrv.DevPtr, es []int, part model.ExpertSplit) (int64, error) {
+func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, L *model.Layer, n kernels.MoEPicks, xn cudadrv.DevPtr, es []int, part model.ExpertSplit) (int64, error) {
 	if err := ps.startCopies(c); err != nil {
 		return 0, err
 	}
@@ -531,7 +561,7 @@ func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream
 	if err := c.WaitEvent(s, ps.loaded); err != nil {
 		return 0, err
 	}
-	if err := ps.launchShare(c, k, s, cfg, L, ids, xn, len(es) > 0, part, view, "staged"); err != nil {
+	if err := ps.launchShare(c, k, s, cfg, L, n, xn, len(es) > 0, part, view, "staged"); err != nil {
 		return 0, err
 	}
 	return bytes, c.Record(ps.done, s)
@@ -541,16 +571,16 @@ func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream
 // a layer's picks, as stage laid it out: over the staged
 // table where whole picks are in it, over a split pick's part (view, its
 // own table) where there is one; how names the share's way in errors.
-func (ps *pickStream) launchShare(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, L *model.Layer, ids, xn cudadrv.DevPtr, whole bool, part model.ExpertSplit, view kernels.MoEPicked, how string) error {
+func (ps *pickStream) launchShare(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, L *model.Layer, n kernels.MoEPicks, xn cudadrv.DevPtr, whole bool, part model.ExpertSplit, view kernels.MoEPicked, how string) error {
 	if whole {
 		g, out, where := ps.actPtrs(cfg)
-		if err := launchPicked(c, k, s, cfg, stagedPicked(L, ps.table, cfg.Experts), ids, xn, g, out, where, "experts "+how); err != nil {
+		if err := launchPicked(c, k, s, stagedPicked(L, ps.table, cfg.Experts), n, xn, g, out, where, "experts "+how); err != nil {
 			return err
 		}
 	}
 	if part.Cols != 0 {
 		g, out, where := ps.partPtrs(cfg)
-		return launchPicked(c, k, s, cfg, view, ids, xn, g, out, where, fmt.Sprintf("expert %d's last columns %s", part.Expert, how))
+		return launchPicked(c, k, s, view, n, xn, g, out, where, fmt.Sprintf("expert %d's last columns %s", part.Expert, how))
 	}
 	return nil
 }
@@ -571,13 +601,13 @@ func (ps *pickStream) clearTable() ([]uint64, error) {
 
 // launchPicked enqueues on s the picked kernels over p (gate and up with
 // the activation into g, then the downs into out; where the map of the
-// picks p holds) for one token's picks ids; what names them in errors.
-func launchPicked(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, p kernels.MoEPicked, ids, xn, g, out, where cudadrv.DevPtr, what string) error {
-	K := cfg.ExpertsUsed
-	if err := k.MoEPickedGLU(c, s, p, ids, K, xn, g, where, kernels.SwiGLU); err != nil {
+// picks p holds) for the picks n of the tokens' normed states xn; what
+// names them in errors.
+func launchPicked(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, p kernels.MoEPicked, n kernels.MoEPicks, xn, g, out, where cudadrv.DevPtr, what string) error {
+	if err := k.MoEPickedGLU(c, s, p, n, xn, g, where, kernels.SwiGLU); err != nil {
 		return fmt.Errorf("%s, gate and up: %w", what, err)
 	}
-	if err := k.MoEPickedDown(c, s, p, ids, K, g, out); err != nil {
+	if err := k.MoEPickedDown(c, s, p, n, g, out); err != nil {
 		return fmt.Errorf("%s, downs: %w", what, err)
 	}
 	return nil
