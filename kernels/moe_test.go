@@ -186,6 +186,88 @@ func needIntegerGEMV(t testing.TB) {
 	}
 }
 
+// pickedExpert is one expert's matrices for the picked kernels' tests.
+type pickedExpert struct{ gate, up, down []byte }
+
+// pickedExperts makes len(held) random experts (Q4_K gate and up of ffn x
+// dim, a down of the given type) and puts the held ones' matrices and the
+// table of all of them on the device.
+func pickedExperts(a *arena, held []bool, dim, ffn int, down quant.Type, seed uint64) ([]pickedExpert, MoEPicked) {
+	xs := make([]pickedExpert, len(held))
+	table := make([]uint64, 3*len(held))
+	for e := range xs {
+		s := seed + 3*uint64(e)
+		xs[e].gate, _ = randMatrix(quant.Q4_K, ffn, dim, s)
+		xs[e].up, _ = randMatrix(quant.Q4_K, ffn, dim, s+1)
+		xs[e].down, _ = randMatrix(down, dim, ffn, s+2)
+		if held[e] {
+			table[3*e], table[3*e+1], table[3*e+2] = uint64(put(a, xs[e].gate)), uint64(put(a, xs[e].up)), uint64(put(a, xs[e].down))
+		}
+	}
+	return xs, MoEPicked{Table: put(a, table), Experts: len(held),
+		Gate: Matrix{Type: quant.Q4_K, Rows: ffn, Cols: dim}, Up: Matrix{Type: quant.Q4_K, Rows: ffn, Cols: dim},
+		Down: Matrix{Type: down, Rows: dim, Cols: ffn}}
+}
+
+// pickedSentinel fills the rows the picked kernels must leave alone.
+const pickedSentinel = float32(-7.5)
+
+// fillSentinel puts n sentinels on the device.
+func fillSentinel(a *arena, n int) cudadrv.DevPtr {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = pickedSentinel
+	}
+	return put(a, v)
+}
+
+// checkPicked checks the picked kernels' rows for the picks ids (topk a
+// token; x the tokens' inputs, dim wide): each pick of a held expert as
+// the integer GEMVs' emulation computes it for its token, bit for bit up
+// to the float sums' order, its where its own row; each other pick's rows
+// untouched and its where -1.
+func checkPicked(k *Kernels, xs []pickedExpert, held []bool, ids []int32, topk int, x []float32, dim, ffn int, down quant.Type, gotG, gotOut []float32, gotWhere []int32) {
+	_, gth := k.tune.gemvqGeometry(ceilDiv(ffn, gemvqRows/2), dim)
+	dRows := gemvqRows
+	if down == quant.Q6_K {
+		dRows = gemvq6Rows
+	}
+	_, dth := k.tune.gemvqGeometry(ceilDiv(dim, dRows), ffn)
+	for y, e := range ids {
+		on := int(e) < len(xs) && held[e]
+		if want := map[bool]int32{true: int32(y), false: -1}[on]; gotWhere[y] != want {
+			failOnDevice("where[%d] = %d, want %d (expert %d)", y, gotWhere[y], want, e)
+		}
+		gr, or := gotG[y*ffn:(y+1)*ffn], gotOut[y*dim:(y+1)*dim]
+		if !on {
+			for i, v := range append(slices.Clone(gr), or...) {
+				if v != pickedSentinel {
+					failOnDevice("pick %d (expert %d, not held): element %d written (%v)", y, e, i, v)
+				}
+			}
+			continue
+		}
+		tok := y / topk
+		xq := gemvqQuantizeRef(x[tok*dim : (tok+1)*dim])
+		grb, drb := len(xs[e].gate)/ffn, len(xs[e].down)/dim
+		for row := range ffn {
+			ge := gemvqRowRef(quant.Q4_K, xs[e].gate[row*grb:(row+1)*grb], dim, xq, gth/32, 0)
+			ue := gemvqRowRef(quant.Q4_K, xs[e].up[row*grb:(row+1)*grb], dim, xq, gth/32, 0)
+			want := gemvqGLURef(SwiGLU, ge, ue)
+			if d := math.Abs(float64(gr[row] - want)); !(d <= 1e-5*(1+math.Abs(float64(want)))) {
+				failOnDevice("pick %d (token %d, expert %d): g[%d] = %v, emulation %v", y, tok, e, row, gr[row], want)
+			}
+		}
+		gq := gemvqQuantizeRef(gr)
+		for row := range dim {
+			want := gemvqRowRef(down, xs[e].down[row*drb:(row+1)*drb], ffn, gq, dth/32, 0)
+			if d := math.Abs(float64(or[row] - want)); !(d <= 1e-5*(1+math.Abs(float64(want)))) {
+				failOnDevice("pick %d (token %d, expert %d): out[%d] = %v, emulation %v", y, tok, e, row, or[row], want)
+			}
+		}
+	}
+}
+
 // TestMoEPicked: the picked expert kernels compute each pick whose expert
 // the table holds as the integer GEMVs do (gemvqRowRef's emulation of
 // their walk, on x and the activations quantized as gemvq_x does), with
@@ -201,93 +283,30 @@ func TestMoEPicked(t *testing.T) {
 			t.Parallel()
 			r := rand.New(rand.NewPCG(71, uint64(down)))
 			held := []bool{true, false, true, true, false, true}
-			type expert struct{ gate, up, down []byte }
-			xs := make([]expert, experts)
-			for e := range xs {
-				s := uint64(100 + 3*e)
-				xs[e].gate, _ = randMatrix(quant.Q4_K, ffn, dim, s)
-				xs[e].up, _ = randMatrix(quant.Q4_K, ffn, dim, s+1)
-				xs[e].down, _ = randMatrix(down, dim, ffn, s+2)
-			}
 			x := randVec(r, dim, 1)
 			// Picks: held, not held, held, out of range.
 			ids := []int32{3, 1, 0, experts}
 			run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 				s, done := gemvqStream(c, k, dim)
 				defer done()
-				table := make([]uint64, 3*experts)
-				for e, ex := range xs {
-					if held[e] {
-						table[3*e], table[3*e+1], table[3*e+2] = uint64(put(a, ex.gate)), uint64(put(a, ex.up)), uint64(put(a, ex.down))
-					}
-				}
-				p := MoEPicked{Table: put(a, table), Experts: experts,
-					Gate: Matrix{Type: quant.Q4_K, Rows: ffn, Cols: dim}, Up: Matrix{Type: quant.Q4_K, Rows: ffn, Cols: dim},
-					Down: Matrix{Type: down, Rows: dim, Cols: ffn}}
+				xs, p := pickedExperts(a, held, dim, ffn, down, 100)
 				if !k.CanMoEPicked(s, p, topk) {
 					failOnDevice("the picked expert kernels refuse %v downs", down)
 				}
-				sentinel := float32(-7.5)
-				fill := func(n int) cudadrv.DevPtr {
-					v := make([]float32, n)
-					for i := range v {
-						v[i] = sentinel
-					}
-					return put(a, v)
-				}
-				g, out, where := fill(topk*ffn), fill(topk*dim), put(a, []int32{9, 9, 9, 9})
-				dids := put(a, ids)
-				must(k.MoEPickedGLU(c, s, p, MoEPicks{IDs: dids, T: 1, TopK: topk}, put(a, x), g, where, SwiGLU))
+				g, out, where := fillSentinel(a, topk*ffn), fillSentinel(a, topk*dim), put(a, []int32{9, 9, 9, 9})
+				one := MoEPicks{IDs: put(a, ids), T: 1, TopK: topk}
+				must(k.MoEPickedGLU(c, s, p, one, put(a, x), g, where, SwiGLU))
 				must(c.StreamSync(s))
 				gotG := get[float32](a, g, topk*ffn)
-				must(k.MoEPickedDown(c, s, p, MoEPicks{IDs: dids, T: 1, TopK: topk}, g, out))
+				must(k.MoEPickedDown(c, s, p, one, g, out))
 				must(c.StreamSync(s))
-				gotOut := get[float32](a, out, topk*dim)
-				gotWhere := get[int32](a, where, topk)
-				xq := gemvqQuantizeRef(x)
-				_, gth := k.tune.gemvqGeometry(ceilDiv(ffn, gemvqRows/2), dim)
-				dRows := gemvqRows
-				if down == quant.Q6_K {
-					dRows = gemvq6Rows
-				}
-				_, dth := k.tune.gemvqGeometry(ceilDiv(dim, dRows), ffn)
-				for j, e := range ids {
-					on := int(e) < experts && held[e]
-					if want := map[bool]int32{true: int32(j), false: -1}[on]; gotWhere[j] != want {
-						failOnDevice("where[%d] = %d, want %d (expert %d)", j, gotWhere[j], want, e)
-					}
-					gr, or := gotG[j*ffn:(j+1)*ffn], gotOut[j*dim:(j+1)*dim]
-					if !on {
-						for i, v := range append(slices.Clone(gr), or...) {
-							if v != sentinel {
-								failOnDevice("pick %d (expert %d, not held): element %d written (%v)", j, e, i, v)
-							}
-						}
-						continue
-					}
-					grb, drb := len(xs[e].gate)/ffn, len(xs[e].down)/dim
-					for row := range ffn {
-						ge := gemvqRowRef(quant.Q4_K, xs[e].gate[row*grb:(row+1)*grb], dim, xq, gth/32, 0)
-						ue := gemvqRowRef(quant.Q4_K, xs[e].up[row*grb:(row+1)*grb], dim, xq, gth/32, 0)
-						want := gemvqGLURef(SwiGLU, ge, ue)
-						if d := math.Abs(float64(gr[row] - want)); !(d <= 1e-5*(1+math.Abs(float64(want)))) {
-							failOnDevice("pick %d (expert %d): g[%d] = %v, emulation %v", j, e, row, gr[row], want)
-						}
-					}
-					gq := gemvqQuantizeRef(gr)
-					for row := range dim {
-						want := gemvqRowRef(down, xs[e].down[row*drb:(row+1)*drb], ffn, gq, dth/32, 0)
-						if d := math.Abs(float64(or[row] - want)); !(d <= 1e-5*(1+math.Abs(float64(want)))) {
-							failOnDevice("pick %d (expert %d): out[%d] = %v, emulation %v", j, e, row, or[row], want)
-						}
-					}
-				}
+				checkPicked(k, xs, held, ids, topk, x, dim, ffn, down, gotG, get[float32](a, out, topk*dim), get[int32](a, where, topk))
 				small, done2 := gemvqStream(c, k, 256)
 				defer done2()
 				if k.CanMoEPicked(small, p, topk) {
 					failOnDevice("a 256-column scratch taken for %d-column inputs", dim)
 				}
-				if err := k.MoEPickedGLU(c, small, p, MoEPicks{IDs: dids, T: 1, TopK: topk}, put(a, x), g, where, SwiGLU); err == nil {
+				if err := k.MoEPickedGLU(c, small, p, one, put(a, x), g, where, SwiGLU); err == nil {
 					failOnDevice("MoEPickedGLU on a scratch too small: no error")
 				}
 			})
@@ -299,21 +318,14 @@ func TestMoEPicked(t *testing.T) {
 // scratch of the caller's), each pick whose expert the table holds gets
 // its own token's products, as the integer GEMVs compute them for that
 // token alone; the others keep their rows and get -1 in where. One token
-// on the caller's scratch computes what it computes on the stream's.
+// on the caller's scratch computes what it computes on the stream's, and
+// what it computes in the pass; more than one on the stream's is refused.
 func TestMoEPickedTokens(t *testing.T) {
 	t.Parallel()
 	needIntegerGEMV(t)
 	const experts, topk, dim, ffn, T = 6, 3, 512, 256, 3
 	r := rand.New(rand.NewPCG(73, 5))
 	held := []bool{true, false, true, true, false, true}
-	type expert struct{ gate, up, down []byte }
-	xs := make([]expert, experts)
-	for e := range xs {
-		s := uint64(200 + 3*e)
-		xs[e].gate, _ = randMatrix(quant.Q4_K, ffn, dim, s)
-		xs[e].up, _ = randMatrix(quant.Q4_K, ffn, dim, s+1)
-		xs[e].down, _ = randMatrix(quant.Q6_K, dim, ffn, s+2)
-	}
 	x := randVec(r, T*dim, 1)
 	// Token 0 picks a held, an unheld and a held expert; token 1 the same
 	// held expert as token 0 and another; token 2 one out of range.
@@ -321,82 +333,31 @@ func TestMoEPickedTokens(t *testing.T) {
 	run(t, func(c *cudadrv.Ctx, k *Kernels, a *arena) {
 		s, done := gemvqStream(c, k, dim)
 		defer done()
-		table := make([]uint64, 3*experts)
-		for e, ex := range xs {
-			if held[e] {
-				table[3*e], table[3*e+1], table[3*e+2] = uint64(put(a, ex.gate)), uint64(put(a, ex.up)), uint64(put(a, ex.down))
-			}
-		}
-		p := MoEPicked{Table: put(a, table), Experts: experts,
-			Gate: Matrix{Type: quant.Q4_K, Rows: ffn, Cols: dim}, Up: Matrix{Type: quant.Q4_K, Rows: ffn, Cols: dim},
-			Down: Matrix{Type: quant.Q6_K, Rows: dim, Cols: ffn}}
+		xs, p := pickedExperts(a, held, dim, ffn, quant.Q6_K, 200)
 		if !k.CanMoEPicked(s, p, topk) {
 			failOnDevice("the picked expert kernels refuse the shape")
 		}
-		sentinel := float32(-7.5)
-		fill := func(n int) cudadrv.DevPtr {
-			v := make([]float32, n)
-			for i := range v {
-				v[i] = sentinel
-			}
-			return put(a, v)
-		}
 		n := T * topk
-		g, out, where := fill(n*ffn), fill(n*dim), put(a, make([]int32, n))
+		g, out, where := fillSentinel(a, n*ffn), fillSentinel(a, n*dim), put(a, make([]int32, n))
 		xq := put(a, make([]byte, MoEPickedScratch(dim, ffn, T, topk)))
 		picks := MoEPicks{IDs: put(a, ids), T: T, TopK: topk, XQ: xq}
 		dx := put(a, x)
 		must(k.MoEPickedGLU(c, s, p, picks, dx, g, where, SwiGLU))
 		must(k.MoEPickedDown(c, s, p, picks, g, out))
 		must(c.StreamSync(s))
-		gotG, gotOut, gotWhere := get[float32](a, g, n*ffn), get[float32](a, out, n*dim), get[int32](a, where, n)
-		_, gth := k.tune.gemvqGeometry(ceilDiv(ffn, gemvqRows/2), dim)
-		_, dth := k.tune.gemvqGeometry(ceilDiv(dim, gemvq6Rows), ffn)
-		for y, e := range ids {
-			on := int(e) < experts && held[e]
-			if want := map[bool]int32{true: int32(y), false: -1}[on]; gotWhere[y] != want {
-				failOnDevice("where[%d] = %d, want %d (expert %d)", y, gotWhere[y], want, e)
-			}
-			gr, or := gotG[y*ffn:(y+1)*ffn], gotOut[y*dim:(y+1)*dim]
-			if !on {
-				for i, v := range append(slices.Clone(gr), or...) {
-					if v != sentinel {
-						failOnDevice("pick %d (expert %d, not held): element %d written (%v)", y, e, i, v)
-					}
-				}
-				continue
-			}
-			tok := y / topk
-			xqt := gemvqQuantizeRef(x[tok*dim : (tok+1)*dim])
-			grb, drb := len(xs[e].gate)/ffn, len(xs[e].down)/dim
-			for row := range ffn {
-				ge := gemvqRowRef(quant.Q4_K, xs[e].gate[row*grb:(row+1)*grb], dim, xqt, gth/32, 0)
-				ue := gemvqRowRef(quant.Q4_K, xs[e].up[row*grb:(row+1)*grb], dim, xqt, gth/32, 0)
-				want := gemvqGLURef(SwiGLU, ge, ue)
-				if d := math.Abs(float64(gr[row] - want)); !(d <= 1e-5*(1+math.Abs(float64(want)))) {
-					failOnDevice("pick %d (token %d, expert %d): g[%d] = %v, emulation %v", y, tok, e, row, gr[row], want)
-				}
-			}
-			gq := gemvqQuantizeRef(gr)
-			for row := range dim {
-				want := gemvqRowRef(quant.Q6_K, xs[e].down[row*drb:(row+1)*drb], ffn, gq, dth/32, 0)
-				if d := math.Abs(float64(or[row] - want)); !(d <= 1e-5*(1+math.Abs(float64(want)))) {
-					failOnDevice("pick %d (token %d, expert %d): out[%d] = %v, emulation %v", y, tok, e, row, or[row], want)
-				}
-			}
-		}
+		gotG, gotOut := get[float32](a, g, n*ffn), get[float32](a, out, n*dim)
+		checkPicked(k, xs, held, ids, topk, x, dim, ffn, quant.Q6_K, gotG, gotOut, get[int32](a, where, n))
 		// Token 1 alone, on the stream's scratch and on the caller's.
-		one := func(xqp cudadrv.DevPtr) ([]float32, []float32) {
-			g1, o1, w1 := fill(topk*ffn), fill(topk*dim), put(a, make([]int32, topk))
+		alone := func(xqp cudadrv.DevPtr) ([]float32, []float32) {
+			g1, o1, w1 := fillSentinel(a, topk*ffn), fillSentinel(a, topk*dim), put(a, make([]int32, topk))
 			pk := MoEPicks{IDs: put(a, ids[topk:2*topk]), T: 1, TopK: topk, XQ: xqp}
-			x1 := put(a, x[dim:2*dim])
-			must(k.MoEPickedGLU(c, s, p, pk, x1, g1, w1, SwiGLU))
+			must(k.MoEPickedGLU(c, s, p, pk, put(a, x[dim:2*dim]), g1, w1, SwiGLU))
 			must(k.MoEPickedDown(c, s, p, pk, g1, o1))
 			must(c.StreamSync(s))
 			return get[float32](a, g1, topk*ffn), get[float32](a, o1, topk*dim)
 		}
-		g1, o1 := one(0)
-		g2, o2 := one(xq)
+		g1, o1 := alone(0)
+		g2, o2 := alone(xq)
 		if !slices.Equal(g1, g2) || !slices.Equal(o1, o2) {
 			failOnDevice("one token on the caller's scratch differs from the stream's")
 		}

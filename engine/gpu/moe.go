@@ -931,7 +931,7 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 // into a.h. cpuBytes is what the CPU reads, hop the routing's wait.
 func (m *Model) moeBatchPicked(ctx context.Context, c *cudadrv.Ctx, l, T int, rt model.Routing, res map[int]expertW, staged []int, cpuBytes int64, hop time.Duration) error {
 	x, cfg, k, s, a := m.moe, &m.Config, m.k, m.stream, &m.act
-	K, D := cfg.ExpertsUsed, cfg.Dim
+	K := cfg.ExpertsUsed
 	var nres, nst int
 	for _, e := range rt.IDs {
 		if _, ok := res[int(e)]; ok {
@@ -997,33 +997,47 @@ func (m *Model) moeBatchPicked(ctx context.Context, c *cudadrv.Ctx, l, T int, rt
 		x.stats.GPULayers++
 		t2 = time.Now()
 	}
-	// The CPU's rows (or h) plus the resident picks and the staged ones,
-	// each launch's rows by its map.
-	combined := false
-	combine := func(out, where cudadrv.DevPtr, what string) error {
-		if err := k.MoECombine(c, s, a.h, base, out, x.weights(cfg, T), where, T, K, D); err != nil {
-			return fmt.Errorf("adding %s: %w", what, err)
-		}
-		base, combined = 0, true
-		return nil
-	}
+	// The CPU's rows (or h) plus the resident picks and the staged ones.
+	var shares [2]moeShare
+	n := 0
 	if nres > 0 {
-		if err := combine(out, where, "the experts"); err != nil {
-			return err
-		}
+		shares[n], n = moeShare{out, where, "the experts"}, n+1
 	}
 	if nst > 0 {
 		_, out2, where2 := x.ps.actPtrs(cfg)
-		if err := combine(out2, where2, "the staged experts"); err != nil {
-			return err
-		}
+		shares[n], n = moeShare{out2, where2, "the staged experts"}, n+1
 	}
-	if !combined {
+	if err := m.addShares(c, base, T, x.weights(cfg, T), shares[:n]); err != nil {
+		return err
+	}
+	x.stats.Hop += hop + time.Since(t2)
+	return nil
+}
+
+// moeShare is one launch's rows of a layer's picks: its outputs and their
+// map (MoECombine's); what names them in errors.
+type moeShare struct {
+	out, where cudadrv.DevPtr
+	what       string
+}
+
+// addShares adds into a.h, for T tokens of weights wts, base (the CPU's
+// rows in mapped host memory; 0 for h itself) and each share's rows by its
+// map, or copies base into h where no share has any.
+func (m *Model) addShares(c *cudadrv.Ctx, base cudadrv.DevPtr, T int, wts cudadrv.DevPtr, shares []moeShare) error {
+	k, s, a, K, D := m.k, m.stream, &m.act, m.Config.ExpertsUsed, m.Config.Dim
+	if len(shares) == 0 {
 		if err := k.Copy(c, s, a.h, base, int64(T*D)); err != nil {
 			return fmt.Errorf("adding the experts: %w", err)
 		}
+		return nil
 	}
-	x.stats.Hop += hop + time.Since(t2)
+	for _, sh := range shares {
+		if err := k.MoECombine(c, s, a.h, base, sh.out, wts, sh.where, T, K, D); err != nil {
+			return fmt.Errorf("adding %s: %w", sh.what, err)
+		}
+		base = 0
+	}
 	return nil
 }
 
@@ -1233,36 +1247,22 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 		x.stats.GPULayers++
 	}
 	// The CPU's rows (or h) plus the resident picks, the staged ones and
-	// the GPU's part of a split one, each launch's rows by its map.
-	combined := false
-	combine := func(out, where cudadrv.DevPtr, what string) error {
-		if err := k.MoECombine(c, s, a.h, base, out, wts, where, 1, K, D); err != nil {
-			return fmt.Errorf("adding %s: %w", what, err)
-		}
-		base, combined = 0, true
-		return nil
-	}
+	// the GPU's part of a split one.
+	var shares [3]moeShare
+	ns := 0
 	if res {
-		if err := combine(out, where, "the experts"); err != nil {
-			return err
-		}
+		shares[ns], ns = moeShare{out, where, "the experts"}, ns+1
 	}
 	if n > 0 {
 		_, out2, where2 := x.ps.actPtrs(cfg)
-		if err := combine(out2, where2, "the staged experts"); err != nil {
-			return err
-		}
+		shares[ns], ns = moeShare{out2, where2, "the staged experts"}, ns+1
 	}
 	if gpuCols > 0 {
 		_, out3, where3 := x.ps.partPtrs(cfg)
-		if err := combine(out3, where3, "the split expert's last columns"); err != nil {
-			return err
-		}
+		shares[ns], ns = moeShare{out3, where3, "the split expert's last columns"}, ns+1
 	}
-	if !combined {
-		if err := k.Copy(c, s, a.h, base, int64(D)); err != nil {
-			return fmt.Errorf("adding the experts: %w", err)
-		}
+	if err := m.addShares(c, base, 1, wts, shares[:ns]); err != nil {
+		return err
 	}
 	x.stats.Hop += hop + time.Since(t2)
 	return nil
