@@ -146,6 +146,10 @@ type MoEStats struct {
 	// that ran without the host.
 	DeviceFound int64 `json:"device_found"`
 	HostFree    int64 `json:"host_free"`
+	// BatchPicked is the FFN blocks of passes of more than one token whose
+	// GPU share the picked kernels computed (moeBatchPicked), where the
+	// grouped products would have launched a few an expert.
+	BatchPicked int64 `json:"batch_picked"`
 	// ResidentExperts is the experts held in device memory, ResidentBytes
 	// their bytes (the routers' excluded).
 	ResidentExperts int   `json:"resident_experts"`
@@ -942,6 +946,7 @@ func (m *Model) moeBatchPicked(ctx context.Context, c *cudadrv.Ctx, l, T int, rt
 	}
 	P := nres + nst
 	cpuWork := P < T*K
+	x.stats.BatchPicked++
 	x.stats.GPUExperts += int64(P)
 	x.stats.CPUExperts += int64(T*K - P)
 	// Buffers grow before the CPU's threads write the host rows (growing

@@ -165,6 +165,10 @@ func TestStreamPicksBatch(t *testing.T) {
 		if st1.Streamed.Picks == st0.Streamed.Picks || st1.Streamed.Layers == st0.Streamed.Layers {
 			t.Errorf("the prompts' pass (15 tokens) staged no expert: %+v", st1.Streamed)
 		}
+		// 15 tokens' picks outnumber the experts: the grouped products.
+		if st1.BatchPicked != st0.BatchPicked {
+			t.Errorf("the prompts' pass ran %d blocks by the picked kernels", st1.BatchPicked-st0.BatchPicked)
+		}
 		for i := range 4 {
 			next = pass(fmt.Sprintf("decode %d", i), [][]int32{{next[0]}, {next[1]}})
 		}
@@ -172,6 +176,13 @@ func TestStreamPicksBatch(t *testing.T) {
 		t.Logf("streamed: prompts %+v, then %+v", st1.Streamed, st2.Streamed)
 		if st2.Streamed.Picks == st1.Streamed.Picks {
 			t.Errorf("passes of two sequences staged no expert: %+v", st2.Streamed)
+		}
+		// Two tokens' picks are no more than the tiny models' experts:
+		// the blocks of those passes whose GPU computes its share (the
+		// other way, the CPU computing every pick, is tried too) by the
+		// picked kernels.
+		if cfg.ExpertsUsed*2 <= cfg.Experts && st2.BatchPicked == st1.BatchPicked {
+			t.Errorf("passes of two sequences ran no block by the picked kernels")
 		}
 	})
 }
