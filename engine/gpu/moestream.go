@@ -197,14 +197,21 @@ func (m *Model) SetStreamPicks(on bool) error {
 // PickStreamBytes is the device memory SetStreamPicks takes for cfg
 // beyond MoEDeviceOverhead, when the largest expert (its three matrices)
 // holds largest bytes: a staging slot a pick, the staged table and
-// activations. 0 for a dense model.
+// activations (for a batch pass's picks, stagedRows). 0 for a dense model.
 func PickStreamBytes(cfg *model.Config, largest int64) int64 {
 	if !cfg.MoE() || largest <= 0 {
 		return 0
 	}
-	K := int64(cfg.ExpertsUsed)
-	acts := alignUp(K*int64(cfg.ExpertFFN)*4) + alignUp(K*int64(cfg.Dim)*4) + alignUp(K*4)
-	return slotsBytes(cfg, slotFor(largest)) + tableBytes(1, cfg.Experts) + 2*acts // the part's table and activations too
+	// The part's table and activations too.
+	return slotsBytes(cfg, slotFor(largest)) + tableBytes(1, cfg.Experts) + actsBytes(cfg, stagedRows(cfg)) + actsBytes(cfg, cfg.ExpertsUsed)
+}
+
+// stagedRows is the most picks the staged launches take: a batch pass's
+// when the picked kernels run it (moeBatchPicked: no more picks than
+// experts), at least one token's.
+func stagedRows(cfg *model.Config) int {
+	K := cfg.ExpertsUsed
+	return K * max(1, cfg.Experts/K)
 }
 
 // slotFor is a staging slot's bytes for an expert of largest bytes at
@@ -311,7 +318,7 @@ func (ps *pickStream) growActs(c *cudadrv.Ctx, cfg *model.Config, rows int) erro
 	if err := c.Synchronize(); err != nil {
 		return err
 	}
-	rows = max(rows, 2*ps.rows)
+	rows = max(rows, min(2*ps.rows, stagedRows(cfg)))
 	at, err := c.Alloc(actsBytes(cfg, rows))
 	if err != nil {
 		return fmt.Errorf("staged activations for %d picks: %w", rows, err)
