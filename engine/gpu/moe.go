@@ -818,7 +818,7 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		x.offDevice(rt.IDs, res)
 		if len(x.cpuPicks) > 0 {
 			expertBytes := expertSize(&x.layers[l].Experts[x.cpuPicks[0]])
-			staged = x.ps.batchShare(x.cpuPicks, rt.IDs, expertBytes, K)
+			staged = x.ps.batchShare(x.cpuPicks, rt.IDs, expertBytes, streamSlots(cfg))
 			cpuBytes = int64(len(x.cpuPicks)-len(staged)) * expertBytes
 		}
 		for _, e := range staged {

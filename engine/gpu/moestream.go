@@ -25,7 +25,7 @@ import (
 // passes: they read the same DRAM, so neither runs at its rate alone.
 type pickStream struct {
 	copy      cudadrv.Stream
-	slots     cudadrv.DevPtr // K slots of slotBytes, an expert each (putExpert's layout)
+	slots     cudadrv.DevPtr // streamSlots slots of slotBytes, an expert each (putExpert's layout)
 	slotBytes int64
 	table     cudadrv.DevPtr   // E entries of three pointers: the staged experts', 0 elsewhere
 	tableHost *cudadrv.HostMem // its pinned source
@@ -203,7 +203,7 @@ func PickStreamBytes(cfg *model.Config, largest int64) int64 {
 		return 0
 	}
 	// The part's table and activations too.
-	return slotsBytes(cfg, slotFor(largest)) + tableBytes(1, cfg.Experts) + actsBytes(cfg, stagedRows(cfg)) + actsBytes(cfg, cfg.ExpertsUsed)
+	return int64(streamSlots(cfg))*slotFor(largest) + 2*tableBytes(1, cfg.Experts) + actsBytes(cfg, stagedRows(cfg)) + actsBytes(cfg, cfg.ExpertsUsed)
 }
 
 // stagedRows is the most picks the staged launches take: a batch pass's
@@ -217,6 +217,12 @@ func stagedRows(cfg *model.Config) int {
 // slotFor is a staging slot's bytes for an expert of largest bytes at
 // most: each of its matrices aligned, as expertSize lays them out.
 func slotFor(largest int64) int64 { return largest + 3*alignUp(1) }
+
+// streamSlots is the pick stream's staging slots: twice a token's picks,
+// so that a batch layer, whose CPU experts are several tokens' picks, can
+// send more than one token's worth over PCIe (a token's picks use the
+// first ExpertsUsed).
+func streamSlots(cfg *model.Config) int { return 2 * cfg.ExpertsUsed }
 
 // slotsBytes is ExpertsUsed staging slots of slot bytes and the table of
 // cfg's experts that points into them.
@@ -244,8 +250,8 @@ func newPickStream(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *mo
 	if ps.copy, err = c.NewStream(cudadrv.StreamNonBlocking); err != nil {
 		return nil, err
 	}
-	if ps.slots, err = c.Alloc(int64(K) * ps.slotBytes); err != nil {
-		return nil, fmt.Errorf("%d staging slots of %d bytes: %w", K, ps.slotBytes, err)
+	if ps.slots, err = c.Alloc(int64(streamSlots(cfg)) * ps.slotBytes); err != nil {
+		return nil, fmt.Errorf("%d staging slots of %d bytes: %w", streamSlots(cfg), ps.slotBytes, err)
 	}
 	if ps.table, err = c.Alloc(tableBytes(1, E)); err != nil {
 		return nil, err
