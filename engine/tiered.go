@@ -849,9 +849,10 @@ type ExpertInfo struct {
 	// hidden state's copies): where a pass's time goes beside the GPU's.
 	// PCIeBytes is the expert bytes copied over PCIe for the GPU (the
 	// pick stream's and the pulled ones): with CPUBytes, what moved off
-	// the device.
-	CPUBusy, Hop        time.Duration
-	CPUBytes, PCIeBytes int64
+	// the device. CPUBeside is the part of CPUBusy the host's thread spent
+	// issuing the GPU's share of those layers.
+	CPUBusy, Hop, CPUBeside time.Duration
+	CPUBytes, PCIeBytes     int64
 }
 
 // DeviceHit is the share of the picks the GPU computed from experts in
@@ -874,6 +875,7 @@ func (x ExpertInfo) Since(b ExpertInfo) ExpertInfo {
 	x.DeviceMoves -= b.DeviceMoves
 	x.CPUBusy -= b.CPUBusy
 	x.Hop -= b.Hop
+	x.CPUBeside -= b.CPUBeside
 	x.CPUBytes -= b.CPUBytes
 	x.PCIeBytes -= b.PCIeBytes
 	x.Stats = x.Stats.Since(b.Stats)
@@ -918,7 +920,7 @@ func (e *Engine) expertsSinceOpen() (ExpertInfo, bool) {
 			in.DeviceUses, in.CPUUses = uint64(st.GPUExperts-off), uint64(st.CPUExperts+off)
 			in.StreamedPicks, in.MappedPicks = uint64(st.Streamed.Picks), uint64(st.Mapped.Picks)
 			in.MappedWay = mappedWay(st.Mapped)
-			in.CPUBusy, in.Hop, in.CPUBytes = st.Busy, st.Hop, st.CPUBytes
+			in.CPUBusy, in.Hop, in.CPUBeside, in.CPUBytes = st.Busy, st.Hop, st.Beside, st.CPUBytes
 			in.PCIeBytes = st.Streamed.Bytes + st.Mapped.Bytes
 		}
 	}

@@ -55,6 +55,9 @@ type gpuMoE struct {
 	pairs []moePair
 	keep  func(e int) bool
 	curL  int
+	// beside is runOnCPU's host work of the layer, which timedBeside (made
+	// once, so a layer allocates no closure) runs and adds to stats.Beside.
+	beside, timedBeside func()
 	// choice decides per batch size whether the GPU computes the resident
 	// experts' picks (moechoice.go); cpuOnly is this pass's way: every
 	// pick on the CPU.
@@ -128,6 +131,11 @@ type MoEStats struct {
 	Layers int64         `json:"layers"`
 	Busy   time.Duration `json:"busy_ns"`
 	Hop    time.Duration `json:"hop_ns"`
+	// Beside is the part of Busy the host's thread spent issuing the
+	// GPU's share of those layers (its launches, the pick stream's
+	// copies) while the CPU's threads computed theirs: where it nears
+	// Busy, the host's launches, not the CPU's reads, set the pass.
+	Beside time.Duration `json:"beside_ns"`
 	// GPULayers is the FFN blocks computed on the GPU alone: their picked
 	// experts all resident, or the others all copied to it
 	// (SetStreamPicks).
@@ -1087,6 +1095,18 @@ func (x *gpuMoE) runOnCPU(ctx context.Context, cfg *model.Config, l, T int, rt m
 		x.keep = func(e int) bool { return x.onCPU(x.curL, e) && (x.ps == nil || !x.ps.staged[e]) }
 	}
 	x.curL = l
+	if beside != nil {
+		if x.timedBeside == nil {
+			x.timedBeside = func() {
+				t := time.Now()
+				x.beside()
+				x.stats.Beside += time.Since(t)
+			}
+		}
+		x.beside = beside
+		defer func() { x.beside = nil }()
+		beside = x.timedBeside
+	}
 	t1 := time.Now()
 	if err := x.dev.RunRoutedBeside(ctx, l, x.layers[l], hrows, rt, x.keep, beside); err != nil {
 		return time.Time{}, err

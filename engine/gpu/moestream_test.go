@@ -184,6 +184,11 @@ func TestStreamPicksBatch(t *testing.T) {
 		if cfg.ExpertsUsed*2 <= cfg.Experts && st2.BatchPicked == st1.BatchPicked {
 			t.Errorf("passes of two sequences ran no block by the picked kernels")
 		}
+		// The host's launches beside the CPU's work are timed within the
+		// CPU's span.
+		if st2.Layers > st0.Layers && (st2.Beside <= st0.Beside || st2.Beside-st0.Beside > st2.Busy-st0.Busy) {
+			t.Errorf("beside %v of the CPU's busy %v", st2.Beside-st0.Beside, st2.Busy-st0.Busy)
+		}
 	})
 }
 

@@ -336,6 +336,9 @@ type servedBatch struct {
 	// batch's wall time (prompts and decode), and the CPU's expert reads
 	// a second while busy (0 where the CPU had no picks).
 	cpuBusy, hop, cpuRate float64
+	// beside is the host thread's share of the CPU's busy time spent
+	// issuing the GPU's share of the layers.
+	beside float64
 	// wall is the batch's wall time (prompts and decode), off the expert
 	// bytes it moved off the device (the CPU's reads and PCIe's copies),
 	// dram and h2d the host's read rate and pinned host-to-device rate
@@ -357,6 +360,7 @@ func (sv *servedBatch) sides(d engine.ExpertInfo, wall time.Duration) {
 	}
 	sv.cpuBusy, sv.hop = d.CPUBusy.Seconds()/wall.Seconds(), d.Hop.Seconds()/wall.Seconds()
 	sv.cpuRate = float64(d.CPUBytes) / d.CPUBusy.Seconds()
+	sv.beside = d.CPUBeside.Seconds() / d.CPUBusy.Seconds()
 	sv.wall, sv.off = wall, d.CPUBytes+d.PCIeBytes
 }
 
@@ -408,6 +412,7 @@ func servedBatchMetrics(sv servedBatch, peer *Ratio) ([]Metric, []string, error)
 		m = append(m,
 			Metric{Key: fmt.Sprintf("served_batch%d_cpu_busy", sv.seqs), Label: "  CPU busy with its picks, of the batch's wall time", Value: sv.cpuBusy, Unit: "share"},
 			Metric{Key: fmt.Sprintf("served_batch%d_cpu_read", sv.seqs), Label: "  CPU's expert reads while busy (each expert once a layer)", Value: sv.cpuRate / 1e9, Unit: "GB/s"},
+			Metric{Key: fmt.Sprintf("served_batch%d_beside", sv.seqs), Label: "  the host thread issuing the GPU's share, of the CPU's busy time", Value: sv.beside, Unit: "share"},
 			Metric{Key: fmt.Sprintf("served_batch%d_hop", sv.seqs), Label: "  hand-overs (waiting for a layer's routing, the rows' copies), of the wall time", Value: sv.hop, Unit: "share"})
 		if lim := sv.linkLimit(); lim > 0 {
 			m = append(m, Metric{Key: fmt.Sprintf("served_batch%d_wall_s", sv.seqs), Label: "  the batch's wall time vs the combined-link limit of its off-device expert bytes", Value: sv.wall.Seconds(), Unit: "s",

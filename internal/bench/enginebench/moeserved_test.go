@@ -147,10 +147,10 @@ func TestServedBatchMetrics(t *testing.T) {
 		t.Errorf("pick stream row %+v", m[2])
 	}
 	sides := sv
-	sides.sides(engine.ExpertInfo{CPUBusy: 6 * time.Second, Hop: time.Second, CPUBytes: 180e9}, 12*time.Second)
+	sides.sides(engine.ExpertInfo{CPUBusy: 6 * time.Second, Hop: time.Second, CPUBeside: 1500 * time.Millisecond, CPUBytes: 180e9}, 12*time.Second)
 	m, _, err = servedBatchMetrics(sides, peer)
-	if err != nil || len(m) != 6 || m[3].Value != 0.5 || m[4].Value != 30 || math.Abs(m[5].Value-1.0/12) > 1e-12 {
-		t.Errorf("CPU rows %+v (%v): want busy 0.5, 30 GB/s, hop 1/12", m, err)
+	if err != nil || len(m) != 7 || m[3].Value != 0.5 || m[4].Value != 30 || m[5].Key != "served_batch8_beside" || m[5].Value != 0.25 || math.Abs(m[6].Value-1.0/12) > 1e-12 {
+		t.Errorf("CPU rows %+v (%v): want busy 0.5, 30 GB/s, beside 0.25 of it, hop 1/12", m, err)
 	}
 	// With the links' rates: 180 GB read by the CPU and 60 GB copied
 	// over 12 s, at 80 + 40 GB/s, is 2 s of links: 6x.
@@ -158,7 +158,7 @@ func TestServedBatchMetrics(t *testing.T) {
 	links.dram, links.h2d = 80e9, 40e9
 	links.sides(engine.ExpertInfo{CPUBusy: 6 * time.Second, Hop: time.Second, CPUBytes: 180e9, PCIeBytes: 60e9}, 12*time.Second)
 	m, _, err = servedBatchMetrics(links, peer)
-	if err != nil || len(m) != 7 || m[6].Key != "served_batch8_wall_s" || m[6].Value != 12 || m[6].Ratio == nil || math.Abs(m[6].Ratio.Value-6) > 1e-9 {
+	if err != nil || len(m) != 8 || m[7].Key != "served_batch8_wall_s" || m[7].Value != 12 || m[7].Ratio == nil || math.Abs(m[7].Ratio.Value-6) > 1e-9 {
 		t.Errorf("combined-link row %+v (%v): want 12 s, 6x the limit", m, err)
 	}
 	if len(notes) != 1 || !strings.Contains(notes[0], "127 passes") || !strings.Contains(notes[0], "900 experts (2.50 GiB)") {
