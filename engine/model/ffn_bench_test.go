@@ -158,8 +158,11 @@ func BenchmarkMoEFFN(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
 	// "all" computes every pick here; "one" only the first pick of the
 	// first token, as where the GPU holds the layer's other picks: what is
-	// left is the call's fixed cost.
-	for _, share := range []string{"all", "one"} {
+	// left is the call's fixed cost; "third" the picks of a third of the
+	// experts (those whose index is a multiple of three), about what a
+	// served batch of eight leaves the CPU beside a GPU that holds half
+	// the layer's experts and is sent a share of the others.
+	for _, share := range []string{"all", "one", "third"} {
 		for _, T := range []int{1, 8} {
 			b.Run(fmt.Sprintf("%v/%s/T%d", gemv.Detect(), share, T), func(b *testing.B) {
 				h := make([][]float32, T)
@@ -188,8 +191,16 @@ func BenchmarkMoEFFN(b *testing.B) {
 						}
 					}
 					ps.picked = int64(len(seen)) * perExpert
-					if share == "one" {
+					switch share {
+					case "one":
 						ps.one, ps.picked = int(ps.rt.IDs[0]), perExpert
+					case "third":
+						ps.picked = 0
+						for e := range seen {
+							if e%3 == 0 {
+								ps.picked += perExpert
+							}
+						}
 					}
 				}
 				var picked int64
@@ -197,8 +208,11 @@ func BenchmarkMoEFFN(b *testing.B) {
 				for b.Loop() {
 					ps := &passes[i%len(passes)]
 					var keep func(e int) bool
-					if share == "one" {
+					switch share {
+					case "one":
 						keep = func(e int) bool { return e == ps.one }
+					case "third":
+						keep = func(e int) bool { return e%3 == 0 }
 					}
 					if err := dev.RunRouted(context.Background(), ps.l, &ls[ps.l], h, ps.rt, keep); err != nil {
 						b.Fatal(err)
