@@ -55,6 +55,8 @@ type gpuMoE struct {
 	pairs []moePair
 	keep  func(e int) bool
 	curL  int
+	// hrows is runOnCPU's rows of the host's hidden state.
+	hrows [][]float32
 	// beside is runOnCPU's host work of the layer, which timedBeside (made
 	// once, so a layer allocates no closure) runs and adds to stats.Beside.
 	beside, timedBeside func()
@@ -1087,7 +1089,8 @@ func (x *gpuMoE) runOnCPU(ctx context.Context, cfg *model.Config, l, T int, rt m
 	if err != nil {
 		return time.Time{}, err
 	}
-	hrows := make([][]float32, T)
+	hrows := slices.Grow(x.hrows[:0], T)[:T]
+	x.hrows = hrows
 	for t := range hrows {
 		hrows[t] = hv[t*D : (t+1)*D : (t+1)*D]
 	}
@@ -1543,6 +1546,7 @@ func (x *gpuMoE) release(c *cudadrv.Ctx) error {
 		err = errors.Join(err, c.DestroyEvent(x.routed))
 	}
 	x.routers, x.skew, x.experts, x.tables, x.route, x.acts, x.host, x.hostDev = 0, 0, 0, 0, 0, 0, nil, 0
+	x.hrows = nil // views of the host buffer just freed
 	x.ring, x.ringDev, x.routed, x.picked, x.full, x.pending = nil, 0, 0, nil, nil, nil
 	x.capT, x.capP = 0, 0
 	return err
