@@ -493,14 +493,20 @@ func (c *Controller) cancel(q *QueuePair, r *request, ctx context.Context) {
 	c.sendAbort(q, r, "canceled")
 }
 
-// triggerReset starts a background reset unless one is running.
-func (c *Controller) triggerReset(why string) {
+// triggerReset starts a background reset unless one is running, or one
+// has started since the caller saw the reason for it: seen is the reset
+// count (stats.resets) the caller read, holding mu, when it saw it. Each
+// queue pair's goroutine looks at the controller on its own, so two can
+// see one reset's reason (a fatal status, a disable behind the driver);
+// the second, arriving after the first's reset has finished, must not
+// reset the now healthy controller again.
+func (c *Controller) triggerReset(seen uint64, why string) {
 	if c.closing.Load() || !c.resetting.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
 		defer c.resetting.Store(false)
-		if err := c.Reset(c.stopCtx, why); err != nil {
+		if err := c.reset(c.stopCtx, why, &seen); err != nil {
 			c.log.Error("controller reset failed", "error", err)
 		}
 	}()
@@ -512,10 +518,20 @@ func (c *Controller) triggerReset(why string) {
 // since the reset guarantees the controller no longer touches their
 // buffers. Reads and writes are idempotent, so resubmission is safe.
 func (c *Controller) Reset(ctx context.Context, why string) error {
+	return c.reset(ctx, why, nil)
+}
+
+// reset is Reset; with seen set, it does nothing where the reset count is
+// no longer *seen: a reset since has dealt with what its caller saw.
+func (c *Controller) reset(ctx context.Context, why string, seen *uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dead != nil {
 		return c.dead
+	}
+	if seen != nil && c.stats.resets.Load() != *seen {
+		c.log.Debug("reset skipped: the controller was reset since its reason was seen", "why", why)
+		return nil
 	}
 	c.stats.resets.Add(1)
 	c.log.Warn("resetting controller", "why", why)

@@ -337,6 +337,9 @@ func (q *QueuePair) run() {
 		n := q.reap()
 		var aborts []*request
 		reset := false
+		// The resets so far, read under mu: a reset started after this
+		// look dealt with what it sees (triggerReset).
+		seen := c.stats.resets.Load()
 		if now := time.Now(); now.Sub(lastCheck) >= c.checkEvery {
 			lastCheck = now
 			aborts, reset = q.checkDeadlines(now)
@@ -366,7 +369,7 @@ func (q *QueuePair) run() {
 			c.sendAbort(q, r, "timeout")
 		}
 		if reset {
-			c.triggerReset("command timeout, or controller fatal, not ready or unreachable")
+			c.triggerReset(seen, "command timeout, or controller fatal, not ready or unreachable")
 		}
 		if n > 0 {
 			idle = 0
