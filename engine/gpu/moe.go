@@ -730,7 +730,7 @@ func (x *gpuMoE) xq(cfg *model.Config) cudadrv.DevPtr {
 // experts: moeBatchPicked).
 func routeBytes(cfg *model.Config, T int) int64 {
 	t, k, E := int64(T), int64(cfg.ExpertsUsed), int64(cfg.Experts)
-	picked := min(T, max(1, cfg.Experts/cfg.ExpertsUsed))
+	picked := min(T, pickedTokens(cfg))
 	return alignUp(t*E*4) + 2*alignUp(2*t*k*4) + alignUp(kernels.MoEPickedScratch(cfg.Dim, cfg.ExpertFFN, picked, cfg.ExpertsUsed))
 }
 
@@ -844,7 +844,7 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	// The tables hold the resident experts alone unless mapped experts
 	// are on (they give the others' host copies, which the CPU computes
 	// at more than one token).
-	if x.picked != nil && x.mapped == nil && !x.cpuOnly && T*K <= E && k.CanMoEPicked(s, x.picked[l], K) {
+	if x.picked != nil && x.mapped == nil && !x.cpuOnly && T <= pickedTokens(cfg) && k.CanMoEPicked(s, x.picked[l], K) {
 		return m.moeBatchPicked(ctx, c, l, T, rt, res, staged, cpuBytes, hop)
 	}
 	x.pairs = residentPicks(x.pairs, rt.IDs, K, func(e int) bool {
@@ -864,14 +864,13 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 			if err != nil {
 				return err
 			}
-			x.pstats.Issue += time.Since(ti)
-			x.pstats.Bytes += bytes
-			x.pstats.Layers++
+			issue, picks := time.Since(ti), int64(0)
 			for _, pr := range x.pairs {
 				if x.ps.staged[pr.e] {
-					x.pstats.Picks++
+					picks++
 				}
 			}
+			x.pstats.staged(picks, bytes, issue)
 		}
 		if err := m.moeResident(c, l, T); err != nil {
 			return err
@@ -984,15 +983,12 @@ func (m *Model) moeBatchPicked(ctx context.Context, c *cudadrv.Ctx, l, T int, rt
 			if err != nil {
 				return err
 			}
-			x.pstats.Issue += time.Since(ti)
-			x.pstats.Bytes += bytes
-			x.pstats.Layers++
-			x.pstats.Picks += int64(nst)
+			x.pstats.staged(int64(nst), bytes, time.Since(ti))
 		}
 		return nil
 	}
 	base := cudadrv.DevPtr(0)
-	t2 := time.Now()
+	var t2 time.Time
 	if cpuWork {
 		var shareErr error
 		busy := x.stats.Busy
@@ -1241,10 +1237,7 @@ func (m *Model) moePicked(ctx context.Context, c *cudadrv.Ctx, l int) error {
 				stageErr = err
 				return
 			}
-			x.pstats.Issue += time.Since(ti)
-			x.pstats.Picks += int64(n)
-			x.pstats.Bytes += bytes
-			x.pstats.Layers++
+			x.pstats.staged(int64(n), bytes, time.Since(ti))
 			if gpuCols > 0 {
 				x.pstats.Split++
 			}

@@ -146,6 +146,15 @@ type PickStats struct {
 	CPUFixed  time.Duration `json:"cpu_fixed_ns"`
 }
 
+// staged adds a layer whose picks the stream staged: picks of them, its
+// experts' bytes, and the host's time issuing them.
+func (st *PickStats) staged(picks, bytes int64, issue time.Duration) {
+	st.Issue += issue
+	st.Picks += picks
+	st.Bytes += bytes
+	st.Layers++
+}
+
 // stats fills st's rates and fixed costs from the fits.
 func (ps *pickStream) stats(st *PickStats) {
 	st.CopyRate, st.CPURate = ps.copies.rate(), ps.cpu.rate()
@@ -207,12 +216,12 @@ func PickStreamBytes(cfg *model.Config, largest int64) int64 {
 }
 
 // stagedRows is the most picks the staged launches take: a batch pass's
-// when the picked kernels run it (moeBatchPicked: no more picks than
-// experts), at least one token's.
-func stagedRows(cfg *model.Config) int {
-	K := cfg.ExpertsUsed
-	return K * max(1, cfg.Experts/K)
-}
+// when the picked kernels run it (moeBatchPicked), at least one token's.
+func stagedRows(cfg *model.Config) int { return cfg.ExpertsUsed * pickedTokens(cfg) }
+
+// pickedTokens is the most tokens a pass the picked kernels run has
+// (moeBatchPicked: no more picks than the layer's experts), at least one.
+func pickedTokens(cfg *model.Config) int { return max(1, cfg.Experts/cfg.ExpertsUsed) }
 
 // slotFor is a staging slot's bytes for an expert of largest bytes at
 // most: each of its matrices aligned, as expertSize lays them out.
