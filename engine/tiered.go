@@ -853,6 +853,10 @@ type ExpertInfo struct {
 	// issuing the GPU's share of those layers.
 	CPUBusy, Hop, CPUBeside time.Duration
 	CPUBytes, PCIeBytes     int64
+	// StreamBatchLayers counts the layers of passes of several tokens
+	// whose CPU experts the pick stream shared with PCIe, StreamCapped
+	// those of them whose PCIe share the staging slots cut short.
+	StreamBatchLayers, StreamCapped uint64
 }
 
 // DeviceHit is the share of the picks the GPU computed from experts in
@@ -878,6 +882,8 @@ func (x ExpertInfo) Since(b ExpertInfo) ExpertInfo {
 	x.CPUBeside -= b.CPUBeside
 	x.CPUBytes -= b.CPUBytes
 	x.PCIeBytes -= b.PCIeBytes
+	x.StreamBatchLayers -= b.StreamBatchLayers
+	x.StreamCapped -= b.StreamCapped
 	x.Stats = x.Stats.Since(b.Stats)
 	return x
 }
@@ -922,6 +928,7 @@ func (e *Engine) expertsSinceOpen() (ExpertInfo, bool) {
 			in.MappedWay = mappedWay(st.Mapped)
 			in.CPUBusy, in.Hop, in.CPUBeside, in.CPUBytes = st.Busy, st.Hop, st.Beside, st.CPUBytes
 			in.PCIeBytes = st.Streamed.Bytes + st.Mapped.Bytes
+			in.StreamBatchLayers, in.StreamCapped = uint64(st.Streamed.BatchLayers), uint64(st.Streamed.Capped)
 		}
 	}
 	for _, l := range res {

@@ -59,9 +59,11 @@ type pickStream struct {
 	// cpuBatch is the CPU's fit at more than one token, where a layer's
 	// share is distinct experts, each read once for all of its tokens:
 	// the CPU's time for a byte differs from one token's; batchSplits
-	// counts those layers.
+	// counts those layers, capped those whose share for PCIe the slots
+	// cut short.
 	cpuBatch    linkFit
 	batchSplits int
+	capped      int
 	tokens      []int // per expert, a batch layer's CPU picks (scratch)
 }
 
@@ -137,6 +139,12 @@ type PickStats struct {
 	// Issue is the host's time issuing the copies and the launch over
 	// them: time before the CPU starts on its share of the layer.
 	Issue time.Duration `json:"issue_ns"`
+	// BatchLayers is the layers of passes of several tokens whose CPU
+	// experts were shared between the links, Capped those of them whose
+	// share for PCIe the staging slots cut short: how often the slots,
+	// not the links' balance, set a batch layer's split.
+	BatchLayers int64 `json:"batch_layers"`
+	Capped      int64 `json:"capped"`
 	// CopyRate and CPURate are the links' rates by their fits, bytes a
 	// second measured in passes, CopyFixed and CPUFixed what a layer's
 	// share costs each beyond its bytes: what the split weighs.
@@ -155,9 +163,11 @@ func (st *PickStats) staged(picks, bytes int64, issue time.Duration) {
 	st.Layers++
 }
 
-// stats fills st's rates and fixed costs from the fits.
+// stats fills st's rates and fixed costs from the fits, and its batch
+// layers' counts.
 func (ps *pickStream) stats(st *PickStats) {
 	st.CopyRate, st.CPURate = ps.copies.rate(), ps.cpu.rate()
+	st.BatchLayers, st.Capped = int64(ps.batchSplits), int64(ps.capped)
 	if f, _, ok := ps.copies.line(); ok {
 		st.CopyFixed = time.Duration(f * 1e9)
 	}
@@ -447,7 +457,10 @@ func (ps *pickStream) batchShare(es []int, ids []int32, b int64, slots int) []in
 	} else {
 		n = streamSplit(len(es), float64(b), link{gf, gb}, link{cf, cb})
 	}
-	n = min(n, slots)
+	if n > slots {
+		n = slots
+		ps.capped++
+	}
 	if n == 0 {
 		return nil
 	}

@@ -209,6 +209,11 @@ func TestBatchShare(t *testing.T) {
 	if got := ps.batchShare([]int{1, 2, 3, 4, 5, 6, 7, 8}, ids, b, 2); len(got) != 2 {
 		t.Errorf("two slots: %d experts staged", len(got))
 	}
+	var st PickStats
+	ps.stats(&st)
+	if st.BatchLayers != 2 || st.Capped != 1 {
+		t.Errorf("after a split of 7 into 8 slots and one of 8 into 2: %d batch layers, %d capped; want 2, 1", st.BatchLayers, st.Capped)
+	}
 	// Fits: copies at 50 GB/s, the CPU at 25 GB/s: two thirds over PCIe.
 	for i := range 40 {
 		n := int64(1 + i%8)

@@ -339,6 +339,9 @@ type servedBatch struct {
 	// beside is the host thread's share of the CPU's busy time spent
 	// issuing the GPU's share of the layers.
 	beside float64
+	// capped is the share of the batch layers the pick stream split whose
+	// PCIe share the staging slots cut short (-1 where it split none).
+	capped float64
 	// wall is the batch's wall time (prompts and decode), off the expert
 	// bytes it moved off the device (the CPU's reads and PCIe's copies),
 	// dram and h2d the host's read rate and pinned host-to-device rate
@@ -361,6 +364,10 @@ func (sv *servedBatch) sides(d engine.ExpertInfo, wall time.Duration) {
 	sv.cpuBusy, sv.hop = d.CPUBusy.Seconds()/wall.Seconds(), d.Hop.Seconds()/wall.Seconds()
 	sv.cpuRate = float64(d.CPUBytes) / d.CPUBusy.Seconds()
 	sv.beside = d.CPUBeside.Seconds() / d.CPUBusy.Seconds()
+	sv.capped = -1
+	if d.StreamBatchLayers > 0 {
+		sv.capped = float64(d.StreamCapped) / float64(d.StreamBatchLayers)
+	}
 	sv.wall, sv.off = wall, d.CPUBytes+d.PCIeBytes
 }
 
@@ -414,6 +421,9 @@ func servedBatchMetrics(sv servedBatch, peer *Ratio) ([]Metric, []string, error)
 			Metric{Key: fmt.Sprintf("served_batch%d_cpu_read", sv.seqs), Label: "  CPU's expert reads while busy (each expert once a layer)", Value: sv.cpuRate / 1e9, Unit: "GB/s"},
 			Metric{Key: fmt.Sprintf("served_batch%d_beside", sv.seqs), Label: "  the host thread issuing the GPU's share, of the CPU's busy time", Value: sv.beside, Unit: "share"},
 			Metric{Key: fmt.Sprintf("served_batch%d_hop", sv.seqs), Label: "  hand-overs (waiting for a layer's routing, the rows' copies), of the wall time", Value: sv.hop, Unit: "share"})
+		if sv.capped >= 0 {
+			m = append(m, Metric{Key: fmt.Sprintf("served_batch%d_slots_capped", sv.seqs), Label: "  batch layers whose PCIe share the staging slots cut short, of those the pick stream split", Value: sv.capped, Unit: "share"})
+		}
 		if lim := sv.linkLimit(); lim > 0 {
 			m = append(m, Metric{Key: fmt.Sprintf("served_batch%d_wall_s", sv.seqs), Label: "  the batch's wall time vs the combined-link limit of its off-device expert bytes", Value: sv.wall.Seconds(), Unit: "s",
 				Ratio: ratioTo(sv.wall.Seconds(), lim.Seconds(), fmt.Sprintf("combined-link limit %.3f s (%s ÷ (host read %.1f + H2D %.1f GB/s))", lim.Seconds(), gib(sv.off), sv.dram/1e9, sv.h2d/1e9))})

@@ -161,6 +161,14 @@ func TestServedBatchMetrics(t *testing.T) {
 	if err != nil || len(m) != 8 || m[7].Key != "served_batch8_wall_s" || m[7].Value != 12 || m[7].Ratio == nil || math.Abs(m[7].Ratio.Value-6) > 1e-9 {
 		t.Errorf("combined-link row %+v (%v): want 12 s, 6x the limit", m, err)
 	}
+	// Batch layers the pick stream split, a quarter of them cut short by
+	// the slots: a row after the hand-overs'.
+	capped := links
+	capped.sides(engine.ExpertInfo{CPUBusy: 6 * time.Second, Hop: time.Second, CPUBytes: 180e9, PCIeBytes: 60e9, StreamBatchLayers: 100, StreamCapped: 25}, 12*time.Second)
+	m, _, err = servedBatchMetrics(capped, peer)
+	if err != nil || len(m) != 9 || m[7].Key != "served_batch8_slots_capped" || m[7].Value != 0.25 || m[8].Key != "served_batch8_wall_s" {
+		t.Errorf("slots' row %+v (%v): want a quarter capped, then the combined-link row", m, err)
+	}
 	if len(notes) != 1 || !strings.Contains(notes[0], "127 passes") || !strings.Contains(notes[0], "900 experts (2.50 GiB)") {
 		t.Errorf("notes %q", notes)
 	}
