@@ -15,7 +15,7 @@ export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
 timeout 120 "$B/strata" bench engine --synth-dir $S --only moe --moe-cases qwen3moe-30b-a3b-8GiB \
 	--moe-fixed=false --moe-served 0 --moe-served-batch 8 >"$L/served.txt" 2>&1
 echo "== served rc=$? at ${SECONDS}s"
-grep -E '^ +(served decode|picks|of the other|CPU|the host|hand-overs|the batch)' "$L/served.txt" | cut -c1-60,100-140
+grep -E '^ +(served decode|picks|of the other|CPU|the host|hand-overs|batch layers|the batch)' "$L/served.txt" | cut -c1-60,100-140
 (cd engine/gpu && timeout 60 "$B/engine-gpu.test" -test.run 'TestStreamPicksBatch' -test.count 1 >"$L/engine-gpu.txt" 2>&1)
 echo "== engine-gpu rc=$? at ${SECONDS}s"; grep -E '^(--- FAIL|FAIL|ok|PASS)|beside' "$L/engine-gpu.txt" | head -5
 (cd engine/model && timeout 60 "$B/engine-model.test" -test.run '^$' -test.bench 'BenchmarkMoEFFN$' -test.benchtime 1s >"$L/moeffn.txt" 2>&1)
