@@ -57,6 +57,7 @@ func benchEngineCommand() *cli.Command {
 			&cli.IntFlag{Name: "gpu", Usage: "CUDA device ordinal"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.StringFlag{Name: "json-file", Usage: "also write the report as JSON to this file (one run, both forms)"},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a Go CPU profile of the whole run (synthetic models' writing too, where they are written) to this file (go tool pprof reads it): where the host's threads go beside the GPU"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -70,7 +71,12 @@ func benchEngineCommand() *cli.Command {
 					fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(start).Seconds(), msg)
 				}
 			}
+			stop, err := startProfile(cmd.String("cpuprofile"))
+			if err != nil {
+				return fmt.Errorf("bench engine: %w", err)
+			}
 			r, err := enginebench.Run(ctx, o)
+			err = errors.Join(err, stop())
 			if r == nil {
 				return cudaErr(err)
 			}

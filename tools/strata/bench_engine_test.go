@@ -112,6 +112,17 @@ func TestBenchEngineNoGPU(t *testing.T) {
 	if ents, _ := filepath.Glob(filepath.Join(dir, "*")); len(ents) != 0 {
 		t.Fatalf("wrote %v without a GPU", ents)
 	}
+	// --cpuprofile profiles the run, a failed one too.
+	prof := filepath.Join(t.TempDir(), "engine.prof")
+	if _, stderr, code := runStrata(t, bin, "", "bench", "engine", "--synth-dir", dir, "--cpuprofile", prof); code != exitBusy {
+		t.Fatalf("--cpuprofile: exit %d, stderr %q", code, stderr)
+	}
+	if st, err := os.Stat(prof); err != nil || st.Size() == 0 {
+		t.Errorf("--cpuprofile wrote %v (%v), want a profile", st, err)
+	}
+	if _, stderr, code := runStrata(t, bin, "", "bench", "engine", "--synth-dir", dir, "--cpuprofile", filepath.Join(dir, "no", "such", "dir", "p")); code == 0 || code == exitBusy || !strings.Contains(stderr, "cpu profile") {
+		t.Errorf("--cpuprofile in a missing directory: exit %d, stderr %q", code, stderr)
+	}
 	_, stderr, code := runStrata(t, bin, "", "bench", "engine", "--only", "nope")
 	if code != exitUsage || !strings.Contains(stderr, "unknown scenario") {
 		t.Fatalf("bad --only: exit %d, %s", code, stderr)
