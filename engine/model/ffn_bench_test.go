@@ -1,10 +1,12 @@
 package model
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -234,49 +236,91 @@ func BenchmarkMoEFFN(b *testing.B) {
 // An idle gap longer than the team's spin puts its threads to sleep, and
 // the next call starts by waking them (workpool's bells). The gap is a
 // busy wait on the caller's thread, as a host waiting on the GPU's event.
+// In Qwen's shape also a served batch's share (batch8): of eight tokens'
+// picks, those of the experts with the fewest tokens (the pick stream
+// sends the others to the GPU), a tenth of the layer's experts, about
+// what the served batch of lab/moe/run53 left the CPU a layer, after
+// gaps of a batch layer's hand-over; GB/s is their bytes over the call
+// alone, to set against the served batch's CPU rate.
 func BenchmarkMoEFFNGap(b *testing.B) {
 	for _, sh := range []moeShape{qwenMoEShape, mixtralMoEShape} {
-		b.Run(sh.name, func(b *testing.B) { benchMoEFFNGap(b, sh) })
+		b.Run(sh.name, func(b *testing.B) { benchMoEFFNGap(b, sh, 1) })
 	}
+	b.Run(qwenMoEShape.name+"/batch8", func(b *testing.B) { benchMoEFFNGap(b, qwenMoEShape, 8) })
 }
 
-func benchMoEFFNGap(b *testing.B, sh moeShape) {
-	cfg, ls, dev, _ := moeBenchBlock(b, sh)
+func benchMoEFFNGap(b *testing.B, sh moeShape, T int) {
+	cfg, ls, dev, perExpert := moeBenchBlock(b, sh)
 	used, dim := cfg.ExpertsUsed, cfg.Dim
-	h := [][]float32{randomVector(dim, 1)}
+	h := make([][]float32, T)
+	for t := range h {
+		h[t] = randomVector(dim, uint64(t+1))
+	}
 	r := rand.New(rand.NewPCG(3, 4))
 	type pass struct {
-		l   int
-		rt  Routing
-		one int
+		l     int
+		rt    Routing
+		keep  []bool // per expert: computed here
+		bytes int64  // the kept experts' bytes
 	}
 	passes := make([]pass, 256)
+	tokens := make([]int, cfg.Experts)
 	for i := range passes {
 		ps := &passes[i]
 		ps.l = r.IntN(cfg.Layers)
-		ps.rt = Routing{IDs: make([]int32, used), Weights: make([]float32, used)}
-		for j, e := range r.Perm(cfg.Experts)[:used] {
-			ps.rt.IDs[j], ps.rt.Weights[j] = int32(e), 1/float32(used)
+		ps.rt = Routing{IDs: make([]int32, T*used), Weights: make([]float32, T*used)}
+		for t := range T {
+			for j, e := range r.Perm(cfg.Experts)[:used] {
+				ps.rt.IDs[t*used+j], ps.rt.Weights[t*used+j] = int32(e), 1/float32(used)
+			}
 		}
-		ps.one = int(ps.rt.IDs[0])
+		ps.keep = make([]bool, cfg.Experts)
+		if T == 1 {
+			ps.keep[ps.rt.IDs[0]], ps.bytes = true, perExpert
+			continue
+		}
+		// The picked experts with the fewest tokens, a tenth of the
+		// layer's experts.
+		clear(tokens)
+		var es []int
+		for _, e := range ps.rt.IDs {
+			if tokens[e] == 0 {
+				es = append(es, int(e))
+			}
+			tokens[e]++
+		}
+		slices.SortStableFunc(es, func(p, q int) int { return cmp.Compare(tokens[p], tokens[q]) })
+		for _, e := range es[:min(len(es), max(1, cfg.Experts/10))] {
+			ps.keep[e] = true
+			ps.bytes += perExpert
+		}
 	}
-	for _, gap := range []time.Duration{0, 100 * time.Microsecond, 500 * time.Microsecond} {
+	gaps := []time.Duration{0, 100 * time.Microsecond, 500 * time.Microsecond}
+	if T > 1 {
+		gaps = []time.Duration{0, 250 * time.Microsecond}
+	}
+	for _, gap := range gaps {
 		b.Run(fmt.Sprintf("%v/gap%v", gemv.Detect(), gap), func(b *testing.B) {
 			var in time.Duration
+			var bytes int64
 			calls := 0
 			for b.Loop() {
 				ps := &passes[calls%len(passes)]
 				for t0 := time.Now(); time.Since(t0) < gap; {
 				}
-				keep := func(e int) bool { return e == ps.one }
+				keep := func(e int) bool { return ps.keep[e] }
 				t0 := time.Now()
 				if err := dev.RunRouted(context.Background(), ps.l, &ls[ps.l], h, ps.rt, keep); err != nil {
 					b.Fatal(err)
 				}
 				in += time.Since(t0)
+				bytes += ps.bytes
 				calls++
 			}
 			b.ReportMetric(float64(in.Microseconds())/float64(calls), "us/call")
+			if T > 1 {
+				b.ReportMetric(float64(bytes)/in.Seconds()/1e9, "GB/s")
+			}
 		})
 	}
 }

@@ -3,7 +3,10 @@
 # times a token's picks (bin/ab.txz: ab/strata-main, ab/strata-s3k,
 # ab/strata-s4k, built from main with streamSlots changed), the served
 # batch of Qwen3-30B-A3B at 8 GiB, ABCCBA in one lease. run53 found a third
-# of the batch layers' PCIe shares cut short by 2K slots. Then, with
+# of the batch layers' PCIe shares cut short by 2K slots. Then the CPU's
+# share of a served batch layer alone, after no gap and after a
+# hand-over's (engine/model's BenchmarkMoEFFNGap batch8), beside
+# BenchmarkMoEFFN's third/T8, to set the pass's CPU rate against. Then, with
 # time left, main once more under --cpuprofile (served-main.prof: where
 # the host's threads go in the served batch; go tool pprof -top here).
 # Stops starting runs past LIMIT (default 330) seconds. Carry
@@ -19,6 +22,9 @@ for v in main s4k s3k s3k s4k main; do
 	echo "== $v rc=$? at ${SECONDS}s"
 	tac "$L/served.txt" | sed '/^== /q' | tac | grep -E '^ +(served decode|of the other|CPU|the host|hand-overs|batch layers)' | cut -c1-44,100-124
 done
+(cd engine/model && timeout 60 "$B/engine-model.test" -test.run '^$' -test.bench 'MoEFFNGap/qwen3moe-30b/batch8' -test.benchtime 2s &&
+	timeout 30 "$B/engine-model.test" -test.run '^$' -test.bench 'MoEFFN$/./third/T8' -test.benchtime 1s) >"$L/gap.txt" 2>&1
+echo "== gap rc=$? at ${SECONDS}s"; grep -E '^Benchmark' "$L/gap.txt"
 if [ "$SECONDS" -lt "$LIMIT" ]; then
 	timeout 100 bin/ab/strata-main bench engine --synth-dir $S --only moe --moe-cases qwen3moe-30b-a3b-8GiB \
 		--moe-fixed=false --moe-served 0 --moe-served-batch 8 --cpuprofile "$L/served-main.prof" >"$L/profiled.txt" 2>&1
