@@ -64,9 +64,11 @@ type Model struct {
 	// runs; zero otherwise.
 	split ExpertSplit
 	// beside, set by a routed call (FFNRoutedBeside), is run by the
-	// caller's thread in the call's first parallel step, once that step's
-	// workers are started (parallel clears it).
-	beside func()
+	// caller's thread in the call's first step of matrix products, once
+	// that step's workers are started (parallelProducts clears it);
+	// besideSteps counts the steps that took it.
+	beside      func()
+	besideSteps int
 	// skew is added to the router's scores, per layer and expert
 	// (SetRouterSkew); nil adds nothing.
 	skew [][]float32
@@ -1236,7 +1238,7 @@ func (m *Model) eachChunk(ops []matOp, product func(oi int, rows []byte, ys [][]
 	sc := &m.sc
 	m.splitRows(ops)
 	var first firstError
-	m.parallel(len(sc.chunks), func(w, i int) {
+	m.parallelProducts(len(sc.chunks), func(w, i int) {
 		ch := sc.chunks[i]
 		op := &ops[ch.op]
 		ys := sc.ysub[w][:len(op.ys)]

@@ -310,21 +310,26 @@ func TestFFNRouted(t *testing.T) {
 				t.Fatal("FFNRouted with no expert kept changed h")
 			}
 			// Work beside the call runs once, whatever the call does, and
-			// leaves its bits alone.
+			// leaves its bits alone; where the call has products, inside
+			// their first step (not the inputs' quantization before it,
+			// which five rows routed to several experts make a step of
+			// more items than threads), else at the end.
 			for _, c := range []struct {
-				name string
-				rt   Routing
-				keep func(int) bool
-				want [][]float32 // nil: the call fails
+				name     string
+				rt       Routing
+				keep     func(int) bool
+				want     [][]float32 // nil: the call fails
+				products bool
 			}{
-				{"all kept", rt, nil, want},
-				{"even kept", rt, even, ref},
-				{"none kept", rt, func(int) bool { return false }, rows()},
-				{"bad routing", Routing{IDs: rt.IDs[1:], Weights: rt.Weights[1:]}, nil, nil},
+				{"all kept", rt, nil, want, true},
+				{"even kept", rt, even, ref, true},
+				{"none kept", rt, func(int) bool { return false }, rows(), false},
+				{"bad routing", Routing{IDs: rt.IDs[1:], Weights: rt.Weights[1:]}, nil, nil, false},
 			} {
-				calls := 0
+				calls, inProducts := 0, false
 				got := rows()
-				err := m.FFNRoutedBeside(ctx, 1, w, got, c.rt, c.keep, func() { calls++ })
+				steps := m.besideSteps
+				err := m.FFNRoutedBeside(ctx, 1, w, got, c.rt, c.keep, func() { calls++; inProducts = m.besideSteps == steps+1 })
 				if (err != nil) != (c.want == nil) {
 					t.Fatalf("%s beside: %v", c.name, err)
 				}
@@ -333,6 +338,9 @@ func TestFFNRouted(t *testing.T) {
 				}
 				if calls != 1 {
 					t.Fatalf("%s: the work beside ran %d times, want once", c.name, calls)
+				}
+				if inProducts != c.products {
+					t.Errorf("%s: the work beside ran in a step of products: %v, want %v", c.name, inProducts, c.products)
 				}
 			}
 			for name, bad := range map[string]Routing{
