@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Device call (session 57): the pick stream's staging slots at 2, 3 and 4
-# times a token's picks (bin/ab.txz: ab/strata-main, ab/strata-s3k,
-# ab/strata-s4k, built from main with streamSlots changed), the served
-# batch of Qwen3-30B-A3B at 8 GiB, ABCCBA in one lease. run53 found a third
-# of the batch layers' PCIe shares cut short by 2K slots. Then the CPU's
+# Device call (session 57): the served batch of Qwen3-30B-A3B at 8 GiB
+# with the pick stream's staging slots at 2, 3 and 4 times a token's picks
+# (bin/ab.txz: ab/strata-main is main at 50383c6, ab/strata-s3k and
+# ab/strata-s4k main with streamSlots changed), and main against
+# ab/strata-old (9e9f3af: the work beside a routed call taken by its first
+# step of as many items as threads, the inputs' quantization included,
+# where main gives it to the first step of products), ABCDDCBA in one
+# lease. run53 found a quarter to a third of the batch layers' PCIe shares
+# cut short by 2K slots. Then the CPU's
 # share of a served batch layer alone, after no gap and after a
 # hand-over's (engine/model's BenchmarkMoEFFNGap batch8), beside
 # BenchmarkMoEFFN's third/T8, to set the pass's CPU rate against. Then, with
@@ -14,7 +18,7 @@
 . "$(dirname "$0")/../hybrid/lib.sh"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
 LIMIT=${LIMIT:-330}
-for v in main s4k s3k s3k s4k main; do
+for v in main old s4k s3k s3k s4k old main; do
 	[ "$SECONDS" -lt "$LIMIT" ] || { echo "== stopped before $v at ${SECONDS}s"; break; }
 	echo "== $v" >>"$L/served.txt"
 	timeout 100 bin/ab/strata-$v bench engine --synth-dir $S --only moe --moe-cases qwen3moe-30b-a3b-8GiB \
