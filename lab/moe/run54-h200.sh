@@ -13,11 +13,11 @@
 # BenchmarkMoEFFN's third/T8, to set the pass's CPU rate against. Then, with
 # time left, main once more under --cpuprofile (served-main.prof: where
 # the host's threads go in the served batch; go tool pprof -top here).
-# Stops starting runs past LIMIT (default 330) seconds. Carry
+# Stops starting runs past LIMIT (default 420) seconds. Carry
 # bin/gpu-tests.txz and bin/ab.txz.
 . "$(dirname "$0")/../hybrid/lib.sh"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
-LIMIT=${LIMIT:-330}
+LIMIT=${LIMIT:-420}
 for v in main old s4k s3k s3k s4k old main; do
 	[ "$SECONDS" -lt "$LIMIT" ] || { echo "== stopped before $v at ${SECONDS}s"; break; }
 	echo "== $v" >>"$L/served.txt"
