@@ -239,7 +239,7 @@ func BenchmarkMoEFFN(b *testing.B) {
 // In Qwen's shape also a served batch's share (batch8): of eight tokens'
 // picks, those of the experts with the fewest tokens (the pick stream
 // sends the others to the GPU), a tenth of the layer's experts, about
-// what the served batch of lab/moe/run53 left the CPU a layer, after
+// what a served batch of eight at 8 GiB leaves the CPU a layer, after
 // gaps of a batch layer's hand-over; GB/s is their bytes over the call
 // alone, to set against the served batch's CPU rate.
 func BenchmarkMoEFFNGap(b *testing.B) {
