@@ -580,10 +580,9 @@ func (m *Model) FFNRouted(ctx context.Context, l int, w *Layer, h [][]float32, r
 // once on the caller's goroutine: in the call's first step of matrix
 // products that has an item for every thread, after that step's workers
 // have started, or at the end when the call has no such step (nothing
-// kept, or an error first). A GPU's host thread
-// passes the launches of its own share of the layer, which then overlap
-// the CPU's work instead of delaying its start; beside must not use the
-// model.
+// kept, or an error first). A GPU's host thread passes the launches of
+// its own share of the layer, which then overlap the CPU's work instead
+// of delaying its start; beside must not use the model.
 func (m *Model) FFNRoutedBeside(ctx context.Context, l int, w *Layer, h [][]float32, r Routing, keep func(e int) bool, beside func()) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
