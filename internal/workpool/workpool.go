@@ -100,6 +100,30 @@ type Pool struct {
 	waiting atomic.Bool  // the caller sleeps on done
 	done    hostcpu.Bell // rung by the last worker of a step the caller sleeps through
 	exited  sync.WaitGroup
+
+	// What Stats reports.
+	steps, woken, wokenSteps atomic.Int64
+}
+
+// Stats counts a pool's steps of more than one thread and the sleeping
+// threads they woke, since the pool started. A woken thread costs its
+// step a system call and the thread's wake-up before it takes items: a
+// caller whose steps come further apart than the pool's spin (a GPU's
+// hand-over between two layers' CPU work) pays that before each.
+type Stats struct {
+	Steps      int64 // steps run on more than one thread
+	Woken      int64 // threads those steps woke from sleep
+	WokenSteps int64 // steps that woke at least one
+}
+
+// Stats is the pool's counts so far.
+func (p *Pool) Stats() Stats {
+	return Stats{Steps: p.steps.Load(), Woken: p.woken.Load(), WokenSteps: p.wokenSteps.Load()}
+}
+
+// Sub is s less an earlier count o: what happened between the two.
+func (s Stats) Sub(o Stats) Stats {
+	return Stats{Steps: s.Steps - o.Steps, Woken: s.Woken - o.Woken, WokenSteps: s.WokenSteps - o.WokenSteps}
 }
 
 type worker struct {
@@ -218,7 +242,12 @@ func (p *Pool) RunBeside(n int, fn func(w, i int), beside func()) error {
 	if beside != nil {
 		beside()
 	}
-	p.ring(active)
+	woken := p.ring(active)
+	p.steps.Add(1)
+	if woken > 0 {
+		p.woken.Add(int64(woken))
+		p.wokenSteps.Add(1)
+	}
 	p.share(0)
 	p.wait()
 	p.fn = nil // hold no reference to the caller's closure
@@ -244,13 +273,16 @@ func (p *Pool) publish(active int) {
 }
 
 // ring wakes the taking-part workers that sleep through the published
-// step (one system call each).
-func (p *Pool) ring(active int) {
+// step (one system call each) and returns how many it woke.
+func (p *Pool) ring(active int) int {
+	n := 0
 	for _, w := range p.workers[:active-1] {
 		if w.sleeping.Load() && w.sleeping.CompareAndSwap(true, false) {
 			w.bell.Ring()
+			n++
 		}
 	}
+	return n
 }
 
 // wait returns once every taking-part worker has finished: it polls while

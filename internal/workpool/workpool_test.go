@@ -221,6 +221,11 @@ func TestSleepAndRing(t *testing.T) {
 		}
 		asleepSoon(fmt.Sprintf("after step %d", i))
 	}
+	// Every step after the first found the thread asleep (the first
+	// may have found it polling still).
+	if st := p.Stats(); st.Steps != 20 || st.Woken < 19 || st.Woken > 20 || st.WokenSteps != st.Woken {
+		t.Errorf("stats %+v: want 20 steps, 19 or 20 of them waking the one thread", st)
+	}
 }
 
 // TestSmallStepKeepsPolling: a worker that a step of few items leaves
@@ -246,5 +251,15 @@ func TestSmallStepKeepsPolling(t *testing.T) {
 		if last.sleeping.Load() {
 			t.Fatalf("round %d: the thread a two-item step left out went to sleep within the 2 s spin", i)
 		}
+	}
+	before := p.Stats()
+	if before.Steps != 40 || before.Woken != 0 || before.WokenSteps != 0 {
+		t.Errorf("stats %+v: want 40 steps that woke no thread (all polling)", before)
+	}
+	if err := p.Run(4, func(int, int) {}); err != nil {
+		t.Fatal(err)
+	}
+	if d := p.Stats().Sub(before); d != (Stats{Steps: 1}) {
+		t.Errorf("one more step: %+v, want one step that woke none", d)
 	}
 }

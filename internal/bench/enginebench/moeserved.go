@@ -10,6 +10,7 @@ import (
 	"github.com/strata-llm/strata/engine"
 	"github.com/strata-llm/strata/engine/sample"
 	"github.com/strata-llm/strata/internal/daemon/sched"
+	"github.com/strata-llm/strata/internal/workpool"
 )
 
 // DefaultMoEServed is the moe scenario's served decode length: long
@@ -239,6 +240,7 @@ func (rn *runner) moeServedBatch(ctx context.Context, res *ScenarioResult, mc Mo
 	if !ok {
 		return fmt.Errorf("served batch: %s has no experts", res.Model)
 	}
+	pool0 := workpool.Default().Stats()
 	t0 := time.Now()
 	// Every request queued before the scheduler runs: its first pass
 	// reads all the prompts, and every pass after advances them all.
@@ -286,6 +288,7 @@ func (rn *runner) moeServedBatch(ctx context.Context, res *ScenarioResult, mc Mo
 		hit: d.DeviceHit(), streamed: streamedShare(d), moved: d.DeviceMoves, onDevice: info1.OnDevice,
 		deviceGiB: float64(info1.DeviceBytes) / (1 << 30), promptTokens: promptTokens}
 	sv.sides(d, wall)
+	sv.pool = workpool.Default().Stats().Sub(pool0)
 	sv.dram, sv.h2d = rn.dram, rn.ceil.H2D
 	// servedBatchMetrics drops the ratio where a request ended early.
 	m, notes, err := servedBatchMetrics(sv, ratioToPeer(sv.rate(), rn.o.Peers, mc.servedBatchPeerName(seqs, n)))
@@ -342,6 +345,9 @@ type servedBatch struct {
 	// capped is the share of the batch layers the pick stream split whose
 	// PCIe share the staging slots cut short (-1 where it split none).
 	capped float64
+	// pool is what the CPU's threads (workpool.Default) did over the
+	// batch: its steps, and the sleeping threads they woke.
+	pool workpool.Stats
 	// wall is the batch's wall time (prompts and decode), off the expert
 	// bytes it moved off the device (the CPU's reads and PCIe's copies),
 	// dram and h2d the host's read rate and pinned host-to-device rate
@@ -424,6 +430,9 @@ func servedBatchMetrics(sv servedBatch, peer *Ratio) ([]Metric, []string, error)
 		if sv.capped >= 0 {
 			m = append(m, Metric{Key: fmt.Sprintf("served_batch%d_slots_capped", sv.seqs), Label: "  batch layers whose PCIe share the staging slots cut short, of those the pick stream split", Value: sv.capped, Unit: "share"})
 		}
+		if st := sv.pool; st.Steps > 0 {
+			m = append(m, Metric{Key: fmt.Sprintf("served_batch%d_woken_steps", sv.seqs), Label: "  the CPU's steps that first woke sleeping threads, of its steps", Value: float64(st.WokenSteps) / float64(st.Steps), Unit: "share"})
+		}
 		if lim := sv.linkLimit(); lim > 0 {
 			m = append(m, Metric{Key: fmt.Sprintf("served_batch%d_wall_s", sv.seqs), Label: "  the batch's wall time vs the combined-link limit of its off-device expert bytes", Value: sv.wall.Seconds(), Unit: "s",
 				Ratio: ratioTo(sv.wall.Seconds(), lim.Seconds(), fmt.Sprintf("combined-link limit %.3f s (%s ÷ (host read %.1f + H2D %.1f GB/s))", lim.Seconds(), gib(sv.off), sv.dram/1e9, sv.h2d/1e9))})
@@ -431,6 +440,10 @@ func servedBatchMetrics(sv servedBatch, peer *Ratio) ([]Metric, []string, error)
 	}
 	notes := []string{fmt.Sprintf("served batch: %d requests at once through engine.OpenWith (batch %d) and the daemon's scheduler, %d prompt tokens in all, then up to %d greedy tokens each; the rate is the %d passes that advanced all %d sequences (%d tokens, %s of wall time, the scheduler's work between passes included); %d experts (%.2f GiB) in device memory, %d moved into it",
 		sv.seqs, sv.seqs, sv.promptTokens, sv.tokens, sv.passes, sv.seqs, sv.decoded, sv.elapsed.Round(time.Millisecond), sv.onDevice, sv.deviceGiB, sv.moved)}
+	if st := sv.pool; sv.cpuBusy > 0 && st.WokenSteps > 0 {
+		notes = append(notes, fmt.Sprintf("served batch: the CPU's threads: %d steps, %d of them woke %d sleeping threads (%.1f a step that woke any)",
+			st.Steps, st.WokenSteps, st.Woken, float64(st.Woken)/float64(st.WokenSteps)))
+	}
 	if sv.short > 0 {
 		notes = append(notes, fmt.Sprintf("served batch: %d of %d requests ended before %d tokens (the model's end of text): no peer ratio", sv.short, sv.seqs, sv.tokens))
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/engine"
+	"github.com/strata-llm/strata/internal/workpool"
 )
 
 // TestMoEServedCPU runs the served decode on the tiny shapes through the
@@ -168,6 +169,15 @@ func TestServedBatchMetrics(t *testing.T) {
 	m, _, err = servedBatchMetrics(capped, peer)
 	if err != nil || len(m) != 9 || m[7].Key != "served_batch8_slots_capped" || m[7].Value != 0.25 || m[8].Key != "served_batch8_wall_s" {
 		t.Errorf("slots' row %+v (%v): want a quarter capped, then the combined-link row", m, err)
+	}
+	// The CPU's threads woke sleepers in 300 of 1200 steps, 4500 of
+	// them: a row after the slots', and a note.
+	woke := capped
+	woke.pool = workpool.Stats{Steps: 1200, WokenSteps: 300, Woken: 4500}
+	m, wnotes, err := servedBatchMetrics(woke, peer)
+	if err != nil || len(m) != 10 || m[8].Key != "served_batch8_woken_steps" || m[8].Value != 0.25 || m[9].Key != "served_batch8_wall_s" ||
+		len(wnotes) != 2 || !strings.Contains(wnotes[1], "1200 steps, 300 of them woke 4500 sleeping threads (15.0 a step") {
+		t.Errorf("wake-ups' row %+v notes %q (%v): want a quarter of the steps, then the combined-link row", m, wnotes, err)
 	}
 	if len(notes) != 1 || !strings.Contains(notes[0], "127 passes") || !strings.Contains(notes[0], "900 experts (2.50 GiB)") {
 		t.Errorf("notes %q", notes)
