@@ -21,7 +21,8 @@ for v in main s4k spin old old spin s4k main; do
 	timeout 100 bin/ab/strata-$v bench engine --synth-dir $S --only moe --moe-cases qwen3moe-30b-a3b-8GiB \
 		--moe-fixed=false --moe-served 0 --moe-served-batch 8 >>"$L/served.txt" 2>&1
 	echo "== $v rc=$? at ${SECONDS}s"
-	tac "$L/served.txt" | sed '/^== /q' | tac | grep -E '^ +(served decode|of the other|CPU|the host|hand-overs|batch layers|the CPU)|CPU.s threads:' | cut -c1-44,100-124,200-330
+	tac "$L/served.txt" | sed '/^== /q' | tac | grep -E '^ +(served decode|of the other|CPU|the host|hand-overs|batch layers|the CPU)' | cut -c1-44,100-124
+	tac "$L/served.txt" | sed '/^== /q' | grep -o "the CPU's threads: .*" 
 	if [ "$v" = s4k ] && [ "$SECONDS" -lt 150 ]; then
 		(cd engine/model && timeout 60 "$B/engine-model.test" -test.run '^$' -test.bench 'MoEFFNGap/qwen3moe-30b/batch8' -test.benchtime 2s &&
 			timeout 30 "$B/engine-model.test" -test.run '^$' -test.bench 'MoEFFN$/./third/T8' -test.benchtime 1s) >"$L/gap.txt" 2>&1
