@@ -266,7 +266,13 @@ func (m *Model) forward(ctx context.Context, batch []model.Step, exit int) error
 		}
 	}
 	start := time.Now()
-	err := m.dev.Do(func(c *cudadrv.Ctx) error {
+	// A pass that may put the host's threads to work waits for them
+	// asleep: this goroutine polling would hold a core they need.
+	do := m.dev.Do
+	if m.hostWork() {
+		do = m.dev.DoSleeping
+	}
+	err := do(func(c *cudadrv.Ctx) error {
 		mark(tr, TraceDevice)
 		if _, err := m.ensure(c, p.T, p.R); err != nil {
 			return err

@@ -762,6 +762,32 @@ func (x *gpuMoE) actPtrs(cfg *model.Config) (xg, g, u, out cudadrv.DevPtr) {
 	return x.acts, x.acts.Add(d), x.acts.Add(d + f), x.acts.Add(d + 2*f)
 }
 
+// hostWork reports whether this pass may run work on the host's threads
+// (engine/model's CPU pool, every core): the CPU's share of tier B, or
+// experts the device does not hold (or none of them, a pass the expert
+// trial gave the CPU alone). Its caller then waits for the pass asleep
+// (cudadrv's DoSleeping): polling, it would hold a core and a Go
+// processor those threads need, and with every core in the pool one of
+// them would start each step late, when another yielded.
+func (m *Model) hostWork() bool {
+	if m.hy != nil {
+		return true
+	}
+	x := m.moe
+	if x == nil {
+		return false
+	}
+	if x.cpuOnly {
+		return true
+	}
+	for _, r := range x.resident {
+		if len(r) < m.Config.Experts {
+			return true
+		}
+	}
+	return false
+}
+
 // moeFFN runs layer l's FFN for the pass's T rows, whose normalised hidden
 // state (the layer's FFN norm of a.h) is in a.xn: routing on the device,
 // the resident picked experts on the GPU and the others on the CPU at the

@@ -388,3 +388,29 @@ func TestMoEHop(t *testing.T) {
 		t.Fatal("a dense model measured a MoE hop")
 	}
 }
+
+// TestHostWork: a pass waits for the device asleep exactly where it may
+// put the host's threads to work: the CPU's share of tier B, an expert
+// of some layer not in device memory, or the trial's CPU-only way; not
+// for a dense model or one whose experts are all resident.
+func TestHostWork(t *testing.T) {
+	t.Parallel()
+	all := func() map[int]expertW { return map[int]expertW{0: {}, 1: {}, 2: {}, 3: {}} }
+	short := all()
+	delete(short, 2)
+	for _, c := range []struct {
+		name string
+		m    *Model
+		want bool
+	}{
+		{"dense", &Model{}, false},
+		{"dense, hybrid", &Model{hy: &hybrid{}}, true},
+		{"experts all resident", &Model{Config: model.Config{Experts: 4}, moe: &gpuMoE{resident: []map[int]expertW{all(), all()}}}, false},
+		{"an expert on the host", &Model{Config: model.Config{Experts: 4}, moe: &gpuMoE{resident: []map[int]expertW{all(), short}}}, true},
+		{"all resident, the CPU's way", &Model{Config: model.Config{Experts: 4}, moe: &gpuMoE{resident: []map[int]expertW{all(), all()}, cpuOnly: true}}, true},
+	} {
+		if got := c.m.hostWork(); got != c.want {
+			t.Errorf("%s: hostWork %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -254,7 +254,19 @@ func (d *Device) Attribute(a Attribute) (int, error) {
 // returned as an error rather than killing the device goroutine; so is a
 // runtime.Goexit (t.FailNow or t.SkipNow called in fn), after which
 // another goroutine serves the device.
-func (d *Device) Do(fn func(c *Ctx) error) error {
+func (d *Device) Do(fn func(c *Ctx) error) error { return d.do(fn, true) }
+
+// DoSleeping is Do with its caller asleep on the result at once, whatever
+// SetSpin says (the device goroutine still polls for the next call). It
+// is for a call that puts the host's cores to work itself (a pass whose
+// CPU share runs on every core): a caller polling for the result would
+// hold a core, and one of the Go runtime's processors, that the call's
+// own threads need, and one of them would wait for it to yield.
+func (d *Device) DoSleeping(fn func(c *Ctx) error) error { return d.do(fn, false) }
+
+// do is Do, the caller polling for the result (within SetSpin's
+// duration) when spin is set.
+func (d *Device) do(fn func(c *Ctx) error, spin bool) error {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.closed {
@@ -262,7 +274,7 @@ func (d *Device) Do(fn func(c *Ctx) error) error {
 	}
 	res := make(chan error, 1)
 	d.work <- job{fn: fn, res: res}
-	if sp := time.Duration(d.spin.Load()); sp > 0 {
+	if sp := time.Duration(d.spin.Load()); spin && sp > 0 {
 		deadline := time.Now().Add(sp)
 		for i := 0; ; i++ {
 			select {

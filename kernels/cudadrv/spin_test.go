@@ -10,7 +10,8 @@ import (
 // TestSpin: with SetSpin the hand-offs poll instead of sleeping but Do
 // keeps its contract — results and errors come back to the right caller,
 // concurrent callers are served in turn, and turning spinning off again
-// (or calls arriving after the spin window ran out) still work.
+// (or calls arriving after the spin window ran out) still work. Every
+// third call is DoSleeping's (its caller never polls), among the others.
 func TestSpin(t *testing.T) {
 	d := testDevice(t)
 	defer d.SetSpin(0)
@@ -27,7 +28,11 @@ func TestSpin(t *testing.T) {
 					if (g+i)%7 == 0 {
 						want = boom
 					}
-					got := d.Do(func(c *Ctx) error {
+					do := d.Do
+					if (g+i)%3 == 0 {
+						do = d.DoSleeping
+					}
+					got := do(func(c *Ctx) error {
 						if c.Device() != d {
 							return errors.New("wrong device")
 						}
