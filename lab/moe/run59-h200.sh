@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Device call (written in session 59), after run58 found the pool's 1 ms
+# spin -22% with the forward's caller asleep too: the served batch's CPU
+# read rate while busy fell 46 -> 32 GB/s with threads that poll through
+# the hand-overs, so what costs may be the polling cores' power (the
+# cores that compute run slower beside them), not a lack of processors.
+# Then a shorter spin than the default 200 us may win: the threads
+# sleep early in a hand-over (~240 us a layer in run58) and wake for the
+# next layer as half the steps do already. The served batch of
+# Qwen3-30B-A3B at 8 GiB over ab/strata-main, ab/strata-s50 (50 us) and
+# ab/strata-s20 (20 us), ABCCBA; then issue 20's 8b half (`bench engine
+# --only streamed`: hybrid batch 1 and 8 against the combined-link limit)
+# over main and s50 alternating, while LIMIT (default 480) seconds allow.
+# Carry bin/gpu-tests.txz from `bash lab/bundle.sh s50=lab-s50 s20=lab-s20`.
+. "$(dirname "$0")/../hybrid/lib.sh"
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
+LIMIT=${LIMIT:-480}
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+echo "== card: $gpu, $(nproc) cpus"
+for v in main s50 s20 s20 s50 main; do
+	[ "$SECONDS" -lt "$LIMIT" ] || { echo "== stopped before $v at ${SECONDS}s"; break; }
+	echo "== $v" >>"$L/served.txt"
+	timeout 100 bin/ab/strata-$v bench engine --synth-dir $S --only moe --moe-cases qwen3moe-30b-a3b-8GiB \
+		--moe-fixed=false --moe-served 0 --moe-served-batch 8 >>"$L/served.txt" 2>&1
+	echo "== $v rc=$? at ${SECONDS}s"
+	tac "$L/served.txt" | sed '/^== /q' | tac | grep -E '^ +(served decode|CPU|the host|hand-overs|the CPU)' | cut -c1-44,100-124
+done
+i=0
+for v in main s50 s50 main; do
+	[ "$SECONDS" -lt $((LIMIT - 90)) ] || { echo "== stopped before streamed $v at ${SECONDS}s"; break; }
+	i=$((i + 1))
+	timeout 150 bin/ab/strata-$v bench engine --synth-dir $S --only streamed --peers docs/peers-h200.json >"$L/streamed-$i-$v.txt" 2>&1
+	echo "== streamed $v rc=$? at ${SECONDS}s"; grep -E "hybrid|combined" "$L/streamed-$i-$v.txt" | grep -v "%" | cut -c1-200
+done
