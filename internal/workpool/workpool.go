@@ -222,7 +222,8 @@ func (p *Pool) RunBeside(n int, fn func(w, i int), beside func()) error {
 	if p.closed {
 		return ErrClosed
 	}
-	active := min(p.Workers(), n)
+	workers := p.Workers()
+	active := min(workers, n)
 	if active <= 1 {
 		if beside != nil {
 			beside()
@@ -242,7 +243,7 @@ func (p *Pool) RunBeside(n int, fn func(w, i int), beside func()) error {
 	if beside != nil {
 		beside()
 	}
-	woken := p.ring(active)
+	woken := p.ring(workers)
 	p.steps.Add(1)
 	if woken > 0 {
 		p.woken.Add(int64(woken))
@@ -272,11 +273,17 @@ func (p *Pool) publish(active int) {
 	p.step.Store((p.step.Load()>>16+1)<<16 | uint64(active))
 }
 
-// ring wakes the taking-part workers that sleep through the published
-// step (one system call each) and returns how many it woke.
-func (p *Pool) ring(active int) int {
+// ring wakes the workers of the first threads-1 that sleep through the
+// published step (one system call each) and returns how many it woke.
+// RunBeside rings every thread a step may use, not only those taking
+// part: a step of few items (a few vectors' quantization) comes first in
+// a burst whose next step needs every thread (the products), and a
+// thread woken for that one instead would start it a wake-up late, a
+// second wake-up in series after the first step's. Rung, a thread the
+// step leaves out polls for the next one (await).
+func (p *Pool) ring(threads int) int {
 	n := 0
-	for _, w := range p.workers[:active-1] {
+	for _, w := range p.workers[:threads-1] {
 		if w.sleeping.Load() && w.sleeping.CompareAndSwap(true, false) {
 			w.bell.Ring()
 			n++

@@ -263,3 +263,44 @@ func TestSmallStepKeepsPolling(t *testing.T) {
 		t.Errorf("one more step: %+v, want one step that woke none", d)
 	}
 }
+
+// TestSmallStepWakesAll: a step of few items that finds the threads
+// asleep wakes every thread a step may use, not only those it takes, so
+// the full step after it wakes none (a second wake-up in series).
+func TestSmallStepWakesAll(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	p, err := New(Options{Threads: 4, Spin: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for round := range 5 {
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			asleep := 0
+			for _, w := range p.workers {
+				if w.sleeping.Load() {
+					asleep++
+				}
+			}
+			if asleep == len(p.workers) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d of %d idle threads asleep after 5 s (spin 20 ms)", round, asleep, len(p.workers))
+			}
+			time.Sleep(time.Millisecond)
+		}
+		before := p.Stats()
+		if err := p.Run(2, func(int, int) {}); err != nil { // threads 0 and 1
+			t.Fatal(err)
+		}
+		small := p.Stats().Sub(before)
+		if err := p.Run(4, func(int, int) {}); err != nil {
+			t.Fatal(err)
+		}
+		full := p.Stats().Sub(before).Sub(small)
+		if small != (Stats{Steps: 1, Woken: 3, WokenSteps: 1}) || full != (Stats{Steps: 1}) {
+			t.Fatalf("round %d: the two-item step %+v, the full step after it %+v; want the first to wake all 3 threads and the second none", round, small, full)
+		}
+	}
+}
