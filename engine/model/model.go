@@ -1309,19 +1309,40 @@ func (m *Model) tileable(op *matOp) bool {
 	return op.stride == 0 && op.w.Cols%gemv.TileCols == 0 && gemv.Tiled(m.impl, op.w.Type)
 }
 
+// A chunk's work is its weights' elements times the vectors they meet.
+// A chunk costs more than its work: handing it out, the kernel's start on
+// its rows, the hardware prefetchers' start on a new run of memory. A
+// mixture-of-experts step is dozens of small matrices (a Qwen3-30B-A3B
+// expert's gate is 768 rows of 2048), whose chunks at minChunkWork read
+// 18 KB each, and spend a good part of their time on those costs: sized
+// by the step's work instead, up to maxChunkWork while every worker still
+// gets chunksPerWorker of them (BenchmarkMoEFFN's third/T8 and
+// BenchmarkMoEFFNGap's batch8 measure it). A large matrix keeps sixteen
+// chunks a worker whatever these say (splitRows).
+const (
+	minChunkWork    = 1 << 15
+	maxChunkWork    = 1 << 19
+	chunksPerWorker = 8
+)
+
 // splitRows shares out every op's rows as chunks: many per worker for
-// balance, each large enough that scheduling overhead stays small.
+// balance, each large enough that its fixed costs stay small.
 func (m *Model) splitRows(ops []matOp) {
 	sc := &m.sc
 	sc.chunks = sc.chunks[:0]
 	nw := m.pool.Workers()
+	work := 0
+	for oi := range ops {
+		work += ops[oi].w.Rows * ops[oi].w.Cols * max(1, len(ops[oi].xs))
+	}
+	target := min(maxChunkWork, max(minChunkWork, work/(chunksPerWorker*nw)))
 	for oi := range ops {
 		op := &ops[oi]
 		rows := op.w.Rows
-		// Sixteen chunks a worker keep the step's tail short (a core that
-		// finishes early takes another), while each chunk stays large
-		// enough that handing it out costs little.
-		minRows := max(1, (1<<15)/max(1, op.w.Cols*len(op.xs)))
+		// Sixteen chunks a worker keep a large op's tail short (a core
+		// that finishes early takes another), while each chunk stays
+		// large enough that its fixed costs stay small.
+		minRows := max(1, target/max(1, op.w.Cols*len(op.xs)))
 		cs := max(minRows, (rows+16*nw-1)/(16*nw))
 		if op.tiled {
 			// The tile path computes panels of gemv.TileRows rows: a
