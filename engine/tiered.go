@@ -857,6 +857,12 @@ type ExpertInfo struct {
 	// whose CPU experts the pick stream shared with PCIe, StreamCapped
 	// those of them whose PCIe share the staging slots cut short.
 	StreamBatchLayers, StreamCapped uint64
+	// StreamSideLayers counts those whose GPU side was timed from the
+	// CPU's start to the end of the GPU's share, StreamSideLate those
+	// where it ended after the CPU's share, StreamSideTail by how much in
+	// all: the part of Hop spent waiting for PCIe's share.
+	StreamSideLayers, StreamSideLate uint64
+	StreamSideTail                   time.Duration
 }
 
 // DeviceHit is the share of the picks the GPU computed from experts in
@@ -884,6 +890,9 @@ func (x ExpertInfo) Since(b ExpertInfo) ExpertInfo {
 	x.PCIeBytes -= b.PCIeBytes
 	x.StreamBatchLayers -= b.StreamBatchLayers
 	x.StreamCapped -= b.StreamCapped
+	x.StreamSideLayers -= b.StreamSideLayers
+	x.StreamSideLate -= b.StreamSideLate
+	x.StreamSideTail -= b.StreamSideTail
 	x.Stats = x.Stats.Since(b.Stats)
 	return x
 }
@@ -929,6 +938,7 @@ func (e *Engine) expertsSinceOpen() (ExpertInfo, bool) {
 			in.CPUBusy, in.Hop, in.CPUBeside, in.CPUBytes = st.Busy, st.Hop, st.Beside, st.CPUBytes
 			in.PCIeBytes = st.Streamed.Bytes + st.Mapped.Bytes
 			in.StreamBatchLayers, in.StreamCapped = uint64(st.Streamed.BatchLayers), uint64(st.Streamed.Capped)
+			in.StreamSideLayers, in.StreamSideLate, in.StreamSideTail = uint64(st.Streamed.SideLayers), uint64(st.Streamed.SideLate), st.Streamed.SideTail
 		}
 	}
 	for _, l := range res {

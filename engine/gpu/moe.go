@@ -883,6 +883,7 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	x.stats.CPUExperts += int64(T*K - P)
 	// gpuShare copies the staged experts and launches the grouped
 	// products over them and the resident ones.
+	var stagedBytes int64
 	gpuShare := func() error {
 		if len(staged) > 0 {
 			ti := time.Now()
@@ -890,6 +891,7 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 			if err != nil {
 				return err
 			}
+			stagedBytes = bytes
 			issue, picks := time.Since(ti), int64(0)
 			for _, pr := range x.pairs {
 				if x.ps.staged[pr.e] {
@@ -902,7 +904,10 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 			return err
 		}
 		if len(staged) > 0 {
-			return c.Record(x.ps.done, s)
+			if err := c.Record(x.ps.done, s); err != nil {
+				return err
+			}
+			return x.ps.endSide(c, s, stagedBytes)
 		}
 		return nil
 	}
@@ -934,6 +939,11 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		}
 		return nil
 	}
+	if len(staged) > 0 {
+		if err := x.ps.beginSide(c, s); err != nil {
+			return err
+		}
+	}
 	busy := x.stats.Busy
 	t2, err := x.runOnCPU(ctx, cfg, l, T, rt, resident)
 	if err = cmp.Or(err, residentErr); err != nil {
@@ -941,6 +951,9 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	}
 	if cpuBytes > 0 {
 		x.ps.cpuBatch.add(cpuBytes, x.stats.Busy-busy)
+	}
+	if len(staged) > 0 {
+		x.ps.sideCPU = x.stats.Busy - busy
 	}
 	if P == 0 {
 		err = k.Copy(c, s, a.h, x.hostRowsDev(cfg), int64(T*D))
@@ -1010,6 +1023,7 @@ func (m *Model) moeBatchPicked(ctx context.Context, c *cudadrv.Ctx, l, T int, rt
 				return err
 			}
 			x.pstats.staged(int64(nst), bytes, time.Since(ti))
+			return x.ps.endSide(c, s, bytes)
 		}
 		return nil
 	}
@@ -1017,6 +1031,11 @@ func (m *Model) moeBatchPicked(ctx context.Context, c *cudadrv.Ctx, l, T int, rt
 	var t2 time.Time
 	if cpuWork {
 		var shareErr error
+		if nst > 0 {
+			if err := x.ps.beginSide(c, s); err != nil {
+				return err
+			}
+		}
 		busy := x.stats.Busy
 		var err error
 		t2, err = x.runOnCPU(ctx, cfg, l, T, rt, func() { shareErr = gpuShare() })
@@ -1025,6 +1044,9 @@ func (m *Model) moeBatchPicked(ctx context.Context, c *cudadrv.Ctx, l, T int, rt
 		}
 		if cpuBytes > 0 {
 			x.ps.cpuBatch.add(cpuBytes, x.stats.Busy-busy)
+		}
+		if nst > 0 {
+			x.ps.sideCPU = x.stats.Busy - busy
 		}
 		base = x.hostRowsDev(cfg)
 	} else {

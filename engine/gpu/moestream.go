@@ -65,6 +65,23 @@ type pickStream struct {
 	batchSplits int
 	capped      int
 	tokens      []int // per expert, a batch layer's CPU picks (scratch)
+	// The GPU's side of a batch layer the stream split, timed on the
+	// compute stream from the CPU's start (sideStart, recorded as the CPU
+	// starts on an idle stream) to the end of the GPU's share (sideEnd):
+	// the copies' late start behind the host's issue, the copies, and the
+	// launches over them, which the copies' own timing leaves out.
+	// sideBytes is the staged bytes of the layer timed and not yet read
+	// (0: none), sideCPU its CPU's busy time; sideLayers counts the
+	// layers read, sideLate those whose GPU side ended after the CPU,
+	// sideTail by how much in all: the part of the hand-over that is
+	// PCIe's share running past the CPU's.
+	sideStart, sideEnd cudadrv.Event
+	sideOn             bool // sideStart recorded, sideEnd not yet
+	sideBytes          int64
+	sideCPU            time.Duration
+	sideLayers         int
+	sideLate           int
+	sideTail           time.Duration
 }
 
 // linkFit fits a link's time for a layer's share as fixed + bytes/rate,
@@ -145,6 +162,13 @@ type PickStats struct {
 	// not the links' balance, set a batch layer's split.
 	BatchLayers int64 `json:"batch_layers"`
 	Capped      int64 `json:"capped"`
+	// SideLayers is the batch layers whose GPU side (from the CPU's
+	// start to the end of the GPU's share) was timed, SideLate those of
+	// them where it ended after the CPU's share, SideTail by how much in
+	// all: the hand-over's part that waits for PCIe's share.
+	SideLayers int64         `json:"side_layers"`
+	SideLate   int64         `json:"side_late"`
+	SideTail   time.Duration `json:"side_tail_ns"`
 	// CopyRate and CPURate are the links' rates by their fits, bytes a
 	// second measured in passes, CopyFixed and CPUFixed what a layer's
 	// share costs each beyond its bytes: what the split weighs.
@@ -168,6 +192,7 @@ func (st *PickStats) staged(picks, bytes int64, issue time.Duration) {
 func (ps *pickStream) stats(st *PickStats) {
 	st.CopyRate, st.CPURate = ps.copies.rate(), ps.cpu.rate()
 	st.BatchLayers, st.Capped = int64(ps.batchSplits), int64(ps.capped)
+	st.SideLayers, st.SideLate, st.SideTail = int64(ps.sideLayers), int64(ps.sideLate), ps.sideTail
 	if f, _, ok := ps.copies.line(); ok {
 		st.CopyFixed = time.Duration(f * 1e9)
 	}
@@ -308,7 +333,7 @@ func newPickStream(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *mo
 			return nil, err
 		}
 	}
-	for _, e := range []*cudadrv.Event{&ps.start, &ps.end} {
+	for _, e := range []*cudadrv.Event{&ps.start, &ps.end, &ps.sideStart, &ps.sideEnd} {
 		if *e, err = c.NewEvent(cudadrv.EventDefault); err != nil {
 			return nil, err
 		}
@@ -545,6 +570,60 @@ func (ps *pickStream) readCopyTime(c *cudadrv.Ctx) error {
 	return nil
 }
 
+// beginSide starts timing a batch layer's GPU side: on s, idle since the
+// routing came down, as the CPU starts on its share. The last layer's
+// timing is read first (its events have passed: s was synchronised).
+func (ps *pickStream) beginSide(c *cudadrv.Ctx, s cudadrv.Stream) error {
+	if err := ps.readSide(c); err != nil {
+		return err
+	}
+	ps.sideBytes = 0
+	if err := c.Record(ps.sideStart, s); err != nil {
+		return err
+	}
+	ps.sideOn = true
+	return nil
+}
+
+// endSide ends it on s behind the GPU's share, whose staged bytes were
+// bytes; sideCPU is set once the CPU's share returns. Without a
+// beginSide before it (a layer the GPU ran alone) it does nothing.
+func (ps *pickStream) endSide(c *cudadrv.Ctx, s cudadrv.Stream, bytes int64) error {
+	if !ps.sideOn {
+		return nil
+	}
+	ps.sideOn = false
+	if err := c.Record(ps.sideEnd, s); err != nil {
+		return err
+	}
+	ps.sideBytes, ps.sideCPU = bytes, 0
+	return nil
+}
+
+// readSide folds the last timed GPU side into the counts once its end
+// has passed and its CPU time is known.
+func (ps *pickStream) readSide(c *cudadrv.Ctx) error {
+	if ps.sideBytes == 0 || ps.sideCPU == 0 {
+		return nil
+	}
+	done, err := c.EventDone(ps.sideEnd)
+	if err != nil || !done {
+		return err
+	}
+	ms, err := c.Elapsed(ps.sideStart, ps.sideEnd)
+	if err != nil {
+		return err
+	}
+	side := time.Duration(float64(ms) * float64(time.Millisecond))
+	ps.sideLayers++
+	if tail := side - ps.sideCPU; tail > 0 {
+		ps.sideLate++
+		ps.sideTail += tail
+	}
+	ps.sideBytes = 0
+	return nil
+}
+
 // stage enqueues the copies of the layer L's experts es into the slots on the
 // copy stream (after the last staged launch has read them), and of a
 // pick split by width its part (part, partTableFor) into the slot after
@@ -707,7 +786,7 @@ func (ps *pickStream) release(c *cudadrv.Ctx) error {
 	}
 	err = errors.Join(err, c.Free(ps.slots), c.Free(ps.table), c.Free(ps.acts), c.FreeHost(ps.tableHost),
 		c.Free(ps.partTable), c.Free(ps.partActs), c.FreeHost(ps.partTableHost))
-	for _, e := range []cudadrv.Event{ps.loaded, ps.done, ps.start, ps.end} {
+	for _, e := range []cudadrv.Event{ps.loaded, ps.done, ps.start, ps.end, ps.sideStart, ps.sideEnd} {
 		if e != 0 {
 			err = errors.Join(err, c.DestroyEvent(e))
 		}

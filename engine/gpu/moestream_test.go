@@ -189,6 +189,12 @@ func TestStreamPicksBatch(t *testing.T) {
 		if st2.Beside < st0.Beside || st2.Beside-st0.Beside > st2.Busy-st0.Busy {
 			t.Errorf("beside %v of the CPU's busy %v", st2.Beside-st0.Beside, st2.Busy-st0.Busy)
 		}
+		// The GPU's side of the split batch layers is timed (each read at
+		// the next such layer, so all but the last).
+		sp := st2.Streamed
+		if sp.SideLayers == 0 || sp.SideLate > sp.SideLayers || sp.SideTail < 0 || sp.SideLate == 0 && sp.SideTail != 0 {
+			t.Errorf("the GPU's side: %d layers timed, %d late by %v in all", sp.SideLayers, sp.SideLate, sp.SideTail)
+		}
 	})
 }
 

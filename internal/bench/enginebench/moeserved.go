@@ -345,6 +345,10 @@ type servedBatch struct {
 	// capped is the share of the batch layers the pick stream split whose
 	// PCIe share the staging slots cut short (-1 where it split none).
 	capped float64
+	// tail is the time the GPU's share of those layers ran past the
+	// CPU's, as a share of the batch's wall time (-1 where none was
+	// timed): the hand-overs' part that waits for PCIe's share.
+	tail float64
 	// pool is what the CPU's threads (workpool.Default) did over the
 	// batch: its steps, and the sleeping threads they woke.
 	pool workpool.Stats
@@ -370,9 +374,12 @@ func (sv *servedBatch) sides(d engine.ExpertInfo, wall time.Duration) {
 	sv.cpuBusy, sv.hop = d.CPUBusy.Seconds()/wall.Seconds(), d.Hop.Seconds()/wall.Seconds()
 	sv.cpuRate = float64(d.CPUBytes) / d.CPUBusy.Seconds()
 	sv.beside = d.CPUBeside.Seconds() / d.CPUBusy.Seconds()
-	sv.capped = -1
+	sv.capped, sv.tail = -1, -1
 	if d.StreamBatchLayers > 0 {
 		sv.capped = float64(d.StreamCapped) / float64(d.StreamBatchLayers)
+	}
+	if d.StreamSideLayers > 0 {
+		sv.tail = d.StreamSideTail.Seconds() / wall.Seconds()
 	}
 	sv.wall, sv.off = wall, d.CPUBytes+d.PCIeBytes
 }
@@ -429,6 +436,9 @@ func servedBatchMetrics(sv servedBatch, peer *Ratio) ([]Metric, []string, error)
 			Metric{Key: fmt.Sprintf("served_batch%d_hop", sv.seqs), Label: "  hand-overs (waiting for a layer's routing, the rows' copies), of the wall time", Value: sv.hop, Unit: "share"})
 		if sv.capped >= 0 {
 			m = append(m, Metric{Key: fmt.Sprintf("served_batch%d_slots_capped", sv.seqs), Label: "  batch layers whose PCIe share the staging slots cut short, of those the pick stream split", Value: sv.capped, Unit: "share"})
+		}
+		if sv.tail >= 0 {
+			m = append(m, Metric{Key: fmt.Sprintf("served_batch%d_pcie_tail", sv.seqs), Label: "    of the hand-overs, the GPU's share running past the CPU's (PCIe's tail), of the wall time", Value: sv.tail, Unit: "share"})
 		}
 		if st := sv.pool; st.Steps > 0 {
 			m = append(m, Metric{Key: fmt.Sprintf("served_batch%d_woken_steps", sv.seqs), Label: "  the CPU's steps that first woke sleeping threads, of its steps", Value: float64(st.WokenSteps) / float64(st.Steps), Unit: "share"})

@@ -170,6 +170,15 @@ func TestServedBatchMetrics(t *testing.T) {
 	if err != nil || len(m) != 9 || m[7].Key != "served_batch8_slots_capped" || m[7].Value != 0.25 || m[8].Key != "served_batch8_wall_s" {
 		t.Errorf("slots' row %+v (%v): want a quarter capped, then the combined-link row", m, err)
 	}
+	// Of those, 60 timed, the GPU's share running 1.2 s past the CPU's
+	// in all: a row after the slots', a tenth of the wall time.
+	tail := links
+	tail.sides(engine.ExpertInfo{CPUBusy: 6 * time.Second, Hop: time.Second, CPUBytes: 180e9, PCIeBytes: 60e9, StreamBatchLayers: 100, StreamCapped: 25,
+		StreamSideLayers: 60, StreamSideLate: 40, StreamSideTail: 1200 * time.Millisecond}, 12*time.Second)
+	m, _, err = servedBatchMetrics(tail, peer)
+	if err != nil || len(m) != 10 || m[7].Key != "served_batch8_slots_capped" || m[8].Key != "served_batch8_pcie_tail" || math.Abs(m[8].Value-0.1) > 1e-12 || m[9].Key != "served_batch8_wall_s" {
+		t.Errorf("PCIe tail's row %+v (%v): want a tenth of the wall after the slots' row", m, err)
+	}
 	// The CPU's threads woke sleepers in 300 of 1200 steps, 4500 of
 	// them: a row after the slots', and a note.
 	woke := capped
