@@ -3,12 +3,13 @@
 # gpu-tests/ (strata, engine-model.test and engine-gpu.test from the work
 # tree, what lab/hybrid/lib.sh's $B needs) and ab/ (ab/strata-main, the
 # work tree's strata, and ab/strata-NAME for each NAME=REV argument, built
-# at commit REV in a scratch worktree). One xz stream with a wide
+# at commit REV in a scratch worktree, or, where REV is a .patch file, at
+# HEAD with that patch applied). One xz stream with a wide
 # dictionary: the binaries share most of their bytes (the embedded PTX),
 # so four of them cost little more than one, and the tracked tree with
 # two bundles passed the device tool's carry limit.
 #
-#   bash lab/bundle.sh pre=2c47bcf
+#   bash lab/bundle.sh pre=2c47bcf side=lab/moe/side.patch
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOFLAGS=-buildvcs=false CGO_ENABLED=0
@@ -21,7 +22,12 @@ go test -c -ldflags='-s -w' -o "$T/gpu-tests/engine-model.test" ./engine/model
 go test -c -ldflags='-s -w' -o "$T/gpu-tests/engine-gpu.test" ./engine/gpu
 for a in "$@"; do
 	name=${a%%=*} rev=${a#*=}
-	git worktree add -q --detach "$T/src-$name" "$rev"
+	case $rev in
+	*.patch)
+		git worktree add -q --detach "$T/src-$name" HEAD
+		git -C "$T/src-$name" apply "$PWD/$rev" ;;
+	*) git worktree add -q --detach "$T/src-$name" "$rev" ;;
+	esac
 	(cd "$T/src-$name" && go build -ldflags='-s -w' -o "$T/ab/strata-$name" ./tools/strata)
 	git worktree remove --force "$T/src-$name"
 done

@@ -1,28 +1,35 @@
 #!/usr/bin/env bash
 # Device call (written in session 59): the two CPU-side changes of that
-# session, measured in one lease. ab/strata-main (c7ac69a: a step's row
-# chunks sized by its work, and a step that finds threads asleep wakes
-# all of them), ab/strata-ring (f8ef70a: the wake-ups alone) and
+# session, measured in one lease, after engine/gpu's pick-stream tests
+# (TestStreamPicksBatch checks the new timing). ab/strata-main (a step's row chunks
+# sized by its work, c7ac69a; a step that finds threads asleep wakes all
+# of them; the GPU side's tail past the CPU's in a new row,
+# served_batch8_pcie_tail), ab/strata-side (main with lab/moe/side.patch:
+# a batch layer's split balances the CPU with that GPU side's fit instead
+# of the copies' alone), ab/strata-ring (f8ef70a: the wake-ups alone) and
 # ab/strata-pre (20e0f01: neither): the served batch of Qwen3-30B-A3B at
-# 8 GiB, ABCCBA, then at 4 GiB main and pre ABBA; then the CPU-only 8b
+# 8 GiB, ABCDDCBA, then at 4 GiB main and pre ABBA; then the CPU-only 8b
 # decode (bench cpu, 16 threads) over main and pre (issue 20's CPU goal:
 # the chunks change dense steps on 16 threads too), and the MoE block
 # alone on this host (BenchmarkMoEFFNGap, main's engine-model.test).
 # Stops starting runs past LIMIT (default 560) seconds. Carry
-# bin/gpu-tests.txz from `bash lab/bundle.sh ring=f8ef70a pre=20e0f01`.
+# bin/gpu-tests.txz from
+# `bash lab/bundle.sh ring=f8ef70a pre=20e0f01 side=lab/moe/side.patch`.
 . "$(dirname "$0")/../hybrid/lib.sh"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
 LIMIT=${LIMIT:-560}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "== card: $gpu, $(nproc) cpus"
-for vc in ${ORDER:-main:8 ring:8 pre:8 pre:8 ring:8 main:8 main:4 pre:4 pre:4 main:4}; do
+(cd engine/gpu && timeout 120 "$B/engine-gpu.test" -test.run 'TestStreamPicks|TestBatchShare' -test.v >"$L/gpu-tests.txt" 2>&1)
+echo "== tests rc=$? at ${SECONDS}s"; grep -E '^(--- |ok|FAIL|panic)|side' "$L/gpu-tests.txt" | cut -c1-200 | head -20
+for vc in ${ORDER:-main:8 side:8 ring:8 pre:8 pre:8 ring:8 side:8 main:8 main:4 pre:4 pre:4 main:4}; do
 	v=${vc%:*} gib=${vc#*:}
 	[ "$SECONDS" -lt "$LIMIT" ] || { echo "== stopped before $vc at ${SECONDS}s"; break; }
 	echo "== $v $gib GiB" >>"$L/served.txt"
 	timeout 100 bin/ab/strata-$v bench engine --synth-dir $S --only moe --moe-cases qwen3moe-30b-a3b-${gib}GiB \
 		--moe-fixed=false --moe-served 0 --moe-served-batch 8 >>"$L/served.txt" 2>&1
 	echo "== $v $gib GiB rc=$? at ${SECONDS}s"
-	tac "$L/served.txt" | sed '/^== /q' | tac | grep -E '^ +(served decode|CPU|the host|hand-overs|the CPU|batch layers)' | cut -c1-44,100-124
+	tac "$L/served.txt" | sed '/^== /q' | tac | grep -E '^ +(served decode|CPU|the host|hand-overs|the CPU|batch layers|of the hand)' | cut -c1-44,100-124
 done
 M8=$S/llama-8b-q4_k_m-seed1.gguf
 for v in main pre pre main; do
