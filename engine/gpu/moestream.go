@@ -557,17 +557,26 @@ func (ps *pickStream) readCopyTime(c *cudadrv.Ctx) error {
 	if ps.timedBytes == 0 {
 		return nil
 	}
-	done, err := c.EventDone(ps.end)
+	d, done, err := elapsedOnce(c, ps.start, ps.end)
 	if err != nil || !done {
 		return err
 	}
-	ms, err := c.Elapsed(ps.start, ps.end)
-	if err != nil {
-		return err
-	}
-	ps.copies.add(ps.timedBytes, time.Duration(float64(ms)*float64(time.Millisecond)))
+	ps.copies.add(ps.timedBytes, d)
 	ps.timedBytes = 0
 	return nil
+}
+
+// elapsedOnce is the time from a to b once b has passed (done false,
+// and no error, before).
+func elapsedOnce(c *cudadrv.Ctx, a, b cudadrv.Event) (d time.Duration, done bool, err error) {
+	if done, err = c.EventDone(b); err != nil || !done {
+		return 0, false, err
+	}
+	ms, err := c.Elapsed(a, b)
+	if err != nil {
+		return 0, false, err
+	}
+	return time.Duration(float64(ms) * float64(time.Millisecond)), true, nil
 }
 
 // beginSide starts timing a batch layer's GPU side: on s, idle since the
@@ -606,15 +615,10 @@ func (ps *pickStream) readSide(c *cudadrv.Ctx) error {
 	if ps.sideBytes == 0 || ps.sideCPU == 0 {
 		return nil
 	}
-	done, err := c.EventDone(ps.sideEnd)
+	side, done, err := elapsedOnce(c, ps.sideStart, ps.sideEnd)
 	if err != nil || !done {
 		return err
 	}
-	ms, err := c.Elapsed(ps.sideStart, ps.sideEnd)
-	if err != nil {
-		return err
-	}
-	side := time.Duration(float64(ms) * float64(time.Millisecond))
 	ps.sideLayers++
 	if tail := side - ps.sideCPU; tail > 0 {
 		ps.sideLate++
