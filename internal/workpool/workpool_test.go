@@ -266,15 +266,17 @@ func TestSmallStepKeepsPolling(t *testing.T) {
 
 // TestSmallStepWakesAll: a step of few items that finds the threads
 // asleep wakes every thread a step may use, not only those it takes, so
-// the full step after it wakes none (a second wake-up in series).
+// the full step after it wakes none (a second wake-up in series). The
+// spin is long: a woken thread that the machine's load kept off a CPU
+// for longer than it would sleep again, and the full step ring it.
 func TestSmallStepWakesAll(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
-	p, err := New(Options{Threads: 4, Spin: 20 * time.Millisecond})
+	p, err := New(Options{Threads: 4, Spin: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	for round := range 5 {
+	for round := range 2 {
 		for deadline := time.Now().Add(5 * time.Second); ; {
 			asleep := 0
 			for _, w := range p.workers {
@@ -286,7 +288,7 @@ func TestSmallStepWakesAll(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("round %d: %d of %d idle threads asleep after 5 s (spin 20 ms)", round, asleep, len(p.workers))
+				t.Fatalf("round %d: %d of %d idle threads asleep after 5 s (spin 500 ms)", round, asleep, len(p.workers))
 			}
 			time.Sleep(time.Millisecond)
 		}
