@@ -15,9 +15,10 @@
 // read between pause instructions;
 // the caller polls a count of unfinished threads the same way. Threads
 // that see no step for Options.Spin sleep in the kernel, each on a bell
-// of its own (hostcpu.Bell), and the next step rings the bells of those
-// it needs: one system call each, where a goroutine parked on a channel
-// waits for the Go scheduler to start idle threads one after another.
+// of its own (hostcpu.Bell), and the next step rings the bells of every
+// thread a step may use (a small step is often the first of a burst):
+// one system call each, where a goroutine parked on a channel waits for
+// the Go scheduler to start idle threads one after another.
 package workpool
 
 import (
