@@ -916,8 +916,7 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	// beside the CPU's work rather than before its start, as at one
 	// token; their buffers are grown first, the device synchronised for
 	// it, before the CPU's threads write the host rows.
-	var resident func()
-	var residentErr error
+	var share func() error
 	if P > 0 {
 		if err := x.alloc(c, cfg, T, P); err != nil {
 			return err
@@ -927,7 +926,7 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 				return err
 			}
 		} else {
-			resident = func() { residentErr = gpuShare() }
+			share = gpuShare
 		}
 	}
 	if !cpuWork {
@@ -939,21 +938,9 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		}
 		return nil
 	}
-	if len(staged) > 0 {
-		if err := x.ps.beginSide(c, s); err != nil {
-			return err
-		}
-	}
-	busy := x.stats.Busy
-	t2, err := x.runOnCPU(ctx, cfg, l, T, rt, resident)
-	if err = cmp.Or(err, residentErr); err != nil {
+	t2, err := x.runBatchOnCPU(ctx, c, s, cfg, l, T, rt, share, cpuBytes, len(staged) > 0)
+	if err != nil {
 		return err
-	}
-	if cpuBytes > 0 {
-		x.ps.cpuBatch.add(cpuBytes, x.stats.Busy-busy)
-	}
-	if len(staged) > 0 {
-		x.ps.sideCPU = x.stats.Busy - busy
 	}
 	if P == 0 {
 		err = k.Copy(c, s, a.h, x.hostRowsDev(cfg), int64(T*D))
@@ -1030,23 +1017,9 @@ func (m *Model) moeBatchPicked(ctx context.Context, c *cudadrv.Ctx, l, T int, rt
 	base := cudadrv.DevPtr(0)
 	var t2 time.Time
 	if cpuWork {
-		var shareErr error
-		if nst > 0 {
-			if err := x.ps.beginSide(c, s); err != nil {
-				return err
-			}
-		}
-		busy := x.stats.Busy
 		var err error
-		t2, err = x.runOnCPU(ctx, cfg, l, T, rt, func() { shareErr = gpuShare() })
-		if err = cmp.Or(err, shareErr); err != nil {
+		if t2, err = x.runBatchOnCPU(ctx, c, s, cfg, l, T, rt, gpuShare, cpuBytes, nst > 0); err != nil {
 			return err
-		}
-		if cpuBytes > 0 {
-			x.ps.cpuBatch.add(cpuBytes, x.stats.Busy-busy)
-		}
-		if nst > 0 {
-			x.ps.sideCPU = x.stats.Busy - busy
 		}
 		base = x.hostRowsDev(cfg)
 	} else {
@@ -1120,6 +1093,36 @@ func (x *gpuMoE) hostRouting(cfg *model.Config, l, T int) (model.Routing, error)
 		x.counts[l][e]++
 	}
 	return model.Routing{IDs: ids, Weights: wts}, nil
+}
+
+// runBatchOnCPU is runOnCPU for a layer of a batch pass: share, when not
+// nil, issues the GPU's share beside the CPU's work; the CPU's time goes
+// into its fit at batches against cpuBytes, and where timed (the pick
+// stream staged some of the share) the GPU's side is timed against it
+// (beginSide before the CPU starts, the share's endSide, sideCPU).
+func (x *gpuMoE) runBatchOnCPU(ctx context.Context, c *cudadrv.Ctx, s cudadrv.Stream, cfg *model.Config, l, T int, rt model.Routing, share func() error, cpuBytes int64, timed bool) (time.Time, error) {
+	if timed {
+		if err := x.ps.beginSide(c, s); err != nil {
+			return time.Time{}, err
+		}
+	}
+	var beside func()
+	var shareErr error
+	if share != nil {
+		beside = func() { shareErr = share() }
+	}
+	busy := x.stats.Busy
+	t2, err := x.runOnCPU(ctx, cfg, l, T, rt, beside)
+	if err = cmp.Or(err, shareErr); err != nil {
+		return time.Time{}, err
+	}
+	if cpuBytes > 0 {
+		x.ps.cpuBatch.add(cpuBytes, x.stats.Busy-busy)
+	}
+	if timed {
+		x.ps.sideCPU = x.stats.Busy - busy
+	}
+	return t2, nil
 }
 
 // runOnCPU has the CPU compute layer l's picks of rt that the GPU does
