@@ -200,16 +200,6 @@ func TestSleepAndRing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	w := p.workers[0]
-	asleepSoon := func(what string) {
-		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); !w.sleeping.Load(); {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the idle thread not asleep after 5 s (spin 1 ms)", what)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
 	for i := range 20 {
 		var by [2]atomic.Int32
 		// Items long enough that a thread woken late still finds some.
@@ -219,7 +209,7 @@ func TestSleepAndRing(t *testing.T) {
 		if by[0].Load()+by[1].Load() != 64 || by[1].Load() == 0 {
 			t.Fatalf("step %d: items by thread %d and %d, want 64 with some on the woken thread", i, by[0].Load(), by[1].Load())
 		}
-		asleepSoon(fmt.Sprintf("after step %d", i))
+		allAsleep(t, p, fmt.Sprintf("after step %d (spin 1 ms)", i))
 	}
 	// Every step after the first found the thread asleep (the first
 	// may have found it polling still).
@@ -277,21 +267,7 @@ func TestSmallStepWakesAll(t *testing.T) {
 	}
 	defer p.Close()
 	for round := range 2 {
-		for deadline := time.Now().Add(5 * time.Second); ; {
-			asleep := 0
-			for _, w := range p.workers {
-				if w.sleeping.Load() {
-					asleep++
-				}
-			}
-			if asleep == len(p.workers) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: %d of %d idle threads asleep after 5 s (spin 500 ms)", round, asleep, len(p.workers))
-			}
-			time.Sleep(time.Millisecond)
-		}
+		allAsleep(t, p, fmt.Sprintf("round %d (spin 500 ms)", round))
 		before := p.Stats()
 		if err := p.Run(2, func(int, int) {}); err != nil { // threads 0 and 1
 			t.Fatal(err)
@@ -304,5 +280,26 @@ func TestSmallStepWakesAll(t *testing.T) {
 		if small != (Stats{Steps: 1, Woken: 3, WokenSteps: 1}) || full != (Stats{Steps: 1}) {
 			t.Fatalf("round %d: the two-item step %+v, the full step after it %+v; want the first to wake all 3 threads and the second none", round, small, full)
 		}
+	}
+}
+
+// allAsleep waits up to 5 s for every idle thread of p to sleep, failing
+// the test (what says when) if one does not.
+func allAsleep(t *testing.T, p *Pool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		asleep := 0
+		for _, w := range p.workers {
+			if w.sleeping.Load() {
+				asleep++
+			}
+		}
+		if asleep == len(p.workers) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d of %d idle threads asleep after 5 s", what, asleep, len(p.workers))
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
