@@ -14,9 +14,5 @@ export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
 LIMIT=${LIMIT:-200}
 for v in main pre pre main main pre pre main; do
 	[ "$SECONDS" -lt "$LIMIT" ] || { echo "== stopped before $v at ${SECONDS}s"; break; }
-	echo "== $v" >>"$L/served.txt"
-	timeout 100 bin/ab/strata-$v bench engine --synth-dir $S --only moe --moe-cases qwen3moe-30b-a3b-8GiB \
-		--moe-fixed=false --moe-served 0 --moe-served-batch 8 >>"$L/served.txt" 2>&1
-	echo "== $v rc=$? at ${SECONDS}s"
-	tac "$L/served.txt" | sed '/^== /q' | tac | grep -E '^ +(served decode|CPU|the host|hand-overs|the CPU)' | cut -c1-44,100-124
+	served "$v" 8
 done

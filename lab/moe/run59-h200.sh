@@ -26,11 +26,7 @@ echo "== card: $gpu, $(nproc) cpus"
 for vc in ${ORDER:-main:8 s20:8 rest:8 rest:8 s20:8 main:8 main:4 s4k:4 s4k:4 main:4 s50:8 s50:8}; do
 	v=${vc%:*} gib=${vc#*:}
 	[ "$SECONDS" -lt "$LIMIT" ] || { echo "== stopped before $vc at ${SECONDS}s"; break; }
-	echo "== $v ${gib} GiB" >>"$L/served.txt"
-	timeout 100 bin/ab/strata-$v bench engine --synth-dir $S --only moe --moe-cases qwen3moe-30b-a3b-${gib}GiB \
-		--moe-fixed=false --moe-served 0 --moe-served-batch 8 >>"$L/served.txt" 2>&1
-	echo "== $v $gib GiB rc=$? at ${SECONDS}s"
-	tac "$L/served.txt" | sed '/^== /q' | tac | grep -E '^ +(served decode|CPU|the host|hand-overs|the CPU|batch layers)' | cut -c1-44,100-124
+	served "$v" "$gib"
 done
 i=0
 for v in main s20 s20 main; do

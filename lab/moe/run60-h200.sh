@@ -25,11 +25,7 @@ echo "== tests rc=$? at ${SECONDS}s"; grep -E '^(--- |ok|FAIL|panic)|side' "$L/g
 for vc in ${ORDER:-main:8 side:8 ring:8 pre:8 pre:8 ring:8 side:8 main:8 main:4 pre:4 pre:4 main:4}; do
 	v=${vc%:*} gib=${vc#*:}
 	[ "$SECONDS" -lt "$LIMIT" ] || { echo "== stopped before $vc at ${SECONDS}s"; break; }
-	echo "== $v $gib GiB" >>"$L/served.txt"
-	timeout 100 bin/ab/strata-$v bench engine --synth-dir $S --only moe --moe-cases qwen3moe-30b-a3b-${gib}GiB \
-		--moe-fixed=false --moe-served 0 --moe-served-batch 8 >>"$L/served.txt" 2>&1
-	echo "== $v $gib GiB rc=$? at ${SECONDS}s"
-	tac "$L/served.txt" | sed '/^== /q' | tac | grep -E '^ +(served decode|CPU|the host|hand-overs|the CPU|batch layers|of the hand)' | cut -c1-44,100-124
+	served "$v" "$gib"
 done
 M8=$S/llama-8b-q4_k_m-seed1.gguf
 for v in main pre pre main; do
