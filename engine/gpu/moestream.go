@@ -82,6 +82,9 @@ type pickStream struct {
 	sideLayers         int
 	sideLate           int
 	sideTail           time.Duration
+	// side is the GPU side's fit against the staged bytes: what a batch
+	// layer's split balances with the CPU's (batchShare).
+	side linkFit
 }
 
 // linkFit fits a link's time for a layer's share as fixed + bytes/rate,
@@ -467,8 +470,10 @@ func streamSplit(kc int, b float64, copies, cpu link) int {
 // chosen ones, those with the most tokens first (the CPU reads an
 // expert once for all of its tokens, but its products grow with them;
 // the GPU's barely), reordering es. How many is as split decides it, by
-// the copies' fit and the CPU's at batches (cpuBatch), half until both
-// have a fit and every exploreEvery layers.
+// the GPU side's fit (side: the copies with their late start and the
+// launches over them, which the copies' fit alone leaves out; the
+// copies' until the side has one) and the CPU's at batches (cpuBatch),
+// half until both have a fit and every exploreEvery layers.
 func (ps *pickStream) batchShare(es []int, ids []int32, b int64, slots int) []int {
 	if len(es) == 0 || slots <= 0 {
 		return nil
@@ -476,7 +481,10 @@ func (ps *pickStream) batchShare(es []int, ids []int32, b int64, slots int) []in
 	ps.batchSplits++
 	var n int
 	cf, cb, cok := ps.cpuBatch.line()
-	gf, gb, gok := ps.copies.line()
+	gf, gb, gok := ps.side.line()
+	if !gok {
+		gf, gb, gok = ps.copies.line()
+	}
 	if !cok || !gok || ps.batchSplits%exploreEvery == 0 {
 		n = len(es) / 2
 	} else {
@@ -619,6 +627,7 @@ func (ps *pickStream) readSide(c *cudadrv.Ctx) error {
 	if err != nil || !done {
 		return err
 	}
+	ps.side.add(ps.sideBytes, side)
 	ps.sideLayers++
 	if tail := side - ps.sideCPU; tail > 0 {
 		ps.sideLate++

@@ -231,6 +231,17 @@ func TestBatchShare(t *testing.T) {
 	if got := ps.batchShare(es, ids, b, 16); len(got) != 6 {
 		t.Errorf("fitted: %d of 9 experts staged, want 6", len(got))
 	}
+	// The GPU side timed whole (late start, launches) at 25 GB/s: the
+	// split follows it, not the copies' 50: half over PCIe.
+	for i := range 40 {
+		n := int64(1 + i%8)
+		ps.side.add(n*b, time.Duration(float64(n*b)/25e9*1e9))
+	}
+	ps.batchSplits = 0
+	es = []int{1, 2, 3, 4, 5, 6, 7, 8}
+	if got := ps.batchShare(es, ids, b, 16); len(got) != 4 {
+		t.Errorf("fitted with the side's time: %d of 8 experts staged, want 4", len(got))
+	}
 	if got := ps.batchShare(nil, ids, b, 8); got != nil {
 		t.Errorf("no CPU experts: %v", got)
 	}
