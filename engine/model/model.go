@@ -893,8 +893,12 @@ type FFNLayer struct {
 
 // rateBytes is how many weight bytes Rate reads per measurement when the
 // layers hold that many: enough that the clock's resolution and one
-// worker's late start do not show.
-const rateBytes = 2 << 30
+// worker's late start do not show. rateRounds is how many rounds it is
+// timed in.
+const (
+	rateBytes  = 2 << 30
+	rateRounds = 4
+)
 
 // Rate measures the device's FFN rate for passes of T rows over ls, in
 // weight bytes per second: one warm-up FFN, then the layers in order,
@@ -904,6 +908,12 @@ const rateBytes = 2 << 30
 // would time the last-level cache for any FFN it partly holds. It is the
 // CPU's link speed the hybrid planner (engine/tier's PlanHybrid) balances
 // against PCIe.
+//
+// The reads are timed in rateRounds rounds of equal bytes and the fastest
+// round is the rate: a model measures at load, beside the load's other
+// work and with cores that were idle, and one slow stretch there would
+// otherwise set the whole figure. A plan that gives the CPU no layer never
+// shows it a faster rate in passes, so a low figure would stay.
 func (d *FFNDevice) Rate(ctx context.Context, ls []FFNLayer, T int) (float64, error) {
 	if T < 1 {
 		return 0, fmt.Errorf("ffn rate: %d rows", T)
@@ -928,15 +938,46 @@ func (d *FFNDevice) Rate(ctx context.Context, ls []FFNLayer, T int) (float64, er
 		return 0, fmt.Errorf("ffn rate of layer %d: %w", last.Index, err)
 	}
 	var bytes int64
+	var rs rateTimer
 	t0 := time.Now()
 	for i := 0; bytes < rateBytes && (i < len(ls) || bytes < rateBytes/8); i++ {
 		l := ls[i%len(ls)]
 		if err := d.Run(ctx, l.Index, l.W, h); err != nil {
 			return 0, fmt.Errorf("ffn rate of layer %d: %w", l.Index, err)
 		}
-		bytes += FFNBytes(l.W)
+		n := FFNBytes(l.W)
+		bytes += n
+		now := time.Now()
+		rs.add(n, now.Sub(t0))
+		t0 = now
 	}
-	return float64(bytes) / max(time.Since(t0).Seconds(), 1e-9), nil
+	return rs.fastest(), nil
+}
+
+// rateTimer groups Rate's reads into rounds of rateBytes/rateRounds
+// bytes or more and keeps the fastest round's rate.
+type rateTimer struct {
+	bytes, best float64 // the open round's bytes; the best closed round's rate
+	took        time.Duration
+}
+
+// add counts one read of n bytes that took d.
+func (r *rateTimer) add(n int64, d time.Duration) {
+	r.bytes += float64(n)
+	r.took += d
+	if r.bytes >= rateBytes/rateRounds {
+		r.best = max(r.best, r.bytes/max(r.took.Seconds(), 1e-9))
+		r.bytes, r.took = 0, 0
+	}
+}
+
+// fastest is the best round's rate, or the open round's when none closed
+// (layers smaller in all than a round).
+func (r *rateTimer) fastest() float64 {
+	if r.best > 0 {
+		return r.best
+	}
+	return r.bytes / max(r.took.Seconds(), 1e-9)
 }
 
 // FFNBytes is the size of a layer's feed-forward weights (its norms
