@@ -863,6 +863,11 @@ type ExpertInfo struct {
 	// all: the part of Hop spent waiting for PCIe's share.
 	StreamSideLayers, StreamSideLate uint64
 	StreamSideTail                   time.Duration
+	// StreamAhead counts the experts the pick stream copied ahead for a
+	// batch layer from its guessed routing during the hand-over before
+	// it, StreamAheadUsed those of them the layer's CPU would have
+	// computed (the GPU did); their bytes are in PCIeBytes.
+	StreamAhead, StreamAheadUsed uint64
 }
 
 // DeviceHit is the share of the picks the GPU computed from experts in
@@ -893,6 +898,8 @@ func (x ExpertInfo) Since(b ExpertInfo) ExpertInfo {
 	x.StreamSideLayers -= b.StreamSideLayers
 	x.StreamSideLate -= b.StreamSideLate
 	x.StreamSideTail -= b.StreamSideTail
+	x.StreamAhead -= b.StreamAhead
+	x.StreamAheadUsed -= b.StreamAheadUsed
 	x.Stats = x.Stats.Since(b.Stats)
 	return x
 }
@@ -936,9 +943,10 @@ func (e *Engine) expertsSinceOpen() (ExpertInfo, bool) {
 			in.StreamedPicks, in.MappedPicks = uint64(st.Streamed.Picks), uint64(st.Mapped.Picks)
 			in.MappedWay = mappedWay(st.Mapped)
 			in.CPUBusy, in.Hop, in.CPUBeside, in.CPUBytes = st.Busy, st.Hop, st.Beside, st.CPUBytes
-			in.PCIeBytes = st.Streamed.Bytes + st.Mapped.Bytes
+			in.PCIeBytes = st.Streamed.Bytes + st.Streamed.AheadBytes + st.Mapped.Bytes
 			in.StreamBatchLayers, in.StreamCapped = uint64(st.Streamed.BatchLayers), uint64(st.Streamed.Capped)
 			in.StreamSideLayers, in.StreamSideLate, in.StreamSideTail = uint64(st.Streamed.SideLayers), uint64(st.Streamed.SideLate), st.Streamed.SideTail
+			in.StreamAhead, in.StreamAheadUsed = uint64(st.Streamed.AheadStaged), uint64(st.Streamed.AheadUsed)
 		}
 	}
 	for _, l := range res {

@@ -831,7 +831,23 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 			return err
 		}
 	}
-	if err := c.StreamSync(s); err != nil {
+	batchPicked := x.picked != nil && x.mapped == nil && !x.cpuOnly && T <= pickedTokens(cfg) && k.CanMoEPicked(s, x.picked[l], K)
+	ahead := m.aheadFor(l, T, batchPicked)
+	if ahead != nil {
+		// The next layer's guess goes behind the routing; the host waits
+		// for the routing alone.
+		n := l + 1
+		bias := cudadrv.DevPtr(0)
+		if x.skew != 0 {
+			bias = x.skew.Add(int64(n) * int64(E) * 4)
+		}
+		if err := ahead.guess(c, k, s, cfg, a.h, m.layers[n].ffnNorm, x.routers.Add(int64(n)*int64(E)*int64(D)*4), bias, x.logits(cfg), T); err != nil {
+			return err
+		}
+		if err := c.EventSync(ahead.routed); err != nil {
+			return err
+		}
+	} else if err := c.StreamSync(s); err != nil {
 		return err
 	}
 	// Every earlier pass is done: layers that ran without the host are
@@ -852,6 +868,12 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	var cpuBytes int64
 	if x.ps != nil && !x.cpuOnly {
 		x.offDevice(rt.IDs, res)
+		if a := x.ps.ahead; a != nil && batchPicked {
+			// Experts staged ahead for this layer that its CPU would
+			// compute are the GPU's already.
+			x.cpuPicks = a.take(l, x.cpuPicks, x.ps.staged)
+			defer a.clear(x.ps.staged)
+		}
 		if len(x.cpuPicks) > 0 {
 			expertBytes := expertSize(&x.layers[l].Experts[x.cpuPicks[0]])
 			staged = x.ps.batchShare(x.cpuPicks, rt.IDs, expertBytes, streamSlots(cfg))
@@ -870,8 +892,8 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	// The tables hold the resident experts alone unless mapped experts
 	// are on (they give the others' host copies, which the CPU computes
 	// at more than one token).
-	if x.picked != nil && x.mapped == nil && !x.cpuOnly && T <= pickedTokens(cfg) && k.CanMoEPicked(s, x.picked[l], K) {
-		return m.moeBatchPicked(ctx, c, l, T, rt, res, staged, cpuBytes, hop)
+	if batchPicked {
+		return m.moeBatchPicked(ctx, c, l, T, rt, res, staged, cpuBytes, hop, ahead)
 	}
 	x.pairs = residentPicks(x.pairs, rt.IDs, K, func(e int) bool {
 		_, ok := res[e]
@@ -968,7 +990,7 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 // grouped products' reading an expert once for its tokens wins (a
 // prompt). The CPU computes the rest of the picks meanwhile; both add
 // into a.h. cpuBytes is what the CPU reads, hop the routing's wait.
-func (m *Model) moeBatchPicked(ctx context.Context, c *cudadrv.Ctx, l, T int, rt model.Routing, res map[int]expertW, staged []int, cpuBytes int64, hop time.Duration) error {
+func (m *Model) moeBatchPicked(ctx context.Context, c *cudadrv.Ctx, l, T int, rt model.Routing, res map[int]expertW, staged []int, cpuBytes int64, hop time.Duration, ahead *aheadStage) error {
 	x, cfg, k, s, a := m.moe, &m.Config, m.k, m.stream, &m.act
 	K := cfg.ExpertsUsed
 	var nres, nst int
@@ -1010,7 +1032,20 @@ func (m *Model) moeBatchPicked(ctx context.Context, c *cudadrv.Ctx, l, T int, rt
 				return err
 			}
 			x.pstats.staged(int64(nst), bytes, time.Since(ti))
-			return x.ps.endSide(c, s, bytes)
+			if err := x.ps.endSide(c, s, bytes); err != nil {
+				return err
+			}
+		}
+		if ahead != nil {
+			// The next layer's guessed experts, behind this layer's
+			// copies on the copy stream.
+			n := l + 1
+			if err := ahead.choose(c, cfg, n, T, func(e int) bool { _, ok := x.resident[n][e]; return ok }); err != nil {
+				return err
+			}
+			if _, err := ahead.copyNext(c, x.ps.copy, x.layers[n], x.ps.slotBytes); err != nil {
+				return err
+			}
 		}
 		return nil
 	}

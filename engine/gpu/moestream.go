@@ -85,6 +85,9 @@ type pickStream struct {
 	// side is the GPU side's fit against the staged bytes: what a batch
 	// layer's split balances with the CPU's (batchShare).
 	side linkFit
+	// ahead stages the next batch layer's guessed experts during the
+	// hand-over (moeahead.go); nil for a model of few large experts.
+	ahead *aheadStage
 }
 
 // linkFit fits a link's time for a layer's share as fixed + bytes/rate,
@@ -165,6 +168,13 @@ type PickStats struct {
 	// not the links' balance, set a batch layer's split.
 	BatchLayers int64 `json:"batch_layers"`
 	Capped      int64 `json:"capped"`
+	// AheadStaged is the experts a batch layer copied ahead for the
+	// next (its guessed picks), AheadUsed those the next layer's CPU
+	// would have computed, which the GPU did instead, AheadBytes the
+	// copies' bytes (not in Bytes).
+	AheadStaged int64 `json:"ahead_staged"`
+	AheadUsed   int64 `json:"ahead_used"`
+	AheadBytes  int64 `json:"ahead_bytes"`
 	// SideLayers is the batch layers whose GPU side (from the CPU's
 	// start to the end of the GPU's share) was timed, SideLate those of
 	// them where it ended after the CPU's share, SideTail by how much in
@@ -196,6 +206,9 @@ func (ps *pickStream) stats(st *PickStats) {
 	st.CopyRate, st.CPURate = ps.copies.rate(), ps.cpu.rate()
 	st.BatchLayers, st.Capped = int64(ps.batchSplits), int64(ps.capped)
 	st.SideLayers, st.SideLate, st.SideTail = int64(ps.sideLayers), int64(ps.sideLate), ps.sideTail
+	if a := ps.ahead; a != nil {
+		st.AheadStaged, st.AheadUsed, st.AheadBytes = a.staged, a.hits, a.bytes
+	}
 	if f, _, ok := ps.copies.line(); ok {
 		st.CopyFixed = time.Duration(f * 1e9)
 	}
@@ -249,8 +262,9 @@ func PickStreamBytes(cfg *model.Config, largest int64) int64 {
 	if !cfg.MoE() || largest <= 0 {
 		return 0
 	}
-	// The part's table and activations too.
-	return int64(streamSlots(cfg))*slotFor(largest) + 2*tableBytes(1, cfg.Experts) + actsBytes(cfg, stagedRows(cfg)) + actsBytes(cfg, cfg.ExpertsUsed)
+	// The part's table and activations too, and the ahead stage.
+	return int64(streamSlots(cfg))*slotFor(largest) + 2*tableBytes(1, cfg.Experts) + actsBytes(cfg, stagedRows(cfg)) + actsBytes(cfg, cfg.ExpertsUsed) +
+		aheadBytes(cfg, slotFor(largest))
 }
 
 // stagedRows is the most picks the staged launches take: a batch pass's
@@ -331,6 +345,11 @@ func newPickStream(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *mo
 	}
 	clear(ps.partTableHost.Bytes())
 	ps.partSet = -1
+	if aheadSlots(cfg) > 0 {
+		if ps.ahead, err = newAheadStage(c, cfg, ps.slotBytes); err != nil {
+			return nil, err
+		}
+	}
 	for _, e := range []*cudadrv.Event{&ps.loaded, &ps.done} {
 		if *e, err = c.NewEvent(cudadrv.EventDisableTiming); err != nil {
 			return nil, err
@@ -658,6 +677,17 @@ func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream
 	if err != nil {
 		return 0, err
 	}
+	// The experts staged ahead for this layer that it picked are in their
+	// set's slots, copied already.
+	whole := len(es) > 0
+	if a := ps.ahead; a != nil && a.usedSet >= 0 {
+		for _, e := range a.used {
+			w := a.weights(e)
+			tab[e*3], tab[e*3+1], tab[e*3+2] = uint64(w.gate.Ptr), uint64(w.up.Ptr), uint64(w.down.Ptr)
+			ps.set = append(ps.set, e)
+		}
+		whole = true
+	}
 	// A split pick's part goes to the slot after the whole picks' (a
 	// layer's CPU picks, whole or split, are at most K).
 	var view kernels.MoEPicked
@@ -672,7 +702,7 @@ func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream
 		return 0, err
 	}
 	ps.timedBytes = bytes
-	if len(es) > 0 {
+	if whole {
 		if err := c.CopyHtoD(ps.table, ps.tableHost.Bytes(), ps.copy); err != nil {
 			return 0, err
 		}
@@ -688,8 +718,13 @@ func (ps *pickStream) stage(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream
 	if err := c.WaitEvent(s, ps.loaded); err != nil {
 		return 0, err
 	}
-	if err := ps.launchShare(c, k, s, cfg, L, n, xn, len(es) > 0, part, view, "staged"); err != nil {
+	if err := ps.launchShare(c, k, s, cfg, L, n, xn, whole, part, view, "staged"); err != nil {
 		return 0, err
+	}
+	if a := ps.ahead; a != nil && a.usedSet >= 0 {
+		if err := c.Record(a.read[a.usedSet], s); err != nil {
+			return 0, err
+		}
 	}
 	return bytes, c.Record(ps.done, s)
 }
@@ -797,7 +832,7 @@ func (ps *pickStream) release(c *cudadrv.Ctx) error {
 	if ps.copy != 0 {
 		err = errors.Join(err, c.StreamSync(ps.copy))
 	}
-	err = errors.Join(err, c.Free(ps.slots), c.Free(ps.table), c.Free(ps.acts), c.FreeHost(ps.tableHost),
+	err = errors.Join(err, ps.ahead.release(c), c.Free(ps.slots), c.Free(ps.table), c.Free(ps.acts), c.FreeHost(ps.tableHost),
 		c.Free(ps.partTable), c.Free(ps.partActs), c.FreeHost(ps.partTableHost))
 	for _, e := range []cudadrv.Event{ps.loaded, ps.done, ps.start, ps.end, ps.sideStart, ps.sideEnd} {
 		if e != 0 {

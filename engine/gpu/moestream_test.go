@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -195,6 +196,15 @@ func TestStreamPicksBatch(t *testing.T) {
 		if sp.SideLayers == 0 || sp.SideLate > sp.SideLayers || sp.SideTail < 0 || sp.SideLate == 0 && sp.SideTail != 0 {
 			t.Errorf("the GPU's side: %d layers timed, %d late by %v in all", sp.SideLayers, sp.SideLate, sp.SideTail)
 		}
+		// Models of fine experts stage the next layer's guessed experts
+		// during the hand-overs of the decode passes, and the logits
+		// above held with the guesses that were picked computed from
+		// their sets.
+		if aheadSlots(&cfg) > 0 && cfg.Layers > 1 {
+			if sp.AheadStaged == 0 || sp.AheadUsed == 0 || sp.AheadUsed > sp.AheadStaged || sp.AheadBytes <= 0 {
+				t.Errorf("staged ahead: %d experts (%d bytes), %d of them used", sp.AheadStaged, sp.AheadBytes, sp.AheadUsed)
+			}
+		}
 	})
 }
 
@@ -244,5 +254,49 @@ func TestBatchShare(t *testing.T) {
 	}
 	if got := ps.batchShare(nil, ids, b, 8); got != nil {
 		t.Errorf("no CPU experts: %v", got)
+	}
+}
+
+// TestAheadTake: a batch layer takes from the set staged for it the
+// experts its CPU would compute, marks them staged, serves it once, and
+// clear ends the marks; a layer no set holds takes none.
+func TestAheadTake(t *testing.T) {
+	t.Parallel()
+	a := &aheadStage{layer: [2]int{-1, 5}, usedSet: -1}
+	a.es[1] = []int{3, 9, 12}
+	staged := make([]bool, 16)
+	if rest := a.take(4, []int{3, 9}, staged); len(rest) != 2 || a.usedSet != -1 || staged[3] {
+		t.Errorf("layer 4 (no set): rest %v, set %d", rest, a.usedSet)
+	}
+	rest := a.take(5, []int{1, 3, 7, 12}, staged)
+	if !slices.Equal(rest, []int{1, 7}) || !slices.Equal(a.used, []int{3, 12}) || a.usedSet != 1 || !staged[3] || !staged[12] || staged[9] || a.hits != 2 {
+		t.Errorf("layer 5: rest %v, used %v of set %d, hits %d", rest, a.used, a.usedSet, a.hits)
+	}
+	if a.layer[1] != -1 {
+		t.Errorf("the set still holds layer %d after serving it", a.layer[1])
+	}
+	a.clear(staged)
+	if staged[3] || staged[12] || a.usedSet != -1 || len(a.used) != 0 {
+		t.Errorf("after clear: marks %v, set %d", staged, a.usedSet)
+	}
+	if rest := a.take(5, []int{3}, staged); len(rest) != 1 || a.usedSet != -1 {
+		t.Errorf("layer 5 again: rest %v, set %d", rest, a.usedSet)
+	}
+}
+
+// TestAheadSlots: models of fine experts stage half a token's picks
+// ahead; those of few large experts none, and take no memory for it.
+func TestAheadSlots(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		experts, used, want int
+	}{{128, 8, 4}, {8, 2, 0}, {64, 4, 2}} {
+		cfg := &model.Config{Experts: tc.experts, ExpertsUsed: tc.used, Dim: 64}
+		if got := aheadSlots(cfg); got != tc.want {
+			t.Errorf("%d of %d: %d slots, want %d", tc.used, tc.experts, got, tc.want)
+		}
+		if b := aheadBytes(cfg, 1<<20); (b == 0) != (tc.want == 0) || b != 0 && b < int64(2*tc.want)<<20 {
+			t.Errorf("%d of %d: %d bytes for %d slots a set", tc.used, tc.experts, b, tc.want)
+		}
 	}
 }

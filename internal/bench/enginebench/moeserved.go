@@ -349,6 +349,10 @@ type servedBatch struct {
 	// CPU's, as a share of the batch's wall time (-1 where none was
 	// timed): the hand-overs' part that waits for PCIe's share.
 	tail float64
+	// ahead is the share of the experts copied ahead of their layer (its
+	// guessed routing, during the hand-over) that the layer's CPU would
+	// have computed (-1 where none was copied).
+	ahead float64
 	// pool is what the CPU's threads (workpool.Default) did over the
 	// batch: its steps, and the sleeping threads they woke.
 	pool workpool.Stats
@@ -374,7 +378,10 @@ func (sv *servedBatch) sides(d engine.ExpertInfo, wall time.Duration) {
 	sv.cpuBusy, sv.hop = d.CPUBusy.Seconds()/wall.Seconds(), d.Hop.Seconds()/wall.Seconds()
 	sv.cpuRate = float64(d.CPUBytes) / d.CPUBusy.Seconds()
 	sv.beside = d.CPUBeside.Seconds() / d.CPUBusy.Seconds()
-	sv.capped, sv.tail = -1, -1
+	sv.capped, sv.tail, sv.ahead = -1, -1, -1
+	if d.StreamAhead > 0 {
+		sv.ahead = float64(d.StreamAheadUsed) / float64(d.StreamAhead)
+	}
 	if d.StreamBatchLayers > 0 {
 		sv.capped = float64(d.StreamCapped) / float64(d.StreamBatchLayers)
 	}
@@ -439,6 +446,9 @@ func servedBatchMetrics(sv servedBatch, peer *Ratio) ([]Metric, []string, error)
 		}
 		if sv.tail >= 0 {
 			m = append(m, Metric{Key: fmt.Sprintf("served_batch%d_pcie_tail", sv.seqs), Label: "    of the hand-overs, the GPU's share running past the CPU's (PCIe's tail), of the wall time", Value: sv.tail, Unit: "share"})
+		}
+		if sv.ahead >= 0 {
+			m = append(m, Metric{Key: fmt.Sprintf("served_batch%d_ahead_used", sv.seqs), Label: "  experts copied during the hand-over by the next layer's guessed routing that it picked for the CPU", Value: sv.ahead, Unit: "share"})
 		}
 		if st := sv.pool; st.Steps > 0 {
 			m = append(m, Metric{Key: fmt.Sprintf("served_batch%d_woken_steps", sv.seqs), Label: "  the CPU's steps that first woke sleeping threads, of its steps", Value: float64(st.WokenSteps) / float64(st.Steps), Unit: "share"})

@@ -179,6 +179,15 @@ func TestServedBatchMetrics(t *testing.T) {
 	if err != nil || len(m) != 10 || m[7].Key != "served_batch8_slots_capped" || m[8].Key != "served_batch8_pcie_tail" || math.Abs(m[8].Value-0.1) > 1e-12 || m[9].Key != "served_batch8_wall_s" {
 		t.Errorf("PCIe tail's row %+v (%v): want a tenth of the wall after the slots' row", m, err)
 	}
+	// 400 experts copied ahead of their layers, 300 of them picked for
+	// the CPU: a row after the PCIe tail's.
+	ahead := links
+	ahead.sides(engine.ExpertInfo{CPUBusy: 6 * time.Second, Hop: time.Second, CPUBytes: 180e9, PCIeBytes: 60e9, StreamBatchLayers: 100, StreamCapped: 25,
+		StreamSideLayers: 60, StreamSideLate: 40, StreamSideTail: 1200 * time.Millisecond, StreamAhead: 400, StreamAheadUsed: 300}, 12*time.Second)
+	m, _, err = servedBatchMetrics(ahead, peer)
+	if err != nil || len(m) != 11 || m[9].Key != "served_batch8_ahead_used" || m[9].Value != 0.75 || m[10].Key != "served_batch8_wall_s" {
+		t.Errorf("ahead's row %+v (%v): want three quarters used, then the combined-link row", m, err)
+	}
 	// The CPU's threads woke sleepers in 300 of 1200 steps, 4500 of
 	// them: a row after the slots', and a note.
 	woke := capped
