@@ -15,7 +15,7 @@ import (
 
 // DefaultMoEServed is the moe scenario's served decode length: long
 // enough for the device's experts to follow the routing served (the
-// engine's adapter looks every 32 tokens) and for its rate to settle.
+// engine's adapter looks every few passes) and for its rate to settle.
 const DefaultMoEServed = 512
 
 // servedPrompt is the served row's text prompt: what `strata run` sends
