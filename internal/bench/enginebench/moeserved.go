@@ -264,11 +264,13 @@ func (rn *runner) moeServedBatch(ctx context.Context, res *ScenarioResult, mc Mo
 		return submitErr
 	}
 	short := 0
+	seen := map[int32]bool{}
 	for i, h := range handles {
 		var got int
 		for ev := range h.Events {
 			if ev.Token >= 0 {
 				got++
+				seen[ev.Token] = true
 			}
 			if ev.Err != nil {
 				return fmt.Errorf("served batch: request %d: %w", i+1, ev.Err)
@@ -286,7 +288,7 @@ func (rn *runner) moeServedBatch(ctx context.Context, res *ScenarioResult, mc Mo
 	d := info1.Since(info0)
 	sv := servedBatch{seqs: seqs, tokens: n, short: short, passes: passes, decoded: tokens, elapsed: elapsed,
 		hit: d.DeviceHit(), streamed: streamedShare(d), moved: d.DeviceMoves, onDevice: info1.OnDevice,
-		deviceGiB: float64(info1.DeviceBytes) / (1 << 30), promptTokens: promptTokens}
+		deviceGiB: float64(info1.DeviceBytes) / (1 << 30), promptTokens: promptTokens, distinct: len(seen)}
 	sv.sides(d, wall)
 	sv.pool = workpool.Default().Stats().Sub(pool0)
 	sv.dram, sv.h2d = rn.dram, rn.ceil.H2D
@@ -367,6 +369,11 @@ type servedBatch struct {
 	onDevice     int
 	deviceGiB    float64
 	promptTokens int
+	// distinct is how many different tokens the requests generated:
+	// greedy text on random weights may fall into a loop, and what the
+	// batch generates sets its routing, so two runs' rates compare only
+	// where their texts are alike.
+	distinct int
 }
 
 // sides fills sv's CPU and hand-over figures from d, the engine's
@@ -458,8 +465,8 @@ func servedBatchMetrics(sv servedBatch, peer *Ratio) ([]Metric, []string, error)
 				Ratio: ratioTo(sv.wall.Seconds(), lim.Seconds(), fmt.Sprintf("combined-link limit %.3f s (%s ÷ (host read %.1f + H2D %.1f GB/s))", lim.Seconds(), gib(sv.off), sv.dram/1e9, sv.h2d/1e9))})
 		}
 	}
-	notes := []string{fmt.Sprintf("served batch: %d requests at once through engine.OpenWith (batch %d) and the daemon's scheduler, %d prompt tokens in all, then up to %d greedy tokens each; the rate is the %d passes that advanced all %d sequences (%d tokens, %s of wall time, the scheduler's work between passes included); %d experts (%.2f GiB) in device memory, %d moved into it",
-		sv.seqs, sv.seqs, sv.promptTokens, sv.tokens, sv.passes, sv.seqs, sv.decoded, sv.elapsed.Round(time.Millisecond), sv.onDevice, sv.deviceGiB, sv.moved)}
+	notes := []string{fmt.Sprintf("served batch: %d requests at once through engine.OpenWith (batch %d) and the daemon's scheduler, %d prompt tokens in all, then up to %d greedy tokens each (%d different tokens among them); the rate is the %d passes that advanced all %d sequences (%d tokens, %s of wall time, the scheduler's work between passes included); %d experts (%.2f GiB) in device memory, %d moved into it",
+		sv.seqs, sv.seqs, sv.promptTokens, sv.tokens, sv.distinct, sv.passes, sv.seqs, sv.decoded, sv.elapsed.Round(time.Millisecond), sv.onDevice, sv.deviceGiB, sv.moved)}
 	if st := sv.pool; sv.cpuBusy > 0 && st.WokenSteps > 0 {
 		notes = append(notes, fmt.Sprintf("served batch: the CPU's threads: %d steps, %d of them woke %d sleeping threads (%.1f a step that woke any)",
 			st.Steps, st.WokenSteps, st.Woken, float64(st.Woken)/float64(st.WokenSteps)))

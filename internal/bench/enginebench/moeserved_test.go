@@ -133,7 +133,7 @@ func TestMoEServedBatchCPU(t *testing.T) {
 func TestServedBatchMetrics(t *testing.T) {
 	t.Parallel()
 	peer := &Ratio{Value: 2, Basis: "llama.cpp", BasisValue: 50}
-	sv := servedBatch{seqs: 8, tokens: 128, passes: 127, decoded: 1016, elapsed: 10 * time.Second, hit: 0.6, streamed: 0.25, moved: 40, onDevice: 900, deviceGiB: 2.5, promptTokens: 120}
+	sv := servedBatch{seqs: 8, tokens: 128, passes: 127, decoded: 1016, elapsed: 10 * time.Second, hit: 0.6, streamed: 0.25, moved: 40, onDevice: 900, deviceGiB: 2.5, promptTokens: 120, distinct: 311}
 	m, notes, err := servedBatchMetrics(sv, peer)
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +197,7 @@ func TestServedBatchMetrics(t *testing.T) {
 		len(wnotes) != 2 || !strings.Contains(wnotes[1], "1200 steps, 300 of them woke 4500 sleeping threads (15.0 a step") {
 		t.Errorf("wake-ups' row %+v notes %q (%v): want a quarter of the steps, then the combined-link row", m, wnotes, err)
 	}
-	if len(notes) != 1 || !strings.Contains(notes[0], "127 passes") || !strings.Contains(notes[0], "900 experts (2.50 GiB)") {
+	if len(notes) != 1 || !strings.Contains(notes[0], "127 passes") || !strings.Contains(notes[0], "900 experts (2.50 GiB)") || !strings.Contains(notes[0], "(311 different tokens among them)") {
 		t.Errorf("notes %q", notes)
 	}
 	short := sv
