@@ -9,7 +9,7 @@
 # so four of them cost little more than one, and the tracked tree with
 # two bundles passed the device tool's carry limit.
 #
-#   bash lab/bundle.sh pre=2c47bcf side=lab/moe/side.patch
+#   bash lab/bundle.sh pre=2c47bcf ahead1=lab/moe/ahead1.patch
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOFLAGS=-buildvcs=false CGO_ENABLED=0

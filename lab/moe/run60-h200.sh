@@ -14,7 +14,8 @@
 # alone on this host (BenchmarkMoEFFNGap, main's engine-model.test).
 # Stops starting runs past LIMIT (default 560) seconds. Carry
 # bin/gpu-tests.txz from
-# `bash lab/bundle.sh ring=f8ef70a pre=20e0f01 side=lab/moe/side.patch`.
+# `bash lab/bundle.sh ring=f8ef70a pre=20e0f01 side=lab/moe/side.patch` (the patch is
+# in 7ca231e and deleted since: `git show 7a60046:lab/moe/side.patch`).
 . "$(dirname "$0")/../hybrid/lib.sh"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
 LIMIT=${LIMIT:-560}
