@@ -16,6 +16,10 @@ LIMIT=${LIMIT:-400}
 echo "== card: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(nproc) cpus"
 (cd engine/gpu && timeout 150 "$B/engine-gpu.test" -test.run 'TestStreamPicks|TestBatchShare|TestAhead|TestMoE' -test.v >"$L/gpu-tests.txt" 2>&1)
 echo "== tests rc=$? at ${SECONDS}s"; grep -E '^(--- |ok|FAIL|panic)|staged ahead' "$L/gpu-tests.txt" | cut -c1-200 | head -20
+for v in ${BATCH:-pre s2 s8 main main s8 s2 pre}; do
+	[ "$SECONDS" -lt "$LIMIT" ] || { echo "== stopped before batch $v at ${SECONDS}s"; break; }
+	served "$v" 8
+done
 for vc in main:8 pre:8 pre:8 main:8 main:4 pre:4 pre:4 main:4; do
 	v=${vc%:*} gib=${vc#*:}
 	[ "$SECONDS" -lt "$LIMIT" ] || { echo "== stopped before $vc at ${SECONDS}s"; break; }
@@ -23,9 +27,5 @@ for vc in main:8 pre:8 pre:8 main:8 main:4 pre:4 pre:4 main:4; do
 	timeout 100 bin/ab/strata-$v bench engine --synth-dir $S --only moe --moe-cases qwen3moe-30b-a3b-${gib}GiB \
 		--moe-fixed=false --moe-served-batch 0 >>"$L/served1.txt" 2>&1
 	echo "== served one token, $v $gib GiB rc=$? at ${SECONDS}s"
-	tac "$L/served1.txt" | sed '/^== /q' | tac | grep -E '^ +served decode' | cut -c1-44,100-124
-done
-for v in main pre; do
-	[ "$SECONDS" -lt "$LIMIT" ] || { echo "== stopped before batch $v at ${SECONDS}s"; break; }
-	served "$v" 8
+	tac "$L/served1.txt" | sed '/^== /q' | tac | grep -E '^ +served decode|note: served decode: [0-9]+ experts copied' | cut -c1-160
 done
