@@ -26,7 +26,7 @@ import (
 // would otherwise idle, and the slots' device memory.
 type aheadStage struct {
 	slots   cudadrv.DevPtr // 2 sets of aheadSlots slots of the pick stream's slot size
-	xn      cudadrv.DevPtr // the guess's normed rows (rows × Dim float32)
+	xn      cudadrv.DevPtr // the guess's normed rows (a pass's tokens, pickedTokens, × Dim float32)
 	picks   cudadrv.DevPtr // its ids (rows int32), then weights (rows float32)
 	host    *cudadrv.HostMem
 	hostDev cudadrv.DevPtr // host's device address: the ids come down with the routing
@@ -237,9 +237,6 @@ func (a *aheadStage) copyNext(c *cudadrv.Ctx, copy cudadrv.Stream, L *model.Laye
 	a.next, a.nextFor = a.next[:0], -1
 	return bytes, nil
 }
-
-// drop forgets the guess not yet copied (a layer that copied none).
-func (a *aheadStage) drop() { a.next, a.nextFor = a.next[:0], -1 }
 
 // release frees the ahead stage.
 func (a *aheadStage) release(c *cudadrv.Ctx) error {
