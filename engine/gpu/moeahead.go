@@ -141,8 +141,7 @@ func (a *aheadStage) guess(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream,
 }
 
 // choose waits for the guess of layer l's routing (T tokens) to reach the
-// host and keeps for copyNext the experts off the device (resident says
-// which are on it) with the most guessed tokens, at most a set's slots.
+// host and keeps for copyNext its experts (guessedCPU).
 func (a *aheadStage) choose(c *cudadrv.Ctx, cfg *model.Config, l, T int, resident func(e int) bool) error {
 	if err := c.EventSync(a.guessed); err != nil {
 		return err
@@ -151,23 +150,34 @@ func (a *aheadStage) choose(c *cudadrv.Ctx, cfg *model.Config, l, T int, residen
 	if err != nil {
 		return err
 	}
-	a.next, a.nextFor = a.next[:0], l
+	a.nextFor = -1
+	if a.next, err = guessedCPU(a.next[:0], a.count, ids, cfg.Experts, aheadSlots(cfg), resident); err != nil {
+		return fmt.Errorf("the device's guess for layer %d: %w", l, err)
+	}
+	a.nextFor = l
+	return nil
+}
+
+// guessedCPU appends to dst the distinct experts of the guessed picks ids
+// (of E experts) off the device (resident says which are on it), those
+// with the most guessed tokens first (the earlier pick on a tie), at most
+// slots of them; count is scratch of E.
+func guessedCPU(dst, count []int, ids []int32, E, slots int, resident func(e int) bool) ([]int, error) {
 	for _, e := range ids {
-		if e < 0 || int(e) >= cfg.Experts {
-			return fmt.Errorf("the device's guess for layer %d gave expert %d of %d", l, e, cfg.Experts)
+		if e < 0 || int(e) >= E {
+			return dst, fmt.Errorf("expert %d of %d", e, E)
 		}
 		if resident(int(e)) {
 			continue
 		}
-		if !slices.Contains(a.next, int(e)) {
-			a.next = append(a.next, int(e))
-			a.count[e] = 0
+		if !slices.Contains(dst, int(e)) {
+			dst = append(dst, int(e))
+			count[e] = 0
 		}
-		a.count[e]++
+		count[e]++
 	}
-	slices.SortStableFunc(a.next, func(p, q int) int { return cmp.Compare(a.count[q], a.count[p]) })
-	a.next = a.next[:min(len(a.next), aheadSlots(cfg))]
-	return nil
+	slices.SortStableFunc(dst, func(p, q int) int { return cmp.Compare(count[q], count[p]) })
+	return dst[:min(len(dst), slots)], nil
 }
 
 // take moves out of cpu (a layer's distinct CPU experts) those that the

@@ -300,3 +300,32 @@ func TestAheadSlots(t *testing.T) {
 		}
 	}
 }
+
+// TestGuessedCPU: the experts staged ahead are the guess's off the
+// device, each once, those with the most tokens first, no more than the
+// slots; an id out of range is an error.
+func TestGuessedCPU(t *testing.T) {
+	t.Parallel()
+	resident := func(e int) bool { return e == 2 || e == 6 }
+	count := make([]int, 8)
+	tests := []struct {
+		name  string
+		ids   []int32
+		slots int
+		want  []int
+	}{
+		{"by tokens", []int32{1, 3, 2, 5, 3, 4, 5, 3}, 4, []int{3, 5, 1, 4}},
+		{"capped", []int32{1, 3, 2, 5, 3, 4, 5, 3}, 2, []int{3, 5}},
+		{"resident only", []int32{2, 6, 2, 6}, 4, []int{}},
+		{"tie keeps order", []int32{7, 0, 7, 0}, 4, []int{7, 0}},
+	}
+	for _, tc := range tests {
+		got, err := guessedCPU(nil, count, tc.ids, 8, tc.slots, resident)
+		if err != nil || !slices.Equal(got, tc.want) && len(got)+len(tc.want) > 0 {
+			t.Errorf("%s: %v (%v), want %v", tc.name, got, err, tc.want)
+		}
+	}
+	if _, err := guessedCPU(nil, count, []int32{1, 8}, 8, 4, resident); err == nil {
+		t.Error("expert 8 of 8 taken")
+	}
+}
