@@ -945,6 +945,14 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 		Metric{Key: "hybrid_time_per_pass_ms", Label: "hybrid time per decode pass", Value: ms(h1.PerPass), Unit: "ms", Ratio: lr, Goal: atMost(lr, 1.15)},
 		Metric{Key: "hybrid_time_per_pass_lead", Label: "hybrid time per decode pass, after the lead", Value: ms(h1.PerPass), Unit: "ms", Ratio: llr},
 		Metric{Key: "hybrid_time_per_pass_dram", Label: "hybrid time per decode pass, to host memory", Value: ms(h1.PerPass), Unit: "ms", Ratio: dr})
+	if rn.dram > 0 {
+		// No schedule passes the tighter of the two: where the CPU and
+		// PCIe together could read faster than the host's memory gives,
+		// the memory sets the pass.
+		bl := max(ll, dl)
+		br := ratioTo(ms(h1.PerPass), bl*1e3, fmt.Sprintf("the tighter limit %.2f ms (the links' after the lead %.2f, host memory's %.2f)", bl*1e3, ll*1e3, dl*1e3))
+		res.Metrics = append(res.Metrics, Metric{Key: "hybrid_time_per_pass_bound", Label: "hybrid time per decode pass, to the tighter limit", Value: ms(h1.PerPass), Unit: "ms", Ratio: br})
+	}
 	rn.o.progress("  hybrid decode, batch 8")
 	h8, err := gputime.TimeDecode(ctx, g.Model, gputime.DecodeOptions{Batch: 8, Prompt: 4, Warmup: 2, Steps: 6})
 	if err != nil {
