@@ -801,11 +801,7 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 	if err := x.alloc(c, cfg, T, 0); err != nil {
 		return err
 	}
-	bias := cudadrv.DevPtr(0)
-	if x.skew != 0 {
-		bias = x.skew.Add(int64(l) * int64(E) * 4)
-	}
-	router := x.routers.Add(int64(l) * int64(E) * int64(D) * 4)
+	router, bias := x.router(cfg, l)
 	if err := k.MoELogits(c, s, a.xn, router, bias, x.logits(cfg), T, E, D); err != nil {
 		return fmt.Errorf("router: %w", err)
 	}
@@ -837,11 +833,8 @@ func (m *Model) moeFFN(ctx context.Context, c *cudadrv.Ctx, l, T int) error {
 		// The next layer's guess goes behind the routing; the host waits
 		// for the routing alone.
 		n := l + 1
-		bias := cudadrv.DevPtr(0)
-		if x.skew != 0 {
-			bias = x.skew.Add(int64(n) * int64(E) * 4)
-		}
-		if err := ahead.guess(c, k, s, cfg, a.h, m.layers[n].ffnNorm, x.routers.Add(int64(n)*int64(E)*int64(D)*4), bias, x.logits(cfg), T); err != nil {
+		router, bias := x.router(cfg, n)
+		if err := ahead.guess(c, k, s, cfg, a.h, m.layers[n].ffnNorm, router, bias, x.logits(cfg), T); err != nil {
 			return err
 		}
 		if err := c.EventSync(ahead.routed); err != nil {
@@ -1106,6 +1099,16 @@ func (m *Model) addShares(c *cudadrv.Ctx, base cudadrv.DevPtr, T int, wts cudadr
 		base = 0
 	}
 	return nil
+}
+
+// router is layer l's router on the device (E rows of Dim float32) and
+// its logits' bias, layer l's row of the skew table (0 without one).
+func (x *gpuMoE) router(cfg *model.Config, l int) (router, bias cudadrv.DevPtr) {
+	E := int64(cfg.Experts)
+	if x.skew != 0 {
+		bias = x.skew.Add(int64(l) * E * 4)
+	}
+	return x.routers.Add(int64(l) * E * int64(cfg.Dim) * 4), bias
 }
 
 // hostRouting reads layer l's routing of T tokens from the host buffer
