@@ -1036,7 +1036,7 @@ func (m *Model) moeBatchPicked(ctx context.Context, c *cudadrv.Ctx, l, T int, rt
 			if err := ahead.choose(c, cfg, n, T, func(e int) bool { _, ok := x.resident[n][e]; return ok }); err != nil {
 				return err
 			}
-			if _, err := ahead.copyNext(c, x.ps.copy, x.layers[n], x.ps.slotBytes); err != nil {
+			if err := ahead.copyNext(c, x.ps.copy, n, x.layers[n], x.ps.slotBytes); err != nil {
 				return err
 			}
 		}

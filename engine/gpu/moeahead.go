@@ -45,7 +45,6 @@ type aheadStage struct {
 	// layer's share (copyNext); used is the current layer's experts taken
 	// from a set, and usedSet that set (-1 none).
 	next    []int
-	nextFor int
 	used    []int
 	usedSet int
 	count   []int // per expert, a guess's tokens (scratch)
@@ -79,7 +78,7 @@ func aheadBytes(cfg *model.Config, slot int64) int64 {
 
 // newAheadStage allocates the ahead slots and the guess's buffers.
 func newAheadStage(c *cudadrv.Ctx, cfg *model.Config, slot int64) (a *aheadStage, err error) {
-	a = &aheadStage{layer: [2]int{-1, -1}, usedSet: -1, nextFor: -1, rows: stagedRows(cfg), count: make([]int, cfg.Experts)}
+	a = &aheadStage{layer: [2]int{-1, -1}, usedSet: -1, rows: stagedRows(cfg), count: make([]int, cfg.Experts)}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, a.release(c))
@@ -119,7 +118,7 @@ func newAheadStage(c *cudadrv.Ctx, cfg *model.Config, slot int64) (a *aheadStage
 // the host (guessed marks it), read by choose.
 func (a *aheadStage) guess(c *cudadrv.Ctx, k *kernels.Kernels, s cudadrv.Stream, cfg *model.Config, h, norm, router, bias, logits cudadrv.DevPtr, T int) error {
 	K, E, D := cfg.ExpertsUsed, cfg.Experts, cfg.Dim
-	if T*K > a.rows || T > pickedTokens(cfg) {
+	if T > pickedTokens(cfg) {
 		return fmt.Errorf("guessing the next layer's experts: %d tokens, room for %d", T, pickedTokens(cfg))
 	}
 	if err := c.Record(a.routed, s); err != nil {
@@ -150,11 +149,10 @@ func (a *aheadStage) choose(c *cudadrv.Ctx, cfg *model.Config, l, T int, residen
 	if err != nil {
 		return err
 	}
-	a.nextFor = -1
 	if a.next, err = guessedCPU(a.next[:0], a.count, ids, cfg.Experts, aheadSlots(cfg), resident); err != nil {
+		a.next = a.next[:0]
 		return fmt.Errorf("the device's guess for layer %d: %w", l, err)
 	}
-	a.nextFor = l
 	return nil
 }
 
@@ -213,20 +211,20 @@ func (a *aheadStage) weights(e int) expertW {
 	return a.w[a.usedSet][slices.Index(a.es[a.usedSet], e)]
 }
 
-// copyNext enqueues on copy the copies of the chosen experts of layer L
-// (index next) into the set the current layer does not read, behind the
-// last launch that read that set, and returns the bytes. Called after the
-// current layer's own copies, so they go first.
-func (a *aheadStage) copyNext(c *cudadrv.Ctx, copy cudadrv.Stream, L *model.Layer, slot int64) (int64, error) {
-	if len(a.next) == 0 || a.nextFor < 0 {
-		return 0, nil
+// copyNext enqueues on copy the copies of the experts choose kept for
+// layer n (L) into the set the current layer does not read, behind the
+// last launch that read that set. Called after the current layer's own
+// copies, so they go first.
+func (a *aheadStage) copyNext(c *cudadrv.Ctx, copy cudadrv.Stream, n int, L *model.Layer, slot int64) error {
+	if len(a.next) == 0 {
+		return nil
 	}
 	set := 0
 	if a.usedSet == 0 {
 		set = 1
 	}
 	if err := c.WaitEvent(copy, a.read[set]); err != nil {
-		return 0, err
+		return err
 	}
 	base := a.slots.Add(int64(set*len(a.w[set])) * slot)
 	a.es[set] = a.es[set][:0]
@@ -235,17 +233,17 @@ func (a *aheadStage) copyNext(c *cudadrv.Ctx, copy cudadrv.Stream, L *model.Laye
 		w, err := putExpert(c, copy, base.Add(int64(i)*slot), slot, &L.Experts[e])
 		if err != nil {
 			a.layer[set] = -1
-			return 0, fmt.Errorf("staging layer %d's expert %d ahead: %w", a.nextFor, e, err)
+			return fmt.Errorf("staging layer %d's expert %d ahead: %w", n, e, err)
 		}
 		a.w[set][i] = w
 		a.es[set] = append(a.es[set], e)
 		bytes += expertSize(&L.Experts[e])
 	}
-	a.layer[set] = a.nextFor
+	a.layer[set] = n
 	a.staged += int64(len(a.next))
 	a.bytes += bytes
-	a.next, a.nextFor = a.next[:0], -1
-	return bytes, nil
+	a.next = a.next[:0]
+	return nil
 }
 
 // release frees the ahead stage.
