@@ -14,8 +14,8 @@
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-/usr/local/nvidia/lib64}
 LIMIT=${LIMIT:-400}
 echo "== card: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(nproc) cpus"
-(cd engine/gpu && timeout 150 "$B/engine-gpu.test" -test.run 'TestStreamPicks|TestBatchShare|TestAhead|TestMoE' -test.v >"$L/gpu-tests.txt" 2>&1)
-echo "== tests rc=$? at ${SECONDS}s"; grep -E '^(--- |ok|FAIL|panic)|staged ahead' "$L/gpu-tests.txt" | cut -c1-200 | head -20
+(cd engine/gpu && timeout 200 "$B/engine-gpu.test" -test.run 'TestStreamPicks|TestBatchShare|TestAhead|TestMoE|TestHostToDeviceBeside|TestHybrid' -test.v >"$L/gpu-tests.txt" 2>&1)
+echo "== tests rc=$? at ${SECONDS}s"; grep -E '^(--- |ok|FAIL|panic)|staged ahead|beside a sleeper' "$L/gpu-tests.txt" | cut -c1-200 | head -30
 for v in ${BATCH:-pre s2 s8 main main s8 s2 pre}; do
 	[ "$SECONDS" -lt "$LIMIT" ] || { echo "== stopped before batch $v at ${SECONDS}s"; break; }
 	served "$v" 8

@@ -194,9 +194,12 @@ func loopRate(ctx context.Context, loop func([]byte) uint64, buf []byte, cpu int
 
 // ReadBandwidth is the host's memory read rate with every CPU this
 // process may use: the best of the passes over a buffer of n bytes (huge
-// pages, written first) in d. It is the other ceiling of a hybrid pass:
-// the CPU's FFNs and the copy engine's reads of pinned memory come out of
-// the same DRAM, so together they cannot beat it.
+// pages, written first) in d. It is a ceiling of a hybrid pass's CPU
+// side, and a bound on the pass as a whole only where DRAM, not the
+// cores' outstanding misses, sets it: the copy engine's reads of pinned
+// memory come out of the same DRAM but not through the cores, so the two
+// together can read more than the CPU alone (ReadWindow measures them at
+// once).
 func ReadBandwidth(ctx context.Context, n int64, d time.Duration) (float64, error) {
 	cpus, _, err := usableCPUs()
 	if err != nil {
@@ -228,4 +231,50 @@ func usableCPUs() ([]int, int, error) {
 		cpus = cpus[:mp]
 	}
 	return cpus, cores, nil
+}
+
+// ReadWindow reads a buffer of n bytes (huge pages, written first) with
+// every CPU this process may use, pass after pass for at least d, and
+// returns the mean rate over those passes and the window they span. It
+// is the CPU's half of a probe of both links at once: another reader of
+// the same memory (the copy engine) runs beside it and takes its own rate
+// over the same window, which the buffer's allocation and first writes
+// stay out of.
+func ReadWindow(ctx context.Context, n int64, d time.Duration) (r float64, from, to time.Time, err error) {
+	cpus, _, err := usableCPUs()
+	if err != nil {
+		return 0, from, to, err
+	}
+	buf, err := hostmem.Alloc(int(n), hostmem.AllocOptions{HugePages: true})
+	if err != nil {
+		return 0, from, to, fmt.Errorf("memory read window: %w", err)
+	}
+	defer buf.Free()
+	if err := touch(buf.Bytes(), cpus); err != nil {
+		return 0, from, to, fmt.Errorf("memory read window: %w", err)
+	}
+	parts := split(buf.Bytes(), len(cpus))
+	var bytes int64
+	for _, p := range parts {
+		bytes += int64(len(p))
+	}
+	tm, err := newTeam(cpus, func(i int) { sink.Add(read(parts[i])) })
+	if err != nil {
+		return 0, from, to, fmt.Errorf("memory read window with %d threads: %w", len(cpus), err)
+	}
+	const minPasses = 3
+	passes := 0
+	from = time.Now()
+	for passes < minPasses || time.Since(from) < d {
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		tm.pass()
+		passes++
+	}
+	to = time.Now()
+	if err = errors.Join(err, tm.close()); err != nil {
+		return 0, from, to, fmt.Errorf("memory read window: %w", err)
+	}
+	return float64(bytes) * float64(passes) / to.Sub(from).Seconds(), from, to, nil
 }

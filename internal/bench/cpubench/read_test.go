@@ -117,3 +117,27 @@ func TestReadBandwidth(t *testing.T) {
 		t.Error("cancelled: no error")
 	}
 }
+
+// TestReadWindow: the at-once probe's CPU half reads for at least its
+// span, reports a window of that length that the rate is taken over, and
+// stops with an error when its context is cancelled.
+func TestReadWindow(t *testing.T) {
+	t.Parallel()
+	const d = 50 * time.Millisecond
+	before := time.Now()
+	r, from, to, err := ReadWindow(context.Background(), 64<<20, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(r > 1e8) {
+		t.Fatalf("read rate %g B/s", r)
+	}
+	if from.Before(before) || to.Sub(from) < d || time.Since(to) < 0 {
+		t.Fatalf("window %v..%v (since start %v..%v), want at least %v", from, to, from.Sub(before), to.Sub(before), d)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, _, err := ReadWindow(ctx, 64<<20, d); err == nil {
+		t.Error("cancelled: no error")
+	}
+}
