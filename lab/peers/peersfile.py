@@ -1,4 +1,4 @@
-"""peersfile.py GPU [--batched ARCH:NCMOE:FILE]... TABLE...: a strata peers
+"""peersfile.py [--dense] GPU [--batched ARCH:NCMOE:FILE]... TABLE...: a strata peers
 file (docs/peers-h200.json's format) from llama-bench's markdown tables
 (run3-h200.sh, run5-h200.sh) and llama-batched-bench's (run5-h200.sh):
 each case's figure, the mean over the tables that hold it. Cases by model
@@ -8,7 +8,9 @@ the short decode (tg32, Mixtral tg16) moe_<case>_decode. A batched table
 prints neither model nor n_cpu_moe, so each is named ARCH:NCMOE:FILE; its
 rows of 8 sequences of 128 tokens become moe_<case>_decode_b8_128 (S_TG,
 the aggregate decode: the served batch's peer), its other rows are left
-out (strata's peers file knows no other name)."""
+out (strata's peers file knows no other name). With --dense the tables are
+llama-bench's on the Llama 8b and 70b files (run6-h200.sh): 8B at -ngl 17
+becomes half_decode, 70B at -ngl 40 70b_half_decode (issue 20's peers)."""
 import json
 import sys
 
@@ -30,8 +32,38 @@ def rows(path):
         yield cells
 
 
+DENSE = {("8B", "17"): ("half_decode", "8b Q4_K_M, 16 of 32 layers (and the output) on the GPU (-ngl 17), the rest on 16 CPU threads"),
+         ("70B", "40"): ("70b_half_decode", "70b Q4_K_M, 40 of 80 layers on the GPU (-ngl 40), the rest on 16 CPU threads")}
+
+
+def dense(gpu, tables):
+    seen = {}
+    for t in tables:
+        for r in rows(t):
+            size = r["model"].split()[1]
+            case = DENSE.get((size, r["ngl"]))
+            if case is None:
+                raise SystemExit(f"{t}: no case for {r['model']} ngl {r['ngl']}")
+            seen.setdefault((case, r["test"]), []).append(float(r["t/s"].split("±")[0]))
+    figures = {}
+    for ((key, setup), test), v in sorted(seen.items()):
+        if key in figures:
+            raise SystemExit(f"two tests for {key}")
+        figures[key] = {"system": "llama.cpp", "setup": f"{setup}, {test}, mean of {len(v)} tables ({', '.join(f'{x:.2f}' for x in v)})",
+                        "value": round(sum(v) / len(v), 2), "unit": "tok/s"}
+    src = ("llama.cpp c2b1518fd (upstream, 2026-06-08; CUDA sm_90, static, GGML_NATIVE, GGML_CUDA_FA=OFF) built and "
+           f"run on the lent host ({gpu}, 16 CPU threads) by strata's device call lab/peers/run6-h200.sh, not by `strata bench`: "
+           "llama-bench -ngl N -p 0 -t 16 -fa 0 (-r 2 -n 128 for the 8b, -r 1 -n 32 for the 70b) on the synthetic Llama-3.1 8b and 70b "
+           "Q4_K_M files `strata model synth` writes (seed 1) in /dev/shm")
+    json.dump({"source": src, "figures": figures}, sys.stdout, indent=2)
+    print()
+
+
 def main():
     args = sys.argv[1:]
+    if args and args[0] == "--dense":
+        dense(args[1], args[2:])
+        return
     gpu, tables, batched = args[0], [], []
     i = 1
     while i < len(args):
