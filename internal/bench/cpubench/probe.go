@@ -158,6 +158,17 @@ func fill(b []byte) {
 // readRate is the rate at which the goroutines of cpus read buf, each its
 // own slice, all at once.
 func readRate(ctx context.Context, buf []byte, cpus []int, d time.Duration) (rate, error) {
+	tm, bytes, err := readers(buf, cpus)
+	if err != nil {
+		return rate{}, err
+	}
+	r, err := measure(ctx, d, bytes, tm.pass)
+	return r, errors.Join(err, tm.close())
+}
+
+// readers is a team of the goroutines of cpus whose pass reads buf, each
+// its own slice, and the bytes a pass reads.
+func readers(buf []byte, cpus []int) (*team, int64, error) {
 	parts := split(buf, len(cpus))
 	var bytes int64
 	for _, p := range parts {
@@ -165,10 +176,9 @@ func readRate(ctx context.Context, buf []byte, cpus []int, d time.Duration) (rat
 	}
 	tm, err := newTeam(cpus, func(i int) { sink.Add(read(parts[i])) })
 	if err != nil {
-		return rate{}, fmt.Errorf("read with %d threads: %w", len(cpus), err)
+		return nil, 0, fmt.Errorf("read with %d threads: %w", len(cpus), err)
 	}
-	r, err := measure(ctx, d, bytes, tm.pass)
-	return r, errors.Join(err, tm.close())
+	return tm, bytes, nil
 }
 
 // loopRate is the rate at which loop reads buf again and again on one
@@ -201,23 +211,35 @@ func loopRate(ctx context.Context, loop func([]byte) uint64, buf []byte, cpu int
 // together can read more than the CPU alone (ReadWindow measures them at
 // once).
 func ReadBandwidth(ctx context.Context, n int64, d time.Duration) (float64, error) {
-	cpus, _, err := usableCPUs()
-	if err != nil {
-		return 0, err
-	}
-	buf, err := hostmem.Alloc(int(n), hostmem.AllocOptions{HugePages: true})
+	buf, cpus, err := written(n)
 	if err != nil {
 		return 0, fmt.Errorf("memory read: %w", err)
 	}
 	defer buf.Free()
-	if err := touch(buf.Bytes(), cpus); err != nil {
-		return 0, fmt.Errorf("memory read: %w", err)
-	}
 	r, err := readRate(ctx, buf.Bytes(), cpus, d)
 	if err != nil {
 		return 0, fmt.Errorf("memory read: %w", err)
 	}
 	return r.best, nil
+}
+
+// written is a buffer of n bytes in huge pages, every page written by the
+// CPUs this process may use (so none is the shared zero page or still to
+// fault in), and those CPUs.
+func written(n int64) (*hostmem.Region, []int, error) {
+	cpus, _, err := usableCPUs()
+	if err != nil {
+		return nil, nil, err
+	}
+	buf, err := hostmem.Alloc(int(n), hostmem.AllocOptions{HugePages: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := touch(buf.Bytes(), cpus); err != nil {
+		buf.Free()
+		return nil, nil, err
+	}
+	return buf, cpus, nil
 }
 
 // usableCPUs are the CPUs this process may use, at most one per P (a
@@ -241,26 +263,14 @@ func usableCPUs() ([]int, int, error) {
 // over the same window, which the buffer's allocation and first writes
 // stay out of.
 func ReadWindow(ctx context.Context, n int64, d time.Duration) (r float64, from, to time.Time, err error) {
-	cpus, _, err := usableCPUs()
-	if err != nil {
-		return 0, from, to, err
-	}
-	buf, err := hostmem.Alloc(int(n), hostmem.AllocOptions{HugePages: true})
+	buf, cpus, err := written(n)
 	if err != nil {
 		return 0, from, to, fmt.Errorf("memory read window: %w", err)
 	}
 	defer buf.Free()
-	if err := touch(buf.Bytes(), cpus); err != nil {
-		return 0, from, to, fmt.Errorf("memory read window: %w", err)
-	}
-	parts := split(buf.Bytes(), len(cpus))
-	var bytes int64
-	for _, p := range parts {
-		bytes += int64(len(p))
-	}
-	tm, err := newTeam(cpus, func(i int) { sink.Add(read(parts[i])) })
+	tm, bytes, err := readers(buf.Bytes(), cpus)
 	if err != nil {
-		return 0, from, to, fmt.Errorf("memory read window with %d threads: %w", len(cpus), err)
+		return 0, from, to, fmt.Errorf("memory read window: %w", err)
 	}
 	const minPasses = 3
 	passes := 0
