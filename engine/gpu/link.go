@@ -19,18 +19,8 @@ func HostToDevicePeak(dev *cudadrv.Device, n int64, iters int) (float64, error) 
 		return 0, fmt.Errorf("host-to-device peak: %d bytes x %d copies", n, iters)
 	}
 	var bw float64
-	err := dev.DoOnStream(func(c *cudadrv.Ctx, s cudadrv.Stream) (err error) {
-		h, err := c.HostAlloc(int(n), 0)
-		if err != nil {
-			return err
-		}
-		defer keepFirst(&err, func() error { return c.FreeHost(h) })
-		d, err := c.Alloc(n)
-		if err != nil {
-			return err
-		}
-		defer keepFirst(&err, func() error { return c.Free(d) })
-		el, err := c.TimeEvents(s, iters, func() error { return c.CopyHtoD(d, h.Bytes(), s) })
+	err := withCopyBuffers(dev, n, func(c *cudadrv.Ctx, s cudadrv.Stream, h []byte, d cudadrv.DevPtr) error {
+		el, err := c.TimeEvents(s, iters, func() error { return c.CopyHtoD(d, h, s) })
 		if err != nil {
 			return err
 		}
@@ -41,6 +31,25 @@ func HostToDevicePeak(dev *cudadrv.Device, n int64, iters int) (float64, error) 
 		return 0, fmt.Errorf("pinned host-to-device peak: %w", err)
 	}
 	return bw, nil
+}
+
+// withCopyBuffers runs fn on dev's stream with n bytes of page-locked
+// host memory and n bytes of device memory, both freed after it (and
+// after its stream's work, which fn must have waited for).
+func withCopyBuffers(dev *cudadrv.Device, n int64, fn func(c *cudadrv.Ctx, s cudadrv.Stream, h []byte, d cudadrv.DevPtr) error) error {
+	return dev.DoOnStream(func(c *cudadrv.Ctx, s cudadrv.Stream) (err error) {
+		h, err := c.HostAlloc(int(n), 0)
+		if err != nil {
+			return err
+		}
+		defer keepFirst(&err, func() error { return c.FreeHost(h) })
+		d, err := c.Alloc(n)
+		if err != nil {
+			return err
+		}
+		defer keepFirst(&err, func() error { return c.Free(d) })
+		return fn(c, s, h.Bytes(), d)
+	})
 }
 
 // keepFirst runs a deferred release and keeps its error if none came
@@ -68,17 +77,7 @@ func HostToDeviceBeside(dev *cudadrv.Device, n int64, fn func() (from, to time.T
 		from, to time.Time
 		ferr     error
 	)
-	err := dev.DoOnStream(func(c *cudadrv.Ctx, s cudadrv.Stream) (err error) {
-		h, err := c.HostAlloc(int(n), 0)
-		if err != nil {
-			return err
-		}
-		defer keepFirst(&err, func() error { return c.FreeHost(h) })
-		d, err := c.Alloc(n)
-		if err != nil {
-			return err
-		}
-		defer keepFirst(&err, func() error { return c.Free(d) })
+	err := withCopyBuffers(dev, n, func(c *cudadrv.Ctx, s cudadrv.Stream, h []byte, d cudadrv.DevPtr) (err error) {
 		var ev [2]cudadrv.Event
 		for i := range ev {
 			if ev[i], err = c.NewEvent(cudadrv.EventBlockingSync | cudadrv.EventDisableTiming); err != nil {
@@ -98,7 +97,7 @@ func HostToDeviceBeside(dev *cudadrv.Device, n int64, fn func() (from, to time.T
 		// One copy runs while the next waits queued behind it: each
 		// copy's end is marked on the host as the one after it starts.
 		for issued := int64(1); ; issued++ {
-			if err := c.CopyHtoD(d, h.Bytes(), s); err != nil {
+			if err := c.CopyHtoD(d, h, s); err != nil {
 				return err
 			}
 			if err := c.Record(ev[issued%2], s); err != nil {

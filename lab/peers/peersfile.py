@@ -36,6 +36,14 @@ DENSE = {("8B", "17"): ("half_decode", "8b Q4_K_M, 16 of 32 layers (and the outp
          ("70B", "40"): ("70b_half_decode", "70b Q4_K_M, 40 of 80 layers on the GPU (-ngl 40), the rest on 16 CPU threads")}
 
 
+def add(figures, key, setup, test, v):
+    """Puts the mean of a case's rates v (tok/s) into figures under key."""
+    if key in figures:
+        raise SystemExit(f"two tests for {key}")
+    figures[key] = {"system": "llama.cpp", "setup": f"{setup}, {test}, mean of {len(v)} runs ({', '.join(f'{x:.2f}' for x in v)})",
+                    "value": round(sum(v) / len(v), 2), "unit": "tok/s"}
+
+
 def dense(gpu, tables):
     seen = {}
     for t in tables:
@@ -47,10 +55,7 @@ def dense(gpu, tables):
             seen.setdefault((case, r["test"]), []).append(float(r["t/s"].split("±")[0]))
     figures = {}
     for ((key, setup), test), v in sorted(seen.items()):
-        if key in figures:
-            raise SystemExit(f"two tests for {key}")
-        figures[key] = {"system": "llama.cpp", "setup": f"{setup}, {test}, mean of {len(v)} tables ({', '.join(f'{x:.2f}' for x in v)})",
-                        "value": round(sum(v) / len(v), 2), "unit": "tok/s"}
+        add(figures, key, setup, test, v)
     src = ("llama.cpp c2b1518fd (upstream, 2026-06-08; CUDA sm_90, static, GGML_NATIVE, GGML_CUDA_FA=OFF) built and "
            f"run on the lent host ({gpu}, 16 CPU threads) by strata's device call lab/peers/run6-h200.sh, not by `strata bench`: "
            "llama-bench -ngl N -p 0 -t 16 -fa 0 (-r 2 -n 128 for the 8b, -r 1 -n 32 for the 70b) on the synthetic Llama-3.1 8b and 70b "
@@ -95,11 +100,7 @@ def main():
                 seen.setdefault((case, f"_b{BATCH}_{TOKENS}", test), []).append(float(r["S_TG t/s"]))
     figures = {}
     for ((name, setup), key, test), v in sorted(seen.items()):
-        key = f"moe_{name}_decode{key}"
-        if key in figures:
-            raise SystemExit(f"two tests for {key}")
-        figures[key] = {"system": "llama.cpp", "setup": f"{setup}, {test}, mean of {len(v)} runs ({', '.join(f'{x:.2f}' for x in v)})",
-                        "value": round(sum(v) / len(v), 2), "unit": "tok/s"}
+        add(figures, f"moe_{name}_decode{key}", setup, test, v)
     src = ("llama.cpp c2b1518fd (upstream, 2026-06-08; CUDA sm_90, static, GGML_NATIVE, GGML_CUDA_FA=OFF) built and "
            f"run on the lent host ({gpu}, 16 CPU threads) by strata's device calls lab/peers/run3-h200.sh or run5-h200.sh, not by `strata bench`: "
            "llama-bench -ngl 99 -ncmoe N -p 0 -n 32,512 (Mixtral 16,512) -t 16 -fa 0, and llama-batched-bench -ngl 99 -ncmoe N "

@@ -31,22 +31,6 @@ if [ ! -x "$lbin/llama-batched-bench" ] || [ ! -x "$lbin/llama-bench" ]; then
 	echo "== synth done at ${SECONDS}s"
 	[ -x "$lbin/llama-batched-bench" ] || exit 1
 fi
-# step NAME SECONDS CMD...: runs CMD into $R/NAME.txt unless done, when
-# the call has at least SECONDS left of its LIMIT.
-step() {
-	local name=$1 need=$2
-	shift 2
-	[ -s "$R/$name.txt" ] && return 0
-	case $name in batched-*) [ -z "${ONLY:-}" ] || [ "$name" = "batched-$ONLY" ] || return 0 ;; esac
-	if [ $((SECONDS + need)) -gt "$LIMIT" ]; then
-		echo "== $name left for the next call (${SECONDS}s)"; return 1
-	fi
-	timeout "$need" "$@" >"$R/$name.tmp" 2>"$L/$name.err"
-	local rc=$?
-	echo "== $name rc=$rc at ${SECONDS}s"
-	[ $rc = 0 ] || { tail -3 "$L/$name.err"; return 1; }
-	mv "$R/$name.tmp" "$R/$name.txt" && grep -E '^\|' "$R/$name.txt" | tail -n +3
-}
 BB="-npp 16 -ntg 128 -npl 1,8 -c 2048 -t 16 -ngl 99 -fa off"
 # The cases in the bench's order of importance; a call short of time
 # benches against the peers it has (the others' rows carry no ratio).

@@ -25,19 +25,6 @@ if [ ! -x "$lbin/llama-bench" ]; then
 	build_llama llama-bench
 	wait
 fi
-step() {
-	local name=$1 need=$2
-	shift 2
-	[ -s "$R/$name.txt" ] && return 0
-	if [ $((SECONDS + need)) -gt "$LIMIT" ]; then
-		echo "== $name left for the next call (${SECONDS}s)"; return 1
-	fi
-	timeout "$need" "$@" >"$R/$name.tmp" 2>"$L/$name.err"
-	local rc=$?
-	echo "== $name rc=$rc at ${SECONDS}s"
-	[ $rc = 0 ] || { tail -3 "$L/$name.err"; return 1; }
-	mv "$R/$name.tmp" "$R/$name.txt" && grep -E '^\|' "$R/$name.txt" | tail -n +3
-}
 step half 90 "$lbin/llama-bench" -m "$M8" -ngl 17 -p 0 -n 128 -r 2 -t 16 -fa 0 &&
 	step cpu 90 "$lbin/llama-bench" -m "$M8" -ngl 0 -p 0 -n 32 -r 2 -t 16 -fa 0 &&
 	step 70b 150 "$lbin/llama-bench" -m "$M70" -ngl 40 -p 0 -n 32 -r 1 -t 16 -fa 0 || { echo "== call again"; exit 0; }
