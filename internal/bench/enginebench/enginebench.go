@@ -924,9 +924,12 @@ func (rn *runner) hybrid(ctx context.Context, res *ScenarioResult, cpu *model.Mo
 		return err
 	}
 	if _, last, ok := g.PipelineStats(); ok && last.Copy.Busy > 0 && last.Wall > 0 {
-		res.Notes = append(res.Notes, fmt.Sprintf("hybrid: the last timed pass copied %s at %.1f GB/s (%d copies carried over from the pass before), the copy engine busy %.0f%% of the pass (carried copies included); the GPU's lead %v and tail %v",
+		// The compute stream's waits for copies are part of the CPU
+		// layers' hand-overs (the host waits for the stream before each
+		// CPU FFN): what of them is PCIe's rather than the GPU's work.
+		res.Notes = append(res.Notes, fmt.Sprintf("hybrid: the last timed pass copied %s at %.1f GB/s (%d copies carried over from the pass before), the copy engine busy %.0f%% of the pass (carried copies included); the GPU's lead %v and tail %v, its compute waiting for copies %v",
 			gib(last.Copy.Bytes), float64(last.Copy.Bytes)/last.Copy.Busy.Seconds()/1e9, last.Carried, 100*last.Copy.Busy.Seconds()/last.Wall.Seconds(),
-			last.Lead.Round(time.Microsecond), last.Tail.Round(time.Microsecond)))
+			last.Lead.Round(time.Microsecond), last.Tail.Round(time.Microsecond), last.Compute.Stall.Round(time.Microsecond)))
 	}
 	if rn.o.Timeline {
 		if err := timelineNotes(res, g.Model); err != nil {
