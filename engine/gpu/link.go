@@ -34,8 +34,8 @@ func HostToDevicePeak(dev *cudadrv.Device, n int64, iters int) (float64, error) 
 }
 
 // withCopyBuffers runs fn on dev's stream with n bytes of page-locked
-// host memory and n bytes of device memory, both freed after it (and
-// after its stream's work, which fn must have waited for).
+// host memory and n bytes of device memory, both freed when fn returns:
+// fn leaves no copy on them pending.
 func withCopyBuffers(dev *cudadrv.Device, n int64, fn func(c *cudadrv.Ctx, s cudadrv.Stream, h []byte, d cudadrv.DevPtr) error) error {
 	return dev.DoOnStream(func(c *cudadrv.Ctx, s cudadrv.Stream) (err error) {
 		h, err := c.HostAlloc(int(n), 0)
