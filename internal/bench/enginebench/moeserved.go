@@ -39,10 +39,6 @@ type served struct {
 	onDevice   int
 	deviceGiB  float64
 	promptSize int
-	// ahead and aheadUsed are the experts the pick stream copied ahead of
-	// their layer by its guessed routing, and those of them picked for
-	// the CPU.
-	ahead, aheadUsed uint64
 }
 
 // moeServed opens the case's model through the engine, as the daemon
@@ -100,8 +96,7 @@ func (rn *runner) moeServed(ctx context.Context, res *ScenarioResult, mc MoECase
 	if toks >= n-quarter {
 		sv.lastHit = hitSince(mark, info1)
 	}
-	d := info1.Since(info0)
-	sv.moved, sv.ahead, sv.aheadUsed = d.DeviceMoves, d.StreamAhead, d.StreamAheadUsed
+	sv.moved = info1.Since(info0).DeviceMoves
 	sv.onDevice, sv.deviceGiB = info1.OnDevice, float64(info1.DeviceBytes)/(1<<30)
 	var peer *Ratio
 	if sv.tokens == n {
@@ -148,10 +143,6 @@ func servedMetrics(sv served, n int, peer *Ratio) ([]Metric, []string, error) {
 		servedPrompt, sv.promptSize, n, sv.onDevice, sv.deviceGiB, sv.moved)}
 	if sv.onDevice == 0 {
 		notes = append(notes, "served decode: no expert in device memory: the hit rows count nothing")
-	}
-	if sv.ahead > 0 {
-		notes = append(notes, fmt.Sprintf("served decode: %d experts copied during the hand-overs by the next layer's guessed routing, %d (%.2f) of them picked for the CPU",
-			sv.ahead, sv.aheadUsed, float64(sv.aheadUsed)/float64(sv.ahead)))
 	}
 	return m, notes, nil
 }

@@ -70,11 +70,6 @@ func TestServedMetrics(t *testing.T) {
 	if len(notes) != 1 || !strings.Contains(notes[0], "2000 experts (5.50 GiB)") || !strings.Contains(notes[0], "300 moved") {
 		t.Errorf("notes %q", notes)
 	}
-	// Experts staged ahead: a note of how many were picked.
-	_, notes, err = servedMetrics(served{tokens: 512, tps: 100, onDevice: 2000, ahead: 400, aheadUsed: 300}, 512, nil)
-	if err != nil || len(notes) != 2 || !strings.Contains(notes[1], "400 experts copied") || !strings.Contains(notes[1], "300 (0.75) of them") {
-		t.Errorf("notes with experts staged ahead %q (%v)", notes, err)
-	}
 	for _, sv := range []served{{tokens: 300, tps: 90}, {tokens: 512}} {
 		if _, _, err := servedMetrics(sv, 512, nil); err == nil || !strings.Contains(err.Error(), "of 512 tokens") {
 			t.Errorf("%+v: %v, want an error", sv, err)
